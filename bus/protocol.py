@@ -1,0 +1,77 @@
+"""The Bus protocol every implementation satisfies, and the Envelope subscribers receive."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, TypeVar
+
+from schemas import ErrorReply, Message
+
+T = TypeVar("T")
+
+
+class Envelope:
+    """One delivered message: its subject, the decoded struct, and how to answer it.
+
+    ``respond`` raises ``BusClosedError`` when the bus is gone; calling it on a message that
+    was published (no reply subject) is a no-op.
+    """
+
+    __slots__ = ("_responder", "message", "reply", "subject")
+
+    def __init__(
+        self,
+        subject: str,
+        message: Message,
+        reply: str | None,
+        responder: Callable[[str, Message], Awaitable[None]] | None,
+    ) -> None:
+        self.subject = subject
+        self.message = message
+        self.reply = reply
+        self._responder = responder
+
+    async def respond(self, msg: Message) -> None:
+        """Send ``msg`` to the requester, if this envelope came from a request."""
+        if self.reply is not None and self._responder is not None:
+            await self._responder(self.reply, msg)
+
+    def __repr__(self) -> str:
+        return f"Envelope({self.subject!r}, {type(self.message).__name__})"
+
+
+class Subscription(Protocol):
+    """An active subscription: iterate it for Envelopes until it is closed."""
+
+    subject: str
+
+    def __aiter__(self) -> AsyncIterator[Envelope]: ...
+
+
+class Bus(Protocol):
+    """Publish/subscribe and request/reply with NATS subject semantics.
+
+    Raises (from ``bus.errors``): ``NoRespondersError`` when a request has no subscriber,
+    ``RequestTimeoutError`` when its reply is late, ``BusClosedError`` after ``aclose``.
+    """
+
+    async def publish(self, subject: str, msg: Message) -> None:
+        """Fire-and-forget ``msg`` to every subscriber of ``subject``."""
+        ...
+
+    async def request(
+        self, subject: str, msg: Message, *, reply_type: type[T], timeout: float
+    ) -> T | ErrorReply:
+        """Send ``msg`` to one subscriber of ``subject`` and return its reply."""
+        ...
+
+    def subscribe(
+        self, subject: str, *, queue: str | None = None
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """Subscribe to ``subject`` (``*`` and ``>`` wildcards); ``queue`` load-balances."""
+        ...
+
+    async def aclose(self) -> None:
+        """Close the bus; subscriptions end and later calls raise BusClosedError."""
+        ...

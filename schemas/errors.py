@@ -1,0 +1,209 @@
+"""The gateway's error hierarchy, its stable codes, and the wire form of an error reply."""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar, TypeVar
+
+import msgspec
+
+_T = TypeVar("_T")
+
+
+class ErrorCode(enum.StrEnum):
+    """Stable machine-readable error codes; ``gateway/errors.py`` maps each to an HTTP status."""
+
+    INVALID_REQUEST = "invalid_request"
+    ROUTE_NOT_FOUND = "route_not_found"
+    ALL_CIRCUITS_OPEN = "all_circuits_open"
+    NO_ROUTE_FOR_MODALITY = "no_route_for_modality"
+    PIN_NOT_FOUND = "pin_not_found"
+    UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_RATE_LIMITED = "upstream_rate_limited"
+    UPSTREAM_BAD_RESPONSE = "upstream_bad_response"
+    NO_RESPONDERS = "no_responders"
+    BUS_TIMEOUT = "bus_timeout"
+    REQUEST_TOO_LARGE = "request_too_large"
+    UNAUTHORIZED = "unauthorized"
+    INTERNAL = "internal"
+
+
+class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Wire form of a GatewayError answered over the bus."""
+
+    code: str
+    message: str
+    retryable: bool = False
+    retry_after: float | None = None
+
+
+class GatewayError(Exception):
+    """Root of every error the gateway turns into a client-visible answer."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = retry_after
+
+    def to_reply(self) -> ErrorReply:
+        """Render this error for the bus."""
+        return ErrorReply(
+            code=self.code.value,
+            message=self.message,
+            retryable=self.retryable,
+            retry_after=self.retry_after,
+        )
+
+
+class InvalidRequestError(GatewayError):
+    """The client's request is malformed; ``param`` names the offending field."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class RequestTooLargeError(GatewayError):
+    """The request body is over the configured limit."""
+
+    code = ErrorCode.REQUEST_TOO_LARGE
+
+
+class RouteNotFoundError(GatewayError):
+    """No published model (or alias) has this id."""
+
+    code = ErrorCode.ROUTE_NOT_FOUND
+
+
+class AllCircuitsOpenError(GatewayError):
+    """Every route of the model is refusing traffic; ``retry_after`` says when to come back."""
+
+    code = ErrorCode.ALL_CIRCUITS_OPEN
+    retryable = True
+
+
+class NoRouteForModalityError(GatewayError):
+    """No route of the model accepts the request's input modalities."""
+
+    code = ErrorCode.NO_ROUTE_FOR_MODALITY
+
+
+class PinNotFoundError(GatewayError):
+    """An ``X-Route-Pin`` names no route of the model."""
+
+    code = ErrorCode.PIN_NOT_FOUND
+
+
+class UnauthorizedError(GatewayError):
+    """The caller presented no valid gateway credential."""
+
+    code = ErrorCode.UNAUTHORIZED
+
+
+class NoRespondersError(GatewayError):
+    """Nobody serves the subject a request was sent to (the control plane is not running)."""
+
+    code = ErrorCode.NO_RESPONDERS
+    retryable = True
+
+
+class BusTimeoutError(GatewayError):
+    """The control plane did not answer in time."""
+
+    code = ErrorCode.BUS_TIMEOUT
+    retryable = True
+
+
+class UpstreamError(GatewayError):
+    """An upstream attempt failed; ``status`` is its HTTP status (None: no answer at all).
+
+    ``counts_against_endpoint`` says whether the failure says the endpoint is sick (timeouts,
+    refused connections, 408/429/5xx, garbage) as opposed to the caller's request being bad.
+    """
+
+    code = ErrorCode.UPSTREAM_ERROR
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str = "",
+        status: int | None = None,
+        body: bytes = b"",
+        retry_after: float | None = None,
+        kind: str = "http_error",
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.endpoint = endpoint
+        self.status = status
+        self.body = body
+        self.kind = kind
+
+    @property
+    def counts_against_endpoint(self) -> bool:
+        """True when the failure is the endpoint's, not the caller's."""
+        if self.status is None:
+            return True
+        return self.status in (401, 407, 408, 429) or self.status >= 500
+
+    @property
+    def is_auth_rejection(self) -> bool:
+        """True for a 401/407: the upstream refused our credential."""
+        return self.status in (401, 407)
+
+
+class UpstreamTimeoutError(UpstreamError):
+    """The upstream did not answer (or stopped answering) in time."""
+
+    code = ErrorCode.UPSTREAM_TIMEOUT
+
+
+class UpstreamBadResponseError(UpstreamError):
+    """The upstream answered something that is not a valid answer of its API."""
+
+    code = ErrorCode.UPSTREAM_BAD_RESPONSE
+
+
+_BY_CODE: dict[str, type[GatewayError]] = {
+    cls.code.value: cls
+    for cls in (
+        InvalidRequestError,
+        RequestTooLargeError,
+        RouteNotFoundError,
+        AllCircuitsOpenError,
+        NoRouteForModalityError,
+        PinNotFoundError,
+        UnauthorizedError,
+        NoRespondersError,
+        BusTimeoutError,
+        UpstreamError,
+        UpstreamTimeoutError,
+        UpstreamBadResponseError,
+    )
+}
+
+
+def error_from_reply(reply: ErrorReply) -> GatewayError:
+    """Turn an ErrorReply back into its GatewayError class (GatewayError when unknown)."""
+    cls = _BY_CODE.get(reply.code, GatewayError)
+    if cls is GatewayError:
+        err = GatewayError(reply.message, retry_after=reply.retry_after)
+        return err
+    if issubclass(cls, UpstreamError):
+        return cls(reply.message, retry_after=reply.retry_after)
+    if cls is InvalidRequestError:
+        return InvalidRequestError(reply.message)
+    return cls(reply.message, retry_after=reply.retry_after)
+
+
+def raise_for_reply(reply: _T | ErrorReply) -> _T:
+    """Return ``reply`` unless it is an ErrorReply, which is raised as its GatewayError."""
+    if isinstance(reply, ErrorReply):
+        raise error_from_reply(reply)
+    return reply

@@ -1,0 +1,58 @@
+"""Operator-facing events (``llmgw.events.<kind>``) and supervisor events."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class CircuitTransition(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An endpoint's circuit moved from ``old`` to ``new`` (closed, open, half_open)."""
+
+    endpoint: str
+    model: str
+    old: str
+    new: str
+    reason: str = ""
+    ts: float = 0.0
+
+
+class AuthRejected(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An upstream refused our credential (401/407): loud from the first one."""
+
+    endpoint: str
+    model: str
+    status: int
+    consecutive: int
+    credential_id: str = ""
+    ts: float = 0.0
+
+
+class ChildStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A supervisor started a child."""
+
+    supervisor: str
+    child: str
+
+
+class ChildFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A supervised child crashed; ``error`` is the exception's type and message."""
+
+    supervisor: str
+    child: str
+    error: str
+
+
+class ChildRestarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A supervisor restarted a crashed child."""
+
+    supervisor: str
+    child: str
+    restarts: int
+
+
+class SupervisorGaveUp(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A supervisor exceeded its restart intensity and stopped its children."""
+
+    supervisor: str
+    restarts: int
+    period: float

@@ -1,0 +1,135 @@
+"""Messages of the routing conversation: decisions, observations, endpoint state."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress asks a ModelActor which routes should serve one request."""
+
+    model: str
+    caller: str = ""
+    modalities: tuple[str, ...] = ()
+    prompt_tokens: int = 0
+    pin: str | None = None
+    surface: str = "chat"
+    request_id: str = ""
+
+
+class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
+    """One route the ingress may try: where to send, which upstream model, which credential.
+
+    ``credential_id`` is a short hash; the secret itself never crosses the bus. ``probe`` marks
+    the half-open probe lease: its outcome closes or re-opens the circuit.
+    """
+
+    endpoint: str
+    kind: str
+    base_url: str = ""
+    upstream_model: str = ""
+    credential_id: str = ""
+    probe: bool = False
+
+
+class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A ModelActor's decision: the primary first, then fallbacks in order."""
+
+    model: str
+    candidates: tuple[RouteCandidate, ...]
+    pinned: bool = False
+    reason: str = "weighted"
+
+
+class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """What happened on one upstream attempt; the ingress publishes one per attempt.
+
+    ``outcome`` is ``success``, ``failure`` (counts against the endpoint), ``client_error``
+    (the caller's request was refused; does not count) or ``cancelled`` (the client went away;
+    does not count).
+    """
+
+    endpoint: str
+    model: str
+    outcome: str
+    attempt: int = 1
+    status: int | None = None
+    error_kind: str = ""
+    auth_rejection: bool = False
+    probe: bool = False
+    stream: bool = False
+    fallback: bool = False
+    ttft_ms: float | None = None
+    latency_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    retry_after: float | None = None
+    caller: str = ""
+    request_id: str = ""
+    surface: str = "chat"
+    credential_id: str = ""
+    ts: float = 0.0
+
+
+class EndpointState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An EndpointActor's health and circuit, published on every change."""
+
+    endpoint: str
+    model: str
+    circuit_state: str
+    availability: float
+    consecutive_failures: int = 0
+    consecutive_auth_rejections: int = 0
+    open_until: float | None = None
+    probe_in_flight: bool = False
+    seq: int = 0
+
+
+class StateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask an EndpointActor for its current EndpointState."""
+
+
+class ProbeRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask an EndpointActor for the single half-open probe lease."""
+
+    request_id: str = ""
+
+
+class ProbeGrant(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Answer to ProbeRequest: ``granted`` or not, and when to ask again."""
+
+    granted: bool
+    retry_after: float | None = None
+
+
+class HealthRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the HealthActor for every endpoint's state."""
+
+
+class HealthReport(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Every endpoint's last known state, as the HealthActor's view holds it."""
+
+    endpoints: tuple[EndpointState, ...]
+
+
+class ModelStatusRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask a ModelActor for its routes and their effective weights."""
+
+
+class RouteStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One route as its ModelActor sees it."""
+
+    endpoint: str
+    kind: str
+    weight: float
+    configured_weight: float
+    circuit_state: str
+
+
+class ModelStatus(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A ModelActor's routes with effective weights and the circuits it sees."""
+
+    model: str
+    router: str
+    routes: tuple[RouteStatus, ...]

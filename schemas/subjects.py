@@ -1,0 +1,105 @@
+"""Every subject name on the bus; no other module writes a subject literal.
+
+Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
+
+- ``llmgw.model.<id>.route``        request/reply  ingress -> ModelActor: RouteRequest -> RoutePlan
+- ``llmgw.model.<id>.status``       request/reply  ingress -> ModelActor: ModelStatusRequest
+                                                    -> ModelStatus (effective weights)
+- ``llmgw.endpoint.<id>.probe``     request/reply  ModelActor -> EndpointActor: ProbeRequest
+                                                    -> ProbeGrant (the half-open lease)
+- ``llmgw.endpoint.<id>.get``       request/reply  anyone -> EndpointActor: StateRequest
+                                                    -> EndpointState
+- ``llmgw.endpoint.<id>.state``     event          EndpointActor -> views: EndpointState
+- ``llmgw.obs.<endpoint>``          event          ingress -> EndpointActor, ModelActor, store:
+                                                    Observation (one per upstream attempt)
+- ``llmgw.health.deep``             request/reply  ingress -> HealthActor: HealthRequest
+                                                    -> HealthReport
+- ``llmgw.events.<kind>``           event          owners -> operators: CircuitTransition, ...
+- ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
+                                                    ChildFailed, ChildRestarted, SupervisorGaveUp
+"""
+
+from __future__ import annotations
+
+PREFIX = "llmgw"
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def token(raw: str) -> str:
+    """Escape ``raw`` into one subject token: ``[A-Za-z0-9_-]`` stay, every other byte is ``~hh``.
+
+    Reversible (see :func:`untoken`), so ``org/model:7b`` or ``qwen2.5`` never adds a dot.
+    """
+    if raw and all(ch in _SAFE for ch in raw):
+        return raw
+    out: list[str] = []
+    for ch in raw:
+        if ch in _SAFE:
+            out.append(ch)
+        else:
+            out.extend(f"~{b:02x}" for b in ch.encode())
+    return "".join(out) or "~"
+
+
+def untoken(tok: str) -> str:
+    """Invert :func:`token`. Raises ValueError on a malformed escape."""
+    if tok == "~":
+        return ""
+    raw = bytearray()
+    i = 0
+    while i < len(tok):
+        if tok[i] == "~":
+            raw.append(int(tok[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw.extend(tok[i].encode())
+            i += 1
+    return raw.decode()
+
+
+def model_route(model: str) -> str:
+    """Request/reply: RouteRequest -> RoutePlan | ErrorReply."""
+    return f"{PREFIX}.model.{token(model)}.route"
+
+
+def model_status(model: str) -> str:
+    """Request/reply: ModelStatusRequest -> ModelStatus."""
+    return f"{PREFIX}.model.{token(model)}.status"
+
+
+def endpoint_probe(endpoint: str) -> str:
+    """Request/reply: ProbeRequest -> ProbeGrant."""
+    return f"{PREFIX}.endpoint.{token(endpoint)}.probe"
+
+
+def endpoint_get(endpoint: str) -> str:
+    """Request/reply: StateRequest -> EndpointState."""
+    return f"{PREFIX}.endpoint.{token(endpoint)}.get"
+
+
+def endpoint_state(endpoint: str) -> str:
+    """Event: EndpointState, published by the EndpointActor on every change."""
+    return f"{PREFIX}.endpoint.{token(endpoint)}.state"
+
+
+def observation(endpoint: str) -> str:
+    """Event: Observation, one per upstream attempt."""
+    return f"{PREFIX}.obs.{token(endpoint)}"
+
+
+def event(kind: str) -> str:
+    """Event: an operator-facing event of ``kind`` (``circuit``, ``decision``, ...)."""
+    return f"{PREFIX}.events.{token(kind)}"
+
+
+def supervisor_event(name: str) -> str:
+    """Event: a supervisor's ChildStarted/ChildFailed/ChildRestarted/SupervisorGaveUp."""
+    return f"{PREFIX}.sys.supervisor.{token(name)}.event"
+
+
+HEALTH_DEEP = f"{PREFIX}.health.deep"
+OBSERVATION_ANY = f"{PREFIX}.obs.*"
+ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
+EVENTS_ANY = f"{PREFIX}.events.>"
+SUPERVISOR_EVENTS_ANY = f"{PREFIX}.sys.supervisor.*.event"
