@@ -5,4 +5,5 @@ from __future__ import annotations
 pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.upstream",
+    "tests.fixtures.gateway",
 ]

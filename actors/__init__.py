@@ -1,0 +1,32 @@
+"""The control plane: actors that own routing state, and the supervisors that keep them up.
+
+``Actor`` (base.py) owns one mailbox and handles one message at a time; ``Supervisor``
+(supervisor.py) starts children in order, restarts them by OTP rules (``Strategy``,
+``Restart``, intensity/period) and stops them in reverse. Supervisors nest into a tree whose
+root the gateway starts with ``await root.start(bus)``.
+"""
+
+from __future__ import annotations
+
+from actors.base import Actor, ActorContext, Cancellable, Serve
+from actors.endpoint import EndpointActor
+from actors.health_view import HealthActor
+from actors.model import ModelActor
+from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUpError
+from actors.tree import build_tree
+
+__all__ = [
+    "EndpointActor",
+    "HealthActor",
+    "ModelActor",
+    "build_tree",
+    "Actor",
+    "ActorContext",
+    "Cancellable",
+    "ChildSpec",
+    "Restart",
+    "Serve",
+    "Strategy",
+    "Supervisor",
+    "SupervisorGaveUpError",
+]

@@ -1,0 +1,174 @@
+"""EndpointActor: owns one endpoint's health and circuit, fed by observations."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from actors.base import Actor, ActorContext, Serve
+from actors.health import OPEN, EndpointHealth, Transition
+from bus import Envelope
+from schemas import (
+    AuthRejected,
+    CircuitTransition,
+    EndpointState,
+    Observation,
+    ProbeGrant,
+    ProbeRequest,
+    StateRequest,
+    subjects,
+)
+from schemas.config import CircuitConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tick:
+    """Local timer message: re-evaluate time-driven transitions."""
+
+
+class EndpointActor(Actor):
+    """One per endpoint id. Serves probe leases and state; publishes every change.
+
+    Publishes ``EndpointState`` on ``llmgw.endpoint.<id>.state`` and ``CircuitTransition`` /
+    ``AuthRejected`` on ``llmgw.events.*``.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        model: str,
+        settings: CircuitConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = f"endpoint:{endpoint}"
+        self.endpoint = endpoint
+        self.model = model
+        self.serves = (
+            Serve(subjects.observation(endpoint)),
+            Serve(subjects.endpoint_probe(endpoint)),
+            Serve(subjects.endpoint_get(endpoint)),
+        )
+        self._settings = settings
+        self._clock = clock
+        self._seq = 0
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Start closed and healthy, and say so."""
+        self.ctx = ctx
+        self.health = EndpointHealth(self._settings)
+        await self._publish_state()
+
+    async def handle(self, env: Envelope) -> None:
+        """Observations update health; ProbeRequest leases the probe; StateRequest reads."""
+        match env.message:
+            case Observation() as obs:
+                await self._observe(obs)
+            case ProbeRequest():
+                await env.respond(await self._grant_probe())
+            case StateRequest():
+                await env.respond(self.state())
+
+    async def handle_local(self, msg: object) -> None:
+        """Timers: an elapsed cooldown or an overdue probe."""
+        if isinstance(msg, _Tick):
+            await self._after(self.health.tick(self._clock()))
+
+    def state(self) -> EndpointState:
+        """This endpoint's state as views see it."""
+        h = self.health
+        return EndpointState(
+            endpoint=self.endpoint,
+            model=self.model,
+            circuit_state=h.state,
+            availability=round(h.availability, 6),
+            consecutive_failures=h.consecutive_failures,
+            consecutive_auth_rejections=h.consecutive_auth_rejections,
+            open_until=h.open_until,
+            probe_in_flight=h.probe_in_flight,
+            seq=self._seq,
+        )
+
+    async def _grant_probe(self) -> ProbeGrant:
+        now = self._clock()
+        await self._after(self.health.tick(now))
+        timeout = self._settings.cooldown_seconds
+        if self.health.try_acquire_probe(now, timeout):
+            self.ctx.call_later(timeout, _Tick())
+            await self._publish_state()
+            return ProbeGrant(granted=True)
+        return ProbeGrant(granted=False, retry_after=self.health.retry_after(now) or None)
+
+    async def _observe(self, obs: Observation) -> None:
+        now = self._clock()
+        h = self.health
+        before = (h.availability, h.consecutive_failures, h.probe_in_flight)
+        transition: Transition | None = None
+        if obs.outcome == "success" or (obs.outcome == "client_error" and obs.probe):
+            # A 4xx on a probe still proves the endpoint answers.
+            transition = h.record_success(now, probe=obs.probe)
+        elif obs.outcome == "failure":
+            transition = h.record_failure(now, probe=obs.probe, auth=obs.auth_rejection)
+            if obs.auth_rejection:
+                await self._auth_rejected(obs, now)
+        elif obs.outcome == "cancelled" and obs.probe:
+            transition = h.record_abandoned_probe(now, "probe abandoned by its client")
+        if transition is not None:
+            await self._after(transition)
+        elif before != (h.availability, h.consecutive_failures, h.probe_in_flight):
+            await self._publish_state()
+
+    async def _auth_rejected(self, obs: Observation, now: float) -> None:
+        n = self.health.consecutive_auth_rejections
+        logger.warning(
+            "upstream rejected our credential: endpoint=%s status=%s credential=%s consecutive=%d",
+            self.endpoint,
+            obs.status,
+            obs.credential_id or "-",
+            n,
+        )
+        await self.ctx.publish(
+            subjects.event("auth_rejected"),
+            AuthRejected(
+                endpoint=self.endpoint,
+                model=self.model,
+                status=obs.status or 0,
+                consecutive=n,
+                credential_id=obs.credential_id,
+                ts=now,
+            ),
+        )
+
+    async def _after(self, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        if transition.new == OPEN:
+            self.ctx.call_later(self._settings.cooldown_seconds, _Tick())
+        log = logger.warning if transition.new == OPEN else logger.info
+        log(
+            "circuit %s -> %s: endpoint=%s (%s)",
+            transition.old,
+            transition.new,
+            self.endpoint,
+            transition.reason,
+        )
+        await self.ctx.publish(
+            subjects.event("circuit"),
+            CircuitTransition(
+                endpoint=self.endpoint,
+                model=self.model,
+                old=transition.old,
+                new=transition.new,
+                reason=transition.reason,
+                ts=self._clock(),
+            ),
+        )
+        await self._publish_state()
+
+    async def _publish_state(self) -> None:
+        self._seq += 1
+        await self.ctx.publish(subjects.endpoint_state(self.endpoint), self.state())

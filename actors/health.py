@@ -1,0 +1,122 @@
+"""An endpoint's health: the availability EWMA and the circuit breaker (pure state, no I/O).
+
+Spec: the breaker opens after ``failure_threshold`` consecutive failures, stays open for
+``cooldown_seconds``, then admits exactly one half-open probe; a success closes it, a failure
+re-opens it. A probe that hangs past its deadline, or is abandoned by its client, re-opens the
+circuit for another cooldown so the endpoint is never wedged in half-open.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.config import CircuitConfig
+
+CLOSED = "closed"
+OPEN = "open"
+HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A circuit state change and why it happened."""
+
+    old: str
+    new: str
+    reason: str
+
+
+class EndpointHealth:
+    """Owns one endpoint's availability, failure streaks and circuit state.
+
+    Every method takes ``now`` (seconds on the caller's clock) and returns the Transition it
+    caused, or None.
+    """
+
+    def __init__(self, settings: CircuitConfig) -> None:
+        self.settings = settings
+        self.availability = 1.0
+        self.consecutive_failures = 0
+        self.consecutive_auth_rejections = 0
+        self.state = CLOSED
+        self.open_until: float | None = None
+        self.probe_deadline: float | None = None
+
+    @property
+    def probe_in_flight(self) -> bool:
+        """True while the single half-open probe is out."""
+        return self.probe_deadline is not None
+
+    def healthy(self) -> bool:
+        """Availability at or above the configured floor."""
+        return self.availability >= self.settings.min_availability
+
+    def _ewma(self, x: float) -> None:
+        a = self.settings.ewma_alpha
+        self.availability = a * x + (1 - a) * self.availability
+
+    def record_success(self, now: float, *, probe: bool) -> Transition | None:
+        """A successful attempt. Closes the circuit when it was the probe."""
+        self._ewma(1.0)
+        self.consecutive_failures = 0
+        self.consecutive_auth_rejections = 0
+        if probe and self.state == HALF_OPEN:
+            self.probe_deadline = None
+            return self._move(CLOSED, "probe succeeded", now)
+        return None
+
+    def record_failure(self, now: float, *, probe: bool, auth: bool = False) -> Transition | None:
+        """A failed attempt that says the endpoint is sick. May open or re-open the circuit."""
+        self._ewma(0.0)
+        self.consecutive_failures += 1
+        if auth:
+            self.consecutive_auth_rejections += 1
+        if probe and self.state == HALF_OPEN:
+            self.probe_deadline = None
+            return self._open(now, "probe failed")
+        if self.state == CLOSED and self.consecutive_failures >= self.settings.failure_threshold:
+            return self._open(now, f"{self.consecutive_failures} consecutive failures")
+        return None
+
+    def record_abandoned_probe(self, now: float, reason: str) -> Transition | None:
+        """The probe's client went away (or it hung): re-open for another cooldown."""
+        if self.state == HALF_OPEN:
+            self.probe_deadline = None
+            return self._open(now, reason)
+        return None
+
+    def try_acquire_probe(self, now: float, probe_timeout: float) -> bool:
+        """Lease the single half-open probe; False while another is out or before cooldown."""
+        self.tick(now)
+        if self.state != HALF_OPEN or self.probe_in_flight:
+            return False
+        self.probe_deadline = now + probe_timeout
+        return True
+
+    def tick(self, now: float) -> Transition | None:
+        """Advance time: an elapsed cooldown half-opens; an overdue probe re-opens."""
+        if self.state == OPEN and self.open_until is not None and now >= self.open_until:
+            return self._move(HALF_OPEN, "cooldown elapsed", now)
+        overdue = self.probe_deadline is not None and now >= self.probe_deadline
+        if self.state == HALF_OPEN and overdue:
+            self.probe_deadline = None
+            return self._open(now, "probe timed out")
+        return None
+
+    def retry_after(self, now: float) -> float:
+        """Seconds until this endpoint may take traffic again (0 when it may now)."""
+        if self.state == OPEN and self.open_until is not None:
+            return max(0.0, self.open_until - now)
+        if self.state == HALF_OPEN and self.probe_deadline is not None:
+            return max(0.0, self.probe_deadline - now)
+        return 0.0
+
+    def _open(self, now: float, reason: str) -> Transition:
+        self.open_until = now + self.settings.cooldown_seconds
+        return self._move(OPEN, reason, now)
+
+    def _move(self, new: str, reason: str, now: float) -> Transition:
+        old, self.state = self.state, new
+        if new != OPEN:
+            self.open_until = None
+        return Transition(old, new, reason)

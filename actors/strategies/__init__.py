@@ -1,0 +1,93 @@
+"""Routing strategies: a registry of named behaviours a ModelActor hosts.
+
+A strategy module registers itself with :func:`register_strategy`; a model's ``router:``
+(or ``routing.default_router``) names one, and its ``router_params:`` are validated by the
+strategy's params model (``extra="forbid"``). A strategy whose optional dependency is missing
+is registered with :func:`register_missing_strategy` so choosing it fails validation with the
+reason instead of breaking import. See docs/strategies.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from actors.strategies.base import RouteView, RoutingStrategy, StrategyParams
+
+StrategyFactory = Callable[[Any], RoutingStrategy]
+
+_REGISTRY: dict[str, tuple[StrategyFactory, type[StrategyParams]]] = {}
+_MISSING: dict[str, str] = {}
+
+
+def register_strategy(
+    name: str, params: type[StrategyParams]
+) -> Callable[[StrategyFactory], StrategyFactory]:
+    """Decorator: register ``factory(params) -> RoutingStrategy`` under ``name``."""
+
+    def deco(factory: StrategyFactory) -> StrategyFactory:
+        _REGISTRY[name] = (factory, params)
+        _MISSING.pop(name, None)
+        return factory
+
+    return deco
+
+
+def register_missing_strategy(name: str, reason: str) -> None:
+    """Record that ``name`` exists but cannot be used here, and why."""
+    if name not in _REGISTRY:
+        _MISSING[name] = reason
+
+
+def known_strategies() -> tuple[str, ...]:
+    """Names that can be chosen, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def validate_strategy(name: str, params: dict[str, Any]) -> StrategyParams:
+    """Validate ``params`` for strategy ``name``. Raises ValueError saying what is known."""
+    if name in _MISSING:
+        raise ValueError(f"router {name!r} is not available: {_MISSING[name]}")
+    if name not in _REGISTRY:
+        raise ValueError(
+            f"unknown router {name!r}; known routers: {', '.join(known_strategies())}"
+        )
+    _, model = _REGISTRY[name]
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise ValueError(f"router_params for {name!r}: {key}: {err['msg']}") from None
+
+
+def build_strategy(name: str, params: dict[str, Any]) -> RoutingStrategy:
+    """A fresh strategy instance. Raises ValueError as validate_strategy does."""
+    validated = validate_strategy(name, params)
+    factory, _ = _REGISTRY[name]
+    return factory(validated)
+
+
+from actors.strategies import fixed, round_robin  # noqa: E402, F401  (registration)
+
+try:  # RouteWise is optional at import time: its absence must not break the gateway.
+    import llm_routewise  # noqa: F401
+except ImportError as _exc:  # pragma: no cover - depends on the install
+    register_missing_strategy("routewise", f"the llm-routewise package is not installed ({_exc})")
+else:
+    register_missing_strategy(
+        "routewise", "the RouteWise strategy is not wired into llmgw yet (see README roadmap)"
+    )
+
+__all__ = [
+    "RouteView",
+    "RoutingStrategy",
+    "StrategyParams",
+    "build_strategy",
+    "known_strategies",
+    "register_missing_strategy",
+    "register_strategy",
+    "validate_strategy",
+]

@@ -1,0 +1,40 @@
+"""The strategy seam: what a routing strategy sees and must answer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas import Observation, RouteRequest
+from schemas.config import RouteConfig
+
+
+class StrategyParams(BaseModel):
+    """Base of every strategy's ``router_params`` model: unknown keys are refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RouteView:
+    """One admissible route as a strategy sees it: declared position, id, effective weight."""
+
+    index: int
+    endpoint: str
+    weight: float
+    route: RouteConfig
+
+
+class RoutingStrategy(Protocol):
+    """Picks the primary route among admissible ones; may learn from observations.
+
+    ``select`` gets at least one route, all with weight > 0 and admitted by their circuits,
+    in declaration order. It returns one of them.
+    """
+
+    def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView: ...
+
+    def observe(self, observation: Observation) -> None: ...

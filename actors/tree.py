@@ -1,0 +1,59 @@
+"""build_tree(config): the one place actors are wired into a supervision tree.
+
+    root (one_for_one)
+    ├── endpoints (one_for_one): EndpointActor per endpoint id
+    ├── models    (one_for_one): ModelActor per public model
+    └── health: HealthActor (read model for /health/deep)
+
+Endpoints start first so models and the health view can seed their views from them.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from actors.endpoint import EndpointActor
+from actors.health_view import HealthActor
+from actors.model import ModelActor
+from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
+from schemas.config import GatewayConfig
+
+
+def build_tree(config: GatewayConfig, *, clock: Callable[[], float] | None = None) -> Supervisor:
+    """The root supervisor for ``config``; start it with ``await root.start(bus)``."""
+    circuit = config.routing.circuit
+    endpoint_specs: list[ChildSpec | Supervisor] = []
+    model_specs: list[ChildSpec | Supervisor] = []
+    all_endpoints: list[str] = []
+    extra = {"clock": clock} if clock is not None else {}
+    for model in config.models:
+        for eid in model.endpoint_ids():
+            all_endpoints.append(eid)
+            endpoint_specs.append(
+                ChildSpec(
+                    f"endpoint:{eid}",
+                    functools.partial(EndpointActor, eid, model.id, circuit, **extra),
+                    restart=Restart.PERMANENT,
+                )
+            )
+        model_specs.append(
+            ChildSpec(
+                f"model:{model.id}",
+                functools.partial(ModelActor, model, config.routing.default_router, **extra),
+                restart=Restart.PERMANENT,
+            )
+        )
+    return Supervisor(
+        "root",
+        strategy=Strategy.ONE_FOR_ONE,
+        intensity=10,
+        period=5.0,
+        children=[
+            Supervisor("endpoints", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
+                       children=endpoint_specs),
+            Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
+                       children=model_specs),
+            ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),
+        ],
+    )

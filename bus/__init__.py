@@ -1,0 +1,47 @@
+"""The message bus: the ``Bus`` protocol, its two implementations, and the wire codec.
+
+Owns how messages travel between actors and the ingress: subject semantics (NATS's ``*``,
+``>``, queue groups, request/reply, no-responders), the msgspec JSON encoding of every
+``schemas.Message``, and the mapping of transport failures to ``bus.errors``.
+``open_bus(url)`` picks ``InProcessBus`` (``inproc://``, the default) or ``NatsBus``
+(``nats://``).
+"""
+
+from __future__ import annotations
+
+from bus.codec import CodecError, decode, decode_reply, encode
+from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
+from bus.inprocess import InProcessBus
+from bus.nats_bus import NatsBus
+from bus.protocol import Bus, Envelope, Subscription
+
+_SCHEMES = ("inproc://", "nats://")
+
+
+async def open_bus(url: str, *, name: str | None = None) -> Bus:
+    """Open the bus ``url`` names: ``inproc://`` (or empty) or ``nats://host:port[,...]``.
+
+    Raises ValueError for any other scheme, BusClosedError when a NATS server cannot be reached.
+    """
+    if not url or url.startswith("inproc://"):
+        return InProcessBus()
+    if url.startswith("nats://"):
+        return await NatsBus.connect(url, name=name)
+    raise ValueError(f"unsupported bus url {url!r}: expected one of {', '.join(_SCHEMES)}")
+
+
+__all__ = [
+    "Bus",
+    "BusClosedError",
+    "CodecError",
+    "Envelope",
+    "InProcessBus",
+    "NatsBus",
+    "NoRespondersError",
+    "RequestTimeoutError",
+    "Subscription",
+    "decode",
+    "decode_reply",
+    "encode",
+    "open_bus",
+]

@@ -1,0 +1,351 @@
+"""InProcessBus: the embedded default bus, with NATS subject semantics and no server.
+
+Also owns what both buses share: subject validation and matching, and
+:class:`BufferedSubscription`, the per-subscription queue with NATS's slow-consumer limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+from collections import deque
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, TypeVar
+
+from bus.codec import decode, decode_reply, encode
+from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
+from bus.protocol import Envelope
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from schemas import ErrorReply, Message
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_PENDING_LIMIT = 65536
+_ROUTE_CACHE_MAX = 8192
+_BAD_CHARS = re.compile(r"\s")
+
+
+def check_subject(subject: str) -> None:
+    """Validate a literal subject (publish/request). Raises ValueError naming the problem."""
+    if not subject or _BAD_CHARS.search(subject):
+        raise ValueError(f"invalid subject {subject!r}: empty or contains whitespace")
+    for tok in subject.split("."):
+        if not tok or "*" in tok or ">" in tok:
+            raise ValueError(f"invalid subject {subject!r}: empty token or wildcard")
+
+
+def check_pattern(pattern: str) -> None:
+    """Validate a subscription subject (``*``/``>`` allowed). Raises ValueError."""
+    if not pattern or _BAD_CHARS.search(pattern):
+        raise ValueError(f"invalid subject {pattern!r}: empty or contains whitespace")
+    toks = pattern.split(".")
+    for i, tok in enumerate(toks):
+        if not tok:
+            raise ValueError(f"invalid subject {pattern!r}: empty token")
+        if tok == ">" and i != len(toks) - 1:
+            raise ValueError(f"invalid subject {pattern!r}: '>' must be the last token")
+        if tok not in ("*", ">") and ("*" in tok or ">" in tok):
+            raise ValueError(f"invalid subject {pattern!r}: a wildcard must be a whole token")
+
+
+def check_queue(queue: str | None) -> None:
+    """Validate a queue group name (None: no group). Raises ValueError."""
+    if queue is not None and (not queue or _BAD_CHARS.search(queue)):
+        raise ValueError(f"invalid queue group {queue!r}: empty or contains whitespace")
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """True when literal ``subject`` matches ``pattern`` (``*`` one token, ``>`` one or more)."""
+    return _tokens_match(tuple(pattern.split(".")), subject.split("."))
+
+
+def _tokens_match(pattern: tuple[str, ...], subject: list[str]) -> bool:
+    n = len(subject)
+    for i, tok in enumerate(pattern):
+        if tok == ">":
+            return n > i
+        if i >= n or (tok != "*" and tok != subject[i]):
+            return False
+    return len(pattern) == n
+
+
+class BufferedSubscription:
+    """One subscription's queue of Envelopes, iterated by a single consumer.
+
+    Delivery never blocks the publisher: past ``pending_limit`` queued messages, new ones are
+    dropped and counted in ``dropped`` (NATS's slow-consumer rule). After ``close()`` the
+    iterator ends and what was still queued is discarded, as NATS does on unsubscribe.
+    Iterating from two tasks at once raises RuntimeError.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_items",
+        "_tokens",
+        "_waiter",
+        "dropped",
+        "pending_limit",
+        "queue",
+        "subject",
+    )
+
+    def __init__(
+        self, subject: str, queue: str | None, *, pending_limit: int = DEFAULT_PENDING_LIMIT
+    ) -> None:
+        self.subject = subject
+        self.queue = queue
+        self.pending_limit = pending_limit
+        self.dropped = 0
+        self._tokens = tuple(subject.split("."))
+        self._items: deque[Envelope] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        """Messages delivered but not yet taken by the consumer."""
+        return len(self._items)
+
+    @property
+    def closed(self) -> bool:
+        """True once unsubscribed or the bus closed."""
+        return self._closed
+
+    def deliver(self, env: Envelope) -> None:
+        """Queue ``env`` for the consumer, or drop and count it when the queue is full."""
+        if self._closed:
+            return
+        if len(self._items) >= self.pending_limit:
+            self.dropped += 1
+            if self.dropped & (self.dropped - 1) == 0:  # 1, 2, 4, ...: visible but not a flood
+                logger.warning(
+                    "slow consumer on %r (queue %r): %d messages dropped so far",
+                    self.subject,
+                    self.queue,
+                    self.dropped,
+                )
+            return
+        self._items.append(env)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def close(self) -> None:
+        """End iteration; queued messages are discarded."""
+        self._closed = True
+        self._items.clear()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> BufferedSubscription:
+        return self
+
+    async def __anext__(self) -> Envelope:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._items:
+                return self._items.popleft()
+            if self._waiter is not None:
+                raise RuntimeError(f"subscription {self.subject!r} is already being iterated")
+            # A bare future, not a task: waking the consumer costs one loop callback.
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def __repr__(self) -> str:
+        return f"BufferedSubscription({self.subject!r}, queue={self.queue!r})"
+
+
+class _Route:
+    """Who gets a message on one literal subject: every plain subscriber, one per group."""
+
+    __slots__ = ("groups", "plain", "tick")
+
+    def __init__(
+        self,
+        plain: tuple[BufferedSubscription, ...],
+        groups: tuple[tuple[BufferedSubscription, ...], ...],
+    ) -> None:
+        self.plain = plain
+        self.groups = groups
+        self.tick = 0
+
+    def deliver(self, env: Envelope) -> None:
+        for sub in self.plain:
+            sub.deliver(env)
+        if self.groups:
+            self.tick += 1
+            for members in self.groups:
+                members[self.tick % len(members)].deliver(env)
+
+
+_NO_ROUTE = _Route((), ())
+
+
+class InProcessBus:
+    """The ``Bus`` for one process: NATS subject semantics, queue groups and request/reply.
+
+    Every message is encoded and decoded by ``bus.codec`` (CodecError on a bad struct). Queue
+    groups take turns per subject. Raises ``NoRespondersError`` when a request matches no
+    subscriber, ``RequestTimeoutError`` when its reply is late, ``BusClosedError`` after
+    ``aclose`` (pending requests fail with it too), ValueError on a malformed subject.
+    """
+
+    def __init__(self, *, pending_limit: int = DEFAULT_PENDING_LIMIT) -> None:
+        self._pending_limit = pending_limit
+        self._subs: list[BufferedSubscription] = []
+        # Literal subject -> its subscribers; rebuilt lazily after any (un)subscribe.
+        self._routes: dict[str, _Route] = {}
+        self._replies: dict[str, asyncio.Future[bytes]] = {}
+        self._inbox_ids = itertools.count(1)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True after ``aclose``."""
+        return self._closed
+
+    async def publish(self, subject: str, msg: Message) -> None:
+        """Deliver ``msg`` to every matching subscriber; never waits. Raises BusClosedError."""
+        if self._closed:
+            raise BusClosedError("bus is closed")
+        route = self._routes.get(subject) or self._route(subject)
+        message = decode(encode(msg))
+        if route is not _NO_ROUTE:
+            route.deliver(Envelope(subject, message, None, None))
+
+    async def request(
+        self,
+        subject: str,
+        msg: Message,
+        *,
+        reply_type: type[T],
+        timeout: float,  # noqa: ASYNC109 - the Bus protocol's per-request deadline
+    ) -> T | ErrorReply:
+        """Send ``msg`` to the subscribers of ``subject`` and return the first reply.
+
+        Raises NoRespondersError, RequestTimeoutError, BusClosedError, CodecError.
+        """
+        if self._closed:
+            raise BusClosedError("bus is closed")
+        route = self._routes.get(subject) or self._route(subject)
+        message = decode(encode(msg))
+        if route is _NO_ROUTE:
+            raise NoRespondersError(f"no responders on {subject}")
+        loop = asyncio.get_running_loop()
+        inbox = f"_INBOX.{next(self._inbox_ids)}"
+        reply: asyncio.Future[bytes] = loop.create_future()
+        self._replies[inbox] = reply
+        expiry = loop.call_later(timeout, _expire, reply, subject, timeout)
+        try:
+            route.deliver(Envelope(subject, message, inbox, self._respond))
+            data = await reply
+        finally:
+            expiry.cancel()
+            del self._replies[inbox]
+        return decode_reply(data, reply_type)
+
+    def subscribe(
+        self, subject: str, *, queue: str | None = None
+    ) -> AbstractAsyncContextManager[BufferedSubscription]:
+        """Subscribe for the duration of an ``async with``. Raises ValueError, BusClosedError."""
+        check_pattern(subject)
+        check_queue(queue)
+        return _Subscribing(self, subject, queue)
+
+    async def aclose(self) -> None:
+        """End every subscription and fail pending requests with BusClosedError; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for sub in self._subs:
+            sub.close()
+        self._subs.clear()
+        self._routes.clear()
+        for reply in self._replies.values():
+            if not reply.done():
+                reply.set_exception(BusClosedError("bus closed while awaiting a reply"))
+
+    async def _respond(self, inbox: str, msg: Message) -> None:
+        if self._closed:
+            raise BusClosedError("bus is closed")
+        data = encode(msg)
+        reply = self._replies.get(inbox)
+        # A reply to a request that already timed out is dropped, as on NATS.
+        if reply is not None and not reply.done():
+            reply.set_result(data)
+
+    def _route(self, subject: str) -> _Route:
+        check_subject(subject)
+        toks = subject.split(".")
+        plain: list[BufferedSubscription] = []
+        groups: dict[str, list[BufferedSubscription]] = {}
+        for sub in self._subs:
+            if _tokens_match(sub._tokens, toks):
+                if sub.queue is None:
+                    plain.append(sub)
+                else:
+                    groups.setdefault(sub.queue, []).append(sub)
+        route = (
+            _Route(tuple(plain), tuple(tuple(m) for m in groups.values()))
+            if plain or groups
+            else _NO_ROUTE
+        )
+        if len(self._routes) >= _ROUTE_CACHE_MAX:
+            self._routes.clear()
+        self._routes[subject] = route
+        return route
+
+    def _add(self, subject: str, queue: str | None) -> BufferedSubscription:
+        if self._closed:
+            raise BusClosedError("bus is closed")
+        sub = BufferedSubscription(subject, queue, pending_limit=self._pending_limit)
+        self._subs.append(sub)
+        self._routes.clear()
+        return sub
+
+    def _remove(self, sub: BufferedSubscription) -> None:
+        sub.close()
+        if sub in self._subs:
+            self._subs.remove(sub)
+            self._routes.clear()
+
+
+def _expire(reply: asyncio.Future[bytes], subject: str, timeout: float) -> None:
+    if not reply.done():
+        reply.set_exception(RequestTimeoutError(f"no reply on {subject} within {timeout:g}s"))
+
+
+class _Subscribing(AbstractAsyncContextManager[BufferedSubscription]):
+    __slots__ = ("_bus", "_queue", "_sub", "_subject")
+
+    def __init__(self, bus: InProcessBus, subject: str, queue: str | None) -> None:
+        self._bus = bus
+        self._subject = subject
+        self._queue = queue
+        self._sub: BufferedSubscription | None = None
+
+    async def __aenter__(self) -> BufferedSubscription:
+        self._sub = self._bus._add(self._subject, self._queue)
+        return self._sub
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._sub is not None:
+            self._bus._remove(self._sub)
+            self._sub = None

@@ -1,0 +1,277 @@
+"""NatsBus: the ``Bus`` over a NATS server (nats-py). The only module that imports ``nats``.
+
+Every nats-py failure is turned into a ``bus.errors`` type here; no nats type leaves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, TypeVar
+
+import nats.errors
+from nats.aio.client import Client
+
+from bus.codec import CodecError, decode, decode_reply, encode
+from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
+from bus.inprocess import (
+    DEFAULT_PENDING_LIMIT,
+    BufferedSubscription,
+    check_pattern,
+    check_queue,
+    check_subject,
+)
+from bus.protocol import Envelope
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from nats.aio.msg import Msg
+    from nats.aio.subscription import Subscription as _NatsSubscription
+
+    from schemas import ErrorReply, GatewayError, Message
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A long-running service rides out server restarts: retry forever, notice a dead peer within
+# about ping_interval * (max_outstanding_pings + 1) seconds, buffer publishes meanwhile.
+_RECONNECT_WAIT_S = 1
+_PING_INTERVAL_S = 10
+_MAX_OUTSTANDING_PINGS = 3
+_ATTEMPT_TIMEOUT_S = 2
+_OUTBOUND_BUFFER_BYTES = 8 * 1024 * 1024
+_SUBSCRIBE_CONFIRM_S = 5
+
+
+class NatsBus:
+    """The ``Bus`` over one NATS connection; build it with :meth:`connect`.
+
+    Raises ``NoRespondersError`` (the server reported no subscriber), ``RequestTimeoutError``,
+    ``BusClosedError`` (closed, or the connection is unusable), ValueError on a malformed
+    subject or an over-size message. Requests in flight when the bus closes end at their
+    timeout with BusClosedError.
+    """
+
+    def __init__(self, *, pending_limit: int = DEFAULT_PENDING_LIMIT) -> None:
+        self._nc = Client()
+        self._pending_limit = pending_limit
+        self._subs: set[BufferedSubscription] = set()
+        self._closed = False
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        name: str | None = None,
+        connect_timeout: float = 5.0,
+        pending_limit: int = DEFAULT_PENDING_LIMIT,
+    ) -> NatsBus:
+        """Connect to ``url`` (comma-separated for a cluster).
+
+        Raises BusClosedError when no server accepts within ``connect_timeout`` seconds.
+        """
+        bus = cls(pending_limit=pending_limit)
+        servers = [s.strip() for s in url.split(",") if s.strip()]
+        try:
+            async with asyncio.timeout(connect_timeout):
+                await bus._nc.connect(
+                    servers,
+                    name=name,
+                    error_cb=bus._on_error,
+                    disconnected_cb=bus._on_disconnected,
+                    reconnected_cb=bus._on_reconnected,
+                    closed_cb=bus._on_closed,
+                    allow_reconnect=True,
+                    max_reconnect_attempts=-1,
+                    reconnect_time_wait=_RECONNECT_WAIT_S,
+                    ping_interval=_PING_INTERVAL_S,
+                    max_outstanding_pings=_MAX_OUTSTANDING_PINGS,
+                    connect_timeout=_ATTEMPT_TIMEOUT_S,
+                    pending_size=_OUTBOUND_BUFFER_BYTES,
+                )
+        except (TimeoutError, OSError, nats.errors.Error) as exc:
+            bus._closed = True
+            await bus._close_client()
+            raise BusClosedError(f"cannot connect to NATS at {url}: {exc!r}") from exc
+        return bus
+
+    @property
+    def closed(self) -> bool:
+        """True after ``aclose`` or once the connection is closed for good."""
+        return self._closed
+
+    async def publish(self, subject: str, msg: Message) -> None:
+        """Send ``msg`` to every subscriber of ``subject``; buffered while reconnecting.
+
+        Raises BusClosedError (also when the reconnect buffer is full), ValueError, CodecError.
+        """
+        self._check_open()
+        check_subject(subject)
+        try:
+            await self._nc.publish(subject, encode(msg))
+        except nats.errors.Error as exc:
+            raise self._mapped(exc, f"publish to {subject}") from exc
+
+    async def request(
+        self,
+        subject: str,
+        msg: Message,
+        *,
+        reply_type: type[T],
+        timeout: float,  # noqa: ASYNC109 - the Bus protocol's per-request deadline
+    ) -> T | ErrorReply:
+        """Send ``msg`` to one subscriber of ``subject`` and return its reply.
+
+        Raises NoRespondersError, RequestTimeoutError, BusClosedError, ValueError, CodecError.
+        """
+        self._check_open()
+        check_subject(subject)
+        try:
+            reply = await self._nc.request(subject, encode(msg), timeout=timeout)
+        except nats.errors.Error as exc:
+            raise self._mapped(exc, f"request on {subject} ({timeout:g}s)") from exc
+        return decode_reply(reply.data, reply_type)
+
+    def subscribe(
+        self, subject: str, *, queue: str | None = None
+    ) -> AbstractAsyncContextManager[BufferedSubscription]:
+        """Subscribe for an ``async with``; entry returns once the server has the interest.
+
+        Raises ValueError, BusClosedError.
+        """
+        check_pattern(subject)
+        check_queue(queue)
+        return _NatsSubscribing(self, subject, queue)
+
+    async def aclose(self) -> None:
+        """End every subscription and close the connection (flushing what is buffered)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._end_subscriptions()
+        await self._close_client()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BusClosedError("bus is closed")
+
+    async def _respond(self, reply: str, msg: Message) -> None:
+        self._check_open()
+        try:
+            await self._nc.publish(reply, encode(msg))
+        except nats.errors.Error as exc:
+            raise self._mapped(exc, "reply") from exc
+
+    async def _barrier(self) -> None:
+        # Returns once the server has processed every command sent before it (a SUB above
+        # all), so a request from another connection right after finds this subscriber.
+        # Not nc.flush(): nats-py writes its PING straight to the socket, ahead of commands
+        # still queued for its flusher task, so the PONG can precede the SUB.
+        try:
+            await self._nc.request(self._nc.new_inbox(), b"", timeout=_SUBSCRIBE_CONFIRM_S)
+        except nats.errors.NoRespondersError:
+            pass  # the expected answer: nobody listens on a fresh inbox
+
+    def _mapped(self, exc: nats.errors.Error, what: str) -> GatewayError | ValueError:
+        if isinstance(exc, nats.errors.NoRespondersError):
+            return NoRespondersError(f"no responders: {what}")
+        if isinstance(exc, nats.errors.MaxPayloadError):
+            return ValueError(f"message too large for the NATS server: {what}")
+        if isinstance(exc, nats.errors.BadSubjectError):
+            return ValueError(f"invalid subject: {what}")
+        if self._closed or self._nc.is_closed:
+            return BusClosedError(f"bus closed: {what}")
+        if isinstance(exc, nats.errors.TimeoutError):
+            return RequestTimeoutError(f"no reply: {what}")
+        if isinstance(exc, nats.errors.OutboundBufferLimitError):
+            return BusClosedError(f"NATS unreachable and its outbound buffer is full: {what}")
+        return BusClosedError(f"NATS failure ({type(exc).__name__}: {exc}): {what}")
+
+    def _end_subscriptions(self) -> None:
+        for sub in self._subs:
+            sub.close()
+        self._subs.clear()
+
+    async def _close_client(self) -> None:
+        try:
+            await self._nc.close()
+        except (nats.errors.Error, OSError) as exc:
+            logger.warning("error while closing the NATS connection: %r", exc)
+
+    async def _on_error(self, exc: Exception) -> None:
+        logger.warning("NATS: %r", exc)
+
+    async def _on_disconnected(self) -> None:
+        if not self._closed:
+            logger.warning("NATS: disconnected; reconnecting")
+
+    async def _on_reconnected(self) -> None:
+        url = self._nc.connected_url
+        logger.info("NATS: reconnected to %s", url.netloc if url else "?")
+
+    async def _on_closed(self) -> None:
+        if not self._closed:
+            logger.error("NATS: connection closed for good")
+        self._closed = True
+        self._end_subscriptions()
+
+
+class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
+    def __init__(self, bus: NatsBus, subject: str, queue: str | None) -> None:
+        self._bus = bus
+        self._subject = subject
+        self._queue = queue
+        self._sub: BufferedSubscription | None = None
+        self._nats_sub: _NatsSubscription | None = None
+
+    async def __aenter__(self) -> BufferedSubscription:
+        bus = self._bus
+        bus._check_open()
+        sub = BufferedSubscription(self._subject, self._queue, pending_limit=bus._pending_limit)
+        respond = bus._respond
+
+        async def on_msg(msg: Msg) -> None:
+            try:
+                message = decode(msg.data)
+            except CodecError as exc:
+                logger.error("dropped an undecodable message on %s: %s", msg.subject, exc)
+                return
+            reply = msg.reply or None
+            sub.deliver(Envelope(msg.subject, message, reply, respond if reply else None))
+
+        try:
+            self._nats_sub = await bus._nc.subscribe(
+                self._subject, queue=self._queue or "", cb=on_msg
+            )
+            await bus._barrier()
+        except nats.errors.Error as exc:
+            await self._unsubscribe()
+            raise BusClosedError(f"cannot subscribe to {self._subject}: {exc!r}") from exc
+        bus._subs.add(sub)
+        self._sub = sub
+        return sub
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._sub is not None:
+            self._sub.close()
+            self._bus._subs.discard(self._sub)
+            self._sub = None
+        await self._unsubscribe()
+
+    async def _unsubscribe(self) -> None:
+        nats_sub, self._nats_sub = self._nats_sub, None
+        if nats_sub is None or self._bus._nc.is_closed:
+            return
+        try:
+            await nats_sub.unsubscribe()
+        except nats.errors.Error as exc:
+            logger.debug("unsubscribe from %s failed: %r", self._subject, exc)

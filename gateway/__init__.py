@@ -1,0 +1,1 @@
+"""The HTTP ingress: client wire formats, upstream adapters, dispatch and the ASGI app."""

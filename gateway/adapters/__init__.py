@@ -1,0 +1,27 @@
+"""Upstream adapters: the canonical (OpenAI chat) shape <-> each upstream kind's wire.
+
+The wire translations are pure (no I/O) and import only the stdlib, msgspec and
+``schemas``; the HTTP calls around them use a pooled client handed in by the ingress.
+
+- ``anthropic_wire``: kind ``anthropic``, the native Anthropic Messages wire
+"""
+
+from __future__ import annotations
+
+from gateway.adapters import anthropic_wire
+from gateway.adapters.anthropic_wire import (
+    DEFAULT_MAX_TOKENS,
+    MessagesToChatStream,
+    UpstreamStreamError,
+    from_messages_response,
+    to_messages_request,
+)
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "MessagesToChatStream",
+    "UpstreamStreamError",
+    "anthropic_wire",
+    "from_messages_response",
+    "to_messages_request",
+]

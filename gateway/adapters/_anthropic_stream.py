@@ -1,0 +1,195 @@
+"""Anthropic Messages SSE events -> canonical ``chat.completion.chunk`` dicts.
+
+Public names are re-exported by ``gateway.adapters.anthropic_wire``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import msgspec
+
+from schemas import UpstreamError
+
+JSON = dict[str, Any]
+
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+# The HTTP status each in-stream error type stands for, so UpstreamError's
+# counts_against_endpoint and the gateway's status table treat it like the same HTTP answer.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+_encoder = msgspec.json.Encoder()
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as ``chatcmpl-3f2a...``."""
+    return prefix + os.urandom(12).hex()
+
+
+def finish_reason(stop_reason: Any) -> str:
+    """The chat ``finish_reason`` for an Anthropic ``stop_reason`` (unknown ones: ``stop``)."""
+    return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def chat_usage(usage: Any) -> JSON:
+    """Chat usage from Anthropic usage: the chat prompt total includes cache reads and writes."""
+    if not isinstance(usage, dict):
+        usage = {}
+    read = usage.get("cache_read_input_tokens") or 0
+    written = usage.get("cache_creation_input_tokens") or 0
+    prompt = (usage.get("input_tokens") or 0) + read + written
+    completion = usage.get("output_tokens") or 0
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+
+
+class UpstreamStreamError(UpstreamError):
+    """The Anthropic upstream sent an ``error`` event mid-stream.
+
+    ``error_type`` is Anthropic's (``overloaded_error``...); ``status`` is the HTTP status
+    that type stands for (None when unknown, which counts against the endpoint).
+    """
+
+    def __init__(self, message: str, *, error_type: str, endpoint: str = "") -> None:
+        super().__init__(message, endpoint=endpoint, status=_ERROR_STATUS.get(error_type),
+                         kind="stream_error")
+        self.error_type = error_type
+
+
+class MessagesToChatStream:
+    """Turns parsed Anthropic SSE events into canonical chat chunks, in order.
+
+    The role rides on the first chunk that carries content, so a stream that fails before
+    producing anything yields no chunk at all (and may still fall back). The finish chunk and
+    the usage chunk come only at ``message_stop``: a stream cut before it never looks done.
+    Raises UpstreamStreamError on an ``error`` event.
+    """
+
+    __slots__ = ("_complete", "_created", "_id", "_include_usage", "_model", "_role_sent",
+                 "_stop_reason", "_stop_sequence", "_tools", "_usage")
+
+    def __init__(self, model: str, *, include_usage: bool = True) -> None:
+        self._model = model
+        self._include_usage = include_usage
+        self._id = new_id("chatcmpl-")
+        self._created = int(time.time())
+        self._role_sent = False
+        self._complete = False
+        self._tools: dict[int, int] = {}  # Anthropic block index -> chat tool_calls index
+        self._usage: JSON = {}
+        self._stop_reason: Any = None
+        self._stop_sequence: Any = None
+
+    @property
+    def is_complete(self) -> bool:
+        """True only after ``message_stop``."""
+        return self._complete
+
+    @property
+    def usage(self) -> JSON:
+        """Usage so far, in the chat shape."""
+        return chat_usage(self._usage)
+
+    def feed(self, event: str | None, data: JSON) -> list[JSON]:
+        """Chunks for one event (possibly none). Raises UpstreamStreamError on ``error``."""
+        if self._complete:
+            return []
+        kind = data.get("type") or event
+        if kind == "content_block_delta":
+            return self._delta(data)
+        if kind == "content_block_start":
+            return self._block_start(data)
+        if kind == "message_start":
+            message = data.get("message") or {}
+            if isinstance(message.get("id"), str):
+                self._id = message["id"]
+            self._usage.update(message.get("usage") or {})
+            return []
+        if kind == "message_delta":
+            delta = data.get("delta") or {}
+            self._stop_reason = delta.get("stop_reason")
+            self._stop_sequence = delta.get("stop_sequence")
+            # message_delta usage counts are cumulative totals: they replace, not add.
+            self._usage.update({k: v for k, v in (data.get("usage") or {}).items()
+                                if v is not None})
+            return []
+        if kind == "message_stop":
+            return self._stop()
+        if kind == "error":
+            error = data.get("error") or {}
+            raise UpstreamStreamError(
+                f"upstream stream error: {error.get('message') or 'unknown error'}",
+                error_type=str(error.get("type") or "api_error"))
+        return []  # ping, content_block_stop, and events newer than this module
+
+    def _chunk(self, delta: JSON, finish: str | None = None) -> JSON:
+        if not self._role_sent:
+            self._role_sent = True
+            delta["role"] = "assistant"
+        return {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
+                "model": self._model, "choices": [{"index": 0, "delta": delta,
+                                                   "finish_reason": finish, "logprobs": None}]}
+
+    def _block_start(self, data: JSON) -> list[JSON]:
+        block = data.get("content_block") or {}
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            return [self._chunk({"content": block["text"]})]
+        if kind != "tool_use":
+            return []  # thinking and server-tool blocks have no chat form
+        position = self._tools[data.get("index", 0)] = len(self._tools)
+        arguments = _encoder.encode(block["input"]).decode() if block.get("input") else ""
+        return [self._chunk({"tool_calls": [{
+            "index": position, "id": block.get("id"), "type": "function",
+            "function": {"name": block.get("name"), "arguments": arguments},
+        }]})]
+
+    def _delta(self, data: JSON) -> list[JSON]:
+        delta = data.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            return [self._chunk({"content": text})] if text else []
+        if kind == "input_json_delta":
+            position = self._tools.get(data.get("index", 0))
+            fragment = delta.get("partial_json")
+            if position is None or not fragment:
+                return []
+            return [self._chunk({"tool_calls": [{"index": position,
+                                                 "function": {"arguments": fragment}}]})]
+        return []
+
+    def _stop(self) -> list[JSON]:
+        if self._complete:
+            return []
+        self._complete = True
+        final = self._chunk({}, finish_reason(self._stop_reason))
+        if self._stop_reason == "stop_sequence" and isinstance(self._stop_sequence, str):
+            final["choices"][0]["stop_reason"] = self._stop_sequence  # vLLM's field
+        chunks = [final]
+        if self._include_usage:
+            chunks.append({"id": self._id, "object": "chat.completion.chunk",
+                           "created": self._created, "model": self._model, "choices": [],
+                           "usage": self.usage})
+        return chunks

@@ -1,0 +1,357 @@
+"""Upstream kind ``anthropic``: canonical chat <-> the native Anthropic Messages wire (pure).
+
+Requests: :func:`to_messages_request`. Answers: :func:`from_messages_response`. Streams:
+:class:`MessagesToChatStream` (in ``_anthropic_stream``, re-exported here).
+
+Dropped, because Anthropic has no equivalent and leaving them out changes no answer's
+validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``store``, ``metadata``,
+``service_tier``, ``prediction``, ``reasoning_effort``, ``verbosity``, ``prompt_cache_*``,
+``stream_options``, message ``name``s. System (and developer) messages anywhere in the
+conversation are hoisted into ``system``, in order. Refused (InvalidRequestError), because
+the answer would silently differ from what was asked: ``n`` > 1, ``logprobs``,
+``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is 0-1), audio,
+``web_search_options``, legacy ``functions``/``function_call``, custom (non-function) tools,
+``response_format`` ``json_object`` (Anthropic has no schema-less JSON mode), images that are
+not jpeg/png/gif/webp, files that are not base64 PDFs, and tool-call arguments that are not a
+JSON object.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from gateway.adapters._anthropic_stream import (
+    JSON,
+    MessagesToChatStream,
+    UpstreamStreamError,
+    chat_usage,
+    finish_reason,
+    new_id,
+)
+from schemas import InvalidRequestError, UpstreamBadResponseError
+
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "MessagesToChatStream",
+    "UpstreamStreamError",
+    "chat_usage",
+    "from_messages_response",
+    "to_messages_request",
+]
+
+# Anthropic requires max_tokens; chat does not. 4096 fits every current Claude model's
+# output limit while leaving room for long answers.
+DEFAULT_MAX_TOKENS = 4096
+_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
+_REFUSED = {
+    "logprobs": "logprobs: not available from anthropic upstreams",
+    "top_logprobs": "top_logprobs: not available from anthropic upstreams",
+    "logit_bias": "logit_bias: not supported by anthropic upstreams",
+    "audio": "audio: audio output is not supported by anthropic upstreams",
+    "web_search_options": "web_search_options: not supported by anthropic upstreams",
+    "functions": "functions: the legacy functions API is not supported; use tools",
+    "function_call": "function_call: the legacy functions API is not supported; use tool_choice",
+}
+_TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
+    """Translate a canonical chat request into an Anthropic Messages request.
+
+    Raises InvalidRequestError (``param`` names the field) for anything an Anthropic
+    upstream cannot honour as asked.
+    """
+    for key, message in _REFUSED.items():
+        if chat.get(key):
+            raise InvalidRequestError(message, param=key)
+    if chat.get("n") not in (None, 1):
+        raise InvalidRequestError("n: anthropic upstreams return exactly one choice", param="n")
+    max_tokens = chat.get("max_completion_tokens") or chat.get("max_tokens") or DEFAULT_MAX_TOKENS
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise InvalidRequestError("max_tokens: must be an integer >= 1", param="max_tokens")
+    messages = chat.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("messages: a non-empty array is required", param="messages")
+    system, converted = _convert_messages(messages)
+    req: JSON = {"model": upstream_model, "max_tokens": max_tokens, "messages": converted}
+    if system is not None:
+        req["system"] = system
+    stop = chat.get("stop")
+    if isinstance(stop, str):
+        req["stop_sequences"] = [stop]
+    elif isinstance(stop, list) and stop:
+        req["stop_sequences"] = stop
+    temperature = chat.get("temperature")
+    if temperature is not None:
+        if (isinstance(temperature, bool) or not isinstance(temperature, int | float)
+                or not 0 <= temperature <= 1):
+            raise InvalidRequestError("temperature: anthropic upstreams accept 0 to 1",
+                                      param="temperature")
+        req["temperature"] = temperature
+    if chat.get("top_p") is not None:
+        req["top_p"] = chat["top_p"]
+    if chat.get("tools"):
+        _convert_tools(chat, req)
+    _convert_response_format(chat.get("response_format"), req)
+    user = chat.get("user") or chat.get("safety_identifier")
+    if isinstance(user, str) and user:
+        req["metadata"] = {"user_id": user}
+    if chat.get("stream"):
+        req["stream"] = True
+    return req
+
+
+def _text_of(content: Any, path: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{path}.content: must be a string or an array",
+                                  param=f"{path}.content")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
+            raise InvalidRequestError(f"{path}.content[{j}]: only text parts are allowed here",
+                                      param=f"{path}.content[{j}]")
+        texts.append(part.get("text") or part.get("refusal") or "")
+    return "\n\n".join(texts)
+
+
+def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
+    # Merging keeps roles alternating, and puts every tool_result of one assistant turn
+    # into the single user turn that must follow it.
+    if out and out[-1]["role"] == role:
+        out[-1]["content"].extend(blocks)
+    else:
+        out.append({"role": role, "content": blocks})
+
+
+def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, list[JSON]]:
+    system: list[str] = []
+    out: list[JSON] = []
+    for i, msg in enumerate(messages):
+        path = f"messages[{i}]"
+        if not isinstance(msg, dict):
+            raise InvalidRequestError(f"{path}: must be an object", param=path)
+        role = msg.get("role")
+        if role in ("system", "developer"):
+            text = _text_of(msg.get("content"), path)
+            if text:
+                system.append(text)
+        elif role == "user":
+            blocks = _user_blocks(msg.get("content"), path)
+            if blocks:
+                _append(out, "user", blocks)
+        elif role == "assistant":
+            blocks = _assistant_blocks(msg, path)
+            if blocks:
+                _append(out, "assistant", blocks)
+        elif role == "tool":
+            _append(out, "user", [_tool_result(msg, path)])
+        else:
+            raise InvalidRequestError(f"{path}.role: '{role}' is not supported by anthropic "
+                                      "upstreams", param=f"{path}.role")
+    if not system:
+        return None, out
+    if len(system) == 1:
+        return system[0], out
+    return [{"type": "text", "text": text} for text in system], out
+
+
+def _user_blocks(content: Any, path: str) -> list[JSON]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if content else []
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{path}.content: must be a string or an array",
+                                  param=f"{path}.content")
+    blocks = []
+    for j, part in enumerate(content):
+        ppath = f"{path}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if part.get("text"):
+                blocks.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            blocks.append(_image_block(url, f"{ppath}.image_url.url"))
+        elif kind == "file":
+            blocks.append(_document_block(part.get("file"), f"{ppath}.file"))
+        else:
+            raise InvalidRequestError(f"{ppath}.type: '{kind}' parts are not supported by "
+                                      "anthropic upstreams", param=f"{ppath}.type")
+    return blocks
+
+
+def _split_data_url(url: str, path: str) -> tuple[str, str]:
+    header, comma, data = url[5:].partition(",")
+    media_type, _, encoding = header.partition(";")
+    if not comma or encoding != "base64":
+        raise InvalidRequestError(f"{path}: data URLs must be base64", param=path)
+    return media_type, data
+
+
+def _image_block(url: Any, path: str) -> JSON:
+    if not isinstance(url, str):
+        raise InvalidRequestError(f"{path}: must be a string", param=path)
+    if url.startswith("data:"):
+        media_type, data = _split_data_url(url, path)
+        if media_type not in _IMAGE_TYPES:
+            raise InvalidRequestError(f"{path}: '{media_type}' images are not supported by "
+                                      "anthropic upstreams (jpeg, png, gif, webp)", param=path)
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type,
+                                            "data": data}}
+    if url.startswith(("https://", "http://")):
+        return {"type": "image", "source": {"type": "url", "url": url}}
+    raise InvalidRequestError(f"{path}: must be a data: or http(s) URL", param=path)
+
+
+def _document_block(file: Any, path: str) -> JSON:
+    data_url = file.get("file_data") if isinstance(file, dict) else None
+    if not isinstance(data_url, str) or not data_url.startswith("data:"):
+        raise InvalidRequestError(f"{path}.file_data: anthropic upstreams need the file inline "
+                                  "as a base64 data URL", param=f"{path}.file_data")
+    media_type, data = _split_data_url(data_url, f"{path}.file_data")
+    if media_type != "application/pdf":
+        raise InvalidRequestError(f"{path}.file_data: only PDF files are supported by anthropic "
+                                  "upstreams", param=f"{path}.file_data")
+    block: JSON = {"type": "document", "source": {"type": "base64", "media_type": media_type,
+                                                  "data": data}}
+    if isinstance(file.get("filename"), str):
+        block["title"] = file["filename"]
+    return block
+
+
+def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
+    text = _text_of(msg.get("content"), path)
+    blocks: list[JSON] = [{"type": "text", "text": text}] if text else []
+    for j, call in enumerate(msg.get("tool_calls") or ()):
+        cpath = f"{path}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+            raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
+        blocks.append({"type": "tool_use", "id": call["id"], "name": function.get("name") or "",
+                       "input": _arguments(function.get("arguments"), f"{cpath}.function")})
+    return blocks
+
+
+def _arguments(arguments: Any, path: str) -> JSON:
+    if arguments is None or arguments == "":
+        return {}
+    try:
+        value = _decoder.decode(arguments) if isinstance(arguments, str) else arguments
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{path}.arguments: must be a JSON object",
+                                  param=f"{path}.arguments")
+    return value
+
+
+def _tool_result(msg: JSON, path: str) -> JSON:
+    call_id = msg.get("tool_call_id")
+    if not isinstance(call_id, str):
+        raise InvalidRequestError(f"{path}.tool_call_id: must be a string",
+                                  param=f"{path}.tool_call_id")
+    block: JSON = {"type": "tool_result", "tool_use_id": call_id}
+    text = _text_of(msg.get("content"), path)
+    if text:
+        block["content"] = text
+    return block
+
+
+def _convert_tools(chat: JSON, req: JSON) -> None:
+    tools: dict[str, JSON] = {}
+    for i, tool in enumerate(chat["tools"]):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type") != "function":
+            raise InvalidRequestError(f"tools[{i}].type: only function tools are supported by "
+                                      "anthropic upstreams", param=f"tools[{i}].type")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError(f"tools[{i}].function.name: required",
+                                      param=f"tools[{i}].function.name")
+        out: JSON = {"name": name, "input_schema": function.get("parameters")
+                     or {"type": "object", "properties": {}}}
+        if function.get("description"):
+            out["description"] = function["description"]
+        if function.get("strict") is True:
+            out["strict"] = True
+        tools[name] = out
+    choice = chat.get("tool_choice")
+    converted: JSON | None = None
+    if isinstance(choice, str) and choice in _TOOL_CHOICE:
+        converted = {"type": _TOOL_CHOICE[choice]}
+    elif isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        if not isinstance(name, str):
+            raise InvalidRequestError("tool_choice.function.name: required",
+                                      param="tool_choice.function.name")
+        converted = {"type": "tool", "name": name}
+    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        allowed = choice.get("allowed_tools") or {}
+        names = {(t.get("function") or {}).get("name") for t in allowed.get("tools") or ()}
+        # Anthropic has no allow-list: offering only the allowed tools is the same constraint.
+        tools = {name: tool for name, tool in tools.items() if name in names}
+        converted = {"type": "any" if allowed.get("mode") == "required" else "auto"}
+    elif choice is not None:
+        raise InvalidRequestError("tool_choice: not supported by anthropic upstreams",
+                                  param="tool_choice")
+    if chat.get("parallel_tool_calls") is False and (converted or {}).get("type") != "none":
+        converted = converted or {"type": "auto"}
+        converted["disable_parallel_tool_use"] = True
+    req["tools"] = list(tools.values())
+    if converted is not None:
+        req["tool_choice"] = converted
+
+
+def _convert_response_format(fmt: Any, req: JSON) -> None:
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind is None or kind == "text":
+        return
+    if kind == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        if isinstance(schema, dict):
+            req["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
+            return
+    raise InvalidRequestError(f"response_format: '{kind}' cannot be honoured by anthropic "
+                              "upstreams (use json_schema with a schema)",
+                              param="response_format")
+
+
+def from_messages_response(msg: JSON, *, model: str) -> JSON:
+    """Translate an Anthropic ``message`` into a canonical chat completion.
+
+    Raises UpstreamBadResponseError when ``msg`` has no content list.
+    """
+    content = msg.get("content")
+    if not isinstance(content, list):
+        raise UpstreamBadResponseError("anthropic answer has no content", kind="bad_response")
+    texts: list[str] = []
+    calls: list[JSON] = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "tool_use":
+            calls.append({"id": block.get("id"), "type": "function", "function": {
+                "name": block.get("name"), "arguments": _encoder.encode(
+                    block.get("input") or {}).decode()}})
+    message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls
+                     else None, "refusal": None}
+    if calls:
+        message["tool_calls"] = calls
+    stop = msg.get("stop_reason")
+    choice: JSON = {"index": 0, "message": message, "finish_reason": finish_reason(stop),
+                    "logprobs": None}
+    if stop == "stop_sequence" and isinstance(msg.get("stop_sequence"), str):
+        choice["stop_reason"] = msg["stop_sequence"]  # vLLM's field for the matched stop
+    return {"id": msg.get("id") or new_id("chatcmpl-"), "object": "chat.completion",
+            "created": int(time.time()), "model": model, "choices": [choice],
+            "usage": chat_usage(msg.get("usage"))}

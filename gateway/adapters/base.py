@@ -1,0 +1,110 @@
+"""The adapter seam: canonical (OpenAI chat shape) requests in, canonical answers out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+
+from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamTarget:
+    """Everything an adapter needs for one attempt. ``api_key`` is the secret: never log it."""
+
+    endpoint: str
+    kind: str
+    base_url: str
+    upstream_model: str
+    api_key: str | None
+    timeout: float
+    connect_timeout: float
+
+    def __repr__(self) -> str:  # keeps the secret out of any accidental log line
+        return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"
+
+
+class Adapter(Protocol):
+    """Talks to one kind of upstream. Raises UpstreamError (and subclasses) on any failure."""
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """A non-streaming chat completion, returned in the canonical chat shape."""
+        ...
+
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[JSON]:
+        """Canonical ``chat.completion.chunk`` dicts; raises UpstreamError if the stream breaks
+        (including ending without its terminator)."""
+        ...
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """An embeddings answer in the OpenAI shape."""
+        ...
+
+
+def retry_after_seconds(headers: httpx.Headers) -> float | None:
+    """The ``Retry-After`` header in seconds (delta form), or None."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None
+
+
+def error_from_status(endpoint: str, resp: httpx.Response, body: bytes) -> UpstreamError:
+    """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one."""
+    message = _upstream_message(body) or f"upstream answered HTTP {resp.status_code}"
+    return UpstreamError(
+        message,
+        endpoint=endpoint,
+        status=resp.status_code,
+        body=body,
+        retry_after=retry_after_seconds(resp.headers),
+        kind=f"http_{resp.status_code}",
+    )
+
+
+def _upstream_message(body: bytes) -> str | None:
+    import msgspec
+
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return None
+
+
+def transport_error(endpoint: str, exc: httpx.HTTPError) -> UpstreamError:
+    """Map an httpx transport failure (timeout, refused, reset) to an UpstreamError."""
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeoutError(
+            f"upstream did not answer in time ({type(exc).__name__})",
+            endpoint=endpoint,
+            kind="timeout",
+        )
+    kind = "connect" if isinstance(exc, httpx.ConnectError) else "transport"
+    return UpstreamError(
+        f"upstream connection failed ({type(exc).__name__})", endpoint=endpoint, kind=kind
+    )
+
+
+def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:
+    """The upstream answered something that is not its API's answer."""
+    return UpstreamBadResponseError(
+        f"upstream returned an invalid response: {what}", endpoint=endpoint, status=None,
+        kind="bad_response",
+    )

@@ -1,0 +1,348 @@
+"""create_app(bus, config): the ingress, a plain ASGI app (server-agnostic, no framework).
+
+Per request: decode and validate in the client's shape, resolve the model, ask the model's
+owner for a plan (one bus round trip), run the failover loop, relay the answer (streams
+included) and publish one observation per attempt. Errors are answered in the caller's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import itertools
+import logging
+import os
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+
+from bus import Bus
+from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+from gateway.adapters.echo import EchoAdapter
+from gateway.adapters.openai_compat import OpenAICompatAdapter
+from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
+from gateway.errors import error_code, error_param, http_status, retry_after_header
+from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
+from gateway.http import HttpRequest, Receive, Scope, Send
+from gateway.surfaces import CHAT, Surface
+from schemas import (
+    GatewayError,
+    HealthReport,
+    HealthRequest,
+    InvalidRequestError,
+    ModelStatus,
+    ModelStatusRequest,
+    RouteNotFoundError,
+    RoutePlan,
+    RouteRequest,
+    UpstreamError,
+    raise_for_reply,
+    subjects,
+)
+from schemas.config import GatewayConfig, ModelConfig
+
+logger = logging.getLogger(__name__)
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+_DEGRADED_AVAILABILITY = 0.9
+
+
+def make_http_client() -> httpx.AsyncClient:
+    """The pooled upstream client: httpx's API over aiohttp's engine (see DESIGN.md)."""
+    from httpx_aiohttp import AiohttpTransport
+
+    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200,
+                          keepalive_expiry=30.0)
+    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=None)
+
+
+class GatewayApp:
+    """The ASGI ingress. Owns the upstream HTTP client and the adapters; holds no routing
+    state of its own (that lives in the actors)."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
+        self._models: dict[str, ModelConfig] = {}
+        for m in config.models:
+            for name in (m.id, *m.aliases):
+                self._models[name] = m
+        self._client: httpx.AsyncClient | None = None
+        self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
+        self._dispatcher = Dispatcher(bus, self._adapters, Targets(config))
+        self._ids = itertools.count(1)
+        self._id_prefix = f"{os.getpid():x}-"
+        self._routes = {
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("GET", "/v1/models"): self._list_models,
+            ("GET", "/health"): self._health,
+            ("GET", "/health/deep"): self._health_deep,
+            ("GET", "/routing"): self._routing,
+        }
+        self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT}
+
+    # -- ASGI ---------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(HttpRequest(scope, receive, send))
+        elif scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self._ensure_client()
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _ensure_client(self) -> None:
+        if self._client is None:
+            self._client = make_http_client()
+            adapter = OpenAICompatAdapter(self._client)
+            self._adapters["openai_compat"] = adapter
+
+    async def aclose(self) -> None:
+        """Close the upstream HTTP client."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _http(self, req: HttpRequest) -> None:
+        handler = self._routes.get((req.method, req.path))
+        surface = self._surfaces.get(req.path, CHAT)
+        try:
+            if handler is None:
+                if any(path == req.path for _, path in self._routes):
+                    await self._send_error(req, surface, 405, "method not allowed",
+                                           "invalid_request")
+                else:
+                    await self._send_error(req, surface, 404, f"no such path {req.path}",
+                                           "not_found")
+                return
+            await handler(req)
+        except GatewayError as err:
+            if not req.started:
+                await self._send_gateway_error(req, surface, err)
+        except Exception:
+            logger.exception("unhandled error serving %s %s", req.method, req.path)
+            if not req.started:
+                await self._send_error(req, surface, 500, "internal gateway error", "internal")
+
+    async def _send_gateway_error(self, req: HttpRequest, surface: Surface,
+                                  err: GatewayError) -> None:
+        status = http_status(err)
+        headers = []
+        retry = retry_after_header(err)
+        if retry is not None:
+            headers.append((b"retry-after", retry))
+        await req.respond(status, surface.error_body(status, err.message, error_code(err),
+                                                     error_param(err)), headers)
+
+    async def _send_error(self, req: HttpRequest, surface: Surface, status: int, message: str,
+                          code: str) -> None:
+        await req.respond(status, surface.error_body(status, message, code, None))
+
+    # -- inference ----------------------------------------------------------------------
+
+    async def _read_json(self, req: HttpRequest) -> Any:
+        raw = await req.body(self._config.server.max_body_bytes)
+        try:
+            return _decode(raw), len(raw)
+        except msgspec.DecodeError:
+            raise InvalidRequestError("the request body is not valid JSON") from None
+
+    def _resolve(self, name: str) -> ModelConfig:
+        model = self._models.get(name)
+        if model is None or not model.published:
+            raise RouteNotFoundError(f"the model {name!r} does not exist")
+        return model
+
+    def _pin(self, req: HttpRequest) -> str | None:
+        pin = req.header("x-route-pin")
+        admin = self._config.admin_key
+        if not pin or not admin:
+            return None
+        auth = req.header("authorization") or ""
+        presented = auth[7:] if auth[:7].lower() == "bearer " else ""
+        return pin if hmac.compare_digest(presented.encode(), admin.encode()) else None
+
+    async def _plan(self, model: ModelConfig, route_req: RouteRequest) -> RoutePlan:
+        reply = await self._bus.request(
+            subjects.model_route(model.id), route_req, reply_type=RoutePlan,
+            timeout=self._config.routing.decision_timeout_seconds,
+        )
+        return raise_for_reply(reply)
+
+    def _info(
+        self, req: HttpRequest, model: ModelConfig, surface: str, stream: bool
+    ) -> RequestInfo:
+        return RequestInfo(
+            request_id=f"{self._id_prefix}{next(self._ids)}",
+            model=model.id,
+            surface=surface,
+            stream=stream,
+            caller=f"ip:{req.client_host()}",
+        )
+
+    async def _chat(self, req: HttpRequest) -> None:
+        await self._inference(req, CHAT)
+
+    async def _inference(self, req: HttpRequest, surface: Surface) -> None:
+        raw, size = await self._read_json(req)
+        body = surface.to_canonical(raw)
+        requested = str(body["model"])
+        model = self._resolve(requested)
+        stream = bool(body.get("stream"))
+        info = self._info(req, model, surface.name, stream)
+        plan = await self._plan(model, RouteRequest(
+            model=model.id, caller=info.caller, modalities=input_modalities(body),
+            prompt_tokens=estimate_prompt_tokens(size), pin=self._pin(req),
+            surface=surface.name, request_id=info.request_id,
+        ))
+        await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
+                                     req, surface, info, plan, body, requested)
+
+    async def _until_disconnect(self, req: HttpRequest, fn: Any, *args: Any) -> None:
+        """Run ``fn`` but cancel it when the client goes away (not counted as a failure)."""
+        with anyio.CancelScope() as scope:
+
+            async def watch() -> None:
+                while (await req.receive())["type"] != "http.disconnect":
+                    pass
+                scope.cancel()
+
+            watcher = asyncio.create_task(watch())
+            try:
+                await fn(*args)
+            finally:
+                watcher.cancel()
+
+    async def _serve_once(self, req: HttpRequest, surface: Surface, info: RequestInfo,
+                          plan: RoutePlan, body: JSON, requested: str) -> None:
+        async def complete(adapter: Adapter, target: UpstreamTarget) -> JSON:
+            return await adapter.complete(target, body)
+
+        served = await self._dispatcher.call(info, plan, complete)
+        await req.respond(200, surface.render(served.body, requested), [
+            (b"x-routed-via", served.candidate.endpoint.encode()),
+            (b"x-request-id", info.request_id.encode()),
+        ])
+
+    async def _serve_stream(self, req: HttpRequest, surface: Surface, info: RequestInfo,
+                            plan: RoutePlan, body: JSON, requested: str) -> None:
+        stream = await self._dispatcher.open_stream(info, plan, body)
+        await self._relay(req, surface.stream(requested), stream, info)
+
+    async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
+                     info: RequestInfo) -> None:
+        outcome, failure = "success", None
+        try:
+            await req.start(200, [*_SSE_HEADERS,
+                                  (b"x-routed-via", stream.candidate.endpoint.encode()),
+                                  (b"x-request-id", info.request_id.encode())])
+            async for chunk in stream.chunks():
+                frames = renderer.feed(chunk)
+                if frames:
+                    await req.chunk(b"".join(frames))
+            tail = renderer.finish()
+        except UpstreamError as err:
+            outcome, failure = "failure", err
+            logger.warning("stream from %s broke after commit: %s", stream.candidate.endpoint,
+                           err.message)
+            tail = renderer.error(f"upstream stream broke: {err.message}")
+        except anyio.get_cancelled_exc_class():
+            await stream.close("cancelled")
+            raise
+        try:
+            await req.chunk(b"".join(tail), more=False)
+        finally:
+            await stream.close(outcome, failure)
+
+    async def _embeddings(self, req: HttpRequest) -> None:
+        raw, _ = await self._read_json(req)
+        if not isinstance(raw, dict):
+            raise InvalidRequestError("the request body must be a JSON object")
+        requested = raw.get("model")
+        if not isinstance(requested, str) or not requested:
+            raise InvalidRequestError("'model' is required and must be a non-empty string",
+                                      param="model")
+        inp = raw.get("input")
+        if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
+            raise InvalidRequestError("'input' must be a string or a non-empty array",
+                                      param="input")
+        model = self._resolve(requested)
+        info = self._info(req, model, "embeddings", False)
+        plan = await self._plan(model, RouteRequest(model=model.id, caller=info.caller,
+                                                    surface="embeddings",
+                                                    request_id=info.request_id))
+
+        async def embed(adapter: Adapter, target: UpstreamTarget) -> JSON:
+            return await adapter.embed(target, raw)
+
+        async def run() -> None:
+            served = await self._dispatcher.call(info, plan, embed)
+            served.body["model"] = requested
+            await req.respond(200, _encode(served.body),
+                              [(b"x-routed-via", served.candidate.endpoint.encode())])
+
+        await self._until_disconnect(req, run)
+
+    # -- introspection ------------------------------------------------------------------
+
+    async def _list_models(self, req: HttpRequest) -> None:
+        data = [{"id": m.id, "object": "model", "created": 0, "owned_by": m.owned_by}
+                for m in self._config.models if m.published]
+        await req.respond(200, _encode({"object": "list", "data": data}))
+
+    async def _health(self, req: HttpRequest) -> None:
+        routes = sum(len(m.route) for m in self._config.models)
+        await req.respond(200, _encode({"status": "ok", "routes_configured": routes}))
+
+    async def _health_deep(self, req: HttpRequest) -> None:
+        report = raise_for_reply(await self._bus.request(
+            subjects.HEALTH_DEEP, HealthRequest(), reply_type=HealthReport,
+            timeout=self._config.routing.decision_timeout_seconds,
+        ))
+        endpoints: dict[str, Any] = {}
+        degraded = False
+        floor = self._config.routing.circuit.min_availability
+        for st in report.endpoints:
+            if st.circuit_state != "closed" or st.availability < _DEGRADED_AVAILABILITY:
+                degraded = True
+            endpoints[st.endpoint] = {
+                "model": st.model,
+                "availability": st.availability,
+                "healthy": st.availability >= floor,
+                "circuit_state": st.circuit_state,
+                "consecutive_failures": st.consecutive_failures,
+                "consecutive_auth_rejections": st.consecutive_auth_rejections,
+            }
+        await req.respond(200, _encode({"status": "degraded" if degraded else "ok",
+                                        "endpoints": endpoints}))
+
+    async def _routing(self, req: HttpRequest) -> None:
+        models: dict[str, Any] = {}
+        for m in self._config.models:
+            status = raise_for_reply(await self._bus.request(
+                subjects.model_status(m.id), ModelStatusRequest(), reply_type=ModelStatus,
+                timeout=self._config.routing.decision_timeout_seconds,
+            ))
+            models[m.id] = {"router": status.router, "routes": [
+                {"endpoint": r.endpoint, "provider": r.kind, "weight": r.weight,
+                 "circuit_state": r.circuit_state} for r in status.routes]}
+        await req.respond(200, _encode({"models": models}))
+
+
+def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:
+    """The ASGI application for ``config`` on ``bus``."""
+    return GatewayApp(bus, config)

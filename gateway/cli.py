@@ -1,0 +1,87 @@
+"""``llmgw``: the command-line entry point. ``llmgw serve`` runs the gateway.
+
+``--role all`` (default) runs the actors and the ingress in one process; on NATS, one
+``--role actors`` process owns every actor's state and any number of ``--role ingress``
+processes serve HTTP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+
+from gateway.config import ConfigError, load_config
+
+logger = logging.getLogger("llmgw")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmgw", description="LLM routing gateway")
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="YAML config file (default: the bundled demo config)")
+    serve.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port; 0 picks a free one (default 8080)")
+    serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
+    serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
+    serve.add_argument("--log-level", default="INFO")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and run the command; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
+        return 2
+    from gateway.serve import ServeOptions, run
+
+    opts = ServeOptions(
+        host=args.host or config.server.host,
+        port=config.server.port if args.port is None else args.port,
+        bus_url=args.bus or config.bus.url,
+        role=args.role,
+    )
+    if opts.role != "all" and opts.bus_url.startswith("inproc://"):
+        sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
+        return 2
+    try:
+        return asyncio.run(run(config, opts))
+    except KeyboardInterrupt:
+        return 130
+
+
+def install_shutdown(event: asyncio.Event) -> None:
+    """SIGINT and SIGTERM set ``event``."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, event.set)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0: the kernel picks), so the real port is known upfront."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+if __name__ == "__main__":
+    sys.exit(main())

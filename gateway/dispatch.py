@@ -1,0 +1,264 @@
+"""The failover loop: walk a RoutePlan's candidates, one observation per attempt.
+
+Every chat-shaped surface goes through here, so selection, fallback and health accounting are
+the same whatever API the client speaks. Rules:
+
+- candidates are tried in plan order; a pinned plan has one candidate and never falls back;
+- a stream falls back only before its first chunk; once a chunk is out it is committed;
+- the error a client sees when all fail is deterministic: the first request-describing one
+  (400/404/413/422) if any attempt got one, else the primary's;
+- a client that goes away is not a failure: its attempt is observed as ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from bus import Bus
+from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+from gateway.errors import REQUEST_DESCRIBING
+from schemas import GatewayError, Observation, RouteCandidate, RoutePlan, UpstreamError, subjects
+from schemas.config import GatewayConfig, RouteConfig
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_ROUTE = RouteConfig(kind="echo")
+
+
+class Targets:
+    """Resolves a plan's candidate into an UpstreamTarget, secret included, from local config."""
+
+    def __init__(self, config: GatewayConfig) -> None:
+        self._routes: dict[str, RouteConfig] = {}
+        self._secrets: dict[str, str] = {}
+        for model in config.models:
+            for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+                self._routes[eid] = route
+                for cid, secret in zip(route.credential_ids, route.secrets, strict=True):
+                    self._secrets[cid] = secret
+
+    def resolve(self, c: RouteCandidate) -> UpstreamTarget:
+        """The target for candidate ``c`` (unknown endpoints get default timeouts)."""
+        route = self._routes.get(c.endpoint, _DEFAULT_ROUTE)
+        return UpstreamTarget(
+            endpoint=c.endpoint,
+            kind=c.kind,
+            base_url=c.base_url,
+            upstream_model=c.upstream_model,
+            api_key=self._secrets.get(c.credential_id) if c.credential_id else None,
+            timeout=route.timeout_seconds,
+            connect_timeout=route.connect_timeout_seconds,
+        )
+
+
+@dataclass(slots=True)
+class RequestInfo:
+    """Who asked for what; carried into every observation of the request."""
+
+    request_id: str
+    model: str
+    surface: str
+    stream: bool
+    caller: str = ""
+    started: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(slots=True)
+class Served:
+    """A successful non-streaming answer and the candidate that served it."""
+
+    body: JSON
+    candidate: RouteCandidate
+    attempts: int
+
+
+def usage_of(body: JSON) -> tuple[int, int, int]:
+    """(prompt, completion, cached) tokens from an OpenAI-shaped ``usage``."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return 0, 0, 0
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
+    return (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+            int(cached or 0))
+
+
+def _outcome_of(err: UpstreamError) -> str:
+    return "failure" if err.counts_against_endpoint else "client_error"
+
+
+class _Failures:
+    """The errors of a request's attempts, and which one the client is shown."""
+
+    def __init__(self) -> None:
+        self.errors: list[UpstreamError] = []
+
+    def add(self, err: UpstreamError) -> None:
+        self.errors.append(err)
+
+    def final(self) -> UpstreamError:
+        for err in self.errors:
+            if err.status in REQUEST_DESCRIBING:
+                return err
+        return self.errors[0]
+
+
+class Dispatcher:
+    """Runs attempts against adapters and publishes their observations. Raises GatewayError."""
+
+    def __init__(self, bus: Bus, adapters: Mapping[str, Adapter], targets: Targets) -> None:
+        self._bus = bus
+        self._adapters = adapters
+        self._targets = targets
+
+    async def observe(
+        self,
+        info: RequestInfo,
+        c: RouteCandidate,
+        attempt: int,
+        outcome: str,
+        started: float,
+        *,
+        err: UpstreamError | None = None,
+        ttft: float | None = None,
+        usage: tuple[int, int, int] = (0, 0, 0),
+    ) -> None:
+        """Publish the Observation of one attempt (never raises: accounting must not fail a
+        request)."""
+        now = time.perf_counter()
+        obs = Observation(
+            endpoint=c.endpoint,
+            model=info.model,
+            outcome=outcome,
+            attempt=attempt,
+            status=err.status if err is not None else 200,
+            error_kind=err.kind if err is not None else "",
+            auth_rejection=bool(err is not None and err.is_auth_rejection),
+            probe=c.probe,
+            stream=info.stream,
+            fallback=attempt > 1,
+            ttft_ms=(ttft - started) * 1000 if ttft is not None else None,
+            latency_ms=(now - started) * 1000,
+            prompt_tokens=usage[0],
+            completion_tokens=usage[1],
+            cached_tokens=usage[2],
+            retry_after=err.retry_after if err is not None else None,
+            caller=info.caller,
+            request_id=info.request_id,
+            surface=info.surface,
+            credential_id=c.credential_id,
+            ts=time.time(),
+        )
+        try:
+            with anyio.CancelScope(shield=True):
+                await self._bus.publish(subjects.observation(c.endpoint), obs)
+        except GatewayError as exc:
+            logger.warning("observation for %s not published: %s", c.endpoint, exc)
+
+    async def call(
+        self,
+        info: RequestInfo,
+        plan: RoutePlan,
+        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+    ) -> Served:
+        """Try each candidate with ``op`` until one answers. Raises the deterministic error."""
+        failures = _Failures()
+        for attempt, c in enumerate(plan.candidates, start=1):
+            started = time.perf_counter()
+            try:
+                body = await op(self._adapter(c), self._targets.resolve(c))
+            except UpstreamError as err:
+                await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
+                failures.add(err)
+                continue
+            except anyio.get_cancelled_exc_class():
+                await self.observe(info, c, attempt, "cancelled", started)
+                raise
+            await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
+            return Served(body, c, attempt)
+        raise failures.final()
+
+    async def open_stream(self, info: RequestInfo, plan: RoutePlan, body: JSON) -> StreamAttempt:
+        """Start a stream on the first candidate that yields a first chunk. Raises the
+        deterministic error when none does."""
+        failures = _Failures()
+        for attempt, c in enumerate(plan.candidates, start=1):
+            started = time.perf_counter()
+            chunks = self._adapter(c).stream(self._targets.resolve(c), body)
+            try:
+                first = await anext(chunks)
+            except StopAsyncIteration:
+                err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
+                                    kind="empty_stream")
+            except UpstreamError as exc:
+                err = exc
+            except anyio.get_cancelled_exc_class():
+                await _aclose(chunks)
+                await self.observe(info, c, attempt, "cancelled", started)
+                raise
+            else:
+                return StreamAttempt(self, info, c, attempt, started, first, chunks)
+            await _aclose(chunks)
+            await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
+            failures.add(err)
+        raise failures.final()
+
+    def _adapter(self, c: RouteCandidate) -> Adapter:
+        adapter = self._adapters.get(c.kind)
+        if adapter is None:
+            raise UpstreamError(f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint,
+                                kind="no_adapter")
+        return adapter
+
+
+async def _aclose(gen: AsyncIterator[Any]) -> None:
+    aclose = getattr(gen, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+class StreamAttempt:
+    """A committed stream: its first chunk, the rest, and its observation when it ends."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        info: RequestInfo,
+        candidate: RouteCandidate,
+        attempt: int,
+        started: float,
+        first: JSON,
+        rest: AsyncIterator[JSON],
+    ) -> None:
+        self.candidate = candidate
+        self.attempt = attempt
+        self.first = first
+        self._rest = rest
+        self._dispatcher = dispatcher
+        self._info = info
+        self._started = started
+        self._ttft = time.perf_counter()
+        self._usage = usage_of(first)
+
+    async def chunks(self) -> AsyncIterator[JSON]:
+        """Every chunk, the first included. Raises UpstreamError if the stream breaks."""
+        yield self.first
+        async for chunk in self._rest:
+            if chunk.get("usage"):
+                self._usage = usage_of(chunk)
+            yield chunk
+
+    async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
+        """Release the upstream stream and publish this attempt's observation."""
+        await _aclose(self._rest)
+        await self._dispatcher.observe(
+            self._info, self.candidate, self.attempt, outcome, self._started,
+            err=err, ttft=self._ttft, usage=self._usage,
+        )

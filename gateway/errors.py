@@ -1,0 +1,54 @@
+"""The one table from error to HTTP status, and the ``Retry-After`` an answer carries."""
+
+from __future__ import annotations
+
+import math
+
+from schemas import ErrorCode, GatewayError, InvalidRequestError, UpstreamError
+
+_STATUS: dict[ErrorCode, int] = {
+    ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.PIN_NOT_FOUND: 400,
+    ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.ROUTE_NOT_FOUND: 404,
+    ErrorCode.REQUEST_TOO_LARGE: 413,
+    ErrorCode.UPSTREAM_RATE_LIMITED: 429,
+    ErrorCode.INTERNAL: 500,
+    ErrorCode.UPSTREAM_ERROR: 502,
+    ErrorCode.UPSTREAM_BAD_RESPONSE: 502,
+    ErrorCode.ALL_CIRCUITS_OPEN: 503,
+    ErrorCode.NO_ROUTE_FOR_MODALITY: 503,
+    ErrorCode.NO_RESPONDERS: 503,
+    ErrorCode.BUS_TIMEOUT: 503,
+    ErrorCode.UPSTREAM_TIMEOUT: 504,
+}
+
+# Upstream statuses that describe the client's request; relayed as they are.
+REQUEST_DESCRIBING = frozenset({400, 404, 413, 422})
+
+
+def http_status(err: GatewayError) -> int:
+    """The HTTP status a client sees for ``err``."""
+    if isinstance(err, UpstreamError) and err.status is not None:
+        if err.status in REQUEST_DESCRIBING or err.status == 429:
+            return err.status
+    return _STATUS.get(err.code, 500)
+
+
+def error_code(err: GatewayError) -> str:
+    """The machine-readable ``code`` of an error answer."""
+    if isinstance(err, UpstreamError) and err.status == 429:
+        return ErrorCode.UPSTREAM_RATE_LIMITED.value
+    return err.code.value
+
+
+def error_param(err: GatewayError) -> str | None:
+    """The request field an error is about, when it is about one."""
+    return err.param if isinstance(err, InvalidRequestError) else None
+
+
+def retry_after_header(err: GatewayError) -> bytes | None:
+    """``Retry-After`` in whole seconds (rounded up, at least 1) when the error has one."""
+    if err.retry_after is None:
+        return None
+    return str(max(1, math.ceil(err.retry_after))).encode()

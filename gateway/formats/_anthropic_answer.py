@@ -1,0 +1,322 @@
+"""Canonical chat answers -> Anthropic Messages answers: the message, the SSE stream, errors.
+
+Public names are re-exported by ``gateway.formats.anthropic_messages``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from gateway.formats._common import JSON, frame_prefix, new_id, parse_json, sse_frame
+from schemas import UpstreamBadResponseError
+
+_ERROR_TYPES: dict[int, str] = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+_KNOWN_ERROR_TYPES = frozenset(_ERROR_TYPES.values()) | {"api_error"}
+
+_P_MESSAGE_START = frame_prefix("message_start")
+_P_BLOCK_START = frame_prefix("content_block_start")
+_P_BLOCK_DELTA = frame_prefix("content_block_delta")
+_P_BLOCK_STOP = frame_prefix("content_block_stop")
+_P_MESSAGE_DELTA = frame_prefix("message_delta")
+_P_ERROR = frame_prefix("error")
+_PING = sse_frame(frame_prefix("ping"), {"type": "ping"})
+_MESSAGE_STOP = sse_frame(frame_prefix("message_stop"), {"type": "message_stop"})
+
+
+def error_body(status: int, message: str) -> JSON:
+    """Anthropic's error shape, its ``error.type`` chosen by HTTP ``status``."""
+    return {"type": "error", "error": {"type": error_type(status), "message": message}}
+
+
+def error_type(status: int) -> str:
+    """Anthropic's ``error.type`` for an HTTP status."""
+    known = _ERROR_TYPES.get(status)
+    if known is not None:
+        return known
+    return "api_error" if status >= 500 else "invalid_request_error"
+
+
+def stop_reason(finish: Any, matched: Any, has_tool_calls: bool) -> tuple[str, str | None]:
+    """``(stop_reason, stop_sequence)`` for a chat ``finish_reason``.
+
+    ``matched`` is vLLM's ``choice.stop_reason`` (the stop string that ended the answer, when
+    one did); plain OpenAI servers never say which stop sequence matched, so those answers
+    report ``end_turn``. Some servers (Ollama) finish tool calls with ``stop``: tool calls win.
+    """
+    if finish == "length":
+        return "max_tokens", None
+    if finish == "content_filter":
+        return "refusal", None
+    if has_tool_calls or finish in ("tool_calls", "function_call"):
+        return "tool_use", None
+    if isinstance(matched, str):
+        return "stop_sequence", matched
+    return "end_turn", None
+
+
+def usage(chat_usage: Any) -> JSON:
+    """Anthropic usage from chat usage: Anthropic's ``input_tokens`` excludes cached tokens."""
+    if not isinstance(chat_usage, dict):
+        chat_usage = {}
+    details = chat_usage.get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        details = {}
+    cached = details.get("cached_tokens") or 0
+    written = details.get("cache_write_tokens") or 0
+    prompt = chat_usage.get("prompt_tokens") or 0
+    return {
+        "input_tokens": max(prompt - cached - written, 0),
+        "output_tokens": chat_usage.get("completion_tokens") or 0,
+        "cache_read_input_tokens": cached,
+        "cache_creation_input_tokens": written,
+    }
+
+
+def _message_id(chat_id: Any) -> str:
+    if isinstance(chat_id, str) and chat_id.startswith("msg_"):
+        return chat_id
+    return new_id("msg_")
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # some servers answer with text parts
+        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
+    return ""
+
+
+def _tool_input(arguments: Any, finish: Any) -> JSON:
+    if arguments is None or arguments == "":
+        return {}
+    if isinstance(arguments, dict):
+        return arguments
+    try:
+        value = parse_json(arguments) if isinstance(arguments, str) else None
+    except msgspec.DecodeError:
+        value = None
+    if isinstance(value, dict):
+        return value
+    if finish == "length":
+        # Cut by the token limit mid-arguments: stop_reason max_tokens already tells the
+        # client the call is incomplete.
+        return {}
+    raise UpstreamBadResponseError("upstream tool call arguments are not a JSON object",
+                                   kind="bad_response")
+
+
+def from_chat_response(chat: JSON, *, model: str) -> JSON:
+    """Translate a canonical chat completion into an Anthropic ``message``.
+
+    Raises UpstreamBadResponseError when the completion has no message, or a tool call's
+    arguments are not a JSON object (unless the answer was cut by the token limit).
+    """
+    choices = chat.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise UpstreamBadResponseError("upstream answer has no choices", kind="bad_response")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise UpstreamBadResponseError("upstream choice has no message", kind="bad_response")
+    finish = choice.get("finish_reason")
+    content: list[JSON] = []
+    text = _text_of(message.get("content"))
+    if text:
+        content.append({"type": "text", "text": text})
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        content.append({"type": "text", "text": refusal})
+    calls = message.get("tool_calls") or []
+    for call in calls:
+        if not isinstance(call, dict):
+            raise UpstreamBadResponseError("upstream tool call is not an object",
+                                           kind="bad_response")
+        function = call.get("function") or {}
+        content.append({
+            "type": "tool_use",
+            "id": call.get("id") or new_id("toolu_"),
+            "name": function.get("name") or "",
+            "input": _tool_input(function.get("arguments"), finish),
+        })
+    reason, sequence = stop_reason(finish, choice.get("stop_reason"), bool(calls))
+    if reason == "end_turn" and refusal:
+        reason = "refusal"
+    return {
+        "id": _message_id(chat.get("id")),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reason,
+        "stop_sequence": sequence,
+        "usage": usage(chat.get("usage")),
+    }
+
+
+class ChatToMessagesStream:
+    """Turns canonical ``chat.completion.chunk`` dicts into Anthropic Messages SSE frames.
+
+    ``feed`` each chunk, then exactly one of ``finish`` (the upstream ended cleanly, ``[DONE]``
+    seen) or ``error`` (the stream broke: the client gets an ``error`` event and never a
+    ``message_stop``). Text and each tool call (by chat ``index``) get their own content block,
+    opened in order of first appearance. A chunk for a tool call whose block was already
+    closed (servers that interleave calls) is still sent on that block's index.
+    """
+
+    media_type = b"text/event-stream"
+    __slots__ = ("_done", "_finish", "_id", "_matched", "_model", "_next", "_open",
+                 "_open_text", "_started", "_tools", "_usage")
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+        self._id = new_id("msg_")
+        self._started = False
+        self._done = False
+        self._next = 0
+        self._open: int | None = None
+        self._open_text = False
+        self._tools: dict[int, int] = {}
+        self._finish: Any = None
+        self._matched: Any = None
+        self._usage: Any = None
+
+    @property
+    def done(self) -> bool:
+        """True once ``finish`` or ``error`` has ended the stream."""
+        return self._done
+
+    def feed(self, chunk: JSON) -> list[bytes]:
+        """Frames for one chat chunk (possibly none); nothing once the stream has ended."""
+        if self._done:
+            return []
+        out: list[bytes] = []
+        if not self._started:
+            self._start(out, chunk)
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            text = delta.get("content")
+            if text:
+                self._text(out, text)
+            refusal = delta.get("refusal")
+            if refusal:
+                self._text(out, refusal)
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    self._tool(out, call)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+                self._matched = choice.get("stop_reason")
+        return out
+
+    def finish(self) -> list[bytes]:
+        """The clean end: close the open block, ``message_delta`` and ``message_stop``.
+
+        A stream that ended without a finish reason reports ``end_turn``.
+        """
+        if self._done:
+            return []
+        self._done = True
+        out: list[bytes] = []
+        if not self._started:
+            self._start(out, {})
+        self._close(out)
+        reason, sequence = stop_reason(self._finish, self._matched, bool(self._tools))
+        out.append(sse_frame(_P_MESSAGE_DELTA, {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": sequence},
+            "usage": usage(self._usage),
+        }))
+        out.append(_MESSAGE_STOP)
+        return out
+
+    def error(self, message: str, type: str = "api_error") -> list[bytes]:
+        """Anthropic's in-stream ``error`` event for a stream cut mid-answer.
+
+        ``type`` must be an Anthropic error type; anything else is sent as ``api_error``.
+        """
+        if self._done:
+            return []
+        self._done = True
+        kind = type if type in _KNOWN_ERROR_TYPES else "api_error"
+        return [sse_frame(_P_ERROR, {"type": "error", "error": {"type": kind,
+                                                                  "message": message}})]
+
+    def _start(self, out: list[bytes], chunk: JSON) -> None:
+        self._started = True
+        start_usage = usage(chunk.get("usage"))
+        start_usage["output_tokens"] = 0
+        out.append(sse_frame(_P_MESSAGE_START, {"type": "message_start", "message": {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": start_usage,
+        }}))
+        out.append(_PING)
+
+    def _open_block(self, out: list[bytes], block: JSON) -> int:
+        self._close(out)
+        index = self._next
+        self._next += 1
+        self._open = index
+        out.append(sse_frame(_P_BLOCK_START, {"type": "content_block_start", "index": index,
+                                              "content_block": block}))
+        return index
+
+    def _close(self, out: list[bytes]) -> None:
+        if self._open is not None:
+            out.append(sse_frame(_P_BLOCK_STOP, {"type": "content_block_stop",
+                                                 "index": self._open}))
+            self._open = None
+            self._open_text = False
+
+    def _text(self, out: list[bytes], text: str) -> None:
+        if not self._open_text:
+            index = self._open_block(out, {"type": "text", "text": ""})
+            self._open_text = True
+        else:
+            index = self._next - 1
+        out.append(sse_frame(_P_BLOCK_DELTA, {"type": "content_block_delta", "index": index,
+                                              "delta": {"type": "text_delta", "text": text}}))
+
+    def _tool(self, out: list[bytes], call: JSON) -> None:
+        position = call.get("index", 0)
+        function = call.get("function") or {}
+        index = self._tools.get(position)
+        if index is None:
+            index = self._open_block(out, {
+                "type": "tool_use",
+                "id": call.get("id") or new_id("toolu_"),
+                "name": function.get("name") or "",
+                "input": {},
+            })
+            self._tools[position] = index
+        arguments = function.get("arguments")
+        if arguments:
+            out.append(sse_frame(_P_BLOCK_DELTA, {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": arguments},
+            }))

@@ -1,0 +1,84 @@
+"""Helpers shared by the client formats: JSON text, SSE framing, id minting, field checks."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from schemas import InvalidRequestError
+
+JSON = dict[str, Any]
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+_END = b"\n\n"
+
+
+def json_text(value: Any) -> str:
+    """``value`` as compact JSON text."""
+    return _encoder.encode(value).decode()
+
+
+def parse_json(text: str | bytes) -> Any:
+    """Decode JSON text. Raises msgspec.DecodeError."""
+    return _decoder.decode(text)
+
+
+def frame_prefix(event: str) -> bytes:
+    """The constant head of an SSE frame for ``event``; pass it to :func:`sse_frame`."""
+    return b"event: " + event.encode() + b"\ndata: "
+
+
+def sse_frame(prefix: bytes, data: JSON) -> bytes:
+    """One SSE frame: ``prefix`` (from :func:`frame_prefix`), the JSON of ``data``, a blank line."""
+    return b"".join((prefix, _encoder.encode(data), _END))
+
+
+def new_id(prefix: str) -> str:
+    """A fresh random id such as ``msg_3f2a...`` (24 hex digits after ``prefix``)."""
+    return prefix + os.urandom(12).hex()
+
+
+def want_dict(value: Any, param: str) -> JSON:
+    """``value`` if it is an object. Raises InvalidRequestError naming ``param``."""
+    if not isinstance(value, dict):
+        raise InvalidRequestError(f"{param}: must be an object", param=param)
+    return value
+
+
+def want_list(value: Any, param: str) -> list[Any]:
+    """``value`` if it is an array. Raises InvalidRequestError naming ``param``."""
+    if not isinstance(value, list):
+        raise InvalidRequestError(f"{param}: must be an array", param=param)
+    return value
+
+
+def want_str(obj: JSON, key: str, path: str) -> str:
+    """``obj[key]`` if it is a string. Raises InvalidRequestError naming ``path.key``."""
+    value = obj.get(key)
+    if not isinstance(value, str):
+        param = f"{path}.{key}" if path else key
+        raise InvalidRequestError(f"{param}: must be a string", param=param)
+    return value
+
+
+def want_number(body: JSON, key: str) -> float | int | None:
+    """``body[key]`` if it is a number or absent/null. Raises InvalidRequestError."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidRequestError(f"{key}: must be a number", param=key)
+    return value
+
+
+def want_positive_int(body: JSON, key: str) -> int | None:
+    """``body[key]`` if it is an integer >= 1 or absent/null. Raises InvalidRequestError."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidRequestError(f"{key}: must be an integer >= 1", param=key)
+    return value

@@ -1,0 +1,347 @@
+"""Canonical chat answers -> OpenAI Responses answers: the response, the SSE stream, errors.
+
+Public names are re-exported by ``gateway.formats.openai_responses``. ``request`` arguments
+take the client's original Responses body, whose settings a ``response`` echoes back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gateway.formats._common import JSON, frame_prefix, json_text, new_id, sse_frame
+from gateway.formats.openai_chat import error_type
+from schemas import UpstreamBadResponseError
+
+# ResponseError.code is a closed set; anything else is reported as a server error.
+_FAILURE_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
+_INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
+_PREFIX: dict[str, bytes] = {}
+
+
+def error_body(status: int, message: str, param: str | None = None, *,
+               code: str | None = None) -> JSON:
+    """OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}``."""
+    return {"error": {"message": message, "type": error_type(status), "param": param,
+                      "code": code}}
+
+
+def response_shell(model: str, request: JSON | None, created_at: int) -> JSON:
+    """An ``in_progress`` response with no output that echoes the request's settings."""
+    req = request or {}
+    parallel = req.get("parallel_tool_calls")
+    text = req.get("text")
+    return {
+        "id": new_id("resp_"),
+        "object": "response",
+        "created_at": created_at,
+        "status": "in_progress",
+        "model": model,
+        "output": [],
+        "error": None,
+        "incomplete_details": None,
+        "instructions": _str_or_none(req.get("instructions")),
+        "metadata": req.get("metadata") if isinstance(req.get("metadata"), dict) else None,
+        "parallel_tool_calls": parallel if isinstance(parallel, bool) else True,
+        "temperature": req.get("temperature"),
+        "top_p": req.get("top_p"),
+        "max_output_tokens": req.get("max_output_tokens"),
+        "tool_choice": req.get("tool_choice") or "auto",
+        "tools": list(req.get("tools") or ()),
+        "text": text if isinstance(text, dict) else {"format": {"type": "text"}},
+        "previous_response_id": None,
+        "truncation": "disabled",
+        "user": _str_or_none(req.get("user")),
+        "usage": None,
+    }
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def usage(chat_usage: Any) -> JSON | None:
+    """Responses usage from chat usage (both count cached tokens inside the input total)."""
+    if not isinstance(chat_usage, dict):
+        return None
+    prompt_details = chat_usage.get("prompt_tokens_details")
+    if not isinstance(prompt_details, dict):
+        prompt_details = {}
+    completion_details = chat_usage.get("completion_tokens_details")
+    if not isinstance(completion_details, dict):
+        completion_details = {}
+    prompt = chat_usage.get("prompt_tokens") or 0
+    completion = chat_usage.get("completion_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {
+            "cached_tokens": prompt_details.get("cached_tokens") or 0,
+            "cache_write_tokens": prompt_details.get("cache_write_tokens") or 0,
+        },
+        "output_tokens": completion,
+        "output_tokens_details": {
+            "reasoning_tokens": completion_details.get("reasoning_tokens") or 0,
+        },
+        "total_tokens": chat_usage.get("total_tokens") or prompt + completion,
+    }
+
+
+def _finalise(response: JSON, finish: Any, chat_usage: Any) -> None:
+    reason = _INCOMPLETE.get(finish) if isinstance(finish, str) else None
+    if reason is None:
+        response["status"] = "completed"
+        response["completed_at"] = int(time.time())
+    else:
+        response["status"] = "incomplete"
+        response["incomplete_details"] = {"reason": reason}
+    response["usage"] = usage(chat_usage)
+
+
+def _text_part(text: str) -> JSON:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -> JSON:
+    """Translate a canonical chat completion into a Responses ``response`` object.
+
+    Raises UpstreamBadResponseError when the completion has no message.
+    """
+    choices = chat.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise UpstreamBadResponseError("upstream answer has no choices", kind="bad_response")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise UpstreamBadResponseError("upstream choice has no message", kind="bad_response")
+    created = chat.get("created")
+    response = response_shell(model, request, created if isinstance(created, int)
+                              else int(time.time()))
+    finish = choice.get("finish_reason")
+    _finalise(response, finish, chat.get("usage"))
+    item_status = "completed" if response["status"] == "completed" else "incomplete"
+    text = message.get("content")
+    if isinstance(text, list):  # some servers answer with text parts
+        text = "".join(p.get("text") or "" for p in text if isinstance(p, dict))
+    elif not isinstance(text, str):
+        text = ""
+    refusal = message.get("refusal")
+    calls = message.get("tool_calls") or []
+    output: list[JSON] = []
+    if text or refusal or not calls:
+        content = [_text_part(text)] if text or not refusal else []
+        if refusal:
+            content.append({"type": "refusal", "refusal": refusal})
+        output.append({"id": new_id("msg_"), "type": "message", "role": "assistant",
+                       "status": item_status, "content": content})
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise UpstreamBadResponseError("upstream tool call has no function",
+                                           kind="bad_response")
+        arguments = function.get("arguments") or ""
+        output.append({
+            "id": new_id("fc_"),
+            "type": "function_call",
+            "call_id": call.get("id") or new_id("call_"),
+            "name": function.get("name") or "",
+            "arguments": arguments if isinstance(arguments, str) else json_text(arguments),
+            "status": item_status,
+        })
+    response["output"] = output
+    return response
+
+
+class ChatToResponsesStream:
+    """Turns canonical ``chat.completion.chunk`` dicts into Responses SSE events.
+
+    ``feed`` each chunk, then exactly one of ``finish`` (clean end: ``response.completed``, or
+    ``response.incomplete`` when the token limit or a content filter cut the answer) or
+    ``error`` (an ``error`` event then ``response.failed``: a cut stream never looks
+    complete). Text goes in one message item; each tool call (by chat ``index``) gets its own
+    ``function_call`` item, in order of first appearance.
+    """
+
+    media_type = b"text/event-stream"
+
+    def __init__(self, model: str, *, request: JSON | None = None) -> None:
+        self._response = response_shell(model, request, int(time.time()))
+        self._id: str = self._response["id"]
+        self._seq = 0
+        self._started = False
+        self._done = False
+        self._items: list[JSON] = []
+        self._open: JSON | None = None  # the output item being streamed
+        self._part: JSON | None = None  # its open content part (messages only)
+        self._chunks: list[str] = []  # text of the open part, or arguments of the open call
+        self._calls: dict[int, tuple[int, JSON, list[str]]] = {}
+        self._finish: Any = None
+        self._usage: Any = None
+
+    @property
+    def done(self) -> bool:
+        """True once ``finish`` or ``error`` has ended the stream."""
+        return self._done
+
+    def feed(self, chunk: JSON) -> list[bytes]:
+        """Events for one chat chunk (possibly none); nothing once the stream has ended."""
+        if self._done:
+            return []
+        out: list[bytes] = []
+        if not self._started:
+            self._start(out)
+        if chunk.get("usage"):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self._text(out, "output_text", delta["content"])
+            if delta.get("refusal"):
+                self._text(out, "refusal", delta["refusal"])
+            for call in delta.get("tool_calls") or ():
+                if isinstance(call, dict):
+                    self._tool(out, call)
+            if choice.get("finish_reason"):
+                self._finish = choice["finish_reason"]
+        return out
+
+    def finish(self) -> list[bytes]:
+        """The clean end: close open items and send the final response with usage."""
+        if self._done:
+            return []
+        self._done = True
+        out: list[bytes] = []
+        if not self._started:
+            self._start(out)
+        response = self._response
+        _finalise(response, self._finish, self._usage)
+        self._close_item(out, "completed" if response["status"] == "completed" else "incomplete")
+        for _, item, chunks in self._calls.values():  # fragments that came after a call closed
+            item["arguments"] = "".join(chunks)
+        response["output"] = self._items
+        self._emit(out, f"response.{response['status']}", {"response": response})
+        return out
+
+    def error(self, message: str, code: str = "server_error") -> list[bytes]:
+        """An ``error`` event and ``response.failed`` for a stream cut mid-answer."""
+        if self._done:
+            return []
+        self._done = True
+        out: list[bytes] = []
+        if not self._started:
+            self._start(out)
+        code = code if code in _FAILURE_CODES else "server_error"
+        self._emit(out, "error", {"code": code, "message": message, "param": None})
+        if self._open is not None:  # keep what was produced, marked as cut
+            self._open["status"] = "incomplete"
+            if self._part is not None:
+                self._open["content"].append(self._done_part())
+            elif self._open["type"] == "function_call":
+                self._open["arguments"] = "".join(self._chunks)
+        response = self._response
+        response["status"] = "failed"
+        response["error"] = {"code": code, "message": message}
+        response["output"] = self._items
+        response["usage"] = usage(self._usage)
+        self._emit(out, "response.failed", {"response": response})
+        return out
+
+    def _emit(self, out: list[bytes], kind: str, payload: JSON) -> None:
+        payload["type"] = kind
+        payload["sequence_number"] = self._seq
+        self._seq += 1
+        prefix = _PREFIX.get(kind)
+        if prefix is None:
+            prefix = _PREFIX[kind] = frame_prefix(kind)
+        out.append(sse_frame(prefix, payload))
+
+    def _start(self, out: list[bytes]) -> None:
+        self._started = True
+        self._emit(out, "response.created", {"response": self._response})
+        self._emit(out, "response.in_progress", {"response": self._response})
+
+    def _add_item(self, out: list[bytes], item: JSON) -> int:
+        self._close_item(out, "completed")
+        index = len(self._items)
+        self._items.append(item)
+        self._open = item
+        self._emit(out, "response.output_item.added", {"output_index": index, "item": item})
+        return index
+
+    def _close_item(self, out: list[bytes], status: str) -> None:
+        item = self._open
+        if item is None:
+            return
+        index = len(self._items) - 1
+        if item["type"] == "message":
+            self._close_part(out)
+        else:
+            arguments = item["arguments"] = "".join(self._chunks)
+            self._emit(out, "response.function_call_arguments.done", {
+                "item_id": item["id"], "output_index": index, "arguments": arguments})
+        item["status"] = status
+        self._emit(out, "response.output_item.done", {"output_index": index, "item": item})
+        self._open = None
+
+    def _done_part(self) -> JSON:
+        text = "".join(self._chunks)
+        assert self._part is not None
+        return _text_part(text) if self._part["type"] == "output_text" else {
+            "type": "refusal", "refusal": text}
+
+    def _close_part(self, out: list[bytes]) -> None:
+        if self._part is None or self._open is None:
+            return
+        part = self._done_part()
+        where = {"item_id": self._open["id"], "output_index": len(self._items) - 1,
+                 "content_index": len(self._open["content"])}
+        if part["type"] == "output_text":
+            self._emit(out, "response.output_text.done", {**where, "text": part["text"],
+                                                          "logprobs": []})
+        else:
+            self._emit(out, "response.refusal.done", {**where, "refusal": part["refusal"]})
+        self._emit(out, "response.content_part.done", {**where, "part": part})
+        self._open["content"].append(part)
+        self._part = None
+
+    def _text(self, out: list[bytes], kind: str, text: str) -> None:
+        if self._open is None or self._open["type"] != "message":
+            self._add_item(out, {"id": new_id("msg_"), "type": "message", "role": "assistant",
+                                 "status": "in_progress", "content": []})
+        item = self._open
+        assert item is not None
+        where = {"item_id": item["id"], "output_index": len(self._items) - 1,
+                 "content_index": len(item["content"])}
+        if self._part is None or self._part["type"] != kind:
+            self._close_part(out)
+            where["content_index"] = len(item["content"])
+            self._part = _text_part("") if kind == "output_text" else {"type": "refusal",
+                                                                      "refusal": ""}
+            self._chunks = []
+            self._emit(out, "response.content_part.added", {**where, "part": self._part})
+        self._chunks.append(text)
+        if kind == "output_text":
+            self._emit(out, "response.output_text.delta", {**where, "delta": text,
+                                                           "logprobs": []})
+        else:
+            self._emit(out, "response.refusal.delta", {**where, "delta": text})
+
+    def _tool(self, out: list[bytes], call: JSON) -> None:
+        position = call.get("index", 0)
+        function = call.get("function") or {}
+        known = self._calls.get(position)
+        if known is None:
+            item = {"id": new_id("fc_"), "type": "function_call",
+                    "call_id": call.get("id") or new_id("call_"),
+                    "name": function.get("name") or "", "arguments": "",
+                    "status": "in_progress"}
+            index = self._add_item(out, item)
+            self._chunks = []
+            known = self._calls[position] = (index, item, self._chunks)
+        arguments = function.get("arguments")
+        if arguments:
+            index, item, chunks = known
+            chunks.append(arguments)
+            self._emit(out, "response.function_call_arguments.delta", {
+                "item_id": item["id"], "output_index": index, "delta": arguments})

@@ -1,0 +1,284 @@
+"""Anthropic Messages client surface (``POST /v1/messages``) <-> the canonical chat shape.
+
+Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat_response`,
+:class:`ChatToMessagesStream`, :func:`error_body` (in ``_anthropic_answer``, re-exported here).
+
+Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
+``top_k``, ``thinking`` (and thinking blocks in history), ``cache_control`` marks,
+``service_tier``, ``speed``, ``inference_geo``, ``diagnostics``, ``output_config.effort``,
+citations on text blocks. Refused (InvalidRequestError), because ignoring them would answer
+a different question: server tools (``web_search_*``, ``bash_*``, ``code_execution_*``...),
+``container``, ``document``/``search_result`` blocks, file-id image sources, and any block
+type this module does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.formats._anthropic_answer import (
+    ChatToMessagesStream,
+    error_body,
+    from_chat_response,
+)
+from gateway.formats._common import (
+    JSON,
+    json_text,
+    want_dict,
+    want_list,
+    want_number,
+    want_positive_int,
+    want_str,
+)
+from schemas import InvalidRequestError
+
+__all__ = ["ChatToMessagesStream", "error_body", "from_chat_response", "to_chat_request"]
+
+# Blocks of one system prompt or one tool result become one chat string; a blank line keeps
+# their boundary visible to the model.
+_JOIN = "\n\n"
+# Chat tool messages have no error flag; the model must still learn that the tool failed.
+TOOL_ERROR_PREFIX = "Error: "
+_REFUSED_TOP_LEVEL = ("container",)
+_TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+
+
+def to_chat_request(body: JSON) -> JSON:
+    """Translate an Anthropic Messages request into a canonical chat request.
+
+    Raises InvalidRequestError (``param`` names the field) for a malformed request or one
+    that uses something the gateway cannot honour.
+    """
+    want_dict(body, "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("model: a non-empty string is required", param="model")
+    if body.get("max_tokens") is None:
+        raise InvalidRequestError("max_tokens: required by the Messages API", param="max_tokens")
+    max_tokens = want_positive_int(body, "max_tokens")
+    for key in _REFUSED_TOP_LEVEL:
+        if body.get(key) is not None:
+            raise InvalidRequestError(f"{key}: not supported by this gateway", param=key)
+
+    messages: list[JSON] = []
+    system = body.get("system")
+    if system is not None:
+        messages.append({"role": "system", "content": _system_text(system, "system")})
+    raw = body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        raise InvalidRequestError("messages: a non-empty array is required", param="messages")
+    for i, msg in enumerate(raw):
+        _convert_message(msg, f"messages[{i}]", messages)
+
+    chat: JSON = {"model": model, "messages": messages, "max_tokens": max_tokens}
+    stops = body.get("stop_sequences")
+    if stops is not None:
+        if not all(isinstance(s, str) for s in want_list(stops, "stop_sequences")):
+            raise InvalidRequestError("stop_sequences: must be strings", param="stop_sequences")
+        if stops:
+            chat["stop"] = stops
+    for key in ("temperature", "top_p"):
+        value = want_number(body, key)
+        if value is not None:
+            chat[key] = value
+    if body.get("tools"):
+        chat["tools"] = _convert_tools(want_list(body["tools"], "tools"))
+        if body.get("tool_choice") is not None:
+            _convert_tool_choice(want_dict(body["tool_choice"], "tool_choice"), chat)
+    metadata = body.get("metadata")
+    if metadata is not None:
+        user = want_dict(metadata, "metadata").get("user_id")
+        if isinstance(user, str) and user:
+            chat["user"] = user
+    _convert_output_format(body.get("output_config"), chat)
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequestError("stream: must be a boolean", param="stream")
+    if stream:
+        chat["stream"] = True
+        # The Messages stream reports usage in message_delta; chat only sends it when asked.
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _system_text(system: Any, param: str) -> str:
+    if isinstance(system, str):
+        return system
+    texts = []
+    for j, block in enumerate(want_list(system, param)):
+        path = f"{param}[{j}]"
+        if want_dict(block, path).get("type") != "text":
+            raise InvalidRequestError(f"{path}.type: only text blocks are allowed here",
+                                      param=f"{path}.type")
+        texts.append(want_str(block, "text", path))
+    return _JOIN.join(texts)
+
+
+def _convert_message(msg: Any, path: str, out: list[JSON]) -> None:
+    want_dict(msg, path)
+    role = msg.get("role")
+    if role not in ("user", "assistant", "system"):
+        raise InvalidRequestError(f"{path}.role: must be 'user', 'assistant' or 'system'",
+                                  param=f"{path}.role")
+    content = msg.get("content")
+    if isinstance(content, str):
+        out.append({"role": role, "content": content})
+        return
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{path}.content: must be a string or an array of blocks",
+                                  param=f"{path}.content")
+    if role == "system":
+        out.append({"role": "system", "content": _system_text(content, f"{path}.content")})
+    elif role == "assistant":
+        out.append(_assistant_message(content, path))
+    else:
+        _user_messages(content, path, out)
+
+
+def _block_type(block: Any, path: str) -> str:
+    kind = want_dict(block, path).get("type")
+    if not isinstance(kind, str):
+        raise InvalidRequestError(f"{path}.type: must be a string", param=f"{path}.type")
+    return kind
+
+
+def _unsupported(kind: str, path: str) -> InvalidRequestError:
+    return InvalidRequestError(f"{path}.type: '{kind}' blocks are not supported by this gateway",
+                               param=f"{path}.type")
+
+
+def _assistant_message(content: list[Any], path: str) -> JSON:
+    texts: list[str] = []
+    calls: list[JSON] = []
+    for j, block in enumerate(content):
+        bpath = f"{path}.content[{j}]"
+        kind = _block_type(block, bpath)
+        if kind == "text":
+            texts.append(want_str(block, "text", bpath))
+        elif kind == "tool_use":
+            tool_input = want_dict(block.get("input"), f"{bpath}.input")
+            calls.append({
+                "id": want_str(block, "id", bpath),
+                "type": "function",
+                "function": {"name": want_str(block, "name", bpath),
+                             "arguments": json_text(tool_input)},
+            })
+        elif kind not in ("thinking", "redacted_thinking"):
+            raise _unsupported(kind, bpath)
+    message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _user_messages(content: list[Any], path: str, out: list[JSON]) -> None:
+    # Chat wants tool answers as separate `tool` messages right after the assistant turn, so
+    # tool_result blocks are emitted first and the rest of the turn follows as one user message.
+    parts: list[JSON] = []
+    for j, block in enumerate(content):
+        bpath = f"{path}.content[{j}]"
+        kind = _block_type(block, bpath)
+        if kind == "text":
+            parts.append({"type": "text", "text": want_str(block, "text", bpath)})
+        elif kind == "image":
+            parts.append(_image_part(block, bpath))
+        elif kind == "tool_result":
+            out.append(_tool_message(block, bpath, parts))
+        else:
+            raise _unsupported(kind, bpath)
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        out.append({"role": "user", "content": parts[0]["text"]})
+    elif parts:
+        out.append({"role": "user", "content": parts})
+    elif not content:
+        raise InvalidRequestError(f"{path}.content: must not be empty", param=f"{path}.content")
+
+
+def _tool_message(block: JSON, path: str, user_parts: list[JSON]) -> JSON:
+    """A chat tool message; images of the result go to ``user_parts`` (chat tool messages
+    carry text only)."""
+    call_id = want_str(block, "tool_use_id", path)
+    raw = block.get("content", "")
+    if isinstance(raw, str):
+        text = raw
+    else:
+        texts = []
+        for k, item in enumerate(want_list(raw, f"{path}.content")):
+            ipath = f"{path}.content[{k}]"
+            kind = _block_type(item, ipath)
+            if kind == "text":
+                texts.append(want_str(item, "text", ipath))
+            elif kind == "image":
+                user_parts.append(_image_part(item, ipath))
+            else:
+                raise _unsupported(kind, ipath)
+        text = _JOIN.join(texts)
+    if block.get("is_error") is True:
+        text = TOOL_ERROR_PREFIX + text
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _image_part(block: JSON, path: str) -> JSON:
+    source = want_dict(block.get("source"), f"{path}.source")
+    kind = source.get("type")
+    spath = f"{path}.source"
+    if kind == "base64":
+        media_type = want_str(source, "media_type", spath)
+        url = f"data:{media_type};base64,{want_str(source, 'data', spath)}"
+    elif kind == "url":
+        url = want_str(source, "url", spath)
+    else:
+        raise InvalidRequestError(f"{spath}.type: '{kind}' image sources are not supported "
+                                  "(use 'base64' or 'url')", param=f"{spath}.type")
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _convert_tools(tools: list[Any]) -> list[JSON]:
+    out = []
+    for i, tool in enumerate(tools):
+        path = f"tools[{i}]"
+        kind = want_dict(tool, path).get("type")
+        if kind not in (None, "custom"):
+            raise InvalidRequestError(
+                f"{path}.type: server tool '{kind}' is not supported by this gateway; "
+                "only client (custom) tools are", param=f"{path}.type")
+        function: JSON = {
+            "name": want_str(tool, "name", path),
+            "parameters": want_dict(tool.get("input_schema"), f"{path}.input_schema"),
+        }
+        description = tool.get("description")
+        if isinstance(description, str) and description:
+            function["description"] = description
+        if isinstance(tool.get("strict"), bool):
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _convert_tool_choice(choice: JSON, chat: JSON) -> None:
+    kind = choice.get("type")
+    if kind == "tool":
+        chat["tool_choice"] = {"type": "function",
+                               "function": {"name": want_str(choice, "name", "tool_choice")}}
+    elif isinstance(kind, str) and kind in _TOOL_CHOICE:
+        chat["tool_choice"] = _TOOL_CHOICE[kind]
+    else:
+        raise InvalidRequestError("tool_choice.type: must be auto, any, tool or none",
+                                  param="tool_choice.type")
+    if choice.get("disable_parallel_tool_use") is True and kind != "none":
+        chat["parallel_tool_calls"] = False
+
+
+def _convert_output_format(config: Any, chat: JSON) -> None:
+    if config is None:
+        return
+    fmt = want_dict(config, "output_config").get("format")
+    if fmt is None:
+        return
+    if want_dict(fmt, "output_config.format").get("type") != "json_schema":
+        raise InvalidRequestError("output_config.format.type: must be 'json_schema'",
+                                  param="output_config.format.type")
+    schema = want_dict(fmt.get("schema"), "output_config.format.schema")
+    # Anthropic's structured output is always strict.
+    chat["response_format"] = {"type": "json_schema",
+                               "json_schema": {"name": "output", "schema": schema, "strict": True}}

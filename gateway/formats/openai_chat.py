@@ -1,0 +1,122 @@
+"""OpenAI Chat Completions, the client surface whose shape is also the canonical form.
+
+Validation here is what every chat-shaped request must pass before routing; the answer and
+the stream pass through with ``model`` set to the id the client asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from schemas import InvalidRequestError
+
+JSON = dict[str, Any]
+_encode = msgspec.json.Encoder().encode
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_DONE_FRAME = b"data: [DONE]\n\n"
+
+
+def validate_chat_request(body: Any) -> JSON:
+    """Check the fields routing and every adapter rely on. Raises InvalidRequestError."""
+    if not isinstance(body, dict):
+        raise InvalidRequestError("the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError(
+            "'model' is required and must be a non-empty string", param="model"
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError(
+            "'messages' is required and must be a non-empty array", param="messages"
+        )
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise InvalidRequestError(f"messages[{i}] must be an object", param=f"messages[{i}]")
+        role = m.get("role")
+        if role not in _ROLES:
+            raise InvalidRequestError(
+                f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}",
+                param=f"messages[{i}].role",
+            )
+    stream = body.get("stream", False)
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequestError("'stream' must be a boolean", param="stream")
+    return body
+
+
+def input_modalities(body: JSON) -> tuple[str, ...]:
+    """Non-text modalities the request carries (``image``, ``audio``, ``file``), sorted."""
+    found: set[str] = set()
+    for m in body.get("messages", ()):
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind == "image_url":
+                    found.add("image")
+                elif kind == "input_audio":
+                    found.add("audio")
+                elif kind == "file":
+                    found.add("file")
+    return tuple(sorted(found))
+
+
+def estimate_prompt_tokens(raw_body_len: int) -> int:
+    """A cheap prompt-size estimate from the body length (about 4 bytes per token)."""
+    return raw_body_len // 4
+
+
+def render_response(chat: JSON, model: str) -> bytes:
+    """The answer as the client receives it: unchanged but for ``model``."""
+    chat["model"] = model
+    return _encode(chat)
+
+
+class ChatStream:
+    """Renders canonical chunks as OpenAI SSE frames; ends with ``[DONE]`` or an error frame."""
+
+    media_type = b"text/event-stream"
+
+    def __init__(self, model: str) -> None:
+        self._model = model
+
+    def feed(self, chunk: JSON) -> list[bytes]:
+        """One ``data:`` frame for ``chunk``."""
+        chunk["model"] = self._model
+        return [b"data: " + _encode(chunk) + b"\n\n"]
+
+    def finish(self) -> list[bytes]:
+        """The clean end of the stream."""
+        return [_DONE_FRAME]
+
+    def error(self, message: str, kind: str = "upstream_error") -> list[bytes]:
+        """An in-band error frame for a stream cut mid-answer; no ``[DONE]`` follows."""
+        body = {"error": {"message": message, "type": "server_error", "param": None,
+                          "code": kind}}
+        return [b"data: " + _encode(body) + b"\n\n"]
+
+
+def error_body(status: int, message: str, *, code: str, param: str | None = None) -> bytes:
+    """OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``."""
+    return _encode(
+        {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
+    )
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error ``type`` for an HTTP status."""
+    if status == 401:
+        return "authentication_error"
+    if status == 403:
+        return "permission_error"
+    if status == 404:
+        return "not_found_error"
+    if status == 429:
+        return "rate_limit_error"
+    if status >= 500:
+        return "server_error" if status == 500 else "api_error"
+    return "invalid_request_error"

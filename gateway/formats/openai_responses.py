@@ -1,0 +1,295 @@
+"""OpenAI Responses client surface (``POST /v1/responses``) <-> the canonical chat shape.
+
+Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat_response`,
+:class:`ChatToResponsesStream`, :func:`error_body` (in ``_responses_answer``, re-exported).
+
+The gateway is stateless: ``previous_response_id``, ``conversation``, ``item_reference``
+items, ``background`` and stored ``prompt`` templates are refused, and ``store: true`` is
+accepted but nothing is stored (a later ``previous_response_id`` naming the answer is
+refused). Dropped, because chat has no equivalent and leaving them out changes no answer's
+validity: ``reasoning`` input items (encrypted reasoning cannot be replayed to another
+model), ``include``, ``truncation`` (an over-long input fails instead of being cut),
+``max_tool_calls``, ``service_tier``, ``prompt_cache_*``, ``safety_identifier``,
+``text.verbosity``, ``metadata`` (echoed back, not sent upstream). Refused: hosted tools
+(``web_search``, ``file_search``, ``code_interpreter``, ``mcp``, ``computer_use``...), their
+items and tool choices, ``top_logprobs``, and file ids (nothing is stored to refer to).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.formats._common import (
+    JSON,
+    json_text,
+    want_dict,
+    want_list,
+    want_number,
+    want_positive_int,
+    want_str,
+)
+from gateway.formats._responses_answer import (
+    ChatToResponsesStream,
+    error_body,
+    from_chat_response,
+)
+from schemas import InvalidRequestError
+
+__all__ = ["ChatToResponsesStream", "error_body", "from_chat_response", "to_chat_request"]
+
+_JOIN = "\n\n"
+_STATELESS = "this gateway is stateless and stores no responses; send the whole conversation"
+_REFUSED_TOP_LEVEL = {
+    "previous_response_id": f"previous_response_id: {_STATELESS} in 'input'",
+    "conversation": f"conversation: {_STATELESS} in 'input'",
+    "prompt": "prompt: stored prompt templates are not supported by this gateway",
+}
+_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+
+
+def to_chat_request(body: JSON) -> JSON:
+    """Translate a Responses request into a canonical chat request.
+
+    Raises InvalidRequestError (``param`` names the field) for a malformed request, a
+    stateful feature, or a hosted tool.
+    """
+    want_dict(body, "body")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise InvalidRequestError("model: a non-empty string is required", param="model")
+    for key, message in _REFUSED_TOP_LEVEL.items():
+        if body.get(key) is not None:
+            raise InvalidRequestError(message, param=key)
+    if body.get("background") is True:
+        raise InvalidRequestError("background: background responses are not supported by "
+                                  "this gateway", param="background")
+    if body.get("top_logprobs"):
+        raise InvalidRequestError("top_logprobs: not supported by this gateway",
+                                  param="top_logprobs")
+
+    messages: list[JSON] = []
+    instructions = body.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise InvalidRequestError("instructions: must be a string", param="instructions")
+        messages.append({"role": "system", "content": instructions})
+    raw = body.get("input")
+    if isinstance(raw, str):
+        messages.append({"role": "user", "content": raw})
+    elif isinstance(raw, list) and raw:
+        _convert_items(raw, messages)
+    else:
+        raise InvalidRequestError("input: a string or a non-empty array of items is required",
+                                  param="input")
+
+    chat: JSON = {"model": model, "messages": messages}
+    max_tokens = want_positive_int(body, "max_output_tokens")
+    if max_tokens is not None:
+        chat["max_tokens"] = max_tokens
+    for key in ("temperature", "top_p"):
+        value = want_number(body, key)
+        if value is not None:
+            chat[key] = value
+    if body.get("tools"):
+        chat["tools"] = _convert_tools(want_list(body["tools"], "tools"))
+        if body.get("tool_choice") is not None:
+            chat["tool_choice"] = _convert_tool_choice(body["tool_choice"])
+        if isinstance(body.get("parallel_tool_calls"), bool):
+            chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+    _convert_text(body.get("text"), chat)
+    reasoning = body.get("reasoning")
+    if reasoning is not None and want_dict(reasoning, "reasoning").get("effort") is not None:
+        chat["reasoning_effort"] = want_str(reasoning, "effort", "reasoning")
+    user = body.get("user")
+    if isinstance(user, str) and user:
+        chat["user"] = user
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise InvalidRequestError("stream: must be a boolean", param="stream")
+    if stream:
+        chat["stream"] = True
+        # response.completed carries usage; chat only streams it when asked.
+        chat["stream_options"] = {"include_usage": True}
+    return chat
+
+
+def _convert_items(items: list[Any], out: list[JSON]) -> None:
+    # Images returned by a tool wait here until the run of tool messages ends: chat tool
+    # messages carry text only, and nothing may come between them.
+    pending: list[JSON] = []
+    for i, item in enumerate(items):
+        path = f"input[{i}]"
+        want_dict(item, path)
+        kind = item.get("type", "message")
+        if pending and kind != "function_call_output":
+            out.append({"role": "user", "content": pending})
+            pending = []
+        if kind == "message":
+            out.append(_message(item, path))
+        elif kind == "function_call":
+            _function_call(item, path, out)
+        elif kind == "function_call_output":
+            out.append(_function_output(item, path, pending))
+        elif kind == "item_reference":
+            raise InvalidRequestError(f"{path}: {_STATELESS} items instead of references",
+                                      param=f"{path}.type")
+        elif kind != "reasoning":
+            raise InvalidRequestError(
+                f"{path}.type: '{kind}' items are not supported by this gateway",
+                param=f"{path}.type")
+    if pending:
+        out.append({"role": "user", "content": pending})
+
+
+def _message(item: JSON, path: str) -> JSON:
+    role_name = item.get("role")
+    role = _ROLES.get(role_name) if isinstance(role_name, str) else None
+    if role is None:
+        raise InvalidRequestError(f"{path}.role: must be user, assistant, system or developer",
+                                  param=f"{path}.role")
+    content = item.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    parts = want_list(content, f"{path}.content")
+    if role == "user":
+        converted = [_user_part(p, f"{path}.content[{j}]") for j, p in enumerate(parts)]
+        if len(converted) == 1 and converted[0]["type"] == "text":
+            return {"role": "user", "content": converted[0]["text"]}
+        return {"role": "user", "content": converted}
+    texts = []
+    for j, part in enumerate(parts):
+        ppath = f"{path}.content[{j}]"
+        kind = want_dict(part, ppath).get("type")
+        if kind in ("input_text", "output_text"):
+            texts.append(want_str(part, "text", ppath))
+        elif kind == "refusal" and role == "assistant":
+            texts.append(want_str(part, "refusal", ppath))
+        else:
+            raise InvalidRequestError(f"{ppath}.type: '{kind}' is not allowed in a {role} "
+                                      "message", param=f"{ppath}.type")
+    return {"role": role, "content": ("" if role == "assistant" else _JOIN).join(texts)}
+
+
+def _user_part(part: Any, path: str) -> JSON:
+    kind = want_dict(part, path).get("type")
+    if kind in ("input_text", "output_text"):
+        return {"type": "text", "text": want_str(part, "text", path)}
+    if kind == "input_image":
+        if not part.get("image_url"):
+            raise InvalidRequestError(f"{path}.image_url: required (file ids are not "
+                                      "supported by this stateless gateway)",
+                                      param=f"{path}.image_url")
+        image: JSON = {"url": want_str(part, "image_url", path)}
+        if isinstance(part.get("detail"), str):
+            image["detail"] = part["detail"]
+        return {"type": "image_url", "image_url": image}
+    if kind == "input_file":
+        if not part.get("file_data"):
+            raise InvalidRequestError(f"{path}.file_data: required (file ids and file URLs "
+                                      "are not supported)", param=f"{path}.file_data")
+        file: JSON = {"file_data": want_str(part, "file_data", path)}
+        if isinstance(part.get("filename"), str):
+            file["filename"] = part["filename"]
+        return {"type": "file", "file": file}
+    raise InvalidRequestError(f"{path}.type: '{kind}' content is not supported",
+                              param=f"{path}.type")
+
+
+def _function_call(item: JSON, path: str, out: list[JSON]) -> None:
+    arguments = item.get("arguments", "")
+    if isinstance(arguments, dict):
+        arguments = json_text(arguments)
+    elif not isinstance(arguments, str):
+        raise InvalidRequestError(f"{path}.arguments: must be a string",
+                                  param=f"{path}.arguments")
+    call = {"id": want_str(item, "call_id", path), "type": "function",
+            "function": {"name": want_str(item, "name", path), "arguments": arguments}}
+    last = out[-1] if out else None
+    # Responses lists the assistant's text and each of its calls as separate items; chat
+    # wants them in one assistant message.
+    if last is not None and last["role"] == "assistant":
+        last.setdefault("tool_calls", []).append(call)
+    else:
+        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+
+
+def _function_output(item: JSON, path: str, pending: list[JSON]) -> JSON:
+    call_id = want_str(item, "call_id", path)
+    output = item.get("output")
+    if isinstance(output, str):
+        text = output
+    else:
+        texts = []
+        for j, part in enumerate(want_list(output, f"{path}.output")):
+            converted = _user_part(part, f"{path}.output[{j}]")
+            if converted["type"] == "text":
+                texts.append(converted["text"])
+            else:
+                pending.append(converted)
+        text = _JOIN.join(texts)
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _convert_tools(tools: list[Any]) -> list[JSON]:
+    hosted = [(i, t.get("type")) for i, t in enumerate(tools)
+              if not isinstance(t, dict) or t.get("type") != "function"]
+    if hosted:
+        names = ", ".join(sorted({str(kind) for _, kind in hosted}))
+        raise InvalidRequestError(f"tools: {names} tools are not supported by this gateway; "
+                                  "only function tools are", param=f"tools[{hosted[0][0]}].type")
+    out = []
+    for i, tool in enumerate(tools):
+        path = f"tools[{i}]"
+        function: JSON = {"name": want_str(tool, "name", path)}
+        if tool.get("parameters") is not None:
+            function["parameters"] = want_dict(tool["parameters"], f"{path}.parameters")
+        if isinstance(tool.get("description"), str):
+            function["description"] = tool["description"]
+        if isinstance(tool.get("strict"), bool):
+            function["strict"] = tool["strict"]
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def _convert_tool_choice(choice: Any) -> Any:
+    if choice in ("auto", "none", "required"):
+        return choice
+    kind = want_dict(choice, "tool_choice").get("type")
+    if kind == "function":
+        return {"type": "function", "function": {"name": want_str(choice, "name", "tool_choice")}}
+    if kind == "allowed_tools":
+        named = []
+        for j, tool in enumerate(want_list(choice.get("tools"), "tool_choice.tools")):
+            path = f"tool_choice.tools[{j}]"
+            if want_dict(tool, path).get("type") != "function":
+                raise InvalidRequestError(f"{path}.type: only function tools can be allowed",
+                                          param=f"{path}.type")
+            named.append({"type": "function", "function": {"name": want_str(tool, "name", path)}})
+        mode = choice.get("mode")
+        if mode not in ("auto", "required"):
+            raise InvalidRequestError("tool_choice.mode: must be auto or required",
+                                      param="tool_choice.mode")
+        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": named}}
+    raise InvalidRequestError(f"tool_choice.type: '{kind}' is not supported by this gateway",
+                              param="tool_choice.type")
+
+
+def _convert_text(text: Any, chat: JSON) -> None:
+    if text is None:
+        return
+    fmt = want_dict(text, "text").get("format")
+    if fmt is None:
+        return
+    kind = want_dict(fmt, "text.format").get("type")
+    if kind == "json_schema":
+        schema: JSON = {"name": want_str(fmt, "name", "text.format"),
+                        "schema": want_dict(fmt.get("schema"), "text.format.schema")}
+        for key in ("strict", "description"):
+            if fmt.get(key) is not None:
+                schema[key] = fmt[key]
+        chat["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif kind == "json_object":
+        chat["response_format"] = {"type": "json_object"}
+    elif kind != "text":
+        raise InvalidRequestError(f"text.format.type: '{kind}' is not supported",
+                                  param="text.format.type")

@@ -1,0 +1,134 @@
+"""Running a gateway process: open the bus, start the actor tree, serve HTTP with Hypercorn."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from actors import build_tree
+from bus import open_bus
+from gateway.app import create_app
+from schemas.config import GatewayConfig
+
+logger = logging.getLogger("llmgw")
+
+_READY_ATTEMPTS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """What ``llmgw serve`` was asked to run."""
+
+    host: str
+    port: int
+    bus_url: str
+    role: str
+
+
+def _announce(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+async def run(
+    config: GatewayConfig,
+    opts: ServeOptions,
+    *,
+    shutdown: asyncio.Event | None = None,
+    on_ready: Callable[[str], None] = _announce,
+) -> int:
+    """Run until ``shutdown`` is set (default: SIGINT/SIGTERM) or the actor tree gives up.
+
+    ``on_ready`` gets the ready line once the gateway answers. Returns the exit code.
+    """
+    from gateway.cli import bind_socket, install_shutdown
+
+    if shutdown is None:
+        shutdown = asyncio.Event()
+        install_shutdown(shutdown)
+    bus = await open_bus(opts.bus_url)
+    root = None
+    try:
+        if opts.role in ("all", "actors"):
+            root = build_tree(config)
+            await root.start(bus)
+            logger.info("actors started on %s (%d models)", opts.bus_url, len(config.models))
+        if opts.role == "actors":
+            on_ready(f"llmgw actors running on {opts.bus_url}")
+            return await _wait(shutdown, root)
+        sock = bind_socket(opts.host, opts.port)
+        port = sock.getsockname()[1]
+        hconf = HypercornConfig()
+        hconf.bind = [f"fd://{sock.fileno()}"]
+        hconf.accesslog = None
+        hconf.errorlog = logging.getLogger("hypercorn.error")
+        hconf.keep_alive_timeout = 75
+        hconf.graceful_timeout = 10
+        app = create_app(bus, config)
+        if config.admin_key is None:
+            logger.info("no admin key configured: X-Route-Pin is disabled")
+        server = asyncio.create_task(
+            serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+        )
+        await _until_answering(opts.host, port, server)
+        on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
+        code = await _wait(shutdown, root, server)
+        await server
+        sock.close()
+        return code
+    finally:
+        if root is not None:
+            await root.stop()
+        await bus.aclose()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _wait(shutdown: asyncio.Event, root: object, server: asyncio.Task[None] | None = None
+                ) -> int:
+    waits: list[asyncio.Future[object]] = [asyncio.ensure_future(shutdown.wait())]
+    if root is not None:
+        waits.append(asyncio.ensure_future(root.wait()))  # type: ignore[attr-defined]
+    if server is not None:
+        waits.append(server)  # type: ignore[arg-type]
+    done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    for task in done:
+        if task is not waits[0] and task.exception() is not None:
+            logger.error("stopping: %r", task.exception())
+            code = 1
+    shutdown.set()
+    for task in pending:
+        if task is not server:
+            task.cancel()
+    return code
+
+
+async def _until_answering(host: str, port: int, server: asyncio.Task[None]) -> None:
+    """Return once ``GET /health`` answers, so the ready line is true."""
+    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    for _ in range(_READY_ATTEMPTS):
+        if server.done():
+            server.result()
+            raise RuntimeError("the HTTP server stopped during startup")
+        try:
+            reader, writer = await asyncio.open_connection(target, port)
+        except OSError:
+            await asyncio.sleep(0.01)
+            continue
+        writer.write(b"GET /health HTTP/1.1\r\nhost: llmgw\r\nconnection: close\r\n\r\n")
+        await writer.drain()
+        status = await reader.readline()
+        writer.close()
+        if status.startswith(b"HTTP/1.1 200"):
+            return
+        await asyncio.sleep(0.01)
+    raise RuntimeError("the gateway did not answer /health during startup")

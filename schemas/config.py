@@ -1,0 +1,178 @@
+"""The YAML configuration, as pydantic models (every model forbids unknown keys).
+
+Endpoint ids are derived here, once, so the ingress and the actors agree on them:
+``{model_id}:local-{port}`` for a base URL on a local host, ``{model_id}:{name}`` from the
+hostname otherwise (``api.minimax.io`` -> ``minimax-api``), ``{model_id}:{kind}`` for a route
+without a base URL (``echo``). A second route of one model at the same place gets ``-2``, ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
+_LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def credential_id(secret: str) -> str:
+    """A short stable id for a credential; the only form of it that logs and events carry."""
+    return "k-" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+class RouteConfig(_Strict):
+    """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
+
+    kind: Literal["openai_compat", "anthropic", "echo"]
+    weight: float = Field(default=1.0, ge=0)
+    base_url: str = ""
+    provider_model_id: str = ""
+    api_key: str | None = None
+    api_keys: tuple[str, ...] = ()
+    input_modalities: tuple[str, ...] = ("text",)
+    context_window: int | None = Field(default=None, gt=0)
+    timeout_seconds: float = Field(default=600.0, gt=0)
+    connect_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _needs_base_url(self) -> RouteConfig:
+        if self.kind != "echo" and not self.base_url:
+            raise ValueError(f"a route of kind {self.kind!r} needs a base_url")
+        if self.base_url and urlsplit(self.base_url).scheme not in ("http", "https"):
+            raise ValueError("base_url must be an http:// or https:// URL")
+        return self
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Every credential of this route, in declared order."""
+        keys = list(self.api_keys)
+        if self.api_key and self.api_key not in keys:
+            keys.insert(0, self.api_key)
+        return tuple(keys)
+
+    @property
+    def credential_ids(self) -> tuple[str, ...]:
+        """The ids of :attr:`secrets`, in the same order."""
+        return tuple(credential_id(s) for s in self.secrets)
+
+    def location(self) -> str:
+        """The part of the endpoint id that names where this route lives."""
+        if not self.base_url:
+            return self.kind
+        parts = urlsplit(self.base_url)
+        host = (parts.hostname or "").lower()
+        if _is_local(host):
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            return f"local-{port}"
+        if self.kind not in ("openai_compat",):
+            return f"{self.kind}-api"
+        labels = host.split(".")
+        if len(labels) > 1:
+            labels = labels[:-1]  # the TLD says nothing about the provider
+        return "-".join(reversed(labels))
+
+
+def _is_local(host: str) -> bool:
+    if host in _LOCAL_HOSTS or host.endswith(".localhost"):
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_private or ip.is_link_local
+
+
+class ModelConfig(_Strict):
+    """A public model id and the routes that serve it (spec: the model-registry entry)."""
+
+    id: str = Field(min_length=1)
+    aliases: tuple[str, ...] = ()
+    router: str | None = None
+    router_params: dict[str, Any] = Field(default_factory=dict)
+    route: tuple[RouteConfig, ...] = ()
+    published: bool = True
+    owned_by: str = "llmgw"
+
+    def endpoint_ids(self) -> tuple[str, ...]:
+        """Endpoint id of each route, in declared order."""
+        seen: dict[str, int] = {}
+        out: list[str] = []
+        for r in self.route:
+            base = f"{self.id}:{r.location()}"
+            n = seen.get(base, 0) + 1
+            seen[base] = n
+            out.append(base if n == 1 else f"{base}-{n}")
+        return tuple(out)
+
+
+class CircuitConfig(_Strict):
+    """Endpoint health knobs; the spec's environment variables override these."""
+
+    failure_threshold: int = Field(default=3, ge=1)
+    cooldown_seconds: float = Field(default=30.0, gt=0)
+    min_availability: float = Field(default=0.7, ge=0, le=1)
+    ewma_alpha: float = Field(default=0.1, gt=0, le=1)
+
+
+class RoutingConfig(_Strict):
+    """The routing file's section: default strategy and health knobs."""
+
+    default_router: str = "fixed"
+    circuit: CircuitConfig = CircuitConfig()
+    decision_timeout_seconds: float = Field(default=5.0, gt=0)
+
+
+class ServerConfig(_Strict):
+    """Where the ingress listens and what it accepts."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+
+
+class BusConfig(_Strict):
+    """Which bus the process joins: ``inproc://`` (embedded) or ``nats://host:port``."""
+
+    url: str = "inproc://"
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, v: str) -> str:
+        if not (v.startswith(("inproc://", "nats://"))):
+            raise ValueError("bus url must start with inproc:// or nats://")
+        return v
+
+
+class GatewayConfig(_Strict):
+    """The whole configuration file."""
+
+    server: ServerConfig = ServerConfig()
+    bus: BusConfig = BusConfig()
+    routing: RoutingConfig = RoutingConfig()
+    admin_key: str | None = None
+    models: tuple[ModelConfig, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> GatewayConfig:
+        seen: set[str] = set()
+        for m in self.models:
+            for name in (m.id, *m.aliases):
+                if name in seen:
+                    raise ValueError(f"model id or alias {name!r} is declared twice")
+                seen.add(name)
+        return self
+
+    def model(self, name: str) -> ModelConfig | None:
+        """The model whose id or alias is ``name``."""
+        for m in self.models:
+            if m.id == name or name in m.aliases:
+                return m
+        return None

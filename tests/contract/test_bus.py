@@ -1,0 +1,334 @@
+"""One behaviour suite that every Bus implementation passes (in-process and NATS).
+
+Tests wait on results, never on time: to show a message was NOT delivered, a later message on
+the same subscription arrives first (delivery keeps publish order per subscription).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+
+from bus import (
+    Bus,
+    BusClosedError,
+    InProcessBus,
+    NatsBus,
+    NoRespondersError,
+    RequestTimeoutError,
+    open_bus,
+)
+from schemas import (
+    ErrorReply,
+    Observation,
+    ProbeGrant,
+    ProbeRequest,
+    RouteNotFoundError,
+    RoutePlan,
+    RouteRequest,
+    raise_for_reply,
+    subjects,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+
+    from bus import Envelope, Subscription
+    from schemas import Message
+
+WAIT_S = 10.0
+
+
+@pytest.fixture(params=["inprocess", pytest.param("nats", marks=pytest.mark.nats)])
+async def any_bus(request: pytest.FixtureRequest) -> AsyncIterator[Bus]:
+    """A fresh bus of each implementation, opened through ``open_bus``, closed afterwards."""
+    url = "inproc://" if request.param == "inprocess" else request.getfixturevalue("nats_url")
+    bus = await open_bus(url)
+    assert isinstance(bus, InProcessBus if request.param == "inprocess" else NatsBus)
+    try:
+        yield bus
+    finally:
+        await bus.aclose()
+
+
+@pytest.fixture
+def prefix() -> str:
+    """A subject root of this test alone, so tests on a shared NATS server cannot cross-talk."""
+    return f"t{uuid.uuid4().hex}"
+
+
+def probe(rid: str) -> ProbeRequest:
+    return ProbeRequest(request_id=rid)
+
+
+def rid_of(env: Envelope) -> str:
+    assert isinstance(env.message, ProbeRequest)
+    return env.message.request_id
+
+
+async def take(sub: Subscription, n: int) -> list[Envelope]:
+    """The next ``n`` envelopes of ``sub``."""
+    out: list[Envelope] = []
+    async with asyncio.timeout(WAIT_S):
+        async for env in sub:
+            out.append(env)
+            if len(out) == n:
+                break
+    return out
+
+
+async def answer(sub: Subscription, reply_for: Callable[[Envelope], Message]) -> None:
+    """Respond to every request on ``sub`` until it ends."""
+    async for env in sub:
+        await env.respond(reply_for(env))
+
+
+async def test_publish_to_subject_with_two_subscribers_delivers_to_both(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.a"
+    async with any_bus.subscribe(subject) as one, any_bus.subscribe(subject) as two:
+        await any_bus.publish(subject, probe("1"))
+        for sub in (one, two):
+            (env,) = await take(sub, 1)
+            assert (env.subject, env.message, env.reply) == (subject, probe("1"), None)
+
+
+async def test_publish_to_subject_without_subscribers_is_silently_dropped(
+    any_bus: Bus, prefix: str
+) -> None:
+    await any_bus.publish(f"{prefix}.nobody", probe("1"))
+
+
+async def test_publish_keeps_order_per_subscription(any_bus: Bus, prefix: str) -> None:
+    subject = f"{prefix}.seq"
+    async with any_bus.subscribe(subject) as sub:
+        for i in range(50):
+            await any_bus.publish(subject, probe(str(i)))
+        assert [rid_of(env) for env in await take(sub, 50)] == [str(i) for i in range(50)]
+
+
+async def test_star_wildcard_matches_exactly_one_token(any_bus: Bus, prefix: str) -> None:
+    async with any_bus.subscribe(f"{prefix}.*.x") as sub:
+        for subject in (f"{prefix}.x", f"{prefix}.a.b.x", f"{prefix}.a.y", f"{prefix}.a.x"):
+            await any_bus.publish(subject, probe(subject))
+        await any_bus.publish(f"{prefix}.b.x", probe("sentinel"))
+        got = [env.subject for env in await take(sub, 2)]
+    assert got == [f"{prefix}.a.x", f"{prefix}.b.x"]
+
+
+async def test_gt_wildcard_matches_one_or_more_trailing_tokens_but_not_zero(
+    any_bus: Bus, prefix: str
+) -> None:
+    async with any_bus.subscribe(f"{prefix}.a.>") as sub:
+        for subject in (f"{prefix}.a", f"{prefix}.b.c", f"{prefix}.a.b", f"{prefix}.a.b.c.d"):
+            await any_bus.publish(subject, probe(subject))
+        got = [env.subject for env in await take(sub, 2)]
+    assert got == [f"{prefix}.a.b", f"{prefix}.a.b.c.d"]
+
+
+async def test_queue_group_delivers_each_message_to_one_member_and_plain_subscribers_get_all(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.work"
+    sent = [str(i) for i in range(40)]
+    got: dict[str, list[str]] = {"a": [], "b": []}
+    loop = asyncio.get_running_loop()
+    sentinel_to: dict[str, asyncio.Future[str]] = {
+        "s1": loop.create_future(),
+        "s2": loop.create_future(),
+    }
+
+    async def member(name: str, sub: Subscription) -> None:
+        async for env in sub:
+            rid = rid_of(env)
+            got[name].append(rid)
+            if rid in sentinel_to and not sentinel_to[rid].done():
+                sentinel_to[rid].set_result(name)
+
+    members = {name: any_bus.subscribe(subject, queue="q") for name in got}
+    async with any_bus.subscribe(subject) as plain, asyncio.TaskGroup() as tg:
+        for name, cm in members.items():
+            tg.create_task(member(name, await cm.__aenter__()))
+        try:
+            for rid in sent:
+                await any_bus.publish(subject, probe(rid))
+            await any_bus.publish(subject, probe("s1"))
+            async with asyncio.timeout(WAIT_S):
+                first = await sentinel_to["s1"]
+            # `first` has seen all it was sent before s1; once it leaves, s2 can only go to
+            # the other member, which then has seen all it was sent too.
+            await members.pop(first).__aexit__(None, None, None)
+            await any_bus.publish(subject, probe("s2"))
+            async with asyncio.timeout(WAIT_S):
+                second = await sentinel_to["s2"]
+        finally:
+            for cm in members.values():
+                await cm.__aexit__(None, None, None)
+        everything = [rid_of(env) for env in await take(plain, len(sent) + 2)]
+
+    assert second != first
+    assert everything == [*sent, "s1", "s2"]
+    assert sorted(got["a"] + got["b"]) == sorted([*sent, "s1", "s2"])
+
+
+async def test_request_to_subject_with_responder_returns_its_reply(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.ask"
+    async with asyncio.TaskGroup() as tg, any_bus.subscribe(subject) as sub:
+        tg.create_task(answer(sub, lambda env: ProbeGrant(granted=rid_of(env) == "yes")))
+        reply = await any_bus.request(subject, probe("yes"), reply_type=ProbeGrant, timeout=WAIT_S)
+        assert reply == ProbeGrant(granted=True)
+        reply = await any_bus.request(subject, probe("no"), reply_type=ProbeGrant, timeout=WAIT_S)
+        assert reply == ProbeGrant(granted=False)
+
+
+async def test_request_to_queue_group_is_answered_once(any_bus: Bus, prefix: str) -> None:
+    subject = f"{prefix}.ask"
+    async with (
+        asyncio.TaskGroup() as tg,
+        any_bus.subscribe(subject, queue="q") as one,
+        any_bus.subscribe(subject, queue="q") as two,
+    ):
+        for sub in (one, two):
+            tg.create_task(answer(sub, lambda env: ProbeGrant(granted=True)))
+        for _ in range(5):
+            reply = await any_bus.request(subject, probe("x"), reply_type=ProbeGrant, timeout=5)
+            assert reply == ProbeGrant(granted=True)
+
+
+async def test_request_answered_with_error_reply_returns_error_reply(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = subjects.model_route(f"{prefix}/gone")
+    async with asyncio.TaskGroup() as tg, any_bus.subscribe(subject) as sub:
+        tg.create_task(answer(sub, lambda env: RouteNotFoundError("no model gone").to_reply()))
+        reply = await any_bus.request(
+            subject, RouteRequest(model="gone"), reply_type=RoutePlan, timeout=WAIT_S
+        )
+    assert reply == ErrorReply(code="route_not_found", message="no model gone")
+    with pytest.raises(RouteNotFoundError, match="no model gone"):
+        raise_for_reply(reply)
+
+
+async def test_request_to_silent_subscriber_raises_request_timeout(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.silent"
+    async with any_bus.subscribe(subject):
+        with pytest.raises(RequestTimeoutError):
+            await any_bus.request(subject, probe("1"), reply_type=ProbeGrant, timeout=0.05)
+
+
+async def test_request_to_subject_without_subscribers_raises_no_responders_at_once(
+    any_bus: Bus, prefix: str
+) -> None:
+    async with asyncio.timeout(WAIT_S / 2):  # far below the request's own timeout
+        with pytest.raises(NoRespondersError):
+            await any_bus.request(f"{prefix}.nobody", probe("1"), reply_type=ProbeGrant, timeout=60)
+
+
+async def test_request_after_subscription_ended_raises_no_responders(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.gone"
+    async with any_bus.subscribe(subject):
+        pass
+    with pytest.raises(NoRespondersError):
+        await any_bus.request(subject, probe("1"), reply_type=ProbeGrant, timeout=WAIT_S)
+
+
+async def test_close_while_subscribed_ends_iterator_and_later_calls_raise_bus_closed(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.closing"
+    first = asyncio.Event()
+
+    async def consume(sub: Subscription) -> int:
+        count = 0
+        async for _ in sub:
+            count += 1
+            first.set()
+        return count
+
+    async with any_bus.subscribe(subject) as sub:
+        consumer = asyncio.create_task(consume(sub))
+        await any_bus.publish(subject, probe("1"))
+        async with asyncio.timeout(WAIT_S):
+            await first.wait()
+            await any_bus.aclose()
+            assert await consumer == 1
+
+    with pytest.raises(BusClosedError):
+        await any_bus.publish(subject, probe("2"))
+    with pytest.raises(BusClosedError):
+        await any_bus.request(subject, probe("3"), reply_type=ProbeGrant, timeout=1)
+    with pytest.raises(BusClosedError):
+        async with any_bus.subscribe(subject):
+            pass
+    await any_bus.aclose()  # idempotent
+
+
+@pytest.mark.parametrize("raw", ["org/qwen2.5:7b", "a.b.c", "*", ">", "sp ace", "ünï", ""])
+async def test_ids_escaped_by_token_round_trip_through_a_wildcard_subscription(
+    any_bus: Bus, raw: str
+) -> None:
+    endpoint = f"{raw}{uuid.uuid4().hex}"
+    obs = Observation(endpoint=endpoint, model=raw, outcome="success")
+    async with any_bus.subscribe(subjects.OBSERVATION_ANY) as sub:
+        await any_bus.publish(subjects.observation(endpoint), obs)
+        async with asyncio.timeout(WAIT_S):
+            async for env in sub:  # a shared NATS server may carry others' observations
+                if isinstance(env.message, Observation) and env.message.endpoint == endpoint:
+                    break
+    assert env.subject == subjects.observation(endpoint)
+    assert subjects.untoken(env.subject.split(".")[-1]) == endpoint
+    assert env.message == obs
+
+
+@pytest.mark.parametrize("subject", ["", "a..b", "a.b.", "a.>.b", "a.b*", "a b"])
+async def test_subscribe_to_malformed_subject_raises_value_error(
+    any_bus: Bus, subject: str
+) -> None:
+    with pytest.raises(ValueError, match="invalid subject"):
+        async with any_bus.subscribe(subject):
+            pass
+
+
+@pytest.mark.parametrize("subject", ["", "a..b", "a.*", "a.>", "a b"])
+async def test_publish_or_request_to_malformed_subject_raises_value_error(
+    any_bus: Bus, subject: str
+) -> None:
+    with pytest.raises(ValueError, match="invalid subject"):
+        await any_bus.publish(subject, probe("1"))
+    with pytest.raises(ValueError, match="invalid subject"):
+        await any_bus.request(subject, probe("1"), reply_type=ProbeGrant, timeout=1)
+
+
+@pytest.mark.nats
+async def test_nats_subscription_entered_on_one_connection_answers_request_from_another(
+    nats_url: str, prefix: str
+) -> None:
+    server_side = await NatsBus.connect(nats_url, name="responder")
+    client_side = await NatsBus.connect(nats_url, name="requester")
+    try:
+        subject = f"{prefix}.remote"
+        async with asyncio.TaskGroup() as tg, server_side.subscribe(subject) as sub:
+            tg.create_task(answer(sub, lambda env: ProbeGrant(granted=True)))
+            reply = await client_side.request(
+                subject, probe("1"), reply_type=ProbeGrant, timeout=WAIT_S
+            )
+        assert reply == ProbeGrant(granted=True)
+    finally:
+        await client_side.aclose()
+        await server_side.aclose()
+
+
+@pytest.mark.nats
+async def test_nats_connect_to_unreachable_server_raises_bus_closed() -> None:
+    with pytest.raises(BusClosedError, match="cannot connect"):
+        await NatsBus.connect("nats://127.0.0.1:1", connect_timeout=0.5)
