@@ -226,12 +226,7 @@ class InProcessBus:
             route.deliver(Envelope(subject, message, None, None))
 
     async def request(
-        self,
-        subject: str,
-        msg: Message,
-        *,
-        reply_type: type[T],
-        timeout: float,  # noqa: ASYNC109 - the Bus protocol's per-request deadline
+        self, subject: str, msg: Message, *, reply_type: type[T], timeout: float
     ) -> T | ErrorReply:
         """Send ``msg`` to the subscribers of ``subject`` and return the first reply.
 

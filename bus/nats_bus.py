@@ -44,6 +44,7 @@ _MAX_OUTSTANDING_PINGS = 3
 _ATTEMPT_TIMEOUT_S = 2
 _OUTBOUND_BUFFER_BYTES = 8 * 1024 * 1024
 _SUBSCRIBE_CONFIRM_S = 5
+_CHECKED_MAX = 8192
 
 
 class NatsBus:
@@ -59,6 +60,7 @@ class NatsBus:
         self._nc = Client()
         self._pending_limit = pending_limit
         self._subs: set[BufferedSubscription] = set()
+        self._checked: set[str] = set()  # subjects already validated; bounded below
         self._closed = False
 
     @classmethod
@@ -110,26 +112,21 @@ class NatsBus:
         Raises BusClosedError (also when the reconnect buffer is full), ValueError, CodecError.
         """
         self._check_open()
-        check_subject(subject)
+        self._check_subject(subject)
         try:
             await self._nc.publish(subject, encode(msg))
         except nats.errors.Error as exc:
             raise self._mapped(exc, f"publish to {subject}") from exc
 
     async def request(
-        self,
-        subject: str,
-        msg: Message,
-        *,
-        reply_type: type[T],
-        timeout: float,  # noqa: ASYNC109 - the Bus protocol's per-request deadline
+        self, subject: str, msg: Message, *, reply_type: type[T], timeout: float
     ) -> T | ErrorReply:
         """Send ``msg`` to one subscriber of ``subject`` and return its reply.
 
         Raises NoRespondersError, RequestTimeoutError, BusClosedError, ValueError, CodecError.
         """
         self._check_open()
-        check_subject(subject)
+        self._check_subject(subject)
         try:
             reply = await self._nc.request(subject, encode(msg), timeout=timeout)
         except nats.errors.Error as exc:
@@ -154,6 +151,13 @@ class NatsBus:
         self._closed = True
         self._end_subscriptions()
         await self._close_client()
+
+    def _check_subject(self, subject: str) -> None:
+        if subject not in self._checked:
+            check_subject(subject)
+            if len(self._checked) >= _CHECKED_MAX:
+                self._checked.clear()
+            self._checked.add(subject)
 
     def _check_open(self) -> None:
         if self._closed:

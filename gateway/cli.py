@@ -1,8 +1,8 @@
-"""``llmgw``: the command-line entry point. ``llmgw serve`` runs the gateway.
+"""``llmgw``: the command-line entry point.
 
-``--role all`` (default) runs the actors and the ingress in one process; on NATS, one
-``--role actors`` process owns every actor's state and any number of ``--role ingress``
-processes serve HTTP.
+Each subcommand lives in its own module exposing ``register(subparsers)`` (adds its parser
+and sets ``func``) so commands stay independent: ``serve`` here; others are listed in
+``_COMMAND_MODULES``. ``func(args) -> int`` returns the exit code.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import logging
 import signal
 import socket
@@ -20,9 +21,13 @@ from gateway.config import ConfigError, load_config
 
 logger = logging.getLogger("llmgw")
 
+# Modules with register(subparsers); each adds one or more subcommands.
+_COMMAND_MODULES: tuple[str, ...] = ()
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmgw", description="LLM routing gateway")
+    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help="YAML config file (default: the bundled demo config)")
@@ -30,7 +35,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port; 0 picks a free one (default 8080)")
     serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
     serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
-    serve.add_argument("--log-level", default="INFO")
+    serve.set_defaults(func=_serve)
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
     return p
 
 
@@ -42,6 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
@@ -58,10 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
         return 2
-    try:
-        return asyncio.run(run(config, opts))
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(run(config, opts))
 
 
 def install_shutdown(event: asyncio.Event) -> None:

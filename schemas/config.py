@@ -151,12 +151,20 @@ class BusConfig(_Strict):
         return v
 
 
+class DatabaseConfig(_Strict):
+    """The SQLite database (WAL) holding keys, request logs and state that outlives a restart."""
+
+    path: str = "llmgw.sqlite3"
+
+
 class GatewayConfig(_Strict):
     """The whole configuration file."""
 
     server: ServerConfig = ServerConfig()
     bus: BusConfig = BusConfig()
     routing: RoutingConfig = RoutingConfig()
+    database: DatabaseConfig = DatabaseConfig()
+    auth: Literal["auto", "required"] = "auto"
     admin_key: str | None = None
     models: tuple[ModelConfig, ...] = ()
 

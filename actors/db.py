@@ -1,0 +1,44 @@
+"""The SQLite database every persistent owner shares: one file, WAL, one schema list.
+
+Each owner declares its tables as ``Migration``s and calls :func:`open_db` with them; tables
+are created if missing, so owners stay independent. WAL lets the CLI (``llmgw keys ...``)
+and the server use the same file at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiosqlite
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    """``statements`` create one owner's tables and indexes idempotently."""
+
+    name: str
+    statements: tuple[str, ...]
+
+
+async def open_db(path: str | Path, migrations: Iterable[Migration] = ()) -> aiosqlite.Connection:
+    """Open (creating) the database at ``path`` in WAL mode and apply ``migrations``.
+
+    Raises aiosqlite.Error (sqlite3.Error) when the file cannot be opened.
+    """
+    if str(path) != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    db = await aiosqlite.connect(str(path))
+    try:
+        await db.execute("PRAGMA journal_mode=WAL")
+        await db.execute("PRAGMA synchronous=NORMAL")
+        await db.execute("PRAGMA busy_timeout=5000")
+        for m in migrations:
+            for stmt in m.statements:
+                await db.execute(stmt)
+        await db.commit()
+    except BaseException:
+        await db.close()
+        raise
+    return db
