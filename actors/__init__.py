@@ -12,21 +12,23 @@ from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
 from actors.model import ModelActor
+from actors.snapshots import SnapshotStore
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUpError
 from actors.tree import build_tree
 
 __all__ = [
-    "EndpointActor",
-    "HealthActor",
-    "ModelActor",
-    "build_tree",
     "Actor",
     "ActorContext",
     "Cancellable",
     "ChildSpec",
+    "EndpointActor",
+    "HealthActor",
+    "ModelActor",
     "Restart",
     "Serve",
+    "SnapshotStore",
     "Strategy",
     "Supervisor",
     "SupervisorGaveUpError",
+    "build_tree",
 ]

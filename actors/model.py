@@ -1,9 +1,14 @@
 """ModelActor: owns one public model's routing decisions.
 
-It keeps a view of its endpoints' states (fed by their state events), hosts the model's
-strategy, and answers every RouteRequest with a RoutePlan: the primary the strategy picked,
-then the other admissible routes in declaration order. The only thing it asks an owner for at
-decision time is the scarce half-open probe lease.
+It holds the model's route table (effective weights: configured, admin overrides, the
+local/remote split), a view of its endpoints' circuit states (fed by their state events),
+session affinity pins and prefill load, and the model's strategy. Every RouteRequest is
+answered with a RoutePlan: the primary first, then the other admissible routes in
+declaration order. The only thing it asks another owner for at decision time is the scarce
+half-open probe lease, and only for the route it is about to use.
+
+Selection follows the spec's order: published routes -> modality filter -> explicit pin ->
+context window -> weight and circuit admission -> session affinity -> prefill-aware draw.
 """
 
 from __future__ import annotations
@@ -11,211 +16,318 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import msgspec
+
+from actors.affinity import AffinityTable
 from actors.base import Actor, ActorContext, Serve
 from actors.health import CLOSED, HALF_OPEN, OPEN
-from actors.strategies import RouteView, RoutingStrategy, build_strategy
+from actors.prefill import PrefillLoad
+from actors.route_table import RouteEntry, RouteTable
+from actors.snapshots import SnapshotStore
+from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     AllCircuitsOpenError,
     EndpointState,
+    FirstToken,
+    InvalidRequestError,
+    LocalHealth,
     ModelStatus,
     ModelStatusRequest,
     NoRouteForModalityError,
+    Observation,
     PinNotFoundError,
     ProbeGrant,
     ProbeRequest,
-    RouteCandidate,
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
-    RouteStatus,
+    SetWeight,
     StateRequest,
     subjects,
 )
-from schemas.config import ModelConfig, RouteConfig
+from schemas.config import ModelConfig, RoutingConfig
 
 logger = logging.getLogger(__name__)
 
 _PROBE_LEASE_TIMEOUT = 2.0
 _UNKNOWN_RECOVERY_SECONDS = 1.0
+_PIN_FLUSH_SECONDS = 1.0
 
 
-class _Route:
-    """A route as the ModelActor holds it: config, id, effective weight, last known state."""
+@dataclass(frozen=True, slots=True)
+class _FlushSnapshot:
+    """Local timer message: persist pins changed since the last flush."""
 
-    __slots__ = ("candidate", "config", "endpoint", "index", "state", "weight")
 
-    def __init__(self, index: int, endpoint: str, config: RouteConfig) -> None:
-        self.index = index
-        self.endpoint = endpoint
-        self.config = config
-        self.weight = config.weight
-        self.state: EndpointState | None = None
-        creds = config.credential_ids
-        self.candidate = RouteCandidate(
-            endpoint=endpoint,
-            kind=config.kind,
-            base_url=config.base_url,
-            upstream_model=config.provider_model_id,
-            credential_id=creds[0] if creds else "",
-        )
-
-    @property
-    def circuit(self) -> str:
-        return self.state.circuit_state if self.state else CLOSED
-
-    def view(self) -> RouteView:
-        return RouteView(self.index, self.endpoint, self.weight, self.config)
+class _Snapshot(msgspec.Struct):
+    weights: dict[str, float] = {}
+    pins: dict[str, tuple[str, float]] = {}
 
 
 class ModelActor(Actor):
-    """One per public model id. Raises (as ErrorReply) RouteNotFoundError,
-    NoRouteForModalityError, PinNotFoundError, AllCircuitsOpenError."""
+    """One per public model id. Answers (as ErrorReply) RouteNotFoundError,
+    NoRouteForModalityError, PinNotFoundError, InvalidRequestError (context window, bad
+    weight) and AllCircuitsOpenError (with ``retry_after``)."""
 
     def __init__(
         self,
         model: ModelConfig,
-        default_router: str,
+        routing: RoutingConfig,
         *,
+        snapshots: SnapshotStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = f"model:{model.id}"
         self._model = model
-        self._router = model.router or default_router
+        self._routing = routing
+        self._router = model.router or routing.default_router
+        self._snapshots = snapshots
         self._clock = clock
         ids = model.endpoint_ids()
         self.serves = (
             Serve(subjects.model_route(model.id)),
             Serve(subjects.model_status(model.id)),
+            Serve(subjects.model_weights(model.id)),
+            Serve(subjects.model_first_token(model.id)),
             *(Serve(subjects.endpoint_state(e)) for e in ids),
+            *(Serve(subjects.observation(e)) for e in ids),
+            *(Serve(subjects.endpoint_local_health(e)) for e in ids),
         )
-        self._endpoint_ids = ids
+
+    # -- lifecycle ----------------------------------------------------------------------
 
     async def on_start(self, ctx: ActorContext) -> None:
-        """Build the route table and strategy; seed the view from the endpoints' owners."""
+        """Build routes, strategy and tables; restore the snapshot; seed the circuit view."""
         self.ctx = ctx
-        self._routes = [
-            _Route(i, e, r)
-            for i, (e, r) in enumerate(zip(self._endpoint_ids, self._model.route, strict=True))
-        ]
-        self._by_endpoint = {r.endpoint: r for r in self._routes}
-        self._strategy: RoutingStrategy = build_strategy(self._router, self._model.router_params)
-        for r in self._routes:
+        self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
+        self._strategy: RoutingStrategy = build_strategy(
+            self._router, self._model.router_params, StrategyDeps(prefill=self._routing.prefill)
+        )
+        aff = self._routing.affinity
+        self._affinity = AffinityTable(aff.ttl_seconds, aff.sweep_threshold)
+        pre = self._routing.prefill
+        self._prefill = PrefillLoad(elephant_tokens=pre.elephant_tokens,
+                                    hint_ttl=pre.hint_ttl_seconds)
+        self._flush_scheduled = False
+        await self._restore()
+        for r in self._table.routes:
             try:
-                reply = await ctx.bus.request(
-                    subjects.endpoint_get(r.endpoint), StateRequest(), reply_type=EndpointState,
-                    timeout=1.0,
-                )
+                reply = await ctx.bus.request(subjects.endpoint_get(r.endpoint), StateRequest(),
+                                              reply_type=EndpointState, timeout=1.0)
             except (NoRespondersError, RequestTimeoutError):
                 continue
             if isinstance(reply, EndpointState):
                 r.state = reply
 
+    async def on_stop(self) -> None:
+        """Persist pins not yet flushed."""
+        await self._save()
+
+    async def _restore(self) -> None:
+        if self._snapshots is None:
+            return
+        raw = await self._snapshots.load(self.name)
+        if raw is None:
+            return
+        try:
+            snap = msgspec.json.decode(raw, type=_Snapshot)
+        except msgspec.DecodeError:
+            logger.warning("ignoring unreadable snapshot of %s", self.name)
+            return
+        self._table.restore_overrides(snap.weights)
+        self._affinity.restore(snap.pins, self._clock())
+
+    async def _save(self) -> None:
+        if self._snapshots is None:
+            return
+        now = self._clock()
+        snap = _Snapshot(weights=self._table.overrides(), pins=self._affinity.snapshot(now))
+        await self._snapshots.save(self.name, msgspec.json.encode(snap), now)
+
+    def _pins_changed(self) -> None:
+        if self._snapshots is not None and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.ctx.call_later(_PIN_FLUSH_SECONDS, _FlushSnapshot())
+
+    # -- messages -----------------------------------------------------------------------
+
     async def handle(self, env: Envelope) -> None:
-        """Route requests, status requests, endpoint state events."""
+        """Route and status requests, admin weights, and the events feeding the views."""
         match env.message:
             case RouteRequest() as req:
                 await env.respond(await self.plan(req))
+            case Observation() as obs:
+                self._observed(obs)
+            case FirstToken() as ft:
+                self._prefill.release(ft.request_id)
             case EndpointState() as st:
-                route = self._by_endpoint.get(st.endpoint)
-                if route is not None and (route.state is None or st.seq >= route.state.seq):
-                    route.state = st
+                self._table.update_state(st)
+            case SetWeight() as cmd:
+                self._table.set_weight(cmd.endpoint, cmd.weight)  # raises InvalidRequestError
+                await self._save()
+                logger.info("weight of %s set to %s", cmd.endpoint,
+                            "configured" if cmd.weight is None else cmd.weight)
+                await env.respond(self.status())
+            case LocalHealth() as lh:
+                self._table.set_local_health(lh.endpoint, lh.healthy)
             case ModelStatusRequest():
                 await env.respond(self.status())
 
+    async def handle_local(self, msg: object) -> None:
+        """Timer: flush the snapshot."""
+        if isinstance(msg, _FlushSnapshot):
+            self._flush_scheduled = False
+            await self._save()
+
+    def _observed(self, obs: Observation) -> None:
+        now = self._clock()
+        self._prefill.release(obs.request_id)
+        if obs.outcome == "success":
+            self._prefill.remember(obs.caller, obs.endpoint, obs.prompt_estimate, now)
+        elif obs.outcome in ("failure", "client_error") and obs.caller:
+            # Spec: any error from the pinned endpoint drops the pin.
+            if self._affinity.drop(obs.caller, obs.endpoint):
+                self._pins_changed()
+        self._strategy.observe(obs)
+
     def status(self) -> ModelStatus:
         """Routes with effective weights and the circuits this actor sees."""
-        return ModelStatus(
-            model=self._model.id,
-            router=self._router,
-            routes=tuple(
-                RouteStatus(
-                    endpoint=r.endpoint,
-                    kind=r.config.kind,
-                    weight=r.weight,
-                    configured_weight=r.config.weight,
-                    circuit_state=r.circuit,
-                )
-                for r in self._routes
-            ),
-        )
+        return self._table.status(self._router)
+
+    # -- the decision -------------------------------------------------------------------
 
     async def plan(self, req: RouteRequest) -> RoutePlan:
         """Decide which routes serve ``req``, primary first. Raises GatewayError subclasses."""
-        routes = [r for r in self._routes if r.weight > 0 or req.pin]
-        if not self._model.published or not routes:
+        now = self._clock()
+        routes = self._table.published()
+        if not routes:
             raise RouteNotFoundError(f"model {self._model.id!r} has no published route")
         if req.modalities:
             needed = set(req.modalities)
-            routes = [r for r in routes if needed <= set(r.config.input_modalities)]
+            routes = [r for r in routes if needed <= r.modalities]
             if not routes:
                 raise NoRouteForModalityError(
                     f"no route of model {self._model.id!r} accepts input modalities "
                     f"{', '.join(sorted(needed))}"
                 )
         if req.pin:
-            pinned = self._by_endpoint.get(req.pin)
-            if pinned is None or pinned not in routes:
+            pinned = next((r for r in routes if r.endpoint == req.pin), None)
+            if pinned is None:
                 raise PinNotFoundError(f"X-Route-Pin {req.pin!r} matches no route of this model")
             return RoutePlan(model=self._model.id, candidates=(pinned.candidate,), pinned=True,
                              reason="pin")
-        admissible: list[_Route] = []
-        probes: dict[str, RouteCandidate] = {}
-        now = self._clock()
-        for r in routes:
-            if r.weight <= 0:
-                continue
-            if await self._admits(r, now, probes):
-                admissible.append(r)
-        if not admissible:
+        if req.prompt_tokens:
+            fitting = [r for r in routes if r.fits(req.prompt_tokens)]
+            if not fitting:
+                widest = max(r.config.context_window or 0 for r in routes)
+                raise InvalidRequestError(
+                    f"the prompt (about {req.prompt_tokens} tokens) does not fit the context "
+                    f"window of any route of model {self._model.id!r} (widest: {widest})",
+                    param="messages",
+                )
+            routes = fitting
+        closed = [r for r in routes if r.weight > 0 and self._closed(r, now)]
+        probing = [r for r in routes if r.weight > 0 and self._probe_eligible(r, now)]
+        if not closed and not probing:
             raise AllCircuitsOpenError(
                 f"every route of model {self._model.id!r} is unavailable (circuits open)",
                 retry_after=self._earliest_recovery(routes, now),
             )
-        primary = self._strategy.select([r.view() for r in admissible], req)
-        ordered = [self._by_endpoint[primary.endpoint]]
-        ordered += [r for r in admissible if r.endpoint != primary.endpoint]
+        primary, reason = await self._choose(req, closed, probing, now)
+        if primary is None:
+            raise AllCircuitsOpenError(
+                f"every route of model {self._model.id!r} is unavailable (probe in flight)",
+                retry_after=self._earliest_recovery(routes, now),
+            )
+        entry, probe = primary
+        rest = [r.candidate for r in closed if r is not entry]
         return RoutePlan(
             model=self._model.id,
-            candidates=tuple(probes.get(r.endpoint, r.candidate) for r in ordered),
-            reason=self._router,
+            candidates=(entry.probe_candidate if probe else entry.candidate, *rest),
+            reason=reason,
         )
 
-    async def _admits(self, r: _Route, now: float, probes: dict[str, RouteCandidate]) -> bool:
-        state = r.state
-        if state is None or state.circuit_state == CLOSED:
-            return True
-        cooling = state.circuit_state == OPEN and (state.open_until or 0) > now
-        if cooling or (state.circuit_state == HALF_OPEN and state.probe_in_flight):
+    async def _choose(self, req: RouteRequest, closed: list[RouteEntry],
+                      probing: list[RouteEntry], now: float
+                      ) -> tuple[tuple[RouteEntry, bool] | None, str]:
+        """The primary (and whether it is the half-open probe) and why it was chosen."""
+        pre = self._routing.prefill
+        uncached = {r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens,
+                                                       now) for r in (*closed, *probing)}
+        pool = [*closed, *probing]
+        if pre.enabled:
+            # Elephants skip endpoints already at their elephant limit, unless all are.
+            roomy = [r for r in pool if not (self._prefill.is_elephant(uncached[r.endpoint])
+                     and self._prefill.elephants(r.endpoint) >= pre.elephant_limit)]
+            pool = roomy or pool
+        reason = self._router
+        use_affinity = self._routing.affinity.enabled and bool(req.caller)
+        if use_affinity:
+            pinned_id = self._affinity.get(req.caller, now)
+            if pinned_id is not None:
+                pinned = next((r for r in closed if r.endpoint == pinned_id), None)
+                if pinned is None:
+                    self._affinity.drop(req.caller)  # no longer admissible: fresh pick
+                    self._pins_changed()
+                elif pre.enabled and self._prefill.backlog(pinned_id) > pre.affinity_ceiling:
+                    pool = [r for r in pool if r is not pinned] or pool
+                    reason = "affinity_abandoned"
+                else:
+                    self._commit(req, pinned, uncached, now, use_affinity)
+                    return (pinned, False), "affinity"
+        while pool:
+            views = [r.view(self._prefill.backlog(r.endpoint)) for r in pool]
+            pick = self._strategy.select(views, req)
+            entry = next(r for r in pool if r.endpoint == pick.endpoint)
+            if entry in closed:
+                self._commit(req, entry, uncached, now, use_affinity)
+                return (entry, False), reason
+            if await self._lease_probe(entry):
+                self._commit(req, entry, uncached, now, use_affinity)
+                return (entry, True), "probe"
+            pool = [r for r in pool if r is not entry]
+            probing = [r for r in probing if r is not entry]
+            if not closed and not probing:
+                break
+        return None, reason
+
+    def _commit(self, req: RouteRequest, entry: RouteEntry, uncached: dict[str, int],
+                now: float, use_affinity: bool) -> None:
+        if use_affinity:
+            self._affinity.pin(req.caller, entry.endpoint, now)
+            self._pins_changed()
+        if self._routing.prefill.enabled:
+            self._prefill.acquire(req.request_id, entry.endpoint, uncached[entry.endpoint], now)
+
+    @staticmethod
+    def _closed(r: RouteEntry, now: float) -> bool:
+        return r.circuit == CLOSED
+
+    @staticmethod
+    def _probe_eligible(r: RouteEntry, now: float) -> bool:
+        st = r.state
+        if st is None or st.circuit_state == CLOSED:
             return False
+        if st.circuit_state == OPEN:
+            return (st.open_until or 0) <= now
+        return st.circuit_state == HALF_OPEN and not st.probe_in_flight
+
+    async def _lease_probe(self, r: RouteEntry) -> bool:
         try:
-            grant = await self.ctx.bus.request(
-                subjects.endpoint_probe(r.endpoint),
-                ProbeRequest(),
-                reply_type=ProbeGrant,
-                timeout=_PROBE_LEASE_TIMEOUT,
-            )
+            grant = await self.ctx.bus.request(subjects.endpoint_probe(r.endpoint),
+                                               ProbeRequest(), reply_type=ProbeGrant,
+                                               timeout=_PROBE_LEASE_TIMEOUT)
         except (NoRespondersError, RequestTimeoutError):
             logger.warning("probe lease for %s not answered", r.endpoint)
             return False
-        if isinstance(grant, ProbeGrant) and grant.granted:
-            probes[r.endpoint] = RouteCandidate(
-                endpoint=r.candidate.endpoint,
-                kind=r.candidate.kind,
-                base_url=r.candidate.base_url,
-                upstream_model=r.candidate.upstream_model,
-                credential_id=r.candidate.credential_id,
-                probe=True,
-            )
-            return True
-        return False
+        return isinstance(grant, ProbeGrant) and grant.granted
 
-    def _earliest_recovery(self, routes: list[_Route], now: float) -> float:
-        waits = [
-            max(0.0, r.state.open_until - now)
-            for r in routes
-            if r.state is not None and r.state.open_until is not None
-        ]
+    @staticmethod
+    def _earliest_recovery(routes: list[RouteEntry], now: float) -> float:
+        waits = [max(0.0, r.state.open_until - now) for r in routes
+                 if r.state is not None and r.state.open_until is not None]
         # A half-open endpoint whose probe is out has no open_until: ask again shortly.
         return min(waits) if waits else _UNKNOWN_RECOVERY_SECONDS

@@ -16,11 +16,17 @@ from collections.abc import Callable
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
 from actors.model import ModelActor
+from actors.snapshots import SnapshotStore
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from schemas.config import GatewayConfig
 
 
-def build_tree(config: GatewayConfig, *, clock: Callable[[], float] | None = None) -> Supervisor:
+def build_tree(
+    config: GatewayConfig,
+    *,
+    snapshots: SnapshotStore | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Supervisor:
     """The root supervisor for ``config``; start it with ``await root.start(bus)``."""
     circuit = config.routing.circuit
     endpoint_specs: list[ChildSpec | Supervisor] = []
@@ -40,7 +46,7 @@ def build_tree(config: GatewayConfig, *, clock: Callable[[], float] | None = Non
         model_specs.append(
             ChildSpec(
                 f"model:{model.id}",
-                functools.partial(ModelActor, model, config.routing.default_router, **extra),
+                functools.partial(ModelActor, model, config.routing, snapshots=snapshots, **extra),
                 restart=Restart.PERMANENT,
             )
         )

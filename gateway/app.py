@@ -8,10 +8,10 @@ included) and publish one observation per attempt. Errors are answered in the ca
 from __future__ import annotations
 
 import asyncio
-import hmac
 import itertools
 import logging
 import os
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -19,13 +19,16 @@ import httpx
 import msgspec
 
 from bus import Bus
+from gateway import admin_routing
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
+from gateway.admin_auth import is_admin
 from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.errors import error_code, error_param, http_status, retry_after_header
 from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
 from gateway.http import HttpRequest, Receive, Scope, Send
+from gateway.identity import affinity_key
 from gateway.surfaces import CHAT, Surface
 from schemas import (
     GatewayError,
@@ -37,6 +40,7 @@ from schemas import (
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
+    UnauthorizedError,
     UpstreamError,
     raise_for_reply,
     subjects,
@@ -49,6 +53,7 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _DEGRADED_AVAILABILITY = 0.9
+Handler = Callable[[HttpRequest], Awaitable[None]]
 
 
 def make_http_client() -> httpx.AsyncClient:
@@ -85,6 +90,11 @@ class GatewayApp:
             ("GET", "/routing"): self._routing,
         }
         self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT}
+        # Routes with path parameters: (method, prefix) -> handler, tried after exact ones.
+        self._prefix_routes: dict[tuple[str, str], Handler] = {
+            ("PUT", admin_routing.PREFIX): self._admin_weights,
+            ("DELETE", admin_routing.PREFIX): self._admin_weights,
+        }
 
     # -- ASGI ---------------------------------------------------------------------------
 
@@ -118,11 +128,13 @@ class GatewayApp:
             self._client = None
 
     async def _http(self, req: HttpRequest) -> None:
-        handler = self._routes.get((req.method, req.path))
+        handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
         surface = self._surfaces.get(req.path, CHAT)
         try:
             if handler is None:
-                if any(path == req.path for _, path in self._routes):
+                if any(path == req.path for _, path in self._routes) or any(
+                    req.path.startswith(prefix) for _, prefix in self._prefix_routes
+                ):
                     await self._send_error(req, surface, 405, "method not allowed",
                                            "invalid_request")
                 else:
@@ -137,6 +149,12 @@ class GatewayApp:
             logger.exception("unhandled error serving %s %s", req.method, req.path)
             if not req.started:
                 await self._send_error(req, surface, 500, "internal gateway error", "internal")
+
+    def _prefix_handler(self, req: HttpRequest) -> Handler | None:
+        for (method, prefix), handler in self._prefix_routes.items():
+            if method == req.method and req.path.startswith(prefix):
+                return handler
+        return None
 
     async def _send_gateway_error(self, req: HttpRequest, surface: Surface,
                                   err: GatewayError) -> None:
@@ -168,13 +186,9 @@ class GatewayApp:
         return model
 
     def _pin(self, req: HttpRequest) -> str | None:
+        """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid)."""
         pin = req.header("x-route-pin")
-        admin = self._config.admin_key
-        if not pin or not admin:
-            return None
-        auth = req.header("authorization") or ""
-        presented = auth[7:] if auth[:7].lower() == "bearer " else ""
-        return pin if hmac.compare_digest(presented.encode(), admin.encode()) else None
+        return pin if pin and is_admin(req, self._config) else None
 
     async def _plan(self, model: ModelConfig, route_req: RouteRequest) -> RoutePlan:
         reply = await self._bus.request(
@@ -184,14 +198,17 @@ class GatewayApp:
         return raise_for_reply(reply)
 
     def _info(
-        self, req: HttpRequest, model: ModelConfig, surface: str, stream: bool
+        self, req: HttpRequest, model: ModelConfig, surface: str, stream: bool,
+        prompt_estimate: int = 0,
     ) -> RequestInfo:
         return RequestInfo(
             request_id=f"{self._id_prefix}{next(self._ids)}",
             model=model.id,
             surface=surface,
             stream=stream,
-            caller=f"ip:{req.client_host()}",
+            caller=affinity_key(req, key_hash=None,
+                                trust_proxy_headers=self._config.routing.trust_proxy_headers),
+            prompt_estimate=prompt_estimate,
         )
 
     async def _chat(self, req: HttpRequest) -> None:
@@ -203,10 +220,10 @@ class GatewayApp:
         requested = str(body["model"])
         model = self._resolve(requested)
         stream = bool(body.get("stream"))
-        info = self._info(req, model, surface.name, stream)
+        info = self._info(req, model, surface.name, stream, estimate_prompt_tokens(size))
         plan = await self._plan(model, RouteRequest(
             model=model.id, caller=info.caller, modalities=input_modalities(body),
-            prompt_tokens=estimate_prompt_tokens(size), pin=self._pin(req),
+            prompt_tokens=info.prompt_estimate, pin=self._pin(req),
             surface=surface.name, request_id=info.request_id,
         ))
         await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
@@ -341,6 +358,15 @@ class GatewayApp:
                 {"endpoint": r.endpoint, "provider": r.kind, "weight": r.weight,
                  "circuit_state": r.circuit_state} for r in status.routes]}
         await req.respond(200, _encode({"models": models}))
+
+
+    # -- admin --------------------------------------------------------------------------
+
+    async def _admin_weights(self, req: HttpRequest) -> None:
+        if not is_admin(req, self._config):
+            raise UnauthorizedError("admin endpoints need the admin key")
+        await admin_routing.set_weight(req, self._bus, self._config,
+                                       self._config.routing.decision_timeout_seconds)
 
 
 def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:

@@ -16,7 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from actors.strategies import validate_strategy
-from schemas.config import GatewayConfig
+from schemas.config import GatewayConfig, RoutingConfig
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEMO_CONFIG = "demo.yaml"
@@ -65,30 +65,36 @@ def parse_config(text: str, *, source: str = "<config>") -> GatewayConfig:
 
 
 # The spec's knobs keep the spec's environment variable names; the environment wins.
-_CIRCUIT_ENV = {
-    "CIRCUIT_FAILURE_THRESHOLD": "failure_threshold",
-    "CIRCUIT_COOLDOWN_SECONDS": "cooldown_seconds",
-    "CIRCUIT_MIN_AVAILABILITY": "min_availability",
-    "ROUTER_HEALTH_EWMA_ALPHA": "ewma_alpha",
+_ROUTING_ENV: dict[str, tuple[str, str]] = {
+    "CIRCUIT_FAILURE_THRESHOLD": ("circuit", "failure_threshold"),
+    "CIRCUIT_COOLDOWN_SECONDS": ("circuit", "cooldown_seconds"),
+    "CIRCUIT_MIN_AVAILABILITY": ("circuit", "min_availability"),
+    "ROUTER_HEALTH_EWMA_ALPHA": ("circuit", "ewma_alpha"),
+    "ROUTING_AFFINITY_ENABLED": ("affinity", "enabled"),
+    "ROUTING_PREFILL_AWARE_ENABLED": ("prefill", "enabled"),
+    "ROUTING_PREFILL_INTERVENE_TOKENS": ("prefill", "intervene_tokens"),
+    "ROUTING_PREFILL_ELEPHANT_TOKENS": ("prefill", "elephant_tokens"),
+    "ROUTING_PREFILL_ELEPHANT_LIMIT": ("prefill", "elephant_limit"),
+    "ROUTING_PREFILL_AFFINITY_CEILING": ("prefill", "affinity_ceiling"),
+    "ROUTING_PREFILL_HINT_TTL_SEC": ("prefill", "hint_ttl_seconds"),
+    "TRUST_PROXY_HEADERS": ("", "trust_proxy_headers"),
 }
 
 
 def _apply_env_overrides(config: GatewayConfig, source: str) -> GatewayConfig:
-    circuit = config.routing.circuit.model_dump()
-    for var, field in _CIRCUIT_ENV.items():
+    routing = config.routing.model_dump()
+    for var, (section, key) in _ROUTING_ENV.items():
         if var in os.environ:
-            circuit[field] = os.environ[var]
+            (routing[section] if section else routing)[key] = os.environ[var]
     admin_key = os.environ.get("LLMGW_ADMIN_KEY") or config.admin_key
     try:
-        routing = config.routing.model_validate(
-            {**config.routing.model_dump(), "circuit": circuit}
-        )
+        validated = RoutingConfig.model_validate(routing)
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(
             f"{source}: environment override of routing.{format_path(err['loc'])}: {err['msg']}"
         ) from None
-    return config.model_copy(update={"routing": routing, "admin_key": admin_key})
+    return config.model_copy(update={"routing": validated, "admin_key": admin_key})
 
 
 def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:

@@ -23,7 +23,16 @@ import anyio
 from bus import Bus
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
-from schemas import GatewayError, Observation, RouteCandidate, RoutePlan, UpstreamError, subjects
+from schemas import (
+    FirstToken,
+    GatewayError,
+    Message,
+    Observation,
+    RouteCandidate,
+    RoutePlan,
+    UpstreamError,
+    subjects,
+)
 from schemas.config import GatewayConfig, RouteConfig
 
 logger = logging.getLogger(__name__)
@@ -66,6 +75,7 @@ class RequestInfo:
     surface: str
     stream: bool
     caller: str = ""
+    prompt_estimate: int = 0
     started: float = field(default_factory=time.perf_counter)
 
 
@@ -93,14 +103,41 @@ def _outcome_of(err: UpstreamError) -> str:
     return "failure" if err.counts_against_endpoint else "client_error"
 
 
+_CONTEXT_MARKERS = (
+    b"context_length_exceeded",
+    b"maximum context length",
+    b"context window",
+    b"prompt is too long",
+    b"too many tokens",
+)
+
+
+def is_context_refusal(err: UpstreamError) -> bool:
+    """Whether the upstream refused the prompt as longer than its context window."""
+    if err.status not in (400, 413, 422):
+        return False
+    text = err.body.lower() + err.message.lower().encode()
+    return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
 class _Failures:
-    """The errors of a request's attempts, and which one the client is shown."""
+    """The errors of a request's attempts, which one the client is shown, and which
+    remaining routes a context-length refusal rules out."""
 
     def __init__(self) -> None:
         self.errors: list[UpstreamError] = []
+        self._refused_window: int | None = None
 
-    def add(self, err: UpstreamError) -> None:
+    def add(self, err: UpstreamError, c: RouteCandidate) -> None:
         self.errors.append(err)
+        if c.context_window is not None and is_context_refusal(err):
+            # A refusal says something about every route no wider than this one.
+            self._refused_window = max(self._refused_window or 0, c.context_window)
+
+    def rules_out(self, c: RouteCandidate) -> bool:
+        """True for a route whose window is no wider than one that refused the prompt."""
+        refused = self._refused_window
+        return refused is not None and c.context_window is not None and c.context_window <= refused
 
     def final(self) -> UpstreamError:
         for err in self.errors:
@@ -154,12 +191,17 @@ class Dispatcher:
             surface=info.surface,
             credential_id=c.credential_id,
             ts=time.time(),
+            prompt_estimate=info.prompt_estimate,
         )
+        await self._publish(subjects.observation(c.endpoint), obs)
+
+    async def _publish(self, subject: str, msg: Message) -> None:
+        """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
         try:
             with anyio.CancelScope(shield=True):
-                await self._bus.publish(subjects.observation(c.endpoint), obs)
+                await self._bus.publish(subject, msg)
         except GatewayError as exc:
-            logger.warning("observation for %s not published: %s", c.endpoint, exc)
+            logger.warning("event on %s not published: %s", subject, exc)
 
     async def call(
         self,
@@ -170,12 +212,14 @@ class Dispatcher:
         """Try each candidate with ``op`` until one answers. Raises the deterministic error."""
         failures = _Failures()
         for attempt, c in enumerate(plan.candidates, start=1):
+            if failures.rules_out(c):
+                continue
             started = time.perf_counter()
             try:
                 body = await op(self._adapter(c), self._targets.resolve(c))
             except UpstreamError as err:
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
-                failures.add(err)
+                failures.add(err, c)
                 continue
             except anyio.get_cancelled_exc_class():
                 await self.observe(info, c, attempt, "cancelled", started)
@@ -189,6 +233,8 @@ class Dispatcher:
         deterministic error when none does."""
         failures = _Failures()
         for attempt, c in enumerate(plan.candidates, start=1):
+            if failures.rules_out(c):
+                continue
             started = time.perf_counter()
             chunks = self._adapter(c).stream(self._targets.resolve(c), body)
             try:
@@ -203,10 +249,14 @@ class Dispatcher:
                 await self.observe(info, c, attempt, "cancelled", started)
                 raise
             else:
+                if attempt == 1:  # only the primary holds a prefill lease
+                    await self._publish(subjects.model_first_token(info.model),
+                                        FirstToken(endpoint=c.endpoint,
+                                                   request_id=info.request_id))
                 return StreamAttempt(self, info, c, attempt, started, first, chunks)
             await _aclose(chunks)
             await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
-            failures.add(err)
+            failures.add(err, c)
         raise failures.final()
 
     def _adapter(self, c: RouteCandidate) -> Adapter:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
-from actors import build_tree
+from actors import SnapshotStore, build_tree
 from bus import open_bus
 from gateway.app import create_app
 from schemas.config import GatewayConfig
@@ -54,9 +54,11 @@ async def run(
         install_shutdown(shutdown)
     bus = await open_bus(opts.bus_url)
     root = None
+    snapshots: SnapshotStore | None = None
     try:
         if opts.role in ("all", "actors"):
-            root = build_tree(config)
+            snapshots = await SnapshotStore.open(config.database.path)
+            root = build_tree(config, snapshots=snapshots)
             await root.start(bus)
             logger.info("actors started on %s (%d models)", opts.bus_url, len(config.models))
         if opts.role == "actors":
@@ -65,7 +67,9 @@ async def run(
         sock = bind_socket(opts.host, opts.port)
         port = sock.getsockname()[1]
         hconf = HypercornConfig()
-        hconf.bind = [f"fd://{sock.fileno()}"]
+        # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
+        # here too would close a reused descriptor (EBADF at best).
+        hconf.bind = [f"fd://{sock.detach()}"]
         hconf.accesslog = None
         hconf.errorlog = logging.getLogger("hypercorn.error")
         hconf.keep_alive_timeout = 75
@@ -80,11 +84,12 @@ async def run(
         on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
         code = await _wait(shutdown, root, server)
         await server
-        sock.close()
         return code
     finally:
         if root is not None:
             await root.stop()
+        if snapshots is not None:
+            await snapshots.aclose()
         await bus.aclose()
 
 

@@ -122,11 +122,44 @@ class CircuitConfig(_Strict):
     ewma_alpha: float = Field(default=0.1, gt=0, le=1)
 
 
+class AffinityConfig(_Strict):
+    """Session affinity (spec "Session affinity"); env ROUTING_AFFINITY_ENABLED wins."""
+
+    enabled: bool = True
+    ttl_seconds: float = Field(default=300.0, gt=0)
+    sweep_threshold: int = Field(default=1000, ge=1)
+
+
+class PrefillConfig(_Strict):
+    """Prefill-aware selection (spec); the ROUTING_PREFILL_* environment variables win."""
+
+    enabled: bool = True
+    intervene_tokens: int = Field(default=50_000, ge=0)
+    elephant_tokens: int = Field(default=200_000, ge=1)
+    elephant_limit: int = Field(default=1, ge=1)
+    affinity_ceiling: int = Field(default=150_000, ge=0)
+    hint_ttl_seconds: float = Field(default=1200.0, gt=0)
+
+
+class HealthCheckConfig(_Strict):
+    """The probe loop over local deployments' ``/health``; feeds the local/remote split."""
+
+    enabled: bool = False
+    interval_seconds: float = Field(default=10.0, gt=0)
+    path: str = "/health"
+    timeout_seconds: float = Field(default=2.0, gt=0)
+
+
 class RoutingConfig(_Strict):
-    """The routing file's section: default strategy and health knobs."""
+    """The routing file's section: default strategy, health, affinity and prefill knobs."""
 
     default_router: str = "fixed"
     circuit: CircuitConfig = CircuitConfig()
+    affinity: AffinityConfig = AffinityConfig()
+    prefill: PrefillConfig = PrefillConfig()
+    health_check: HealthCheckConfig = HealthCheckConfig()
+    local_fraction: float | None = Field(default=None, ge=0, le=1)
+    trust_proxy_headers: bool = False
     decision_timeout_seconds: float = Field(default=5.0, gt=0)
 
 

@@ -30,6 +30,7 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     upstream_model: str = ""
     credential_id: str = ""
     probe: bool = False
+    context_window: int | None = None
 
 
 class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -70,6 +71,28 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     surface: str = "chat"
     credential_id: str = ""
     ts: float = 0.0
+    prompt_estimate: int = 0
+
+
+class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends."""
+
+    endpoint: str
+    request_id: str
+
+
+class SetWeight(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Admin: set a route's weight (``weight=None`` restores the configured one)."""
+
+    endpoint: str
+    weight: float | None = None
+
+
+class LocalHealth(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A health-check pass found a local deployment's ``/health`` answering or not."""
+
+    endpoint: str
+    healthy: bool
 
 
 class EndpointState(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -5,6 +5,10 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.model.<id>.route``        request/reply  ingress -> ModelActor: RouteRequest -> RoutePlan
 - ``llmgw.model.<id>.status``       request/reply  ingress -> ModelActor: ModelStatusRequest
                                                     -> ModelStatus (effective weights)
+- ``llmgw.model.<id>.first_token`` event         ingress -> ModelActor: FirstToken (prefill
+                                                    lease ends at a stream's first chunk)
+- ``llmgw.model.<id>.weights``      request/reply  admin -> ModelActor: SetWeight -> ModelStatus
+- ``llmgw.endpoint.<id>.local_health`` event       health-check loop -> ModelActor: LocalHealth
 - ``llmgw.endpoint.<id>.probe``     request/reply  ModelActor -> EndpointActor: ProbeRequest
                                                     -> ProbeGrant (the half-open lease)
 - ``llmgw.endpoint.<id>.get``       request/reply  anyone -> EndpointActor: StateRequest
@@ -66,6 +70,21 @@ def model_route(model: str) -> str:
 def model_status(model: str) -> str:
     """Request/reply: ModelStatusRequest -> ModelStatus."""
     return f"{PREFIX}.model.{token(model)}.status"
+
+
+def model_first_token(model: str) -> str:
+    """Event: FirstToken, when a routed stream's first chunk reaches the client."""
+    return f"{PREFIX}.model.{token(model)}.first_token"
+
+
+def model_weights(model: str) -> str:
+    """Request/reply: SetWeight -> ModelStatus."""
+    return f"{PREFIX}.model.{token(model)}.weights"
+
+
+def endpoint_local_health(endpoint: str) -> str:
+    """Event: LocalHealth from the health-check loop."""
+    return f"{PREFIX}.endpoint.{token(endpoint)}.local_health"
 
 
 def endpoint_probe(endpoint: str) -> str:

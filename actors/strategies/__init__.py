@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from actors.strategies.base import RouteView, RoutingStrategy, StrategyParams
+from actors.strategies.base import RouteView, RoutingStrategy, StrategyDeps, StrategyParams
 
-StrategyFactory = Callable[[Any], RoutingStrategy]
+StrategyFactory = Callable[[Any, StrategyDeps], RoutingStrategy]
 
 _REGISTRY: dict[str, tuple[StrategyFactory, type[StrategyParams]]] = {}
 _MISSING: dict[str, str] = {}
@@ -63,11 +63,13 @@ def validate_strategy(name: str, params: dict[str, Any]) -> StrategyParams:
         raise ValueError(f"router_params for {name!r}: {key}: {err['msg']}") from None
 
 
-def build_strategy(name: str, params: dict[str, Any]) -> RoutingStrategy:
+def build_strategy(
+    name: str, params: dict[str, Any], deps: StrategyDeps | None = None
+) -> RoutingStrategy:
     """A fresh strategy instance. Raises ValueError as validate_strategy does."""
     validated = validate_strategy(name, params)
     factory, _ = _REGISTRY[name]
-    return factory(validated)
+    return factory(validated, deps or StrategyDeps())
 
 
 from actors.strategies import fixed, round_robin  # noqa: E402, F401  (registration)
@@ -84,6 +86,7 @@ else:
 __all__ = [
     "RouteView",
     "RoutingStrategy",
+    "StrategyDeps",
     "StrategyParams",
     "build_strategy",
     "known_strategies",

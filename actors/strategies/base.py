@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from schemas import Observation, RouteRequest
-from schemas.config import RouteConfig
+from schemas.config import PrefillConfig, RouteConfig
 
 
 class StrategyParams(BaseModel):
@@ -20,12 +20,21 @@ class StrategyParams(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class RouteView:
-    """One admissible route as a strategy sees it: declared position, id, effective weight."""
+    """One admissible route as a strategy sees it: declared position, id, effective weight,
+    and the un-cached prompt tokens currently in prefill there (``backlog``)."""
 
     index: int
     endpoint: str
     weight: float
     route: RouteConfig
+    backlog: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StrategyDeps:
+    """What the hosting ModelActor hands every strategy besides its params."""
+
+    prefill: PrefillConfig = field(default_factory=PrefillConfig)
 
 
 class RoutingStrategy(Protocol):

@@ -1,4 +1,9 @@
-"""``fixed``: weighted random selection (the spec's FixedRouter draw)."""
+"""``fixed``: weighted random selection, biased away from endpoints buried in prefill.
+
+Spec "Prefill-aware selection": power of two choices — two independent weighted draws, keep
+the one holding less prefill — but only once the heavier draw carries at least
+``intervene_tokens``; below that, configured weights decide alone.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,26 @@ import random
 from collections.abc import Sequence
 
 from actors.strategies import register_strategy
-from actors.strategies.base import RouteView, StrategyParams
+from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
 from schemas import Observation, RouteRequest
 
 
 class FixedParams(StrategyParams):
-    """``fixed`` takes no parameters (the spec's ``local_fraction`` belongs to the manager)."""
+    """``local_fraction``: share of weight for local routes (the weight manager's split)."""
 
     local_fraction: float | None = None
 
 
 class FixedStrategy:
-    """Draw one route with probability proportional to its weight."""
+    """Weighted draw with the prefill tie-break."""
 
-    def __init__(self, params: FixedParams, rng: random.Random | None = None) -> None:
+    def __init__(self, params: FixedParams, deps: StrategyDeps,
+                 rng: random.Random | None = None) -> None:
         self.params = params
+        self._prefill = deps.prefill
         self._rng = rng or random.Random()
 
-    def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView:
-        """One weighted draw; weights are renormalised over what is admissible."""
-        if len(routes) == 1:
-            return routes[0]
+    def _draw(self, routes: Sequence[RouteView]) -> RouteView:
         total = sum(r.weight for r in routes)
         x = self._rng.random() * total
         for r in routes:
@@ -34,6 +38,21 @@ class FixedStrategy:
             if x < 0:
                 return r
         return routes[-1]
+
+    def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView:
+        """One weighted draw, or the lighter of two when prefill pressure says so."""
+        if len(routes) == 1:
+            return routes[0]
+        first = self._draw(routes)
+        if not self._prefill.enabled:
+            return first
+        second = self._draw(routes)
+        if second.endpoint == first.endpoint:
+            return first
+        heavier, lighter = (first, second) if first.backlog >= second.backlog else (second, first)
+        if heavier.backlog >= self._prefill.intervene_tokens and lighter.backlog < heavier.backlog:
+            return lighter
+        return first
 
     def observe(self, observation: Observation) -> None:
         """Stateless: nothing to learn."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from actors.strategies import register_strategy
-from actors.strategies.base import RouteView, StrategyParams
+from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
 from schemas import Observation, RouteRequest
 
 
@@ -18,7 +18,7 @@ class RoundRobinParams(StrategyParams):
 class RoundRobinStrategy:
     """Cycle through admissible routes in declaration order, ignoring weights."""
 
-    def __init__(self, params: RoundRobinParams) -> None:
+    def __init__(self, params: RoundRobinParams, deps: StrategyDeps) -> None:
         self._cursor = params.start
 
     def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView:

@@ -1,7 +1,7 @@
 """Upstream kind ``anthropic``: canonical chat <-> the native Anthropic Messages wire (pure).
 
-Requests: :func:`to_messages_request`. Answers: :func:`from_messages_response`. Streams:
-:class:`MessagesToChatStream` (in ``_anthropic_stream``, re-exported here).
+Requests: :func:`to_messages_request`. Answers and streams: :func:`from_messages_response`,
+:class:`MessagesToChatStream` (in ``_anthropic_answer``, re-exported here).
 
 Dropped, because Anthropic has no equivalent and leaving them out changes no answer's
 validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``store``, ``metadata``,
@@ -18,20 +18,18 @@ JSON object.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_stream import (
+from gateway.adapters._anthropic_answer import (
     JSON,
     MessagesToChatStream,
     UpstreamStreamError,
     chat_usage,
-    finish_reason,
-    new_id,
+    from_messages_response,
 )
-from schemas import InvalidRequestError, UpstreamBadResponseError
+from schemas import InvalidRequestError
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -56,7 +54,6 @@ _REFUSED = {
     "function_call": "function_call: the legacy functions API is not supported; use tool_choice",
 }
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
-_encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 
 
@@ -71,7 +68,11 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
             raise InvalidRequestError(message, param=key)
     if chat.get("n") not in (None, 1):
         raise InvalidRequestError("n: anthropic upstreams return exactly one choice", param="n")
-    max_tokens = chat.get("max_completion_tokens") or chat.get("max_tokens") or DEFAULT_MAX_TOKENS
+    max_tokens = chat.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = chat.get("max_tokens")
+    if max_tokens is None:
+        max_tokens = DEFAULT_MAX_TOKENS
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidRequestError("max_tokens: must be an integer >= 1", param="max_tokens")
     messages = chat.get("messages")
@@ -88,10 +89,14 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
         req["stop_sequences"] = stop
     temperature = chat.get("temperature")
     if temperature is not None:
-        if (isinstance(temperature, bool) or not isinstance(temperature, int | float)
-                or not 0 <= temperature <= 1):
-            raise InvalidRequestError("temperature: anthropic upstreams accept 0 to 1",
-                                      param="temperature")
+        if (
+            isinstance(temperature, bool)
+            or not isinstance(temperature, int | float)
+            or not 0 <= temperature <= 1
+        ):
+            raise InvalidRequestError(
+                "temperature: anthropic upstreams accept 0 to 1", param="temperature"
+            )
         req["temperature"] = temperature
     if chat.get("top_p") is not None:
         req["top_p"] = chat["top_p"]
@@ -112,13 +117,16 @@ def _text_of(content: Any, path: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise InvalidRequestError(f"{path}.content: must be a string or an array",
-                                  param=f"{path}.content")
+        raise InvalidRequestError(
+            f"{path}.content: must be a string or an array", param=f"{path}.content"
+        )
     texts = []
     for j, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
-            raise InvalidRequestError(f"{path}.content[{j}]: only text parts are allowed here",
-                                      param=f"{path}.content[{j}]")
+            raise InvalidRequestError(
+                f"{path}.content[{j}]: only text parts are allowed here",
+                param=f"{path}.content[{j}]",
+            )
         texts.append(part.get("text") or part.get("refusal") or "")
     return "\n\n".join(texts)
 
@@ -155,8 +163,10 @@ def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, lis
         elif role == "tool":
             _append(out, "user", [_tool_result(msg, path)])
         else:
-            raise InvalidRequestError(f"{path}.role: '{role}' is not supported by anthropic "
-                                      "upstreams", param=f"{path}.role")
+            raise InvalidRequestError(
+                f"{path}.role: '{role}' is not supported by anthropic upstreams",
+                param=f"{path}.role",
+            )
     if not system:
         return None, out
     if len(system) == 1:
@@ -168,8 +178,9 @@ def _user_blocks(content: Any, path: str) -> list[JSON]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if content else []
     if not isinstance(content, list):
-        raise InvalidRequestError(f"{path}.content: must be a string or an array",
-                                  param=f"{path}.content")
+        raise InvalidRequestError(
+            f"{path}.content: must be a string or an array", param=f"{path}.content"
+        )
     blocks = []
     for j, part in enumerate(content):
         ppath = f"{path}.content[{j}]"
@@ -184,8 +195,10 @@ def _user_blocks(content: Any, path: str) -> list[JSON]:
         elif kind == "file":
             blocks.append(_document_block(part.get("file"), f"{ppath}.file"))
         else:
-            raise InvalidRequestError(f"{ppath}.type: '{kind}' parts are not supported by "
-                                      "anthropic upstreams", param=f"{ppath}.type")
+            raise InvalidRequestError(
+                f"{ppath}.type: '{kind}' parts are not supported by anthropic upstreams",
+                param=f"{ppath}.type",
+            )
     return blocks
 
 
@@ -203,10 +216,15 @@ def _image_block(url: Any, path: str) -> JSON:
     if url.startswith("data:"):
         media_type, data = _split_data_url(url, path)
         if media_type not in _IMAGE_TYPES:
-            raise InvalidRequestError(f"{path}: '{media_type}' images are not supported by "
-                                      "anthropic upstreams (jpeg, png, gif, webp)", param=path)
-        return {"type": "image", "source": {"type": "base64", "media_type": media_type,
-                                            "data": data}}
+            raise InvalidRequestError(
+                f"{path}: '{media_type}' images are not supported by "
+                "anthropic upstreams (jpeg, png, gif, webp)",
+                param=path,
+            )
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": media_type, "data": data},
+        }
     if url.startswith(("https://", "http://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
     raise InvalidRequestError(f"{path}: must be a data: or http(s) URL", param=path)
@@ -215,14 +233,20 @@ def _image_block(url: Any, path: str) -> JSON:
 def _document_block(file: Any, path: str) -> JSON:
     data_url = file.get("file_data") if isinstance(file, dict) else None
     if not isinstance(data_url, str) or not data_url.startswith("data:"):
-        raise InvalidRequestError(f"{path}.file_data: anthropic upstreams need the file inline "
-                                  "as a base64 data URL", param=f"{path}.file_data")
+        raise InvalidRequestError(
+            f"{path}.file_data: anthropic upstreams need the file inline as a base64 data URL",
+            param=f"{path}.file_data",
+        )
     media_type, data = _split_data_url(data_url, f"{path}.file_data")
     if media_type != "application/pdf":
-        raise InvalidRequestError(f"{path}.file_data: only PDF files are supported by anthropic "
-                                  "upstreams", param=f"{path}.file_data")
-    block: JSON = {"type": "document", "source": {"type": "base64", "media_type": media_type,
-                                                  "data": data}}
+        raise InvalidRequestError(
+            f"{path}.file_data: only PDF files are supported by anthropic upstreams",
+            param=f"{path}.file_data",
+        )
+    block: JSON = {
+        "type": "document",
+        "source": {"type": "base64", "media_type": media_type, "data": data},
+    }
     if isinstance(file.get("filename"), str):
         block["title"] = file["filename"]
     return block
@@ -236,8 +260,14 @@ def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(call.get("id"), str):
             raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
-        blocks.append({"type": "tool_use", "id": call["id"], "name": function.get("name") or "",
-                       "input": _arguments(function.get("arguments"), f"{cpath}.function")})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": call["id"],
+                "name": function.get("name") or "",
+                "input": _arguments(function.get("arguments"), f"{cpath}.function"),
+            }
+        )
     return blocks
 
 
@@ -249,16 +279,18 @@ def _arguments(arguments: Any, path: str) -> JSON:
     except msgspec.DecodeError:
         value = None
     if not isinstance(value, dict):
-        raise InvalidRequestError(f"{path}.arguments: must be a JSON object",
-                                  param=f"{path}.arguments")
+        raise InvalidRequestError(
+            f"{path}.arguments: must be a JSON object", param=f"{path}.arguments"
+        )
     return value
 
 
 def _tool_result(msg: JSON, path: str) -> JSON:
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str):
-        raise InvalidRequestError(f"{path}.tool_call_id: must be a string",
-                                  param=f"{path}.tool_call_id")
+        raise InvalidRequestError(
+            f"{path}.tool_call_id: must be a string", param=f"{path}.tool_call_id"
+        )
     block: JSON = {"type": "tool_result", "tool_use_id": call_id}
     text = _text_of(msg.get("content"), path)
     if text:
@@ -271,14 +303,19 @@ def _convert_tools(chat: JSON, req: JSON) -> None:
     for i, tool in enumerate(chat["tools"]):
         function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or tool.get("type") != "function":
-            raise InvalidRequestError(f"tools[{i}].type: only function tools are supported by "
-                                      "anthropic upstreams", param=f"tools[{i}].type")
+            raise InvalidRequestError(
+                f"tools[{i}].type: only function tools are supported by anthropic upstreams",
+                param=f"tools[{i}].type",
+            )
         name = function.get("name")
         if not isinstance(name, str) or not name:
-            raise InvalidRequestError(f"tools[{i}].function.name: required",
-                                      param=f"tools[{i}].function.name")
-        out: JSON = {"name": name, "input_schema": function.get("parameters")
-                     or {"type": "object", "properties": {}}}
+            raise InvalidRequestError(
+                f"tools[{i}].function.name: required", param=f"tools[{i}].function.name"
+            )
+        out: JSON = {
+            "name": name,
+            "input_schema": function.get("parameters") or {"type": "object", "properties": {}},
+        }
         if function.get("description"):
             out["description"] = function["description"]
         if function.get("strict") is True:
@@ -291,8 +328,9 @@ def _convert_tools(chat: JSON, req: JSON) -> None:
     elif isinstance(choice, dict) and choice.get("type") == "function":
         name = (choice.get("function") or {}).get("name")
         if not isinstance(name, str):
-            raise InvalidRequestError("tool_choice.function.name: required",
-                                      param="tool_choice.function.name")
+            raise InvalidRequestError(
+                "tool_choice.function.name: required", param="tool_choice.function.name"
+            )
         converted = {"type": "tool", "name": name}
     elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
         allowed = choice.get("allowed_tools") or {}
@@ -301,8 +339,9 @@ def _convert_tools(chat: JSON, req: JSON) -> None:
         tools = {name: tool for name, tool in tools.items() if name in names}
         converted = {"type": "any" if allowed.get("mode") == "required" else "auto"}
     elif choice is not None:
-        raise InvalidRequestError("tool_choice: not supported by anthropic upstreams",
-                                  param="tool_choice")
+        raise InvalidRequestError(
+            "tool_choice: not supported by anthropic upstreams", param="tool_choice"
+        )
     if chat.get("parallel_tool_calls") is False and (converted or {}).get("type") != "none":
         converted = converted or {"type": "auto"}
         converted["disable_parallel_tool_use"] = True
@@ -320,38 +359,8 @@ def _convert_response_format(fmt: Any, req: JSON) -> None:
         if isinstance(schema, dict):
             req["output_config"] = {"format": {"type": "json_schema", "schema": schema}}
             return
-    raise InvalidRequestError(f"response_format: '{kind}' cannot be honoured by anthropic "
-                              "upstreams (use json_schema with a schema)",
-                              param="response_format")
-
-
-def from_messages_response(msg: JSON, *, model: str) -> JSON:
-    """Translate an Anthropic ``message`` into a canonical chat completion.
-
-    Raises UpstreamBadResponseError when ``msg`` has no content list.
-    """
-    content = msg.get("content")
-    if not isinstance(content, list):
-        raise UpstreamBadResponseError("anthropic answer has no content", kind="bad_response")
-    texts: list[str] = []
-    calls: list[JSON] = []
-    for block in content:
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "text":
-            texts.append(block.get("text") or "")
-        elif kind == "tool_use":
-            calls.append({"id": block.get("id"), "type": "function", "function": {
-                "name": block.get("name"), "arguments": _encoder.encode(
-                    block.get("input") or {}).decode()}})
-    message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls
-                     else None, "refusal": None}
-    if calls:
-        message["tool_calls"] = calls
-    stop = msg.get("stop_reason")
-    choice: JSON = {"index": 0, "message": message, "finish_reason": finish_reason(stop),
-                    "logprobs": None}
-    if stop == "stop_sequence" and isinstance(msg.get("stop_sequence"), str):
-        choice["stop_reason"] = msg["stop_sequence"]  # vLLM's field for the matched stop
-    return {"id": msg.get("id") or new_id("chatcmpl-"), "object": "chat.completion",
-            "created": int(time.time()), "model": model, "choices": [choice],
-            "usage": chat_usage(msg.get("usage"))}
+    raise InvalidRequestError(
+        f"response_format: '{kind}' cannot be honoured by anthropic "
+        "upstreams (use json_schema with a schema)",
+        param="response_format",
+    )

@@ -90,7 +90,13 @@ def _upstream_message(body: bytes) -> str | None:
 
 def transport_error(endpoint: str, exc: httpx.HTTPError) -> UpstreamError:
     """Map an httpx transport failure (timeout, refused, reset) to an UpstreamError."""
-    if isinstance(exc, httpx.TimeoutException):
+    # httpx-aiohttp maps every aiohttp connection error (refused, reset) to ConnectTimeout;
+    # only a cause that is itself a timeout makes it one.
+    cause = exc.__cause__
+    timed_out = isinstance(exc, httpx.TimeoutException) and (
+        cause is None or isinstance(cause, TimeoutError)
+    )
+    if timed_out:
         return UpstreamTimeoutError(
             f"upstream did not answer in time ({type(exc).__name__})",
             endpoint=endpoint,

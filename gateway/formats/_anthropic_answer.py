@@ -116,8 +116,9 @@ def _tool_input(arguments: Any, finish: Any) -> JSON:
         # Cut by the token limit mid-arguments: stop_reason max_tokens already tells the
         # client the call is incomplete.
         return {}
-    raise UpstreamBadResponseError("upstream tool call arguments are not a JSON object",
-                                   kind="bad_response")
+    raise UpstreamBadResponseError(
+        "upstream tool call arguments are not a JSON object", kind="bad_response"
+    )
 
 
 def from_chat_response(chat: JSON, *, model: str) -> JSON:
@@ -144,15 +145,18 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     calls = message.get("tool_calls") or []
     for call in calls:
         if not isinstance(call, dict):
-            raise UpstreamBadResponseError("upstream tool call is not an object",
-                                           kind="bad_response")
+            raise UpstreamBadResponseError(
+                "upstream tool call is not an object", kind="bad_response"
+            )
         function = call.get("function") or {}
-        content.append({
-            "type": "tool_use",
-            "id": call.get("id") or new_id("toolu_"),
-            "name": function.get("name") or "",
-            "input": _tool_input(function.get("arguments"), finish),
-        })
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.get("id") or new_id("toolu_"),
+                "name": function.get("name") or "",
+                "input": _tool_input(function.get("arguments"), finish),
+            }
+        )
     reason, sequence = stop_reason(finish, choice.get("stop_reason"), bool(calls))
     if reason == "end_turn" and refusal:
         reason = "refusal"
@@ -179,8 +183,19 @@ class ChatToMessagesStream:
     """
 
     media_type = b"text/event-stream"
-    __slots__ = ("_done", "_finish", "_id", "_matched", "_model", "_next", "_open",
-                 "_open_text", "_started", "_tools", "_usage")
+    __slots__ = (
+        "_done",
+        "_finish",
+        "_id",
+        "_matched",
+        "_model",
+        "_next",
+        "_open",
+        "_open_text",
+        "_started",
+        "_tools",
+        "_usage",
+    )
 
     def __init__(self, model: str) -> None:
         self._model = model
@@ -240,11 +255,16 @@ class ChatToMessagesStream:
             self._start(out, {})
         self._close(out)
         reason, sequence = stop_reason(self._finish, self._matched, bool(self._tools))
-        out.append(sse_frame(_P_MESSAGE_DELTA, {
-            "type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": usage(self._usage),
-        }))
+        out.append(
+            sse_frame(
+                _P_MESSAGE_DELTA,
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                    "usage": usage(self._usage),
+                },
+            )
+        )
         out.append(_MESSAGE_STOP)
         return out
 
@@ -257,23 +277,30 @@ class ChatToMessagesStream:
             return []
         self._done = True
         kind = type if type in _KNOWN_ERROR_TYPES else "api_error"
-        return [sse_frame(_P_ERROR, {"type": "error", "error": {"type": kind,
-                                                                  "message": message}})]
+        return [sse_frame(_P_ERROR, {"type": "error", "error": {"type": kind, "message": message}})]
 
     def _start(self, out: list[bytes], chunk: JSON) -> None:
         self._started = True
         start_usage = usage(chunk.get("usage"))
         start_usage["output_tokens"] = 0
-        out.append(sse_frame(_P_MESSAGE_START, {"type": "message_start", "message": {
-            "id": self._id,
-            "type": "message",
-            "role": "assistant",
-            "model": self._model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": start_usage,
-        }}))
+        out.append(
+            sse_frame(
+                _P_MESSAGE_START,
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": self._id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": self._model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": start_usage,
+                    },
+                },
+            )
+        )
         out.append(_PING)
 
     def _open_block(self, out: list[bytes], block: JSON) -> int:
@@ -281,14 +308,19 @@ class ChatToMessagesStream:
         index = self._next
         self._next += 1
         self._open = index
-        out.append(sse_frame(_P_BLOCK_START, {"type": "content_block_start", "index": index,
-                                              "content_block": block}))
+        out.append(
+            sse_frame(
+                _P_BLOCK_START,
+                {"type": "content_block_start", "index": index, "content_block": block},
+            )
+        )
         return index
 
     def _close(self, out: list[bytes]) -> None:
         if self._open is not None:
-            out.append(sse_frame(_P_BLOCK_STOP, {"type": "content_block_stop",
-                                                 "index": self._open}))
+            out.append(
+                sse_frame(_P_BLOCK_STOP, {"type": "content_block_stop", "index": self._open})
+            )
             self._open = None
             self._open_text = False
 
@@ -298,25 +330,41 @@ class ChatToMessagesStream:
             self._open_text = True
         else:
             index = self._next - 1
-        out.append(sse_frame(_P_BLOCK_DELTA, {"type": "content_block_delta", "index": index,
-                                              "delta": {"type": "text_delta", "text": text}}))
+        out.append(
+            sse_frame(
+                _P_BLOCK_DELTA,
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": text},
+                },
+            )
+        )
 
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)
         function = call.get("function") or {}
         index = self._tools.get(position)
         if index is None:
-            index = self._open_block(out, {
-                "type": "tool_use",
-                "id": call.get("id") or new_id("toolu_"),
-                "name": function.get("name") or "",
-                "input": {},
-            })
+            index = self._open_block(
+                out,
+                {
+                    "type": "tool_use",
+                    "id": call.get("id") or new_id("toolu_"),
+                    "name": function.get("name") or "",
+                    "input": {},
+                },
+            )
             self._tools[position] = index
         arguments = function.get("arguments")
         if arguments:
-            out.append(sse_frame(_P_BLOCK_DELTA, {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": arguments},
-            }))
+            out.append(
+                sse_frame(
+                    _P_BLOCK_DELTA,
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": arguments},
+                    },
+                )
+            )

@@ -82,3 +82,15 @@ def want_positive_int(body: JSON, key: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidRequestError(f"{key}: must be an integer >= 1", param=key)
     return value
+
+
+def append_system(messages: list[JSON], text: str) -> None:
+    """Append a system message, merged into the previous one when that is also a system
+    message: some servers' chat templates reject more than one leading system message."""
+    if not text:
+        return
+    last = messages[-1] if messages else None
+    if last is not None and last["role"] == "system" and isinstance(last["content"], str):
+        last["content"] = last["content"] + "\n\n" + text
+    else:
+        messages.append({"role": "system", "content": text})

@@ -19,11 +19,11 @@ _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"
 _PREFIX: dict[str, bytes] = {}
 
 
-def error_body(status: int, message: str, param: str | None = None, *,
-               code: str | None = None) -> JSON:
+def error_body(
+    status: int, message: str, param: str | None = None, *, code: str | None = None
+) -> JSON:
     """OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": error_type(status), "param": param,
-                      "code": code}}
+    return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
 
 
 def response_shell(model: str, request: JSON | None, created_at: int) -> JSON:
@@ -114,8 +114,9 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
     if not isinstance(message, dict):
         raise UpstreamBadResponseError("upstream choice has no message", kind="bad_response")
     created = chat.get("created")
-    response = response_shell(model, request, created if isinstance(created, int)
-                              else int(time.time()))
+    response = response_shell(
+        model, request, created if isinstance(created, int) else int(time.time())
+    )
     finish = choice.get("finish_reason")
     _finalise(response, finish, chat.get("usage"))
     item_status = "completed" if response["status"] == "completed" else "incomplete"
@@ -131,22 +132,32 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
         content = [_text_part(text)] if text or not refusal else []
         if refusal:
             content.append({"type": "refusal", "refusal": refusal})
-        output.append({"id": new_id("msg_"), "type": "message", "role": "assistant",
-                       "status": item_status, "content": content})
+        output.append(
+            {
+                "id": new_id("msg_"),
+                "type": "message",
+                "role": "assistant",
+                "status": item_status,
+                "content": content,
+            }
+        )
     for call in calls:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict):
-            raise UpstreamBadResponseError("upstream tool call has no function",
-                                           kind="bad_response")
+            raise UpstreamBadResponseError(
+                "upstream tool call has no function", kind="bad_response"
+            )
         arguments = function.get("arguments") or ""
-        output.append({
-            "id": new_id("fc_"),
-            "type": "function_call",
-            "call_id": call.get("id") or new_id("call_"),
-            "name": function.get("name") or "",
-            "arguments": arguments if isinstance(arguments, str) else json_text(arguments),
-            "status": item_status,
-        })
+        output.append(
+            {
+                "id": new_id("fc_"),
+                "type": "function_call",
+                "call_id": call.get("id") or new_id("call_"),
+                "name": function.get("name") or "",
+                "arguments": arguments if isinstance(arguments, str) else json_text(arguments),
+                "status": item_status,
+            }
+        )
     response["output"] = output
     return response
 
@@ -278,8 +289,11 @@ class ChatToResponsesStream:
             self._close_part(out)
         else:
             arguments = item["arguments"] = "".join(self._chunks)
-            self._emit(out, "response.function_call_arguments.done", {
-                "item_id": item["id"], "output_index": index, "arguments": arguments})
+            self._emit(
+                out,
+                "response.function_call_arguments.done",
+                {"item_id": item["id"], "output_index": index, "arguments": arguments},
+            )
         item["status"] = status
         self._emit(out, "response.output_item.done", {"output_index": index, "item": item})
         self._open = None
@@ -287,18 +301,25 @@ class ChatToResponsesStream:
     def _done_part(self) -> JSON:
         text = "".join(self._chunks)
         assert self._part is not None
-        return _text_part(text) if self._part["type"] == "output_text" else {
-            "type": "refusal", "refusal": text}
+        return (
+            _text_part(text)
+            if self._part["type"] == "output_text"
+            else {"type": "refusal", "refusal": text}
+        )
 
     def _close_part(self, out: list[bytes]) -> None:
         if self._part is None or self._open is None:
             return
         part = self._done_part()
-        where = {"item_id": self._open["id"], "output_index": len(self._items) - 1,
-                 "content_index": len(self._open["content"])}
+        where = {
+            "item_id": self._open["id"],
+            "output_index": len(self._items) - 1,
+            "content_index": len(self._open["content"]),
+        }
         if part["type"] == "output_text":
-            self._emit(out, "response.output_text.done", {**where, "text": part["text"],
-                                                          "logprobs": []})
+            self._emit(
+                out, "response.output_text.done", {**where, "text": part["text"], "logprobs": []}
+            )
         else:
             self._emit(out, "response.refusal.done", {**where, "refusal": part["refusal"]})
         self._emit(out, "response.content_part.done", {**where, "part": part})
@@ -307,23 +328,34 @@ class ChatToResponsesStream:
 
     def _text(self, out: list[bytes], kind: str, text: str) -> None:
         if self._open is None or self._open["type"] != "message":
-            self._add_item(out, {"id": new_id("msg_"), "type": "message", "role": "assistant",
-                                 "status": "in_progress", "content": []})
+            self._add_item(
+                out,
+                {
+                    "id": new_id("msg_"),
+                    "type": "message",
+                    "role": "assistant",
+                    "status": "in_progress",
+                    "content": [],
+                },
+            )
         item = self._open
         assert item is not None
-        where = {"item_id": item["id"], "output_index": len(self._items) - 1,
-                 "content_index": len(item["content"])}
+        where = {
+            "item_id": item["id"],
+            "output_index": len(self._items) - 1,
+            "content_index": len(item["content"]),
+        }
         if self._part is None or self._part["type"] != kind:
             self._close_part(out)
             where["content_index"] = len(item["content"])
-            self._part = _text_part("") if kind == "output_text" else {"type": "refusal",
-                                                                      "refusal": ""}
+            self._part = (
+                _text_part("") if kind == "output_text" else {"type": "refusal", "refusal": ""}
+            )
             self._chunks = []
             self._emit(out, "response.content_part.added", {**where, "part": self._part})
         self._chunks.append(text)
         if kind == "output_text":
-            self._emit(out, "response.output_text.delta", {**where, "delta": text,
-                                                           "logprobs": []})
+            self._emit(out, "response.output_text.delta", {**where, "delta": text, "logprobs": []})
         else:
             self._emit(out, "response.refusal.delta", {**where, "delta": text})
 
@@ -332,10 +364,14 @@ class ChatToResponsesStream:
         function = call.get("function") or {}
         known = self._calls.get(position)
         if known is None:
-            item = {"id": new_id("fc_"), "type": "function_call",
-                    "call_id": call.get("id") or new_id("call_"),
-                    "name": function.get("name") or "", "arguments": "",
-                    "status": "in_progress"}
+            item = {
+                "id": new_id("fc_"),
+                "type": "function_call",
+                "call_id": call.get("id") or new_id("call_"),
+                "name": function.get("name") or "",
+                "arguments": "",
+                "status": "in_progress",
+            }
             index = self._add_item(out, item)
             self._chunks = []
             known = self._calls[position] = (index, item, self._chunks)
@@ -343,5 +379,8 @@ class ChatToResponsesStream:
         if arguments:
             index, item, chunks = known
             chunks.append(arguments)
-            self._emit(out, "response.function_call_arguments.delta", {
-                "item_id": item["id"], "output_index": index, "delta": arguments})
+            self._emit(
+                out,
+                "response.function_call_arguments.delta",
+                {"item_id": item["id"], "output_index": index, "delta": arguments},
+            )

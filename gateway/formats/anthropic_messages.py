@@ -23,6 +23,7 @@ from gateway.formats._anthropic_answer import (
 )
 from gateway.formats._common import (
     JSON,
+    append_system,
     json_text,
     want_dict,
     want_list,
@@ -38,7 +39,7 @@ __all__ = ["ChatToMessagesStream", "error_body", "from_chat_response", "to_chat_
 # their boundary visible to the model.
 _JOIN = "\n\n"
 # Chat tool messages have no error flag; the model must still learn that the tool failed.
-TOOL_ERROR_PREFIX = "Error: "
+_TOOL_ERROR_PREFIX = "Error: "
 _REFUSED_TOP_LEVEL = ("container",)
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 
@@ -63,7 +64,7 @@ def to_chat_request(body: JSON) -> JSON:
     messages: list[JSON] = []
     system = body.get("system")
     if system is not None:
-        messages.append({"role": "system", "content": _system_text(system, "system")})
+        append_system(messages, _system_text(system, "system"))
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
@@ -108,8 +109,9 @@ def _system_text(system: Any, param: str) -> str:
     for j, block in enumerate(want_list(system, param)):
         path = f"{param}[{j}]"
         if want_dict(block, path).get("type") != "text":
-            raise InvalidRequestError(f"{path}.type: only text blocks are allowed here",
-                                      param=f"{path}.type")
+            raise InvalidRequestError(
+                f"{path}.type: only text blocks are allowed here", param=f"{path}.type"
+            )
         texts.append(want_str(block, "text", path))
     return _JOIN.join(texts)
 
@@ -118,17 +120,22 @@ def _convert_message(msg: Any, path: str, out: list[JSON]) -> None:
     want_dict(msg, path)
     role = msg.get("role")
     if role not in ("user", "assistant", "system"):
-        raise InvalidRequestError(f"{path}.role: must be 'user', 'assistant' or 'system'",
-                                  param=f"{path}.role")
+        raise InvalidRequestError(
+            f"{path}.role: must be 'user', 'assistant' or 'system'", param=f"{path}.role"
+        )
     content = msg.get("content")
     if isinstance(content, str):
-        out.append({"role": role, "content": content})
+        if role == "system":
+            append_system(out, content)
+        else:
+            out.append({"role": role, "content": content})
         return
     if not isinstance(content, list):
-        raise InvalidRequestError(f"{path}.content: must be a string or an array of blocks",
-                                  param=f"{path}.content")
+        raise InvalidRequestError(
+            f"{path}.content: must be a string or an array of blocks", param=f"{path}.content"
+        )
     if role == "system":
-        out.append({"role": "system", "content": _system_text(content, f"{path}.content")})
+        append_system(out, _system_text(content, f"{path}.content"))
     elif role == "assistant":
         out.append(_assistant_message(content, path))
     else:
@@ -143,8 +150,9 @@ def _block_type(block: Any, path: str) -> str:
 
 
 def _unsupported(kind: str, path: str) -> InvalidRequestError:
-    return InvalidRequestError(f"{path}.type: '{kind}' blocks are not supported by this gateway",
-                               param=f"{path}.type")
+    return InvalidRequestError(
+        f"{path}.type: '{kind}' blocks are not supported by this gateway", param=f"{path}.type"
+    )
 
 
 def _assistant_message(content: list[Any], path: str) -> JSON:
@@ -157,12 +165,16 @@ def _assistant_message(content: list[Any], path: str) -> JSON:
             texts.append(want_str(block, "text", bpath))
         elif kind == "tool_use":
             tool_input = want_dict(block.get("input"), f"{bpath}.input")
-            calls.append({
-                "id": want_str(block, "id", bpath),
-                "type": "function",
-                "function": {"name": want_str(block, "name", bpath),
-                             "arguments": json_text(tool_input)},
-            })
+            calls.append(
+                {
+                    "id": want_str(block, "id", bpath),
+                    "type": "function",
+                    "function": {
+                        "name": want_str(block, "name", bpath),
+                        "arguments": json_text(tool_input),
+                    },
+                }
+            )
         elif kind not in ("thinking", "redacted_thinking"):
             raise _unsupported(kind, bpath)
     message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
@@ -214,7 +226,7 @@ def _tool_message(block: JSON, path: str, user_parts: list[JSON]) -> JSON:
                 raise _unsupported(kind, ipath)
         text = _JOIN.join(texts)
     if block.get("is_error") is True:
-        text = TOOL_ERROR_PREFIX + text
+        text = _TOOL_ERROR_PREFIX + text
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
@@ -228,8 +240,10 @@ def _image_part(block: JSON, path: str) -> JSON:
     elif kind == "url":
         url = want_str(source, "url", spath)
     else:
-        raise InvalidRequestError(f"{spath}.type: '{kind}' image sources are not supported "
-                                  "(use 'base64' or 'url')", param=f"{spath}.type")
+        raise InvalidRequestError(
+            f"{spath}.type: '{kind}' image sources are not supported (use 'base64' or 'url')",
+            param=f"{spath}.type",
+        )
     return {"type": "image_url", "image_url": {"url": url}}
 
 
@@ -241,7 +255,9 @@ def _convert_tools(tools: list[Any]) -> list[JSON]:
         if kind not in (None, "custom"):
             raise InvalidRequestError(
                 f"{path}.type: server tool '{kind}' is not supported by this gateway; "
-                "only client (custom) tools are", param=f"{path}.type")
+                "only client (custom) tools are",
+                param=f"{path}.type",
+            )
         function: JSON = {
             "name": want_str(tool, "name", path),
             "parameters": want_dict(tool.get("input_schema"), f"{path}.input_schema"),
@@ -258,13 +274,16 @@ def _convert_tools(tools: list[Any]) -> list[JSON]:
 def _convert_tool_choice(choice: JSON, chat: JSON) -> None:
     kind = choice.get("type")
     if kind == "tool":
-        chat["tool_choice"] = {"type": "function",
-                               "function": {"name": want_str(choice, "name", "tool_choice")}}
+        chat["tool_choice"] = {
+            "type": "function",
+            "function": {"name": want_str(choice, "name", "tool_choice")},
+        }
     elif isinstance(kind, str) and kind in _TOOL_CHOICE:
         chat["tool_choice"] = _TOOL_CHOICE[kind]
     else:
-        raise InvalidRequestError("tool_choice.type: must be auto, any, tool or none",
-                                  param="tool_choice.type")
+        raise InvalidRequestError(
+            "tool_choice.type: must be auto, any, tool or none", param="tool_choice.type"
+        )
     if choice.get("disable_parallel_tool_use") is True and kind != "none":
         chat["parallel_tool_calls"] = False
 
@@ -276,9 +295,12 @@ def _convert_output_format(config: Any, chat: JSON) -> None:
     if fmt is None:
         return
     if want_dict(fmt, "output_config.format").get("type") != "json_schema":
-        raise InvalidRequestError("output_config.format.type: must be 'json_schema'",
-                                  param="output_config.format.type")
+        raise InvalidRequestError(
+            "output_config.format.type: must be 'json_schema'", param="output_config.format.type"
+        )
     schema = want_dict(fmt.get("schema"), "output_config.format.schema")
     # Anthropic's structured output is always strict.
-    chat["response_format"] = {"type": "json_schema",
-                               "json_schema": {"name": "output", "schema": schema, "strict": True}}
+    chat["response_format"] = {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": schema, "strict": True},
+    }

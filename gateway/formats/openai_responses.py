@@ -21,6 +21,7 @@ from typing import Any
 
 from gateway.formats._common import (
     JSON,
+    append_system,
     json_text,
     want_dict,
     want_list,
@@ -61,26 +62,29 @@ def to_chat_request(body: JSON) -> JSON:
         if body.get(key) is not None:
             raise InvalidRequestError(message, param=key)
     if body.get("background") is True:
-        raise InvalidRequestError("background: background responses are not supported by "
-                                  "this gateway", param="background")
+        raise InvalidRequestError(
+            "background: background responses are not supported by this gateway", param="background"
+        )
     if body.get("top_logprobs"):
-        raise InvalidRequestError("top_logprobs: not supported by this gateway",
-                                  param="top_logprobs")
+        raise InvalidRequestError(
+            "top_logprobs: not supported by this gateway", param="top_logprobs"
+        )
 
     messages: list[JSON] = []
     instructions = body.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
             raise InvalidRequestError("instructions: must be a string", param="instructions")
-        messages.append({"role": "system", "content": instructions})
+        append_system(messages, instructions)
     raw = body.get("input")
     if isinstance(raw, str):
         messages.append({"role": "user", "content": raw})
     elif isinstance(raw, list) and raw:
         _convert_items(raw, messages)
     else:
-        raise InvalidRequestError("input: a string or a non-empty array of items is required",
-                                  param="input")
+        raise InvalidRequestError(
+            "input: a string or a non-empty array of items is required", param="input"
+        )
 
     chat: JSON = {"model": model, "messages": messages}
     max_tokens = want_positive_int(body, "max_output_tokens")
@@ -125,18 +129,24 @@ def _convert_items(items: list[Any], out: list[JSON]) -> None:
             out.append({"role": "user", "content": pending})
             pending = []
         if kind == "message":
-            out.append(_message(item, path))
+            message = _message(item, path)
+            if message["role"] == "system":
+                append_system(out, message["content"])
+            else:
+                out.append(message)
         elif kind == "function_call":
             _function_call(item, path, out)
         elif kind == "function_call_output":
             out.append(_function_output(item, path, pending))
         elif kind == "item_reference":
-            raise InvalidRequestError(f"{path}: {_STATELESS} items instead of references",
-                                      param=f"{path}.type")
+            raise InvalidRequestError(
+                f"{path}: {_STATELESS} items instead of references", param=f"{path}.type"
+            )
         elif kind != "reasoning":
             raise InvalidRequestError(
                 f"{path}.type: '{kind}' items are not supported by this gateway",
-                param=f"{path}.type")
+                param=f"{path}.type",
+            )
     if pending:
         out.append({"role": "user", "content": pending})
 
@@ -145,8 +155,9 @@ def _message(item: JSON, path: str) -> JSON:
     role_name = item.get("role")
     role = _ROLES.get(role_name) if isinstance(role_name, str) else None
     if role is None:
-        raise InvalidRequestError(f"{path}.role: must be user, assistant, system or developer",
-                                  param=f"{path}.role")
+        raise InvalidRequestError(
+            f"{path}.role: must be user, assistant, system or developer", param=f"{path}.role"
+        )
     content = item.get("content")
     if isinstance(content, str):
         return {"role": role, "content": content}
@@ -165,8 +176,9 @@ def _message(item: JSON, path: str) -> JSON:
         elif kind == "refusal" and role == "assistant":
             texts.append(want_str(part, "refusal", ppath))
         else:
-            raise InvalidRequestError(f"{ppath}.type: '{kind}' is not allowed in a {role} "
-                                      "message", param=f"{ppath}.type")
+            raise InvalidRequestError(
+                f"{ppath}.type: '{kind}' is not allowed in a {role} message", param=f"{ppath}.type"
+            )
     return {"role": role, "content": ("" if role == "assistant" else _JOIN).join(texts)}
 
 
@@ -176,23 +188,28 @@ def _user_part(part: Any, path: str) -> JSON:
         return {"type": "text", "text": want_str(part, "text", path)}
     if kind == "input_image":
         if not part.get("image_url"):
-            raise InvalidRequestError(f"{path}.image_url: required (file ids are not "
-                                      "supported by this stateless gateway)",
-                                      param=f"{path}.image_url")
+            raise InvalidRequestError(
+                f"{path}.image_url: required (file ids are not "
+                "supported by this stateless gateway)",
+                param=f"{path}.image_url",
+            )
         image: JSON = {"url": want_str(part, "image_url", path)}
         if isinstance(part.get("detail"), str):
             image["detail"] = part["detail"]
         return {"type": "image_url", "image_url": image}
     if kind == "input_file":
         if not part.get("file_data"):
-            raise InvalidRequestError(f"{path}.file_data: required (file ids and file URLs "
-                                      "are not supported)", param=f"{path}.file_data")
+            raise InvalidRequestError(
+                f"{path}.file_data: required (file ids and file URLs are not supported)",
+                param=f"{path}.file_data",
+            )
         file: JSON = {"file_data": want_str(part, "file_data", path)}
         if isinstance(part.get("filename"), str):
             file["filename"] = part["filename"]
         return {"type": "file", "file": file}
-    raise InvalidRequestError(f"{path}.type: '{kind}' content is not supported",
-                              param=f"{path}.type")
+    raise InvalidRequestError(
+        f"{path}.type: '{kind}' content is not supported", param=f"{path}.type"
+    )
 
 
 def _function_call(item: JSON, path: str, out: list[JSON]) -> None:
@@ -200,10 +217,12 @@ def _function_call(item: JSON, path: str, out: list[JSON]) -> None:
     if isinstance(arguments, dict):
         arguments = json_text(arguments)
     elif not isinstance(arguments, str):
-        raise InvalidRequestError(f"{path}.arguments: must be a string",
-                                  param=f"{path}.arguments")
-    call = {"id": want_str(item, "call_id", path), "type": "function",
-            "function": {"name": want_str(item, "name", path), "arguments": arguments}}
+        raise InvalidRequestError(f"{path}.arguments: must be a string", param=f"{path}.arguments")
+    call = {
+        "id": want_str(item, "call_id", path),
+        "type": "function",
+        "function": {"name": want_str(item, "name", path), "arguments": arguments},
+    }
     last = out[-1] if out else None
     # Responses lists the assistant's text and each of its calls as separate items; chat
     # wants them in one assistant message.
@@ -231,12 +250,17 @@ def _function_output(item: JSON, path: str, pending: list[JSON]) -> JSON:
 
 
 def _convert_tools(tools: list[Any]) -> list[JSON]:
-    hosted = [(i, t.get("type")) for i, t in enumerate(tools)
-              if not isinstance(t, dict) or t.get("type") != "function"]
+    hosted = [
+        (i, t.get("type"))
+        for i, t in enumerate(tools)
+        if not isinstance(t, dict) or t.get("type") != "function"
+    ]
     if hosted:
         names = ", ".join(sorted({str(kind) for _, kind in hosted}))
-        raise InvalidRequestError(f"tools: {names} tools are not supported by this gateway; "
-                                  "only function tools are", param=f"tools[{hosted[0][0]}].type")
+        raise InvalidRequestError(
+            f"tools: {names} tools are not supported by this gateway; only function tools are",
+            param=f"tools[{hosted[0][0]}].type",
+        )
     out = []
     for i, tool in enumerate(tools):
         path = f"tools[{i}]"
@@ -262,16 +286,19 @@ def _convert_tool_choice(choice: Any) -> Any:
         for j, tool in enumerate(want_list(choice.get("tools"), "tool_choice.tools")):
             path = f"tool_choice.tools[{j}]"
             if want_dict(tool, path).get("type") != "function":
-                raise InvalidRequestError(f"{path}.type: only function tools can be allowed",
-                                          param=f"{path}.type")
+                raise InvalidRequestError(
+                    f"{path}.type: only function tools can be allowed", param=f"{path}.type"
+                )
             named.append({"type": "function", "function": {"name": want_str(tool, "name", path)}})
         mode = choice.get("mode")
         if mode not in ("auto", "required"):
-            raise InvalidRequestError("tool_choice.mode: must be auto or required",
-                                      param="tool_choice.mode")
+            raise InvalidRequestError(
+                "tool_choice.mode: must be auto or required", param="tool_choice.mode"
+            )
         return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": named}}
-    raise InvalidRequestError(f"tool_choice.type: '{kind}' is not supported by this gateway",
-                              param="tool_choice.type")
+    raise InvalidRequestError(
+        f"tool_choice.type: '{kind}' is not supported by this gateway", param="tool_choice.type"
+    )
 
 
 def _convert_text(text: Any, chat: JSON) -> None:
@@ -282,8 +309,10 @@ def _convert_text(text: Any, chat: JSON) -> None:
         return
     kind = want_dict(fmt, "text.format").get("type")
     if kind == "json_schema":
-        schema: JSON = {"name": want_str(fmt, "name", "text.format"),
-                        "schema": want_dict(fmt.get("schema"), "text.format.schema")}
+        schema: JSON = {
+            "name": want_str(fmt, "name", "text.format"),
+            "schema": want_dict(fmt.get("schema"), "text.format.schema"),
+        }
         for key in ("strict", "description"):
             if fmt.get(key) is not None:
                 schema[key] = fmt[key]
@@ -291,5 +320,6 @@ def _convert_text(text: Any, chat: JSON) -> None:
     elif kind == "json_object":
         chat["response_format"] = {"type": "json_object"}
     elif kind != "text":
-        raise InvalidRequestError(f"text.format.type: '{kind}' is not supported",
-                                  param="text.format.type")
+        raise InvalidRequestError(
+            f"text.format.type: '{kind}' is not supported", param="text.format.type"
+        )

@@ -1,4 +1,4 @@
-"""Anthropic Messages SSE events -> canonical ``chat.completion.chunk`` dicts.
+"""Anthropic answers -> canonical chat: the message, and SSE events as chunk dicts.
 
 Public names are re-exported by ``gateway.adapters.anthropic_wire``.
 """
@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from schemas import UpstreamError
+from schemas import UpstreamBadResponseError, UpstreamError
 
 JSON = dict[str, Any]
 
@@ -59,9 +59,12 @@ def chat_usage(usage: Any) -> JSON:
     written = usage.get("cache_creation_input_tokens") or 0
     prompt = (usage.get("input_tokens") or 0) + read + written
     completion = usage.get("output_tokens") or 0
-    return {"prompt_tokens": prompt, "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written}}
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
+    }
 
 
 class UpstreamStreamError(UpstreamError):
@@ -72,8 +75,9 @@ class UpstreamStreamError(UpstreamError):
     """
 
     def __init__(self, message: str, *, error_type: str, endpoint: str = "") -> None:
-        super().__init__(message, endpoint=endpoint, status=_ERROR_STATUS.get(error_type),
-                         kind="stream_error")
+        super().__init__(
+            message, endpoint=endpoint, status=_ERROR_STATUS.get(error_type), kind="stream_error"
+        )
         self.error_type = error_type
 
 
@@ -86,8 +90,18 @@ class MessagesToChatStream:
     Raises UpstreamStreamError on an ``error`` event.
     """
 
-    __slots__ = ("_complete", "_created", "_id", "_include_usage", "_model", "_role_sent",
-                 "_stop_reason", "_stop_sequence", "_tools", "_usage")
+    __slots__ = (
+        "_complete",
+        "_created",
+        "_id",
+        "_include_usage",
+        "_model",
+        "_role_sent",
+        "_stop_reason",
+        "_stop_sequence",
+        "_tools",
+        "_usage",
+    )
 
     def __init__(self, model: str, *, include_usage: bool = True) -> None:
         self._model = model
@@ -131,8 +145,9 @@ class MessagesToChatStream:
             self._stop_reason = delta.get("stop_reason")
             self._stop_sequence = delta.get("stop_sequence")
             # message_delta usage counts are cumulative totals: they replace, not add.
-            self._usage.update({k: v for k, v in (data.get("usage") or {}).items()
-                                if v is not None})
+            self._usage.update(
+                {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
+            )
             return []
         if kind == "message_stop":
             return self._stop()
@@ -140,16 +155,21 @@ class MessagesToChatStream:
             error = data.get("error") or {}
             raise UpstreamStreamError(
                 f"upstream stream error: {error.get('message') or 'unknown error'}",
-                error_type=str(error.get("type") or "api_error"))
+                error_type=str(error.get("type") or "api_error"),
+            )
         return []  # ping, content_block_stop, and events newer than this module
 
     def _chunk(self, delta: JSON, finish: str | None = None) -> JSON:
         if not self._role_sent:
             self._role_sent = True
             delta["role"] = "assistant"
-        return {"id": self._id, "object": "chat.completion.chunk", "created": self._created,
-                "model": self._model, "choices": [{"index": 0, "delta": delta,
-                                                   "finish_reason": finish, "logprobs": None}]}
+        return {
+            "id": self._id,
+            "object": "chat.completion.chunk",
+            "created": self._created,
+            "model": self._model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+        }
 
     def _block_start(self, data: JSON) -> list[JSON]:
         block = data.get("content_block") or {}
@@ -160,10 +180,20 @@ class MessagesToChatStream:
             return []  # thinking and server-tool blocks have no chat form
         position = self._tools[data.get("index", 0)] = len(self._tools)
         arguments = _encoder.encode(block["input"]).decode() if block.get("input") else ""
-        return [self._chunk({"tool_calls": [{
-            "index": position, "id": block.get("id"), "type": "function",
-            "function": {"name": block.get("name"), "arguments": arguments},
-        }]})]
+        return [
+            self._chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": position,
+                            "id": block.get("id"),
+                            "type": "function",
+                            "function": {"name": block.get("name"), "arguments": arguments},
+                        }
+                    ]
+                }
+            )
+        ]
 
     def _delta(self, data: JSON) -> list[JSON]:
         delta = data.get("delta") or {}
@@ -176,8 +206,11 @@ class MessagesToChatStream:
             fragment = delta.get("partial_json")
             if position is None or not fragment:
                 return []
-            return [self._chunk({"tool_calls": [{"index": position,
-                                                 "function": {"arguments": fragment}}]})]
+            return [
+                self._chunk(
+                    {"tool_calls": [{"index": position, "function": {"arguments": fragment}}]}
+                )
+            ]
         return []
 
     def _stop(self) -> list[JSON]:
@@ -189,7 +222,65 @@ class MessagesToChatStream:
             final["choices"][0]["stop_reason"] = self._stop_sequence  # vLLM's field
         chunks = [final]
         if self._include_usage:
-            chunks.append({"id": self._id, "object": "chat.completion.chunk",
-                           "created": self._created, "model": self._model, "choices": [],
-                           "usage": self.usage})
+            chunks.append(
+                {
+                    "id": self._id,
+                    "object": "chat.completion.chunk",
+                    "created": self._created,
+                    "model": self._model,
+                    "choices": [],
+                    "usage": self.usage,
+                }
+            )
         return chunks
+
+
+def from_messages_response(msg: JSON, *, model: str) -> JSON:
+    """Translate an Anthropic ``message`` into a canonical chat completion.
+
+    Raises UpstreamBadResponseError when ``msg`` has no content list.
+    """
+    content = msg.get("content")
+    if not isinstance(content, list):
+        raise UpstreamBadResponseError("anthropic answer has no content", kind="bad_response")
+    texts: list[str] = []
+    calls: list[JSON] = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "text":
+            texts.append(block.get("text") or "")
+        elif kind == "tool_use":
+            calls.append(
+                {
+                    "id": block.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": block.get("name"),
+                        "arguments": _encoder.encode(block.get("input") or {}).decode(),
+                    },
+                }
+            )
+    message: JSON = {
+        "role": "assistant",
+        "content": "".join(texts) if texts or not calls else None,
+        "refusal": None,
+    }
+    if calls:
+        message["tool_calls"] = calls
+    stop = msg.get("stop_reason")
+    choice: JSON = {
+        "index": 0,
+        "message": message,
+        "finish_reason": finish_reason(stop),
+        "logprobs": None,
+    }
+    if stop == "stop_sequence" and isinstance(msg.get("stop_sequence"), str):
+        choice["stop_reason"] = msg["stop_sequence"]  # vLLM's field for the matched stop
+    return {
+        "id": msg.get("id") or new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": chat_usage(msg.get("usage")),
+    }

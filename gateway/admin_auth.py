@@ -1,0 +1,29 @@
+"""Who is an admin: the bootstrap admin key (config ``admin_key`` or ``LLMGW_ADMIN_KEY``).
+
+One function so every admin surface asks the same question; database-backed admin keys
+extend it here.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from gateway.http import HttpRequest
+from schemas.config import GatewayConfig
+
+
+def bearer_token(req: HttpRequest) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, else ``x-api-key``, else None."""
+    auth = req.header("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return req.header("x-api-key") or None
+
+
+def is_admin(req: HttpRequest, config: GatewayConfig) -> bool:
+    """True when the request presents the bootstrap admin key."""
+    admin = config.admin_key
+    token = bearer_token(req)
+    if not admin or not token:
+        return False
+    return hmac.compare_digest(token.encode(), admin.encode())
