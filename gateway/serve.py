@@ -8,12 +8,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import httpx
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
 from actors import SnapshotStore, build_tree
-from bus import open_bus
+from bus import Bus, open_bus
 from gateway.app import create_app
+from gateway.healthcheck import HealthChecker, local_targets
 from schemas.config import GatewayConfig
 
 logger = logging.getLogger("llmgw")
@@ -55,11 +57,13 @@ async def run(
     bus = await open_bus(opts.bus_url)
     root = None
     snapshots: SnapshotStore | None = None
+    checker: tuple[asyncio.Task[None], httpx.AsyncClient] | None = None
     try:
         if opts.role in ("all", "actors"):
             snapshots = await SnapshotStore.open(config.database.path)
             root = build_tree(config, snapshots=snapshots)
             await root.start(bus)
+            checker = _start_health_checks(config, bus)
             logger.info("actors started on %s (%d models)", opts.bus_url, len(config.models))
         if opts.role == "actors":
             on_ready(f"llmgw actors running on {opts.bus_url}")
@@ -86,11 +90,26 @@ async def run(
         await server
         return code
     finally:
+        if checker is not None:
+            checker[0].cancel()
+            await checker[1].aclose()
         if root is not None:
             await root.stop()
         if snapshots is not None:
             await snapshots.aclose()
         await bus.aclose()
+
+
+def _start_health_checks(
+    config: GatewayConfig, bus: Bus
+) -> tuple[asyncio.Task[None], httpx.AsyncClient] | None:
+    settings = config.routing.health_check
+    targets = local_targets(config)
+    if not settings.enabled or not targets:
+        return None
+    client = httpx.AsyncClient()
+    task = asyncio.create_task(HealthChecker(bus, targets, settings, client).run())
+    return task, client
 
 
 def _url_host(host: str) -> str:

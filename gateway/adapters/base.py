@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
 
 JSON = dict[str, Any]
 
@@ -44,6 +44,20 @@ class Adapter(Protocol):
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
         """An embeddings answer in the OpenAI shape."""
         ...
+
+
+class UnsupportedParameterError(UpstreamError):
+    """The request asks for something this route's upstream kind cannot honour as asked.
+
+    Nothing was sent. It is a 400 naming ``param`` that does not count against the endpoint,
+    so another route (of a kind that can honour it) may still serve the request.
+    """
+
+    code = ErrorCode.INVALID_REQUEST
+
+    def __init__(self, message: str, *, endpoint: str, param: str | None = None) -> None:
+        super().__init__(message, endpoint=endpoint, status=400, kind="unsupported_parameter")
+        self.param = param
 
 
 def retry_after_seconds(headers: httpx.Headers) -> float | None:

@@ -1,0 +1,103 @@
+"""Admin commands, owner side: an actor that owns an area's state answers its verbs.
+
+Every admin action is an ``AdminCommand`` on ``llmgw.admin.<area>.<verb>``. The one actor
+owning ``<area>`` puts ``area.serve`` in its ``serves`` and hands matching envelopes to
+:meth:`AdminArea.answer`, which runs the verb's handler, replies ``AdminReply`` (or
+``ErrorReply`` for a GatewayError) and, for verbs that change state, publishes an
+``AdminExecuted`` audit event on ``llmgw.events.admin``::
+
+    self.admin = AdminArea("config", {"reload": self._reload, "show": self._show},
+                           read_only=("show",))
+    self.serves = (self.admin.serve, ...)
+    ...
+    if self.admin.owns(env):
+        await self.admin.answer(self.ctx, env)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from actors.base import Serve
+from schemas import AdminCommand, AdminExecuted, AdminReply, GatewayError, InvalidRequestError
+from schemas import subjects
+
+if TYPE_CHECKING:
+    from actors.base import ActorContext
+    from bus import Envelope
+
+logger = logging.getLogger(__name__)
+
+AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
+
+
+class AdminArea:
+    """Routes one admin area's verbs to handlers; owns nothing but that table.
+
+    A handler returns the reply's ``result`` (JSON-able, never a secret) and raises a
+    GatewayError (``InvalidRequestError`` for bad arguments) to refuse.
+    """
+
+    def __init__(
+        self, area: str, verbs: Mapping[str, AdminHandler], *, read_only: Iterable[str] = ()
+    ) -> None:
+        self.area = area
+        self._verbs = dict(verbs)
+        self._read_only = frozenset(read_only)
+        self.serve = Serve(subjects.admin_area(area))
+
+    @property
+    def verbs(self) -> tuple[str, ...]:
+        """The verbs this area answers, sorted."""
+        return tuple(sorted(self._verbs))
+
+    def owns(self, env: Envelope) -> bool:
+        """True for an AdminCommand addressed to this area."""
+        if not isinstance(env.message, AdminCommand):
+            return False
+        try:
+            area, _ = subjects.admin_parts(env.subject)
+        except ValueError:
+            return False
+        return area == self.area
+
+    async def answer(self, ctx: ActorContext, env: Envelope) -> None:
+        """Run the verb and reply. Raises GatewayError (answered as ErrorReply by the actor
+        base) for an unknown verb or a refused command."""
+        cmd = env.message
+        assert isinstance(cmd, AdminCommand)
+        _, verb = subjects.admin_parts(env.subject)
+        handler = self._verbs.get(verb)
+        if handler is None:
+            raise InvalidRequestError(
+                f"unknown admin command {self.area!r} {verb!r}; "
+                f"known: {', '.join(self.verbs) or 'none'}"
+            )
+        audited = verb not in self._read_only
+        try:
+            result = await handler(cmd)
+        except GatewayError as err:
+            if audited:
+                await self._audit(ctx, verb, cmd, ok=False, message=err.message)
+            raise
+        await env.respond(AdminReply(result=result))
+        if audited:
+            await self._audit(ctx, verb, cmd, ok=True)
+
+    async def _audit(
+        self, ctx: ActorContext, verb: str, cmd: AdminCommand, *, ok: bool, message: str = ""
+    ) -> None:
+        logger.info(
+            "admin %s %s by %s: %s%s", self.area, verb, cmd.by or "?",
+            "ok" if ok else "refused", f" ({message})" if message else "",
+        )
+        event = AdminExecuted(
+            area=self.area, verb=verb, by=cmd.by, ok=ok, message=message, ts=time.time()
+        )
+        try:
+            await ctx.publish(subjects.event("admin"), event)
+        except GatewayError as exc:  # the command happened; a lost audit event must not undo it
+            logger.warning("admin audit event not published: %s", exc)

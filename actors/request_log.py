@@ -1,0 +1,139 @@
+"""The request log's table: one row per client request and one per upstream attempt.
+
+Pure helpers shared by the StoreActor (writes, prunes) and ``llmgw logs`` (reads the file
+directly, or asks the StoreActor over the bus): the migration, row conversion, and the one
+query. Callers are stored as ``c-…`` hashes; credentials only ever as their ``k-…`` ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from actors.db import Migration
+from schemas import Observation, RequestCompleted
+
+COLUMNS = (
+    "ts", "kind", "request_id", "caller_id", "org", "surface", "requested_model", "model",
+    "endpoint", "credential_id", "status", "outcome", "error_kind", "fallback", "attempt",
+    "ttft_ms", "latency_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "stream",
+)
+_BOOLS = frozenset({"fallback", "stream"})
+
+REQUEST_LOG = Migration(
+    "request_log",
+    (
+        "CREATE TABLE IF NOT EXISTS request_log ("
+        " id INTEGER PRIMARY KEY, ts REAL NOT NULL, kind TEXT NOT NULL,"
+        " request_id TEXT NOT NULL, caller_id TEXT NOT NULL, org TEXT NOT NULL,"
+        " surface TEXT NOT NULL, requested_model TEXT NOT NULL, model TEXT NOT NULL,"
+        " endpoint TEXT NOT NULL, credential_id TEXT NOT NULL, status INTEGER,"
+        " outcome TEXT NOT NULL, error_kind TEXT NOT NULL, fallback INTEGER NOT NULL,"
+        " attempt INTEGER NOT NULL, ttft_ms REAL, latency_ms REAL NOT NULL,"
+        " prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL,"
+        " cached_tokens INTEGER NOT NULL, stream INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS request_log_ts ON request_log (ts)",
+        "CREATE INDEX IF NOT EXISTS request_log_request ON request_log (request_id)",
+    ),
+)
+
+INSERT = (
+    f"INSERT INTO request_log ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+)
+PRUNE = "DELETE FROM request_log WHERE ts < ?"
+
+Row = tuple[Any, ...]
+
+
+def caller_id(caller: str) -> str:
+    """The pseudonymous id a caller is logged under ("" for none)."""
+    return "c-" + hashlib.sha256(caller.encode()).hexdigest()[:12] if caller else ""
+
+
+def attempt_row(obs: Observation) -> Row:
+    """The row of one upstream attempt."""
+    return (
+        obs.ts, "attempt", obs.request_id, caller_id(obs.caller), "", obs.surface, "",
+        obs.model, obs.endpoint, obs.credential_id, obs.status, obs.outcome, obs.error_kind,
+        int(obs.fallback), obs.attempt, obs.ttft_ms, obs.latency_ms, obs.prompt_tokens,
+        obs.completion_tokens, obs.cached_tokens, int(obs.stream),
+    )
+
+
+def request_row(done: RequestCompleted) -> Row:
+    """The row of one client request (``attempt`` holds its number of attempts)."""
+    if done.status == 499:
+        outcome = "cancelled"
+    elif done.status >= 400 or done.error_kind:
+        outcome = "error"
+    else:
+        outcome = "success"
+    return (
+        done.ts, "request", done.request_id, caller_id(done.caller), done.org, done.surface,
+        done.requested_model, done.model, done.endpoint, done.credential_id, done.status,
+        outcome, done.error_kind, int(done.fallback), done.attempts, done.ttft_ms,
+        done.latency_ms, done.prompt_tokens, done.completion_tokens, done.cached_tokens,
+        int(done.stream),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogQuery:
+    """Which rows to read: newer than ``since`` (epoch seconds), of ``model`` (requested or
+    resolved), of ``kind`` (``request``/``attempt``), of ``request_id``; the newest ``limit``,
+    returned oldest first."""
+
+    since: float | None = None
+    model: str | None = None
+    kind: str | None = None
+    request_id: str | None = None
+    limit: int = 100
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> LogQuery:
+        """Build from admin-command arguments. Raises ValueError on a bad one."""
+        since = args.get("since")
+        limit = args.get("limit", 100)
+        if since is not None and not isinstance(since, int | float):
+            raise ValueError("'since' must be epoch seconds")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError("'limit' must be a positive integer")
+        kind = args.get("kind")
+        if kind not in (None, "request", "attempt"):
+            raise ValueError("'kind' must be 'request' or 'attempt'")
+        return cls(since=None if since is None else float(since), model=args.get("model"),
+                   kind=kind, request_id=args.get("request_id"), limit=min(limit, 10_000))
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """The SELECT and its parameters."""
+        where: list[str] = []
+        params: list[Any] = []
+        if self.since is not None:
+            where.append("ts >= ?")
+            params.append(self.since)
+        if self.model:
+            where.append("(model = ? OR requested_model = ?)")
+            params += [self.model, self.model]
+        if self.kind:
+            where.append("kind = ?")
+            params.append(self.kind)
+        if self.request_id:
+            where.append("request_id = ?")
+            params.append(self.request_id)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        sql = (f"SELECT {', '.join(COLUMNS)} FROM request_log{clause}"
+               " ORDER BY ts DESC, id DESC LIMIT ?")
+        return sql, [*params, self.limit]
+
+
+def as_dicts(rows: list[Row]) -> list[dict[str, Any]]:
+    """Rows from :meth:`LogQuery.sql` as dicts, oldest first."""
+    out = []
+    for row in reversed(rows):
+        d = dict(zip(COLUMNS, row, strict=True))
+        for key in _BOOLS:
+            d[key] = bool(d[key])
+        out.append(d)
+    return out

@@ -1,0 +1,147 @@
+"""``anthropic`` upstreams: the native Anthropic Messages API (``POST …/v1/messages``).
+
+The canonical chat request is translated by ``anthropic_wire`` and sent with ``x-api-key``
+and ``anthropic-version``; answers and SSE streams come back as canonical chat. A route's
+``base_url`` may end in ``/v1`` or not: both reach ``…/v1/messages``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import msgspec
+
+from gateway.adapters.anthropic_wire import (
+    MessagesToChatStream,
+    UpstreamStreamError,
+    from_messages_response,
+    to_messages_request,
+)
+from gateway.adapters.base import (
+    JSON,
+    UnsupportedParameterError,
+    UpstreamTarget,
+    bad_response,
+    error_from_status,
+    transport_error,
+)
+from gateway.sse import SSEParser
+from schemas import InvalidRequestError, UpstreamError
+
+ANTHROPIC_VERSION = "2023-06-01"
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def messages_url(base_url: str) -> str:
+    """``{base_url}/v1/messages`` whether or not ``base_url`` already ends in ``/v1``."""
+    base = base_url.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[: -len("/v1")]
+    return base + "/v1/messages"
+
+
+class AnthropicAdapter:
+    """Calls ``/v1/messages`` on a pooled httpx client; embeddings are refused."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    def _request(self, target: UpstreamTarget, body: JSON, *, stream: bool) -> httpx.Request:
+        """The upstream request. Raises UnsupportedParameterError for what Anthropic cannot
+        honour as asked (a 400 that names the field, and lets another route try)."""
+        try:
+            payload = to_messages_request(
+                body, upstream_model=target.upstream_model or str(body.get("model", ""))
+            )
+        except InvalidRequestError as exc:
+            raise UnsupportedParameterError(
+                exc.message, endpoint=target.endpoint, param=exc.param
+            ) from None
+        if stream:
+            payload["stream"] = True
+        else:
+            payload.pop("stream", None)
+        headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        if target.api_key:
+            headers["x-api-key"] = target.api_key
+        return self._client.build_request(
+            "POST",
+            messages_url(target.base_url),
+            content=_encode(payload),
+            headers=headers,
+            timeout=httpx.Timeout(target.timeout, connect=target.connect_timeout),
+        )
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """POST /v1/messages; the answer as a canonical chat completion. Raises UpstreamError."""
+        request = self._request(target, body, stream=False)
+        try:
+            resp = await self._client.send(request)
+        except httpx.HTTPError as exc:
+            raise transport_error(target.endpoint, exc) from None
+        raw = resp.content
+        if resp.status_code >= 300:
+            raise error_from_status(target.endpoint, resp, raw)
+        try:
+            data = _decode(raw)
+        except msgspec.DecodeError:
+            raise bad_response(target.endpoint, "the body is not JSON") from None
+        if not isinstance(data, dict) or not isinstance(data.get("content"), list):
+            raise bad_response(target.endpoint, "the JSON has no 'content' list")
+        return from_messages_response(data, model=target.upstream_model or str(data.get("model")))
+
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[JSON]:
+        """POST /v1/messages with stream; yields canonical chunks until ``message_stop``.
+
+        Raises UpstreamError on a non-2xx answer, a broken connection, an ``error`` event, or
+        a stream that ends without ``message_stop`` (a silent truncation is never a success).
+        """
+        request = self._request(target, body, stream=True)
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        translator = MessagesToChatStream(target.upstream_model or str(body.get("model", "")),
+                                          include_usage=include_usage)
+        try:
+            resp = await self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise transport_error(target.endpoint, exc) from None
+        try:
+            if resp.status_code >= 300:
+                raise error_from_status(target.endpoint, resp, await resp.aread())
+            parser = SSEParser()
+            async for raw in resp.aiter_raw():
+                for event, data in parser.feed(raw):
+                    for chunk in _translate(translator, target.endpoint, event, data):
+                        yield chunk
+                    if translator.is_complete:
+                        return
+            raise UpstreamError("upstream stream ended before message_stop",
+                                endpoint=target.endpoint, kind="truncated")
+        except httpx.HTTPError as exc:
+            raise transport_error(target.endpoint, exc) from None
+        finally:
+            await resp.aclose()
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """Always raises UpstreamError (400): Anthropic has no embeddings API."""
+        raise UpstreamError(
+            f"route {target.endpoint} is of upstream kind anthropic, which has no embeddings API",
+            endpoint=target.endpoint, status=400, kind="unsupported",
+        )
+
+
+def _translate(translator: MessagesToChatStream, endpoint: str, event: str | None,
+               data: bytes) -> list[JSON]:
+    try:
+        decoded = _decode(data)
+    except msgspec.DecodeError:
+        raise bad_response(endpoint, "a stream event is not JSON") from None
+    if not isinstance(decoded, dict):
+        raise bad_response(endpoint, "a stream event is not an object")
+    try:
+        return translator.feed(event, decoded)
+    except UpstreamStreamError as exc:
+        exc.endpoint = endpoint
+        raise

@@ -1,0 +1,46 @@
+"""AffinityTable: sliding TTL, drop on error, lazy sweep, snapshot round trip."""
+
+from __future__ import annotations
+
+from actors.affinity import AffinityTable
+
+
+def test_pin_within_ttl_is_returned_and_refresh_slides_it() -> None:
+    t = AffinityTable(ttl=300)
+    t.pin("ip:1.2.3.4", "m:a", now=0)
+    assert t.get("ip:1.2.3.4", now=299) == "m:a"
+    t.pin("ip:1.2.3.4", "m:a", now=299)
+    assert t.get("ip:1.2.3.4", now=598) == "m:a"
+
+
+def test_pin_after_ttl_without_traffic_expires() -> None:
+    t = AffinityTable(ttl=300)
+    t.pin("c", "m:a", now=0)
+    assert t.get("c", now=300) is None
+    assert len(t) == 0
+
+
+def test_drop_with_other_endpoint_keeps_the_pin() -> None:
+    t = AffinityTable(ttl=300)
+    t.pin("c", "m:a", now=0)
+    assert not t.drop("c", "m:b")
+    assert t.drop("c", "m:a")
+    assert t.get("c", now=1) is None
+
+
+def test_table_past_sweep_threshold_sweeps_expired_entries_lazily() -> None:
+    t = AffinityTable(ttl=10, sweep_threshold=3)
+    for i in range(3):
+        t.pin(f"old{i}", "m:a", now=0)
+    t.pin("new", "m:a", now=100)  # 4 > threshold: the three expired ones go
+    assert len(t) == 1
+
+
+def test_snapshot_restore_skips_expired_pins() -> None:
+    t = AffinityTable(ttl=10)
+    t.pin("a", "m:a", now=0)
+    t.pin("b", "m:b", now=5)
+    fresh = AffinityTable(ttl=10)
+    fresh.restore(t.snapshot(now=1), now=12)
+    assert fresh.get("a", now=12) is None
+    assert fresh.get("b", now=12) == "m:b"

@@ -1,0 +1,47 @@
+"""Affinity keys: API key hash, grant, IPv6 folded to /64, X-Forwarded-For only if trusted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.http import HttpRequest
+from gateway.identity import affinity_key, fold_address
+
+
+def _req(client: str, headers: dict[str, str] | None = None) -> HttpRequest:
+    scope: dict[str, Any] = {
+        "client": (client, 5555),
+        "headers": [(k.encode(), v.encode()) for k, v in (headers or {}).items()],
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {}
+
+    async def send(msg: Any) -> None:
+        return None
+
+    return HttpRequest(scope, receive, send)
+
+
+def test_ipv6_addresses_in_one_64_fold_to_one_key() -> None:
+    assert fold_address("2001:db8:1:2:aaaa::1") == fold_address("2001:db8:1:2:bbbb::9")
+    assert fold_address("2001:db8:1:2::1") == "2001:db8:1:2::/64"
+
+
+def test_ipv4_address_is_kept_whole() -> None:
+    assert fold_address("10.1.2.3") == "10.1.2.3"
+
+
+def test_authenticated_caller_key_is_its_key_hash() -> None:
+    assert affinity_key(_req("10.0.0.1"), key_hash="abc", trust_proxy_headers=False) == "key:abc"
+
+
+def test_grant_header_wins_over_address() -> None:
+    req = _req("10.0.0.1", {"x-inference-grant": "job-7"})
+    assert affinity_key(req, key_hash=None, trust_proxy_headers=False) == "grant:job-7"
+
+
+def test_forwarded_for_is_ignored_unless_trusted() -> None:
+    req = _req("10.0.0.1", {"x-forwarded-for": "203.0.113.9, 10.0.0.1"})
+    assert affinity_key(req, key_hash=None, trust_proxy_headers=False) == "ip:10.0.0.1"
+    assert affinity_key(req, key_hash=None, trust_proxy_headers=True) == "ip:203.0.113.9"
