@@ -50,6 +50,7 @@ class KeyPool:
         self.pool = pool
         self.settings = settings
         self._keys: tuple[tuple[str, str], ...] = ()
+        self._ids: frozenset[str] = frozenset()
         self._order: dict[int, tuple[str, ...]] = {}
         self._mutes: dict[str, float] = {}
         self._streaks: dict[str, int] = {}
@@ -77,10 +78,10 @@ class KeyPool:
         roles = {b.role for b in self._bindings.values()}
         before = {r: self.preferred(r) for r in roles}
         self._keys = new
+        self._ids = frozenset(cid for cid, _ in new)
         self._order.clear()
-        ids = {cid for cid, _ in new}
         for table in (self._mutes, self._streaks, self._levels):
-            for cid in [c for c in table if c not in ids]:
+            for cid in [c for c in table if c not in self._ids]:
                 del table[cid]
         dropped = [c for c, b in self._bindings.items()
                    if b.credential_id not in self.visible(b.role)
@@ -174,9 +175,7 @@ class KeyPool:
     def record(self, cid: str, *, status: int | None, outcome: str, role: str | None,
                now: float, retry_after: float | None = None) -> float | None:
         """Fold one attempt's result; returns the new mute end when this mutes ``cid``."""
-        if cid not in self._streaks and cid not in {c for c, _ in self._keys}:
-            return None
-        if outcome == "cancelled":
+        if cid not in self._ids or outcome == "cancelled":
             return None
         if outcome == "success" or not is_key_specific(status):
             # The upstream accepted the key (a 400 is about the request, not the key).

@@ -23,6 +23,7 @@ import msgspec
 from actors.affinity import AffinityTable
 from actors.base import Actor, ActorContext, Serve
 from actors.health import CLOSED, HALF_OPEN, OPEN
+from actors.keypool_view import KeyViews
 from actors.prefill import PrefillLoad
 from actors.route_table import RouteEntry, RouteTable
 from actors.snapshots import SnapshotStore
@@ -33,6 +34,7 @@ from schemas import (
     EndpointState,
     FirstToken,
     InvalidRequestError,
+    KeyPoolState,
     LocalHealth,
     ModelStatus,
     ModelStatusRequest,
@@ -95,6 +97,7 @@ class ModelActor(Actor):
             *(Serve(subjects.endpoint_state(e)) for e in ids),
             *(Serve(subjects.observation(e)) for e in ids),
             *(Serve(subjects.endpoint_local_health(e)) for e in ids),
+            *KeyViews.serves(model),
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -112,6 +115,8 @@ class ModelActor(Actor):
         self._prefill = PrefillLoad(elephant_tokens=pre.elephant_tokens,
                                     hint_ttl=pre.hint_ttl_seconds)
         self._flush_scheduled = False
+        self._keys = KeyViews(self._model, self._routing.key_pool)
+        await self._keys.seed(ctx.bus)
         await self._restore()
         for r in self._table.routes:
             try:
@@ -173,6 +178,8 @@ class ModelActor(Actor):
                 await env.respond(self.status())
             case LocalHealth() as lh:
                 self._table.set_local_health(lh.endpoint, lh.healthy)
+            case KeyPoolState() as ks:
+                self._keys.update(ks)
             case ModelStatusRequest():
                 await env.respond(self.status())
 
@@ -217,8 +224,9 @@ class ModelActor(Actor):
             pinned = next((r for r in routes if r.endpoint == req.pin), None)
             if pinned is None:
                 raise PinNotFoundError(f"X-Route-Pin {req.pin!r} matches no route of this model")
-            return RoutePlan(model=self._model.id, candidates=(pinned.candidate,), pinned=True,
-                             reason="pin")
+            _, keys = self._keys.screen([pinned], req, now)
+            return RoutePlan(model=self._model.id, candidates=keys.apply((pinned.candidate,)),
+                             pinned=True, reason="pin")
         if req.prompt_tokens:
             fitting = [r for r in routes if r.fits(req.prompt_tokens)]
             if not fitting:
@@ -229,6 +237,10 @@ class ModelActor(Actor):
                     param="messages",
                 )
             routes = fitting
+        # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
+        routes, keys = self._keys.screen(routes, req, now)
+        if not routes:
+            return keys.plan(self._model.id)
         closed = [r for r in routes if r.weight > 0 and self._closed(r, now)]
         probing = [r for r in routes if r.weight > 0 and self._probe_eligible(r, now)]
         if not closed and not probing:
@@ -246,7 +258,7 @@ class ModelActor(Actor):
         rest = [r.candidate for r in closed if r is not entry]
         return RoutePlan(
             model=self._model.id,
-            candidates=(entry.probe_candidate if probe else entry.candidate, *rest),
+            candidates=keys.apply((entry.probe_candidate if probe else entry.candidate, *rest)),
             reason=reason,
         )
 

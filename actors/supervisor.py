@@ -130,7 +130,9 @@ class Supervisor:
         self.strategy = strategy
         self.intensity = intensity
         self.period = period
-        self._specs = [c if isinstance(c, ChildSpec) else _spec_for(c) for c in children]
+        items = list(children)
+        self._specs = [c if isinstance(c, ChildSpec) else _spec_for(c) for c in items]
+        self._nested = {c.name: c for c in items if isinstance(c, Supervisor)}
         names = [s.name for s in self._specs]
         if len(set(names)) != len(names):
             raise ValueError(f"supervisor {name!r}: duplicate child names in {names}")
@@ -145,6 +147,8 @@ class Supervisor:
         self._restart_counts: Counter[str] = Counter()
         self._stop_requested = False
         self._task: asyncio.Task[None] | None = None
+        # Serialises changes to the children: exits, restarts, add/remove/replace, stop.
+        self._lock = anyio.Lock()
 
     # -- root lifecycle -------------------------------------------------------------------
 
@@ -196,6 +200,89 @@ class Supervisor:
             raise KeyError(f"supervisor {self.name!r} has no running child {name!r}")
         return c.instance
 
+    # -- changing the children of a running supervisor -----------------------------------
+
+    @property
+    def specs(self) -> tuple[ChildSpec, ...]:
+        """The children's specs in start order (stop order is the reverse)."""
+        return tuple(self._specs)
+
+    def nested(self, name: str) -> Supervisor | None:
+        """Child ``name`` when it is a Supervisor (running or not), else None."""
+        return self._nested.get(name)
+
+    async def add_child(self, child: ChildSpec | Supervisor, *, index: int | None = None) -> None:
+        """Start a new child at ``index`` of the list (default: last) while running.
+
+        Raises ValueError when the name is taken, RuntimeError when not running, and the
+        child's own exception when it fails to start (it is then forgotten).
+        """
+        spec = child if isinstance(child, ChildSpec) else _spec_for(child)
+        async with self._lock:
+            self._check_running()
+            if any(s.name == spec.name for s in self._specs):
+                raise ValueError(f"supervisor {self.name!r} already has a child {spec.name!r}")
+            self._specs.insert(len(self._specs) if index is None else index, spec)
+            if isinstance(child, Supervisor):
+                self._nested[spec.name] = child
+            self._finished.discard(spec.name)
+            error = await self._start_child(spec)
+            if error is not None:
+                self._specs.remove(spec)
+                self._nested.pop(spec.name, None)
+                self._children.pop(spec.name, None)
+                raise error
+        await self._publish(ChildStarted(supervisor=self.name, child=spec.name))
+
+    async def remove_child(self, name: str) -> None:
+        """Stop child ``name`` (within its shutdown time) and forget it.
+
+        Raises KeyError when there is no such child.
+        """
+        async with self._lock:
+            spec = self._spec_named(name)
+            self._specs.remove(spec)
+            self._nested.pop(name, None)
+            self._finished.discard(name)
+            child = self._children.pop(name, None)
+            if child is not None:
+                await self._stop_child(child)
+
+    async def replace_child(self, spec: ChildSpec) -> None:
+        """Start ``spec`` in place of the child of the same name, then stop the old one.
+
+        Make before break: both serve for a moment, so the child's subjects never go
+        unanswered. Raises KeyError (no such child), RuntimeError (not running), and the new
+        child's exception when it fails to start (the old one then keeps running).
+        """
+        async with self._lock:
+            self._check_running()
+            old_spec = self._spec_named(spec.name)
+            old = self._children.get(spec.name)
+            error = await self._start_child(spec)
+            if error is not None:
+                if old is not None:
+                    self._children[spec.name] = old
+                else:
+                    self._children.pop(spec.name, None)
+                raise error
+            self._specs[self._specs.index(old_spec)] = spec
+            self._nested.pop(spec.name, None)
+            self._finished.discard(spec.name)
+            if old is not None:
+                await self._stop_child(old)
+        await self._publish(ChildStarted(supervisor=self.name, child=spec.name))
+
+    def _spec_named(self, name: str) -> ChildSpec:
+        for s in self._specs:
+            if s.name == name:
+                return s
+        raise KeyError(f"supervisor {self.name!r} has no child {name!r}")
+
+    def _check_running(self) -> None:
+        if self._tg is None or self._stop_requested:
+            raise RuntimeError(f"supervisor {self.name!r} is not running")
+
     # -- the child interface --------------------------------------------------------------
 
     def request_stop(self) -> None:
@@ -231,7 +318,8 @@ class Supervisor:
                     if failure is None:
                         task_status.started()
                         failure = await self._supervise(recv)
-                    await self._stop_all()
+                    async with self._lock:
+                        await self._stop_all()
         finally:
             self._inbox = None
             self._tg = None
@@ -258,7 +346,8 @@ class Supervisor:
                 return None
             if child.stopping or self._children.get(child.spec.name) is not child:
                 continue  # an exit we asked for, or of an incarnation already replaced
-            gave_up = await self._on_exit(child)
+            async with self._lock:
+                gave_up = await self._on_exit(child)
             if gave_up is not None:
                 return gave_up
         return None

@@ -1,6 +1,8 @@
 """build_tree(config): the one place actors are wired into a supervision tree.
 
     root (one_for_one)
+    ├── store: StoreActor (the request log, with ``request_log=True`` and ``log.enabled``;
+    │          starts first and stops last, so it sees every other child's traffic)
     ├── endpoints (one_for_one): EndpointActor per endpoint id
     ├── models    (one_for_one): ModelActor per public model
     └── health: HealthActor (read model for /health/deep)
@@ -17,6 +19,7 @@ from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
 from actors.model import ModelActor
 from actors.snapshots import SnapshotStore
+from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from schemas.config import GatewayConfig
 
@@ -26,6 +29,7 @@ def build_tree(
     *,
     snapshots: SnapshotStore | None = None,
     clock: Callable[[], float] | None = None,
+    request_log: bool = False,
 ) -> Supervisor:
     """The root supervisor for ``config``; start it with ``await root.start(bus)``."""
     circuit = config.routing.circuit
@@ -50,12 +54,15 @@ def build_tree(
                 restart=Restart.PERMANENT,
             )
         )
+    store = [ChildSpec("store", functools.partial(StoreActor, config.database.path, config.log),
+                       shutdown=10.0)] if request_log and config.log.enabled else []
     return Supervisor(
         "root",
         strategy=Strategy.ONE_FOR_ONE,
         intensity=10,
         period=5.0,
         children=[
+            *store,
             Supervisor("endpoints", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=endpoint_specs),
             Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,

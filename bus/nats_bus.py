@@ -6,12 +6,16 @@ Every nats-py failure is turned into a ``bus.errors`` type here; no nats type le
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
+from nats.js.api import ConsumerConfig, DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 
 from bus.codec import CodecError, decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
@@ -144,6 +148,36 @@ class NatsBus:
         check_queue(queue)
         return _NatsSubscribing(self, subject, queue)
 
+    async def ensure_stream(
+        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+    ) -> None:
+        """Create (or update to this config) the JetStream stream ``name`` keeping what is
+        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages.
+
+        Raises BusClosedError when JetStream is unavailable or refuses the stream.
+        """
+        self._check_open()
+        config = StreamConfig(name=name, subjects=subjects, max_age=max_age, max_msgs=max_msgs,
+                              storage=StorageType.FILE, discard=DiscardPolicy.OLD)
+        js = self._nc.jetstream()
+        try:
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError:  # it exists with another config
+                await js.update_stream(config)
+        except nats.errors.Error as exc:
+            raise BusClosedError(f"JetStream stream {name}: {exc!r}") from exc
+
+    def replay(
+        self, subject: str, *, stream: str, since: float
+    ) -> AbstractAsyncContextManager[BufferedSubscription]:
+        """Subscribe to ``subject`` through JetStream ``stream``: what it kept from ``since``
+        (epoch seconds) on, then live messages, in order. Raises ValueError, BusClosedError
+        (also when the stream does not exist)."""
+        check_pattern(subject)
+        start = datetime.datetime.fromtimestamp(since, tz=datetime.UTC)
+        return _NatsSubscribing(self, subject, None, replay=(stream, start))
+
     async def aclose(self) -> None:
         """End every subscription and close the connection (flushing what is buffered)."""
         if self._closed:
@@ -225,10 +259,18 @@ class NatsBus:
 
 
 class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
-    def __init__(self, bus: NatsBus, subject: str, queue: str | None) -> None:
+    def __init__(
+        self,
+        bus: NatsBus,
+        subject: str,
+        queue: str | None,
+        *,
+        replay: tuple[str, datetime.datetime] | None = None,
+    ) -> None:
         self._bus = bus
         self._subject = subject
         self._queue = queue
+        self._replay = replay
         self._sub: BufferedSubscription | None = None
         self._nats_sub: _NatsSubscription | None = None
 
@@ -248,9 +290,7 @@ class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
             sub.deliver(Envelope(msg.subject, message, reply, respond if reply else None))
 
         try:
-            self._nats_sub = await bus._nc.subscribe(
-                self._subject, queue=self._queue or "", cb=on_msg
-            )
+            self._nats_sub = await self._open(on_msg)
             await bus._barrier()
         except nats.errors.Error as exc:
             await self._unsubscribe()
@@ -270,6 +310,18 @@ class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
             self._bus._subs.discard(self._sub)
             self._sub = None
         await self._unsubscribe()
+
+    async def _open(self, cb: Callable[[Msg], Awaitable[None]]) -> _NatsSubscription:
+        nc = self._bus._nc
+        if self._replay is None:
+            return await nc.subscribe(self._subject, queue=self._queue or "", cb=cb)
+        stream, start = self._replay
+        # An ordered consumer: ephemeral, in order, re-created by nats-py on a gap.
+        return await nc.jetstream().subscribe(
+            self._subject, stream=stream, cb=cb, ordered_consumer=True,
+            deliver_policy=DeliverPolicy.BY_START_TIME,
+            config=ConsumerConfig(opt_start_time=start),
+        )
 
     async def _unsubscribe(self) -> None:
         nats_sub, self._nats_sub = self._nats_sub, None

@@ -19,7 +19,8 @@ import httpx
 import msgspec
 
 from bus import Bus
-from gateway import admin_routing
+from gateway import accounting, admin_routing
+from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
@@ -29,7 +30,9 @@ from gateway.errors import error_code, error_param, http_status, retry_after_hea
 from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
 from gateway.http import HttpRequest, Receive, Scope, Send
 from gateway.identity import affinity_key
-from gateway.surfaces import CHAT, Surface
+from gateway.operations import IngressOps
+from gateway.reload import FallbackTargets
+from gateway.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from schemas import (
     GatewayError,
     HealthReport,
@@ -78,23 +81,31 @@ class GatewayApp:
                 self._models[name] = m
         self._client: httpx.AsyncClient | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
-        self._dispatcher = Dispatcher(bus, self._adapters, Targets(config))
+        self._dispatcher = Dispatcher(bus, self._adapters, Targets(config),
+                                      config.routing.failover)
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-"
         self._routes = {
             ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/responses"): self._responses,
+            ("POST", "/v1/messages"): self._messages,
             ("POST", "/v1/embeddings"): self._embeddings,
             ("GET", "/v1/models"): self._list_models,
             ("GET", "/health"): self._health,
             ("GET", "/health/deep"): self._health_deep,
             ("GET", "/routing"): self._routing,
         }
-        self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT}
+        self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT,
+                          "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
         # Routes with path parameters: (method, prefix) -> handler, tried after exact ones.
         self._prefix_routes: dict[tuple[str, str], Handler] = {
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
         }
+        # Last: wraps the inference routes above with accounting, adds /metrics, /events,
+        # /admin/<area>/<verb>.
+        self.ops = IngressOps(bus, config)
+        self.ops.install(self._routes, self._prefix_routes)
 
     # -- ASGI ---------------------------------------------------------------------------
 
@@ -120,12 +131,23 @@ class GatewayApp:
             self._client = make_http_client()
             adapter = OpenAICompatAdapter(self._client)
             self._adapters["openai_compat"] = adapter
+            self._adapters["anthropic"] = AnthropicAdapter(self._client)
 
     async def aclose(self) -> None:
         """Close the upstream HTTP client."""
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Serve ``config`` from the next request on (config reload). Requests in flight keep
+        the model and plan they started with; their targets still resolve."""
+        models = {name: m for m in config.models for name in (m.id, *m.aliases)}
+        dispatcher = Dispatcher(self._bus, self._adapters,
+                                FallbackTargets(config, Targets(self._config)),
+                                config.routing.failover)
+        self._config, self._models, self._dispatcher = config, models, dispatcher
+        self.ops.reconfigure(config)
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
@@ -180,6 +202,7 @@ class GatewayApp:
             raise InvalidRequestError("the request body is not valid JSON") from None
 
     def _resolve(self, name: str) -> ModelConfig:
+        accounting.requested(name)
         model = self._models.get(name)
         if model is None or not model.published:
             raise RouteNotFoundError(f"the model {name!r} does not exist")
@@ -191,11 +214,12 @@ class GatewayApp:
         return pin if pin and is_admin(req, self._config) else None
 
     async def _plan(self, model: ModelConfig, route_req: RouteRequest) -> RoutePlan:
+        accounting.routing(route_req)
         reply = await self._bus.request(
             subjects.model_route(model.id), route_req, reply_type=RoutePlan,
             timeout=self._config.routing.decision_timeout_seconds,
         )
-        return raise_for_reply(reply)
+        return accounting.routed(raise_for_reply(reply))
 
     def _info(
         self, req: HttpRequest, model: ModelConfig, surface: str, stream: bool,
@@ -214,6 +238,12 @@ class GatewayApp:
     async def _chat(self, req: HttpRequest) -> None:
         await self._inference(req, CHAT)
 
+    async def _responses(self, req: HttpRequest) -> None:
+        await self._inference(req, RESPONSES)
+
+    async def _messages(self, req: HttpRequest) -> None:
+        await self._inference(req, MESSAGES)
+
     async def _inference(self, req: HttpRequest, surface: Surface) -> None:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
@@ -227,7 +257,7 @@ class GatewayApp:
             surface=surface.name, request_id=info.request_id,
         ))
         await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
-                                     req, surface, info, plan, body, requested)
+                                     req, surface, info, plan, body, requested, raw)
 
     async def _until_disconnect(self, req: HttpRequest, fn: Any, *args: Any) -> None:
         """Run ``fn`` but cancel it when the client goes away (not counted as a failure)."""
@@ -245,20 +275,27 @@ class GatewayApp:
                 watcher.cancel()
 
     async def _serve_once(self, req: HttpRequest, surface: Surface, info: RequestInfo,
-                          plan: RoutePlan, body: JSON, requested: str) -> None:
+                          plan: RoutePlan, body: JSON, requested: str, raw: JSON) -> None:
+        rendered = b""
+
         async def complete(adapter: Adapter, target: UpstreamTarget) -> JSON:
-            return await adapter.complete(target, body)
+            nonlocal rendered
+            answer = await adapter.complete(target, body)
+            # Rendered within the attempt: an answer the client's shape cannot express is
+            # this route's bad response, and the next route may still serve.
+            rendered = surface.render(answer, requested, raw)
+            return answer
 
         served = await self._dispatcher.call(info, plan, complete)
-        await req.respond(200, surface.render(served.body, requested), [
+        await req.respond(200, rendered, [
             (b"x-routed-via", served.candidate.endpoint.encode()),
             (b"x-request-id", info.request_id.encode()),
         ])
 
     async def _serve_stream(self, req: HttpRequest, surface: Surface, info: RequestInfo,
-                            plan: RoutePlan, body: JSON, requested: str) -> None:
+                            plan: RoutePlan, body: JSON, requested: str, raw: JSON) -> None:
         stream = await self._dispatcher.open_stream(info, plan, body)
-        await self._relay(req, surface.stream(requested), stream, info)
+        await self._relay(req, surface.stream(requested, raw), stream, info)
 
     async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
                      info: RequestInfo) -> None:

@@ -22,7 +22,11 @@ from gateway.config import ConfigError, load_config
 logger = logging.getLogger("llmgw")
 
 # Modules with register(subparsers); each adds one or more subcommands.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = (
+    "gateway.cli_admin",
+    "gateway.cli_events",
+    "gateway.cli_logs",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=config.server.port if args.port is None else args.port,
         bus_url=args.bus or config.bus.url,
         role=args.role,
+        config_path=args.config,
     )
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")

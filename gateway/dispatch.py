@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 
 from bus import Bus
+from gateway import accounting
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
 from schemas import (
@@ -31,9 +32,10 @@ from schemas import (
     RouteCandidate,
     RoutePlan,
     UpstreamError,
+    UpstreamTimeoutError,
     subjects,
 )
-from schemas.config import GatewayConfig, RouteConfig
+from schemas.config import FailoverConfig, GatewayConfig, RouteConfig
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,8 @@ class Targets:
             api_key=self._secrets.get(c.credential_id) if c.credential_id else None,
             timeout=route.timeout_seconds,
             connect_timeout=route.connect_timeout_seconds,
+            ttft_timeout=route.ttft_timeout_seconds,
+            idle_timeout=route.idle_timeout_seconds,
         )
 
 
@@ -146,13 +150,54 @@ class _Failures:
         return self.errors[0]
 
 
+class _Budget:
+    """One request's hop cap and wall-clock budget (``routing.failover``)."""
+
+    __slots__ = ("_deadline", "_max")
+
+    def __init__(self, settings: FailoverConfig, started: float) -> None:
+        self._max = settings.max_attempts
+        self._deadline = started + settings.budget_seconds if settings.budget_seconds else None
+
+    def may_start(self, attempt: int) -> bool:
+        """Whether attempt number ``attempt`` may start now (the first two always may)."""
+        if attempt > self._max:
+            return False
+        return attempt <= 2 or self._deadline is None or time.perf_counter() < self._deadline
+
+    def first_byte_limit(self, attempt: int, own_limit: float, more: bool) -> tuple[float, bool]:
+        """Seconds this attempt may wait for its first byte, and whether the budget (not the
+        route's own limit) is what bounds it. The budget only cuts an attempt short when
+        another route could take over, and never the first retry."""
+        if self._deadline is None or attempt == 2 or not more:
+            return own_limit, False
+        left = max(0.0, self._deadline - time.perf_counter())
+        return (left, True) if left < own_limit else (own_limit, False)
+
+
 class Dispatcher:
     """Runs attempts against adapters and publishes their observations. Raises GatewayError."""
 
-    def __init__(self, bus: Bus, adapters: Mapping[str, Adapter], targets: Targets) -> None:
+    def __init__(self, bus: Bus, adapters: Mapping[str, Adapter], targets: Targets,
+                 failover: FailoverConfig | None = None) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
+        self._failover = failover or FailoverConfig()
+
+    def _attempts(self, plan: RoutePlan, failures: _Failures, budget: _Budget
+                  ) -> Iterator[tuple[int, RouteCandidate, bool]]:
+        """(attempt number, candidate, whether another candidate follows), within the hop cap
+        and budget, skipping routes a context-length refusal ruled out."""
+        candidates = plan.candidates
+        attempt = 0
+        for i, c in enumerate(candidates):
+            if failures.rules_out(c):
+                continue
+            attempt += 1
+            if not budget.may_start(attempt):
+                return
+            yield attempt, c, i + 1 < len(candidates) and attempt < self._failover.max_attempts
 
     async def observe(
         self,
@@ -193,6 +238,7 @@ class Dispatcher:
             ts=time.time(),
             prompt_estimate=info.prompt_estimate,
         )
+        accounting.attempted(obs)
         await self._publish(subjects.observation(c.endpoint), obs)
 
     async def _publish(self, subject: str, msg: Message) -> None:
@@ -211,14 +257,22 @@ class Dispatcher:
     ) -> Served:
         """Try each candidate with ``op`` until one answers. Raises the deterministic error."""
         failures = _Failures()
-        for attempt, c in enumerate(plan.candidates, start=1):
-            if failures.rules_out(c):
-                continue
+        budget = _Budget(self._failover, info.started)
+        for attempt, c, more in self._attempts(plan, failures, budget):
             started = time.perf_counter()
+            target = self._targets.resolve(c)
+            limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
             try:
-                body = await op(self._adapter(c), self._targets.resolve(c))
+                with anyio.fail_after(limit):
+                    body = await op(self._adapter(c), target)
             except UpstreamError as err:
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
+                failures.add(err, c)
+                continue
+            except TimeoutError:
+                err = _timed_out(c, limit, by_budget)
+                outcome = "cancelled" if by_budget else "failure"
+                await self.observe(info, c, attempt, outcome, started, err=err)
                 failures.add(err, c)
                 continue
             except anyio.get_cancelled_exc_class():
@@ -232,18 +286,25 @@ class Dispatcher:
         """Start a stream on the first candidate that yields a first chunk. Raises the
         deterministic error when none does."""
         failures = _Failures()
-        for attempt, c in enumerate(plan.candidates, start=1):
-            if failures.rules_out(c):
-                continue
+        budget = _Budget(self._failover, info.started)
+        for attempt, c, more in self._attempts(plan, failures, budget):
             started = time.perf_counter()
-            chunks = self._adapter(c).stream(self._targets.resolve(c), body)
+            target = self._targets.resolve(c)
+            chunks = self._adapter(c).stream(target, body)
+            limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
+            outcome = "failure"
             try:
-                first = await anext(chunks)
+                with anyio.fail_after(limit):
+                    first = await anext(chunks)
             except StopAsyncIteration:
                 err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
                                     kind="empty_stream")
             except UpstreamError as exc:
                 err = exc
+                outcome = _outcome_of(err)
+            except TimeoutError:
+                err = _timed_out(c, limit, by_budget)
+                outcome = "cancelled" if by_budget else "failure"
             except anyio.get_cancelled_exc_class():
                 await _aclose(chunks)
                 await self.observe(info, c, attempt, "cancelled", started)
@@ -253,9 +314,10 @@ class Dispatcher:
                     await self._publish(subjects.model_first_token(info.model),
                                         FirstToken(endpoint=c.endpoint,
                                                    request_id=info.request_id))
-                return StreamAttempt(self, info, c, attempt, started, first, chunks)
+                return StreamAttempt(self, info, c, attempt, started, first, chunks,
+                                     target.idle_timeout)
             await _aclose(chunks)
-            await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
+            await self.observe(info, c, attempt, outcome, started, err=err)
             failures.add(err, c)
         raise failures.final()
 
@@ -265,6 +327,12 @@ class Dispatcher:
             raise UpstreamError(f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint,
                                 kind="no_adapter")
         return adapter
+
+
+def _timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:
+    why = "the request's failover budget ran out" if by_budget else f"no answer in {limit:g} s"
+    return UpstreamTimeoutError(f"upstream timed out before its first byte: {why}",
+                                endpoint=c.endpoint, kind="budget" if by_budget else "ttft")
 
 
 async def _aclose(gen: AsyncIterator[Any]) -> None:
@@ -286,6 +354,7 @@ class StreamAttempt:
         started: float,
         first: JSON,
         rest: AsyncIterator[JSON],
+        idle_timeout: float,
     ) -> None:
         self.candidate = candidate
         self.attempt = attempt
@@ -296,11 +365,22 @@ class StreamAttempt:
         self._started = started
         self._ttft = time.perf_counter()
         self._usage = usage_of(first)
+        self._idle = idle_timeout
 
     async def chunks(self) -> AsyncIterator[JSON]:
         """Every chunk, the first included. Raises UpstreamError if the stream breaks."""
         yield self.first
-        async for chunk in self._rest:
+        while True:
+            try:
+                with anyio.fail_after(self._idle):
+                    chunk = await anext(self._rest)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                raise UpstreamTimeoutError(
+                    f"upstream stream stalled: no chunk for {self._idle:g} s",
+                    endpoint=self.candidate.endpoint, kind="idle",
+                ) from None
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
             yield chunk

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from schemas import ErrorCode, GatewayError, InvalidRequestError, UpstreamError
+from schemas import ErrorCode, GatewayError, UpstreamError
 
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
@@ -47,7 +47,9 @@ def error_code(err: GatewayError) -> str:
 
 def error_param(err: GatewayError) -> str | None:
     """The request field an error is about, when it is about one."""
-    return err.param if isinstance(err, InvalidRequestError) else None
+    # InvalidRequestError, and upstream refusals that name a field (UnsupportedParameterError).
+    param = getattr(err, "param", None)
+    return param if isinstance(param, str) else None
 
 
 def retry_after_header(err: GatewayError) -> bytes | None:

@@ -14,6 +14,7 @@ Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 JSON_TYPE = (b"content-type", b"application/json")
+_DRAIN_LIMIT = 256 * 1024 * 1024
 
 
 class HttpRequest:
@@ -51,6 +52,7 @@ class HttpRequest:
         """The whole body. Raises RequestTooLargeError past ``limit`` bytes."""
         declared = self.header("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._drain(0)
             raise RequestTooLargeError(f"request body is over the {limit}-byte limit")
         parts: list[bytes] = []
         size = 0
@@ -61,11 +63,24 @@ class HttpRequest:
             chunk = msg.get("body", b"")
             size += len(chunk)
             if size > limit:
+                if msg.get("more_body", False):
+                    await self._drain(size)
                 raise RequestTooLargeError(f"request body is over the {limit}-byte limit")
             parts.append(chunk)
             if not msg.get("more_body", False):
                 break
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def _drain(self, size: int) -> None:
+        # A client still uploading cannot read our 413 if the connection closes under it;
+        # read and discard the rest (bounded) so the answer reaches it.
+        while size < _DRAIN_LIMIT:
+            msg = await self.receive()
+            if msg["type"] == "http.disconnect":
+                return
+            size += len(msg.get("body", b""))
+            if not msg.get("more_body", False):
+                return
 
     async def start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Send the status line and headers."""

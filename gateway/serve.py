@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from hypercorn.config import Config as HypercornConfig
 from actors import SnapshotStore, build_tree
 from bus import Bus, open_bus
 from gateway.app import create_app
+from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
 from gateway.healthcheck import HealthChecker, local_targets
 from schemas.config import GatewayConfig
 
@@ -31,6 +33,7 @@ class ServeOptions:
     port: int
     bus_url: str
     role: str
+    config_path: str | None = None  # re-read on reload (None: the bundled demo config)
 
 
 def _announce(line: str) -> None:
@@ -51,18 +54,24 @@ async def run(
     """
     from gateway.cli import bind_socket, install_shutdown
 
+    signals = shutdown is None
     if shutdown is None:
         shutdown = asyncio.Event()
         install_shutdown(shutdown)
     bus = await open_bus(opts.bus_url)
     root = None
+    ops: asyncio.Task[None] | None = None
     snapshots: SnapshotStore | None = None
     checker: tuple[asyncio.Task[None], httpx.AsyncClient] | None = None
     try:
         if opts.role in ("all", "actors"):
             snapshots = await SnapshotStore.open(config.database.path)
-            root = build_tree(config, snapshots=snapshots)
+            build = functools.partial(build_tree, snapshots=snapshots, request_log=True)
+            root = build(config)
             await root.start(bus)
+            await start_control(root, bus, config, opts.config_path, build)
+            if signals:
+                install_sighup(sighup_handler(bus, None, actors=True))
             checker = _start_health_checks(config, bus)
             logger.info("actors started on %s (%d models)", opts.bus_url, len(config.models))
         if opts.role == "actors":
@@ -79,6 +88,9 @@ async def run(
         hconf.keep_alive_timeout = 75
         hconf.graceful_timeout = 10
         app = create_app(bus, config)
+        ops = start_ingress_ops(bus, app, opts.config_path)
+        if signals and root is None:
+            install_sighup(sighup_handler(bus, app, actors=False))
         if config.admin_key is None:
             logger.info("no admin key configured: X-Route-Pin is disabled")
         server = asyncio.create_task(
@@ -90,6 +102,8 @@ async def run(
         await server
         return code
     finally:
+        if ops is not None:
+            ops.cancel()
         if checker is not None:
             checker[0].cancel()
             await checker[1].aclose()

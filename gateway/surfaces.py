@@ -10,9 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gateway.formats import openai_chat
+import msgspec
+
+from gateway.formats import anthropic_messages, openai_chat, openai_responses
 
 JSON = dict[str, Any]
+_encode = msgspec.json.Encoder().encode
 
 
 class StreamRenderer(Protocol):
@@ -20,17 +23,22 @@ class StreamRenderer(Protocol):
 
     def feed(self, chunk: JSON) -> list[bytes]: ...
     def finish(self) -> list[bytes]: ...
-    def error(self, message: str, kind: str = ...) -> list[bytes]: ...
+    def error(self, message: str, /) -> list[bytes]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Surface:
-    """One client API shape. ``to_canonical`` raises InvalidRequestError."""
+    """One client API shape. ``to_canonical`` raises InvalidRequestError; ``render`` raises
+    UpstreamBadResponseError for an answer the shape cannot express.
+
+    ``render(answer, model, request)`` and ``stream(model, request)`` get the model id the
+    client asked for and the client's original body (a Responses answer echoes its settings).
+    """
 
     name: str
     to_canonical: Callable[[Any], JSON]
-    render: Callable[[JSON, str], bytes]
-    stream: Callable[[str], StreamRenderer]
+    render: Callable[[JSON, str, JSON], bytes]
+    stream: Callable[[str, JSON], StreamRenderer]
     error_body: Callable[[int, str, str, str | None], bytes]
 
 
@@ -38,10 +46,61 @@ def _chat_error(status: int, message: str, code: str, param: str | None) -> byte
     return openai_chat.error_body(status, message, code=code, param=param)
 
 
+def _chat_render(chat: JSON, model: str, request: JSON) -> bytes:
+    return openai_chat.render_response(chat, model)
+
+
+def _chat_stream(model: str, request: JSON) -> StreamRenderer:
+    return openai_chat.ChatStream(model)
+
+
 CHAT = Surface(
     name="chat",
     to_canonical=openai_chat.validate_chat_request,
-    render=openai_chat.render_response,
-    stream=openai_chat.ChatStream,
+    render=_chat_render,
+    stream=_chat_stream,
     error_body=_chat_error,
+)
+
+
+def _responses_render(chat: JSON, model: str, request: JSON) -> bytes:
+    return _encode(openai_responses.from_chat_response(chat, model=model, request=request))
+
+
+def _responses_stream(model: str, request: JSON) -> StreamRenderer:
+    return openai_responses.ChatToResponsesStream(model, request=request)
+
+
+def _responses_error(status: int, message: str, code: str, param: str | None) -> bytes:
+    return _encode(openai_responses.error_body(status, message, param, code=code))
+
+
+RESPONSES = Surface(
+    name="responses",
+    to_canonical=openai_responses.to_chat_request,
+    render=_responses_render,
+    stream=_responses_stream,
+    error_body=_responses_error,
+)
+
+
+def _messages_render(chat: JSON, model: str, request: JSON) -> bytes:
+    return _encode(anthropic_messages.from_chat_response(chat, model=model))
+
+
+def _messages_stream(model: str, request: JSON) -> StreamRenderer:
+    return anthropic_messages.ChatToMessagesStream(model)
+
+
+def _messages_error(status: int, message: str, code: str, param: str | None) -> bytes:
+    # Anthropic's error shape has no code or param; the message names the field.
+    return _encode(anthropic_messages.error_body(status, message))
+
+
+MESSAGES = Surface(
+    name="messages",
+    to_canonical=anthropic_messages.to_chat_request,
+    render=_messages_render,
+    stream=_messages_stream,
+    error_body=_messages_error,
 )

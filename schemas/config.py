@@ -28,6 +28,22 @@ def credential_id(secret: str) -> str:
     return "k-" + hashlib.sha256(secret.encode()).hexdigest()[:12]
 
 
+Role = Literal["free", "pro", "internal", "admin"]
+"""A caller's tier, lowest first (``schemas.keys.ROLES`` ranks them)."""
+
+
+class ApiKeyConfig(_Strict):
+    """An upstream key with a reservation: only callers of ``min_role`` and above spend it."""
+
+    key: str = Field(min_length=1)
+    min_role: Role = "free"
+
+    def __repr__(self) -> str:  # the secret never reaches a log line
+        return f"ApiKeyConfig(key={credential_id(self.key)!r}, min_role={self.min_role!r})"
+
+    __str__ = __repr__
+
+
 class RouteConfig(_Strict):
     """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
 
@@ -35,12 +51,14 @@ class RouteConfig(_Strict):
     weight: float = Field(default=1.0, ge=0)
     base_url: str = ""
     provider_model_id: str = ""
-    api_key: str | None = None
-    api_keys: tuple[str, ...] = ()
+    api_key: str | None = Field(default=None, repr=False)  # secrets stay out of reprs
+    api_keys: tuple[str | ApiKeyConfig, ...] = Field(default=(), repr=False)
     input_modalities: tuple[str, ...] = ("text",)
     context_window: int | None = Field(default=None, gt=0)
     timeout_seconds: float = Field(default=600.0, gt=0)
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
+    ttft_timeout_seconds: float = Field(default=120.0, gt=0)
+    idle_timeout_seconds: float = Field(default=60.0, gt=0)
 
     @model_validator(mode="after")
     def _needs_base_url(self) -> RouteConfig:
@@ -53,10 +71,20 @@ class RouteConfig(_Strict):
     @property
     def secrets(self) -> tuple[str, ...]:
         """Every credential of this route, in declared order."""
-        keys = list(self.api_keys)
-        if self.api_key and self.api_key not in keys:
-            keys.insert(0, self.api_key)
-        return tuple(keys)
+        return tuple(secret for secret, _ in self.key_declarations)
+
+    @property
+    def key_declarations(self) -> tuple[tuple[str, str], ...]:
+        """(secret, min_role) of every credential, in declared order; a key declared twice
+        keeps its most restrictive ``min_role`` (``free`` is the absence of a declaration)."""
+        out: dict[str, str] = {}
+        entries = [self.api_key] if self.api_key else []
+        for entry in (*entries, *self.api_keys):
+            secret, role = (entry, "free") if isinstance(entry, str) else (entry.key,
+                                                                            entry.min_role)
+            old = out.get(secret, "free")
+            out[secret] = role if _ROLE_ORDER.index(role) > _ROLE_ORDER.index(old) else old
+        return tuple(out.items())
 
     @property
     def credential_ids(self) -> tuple[str, ...]:
@@ -90,6 +118,9 @@ def _is_local(host: str) -> bool:
     return ip.is_loopback or ip.is_private or ip.is_link_local
 
 
+_ROLE_ORDER = ("free", "pro", "internal", "admin")
+
+
 class ModelConfig(_Strict):
     """A public model id and the routes that serve it (spec: the model-registry entry)."""
 
@@ -100,6 +131,7 @@ class ModelConfig(_Strict):
     route: tuple[RouteConfig, ...] = ()
     published: bool = True
     owned_by: str = "llmgw"
+    required_role: Role | None = None
 
     def endpoint_ids(self) -> tuple[str, ...]:
         """Endpoint id of each route, in declared order."""
@@ -150,6 +182,34 @@ class HealthCheckConfig(_Strict):
     timeout_seconds: float = Field(default=2.0, gt=0)
 
 
+class KeyPoolConfig(_Strict):
+    """Upstream key pools (spec "Reserving upstream keys for a tier"): mute and binding times.
+
+    A key-specific failure mutes a key for ``mute_seconds`` (a provider ``Retry-After`` is a
+    floor); a caller's only key tolerates ``sole_key_tolerance`` consecutive failures, then
+    mutes for ``sole_key_backoff_seconds`` doubling up to ``sole_key_backoff_max_seconds``.
+    """
+
+    mute_seconds: float = Field(default=300.0, gt=0)
+    binding_ttl_seconds: float = Field(default=300.0, gt=0)
+    sole_key_tolerance: int = Field(default=2, ge=0)
+    sole_key_backoff_seconds: float = Field(default=15.0, gt=0)
+    sole_key_backoff_max_seconds: float = Field(default=300.0, gt=0)
+    sweep_threshold: int = Field(default=1000, ge=1)
+
+
+class FailoverConfig(_Strict):
+    """The shared failover loop: a hop cap and one wall-clock budget per request.
+
+    No retry starts after ``budget_seconds`` (0 disables), and an attempt still waiting for its
+    first byte when the budget expires is cancelled if another route could take over; the
+    first attempt and the first retry always run.
+    """
+
+    max_attempts: int = Field(default=20, ge=1)
+    budget_seconds: float = Field(default=45.0, ge=0)
+
+
 class RoutingConfig(_Strict):
     """The routing file's section: default strategy, health, affinity and prefill knobs."""
 
@@ -158,9 +218,11 @@ class RoutingConfig(_Strict):
     affinity: AffinityConfig = AffinityConfig()
     prefill: PrefillConfig = PrefillConfig()
     health_check: HealthCheckConfig = HealthCheckConfig()
+    failover: FailoverConfig = FailoverConfig()
     local_fraction: float | None = Field(default=None, ge=0, le=1)
     trust_proxy_headers: bool = False
     decision_timeout_seconds: float = Field(default=5.0, gt=0)
+    key_pool: KeyPoolConfig = KeyPoolConfig()
 
 
 class ServerConfig(_Strict):
@@ -190,6 +252,43 @@ class DatabaseConfig(_Strict):
     path: str = "llmgw.sqlite3"
 
 
+class LogConfig(_Strict):
+    """The request log (StoreActor, in the database): batching, its bounded queue, retention.
+
+    Rows are committed every ``batch_rows`` rows or ``flush_ms`` after the first uncommitted
+    one, whichever comes first. At most ``queue_rows`` rows wait uncommitted: past that, new
+    rows are dropped and counted (``llmgw_log_rows_dropped_total``), never waited for. A crash
+    loses at most the uncommitted rows; a clean shutdown loses none.
+    """
+
+    enabled: bool = True
+    batch_rows: int = Field(default=256, ge=1)
+    flush_ms: int = Field(default=250, ge=1)
+    queue_rows: int = Field(default=10_000, ge=1)
+    retention_days: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _queue_holds_a_batch(self) -> LogConfig:
+        if self.queue_rows < self.batch_rows:
+            raise ValueError("queue_rows must be at least batch_rows")
+        return self
+
+
+class EventsConfig(_Strict):
+    """Operator events (``llmgw.events.<kind>``).
+
+    ``decisions`` publishes a ``decision`` event per request (one more bus message per
+    request). On NATS, ``stream`` keeps the events in the JetStream stream ``LLMGW_EVENTS``,
+    bounded by ``stream_max_age_seconds`` and ``stream_max_msgs``, so a consumer that was away
+    can catch up (``llmgw events --since``).
+    """
+
+    decisions: bool = True
+    stream: bool = True
+    stream_max_age_seconds: float = Field(default=86_400.0, gt=0)
+    stream_max_msgs: int = Field(default=100_000, ge=1)
+
+
 class GatewayConfig(_Strict):
     """The whole configuration file."""
 
@@ -197,8 +296,11 @@ class GatewayConfig(_Strict):
     bus: BusConfig = BusConfig()
     routing: RoutingConfig = RoutingConfig()
     database: DatabaseConfig = DatabaseConfig()
+    log: LogConfig = LogConfig()
+    events: EventsConfig = EventsConfig()
     auth: Literal["auto", "required"] = "auto"
-    admin_key: str | None = None
+    auth_cache_seconds: float = Field(default=5.0, ge=0)
+    admin_key: str | None = Field(default=None, repr=False)
     models: tuple[ModelConfig, ...] = ()
 
     @model_validator(mode="after")

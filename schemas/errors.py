@@ -26,6 +26,9 @@ class ErrorCode(enum.StrEnum):
     BUS_TIMEOUT = "bus_timeout"
     REQUEST_TOO_LARGE = "request_too_large"
     UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    KEY_POOL_EXHAUSTED = "key_pool_exhausted"
+    KEY_POOL_ROLE_RESTRICTED = "key_pool_role_restricted"
     INTERNAL = "internal"
 
 
@@ -106,6 +109,12 @@ class UnauthorizedError(GatewayError):
     code = ErrorCode.UNAUTHORIZED
 
 
+class ForbiddenError(GatewayError):
+    """The caller is known but its role may not do this (e.g. a non-admin key on /admin)."""
+
+    code = ErrorCode.FORBIDDEN
+
+
 class NoRespondersError(GatewayError):
     """Nobody serves the subject a request was sent to (the control plane is not running)."""
 
@@ -170,6 +179,28 @@ class UpstreamBadResponseError(UpstreamError):
     code = ErrorCode.UPSTREAM_BAD_RESPONSE
 
 
+class KeyPoolExhaustedError(UpstreamError):
+    """Every upstream key this caller may spend on a route is muted (or it may spend none).
+
+    Nothing was sent upstream. ``retry_after`` is when the first of those keys unmutes.
+    """
+
+    code = ErrorCode.KEY_POOL_EXHAUSTED
+    retryable = True
+
+
+class KeyPoolRoleRestrictedError(KeyPoolExhaustedError):
+    """A refusal caused only by reservation: the pool still serves higher roles, so it is
+    not the endpoint's failure and is never charged to its health."""
+
+    code = ErrorCode.KEY_POOL_ROLE_RESTRICTED
+
+    @property
+    def counts_against_endpoint(self) -> bool:
+        """Never: the endpoint is serving the tiers that own its keys."""
+        return False
+
+
 _BY_CODE: dict[str, type[GatewayError]] = {
     cls.code.value: cls
     for cls in (
@@ -185,6 +216,9 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         UpstreamError,
         UpstreamTimeoutError,
         UpstreamBadResponseError,
+        ForbiddenError,
+        KeyPoolExhaustedError,
+        KeyPoolRoleRestrictedError,
     )
 }
 

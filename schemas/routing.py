@@ -15,13 +15,17 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     pin: str | None = None
     surface: str = "chat"
     request_id: str = ""
+    role: str | None = None  # the caller's tier; None: no user identity (unrestricted)
 
 
 class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     """One route the ingress may try: where to send, which upstream model, which credential.
 
     ``credential_id`` is a short hash; the secret itself never crosses the bus. ``probe`` marks
-    the half-open probe lease: its outcome closes or re-opens the circuit.
+    the half-open probe lease: its outcome closes or re-opens the circuit. ``refusal`` marks
+    a route whose key pool refused this caller (``key_pool_exhausted`` or
+    ``key_pool_role_restricted``): it is never sent, only accounted, and sits after every
+    sendable candidate; ``retry_after`` is then when one of its keys unmutes.
     """
 
     endpoint: str
@@ -31,6 +35,8 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     credential_id: str = ""
     probe: bool = False
     context_window: int | None = None
+    refusal: str = ""
+    retry_after: float | None = None
 
 
 class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -72,6 +78,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     credential_id: str = ""
     ts: float = 0.0
     prompt_estimate: int = 0
+    role: str | None = None
 
 
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -19,6 +19,26 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.health.deep``             request/reply  ingress -> HealthActor: HealthRequest
                                                     -> HealthReport
 - ``llmgw.events.<kind>``           event          owners -> operators: CircuitTransition, ...
+                                                    (``decision``: RouteDecided, ``config``:
+                                                    ConfigChanged, ``admin``: AdminExecuted)
+- ``llmgw.request.<model>.done``    event          ingress -> store: RequestCompleted (one per
+                                                    client request)
+- ``llmgw.admin.<area>.<verb>``     request/reply  operators (CLI, HTTP admin) -> the area's
+                                                    owner: AdminCommand -> AdminReply
+- ``llmgw.keypool.<id>.state``      event          KeyPoolActor -> ModelActor views:
+                                                    KeyPoolState (declaration and mutes)
+- ``llmgw.keypool.<id>.get``        request/reply  anyone -> KeyPoolActor: KeyPoolStateRequest
+                                                    -> KeyPoolState
+- ``llmgw.keypool.<id>.acquire``    request/reply  tools -> KeyPoolActor: KeyAcquire -> KeyGrant
+                                                    (plans never ask: ModelActors decide)
+- ``llmgw.keys.registry.get``       request/reply  KeyPoolActor -> KeyRegistryActor:
+                                                    KeyDeclarationsRequest -> KeyDeclarations
+- ``llmgw.keys.registry.declarations`` event       KeyRegistryActor -> KeyPoolActors, ingress:
+                                                    KeyDeclarations (database keys, reservations)
+- ``llmgw.keys.registry.changed``   request/reply  admin API -> KeyRegistryActor:
+                                                    ProviderKeysChanged -> KeyDeclarations
+- ``llmgw.auth.keys.changed``       event          admin API, CLI -> every ingress: ApiKeyCreated,
+                                                    ApiKeyRevoked (drop cached keys at once)
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """
@@ -112,6 +132,44 @@ def event(kind: str) -> str:
     return f"{PREFIX}.events.{token(kind)}"
 
 
+def request_done(model: str) -> str:
+    """Event: RequestCompleted, one per client request."""
+    return f"{PREFIX}.request.{token(model)}.done"
+
+
+def admin(area: str, verb: str) -> str:
+    """Request/reply: AdminCommand -> AdminReply, answered by ``area``'s owner."""
+    return f"{PREFIX}.admin.{token(area)}.{token(verb)}"
+
+
+def admin_area(area: str) -> str:
+    """The pattern of every verb of admin ``area`` (its owner subscribes to it)."""
+    return f"{PREFIX}.admin.{token(area)}.*"
+
+
+def admin_parts(subject: str) -> tuple[str, str]:
+    """(area, verb) of an admin subject. Raises ValueError for any other subject."""
+    parts = subject.split(".")
+    if len(parts) != 4 or parts[0] != PREFIX or parts[1] != "admin":
+        raise ValueError(f"not an admin subject: {subject!r}")
+    return untoken(parts[2]), untoken(parts[3])
+
+
+def keypool_state(pool: str) -> str:
+    """Event: KeyPoolState, published by the KeyPoolActor on every change."""
+    return f"{PREFIX}.keypool.{token(pool)}.state"
+
+
+def keypool_get(pool: str) -> str:
+    """Request/reply: KeyPoolStateRequest -> KeyPoolState."""
+    return f"{PREFIX}.keypool.{token(pool)}.get"
+
+
+def keypool_acquire(pool: str) -> str:
+    """Request/reply: KeyAcquire -> KeyGrant | ErrorReply (key_pool_exhausted, ...)."""
+    return f"{PREFIX}.keypool.{token(pool)}.acquire"
+
+
 def supervisor_event(name: str) -> str:
     """Event: a supervisor's ChildStarted/ChildFailed/ChildRestarted/SupervisorGaveUp."""
     return f"{PREFIX}.sys.supervisor.{token(name)}.event"
@@ -121,4 +179,11 @@ HEALTH_DEEP = f"{PREFIX}.health.deep"
 OBSERVATION_ANY = f"{PREFIX}.obs.*"
 ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
 EVENTS_ANY = f"{PREFIX}.events.>"
+REQUEST_DONE_ANY = f"{PREFIX}.request.*.done"
+ADMIN_ANY = f"{PREFIX}.admin.>"
 SUPERVISOR_EVENTS_ANY = f"{PREFIX}.sys.supervisor.*.event"
+KEYPOOL_STATE_ANY = f"{PREFIX}.keypool.*.state"
+KEYS_REGISTRY_GET = f"{PREFIX}.keys.registry.get"
+KEYS_DECLARATIONS = f"{PREFIX}.keys.registry.declarations"
+KEYS_CHANGED = f"{PREFIX}.keys.registry.changed"
+AUTH_KEYS_CHANGED = f"{PREFIX}.auth.keys.changed"

@@ -101,8 +101,9 @@ class AnthropicAdapter:
         request = self._request(target, body, stream=True)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
-        translator = MessagesToChatStream(target.upstream_model or str(body.get("model", "")),
-                                          include_usage=include_usage)
+        translator = MessagesToChatStream(
+            target.upstream_model or str(body.get("model", "")), include_usage=include_usage
+        )
         try:
             resp = await self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -117,8 +118,11 @@ class AnthropicAdapter:
                         yield chunk
                     if translator.is_complete:
                         return
-            raise UpstreamError("upstream stream ended before message_stop",
-                                endpoint=target.endpoint, kind="truncated")
+            raise UpstreamError(
+                "upstream stream ended before message_stop",
+                endpoint=target.endpoint,
+                kind="truncated",
+            )
         except httpx.HTTPError as exc:
             raise transport_error(target.endpoint, exc) from None
         finally:
@@ -128,12 +132,15 @@ class AnthropicAdapter:
         """Always raises UpstreamError (400): Anthropic has no embeddings API."""
         raise UpstreamError(
             f"route {target.endpoint} is of upstream kind anthropic, which has no embeddings API",
-            endpoint=target.endpoint, status=400, kind="unsupported",
+            endpoint=target.endpoint,
+            status=400,
+            kind="unsupported",
         )
 
 
-def _translate(translator: MessagesToChatStream, endpoint: str, event: str | None,
-               data: bytes) -> list[JSON]:
+def _translate(
+    translator: MessagesToChatStream, endpoint: str, event: str | None, data: bytes
+) -> list[JSON]:
     try:
         decoded = _decode(data)
     except msgspec.DecodeError:

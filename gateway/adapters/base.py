@@ -24,6 +24,8 @@ class UpstreamTarget:
     api_key: str | None
     timeout: float
     connect_timeout: float
+    ttft_timeout: float = 120.0
+    idle_timeout: float = 60.0
 
     def __repr__(self) -> str:  # keeps the secret out of any accidental log line
         return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+import base64
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -70,14 +72,18 @@ class EchoAdapter:
             yield {**base, "choices": [], "usage": _usage(body, text)}
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """Deterministic 8-dimensional vectors derived from each input's bytes."""
+        """Deterministic 8-dimensional vectors derived from each input's bytes, as floats or
+        (``encoding_format: base64``, the openai SDK's default) little-endian float32."""
         inputs = body.get("input")
         items = inputs if isinstance(inputs, list) else [inputs]
+        as_base64 = body.get("encoding_format") == "base64"
         data = []
         for i, item in enumerate(items):
             raw = str(item).encode()
             vec = [((sum(raw[j::8]) % 1000) / 1000.0) for j in range(8)]
-            data.append({"object": "embedding", "index": i, "embedding": vec})
+            embedding: Any = (base64.b64encode(array.array("f", vec).tobytes()).decode()
+                              if as_base64 else vec)
+            data.append({"object": "embedding", "index": i, "embedding": embedding})
         tokens = sum(len(str(x).split()) for x in items)
         return {"object": "list", "data": data, "model": target.upstream_model or "echo",
                 "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}

@@ -1,0 +1,266 @@
+"""KeyPoolActor (one per pool, pool id = endpoint id) and KeyRegistryActor (one).
+
+Who owns what:
+
+- KeyRegistryActor owns what the database declares about provider keys (database-added keys
+  and reservations by hash). It loads them at start and whenever an admin says they changed
+  (``ProviderKeysChanged``, answered once the new ``KeyDeclarations`` are published to every
+  pool and ingress).
+- KeyPoolActor owns one pool: its effective declaration (the route's configured keys, then
+  the database keys that join it, each at the most restrictive ``min_role`` declared for that
+  credential anywhere), its mutes and failure streaks, fed by the endpoint's observations. It
+  publishes ``KeyPoolState`` on every change; ModelActors decide plans from that view (no bus
+  round trip per request) and own the caller bindings those decisions make. ``acquire`` serves
+  callers outside a plan with the pool's own bindings.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import secrets
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from actors.base import Actor, ActorContext, Serve
+from actors.keypool import KeyPool, declaration_of
+from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
+from bus import Envelope, NoRespondersError, RequestTimeoutError
+from schemas import (
+    KeyAcquire,
+    KeyDeclarations,
+    KeyDeclarationsRequest,
+    KeyGrant,
+    KeyMuted,
+    KeyPoolState,
+    KeyPoolStateRequest,
+    KeyUnmuted,
+    Observation,
+    PoolKey,
+    ProviderKeysChanged,
+    subjects,
+)
+from schemas.config import GatewayConfig, KeyPoolConfig, RouteConfig, credential_id
+from schemas.keys import most_restrictive
+
+logger = logging.getLogger(__name__)
+
+_SEED_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Unmute:
+    """Local timer message: a mute may have ended."""
+
+
+def effective_declaration(pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
+                          config_roles: Mapping[str, str],
+                          decls: KeyDeclarations) -> list[tuple[str, str, str]]:
+    """(credential id, min_role, source) of every key of ``pool`` in declared order: the
+    configured keys, then the database keys joining this pool in creation order."""
+    roles: dict[str, str] = dict(config_roles)
+    for cid, role in decls.reservations.items():
+        roles[cid] = most_restrictive(roles.get(cid), role)
+    for k in decls.db_keys:
+        roles[k.credential_id] = most_restrictive(roles.get(k.credential_id), k.min_role)
+    keys = [(cid, role, "config") for cid, role in configured]
+    seen = {cid for cid, _ in configured}
+    norm = base_url.rstrip("/")
+    for k in decls.db_keys:
+        joins = k.endpoint == pool or (bool(k.base_url) and k.base_url == norm)
+        if joins and k.credential_id not in seen:
+            seen.add(k.credential_id)
+            keys.append((k.credential_id, k.min_role, "database"))
+    declared = declaration_of([(cid, role) for cid, role, _ in keys], roles)
+    return [(cid, role, src) for (cid, role), (_, _, src) in zip(declared, keys, strict=True)]
+
+
+class KeyPoolActor(Actor):
+    """Owns one pool's declaration, mutes and streaks. Publishes KeyPoolState on
+    ``llmgw.keypool.<id>.state`` and KeyMuted/KeyUnmuted on ``llmgw.events.keypool``;
+    ``acquire`` answers KeyPoolExhaustedError / KeyPoolRoleRestrictedError as ErrorReply."""
+
+    def __init__(self, pool: str, route: RouteConfig, config_roles: Mapping[str, str],
+                 settings: KeyPoolConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.name = f"keypool:{pool}"
+        self.pool = pool
+        self._base_url = route.base_url
+        self._configured = tuple((credential_id(s), r) for s, r in route.key_declarations)
+        self._config_roles = config_roles
+        self._settings = settings
+        self._clock = clock
+        self.serves = (
+            Serve(subjects.observation(pool)),
+            Serve(subjects.keypool_get(pool)),
+            Serve(subjects.keypool_acquire(pool)),
+            Serve(subjects.KEYS_DECLARATIONS),
+        )
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Declare the configured keys, then fold what the registry holds."""
+        self.ctx = ctx
+        self._epoch = secrets.token_hex(4)
+        self._seq = 0
+        self._declarations = 0
+        self._sources: dict[str, str] = {}
+        self._keys = KeyPool(self.pool, self._settings)
+        self._declare(KeyDeclarations())
+        try:
+            reply = await ctx.bus.request(subjects.KEYS_REGISTRY_GET, KeyDeclarationsRequest(),
+                                          reply_type=KeyDeclarations, timeout=_SEED_TIMEOUT)
+        except (NoRespondersError, RequestTimeoutError):
+            reply = None
+        if isinstance(reply, KeyDeclarations):
+            self._declare(reply)
+        await self._publish_state()
+
+    async def handle(self, env: Envelope) -> None:
+        """Observations mute keys; declarations re-declare; get and acquire answer."""
+        match env.message:
+            case Observation() as obs:
+                await self._observe(obs)
+            case KeyDeclarations() as decls:
+                dropped = self._declare(decls)
+                if dropped is not None:
+                    logger.info("key pool %s re-declared (%d bindings dropped)", self.pool,
+                                dropped)
+                await self._publish_state()  # also unchanged: says this version is applied
+            case KeyPoolStateRequest():
+                await env.respond(self.state())
+            case KeyAcquire() as req:
+                cid = self._keys.acquire(req.caller, req.role, self._clock())
+                await env.respond(KeyGrant(pool=self.pool, credential_id=cid))
+
+    async def handle_local(self, msg: object) -> None:
+        """A mute's timer: announce every key back in rotation."""
+        if isinstance(msg, _Unmute):
+            back = self._keys.expire(self._clock())
+            for cid in back:
+                logger.info("key %s of pool %s is back in rotation", cid, self.pool)
+                await self.ctx.publish(subjects.event("keypool"),
+                                       KeyUnmuted(pool=self.pool, credential_id=cid))
+            if back:
+                await self._publish_state()
+
+    def state(self) -> KeyPoolState:
+        """This pool as views see it."""
+        now = self._clock()
+        return KeyPoolState(
+            pool=self.pool,
+            keys=tuple(PoolKey(credential_id=cid, min_role=role,
+                               muted_until=self._keys.muted_until(cid, now),
+                               source=self._sources.get(cid, "config"))
+                       for cid, role in self._keys.declared),
+            epoch=self._epoch,
+            seq=self._seq,
+            declarations=self._declarations,
+        )
+
+    def _declare(self, decls: KeyDeclarations) -> int | None:
+        """Apply the effective declaration; None when nothing changed."""
+        self._declarations = decls.seq
+        keys = effective_declaration(self.pool, self._base_url, self._configured,
+                                     self._config_roles, decls)
+        self._sources = {cid: src for cid, _, src in keys}
+        new = tuple((cid, role) for cid, role, _ in keys)
+        if new == self._keys.declared:
+            return None
+        return self._keys.declare(new)
+
+    async def _observe(self, obs: Observation) -> None:
+        if not obs.credential_id:
+            return
+        now = self._clock()
+        until = self._keys.record(obs.credential_id, status=obs.status, outcome=obs.outcome,
+                                  role=obs.role, now=now, retry_after=obs.retry_after)
+        if until is None:
+            return
+        logger.warning("key %s of pool %s muted for %.1fs (status %s)", obs.credential_id,
+                       self.pool, until - now, obs.status)
+        self.ctx.call_later(max(0.0, until - now), _Unmute())
+        await self.ctx.publish(subjects.event("keypool"), KeyMuted(
+            pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,
+            status=obs.status, reason=obs.error_kind))
+        await self._publish_state()
+
+    async def _publish_state(self) -> None:
+        self._seq += 1
+        await self.ctx.publish(subjects.keypool_state(self.pool), self.state())
+
+
+class KeyRegistryActor(Actor):
+    """Owns the database's provider-key declarations; publishes KeyDeclarations on
+    ``llmgw.keys.registry.declarations`` at start and after every ``ProviderKeysChanged``
+    (which it answers with them). A database that fails at start crashes it (its supervisor
+    decides); one that fails a reload keeps the last declarations."""
+
+    def __init__(self, db_path: str) -> None:
+        self.name = "keys:registry"
+        self._db_path = db_path
+        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), Serve(subjects.KEYS_CHANGED))
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Load the declarations and announce them."""
+        self.ctx = ctx
+        self._store = ProviderKeyStore(LazyDb(self._db_path, [PROVIDER_KEYS]))
+        self._decls = KeyDeclarations()
+        db_keys, reservations = await self._store.declarations()
+        await self._publish(KeyDeclarations(db_keys=db_keys, reservations=reservations))
+
+    async def on_stop(self) -> None:
+        """Close the database."""
+        await self._store.db.aclose()
+
+    async def handle(self, env: Envelope) -> None:
+        """Answer the current declarations; reload after an admin change."""
+        match env.message:
+            case KeyDeclarationsRequest():
+                await env.respond(self._decls)
+            case ProviderKeysChanged() as change:
+                try:
+                    db_keys, reservations = await self._store.declarations()
+                except sqlite3.Error as exc:
+                    logger.error("provider keys not reloaded (%s): keeping the last ones", exc)
+                    return
+                logger.info("provider keys reloaded (%s)", change.reason or "admin change")
+                await self._publish(KeyDeclarations(db_keys=db_keys, reservations=reservations))
+                await env.respond(self._decls)
+
+    async def _publish(self, decls: KeyDeclarations) -> None:
+        self._decls = KeyDeclarations(db_keys=decls.db_keys, reservations=decls.reservations,
+                                      seq=self._decls.seq + 1)
+        await self.ctx.publish(subjects.KEYS_DECLARATIONS, self._decls)
+
+
+def config_roles(config: GatewayConfig) -> dict[str, str]:
+    """The most restrictive configured ``min_role`` of each credential, across all routes."""
+    roles: dict[str, str] = {}
+    for model in config.models:
+        for route in model.route:
+            for secret, role in route.key_declarations:
+                cid = credential_id(secret)
+                roles[cid] = most_restrictive(roles.get(cid), role)
+    return {cid: role for cid, role in roles.items() if role != "free"}
+
+
+def keys_supervisor(config: GatewayConfig, *,
+                    clock: Callable[[], float] | None = None) -> Supervisor:
+    """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint."""
+    roles = config_roles(config)
+    extra = {"clock": clock} if clock is not None else {}
+    settings = config.routing.key_pool
+    children: list[ChildSpec | Supervisor] = [
+        ChildSpec("keys:registry", functools.partial(KeyRegistryActor, config.database.path)),
+    ]
+    for model in config.models:
+        for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            children.append(ChildSpec(
+                f"keypool:{eid}",
+                functools.partial(KeyPoolActor, eid, route, roles, settings, **extra),
+                restart=Restart.PERMANENT,
+            ))
+    return Supervisor("keys", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
+                      children=children)

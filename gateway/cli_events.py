@@ -1,0 +1,113 @@
+"""``llmgw events [--filter KIND] [--since 10m]``: tail the operator events live.
+
+One JSON line per event on stdout (``{"kind": ..., "type": ..., <fields>}``), from any machine
+that reaches the bus (``--bus nats://...``), or from an ingress's ``GET /events`` (``--url``).
+``--since`` first replays what the JetStream stream ``LLMGW_EVENTS`` kept (NATS only).
+Once following, it says so on stderr. ``--count N`` exits after N events.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+
+import httpx
+
+from bus import NatsBus, Subscription, open_bus
+from gateway.cli_common import UsageError, add_target_args, admin_key, bus_url, fail
+from gateway.cli_common import parse_duration
+from gateway.control import EVENTS_STREAM
+from gateway.events_http import event_json, event_kind
+from gateway.sse import SSEParser
+from schemas import GatewayError, subjects
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``llmgw events``."""
+    p = sub.add_parser("events", help="tail the gateway's operator events")
+    p.add_argument("--filter", action="append", default=[], metavar="KIND",
+                   help="only this kind (circuit, decision, config, admin, keypool, ...); "
+                        "repeatable or comma-separated")
+    p.add_argument("--since", help="first replay the events of this long ago (e.g. 10m; NATS)")
+    p.add_argument("--count", type=int, help="exit after this many events")
+    add_target_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Follow events until interrupted (or ``--count`` of them)."""
+    kinds = frozenset(k for f in args.filter for k in f.split(",") if k)
+    try:
+        since = time.time() - parse_duration(args.since) if args.since else None
+        if args.url:
+            if since is not None:
+                raise UsageError("--since needs the bus (--bus nats://...): it reads JetStream")
+            return _over_http(args.url, admin_key(args), kinds, args.count)
+        return asyncio.run(_over_bus(bus_url(args), kinds, since, args.count))
+    except UsageError as exc:
+        return fail("events", str(exc))
+    except (GatewayError, httpx.HTTPError) as exc:
+        message = exc.message if isinstance(exc, GatewayError) else repr(exc)
+        return fail("events", f"lost the gateway: {message}", 1)
+
+
+def _following(where: str) -> None:
+    sys.stderr.write(f"llmgw events: following {where}\n")
+    sys.stderr.flush()
+
+
+def _emit(line: bytes) -> None:
+    sys.stdout.write(line.decode() + "\n")
+    sys.stdout.flush()
+
+
+async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
+                    count: int | None) -> int:
+    bus = await open_bus(url, name="llmgw-events")
+    pattern = subjects.event(next(iter(kinds))) if len(kinds) == 1 else subjects.EVENTS_ANY
+    try:
+        if since is not None:
+            if not isinstance(bus, NatsBus):
+                raise UsageError("--since needs a NATS bus")
+            subscribing = bus.replay(pattern, stream=EVENTS_STREAM, since=since)
+        else:
+            subscribing = bus.subscribe(pattern)
+        async with subscribing as sub:
+            _following(f"{pattern} on {url}")
+            return await _relay(sub, kinds, count)
+    finally:
+        await bus.aclose()
+
+
+async def _relay(sub: Subscription, kinds: frozenset[str], count: int | None) -> int:
+    seen = 0
+    async for env in sub:
+        if kinds and event_kind(env.subject) not in kinds:
+            continue
+        _emit(event_json(env.subject, env.message))
+        seen += 1
+        if count is not None and seen >= count:
+            return 0
+    sys.stderr.write("llmgw events: the bus closed the subscription\n")
+    return 1
+
+
+def _over_http(url: str, key: str, kinds: frozenset[str], count: int | None) -> int:
+    params = {"kind": ",".join(sorted(kinds))} if kinds else {}
+    seen = 0
+    parser = SSEParser()
+    with httpx.stream("GET", f"{url.rstrip('/')}/events", params=params, timeout=None,
+                      headers={"authorization": f"Bearer {key}"}) as resp:
+        if resp.status_code != 200:
+            resp.read()
+            return fail("events", f"HTTP {resp.status_code}: {resp.text[:300]}", 1)
+        _following(f"{url}/events")
+        for chunk in resp.iter_bytes():
+            for _, data in parser.feed(chunk):
+                _emit(data)
+                seen += 1
+                if count is not None and seen >= count:
+                    return 0
+    return 1

@@ -1,0 +1,123 @@
+"""``llmgw logs [--since 10m] [--model M]``: read the request log.
+
+Reads the database file directly (``--db``, else ``database.path`` of ``--config``, else
+``llmgw.sqlite3``; WAL lets it read while the gateway writes), or asks the StoreActor over
+the bus (``--bus``: ``llmgw.admin.log.query``, which commits what is buffered first). One row
+per client request (``request``) and per upstream attempt (``attempt``), oldest first; a table,
+or JSON lines with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from actors.request_log import LogQuery, as_dicts
+from bus import open_bus
+from gateway.admin_http import admin_request
+from gateway.cli_common import UsageError, bus_url, fail, parse_duration
+from gateway.config import ConfigError, load_config
+from schemas import GatewayError
+
+_TABLE = (("time", 19), ("kind", 7), ("request_id", 12), ("model", 16), ("endpoint", 24),
+          ("status", 6), ("att", 3), ("fb", 2), ("latency_ms", 10), ("ttft_ms", 8),
+          ("tokens", 9), ("error_kind", 14))
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``llmgw logs``."""
+    p = sub.add_parser("logs", help="query the request log")
+    p.add_argument("--since", default="1h", help="how far back (30s, 10m, 2h, 1d; default 1h)")
+    p.add_argument("--model", help="requested or resolved model id")
+    p.add_argument("--kind", choices=("request", "attempt"), help="only requests or attempts")
+    p.add_argument("--request-id", help="one request's rows")
+    p.add_argument("--limit", type=int, default=100, help="at most this many rows (newest)")
+    p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    p.add_argument("--db", help="the database file (default: database.path of --config)")
+    p.add_argument("--config", help="config file naming the database (and the bus)")
+    p.add_argument("--bus", help="ask the gateway's StoreActor over this bus instead")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the matching rows."""
+    try:
+        query = LogQuery(since=time.time() - parse_duration(args.since), model=args.model,
+                         kind=args.kind, request_id=args.request_id, limit=args.limit)
+        if args.bus:
+            rows = asyncio.run(_over_bus(bus_url(args), query))
+        else:
+            rows = _from_file(_db_path(args), query)
+    except UsageError as exc:
+        return fail("logs", str(exc))
+    except GatewayError as exc:
+        return fail("logs", exc.message, 1)
+    except sqlite3.Error as exc:
+        return fail("logs", f"cannot read the request log: {exc}", 1)
+    _print(rows, as_json=args.json)
+    return 0
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    if args.db:
+        path = Path(args.db)
+    else:
+        try:
+            path = Path(load_config(args.config).database.path) if args.config else Path(
+                "llmgw.sqlite3")
+        except ConfigError as exc:
+            raise UsageError(f"invalid configuration: {exc}") from None
+    if not path.exists():
+        raise UsageError(f"no database at {path} (--db PATH, or --config FILE)")
+    return path
+
+
+def _from_file(path: Path, query: LogQuery) -> list[dict[str, Any]]:
+    sql, params = query.sql()
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        try:
+            rows = [tuple(r) for r in db.execute(sql, params)]
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []  # the gateway has not logged anything yet
+            raise
+    return as_dicts(rows)
+
+
+async def _over_bus(url: str, query: LogQuery) -> list[dict[str, Any]]:
+    bus = await open_bus(url, name="llmgw-logs")
+    try:
+        result = await admin_request(bus, "log", "query", {
+            "since": query.since, "model": query.model, "kind": query.kind,
+            "request_id": query.request_id, "limit": query.limit,
+        }, by="cli", timeout=30.0)
+    finally:
+        await bus.aclose()
+    rows: list[dict[str, Any]] = result.get("rows", [])
+    return rows
+
+
+def _print(rows: list[dict[str, Any]], *, as_json: bool) -> None:
+    out = sys.stdout
+    if as_json:
+        for row in rows:
+            out.write(json.dumps(row, sort_keys=True) + "\n")
+        return
+    out.write("  ".join(name.ljust(width) for name, width in _TABLE).rstrip() + "\n")
+    for row in rows:
+        cells = {
+            **row,
+            "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["ts"])),
+            "att": row["attempt"], "fb": "y" if row["fallback"] else "",
+            "latency_ms": f"{row['latency_ms']:.1f}",
+            "ttft_ms": "" if row["ttft_ms"] is None else f"{row['ttft_ms']:.1f}",
+            "tokens": f"{row['prompt_tokens']}/{row['completion_tokens']}",
+        }
+        out.write("  ".join(str(cells[name] if cells[name] is not None else "").ljust(width)
+                            for name, width in _TABLE).rstrip() + "\n")

@@ -1,0 +1,140 @@
+"""The operator side of a gateway process, wired by ``gateway.serve``.
+
+- :func:`start_control` (processes running the actors): keeps the JetStream stream of
+  operator events on NATS and attaches the ConfigActor (admin area ``config``) to the tree.
+- :func:`start_ingress_ops` (processes serving HTTP): the app's background operations —
+  following ``ConfigChanged`` and counting operator events.
+- :func:`sighup_handler`: SIGHUP reloads the config, through the ConfigActor where this
+  process runs the actors, else by re-reading the ingress's own file.
+
+Both sides load the config file with :func:`load_versioned`: the same validation, and the same
+message for a broken file, as at startup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import logging
+import signal
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from actors import ChildSpec
+from actors.config_owner import ConfigActor, ConfigState
+from bus import BusClosedError, NatsBus
+from gateway.admin_http import admin_request
+from gateway.config import DEMO_CONFIG, ConfigError, load_config
+from gateway.reload import ConfigFollower
+from schemas import GatewayError, InvalidRequestError, subjects
+
+if TYPE_CHECKING:
+    from actors import Supervisor
+    from bus import Bus
+    from gateway.app import GatewayApp
+    from schemas.config import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+EVENTS_STREAM = "LLMGW_EVENTS"
+_RELOAD_TIMEOUT_S = 30.0
+
+
+def config_version(path: str | None) -> str:
+    """A short hash of the config file's text ("" when it cannot be read)."""
+    try:
+        if path is None:
+            text = resources.files("gateway").joinpath(DEMO_CONFIG).read_text()
+        else:
+            text = Path(path).read_text()
+    except OSError:
+        return ""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def load_versioned(path: str | None) -> tuple[GatewayConfig, str]:
+    """The validated config at ``path`` and its version.
+
+    Raises InvalidRequestError carrying startup's ConfigError message.
+    """
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        raise InvalidRequestError(str(exc)) from None
+    return config, config_version(path)
+
+
+async def start_control(
+    root: Supervisor,
+    bus: Bus,
+    config: GatewayConfig,
+    config_path: str | None,
+    build: Callable[[GatewayConfig], Supervisor],
+) -> None:
+    """Ensure the events stream (NATS) and attach the ConfigActor to the running ``root``;
+    ``build`` makes a tree description the way ``root`` was built.
+
+    Raises what ``add_child`` raises; a stream NATS refuses is logged, not raised.
+    """
+    if isinstance(bus, NatsBus) and config.events.stream:
+        try:
+            await bus.ensure_stream(EVENTS_STREAM, [subjects.EVENTS_ANY],
+                                    max_age=config.events.stream_max_age_seconds,
+                                    max_msgs=config.events.stream_max_msgs)
+        except BusClosedError as exc:  # live events still flow; only catching up is lost
+            logger.error("events are not kept for replay (is JetStream on? nats-server -js): "
+                         "%s", exc.message)
+    source = config_path or f"<bundled {DEMO_CONFIG}>"
+    state = ConfigState(config, config_version(config_path), build(config), source)
+    await root.add_child(ChildSpec("config", functools.partial(
+        ConfigActor, root, state, load=functools.partial(load_versioned, config_path),
+        build=build)))
+
+
+def start_ingress_ops(bus: Bus, app: GatewayApp, config_path: str | None) -> asyncio.Task[None]:
+    """Run the app's background operations in a task (cancel it to stop)."""
+    follower = ConfigFollower(app, functools.partial(load_versioned, config_path),
+                              config_version(config_path))
+    task = asyncio.create_task(app.ops.run(follower), name="llmgw:ingress-ops")
+    task.add_done_callback(_report)
+    return task
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("ingress operations stopped (config changes are no longer followed): %r",
+                     task.exception())
+
+
+def install_sighup(callback: Callable[[], None]) -> None:
+    """Call ``callback`` on SIGHUP (where the platform has it)."""
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, callback)
+
+
+def sighup_handler(bus: Bus, app: GatewayApp | None, *, actors: bool) -> Callable[[], None]:
+    """The SIGHUP callback: reload through the ConfigActor (``actors``), else locally."""
+    pending: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        try:
+            result = await admin_request(bus, "config", "reload", by="sighup",
+                                         timeout=_RELOAD_TIMEOUT_S)
+        except GatewayError as err:
+            logger.error("SIGHUP: config reload refused: %s", err.message)
+            return
+        logger.info("SIGHUP: config reloaded: version %s", result.get("version"))
+
+    def on_signal() -> None:
+        if actors:
+            task = asyncio.get_running_loop().create_task(reload())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        elif app is not None and app.ops.follower is not None:
+            app.ops.follower.sync()
+
+    return on_signal

@@ -1,0 +1,215 @@
+"""The ingress's Prometheus metrics, in its own registry (``GET /metrics``).
+
+Updated three ways:
+
+- on the hot path, once per client request (:meth:`GatewayMetrics.request`), from what the
+  ingress already knows — requests, errors, latency and TTFT histograms by model, endpoint
+  and surface; attempts, fallbacks, tokens; the route decision's bus round trip. Labelled
+  children are cached, so a request costs a few dict lookups and counter increments;
+- from low-rate operator events (:meth:`GatewayMetrics.count_event`): circuit transitions,
+  key mutes, and every event by kind and type (benches included);
+- at scrape time (:meth:`GatewayMetrics.render`), from the owners over the bus: circuit
+  state and availability per endpoint (``llmgw.health.deep``), the request log's counters
+  (``llmgw.admin.log.stats``). Every ingress mirrors this global state: aggregate it across
+  ingresses with ``max``, not ``sum``.
+
+Labels only ever take values from the config (model and endpoint ids) or small fixed sets;
+never a client-supplied string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from schemas import (
+    AdminCommand,
+    AdminReply,
+    CircuitTransition,
+    GatewayError,
+    HealthReport,
+    HealthRequest,
+    subjects,
+)
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from schemas import Message, Observation, RequestCompleted
+
+logger = logging.getLogger(__name__)
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+_RTT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1)
+_CIRCUIT_VALUE = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
+_NONE = "-"
+
+
+class _PerRoute:
+    """The labelled children one (model, endpoint, surface) updates on every request."""
+
+    __slots__ = ("cached", "completion", "duration", "prompt", "requests", "ttft")
+
+    def __init__(self, m: GatewayMetrics, labels: tuple[str, str, str]) -> None:
+        self.requests = m.requests.labels(*labels)
+        self.duration = m.duration.labels(*labels)
+        self.ttft = m.ttft.labels(*labels)
+        self.prompt = m.tokens.labels(labels[0], labels[1], "prompt")
+        self.completion = m.tokens.labels(labels[0], labels[1], "completion")
+        self.cached = m.tokens.labels(labels[0], labels[1], "cached")
+
+
+class _LogStats:
+    """Collector of the request log's counters, as last read from the StoreActor."""
+
+    def __init__(self) -> None:
+        self.stats: dict[str, Any] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        st = self.stats
+        if st is None:
+            return
+        dropped = CounterMetricFamily("llmgw_log_rows_dropped",
+                                      "Request log rows dropped, never waited for",
+                                      labels=["cause"])
+        for cause in ("queue_full", "write_failed", "by_bus"):
+            dropped.add_metric([cause], float(st.get(f"dropped_{cause}", 0)))
+        yield dropped
+        yield CounterMetricFamily("llmgw_log_rows_written", "Request log rows committed",
+                                  value=float(st.get("written", 0)))
+        yield GaugeMetricFamily("llmgw_log_rows_pending", "Request log rows not yet committed",
+                                value=float(st.get("pending", 0)))
+
+
+class GatewayMetrics:
+    """Owns one CollectorRegistry (not the global one: tests run several gateways)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        route = ["model", "endpoint", "surface"]
+        self.requests = Counter("llmgw_requests", "Client requests", route, registry=r)
+        self.errors = Counter("llmgw_request_errors", "Client requests that failed",
+                              [*route, "kind"], registry=r)
+        self.duration = Histogram("llmgw_request_duration_seconds", "Total request latency",
+                                  route, buckets=_LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("llmgw_request_ttft_seconds", "Time to first token (streams)",
+                              route, buckets=_TTFT_BUCKETS, registry=r)
+        self.tokens = Counter("llmgw_tokens", "Tokens reported by upstreams",
+                              ["model", "endpoint", "kind"], registry=r)
+        self.attempts = Counter("llmgw_attempts", "Upstream attempts by outcome",
+                                ["model", "endpoint", "outcome"], registry=r)
+        self.fallbacks = Counter("llmgw_fallbacks", "Requests that fell back, by last route",
+                                 ["model", "endpoint"], registry=r)
+        self.bus_rtt = Histogram("llmgw_bus_rtt_seconds", "Bus request/reply round trips",
+                                 ["op"], buckets=_RTT_BUCKETS, registry=r)
+        self.circuit = Gauge("llmgw_circuit_state", "Circuit: 0 closed, 1 half-open, 2 open",
+                             ["model", "endpoint"], registry=r)
+        self.availability = Gauge("llmgw_endpoint_availability", "Availability EWMA",
+                                  ["model", "endpoint"], registry=r)
+        self.events = Counter("llmgw_events", "Operator events seen", ["kind", "type"],
+                              registry=r)
+        self.transitions = Counter("llmgw_circuit_transitions", "Circuit transitions",
+                                   ["endpoint", "to"], registry=r)
+        self.key_mutes = Counter("llmgw_key_mutes", "Provider keys muted", ["pool"], registry=r)
+        self._log = _LogStats()
+        r.register(self._log)
+        self._route_rtt = self.bus_rtt.labels("route")
+        self._per_route: dict[tuple[str, str, str], _PerRoute] = {}
+        self._errors: dict[tuple[str, str, str, str], Any] = {}
+        self._attempts: dict[tuple[str, str, str], Any] = {}
+        self._fallbacks: dict[tuple[str, str], Any] = {}
+
+    # -- hot path -----------------------------------------------------------------------
+
+    def request(
+        self, done: RequestCompleted, attempts: Sequence[Observation], decision_s: float | None
+    ) -> None:
+        """Account one finished client request and its attempts (never raises)."""
+        model, endpoint = done.model or _NONE, done.endpoint or _NONE
+        key = (model, endpoint, done.surface)
+        per = self._per_route.get(key) or self._route(key)
+        per.requests.inc()
+        per.duration.observe(done.latency_ms / 1000)
+        if done.ttft_ms is not None:
+            per.ttft.observe(done.ttft_ms / 1000)
+        if done.prompt_tokens:
+            per.prompt.inc(done.prompt_tokens)
+        if done.completion_tokens:
+            per.completion.inc(done.completion_tokens)
+        if done.cached_tokens:
+            per.cached.inc(done.cached_tokens)
+        if done.error_kind:
+            ekey = (model, endpoint, done.surface, done.error_kind)
+            child = self._errors.get(ekey)
+            if child is None:
+                child = self._errors[ekey] = self.errors.labels(*ekey)
+            child.inc()
+        if done.fallback:
+            fkey = (model, endpoint)
+            child = self._fallbacks.get(fkey)
+            if child is None:
+                child = self._fallbacks[fkey] = self.fallbacks.labels(*fkey)
+            child.inc()
+        for obs in attempts:
+            akey = (obs.model, obs.endpoint, obs.outcome)
+            child = self._attempts.get(akey)
+            if child is None:
+                child = self._attempts[akey] = self.attempts.labels(*akey)
+            child.inc()
+        if decision_s is not None:
+            self._route_rtt.observe(decision_s)
+
+    def _route(self, key: tuple[str, str, str]) -> _PerRoute:
+        per = self._per_route[key] = _PerRoute(self, key)
+        return per
+
+    # -- events and scrapes -------------------------------------------------------------
+
+    def count_event(self, subject: str, msg: Message) -> None:
+        """Count one operator event from ``llmgw.events.<kind>``."""
+        kind = subjects.untoken(subject.rsplit(".", 1)[-1])
+        self.events.labels(kind, type(msg).__name__).inc()
+        if isinstance(msg, CircuitTransition):
+            self.transitions.labels(msg.endpoint, msg.new).inc()
+        elif type(msg).__name__ == "KeyMuted":
+            self.key_mutes.labels(str(getattr(msg, "pool", ""))).inc()
+
+    async def render(self, bus: Bus, timeout: float) -> bytes:
+        """Refresh the scrape-time gauges from the owners, then the text exposition."""
+        await asyncio.gather(self._health(bus, timeout), self._log_stats(bus, timeout))
+        return generate_latest(self.registry)
+
+    async def _health(self, bus: Bus, timeout: float) -> None:
+        started = time.perf_counter()
+        try:
+            report = await bus.request(subjects.HEALTH_DEEP, HealthRequest(),
+                                       reply_type=HealthReport, timeout=timeout)
+        except GatewayError as exc:
+            logger.warning("metrics: endpoint health not available: %s", exc)
+            return
+        self.bus_rtt.labels("health").observe(time.perf_counter() - started)
+        if not isinstance(report, HealthReport):
+            return
+        self.circuit.clear()  # endpoints removed by a reload disappear
+        self.availability.clear()
+        for st in report.endpoints:
+            self.circuit.labels(st.model, st.endpoint).set(_CIRCUIT_VALUE.get(st.circuit_state,
+                                                                              -1.0))
+            self.availability.labels(st.model, st.endpoint).set(st.availability)
+
+    async def _log_stats(self, bus: Bus, timeout: float) -> None:
+        try:
+            reply = await bus.request(subjects.admin("log", "stats"), AdminCommand(by="metrics"),
+                                      reply_type=AdminReply, timeout=timeout)
+        except GatewayError as exc:
+            logger.debug("metrics: request log stats not available: %s", exc)
+            return
+        if isinstance(reply, AdminReply):
+            self._log.stats = reply.result

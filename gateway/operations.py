@@ -1,0 +1,110 @@
+"""What an operator gets from an ingress besides inference: :class:`IngressOps`.
+
+One per app: per-request accounting wrapped around the inference routes, ``GET /metrics``,
+``GET /events`` (SSE, admins), the HTTP admin API ``/admin/<area>/<verb>`` (admins), and
+:meth:`IngressOps.run`, the background work — following config changes and counting operator
+events for the metrics. (The process-level side is ``gateway.control``.)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from gateway.accounting import Accounting
+from gateway.admin_auth import is_admin
+from gateway.admin_http import PREFIX as ADMIN_PREFIX
+from gateway.admin_http import admin_request, args_of, command_of
+from gateway.events_http import kinds_of, stream_events
+from gateway.metrics import CONTENT_TYPE, GatewayMetrics
+from schemas import UnauthorizedError, subjects
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.accounting import Handler
+    from gateway.http import HttpRequest
+    from gateway.reload import ConfigFollower
+    from schemas.config import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+# Operator events the metrics count; not ``decision`` (one per request, every ingress's).
+COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin")
+_SURFACES = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings",
+             "/v1/responses": "responses", "/v1/messages": "messages"}
+_ADMIN_TIMEOUT_S = 30.0
+_SCRAPE_TIMEOUT_S = 2.0
+_encode = msgspec.json.Encoder().encode
+
+
+class IngressOps:
+    """Owns the ingress's metrics, accounting and operator routes."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
+        self.metrics = GatewayMetrics()
+        self.accounting = Accounting(bus, self.metrics, decisions=config.events.decisions)
+        self.follower: ConfigFollower | None = None
+
+    def install(self, routes: dict[tuple[str, str], Handler],
+                prefix_routes: dict[tuple[str, str], Handler]) -> None:
+        """Wrap the inference routes (``POST /v1/...``) with accounting and add the
+        operator routes. Call it once the app's own routes are in place."""
+        for (method, path), handler in list(routes.items()):
+            if method == "POST" and path.startswith("/v1/"):
+                surface = _SURFACES.get(path, path.rsplit("/", 1)[-1])
+                routes[(method, path)] = self.accounting.wrap(handler, surface)
+        routes[("GET", "/metrics")] = self._metrics
+        routes[("GET", "/events")] = self._events
+        prefix_routes[("POST", ADMIN_PREFIX)] = self._admin
+        prefix_routes[("GET", ADMIN_PREFIX)] = self._admin
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Follow a reloaded config."""
+        self._config = config
+        self.accounting.decisions = config.events.decisions
+
+    async def run(self, follower: ConfigFollower) -> None:
+        """Follow config changes with ``follower`` and count operator events, until
+        cancelled. Raises BusClosedError when the bus ends a subscription."""
+        self.follower = follower
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.follower.follow, self._bus)
+            for kind in COUNTED_KINDS:
+                tg.start_soon(self._count, kind)
+
+    async def _count(self, kind: str) -> None:
+        async with self._bus.subscribe(subjects.event(kind)) as sub:
+            async for env in sub:
+                self.metrics.count_event(env.subject, env.message)
+
+    # -- routes -------------------------------------------------------------------------
+
+    async def _metrics(self, req: HttpRequest) -> None:
+        body = await self.metrics.render(self._bus, _SCRAPE_TIMEOUT_S)
+        await req.start(200, [(b"content-type", CONTENT_TYPE.encode()),
+                              (b"content-length", str(len(body)).encode())])
+        await req.chunk(body, more=False)
+
+    def _require_admin(self, req: HttpRequest) -> None:
+        if not is_admin(req, self._config):
+            raise UnauthorizedError("this endpoint needs the admin key (Authorization: Bearer)")
+
+    async def _events(self, req: HttpRequest) -> None:
+        self._require_admin(req)
+        await stream_events(req, self._bus, kinds_of(req))
+
+    async def _admin(self, req: HttpRequest) -> None:
+        self._require_admin(req)
+        area, verb = command_of(req)
+        result = await admin_request(self._bus, area, verb, await args_of(req), by="http",
+                                     timeout=_ADMIN_TIMEOUT_S)
+        if (area, verb) == ("config", "reload") and self.follower is not None:
+            # Answer only once this ingress serves the new config, so a client that
+            # reloads and then asks for a new model is never refused by this process.
+            self.follower.sync(str(result.get("version", "")) or None)
+        await req.respond(200, _encode(result))

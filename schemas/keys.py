@@ -1,0 +1,138 @@
+"""Callers and credentials on the bus: roles, key-pool state, provider-key declarations.
+
+Roles rank ``free < pro < internal < admin``; ``None`` is a caller with no user identity
+(internal traffic), which reservation never restricts. Credentials travel only as their short
+hash id (``schemas.config.credential_id``); a gateway API key only as its sha256 hex.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+ROLES: tuple[str, ...] = ("free", "pro", "internal", "admin")
+_RANK = {name: i for i, name in enumerate(ROLES)}
+UNRESTRICTED = len(ROLES)
+
+
+def role_rank(role: str | None) -> int:
+    """The rank of ``role``; ``None`` (no user identity) outranks every role.
+
+    Raises ValueError for a name that is not a role.
+    """
+    if role is None:
+        return UNRESTRICTED
+    try:
+        return _RANK[role]
+    except KeyError:
+        raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})") from None
+
+
+def most_restrictive(*roles: str | None) -> str:
+    """The highest of ``roles`` (``free`` when none is given): a laxer duplicate never widens."""
+    named = [r for r in roles if r is not None]
+    return max(named, key=role_rank) if named else ROLES[0]
+
+
+class PoolKey(msgspec.Struct, frozen=True, kw_only=True):
+    """One declared key of a pool, as views see it (never the secret)."""
+
+    credential_id: str
+    min_role: str = "free"
+    muted_until: float | None = None
+    source: str = "config"
+
+
+class KeyPoolState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A KeyPoolActor's declaration and mutes, published on every change.
+
+    ``epoch`` changes when the actor restarts, so a view accepts a restarted owner's lower
+    ``seq``; ``declarations`` is the ``seq`` of the last KeyDeclarations folded in.
+    """
+
+    pool: str
+    keys: tuple[PoolKey, ...] = ()
+    epoch: str = ""
+    seq: int = 0
+    declarations: int = 0
+
+
+class KeyPoolStateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask a KeyPoolActor for its current KeyPoolState."""
+
+
+class KeyAcquire(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask a KeyPoolActor directly for a credential (outside a ModelActor's plan)."""
+
+    caller: str = ""
+    role: str | None = None
+
+
+class KeyGrant(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Answer to KeyAcquire: the credential id to spend (``""``: the pool holds no key)."""
+
+    pool: str
+    credential_id: str
+
+
+class ProviderKeyDecl(msgspec.Struct, frozen=True, kw_only=True):
+    """A database-added provider key, without its secret: which pools it joins, its tier."""
+
+    key_id: str
+    credential_id: str
+    endpoint: str = ""
+    base_url: str = ""
+    min_role: str = "free"
+    created: float = 0.0
+
+
+class KeyDeclarations(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Everything the database declares about provider keys (the key registry's state).
+
+    ``reservations`` maps a credential id to the ``min_role`` reserved for it by hash
+    (environment or config keys); ``db_keys`` are the database-added keys in creation order.
+    """
+
+    db_keys: tuple[ProviderKeyDecl, ...] = ()
+    reservations: dict[str, str] = {}
+    seq: int = 0
+
+
+class KeyDeclarationsRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the key registry for its current KeyDeclarations."""
+
+
+class ProviderKeysChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An admin changed provider keys or reservations in the database: reload them (answered
+    with the new KeyDeclarations once they are published)."""
+
+    reason: str = ""
+
+
+class ApiKeyCreated(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A gateway API key was created (auth is on from now); ``key_hash`` is its sha256 hex."""
+
+    key_hash: str
+
+
+class ApiKeyRevoked(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A gateway API key was revoked: every ingress drops it from its cache at once."""
+
+    key_hash: str
+
+
+class KeyMuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A pool took a key out of rotation after a key-specific failure (operator event)."""
+
+    pool: str
+    credential_id: str
+    until: float
+    seconds: float
+    status: int | None = None
+    reason: str = ""
+
+
+class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A muted key's time ran out; it is back in rotation (operator event)."""
+
+    pool: str
+    credential_id: str

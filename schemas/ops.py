@@ -1,0 +1,118 @@
+"""Operating the gateway: request summaries, operator events, admin commands.
+
+- ``RequestCompleted`` — one per client request, published by the ingress when the request
+  ends (``llmgw.request.<model>.done``); with the per-attempt ``Observation`` it feeds the
+  request log.
+- ``RouteDecided`` (``llmgw.events.decision``), ``ConfigChanged`` (``llmgw.events.config``),
+  ``AdminExecuted`` (``llmgw.events.admin``) — operator events.
+- ``AdminCommand`` -> ``AdminReply`` | ``ErrorReply`` — every admin action, on
+  ``llmgw.admin.<area>.<verb>``, answered by the one actor that owns the area's state.
+
+No struct here ever carries a secret: credentials appear only as their ``k-…`` ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """One client request, end to end (its attempts are ``Observation``s).
+
+    ``status`` is the HTTP status the client got (499: the client went away first).
+    ``error_kind`` is empty on success, else the error code or upstream failure kind; a
+    stream that broke after its headers were sent keeps status 200 with an ``error_kind``.
+    ``ttft_ms`` is client-perceived (from the request's arrival), streams only.
+    """
+
+    request_id: str = ""
+    ts: float = 0.0
+    caller: str = ""
+    org: str = ""
+    surface: str = "chat"
+    requested_model: str = ""
+    model: str = ""
+    endpoint: str = ""
+    credential_id: str = ""
+    status: int = 200
+    error_kind: str = ""
+    fallback: bool = False
+    attempts: int = 0
+    ttft_ms: float | None = None
+    latency_ms: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    stream: bool = False
+
+
+class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A routing decision and what became of it, published when its request ends.
+
+    ``reason`` is the plan's (strategy name, ``pin``, ``affinity``, ...) or, when no plan
+    could be made, the error code. ``served`` is the endpoint that answered ("" if none);
+    ``fallback`` is true when that was not the primary.
+    """
+
+    request_id: str = ""
+    model: str = ""
+    requested_model: str = ""
+    surface: str = "chat"
+    reason: str = ""
+    pinned: bool = False
+    primary: str = ""
+    candidates: tuple[str, ...] = ()
+    served: str = ""
+    fallback: bool = False
+    attempts: int = 0
+    status: int = 200
+    ts: float = 0.0
+
+
+class ConfigChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The actor tree switched to a new configuration; every ingress re-reads its own file.
+
+    ``version`` is a hash of the file's text (an ingress whose file differs logs it).
+    """
+
+    version: str
+    source: str = ""
+    added: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    by: str = ""
+    ts: float = 0.0
+
+
+class AdminCommand(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An admin action; its area and verb are the subject's last two tokens.
+
+    ``args`` are the verb's JSON arguments; ``by`` says who asked (``cli``, ``http``,
+    ``sighup``), for the audit event.
+    """
+
+    args: dict[str, Any] = {}
+    by: str = ""
+
+
+class AdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A successful admin command's result (failures are ``ErrorReply``)."""
+
+    result: dict[str, Any] = {}
+    message: str = ""
+
+
+class AdminExecuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Audit: an admin command that changes state was executed (or refused).
+
+    Never carries the command's arguments, which may hold secrets.
+    """
+
+    area: str
+    verb: str
+    by: str = ""
+    ok: bool = True
+    message: str = ""
+    ts: float = 0.0

@@ -1,0 +1,963 @@
+"""Gateway overhead benchmark: a fast fake upstream measured direct, then through llmgw.
+
+A script, not a test. From the repository root::
+
+    python -m tests.benchmarks.bench --markdown
+
+It starts the fast fake upstream (``tests.fixtures.upstream --mode fast``) and the gateway
+(``gateway.cli serve``, one ``openai_compat`` route to that upstream), then, for every mode
+(``plain`` JSON, ``stream`` SSE) and concurrency, drives the upstream directly and then the
+gateway for a fixed time, and prints requests per second, p50/p99 latency, time to first
+byte (streaming) and errors, plus the latency the gateway adds at concurrency 1.
+
+Placement (two cores): the gateway (and a NATS server when it starts one) is pinned to
+``--gateway-cpus`` (default core 0) with ``taskset``; the upstream and the load generator
+share ``--load-cpus`` (default core 1). The load generator is a separate process: aiohttp,
+one keep-alive connection per concurrent worker, each worker looping for ``--warmup`` plus
+``--duration`` seconds; a request counts when it completes inside the measured window.
+Loopback only; every child process is stopped on exit, Ctrl-C and errors included.
+
+Measurement knobs that never change the gateway's files: ``--transport`` swaps the upstream
+HTTP client's transport, ``--hypercorn KEY=VALUE`` sets Hypercorn config attributes,
+``--gateway-profile FILE`` runs the gateway under cProfile (both through a small launcher,
+``python -m tests.benchmarks.bench _gateway ...``, that patches them in before
+``gateway.cli.main`` runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import os
+import platform
+import re
+import resource
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from array import array
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+MODES = ("plain", "stream")
+TRANSPORTS = ("as-is", "aiohttp", "httpx")
+LOOPS = ("asyncio", "uvloop")
+TARGETS = ("direct", "gateway")
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
+_GATEWAY_READY = re.compile(r"llmgw listening on (http://\S+)")
+_NATS_READY = re.compile(r"Server is ready")
+_NATS_LISTEN = re.compile(r"Listening for client connections on (\S+):(\d+)")
+_START_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 15.0
+_REQUEST_TIMEOUT_S = 30.0
+_MAX_REQUESTS_PER_STEP = 2_000_000
+_UPSTREAM_MODEL = "bench-upstream"
+_GATEWAY_MODEL = "bench"
+_PROMPT = [{"role": "user", "content": "Say hello in three words."}]
+_DONE = b"data: [DONE]"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_CORES = "_cores"
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class StepResult:
+    """One measured step: a target, a mode and a concurrency, over the measured window."""
+
+    target: str
+    mode: str
+    concurrency: int
+    duration: float
+    requests: int
+    errors: int
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+    ttfb_p50_ms: float | None
+    ttfb_p99_ms: float | None
+    cpu_pct: dict[str, float] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of already sorted values, linearly interpolated; 0 if empty."""
+    if not sorted_values:
+        return 0.0
+    pos = (len(sorted_values) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+# --------------------------------------------------------------------------------------------
+# Load generator (runs in its own process, pinned to the load cores)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSpec:
+    """What one load-generator process runs."""
+
+    url: str
+    model: str
+    mode: str
+    concurrency: int
+    warmup: float
+    duration: float
+    watch_pids: dict[str, int] = field(default_factory=dict)
+    watch_cpus: list[int] = field(default_factory=list)
+    timeout: float = _REQUEST_TIMEOUT_S
+    max_requests: int = _MAX_REQUESTS_PER_STEP
+
+
+def _proc_cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds of ``pid`` (Linux ``/proc``); None when unreadable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _self_cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def _cores_busy_seconds(cpus: list[int]) -> float | None:
+    """Busy (non-idle, non-iowait) seconds of the given cores since boot, steal included."""
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    wanted = {f"cpu{c}" for c in cpus}
+    busy = 0
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if name in wanted:
+            v = [int(x) for x in rest.split()]
+            busy += sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal
+    return busy / _CLK_TCK
+
+
+def _cpu_sample(spec: LoadSpec) -> dict[str, float | None]:
+    sample: dict[str, float | None] = {"loadgen": _self_cpu_seconds()}
+    for name, pid in spec.watch_pids.items():
+        sample[name] = _proc_cpu_seconds(pid)
+    sample[_CORES] = _cores_busy_seconds(spec.watch_cpus)
+    return sample
+
+
+class _Window:
+    """Shared by the workers: the measured window, the recorded samples, the request cap."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        now = time.perf_counter()
+        self.start = now + spec.warmup
+        self.end = self.start + spec.duration
+        self.latencies = array("d")
+        self.ttfbs = array("d")
+        self.errors = 0
+        self.error_kinds: Counter[str] = Counter()
+        self.sent = 0
+        self.max_requests = spec.max_requests
+        self.cpu_marks: dict[str, dict[str, float | None]] = {}
+
+
+async def _worker(spec: LoadSpec, win: _Window, body: bytes) -> None:
+    """One keep-alive connection, requests back to back until the window closes."""
+    import aiohttp
+
+    stream = spec.mode == "stream"
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
+    timeout = aiohttp.ClientTimeout(total=spec.timeout)
+    connector = aiohttp.TCPConnector(limit=1, ttl_dns_cache=None, use_dns_cache=True)
+    async with aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent", "Accept-Encoding"),
+        timeout=timeout,
+    ) as session:
+        perf = time.perf_counter
+        while True:
+            t0 = perf()
+            if t0 >= win.end or win.sent >= win.max_requests:
+                return
+            win.sent += 1
+            first = 0.0
+            error: str | None = None
+            try:
+                async with session.post(spec.url, data=body, headers=headers) as resp:
+                    if stream:
+                        tail = b""
+                        async for chunk in resp.content.iter_any():
+                            if not first:
+                                first = perf()
+                            tail = (tail + chunk)[-64:]
+                        if resp.status != 200:
+                            error = f"HTTP {resp.status}"
+                        elif not tail.rstrip().endswith(_DONE):
+                            error = "stream ended without data: [DONE]"
+                    else:
+                        data = await resp.read()
+                        if resp.status != 200:
+                            error = f"HTTP {resp.status}"
+                        elif b'"choices"' not in data:
+                            error = "200 without choices"
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                error = type(exc).__name__
+            t1 = perf()
+            if win.start <= t1 < win.end:
+                if error is None:
+                    win.latencies.append(t1 - t0)
+                    if stream:
+                        win.ttfbs.append(first - t0)
+                else:
+                    win.errors += 1
+                    win.error_kinds[error] += 1
+            elif error is not None and t1 < win.start:
+                win.error_kinds[f"(warm-up) {error}"] += 1
+
+
+async def _mark_cpu(spec: LoadSpec, win: _Window) -> None:
+    """Sample this process's and the watched server's CPU time at the window's edges."""
+    for name, at in (("start", win.start), ("end", win.end)):
+        await asyncio.sleep(max(0.0, at - time.perf_counter()))
+        win.cpu_marks[name] = _cpu_sample(spec)
+
+
+def _cpu_percent(
+    start: dict[str, float | None], end: dict[str, float | None], duration: float
+) -> dict[str, float]:
+    """Per-process CPU % of one core over the window, plus ``others``: what the watched
+    cores spent on anything else (other processes, interrupts, steal)."""
+    pct: dict[str, float] = {}
+    for name, t0 in start.items():
+        t1 = end.get(name)
+        if t0 is not None and t1 is not None:
+            pct[name] = 100.0 * (t1 - t0) / duration
+    cores = pct.pop(_CORES, None)
+    if cores is not None:
+        pct["others"] = max(0.0, cores - sum(pct.values()))
+    return pct
+
+
+async def _load(spec: LoadSpec) -> StepResult:
+    body = json.dumps(
+        {"model": spec.model, "messages": _PROMPT, "stream": spec.mode == "stream"}
+    ).encode()
+    win = _Window(spec)
+    marks = asyncio.create_task(_mark_cpu(spec, win))
+    await asyncio.gather(*(_worker(spec, win, body) for _ in range(spec.concurrency)))
+    await marks
+    cpu = _cpu_percent(win.cpu_marks["start"], win.cpu_marks["end"], spec.duration)
+    lat = sorted(win.latencies)
+    ttfb = sorted(win.ttfbs)
+    ms = 1000.0
+    stream = spec.mode == "stream"
+    return StepResult(
+        target="",
+        mode=spec.mode,
+        concurrency=spec.concurrency,
+        duration=spec.duration,
+        requests=len(lat),
+        errors=win.errors,
+        rps=len(lat) / spec.duration,
+        p50_ms=percentile(lat, 0.50) * ms,
+        p99_ms=percentile(lat, 0.99) * ms,
+        mean_ms=(sum(lat) / len(lat) * ms) if lat else 0.0,
+        ttfb_p50_ms=percentile(ttfb, 0.50) * ms if stream else None,
+        ttfb_p99_ms=percentile(ttfb, 0.99) * ms if stream else None,
+        cpu_pct=cpu,
+        error_samples=[f"{n}x {kind}" for kind, n in win.error_kinds.most_common(5)],
+    )
+
+
+def loadgen_main(argv: list[str]) -> int:
+    """``bench _loadgen SPEC_JSON``: run one step, print its StepResult as JSON on stdout."""
+    spec = LoadSpec(**json.loads(argv[0]))
+    if not spec.url.startswith(tuple(f"http://{h}:" for h in _LOOPBACK)):
+        raise SystemExit(f"refusing a non-loopback target: {spec.url}")
+    import gc
+
+    gc.collect()
+    gc.freeze()
+    result = asyncio.run(
+        asyncio.wait_for(_load(spec), spec.warmup + spec.duration + spec.timeout + 30.0)
+    )
+    print(json.dumps(asdict(result)), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# Gateway launcher (patches measurement knobs in, then runs gateway.cli.main)
+# --------------------------------------------------------------------------------------------
+
+
+def _patch_transport(kind: str) -> None:
+    """Replace ``gateway.app.make_http_client`` with one using transport ``kind``."""
+    import httpx
+
+    import gateway.app
+
+    limits = httpx.Limits(
+        max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30.0
+    )
+
+    def make_http_client() -> httpx.AsyncClient:
+        if kind == "aiohttp":
+            from httpx_aiohttp import AiohttpTransport
+
+            return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=None)
+        return httpx.AsyncClient(limits=limits, timeout=None)
+
+    gateway.app.make_http_client = make_http_client
+
+
+def _patch_hypercorn(settings: list[str]) -> None:
+    """Set Hypercorn config attributes (``KEY=VALUE``, VALUE as JSON, else a string) right
+    before serving, by wrapping the ``serve`` that ``gateway.serve`` imported."""
+    import gateway.serve
+
+    overrides: dict[str, Any] = {}
+    for item in settings:
+        key, _, value = item.partition("=")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except ValueError:
+            overrides[key.strip()] = value
+    original = gateway.serve.__dict__["serve"]
+
+    async def serve(app: Any, config: Any, **kwargs: Any) -> None:
+        for key, value in overrides.items():
+            if not hasattr(config, key):
+                raise SystemExit(f"Hypercorn has no config setting {key!r}")
+            setattr(config, key, value)
+        await original(app, config, **kwargs)
+
+    setattr(gateway.serve, "serve", serve)  # noqa: B010 (not re-exported by gateway.serve)
+
+
+def gateway_main(argv: list[str]) -> int:
+    """``bench _gateway [--transport T] [--hypercorn K=V]... [--profile F] -- serve ...``."""
+    parser = argparse.ArgumentParser(prog="bench _gateway")
+    parser.add_argument("--transport", choices=TRANSPORTS, default="as-is")
+    parser.add_argument("--hypercorn", action="append", default=[])
+    parser.add_argument("--profile")
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("cli", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    cli_args = args.cli[1:] if args.cli[:1] == ["--"] else args.cli
+    if args.loop == "uvloop":
+        try:
+            import uvloop  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            raise SystemExit("--loop uvloop: uvloop is not installed") from None
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    if args.transport != "as-is":
+        _patch_transport(args.transport)
+    if args.hypercorn:
+        _patch_hypercorn(args.hypercorn)
+    from gateway.cli import main as gateway_cli
+
+    if not args.profile:
+        return gateway_cli(cli_args)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        return gateway_cli(cli_args)
+    finally:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes
+# --------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the benchmark process dies (Linux)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Children:
+    """The benchmark's child processes; ``close()`` stops them all, last started first."""
+
+    def __init__(self, logdir: Path) -> None:
+        self.logdir = logdir
+        self._procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def spawn(self, name: str, cmd: list[str]) -> tuple[subprocess.Popen[bytes], Path]:
+        """Start ``cmd`` with stdout and stderr going to ``<logdir>/<name>.log``."""
+        log = self.logdir / f"{name}.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+        self._procs.append((name, proc))
+        return proc, log
+
+    def start(
+        self, name: str, cmd: list[str], ready: re.Pattern[str], timeout: float = _START_TIMEOUT_S
+    ) -> tuple[subprocess.Popen[bytes], re.Match[str]]:
+        """Spawn ``cmd`` and wait until its log matches ``ready``."""
+        proc, log = self.spawn(name, cmd)
+        deadline = time.monotonic() + timeout
+        while True:
+            text = log.read_text(errors="replace")
+            match = ready.search(text)
+            if match:
+                return proc, match
+            if proc.poll() is not None or time.monotonic() > deadline:
+                state = (
+                    f"exited with {proc.returncode}"
+                    if proc.poll() is not None
+                    else f"not ready after {timeout:g}s"
+                )
+                tail = "\n".join(text.splitlines()[-30:])
+                raise RuntimeError(f"{name} {state}: {shlex.join(cmd)}\n{tail}")
+            time.sleep(0.02)
+
+    def stop(self, proc: subprocess.Popen[bytes]) -> int | None:
+        """SIGTERM (graceful for the upstream, the gateway and nats-server), then SIGKILL after
+        the stop timeout; returns the exit code."""
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs = [(n, p) for n, p in self._procs if p is not proc]
+        return proc.returncode
+
+    def close(self) -> None:
+        """Stop every child still running."""
+        for _, proc in reversed(list(self._procs)):
+            self.stop(proc)
+
+
+def _pinned(cpus: str | None, cmd: list[str]) -> list[str]:
+    return ["taskset", "-c", cpus, *cmd] if cpus else cmd
+
+
+def _python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+# --------------------------------------------------------------------------------------------
+# The benchmark
+# --------------------------------------------------------------------------------------------
+
+
+def _check(url: str, model: str, mode: str) -> None:
+    """One request before measuring, so a broken setup fails loudly instead of as errors."""
+    body = json.dumps({"model": model, "messages": _PROMPT, "stream": mode == "stream"}).encode()
+    req = urllib.request.Request(
+        f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:  # loopback only
+            data = resp.read()
+    except OSError as exc:
+        raise RuntimeError(f"{url} ({mode}): {exc}") from exc
+    if mode == "stream" and not data.rstrip().endswith(_DONE):
+        raise RuntimeError(f"{url} (stream): no data: [DONE] in {data[-200:]!r}")
+    if mode == "plain" and b'"choices"' not in data:
+        raise RuntimeError(f"{url} (plain): unexpected answer {data[:200]!r}")
+
+
+def _run_step(
+    kids: Children,
+    args: argparse.Namespace,
+    target: str,
+    url: str,
+    mode: str,
+    concurrency: int,
+    watch_pids: dict[str, int],
+    watch_cpus: list[int],
+) -> StepResult:
+    spec = LoadSpec(
+        url=f"{url}/v1/chat/completions",
+        model=_GATEWAY_MODEL if target == "gateway" else _UPSTREAM_MODEL,
+        mode=mode,
+        concurrency=concurrency,
+        warmup=args.warmup,
+        duration=args.duration,
+        watch_pids=watch_pids,
+        watch_cpus=watch_cpus,
+    )
+    cmd = _pinned(
+        args.load_cpus,
+        _python("-m", "tests.benchmarks.bench", "_loadgen", json.dumps(asdict(spec))),
+    )
+    proc, log = kids.spawn(f"loadgen-{target}-{mode}-{concurrency}", cmd)
+    try:
+        proc.wait(args.warmup + args.duration + _REQUEST_TIMEOUT_S + 60.0)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("the load generator did not finish in time") from None
+    finally:
+        kids.stop(proc)
+    lines = log.read_text(errors="replace").strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(lines[-20:])
+        raise RuntimeError(f"load generator failed ({proc.returncode}):\n{tail}")
+    result = StepResult(**json.loads(lines[-1]))
+    result.target = target
+    return result
+
+
+def _gateway_cmd(args: argparse.Namespace, config: Path, bus_url: str) -> list[str]:
+    serve = ["serve", "--config", str(config), "--port", "0", "--bus", bus_url]
+    if args.gateway_log_level:
+        serve += ["--log-level", args.gateway_log_level]
+    patched = args.transport != "as-is" or args.loop != "asyncio" or args.hypercorn
+    if not patched and not args.gateway_profile:
+        return _python("-m", "gateway.cli", *serve)
+    launcher = ["-m", "tests.benchmarks.bench", "_gateway", "--transport", args.transport]
+    launcher += ["--loop", args.loop]
+    for item in args.hypercorn:
+        launcher += ["--hypercorn", item]
+    if args.gateway_profile:
+        launcher += ["--profile", str(Path(args.gateway_profile).resolve())]
+    return _python(*launcher, "--", *serve)
+
+
+def _start_nats(kids: Children, cpus: str | None, store: Path) -> tuple[str, int]:
+    binary = Path(sys.executable).parent / "nats-server"
+    found = str(binary) if binary.exists() else shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found next to the interpreter nor on PATH")
+    cmd = _pinned(cpus, [found, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(store)])
+    proc, _ = kids.start("nats-server", cmd, _NATS_READY)
+    text = (kids.logdir / "nats-server.log").read_text(errors="replace")
+    match = _NATS_LISTEN.search(text)
+    if match is None:
+        kids.stop(proc)
+        raise RuntimeError(f"nats-server did not say where it listens:\n{text[-2000:]}")
+    return f"nats://{match.group(1)}:{match.group(2)}", proc.pid
+
+
+def run(args: argparse.Namespace) -> list[StepResult]:
+    """Start the upstream and the gateway, measure every step, return the results."""
+    results: list[StepResult] = []
+    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as scratch:
+        tmp = Path(scratch)
+        kids = Children(Path(args.keep_logs) if args.keep_logs else tmp)
+        kids.logdir.mkdir(parents=True, exist_ok=True)
+        try:
+            upstream, m = kids.start(
+                "upstream",
+                _pinned(
+                    args.load_cpus,
+                    _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast"),
+                ),
+                _UPSTREAM_READY,
+            )
+            upstream_url = m.group(1)
+            bus_url = args.bus
+            nats_pid = 0
+            if bus_url == "nats":
+                bus_url, nats_pid = _start_nats(kids, args.gateway_cpus, tmp / "nats")
+            gateway_url = ""
+            gateway_pid = 0
+            if "gateway" in args.targets:
+                config = tmp / "gateway.yaml"
+                config.write_text(
+                    "models:\n"
+                    f"  - id: {_GATEWAY_MODEL}\n"
+                    "    route:\n"
+                    "      - kind: openai_compat\n"
+                    f"        base_url: {upstream_url}/v1\n"
+                    f"        provider_model_id: {_UPSTREAM_MODEL}\n"
+                    "        api_key: sk-bench\n"
+                )
+                gateway, m = kids.start(
+                    "gateway",
+                    _pinned(args.gateway_cpus, _gateway_cmd(args, config, bus_url)),
+                    _GATEWAY_READY,
+                )
+                gateway_url = m.group(1)
+                gateway_pid = gateway.pid
+            urls = {"direct": upstream_url, "gateway": gateway_url}
+            watch_pids = {"upstream": upstream.pid}
+            if gateway_pid:
+                watch_pids["gateway"] = gateway_pid
+            if nats_pid:
+                watch_pids["nats"] = nats_pid
+            watch_cpus = sorted(set(_cpu_list(args.gateway_cpus) + _cpu_list(args.load_cpus)))
+            _log(
+                f"upstream {upstream_url} (cpus {args.load_cpus}); gateway {gateway_url} "
+                f"(cpus {args.gateway_cpus}, bus {bus_url}, transport {args.transport})"
+            )
+            for mode in args.modes:
+                for target in args.targets:
+                    _check(
+                        urls[target],
+                        _GATEWAY_MODEL if target == "gateway" else _UPSTREAM_MODEL,
+                        mode,
+                    )
+            for mode in args.modes:
+                for concurrency in args.concurrency:
+                    for target in args.targets:
+                        _wait_quiet(watch_cpus, args.quiet_wait, args.quiet_threshold)
+                        r = _run_step(
+                            kids,
+                            args,
+                            target,
+                            urls[target],
+                            mode,
+                            concurrency,
+                            watch_pids,
+                            watch_cpus,
+                        )
+                        results.append(r)
+                        _log(
+                            f"{target:7} {mode:6} c={concurrency:<3} {r.rps:9.0f} req/s "
+                            f"p50 {r.p50_ms:7.2f} ms p99 {r.p99_ms:7.2f} ms "
+                            f"errors {r.errors}"
+                            + (f" {r.error_samples}" if r.error_samples else "")
+                        )
+        finally:
+            kids.close()
+    return results
+
+
+def _wait_quiet(cpus: list[int], patience: float, threshold: float) -> None:
+    """Wait (up to ``patience`` seconds) until the benchmark's cores are idle but for
+    ``threshold`` % of one core, so a row does not start while other work hogs them.
+
+    Our own children are idle between rows, so whatever is busy is someone else."""
+    if patience <= 0:
+        return
+    deadline = time.monotonic() + patience
+    busy = 0.0
+    while True:
+        b0, t0 = _cores_busy_seconds(cpus), time.monotonic()
+        time.sleep(0.5)
+        b1, t1 = _cores_busy_seconds(cpus), time.monotonic()
+        if b0 is None or b1 is None:
+            return
+        busy = 100.0 * (b1 - b0) / (t1 - t0)
+        if busy <= threshold:
+            return
+        if time.monotonic() >= deadline:
+            _log(
+                f"cores {cpus} still {busy:.0f}% busy with other work after {patience:g}s; "
+                "measuring anyway (see the others' CPU column)"
+            )
+            return
+
+
+def _log(line: str) -> None:
+    sys.stderr.write(f"[bench] {line}\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
+
+
+def _cpu_cell(r: StepResult) -> str:
+    gw = r.cpu_pct.get("gateway", 0.0) + r.cpu_pct.get("nats", 0.0)
+    return "/".join(_fmt(v, 0) for v in (gw, r.cpu_pct.get("upstream"), r.cpu_pct.get("loadgen")))
+
+
+def _cpu_list(spec: str | None) -> list[int]:
+    """Core numbers of a taskset list like ``0``, ``0,2`` or ``0-3``; None: every core."""
+    if not spec:
+        return list(range(os.cpu_count() or 1))
+    cores: list[int] = []
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cores += range(int(lo), int(hi or lo) + 1)
+    return cores
+
+
+def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) -> str:
+    """The results table, the added latency at concurrency 1 and the targets' verdicts."""
+    head = [
+        "target",
+        "mode",
+        "conc",
+        "req/s",
+        "p50 ms",
+        "p99 ms",
+        "TTFB p50 ms",
+        "errors",
+        "CPU % gw/up/lg",
+        "others' CPU %",
+    ]
+    rows = [
+        [
+            r.target,
+            r.mode,
+            str(r.concurrency),
+            _fmt(r.rps, 0),
+            _fmt(r.p50_ms),
+            _fmt(r.p99_ms),
+            _fmt(r.ttfb_p50_ms),
+            str(r.errors),
+            _cpu_cell(r),
+            _fmt(r.cpu_pct.get("others"), 0),
+        ]
+        for r in results
+    ]
+    out: list[str] = []
+    if markdown:
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|")
+        out += ["| " + " | ".join(row) + " |" for row in rows]
+    else:
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
+        out.append("  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)))
+        out += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    out.append("")
+    by_key = {(r.target, r.mode, r.concurrency): r for r in results}
+    bullet = "- " if markdown else ""
+    for mode in args.modes:
+        d, g = by_key.get(("direct", mode, 1)), by_key.get(("gateway", mode, 1))
+        if d and g:
+            added = g.p50_ms - d.p50_ms
+            verdict = "meets" if added <= 1.0 else "misses"
+            line = (
+                f"{bullet}added p50 at concurrency 1, {mode}: {added:.2f} ms "
+                f"(gateway {g.p50_ms:.2f} minus direct {d.p50_ms:.2f}; {verdict} the ≤ 1 ms "
+                "target)"
+            )
+            if g.ttfb_p50_ms is not None and d.ttfb_p50_ms is not None:
+                line += f"; added TTFB p50 {g.ttfb_p50_ms - d.ttfb_p50_ms:.2f} ms"
+            out.append(line)
+    for mode in args.modes:
+        g64 = by_key.get(("gateway", mode, 64))
+        if g64:
+            verdict = "meets" if g64.rps >= 1000 and g64.errors == 0 else "misses"
+            out.append(
+                f"{bullet}gateway at concurrency 64, {mode}: {g64.rps:,.0f} req/s "
+                f"({verdict} the ≥ 1,000 req/s target)"
+            )
+    errors = [r for r in results if r.error_samples]
+    for r in errors:
+        out.append(f"{bullet}{r.target} {r.mode} c={r.concurrency}: {', '.join(r.error_samples)}")
+    return "\n".join(out)
+
+
+def _environment(args: argparse.Namespace) -> str:
+    cpu = platform.processor() or ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    rev = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=REPO,
+            text=True,
+            capture_output=True,
+            check=False,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO,
+            text=True,
+            capture_output=True,
+            check=False,
+        ).stdout
+        rev += " (uncommitted changes)" if dirty.strip() else ""
+    bus = "nats (a nats-server started beside the gateway)" if args.bus == "nats" else args.bus
+    knobs = "".join(f"hypercorn {h}; " for h in args.hypercorn)
+    if args.loop != "asyncio":
+        knobs += f"gateway event loop {args.loop}; "
+    if args.gateway_log_level:
+        knobs += f"gateway log level {args.gateway_log_level}; "
+    if args.gateway_profile:
+        knobs += "gateway under cProfile (slower); "
+    return (
+        f"{cpu or 'unknown CPU'}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {platform.system()} {platform.release()}; "
+        f"commit {rev or '?'}; gateway on cpus {args.gateway_cpus or 'any'}, upstream "
+        f"and load generator on cpus {args.load_cpus or 'any'}; bus {bus}; "
+        f"upstream transport {args.transport}; {knobs}{args.warmup:g} s warm-up + "
+        f"{args.duration:g} s measured per row"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def _csv(choices: tuple[str, ...] | None = None) -> Any:
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if choices is not None and t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(f"expected a comma list of {choices}, got {text!r}")
+        return items
+
+    return parse
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers like 1,16,64, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("concurrency values must be >= 1")
+    return values
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m tests.benchmarks.bench",
+        description="Measure a fast fake upstream direct and through the gateway.",
+    )
+    p.add_argument("--duration", type=float, default=5.0, help="measured seconds per row (5)")
+    p.add_argument("--warmup", type=float, default=1.0, help="warm-up seconds per row (1)")
+    p.add_argument(
+        "--concurrency",
+        type=_ints,
+        default=[1, 16, 64],
+        help="comma list of concurrent connections (1,16,64)",
+    )
+    p.add_argument(
+        "--modes", type=_csv(MODES), default=list(MODES), help="comma list of plain,stream (both)"
+    )
+    p.add_argument(
+        "--targets",
+        type=_csv(TARGETS),
+        default=list(TARGETS),
+        help="comma list of direct,gateway (both)",
+    )
+    p.add_argument(
+        "--bus",
+        default="inproc://",
+        help="gateway bus: inproc:// (default), nats://HOST:PORT, or 'nats' to "
+        "start a nats-server pinned beside the gateway",
+    )
+    p.add_argument("--markdown", action="store_true", help="print a markdown table")
+    p.add_argument("--gateway-cpus", default="0", help="taskset list for the gateway (0)")
+    p.add_argument(
+        "--load-cpus", default="1", help="taskset list for the upstream and the load generator (1)"
+    )
+    p.add_argument("--no-pin", action="store_true", help="do not use taskset")
+    p.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="as-is",
+        help="upstream HTTP client transport: as-is (the gateway's own choice), "
+        "aiohttp (httpx over httpx-aiohttp), httpx (httpx's default)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=LOOPS,
+        default="asyncio",
+        help="the gateway's event loop: asyncio (default) or uvloop (when installed)",
+    )
+    p.add_argument(
+        "--hypercorn",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a Hypercorn config attribute (repeatable), e.g. backlog=2048",
+    )
+    p.add_argument("--gateway-log-level", help="pass --log-level to the gateway")
+    p.add_argument(
+        "--gateway-profile",
+        metavar="FILE",
+        help="run the gateway under cProfile and write its stats to FILE",
+    )
+    p.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="before each row, wait up to this long for the cores to be idle (20)",
+    )
+    p.add_argument(
+        "--quiet-threshold",
+        type=float,
+        default=15.0,
+        metavar="PERCENT",
+        help="'idle' for --quiet-wait: other work below this %% of one core (15)",
+    )
+    p.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
+    p.add_argument("--keep-logs", metavar="DIR", help="keep the child processes' logs in DIR")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; ``_loadgen`` and ``_gateway`` are internal sub-commands."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["_loadgen"]:
+        return loadgen_main(argv[1:])
+    if argv[:1] == ["_gateway"]:
+        return gateway_main(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.no_pin:
+        args.gateway_cpus = args.load_cpus = None
+    elif shutil.which("taskset") is None:
+        raise SystemExit("taskset not found (util-linux); install it or pass --no-pin")
+    if args.duration <= 0 or args.warmup < 0:
+        raise SystemExit("--duration must be > 0 and --warmup >= 0")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    command = shlex.join(["python", "-m", "tests.benchmarks.bench", *argv])
+    try:
+        results = run(args)
+    except KeyboardInterrupt:
+        _log("interrupted; child processes stopped")
+        return 130
+    except RuntimeError as exc:
+        _log(f"failed: {exc}")
+        return 1
+    if args.json:
+        Path(args.json).write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    print(f"`{command}`" if args.markdown else command)
+    print()
+    print(_environment(args))
+    print()
+    print(report(results, args, args.markdown))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

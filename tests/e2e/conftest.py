@@ -1,0 +1,140 @@
+"""Helpers shared by the end-to-end tests: config builders and bus watchers.
+
+Every e2e test drives the real gateway over loopback HTTP against fake upstreams that are
+real servers; it waits on events (upstream requests, the gateway's own bus), never on sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+
+from bus import Bus, Subscription
+from schemas import CircuitTransition, EndpointState, subjects
+from tests.fixtures.gateway import RunningGateway
+from tests.fixtures.upstream import FakeUpstream
+
+T = TypeVar("T")
+
+WAIT = 10.0  # seconds a test waits for an event before it fails
+CHAT = "/v1/chat/completions"
+HI: list[Any] = [{"role": "user", "content": "hi"}]
+# Short breaker timings keep the suite fast; tests that need a long cooldown say so.
+FAST_CIRCUIT = {"failure_threshold": 2, "cooldown_seconds": 0.3}
+
+
+def route(up: FakeUpstream, weight: float = 1.0, **extra: Any) -> dict[str, Any]:
+    """An ``openai_compat`` route to fake upstream ``up``."""
+    return {"kind": "openai_compat", "base_url": up.openai_base_url, "weight": weight,
+            "provider_model_id": f"{up.name}-model", **extra}
+
+
+def anthropic_route(up: FakeUpstream, weight: float = 1.0, **extra: Any) -> dict[str, Any]:
+    """An ``anthropic`` route to fake upstream ``up``."""
+    return {"kind": "anthropic", "base_url": up.anthropic_base_url, "weight": weight,
+            "provider_model_id": f"{up.name}-model", **extra}
+
+
+def model(model_id: str, *routes: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """One model entry."""
+    return {"id": model_id, "route": list(routes), **extra}
+
+
+def config(*models: dict[str, Any], circuit: dict[str, Any] | None = None,
+           routing: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A whole gateway config (breaker timings default to :data:`FAST_CIRCUIT`; ``routing``
+    adds other keys of the ``routing:`` section)."""
+    section = {"circuit": circuit or FAST_CIRCUIT, **(routing or {})}
+    return {"routing": section, "models": list(models), **extra}
+
+
+def eid(model_id: str, up: FakeUpstream) -> str:
+    """The endpoint id the gateway derives for ``up`` serving ``model_id``."""
+    return f"{model_id}:local-{up.port}"
+
+
+def chat(model_id: str = "m", **extra: Any) -> dict[str, Any]:
+    """A minimal chat completions request body."""
+    return {"model": model_id, "messages": HI, **extra}
+
+
+def assert_openai_error(resp: httpx.Response, status: int,
+                        code: str | None = None) -> dict[str, Any]:
+    """``resp`` is an OpenAI-shaped error answer with ``status``; returns its ``error``."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"error"}, body
+    err = body["error"]
+    assert isinstance(err["message"], str) and err["message"], err
+    assert isinstance(err["type"], str) and err["type"], err
+    assert isinstance(err["code"], str) and err["code"], err
+    assert "Traceback" not in resp.text
+    if code is not None:
+        assert err["code"] == code, err
+    return dict(err)
+
+
+class Watch:
+    """A subscription on a gateway's bus; ``next`` awaits the first matching message not yet
+    taken, so waiting for two events works whichever arrives first."""
+
+    def __init__(self, sub: Subscription) -> None:
+        self._sub = sub
+        self.seen: list[Any] = []  # every message received, in arrival order
+        self._backlog: list[Any] = []  # received but not yet taken by ``next``
+
+    async def next(self, kind: type[T], where: Callable[[T], bool] = lambda _: True,
+                   timeout: float = WAIT) -> T:
+        """The first untaken message of type ``kind`` satisfying ``where``. Raises
+        TimeoutError."""
+        for i, msg in enumerate(self._backlog):
+            if isinstance(msg, kind) and where(msg):
+                del self._backlog[i]
+                return msg
+        with anyio.fail_after(timeout):
+            async for env in self._sub:
+                msg = env.message
+                self.seen.append(msg)
+                if isinstance(msg, kind) and where(msg):
+                    return msg
+                self._backlog.append(msg)
+        raise AssertionError(f"subscription {self._sub.subject} ended")
+
+    async def state(self, where: Callable[[EndpointState], bool]) -> EndpointState:
+        """The next EndpointState satisfying ``where``."""
+        return await self.next(EndpointState, where)
+
+    async def circuit(self, new: str, endpoint: str | None = None) -> CircuitTransition:
+        """The next CircuitTransition into ``new`` (of ``endpoint``, when given)."""
+        return await self.next(
+            CircuitTransition,
+            lambda t: t.new == new and (endpoint is None or t.endpoint == endpoint),
+        )
+
+
+def gateway_bus(gw: RunningGateway) -> Bus:
+    """The bus ``gw`` serves on."""
+    assert gw.bus is not None, "the gateway fixture did not record its bus"
+    return gw.bus
+
+
+@asynccontextmanager
+async def watch(gw: RunningGateway, subject: str) -> AsyncIterator[Watch]:
+    """Subscribe to ``subject`` on ``gw``'s bus for the ``async with`` block."""
+    async with gateway_bus(gw).subscribe(subject) as sub:
+        yield Watch(sub)
+
+
+def circuit_events(gw: RunningGateway) -> Any:
+    """Watch ``llmgw.events.circuit`` on ``gw``'s bus."""
+    return watch(gw, subjects.event("circuit"))
+
+
+def endpoint_states(gw: RunningGateway, endpoint: str) -> Any:
+    """Watch ``llmgw.endpoint.<endpoint>.state`` on ``gw``'s bus."""
+    return watch(gw, subjects.endpoint_state(endpoint))

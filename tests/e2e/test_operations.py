@@ -1,0 +1,205 @@
+"""Operating the gateway through the real server: request log, decision events, /metrics,
+/events (SSE), the HTTP admin API and config reload. Runs on ``inproc://`` and on NATS."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.config import ConfigError, load_config
+from gateway.sse import SSEParser
+from schemas import RouteDecided, subjects
+from tests.e2e.conftest import CHAT, WAIT, chat, config, eid, model, route, watch
+from tests.fixtures.gateway import GatewayFactory, RunningGateway
+from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "adm-test-key"
+AUTH = {"authorization": f"Bearer {ADMIN}"}
+
+
+async def admin(gw: RunningGateway, area: str, verb: str, **args: Any) -> httpx.Response:
+    return await gw.http().post(f"/admin/{area}/{verb}", json=args, headers=AUTH)
+
+
+async def fallback_gateway(gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+                           ) -> tuple[RunningGateway, FakeUpstream, FakeUpstream]:
+    """Model ``m``: ``a`` (answers 500) is all but always the primary, ``b`` serves; ``a``'s
+    circuit opens after 2 failures and stays open."""
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    a.set_default(Reply(500))
+    gw = await gateway_factory(config(model("m", route(a, 1e6), route(b, 1e-6)),
+                                      circuit={"failure_threshold": 2, "cooldown_seconds": 300},
+                                      admin_key=ADMIN))
+    return gw, a, b
+
+
+async def test_fallback_request_is_logged_as_two_attempt_rows_and_one_request_row(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    gw, a, b = await fallback_gateway(gateway_factory, fake_upstreams)
+    async with watch(gw, subjects.event("decision")) as decisions:
+        resp = await gw.http().post(CHAT, json=chat("m"))
+        decided = await decisions.next(RouteDecided)
+    rid = resp.headers["x-request-id"]
+    query = await admin(gw, "log", "query", request_id=rid)
+
+    assert resp.status_code == 200, resp.text
+    rows = query.json()["rows"]
+    assert [(r["kind"], r["endpoint"], r["attempt"], r["fallback"], r["status"])
+            for r in rows] == [
+        ("attempt", eid("m", a), 1, False, 500),
+        ("attempt", eid("m", b), 2, True, 200),
+        ("request", eid("m", b), 2, True, 200),
+    ]
+    req = rows[2]
+    assert (req["requested_model"], req["model"], req["surface"], req["outcome"]) == (
+        "m", "m", "chat", "success")
+    assert req["completion_tokens"] == b.completion_tokens and not req["stream"]
+    assert rows[0]["outcome"] == "failure" and rows[0]["error_kind"]
+    assert req["caller_id"].startswith("c-") and "127.0.0.1" not in str(rows)
+    assert (decided.primary, decided.served, decided.fallback, decided.attempts) == (
+        eid("m", a), eid("m", b), True, 2)
+    assert decided.request_id == rid and decided.reason
+
+
+async def test_metrics_are_prometheus_text_with_requests_latency_attempts_and_circuits(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    gw, a, b = await fallback_gateway(gateway_factory, fake_upstreams)
+    client = gw.http()
+    for _ in range(3):
+        assert (await client.post(CHAT, json=chat("m"))).status_code == 200
+    assert (await client.post(CHAT, json=chat("nope"))).status_code == 404
+    resp = await client.get("/metrics")
+
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(resp.text) for s in f.samples}
+    ea, eb = eid("m", a), eid("m", b)
+    on_b = (("endpoint", eb), ("model", "m"), ("surface", "chat"))
+    assert samples[("llmgw_requests_total", on_b)] == 3
+    assert samples[("llmgw_request_duration_seconds_count", on_b)] == 3
+    # Two fall back from a; a's circuit is then open, so the third goes straight to b.
+    assert samples[("llmgw_fallbacks_total", (("endpoint", eb), ("model", "m")))] == 2
+    assert samples[("llmgw_attempts_total",
+                    (("endpoint", ea), ("model", "m"), ("outcome", "failure")))] == 2
+    assert samples[("llmgw_request_errors_total", (("endpoint", "-"), ("kind", "route_not_found"),
+                                                   ("model", "-"), ("surface", "chat")))] == 1
+    assert samples[("llmgw_circuit_state", (("endpoint", ea), ("model", "m")))] == 2  # open
+    assert samples[("llmgw_endpoint_availability", (("endpoint", eb), ("model", "m")))] == 1
+    assert samples[("llmgw_bus_rtt_seconds_count", (("op", "route"),))] == 4 - 1
+    assert ("llmgw_log_rows_dropped_total", (("cause", "queue_full"),)) in samples
+    assert samples[("llmgw_circuit_transitions_total", (("endpoint", ea), ("to", "open")))] == 1
+
+
+async def test_events_stream_sends_a_circuit_opening_to_admins_only(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+) -> None:
+    fake_upstream.set_default(Reply(500))
+    gw = await gateway_factory(config(model("m", route(fake_upstream)), admin_key=ADMIN))
+    client = gw.http()
+    refused = await client.get("/events")
+    parser = SSEParser()
+    frames: list[tuple[str | None, bytes]] = []
+    async with client.stream("GET", "/events", params={"kind": "circuit"},
+                             headers=AUTH) as events:
+        chunks = events.aiter_bytes()
+        assert b"subscribed" in await anext(chunks)  # the subscription is in place
+        for _ in range(2):
+            await client.post(CHAT, json=chat("m"))
+        async with asyncio.timeout(WAIT):
+            while not frames:
+                frames += parser.feed(await anext(chunks))
+
+    assert refused.status_code == 401
+    kind, data = frames[0]
+    event = json.loads(data)
+    assert kind == "circuit"
+    assert (event["kind"], event["type"], event["endpoint"], event["new"]) == (
+        "circuit", "CircuitTransition", eid("m", fake_upstream), "open")
+
+
+def _file_config(tmp_path: Path, *models: dict[str, Any]) -> dict[str, Any]:
+    return config(*models, admin_key=ADMIN,
+                  database={"path": str(tmp_path / "gw.sqlite3")})
+
+
+async def test_reload_adding_a_model_mid_traffic_fails_no_request(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+) -> None:
+    path = tmp_path / "gw.yaml"
+    echo = {"kind": "echo"}
+    gw = await gateway_factory(_file_config(tmp_path, model("a", route(fake_upstream))),
+                               config_path=path)
+    client = gw.http()
+    statuses: list[int] = []
+    stop = asyncio.Event()
+
+    async def traffic() -> None:
+        while not stop.is_set():
+            statuses.append((await client.post(CHAT, json=chat("a"))).status_code)
+
+    workers = [asyncio.create_task(traffic()) for _ in range(4)]
+    await fake_upstream.wait_for_requests(8)
+    path.write_text(yaml.safe_dump(_file_config(
+        tmp_path, model("a", route(fake_upstream)), model("b", echo))))
+    reloaded = await admin(gw, "config", "reload")
+    new_model = await client.post(CHAT, json=chat("b"))
+    served = len(fake_upstream.requests)
+    await fake_upstream.wait_for_requests(served + 8)  # traffic goes on after the swap
+    stop.set()
+    await asyncio.gather(*workers)
+
+    assert reloaded.status_code == 200, reloaded.text
+    assert (reloaded.json()["added"], reloaded.json()["removed"]) == (["b"], [])
+    assert new_model.status_code == 200, new_model.text
+    assert len(statuses) >= 16 and set(statuses) == {200}
+
+
+async def test_reload_of_a_broken_file_is_refused_whole_with_startups_message(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+) -> None:
+    path = tmp_path / "gw.yaml"
+    gw = await gateway_factory(_file_config(tmp_path, model("a", route(fake_upstream))),
+                               config_path=path)
+    before = (await admin(gw, "config", "show")).json()
+    broken = _file_config(tmp_path, model("a", route(fake_upstream, weight=-1)),
+                          model("b", {"kind": "echo"}))
+    path.write_text(yaml.safe_dump(broken))
+    with pytest.raises(ConfigError) as startup:
+        load_config(path)
+    refused = await admin(gw, "config", "reload")
+    after = (await admin(gw, "config", "show")).json()
+    still = await gw.http().post(CHAT, json=chat("a"))
+    unknown = await gw.http().post(CHAT, json=chat("b"))
+
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == str(startup.value)
+    assert "models[0].route[0].weight" in str(startup.value)
+    assert after == before and after["models"] == ["a"]
+    assert still.status_code == 200 and unknown.status_code == 404
+
+
+async def test_admin_api_needs_the_admin_key_and_names_unknown_areas(
+    gateway_factory: GatewayFactory,
+) -> None:
+    gw = await gateway_factory(config(model("a", {"kind": "echo"}), admin_key=ADMIN))
+    client = gw.http()
+    anonymous = await client.post("/admin/config/show")
+    unknown_area = await admin(gw, "nope", "show")
+    unknown_verb = await admin(gw, "config", "explode")
+    stats = await client.get("/admin/log/stats", headers=AUTH)
+
+    assert anonymous.status_code == 401
+    assert unknown_area.status_code == 503 and "nope" in unknown_area.json()["error"]["message"]
+    assert unknown_verb.status_code == 400 and "reload" in unknown_verb.json()["error"]["message"]
+    assert stats.status_code == 200 and stats.json()["dropped"] == 0

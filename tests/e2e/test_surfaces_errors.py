@@ -1,0 +1,165 @@
+"""Every error on a surface comes in that surface's own shape: OpenAI's ``{"error": {...}}``
+on /v1/chat/completions and /v1/responses, Anthropic's ``{"type": "error", "error": {...}}``
+on /v1/messages, whether the gateway refused the request (bad JSON, bad fields, unknown
+model, wrong method) or the upstream failed. Runs on ``inproc://`` and on NATS.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from tests.e2e._surface_clients import error_body
+from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, model, route
+from tests.fixtures.gateway import GatewayFactory, RunningGateway
+from tests.fixtures.upstream import FakeUpstream, Reply
+
+pytestmark = pytest.mark.e2e
+
+RESPONSES = "/v1/responses"
+MESSAGES = "/v1/messages"
+NOT_JSON = b'{"model": "m", '
+
+
+@pytest.fixture
+async def gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> RunningGateway:
+    """A gateway with model ``m`` on one openai_compat fake upstream."""
+    return await gateway_factory(config(model("m", route(fake_upstream))))
+
+
+def assert_anthropic_error(resp: httpx.Response, status: int, kind: str) -> str:
+    """``resp`` is an Anthropic-shaped error with ``status`` and ``error.type``; its message."""
+    assert resp.status_code == status, resp.text
+    assert resp.headers["content-type"].startswith("application/json")
+    body = resp.json()
+    assert set(body) == {"type", "error"} and body["type"] == "error", body
+    assert set(body["error"]) == {"type", "message"}, body
+    assert body["error"]["type"] == kind, body
+    assert body["error"]["message"] and "Traceback" not in resp.text
+    return str(body["error"]["message"])
+
+
+BAD: dict[str, tuple[str, Any, int, str, str]] = {
+    # id: (path, body (bytes are sent raw), status, param or error type, in the message)
+    "chat_not_json": (CHAT, NOT_JSON, 400, "", "JSON"),
+    "chat_no_messages": (CHAT, {"model": "m"}, 400, "messages", "messages"),
+    "chat_unknown_model": (CHAT, {"model": "nope", "messages": HI}, 404, "", "nope"),
+    "responses_not_json": (RESPONSES, NOT_JSON, 400, "", "JSON"),
+    "responses_not_an_object": (RESPONSES, [1], 400, "body", "object"),
+    "responses_no_input": (RESPONSES, {"model": "m"}, 400, "input", "input"),
+    "responses_previous_id": (
+        RESPONSES,
+        {"model": "m", "input": "hi", "previous_response_id": "resp_1"},
+        400,
+        "previous_response_id",
+        "stateless",
+    ),
+    "responses_hosted_tool": (
+        RESPONSES,
+        {"model": "m", "input": "hi", "tools": [{"type": "web_search"}]},
+        400,
+        "tools[0].type",
+        "web_search",
+    ),
+    "responses_unknown_model": (RESPONSES, {"model": "nope", "input": "hi"}, 404, "", "nope"),
+    "messages_not_json": (MESSAGES, NOT_JSON, 400, "invalid_request_error", "JSON"),
+    "messages_no_max_tokens": (
+        MESSAGES,
+        {"model": "m", "messages": HI},
+        400,
+        "invalid_request_error",
+        "max_tokens",
+    ),
+    "messages_bad_role": (
+        MESSAGES,
+        {"model": "m", "max_tokens": 5, "messages": [{"role": "robot", "content": "x"}]},
+        400,
+        "invalid_request_error",
+        "role",
+    ),
+    "messages_file_image": (
+        MESSAGES,
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "source": {"type": "file", "file_id": "f_1"}}],
+                }
+            ],
+        },
+        400,
+        "invalid_request_error",
+        "image",
+    ),
+    "messages_unknown_model": (
+        MESSAGES,
+        {"model": "nope", "max_tokens": 5, "messages": HI},
+        404,
+        "not_found_error",
+        "nope",
+    ),
+}
+
+
+@pytest.mark.parametrize(("path", "body", "status", "what", "text"), BAD.values(), ids=BAD.keys())
+async def test_malformed_request_is_refused_in_the_surface_error_shape(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    path: str,
+    body: Any,
+    status: int,
+    what: str,
+    text: str,
+) -> None:
+    if isinstance(body, bytes):
+        resp = await gw.http().post(
+            path, content=body, headers={"content-type": "application/json"}
+        )
+    else:
+        resp = await gw.http().post(path, json=body)
+
+    if path == MESSAGES:
+        assert text in assert_anthropic_error(resp, status, what)
+    else:
+        err = assert_openai_error(resp, status)
+        assert text in err["message"]
+        assert err["param"] == (what or None)
+    assert fake_upstream.requests == []
+
+
+async def test_wrong_method_on_messages_is_405_in_anthropic_shape(gw: RunningGateway) -> None:
+    resp = await gw.http().get(MESSAGES)
+
+    assert_anthropic_error(resp, 405, "invalid_request_error")
+
+
+async def test_sdks_raise_their_own_typed_errors_for_refusals(gw: RunningGateway) -> None:
+    with pytest.raises(openai.BadRequestError) as stateful:
+        await gw.openai().responses.create(model="m", input="hi", previous_response_id="resp_1")
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        await gw.anthropic().messages.create(model="nope", max_tokens=5, messages=HI)
+
+    assert error_body(stateful.value)["param"] == "previous_response_id"
+    assert error_body(unknown.value)["error"]["type"] == "not_found_error"
+
+
+async def test_upstream_failures_on_messages_are_anthropic_shaped_with_retry_after(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+) -> None:
+    fake_upstream.enqueue(Reply(429, headers={"Retry-After": "7"}), Reply(503))
+    http = gw.http(headers={"x-api-key": "sk-client", "anthropic-version": "2023-06-01"})
+    body = {"model": "m", "max_tokens": 5, "messages": HI}
+
+    limited = await http.post(MESSAGES, json=body)
+    broken = await http.post(MESSAGES, json={**body, "stream": True})
+
+    assert_anthropic_error(limited, 429, "rate_limit_error")
+    assert limited.headers["retry-after"] == "7"
+    assert "HTTP 503" in assert_anthropic_error(broken, 502, "api_error")

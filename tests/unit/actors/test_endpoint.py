@@ -1,0 +1,249 @@
+"""EndpointActor on the in-process bus: observations in, state and circuit events out, the
+half-open probe lease, and the loud auth-rejection signal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from actors import ChildSpec, EndpointActor, Supervisor
+from bus import InProcessBus, Subscription
+from schemas import (
+    AuthRejected,
+    CircuitTransition,
+    EndpointState,
+    Observation,
+    ProbeGrant,
+    ProbeRequest,
+    StateRequest,
+    subjects,
+)
+from schemas.config import CircuitConfig
+from tests.unit.actors import FakeClock, next_event
+
+EP = "m:local-8001"
+SETTINGS = CircuitConfig(failure_threshold=3, cooldown_seconds=30, min_availability=0.7,
+                         ewma_alpha=0.1)
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    c = FakeClock()
+    c.now = 1000.0
+    return c
+
+
+@asynccontextmanager
+async def running(bus: InProcessBus, actor: EndpointActor) -> AsyncIterator[EndpointActor]:
+    """``actor`` serving under a supervisor (whose start and stop may run in different tasks,
+    as a fixture's setup and teardown do)."""
+    root = Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
+    await root.start(bus)
+    try:
+        yield actor
+    finally:
+        await root.stop()
+
+
+@pytest.fixture
+async def states(bus: InProcessBus) -> AsyncIterator[Subscription]:
+    async with bus.subscribe(subjects.endpoint_state(EP)) as sub:
+        yield sub
+
+
+@pytest.fixture
+async def circuit(bus: InProcessBus) -> AsyncIterator[Subscription]:
+    async with bus.subscribe(subjects.event("circuit")) as sub:
+        yield sub
+
+
+@pytest.fixture
+async def endpoint(bus: InProcessBus, clock: FakeClock, states: Subscription,
+                   circuit: Subscription) -> AsyncIterator[EndpointActor]:
+    """A running EndpointActor for EP; its initial state event is already consumed."""
+    async with running(bus, EndpointActor(EP, "m", SETTINGS, clock=clock)) as actor:
+        await next_event(states, EndpointState)
+        yield actor
+
+
+def obs(outcome: str, **kw: Any) -> Observation:
+    return Observation(endpoint=EP, model="m", outcome=outcome, **kw)
+
+
+async def observe(bus: InProcessBus, *observations: Observation) -> None:
+    for o in observations:
+        await bus.publish(subjects.observation(EP), o)
+
+
+async def probe(bus: InProcessBus) -> ProbeGrant:
+    reply = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(), reply_type=ProbeGrant,
+                              timeout=5.0)
+    assert isinstance(reply, ProbeGrant), reply
+    return reply
+
+
+async def open_circuit(bus: InProcessBus, circuit: Subscription) -> CircuitTransition:
+    await observe(bus, *(obs("failure", status=500) for _ in range(3)))
+    return await next_event(circuit, CircuitTransition)
+
+
+async def test_endpoint_on_start_publishes_closed_healthy_state(
+    bus: InProcessBus, clock: FakeClock, states: Subscription,
+) -> None:
+    async with running(bus, EndpointActor(EP, "m", SETTINGS, clock=clock)):
+        first = await next_event(states, EndpointState)
+
+    assert (first.endpoint, first.model, first.circuit_state) == (EP, "m", "closed")
+    assert (first.availability, first.consecutive_failures, first.open_until) == (1.0, 0, None)
+
+
+async def test_endpoint_failure_observation_publishes_lower_availability_and_streak(
+    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+) -> None:
+    await observe(bus, obs("failure", status=503))
+    st = await next_event(states, EndpointState)
+
+    assert (st.circuit_state, st.consecutive_failures) == ("closed", 1)
+    assert st.availability == pytest.approx(0.9)
+
+
+async def test_endpoint_client_errors_and_cancellations_are_not_failures(
+    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+) -> None:
+    await observe(bus, *(obs("client_error", status=400) for _ in range(5)),
+                  *(obs("cancelled") for _ in range(5)), obs("failure", status=500))
+    st = await next_event(states, EndpointState)
+
+    # The one state change is the final failure: nothing before it counted.
+    assert (st.circuit_state, st.consecutive_failures) == ("closed", 1)
+    assert st.availability == pytest.approx(0.9)
+
+
+async def test_endpoint_success_resets_the_failure_streak(
+    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+) -> None:
+    await observe(bus, obs("failure"), obs("failure"), obs("success"), obs("failure"))
+    streaks = [(await next_event(states, EndpointState)).consecutive_failures for _ in range(4)]
+
+    assert streaks == [1, 2, 0, 1]
+
+
+async def test_endpoint_after_threshold_failures_opens_for_the_cooldown(
+    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, states: Subscription,
+    circuit: Subscription,
+) -> None:
+    opened = await open_circuit(bus, circuit)
+    st = await next_event(states, EndpointState)
+    while st.circuit_state != "open":  # the states of the first two failures come first
+        st = await next_event(states, EndpointState)
+
+    assert (opened.endpoint, opened.model, opened.old, opened.new) == (EP, "m", "closed", "open")
+    assert opened.reason == "3 consecutive failures"
+    assert st.open_until == clock.now + 30
+    assert st.consecutive_failures == 3
+
+
+async def test_endpoint_probe_before_cooldown_is_refused_with_time_left(
+    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+) -> None:
+    await open_circuit(bus, circuit)
+    clock.now += 10
+
+    grant = await probe(bus)
+
+    assert grant == ProbeGrant(granted=False, retry_after=20.0)
+
+
+async def test_endpoint_probe_after_cooldown_is_granted_exactly_once(
+    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+) -> None:
+    await open_circuit(bus, circuit)
+    clock.now += 30
+
+    grants = await asyncio.gather(*(probe(bus) for _ in range(10)))
+    half_open = await next_event(circuit, CircuitTransition)
+    state = endpoint.state()
+
+    assert [g.granted for g in grants].count(True) == 1
+    assert all(g.retry_after is not None and g.retry_after > 0 for g in grants if not g.granted)
+    assert (half_open.old, half_open.new) == ("open", "half_open")
+    assert (state.circuit_state, state.probe_in_flight) == ("half_open", True)
+
+
+@pytest.mark.parametrize(("outcome", "status", "new", "reason"), [
+    ("success", 200, "closed", "probe succeeded"),
+    ("client_error", 400, "closed", "probe succeeded"),  # an answered 4xx proves it is up
+    ("failure", 500, "open", "probe failed"),
+    ("cancelled", None, "open", "probe abandoned by its client"),
+])
+async def test_endpoint_probe_outcome_closes_or_reopens(
+    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+    outcome: str, status: int | None, new: str, reason: str,
+) -> None:
+    await open_circuit(bus, circuit)
+    clock.now += 30
+    assert (await probe(bus)).granted
+    await next_event(circuit, CircuitTransition)  # open -> half_open
+
+    await observe(bus, obs(outcome, status=status, probe=True))
+    after = await next_event(circuit, CircuitTransition)
+
+    assert (after.old, after.new, after.reason) == ("half_open", new, reason)
+    assert endpoint.state().probe_in_flight is False
+    if new == "open":
+        assert endpoint.state().open_until == clock.now + 30
+
+
+async def test_endpoint_cooldown_elapsing_half_opens_without_any_request(
+    bus: InProcessBus, circuit: Subscription,
+) -> None:
+    quick = CircuitConfig(failure_threshold=1, cooldown_seconds=0.05)
+    async with running(bus, EndpointActor(EP, "m", quick)):
+        await observe(bus, obs("failure"))
+        opened = await next_event(circuit, CircuitTransition)
+        half_open = await next_event(circuit, CircuitTransition)
+
+    assert (opened.new, half_open.new, half_open.reason) == ("open", "half_open",
+                                                             "cooldown elapsed")
+
+
+async def test_endpoint_auth_rejection_is_announced_from_the_first_one(
+    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+) -> None:
+    rejected = obs("failure", status=401, auth_rejection=True, credential_id="k-abc")
+    async with bus.subscribe(subjects.event("auth_rejected")) as events:
+        await observe(bus, rejected)
+        first = await next_event(events, AuthRejected)
+        await observe(bus, rejected)
+        second = await next_event(events, AuthRejected)
+    await observe(bus, obs("success"))
+    counts = [(await next_event(states, EndpointState)).consecutive_auth_rejections
+              for _ in range(3)]
+
+    assert (first.endpoint, first.status, first.consecutive, first.credential_id) == (
+        EP, 401, 1, "k-abc")
+    assert second.consecutive == 2
+    assert counts == [1, 2, 0]
+
+
+async def test_endpoint_answers_state_requests(
+    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+) -> None:
+    await observe(bus, obs("failure"))
+    published = await next_event(states, EndpointState)
+
+    reply = await bus.request(subjects.endpoint_get(EP), StateRequest(),
+                              reply_type=EndpointState, timeout=5.0)
+
+    assert reply == published

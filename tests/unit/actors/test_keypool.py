@@ -1,0 +1,186 @@
+"""KeyPool rules (spec "Reserving upstream keys for a tier"), pure, with an explicit clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.keypool import KeyPool, declaration_of, is_key_specific
+from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
+from schemas.config import KeyPoolConfig
+
+S = KeyPoolConfig(mute_seconds=300, binding_ttl_seconds=300, sole_key_tolerance=2,
+                  sole_key_backoff_seconds=15, sole_key_backoff_max_seconds=300)
+
+
+def pool(*keys: tuple[str, str]) -> KeyPool:
+    return KeyPool("p", S, keys)
+
+
+def fail(p: KeyPool, cid: str, now: float, status: int | None = 429,
+         role: str | None = "free", retry_after: float | None = None) -> float | None:
+    return p.record(cid, status=status, outcome="failure", role=role, now=now,
+                    retry_after=retry_after)
+
+
+def test_keys_are_used_in_declared_order() -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    assert p.acquire("c1", "free", 0) == "a"
+    assert p.acquire("c2", "pro", 0) == "a"
+
+
+def test_pool_without_keys_grants_no_credential() -> None:
+    assert pool().acquire("c", "free", 0) == ""
+
+
+@pytest.mark.parametrize("status", [None, 401, 402, 403, 408, 425, 429, 500, 503])
+def test_key_specific_failure_mutes_the_key_for_mute_seconds(status: int | None) -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    assert fail(p, "a", 10, status) == 310
+    assert p.acquire("c", "free", 11) == "b"
+    assert p.acquire("c2", "free", 310) == "a"  # back on its own
+
+
+@pytest.mark.parametrize("status", [400, 404, 413, 422])
+def test_request_describing_error_does_not_mute(status: int) -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    assert fail(p, "a", 0, status) is None
+    assert p.acquire("c", "free", 1) == "a"
+
+
+def test_key_specific_statuses() -> None:
+    assert [s for s in (None, 400, 401, 402, 403, 404, 408, 422, 425, 429, 500, 599)
+            if is_key_specific(s)] == [None, 401, 402, 403, 408, 425, 429, 500, 599]
+
+
+def test_retry_after_is_a_floor_and_a_mute_never_shortens() -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    assert fail(p, "a", 0, retry_after=900) == 900
+    assert fail(p, "a", 1, retry_after=1) == 900
+
+
+SHORT_MUTE = KeyPoolConfig(mute_seconds=60, binding_ttl_seconds=300)
+
+
+def test_caller_is_bound_for_the_ttl_and_survives_its_key_being_muted() -> None:
+    p = KeyPool("p", SHORT_MUTE, [("a", "free"), ("b", "free")])
+    fail(p, "a", 0)
+    assert p.acquire("c", "free", 1) == "b"  # bound to b
+    assert p.acquire("c", "free", 100) == "b"  # a is back at 60; the binding holds
+    assert p.acquire("other", "free", 100) == "a"
+    fail(p, "b", 101)
+    assert p.acquire("c", "free", 102) == "a"  # picks around the muted bound key...
+    assert p.bound("c", 102) == ("b", "free")  # ...without losing the binding
+    assert p.acquire("c", "free", 161) == "b"
+    # The binding slides with use and lapses after a TTL without traffic.
+    assert p.bound("c", 161 + 299) is not None
+    assert p.acquire("c", "free", 161 + 301) == "a"
+
+
+def test_binding_is_honoured_only_for_the_role_that_made_it() -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    fail(p, "a", 0)
+    assert p.acquire("c", "free", 1) == "b"
+    p.expire(400)
+    assert p.acquire("c", "pro", 401) == "a"
+    assert p.bound("c", 401) == ("a", "pro")
+
+
+def test_min_role_hides_a_key_below_that_role_and_most_reserved_go_first() -> None:
+    p = pool(("shared", "free"), ("pro1", "pro"), ("int1", "internal"))
+    assert p.visible("free") == ("shared",)
+    assert p.visible("pro") == ("pro1", "shared")
+    assert p.visible("internal") == ("int1", "pro1", "shared")
+    assert p.visible(None) == ("int1", "pro1", "shared")  # no identity: unrestricted
+    assert p.acquire("f", "free", 0) == "shared"
+    assert p.acquire("q", "pro", 0) == "pro1"
+
+
+def test_all_usable_keys_muted_is_exhausted_with_earliest_unmute() -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    fail(p, "a", 0)
+    fail(p, "b", 10)
+    with pytest.raises(KeyPoolExhaustedError) as info:
+        p.acquire("c", "free", 20)
+    assert type(info.value) is KeyPoolExhaustedError
+    assert info.value.counts_against_endpoint
+    assert info.value.retry_after == pytest.approx(280)
+
+
+def test_refusal_only_for_reservation_is_role_restricted_and_not_charged() -> None:
+    p = pool(("shared", "free"), ("pro1", "pro"))
+    fail(p, "shared", 0, role="pro")
+    with pytest.raises(KeyPoolRoleRestrictedError) as info:
+        p.acquire("f", "free", 1)
+    assert not info.value.counts_against_endpoint
+    assert info.value.retry_after == pytest.approx(299)
+    only_reserved = pool(("pro1", "pro"))
+    with pytest.raises(KeyPoolRoleRestrictedError) as info2:
+        only_reserved.acquire("f", "free", 0)
+    assert info2.value.retry_after is None
+    assert only_reserved.acquire("q", "pro", 0) == "pro1"
+
+
+def test_sole_key_tolerates_two_failures_then_backs_off_doubling_to_the_max() -> None:
+    p = pool(("only", "free"))
+    assert fail(p, "only", 0) is None
+    assert fail(p, "only", 1) is None
+    assert p.acquire("c", "free", 2) == "only"
+    assert fail(p, "only", 2) == 17  # 15 s
+    assert fail(p, "only", 20) == 50  # 30 s
+    assert fail(p, "only", 60) == 120  # 60 s
+    for t in (200, 400, 600):
+        fail(p, "only", t)
+    assert fail(p, "only", 1000) == 1300  # capped at 300 s
+    p.record("only", status=200, outcome="success", role="free", now=1400)
+    assert fail(p, "only", 1401) is None  # a success resets the streak
+
+
+def test_sole_key_is_per_caller_role() -> None:
+    p = pool(("shared", "free"), ("pro1", "pro"))
+    assert fail(p, "shared", 0, role="free") is None  # free's only key: tolerated
+    assert fail(p, "shared", 1, role="pro") == 301  # pro has two keys: muted at once
+
+
+def test_declaration_change_drops_only_bindings_whose_preferred_key_moved() -> None:
+    p = KeyPool("p", SHORT_MUTE, [("a", "free"), ("b", "free")])
+    fail(p, "a", 0)
+    p.acquire("free-caller", "free", 1)  # -> b
+    p.acquire("pro-caller", "pro", 1)  # -> b
+    # Reserving a new key for pro moves pro's preferred key, not free's.
+    dropped = p.declare([("a", "free"), ("b", "free"), ("c", "pro")])
+    assert dropped == 1
+    assert p.bound("free-caller", 100) == ("b", "free")
+    assert p.bound("pro-caller", 100) is None
+    assert p.acquire("pro-caller", "pro", 100) == "c"
+    # Removing the bound key drops its bindings.
+    assert p.declare([("a", "free"), ("c", "pro")]) == 1
+    assert p.bound("free-caller", 101) is None
+    assert p.declare([("a", "free"), ("c", "pro")]) == 0  # no change, nothing dropped
+
+
+def test_declaration_change_keeps_mutes_of_kept_keys_and_forgets_removed_ones() -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    fail(p, "a", 0)
+    fail(p, "b", 0)
+    p.declare([("a", "pro"), ("c", "free")])
+    assert p.mutes(1) == {"a": 300}
+
+
+def test_unknown_credential_and_cancelled_attempts_are_ignored() -> None:
+    p = pool(("a", "free"), ("b", "free"))
+    assert fail(p, "zzz", 0) is None
+    assert p.record("a", status=None, outcome="cancelled", role="free", now=0) is None
+    assert p.mutes(1) == {}
+
+
+def test_bindings_are_swept_past_the_threshold() -> None:
+    p = KeyPool("p", KeyPoolConfig(sweep_threshold=2, binding_ttl_seconds=10), [("a", "free")])
+    p.acquire("c1", "free", 0)
+    p.acquire("c2", "free", 0)
+    p.acquire("c3", "free", 20)
+    assert p.bound("c1", 20) is None and p.bound("c3", 20) == ("a", "free")
+
+
+def test_declaration_of_raises_min_role_to_the_most_restrictive() -> None:
+    assert declaration_of([("a", "free"), ("b", "internal")], {"a": "pro", "b": "pro"}) == [
+        ("a", "pro"), ("b", "internal")]

@@ -1,0 +1,283 @@
+"""ModelActor on the in-process bus: the plan it answers (primary first, fallbacks in
+declaration order), what it leaves out (weight 0, open circuits), the half-open probe lease,
+all circuits open, and the admin pin."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from actors import ChildSpec, ModelActor, Supervisor
+from bus import InProcessBus
+from schemas import (
+    EndpointState,
+    ErrorCode,
+    ErrorReply,
+    ModelStatus,
+    ModelStatusRequest,
+    ProbeGrant,
+    ProbeRequest,
+    RoutePlan,
+    RouteRequest,
+    subjects,
+)
+from schemas.config import ModelConfig, RoutingConfig
+from tests.unit.actors import WAIT, FakeClock
+
+DRAWS = 300  # plans per statistical check; a route of weight 1/3 is missed with p ~ 1e-53
+
+
+def endpoint(port: int) -> str:
+    return f"m:local-{port}"
+
+
+A, B, C, Z = endpoint(8001), endpoint(8002), endpoint(8003), endpoint(8009)
+
+
+def model_config(*routes: tuple[int, float]) -> ModelConfig:
+    return ModelConfig.model_validate({"id": "m", "route": [
+        {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{port}/v1", "weight": weight,
+         "provider_model_id": f"up-{port}"} for port, weight in routes]})
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    c = FakeClock()
+    c.now = 1000.0
+    return c
+
+
+Start = Callable[..., Any]
+
+
+@pytest.fixture
+async def start_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[Start]:
+    """``await start_model((port, weight), ...)`` runs a ModelActor for model ``m``."""
+    roots: list[Supervisor] = []
+
+    async def start(*routes: tuple[int, float]) -> ModelActor:
+        cfg = model_config(*routes)
+        routing = RoutingConfig.model_validate({"affinity": {"enabled": False}})
+        root = Supervisor("test", children=[
+            ChildSpec("model", lambda: ModelActor(cfg, routing, clock=clock))])
+        roots.append(root)
+        await root.start(bus)
+        actor = root.child("model")
+        assert isinstance(actor, ModelActor)
+        return actor
+
+    yield start
+    for root in reversed(roots):
+        await root.stop()
+
+
+async def ask(bus: InProcessBus, **kw: Any) -> RoutePlan | ErrorReply:
+    return await bus.request(subjects.model_route("m"), RouteRequest(model="m", **kw),
+                             reply_type=RoutePlan, timeout=WAIT)
+
+
+async def plan(bus: InProcessBus, **kw: Any) -> RoutePlan:
+    reply = await ask(bus, **kw)
+    assert isinstance(reply, RoutePlan), reply
+    return reply
+
+
+async def status(bus: InProcessBus) -> ModelStatus:
+    reply = await bus.request(subjects.model_status("m"), ModelStatusRequest(),
+                              reply_type=ModelStatus, timeout=WAIT)
+    assert isinstance(reply, ModelStatus), reply
+    return reply
+
+
+_seq = iter(range(1, 1_000_000))
+
+
+async def set_state(bus: InProcessBus, ep: str, circuit: str, *, open_until: float | None = None,
+                    probe_in_flight: bool = False) -> None:
+    """Publish ``ep``'s state as its owner would, and wait until the model's view has it (no
+    event says so: a bounded loop of status requests, each awaited)."""
+    await bus.publish(subjects.endpoint_state(ep), EndpointState(
+        endpoint=ep, model="m", circuit_state=circuit, availability=0.5, open_until=open_until,
+        probe_in_flight=probe_in_flight, seq=next(_seq)))
+    for _ in range(100):
+        seen = {r.endpoint: r.circuit_state for r in (await status(bus)).routes}
+        if seen[ep] == circuit:
+            return
+    raise AssertionError(f"the model never saw {ep} {circuit}")
+
+
+async def test_model_plan_puts_the_drawn_primary_first_then_the_rest_in_declared_order(
+    bus: InProcessBus, start_model: Start,
+) -> None:
+    await start_model((8001, 1), (8002, 1), (8003, 1))
+
+    plans = [await plan(bus) for _ in range(DRAWS)]
+
+    primaries = Counter(p.candidates[0].endpoint for p in plans)
+    assert set(primaries) == {A, B, C}
+    for p in plans:
+        order = [c.endpoint for c in p.candidates]
+        assert sorted(order) == [A, B, C]
+        assert order[1:] == [e for e in (A, B, C) if e != order[0]]
+        assert not p.pinned and not any(c.probe for c in p.candidates)
+
+
+async def test_model_plan_carries_what_the_ingress_needs_for_each_route(
+    bus: InProcessBus, start_model: Start,
+) -> None:
+    await start_model((8001, 1))
+
+    (cand,) = (await plan(bus)).candidates
+
+    assert (cand.endpoint, cand.kind, cand.base_url, cand.upstream_model) == (
+        A, "openai_compat", "http://127.0.0.1:8001/v1", "up-8001")
+
+
+async def test_model_plan_never_includes_a_weight_zero_route(
+    bus: InProcessBus, start_model: Start,
+) -> None:
+    await start_model((8001, 1), (8009, 0), (8002, 1))
+
+    plans = [await plan(bus) for _ in range(DRAWS)]
+
+    assert all(Z not in [c.endpoint for c in p.candidates] for p in plans)
+    assert {p.candidates[0].endpoint for p in plans} == {A, B}
+
+
+async def test_model_plan_follows_weights_in_its_draw(
+    bus: InProcessBus, start_model: Start,
+) -> None:
+    await start_model((8001, 3), (8002, 1))
+    n, p = 800, 0.75
+
+    primaries = Counter([(await plan(bus)).candidates[0].endpoint for _ in range(n)])
+
+    sigma = (n * p * (1 - p)) ** 0.5
+    assert abs(primaries[A] - n * p) <= 4 * sigma, primaries
+
+
+@pytest.mark.parametrize(("circuit", "probe_in_flight"), [("open", False), ("half_open", True)])
+async def test_model_plan_leaves_out_a_refusing_circuit(
+    bus: InProcessBus, clock: FakeClock, start_model: Start, circuit: str, probe_in_flight: bool,
+) -> None:
+    await start_model((8001, 1), (8002, 1), (8003, 1))
+    until = clock.now + 30 if circuit == "open" else None
+    await set_state(bus, B, circuit, open_until=until, probe_in_flight=probe_in_flight)
+
+    plans = [await plan(bus) for _ in range(DRAWS)]
+
+    for p in plans:
+        assert [c.endpoint for c in p.candidates if c.endpoint != p.candidates[0].endpoint] \
+            == [e for e in (A, C) if e != p.candidates[0].endpoint]
+        assert B not in [c.endpoint for c in p.candidates]
+    await set_state(bus, B, "closed")
+    assert B in [c.endpoint for c in (await plan(bus)).candidates]
+
+
+async def test_model_plan_after_cooldown_leases_the_single_probe_from_the_owner(
+    bus: InProcessBus, clock: FakeClock, start_model: Start,
+) -> None:
+    await start_model((8001, 1))
+    await set_state(bus, A, "open", open_until=clock.now + 30)
+    refused_early = await ask(bus)
+    clock.now += 30
+    leases: list[ProbeRequest] = []
+
+    async with bus.subscribe(subjects.endpoint_probe(A)) as sub, anyio.create_task_group() as tg:
+
+        async def owner() -> None:  # grants the first lease only, as the EndpointActor does
+            async for env in sub:
+                leases.append(env.message)  # type: ignore[arg-type]
+                await env.respond(ProbeGrant(granted=len(leases) == 1, retry_after=30.0))
+
+        tg.start_soon(owner)
+        first = await plan(bus)
+        second = await ask(bus)
+        tg.cancel_scope.cancel()
+
+    assert isinstance(refused_early, ErrorReply)
+    assert refused_early.code == ErrorCode.ALL_CIRCUITS_OPEN
+    assert [(c.endpoint, c.probe) for c in first.candidates] == [(A, True)]
+    assert isinstance(second, ErrorReply) and second.code == ErrorCode.ALL_CIRCUITS_OPEN
+    assert len(leases) == 2
+
+
+async def test_model_plan_with_probe_lease_refused_uses_the_closed_routes(
+    bus: InProcessBus, clock: FakeClock, start_model: Start,
+) -> None:
+    await start_model((8001, 1), (8002, 1))
+    await set_state(bus, A, "half_open")
+
+    async with bus.subscribe(subjects.endpoint_probe(A)) as sub, anyio.create_task_group() as tg:
+
+        async def owner() -> None:
+            async for env in sub:
+                await env.respond(ProbeGrant(granted=False, retry_after=5.0))
+
+        tg.start_soon(owner)
+        plans = [await plan(bus) for _ in range(50)]
+        tg.cancel_scope.cancel()
+
+    assert {tuple(c.endpoint for c in p.candidates) for p in plans} == {(B,)}
+
+
+async def test_model_with_every_circuit_open_answers_retry_after_of_the_earliest_probe(
+    bus: InProcessBus, clock: FakeClock, start_model: Start,
+) -> None:
+    await start_model((8001, 1), (8002, 1), (8009, 0))
+    await set_state(bus, A, "open", open_until=clock.now + 25)
+    await set_state(bus, B, "open", open_until=clock.now + 10)
+    clock.now += 2
+
+    reply = await ask(bus)
+
+    assert isinstance(reply, ErrorReply)
+    assert reply.code == ErrorCode.ALL_CIRCUITS_OPEN
+    assert reply.retryable
+    assert reply.retry_after == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("pin", [B, Z])
+async def test_model_plan_with_pin_is_that_route_alone_and_pinned(
+    bus: InProcessBus, start_model: Start, pin: str,
+) -> None:
+    await start_model((8001, 1), (8002, 1), (8009, 0))
+
+    p = await plan(bus, pin=pin)
+
+    assert p.pinned
+    assert [c.endpoint for c in p.candidates] == [pin]
+
+
+async def test_model_plan_with_pin_of_no_route_answers_pin_not_found(
+    bus: InProcessBus, start_model: Start,
+) -> None:
+    await start_model((8001, 1))
+
+    reply = await ask(bus, pin="m:local-1")
+
+    assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.PIN_NOT_FOUND
+
+
+async def test_model_status_reports_effective_weights_and_the_circuits_it_sees(
+    bus: InProcessBus, clock: FakeClock, start_model: Start,
+) -> None:
+    await start_model((8001, 3), (8009, 0))
+    await set_state(bus, A, "open", open_until=clock.now + 30)
+
+    st = await status(bus)
+
+    assert st.model == "m" and st.router == "fixed"
+    assert [(r.endpoint, r.kind, r.weight, r.circuit_state) for r in st.routes] == [
+        (A, "openai_compat", 3.0, "open"), (Z, "openai_compat", 0.0, "closed")]

@@ -1,0 +1,167 @@
+"""StoreActor: batching, bounded queue with counted drops, clean stop, admin verbs."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from actors.store import StoreActor
+from bus import InProcessBus
+from schemas import (
+    AdminCommand,
+    AdminReply,
+    ErrorReply,
+    Observation,
+    RequestCompleted,
+    subjects,
+)
+from schemas.config import LogConfig
+from tests.unit.actors import WAIT
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+def db_rows(path: Path, where: str = "") -> list[sqlite3.Row]:
+    with sqlite3.connect(path) as db:
+        db.row_factory = sqlite3.Row
+        return list(db.execute(f"SELECT * FROM request_log {where} ORDER BY id"))
+
+
+async def admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
+    reply = await bus.request(subjects.admin("log", verb), AdminCommand(args=args, by="test"),
+                              reply_type=AdminReply, timeout=WAIT)
+    assert isinstance(reply, AdminReply), reply
+    return reply.result
+
+
+def obs(i: int, **kw: Any) -> Observation:
+    fields: dict[str, Any] = {"endpoint": "m:a", "model": "m", "outcome": "success",
+                              "request_id": f"r{i}", "caller": "ip:10.0.0.1", "ts": time.time()}
+    return Observation(**{**fields, **kw})
+
+
+async def test_store_with_fallback_request_writes_request_row_and_attempt_rows(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        await bus.publish(subjects.observation("m:a"), obs(1, outcome="failure", status=500,
+                                                           error_kind="http_error"))
+        await bus.publish(subjects.observation("m:b"), Observation(
+            endpoint="m:b", model="m", outcome="success", attempt=2, fallback=True,
+            request_id="r1", status=200, credential_id="k-abc", completion_tokens=5,
+            ts=time.time()))
+        await bus.publish(subjects.request_done("m"), RequestCompleted(
+            request_id="r1", requested_model="alias", model="m", endpoint="m:b", attempts=2,
+            fallback=True, status=200, caller="ip:10.0.0.1", ts=time.time()))
+        rows = (await admin(bus, "query", request_id="r1"))["rows"]
+        store.request_stop()
+    assert [(r["kind"], r["endpoint"], r["attempt"], r["fallback"]) for r in rows] == [
+        ("attempt", "m:a", 1, False), ("attempt", "m:b", 2, True), ("request", "m:b", 2, True)]
+    assert rows[0]["status"] == 500 and rows[0]["outcome"] == "failure"
+    assert rows[2]["requested_model"] == "alias" and rows[2]["outcome"] == "success"
+    assert rows[2]["caller_id"].startswith("c-") and "10.0.0.1" not in rows[2]["caller_id"]
+
+
+async def test_store_commits_a_full_batch_without_waiting_for_the_timer(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    path = tmp_path / "log.db"
+    store = StoreActor(str(path), LogConfig(batch_rows=5, flush_ms=60_000))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        for i in range(5):
+            await bus.publish(subjects.observation("m:a"), obs(i))
+        with anyio.fail_after(WAIT):
+            while len(db_rows(path)) < 5:  # another connection sees the commit
+                await anyio.sleep(0.005)
+        store.request_stop()
+
+
+async def test_store_with_full_queue_drops_and_counts_rows_never_blocking(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    store = StoreActor(str(tmp_path / "log.db"),
+                       LogConfig(batch_rows=10, queue_rows=10, flush_ms=60_000))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        # Publishing never yields, so all 25 reach the store before its flusher can run.
+        for i in range(25):
+            await bus.publish(subjects.observation("m:a"), obs(i))
+        stats = await admin(bus, "flush")
+        store.request_stop()
+    assert stats["written"] == 10
+    assert stats["dropped_queue_full"] == 15 and stats["dropped"] == 15
+
+
+async def test_store_counts_rows_the_bus_dropped_for_a_slow_consumer(tmp_path: Path) -> None:
+    bus = InProcessBus(pending_limit=4)
+    store = StoreActor(str(tmp_path / "log.db"), LogConfig())
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run, bus)
+            for i in range(10):
+                await bus.publish(subjects.observation("m:a"), obs(i))
+            stats = await admin(bus, "flush")
+            store.request_stop()
+    finally:
+        await bus.aclose()
+    assert stats["dropped_by_bus"] == 6 and stats["written"] == 4
+
+
+async def test_store_on_clean_stop_commits_every_delivered_row(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    path = tmp_path / "log.db"
+    store = StoreActor(str(path), LogConfig(batch_rows=1000, flush_ms=60_000))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        for i in range(300):
+            await bus.publish(subjects.observation("m:a"), obs(i))
+        store.request_stop()  # the rows still sit in the subscription's queue
+    assert len(db_rows(path)) == 300
+
+
+async def test_store_prune_deletes_rows_past_retention(bus: InProcessBus, tmp_path: Path) -> None:
+    path = tmp_path / "log.db"
+    store = StoreActor(str(path), LogConfig(retention_days=1))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        await bus.publish(subjects.observation("m:a"), obs(1))
+        old = Observation(endpoint="m:a", model="m", outcome="success", request_id="old",
+                          ts=time.time() - 2 * 86_400)
+        await bus.publish(subjects.observation("m:a"), old)
+        await admin(bus, "flush")
+        result = await admin(bus, "prune")
+        store.request_stop()
+    assert result == {"deleted": 1}
+    assert [r["request_id"] for r in db_rows(path)] == ["r1"]
+
+
+async def test_store_with_unknown_verb_or_bad_args_replies_invalid_request(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    store = StoreActor(str(tmp_path / "log.db"), LogConfig())
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        unknown = await bus.request(subjects.admin("log", "explode"), AdminCommand(),
+                                    reply_type=AdminReply, timeout=WAIT)
+        bad = await bus.request(subjects.admin("log", "query"),
+                                AdminCommand(args={"limit": "many"}),
+                                reply_type=AdminReply, timeout=WAIT)
+        store.request_stop()
+    assert isinstance(unknown, ErrorReply) and "known: flush, prune, query, stats" in (
+        unknown.message)
+    assert isinstance(bad, ErrorReply) and bad.code == "invalid_request"
