@@ -22,8 +22,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from actors.base import Serve
-from schemas import AdminCommand, AdminExecuted, AdminReply, GatewayError, InvalidRequestError
-from schemas import subjects
+from schemas import (
+    AdminCommand,
+    AdminExecuted,
+    AdminReply,
+    GatewayError,
+    InvalidRequestError,
+    subjects,
+)
 
 if TYPE_CHECKING:
     from actors.base import ActorContext

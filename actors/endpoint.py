@@ -12,15 +12,19 @@ from actors.health import OPEN, EndpointHealth, Transition
 from bus import Envelope
 from schemas import (
     AuthRejected,
+    BenchChanged,
     CircuitTransition,
     EndpointState,
     Observation,
+    ProbeDue,
     ProbeGrant,
     ProbeRequest,
+    ProbeResult,
+    RouteCandidate,
     StateRequest,
     subjects,
 )
-from schemas.config import CircuitConfig
+from schemas.config import BenchConfig, CircuitConfig
 
 logger = logging.getLogger(__name__)
 
@@ -28,6 +32,16 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class _Tick:
     """Local timer message: re-evaluate time-driven transitions."""
+
+
+@dataclass(frozen=True, slots=True)
+class _BenchProbeDue:
+    """Local timer message: a benched route is due its background probe."""
+
+
+@dataclass(frozen=True, slots=True)
+class _BenchOver:
+    """Local timer message: a bench may have run out."""
 
 
 class EndpointActor(Actor):
@@ -43,6 +57,8 @@ class EndpointActor(Actor):
         model: str,
         settings: CircuitConfig,
         *,
+        bench: BenchConfig | None = None,
+        candidate: RouteCandidate | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = f"endpoint:{endpoint}"
@@ -52,15 +68,18 @@ class EndpointActor(Actor):
             Serve(subjects.observation(endpoint)),
             Serve(subjects.endpoint_probe(endpoint)),
             Serve(subjects.endpoint_get(endpoint)),
+            Serve(subjects.endpoint_probe_result(endpoint)),
         )
         self._settings = settings
+        self._bench = bench or BenchConfig()
+        self._candidate = candidate
         self._clock = clock
         self._seq = 0
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Start closed and healthy, and say so."""
         self.ctx = ctx
-        self.health = EndpointHealth(self._settings)
+        self.health = EndpointHealth(self._settings, self._bench)
         await self._publish_state()
 
     async def handle(self, env: Envelope) -> None:
@@ -72,11 +91,50 @@ class EndpointActor(Actor):
                 await env.respond(await self._grant_probe())
             case StateRequest():
                 await env.respond(self.state())
+            case ProbeResult() as result:
+                await self._probe_result(result)
 
     async def handle_local(self, msg: object) -> None:
-        """Timers: an elapsed cooldown or an overdue probe."""
+        """Timers: an elapsed cooldown, an overdue probe, a bench's probe or its end."""
         if isinstance(msg, _Tick):
             await self._after(self.health.tick(self._clock()))
+        elif isinstance(msg, _BenchProbeDue):
+            if self.health.benched(self._clock()) and self._candidate is not None:
+                await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
+                    endpoint=self.endpoint, model=self.model, candidate=self._candidate))
+        elif isinstance(msg, _BenchOver):
+            now = self._clock()
+            until = self.health.benched_until
+            if until is not None and now >= until:
+                self.health.lift_bench()
+                await self._bench_changed(False, "bench ran out", now)
+            elif until is not None:
+                self.ctx.call_later(until - now, _BenchOver())
+
+    async def _probe_result(self, result: ProbeResult) -> None:
+        now = self._clock()
+        if not self.health.benched(now):
+            return
+        if result.ok:
+            self.health.lift_bench()
+            await self._bench_changed(False, "background probe succeeded", now)
+        else:
+            self.health.rebench(now)
+            await self._bench_changed(True, f"background probe failed: {result.detail}", now)
+
+    async def _bench_changed(self, benched: bool, reason: str, now: float) -> None:
+        log = logger.warning if benched else logger.info
+        log("route %s %s (%s)", self.endpoint, "benched" if benched else "back", reason)
+        until = self.health.benched_until
+        if benched and until is not None:
+            # Re-validate partway through; the bench's own end is checked when it is due.
+            self.ctx.call_later((until - now) * self._bench.probe_after_fraction,
+                                _BenchProbeDue())
+            self.ctx.call_later(until - now, _BenchOver())
+        await self.ctx.publish(subjects.event("bench"), BenchChanged(
+            endpoint=self.endpoint, model=self.model, benched=benched, until=until,
+            reason=reason, ts=now))
+        await self._publish_state()
 
     def state(self) -> EndpointState:
         """This endpoint's state as views see it."""
@@ -91,6 +149,7 @@ class EndpointActor(Actor):
             open_until=h.open_until,
             probe_in_flight=h.probe_in_flight,
             seq=self._seq,
+            benched_until=h.benched_until,
         )
 
     async def _grant_probe(self) -> ProbeGrant:
@@ -115,6 +174,13 @@ class EndpointActor(Actor):
             transition = h.record_failure(now, probe=obs.probe, auth=obs.auth_rejection)
             if obs.auth_rejection:
                 await self._auth_rejected(obs, now)
+            was_benched = h.benched_until
+            if h.note_retryable_failure(now, obs.retry_after):
+                await self._bench_changed(
+                    True, f"{self._bench.failures} failures within "
+                    f"{self._bench.window_seconds:g} s", now)
+            elif h.benched_until != was_benched:
+                await self._publish_state()
         elif obs.outcome == "cancelled" and obs.probe:
             transition = h.record_abandoned_probe(now, "probe abandoned by its client")
         if transition is not None:

@@ -8,9 +8,10 @@ circuit for another cooldown so the endpoint is never wedged in half-open.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
-from schemas.config import CircuitConfig
+from schemas.config import BenchConfig, CircuitConfig
 
 CLOSED = "closed"
 OPEN = "open"
@@ -33,8 +34,11 @@ class EndpointHealth:
     caused, or None.
     """
 
-    def __init__(self, settings: CircuitConfig) -> None:
+    def __init__(self, settings: CircuitConfig, bench: BenchConfig | None = None) -> None:
         self.settings = settings
+        self.bench = bench or BenchConfig()
+        self.benched_until: float | None = None
+        self._recent_failures: deque[float] = deque()
         self.availability = 1.0
         self.consecutive_failures = 0
         self.consecutive_auth_rejections = 0
@@ -46,6 +50,43 @@ class EndpointHealth:
     def probe_in_flight(self) -> bool:
         """True while the single half-open probe is out."""
         return self.probe_deadline is not None
+
+    def benched(self, now: float) -> bool:
+        """Whether the model bench holds this endpoint out of rotation at ``now``."""
+        return self.benched_until is not None and now < self.benched_until
+
+    def note_retryable_failure(self, now: float, retry_after: float | None = None) -> bool:
+        """Count a retryable failure in the sliding window; True when it starts a bench.
+
+        A provider ``Retry-After`` is a floor on the bench: it can lengthen one, never
+        shorten one already running.
+        """
+        window = self._recent_failures
+        window.append(now)
+        while window and window[0] <= now - self.bench.window_seconds:
+            window.popleft()
+        until = None
+        if len(window) >= self.bench.failures:
+            until = now + self.bench.duration_seconds
+            window.clear()
+        if retry_after and self.benched(now):
+            until = max(until or 0.0, now + retry_after)
+        if until is None:
+            return False
+        started = not self.benched(now)
+        self.benched_until = max(self.benched_until or 0.0, until)
+        return started
+
+    def lift_bench(self) -> bool:
+        """End the bench (a background probe succeeded); True if there was one."""
+        was = self.benched_until is not None
+        self.benched_until = None
+        self._recent_failures.clear()
+        return was
+
+    def rebench(self, now: float) -> None:
+        """A background probe failed: bench again for a full duration."""
+        self.benched_until = max(self.benched_until or 0.0, now + self.bench.duration_seconds)
 
     def healthy(self) -> bool:
         """Availability at or above the configured floor."""

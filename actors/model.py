@@ -36,6 +36,7 @@ from schemas import (
     InvalidRequestError,
     KeyPoolState,
     LocalHealth,
+    ModeChanged,
     ModelStatus,
     ModelStatusRequest,
     NoRouteForModalityError,
@@ -97,6 +98,7 @@ class ModelActor(Actor):
             *(Serve(subjects.endpoint_state(e)) for e in ids),
             *(Serve(subjects.observation(e)) for e in ids),
             *(Serve(subjects.endpoint_local_health(e)) for e in ids),
+            Serve(subjects.event("mode")),
             *KeyViews.serves(model),
         )
 
@@ -115,6 +117,7 @@ class ModelActor(Actor):
         self._prefill = PrefillLoad(elephant_tokens=pre.elephant_tokens,
                                     hint_ttl=pre.hint_ttl_seconds)
         self._flush_scheduled = False
+        self._degraded = False
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
         await self._restore()
@@ -180,6 +183,8 @@ class ModelActor(Actor):
                 self._table.set_local_health(lh.endpoint, lh.healthy)
             case KeyPoolState() as ks:
                 self._keys.update(ks)
+            case ModeChanged() as mode:
+                self._degraded = mode.mode == "degraded"
             case ModelStatusRequest():
                 await env.respond(self.status())
 
@@ -245,7 +250,8 @@ class ModelActor(Actor):
         probing = [r for r in routes if r.weight > 0 and self._probe_eligible(r, now)]
         if not closed and not probing:
             raise AllCircuitsOpenError(
-                f"every route of model {self._model.id!r} is unavailable (circuits open)",
+                f"every route of model {self._model.id!r} is unavailable (circuits open or "
+                "benched)",
                 retry_after=self._earliest_recovery(routes, now),
             )
         primary, reason = await self._choose(req, closed, probing, now)
@@ -269,6 +275,13 @@ class ModelActor(Actor):
         pre = self._routing.prefill
         uncached = {r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens,
                                                        now) for r in (*closed, *probing)}
+        if self._degraded:
+            # Degraded mode: no exploration; keep to the configured order of what remains,
+            # and probe a half-open route only when nothing closed is left.
+            for entry in closed:
+                self._commit(req, entry, uncached, now, use_affinity=False)
+                return (entry, False), "degraded"
+            closed = []
         pool = [*closed, *probing]
         if pre.enabled:
             # Elephants skip endpoints already at their elephant limit, unless all are.
@@ -316,12 +329,12 @@ class ModelActor(Actor):
 
     @staticmethod
     def _closed(r: RouteEntry, now: float) -> bool:
-        return r.circuit == CLOSED
+        return r.circuit == CLOSED and not r.benched(now)
 
     @staticmethod
     def _probe_eligible(r: RouteEntry, now: float) -> bool:
         st = r.state
-        if st is None or st.circuit_state == CLOSED:
+        if st is None or st.circuit_state == CLOSED or r.benched(now):
             return False
         if st.circuit_state == OPEN:
             return (st.open_until or 0) <= now
@@ -339,7 +352,6 @@ class ModelActor(Actor):
 
     @staticmethod
     def _earliest_recovery(routes: list[RouteEntry], now: float) -> float:
-        waits = [max(0.0, r.state.open_until - now) for r in routes
-                 if r.state is not None and r.state.open_until is not None]
+        waits = [at - now for r in routes if (at := r.available_at(now)) is not None]
         # A half-open endpoint whose probe is out has no open_until: ask again shortly.
         return min(waits) if waits else _UNKNOWN_RECOVERY_SECONDS

@@ -21,6 +21,20 @@ from schemas import (
 from schemas.config import ModelConfig, RouteConfig, RoutingConfig
 
 
+def candidate_for(endpoint: str, config: RouteConfig, *, probe: bool = False) -> RouteCandidate:
+    """The plan entry for a route, with its first declared credential."""
+    creds = config.credential_ids
+    return RouteCandidate(
+        endpoint=endpoint,
+        kind=config.kind,
+        base_url=config.base_url,
+        upstream_model=config.provider_model_id,
+        credential_id=creds[0] if creds else "",
+        context_window=config.context_window,
+        probe=probe,
+    )
+
+
 class RouteEntry:
     """One route: config, endpoint id, effective weight and last known circuit state."""
 
@@ -37,29 +51,26 @@ class RouteEntry:
         self.modalities = frozenset(config.input_modalities)
         self.is_local = config.location().startswith("local-")
         self.local_healthy = True
-        creds = config.credential_ids
-        self.candidate = RouteCandidate(
-            endpoint=endpoint,
-            kind=config.kind,
-            base_url=config.base_url,
-            upstream_model=config.provider_model_id,
-            credential_id=creds[0] if creds else "",
-            context_window=config.context_window,
-        )
-        self.probe_candidate = RouteCandidate(
-            endpoint=endpoint,
-            kind=config.kind,
-            base_url=config.base_url,
-            upstream_model=config.provider_model_id,
-            credential_id=creds[0] if creds else "",
-            context_window=config.context_window,
-            probe=True,
-        )
+        self.candidate = candidate_for(endpoint, config)
+        self.probe_candidate = candidate_for(endpoint, config, probe=True)
 
     @property
     def circuit(self) -> str:
         """closed, open or half_open, as last reported by the endpoint's owner."""
         return self.state.circuit_state if self.state else CLOSED
+
+    def benched(self, now: float) -> bool:
+        """Whether the model bench holds this route out at ``now``."""
+        until = self.state.benched_until if self.state else None
+        return until is not None and now < until
+
+    def available_at(self, now: float) -> float | None:
+        """When this route may take traffic again, if it is known to be out now."""
+        st = self.state
+        if st is None:
+            return None
+        times = [t for t in (st.open_until, st.benched_until) if t is not None and t > now]
+        return max(times) if times else None
 
     @property
     def base_weight(self) -> float:

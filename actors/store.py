@@ -36,8 +36,16 @@ import anyio
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
 from actors.db import open_db
-from actors.request_log import INSERT, PRUNE, REQUEST_LOG, LogQuery, Row, as_dicts
-from actors.request_log import attempt_row, request_row
+from actors.request_log import (
+    INSERT,
+    PRUNE,
+    REQUEST_LOG,
+    LogQuery,
+    Row,
+    as_dicts,
+    attempt_row,
+    request_row,
+)
 from bus import BusClosedError
 from schemas import AdminCommand, InvalidRequestError, Observation, RequestCompleted, subjects
 from schemas.config import LogConfig

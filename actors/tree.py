@@ -4,8 +4,10 @@
     ├── store: StoreActor (the request log, with ``request_log=True`` and ``log.enabled``;
     │          starts first and stops last, so it sees every other child's traffic)
     ├── endpoints (one_for_one): EndpointActor per endpoint id
+    ├── keys      (one_for_one): KeyRegistryActor, then a KeyPoolActor per endpoint id
     ├── models    (one_for_one): ModelActor per public model
-    └── health: HealthActor (read model for /health/deep)
+    ├── health: HealthActor (read model for /health/deep)
+    └── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
 
 Endpoints start first so models and the health view can seed their views from them.
 """
@@ -15,9 +17,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from actors.degraded import DegradedModeActor
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
+from actors.keypool_actor import keys_supervisor
 from actors.model import ModelActor
+from actors.route_table import candidate_for
 from actors.snapshots import SnapshotStore
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
@@ -38,12 +43,14 @@ def build_tree(
     all_endpoints: list[str] = []
     extra = {"clock": clock} if clock is not None else {}
     for model in config.models:
-        for eid in model.endpoint_ids():
+        for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
             all_endpoints.append(eid)
             endpoint_specs.append(
                 ChildSpec(
                     f"endpoint:{eid}",
-                    functools.partial(EndpointActor, eid, model.id, circuit, **extra),
+                    functools.partial(EndpointActor, eid, model.id, circuit,
+                                      bench=config.routing.bench,
+                                      candidate=candidate_for(eid, route), **extra),
                     restart=Restart.PERMANENT,
                 )
             )
@@ -65,8 +72,12 @@ def build_tree(
             *store,
             Supervisor("endpoints", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=endpoint_specs),
+            keys_supervisor(config, clock=clock),
             Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=model_specs),
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),
+            ChildSpec("degraded_mode", functools.partial(
+                DegradedModeActor, tuple(all_endpoints), config.routing.degraded,
+                circuit.min_availability, **extra)),
         ],
     )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from gateway.admin_auth import CALLER_SCOPE_KEY
 from gateway.errors import error_code, http_status
 from schemas import GatewayError, RequestCompleted, RouteDecided, subjects
 
@@ -104,23 +105,25 @@ class Accounting:
             try:
                 await handler(req)
             except GatewayError as err:
-                await self._finish(rec, surface, http_status(err), error_code(err))
+                await self._finish(req, rec, surface, http_status(err), error_code(err))
                 raise
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
-                    await self._finish(rec, surface, CLIENT_CLOSED, "cancelled")
+                    await self._finish(req, rec, surface, CLIENT_CLOSED, "cancelled")
                 raise
             except Exception:
-                await self._finish(rec, surface, 500, "internal")
+                await self._finish(req, rec, surface, 500, "internal")
                 raise
             else:
-                await self._finish(rec, surface, 200, "")
+                await self._finish(req, rec, surface, 200, "")
             finally:
                 _current.reset(token)
 
         return accounted
 
-    async def _finish(self, rec: _Record, surface: str, status: int, kind: str) -> None:
+    async def _finish(
+        self, req: HttpRequest, rec: _Record, surface: str, status: int, kind: str
+    ) -> None:
         attempts = rec.attempts
         last = attempts[-1] if attempts else None
         if last is not None and not kind and last.outcome != "success":
@@ -138,6 +141,7 @@ class Accounting:
             request_id=route.request_id if route else "",
             ts=time.time(),
             caller=route.caller if route else "",
+            org=str(getattr(req.scope.get(CALLER_SCOPE_KEY), "org", "") or ""),
             surface=route.surface if route else surface,
             requested_model=rec.requested,
             model=route.model if route else "",

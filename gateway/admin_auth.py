@@ -1,7 +1,8 @@
-"""Who is an admin: the bootstrap admin key (config ``admin_key`` or ``LLMGW_ADMIN_KEY``).
+"""Who is an admin: the bootstrap admin key (config ``admin_key`` or ``LLMGW_ADMIN_KEY``), or
+a gateway API key of role ``admin`` (identified by ``gateway.auth``'s gate, which stores the
+caller in the request's scope under :data:`CALLER_SCOPE_KEY` before any handler runs).
 
-One function so every admin surface asks the same question; database-backed admin keys
-extend it here.
+One function so every admin surface asks the same question.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import hmac
 
 from gateway.http import HttpRequest
 from schemas.config import GatewayConfig
+
+CALLER_SCOPE_KEY = "llmgw.caller"
 
 
 def bearer_token(req: HttpRequest) -> str | None:
@@ -21,7 +24,9 @@ def bearer_token(req: HttpRequest) -> str | None:
 
 
 def is_admin(req: HttpRequest, config: GatewayConfig) -> bool:
-    """True when the request presents the bootstrap admin key."""
+    """True when the request presents the bootstrap admin key or an admin API key."""
+    if getattr(req.scope.get(CALLER_SCOPE_KEY), "is_admin", False):
+        return True
     admin = config.admin_key
     token = bearer_token(req)
     if not admin or not token:

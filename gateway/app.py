@@ -25,6 +25,8 @@ from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.admin_auth import is_admin
+from gateway.auth import caller_of, may_call
+from gateway.callers import Callers
 from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.errors import error_code, error_param, http_status, retry_after_header
 from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
@@ -38,8 +40,10 @@ from schemas import (
     HealthReport,
     HealthRequest,
     InvalidRequestError,
+    ModeChanged,
     ModelStatus,
     ModelStatusRequest,
+    ModeRequest,
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
@@ -102,6 +106,11 @@ class GatewayApp:
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
         }
+        # Callers and credentials: the auth gate, key stores, /admin/keys, /admin/provider-keys
+        # (before the /admin/<area>/<verb> catch-all below).
+        self.callers = Callers(bus, config)
+        self._routes.update(self.callers.routes())
+        self._prefix_routes.update(self.callers.prefix_routes())
         # Last: wraps the inference routes above with accounting, adds /metrics, /events,
         # /admin/<area>/<verb>.
         self.ops = IngressOps(bus, config)
@@ -120,6 +129,7 @@ class GatewayApp:
             msg = await receive()
             if msg["type"] == "lifespan.startup":
                 self._ensure_client()
+                await self.callers.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -134,7 +144,8 @@ class GatewayApp:
             self._adapters["anthropic"] = AnthropicAdapter(self._client)
 
     async def aclose(self) -> None:
-        """Close the upstream HTTP client."""
+        """Close the upstream HTTP client and the callers' database."""
+        await self.callers.aclose()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -163,6 +174,7 @@ class GatewayApp:
                     await self._send_error(req, surface, 404, f"no such path {req.path}",
                                            "not_found")
                 return
+            await self.callers.gate(req)
             await handler(req)
         except GatewayError as err:
             if not req.started:
@@ -201,10 +213,11 @@ class GatewayApp:
         except msgspec.DecodeError:
             raise InvalidRequestError("the request body is not valid JSON") from None
 
-    def _resolve(self, name: str) -> ModelConfig:
+    def _resolve(self, name: str, req: HttpRequest) -> ModelConfig:
         accounting.requested(name)
         model = self._models.get(name)
-        if model is None or not model.published:
+        # A model above the caller's role is "not found": its existence is not revealed.
+        if model is None or not model.published or not may_call(req, model):
             raise RouteNotFoundError(f"the model {name!r} does not exist")
         return model
 
@@ -219,7 +232,9 @@ class GatewayApp:
             subjects.model_route(model.id), route_req, reply_type=RoutePlan,
             timeout=self._config.routing.decision_timeout_seconds,
         )
-        return accounting.routed(raise_for_reply(reply))
+        plan = raise_for_reply(reply)
+        await self.callers.secrets.ensure(plan)
+        return accounting.routed(plan)
 
     def _info(
         self, req: HttpRequest, model: ModelConfig, surface: str, stream: bool,
@@ -230,9 +245,10 @@ class GatewayApp:
             model=model.id,
             surface=surface,
             stream=stream,
-            caller=affinity_key(req, key_hash=None,
+            caller=affinity_key(req, key_hash=caller_of(req).key_hash,
                                 trust_proxy_headers=self._config.routing.trust_proxy_headers),
             prompt_estimate=prompt_estimate,
+            role=caller_of(req).role,
         )
 
     async def _chat(self, req: HttpRequest) -> None:
@@ -248,13 +264,13 @@ class GatewayApp:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
         requested = str(body["model"])
-        model = self._resolve(requested)
+        model = self._resolve(requested, req)
         stream = bool(body.get("stream"))
         info = self._info(req, model, surface.name, stream, estimate_prompt_tokens(size))
         plan = await self._plan(model, RouteRequest(
             model=model.id, caller=info.caller, modalities=input_modalities(body),
             prompt_tokens=info.prompt_estimate, pin=self._pin(req),
-            surface=surface.name, request_id=info.request_id,
+            surface=surface.name, request_id=info.request_id, role=info.role,
         ))
         await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
                                      req, surface, info, plan, body, requested, raw)
@@ -334,11 +350,11 @@ class GatewayApp:
         if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
             raise InvalidRequestError("'input' must be a string or a non-empty array",
                                       param="input")
-        model = self._resolve(requested)
+        model = self._resolve(requested, req)
         info = self._info(req, model, "embeddings", False)
         plan = await self._plan(model, RouteRequest(model=model.id, caller=info.caller,
                                                     surface="embeddings",
-                                                    request_id=info.request_id))
+                                                    request_id=info.request_id, role=info.role))
 
         async def embed(adapter: Adapter, target: UpstreamTarget) -> JSON:
             return await adapter.embed(target, raw)
@@ -355,12 +371,24 @@ class GatewayApp:
 
     async def _list_models(self, req: HttpRequest) -> None:
         data = [{"id": m.id, "object": "model", "created": 0, "owned_by": m.owned_by}
-                for m in self._config.models if m.published]
+                for m in self._config.models if m.published and may_call(req, m)]
         await req.respond(200, _encode({"object": "list", "data": data}))
+
+    async def _mode(self) -> dict[str, Any]:
+        """The deployment mode from its owner; ``unknown`` when the actors do not answer."""
+        try:
+            reply = await self._bus.request(subjects.MODE_GET, ModeRequest(),
+                                            reply_type=ModeChanged, timeout=1.0)
+        except GatewayError:
+            return {"mode": "unknown", "mode_since": None}
+        if not isinstance(reply, ModeChanged):
+            return {"mode": "unknown", "mode_since": None}
+        return {"mode": reply.mode, "mode_since": reply.since, "healthy_ratio": reply.ratio}
 
     async def _health(self, req: HttpRequest) -> None:
         routes = sum(len(m.route) for m in self._config.models)
-        await req.respond(200, _encode({"status": "ok", "routes_configured": routes}))
+        await req.respond(200, _encode({"status": "ok", "routes_configured": routes,
+                                        **await self._mode()}))
 
     async def _health_deep(self, req: HttpRequest) -> None:
         report = raise_for_reply(await self._bus.request(
@@ -380,9 +408,13 @@ class GatewayApp:
                 "circuit_state": st.circuit_state,
                 "consecutive_failures": st.consecutive_failures,
                 "consecutive_auth_rejections": st.consecutive_auth_rejections,
+                "benched_until": st.benched_until,
+                **await self.callers.details(req, st.endpoint),
             }
+        mode = await self._mode()
+        degraded = degraded or mode["mode"] == "degraded"
         await req.respond(200, _encode({"status": "degraded" if degraded else "ok",
-                                        "endpoints": endpoints}))
+                                        **mode, "endpoints": endpoints}))
 
     async def _routing(self, req: HttpRequest) -> None:
         models: dict[str, Any] = {}
@@ -393,7 +425,8 @@ class GatewayApp:
             ))
             models[m.id] = {"router": status.router, "routes": [
                 {"endpoint": r.endpoint, "provider": r.kind, "weight": r.weight,
-                 "circuit_state": r.circuit_state} for r in status.routes]}
+                 "circuit_state": r.circuit_state, **await self.callers.details(req, r.endpoint)}
+                for r in status.routes]}
         await req.respond(200, _encode({"models": models}))
 
 

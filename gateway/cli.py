@@ -25,6 +25,7 @@ logger = logging.getLogger("llmgw")
 _COMMAND_MODULES: tuple[str, ...] = (
     "gateway.cli_admin",
     "gateway.cli_events",
+    "gateway.cli_keys",
     "gateway.cli_logs",
 )
 

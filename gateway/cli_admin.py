@@ -74,19 +74,19 @@ def run(args: argparse.Namespace) -> int:
             result = asyncio.run(_over_bus(bus_url(args), area, verb, values, args.timeout))
     except UsageError as exc:
         return fail("admin", str(exc))
-    except _Refused as exc:
+    except _RefusedError as exc:
         return fail("admin", f"{area} {verb} refused: {exc}", 1)
-    except (GatewayError, httpx.HTTPError, _NotDelivered) as exc:
+    except (GatewayError, httpx.HTTPError, _NotDeliveredError) as exc:
         return fail("admin", f"{area} {verb} not delivered: {_message(exc)}")
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0
 
 
-class _Refused(Exception):
+class _RefusedError(Exception):
     """The owner (or the admin API) answered with an error."""
 
 
-class _NotDelivered(Exception):
+class _NotDeliveredError(Exception):
     """Nobody answered the command."""
 
 
@@ -103,7 +103,7 @@ async def _over_bus(url: str, area: str, verb: str, values: dict[str, Any],
     except GatewayError as err:
         if err.code.value in ("no_responders", "bus_timeout"):
             raise
-        raise _Refused(err.message) from None
+        raise _RefusedError(err.message) from None
     finally:
         await bus.aclose()
 
@@ -119,7 +119,7 @@ def _over_http(url: str, key: str, area: str, verb: str, values: dict[str, Any],
         except (ValueError, KeyError, TypeError):
             message, code = resp.text[:500], ""
         if code in ("no_responders", "bus_timeout"):
-            raise _NotDelivered(message)
-        raise _Refused(f"HTTP {resp.status_code}: {message}")
+            raise _NotDeliveredError(message)
+        raise _RefusedError(f"HTTP {resp.status_code}: {message}")
     result: dict[str, Any] = resp.json()
     return result

@@ -58,6 +58,11 @@ def bus_url(args: argparse.Namespace) -> str:
     return str(url)
 
 
+def redacted(url: str) -> str:
+    """``url`` without the password of its credentials (``nats://user:***@host``)."""
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
 def admin_key(args: argparse.Namespace) -> str:
     """The admin key for ``--url``. Raises UsageError when there is none."""
     key = args.admin_key or os.environ.get("LLMGW_ADMIN_KEY")
@@ -67,6 +72,6 @@ def admin_key(args: argparse.Namespace) -> str:
 
 
 def fail(command: str, message: str, code: int = 2) -> int:
-    """Report ``message`` on stderr; return ``code``."""
-    sys.stderr.write(f"llmgw {command}: {message}\n")
+    """Report ``message`` (any URL password masked) on stderr; return ``code``."""
+    sys.stderr.write(f"llmgw {command}: {redacted(message)}\n")
     return code

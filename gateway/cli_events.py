@@ -12,12 +12,20 @@ import argparse
 import asyncio
 import sys
 import time
+from contextlib import AbstractAsyncContextManager
 
 import httpx
 
 from bus import NatsBus, Subscription, open_bus
-from gateway.cli_common import UsageError, add_target_args, admin_key, bus_url, fail
-from gateway.cli_common import parse_duration
+from gateway.cli_common import (
+    UsageError,
+    add_target_args,
+    admin_key,
+    bus_url,
+    fail,
+    parse_duration,
+    redacted,
+)
 from gateway.control import EVENTS_STREAM
 from gateway.events_http import event_json, event_kind
 from gateway.sse import SSEParser
@@ -67,6 +75,7 @@ async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
                     count: int | None) -> int:
     bus = await open_bus(url, name="llmgw-events")
     pattern = subjects.event(next(iter(kinds))) if len(kinds) == 1 else subjects.EVENTS_ANY
+    subscribing: AbstractAsyncContextManager[Subscription]
     try:
         if since is not None:
             if not isinstance(bus, NatsBus):
@@ -75,7 +84,7 @@ async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
         else:
             subscribing = bus.subscribe(pattern)
         async with subscribing as sub:
-            _following(f"{pattern} on {url}")
+            _following(f"{pattern} on {redacted(url)}")
             return await _relay(sub, kinds, count)
     finally:
         await bus.aclose()

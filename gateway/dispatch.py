@@ -27,6 +27,8 @@ from gateway.errors import REQUEST_DESCRIBING
 from schemas import (
     FirstToken,
     GatewayError,
+    KeyPoolExhaustedError,
+    KeyPoolRoleRestrictedError,
     Message,
     Observation,
     RouteCandidate,
@@ -40,6 +42,11 @@ from schemas.config import FailoverConfig, GatewayConfig, RouteConfig
 logger = logging.getLogger(__name__)
 
 _DEFAULT_ROUTE = RouteConfig(kind="echo")
+
+RUNTIME_SECRETS: dict[str, str] = {}
+"""Secrets of provider keys added at runtime (database keys) by credential id, filled by
+``gateway.provider_secrets``. The id is the secret's hash, so one map serves every app of a
+process and survives config reloads."""
 
 
 class Targets:
@@ -62,7 +69,8 @@ class Targets:
             kind=c.kind,
             base_url=c.base_url,
             upstream_model=c.upstream_model,
-            api_key=self._secrets.get(c.credential_id) if c.credential_id else None,
+            api_key=(self._secrets.get(c.credential_id) or RUNTIME_SECRETS.get(c.credential_id)
+                     if c.credential_id else None),
             timeout=route.timeout_seconds,
             connect_timeout=route.connect_timeout_seconds,
             ttft_timeout=route.ttft_timeout_seconds,
@@ -81,6 +89,7 @@ class RequestInfo:
     caller: str = ""
     prompt_estimate: int = 0
     started: float = field(default_factory=time.perf_counter)
+    role: str | None = None
 
 
 @dataclass(slots=True)
@@ -144,6 +153,8 @@ class _Failures:
         return refused is not None and c.context_window is not None and c.context_window <= refused
 
     def final(self) -> UpstreamError:
+        if self.errors and all(isinstance(e, KeyPoolExhaustedError) for e in self.errors):
+            return _merged_refusal(self.errors)
         for err in self.errors:
             if err.status in REQUEST_DESCRIBING:
                 return err
@@ -237,6 +248,7 @@ class Dispatcher:
             credential_id=c.credential_id,
             ts=time.time(),
             prompt_estimate=info.prompt_estimate,
+            role=info.role,
         )
         accounting.attempted(obs)
         await self._publish(subjects.observation(c.endpoint), obs)
@@ -259,6 +271,9 @@ class Dispatcher:
         failures = _Failures()
         budget = _Budget(self._failover, info.started)
         for attempt, c, more in self._attempts(plan, failures, budget):
+            if c.refusal:
+                await self._refused(info, c, attempt, failures)
+                continue
             started = time.perf_counter()
             target = self._targets.resolve(c)
             limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
@@ -266,6 +281,7 @@ class Dispatcher:
                 with anyio.fail_after(limit):
                     body = await op(self._adapter(c), target)
             except UpstreamError as err:
+                _scrub(err, target.api_key)
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
                 failures.add(err, c)
                 continue
@@ -288,6 +304,9 @@ class Dispatcher:
         failures = _Failures()
         budget = _Budget(self._failover, info.started)
         for attempt, c, more in self._attempts(plan, failures, budget):
+            if c.refusal:
+                await self._refused(info, c, attempt, failures)
+                continue
             started = time.perf_counter()
             target = self._targets.resolve(c)
             chunks = self._adapter(c).stream(target, body)
@@ -300,7 +319,7 @@ class Dispatcher:
                 err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
                                     kind="empty_stream")
             except UpstreamError as exc:
-                err = exc
+                err = _scrub(exc, target.api_key)
                 outcome = _outcome_of(err)
             except TimeoutError:
                 err = _timed_out(c, limit, by_budget)
@@ -321,12 +340,44 @@ class Dispatcher:
             failures.add(err, c)
         raise failures.final()
 
+    async def _refused(self, info: RequestInfo, c: RouteCandidate, attempt: int,
+                       failures: _Failures) -> None:
+        """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is
+        the endpoint's failure; a reservation-only refusal is not observed at all."""
+        cls = (KeyPoolRoleRestrictedError if c.refusal == KeyPoolRoleRestrictedError.code
+               else KeyPoolExhaustedError)
+        err = cls(f"no upstream key of {c.endpoint} is available to this caller",
+                  endpoint=c.endpoint, retry_after=c.retry_after, kind=c.refusal)
+        if err.counts_against_endpoint:
+            await self.observe(info, c, attempt, "failure", time.perf_counter(), err=err)
+        failures.add(err, c)
+
     def _adapter(self, c: RouteCandidate) -> Adapter:
         adapter = self._adapters.get(c.kind)
         if adapter is None:
             raise UpstreamError(f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint,
                                 kind="no_adapter")
         return adapter
+
+
+def _merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
+    """Every route refused for keys: 503 with when one comes back, else 403 (only keys
+    reserved above the caller's role exist)."""
+    waits = [e.retry_after for e in errors if e.retry_after is not None]
+    if waits:
+        return KeyPoolExhaustedError("every upstream key available to this caller is muted",
+                                     retry_after=min(waits), kind="key_pool_exhausted")
+    return KeyPoolRoleRestrictedError("no upstream key of this model is available to your role",
+                                      kind="key_pool_role_restricted")
+
+
+def _scrub(err: UpstreamError, secret: str | None) -> UpstreamError:
+    """Remove ``secret`` from an upstream's error text (some providers echo the key)."""
+    if secret and (secret in err.message or secret.encode() in err.body):
+        err.message = err.message.replace(secret, "[redacted]")
+        err.args = (err.message,)
+        err.body = err.body.replace(secret.encode(), b"[redacted]")
+    return err
 
 
 def _timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:

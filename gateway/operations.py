@@ -9,7 +9,7 @@ events for the metrics. (The process-level side is ``gateway.control``.)
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -24,7 +24,6 @@ from schemas import UnauthorizedError, subjects
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.accounting import Handler
     from gateway.http import HttpRequest
     from gateway.reload import ConfigFollower
     from schemas.config import GatewayConfig
@@ -50,10 +49,13 @@ class IngressOps:
         self.accounting = Accounting(bus, self.metrics, decisions=config.events.decisions)
         self.follower: ConfigFollower | None = None
 
-    def install(self, routes: dict[tuple[str, str], Handler],
-                prefix_routes: dict[tuple[str, str], Handler]) -> None:
+    def install(self, routes: dict[tuple[str, str], Any],
+                prefix_routes: dict[tuple[str, str], Any]) -> None:
         """Wrap the inference routes (``POST /v1/...``) with accounting and add the
-        operator routes. Call it once the app's own routes are in place."""
+        operator routes. Call it once the app's own routes are in place.
+
+        Both map ``(method, path or prefix)`` to ``async def handler(req)``.
+        """
         for (method, path), handler in list(routes.items()):
             if method == "POST" and path.startswith("/v1/"):
                 surface = _SURFACES.get(path, path.rsplit("/", 1)[-1])

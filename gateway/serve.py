@@ -9,15 +9,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
 from actors import SnapshotStore, build_tree
-from bus import Bus, open_bus
+from bus import open_bus
 from gateway.app import create_app
 from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
-from gateway.healthcheck import HealthChecker, local_targets
+from gateway.sidecars import Sidecars
 from schemas.config import GatewayConfig
 
 logger = logging.getLogger("llmgw")
@@ -62,7 +61,7 @@ async def run(
     root = None
     ops: asyncio.Task[None] | None = None
     snapshots: SnapshotStore | None = None
-    checker: tuple[asyncio.Task[None], httpx.AsyncClient] | None = None
+    sidecars: Sidecars | None = None
     try:
         if opts.role in ("all", "actors"):
             snapshots = await SnapshotStore.open(config.database.path)
@@ -72,7 +71,7 @@ async def run(
             await start_control(root, bus, config, opts.config_path, build)
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
-            checker = _start_health_checks(config, bus)
+            sidecars = Sidecars(bus, config)
             logger.info("actors started on %s (%d models)", opts.bus_url, len(config.models))
         if opts.role == "actors":
             on_ready(f"llmgw actors running on {opts.bus_url}")
@@ -104,26 +103,13 @@ async def run(
     finally:
         if ops is not None:
             ops.cancel()
-        if checker is not None:
-            checker[0].cancel()
-            await checker[1].aclose()
+        if sidecars is not None:
+            await sidecars.aclose()
         if root is not None:
             await root.stop()
         if snapshots is not None:
             await snapshots.aclose()
         await bus.aclose()
-
-
-def _start_health_checks(
-    config: GatewayConfig, bus: Bus
-) -> tuple[asyncio.Task[None], httpx.AsyncClient] | None:
-    settings = config.routing.health_check
-    targets = local_targets(config)
-    if not settings.enabled or not targets:
-        return None
-    client = httpx.AsyncClient()
-    task = asyncio.create_task(HealthChecker(bus, targets, settings, client).run())
-    return task, client
 
 
 def _url_host(host: str) -> str:

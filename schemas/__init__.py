@@ -32,10 +32,12 @@ from schemas.errors import (
 )
 from schemas.events import (
     AuthRejected,
+    BenchChanged,
     ChildFailed,
     ChildRestarted,
     ChildStarted,
     CircuitTransition,
+    ModeChanged,
     SupervisorGaveUp,
 )
 from schemas.keys import (
@@ -69,9 +71,12 @@ from schemas.routing import (
     LocalHealth,
     ModelStatus,
     ModelStatusRequest,
+    ModeRequest,
     Observation,
+    ProbeDue,
     ProbeGrant,
     ProbeRequest,
+    ProbeResult,
     RouteCandidate,
     RoutePlan,
     RouteRequest,
@@ -81,6 +86,11 @@ from schemas.routing import (
 )
 
 Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
+    BenchChanged,
+    ModeChanged,
+    ModeRequest,
+    ProbeDue,
+    ProbeResult,
     RouteRequest,
     RoutePlan,
     Observation,
@@ -129,6 +139,7 @@ __all__ = [
     "ApiKeyCreated",
     "ApiKeyRevoked",
     "AuthRejected",
+    "BenchChanged",
     "BusTimeoutError",
     "ChildFailed",
     "ChildRestarted",
@@ -156,6 +167,8 @@ __all__ = [
     "KeyUnmuted",
     "LocalHealth",
     "Message",
+    "ModeChanged",
+    "ModeRequest",
     "ModelStatus",
     "ModelStatusRequest",
     "NoRespondersError",
@@ -163,8 +176,10 @@ __all__ = [
     "Observation",
     "PinNotFoundError",
     "PoolKey",
+    "ProbeDue",
     "ProbeGrant",
     "ProbeRequest",
+    "ProbeResult",
     "ProviderKeyDecl",
     "ProviderKeysChanged",
     "RequestCompleted",

@@ -198,6 +198,29 @@ class KeyPoolConfig(_Strict):
     sweep_threshold: int = Field(default=1000, ge=1)
 
 
+class BenchConfig(_Strict):
+    """The model bench (spec "A failing model is benched"): ``failures`` retryable failures of
+    one route inside ``window_seconds`` bench it for ``duration_seconds`` on every credential;
+    a background probe re-validates it after ``probe_after_fraction`` of the bench."""
+
+    failures: int = Field(default=3, ge=1)
+    window_seconds: float = Field(default=900.0, gt=0)
+    duration_seconds: float = Field(default=600.0, gt=0)
+    probe_after_fraction: float = Field(default=0.5, gt=0, lt=1)
+    model_breaker_failures: int = Field(default=0, ge=0)
+
+
+class DegradedConfig(_Strict):
+    """Degraded mode: entered when the healthy-endpoint ratio stays under ``threshold`` for
+    ``entry_seconds``; left when it stays at or above it for the longer ``exit_seconds``."""
+
+    enabled: bool = True
+    threshold: float = Field(default=0.5, ge=0, le=1)
+    entry_seconds: float = Field(default=60.0, ge=0)
+    exit_seconds: float = Field(default=180.0, ge=0)
+    pass_interval_seconds: float = Field(default=10.0, gt=0)
+
+
 class FailoverConfig(_Strict):
     """The shared failover loop: a hop cap and one wall-clock budget per request.
 
@@ -219,6 +242,8 @@ class RoutingConfig(_Strict):
     prefill: PrefillConfig = PrefillConfig()
     health_check: HealthCheckConfig = HealthCheckConfig()
     failover: FailoverConfig = FailoverConfig()
+    bench: BenchConfig = BenchConfig()
+    degraded: DegradedConfig = DegradedConfig()
     local_fraction: float | None = Field(default=None, ge=0, le=1)
     trust_proxy_headers: bool = False
     decision_timeout_seconds: float = Field(default=5.0, gt=0)

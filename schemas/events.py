@@ -56,3 +56,23 @@ class SupervisorGaveUp(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     supervisor: str
     restarts: int
     period: float
+
+
+class BenchChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A route (upstream model at one endpoint) was benched or lifted."""
+
+    endpoint: str
+    model: str
+    benched: bool
+    until: float | None = None
+    reason: str = ""
+    ts: float = 0.0
+
+
+class ModeChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The deployment entered or left degraded mode; ``ratio`` is the healthy-endpoint share."""
+
+    mode: str
+    since: float
+    ratio: float
+    ts: float = 0.0

@@ -114,6 +114,7 @@ class EndpointState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     open_until: float | None = None
     probe_in_flight: bool = False
     seq: int = 0
+    benched_until: float | None = None
 
 
 class StateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -163,3 +164,23 @@ class ModelStatus(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     model: str
     router: str
     routes: tuple[RouteStatus, ...]
+
+
+class ProbeDue(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A benched route is due its background re-validation; a prober sends one tiny request."""
+
+    endpoint: str
+    model: str
+    candidate: RouteCandidate
+
+
+class ProbeResult(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """What the background probe of ``endpoint`` found."""
+
+    endpoint: str
+    ok: bool
+    detail: str = ""
+
+
+class ModeRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the DegradedModeActor for the current mode (answered with ModeChanged)."""

@@ -16,6 +16,10 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.endpoint.<id>.state``     event          EndpointActor -> views: EndpointState
 - ``llmgw.obs.<endpoint>``          event          ingress -> EndpointActor, ModelActor, store:
                                                     Observation (one per upstream attempt)
+- ``llmgw.endpoint.<id>.probe_result`` event      prober -> EndpointActor: ProbeResult
+- ``llmgw.probe.due``               event (queue)  EndpointActor -> prober: ProbeDue
+- ``llmgw.mode.get``                request/reply  anyone -> DegradedModeActor: ModeRequest
+                                                    -> ModeChanged
 - ``llmgw.health.deep``             request/reply  ingress -> HealthActor: HealthRequest
                                                     -> HealthReport
 - ``llmgw.events.<kind>``           event          owners -> operators: CircuitTransition, ...
@@ -175,7 +179,14 @@ def supervisor_event(name: str) -> str:
     return f"{PREFIX}.sys.supervisor.{token(name)}.event"
 
 
+def endpoint_probe_result(endpoint: str) -> str:
+    """Event: ProbeResult of a benched route's background probe."""
+    return f"{PREFIX}.endpoint.{token(endpoint)}.probe_result"
+
+
 HEALTH_DEEP = f"{PREFIX}.health.deep"
+PROBE_DUE = f"{PREFIX}.probe.due"
+MODE_GET = f"{PREFIX}.mode.get"
 OBSERVATION_ANY = f"{PREFIX}.obs.*"
 ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
 EVENTS_ANY = f"{PREFIX}.events.>"

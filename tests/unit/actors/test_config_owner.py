@@ -48,12 +48,13 @@ def test_diff_adds_endpoints_before_models_and_replaces_changed_ones() -> None:
         "add models/model:c",
         "remove models/model:b",
         "replace health",
+        "replace degraded_mode",
     ]
 
 
 def test_diff_keeps_children_whose_factory_is_not_a_partial() -> None:
-    old, new = Supervisor("root", children=[ChildSpec("x", lambda: None)]), Supervisor(
-        "root", children=[ChildSpec("x", lambda: None)])  # type: ignore[arg-type, return-value]
+    old = Supervisor("root", children=[ChildSpec("x", lambda: Supervisor("x"))])
+    new = Supervisor("root", children=[ChildSpec("x", lambda: Supervisor("x"))])
     assert diff(old, new) == []
 
 

@@ -1,0 +1,216 @@
+"""Who is calling: gateway API keys checked on the ingress, cheaply.
+
+Auth is on once any gateway API key exists in the database, or with ``auth: required``; then
+every ``/v1/*`` call needs a valid key (missing, unknown, expired or revoked -> 401 in the
+surface's error shape). Otherwise the gateway runs open (and says so at startup): anonymous
+callers get the lowest role, ``free``. Every ``/admin/*`` call needs an admin key (a key of
+role ``admin``, or the bootstrap ``admin_key`` / ``LLMGW_ADMIN_KEY``): none -> 401, another
+role -> 403. On other paths a presented key is identified when valid and ignored otherwise.
+
+The identified caller is stored in the ASGI scope (``llmgw.caller``) for the handlers:
+``caller_of(req)``. Keys are looked up by their sha256 and cached per ingress for
+``auth_cache_seconds`` (unknown ones too); an ``ApiKeyRevoked`` / ``ApiKeyCreated`` event on
+``llmgw.auth.keys.changed`` drops the entry on every ingress at once. A CLI revocation on an
+``inproc://`` deployment (no shared bus) applies within ``auth_cache_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from bus import Bus
+from gateway.admin_auth import CALLER_SCOPE_KEY, bearer_token
+from gateway.api_keys import ApiKeyRecord, ApiKeyStore, hash_key
+from gateway.http import HttpRequest
+from schemas import ApiKeyCreated, ApiKeyRevoked, ForbiddenError, UnauthorizedError, subjects
+from schemas.config import GatewayConfig, ModelConfig
+from schemas.keys import role_rank
+
+logger = logging.getLogger(__name__)
+
+SCOPE_KEY = CALLER_SCOPE_KEY
+_CACHE_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An identified caller: its key's hash (None: anonymous), role and owner."""
+
+    key_hash: str | None
+    role: str
+    key_id: str = ""
+    org: str = ""
+    user: str = ""
+
+    @property
+    def is_admin(self) -> bool:
+        """Whether this caller may use the admin surfaces."""
+        return self.role == "admin"
+
+
+ANONYMOUS = Caller(key_hash=None, role="free")
+
+
+def caller_of(req: HttpRequest) -> Caller:
+    """The caller the auth gate identified for ``req`` (anonymous when none)."""
+    caller = req.scope.get(SCOPE_KEY)
+    return caller if isinstance(caller, Caller) else ANONYMOUS
+
+
+def may_call(req: HttpRequest, model: ModelConfig) -> bool:
+    """Whether ``req``'s caller may see and call ``model`` (its ``required_role``)."""
+    need = model.required_role
+    return need is None or role_rank(caller_of(req).role) >= role_rank(need)
+
+
+class Authenticator:
+    """Owns the ingress's key cache and its view of whether auth is on.
+
+    Raises UnauthorizedError / ForbiddenError from :meth:`gate`; sqlite3.Error on a database
+    failure.
+    """
+
+    def __init__(self, bus: Bus, config: GatewayConfig, store: ApiKeyStore) -> None:
+        self._bus = bus
+        self._config = config
+        self._store = store
+        self._ttl = config.auth_cache_seconds
+        self._cache: dict[str, tuple[ApiKeyRecord | None, float]] = {}
+        self._required = config.auth == "required"
+        self._any_keys = False
+        self._any_checked = float("-inf")
+        admin = config.admin_key
+        self._admin_hash = hash_key(admin) if admin else None
+        self._watcher: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Learn whether auth is on (and log it); follow key events from the bus."""
+        on = await self.auth_on()
+        if on:
+            logger.info("auth: on (%s): /v1/* needs a gateway API key",
+                        "auth: required" if self._required else "a gateway API key exists")
+        else:
+            logger.warning("auth: OPEN - no gateway API key exists and auth is not 'required': "
+                           "/v1/* serves anonymous callers (role free)")
+        self._watcher = await follow(self._bus, subjects.AUTH_KEYS_CHANGED, self._on_event,
+                                     name="auth-key-events")
+
+    async def aclose(self) -> None:
+        """Stop following key events."""
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+
+    async def auth_on(self) -> bool:
+        """True with ``auth: required`` or once any key exists (checked at most once per
+        ``auth_cache_seconds`` until it is)."""
+        if self._required or self._any_keys:
+            return True
+        now = time.monotonic()
+        if now - self._any_checked >= self._ttl:
+            self._any_checked = now
+            self._any_keys = await self._store.any_keys()
+        return self._any_keys
+
+    def forget(self, key_hash: str) -> None:
+        """Drop ``key_hash`` from this ingress's cache (revoked or created elsewhere)."""
+        self._cache.pop(key_hash, None)
+
+    def key_created(self, key_hash: str) -> None:
+        """A key was created: auth is on from now, and no stale "unknown" answer remains."""
+        self._any_keys = True
+        self.forget(key_hash)
+
+    async def gate(self, req: HttpRequest) -> None:
+        """Identify ``req``'s caller into its scope, enforcing the rules of its path."""
+        path = req.path
+        if path.startswith("/v1/"):
+            caller = await self.identify(req, strict=True)
+            if caller is None:
+                if await self.auth_on():
+                    raise UnauthorizedError("missing API key: send Authorization: Bearer <key>")
+                caller = ANONYMOUS
+        elif path.startswith("/admin/"):
+            caller = await self.identify(req, strict=True)
+            if caller is None:
+                raise UnauthorizedError("admin endpoints need an admin key")
+            if not caller.is_admin:
+                raise ForbiddenError("admin endpoints need an admin key")
+        else:
+            caller = await self.identify(req, strict=False) if bearer_token(req) else None
+            if caller is None:
+                return
+        req.scope[SCOPE_KEY] = caller
+
+    async def identify(self, req: HttpRequest, *, strict: bool) -> Caller | None:
+        """The caller of ``req``'s key; None without a key (or, when not ``strict`` or auth is
+        off, with an unknown one). ``strict``: an unusable key raises UnauthorizedError."""
+        token = bearer_token(req)
+        if token is None:
+            return None
+        h = hash_key(token)
+        if self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash):
+            return Caller(key_hash=h, role="admin", key_id="bootstrap-admin")
+        record = await self._lookup(h)
+        now = time.time()
+        status = record.status(now) if record is not None else "unknown"
+        if record is not None and status == "active":
+            return Caller(key_hash=h, role=record.role, key_id=record.id, org=record.org,
+                          user=record.user)
+        if not strict or (record is None and not await self.auth_on()):
+            return None
+        raise UnauthorizedError({"unknown": "invalid API key",
+                                 "expired": "API key expired",
+                                 "revoked": "API key revoked"}[status])
+
+    async def _lookup(self, key_hash: str) -> ApiKeyRecord | None:
+        now = time.monotonic()
+        hit = self._cache.get(key_hash)
+        if hit is not None and now - hit[1] < self._ttl:
+            return hit[0]
+        record = await self._store.lookup(key_hash)
+        if self._ttl > 0:
+            if len(self._cache) >= _CACHE_MAX:
+                self._cache.clear()
+            self._cache[key_hash] = (record, now)
+        return record
+
+    async def _on_event(self, msg: object) -> None:
+        match msg:
+            case ApiKeyRevoked() as ev:
+                self.forget(ev.key_hash)
+            case ApiKeyCreated() as ev:
+                self.key_created(ev.key_hash)
+
+
+async def follow(bus: Bus, subject: str, on_message: Callable[[object], Awaitable[None]], *,
+                 name: str) -> asyncio.Task[None]:
+    """A task feeding every message on ``subject`` to ``on_message``; returns once the
+    subscription is live. Raises what ``Bus.subscribe`` raises."""
+    ready = asyncio.Event()
+
+    async def run() -> None:
+        async with bus.subscribe(subject) as sub:
+            ready.set()
+            async for env in sub:
+                try:
+                    await on_message(env.message)
+                except Exception:
+                    logger.exception("handling a message on %s failed", subject)
+
+    task = asyncio.create_task(run(), name=name)
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if task.done():
+        task.result()  # raises why the subscription failed
+        raise RuntimeError(f"subscription to {subject} ended at once")
+    return task

@@ -1,0 +1,82 @@
+"""The ingress's side of callers and credentials, in one object the app holds.
+
+``Callers`` owns the ingress's database connection (gateway API keys and database-added
+provider keys, one lazily opened SQLite connection), the auth gate, the copy of database key
+secrets, and the admin handlers for both. The app calls ``gate`` before every handler,
+``secrets.ensure`` on every plan, and ``details`` for the admin-only parts of ``/routing`` and
+``/health/deep`` (base URLs and credential ids; other callers see endpoint ids and states).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from bus import Bus
+from gateway.admin_keys import AdminKeys, Handler
+from gateway.api_keys import API_KEYS, ApiKeyStore
+from gateway.auth import Authenticator, caller_of
+from gateway.http import HttpRequest
+from gateway.provider_secrets import ProviderSecrets
+from schemas import GatewayError, KeyPoolState, KeyPoolStateRequest, subjects
+from schemas.config import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+
+class Callers:
+    """Owns the ingress's key stores, auth cache and provider-secret copy."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
+        self._db = LazyDb(config.database.path, [API_KEYS, PROVIDER_KEYS])
+        api_keys = ApiKeyStore(self._db)
+        provider = ProviderKeyStore(self._db)
+        self.auth = Authenticator(bus, config, api_keys)
+        configured = {c for m in config.models for r in m.route for c in r.credential_ids}
+        self.secrets = ProviderSecrets(bus, provider, configured)
+        self.admin = AdminKeys(bus, config, self.auth, api_keys, provider, self.secrets)
+        self._base_urls = {eid: r.base_url for m in config.models
+                           for eid, r in zip(m.endpoint_ids(), m.route, strict=True)}
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """Exact admin routes."""
+        return self.admin.routes()
+
+    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
+        """Admin routes carrying an id (they must be tried before any ``/admin/`` catch-all)."""
+        return self.admin.prefix_routes()
+
+    async def start(self) -> None:
+        """Learn the auth mode, load secrets, follow key events."""
+        await self.auth.start()
+        await self.secrets.start()
+
+    async def aclose(self) -> None:
+        """Stop following events and close the database."""
+        await self.secrets.aclose()
+        await self.auth.aclose()
+        await self._db.aclose()
+
+    async def gate(self, req: HttpRequest) -> None:
+        """Identify and admit ``req``'s caller. Raises UnauthorizedError, ForbiddenError."""
+        await self.auth.gate(req)
+
+    async def details(self, req: HttpRequest, endpoint: str) -> dict[str, Any]:
+        """For an admin caller: ``endpoint``'s base URL and its pool's credentials (ids,
+        tiers, mutes); ``{}`` for anyone else."""
+        if not caller_of(req).is_admin:
+            return {}
+        out: dict[str, Any] = {"base_url": self._base_urls.get(endpoint, "")}
+        try:
+            st = await self._bus.request(subjects.keypool_get(endpoint), KeyPoolStateRequest(),
+                                         reply_type=KeyPoolState, timeout=1.0)
+        except GatewayError:
+            return out
+        if isinstance(st, KeyPoolState):
+            out["credentials"] = [{"credential_id": k.credential_id, "min_role": k.min_role,
+                                   "muted_until": k.muted_until, "source": k.source}
+                                  for k in st.keys]
+        return out

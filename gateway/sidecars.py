@@ -1,0 +1,36 @@
+"""Background work beside the actors that needs upstream I/O (actors never do any): the
+health-check loop over local deployments and the bench prober. Runs in the process that
+owns the actors (role ``all`` or ``actors``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from bus import Bus
+from gateway.adapters.registry import make_adapters, make_http_client
+from gateway.dispatch import Targets
+from gateway.healthcheck import HealthChecker, local_targets
+from gateway.prober import BenchProber
+from schemas.config import GatewayConfig
+
+
+class Sidecars:
+    """Owns the sidecar tasks and the HTTP client they share; ``aclose`` stops them."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._client = make_http_client()
+        self._tasks: list[asyncio.Task[None]] = []
+        prober = BenchProber(bus, make_adapters(self._client), Targets(config))
+        self._tasks.append(asyncio.create_task(prober.run()))
+        settings = config.routing.health_check
+        targets = local_targets(config)
+        if settings.enabled and targets:
+            checker = HealthChecker(bus, targets, settings, self._client)
+            self._tasks.append(asyncio.create_task(checker.run()))
+
+    async def aclose(self) -> None:
+        """Cancel every task and close the client."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._client.aclose()
