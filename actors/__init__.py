@@ -8,25 +8,32 @@ root the gateway starts with ``await root.start(bus)``.
 
 from __future__ import annotations
 
+from actors.admin import AdminArea
 from actors.base import Actor, ActorContext, Cancellable, Serve
+from actors.config_owner import ConfigActor, ConfigState
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
 from actors.model import ModelActor
 from actors.snapshots import SnapshotStore
+from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUpError
 from actors.tree import build_tree
 
 __all__ = [
     "Actor",
     "ActorContext",
+    "AdminArea",
     "Cancellable",
     "ChildSpec",
+    "ConfigActor",
+    "ConfigState",
     "EndpointActor",
     "HealthActor",
     "ModelActor",
     "Restart",
     "Serve",
     "SnapshotStore",
+    "StoreActor",
     "Strategy",
     "Supervisor",
     "SupervisorGaveUpError",

@@ -15,6 +15,7 @@ from schemas import (
     BenchChanged,
     CircuitTransition,
     EndpointState,
+    ErrorCode,
     Observation,
     ProbeDue,
     ProbeGrant,
@@ -87,8 +88,8 @@ class EndpointActor(Actor):
         match env.message:
             case Observation() as obs:
                 await self._observe(obs)
-            case ProbeRequest():
-                await env.respond(await self._grant_probe())
+            case ProbeRequest() as ask:
+                await env.respond(await self._grant_probe(ask.request_id))
             case StateRequest():
                 await env.respond(self.state())
             case ProbeResult() as result:
@@ -152,11 +153,11 @@ class EndpointActor(Actor):
             benched_until=h.benched_until,
         )
 
-    async def _grant_probe(self) -> ProbeGrant:
+    async def _grant_probe(self, request_id: str = "") -> ProbeGrant:
         now = self._clock()
         await self._after(self.health.tick(now))
         timeout = self._settings.cooldown_seconds
-        if self.health.try_acquire_probe(now, timeout):
+        if self.health.try_acquire_probe(now, timeout, request_id):
             self.ctx.call_later(timeout, _Tick())
             await self._publish_state()
             return ProbeGrant(granted=True)
@@ -167,21 +168,26 @@ class EndpointActor(Actor):
         h = self.health
         before = (h.availability, h.consecutive_failures, h.probe_in_flight)
         transition: Transition | None = None
-        if obs.outcome == "success" or (obs.outcome == "client_error" and obs.probe):
+        # A probe that timed out and was replaced reports as an ordinary attempt.
+        probe = obs.probe and not h.is_stale_probe(obs.request_id)
+        if obs.outcome == "success" or (obs.outcome == "client_error" and probe):
             # A 4xx on a probe still proves the endpoint answers.
-            transition = h.record_success(now, probe=obs.probe)
+            transition = h.record_success(now, probe=probe)
         elif obs.outcome == "failure":
-            transition = h.record_failure(now, probe=obs.probe, auth=obs.auth_rejection)
+            transition = h.record_failure(now, probe=probe, auth=obs.auth_rejection)
             if obs.auth_rejection:
                 await self._auth_rejected(obs, now)
             was_benched = h.benched_until
-            if h.note_retryable_failure(now, obs.retry_after):
+            # A key-pool refusal sent nothing upstream: the keys' mutes cover it, and it says
+            # nothing about the model (counting it would bench a route for a muted key).
+            sent = obs.error_kind != ErrorCode.KEY_POOL_EXHAUSTED.value
+            if sent and h.note_retryable_failure(now, obs.retry_after):
                 await self._bench_changed(
                     True, f"{self._bench.failures} failures within "
                     f"{self._bench.window_seconds:g} s", now)
             elif h.benched_until != was_benched:
                 await self._publish_state()
-        elif obs.outcome == "cancelled" and obs.probe:
+        elif obs.outcome == "cancelled" and probe:
             transition = h.record_abandoned_probe(now, "probe abandoned by its client")
         if transition is not None:
             await self._after(transition)

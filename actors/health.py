@@ -45,11 +45,18 @@ class EndpointHealth:
         self.state = CLOSED
         self.open_until: float | None = None
         self.probe_deadline: float | None = None
+        self.probe_owner = ""  # the request id holding the probe lease ("" when unknown)
 
     @property
     def probe_in_flight(self) -> bool:
         """True while the single half-open probe is out."""
         return self.probe_deadline is not None
+
+    def is_stale_probe(self, request_id: str) -> bool:
+        """Whether an attempt sent as a probe is not the probe now out: one that timed out
+        and was replaced must not decide the circuit for its successor."""
+        return (self.probe_in_flight and bool(self.probe_owner) and bool(request_id)
+                and request_id != self.probe_owner)
 
     def benched(self, now: float) -> bool:
         """Whether the model bench holds this endpoint out of rotation at ``now``."""
@@ -69,7 +76,8 @@ class EndpointHealth:
         if len(window) >= self.bench.failures:
             until = now + self.bench.duration_seconds
             window.clear()
-        if retry_after and self.benched(now):
+        if retry_after and (until is not None or self.benched(now)):
+            # Also on the failure that starts the bench: its Retry-After is a floor too.
             until = max(until or 0.0, now + retry_after)
         if until is None:
             return False
@@ -126,12 +134,14 @@ class EndpointHealth:
             return self._open(now, reason)
         return None
 
-    def try_acquire_probe(self, now: float, probe_timeout: float) -> bool:
-        """Lease the single half-open probe; False while another is out or before cooldown."""
+    def try_acquire_probe(self, now: float, probe_timeout: float, owner: str = "") -> bool:
+        """Lease the single half-open probe to request ``owner``; False while another is out
+        or before cooldown."""
         self.tick(now)
         if self.state != HALF_OPEN or self.probe_in_flight:
             return False
         self.probe_deadline = now + probe_timeout
+        self.probe_owner = owner
         return True
 
     def tick(self, now: float) -> Transition | None:

@@ -190,7 +190,7 @@ class KeyPool:
                 return None
             level = self._levels.get(cid, 0)
             self._levels[cid] = level + 1
-            seconds = min(s.sole_key_backoff_seconds * 2 ** level, s.sole_key_backoff_max_seconds)
+            seconds = min(s.sole_key_backoff_seconds * 2.0**level, s.sole_key_backoff_max_seconds)
         else:
             seconds = s.mute_seconds
         seconds = max(seconds, retry_after or 0.0)

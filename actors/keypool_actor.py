@@ -21,7 +21,7 @@ import logging
 import secrets
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from actors.base import Actor, ActorContext, Serve
@@ -40,10 +40,11 @@ from schemas import (
     KeyUnmuted,
     Observation,
     PoolKey,
+    ProviderKeyDecl,
     ProviderKeysChanged,
     subjects,
 )
-from schemas.config import GatewayConfig, KeyPoolConfig, RouteConfig, credential_id
+from schemas.config import GatewayConfig, KeyPoolConfig, credential_id
 from schemas.keys import most_restrictive
 
 logger = logging.getLogger(__name__)
@@ -57,13 +58,11 @@ class _Unmute:
 
 
 def effective_declaration(pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
-                          config_roles: Mapping[str, str],
                           decls: KeyDeclarations) -> list[tuple[str, str, str]]:
     """(credential id, min_role, source) of every key of ``pool`` in declared order: the
-    configured keys, then the database keys joining this pool in creation order."""
-    roles: dict[str, str] = dict(config_roles)
-    for cid, role in decls.reservations.items():
-        roles[cid] = most_restrictive(roles.get(cid), role)
+    configured keys, then the database keys joining this pool in creation order; each at the
+    most restrictive tier declared for its credential anywhere."""
+    roles: dict[str, str] = dict(decls.reservations)
     for k in decls.db_keys:
         roles[k.credential_id] = most_restrictive(roles.get(k.credential_id), k.min_role)
     keys = [(cid, role, "config") for cid, role in configured]
@@ -83,13 +82,12 @@ class KeyPoolActor(Actor):
     ``llmgw.keypool.<id>.state`` and KeyMuted/KeyUnmuted on ``llmgw.events.keypool``;
     ``acquire`` answers KeyPoolExhaustedError / KeyPoolRoleRestrictedError as ErrorReply."""
 
-    def __init__(self, pool: str, route: RouteConfig, config_roles: Mapping[str, str],
+    def __init__(self, pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
                  settings: KeyPoolConfig, *, clock: Callable[[], float] = time.time) -> None:
         self.name = f"keypool:{pool}"
         self.pool = pool
-        self._base_url = route.base_url
-        self._configured = tuple((credential_id(s), r) for s, r in route.key_declarations)
-        self._config_roles = config_roles
+        self._base_url = base_url
+        self._configured = configured
         self._settings = settings
         self._clock = clock
         self.serves = (
@@ -138,12 +136,14 @@ class KeyPoolActor(Actor):
         """A mute's timer: announce every key back in rotation."""
         if isinstance(msg, _Unmute):
             back = self._keys.expire(self._clock())
+            if not back:
+                return
+            # State first: whoever reacts to the event finds the views already updated.
+            await self._publish_state()
             for cid in back:
                 logger.info("key %s of pool %s is back in rotation", cid, self.pool)
                 await self.ctx.publish(subjects.event("keypool"),
                                        KeyUnmuted(pool=self.pool, credential_id=cid))
-            if back:
-                await self._publish_state()
 
     def state(self) -> KeyPoolState:
         """This pool as views see it."""
@@ -162,8 +162,7 @@ class KeyPoolActor(Actor):
     def _declare(self, decls: KeyDeclarations) -> int | None:
         """Apply the effective declaration; None when nothing changed."""
         self._declarations = decls.seq
-        keys = effective_declaration(self.pool, self._base_url, self._configured,
-                                     self._config_roles, decls)
+        keys = effective_declaration(self.pool, self._base_url, self._configured, decls)
         self._sources = {cid: src for cid, _, src in keys}
         new = tuple((cid, role) for cid, role, _ in keys)
         if new == self._keys.declared:
@@ -181,10 +180,10 @@ class KeyPoolActor(Actor):
         logger.warning("key %s of pool %s muted for %.1fs (status %s)", obs.credential_id,
                        self.pool, until - now, obs.status)
         self.ctx.call_later(max(0.0, until - now), _Unmute())
+        await self._publish_state()  # before the event: see handle_local
         await self.ctx.publish(subjects.event("keypool"), KeyMuted(
             pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,
             status=obs.status, reason=obs.error_kind))
-        await self._publish_state()
 
     async def _publish_state(self) -> None:
         self._seq += 1
@@ -192,14 +191,18 @@ class KeyPoolActor(Actor):
 
 
 class KeyRegistryActor(Actor):
-    """Owns the database's provider-key declarations; publishes KeyDeclarations on
-    ``llmgw.keys.registry.declarations`` at start and after every ``ProviderKeysChanged``
-    (which it answers with them). A database that fails at start crashes it (its supervisor
-    decides); one that fails a reload keeps the last declarations."""
+    """Owns the provider-key declarations beyond each route's own: the database's keys and
+    reservations, merged with the most restrictive configured tier of every credential.
+    Publishes KeyDeclarations on ``llmgw.keys.registry.declarations`` at start and after every
+    ``ProviderKeysChanged`` (which it answers with them). A database that fails at start
+    crashes it (its supervisor decides); one that fails a reload keeps the last declarations.
+    """
 
-    def __init__(self, db_path: str) -> None:
+    def __init__(self, db_path: str, configured_roles: tuple[tuple[str, str], ...] = ()
+                 ) -> None:
         self.name = "keys:registry"
         self._db_path = db_path
+        self._configured_roles = configured_roles
         self.serves = (Serve(subjects.KEYS_REGISTRY_GET), Serve(subjects.KEYS_CHANGED))
 
     async def on_start(self, ctx: ActorContext) -> None:
@@ -208,7 +211,7 @@ class KeyRegistryActor(Actor):
         self._store = ProviderKeyStore(LazyDb(self._db_path, [PROVIDER_KEYS]))
         self._decls = KeyDeclarations()
         db_keys, reservations = await self._store.declarations()
-        await self._publish(KeyDeclarations(db_keys=db_keys, reservations=reservations))
+        await self._publish(db_keys, reservations)
 
     async def on_stop(self) -> None:
         """Close the database."""
@@ -226,11 +229,15 @@ class KeyRegistryActor(Actor):
                     logger.error("provider keys not reloaded (%s): keeping the last ones", exc)
                     return
                 logger.info("provider keys reloaded (%s)", change.reason or "admin change")
-                await self._publish(KeyDeclarations(db_keys=db_keys, reservations=reservations))
+                await self._publish(db_keys, reservations)
                 await env.respond(self._decls)
 
-    async def _publish(self, decls: KeyDeclarations) -> None:
-        self._decls = KeyDeclarations(db_keys=decls.db_keys, reservations=decls.reservations,
+    async def _publish(self, db_keys: tuple[ProviderKeyDecl, ...],
+                       reservations: dict[str, str]) -> None:
+        roles = dict(self._configured_roles)
+        for cid, role in reservations.items():
+            roles[cid] = most_restrictive(roles.get(cid), role)
+        self._decls = KeyDeclarations(db_keys=db_keys, reservations=roles,
                                       seq=self._decls.seq + 1)
         await self.ctx.publish(subjects.KEYS_DECLARATIONS, self._decls)
 
@@ -248,18 +255,23 @@ def config_roles(config: GatewayConfig) -> dict[str, str]:
 
 def keys_supervisor(config: GatewayConfig, *,
                     clock: Callable[[], float] | None = None) -> Supervisor:
-    """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint."""
-    roles = config_roles(config)
+    """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint. A pool's spec
+    holds only what its declaration depends on, so a config reload that changes a route's
+    weight (say) keeps the pool and its mutes."""
+    roles = tuple(sorted(config_roles(config).items()))
     extra = {"clock": clock} if clock is not None else {}
     settings = config.routing.key_pool
     children: list[ChildSpec | Supervisor] = [
-        ChildSpec("keys:registry", functools.partial(KeyRegistryActor, config.database.path)),
+        ChildSpec("keys:registry",
+                  functools.partial(KeyRegistryActor, config.database.path, roles)),
     ]
     for model in config.models:
         for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            configured = tuple((credential_id(s), r) for s, r in route.key_declarations)
             children.append(ChildSpec(
                 f"keypool:{eid}",
-                functools.partial(KeyPoolActor, eid, route, roles, settings, **extra),
+                functools.partial(KeyPoolActor, eid, route.base_url, configured, settings,
+                                  **extra),
                 restart=Restart.PERMANENT,
             ))
     return Supervisor("keys", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,

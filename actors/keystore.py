@@ -36,6 +36,13 @@ PROVIDER_KEYS = Migration(
 )
 
 
+class _Unlogged(str):
+    """A secret as an SQL parameter: aiosqlite's DEBUG log prints parameters with repr()."""
+
+    def __repr__(self) -> str:
+        return "'[secret]'"
+
+
 class LazyDb:
     """One connection to the shared SQLite file, opened (with ``migrations``) on first need."""
 
@@ -120,7 +127,7 @@ class ProviderKeyStore:
         await conn.execute(
             "INSERT INTO provider_api_keys (id, credential_id, secret, endpoint, base_url,"
             " min_role, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (decl.key_id, decl.credential_id, secret, decl.endpoint, decl.base_url,
+            (decl.key_id, decl.credential_id, _Unlogged(secret), decl.endpoint, decl.base_url,
              decl.min_role, now))
         await conn.commit()
         return decl

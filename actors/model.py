@@ -37,6 +37,7 @@ from schemas import (
     KeyPoolState,
     LocalHealth,
     ModeChanged,
+    ModelBreakerTripped,
     ModelStatus,
     ModelStatusRequest,
     NoRouteForModalityError,
@@ -44,6 +45,7 @@ from schemas import (
     PinNotFoundError,
     ProbeGrant,
     ProbeRequest,
+    RouteCandidate,
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
@@ -118,6 +120,8 @@ class ModelActor(Actor):
                                     hint_ttl=pre.hint_ttl_seconds)
         self._flush_scheduled = False
         self._degraded = False
+        self._streak = 0
+        self._tripped_until = 0.0
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
         await self._restore()
@@ -196,6 +200,7 @@ class ModelActor(Actor):
 
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
+        self._count_for_breaker(obs, now)
         self._prefill.release(obs.request_id)
         if obs.outcome == "success":
             self._prefill.remember(obs.caller, obs.endpoint, obs.prompt_estimate, now)
@@ -204,6 +209,22 @@ class ModelActor(Actor):
             if self._affinity.drop(obs.caller, obs.endpoint):
                 self._pins_changed()
         self._strategy.observe(obs)
+
+    def _count_for_breaker(self, obs: Observation, now: float) -> None:
+        """The optional per-model breaker: N consecutive failed attempts, any route."""
+        limit = self._routing.bench.model_breaker_failures
+        if not limit or obs.outcome not in ("success", "failure"):
+            return
+        self._streak = 0 if obs.outcome == "success" else self._streak + 1
+        if self._streak >= limit and now >= self._tripped_until:
+            self._tripped_until = now + self._routing.circuit.cooldown_seconds
+            self._streak = 0
+            logger.warning("model %s breaker tripped after %d consecutive failures",
+                           self._model.id, limit)
+            self.ctx.start_soon(lambda: self.ctx.publish(
+                subjects.event("model_breaker"),
+                ModelBreakerTripped(model=self._model.id, failures=limit,
+                                    until=self._tripped_until, ts=now)))
 
     def status(self) -> ModelStatus:
         """Routes with effective weights and the circuits this actor sees."""
@@ -214,6 +235,11 @@ class ModelActor(Actor):
     async def plan(self, req: RouteRequest) -> RoutePlan:
         """Decide which routes serve ``req``, primary first. Raises GatewayError subclasses."""
         now = self._clock()
+        if now < self._tripped_until:
+            raise AllCircuitsOpenError(
+                f"model {self._model.id!r} is paused by its breaker after consecutive failures",
+                retry_after=self._tripped_until - now,
+            )
         routes = self._table.published()
         if not routes:
             raise RouteNotFoundError(f"model {self._model.id!r} has no published route")
@@ -243,6 +269,7 @@ class ModelActor(Actor):
                 )
             routes = fitting
         # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
+        considered = routes
         routes, keys = self._keys.screen(routes, req, now)
         if not routes:
             return keys.plan(self._model.id)
@@ -252,13 +279,13 @@ class ModelActor(Actor):
             raise AllCircuitsOpenError(
                 f"every route of model {self._model.id!r} is unavailable (circuits open or "
                 "benched)",
-                retry_after=self._earliest_recovery(routes, now),
+                retry_after=self._earliest_recovery(considered, now, keys.refused),
             )
         primary, reason = await self._choose(req, closed, probing, now)
         if primary is None:
             raise AllCircuitsOpenError(
                 f"every route of model {self._model.id!r} is unavailable (probe in flight)",
-                retry_after=self._earliest_recovery(routes, now),
+                retry_after=self._earliest_recovery(considered, now, keys.refused),
             )
         entry, probe = primary
         rest = [r.candidate for r in closed if r is not entry]
@@ -289,7 +316,10 @@ class ModelActor(Actor):
                      and self._prefill.elephants(r.endpoint) >= pre.elephant_limit)]
             pool = roomy or pool
         reason = self._router
-        use_affinity = self._routing.affinity.enabled and bool(req.caller)
+        # Session affinity is the weighted draw's (the spec's FixedRouter's); a strategy that
+        # must see every request, like round_robin, opts out with session_affinity = False.
+        use_affinity = (self._routing.affinity.enabled and bool(req.caller)
+                        and getattr(self._strategy, "session_affinity", True))
         if use_affinity:
             pinned_id = self._affinity.get(req.caller, now)
             if pinned_id is not None:
@@ -310,7 +340,7 @@ class ModelActor(Actor):
             if entry in closed:
                 self._commit(req, entry, uncached, now, use_affinity)
                 return (entry, False), reason
-            if await self._lease_probe(entry):
+            if await self._lease_probe(entry, req.request_id):
                 self._commit(req, entry, uncached, now, use_affinity)
                 return (entry, True), "probe"
             pool = [r for r in pool if r is not entry]
@@ -340,10 +370,11 @@ class ModelActor(Actor):
             return (st.open_until or 0) <= now
         return st.circuit_state == HALF_OPEN and not st.probe_in_flight
 
-    async def _lease_probe(self, r: RouteEntry) -> bool:
+    async def _lease_probe(self, r: RouteEntry, request_id: str) -> bool:
         try:
             grant = await self.ctx.bus.request(subjects.endpoint_probe(r.endpoint),
-                                               ProbeRequest(), reply_type=ProbeGrant,
+                                               ProbeRequest(request_id=request_id),
+                                               reply_type=ProbeGrant,
                                                timeout=_PROBE_LEASE_TIMEOUT)
         except (NoRespondersError, RequestTimeoutError):
             logger.warning("probe lease for %s not answered", r.endpoint)
@@ -351,7 +382,19 @@ class ModelActor(Actor):
         return isinstance(grant, ProbeGrant) and grant.granted
 
     @staticmethod
-    def _earliest_recovery(routes: list[RouteEntry], now: float) -> float:
-        waits = [at - now for r in routes if (at := r.available_at(now)) is not None]
+    def _earliest_recovery(routes: list[RouteEntry], now: float,
+                           refused: tuple[RouteCandidate, ...] = ()) -> float:
+        """Seconds until the first of ``routes`` may serve again: when its circuit or bench
+        lets it, and for a route whose keys all refuse the caller, not before one is back."""
+        key_waits = {c.endpoint: c.retry_after for c in refused}
+        waits = []
+        for r in routes:
+            at = r.available_at(now)
+            wait = at - now if at is not None else None
+            if r.endpoint in key_waits:
+                key_wait = key_waits[r.endpoint]  # None: no key of this caller's comes back
+                wait = None if key_wait is None else max(wait or 0.0, key_wait)
+            if wait is not None:
+                waits.append(wait)
         # A half-open endpoint whose probe is out has no open_until: ask again shortly.
         return min(waits) if waits else _UNKNOWN_RECOVERY_SECONDS

@@ -10,8 +10,9 @@ Guarantees (the README's "request log" section):
 - The hot path never waits for the log: publishing never blocks, and when ``log.queue_rows``
   rows are already waiting (buffered or being written) a new row is dropped and counted,
   as are rows the bus itself dropped for a slow consumer and rows of a failed write.
-- A crash (kill -9) loses at most the rows not yet committed: never more than
-  ``log.queue_rows``; under a load the disk keeps up with, the rows of the last
+- A crash (kill -9) loses the rows not yet committed: at most ``log.queue_rows``, plus any
+  the bus had delivered to the store but it had not read yet (normally none: it reads them
+  as they arrive). Under a load the disk keeps up with, that is the rows of the last
   ``log.flush_ms`` (about one batch). Committed rows survive (WAL, synchronous=NORMAL).
 - A clean stop loses nothing: the flusher finishes its batch, the rows the bus already
   delivered are taken, and the rest is committed before the database closes.

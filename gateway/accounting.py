@@ -38,6 +38,7 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[["HttpRequest"], Awaitable[None]]
 CLIENT_CLOSED = 499  # the client went away before the answer ended (nginx's convention)
+_DECISION = subjects.event("decision")
 
 
 @dataclass(slots=True)
@@ -95,6 +96,7 @@ class Accounting:
         self._bus = bus
         self.metrics = metrics
         self.decisions = decisions
+        self._done_subjects: dict[str, str] = {}  # model -> subject; escaping costs ~1 µs
 
     def wrap(self, handler: Handler, surface: str) -> Handler:
         """``handler`` with accounting; it raises what ``handler`` raises."""
@@ -105,7 +107,9 @@ class Accounting:
             try:
                 await handler(req)
             except GatewayError as err:
-                await self._finish(req, rec, surface, http_status(err), error_code(err))
+                # Once the answer started, the client saw 200 whatever failed afterwards.
+                status = 200 if req.started else http_status(err)
+                await self._finish(req, rec, surface, status, error_code(err))
                 raise
             except anyio.get_cancelled_exc_class():
                 with anyio.CancelScope(shield=True):
@@ -162,10 +166,15 @@ class Accounting:
             self.metrics.request(done, attempts, rec.decision_s)
         except Exception:  # metrics must never fail a request
             logger.exception("metrics update failed")
-        await self._publish(subjects.request_done(done.model), done)
+        subject = self._done_subjects.get(done.model)
+        if subject is None:
+            if len(self._done_subjects) > 4096:  # models come and go with reloads
+                self._done_subjects.clear()
+            subject = self._done_subjects[done.model] = subjects.request_done(done.model)
+        await self._publish(subject, done)
         if self.decisions and route is not None:
             plan = rec.plan
-            await self._publish(subjects.event("decision"), RouteDecided(
+            await self._publish(_DECISION, RouteDecided(
                 request_id=done.request_id, model=done.model, requested_model=rec.requested,
                 surface=done.surface, reason=plan.reason if plan else kind,
                 pinned=plan.pinned if plan else False,

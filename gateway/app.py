@@ -89,7 +89,7 @@ class GatewayApp:
                                       config.routing.failover)
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-"
-        self._routes = {
+        self._routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/responses"): self._responses,
             ("POST", "/v1/messages"): self._messages,
@@ -399,12 +399,16 @@ class GatewayApp:
         degraded = False
         floor = self._config.routing.circuit.min_availability
         for st in report.endpoints:
-            if st.circuit_state != "closed" or st.availability < _DEGRADED_AVAILABILITY:
+            # A rejected credential fails every caller: it degrades from the first rejection,
+            # long before the availability average notices (spec "Endpoint health").
+            rejected = st.consecutive_auth_rejections > 0
+            if (st.circuit_state != "closed" or st.availability < _DEGRADED_AVAILABILITY
+                    or rejected):
                 degraded = True
             endpoints[st.endpoint] = {
                 "model": st.model,
                 "availability": st.availability,
-                "healthy": st.availability >= floor,
+                "healthy": st.availability >= floor and not rejected,
                 "circuit_state": st.circuit_state,
                 "consecutive_failures": st.consecutive_failures,
                 "consecutive_auth_rejections": st.consecutive_auth_rejections,

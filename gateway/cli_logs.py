@@ -25,7 +25,8 @@ from gateway.cli_common import UsageError, bus_url, fail, parse_duration
 from gateway.config import ConfigError, load_config
 from schemas import GatewayError
 
-_TABLE = (("time", 19), ("kind", 7), ("request_id", 12), ("model", 16), ("endpoint", 24),
+_TABLE = (("time", 19), ("kind", 7), ("request_id", 12), ("requested", 14), ("model", 14),
+          ("endpoint", 24),
           ("status", 6), ("att", 3), ("fb", 2), ("latency_ms", 10), ("ttft_ms", 8),
           ("tokens", 9), ("error_kind", 14))
 
@@ -114,6 +115,7 @@ def _print(rows: list[dict[str, Any]], *, as_json: bool) -> None:
         cells = {
             **row,
             "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["ts"])),
+            "requested": row["requested_model"],
             "att": row["attempt"], "fb": "y" if row["fallback"] else "",
             "latency_ms": f"{row['latency_ms']:.1f}",
             "ttft_ms": "" if row["ttft_ms"] is None else f"{row['ttft_ms']:.1f}",

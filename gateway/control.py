@@ -24,8 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actors import ChildSpec
-from actors.config_owner import ConfigActor, ConfigState
+from actors import ChildSpec, ConfigActor, ConfigState
 from bus import BusClosedError, NatsBus
 from gateway.admin_http import admin_request
 from gateway.config import DEMO_CONFIG, ConfigError, load_config

@@ -286,10 +286,10 @@ class Dispatcher:
                 failures.add(err, c)
                 continue
             except TimeoutError:
-                err = _timed_out(c, limit, by_budget)
+                timeout = _timed_out(c, limit, by_budget)
                 outcome = "cancelled" if by_budget else "failure"
-                await self.observe(info, c, attempt, outcome, started, err=err)
-                failures.add(err, c)
+                await self.observe(info, c, attempt, outcome, started, err=timeout)
+                failures.add(timeout, c)
                 continue
             except anyio.get_cancelled_exc_class():
                 await self.observe(info, c, attempt, "cancelled", started)

@@ -34,14 +34,16 @@ class FallbackTargets(Targets):
     def __init__(self, config: GatewayConfig, previous: Targets) -> None:
         super().__init__(config)
         self._known = {e for m in config.models for e in m.endpoint_ids()}
-        self._creds = {c for m in config.models for r in m.route for c in r.credential_ids}
         self._previous = previous
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
-        """The target for ``c``, from the new config when it knows the endpoint and key."""
-        if c.endpoint in self._known and (not c.credential_id or c.credential_id in self._creds):
-            return super().resolve(c)
-        return self._previous.resolve(c)
+        """The target for ``c``: from the new config, unless it lost the endpoint or key."""
+        if c.endpoint not in self._known:
+            return self._previous.resolve(c)
+        target = super().resolve(c)
+        if c.credential_id and target.api_key is None:
+            return self._previous.resolve(c)
+        return target
 
 
 class Reconfigurable(Protocol):

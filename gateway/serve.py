@@ -15,6 +15,7 @@ from hypercorn.config import Config as HypercornConfig
 from actors import SnapshotStore, build_tree
 from bus import open_bus
 from gateway.app import create_app
+from gateway.cli_common import redacted
 from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
 from gateway.sidecars import Sidecars
 from schemas.config import GatewayConfig
@@ -72,9 +73,10 @@ async def run(
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
             sidecars = Sidecars(bus, config)
-            logger.info("actors started on %s (%d models)", opts.bus_url, len(config.models))
+            logger.info("actors started on %s (%d models)", redacted(opts.bus_url),
+                        len(config.models))
         if opts.role == "actors":
-            on_ready(f"llmgw actors running on {opts.bus_url}")
+            on_ready(f"llmgw actors running on {redacted(opts.bus_url)}")
             return await _wait(shutdown, root)
         sock = bind_socket(opts.host, opts.port)
         port = sock.getsockname()[1]

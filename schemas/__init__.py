@@ -38,6 +38,7 @@ from schemas.events import (
     ChildStarted,
     CircuitTransition,
     ModeChanged,
+    ModelBreakerTripped,
     SupervisorGaveUp,
 )
 from schemas.keys import (
@@ -86,6 +87,7 @@ from schemas.routing import (
 )
 
 Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
+    ModelBreakerTripped,
     BenchChanged,
     ModeChanged,
     ModeRequest,
@@ -169,6 +171,7 @@ __all__ = [
     "Message",
     "ModeChanged",
     "ModeRequest",
+    "ModelBreakerTripped",
     "ModelStatus",
     "ModelStatusRequest",
     "NoRespondersError",

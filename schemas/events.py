@@ -76,3 +76,13 @@ class ModeChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     since: float
     ratio: float
     ts: float = 0.0
+
+
+class ModelBreakerTripped(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A public model failed ``failures`` consecutive attempts: it is not tried until
+    ``until`` (the optional per-model breaker, ``routing.bench.model_breaker_failures``)."""
+
+    model: str
+    failures: int
+    until: float
+    ts: float = 0.0

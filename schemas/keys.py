@@ -86,10 +86,11 @@ class ProviderKeyDecl(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class KeyDeclarations(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Everything the database declares about provider keys (the key registry's state).
+    """Provider-key declarations beyond each route's own (the key registry's state).
 
-    ``reservations`` maps a credential id to the ``min_role`` reserved for it by hash
-    (environment or config keys); ``db_keys`` are the database-added keys in creation order.
+    ``reservations`` maps a credential id to the most restrictive ``min_role`` declared for it
+    by hash (environment reservations) or anywhere in the config; ``db_keys`` are the
+    database-added keys in creation order.
     """
 
     db_keys: tuple[ProviderKeyDecl, ...] = ()

@@ -18,6 +18,8 @@ class RoundRobinParams(StrategyParams):
 class RoundRobinStrategy:
     """Cycle through admissible routes in declaration order, ignoring weights."""
 
+    session_affinity = False  # every request advances the cycle, whoever sends it
+
     def __init__(self, params: RoundRobinParams, deps: StrategyDeps) -> None:
         self._cursor = params.start
 

@@ -6,9 +6,10 @@ A script, not a test. From the repository root::
 
 Drives ``Accounting.wrap`` around a handler that only fills the hooks the real request path
 calls (``requested``, ``routing``/``routed``, ``attempted``), on an in-process bus with the
-subscribers present or not, and prints microseconds per request (best of ``REPEATS`` runs,
-in CPU time of this process, so a busy machine's noise stays out) for: the metric updates alone, and the whole accounting
-— wrapper, hooks, metrics, ``RequestCompleted`` publish — with ``events.decisions`` off and on.
+subscribers present or not, and prints microseconds per request — best of ``REPEATS`` runs,
+in CPU time of this process, so a busy machine's noise stays out — for the metric updates
+alone, and for the whole accounting (wrapper, hooks, metrics, ``RequestCompleted`` publish)
+with ``events.decisions`` off and on.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def _obs(attempt: int, outcome: str) -> Observation:
                        completion_tokens=5, request_id="r1", ts=time.time())
 
 
-REQ = cast("HttpRequest", SimpleNamespace(scope={}))  # only its scope is read
+REQ = cast("HttpRequest", SimpleNamespace(scope={}, started=False))  # only its scope is read
 ONE = [_obs(1, "success")]
 TWO = [_obs(1, "failure"), _obs(2, "success")]
 

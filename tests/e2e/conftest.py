@@ -6,13 +6,17 @@ real servers; it waits on events (upstream requests, the gateway's own bus), nev
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import functools
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
-import httpx
+import pytest
 
+import gateway.serve
+from actors import build_tree
 from bus import Bus, Subscription
 from schemas import CircuitTransition, EndpointState, subjects
 from tests.fixtures.gateway import RunningGateway
@@ -23,8 +27,12 @@ T = TypeVar("T")
 WAIT = 10.0  # seconds a test waits for an event before it fails
 CHAT = "/v1/chat/completions"
 HI: list[Any] = [{"role": "user", "content": "hi"}]
-# Short breaker timings keep the suite fast; tests that need a long cooldown say so.
+# Breaker timings. A probe's deadline is one cooldown, so a test that drives a probe must give
+# it a cooldown that a loaded machine still meets; a test that needs the circuit to stay open
+# must give it one that a loaded machine never reaches.
 FAST_CIRCUIT = {"failure_threshold": 2, "cooldown_seconds": 0.3}
+HALF_OPEN_SOON = {"failure_threshold": 2, "cooldown_seconds": 1.0}
+STAYS_OPEN = {"failure_threshold": 2, "cooldown_seconds": 30}
 
 
 def route(up: FakeUpstream, weight: float = 1.0, **extra: Any) -> dict[str, Any]:
@@ -62,7 +70,19 @@ def chat(model_id: str = "m", **extra: Any) -> dict[str, Any]:
     return {"model": model_id, "messages": HI, **extra}
 
 
-def assert_openai_error(resp: httpx.Response, status: int,
+class _Response(Protocol):
+    """What an error check reads of an answer (httpx's, or the one an SDK error carries)."""
+
+    @property
+    def status_code(self) -> int: ...
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+    @property
+    def text(self) -> str: ...
+    def json(self) -> Any: ...
+
+
+def assert_openai_error(resp: _Response, status: int,
                         code: str | None = None) -> dict[str, Any]:
     """``resp`` is an OpenAI-shaped error answer with ``status``; returns its ``error``."""
     assert resp.status_code == status, resp.text
@@ -138,3 +158,26 @@ def circuit_events(gw: RunningGateway) -> Any:
 def endpoint_states(gw: RunningGateway, endpoint: str) -> Any:
     """Watch ``llmgw.endpoint.<endpoint>.state`` on ``gw``'s bus."""
     return watch(gw, subjects.endpoint_state(endpoint))
+
+
+class SkewedClock:
+    """The actors' injectable clock: wall-clock time plus an offset a test moves forward, so
+    TTLs and expiries pass at once while timers and everything else keep real time."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        """Jump the actors' clock ``seconds`` ahead."""
+        self.offset += seconds
+
+
+@pytest.fixture
+def actor_clock(monkeypatch: pytest.MonkeyPatch) -> SkewedClock:
+    """Every gateway this test starts in-process runs its actors on the returned clock."""
+    clock = SkewedClock()
+    monkeypatch.setattr(gateway.serve, "build_tree", functools.partial(build_tree, clock=clock))
+    return clock

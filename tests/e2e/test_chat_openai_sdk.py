@@ -4,6 +4,7 @@ and the introspection endpoints. Runs on ``inproc://`` and on NATS (``bus_url``)
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections import Counter
 from importlib import resources
@@ -126,6 +127,34 @@ async def test_chat_streaming_relays_chunks_and_ends_with_done(
     assert fake_upstream.requests[-1].stream
 
 
+async def test_chat_streaming_relays_upstream_chunks_unchanged_but_model(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+) -> None:
+    base = {"id": "chatcmpl-relay-2", "object": "chat.completion.chunk", "created": 1700000000,
+            "model": "up-internal-name", "system_fingerprint": "fp_fake"}
+    chunks: list[dict[str, Any]] = [
+        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                              "logprobs": None, "finish_reason": None}]},
+        {**base, "choices": [{"index": 0, "delta": {"content": "relayed"},
+                              "logprobs": None, "finish_reason": None}],
+         "x_vendor": {"n": 1}},
+        {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
+                              "finish_reason": "stop"}]},
+        {**base, "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1,
+                                          "total_tokens": 8}},
+    ]
+    sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+    fake_upstream.enqueue(Reply(body=sse, headers={"content-type": "text/event-stream"}))
+    gw = await gateway_factory(config(model("m", route(fake_upstream))))
+
+    async with gw.http().stream("POST", CHAT, json=chat("m", stream=True)) as resp:
+        body = (await resp.aread()).decode()
+
+    frames = [f.removeprefix("data: ") for f in body.split("\n\n") if f]
+    assert frames[-1] == "[DONE]"
+    assert [json.loads(f) for f in frames[:-1]] == [{**c, "model": "m"} for c in chunks]
+
+
 async def test_models_lists_published_ids_in_openai_shape_without_aliases(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
 ) -> None:
@@ -243,6 +272,25 @@ async def test_fallback_when_every_route_fails_answers_the_primary_error(
         await gw.openai().chat.completions.create(model="m", messages=HI)
 
     assert exc.value.status_code == 502
+    assert "alpha is overloaded" in exc.value.message
+    assert (len(a.requests), len(b.requests)) == (1, 1)
+
+
+async def test_stream_when_every_route_fails_before_first_byte_answers_the_primary_error(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    gw = await gateway_factory(config(
+        model("m", route(a, 1), route(b, 1e-6)),
+        circuit={"failure_threshold": 5, "cooldown_seconds": 30}))
+    a.enqueue(Reply(503, body={"error": {"message": "alpha is overloaded"}}))
+    b.enqueue(Reset())
+
+    with pytest.raises(openai.APIStatusError) as exc:
+        await gw.openai().chat.completions.create(model="m", messages=HI, stream=True)
+
+    assert exc.value.status_code == 502
+    assert exc.value.response.headers["content-type"].startswith("application/json")
     assert "alpha is overloaded" in exc.value.message
     assert (len(a.requests), len(b.requests)) == (1, 1)
 

@@ -169,3 +169,12 @@ def test_cli_main_split_role_on_inproc_bus_returns_2(
 
     assert code == 2
     assert "needs a shared bus" in capsys.readouterr().err
+
+
+def test_cli_parser_accepts_the_serve_synopsis() -> None:
+    args = cli._parser().parse_args(["serve", "--config", "gw.yaml", "--host", "::1", "--port",
+                                     "0", "--bus", "nats://127.0.0.1:4222", "--role", "ingress"])
+
+    assert (args.config, args.host, args.port, args.bus, args.role) == (
+        "gw.yaml", "::1", 0, "nats://127.0.0.1:4222", "ingress")
+    assert cli._parser().parse_args(["serve"]).role == "all"

@@ -4,6 +4,7 @@ command is parsed by the CLI's own argument parser (what the container would run
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from typing import Any
 from urllib.parse import urlsplit
@@ -89,3 +90,18 @@ def test_compose_actors_service_serves_no_http(services: dict[str, Any]) -> None
     (actors,) = [n for n, a in _gateway_args(services).items() if a.role == "actors"]
 
     assert "ports" not in services[actors]
+
+
+def test_compose_commands_are_the_scaled_out_commands_the_readme_documents(
+    services: dict[str, Any],
+) -> None:
+    readme = (REPO / "README.md").read_text()
+    documented = [cli._parser().parse_args(shlex.split(cmd)[1:])
+                  for cmd in re.findall(r"`(llmgw serve [^`\n]*--role [^`\n]*)`", readme)]
+    by_role = {a.role: a for a in documented}
+
+    assert sorted(by_role) == ["actors", "ingress"]
+    for name, a in _gateway_args(services).items():
+        doc = by_role[a.role]
+        assert (urlsplit(a.bus).scheme, urlsplit(a.bus).port) == (
+            urlsplit(doc.bus).scheme, urlsplit(doc.bus).port), name

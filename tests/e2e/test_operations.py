@@ -71,6 +71,21 @@ async def test_fallback_request_is_logged_as_two_attempt_rows_and_one_request_ro
     assert decided.request_id == rid and decided.reason
 
 
+async def test_streamed_request_is_logged_with_its_time_to_first_token(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+) -> None:
+    gw = await gateway_factory(config(model("m", route(fake_upstream)), admin_key=ADMIN))
+    async with gw.http().stream("POST", CHAT, json=chat("m", stream=True)) as resp:
+        body = await resp.aread()
+        rid = resp.headers["x-request-id"]
+    rows = (await admin(gw, "log", "query", request_id=rid, kind="request")).json()["rows"]
+
+    assert resp.status_code == 200 and b"[DONE]" in body
+    [row] = rows
+    assert row["stream"] and row["status"] == 200 and row["outcome"] == "success"
+    assert 0 < row["ttft_ms"] <= row["latency_ms"]
+
+
 async def test_metrics_are_prometheus_text_with_requests_latency_attempts_and_circuits(
     gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from gateway.config import ConfigError, load_config
 from tests.e2e.conftest import CHAT, WAIT, chat, config, eid, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Reply
@@ -23,6 +25,7 @@ from tests.fixtures.upstream import FakeUpstream, Reply
 pytestmark = pytest.mark.e2e
 
 QUEUE_ROWS = 200  # log.queue_rows below: the documented bound on rows a crash loses
+PROCESS_WAIT = 30.0  # a CLI process starting Python on a loaded machine
 
 
 @pytest.fixture
@@ -39,7 +42,7 @@ async def _serve(started: list[GatewayProcess], cfg: Path, *args: str) -> Gatewa
     return await asyncio.to_thread(proc.start)
 
 
-def _llmgw(*args: str, timeout: float = WAIT) -> subprocess.CompletedProcess[str]:
+def _llmgw(*args: str, timeout: float = PROCESS_WAIT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -110,7 +113,7 @@ async def test_llmgw_events_sees_a_circuit_open_caused_by_another_process(
         async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
             for _ in range(2):  # the e2e config's breaker opens after 2 failures
                 await client.post(CHAT, json=chat("m"))
-        out, err = await asyncio.to_thread(tail.communicate, timeout=WAIT)
+        out, err = await asyncio.to_thread(tail.communicate, timeout=PROCESS_WAIT)
     finally:
         if tail.poll() is None:
             tail.kill()
@@ -132,7 +135,8 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
     proc = await _serve(processes, cfg, "--bus", nats_url)
     cfg.write_text(yaml.safe_dump({**good, "models": [{"id": "a", "route": [{"kind": "nope"}]}]}))
 
-    startup = await asyncio.to_thread(_llmgw, "serve", "--config", str(cfg), "--port", "0")
+    with pytest.raises(ConfigError) as startup:  # what `llmgw serve` prints, after its prefix
+        load_config(cfg)
     refused = await asyncio.to_thread(_llmgw, "admin", "reload", "--bus", nats_url)
     cfg.write_text(yaml.safe_dump({**good, "models": [
         *good["models"], {"id": "b", "route": [{"kind": "echo"}]}]}))
@@ -146,9 +150,11 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
             await asyncio.sleep(0.01)
         served = await client.post(CHAT, json=chat("b"))
     logs = await asyncio.to_thread(_llmgw, "logs", "--bus", nats_url, "--model", "b", "--json")
+    # A consumer that was away catches up from the JetStream stream.
+    replayed = await asyncio.to_thread(_llmgw, "events", "--since", "10m", "--filter", "config",
+                                       "--count", "1", "--bus", nats_url)
 
-    assert startup.returncode == 2
-    message = startup.stderr.strip().removeprefix("llmgw: invalid configuration: ")
+    message = str(startup.value)
     assert "models[0].route[0].kind" in message
     assert refused.returncode == 1
     assert refused.stderr.strip() == f"llmgw admin: config reload refused: {message}"
@@ -159,3 +165,26 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
     rows = [json.loads(line) for line in logs.stdout.splitlines()]
     assert [(r["kind"], r["model"], r["status"]) for r in rows] == [
         ("attempt", "b", 200), ("request", "b", 200)]
+    assert replayed.returncode == 0, replayed.stderr
+    event = json.loads(replayed.stdout)
+    assert (event["kind"], event["type"]) == ("config", "ConfigChanged")
+
+
+async def test_sighup_reloads_the_config_file(
+    processes: list[GatewayProcess], tmp_path: Path,
+) -> None:
+    cfg = tmp_path / "gw.yaml"
+    good = config(model("a", {"kind": "echo"}), database={"path": str(tmp_path / "gw.sqlite3")})
+    cfg.write_text(yaml.safe_dump(good))
+    proc = await _serve(processes, cfg)
+    cfg.write_text(yaml.safe_dump({**good, "models": [
+        *good["models"], {"id": "b", "route": [{"kind": "echo"}]}]}))
+    assert proc.proc is not None
+    proc.proc.send_signal(signal.SIGHUP)
+    async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
+        for _ in range(int(WAIT / 0.01)):  # no event reaches this test: bounded polling
+            if "b" in [m["id"] for m in (await client.get("/v1/models")).json()["data"]]:
+                break
+            await asyncio.sleep(0.01)
+        served = await client.post(CHAT, json=chat("b"))
+    assert served.status_code == 200, served.text

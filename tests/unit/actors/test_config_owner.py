@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from actors import ChildSpec, Supervisor, build_tree
-from actors.config_owner import ConfigActor, ConfigState
+from actors import ChildSpec, ConfigActor, ConfigState, Supervisor, build_tree
 from actors.reconfigure import diff
 from bus import InProcessBus, NoRespondersError
 from schemas import (
@@ -44,6 +43,8 @@ def test_diff_adds_endpoints_before_models_and_replaces_changed_ones() -> None:
     assert labels(cfg(("a", 1), ("b", 1)), cfg(("a", 2), ("c", 1))) == [
         "add endpoints/endpoint:c:echo",
         "remove endpoints/endpoint:b:echo",
+        "add keys/keypool:c:echo",
+        "remove keys/keypool:b:echo",
         "replace models/model:a",
         "add models/model:c",
         "remove models/model:b",

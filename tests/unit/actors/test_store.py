@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.store import StoreActor
+from actors import StoreActor
 from bus import InProcessBus
 from schemas import (
     AdminCommand,

@@ -1,0 +1,51 @@
+"""The operator subcommands' argument handling: durations, admin arguments, targets."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from gateway import cli
+from gateway.cli_admin import command_args
+from gateway.cli_common import UsageError, bus_url, parse_duration, redacted
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("10m", 600), ("2h", 7200),
+                                               ("1d", 86_400), ("1.5", 1.5)])
+def test_parse_duration_reads_units(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_parse_duration_of_garbage_raises_usage_error() -> None:
+    with pytest.raises(UsageError, match="not a duration"):
+        parse_duration("soon")
+
+
+def admin_args(*argv: str) -> argparse.Namespace:
+    return cli._parser().parse_args(["admin", *argv])
+
+
+def test_admin_reload_shortcut_is_config_reload() -> None:
+    assert command_args(admin_args("reload")) == ("config", "reload", {})
+
+
+def test_admin_args_merge_json_and_typed_key_values() -> None:
+    got = command_args(admin_args("log", "query", "--json", '{"model": "m"}',
+                                  "--arg", "limit=5", "--arg", "kind=request"))
+    assert got == ("log", "query", {"model": "m", "limit": 5, "kind": "request"})
+
+
+def test_admin_without_verb_for_an_area_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="a verb is needed"):
+        command_args(admin_args("log"))
+
+
+def test_an_inproc_bus_cannot_be_joined_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLMGW_BUS", raising=False)
+    with pytest.raises(UsageError, match="shared bus"):
+        bus_url(admin_args("reload", "--bus", "inproc://"))
+
+
+def test_redacted_masks_passwords_in_urls() -> None:
+    assert redacted("no: nats://op:s3cret@h:4222 down") == "no: nats://op:***@h:4222 down"
