@@ -39,6 +39,7 @@ class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     message: str
     retryable: bool = False
     retry_after: float | None = None
+    param: str | None = None
 
 
 class GatewayError(Exception):
@@ -59,6 +60,7 @@ class GatewayError(Exception):
             message=self.message,
             retryable=self.retryable,
             retry_after=self.retry_after,
+            param=getattr(self, "param", None),
         )
 
 
@@ -227,12 +229,11 @@ def error_from_reply(reply: ErrorReply) -> GatewayError:
     """Turn an ErrorReply back into its GatewayError class (GatewayError when unknown)."""
     cls = _BY_CODE.get(reply.code, GatewayError)
     if cls is GatewayError:
-        err = GatewayError(reply.message, retry_after=reply.retry_after)
-        return err
+        return GatewayError(reply.message, retry_after=reply.retry_after)
     if issubclass(cls, UpstreamError):
         return cls(reply.message, retry_after=reply.retry_after)
     if cls is InvalidRequestError:
-        return InvalidRequestError(reply.message)
+        return InvalidRequestError(reply.message, param=reply.param)
     return cls(reply.message, retry_after=reply.retry_after)
 
 
