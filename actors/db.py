@@ -31,9 +31,11 @@ async def open_db(path: str | Path, migrations: Iterable[Migration] = ()) -> aio
         Path(path).parent.mkdir(parents=True, exist_ok=True)
     db = await aiosqlite.connect(str(path))
     try:
+        # The busy timeout first: switching a new file to WAL takes a lock another process
+        # (a second ``llmgw keys`` run, the server) may hold for a moment.
+        await db.execute("PRAGMA busy_timeout=5000")
         await db.execute("PRAGMA journal_mode=WAL")
         await db.execute("PRAGMA synchronous=NORMAL")
-        await db.execute("PRAGMA busy_timeout=5000")
         for m in migrations:
             for stmt in m.statements:
                 await db.execute(stmt)

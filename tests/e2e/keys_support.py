@@ -1,0 +1,85 @@
+"""Helpers for the callers-and-credentials e2e tests: the ``llmgw keys`` CLI as a subprocess
+against the server's own database, configs with a database in the test's directory, and
+bus queries of pool and endpoint state."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from schemas import (
+    EndpointState,
+    KeyPoolState,
+    KeyPoolStateRequest,
+    StateRequest,
+    raise_for_reply,
+    subjects,
+)
+from tests.e2e.conftest import WAIT, config, gateway_bus
+from tests.fixtures.gateway import REPO, RunningGateway
+
+ADMIN = "boot-admin-key-for-tests"
+SLOW_CIRCUIT = {"failure_threshold": 50, "cooldown_seconds": 30}
+
+
+def db_path(tmp_path: Path) -> str:
+    """The gateway's database in the test's directory."""
+    return str(tmp_path / "gateway.sqlite3")
+
+
+def keys_config(tmp_path: Path, *models: dict[str, Any], key_pool: dict[str, Any] | None = None,
+                routing: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    """A config whose database lives in ``tmp_path``, keys uncached (so a CLI change shows at
+    once), a breaker and a model bench that stay out of the way, ``key_pool`` settings and
+    other ``routing`` keys."""
+    extra.setdefault("auth_cache_seconds", 0)
+    extra.setdefault("admin_key", ADMIN)
+    return config(*models, circuit=SLOW_CIRCUIT,
+                  routing={"key_pool": key_pool or {}, "bench": {"failures": 50},
+                           **(routing or {})},
+                  database={"path": db_path(tmp_path)}, **extra)
+
+
+async def cli(tmp_path: Path, *args: str, check: bool = True,
+              config_file: Path | None = None) -> Any:
+    """``python -m gateway.cli keys <args> --json`` against the test's database (``--db``, or
+    the ``--config`` file when given); its JSON output."""
+    where = ["--config", str(config_file)] if config_file else ["--db", db_path(tmp_path)]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway.cli", "keys", *args, *where, "--json",
+        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"llmgw keys {' '.join(args)} exited {proc.returncode}: "
+                             f"{err.decode()}")
+    return json.loads(out) if out.strip() else None
+
+
+async def create_keys(tmp_path: Path, *roles: str, org: str = "acme") -> list[str]:
+    """One gateway API key per role, created with the CLI (concurrently)."""
+    made = await asyncio.gather(*(
+        cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
+        for i, role in enumerate(roles)))
+    return [m["key"] for m in made]
+
+
+async def pool_state(gw: RunningGateway, endpoint: str) -> KeyPoolState:
+    """The pool's state, asked of its owner."""
+    reply = await gateway_bus(gw).request(subjects.keypool_get(endpoint), KeyPoolStateRequest(),
+                                          reply_type=KeyPoolState, timeout=WAIT)
+    return raise_for_reply(reply)
+
+
+async def endpoint_state(gw: RunningGateway, endpoint: str) -> EndpointState:
+    """The endpoint's health, asked of its owner."""
+    reply = await gateway_bus(gw).request(subjects.endpoint_get(endpoint), StateRequest(),
+                                          reply_type=EndpointState, timeout=WAIT)
+    return raise_for_reply(reply)
+
+
+def admin_http(gw: RunningGateway) -> Any:
+    """An httpx client presenting the bootstrap admin key."""
+    return gw.http(headers={"authorization": f"Bearer {ADMIN}"})

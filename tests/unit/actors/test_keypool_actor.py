@@ -1,0 +1,164 @@
+"""KeyPoolActor and KeyRegistryActor on the in-process bus, with the ModelActors reading them:
+observations mute keys, plans name credentials from the view, refusals are marked."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from actors import build_tree
+from actors.keypool_actor import effective_declaration
+from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from bus import InProcessBus, Subscription
+from schemas import (
+    KeyAcquire,
+    KeyDeclarations,
+    KeyGrant,
+    KeyMuted,
+    KeyPoolState,
+    KeyPoolStateRequest,
+    Observation,
+    ProviderKeyDecl,
+    ProviderKeysChanged,
+    RoutePlan,
+    RouteRequest,
+    raise_for_reply,
+    subjects,
+)
+from schemas.config import GatewayConfig, credential_id
+from tests.unit.actors import WAIT
+
+A, B, P = "sk-a", "sk-b", "sk-pro"
+EID = "m:local-9001"
+
+
+def config(tmp_path: Path, **pool: Any) -> GatewayConfig:
+    return GatewayConfig.model_validate({
+        "database": {"path": str(tmp_path / "gw.sqlite3")},
+        "routing": {"key_pool": {"mute_seconds": 60, **pool},
+                    "circuit": {"failure_threshold": 100}},
+        "models": [
+            {"id": "m", "route": [{"kind": "openai_compat", "base_url": "http://127.0.0.1:9001/v1",
+                                   "api_keys": [A, B, {"key": P, "min_role": "pro"}]}]},
+            {"id": "solo", "route": [{"kind": "openai_compat",
+                                      "base_url": "http://127.0.0.1:9002/v1",
+                                      "api_keys": [{"key": P, "min_role": "free"}]}]},
+        ],
+    })
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+async def plan(bus: InProcessBus, model: str, caller: str, role: str | None) -> RoutePlan:
+    reply = await bus.request(subjects.model_route(model),
+                              RouteRequest(model=model, caller=caller, role=role),
+                              reply_type=RoutePlan, timeout=WAIT)
+    return raise_for_reply(reply)
+
+
+async def next_state(sub: Subscription, where: Callable[[KeyPoolState], bool]) -> KeyPoolState:
+    with anyio.fail_after(WAIT):
+        async for env in sub:
+            if isinstance(env.message, KeyPoolState) and where(env.message):
+                return env.message
+    raise AssertionError("subscription ended")
+
+
+def fail(cid: str, status: int | None = 429, role: str = "free") -> Observation:
+    return Observation(endpoint=EID, model="m", outcome="failure", status=status,
+                       credential_id=cid, role=role, caller="key:x")
+
+
+async def test_observed_failure_mutes_the_key_and_plans_move_to_the_next(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    root = build_tree(config(tmp_path))
+    await root.start(bus)
+    try:
+        assert (await plan(bus, "m", "c1", "free")).candidates[0].credential_id == credential_id(A)
+        assert (await plan(bus, "m", "c2", "pro")).candidates[0].credential_id == credential_id(P)
+        async with bus.subscribe(subjects.keypool_state(EID)) as states, \
+                bus.subscribe(subjects.event("keypool")) as events:
+            await bus.publish(subjects.observation(EID), fail(credential_id(A)))
+            st = await next_state(states, lambda s: any(k.muted_until for k in s.keys))
+            assert [k.credential_id for k in st.keys if k.muted_until] == [credential_id(A)]
+            with anyio.fail_after(WAIT):
+                async for env in events:
+                    assert isinstance(env.message, KeyMuted)
+                    assert env.message.seconds == pytest.approx(60, abs=1)
+                    break
+        assert (await plan(bus, "m", "c3", "free")).candidates[0].credential_id == credential_id(B)
+    finally:
+        await root.stop()
+
+
+async def test_refused_route_is_marked_and_a_reservation_only_refusal_is_restricted(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    root = build_tree(config(tmp_path))
+    await root.start(bus)
+    try:
+        # P is declared free on "solo" but pro on "m": the most restrictive declaration wins.
+        got = await plan(bus, "solo", "c1", "free")
+        assert got.reason == "key_pool"
+        (c,) = got.candidates
+        assert c.refusal == "key_pool_role_restricted" and c.credential_id == ""
+        assert c.retry_after is None
+        assert (await plan(bus, "solo", "c2", "pro")).candidates[0].credential_id == \
+            credential_id(P)
+        grant = raise_for_reply(await bus.request(
+            subjects.keypool_acquire(EID), KeyAcquire(caller="t", role="internal"),
+            reply_type=KeyGrant, timeout=WAIT))
+        assert grant.credential_id == credential_id(P)
+    finally:
+        await root.stop()
+
+
+async def test_registry_reload_applies_database_keys_and_reservations_to_live_pools(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    cfg = config(tmp_path)
+    root = build_tree(cfg)
+    await root.start(bus)
+    store = ProviderKeyStore(LazyDb(cfg.database.path, [PROVIDER_KEYS]))
+    try:
+        decl = await store.add("sk-db", endpoint=EID, base_url="", min_role="free", now=1.0)
+        await store.reserve(credential_id(A), "internal", 2.0)
+        async with bus.subscribe(subjects.keypool_state(EID)) as states:
+            reply = raise_for_reply(await bus.request(
+                subjects.KEYS_CHANGED, ProviderKeysChanged(reason="test"),
+                reply_type=KeyDeclarations, timeout=WAIT))
+            st = await next_state(states, lambda s: s.declarations >= reply.seq)
+        assert [(k.credential_id, k.min_role, k.source) for k in st.keys] == [
+            (credential_id(A), "internal", "config"),
+            (credential_id(B), "free", "config"),
+            (credential_id(P), "pro", "config"),
+            (decl.credential_id, "free", "database"),
+        ]
+        got = await bus.request(subjects.keypool_get(EID), KeyPoolStateRequest(),
+                                reply_type=KeyPoolState, timeout=WAIT)
+        assert got == st
+        # A free caller no longer sees A: the view followed the new declaration.
+        assert (await plan(bus, "m", "c1", "free")).candidates[0].credential_id == credential_id(B)
+    finally:
+        await store.db.aclose()
+        await root.stop()
+
+
+def test_database_keys_join_by_endpoint_or_base_url_after_the_configured_ones() -> None:
+    decls = KeyDeclarations(db_keys=(
+        ProviderKeyDecl(key_id="1", credential_id="k-x", endpoint="other"),
+        ProviderKeyDecl(key_id="2", credential_id="k-y", base_url="http://h/v1", min_role="pro"),
+        ProviderKeyDecl(key_id="3", credential_id="k-a", endpoint="p"),
+    ), reservations={"k-a": "internal", "k-y": "free"})
+    assert effective_declaration("p", "http://h/v1/", (("k-a", "free"),), decls) == [
+        ("k-a", "internal", "config"), ("k-y", "pro", "database")]
