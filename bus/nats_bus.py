@@ -168,6 +168,19 @@ class NatsBus:
         except nats.errors.Error as exc:
             raise BusClosedError(f"JetStream stream {name}: {exc!r}") from exc
 
+    async def delete_stream(self, name: str) -> None:
+        """Delete the JetStream stream ``name`` (a missing one is fine).
+
+        Raises BusClosedError when JetStream is unavailable.
+        """
+        self._check_open()
+        try:
+            await self._nc.jetstream().delete_stream(name)
+        except nats.js.errors.NotFoundError:
+            return
+        except nats.errors.Error as exc:
+            raise BusClosedError(f"JetStream stream {name}: {exc!r}") from exc
+
     def replay(
         self, subject: str, *, stream: str, since: float
     ) -> AbstractAsyncContextManager[BufferedSubscription]:

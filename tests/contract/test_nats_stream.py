@@ -26,6 +26,15 @@ async def nats_bus(nats_url: str) -> AsyncIterator[NatsBus]:
 async def test_replay_delivers_what_the_stream_kept_then_live_messages(nats_bus: NatsBus) -> None:
     stream, kind = f"TEST_{time.monotonic_ns()}", f"replay{time.monotonic_ns()}"
     subject = subjects.event(kind)
+    try:
+        await _replay_then_follow(nats_bus, stream, subject)
+    finally:
+        # A stream left on llmgw.events.<kind> would overlap the gateway's own events stream
+        # on a shared server, and JetStream refuses overlapping streams.
+        await nats_bus.delete_stream(stream)
+
+
+async def _replay_then_follow(nats_bus: NatsBus, stream: str, subject: str) -> None:
     await nats_bus.ensure_stream(stream, [subject], max_age=60, max_msgs=10)
     await nats_bus.ensure_stream(stream, [subject], max_age=120, max_msgs=10)  # an update
     since = time.time() - 1
