@@ -2,7 +2,8 @@
 healthy, and back, without flapping (spec "Degraded mode").
 
 A scheduled health pass takes the healthy-endpoint ratio from a view of every endpoint's
-state (an endpoint with no reported state yet counts as healthy). Entry needs the ratio below
+state (an endpoint with no reported state yet counts as healthy, and while degraded so does
+one awaiting its probe: see ``is_healthy``). Entry needs the ratio below
 ``threshold`` for ``entry_seconds``; exit needs it at or above for the longer
 ``exit_seconds``. Transitions are ``ModeChanged`` events on ``llmgw.events.mode``; ModelActors
 follow them (no exploration while degraded).
@@ -56,10 +57,22 @@ class DegradedMode:
         return True
 
 
-def is_healthy(st: EndpointState, now: float, min_availability: float) -> bool:
-    """Closed circuit, not benched, availability at or above the floor."""
-    benched = st.benched_until is not None and now < st.benched_until
-    return st.circuit_state == "closed" and not benched and st.availability >= min_availability
+def is_healthy(st: EndpointState, now: float, min_availability: float, *,
+               degraded: bool = False) -> bool:
+    """Not benched, closed circuit, availability at or above the floor.
+
+    While degraded, no client traffic probes or scores a route the configured order leaves
+    out, so a route awaiting its probe (half-open, none out) counts as healthy and
+    availability (which only traffic moves) is not asked: unprobed is usable until a probe
+    says otherwise. Otherwise a route that opened while degraded could never come back, and
+    the deployment could never leave degraded mode.
+    """
+    if st.benched_until is not None and now < st.benched_until:
+        return False
+    if degraded:
+        return st.circuit_state == "closed" or (
+            st.circuit_state == "half_open" and not st.probe_in_flight)
+    return st.circuit_state == "closed" and st.availability >= min_availability
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +109,10 @@ class DegradedModeActor(Actor):
         """Share of known endpoints that are healthy (unreported ones count as healthy)."""
         if not self._endpoints:
             return 1.0
+        degraded = self.machine.mode == DEGRADED
         healthy = sum(1 for e in self._endpoints
-                      if (st := self._states.get(e)) is None or is_healthy(st, now, self._floor))
+                      if (st := self._states.get(e)) is None
+                      or is_healthy(st, now, self._floor, degraded=degraded))
         return healthy / len(self._endpoints)
 
     async def health_pass(self) -> None:

@@ -117,8 +117,12 @@ class EndpointActor(Actor):
         if not self.health.benched(now):
             return
         if result.ok:
-            self.health.lift_bench()
-            await self._bench_changed(False, "background probe succeeded", now)
+            if self.health.probe_succeeded(now):
+                await self._bench_changed(False, "background probe succeeded", now)
+            elif (until := self.health.benched_until) is not None:
+                # The provider's Retry-After still holds it: the bench ends there instead.
+                self.ctx.call_later(until - now, _BenchOver())
+                await self._publish_state()
         else:
             self.health.rebench(now)
             await self._bench_changed(True, f"background probe failed: {result.detail}", now)

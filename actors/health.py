@@ -38,6 +38,7 @@ class EndpointHealth:
         self.settings = settings
         self.bench = bench or BenchConfig()
         self.benched_until: float | None = None
+        self.floor_until: float | None = None  # the provider's latest Retry-After, absolute
         self._recent_failures: deque[float] = deque()
         self.availability = 1.0
         self.consecutive_failures = 0
@@ -79,6 +80,7 @@ class EndpointHealth:
         if retry_after and (until is not None or self.benched(now)):
             # Also on the failure that starts the bench: its Retry-After is a floor too.
             until = max(until or 0.0, now + retry_after)
+            self.floor_until = max(self.floor_until or 0.0, now + retry_after)
         if until is None:
             return False
         started = not self.benched(now)
@@ -86,11 +88,20 @@ class EndpointHealth:
         return started
 
     def lift_bench(self) -> bool:
-        """End the bench (a background probe succeeded); True if there was one."""
+        """End the bench (it ran out); True if there was one."""
         was = self.benched_until is not None
         self.benched_until = None
+        self.floor_until = None
         self._recent_failures.clear()
         return was
+
+    def probe_succeeded(self, now: float) -> bool:
+        """A background probe succeeded: end the bench, but not before the provider's
+        Retry-After (the bench then ends at that floor). True when it ended now."""
+        if self.floor_until is not None and now < self.floor_until:
+            self.benched_until = self.floor_until
+            return False
+        return self.lift_bench()
 
     def rebench(self, now: float) -> None:
         """A background probe failed: bench again for a full duration."""

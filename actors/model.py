@@ -32,6 +32,7 @@ from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     AllCircuitsOpenError,
     EndpointState,
+    ErrorCode,
     FirstToken,
     InvalidRequestError,
     KeyPoolState,
@@ -215,6 +216,8 @@ class ModelActor(Actor):
         limit = self._routing.bench.model_breaker_failures
         if not limit or obs.outcome not in ("success", "failure"):
             return
+        if obs.error_kind == ErrorCode.KEY_POOL_EXHAUSTED.value:
+            return  # a key-pool refusal sent nothing upstream: no failure of the model's
         self._streak = 0 if obs.outcome == "success" else self._streak + 1
         if self._streak >= limit and now >= self._tripped_until:
             self._tripped_until = now + self._routing.circuit.cooldown_seconds

@@ -1,0 +1,504 @@
+"""The model bench, its background probe, the per-model breaker and the all-benched 503.
+
+Pure ``EndpointHealth`` rules first (sliding window, Retry-After as a floor, lift, re-bench),
+then the EndpointActor's events (``BenchChanged`` on ``llmgw.events.bench``, ``ProbeDue`` on
+``llmgw.probe.due``) and the ModelActor's refusals (``AllCircuitsOpenError`` with the time to
+the earliest recovery, ``ModelBreakerTripped``). Actors run on the in-process bus with a fake
+clock; timers that must fire use sub-second durations and are awaited as events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from actors import ChildSpec, EndpointActor, ModelActor, Supervisor
+from actors.health import EndpointHealth
+from bus import InProcessBus, Subscription
+from schemas import (
+    BenchChanged,
+    EndpointState,
+    ErrorCode,
+    ErrorReply,
+    ModelBreakerTripped,
+    Observation,
+    ProbeDue,
+    ProbeResult,
+    RouteCandidate,
+    RoutePlan,
+    RouteRequest,
+    subjects,
+)
+from schemas.config import (
+    BenchConfig,
+    CircuitConfig,
+    FailoverConfig,
+    ModelConfig,
+    RouteConfig,
+    RoutingConfig,
+)
+from tests.unit.actors import WAIT, FakeClock, next_event
+
+EP = "m:local-8001"
+CIRCUIT = CircuitConfig(failure_threshold=100, cooldown_seconds=30)
+BENCH = BenchConfig(failures=3, window_seconds=900, duration_seconds=600)
+
+
+def health(**bench: Any) -> EndpointHealth:
+    return EndpointHealth(CIRCUIT, BenchConfig(**{**BENCH.model_dump(), **bench}))
+
+
+# -- settings -----------------------------------------------------------------------------
+
+
+def test_failover_bench_and_timeout_settings_default_to_the_spec_numbers() -> None:
+    route = RouteConfig(kind="echo")
+    assert (FailoverConfig().max_attempts, FailoverConfig().budget_seconds) == (20, 45.0)
+    assert (route.ttft_timeout_seconds, route.idle_timeout_seconds) == (120.0, 60.0)
+    b = BenchConfig()
+    assert (b.failures, b.window_seconds, b.duration_seconds) == (3, 900.0, 600.0)
+    assert (b.probe_after_fraction, b.model_breaker_failures) == (0.5, 0)
+
+
+# -- EndpointHealth: the sliding window -------------------------------------------------------
+
+
+def test_bench_third_retryable_failure_in_window_benches_for_the_duration() -> None:
+    h = health()
+
+    started = [h.note_retryable_failure(t) for t in (0.0, 100.0, 200.0)]
+
+    assert started == [False, False, True]
+    assert h.benched_until == 800.0
+    assert h.benched(799.9) and not h.benched(800.0)
+
+
+def test_bench_failures_spread_wider_than_the_window_never_bench() -> None:
+    h = health()
+
+    started = [h.note_retryable_failure(t) for t in (0.0, 500.0, 900.0, 1400.0, 1800.0)]
+
+    # Any three of them span more than 900 s, so no window ever holds three.
+    assert started == [False] * 5
+    assert h.benched_until is None
+
+
+def test_bench_retry_after_alone_below_the_failure_count_benches_nothing() -> None:
+    h = health()
+
+    assert not h.note_retryable_failure(0.0, retry_after=120.0)
+    assert h.benched_until is None  # one 429 is the credential's business, not the model's
+
+
+# -- EndpointHealth: Retry-After is a floor ---------------------------------------------------
+
+
+def test_bench_retry_after_on_the_benching_failure_lengthens_the_bench() -> None:
+    h = health(duration_seconds=30)
+    h.note_retryable_failure(0.0)
+    h.note_retryable_failure(1.0)
+
+    assert h.note_retryable_failure(2.0, retry_after=60.0)
+    assert h.benched_until == 62.0
+
+
+def test_bench_shorter_retry_after_on_the_benching_failure_keeps_the_full_duration() -> None:
+    h = health(duration_seconds=30)
+    for t in (0.0, 1.0):
+        h.note_retryable_failure(t)
+
+    h.note_retryable_failure(2.0, retry_after=1.0)
+
+    assert h.benched_until == 32.0
+
+
+def test_bench_shorter_retry_after_never_shortens_a_running_bench() -> None:
+    h = health(duration_seconds=30)
+    for t in (0.0, 1.0, 2.0):
+        h.note_retryable_failure(t)
+
+    started = h.note_retryable_failure(10.0, retry_after=1.0)
+
+    assert not started
+    assert h.benched_until == 32.0
+
+
+def test_bench_longer_retry_after_while_benched_extends_without_a_new_bench() -> None:
+    h = health(duration_seconds=30)
+    for t in (0.0, 1.0, 2.0):
+        h.note_retryable_failure(t)
+
+    started = h.note_retryable_failure(10.0, retry_after=120.0)
+
+    assert not started  # an extension, not a new bench
+    assert h.benched_until == 130.0
+
+
+# -- EndpointHealth: lift and re-bench ---------------------------------------------------------
+
+
+def test_bench_lift_clears_the_window_so_the_next_failure_alone_does_not_rebench() -> None:
+    h = health()
+    for t in (0.0, 1.0, 2.0):
+        h.note_retryable_failure(t)
+    h.note_retryable_failure(3.0)  # counted while benched
+
+    assert h.lift_bench()
+    assert not h.note_retryable_failure(4.0)
+    assert not h.note_retryable_failure(5.0)
+    assert h.benched_until is None
+    assert h.note_retryable_failure(6.0)
+
+
+def test_bench_failed_probe_rebenches_for_a_full_duration_from_now() -> None:
+    h = health(duration_seconds=30)
+    for t in (0.0, 1.0, 2.0):
+        h.note_retryable_failure(t)
+
+    h.rebench(17.0)
+
+    assert h.benched_until == 47.0
+
+
+def test_bench_probe_success_before_the_retry_after_floor_ends_the_bench_at_the_floor() -> None:
+    h = health(duration_seconds=600)
+    for t in (0.0, 1.0):
+        h.note_retryable_failure(t)
+    h.note_retryable_failure(2.0, retry_after=60.0)
+
+    assert not h.probe_succeeded(30.0)
+    assert h.benched_until == 62.0  # shortened to the provider's floor, not below it
+    assert h.probe_succeeded(62.0)
+    assert h.benched_until is None
+
+
+def test_bench_probe_success_after_the_floor_lifts_at_once() -> None:
+    h = health(duration_seconds=600)
+    for t in (0.0, 1.0):
+        h.note_retryable_failure(t)
+    h.note_retryable_failure(2.0, retry_after=5.0)
+
+    assert h.probe_succeeded(300.0)
+    assert h.benched_until is None and h.floor_until is None
+
+
+# -- EndpointActor: events ------------------------------------------------------------------
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    c = FakeClock()
+    c.now = 1000.0
+    return c
+
+
+CANDIDATE = RouteCandidate(endpoint=EP, kind="openai_compat", base_url="http://127.0.0.1:8001/v1",
+                           upstream_model="up", credential_id="k-1")
+
+
+@asynccontextmanager
+async def running_endpoint(bus: InProcessBus, clock: FakeClock,
+                           **bench: Any) -> AsyncIterator[EndpointActor]:
+    settings = BenchConfig(**{**BENCH.model_dump(), **bench})
+    actor = EndpointActor(EP, "m", CIRCUIT, bench=settings, candidate=CANDIDATE, clock=clock)
+    root = Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
+    await root.start(bus)
+    try:
+        yield actor
+    finally:
+        await root.stop()
+
+
+@asynccontextmanager
+async def subscribed(bus: InProcessBus, subject: str) -> AsyncIterator[Subscription]:
+    async with bus.subscribe(subject) as sub:
+        yield sub
+
+
+def obs(outcome: str, **kw: Any) -> Observation:
+    return Observation(endpoint=EP, model="m", outcome=outcome, **kw)
+
+
+async def observe(bus: InProcessBus, *observations: Observation) -> None:
+    for o in observations:
+        await bus.publish(subjects.observation(EP), o)
+
+
+async def test_endpoint_third_failure_across_credentials_benches_with_event_and_state(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            subscribed(bus, subjects.endpoint_state(EP)) as states, \
+            running_endpoint(bus, clock):
+        await observe(bus, *(obs("failure", status=500, credential_id=f"k-{i}")
+                             for i in (1, 2, 3)))
+        bench = await next_event(events, BenchChanged)
+        while (st := await next_event(states, EndpointState)).benched_until is None:
+            pass
+
+    assert (bench.endpoint, bench.model, bench.benched) == (EP, "m", True)
+    assert bench.until == st.benched_until == clock.now + 600
+    assert "3 failures within 900 s" in bench.reason
+
+
+async def test_endpoint_cancelled_and_client_error_observations_never_bench(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            subscribed(bus, subjects.endpoint_state(EP)) as states, \
+            running_endpoint(bus, clock, failures=1):
+        await next_event(states, EndpointState)  # the initial state
+        await observe(bus, *(obs("cancelled") for _ in range(5)),
+                      *(obs("client_error", status=400) for _ in range(5)))
+        await observe(bus, obs("failure", status=500))  # a barrier: this one benches
+        bench = await next_event(events, BenchChanged)
+        st = await next_event(states, EndpointState)
+
+    assert bench.benched
+    assert st.consecutive_failures == 1  # nothing before the barrier counted
+
+
+async def test_endpoint_key_pool_refusals_sent_nothing_and_never_bench(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.endpoint_state(EP)) as states, \
+            running_endpoint(bus, clock, failures=2):
+        await next_event(states, EndpointState)  # the initial state
+        await observe(bus, *(obs("failure", status=None, error_kind="key_pool_exhausted",
+                                 retry_after=20.0) for _ in range(3)),
+                      obs("failure", status=500))
+        while (st := await next_event(states, EndpointState)).consecutive_failures < 4:
+            pass
+
+    assert st.benched_until is None  # one upstream failure of the two a bench needs
+
+
+async def test_endpoint_benched_route_publishes_probe_due_and_an_ok_result_lifts(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            subscribed(bus, subjects.PROBE_DUE) as due, \
+            running_endpoint(bus, clock, failures=1, duration_seconds=0.2,
+                             probe_after_fraction=0.25):
+        await observe(bus, obs("failure", status=503))
+        benched = await next_event(events, BenchChanged)
+        probe = await next_event(due, ProbeDue)
+        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=True))
+        lifted = await next_event(events, BenchChanged)
+
+    assert benched.benched and not lifted.benched
+    assert (probe.endpoint, probe.model, probe.candidate) == (EP, "m", CANDIDATE)
+    assert lifted.reason == "background probe succeeded"
+    assert lifted.until is None
+
+
+async def test_endpoint_ok_probe_before_the_retry_after_floor_lifts_only_when_it_passes(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            subscribed(bus, subjects.endpoint_state(EP)) as states, \
+            running_endpoint(bus, clock, failures=1, duration_seconds=600):
+        await observe(bus, obs("failure", status=429, retry_after=0.1))
+        await next_event(events, BenchChanged)
+        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=True))
+        while (st := await next_event(states, EndpointState)).benched_until != 1000.1:
+            pass
+        clock.now += 1  # past the floor: its timer lifts the bench
+        lifted = await next_event(events, BenchChanged)
+
+    assert st.benched_until == pytest.approx(1000.1)
+    assert not lifted.benched and lifted.reason == "bench ran out"
+
+
+async def test_endpoint_failed_probe_result_rebenches_for_a_full_duration(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            running_endpoint(bus, clock, failures=1, duration_seconds=600):
+        await observe(bus, obs("failure", status=503))
+        first = await next_event(events, BenchChanged)
+        clock.now += 400
+        await bus.publish(subjects.endpoint_probe_result(EP),
+                          ProbeResult(endpoint=EP, ok=False, detail="HTTP 503"))
+        again = await next_event(events, BenchChanged)
+
+    assert first.until == 1600.0
+    assert again.benched and again.until == 2000.0
+    assert again.reason == "background probe failed: HTTP 503"
+
+
+async def test_endpoint_probe_result_for_a_route_not_benched_changes_nothing(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            running_endpoint(bus, clock, failures=1):
+        await bus.publish(subjects.endpoint_probe_result(EP),
+                          ProbeResult(endpoint=EP, ok=False, detail="late"))
+        await observe(bus, obs("failure", status=503))  # a barrier
+        bench = await next_event(events, BenchChanged)
+
+    assert bench.reason.startswith("1 failures within")  # the barrier's, not the late result's
+
+
+async def test_endpoint_bench_running_out_lifts_with_an_event(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            running_endpoint(bus, clock, failures=1, duration_seconds=0.1):
+        await observe(bus, obs("failure", status=503))
+        await next_event(events, BenchChanged)
+        clock.now += 1  # past the bench: the probe is skipped, the end timer lifts it
+        lifted = await next_event(events, BenchChanged)
+
+    assert not lifted.benched and lifted.reason == "bench ran out"
+
+
+# -- ModelActor: all benched, and the per-model breaker -------------------------------------
+
+
+A, B = "m:local-8001", "m:local-8002"
+
+
+def model_config() -> ModelConfig:
+    return ModelConfig.model_validate({"id": "m", "route": [
+        {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{p}/v1"} for p in (8001, 8002)]})
+
+
+@asynccontextmanager
+async def running_model(bus: InProcessBus, clock: FakeClock,
+                        **routing: Any) -> AsyncIterator[ModelActor]:
+    settings = RoutingConfig.model_validate({"affinity": {"enabled": False}, **routing})
+    root = Supervisor("test", children=[
+        ChildSpec("model", lambda: ModelActor(model_config(), settings, clock=clock))])
+    await root.start(bus)
+    try:
+        actor = root.child("model")
+        assert isinstance(actor, ModelActor)
+        yield actor
+    finally:
+        await root.stop()
+
+
+async def ask(bus: InProcessBus) -> RoutePlan | ErrorReply:
+    return await bus.request(subjects.model_route("m"), RouteRequest(model="m"),
+                             reply_type=RoutePlan, timeout=WAIT)
+
+
+async def until_refused(bus: InProcessBus) -> ErrorReply:
+    """Ask for plans until the model refuses (the view folds states asynchronously; no event
+    says so, so a bounded loop of awaited requests)."""
+    for _ in range(100):
+        reply = await ask(bus)
+        if isinstance(reply, ErrorReply):
+            return reply
+    raise AssertionError("the model never refused")
+
+
+async def bench(bus: InProcessBus, ep: str, until: float, seq: int) -> None:
+    await bus.publish(subjects.endpoint_state(ep), EndpointState(
+        endpoint=ep, model="m", circuit_state="closed", availability=1.0, benched_until=until,
+        seq=seq))
+
+
+async def test_model_with_every_route_benched_answers_retry_after_to_the_earliest_recovery(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with running_model(bus, clock):
+        await bench(bus, A, clock.now + 600, 1)
+        await bench(bus, B, clock.now + 45, 2)
+        refused = await until_refused(bus)
+
+    assert refused.code == ErrorCode.ALL_CIRCUITS_OPEN.value
+    assert refused.retry_after == pytest.approx(45.0)
+
+
+async def test_model_with_one_route_benched_plans_only_the_other(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with running_model(bus, clock):
+        await bench(bus, A, clock.now + 600, 1)
+        for _ in range(100):  # until the view has folded the state
+            first = await ask(bus)
+            assert isinstance(first, RoutePlan), first
+            if A not in [c.endpoint for c in first.candidates]:
+                break
+        plans = [await ask(bus) for _ in range(20)]
+
+    assert all(isinstance(p, RoutePlan) and [c.endpoint for c in p.candidates] == [B]
+               for p in plans)
+
+
+def model_obs(ep: str, outcome: str) -> Observation:
+    return Observation(endpoint=ep, model="m", outcome=outcome, status=500)
+
+
+async def test_model_breaker_after_n_consecutive_failures_on_any_route_trips_and_refuses(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("model_breaker")) as events, \
+            running_model(bus, clock, bench={"model_breaker_failures": 3},
+                          circuit={"cooldown_seconds": 30}):
+        for ep, outcome in ((A, "failure"), (B, "failure"), (A, "failure")):
+            await bus.publish(subjects.observation(ep), model_obs(ep, outcome))
+        tripped = await next_event(events, ModelBreakerTripped)
+        refused = await ask(bus)
+        clock.now += 30
+        after = await ask(bus)
+
+    assert (tripped.model, tripped.failures, tripped.until) == ("m", 3, 1030.0)
+    assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.ALL_CIRCUITS_OPEN.value
+    assert refused.retry_after == pytest.approx(30.0)
+    assert isinstance(after, RoutePlan)
+
+
+async def test_model_breaker_streak_resets_on_success_and_ignores_cancels_and_client_errors(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("model_breaker")) as events, \
+            running_model(bus, clock, bench={"model_breaker_failures": 2}):
+        # One route, one subscription: the actor sees these in order.
+        for outcome in ("failure", "success", "failure", "cancelled", "client_error"):
+            await bus.publish(subjects.observation(A), model_obs(A, outcome))
+        before = await ask(bus)
+        await bus.publish(subjects.observation(A), model_obs(A, "failure"))
+        tripped = await next_event(events, ModelBreakerTripped)
+
+    # The success broke the first streak; the cancel and the 400 neither count nor reset.
+    assert isinstance(before, RoutePlan), before
+    assert tripped.failures == 2
+
+
+async def test_model_breaker_ignores_key_pool_refusals_which_sent_nothing(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    refusal = Observation(endpoint=A, model="m", outcome="failure",
+                          error_kind="key_pool_exhausted", retry_after=20.0)
+    async with subscribed(bus, subjects.event("model_breaker")) as events, \
+            running_model(bus, clock, bench={"model_breaker_failures": 2}):
+        for o in (model_obs(A, "failure"), refusal, refusal):
+            await bus.publish(subjects.observation(A), o)
+        before = await ask(bus)
+        await bus.publish(subjects.observation(A), model_obs(A, "failure"))
+        tripped = await next_event(events, ModelBreakerTripped)
+
+    assert isinstance(before, RoutePlan), before  # two refusals made no streak
+    assert tripped.failures == 2  # and did not break the real one either
+
+
+async def test_model_breaker_at_zero_never_trips(bus: InProcessBus, clock: FakeClock) -> None:
+    async with running_model(bus, clock, circuit={"cooldown_seconds": 30}):
+        for _ in range(10):
+            await bus.publish(subjects.observation(A), model_obs(A, "failure"))
+        replies = [await ask(bus) for _ in range(20)]
+
+    assert all(isinstance(r, RoutePlan) for r in replies)
