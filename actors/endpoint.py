@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from actors.base import Actor, ActorContext, Serve
-from actors.health import OPEN, EndpointHealth, Transition
+from actors.health import HALF_OPEN, OPEN, EndpointHealth, Transition
 from bus import Envelope
 from schemas import (
     AuthRejected,
@@ -18,6 +18,7 @@ from schemas import (
     ErrorCode,
     Observation,
     ProbeDue,
+    ProbeFirstByte,
     ProbeGrant,
     ProbeRequest,
     ProbeResult,
@@ -94,6 +95,8 @@ class EndpointActor(Actor):
                 await env.respond(self.state())
             case ProbeResult() as result:
                 await self._probe_result(result)
+            case ProbeFirstByte() as first:
+                await self._probe_first_byte(first)
 
     async def handle_local(self, msg: object) -> None:
         """Timers: an elapsed cooldown, an overdue probe, a bench's probe or its end."""
@@ -157,9 +160,17 @@ class EndpointActor(Actor):
             benched_until=h.benched_until,
         )
 
+    async def _probe_first_byte(self, first: ProbeFirstByte) -> None:
+        h = self.health
+        if h.state != HALF_OPEN or not h.probe_in_flight or h.is_stale_probe(first.request_id):
+            return
+        await self._after(h.record_success(self._clock(), probe=True))
+
     async def _grant_probe(self, request_id: str = "") -> ProbeGrant:
         now = self._clock()
         await self._after(self.health.tick(now))
+        # A probe with no verdict within one cooldown counts as hung (a stream's verdict is its
+        # first byte, ProbeFirstByte, so a long healthy stream is not cut short).
         timeout = self._settings.cooldown_seconds
         if self.health.try_acquire_probe(now, timeout, request_id):
             self.ctx.call_later(timeout, _Tick())

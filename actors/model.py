@@ -41,6 +41,7 @@ from schemas import (
     ModelBreakerTripped,
     ModelStatus,
     ModelStatusRequest,
+    ModeRequest,
     NoRouteForModalityError,
     Observation,
     PinNotFoundError,
@@ -126,6 +127,7 @@ class ModelActor(Actor):
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
         await self._restore()
+        await self._seed_mode(ctx)
         for r in self._table.routes:
             try:
                 reply = await ctx.bus.request(subjects.endpoint_get(r.endpoint), StateRequest(),
@@ -134,6 +136,16 @@ class ModelActor(Actor):
                 continue
             if isinstance(reply, EndpointState):
                 r.state = reply
+
+    async def _seed_mode(self, ctx: ActorContext) -> None:
+        """A restarted ModelActor learns the deployment mode (absent at first boot: normal)."""
+        try:
+            mode = await ctx.bus.request(subjects.MODE_GET, ModeRequest(),
+                                         reply_type=ModeChanged, timeout=0.5)
+        except (NoRespondersError, RequestTimeoutError):
+            return
+        if isinstance(mode, ModeChanged):
+            self._degraded = mode.mode == "degraded"
 
     async def on_stop(self) -> None:
         """Persist pins not yet flushed."""

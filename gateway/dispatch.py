@@ -31,6 +31,7 @@ from schemas import (
     KeyPoolRoleRestrictedError,
     Message,
     Observation,
+    ProbeFirstByte,
     RouteCandidate,
     RoutePlan,
     UpstreamError,
@@ -333,6 +334,10 @@ class Dispatcher:
                     await self._publish(subjects.model_first_token(info.model),
                                         FirstToken(endpoint=c.endpoint,
                                                    request_id=info.request_id))
+                if c.probe:  # the probe's verdict is its first byte, not the stream's end
+                    await self._publish(subjects.endpoint_probe_result(c.endpoint),
+                                        ProbeFirstByte(endpoint=c.endpoint,
+                                                       request_id=info.request_id))
                 return StreamAttempt(self, info, c, attempt, started, first, chunks,
                                      target.idle_timeout)
             await _aclose(chunks)

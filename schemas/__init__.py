@@ -75,6 +75,7 @@ from schemas.routing import (
     ModeRequest,
     Observation,
     ProbeDue,
+    ProbeFirstByte,
     ProbeGrant,
     ProbeRequest,
     ProbeResult,
@@ -87,6 +88,7 @@ from schemas.routing import (
 )
 
 Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
+    ProbeFirstByte,
     ModelBreakerTripped,
     BenchChanged,
     ModeChanged,
@@ -180,6 +182,7 @@ __all__ = [
     "PinNotFoundError",
     "PoolKey",
     "ProbeDue",
+    "ProbeFirstByte",
     "ProbeGrant",
     "ProbeRequest",
     "ProbeResult",

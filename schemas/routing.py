@@ -184,3 +184,11 @@ class ProbeResult(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 class ModeRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Ask the DegradedModeActor for the current mode (answered with ModeChanged)."""
+
+
+class ProbeFirstByte(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A half-open probe sent as a stream produced its first chunk: the endpoint answers, so
+    the circuit can close now rather than when a long stream ends."""
+
+    endpoint: str
+    request_id: str

@@ -17,6 +17,7 @@ from schemas import (
     CircuitTransition,
     EndpointState,
     Observation,
+    ProbeFirstByte,
     ProbeGrant,
     ProbeRequest,
     StateRequest,
@@ -203,6 +204,30 @@ async def test_endpoint_probe_outcome_closes_or_reopens(
     assert endpoint.state().probe_in_flight is False
     if new == "open":
         assert endpoint.state().open_until == clock.now + 30
+
+
+async def test_endpoint_stream_probe_closes_at_its_first_byte_not_at_stream_end(
+    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+) -> None:
+    await open_circuit(bus, circuit)
+    clock.now += 30
+    reply = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(request_id="r1"),
+                              reply_type=ProbeGrant, timeout=2)
+    assert isinstance(reply, ProbeGrant) and reply.granted
+    await next_event(circuit, CircuitTransition)  # open -> half_open
+
+    await bus.publish(subjects.endpoint_probe_result(EP),
+                      ProbeFirstByte(endpoint=EP, request_id="someone-else"))
+    # A request queues behind the event in the actor's mailbox: the stale byte was ignored.
+    after_stale = await bus.request(subjects.endpoint_get(EP), StateRequest(),
+                                    reply_type=EndpointState, timeout=2)
+    await bus.publish(subjects.endpoint_probe_result(EP),
+                      ProbeFirstByte(endpoint=EP, request_id="r1"))
+    closed = await next_event(circuit, CircuitTransition)
+
+    assert isinstance(after_stale, EndpointState) and after_stale.circuit_state == "half_open"
+    assert (closed.old, closed.new) == ("half_open", "closed")
+    assert endpoint.state().probe_in_flight is False
 
 
 async def test_endpoint_cooldown_elapsing_half_opens_without_any_request(
