@@ -188,20 +188,6 @@ def test_bench_probe_success_after_the_floor_lifts_at_once() -> None:
 # -- EndpointActor: events ------------------------------------------------------------------
 
 
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
-
-
 CANDIDATE = RouteCandidate(endpoint=EP, kind="openai_compat", base_url="http://127.0.0.1:8001/v1",
                            upstream_model="up", credential_id="k-1")
 

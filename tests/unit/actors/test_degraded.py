@@ -119,20 +119,6 @@ def test_mode_disabled_never_leaves_normal() -> None:
 EPS = ("m:a", "m:b", "m:c", "m:d")
 
 
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
-
-
 @asynccontextmanager
 async def running_mode(bus: InProcessBus, clock: FakeClock,
                        endpoints: tuple[str, ...] = EPS) -> AsyncIterator[DegradedModeActor]:

@@ -31,20 +31,6 @@ SETTINGS = CircuitConfig(failure_threshold=3, cooldown_seconds=30, min_availabil
                          ewma_alpha=0.1)
 
 
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
-
-
 @asynccontextmanager
 async def running(bus: InProcessBus, actor: EndpointActor) -> AsyncIterator[EndpointActor]:
     """``actor`` serving under a supervisor (whose start and stop may run in different tasks,

@@ -44,20 +44,6 @@ def model_config(*routes: tuple[int, float]) -> ModelConfig:
          "provider_model_id": f"up-{port}"} for port, weight in routes]})
 
 
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
-
-
 Start = Callable[..., Any]
 
 
