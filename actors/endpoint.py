@@ -116,6 +116,8 @@ class EndpointActor(Actor):
                 self.ctx.call_later(until - now, _BenchOver())
 
     async def _probe_result(self, result: ProbeResult) -> None:
+        if result.credential_id:
+            return  # a muted credential's probe: its KeyPoolActor's business
         now = self._clock()
         if not self.health.benched(now):
             return

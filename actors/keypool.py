@@ -53,6 +53,7 @@ class KeyPool:
         self._ids: frozenset[str] = frozenset()
         self._order: dict[int, tuple[str, ...]] = {}
         self._mutes: dict[str, float] = {}
+        self._floors: dict[str, float] = {}  # Retry-After: no probe lifts a mute before it
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
         self._bindings: dict[str, _Binding] = {}
@@ -195,6 +196,24 @@ class KeyPool:
             seconds = s.mute_seconds
         seconds = max(seconds, retry_after or 0.0)
         until = max(self._mutes.get(cid, 0.0), now + seconds)
+        self._mutes[cid] = until
+        if retry_after:
+            self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
+        return until
+
+    def lift(self, cid: str, now: float) -> float | None:
+        """A background probe found ``cid`` working: unmute it, but never before the
+        provider's Retry-After. Returns when it is (or will be) back, None if not muted."""
+        if self.muted_until(cid, now) is None:
+            return None
+        back = max(now, self._floors.get(cid, 0.0))
+        self._mutes[cid] = back
+        self._streaks.pop(cid, None)
+        return back
+
+    def remute(self, cid: str, now: float) -> float:
+        """A background probe found ``cid`` still failing: mute it for a full period again."""
+        until = max(self._mutes.get(cid, 0.0), now + self.settings.mute_seconds)
         self._mutes[cid] = until
         return until
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from actors.base import Actor, ActorContext, Serve
 from actors.keypool import KeyPool, declaration_of
 from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from actors.route_table import candidate_for
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
@@ -40,8 +41,11 @@ from schemas import (
     KeyUnmuted,
     Observation,
     PoolKey,
+    ProbeDue,
+    ProbeResult,
     ProviderKeyDecl,
     ProviderKeysChanged,
+    RouteCandidate,
     subjects,
 )
 from schemas.config import GatewayConfig, KeyPoolConfig, credential_id
@@ -55,6 +59,13 @@ _SEED_TIMEOUT = 1.0
 @dataclass(frozen=True, slots=True)
 class _Unmute:
     """Local timer message: a mute may have ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeDue:
+    """Local timer message: a muted credential is due its background probe."""
+
+    credential_id: str
 
 
 def effective_declaration(pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
@@ -83,14 +94,20 @@ class KeyPoolActor(Actor):
     ``acquire`` answers KeyPoolExhaustedError / KeyPoolRoleRestrictedError as ErrorReply."""
 
     def __init__(self, pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
-                 settings: KeyPoolConfig, *, clock: Callable[[], float] = time.time) -> None:
+                 settings: KeyPoolConfig, *, probe: RouteCandidate | None = None,
+                 probe_after_fraction: float = 0.5, model: str = "",
+                 clock: Callable[[], float] = time.time) -> None:
         self.name = f"keypool:{pool}"
         self.pool = pool
         self._base_url = base_url
         self._configured = configured
         self._settings = settings
         self._clock = clock
+        self._probe = probe
+        self._probe_after = probe_after_fraction
+        self._model = model
         self.serves = (
+            Serve(subjects.endpoint_probe_result(pool)),
             Serve(subjects.observation(pool)),
             Serve(subjects.keypool_get(pool)),
             Serve(subjects.keypool_acquire(pool)),
@@ -128,13 +145,21 @@ class KeyPoolActor(Actor):
                 await self._publish_state()  # also unchanged: says this version is applied
             case KeyPoolStateRequest():
                 await env.respond(self.state())
+            case ProbeResult() as result if result.credential_id:
+                await self._probed(result)
             case KeyAcquire() as req:
                 cid = self._keys.acquire(req.caller, req.role, self._clock())
                 await env.respond(KeyGrant(pool=self.pool, credential_id=cid))
 
     async def handle_local(self, msg: object) -> None:
-        """A mute's timer: announce every key back in rotation."""
-        if isinstance(msg, _Unmute):
+        """A mute's timers: its background probe, and every key back in rotation."""
+        if isinstance(msg, _ProbeDue):
+            cid = msg.credential_id
+            if self._probe is not None and self._keys.muted_until(cid, self._clock()):
+                await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
+                    endpoint=self.pool, model=self._model, candidate=self._probe,
+                    credential_id=cid))
+        elif isinstance(msg, _Unmute):
             back = self._keys.expire(self._clock())
             if not back:
                 return
@@ -180,10 +205,33 @@ class KeyPoolActor(Actor):
         logger.warning("key %s of pool %s muted for %.1fs (status %s)", obs.credential_id,
                        self.pool, until - now, obs.status)
         self.ctx.call_later(max(0.0, until - now), _Unmute())
+        self.ctx.call_later((until - now) * self._probe_after, _ProbeDue(obs.credential_id))
         await self._publish_state()  # before the event: see handle_local
         await self.ctx.publish(subjects.event("keypool"), KeyMuted(
             pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,
             status=obs.status, reason=obs.error_kind))
+
+    async def _probed(self, result: ProbeResult) -> None:
+        """A muted credential's background probe: a success lifts the mute (never before a
+        provider's Retry-After), a failure mutes it for another full period."""
+        now = self._clock()
+        cid = result.credential_id
+        if self._keys.muted_until(cid, now) is None:
+            return
+        if result.ok:
+            back = self._keys.lift(cid, now)
+            logger.info("key %s of pool %s passed its probe", cid, self.pool)
+            self.ctx.call_later(max(0.0, (back or now) - now), _Unmute())
+            await self._publish_state()
+            return
+        until = self._keys.remute(cid, now)
+        logger.warning("key %s of pool %s failed its probe: %s", cid, self.pool, result.detail)
+        self.ctx.call_later(until - now, _Unmute())
+        self.ctx.call_later((until - now) * self._probe_after, _ProbeDue(cid))
+        await self._publish_state()
+        await self.ctx.publish(subjects.event("keypool"), KeyMuted(
+            pool=self.pool, credential_id=cid, until=until, seconds=until - now,
+            status=None, reason="probe failed"))
 
     async def _publish_state(self) -> None:
         self._seq += 1
@@ -271,6 +319,8 @@ def keys_supervisor(config: GatewayConfig, *,
             children.append(ChildSpec(
                 f"keypool:{eid}",
                 functools.partial(KeyPoolActor, eid, route.base_url, configured, settings,
+                                  probe=candidate_for(eid, route), model=model.id,
+                                  probe_after_fraction=config.routing.bench.probe_after_fraction,
                                   **extra),
                 restart=Restart.PERMANENT,
             ))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import msgspec
+
 from bus import Bus
 from gateway.adapters.base import Adapter
 from gateway.dispatch import Targets
@@ -33,20 +35,26 @@ class BenchProber:
 
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
+        cid = due.credential_id
         adapter = self._adapters.get(due.candidate.kind)
         if adapter is None:
-            return ProbeResult(endpoint=due.endpoint, ok=False, detail="no adapter")
-        target = self._targets.resolve(due.candidate)
+            return ProbeResult(endpoint=due.endpoint, ok=False, detail="no adapter",
+                               credential_id=cid)
+        candidate = msgspec.structs.replace(due.candidate, credential_id=cid) if cid \
+            else due.candidate
+        target = self._targets.resolve(candidate)
         body = {"model": due.candidate.upstream_model or due.model, **_PING}
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
                 await adapter.complete(target, body)
         except UpstreamError as err:
             ok = not err.counts_against_endpoint  # a 4xx still proves the route answers
-            return ProbeResult(endpoint=due.endpoint, ok=ok, detail=err.message[:200])
+            return ProbeResult(endpoint=due.endpoint, ok=ok, detail=err.message[:200],
+                               credential_id=cid)
         except TimeoutError:
-            return ProbeResult(endpoint=due.endpoint, ok=False, detail="timed out")
-        return ProbeResult(endpoint=due.endpoint, ok=True)
+            return ProbeResult(endpoint=due.endpoint, ok=False, detail="timed out",
+                               credential_id=cid)
+        return ProbeResult(endpoint=due.endpoint, ok=True, credential_id=cid)
 
     async def run(self) -> None:
         """Serve ProbeDue events until cancelled."""

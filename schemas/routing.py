@@ -172,6 +172,7 @@ class ProbeDue(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     endpoint: str
     model: str
     candidate: RouteCandidate
+    credential_id: str = ""  # set: re-validate this muted credential, not the route
 
 
 class ProbeResult(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -180,6 +181,7 @@ class ProbeResult(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     endpoint: str
     ok: bool
     detail: str = ""
+    credential_id: str = ""  # set: the verdict is about this credential (its KeyPoolActor's)
 
 
 class ModeRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -184,3 +184,17 @@ def test_bindings_are_swept_past_the_threshold() -> None:
 def test_declaration_of_raises_min_role_to_the_most_restrictive() -> None:
     assert declaration_of([("a", "free"), ("b", "internal")], {"a": "pro", "b": "pro"}) == [
         ("a", "pro"), ("b", "internal")]
+
+
+def test_probe_lift_never_ends_a_mute_before_the_providers_retry_after() -> None:
+    from actors.keypool import KeyPool
+    from schemas.config import KeyPoolConfig
+
+    pool = KeyPool("p", KeyPoolConfig(mute_seconds=10), [("k1", "free"), ("k2", "free")])
+    pool.record("k1", status=429, outcome="failure", role="free", now=0, retry_after=60)
+    assert pool.lift("k1", now=5) == 60  # back at the Retry-After, not at the probe
+    assert pool.muted_until("k1", 30) == 60
+    pool.record("k2", status=500, outcome="failure", role="free", now=0)
+    assert pool.lift("k2", now=5) == 5
+    assert pool.muted_until("k2", 5) is None
+    assert pool.remute("k2", now=6) == 16

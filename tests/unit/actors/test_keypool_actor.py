@@ -21,7 +21,10 @@ from schemas import (
     KeyMuted,
     KeyPoolState,
     KeyPoolStateRequest,
+    KeyUnmuted,
     Observation,
+    ProbeDue,
+    ProbeResult,
     ProviderKeyDecl,
     ProviderKeysChanged,
     RoutePlan,
@@ -162,3 +165,41 @@ def test_database_keys_join_by_endpoint_or_base_url_after_the_configured_ones() 
     ), reservations={"k-a": "internal", "k-y": "free"})
     assert effective_declaration("p", "http://h/v1/", (("k-a", "free"),), decls) == [
         ("k-a", "internal", "config"), ("k-y", "pro", "database")]
+
+
+@pytest.mark.parametrize("ok", [True, False])
+async def test_muted_key_is_probed_partway_and_the_probe_lifts_or_remutes_it(
+    bus: InProcessBus, tmp_path: Path, ok: bool,
+) -> None:
+    cfg = config(tmp_path, mute_seconds=30)  # only the probe can end it within WAIT
+    cfg = cfg.model_copy(update={"routing": cfg.routing.model_copy(update={
+        "bench": cfg.routing.bench.model_copy(update={"probe_after_fraction": 0.01})})})
+    root = build_tree(cfg)
+    await root.start(bus)
+    a = credential_id(A)
+    try:
+        async with bus.subscribe(subjects.PROBE_DUE) as dues, \
+                bus.subscribe(subjects.event("keypool")) as events:
+            await bus.publish(subjects.observation(EID), fail(a))
+            with anyio.fail_after(WAIT):
+                async for env in dues:
+                    due = env.message
+                    assert isinstance(due, ProbeDue)
+                    break
+            assert (due.endpoint, due.credential_id) == (EID, a)
+            await bus.publish(subjects.endpoint_probe_result(EID),
+                              ProbeResult(endpoint=EID, ok=ok, credential_id=a, detail="x"))
+            seen: list[object] = []
+            with anyio.fail_after(WAIT):
+                async for env in events:
+                    seen.append(env.message)
+                    if isinstance(env.message, KeyUnmuted) or (
+                            isinstance(env.message, KeyMuted) and env.message.reason):
+                        break
+        last = seen[-1]
+        if ok:
+            assert isinstance(last, KeyUnmuted) and last.credential_id == a
+        else:
+            assert isinstance(last, KeyMuted) and last.reason == "probe failed"
+    finally:
+        await root.stop()
