@@ -54,6 +54,8 @@ class KeyPool:
         self._order: dict[int, tuple[str, ...]] = {}
         self._mutes: dict[str, float] = {}
         self._floors: dict[str, float] = {}  # Retry-After: no probe lifts a mute before it
+        self._periods: dict[str, float] = {}  # how long each key was last muted for
+        self._sole: dict[str, bool] = {}  # whether that mute was a caller's only key
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
         self._bindings: dict[str, _Binding] = {}
@@ -186,7 +188,9 @@ class KeyPool:
         streak = self._streaks.get(cid, 0) + 1
         self._streaks[cid] = streak
         s = self.settings
-        if self.visible(role) == (cid,):
+        sole = self.visible(role) == (cid,)
+        self._sole[cid] = sole
+        if sole:
             if streak <= s.sole_key_tolerance:
                 return None
             level = self._levels.get(cid, 0)
@@ -197,9 +201,15 @@ class KeyPool:
         seconds = max(seconds, retry_after or 0.0)
         until = max(self._mutes.get(cid, 0.0), now + seconds)
         self._mutes[cid] = until
+        self._periods[cid] = seconds
         if retry_after:
             self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
         return until
+
+    def probe_worthy(self, cid: str) -> bool:
+        """Whether ``cid``'s mute is re-validated by a background probe. A caller's only key
+        is not: its doubling backoff already retries it with real traffic (spec)."""
+        return not self._sole.get(cid, False)
 
     def lift(self, cid: str, now: float) -> float | None:
         """A background probe found ``cid`` working: unmute it, but never before the
@@ -212,8 +222,10 @@ class KeyPool:
         return back
 
     def remute(self, cid: str, now: float) -> float:
-        """A background probe found ``cid`` still failing: mute it for a full period again."""
-        until = max(self._mutes.get(cid, 0.0), now + self.settings.mute_seconds)
+        """A background probe found ``cid`` still failing: mute it again for the period it
+        was muted for (a sole key's backoff, or ``mute_seconds``)."""
+        period = self._periods.get(cid, self.settings.mute_seconds)
+        until = max(self._mutes.get(cid, 0.0), now + period)
         self._mutes[cid] = until
         return until
 

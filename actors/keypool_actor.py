@@ -205,7 +205,9 @@ class KeyPoolActor(Actor):
         logger.warning("key %s of pool %s muted for %.1fs (status %s)", obs.credential_id,
                        self.pool, until - now, obs.status)
         self.ctx.call_later(max(0.0, until - now), _Unmute())
-        self.ctx.call_later((until - now) * self._probe_after, _ProbeDue(obs.credential_id))
+        if self._keys.probe_worthy(obs.credential_id):
+            self.ctx.call_later((until - now) * self._probe_after,
+                                _ProbeDue(obs.credential_id))
         await self._publish_state()  # before the event: see handle_local
         await self.ctx.publish(subjects.event("keypool"), KeyMuted(
             pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,

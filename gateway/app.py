@@ -15,15 +15,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import httpx
 import msgspec
 
 from bus import Bus
 from gateway import accounting, admin_routing
-from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
-from gateway.adapters.openai_compat import OpenAICompatAdapter
+from gateway.adapters.http import UpstreamHTTP
+from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.admin_auth import is_admin
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
@@ -63,15 +62,6 @@ _DEGRADED_AVAILABILITY = 0.9
 Handler = Callable[[HttpRequest], Awaitable[None]]
 
 
-def make_http_client() -> httpx.AsyncClient:
-    """The pooled upstream client: httpx's API over aiohttp's engine (see DESIGN.md)."""
-    from httpx_aiohttp import AiohttpTransport
-
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200,
-                          keepalive_expiry=30.0)
-    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=None)
-
-
 class GatewayApp:
     """The ASGI ingress. Owns the upstream HTTP client and the adapters; holds no routing
     state of its own (that lives in the actors)."""
@@ -83,7 +73,7 @@ class GatewayApp:
         for m in config.models:
             for name in (m.id, *m.aliases):
                 self._models[name] = m
-        self._client: httpx.AsyncClient | None = None
+        self._client: UpstreamHTTP | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
         self._dispatcher = Dispatcher(bus, self._adapters, Targets(config),
                                       config.routing.failover)
@@ -139,9 +129,7 @@ class GatewayApp:
     def _ensure_client(self) -> None:
         if self._client is None:
             self._client = make_http_client()
-            adapter = OpenAICompatAdapter(self._client)
-            self._adapters["openai_compat"] = adapter
-            self._adapters["anthropic"] = AnthropicAdapter(self._client)
+            self._adapters.update(make_adapters(self._client))
 
     async def aclose(self) -> None:
         """Close the upstream HTTP client and the callers' database."""

@@ -15,7 +15,8 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from gateway.config import ConfigError, load_config
 
@@ -40,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port; 0 picks a free one (default 8080)")
     serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
     serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
+    serve.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                       help="event loop (default uvloop)")
     serve.set_defaults(func=_serve)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -78,7 +81,16 @@ def _serve(args: argparse.Namespace) -> int:
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
         return 2
-    return asyncio.run(run(config, opts))
+    return run_loop(run(config, opts), args.loop)
+
+
+def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:
+    """Run ``main`` on uvloop (measured faster: tests/benchmarks/) or asyncio's own loop."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
 
 
 def install_shutdown(event: asyncio.Event) -> None:

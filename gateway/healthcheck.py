@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-import httpx
-
 from bus import Bus
+from gateway.adapters.http import UpstreamHTTP
 from schemas import GatewayError, LocalHealth, subjects
 from schemas.config import GatewayConfig, HealthCheckConfig
 
@@ -40,7 +39,7 @@ class HealthChecker:
     """Owns the poll loop; publishes a LocalHealth when an endpoint's verdict changes."""
 
     def __init__(self, bus: Bus, targets: dict[str, str], settings: HealthCheckConfig,
-                 client: httpx.AsyncClient) -> None:
+                 client: UpstreamHTTP) -> None:
         self._bus = bus
         self._targets = targets
         self._settings = settings
@@ -64,11 +63,8 @@ class HealthChecker:
         return verdicts
 
     async def _probe(self, url: str) -> bool:
-        try:
-            resp = await self._client.get(url, timeout=self._settings.timeout_seconds)
-        except httpx.HTTPError:
-            return False
-        return resp.status_code < 300
+        status = await self._client.get_status(url, timeout=self._settings.timeout_seconds)
+        return status is not None and status < 300
 
     async def run(self) -> None:
         """Check forever, every ``interval_seconds``."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
 import msgspec
 
 from gateway.adapters.anthropic_wire import (
@@ -24,8 +23,8 @@ from gateway.adapters.base import (
     UpstreamTarget,
     bad_response,
     error_from_status,
-    transport_error,
 )
+from gateway.adapters.http import UpstreamHTTP
 from gateway.sse import SSEParser
 from schemas import InvalidRequestError, UpstreamError
 
@@ -43,12 +42,13 @@ def messages_url(base_url: str) -> str:
 
 
 class AnthropicAdapter:
-    """Calls ``/v1/messages`` on a pooled httpx client; embeddings are refused."""
+    """Calls ``/v1/messages`` on the pooled client; embeddings are refused."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self._client = client
+    def __init__(self, http: UpstreamHTTP) -> None:
+        self._http = http
 
-    def _request(self, target: UpstreamTarget, body: JSON, *, stream: bool) -> httpx.Request:
+    def _request(self, target: UpstreamTarget, body: JSON, *, stream: bool
+                 ) -> tuple[bytes, dict[str, str]]:
         """The upstream request. Raises UnsupportedParameterError for what Anthropic cannot
         honour as asked (a 400 that names the field, and lets another route try)."""
         try:
@@ -66,26 +66,18 @@ class AnthropicAdapter:
         headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
         if target.api_key:
             headers["x-api-key"] = target.api_key
-        return self._client.build_request(
-            "POST",
-            messages_url(target.base_url),
-            content=_encode(payload),
-            headers=headers,
-            timeout=httpx.Timeout(target.timeout, connect=target.connect_timeout),
-        )
+        return _encode(payload), headers
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """POST /v1/messages; the answer as a canonical chat completion. Raises UpstreamError."""
-        request = self._request(target, body, stream=False)
+        payload, headers = self._request(target, body, stream=False)
+        answer = await self._http.post(target.endpoint, messages_url(target.base_url), payload,
+                                       headers, timeout=target.timeout,
+                                       connect_timeout=target.connect_timeout)
+        if answer.status >= 300:
+            raise error_from_status(target.endpoint, answer.status, answer.headers, answer.body)
         try:
-            resp = await self._client.send(request)
-        except httpx.HTTPError as exc:
-            raise transport_error(target.endpoint, exc) from None
-        raw = resp.content
-        if resp.status_code >= 300:
-            raise error_from_status(target.endpoint, resp, raw)
-        try:
-            data = _decode(raw)
+            data = _decode(answer.body)
         except msgspec.DecodeError:
             raise bad_response(target.endpoint, "the body is not JSON") from None
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
@@ -98,21 +90,20 @@ class AnthropicAdapter:
         Raises UpstreamError on a non-2xx answer, a broken connection, an ``error`` event, or
         a stream that ends without ``message_stop`` (a silent truncation is never a success).
         """
-        request = self._request(target, body, stream=True)
+        payload, headers = self._request(target, body, stream=True)
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         translator = MessagesToChatStream(
             target.upstream_model or str(body.get("model", "")), include_usage=include_usage
         )
-        try:
-            resp = await self._client.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise transport_error(target.endpoint, exc) from None
-        try:
-            if resp.status_code >= 300:
-                raise error_from_status(target.endpoint, resp, await resp.aread())
+        async with self._http.stream(target.endpoint, messages_url(target.base_url), payload,
+                                     headers, timeout=target.timeout,
+                                     connect_timeout=target.connect_timeout) as resp:
+            if resp.status >= 300:
+                raise error_from_status(target.endpoint, resp.status, resp.headers,
+                                        await resp.read())
             parser = SSEParser()
-            async for raw in resp.aiter_raw():
+            async for raw in resp.chunks():
                 for event, data in parser.feed(raw):
                     for chunk in _translate(translator, target.endpoint, event, data):
                         yield chunk
@@ -123,10 +114,6 @@ class AnthropicAdapter:
                 endpoint=target.endpoint,
                 kind="truncated",
             )
-        except httpx.HTTPError as exc:
-            raise transport_error(target.endpoint, exc) from None
-        finally:
-            await resp.aclose()
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
         """Always raises UpstreamError (400): Anthropic has no embeddings API."""

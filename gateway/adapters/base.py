@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
-
-from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 
 JSON = dict[str, Any]
 
@@ -62,7 +60,7 @@ class UnsupportedParameterError(UpstreamError):
         self.param = param
 
 
-def retry_after_seconds(headers: httpx.Headers) -> float | None:
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """The ``Retry-After`` header in seconds (delta form), or None."""
     value = headers.get("retry-after")
     if value is None:
@@ -73,16 +71,18 @@ def retry_after_seconds(headers: httpx.Headers) -> float | None:
         return None
 
 
-def error_from_status(endpoint: str, resp: httpx.Response, body: bytes) -> UpstreamError:
+def error_from_status(
+    endpoint: str, status: int, headers: Mapping[str, str], body: bytes
+) -> UpstreamError:
     """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one."""
-    message = _upstream_message(body) or f"upstream answered HTTP {resp.status_code}"
+    message = _upstream_message(body) or f"upstream answered HTTP {status}"
     return UpstreamError(
         message,
         endpoint=endpoint,
-        status=resp.status_code,
+        status=status,
         body=body,
-        retry_after=retry_after_seconds(resp.headers),
-        kind=f"http_{resp.status_code}",
+        retry_after=retry_after_seconds(headers),
+        kind=f"http_{status}",
     )
 
 
@@ -102,26 +102,6 @@ def _upstream_message(body: bytes) -> str | None:
         if isinstance(data.get("message"), str):
             return str(data["message"])
     return None
-
-
-def transport_error(endpoint: str, exc: httpx.HTTPError) -> UpstreamError:
-    """Map an httpx transport failure (timeout, refused, reset) to an UpstreamError."""
-    # httpx-aiohttp maps every aiohttp connection error (refused, reset) to ConnectTimeout;
-    # only a cause that is itself a timeout makes it one.
-    cause = exc.__cause__
-    timed_out = isinstance(exc, httpx.TimeoutException) and (
-        cause is None or isinstance(cause, TimeoutError)
-    )
-    if timed_out:
-        return UpstreamTimeoutError(
-            f"upstream did not answer in time ({type(exc).__name__})",
-            endpoint=endpoint,
-            kind="timeout",
-        )
-    kind = "connect" if isinstance(exc, httpx.ConnectError) else "transport"
-    return UpstreamError(
-        f"upstream connection failed ({type(exc).__name__})", endpoint=endpoint, kind=kind
-    )
 
 
 def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:

@@ -8,16 +8,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
 import msgspec
 
-from gateway.adapters.base import (
-    JSON,
-    UpstreamTarget,
-    bad_response,
-    error_from_status,
-    transport_error,
-)
+from gateway.adapters.base import JSON, UpstreamTarget, bad_response, error_from_status
+from gateway.adapters.http import UpstreamHTTP
 from gateway.sse import SSEParser
 from schemas import UpstreamError
 
@@ -27,41 +21,35 @@ _DONE = b"[DONE]"
 
 
 class OpenAICompatAdapter:
-    """Calls ``{base_url}/chat/completions`` and ``/embeddings`` on a pooled httpx client."""
+    """Calls ``{base_url}/chat/completions`` and ``/embeddings`` on the pooled client."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
-        self._client = client
+    def __init__(self, http: UpstreamHTTP) -> None:
+        self._http = http
 
-    def _request(self, target: UpstreamTarget, path: str, body: JSON) -> httpx.Request:
+    @staticmethod
+    def _payload(target: UpstreamTarget, body: JSON) -> tuple[bytes, dict[str, str]]:
         payload = dict(body)
         if target.upstream_model:
             payload["model"] = target.upstream_model
         headers = {"content-type": "application/json"}
         if target.api_key:
             headers["authorization"] = f"Bearer {target.api_key}"
-        return self._client.build_request(
-            "POST",
-            target.base_url.rstrip("/") + path,
-            content=_encode(payload),
-            headers=headers,
-            timeout=httpx.Timeout(target.timeout, connect=target.connect_timeout),
-        )
+        return _encode(payload), headers
 
     async def _post_json(self, target: UpstreamTarget, path: str, body: JSON, key: str) -> JSON:
+        data, headers = self._payload(target, body)
+        answer = await self._http.post(target.endpoint, target.base_url.rstrip("/") + path, data,
+                                       headers, timeout=target.timeout,
+                                       connect_timeout=target.connect_timeout)
+        if answer.status >= 300:
+            raise error_from_status(target.endpoint, answer.status, answer.headers, answer.body)
         try:
-            resp = await self._client.send(self._request(target, path, body))
-        except httpx.HTTPError as exc:
-            raise transport_error(target.endpoint, exc) from None
-        raw = resp.content
-        if resp.status_code >= 300:
-            raise error_from_status(target.endpoint, resp, raw)
-        try:
-            data = _decode(raw)
+            decoded = _decode(answer.body)
         except msgspec.DecodeError:
             raise bad_response(target.endpoint, "the body is not JSON") from None
-        if not isinstance(data, dict) or key not in data:
+        if not isinstance(decoded, dict) or key not in decoded:
             raise bad_response(target.endpoint, f"the JSON has no {key!r}")
-        return data
+        return decoded
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """POST /chat/completions. Raises UpstreamError."""
@@ -77,34 +65,35 @@ class OpenAICompatAdapter:
         Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
         a stream that ends without ``[DONE]`` (a silent truncation is never a success).
         """
-        try:
-            resp = await self._client.send(self._request(target, "/chat/completions", body),
-                                           stream=True)
-        except httpx.HTTPError as exc:
-            raise transport_error(target.endpoint, exc) from None
-        try:
-            if resp.status_code >= 300:
-                raise error_from_status(target.endpoint, resp, await resp.aread())
+        data, headers = self._payload(target, body)
+        async with self._http.stream(target.endpoint,
+                                     target.base_url.rstrip("/") + "/chat/completions", data,
+                                     headers, timeout=target.timeout,
+                                     connect_timeout=target.connect_timeout) as resp:
+            if resp.status >= 300:
+                raise error_from_status(target.endpoint, resp.status, resp.headers,
+                                        await resp.read())
             parser = SSEParser()
-            async for raw in resp.aiter_raw():
-                for _event, data in parser.feed(raw):
-                    if data == _DONE:
+            async for raw in resp.chunks():
+                for _event, event_data in parser.feed(raw):
+                    if event_data == _DONE:
                         return
-                    try:
-                        chunk = _decode(data)
-                    except msgspec.DecodeError:
-                        raise bad_response(target.endpoint, "a stream event is not JSON") from None
-                    if not isinstance(chunk, dict):
-                        raise bad_response(target.endpoint, "a stream event is not an object")
-                    if "error" in chunk:
-                        err = chunk["error"]
-                        msg = err.get("message") if isinstance(err, dict) else str(err)
-                        raise UpstreamError(f"upstream stream error: {msg}",
-                                            endpoint=target.endpoint, kind="stream_error")
-                    yield chunk
+                    yield _chunk(target, event_data)
             raise UpstreamError("upstream stream ended before [DONE]", endpoint=target.endpoint,
                                 kind="truncated")
-        except httpx.HTTPError as exc:
-            raise transport_error(target.endpoint, exc) from None
-        finally:
-            await resp.aclose()
+
+
+def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
+    """One stream event as a chunk dict. Raises UpstreamError (bad JSON, in-band error)."""
+    try:
+        chunk = _decode(data)
+    except msgspec.DecodeError:
+        raise bad_response(target.endpoint, "a stream event is not JSON") from None
+    if not isinstance(chunk, dict):
+        raise bad_response(target.endpoint, "a stream event is not an object")
+    if "error" in chunk:
+        err = chunk["error"]
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+        raise UpstreamError(f"upstream stream error: {msg}", endpoint=target.endpoint,
+                            kind="stream_error")
+    return chunk

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import httpx
-
 from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.base import Adapter
 from gateway.adapters.echo import EchoAdapter
+from gateway.adapters.http import UpstreamHTTP
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 
 
-def make_http_client() -> httpx.AsyncClient:
-    """The pooled upstream client: httpx's API over aiohttp's engine (see DESIGN.md)."""
-    from httpx_aiohttp import AiohttpTransport
-
-    limits = httpx.Limits(max_connections=1000, max_keepalive_connections=200,
-                          keepalive_expiry=30.0)
-    return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=None)
+def make_http_client() -> UpstreamHTTP:
+    """The pooled upstream client (aiohttp; see gateway/adapters/http.py for why)."""
+    return UpstreamHTTP(limit=1000, keepalive_seconds=30.0)
 
 
-def make_adapters(client: httpx.AsyncClient) -> dict[str, Adapter]:
-    """One adapter per upstream kind, all on ``client``."""
+def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
+    """One adapter per upstream kind, all on ``http``."""
     return {
         "echo": EchoAdapter(),
-        "openai_compat": OpenAICompatAdapter(client),
-        "anthropic": AnthropicAdapter(client),
+        "openai_compat": OpenAICompatAdapter(http),
+        "anthropic": AnthropicAdapter(http),
     }

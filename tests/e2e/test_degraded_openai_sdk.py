@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import openai
 import pytest
 
 from schemas import BenchChanged, ModeChanged, subjects
-from tests.e2e.conftest import HI, Watch, circuit_events, config, eid, model, route, watch
+from tests.e2e.conftest import HI, WAIT, Watch, circuit_events, config, eid, model, route, watch
 from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
@@ -26,12 +27,13 @@ pytestmark = pytest.mark.e2e
 
 ADMIN = "sk-admin-degraded"
 ENTRY, EXIT = 0.3, 0.5
+PASS = 0.05  # the health pass interval: the mode sees the ratio only at passes
 CALM = {"failure_threshold": 100, "cooldown_seconds": 30}
 ROUTING = {
     "affinity": {"enabled": False},  # one test client is one caller: no pin to follow
     "bench": {"failures": 1, "duration_seconds": 1.0, "probe_after_fraction": 0.1},
     "degraded": {"threshold": 0.5, "entry_seconds": ENTRY, "exit_seconds": EXIT,
-                 "pass_interval_seconds": 0.05},
+                 "pass_interval_seconds": PASS},
 }
 
 
@@ -72,6 +74,10 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
         for up in flaky:
             await benches.next(BenchChanged, lambda e, up=up: (  # type: ignore[misc]
                 e.endpoint == eid("m", up) and not e.benched))
+        # The mode sees the ratio only at its passes: let one see the dip is over.
+        with anyio.fail_after(WAIT):
+            while (await http.get("/health")).json()["healthy_ratio"] < 1:
+                pass
         # Now a real outage: the probes keep failing.
         for up in flaky:
             up.set_default(Reply(500))

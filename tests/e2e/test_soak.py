@@ -219,7 +219,7 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
     failure_kinds = Counter(kind for _, outcome, _, kind in
                             (r for rows in by_request.values() for r in rows)
                             if outcome == "failure")
-    assert sum(failure_kinds.values()) > REQUESTS * 0.1, failure_kinds
+    assert sum(failure_kinds.values()) > REQUESTS * 0.05, failure_kinds
     assert {"http_429", "http_500", "http_503", "transport", "ttft"} <= set(failure_kinds)
     # Flaky routes kept coming back (benches lifted, circuits closed, degraded mode left):
     # every one of them still took attempts in the last fifth of the run.

@@ -197,4 +197,4 @@ def test_probe_lift_never_ends_a_mute_before_the_providers_retry_after() -> None
     pool.record("k2", status=500, outcome="failure", role="free", now=0)
     assert pool.lift("k2", now=5) == 5
     assert pool.muted_until("k2", 5) is None
-    assert pool.remute("k2", now=6) == 16
+    assert pool.remute("k2", now=6) == 16  # the period it was muted for, again

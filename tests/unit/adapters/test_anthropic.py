@@ -1,6 +1,7 @@
 """gateway.adapters.anthropic: the HTTP side of the ``anthropic`` upstream kind.
 
-Driven through ``httpx.MockTransport`` with the recorded Anthropic answers in
+Driven through a stand-in for the pooled client (handlers answer ``httpx.Request`` with
+``httpx.Response``, as with ``httpx.MockTransport``) with the recorded Anthropic answers in
 ``tests/fixtures/wire``: where requests go and with which headers, answers and streams back
 as canonical chat, and every way a call fails as an UpstreamError.
 """
@@ -8,7 +9,8 @@ as canonical chat, and every way a call fails as an UpstreamError.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import pytest
 from gateway.adapters.anthropic import ANTHROPIC_VERSION, AnthropicAdapter, messages_url
 from gateway.adapters.anthropic_wire import UpstreamStreamError
 from gateway.adapters.base import JSON, UnsupportedParameterError, UpstreamTarget
+from gateway.adapters.http import Answer
 from schemas import UpstreamBadResponseError, UpstreamError
 
 WIRE = Path(__file__).parents[2] / "fixtures" / "wire"
@@ -39,6 +42,48 @@ def target(
     )
 
 
+class _Streaming:
+    """What UpstreamHTTP.stream yields, over an httpx.Response."""
+
+    def __init__(self, resp: httpx.Response) -> None:
+        self.status = resp.status_code
+        self.headers = resp.headers
+        self._resp = resp
+
+    async def read(self) -> bytes:
+        return await self._resp.aread()
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        async for piece in self._resp.aiter_raw():
+            yield piece
+
+
+class _RecordedHTTP:
+    """Stands in for UpstreamHTTP: same calls, answered by ``handler`` in this process; a
+    handler raising httpx.ConnectError is a refused connection (UpstreamError "connect")."""
+
+    def __init__(self, handler: Callable[[httpx.Request], httpx.Response]) -> None:
+        self._handler = handler
+
+    def _answer(self, endpoint: str, url: str, body: bytes,
+                headers: Mapping[str, str]) -> httpx.Response:
+        try:
+            return self._handler(httpx.Request("POST", url, headers=dict(headers), content=body))
+        except httpx.ConnectError:
+            raise UpstreamError("upstream connection failed (refused)", endpoint=endpoint,
+                                kind="connect") from None
+
+    async def post(self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str],
+                   **_: float) -> Answer:
+        resp = self._answer(endpoint, url, body, headers)
+        return Answer(resp.status_code, resp.headers, await resp.aread())
+
+    @asynccontextmanager
+    async def stream(self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str],
+                     **_: float) -> AsyncIterator[_Streaming]:
+        yield _Streaming(self._answer(endpoint, url, body, headers))
+
+
 def adapter(
     handler: Callable[[httpx.Request], httpx.Response], seen: list[httpx.Request]
 ) -> AnthropicAdapter:
@@ -46,7 +91,7 @@ def adapter(
         seen.append(request)
         return handler(request)
 
-    return AnthropicAdapter(httpx.AsyncClient(transport=httpx.MockTransport(record)))
+    return AnthropicAdapter(_RecordedHTTP(record))  # type: ignore[arg-type]
 
 
 def stream_body(*, drop_from: str | None = None) -> bytes:
