@@ -12,6 +12,7 @@ the same whatever API the client speaks. Rules:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -279,7 +280,7 @@ class Dispatcher:
             target = self._targets.resolve(c)
             limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
             try:
-                with anyio.fail_after(limit):
+                async with asyncio.timeout(limit):
                     body = await op(self._adapter(c), target)
             except UpstreamError as err:
                 _scrub(err, target.api_key)
@@ -314,7 +315,7 @@ class Dispatcher:
             limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
             outcome = "failure"
             try:
-                with anyio.fail_after(limit):
+                async with asyncio.timeout(limit):
                     first = await anext(chunks)
             except StopAsyncIteration:
                 err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
@@ -428,7 +429,7 @@ class StreamAttempt:
         yield self.first
         while True:
             try:
-                with anyio.fail_after(self._idle):
+                async with asyncio.timeout(self._idle):
                     chunk = await anext(self._rest)
             except StopAsyncIteration:
                 return
