@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import inspect
 import json
 import os
 import platform
@@ -58,7 +59,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 MODES = ("plain", "stream")
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
-LOOPS = ("asyncio", "uvloop")
+LOOPS = ("as-is", "asyncio", "uvloop")
 TARGETS = ("direct", "gateway")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
@@ -345,6 +346,13 @@ def _patch_transport(kind: str) -> None:
     if not patched:
         raise SystemExit("--transport: no gateway module defines make_http_client any more")
     for name in patched:
+        returns = str(inspect.signature(sys.modules[name].make_http_client).return_annotation)
+        if "AsyncClient" not in returns:
+            raise SystemExit(
+                f"--transport swaps an httpx client's transport, but {name}.make_http_client "
+                f"returns {returns}; compare transports on a checkout that uses httpx"
+            )
+    for name in patched:
         setattr(sys.modules[name], "make_http_client", make_http_client)  # noqa: B010
 
 
@@ -378,7 +386,7 @@ def gateway_main(argv: list[str]) -> int:
     parser.add_argument("--transport", choices=TRANSPORTS, default="as-is")
     parser.add_argument("--hypercorn", action="append", default=[])
     parser.add_argument("--profile")
-    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("--loop", choices=LOOPS, default="as-is")
     parser.add_argument("cli", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     cli_args = args.cli[1:] if args.cli[:1] == ["--"] else args.cli
@@ -563,15 +571,31 @@ def _run_step(
     return result
 
 
+def _cli_has_loop_flag() -> bool:
+    """Whether this checkout's ``llmgw serve`` takes ``--loop`` (newer ones do)."""
+    done = subprocess.run(
+        _python("-m", "gateway.cli", "serve", "--help"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return "--loop" in done.stdout
+
+
 def _gateway_cmd(args: argparse.Namespace, config: Path, bus_url: str) -> list[str]:
     serve = ["serve", "--config", str(config), "--port", "0", "--bus", bus_url]
     if args.gateway_log_level:
         serve = ["--log-level", args.gateway_log_level, *serve]
-    patched = args.transport != "as-is" or args.loop != "asyncio" or args.hypercorn
+    loop = args.loop
+    if loop != "as-is" and _cli_has_loop_flag():
+        serve += ["--loop", loop]  # the CLI chooses its loop itself: ask it
+        loop = "as-is"
+    patched = args.transport != "as-is" or loop != "as-is" or args.hypercorn
     if not patched and not args.gateway_profile:
         return _python("-m", "gateway.cli", *serve)
     launcher = ["-m", "tests.benchmarks.bench", "_gateway", "--transport", args.transport]
-    launcher += ["--loop", args.loop]
+    launcher += ["--loop", loop]
     for item in args.hypercorn:
         launcher += ["--hypercorn", item]
     if args.gateway_profile:
@@ -869,7 +893,7 @@ def _environment(args: argparse.Namespace) -> str:
         rev += " (uncommitted changes)" if dirty.strip() else ""
     bus = "nats (a nats-server started beside the gateway)" if args.bus == "nats" else args.bus
     knobs = "".join(f"hypercorn {h}; " for h in args.hypercorn)
-    if args.loop != "asyncio":
+    if args.loop != "as-is":
         knobs += f"gateway event loop {args.loop}; "
     if args.gateway_log_level:
         knobs += f"gateway log level {args.gateway_log_level}; "
@@ -956,8 +980,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--loop",
         choices=LOOPS,
-        default="asyncio",
-        help="the gateway's event loop: asyncio (default) or uvloop (when installed)",
+        default="as-is",
+        help="the gateway's event loop: as-is (the CLI's default), asyncio or uvloop",
     )
     p.add_argument(
         "--hypercorn",
