@@ -7,6 +7,7 @@
     ├── keys      (one_for_one): KeyRegistryActor, then a KeyPoolActor per endpoint id
     ├── models    (one_for_one): ModelActor per public model
     ├── health: HealthActor (read model for /health/deep)
+    ├── routing_admin: RoutingAdminActor (admin areas routing and bench, forwarded to owners)
     └── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
 
 Endpoints start first so models and the health view can seed their views from them.
@@ -23,6 +24,7 @@ from actors.health_view import HealthActor
 from actors.keypool_actor import keys_supervisor
 from actors.model import ModelActor
 from actors.route_table import candidate_for
+from actors.routing_admin import RoutingAdminActor
 from actors.snapshots import SnapshotStore
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
@@ -76,6 +78,8 @@ def build_tree(
             Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=model_specs),
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),
+            ChildSpec("routing_admin", functools.partial(
+                RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints))),
             ChildSpec("degraded_mode", functools.partial(
                 DegradedModeActor, tuple(all_endpoints), config.routing.degraded,
                 circuit.min_availability, **extra)),

@@ -1,7 +1,8 @@
 """Admin HTTP API for routing: ``PUT``/``DELETE /admin/routing/weights/{model}/{endpoint}``.
 
-A thin client of the owning ModelActor (``llmgw.model.<id>.weights``): the change applies at
-once for every ingress on the bus and is kept in the actor's snapshot across restarts.
+A thin client of the admin commands ``llmgw.admin.routing.set_weight`` / ``reset_weight``
+(answered by the RoutingAdminActor, which asks the owning ModelActor): the change applies at
+once for every ingress on the bus and is kept in the ModelActor's snapshot across restarts.
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ from urllib.parse import unquote
 import msgspec
 
 from bus import Bus
+from gateway.admin_http import admin_request
 from gateway.http import HttpRequest
-from schemas import (
-    InvalidRequestError,
-    ModelStatus,
-    RouteNotFoundError,
-    SetWeight,
-    raise_for_reply,
-    subjects,
-)
+from schemas import InvalidRequestError, RouteNotFoundError
 from schemas.config import GatewayConfig
 
 PREFIX = "/admin/routing/weights/"
@@ -39,23 +34,17 @@ def _target(path: str, config: GatewayConfig) -> tuple[str, str]:
 
 
 async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout: float) -> None:
-    """PUT sets ``{"weight": w}``; DELETE restores the configured weight."""
+    """PUT sets ``{"weight": w}``; DELETE restores the configured weight. A thin client of the
+    admin commands ``routing.set_weight`` / ``routing.reset_weight``."""
     model, endpoint = _target(req.path, config)
-    weight: float | None = None
+    args: dict[str, Any] = {"model": model, "endpoint": endpoint}
+    verb = "reset_weight"
     if req.method == "PUT":
         try:
             body: Any = msgspec.json.decode(await req.body(64 * 1024))
         except msgspec.DecodeError:
             raise InvalidRequestError("the request body is not valid JSON") from None
-        w = body.get("weight") if isinstance(body, dict) else None
-        if isinstance(w, bool) or not isinstance(w, int | float):
-            raise InvalidRequestError("'weight' must be a number", param="weight")
-        weight = float(w)
-    reply = await bus.request(subjects.model_weights(model), SetWeight(endpoint=endpoint,
-                              weight=weight), reply_type=ModelStatus, timeout=timeout)
-    status = raise_for_reply(reply)
-    await req.respond(200, _encode({
-        "model": status.model,
-        "routes": [{"endpoint": r.endpoint, "weight": r.weight,
-                    "configured_weight": r.configured_weight} for r in status.routes],
-    }))
+        args["weight"] = body.get("weight") if isinstance(body, dict) else None
+        verb = "set_weight"
+    result = await admin_request(bus, "routing", verb, args, by="http", timeout=timeout)
+    await req.respond(200, _encode(result))

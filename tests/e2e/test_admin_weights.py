@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from schemas import LocalHealth, subjects
+from schemas import BenchChanged, LocalHealth, subjects
 from tests.e2e.conftest import (
     CHAT,
     WAIT,
@@ -196,3 +196,47 @@ async def test_health_check_loop_zeroes_a_local_route_while_its_health_fails(
     assert down == {local: 0.0, remote: 4.0}
     assert up == {local: 2.0, remote: 2.0}
     assert fake_upstream.requests_to(health) and not fake_upstream.requests_to(CHAT)
+
+
+async def test_admin_routing_commands_over_the_bus_set_read_and_reset_weights(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    gw = await gateway_factory(_config(a, b))
+    ea = eid("m", a)
+    http = gw.http(headers=ADMIN_AUTH)
+
+    refused = await http.post("/admin/routing/set_weight",
+                              json={"model": "m", "endpoint": ea, "weight": -1})
+    set_ = await http.post("/admin/routing/set_weight",
+                           json={"model": "m", "endpoint": ea, "weight": 4})
+    read = await http.get("/admin/routing/weights", params={"model": "m"})
+    reset = await http.post("/admin/routing/reset_weight", json={"model": "m", "endpoint": ea})
+
+    assert refused.status_code == 400
+    assert set_.status_code == 200 and set_.json()["routes"][0]["weight"] == 4.0
+    assert read.json()["models"][0]["routes"][0]["weight"] == 4.0
+    assert reset.json()["routes"][0]["weight"] == 1.0
+    assert await _weights(gw) == {ea: 1.0, eid("m", b): 1.0}
+
+
+async def test_admin_bench_lift_over_the_bus_brings_a_benched_route_back(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    cfg = _config(a, b)
+    cfg["routing"]["bench"] = {"failures": 1, "duration_seconds": 600}
+    gw = await gateway_factory(cfg)
+    ea = eid("m", a)
+    a.enqueue(Reply(500))
+    async with watch(gw, subjects.event("bench")) as benches:
+        await _put(gw, eid("m", b), {"weight": 0.000001})  # the draw lands on a
+        await gw.http().post(CHAT, json=chat("m"))
+        benched = await benches.next(BenchChanged)
+        lift = await gw.http(headers=ADMIN_AUTH).post("/admin/bench/lift",
+                                                      json={"endpoint": ea})
+        lifted = await benches.next(BenchChanged)
+
+    assert benched.benched and benched.endpoint == ea
+    assert lift.status_code == 200
+    assert (lifted.benched, lifted.endpoint) == (False, ea)

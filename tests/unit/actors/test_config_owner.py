@@ -49,6 +49,7 @@ def test_diff_adds_endpoints_before_models_and_replaces_changed_ones() -> None:
         "add models/model:c",
         "remove models/model:b",
         "replace health",
+        "replace routing_admin",
         "replace degraded_mode",
     ]
 

@@ -1,0 +1,103 @@
+"""RoutingAdminActor: owns the admin areas ``routing`` and ``bench`` on the bus.
+
+Weights live in each ModelActor and benches in each EndpointActor; this actor is the one
+owner operators address (``llmgw.admin.routing.<verb>``, ``llmgw.admin.bench.<verb>``), and
+it forwards each command to the actor whose state it changes:
+
+- ``routing.set_weight`` {model, endpoint, weight} · ``routing.reset_weight`` {model,
+  endpoint} · ``routing.weights`` {model?} (read only)
+- ``bench.lift`` {endpoint}: end a route's model bench now (never before a provider's
+  Retry-After, which the EndpointActor keeps as a floor).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.admin import AdminArea
+from actors.base import Actor, ActorContext
+from bus import Envelope
+from schemas import (
+    AdminCommand,
+    InvalidRequestError,
+    ModelStatus,
+    ModelStatusRequest,
+    ProbeResult,
+    RouteNotFoundError,
+    SetWeight,
+    raise_for_reply,
+    subjects,
+)
+
+_FORWARD_TIMEOUT = 5.0
+
+
+def _text(cmd: AdminCommand, key: str) -> str:
+    value = cmd.args.get(key)
+    if not isinstance(value, str) or not value:
+        raise InvalidRequestError(f"'{key}' is required and must be a string", param=key)
+    return value
+
+
+def _status(status: ModelStatus) -> dict[str, Any]:
+    return {"model": status.model, "routes": [
+        {"endpoint": r.endpoint, "weight": r.weight, "configured_weight": r.configured_weight}
+        for r in status.routes]}
+
+
+class RoutingAdminActor(Actor):
+    """Answers the ``routing`` and ``bench`` admin areas by asking the owning actors."""
+
+    def __init__(self, models: tuple[str, ...], endpoints: tuple[str, ...]) -> None:
+        self.name = "routing_admin"
+        self._models = models
+        self._endpoints = frozenset(endpoints)
+        self.routing = AdminArea("routing", {
+            "set_weight": self._set_weight, "reset_weight": self._reset_weight,
+            "weights": self._weights}, read_only=("weights",))
+        self.bench = AdminArea("bench", {"lift": self._lift})
+        self.serves = (self.routing.serve, self.bench.serve)
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Nothing to build: the state lives in the ModelActors and EndpointActors."""
+        self.ctx = ctx
+
+    async def handle(self, env: Envelope) -> None:
+        """Admin commands of areas ``routing`` and ``bench``."""
+        for area in (self.routing, self.bench):
+            if area.owns(env):
+                await area.answer(self.ctx, env)
+
+    async def _ask_model(self, model: str, msg: SetWeight | ModelStatusRequest) -> ModelStatus:
+        if model not in self._models:
+            raise RouteNotFoundError(f"no model {model!r}")
+        subject = (subjects.model_weights(model) if isinstance(msg, SetWeight)
+                   else subjects.model_status(model))
+        reply = await self.ctx.bus.request(subject, msg, reply_type=ModelStatus,
+                                           timeout=_FORWARD_TIMEOUT)
+        return raise_for_reply(reply)
+
+    async def _set_weight(self, cmd: AdminCommand) -> dict[str, Any]:
+        weight = cmd.args.get("weight")
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise InvalidRequestError("'weight' must be a number", param="weight")
+        return _status(await self._ask_model(_text(cmd, "model"), SetWeight(
+            endpoint=_text(cmd, "endpoint"), weight=float(weight))))
+
+    async def _reset_weight(self, cmd: AdminCommand) -> dict[str, Any]:
+        return _status(await self._ask_model(_text(cmd, "model"), SetWeight(
+            endpoint=_text(cmd, "endpoint"), weight=None)))
+
+    async def _weights(self, cmd: AdminCommand) -> dict[str, Any]:
+        wanted = cmd.args.get("model")
+        models = [wanted] if isinstance(wanted, str) and wanted else list(self._models)
+        return {"models": [_status(await self._ask_model(m, ModelStatusRequest()))
+                           for m in models]}
+
+    async def _lift(self, cmd: AdminCommand) -> dict[str, Any]:
+        endpoint = _text(cmd, "endpoint")
+        if endpoint not in self._endpoints:
+            raise RouteNotFoundError(f"no endpoint {endpoint!r}")
+        await self.ctx.publish(subjects.endpoint_probe_result(endpoint),
+                               ProbeResult(endpoint=endpoint, ok=True, detail="admin lift"))
+        return {"endpoint": endpoint, "lift": "requested"}
