@@ -51,6 +51,7 @@ import time
 import urllib.request
 from array import array
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,41 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 
 MODES = ("plain", "stream")
+# One row per client surface: the gateway translates responses/messages to the canonical chat
+# shape and back, so these rows show what translation costs. Also valid ``--modes`` values.
+SURFACE_MODES = ("responses", "responses-stream", "messages", "messages-stream")
+
+
+@dataclass(frozen=True)
+class _Surface:
+    """How one mode talks: its path, whether it streams, and what a good answer shows."""
+
+    path: str
+    stream: bool
+    done: bytes  # must appear in a good answer (a stream's last bytes, a body anywhere)
+    body: Callable[[str], dict[str, Any]]
+
+
+def _chat_body(model: str, stream: bool) -> dict[str, Any]:
+    return {"model": model, "messages": _PROMPT, "stream": stream}
+
+
+_SURFACES: dict[str, _Surface] = {
+    "plain": _Surface("/v1/chat/completions", False, b'"choices"',
+                      lambda m: _chat_body(m, False)),
+    "stream": _Surface("/v1/chat/completions", True, b"data: [DONE]",
+                       lambda m: _chat_body(m, True)),
+    "responses": _Surface("/v1/responses", False, b'"output"',
+                          lambda m: {"model": m, "input": "Say hello in three words."}),
+    "responses-stream": _Surface("/v1/responses", True, b"response.completed",
+                                 lambda m: {"model": m, "input": "Say hello in three words.",
+                                            "stream": True}),
+    "messages": _Surface("/v1/messages", False, b'"content"',
+                         lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT}),
+    "messages-stream": _Surface("/v1/messages", True, b"message_stop",
+                                lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT,
+                                           "stream": True}),
+}
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
 LOOPS = ("as-is", "asyncio", "uvloop")
 TARGETS = ("direct", "gateway")
@@ -73,7 +109,6 @@ _MAX_REQUESTS_PER_STEP = 2_000_000
 _UPSTREAM_MODEL = "bench-upstream"
 _GATEWAY_MODEL = "bench"
 _PROMPT = [{"role": "user", "content": "Say hello in three words."}]
-_DONE = b"data: [DONE]"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _CORES = "_cores"
 
@@ -193,7 +228,8 @@ async def _worker(spec: LoadSpec, win: _Window, body: bytes) -> None:
     """One keep-alive connection, requests back to back until the window closes."""
     import aiohttp
 
-    stream = spec.mode == "stream"
+    surface = _SURFACES[spec.mode]
+    stream = surface.stream
     headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
     timeout = aiohttp.ClientTimeout(total=spec.timeout)
     connector = aiohttp.TCPConnector(limit=1, ttl_dns_cache=None, use_dns_cache=True)
@@ -219,17 +255,17 @@ async def _worker(spec: LoadSpec, win: _Window, body: bytes) -> None:
                         async for chunk in resp.content.iter_any():
                             if not first:
                                 first = perf()
-                            tail = (tail + chunk)[-64:]
+                            tail = (tail + chunk)[-4096:]
                         if resp.status != 200:
                             error = f"HTTP {resp.status}"
-                        elif not tail.rstrip().endswith(_DONE):
-                            error = "stream ended without data: [DONE]"
+                        elif surface.done not in tail[-2048:]:
+                            error = f"stream ended without {surface.done.decode()}"
                     else:
                         data = await resp.read()
                         if resp.status != 200:
                             error = f"HTTP {resp.status}"
-                        elif b'"choices"' not in data:
-                            error = "200 without choices"
+                        elif surface.done not in data:
+                            error = f"200 without {surface.done.decode()}"
             except (aiohttp.ClientError, TimeoutError) as exc:
                 error = type(exc).__name__
             t1 = perf()
@@ -269,9 +305,7 @@ def _cpu_percent(
 
 
 async def _load(spec: LoadSpec) -> StepResult:
-    body = json.dumps(
-        {"model": spec.model, "messages": _PROMPT, "stream": spec.mode == "stream"}
-    ).encode()
+    body = json.dumps(_SURFACES[spec.mode].body(spec.model)).encode()
     win = _Window(spec)
     marks = asyncio.create_task(_mark_cpu(spec, win))
     await asyncio.gather(*(_worker(spec, win, body) for _ in range(spec.concurrency)))
@@ -280,7 +314,7 @@ async def _load(spec: LoadSpec) -> StepResult:
     lat = sorted(win.latencies)
     ttfb = sorted(win.ttfbs)
     ms = 1000.0
-    stream = spec.mode == "stream"
+    stream = _SURFACES[spec.mode].stream
     return StepResult(
         target="",
         mode=spec.mode,
@@ -516,19 +550,18 @@ def _python(*args: str) -> list[str]:
 
 def _check(url: str, model: str, mode: str) -> None:
     """One request before measuring, so a broken setup fails loudly instead of as errors."""
-    body = json.dumps({"model": model, "messages": _PROMPT, "stream": mode == "stream"}).encode()
+    surface = _SURFACES[mode]
+    body = json.dumps(surface.body(model)).encode()
     req = urllib.request.Request(
-        f"{url}/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        f"{url}{surface.path}", data=body, headers={"Content-Type": "application/json"}
     )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:  # loopback only
             data = resp.read()
     except OSError as exc:
         raise RuntimeError(f"{url} ({mode}): {exc}") from exc
-    if mode == "stream" and not data.rstrip().endswith(_DONE):
-        raise RuntimeError(f"{url} (stream): no data: [DONE] in {data[-200:]!r}")
-    if mode == "plain" and b'"choices"' not in data:
-        raise RuntimeError(f"{url} (plain): unexpected answer {data[:200]!r}")
+    if surface.done not in data:
+        raise RuntimeError(f"{url} ({mode}): no {surface.done.decode()} in {data[-200:]!r}")
 
 
 def _run_step(
@@ -542,7 +575,7 @@ def _run_step(
     watch_cpus: list[int],
 ) -> StepResult:
     spec = LoadSpec(
-        url=f"{url}/v1/chat/completions",
+        url=f"{url}{_SURFACES[mode].path}",
         model=_GATEWAY_MODEL if target == "gateway" else _UPSTREAM_MODEL,
         mode=mode,
         concurrency=concurrency,
@@ -950,7 +983,9 @@ def _parser() -> argparse.ArgumentParser:
         help="comma list of concurrent connections (1,16,64)",
     )
     p.add_argument(
-        "--modes", type=_csv(MODES), default=list(MODES), help="comma list of plain,stream (both)"
+        "--modes", type=_csv(MODES + SURFACE_MODES), default=list(MODES),
+        help="comma list of plain,stream (both) and the surface rows "
+        + ",".join(SURFACE_MODES)
     )
     p.add_argument(
         "--targets",
