@@ -80,7 +80,9 @@ class UpstreamHTTP:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=self._limit,
                                              keepalive_timeout=self._keepalive)
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
+            # No cookie jar: an upstream's Set-Cookie must never be replayed for other callers.
+            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
+                                                  cookie_jar=aiohttp.DummyCookieJar())
         return self._session
 
     @staticmethod

@@ -73,3 +73,17 @@ async def test_silent_upstream_is_an_upstream_timeout(
     with pytest.raises(UpstreamTimeoutError):
         await http.post("e", fake_upstream.openai_base_url + "/chat/completions", BODY,
                         JSON_HEADERS, timeout=0.2, connect_timeout=1)
+
+
+async def test_upstream_cookies_are_never_replayed_to_later_requests(
+    http: UpstreamHTTP, fake_upstream: FakeUpstream
+) -> None:
+    from tests.fixtures.upstream import Reply
+
+    fake_upstream.enqueue(Reply(headers={"Set-Cookie": "session=caller-a; Path=/"}))
+    # A host name, not an address: aiohttp's default jar keeps no cookies for bare IPs.
+    url = f"http://localhost:{fake_upstream.port}/v1/chat/completions"
+    await http.post("e", url, BODY, JSON_HEADERS, timeout=5, connect_timeout=1)
+    await http.post("e", url, BODY, JSON_HEADERS, timeout=5, connect_timeout=1)
+
+    assert "cookie" not in fake_upstream.requests[1].headers
