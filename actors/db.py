@@ -7,11 +7,16 @@ and the server use the same file at once.
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiosqlite
+
+_WAL_ATTEMPTS = 100
+_WAL_RETRY_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +39,7 @@ async def open_db(path: str | Path, migrations: Iterable[Migration] = ()) -> aio
         # The busy timeout first: switching a new file to WAL takes a lock another process
         # (a second ``llmgw keys`` run, the server) may hold for a moment.
         await db.execute("PRAGMA busy_timeout=5000")
-        await db.execute("PRAGMA journal_mode=WAL")
+        await _switch_to_wal(db)
         await db.execute("PRAGMA synchronous=NORMAL")
         for m in migrations:
             for stmt in m.statements:
@@ -44,3 +49,16 @@ async def open_db(path: str | Path, migrations: Iterable[Migration] = ()) -> aio
         await db.close()
         raise
     return db
+
+
+async def _switch_to_wal(db: aiosqlite.Connection) -> None:
+    """``journal_mode=WAL``, retried: on a file another process is creating at the same moment
+    SQLite can answer "database is locked" without waiting on the busy timeout."""
+    for attempt in range(_WAL_ATTEMPTS):
+        try:
+            await db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
+                raise
+            await asyncio.sleep(_WAL_RETRY_SECONDS)
