@@ -17,9 +17,10 @@ owning ``<area>`` puts ``area.serve`` in its ``serves`` and hands matching envel
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.base import Serve
 from schemas import (
@@ -30,6 +31,7 @@ from schemas import (
     InvalidRequestError,
     subjects,
 )
+from schemas.keys import ROLES
 
 if TYPE_CHECKING:
     from actors.base import ActorContext
@@ -38,6 +40,35 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
+_T = TypeVar("_T")
+
+
+def text_arg(cmd: AdminCommand, name: str, *, required: bool = True) -> str:
+    """Argument ``name`` as a stripped non-empty string ("" when absent and not required).
+    Raises InvalidRequestError naming it."""
+    value = cmd.args.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequestError(f"'{name}' must be a non-empty string", param=name)
+    return value.strip()
+
+
+def role_arg(cmd: AdminCommand, name: str, default: str | None = None) -> str:
+    """Argument ``name`` as a role (``free`` ... ``admin``). Raises InvalidRequestError."""
+    value = cmd.args.get(name, default)
+    if value not in ROLES:
+        raise InvalidRequestError(f"'{name}' must be one of {', '.join(ROLES)}", param=name)
+    return str(value)
+
+
+async def stored(op: Awaitable[_T], what: str) -> _T:
+    """Await a database call; a failing file refuses the command with a GatewayError naming
+    ``what`` (the state stays as it was: SQLite rolled the statement back)."""
+    try:
+        return await op
+    except sqlite3.Error as exc:
+        raise GatewayError(f"the {what} database failed: {exc}") from None
 
 
 class AdminArea:

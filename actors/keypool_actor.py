@@ -1,11 +1,10 @@
-"""KeyPoolActor (one per pool, pool id = endpoint id) and KeyRegistryActor (one).
+"""KeyPoolActor (one per pool, pool id = endpoint id) and the ``keys`` subtree.
 
 Who owns what:
 
-- KeyRegistryActor owns what the database declares about provider keys (database-added keys
-  and reservations by hash). It loads them at start and whenever an admin says they changed
-  (``ProviderKeysChanged``, answered once the new ``KeyDeclarations`` are published to every
-  pool and ingress).
+- KeyRegistryActor (``actors.keyregistry``) owns what the database declares about provider
+  keys (database-added keys and reservations by hash) and the admin area ``provider_keys``
+  that changes them; it publishes ``KeyDeclarations`` to every pool and ingress.
 - KeyPoolActor owns one pool: its effective declaration (the route's configured keys, then
   the database keys that join it, each at the most restrictive ``min_role`` declared for that
   credential anywhere), its mutes and failure streaks, fed by the endpoint's observations. It
@@ -19,14 +18,13 @@ from __future__ import annotations
 import functools
 import logging
 import secrets
-import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from actors.base import Actor, ActorContext, Serve
 from actors.keypool import KeyPool, declaration_of
-from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from actors.keyregistry import KeyRegistryActor, PoolRoute
 from actors.route_table import candidate_for
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
@@ -43,8 +41,6 @@ from schemas import (
     PoolKey,
     ProbeDue,
     ProbeResult,
-    ProviderKeyDecl,
-    ProviderKeysChanged,
     RouteCandidate,
     subjects,
 )
@@ -240,58 +236,6 @@ class KeyPoolActor(Actor):
         await self.ctx.publish(subjects.keypool_state(self.pool), self.state())
 
 
-class KeyRegistryActor(Actor):
-    """Owns the provider-key declarations beyond each route's own: the database's keys and
-    reservations, merged with the most restrictive configured tier of every credential.
-    Publishes KeyDeclarations on ``llmgw.keys.registry.declarations`` at start and after every
-    ``ProviderKeysChanged`` (which it answers with them). A database that fails at start
-    crashes it (its supervisor decides); one that fails a reload keeps the last declarations.
-    """
-
-    def __init__(self, db_path: str, configured_roles: tuple[tuple[str, str], ...] = ()
-                 ) -> None:
-        self.name = "keys:registry"
-        self._db_path = db_path
-        self._configured_roles = configured_roles
-        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), Serve(subjects.KEYS_CHANGED))
-
-    async def on_start(self, ctx: ActorContext) -> None:
-        """Load the declarations and announce them."""
-        self.ctx = ctx
-        self._store = ProviderKeyStore(LazyDb(self._db_path, [PROVIDER_KEYS]))
-        self._decls = KeyDeclarations()
-        db_keys, reservations = await self._store.declarations()
-        await self._publish(db_keys, reservations)
-
-    async def on_stop(self) -> None:
-        """Close the database."""
-        await self._store.db.aclose()
-
-    async def handle(self, env: Envelope) -> None:
-        """Answer the current declarations; reload after an admin change."""
-        match env.message:
-            case KeyDeclarationsRequest():
-                await env.respond(self._decls)
-            case ProviderKeysChanged() as change:
-                try:
-                    db_keys, reservations = await self._store.declarations()
-                except sqlite3.Error as exc:
-                    logger.error("provider keys not reloaded (%s): keeping the last ones", exc)
-                    return
-                logger.info("provider keys reloaded (%s)", change.reason or "admin change")
-                await self._publish(db_keys, reservations)
-                await env.respond(self._decls)
-
-    async def _publish(self, db_keys: tuple[ProviderKeyDecl, ...],
-                       reservations: dict[str, str]) -> None:
-        roles = dict(self._configured_roles)
-        for cid, role in reservations.items():
-            roles[cid] = most_restrictive(roles.get(cid), role)
-        self._decls = KeyDeclarations(db_keys=db_keys, reservations=roles,
-                                      seq=self._decls.seq + 1)
-        await self.ctx.publish(subjects.KEYS_DECLARATIONS, self._decls)
-
-
 def config_roles(config: GatewayConfig) -> dict[str, str]:
     """The most restrictive configured ``min_role`` of each credential, across all routes."""
     roles: dict[str, str] = {}
@@ -309,11 +253,14 @@ def keys_supervisor(config: GatewayConfig, *,
     holds only what its declaration depends on, so a config reload that changes a route's
     weight (say) keeps the pool and its mutes."""
     roles = tuple(sorted(config_roles(config).items()))
+    pools = tuple(PoolRoute(eid, route.base_url, route.credential_ids)
+                  for model in config.models
+                  for eid, route in zip(model.endpoint_ids(), model.route, strict=True))
     extra = {"clock": clock} if clock is not None else {}
     settings = config.routing.key_pool
     children: list[ChildSpec | Supervisor] = [
         ChildSpec("keys:registry",
-                  functools.partial(KeyRegistryActor, config.database.path, roles)),
+                  functools.partial(KeyRegistryActor, config.database.path, roles, pools)),
     ]
     for model in config.models:
         for eid, route in zip(model.endpoint_ids(), model.route, strict=True):

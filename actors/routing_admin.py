@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.admin import AdminArea
+from actors.admin import AdminArea, text_arg
 from actors.base import Actor, ActorContext
 from bus import Envelope
 from schemas import (
@@ -30,13 +30,6 @@ from schemas import (
 )
 
 _FORWARD_TIMEOUT = 5.0
-
-
-def _text(cmd: AdminCommand, key: str) -> str:
-    value = cmd.args.get(key)
-    if not isinstance(value, str) or not value:
-        raise InvalidRequestError(f"'{key}' is required and must be a string", param=key)
-    return value
 
 
 def _status(status: ModelStatus) -> dict[str, Any]:
@@ -81,12 +74,12 @@ class RoutingAdminActor(Actor):
         weight = cmd.args.get("weight")
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise InvalidRequestError("'weight' must be a number", param="weight")
-        return _status(await self._ask_model(_text(cmd, "model"), SetWeight(
-            endpoint=_text(cmd, "endpoint"), weight=float(weight))))
+        return _status(await self._ask_model(text_arg(cmd, "model"), SetWeight(
+            endpoint=text_arg(cmd, "endpoint"), weight=float(weight))))
 
     async def _reset_weight(self, cmd: AdminCommand) -> dict[str, Any]:
-        return _status(await self._ask_model(_text(cmd, "model"), SetWeight(
-            endpoint=_text(cmd, "endpoint"), weight=None)))
+        return _status(await self._ask_model(text_arg(cmd, "model"), SetWeight(
+            endpoint=text_arg(cmd, "endpoint"), weight=None)))
 
     async def _weights(self, cmd: AdminCommand) -> dict[str, Any]:
         wanted = cmd.args.get("model")
@@ -95,7 +88,7 @@ class RoutingAdminActor(Actor):
                            for m in models]}
 
     async def _lift(self, cmd: AdminCommand) -> dict[str, Any]:
-        endpoint = _text(cmd, "endpoint")
+        endpoint = text_arg(cmd, "endpoint")
         if endpoint not in self._endpoints:
             raise RouteNotFoundError(f"no endpoint {endpoint!r}")
         await self.ctx.publish(subjects.endpoint_probe_result(endpoint),

@@ -4,10 +4,12 @@
     ├── store: StoreActor (the request log, with ``request_log=True`` and ``log.enabled``;
     │          starts first and stops last, so it sees every other child's traffic)
     ├── endpoints (one_for_one): EndpointActor per endpoint id
-    ├── keys      (one_for_one): KeyRegistryActor, then a KeyPoolActor per endpoint id
+    ├── keys      (one_for_one): KeyRegistryActor (admin area provider_keys), then a
+    │             KeyPoolActor per endpoint id
     ├── models    (one_for_one): ModelActor per public model
     ├── health: HealthActor (read model for /health/deep)
     ├── routing_admin: RoutingAdminActor (admin areas routing and bench, forwarded to owners)
+    ├── api_keys: ApiKeyAdminActor (admin area api_keys: gateway API keys)
     └── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
 
 Endpoints start first so models and the health view can seed their views from them.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from actors.apikey_admin import ApiKeyAdminActor
 from actors.degraded import DegradedModeActor
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
@@ -80,6 +83,7 @@ def build_tree(
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),
             ChildSpec("routing_admin", functools.partial(
                 RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints))),
+            ChildSpec("api_keys", functools.partial(ApiKeyAdminActor, config.database.path)),
             ChildSpec("degraded_mode", functools.partial(
                 DegradedModeActor, tuple(all_endpoints), config.routing.degraded,
                 circuit.min_availability, **extra)),

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from gateway.http import HttpRequest
 
 PREFIX = "/admin/"
+ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
 _MAX_ARGS_BYTES = 1024 * 1024
 
 

@@ -24,9 +24,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from actors.apikeys import ApiKeyRecord, ApiKeyStore, hash_key
 from bus import Bus
 from gateway.admin_auth import CALLER_SCOPE_KEY, bearer_token
-from gateway.api_keys import ApiKeyRecord, ApiKeyStore, hash_key
 from gateway.http import HttpRequest
 from schemas import ApiKeyCreated, ApiKeyRevoked, ForbiddenError, UnauthorizedError, subjects
 from schemas.config import GatewayConfig, ModelConfig
@@ -124,6 +124,13 @@ class Authenticator:
     def forget(self, key_hash: str) -> None:
         """Drop ``key_hash`` from this ingress's cache (revoked or created elsewhere)."""
         self._cache.pop(key_hash, None)
+
+    def forget_key_id(self, key_id: str) -> None:
+        """Drop the cached entry of the key whose id is ``key_id`` (revoked through the bus:
+        the answer names the id, not the hash)."""
+        for key_hash, (record, _) in list(self._cache.items()):
+            if record is not None and record.id == key_id:
+                del self._cache[key_hash]
 
     def key_created(self, key_hash: str) -> None:
         """A key was created: auth is on from now, and no stale "unknown" answer remains."""

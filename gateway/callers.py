@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from actors.apikeys import API_KEYS, ApiKeyStore
 from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from bus import Bus
 from gateway.admin_keys import AdminKeys, Handler
-from gateway.api_keys import API_KEYS, ApiKeyStore
 from gateway.auth import Authenticator, caller_of
 from gateway.http import HttpRequest
 from gateway.provider_secrets import ProviderSecrets
@@ -37,7 +37,7 @@ class Callers:
         self.auth = Authenticator(bus, config, api_keys)
         configured = {c for m in config.models for r in m.route for c in r.credential_ids}
         self.secrets = ProviderSecrets(bus, provider, configured)
-        self.admin = AdminKeys(bus, config, self.auth, api_keys, provider, self.secrets)
+        self.admin = AdminKeys(bus, self.auth, self.secrets)
         self._base_urls = {eid: r.base_url for m in config.models
                            for eid, r in zip(m.endpoint_ids(), m.route, strict=True)}
 

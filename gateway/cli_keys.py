@@ -16,8 +16,8 @@ import sys
 import time
 from typing import Any
 
+from actors.apikeys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
 from actors.keystore import LazyDb
-from gateway.api_keys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
 from gateway.config import ConfigError, load_config
 from schemas import ApiKeyCreated, ApiKeyRevoked, Message, subjects
 from schemas.keys import ROLES

@@ -16,8 +16,8 @@ import msgspec
 
 from gateway.accounting import Accounting
 from gateway.admin_auth import is_admin
+from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin_http import PREFIX as ADMIN_PREFIX
-from gateway.admin_http import admin_request, args_of, command_of
 from gateway.events_http import kinds_of, stream_events
 from gateway.metrics import CONTENT_TYPE, GatewayMetrics
 from schemas import UnauthorizedError, subjects
@@ -34,7 +34,6 @@ logger = logging.getLogger(__name__)
 COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin")
 _SURFACES = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings",
              "/v1/responses": "responses", "/v1/messages": "messages"}
-_ADMIN_TIMEOUT_S = 30.0
 _SCRAPE_TIMEOUT_S = 2.0
 _encode = msgspec.json.Encoder().encode
 
@@ -104,7 +103,7 @@ class IngressOps:
         self._require_admin(req)
         area, verb = command_of(req)
         result = await admin_request(self._bus, area, verb, await args_of(req), by="http",
-                                     timeout=_ADMIN_TIMEOUT_S)
+                                     timeout=ADMIN_TIMEOUT_S)
         if (area, verb) == ("config", "reload") and self.follower is not None:
             # Answer only once this ingress serves the new config, so a client that
             # reloads and then asks for a new model is never refused by this process.

@@ -39,10 +39,11 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     KeyDeclarationsRequest -> KeyDeclarations
 - ``llmgw.keys.registry.declarations`` event       KeyRegistryActor -> KeyPoolActors, ingress:
                                                     KeyDeclarations (database keys, reservations)
-- ``llmgw.keys.registry.changed``   request/reply  admin API -> KeyRegistryActor:
+- ``llmgw.keys.registry.changed``   request/reply  tools -> KeyRegistryActor (re-read the file):
                                                     ProviderKeysChanged -> KeyDeclarations
-- ``llmgw.auth.keys.changed``       event          admin API, CLI -> every ingress: ApiKeyCreated,
-                                                    ApiKeyRevoked (drop cached keys at once)
+- ``llmgw.auth.keys.changed``       event          ApiKeyAdminActor, CLI -> every ingress:
+                                                    ApiKeyCreated, ApiKeyRevoked (drop cached
+                                                    keys at once)
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """

@@ -43,6 +43,7 @@ def test_diff_adds_endpoints_before_models_and_replaces_changed_ones() -> None:
     assert labels(cfg(("a", 1), ("b", 1)), cfg(("a", 2), ("c", 1))) == [
         "add endpoints/endpoint:c:echo",
         "remove endpoints/endpoint:b:echo",
+        "replace keys/keys:registry",  # it checks admin commands against the pools it knows
         "add keys/keypool:c:echo",
         "remove keys/keypool:b:echo",
         "replace models/model:a",

@@ -9,15 +9,15 @@ from typing import Any
 import anyio
 import pytest
 
-from actors.keystore import LazyDb
-from bus import InProcessBus
-from gateway.api_keys import (
+from actors.apikeys import (
     API_KEYS,
     ApiKeyStore,
     hash_key,
     parse_duration,
     parse_instant,
 )
+from actors.keystore import LazyDb
+from bus import InProcessBus
 from gateway.auth import ANONYMOUS, Authenticator, caller_of, may_call
 from gateway.http import HttpRequest
 from schemas import ForbiddenError, UnauthorizedError
@@ -125,6 +125,22 @@ async def test_cached_key_stays_valid_until_forgotten(store: ApiKeyStore) -> Non
     gate.forget(rec.key_hash)  # what an ApiKeyRevoked event does
     with pytest.raises(UnauthorizedError, match="revoked"):
         await gate.gate(request("/v1/models", key))
+
+
+async def test_forgetting_a_key_by_its_id_drops_only_that_cached_entry(
+    store: ApiKeyStore,
+) -> None:
+    gate = auth(store, auth_cache_seconds=3600)
+    key, rec = await store.create(org="o", user="u", role="free", now=1.0)
+    other, other_rec = await store.create(org="o", user="v", role="free", now=1.0)
+    for k in (key, other):
+        await gate.gate(request("/v1/models", k))
+    await store.revoke(rec.id, 2.0)
+    await store.revoke(other_rec.id, 2.0)
+    gate.forget_key_id(rec.id)  # what the ingress does after an admin revoke it sent
+    with pytest.raises(UnauthorizedError, match="revoked"):
+        await gate.gate(request("/v1/models", key))
+    await gate.gate(request("/v1/models", other))  # still cached
 
 
 async def test_admin_paths_need_an_admin_key(store: ApiKeyStore) -> None:
