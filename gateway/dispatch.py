@@ -400,7 +400,8 @@ async def _aclose(gen: AsyncIterator[Any]) -> None:
 
 
 class StreamAttempt:
-    """A committed stream: its first chunk, the rest, and its observation when it ends."""
+    """A committed stream: its first batch of chunks, the rest, and its observation when it
+    ends."""
 
     def __init__(
         self,
@@ -409,8 +410,8 @@ class StreamAttempt:
         candidate: RouteCandidate,
         attempt: int,
         started: float,
-        first: JSON,
-        rest: AsyncIterator[JSON],
+        first: list[JSON],
+        rest: AsyncIterator[list[JSON]],
         idle_timeout: float,
     ) -> None:
         self.candidate = candidate
@@ -421,16 +422,18 @@ class StreamAttempt:
         self._info = info
         self._started = started
         self._ttft = time.perf_counter()
-        self._usage = usage_of(first)
+        self._usage = (0, 0, 0)
         self._idle = idle_timeout
+        self._note_usage(first)
 
-    async def chunks(self) -> AsyncIterator[JSON]:
-        """Every chunk, the first included. Raises UpstreamError if the stream breaks."""
+    async def batches(self) -> AsyncIterator[list[JSON]]:
+        """Every batch of chunks (what one upstream read carried), the first included.
+        Raises UpstreamError if the stream breaks or stalls for the idle timeout."""
         yield self.first
         while True:
             try:
                 async with asyncio.timeout(self._idle):
-                    chunk = await anext(self._rest)
+                    batch = await anext(self._rest)
             except StopAsyncIteration:
                 return
             except TimeoutError:
@@ -438,9 +441,13 @@ class StreamAttempt:
                     f"upstream stream stalled: no chunk for {self._idle:g} s",
                     endpoint=self.candidate.endpoint, kind="idle",
                 ) from None
+            self._note_usage(batch)
+            yield batch
+
+    def _note_usage(self, batch: list[JSON]) -> None:
+        for chunk in batch:
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
-            yield chunk
 
     async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
         """Release the upstream stream and publish this attempt's observation."""

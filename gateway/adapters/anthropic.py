@@ -84,8 +84,9 @@ class AnthropicAdapter:
             raise bad_response(target.endpoint, "the JSON has no 'content' list")
         return from_messages_response(data, model=target.upstream_model or str(data.get("model")))
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[JSON]:
-        """POST /v1/messages with stream; yields canonical chunks until ``message_stop``.
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+        """POST /v1/messages with stream; yields the canonical chunks of each read until
+        ``message_stop``.
 
         Raises UpstreamError on a non-2xx answer, a broken connection, an ``error`` event, or
         a stream that ends without ``message_stop`` (a silent truncation is never a success).
@@ -104,11 +105,22 @@ class AnthropicAdapter:
                                         await resp.read())
             parser = SSEParser()
             async for raw in resp.chunks():
+                batch: list[JSON] = []
+                failure = None
                 for event, data in parser.feed(raw):
-                    for chunk in _translate(translator, target.endpoint, event, data):
-                        yield chunk
+                    try:
+                        batch.extend(_translate(translator, target.endpoint, event, data))
+                    except UpstreamError as exc:
+                        failure = exc  # the chunks before it still reach the client
+                        break
                     if translator.is_complete:
-                        return
+                        break
+                if batch:
+                    yield batch
+                if failure is not None:
+                    raise failure
+                if translator.is_complete:
+                    return
             raise UpstreamError(
                 "upstream stream ended before message_stop",
                 endpoint=target.endpoint,

@@ -36,9 +36,11 @@ class Adapter(Protocol):
         """A non-streaming chat completion, returned in the canonical chat shape."""
         ...
 
-    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[JSON]:
-        """Canonical ``chat.completion.chunk`` dicts; raises UpstreamError if the stream breaks
-        (including ending without its terminator)."""
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+        """Canonical ``chat.completion.chunk`` dicts in batches: each batch (never empty) holds
+        what one read from the upstream carried, so the relay sends it to the client in one
+        write. Raises UpstreamError if the stream breaks (including ending without its
+        terminator)."""
         ...
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:

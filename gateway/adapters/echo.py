@@ -50,8 +50,9 @@ class EchoAdapter:
             "usage": _usage(body, text),
         }
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[JSON]:
-        """The same answer as chunks: role, one chunk per word, finish, usage if asked."""
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+        """The same answer as chunks, one per batch (as a slow upstream would send them):
+        role, one chunk per word, finish, usage if asked."""
         text = f"echo: {_last_user_text(body)}"
         base = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
@@ -59,17 +60,17 @@ class EchoAdapter:
             "created": int(time.time()),
             "model": target.upstream_model or str(body.get("model", "echo")),
         }
-        yield {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                    "finish_reason": None}]}
+        yield [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                     "finish_reason": None}]}]
         words = text.split(" ")
         for i, word in enumerate(words):
             piece = word if i == 0 else " " + word
-            yield {**base, "choices": [{"index": 0, "delta": {"content": piece},
-                                        "finish_reason": None}]}
-        yield {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+            yield [{**base, "choices": [{"index": 0, "delta": {"content": piece},
+                                         "finish_reason": None}]}]
+        yield [{**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
         opts = body.get("stream_options")
         if isinstance(opts, dict) and opts.get("include_usage"):
-            yield {**base, "choices": [], "usage": _usage(body, text)}
+            yield [{**base, "choices": [], "usage": _usage(body, text)}]
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
         """Deterministic 8-dimensional vectors derived from each input's bytes, as floats or

@@ -59,8 +59,9 @@ class OpenAICompatAdapter:
         """POST /embeddings. Raises UpstreamError."""
         return await self._post_json(target, "/embeddings", body, "data")
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[JSON]:
-        """POST /chat/completions with stream; yields chunk dicts until ``[DONE]``.
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+        """POST /chat/completions with stream; yields the chunk dicts of each read until
+        ``[DONE]``.
 
         Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
         a stream that ends without ``[DONE]`` (a silent truncation is never a success).
@@ -75,10 +76,23 @@ class OpenAICompatAdapter:
                                         await resp.read())
             parser = SSEParser()
             async for raw in resp.chunks():
+                batch: list[JSON] = []
+                done, failure = False, None
                 for _event, event_data in parser.feed(raw):
                     if event_data == _DONE:
-                        return
-                    yield _chunk(target, event_data)
+                        done = True
+                        break
+                    try:
+                        batch.append(_chunk(target, event_data))
+                    except UpstreamError as exc:
+                        failure = exc  # the chunks before it still reach the client
+                        break
+                if batch:
+                    yield batch
+                if failure is not None:
+                    raise failure
+                if done:
+                    return
             raise UpstreamError("upstream stream ended before [DONE]", endpoint=target.endpoint,
                                 kind="truncated")
 

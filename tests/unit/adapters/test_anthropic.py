@@ -118,7 +118,7 @@ def sse(body: bytes) -> httpx.Response:
 
 
 async def collect(a: AnthropicAdapter, body: JSON) -> list[JSON]:
-    return [chunk async for chunk in a.stream(target(), body)]
+    return [chunk async for batch in a.stream(target(), body) for chunk in batch]
 
 
 @pytest.mark.parametrize("base", ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"])
