@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -17,12 +18,14 @@ from bus import BusClosedError
 from schemas import GatewayError
 
 if TYPE_CHECKING:
-    from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-
     from bus import Bus, Envelope, Subscription
     from schemas import Message
 
 logger = logging.getLogger(__name__)
+
+# Messages an actor handles in a row without the loop getting a turn: with a busy mailbox a
+# get() never suspends, and the rest of the process (the ingress above all) must not starve.
+_FAIR_SHARE = 32
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,13 @@ class _Local:
     timer: _Timer | None = None
 
 
+class _Wake:
+    """Put in an idle actor's empty mailbox by ``request_stop`` to end its wait."""
+
+
+_WAKE = _Wake()
+
+
 class ActorContext:
     """What a running actor may use: the bus, its name, a clock, its mailbox and task group.
 
@@ -77,7 +87,7 @@ class ActorContext:
         name: str,
         clock: Callable[[], float],
         task_group: TaskGroup,
-        mailbox: MemoryObjectSendStream[Envelope | _Local],
+        mailbox: asyncio.Queue[Envelope | _Local | _Wake],
     ) -> None:
         self.bus = bus
         self.name = name
@@ -120,9 +130,9 @@ class ActorContext:
     def _enqueue(self, item: _Local) -> None:
         if not self._overflow:
             try:
-                self._mailbox.send_nowait(item)
+                self._mailbox.put_nowait(item)
                 return
-            except anyio.WouldBlock:
+            except asyncio.QueueFull:
                 pass
         self._overflow.append(item)
         if len(self._overflow) == 1:
@@ -130,7 +140,7 @@ class ActorContext:
 
     async def _drain_overflow(self) -> None:
         while self._overflow:
-            await self._mailbox.send(self._overflow[0])
+            await self._mailbox.put(self._overflow[0])
             self._overflow.popleft()
 
 
@@ -149,7 +159,7 @@ class Actor:
     ctx: ActorContext
 
     _stop_requested: bool = False
-    _idle: anyio.CancelScope | None = None
+    _mailbox: asyncio.Queue[Envelope | _Local | _Wake] | None = None
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Build state before any message arrives; ``self.ctx`` is already set."""
@@ -174,8 +184,11 @@ class Actor:
     def request_stop(self) -> None:
         """Ask ``run`` to return cleanly once the message in hand is handled; never waits."""
         self._stop_requested = True
-        if self._idle is not None:
-            self._idle.cancel()
+        if self._mailbox is not None:
+            try:  # an idle actor waits on an empty mailbox; a busy one sees the flag next
+                self._mailbox.put_nowait(_WAKE)
+            except asyncio.QueueFull:
+                pass
 
     async def run(
         self,
@@ -188,39 +201,38 @@ class Actor:
 
         Raises the exception that crashed the actor (see the class docstring).
         """
-        send: MemoryObjectSendStream[Envelope | _Local]
-        recv: MemoryObjectReceiveStream[Envelope | _Local]
-        send, recv = anyio.create_memory_object_stream(self.mailbox_size)
+        mailbox: asyncio.Queue[Envelope | _Local | _Wake] = asyncio.Queue(self.mailbox_size)
+        self._mailbox = mailbox
         started = False
-        with send, recv:
-            try:
-                async with anyio.create_task_group() as background:
-                    self.ctx = ActorContext(
-                        bus=bus,
-                        name=self.name,
-                        clock=clock or time.monotonic,
-                        task_group=background,
-                        mailbox=send,
-                    )
-                    await self.on_start(self.ctx)
-                    started = True
-                    await self._serve(bus, send, recv, task_status)
-                    background.cancel_scope.cancel()
-            except Exception as exc:
-                if started:
-                    await self._stop_after_crash()
-                sole = _sole(exc)
-                if sole is exc:
-                    raise
-                # Task groups wrap a single crash in groups; the supervisor reports the crash.
-                raise sole from None
+        try:
+            async with anyio.create_task_group() as background:
+                self.ctx = ActorContext(
+                    bus=bus,
+                    name=self.name,
+                    clock=clock or time.monotonic,
+                    task_group=background,
+                    mailbox=mailbox,
+                )
+                await self.on_start(self.ctx)
+                started = True
+                await self._serve(bus, mailbox, task_status)
+                background.cancel_scope.cancel()
+        except Exception as exc:
+            if started:
+                await self._stop_after_crash()
+            sole = _sole(exc)
+            if sole is exc:
+                raise
+            # Task groups wrap a single crash in groups; the supervisor reports the crash.
+            raise sole from None
+        finally:
+            self._mailbox = None
         await self.on_stop()
 
     async def _serve(
         self,
         bus: Bus,
-        send: MemoryObjectSendStream[Envelope | _Local],
-        recv: MemoryObjectReceiveStream[Envelope | _Local],
+        mailbox: asyncio.Queue[Envelope | _Local | _Wake],
         task_status: TaskStatus[None],
     ) -> None:
         async with AsyncExitStack() as subscriptions:
@@ -231,26 +243,32 @@ class Actor:
             # Forwarders live in their own group so they end before the subscriptions close.
             async with anyio.create_task_group() as forwarders:
                 for sub in subs:
-                    forwarders.start_soon(self._forward, sub, send, name=f"{self.name}:forward")
+                    forwarders.start_soon(self._forward, sub, mailbox,
+                                          name=f"{self.name}:forward")
                 task_status.started()
-                await self._loop(recv)
+                await self._loop(mailbox)
                 forwarders.cancel_scope.cancel()
 
     async def _forward(
-        self, sub: Subscription, send: MemoryObjectSendStream[Envelope | _Local]
+        self, sub: Subscription, mailbox: asyncio.Queue[Envelope | _Local | _Wake]
     ) -> None:
         async for env in sub:
-            await send.send(env)  # waits while the mailbox is full: backpressure, not loss
+            await mailbox.put(env)  # waits while the mailbox is full: backpressure, not loss
         raise BusClosedError(f"actor {self.name}: subscription to {sub.subject} ended")
 
-    async def _loop(self, recv: MemoryObjectReceiveStream[Envelope | _Local]) -> None:
+    async def _loop(self, mailbox: asyncio.Queue[Envelope | _Local | _Wake]) -> None:
+        in_a_row = 0
         while not self._stop_requested:
-            with anyio.CancelScope() as self._idle:
-                item = await recv.receive()
-            self._idle = None
+            if mailbox.empty():
+                in_a_row = 0  # get() suspends: the loop gets its turn
+            elif (in_a_row := in_a_row + 1) >= _FAIR_SHARE:
+                in_a_row = 0
+                await asyncio.sleep(0)
+            item = await mailbox.get()
             if self._stop_requested:
                 return  # an item taken while stopping is dropped, like the rest of the mailbox
-            await self._dispatch(item)
+            if not isinstance(item, _Wake):
+                await self._dispatch(item)
 
     async def _dispatch(self, item: Envelope | _Local) -> None:
         if isinstance(item, _Local):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import anyio
@@ -132,6 +133,24 @@ async def test_full_mailbox_holds_the_forwarder_back_without_losing_messages(
         actor.request_stop()
     handled = [e for e in journal.entries if e.startswith("msg:n")]
     assert handled == [f"msg:n{i}" for i in range(20)]
+
+
+async def test_a_flooded_actor_lets_the_rest_of_the_process_run_between_messages(
+    bus: InProcessBus,
+) -> None:
+    journal = Journal()
+    actor = EchoActor(journal=journal)
+    subject = subjects.model_route("echo")
+    seen: list[int] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(actor.run, bus)
+        for i in range(200):  # none of these handlers ever suspends
+            await bus.publish(subject, RouteRequest(model=f"n{i}"))
+        while (handled := sum(e.startswith("msg:n") for e in journal.entries)) < 200:
+            seen.append(handled)
+            await asyncio.sleep(0)  # one turn of the loop, as any other task gets
+        actor.request_stop()
+    assert any(0 < n < 200 for n in seen), seen
 
 
 async def test_send_self_from_handle_with_full_mailbox_does_not_deadlock(
