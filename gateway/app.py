@@ -304,15 +304,19 @@ class GatewayApp:
     async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
                      info: RequestInfo) -> None:
         outcome, failure = "success", None
+        last = b""
         try:
             await req.start(200, [*_SSE_HEADERS,
                                   (b"x-routed-via", stream.candidate.endpoint.encode()),
                                   (b"x-request-id", info.request_id.encode())])
             async for batch in stream.batches():
-                # One write per upstream read: a client send costs far more than the frames.
-                frames = [frame for chunk in batch for frame in renderer.feed(chunk)]
-                if frames:
-                    await req.chunk(b"".join(frames))
+                # One write per upstream read (a client send costs far more than the frames),
+                # and the last read's frames go out with the end of the answer.
+                frames = b"".join([frame for chunk in batch for frame in renderer.feed(chunk)])
+                if batch.last:
+                    last = frames
+                elif frames:
+                    await req.chunk(frames)
             tail = renderer.finish()
         except UpstreamError as err:
             outcome, failure = "failure", err
@@ -323,7 +327,7 @@ class GatewayApp:
             await stream.close("cancelled")
             raise
         try:
-            await req.chunk(b"".join(tail), more=False)
+            await req.chunk(last + b"".join(tail), more=False)
         finally:
             await stream.close(outcome, failure)
 

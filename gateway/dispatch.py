@@ -23,7 +23,7 @@ import anyio
 
 from bus import Bus
 from gateway import accounting
-from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
 from schemas import (
     FirstToken,
@@ -410,8 +410,8 @@ class StreamAttempt:
         candidate: RouteCandidate,
         attempt: int,
         started: float,
-        first: list[JSON],
-        rest: AsyncIterator[list[JSON]],
+        first: Batch,
+        rest: AsyncIterator[Batch],
         idle_timeout: float,
     ) -> None:
         self.candidate = candidate
@@ -426,10 +426,13 @@ class StreamAttempt:
         self._idle = idle_timeout
         self._note_usage(first)
 
-    async def batches(self) -> AsyncIterator[list[JSON]]:
-        """Every batch of chunks (what one upstream read carried), the first included.
-        Raises UpstreamError if the stream breaks or stalls for the idle timeout."""
+    async def batches(self) -> AsyncIterator[Batch]:
+        """Every batch of chunks (what one upstream read carried), the first included, up to
+        the ``last`` one. Raises UpstreamError if the stream breaks or stalls for the idle
+        timeout."""
         yield self.first
+        if self.first.last:
+            return
         while True:
             try:
                 async with asyncio.timeout(self._idle):
@@ -443,6 +446,8 @@ class StreamAttempt:
                 ) from None
             self._note_usage(batch)
             yield batch
+            if batch.last:
+                return
 
     def _note_usage(self, batch: list[JSON]) -> None:
         for chunk in batch:

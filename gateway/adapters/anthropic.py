@@ -19,6 +19,7 @@ from gateway.adapters.anthropic_wire import (
 )
 from gateway.adapters.base import (
     JSON,
+    Batch,
     UnsupportedParameterError,
     UpstreamTarget,
     bad_response,
@@ -84,7 +85,7 @@ class AnthropicAdapter:
             raise bad_response(target.endpoint, "the JSON has no 'content' list")
         return from_messages_response(data, model=target.upstream_model or str(data.get("model")))
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """POST /v1/messages with stream; yields the canonical chunks of each read until
         ``message_stop``.
 
@@ -116,7 +117,7 @@ class AnthropicAdapter:
                     if translator.is_complete:
                         break
                 if batch:
-                    yield batch
+                    yield Batch(batch, last=translator.is_complete)
                 if failure is not None:
                     raise failure
                 if translator.is_complete:

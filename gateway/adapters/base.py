@@ -11,6 +11,20 @@ from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 JSON = dict[str, Any]
 
 
+class Batch(list[JSON]):
+    """Canonical chunks one upstream read carried, in order (never empty).
+
+    ``last`` is True when the stream's terminator came with them: nothing follows, so the
+    relay ends the client's answer in the same write.
+    """
+
+    __slots__ = ("last",)
+
+    def __init__(self, chunks: list[JSON], *, last: bool = False) -> None:
+        super().__init__(chunks)
+        self.last = last
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamTarget:
     """Everything an adapter needs for one attempt. ``api_key`` is the secret: never log it."""
@@ -36,11 +50,11 @@ class Adapter(Protocol):
         """A non-streaming chat completion, returned in the canonical chat shape."""
         ...
 
-    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
-        """Canonical ``chat.completion.chunk`` dicts in batches: each batch (never empty) holds
-        what one read from the upstream carried, so the relay sends it to the client in one
-        write. Raises UpstreamError if the stream breaks (including ending without its
-        terminator)."""
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        """Canonical ``chat.completion.chunk`` dicts in batches: each holds what one read from
+        the upstream carried, so the relay sends it to the client in one write; the one that
+        came with the terminator is ``last``. Raises UpstreamError if the stream breaks
+        (including ending without its terminator)."""
         ...
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from gateway.adapters.base import JSON, UpstreamTarget
+from gateway.adapters.base import JSON, Batch, UpstreamTarget
 
 
 def _last_user_text(body: JSON) -> str:
@@ -50,7 +50,7 @@ class EchoAdapter:
             "usage": _usage(body, text),
         }
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """The same answer as chunks, one per batch (as a slow upstream would send them):
         role, one chunk per word, finish, usage if asked."""
         text = f"echo: {_last_user_text(body)}"
@@ -60,17 +60,18 @@ class EchoAdapter:
             "created": int(time.time()),
             "model": target.upstream_model or str(body.get("model", "echo")),
         }
-        yield [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                     "finish_reason": None}]}]
-        words = text.split(" ")
-        for i, word in enumerate(words):
+        chunks: list[JSON] = [{**base, "choices": [
+            {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+        for i, word in enumerate(text.split(" ")):
             piece = word if i == 0 else " " + word
-            yield [{**base, "choices": [{"index": 0, "delta": {"content": piece},
-                                         "finish_reason": None}]}]
-        yield [{**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}]
+            chunks.append({**base, "choices": [{"index": 0, "delta": {"content": piece},
+                                                "finish_reason": None}]})
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
         opts = body.get("stream_options")
         if isinstance(opts, dict) and opts.get("include_usage"):
-            yield [{**base, "choices": [], "usage": _usage(body, text)}]
+            chunks.append({**base, "choices": [], "usage": _usage(body, text)})
+        for i, chunk in enumerate(chunks):
+            yield Batch([chunk], last=i == len(chunks) - 1)
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
         """Deterministic 8-dimensional vectors derived from each input's bytes, as floats or

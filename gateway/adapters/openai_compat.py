@@ -10,7 +10,13 @@ from collections.abc import AsyncIterator
 
 import msgspec
 
-from gateway.adapters.base import JSON, UpstreamTarget, bad_response, error_from_status
+from gateway.adapters.base import (
+    JSON,
+    Batch,
+    UpstreamTarget,
+    bad_response,
+    error_from_status,
+)
 from gateway.adapters.http import UpstreamHTTP
 from gateway.sse import SSEParser
 from schemas import UpstreamError
@@ -59,7 +65,7 @@ class OpenAICompatAdapter:
         """POST /embeddings. Raises UpstreamError."""
         return await self._post_json(target, "/embeddings", body, "data")
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[list[JSON]]:
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """POST /chat/completions with stream; yields the chunk dicts of each read until
         ``[DONE]``.
 
@@ -88,7 +94,7 @@ class OpenAICompatAdapter:
                         failure = exc  # the chunks before it still reach the client
                         break
                 if batch:
-                    yield batch
+                    yield Batch(batch, last=done)
                 if failure is not None:
                     raise failure
                 if done:
