@@ -245,6 +245,8 @@ class EndpointActor(Actor):
             self.endpoint,
             transition.reason,
         )
+        # State first: whoever reacts to the event finds the views already updated.
+        await self._publish_state()
         await self.ctx.publish(
             subjects.event("circuit"),
             CircuitTransition(
@@ -256,7 +258,6 @@ class EndpointActor(Actor):
                 ts=self._clock(),
             ),
         )
-        await self._publish_state()
 
     async def _publish_state(self) -> None:
         self._seq += 1

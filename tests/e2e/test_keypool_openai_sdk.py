@@ -26,6 +26,7 @@ from tests.fixtures.upstream import FakeUpstream, Reply, Reset, UpstreamFactory
 pytestmark = pytest.mark.e2e
 
 A, B, C, D = "sk-upstream-aaaa", "sk-upstream-bbbb", "sk-upstream-cccc", "sk-upstream-dddd"
+MUTE = 2.0
 TINY = 1e-6  # a fallback route's weight: drawn as primary about once in a million
 
 
@@ -43,8 +44,9 @@ async def test_keys_are_spent_in_order_a_failing_key_is_muted_and_bindings_hold(
 ) -> None:
     up = await fake_upstreams("up")
     k1, k2, k3 = await create_keys(tmp_path, "free", "free", "free")
+    # Long enough for two requests on a loaded machine; the test then waits for the unmute.
     gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, api_keys=[A, B])),
-                                           key_pool={"mute_seconds": 0.5}))
+                                           key_pool={"mute_seconds": MUTE}))
     c1, c2, c3 = gw.openai(k1), gw.openai(k2), gw.openai(k3)
 
     await ask(c1)
@@ -55,7 +57,7 @@ async def test_keys_are_spent_in_order_a_failing_key_is_muted_and_bindings_hold(
             await ask(c1)
         muted = await events.next(KeyMuted)
         assert (muted.credential_id, muted.status) == (credential_id(A), 429)
-        assert muted.seconds == pytest.approx(0.5, abs=0.1)
+        assert muted.seconds == pytest.approx(MUTE, abs=0.1)
         await ask(c1)
         assert spent(up) == B  # around the muted key...
         await ask(c2)

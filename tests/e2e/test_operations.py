@@ -16,7 +16,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import ConfigError, load_config
 from gateway.sse import SSEParser
 from schemas import RouteDecided, subjects
-from tests.e2e.conftest import CHAT, WAIT, chat, config, eid, model, route, watch
+from tests.e2e.conftest import (
+    CHAT,
+    WAIT,
+    chat,
+    circuit_events,
+    config,
+    eid,
+    model,
+    route,
+    watch,
+)
 from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
@@ -91,8 +101,12 @@ async def test_metrics_are_prometheus_text_with_requests_latency_attempts_and_ci
 ) -> None:
     gw, a, b = await fallback_gateway(gateway_factory, fake_upstreams)
     client = gw.http()
-    for _ in range(3):
-        assert (await client.post(CHAT, json=chat("m"))).status_code == 200
+    async with circuit_events(gw) as circuits:
+        for _ in range(2):
+            assert (await client.post(CHAT, json=chat("m"))).status_code == 200
+        # The EndpointActor publishes its new state before this event: the views have it.
+        await circuits.circuit("open", eid("m", a))
+    assert (await client.post(CHAT, json=chat("m"))).status_code == 200
     assert (await client.post(CHAT, json=chat("nope"))).status_code == 404
     resp = await client.get("/metrics")
 
