@@ -261,8 +261,9 @@ class NatsBus:
             logger.warning("NATS: disconnected; reconnecting")
 
     async def _on_reconnected(self) -> None:
-        url = self._nc.connected_url
-        logger.info("NATS: reconnected to %s", url.netloc if url else "?")
+        url = self._nc.connected_url  # netloc would carry the password: host and port only
+        logger.info("NATS: reconnected to %s:%s", url.hostname if url else "?",
+                    url.port if url else "?")
 
     async def _on_closed(self) -> None:
         if not self._closed:

@@ -18,6 +18,7 @@ from typing import Any
 
 from actors.apikeys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
 from actors.keystore import LazyDb
+from gateway.cli_common import redacted
 from gateway.config import ConfigError, load_config
 from schemas import ApiKeyCreated, ApiKeyRevoked, Message, subjects
 from schemas.keys import ROLES
@@ -91,7 +92,7 @@ async def _announce(bus_url: str, msg: Message) -> None:
                 await bus.aclose()
     except Exception as exc:  # the database change stands; the caches expire on their own
         logger.warning("could not announce on %s (%s); ingresses apply it within their "
-                       "auth_cache_seconds", bus_url, exc)
+                       "auth_cache_seconds", redacted(bus_url), exc)
 
 
 async def _create(args: argparse.Namespace) -> int:

@@ -1,0 +1,119 @@
+"""The NATS account setup compose.yaml documents, run for real: a nats-server started with
+that very configuration (taken from the file's comments), one ``actors`` process and one
+``ingress`` process each on its own user. Traffic flows; admin commands get through with the
+admin credentials only; the ingress user can neither send admin commands nor read them (an
+added provider key travels in one); no process logs a NATS password."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import nats
+import pytest
+import yaml
+
+from tests.e2e.conftest import CHAT, WAIT, chat, config, model, route
+from tests.fixtures.gateway import REPO, GatewayProcess
+from tests.fixtures.nats import start_nats_server
+from tests.fixtures.upstream import FakeUpstream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nats]
+
+PASSWORDS = {
+    "ACTORS_NATS_PASSWORD": "pw-actors-3f9c",
+    "INGRESS_NATS_PASSWORD": "pw-ingress-71ab",
+    "ADMIN_NATS_PASSWORD": "pw-admin-c40e",
+}
+COMPOSE = REPO / "compose.yaml"
+
+
+def documented_server_config(store: Path) -> str:
+    """The ``nats-server.conf`` compose.yaml's comments document, with its store in ``store``
+    (the passwords stay ``$VAR`` references, resolved from the server's environment)."""
+    lines = COMPOSE.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if "jetstream {" in line)
+    end = next(i for i in range(start, len(lines)) if lines[i].rstrip() == "#   }")
+    body = "\n".join(line.removeprefix("#   ") for line in lines[start:end + 1])
+    return body.replace("store_dir: /data", f'store_dir: "{store}"')
+
+
+@pytest.fixture
+def secured_nats(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """(host, port) of a nats-server running the documented configuration."""
+    conf = tmp_path / "nats-server.conf"
+    conf.write_text(documented_server_config(tmp_path / "js"))
+    with start_nats_server(tmp_path / "js", config_file=conf, env=PASSWORDS) as url:
+        host, port = url.removeprefix("nats://").rsplit(":", 1)
+        yield host, int(port)
+
+
+def as_user(where: tuple[str, int], user: str) -> str:
+    password = PASSWORDS[f"{user.upper()}_NATS_PASSWORD"]
+    return f"nats://{user}:{password}@{where[0]}:{where[1]}"
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[GatewayProcess]]:
+    started: list[GatewayProcess] = []
+    yield started
+    for proc in reversed(started):
+        await asyncio.to_thread(proc.stop)
+
+
+def _llmgw(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins(
+    secured_nats: tuple[str, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    processes: list[GatewayProcess],
+) -> None:
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(yaml.safe_dump(config(model("m", route(fake_upstream)),
+                                         database={"path": str(tmp_path / "gw.sqlite3")})))
+    for role, user, extra in (("actors", "actors", []), ("ingress", "ingress", ["--port", "0"])):
+        proc = GatewayProcess(["serve", "--config", str(cfg), "--role", role,
+                               "--bus", as_user(secured_nats, user), *extra])
+        processes.append(proc)
+        await asyncio.to_thread(proc.start)
+    ingress = processes[-1]
+
+    async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as client:
+        served = await client.post(CHAT, json=chat("m"))
+    by_admin = await asyncio.to_thread(_llmgw, "admin", "show", "--bus",
+                                       as_user(secured_nats, "admin"))
+    by_ingress = await asyncio.to_thread(_llmgw, "admin", "show", "--timeout", "2", "--bus",
+                                         as_user(secured_nats, "ingress"))
+
+    refusals: asyncio.Queue[Exception] = asyncio.Queue()
+
+    async def on_error(exc: Exception) -> None:
+        await refusals.put(exc)
+
+    eavesdropper = await nats.connect(as_user(secured_nats, "ingress"), error_cb=on_error,
+                                      allow_reconnect=False)
+    try:
+        await eavesdropper.subscribe("llmgw.admin.>")
+        await eavesdropper.flush()
+        refused = await asyncio.wait_for(refusals.get(), WAIT)
+    finally:
+        await eavesdropper.close()
+    ready = " ".join(p.ready_line for p in processes)
+    logs = "".join([await asyncio.to_thread(p.stop) for p in processes])
+    processes.clear()
+
+    assert served.status_code == 200, served.text
+    assert by_admin.returncode == 0, by_admin.stderr
+    assert json.loads(by_admin.stdout)["models"] == ["m"]
+    assert by_ingress.returncode == 2, by_ingress.stderr  # not delivered
+    assert "permissions violation" in str(refused).lower()
+    assert "llmgw.admin.>" in str(refused)
+    for password in PASSWORDS.values():
+        assert password not in logs + ready + by_admin.stderr + by_ingress.stderr
