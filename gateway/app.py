@@ -147,6 +147,7 @@ class GatewayApp:
                                 config.routing.failover)
         self._config, self._models, self._dispatcher = config, models, dispatcher
         self.ops.reconfigure(config)
+        self.callers.reconfigure(config)
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)

@@ -79,16 +79,28 @@ class Authenticator:
 
     def __init__(self, bus: Bus, config: GatewayConfig, store: ApiKeyStore) -> None:
         self._bus = bus
-        self._config = config
         self._store = store
-        self._ttl = config.auth_cache_seconds
         self._cache: dict[str, tuple[ApiKeyRecord | None, float]] = {}
-        self._required = config.auth == "required"
         self._any_keys = False
         self._any_checked = float("-inf")
+        self._watcher: asyncio.Task[None] | None = None
+        self._settle(config)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Apply a reloaded config's ``auth``, ``auth_cache_seconds`` and ``admin_key`` from
+        the next request on (cached keys are looked up again)."""
+        was_required = self._required
+        self._settle(config)
+        self._cache.clear()
+        if self._required != was_required:
+            logger.warning("auth: %s by the reloaded config",
+                           "required" if self._required else "no longer required")
+
+    def _settle(self, config: GatewayConfig) -> None:
+        self._ttl = config.auth_cache_seconds
+        self._required = config.auth == "required"
         admin = config.admin_key
         self._admin_hash = hash_key(admin) if admin else None
-        self._watcher: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         """Learn whether auth is on (and log it); follow key events from the bus."""

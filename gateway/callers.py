@@ -35,11 +35,17 @@ class Callers:
         api_keys = ApiKeyStore(self._db)
         provider = ProviderKeyStore(self._db)
         self.auth = Authenticator(bus, config, api_keys)
-        configured = {c for m in config.models for r in m.route for c in r.credential_ids}
-        self.secrets = ProviderSecrets(bus, provider, configured)
+        self.secrets = ProviderSecrets(bus, provider, _configured_ids(config))
         self.admin = AdminKeys(bus, self.auth, self.secrets)
-        self._base_urls = {eid: r.base_url for m in config.models
-                           for eid, r in zip(m.endpoint_ids(), m.route, strict=True)}
+        self._base_urls = _base_urls(config)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Follow a reloaded config: auth settings, configured credentials, base URLs. (The
+        database path is read at startup only.)"""
+        self._config = config
+        self.auth.reconfigure(config)
+        self.secrets.reconfigure(_configured_ids(config))
+        self._base_urls = _base_urls(config)
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         """Exact admin routes."""
@@ -80,3 +86,12 @@ class Callers:
                                    "muted_until": k.muted_until, "source": k.source}
                                   for k in st.keys]
         return out
+
+
+def _configured_ids(config: GatewayConfig) -> set[str]:
+    return {c for m in config.models for r in m.route for c in r.credential_ids}
+
+
+def _base_urls(config: GatewayConfig) -> dict[str, str]:
+    return {eid: r.base_url for m in config.models
+            for eid, r in zip(m.endpoint_ids(), m.route, strict=True)}

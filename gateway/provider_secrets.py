@@ -36,6 +36,11 @@ class ProviderSecrets:
         self._not_in_db: set[str] = set()
         self._task: asyncio.Task[None] | None = None
 
+    def reconfigure(self, configured: Iterable[str]) -> None:
+        """The credential ids a reloaded config declares (resolved from it, not the database)."""
+        self._configured = frozenset(configured)
+        self._not_in_db.clear()
+
     async def start(self) -> None:
         """Load the secrets and follow the registry's announcements."""
         await self.reload()

@@ -218,6 +218,27 @@ async def test_reload_of_a_broken_file_is_refused_whole_with_startups_message(
     assert still.status_code == 200 and unknown.status_code == 404
 
 
+async def test_reload_applies_a_rotated_admin_key_and_a_new_auth_mode(
+    gateway_factory: GatewayFactory, tmp_path: Path,
+) -> None:
+    path = tmp_path / "gw.yaml"
+    echo = model("a", {"kind": "echo"})
+    gw = await gateway_factory(_file_config(tmp_path, echo), config_path=path)
+    open_before = await gw.http().post(CHAT, json=chat("a"))
+    rotated = "adm-rotated-key"
+    path.write_text(yaml.safe_dump({**_file_config(tmp_path, echo), "admin_key": rotated,
+                                    "auth": "required"}))
+    reloaded = await admin(gw, "config", "reload")
+    old_key = await gw.http().get("/admin/config/show", headers=AUTH)
+    new_key = await gw.http().get("/admin/config/show",
+                                  headers={"authorization": f"Bearer {rotated}"})
+    open_after = await gw.http().post(CHAT, json=chat("a"))
+
+    assert open_before.status_code == 200 and reloaded.status_code == 200, reloaded.text
+    assert old_key.status_code == 401 and new_key.status_code == 200, new_key.text
+    assert open_after.status_code == 401  # auth: required now, and no key was sent
+
+
 async def test_admin_api_needs_the_admin_key_and_names_unknown_areas(
     gateway_factory: GatewayFactory,
 ) -> None:
