@@ -6,6 +6,7 @@ real servers; it waits on events (upstream requests, the gateway's own bus), nev
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -19,7 +20,7 @@ import gateway.serve
 from actors import build_tree
 from bus import Bus, Subscription
 from schemas import CircuitTransition, EndpointState, subjects
-from tests.fixtures.gateway import RunningGateway
+from tests.fixtures.gateway import GatewayProcess, RunningGateway
 from tests.fixtures.upstream import FakeUpstream
 
 T = TypeVar("T")
@@ -181,3 +182,12 @@ def actor_clock(monkeypatch: pytest.MonkeyPatch) -> SkewedClock:
     clock = SkewedClock()
     monkeypatch.setattr(gateway.serve, "build_tree", functools.partial(build_tree, clock=clock))
     return clock
+
+
+@pytest.fixture
+async def processes() -> AsyncIterator[list[GatewayProcess]]:
+    """Gateway processes a test started; all stopped (in reverse) when it ends."""
+    started: list[GatewayProcess] = []
+    yield started
+    for proc in reversed(started):
+        await asyncio.to_thread(proc.stop)

@@ -18,8 +18,9 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from tests.e2e.conftest import WAIT, config, gateway_bus
+from tests.e2e.conftest import HI, WAIT, config, gateway_bus
 from tests.fixtures.gateway import REPO, RunningGateway
+from tests.fixtures.upstream import FakeUpstream
 
 ADMIN = "boot-admin-key-for-tests"
 SLOW_CIRCUIT = {"failure_threshold": 50, "cooldown_seconds": 30}
@@ -83,3 +84,13 @@ async def endpoint_state(gw: RunningGateway, endpoint: str) -> EndpointState:
 def admin_http(gw: RunningGateway) -> Any:
     """An httpx client presenting the bootstrap admin key."""
     return gw.http(headers={"authorization": f"Bearer {ADMIN}"})
+
+
+async def ask(client: Any, model_id: str = "m") -> Any:
+    """One chat completion of ``model_id`` through ``client`` (an openai SDK client)."""
+    return await client.chat.completions.create(model=model_id, messages=HI)
+
+
+def spent(up: FakeUpstream) -> str | None:
+    """The credential the upstream's last request carried."""
+    return up.requests[-1].credential

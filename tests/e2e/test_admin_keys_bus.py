@@ -27,8 +27,8 @@ from schemas import (
     subjects,
 )
 from schemas.config import credential_id
-from tests.e2e.conftest import HI, WAIT, eid, gateway_bus, model, route, watch
-from tests.e2e.keys_support import create_keys, keys_config, pool_state
+from tests.e2e.conftest import WAIT, eid, gateway_bus, model, route, watch
+from tests.e2e.keys_support import ask, create_keys, keys_config, pool_state, spent
 from tests.fixtures.gateway import REPO, GatewayFactory, GatewayProcess, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
 
@@ -39,14 +39,6 @@ A, D = "sk-upstream-config-aaaa", "sk-upstream-database-dddd"
 
 async def command(gw: RunningGateway, area: str, verb: str, **args: Any) -> dict[str, Any]:
     return await admin_request(gateway_bus(gw), area, verb, args, by="test", timeout=WAIT)
-
-
-async def ask(client: openai.AsyncOpenAI) -> None:
-    await client.chat.completions.create(model="m", messages=HI)
-
-
-def spent(up: FakeUpstream) -> str | None:
-    return up.requests[-1].credential
 
 
 async def test_provider_key_commands_apply_to_live_pools_before_they_are_answered(

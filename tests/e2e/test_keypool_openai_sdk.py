@@ -12,13 +12,15 @@ import pytest
 
 from schemas import KeyMuted, KeyUnmuted, Observation, subjects
 from schemas.config import credential_id
-from tests.e2e.conftest import HI, eid, model, route, watch
+from tests.e2e.conftest import eid, model, route, watch
 from tests.e2e.keys_support import (
     admin_http,
+    ask,
     create_keys,
     endpoint_state,
     keys_config,
     pool_state,
+    spent,
 )
 from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import FakeUpstream, Reply, Reset, UpstreamFactory
@@ -28,15 +30,6 @@ pytestmark = pytest.mark.e2e
 A, B, C, D = "sk-upstream-aaaa", "sk-upstream-bbbb", "sk-upstream-cccc", "sk-upstream-dddd"
 MUTE = 2.0
 TINY = 1e-6  # a fallback route's weight: drawn as primary about once in a million
-
-
-async def ask(client: Any, model_id: str = "m") -> Any:
-    return await client.chat.completions.create(model=model_id, messages=HI)
-
-
-def spent(up: FakeUpstream) -> str | None:
-    """The credential the upstream's last request carried."""
-    return up.requests[-1].credential
 
 
 async def test_keys_are_spent_in_order_a_failing_key_is_muted_and_bindings_hold(

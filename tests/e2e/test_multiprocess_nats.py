@@ -7,7 +7,6 @@ lives in the single actors process, not in either ingress.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -31,15 +30,6 @@ from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Reply
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[GatewayProcess]]:
-    """Gateway processes a test started; all stopped (in reverse) when it ends."""
-    started: list[GatewayProcess] = []
-    yield started
-    for proc in reversed(started):
-        await asyncio.to_thread(proc.stop)
 
 
 async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:

@@ -10,7 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -56,14 +56,6 @@ def secured_nats(tmp_path: Path) -> Iterator[tuple[str, int]]:
 def as_user(where: tuple[str, int], user: str) -> str:
     password = PASSWORDS[f"{user.upper()}_NATS_PASSWORD"]
     return f"nats://{user}:{password}@{where[0]}:{where[1]}"
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[GatewayProcess]]:
-    started: list[GatewayProcess] = []
-    yield started
-    for proc in reversed(started):
-        await asyncio.to_thread(proc.stop)
 
 
 def _llmgw(*args: str) -> subprocess.CompletedProcess[str]:

@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +25,6 @@ pytestmark = pytest.mark.e2e
 
 QUEUE_ROWS = 200  # log.queue_rows below: the documented bound on rows a crash loses
 PROCESS_WAIT = 30.0  # a CLI process starting Python on a loaded machine
-
-
-@pytest.fixture
-async def processes() -> AsyncIterator[list[GatewayProcess]]:
-    started: list[GatewayProcess] = []
-    yield started
-    for proc in reversed(started):
-        await asyncio.to_thread(proc.stop)
 
 
 async def _serve(started: list[GatewayProcess], cfg: Path, *args: str) -> GatewayProcess:
