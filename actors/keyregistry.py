@@ -206,15 +206,14 @@ class KeyRegistryActor(Actor):
         pending = {p.endpoint for p in self._pools}
         async with self.ctx.bus.subscribe(subjects.KEYPOOL_STATE_ANY) as states:
             await self._publish(db_keys, reservations)
-            with anyio.move_on_after(self._apply_timeout):
-                async for env in states:
-                    if not pending:
-                        break
-                    st = env.message
-                    if isinstance(st, KeyPoolState) and st.declarations >= self._decls.seq:
-                        pending.discard(st.pool)
-                        if not pending:
-                            break
+            if pending:
+                with anyio.move_on_after(self._apply_timeout):
+                    async for env in states:
+                        st = env.message
+                        if isinstance(st, KeyPoolState) and st.declarations >= self._decls.seq:
+                            pending.discard(st.pool)
+                            if not pending:
+                                break
         logger.info("provider keys changed (%s)", reason)
         if pending:
             logger.warning("provider key change not yet applied by %d pools", len(pending))
