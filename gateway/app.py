@@ -305,7 +305,7 @@ class GatewayApp:
     async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
                      info: RequestInfo) -> None:
         outcome, failure = "success", None
-        last = b""
+        unsent: list[bytes] = []  # rendered frames not yet written
         try:
             await req.start(200, [*_SSE_HEADERS,
                                   (b"x-routed-via", stream.candidate.endpoint.encode()),
@@ -313,11 +313,11 @@ class GatewayApp:
             async for batch in stream.batches():
                 # One write per upstream read (a client send costs far more than the frames),
                 # and the last read's frames go out with the end of the answer.
-                frames = b"".join([frame for chunk in batch for frame in renderer.feed(chunk)])
-                if batch.last:
-                    last = frames
-                elif frames:
-                    await req.chunk(frames)
+                for chunk in batch:
+                    unsent += renderer.feed(chunk)
+                if unsent and not batch.last:
+                    await req.chunk(b"".join(unsent))
+                    unsent.clear()
             tail = renderer.finish()
         except UpstreamError as err:
             outcome, failure = "failure", err
@@ -328,7 +328,7 @@ class GatewayApp:
             await stream.close("cancelled")
             raise
         try:
-            await req.chunk(last + b"".join(tail), more=False)
+            await req.chunk(b"".join([*unsent, *tail]), more=False)
         finally:
             await stream.close(outcome, failure)
 
