@@ -81,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
         return 2
-    return run_loop(run(config, opts), args.loop)
+    return run_loop(run(config, opts, own_process=True), args.loop)
 
 
 def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -36,6 +37,21 @@ class ServeOptions:
     config_path: str | None = None  # re-read on reload (None: the bundled demo config)
 
 
+# Collect the young generation every 7,000 net allocations instead of 700: measured under
+# the benchmark (concurrency 1 and 64), the collector's time fell from 5-10 % of the gateway's
+# CPU to about 1 % (most per-request objects die by reference counting before a collection).
+GC_THRESHOLDS = (7000, 20, 20)
+
+
+def settle_gc() -> None:
+    """Once started: everything built so far (modules, config, actors) lives as long as the
+    process, so move it out of the collector's way (``gc.freeze``) and collect less often.
+    A config swapped out by a reload stays frozen: a few objects per reload, by design."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
 def _announce(line: str) -> None:
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
@@ -47,10 +63,13 @@ async def run(
     *,
     shutdown: asyncio.Event | None = None,
     on_ready: Callable[[str], None] = _announce,
+    own_process: bool = False,
 ) -> int:
     """Run until ``shutdown`` is set (default: SIGINT/SIGTERM) or the actor tree gives up.
 
-    ``on_ready`` gets the ready line once the gateway answers. Returns the exit code.
+    ``on_ready`` gets the ready line once the gateway answers. With ``own_process`` (the
+    CLI) the gateway owns the interpreter and tunes its collector (:func:`settle_gc`) before
+    it announces itself. Returns the exit code.
     """
     from gateway.cli import bind_socket, install_shutdown
 
@@ -76,6 +95,8 @@ async def run(
             logger.info("actors started on %s (%d models)", redacted(opts.bus_url),
                         len(config.models))
         if opts.role == "actors":
+            if own_process:
+                settle_gc()
             on_ready(f"llmgw actors running on {redacted(opts.bus_url)}")
             return await _wait(shutdown, root)
         sock = bind_socket(opts.host, opts.port)
@@ -98,6 +119,8 @@ async def run(
             serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
         )
         await _until_answering(opts.host, port, server)
+        if own_process:
+            settle_gc()
         on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
         code = await _wait(shutdown, root, server)
         await server
