@@ -24,13 +24,13 @@ async def nats_bus(nats_url: str) -> AsyncIterator[NatsBus]:
 
 
 async def test_replay_delivers_what_the_stream_kept_then_live_messages(nats_bus: NatsBus) -> None:
-    stream, kind = f"TEST_{time.monotonic_ns()}", f"replay{time.monotonic_ns()}"
-    subject = subjects.event(kind)
+    stream = f"TEST_{time.monotonic_ns()}"
+    # Outside llmgw.events.>: a gateway started earlier on the same server keeps its events
+    # stream there, and JetStream refuses overlapping streams.
+    subject = f"llmgw-test.replay.{time.monotonic_ns()}"
     try:
         await _replay_then_follow(nats_bus, stream, subject)
     finally:
-        # A stream left on llmgw.events.<kind> would overlap the gateway's own events stream
-        # on a shared server, and JetStream refuses overlapping streams.
         await nats_bus.delete_stream(stream)
 
 
