@@ -16,20 +16,17 @@ keys for a tier"):
 - ``set_min_role`` {id, min_role} · ``delete`` {id}: change or remove a database key.
 - ``reserve`` {key | credential_id, min_role}: reserve an environment or config key for a
   tier and above by its hash (``free`` lifts the reservation).
+- ``reload``: re-read the file (changed behind the gateway's back) and apply what it holds.
 
 A change is answered once every pool has applied it (bounded by ``apply_timeout``; the
 answer's ``pending_pools`` names any that had not). The ``key`` argument is the one place a
 secret crosses the bus: only on the admin subject, which NATS restricts to admin credentials
 (compose.yaml). No answer, log line or event carries it: keys appear as ``k-…`` ids.
-
-``ProviderKeysChanged`` on ``llmgw.keys.registry.changed`` re-reads the file (for a file
-changed behind the gateway's back) and is answered with the new declarations.
 """
 
 from __future__ import annotations
 
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -46,7 +43,6 @@ from schemas import (
     KeyDeclarationsRequest,
     KeyPoolState,
     ProviderKeyDecl,
-    ProviderKeysChanged,
     RouteNotFoundError,
     subjects,
 )
@@ -90,10 +86,9 @@ class KeyRegistryActor(Actor):
         self._apply_timeout = apply_timeout
         self.admin = AdminArea("provider_keys", {
             "list": self._list, "add": self._add, "set_min_role": self._set_min_role,
-            "delete": self._delete, "reserve": self._reserve,
+            "delete": self._delete, "reserve": self._reserve, "reload": self._reload,
         }, read_only=("list",))
-        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), Serve(subjects.KEYS_CHANGED),
-                       self.admin.serve)
+        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), self.admin.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Load the declarations and announce them."""
@@ -108,22 +103,11 @@ class KeyRegistryActor(Actor):
         await self._store.db.aclose()
 
     async def handle(self, env: Envelope) -> None:
-        """Answer the current declarations, a reload request, or an admin command."""
+        """Answer the current declarations, or an admin command."""
         if self.admin.owns(env):
             await self.admin.answer(self.ctx, env)
-            return
-        match env.message:
-            case KeyDeclarationsRequest():
-                await env.respond(self._decls)
-            case ProviderKeysChanged() as change:
-                try:
-                    db_keys, reservations = await self._store.declarations()
-                except sqlite3.Error as exc:
-                    logger.error("provider keys not reloaded (%s): keeping the last ones", exc)
-                    return
-                logger.info("provider keys reloaded (%s)", change.reason or "file changed")
-                await self._publish(db_keys, reservations)
-                await env.respond(self._decls)
+        elif isinstance(env.message, KeyDeclarationsRequest):
+            await env.respond(self._decls)
 
     # -- admin verbs --------------------------------------------------------------------
 
@@ -192,6 +176,9 @@ class KeyRegistryActor(Actor):
         await stored(self._store.reserve(cid, role, time.time()), _WHAT)
         return {"credential_id": cid, "min_role": role,
                 **await self._apply(f"{cid} reserved for {role}")}
+
+    async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
+        return await self._apply("reloaded from the file")
 
     # -- helpers ------------------------------------------------------------------------
 

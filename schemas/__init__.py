@@ -54,7 +54,6 @@ from schemas.keys import (
     KeyUnmuted,
     PoolKey,
     ProviderKeyDecl,
-    ProviderKeysChanged,
 )
 from schemas.ops import (
     AdminCommand,
@@ -115,7 +114,6 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     KeyGrant,
     KeyDeclarations,
     KeyDeclarationsRequest,
-    ProviderKeysChanged,
     ApiKeyCreated,
     ApiKeyRevoked,
     KeyMuted,
@@ -187,7 +185,6 @@ __all__ = [
     "ProbeRequest",
     "ProbeResult",
     "ProviderKeyDecl",
-    "ProviderKeysChanged",
     "RequestCompleted",
     "RequestTooLargeError",
     "RouteCandidate",

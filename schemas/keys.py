@@ -102,13 +102,6 @@ class KeyDeclarationsRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True
     """Ask the key registry for its current KeyDeclarations."""
 
 
-class ProviderKeysChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """An admin changed provider keys or reservations in the database: reload them (answered
-    with the new KeyDeclarations once they are published)."""
-
-    reason: str = ""
-
-
 class ApiKeyCreated(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """A gateway API key was created (auth is on from now); ``key_hash`` is its sha256 hex."""
 

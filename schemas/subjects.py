@@ -39,8 +39,6 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     KeyDeclarationsRequest -> KeyDeclarations
 - ``llmgw.keys.registry.declarations`` event       KeyRegistryActor -> KeyPoolActors, ingress:
                                                     KeyDeclarations (database keys, reservations)
-- ``llmgw.keys.registry.changed``   request/reply  tools -> KeyRegistryActor (re-read the file):
-                                                    ProviderKeysChanged -> KeyDeclarations
 - ``llmgw.auth.keys.changed``       event          ApiKeyAdminActor, CLI -> every ingress:
                                                     ApiKeyCreated, ApiKeyRevoked (drop cached
                                                     keys at once)
@@ -197,5 +195,4 @@ SUPERVISOR_EVENTS_ANY = f"{PREFIX}.sys.supervisor.*.event"
 KEYPOOL_STATE_ANY = f"{PREFIX}.keypool.*.state"
 KEYS_REGISTRY_GET = f"{PREFIX}.keys.registry.get"
 KEYS_DECLARATIONS = f"{PREFIX}.keys.registry.declarations"
-KEYS_CHANGED = f"{PREFIX}.keys.registry.changed"
 AUTH_KEYS_CHANGED = f"{PREFIX}.auth.keys.changed"

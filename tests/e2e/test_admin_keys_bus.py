@@ -111,7 +111,7 @@ async def test_provider_key_commands_are_refused_clearly_and_change_nothing(
     assert (bad_role.value.param, no_route.value.param, both.value.param) == (
         "min_role", "endpoint", "endpoint")
     assert (refused.verb, refused.ok) == ("add", False) and "min_role" in refused.message
-    assert "known: add, delete, list, reserve, set_min_role" in unknown.value.message
+    assert "known: add, delete, list, reload, reserve, set_min_role" in unknown.value.message
     assert D not in str(bad_role.value) + refused.message
     assert [k.credential_id for k in (await pool_state(gw, pool)).keys] == [credential_id(A)]
     assert (await command(gw, "provider_keys", "list"))["database"] == []

@@ -15,6 +15,8 @@ from actors.keypool_actor import effective_declaration
 from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from bus import InProcessBus, Subscription
 from schemas import (
+    AdminCommand,
+    AdminReply,
     KeyAcquire,
     KeyDeclarations,
     KeyGrant,
@@ -26,7 +28,6 @@ from schemas import (
     ProbeDue,
     ProbeResult,
     ProviderKeyDecl,
-    ProviderKeysChanged,
     RoutePlan,
     RouteRequest,
     raise_for_reply,
@@ -138,9 +139,11 @@ async def test_registry_reload_applies_database_keys_and_reservations_to_live_po
         await store.reserve(credential_id(A), "internal", 2.0)
         async with bus.subscribe(subjects.keypool_state(EID)) as states:
             reply = raise_for_reply(await bus.request(
-                subjects.KEYS_CHANGED, ProviderKeysChanged(reason="test"),
-                reply_type=KeyDeclarations, timeout=WAIT))
-            st = await next_state(states, lambda s: s.declarations >= reply.seq)
+                subjects.admin("provider_keys", "reload"), AdminCommand(by="test"),
+                reply_type=AdminReply, timeout=WAIT))
+            st = await next_state(
+                states, lambda s: decl.credential_id in {k.credential_id for k in s.keys})
+        assert reply.result == {"pending_pools": []}  # answered once every pool applied it
         assert [(k.credential_id, k.min_role, k.source) for k in st.keys] == [
             (credential_id(A), "internal", "config"),
             (credential_id(B), "free", "config"),
