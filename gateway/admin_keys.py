@@ -28,12 +28,11 @@ import msgspec
 
 from actors.apikeys import hash_key
 from bus import Bus
-from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request
+from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth import Authenticator, caller_of
 from gateway.http import HttpRequest
 from gateway.provider_secrets import ProviderSecrets
 from schemas import (
-    InvalidRequestError,
     RouteNotFoundError,
 )
 from schemas.config import credential_id
@@ -42,17 +41,6 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[HttpRequest], Awaitable[None]]
 _encode = msgspec.json.Encoder().encode
-_BODY_LIMIT = 64 * 1024
-
-
-async def _json_object(req: HttpRequest) -> dict[str, Any]:
-    try:
-        body = msgspec.json.decode(await req.body(_BODY_LIMIT))
-    except msgspec.DecodeError:
-        raise InvalidRequestError("the request body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    return body
 
 
 def _segments(path: str, prefix: str) -> list[str]:
@@ -94,7 +82,7 @@ class AdminKeys:
         await req.respond(200, _encode(await self._command(req, "api_keys", "list", {})))
 
     async def create_key(self, req: HttpRequest) -> None:
-        made = await self._command(req, "api_keys", "create", await _json_object(req))
+        made = await self._command(req, "api_keys", "create", await args_of(req))
         self._auth.key_created(hash_key(str(made["key"])))
         await req.respond(201, _encode(made))
 
@@ -113,7 +101,7 @@ class AdminKeys:
         await req.respond(200, _encode(await self._command(req, "provider_keys", "list", {})))
 
     async def add_provider_key(self, req: HttpRequest) -> None:
-        result = await self._command(req, "provider_keys", "add", await _json_object(req))
+        result = await self._command(req, "provider_keys", "add", await args_of(req))
         await self._secrets.reload()  # this ingress can spend the key once it answers
         await req.respond(201, _encode(result))
 
@@ -121,7 +109,7 @@ class AdminKeys:
         parts = _segments(req.path, "/admin/provider-keys/")
         if len(parts) != 2 or parts[1] != "min-role":
             raise RouteNotFoundError(f"no such path {req.path}")
-        args = {**await _json_object(req), "id": parts[0]}
+        args = {**await args_of(req), "id": parts[0]}
         changed = await self._command(req, "provider_keys", "set_min_role", args)
         await req.respond(200, _encode(changed))
 
@@ -133,7 +121,7 @@ class AdminKeys:
                                                                  {"id": parts[0]})))
 
     async def reserve_env_key(self, req: HttpRequest) -> None:
-        args = await _json_object(req)
+        args = await args_of(req)
         if isinstance(args.get("key"), str) and args["key"].strip():
             # A reservation needs only the hash: the secret stays on this ingress.
             args["credential_id"] = credential_id(args.pop("key").strip())

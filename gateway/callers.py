@@ -30,7 +30,6 @@ class Callers:
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
-        self._config = config
         self._db = LazyDb(config.database.path, [API_KEYS, PROVIDER_KEYS])
         api_keys = ApiKeyStore(self._db)
         provider = ProviderKeyStore(self._db)
@@ -42,7 +41,6 @@ class Callers:
     def reconfigure(self, config: GatewayConfig) -> None:
         """Follow a reloaded config: auth settings, configured credentials, base URLs. (The
         database path is read at startup only.)"""
-        self._config = config
         self.auth.reconfigure(config)
         self.secrets.reconfigure(_configured_ids(config))
         self._base_urls = _base_urls(config)
