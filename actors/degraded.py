@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from actors.base import Actor, ActorContext, Serve
+from actors.health_view import keep_newest
 from bus import Envelope
 from schemas import EndpointState, ModeChanged, ModeRequest, subjects
 from schemas.config import DegradedConfig
@@ -128,9 +129,7 @@ class DegradedModeActor(Actor):
         """Fold endpoint states; answer mode requests."""
         match env.message:
             case EndpointState() as st:
-                old = self._states.get(st.endpoint)
-                if old is None or st.seq >= old.seq:
-                    self._states[st.endpoint] = st
+                keep_newest(self._states, st)
             case ModeRequest():
                 await env.respond(self.current())
 

@@ -7,6 +7,13 @@ from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import EndpointState, HealthReport, HealthRequest, StateRequest, subjects
 
 
+def keep_newest(states: dict[str, EndpointState], st: EndpointState) -> None:
+    """Fold ``st`` into ``states`` unless an older copy arrived late (by ``seq``)."""
+    old = states.get(st.endpoint)
+    if old is None or st.seq >= old.seq:
+        states[st.endpoint] = st
+
+
 class HealthActor(Actor):
     """Holds the last EndpointState of every endpoint; answers HealthRequest."""
 
@@ -33,9 +40,7 @@ class HealthActor(Actor):
         """Fold state events; answer health requests in configured order."""
         match env.message:
             case EndpointState() as st:
-                old = self._states.get(st.endpoint)
-                if old is None or st.seq >= old.seq:
-                    self._states[st.endpoint] = st
+                keep_newest(self._states, st)
             case HealthRequest():
                 order = [e for e in self._endpoints if e in self._states]
                 await env.respond(HealthReport(endpoints=tuple(self._states[e] for e in order)))

@@ -116,11 +116,8 @@ class Authenticator:
 
     async def aclose(self) -> None:
         """Stop following key events."""
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        watcher, self._watcher = self._watcher, None
+        await unfollow(watcher)
 
     async def auth_on(self) -> bool:
         """True with ``auth: required`` or once any key exists (checked at most once per
@@ -235,3 +232,11 @@ async def follow(bus: Bus, subject: str, on_message: Callable[[object], Awaitabl
         task.result()  # raises why the subscription failed
         raise RuntimeError(f"subscription to {subject} ended at once")
     return task
+
+
+async def unfollow(task: asyncio.Task[None] | None) -> None:
+    """Stop a :func:`follow` task (None: nothing to stop) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

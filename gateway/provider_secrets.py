@@ -12,14 +12,13 @@ is remembered until the next announcement, so it never costs a query per request
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterable
 
 from actors.keystore import ProviderKeyStore
 from bus import Bus
-from gateway.auth import follow
+from gateway.auth import follow, unfollow
 from gateway.dispatch import RUNTIME_SECRETS
 from schemas import RoutePlan, subjects
 
@@ -49,11 +48,8 @@ class ProviderSecrets:
 
     async def aclose(self) -> None:
         """Stop following announcements."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        task, self._task = self._task, None
+        await unfollow(task)
 
     async def reload(self) -> None:
         """Re-read every database key's secret (a failure keeps the last copy)."""
