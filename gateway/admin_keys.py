@@ -31,7 +31,6 @@ from bus import Bus
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth import Authenticator, caller_of
 from gateway.http import HttpRequest
-from gateway.provider_secrets import ProviderSecrets
 from schemas import (
     RouteNotFoundError,
 )
@@ -49,13 +48,12 @@ def _segments(path: str, prefix: str) -> list[str]:
 
 class AdminKeys:
     """The handlers: thin clients of the admin areas ``api_keys`` and ``provider_keys``. Owns
-    nothing; after a change it updates this ingress's caches (auth, provider secrets) so the
+    nothing; after a gateway-key change it updates this ingress's auth cache so the
     change holds here as soon as the answer is sent."""
 
-    def __init__(self, bus: Bus, auth: Authenticator, secrets: ProviderSecrets) -> None:
+    def __init__(self, bus: Bus, auth: Authenticator) -> None:
         self._bus = bus
         self._auth = auth
-        self._secrets = secrets
 
     def routes(self) -> dict[tuple[str, str], Handler]:
         """Exact (method, path) routes."""
@@ -102,7 +100,6 @@ class AdminKeys:
 
     async def add_provider_key(self, req: HttpRequest) -> None:
         result = await self._command(req, "provider_keys", "add", await args_of(req))
-        await self._secrets.reload()  # this ingress can spend the key once it answers
         await req.respond(201, _encode(result))
 
     async def set_min_role(self, req: HttpRequest) -> None:

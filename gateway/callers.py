@@ -35,7 +35,7 @@ class Callers:
         provider = ProviderKeyStore(self._db)
         self.auth = Authenticator(bus, config, api_keys)
         self.secrets = ProviderSecrets(bus, provider, _configured_ids(config))
-        self.admin = AdminKeys(bus, self.auth, self.secrets)
+        self.admin = AdminKeys(bus, self.auth)
         self._base_urls = _base_urls(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
