@@ -5,6 +5,7 @@ the same whatever API the client speaks. Rules:
 
 - candidates are tried in plan order; a pinned plan has one candidate and never falls back;
 - a stream falls back only before its first chunk; once a chunk is out it is committed;
+- a committed stream that ends without any ``finish_reason`` is truncated: it fails;
 - the error a client sees when all fail is deterministic: the first request-describing one
   (400/404/413/422) if any attempt got one, else the primary's;
 - a client that goes away is not a failure: its attempt is observed as ``cancelled``.
@@ -423,36 +424,46 @@ class StreamAttempt:
         self._started = started
         self._ttft = time.perf_counter()
         self._usage = (0, 0, 0)
+        self._finished = False
         self._idle = idle_timeout
-        self._note_usage(first)
+        self._note(first)
 
     async def batches(self) -> AsyncIterator[Batch]:
         """Every batch of chunks (what one upstream read carried), the first included, up to
-        the ``last`` one. Raises UpstreamError if the stream breaks or stalls for the idle
-        timeout."""
+        the ``last`` one. Raises UpstreamError if the stream breaks, stalls for the idle
+        timeout, or ends without a finish reason."""
         yield self.first
-        if self.first.last:
-            return
-        while True:
+        batch = self.first
+        while not batch.last:
             try:
                 async with asyncio.timeout(self._idle):
                     batch = await anext(self._rest)
             except StopAsyncIteration:
-                return
+                break
             except TimeoutError:
                 raise UpstreamTimeoutError(
                     f"upstream stream stalled: no chunk for {self._idle:g} s",
                     endpoint=self.candidate.endpoint, kind="idle",
                 ) from None
-            self._note_usage(batch)
+            self._note(batch)
             yield batch
-            if batch.last:
-                return
+        if not self._finished:
+            # A clean end that never said why the answer stopped may be cut short.
+            raise UpstreamError(
+                "upstream stream ended without a finish reason",
+                endpoint=self.candidate.endpoint,
+                kind="truncated",
+            )
 
-    def _note_usage(self, batch: list[JSON]) -> None:
+    def _note(self, batch: list[JSON]) -> None:
+        """Keep the latest usage, and whether a choice has said why it stopped."""
         for chunk in batch:
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
+            if not self._finished:
+                for choice in chunk.get("choices") or ():
+                    if choice.get("finish_reason"):
+                        self._finished = True
 
     async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
         """Release the upstream stream and publish this attempt's observation."""

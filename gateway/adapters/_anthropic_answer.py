@@ -86,7 +86,8 @@ class MessagesToChatStream:
 
     The role rides on the first chunk that carries content, so a stream that fails before
     producing anything yields no chunk at all (and may still fall back). The finish chunk and
-    the usage chunk come only at ``message_stop``: a stream cut before it never looks done.
+    the usage chunk come only at ``message_stop``: a stream cut before it never looks done,
+    and one that never gave a ``stop_reason`` ends with none.
     Raises UpstreamStreamError on an ``error`` event.
     """
 
@@ -217,7 +218,9 @@ class MessagesToChatStream:
         if self._complete:
             return []
         self._complete = True
-        final = self._chunk({}, finish_reason(self._stop_reason))
+        # No stop_reason, no finish_reason: the relay then ends the answer as truncated.
+        stop = self._stop_reason
+        final = self._chunk({}, finish_reason(stop) if stop is not None else None)
         if self._stop_reason == "stop_sequence" and isinstance(self._stop_sequence, str):
             final["choices"][0]["stop_reason"] = self._stop_sequence  # vLLM's field
         chunks = [final]
