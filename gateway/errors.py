@@ -9,6 +9,9 @@ from schemas import ErrorCode, GatewayError, UpstreamError
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
     ErrorCode.PIN_NOT_FOUND: 400,
+    # Not the spec's 503: no route of the model can ever take the request, so retrying it
+    # unchanged is in vain.
+    ErrorCode.NO_ROUTE_FOR_MODALITY: 400,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.KEY_POOL_ROLE_RESTRICTED: 403,
@@ -20,7 +23,6 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.UPSTREAM_ERROR: 502,
     ErrorCode.UPSTREAM_BAD_RESPONSE: 502,
     ErrorCode.ALL_CIRCUITS_OPEN: 503,
-    ErrorCode.NO_ROUTE_FOR_MODALITY: 503,
     ErrorCode.NO_RESPONDERS: 503,
     ErrorCode.BUS_TIMEOUT: 503,
     ErrorCode.UPSTREAM_TIMEOUT: 504,

@@ -94,7 +94,8 @@ class AllCircuitsOpenError(GatewayError):
 
 
 class NoRouteForModalityError(GatewayError):
-    """No route of the model accepts the request's input modalities."""
+    """No route of the model accepts the request's input modalities: the caller's request
+    must change (a 400, not the spec's retryable 503)."""
 
     code = ErrorCode.NO_ROUTE_FOR_MODALITY
 

