@@ -4,8 +4,12 @@ It holds the model's route table (effective weights: configured, admin overrides
 local/remote split), a view of its endpoints' circuit states (fed by their state events),
 session affinity pins and prefill load, and the model's strategy. Every RouteRequest is
 answered with a RoutePlan: the primary first, then the other admissible routes in
-declaration order. The only thing it asks another owner for at decision time is the scarce
-half-open probe lease, and only for the route it is about to use.
+declaration order, then the admissible ``fallback_only`` routes in declaration order. A
+``fallback_only`` route is never drawn; when no drawn route is available (weight 0, circuit
+open, benched, keys refused, probe taken), the first backup that is available leads the
+plan instead, a half-open one as the probe. A backup whose circuit opened is probed only
+then, when it is needed. The only thing it asks another owner for at decision time is the
+scarce half-open probe lease, and only for the route it is about to use.
 
 Selection follows the spec's order: published routes -> modality filter -> explicit pin ->
 context window -> weight and circuit admission -> session affinity -> prefill-aware draw.
@@ -288,27 +292,44 @@ class ModelActor(Actor):
         routes, keys = self._keys.screen(routes, req, now)
         if not routes:
             return keys.plan(self._model.id)
-        closed = [r for r in routes if r.weight > 0 and self._closed(r, now)]
-        probing = [r for r in routes if r.weight > 0 and self._probe_eligible(r, now)]
-        if not closed and not probing:
-            raise AllCircuitsOpenError(
-                f"every route of model {self._model.id!r} is unavailable (circuits open or "
-                "benched)",
-                retry_after=self._earliest_recovery(considered, now, keys.refused),
-            )
-        primary, reason = await self._choose(req, closed, probing, now)
+        drawn = [r for r in routes if r.weight > 0]  # a fallback_only route has weight 0
+        backups = [r for r in routes if r.config.fallback_only]
+        closed = [r for r in drawn if self._closed(r, now)]
+        probing = [r for r in drawn if self._probe_eligible(r, now)]
+        primary, reason = None, "fallback_only"
+        if closed or probing:
+            primary, reason = await self._choose(req, closed, probing, now)
+        if primary is None:
+            # No drawn route can serve: the backups lead, in declaration order.
+            primary, reason = await self._first_backup(backups, req, now), "fallback_only"
+            closed = []
         if primary is None:
             raise AllCircuitsOpenError(
-                f"every route of model {self._model.id!r} is unavailable (probe in flight)",
+                f"every route of model {self._model.id!r} is unavailable (circuits open, "
+                "benched or probe in flight)",
                 retry_after=self._earliest_recovery(considered, now, keys.refused),
             )
         entry, probe = primary
-        rest = [r.candidate for r in closed if r is not entry]
+        spare = [r for r in backups if self._closed(r, now)]
+        rest = [r.candidate for r in (*closed, *spare) if r is not entry]
         return RoutePlan(
             model=self._model.id,
             candidates=keys.apply((entry.probe_candidate if probe else entry.candidate, *rest)),
             reason=reason,
         )
+
+    async def _first_backup(
+        self, backups: list[RouteEntry], req: RouteRequest, now: float
+    ) -> tuple[RouteEntry, bool] | None:
+        """The first ``fallback_only`` route that may serve (and whether it is a half-open
+        probe), in declaration order; None when none may."""
+        for r in backups:
+            if self._closed(r, now):
+                return r, False
+        for r in backups:
+            if self._probe_eligible(r, now) and await self._lease_probe(r, req.request_id):
+                return r, True
+        return None
 
     async def _choose(self, req: RouteRequest, closed: list[RouteEntry],
                       probing: list[RouteEntry], now: float

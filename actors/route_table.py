@@ -3,7 +3,8 @@
 Effective weight = the admin override if any, else the configured weight; then, for the
 ``fixed`` router with a ``local_fraction`` (router_params, else ``routing.local_fraction``),
 the weight manager's split: local routes share that fraction of the total and remote routes
-the rest; a local route the health-check loop found down gets weight 0.
+the rest; a local route the health-check loop found down gets weight 0, and so does a
+``fallback_only`` route (never drawn; ModelActor puts it after the drawn ones).
 """
 
 from __future__ import annotations
@@ -150,12 +151,14 @@ class RouteTable:
 
     def _recompute(self) -> None:
         for r in self.routes:
-            r.weight = r.base_weight
+            # A backup is never drawn: its effective weight is 0 whatever it is configured.
+            r.weight = 0.0 if r.config.fallback_only else r.base_weight
         f = self._local_fraction
         if f is None:
             return
-        local = [r for r in self.routes if r.is_local and r.base_weight > 0]
-        remote = [r for r in self.routes if not r.is_local and r.base_weight > 0]
+        drawn = [r for r in self.routes if r.base_weight > 0 and not r.config.fallback_only]
+        local = [r for r in drawn if r.is_local]
+        remote = [r for r in drawn if not r.is_local]
         if not local or not remote:
             return
         healthy_local = [r for r in local if r.local_healthy]

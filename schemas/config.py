@@ -49,6 +49,9 @@ class RouteConfig(_Strict):
 
     kind: Literal["openai_compat", "anthropic", "echo"]
     weight: float = Field(default=1.0, ge=0)
+    # A backup: never drawn as primary (its weight is not used); tried after the drawn
+    # routes, in declaration order, and first when none of them is available.
+    fallback_only: bool = False
     base_url: str = ""
     provider_model_id: str = ""
     api_key: str | None = Field(default=None, repr=False)  # secrets stay out of reprs
