@@ -1,0 +1,73 @@
+"""``echo_values.example``: a value valid under the schemas SDK helpers send."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel, Field
+
+from gateway.adapters.echo_values import example
+
+
+class Leaf(BaseModel):
+    name: str = Field(min_length=5, max_length=8)
+    size: int = Field(ge=3, multiple_of=4)
+
+
+class Tree(BaseModel):
+    """Recursive ($ref to itself), nested, optional, literal, bounded and tuple fields."""
+
+    label: Literal["a", "b"]
+    weight: float = Field(gt=2.5, le=3)
+    leaves: list[Leaf] = Field(min_length=2, max_length=3)
+    children: list[Tree]
+    parent: Tree | None
+    pair: tuple[int, str]
+    tags: dict[str, int]
+    when: str = Field(json_schema_extra={"format": "date-time"})
+
+
+@pytest.mark.parametrize("model", [Leaf, Tree])
+def test_example_of_a_pydantic_schema_validates_as_that_model(model: type[BaseModel]) -> None:
+    value = example(model.model_json_schema(), "hi")
+
+    model.model_validate(value)
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "string"}, "hi"),
+        ({"type": "string", "format": "email"}, "echo@example.com"),
+        ({"type": ["null", "integer"], "minimum": 2}, 2),
+        ({"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}, 1),
+        ({"type": "number", "exclusiveMaximum": 0, "minimum": -1}, -0.5),
+        ({"type": "boolean"}, True),
+        ({"type": "null"}, None),
+        ({"enum": ["x", "y"]}, "x"),
+        ({"const": 7}, 7),
+        ({"anyOf": [{"type": "null"}, {"type": "integer"}]}, 0),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 0}, []),
+        (
+            {
+                "type": "array",
+                "prefixItems": [{"type": "string"}, {"type": "integer"}],
+                "items": False,
+            },
+            ["hi", 0],
+        ),
+        (
+            {
+                "type": "object",
+                "properties": {"a": {"$ref": "#/$defs/A"}},
+                "$defs": {"A": {"type": "object", "properties": {"b": {"type": "boolean"}}}},
+            },
+            {"a": {"b": True}},
+        ),
+        ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}]}, {"a": 0}),
+        (True, "hi"),
+    ],
+)
+def test_example_meets_each_kind_of_constraint(schema: Any, expected: Any) -> None:
+    assert example(schema, "hi") == expected
