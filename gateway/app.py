@@ -110,7 +110,8 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._http(HttpRequest(scope, receive, send))
+            await self._http(HttpRequest(scope, receive, send,
+                                           self._config.server.body_timeout_seconds))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 

@@ -18,6 +18,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.KEY_POOL_EXHAUSTED: 503,
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.REQUEST_TOO_LARGE: 413,
+    ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.UPSTREAM_RATE_LIMITED: 429,
     ErrorCode.INTERNAL: 500,
     ErrorCode.UPSTREAM_ERROR: 502,

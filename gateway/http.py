@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from schemas import RequestTooLargeError
+from schemas import BodyTimeoutError, RequestTooLargeError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -14,20 +16,31 @@ Send = Callable[[Message], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
 
 JSON_TYPE = (b"content-type", b"application/json")
+_CONNECTION_CLOSE = (b"connection", b"close")
+BODY_TIMEOUT = 30.0  # seconds, the default of ``server.body_timeout_seconds``
 _DRAIN_LIMIT = 256 * 1024 * 1024
+
+# What an answer does to its connection once sent: keep it alive, close it, or first read
+# and discard the rest of a body the client is still sending (see HttpRequest._drain).
+_KEEP, _CLOSE, _LINGER = 0, 1, 2
 
 
 class HttpRequest:
-    """One HTTP exchange: the scope, lazily decoded headers, and whether the answer started."""
+    """One HTTP exchange: the scope, lazily decoded headers, and whether the answer started.
+    ``body_timeout`` bounds the wait for the request body (seconds)."""
 
-    __slots__ = ("_headers", "receive", "scope", "send", "started")
+    __slots__ = ("_after", "_headers", "body_timeout", "receive", "scope", "send", "started")
 
-    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(
+        self, scope: Scope, receive: Receive, send: Send, body_timeout: float = BODY_TIMEOUT
+    ) -> None:
         self.scope = scope
         self.receive = receive
         self.send = send
+        self.body_timeout = body_timeout
         self.started = False
         self._headers: dict[str, str] | None = None
+        self._after = _KEEP
 
     @property
     def path(self) -> str:
@@ -40,8 +53,9 @@ class HttpRequest:
     def header(self, name: str) -> str | None:
         """A request header by lower-case name (the last one wins)."""
         if self._headers is None:
-            self._headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                             for k, v in self.scope["headers"]}
+            self._headers = {
+                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.scope["headers"]
+            }
         return self._headers.get(name)
 
     def client_host(self) -> str:
@@ -49,11 +63,23 @@ class HttpRequest:
         return str(client[0]) if client else ""
 
     async def body(self, limit: int) -> bytes:
-        """The whole body. Raises RequestTooLargeError past ``limit`` bytes."""
+        """The whole body. Raises RequestTooLargeError past ``limit`` bytes (at once when the
+        declared Content-Length is over it) and BodyTimeoutError when it has not all arrived
+        within ``body_timeout`` seconds; the answer to either closes the connection."""
         declared = self.header("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            await self._drain(0)
+            self._after = _LINGER
             raise RequestTooLargeError(f"request body is over the {limit}-byte limit")
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                return await self._read(limit)
+        except TimeoutError:
+            self._after = _CLOSE
+            raise BodyTimeoutError(
+                f"the request body did not arrive within {self.body_timeout:g} seconds"
+            ) from None
+
+    async def _read(self, limit: int) -> bytes:
         parts: list[bytes] = []
         size = 0
         while True:
@@ -62,40 +88,51 @@ class HttpRequest:
                 break
             chunk = msg.get("body", b"")
             size += len(chunk)
+            more = msg.get("more_body", False)
             if size > limit:
-                if msg.get("more_body", False):
-                    await self._drain(size)
+                if more:
+                    self._after = _LINGER
                 raise RequestTooLargeError(f"request body is over the {limit}-byte limit")
             parts.append(chunk)
-            if not msg.get("more_body", False):
+            if not more:
                 break
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def _drain(self, size: int) -> None:
-        # A client still uploading cannot read our 413 if the connection closes under it;
-        # read and discard the rest (bounded) so the answer reaches it.
-        while size < _DRAIN_LIMIT:
-            msg = await self.receive()
-            if msg["type"] == "http.disconnect":
-                return
-            size += len(msg.get("body", b""))
-            if not msg.get("more_body", False):
-                return
+    async def _drain(self) -> None:
+        # A client still uploading may read our answer only once it has sent its body, and a
+        # connection closed under unread data is reset, losing the answer: read and discard
+        # the rest (bounded in bytes and in time) before the connection closes.
+        size = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.body_timeout):
+                while size < _DRAIN_LIMIT:
+                    msg = await self.receive()
+                    if msg["type"] == "http.disconnect":
+                        return
+                    size += len(msg.get("body", b""))
+                    if not msg.get("more_body", False):
+                        return
 
     async def start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Send the status line and headers."""
         self.started = True
-        await self.send({"type": "http.response.start", "status": status,
-                         "headers": list(headers)})
+        await self.send({"type": "http.response.start", "status": status, "headers": list(headers)})
 
     async def chunk(self, data: bytes, *, more: bool = True) -> None:
         """Send part of the body (``more=False`` ends it)."""
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def respond(self, status: int, body: bytes, headers: Headers | None = None) -> None:
-        """A whole answer in one go."""
-        await self.start(
-            status,
-            [JSON_TYPE, (b"content-length", str(len(body)).encode()), *(headers or ())],
-        )
+        """A whole answer in one go. After a body refused unread, the answer closes the
+        connection, sent in full before the rest of the body is drained."""
+        head = [JSON_TYPE, (b"content-length", str(len(body)).encode()), *(headers or ())]
+        if self._after == _KEEP:
+            await self.start(status, head)
+            await self.chunk(body, more=False)
+            return
+        await self.start(status, [*head, _CONNECTION_CLOSE])
+        if self._after == _LINGER:
+            await self.chunk(body)
+            await self._drain()
+            body = b""
         await self.chunk(body, more=False)

@@ -10,6 +10,7 @@ from typing import Union
 from schemas import subjects
 from schemas.errors import (
     AllCircuitsOpenError,
+    BodyTimeoutError,
     BusTimeoutError,
     ErrorCode,
     ErrorReply,
@@ -142,6 +143,7 @@ __all__ = [
     "ApiKeyRevoked",
     "AuthRejected",
     "BenchChanged",
+    "BodyTimeoutError",
     "BusTimeoutError",
     "ChildFailed",
     "ChildRestarted",

@@ -83,8 +83,9 @@ class RouteConfig(_Strict):
         out: dict[str, str] = {}
         entries = [self.api_key] if self.api_key else []
         for entry in (*entries, *self.api_keys):
-            secret, role = (entry, "free") if isinstance(entry, str) else (entry.key,
-                                                                            entry.min_role)
+            secret, role = (
+                (entry, "free") if isinstance(entry, str) else (entry.key, entry.min_role)
+            )
             old = out.get(secret, "free")
             out[secret] = role if _ROLE_ORDER.index(role) > _ROLE_ORDER.index(old) else old
         return tuple(out.items())
@@ -259,6 +260,9 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # The whole body must arrive this long after the request's head (a stalled or
+    # trickling upload would otherwise hold its connection open indefinitely).
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
 class BusConfig(_Strict):

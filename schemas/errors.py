@@ -25,6 +25,7 @@ class ErrorCode(enum.StrEnum):
     NO_RESPONDERS = "no_responders"
     BUS_TIMEOUT = "bus_timeout"
     REQUEST_TOO_LARGE = "request_too_large"
+    REQUEST_TIMEOUT = "request_timeout"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     KEY_POOL_EXHAUSTED = "key_pool_exhausted"
@@ -78,6 +79,12 @@ class RequestTooLargeError(GatewayError):
     """The request body is over the configured limit."""
 
     code = ErrorCode.REQUEST_TOO_LARGE
+
+
+class BodyTimeoutError(GatewayError):
+    """The request body did not arrive within ``server.body_timeout_seconds``."""
+
+    code = ErrorCode.REQUEST_TIMEOUT
 
 
 class RouteNotFoundError(GatewayError):
@@ -209,6 +216,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
     for cls in (
         InvalidRequestError,
         RequestTooLargeError,
+        BodyTimeoutError,
         RouteNotFoundError,
         AllCircuitsOpenError,
         NoRouteForModalityError,
