@@ -15,6 +15,7 @@ from hypercorn.config import Config as HypercornConfig
 
 from actors import SnapshotStore, build_tree
 from bus import open_bus
+from gateway import http_edge
 from gateway.app import create_app
 from gateway.cli_common import redacted
 from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
@@ -92,8 +93,9 @@ async def run(
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
             sidecars = Sidecars(bus, config)
-            logger.info("actors started on %s (%d models)", redacted(opts.bus_url),
-                        len(config.models))
+            logger.info(
+                "actors started on %s (%d models)", redacted(opts.bus_url), len(config.models)
+            )
         if opts.role == "actors":
             if own_process:
                 settle_gc()
@@ -109,6 +111,7 @@ async def run(
         hconf.errorlog = logging.getLogger("hypercorn.error")
         hconf.keep_alive_timeout = 75
         hconf.graceful_timeout = 10
+        http_edge.install()
         app = create_app(bus, config)
         ops = start_ingress_ops(bus, app, opts.config_path)
         if signals and root is None:
@@ -141,8 +144,9 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _wait(shutdown: asyncio.Event, root: object, server: asyncio.Task[None] | None = None
-                ) -> int:
+async def _wait(
+    shutdown: asyncio.Event, root: object, server: asyncio.Task[None] | None = None
+) -> int:
     waits: list[asyncio.Future[object]] = [asyncio.ensure_future(shutdown.wait())]
     if root is not None:
         waits.append(asyncio.ensure_future(root.wait()))  # type: ignore[attr-defined]

@@ -116,6 +116,132 @@ def assert_anthropic_refusal(answers: list[Answer], status: int) -> str:
     return str(body["error"]["message"])
 
 
+def smuggling(path: str, framing: list[bytes]) -> bytes:
+    """A request framed by both headers, its chunked body empty, with a second request
+    hidden where a front end trusting Content-Length would see body."""
+    hidden = b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n"
+    body = b"0\r\n\r\n" + hidden
+    headers = b"".join(h.replace(b"{n}", str(len(body)).encode()) + b"\r\n" for h in framing)
+    return f"POST {path} HTTP/1.1\r\nhost: llmgw\r\n".encode() + headers + b"\r\n" + body
+
+
+CL_TE = [b"content-length: {n}", b"transfer-encoding: chunked"]
+TE_CL = [b"Transfer-Encoding: chunked", b"Content-Length: {n}"]
+
+
+# -- framing, versions, methods ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framing", [CL_TE, TE_CL], ids=["cl-te", "te-cl"])
+async def test_content_length_with_chunked_is_400_and_the_hidden_request_gets_no_answer(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    framing: list[bytes],
+) -> None:
+    answers = await converse(gw, smuggling(CHAT, framing))
+
+    err = assert_refused(answers, 400)
+    assert "Transfer-Encoding" in err["message"] and "Content-Length" in err["message"]
+    assert err["code"] == "invalid_request"
+    assert fake_upstream.requests == []
+
+
+async def test_smuggling_on_messages_is_refused_in_anthropic_shape(gw: RunningGateway) -> None:
+    answers = await converse(gw, smuggling(MESSAGES, CL_TE))
+
+    assert "Transfer-Encoding" in assert_anthropic_refusal(answers, 400)
+
+
+@pytest.mark.parametrize(
+    ("request_line", "status", "words"),
+    [
+        (b"GET /health HTTP/9.9", 505, "HTTP/9.9"),
+        (b"GET /health HTTP/2.0", 505, "HTTP/2.0"),
+        (b"get /health HTTP/1.1", 400, "upper-case"),
+        (b"Post /v1/chat/completions HTTP/1.1", 400, "upper-case"),
+    ],
+    ids=["http-9.9", "http-2.0-without-preface", "get-lower", "post-mixed"],
+)
+async def test_unknown_version_or_lower_case_method_is_refused(
+    gw: RunningGateway,
+    request_line: bytes,
+    status: int,
+    words: str,
+) -> None:
+    answers = await converse(gw, request_line + b"\r\nhost: llmgw\r\n\r\n")
+
+    assert words in assert_refused(answers, status)["message"]
+
+
+async def test_lower_case_method_is_refused_not_upgraded_to_h2c(gw: RunningGateway) -> None:
+    upgrade = (
+        b"get /health HTTP/1.1\r\nhost: llmgw\r\nconnection: Upgrade, HTTP2-Settings\r\n"
+        b"upgrade: h2c\r\nhttp2-settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
+    )
+
+    assert "upper-case" in assert_refused(await converse(gw, upgrade), 400)["message"]
+
+
+async def test_http2_with_prior_knowledge_is_still_spoken(gw: RunningGateway) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
+    try:
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(WAIT):
+            frame_head = await reader.readexactly(9)
+    finally:
+        writer.close()
+
+    assert frame_head[3] == 0x4  # the server's SETTINGS frame opens its HTTP/2 side
+
+
+async def test_http_1_0_and_upper_case_methods_are_still_served(gw: RunningGateway) -> None:
+    answers = await converse(gw, b"GET /health HTTP/1.0\r\nhost: llmgw\r\n\r\n")
+
+    assert [a.status_code for a in answers] == [200]
+    assert answers[0].json()["status"] == "ok"
+
+
+async def test_keep_alive_requests_on_one_connection_are_still_served(
+    gw: RunningGateway,
+) -> None:
+    one = (
+        f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(CHAT_BODY)}\r\n\r\n"
+    ).encode() + CHAT_BODY
+    last = b"GET /health HTTP/1.1\r\nhost: llmgw\r\nconnection: close\r\n\r\n"
+
+    answers = await converse(gw, one + one + last)
+
+    assert [a.status_code for a in answers] == [200, 200, 200]
+
+
+# -- the server's own errors ---------------------------------------------------------------
+
+
+async def test_headers_too_large_on_messages_is_431_in_anthropic_shape(
+    gw: RunningGateway,
+) -> None:
+    big = b"x-padding: " + b"a" * 20_000 + b"\r\n"
+    answers = await converse(gw, f"POST {MESSAGES} HTTP/1.1\r\nhost: llmgw\r\n".encode() + big)
+
+    assert [a.status_code for a in answers] == [431], answers
+    assert answers[0].headers["x-request-id"]
+    assert answers[0].json()["type"] == "error"
+
+
+async def test_malformed_header_is_400_in_openai_shape(gw: RunningGateway) -> None:
+    answers = await converse(
+        gw, f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\nno colon here\r\n\r\n".encode()
+    )
+
+    assert_refused(answers, 400)
+
+
+async def test_garbage_instead_of_a_request_is_400_in_openai_shape(gw: RunningGateway) -> None:
+    assert_refused(await converse(gw, b"\x16\x03\x01 not http at all\r\n\r\n"), 400)
+
+
 # -- bodies --------------------------------------------------------------------------------
 
 
@@ -177,3 +303,44 @@ async def test_stalled_body_on_messages_is_408_in_anthropic_shape(gw: RunningGat
 
     assert [a.status_code for a in answers] == [408], answers
     assert answers[0].json()["type"] == "error"
+
+
+# -- connections ---------------------------------------------------------------------------
+
+CLOSE_WAIT = "08"  # the socket state in /proc/net/tcp
+
+
+def close_wait_sockets(port: int) -> int:
+    """How many sockets on this host are in CLOSE-WAIT on local ``port`` (Linux /proc)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                local, state = line.split()[1], line.split()[3]
+                if int(local.rsplit(":", 1)[1], 16) == port and state == CLOSE_WAIT:
+                    count += 1
+    return count
+
+
+async def test_keep_alive_connections_the_client_ends_are_closed_by_the_server_at_once(
+    gw: RunningGateway,
+) -> None:
+    async def one_connection() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
+        writer.write(b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n")  # keep-alive
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        (answer,) = parse_answers(head)
+        await reader.readexactly(int(answer.headers["content-length"]))
+        writer.write_eof()  # the client is done: the server sees end of stream
+        try:
+            return await reader.read()  # b"" once the server has closed its side
+        finally:
+            writer.close()
+
+    async with asyncio.timeout(WAIT):  # the keep-alive timeout (75 s) would end them later
+        rests = await asyncio.gather(*(one_connection() for _ in range(100)))
+
+    assert rests == [b""] * 100
+    assert close_wait_sockets(port_of(gw)) == 0
