@@ -48,7 +48,11 @@ def parse_duration(value: str | float) -> float:
     elif isinstance(value, str) and value.strip():
         text = value.strip().lower()
         unit = _UNITS.get(text[-1])
-        seconds = float(text[:-1]) * unit if unit else float(text)
+        try:
+            seconds = float(text[:-1]) * unit if unit else float(text)
+        except ValueError:
+            raise ValueError(f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 30d; "
+                             "a key without one never expires)") from None
     else:
         raise ValueError(f"not a duration: {value!r}")
     if seconds <= 0:

@@ -18,15 +18,16 @@ from bus.protocol import Bus, Envelope, Subscription
 _SCHEMES = ("inproc://", "nats://")
 
 
-async def open_bus(url: str, *, name: str | None = None) -> Bus:
+async def open_bus(url: str, *, name: str | None = None, connect_timeout: float = 5.0) -> Bus:
     """Open the bus ``url`` names: ``inproc://`` (or empty) or ``nats://host:port[,...]``.
 
-    Raises ValueError for any other scheme, BusClosedError when a NATS server cannot be reached.
+    Raises ValueError for any other scheme, BusClosedError when no NATS server accepts within
+    ``connect_timeout`` seconds.
     """
     if not url or url.startswith("inproc://"):
         return InProcessBus()
     if url.startswith("nats://"):
-        return await NatsBus.connect(url, name=name)
+        return await NatsBus.connect(url, name=name, connect_timeout=connect_timeout)
     raise ValueError(f"unsupported bus url {url!r}: expected one of {', '.join(_SCHEMES)}")
 
 

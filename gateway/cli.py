@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -33,7 +34,8 @@ _COMMAND_MODULES: tuple[str, ...] = (
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmgw", description="LLM routing gateway")
-    p.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING, ERROR")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for serve, "
+                                       "WARNING for the operator commands)")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help="YAML config file (default: the bundled demo config)")
@@ -52,15 +54,29 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the command; returns the process exit code."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _configure_logging(args)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`llmgw logs | head`): stop quietly, and keep the interpreter's
+        # final flush of stdout from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    serving = args.command == "serve"
+    logging.basicConfig(
+        level=(args.log_level or ("INFO" if serving else "WARNING")).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not serving and args.log_level is None:
+        # An operator command reports a bus it cannot reach in its own one line; the bus's
+        # reconnect warnings would only repeat it.
+        logging.getLogger("bus").setLevel(logging.ERROR)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -69,7 +85,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
         return 2
-    from gateway.serve import ServeOptions, run
+    from gateway.serve import ListenError, ServeOptions, run
 
     opts = ServeOptions(
         host=args.host or config.server.host,
@@ -81,7 +97,11 @@ def _serve(args: argparse.Namespace) -> int:
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
         return 2
-    return run_loop(run(config, opts, own_process=True), args.loop)
+    try:
+        return run_loop(run(config, opts, own_process=True), args.loop)
+    except ListenError as exc:
+        sys.stderr.write(f"llmgw: {exc}\n")
+        return 2
 
 
 def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:

@@ -1,7 +1,9 @@
 """``llmgw admin <area> <verb> [--json ARGS] [--arg K=V ...]``: one admin command.
 
-Sent as ``AdminCommand`` on ``llmgw.admin.<area>.<verb>`` (``--bus``) or through an ingress's
-``POST /admin/<area>/<verb>`` (``--url``); the owner's result is printed as JSON. Shortcuts:
+Sent as ``AdminCommand`` on ``llmgw.admin.<area>.<verb>`` (``--bus``) or as
+``POST /admin/<area>/<verb>`` to an ingress (``--url``) or to the local socket of a gateway on
+this machine (neither given; see ``gateway.cli_common``); the owner's result is printed as
+JSON. Shortcuts:
 ``llmgw admin reload`` is ``config reload``, ``llmgw admin show`` is ``config show``.
 Exit status: 0 done, 1 refused by the owner (its message on stderr), 2 not delivered.
 """
@@ -18,7 +20,15 @@ import httpx
 
 from bus import open_bus
 from gateway.admin_http import admin_request
-from gateway.cli_common import UsageError, add_target_args, admin_key, bus_url, fail
+from gateway.cli_common import (
+    NotDeliveredError,
+    RefusedError,
+    UsageError,
+    add_target_args,
+    admin_over_http,
+    fail,
+    target,
+)
 from schemas import GatewayError
 
 _SHORTCUTS = {"reload": ("config", "reload"), "show": ("config", "show")}
@@ -68,58 +78,35 @@ def run(args: argparse.Namespace) -> int:
     """Send the command; print its result."""
     try:
         area, verb, values = command_args(args)
-        if args.url:
-            result = _over_http(args.url, admin_key(args), area, verb, values, args.timeout)
+        where = target(args)
+        if where.bus:
+            result = asyncio.run(_over_bus(where.bus, area, verb, values, args.timeout))
         else:
-            result = asyncio.run(_over_bus(bus_url(args), area, verb, values, args.timeout))
+            result = admin_over_http(where, area, verb, values, args.timeout)
     except UsageError as exc:
         return fail("admin", str(exc))
-    except _RefusedError as exc:
+    except RefusedError as exc:
         return fail("admin", f"{area} {verb} refused: {exc}", 1)
-    except (GatewayError, httpx.HTTPError, _NotDeliveredError) as exc:
+    except (GatewayError, httpx.HTTPError, NotDeliveredError) as exc:
         return fail("admin", f"{area} {verb} not delivered: {_message(exc)}")
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0
 
 
-class _RefusedError(Exception):
-    """The owner (or the admin API) answered with an error."""
-
-
-class _NotDeliveredError(Exception):
-    """Nobody answered the command."""
-
-
-
 def _message(exc: Exception) -> str:
-    return exc.message if isinstance(exc, GatewayError) else f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, GatewayError):
+        return exc.message
+    return str(exc) if isinstance(exc, NotDeliveredError) else f"{type(exc).__name__}: {exc}"
 
 
 async def _over_bus(url: str, area: str, verb: str, values: dict[str, Any],
                     timeout: float) -> dict[str, Any]:
-    bus = await open_bus(url, name="llmgw-admin")
+    bus = await open_bus(url, name="llmgw-admin", connect_timeout=timeout)
     try:
         return await admin_request(bus, area, verb, values, by="cli", timeout=timeout)
     except GatewayError as err:
         if err.code.value in ("no_responders", "bus_timeout"):
             raise
-        raise _RefusedError(err.message) from None
+        raise RefusedError(err.message) from None
     finally:
         await bus.aclose()
-
-
-def _over_http(url: str, key: str, area: str, verb: str, values: dict[str, Any],
-               timeout: float) -> dict[str, Any]:
-    resp = httpx.post(f"{url.rstrip('/')}/admin/{area}/{verb}", json=values, timeout=timeout,
-                      headers={"authorization": f"Bearer {key}"})
-    if resp.status_code != 200:
-        try:
-            error = resp.json()["error"]
-            message, code = str(error["message"]), str(error.get("code", ""))
-        except (ValueError, KeyError, TypeError):
-            message, code = resp.text[:500], ""
-        if code in ("no_responders", "bus_timeout"):
-            raise _NotDeliveredError(message)
-        raise _RefusedError(f"HTTP {resp.status_code}: {message}")
-    result: dict[str, Any] = resp.json()
-    return result

@@ -1,7 +1,8 @@
 """``llmgw events [--filter KIND] [--since 10m]``: tail the operator events live.
 
 One JSON line per event on stdout (``{"kind": ..., "type": ..., <fields>}``), from any machine
-that reaches the bus (``--bus nats://...``), or from an ingress's ``GET /events`` (``--url``).
+that reaches the bus (``--bus nats://...``), from an ingress's ``GET /events`` (``--url``), or
+from the local socket of a gateway on this machine (neither; see ``gateway.cli_common``).
 ``--since`` first replays what the JetStream stream ``LLMGW_EVENTS`` kept (NATS only).
 Once following, it says so on stderr. ``--count N`` exits after N events.
 """
@@ -18,18 +19,21 @@ import httpx
 
 from bus import NatsBus, Subscription, open_bus
 from gateway.cli_common import (
+    Target,
     UsageError,
     add_target_args,
-    admin_key,
-    bus_url,
     fail,
+    http_client,
     parse_duration,
     redacted,
+    target,
 )
 from gateway.control import EVENTS_STREAM
 from gateway.events_http import event_json, event_kind
 from gateway.sse import SSEParser
 from schemas import GatewayError, subjects
+
+_CONNECT_TIMEOUT_S = 10.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -49,11 +53,12 @@ def run(args: argparse.Namespace) -> int:
     kinds = frozenset(k for f in args.filter for k in f.split(",") if k)
     try:
         since = time.time() - parse_duration(args.since) if args.since else None
-        if args.url:
-            if since is not None:
-                raise UsageError("--since needs the bus (--bus nats://...): it reads JetStream")
-            return _over_http(args.url, admin_key(args), kinds, args.count)
-        return asyncio.run(_over_bus(bus_url(args), kinds, since, args.count))
+        where = target(args)
+        if where.bus:
+            return asyncio.run(_over_bus(where.bus, kinds, since, args.count))
+        if since is not None:
+            raise UsageError("--since needs the bus (--bus nats://...): it reads JetStream")
+        return _over_http(where, kinds, args.count)
     except UsageError as exc:
         return fail("events", str(exc))
     except (GatewayError, httpx.HTTPError) as exc:
@@ -73,7 +78,7 @@ def _emit(line: bytes) -> None:
 
 async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
                     count: int | None) -> int:
-    bus = await open_bus(url, name="llmgw-events")
+    bus = await open_bus(url, name="llmgw-events", connect_timeout=_CONNECT_TIMEOUT_S)
     pattern = subjects.event(next(iter(kinds))) if len(kinds) == 1 else subjects.EVENTS_ANY
     subscribing: AbstractAsyncContextManager[Subscription]
     try:
@@ -103,16 +108,16 @@ async def _relay(sub: Subscription, kinds: frozenset[str], count: int | None) ->
     return 1
 
 
-def _over_http(url: str, key: str, kinds: frozenset[str], count: int | None) -> int:
+def _over_http(where: Target, kinds: frozenset[str], count: int | None) -> int:
     params = {"kind": ",".join(sorted(kinds))} if kinds else {}
     seen = 0
     parser = SSEParser()
-    with httpx.stream("GET", f"{url.rstrip('/')}/events", params=params, timeout=None,
-                      headers={"authorization": f"Bearer {key}"}) as resp:
+    with http_client(where, None) as client, client.stream("GET", "/events",
+                                                           params=params) as resp:
         if resp.status_code != 200:
             resp.read()
             return fail("events", f"HTTP {resp.status_code}: {resp.text[:300]}", 1)
-        _following(f"{url}/events")
+        _following(where.url + "/events" if where.url else where.socket)
         for chunk in resp.iter_bytes():
             for _, data in parser.feed(chunk):
                 _emit(data)

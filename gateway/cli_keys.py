@@ -19,13 +19,14 @@ from typing import Any
 from actors.apikeys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
 from actors.keystore import LazyDb
 from gateway.cli_common import redacted
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError, load_sections
 from schemas import ApiKeyCreated, ApiKeyRevoked, Message, subjects
 from schemas.keys import ROLES
 
 logger = logging.getLogger(__name__)
 
 _ANNOUNCE_TIMEOUT = 3.0
+_LIST_ROW = "{:16}  {:14}  {:24}  {:8}  {}"
 
 
 def register(sub: Any) -> None:
@@ -68,7 +69,9 @@ def _run(fn: Any) -> Any:
 
 def _target(args: argparse.Namespace) -> tuple[str, str]:
     """(database path, bus url to announce on or "")."""
-    config = load_config(args.config) if args.config or not args.db else None
+    # Only the sections needed: the models' ${VAR}s need not be set to manage keys.
+    config = load_sections(args.config, "database", "bus") if args.config or not args.db \
+        else None
     path = args.db or (config.database.path if config else "")
     bus = config.bus.url if config is not None and config.bus.url.startswith("nats://") else ""
     return path, bus
@@ -98,8 +101,7 @@ async def _announce(bus_url: str, msg: Message) -> None:
 async def _create(args: argparse.Namespace) -> int:
     path, bus = _target(args)
     now = time.time()
-    expires = (now + parse_duration(args.expires_in) if args.expires_in
-               else parse_instant(args.expires_at) if args.expires_at else None)
+    expires = _expiry(args, now)
     store = ApiKeyStore(LazyDb(path, [API_KEYS]))
     try:
         key, rec = await store.create(org=args.org, user=args.user, role=args.role,
@@ -113,6 +115,17 @@ async def _create(args: argparse.Namespace) -> int:
     return 0
 
 
+def _expiry(args: argparse.Namespace, now: float) -> float | None:
+    """When the new key expires (None: never). Raises ValueError naming the option."""
+    try:
+        if args.expires_in:
+            return now + parse_duration(args.expires_in)
+        return parse_instant(args.expires_at) if args.expires_at else None
+    except ValueError as exc:
+        option = "--expires-in" if args.expires_in else "--expires-at"
+        raise ValueError(f"{option}: {exc}") from None
+
+
 async def _list(args: argparse.Namespace) -> int:
     path, _ = _target(args)
     store = ApiKeyStore(LazyDb(path, [API_KEYS]))
@@ -122,8 +135,10 @@ async def _list(args: argparse.Namespace) -> int:
         await store.db.aclose()
     now = time.time()
     data = [r.public(now) for r in rows]
-    lines = [f"{r.id}  {r.prefix}…  {r.org}/{r.user}  {r.role:8}  {r.status(now)}" for r in rows]
-    _print(args, data, "\n".join(lines) if lines else "no keys")
+    lines = [_LIST_ROW.format(r.id, f"{r.prefix}…", f"{r.org}/{r.user}", r.role, r.status(now))
+             for r in rows]
+    header = _LIST_ROW.format("id", "prefix", "org/user", "role", "status")
+    _print(args, data, "\n".join([header, *lines]) if lines else "no keys")
     return 0
 
 

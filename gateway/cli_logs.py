@@ -1,9 +1,11 @@
 """``llmgw logs [--since 10m] [--model M]``: read the request log.
 
-Reads the database file directly (``--db``, else ``database.path`` of ``--config``, else
-``llmgw.sqlite3``; WAL lets it read while the gateway writes), or asks the StoreActor over
-the bus (``--bus``: ``llmgw.admin.log.query``, which commits what is buffered first). One row
-per client request (``request``) and per upstream attempt (``attempt``), oldest first; a table,
+Asks the gateway's StoreActor (``log query``, which commits what is buffered first) through
+an ingress's admin API (``--url``), over the bus (``--bus``), or through the local socket of
+a gateway serving the database on this machine (``gateway.local_admin``); with none of them
+(or ``--db``), reads the database file directly (``--db``, else ``database.path`` of
+``--config``, else ``llmgw.sqlite3``; WAL lets it read while the gateway writes). One row per
+client request (``request``) and per upstream attempt (``attempt``), oldest first; a table,
 or JSON lines with ``--json``.
 """
 
@@ -18,12 +20,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from actors.request_log import LogQuery, as_dicts
 from bus import open_bus
 from gateway.admin_http import admin_request
-from gateway.cli_common import UsageError, bus_url, fail, parse_duration
-from gateway.config import ConfigError, load_config
+from gateway.cli_common import (
+    NotDeliveredError,
+    RefusedError,
+    Target,
+    UsageError,
+    admin_key,
+    admin_over_http,
+    bus_url,
+    fail,
+    parse_duration,
+    settings,
+)
+from gateway.local_admin import socket_path
 from schemas import GatewayError
+
+_TIMEOUT_S = 30.0
 
 _TABLE = (("time", 19), ("kind", 7), ("request_id", 12), ("requested", 14), ("model", 14),
           ("endpoint", 24),
@@ -40,9 +57,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--request-id", help="one request's rows")
     p.add_argument("--limit", type=int, default=100, help="at most this many rows (newest)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
-    p.add_argument("--db", help="the database file (default: database.path of --config)")
+    p.add_argument("--db", help="read this database file (default: database.path of --config)")
     p.add_argument("--config", help="config file naming the database (and the bus)")
-    p.add_argument("--bus", help="ask the gateway's StoreActor over this bus instead")
+    p.add_argument("--bus", help="ask the gateway's StoreActor over this bus, nats://HOST:PORT")
+    p.add_argument("--url", help="ask an ingress's admin API, http://HOST:PORT (admin key)")
+    p.add_argument("--admin-key", help="admin key for --url (default $LLMGW_ADMIN_KEY)")
     p.set_defaults(func=run)
 
 
@@ -51,32 +70,43 @@ def run(args: argparse.Namespace) -> int:
     try:
         query = LogQuery(since=time.time() - parse_duration(args.since), model=args.model,
                          kind=args.kind, request_id=args.request_id, limit=args.limit)
-        if args.bus:
-            rows = asyncio.run(_over_bus(bus_url(args), query))
-        else:
-            rows = _from_file(_db_path(args), query)
+        rows = _rows(args, query)
     except UsageError as exc:
         return fail("logs", str(exc))
-    except GatewayError as exc:
-        return fail("logs", exc.message, 1)
+    except (GatewayError, NotDeliveredError, RefusedError) as exc:
+        return fail("logs", exc.message if isinstance(exc, GatewayError) else str(exc), 1)
+    except httpx.HTTPError as exc:
+        return fail("logs", f"cannot reach the gateway: {type(exc).__name__}: {exc}", 1)
     except sqlite3.Error as exc:
         return fail("logs", f"cannot read the request log: {exc}", 1)
     _print(rows, as_json=args.json)
     return 0
 
 
-def _db_path(args: argparse.Namespace) -> Path:
+def _rows(args: argparse.Namespace, query: LogQuery) -> list[dict[str, Any]]:
+    """From ``--db``, ``--url``, ``--bus``, the local socket, else the database file."""
     if args.db:
-        path = Path(args.db)
-    else:
-        try:
-            path = Path(load_config(args.config).database.path) if args.config else Path(
-                "llmgw.sqlite3")
-        except ConfigError as exc:
-            raise UsageError(f"invalid configuration: {exc}") from None
+        return _from_file(_existing(Path(args.db)), query)
+    if args.url:
+        return _over_http(Target(url=args.url, key=admin_key(args)), query)
+    if args.bus:
+        return asyncio.run(_over_bus(bus_url(args), query))
+    database = Path(settings(args).database.path)
+    local = socket_path(database)
+    if local.exists():
+        return _over_http(Target(socket=str(local)), query)
+    return _from_file(_existing(database), query)
+
+
+def _existing(path: Path) -> Path:
     if not path.exists():
         raise UsageError(f"no database at {path} (--db PATH, or --config FILE)")
     return path
+
+
+def _arguments(query: LogQuery) -> dict[str, Any]:
+    return {"since": query.since, "model": query.model, "kind": query.kind,
+            "request_id": query.request_id, "limit": query.limit}
 
 
 def _from_file(path: Path, query: LogQuery) -> list[dict[str, Any]]:
@@ -92,14 +122,18 @@ def _from_file(path: Path, query: LogQuery) -> list[dict[str, Any]]:
 
 
 async def _over_bus(url: str, query: LogQuery) -> list[dict[str, Any]]:
-    bus = await open_bus(url, name="llmgw-logs")
+    bus = await open_bus(url, name="llmgw-logs", connect_timeout=_TIMEOUT_S)
     try:
-        result = await admin_request(bus, "log", "query", {
-            "since": query.since, "model": query.model, "kind": query.kind,
-            "request_id": query.request_id, "limit": query.limit,
-        }, by="cli", timeout=30.0)
+        result = await admin_request(bus, "log", "query", _arguments(query), by="cli",
+                                     timeout=_TIMEOUT_S)
     finally:
         await bus.aclose()
+    rows: list[dict[str, Any]] = result.get("rows", [])
+    return rows
+
+
+def _over_http(where: Target, query: LogQuery) -> list[dict[str, Any]]:
+    result = admin_over_http(where, "log", "query", _arguments(query), _TIMEOUT_S)
     rows: list[dict[str, Any]] = result.get("rows", [])
     return rows
 

@@ -141,3 +141,35 @@ def _check_routers(config: GatewayConfig, source: str) -> None:
             if model.router and "params" in str(exc):
                 key = "router_params"
             raise ConfigError(f"{source}: models[{i}].{key}: {exc}") from None
+
+
+def load_sections(path: str | Path | None, *sections: str) -> GatewayConfig:
+    """Only the top-level ``sections`` of the config at ``path`` (None: the bundled demo),
+    validated; everything else is left at its default and unread.
+
+    What operator commands use: ``llmgw keys``/``logs`` need ``database`` (and ``bus``), not
+    the environment variables the models' credentials name. Raises ConfigError (which never
+    quotes the file's values).
+    """
+    if path is None:
+        return load_config(None)
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{source}: not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    picked = {name: raw[name] for name in sections if name in raw}
+    try:
+        return GatewayConfig.model_validate(_expand(picked, (), source))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {format_path(err['loc'])}: {msg}") from None

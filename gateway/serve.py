@@ -6,6 +6,7 @@ import asyncio
 import functools
 import gc
 import logging
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from gateway import http_edge
 from gateway.app import create_app
 from gateway.cli_common import redacted
 from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
+from gateway.local_admin import LocalAdmin
 from gateway.sidecars import Sidecars
 from schemas.config import GatewayConfig
 
@@ -72,17 +74,25 @@ async def run(
     CLI) the gateway owns the interpreter and tunes its collector (:func:`settle_gc`) before
     it announces itself. Returns the exit code.
     """
-    from gateway.cli import bind_socket, install_shutdown
+    from gateway.cli import install_shutdown
 
     signals = shutdown is None
+    # Bind first: a taken port ends startup before anything else has started.
+    sock = None if opts.role == "actors" else _listen(opts.host, opts.port)
     if shutdown is None:
         shutdown = asyncio.Event()
         install_shutdown(shutdown)
-    bus = await open_bus(opts.bus_url)
     root = None
     ops: asyncio.Task[None] | None = None
     snapshots: SnapshotStore | None = None
     sidecars: Sidecars | None = None
+    local: LocalAdmin | None = None
+    try:
+        bus = await open_bus(opts.bus_url)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
     try:
         if opts.role in ("all", "actors"):
             snapshots = await SnapshotStore.open(config.database.path)
@@ -97,11 +107,12 @@ async def run(
                 "actors started on %s (%d models)", redacted(opts.bus_url), len(config.models)
             )
         if opts.role == "actors":
+            local = LocalAdmin.open(bus, config.database.path, None)
             if own_process:
                 settle_gc()
             on_ready(f"llmgw actors running on {redacted(opts.bus_url)}")
             return await _wait(shutdown, root)
-        sock = bind_socket(opts.host, opts.port)
+        assert sock is not None
         port = sock.getsockname()[1]
         hconf = HypercornConfig()
         # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
@@ -114,6 +125,8 @@ async def run(
         http_edge.install()
         app = create_app(bus, config)
         ops = start_ingress_ops(bus, app, opts.config_path)
+        if root is not None:
+            local = LocalAdmin.open(bus, config.database.path, app)
         if signals and root is None:
             install_sighup(sighup_handler(bus, app, actors=False))
         if config.admin_key is None:
@@ -129,6 +142,10 @@ async def run(
         await server
         return code
     finally:
+        if sock is not None:
+            sock.close()  # a no-op once Hypercorn owns it (detached)
+        if local is not None:
+            await local.aclose()
         if ops is not None:
             ops.cancel()
         if sidecars is not None:
@@ -138,6 +155,21 @@ async def run(
         if snapshots is not None:
             await snapshots.aclose()
         await bus.aclose()
+
+
+class ListenError(Exception):
+    """The HTTP port cannot be listened on; the message says which and why."""
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket for ``host:port``. Raises ListenError."""
+    from gateway.cli import bind_socket
+
+    try:
+        return bind_socket(host, port)
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {_url_host(host)}:{port}: "
+                          f"{exc.strerror or exc}") from None
 
 
 def _url_host(host: str) -> str:

@@ -1,0 +1,288 @@
+"""The operator commands as a new user meets them, each run as the venv's ``llmgw`` script:
+the local socket of a running gateway (no key, no --url), and the errors a command line can
+make (one line, exit code 2, never a traceback)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.e2e.conftest import CHAT, WAIT, chat
+from tests.fixtures.gateway import GatewayProcess
+
+pytestmark = pytest.mark.e2e
+
+LLMGW = str(Path(sys.executable).parent / "llmgw")
+PROCESS_WAIT = 30.0  # a CLI process starting Python on a loaded machine
+
+
+def llmgw(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run ``llmgw ARGS`` in ``cwd`` and wait for it."""
+    return subprocess.run(
+        [LLMGW, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_WAIT,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_line_error(done: subprocess.CompletedProcess[str]) -> str:
+    """The single stderr line of a command that failed with exit code 2."""
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith(("usage:", " "))]
+    assert len(lines) == 1, done.stderr
+    return lines[0]
+
+
+async def _serve(
+    processes: list[GatewayProcess], cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> GatewayProcess:
+    proc = GatewayProcess(["serve", "--port", "0", *args], env, cwd=cwd)
+    processes.append(proc)
+    return await asyncio.to_thread(proc.start)
+
+
+# -- the local socket -------------------------------------------------------------------------
+
+
+async def test_demo_gateway_answers_admin_and_logs_from_another_shell_without_key_or_url(
+    processes: list[GatewayProcess],
+    tmp_path: Path,
+    bus_url: str,
+) -> None:
+    proc = await _serve(processes, tmp_path, "--bus", bus_url)
+    sock = tmp_path / "llmgw.sqlite3.sock"
+    async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
+        assert (await client.post(CHAT, json=chat("demo"))).status_code == 200
+
+    show = await asyncio.to_thread(llmgw, tmp_path, "admin", "show")
+    reload = await asyncio.to_thread(llmgw, tmp_path, "admin", "reload")
+    logs = await asyncio.to_thread(llmgw, tmp_path, "logs", "--json", "--kind", "request")
+    mode = stat.S_IMODE(sock.stat().st_mode)
+    await asyncio.to_thread(proc.stop)
+
+    assert not sock.exists()  # removed at shutdown
+    assert mode == 0o600
+    assert show.returncode == 0, show.stderr
+    assert json.loads(show.stdout)["models"] == ["demo"]
+    assert reload.returncode == 0, reload.stderr
+    assert json.loads(reload.stdout)["version"]
+    assert logs.returncode == 0, logs.stderr
+    # Through the gateway's StoreActor: the request is there before any flush interval.
+    assert [json.loads(r)["requested_model"] for r in logs.stdout.splitlines()] == ["demo"]
+    assert show.stderr == reload.stderr == logs.stderr == ""  # no httpx INFO lines either
+
+
+async def test_local_socket_is_found_from_the_config_naming_the_database(
+    processes: list[GatewayProcess],
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "database": {"path": str(data / "gw.db")},
+                "models": [{"id": "m", "route": [{"kind": "echo"}]}],
+            }
+        )
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    await _serve(processes, tmp_path, "--config", str(cfg))
+
+    found = await asyncio.to_thread(llmgw, elsewhere, "admin", "show", "--config", str(cfg))
+    missing = await asyncio.to_thread(llmgw, elsewhere, "admin", "show")
+
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["models"] == ["m"]
+    assert stat.S_IMODE((data / "gw.db.sock").stat().st_mode) == 0o600
+    assert "no gateway is serving llmgw.sqlite3" in one_line_error(missing)
+
+
+# -- one line, exit code 2 ----------------------------------------------------------------------
+
+
+def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+
+        done = llmgw(tmp_path, "serve", "--port", str(port))
+
+    assert (
+        one_line_error(done) == f"llmgw: cannot listen on 127.0.0.1:{port}: Address already in use"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+def test_logs_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    db = tmp_path / "gw.sqlite3"
+    sqlite3.connect(db).close()
+
+    with subprocess.Popen(
+        [LLMGW, "logs", "--db", str(db)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # the reader is gone before the first line is written (`| head -0`)
+        err = proc.stderr.read()
+        proc.wait(timeout=PROCESS_WAIT)
+
+    assert (proc.returncode, err) == (0, "")
+
+
+def test_keys_create_with_a_word_for_expires_in_names_the_option(tmp_path: Path) -> None:
+    done = llmgw(
+        tmp_path,
+        "keys",
+        "create",
+        "--db",
+        str(tmp_path / "k.db"),
+        "--org",
+        "o",
+        "--user",
+        "u",
+        "--role",
+        "free",
+        "--expires-in",
+        "forever",
+    )
+
+    line = one_line_error(done)
+    assert line.startswith("llmgw keys: --expires-in: not a duration: 'forever'"), line
+    assert "float" not in line
+
+
+def test_keys_list_has_a_header(tmp_path: Path) -> None:
+    db = str(tmp_path / "k.db")
+    created = llmgw(
+        tmp_path, "keys", "create", "--db", db, "--org", "acme", "--user", "ann", "--role", "pro"
+    )
+    listed = llmgw(tmp_path, "keys", "list", "--db", db)
+
+    assert created.returncode == 0, created.stderr
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["id", "prefix", "org/user", "role", "status"]
+    assert row.split()[2:] == ["acme/ann", "pro", "active"]
+
+
+def test_keys_and_logs_need_only_the_database_of_the_config(tmp_path: Path) -> None:
+    db = tmp_path / "gw.sqlite3"
+    sqlite3.connect(db).close()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "database": {"path": str(db)},
+                "models": [
+                    {
+                        "id": "m",
+                        "route": [
+                            {
+                                "kind": "openai_compat",
+                                "base_url": "http://127.0.0.1:9/v1",
+                                "api_key": "${LLMGW_E2E_UNSET_KEY}",
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
+    assert "LLMGW_E2E_UNSET_KEY" not in os.environ
+
+    keys = llmgw(tmp_path, "keys", "list", "--config", str(cfg))
+    logs = llmgw(tmp_path, "logs", "--config", str(cfg))
+
+    assert (keys.returncode, keys.stdout, keys.stderr) == (0, "no keys\n", "")
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.split()[:2] == ["time", "kind"]
+
+
+def test_admin_on_a_dead_bus_says_so_in_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+
+        done = llmgw(
+            tmp_path, "admin", "show", "--bus", f"nats://127.0.0.1:{port}", "--timeout", "1"
+        )
+
+    line = one_line_error(done)
+    assert line.startswith("llmgw admin: config show not delivered: cannot connect to NATS")
+
+
+def test_admin_keeps_trying_a_dead_bus_for_its_whole_timeout(tmp_path: Path) -> None:
+    """The bus refuses every attempt (accepts and hangs up); with ``--timeout 120`` the command
+    is still trying long after the connect timeout it used to have (5 s, one attempt a
+    second)."""
+    attempts = threading.Semaphore(0)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+
+        def refuse() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                conn.close()
+                attempts.release()
+
+        threading.Thread(target=refuse, daemon=True).start()
+        with subprocess.Popen(
+            [LLMGW, "admin", "show", "--bus", f"nats://127.0.0.1:{port}", "--timeout", "120"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as proc:
+            try:
+                for n in range(10):
+                    assert attempts.acquire(timeout=PROCESS_WAIT), f"gave up after {n} tries"
+                    assert proc.poll() is None, proc.communicate()
+            finally:
+                proc.kill()
+                proc.communicate()
+                listener.close()
+
+
+async def test_admin_over_url_prints_no_http_client_log_lines(
+    processes: list[GatewayProcess],
+    tmp_path: Path,
+) -> None:
+    env = {"LLMGW_ADMIN_KEY": "adm-e2e-operator"}
+    proc = await _serve(processes, tmp_path, env=env)
+
+    done = await asyncio.to_thread(llmgw, tmp_path, "admin", "show", "--url", proc.url, env=env)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    assert json.loads(done.stdout)["models"] == ["demo"]
