@@ -4,8 +4,15 @@ command is parsed by the CLI's own argument parser (what the container would run
 from __future__ import annotations
 
 import argparse
+import http.server
+import json
 import re
 import shlex
+import subprocess
+import sys
+import threading
+import tomllib
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,6 +20,8 @@ import pytest
 import yaml
 
 from gateway import cli
+from gateway.config import load_config
+from gateway.local_admin import socket_path
 from tests.fixtures.gateway import REPO
 
 pytestmark = pytest.mark.e2e
@@ -105,3 +114,139 @@ def test_compose_commands_are_the_scaled_out_commands_the_readme_documents(
         doc = by_role[a.role]
         assert (urlsplit(a.bus).scheme, urlsplit(a.bus).port) == (
             urlsplit(doc.bus).scheme, urlsplit(doc.bus).port), name
+
+
+# -- what makes `docker compose up` work as shipped ---------------------------------------------
+
+READY_PATH = "/health/ready"
+COMPOSE_HOST_DIR = "."  # compose.yaml's relative paths are relative to its own directory
+
+
+def _sources_of(svc: dict[str, Any]) -> dict[str, str]:
+    """Container path -> host source of a service's volumes."""
+    return {str(v).split(":")[1]: str(v).split(":")[0] for v in svc.get("volumes", [])}
+
+
+def _dockerfile() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (INSTRUCTION, arguments), continuation lines joined."""
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    lines = [line.strip() for line in text.splitlines()]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+            for line in lines if line and not line.startswith("#")]
+
+
+def test_compose_services_each_have_an_image_a_restart_policy_and_no_runtime_install(
+    services: dict[str, Any],
+) -> None:
+    for name, svc in services.items():
+        assert "image" in svc or "build" in svc, name
+        assert svc.get("restart") in ("always", "unless-stopped", "on-failure"), name
+        assert "pip" not in " ".join(map(str, svc.get("command", []))), name
+        assert not any(src in (".", "./") for src in _sources_of(svc).values()), name
+    for name in _gateway_args(services):
+        assert services[name]["build"] == COMPOSE_HOST_DIR, name
+    assert (REPO / COMPOSE_HOST_DIR / "Dockerfile").is_file()
+
+
+def test_compose_dependencies_wait_for_health_and_each_dependency_checks_its_health(
+    services: dict[str, Any],
+) -> None:
+    for name in _gateway_args(services):
+        depends = services[name]["depends_on"]
+        assert isinstance(depends, dict), name
+        for dep, how in depends.items():
+            assert how == {"condition": "service_healthy"}, (name, dep)
+            assert services[dep]["healthcheck"]["test"][0] == "CMD", dep
+
+
+def test_compose_ingress_healthchecks_ask_readiness_with_the_image_own_python(
+    services: dict[str, Any],
+) -> None:
+    ingress = {n: a for n, a in _gateway_args(services).items() if a.role == "ingress"}
+
+    for name, a in ingress.items():
+        test = services[name]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", "-c"], name
+        compile(test[3], f"{name} healthcheck", "exec")
+        assert f"'http://127.0.0.1:{a.port}{READY_PATH}'" in test[3], name
+
+
+@pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
+def test_compose_ingress_healthcheck_command_passes_only_when_ready_answers_200(
+    services: dict[str, Any], status: int, healthy: bool,
+) -> None:
+    asked: list[str] = []
+
+    class Ready(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(status)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Ready)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    code = services["ingress-1"]["healthcheck"]["test"][3].replace(
+        "127.0.0.1:8080", f"127.0.0.1:{server.server_address[1]}")
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30,
+                              check=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+    assert asked == [READY_PATH]
+    assert (done.returncode == 0) is healthy, done.stderr
+
+
+def test_compose_actors_healthcheck_asks_the_actors_on_the_socket_beside_their_database(
+    services: dict[str, Any],
+) -> None:
+    (name,) = [n for n, a in _gateway_args(services).items() if a.role == "actors"]
+    svc = services[name]
+    test = svc["healthcheck"]["test"]
+    assert test[:2] == ["CMD", "llmgw"]
+    check = cli._parser().parse_args(test[2:])
+    assert (check.command, check.area, check.verb) == ("admin", "log", "stats")
+    assert check.bus is None and check.url is None  # the local socket: no key, no bus
+    config = load_config(REPO / _sources_of(svc)[check.config])
+    volumes = [c for c, src in _sources_of(svc).items() if not src.startswith(".")]
+    assert str(Path(socket_path(config.database.path)).parent) in volumes
+
+
+def test_compose_config_is_in_the_repository_and_valid_with_the_environment_compose_sets(
+    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, a in _gateway_args(services).items():
+        source = _sources_of(services[name])[a.config]
+        for var, value in dict(services[name].get("environment") or {}).items():
+            monkeypatch.setenv(var, str(value))
+        path = REPO / source
+        assert path.is_file(), (name, source)
+
+        config = load_config(path)
+
+        assert config.models, name
+
+
+def test_dockerfile_installs_the_package_from_copied_sources_and_runs_unprivileged() -> None:
+    steps = _dockerfile()
+    copied = {args.split()[-1].rstrip("/"): args.split()[:-1] for kind, args in steps
+              if kind == "COPY"}
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]["find"]["include"]
+    installs = [args for kind, args in steps if kind == "RUN" and "pip install" in args]
+
+    assert steps[0][0] == "FROM" and steps[0][1].startswith("python:3.1")
+    for pkg in (p.rstrip("*") for p in packages):
+        assert copied.get(f"/src/{pkg}") == [pkg], pkg
+    assert "pyproject.toml" in copied["/src"]
+    assert len(installs) == 1 and "pip install /src" in installs[0]
+    assert " -e " not in installs[0] and "--editable" not in installs[0]
+    user = [args for kind, args in steps if kind == "USER"]
+    assert user and user[-1] not in ("root", "0")
+    cmd = [json.loads(args) for kind, args in steps if kind == "CMD"][-1]
+    assert cmd[0] == "llmgw" and cli._parser().parse_args(cmd[1:]).command == "serve"
