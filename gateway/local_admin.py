@@ -146,6 +146,9 @@ class LocalAdmin:
         ``app``, when this process serves HTTP too, is told of a reload before it is answered,
         as its own admin API does.
         """
+        if database_path == ":memory:":  # no file to sit beside, nor to share with others
+            logger.info("no local admin socket for an in-memory database")
+            return None
         path = socket_path(database_path)
         try:
             sock = bind_owner_only(path)

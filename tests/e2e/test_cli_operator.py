@@ -286,3 +286,17 @@ async def test_admin_over_url_prints_no_http_client_log_lines(
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     assert json.loads(done.stdout)["models"] == ["demo"]
+
+
+async def test_a_socket_left_by_a_killed_gateway_is_replaced(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    stale = tmp_path / "llmgw.sqlite3.sock"
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(stale))  # closed without unlinking, as after kill -9
+    await _serve(processes, tmp_path)
+
+    show = await asyncio.to_thread(llmgw, tmp_path, "admin", "show")
+
+    assert show.returncode == 0, show.stderr
+    assert stat.S_IMODE(stale.stat().st_mode) == 0o600
