@@ -61,6 +61,7 @@ class EndpointActor(Actor):
         *,
         bench: BenchConfig | None = None,
         candidate: RouteCandidate | None = None,
+        probe_timeout: float | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = f"endpoint:{endpoint}"
@@ -75,6 +76,10 @@ class EndpointActor(Actor):
         self._settings = settings
         self._bench = bench or BenchConfig()
         self._candidate = candidate
+        # The half-open probe's deadline: the route's own timeout, by which the ingress gives
+        # its verdict, plus one cooldown of grace so that verdict arrives first (without a
+        # route timeout: one cooldown).
+        self._probe_timeout = (probe_timeout or 0.0) + settings.cooldown_seconds
         self._clock = clock
         self._seq = 0
 
@@ -164,6 +169,10 @@ class EndpointActor(Actor):
 
     async def _probe_first_byte(self, first: ProbeFirstByte) -> None:
         h = self.health
+        if h.is_late_probe(first.request_id):
+            await self._after(h.record_success(self._clock(), probe=False,
+                                               owner=first.request_id))
+            return
         if h.state != HALF_OPEN or not h.probe_in_flight or h.is_stale_probe(first.request_id):
             return
         await self._after(h.record_success(self._clock(), probe=True))
@@ -171,9 +180,9 @@ class EndpointActor(Actor):
     async def _grant_probe(self, request_id: str = "") -> ProbeGrant:
         now = self._clock()
         await self._after(self.health.tick(now))
-        # A probe with no verdict within one cooldown counts as hung (a stream's verdict is its
-        # first byte, ProbeFirstByte, so a long healthy stream is not cut short).
-        timeout = self._settings.cooldown_seconds
+        # A probe with no verdict within the route's own timeout counts as hung (a stream's
+        # verdict is its first byte, ProbeFirstByte, so a long healthy stream is not cut short).
+        timeout = self._probe_timeout
         if self.health.try_acquire_probe(now, timeout, request_id):
             self.ctx.call_later(timeout, _Tick())
             await self._publish_state()
@@ -189,7 +198,8 @@ class EndpointActor(Actor):
         probe = obs.probe and not h.is_stale_probe(obs.request_id)
         if obs.outcome == "success" or (obs.outcome == "client_error" and probe):
             # A 4xx on a probe still proves the endpoint answers.
-            transition = h.record_success(now, probe=probe)
+            transition = h.record_success(now, probe=probe,
+                                          owner=obs.request_id if obs.probe else "")
         elif obs.outcome == "failure":
             transition = h.record_failure(now, probe=probe, auth=obs.auth_rejection)
             if obs.auth_rejection:

@@ -3,7 +3,9 @@
 Spec: the breaker opens after ``failure_threshold`` consecutive failures, stays open for
 ``cooldown_seconds``, then admits exactly one half-open probe; a success closes it, a failure
 re-opens it. A probe that hangs past its deadline, or is abandoned by its client, re-opens the
-circuit for another cooldown so the endpoint is never wedged in half-open.
+circuit for another cooldown so the endpoint is never wedged in half-open. The probe's
+deadline is the route's own timeout (a slow model's probe must be allowed to answer), and a
+success that the timed-out probe's holder reports late still closes the circuit.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class EndpointHealth:
         self.open_until: float | None = None
         self.probe_deadline: float | None = None
         self.probe_owner = ""  # the request id holding the probe lease ("" when unknown)
+        self.timed_out_probe = ""  # the holder of the last probe that passed its deadline
 
     @property
     def probe_in_flight(self) -> bool:
@@ -58,6 +61,11 @@ class EndpointHealth:
         and was replaced must not decide the circuit for its successor."""
         return (self.probe_in_flight and bool(self.probe_owner) and bool(request_id)
                 and request_id != self.probe_owner)
+
+    def is_late_probe(self, request_id: str) -> bool:
+        """Whether ``request_id`` held the probe that timed out while the circuit is still
+        not closed: its late success proves the endpoint answers."""
+        return bool(request_id) and request_id == self.timed_out_probe and self.state != CLOSED
 
     def benched(self, now: float) -> bool:
         """Whether the model bench holds this endpoint out of rotation at ``now``."""
@@ -115,14 +123,19 @@ class EndpointHealth:
         a = self.settings.ewma_alpha
         self.availability = a * x + (1 - a) * self.availability
 
-    def record_success(self, now: float, *, probe: bool) -> Transition | None:
-        """A successful attempt. Closes the circuit when it was the probe."""
+    def record_success(self, now: float, *, probe: bool, owner: str = "") -> Transition | None:
+        """A successful attempt. Closes the circuit when it was the probe, or when ``owner``
+        held the probe that timed out (a late answer is still an answer)."""
         self._ewma(1.0)
         self.consecutive_failures = 0
         self.consecutive_auth_rejections = 0
         if probe and self.state == HALF_OPEN:
             self.probe_deadline = None
             return self._move(CLOSED, "probe succeeded", now)
+        if self.is_late_probe(owner):
+            # A probe granted since then is no longer the probe: its result is ordinary.
+            self.probe_deadline = None
+            return self._move(CLOSED, "late probe succeeded", now)
         return None
 
     def record_failure(self, now: float, *, probe: bool, auth: bool = False) -> Transition | None:
@@ -162,6 +175,7 @@ class EndpointHealth:
         overdue = self.probe_deadline is not None and now >= self.probe_deadline
         if self.state == HALF_OPEN and overdue:
             self.probe_deadline = None
+            self.timed_out_probe = self.probe_owner
             return self._open(now, "probe timed out")
         return None
 
@@ -170,7 +184,8 @@ class EndpointHealth:
         if self.state == OPEN and self.open_until is not None:
             return max(0.0, self.open_until - now)
         if self.state == HALF_OPEN and self.probe_deadline is not None:
-            return max(0.0, self.probe_deadline - now)
+            # A probe usually answers well before its (long) deadline: ask again soon.
+            return max(0.0, min(self.probe_deadline - now, self.settings.cooldown_seconds))
         return 0.0
 
     def _open(self, now: float, reason: str) -> Transition:
@@ -179,6 +194,8 @@ class EndpointHealth:
 
     def _move(self, new: str, reason: str, now: float) -> Transition:
         old, self.state = self.state, new
+        if new == CLOSED:
+            self.timed_out_probe = ""
         if new != OPEN:
             self.open_until = None
         return Transition(old, new, reason)

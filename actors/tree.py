@@ -55,7 +55,10 @@ def build_tree(
                     f"endpoint:{eid}",
                     functools.partial(EndpointActor, eid, model.id, circuit,
                                       bench=config.routing.bench,
-                                      candidate=candidate_for(eid, route), **extra),
+                                      candidate=candidate_for(eid, route),
+                                      probe_timeout=max(route.timeout_seconds,
+                                                        route.ttft_timeout_seconds),
+                                      **extra),
                     restart=Restart.PERMANENT,
                 )
             )

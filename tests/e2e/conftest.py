@@ -28,9 +28,9 @@ T = TypeVar("T")
 WAIT = 10.0  # seconds a test waits for an event before it fails
 CHAT = "/v1/chat/completions"
 HI: list[Any] = [{"role": "user", "content": "hi"}]
-# Breaker timings. A probe's deadline is one cooldown, so a test that drives a probe must give
-# it a cooldown that a loaded machine still meets; a test that needs the circuit to stay open
-# must give it one that a loaded machine never reaches.
+# Breaker timings. A probe's deadline is the route's own timeout plus one cooldown, so a probe
+# is ended by its answer, its client or the route's timeout; a test that needs the circuit to
+# stay open must give it a cooldown that a loaded machine never reaches.
 FAST_CIRCUIT = {"failure_threshold": 2, "cooldown_seconds": 0.3}
 HALF_OPEN_SOON = {"failure_threshold": 2, "cooldown_seconds": 1.0}
 STAYS_OPEN = {"failure_threshold": 2, "cooldown_seconds": 30}

@@ -65,7 +65,7 @@ async def test_half_open_admits_one_probe_across_both_ingresses_and_recovers_thr
     nats_url: str, deployment: Any, fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
-    # The probe's deadline is one cooldown: ample for the burst to be refused inside it.
+    # The probe's deadline is the route's timeout: ample for the burst to be refused inside it.
     one, two = await deployment(config(
         model("m", route(up)), circuit={"failure_threshold": 1, "cooldown_seconds": 1.5}))
     up.enqueue(Reply(500), Hang())

@@ -216,6 +216,58 @@ async def test_endpoint_stream_probe_closes_at_its_first_byte_not_at_stream_end(
     assert endpoint.state().probe_in_flight is False
 
 
+async def _lease(bus: InProcessBus, request_id: str) -> ProbeGrant:
+    reply = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(request_id=request_id),
+                              reply_type=ProbeGrant, timeout=2)
+    assert isinstance(reply, ProbeGrant), reply
+    return reply
+
+
+@pytest.mark.parametrize("late_by", [40.0, 200.0])
+async def test_endpoint_probe_success_after_the_cooldown_closes_the_circuit(
+    bus: InProcessBus, clock: FakeClock, circuit: Subscription, late_by: float,
+) -> None:
+    # The probe's deadline is the route's timeout (120 s) plus a cooldown of grace (30 s), not
+    # one cooldown; a success from the holder closes the circuit within it (40 s) and even
+    # after it (200 s).
+    actor = EndpointActor(EP, "m", SETTINGS, probe_timeout=120, clock=clock)
+    async with running(bus, actor):
+        await open_circuit(bus, circuit)
+        clock.now += 30
+        assert (await _lease(bus, "r1")).granted
+        await next_event(circuit, CircuitTransition)  # open -> half_open
+        clock.now += late_by
+        other = await _lease(bus, "r2")  # asking evaluates the deadline at this time
+        await observe(bus, obs("success", status=200, probe=True, request_id="r1"))
+        closed = await next_event(circuit, CircuitTransition)
+        while closed.new != "closed":
+            closed = await next_event(circuit, CircuitTransition)
+
+    assert not other.granted
+    assert closed.reason == ("probe succeeded" if late_by < 150 else "late probe succeeded")
+    assert actor.state().circuit_state == "closed"
+
+
+async def test_endpoint_late_first_byte_from_the_timed_out_probe_closes_the_circuit(
+    bus: InProcessBus, clock: FakeClock, circuit: Subscription,
+) -> None:
+    actor = EndpointActor(EP, "m", SETTINGS, probe_timeout=60, clock=clock)
+    async with running(bus, actor):
+        await open_circuit(bus, circuit)
+        clock.now += 30
+        assert (await _lease(bus, "r1")).granted
+        await next_event(circuit, CircuitTransition)  # open -> half_open
+        clock.now += 90  # the route's 60 s and the cooldown's 30 s of grace
+        await _lease(bus, "r2")  # the deadline passed: open again
+        reopened = await next_event(circuit, CircuitTransition)
+        await bus.publish(subjects.endpoint_probe_result(EP),
+                          ProbeFirstByte(endpoint=EP, request_id="r1"))
+        closed = await next_event(circuit, CircuitTransition)
+
+    assert (reopened.new, reopened.reason) == ("open", "probe timed out")
+    assert (closed.old, closed.new, closed.reason) == ("open", "closed", "late probe succeeded")
+
+
 async def test_endpoint_cooldown_elapsing_half_opens_without_any_request(
     bus: InProcessBus, circuit: Subscription,
 ) -> None:

@@ -81,6 +81,36 @@ def test_breaker_hung_probe_reopens_at_its_deadline_and_a_new_probe_follows() ->
     assert h.try_acquire_probe(90.0, probe_timeout=30)
 
 
+def test_breaker_late_success_from_the_timed_out_probe_holder_closes() -> None:
+    h = _opened()
+    h.try_acquire_probe(30.0, probe_timeout=30, owner="r1")
+    h.tick(60.0)  # the probe passed its deadline: open again
+    assert h.record_success(61.0, probe=False, owner="someone-else") is None
+
+    t = h.record_success(62.0, probe=False, owner="r1")
+
+    assert t is not None and (t.old, t.new, t.reason) == (OPEN, CLOSED, "late probe succeeded")
+    assert not h.is_late_probe("r1")
+
+
+def test_breaker_late_success_closes_even_after_a_new_probe_was_granted() -> None:
+    h = _opened()
+    h.try_acquire_probe(30.0, probe_timeout=30, owner="r1")
+    h.tick(60.0)
+    assert h.try_acquire_probe(90.0, probe_timeout=30, owner="r2")
+
+    t = h.record_success(91.0, probe=False, owner="r1")
+
+    assert t is not None and (t.old, t.new) == (HALF_OPEN, CLOSED)
+    assert not h.probe_in_flight  # r2's answer is an ordinary attempt now
+
+
+def test_breaker_retry_after_while_a_long_probe_is_out_is_at_most_one_cooldown() -> None:
+    h = _opened()
+    h.try_acquire_probe(30.0, probe_timeout=600, owner="r1")
+    assert h.retry_after(31.0) == 30.0
+
+
 def test_breaker_abandoned_probe_reopens_without_counting_a_failure() -> None:
     h = _opened()
     h.try_acquire_probe(30.0, probe_timeout=30)
