@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.base import Actor, ActorContext, Serve
+from actors.backoff import ProbeBackoff, first_probe_after
+from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.health import HALF_OPEN, OPEN, EndpointHealth, Transition
 from bus import Envelope
 from schemas import (
@@ -82,6 +83,8 @@ class EndpointActor(Actor):
         self._probe_timeout = (probe_timeout or 0.0) + settings.cooldown_seconds
         self._clock = clock
         self._seq = 0
+        self._probes: ProbeBackoff | None = None  # while benched: when its next probe is due
+        self._probe_timer: Cancellable | None = None
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Start closed and healthy, and say so."""
@@ -108,9 +111,12 @@ class EndpointActor(Actor):
         if isinstance(msg, _Tick):
             await self._after(self.health.tick(self._clock()))
         elif isinstance(msg, _BenchProbeDue):
-            if self.health.benched(self._clock()) and self._candidate is not None:
+            self._probe_timer = None
+            now = self._clock()
+            if self.health.benched(now) and self._candidate is not None:
                 await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
                     endpoint=self.endpoint, model=self.model, candidate=self._candidate))
+                self._schedule_bench_probe(now)
         elif isinstance(msg, _BenchOver):
             now = self._clock()
             until = self.health.benched_until
@@ -121,8 +127,8 @@ class EndpointActor(Actor):
                 self.ctx.call_later(until - now, _BenchOver())
 
     async def _probe_result(self, result: ProbeResult) -> None:
-        if result.credential_id:
-            return  # a muted credential's probe: its KeyPoolActor's business
+        """Any probe that got an answer from this route (its own, a muted credential's, an
+        admin's lift) ends the bench; only the route's own failed probe re-benches it."""
         now = self._clock()
         if not self.health.benched(now):
             return
@@ -133,23 +139,48 @@ class EndpointActor(Actor):
                 # The provider's Retry-After still holds it: the bench ends there instead.
                 self.ctx.call_later(until - now, _BenchOver())
                 await self._publish_state()
-        else:
+        elif not result.credential_only:
             self.health.rebench(now)
             await self._bench_changed(True, f"background probe failed: {result.detail}", now)
 
-    async def _bench_changed(self, benched: bool, reason: str, now: float) -> None:
+    async def _bench_changed(self, benched: bool, reason: str, now: float, *,
+                             started: bool = False) -> None:
         log = logger.warning if benched else logger.info
         log("route %s %s (%s)", self.endpoint, "benched" if benched else "back", reason)
         until = self.health.benched_until
         if benched and until is not None:
-            # Re-validate partway through; the bench's own end is checked when it is due.
-            self.ctx.call_later((until - now) * self._bench.probe_after_fraction,
-                                _BenchProbeDue())
+            if started:
+                self._start_bench_probes(now, until)
+            else:
+                self._schedule_bench_probe(now)
+            # The bench's own end is checked when it is due (and again if it was extended).
             self.ctx.call_later(until - now, _BenchOver())
+        elif not benched:
+            self._stop_bench_probes()
         await self.ctx.publish(subjects.event("bench"), BenchChanged(
             endpoint=self.endpoint, model=self.model, benched=benched, until=until,
             reason=reason, ts=now))
         await self._publish_state()
+
+    def _start_bench_probes(self, now: float, until: float) -> None:
+        """Re-validate a new bench first after the circuit cooldown, then with backoff."""
+        self._stop_bench_probes()
+        self._probes = ProbeBackoff(first_probe_after(
+            self._settings.cooldown_seconds, self._bench.probe_after_fraction, until - now))
+        self._schedule_bench_probe(now)
+
+    def _schedule_bench_probe(self, now: float) -> None:
+        if self._probe_timer is not None or self._probes is None:
+            return  # the next probe is already due (or nothing is benched)
+        delay = self._probes.next_delay(now, self.health.benched_until)
+        if delay is not None:
+            self._probe_timer = self.ctx.call_later(delay, _BenchProbeDue())
+
+    def _stop_bench_probes(self) -> None:
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+        self._probe_timer = None
+        self._probes = None
 
     def state(self) -> EndpointState:
         """This endpoint's state as views see it."""
@@ -211,7 +242,7 @@ class EndpointActor(Actor):
             if sent and h.note_retryable_failure(now, obs.retry_after):
                 await self._bench_changed(
                     True, f"{self._bench.failures} failures within "
-                    f"{self._bench.window_seconds:g} s", now)
+                    f"{self._bench.window_seconds:g} s", now, started=True)
             elif h.benched_until != was_benched:
                 await self._publish_state()
         elif obs.outcome == "cancelled" and probe:

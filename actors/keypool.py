@@ -55,7 +55,6 @@ class KeyPool:
         self._mutes: dict[str, float] = {}
         self._floors: dict[str, float] = {}  # Retry-After: no probe lifts a mute before it
         self._periods: dict[str, float] = {}  # how long each key was last muted for
-        self._sole: dict[str, bool] = {}  # whether that mute was a caller's only key
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
         self._bindings: dict[str, _Binding] = {}
@@ -129,7 +128,7 @@ class KeyPool:
             return ""
         usable = self.usable(role, now)
         if not usable:
-            raise self._refusal(role, now)
+            raise self.refusal(role, now)
         b = self._bindings.get(caller)
         if b is not None and b.role == role and b.expires > now and b.credential_id in usable:
             return b.credential_id
@@ -162,7 +161,9 @@ class KeyPool:
             del self._bindings[c]
         return len(dead)
 
-    def _refusal(self, role: str | None, now: float) -> KeyPoolExhaustedError:
+    def refusal(self, role: str | None, now: float) -> KeyPoolExhaustedError:
+        """Why ``role`` gets no key now: KeyPoolRoleRestrictedError when an unrestricted
+        caller could still be served, else KeyPoolExhaustedError."""
         mutes = [u for cid in self.visible(role) if (u := self.muted_until(cid, now))]
         retry = min(mutes) - now if mutes else None
         if self.usable(None, now):
@@ -189,7 +190,6 @@ class KeyPool:
         self._streaks[cid] = streak
         s = self.settings
         sole = self.visible(role) == (cid,)
-        self._sole[cid] = sole
         if sole:
             if streak <= s.sole_key_tolerance:
                 return None
@@ -206,10 +206,9 @@ class KeyPool:
             self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
         return until
 
-    def probe_worthy(self, cid: str) -> bool:
-        """Whether ``cid``'s mute is re-validated by a background probe. A caller's only key
-        is not: its doubling backoff already retries it with real traffic (spec)."""
-        return not self._sole.get(cid, False)
+    def mute_period(self, cid: str) -> float:
+        """How long ``cid`` was last muted for (a sole key's backoff, or ``mute_seconds``)."""
+        return self._periods.get(cid, self.settings.mute_seconds)
 
     def lift(self, cid: str, now: float) -> float | None:
         """A background probe found ``cid`` working: unmute it, but never before the
@@ -220,6 +219,14 @@ class KeyPool:
         self._mutes[cid] = back
         self._streaks.pop(cid, None)
         return back
+
+    def lift_all(self, now: float) -> list[str]:
+        """An operator lifted the route: unmute every key (never before a Retry-After).
+        Returns the credential ids that were muted."""
+        muted = list(self.mutes(now))
+        for cid in muted:
+            self.lift(cid, now)
+        return muted
 
     def remute(self, cid: str, now: float) -> float:
         """A background probe found ``cid`` still failing: mute it again for the period it

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.base import Actor, ActorContext, Serve
+from actors.backoff import ProbeBackoff, first_probe_after
+from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.keypool import KeyPool, declaration_of
 from actors.keyregistry import KeyRegistryActor, PoolRoute
 from actors.route_table import candidate_for
@@ -91,8 +92,8 @@ class KeyPoolActor(Actor):
 
     def __init__(self, pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
                  settings: KeyPoolConfig, *, probe: RouteCandidate | None = None,
-                 probe_after_fraction: float = 0.5, model: str = "",
-                 clock: Callable[[], float] = time.time) -> None:
+                 probe_first_seconds: float = 30.0, probe_after_fraction: float = 0.5,
+                 model: str = "", clock: Callable[[], float] = time.time) -> None:
         self.name = f"keypool:{pool}"
         self.pool = pool
         self._base_url = base_url
@@ -100,6 +101,7 @@ class KeyPoolActor(Actor):
         self._settings = settings
         self._clock = clock
         self._probe = probe
+        self._probe_first = probe_first_seconds  # the circuit cooldown
         self._probe_after = probe_after_fraction
         self._model = model
         self.serves = (
@@ -118,6 +120,8 @@ class KeyPoolActor(Actor):
         self._declarations = 0
         self._sources: dict[str, str] = {}
         self._keys = KeyPool(self.pool, self._settings)
+        self._probes: dict[str, ProbeBackoff] = {}  # muted credential -> its probes' backoff
+        self._probe_timers: dict[str, Cancellable] = {}
         self._declare(KeyDeclarations())
         try:
             reply = await ctx.bus.request(subjects.KEYS_REGISTRY_GET, KeyDeclarationsRequest(),
@@ -141,7 +145,7 @@ class KeyPoolActor(Actor):
                 await self._publish_state()  # also unchanged: says this version is applied
             case KeyPoolStateRequest():
                 await env.respond(self.state())
-            case ProbeResult() as result if result.credential_id:
+            case ProbeResult() as result:
                 await self._probed(result)
             case KeyAcquire() as req:
                 cid = self._keys.acquire(req.caller, req.role, self._clock())
@@ -151,14 +155,19 @@ class KeyPoolActor(Actor):
         """A mute's timers: its background probe, and every key back in rotation."""
         if isinstance(msg, _ProbeDue):
             cid = msg.credential_id
-            if self._probe is not None and self._keys.muted_until(cid, self._clock()):
+            self._probe_timers.pop(cid, None)
+            now = self._clock()
+            if self._probe is not None and self._keys.muted_until(cid, now):
                 await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
                     endpoint=self.pool, model=self._model, candidate=self._probe,
                     credential_id=cid))
+                self._schedule_probe(cid, now)
         elif isinstance(msg, _Unmute):
             back = self._keys.expire(self._clock())
             if not back:
                 return
+            for cid in back:
+                self._stop_probes(cid)
             # State first: whoever reacts to the event finds the views already updated.
             await self._publish_state()
             for cid in back:
@@ -194,38 +203,73 @@ class KeyPoolActor(Actor):
         if not obs.credential_id:
             return
         now = self._clock()
-        until = self._keys.record(obs.credential_id, status=obs.status, outcome=obs.outcome,
+        cid = obs.credential_id
+        was_muted = self._keys.muted_until(cid, now) is not None
+        until = self._keys.record(cid, status=obs.status, outcome=obs.outcome,
                                   role=obs.role, now=now, retry_after=obs.retry_after)
         if until is None:
             return
-        logger.warning("key %s of pool %s muted for %.1fs (status %s)", obs.credential_id,
+        logger.warning("key %s of pool %s muted for %.1fs (status %s)", cid,
                        self.pool, until - now, obs.status)
         self.ctx.call_later(max(0.0, until - now), _Unmute())
-        if self._keys.probe_worthy(obs.credential_id):
-            self.ctx.call_later((until - now) * self._probe_after,
-                                _ProbeDue(obs.credential_id))
+        if was_muted:
+            self._schedule_probe(cid, now)
+        else:
+            self._start_probes(cid, now)
         await self._publish_state()  # before the event: see handle_local
         await self.ctx.publish(subjects.event("keypool"), KeyMuted(
             pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,
             status=obs.status, reason=obs.error_kind))
 
+    def _start_probes(self, cid: str, now: float) -> None:
+        """Re-validate a new mute first after the circuit cooldown, then with backoff (a
+        caller's only key too: while it is muted no traffic would retry it)."""
+        self._stop_probes(cid)
+        self._probes[cid] = ProbeBackoff(first_probe_after(
+            self._probe_first, self._probe_after, self._keys.mute_period(cid)))
+        self._schedule_probe(cid, now)
+
+    def _schedule_probe(self, cid: str, now: float) -> None:
+        probes = self._probes.get(cid)
+        if cid in self._probe_timers or probes is None:
+            return  # its next probe is already due (or it is not muted)
+        delay = probes.next_delay(now, self._keys.muted_until(cid, now))
+        if delay is not None:
+            self._probe_timers[cid] = self.ctx.call_later(delay, _ProbeDue(cid))
+
+    def _stop_probes(self, cid: str) -> None:
+        timer = self._probe_timers.pop(cid, None)
+        if timer is not None:
+            timer.cancel()
+        self._probes.pop(cid, None)
+
     async def _probed(self, result: ProbeResult) -> None:
-        """A muted credential's background probe: a success lifts the mute (never before a
-        provider's Retry-After), a failure mutes it for another full period."""
+        """A probe through this pool: a success lifts the mute of the credential it used
+        (never before a provider's Retry-After; an admin's lift names none and lifts every
+        key), a failure mutes that credential for another full period."""
         now = self._clock()
         cid = result.credential_id
-        if self._keys.muted_until(cid, now) is None:
-            return
         if result.ok:
-            back = self._keys.lift(cid, now)
-            logger.info("key %s of pool %s passed its probe", cid, self.pool)
-            self.ctx.call_later(max(0.0, (back or now) - now), _Unmute())
-            await self._publish_state()
+            if cid:
+                lifted = [cid] if self._keys.lift(cid, now) is not None else []
+            else:
+                lifted = self._keys.lift_all(now)
+            for key in lifted:
+                logger.info("key %s of pool %s is re-validated (%s)", key, self.pool,
+                            result.detail or "probe succeeded")
+                self._stop_probes(key)
+            if lifted:
+                # A provider's Retry-After may hold a key a while longer: unmute it then.
+                back = max((self._keys.muted_until(k, now) or now) for k in lifted)
+                self.ctx.call_later(max(0.0, back - now), _Unmute())
+                await self._publish_state()
+            return
+        if not cid or self._keys.muted_until(cid, now) is None:
             return
         until = self._keys.remute(cid, now)
         logger.warning("key %s of pool %s failed its probe: %s", cid, self.pool, result.detail)
         self.ctx.call_later(until - now, _Unmute())
-        self.ctx.call_later((until - now) * self._probe_after, _ProbeDue(cid))
+        self._schedule_probe(cid, now)
         await self._publish_state()
         await self.ctx.publish(subjects.event("keypool"), KeyMuted(
             pool=self.pool, credential_id=cid, until=until, seconds=until - now,
@@ -269,6 +313,7 @@ def keys_supervisor(config: GatewayConfig, *,
                 f"keypool:{eid}",
                 functools.partial(KeyPoolActor, eid, route.base_url, configured, settings,
                                   probe=candidate_for(eid, route), model=model.id,
+                                  probe_first_seconds=config.routing.circuit.cooldown_seconds,
                                   probe_after_fraction=config.routing.bench.probe_after_fraction,
                                   **extra),
                 restart=Restart.PERMANENT,

@@ -141,6 +141,17 @@ class KeyViews:
         pool.set_mutes({k.credential_id: k.muted_until for k in st.keys
                         if k.muted_until is not None})
 
+    def pinned(self, c: RouteCandidate, role: str | None, now: float) -> RouteCandidate:
+        """``c`` for an admin pin: the first key ``role`` may see, muted or not (a pin is a
+        debugging aid that must reach its route); refused only when the role sees none."""
+        pool = self._pools.get(c.endpoint)
+        if pool is None or not pool.declared:
+            return c
+        cid = pool.preferred(role)
+        if cid is None:
+            return _refused(c, pool.refusal(role, now))
+        return c if cid == c.credential_id else msgspec.structs.replace(c, credential_id=cid)
+
     def screen(self, routes: Sequence[R], req: RouteRequest, now: float) -> tuple[
             list[R], Screened]:
         """(the routes whose pool can serve ``req``'s caller, the key check to apply).

@@ -274,9 +274,8 @@ class ModelActor(Actor):
             pinned = next((r for r in routes if r.endpoint == req.pin), None)
             if pinned is None:
                 raise PinNotFoundError(f"X-Route-Pin {req.pin!r} matches no route of this model")
-            _, keys = self._keys.screen([pinned], req, now)
-            return RoutePlan(model=self._model.id, candidates=keys.apply((pinned.candidate,)),
-                             pinned=True, reason="pin")
+            return RoutePlan(model=self._model.id, pinned=True, reason="pin",
+                             candidates=(self._keys.pinned(pinned.candidate, req.role, now),))
         if req.prompt_tokens:
             fitting = [r for r in routes if r.fits(req.prompt_tokens)]
             if not fitting:

@@ -6,8 +6,8 @@ it forwards each command to the actor whose state it changes:
 
 - ``routing.set_weight`` {model, endpoint, weight} · ``routing.reset_weight`` {model,
   endpoint} · ``routing.weights`` {model?} (read only)
-- ``bench.lift`` {endpoint}: end a route's model bench now (never before a provider's
-  Retry-After, which the EndpointActor keeps as a floor).
+- ``bench.lift`` {endpoint}: end a route's model bench and its keys' mutes now (never before
+  a provider's Retry-After, which the EndpointActor and the KeyPoolActor keep as floors).
 """
 
 from __future__ import annotations

@@ -1,15 +1,19 @@
-"""The background prober: re-validates a benched route with one tiny request.
+"""The background prober: re-validates a benched route or a muted credential with one tiny
+request.
 
-An EndpointActor publishes ``ProbeDue`` partway through a bench (queue group ``probers``, so
-one prober takes each); the prober sends a one-token chat completion with the route's
-credential and publishes the ``ProbeResult`` back to the owner, which lifts the bench on
-success or benches again on failure. It runs beside the actors (which never do upstream I/O),
-in the process that owns them.
+An EndpointActor (a benched route) or a KeyPoolActor (a muted credential) publishes
+``ProbeDue`` (queue group ``probers``, so one prober takes each); the prober sends a one-token
+chat completion with that credential (a route's probe: its first declared one) and publishes
+the ``ProbeResult``, naming the credential it used, to both owners on the endpoint's
+``probe_result`` subject: a success lifts the bench and that credential's mute together; a
+failure re-benches the route (its own probe) or re-mutes the credential. It runs beside the
+actors (which never do upstream I/O), in the process that owns them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 import msgspec
@@ -35,11 +39,13 @@ class BenchProber:
 
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
-        cid = due.credential_id
+        result = functools.partial(ProbeResult, endpoint=due.endpoint,
+                                   credential_id=due.credential_id or due.candidate.credential_id,
+                                   credential_only=bool(due.credential_id))
         adapter = self._adapters.get(due.candidate.kind)
         if adapter is None:
-            return ProbeResult(endpoint=due.endpoint, ok=False, detail="no adapter",
-                               credential_id=cid)
+            return result(ok=False, detail="no adapter")
+        cid = due.credential_id
         candidate = msgspec.structs.replace(due.candidate, credential_id=cid) if cid \
             else due.candidate
         target = self._targets.resolve(candidate)
@@ -49,12 +55,10 @@ class BenchProber:
                 await adapter.complete(target, body)
         except UpstreamError as err:
             ok = not err.counts_against_endpoint  # a 4xx still proves the route answers
-            return ProbeResult(endpoint=due.endpoint, ok=ok, detail=err.message[:200],
-                               credential_id=cid)
+            return result(ok=ok, detail=err.message[:200])
         except TimeoutError:
-            return ProbeResult(endpoint=due.endpoint, ok=False, detail="timed out",
-                               credential_id=cid)
-        return ProbeResult(endpoint=due.endpoint, ok=True, credential_id=cid)
+            return result(ok=False, detail="timed out")
+        return result(ok=True)
 
     async def run(self) -> None:
         """Serve ProbeDue events until cancelled."""

@@ -205,7 +205,8 @@ class KeyPoolConfig(_Strict):
 class BenchConfig(_Strict):
     """The model bench (spec "A failing model is benched"): ``failures`` retryable failures of
     one route inside ``window_seconds`` bench it for ``duration_seconds`` on every credential;
-    a background probe re-validates it after ``probe_after_fraction`` of the bench."""
+    background probes re-validate it, first after the circuit cooldown (or after
+    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps."""
 
     failures: int = Field(default=3, ge=1)
     window_seconds: float = Field(default=900.0, gt=0)

@@ -181,7 +181,9 @@ class ProbeResult(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     endpoint: str
     ok: bool
     detail: str = ""
-    credential_id: str = ""  # set: the verdict is about this credential (its KeyPoolActor's)
+    credential_id: str = ""  # the credential the probe used ("" with an admin's lift: all)
+    # True: a muted credential's probe, whose failure says nothing about the route's bench.
+    credential_only: bool = False
 
 
 class ModeRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):

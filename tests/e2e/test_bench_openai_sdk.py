@@ -84,6 +84,7 @@ async def test_bench_third_failure_across_credentials_benches_the_route_on_every
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     keys = ["sk-one", "sk-two", "sk-three"]
     a.enqueue(Reply(500), Reply(503), Reply(502))
+    a.set_default(Reply(500))  # still sick: the muted keys' probes fail and lift nothing
     gw = await gateway_factory(config(
         model("m", route(a, api_keys=keys), route(b, TINY)), circuit=CALM,
         routing={**bench(failures=3, duration_seconds=30), "key_pool": {"mute_seconds": 0.6}}))
@@ -180,11 +181,12 @@ async def test_bench_background_probe_failure_rebenches_and_a_later_success_lift
     gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    # Three client failures, then the first background probe fails; the next one succeeds.
+    # Three client failures, then the first background probe fails; the next one (after twice
+    # the gap) succeeds.
     a.enqueue(Reply(500), Reply(500), Reply(500), Reply(503))
     gw = await gateway_factory(config(
         model("m", route(a), route(b, TINY)), circuit=CALM,
-        routing=bench(failures=3, duration_seconds=0.8, probe_after_fraction=0.5)))
+        routing=bench(failures=3, duration_seconds=0.8, probe_after_fraction=0.25)))
     send = chat(gw)
     endpoint = eid("m", a)
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from actors import ChildSpec, EndpointActor, ModelActor, Supervisor
+from actors.backoff import ProbeBackoff, first_probe_after
 from actors.health import EndpointHealth
 from bus import InProcessBus, Subscription
 from schemas import (
@@ -30,6 +31,7 @@ from schemas import (
     RouteCandidate,
     RoutePlan,
     RouteRequest,
+    StateRequest,
     subjects,
 )
 from schemas.config import (
@@ -488,3 +490,68 @@ async def test_model_breaker_at_zero_never_trips(bus: InProcessBus, clock: FakeC
         replies = [await ask(bus) for _ in range(20)]
 
     assert all(isinstance(r, RoutePlan) for r in replies)
+
+
+# -- background probes: after the circuit cooldown, then with backoff ------------------------
+
+
+def test_probe_backoff_starts_at_the_cooldown_doubles_and_stops_before_the_end() -> None:
+    first = first_probe_after(30.0, 0.5, 600.0)
+    b = ProbeBackoff(first)
+    delays = []
+    now = 0.0
+    while (d := b.next_delay(now, 600.0)) is not None:
+        now += d
+        delays.append(d)
+
+    assert first == 30.0  # not halfway (300 s) into the bench
+    assert delays == [30.0, 60.0, 120.0, 240.0]  # the next would land at 930 s, past 600 s
+    assert first_probe_after(30.0, 0.5, 15.0) == 7.5  # a short mute: partway through it
+
+
+async def test_endpoint_bench_is_probed_after_the_cooldown_again_after_a_failure_and_lifted_by_a_credential_probe(  # noqa: E501
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    quick = CircuitConfig(failure_threshold=100, cooldown_seconds=0.05)
+    actor = EndpointActor(EP, "m", quick, bench=BENCH, candidate=CANDIDATE, clock=clock)
+    root = Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            subscribed(bus, subjects.PROBE_DUE) as due:
+        await root.start(bus)
+        try:
+            await observe(bus, *(obs("failure", status=503) for _ in range(3)))
+            benched = await next_event(events, BenchChanged)
+            first = await next_event(due, ProbeDue)  # the bench runs 600 s: not halfway
+            await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(
+                endpoint=EP, ok=False, detail="HTTP 503", credential_id="k-1"))
+            rebenched = await next_event(events, BenchChanged)
+            second = await next_event(due, ProbeDue)
+            # A muted credential's probe that succeeds proves the route answers too.
+            await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(
+                endpoint=EP, ok=True, credential_id="k-2", credential_only=True))
+            lifted = await next_event(events, BenchChanged)
+        finally:
+            await root.stop()
+
+    assert benched.until == clock.now + 600
+    assert first.candidate == second.candidate == CANDIDATE
+    assert rebenched.benched and rebenched.reason == "background probe failed: HTTP 503"
+    assert not lifted.benched and lifted.reason == "background probe succeeded"
+    assert actor.state().benched_until is None
+
+
+async def test_endpoint_failed_credential_probe_never_rebenches_the_route(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with subscribed(bus, subjects.event("bench")) as events, \
+            running_endpoint(bus, clock, failures=1, duration_seconds=600) as actor:
+        await observe(bus, obs("failure", status=503))
+        first = await next_event(events, BenchChanged)
+        clock.now += 100
+        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(
+            endpoint=EP, ok=False, credential_id="k-2", credential_only=True))
+        state = await bus.request(subjects.endpoint_get(EP), StateRequest(),
+                                  reply_type=EndpointState, timeout=WAIT)
+
+    assert isinstance(state, EndpointState) and state.benched_until == first.until
+    assert actor.state().benched_until == first.until

@@ -206,3 +206,95 @@ async def test_muted_key_is_probed_partway_and_the_probe_lifts_or_remutes_it(
             assert isinstance(last, KeyMuted) and last.reason == "probe failed"
     finally:
         await root.stop()
+
+
+@pytest.mark.parametrize(("role", "first"), [("free", A), ("pro", P)])
+async def test_pinned_plan_reaches_its_route_with_the_first_visible_key_even_when_muted(
+    bus: InProcessBus, tmp_path: Path, role: str, first: str,
+) -> None:
+    root = build_tree(config(tmp_path))
+    await root.start(bus)
+    try:
+        async with bus.subscribe(subjects.keypool_state(EID)) as states:
+            for key in (A, B, P):
+                await bus.publish(subjects.observation(EID), fail(credential_id(key)))
+            await next_state(states, lambda s: all(k.muted_until for k in s.keys))
+        # The state reached the model's mailbox before this request: its view has the mutes.
+        assert (await plan(bus, "m", "c1", role)).reason == "key_pool"
+        reply = await bus.request(subjects.model_route("m"),
+                                  RouteRequest(model="m", caller="c1", role=role, pin=EID),
+                                  reply_type=RoutePlan, timeout=WAIT)
+        pinned = raise_for_reply(reply)
+    finally:
+        await root.stop()
+
+    (c,) = pinned.candidates
+    assert pinned.pinned and c.refusal == ""
+    assert c.credential_id == credential_id(first)
+
+
+def solo_config(tmp_path: Path) -> GatewayConfig:
+    """One route with one key that one failure mutes for 10 minutes; a 50 ms cooldown."""
+    return GatewayConfig.model_validate({
+        "database": {"path": str(tmp_path / "gw.sqlite3")},
+        "routing": {"key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 600,
+                                 "sole_key_backoff_max_seconds": 600},
+                    "circuit": {"failure_threshold": 100, "cooldown_seconds": 0.05},
+                    "bench": {"failures": 100}},
+        "models": [{"id": "m", "route": [{"kind": "openai_compat", "api_key": A,
+                                          "base_url": "http://127.0.0.1:9001/v1"}]}],
+    })
+
+
+async def _next_key_event(events: Subscription) -> object:
+    with anyio.fail_after(WAIT):
+        async for env in events:
+            return env.message
+    raise AssertionError("subscription ended")
+
+
+async def test_sole_key_mute_is_probed_after_the_cooldown_and_a_success_unmutes_it(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    root = build_tree(solo_config(tmp_path))
+    await root.start(bus)
+    a = credential_id(A)
+    try:
+        async with bus.subscribe(subjects.PROBE_DUE) as dues, \
+                bus.subscribe(subjects.event("keypool")) as events:
+            await bus.publish(subjects.observation(EID), fail(a))
+            muted = await _next_key_event(events)
+            with anyio.fail_after(WAIT):
+                async for env in dues:
+                    due = env.message
+                    break
+            await bus.publish(subjects.endpoint_probe_result(EID), ProbeResult(
+                endpoint=EID, ok=True, credential_id=a, credential_only=True))
+            back = await _next_key_event(events)
+    finally:
+        await root.stop()
+
+    assert isinstance(muted, KeyMuted) and muted.seconds == pytest.approx(600, abs=1)
+    assert isinstance(due, ProbeDue) and (due.endpoint, due.credential_id) == (EID, a)
+    assert isinstance(back, KeyUnmuted) and back.credential_id == a
+
+
+async def test_admin_bench_lift_also_unmutes_the_routes_keys(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    root = build_tree(solo_config(tmp_path))
+    await root.start(bus)
+    a = credential_id(A)
+    try:
+        async with bus.subscribe(subjects.event("keypool")) as events:
+            await bus.publish(subjects.observation(EID), fail(a))
+            await _next_key_event(events)
+            raise_for_reply(await bus.request(
+                subjects.admin("bench", "lift"), AdminCommand(by="test", args={"endpoint": EID}),
+                reply_type=AdminReply, timeout=WAIT))
+            back = await _next_key_event(events)
+        assert (await plan(bus, "m", "c1", "free")).candidates[0].credential_id == a
+    finally:
+        await root.stop()
+
+    assert isinstance(back, KeyUnmuted) and back.credential_id == a
