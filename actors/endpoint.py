@@ -7,9 +7,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from actors.backoff import ProbeBackoff, first_probe_after
 from actors.base import Actor, ActorContext, Cancellable, Serve
-from actors.health import HALF_OPEN, OPEN, EndpointHealth, Transition
+from actors.health import CLOSED, HALF_OPEN, OPEN, EndpointHealth, Transition
+from actors.snapshots import SnapshotStore
 from bus import Envelope
 from schemas import (
     AuthRejected,
@@ -47,6 +50,16 @@ class _BenchOver:
     """Local timer message: a bench may have run out."""
 
 
+class _Snapshot(msgspec.Struct):
+    """The circuit and the bench as saved (times on the actor's clock, wall-clock seconds)."""
+
+    state: str = CLOSED
+    open_until: float | None = None
+    consecutive_failures: int = 0
+    benched_until: float | None = None
+    floor_until: float | None = None
+
+
 class EndpointActor(Actor):
     """One per endpoint id. Serves probe leases and state; publishes every change.
 
@@ -63,6 +76,7 @@ class EndpointActor(Actor):
         bench: BenchConfig | None = None,
         candidate: RouteCandidate | None = None,
         probe_timeout: float | None = None,
+        snapshots: SnapshotStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = f"endpoint:{endpoint}"
@@ -82,15 +96,58 @@ class EndpointActor(Actor):
         # route timeout: one cooldown).
         self._probe_timeout = (probe_timeout or 0.0) + settings.cooldown_seconds
         self._clock = clock
+        self._snapshots = snapshots
         self._seq = 0
         self._probes: ProbeBackoff | None = None  # while benched: when its next probe is due
         self._probe_timer: Cancellable | None = None
 
     async def on_start(self, ctx: ActorContext) -> None:
-        """Start closed and healthy, and say so."""
+        """Start closed and healthy, or as the last snapshot left it, and say so."""
         self.ctx = ctx
         self.health = EndpointHealth(self._settings, self._bench)
+        self._saved = self.health.durable()
+        await self._restore()
         await self._publish_state()
+
+    async def on_stop(self) -> None:
+        """Persist the circuit and the bench (they are saved on every change anyway)."""
+        await self._save()
+
+    async def _restore(self) -> None:
+        """A restart keeps an open circuit open and a bench benched for what remains."""
+        if self._snapshots is None:
+            return
+        raw = await self._snapshots.load(self.name)
+        if raw is None:
+            return
+        try:
+            snap = msgspec.json.decode(raw, type=_Snapshot)
+        except msgspec.DecodeError:
+            logger.warning("ignoring unreadable snapshot of %s", self.name)
+            return
+        now = self._clock()
+        h = self.health
+        h.restore(snap.state, snap.open_until, snap.consecutive_failures, snap.benched_until,
+                  snap.floor_until, now)
+        self._saved = h.durable()
+        if h.state == OPEN and h.open_until is not None:
+            self.ctx.call_later(max(0.0, h.open_until - now), _Tick())
+        if h.benched_until is not None:
+            self._start_bench_probes(now, h.benched_until)
+            self.ctx.call_later(h.benched_until - now, _BenchOver())
+        if h.state != CLOSED or h.benched_until is not None:
+            logger.info("endpoint %s restored: circuit %s, benched until %s", self.endpoint,
+                        h.state, h.benched_until)
+
+    async def _save(self) -> None:
+        if self._snapshots is None:
+            return
+        durable = self.health.durable()
+        state, open_until, failures, benched_until, floor_until = durable
+        snap = _Snapshot(state=state, open_until=open_until, consecutive_failures=failures,
+                         benched_until=benched_until, floor_until=floor_until)
+        await self._snapshots.save(self.name, msgspec.json.encode(snap), self._clock())
+        self._saved = durable
 
     async def handle(self, env: Envelope) -> None:
         """Observations update health; ProbeRequest leases the probe; StateRequest reads."""
@@ -301,5 +358,9 @@ class EndpointActor(Actor):
         )
 
     async def _publish_state(self) -> None:
+        h = self.health
+        if (h.state, h.open_until, h.benched_until, h.floor_until) != (
+                self._saved[0], self._saved[1], self._saved[3], self._saved[4]):
+            await self._save()  # only a circuit or bench change costs a write, never a streak
         self._seq += 1
         await self.ctx.publish(subjects.endpoint_state(self.endpoint), self.state())

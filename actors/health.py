@@ -67,6 +67,26 @@ class EndpointHealth:
         not closed: its late success proves the endpoint answers."""
         return bool(request_id) and request_id == self.timed_out_probe and self.state != CLOSED
 
+    def durable(self) -> tuple[str, float | None, int, float | None, float | None]:
+        """What must outlive a restart: (state, open_until, consecutive_failures,
+        benched_until, floor_until). A probe in flight is not: its holder reports to the
+        next instance as an ordinary attempt, or not at all."""
+        return (self.state, self.open_until, self.consecutive_failures, self.benched_until,
+                self.floor_until)
+
+    def restore(self, state: str, open_until: float | None, consecutive_failures: int,
+                benched_until: float | None, floor_until: float | None, now: float) -> None:
+        """Take back what :meth:`durable` returned (times on the same clock); a bench that
+        ran out meanwhile is gone, an elapsed cooldown half-opens on the next tick."""
+        self.state = state if state in (CLOSED, OPEN, HALF_OPEN) else CLOSED
+        self.open_until = open_until if self.state == OPEN else None
+        if self.state == OPEN and self.open_until is None:
+            self.open_until = now  # an unreadable cooldown: half-open on the next tick
+        self.consecutive_failures = consecutive_failures
+        if benched_until is not None and benched_until > now:
+            self.benched_until = benched_until
+            self.floor_until = floor_until
+
     def benched(self, now: float) -> bool:
         """Whether the model bench holds this endpoint out of rotation at ``now``."""
         return self.benched_until is not None and now < self.benched_until

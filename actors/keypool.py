@@ -240,6 +240,30 @@ class KeyPool:
         """Live mutes by credential id."""
         return {cid: u for cid, u in self._mutes.items() if u > now}
 
+    def durable(self, now: float) -> dict[str, tuple[float, float, float, int]]:
+        """What must outlive a restart: each live mute as (until, Retry-After floor, period,
+        sole-key backoff level)."""
+        return {cid: (until, self._floors.get(cid, 0.0), self.mute_period(cid),
+                      self._levels.get(cid, 0))
+                for cid, until in self.mutes(now).items()}
+
+    def restore(self, mutes: Mapping[str, tuple[float, float, float, int]],
+                now: float) -> list[str]:
+        """Take back what :meth:`durable` returned for keys still declared; returns the
+        credential ids muted again."""
+        back = []
+        for cid, (until, floor, period, level) in mutes.items():
+            if cid not in self._ids or until <= now:
+                continue
+            self._mutes[cid] = until
+            if floor > now:
+                self._floors[cid] = floor
+            self._periods[cid] = period
+            if level:
+                self._levels[cid] = level
+            back.append(cid)
+        return back
+
     def set_mutes(self, mutes: Mapping[str, float]) -> None:
         """Replace the mutes (a view folding its owner's state)."""
         self._mutes = dict(mutes)

@@ -22,11 +22,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from actors.backoff import ProbeBackoff, first_probe_after
 from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.keypool import KeyPool, declaration_of
 from actors.keyregistry import KeyRegistryActor, PoolRoute
 from actors.route_table import candidate_for
+from actors.snapshots import SnapshotStore
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
@@ -65,6 +68,13 @@ class _ProbeDue:
     credential_id: str
 
 
+class _Snapshot(msgspec.Struct):
+    """Live mutes as saved: credential id -> (until, floor, period, backoff level), times on
+    the actor's clock (wall-clock seconds)."""
+
+    mutes: dict[str, tuple[float, float, float, int]] = {}
+
+
 def effective_declaration(pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
                           decls: KeyDeclarations) -> list[tuple[str, str, str]]:
     """(credential id, min_role, source) of every key of ``pool`` in declared order: the
@@ -93,7 +103,8 @@ class KeyPoolActor(Actor):
     def __init__(self, pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
                  settings: KeyPoolConfig, *, probe: RouteCandidate | None = None,
                  probe_first_seconds: float = 30.0, probe_after_fraction: float = 0.5,
-                 model: str = "", clock: Callable[[], float] = time.time) -> None:
+                 model: str = "", snapshots: SnapshotStore | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.name = f"keypool:{pool}"
         self.pool = pool
         self._base_url = base_url
@@ -104,6 +115,7 @@ class KeyPoolActor(Actor):
         self._probe_first = probe_first_seconds  # the circuit cooldown
         self._probe_after = probe_after_fraction
         self._model = model
+        self._snapshots = snapshots
         self.serves = (
             Serve(subjects.endpoint_probe_result(pool)),
             Serve(subjects.observation(pool)),
@@ -130,7 +142,42 @@ class KeyPoolActor(Actor):
             reply = None
         if isinstance(reply, KeyDeclarations):
             self._declare(reply)
+        self._saved: dict[str, tuple[float, float, float, int]] = {}
+        await self._restore()
         await self._publish_state()
+
+    async def on_stop(self) -> None:
+        """Persist the mutes (they are saved on every change anyway)."""
+        await self._save()
+
+    async def _restore(self) -> None:
+        """A restart keeps a muted key muted for what remains, and keeps probing it."""
+        if self._snapshots is None:
+            return
+        raw = await self._snapshots.load(self.name)
+        if raw is None:
+            return
+        try:
+            snap = msgspec.json.decode(raw, type=_Snapshot)
+        except msgspec.DecodeError:
+            logger.warning("ignoring unreadable snapshot of %s", self.name)
+            return
+        now = self._clock()
+        for cid in self._keys.restore(snap.mutes, now):
+            until = self._keys.muted_until(cid, now) or now
+            logger.info("key %s of pool %s restored muted for %.1fs", cid, self.pool,
+                        until - now)
+            self.ctx.call_later(until - now, _Unmute())
+            self._start_probes(cid, now)
+        self._saved = self._keys.durable(now)
+
+    async def _save(self) -> None:
+        if self._snapshots is None:
+            return
+        now = self._clock()
+        durable = self._keys.durable(now)
+        await self._snapshots.save(self.name, msgspec.json.encode(_Snapshot(mutes=durable)), now)
+        self._saved = durable
 
     async def handle(self, env: Envelope) -> None:
         """Observations mute keys; declarations re-declare; get and acquire answer."""
@@ -276,6 +323,8 @@ class KeyPoolActor(Actor):
             status=None, reason="probe failed"))
 
     async def _publish_state(self) -> None:
+        if self._snapshots is not None and self._keys.durable(self._clock()) != self._saved:
+            await self._save()
         self._seq += 1
         await self.ctx.publish(subjects.keypool_state(self.pool), self.state())
 
@@ -291,8 +340,8 @@ def config_roles(config: GatewayConfig) -> dict[str, str]:
     return {cid: role for cid, role in roles.items() if role != "free"}
 
 
-def keys_supervisor(config: GatewayConfig, *,
-                    clock: Callable[[], float] | None = None) -> Supervisor:
+def keys_supervisor(config: GatewayConfig, *, clock: Callable[[], float] | None = None,
+                    snapshots: SnapshotStore | None = None) -> Supervisor:
     """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint. A pool's spec
     holds only what its declaration depends on, so a config reload that changes a route's
     weight (say) keeps the pool and its mutes."""
@@ -315,7 +364,7 @@ def keys_supervisor(config: GatewayConfig, *,
                                   probe=candidate_for(eid, route), model=model.id,
                                   probe_first_seconds=config.routing.circuit.cooldown_seconds,
                                   probe_after_fraction=config.routing.bench.probe_after_fraction,
-                                  **extra),
+                                  snapshots=snapshots, **extra),
                 restart=Restart.PERMANENT,
             ))
     return Supervisor("keys", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,

@@ -1,4 +1,5 @@
-"""Actor snapshots: what must outlive a restart (weight overrides, affinity pins).
+"""Actor snapshots: what must outlive a restart (weight overrides and affinity pins of
+ModelActors, circuits and benches of EndpointActors, key mutes of KeyPoolActors).
 
 One row per actor name in the shared SQLite file; an actor loads its snapshot in
 ``on_start`` and saves it when its durable state changes.

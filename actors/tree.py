@@ -58,7 +58,7 @@ def build_tree(
                                       candidate=candidate_for(eid, route),
                                       probe_timeout=max(route.timeout_seconds,
                                                         route.ttft_timeout_seconds),
-                                      **extra),
+                                      snapshots=snapshots, **extra),
                     restart=Restart.PERMANENT,
                 )
             )
@@ -80,7 +80,7 @@ def build_tree(
             *store,
             Supervisor("endpoints", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=endpoint_specs),
-            keys_supervisor(config, clock=clock),
+            keys_supervisor(config, clock=clock, snapshots=snapshots),
             Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=model_specs),
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),

@@ -10,6 +10,7 @@ Events are awaited on the gateway's bus; durations are small configured ones. Ru
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -18,7 +19,8 @@ import pytest
 from schemas import BenchChanged, KeyMuted, KeyUnmuted, subjects
 from schemas.config import credential_id
 from tests.e2e.conftest import HI, assert_openai_error, config, eid, model, route, watch
-from tests.fixtures.gateway import RunningGateway
+from tests.e2e.keys_support import endpoint_state, pool_state
+from tests.fixtures.gateway import RunningGateway, start_gateway
 from tests.fixtures.upstream import FakeUpstream, Reply
 
 pytestmark = pytest.mark.e2e
@@ -159,3 +161,84 @@ async def test_admin_pin_reaches_a_route_whose_only_key_is_muted(
     assert pinned.status_code == 200
     assert pinned.headers["x-routed-via"] == endpoint
     assert [r.credential for r in up.requests] == [ONLY, ONLY]
+
+
+def _stuck_config(up: FakeUpstream) -> dict[str, Any]:
+    """One failure opens the circuit, benches the route and mutes its only key, each for 10
+    minutes (no probe is due within the test)."""
+    return config(
+        model("m", route(up, api_key=ONLY)),
+        circuit={"failure_threshold": 1, "cooldown_seconds": 600},
+        routing={
+            "bench": {"failures": 1, "duration_seconds": 600},
+            "key_pool": {
+                "sole_key_tolerance": 0,
+                "sole_key_backoff_seconds": 600,
+                "sole_key_backoff_max_seconds": 600,
+            },
+        },
+    )
+
+
+async def test_restart_keeps_the_open_circuit_the_bench_and_the_mute(
+    gateway_factory: Callable[..., Awaitable[RunningGateway]],
+    fake_upstream: FakeUpstream,
+) -> None:
+    up = fake_upstream
+    up.enqueue(Reply(500))  # then it would answer: only the restored state keeps it out
+    cfg = _stuck_config(up)
+    endpoint = eid("m", up)
+    gw = await gateway_factory(cfg)
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.event("keypool")) as keys,
+        watch(gw, subjects.event("circuit")) as circuits,
+    ):
+        await _fails(_chat(gw))
+        opened = await circuits.circuit("open", endpoint)
+        benched = await benches.next(BenchChanged, lambda e: e.benched)
+        muted = await keys.next(KeyMuted)
+    assert await gw.stop() == 0
+
+    again = await gateway_factory(cfg)  # the same database file
+    state = await endpoint_state(again, endpoint)
+    pool = await pool_state(again, endpoint)
+    refused = await _fails(_chat(again))
+
+    assert state.circuit_state == "open"
+    assert state.open_until == pytest.approx(opened.ts + 600, abs=1)
+    assert state.benched_until == benched.until
+    assert [k.muted_until for k in pool.keys] == [muted.until]
+    assert refused.status_code == 503 and "retry-after" in refused.response.headers
+    assert len(up.requests) == 1  # nothing reached the upstream after the restart
+
+
+@pytest.mark.nats
+async def test_actors_process_restart_keeps_the_circuit_bench_and_mute_for_a_running_ingress(
+    nats_url: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+) -> None:
+    up = fake_upstream
+    up.enqueue(Reply(500))
+    cfg = _stuck_config(up)
+    endpoint = eid("m", up)
+    actors = await start_gateway(cfg, nats_url, "actors", data_dir=tmp_path)
+    ingress = await start_gateway(cfg, nats_url, "ingress", data_dir=tmp_path)
+    try:
+        async with watch(ingress, subjects.event("keypool")) as keys:
+            await _fails(_chat(ingress))
+            await keys.next(KeyMuted)
+        assert await actors.stop() == 0
+        actors = await start_gateway(cfg, nats_url, "actors", data_dir=tmp_path)
+        state = await endpoint_state(ingress, endpoint)
+        pool = await pool_state(ingress, endpoint)
+        refused = await _fails(_chat(ingress))
+    finally:
+        await ingress.stop()
+        await actors.stop()
+
+    assert (state.circuit_state, state.benched_until is not None) == ("open", True)
+    assert all(k.muted_until is not None for k in pool.keys)
+    assert refused.status_code == 503
+    assert len(up.requests) == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,8 @@ import pytest
 from actors import ChildSpec, EndpointActor, ModelActor, Supervisor
 from actors.backoff import ProbeBackoff, first_probe_after
 from actors.health import EndpointHealth
+from actors.keypool import KeyPool
+from actors.snapshots import SnapshotStore
 from bus import InProcessBus, Subscription
 from schemas import (
     BenchChanged,
@@ -27,6 +30,8 @@ from schemas import (
     ModelBreakerTripped,
     Observation,
     ProbeDue,
+    ProbeGrant,
+    ProbeRequest,
     ProbeResult,
     RouteCandidate,
     RoutePlan,
@@ -38,6 +43,7 @@ from schemas.config import (
     BenchConfig,
     CircuitConfig,
     FailoverConfig,
+    KeyPoolConfig,
     ModelConfig,
     RouteConfig,
     RoutingConfig,
@@ -555,3 +561,62 @@ async def test_endpoint_failed_credential_probe_never_rebenches_the_route(
 
     assert isinstance(state, EndpointState) and state.benched_until == first.until
     assert actor.state().benched_until == first.until
+
+
+# -- snapshots: circuits and benches outlive a restart ---------------------------------------
+
+
+async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_remains(
+    bus: InProcessBus, clock: FakeClock, tmp_path: Path,
+) -> None:
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    settings = BenchConfig(failures=1, window_seconds=900, duration_seconds=600)
+    circuit = CircuitConfig(failure_threshold=1, cooldown_seconds=30)
+
+    def make() -> EndpointActor:
+        return EndpointActor(EP, "m", circuit, bench=settings, candidate=CANDIDATE,
+                             snapshots=store, clock=clock)
+
+    try:
+        root = Supervisor("test", children=[ChildSpec("endpoint", make)])
+        await root.start(bus)
+        async with subscribed(bus, subjects.event("bench")) as events:
+            await observe(bus, obs("failure", status=503))
+            await next_event(events, BenchChanged)
+        await root.stop()
+
+        clock.now += 10  # the process was down for 10 s
+        again = Supervisor("test", children=[ChildSpec("endpoint", make)])
+        await again.start(bus)
+        try:
+            restored = await bus.request(subjects.endpoint_get(EP), StateRequest(),
+                                         reply_type=EndpointState, timeout=WAIT)
+            early = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(),
+                                      reply_type=ProbeGrant, timeout=WAIT)
+            clock.now += 20  # the cooldown has run out: the one probe is admitted
+            late = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(),
+                                     reply_type=ProbeGrant, timeout=WAIT)
+        finally:
+            await again.stop()
+    finally:
+        await store.aclose()
+
+    assert isinstance(restored, EndpointState)
+    assert (restored.circuit_state, restored.open_until) == ("open", 1030.0)
+    assert restored.benched_until == 1600.0
+    assert isinstance(early, ProbeGrant) and not early.granted and early.retry_after == 20.0
+    assert isinstance(late, ProbeGrant) and late.granted
+
+
+def test_key_pool_mutes_restore_for_what_remains_and_only_for_declared_keys() -> None:
+    settings = KeyPoolConfig(mute_seconds=60, sole_key_tolerance=0)
+    pool = KeyPool("p", settings, [("k-1", "free"), ("k-2", "free")])
+    pool.record("k-1", status=429, outcome="failure", role="free", now=0.0, retry_after=90.0)
+    saved = pool.durable(10.0)
+
+    fresh = KeyPool("p", settings, [("k-1", "free")])
+    back = fresh.restore({**saved, "k-gone": (500.0, 0.0, 60.0, 0)}, 30.0)
+
+    assert back == ["k-1"]
+    assert fresh.muted_until("k-1", 30.0) == 90.0
+    assert fresh.lift("k-1", 40.0) == 90.0  # the provider's Retry-After floor came back too
