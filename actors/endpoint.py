@@ -117,13 +117,8 @@ class EndpointActor(Actor):
         """A restart keeps an open circuit open and a bench benched for what remains."""
         if self._snapshots is None:
             return
-        raw = await self._snapshots.load(self.name)
-        if raw is None:
-            return
-        try:
-            snap = msgspec.json.decode(raw, type=_Snapshot)
-        except msgspec.DecodeError:
-            logger.warning("ignoring unreadable snapshot of %s", self.name)
+        snap = await self._snapshots.load_as(self.name, _Snapshot)
+        if snap is None:
             return
         now = self._clock()
         h = self.health

@@ -154,13 +154,8 @@ class KeyPoolActor(Actor):
         """A restart keeps a muted key muted for what remains, and keeps probing it."""
         if self._snapshots is None:
             return
-        raw = await self._snapshots.load(self.name)
-        if raw is None:
-            return
-        try:
-            snap = msgspec.json.decode(raw, type=_Snapshot)
-        except msgspec.DecodeError:
-            logger.warning("ignoring unreadable snapshot of %s", self.name)
+        snap = await self._snapshots.load_as(self.name, _Snapshot)
+        if snap is None:
             return
         now = self._clock()
         for cid in self._keys.restore(snap.mutes, now):

@@ -158,13 +158,8 @@ class ModelActor(Actor):
     async def _restore(self) -> None:
         if self._snapshots is None:
             return
-        raw = await self._snapshots.load(self.name)
-        if raw is None:
-            return
-        try:
-            snap = msgspec.json.decode(raw, type=_Snapshot)
-        except msgspec.DecodeError:
-            logger.warning("ignoring unreadable snapshot of %s", self.name)
+        snap = await self._snapshots.load_as(self.name, _Snapshot)
+        if snap is None:
             return
         self._table.restore_overrides(snap.weights)
         self._affinity.restore(snap.pins, self._clock())

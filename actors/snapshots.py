@@ -7,11 +7,18 @@ One row per actor name in the shared SQLite file; an actor loads its snapshot in
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import TypeVar
 
 import aiosqlite
+import msgspec
 
 from actors.db import Migration, open_db
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 SNAPSHOTS = Migration(
     "actor_snapshots",
@@ -40,6 +47,19 @@ class SnapshotStore:
         ) as cur:
             row = await cur.fetchone()
         return bytes(row[0]) if row else None
+
+    async def load_as(self, name: str, shape: type[T]) -> T | None:
+        """The last snapshot of ``name`` decoded as ``shape``; None when there is none, or
+        when it no longer decodes (logged: a snapshot of an older shape must not stop the
+        actor from starting)."""
+        raw = await self.load(name)
+        if raw is None:
+            return None
+        try:
+            return msgspec.json.decode(raw, type=shape)
+        except msgspec.DecodeError:
+            logger.warning("ignoring unreadable snapshot of %s", name)
+            return None
 
     async def save(self, name: str, data: bytes, now: float) -> None:
         """Replace the snapshot of ``name``."""
