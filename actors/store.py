@@ -82,8 +82,12 @@ class StoreActor(Actor):
         self._clock = clock
         self.admin = AdminArea(
             "log",
-            {"stats": self._stats, "query": self._query, "flush": self._flush_cmd,
-             "prune": self._prune_cmd},
+            {
+                "stats": self._stats,
+                "query": self._query,
+                "flush": self._flush_cmd,
+                "prune": self._prune_cmd,
+            },
             read_only=("stats", "query", "flush"),
         )
         self.serves = (self.admin.serve,)
@@ -155,8 +159,11 @@ class StoreActor(Actor):
         if len(self._pending) + self._writing >= self._settings.queue_rows:
             self._dropped_full += 1
             if self._dropped_full & (self._dropped_full - 1) == 0:  # 1, 2, 4, ...
-                logger.warning("request log queue full (%d rows): %d rows dropped so far",
-                               self._settings.queue_rows, self._dropped_full)
+                logger.warning(
+                    "request log queue full (%d rows): %d rows dropped so far",
+                    self._settings.queue_rows,
+                    self._dropped_full,
+                )
             return
         self._pending.append(row)
         if len(self._pending) == 1:
@@ -165,19 +172,24 @@ class StoreActor(Actor):
             self._batch_full.set()
 
     async def _flusher(self) -> None:
+        # Each wait makes its own event after checking, with no await in between, and only
+        # this task replaces them: ``_accept`` sets whichever event is current, and a flush
+        # by a query or an admin command cannot leave this task waiting on a stale one.
         flush_s = self._settings.flush_ms / 1000
         while True:
-            await self._rows_ready.wait()
-            with anyio.move_on_after(flush_s):
-                await self._batch_full.wait()
+            if not self._pending:
+                self._rows_ready = anyio.Event()
+                await self._rows_ready.wait()
+            if len(self._pending) < self._settings.batch_rows:
+                self._batch_full = anyio.Event()
+                with anyio.move_on_after(flush_s):
+                    await self._batch_full.wait()
             await self._flush()
 
     async def _flush(self) -> int:
         """Commit every buffered row; returns how many. Never raises sqlite3.Error."""
         async with self._lock:
             batch, self._pending = self._pending, []
-            self._rows_ready = anyio.Event()
-            self._batch_full = anyio.Event()
             if not batch:
                 return 0
             self._writing = len(batch)
@@ -206,8 +218,11 @@ class StoreActor(Actor):
                 return 0
         deleted = max(cur.rowcount, 0)
         if deleted:
-            logger.info("request log: pruned %d rows older than %g days", deleted,
-                        self._settings.retention_days)
+            logger.info(
+                "request log: pruned %d rows older than %g days",
+                deleted,
+                self._settings.retention_days,
+            )
         return deleted
 
     # -- admin ------------------------------------------------------------------------

@@ -39,15 +39,25 @@ def db_rows(path: Path, where: str = "") -> list[sqlite3.Row]:
 
 
 async def admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
-    reply = await bus.request(subjects.admin("log", verb), AdminCommand(args=args, by="test"),
-                              reply_type=AdminReply, timeout=WAIT)
+    reply = await bus.request(
+        subjects.admin("log", verb),
+        AdminCommand(args=args, by="test"),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
     assert isinstance(reply, AdminReply), reply
     return reply.result
 
 
 def obs(i: int, **kw: Any) -> Observation:
-    fields: dict[str, Any] = {"endpoint": "m:a", "model": "m", "outcome": "success",
-                              "request_id": f"r{i}", "caller": "ip:10.0.0.1", "ts": time.time()}
+    fields: dict[str, Any] = {
+        "endpoint": "m:a",
+        "model": "m",
+        "outcome": "success",
+        "request_id": f"r{i}",
+        "caller": "ip:10.0.0.1",
+        "ts": time.time(),
+    }
     return Observation(**{**fields, **kw})
 
 
@@ -57,19 +67,46 @@ async def test_store_with_fallback_request_writes_request_row_and_attempt_rows(
     store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await bus.publish(subjects.observation("m:a"), obs(1, outcome="failure", status=500,
-                                                           error_kind="http_error"))
-        await bus.publish(subjects.observation("m:b"), Observation(
-            endpoint="m:b", model="m", outcome="success", attempt=2, fallback=True,
-            request_id="r1", status=200, credential_id="k-abc", completion_tokens=5,
-            ts=time.time()))
-        await bus.publish(subjects.request_done("m"), RequestCompleted(
-            request_id="r1", requested_model="alias", model="m", endpoint="m:b", attempts=2,
-            fallback=True, status=200, caller="ip:10.0.0.1", ts=time.time()))
+        await bus.publish(
+            subjects.observation("m:a"),
+            obs(1, outcome="failure", status=500, error_kind="http_error"),
+        )
+        await bus.publish(
+            subjects.observation("m:b"),
+            Observation(
+                endpoint="m:b",
+                model="m",
+                outcome="success",
+                attempt=2,
+                fallback=True,
+                request_id="r1",
+                status=200,
+                credential_id="k-abc",
+                completion_tokens=5,
+                ts=time.time(),
+            ),
+        )
+        await bus.publish(
+            subjects.request_done("m"),
+            RequestCompleted(
+                request_id="r1",
+                requested_model="alias",
+                model="m",
+                endpoint="m:b",
+                attempts=2,
+                fallback=True,
+                status=200,
+                caller="ip:10.0.0.1",
+                ts=time.time(),
+            ),
+        )
         rows = (await admin(bus, "query", request_id="r1"))["rows"]
         store.request_stop()
     assert [(r["kind"], r["endpoint"], r["attempt"], r["fallback"]) for r in rows] == [
-        ("attempt", "m:a", 1, False), ("attempt", "m:b", 2, True), ("request", "m:b", 2, True)]
+        ("attempt", "m:a", 1, False),
+        ("attempt", "m:b", 2, True),
+        ("request", "m:b", 2, True),
+    ]
     assert rows[0]["status"] == 500 and rows[0]["outcome"] == "failure"
     assert rows[2]["requested_model"] == "alias" and rows[2]["outcome"] == "success"
     assert rows[2]["caller_id"].startswith("c-") and "10.0.0.1" not in rows[2]["caller_id"]
@@ -95,8 +132,9 @@ async def test_store_commits_a_full_batch_without_waiting_for_the_timer(
 async def test_store_with_full_queue_drops_and_counts_rows_never_blocking(
     bus: InProcessBus, tmp_path: Path
 ) -> None:
-    store = StoreActor(str(tmp_path / "log.db"),
-                       LogConfig(batch_rows=10, queue_rows=10, flush_ms=60_000))
+    store = StoreActor(
+        str(tmp_path / "log.db"), LogConfig(batch_rows=10, queue_rows=10, flush_ms=60_000)
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         # Publishing never yields, so all 25 reach the store before its flusher can run.
@@ -142,8 +180,13 @@ async def test_store_prune_deletes_rows_past_retention(bus: InProcessBus, tmp_pa
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         await bus.publish(subjects.observation("m:a"), obs(1))
-        old = Observation(endpoint="m:a", model="m", outcome="success", request_id="old",
-                          ts=time.time() - 2 * 86_400)
+        old = Observation(
+            endpoint="m:a",
+            model="m",
+            outcome="success",
+            request_id="old",
+            ts=time.time() - 2 * 86_400,
+        )
         await bus.publish(subjects.observation("m:a"), old)
         await admin(bus, "flush")
         result = await admin(bus, "prune")
@@ -158,12 +201,53 @@ async def test_store_with_unknown_verb_or_bad_args_replies_invalid_request(
     store = StoreActor(str(tmp_path / "log.db"), LogConfig())
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        unknown = await bus.request(subjects.admin("log", "explode"), AdminCommand(),
-                                    reply_type=AdminReply, timeout=WAIT)
-        bad = await bus.request(subjects.admin("log", "query"),
-                                AdminCommand(args={"limit": "many"}),
-                                reply_type=AdminReply, timeout=WAIT)
+        unknown = await bus.request(
+            subjects.admin("log", "explode"), AdminCommand(), reply_type=AdminReply, timeout=WAIT
+        )
+        bad = await bus.request(
+            subjects.admin("log", "query"),
+            AdminCommand(args={"limit": "many"}),
+            reply_type=AdminReply,
+            timeout=WAIT,
+        )
         store.request_stop()
     assert isinstance(unknown, ErrorReply) and "known: flush, prune, query, stats" in (
-        unknown.message)
+        unknown.message
+    )
     assert isinstance(bad, ErrorReply) and bad.code == "invalid_request"
+
+
+async def committed(bus: InProcessBus, rows: int) -> dict[str, Any]:
+    """``log/stats`` once ``rows`` rows are written by the store's own flusher (no flush
+    command), or the last answer after WAIT seconds (the caller asserts, after stopping the
+    store)."""
+    stats = await admin(bus, "stats")
+    with anyio.move_on_after(WAIT):
+        while stats["written"] < rows:
+            await anyio.sleep(0.005)  # polling the owner's answer, bounded by WAIT
+            stats = await admin(bus, "stats")
+    return stats
+
+
+@pytest.mark.parametrize("verb", ["query", "flush"])
+async def test_store_keeps_committing_on_its_own_after_a_query_or_flush(
+    bus: InProcessBus, tmp_path: Path, verb: str
+) -> None:
+    path = tmp_path / "log.db"
+    store = StoreActor(str(path), LogConfig(batch_rows=4, flush_ms=20))
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        await bus.publish(subjects.observation("m:a"), obs(0))
+        await committed(bus, 1)  # the flusher is now waiting for the next row
+        await admin(bus, verb)
+        for i in range(1, 4):  # under one batch: only the flush_ms timer commits them
+            await bus.publish(subjects.observation("m:a"), obs(i))
+        timer = await committed(bus, 4)
+        await admin(bus, verb)
+        for i in range(4, 12):  # two full batches
+            await bus.publish(subjects.observation("m:a"), obs(i))
+        batches = await committed(bus, 12)
+        store.request_stop()
+    assert (timer["written"], timer["pending"]) == (4, 0)
+    assert (batches["written"], batches["pending"]) == (12, 0)
+    assert len(db_rows(path)) == 12
