@@ -1,7 +1,13 @@
 """Loading the YAML config: ``${VAR}`` expansion, validation, one precise message on failure.
 
 ``load_config`` raises ``ConfigError`` whose message names the file, the key's path
-(``models[2].route[0].weight``) and why; nothing is served from a half-valid config.
+(``models[2].route[0].weight``) or the line and column, and why; nothing is served from a
+half-valid config.
+
+A message about a config never quotes a value from it: a value may be an upstream key, and
+the message travels far (reload answers, log lines, ``AdminExecuted`` events kept in
+JetStream, CLI output). YAML syntax errors give the line, column and the parser's problem
+without its snippet; validation errors give pydantic's message, never its ``input_value``.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from actors.strategies import validate_strategy
 from schemas.config import GatewayConfig, RoutingConfig
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEMO_CONFIG = "demo.yaml"
+_BARE_MIN = 8  # shorter values are masked in validation messages only when quoted
 
 
 class ConfigError(Exception):
@@ -48,7 +56,8 @@ def parse_config(text: str, *, source: str = "<config>") -> GatewayConfig:
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+        # ``from None``: the parser's own text (in a chained traceback) quotes the line.
+        raise ConfigError(f"{source}: {yaml_problem(exc, text)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping")
     expanded = _expand(raw, (), source)
@@ -58,7 +67,7 @@ def parse_config(text: str, *, source: str = "<config>") -> GatewayConfig:
         err = exc.errors()[0]
         where = format_path(err["loc"]) or "(top level)"
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
-        msg = str(err["msg"]).removeprefix("Value error, ")
+        msg = _validation_message(err).removeprefix("Value error, ")
         raise ConfigError(f"{source}: {where}: {msg}{more}") from None
     _check_routers(config, source)
     return _apply_env_overrides(config, source)
@@ -92,9 +101,58 @@ def _apply_env_overrides(config: GatewayConfig, source: str) -> GatewayConfig:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise ConfigError(
-            f"{source}: environment override of routing.{format_path(err['loc'])}: {err['msg']}"
+            f"{source}: environment override of routing.{format_path(err['loc'])}: "
+            f"{_validation_message(err)}"
         ) from None
     return config.model_copy(update={"routing": validated, "admin_key": admin_key})
+
+
+# PyYAML quotes syntax tokens (``'<block end>'``, ``','``) and, sometimes, text of the file
+# (an alias or tag name, an escape character): only the former are kept.
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_TOKEN = re.compile(r"<[a-z ]+>|[,:{}\[\]?|>-]")
+
+
+def _unquote_values(text: str) -> str:
+    def keep_tokens(m: re.Match[str]) -> str:
+        return m.group(0) if _TOKEN.fullmatch(m.group(0)[1:-1]) else ""
+
+    return " ".join(_QUOTED.sub(keep_tokens, text).split())
+
+
+def _at(line: int, column: int) -> str:
+    return f"line {line + 1}, column {column + 1}"
+
+
+def yaml_problem(exc: yaml.YAMLError, text: str) -> str:
+    """``line L, column C: not valid YAML: <problem>`` for a YAML error, without the parser's
+    snippet of the file or any text it quotes from it."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        problem = _unquote_values(exc.problem or "syntax error")
+        out = f"{_at(mark.line, mark.column)}: not valid YAML: {problem}"
+        if exc.context and exc.context_mark is not None:
+            ctx = exc.context_mark
+            out += f" ({_unquote_values(exc.context)} at {_at(ctx.line, ctx.column)})"
+        return out
+    if isinstance(exc, yaml.reader.ReaderError):
+        before = text[: exc.position]
+        where = _at(before.count("\n"), exc.position - (before.rfind("\n") + 1))
+        return f"{where}: not valid YAML: {_unquote_values(str(exc.reason))}"
+    return f"not valid YAML ({type(exc).__name__})"
+
+
+def _validation_message(err: ErrorDetails) -> str:
+    """Pydantic's message for one error, never its ``input_value`` (str(ValidationError)
+    would print it). A message that still contains the input (a validator quoting its value)
+    gets it masked (quoted, or bare when too long to occur by chance)."""
+    msg = str(err["msg"])
+    value = err.get("input")
+    if isinstance(value, str) and value:
+        msg = msg.replace(repr(value), "…")
+        if len(value) >= _BARE_MIN:
+            msg = msg.replace(value, "…")
+    return msg
 
 
 def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:

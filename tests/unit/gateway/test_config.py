@@ -113,3 +113,72 @@ def test_two_routes_at_one_place_get_distinct_endpoint_ids() -> None:
                        "'http://127.0.0.1:1/v1'}, {kind: openai_compat, "
                        "base_url: 'http://127.0.0.1:1/v1'}]}]")
     assert cfg.models[0].endpoint_ids() == ("m:local-1", "m:local-1-2")
+
+
+SECRET = "sk-live-0123456789abcdef"
+_ROUTE = (
+    "models:\n  - id: m\n    route:\n      - kind: openai_compat\n        base_url: http://x/v1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (_ROUTE + f'        api_key: "{SECRET}\n', "line 7, column 1"),  # unterminated quote
+        (_ROUTE + f"        api_key: '{SECRET}\n", "line 7, column 1"),
+        (_ROUTE + f"        api_key: {SECRET}: x\n", "line 6, column "),
+        (_ROUTE + f'        api_key: "\\q{SECRET}"\n', "line 6, column "),  # unknown escape
+        (_ROUTE + f'        api_key: "\\x{SECRET}"\n', "line 6, column "),  # bad hex escape
+        (_ROUTE + f"        api_key: *{SECRET}\n", "line 6, column 18"),  # undefined alias
+        (_ROUTE + f"        api_key: !{SECRET} x\n", "line 6, column 18"),  # unknown tag
+        (_ROUTE + f"       api_key: {SECRET}\n", "line 6, column "),  # bad indentation
+        (f'admin_key: "{SECRET}\x07"\n', "line 1, column 37"),  # a control character
+    ],
+)
+def test_config_with_yaml_syntax_error_gives_line_and_column_never_the_text(
+    text: str, where: str
+) -> None:
+    msg = _error(text)
+    assert msg.startswith(f"gw.yaml: {where}") and ": not valid YAML: " in msg, msg
+    assert SECRET not in msg and SECRET[:8] not in msg and "api_key" not in msg, msg
+    assert "\n" not in msg and "^" not in msg, msg
+
+
+def test_config_yaml_error_names_the_problem_and_where_its_context_began() -> None:
+    msg = _error(_ROUTE + f'        api_key: "{SECRET}\n')
+    assert msg == (
+        "gw.yaml: line 7, column 1: not valid YAML: found unexpected end of stream "
+        "(while scanning a quoted scalar at line 6, column 18)"
+    )
+
+
+def test_config_yaml_error_keeps_the_syntax_tokens_it_expected() -> None:
+    msg = _error("{a: 1\n")
+    assert "expected ',' or '}', but got '<stream end>'" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _ROUTE + f"        api_key: [{SECRET}]\n",
+        _ROUTE + f"        api_keys: [{{key: {SECRET}, min_role: {SECRET}}}]\n",
+        _ROUTE + f"        weight: {SECRET}\n",
+        _ROUTE + f"        timeout_seconds: {SECRET}\n",
+        _ROUTE + f"        kind: {SECRET}\n",
+        f"models: [{{id: m, route: [{{kind: openai_compat, base_url: {SECRET}}}]}}]",
+        f"bus: {{url: {SECRET}}}",
+        f"auth: {SECRET}",
+        f"server: {SECRET}",
+    ],
+)
+def test_config_validation_error_never_quotes_the_value(text: str) -> None:
+    msg = _error(text)
+    assert msg.startswith("gw.yaml: ") and SECRET not in msg, msg
+
+
+def test_config_env_override_error_never_quotes_the_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CIRCUIT_COOLDOWN_SECONDS", SECRET)
+    msg = _error("models: []")
+    assert "routing.circuit.cooldown_seconds" in msg and SECRET not in msg, msg
