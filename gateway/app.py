@@ -385,6 +385,17 @@ class GatewayApp:
         await req.respond(200, _encode({"status": "ok", "routes_configured": routes,
                                         **await self._mode()}))
 
+    def _visible(self, req: HttpRequest, model_id: str) -> bool:
+        """Whether ``/routing`` and ``/health/deep`` show ``model_id`` to ``req``'s caller:
+        admins see every model; others what they may call, so a hidden model is absent
+        exactly like one that does not exist."""
+        if caller_of(req).is_admin:
+            return True
+        model = self._models.get(model_id)
+        if model is None or model.id != model_id:  # an alias is not a model of its own
+            return False
+        return model.published and may_call(req, model)
+
     async def _health_deep(self, req: HttpRequest) -> None:
         report = raise_for_reply(await self._bus.request(
             subjects.HEALTH_DEEP, HealthRequest(), reply_type=HealthReport,
@@ -394,6 +405,8 @@ class GatewayApp:
         degraded = False
         floor = self._config.routing.circuit.min_availability
         for st in report.endpoints:
+            if not self._visible(req, st.model):
+                continue
             # A rejected credential fails every caller: it degrades from the first rejection,
             # long before the availability average notices (spec "Endpoint health").
             rejected = st.consecutive_auth_rejections > 0
@@ -418,6 +431,8 @@ class GatewayApp:
     async def _routing(self, req: HttpRequest) -> None:
         models: dict[str, Any] = {}
         for m in self._config.models:
+            if not self._visible(req, m.id):
+                continue
             status = raise_for_reply(await self._bus.request(
                 subjects.model_status(m.id), ModelStatusRequest(), reply_type=ModelStatus,
                 timeout=self._config.routing.decision_timeout_seconds,

@@ -5,7 +5,11 @@ every ``/v1/*`` call needs a valid key (missing, unknown, expired or revoked -> 
 surface's error shape). Otherwise the gateway runs open (and says so at startup): anonymous
 callers get the lowest role, ``free``. Every ``/admin/*`` call needs an admin key (a key of
 role ``admin``, or the bootstrap ``admin_key`` / ``LLMGW_ADMIN_KEY``): none -> 401, another
-role -> 403. On other paths a presented key is identified when valid and ignored otherwise.
+role -> 403. With auth on, ``/routing`` and ``/health/deep`` need a valid key too (their
+handlers show only the models its role may call), and ``/metrics`` an ``internal`` or
+``admin`` one (metrics name every model), unless ``metrics.public`` opens it to anyone. On
+other paths (``/health``, ``/health/ready``: probes) a presented key is identified when valid
+and ignored otherwise.
 
 The identified caller is stored in the ASGI scope (``llmgw.caller``) for the handlers:
 ``caller_of(req)``. Keys are looked up by their sha256 and cached per ingress for
@@ -36,6 +40,9 @@ logger = logging.getLogger(__name__)
 
 SCOPE_KEY = CALLER_SCOPE_KEY
 _CACHE_MAX = 10_000
+_KEYED = frozenset({"/routing", "/health/deep"})  # with auth on: a valid key, any role
+METRICS = "/metrics"
+METRICS_ROLE = "internal"  # and above: /metrics with auth on (unless metrics.public)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +106,7 @@ class Authenticator:
     def _settle(self, config: GatewayConfig) -> None:
         self._ttl = config.auth_cache_seconds
         self._required = config.auth == "required"
+        self._metrics_public = config.metrics.public
         admin = config.admin_key
         self._admin_hash = hash_key(admin) if admin else None
 
@@ -161,11 +169,28 @@ class Authenticator:
                 raise UnauthorizedError("admin endpoints need an admin key")
             if not caller.is_admin:
                 raise ForbiddenError("admin endpoints need an admin key")
+        elif path in _KEYED or (path == METRICS and not self._metrics_public):
+            caller = await self._introspecting(req, path)
+            if caller is None:
+                return
         else:
             caller = await self.identify(req, strict=False) if bearer_token(req) else None
             if caller is None:
                 return
         req.scope[SCOPE_KEY] = caller
+
+    async def _introspecting(self, req: HttpRequest, path: str) -> Caller | None:
+        """The caller of an introspection path (None: anonymous, auth off). Raises
+        UnauthorizedError without a usable key and ForbiddenError for ``/metrics`` below
+        :data:`METRICS_ROLE`, when auth is on."""
+        caller = await self.identify(req, strict=True)
+        if not await self.auth_on():
+            return caller
+        if caller is None:
+            raise UnauthorizedError("missing API key: send Authorization: Bearer <key>")
+        if path == METRICS and role_rank(caller.role) < role_rank(METRICS_ROLE):
+            raise ForbiddenError("/metrics needs an internal or admin key")
+        return caller
 
     async def identify(self, req: HttpRequest, *, strict: bool) -> Caller | None:
         """The caller of ``req``'s key; None without a key (or, when not ``strict`` or auth is

@@ -322,6 +322,13 @@ class EventsConfig(_Strict):
     stream_max_msgs: int = Field(default=100_000, ge=1)
 
 
+class MetricsConfig(_Strict):
+    """``GET /metrics``: with auth on it needs an ``internal`` or ``admin`` key (the metrics
+    name every model, hidden ones too); ``public`` opens it to scrapers without credentials."""
+
+    public: bool = False
+
+
 class GatewayConfig(_Strict):
     """The whole configuration file."""
 
@@ -331,6 +338,7 @@ class GatewayConfig(_Strict):
     database: DatabaseConfig = DatabaseConfig()
     log: LogConfig = LogConfig()
     events: EventsConfig = EventsConfig()
+    metrics: MetricsConfig = MetricsConfig()
     auth: Literal["auto", "required"] = "auto"
     auth_cache_seconds: float = Field(default=5.0, ge=0)
     admin_key: str | None = Field(default=None, repr=False)

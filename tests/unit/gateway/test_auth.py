@@ -157,10 +157,30 @@ async def test_admin_paths_need_an_admin_key(store: ApiKeyStore) -> None:
     db_admin = request("/admin/keys", admin)
     await gate.gate(db_admin)
     assert caller_of(db_admin).is_admin
-    # Elsewhere a key is identified when valid, and ignored when not.
-    other = request("/routing", "nonsense")
+    # Elsewhere (probes) a key is identified when valid, and ignored when not.
+    other = request("/health", "nonsense")
     await gate.gate(other)
     assert caller_of(other) == ANONYMOUS
+
+
+async def test_introspection_paths_with_auth_on_need_a_key_and_metrics_an_internal_one(
+    store: ApiKeyStore,
+) -> None:
+    gate = auth(store, auth_cache_seconds=0)
+    pro, _ = await store.create(org="o", user="u", role="pro", now=1.0)
+    internal, _ = await store.create(org="o", user="i", role="internal", now=1.0)
+    for path in ("/routing", "/health/deep", "/metrics"):
+        with pytest.raises(UnauthorizedError):
+            await gate.gate(request(path))
+        with pytest.raises(UnauthorizedError):
+            await gate.gate(request(path, "nonsense"))
+    for path in ("/routing", "/health/deep"):
+        seen = request(path, pro)
+        await gate.gate(seen)
+        assert caller_of(seen).role == "pro"
+    with pytest.raises(ForbiddenError):
+        await gate.gate(request("/metrics", pro))
+    await gate.gate(request("/metrics", internal))
 
 
 async def test_bootstrap_admin_key_alone_does_not_close_v1(store: ApiKeyStore) -> None:
