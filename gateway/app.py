@@ -27,7 +27,13 @@ from gateway.admin_auth import is_admin
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
 from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
-from gateway.errors import error_code, error_param, http_status, retry_after_header
+from gateway.errors import (
+    DEFAULT_RETRY_AFTER,
+    error_code,
+    error_param,
+    http_status,
+    retry_after_header,
+)
 from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
 from gateway.http import HttpRequest, Receive, Scope, Send
 from gateway.identity import affinity_key
@@ -59,6 +65,7 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder().encode
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _DEGRADED_AVAILABILITY = 0.9
+_PROBE_TIMEOUT_S = 1.0  # /health and /health/ready: how long the actors may take to answer
 Handler = Callable[[HttpRequest], Awaitable[None]]
 
 
@@ -86,6 +93,7 @@ class GatewayApp:
             ("POST", "/v1/embeddings"): self._embeddings,
             ("GET", "/v1/models"): self._list_models,
             ("GET", "/health"): self._health,
+            ("GET", "/health/ready"): self._ready,
             ("GET", "/health/deep"): self._health_deep,
             ("GET", "/routing"): self._routing,
         }
@@ -369,21 +377,41 @@ class GatewayApp:
                 for m in self._config.models if m.published and may_call(req, m)]
         await req.respond(200, _encode({"object": "list", "data": data}))
 
-    async def _mode(self) -> dict[str, Any]:
-        """The deployment mode from its owner; ``unknown`` when the actors do not answer."""
+    async def _mode_reply(self) -> ModeChanged | None:
+        """The deployment mode from its owner (an actor always running beside the others);
+        None when the actors do not answer within :data:`_PROBE_TIMEOUT_S`."""
         try:
             reply = await self._bus.request(subjects.MODE_GET, ModeRequest(),
-                                            reply_type=ModeChanged, timeout=1.0)
+                                            reply_type=ModeChanged, timeout=_PROBE_TIMEOUT_S)
         except GatewayError:
-            return {"mode": "unknown", "mode_since": None}
-        if not isinstance(reply, ModeChanged):
+            return None
+        return reply if isinstance(reply, ModeChanged) else None
+
+    async def _mode(self) -> dict[str, Any]:
+        """The deployment mode's fields; ``unknown`` when the actors do not answer."""
+        reply = await self._mode_reply()
+        if reply is None:
             return {"mode": "unknown", "mode_since": None}
         return {"mode": reply.mode, "mode_since": reply.since, "healthy_ratio": reply.ratio}
 
     async def _health(self, req: HttpRequest) -> None:
+        """Liveness: always 200 while this process serves; ``status`` says whether the actors
+        answer."""
         routes = sum(len(m.route) for m in self._config.models)
-        await req.respond(200, _encode({"status": "ok", "routes_configured": routes,
-                                        **await self._mode()}))
+        mode = await self._mode()
+        status = "actors_unreachable" if mode["mode"] == "unknown" else "ok"
+        await req.respond(200, _encode({"status": status, "routes_configured": routes,
+                                        **mode}))
+
+    async def _ready(self, req: HttpRequest) -> None:
+        """Readiness: 200 once the actors answer (one cheap bus request), else 503. The mode
+        owner starts last in the actor tree, so its answer means the whole tree serves."""
+        if await self._mode_reply() is not None:
+            await req.respond(200, _encode({"status": "ready"}))
+            return
+        await req.respond(503, _encode({"status": "unready",
+                                        "reason": "the actors do not answer"}),
+                          [(b"retry-after", DEFAULT_RETRY_AFTER)])
 
     def _visible(self, req: HttpRequest, model_id: str) -> bool:
         """Whether ``/routing`` and ``/health/deep`` show ``model_id`` to ``req``'s caller:

@@ -29,6 +29,11 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.UPSTREAM_TIMEOUT: 504,
 }
 
+# A 503 whose cause does not say when it ends (no actor answers, a bus timeout): about the
+# time an actors process takes to restart.
+DEFAULT_RETRY_AFTER_S = 5
+DEFAULT_RETRY_AFTER = str(DEFAULT_RETRY_AFTER_S).encode()
+
 # Upstream statuses that describe the client's request; relayed as they are.
 REQUEST_DESCRIBING = frozenset({400, 404, 413, 422})
 
@@ -56,7 +61,8 @@ def error_param(err: GatewayError) -> str | None:
 
 
 def retry_after_header(err: GatewayError) -> bytes | None:
-    """``Retry-After`` in whole seconds (rounded up, at least 1) when the error has one."""
-    if err.retry_after is None:
-        return None
-    return str(max(1, math.ceil(err.retry_after))).encode()
+    """``Retry-After`` in whole seconds (rounded up, at least 1) when the error has one; for
+    a 503 without one, :data:`DEFAULT_RETRY_AFTER_S` (a 503 always says when to come back)."""
+    if err.retry_after is not None:
+        return str(max(1, math.ceil(err.retry_after))).encode()
+    return DEFAULT_RETRY_AFTER if http_status(err) == 503 else None

@@ -1,0 +1,31 @@
+"""The error table: every 503 the gateway renders carries ``Retry-After``."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.errors import DEFAULT_RETRY_AFTER, http_status, retry_after_header
+from schemas import ErrorCode, ErrorReply, GatewayError
+from schemas.errors import error_from_reply
+
+_ERRORS = [error_from_reply(ErrorReply(code=code.value, message="x")) for code in ErrorCode]
+_UNAVAILABLE = [err for err in _ERRORS if http_status(err) == 503]
+
+
+def test_the_table_has_503s_to_check() -> None:
+    assert {err.code for err in _UNAVAILABLE} >= {ErrorCode.NO_RESPONDERS, ErrorCode.BUS_TIMEOUT}
+
+
+@pytest.mark.parametrize("err", _UNAVAILABLE, ids=lambda e: e.code.value)
+def test_every_503_without_a_known_end_says_the_default_retry_after(err: GatewayError) -> None:
+    assert retry_after_header(err) == DEFAULT_RETRY_AFTER
+
+
+def test_a_503_with_a_known_end_says_that_end_rounded_up() -> None:
+    err = error_from_reply(ErrorReply(code="all_circuits_open", message="x", retry_after=2.1))
+    assert retry_after_header(err) == b"3"
+
+
+@pytest.mark.parametrize("code", ["invalid_request", "route_not_found", "upstream_error"])
+def test_errors_that_are_not_503_carry_no_retry_after_of_their_own(code: str) -> None:
+    assert retry_after_header(error_from_reply(ErrorReply(code=code, message="x"))) is None
