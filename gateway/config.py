@@ -41,18 +41,26 @@ def load_config(path: str | Path | None) -> GatewayConfig:
     """
     if path is None:
         text = resources.files("gateway").joinpath(DEMO_CONFIG).read_text()
-        source = f"<bundled {DEMO_CONFIG}>"
-    else:
-        source = str(path)
-        try:
-            text = Path(path).read_text()
-        except OSError as exc:
-            raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
-    return parse_config(text, source=source)
+        return parse_config(text, source=f"<bundled {DEMO_CONFIG}>")
+    return parse_config(_read(path), source=str(path))
 
 
 def parse_config(text: str, *, source: str = "<config>") -> GatewayConfig:
     """Validate config ``text``. Raises ConfigError naming ``source`` and the key's path."""
+    config = _validate(_expand(_parse_mapping(text, source), (), source), source)
+    _check_routers(config, source)
+    return _apply_env_overrides(config, source)
+
+
+def _read(path: str | Path) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _parse_mapping(text: str, source: str) -> dict[str, Any]:
+    """The YAML document as a mapping. Raises ConfigError that never quotes the text."""
     try:
         raw = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
@@ -60,17 +68,20 @@ def parse_config(text: str, *, source: str = "<config>") -> GatewayConfig:
         raise ConfigError(f"{source}: {yaml_problem(exc, text)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping")
-    expanded = _expand(raw, (), source)
+    return raw
+
+
+def _validate(expanded: Any, source: str) -> GatewayConfig:
+    """``GatewayConfig`` from the expanded document. Raises ConfigError naming the first
+    problem's key path, never its value."""
     try:
-        config = GatewayConfig.model_validate(expanded)
+        return GatewayConfig.model_validate(expanded)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = format_path(err["loc"]) or "(top level)"
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
         msg = _validation_message(err).removeprefix("Value error, ")
         raise ConfigError(f"{source}: {where}: {msg}{more}") from None
-    _check_routers(config, source)
-    return _apply_env_overrides(config, source)
 
 
 # The spec's knobs keep the spec's environment variable names; the environment wins.
@@ -212,22 +223,6 @@ def load_sections(path: str | Path | None, *sections: str) -> GatewayConfig:
     if path is None:
         return load_config(None)
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        raw = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ConfigError(f"{source}: not valid YAML{where}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: the top level must be a mapping")
+    raw = _parse_mapping(_read(path), source)
     picked = {name: raw[name] for name in sections if name in raw}
-    try:
-        return GatewayConfig.model_validate(_expand(picked, (), source))
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {format_path(err['loc'])}: {msg}") from None
+    return _validate(_expand(picked, (), source), source)
