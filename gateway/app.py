@@ -35,6 +35,7 @@ from gateway.errors import (
     retry_after_header,
 )
 from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
+from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest, Receive, Scope, Send
 from gateway.identity import affinity_key
 from gateway.operations import IngressOps
@@ -342,17 +343,8 @@ class GatewayApp:
             await stream.close(outcome, failure)
 
     async def _embeddings(self, req: HttpRequest) -> None:
-        raw, _ = await self._read_json(req)
-        if not isinstance(raw, dict):
-            raise InvalidRequestError("the request body must be a JSON object")
-        requested = raw.get("model")
-        if not isinstance(requested, str) or not requested:
-            raise InvalidRequestError("'model' is required and must be a non-empty string",
-                                      param="model")
-        inp = raw.get("input")
-        if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
-            raise InvalidRequestError("'input' must be a string or a non-empty array",
-                                      param="input")
+        raw = validate_embeddings_request((await self._read_json(req))[0])
+        requested = raw["model"]
         model = self._resolve(requested, req)
         info = self._info(req, model, "embeddings", False)
         plan = await self._plan(model, RouteRequest(model=model.id, caller=info.caller,

@@ -22,8 +22,17 @@ from gateway.formats._anthropic_answer import (
     from_chat_response,
 )
 from gateway.formats._common import (
+    ARRAY,
+    BOOLEAN,
+    INTEGER,
     JSON,
+    NUMBER,
+    OBJECT,
+    STRING,
+    STRING_OR_ARRAY,
+    STRING_OR_OBJECT,
     append_system,
+    check_types,
     json_text,
     want_dict,
     want_list,
@@ -42,11 +51,35 @@ _JOIN = "\n\n"
 _TOOL_ERROR_PREFIX = "Error: "
 _REFUSED_TOP_LEVEL = ("container",)
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+# The documented request fields (anthropic's MessageCreateParams, with the sampling ones
+# older API versions take) and their JSON types, also those this module drops.
+_FIELDS = {
+    "cache_control": OBJECT,
+    "container": STRING_OR_OBJECT,
+    "diagnostics": OBJECT,
+    "inference_geo": STRING,
+    "max_tokens": INTEGER,
+    "mcp_servers": ARRAY,
+    "metadata": OBJECT,
+    "output_config": OBJECT,
+    "service_tier": STRING,
+    "speed": STRING,
+    "stop_sequences": ARRAY,
+    "stream": BOOLEAN,
+    "system": STRING_OR_ARRAY,
+    "temperature": NUMBER,
+    "thinking": OBJECT,
+    "tool_choice": OBJECT,
+    "tools": ARRAY,
+    "top_k": INTEGER,
+    "top_p": NUMBER,
+}
 
 
-def to_chat_request(body: JSON) -> JSON:
+def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
     """Translate an Anthropic Messages request into a canonical chat request.
 
+    ``counting``: ``body`` is a ``count_tokens`` request, which has no ``max_tokens``.
     Raises InvalidRequestError (``param`` names the field) for a malformed request or one
     that uses something the gateway cannot honour.
     """
@@ -54,7 +87,8 @@ def to_chat_request(body: JSON) -> JSON:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("model: a non-empty string is required", param="model")
-    if body.get("max_tokens") is None:
+    check_types(body, _FIELDS)
+    if body.get("max_tokens") is None and not counting:
         raise InvalidRequestError("max_tokens: required by the Messages API", param="max_tokens")
     max_tokens = want_positive_int(body, "max_tokens")
     for key in _REFUSED_TOP_LEVEL:
@@ -119,24 +153,22 @@ def _system_text(system: Any, param: str) -> str:
 def _convert_message(msg: Any, path: str, out: list[JSON]) -> None:
     want_dict(msg, path)
     role = msg.get("role")
-    if role not in ("user", "assistant", "system"):
+    if role not in ("user", "assistant"):
+        # As the Messages API does: a system prompt goes in the top-level ``system``.
         raise InvalidRequestError(
-            f"{path}.role: must be 'user', 'assistant' or 'system'", param=f"{path}.role"
+            f"{path}.role: must be 'user' or 'assistant' (a system prompt goes in the "
+            "top-level 'system' field)",
+            param=f"{path}.role",
         )
     content = msg.get("content")
     if isinstance(content, str):
-        if role == "system":
-            append_system(out, content)
-        else:
-            out.append({"role": role, "content": content})
+        out.append({"role": role, "content": content})
         return
     if not isinstance(content, list):
         raise InvalidRequestError(
             f"{path}.content: must be a string or an array of blocks", param=f"{path}.content"
         )
-    if role == "system":
-        append_system(out, _system_text(content, f"{path}.content"))
-    elif role == "assistant":
+    if role == "assistant":
         out.append(_assistant_message(content, path))
     else:
         _user_messages(content, path, out)

@@ -10,12 +10,68 @@ from typing import Any
 
 import msgspec
 
+from gateway.formats._common import (
+    ARRAY,
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    OBJECT,
+    STRING,
+    STRING_OR_ARRAY,
+    STRING_OR_OBJECT,
+    check_types,
+)
 from schemas import InvalidRequestError
 
 JSON = dict[str, Any]
 _encode = msgspec.json.Encoder().encode
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+# The documented request fields (openai's CompletionCreateParams) and their JSON types; the
+# body goes upstream as it is, so a mistyped one is refused here rather than upstream.
+_FIELDS = {
+    "audio": OBJECT,
+    "frequency_penalty": NUMBER,
+    "function_call": STRING_OR_OBJECT,
+    "functions": ARRAY,
+    "logit_bias": OBJECT,
+    "logprobs": BOOLEAN,
+    "max_completion_tokens": INTEGER,
+    "max_tokens": INTEGER,
+    "metadata": OBJECT,
+    "modalities": ARRAY,
+    "moderation": OBJECT,
+    "n": INTEGER,
+    "parallel_tool_calls": BOOLEAN,
+    "prediction": OBJECT,
+    "presence_penalty": NUMBER,
+    "prompt_cache_key": STRING,
+    "prompt_cache_options": OBJECT,
+    "prompt_cache_retention": STRING,
+    "reasoning_effort": STRING,
+    "response_format": OBJECT,
+    "safety_identifier": STRING,
+    "seed": INTEGER,
+    "service_tier": STRING,
+    "stop": STRING_OR_ARRAY,
+    "store": BOOLEAN,
+    "stream": BOOLEAN,
+    "stream_options": OBJECT,
+    "temperature": NUMBER,
+    "tool_choice": STRING_OR_OBJECT,
+    "tools": ARRAY,
+    "top_logprobs": INTEGER,
+    "top_p": NUMBER,
+    "user": STRING,
+    "verbosity": STRING,
+    "web_search_options": OBJECT,
+}
+_MESSAGE_FIELDS = {
+    "content": STRING_OR_ARRAY,
+    "name": STRING,
+    "tool_calls": ARRAY,
+    "tool_call_id": STRING,
+}
 _DONE_FRAME = b"data: [DONE]\n\n"
 
 
@@ -42,9 +98,8 @@ def validate_chat_request(body: Any) -> JSON:
                 f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}",
                 param=f"messages[{i}].role",
             )
-    stream = body.get("stream", False)
-    if stream is not None and not isinstance(stream, bool):
-        raise InvalidRequestError("'stream' must be a boolean", param="stream")
+        check_types(m, _MESSAGE_FIELDS, f"messages[{i}]")
+    check_types(body, _FIELDS)
     return body
 
 
@@ -95,8 +150,7 @@ class ChatStream:
 
     def error(self, message: str, kind: str = "upstream_error") -> list[bytes]:
         """An in-band error frame for a stream cut mid-answer; no ``[DONE]`` follows."""
-        body = {"error": {"message": message, "type": "server_error", "param": None,
-                          "code": kind}}
+        body = {"error": {"message": message, "type": "server_error", "param": None, "code": kind}}
         return [b"data: " + _encode(body) + b"\n\n"]
 
 

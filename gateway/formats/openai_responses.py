@@ -20,8 +20,16 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.formats._common import (
+    ARRAY,
+    BOOLEAN,
+    INTEGER,
     JSON,
+    NUMBER,
+    OBJECT,
+    STRING,
+    STRING_OR_OBJECT,
     append_system,
+    check_types,
     json_text,
     want_dict,
     want_list,
@@ -46,6 +54,36 @@ _REFUSED_TOP_LEVEL = {
     "prompt": "prompt: stored prompt templates are not supported by this gateway",
 }
 _ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+# The documented request fields (openai's ResponseCreateParams) and their JSON types, also
+# those this module drops: a mistyped one is the client's mistake either way.
+_FIELDS = {
+    "background": BOOLEAN,
+    "conversation": STRING_OR_OBJECT,
+    "include": ARRAY,
+    "instructions": STRING,
+    "max_output_tokens": INTEGER,
+    "max_tool_calls": INTEGER,
+    "metadata": OBJECT,
+    "parallel_tool_calls": BOOLEAN,
+    "previous_response_id": STRING,
+    "prompt": OBJECT,
+    "prompt_cache_key": STRING,
+    "prompt_cache_retention": STRING,
+    "reasoning": OBJECT,
+    "safety_identifier": STRING,
+    "service_tier": STRING,
+    "store": BOOLEAN,
+    "stream": BOOLEAN,
+    "stream_options": OBJECT,
+    "temperature": NUMBER,
+    "text": OBJECT,
+    "tool_choice": STRING_OR_OBJECT,
+    "tools": ARRAY,
+    "top_logprobs": INTEGER,
+    "top_p": NUMBER,
+    "truncation": STRING,
+    "user": STRING,
+}
 
 
 def to_chat_request(body: JSON) -> JSON:
@@ -58,6 +96,7 @@ def to_chat_request(body: JSON) -> JSON:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("model: a non-empty string is required", param="model")
+    check_types(body, _FIELDS)
     for key, message in _REFUSED_TOP_LEVEL.items():
         if body.get(key) is not None:
             raise InvalidRequestError(message, param=key)

@@ -227,22 +227,20 @@ def test_to_chat_request_with_plain_strings_keeps_them_as_strings() -> None:
     }
 
 
-def test_to_chat_request_merges_leading_system_prompts_and_skips_empty_ones() -> None:
-    chat = to_chat_request(
-        _minimal(
-            system="",
-            messages=[
-                {"role": "system", "content": "A"},
-                {"role": "system", "content": [{"type": "text", "text": "B"}]},
-                {"role": "user", "content": "hi"},
-            ],
-        )
-    )
+def test_to_chat_request_joins_system_blocks_into_one_prompt() -> None:
+    system = [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
+    chat = to_chat_request(_minimal(system=system))
 
     assert chat["messages"] == [
         {"role": "system", "content": "A\n\nB"},
         {"role": "user", "content": "hi"},
     ]
+
+
+def test_to_chat_request_skips_an_empty_system_prompt() -> None:
+    chat = to_chat_request(_minimal(system=""))
+
+    assert chat["messages"] == [{"role": "user", "content": "hi"}]
 
 
 def test_to_chat_request_maps_structured_output_to_strict_json_schema() -> None:
@@ -266,6 +264,8 @@ def test_to_chat_request_maps_structured_output_to_strict_json_schema() -> None:
         (_minimal(messages=[]), "messages"),
         (_minimal(messages="hi"), "messages"),
         (_minimal(messages=[{"role": "tool", "content": "x"}]), "messages[0].role"),
+        # The Messages API takes a system prompt only in the top-level ``system``.
+        (_minimal(messages=[{"role": "system", "content": "x"}]), "messages[0].role"),
         (_minimal(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
         (_minimal(messages=[{"role": "user", "content": []}]), "messages[0].content"),
         (
@@ -307,6 +307,11 @@ def test_to_chat_request_maps_structured_output_to_strict_json_schema() -> None:
         ),
         (_minimal(stop_sequences=[1]), "stop_sequences"),
         (_minimal(temperature="hot"), "temperature"),
+        (_minimal(top_k=1.5), "top_k"),
+        (_minimal(metadata="me"), "metadata"),
+        (_minimal(system=5), "system"),
+        (_minimal(tool_choice="auto"), "tool_choice"),
+        (_minimal(thinking=True), "thinking"),
         (_minimal(container="container_1"), "container"),
         (_minimal(stream="yes"), "stream"),
     ],

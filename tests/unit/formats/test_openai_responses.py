@@ -349,6 +349,11 @@ def test_to_chat_request_with_hosted_tools_names_them() -> None:
         (_minimal(text={"format": {"type": "yaml"}}), "text.format.type"),
         (_minimal(max_output_tokens=0), "max_output_tokens"),
         (_minimal(stream=1), "stream"),
+        (_minimal(temperature="hot"), "temperature"),
+        (_minimal(store="yes"), "store"),
+        (_minimal(metadata=["x"]), "metadata"),
+        (_minimal(user=7), "user"),
+        (_minimal(tool_choice=3), "tool_choice"),
     ],
 )
 def test_to_chat_request_with_invalid_input_names_the_param(body: JSON, param: str) -> None:
