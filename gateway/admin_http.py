@@ -70,8 +70,9 @@ async def args_of(req: HttpRequest) -> dict[str, Any]:
         return {}
     try:
         args = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise InvalidRequestError("the request body is not valid JSON") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise InvalidRequestError("the request body is not valid JSON or is nested "
+                                  "too deeply") from None
     if not isinstance(args, dict):
         raise InvalidRequestError("the request body must be a JSON object of arguments")
     return args

@@ -42,8 +42,9 @@ async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout:
     if req.method == "PUT":
         try:
             body: Any = msgspec.json.decode(await req.body(64 * 1024))
-        except msgspec.DecodeError:
-            raise InvalidRequestError("the request body is not valid JSON") from None
+        except (msgspec.DecodeError, RecursionError):
+            raise InvalidRequestError("the request body is not valid JSON or is nested "
+                                      "too deeply") from None
         args["weight"] = body.get("weight") if isinstance(body, dict) else None
         verb = "set_weight"
     result = await admin_request(bus, "routing", verb, args, by="http", timeout=timeout)

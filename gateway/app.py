@@ -70,6 +70,10 @@ _PROBE_TIMEOUT_S = 1.0  # /health and /health/ready: how long the actors may tak
 Handler = Callable[[HttpRequest], Awaitable[None]]
 
 
+def _too_deep() -> InvalidRequestError:
+    return InvalidRequestError("the request body is JSON nested too deeply")
+
+
 class GatewayApp:
     """The ASGI ingress. Owns the upstream HTTP client and the adapters; holds no routing
     state of its own (that lives in the actors)."""
@@ -211,6 +215,8 @@ class GatewayApp:
             return _decode(raw), len(raw)
         except msgspec.DecodeError:
             raise InvalidRequestError("the request body is not valid JSON") from None
+        except RecursionError:  # nested past the stack: costs nothing until it happens
+            raise _too_deep() from None
 
     def _resolve(self, name: str, req: HttpRequest) -> ModelConfig:
         accounting.requested(name)
@@ -286,6 +292,10 @@ class GatewayApp:
             watcher = asyncio.create_task(watch())
             try:
                 await fn(*args)
+            except RecursionError:
+                # A body nested just short of what decoding refuses still cannot be encoded
+                # again deeper in the stack (for the upstream): the same refusal.
+                raise _too_deep() from None
             finally:
                 watcher.cancel()
 
