@@ -142,7 +142,7 @@ class Accounting:
             began = last.ts - last.latency_ms / 1000  # the attempt's start, wall clock
             ttft = (began - rec.wall) * 1000 + last.ttft_ms
         done = RequestCompleted(
-            request_id=route.request_id if route else "",
+            request_id=req.request_id,
             ts=time.time(),
             caller=route.caller if route else "",
             org=str(getattr(req.scope.get(CALLER_SCOPE_KEY), "org", "") or ""),

@@ -34,6 +34,7 @@ from gateway.errors import (
     http_status,
     retry_after_header,
 )
+from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest, Receive, Scope, Send
@@ -67,6 +68,7 @@ _encode = msgspec.json.Encoder().encode
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _DEGRADED_AVAILABILITY = 0.9
 _PROBE_TIMEOUT_S = 1.0  # /health and /health/ready: how long the actors may take to answer
+_MODELS_PREFIX = "/v1/models/"
 Handler = Callable[[HttpRequest], Awaitable[None]]
 
 
@@ -106,6 +108,7 @@ class GatewayApp:
                           "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
         # Routes with path parameters: (method, prefix) -> handler, tried after exact ones.
         self._prefix_routes: dict[tuple[str, str], Handler] = {
+            ("GET", _MODELS_PREFIX): self._retrieve_model,
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
         }
@@ -118,13 +121,16 @@ class GatewayApp:
         # /admin/<area>/<verb>.
         self.ops = IngressOps(bus, config)
         self.ops.install(self._routes, self._prefix_routes)
+        # After install: counting routes nothing, so it makes no request-log row.
+        self._routes[("POST", "/v1/messages/count_tokens")] = self._count_tokens
 
     # -- ASGI ---------------------------------------------------------------------------
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             await self._http(HttpRequest(scope, receive, send,
-                                           self._config.server.body_timeout_seconds))
+                                           self._config.server.body_timeout_seconds,
+                                           request_id=f"{self._id_prefix}{next(self._ids)}"))
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
@@ -165,7 +171,7 @@ class GatewayApp:
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
-        surface = self._surfaces.get(req.path, CHAT)
+        surface = self._surface_of(req.path)
         try:
             if handler is None:
                 if any(path == req.path for _, path in self._routes) or any(
@@ -187,6 +193,14 @@ class GatewayApp:
             if not req.started:
                 await self._send_error(req, surface, 500, "internal gateway error", "internal")
 
+    def _surface_of(self, path: str) -> Surface:
+        """The API shape errors on ``path`` answer in."""
+        surface = self._surfaces.get(path)
+        if surface is None:
+            # Anything under /v1/messages/ (count_tokens, batches, a typo) is Anthropic's.
+            surface = MESSAGES if path.startswith("/v1/messages/") else CHAT
+        return surface
+
     def _prefix_handler(self, req: HttpRequest) -> Handler | None:
         for (method, prefix), handler in self._prefix_routes.items():
             if method == req.method and req.path.startswith(prefix):
@@ -196,7 +210,7 @@ class GatewayApp:
     async def _send_gateway_error(self, req: HttpRequest, surface: Surface,
                                   err: GatewayError) -> None:
         status = http_status(err)
-        headers = []
+        headers = [(b"x-request-id", req.request_id.encode())]
         retry = retry_after_header(err)
         if retry is not None:
             headers.append((b"retry-after", retry))
@@ -205,7 +219,8 @@ class GatewayApp:
 
     async def _send_error(self, req: HttpRequest, surface: Surface, status: int, message: str,
                           code: str) -> None:
-        await req.respond(status, surface.error_body(status, message, code, None))
+        await req.respond(status, surface.error_body(status, message, code, None),
+                          [(b"x-request-id", req.request_id.encode())])
 
     # -- inference ----------------------------------------------------------------------
 
@@ -246,7 +261,7 @@ class GatewayApp:
         prompt_estimate: int = 0,
     ) -> RequestInfo:
         return RequestInfo(
-            request_id=f"{self._id_prefix}{next(self._ids)}",
+            request_id=req.request_id,
             model=model.id,
             surface=surface,
             stream=stream,
@@ -368,7 +383,8 @@ class GatewayApp:
             served = await self._dispatcher.call(info, plan, embed)
             served.body["model"] = requested
             await req.respond(200, _encode(served.body),
-                              [(b"x-routed-via", served.candidate.endpoint.encode())])
+                              [(b"x-routed-via", served.candidate.endpoint.encode()),
+                               (b"x-request-id", info.request_id.encode())])
 
         await self._until_disconnect(req, run)
 
@@ -378,6 +394,22 @@ class GatewayApp:
         data = [{"id": m.id, "object": "model", "created": 0, "owned_by": m.owned_by}
                 for m in self._config.models if m.published and may_call(req, m)]
         await req.respond(200, _encode({"object": "list", "data": data}))
+
+    async def _retrieve_model(self, req: HttpRequest) -> None:
+        """``GET /v1/models/{id}``: one model as ``/v1/models`` lists it; an alias answers
+        as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
+        model = self._resolve(req.path[len(_MODELS_PREFIX):], req)
+        await req.respond(200, _encode({"id": model.id, "object": "model", "created": 0,
+                                        "owned_by": model.owned_by}))
+
+    async def _count_tokens(self, req: HttpRequest) -> None:
+        """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
+        its context-window check uses), not the model's tokenizer. Raises
+        InvalidRequestError, RouteNotFoundError."""
+        raw, size = await self._read_json(req)
+        body = anthropic_messages.to_chat_request(raw, counting=True)
+        self._resolve(str(body["model"]), req)
+        await req.respond(200, _encode({"input_tokens": estimate_prompt_tokens(size)}))
 
     async def _mode_reply(self) -> ModeChanged | None:
         """The deployment mode from its owner (an actor always running beside the others);

@@ -26,19 +26,24 @@ _KEEP, _CLOSE, _LINGER = 0, 1, 2
 
 
 class HttpRequest:
-    """One HTTP exchange: the scope, lazily decoded headers, and whether the answer started.
+    """One HTTP exchange: the scope, lazily decoded headers, whether the answer started, and
+    the id the gateway gave the exchange (its answers' ``x-request-id``; "" until given).
     ``body_timeout`` bounds the wait for the request body (seconds)."""
 
-    __slots__ = ("_after", "_headers", "body_timeout", "receive", "scope", "send", "started")
+    __slots__ = (
+        "_after", "_headers", "body_timeout", "receive", "request_id", "scope", "send", "started",
+    )
 
     def __init__(
-        self, scope: Scope, receive: Receive, send: Send, body_timeout: float = BODY_TIMEOUT
+        self, scope: Scope, receive: Receive, send: Send, body_timeout: float = BODY_TIMEOUT,
+        *, request_id: str = "",
     ) -> None:
         self.scope = scope
         self.receive = receive
         self.send = send
         self.body_timeout = body_timeout
         self.started = False
+        self.request_id = request_id
         self._headers: dict[str, str] | None = None
         self._after = _KEEP
 
