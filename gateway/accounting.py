@@ -38,7 +38,17 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[["HttpRequest"], Awaitable[None]]
 CLIENT_CLOSED = 499  # the client went away before the answer ended (nginx's convention)
+MAX_STORED_CHARS = 256
+"""The most of a client-chosen string (the model name asked for) that is stored or echoed."""
 _DECISION = subjects.event("decision")
+
+
+def bounded(text: str) -> str:
+    """``text``, or its first :data:`MAX_STORED_CHARS` characters ending in ``…`` when it is
+    longer: what a client sends must not grow the request log by what it likes."""
+    if len(text) <= MAX_STORED_CHARS:
+        return text
+    return text[: MAX_STORED_CHARS - 1] + "…"
 
 
 @dataclass(slots=True)
@@ -59,10 +69,10 @@ _current: ContextVar[_Record | None] = ContextVar("llmgw_request_record", defaul
 
 
 def requested(name: str) -> None:
-    """Note the model name the client asked for (the first one noted wins)."""
+    """Note the model name the client asked for (the first one noted wins), bounded."""
     rec = _current.get()
     if rec is not None and not rec.requested:
-        rec.requested = name
+        rec.requested = bounded(name)
 
 
 def routing(route: RouteRequest) -> None:

@@ -238,7 +238,8 @@ class GatewayApp:
         model = self._models.get(name)
         # A model above the caller's role is "not found": its existence is not revealed.
         if model is None or not model.published or not may_call(req, model):
-            raise RouteNotFoundError(f"the model {name!r} does not exist")
+            quoted = accounting.bounded(name)  # a client's megabyte is not echoed back
+            raise RouteNotFoundError(f"the model {quoted!r} does not exist")
         return model
 
     def _pin(self, req: HttpRequest) -> str | None:
@@ -398,7 +399,7 @@ class GatewayApp:
     async def _retrieve_model(self, req: HttpRequest) -> None:
         """``GET /v1/models/{id}``: one model as ``/v1/models`` lists it; an alias answers
         as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
-        model = self._resolve(req.path[len(_MODELS_PREFIX):], req)
+        model = self._resolve(req.path[len(_MODELS_PREFIX) :], req)
         await req.respond(200, _encode({"id": model.id, "object": "model", "created": 0,
                                         "owned_by": model.owned_by}))
 

@@ -5,6 +5,10 @@
 3. an anonymous caller: ``ip:<address>``, IPv6 folded to its /64 so rotating privacy
    addresses stay on one backend. ``X-Forwarded-For`` is believed only when
    ``TRUST_PROXY_HEADERS=1`` (``routing.trust_proxy_headers``).
+
+The key travels in every RouteRequest, is an affinity table's key in the model's actor and
+reaches the request log (hashed), so what a client chose of it is cut to a bound: a grant to
+:data:`MAX_GRANT_CHARS`, an address to :data:`MAX_ADDRESS_CHARS`.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import functools
 import ipaddress
 
 from gateway.http import HttpRequest
+
+MAX_GRANT_CHARS = 128
+MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone id fits; garbage is cut
 
 
 @functools.lru_cache(maxsize=4096)
@@ -37,7 +44,7 @@ def client_address(req: HttpRequest, *, trust_proxy_headers: bool) -> str:
         if forwarded:
             first = forwarded.split(",", 1)[0].strip()
             if first:
-                return first
+                return first[:MAX_ADDRESS_CHARS]
     return req.client_host()
 
 
@@ -47,5 +54,5 @@ def affinity_key(req: HttpRequest, *, key_hash: str | None, trust_proxy_headers:
         return f"key:{key_hash}"
     grant = req.header("x-inference-grant")
     if grant:
-        return f"grant:{grant.strip()}"
+        return f"grant:{grant.strip()[:MAX_GRANT_CHARS]}"
     return f"ip:{fold_address(client_address(req, trust_proxy_headers=trust_proxy_headers))}"

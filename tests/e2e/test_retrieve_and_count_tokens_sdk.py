@@ -29,8 +29,13 @@ ADMIN = "adm-count-key"
 @pytest.fixture
 async def gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> RunningGateway:
     """Model ``m`` (alias ``m-alias``) on one fake upstream, and an admin key."""
-    return await gateway_factory(config(model("m", route(fake_upstream), aliases=["m-alias"]),
-                                        admin_key=ADMIN, server={"max_body_bytes": 4096}))
+    return await gateway_factory(
+        config(
+            model("m", route(fake_upstream), aliases=["m-alias"]),
+            admin_key=ADMIN,
+            server={"max_body_bytes": 4096},
+        )
+    )
 
 
 def assert_anthropic_error(resp: httpx.Response, status: int, kind: str) -> str:
@@ -63,12 +68,18 @@ async def test_models_retrieve_answers_a_model_and_its_alias_and_404s_an_unknown
 
 
 async def test_models_retrieve_of_a_model_hidden_by_role_reads_as_not_found(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     free_key, pro_key = await create_keys(tmp_path, "free", "pro")
-    gw = await gateway_factory(keys_config(
-        tmp_path, model("m", route(fake_upstream)),
-        model("premium", route(fake_upstream), required_role="pro")))
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("m", route(fake_upstream)),
+            model("premium", route(fake_upstream), required_role="pro"),
+        )
+    )
     free = gw.openai(free_key)
 
     with pytest.raises(openai.NotFoundError) as hidden:
@@ -78,8 +89,7 @@ async def test_models_retrieve_of_a_model_hidden_by_role_reads_as_not_found(
     seen = await gw.openai(pro_key).models.retrieve("premium")
 
     # Word for word the answer for a model that does not exist: nothing is revealed.
-    assert str(hidden.value).replace("premium", "X") == str(unknown.value).replace(
-        "absent", "X")
+    assert str(hidden.value).replace("premium", "X") == str(unknown.value).replace("absent", "X")
     assert seen.id == "premium"
 
 
@@ -87,17 +97,20 @@ async def test_models_retrieve_of_a_model_hidden_by_role_reads_as_not_found(
 
 
 async def test_count_tokens_answers_the_gateways_own_estimate_without_an_upstream_call(
-    gw: RunningGateway, fake_upstream: FakeUpstream,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
 ) -> None:
     sent: list[bytes] = []
 
     async def record(request: httpx.Request) -> None:
         sent.append(request.content)
 
-    client = gw.anthropic(http_client=anthropic.DefaultAsyncHttpxClient(
-        event_hooks={"request": [record]}))
+    client = gw.anthropic(
+        http_client=anthropic.DefaultAsyncHttpxClient(event_hooks={"request": [record]})
+    )
     counted = await client.messages.count_tokens(
-        model="m", system="Be brief.", messages=[{"role": "user", "content": "hi " * 200}])
+        model="m", system="Be brief.", messages=[{"role": "user", "content": "hi " * 200}]
+    )
 
     [body] = sent
     assert counted.input_tokens == estimate_prompt_tokens(len(body)) > 100
@@ -111,20 +124,27 @@ async def test_count_tokens_refusals_are_anthropic_shaped(gw: RunningGateway) ->
         await client.messages.count_tokens(model="nope", messages=HI)
     with pytest.raises(anthropic.BadRequestError) as system_role:
         await client.messages.count_tokens(
-            model="m", messages=[{"role": "system", "content": "x"}, *HI])
+            model="m", messages=[{"role": "system", "content": "x"}, *HI]
+        )
 
     assert error_body(unknown.value)["error"]["type"] == "not_found_error"
     assert "nope" in error_body(unknown.value)["error"]["message"]
     assert error_body(system_role.value)["error"]["message"].startswith("messages[0].role")
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [
-    ("POST", "/v1/messages/batches", 404),
-    ("GET", "/v1/messages/count_tokens", 405),
-    ("POST", "/v1/messages/", 404),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("POST", "/v1/messages/batches", 404),
+        ("GET", "/v1/messages/count_tokens", 405),
+        ("POST", "/v1/messages/", 404),
+    ],
+)
 async def test_errors_under_v1_messages_are_anthropic_shaped(
-    gw: RunningGateway, method: str, path: str, status: int,
+    gw: RunningGateway,
+    method: str,
+    path: str,
+    status: int,
 ) -> None:
     resp = await gw.http().request(method, path, json={})
 
@@ -137,7 +157,8 @@ async def test_errors_under_v1_messages_are_anthropic_shaped(
 
 
 async def test_every_error_answer_carries_an_x_request_id_that_the_request_log_knows(
-    gw: RunningGateway, fake_upstream: FakeUpstream,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
 ) -> None:
     fake_upstream.enqueue(Reply(503))
     http = gw.http()
@@ -149,7 +170,8 @@ async def test_every_error_answer_carries_an_x_request_id_that_the_request_log_k
         "unknown model": await http.post(CHAT, json=chat("nope")),
         "upstream failed": await http.post(CHAT, json=chat("m")),
         "messages bad field": await http.post(
-            MESSAGES, json={"model": "m", "max_tokens": "5", "messages": HI}),
+            MESSAGES, json={"model": "m", "max_tokens": "5", "messages": HI}
+        ),
         "admin without key": await http.post("/admin/log/stats"),
         "model lookup": await http.get("/v1/models/nope"),
     }
@@ -159,7 +181,10 @@ async def test_every_error_answer_carries_an_x_request_id_that_the_request_log_k
     assert all(ids.values()), ids
     assert len(set(ids.values())) == len(ids)
     query: dict[str, Any] = {"request_id": ids["not json"], "kind": "request"}
-    rows = (await http.post("/admin/log/query", json=query,
-                            headers={"authorization": f"Bearer {ADMIN}"})).json()["rows"]
+    rows = (
+        await http.post(
+            "/admin/log/query", json=query, headers={"authorization": f"Bearer {ADMIN}"}
+        )
+    ).json()["rows"]
     [row] = rows
     assert (row["status"], row["error_kind"]) == (400, "invalid_request")

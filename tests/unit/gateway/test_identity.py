@@ -45,3 +45,11 @@ def test_forwarded_for_is_ignored_unless_trusted() -> None:
     req = _req("10.0.0.1", {"x-forwarded-for": "203.0.113.9, 10.0.0.1"})
     assert affinity_key(req, key_hash=None, trust_proxy_headers=False) == "ip:10.0.0.1"
     assert affinity_key(req, key_hash=None, trust_proxy_headers=True) == "ip:203.0.113.9"
+
+
+def test_client_chosen_parts_of_the_key_are_cut_to_a_bound() -> None:
+    req = _req("10.0.0.1", {"x-inference-grant": "g" * 10_000, "x-forwarded-for": "f" * 10_000})
+    anonymous = _req("10.0.0.1", {"x-forwarded-for": "f" * 10_000 + ", 10.0.0.1"})
+
+    assert affinity_key(req, key_hash=None, trust_proxy_headers=True) == "grant:" + "g" * 128
+    assert affinity_key(anonymous, key_hash=None, trust_proxy_headers=True) == "ip:" + "f" * 64

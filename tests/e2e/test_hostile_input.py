@@ -1,0 +1,214 @@
+"""What the ingress accepts from a hostile or careless client, on every surface: JSON nested
+past the stack, megabyte model names and headers, documented fields of the wrong type. Each
+is refused (or bounded) in the caller's own shape, never a 500 or a traceback, and nothing
+reaches the upstream. Runs on ``inproc://`` and on NATS."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from schemas import RequestCompleted, subjects
+from tests.e2e._surface_clients import error_body
+from tests.e2e.conftest import CHAT, HI, assert_openai_error, chat, config, model, route, watch
+from tests.fixtures.gateway import GatewayFactory, RunningGateway
+from tests.fixtures.upstream import FakeUpstream
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "adm-input-key"
+RESPONSES, MESSAGES, EMBEDDINGS = "/v1/responses", "/v1/messages", "/v1/embeddings"
+# A valid request per surface; a test adds one field to it.
+BASE: dict[str, dict[str, Any]] = {
+    CHAT: chat("m"),
+    RESPONSES: {"model": "m", "input": "hi"},
+    MESSAGES: {"model": "m", "max_tokens": 5, "messages": HI},
+    EMBEDDINGS: {"model": "m", "input": "hi"},
+}
+
+
+@pytest.fixture
+async def gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> RunningGateway:
+    """Model ``m`` on one fake upstream; the admin key reads the request log."""
+    return await gateway_factory(config(model("m", route(fake_upstream)), admin_key=ADMIN))
+
+
+def assert_refused(path: str, resp: httpx.Response, status: int = 400) -> str:
+    """``resp`` is a ``status`` refusal in ``path``'s API shape; returns its message."""
+    if path == MESSAGES:
+        assert resp.status_code == status, resp.text
+        body = resp.json()
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        return str(body["error"]["message"])
+    err = assert_openai_error(resp, status, "invalid_request")
+    return str(err["message"])
+
+
+def nested(path: str, depth: int) -> bytes:
+    """``path``'s valid request with one extra field holding arrays nested ``depth`` deep."""
+    head = httpx.Request("POST", "/", json=BASE[path]).content[:-1]
+    return head + b', "x": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+# -- item: JSON nested past the stack -------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", list(BASE))
+@pytest.mark.parametrize("depth", [1_000, 5_000, 100_000])
+async def test_json_nested_past_the_stack_is_400_in_the_surface_shape_without_a_traceback(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+    path: str,
+    depth: int,
+) -> None:
+    caplog.set_level(logging.WARNING)
+
+    resp = await gw.http().post(
+        path, content=nested(path, depth), headers={"content-type": "application/json"}
+    )
+
+    assert "nested too deeply" in assert_refused(path, resp)
+    assert resp.headers["x-request-id"]
+    assert fake_upstream.requests == []
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_json_nested_just_short_of_the_decode_limit_is_never_a_500(
+    gw: RunningGateway,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Deep enough to decode yet too deep to encode again for the upstream, one stack level
+    # further down: the depths around the limit are either served or refused 400.
+    caplog.set_level(logging.WARNING)
+    http = gw.http()
+
+    statuses = {}
+    for depth in range(930, 1001):
+        resp = await http.post(
+            CHAT, content=nested(CHAT, depth), headers={"content-type": "application/json"}
+        )
+        statuses[depth] = resp.status_code
+        if resp.status_code != 200:
+            assert "nested too deeply" in assert_refused(CHAT, resp)
+
+    assert set(statuses.values()) == {200, 400}, statuses
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# -- item: client-chosen strings that are stored are bounded ---------------------------------
+
+
+async def test_a_megabyte_model_name_is_404_and_stored_and_echoed_bounded(
+    gw: RunningGateway,
+) -> None:
+    name = "x" * 1_000_000
+    with pytest.raises(openai.NotFoundError) as exc:
+        await gw.openai().chat.completions.create(model=name, messages=HI)
+    resp = exc.value.response
+    rid = resp.headers["x-request-id"]
+    rows = (
+        await gw.http().post(
+            "/admin/log/query",
+            json={"request_id": rid, "kind": "request"},
+            headers={"authorization": f"Bearer {ADMIN}"},
+        )
+    ).json()["rows"]
+
+    err = assert_openai_error(resp, 404, "route_not_found")
+    assert len(resp.content) < 1_000 and err["message"].count("x") < 300
+    [row] = rows
+    assert row["requested_model"] == "x" * 255 + "…"
+
+
+async def test_a_long_inference_grant_is_cut_in_the_callers_affinity_key(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+) -> None:
+    grant = "g" * 10_000  # what the HTTP server lets through of one header
+    async with watch(gw, subjects.request_done("m")) as done:
+        resp = await gw.http().post(CHAT, json=chat("m"), headers={"x-inference-grant": grant})
+        completed = await done.next(RequestCompleted)
+
+    assert resp.status_code == 200, resp.text
+    assert completed.caller == "grant:" + "g" * 128
+
+
+# -- item: documented fields of the wrong type ----------------------------------------------
+
+
+async def test_sdks_sending_a_mistyped_documented_field_get_a_400_naming_it(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+) -> None:
+    oai, claude = gw.openai(), gw.anthropic()
+    params: dict[str, Any] = {}
+    messages: dict[str, str] = {}
+    calls: dict[str, Any] = {
+        "chat temperature": oai.chat.completions.create(model="m", messages=HI, temperature="hot"),
+        "chat n": oai.chat.completions.create(model="m", messages=HI, n=1.5),
+        "chat stop": oai.chat.completions.create(model="m", messages=HI, stop=7),
+        "chat message content": oai.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": 5}]
+        ),
+        "responses temperature": oai.responses.create(model="m", input="hi", temperature="hot"),
+        "responses store": oai.responses.create(model="m", input="hi", store="yes"),
+        "embeddings dimensions": oai.embeddings.create(model="m", input="hi", dimensions="big"),
+        "messages metadata": claude.messages.create(
+            model="m", max_tokens=5, messages=HI, metadata="me"
+        ),
+        "messages temperature": claude.messages.create(
+            model="m", max_tokens=5, messages=HI, extra_body={"temperature": "hot"}
+        ),
+        "messages system role": claude.messages.create(
+            model="m", max_tokens=5, messages=[{"role": "system", "content": "Be brief."}, *HI]
+        ),
+    }
+    for name, call in calls.items():
+        with pytest.raises((openai.BadRequestError, anthropic.BadRequestError)) as exc:
+            await call
+        refused = exc.value
+        assert isinstance(refused, openai.BadRequestError | anthropic.BadRequestError)
+        body = error_body(refused)
+        if isinstance(refused, anthropic.BadRequestError):
+            # Anthropic's error shape has no param: the message names the field.
+            assert set(body["error"]) == {"type", "message"}, body
+            body = body["error"]
+        params[name], messages[name] = body.get("param"), body["message"]
+
+    assert params == {
+        "chat temperature": "temperature",
+        "chat n": "n",
+        "chat stop": "stop",
+        "chat message content": "messages[0].content",
+        "responses temperature": "temperature",
+        "responses store": "store",
+        "embeddings dimensions": "dimensions",
+        "messages metadata": None,
+        "messages temperature": None,
+        "messages system role": None,
+    }
+    assert messages["chat temperature"] == "temperature: must be a number"
+    assert messages["messages metadata"].startswith("metadata: must be an object")
+    assert messages["messages temperature"].startswith("temperature: must be a number")
+    assert messages["messages system role"].startswith("messages[0].role:")
+    assert "system" in messages["messages system role"]
+    assert fake_upstream.requests == []
+
+
+async def test_unknown_extra_fields_still_pass_through_to_the_upstream(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+) -> None:
+    extension = {"vendor_knob": {"level": 3}, "temperature": 0.2, "top_k": 4}
+
+    answer = await gw.openai().chat.completions.create(model="m", messages=HI, extra_body=extension)
+
+    assert answer.choices[0].message.content
+    [sent] = fake_upstream.requests
+    assert {k: sent.json[k] for k in extension} == extension
