@@ -28,10 +28,11 @@ ADMIN = "adm-count-key"
 
 @pytest.fixture
 async def gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> RunningGateway:
-    """Model ``m`` (alias ``m-alias``) on one fake upstream, and an admin key."""
+    """Models ``m`` (alias ``m-alias``) and ``org/m`` on one fake upstream, an admin key."""
     return await gateway_factory(
         config(
             model("m", route(fake_upstream), aliases=["m-alias"]),
+            model("org/m", route(fake_upstream)),
             admin_key=ADMIN,
             server={"max_body_bytes": 4096},
         )
@@ -57,12 +58,13 @@ async def test_models_retrieve_answers_a_model_and_its_alias_and_404s_an_unknown
 
     found = await client.models.retrieve("m")
     by_alias = await client.models.retrieve("m-alias")
+    with_slash = await client.models.retrieve("org/m")
     with pytest.raises(openai.NotFoundError) as unknown:
         await client.models.retrieve("nope")
 
     listed = (await client.models.list()).data[0]
     assert found == listed and found.id == "m" and found.object == "model"
-    assert by_alias.id == "m"
+    assert by_alias.id == "m" and with_slash.id == "org/m"
     err = assert_openai_error(unknown.value.response, 404, "route_not_found")
     assert "nope" in err["message"]
 
