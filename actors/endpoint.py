@@ -209,10 +209,11 @@ class EndpointActor(Actor):
             self.ctx.call_later(until - now, _BenchOver())
         elif not benched:
             self._stop_bench_probes()
+        # The state before the event: whoever acts on the event finds the views updated.
+        await self._publish_state()
         await self.ctx.publish(subjects.event("bench"), BenchChanged(
             endpoint=self.endpoint, model=self.model, benched=benched, until=until,
             reason=reason, ts=now))
-        await self._publish_state()
 
     def _start_bench_probes(self, now: float, until: float) -> None:
         """Re-validate a new bench first after the circuit cooldown, then with backoff."""
@@ -353,9 +354,10 @@ class EndpointActor(Actor):
         )
 
     async def _publish_state(self) -> None:
+        # Views first, the write after: routing must not wait on the disk to see a bench.
+        self._seq += 1
+        await self.ctx.publish(subjects.endpoint_state(self.endpoint), self.state())
         h = self.health
         if (h.state, h.open_until, h.benched_until, h.floor_until) != (
                 self._saved[0], self._saved[1], self._saved[3], self._saved[4]):
             await self._save()  # only a circuit or bench change costs a write, never a streak
-        self._seq += 1
-        await self.ctx.publish(subjects.endpoint_state(self.endpoint), self.state())

@@ -318,10 +318,11 @@ class KeyPoolActor(Actor):
             status=None, reason="probe failed"))
 
     async def _publish_state(self) -> None:
-        if self._snapshots is not None and self._keys.durable(self._clock()) != self._saved:
-            await self._save()
+        # Views first, the write after: routing must not wait on the disk to see a mute.
         self._seq += 1
         await self.ctx.publish(subjects.keypool_state(self.pool), self.state())
+        if self._snapshots is not None and self._keys.durable(self._clock()) != self._saved:
+            await self._save()
 
 
 def config_roles(config: GatewayConfig) -> dict[str, str]:
