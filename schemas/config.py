@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.catalog import CatalogConfig, ChainConfig, SteeringConfig
+
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
 
@@ -136,6 +138,7 @@ class ModelConfig(_Strict):
     published: bool = True
     owned_by: str = "llmgw"
     required_role: Role | None = None
+    catalog: CatalogConfig = CatalogConfig()
 
     def endpoint_ids(self) -> tuple[str, ...]:
         """Endpoint id of each route, in declared order."""
@@ -343,6 +346,8 @@ class GatewayConfig(_Strict):
     auth_cache_seconds: float = Field(default=5.0, ge=0)
     admin_key: str | None = Field(default=None, repr=False)
     models: tuple[ModelConfig, ...] = ()
+    chains: tuple[ChainConfig, ...] = ()
+    steering: SteeringConfig = SteeringConfig()
 
     @model_validator(mode="after")
     def _unique_ids(self) -> GatewayConfig:
@@ -351,7 +356,29 @@ class GatewayConfig(_Strict):
             for name in (m.id, *m.aliases):
                 if name in seen:
                     raise ValueError(f"model id or alias {name!r} is declared twice")
+                if name.lower() == "auto" or name.lower().startswith("auto:"):
+                    raise ValueError(f"model id or alias {name!r} is taken by steering (auto)")
                 seen.add(name)
+        return self
+
+    @model_validator(mode="after")
+    def _chains_name_models(self) -> GatewayConfig:
+        ids = {m.id for m in self.models}
+        names: set[str] = set()
+        for chain in self.chains:
+            if chain.name in names:
+                raise ValueError(f"chain {chain.name!r} is declared twice")
+            names.add(chain.name)
+            named = [e.model for e in chain.entries()]
+            if len(set(named)) != len(named):
+                raise ValueError(f"chain {chain.name!r} names a model twice")
+            for entry in chain.entries():
+                if entry.model not in ids:
+                    raise ValueError(f"chain {chain.name!r} names {entry.model!r}, which is no "
+                                     "model id")
+        active = self.steering.active_chain
+        if active is not None and active not in names:
+            raise ValueError(f"steering.active_chain {active!r} is no chain of chains:")
         return self
 
     def model(self, name: str) -> ModelConfig | None:
