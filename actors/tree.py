@@ -10,7 +10,9 @@
     ├── health: HealthActor (read model for /health/deep)
     ├── routing_admin: RoutingAdminActor (admin areas routing and bench, forwarded to owners)
     ├── api_keys: ApiKeyAdminActor (admin area api_keys: gateway API keys)
-    └── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
+    ├── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
+    └── steering: SteeringActor (admin areas chains and steering, scoring evidence; runs a
+                  ChainActor per chain)
 
 Endpoints start first so models and the health view can seed their views from them.
 """
@@ -29,6 +31,7 @@ from actors.model import ModelActor
 from actors.route_table import candidate_for
 from actors.routing_admin import RoutingAdminActor
 from actors.snapshots import SnapshotStore
+from actors.steering import SteeringActor
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from schemas.config import GatewayConfig
@@ -90,5 +93,8 @@ def build_tree(
             ChildSpec("degraded_mode", functools.partial(
                 DegradedModeActor, tuple(all_endpoints), config.routing.degraded,
                 circuit.min_availability, **extra)),
+            ChildSpec("steering", functools.partial(
+                SteeringActor, config.models, config.chains, config.steering,
+                snapshots=snapshots, **extra)),
         ],
     )

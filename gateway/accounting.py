@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.http import HttpRequest
     from gateway.metrics import GatewayMetrics
+    from gateway.steering import Resolution
     from schemas import Message, Observation, RoutePlan, RouteRequest
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class _Record:
     asked: float = 0.0
     decision_s: float | None = None
     attempts: list[Observation] = field(default_factory=list)
+    steered: Resolution | None = None
 
 
 _current: ContextVar[_Record | None] = ContextVar("llmgw_request_record", default=None)
@@ -92,11 +94,29 @@ def routed(plan: RoutePlan) -> RoutePlan:
     return plan
 
 
+def steered(res: Resolution) -> None:
+    """Note how a steered request's target was resolved (for the decision event)."""
+    rec = _current.get()
+    if rec is not None:
+        rec.steered = res
+
+
 def attempted(obs: Observation) -> None:
     """Note one attempt's Observation."""
     rec = _current.get()
     if rec is not None:
         rec.attempts.append(obs)
+
+
+def _steering_brief(res: Resolution | None) -> dict[str, Any]:
+    """The decision event's compact account of a steered request."""
+    if res is None:
+        return {}
+    chosen, score, runner_up, runner_up_score = res.brief()
+    return {"target": res.target, "chain": res.chain or "", "axis": res.axis or "",
+            "ordering": res.ordering.how, "chosen": chosen, "score": score,
+            "runner_up": runner_up, "runner_up_score": runner_up_score,
+            "explored": res.explored}
 
 
 class Accounting:
@@ -191,7 +211,7 @@ class Accounting:
                 primary=plan.candidates[0].endpoint if plan and plan.candidates else "",
                 candidates=tuple(c.endpoint for c in plan.candidates) if plan else (),
                 served=served, fallback=done.fallback, attempts=done.attempts,
-                status=status, ts=done.ts,
+                status=status, ts=done.ts, **_steering_brief(rec.steered),
             ))
 
     async def _publish(self, subject: str, msg: Message) -> None:

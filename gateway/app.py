@@ -8,9 +8,11 @@ included) and publish one observation per attempt. Errors are answered in the ca
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,7 +20,7 @@ import anyio
 import msgspec
 
 from bus import Bus
-from gateway import accounting, admin_routing
+from gateway import accounting, admin_routing, explain
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.http import UpstreamHTTP
@@ -41,7 +43,10 @@ from gateway.http import HttpRequest, Receive, Scope, Send
 from gateway.identity import affinity_key
 from gateway.operations import IngressOps
 from gateway.reload import FallbackTargets
+from gateway.steering import Steerer, is_steering
+from gateway.steering_view import SteeringView
 from gateway.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+from gateway.targets import Ask, PlanWalk
 from schemas import (
     GatewayError,
     HealthReport,
@@ -92,6 +97,9 @@ class GatewayApp:
         self._dispatcher = Dispatcher(bus, self._adapters, Targets(config),
                                       config.routing.failover)
         self._ids = itertools.count(1)
+        self.steering = SteeringView(bus, config)
+        self._steerer = Steerer(affinity=config.routing.affinity.enabled,
+                                ttl=config.routing.affinity.ttl_seconds, clock=time.monotonic)
         self._id_prefix = f"{os.getpid():x}-"
         self._routes: dict[tuple[str, str], Handler] = {
             ("POST", "/v1/chat/completions"): self._chat,
@@ -112,6 +120,7 @@ class GatewayApp:
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
         }
+        self._routes[("POST", explain.PATH)] = self._explain
         # Callers and credentials: the auth gate, key stores, /admin/keys, /admin/provider-keys
         # (before the /admin/<area>/<verb> catch-all below).
         self.callers = Callers(bus, config)
@@ -140,6 +149,7 @@ class GatewayApp:
             if msg["type"] == "lifespan.startup":
                 self._ensure_client()
                 await self.callers.start()
+                await self.steering.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -153,6 +163,7 @@ class GatewayApp:
 
     async def aclose(self) -> None:
         """Close the upstream HTTP client and the callers' database."""
+        await self.steering.aclose()
         await self.callers.aclose()
         if self._client is not None:
             await self._client.aclose()
@@ -168,6 +179,7 @@ class GatewayApp:
         self._config, self._models, self._dispatcher = config, models, dispatcher
         self.ops.reconfigure(config)
         self.callers.reconfigure(config)
+        self.steering.reconfigure(config)
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
@@ -257,13 +269,53 @@ class GatewayApp:
         await self.callers.secrets.ensure(plan)
         return accounting.routed(plan)
 
+    async def walk(self, requested: str, req: HttpRequest, info: RequestInfo,
+                   ask: Ask, *, explore: bool = True) -> PlanWalk:
+        """The models that may serve ``requested``, in order (the live path's, and explain's).
+        Raises RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
+        chain)."""
+        if not is_steering(requested):
+            return PlanWalk((self._resolve(requested, req),), ask, info)
+        accounting.requested(requested)
+        caller = caller_of(req)
+        book = await self.steering.book_for(requested)
+        steered = self._steerer.resolve(book, requested, org=caller.org, role=caller.role,
+                                        caller=info.caller, explore=explore)
+        accounting.steered(steered)
+        models = tuple(m for m in map(book.model, steered.models) if m is not None)
+        return PlanWalk(models, ask, info, steered)
+
+    def _served(self, walk: PlanWalk, info: RequestInfo, requested: str) -> str:
+        """The model id the answer shows: the one asked for, or for a steered request the
+        public model that served it (which the caller stays on while it is healthy)."""
+        if walk.steered is None:
+            return requested
+        self._steerer.served(walk.steered, info.caller, info.model)
+        return info.model
+
+    def _plan_for(self, model: ModelConfig, body: JSON, surface: str, req: HttpRequest,
+                  info: RequestInfo) -> Awaitable[RoutePlan]:
+        """Ask ``model``'s owner for its plan for this request."""
+        if surface == "embeddings":
+            return self._plan(model, RouteRequest(model=model.id, caller=info.caller,
+                                                  surface=surface,
+                                                  request_id=info.request_id, role=info.role))
+        return self._plan(model, RouteRequest(
+            model=model.id, caller=info.caller, modalities=input_modalities(body),
+            prompt_tokens=info.prompt_estimate, pin=self._pin(req),
+            surface=surface, request_id=info.request_id, role=info.role,
+        ))
+
+    def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
+        """A new request's identity (explain uses the live path's)."""
+        return self._info(req, surface, stream)
+
     def _info(
-        self, req: HttpRequest, model: ModelConfig, surface: str, stream: bool,
-        prompt_estimate: int = 0,
+        self, req: HttpRequest, surface: str, stream: bool, prompt_estimate: int = 0,
     ) -> RequestInfo:
         return RequestInfo(
             request_id=req.request_id,
-            model=model.id,
+            model="",
             surface=surface,
             stream=stream,
             caller=affinity_key(req, key_hash=caller_of(req).key_hash,
@@ -285,16 +337,16 @@ class GatewayApp:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
         requested = str(body["model"])
-        model = self._resolve(requested, req)
         stream = bool(body.get("stream"))
-        info = self._info(req, model, surface.name, stream, estimate_prompt_tokens(size))
-        plan = await self._plan(model, RouteRequest(
-            model=model.id, caller=info.caller, modalities=input_modalities(body),
-            prompt_tokens=info.prompt_estimate, pin=self._pin(req),
-            surface=surface.name, request_id=info.request_id, role=info.role,
-        ))
+        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size))
+
+        def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
+            return self._plan_for(model, body, surface.name, req, info)
+
+        walk = await self.walk(requested, req, info, ask)
+        plan = await walk.first()
         await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
-                                     req, surface, info, plan, body, requested, raw)
+                                     req, surface, info, plan, body, requested, raw, walk)
 
     async def _until_disconnect(self, req: HttpRequest, fn: Any, *args: Any) -> None:
         """Run ``fn`` but cancel it when the client goes away (not counted as a failure)."""
@@ -316,7 +368,8 @@ class GatewayApp:
                 watcher.cancel()
 
     async def _serve_once(self, req: HttpRequest, surface: Surface, info: RequestInfo,
-                          plan: RoutePlan, body: JSON, requested: str, raw: JSON) -> None:
+                          plan: RoutePlan, body: JSON, requested: str, raw: JSON,
+                          walk: PlanWalk) -> None:
         rendered = b""
 
         async def complete(adapter: Adapter, target: UpstreamTarget) -> JSON:
@@ -324,19 +377,23 @@ class GatewayApp:
             answer = await adapter.complete(target, body)
             # Rendered within the attempt: an answer the client's shape cannot express is
             # this route's bad response, and the next route may still serve.
-            rendered = surface.render(answer, requested, raw)
+            shown = requested if walk.steered is None else info.model
+            rendered = surface.render(answer, shown, raw)
             return answer
 
-        served = await self._dispatcher.call(info, plan, complete)
+        served = await self._dispatcher.call(info, plan, complete, walk)
+        self._served(walk, info, requested)
         await req.respond(200, rendered, [
             (b"x-routed-via", served.candidate.endpoint.encode()),
             (b"x-request-id", info.request_id.encode()),
         ])
 
     async def _serve_stream(self, req: HttpRequest, surface: Surface, info: RequestInfo,
-                            plan: RoutePlan, body: JSON, requested: str, raw: JSON) -> None:
-        stream = await self._dispatcher.open_stream(info, plan, body)
-        await self._relay(req, surface.stream(requested, raw), stream, info)
+                            plan: RoutePlan, body: JSON, requested: str, raw: JSON,
+                            walk: PlanWalk) -> None:
+        stream = await self._dispatcher.open_stream(info, plan, body, walk)
+        shown = self._served(walk, info, requested)
+        await self._relay(req, surface.stream(shown, raw), stream, info)
 
     async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
                      info: RequestInfo) -> None:
@@ -371,18 +428,20 @@ class GatewayApp:
     async def _embeddings(self, req: HttpRequest) -> None:
         raw = validate_embeddings_request((await self._read_json(req))[0])
         requested = raw["model"]
-        model = self._resolve(requested, req)
-        info = self._info(req, model, "embeddings", False)
-        plan = await self._plan(model, RouteRequest(model=model.id, caller=info.caller,
-                                                    surface="embeddings",
-                                                    request_id=info.request_id, role=info.role))
+        info = self._info(req, "embeddings", False)
+
+        def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
+            return self._plan_for(model, raw, "embeddings", req, info)
+
+        walk = await self.walk(requested, req, info, ask)
+        plan = await walk.first()
 
         async def embed(adapter: Adapter, target: UpstreamTarget) -> JSON:
             return await adapter.embed(target, raw)
 
         async def run() -> None:
-            served = await self._dispatcher.call(info, plan, embed)
-            served.body["model"] = requested
+            served = await self._dispatcher.call(info, plan, embed, walk)
+            served.body["model"] = self._served(walk, info, requested)
             await req.respond(200, _encode(served.body),
                               [(b"x-routed-via", served.candidate.endpoint.encode()),
                                (b"x-request-id", info.request_id.encode())])
@@ -394,6 +453,8 @@ class GatewayApp:
     async def _list_models(self, req: HttpRequest) -> None:
         data = [{"id": m.id, "object": "model", "created": 0, "owned_by": m.owned_by}
                 for m in self._config.models if m.published and may_call(req, m)]
+        data += [{"id": name, "object": "model", "created": 0, "owned_by": "llmgw"}
+                 for name in self.steering.book.advertised(caller_of(req).org)]
         await req.respond(200, _encode({"object": "list", "data": data}))
 
     async def _retrieve_model(self, req: HttpRequest) -> None:
@@ -508,6 +569,14 @@ class GatewayApp:
 
 
     # -- admin --------------------------------------------------------------------------
+
+    async def _explain(self, req: HttpRequest) -> None:
+        if not is_admin(req, self._config):
+            raise UnauthorizedError("admin endpoints need the admin key")
+        result = await explain.explain(
+            req, self._bus, self.callers.auth, info_of=self.request_info,
+            walk=functools.partial(self.walk, explore=False), plan=self._plan_for)
+        await req.respond(200, _encode(result))
 
     async def _admin_weights(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):

@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -41,6 +42,9 @@ from schemas import (
     subjects,
 )
 from schemas.config import FailoverConfig, GatewayConfig, RouteConfig
+
+if TYPE_CHECKING:
+    from gateway.targets import PlanWalk
 
 logger = logging.getLogger(__name__)
 
@@ -199,19 +203,27 @@ class Dispatcher:
         self._targets = targets
         self._failover = failover or FailoverConfig()
 
-    def _attempts(self, plan: RoutePlan, failures: _Failures, budget: _Budget
-                  ) -> Iterator[tuple[int, RouteCandidate, bool]]:
+    async def _attempts(self, plan: RoutePlan, failures: _Failures, budget: _Budget,
+                        walk: PlanWalk | None
+                        ) -> AsyncGenerator[tuple[int, RouteCandidate, bool]]:
         """(attempt number, candidate, whether another candidate follows), within the hop cap
-        and budget, skipping routes a context-length refusal ruled out."""
-        candidates = plan.candidates
+        and budget, skipping routes a context-length refusal ruled out. After the plan's
+        candidates, the walk's next model's plan (a pinned plan never falls back)."""
         attempt = 0
-        for i, c in enumerate(candidates):
-            if failures.rules_out(c):
-                continue
-            attempt += 1
-            if not budget.may_start(attempt):
+        current: RoutePlan | None = plan
+        while current is not None:
+            candidates = current.candidates
+            for i, c in enumerate(candidates):
+                if failures.rules_out(c):
+                    continue
+                attempt += 1
+                if not budget.may_start(attempt):
+                    return
+                more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
+                yield attempt, c, more and attempt < self._failover.max_attempts
+            if walk is None or current.pinned or attempt >= self._failover.max_attempts:
                 return
-            yield attempt, c, i + 1 < len(candidates) and attempt < self._failover.max_attempts
+            current = await walk.next()
 
     async def observe(
         self,
@@ -269,11 +281,20 @@ class Dispatcher:
         info: RequestInfo,
         plan: RoutePlan,
         op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+        walk: PlanWalk | None = None,
     ) -> Served:
-        """Try each candidate with ``op`` until one answers. Raises the deterministic error."""
+        """Try each candidate with ``op`` until one answers (then the walk's next models').
+        Raises the deterministic error."""
         failures = _Failures()
         budget = _Budget(self._failover, info.started)
-        for attempt, c, more in self._attempts(plan, failures, budget):
+        async with aclosing(self._attempts(plan, failures, budget, walk)) as attempts:
+            return await self._call(info, op, failures, budget, attempts)
+
+    async def _call(self, info: RequestInfo,
+                    op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+                    failures: _Failures, budget: _Budget,
+                    attempts: AsyncIterator[tuple[int, RouteCandidate, bool]]) -> Served:
+        async for attempt, c, more in attempts:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue
@@ -301,12 +322,20 @@ class Dispatcher:
             return Served(body, c, attempt)
         raise failures.final()
 
-    async def open_stream(self, info: RequestInfo, plan: RoutePlan, body: JSON) -> StreamAttempt:
-        """Start a stream on the first candidate that yields a first chunk. Raises the
-        deterministic error when none does."""
+    async def open_stream(self, info: RequestInfo, plan: RoutePlan, body: JSON,
+                          walk: PlanWalk | None = None) -> StreamAttempt:
+        """Start a stream on the first candidate that yields a first chunk (then the walk's
+        next models'). Raises the deterministic error when none does."""
         failures = _Failures()
         budget = _Budget(self._failover, info.started)
-        for attempt, c, more in self._attempts(plan, failures, budget):
+        async with aclosing(self._attempts(plan, failures, budget, walk)) as attempts:
+            return await self._open_stream(info, body, failures, budget, attempts)
+
+    async def _open_stream(self, info: RequestInfo, body: JSON, failures: _Failures,
+                           budget: _Budget,
+                           attempts: AsyncIterator[tuple[int, RouteCandidate, bool]]
+                           ) -> StreamAttempt:
+        async for attempt, c, more in attempts:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue

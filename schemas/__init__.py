@@ -86,6 +86,18 @@ from schemas.routing import (
     SetWeight,
     StateRequest,
 )
+from schemas.steering import (
+    ChainEdit,
+    ChainEntry,
+    ChainGet,
+    ChainState,
+    Evidence,
+    Guardrails,
+    ModelEvidence,
+    SteeringGet,
+    SteeringSnapshot,
+    SteeringState,
+)
 
 Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     ProbeFirstByte,
@@ -132,6 +144,13 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     AdminReply,
     AdminExecuted,
     ErrorReply,
+    ChainState,
+    ChainGet,
+    ChainEdit,
+    SteeringState,
+    Evidence,
+    SteeringGet,
+    SteeringSnapshot,
 ]
 
 __all__ = [
@@ -145,6 +164,10 @@ __all__ = [
     "BenchChanged",
     "BodyTimeoutError",
     "BusTimeoutError",
+    "ChainEdit",
+    "ChainEntry",
+    "ChainGet",
+    "ChainState",
     "ChildFailed",
     "ChildRestarted",
     "ChildStarted",
@@ -153,9 +176,11 @@ __all__ = [
     "EndpointState",
     "ErrorCode",
     "ErrorReply",
+    "Evidence",
     "FirstToken",
     "ForbiddenError",
     "GatewayError",
+    "Guardrails",
     "HealthReport",
     "HealthRequest",
     "InvalidRequestError",
@@ -174,6 +199,7 @@ __all__ = [
     "ModeChanged",
     "ModeRequest",
     "ModelBreakerTripped",
+    "ModelEvidence",
     "ModelStatus",
     "ModelStatusRequest",
     "NoRespondersError",
@@ -197,6 +223,9 @@ __all__ = [
     "RouteStatus",
     "SetWeight",
     "StateRequest",
+    "SteeringGet",
+    "SteeringSnapshot",
+    "SteeringState",
     "SupervisorGaveUp",
     "UnauthorizedError",
     "UpstreamBadResponseError",

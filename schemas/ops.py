@@ -54,6 +54,11 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``reason`` is the plan's (strategy name, ``pin``, ``affinity``, ...) or, when no plan
     could be made, the error code. ``served`` is the endpoint that answered ("" if none);
     ``fallback`` is true when that was not the primary.
+
+    A steered request (``auto``...) also says how: its ``target`` (lower case), the
+    ``chain`` or ``axis`` it resolved to, the ``ordering`` (profile, axis or ``priority``),
+    the ``chosen`` first model with its ``score``, the ``runner_up`` with its score, and
+    whether the primary was an exploration pick.
     """
 
     request_id: str = ""
@@ -69,6 +74,15 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     attempts: int = 0
     status: int = 200
     ts: float = 0.0
+    target: str = ""
+    chain: str = ""
+    axis: str = ""
+    ordering: str = ""
+    chosen: str = ""
+    score: float | None = None
+    runner_up: str = ""
+    runner_up_score: float | None = None
+    explored: bool = False
 
 
 class ConfigChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):

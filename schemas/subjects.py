@@ -42,6 +42,15 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.auth.keys.changed``       event          ApiKeyAdminActor, CLI -> every ingress:
                                                     ApiKeyCreated, ApiKeyRevoked (drop cached
                                                     keys at once)
+- ``llmgw.chain.<name>.resolve``     request/reply  anyone -> ChainActor: ChainGet -> ChainState
+- ``llmgw.chain.<name>.edit``        request/reply  SteeringActor -> ChainActor: ChainEdit
+                                                    -> ChainState (admin changes)
+- ``llmgw.chain.<name>.state``       event          ChainActor -> ingress views: ChainState
+- ``llmgw.steering.get``            request/reply  ingress -> SteeringActor: SteeringGet
+                                                    -> SteeringSnapshot
+- ``llmgw.steering.state``          event          SteeringActor -> ingress views: SteeringState
+- ``llmgw.steering.evidence``       event          SteeringActor -> ingress views: Evidence
+                                                    (scoring evidence, at a bounded rate)
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """
@@ -183,7 +192,26 @@ def endpoint_probe_result(endpoint: str) -> str:
     return f"{PREFIX}.endpoint.{token(endpoint)}.probe_result"
 
 
+def chain_resolve(name: str) -> str:
+    """Request/reply: ChainGet -> ChainState."""
+    return f"{PREFIX}.chain.{token(name)}.resolve"
+
+
+def chain_edit(name: str) -> str:
+    """Request/reply: ChainEdit -> ChainState | ErrorReply."""
+    return f"{PREFIX}.chain.{token(name)}.edit"
+
+
+def chain_state(name: str) -> str:
+    """Event: ChainState, published by the ChainActor on every change."""
+    return f"{PREFIX}.chain.{token(name)}.state"
+
+
 HEALTH_DEEP = f"{PREFIX}.health.deep"
+CHAIN_STATE_ANY = f"{PREFIX}.chain.*.state"
+STEERING_GET = f"{PREFIX}.steering.get"
+STEERING_STATE = f"{PREFIX}.steering.state"
+STEERING_EVIDENCE = f"{PREFIX}.steering.evidence"
 PROBE_DUE = f"{PREFIX}.probe.due"
 MODE_GET = f"{PREFIX}.mode.get"
 OBSERVATION_ANY = f"{PREFIX}.obs.*"

@@ -167,7 +167,8 @@ async def test_models_lists_published_ids_in_openai_shape_without_aliases(
     page = await gw.openai().models.list()
     raw = (await gw.http().get("/v1/models")).json()
 
-    assert [m.id for m in page.data] == ["m", "demo"]
+    assert [m.id for m in page.data] == ["m", "demo", "auto", "auto:smartest", "auto:fastest",
+                                         "auto:cheapest", "auto:reliable"]
     assert raw["object"] == "list"
     assert all(m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"]
                for m in raw["data"])

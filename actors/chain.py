@@ -1,0 +1,177 @@
+"""ChainActor: owns one named chain (an ordered list of ``{model, enabled}``).
+
+It answers ``llmgw.chain.<name>.resolve`` (ChainGet -> ChainState) and applies the edits the
+SteeringActor forwards on ``llmgw.chain.<name>.edit`` (ChainEdit -> ChainState). Every change
+is saved in its snapshot and published on ``llmgw.chain.<name>.state``.
+
+Backfill: the snapshot remembers which catalogue models the chain has seen. A chain that
+backfills appends each model the catalogue gained since (a reload) at the next priority,
+inheriting that model's own enabled state.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from actors.base import Actor, ActorContext, Serve
+from schemas import ChainEdit, ChainEntry, ChainGet, ChainState, InvalidRequestError, subjects
+
+if TYPE_CHECKING:
+    from actors.snapshots import SnapshotStore
+    from bus import Envelope
+
+logger = logging.getLogger(__name__)
+
+Catalogue = tuple[tuple[str, bool], ...]
+"""Every catalogue model id with its own enabled state, in catalogue order."""
+
+
+class _Snapshot(msgspec.Struct):
+    state: ChainState
+    seen: tuple[str, ...] = ()
+
+
+def snapshot_name(chain: str) -> str:
+    """The snapshot row of chain ``chain``."""
+    return f"chain:{chain}"
+
+
+class ChainActor(Actor):
+    """One per chain. Answers (as ErrorReply) InvalidRequestError for a refused edit."""
+
+    def __init__(
+        self,
+        initial: ChainState,
+        catalogue: Catalogue,
+        *,
+        snapshots: SnapshotStore | None = None,
+        fresh: bool = False,
+    ) -> None:
+        self.name = f"chain:{initial.name}"
+        self.state = initial
+        self._catalogue = catalogue
+        self._snapshots = snapshots
+        self._fresh = fresh
+        self.serves = (
+            Serve(subjects.chain_resolve(initial.name)),
+            Serve(subjects.chain_edit(initial.name)),
+        )
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Restore the snapshot (unless fresh), backfill, save and publish."""
+        self.ctx = ctx
+        seen: tuple[str, ...] = tuple(m for m, _ in self._catalogue)
+        snap = None if self._fresh else await self._load()
+        if snap is not None:
+            self.state = snap.state
+            if self.state.backfill:
+                self.state = _backfill(self.state, self._catalogue, set(snap.seen))
+        await self._save(seen)
+        await self._publish()
+
+    async def _load(self) -> _Snapshot | None:
+        if self._snapshots is None:
+            return None
+        raw = await self._snapshots.load(snapshot_name(self.state.name))
+        if raw is None:
+            return None
+        try:
+            return msgspec.json.decode(raw, type=_Snapshot)
+        except msgspec.DecodeError:
+            logger.warning("ignoring unreadable snapshot of %s", self.name)
+            return None
+
+    async def _save(self, seen: tuple[str, ...] | None = None) -> None:
+        if self._snapshots is None:
+            return
+        known = seen if seen is not None else tuple(m for m, _ in self._catalogue)
+        await self._snapshots.save(
+            snapshot_name(self.state.name),
+            msgspec.json.encode(_Snapshot(state=self.state, seen=known)),
+            self.ctx.clock(),
+        )
+
+    async def _publish(self) -> None:
+        await self.ctx.publish(subjects.chain_state(self.state.name), self.state)
+
+    async def handle(self, env: Envelope) -> None:
+        """ChainGet and ChainEdit."""
+        match env.message:
+            case ChainGet():
+                await env.respond(self.state)
+            case ChainEdit() as edit:
+                models = apply_edit(self.state.models, edit, self._catalogue)
+                backfill = edit.backfill if edit.verb == "set_backfill" else self.state.backfill
+                self.state = msgspec.structs.replace(
+                    self.state, models=models, backfill=backfill, seq=self.state.seq + 1
+                )
+                await self._save()
+                await self._publish()
+                await env.respond(self.state)
+
+
+def _backfill(state: ChainState, catalogue: Catalogue, seen: set[str]) -> ChainState:
+    named = {e.model for e in state.models}
+    added = tuple(
+        ChainEntry(model=m, enabled=on) for m, on in catalogue if m not in seen and m not in named
+    )
+    if not added:
+        return state
+    logger.info("chain %s backfilled with %s", state.name, ", ".join(e.model for e in added))
+    return msgspec.structs.replace(state, models=(*state.models, *added), seq=state.seq + 1)
+
+
+def check_models(models: tuple[ChainEntry, ...], catalogue: Catalogue) -> None:
+    """Refuse a list naming a model twice or one that is not in the catalogue. Raises
+    InvalidRequestError naming ``models``."""
+    known = {m for m, _ in catalogue}
+    seen: set[str] = set()
+    for e in models:
+        if e.model not in known:
+            raise InvalidRequestError(f"'models': {e.model!r} is no model id", param="models")
+        if e.model in seen:
+            raise InvalidRequestError(f"'models': {e.model!r} is named twice", param="models")
+        seen.add(e.model)
+
+
+def apply_edit(
+    models: tuple[ChainEntry, ...], edit: ChainEdit, catalogue: Catalogue
+) -> tuple[ChainEntry, ...]:
+    """The chain's positions after ``edit``. Raises InvalidRequestError naming the field."""
+    if edit.verb == "set_models":
+        check_models(edit.models, catalogue)
+        return edit.models
+    if edit.verb == "set_backfill":
+        return models
+    if edit.verb == "preset":
+        return _preset(models, edit.order)
+    index = next((i for i, e in enumerate(models) if e.model == edit.model), None)
+    if index is None:
+        raise InvalidRequestError(f"'model': {edit.model!r} is not in this chain", param="model")
+    if edit.verb == "set_enabled":
+        return tuple(
+            msgspec.structs.replace(e, enabled=edit.enabled) if i == index else e
+            for i, e in enumerate(models)
+        )
+    if edit.verb == "move":
+        if not 1 <= edit.position <= len(models):
+            raise InvalidRequestError(
+                f"'position' must be between 1 and {len(models)}", param="position"
+            )
+        rest = [e for i, e in enumerate(models) if i != index]
+        rest.insert(edit.position - 1, models[index])
+        return tuple(rest)
+    raise InvalidRequestError(f"unknown chain edit {edit.verb!r}")
+
+
+def _preset(models: tuple[ChainEntry, ...], order: tuple[str, ...]) -> tuple[ChainEntry, ...]:
+    """Reorder by ``order``, writing priority only: a named model keeps its enabled state, a
+    catalogue model not named yet is written in switched off, and a named model the order
+    does not know (gone from the catalogue) goes last."""
+    named = {e.model: e for e in models}
+    ranked = [named.get(m) or ChainEntry(model=m, enabled=False) for m in order]
+    rest = [e for e in models if e.model not in set(order)]
+    return (*ranked, *rest)

@@ -1,0 +1,531 @@
+"""SteeringActor: owns the deployment's steering — settings, which chains exist, and the
+scoring evidence — and runs one ChainActor per chain.
+
+- Admin areas ``chains`` (list, get, create, delete, set_models, move, set_enabled, preset,
+  set_backfill, activate) and ``steering`` (get, set_profile, set_guardrails,
+  set_exploration). Edits of one chain are forwarded to its ChainActor, which owns it.
+- ``llmgw.steering.get``: a SteeringSnapshot for an ingress view that starts; every change
+  of settings or of the set of chains is published on ``llmgw.steering.state``.
+- Scoring: it learns from every Observation and EndpointState (an :class:`EvidenceBook`)
+  and publishes ``Evidence`` on ``llmgw.steering.evidence`` at a bounded rate (at most every
+  ``_FLUSH_SECONDS`` while evidence changes, and every ``_DECAY_SECONDS`` while a rate-limit
+  penalty wears off), so an ingress ranks locally, with no bus hop per request.
+
+Settings, the chain directory and the evidence are saved in the ``steering`` snapshot; each
+chain in its own. The chains run inside this actor's task group: a ChainActor that crashes
+crashes this actor, and its supervisor restarts both from their snapshots (one for all).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from actors.admin import AdminArea, text_arg
+from actors.base import Actor, ActorContext, Serve
+from actors.chain import Catalogue, ChainActor, check_models
+from actors.scoring import BookSnapshot, EvidenceBook
+from schemas import (
+    AdminCommand,
+    ChainEdit,
+    ChainEntry,
+    ChainState,
+    EndpointState,
+    Guardrails,
+    InvalidRequestError,
+    ModeChanged,
+    Observation,
+    RouteNotFoundError,
+    SteeringGet,
+    SteeringSnapshot,
+    SteeringState,
+    raise_for_reply,
+    subjects,
+)
+from schemas.catalog import PRESETS, PROFILE_WEIGHTS, PROFILES, chain_name_problem, weights_problem
+from schemas.scoring import preset_order
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from actors.snapshots import SnapshotStore
+    from bus import Envelope
+    from schemas.catalog import ChainConfig, SteeringConfig
+    from schemas.config import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+_FLUSH_SECONDS = 0.2
+_DECAY_SECONDS = 1.0
+_EDIT_TIMEOUT = 5.0
+_SNAPSHOT = "steering"
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    """Local timer message: publish the evidence and save the snapshot."""
+
+
+class _Snapshot(msgspec.Struct):
+    state: SteeringState | None = None
+    created: dict[str, ChainState] = {}  # chains made by admin commands, as created
+    deleted: tuple[str, ...] = ()  # chains of the config an admin deleted
+    evidence: BookSnapshot = msgspec.field(default_factory=BookSnapshot)
+
+
+def _entries(raw: Any, param: str = "models") -> tuple[ChainEntry, ...]:
+    """Admin ``models``: a list of ids or ``{model, enabled}``. Raises InvalidRequestError."""
+    if not isinstance(raw, list):
+        raise InvalidRequestError(f"'{param}' must be a list of model ids", param=param)
+    out = []
+    for item in raw:
+        if isinstance(item, str) and item:
+            out.append(ChainEntry(model=item))
+        elif (
+            isinstance(item, dict)
+            and isinstance(item.get("model"), str)
+            and isinstance(item.get("enabled", True), bool)
+            and set(item) <= {"model", "enabled"}
+        ):
+            out.append(ChainEntry(model=item["model"], enabled=item.get("enabled", True)))
+        else:
+            raise InvalidRequestError(
+                f"'{param}' entries must be model ids or {{model, enabled}}", param=param
+            )
+    return tuple(out)
+
+
+def _bool(cmd: AdminCommand, name: str) -> bool:
+    value = cmd.args.get(name)
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"'{name}' must be true or false", param=name)
+    return value
+
+
+def _fraction(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise InvalidRequestError(f"'{name}' must be a number in [0, 1]", param=name)
+    return float(value)
+
+
+def chain_view(state: ChainState) -> dict[str, Any]:
+    """A chain as admin answers show it."""
+    return {
+        "name": state.name,
+        "org": state.org or None,
+        "backfill": state.backfill,
+        "models": [{"model": e.model, "enabled": e.enabled} for e in state.models],
+    }
+
+
+def settings_view(state: SteeringState) -> dict[str, Any]:
+    """The steering settings as admin answers show them."""
+    g = state.guardrails
+    return {
+        "active_chain": state.active_chain,
+        "profile": state.profile,
+        "weights": list(state.weights),
+        "exploration": state.exploration,
+        "guardrails": msgspec.structs.asdict(g),
+        "chains": list(state.chains),
+    }
+
+
+class SteeringActor(Actor):
+    """Answers (as ErrorReply) InvalidRequestError for a refused command, RouteNotFoundError
+    for an unknown chain."""
+
+    def __init__(
+        self,
+        models: tuple[ModelConfig, ...],
+        chains: tuple[ChainConfig, ...],
+        steering: SteeringConfig,
+        *,
+        snapshots: SnapshotStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = "steering"
+        self._configured_chains = chains
+        self._steering = steering
+        self._snapshots = snapshots
+        self._clock = clock
+        self._catalogue_models = tuple(m for m in models if m.published)
+        self._catalogue: Catalogue = tuple(
+            (m.id, m.catalog.enabled) for m in self._catalogue_models
+        )
+        self.chains_admin = AdminArea(
+            "chains",
+            {
+                "list": self._list,
+                "get": self._get,
+                "create": self._create,
+                "delete": self._delete,
+                "set_models": self._set_models,
+                "move": self._move,
+                "set_enabled": self._set_enabled,
+                "preset": self._preset,
+                "set_backfill": self._set_backfill,
+                "activate": self._activate,
+            },
+            read_only=("list", "get"),
+        )
+        self.steering_admin = AdminArea(
+            "steering",
+            {
+                "get": self._settings,
+                "set_profile": self._set_profile,
+                "set_guardrails": self._set_guardrails,
+                "set_exploration": self._set_exploration,
+            },
+            read_only=("get",),
+        )
+        self.serves = (
+            self.chains_admin.serve,
+            self.steering_admin.serve,
+            Serve(subjects.STEERING_GET),
+            Serve(subjects.OBSERVATION_ANY),
+            Serve(subjects.ENDPOINT_STATE_ANY),
+            Serve(subjects.event("mode")),
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Restore settings, directory and evidence; start every chain; publish."""
+        self.ctx = ctx
+        self._book = EvidenceBook(self._catalogue_models)
+        self._degraded = False
+        self._seq = 0
+        self._flush_pending = False
+        self._chains: dict[str, ChainActor] = {}
+        snap = await self._load()
+        self._book.restore(snap.evidence)
+        self._created = dict(snap.created)
+        self._deleted = set(snap.deleted)
+        self._state = snap.state or self._configured_state()
+        ready = anyio.Event()
+        ctx.start_soon(lambda: self._host_chains(ready))
+        await ready.wait()
+        configured = {c.name: c for c in self._configured_chains}
+        for name in (*configured, *self._created):
+            if name in self._chains or (
+                name in configured and name in self._deleted and name not in self._created
+            ):
+                continue
+            spec = configured.get(name)
+            initial = self._created.get(name) or ChainState(
+                name=name,
+                org=spec.org or "" if spec else "",
+                backfill=spec.backfill if spec else False,
+                models=tuple(ChainEntry(model=e.model, enabled=e.enabled) for e in spec.entries())
+                if spec
+                else (),
+            )
+            await self._start_chain(initial, fresh=False)
+        self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
+        if self._state.active_chain not in self._chains:
+            self._state = msgspec.structs.replace(self._state, active_chain=None)
+        await self._changed()
+        self._flush_soon()
+
+    def _configured_state(self) -> SteeringState:
+        s = self._steering
+        weights = s.weights or PROFILE_WEIGHTS.get(s.profile, PROFILE_WEIGHTS["balanced"])
+        g = s.guardrails
+        return SteeringState(
+            active_chain=s.active_chain,
+            profile=s.profile,
+            weights=weights,
+            exploration=s.exploration,
+            guardrails=Guardrails(
+                allowance_threshold=g.allowance_threshold,
+                allowance_floor=g.allowance_floor,
+                rate_limit_penalty=g.rate_limit_penalty,
+                rate_limit_decay_seconds=g.rate_limit_decay_seconds,
+            ),
+        )
+
+    async def _host_chains(self, ready: anyio.Event) -> None:
+        """The task group the ChainActors run in, for as long as this actor runs."""
+        async with anyio.create_task_group() as tg:
+            self._tg: TaskGroup = tg
+            ready.set()
+            await anyio.sleep_forever()
+
+    async def _start_chain(self, initial: ChainState, *, fresh: bool) -> ChainActor:
+        chain = ChainActor(initial, self._catalogue, snapshots=self._snapshots, fresh=fresh)
+        await self._tg.start(
+            lambda task_status: chain.run(self.ctx.bus, clock=self._clock, task_status=task_status)
+        )
+        self._chains[initial.name] = chain
+        return chain
+
+    async def on_stop(self) -> None:
+        """Save the evidence not flushed yet."""
+        await self._save()
+
+    async def _load(self) -> _Snapshot:
+        if self._snapshots is None:
+            return _Snapshot()
+        raw = await self._snapshots.load(_SNAPSHOT)
+        if raw is None:
+            return _Snapshot()
+        try:
+            return msgspec.json.decode(raw, type=_Snapshot)
+        except msgspec.DecodeError:
+            logger.warning("ignoring unreadable snapshot of %s", self.name)
+            return _Snapshot()
+
+    async def _save(self) -> None:
+        if self._snapshots is None:
+            return
+        snap = _Snapshot(
+            state=self._state,
+            created=self._created,
+            deleted=tuple(sorted(self._deleted)),
+            evidence=self._book.snapshot(),
+        )
+        await self._snapshots.save(_SNAPSHOT, msgspec.json.encode(snap), self._clock())
+
+    async def _changed(self) -> None:
+        """Settings or the set of chains changed: save and publish."""
+        self._seq += 1
+        self._state = msgspec.structs.replace(self._state, seq=self._seq)
+        await self._save()
+        await self.ctx.publish(subjects.STEERING_STATE, self._state)
+
+    # -- messages -----------------------------------------------------------------------
+
+    async def handle(self, env: Envelope) -> None:
+        """Admin commands, snapshot requests, and the events the evidence is learned from."""
+        match env.message:
+            case Observation() as obs:
+                if self._book.learn(obs, self._clock()):
+                    self._flush_soon()
+            case EndpointState() as st:
+                if self._book.endpoint(st):
+                    self._flush_soon()
+            case ModeChanged() as mode:
+                self._degraded = mode.mode == "degraded"
+                self._flush_soon()
+            case SteeringGet():
+                await env.respond(
+                    SteeringSnapshot(
+                        state=self._state,
+                        chains=tuple(c.state for c in self._chains.values()),
+                        evidence=self._evidence(),
+                    )
+                )
+            case _:
+                for area in (self.chains_admin, self.steering_admin):
+                    if area.owns(env):
+                        await area.answer(self.ctx, env)
+
+    async def handle_local(self, msg: object) -> None:
+        """Timer: publish the evidence (and keep doing so while a penalty wears off)."""
+        if isinstance(msg, _Flush):
+            self._flush_pending = False
+            await self.ctx.publish(subjects.STEERING_EVIDENCE, self._evidence())
+            await self._save()
+            if self._book.decaying(self._state.guardrails, self._clock()):
+                self._flush_pending = True
+                self.ctx.call_later(_DECAY_SECONDS, _Flush())
+
+    def _flush_soon(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.ctx.call_later(_FLUSH_SECONDS, _Flush())
+
+    def _evidence(self) -> Any:
+        self._seq += 1
+        return self._book.evidence(
+            self._state.guardrails, self._clock(), degraded=self._degraded, seq=self._seq
+        )
+
+    # -- admin: chains ------------------------------------------------------------------
+
+    def _chain(self, cmd: AdminCommand) -> ChainActor:
+        name = text_arg(cmd, "name").lower()
+        chain = self._chains.get(name)
+        if chain is None:
+            raise RouteNotFoundError(f"no chain {name!r}")
+        return chain
+
+    async def _edit(self, cmd: AdminCommand, edit: ChainEdit) -> dict[str, Any]:
+        chain = self._chain(cmd)
+        reply = await self.ctx.bus.request(
+            subjects.chain_edit(chain.state.name),
+            edit,
+            reply_type=ChainState,
+            timeout=_EDIT_TIMEOUT,
+        )
+        return chain_view(raise_for_reply(reply))
+
+    async def _list(self, cmd: AdminCommand) -> dict[str, Any]:
+        org = cmd.args.get("org")
+        return {
+            "chains": [
+                chain_view(c.state)
+                for n, c in sorted(self._chains.items())
+                if org is None or c.state.org == org
+            ],
+            "active_chain": self._state.active_chain,
+        }
+
+    async def _get(self, cmd: AdminCommand) -> dict[str, Any]:
+        return chain_view(self._chain(cmd).state)
+
+    async def _create(self, cmd: AdminCommand) -> dict[str, Any]:
+        name = text_arg(cmd, "name").lower()
+        problem = chain_name_problem(name)
+        if problem:
+            raise InvalidRequestError(f"'name': {problem}", param="name")
+        if name in self._chains:
+            raise InvalidRequestError(f"'name': chain {name!r} exists already", param="name")
+        org = text_arg(cmd, "org", required=False)
+        backfill = _bool(cmd, "backfill") if "backfill" in cmd.args else False
+        models = _entries(cmd.args["models"]) if "models" in cmd.args else ()
+        check_models(models, self._catalogue)
+        initial = ChainState(name=name, org=org, backfill=backfill, models=models)
+        chain = await self._start_chain(initial, fresh=True)
+        self._created[name] = initial
+        self._deleted.discard(name)
+        self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
+        await self._changed()
+        return chain_view(chain.state)
+
+    async def _delete(self, cmd: AdminCommand) -> dict[str, Any]:
+        chain = self._chain(cmd)
+        name = chain.state.name
+        if name == self._state.active_chain:
+            raise InvalidRequestError(
+                f"'name': chain {name!r} is the active chain; activate another (or none) first",
+                param="name",
+            )
+        chain.request_stop()
+        del self._chains[name]
+        self._created.pop(name, None)
+        if any(c.name == name for c in self._configured_chains):
+            self._deleted.add(name)
+        self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
+        await self._changed()
+        return {"deleted": name}
+
+    async def _set_models(self, cmd: AdminCommand) -> dict[str, Any]:
+        return await self._edit(
+            cmd, ChainEdit(verb="set_models", models=_entries(cmd.args.get("models")))
+        )
+
+    async def _move(self, cmd: AdminCommand) -> dict[str, Any]:
+        position = cmd.args.get("position")
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise InvalidRequestError(
+                "'position' must be a whole number (from 1)", param="position"
+            )
+        return await self._edit(
+            cmd, ChainEdit(verb="move", model=text_arg(cmd, "model"), position=position)
+        )
+
+    async def _set_enabled(self, cmd: AdminCommand) -> dict[str, Any]:
+        return await self._edit(
+            cmd,
+            ChainEdit(
+                verb="set_enabled", model=text_arg(cmd, "model"), enabled=_bool(cmd, "enabled")
+            ),
+        )
+
+    async def _set_backfill(self, cmd: AdminCommand) -> dict[str, Any]:
+        return await self._edit(
+            cmd, ChainEdit(verb="set_backfill", backfill=_bool(cmd, "backfill"))
+        )
+
+    async def _preset(self, cmd: AdminCommand) -> dict[str, Any]:
+        preset = text_arg(cmd, "preset")
+        if preset not in PRESETS:
+            raise InvalidRequestError(
+                f"'preset' must be one of {', '.join(PRESETS)}", param="preset"
+            )
+        evidence = {e.model: e for e in self._evidence().models}
+        order = preset_order(preset, self._catalogue_models, evidence)
+        return await self._edit(cmd, ChainEdit(verb="preset", order=tuple(order)))
+
+    async def _activate(self, cmd: AdminCommand) -> dict[str, Any]:
+        name = None
+        if cmd.args.get("name") is not None:
+            chain = self._chain(cmd)
+            if chain.state.org:
+                raise InvalidRequestError(
+                    "'name': the active chain must be deployment-wide "
+                    f"(chain {chain.state.name!r} belongs to an "
+                    "organisation)",
+                    param="name",
+                )
+            name = chain.state.name
+        self._state = msgspec.structs.replace(self._state, active_chain=name)
+        await self._changed()
+        return settings_view(self._state)
+
+    # -- admin: steering ----------------------------------------------------------------
+
+    async def _settings(self, cmd: AdminCommand) -> dict[str, Any]:
+        return settings_view(self._state)
+
+    async def _set_profile(self, cmd: AdminCommand) -> dict[str, Any]:
+        profile = text_arg(cmd, "profile")
+        if profile not in PROFILES:
+            raise InvalidRequestError(
+                f"'profile' must be one of {', '.join(PROFILES)}", param="profile"
+            )
+        raw = cmd.args.get("weights")
+        if profile == "custom":
+            if (
+                not isinstance(raw, list)
+                or len(raw) != 3
+                or any(isinstance(w, bool) or not isinstance(w, int | float) for w in raw)
+            ):
+                raise InvalidRequestError(
+                    "'weights' must be [capability, speed, reliability]", param="weights"
+                )
+            weights = (float(raw[0]), float(raw[1]), float(raw[2]))
+            problem = weights_problem(weights)
+            if problem:
+                raise InvalidRequestError(f"'weights': {problem}", param="weights")
+        elif raw is not None:
+            raise InvalidRequestError(
+                "'weights' are only read with profile custom", param="weights"
+            )
+        else:
+            weights = PROFILE_WEIGHTS.get(profile, self._state.weights)
+        self._state = msgspec.structs.replace(self._state, profile=profile, weights=weights)
+        await self._changed()
+        return settings_view(self._state)
+
+    async def _set_guardrails(self, cmd: AdminCommand) -> dict[str, Any]:
+        fields = {f: getattr(self._state.guardrails, f) for f in Guardrails.__struct_fields__}
+        for key, value in cmd.args.items():
+            if key not in fields:
+                raise InvalidRequestError(
+                    f"unknown guardrail {key!r}; known: {', '.join(fields)}", param=key
+                )
+            if key == "rate_limit_decay_seconds":
+                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                    raise InvalidRequestError(f"'{key}' must be a positive number", param=key)
+                fields[key] = float(value)
+            else:
+                fields[key] = _fraction(value, key)
+        self._state = msgspec.structs.replace(self._state, guardrails=Guardrails(**fields))
+        await self._changed()
+        self._flush_soon()  # the multipliers read the thresholds
+        return settings_view(self._state)
+
+    async def _set_exploration(self, cmd: AdminCommand) -> dict[str, Any]:
+        value = _fraction(cmd.args.get("exploration"), "exploration")
+        self._state = msgspec.structs.replace(self._state, exploration=value)
+        await self._changed()
+        return settings_view(self._state)

@@ -1,0 +1,85 @@
+"""How a model is scored (spec "How a model is scored"): pure functions over the catalogue
+and the evidence, shared by the ingress (ranking) and the chain owners (presets).
+
+Every axis is normalised to [0, 1]. A model without evidence scores an axis 0.5 (neutral,
+never best):
+
+- capability: the catalogue's (tier desc, rank asc), dense ranks spread over [0, 1];
+- speed: the mean of ``best ttft / ttft`` (streams) and ``tps / best tps`` (every answer),
+  over the components the model has evidence for;
+- reliability: the EWMA success the scoring owner learned (from a 0.5 prior).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schemas.config import ModelConfig
+    from schemas.steering import ModelEvidence
+
+NEUTRAL = 0.5
+
+
+def capability_scores(models: Sequence[ModelConfig]) -> dict[str, float]:
+    """Capability of each model: 1 for the best (tier, rank), 0 for the worst."""
+    keys = sorted({(-m.catalog.tier, m.catalog.rank) for m in models})
+    if len(keys) <= 1:
+        return {m.id: 1.0 for m in models}
+    place = {k: i for i, k in enumerate(keys)}
+    last = len(keys) - 1
+    return {m.id: 1.0 - place[(-m.catalog.tier, m.catalog.rank)] / last for m in models}
+
+
+def speed_scores(
+    models: Sequence[ModelConfig], evidence: Mapping[str, ModelEvidence]
+) -> dict[str, float]:
+    """Speed of each model relative to the fastest measured one (neutral without evidence)."""
+    ttfts = [e.ttft_ms for m in models if (e := evidence.get(m.id)) and e.ttft_ms]
+    tpss = [
+        e.tokens_per_second for m in models if (e := evidence.get(m.id)) and e.tokens_per_second
+    ]
+    best_ttft = min(ttfts) if ttfts else None
+    best_tps = max(tpss) if tpss else None
+    out: dict[str, float] = {}
+    for m in models:
+        e = evidence.get(m.id)
+        parts: list[float] = []
+        if e is not None and e.ttft_ms and best_ttft:
+            parts.append(best_ttft / e.ttft_ms)
+        if e is not None and e.tokens_per_second and best_tps:
+            parts.append(e.tokens_per_second / best_tps)
+        out[m.id] = sum(parts) / len(parts) if parts else NEUTRAL
+    return out
+
+
+def reliability_scores(
+    models: Sequence[ModelConfig], evidence: Mapping[str, ModelEvidence]
+) -> dict[str, float]:
+    """Reliability of each model (neutral without evidence)."""
+    return {m.id: e.reliability if (e := evidence.get(m.id)) else NEUTRAL for m in models}
+
+
+def monthly_allowance(model: ModelConfig) -> float | None:
+    """The model's monthly free allowance (tokens, else requests), None when it has none."""
+    allowance = model.catalog.free_allowance
+    if allowance is None:
+        return None
+    return float(allowance.monthly_tokens or allowance.monthly_requests or 0)
+
+
+def preset_order(
+    preset: str, models: Sequence[ModelConfig], evidence: Mapping[str, ModelEvidence]
+) -> list[str]:
+    """Model ids ranked by ``preset`` (smartest, fastest, biggest_budget), best first; ties
+    keep catalogue order. Raises ValueError for an unknown preset."""
+    if preset == "smartest":
+        cap = capability_scores(models)
+        return [m.id for m in sorted(models, key=lambda m: -cap[m.id])]
+    if preset == "fastest":
+        speed = speed_scores(models, evidence)
+        return [m.id for m in sorted(models, key=lambda m: -speed[m.id])]
+    if preset == "biggest_budget":
+        return [m.id for m in sorted(models, key=lambda m: -(monthly_allowance(m) or -1.0))]
+    raise ValueError(f"unknown preset {preset!r}")

@@ -1,0 +1,208 @@
+"""Client steering through the real server: ``auto``, ``auto:<axis>`` (and synonyms, any
+case), ``auto:<chain>``; unknown and empty chains refused with a 400 naming them; the
+failover loop walking a chain's models with the hop cap counted across them; the answer's
+``model`` the public model that served on every surface; session affinity for steered
+callers. On ``inproc://`` and on NATS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from schemas import RouteDecided, subjects
+from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, eid, model, route, watch
+from tests.fixtures.gateway import GatewayFactory, RunningGateway
+from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+pytestmark = pytest.mark.e2e
+
+QUIET = {"exploration": 0}  # no exploration draws: every test's order is deterministic
+
+
+def _catalogue(a: FakeUpstream, b: FakeUpstream, c: FakeUpstream, **extra: Any) -> dict[str, Any]:
+    """a: the smartest; b: the biggest free allowance; c: the cheapest price."""
+    return config(
+        model("a", route(a), catalog={"tier": 3}),
+        model("b", route(b), catalog={"tier": 2, "free_allowance": {"monthly_tokens": 10**9}}),
+        model("c", route(c), catalog={"tier": 1, "price": {"input_per_mtok": 0.1}}),
+        steering=extra.pop("steering", QUIET),
+        **extra,
+    )
+
+
+async def _served(client: openai.AsyncOpenAI, name: str) -> tuple[str, str]:
+    """(answer's model, x-routed-via) of one chat request for model field ``name``."""
+    raw = await client.chat.completions.with_raw_response.create(model=name, messages=HI)
+    return raw.parse().model, raw.headers["x-routed-via"]
+
+
+async def test_every_axis_and_synonym_resolves_in_any_case(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    gw = await gateway_factory(_catalogue(a, b, c))
+    client = gw.openai()
+
+    smart = {n: await _served(client, n) for n in ("auto:smartest", "AUTO:Smart", "auto")}
+    cheap = {n: await _served(client, n) for n in ("auto:cheapest", "auto:CHEAP", "Auto:budget")}
+    # Speed and reliability: only a has evidence (it served everything so far), so it leads.
+    fast = {n: await _served(client, n) for n in ("auto:fastest", "auto:fast", "auto:SPEED")}
+    reliable = await _served(client, "auto:Reliable")
+
+    assert set(smart.values()) == {("a", eid("a", a))}
+    assert set(cheap.values()) == {("b", eid("b", b))}
+    assert set(fast.values()) == {("a", eid("a", a))}
+    assert reliable == ("a", eid("a", a))
+    assert len(c.requests) == 0
+
+
+async def test_unknown_and_empty_chains_are_400s_naming_them_in_the_callers_shape(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    gw = await gateway_factory(
+        _catalogue(
+            a,
+            b,
+            c,
+            chains=[
+                {"name": "empty"},
+                {"name": "off", "models": [{"model": "a", "enabled": False}]},
+            ],
+        )
+    )
+
+    with pytest.raises(openai.BadRequestError) as unknown:
+        await gw.openai().chat.completions.create(model="auto:Nope", messages=HI)
+    with pytest.raises(anthropic.BadRequestError) as unknown_msgs:
+        await gw.anthropic().messages.create(
+            model="auto:nope", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+        )
+    empty = await gw.http().post(CHAT, json={"model": "auto:empty", "messages": HI})
+    off = await gw.http().post(CHAT, json={"model": "auto:off", "messages": HI})
+
+    err = assert_openai_error(unknown.value.response, 400, "invalid_request")
+    assert "'nope'" in err["message"] and err["param"] == "model"
+    body = unknown_msgs.value.response.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert "'nope'" in body["error"]["message"]
+    assert "'empty' has no enabled model" in assert_openai_error(empty, 400)["message"]
+    assert "'off' has no enabled model" in assert_openai_error(off, 400)["message"]
+    assert len(a.requests) + len(b.requests) + len(c.requests) == 0
+
+
+async def test_a_chain_follows_the_written_order_and_fails_over_to_its_next_model(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    gw = await gateway_factory(
+        _catalogue(
+            a,
+            b,
+            c,
+            chains=[{"name": "Pair", "models": ["c", "a"]}],
+            routing={"bench": {"failures": 50}},
+            circuit={"failure_threshold": 50, "cooldown_seconds": 30},
+        )
+    )
+    client = gw.openai()
+
+    first = await _served(client, "auto:pair")
+    c.set_default(Reply(500))
+    async with watch(gw, subjects.event("decision")) as decisions:
+        over = await _served(client, "auto:PAIR")
+        decided = await decisions.next(RouteDecided)
+
+    assert first == ("c", eid("c", c))
+    assert over == ("a", eid("a", a))
+    assert len(c.requests) == 2 and len(a.requests) == 1
+    assert (decided.target, decided.chain, decided.ordering) == ("auto:pair", "pair", "priority")
+    assert (decided.model, decided.served, decided.attempts) == ("a", eid("a", a), 2)
+    assert (decided.chosen, decided.runner_up) == ("c", "a")
+
+
+async def test_the_hop_cap_counts_attempts_across_the_chains_models(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c, d = [await fake_upstreams(n) for n in "abcd"]
+    for up in (c, d):
+        up.set_default(Reply(500))
+    cfg = config(
+        model("a", route(a)),
+        model("c", route(c), route(d)),
+        chains=[{"name": "walk", "models": ["c", "a"]}],
+        steering=QUIET,
+        circuit={"failure_threshold": 50, "cooldown_seconds": 30},
+        routing={
+            "bench": {"failures": 50},
+            "failover": {"max_attempts": 2},
+            "affinity": {"enabled": False},
+        },
+    )
+    gw = await gateway_factory(cfg)
+
+    capped = await gw.http().post(CHAT, json={"model": "auto:walk", "messages": HI})
+
+    assert capped.status_code == 502, capped.text
+    assert len(c.requests) + len(d.requests) == 2 and len(a.requests) == 0
+
+
+async def test_every_surface_answers_with_the_public_model_that_served(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    gw = await gateway_factory(_catalogue(a, b, c, chains=[{"name": "two", "models": ["b"]}]))
+
+    chat_stream = await gw.openai().chat.completions.create(
+        model="auto:two", messages=HI, stream=True
+    )
+    chunk_models = {chunk.model async for chunk in chat_stream}
+    responses = await gw.openai().responses.create(model="auto:two", input="hi")
+    messages = await gw.anthropic().messages.create(
+        model="Auto:Two", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+    )
+    async with gw.anthropic().messages.stream(
+        model="auto:smartest", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+    ) as stream:
+        streamed = await stream.get_final_message()
+
+    assert chunk_models == {"b"}
+    assert responses.model == "b" and messages.model == "b"
+    assert streamed.model == "a"
+
+
+async def test_a_steered_caller_stays_on_the_model_that_served_it(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    # Exploration always: each fresh pick is a random one of the two runners-up.
+    gw = await gateway_factory(
+        _catalogue(a, b, c, steering={"exploration": 1.0}, routing={"trust_proxy_headers": True})
+    )
+    http = gw.http()
+
+    async def pick(ip: str) -> str:
+        resp = await http.post(
+            CHAT, json={"model": "auto", "messages": HI}, headers={"x-forwarded-for": ip}
+        )
+        assert resp.status_code == 200, resp.text
+        return str(resp.json()["model"])
+
+    sticky = [await pick("10.0.0.1") for _ in range(8)]
+    fresh = {await pick(f"10.0.1.{i}") for i in range(16)}  # all alike by chance: 1 in 32768
+
+    assert len(set(sticky)) == 1 and sticky[0] in {"b", "c"}
+    assert fresh == {"b", "c"}
+
+
+async def _models(gw: RunningGateway, key: str) -> list[str]:
+    return [m.id for m in (await gw.openai(key).models.list()).data]
