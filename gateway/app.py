@@ -132,6 +132,7 @@ class GatewayApp:
         self.ops.install(self._routes, self._prefix_routes)
         # After install: counting routes nothing, so it makes no request-log row.
         self._routes[("POST", "/v1/messages/count_tokens")] = self._count_tokens
+        self.ops.after_admin.update(chains=self.steering.refresh, steering=self.steering.refresh)
 
     # -- ASGI ---------------------------------------------------------------------------
 

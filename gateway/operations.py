@@ -9,6 +9,7 @@ events for the metrics. (The process-level side is ``gateway.control``.)
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -47,6 +48,8 @@ class IngressOps:
         self.metrics = GatewayMetrics()
         self.accounting = Accounting(bus, self.metrics, decisions=config.events.decisions)
         self.follower: ConfigFollower | None = None
+        # area -> what this ingress does once a command of that area succeeded through it
+        self.after_admin: dict[str, Callable[[], Awaitable[None]]] = {}
 
     def install(self, routes: dict[tuple[str, str], Any],
                 prefix_routes: dict[tuple[str, str], Any]) -> None:
@@ -108,4 +111,7 @@ class IngressOps:
             # Answer only once this ingress serves the new config, so a client that
             # reloads and then asks for a new model is never refused by this process.
             self.follower.sync(str(result.get("version", "")) or None)
+        follow_up = self.after_admin.get(area)
+        if follow_up is not None:
+            await follow_up()
         await req.respond(200, _encode(result))

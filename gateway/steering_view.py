@@ -90,7 +90,12 @@ class SteeringView:
         while not await self._ask():  # noqa: ASYNC110
             await asyncio.sleep(_RETRY_SECONDS)
 
-    async def _ask(self) -> bool:
+    async def refresh(self) -> None:
+        """Take the owners' whole picture now (after an admin change through this ingress,
+        so the next request here sees it whatever the events' timing)."""
+        await self._ask(force=True)
+
+    async def _ask(self, *, force: bool = False) -> bool:
         try:
             snap = await self._bus.request(
                 subjects.STEERING_GET,
@@ -102,10 +107,10 @@ class SteeringView:
             return False
         if not isinstance(snap, SteeringSnapshot):
             return False
-        if "state" not in self._heard:
+        if force or "state" not in self._heard:
             self._state = snap.state
             self._chains = {c.name: c for c in snap.chains if c.name in snap.state.chains}
-        if "evidence" not in self._heard:
+        if force or "evidence" not in self._heard:
             self._evidence = snap.evidence
         self.book = self._build()
         return True
