@@ -474,7 +474,13 @@ class SteeringActor(Actor):
     # -- admin: steering ----------------------------------------------------------------
 
     async def _settings(self, cmd: AdminCommand) -> dict[str, Any]:
-        return settings_view(self._state)
+        evidence = self._evidence()
+        return {
+            **settings_view(self._state),
+            "degraded": evidence.degraded,
+            "month": evidence.month,
+            "evidence": {e.model: msgspec.structs.asdict(e) for e in evidence.models},
+        }
 
     async def _set_profile(self, cmd: AdminCommand) -> dict[str, Any]:
         profile = text_arg(cmd, "profile")

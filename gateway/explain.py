@@ -183,6 +183,7 @@ async def _scores(res: Resolution | None, bus: Bus) -> dict[str, Any]:
             "multipliers": {"allowance": c.allowance, "rate_limit": c.rate_limit},
             "score": c.score,
             "healthy": c.healthy,
+            "allowance_used": c.allowance_used,
             **(
                 {"deferred": reasons.get(c.model, "no route can serve now")}
                 if not c.healthy
@@ -195,6 +196,8 @@ async def _scores(res: Resolution | None, bus: Bus) -> dict[str, Any]:
         "candidates": cands,
         "excluded": [{"model": m, "reason": why} for m, why in res.excluded],
         "order": list(res.models),
+        "exploration": res.exploration,
+        "degraded": res.degraded,
     }
 
 

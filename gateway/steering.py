@@ -54,6 +54,7 @@ class Candidate:
     rate_limit: float
     score: float | None
     healthy: bool
+    allowance_used: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,8 @@ class Resolution:
     excluded: tuple[tuple[str, str], ...]
     explored: bool = False
     affinity: bool = False
+    exploration: float = 0.0
+    degraded: bool = False
 
     def brief(self) -> tuple[str, float | None, str, float | None]:
         """(chosen model, its score, runner-up, its score) for the decision event."""
@@ -138,7 +141,17 @@ class SteeringBook:
         score = None
         if weights is not None:
             score = (weights[0] * cap + weights[1] * speed + weights[2] * rel) * allowance * rate
-        return Candidate(model, cap, speed, rel, allowance, rate, score, ev.healthy if ev else True)
+        return Candidate(
+            model,
+            cap,
+            speed,
+            rel,
+            allowance,
+            rate,
+            score,
+            ev.healthy if ev else True,
+            ev.allowance_used if ev else None,
+        )
 
     @staticmethod
     def _healthy_first(cands: list[Candidate]) -> tuple[Candidate, ...]:
@@ -346,7 +359,17 @@ class Steerer:
                 models.insert(0, pick)
                 explored = True
         return Resolution(
-            target, kind, chain, axis, ordering, tuple(models), tuple(excluded), explored, affinity
+            target,
+            kind,
+            chain,
+            axis,
+            ordering,
+            tuple(models),
+            tuple(excluded),
+            explored,
+            affinity,
+            book.state.exploration if ordering.scored else 0.0,
+            book.degraded,
         )
 
     def served(self, res: Resolution, caller: str, model: str) -> None:
