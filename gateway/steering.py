@@ -67,6 +67,11 @@ class Ordering:
     weights: tuple[float, float, float] | None
     candidates: tuple[Candidate, ...]
     excluded: tuple[tuple[str, str], ...] = ()
+    healthy: frozenset[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        healthy = frozenset(c.model for c in self.candidates if c.healthy)
+        object.__setattr__(self, "healthy", healthy)  # frozen: computed once, per book
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +342,7 @@ class Steerer:
             raise InvalidRequestError(
                 f"no model of {target!r} is available to your role", param="model"
             )
-        healthy = {c.model for c in ordering.candidates if c.healthy}
+        healthy = ordering.healthy
         pinned = self._pins.get(caller, target) if self._affinity and caller else None
         affinity = explored = False
         if pinned is not None and pinned in healthy and pinned in models:

@@ -1,0 +1,145 @@
+"""``POST /admin/routing/explain`` through the real server: it runs the live path's own
+resolution, so its first model and first route are what the next live request gets; it
+shows how the target resolved, each candidate's scores and multipliers, the excluded models
+with their reasons, and the first model's plan; it calls no upstream, takes the described
+caller's headers (organisation, role), and is for admins only. On ``inproc://`` and NATS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import CHAT, HI, assert_openai_error, eid, model, route
+from tests.e2e.keys_support import ADMIN, create_keys, keys_config
+from tests.fixtures.gateway import GatewayFactory, RunningGateway
+from tests.fixtures.upstream import UpstreamFactory
+
+pytestmark = pytest.mark.e2e
+
+AUTH = {"authorization": f"Bearer {ADMIN}"}
+
+
+async def _explain(
+    gw: RunningGateway,
+    body: dict[str, Any],
+    path: str = CHAT,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    resp = await gw.http().post(
+        "/admin/routing/explain",
+        headers=AUTH,
+        json={"path": path, "body": body, "headers": headers or {}},
+    )
+    assert resp.status_code == 200, resp.text
+    result: dict[str, Any] = resp.json()
+    return result
+
+
+async def test_explain_agrees_with_the_live_decision_and_says_why(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    (acme_key,) = await create_keys(tmp_path, "free", org="acme")
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("a", route(a), catalog={"tier": 3}, required_role="pro"),
+            model("b", route(b), catalog={"tier": 2}),
+            model("c", route(c)),
+            model("off", route(c), catalog={"enabled": False}),
+            chains=[{"name": "team", "org": "acme", "models": ["a", "off", "c", "b"]}],
+            steering={"exploration": 0},
+            routing={"affinity": {"enabled": False}, "key_pool": {}, "bench": {"failures": 50}},
+        )
+    )
+    caller = {"authorization": f"Bearer {acme_key}"}
+    requests_before = len(a.requests) + len(b.requests) + len(c.requests)
+
+    balanced = await _explain(gw, {"model": "auto", "messages": HI}, headers=caller)
+    chain = await _explain(
+        gw,
+        {"model": "AUTO:Team", "max_tokens": 5, "messages": HI},
+        path="/v1/messages",
+        headers=caller,
+    )
+    plain = await _explain(gw, {"model": "b", "input": "hi"}, path="/v1/responses", headers=caller)
+    sent = len(a.requests) + len(b.requests) + len(c.requests)
+    live = await gw.openai(acme_key).chat.completions.with_raw_response.create(
+        model="auto", messages=HI
+    )
+    live_chain = await gw.anthropic(acme_key).messages.with_raw_response.create(
+        model="auto:team", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+    )
+
+    assert sent == requests_before  # explain calls no upstream
+    assert balanced["target"] == {
+        "kind": "auto",
+        "name": "auto",
+        "chain": None,
+        "axis": None,
+        "ordering": "balanced",
+        "weights": [0.5, 0.25, 0.25],
+        "affinity": False,
+    }
+    assert balanced["order"] == ["b", "c"]
+    assert {"model": "a", "reason": "role"} in balanced["excluded"]
+    assert {"model": "off", "reason": "disabled"} in balanced["excluded"]
+    first = balanced["candidates"][1]  # a, the best scored, is excluded by role
+    assert first["model"] == "b" and first["multipliers"] == {"allowance": 1.0, "rate_limit": 1.0}
+    assert first["score"] == pytest.approx(0.5 * 0.5 + 0.25 * 0.5 + 0.25 * 0.5)
+    assert balanced["plan"]["model"] == "b"
+    assert balanced["plan"]["candidates"][0]["endpoint"] == eid("b", b)
+    assert live.parse().model == "b" and live.headers["x-routed-via"] == eid("b", b)
+
+    assert chain["target"]["chain"] == "team" and chain["target"]["ordering"] == "priority"
+    assert chain["order"] == ["c", "b"]
+    assert chain["excluded"] == [
+        {"model": "off", "reason": "disabled"},
+        {"model": "a", "reason": "role"},
+    ]
+    assert (await live_chain.parse()).model == "c"
+    assert live_chain.headers["x-routed-via"] == chain["plan"]["candidates"][0]["endpoint"]
+
+    assert plain["target"] == {"kind": "model", "model": "b"} and plain["order"] == []
+    assert plain["plan"]["candidates"][0]["endpoint"] == eid("b", b)
+
+
+async def test_explain_refuses_what_the_live_path_refuses_and_needs_an_admin(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
+) -> None:
+    a = await fake_upstreams("a")
+    (other_key,) = await create_keys(tmp_path, "free", org="other")
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("a", route(a)),
+            chains=[{"name": "team", "org": "acme", "models": ["a"]}],
+        )
+    )
+    http = gw.http()
+
+    foreign = await http.post(
+        "/admin/routing/explain",
+        headers=AUTH,
+        json={
+            "body": {"model": "auto:team", "messages": HI},
+            "headers": {"authorization": f"Bearer {other_key}"},
+        },
+    )
+    bad = await http.post("/admin/routing/explain", headers=AUTH, json={"body": "nope"})
+    not_admin = await http.post(
+        "/admin/routing/explain",
+        json={"body": {"model": "a", "messages": HI}},
+        headers={"authorization": f"Bearer {other_key}"},
+    )
+
+    assert "'team'" in assert_openai_error(foreign, 400, "invalid_request")["message"]
+    assert assert_openai_error(bad, 400, "invalid_request")["param"] == "body"
+    assert not_admin.status_code in (401, 403)
+    assert len(a.requests) == 0

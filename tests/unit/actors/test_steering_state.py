@@ -1,0 +1,98 @@
+"""The steering owners' pure state: chain edits and presets, the evidence book's counting and
+its guardrail multipliers."""
+
+from __future__ import annotations
+
+import calendar
+
+import pytest
+
+from actors.chain import _backfill, apply_edit
+from actors.scoring import EvidenceBook, allowance_multiplier, rate_limit_multiplier
+from schemas import ChainEdit, ChainEntry, ChainState, Guardrails, InvalidRequestError, Observation
+from schemas.config import ModelConfig
+
+CATALOGUE = (("a", True), ("b", True), ("c", False))
+G = Guardrails()
+
+
+def _chain(*models: tuple[str, bool]) -> tuple[ChainEntry, ...]:
+    return tuple(ChainEntry(model=m, enabled=on) for m, on in models)
+
+
+def test_a_preset_writes_priority_only_and_names_the_rest_switched_off() -> None:
+    chain = _chain(("c", True), ("a", False))
+
+    out = apply_edit(chain, ChainEdit(verb="preset", order=("a", "b", "c")), CATALOGUE)
+
+    assert out == _chain(("a", False), ("b", False), ("c", True))
+
+
+def test_move_counts_positions_from_one_and_refuses_outside_the_chain() -> None:
+    chain = _chain(("a", True), ("b", True), ("c", True))
+
+    assert apply_edit(chain, ChainEdit(verb="move", model="c", position=1), CATALOGUE) == _chain(
+        ("c", True), ("a", True), ("b", True)
+    )
+    for position in (0, 4):
+        with pytest.raises(InvalidRequestError) as exc:
+            apply_edit(chain, ChainEdit(verb="move", model="c", position=position), CATALOGUE)
+        assert exc.value.param == "position"
+
+
+def test_backfill_appends_unseen_models_with_their_own_enabled_state() -> None:
+    state = ChainState(name="x", backfill=True, models=_chain(("a", True)))
+
+    grown = _backfill(state, CATALOGUE, seen={"a"})
+
+    assert grown.models == _chain(("a", True), ("b", True), ("c", False))
+    assert _backfill(state, CATALOGUE, seen={"a", "b", "c"}) is state
+
+
+def _obs(
+    model: str, outcome: str = "success", status: int | None = None, error_kind: str = ""
+) -> Observation:
+    return Observation(
+        endpoint=f"{model}:echo",
+        model=model,
+        outcome=outcome,
+        prompt_tokens=10,
+        completion_tokens=5,
+        latency_ms=10.0,
+        status=status,
+        error_kind=error_kind,
+    )
+
+
+def test_usage_counts_each_attempt_once_per_utc_month_but_not_refusals_or_cancels() -> None:
+    model = ModelConfig.model_validate(
+        {"id": "m", "catalog": {"free_allowance": {"monthly_tokens": 100}}}
+    )
+    book = EvidenceBook([model])
+    december = calendar.timegm((2026, 12, 31, 23, 0, 0))
+    january = calendar.timegm((2027, 1, 1, 0, 30, 0))
+
+    for obs in (
+        _obs("m"),
+        _obs("m", "failure", status=500),
+        _obs("m", "failure", error_kind="key_pool_exhausted"),
+        _obs("m", "cancelled"),
+    ):
+        book.learn(obs, december)
+    dec = book.evidence(G, december, degraded=False, seq=1).models[0]
+    book.learn(_obs("m"), january)
+    jan = book.evidence(G, january, degraded=False, seq=2).models[0]
+
+    assert (dec.requests_used, dec.tokens_used, dec.remaining) == (2, 30, 70.0)
+    assert dec.allowance_used == pytest.approx(0.3)
+    assert (jan.requests_used, jan.tokens_used) == (1, 15)
+
+
+def test_guardrail_multipliers_scale_between_their_thresholds() -> None:
+    assert allowance_multiplier(None, G) == allowance_multiplier(0.79, G) == 1.0
+    assert allowance_multiplier(0.9, G) == pytest.approx(0.6)
+    assert allowance_multiplier(1.0, G) == allowance_multiplier(3.0, G) == pytest.approx(0.2)
+    assert rate_limit_multiplier(None, 0.0, G) == 1.0
+    assert rate_limit_multiplier(100.0, 100.0, G) == 0.5
+    assert rate_limit_multiplier(100.0, 250.0, G) == pytest.approx(0.75)
+    assert rate_limit_multiplier(100.0, 400.0, G) == 1.0
