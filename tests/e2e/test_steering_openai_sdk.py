@@ -6,6 +6,7 @@ callers. On ``inproc://`` and on NATS."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -14,7 +15,8 @@ import pytest
 
 from schemas import RouteDecided, subjects
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, eid, model, route, watch
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
+from tests.e2e.keys_support import create_keys, keys_config
+from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
 pytestmark = pytest.mark.e2e
@@ -207,3 +209,65 @@ async def test_a_steered_caller_stays_on_the_model_that_served_it(
 
 async def _models(gw: RunningGateway, key: str) -> list[str]:
     return [m.id for m in (await gw.openai(key).models.list()).data]
+
+
+async def test_v1_models_lists_auto_the_axes_and_the_callers_chains_all_callable(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
+) -> None:
+    a = await fake_upstreams("a")
+    acme, other = (
+        await create_keys(tmp_path, "free", org="acme"),
+        await create_keys(tmp_path, "free", org="other"),
+    )
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("a", route(a)),
+            chains=[
+                {"name": "shared", "models": ["a"]},
+                {"name": "mine", "org": "acme", "models": ["a"]},
+                {"name": "theirs", "org": "other", "models": ["a"]},
+            ],
+            steering=QUIET,
+        )
+    )
+
+    seen = await _models(gw, acme[0])
+    callable_ = {n: (await _served(gw.openai(acme[0]), n))[0] for n in seen}
+    with pytest.raises(openai.BadRequestError) as foreign:
+        await gw.openai(acme[0]).chat.completions.create(model="auto:theirs", messages=HI)
+
+    assert seen == [
+        "a",
+        "auto",
+        "auto:smartest",
+        "auto:fastest",
+        "auto:cheapest",
+        "auto:reliable",
+        "auto:mine",
+        "auto:shared",
+    ]
+    assert "auto:theirs" in await _models(gw, other[0])
+    assert set(callable_.values()) == {"a"}
+    assert "'theirs'" in assert_openai_error(foreign.value.response, 400)["message"]
+
+
+async def test_the_readme_example_config_runs_against_the_echo_upstream(
+    gateway_factory: GatewayFactory,
+) -> None:
+    text = (REPO / "docs" / "steering-example.yaml").read_text()
+    gw = await gateway_factory(text)
+    client = gw.openai()
+
+    served = {
+        n: (await _served(client, n))[0]
+        for n in ("auto:coding", "auto", "auto:cheapest", "auto:smart", "retired")
+    }
+    listed = [m.id for m in (await client.models.list()).data]
+
+    assert served["auto:coding"] == "medium" and served["auto:cheapest"] == "medium"
+    assert served["auto"] in {"big", "medium", "small"} and served["auto:smart"] == "big"
+    assert served["retired"] == "retired"
+    assert "auto:coding" in listed
