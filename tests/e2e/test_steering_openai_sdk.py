@@ -271,3 +271,26 @@ async def test_the_readme_example_config_runs_against_the_echo_upstream(
     assert served["auto"] in {"big", "medium", "small"} and served["auto:smart"] == "big"
     assert served["retired"] == "retired"
     assert "auto:coding" in listed
+
+
+async def test_embeddings_walk_a_chain_of_embedding_models_like_chat(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    a.set_default(Reply(503))
+    gw = await gateway_factory(
+        config(
+            model("e1", route(a)),
+            model("e2", route(b)),
+            chains=[{"name": "vectors", "models": ["e1", "e2"]}],
+            steering=QUIET,
+            circuit={"failure_threshold": 50, "cooldown_seconds": 30},
+            routing={"bench": {"failures": 50}},
+        )
+    )
+
+    raw = await gw.openai().embeddings.with_raw_response.create(model="auto:vectors", input="hi")
+
+    assert raw.parse().model == "e2" and raw.headers["x-routed-via"] == eid("e2", b)
+    assert len(a.requests) == 1 and len(b.requests) == 1
