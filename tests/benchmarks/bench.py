@@ -62,6 +62,10 @@ MODES = ("plain", "stream")
 # One row per client surface: the gateway translates responses/messages to the canonical chat
 # shape and back, so these rows show what translation costs. Also valid ``--modes`` values.
 SURFACE_MODES = ("responses", "responses-stream", "messages", "messages-stream")
+# Steered rows: chat with ``model: "auto"``, the active chain being five models (each one
+# route to the upstream) ordered by the balanced profile: what steering costs over a plain id.
+STEERING_MODES = ("auto", "auto-stream")
+_CHAIN = tuple(f"bench-{i}" for i in range(1, 6))
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,13 @@ class _Surface:
     stream: bool
     done: bytes  # must appear in a good answer (a stream's last bytes, a body anywhere)
     body: Callable[[str], dict[str, Any]]
+    gateway_model: str = ""  # the model field sent to the gateway ("": the plain model)
+
+    def model_for(self, target: str) -> str:
+        """The model field this mode sends to ``target``."""
+        if target != "gateway":
+            return _UPSTREAM_MODEL
+        return self.gateway_model or _GATEWAY_MODEL
 
 
 def _chat_body(model: str, stream: bool) -> dict[str, Any]:
@@ -93,6 +104,10 @@ _SURFACES: dict[str, _Surface] = {
     "messages-stream": _Surface("/v1/messages", True, b"message_stop",
                                 lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT,
                                            "stream": True}),
+    "auto": _Surface("/v1/chat/completions", False, b'"choices"',
+                     lambda m: _chat_body(m, False), gateway_model="auto"),
+    "auto-stream": _Surface("/v1/chat/completions", True, b"data: [DONE]",
+                            lambda m: _chat_body(m, True), gateway_model="auto"),
 }
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
 LOOPS = ("as-is", "asyncio", "uvloop")
@@ -576,7 +591,7 @@ def _run_step(
 ) -> StepResult:
     spec = LoadSpec(
         url=f"{url}{_SURFACES[mode].path}",
-        model=_GATEWAY_MODEL if target == "gateway" else _UPSTREAM_MODEL,
+        model=_SURFACES[mode].model_for(target),
         mode=mode,
         concurrency=concurrency,
         warmup=args.warmup,
@@ -651,6 +666,23 @@ def _start_nats(kids: Children, cpus: str | None, store: Path) -> tuple[str, int
     return f"nats://{match.group(1)}:{match.group(2)}", proc.pid
 
 
+def _gateway_config(upstream_url: str) -> str:
+    """The plain model, and the five-model chain the ``auto`` rows steer over."""
+    text = "models:\n"
+    for model_id in (_GATEWAY_MODEL, *_CHAIN):
+        text += (
+            f"  - id: {model_id}\n"
+            "    route:\n"
+            "      - kind: openai_compat\n"
+            f"        base_url: {upstream_url}/v1\n"
+            f"        provider_model_id: {_UPSTREAM_MODEL}\n"
+            "        api_key: sk-bench\n"
+        )
+    chain = ", ".join(_CHAIN)
+    return text + f"chains:\n  - {{name: bench5, models: [{chain}]}}\n" + (
+        "steering: {active_chain: bench5, profile: balanced}\n")
+
+
 def run(args: argparse.Namespace) -> list[StepResult]:
     """Start the upstream and the gateway, measure every step, return the results."""
     results: list[StepResult] = []
@@ -676,15 +708,7 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             gateway_pid = 0
             if "gateway" in args.targets:
                 config = tmp / "gateway.yaml"
-                config.write_text(
-                    "models:\n"
-                    f"  - id: {_GATEWAY_MODEL}\n"
-                    "    route:\n"
-                    "      - kind: openai_compat\n"
-                    f"        base_url: {upstream_url}/v1\n"
-                    f"        provider_model_id: {_UPSTREAM_MODEL}\n"
-                    "        api_key: sk-bench\n"
-                )
+                config.write_text(_gateway_config(upstream_url))
                 gateway, m = kids.start(
                     "gateway",
                     _pinned(args.gateway_cpus, _gateway_cmd(args, config, bus_url)),
@@ -706,11 +730,7 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             )
             for mode in args.modes:
                 for target in args.targets:
-                    _check(
-                        urls[target],
-                        _GATEWAY_MODEL if target == "gateway" else _UPSTREAM_MODEL,
-                        mode,
-                    )
+                    _check(urls[target], _SURFACES[mode].model_for(target), mode)
             for mode in args.modes:
                 for concurrency in args.concurrency:
                     for target in args.targets:
@@ -983,9 +1003,9 @@ def _parser() -> argparse.ArgumentParser:
         help="comma list of concurrent connections (1,16,64)",
     )
     p.add_argument(
-        "--modes", type=_csv(MODES + SURFACE_MODES), default=list(MODES),
-        help="comma list of plain,stream (both) and the surface rows "
-        + ",".join(SURFACE_MODES)
+        "--modes", type=_csv(MODES + SURFACE_MODES + STEERING_MODES), default=list(MODES),
+        help="comma list of plain,stream (both), the surface rows "
+        + ",".join(SURFACE_MODES) + " and the steered rows " + ",".join(STEERING_MODES),
     )
     p.add_argument(
         "--targets",
