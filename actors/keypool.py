@@ -42,6 +42,9 @@ class _Binding:
     expires: float
 
 
+_UNRANKED = 1e300  # a key with no preference: after every ranked one but those at infinity
+
+
 class KeyPool:
     """Owns one pool's declared keys, mutes, failure streaks and caller bindings."""
 
@@ -58,6 +61,9 @@ class KeyPool:
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
         self._bindings: dict[str, _Binding] = {}
+        # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
+        # keys without one after those ranked finite); None keeps the declared preference.
+        self.preference: dict[str, float] | None = None
         self.declare(keys)
 
     # -- declaration --------------------------------------------------------------------
@@ -117,7 +123,11 @@ class KeyPool:
 
     def usable(self, role: str | None, now: float) -> list[str]:
         """Visible keys that are not muted, in preference order."""
-        return [cid for cid in self.visible(role) if self.muted_until(cid, now) is None]
+        keys = [cid for cid in self.visible(role) if self.muted_until(cid, now) is None]
+        if self.preference is not None:
+            prefer = self.preference
+            keys.sort(key=lambda cid: prefer.get(cid, _UNRANKED))
+        return keys
 
     def peek(self, caller: str, role: str | None, now: float) -> str:
         """The key ``caller`` would spend now, without binding. ``""`` for a pool without keys.
@@ -130,8 +140,9 @@ class KeyPool:
         if not usable:
             raise self.refusal(role, now)
         b = self._bindings.get(caller)
-        if b is not None and b.role == role and b.expires > now and b.credential_id in usable:
-            return b.credential_id
+        if (self.preference is None and b is not None and b.role == role and b.expires > now
+                and b.credential_id in usable):
+            return b.credential_id  # by quota, the allowance decides, not the binding
         return usable[0]
 
     def acquire(self, caller: str, role: str | None, now: float) -> str:

@@ -109,6 +109,11 @@ class KeyViews:
         """The pool state subjects a model's view listens to."""
         return tuple(Serve(subjects.keypool_state(e)) for e in model.endpoint_ids())
 
+    def prefer(self, preference: dict[str, float]) -> None:
+        """Spend keys in ``preference`` order (lower first) in every pool of this model."""
+        for pool in self._pools.values():
+            pool.preference = preference
+
     def pool(self, endpoint: str) -> KeyPool | None:
         """The view of ``endpoint``'s pool."""
         return self._pools.get(endpoint)

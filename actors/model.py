@@ -29,6 +29,7 @@ from actors.base import Actor, ActorContext, Serve
 from actors.health import CLOSED, HALF_OPEN, OPEN
 from actors.keypool_view import KeyViews
 from actors.prefill import PrefillLoad
+from actors.quota import KeyQuota, KeyUsage
 from actors.route_table import RouteEntry, RouteTable
 from actors.snapshots import SnapshotStore
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
@@ -76,6 +77,7 @@ class _FlushSnapshot:
 class _Snapshot(msgspec.Struct):
     weights: dict[str, float] = {}
     pins: dict[str, tuple[str, float]] = {}
+    quota: dict[str, KeyUsage] = {}
 
 
 class ModelActor(Actor):
@@ -130,7 +132,10 @@ class ModelActor(Actor):
         self._tripped_until = 0.0
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
+        self._quota = KeyQuota({cid: a for r in self._model.route
+                                for cid, a in r.allowances.items()})
         await self._restore()
+        self._prefer_by_quota()
         await self._seed_mode(ctx)
         for r in self._table.routes:
             try:
@@ -163,12 +168,14 @@ class ModelActor(Actor):
             return
         self._table.restore_overrides(snap.weights)
         self._affinity.restore(snap.pins, self._clock())
+        self._quota.restore(snap.quota)
 
     async def _save(self) -> None:
         if self._snapshots is None:
             return
         now = self._clock()
-        snap = _Snapshot(weights=self._table.overrides(), pins=self._affinity.snapshot(now))
+        snap = _Snapshot(weights=self._table.overrides(), pins=self._affinity.snapshot(now),
+                         quota=self._quota.snapshot())
         await self._snapshots.save(self.name, msgspec.json.encode(snap), now)
 
     def _pins_changed(self) -> None:
@@ -210,8 +217,17 @@ class ModelActor(Actor):
             self._flush_scheduled = False
             await self._save()
 
+    def _prefer_by_quota(self) -> None:
+        """``credential_choice: least_remaining_quota``: the pools spend first the key with
+        the least free allowance left (independent of steering's model ranking)."""
+        if self._model.credential_choice == "least_remaining_quota":
+            self._keys.prefer(self._quota.preference(self._clock()))
+
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
+        if self._quota.learn(obs, now):
+            self._prefer_by_quota()
+            self._pins_changed()  # the usage is saved with the next snapshot flush
         self._count_for_breaker(obs, now)
         self._prefill.release(obs.request_id)
         if obs.outcome == "success":

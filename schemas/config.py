@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas.catalog import CatalogConfig, ChainConfig, SteeringConfig
+from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, SteeringConfig
 
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
@@ -39,6 +39,7 @@ class ApiKeyConfig(_Strict):
 
     key: str = Field(min_length=1)
     min_role: Role = "free"
+    free_allowance: AllowanceConfig | None = None  # for credential_choice least_remaining_quota
 
     def __repr__(self) -> str:  # the secret never reaches a log line
         return f"ApiKeyConfig(key={credential_id(self.key)!r}, min_role={self.min_role!r})"
@@ -93,6 +94,12 @@ class RouteConfig(_Strict):
         return tuple(out.items())
 
     @property
+    def allowances(self) -> dict[str, AllowanceConfig]:
+        """The free allowance each credential declares, by credential id."""
+        return {credential_id(k.key): k.free_allowance for k in self.api_keys
+                if isinstance(k, ApiKeyConfig) and k.free_allowance is not None}
+
+    @property
     def credential_ids(self) -> tuple[str, ...]:
         """The ids of :attr:`secrets`, in the same order."""
         return tuple(credential_id(s) for s in self.secrets)
@@ -139,6 +146,7 @@ class ModelConfig(_Strict):
     owned_by: str = "llmgw"
     required_role: Role | None = None
     catalog: CatalogConfig = CatalogConfig()
+    credential_choice: Literal["auto", "least_remaining_quota"] = "auto"
 
     def endpoint_ids(self) -> tuple[str, ...]:
         """Endpoint id of each route, in declared order."""

@@ -214,3 +214,26 @@ async def test_exploration_is_off_while_degraded(
 
     assert exploring == {"b", "c"}  # exploration always: never the best while normal
     assert degraded == ["a"] * 12 and len(a.requests) == 12
+
+
+async def test_least_remaining_quota_spends_the_key_with_the_least_allowance_left_first(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    up = await fake_upstreams("up")
+    keys = [{"key": "sk-roomy", "free_allowance": {"monthly_requests": 10}},
+            {"key": "sk-nearly", "free_allowance": {"monthly_requests": 2}},
+            "sk-paid"]
+    cfg = _config(model("m", route(up, api_keys=keys), credential_choice="least_remaining_quota"))
+    gw = await gateway_factory(cfg)
+    http = gw.http()
+
+    for _ in range(4):
+        await _serve(http, "m")
+    first = [r.credential for r in up.requests]
+    await gw.stop()
+    again = await gateway_factory(cfg)  # the usage is kept across a restart
+    await _serve(again.http(), "m")
+
+    # nearly: 2 left, spent first; then roomy (10 left, now the least); paid has none.
+    assert first == ["sk-nearly", "sk-nearly", "sk-roomy", "sk-roomy"]
+    assert up.requests[-1].credential == "sk-roomy"

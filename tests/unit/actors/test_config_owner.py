@@ -52,6 +52,7 @@ def test_diff_adds_endpoints_before_models_and_replaces_changed_ones() -> None:
         "replace health",
         "replace routing_admin",
         "replace degraded_mode",
+        "replace steering",  # it ranks over the catalogue; its chains backfill on a reload
     ]
 
 
