@@ -48,8 +48,11 @@ class KeyQuota:
     def learn(self, obs: Observation, now: float) -> bool:
         """Count one attempt; True when a declared allowance moved."""
         cid = obs.credential_id
-        if cid not in self._allowances or obs.outcome == "cancelled" or (
-                obs.error_kind in _REFUSALS):
+        if (
+            cid not in self._allowances
+            or obs.outcome == "cancelled"
+            or (obs.error_kind in _REFUSALS)
+        ):
             return False
         month = month_of(now)
         use = self._usage.get(cid)
@@ -66,8 +69,9 @@ class KeyQuota:
         if allowance is None:
             return None
         use = self._usage.get(cid)
-        tokens, requests = (use.tokens, use.requests) if use and use.month == month_of(
-            now) else (0, 0)
+        tokens, requests = (
+            (use.tokens, use.requests) if use and use.month == month_of(now) else (0, 0)
+        )
         if allowance.monthly_tokens:
             left = allowance.monthly_tokens - tokens
             if allowance.monthly_requests:

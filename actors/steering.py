@@ -31,6 +31,15 @@ from actors.admin import AdminArea, text_arg
 from actors.base import Actor, ActorContext, Serve
 from actors.chain import Catalogue, ChainActor, check_models
 from actors.scoring import BookSnapshot, EvidenceBook
+from actors.steering_settings import (
+    bool_arg,
+    chain_view,
+    entries_arg,
+    fraction,
+    settings_view,
+    with_guardrails,
+    with_profile,
+)
 from schemas import (
     AdminCommand,
     ChainEdit,
@@ -48,7 +57,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.catalog import PRESETS, PROFILE_WEIGHTS, PROFILES, chain_name_problem, weights_problem
+from schemas.catalog import PRESETS, PROFILE_WEIGHTS, chain_name_problem
 from schemas.scoring import preset_order
 
 if TYPE_CHECKING:
@@ -77,64 +86,6 @@ class _Snapshot(msgspec.Struct):
     created: dict[str, ChainState] = {}  # chains made by admin commands, as created
     deleted: tuple[str, ...] = ()  # chains of the config an admin deleted
     evidence: BookSnapshot = msgspec.field(default_factory=BookSnapshot)
-
-
-def _entries(raw: Any, param: str = "models") -> tuple[ChainEntry, ...]:
-    """Admin ``models``: a list of ids or ``{model, enabled}``. Raises InvalidRequestError."""
-    if not isinstance(raw, list):
-        raise InvalidRequestError(f"'{param}' must be a list of model ids", param=param)
-    out = []
-    for item in raw:
-        if isinstance(item, str) and item:
-            out.append(ChainEntry(model=item))
-        elif (
-            isinstance(item, dict)
-            and isinstance(item.get("model"), str)
-            and isinstance(item.get("enabled", True), bool)
-            and set(item) <= {"model", "enabled"}
-        ):
-            out.append(ChainEntry(model=item["model"], enabled=item.get("enabled", True)))
-        else:
-            raise InvalidRequestError(
-                f"'{param}' entries must be model ids or {{model, enabled}}", param=param
-            )
-    return tuple(out)
-
-
-def _bool(cmd: AdminCommand, name: str) -> bool:
-    value = cmd.args.get(name)
-    if not isinstance(value, bool):
-        raise InvalidRequestError(f"'{name}' must be true or false", param=name)
-    return value
-
-
-def _fraction(value: Any, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-        raise InvalidRequestError(f"'{name}' must be a number in [0, 1]", param=name)
-    return float(value)
-
-
-def chain_view(state: ChainState) -> dict[str, Any]:
-    """A chain as admin answers show it."""
-    return {
-        "name": state.name,
-        "org": state.org or None,
-        "backfill": state.backfill,
-        "models": [{"model": e.model, "enabled": e.enabled} for e in state.models],
-    }
-
-
-def settings_view(state: SteeringState) -> dict[str, Any]:
-    """The steering settings as admin answers show them."""
-    g = state.guardrails
-    return {
-        "active_chain": state.active_chain,
-        "profile": state.profile,
-        "weights": list(state.weights),
-        "exploration": state.exploration,
-        "guardrails": msgspec.structs.asdict(g),
-        "chains": list(state.chains),
-    }
 
 
 class SteeringActor(Actor):
@@ -389,8 +340,8 @@ class SteeringActor(Actor):
         if name in self._chains:
             raise InvalidRequestError(f"'name': chain {name!r} exists already", param="name")
         org = text_arg(cmd, "org", required=False)
-        backfill = _bool(cmd, "backfill") if "backfill" in cmd.args else False
-        models = _entries(cmd.args["models"]) if "models" in cmd.args else ()
+        backfill = bool_arg(cmd, "backfill") if "backfill" in cmd.args else False
+        models = entries_arg(cmd.args["models"]) if "models" in cmd.args else ()
         check_models(models, self._catalogue)
         initial = ChainState(name=name, org=org, backfill=backfill, models=models)
         chain = await self._start_chain(initial, fresh=True)
@@ -419,7 +370,7 @@ class SteeringActor(Actor):
 
     async def _set_models(self, cmd: AdminCommand) -> dict[str, Any]:
         return await self._edit(
-            cmd, ChainEdit(verb="set_models", models=_entries(cmd.args.get("models")))
+            cmd, ChainEdit(verb="set_models", models=entries_arg(cmd.args.get("models")))
         )
 
     async def _move(self, cmd: AdminCommand) -> dict[str, Any]:
@@ -436,13 +387,13 @@ class SteeringActor(Actor):
         return await self._edit(
             cmd,
             ChainEdit(
-                verb="set_enabled", model=text_arg(cmd, "model"), enabled=_bool(cmd, "enabled")
+                verb="set_enabled", model=text_arg(cmd, "model"), enabled=bool_arg(cmd, "enabled")
             ),
         )
 
     async def _set_backfill(self, cmd: AdminCommand) -> dict[str, Any]:
         return await self._edit(
-            cmd, ChainEdit(verb="set_backfill", backfill=_bool(cmd, "backfill"))
+            cmd, ChainEdit(verb="set_backfill", backfill=bool_arg(cmd, "backfill"))
         )
 
     async def _preset(self, cmd: AdminCommand) -> dict[str, Any]:
@@ -483,55 +434,18 @@ class SteeringActor(Actor):
         }
 
     async def _set_profile(self, cmd: AdminCommand) -> dict[str, Any]:
-        profile = text_arg(cmd, "profile")
-        if profile not in PROFILES:
-            raise InvalidRequestError(
-                f"'profile' must be one of {', '.join(PROFILES)}", param="profile"
-            )
-        raw = cmd.args.get("weights")
-        if profile == "custom":
-            if (
-                not isinstance(raw, list)
-                or len(raw) != 3
-                or any(isinstance(w, bool) or not isinstance(w, int | float) for w in raw)
-            ):
-                raise InvalidRequestError(
-                    "'weights' must be [capability, speed, reliability]", param="weights"
-                )
-            weights = (float(raw[0]), float(raw[1]), float(raw[2]))
-            problem = weights_problem(weights)
-            if problem:
-                raise InvalidRequestError(f"'weights': {problem}", param="weights")
-        elif raw is not None:
-            raise InvalidRequestError(
-                "'weights' are only read with profile custom", param="weights"
-            )
-        else:
-            weights = PROFILE_WEIGHTS.get(profile, self._state.weights)
-        self._state = msgspec.structs.replace(self._state, profile=profile, weights=weights)
+        self._state = with_profile(self._state, cmd)
         await self._changed()
         return settings_view(self._state)
 
     async def _set_guardrails(self, cmd: AdminCommand) -> dict[str, Any]:
-        fields = {f: getattr(self._state.guardrails, f) for f in Guardrails.__struct_fields__}
-        for key, value in cmd.args.items():
-            if key not in fields:
-                raise InvalidRequestError(
-                    f"unknown guardrail {key!r}; known: {', '.join(fields)}", param=key
-                )
-            if key == "rate_limit_decay_seconds":
-                if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                    raise InvalidRequestError(f"'{key}' must be a positive number", param=key)
-                fields[key] = float(value)
-            else:
-                fields[key] = _fraction(value, key)
-        self._state = msgspec.structs.replace(self._state, guardrails=Guardrails(**fields))
+        self._state = with_guardrails(self._state, cmd)
         await self._changed()
         self._flush_soon()  # the multipliers read the thresholds
         return settings_view(self._state)
 
     async def _set_exploration(self, cmd: AdminCommand) -> dict[str, Any]:
-        value = _fraction(cmd.args.get("exploration"), "exploration")
+        value = fraction(cmd.args.get("exploration"), "exploration")
         self._state = msgspec.structs.replace(self._state, exploration=value)
         await self._changed()
         return settings_view(self._state)

@@ -217,12 +217,15 @@ async def test_exploration_is_off_while_degraded(
 
 
 async def test_least_remaining_quota_spends_the_key_with_the_least_allowance_left_first(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     up = await fake_upstreams("up")
-    keys = [{"key": "sk-roomy", "free_allowance": {"monthly_requests": 10}},
-            {"key": "sk-nearly", "free_allowance": {"monthly_requests": 2}},
-            "sk-paid"]
+    keys = [
+        {"key": "sk-roomy", "free_allowance": {"monthly_requests": 10}},
+        {"key": "sk-nearly", "free_allowance": {"monthly_requests": 2}},
+        "sk-paid",
+    ]
     cfg = _config(model("m", route(up, api_keys=keys), credential_choice="least_remaining_quota"))
     gw = await gateway_factory(cfg)
     http = gw.http()
