@@ -13,7 +13,7 @@ import anthropic
 import openai
 import pytest
 
-from schemas import RouteDecided, subjects
+from schemas import RouteDecided, RouteRequest, subjects
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, eid, model, route, watch
 from tests.e2e.keys_support import create_keys, keys_config
 from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
@@ -294,3 +294,24 @@ async def test_embeddings_walk_a_chain_of_embedding_models_like_chat(
 
     assert raw.parse().model == "e2" and raw.headers["x-routed-via"] == eid("e2", b)
     assert len(a.requests) == 1 and len(b.requests) == 1
+
+
+async def test_a_steered_request_costs_one_bus_round_trip_on_the_happy_path(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    cfg = _catalogue(a, b, c, chains=[{"name": "duo", "models": ["c", "a"]}])
+    cfg["models"].append(model("last", route(a), catalog={"enabled": False}))  # a sentinel
+    gw = await gateway_factory(cfg)
+
+    async with watch(gw, "llmgw.model.*.route") as plans:
+        for name in ("auto", "auto:duo", "auto:fastest", "AUTO:cheap", "last"):
+            await _served(gw.openai(), name)
+        asked = [await plans.next(RouteRequest)]
+        while asked[-1].model != "last":
+            asked.append(await plans.next(RouteRequest))
+
+    # One plan asked per request, of the model that served it, and nothing else on the way.
+    assert [r.model for r in asked] == ["a", "c", "a", "b", "last"]
+    assert len({r.request_id for r in asked}) == 5
