@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 _ASK_TIMEOUT = 2.0
 _RETRY_SECONDS = 0.5
+_UNKNOWN_SECONDS = 1.0
+_UNKNOWN_MAX = 1000
 
 
 class SteeringView:
@@ -52,6 +55,7 @@ class SteeringView:
         self._evidence: Evidence | None = None
         self._heard: set[str] = set()  # what an event told us since start ("state", "evidence")
         self._tasks: list[asyncio.Task[None]] = []
+        self._unknown: dict[str, float] = {}  # chain name -> until when it is known unknown
         self.book = self._build()
 
     def _build(self) -> SteeringBook:
@@ -138,7 +142,15 @@ class SteeringView:
         book = self.book
         suffix = name[len(AUTO) + 1 :].lower()
         if suffix and suffix not in book.chains and suffix not in AXIS_SYNONYMS:
-            await self.learn_chain(suffix)
+            # A name just found unknown is not asked again for a second: a client sending
+            # made-up names must not cost a bus request each.
+            now = time.monotonic()
+            if self._unknown.get(suffix, 0.0) > now:
+                return book
+            if not await self.learn_chain(suffix):
+                if len(self._unknown) >= _UNKNOWN_MAX:
+                    self._unknown.clear()
+                self._unknown[suffix] = now + _UNKNOWN_SECONDS
             book = self.book
         return book
 

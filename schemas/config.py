@@ -387,6 +387,9 @@ class GatewayConfig(_Strict):
         active = self.steering.active_chain
         if active is not None and active not in names:
             raise ValueError(f"steering.active_chain {active!r} is no chain of chains:")
+        if active is not None and any(c.name == active and c.org for c in self.chains):
+            raise ValueError(f"steering.active_chain {active!r} belongs to an organisation; "
+                             "the active chain must be deployment-wide")
         return self
 
     def model(self, name: str) -> ModelConfig | None:

@@ -27,7 +27,8 @@ def test_catalogue_chains_and_steering_are_read_with_neutral_defaults() -> None:
         + """
 chains:
   - {name: Coding, org: acme, backfill: true, models: [b, {model: a, enabled: false}]}
-steering: {active_chain: CODING, profile: custom, weights: [0.2, 0.3, 0.5],
+  - {name: shared}
+steering: {active_chain: SHARED, profile: custom, weights: [0.2, 0.3, 0.5],
            guardrails: {allowance_threshold: 0.9}, exploration: 0}
 """
     )
@@ -43,7 +44,7 @@ steering: {active_chain: CODING, profile: custom, weights: [0.2, 0.3, 0.5],
     chain = cfg.chains[0]
     assert chain.name == "coding" and chain.org == "acme" and chain.backfill
     assert [(e.model, e.enabled) for e in chain.entries()] == [("b", True), ("a", False)]
-    assert cfg.steering.active_chain == "coding"
+    assert cfg.steering.active_chain == "shared"
     assert cfg.steering.guardrails.allowance_threshold == 0.9
     assert cfg.steering.guardrails.rate_limit_penalty == 0.5
 
@@ -65,6 +66,11 @@ def test_chain_named_like_an_axis_or_synonym_is_refused(name: str) -> None:
         ("chains: [{name: 'a b'}]", "chains[0].name", "must be 1-64"),
         ("chains: [{name: c, colour: red}]", "chains[0].colour", "Extra inputs"),
         ("steering: {active_chain: missing}", "(top level)", "no chain of chains"),
+        (
+            "chains: [{name: c, org: acme}]\nsteering: {active_chain: c}",
+            "(top level)",
+            "must be deployment-wide",
+        ),
         ("steering: {profile: custom, weights: [0.5, 0.5, 0.5]}", "steering", "sum to 1"),
         ("steering: {profile: custom}", "steering", "needs weights"),
         ("steering: {profile: balanced, weights: [1, 0, 0]}", "steering", "only read with"),
