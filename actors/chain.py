@@ -75,14 +75,7 @@ class ChainActor(Actor):
     async def _load(self) -> _Snapshot | None:
         if self._snapshots is None:
             return None
-        raw = await self._snapshots.load(snapshot_name(self.state.name))
-        if raw is None:
-            return None
-        try:
-            return msgspec.json.decode(raw, type=_Snapshot)
-        except msgspec.DecodeError:
-            logger.warning("ignoring unreadable snapshot of %s", self.name)
-            return None
+        return await self._snapshots.load_as(snapshot_name(self.state.name), _Snapshot)
 
     async def _save(self, seen: tuple[str, ...] | None = None) -> None:
         if self._snapshots is None:

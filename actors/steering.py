@@ -224,14 +224,7 @@ class SteeringActor(Actor):
     async def _load(self) -> _Snapshot:
         if self._snapshots is None:
             return _Snapshot()
-        raw = await self._snapshots.load(_SNAPSHOT)
-        if raw is None:
-            return _Snapshot()
-        try:
-            return msgspec.json.decode(raw, type=_Snapshot)
-        except msgspec.DecodeError:
-            logger.warning("ignoring unreadable snapshot of %s", self.name)
-            return _Snapshot()
+        return await self._snapshots.load_as(_SNAPSHOT, _Snapshot) or _Snapshot()
 
     async def _save(self) -> None:
         if self._snapshots is None:
