@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gateway.admin_auth import CALLER_SCOPE_KEY
+from gateway.formats.openai_chat import require_object_with_model
+from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest
 from gateway.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from schemas import (
@@ -75,12 +77,8 @@ async def explain(
     raw = spec.get("body")
     if not isinstance(raw, dict):
         raise InvalidRequestError("'body' must be the request body, a JSON object", param="body")
-    body = surface.to_canonical(raw) if surface is not None else raw
-    requested = body.get("model")
-    if not isinstance(requested, str) or not requested:
-        raise InvalidRequestError(
-            "'model' is required and must be a non-empty string", param="model"
-        )
+    body = surface.to_canonical(raw) if surface is not None else validate_embeddings_request(raw)
+    requested: str = require_object_with_model(body)["model"]
     as_caller = await _as_caller(req, spec.get("headers"), path, auth)
     info = info_of(
         as_caller, "embeddings" if surface is None else surface.name, bool(body.get("stream"))

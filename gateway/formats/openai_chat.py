@@ -75,8 +75,9 @@ _MESSAGE_FIELDS = {
 _DONE_FRAME = b"data: [DONE]\n\n"
 
 
-def validate_chat_request(body: Any) -> JSON:
-    """Check the fields routing and every adapter rely on. Raises InvalidRequestError."""
+def require_object_with_model(body: Any) -> JSON:
+    """``body`` as a JSON object. Raises InvalidRequestError unless it is one naming a
+    ``model`` (a non-empty string)."""
     if not isinstance(body, dict):
         raise InvalidRequestError("the request body must be a JSON object")
     model = body.get("model")
@@ -84,6 +85,12 @@ def validate_chat_request(body: Any) -> JSON:
         raise InvalidRequestError(
             "'model' is required and must be a non-empty string", param="model"
         )
+    return body
+
+
+def validate_chat_request(raw: Any) -> JSON:
+    """Check the fields routing and every adapter rely on. Raises InvalidRequestError."""
+    body = require_object_with_model(raw)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError(

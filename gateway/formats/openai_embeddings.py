@@ -9,21 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.formats._common import INTEGER, JSON, STRING, check_types
+from gateway.formats.openai_chat import require_object_with_model
 from schemas import InvalidRequestError
 
 # The documented fields (openai's EmbeddingCreateParams) besides model and input.
 _FIELDS = {"dimensions": INTEGER, "encoding_format": STRING, "user": STRING}
 
 
-def validate_embeddings_request(body: Any) -> JSON:
+def validate_embeddings_request(raw: Any) -> JSON:
     """``body`` if it is an embeddings request. Raises InvalidRequestError naming the field."""
-    if not isinstance(body, dict):
-        raise InvalidRequestError("the request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise InvalidRequestError(
-            "'model' is required and must be a non-empty string", param="model"
-        )
+    body = require_object_with_model(raw)
     inp = body.get("input")
     if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
         raise InvalidRequestError("'input' must be a string or a non-empty array", param="input")
