@@ -41,6 +41,7 @@ from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest, Receive, Scope, Send
 from gateway.identity import affinity_key
+from gateway.metadata import client_metadata
 from gateway.operations import IngressOps
 from gateway.reload import FallbackTargets
 from gateway.steering import Steerer, is_steering
@@ -337,6 +338,7 @@ class GatewayApp:
     async def _inference(self, req: HttpRequest, surface: Surface) -> None:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
+        client_metadata(req)  # refused early, whatever the model
         requested = str(body["model"])
         stream = bool(body.get("stream"))
         info = self._info(req, surface.name, stream, estimate_prompt_tokens(size))
@@ -429,6 +431,7 @@ class GatewayApp:
     async def _embeddings(self, req: HttpRequest) -> None:
         raw = validate_embeddings_request((await self._read_json(req))[0])
         requested = raw["model"]
+        client_metadata(req)
         info = self._info(req, "embeddings", False)
 
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
