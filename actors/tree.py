@@ -10,6 +10,7 @@
     ├── health: HealthActor (read model for /health/deep)
     ├── routing_admin: RoutingAdminActor (admin areas routing and bench, forwarded to owners)
     ├── api_keys: ApiKeyAdminActor (admin area api_keys: gateway API keys)
+    ├── rules: RulesActor (admin area rules: the routing rule set, persisted and published)
     ├── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
     └── steering: SteeringActor (admin areas chains and steering, scoring evidence; runs a
                   ChainActor per chain)
@@ -30,6 +31,7 @@ from actors.keypool_actor import keys_supervisor
 from actors.model import ModelActor
 from actors.route_table import candidate_for
 from actors.routing_admin import RoutingAdminActor
+from actors.rules import RulesActor
 from actors.snapshots import SnapshotStore
 from actors.steering import SteeringActor
 from actors.store import StoreActor
@@ -90,6 +92,7 @@ def build_tree(
             ChildSpec("routing_admin", functools.partial(
                 RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints))),
             ChildSpec("api_keys", functools.partial(ApiKeyAdminActor, config.database.path)),
+            ChildSpec("rules", functools.partial(RulesActor, snapshots=snapshots, **extra)),
             ChildSpec("degraded_mode", functools.partial(
                 DegradedModeActor, tuple(all_endpoints), config.routing.degraded,
                 circuit.min_availability, **extra)),

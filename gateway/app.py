@@ -26,6 +26,7 @@ from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.http import UpstreamHTTP
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.admin_auth import is_admin
+from gateway.admin_rules import RulesAdmin
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
 from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
@@ -44,6 +45,7 @@ from gateway.identity import affinity_key
 from gateway.metadata import client_metadata
 from gateway.operations import IngressOps
 from gateway.reload import FallbackTargets
+from gateway.routing_rules import RulesView
 from gateway.steering import Steerer, is_steering
 from gateway.steering_view import SteeringView
 from gateway.surfaces import CHAT, MESSAGES, RESPONSES, Surface
@@ -122,6 +124,10 @@ class GatewayApp:
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
         }
         self._routes[("POST", explain.PATH)] = self._explain
+        # The routing rule set: this ingress's compiled view, and its admin routes.
+        self.rules = RulesView(bus)
+        self._rules_admin = RulesAdmin(bus, config)
+        self._routes.update(self._rules_admin.routes())
         # Callers and credentials: the auth gate, key stores, /admin/keys, /admin/provider-keys
         # (before the /admin/<area>/<verb> catch-all below).
         self.callers = Callers(bus, config)
@@ -152,6 +158,7 @@ class GatewayApp:
                 self._ensure_client()
                 await self.callers.start()
                 await self.steering.start()
+                await self.rules.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -166,6 +173,7 @@ class GatewayApp:
     async def aclose(self) -> None:
         """Close the upstream HTTP client and the callers' database."""
         await self.steering.aclose()
+        await self.rules.aclose()
         await self.callers.aclose()
         if self._client is not None:
             await self._client.aclose()
@@ -182,6 +190,7 @@ class GatewayApp:
         self.ops.reconfigure(config)
         self.callers.reconfigure(config)
         self.steering.reconfigure(config)
+        self._rules_admin.config = config
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
@@ -554,7 +563,8 @@ class GatewayApp:
         mode = await self._mode()
         degraded = degraded or mode["mode"] == "degraded"
         await req.respond(200, _encode({"status": "degraded" if degraded else "ok",
-                                        **mode, "endpoints": endpoints}))
+                                        **mode, "endpoints": endpoints,
+                                        "rules": self.rules.health()}))
 
     async def _routing(self, req: HttpRequest) -> None:
         models: dict[str, Any] = {}

@@ -1,4 +1,5 @@
-"""``llmgw admin <area> <verb> [--json ARGS] [--arg K=V ...]``: one admin command.
+"""``llmgw admin <area> <verb> [--json ARGS | --file ARGS.json] [--arg K=V ...]``: one admin
+command.
 
 Sent as ``AdminCommand`` on ``llmgw.admin.<area>.<verb>`` (``--bus``) or as
 ``POST /admin/<area>/<verb>`` to an ingress (``--url``) or to the local socket of a gateway on
@@ -40,6 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("area", help="admin area (config, log, ...), or a shortcut: reload, show")
     p.add_argument("verb", nargs="?", help="the area's verb (reload, stats, query, ...)")
     p.add_argument("--json", dest="json_args", help="the verb's arguments as a JSON object")
+    p.add_argument("--file", dest="json_file", metavar="PATH",
+                   help="the verb's arguments as a JSON object in a file (rules put --file "
+                        "rules.json)")
     p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
                    help="one argument (a JSON value, else a string); repeatable")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
@@ -57,12 +61,13 @@ def command_args(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
         area, verb = _SHORTCUTS[area]
     values: dict[str, Any] = {}
     if args.json_args:
+        values = _json_object(args.json_args, "--json")
+    elif args.json_file:
         try:
-            values = json.loads(args.json_args)
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"--json is not valid JSON: {exc}") from None
-        if not isinstance(values, dict):
-            raise UsageError("--json must be a JSON object")
+            with open(args.json_file, encoding="utf-8") as f:
+                values = _json_object(f.read(), f"--file {args.json_file}")
+        except OSError as exc:
+            raise UsageError(f"--file: {exc.strerror}: {args.json_file}") from None
     for item in args.arg:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -72,6 +77,16 @@ def command_args(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
         except json.JSONDecodeError:
             values[key] = raw
     return area, verb, values
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"{what} must be a JSON object")
+    return values
 
 
 def run(args: argparse.Namespace) -> int:

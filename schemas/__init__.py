@@ -86,6 +86,7 @@ from schemas.routing import (
     SetWeight,
     StateRequest,
 )
+from schemas.rules import Rule, RulesGet, RulesState
 from schemas.steering import (
     ChainEdit,
     ChainEntry,
@@ -121,6 +122,8 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     FirstToken,
     SetWeight,
     LocalHealth,
+    RulesGet,
+    RulesState,
     KeyPoolState,
     KeyPoolStateRequest,
     KeyAcquire,
@@ -221,6 +224,9 @@ __all__ = [
     "RoutePlan",
     "RouteRequest",
     "RouteStatus",
+    "Rule",
+    "RulesGet",
+    "RulesState",
     "SetWeight",
     "StateRequest",
     "SteeringGet",

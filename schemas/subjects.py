@@ -39,6 +39,9 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     KeyDeclarationsRequest -> KeyDeclarations
 - ``llmgw.keys.registry.declarations`` event       KeyRegistryActor -> KeyPoolActors, ingress:
                                                     KeyDeclarations (database keys, reservations)
+- ``llmgw.rules.get``                request/reply  ingress -> RulesActor: RulesGet -> RulesState
+- ``llmgw.rules.state``              event          RulesActor -> ingress views: RulesState (the
+                                                    routing rule set, on every change)
 - ``llmgw.auth.keys.changed``       event          ApiKeyAdminActor, CLI -> every ingress:
                                                     ApiKeyCreated, ApiKeyRevoked (drop cached
                                                     keys at once)
@@ -214,6 +217,8 @@ STEERING_STATE = f"{PREFIX}.steering.state"
 STEERING_EVIDENCE = f"{PREFIX}.steering.evidence"
 PROBE_DUE = f"{PREFIX}.probe.due"
 MODE_GET = f"{PREFIX}.mode.get"
+RULES_GET = f"{PREFIX}.rules.get"
+RULES_STATE = f"{PREFIX}.rules.state"
 OBSERVATION_ANY = f"{PREFIX}.obs.*"
 ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
 EVENTS_ANY = f"{PREFIX}.events.>"
