@@ -85,7 +85,7 @@ class RulesView:
             logger.info("routing rules not known yet (%s); waiting for the owner", exc.message)
             return
         if isinstance(reply, RulesState) and self._events == seen:
-            self._apply(reply)
+            self.apply(reply)
 
     async def aclose(self) -> None:
         """Stop following the owner."""
@@ -95,9 +95,11 @@ class RulesView:
     async def _on_event(self, msg: object) -> None:
         if isinstance(msg, RulesState):
             self._events += 1
-            self._apply(msg)
+            self.apply(msg)
 
-    def _apply(self, state: RulesState) -> None:
+    def apply(self, state: RulesState) -> None:
+        """Hold ``state`` (compiled) from now on; a set that does not compile reads as
+        disabled."""
         compiled = CompiledRules()
         if state.status == "ok":
             try:
