@@ -116,7 +116,7 @@ def _steering_brief(res: Resolution | None) -> dict[str, Any]:
     return {"target": res.target, "chain": res.chain or "", "axis": res.axis or "",
             "ordering": res.ordering.how, "chosen": chosen, "score": score,
             "runner_up": runner_up, "runner_up_score": runner_up_score,
-            "explored": res.explored}
+            "explored": res.explored, "rule": res.rule}
 
 
 class Accounting:

@@ -8,6 +8,7 @@ included) and publish one observation per attempt. Errors are answered in the ca
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import itertools
 import logging
@@ -281,17 +282,22 @@ class GatewayApp:
         return accounting.routed(plan)
 
     async def walk(self, requested: str, req: HttpRequest, info: RequestInfo,
-                   ask: Ask, *, explore: bool = True) -> PlanWalk:
-        """The models that may serve ``requested``, in order (the live path's, and explain's).
-        Raises RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
+                   ask: Ask, *, explore: bool = True, body: JSON | None = None) -> PlanWalk:
+        """The models that may serve ``requested``, in order (the live path's, and explain's);
+        for ``auto``, the first routing rule matching ``body`` picks the target. Raises
+        RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
         chain)."""
         if not is_steering(requested):
             return PlanWalk((self._resolve(requested, req),), ask, info)
         accounting.requested(requested)
         caller = caller_of(req)
         book = await self.steering.book_for(requested)
-        steered = self._steerer.resolve(book, requested, org=caller.org, role=caller.role,
-                                        caller=info.caller, explore=explore)
+        rule = (self.rules.for_request(body, req, info, book, caller.org)
+                if body is not None and self.rules.applies(requested) else None)
+        steered = self._steerer.resolve(book, rule.route if rule else requested, org=caller.org,
+                                        role=caller.role, caller=info.caller, explore=explore)
+        if rule is not None:
+            steered = dataclasses.replace(steered, rule=rule.name)
         accounting.steered(steered)
         models = tuple(m for m in map(book.model, steered.models) if m is not None)
         return PlanWalk(models, ask, info, steered)
@@ -355,7 +361,7 @@ class GatewayApp:
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, body, surface.name, req, info)
 
-        walk = await self.walk(requested, req, info, ask)
+        walk = await self.walk(requested, req, info, ask, body=body)
         plan = await walk.first()
         await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
                                      req, surface, info, plan, body, requested, raw, walk)
@@ -446,7 +452,7 @@ class GatewayApp:
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, raw, "embeddings", req, info)
 
-        walk = await self.walk(requested, req, info, ask)
+        walk = await self.walk(requested, req, info, ask, body=raw)
         plan = await walk.first()
 
         async def embed(adapter: Adapter, target: UpstreamTarget) -> JSON:
@@ -589,8 +595,17 @@ class GatewayApp:
             raise UnauthorizedError("admin endpoints need the admin key")
         result = await explain.explain(
             req, self._bus, self.callers.auth, info_of=self.request_info,
-            walk=functools.partial(self.walk, explore=False), plan=self._plan_for)
+            walk=functools.partial(self.walk, explore=False), plan=self._plan_for,
+            rules=self._explain_rules)
         await req.respond(200, _encode(result))
+
+    async def _explain_rules(self, requested: str, body: JSON, req: HttpRequest,
+                             info: RequestInfo) -> list[JSON]:
+        """Explain's rules section: every rule and its outcome for an ``auto`` request."""
+        if not self.rules.applies(requested):
+            return []
+        book = await self.steering.book_for(requested)
+        return self.rules.explain_request(body, req, info, book, caller_of(req).org)
 
     async def _admin_weights(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):

@@ -9,7 +9,9 @@ calls no upstream. Exploration is reported as its probability, not drawn. The fi
 prefill lease is released at once; its session-affinity pin for the caller is kept, as the
 request would have left it.
 
-Answer: ``target`` (how the model field resolved), ``candidates`` (each with per-axis
+Answer: ``target`` (how the model field resolved; ``rule`` names the routing rule that chose
+it), ``rules`` (for ``auto``: every routing rule in order, matched or not, and for one that
+did not, the clause that failed), ``candidates`` (each with per-axis
 scores, weights, multipliers and final score), ``excluded`` (model and reason), ``order``
 (the models the failover loop would walk), and ``plan`` (the first model's route plan).
 """
@@ -17,12 +19,12 @@ scores, weights, multipliers and final score), ``excluded`` (model and reason), 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from gateway.admin_auth import CALLER_SCOPE_KEY
-from gateway.formats.openai_chat import require_object_with_model
+from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest
 from gateway.surfaces import CHAT, MESSAGES, RESPONSES, Surface
@@ -53,7 +55,16 @@ _SURFACES: dict[str, Surface | None] = {
 }
 _MAX_BYTES = 4 * 1024 * 1024
 
-Walker = Callable[[str, HttpRequest, "RequestInfo", "Ask"], Awaitable["PlanWalk"]]
+
+class Walker(Protocol):
+    """The app's target resolution (``GatewayApp.walk``)."""
+
+    def __call__(
+        self, requested: str, req: HttpRequest, info: RequestInfo, ask: Ask, *, body: Any
+    ) -> Awaitable[PlanWalk]: ...
+
+
+Rules = Callable[[str, Any, HttpRequest, "RequestInfo"], Awaitable[list[dict[str, Any]]]]
 Planner = Callable[["ModelConfig", Any, str, HttpRequest, "RequestInfo"], Awaitable[RoutePlan]]
 
 
@@ -65,6 +76,7 @@ async def explain(
     info_of: Callable[[HttpRequest, str, bool], RequestInfo],
     walk: Walker,
     plan: Planner,
+    rules: Rules | None = None,
 ) -> dict[str, Any]:
     """The dry-run decision for the request described by ``req``'s body. Raises
     InvalidRequestError for a malformed description, and what the live path raises (400 for
@@ -83,6 +95,8 @@ async def explain(
     info = info_of(
         as_caller, "embeddings" if surface is None else surface.name, bool(body.get("stream"))
     )
+    # The live path estimates from the body's length; the body re-encoded is that length.
+    info.prompt_estimate = estimate_prompt_tokens(len(msgspec.json.encode(raw)))
     refused: list[dict[str, str]] = []
 
     async def ask(model: ModelConfig) -> RoutePlan:
@@ -94,7 +108,7 @@ async def explain(
             refused.append({"model": model.id, "reason": err.code.value, "message": err.message})
             raise
 
-    walked = await walk(requested, as_caller, info, ask)
+    walked = await walk(requested, as_caller, info, ask, body=body)
     first = await walked.first()
     if first.candidates:  # no stream follows: end the primary's prefill lease now
         await bus.publish(
@@ -104,6 +118,7 @@ async def explain(
     return {
         "model_field": requested,
         "target": _target(walked.steered, requested),
+        "rules": await rules(requested, body, as_caller, info) if rules else [],
         **(await _scores(walked.steered, bus)),
         "refused": refused,
         "plan": {
@@ -165,6 +180,7 @@ def _target(res: Resolution | None, requested: str) -> dict[str, Any]:
         "ordering": o.how,
         "weights": list(o.weights) if o.weights else None,
         "affinity": res.affinity,
+        **({"rule": res.rule} if res.rule else {}),
     }
 
 

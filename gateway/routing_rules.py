@@ -16,14 +16,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bus import Bus
 from gateway.auth import follow, unfollow
 from gateway.formats.openai_chat import input_modalities
-from schemas import GatewayError, RulesGet, RulesState, subjects
+from gateway.metadata import client_metadata
+from gateway.steering import SteeringBook
+from schemas import GatewayError, InvalidRequestError, RulesGet, RulesState, subjects
+from schemas.catalog import AUTO
 from schemas.rule_language import CompiledRule, CompiledRules, RuleSetError, RuleTrace
 from schemas.rule_language import compile_rules as _compile
+
+if TYPE_CHECKING:
+    from gateway.dispatch import RequestInfo
+    from gateway.http import HttpRequest
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +65,21 @@ def request_params(surface: str, body: JSON, prompt_tokens: int, role: str) -> J
 
 def _usable_by_all(route: str) -> bool:
     return True
+
+
+def usable_in(book: SteeringBook, org: str) -> Callable[[str], bool]:
+    """Whether a rule's route resolves for a caller of ``org`` in ``book``: an axis with a
+    model, or a chain of the deployment or of ``org`` with an enabled model. Anything else
+    (another organisation's chain, an unknown or empty one) resolves to nothing."""
+
+    def usable(route: str) -> bool:
+        try:
+            book.ordering(route, org)
+        except InvalidRequestError:
+            return False
+        return True
+
+    return usable
 
 
 class RulesView:
@@ -120,6 +142,30 @@ class RulesView:
         Never raises."""
         rules = self.compiled
         return rules.first(params, metadata, usable) if rules.rules else None
+
+    def applies(self, requested: str) -> bool:
+        """Whether rules may route a request for ``requested``: only ``auto`` (any case), the
+        request that named no target, and only while there are rules."""
+        return bool(self.compiled.rules) and requested.lower() == AUTO
+
+    def _inputs(self, body: JSON, req: HttpRequest, info: RequestInfo) -> tuple[JSON, Any]:
+        role = info.role or ""
+        return request_params(info.surface, body, info.prompt_estimate, role), client_metadata(req)
+
+    def for_request(
+        self, body: JSON, req: HttpRequest, info: RequestInfo, book: SteeringBook, org: str
+    ) -> CompiledRule | None:
+        """The rule routing this ``auto`` request (see :meth:`route_for`). Raises
+        InvalidRequestError for a bad ``x-llmgw-metadata`` header."""
+        params, metadata = self._inputs(body, req, info)
+        return self.route_for(params, metadata, usable_in(book, org))
+
+    def explain_request(
+        self, body: JSON, req: HttpRequest, info: RequestInfo, book: SteeringBook, org: str
+    ) -> list[JSON]:
+        """Every rule with its outcome for this request, as explain shows them."""
+        params, metadata = self._inputs(body, req, info)
+        return [t.to_dict() for t in self.explain(params, metadata, usable_in(book, org))]
 
     def explain(
         self,

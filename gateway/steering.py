@@ -89,6 +89,7 @@ class Resolution:
     affinity: bool = False
     exploration: float = 0.0
     degraded: bool = False
+    rule: str = ""  # the routing rule that chose this target for an ``auto`` request
 
     def brief(self) -> tuple[str, float | None, str, float | None]:
         """(chosen model, its score, runner-up, its score) for the decision event."""

@@ -58,7 +58,8 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     A steered request (``auto``...) also says how: its ``target`` (lower case), the
     ``chain`` or ``axis`` it resolved to, the ``ordering`` (profile, axis or ``priority``),
     the ``chosen`` first model with its ``score``, the ``runner_up`` with its score, and
-    whether the primary was an exploration pick.
+    whether the primary was an exploration pick. A request a routing rule sent to its
+    chain or axis names the ``rule``.
     """
 
     request_id: str = ""
@@ -83,6 +84,7 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     runner_up: str = ""
     runner_up_score: float | None = None
     explored: bool = False
+    rule: str = ""
 
 
 class ConfigChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
