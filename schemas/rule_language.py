@@ -45,6 +45,14 @@ _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$regex
 _PARAMS = frozenset(PARAMS)
 # Values are typed by kind; values of two kinds never compare (True is not 1).
 _KINDS: dict[type, str] = {bool: "bool", int: "number", float: "number", str: "string"}
+_TYPES: dict[str, frozenset[type]] = {
+    "bool": frozenset({bool}),
+    "number": frozenset({int, float}),
+    "string": frozenset({str}),
+}
+# Fields whose value is a list: an operator holds when it holds for any element ($ne and
+# $nin: for none).
+_LIST_FIELDS = frozenset({"params.modalities"})
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.never_capture = True
@@ -72,48 +80,38 @@ class Failed:
     missing: bool = False
 
 
+Match = Callable[[Values, Values], bool]  # (params, metadata) -> whether a condition holds
+
+
 class _Leaf:
-    """One comparison of one field."""
+    """One comparison of one field. ``match`` is a closure built once per leaf, so the hot
+    path is a dictionary lookup and one test per clause."""
 
-    __slots__ = ("_namespace", "key", "missing", "path", "pattern", "test")
+    __slots__ = ("field", "match", "path", "pattern")
+    match: Match
 
-    def __init__(
-        self,
-        path: str,
-        field: str,
-        test: Callable[[Any], bool],
-        missing: bool,
-        pattern: object = None,
-    ) -> None:
+    def __init__(self, path: str, field: str, match: Match, pattern: object = None) -> None:
         self.path = path
-        self._namespace, self.key = field.split(".", 1)
-        self.test = test
-        self.missing = missing
+        self.field = field
+        self.match = match
         self.pattern = pattern  # the compiled RE2 program of a $regex
-
-    def value(self, params: Values, metadata: Values) -> Any:
-        return (params if self._namespace == "params" else metadata).get(self.key, _MISSING)
-
-    def match(self, params: Values, metadata: Values) -> bool:
-        v = self.value(params, metadata)
-        return self.missing if v is _MISSING else self.test(v)
 
     def failure(self, params: Values, metadata: Values) -> Failed | None:
         if self.match(params, metadata):
             return None
-        v = self.value(params, metadata)
+        namespace, key = self.field.split(".", 1)
+        v = (params if namespace == "params" else metadata).get(key, _MISSING)
         return Failed(self.path, missing=True) if v is _MISSING else Failed(self.path, v)
 
 
 class _All:
-    __slots__ = ("children", "path")
+    __slots__ = ("children", "match", "path")
+    match: Match
 
     def __init__(self, path: str, children: tuple[_Node, ...]) -> None:
         self.path = path
         self.children = children
-
-    def match(self, params: Values, metadata: Values) -> bool:
-        return all(c.match(params, metadata) for c in self.children)
+        self.match = _all_of(tuple(c.match for c in children))
 
     def failure(self, params: Values, metadata: Values) -> Failed | None:
         for c in self.children:
@@ -124,14 +122,13 @@ class _All:
 
 
 class _Any:
-    __slots__ = ("children", "path")
+    __slots__ = ("children", "match", "path")
+    match: Match
 
     def __init__(self, path: str, children: tuple[_Node, ...]) -> None:
         self.path = path
         self.children = children
-
-    def match(self, params: Values, metadata: Values) -> bool:
-        return any(c.match(params, metadata) for c in self.children)
+        self.match = _any_of(tuple(c.match for c in children))
 
     def failure(self, params: Values, metadata: Values) -> Failed | None:
         # No single clause is to blame when every alternative failed: name the $or.
@@ -139,6 +136,57 @@ class _Any:
 
 
 _Node = _Leaf | _All | _Any
+
+
+def _all_of(matches: tuple[Match, ...]) -> Match:
+    if len(matches) == 1:
+        return matches[0]
+
+    def match(p: Values, m: Values) -> bool:
+        for one in matches:
+            if not one(p, m):
+                return False
+        return True
+
+    return match
+
+
+def _any_of(matches: tuple[Match, ...]) -> Match:
+    if len(matches) == 1:
+        return matches[0]
+
+    def match(p: Values, m: Values) -> bool:
+        for one in matches:
+            if one(p, m):
+                return True
+        return False
+
+    return match
+
+
+def _leaf_match(field: str, test: Callable[[Any], bool], negated: bool) -> Match:
+    """The closure of one comparison: look ``field`` up and ``test`` it (any element of a
+    list-valued field), negated for ``$ne``/``$nin``, which alone match a missing field."""
+    namespace, key = field.split(".", 1)
+    if field in _LIST_FIELDS:
+        test = _any_element(test)
+    if negated:
+        positive = test
+        test = lambda v: not positive(v)  # noqa: E731 - one expression, bound once
+    missing = negated
+    if namespace == "params":
+
+        def in_params(p: Values, m: Values) -> bool:
+            v = p.get(key, _MISSING)
+            return missing if v is _MISSING else test(v)
+
+        return in_params
+
+    def in_metadata(p: Values, m: Values) -> bool:
+        v = m.get(key, _MISSING)
+        return missing if v is _MISSING else test(v)
+
+    return in_metadata
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +250,7 @@ class CompiledRules:
         chain the caller's organisation may not use falls through to the next). Never
         raises."""
         for rule in self.rules:
-            if rule.matches(params, metadata) and usable(rule.route):
+            if rule._root.match(params, metadata) and usable(rule.route):
                 return rule
         return None
 
@@ -352,10 +400,10 @@ def _field(key: str, value: Any, path: str, counter: list[int]) -> list[_Leaf]:
             raise RuleSetError(sub, f"more than {MAX_CLAUSES} comparisons in one rule")
         if op == "$regex":
             pattern = _regex(operand, sub)
-            leaves.append(_Leaf(sub, key, _searcher(pattern), False, pattern))
+            leaves.append(_Leaf(sub, key, _leaf_match(key, _searcher(pattern), False), pattern))
         else:
-            test, missing = _operator(op, operand, sub)
-            leaves.append(_Leaf(sub, key, test, missing))
+            test, negated = _operator(op, operand, sub)
+            leaves.append(_Leaf(sub, key, _leaf_match(key, test, negated)))
     return leaves
 
 
@@ -367,19 +415,23 @@ def _scalar(value: Any, path: str) -> str:
 
 
 def _operator(op: str, operand: Any, path: str) -> tuple[Callable[[Any], bool], bool]:
-    """(test of a present value, result for a missing field) of one comparison."""
+    """(test of a present value, whether the operator is its negation) of one comparison:
+    ``$ne`` is not ``$eq``, ``$nin`` is not ``$in``."""
     if op in ("$in", "$nin"):
         if not isinstance(operand, list) or len(operand) > MAX_IN_VALUES:
             raise RuleSetError(path, f"must be a list of at most {MAX_IN_VALUES} values")
         keys = frozenset((_scalar(v, f"{path}[{j}]"), v) for j, v in enumerate(operand))
-        member = _any_element(lambda v: (_KINDS.get(type(v)), v) in keys)
-        return (member, False) if op == "$in" else ((lambda v: not member(v)), True)
-    kind = _scalar(operand, path)
+
+        def member(v: Any) -> bool:
+            kind = _KINDS.get(type(v))
+            return kind is not None and (kind, v) in keys  # (never hashes a list)
+
+        return member, op == "$nin"
+    types = _TYPES[_scalar(operand, path)]
     if op in ("$eq", "$ne"):
-        equal = _any_element(lambda v: _KINDS.get(type(v)) == kind and v == operand)
-        return (equal, False) if op == "$eq" else ((lambda v: not equal(v)), True)
+        return (lambda v: type(v) in types and v == operand), op == "$ne"
     compare = _ORDER[op]
-    return _any_element(lambda v: _KINDS.get(type(v)) == kind and compare(v, operand)), False
+    return (lambda v: type(v) in types and compare(v, operand)), False
 
 
 _ORDER: dict[str, Callable[[Any, Any], bool]] = {
@@ -391,7 +443,7 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
 
 
 def _any_element(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """``test`` of a value, or of any element of a list value."""
+    """``test`` of a value, or of any element of a list value (``params.modalities``)."""
 
     def run(v: Any) -> bool:
         if isinstance(v, list | tuple):
@@ -419,4 +471,4 @@ def _regex(pattern: Any, path: str) -> Any:
 
 def _searcher(compiled: Any) -> Callable[[Any], bool]:
     search = compiled.search
-    return _any_element(lambda v: type(v) is str and search(v) is not None)
+    return lambda v: type(v) is str and search(v) is not None

@@ -436,10 +436,6 @@ def test_arbitrary_json_is_taken_or_refused_with_a_path(raw: Any) -> None:
             assert err.path.startswith("rules")
 
 
-class _CountingLeaf:
-    calls = 0
-
-
 @settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(conditions, min_size=1, max_size=5), param_values, metadata_values)
 def test_evaluation_does_at_most_one_test_per_clause(
@@ -448,19 +444,26 @@ def test_evaluation_does_at_most_one_test_per_clause(
     params: dict[str, Any],
     metadata: dict[str, Any],
 ) -> None:
-    rules = compile_rules([Rule(name=f"r{i}", when=w, route="auto:a") for i, w in enumerate(whens)])
-    match = rule_language._Leaf.match
-    counter = _CountingLeaf()
-    counter.calls = 0
+    calls = [0]
+    build = rule_language._leaf_match
 
-    def counted(self: Any, p: Any, m: Any) -> bool:
-        counter.calls += 1
-        return match(self, p, m)
+    def counting(*args: Any) -> Any:
+        match = build(*args)
 
-    monkeypatch.setattr(rule_language._Leaf, "match", counted)
+        def counted(p: Any, m: Any) -> bool:
+            calls[0] += 1
+            return bool(match(p, m))
+
+        return counted
+
+    with monkeypatch.context() as patched:
+        patched.setattr(rule_language, "_leaf_match", counting)
+        rules = compile_rules(
+            [Rule(name=f"r{i}", when=w, route="auto:a") for i, w in enumerate(whens)]
+        )
     rules.first(params, metadata)
-    monkeypatch.undo()
-    assert counter.calls <= sum(r.clauses for r in rules.rules)
+
+    assert calls[0] <= sum(r.clauses for r in rules.rules)
 
 
 def test_every_regex_is_an_re2_program_even_a_catastrophic_one() -> None:
