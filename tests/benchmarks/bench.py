@@ -66,6 +66,7 @@ SURFACE_MODES = ("responses", "responses-stream", "messages", "messages-stream")
 # route to the upstream) ordered by the balanced profile: what steering costs over a plain id.
 STEERING_MODES = ("auto", "auto-stream")
 _CHAIN = tuple(f"bench-{i}" for i in range(1, 6))
+_ADMIN_KEY = "bench-admin"  # only to store --rules; the /v1 rows stay anonymous
 
 
 @dataclass(frozen=True)
@@ -680,7 +681,25 @@ def _gateway_config(upstream_url: str) -> str:
         )
     chain = ", ".join(_CHAIN)
     return text + f"chains:\n  - {{name: bench5, models: [{chain}]}}\n" + (
-        "steering: {active_chain: bench5, profile: balanced}\n")
+        "steering: {active_chain: bench5, profile: balanced}\n"
+        f"admin_key: {_ADMIN_KEY}\n")
+
+
+def _bench_rules(n: int) -> list[dict[str, Any]]:
+    """``n`` routing rules no bench request matches, each failing on its last clause, so
+    every ``auto`` request evaluates all of them (3 comparisons each, one a regex)."""
+    return [{"name": f"r{i}", "route": "auto:bench5", "when": {"$and": [
+        {"params.surface": "chat"}, {"params.prompt_tokens": {"$lt": 10**9}},
+        {"metadata.team": {"$regex": f"^team-{i}$"}}]}} for i in range(n)]
+
+
+def _put_rules(gateway_url: str, n: int) -> None:
+    body = json.dumps({"rules": _bench_rules(n)}).encode()
+    req = urllib.request.Request(
+        f"{gateway_url}/api/fallback/routing-rules", data=body, method="PUT",
+        headers={"authorization": f"Bearer {_ADMIN_KEY}", "content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=_START_TIMEOUT_S) as resp:
+        resp.read()
 
 
 def run(args: argparse.Namespace) -> list[StepResult]:
@@ -717,6 +736,8 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                 )
                 gateway_url = m.group(1)
                 gateway_pid = gateway.pid
+                if args.rules:
+                    _put_rules(gateway_url, args.rules)
             urls = {"direct": upstream_url, "gateway": gateway_url}
             watch_pids = {"upstream": upstream.pid}
             if gateway_pid:
@@ -1018,6 +1039,11 @@ def _parser() -> argparse.ArgumentParser:
         default="inproc://",
         help="gateway bus: inproc:// (default), nats://HOST:PORT, or 'nats' to "
         "start a nats-server pinned beside the gateway",
+    )
+    p.add_argument(
+        "--rules", type=int, default=0,
+        help="store N routing rules that no request matches before measuring (0): what "
+        "evaluating them costs every auto row",
     )
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.add_argument("--gateway-cpus", default="0", help="taskset list for the gateway (0)")
