@@ -21,6 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gateway.accounting import bounded
 from schemas import ChainState, Evidence, InvalidRequestError, ModelEvidence, SteeringState
 from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS
 from schemas.config import ModelConfig
@@ -257,8 +258,8 @@ class SteeringBook:
         chain_state = self.chains.get(suffix)
         if chain_state is None or (chain_state.org and chain_state.org != org):
             raise InvalidRequestError(
-                f"unknown chain {suffix!r} in model {name!r}: no such chain (auto:<axis> "
-                f"takes one of {', '.join(AXES)})",
+                f"unknown chain {bounded(suffix)!r} in model {bounded(name)!r}: no such chain "
+                f"(auto:<axis> takes one of {', '.join(AXES)})",
                 param="model",
             )
         ordering = self.chain_orders[suffix]
@@ -380,7 +381,8 @@ class Steerer:
 
     def served(self, res: Resolution, caller: str, model: str) -> None:
         """``model`` served ``caller``'s steered request: keep it there while it is healthy."""
-        if self._affinity and caller:
+        # An explored request is one sample of another model: the caller stays where it was.
+        if self._affinity and caller and not res.explored:
             self._pins.pin(caller, res.target, model)
 
 

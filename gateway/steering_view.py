@@ -30,7 +30,7 @@ from schemas import (
     SteeringState,
     subjects,
 )
-from schemas.catalog import AUTO, AXIS_SYNONYMS
+from schemas.catalog import AUTO, AXIS_SYNONYMS, chain_name_problem
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -142,6 +142,10 @@ class SteeringView:
         book = self.book
         suffix = name[len(AUTO) + 1 :].lower()
         if suffix and suffix not in book.chains and suffix not in AXIS_SYNONYMS:
+            if chain_name_problem(suffix) is not None:
+                # No chain can have this name: nothing to ask (and a name longer than a bus
+                # subject may be would cost this ingress its NATS connection).
+                return book
             # A name just found unknown is not asked again for a second: a client sending
             # made-up names must not cost a bus request each.
             now = time.monotonic()

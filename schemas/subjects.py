@@ -212,6 +212,7 @@ def chain_state(name: str) -> str:
 
 HEALTH_DEEP = f"{PREFIX}.health.deep"
 CHAIN_STATE_ANY = f"{PREFIX}.chain.*.state"
+CHAIN_RESOLVE_ANY = f"{PREFIX}.chain.*.resolve"
 STEERING_GET = f"{PREFIX}.steering.get"
 STEERING_STATE = f"{PREFIX}.steering.state"
 STEERING_EVIDENCE = f"{PREFIX}.steering.evidence"

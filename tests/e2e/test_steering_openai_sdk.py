@@ -14,7 +14,7 @@ import openai
 import pytest
 import yaml
 
-from schemas import RouteDecided, RouteRequest, subjects
+from schemas import ChainGet, RouteDecided, RouteRequest, subjects
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, eid, model, route, watch
 from tests.e2e.keys_support import create_keys, keys_config
 from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
@@ -98,6 +98,28 @@ async def test_unknown_and_empty_chains_are_400s_naming_them_in_the_callers_shap
     assert "'empty' has no enabled model" in assert_openai_error(empty, 400)["message"]
     assert "'off' has no enabled model" in assert_openai_error(off, 400)["message"]
     assert len(a.requests) + len(b.requests) + len(c.requests) == 0
+
+
+async def test_a_name_no_chain_can_have_is_refused_without_asking_the_bus(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    gw = await gateway_factory(_catalogue(a, b, c))
+    http = gw.http()
+    hostile = "auto:" + "x" * 10_000  # as a subject it would exceed what NATS takes
+
+    async with watch(gw, subjects.CHAIN_RESOLVE_ANY) as asked:
+        refused = await http.post(CHAT, json={"model": hostile, "messages": HI})
+        ghost = await http.post(CHAT, json={"model": "auto:ghost", "messages": HI})
+        first_asked = await asked.next(ChainGet)
+        served = await http.post(CHAT, json={"model": "a", "messages": HI})
+
+    message = assert_openai_error(refused, 400, "invalid_request")["message"]
+    assert len(message) < 1_000  # the name is quoted cut short
+    assert_openai_error(ghost, 400, "invalid_request")
+    assert len(asked.seen) == 1 and first_asked == ChainGet()  # only the valid name was asked
+    assert served.status_code == 200
 
 
 async def test_a_chain_follows_the_written_order_and_fails_over_to_its_next_model(

@@ -240,3 +240,31 @@ async def test_least_remaining_quota_spends_the_key_with_the_least_allowance_lef
     # nearly: 2 left, spent first; then roomy (10 left, now the least); paid has none.
     assert first == ["sk-nearly", "sk-nearly", "sk-roomy", "sk-roomy"]
     assert up.requests[-1].credential == "sk-roomy"
+
+
+async def test_an_explored_request_does_not_move_the_caller_off_its_model(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    gw = await gateway_factory(
+        _config(
+            model("a", route(a), catalog={"tier": 3}),
+            model("b", route(b)),
+            model("c", route(c)),
+            steering={"exploration": 1.0},
+            routing={"affinity": {"enabled": True}, "bench": {"failures": 100}},
+        )
+    )
+    http = gw.http()
+
+    explored = await _serve(http, "auto")  # exploration always: never the best
+    changed = await http.post(
+        "/admin/steering/set_exploration", headers=AUTH, json={"exploration": 0}
+    )
+    assert changed.status_code == 200, changed.text
+    await _until(gw, "auto", lambda e: e["exploration"] == 0)
+    after = await _serve(http, "auto")
+
+    assert explored in {"b", "c"}
+    assert after == "a"  # the explored model was one sample, not the caller's new home
