@@ -470,18 +470,27 @@ class GatewayApp:
     # -- introspection ------------------------------------------------------------------
 
     async def _list_models(self, req: HttpRequest) -> None:
-        data = [{"id": m.id, "object": "model", "created": 0, "owned_by": m.owned_by}
-                for m in self._config.models if m.published and may_call(req, m)]
-        data += [{"id": name, "object": "model", "created": 0, "owned_by": "llmgw"}
-                 for name in self.steering.book.advertised(caller_of(req).org)]
-        await req.respond(200, _encode({"object": "list", "data": data}))
+        """``GET /v1/models``: the models (and steering ids) the caller may call, in the
+        OpenAI list shape, or Anthropic's for a caller that sends ``anthropic-version``."""
+        ids = [(m.id, m.owned_by) for m in self._config.models if m.published and may_call(req, m)]
+        ids += [(name, "llmgw") for name in self.steering.book.advertised(caller_of(req).org)]
+        anthropic = req.header("anthropic-version") is not None
+        data = [_model_entry(model_id, owner, anthropic=anthropic) for model_id, owner in ids]
+        if anthropic:
+            page: dict[str, Any] = {"data": data, "has_more": False,
+                                    "first_id": ids[0][0] if ids else None,
+                                    "last_id": ids[-1][0] if ids else None}
+        else:
+            page = {"object": "list", "data": data}
+        await req.respond(200, _encode(page))
 
     async def _retrieve_model(self, req: HttpRequest) -> None:
         """``GET /v1/models/{id}``: one model as ``/v1/models`` lists it; an alias answers
         as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
         model = self._resolve(req.path[len(_MODELS_PREFIX) :], req)
-        await req.respond(200, _encode({"id": model.id, "object": "model", "created": 0,
-                                        "owned_by": model.owned_by}))
+        anthropic = req.header("anthropic-version") is not None
+        await req.respond(200, _encode(_model_entry(model.id, model.owned_by,
+                                                    anthropic=anthropic)))
 
     async def _count_tokens(self, req: HttpRequest) -> None:
         """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
@@ -612,6 +621,14 @@ class GatewayApp:
             raise UnauthorizedError("admin endpoints need the admin key")
         await admin_routing.set_weight(req, self._bus, self._config,
                                        self._config.routing.decision_timeout_seconds)
+
+
+def _model_entry(model_id: str, owned_by: str, *, anthropic: bool) -> dict[str, Any]:
+    """One model in the OpenAI shape, or the Anthropic SDK's ``ModelInfo``."""
+    if anthropic:
+        return {"type": "model", "id": model_id, "display_name": model_id,
+                "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}
+    return {"id": model_id, "object": "model", "created": 0, "owned_by": owned_by}
 
 
 def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:

@@ -69,6 +69,18 @@ async def test_models_retrieve_answers_a_model_and_its_alias_and_404s_an_unknown
     assert "nope" in err["message"]
 
 
+async def test_anthropic_sdk_lists_and_retrieves_models_in_its_own_shape(
+    gw: RunningGateway,
+) -> None:
+    client = gw.anthropic()
+
+    found = await client.models.retrieve("m-alias")
+    listed = [m.id async for m in client.models.list()]
+
+    assert found.id == "m" and found.type == "model" and found.display_name == "m"
+    assert "m" in listed and "org/m" in listed
+
+
 async def test_models_retrieve_of_a_model_hidden_by_role_reads_as_not_found(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
