@@ -6,7 +6,9 @@ A plain model id is a walk of one. A steered request (``auto``, ``auto:<axis>``,
 happy path), then asks the next model for its plan, and so on; the hop cap and the wall-clock
 budget count across the whole walk. A model that cannot plan (every circuit open, no route
 for the modality or the context, ...) is skipped; when none of them can, the first one's
-error is the answer, so the error a client sees is deterministic.
+error is the answer, so the error a client sees is deterministic. A bus failure (no
+responder, no reply in time, bus closed) is not skipped: it says the control plane is down,
+not that one model cannot plan, and the next model would only wait as long again.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from schemas import GatewayError
+from bus import BusClosedError
+from schemas import BusTimeoutError, GatewayError, NoRespondersError
 
 if TYPE_CHECKING:
     from gateway.dispatch import RequestInfo
@@ -23,6 +26,8 @@ if TYPE_CHECKING:
     from schemas.config import ModelConfig
 
 Ask = Callable[["ModelConfig"], Awaitable["RoutePlan"]]
+
+_CONTROL_PLANE_DOWN = (BusTimeoutError, NoRespondersError, BusClosedError)
 
 
 class PlanWalk:
@@ -83,5 +88,5 @@ class PlanWalk:
 
     def _skippable(self, err: GatewayError) -> bool:
         """A walk of several models skips one that cannot plan (a walk of one has nothing
-        to skip to, so its error is the answer at once)."""
-        return len(self._models) > 1
+        to skip to, so its error is the answer at once); a bus failure is never skipped."""
+        return len(self._models) > 1 and not isinstance(err, _CONTROL_PLANE_DOWN)
