@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 
@@ -97,6 +97,17 @@ class RequestInfo:
     prompt_estimate: int = 0
     started: float = field(default_factory=time.perf_counter)
     role: str | None = None
+
+
+class Attempt(NamedTuple):
+    """One attempt to make: its number in the request, the candidate, whether another
+    candidate follows, and whether it is the first of its model's plan (the one holding
+    that model's prefill lease)."""
+
+    number: int
+    candidate: RouteCandidate
+    more: bool
+    first_of_plan: bool
 
 
 @dataclass(slots=True)
@@ -203,27 +214,47 @@ class Dispatcher:
         self._targets = targets
         self._failover = failover or FailoverConfig()
 
-    async def _attempts(self, plan: RoutePlan, failures: _Failures, budget: _Budget,
-                        walk: PlanWalk | None
-                        ) -> AsyncGenerator[tuple[int, RouteCandidate, bool]]:
-        """(attempt number, candidate, whether another candidate follows), within the hop cap
-        and budget, skipping routes a context-length refusal ruled out. After the plan's
-        candidates, the walk's next model's plan (a pinned plan never falls back)."""
+    async def _attempts(self, info: RequestInfo, plan: RoutePlan, failures: _Failures,
+                        budget: _Budget, walk: PlanWalk | None) -> AsyncGenerator[Attempt]:
+        """The attempts to make, within the hop cap and budget, skipping routes a
+        context-length refusal ruled out. After the plan's candidates, the walk's next model's
+        plan (a pinned plan never falls back; no plan is fetched once the budget is spent). A
+        candidate handed out but never attempted has its leases released here."""
         attempt = 0
         current: RoutePlan | None = plan
         while current is not None:
             candidates = current.candidates
             for i, c in enumerate(candidates):
                 if failures.rules_out(c):
+                    await self._release(info, c, first=i == 0)
                     continue
                 attempt += 1
                 if not budget.may_start(attempt):
+                    await self._release_all(info, candidates, i)
                     return
                 more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
-                yield attempt, c, more and attempt < self._failover.max_attempts
-            if walk is None or current.pinned or attempt >= self._failover.max_attempts:
+                yield Attempt(attempt, c, more and attempt < self._failover.max_attempts, i == 0)
+            if walk is None or current.pinned or not budget.may_start(attempt + 1):
                 return
             current = await walk.next()
+
+    async def _release_all(self, info: RequestInfo, candidates: tuple[RouteCandidate, ...],
+                           start: int) -> None:
+        """Release the leases of ``candidates[start:]``, which will not be attempted."""
+        for i in range(start, len(candidates)):
+            await self._release(info, candidates[i], first=i == 0)
+
+    async def _release(self, info: RequestInfo, c: RouteCandidate, *, first: bool) -> None:
+        """Give back what a candidate that is never attempted holds: the probe lease (a
+        cancelled probe observation, which releases the prefill lease too) or, for the first
+        of its plan, the model's prefill lease. Not an attempt: the request's accounting
+        does not count it."""
+        if c.probe:
+            obs = self._observation(info, c, 0, "cancelled", time.perf_counter())
+            await self._publish(subjects.observation(c.endpoint), obs)
+        elif first:
+            await self._publish(subjects.model_first_token(info.model),
+                                FirstToken(endpoint=c.endpoint, request_id=info.request_id))
 
     async def observe(
         self,
@@ -239,8 +270,25 @@ class Dispatcher:
     ) -> None:
         """Publish the Observation of one attempt (never raises: accounting must not fail a
         request)."""
+        obs = self._observation(info, c, attempt, outcome, started, err=err, ttft=ttft,
+                                usage=usage)
+        accounting.attempted(obs)
+        await self._publish(subjects.observation(c.endpoint), obs)
+
+    @staticmethod
+    def _observation(
+        info: RequestInfo,
+        c: RouteCandidate,
+        attempt: int,
+        outcome: str,
+        started: float,
+        *,
+        err: UpstreamError | None = None,
+        ttft: float | None = None,
+        usage: tuple[int, int, int] = (0, 0, 0),
+    ) -> Observation:
         now = time.perf_counter()
-        obs = Observation(
+        return Observation(
             endpoint=c.endpoint,
             model=info.model,
             outcome=outcome,
@@ -265,8 +313,6 @@ class Dispatcher:
             prompt_estimate=info.prompt_estimate,
             role=info.role,
         )
-        accounting.attempted(obs)
-        await self._publish(subjects.observation(c.endpoint), obs)
 
     async def _publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
@@ -287,14 +333,14 @@ class Dispatcher:
         Raises the deterministic error."""
         failures = _Failures()
         budget = _Budget(self._failover, info.started)
-        async with aclosing(self._attempts(plan, failures, budget, walk)) as attempts:
+        async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             return await self._call(info, op, failures, budget, attempts)
 
     async def _call(self, info: RequestInfo,
                     op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
                     failures: _Failures, budget: _Budget,
-                    attempts: AsyncIterator[tuple[int, RouteCandidate, bool]]) -> Served:
-        async for attempt, c, more in attempts:
+                    attempts: AsyncIterator[Attempt]) -> Served:
+        async for attempt, c, more, _ in attempts:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue
@@ -328,14 +374,14 @@ class Dispatcher:
         next models'). Raises the deterministic error when none does."""
         failures = _Failures()
         budget = _Budget(self._failover, info.started)
-        async with aclosing(self._attempts(plan, failures, budget, walk)) as attempts:
+        async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             return await self._open_stream(info, body, failures, budget, attempts)
 
     async def _open_stream(self, info: RequestInfo, body: JSON, failures: _Failures,
                            budget: _Budget,
-                           attempts: AsyncIterator[tuple[int, RouteCandidate, bool]]
+                           attempts: AsyncIterator[Attempt]
                            ) -> StreamAttempt:
-        async for attempt, c, more in attempts:
+        async for attempt, c, more, _ in attempts:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue
