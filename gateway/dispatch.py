@@ -381,7 +381,7 @@ class Dispatcher:
                            budget: _Budget,
                            attempts: AsyncIterator[Attempt]
                            ) -> StreamAttempt:
-        async for attempt, c, more, _ in attempts:
+        async for attempt, c, more, first_of_plan in attempts:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue
@@ -407,7 +407,7 @@ class Dispatcher:
                 await self.observe(info, c, attempt, "cancelled", started)
                 raise
             else:
-                if attempt == 1:  # only the primary holds a prefill lease
+                if first_of_plan:  # only a plan's primary holds its model's prefill lease
                     await self._publish(subjects.model_first_token(info.model),
                                         FirstToken(endpoint=c.endpoint,
                                                    request_id=info.request_id))

@@ -188,3 +188,18 @@ async def test_no_plan_is_fetched_once_the_budget_is_spent(
     assert served == ""
     assert asked == ["a"]  # b's plan (and its probe lease) was never taken
     assert [o[0] for o in heard.observations()] == ["a/0", "a/1"]
+
+
+async def test_a_walked_models_stream_releases_its_prefill_lease_at_the_first_chunk(
+    bus: InProcessBus, adapters: dict[str, Adapter], fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.enqueue(Reply(500))
+    plans = {
+        "a": RoutePlan(model="a", candidates=(_openai(fake_upstream, "a/0"),)),
+        "b": RoutePlan(model="b", candidates=(_echo("b/0"), _echo("b/1"))),
+    }
+
+    heard, _, served = await _run(bus, adapters, plans, stream=True)
+
+    assert served == "b/0"
+    assert heard.first_tokens("b") == ["b/0"]
