@@ -361,7 +361,10 @@ class Dispatcher:
                 await self.observe(info, c, attempt, outcome, started, err=timeout)
                 failures.add(timeout, c)
                 continue
-            except anyio.get_cancelled_exc_class():
+            except (anyio.get_cancelled_exc_class(), RecursionError):
+                # RecursionError: a body nested just short of the decode limit cannot be
+                # encoded again for the upstream; the app refuses it (400), but the attempt
+                # must still end here, or its prefill and probe leases are never given back.
                 await self.observe(info, c, attempt, "cancelled", started)
                 raise
             await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
@@ -402,7 +405,8 @@ class Dispatcher:
             except TimeoutError:
                 err = _timed_out(c, limit, by_budget)
                 outcome = "cancelled" if by_budget else "failure"
-            except anyio.get_cancelled_exc_class():
+            except (anyio.get_cancelled_exc_class(), RecursionError):
+                # RecursionError: see _call (the body cannot be encoded for the upstream).
                 await _aclose(chunks)
                 await self.observe(info, c, attempt, "cancelled", started)
                 raise

@@ -15,9 +15,20 @@ import pytest
 
 from schemas import RequestCompleted, subjects
 from tests.e2e._surface_clients import error_body
-from tests.e2e.conftest import CHAT, HI, assert_openai_error, chat, config, model, route, watch
+from tests.e2e.conftest import (
+    CHAT,
+    HALF_OPEN_SOON,
+    HI,
+    assert_openai_error,
+    chat,
+    circuit_events,
+    config,
+    model,
+    route,
+    watch,
+)
 from tests.fixtures.gateway import GatewayFactory, RunningGateway
-from tests.fixtures.upstream import FakeUpstream
+from tests.fixtures.upstream import FakeUpstream, Reply
 
 pytestmark = pytest.mark.e2e
 
@@ -99,6 +110,51 @@ async def test_json_nested_just_short_of_the_decode_limit_is_never_a_500(
 
     assert set(statuses.values()) == {200, 400}, statuses
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def _deepest_decoded(http: httpx.AsyncClient, low: int, high: int) -> int:
+    """The deepest nesting in ``[low, high)`` the ingress still decodes: a request for an
+    unknown model is 404 if its body decoded, 400 if not (nothing is encoded after it)."""
+    while high - low > 1:
+        mid = (low + high) // 2
+        body = nested(CHAT, mid).replace(b'"m"', b'"nope"', 1)
+        resp = await http.post(CHAT, content=body, headers={"content-type": "application/json"})
+        if resp.status_code == 404:
+            low = mid
+        else:
+            assert "nested too deeply" in assert_refused(CHAT, resp)
+            high = mid
+    return low
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_a_body_too_deep_to_encode_for_the_upstream_gives_back_the_probe_it_took(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    # Decoded, then refused while encoded for the upstream: the attempt has already leased
+    # the half-open probe, which must be given back (or the endpoint stays half-open, its
+    # probe "in flight", refusing everyone until the probe's deadline).
+    gw = await gateway_factory(config(model("m", route(fake_upstream)), circuit=HALF_OPEN_SOON))
+    http = gw.http()
+    depth = await _deepest_decoded(http, 500, 5000)
+    body = nested(CHAT, depth)
+    if stream:
+        body = body.replace(b'"model"', b'"stream": true, "model"', 1)
+    fake_upstream.enqueue(Reply(500), Reply(500))
+
+    async with circuit_events(gw) as events:
+        await http.post(CHAT, json=chat("m"))
+        await http.post(CHAT, json=chat("m"))
+        await events.circuit("open")
+        await events.circuit("half_open")
+        resp = await http.post(CHAT, content=body, headers={"content-type": "application/json"})
+        assert "nested too deeply" in assert_refused(CHAT, resp)
+        reopened = await events.circuit("open")
+        await events.circuit("half_open")
+        probe = await http.post(CHAT, json=chat("m"))
+
+    assert "abandoned" in reopened.reason
+    assert probe.status_code == 200, probe.text
 
 
 # -- item: client-chosen strings that are stored are bounded ---------------------------------
