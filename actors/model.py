@@ -9,7 +9,8 @@ declaration order, then the admissible ``fallback_only`` routes in declaration o
 open, benched, keys refused, probe taken), the first backup that is available leads the
 plan instead, a half-open one as the probe. A backup whose circuit opened is probed only
 then, when it is needed. The only thing it asks another owner for at decision time is the
-scarce half-open probe lease, and only for the route it is about to use.
+scarce half-open probe lease, and only for the route it is about to use. A dry RouteRequest
+(routing explain) gets the plan a live one would, leasing nothing and pinning nothing.
 
 Selection follows the spec's order: published routes -> modality filter -> explicit pin ->
 context window -> weight and circuit admission -> session affinity -> prefill-aware draw.
@@ -337,7 +338,7 @@ class ModelActor(Actor):
             if self._closed(r, now):
                 return r, False
         for r in backups:
-            if self._probe_eligible(r, now) and await self._lease_probe(r, req.request_id):
+            if self._probe_eligible(r, now) and await self._lease_probe(r, req):
                 return r, True
         return None
 
@@ -371,8 +372,9 @@ class ModelActor(Actor):
             if pinned_id is not None:
                 pinned = next((r for r in closed if r.endpoint == pinned_id), None)
                 if pinned is None:
-                    self._affinity.drop(req.caller)  # no longer admissible: fresh pick
-                    self._pins_changed()
+                    if not req.dry:
+                        self._affinity.drop(req.caller)  # no longer admissible: fresh pick
+                        self._pins_changed()
                 elif pre.enabled and self._prefill.backlog(pinned_id) > pre.affinity_ceiling:
                     pool = [r for r in pool if r is not pinned] or pool
                     reason = "affinity_abandoned"
@@ -386,7 +388,7 @@ class ModelActor(Actor):
             if entry in closed:
                 self._commit(req, entry, uncached, now, use_affinity)
                 return (entry, False), reason
-            if await self._lease_probe(entry, req.request_id):
+            if await self._lease_probe(entry, req):
                 self._commit(req, entry, uncached, now, use_affinity)
                 return (entry, True), "probe"
             pool = [r for r in pool if r is not entry]
@@ -397,6 +399,8 @@ class ModelActor(Actor):
 
     def _commit(self, req: RouteRequest, entry: RouteEntry, uncached: dict[str, int],
                 now: float, use_affinity: bool) -> None:
+        if req.dry:
+            return
         if use_affinity:
             self._affinity.pin(req.caller, entry.endpoint, now)
             self._pins_changed()
@@ -416,10 +420,14 @@ class ModelActor(Actor):
             return (st.open_until or 0) <= now
         return st.circuit_state == HALF_OPEN and not st.probe_in_flight
 
-    async def _lease_probe(self, r: RouteEntry, request_id: str) -> bool:
+    async def _lease_probe(self, r: RouteEntry, req: RouteRequest) -> bool:
+        """Lease ``r``'s single half-open probe from its owner for ``req``; a dry request
+        only asks whether the probe is free (per the circuit view), leasing nothing."""
+        if req.dry:
+            return True  # _probe_eligible already saw no probe in flight
         try:
             grant = await self.ctx.bus.request(subjects.endpoint_probe(r.endpoint),
-                                               ProbeRequest(request_id=request_id),
+                                               ProbeRequest(request_id=req.request_id),
                                                reply_type=ProbeGrant,
                                                timeout=_PROBE_LEASE_TIMEOUT)
         except (NoRespondersError, RequestTimeoutError):

@@ -311,16 +311,17 @@ class GatewayApp:
         return info.model
 
     def _plan_for(self, model: ModelConfig, body: JSON, surface: str, req: HttpRequest,
-                  info: RequestInfo) -> Awaitable[RoutePlan]:
-        """Ask ``model``'s owner for its plan for this request."""
+                  info: RequestInfo, *, dry: bool = False) -> Awaitable[RoutePlan]:
+        """Ask ``model``'s owner for its plan for this request (``dry``: explain's, which
+        takes no lease and pins nothing)."""
         if surface == "embeddings":
             return self._plan(model, RouteRequest(model=model.id, caller=info.caller,
-                                                  surface=surface,
-                                                  request_id=info.request_id, role=info.role))
+                                                  surface=surface, request_id=info.request_id,
+                                                  role=info.role, dry=dry))
         return self._plan(model, RouteRequest(
             model=model.id, caller=info.caller, modalities=input_modalities(body),
             prompt_tokens=info.prompt_estimate, pin=self._pin(req),
-            surface=surface, request_id=info.request_id, role=info.role,
+            surface=surface, request_id=info.request_id, role=info.role, dry=dry,
         ))
 
     def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
@@ -604,7 +605,8 @@ class GatewayApp:
             raise UnauthorizedError("admin endpoints need the admin key")
         result = await explain.explain(
             req, self._bus, self.callers.auth, info_of=self.request_info,
-            walk=functools.partial(self.walk, explore=False), plan=self._plan_for,
+            walk=functools.partial(self.walk, explore=False),
+            plan=functools.partial(self._plan_for, dry=True),
             rules=self._explain_rules)
         await req.respond(200, _encode(result))
 

@@ -5,9 +5,10 @@ names the surface: chat, Responses, Messages or embeddings; ``headers`` are the 
 ``authorization`` included, so the answer is that caller's). It runs the live path's own
 code — the app's :meth:`~gateway.app.GatewayApp.walk` (target resolution from the views,
 role filter, affinity) and the first model's plan (one bus round trip, like a request) — and
-calls no upstream. Exploration is reported as its probability, not drawn. The first model's
-prefill lease is released at once; its session-affinity pin for the caller is kept, as the
-request would have left it.
+calls no upstream. Exploration is reported as its probability, not drawn. The plans are
+asked dry: they report the half-open probe they would take without leasing it, take no
+prefill lease and write no session-affinity pin, so a dry run changes nothing a request
+sees.
 
 Answer: ``target`` (how the model field resolved; ``rule`` names the routing rule that chose
 it), ``rules`` (for ``auto``: every routing rule in order, matched or not, and for one that
@@ -29,7 +30,6 @@ from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest
 from gateway.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from schemas import (
-    FirstToken,
     GatewayError,
     HealthReport,
     HealthRequest,
@@ -110,11 +110,6 @@ async def explain(
 
     walked = await walk(requested, as_caller, info, ask, body=body)
     first = await walked.first()
-    if first.candidates:  # no stream follows: end the primary's prefill lease now
-        await bus.publish(
-            subjects.model_first_token(first.model),
-            FirstToken(endpoint=first.candidates[0].endpoint, request_id=info.request_id),
-        )
     return {
         "model_field": requested,
         "target": _target(walked.steered, requested),

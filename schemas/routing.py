@@ -16,6 +16,9 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     surface: str = "chat"
     request_id: str = ""
     role: str | None = None  # the caller's tier; None: no user identity (unrestricted)
+    # A dry run (routing explain): the plan says which route and probe it would take but
+    # takes no lease (probe, prefill) and writes no affinity pin.
+    dry: bool = False
 
 
 class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):

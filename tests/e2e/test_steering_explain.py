@@ -11,10 +11,21 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import CHAT, HI, assert_openai_error, eid, model, route
+from tests.e2e.conftest import (
+    CHAT,
+    HALF_OPEN_SOON,
+    HI,
+    assert_openai_error,
+    chat,
+    circuit_events,
+    config,
+    eid,
+    model,
+    route,
+)
 from tests.e2e.keys_support import ADMIN, create_keys, keys_config
 from tests.fixtures.gateway import GatewayFactory, RunningGateway
-from tests.fixtures.upstream import UpstreamFactory
+from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -143,3 +154,33 @@ async def test_explain_refuses_what_the_live_path_refuses_and_needs_an_admin(
     assert assert_openai_error(bad, 400, "invalid_request")["param"] == "body"
     assert not_admin.status_code in (401, 403)
     assert len(a.requests) == 0
+
+
+async def test_explain_of_a_half_open_route_reports_its_probe_without_taking_it(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # A dry run must not lease the single probe: the next live request is the probe.
+    gw = await gateway_factory(
+        config(model("m", route(fake_upstream)), circuit=HALF_OPEN_SOON, admin_key=ADMIN)
+    )
+    endpoint = eid("m", fake_upstream)
+    fake_upstream.enqueue(Reply(500), Reply(500))
+    http = gw.http()
+
+    async with circuit_events(gw) as events:
+        await http.post(CHAT, json=chat("m"))
+        await http.post(CHAT, json=chat("m"))
+        await events.circuit("open")
+        await events.circuit("half_open")
+        explained = [await _explain(gw, {"model": "m", "messages": HI}) for _ in range(2)]
+        live = await http.post(CHAT, json=chat("m"))
+        closed = await events.circuit("closed")
+
+    for result in explained:
+        assert [(c["endpoint"], c["probe"]) for c in result["plan"]["candidates"]] == [
+            (endpoint, True)
+        ]
+    assert live.status_code == 200, live.text
+    assert live.headers["x-routed-via"] == endpoint
+    assert closed.old == "half_open"
+    assert len(fake_upstream.requests) == 3  # explain called no upstream

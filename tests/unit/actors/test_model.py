@@ -199,6 +199,30 @@ async def test_model_plan_after_cooldown_leases_the_single_probe_from_the_owner(
     assert len(leases) == 2
 
 
+async def test_model_dry_plan_reports_the_probe_it_would_take_without_leasing_it(
+    bus: InProcessBus, clock: FakeClock, start_model: Start,
+) -> None:
+    await start_model((8001, 1))
+    await set_state(bus, A, "half_open")
+    leases: list[ProbeRequest] = []
+
+    async with bus.subscribe(subjects.endpoint_probe(A)) as sub, anyio.create_task_group() as tg:
+
+        async def owner() -> None:  # grants the first lease only, as the EndpointActor does
+            async for env in sub:
+                leases.append(env.message)  # type: ignore[arg-type]
+                await env.respond(ProbeGrant(granted=len(leases) == 1, retry_after=30.0))
+
+        tg.start_soon(owner)
+        dry = [await plan(bus, dry=True, request_id=f"explain-{i}") for i in range(3)]
+        live = await plan(bus, request_id="live")
+        tg.cancel_scope.cancel()
+
+    for p in (*dry, live):
+        assert [(c.endpoint, c.probe) for c in p.candidates] == [(A, True)]
+    assert [lease.request_id for lease in leases] == ["live"]  # the dry runs leased nothing
+
+
 async def test_model_plan_with_probe_lease_refused_uses_the_closed_routes(
     bus: InProcessBus, clock: FakeClock, start_model: Start,
 ) -> None:
