@@ -210,9 +210,15 @@ async def test_a_steered_caller_stays_on_the_model_that_served_it(
     fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, c = [await fake_upstreams(n) for n in "abc"]
-    # Exploration always: each fresh pick is a random one of the two runners-up.
+    admin = "adm-sticky"
     gw = await gateway_factory(
-        _catalogue(a, b, c, steering={"exploration": 1.0}, routing={"trust_proxy_headers": True})
+        _catalogue(
+            a, b, c,
+            chains=[{"name": "main", "models": ["a", "b", "c"]}],
+            steering={"active_chain": "main", "profile": "priority", "exploration": 0},
+            routing={"trust_proxy_headers": True},
+            admin_key=admin,
+        )
     )
     http = gw.http()
 
@@ -223,11 +229,18 @@ async def test_a_steered_caller_stays_on_the_model_that_served_it(
         assert resp.status_code == 200, resp.text
         return str(resp.json()["model"])
 
-    sticky = [await pick("10.0.0.1") for _ in range(8)]
-    fresh = {await pick(f"10.0.1.{i}") for i in range(16)}  # all alike by chance: 1 in 32768
+    before = await pick("10.0.0.1")
+    moved = await http.post(
+        "/admin/chains/move",
+        json={"name": "main", "model": "c", "position": 1},
+        headers={"authorization": f"Bearer {admin}"},
+    )
+    assert moved.status_code == 200, moved.text
+    sticky = [await pick("10.0.0.1") for _ in range(4)]
+    fresh = await pick("10.0.1.1")
 
-    assert len(set(sticky)) == 1 and sticky[0] in {"b", "c"}
-    assert fresh == {"b", "c"}
+    assert before == "a" and sticky == ["a"] * 4  # its prompt cache is warm on a
+    assert fresh == "c"  # the new order, for a caller with no history
 
 
 async def _models(gw: RunningGateway, key: str) -> list[str]:
