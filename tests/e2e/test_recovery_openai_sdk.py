@@ -95,17 +95,7 @@ async def test_bench_lift_also_lifts_the_mute_of_the_routes_only_key(
     up.enqueue(Reply(500))
     # One failure benches the route for 10 minutes and mutes its only key for 10 minutes; the
     # cooldown (and so every probe) is further away than the test waits.
-    gw = await gateway_factory(
-        config(
-            model("m", route(up, api_key=ONLY)),
-            admin_key=ADMIN,
-            circuit={"failure_threshold": 100, "cooldown_seconds": 600},
-            routing={
-                "bench": {"failures": 1},
-                "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 600},
-            },
-        )
-    )
+    gw = await gateway_factory(_muting_config(up, bench_failures=1))
     send = _chat(gw)
     endpoint = eid("m", up)
 
@@ -135,17 +125,7 @@ async def test_admin_pin_reaches_a_route_whose_only_key_is_muted(
 ) -> None:
     up = fake_upstream
     up.enqueue(Reply(500))
-    gw = await gateway_factory(
-        config(
-            model("m", route(up, api_key=ONLY)),
-            admin_key=ADMIN,
-            circuit={"failure_threshold": 100, "cooldown_seconds": 600},
-            routing={
-                "bench": {"failures": 100},
-                "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 600},
-            },
-        )
-    )
+    gw = await gateway_factory(_muting_config(up, bench_failures=100))
     endpoint = eid("m", up)
     admin = gw.openai(api_key=ADMIN)
 
@@ -161,6 +141,20 @@ async def test_admin_pin_reaches_a_route_whose_only_key_is_muted(
     assert pinned.status_code == 200
     assert pinned.headers["x-routed-via"] == endpoint
     assert [r.credential for r in up.requests] == [ONLY, ONLY]
+
+
+def _muting_config(up: FakeUpstream, *, bench_failures: int) -> dict[str, Any]:
+    """The route's only key is muted for 10 minutes by its first failure; the circuit
+    cooldown (and so every probe) is further away than a test waits."""
+    return config(
+        model("m", route(up, api_key=ONLY)),
+        admin_key=ADMIN,
+        circuit={"failure_threshold": 100, "cooldown_seconds": 600},
+        routing={
+            "bench": {"failures": bench_failures},
+            "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 600},
+        },
+    )
 
 
 def _stuck_config(up: FakeUpstream) -> dict[str, Any]:
