@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, SteeringConfig
+from schemas.pricing import Pricing
 
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
@@ -47,6 +49,62 @@ class ApiKeyConfig(_Strict):
     __str__ = __repr__
 
 
+class QuotaLimit(_Strict):
+    """A quota route's allowance per window, in its quota source's unit."""
+
+    limit: float = Field(gt=0)
+
+
+class ConcurrencyLimit(_Strict):
+    """How many requests a concurrency route (or its pool) may have in flight at once."""
+
+    limit: int = Field(ge=1)
+
+
+class LocalQuotaSource(_Strict):
+    """A counter the route's capacity owner keeps itself: exact across ingresses, persisted.
+
+    ``window``: ``hourly`` / ``daily`` / ``monthly`` reset on the calendar in ``timezone``; a
+    number of seconds is a rolling window.
+    """
+
+    kind: Literal["local"]
+    unit: Literal["requests", "tokens"] = "requests"
+    window: Literal["hourly", "daily", "monthly"] | Annotated[float, Field(gt=0)] = "daily"
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
+
+
+class HttpJsonQuotaSource(_Strict):
+    """A usage URL polled with the route's credential; ``used_path`` / ``limit_path`` are
+    dotted paths into its JSON answer (``data.used``; a list index is a number: ``items.0``)."""
+
+    kind: Literal["http_json"]
+    url: str
+    used_path: str = Field(min_length=1)
+    limit_path: str | None = None
+    unit: Literal["requests", "tokens"] = "requests"
+    refresh_seconds: float = Field(default=60.0, gt=0)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if urlsplit(value).scheme not in ("http", "https"):
+            raise ValueError("quota_source.url must be an http:// or https:// URL")
+        return value
+
+
+QuotaSource = Annotated[LocalQuotaSource | HttpJsonQuotaSource, Field(discriminator="kind")]
+
+
 class RouteConfig(_Strict):
     """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
 
@@ -65,6 +123,34 @@ class RouteConfig(_Strict):
     connect_timeout_seconds: float = Field(default=10.0, gt=0)
     ttft_timeout_seconds: float = Field(default=120.0, gt=0)
     idle_timeout_seconds: float = Field(default=60.0, gt=0)
+    # Resource semantics (spec "RouteWise"): what the route costs and what bounds it.
+    provider_type: Literal["on_demand", "quota", "concurrency"] = "on_demand"
+    pricing: Pricing | None = None
+    quota: QuotaLimit | None = None
+    quota_source: QuotaSource | None = None
+    concurrency: ConcurrencyLimit | None = None
+    quota_pool: str | None = Field(default=None, min_length=1)
+    concurrency_pool: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _resources_match_type(self) -> RouteConfig:
+        kind = self.provider_type
+        if kind == "quota":
+            if self.quota_source is None:
+                raise ValueError("a provider_type: quota route needs a quota_source:")
+            if self.quota is None and getattr(self.quota_source, "limit_path", None) is None:
+                raise ValueError("a provider_type: quota route needs quota: {limit} (or a "
+                                 "quota_source with a limit_path)")
+        elif self.quota is not None or self.quota_source is not None or self.quota_pool:
+            raise ValueError("quota:, quota_source: and quota_pool: belong to a "
+                             "provider_type: quota route")
+        if kind == "concurrency":
+            if self.concurrency is None:
+                raise ValueError("a provider_type: concurrency route needs concurrency: {limit}")
+        elif self.concurrency is not None or self.concurrency_pool:
+            raise ValueError("concurrency: and concurrency_pool: belong to a "
+                             "provider_type: concurrency route")
+        return self
 
     @model_validator(mode="after")
     def _needs_base_url(self) -> RouteConfig:
@@ -249,6 +335,13 @@ class FailoverConfig(_Strict):
     budget_seconds: float = Field(default=45.0, ge=0)
 
 
+class LeaseConfig(_Strict):
+    """Capacity leases (quota units, concurrency slots): the ingress renews a lease while its
+    request runs; one it stops renewing (its ingress died) expires after ``ttl_seconds``."""
+
+    ttl_seconds: float = Field(default=30.0, gt=0)
+
+
 class RoutingConfig(_Strict):
     """The routing file's section: default strategy, health, affinity and prefill knobs."""
 
@@ -264,6 +357,7 @@ class RoutingConfig(_Strict):
     trust_proxy_headers: bool = False
     decision_timeout_seconds: float = Field(default=5.0, gt=0)
     key_pool: KeyPoolConfig = KeyPoolConfig()
+    leases: LeaseConfig = LeaseConfig()
 
 
 class ServerConfig(_Strict):

@@ -54,6 +54,13 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.steering.state``          event          SteeringActor -> ingress views: SteeringState
 - ``llmgw.steering.evidence``       event          SteeringActor -> ingress views: Evidence
                                                     (scoring evidence, at a bounded rate)
+- ``llmgw.capacity.<pool>.acquire`` request/reply ModelActor -> CapacityActor: CapacityAcquire
+                                                    -> CapacityGrant (a quota unit or slot)
+- ``llmgw.capacity.<pool>.renew``   event          ingress -> CapacityActor: CapacityRenew
+- ``llmgw.capacity.<pool>.release`` event          ingress -> CapacityActor: CapacityRelease
+- ``llmgw.capacity.<pool>.get``     request/reply  anyone -> CapacityActor: CapacityGet
+                                                    -> CapacityState
+- ``llmgw.capacity.<pool>.state``   event          CapacityActor -> views: CapacityState
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """
@@ -230,3 +237,28 @@ KEYPOOL_STATE_ANY = f"{PREFIX}.keypool.*.state"
 KEYS_REGISTRY_GET = f"{PREFIX}.keys.registry.get"
 KEYS_DECLARATIONS = f"{PREFIX}.keys.registry.declarations"
 AUTH_KEYS_CHANGED = f"{PREFIX}.auth.keys.changed"
+
+
+def capacity_acquire(pool: str) -> str:
+    """Request/reply: CapacityAcquire -> CapacityGrant."""
+    return f"{PREFIX}.capacity.{token(pool)}.acquire"
+
+
+def capacity_renew(pool: str) -> str:
+    """Event: CapacityRenew (the ingress keeps its leases alive)."""
+    return f"{PREFIX}.capacity.{token(pool)}.renew"
+
+
+def capacity_release(pool: str) -> str:
+    """Event: CapacityRelease (a lease given back)."""
+    return f"{PREFIX}.capacity.{token(pool)}.release"
+
+
+def capacity_get(pool: str) -> str:
+    """Request/reply: CapacityGet -> CapacityState."""
+    return f"{PREFIX}.capacity.{token(pool)}.get"
+
+
+def capacity_state(pool: str) -> str:
+    """Event: CapacityState, on every change of a pool's count."""
+    return f"{PREFIX}.capacity.{token(pool)}.state"

@@ -1,0 +1,63 @@
+"""What a route charges and what a request cost: USD per million tokens, priced once here.
+
+``Pricing`` is a route's ``pricing:`` block. ``cost_usd`` prices one attempt's usage with it;
+RouteWise uses the same numbers for its effective cost and spend accounting for the bill, so
+the two never disagree on what a token costs.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PER_MILLION = 1_000_000.0
+
+
+class Pricing(BaseModel):
+    """USD per million tokens: prompt (uncached input), completion, cache reads and writes.
+
+    ``input_cache_reads`` / ``input_cache_writes`` default to the prompt price: a route that
+    declares no cache prices bills cached tokens as ordinary prompt tokens.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: float = Field(default=0.0, ge=0)
+    completion: float = Field(default=0.0, ge=0)
+    input_cache_reads: float | None = Field(default=None, ge=0)
+    input_cache_writes: float | None = Field(default=None, ge=0)
+
+    @property
+    def cache_read_price(self) -> float:
+        """USD per million cache-read tokens (the prompt price when not declared)."""
+        return self.prompt if self.input_cache_reads is None else self.input_cache_reads
+
+    @property
+    def cache_write_price(self) -> float:
+        """USD per million cache-write tokens (the prompt price when not declared)."""
+        return self.prompt if self.input_cache_writes is None else self.input_cache_writes
+
+
+def cost_usd(
+    pricing: Pricing | None,
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> float:
+    """What one attempt cost. ``prompt_tokens`` is the whole input as OpenAI reports it
+    (cached tokens included): the cached and cache-written parts are billed at their own
+    prices and only the rest at the prompt price. No pricing: 0.0 (the route is free or
+    unpriced)."""
+    if pricing is None:
+        return 0.0
+    cached = max(0, min(cache_read_tokens, prompt_tokens))
+    written = max(0, min(cache_write_tokens, prompt_tokens - cached))
+    uncached = max(0, prompt_tokens - cached - written)
+    total = (
+        uncached * pricing.prompt
+        + cached * pricing.cache_read_price
+        + written * pricing.cache_write_price
+        + max(0, completion_tokens) * pricing.completion
+    )
+    return total / PER_MILLION
