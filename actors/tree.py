@@ -6,6 +6,8 @@
     ├── endpoints (one_for_one): EndpointActor per endpoint id
     ├── keys      (one_for_one): KeyRegistryActor (admin area provider_keys), then a
     │             KeyPoolActor per endpoint id
+    ├── capacity  (one_for_one): CapacityActor per capacity pool (quota units, concurrency
+    │             slots; leases granted to decisions and ingresses)
     ├── models    (one_for_one): ModelActor per public model
     ├── health: HealthActor (read model for /health/deep)
     ├── routing_admin: RoutingAdminActor (admin areas routing and bench, forwarded to owners)
@@ -15,7 +17,8 @@
     └── steering: SteeringActor (admin areas chains and steering, scoring evidence; runs a
                   ChainActor per chain)
 
-Endpoints start first so models and the health view can seed their views from them.
+Endpoints start first so models and the health view can seed their views from them;
+capacity pools start before the models, which seed their capacity views from them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import functools
 from collections.abc import Callable
 
 from actors.apikey_admin import ApiKeyAdminActor
+from actors.capacity import CapacityActor
 from actors.degraded import DegradedModeActor
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
@@ -36,6 +40,7 @@ from actors.snapshots import SnapshotStore
 from actors.steering import SteeringActor
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
+from schemas.capacity import capacity_pools
 from schemas.config import GatewayConfig
 
 
@@ -74,6 +79,13 @@ def build_tree(
                 restart=Restart.PERMANENT,
             )
         )
+    capacity_specs: list[ChildSpec | Supervisor] = [
+        ChildSpec(f"capacity:{name}",
+                  functools.partial(CapacityActor, spec, config.routing.leases,
+                                    snapshots=snapshots, **extra),
+                  restart=Restart.PERMANENT)
+        for name, spec in capacity_pools(config).items()
+    ]
     store = [ChildSpec("store", functools.partial(StoreActor, config.database.path, config.log),
                        shutdown=10.0)] if request_log and config.log.enabled else []
     return Supervisor(
@@ -86,6 +98,8 @@ def build_tree(
             Supervisor("endpoints", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=endpoint_specs),
             keys_supervisor(config, clock=clock, snapshots=snapshots),
+            Supervisor("capacity", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
+                       children=capacity_specs),
             Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=model_specs),
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),

@@ -8,6 +8,16 @@ from __future__ import annotations
 from typing import Union
 
 from schemas import subjects
+from schemas.capacity import (
+    CapacityAcquire,
+    CapacityGet,
+    CapacityGrant,
+    CapacityRelease,
+    CapacityRenew,
+    CapacityState,
+    QuotaReading,
+    QuotaSourceStatus,
+)
 from schemas.errors import (
     AllCircuitsOpenError,
     BodyTimeoutError,
@@ -101,6 +111,14 @@ from schemas.steering import (
 )
 
 Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
+    CapacityState,
+    CapacityAcquire,
+    CapacityGrant,
+    CapacityRenew,
+    CapacityRelease,
+    CapacityGet,
+    QuotaReading,
+    QuotaSourceStatus,
     ProbeFirstByte,
     ModelBreakerTripped,
     BenchChanged,
@@ -167,6 +185,12 @@ __all__ = [
     "BenchChanged",
     "BodyTimeoutError",
     "BusTimeoutError",
+    "CapacityAcquire",
+    "CapacityGet",
+    "CapacityGrant",
+    "CapacityRelease",
+    "CapacityRenew",
+    "CapacityState",
     "ChainEdit",
     "ChainEntry",
     "ChainGet",
@@ -216,6 +240,8 @@ __all__ = [
     "ProbeRequest",
     "ProbeResult",
     "ProviderKeyDecl",
+    "QuotaReading",
+    "QuotaSourceStatus",
     "RequestCompleted",
     "RequestTooLargeError",
     "RouteCandidate",

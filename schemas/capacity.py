@@ -18,12 +18,13 @@ only place its count lives, so every ingress process sees one exact number:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import msgspec
 
 if TYPE_CHECKING:
-    from schemas.config import RouteConfig
+    from schemas.config import GatewayConfig, HttpJsonQuotaSource, LocalQuotaSource, RouteConfig
 
 
 class CapacityState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -87,8 +88,9 @@ class CapacityRenew(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class CapacityRelease(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Give a lease back; ``used_units`` (when not None) replaces the reserved units in the
-    quota count (a token quota reconciled to reported usage). Releasing twice is harmless."""
+    """Give a lease back; ``used_units`` (when not None) is the usage the upstream reported
+    in tokens: a token quota replaces its reserved estimate with it, a request quota and a
+    concurrency pool ignore it. Releasing twice (or an unknown id) is harmless."""
 
     pool: str
     lease_id: str
@@ -99,6 +101,82 @@ class CapacityGet(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Ask a pool's owner for its current ``CapacityState``."""
 
     pool: str
+
+
+class QuotaReading(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An ``http_json`` quota source's poll, sent by the quota poller (a sidecar) to the
+    pool's owner: ``used`` and ``limit`` as read, or ``error`` saying why nothing was read
+    (unreachable, bad JSON, a path that is missing or not a number). Never a credential."""
+
+    pool: str
+    used: float | None = None
+    limit: float | None = None
+    error: str = ""
+    ts: float = 0.0
+
+
+class QuotaSourceStatus(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Event ``llmgw.events.quota``: a pool's quota source did not resolve (``resolved``
+    False, ``reason`` why) or resolved after having failed. ``endpoints`` are its routes."""
+
+    pool: str
+    resolved: bool
+    reason: str = ""
+    endpoints: tuple[str, ...] = ()
+    ts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSpec:
+    """One capacity pool as the config declares it: what its owner is seeded from.
+
+    ``limit`` is None for an ``http_json`` quota whose limit comes from its source.
+    Compares by value, so a reload replaces a pool's owner only when its declaration changed.
+    """
+
+    pool: str
+    kind: str
+    limit: float | None
+    source: LocalQuotaSource | HttpJsonQuotaSource | None
+    endpoints: tuple[str, ...]
+
+
+def capacity_pools(config: GatewayConfig) -> dict[str, PoolSpec]:
+    """Every capacity pool of ``config`` by name, with the endpoints drawing on it. Raises
+    ValueError naming the pool when its routes declare it differently (kind, limit, source)."""
+    pools: dict[str, PoolSpec] = {}
+    for model in config.models:
+        for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            name = pool_of(route, eid)
+            if name is None:
+                continue
+            spec = _spec_of(name, route)
+            seen = pools.get(name)
+            if seen is None:
+                pools[name] = PoolSpec(name, spec.kind, spec.limit, spec.source, (eid,))
+                continue
+            if (seen.kind, seen.limit, seen.source) != (spec.kind, spec.limit, spec.source):
+                raise ValueError(
+                    f"capacity pool {name!r} is declared differently by {seen.endpoints[0]} "
+                    f"and {eid} ({_describe(seen)} vs {_describe(spec)}): routes sharing a "
+                    "pool must declare the same provider_type, limit and quota_source")
+            pools[name] = PoolSpec(name, seen.kind, seen.limit, seen.source,
+                                   (*seen.endpoints, eid))
+    return pools
+
+
+def _spec_of(name: str, route: RouteConfig) -> PoolSpec:
+    if route.provider_type == "concurrency":
+        assert route.concurrency is not None  # the route's validator requires it
+        return PoolSpec(name, "concurrency", float(route.concurrency.limit), None, ())
+    return PoolSpec(name, "quota", route.quota.limit if route.quota else None,
+                    route.quota_source, ())
+
+
+def _describe(spec: PoolSpec) -> str:
+    source = "" if spec.source is None else f", source {spec.source.kind}"
+    return f"{spec.kind}, limit {spec.limit:g}{source}" if spec.limit is not None else \
+        f"{spec.kind}, limit from source{source}"
 
 
 def pool_of(route: RouteConfig, endpoint_id: str) -> str | None:

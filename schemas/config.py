@@ -486,6 +486,13 @@ class GatewayConfig(_Strict):
                              "the active chain must be deployment-wide")
         return self
 
+    @model_validator(mode="after")
+    def _capacity_pools_agree(self) -> GatewayConfig:
+        from schemas.capacity import capacity_pools  # capacity reads this module's types
+
+        capacity_pools(self)  # raises ValueError naming a pool declared two ways
+        return self
+
     def model(self, name: str) -> ModelConfig | None:
         """The model whose id or alias is ``name``."""
         for m in self.models:

@@ -28,7 +28,9 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     the half-open probe lease: its outcome closes or re-opens the circuit. ``refusal`` marks
     a route whose key pool refused this caller (``key_pool_exhausted`` or
     ``key_pool_role_restricted``): it is never sent, only accounted, and sits after every
-    sendable candidate; ``retry_after`` is then when one of its keys unmutes.
+    sendable candidate; ``retry_after`` is then when one of its keys unmutes. ``pool`` names
+    the capacity pool of a quota or concurrency route; ``lease_id`` is the lease its owner
+    granted for this request (empty: not leased yet; the ingress leases it before sending).
     """
 
     endpoint: str
@@ -40,6 +42,8 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     context_window: int | None = None
     refusal: str = ""
     retry_after: float | None = None
+    pool: str = ""
+    lease_id: str = ""
 
 
 class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):

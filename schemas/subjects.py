@@ -61,6 +61,10 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.capacity.<pool>.get``     request/reply  anyone -> CapacityActor: CapacityGet
                                                     -> CapacityState
 - ``llmgw.capacity.<pool>.state``   event          CapacityActor -> views: CapacityState
+- ``llmgw.capacity.<pool>.reading`` event          quota poller (sidecar) -> CapacityActor:
+                                                    QuotaReading (an http_json poll)
+- ``llmgw.events.quota``            event          CapacityActor -> operators:
+                                                    QuotaSourceStatus (unresolved / resolved)
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """
@@ -262,3 +266,11 @@ def capacity_get(pool: str) -> str:
 def capacity_state(pool: str) -> str:
     """Event: CapacityState, on every change of a pool's count."""
     return f"{PREFIX}.capacity.{token(pool)}.state"
+
+
+def capacity_reading(pool: str) -> str:
+    """Event: QuotaReading (an http_json quota source's poll, for the pool's owner)."""
+    return f"{PREFIX}.capacity.{token(pool)}.reading"
+
+
+CAPACITY_STATE_ANY = f"{PREFIX}.capacity.*.state"

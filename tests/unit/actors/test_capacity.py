@@ -1,0 +1,264 @@
+"""CapacityActor and its ledger with an injected clock: leases granted until full, refused,
+released, renewed, expired; calendar windows in a time zone, rolling windows, token
+reconciliation, persistence across a restart, and an http_json source's readings."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+from pydantic import ValidationError
+
+from actors import ChildSpec, Supervisor
+from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
+from actors.capacity_ledger import CapacityLedger, window_bounds
+from actors.snapshots import SnapshotStore
+from bus import InProcessBus
+from schemas import (
+    CapacityAcquire,
+    CapacityGet,
+    CapacityGrant,
+    CapacityRelease,
+    CapacityRenew,
+    CapacityState,
+    QuotaReading,
+    QuotaSourceStatus,
+    subjects,
+)
+from schemas.capacity import PoolSpec, capacity_pools
+from schemas.config import GatewayConfig, HttpJsonQuotaSource, LeaseConfig, LocalQuotaSource
+from tests.unit.actors import WAIT, FakeClock, next_event
+
+NY = ZoneInfo("America/New_York")
+
+
+def _concurrency(limit: int = 2) -> PoolSpec:
+    return PoolSpec("slots", "concurrency", float(limit), None, ("m:a",))
+
+
+def _quota(limit: float = 3, **source: object) -> PoolSpec:
+    return PoolSpec("q", "quota", limit, LocalQuotaSource.model_validate(
+        {"kind": "local", **source}), ("m:a",))
+
+
+def _at(y: int, mo: int, d: int, h: int = 0, mi: int = 0, zone: ZoneInfo = NY) -> float:
+    return datetime(y, mo, d, h, mi, tzinfo=zone).timestamp()
+
+
+# -- the ledger ---------------------------------------------------------------------------
+
+
+def test_concurrency_grants_until_full_then_refuses_and_a_release_frees_a_slot() -> None:
+    ledger = CapacityLedger(_concurrency(2), ttl=30, now=0)
+    a = ledger.acquire("ing1", "m:a", 1, 0)
+    b = ledger.acquire("ing1", "m:a", 1, 0)
+    refused = ledger.acquire("ing2", "m:a", 1, 0)
+    assert isinstance(a, tuple) and isinstance(b, tuple)
+    assert refused == "concurrency pool 'slots' is full (2/2)"
+    assert ledger.release(a[0], None) is True
+    assert ledger.release(a[0], None) is False  # twice is harmless
+    assert isinstance(ledger.acquire("ing2", "m:a", 1, 0), tuple)
+    assert ledger.state(0).used == 2
+
+
+def test_an_unrenewed_lease_expires_after_the_ttl_and_a_renewed_one_lives_on() -> None:
+    ledger = CapacityLedger(_concurrency(2), ttl=30, now=0)
+    kept = ledger.acquire("ing1", "m:a", 1, 0)
+    lost = ledger.acquire("ing2", "m:a", 1, 0)
+    assert isinstance(kept, tuple) and isinstance(lost, tuple)
+    assert ledger.renew("ing1", (kept[0], lost[0]), 20) == 1  # another holder's id is ignored
+    assert ledger.expire(29.9) == []
+    assert [x.holder for x in ledger.expire(30)] == ["ing2"]
+    assert ledger.state(30).used == 1
+    assert ledger.next_deadline() == 50
+    assert [x.holder for x in ledger.expire(50)] == ["ing1"]
+
+
+def test_a_request_quota_counts_one_per_request_and_an_expired_lease_keeps_its_charge() -> None:
+    ledger = CapacityLedger(_quota(2, window=3600), ttl=30, now=0)
+    first = ledger.acquire("i", "m:a", 500, 0)
+    assert isinstance(first, tuple)
+    assert ledger.expire(30)  # the request went upstream: the unit stays spent
+    assert isinstance(ledger.acquire("i", "m:a", 1, 31), tuple)
+    assert ledger.acquire("i", "m:a", 1, 32) == "quota pool 'q' is spent (2/2 requests)"
+    assert ledger.state(32).used == 2
+
+
+def test_daily_window_resets_at_midnight_in_its_time_zone_not_utc() -> None:
+    start = _at(2026, 3, 7, 23, 0)  # 04:00 UTC on the 8th: a UTC day would have reset
+    ledger = CapacityLedger(_quota(1, window="daily", timezone="America/New_York"), 30, start)
+    got = ledger.acquire("i", "m:a", 1, start)
+    assert isinstance(got, tuple) and ledger.release(got[0], None)
+    assert ledger.state(start).resets_at == _at(2026, 3, 8)
+    assert "spent" in str(ledger.acquire("i", "m:a", 1, _at(2026, 3, 7, 23, 59)))
+    assert ledger.next_deadline() == _at(2026, 3, 8)
+    assert ledger.roll(_at(2026, 3, 8, 0, 0)) is True
+    assert ledger.state(_at(2026, 3, 8)).used == 0
+    # The 8th is the DST change in New York: a 23-hour day, still reset at local midnight.
+    assert ledger.state(_at(2026, 3, 8)).resets_at == _at(2026, 3, 9)
+    assert _at(2026, 3, 9) - _at(2026, 3, 8) == 23 * 3600
+
+
+def test_hourly_and_monthly_windows_follow_the_calendar() -> None:
+    now = _at(2026, 12, 31, 22, 17)
+    assert window_bounds("hourly", NY, now) == (_at(2026, 12, 31, 22), _at(2026, 12, 31, 23))
+    assert window_bounds("monthly", NY, now) == (_at(2026, 12, 1), _at(2027, 1, 1))
+
+
+def test_a_rolling_window_frees_each_charge_its_window_after_it_was_made() -> None:
+    ledger = CapacityLedger(_quota(2, window=60), ttl=30, now=0)
+    for t in (0, 10):
+        got = ledger.acquire("i", "m:a", 1, t)
+        assert isinstance(got, tuple)
+        ledger.release(got[0], None)
+    assert "spent" in str(ledger.acquire("i", "m:a", 1, 59))
+    assert ledger.state(0).resets_at is None
+    assert ledger.next_deadline() == 60
+    assert ledger.roll(60) is True and ledger.used() == 1
+    assert isinstance(ledger.acquire("i", "m:a", 1, 60), tuple)
+
+
+def test_a_token_quota_reserves_the_estimate_and_reconciles_to_the_reported_usage() -> None:
+    ledger = CapacityLedger(_quota(1000, unit="tokens", window="daily"), 30, _at(2026, 5, 1, 9))
+    now = _at(2026, 5, 1, 9)
+    got = ledger.acquire("i", "m:a", 400, now)
+    assert isinstance(got, tuple) and ledger.used() == 400
+    ledger.release(got[0], used_units=250)
+    assert ledger.used() == 250
+    other = ledger.acquire("i", "m:a", 900, now)  # may overshoot: something is left
+    assert isinstance(other, tuple) and ledger.used() == 1150
+    assert "spent" in str(ledger.acquire("i", "m:a", 1, now))
+    ledger.release(other[0], used_units=None)  # nothing reported: the estimate stays
+    assert ledger.used() == 1150
+
+
+def test_an_http_json_pool_grants_nothing_until_its_first_reading() -> None:
+    source = HttpJsonQuotaSource(kind="http_json", url="http://x/usage", used_path="used",
+                                 limit_path="limit")
+    ledger = CapacityLedger(PoolSpec("h", "quota", None, source, ("m:a",)), 30, 0)
+    assert "unresolved" in str(ledger.acquire("i", "m:a", 1, 0))
+    assert ledger.reading(QuotaReading(pool="h", error="used_path 'usd' not found")) is True
+    assert ledger.state(0).reason == "used_path 'usd' not found"
+    assert ledger.reading(QuotaReading(pool="h", used=8, limit=10)) is True
+    assert ledger.state(0).resolved and ledger.state(0).limit == 10
+    for _ in range(2):
+        assert isinstance(ledger.acquire("i", "m:a", 1, 0), tuple)
+    assert "spent" in str(ledger.acquire("i", "m:a", 1, 0))
+
+
+def test_pools_declared_two_ways_are_refused_naming_the_pool() -> None:
+    def route(limit: int) -> dict[str, object]:
+        return {"kind": "echo", "provider_type": "concurrency", "concurrency": {"limit": limit},
+                "concurrency_pool": "team-plan"}
+
+    with pytest.raises(ValidationError, match="capacity pool 'team-plan' is declared "
+                                              "differently"):
+        GatewayConfig.model_validate({"models": [{"id": "m", "route": [route(2), route(3)]}]})
+    ok = GatewayConfig.model_validate({"models": [{"id": "m", "route": [route(2), route(2)]}]})
+    assert [(p.pool, len(p.endpoints)) for p in capacity_pools(ok).values()] == [
+        ("team-plan", 2)]
+
+
+# -- the actor ----------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def running(bus: InProcessBus, actor: CapacityActor) -> AsyncIterator[CapacityActor]:
+    root = Supervisor("test", children=[ChildSpec(actor.name, lambda: actor)])
+    await root.start(bus)
+    try:
+        yield actor
+    finally:
+        await root.stop()
+
+
+async def _acquire(bus: InProcessBus, pool: str, units: float = 1) -> CapacityGrant:
+    reply = await bus.request(subjects.capacity_acquire(pool),
+                              CapacityAcquire(pool=pool, endpoint="m:a", request_id="r",
+                                              holder="ing", units=units),
+                              reply_type=CapacityGrant, timeout=WAIT)
+    assert isinstance(reply, CapacityGrant)
+    return reply
+
+
+async def _get(bus: InProcessBus, pool: str) -> CapacityState:
+    reply = await bus.request(subjects.capacity_get(pool), CapacityGet(pool=pool),
+                              reply_type=CapacityState, timeout=WAIT)
+    assert isinstance(reply, CapacityState)
+    return reply
+
+
+async def test_actor_publishes_state_on_grant_and_release_and_expires_unrenewed_leases(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    async with bus.subscribe(subjects.capacity_state("slots")) as states:
+        actor = CapacityActor(_concurrency(1), LeaseConfig(ttl_seconds=30), clock=clock)
+        async with running(bus, actor):
+            assert (await next_event(states, CapacityState)).used == 0
+            grant = await _acquire(bus, "slots")
+            assert grant.granted and grant.expires_at == 1030
+            assert (await next_event(states, CapacityState)).used == 1
+            refused = await _acquire(bus, "slots")
+            assert not refused.granted and "full" in refused.reason
+            clock.now = 1020
+            await bus.publish(subjects.capacity_renew("slots"), CapacityRenew(
+                pool="slots", holder="ing", lease_ids=(grant.lease_id,)))
+            assert (await _get(bus, "slots")).used == 1  # the renewal is handled by now
+            clock.now = 1040  # past the first TTL, inside the renewed one
+            await actor.ctx.send_self(_Sweep())
+            assert (await _get(bus, "slots")).used == 1
+            clock.now = 1050
+            await actor.ctx.send_self(_Sweep())
+            assert (await next_event(states, CapacityState)).used == 0
+            again = await _acquire(bus, "slots")
+            assert again.granted
+            await bus.publish(subjects.capacity_release("slots"),
+                              CapacityRelease(pool="slots", lease_id=again.lease_id))
+            assert (await next_event(states, CapacityState)).used == 1
+            assert (await next_event(states, CapacityState)).used == 0
+
+
+async def test_a_local_quota_count_survives_a_restart(
+    bus: InProcessBus, clock: FakeClock, tmp_path: Path,
+) -> None:
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    try:
+        spec = _quota(3, window="daily")
+        async with running(bus, CapacityActor(spec, LeaseConfig(), snapshots=store,
+                                              clock=clock)):
+            assert (await _acquire(bus, "q")).granted
+            assert (await _acquire(bus, "q")).granted
+        async with running(bus, CapacityActor(spec, LeaseConfig(), snapshots=store,
+                                              clock=clock)):
+            assert (await _get(bus, "q")).used == 2
+            assert (await _acquire(bus, "q")).granted
+            assert not (await _acquire(bus, "q")).granted
+    finally:
+        await store.aclose()
+
+
+async def test_an_unresolved_http_json_source_is_reported_once_per_reason(
+    bus: InProcessBus, clock: FakeClock,
+) -> None:
+    source = HttpJsonQuotaSource(kind="http_json", url="http://x/usage", used_path="used",
+                                 limit_path="limit", refresh_seconds=60)
+    spec = PoolSpec("h", "quota", None, source, ("m:a",))
+    async with bus.subscribe(subjects.event("quota")) as events:
+        actor = CapacityActor(spec, LeaseConfig(), clock=clock)
+        async with running(bus, actor):
+            await actor.ctx.send_self(_FirstRefreshDue())
+            first = await next_event(events, QuotaSourceStatus)
+            assert (first.resolved, first.reason, first.endpoints) == (
+                False, "no reading within the first refresh", ("m:a",))
+            await bus.publish(subjects.capacity_reading("h"),
+                              QuotaReading(pool="h", error="limit_path 'limit' not found"))
+            second = await next_event(events, QuotaSourceStatus)
+            assert second.reason == "limit_path 'limit' not found"
+            await bus.publish(subjects.capacity_reading("h"),
+                              QuotaReading(pool="h", used=1, limit=5))
+            assert (await next_event(events, QuotaSourceStatus)).resolved
+            assert (await _get(bus, "h")).free == 4
