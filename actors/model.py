@@ -27,6 +27,7 @@ import msgspec
 
 from actors.affinity import AffinityTable
 from actors.base import Actor, ActorContext, Serve
+from actors.capacity_view import CapacityViews
 from actors.health import CLOSED, HALF_OPEN, OPEN
 from actors.keypool_view import KeyViews
 from actors.prefill import PrefillLoad
@@ -37,6 +38,7 @@ from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     AllCircuitsOpenError,
+    CapacityState,
     EndpointState,
     ErrorCode,
     FirstToken,
@@ -111,6 +113,7 @@ class ModelActor(Actor):
             *(Serve(subjects.endpoint_local_health(e)) for e in ids),
             Serve(subjects.event("mode")),
             *KeyViews.serves(model),
+            *CapacityViews.serves(model),
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -133,6 +136,8 @@ class ModelActor(Actor):
         self._tripped_until = 0.0
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
+        self.capacity = CapacityViews(self._model, self.name)
+        await self.capacity.seed(ctx.bus)
         self._quota = KeyQuota({cid: a for r in self._model.route
                                 for cid, a in r.allowances.items()})
         await self._restore()
@@ -207,6 +212,8 @@ class ModelActor(Actor):
                 self._table.set_local_health(lh.endpoint, lh.healthy)
             case KeyPoolState() as ks:
                 self._keys.update(ks)
+            case CapacityState() as cs:
+                self.capacity.update(cs)
             case ModeChanged() as mode:
                 self._degraded = mode.mode == "degraded"
             case ModelStatusRequest():
@@ -264,7 +271,12 @@ class ModelActor(Actor):
     # -- the decision -------------------------------------------------------------------
 
     async def plan(self, req: RouteRequest) -> RoutePlan:
-        """Decide which routes serve ``req``, primary first. Raises GatewayError subclasses."""
+        """Decide which routes serve ``req``, primary first, with the primary's capacity lease
+        taken (actors/capacity_view.py). Raises GatewayError subclasses."""
+        return await self.capacity.decide(req, self._decide, self.ctx.bus, self._clock())
+
+    async def _decide(self, req: RouteRequest, full: frozenset[str]) -> RoutePlan:
+        """The plan for ``req`` without the capacity routes in ``full``."""
         now = self._clock()
         if now < self._tripped_until:
             raise AllCircuitsOpenError(
@@ -303,8 +315,9 @@ class ModelActor(Actor):
         routes, keys = self._keys.screen(routes, req, now)
         if not routes:
             return keys.plan(self._model.id)
-        drawn = [r for r in routes if r.weight > 0]  # a fallback_only route has weight 0
-        backups = [r for r in routes if r.config.fallback_only]
+        drawn = [r for r in routes if r.weight > 0  # a fallback_only route has weight 0
+                 and r.endpoint not in full]
+        backups = [r for r in routes if r.config.fallback_only and r.endpoint not in full]
         closed = [r for r in drawn if self._closed(r, now)]
         probing = [r for r in drawn if self._probe_eligible(r, now)]
         primary, reason = None, "fallback_only"

@@ -19,6 +19,7 @@ from schemas import (
     RouteNotFoundError,
     RouteStatus,
 )
+from schemas.capacity import pool_of
 from schemas.config import ModelConfig, RouteConfig, RoutingConfig
 
 
@@ -33,6 +34,7 @@ def candidate_for(endpoint: str, config: RouteConfig, *, probe: bool = False) ->
         credential_id=creds[0] if creds else "",
         context_window=config.context_window,
         probe=probe,
+        pool=pool_of(config, endpoint) or "",
     )
 
 

@@ -13,6 +13,7 @@ import functools
 import itertools
 import logging
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -43,6 +44,7 @@ from gateway.formats.openai_chat import estimate_prompt_tokens, input_modalities
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http import HttpRequest, Receive, Scope, Send
 from gateway.identity import affinity_key
+from gateway.leases import LeaseKeeper
 from gateway.metadata import client_metadata
 from gateway.operations import IngressOps
 from gateway.reload import FallbackTargets
@@ -98,8 +100,12 @@ class GatewayApp:
                 self._models[name] = m
         self._client: UpstreamHTTP | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
+        self._id_prefix = f"{os.getpid():x}-"
+        # One holder id per ingress: its capacity leases are renewed and released under it.
+        self.leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds,
+                                  f"ingress-{os.getpid():x}-{secrets.token_hex(3)}")
         self._dispatcher = Dispatcher(bus, self._adapters, Targets(config),
-                                      config.routing.failover)
+                                      config.routing.failover, self.leases)
         self._ids = itertools.count(1)
         self.steering = SteeringView(bus, config)
         self._steerer = Steerer(affinity=config.routing.affinity.enabled,
@@ -172,7 +178,8 @@ class GatewayApp:
             self._adapters.update(make_adapters(self._client))
 
     async def aclose(self) -> None:
-        """Close the upstream HTTP client and the callers' database."""
+        """Close the upstream HTTP client and the callers' database; stop renewing leases."""
+        await self.leases.aclose()
         await self.steering.aclose()
         await self.rules.aclose()
         await self.callers.aclose()
@@ -186,7 +193,7 @@ class GatewayApp:
         models = {name: m for m in config.models for name in (m.id, *m.aliases)}
         dispatcher = Dispatcher(self._bus, self._adapters,
                                 FallbackTargets(config, Targets(self._config)),
-                                config.routing.failover)
+                                config.routing.failover, self.leases)
         self._config, self._models, self._dispatcher = config, models, dispatcher
         self.ops.reconfigure(config)
         self.callers.reconfigure(config)
@@ -317,11 +324,13 @@ class GatewayApp:
         if surface == "embeddings":
             return self._plan(model, RouteRequest(model=model.id, caller=info.caller,
                                                   surface=surface, request_id=info.request_id,
-                                                  role=info.role, dry=dry))
+                                                  role=info.role, dry=dry,
+                                                  lease_holder=self.leases.holder))
         return self._plan(model, RouteRequest(
             model=model.id, caller=info.caller, modalities=input_modalities(body),
             prompt_tokens=info.prompt_estimate, pin=self._pin(req),
             surface=surface, request_id=info.request_id, role=info.role, dry=dry,
+            lease_holder=self.leases.holder,
         ))
 
     def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
@@ -411,8 +420,11 @@ class GatewayApp:
                             plan: RoutePlan, body: JSON, requested: str, raw: JSON,
                             walk: PlanWalk) -> None:
         stream = await self._dispatcher.open_stream(info, plan, body, walk)
-        shown = self._served(walk, info, requested)
-        await self._relay(req, surface.stream(shown, raw), stream, info)
+        try:
+            shown = self._served(walk, info, requested)
+            await self._relay(req, surface.stream(shown, raw), stream, info)
+        finally:  # however the relay ends, its capacity lease goes back (a no-op once closed)
+            await self.leases.release(stream.candidate)
 
     async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
                      info: RequestInfo) -> None:

@@ -27,6 +27,7 @@ from bus import Bus
 from gateway import accounting
 from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
+from gateway.leases import LeaseKeeper
 from schemas import (
     FirstToken,
     GatewayError,
@@ -208,11 +209,13 @@ class Dispatcher:
     """Runs attempts against adapters and publishes their observations. Raises GatewayError."""
 
     def __init__(self, bus: Bus, adapters: Mapping[str, Adapter], targets: Targets,
-                 failover: FailoverConfig | None = None) -> None:
+                 failover: FailoverConfig | None = None,
+                 leases: LeaseKeeper | None = None) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
         self._failover = failover or FailoverConfig()
+        self.leases = leases or LeaseKeeper(bus, 30.0, "ingress")
 
     async def _attempts(self, info: RequestInfo, plan: RoutePlan, failures: _Failures,
                         budget: _Budget, walk: PlanWalk | None) -> AsyncGenerator[Attempt]:
@@ -224,12 +227,20 @@ class Dispatcher:
         current: RoutePlan | None = plan
         while current is not None:
             candidates = current.candidates
+            self.leases.hold_plan(current)
             for i, c in enumerate(candidates):
                 if failures.rules_out(c):
                     await self._release(info, c, first=i == 0)
                     continue
+                if c.pool and not c.lease_id and not c.refusal:
+                    # A fallback on a capacity route: leased right before it is sent.
+                    leased = await self.leases.acquire(c, info.request_id)
+                    if leased is None:
+                        continue
+                    c = leased
                 attempt += 1
                 if not budget.may_start(attempt):
+                    await self.leases.release(c)
                     await self._release_all(info, candidates, i)
                     return
                 more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
@@ -247,8 +258,9 @@ class Dispatcher:
     async def _release(self, info: RequestInfo, c: RouteCandidate, *, first: bool) -> None:
         """Give back what a candidate that is never attempted holds: the probe lease (a
         cancelled probe observation, which releases the prefill lease too) or, for the first
-        of its plan, the model's prefill lease. Not an attempt: the request's accounting
-        does not count it."""
+        of its plan, the model's prefill lease; and its capacity lease. Not an attempt: the
+        request's accounting does not count it."""
+        await self.leases.release(c)
         if c.probe:
             obs = self._observation(info, c, 0, "cancelled", time.perf_counter())
             await self._publish(subjects.observation(c.endpoint), obs)
@@ -344,32 +356,46 @@ class Dispatcher:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue
-            started = time.perf_counter()
-            target = self._targets.resolve(c)
-            limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
+            served: Served | None = None
             try:
-                async with asyncio.timeout(limit):
-                    body = await op(self._adapter(c), target)
-            except UpstreamError as err:
-                _scrub(err, target.api_key)
-                await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
-                failures.add(err, c)
-                continue
-            except TimeoutError:
-                timeout = _timed_out(c, limit, by_budget)
-                outcome = "cancelled" if by_budget else "failure"
-                await self.observe(info, c, attempt, outcome, started, err=timeout)
-                failures.add(timeout, c)
-                continue
-            except (anyio.get_cancelled_exc_class(), RecursionError):
-                # RecursionError: a body nested just short of the decode limit cannot be
-                # encoded again for the upstream; the app refuses it (400), but the attempt
-                # must still end here, or its prefill and probe leases are never given back.
-                await self.observe(info, c, attempt, "cancelled", started)
-                raise
-            await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
-            return Served(body, c, attempt)
+                served = await self._attempt(info, op, failures, budget, attempt, c, more)
+            finally:
+                await self.leases.release(c, None if served is None else
+                                          _tokens(usage_of(served.body)))
+            if served is not None:
+                return served
         raise failures.final()
+
+    async def _attempt(self, info: RequestInfo,
+                       op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+                       failures: _Failures, budget: _Budget, attempt: int, c: RouteCandidate,
+                       more: bool) -> Served | None:
+        """One non-streaming attempt: the answer, or None after a failure (recorded)."""
+        started = time.perf_counter()
+        target = self._targets.resolve(c)
+        limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
+        try:
+            async with asyncio.timeout(limit):
+                body = await op(self._adapter(c), target)
+        except UpstreamError as err:
+            _scrub(err, target.api_key)
+            await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
+            failures.add(err, c)
+            return None
+        except TimeoutError:
+            timeout = _timed_out(c, limit, by_budget)
+            outcome = "cancelled" if by_budget else "failure"
+            await self.observe(info, c, attempt, outcome, started, err=timeout)
+            failures.add(timeout, c)
+            return None
+        except (anyio.get_cancelled_exc_class(), RecursionError):
+            # RecursionError: a body nested just short of the decode limit cannot be
+            # encoded again for the upstream; the app refuses it (400), but the attempt
+            # must still end here, or its prefill and probe leases are never given back.
+            await self.observe(info, c, attempt, "cancelled", started)
+            raise
+        await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
+        return Served(body, c, attempt)
 
     async def open_stream(self, info: RequestInfo, plan: RoutePlan, body: JSON,
                           walk: PlanWalk | None = None) -> StreamAttempt:
@@ -409,6 +435,7 @@ class Dispatcher:
                 # RecursionError: see _call (the body cannot be encoded for the upstream).
                 await _aclose(chunks)
                 await self.observe(info, c, attempt, "cancelled", started)
+                await self.leases.release(c)
                 raise
             else:
                 if first_of_plan:  # only a plan's primary holds its model's prefill lease
@@ -423,6 +450,7 @@ class Dispatcher:
                                      target.idle_timeout)
             await _aclose(chunks)
             await self.observe(info, c, attempt, outcome, started, err=err)
+            await self.leases.release(c)
             failures.add(err, c)
         raise failures.final()
 
@@ -455,6 +483,12 @@ def _merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
                                      retry_after=min(waits), kind="key_pool_exhausted")
     return KeyPoolRoleRestrictedError("no upstream key of this model is available to your role",
                                       kind="key_pool_role_restricted")
+
+
+def _tokens(usage: tuple[int, int, int]) -> int | None:
+    """Prompt plus completion tokens an upstream reported; None when it reported none."""
+    total = usage[0] + usage[1]
+    return total or None
 
 
 def _scrub(err: UpstreamError, secret: str | None) -> UpstreamError:
@@ -545,8 +579,10 @@ class StreamAttempt:
                         self._finished = True
 
     async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
-        """Release the upstream stream and publish this attempt's observation."""
+        """Release the upstream stream and the capacity lease, and publish this attempt's
+        observation (closing twice releases once)."""
         await _aclose(self._rest)
+        await self._dispatcher.leases.release(self.candidate, _tokens(self._usage))
         await self._dispatcher.observe(
             self._info, self.candidate, self.attempt, outcome, self._started,
             err=err, ttft=self._ttft, usage=self._usage,

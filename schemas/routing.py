@@ -19,6 +19,8 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # A dry run (routing explain): the plan says which route and probe it would take but
     # takes no lease (probe, prefill) and writes no affinity pin.
     dry: bool = False
+    # Who renews and releases a capacity lease the decision takes (the asking ingress).
+    lease_holder: str = ""
 
 
 class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):

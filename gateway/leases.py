@@ -1,0 +1,117 @@
+"""LeaseKeeper: the capacity leases this ingress holds for requests in flight.
+
+A plan's primary arrives already leased (its ModelActor asked the pool's owner); a fallback
+on a capacity route is leased here right before it is dispatched (refused: it is skipped).
+While a request runs, one task per ingress renews every held lease with one batched
+``CapacityRenew`` per pool every ``ttl / 3``; the attempt's end (success, failure,
+cancellation, a stream's relay ending however it ends) releases its lease. A lease this
+ingress stops renewing (it died) expires at its owner after the TTL. Releasing twice is
+harmless: only a held lease is released, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+
+import anyio
+import msgspec
+
+from bus import Bus, NoRespondersError, RequestTimeoutError
+from schemas import (
+    CapacityAcquire,
+    CapacityGrant,
+    CapacityRelease,
+    CapacityRenew,
+    GatewayError,
+    RouteCandidate,
+    RoutePlan,
+    subjects,
+)
+
+logger = logging.getLogger(__name__)
+
+_ACQUIRE_TIMEOUT = 2.0
+
+
+class LeaseKeeper:
+    """Holds, renews and releases one ingress's capacity leases (never raises: a lease that
+    cannot be renewed or released expires at its owner)."""
+
+    def __init__(self, bus: Bus, ttl: float, holder: str,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._bus = bus
+        self._interval = ttl / 3
+        self.holder = holder
+        self._sleep = sleep
+        self._held: dict[str, str] = {}  # lease id -> pool
+        self._task: asyncio.Task[None] | None = None
+
+    def held(self) -> int:
+        """How many leases are held now."""
+        return len(self._held)
+
+    def hold_plan(self, plan: RoutePlan) -> None:
+        """Keep renewing the leases a plan arrived with (its primary's)."""
+        for c in plan.candidates:
+            if c.lease_id:
+                self._hold(c)
+
+    def _hold(self, c: RouteCandidate) -> None:
+        self._held[c.lease_id] = c.pool
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._renew_forever(), name="capacity-renewals")
+
+    async def acquire(self, c: RouteCandidate, request_id: str) -> RouteCandidate | None:
+        """Lease ``c``'s unit or slot before dispatching to it: the leased candidate, or None
+        when the pool refuses (or does not answer)."""
+        ask = CapacityAcquire(pool=c.pool, endpoint=c.endpoint, request_id=request_id,
+                              holder=self.holder)
+        try:
+            grant = await self._bus.request(subjects.capacity_acquire(c.pool), ask,
+                                            reply_type=CapacityGrant, timeout=_ACQUIRE_TIMEOUT)
+        except (NoRespondersError, RequestTimeoutError) as exc:
+            logger.warning("capacity pool %s did not answer a lease for %s: %s", c.pool,
+                           c.endpoint, type(exc).__name__)
+            return None
+        if not isinstance(grant, CapacityGrant) or not grant.granted:
+            return None
+        leased = msgspec.structs.replace(c, lease_id=grant.lease_id)
+        self._hold(leased)
+        return leased
+
+    async def release(self, c: RouteCandidate, tokens: int | None = None) -> None:
+        """Give ``c``'s lease back, with the tokens the upstream reported (None: unknown).
+        Does nothing for a candidate without a held lease."""
+        pool = self._held.pop(c.lease_id, None) if c.lease_id else None
+        if pool is None:
+            return
+        msg = CapacityRelease(pool=pool, lease_id=c.lease_id,
+                              used_units=None if tokens is None else float(tokens))
+        try:
+            with anyio.CancelScope(shield=True):  # a cancelled request still gives it back
+                await self._bus.publish(subjects.capacity_release(pool), msg)
+        except GatewayError as exc:
+            logger.warning("capacity release on %s not published: %s", pool, exc)
+
+    async def _renew_forever(self) -> None:
+        while self._held:
+            await self._sleep(self._interval)
+            by_pool: dict[str, list[str]] = defaultdict(list)
+            for lease_id, pool in self._held.items():
+                by_pool[pool].append(lease_id)
+            for pool, ids in by_pool.items():
+                try:
+                    await self._bus.publish(subjects.capacity_renew(pool), CapacityRenew(
+                        pool=pool, holder=self.holder, lease_ids=tuple(ids)))
+                except GatewayError as exc:
+                    logger.warning("capacity renewal on %s not published: %s", pool, exc)
+
+    async def aclose(self) -> None:
+        """Stop renewing (held leases then expire at their owners)."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
