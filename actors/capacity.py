@@ -89,6 +89,8 @@ class CapacityActor(Actor):
         self._timer_at: float | None = None
         self._flush_due = False
         self._reported = ""  # the unresolved reason last reported (never twice the same)
+        # Spec: a source is reported when it did not resolve within its first refresh.
+        self._first_refresh_over = False
         if self._snapshots is not None and self.ledger.snapshot() is not None:
             snap = await self._snapshots.load_as(self.name, LedgerSnapshot)
             if snap is not None:
@@ -123,12 +125,15 @@ class CapacityActor(Actor):
                 if self.ledger.release(rel.lease_id, rel.used_units):
                     await self._changed()
             case CapacityGet():
-                self.ledger.roll(now)
+                rolled = self.ledger.roll(now)
                 await env.respond(self.ledger.state(now))
+                if rolled:  # a window ended before its timer fired (a clock moved ahead)
+                    await self._changed()
             case QuotaReading() as reading:
                 was = self.ledger.resolved
                 if self.ledger.reading(reading):
-                    await self._source_status(was)
+                    if self._first_refresh_over or self.ledger.resolved:
+                        await self._source_status(was)
                     await self._changed()
 
     async def handle_local(self, msg: object) -> None:
@@ -145,6 +150,7 @@ class CapacityActor(Actor):
             else:
                 self._arm()
         elif isinstance(msg, _FirstRefreshDue):
+            self._first_refresh_over = True
             if not self.ledger.resolved:
                 if self.ledger.reason == WAITING_FOR_SOURCE:
                     self.ledger.reason = "no reading within the first refresh"

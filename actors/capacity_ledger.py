@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import msgspec
@@ -229,12 +229,19 @@ class CapacityLedger:
 
     # -- views and persistence ----------------------------------------------------------
 
+    def _frees_at(self) -> float | None:
+        """A rolling window's next change: when its oldest charge leaves."""
+        assert self._rolling is not None
+        oldest = min((at for at, _ in self._charges.values()), default=None)
+        return None if oldest is None else oldest + self._rolling
+
     def state(self, now: float) -> CapacityState:
         """The pool's state to publish."""
         return CapacityState(
             pool=self.spec.pool, kind=self.kind, limit=self._limit, used=self.used(),
             unit=self.unit, resolved=self.resolved, reason=self.reason,
-            resets_at=self._resets_at, endpoints=self.spec.endpoints, ts=now)
+            resets_at=self._resets_at if self._rolling is None else self._frees_at(),
+            endpoints=self.spec.endpoints, ts=now)
 
     def snapshot(self) -> LedgerSnapshot | None:
         """The count to persist (a ``local`` quota only)."""
@@ -252,8 +259,3 @@ class CapacityLedger:
             for n, (at, units) in enumerate(snap.charges):
                 self._charges[f"restored-{n}"] = (at, units)
         self.roll(now)
-
-
-def utc(now: float) -> str:
-    """``now`` as an ISO UTC timestamp (for log lines)."""
-    return datetime.fromtimestamp(now, UTC).isoformat()

@@ -31,6 +31,7 @@ from gateway.admin_auth import is_admin
 from gateway.admin_rules import RulesAdmin
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
+from gateway.capacity_health import capacity_lines
 from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.errors import (
     DEFAULT_RETRY_AFTER,
@@ -589,9 +590,13 @@ class GatewayApp:
                 **await self.callers.details(req, st.endpoint),
             }
         mode = await self._mode()
-        degraded = degraded or mode["mode"] == "degraded"
+        models = {eid: m.id for m in self._config.models for eid in m.endpoint_ids()}
+        capacity, unresolved = await capacity_lines(
+            self._bus, self._config, lambda e: self._visible(req, models.get(e, "")),
+            self._config.routing.decision_timeout_seconds)
+        degraded = degraded or unresolved or mode["mode"] == "degraded"
         await req.respond(200, _encode({"status": "degraded" if degraded else "ok",
-                                        **mode, "endpoints": endpoints,
+                                        **mode, "endpoints": endpoints, "capacity": capacity,
                                         "rules": self.rules.health()}))
 
     async def _routing(self, req: HttpRequest) -> None:

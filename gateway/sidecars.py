@@ -1,6 +1,6 @@
 """Background work beside the actors that needs upstream I/O (actors never do any): the
-health-check loop over local deployments and the bench prober. Runs in the process that
-owns the actors (role ``all`` or ``actors``)."""
+health-check loop over local deployments, the bench prober and the quota poller (http_json
+quota sources). Runs in the process that owns the actors (role ``all`` or ``actors``)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.dispatch import Targets
 from gateway.healthcheck import HealthChecker, local_targets
 from gateway.prober import BenchProber
+from gateway.quota_poller import QuotaPoller
 from schemas.config import GatewayConfig
 
 
@@ -22,6 +23,12 @@ class Sidecars:
         self._tasks: list[asyncio.Task[None]] = []
         prober = BenchProber(bus, make_adapters(self._client), Targets(config))
         self._tasks.append(asyncio.create_task(prober.run()))
+        secrets = {eid: (route.secrets[0] if route.secrets else None)
+                   for m in config.models
+                   for eid, route in zip(m.endpoint_ids(), m.route, strict=True)}
+        poller = QuotaPoller(bus, config, self._client, secrets)
+        if poller.pools:
+            self._tasks.append(asyncio.create_task(poller.run()))
         settings = config.routing.health_check
         targets = local_targets(config)
         if settings.enabled and targets:

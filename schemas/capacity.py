@@ -31,7 +31,8 @@ class CapacityState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """A pool's count, published by its owner on every change.
 
     ``kind``: ``quota`` (``limit`` units per window, ``used`` so far, ``resets_at`` the wall
-    clock of the next reset, None for a rolling window) or ``concurrency`` (``limit`` slots,
+    clock of the next reset; for a rolling window, when its oldest charge leaves it, None
+    while it holds none) or ``concurrency`` (``limit`` slots,
     ``used`` leased now). ``resolved`` is False while a quota source has not yet produced a
     reading (the route is not ready; ``reason`` says why).
     """

@@ -129,6 +129,17 @@ class UpstreamHTTP:
         except (TimeoutError, aiohttp.ClientError):
             return None
 
+    async def get(self, endpoint: str, url: str, headers: Mapping[str, str], *,
+                  timeout: float) -> Answer:
+        """GET ``url`` and read the whole answer. Raises UpstreamError for transport
+        failures."""
+        try:
+            async with self._client().get(url, headers=headers, allow_redirects=False,
+                                          timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                return Answer(resp.status, resp.headers, await resp.read())
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise transport_error(endpoint, exc) from None
+
     async def aclose(self) -> None:
         """Close the session and its connections."""
         if self._session is not None:

@@ -116,7 +116,7 @@ def test_a_rolling_window_frees_each_charge_its_window_after_it_was_made() -> No
         assert isinstance(got, tuple)
         ledger.release(got[0], None)
     assert "spent" in str(ledger.acquire("i", "m:a", 1, 59))
-    assert ledger.state(0).resets_at is None
+    assert ledger.state(59).resets_at == 60  # when the oldest charge leaves
     assert ledger.next_deadline() == 60
     assert ledger.roll(60) is True and ledger.used() == 1
     assert isinstance(ledger.acquire("i", "m:a", 1, 60), tuple)

@@ -1,0 +1,101 @@
+"""Capacity routes through the real server with the openai SDK, on both buses: a ``local``
+quota route stops receiving traffic at its limit (the other route takes it) and resumes when
+its window has passed; an ``http_json`` quota source that does not resolve is reported (the
+``quota`` event, a ``/health/deep`` line, a warning log) and its route is not drawn.
+
+The actors run on a skewed clock (``actor_clock``): the test jumps it past the quota window
+and awaits the pool's CapacityState event instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from schemas import CapacityGet, CapacityState, QuotaSourceStatus, subjects
+from tests.e2e.conftest import (
+    HI,
+    WAIT,
+    SkewedClock,
+    config,
+    eid,
+    gateway_bus,
+    model,
+    route,
+    watch,
+)
+from tests.fixtures.gateway import GatewayFactory
+from tests.fixtures.upstream import Reply, UpstreamFactory
+
+pytestmark = pytest.mark.e2e
+
+WINDOW = 3600.0
+REFRESH = 2.0  # an http_json source's refresh: the test awaits its end, the quota event
+
+
+async def test_a_local_quota_route_stops_at_its_limit_and_resumes_after_its_window(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, actor_clock: SkewedClock,
+) -> None:
+    plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
+    quota = route(plan, provider_type="quota", quota={"limit": 2},
+                  quota_source={"kind": "local", "window": WINDOW})
+    gw = await gateway_factory(config(model("m", quota, route(spare, fallback_only=True))))
+    pool = eid("m", plan)
+    client = gw.openai()
+
+    async def served_by() -> str:
+        raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+        return str(raw.headers["x-routed-via"])
+
+    async with watch(gw, subjects.capacity_state(pool)) as states:
+        first = [await served_by() for _ in range(2)]
+        await states.next(CapacityState, lambda s: s.used == 2)
+        spilled = [await served_by() for _ in range(2)]
+        assert len(plan.requests) == 2 and len(spare.requests) == 2
+
+        actor_clock.advance(WINDOW + 1)  # the two charges leave the rolling window
+        await gateway_bus(gw).request(subjects.capacity_get(pool), CapacityGet(pool=pool),
+                                      reply_type=CapacityState, timeout=5)
+        await states.next(CapacityState, lambda s: s.used == 0)
+        resumed = await served_by()
+
+    assert first == [pool, pool]
+    assert spilled == [eid("m", spare)] * 2
+    assert resumed == pool
+    assert len(plan.requests) == 3 and len(spare.requests) == 2
+
+
+async def test_a_mistyped_http_json_quota_source_is_reported_and_its_route_not_drawn(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
+    plan.set_default(Reply(200, body={"data": {"used": 3, "limit": 100}}), path="/usage")
+    quota = route(plan, weight=100, provider_type="quota", api_key="sk-plan-secret",
+                  quota_source={"kind": "http_json", "url": f"{plan.base_url}/usage",
+                                "used_path": "data.usd", "limit_path": "data.limit",
+                                "refresh_seconds": REFRESH})
+    caplog.set_level(logging.WARNING)
+    gw = await gateway_factory(config(model("m", quota, route(spare, weight=1))))
+    async with watch(gw, subjects.event("quota")) as events:
+        # Reported once the first refresh is over without a reading.
+        reported = await events.next(QuotaSourceStatus, lambda e: not e.resolved,
+                                     timeout=REFRESH + WAIT)
+    answers = [await gw.openai().chat.completions.with_raw_response.create(
+        model="m", messages=HI) for _ in range(3)]
+    deep = (await gw.http().get("/health/deep")).json()
+
+    pool = eid("m", plan)
+    assert reported.pool == pool and reported.endpoints == (pool,)
+    assert "data.usd" in reported.reason
+    assert {a.headers["x-routed-via"] for a in answers} == {eid("m", spare)}
+    assert plan.requests_to("/v1/chat/completions") == []
+    line = deep["capacity"][pool]
+    assert line["resolved"] is False and "data.usd" in line["reason"]
+    assert line["routes"] == [pool]
+    assert deep["status"] == "degraded"
+    warnings = [r.getMessage() for r in caplog.records if "quota source" in r.getMessage()]
+    assert any(pool in w and "data.usd" in w for w in warnings), warnings
+    text = caplog.text + repr(reported) + str(deep)
+    assert "sk-plan-secret" not in text
