@@ -262,3 +262,50 @@ async def test_an_unresolved_http_json_source_is_reported_once_per_reason(
                               QuotaReading(pool="h", used=1, limit=5))
             assert (await next_event(events, QuotaSourceStatus)).resolved
             assert (await _get(bus, "h")).free == 4
+
+
+# -- wiring: the tree, reloads, the decision's lease ----------------------------------------
+
+
+def _pooled(limit: int) -> GatewayConfig:
+    return GatewayConfig.model_validate({"models": [{"id": "m", "route": [
+        {"kind": "echo", "provider_type": "concurrency", "concurrency": {"limit": limit},
+         "concurrency_pool": "team"},
+        {"kind": "echo", "fallback_only": True},
+    ]}]})
+
+
+def test_a_reload_replaces_a_pool_owner_only_when_its_declaration_changed() -> None:
+    from actors import build_tree
+    from actors.reconfigure import diff
+
+    same = diff(build_tree(_pooled(1)), build_tree(_pooled(1)))
+    changed = diff(build_tree(_pooled(1)), build_tree(_pooled(2)))
+    assert [c.label for c in same if c.path[:1] == ("capacity",)] == []
+    assert ("replace", "capacity/capacity:team") in [(c.kind, c.label) for c in changed]
+
+
+async def test_the_decision_leases_the_primary_and_a_full_pool_leaves_the_draw(
+    bus: InProcessBus,
+) -> None:
+    from actors import build_tree
+    from schemas import RoutePlan, RouteRequest
+
+    root = build_tree(_pooled(1))
+    await root.start(bus)
+    try:
+        async def plan() -> RoutePlan:
+            reply = await bus.request(subjects.model_route("m"), RouteRequest(
+                model="m", request_id="r", lease_holder="ing-1"),
+                reply_type=RoutePlan, timeout=WAIT)
+            assert isinstance(reply, RoutePlan)
+            return reply
+
+        first = await plan()
+        second = await plan()
+        leased = first.candidates[0]
+        assert (leased.endpoint, leased.pool) == ("m:echo", "team") and leased.lease_id
+        assert second.candidates[0].endpoint == "m:echo-2"  # the slot is taken: the backup
+        assert (await _get(bus, "team")).used == 1
+    finally:
+        await root.stop()

@@ -1,0 +1,90 @@
+"""LeaseKeeper on the in-process bus: one batched renewal per pool per interval from one task,
+fallbacks leased before dispatch (refused: None), releases published once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from actors import ChildSpec, Supervisor
+from actors.capacity import CapacityActor
+from bus import InProcessBus
+from gateway.leases import LeaseKeeper
+from schemas import CapacityRelease, CapacityRenew, RouteCandidate, RoutePlan, subjects
+from schemas.capacity import PoolSpec
+from schemas.config import LeaseConfig
+
+WAIT = 5.0
+
+
+class _Ticks:
+    """The keeper's sleep: returns when the test ticks, so renewals run on demand."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[None] = asyncio.Queue()
+
+    async def __call__(self, seconds: float) -> None:
+        assert seconds == 10.0  # ttl / 3
+        await self.queue.get()
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+def _leased(pool: str, lease_id: str) -> RouteCandidate:
+    return RouteCandidate(endpoint=f"m:{pool}", kind="echo", pool=pool, lease_id=lease_id)
+
+
+async def test_held_leases_are_renewed_in_one_message_per_pool_and_released_once(
+    bus: InProcessBus,
+) -> None:
+    ticks = _Ticks()
+    keeper = LeaseKeeper(bus, 30.0, "ing-1", sleep=ticks)
+    async with (bus.subscribe(subjects.capacity_renew("a")) as renew_a,
+                bus.subscribe(subjects.capacity_renew("b")) as renew_b,
+                bus.subscribe(subjects.capacity_release("a")) as releases):
+        keeper.hold_plan(RoutePlan(model="m", candidates=(
+            _leased("a", "1"), _leased("a", "2"), _leased("b", "3"),
+            RouteCandidate(endpoint="m:x", kind="echo"))))
+        ticks.queue.put_nowait(None)
+        async with asyncio.timeout(WAIT):
+            got_a, got_b = (await anext(aiter(renew_a))).message, \
+                (await anext(aiter(renew_b))).message
+        assert got_a == CapacityRenew(pool="a", holder="ing-1", lease_ids=("1", "2"))
+        assert got_b == CapacityRenew(pool="b", holder="ing-1", lease_ids=("3",))
+        await keeper.release(_leased("a", "1"), tokens=42)
+        await keeper.release(_leased("a", "1"), tokens=42)  # twice: published once
+        await keeper.release(_leased("a", "2"))
+        async with asyncio.timeout(WAIT):
+            first = (await anext(aiter(releases))).message
+            second = (await anext(aiter(releases))).message
+        assert first == CapacityRelease(pool="a", lease_id="1", used_units=42.0)
+        assert second == CapacityRelease(pool="a", lease_id="2", used_units=None)
+        assert keeper.held() == 1
+    await keeper.aclose()
+
+
+async def test_a_fallback_is_leased_before_dispatch_and_skipped_when_refused(
+    bus: InProcessBus,
+) -> None:
+    spec = PoolSpec("p", "concurrency", 1.0, None, ("m:p",))
+    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec,
+                                                                            LeaseConfig()))])
+    await root.start(bus)
+    keeper = LeaseKeeper(bus, 30.0, "ing-1")
+    try:
+        bare = RouteCandidate(endpoint="m:p", kind="echo", pool="p")
+        leased = await keeper.acquire(bare, "r1")
+        assert leased is not None and leased.lease_id and keeper.held() == 1
+        assert await keeper.acquire(bare, "r2") is None
+        await keeper.release(leased)
+        assert await keeper.acquire(bare, "r3") is not None
+    finally:
+        await keeper.aclose()
+        await root.stop()
