@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+import openai
 import pytest
 
 from schemas import CapacityGet, CapacityState, QuotaSourceStatus, subjects
@@ -26,7 +27,7 @@ from tests.e2e.conftest import (
     watch,
 )
 from tests.fixtures.gateway import GatewayFactory
-from tests.fixtures.upstream import Reply, UpstreamFactory
+from tests.fixtures.upstream import Reply, Stream, UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 
@@ -99,3 +100,33 @@ async def test_a_mistyped_http_json_quota_source_is_reported_and_its_route_not_d
     assert any(pool in w and "data.usd" in w for w in warnings), warnings
     text = caplog.text + repr(reported) + str(deep)
     assert "sk-plan-secret" not in text
+
+
+async def test_a_stream_gives_its_concurrency_slot_back_however_it_ends(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    slot, spare = await fake_upstreams("slot"), await fake_upstreams("spare")
+    gw = await gateway_factory(config(model(
+        "m", route(slot, provider_type="concurrency", concurrency={"limit": 1}),
+        route(spare, fallback_only=True))))
+    pool = eid("m", slot)
+    client = gw.openai()
+    slot.enqueue(Stream(stall_after=1), Stream(cut_after=1))
+    async with watch(gw, subjects.capacity_state(pool)) as states:
+        # The client goes away mid-stream: the relay ends, the slot comes back.
+        stream = await client.chat.completions.create(model="m", messages=HI, stream=True)
+        async for _ in stream:
+            break
+        await states.next(CapacityState, lambda s: s.used == 1)
+        await stream.close()
+        await states.next(CapacityState, lambda s: s.used == 0)
+        # The upstream cuts the stream: the answer ends in an error, the slot comes back.
+        broken = await client.chat.completions.create(model="m", messages=HI, stream=True)
+        with pytest.raises(openai.APIError):
+            async for _ in broken:
+                pass
+        await states.next(CapacityState, lambda s: s.used == 1)
+        await states.next(CapacityState, lambda s: s.used == 0)
+        served = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+    assert served.headers["x-routed-via"] == pool
+    assert len(spare.requests) == 0
