@@ -3,9 +3,10 @@
 One per pool (``capacity:<pool>``), shared by every route naming that ``quota_pool:`` /
 ``concurrency_pool:`` (else a pool of the route's own). It grants, renews, releases and
 expires leases (:class:`~actors.capacity_ledger.CapacityLedger` holds the state), counts the
-quota window, persists a ``local`` quota's count, and publishes ``CapacityState`` on every
-change. For an ``http_json`` source it applies the quota poller's readings and reports, as a
-``quota`` event and a warning log, a source that does not resolve within its first refresh.
+quota window, persists its leases and a ``local`` quota's count (a restart keeps both), and
+publishes ``CapacityState`` on every change. For an ``http_json`` source it applies the
+quota poller's readings and reports, as a ``quota`` event and a warning log, a source that
+does not resolve within its first refresh.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ class CapacityActor(Actor):
         self._reported = ""  # the unresolved reason last reported (never twice the same)
         # Spec: a source is reported when it did not resolve within its first refresh.
         self._first_refresh_over = False
-        if self._snapshots is not None and self.ledger.snapshot() is not None:
+        if self._snapshots is not None:
             snap = await self._snapshots.load_as(self.name, LedgerSnapshot)
             if snap is not None:
                 self.ledger.restore(snap, now)
@@ -184,8 +185,7 @@ class CapacityActor(Actor):
         now = self._clock()
         await self.ctx.publish(subjects.capacity_state(self._spec.pool), self.ledger.state(now))
         self._arm()
-        if self._snapshots is not None and not self._flush_due \
-                and self.ledger.snapshot() is not None:
+        if self._snapshots is not None and not self._flush_due:
             self._flush_due = True
             self.ctx.call_later(_FLUSH_SECONDS, _Flush())
 
@@ -201,7 +201,6 @@ class CapacityActor(Actor):
         self._timer = self.ctx.call_later(max(0.0, deadline - self._clock()), _Sweep())
 
     async def _save(self) -> None:
-        snap = self.ledger.snapshot()
-        if self._snapshots is None or snap is None:
-            return
-        await self._snapshots.save(self.name, msgspec.json.encode(snap), self._clock())
+        if self._snapshots is not None:
+            await self._snapshots.save(self.name, msgspec.json.encode(self.ledger.snapshot()),
+                                       self._clock())

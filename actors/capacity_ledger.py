@@ -42,11 +42,14 @@ class Lease:
 
 
 class LedgerSnapshot(msgspec.Struct):
-    """What outlives a restart of a ``local`` quota pool: the window and its charges."""
+    """What outlives a restart of the owner: the leases (a restarted owner still knows the
+    slots in use; the ones nobody renews expire as before) and a ``local`` quota's window
+    and charges."""
 
     window_start: float = 0.0
     used: float = 0.0
-    charges: list[tuple[float, float]] = []
+    charges: dict[str, tuple[float, float]] = {}
+    leases: dict[str, tuple[str, str, float, float, float]] = {}
 
 
 def window_bounds(window: str, zone: ZoneInfo, now: float) -> tuple[float, float]:
@@ -243,19 +246,21 @@ class CapacityLedger:
             resets_at=self._resets_at if self._rolling is None else self._frees_at(),
             endpoints=self.spec.endpoints, ts=now)
 
-    def snapshot(self) -> LedgerSnapshot | None:
-        """The count to persist (a ``local`` quota only)."""
-        if not (self.kind == "quota" and self._local):
-            return None
+    def snapshot(self) -> LedgerSnapshot:
+        """The leases and the count to persist."""
+        leases = {i: (x.holder, x.endpoint, x.units, x.expires_at, x.charged_in)
+                  for i, x in self._leases.items()}
         return LedgerSnapshot(window_start=self._window_start, used=self._used,
-                              charges=list(self._charges.values()))
+                              charges=dict(self._charges), leases=leases)
 
     def restore(self, snap: LedgerSnapshot, now: float) -> None:
-        """Take back a persisted count: the window's if it is still the current one, the
-        rolling charges still inside the window."""
+        """Take back a persisted state: the leases, a calendar count if its window is still
+        the current one, the rolling charges still inside the window. An http_json count is
+        not restored: the next reading is the truth."""
+        for i, (holder, endpoint, units, expires_at, charged_in) in snap.leases.items():
+            self._leases[i] = Lease(holder, endpoint, units, expires_at, charged_in)
         if self._calendar is not None and snap.window_start == self._window_start:
             self._used = snap.used
         if self._rolling is not None:
-            for n, (at, units) in enumerate(snap.charges):
-                self._charges[f"restored-{n}"] = (at, units)
+            self._charges.update(snap.charges)
         self.roll(now)

@@ -234,7 +234,7 @@ class Dispatcher:
                     continue
                 if c.pool and not c.lease_id and not c.refusal:
                     # A fallback on a capacity route: leased right before it is sent.
-                    leased = await self.leases.acquire(c, info.request_id)
+                    leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
                     if leased is None:
                         continue
                     c = leased

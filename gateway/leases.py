@@ -64,11 +64,13 @@ class LeaseKeeper:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._renew_forever(), name="capacity-renewals")
 
-    async def acquire(self, c: RouteCandidate, request_id: str) -> RouteCandidate | None:
-        """Lease ``c``'s unit or slot before dispatching to it: the leased candidate, or None
-        when the pool refuses (or does not answer)."""
+    async def acquire(self, c: RouteCandidate, request_id: str, tokens: int = 0
+                      ) -> RouteCandidate | None:
+        """Lease ``c``'s unit or slot before dispatching to it (``tokens``: the prompt
+        estimate a token quota reserves): the leased candidate, or None when the pool refuses
+        (or does not answer)."""
         ask = CapacityAcquire(pool=c.pool, endpoint=c.endpoint, request_id=request_id,
-                              holder=self.holder)
+                              holder=self.holder, units=float(max(1, tokens)))
         try:
             grant = await self._bus.request(subjects.capacity_acquire(c.pool), ask,
                                             reply_type=CapacityGrant, timeout=_ACQUIRE_TIMEOUT)

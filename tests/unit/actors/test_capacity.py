@@ -309,3 +309,23 @@ async def test_the_decision_leases_the_primary_and_a_full_pool_leaves_the_draw(
         assert (await _get(bus, "team")).used == 1
     finally:
         await root.stop()
+
+
+async def test_a_restarted_owner_keeps_the_leases_in_use(
+    bus: InProcessBus, clock: FakeClock, tmp_path: Path,
+) -> None:
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    try:
+        spec = _concurrency(1)
+        async with running(bus, CapacityActor(spec, LeaseConfig(ttl_seconds=30),
+                                              snapshots=store, clock=clock)):
+            held = await _acquire(bus, "slots")
+        actor = CapacityActor(spec, LeaseConfig(ttl_seconds=30), snapshots=store, clock=clock)
+        async with running(bus, actor):
+            assert not (await _acquire(bus, "slots")).granted  # the slot is still leased
+            clock.now = 1030  # nobody renews it: it expires as it would have
+            await actor.ctx.send_self(_Sweep())
+            assert (await _get(bus, "slots")).used == 0
+            assert held.granted
+    finally:
+        await store.aclose()
