@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext, Cancellable, Serve
+from actors.capacity import CapacityActor
 from actors.config_owner import ConfigActor, ConfigState
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
@@ -24,6 +25,7 @@ __all__ = [
     "ActorContext",
     "AdminArea",
     "Cancellable",
+    "CapacityActor",
     "ChildSpec",
     "ConfigActor",
     "ConfigState",

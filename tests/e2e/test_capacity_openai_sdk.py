@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     HI,
     WAIT,
     SkewedClock,
+    assert_openai_error,
     config,
     eid,
     gateway_bus,
@@ -130,3 +131,24 @@ async def test_a_stream_gives_its_concurrency_slot_back_however_it_ends(
         served = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
     assert served.headers["x-routed-via"] == pool
     assert len(spare.requests) == 0
+
+
+async def test_a_spent_quota_with_no_other_route_answers_503_with_when_it_resets(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    plan = await fake_upstreams("plan")
+    gw = await gateway_factory(config(model("m", route(
+        plan, provider_type="quota", quota={"limit": 1},
+        quota_source={"kind": "local", "window": "daily", "timezone": "America/New_York"}))))
+    pool = eid("m", plan)
+    async with watch(gw, subjects.capacity_state(pool)) as states:
+        ok = await gw.http().post("/v1/chat/completions", json={"model": "m", "messages": HI})
+        spent = await states.next(CapacityState, lambda s: s.used == 1)
+    refused = await gw.http().post("/v1/chat/completions", json={"model": "m", "messages": HI})
+    assert ok.status_code == 200
+    err = assert_openai_error(refused, 503, "all_circuits_open")
+    assert pool in err["message"]
+    assert spent.resets_at is not None
+    wait = int(refused.headers["retry-after"])
+    assert 0 < wait <= 25 * 3600 and abs(wait - (spent.resets_at - spent.ts)) < WAIT
+    assert len(plan.requests) == 1
