@@ -126,9 +126,8 @@ class CapacityViews:
                 if not self._all <= skip:  # other routes are out for other reasons too
                     wait = min(wait, exc.retry_after or wait)
                 raise AllCircuitsOpenError(
-                    f"every route of model {self._model!r} is unavailable (no capacity left "
-                    f"on {', '.join(sorted(skip))}; the others' circuits open, benched or "
-                    "probe in flight)", retry_after=wait) from None
+                    f"{exc}; no capacity left on {', '.join(sorted(skip))}",
+                    retry_after=wait) from None
             first = plan.candidates[0] if plan.candidates else None
             if first is None or not first.pool or first.refusal or req.dry:
                 return plan

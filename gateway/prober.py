@@ -7,7 +7,9 @@ chat completion with that credential (a route's probe: its first declared one) a
 the ``ProbeResult``, naming the credential it used, to both owners on the endpoint's
 ``probe_result`` subject: a success lifts the bench and that credential's mute together; a
 failure re-benches the route (its own probe) or re-mutes the credential. It runs beside the
-actors (which never do upstream I/O), in the process that owns them.
+actors (which never do upstream I/O), in the process that owns them. A probe of a quota or
+concurrency route takes a lease like any request; with none free it is skipped (the route
+stays benched; its owner schedules the next probe).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import msgspec
 from bus import Bus
 from gateway.adapters.base import Adapter
 from gateway.dispatch import Targets
+from gateway.leases import LeaseKeeper
 from schemas import GatewayError, ProbeDue, ProbeResult, UpstreamError, subjects
 
 logger = logging.getLogger(__name__)
@@ -32,10 +35,12 @@ _PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "st
 class BenchProber:
     """Owns nothing but its subscription; each probe is independent."""
 
-    def __init__(self, bus: Bus, adapters: dict[str, Adapter], targets: Targets) -> None:
+    def __init__(self, bus: Bus, adapters: dict[str, Adapter], targets: Targets,
+                 leases: LeaseKeeper | None = None) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
+        self._leases = leases or LeaseKeeper(bus, 30.0, "prober")
 
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
@@ -60,16 +65,31 @@ class BenchProber:
             return result(ok=False, detail="timed out")
         return result(ok=True)
 
+    async def handle(self, due: ProbeDue) -> ProbeResult | None:
+        """Probe for ``due`` under a capacity lease when its route needs one, and publish the
+        result; None when the route's pool has nothing free (the probe is skipped)."""
+        leased = due.candidate
+        if leased.pool:
+            got = await self._leases.acquire(leased, f"probe:{due.endpoint}")
+            if got is None:
+                logger.info("background probe of %s skipped: no capacity free", due.endpoint)
+                return None
+            leased = got
+        try:
+            result = await self.probe(due)
+        finally:
+            await self._leases.release(leased)
+        logger.info("background probe of %s: %s", result.endpoint,
+                    "ok" if result.ok else f"failed ({result.detail})")
+        try:
+            await self._bus.publish(subjects.endpoint_probe_result(result.endpoint), result)
+        except GatewayError as exc:
+            logger.warning("probe result not published: %s", exc)
+        return result
+
     async def run(self) -> None:
         """Serve ProbeDue events until cancelled."""
         async with self._bus.subscribe(subjects.PROBE_DUE, queue="probers") as sub:
             async for env in sub:
                 if isinstance(env.message, ProbeDue):
-                    result = await self.probe(env.message)
-                    logger.info("background probe of %s: %s", result.endpoint,
-                                "ok" if result.ok else f"failed ({result.detail})")
-                    try:
-                        await self._bus.publish(subjects.endpoint_probe_result(result.endpoint),
-                                                result)
-                    except GatewayError as exc:
-                        logger.warning("probe result not published: %s", exc)
+                    await self.handle(env.message)

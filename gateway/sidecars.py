@@ -10,6 +10,7 @@ from bus import Bus
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.dispatch import Targets
 from gateway.healthcheck import HealthChecker, local_targets
+from gateway.leases import LeaseKeeper
 from gateway.prober import BenchProber
 from gateway.quota_poller import QuotaPoller
 from schemas.config import GatewayConfig
@@ -21,7 +22,8 @@ class Sidecars:
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._client = make_http_client()
         self._tasks: list[asyncio.Task[None]] = []
-        prober = BenchProber(bus, make_adapters(self._client), Targets(config))
+        self._leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds, "prober")
+        prober = BenchProber(bus, make_adapters(self._client), Targets(config), self._leases)
         self._tasks.append(asyncio.create_task(prober.run()))
         secrets = {eid: (route.secrets[0] if route.secrets else None)
                    for m in config.models
@@ -40,4 +42,5 @@ class Sidecars:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._leases.aclose()
         await self._client.aclose()
