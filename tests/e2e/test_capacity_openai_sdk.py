@@ -152,3 +152,30 @@ async def test_a_spent_quota_with_no_other_route_answers_503_with_when_it_resets
     wait = int(refused.headers["retry-after"])
     assert 0 < wait <= 25 * 3600 and abs(wait - (spent.resets_at - spent.ts)) < WAIT
     assert len(plan.requests) == 1
+
+
+async def test_an_http_json_quota_source_is_read_with_the_route_key_and_bounds_its_route(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+) -> None:
+    plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
+    plan.set_default(Reply(200, body={"usage": [{"used": 9, "limit": 10}]}), path="/usage")
+    quota = route(plan, provider_type="quota", api_key="sk-plan-key",
+                  quota_source={"kind": "http_json", "url": f"{plan.base_url}/usage?team=a",
+                                "used_path": "usage.0.used", "limit_path": "usage.0.limit",
+                                "refresh_seconds": 600})
+    gw = await gateway_factory(config(model("m", quota, route(spare, fallback_only=True))))
+    pool = eid("m", plan)
+    client = gw.openai()
+    async with watch(gw, subjects.capacity_state(pool)) as states:
+        state = await gateway_bus(gw).request(subjects.capacity_get(pool),
+                                              CapacityGet(pool=pool), reply_type=CapacityState,
+                                              timeout=WAIT)
+        assert isinstance(state, CapacityState)
+        if not state.resolved:  # the first poll may still be on its way
+            state = await states.next(CapacityState, lambda s: s.resolved)
+        served = [(await client.chat.completions.with_raw_response.create(
+            model="m", messages=HI)).headers["x-routed-via"] for _ in range(2)]
+    polls = plan.requests_to("/usage")
+    assert (state.used, state.limit) == (9, 10)
+    assert served == [pool, eid("m", spare)]  # one unit was left
+    assert polls and polls[0].headers["authorization"] == "Bearer sk-plan-key"
