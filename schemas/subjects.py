@@ -54,8 +54,9 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.steering.state``          event          SteeringActor -> ingress views: SteeringState
 - ``llmgw.steering.evidence``       event          SteeringActor -> ingress views: Evidence
                                                     (scoring evidence, at a bounded rate)
-- ``llmgw.capacity.<pool>.acquire`` request/reply ModelActor -> CapacityActor: CapacityAcquire
-                                                    -> CapacityGrant (a quota unit or slot)
+- ``llmgw.capacity.<pool>.acquire`` request/reply ModelActor (a plan's primary), ingress (a
+                                                    fallback), prober -> CapacityActor:
+                                                    CapacityAcquire -> CapacityGrant
 - ``llmgw.capacity.<pool>.renew``   event          ingress -> CapacityActor: CapacityRenew
 - ``llmgw.capacity.<pool>.release`` event          ingress -> CapacityActor: CapacityRelease
 - ``llmgw.capacity.<pool>.get``     request/reply  anyone -> CapacityActor: CapacityGet

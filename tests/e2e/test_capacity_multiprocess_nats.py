@@ -21,7 +21,7 @@ from tests.fixtures.upstream import FakeUpstream, Hang, Held, UpstreamFactory
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
 LIMIT = 4
-TTL = 3.0  # short, so a dead ingress's leases expire within the test (renewed every 1 s)
+TTL = 6.0  # short, so a dead ingress's leases expire within the test (renewed every 2 s)
 
 
 async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
