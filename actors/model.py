@@ -8,8 +8,9 @@ declaration order, then the admissible ``fallback_only`` routes in declaration o
 ``fallback_only`` route is never drawn; when no drawn route is available (weight 0, circuit
 open, benched, keys refused, probe taken), the first backup that is available leads the
 plan instead, a half-open one as the probe. A backup whose circuit opened is probed only
-then, when it is needed. The only thing it asks another owner for at decision time is the
-scarce half-open probe lease, and only for the route it is about to use. A dry RouteRequest
+then, when it is needed. The only things it asks another owner for at decision time are the
+scarce half-open probe lease and, for a quota or concurrency primary, its capacity lease
+(actors/capacity_view.py), and only for the route it is about to use. A dry RouteRequest
 (routing explain) gets the plan a live one would, leasing nothing and pinning nothing.
 
 Selection follows the spec's order: published routes -> modality filter -> explicit pin ->
