@@ -329,3 +329,26 @@ async def test_a_restarted_owner_keeps_the_leases_in_use(
             assert held.granted
     finally:
         await store.aclose()
+
+
+async def test_a_lease_refused_behind_a_stale_view_drops_the_route_and_decides_again(
+    bus: InProcessBus,
+) -> None:
+    from actors import build_tree
+    from schemas import RoutePlan, RouteRequest
+
+    root = build_tree(_pooled(1))
+    await root.start(bus)
+    try:
+        assert (await _acquire(bus, "team")).granted  # another ingress holds the only slot
+        # The model's view is told the pool is free (as if its state event were late).
+        await bus.publish(subjects.capacity_state("team"), CapacityState(
+            pool="team", kind="concurrency", limit=1, used=0, ts=1e12))
+        reply = await bus.request(subjects.model_route("m"), RouteRequest(
+            model="m", request_id="r"), reply_type=RoutePlan, timeout=WAIT)
+        assert isinstance(reply, RoutePlan)
+        assert [c.endpoint for c in reply.candidates] == ["m:echo-2"]
+        assert not reply.candidates[0].lease_id
+        assert (await _get(bus, "team")).used == 1  # the refused ask took nothing
+    finally:
+        await root.stop()
