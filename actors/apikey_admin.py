@@ -1,6 +1,14 @@
-"""ApiKeyAdminActor: owns changes to the gateway API keys; admin area ``api_keys``.
+"""ApiKeyAdminActor: the one owner of the gateway API keys (the ``api_keys`` table).
 
-Verbs on ``llmgw.admin.api_keys.<verb>``:
+Ingresses never open the table; they ask this actor over the bus and cache its answers:
+
+- ``llmgw.auth.keys.lookup``: ApiKeyLookup (a key's sha256 hex) -> ApiKeyInfo (role, org,
+  user, key id, expiry, revocation; ``found=False`` for an unknown hash). Never the key.
+- ``llmgw.auth.state.get``: AuthStateRequest -> AuthState (whether any key exists: auth is on);
+  the same AuthState is published on ``llmgw.auth.state`` at start and when the first key is
+  created.
+
+Admin verbs on ``llmgw.admin.api_keys.<verb>``:
 
 - ``list`` (read only): every key's row (never the key or its hash), oldest first.
 - ``create`` {org, user, role, name?, expires_in? | expires_at?}: a new key; the answer is the
@@ -9,8 +17,8 @@ Verbs on ``llmgw.admin.api_keys.<verb>``:
 
 Every change is announced on ``llmgw.auth.keys.changed`` (``ApiKeyCreated`` /
 ``ApiKeyRevoked``, by hash) before the answer, so every ingress drops its cached entry.
-``llmgw keys`` writes the same table directly (it works with no gateway running, which the
-first admin key needs) and announces on the bus the same way.
+``llmgw keys`` sends these same commands when a gateway answers; only with no gateway running
+(the first admin key needs one) does it write the table itself (``gateway.cli_keys``).
 """
 
 from __future__ import annotations
@@ -20,12 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea, role_arg, stored, text_arg
 from actors.apikeys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
-from actors.base import Actor, ActorContext
+from actors.base import Actor, ActorContext, Serve
 from actors.keystore import LazyDb
 from schemas import (
     AdminCommand,
     ApiKeyCreated,
+    ApiKeyInfo,
+    ApiKeyLookup,
     ApiKeyRevoked,
+    AuthState,
+    AuthStateRequest,
     InvalidRequestError,
     RouteNotFoundError,
     subjects,
@@ -52,8 +64,9 @@ def _expiry(cmd: AdminCommand, now: float) -> float | None:
 
 
 class ApiKeyAdminActor(Actor):
-    """Answers the ``api_keys`` admin area from the shared database file. A database failure
-    refuses the command (GatewayError); nothing is announced for a change not made."""
+    """Owns the gateway API keys: answers key lookups, the auth state and the ``api_keys``
+    admin area. A database failure refuses the lookup or command (GatewayError); nothing is
+    announced for a change not made."""
 
     def __init__(self, db_path: str) -> None:
         self.name = "api_keys"
@@ -61,21 +74,34 @@ class ApiKeyAdminActor(Actor):
         self.admin = AdminArea("api_keys", {
             "list": self._list, "create": self._create, "revoke": self._revoke,
         }, read_only=("list",))
-        self.serves = (self.admin.serve,)
+        self.serves = (Serve(subjects.AUTH_KEYS_LOOKUP), Serve(subjects.AUTH_STATE_GET),
+                       self.admin.serve)
+        self._any_keys = False
 
     async def on_start(self, ctx: ActorContext) -> None:
-        """Open nothing yet: the file is created on the first key."""
+        """Announce whether auth is on; the file is created only on the first key."""
         self.ctx = ctx
         self._store = ApiKeyStore(LazyDb(self._db_path, [API_KEYS]))
+        self._any_keys = await self._store.any_keys()
+        await ctx.publish(subjects.AUTH_STATE, AuthState(any_keys=self._any_keys))
 
     async def on_stop(self) -> None:
         """Close the database."""
         await self._store.db.aclose()
 
     async def handle(self, env: Envelope) -> None:
-        """Admin commands of area ``api_keys``."""
-        if self.admin.owns(env):
-            await self.admin.answer(self.ctx, env)
+        """Key lookups, the auth state, and admin commands of area ``api_keys``."""
+        match env.message:
+            case ApiKeyLookup(key_hash=key_hash):
+                record = await stored(self._store.lookup(key_hash), _WHAT)
+                await env.respond(record.info() if record is not None
+                                  else ApiKeyInfo(found=False))
+            case AuthStateRequest():
+                if not self._any_keys:  # a key written by ``llmgw keys`` with no gateway up
+                    self._any_keys = await stored(self._store.any_keys(), _WHAT)
+                await env.respond(AuthState(any_keys=self._any_keys))
+            case _ if self.admin.owns(env):
+                await self.admin.answer(self.ctx, env)
 
     async def _list(self, cmd: AdminCommand) -> dict[str, Any]:
         now = time.time()
@@ -89,6 +115,9 @@ class ApiKeyAdminActor(Actor):
         key, record = await stored(self._store.create(
             org=org, user=user, role=role, name=name, expires=_expiry(cmd, now), now=now), _WHAT)
         await self.ctx.publish(subjects.AUTH_KEYS_CHANGED, ApiKeyCreated(key_hash=record.key_hash))
+        if not self._any_keys:
+            self._any_keys = True
+            await self.ctx.publish(subjects.AUTH_STATE, AuthState(any_keys=True))
         return {**record.public(now), "key": key}
 
     async def _revoke(self, cmd: AdminCommand) -> dict[str, Any]:

@@ -4,12 +4,12 @@ A key is ``llmgw-`` plus 43 random URL-safe characters, shown once at creation; 
 keeps only its sha256 hex (``key_hash``) and a short display prefix. Each key belongs to a
 user of an organisation (both created on first use) and carries a role; it may expire, and
 revoking keeps the row (so "a key exists" stays true and the revocation is auditable).
-The CLI and the server use this same store on the same file (WAL).
+Only the ApiKeyAdminActor opens this table while a gateway runs (ingresses ask it over the bus);
+``llmgw keys`` uses the same store directly only when no gateway answers (the first admin key).
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -18,7 +18,7 @@ from typing import Any
 
 from actors.db import Migration
 from actors.keystore import LazyDb
-from schemas.keys import role_rank
+from schemas.keys import ApiKeyInfo, hash_key, role_rank
 
 KEY_PREFIX = "llmgw-"
 
@@ -77,11 +77,6 @@ def new_key() -> str:
     return KEY_PREFIX + secrets.token_urlsafe(32)
 
 
-def hash_key(key: str) -> str:
-    """The only form of a gateway API key that is stored or sent anywhere."""
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
 @dataclass(frozen=True, slots=True)
 class ApiKeyRecord:
     """One key's row (never the key itself)."""
@@ -104,6 +99,11 @@ class ApiKeyRecord:
         if self.expires is not None and self.expires <= now:
             return "expired"
         return "active"
+
+    def info(self) -> ApiKeyInfo:
+        """What an ingress needs to admit a caller with this key (no hash, no key)."""
+        return ApiKeyInfo(found=True, key_id=self.id, role=self.role, org=self.org,
+                          user=self.user, expires=self.expires, revoked=self.revoked)
 
     def public(self, now: float) -> dict[str, Any]:
         """A JSON-able view for listings (no hash)."""

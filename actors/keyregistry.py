@@ -18,10 +18,16 @@ keys for a tier"):
   tier and above by its hash (``free`` lifts the reservation).
 - ``reload``: re-read the file (changed behind the gateway's back) and apply what it holds.
 
+Ingresses never open the file: ``llmgw.keys.registry.secret`` (ProviderSecretRequest ->
+ProviderSecretGrant) answers the secret of one database key by credential id, valid for
+``SECRET_GRANT_TTL_S`` (then the ingress asks again); NATS lets only ingress and actors
+credentials ask (compose.yaml), and the answer travels on the asker's inbox.
+
 A change is answered once every pool has applied it (bounded by ``apply_timeout``; the
-answer's ``pending_pools`` names any that had not). The ``key`` argument is the one place a
-secret crosses the bus: only on the admin subject, which NATS restricts to admin credentials
-(compose.yaml). No answer, log line or event carries it: keys appear as ``k-…`` ids.
+answer's ``pending_pools`` names any that had not). Besides a grant, the ``key`` argument is
+the one place a secret crosses the bus: only on the admin subject, which NATS restricts to
+admin credentials (compose.yaml). No admin answer, log line or event carries it: keys appear
+as ``k-…`` ids.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ from schemas import (
     KeyDeclarationsRequest,
     KeyPoolState,
     ProviderKeyDecl,
+    ProviderSecretGrant,
+    ProviderSecretRequest,
     RouteNotFoundError,
     subjects,
 )
@@ -55,6 +63,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _WHAT = "provider key"
+SECRET_GRANT_TTL_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +97,8 @@ class KeyRegistryActor(Actor):
             "list": self._list, "add": self._add, "set_min_role": self._set_min_role,
             "delete": self._delete, "reserve": self._reserve, "reload": self._reload,
         }, read_only=("list",))
-        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), self.admin.serve)
+        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), Serve(subjects.KEYS_SECRET_GRANT),
+                       self.admin.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Load the declarations and announce them."""
@@ -103,11 +113,22 @@ class KeyRegistryActor(Actor):
         await self._store.db.aclose()
 
     async def handle(self, env: Envelope) -> None:
-        """Answer the current declarations, or an admin command."""
+        """Answer the current declarations, a secret grant, or an admin command."""
         if self.admin.owns(env):
             await self.admin.answer(self.ctx, env)
         elif isinstance(env.message, KeyDeclarationsRequest):
             await env.respond(self._decls)
+        elif isinstance(env.message, ProviderSecretRequest):
+            await env.respond(await self._grant(env.message.credential_id))
+
+    async def _grant(self, cid: str) -> ProviderSecretGrant:
+        """The secret of database credential ``cid``. Raises RouteNotFoundError when no
+        database key has that id (configured keys are the ingress's own)."""
+        secret = await stored(self._store.secret(cid), _WHAT)
+        if secret is None:
+            raise RouteNotFoundError(f"no database provider key with credential id {cid!r}")
+        return ProviderSecretGrant(credential_id=cid, secret=secret,
+                                   ttl_seconds=SECRET_GRANT_TTL_S)
 
     # -- admin verbs --------------------------------------------------------------------
 

@@ -107,13 +107,16 @@ class ProviderKeyStore:
             reservations = {str(cid): str(role) for cid, role in await cur.fetchall()}
         return keys, reservations
 
-    async def secrets(self) -> dict[str, str]:
-        """Every database key's secret by credential id (for the ingress only)."""
+    async def secret(self, cid: str) -> str | None:
+        """The secret of the database key whose credential id is ``cid`` (None: no such key).
+        For the KeyRegistryActor's grants only; never logged."""
         conn = await self.db.get(create=False)
         if conn is None:
-            return {}
-        async with conn.execute("SELECT credential_id, secret FROM provider_api_keys") as cur:
-            return {str(cid): str(secret) for cid, secret in await cur.fetchall()}
+            return None
+        async with conn.execute("SELECT secret FROM provider_api_keys WHERE credential_id = ?"
+                                " ORDER BY created LIMIT 1", (cid,)) as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else None
 
     async def add(self, secret: str, *, endpoint: str, base_url: str, min_role: str,
                   now: float) -> ProviderKeyDecl:

@@ -26,7 +26,6 @@ from typing import Any
 
 import msgspec
 
-from actors.apikeys import hash_key
 from bus import Bus
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth import Authenticator, caller_of
@@ -35,6 +34,7 @@ from schemas import (
     RouteNotFoundError,
 )
 from schemas.config import credential_id
+from schemas.keys import hash_key
 
 logger = logging.getLogger(__name__)
 

@@ -101,11 +101,14 @@ class GatewayApp:
                 self._models[name] = m
         self._client: UpstreamHTTP | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
-        self._id_prefix = f"{os.getpid():x}-"
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds,
                                   f"ingress-{os.getpid():x}-{secrets.token_hex(3)}")
-        self._dispatcher = Dispatcher(bus, self._adapters, Targets(config),
+        # Callers and credentials: the auth gate and the grants of database keys' secrets,
+        # which the targets read (passed in, never a module global).
+        self.callers = Callers(bus, config)
+        self._dispatcher = Dispatcher(bus, self._adapters,
+                                      Targets(config, self.callers.secrets),
                                       config.routing.failover, self.leases)
         self._ids = itertools.count(1)
         self.steering = SteeringView(bus, config)
@@ -136,9 +139,7 @@ class GatewayApp:
         self.rules = RulesView(bus)
         self._rules_admin = RulesAdmin(bus, config)
         self._routes.update(self._rules_admin.routes())
-        # Callers and credentials: the auth gate, key stores, /admin/keys, /admin/provider-keys
-        # (before the /admin/<area>/<verb> catch-all below).
-        self.callers = Callers(bus, config)
+        # /admin/keys, /admin/provider-keys (before the /admin/<area>/<verb> catch-all below).
         self._routes.update(self.callers.routes())
         self._prefix_routes.update(self.callers.prefix_routes())
         # Last: wraps the inference routes above with accounting, adds /metrics, /events,
@@ -179,7 +180,7 @@ class GatewayApp:
             self._adapters.update(make_adapters(self._client))
 
     async def aclose(self) -> None:
-        """Close the upstream HTTP client and the callers' database; stop renewing leases."""
+        """Close the upstream HTTP client; stop following callers' events and renewing leases."""
         await self.leases.aclose()
         await self.steering.aclose()
         await self.rules.aclose()
@@ -193,7 +194,9 @@ class GatewayApp:
         the model and plan they started with; their targets still resolve."""
         models = {name: m for m in config.models for name in (m.id, *m.aliases)}
         dispatcher = Dispatcher(self._bus, self._adapters,
-                                FallbackTargets(config, Targets(self._config)),
+                                FallbackTargets(config,
+                                                Targets(self._config, self.callers.secrets),
+                                                self.callers.secrets),
                                 config.routing.failover, self.leases)
         self._config, self._models, self._dispatcher = config, models, dispatcher
         self.ops.reconfigure(config)

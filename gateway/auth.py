@@ -1,6 +1,6 @@
 """Who is calling: gateway API keys checked on the ingress, cheaply.
 
-Auth is on once any gateway API key exists in the database, or with ``auth: required``; then
+Auth is on once any gateway API key exists, or with ``auth: required``; then
 every ``/v1/*`` call needs a valid key (missing, unknown, expired or revoked -> 401 in the
 surface's error shape). Otherwise the gateway runs open (and says so at startup): anonymous
 callers get the lowest role, ``free``. Every ``/admin/*`` call needs an admin key (a key of
@@ -12,10 +12,12 @@ other paths (``/health``, ``/health/ready``: probes) a presented key is identifi
 and ignored otherwise.
 
 The identified caller is stored in the ASGI scope (``llmgw.caller``) for the handlers:
-``caller_of(req)``. Keys are looked up by their sha256 and cached per ingress for
-``auth_cache_seconds`` (unknown ones too); an ``ApiKeyRevoked`` / ``ApiKeyCreated`` event on
-``llmgw.auth.keys.changed`` drops the entry on every ingress at once. A CLI revocation on an
-``inproc://`` deployment (no shared bus) applies within ``auth_cache_seconds``.
+``caller_of(req)``. The keys' owner is the ApiKeyAdminActor; the ingress never opens its
+table. A key is looked up by its sha256 over the bus (``llmgw.auth.keys.lookup``) and the answer
+cached per ingress for ``auth_cache_seconds`` (unknown ones too, in a bounded cache); an
+``ApiKeyRevoked`` / ``ApiKeyCreated`` event on ``llmgw.auth.keys.changed`` drops the entry on
+every ingress at once, and an expiry holds from its instant (the answer carries it). Whether
+auth is on comes from the owner too (``llmgw.auth.state``).
 """
 
 from __future__ import annotations
@@ -28,13 +30,24 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from actors.apikeys import ApiKeyRecord, ApiKeyStore, hash_key
 from bus import Bus
 from gateway.admin_auth import CALLER_SCOPE_KEY, bearer_token
 from gateway.http import HttpRequest
-from schemas import ApiKeyCreated, ApiKeyRevoked, ForbiddenError, UnauthorizedError, subjects
+from schemas import (
+    ApiKeyCreated,
+    ApiKeyInfo,
+    ApiKeyLookup,
+    ApiKeyRevoked,
+    AuthState,
+    AuthStateRequest,
+    ForbiddenError,
+    GatewayError,
+    UnauthorizedError,
+    raise_for_reply,
+    subjects,
+)
 from schemas.config import GatewayConfig, ModelConfig
-from schemas.keys import role_rank
+from schemas.keys import hash_key, role_rank
 
 logger = logging.getLogger(__name__)
 
@@ -78,24 +91,26 @@ def may_call(req: HttpRequest, model: ModelConfig) -> bool:
 
 
 class Authenticator:
-    """Owns the ingress's key cache and its view of whether auth is on.
+    """Owns the ingress's bounded cache of key answers and its view of whether auth is on.
 
-    Raises UnauthorizedError / ForbiddenError from :meth:`gate`; sqlite3.Error on a database
-    failure.
+    Keys belong to the ApiKeyAdminActor; this asks it over the bus on a cache miss
+    (``llmgw.auth.keys.lookup``, by hash) and follows ``llmgw.auth.keys.changed`` and
+    ``llmgw.auth.state``. Raises UnauthorizedError / ForbiddenError from :meth:`gate`, and the
+    bus's GatewayError (no responders, timeout) when the owner cannot answer a miss.
     """
 
-    def __init__(self, bus: Bus, config: GatewayConfig, store: ApiKeyStore) -> None:
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
-        self._store = store
-        self._cache: dict[str, tuple[ApiKeyRecord | None, float]] = {}
-        self._any_keys = False
+        self._cache: dict[str, tuple[ApiKeyInfo, float]] = {}
+        self._any_keys: bool | None = None  # None: the owner has not said yet
         self._any_checked = float("-inf")
-        self._watcher: asyncio.Task[None] | None = None
+        self._watchers: list[asyncio.Task[None]] = []
         self._settle(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        """Apply a reloaded config's ``auth``, ``auth_cache_seconds`` and ``admin_key`` from
-        the next request on (cached keys are looked up again)."""
+        """Apply a reloaded config's ``auth``, ``auth_cache_seconds``, ``admin_key`` and
+        ``routing.decision_timeout_seconds`` from the next request on (cached keys are asked
+        for again)."""
         was_required = self._required
         self._settle(config)
         self._cache.clear()
@@ -107,36 +122,57 @@ class Authenticator:
         self._ttl = config.auth_cache_seconds
         self._required = config.auth == "required"
         self._metrics_public = config.metrics.public
+        self._timeout = config.routing.decision_timeout_seconds
         admin = config.admin_key
         self._admin_hash = hash_key(admin) if admin else None
 
     async def start(self) -> None:
-        """Learn whether auth is on (and log it); follow key events from the bus."""
-        on = await self.auth_on()
+        """Follow key and auth-state events from the bus, then learn whether auth is on (and
+        log it). An owner that does not answer yet leaves auth undecided: it is asked again
+        on the first request that needs it."""
+        self._watchers = [
+            await follow(self._bus, subjects.AUTH_KEYS_CHANGED, self._on_event,
+                         name="auth-key-events"),
+            await follow(self._bus, subjects.AUTH_STATE, self._on_event, name="auth-state"),
+        ]
+        try:
+            on = await self.auth_on()
+        except GatewayError as err:
+            logger.warning("auth: undecided until the key owner answers (%s)", err.message)
+            return
         if on:
             logger.info("auth: on (%s): /v1/* needs a gateway API key",
                         "auth: required" if self._required else "a gateway API key exists")
         else:
             logger.warning("auth: OPEN - no gateway API key exists and auth is not 'required': "
                            "/v1/* serves anonymous callers (role free)")
-        self._watcher = await follow(self._bus, subjects.AUTH_KEYS_CHANGED, self._on_event,
-                                     name="auth-key-events")
 
     async def aclose(self) -> None:
         """Stop following key events."""
-        watcher, self._watcher = self._watcher, None
-        await unfollow(watcher)
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            await unfollow(watcher)
 
     async def auth_on(self) -> bool:
-        """True with ``auth: required`` or once any key exists (checked at most once per
-        ``auth_cache_seconds`` until it is)."""
+        """True with ``auth: required`` or once any key exists. Until one does, the owner is
+        asked at most once per ``auth_cache_seconds`` (its AuthState event says it at once).
+        Raises the bus's GatewayError when the owner has never answered and cannot now."""
         if self._required or self._any_keys:
             return True
         now = time.monotonic()
-        if now - self._any_checked >= self._ttl:
+        if self._any_keys is None or now - self._any_checked >= self._ttl:
+            try:
+                reply = raise_for_reply(await self._bus.request(
+                    subjects.AUTH_STATE_GET, AuthStateRequest(), reply_type=AuthState,
+                    timeout=self._timeout))
+            except GatewayError:
+                if self._any_keys is None:
+                    raise
+                logger.warning("auth: the key owner did not answer; auth stays off")
+            else:
+                self._any_keys = self._any_keys or reply.any_keys
             self._any_checked = now
-            self._any_keys = await self._store.any_keys()
-        return self._any_keys
+        return bool(self._any_keys)
 
     def forget(self, key_hash: str) -> None:
         """Drop ``key_hash`` from this ingress's cache (revoked or created elsewhere)."""
@@ -145,8 +181,8 @@ class Authenticator:
     def forget_key_id(self, key_id: str) -> None:
         """Drop the cached entry of the key whose id is ``key_id`` (revoked through the bus:
         the answer names the id, not the hash)."""
-        for key_hash, (record, _) in list(self._cache.items()):
-            if record is not None and record.id == key_id:
+        for key_hash, (info, _) in list(self._cache.items()):
+            if info.key_id == key_id:
                 del self._cache[key_hash]
 
     def key_created(self, key_hash: str) -> None:
@@ -202,29 +238,32 @@ class Authenticator:
         if self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash):
             # Not its hash: an operator-chosen key may be guessable from one.
             return BOOTSTRAP_ADMIN
-        record = await self._lookup(h)
-        now = time.time()
-        status = record.status(now) if record is not None else "unknown"
-        if record is not None and status == "active":
-            return Caller(key_hash=h, role=record.role, key_id=record.id, org=record.org,
-                          user=record.user)
-        if not strict or (record is None and not await self.auth_on()):
+        info = await self._lookup(h)
+        status = info.status(time.time())
+        if status == "active":
+            return Caller(key_hash=h, role=info.role, key_id=info.key_id, org=info.org,
+                          user=info.user)
+        if not strict or (not info.found and not await self.auth_on()):
             return None
         raise UnauthorizedError({"unknown": "invalid API key",
                                  "expired": "API key expired",
                                  "revoked": "API key revoked"}[status])
 
-    async def _lookup(self, key_hash: str) -> ApiKeyRecord | None:
+    async def _lookup(self, key_hash: str) -> ApiKeyInfo:
+        """The owner's answer for ``key_hash``, from the cache while it is fresh (unknown keys
+        are cached too, so a stream of bad keys costs one bus request each per TTL)."""
         now = time.monotonic()
         hit = self._cache.get(key_hash)
         if hit is not None and now - hit[1] < self._ttl:
             return hit[0]
-        record = await self._store.lookup(key_hash)
+        info = raise_for_reply(await self._bus.request(
+            subjects.AUTH_KEYS_LOOKUP, ApiKeyLookup(key_hash=key_hash), reply_type=ApiKeyInfo,
+            timeout=self._timeout))
         if self._ttl > 0:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
-            self._cache[key_hash] = (record, now)
-        return record
+            self._cache[key_hash] = (info, now)
+        return info
 
     async def _on_event(self, msg: object) -> None:
         match msg:
@@ -232,6 +271,10 @@ class Authenticator:
                 self.forget(ev.key_hash)
             case ApiKeyCreated() as ev:
                 self.key_created(ev.key_hash)
+            case AuthState(any_keys=True):
+                self._any_keys = True
+            case AuthState() if self._any_keys is None:
+                self._any_keys = False
 
 
 async def follow(bus: Bus, subject: str, on_message: Callable[[object], Awaitable[None]], *,

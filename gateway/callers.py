@@ -1,8 +1,9 @@
 """The ingress's side of callers and credentials, in one object the app holds.
 
-``Callers`` owns the ingress's database connection (gateway API keys and database-added
-provider keys, one lazily opened SQLite connection), the auth gate, the copy of database key
-secrets, and the admin handlers for both. The app calls ``gate`` before every handler,
+``Callers`` owns the ingress's views of callers and credentials, each fed by its owner actor
+over the bus (never by the actors' database): the auth gate and its key cache (the
+ApiKeyAdminActor's keys), the grants of database keys' secrets (the KeyRegistryActor's), and
+the admin handlers for both. The app calls ``gate`` before every handler,
 ``secrets.ensure`` on every plan, and ``details`` for the admin-only parts of ``/routing`` and
 ``/health/deep`` (base URLs and credential ids; other callers see endpoint ids and states).
 """
@@ -12,13 +13,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from actors.apikeys import API_KEYS, ApiKeyStore
-from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from bus import Bus
 from gateway.admin_keys import AdminKeys, Handler
 from gateway.auth import Authenticator, caller_of
 from gateway.http import HttpRequest
-from gateway.provider_secrets import ProviderSecrets
+from gateway.provider_secrets import ProviderSecrets, configured_credentials
 from schemas import GatewayError, KeyPoolState, KeyPoolStateRequest, subjects
 from schemas.config import GatewayConfig
 
@@ -26,23 +25,19 @@ logger = logging.getLogger(__name__)
 
 
 class Callers:
-    """Owns the ingress's key stores, auth cache and provider-secret copy."""
+    """Owns the ingress's auth cache and provider-secret grants."""
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
-        self._db = LazyDb(config.database.path, [API_KEYS, PROVIDER_KEYS])
-        api_keys = ApiKeyStore(self._db)
-        provider = ProviderKeyStore(self._db)
-        self.auth = Authenticator(bus, config, api_keys)
-        self.secrets = ProviderSecrets(bus, provider, _configured_ids(config))
+        self.auth = Authenticator(bus, config)
+        self.secrets = ProviderSecrets(bus, configured_credentials(config))
         self.admin = AdminKeys(bus, self.auth)
         self._base_urls = _base_urls(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        """Follow a reloaded config: auth settings, configured credentials, base URLs. (The
-        database path is read at startup only.)"""
+        """Follow a reloaded config: auth settings, configured credentials, base URLs."""
         self.auth.reconfigure(config)
-        self.secrets.reconfigure(_configured_ids(config))
+        self.secrets.reconfigure(configured_credentials(config))
         self._base_urls = _base_urls(config)
 
     def routes(self) -> dict[tuple[str, str], Handler]:
@@ -54,15 +49,14 @@ class Callers:
         return self.admin.prefix_routes()
 
     async def start(self) -> None:
-        """Learn the auth mode, load secrets, follow key events."""
+        """Learn the auth mode, follow key and declaration events."""
         await self.auth.start()
         await self.secrets.start()
 
     async def aclose(self) -> None:
-        """Stop following events and close the database."""
+        """Stop following events; forget the grants."""
         await self.secrets.aclose()
         await self.auth.aclose()
-        await self._db.aclose()
 
     async def gate(self, req: HttpRequest) -> None:
         """Identify and admit ``req``'s caller. Raises UnauthorizedError, ForbiddenError."""
@@ -84,10 +78,6 @@ class Callers:
                                    "muted_until": k.muted_until, "source": k.source}
                                   for k in st.keys]
         return out
-
-
-def _configured_ids(config: GatewayConfig) -> set[str]:
-    return {c for m in config.models for r in m.route for c in r.credential_ids}
 
 
 def _base_urls(config: GatewayConfig) -> dict[str, str]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
 
@@ -51,16 +51,29 @@ logger = logging.getLogger(__name__)
 
 _DEFAULT_ROUTE = RouteConfig(kind="echo")
 
-RUNTIME_SECRETS: dict[str, str] = {}
-"""Secrets of provider keys added at runtime (database keys) by credential id, filled by
-``gateway.provider_secrets``. The id is the secret's hash, so one map serves every app of a
-process and survives config reloads."""
+class SecretSource(Protocol):
+    """Where secrets of credentials the config does not hold come from (database keys:
+    ``gateway.provider_secrets.ProviderSecrets``, which the app passes in)."""
+
+    def get(self, cid: str) -> str | None:
+        """The secret of credential ``cid``; None when this source has none."""
+        ...
+
+
+class _NoSecrets:
+    def get(self, cid: str) -> str | None:
+        return None
+
+
+NO_SECRETS: SecretSource = _NoSecrets()
 
 
 class Targets:
-    """Resolves a plan's candidate into an UpstreamTarget, secret included, from local config."""
+    """Resolves a plan's candidate into an UpstreamTarget, secret included: from the config,
+    else from ``runtime`` (the secrets of keys added at runtime)."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, runtime: SecretSource = NO_SECRETS) -> None:
+        self._runtime = runtime
         self._routes: dict[str, RouteConfig] = {}
         self._secrets: dict[str, str] = {}
         for model in config.models:
@@ -77,7 +90,7 @@ class Targets:
             kind=c.kind,
             base_url=c.base_url,
             upstream_model=c.upstream_model,
-            api_key=(self._secrets.get(c.credential_id) or RUNTIME_SECRETS.get(c.credential_id)
+            api_key=(self._secrets.get(c.credential_id) or self._runtime.get(c.credential_id)
                      if c.credential_id else None),
             timeout=route.timeout_seconds,
             connect_timeout=route.connect_timeout_seconds,

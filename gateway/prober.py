@@ -24,6 +24,7 @@ from bus import Bus
 from gateway.adapters.base import Adapter
 from gateway.dispatch import Targets
 from gateway.leases import LeaseKeeper
+from gateway.provider_secrets import ProviderSecrets
 from schemas import GatewayError, ProbeDue, ProbeResult, UpstreamError, subjects
 
 logger = logging.getLogger(__name__)
@@ -36,11 +37,13 @@ class BenchProber:
     """Owns nothing but its subscription; each probe is independent."""
 
     def __init__(self, bus: Bus, adapters: dict[str, Adapter], targets: Targets,
-                 leases: LeaseKeeper | None = None) -> None:
+                 leases: LeaseKeeper | None = None,
+                 secrets: ProviderSecrets | None = None) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
         self._leases = leases or LeaseKeeper(bus, 30.0, "prober")
+        self._secrets = secrets  # the grants ``targets`` reads database keys' secrets from
 
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
@@ -53,6 +56,8 @@ class BenchProber:
         cid = due.credential_id
         candidate = msgspec.structs.replace(due.candidate, credential_id=cid) if cid \
             else due.candidate
+        if self._secrets is not None:
+            await self._secrets.ensure_credential(candidate.credential_id)
         target = self._targets.resolve(candidate)
         body = {"model": due.candidate.upstream_model or due.model, **_PING}
         try:

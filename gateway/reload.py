@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.dispatch import Targets
+from gateway.dispatch import NO_SECRETS, SecretSource, Targets
 from schemas import ConfigChanged, GatewayError, subjects
 
 if TYPE_CHECKING:
@@ -31,8 +31,9 @@ class FallbackTargets(Targets):
     """Targets of the new config that still resolve, from the previous one, the endpoints
     and credentials a reload removed (for requests planned before the swap)."""
 
-    def __init__(self, config: GatewayConfig, previous: Targets) -> None:
-        super().__init__(config)
+    def __init__(self, config: GatewayConfig, previous: Targets,
+                 runtime: SecretSource = NO_SECRETS) -> None:
+        super().__init__(config, runtime)
         self._known = {e for m in config.models for e in m.endpoint_ids()}
         self._previous = previous
 

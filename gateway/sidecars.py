@@ -12,6 +12,7 @@ from gateway.dispatch import Targets
 from gateway.healthcheck import HealthChecker, local_targets
 from gateway.leases import LeaseKeeper
 from gateway.prober import BenchProber
+from gateway.provider_secrets import ProviderSecrets, configured_credentials
 from gateway.quota_poller import QuotaPoller
 from schemas.config import GatewayConfig
 
@@ -23,7 +24,11 @@ class Sidecars:
         self._client = make_http_client()
         self._tasks: list[asyncio.Task[None]] = []
         self._leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds, "prober")
-        prober = BenchProber(bus, make_adapters(self._client), Targets(config), self._leases)
+        # Database keys' secrets by grant from their owner, as the ingress gets them (this
+        # runs beside the actors but is not one: it never opens their file).
+        grants = ProviderSecrets(bus, configured_credentials(config))
+        prober = BenchProber(bus, make_adapters(self._client), Targets(config, grants),
+                             self._leases, grants)
         self._tasks.append(asyncio.create_task(prober.run()))
         secrets = {eid: (route.secrets[0] if route.secrets else None)
                    for m in config.models

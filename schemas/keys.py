@@ -7,6 +7,8 @@ hash id (``schemas.config.credential_id``); a gateway API key only as its sha256
 
 from __future__ import annotations
 
+import hashlib
+
 import msgspec
 
 ROLES: tuple[str, ...] = ("free", "pro", "internal", "admin")
@@ -25,6 +27,11 @@ def role_rank(role: str | None) -> int:
         return _RANK[role]
     except KeyError:
         raise ValueError(f"unknown role {role!r} (roles: {', '.join(ROLES)})") from None
+
+
+def hash_key(key: str) -> str:
+    """The only form of a gateway API key that is stored or sent anywhere (sha256 hex)."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 def most_restrictive(*roles: str | None) -> str:
@@ -130,3 +137,64 @@ class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     pool: str
     credential_id: str
+
+
+class ApiKeyLookup(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the owner of the gateway API keys about one key, by its sha256 hex."""
+
+    key_hash: str
+
+
+class ApiKeyInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The owner's answer to ApiKeyLookup: who a key belongs to and whether it still holds.
+
+    ``found`` False: no such key (the other fields are empty). Never the key, never a secret.
+    """
+
+    found: bool
+    key_id: str = ""
+    role: str = "free"
+    org: str = ""
+    user: str = ""
+    expires: float | None = None
+    revoked: float | None = None
+
+    def status(self, now: float) -> str:
+        """``unknown``, ``revoked``, ``expired`` or ``active`` at unix time ``now``."""
+        if not self.found:
+            return "unknown"
+        if self.revoked is not None:
+            return "revoked"
+        if self.expires is not None and self.expires <= now:
+            return "expired"
+        return "active"
+
+
+class AuthStateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the owner of the gateway API keys for its AuthState."""
+
+
+class AuthState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Whether any gateway API key exists (revoked ones count): auth is on once one does."""
+
+    any_keys: bool
+
+
+class ProviderSecretRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An ingress asks the key registry for the secret of one database-added credential."""
+
+    credential_id: str
+
+
+class ProviderSecretGrant(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The secret of one database-added credential, for ``ttl_seconds`` (then ask again).
+
+    Sent only as the reply to ProviderSecretRequest, on the asker's inbox; never logged.
+    """
+
+    credential_id: str
+    secret: str
+    ttl_seconds: float
+
+    def __repr__(self) -> str:
+        return f"ProviderSecretGrant(credential_id={self.credential_id!r}, secret='[secret]')"

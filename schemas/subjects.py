@@ -39,12 +39,22 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     KeyDeclarationsRequest -> KeyDeclarations
 - ``llmgw.keys.registry.declarations`` event       KeyRegistryActor -> KeyPoolActors, ingress:
                                                     KeyDeclarations (database keys, reservations)
+- ``llmgw.keys.registry.secret``    request/reply  ingress -> KeyRegistryActor:
+                                                    ProviderSecretRequest -> ProviderSecretGrant
+                                                    (one database key's secret, short-lived;
+                                                    only ingress and actors credentials may ask)
 - ``llmgw.rules.get``                request/reply  ingress -> RulesActor: RulesGet -> RulesState
 - ``llmgw.rules.state``              event          RulesActor -> ingress views: RulesState (the
                                                     routing rule set, on every change)
 - ``llmgw.auth.keys.changed``       event          ApiKeyAdminActor, CLI -> every ingress:
                                                     ApiKeyCreated, ApiKeyRevoked (drop cached
                                                     keys at once)
+- ``llmgw.auth.keys.lookup``        request/reply  ingress -> ApiKeyAdminActor: ApiKeyLookup
+                                                    -> ApiKeyInfo (by hash; never the key)
+- ``llmgw.auth.state.get``          request/reply  ingress -> ApiKeyAdminActor:
+                                                    AuthStateRequest -> AuthState
+- ``llmgw.auth.state``              event          ApiKeyAdminActor -> ingress views: AuthState
+                                                    (at start and when the first key appears)
 - ``llmgw.chain.<name>.resolve``     request/reply  anyone -> ChainActor: ChainGet -> ChainState
 - ``llmgw.chain.<name>.edit``        request/reply  SteeringActor -> ChainActor: ChainEdit
                                                     -> ChainState (admin changes)
@@ -241,7 +251,11 @@ SUPERVISOR_EVENTS_ANY = f"{PREFIX}.sys.supervisor.*.event"
 KEYPOOL_STATE_ANY = f"{PREFIX}.keypool.*.state"
 KEYS_REGISTRY_GET = f"{PREFIX}.keys.registry.get"
 KEYS_DECLARATIONS = f"{PREFIX}.keys.registry.declarations"
+KEYS_SECRET_GRANT = f"{PREFIX}.keys.registry.secret"
 AUTH_KEYS_CHANGED = f"{PREFIX}.auth.keys.changed"
+AUTH_KEYS_LOOKUP = f"{PREFIX}.auth.keys.lookup"
+AUTH_STATE_GET = f"{PREFIX}.auth.state.get"
+AUTH_STATE = f"{PREFIX}.auth.state"
 
 
 def capacity_acquire(pool: str) -> str:

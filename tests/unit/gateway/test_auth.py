@@ -1,7 +1,9 @@
-"""Gateway API keys: the SQLite store, and the ingress's auth gate (cache, modes, roles)."""
+"""Gateway API keys: the SQLite store, its owner actor, and the ingress's auth gate (cache,
+modes, roles), which reaches the keys only over the bus."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,19 +18,44 @@ from actors.apikeys import (
     parse_duration,
     parse_instant,
 )
+from actors import ChildSpec, Supervisor
+from actors.apikey_admin import ApiKeyAdminActor
 from actors.keystore import LazyDb
-from bus import InProcessBus
+from bus import InProcessBus, encode
+from gateway.admin_http import admin_request
 from gateway.auth import ANONYMOUS, Authenticator, caller_of, may_call
 from gateway.http import HttpRequest
-from schemas import ForbiddenError, UnauthorizedError
+from schemas import (
+    ApiKeyInfo,
+    ApiKeyLookup,
+    ApiKeyRevoked,
+    AuthState,
+    AuthStateRequest,
+    ForbiddenError,
+    NoRespondersError,
+    UnauthorizedError,
+    subjects,
+)
 from schemas.config import GatewayConfig, ModelConfig
-
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[ApiKeyStore]:
+    """The keys' table, written directly by tests (as ``llmgw keys`` does with no gateway)."""
     s = ApiKeyStore(LazyDb(str(tmp_path / "keys.sqlite3"), [API_KEYS]))
     yield s
     await s.db.aclose()
+
+
+@pytest.fixture
+async def owner(tmp_path: Path) -> AsyncIterator[InProcessBus]:
+    """A bus with the keys' owner (ApiKeyAdminActor) running on the same file."""
+    bus = InProcessBus()
+    root = Supervisor("test", children=[ChildSpec("api_keys", functools.partial(
+        ApiKeyAdminActor, str(tmp_path / "keys.sqlite3")))])
+    await root.start(bus)
+    yield bus
+    await root.stop()
+    await bus.aclose()
 
 
 def request(path: str, key: str | None = None, header: str = "authorization") -> HttpRequest:
@@ -47,8 +74,9 @@ def request(path: str, key: str | None = None, header: str = "authorization") ->
     return HttpRequest(scope, receive, send)
 
 
-def auth(store: ApiKeyStore, **config: Any) -> Authenticator:
-    return Authenticator(InProcessBus(), GatewayConfig.model_validate(config), store)
+def auth(bus: InProcessBus, **config: Any) -> Authenticator:
+    """An ingress's gate on the owner's bus."""
+    return Authenticator(bus, GatewayConfig.model_validate(config))
 
 
 async def test_store_keeps_only_the_hash_and_finds_the_key_by_it(
@@ -88,8 +116,8 @@ def test_durations_and_instants() -> None:
             parse_duration(bad)
 
 
-async def test_gate_is_open_without_keys_and_closes_once_one_exists(store: ApiKeyStore) -> None:
-    gate = auth(store, auth_cache_seconds=0)
+async def test_gate_is_open_without_keys_and_closes_once_one_exists(store: ApiKeyStore, owner: InProcessBus) -> None:
+    gate = auth(owner, auth_cache_seconds=0)
     req = request("/v1/chat/completions", "sk-anything")
     await gate.gate(req)
     assert caller_of(req) == ANONYMOUS
@@ -103,8 +131,8 @@ async def test_gate_is_open_without_keys_and_closes_once_one_exists(store: ApiKe
     assert caller_of(ok).key_hash == rec.key_hash and caller_of(ok).role == "pro"
 
 
-async def test_gate_required_mode_and_expired_and_revoked_keys(store: ApiKeyStore) -> None:
-    gate = auth(store, auth="required", auth_cache_seconds=0)
+async def test_gate_required_mode_and_expired_and_revoked_keys(store: ApiKeyStore, owner: InProcessBus) -> None:
+    gate = auth(owner, auth="required", auth_cache_seconds=0)
     with pytest.raises(UnauthorizedError):
         await gate.gate(request("/v1/models"))
     old, _ = await store.create(org="o", user="u", role="free", now=1.0, expires=2.0)
@@ -116,8 +144,8 @@ async def test_gate_required_mode_and_expired_and_revoked_keys(store: ApiKeyStor
         await gate.gate(request("/v1/models", key))
 
 
-async def test_cached_key_stays_valid_until_forgotten(store: ApiKeyStore) -> None:
-    gate = auth(store, auth_cache_seconds=3600)
+async def test_cached_key_stays_valid_until_forgotten(store: ApiKeyStore, owner: InProcessBus) -> None:
+    gate = auth(owner, auth_cache_seconds=3600)
     key, rec = await store.create(org="o", user="u", role="free", now=1.0)
     await gate.gate(request("/v1/models", key))
     await store.revoke(rec.id, 2.0)
@@ -128,9 +156,9 @@ async def test_cached_key_stays_valid_until_forgotten(store: ApiKeyStore) -> Non
 
 
 async def test_forgetting_a_key_by_its_id_drops_only_that_cached_entry(
-    store: ApiKeyStore,
+    store: ApiKeyStore, owner: InProcessBus,
 ) -> None:
-    gate = auth(store, auth_cache_seconds=3600)
+    gate = auth(owner, auth_cache_seconds=3600)
     key, rec = await store.create(org="o", user="u", role="free", now=1.0)
     other, other_rec = await store.create(org="o", user="v", role="free", now=1.0)
     for k in (key, other):
@@ -143,8 +171,8 @@ async def test_forgetting_a_key_by_its_id_drops_only_that_cached_entry(
     await gate.gate(request("/v1/models", other))  # still cached
 
 
-async def test_admin_paths_need_an_admin_key(store: ApiKeyStore) -> None:
-    gate = auth(store, admin_key="boot-admin", auth_cache_seconds=0)
+async def test_admin_paths_need_an_admin_key(store: ApiKeyStore, owner: InProcessBus) -> None:
+    gate = auth(owner, admin_key="boot-admin", auth_cache_seconds=0)
     with pytest.raises(UnauthorizedError):
         await gate.gate(request("/admin/keys"))
     pro, _ = await store.create(org="o", user="u", role="pro", now=1.0)
@@ -164,9 +192,9 @@ async def test_admin_paths_need_an_admin_key(store: ApiKeyStore) -> None:
 
 
 async def test_introspection_paths_with_auth_on_need_a_key_and_metrics_an_internal_one(
-    store: ApiKeyStore,
+    store: ApiKeyStore, owner: InProcessBus,
 ) -> None:
-    gate = auth(store, auth_cache_seconds=0)
+    gate = auth(owner, auth_cache_seconds=0)
     pro, _ = await store.create(org="o", user="u", role="pro", now=1.0)
     internal, _ = await store.create(org="o", user="i", role="internal", now=1.0)
     for path in ("/routing", "/health/deep", "/metrics"):
@@ -183,8 +211,8 @@ async def test_introspection_paths_with_auth_on_need_a_key_and_metrics_an_intern
     await gate.gate(request("/metrics", internal))
 
 
-async def test_bootstrap_admin_key_alone_does_not_close_v1(store: ApiKeyStore) -> None:
-    gate = auth(store, admin_key="boot-admin", auth_cache_seconds=0)
+async def test_bootstrap_admin_key_alone_does_not_close_v1(store: ApiKeyStore, owner: InProcessBus) -> None:
+    gate = auth(owner, admin_key="boot-admin", auth_cache_seconds=0)
     req = request("/v1/models")
     await gate.gate(req)
     assert caller_of(req) == ANONYMOUS
@@ -195,3 +223,96 @@ def test_required_role_hides_a_model_from_lower_roles() -> None:
     req = request("/v1/models")
     assert not may_call(req, premium)
     assert may_call(req, ModelConfig(id="open"))
+
+
+async def _admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
+    return await admin_request(bus, "api_keys", verb, args, by="test", timeout=5.0)
+
+
+async def test_owner_announces_the_first_key_so_a_long_cached_open_gate_closes_at_once(
+    owner: InProcessBus,
+) -> None:
+    gate = auth(owner, auth_cache_seconds=3600)
+    await gate.start()
+    try:
+        await gate.gate(request("/v1/models"))  # open: no key yet, answer cached for an hour
+        state = await owner.request(subjects.AUTH_STATE_GET, AuthStateRequest(),
+                                    reply_type=AuthState, timeout=5.0)
+        assert state == AuthState(any_keys=False)
+        async with owner.subscribe(subjects.AUTH_STATE) as states:
+            made = await _admin(owner, "create", org="o", user="u", role="pro")
+            with anyio.fail_after(5.0):
+                async for env in states:
+                    assert env.message == AuthState(any_keys=True)
+                    break
+        with pytest.raises(UnauthorizedError, match="missing API key"):
+            await gate.gate(request("/v1/models"))
+        ok = request("/v1/models", str(made["key"]))
+        await gate.gate(ok)
+        assert caller_of(ok).key_id == made["id"] and caller_of(ok).org == "o"
+    finally:
+        await gate.aclose()
+
+
+async def test_a_revocation_through_the_owner_drops_the_cached_key_at_once(
+    owner: InProcessBus,
+) -> None:
+    gate = auth(owner, auth_cache_seconds=3600)
+    await gate.start()
+    try:
+        made = await _admin(owner, "create", org="o", user="u", role="free")
+        key = str(made["key"])
+        await gate.gate(request("/v1/models", key))  # cached as active for an hour
+        async with owner.subscribe(subjects.AUTH_KEYS_CHANGED) as changes:
+            await _admin(owner, "revoke", id=made["id"])
+            with anyio.fail_after(5.0):
+                async for env in changes:
+                    assert env.message == ApiKeyRevoked(key_hash=hash_key(key))
+                    break
+        # The gate's own follower saw the same event: the next lookup asks the owner again.
+        # (Awaiting it: a request round trip on the same bus runs after the event's delivery.)
+        await owner.request(subjects.AUTH_STATE_GET, AuthStateRequest(), reply_type=AuthState,
+                            timeout=5.0)
+        with pytest.raises(UnauthorizedError, match="revoked"):
+            await gate.gate(request("/v1/models", key))
+    finally:
+        await gate.aclose()
+
+
+async def test_unknown_keys_are_cached_too_and_the_answer_never_carries_the_key(
+    owner: InProcessBus, store: ApiKeyStore,
+) -> None:
+    key, _ = await store.create(org="o", user="u", role="free", now=1.0)
+    gate = auth(owner, auth_cache_seconds=3600)
+    async with owner.subscribe(subjects.AUTH_KEYS_LOOKUP) as asked:
+        for _ in range(3):
+            with pytest.raises(UnauthorizedError, match="invalid API key"):
+                await gate.gate(request("/v1/models", "llmgw-not-a-key"))
+        await gate.gate(request("/v1/models", key))
+        seen = []
+        with anyio.fail_after(5.0):
+            async for env in asked:
+                seen.append(env.message)
+                if len(seen) == 2:
+                    break
+    assert seen == [ApiKeyLookup(key_hash=hash_key("llmgw-not-a-key")),
+                    ApiKeyLookup(key_hash=hash_key(key))]
+    reply = await owner.request(subjects.AUTH_KEYS_LOOKUP, ApiKeyLookup(key_hash=hash_key(key)),
+                                reply_type=ApiKeyInfo, timeout=5.0)
+    assert isinstance(reply, ApiKeyInfo) and reply.found
+    wire = encode(reply)
+    assert key.encode() not in wire and hash_key(key).encode() not in wire
+
+
+async def test_without_the_owner_the_gate_refuses_rather_than_opening() -> None:
+    bus = InProcessBus()
+    try:
+        gate = auth(bus)
+        await gate.start()  # logs "undecided"; does not raise
+        with pytest.raises(NoRespondersError):
+            await gate.gate(request("/v1/models"))
+        with pytest.raises(NoRespondersError):
+            await gate.gate(request("/v1/models", "llmgw-whatever"))
+        await gate.aclose()
+    finally:
+        await bus.aclose()
