@@ -11,15 +11,14 @@ from typing import Any
 import anyio
 import pytest
 
+from actors import ChildSpec, Supervisor
+from actors.apikey_admin import ApiKeyAdminActor
 from actors.apikeys import (
     API_KEYS,
     ApiKeyStore,
-    hash_key,
     parse_duration,
     parse_instant,
 )
-from actors import ChildSpec, Supervisor
-from actors.apikey_admin import ApiKeyAdminActor
 from actors.keystore import LazyDb
 from bus import InProcessBus, encode
 from gateway.admin_http import admin_request
@@ -37,6 +36,8 @@ from schemas import (
     subjects,
 )
 from schemas.config import GatewayConfig, ModelConfig
+from schemas.keys import hash_key
+
 
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[ApiKeyStore]:
@@ -116,7 +117,9 @@ def test_durations_and_instants() -> None:
             parse_duration(bad)
 
 
-async def test_gate_is_open_without_keys_and_closes_once_one_exists(store: ApiKeyStore, owner: InProcessBus) -> None:
+async def test_gate_is_open_without_keys_and_closes_once_one_exists(
+    store: ApiKeyStore, owner: InProcessBus,
+) -> None:
     gate = auth(owner, auth_cache_seconds=0)
     req = request("/v1/chat/completions", "sk-anything")
     await gate.gate(req)
@@ -131,7 +134,9 @@ async def test_gate_is_open_without_keys_and_closes_once_one_exists(store: ApiKe
     assert caller_of(ok).key_hash == rec.key_hash and caller_of(ok).role == "pro"
 
 
-async def test_gate_required_mode_and_expired_and_revoked_keys(store: ApiKeyStore, owner: InProcessBus) -> None:
+async def test_gate_required_mode_and_expired_and_revoked_keys(
+    store: ApiKeyStore, owner: InProcessBus,
+) -> None:
     gate = auth(owner, auth="required", auth_cache_seconds=0)
     with pytest.raises(UnauthorizedError):
         await gate.gate(request("/v1/models"))
@@ -144,7 +149,9 @@ async def test_gate_required_mode_and_expired_and_revoked_keys(store: ApiKeyStor
         await gate.gate(request("/v1/models", key))
 
 
-async def test_cached_key_stays_valid_until_forgotten(store: ApiKeyStore, owner: InProcessBus) -> None:
+async def test_cached_key_stays_valid_until_forgotten(
+    store: ApiKeyStore, owner: InProcessBus,
+) -> None:
     gate = auth(owner, auth_cache_seconds=3600)
     key, rec = await store.create(org="o", user="u", role="free", now=1.0)
     await gate.gate(request("/v1/models", key))
@@ -171,7 +178,9 @@ async def test_forgetting_a_key_by_its_id_drops_only_that_cached_entry(
     await gate.gate(request("/v1/models", other))  # still cached
 
 
-async def test_admin_paths_need_an_admin_key(store: ApiKeyStore, owner: InProcessBus) -> None:
+async def test_admin_paths_need_an_admin_key(
+    store: ApiKeyStore, owner: InProcessBus,
+) -> None:
     gate = auth(owner, admin_key="boot-admin", auth_cache_seconds=0)
     with pytest.raises(UnauthorizedError):
         await gate.gate(request("/admin/keys"))
@@ -211,7 +220,9 @@ async def test_introspection_paths_with_auth_on_need_a_key_and_metrics_an_intern
     await gate.gate(request("/metrics", internal))
 
 
-async def test_bootstrap_admin_key_alone_does_not_close_v1(store: ApiKeyStore, owner: InProcessBus) -> None:
+async def test_bootstrap_admin_key_alone_does_not_close_v1(
+    store: ApiKeyStore, owner: InProcessBus,
+) -> None:
     gate = auth(owner, admin_key="boot-admin", auth_cache_seconds=0)
     req = request("/v1/models")
     await gate.gate(req)
