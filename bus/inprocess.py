@@ -10,8 +10,10 @@ import asyncio
 import itertools
 import logging
 import re
+import time
 from collections import deque
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from bus.codec import decode, decode_reply, encode
@@ -28,6 +30,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_PENDING_LIMIT = 65536
+STREAM_MAX_MSGS = 10_000  # in process, a stream keeps at most this many (memory, not disk)
 _ROUTE_CACHE_MAX = 8192
 _BAD_CHARS = re.compile(r"\s")
 
@@ -193,9 +196,31 @@ class _Route:
 _NO_ROUTE = _Route((), ())
 
 
+@dataclass(slots=True)
+class _History:
+    """One kept stream: its subject patterns, its bounds, and (time, subject, data) entries."""
+
+    patterns: tuple[tuple[str, ...], ...]
+    max_age: float
+    max_msgs: int
+    entries: deque[tuple[float, str, bytes]] = field(default_factory=deque)
+
+    def keep(self, now: float, subject: str, data: bytes) -> None:
+        self.entries.append((now, subject, data))
+        self.trim(now)
+
+    def trim(self, now: float) -> None:
+        while len(self.entries) > self.max_msgs:
+            self.entries.popleft()
+        while self.entries and self.entries[0][0] < now - self.max_age:
+            self.entries.popleft()
+
+
 class InProcessBus:
     """The ``Bus`` for one process: NATS subject semantics, queue groups and request/reply.
 
+    Streams (:meth:`ensure_stream`) are bounded in-memory histories, gone with the process:
+    the capability JetStream gives NATS, so code replaying events needs no bus of its own.
     Every message is encoded and decoded by ``bus.codec`` (CodecError on a bad struct). Queue
     groups take turns per subject. Raises ``NoRespondersError`` when a request matches no
     subscriber, ``RequestTimeoutError`` when its reply is late, ``BusClosedError`` after
@@ -209,6 +234,9 @@ class InProcessBus:
         self._routes: dict[str, _Route] = {}
         self._replies: dict[str, asyncio.Future[bytes]] = {}
         self._inbox_ids = itertools.count(1)
+        self._streams: dict[str, _History] = {}
+        # Literal subject -> the streams keeping it; rebuilt lazily after a stream changes.
+        self._kept: dict[str, tuple[_History, ...]] = {}
         self._closed = False
 
     @property
@@ -221,7 +249,10 @@ class InProcessBus:
         if self._closed:
             raise BusClosedError("bus is closed")
         route = self._routes.get(subject) or self._route(subject)
-        message = decode(encode(msg))
+        data = encode(msg)
+        if self._streams:
+            self._keep(subject, data)
+        message = decode(data)
         if route is not _NO_ROUTE:
             route.deliver(Envelope(subject, message, None, None))
 
@@ -258,6 +289,39 @@ class InProcessBus:
         check_pattern(subject)
         check_queue(queue)
         return _Subscribing(self, subject, queue)
+
+    async def ensure_stream(
+        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+    ) -> None:
+        """Keep what is published on ``subjects`` (patterns) in memory as stream ``name``,
+        for ``max_age`` seconds and at most ``max_msgs`` messages; an existing stream takes
+        the new config and keeps its messages. ``max_msgs`` is capped at
+        :data:`STREAM_MAX_MSGS`. Raises ValueError, BusClosedError."""
+        if self._closed:
+            raise BusClosedError("bus is closed")
+        for pattern in subjects:
+            check_pattern(pattern)
+        kept = self._streams.get(name)
+        history = _History(tuple(tuple(p.split(".")) for p in subjects), max_age,
+                           min(max_msgs, STREAM_MAX_MSGS),
+                           kept.entries if kept is not None else deque())
+        history.trim(time.time())
+        self._streams[name] = history
+        self._kept.clear()
+
+    async def delete_stream(self, name: str) -> None:
+        """Drop the stream ``name`` and what it kept (a missing one is fine)."""
+        self._streams.pop(name, None)
+        self._kept.clear()
+
+    def replay(
+        self, subject: str, *, stream: str, since: float
+    ) -> AbstractAsyncContextManager[BufferedSubscription]:
+        """Subscribe to ``subject``: first what ``stream`` kept from ``since`` on, then live
+        messages, in order and without a gap. Raises ValueError, BusClosedError (also on
+        entry when the stream does not exist)."""
+        check_pattern(subject)
+        return _Subscribing(self, subject, None, replay=(stream, since))
 
     async def aclose(self) -> None:
         """End every subscription and fail pending requests with BusClosedError; idempotent."""
@@ -302,10 +366,35 @@ class InProcessBus:
         self._routes[subject] = route
         return route
 
-    def _add(self, subject: str, queue: str | None) -> BufferedSubscription:
+    def _keep(self, subject: str, data: bytes) -> None:
+        streams = self._kept.get(subject)
+        if streams is None:
+            toks = subject.split(".")
+            streams = tuple(h for h in self._streams.values()
+                            if any(_tokens_match(p, toks) for p in h.patterns))
+            if len(self._kept) >= _ROUTE_CACHE_MAX:
+                self._kept.clear()
+            self._kept[subject] = streams
+        if streams:
+            now = time.time()
+            for history in streams:
+                history.keep(now, subject, data)
+
+    def _add(self, subject: str, queue: str | None,
+             replay: tuple[str, float] | None = None) -> BufferedSubscription:
         if self._closed:
             raise BusClosedError("bus is closed")
         sub = BufferedSubscription(subject, queue, pending_limit=self._pending_limit)
+        if replay is not None:
+            stream, since = replay
+            history = self._streams.get(stream)
+            if history is None:
+                raise BusClosedError(f"no stream {stream!r} on this bus")
+            # Queued before the subscription joins the routes, with no await in between: the
+            # kept messages come first, then live ones, none twice and none missed.
+            for ts, kept_subject, data in tuple(history.entries):
+                if ts >= since and _tokens_match(sub._tokens, kept_subject.split(".")):
+                    sub.deliver(Envelope(kept_subject, decode(data), None, None))
         self._subs.append(sub)
         self._routes.clear()
         return sub
@@ -323,16 +412,18 @@ def _expire(reply: asyncio.Future[bytes], subject: str, timeout: float) -> None:
 
 
 class _Subscribing(AbstractAsyncContextManager[BufferedSubscription]):
-    __slots__ = ("_bus", "_queue", "_sub", "_subject")
+    __slots__ = ("_bus", "_queue", "_replay", "_sub", "_subject")
 
-    def __init__(self, bus: InProcessBus, subject: str, queue: str | None) -> None:
+    def __init__(self, bus: InProcessBus, subject: str, queue: str | None, *,
+                 replay: tuple[str, float] | None = None) -> None:
         self._bus = bus
         self._subject = subject
         self._queue = queue
+        self._replay = replay
         self._sub: BufferedSubscription | None = None
 
     async def __aenter__(self) -> BufferedSubscription:
-        self._sub = self._bus._add(self._subject, self._queue)
+        self._sub = self._bus._add(self._subject, self._queue, self._replay)
         return self._sub
 
     async def __aexit__(

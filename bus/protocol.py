@@ -50,8 +50,10 @@ class Subscription(Protocol):
 
 
 class Bus(Protocol):
-    """Publish/subscribe and request/reply with NATS subject semantics.
+    """Publish/subscribe and request/reply with NATS subject semantics, and kept history.
 
+    History (JetStream on NATS, a bounded in-memory copy in process): :meth:`ensure_stream`
+    keeps what is published on some subjects, :meth:`replay` subscribes from a past instant.
     Raises (from ``bus.errors``): ``NoRespondersError`` when a request has no subscriber,
     ``RequestTimeoutError`` when its reply is late, ``BusClosedError`` after ``aclose``.
     """
@@ -70,6 +72,26 @@ class Bus(Protocol):
         self, subject: str, *, queue: str | None = None
     ) -> AbstractAsyncContextManager[Subscription]:
         """Subscribe to ``subject`` (``*`` and ``>`` wildcards); ``queue`` load-balances."""
+        ...
+
+    async def ensure_stream(
+        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+    ) -> None:
+        """Keep what is published on ``subjects`` as the stream ``name``, for ``max_age``
+        seconds and at most ``max_msgs`` messages (create it, or update it to this config).
+        Raises BusClosedError when the bus cannot keep it."""
+        ...
+
+    async def delete_stream(self, name: str) -> None:
+        """Stop keeping the stream ``name`` and drop what it kept (a missing one is fine)."""
+        ...
+
+    def replay(
+        self, subject: str, *, stream: str, since: float
+    ) -> AbstractAsyncContextManager[Subscription]:
+        """Subscribe to ``subject`` through ``stream``: what it kept from ``since`` (epoch
+        seconds) on, then live messages, in order. Raises ValueError, BusClosedError (also
+        when the stream does not exist)."""
         ...
 
     async def aclose(self) -> None:

@@ -3,7 +3,8 @@
 One JSON line per event on stdout (``{"kind": ..., "type": ..., <fields>}``), from any machine
 that reaches the bus (``--bus nats://...``), from an ingress's ``GET /events`` (``--url``), or
 from the local socket of a gateway on this machine (neither; see ``gateway.cli_common``).
-``--since`` first replays what the JetStream stream ``LLMGW_EVENTS`` kept (NATS only).
+``--since`` first replays what the bus's stream ``LLMGW_EVENTS`` kept (JetStream on NATS; an
+``inproc://`` bus opened here is a fresh one, which keeps nothing: use NATS).
 Once following, it says so on stderr. ``--count N`` exits after N events.
 """
 
@@ -11,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 import time
 from contextlib import AbstractAsyncContextManager
 
 import httpx
 
-from bus import NatsBus, Subscription, open_bus
+from bus import BusClosedError, Subscription, open_bus
 from gateway.cli_common import (
     Target,
     UsageError,
@@ -83,12 +85,17 @@ async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
     subscribing: AbstractAsyncContextManager[Subscription]
     try:
         if since is not None:
-            if not isinstance(bus, NatsBus):
-                raise UsageError("--since needs a NATS bus")
             subscribing = bus.replay(pattern, stream=EVENTS_STREAM, since=since)
         else:
             subscribing = bus.subscribe(pattern)
-        async with subscribing as sub:
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                sub = await stack.enter_async_context(subscribing)
+            except BusClosedError as exc:
+                if since is None:
+                    raise
+                raise UsageError(f"--since: the bus keeps no events here ({exc.message}); "
+                                 "it needs the NATS bus a gateway keeps them on") from None
             _following(f"{pattern} on {redacted(url)}")
             return await _relay(sub, kinds, count)
     finally:

@@ -1,7 +1,8 @@
 """The operator side of a gateway process, wired by ``gateway.serve``.
 
-- :func:`start_control` (processes running the actors): keeps the JetStream stream of
-  operator events on NATS and attaches the ConfigActor (admin area ``config``) to the tree.
+- :func:`start_control` (processes running the actors): keeps the stream of operator events
+  (JetStream on NATS; a bounded in-memory one in process) and attaches the ConfigActor (admin
+  area ``config``) to the tree.
 - :func:`start_ingress_ops` (processes serving HTTP): the app's background operations —
   following ``ConfigChanged`` and counting operator events.
 - :func:`sighup_handler`: SIGHUP reloads the config, through the ConfigActor where this
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actors import ChildSpec, ConfigActor, ConfigState
-from bus import BusClosedError, NatsBus
+from bus import BusClosedError
 from gateway.admin_http import admin_request
 from gateway.config import DEMO_CONFIG, ConfigError, load_config
 from gateway.reload import ConfigFollower
@@ -74,12 +75,12 @@ async def start_control(
     config_path: str | None,
     build: Callable[[GatewayConfig], Supervisor],
 ) -> None:
-    """Ensure the events stream (NATS) and attach the ConfigActor to the running ``root``;
-    ``build`` makes a tree description the way ``root`` was built.
+    """Ensure the events stream (on any bus: JetStream on NATS) and attach the ConfigActor
+    to the running ``root``; ``build`` makes a tree description the way ``root`` was built.
 
-    Raises what ``add_child`` raises; a stream NATS refuses is logged, not raised.
+    Raises what ``add_child`` raises; a stream the bus refuses is logged, not raised.
     """
-    if isinstance(bus, NatsBus) and config.events.stream:
+    if config.events.stream:
         try:
             await bus.ensure_stream(EVENTS_STREAM, [subjects.EVENTS_ANY],
                                     max_age=config.events.stream_max_age_seconds,

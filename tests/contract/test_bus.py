@@ -1,4 +1,5 @@
-"""One behaviour suite that every Bus implementation passes (in-process and NATS).
+"""One behaviour suite that every Bus implementation passes (in-process and NATS), kept
+history (streams and replay) included.
 
 Tests wait on results, never on time: to show a message was NOT delivered, a later message on
 the same subscription arrives first (delivery keeps publish order per subscription).
@@ -7,6 +8,7 @@ the same subscription arrives first (delivery keeps publish order per subscripti
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import TYPE_CHECKING
 
@@ -22,6 +24,7 @@ from bus import (
     open_bus,
 )
 from schemas import (
+    ConfigChanged,
     ErrorReply,
     Observation,
     ProbeGrant,
@@ -332,3 +335,78 @@ async def test_nats_subscription_entered_on_one_connection_answers_request_from_
 async def test_nats_connect_to_unreachable_server_raises_bus_closed() -> None:
     with pytest.raises(BusClosedError, match="cannot connect"):
         await NatsBus.connect("nats://127.0.0.1:1", connect_timeout=0.5)
+
+
+# -- kept history: ensure_stream / replay (JetStream on NATS, bounded memory in process) ----
+
+
+@pytest.fixture
+async def stream(any_bus: Bus) -> AsyncIterator[str]:
+    """A stream name of this test alone, deleted afterwards."""
+    name = f"TEST_{uuid.uuid4().hex}"
+    yield name
+    await any_bus.delete_stream(name)
+
+
+def _history_subject(prefix: str, leaf: str) -> str:
+    # Outside llmgw.events.>: a gateway started earlier on the same NATS server keeps its
+    # events stream there, and JetStream refuses overlapping streams.
+    return f"llmgw-test.{prefix}.{leaf}"
+
+
+async def _versions(sub: Subscription, n: int, then: Callable[[list[str]], object] | None = None,
+                    ) -> list[str]:
+    got: list[str] = []
+    async with asyncio.timeout(WAIT_S):
+        async for env in sub:
+            assert isinstance(env.message, ConfigChanged)
+            got.append(env.message.version)
+            if then is not None:
+                step = then(got)
+                if asyncio.iscoroutine(step):
+                    await step
+            if len(got) == n:
+                break
+    return got
+
+
+async def test_replay_delivers_what_the_stream_kept_then_live_messages_in_order(
+    any_bus: Bus, prefix: str, stream: str,
+) -> None:
+    subject = _history_subject(prefix, "a")
+    await any_bus.ensure_stream(stream, [_history_subject(prefix, "*")], max_age=60,
+                                max_msgs=10)
+    await any_bus.ensure_stream(stream, [_history_subject(prefix, "*")], max_age=120,
+                                max_msgs=10)  # an update keeps the stream
+    since = time.time() - 60
+    for v in ("v1", "v2"):
+        await any_bus.publish(subject, ConfigChanged(version=v))
+    await any_bus.publish(_history_subject(prefix, "b"), ConfigChanged(version="other"))
+
+    def live(got: list[str]) -> object:
+        if got == ["v1", "v2"]:
+            return any_bus.publish(subject, ConfigChanged(version="live"))
+        return None
+
+    async with any_bus.replay(subject, stream=stream, since=since) as sub:
+        assert await _versions(sub, 3, live) == ["v1", "v2", "live"]
+
+
+async def test_replay_keeps_at_most_max_msgs_and_nothing_before_since(
+    any_bus: Bus, prefix: str, stream: str,
+) -> None:
+    subject = _history_subject(prefix, "a")
+    await any_bus.ensure_stream(stream, [subject], max_age=60, max_msgs=2)
+    for v in ("v1", "v2", "v3"):
+        await any_bus.publish(subject, ConfigChanged(version=v))
+    async with any_bus.replay(subject, stream=stream, since=0) as sub:
+        assert await _versions(sub, 2) == ["v2", "v3"]
+    async with any_bus.replay(subject, stream=stream, since=time.time() + 3600) as sub:
+        await any_bus.publish(subject, ConfigChanged(version="live"))
+        assert await _versions(sub, 1) == ["live"]  # nothing kept is that recent
+
+
+async def test_replay_of_a_missing_stream_raises_bus_closed_error(any_bus: Bus) -> None:
+    with pytest.raises(BusClosedError):
+        async with any_bus.replay(subjects.event("x"), stream="NO_SUCH_STREAM", since=0):
+            pass
