@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import logging
 import os
-import signal
-import socket
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -111,25 +108,6 @@ def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:
 
         return uvloop.run(main)
     return asyncio.run(main)
-
-
-def install_shutdown(event: asyncio.Event) -> None:
-    """SIGINT and SIGTERM set ``event``."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, event.set)
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0: the kernel picks), so the real port is known upfront."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
-"""Running a gateway process: open the bus, start the actor tree, serve HTTP with Hypercorn."""
+"""Running a gateway process: open the bus, start the actor tree, serve HTTP with Hypercorn.
+
+Process wiring: with ``gateway.control`` the only gateway modules that start actors. ``cli``
+imports this module (lazily, for ``llmgw serve``); nothing here imports ``cli``.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -74,8 +80,6 @@ async def run(
     CLI) the gateway owns the interpreter and tunes its collector (:func:`settle_gc`) before
     it announces itself. Returns the exit code.
     """
-    from gateway.cli import install_shutdown
-
     signals = shutdown is None
     # Bind first: a taken port ends startup before anything else has started.
     sock = None if opts.role == "actors" else _listen(opts.host, opts.port)
@@ -163,13 +167,30 @@ class ListenError(Exception):
 
 def _listen(host: str, port: int) -> socket.socket:
     """The listening socket for ``host:port``. Raises ListenError."""
-    from gateway.cli import bind_socket
-
     try:
         return bind_socket(host, port)
     except OSError as exc:
         raise ListenError(f"cannot listen on {_url_host(host)}:{port}: "
                           f"{exc.strerror or exc}") from None
+
+
+def install_shutdown(event: asyncio.Event) -> None:
+    """SIGINT and SIGTERM set ``event``."""
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, event.set)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (port 0: the kernel picks), so the real port is known upfront."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
 
 
 def _url_host(host: str) -> str:
