@@ -1,9 +1,13 @@
-"""``llmgw keys create|list|revoke``: gateway API keys, against the server's own database.
+"""``llmgw keys create|list|revoke``: gateway API keys, through their owner when it runs.
 
-The database is the config's ``database.path`` (``--config``), or ``--db PATH``. Works while
-the server runs (WAL). When the config names a NATS bus, a revocation (or the first key) is
-also announced there so every ingress drops its cached copy at once; otherwise it applies
-within ``auth_cache_seconds``. The key is printed once, at creation.
+The keys belong to the ApiKeyAdminActor. When a gateway runs, the command is an ``api_keys``
+admin command sent to it: over the bus when the config (``--config``) names a NATS bus, else
+through the local socket beside the database (``--db PATH`` or the config's
+``database.path``; see ``gateway.local_admin``); the owner announces the change so every
+ingress drops its cached copy at once. When no gateway answers (the first admin key is made
+before any gateway runs), the command writes the database file itself
+(``gateway.cli_keys_offline``, the one isolated direct path) and announces on the NATS bus
+if there is one. The key is printed once, at creation.
 """
 
 from __future__ import annotations
@@ -16,17 +20,29 @@ import sys
 import time
 from typing import Any
 
-from actors.apikeys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
-from actors.keystore import LazyDb
-from gateway.cli_common import redacted
+from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request
+from gateway.cli_common import (
+    NotDeliveredError,
+    RefusedError,
+    Target,
+    admin_over_http,
+    redacted,
+)
 from gateway.config import ConfigError, load_sections
-from schemas import ApiKeyCreated, ApiKeyRevoked, Message, subjects
-from schemas.keys import ROLES
+from gateway.local_admin import answers, socket_path
+from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError, Message, NoRespondersError, subjects
+from schemas.keys import ROLES, parse_duration, parse_instant
 
 logger = logging.getLogger(__name__)
 
 _ANNOUNCE_TIMEOUT = 3.0
+_CONNECT_TIMEOUT = 3.0
+_BY = "cli:keys"
 _LIST_ROW = "{:16}  {:14}  {:24}  {:8}  {}"
+
+
+class _NoGatewayError(Exception):
+    """No gateway owning the keys answered: the offline path applies."""
 
 
 def register(sub: Any) -> None:
@@ -64,11 +80,15 @@ def _run(fn: Any) -> Any:
         except (ConfigError, ValueError) as exc:
             sys.stderr.write(f"llmgw keys: {exc}\n")
             return 2
+        except (RefusedError, GatewayError) as exc:
+            message = exc.message if isinstance(exc, GatewayError) else str(exc)
+            sys.stderr.write(f"llmgw keys: {message}\n")
+            return 1
     return func
 
 
 def _target(args: argparse.Namespace) -> tuple[str, str]:
-    """(database path, bus url to announce on or "")."""
+    """(database path, NATS bus url or "")."""
     # Only the sections needed: the models' ${VAR}s need not be set to manage keys.
     config = load_sections(args.config, "database", "bus") if args.config or not args.db \
         else None
@@ -81,7 +101,36 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
     sys.stdout.write((json.dumps(data) if args.json else text) + "\n")
 
 
+async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The running owner's answer to ``api_keys <verb>``. Raises _NoGatewayError when none
+    answers, RefusedError / GatewayError when it refuses."""
+    if bus_url:
+        from bus import BusClosedError, open_bus
+
+        try:
+            bus = await open_bus(bus_url, name="llmgw-keys-cli",
+                                 connect_timeout=_CONNECT_TIMEOUT)
+        except BusClosedError as exc:
+            raise _NoGatewayError(exc.message) from None
+        try:
+            return await admin_request(bus, "api_keys", verb, values, by=_BY,
+                                       timeout=ADMIN_TIMEOUT_S)
+        except NoRespondersError as exc:
+            raise _NoGatewayError(exc.message) from None
+        finally:
+            await bus.aclose()
+    sock = socket_path(path)
+    if not answers(sock):
+        raise _NoGatewayError(f"no gateway answers on {sock}")
+    try:
+        return await asyncio.to_thread(admin_over_http, Target(socket=str(sock)), "api_keys",
+                                       verb, values, ADMIN_TIMEOUT_S)
+    except NotDeliveredError as exc:
+        raise _NoGatewayError(str(exc)) from None
+
+
 async def _announce(bus_url: str, msg: Message) -> None:
+    """After an offline change: tell ingresses on the NATS bus (if any) to drop the key."""
     if not bus_url:
         return
     from bus import open_bus
@@ -100,18 +149,24 @@ async def _announce(bus_url: str, msg: Message) -> None:
 
 async def _create(args: argparse.Namespace) -> int:
     path, bus = _target(args)
-    now = time.time()
-    expires = _expiry(args, now)
-    store = ApiKeyStore(LazyDb(path, [API_KEYS]))
+    expires = _expiry(args, time.time())
+    values: dict[str, Any] = {"org": args.org, "user": args.user, "role": args.role}
+    if args.name:
+        values["name"] = args.name
+    if expires is not None:
+        values["expires_at"] = expires
     try:
-        key, rec = await store.create(org=args.org, user=args.user, role=args.role,
-                                      name=args.name, expires=expires, now=now)
-    finally:
-        await store.db.aclose()
-    await _announce(bus, ApiKeyCreated(key_hash=rec.key_hash))
-    _print(args, {**rec.public(now), "key": key},
-           f"created {rec.id} for {rec.user}@{rec.org} (role {rec.role})\n{key}\n"
-           "(this is the only time the key is shown)")
+        made = await _owner(path, bus, "create", values)
+    except _NoGatewayError:
+        from gateway import cli_keys_offline
+
+        made, key_hash = await cli_keys_offline.create(
+            path, org=args.org, user=args.user, role=args.role, name=args.name,
+            expires=expires)
+        await _announce(bus, ApiKeyCreated(key_hash=key_hash))
+    _print(args, made,
+           f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']})\n"
+           f"{made['key']}\n(this is the only time the key is shown)")
     return 0
 
 
@@ -127,31 +182,32 @@ def _expiry(args: argparse.Namespace, now: float) -> float | None:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    path, _ = _target(args)
-    store = ApiKeyStore(LazyDb(path, [API_KEYS]))
+    path, bus = _target(args)
     try:
-        rows = await store.records()
-    finally:
-        await store.db.aclose()
-    now = time.time()
-    data = [r.public(now) for r in rows]
-    lines = [_LIST_ROW.format(r.id, f"{r.prefix}…", f"{r.org}/{r.user}", r.role, r.status(now))
-             for r in rows]
+        rows: list[dict[str, Any]] = (await _owner(path, bus, "list", {}))["data"]
+    except _NoGatewayError:
+        from gateway import cli_keys_offline
+
+        rows = await cli_keys_offline.listing(path)
+    lines = [_LIST_ROW.format(r["id"], f"{r['prefix']}…", f"{r['org']}/{r['user']}", r["role"],
+                              r["status"]) for r in rows]
     header = _LIST_ROW.format("id", "prefix", "org/user", "role", "status")
-    _print(args, data, "\n".join([header, *lines]) if lines else "no keys")
+    _print(args, rows, "\n".join([header, *lines]) if lines else "no keys")
     return 0
 
 
 async def _revoke(args: argparse.Namespace) -> int:
     path, bus = _target(args)
-    store = ApiKeyStore(LazyDb(path, [API_KEYS]))
     try:
-        rec = await store.revoke(args.key_id, time.time())
-    finally:
-        await store.db.aclose()
-    if rec is None:
-        sys.stderr.write(f"llmgw keys: no key {args.key_id!r}\n")
-        return 1
-    await _announce(bus, ApiKeyRevoked(key_hash=rec.key_hash))
-    _print(args, rec.public(time.time()), f"revoked {rec.id}")
+        revoked = await _owner(path, bus, "revoke", {"id": args.key_id})
+    except _NoGatewayError:
+        from gateway import cli_keys_offline
+
+        found = await cli_keys_offline.revoke(path, args.key_id)
+        if found is None:
+            sys.stderr.write(f"llmgw keys: no key {args.key_id!r}\n")
+            return 1
+        revoked, key_hash = found
+        await _announce(bus, ApiKeyRevoked(key_hash=key_hash))
+    _print(args, revoked, f"revoked {revoked['id']}")
     return 0

@@ -3,8 +3,9 @@
 Asks the gateway's StoreActor (``log query``, which commits what is buffered first) through
 an ingress's admin API (``--url``), over the bus (``--bus``), or through the local socket of
 a gateway serving the database on this machine (``gateway.local_admin``); with none of them
-(or ``--db``), reads the database file directly (``--db``, else ``database.path`` of
-``--config``, else ``llmgw.sqlite3``; WAL lets it read while the gateway writes). One row per
+(or ``--db``), reads the database file directly (``gateway.cli_logs_offline``: ``--db``, else
+``database.path`` of ``--config``, else ``llmgw.sqlite3``; WAL lets it read while the gateway
+writes). One row per
 client request (``request``) and per upstream attempt (``attempt``), oldest first; a table,
 or JSON lines with ``--json``.
 """
@@ -22,7 +23,6 @@ from typing import Any
 
 import httpx
 
-from actors.request_log import LogQuery, as_dicts
 from bus import open_bus
 from gateway.admin_http import admin_request
 from gateway.cli_common import (
@@ -68,10 +68,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the matching rows."""
     try:
-        query = LogQuery(since=time.time() - parse_duration(args.since), model=args.model,
-                         kind=args.kind, request_id=args.request_id, limit=args.limit)
+        query = {"since": time.time() - parse_duration(args.since), "model": args.model,
+                 "kind": args.kind, "request_id": args.request_id, "limit": args.limit}
         rows = _rows(args, query)
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:
         return fail("logs", str(exc))
     except (GatewayError, NotDeliveredError, RefusedError) as exc:
         return fail("logs", exc.message if isinstance(exc, GatewayError) else str(exc), 1)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rows(args: argparse.Namespace, query: LogQuery) -> list[dict[str, Any]]:
+def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any]]:
     """From ``--db``, ``--url``, ``--bus``, the local socket, else the database file."""
     if args.db:
         return _from_file(_existing(Path(args.db)), query)
@@ -104,27 +104,16 @@ def _existing(path: Path) -> Path:
     return path
 
 
-def _arguments(query: LogQuery) -> dict[str, Any]:
-    return {"since": query.since, "model": query.model, "kind": query.kind,
-            "request_id": query.request_id, "limit": query.limit}
+def _from_file(path: Path, query: dict[str, Any]) -> list[dict[str, Any]]:
+    from gateway.cli_logs_offline import read_rows
+
+    return read_rows(path, query)
 
 
-def _from_file(path: Path, query: LogQuery) -> list[dict[str, Any]]:
-    sql, params = query.sql()
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        try:
-            rows = [tuple(r) for r in db.execute(sql, params)]
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []  # the gateway has not logged anything yet
-            raise
-    return as_dicts(rows)
-
-
-async def _over_bus(url: str, query: LogQuery) -> list[dict[str, Any]]:
+async def _over_bus(url: str, query: dict[str, Any]) -> list[dict[str, Any]]:
     bus = await open_bus(url, name="llmgw-logs", connect_timeout=_TIMEOUT_S)
     try:
-        result = await admin_request(bus, "log", "query", _arguments(query), by="cli",
+        result = await admin_request(bus, "log", "query", query, by="cli",
                                      timeout=_TIMEOUT_S)
     finally:
         await bus.aclose()
@@ -132,8 +121,8 @@ async def _over_bus(url: str, query: LogQuery) -> list[dict[str, Any]]:
     return rows
 
 
-def _over_http(where: Target, query: LogQuery) -> list[dict[str, Any]]:
-    result = admin_over_http(where, "log", "query", _arguments(query), _TIMEOUT_S)
+def _over_http(where: Target, query: dict[str, Any]) -> list[dict[str, Any]]:
+    result = admin_over_http(where, "log", "query", query, _TIMEOUT_S)
     rows: list[dict[str, Any]] = result.get("rows", [])
     return rows
 

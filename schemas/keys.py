@@ -8,6 +8,7 @@ hash id (``schemas.config.credential_id``); a gateway API key only as its sha256
 from __future__ import annotations
 
 import hashlib
+from datetime import UTC, datetime
 
 import msgspec
 
@@ -32,6 +33,40 @@ def role_rank(role: str | None) -> int:
 def hash_key(key: str) -> str:
     """The only form of a gateway API key that is stored or sent anywhere (sha256 hex)."""
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: str | float) -> float:
+    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"12h"`` or ``"30d"``. Raises ValueError."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and value.strip():
+        text = value.strip().lower()
+        unit = _UNITS.get(text[-1])
+        try:
+            seconds = float(text[:-1]) * unit if unit else float(text)
+        except ValueError:
+            raise ValueError(f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 30d; "
+                             "a key without one never expires)") from None
+    else:
+        raise ValueError(f"not a duration: {value!r}")
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+def parse_instant(value: str | float) -> float:
+    """Unix seconds from a number or an ISO 8601 time (UTC when no offset). Raises ValueError."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"not a time: {value!r}")
+    moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def most_restrictive(*roles: str | None) -> str:

@@ -1,0 +1,31 @@
+"""``llmgw logs`` with no gateway running: read the request log's file directly (read-only).
+
+The StoreActor owns the request log; while a gateway runs, ``llmgw logs`` asks it
+(``gateway.cli_logs``). With ``--db``, or when no gateway serves the database on this machine,
+the rows are read from the file here, with the owner's own query (WAL lets this read while a
+gateway writes). An operator tool, never imported by the ingress: on the documented
+allow-list of gateway modules that may import ``actors``
+(``tests/unit/gateway/test_ingress_imports.py``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from actors.request_log import LogQuery, as_dicts
+
+
+def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows ``arguments`` (the ``log query`` admin command's) select from the file at
+    ``path``, oldest first. Raises ValueError for a bad argument, sqlite3.Error."""
+    sql, params = LogQuery.from_args(arguments).sql()
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        try:
+            rows = [tuple(r) for r in db.execute(sql, params)]
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []  # the gateway has not logged anything yet
+            raise
+    return as_dicts(rows)
