@@ -16,7 +16,7 @@ import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError
 
 logger = logging.getLogger("llmgw")
 
@@ -77,12 +77,13 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from gateway.serve import ListenError, ServeOptions, load_serving_config, run
+
     try:
-        config = load_config(args.config)
+        config = load_serving_config(args.config)
     except ConfigError as exc:
         sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
         return 2
-    from gateway.serve import ListenError, ServeOptions, run
 
     opts = ServeOptions(
         host=args.host or config.server.host,

@@ -8,12 +8,18 @@ A message about a config never quotes a value from it: a value may be an upstrea
 the message travels far (reload answers, log lines, ``AdminExecuted`` events kept in
 JetStream, CLI output). YAML syntax errors give the line, column and the parser's problem
 without its snippet; validation errors give pydantic's message, never its ``input_value``.
+
+Routers and their ``router_params`` belong to the actors (``actors.strategies``), so this module
+checks their shape only; a process that runs the actors passes ``routers`` (the strategies'
+validator) so that a bad router or parameter is refused at load time with the same precise
+message (``gateway.serve.load_serving_config``, ``gateway.control.load_versioned``).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,8 +28,10 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from actors.strategies import validate_strategy
 from schemas.config import GatewayConfig, RoutingConfig
+
+RouterCheck = Callable[[str, dict[str, Any]], object]
+"""Validates a router name and its params; raises ValueError saying what is known."""
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEMO_CONFIG = "demo.yaml"
@@ -34,21 +42,25 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message says where and why."""
 
 
-def load_config(path: str | Path | None) -> GatewayConfig:
-    """Read, expand and validate the config at ``path`` (None: the bundled demo config).
+def load_config(path: str | Path | None, *, routers: RouterCheck | None = None) -> GatewayConfig:
+    """Read, expand and validate the config at ``path`` (None: the bundled demo config);
+    ``routers`` also validates every router and its params (None: their shape only).
 
     Raises ConfigError.
     """
     if path is None:
         text = resources.files("gateway").joinpath(DEMO_CONFIG).read_text()
-        return parse_config(text, source=f"<bundled {DEMO_CONFIG}>")
-    return parse_config(_read(path), source=str(path))
+        return parse_config(text, source=f"<bundled {DEMO_CONFIG}>", routers=routers)
+    return parse_config(_read(path), source=str(path), routers=routers)
 
 
-def parse_config(text: str, *, source: str = "<config>") -> GatewayConfig:
-    """Validate config ``text``. Raises ConfigError naming ``source`` and the key's path."""
+def parse_config(text: str, *, source: str = "<config>",
+                 routers: RouterCheck | None = None) -> GatewayConfig:
+    """Validate config ``text`` (``routers``: as :func:`load_config`). Raises ConfigError
+    naming ``source`` and the key's path."""
     config = _validate(_expand(_parse_mapping(text, source), (), source), source)
-    _check_routers(config, source)
+    if routers is not None:
+        _check_routers(config, source, routers)
     return _apply_env_overrides(config, source)
 
 
@@ -196,15 +208,15 @@ def _expand(node: Any, path: tuple[int | str, ...], source: str) -> Any:
     return node
 
 
-def _check_routers(config: GatewayConfig, source: str) -> None:
+def _check_routers(config: GatewayConfig, source: str, validate: RouterCheck) -> None:
     try:
-        validate_strategy(config.routing.default_router, {})
+        validate(config.routing.default_router, {})
     except ValueError as exc:
         raise ConfigError(f"{source}: routing.default_router: {exc}") from None
     for i, model in enumerate(config.models):
         name = model.router or config.routing.default_router
         try:
-            validate_strategy(name, model.router_params)
+            validate(name, model.router_params)
         except ValueError as exc:
             key = "router" if model.router else "router_params"
             if model.router and "params" in str(exc):

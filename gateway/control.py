@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actors import ChildSpec, ConfigActor, ConfigState
+from actors.strategies import validate_strategy
 from bus import BusClosedError
 from gateway.admin_http import admin_request
 from gateway.config import DEMO_CONFIG, ConfigError, load_config
@@ -62,7 +63,7 @@ def load_versioned(path: str | None) -> tuple[GatewayConfig, str]:
     Raises InvalidRequestError carrying startup's ConfigError message.
     """
     try:
-        config = load_config(path)
+        config = load_config(path, routers=validate_strategy)
     except ConfigError as exc:
         raise InvalidRequestError(str(exc)) from None
     return config, config_version(path)

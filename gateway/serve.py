@@ -21,10 +21,12 @@ from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
 from actors import SnapshotStore, build_tree
+from actors.strategies import validate_strategy
 from bus import open_bus
 from gateway import http_edge
 from gateway.app import create_app
 from gateway.cli_common import redacted
+from gateway.config import load_config
 from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
 from gateway.local_admin import LocalAdmin
 from gateway.sidecars import Sidecars
@@ -44,6 +46,12 @@ class ServeOptions:
     bus_url: str
     role: str
     config_path: str | None = None  # re-read on reload (None: the bundled demo config)
+
+
+def load_serving_config(path: str | None) -> GatewayConfig:
+    """The config ``llmgw serve`` runs: validated whole, routers and their params included
+    (the strategies are the actors'). Raises ConfigError."""
+    return load_config(path, routers=validate_strategy)
 
 
 # Collect the young generation every 7,000 net allocations instead of 700: measured under

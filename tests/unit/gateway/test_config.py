@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import pytest
 
+from actors.strategies import validate_strategy
 from gateway.config import ConfigError, load_config, parse_config
 
 
 def _error(text: str) -> str:
     with pytest.raises(ConfigError) as exc:
-        parse_config(text, source="gw.yaml")
+        parse_config(text, source="gw.yaml", routers=validate_strategy)
     return str(exc.value)
+
+
+def test_config_without_the_strategies_checks_only_the_router_fields_shape() -> None:
+    # The ingress loads configs without the actors' strategies: the actors process (which
+    # passes ``routers``) is the one that refuses an unknown router.
+    text = "models: [{id: a, router: fastest, router_params: {x: 1}, route: [{kind: echo}]}]"
+    assert parse_config(text).models[0].router == "fastest"
+    with pytest.raises(ConfigError):
+        parse_config("models: [{id: a, router: 7, route: [{kind: echo}]}]")
 
 
 def test_config_with_mistyped_weight_names_file_and_path() -> None:
