@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ from gateway.cli_common import (
     parse_duration,
     settings,
 )
+from gateway.cli_logs_offline import LogFileError, read_rows
 from gateway.local_admin import socket_path
 from schemas import GatewayError
 
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("logs", exc.message if isinstance(exc, GatewayError) else str(exc), 1)
     except httpx.HTTPError as exc:
         return fail("logs", f"cannot reach the gateway: {type(exc).__name__}: {exc}", 1)
-    except sqlite3.Error as exc:
+    except LogFileError as exc:
         return fail("logs", f"cannot read the request log: {exc}", 1)
     _print(rows, as_json=args.json)
     return 0
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any]]:
     """From ``--db``, ``--url``, ``--bus``, the local socket, else the database file."""
     if args.db:
-        return _from_file(_existing(Path(args.db)), query)
+        return read_rows(_existing(Path(args.db)), query)
     if args.url:
         return _over_http(Target(url=args.url, key=admin_key(args)), query)
     if args.bus:
@@ -95,19 +95,13 @@ def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any
     local = socket_path(database)
     if local.exists():
         return _over_http(Target(socket=str(local)), query)
-    return _from_file(_existing(database), query)
+    return read_rows(_existing(database), query)
 
 
 def _existing(path: Path) -> Path:
     if not path.exists():
         raise UsageError(f"no database at {path} (--db PATH, or --config FILE)")
     return path
-
-
-def _from_file(path: Path, query: dict[str, Any]) -> list[dict[str, Any]]:
-    from gateway.cli_logs_offline import read_rows
-
-    return read_rows(path, query)
 
 
 async def _over_bus(url: str, query: dict[str, Any]) -> list[dict[str, Any]]:

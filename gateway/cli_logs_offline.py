@@ -17,15 +17,22 @@ from typing import Any
 from actors.request_log import LogQuery, as_dicts
 
 
+class LogFileError(Exception):
+    """The request log's file cannot be read; the message says why."""
+
+
 def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows ``arguments`` (the ``log query`` admin command's) select from the file at
-    ``path``, oldest first. Raises ValueError for a bad argument, sqlite3.Error."""
+    ``path``, oldest first. Raises ValueError for a bad argument, LogFileError."""
     sql, params = LogQuery.from_args(arguments).sql()
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
-        try:
-            rows = [tuple(r) for r in db.execute(sql, params)]
-        except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []  # the gateway has not logged anything yet
-            raise
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            try:
+                rows = [tuple(r) for r in db.execute(sql, params)]
+            except sqlite3.OperationalError as exc:
+                if "no such table" in str(exc):
+                    return []  # the gateway has not logged anything yet
+                raise
+    except sqlite3.Error as exc:
+        raise LogFileError(str(exc)) from None
     return as_dicts(rows)
