@@ -1,12 +1,15 @@
 """Per-request accounting at the ingress: metrics, the request summary, the decision event.
 
-:meth:`Accounting.wrap` wraps an inference handler: it opens a record for the request (a
-context variable, so the request path needs no extra parameters) which four one-line hooks
-fill in as the request goes — :func:`requested` (the model name the client asked for),
-:func:`routing` / :func:`routed` (the RouteRequest and the plan, timing the decision's bus
-round trip) and :func:`attempted` (each attempt's Observation). When the handler ends, however
-it ends, the wrapper updates the metrics and publishes ``RequestCompleted`` (for the request
-log) and, when ``events.decisions`` is on, ``RouteDecided`` on ``llmgw.events.decision``.
+:meth:`Accounting.wrap` wraps an inference handler: it opens a :class:`RequestRecord` for
+the request and passes it to the handler, which carries it along (on its ``RequestInfo``) to
+where its one-line hooks are called — :meth:`~RequestRecord.requested` (the model name the
+client asked for), :meth:`~RequestRecord.routing` / :meth:`~RequestRecord.routed` (the
+RouteRequest and the plan, timing the decision's bus round trip),
+:meth:`~RequestRecord.steered` and :meth:`~RequestRecord.attempted` (each attempt's
+Observation). When the handler ends, however it ends, the wrapper updates the metrics and
+publishes ``RequestCompleted`` (for the request log) and, when ``events.decisions`` is on,
+``RouteDecided`` on ``llmgw.events.decision``. A record nobody wrapped (explain's) is filled
+and dropped.
 
 Cost: one record allocation, the metric updates (measured a few microseconds), and one or two
 bus publishes (about 3 µs each in-process; fire-and-forget on NATS). Publishing never waits
@@ -18,7 +21,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Handler = Callable[["HttpRequest"], Awaitable[None]]
+AccountedHandler = Callable[["HttpRequest", "RequestRecord"], Awaitable[None]]
 CLIENT_CLOSED = 499  # the client went away before the answer ended (nginx's convention)
 MAX_STORED_CHARS = 256
 """The most of a client-chosen string (the model name asked for) that is stored or echoed."""
@@ -53,59 +56,42 @@ def bounded(text: str) -> str:
 
 
 @dataclass(slots=True)
-class _Record:
-    """What one request's hooks noted."""
+class RequestRecord:
+    """What one request's hooks noted; owned by that request, passed along explicitly."""
 
-    started: float
-    wall: float
-    requested: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    wall: float = field(default_factory=time.time)
+    requested_model: str = ""
     route: RouteRequest | None = None
     plan: RoutePlan | None = None
     asked: float = 0.0
     decision_s: float | None = None
     attempts: list[Observation] = field(default_factory=list)
-    steered: Resolution | None = None
+    resolution: Resolution | None = None
 
+    def requested(self, name: str) -> None:
+        """Note the model name the client asked for (the first one noted wins), bounded."""
+        if not self.requested_model:
+            self.requested_model = bounded(name)
 
-_current: ContextVar[_Record | None] = ContextVar("llmgw_request_record", default=None)
+    def routing(self, route: RouteRequest) -> None:
+        """Note the RouteRequest about to be sent to the model's owner."""
+        self.route = route
+        self.asked = time.perf_counter()
 
+    def routed(self, plan: RoutePlan) -> RoutePlan:
+        """Note the plan the owner answered (returns it, to wrap a ``return``)."""
+        self.plan = plan
+        self.decision_s = time.perf_counter() - self.asked
+        return plan
 
-def requested(name: str) -> None:
-    """Note the model name the client asked for (the first one noted wins), bounded."""
-    rec = _current.get()
-    if rec is not None and not rec.requested:
-        rec.requested = bounded(name)
+    def steered(self, res: Resolution) -> None:
+        """Note how a steered request's target was resolved (for the decision event)."""
+        self.resolution = res
 
-
-def routing(route: RouteRequest) -> None:
-    """Note the RouteRequest about to be sent to the model's owner."""
-    rec = _current.get()
-    if rec is not None:
-        rec.route = route
-        rec.asked = time.perf_counter()
-
-
-def routed(plan: RoutePlan) -> RoutePlan:
-    """Note the plan the owner answered (returns it, to wrap a ``return``)."""
-    rec = _current.get()
-    if rec is not None:
-        rec.plan = plan
-        rec.decision_s = time.perf_counter() - rec.asked
-    return plan
-
-
-def steered(res: Resolution) -> None:
-    """Note how a steered request's target was resolved (for the decision event)."""
-    rec = _current.get()
-    if rec is not None:
-        rec.steered = res
-
-
-def attempted(obs: Observation) -> None:
-    """Note one attempt's Observation."""
-    rec = _current.get()
-    if rec is not None:
-        rec.attempts.append(obs)
+    def attempted(self, obs: Observation) -> None:
+        """Note one attempt's Observation."""
+        self.attempts.append(obs)
 
 
 def _steering_brief(res: Resolution | None) -> dict[str, Any]:
@@ -128,14 +114,14 @@ class Accounting:
         self.decisions = decisions
         self._done_subjects: dict[str, str] = {}  # model -> subject; escaping costs ~1 µs
 
-    def wrap(self, handler: Handler, surface: str) -> Handler:
-        """``handler`` with accounting; it raises what ``handler`` raises."""
+    def wrap(self, handler: AccountedHandler, surface: str) -> Handler:
+        """``handler`` with accounting: it gets the request's fresh record, and raises what
+        ``handler`` raises."""
 
         async def accounted(req: HttpRequest) -> None:
-            rec = _Record(time.perf_counter(), time.time())
-            token = _current.set(rec)
+            rec = RequestRecord()
             try:
-                await handler(req)
+                await handler(req, rec)
             except GatewayError as err:
                 # Once the answer started, the client saw 200 whatever failed afterwards.
                 status = 200 if req.started else http_status(err)
@@ -150,13 +136,11 @@ class Accounting:
                 raise
             else:
                 await self._finish(req, rec, surface, 200, "")
-            finally:
-                _current.reset(token)
 
         return accounted
 
     async def _finish(
-        self, req: HttpRequest, rec: _Record, surface: str, status: int, kind: str
+        self, req: HttpRequest, rec: RequestRecord, surface: str, status: int, kind: str
     ) -> None:
         attempts = rec.attempts
         last = attempts[-1] if attempts else None
@@ -177,7 +161,7 @@ class Accounting:
             caller=route.caller if route else "",
             org=str(getattr(req.scope.get(CALLER_SCOPE_KEY), "org", "") or ""),
             surface=route.surface if route else surface,
-            requested_model=rec.requested,
+            requested_model=rec.requested_model,
             model=route.model if route else "",
             endpoint=last.endpoint if last is not None else "",
             credential_id=last.credential_id if last is not None else "",
@@ -205,13 +189,13 @@ class Accounting:
         if self.decisions and route is not None:
             plan = rec.plan
             await self._publish(_DECISION, RouteDecided(
-                request_id=done.request_id, model=done.model, requested_model=rec.requested,
+                request_id=done.request_id, model=done.model, requested_model=rec.requested_model,
                 surface=done.surface, reason=plan.reason if plan else kind,
                 pinned=plan.pinned if plan else False,
                 primary=plan.candidates[0].endpoint if plan and plan.candidates else "",
                 candidates=tuple(c.endpoint for c in plan.candidates) if plan else (),
                 served=served, fallback=done.fallback, attempts=done.attempts,
-                status=status, ts=done.ts, **_steering_brief(rec.steered),
+                status=status, ts=done.ts, **_steering_brief(rec.resolution),
             ))
 
     async def _publish(self, subject: str, msg: Message) -> None:

@@ -22,7 +22,8 @@ import anyio
 import msgspec
 
 from bus import Bus
-from gateway import accounting, admin_routing, explain
+from gateway import admin_routing, explain
+from gateway.accounting import RequestRecord, bounded
 from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.http import UpstreamHTTP
@@ -115,40 +116,47 @@ class GatewayApp:
         self._steerer = Steerer(affinity=config.routing.affinity.enabled,
                                 ttl=config.routing.affinity.ttl_seconds, clock=time.monotonic)
         self._id_prefix = f"{os.getpid():x}-"
-        self._routes: dict[tuple[str, str], Handler] = {
-            ("POST", "/v1/chat/completions"): self._chat,
-            ("POST", "/v1/responses"): self._responses,
-            ("POST", "/v1/messages"): self._messages,
-            ("POST", "/v1/embeddings"): self._embeddings,
+        self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT,
+                          "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
+        # The routing rule set: this ingress's compiled view, and its admin routes.
+        self.rules = RulesView(bus)
+        self._rules_admin = RulesAdmin(bus, config)
+        # Accounting, /metrics, /events, the /admin/<area>/<verb> API.
+        self.ops = IngressOps(bus, config)
+        self.ops.after_admin.update(chains=self.steering.refresh, steering=self.steering.refresh)
+        self._routes, self._prefix_routes = self._route_table()
+
+    def _route_table(self) -> tuple[dict[tuple[str, str], Handler],
+                                    dict[tuple[str, str], Handler]]:
+        """Every route of the ingress, assembled here only: (exact ``(method, path)`` routes,
+        ``(method, prefix)`` routes for paths carrying an id, tried in this order after the
+        exact ones). The inference routes are wrapped with accounting; counting tokens routes
+        nothing, so it makes no request-log row."""
+        accounted = self.ops.accounting.wrap
+        exact: dict[tuple[str, str], Handler] = {
+            ("POST", "/v1/chat/completions"): accounted(self._chat, "chat"),
+            ("POST", "/v1/responses"): accounted(self._responses, "responses"),
+            ("POST", "/v1/messages"): accounted(self._messages, "messages"),
+            ("POST", "/v1/embeddings"): accounted(self._embeddings, "embeddings"),
+            ("POST", "/v1/messages/count_tokens"): self._count_tokens,
             ("GET", "/v1/models"): self._list_models,
             ("GET", "/health"): self._health,
             ("GET", "/health/ready"): self._ready,
             ("GET", "/health/deep"): self._health_deep,
             ("GET", "/routing"): self._routing,
+            ("POST", explain.PATH): self._explain,
+            **self._rules_admin.routes(),
+            **self.callers.routes(),  # /admin/keys, /admin/provider-keys
+            **self.ops.routes(),  # /metrics, /events
         }
-        self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT,
-                          "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
-        # Routes with path parameters: (method, prefix) -> handler, tried after exact ones.
-        self._prefix_routes: dict[tuple[str, str], Handler] = {
+        prefix: dict[tuple[str, str], Handler] = {
             ("GET", _MODELS_PREFIX): self._retrieve_model,
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
+            **self.callers.prefix_routes(),  # /admin/keys/<id>/..., /admin/provider-keys/<id>
+            **self.ops.prefix_routes(),  # last: the /admin/<area>/<verb> catch-all
         }
-        self._routes[("POST", explain.PATH)] = self._explain
-        # The routing rule set: this ingress's compiled view, and its admin routes.
-        self.rules = RulesView(bus)
-        self._rules_admin = RulesAdmin(bus, config)
-        self._routes.update(self._rules_admin.routes())
-        # /admin/keys, /admin/provider-keys (before the /admin/<area>/<verb> catch-all below).
-        self._routes.update(self.callers.routes())
-        self._prefix_routes.update(self.callers.prefix_routes())
-        # Last: wraps the inference routes above with accounting, adds /metrics, /events,
-        # /admin/<area>/<verb>.
-        self.ops = IngressOps(bus, config)
-        self.ops.install(self._routes, self._prefix_routes)
-        # After install: counting routes nothing, so it makes no request-log row.
-        self._routes[("POST", "/v1/messages/count_tokens")] = self._count_tokens
-        self.ops.after_admin.update(chains=self.steering.refresh, steering=self.steering.refresh)
+        return exact, prefix
 
     # -- ASGI ---------------------------------------------------------------------------
 
@@ -268,12 +276,14 @@ class GatewayApp:
         except RecursionError:  # nested past the stack: costs nothing until it happens
             raise _too_deep() from None
 
-    def _resolve(self, name: str, req: HttpRequest) -> ModelConfig:
-        accounting.requested(name)
+    def _resolve(self, name: str, req: HttpRequest,
+                 record: RequestRecord | None = None) -> ModelConfig:
+        if record is not None:
+            record.requested(name)
         model = self._models.get(name)
         # A model above the caller's role is "not found": its existence is not revealed.
         if model is None or not model.published or not may_call(req, model):
-            quoted = accounting.bounded(name)  # a client's megabyte is not echoed back
+            quoted = bounded(name)  # a client's megabyte is not echoed back
             raise RouteNotFoundError(f"the model {quoted!r} does not exist")
         return model
 
@@ -282,15 +292,16 @@ class GatewayApp:
         pin = req.header("x-route-pin")
         return pin if pin and is_admin(req, self._config) else None
 
-    async def _plan(self, model: ModelConfig, route_req: RouteRequest) -> RoutePlan:
-        accounting.routing(route_req)
+    async def _plan(self, model: ModelConfig, route_req: RouteRequest,
+                    record: RequestRecord) -> RoutePlan:
+        record.routing(route_req)
         reply = await self._bus.request(
             subjects.model_route(model.id), route_req, reply_type=RoutePlan,
             timeout=self._config.routing.decision_timeout_seconds,
         )
         plan = raise_for_reply(reply)
         await self.callers.secrets.ensure(plan)
-        return accounting.routed(plan)
+        return record.routed(plan)
 
     async def walk(self, requested: str, req: HttpRequest, info: RequestInfo,
                    ask: Ask, *, explore: bool = True, body: JSON | None = None) -> PlanWalk:
@@ -299,8 +310,8 @@ class GatewayApp:
         RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
         chain)."""
         if not is_steering(requested):
-            return PlanWalk((self._resolve(requested, req),), ask, info)
-        accounting.requested(requested)
+            return PlanWalk((self._resolve(requested, req, info.record),), ask, info)
+        info.record.requested(requested)
         caller = caller_of(req)
         book = await self.steering.book_for(requested)
         rule = (self.rules.for_request(body, req, info, book, caller.org)
@@ -309,7 +320,7 @@ class GatewayApp:
                                         role=caller.role, caller=info.caller, explore=explore)
         if rule is not None:
             steered = dataclasses.replace(steered, rule=rule.name)
-        accounting.steered(steered)
+        info.record.steered(steered)
         models = tuple(m for m in map(book.model, steered.models) if m is not None)
         return PlanWalk(models, ask, info, steered)
 
@@ -329,13 +340,13 @@ class GatewayApp:
             return self._plan(model, RouteRequest(model=model.id, caller=info.caller,
                                                   surface=surface, request_id=info.request_id,
                                                   role=info.role, dry=dry,
-                                                  lease_holder=self.leases.holder))
+                                                  lease_holder=self.leases.holder), info.record)
         return self._plan(model, RouteRequest(
             model=model.id, caller=info.caller, modalities=input_modalities(body),
             prompt_tokens=info.prompt_estimate, pin=self._pin(req),
             surface=surface, request_id=info.request_id, role=info.role, dry=dry,
             lease_holder=self.leases.holder,
-        ))
+        ), info.record)
 
     def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
         """A new request's identity (explain uses the live path's)."""
@@ -343,6 +354,7 @@ class GatewayApp:
 
     def _info(
         self, req: HttpRequest, surface: str, stream: bool, prompt_estimate: int = 0,
+        record: RequestRecord | None = None,
     ) -> RequestInfo:
         return RequestInfo(
             request_id=req.request_id,
@@ -353,24 +365,26 @@ class GatewayApp:
                                 trust_proxy_headers=self._config.routing.trust_proxy_headers),
             prompt_estimate=prompt_estimate,
             role=caller_of(req).role,
+            record=record if record is not None else RequestRecord(),
         )
 
-    async def _chat(self, req: HttpRequest) -> None:
-        await self._inference(req, CHAT)
+    async def _chat(self, req: HttpRequest, record: RequestRecord) -> None:
+        await self._inference(req, CHAT, record)
 
-    async def _responses(self, req: HttpRequest) -> None:
-        await self._inference(req, RESPONSES)
+    async def _responses(self, req: HttpRequest, record: RequestRecord) -> None:
+        await self._inference(req, RESPONSES, record)
 
-    async def _messages(self, req: HttpRequest) -> None:
-        await self._inference(req, MESSAGES)
+    async def _messages(self, req: HttpRequest, record: RequestRecord) -> None:
+        await self._inference(req, MESSAGES, record)
 
-    async def _inference(self, req: HttpRequest, surface: Surface) -> None:
+    async def _inference(self, req: HttpRequest, surface: Surface,
+                         record: RequestRecord) -> None:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
         client_metadata(req)  # refused early, whatever the model
         requested = str(body["model"])
         stream = bool(body.get("stream"))
-        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size))
+        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record)
 
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, body, surface.name, req, info)
@@ -460,11 +474,11 @@ class GatewayApp:
         finally:
             await stream.close(outcome, failure)
 
-    async def _embeddings(self, req: HttpRequest) -> None:
+    async def _embeddings(self, req: HttpRequest, record: RequestRecord) -> None:
         raw = validate_embeddings_request((await self._read_json(req))[0])
         requested = raw["model"]
         client_metadata(req)
-        info = self._info(req, "embeddings", False)
+        info = self._info(req, "embeddings", False, record=record)
 
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, raw, "embeddings", req, info)

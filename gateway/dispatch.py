@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import anyio
 
 from bus import Bus
-from gateway import accounting
+from gateway.accounting import RequestRecord
 from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
 from gateway.leases import LeaseKeeper
@@ -101,7 +101,8 @@ class Targets:
 
 @dataclass(slots=True)
 class RequestInfo:
-    """Who asked for what; carried into every observation of the request."""
+    """Who asked for what; carried into every observation of the request, with the record
+    the request's accounting fills (its attempts)."""
 
     request_id: str
     model: str
@@ -111,6 +112,7 @@ class RequestInfo:
     prompt_estimate: int = 0
     started: float = field(default_factory=time.perf_counter)
     role: str | None = None
+    record: RequestRecord = field(default_factory=RequestRecord)
 
 
 class Attempt(NamedTuple):
@@ -297,7 +299,7 @@ class Dispatcher:
         request)."""
         obs = self._observation(info, c, attempt, outcome, started, err=err, ttft=ttft,
                                 usage=usage)
-        accounting.attempted(obs)
+        info.record.attempted(obs)
         await self._publish(subjects.observation(c.endpoint), obs)
 
     @staticmethod

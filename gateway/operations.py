@@ -1,6 +1,6 @@
 """What an operator gets from an ingress besides inference: :class:`IngressOps`.
 
-One per app: per-request accounting wrapped around the inference routes, ``GET /metrics``,
+One per app: the per-request accounting the app wraps its inference routes with, ``GET /metrics``,
 ``GET /events`` (SSE, admins), the HTTP admin API ``/admin/<area>/<verb>`` (admins), and
 :meth:`IngressOps.run`, the background work — following config changes and counting operator
 events for the metrics. (The process-level side is ``gateway.control``.)
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -31,10 +31,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+Handler = Callable[["HttpRequest"], Awaitable[None]]
+
 # Operator events the metrics count; not ``decision`` (one per request, every ingress's).
 COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin")
-_SURFACES = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings",
-             "/v1/responses": "responses", "/v1/messages": "messages"}
 _SCRAPE_TIMEOUT_S = 2.0
 _encode = msgspec.json.Encoder().encode
 
@@ -51,21 +51,13 @@ class IngressOps:
         # area -> what this ingress does once a command of that area succeeded through it
         self.after_admin: dict[str, Callable[[], Awaitable[None]]] = {}
 
-    def install(self, routes: dict[tuple[str, str], Any],
-                prefix_routes: dict[tuple[str, str], Any]) -> None:
-        """Wrap the inference routes (``POST /v1/...``) with accounting and add the
-        operator routes. Call it once the app's own routes are in place.
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """Exact operator routes: ``GET /metrics``, ``GET /events``."""
+        return {("GET", "/metrics"): self._metrics, ("GET", "/events"): self._events}
 
-        Both map ``(method, path or prefix)`` to ``async def handler(req)``.
-        """
-        for (method, path), handler in list(routes.items()):
-            if method == "POST" and path.startswith("/v1/"):
-                surface = _SURFACES.get(path, path.rsplit("/", 1)[-1])
-                routes[(method, path)] = self.accounting.wrap(handler, surface)
-        routes[("GET", "/metrics")] = self._metrics
-        routes[("GET", "/events")] = self._events
-        prefix_routes[("POST", ADMIN_PREFIX)] = self._admin
-        prefix_routes[("GET", ADMIN_PREFIX)] = self._admin
+    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
+        """The ``/admin/<area>/<verb>`` catch-all (try every other admin prefix first)."""
+        return {("POST", ADMIN_PREFIX): self._admin, ("GET", ADMIN_PREFIX): self._admin}
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Follow a reloaded config."""

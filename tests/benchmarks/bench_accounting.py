@@ -20,8 +20,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from bus import InProcessBus
-from gateway import accounting
-from gateway.accounting import Accounting
+from gateway.accounting import Accounting, RequestRecord
 from gateway.metrics import GatewayMetrics
 from schemas import Observation, RequestCompleted, RouteCandidate, RoutePlan, RouteRequest, subjects
 
@@ -46,12 +45,12 @@ ONE = [_obs(1, "success")]
 TWO = [_obs(1, "failure"), _obs(2, "success")]
 
 
-async def _handler(req: object, attempts: list[Observation]) -> None:
-    accounting.requested("m")
-    accounting.routing(ROUTE)
-    accounting.routed(PLAN)
+async def _handler(record: RequestRecord, attempts: list[Observation]) -> None:
+    record.requested("m")
+    record.routing(ROUTE)
+    record.routed(PLAN)
     for obs in attempts:
-        accounting.attempted(obs)
+        record.attempted(obs)
 
 
 def _metrics_only(attempts: list[Observation]) -> float:
@@ -71,13 +70,13 @@ async def _whole(attempts: list[Observation], *, decisions: bool, subscribed: bo
     bus = InProcessBus()
     acc = Accounting(bus, GatewayMetrics(), decisions=decisions)
 
-    async def handler(req: Any) -> None:
-        await _handler(req, attempts)
+    async def handler(req: Any, record: RequestRecord) -> None:
+        await _handler(record, attempts)
 
     wrapped = acc.wrap(handler, "chat")
 
     async def baseline(req: Any) -> None:
-        await _handler(req, attempts)
+        await _handler(RequestRecord(), attempts)
 
     async with bus.subscribe(subjects.REQUEST_DONE_ANY) as s1, \
             bus.subscribe(subjects.EVENTS_ANY) as s2:
