@@ -2,7 +2,8 @@
 that very configuration (taken from the file's comments), one ``actors`` process and one
 ``ingress`` process each on its own user. Traffic flows; admin commands get through with the
 admin credentials only; the ingress user can neither send admin commands nor read them (an
-added provider key travels in one); no process logs a NATS password."""
+added provider key travels in one); a database key's secret is granted only to ingress and
+actors credentials; no process logs a NATS password."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import nats
 import pytest
 import yaml
 
+from bus import encode, open_bus
+from schemas import ErrorReply, ProviderSecretGrant, ProviderSecretRequest, subjects
 from tests.e2e.conftest import CHAT, WAIT, chat, config, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 from tests.fixtures.nats import start_nats_server
@@ -109,3 +112,44 @@ async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins
     assert "llmgw.admin.>" in str(refused)
     for password in PASSWORDS.values():
         assert password not in logs + ready + by_admin.stderr + by_ingress.stderr
+
+
+async def test_only_ingress_and_actors_credentials_may_ask_for_a_provider_secret_grant(
+    secured_nats: tuple[str, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    processes: list[GatewayProcess],
+) -> None:
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(yaml.safe_dump(config(model("m", route(fake_upstream)),
+                                         database={"path": str(tmp_path / "gw.sqlite3")})))
+    actors = GatewayProcess(["serve", "--config", str(cfg), "--role", "actors",
+                             "--bus", as_user(secured_nats, "actors")])
+    processes.append(actors)
+    await asyncio.to_thread(actors.start)
+    ask = ProviderSecretRequest(credential_id="k-none")
+
+    ingress_bus = await open_bus(as_user(secured_nats, "ingress"))
+    try:
+        answer = await ingress_bus.request(subjects.KEYS_SECRET_GRANT, ask,
+                                           reply_type=ProviderSecretGrant, timeout=WAIT)
+    finally:
+        await ingress_bus.aclose()
+
+    refusals: asyncio.Queue[Exception] = asyncio.Queue()
+
+    async def on_error(exc: Exception) -> None:
+        await refusals.put(exc)
+
+    operator = await nats.connect(as_user(secured_nats, "admin"), error_cb=on_error,
+                                  allow_reconnect=False)
+    try:
+        await operator.publish(subjects.KEYS_SECRET_GRANT, encode(ask), reply="_INBOX.x")
+        await operator.flush()
+        refused = await asyncio.wait_for(refusals.get(), WAIT)
+    finally:
+        await operator.close()
+
+    # The ingress user is answered (an unknown id: refused by the owner, not by NATS) ...
+    assert isinstance(answer, ErrorReply) and answer.code == "route_not_found"
+    # ... an operator's admin credentials may not even ask.
+    assert "permissions violation" in str(refused).lower()
+    assert subjects.KEYS_SECRET_GRANT in str(refused)
