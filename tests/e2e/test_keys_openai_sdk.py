@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from schemas import ApiKeyRevoked, Observation, subjects
+from schemas import AdminExecuted, ApiKeyRevoked, Observation, subjects
 from schemas.config import credential_id
 from tests.e2e.conftest import HI, eid, model, route, watch
 from tests.e2e.keys_support import (
@@ -110,6 +110,23 @@ async def test_an_admin_revocation_applies_at_once_despite_the_cache(
     for ingress in ingresses:  # the revoking ingress dropped it; the event reached the others
         with pytest.raises(openai.AuthenticationError):
             await ask(ingress.openai(key))
+
+
+async def test_a_cli_revocation_while_a_gateway_runs_goes_through_the_owner_at_once(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+) -> None:
+    # ``llmgw keys`` finds the running gateway (its local socket beside the database) and
+    # sends the owner an admin command: the owner announces the change, so an hour-long
+    # cache drops the key at once, on inproc:// as on NATS.
+    gw = await gateway_factory(one_model(tmp_path, fake_upstream, auth_cache_seconds=3600))
+    made = await cli(tmp_path, "create", "--org", "o", "--user", "u", "--role", "free")
+    await ask(gw.openai(made["key"]))  # cached for an hour
+    async with watch(gw, subjects.event("admin")) as audit:
+        await cli(tmp_path, "revoke", made["id"])
+        executed = await audit.next(AdminExecuted)
+    assert (executed.area, executed.verb, executed.by) == ("api_keys", "revoke", "local-cli")
+    with pytest.raises(openai.AuthenticationError, match="revoked"):
+        await ask(gw.openai(made["key"]))
 
 
 async def test_messages_surface_takes_x_api_key_and_refuses_in_the_anthropic_shape(
