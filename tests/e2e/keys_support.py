@@ -1,5 +1,6 @@
 """Helpers for the callers-and-credentials e2e tests: the ``llmgw keys`` CLI as a subprocess
-against the server's own database, configs with a database in the test's directory, and
+(through the running gateway's local socket, or on the database file with none running),
+configs with a database in the test's directory, and
 bus queries of pool and endpoint state."""
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ def keys_config(tmp_path: Path, *models: dict[str, Any], key_pool: dict[str, Any
 
 async def cli(tmp_path: Path, *args: str, check: bool = True,
               config_file: Path | None = None) -> Any:
-    """``python -m gateway.cli keys <args> --json`` against the test's database (``--db``, or
-    the ``--config`` file when given); its JSON output."""
+    """``python -m gateway.cli keys <args> --json`` for the test's database (``--db``, or the
+    ``--config`` file when given: the gateway serving it, else the file); its JSON output."""
     where = ["--config", str(config_file)] if config_file else ["--db", db_path(tmp_path)]
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway.cli", "keys", *args, *where, "--json",
