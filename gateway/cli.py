@@ -80,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.serve import ListenError, ServeOptions, load_serving_config, run
 
     try:
-        config = load_serving_config(args.config)
+        config = load_serving_config(args.config, args.role)
     except ConfigError as exc:
         sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
         return 2

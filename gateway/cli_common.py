@@ -97,6 +97,10 @@ def local_socket(database: str) -> Path:
     return path
 
 
+class LogFileError(Exception):
+    """The request log's file cannot be read; the message says why."""
+
+
 class RefusedError(Exception):
     """The owner (or the admin API) answered with an error."""
 

@@ -25,6 +25,7 @@ import httpx
 from bus import open_bus
 from gateway.admin_http import admin_request
 from gateway.cli_common import (
+    LogFileError,
     NotDeliveredError,
     RefusedError,
     Target,
@@ -36,7 +37,6 @@ from gateway.cli_common import (
     parse_duration,
     settings,
 )
-from gateway.cli_logs_offline import LogFileError, read_rows
 from gateway.local_admin import socket_path
 from schemas import GatewayError
 
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
 def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any]]:
     """From ``--db``, ``--url``, ``--bus``, the local socket, else the database file."""
     if args.db:
-        return read_rows(_existing(Path(args.db)), query)
+        return _from_file(_existing(Path(args.db)), query)
     if args.url:
         return _over_http(Target(url=args.url, key=admin_key(args)), query)
     if args.bus:
@@ -95,13 +95,21 @@ def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any
     local = socket_path(database)
     if local.exists():
         return _over_http(Target(socket=str(local)), query)
-    return read_rows(_existing(database), query)
+    return _from_file(_existing(database), query)
 
 
 def _existing(path: Path) -> Path:
     if not path.exists():
         raise UsageError(f"no database at {path} (--db PATH, or --config FILE)")
     return path
+
+
+def _from_file(path: Path, query: dict[str, Any]) -> list[dict[str, Any]]:
+    """Read the file itself (no gateway serves it). Imported here only: the offline reader
+    needs the actors' package, which the CLI loads for this case alone."""
+    from gateway.cli_logs_offline import read_rows
+
+    return read_rows(path, query)
 
 
 async def _over_bus(url: str, query: dict[str, Any]) -> list[dict[str, Any]]:

@@ -15,10 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.request_log import LogQuery, as_dicts
-
-
-class LogFileError(Exception):
-    """The request log's file cannot be read; the message says why."""
+from gateway.cli_common import LogFileError
 
 
 def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:

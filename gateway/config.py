@@ -12,7 +12,7 @@ without its snippet; validation errors give pydantic's message, never its ``inpu
 Routers and their ``router_params`` belong to the actors (``actors.strategies``), so this module
 checks their shape only; a process that runs the actors passes ``routers`` (the strategies'
 validator) so that a bad router or parameter is refused at load time with the same precise
-message (``gateway.serve.load_serving_config``, ``gateway.control.load_versioned``).
+message (``gateway.actor_host``).
 """
 
 from __future__ import annotations

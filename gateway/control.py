@@ -1,15 +1,15 @@
-"""The operator side of a gateway process, wired by ``gateway.serve``.
+"""The operator side of a gateway process, wired by ``gateway.serve`` (the actors' side,
+the events stream and the ConfigActor, is ``gateway.actor_host``; nothing here imports
+``actors``).
 
-- :func:`start_control` (processes running the actors): keeps the stream of operator events
-  (JetStream on NATS; a bounded in-memory one in process) and attaches the ConfigActor (admin
-  area ``config``) to the tree.
 - :func:`start_ingress_ops` (processes serving HTTP): the app's background operations —
   following ``ConfigChanged`` and counting operator events.
 - :func:`sighup_handler`: SIGHUP reloads the config, through the ConfigActor where this
   process runs the actors, else by re-reading the ingress's own file.
 
 Both sides load the config file with :func:`load_versioned`: the same validation, and the same
-message for a broken file, as at startup.
+message for a broken file, as at startup (the ConfigActor's side also validates routers with
+the strategies; an ingress checks their shape only).
 """
 
 from __future__ import annotations
@@ -25,16 +25,12 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actors import ChildSpec, ConfigActor, ConfigState
-from actors.strategies import validate_strategy
-from bus import BusClosedError
 from gateway.admin_http import admin_request
-from gateway.config import DEMO_CONFIG, ConfigError, load_config
+from gateway.config import DEMO_CONFIG, ConfigError, RouterCheck, load_config
 from gateway.reload import ConfigFollower
-from schemas import GatewayError, InvalidRequestError, subjects
+from schemas import GatewayError, InvalidRequestError
 
 if TYPE_CHECKING:
-    from actors import Supervisor
     from bus import Bus
     from gateway.app import GatewayApp
     from schemas.config import GatewayConfig
@@ -57,43 +53,17 @@ def config_version(path: str | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def load_versioned(path: str | None) -> tuple[GatewayConfig, str]:
-    """The validated config at ``path`` and its version.
+def load_versioned(path: str | None, *,
+                   routers: RouterCheck | None = None) -> tuple[GatewayConfig, str]:
+    """The validated config at ``path`` (``routers``: as ``load_config``) and its version.
 
     Raises InvalidRequestError carrying startup's ConfigError message.
     """
     try:
-        config = load_config(path, routers=validate_strategy)
+        config = load_config(path, routers=routers)
     except ConfigError as exc:
         raise InvalidRequestError(str(exc)) from None
     return config, config_version(path)
-
-
-async def start_control(
-    root: Supervisor,
-    bus: Bus,
-    config: GatewayConfig,
-    config_path: str | None,
-    build: Callable[[GatewayConfig], Supervisor],
-) -> None:
-    """Ensure the events stream (on any bus: JetStream on NATS) and attach the ConfigActor
-    to the running ``root``; ``build`` makes a tree description the way ``root`` was built.
-
-    Raises what ``add_child`` raises; a stream the bus refuses is logged, not raised.
-    """
-    if config.events.stream:
-        try:
-            await bus.ensure_stream(EVENTS_STREAM, [subjects.EVENTS_ANY],
-                                    max_age=config.events.stream_max_age_seconds,
-                                    max_msgs=config.events.stream_max_msgs)
-        except BusClosedError as exc:  # live events still flow; only catching up is lost
-            logger.error("events are not kept for replay (is JetStream on? nats-server -js): "
-                         "%s", exc.message)
-    source = config_path or f"<bundled {DEMO_CONFIG}>"
-    state = ConfigState(config, config_version(config_path), build(config), source)
-    await root.add_child(ChildSpec("config", functools.partial(
-        ConfigActor, root, state, load=functools.partial(load_versioned, config_path),
-        build=build)))
 
 
 def start_ingress_ops(bus: Bus, app: GatewayApp, config_path: str | None) -> asyncio.Task[None]:

@@ -1,14 +1,14 @@
 """Running a gateway process: open the bus, start the actor tree, serve HTTP with Hypercorn.
 
-Process wiring: with ``gateway.control`` the only gateway modules that start actors. ``cli``
-imports this module (lazily, for ``llmgw serve``); nothing here imports ``cli``.
+Process wiring. The actors are hosted by ``gateway.actor_host``, imported only for the roles
+that run them (``all``, ``actors``): an ``ingress`` process never loads the actors package.
+``cli`` imports this module (lazily, for ``llmgw serve``); nothing here imports ``cli``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import logging
 import signal
@@ -16,21 +16,23 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
-from actors import SnapshotStore, build_tree
-from actors.strategies import validate_strategy
 from bus import open_bus
 from gateway import http_edge
 from gateway.app import create_app
 from gateway.cli_common import redacted
 from gateway.config import load_config
-from gateway.control import install_sighup, sighup_handler, start_control, start_ingress_ops
+from gateway.control import install_sighup, sighup_handler, start_ingress_ops
 from gateway.local_admin import LocalAdmin
 from gateway.sidecars import Sidecars
 from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    from gateway.actor_host import ActorHost
 
 logger = logging.getLogger("llmgw")
 
@@ -48,10 +50,15 @@ class ServeOptions:
     config_path: str | None = None  # re-read on reload (None: the bundled demo config)
 
 
-def load_serving_config(path: str | None) -> GatewayConfig:
-    """The config ``llmgw serve`` runs: validated whole, routers and their params included
-    (the strategies are the actors'). Raises ConfigError."""
-    return load_config(path, routers=validate_strategy)
+def load_serving_config(path: str | None, role: str) -> GatewayConfig:
+    """The config ``llmgw serve --role role`` runs. Where the actors run it is validated
+    whole, routers and their params included (the strategies are theirs); an ingress checks
+    the routers' shape only, and its actors process refuses a bad one. Raises ConfigError."""
+    if role == "ingress":
+        return load_config(path)
+    from gateway.actor_host import load_checked_config
+
+    return load_checked_config(path)
 
 
 # Collect the young generation every 7,000 net allocations instead of 700: measured under
@@ -94,9 +101,8 @@ async def run(
     if shutdown is None:
         shutdown = asyncio.Event()
         install_shutdown(shutdown)
-    root = None
+    host: ActorHost | None = None
     ops: asyncio.Task[None] | None = None
-    snapshots: SnapshotStore | None = None
     sidecars: Sidecars | None = None
     local: LocalAdmin | None = None
     try:
@@ -107,11 +113,9 @@ async def run(
         raise
     try:
         if opts.role in ("all", "actors"):
-            snapshots = await SnapshotStore.open(config.database.path)
-            build = functools.partial(build_tree, snapshots=snapshots, request_log=True)
-            root = build(config)
-            await root.start(bus)
-            await start_control(root, bus, config, opts.config_path, build)
+            from gateway.actor_host import ActorHost
+
+            host = await ActorHost.start(bus, config, opts.config_path)
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
             sidecars = Sidecars(bus, config)
@@ -123,7 +127,7 @@ async def run(
             if own_process:
                 settle_gc()
             on_ready(f"llmgw actors running on {redacted(opts.bus_url)}")
-            return await _wait(shutdown, root)
+            return await _wait(shutdown, host)
         assert sock is not None
         port = sock.getsockname()[1]
         hconf = HypercornConfig()
@@ -137,9 +141,9 @@ async def run(
         http_edge.install()
         app = create_app(bus, config)
         ops = start_ingress_ops(bus, app, opts.config_path)
-        if root is not None:
+        if host is not None:
             local = LocalAdmin.open(bus, config.database.path, app)
-        if signals and root is None:
+        if signals and host is None:
             install_sighup(sighup_handler(bus, app, actors=False))
         if config.admin_key is None:
             logger.info("no admin key configured: X-Route-Pin is disabled")
@@ -150,7 +154,7 @@ async def run(
         if own_process:
             settle_gc()
         on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
-        code = await _wait(shutdown, root, server)
+        code = await _wait(shutdown, host, server)
         await server
         return code
     finally:
@@ -162,10 +166,8 @@ async def run(
             ops.cancel()
         if sidecars is not None:
             await sidecars.aclose()
-        if root is not None:
-            await root.stop()
-        if snapshots is not None:
-            await snapshots.aclose()
+        if host is not None:
+            await host.aclose()
         await bus.aclose()
 
 
@@ -206,11 +208,11 @@ def _url_host(host: str) -> str:
 
 
 async def _wait(
-    shutdown: asyncio.Event, root: object, server: asyncio.Task[None] | None = None
+    shutdown: asyncio.Event, host: ActorHost | None, server: asyncio.Task[None] | None = None
 ) -> int:
     waits: list[asyncio.Future[object]] = [asyncio.ensure_future(shutdown.wait())]
-    if root is not None:
-        waits.append(asyncio.ensure_future(root.wait()))  # type: ignore[attr-defined]
+    if host is not None:
+        waits.append(asyncio.ensure_future(host.wait()))
     if server is not None:
         waits.append(server)  # type: ignore[arg-type]
     done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -3,11 +3,12 @@ from their owners over NATS.
 
 One ``--role actors`` process owns the SQLite file; one ``--role ingress`` process runs in
 another directory with a config whose ``database.path`` cannot exist (its parent is a regular
-file), under an audit hook (``sitecustomize``) that refuses and records every SQLite connection
-and every open of a path in the actors' directory. Through the ingress's admin API: a gateway
-API key is created (auth closes at once), serves, and is refused as soon as it is revoked; a
-provider key added over the admin API serves the next request (its secret granted by the key
-registry), and a reservation of the configured key for ``pro`` applies to the next callers.
+file), under an audit hook (``sitecustomize``) that refuses and records every SQLite connection,
+every open of a path in the actors' directory and every import of the ``actors`` package.
+Through the ingress's admin API: a gateway API key is created (auth closes at once), serves,
+and is refused as soon as it is revoked; a provider key added over the admin API serves the
+next request (its secret granted by the key registry), and a reservation of the configured
+key for ``pro`` applies to the next callers.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ ADMIN = "boot-admin-key-for-the-split-test"
 UP_KEY, DB_KEY = "sk-configured-upstream-key", "sk-added-through-the-admin-api"
 
 _GUARD = textwrap.dedent('''
-    """Installed into the ingress process only: its database must stay out of reach."""
+    """Installed into the ingress process only: the actors' package and database must stay
+    out of its reach."""
     import os
     import sys
 
@@ -49,6 +51,8 @@ _GUARD = textwrap.dedent('''
     def _hook(event, args):
         if event == "sqlite3.connect":
             what = repr(args[0])
+        elif event == "import" and (args[0] == "actors" or args[0].startswith("actors.")):
+            what = args[0]
         elif event == "open" and args and (p := _path(args[0])) and p.startswith(_FORBIDDEN):
             what = p
         else:

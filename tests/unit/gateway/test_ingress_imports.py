@@ -20,8 +20,7 @@ import pytest
 GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
 
 WIRING = {
-    "gateway.serve": "runs a process: opens the bus, starts the actor tree beside the ingress",
-    "gateway.control": "attaches the ConfigActor and validates routers for the processes",
+    "gateway.actor_host": "hosts the actor tree in a process of role all or actors",
     "gateway.cli_keys_offline": "llmgw keys with no gateway running (the first admin key)",
     "gateway.cli_logs_offline": "llmgw logs reading the file when no gateway serves it",
 }
