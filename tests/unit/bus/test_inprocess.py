@@ -15,8 +15,14 @@ from bus import (
     RequestTimeoutError,
     open_bus,
 )
-from bus.inprocess import check_pattern, check_queue, check_subject, subject_matches
-from schemas import ProbeGrant, ProbeRequest, RouteCandidate, StateRequest
+from bus.inprocess import (
+    STREAM_MAX_MSGS,
+    check_pattern,
+    check_queue,
+    check_subject,
+    subject_matches,
+)
+from schemas import ConfigChanged, ProbeGrant, ProbeRequest, RouteCandidate, StateRequest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -224,3 +230,22 @@ async def _answer_once(sub: AsyncIterator[Envelope], reply: StateRequest) -> Non
 def _rid(env: Envelope) -> str:
     assert isinstance(env.message, ProbeRequest)
     return env.message.request_id
+
+
+async def test_an_in_process_stream_keeps_at_most_its_cap_whatever_it_is_asked() -> None:
+    bus = InProcessBus()
+    try:
+        await bus.ensure_stream("S", ["t.kept"], max_age=3600, max_msgs=10 * STREAM_MAX_MSGS)
+        for i in range(STREAM_MAX_MSGS + 1):
+            await bus.publish("t.kept", ConfigChanged(version=str(i)))
+        await bus.publish("t.other", ConfigChanged(version="not kept"))
+        async with bus.replay("t.>", stream="S", since=0) as sub:
+            assert sub.pending == STREAM_MAX_MSGS
+            first = await anext(aiter(sub))
+        assert isinstance(first.message, ConfigChanged) and first.message.version == "1"
+        await bus.delete_stream("S")
+        with pytest.raises(BusClosedError):
+            async with bus.replay("t.>", stream="S", since=0):
+                pass
+    finally:
+        await bus.aclose()
