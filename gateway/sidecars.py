@@ -26,9 +26,11 @@ class Sidecars:
         self._leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds, "prober")
         # Database keys' secrets by grant from their owner, as the ingress gets them (this
         # runs beside the actors but is not one: it never opens their file).
-        grants = ProviderSecrets(bus, configured_credentials(config))
+        self._grants = grants = ProviderSecrets(bus, configured_credentials(config))
         prober = BenchProber(bus, make_adapters(self._client), Targets(config, grants),
                              self._leases, grants)
+        # Following the declarations drops a deleted key's grant at once.
+        self._tasks.append(asyncio.create_task(grants.start()))
         self._tasks.append(asyncio.create_task(prober.run()))
         secrets = {eid: (route.secrets[0] if route.secrets else None)
                    for m in config.models
@@ -48,4 +50,5 @@ class Sidecars:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._leases.aclose()
+        await self._grants.aclose()
         await self._client.aclose()
