@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import pytest
 
-import gateway.serve
+import gateway.actor_host
 from actors import build_tree
 from bus import Bus, Subscription
 from schemas import CircuitTransition, EndpointState, subjects
@@ -180,7 +180,7 @@ class SkewedClock:
 def actor_clock(monkeypatch: pytest.MonkeyPatch) -> SkewedClock:
     """Every gateway this test starts in-process runs its actors on the returned clock."""
     clock = SkewedClock()
-    monkeypatch.setattr(gateway.serve, "build_tree", functools.partial(build_tree, clock=clock))
+    monkeypatch.setattr(gateway.actor_host, "build_tree", functools.partial(build_tree, clock=clock))
     return clock
 
 
