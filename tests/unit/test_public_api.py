@@ -1,0 +1,212 @@
+"""The public API of every package: each ``__init__``'s ``__all__``, pinned.
+
+A package's ``__all__`` is what other packages may import from it (STYLE.md: import a
+package's public names from its ``__init__``). Changing it is a decision, so this table must
+change with it, in the same commit. Every package under the four roots must be listed here,
+so a new package gets an ``__all__`` (empty when its modules are imported by name) on purpose.
+
+``/work/wt/move_layout.py`` (the layout move of issue #15) adds the packages it creates
+above the marker line in :data:`PINNED`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = ("schemas", "bus", "actors", "gateway")
+
+PINNED: dict[str, list[str]] = {
+    "schemas": [
+        "AdminCommand",
+        "AdminExecuted",
+        "AdminReply",
+        "AllCircuitsOpenError",
+        "ApiKeyCreated",
+        "ApiKeyRevoked",
+        "AuthRejected",
+        "BenchChanged",
+        "BodyTimeoutError",
+        "BusTimeoutError",
+        "ChainEdit",
+        "ChainEntry",
+        "ChainGet",
+        "ChainState",
+        "ChildFailed",
+        "ChildRestarted",
+        "ChildStarted",
+        "CircuitTransition",
+        "ConfigChanged",
+        "EndpointState",
+        "ErrorCode",
+        "ErrorReply",
+        "Evidence",
+        "FirstToken",
+        "ForbiddenError",
+        "GatewayError",
+        "Guardrails",
+        "HealthReport",
+        "HealthRequest",
+        "InvalidRequestError",
+        "KeyAcquire",
+        "KeyDeclarations",
+        "KeyDeclarationsRequest",
+        "KeyGrant",
+        "KeyMuted",
+        "KeyPoolExhaustedError",
+        "KeyPoolRoleRestrictedError",
+        "KeyPoolState",
+        "KeyPoolStateRequest",
+        "KeyUnmuted",
+        "LocalHealth",
+        "Message",
+        "ModeChanged",
+        "ModeRequest",
+        "ModelBreakerTripped",
+        "ModelEvidence",
+        "ModelStatus",
+        "ModelStatusRequest",
+        "NoRespondersError",
+        "NoRouteForModalityError",
+        "Observation",
+        "PinNotFoundError",
+        "PoolKey",
+        "ProbeDue",
+        "ProbeFirstByte",
+        "ProbeGrant",
+        "ProbeRequest",
+        "ProbeResult",
+        "ProviderKeyDecl",
+        "RequestCompleted",
+        "RequestTooLargeError",
+        "RouteCandidate",
+        "RouteDecided",
+        "RouteNotFoundError",
+        "RoutePlan",
+        "RouteRequest",
+        "RouteStatus",
+        "Rule",
+        "RulesGet",
+        "RulesState",
+        "SetWeight",
+        "StateRequest",
+        "SteeringGet",
+        "SteeringSnapshot",
+        "SteeringState",
+        "SupervisorGaveUp",
+        "UnauthorizedError",
+        "UpstreamBadResponseError",
+        "UpstreamError",
+        "UpstreamTimeoutError",
+        "error_from_reply",
+        "raise_for_reply",
+        "subjects",
+    ],
+    "bus": [
+        "Bus",
+        "BusClosedError",
+        "CodecError",
+        "Envelope",
+        "InProcessBus",
+        "NatsBus",
+        "NoRespondersError",
+        "RequestTimeoutError",
+        "Subscription",
+        "decode",
+        "decode_reply",
+        "encode",
+        "open_bus",
+    ],
+    "actors": [
+        "Actor",
+        "ActorContext",
+        "AdminArea",
+        "Cancellable",
+        "ChildSpec",
+        "ConfigActor",
+        "ConfigState",
+        "EndpointActor",
+        "HealthActor",
+        "ModelActor",
+        "Restart",
+        "Serve",
+        "SnapshotStore",
+        "StoreActor",
+        "Strategy",
+        "Supervisor",
+        "SupervisorGaveUpError",
+        "build_tree",
+    ],
+    "actors.strategies": [
+        "RouteView",
+        "RoutingStrategy",
+        "StrategyDeps",
+        "StrategyParams",
+        "build_strategy",
+        "known_strategies",
+        "register_missing_strategy",
+        "register_strategy",
+        "validate_strategy",
+    ],
+    "gateway": [],
+    "gateway.adapters": [
+        "DEFAULT_MAX_TOKENS",
+        "MessagesToChatStream",
+        "UpstreamStreamError",
+        "anthropic_wire",
+        "from_messages_response",
+        "to_messages_request",
+    ],
+    "gateway.formats": [
+        "ChatToMessagesStream",
+        "ChatToResponsesStream",
+        "anthropic_messages",
+        "openai_responses",
+    ],
+    # move_layout.py adds new packages above this line
+}
+
+
+def _packages() -> list[str]:
+    """Every package under the roots, as a dotted name (``gateway.adapters``)."""
+    found = []
+    for root in ROOTS:
+        for init in sorted((REPO / root).rglob("__init__.py")):
+            found.append(".".join(init.parent.relative_to(REPO).parts))
+    return found
+
+
+def test_every_package_is_pinned() -> None:
+    missing = sorted(set(_packages()) - set(PINNED))
+    assert not missing, f"add these packages and their __all__ to PINNED: {missing}"
+    gone = sorted(set(PINNED) - set(_packages()))
+    assert not gone, f"these pinned packages no longer exist: {gone}"
+
+
+@pytest.mark.parametrize("package", sorted(PINNED))
+def test_package_all_is_pinned(package: str) -> None:
+    module = importlib.import_module(package)
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{package}/__init__.py defines no __all__"
+    assert len(exported) == len(set(exported)), f"{package}.__all__ repeats a name"
+    added = sorted(set(exported) - set(PINNED[package]))
+    removed = sorted(set(PINNED[package]) - set(exported))
+    assert (added, removed) == ([], []), (
+        f"{package}.__all__ changed: added {added}, removed {removed}; "
+        "update PINNED in tests/unit/test_public_api.py if that is intended"
+    )
+
+
+@pytest.mark.parametrize("package", sorted(PINNED))
+def test_every_public_name_exists(package: str) -> None:
+    module = importlib.import_module(package)
+    absent = [name for name in PINNED[package] if not hasattr(module, name)]
+    assert not absent, f"{package}.__all__ names what it does not define: {absent}"
+
+
+def test_pinned_lists_are_sorted() -> None:
+    unsorted = [p for p, names in PINNED.items() if names != sorted(names)]
+    assert not unsorted, f"keep each pinned list sorted (easier merges): {unsorted}"
