@@ -196,11 +196,13 @@ class _Failures:
 
 
 class _Budget:
-    """One request's hop cap and wall-clock budget (``routing.failover``)."""
+    """One request's hop cap and wall-clock budget (``routing.failover``), on ``clock``."""
 
-    __slots__ = ("_deadline", "_max")
+    __slots__ = ("_clock", "_deadline", "_max")
 
-    def __init__(self, settings: FailoverConfig, started: float) -> None:
+    def __init__(self, settings: FailoverConfig, started: float,
+                 clock: Callable[[], float]) -> None:
+        self._clock = clock
         self._max = settings.max_attempts
         self._deadline = started + settings.budget_seconds if settings.budget_seconds else None
 
@@ -208,7 +210,7 @@ class _Budget:
         """Whether attempt number ``attempt`` may start now (the first two always may)."""
         if attempt > self._max:
             return False
-        return attempt <= 2 or self._deadline is None or time.perf_counter() < self._deadline
+        return attempt <= 2 or self._deadline is None or self._clock() < self._deadline
 
     def first_byte_limit(self, attempt: int, own_limit: float, more: bool) -> tuple[float, bool]:
         """Seconds this attempt may wait for its first byte, and whether the budget (not the
@@ -216,21 +218,32 @@ class _Budget:
         another route could take over, and never the first retry."""
         if self._deadline is None or attempt == 2 or not more:
             return own_limit, False
-        left = max(0.0, self._deadline - time.perf_counter())
+        left = max(0.0, self._deadline - self._clock())
         return (left, True) if left < own_limit else (own_limit, False)
 
 
 class Dispatcher:
-    """Runs attempts against adapters and publishes their observations. Raises GatewayError."""
+    """Runs attempts against adapters and publishes their observations. Raises GatewayError.
+
+    ``clock`` (seconds, monotonic; ``RequestInfo.started`` must come from the same clock)
+    measures the budget, attempt latencies and time to first token, so tests drive the
+    budget without waiting. The per-attempt timeouts themselves run on the event loop.
+    """
 
     def __init__(self, bus: Bus, adapters: Mapping[str, Adapter], targets: Targets,
                  failover: FailoverConfig | None = None,
-                 leases: LeaseKeeper | None = None) -> None:
+                 leases: LeaseKeeper | None = None, *,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
         self._failover = failover or FailoverConfig()
         self.leases = leases or LeaseKeeper(bus, 30.0, "ingress")
+        self._clock = clock
+
+    def now(self) -> float:
+        """The dispatcher's clock."""
+        return self._clock()
 
     async def _attempts(self, info: RequestInfo, plan: RoutePlan, failures: _Failures,
                         budget: _Budget, walk: PlanWalk | None) -> AsyncGenerator[Attempt]:
@@ -277,7 +290,7 @@ class Dispatcher:
         request's accounting does not count it."""
         await self.leases.release(c)
         if c.probe:
-            obs = self._observation(info, c, 0, "cancelled", time.perf_counter())
+            obs = self._observation(info, c, 0, "cancelled", self._clock())
             await self._publish(subjects.observation(c.endpoint), obs)
         elif first:
             await self._publish(subjects.model_first_token(info.model),
@@ -302,8 +315,8 @@ class Dispatcher:
         info.record.attempted(obs)
         await self._publish(subjects.observation(c.endpoint), obs)
 
-    @staticmethod
     def _observation(
+        self,
         info: RequestInfo,
         c: RouteCandidate,
         attempt: int,
@@ -314,7 +327,7 @@ class Dispatcher:
         ttft: float | None = None,
         usage: tuple[int, int, int] = (0, 0, 0),
     ) -> Observation:
-        now = time.perf_counter()
+        now = self._clock()
         return Observation(
             endpoint=c.endpoint,
             model=info.model,
@@ -359,7 +372,7 @@ class Dispatcher:
         """Try each candidate with ``op`` until one answers (then the walk's next models').
         Raises the deterministic error."""
         failures = _Failures()
-        budget = _Budget(self._failover, info.started)
+        budget = _Budget(self._failover, info.started, self._clock)
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             return await self._call(info, op, failures, budget, attempts)
 
@@ -386,7 +399,7 @@ class Dispatcher:
                        failures: _Failures, budget: _Budget, attempt: int, c: RouteCandidate,
                        more: bool) -> Served | None:
         """One non-streaming attempt: the answer, or None after a failure (recorded)."""
-        started = time.perf_counter()
+        started = self._clock()
         target = self._targets.resolve(c)
         limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
         try:
@@ -417,7 +430,7 @@ class Dispatcher:
         """Start a stream on the first candidate that yields a first chunk (then the walk's
         next models'). Raises the deterministic error when none does."""
         failures = _Failures()
-        budget = _Budget(self._failover, info.started)
+        budget = _Budget(self._failover, info.started, self._clock)
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             return await self._open_stream(info, body, failures, budget, attempts)
 
@@ -429,7 +442,7 @@ class Dispatcher:
             if c.refusal:
                 await self._refused(info, c, attempt, failures)
                 continue
-            started = time.perf_counter()
+            started = self._clock()
             target = self._targets.resolve(c)
             chunks = self._adapter(c).stream(target, body)
             limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
@@ -478,7 +491,7 @@ class Dispatcher:
         err = cls(f"no upstream key of {c.endpoint} is available to this caller",
                   endpoint=c.endpoint, retry_after=c.retry_after, kind=c.refusal)
         if err.counts_against_endpoint:
-            await self.observe(info, c, attempt, "failure", time.perf_counter(), err=err)
+            await self.observe(info, c, attempt, "failure", self._clock(), err=err)
         failures.add(err, c)
 
     def _adapter(self, c: RouteCandidate) -> Adapter:
@@ -550,7 +563,7 @@ class StreamAttempt:
         self._dispatcher = dispatcher
         self._info = info
         self._started = started
-        self._ttft = time.perf_counter()
+        self._ttft = dispatcher.now()
         self._usage = (0, 0, 0)
         self._finished = False
         self._idle = idle_timeout

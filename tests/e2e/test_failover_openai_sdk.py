@@ -3,6 +3,9 @@ budget (the first retry still runs past it; no retry starts after it), the time-
 and inter-chunk idle timeouts, and a client that goes away counted against nothing.
 
 Upstreams are scripted fakes; timings are short settings (budget 0.3 s, TTFT and idle 0.3 s).
+These tests prove the behaviour end to end (which route served, what was observed); the
+timing itself (budget arithmetic, which limit bounds an attempt) is pinned on an injected
+clock in tests/unit/gateway/test_dispatcher.py, not by measuring elapsed time here.
 Routes are declared primary first (weight 1) with fallbacks of weight 1e-6, so the draw picks
 the primary except with odds of about one in a million, and fallbacks follow declaration
 order. Tests wait on upstream requests and the gateway's own bus, never on sleeps. Runs on
@@ -12,7 +15,6 @@ order. Tests wait on upstream requests and the gateway's own bus, never on sleep
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import openai
@@ -103,19 +105,16 @@ async def test_failover_budget_cancels_a_silent_first_attempt_and_the_first_retr
     client = gw.openai()
 
     async with watch(gw, subjects.OBSERVATION_ANY) as obs:
-        started = time.perf_counter()
         if stream:
             text, via = await _stream_text(client)
         else:
             raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
             text, via = raw.parse().choices[0].message.content or "", raw.headers["x-routed-via"]
-        elapsed = time.perf_counter() - started
         cut = await obs.next(Observation, lambda o: o.endpoint == eid("m", a))
         served = await obs.next(Observation, lambda o: o.endpoint == eid("m", b))
     await a.wait_for_disconnects(1)
 
     assert (text, via) == ("Hello from b.", eid("m", b))
-    assert elapsed >= 0.3 + 0.5
     assert (cut.attempt, cut.outcome, cut.error_kind) == (1, "cancelled", "budget")
     assert (served.attempt, served.outcome) == (2, "success")
     assert len(c.requests) == 0
@@ -164,15 +163,12 @@ async def test_stream_silent_before_its_first_byte_fails_over_at_the_ttft_timeou
 
     async with watch(gw, subjects.OBSERVATION_ANY) as obs, \
             endpoint_states(gw, eid("m", a)) as states:
-        started = time.perf_counter()
         text, via = await _stream_text(gw.openai())
-        elapsed = time.perf_counter() - started
         timed_out = await obs.next(Observation, lambda o: o.endpoint == eid("m", a))
         charged = await states.state(lambda s: s.consecutive_failures > 0)
     await a.wait_for_disconnects(1)
 
     assert (text, via) == ("Hello from b.", eid("m", b))
-    assert 0.3 <= elapsed < 5
     assert (timed_out.outcome, timed_out.error_kind) == ("failure", "ttft")
     assert charged.consecutive_failures == 1
 
@@ -188,20 +184,17 @@ async def test_stream_silent_after_its_first_chunk_ends_with_an_error_event_at_i
 
     async with watch(gw, subjects.OBSERVATION_ANY) as obs, \
             endpoint_states(gw, eid("m", a)) as states:
-        started = time.perf_counter()
         stream = await gw.openai().chat.completions.create(model="m", messages=HI, stream=True)
         with pytest.raises(openai.APIError) as err:
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     received.append(chunk.choices[0].delta.content)
-        elapsed = time.perf_counter() - started
         stalled = await obs.next(Observation, lambda o: o.endpoint == eid("m", a))
         charged = await states.state(lambda s: s.consecutive_failures > 0)
     await a.wait_for_disconnects(1)
 
     assert received == split_text(a.text, 4)[:1]  # committed: no fallback once content is out
     assert "stalled" in err.value.message
-    assert 0.3 <= elapsed < 5
     assert (stalled.outcome, stalled.error_kind) == ("failure", "idle")
     assert charged.consecutive_failures == 1
     assert len(b.requests) == 0
