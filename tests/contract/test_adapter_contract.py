@@ -1,0 +1,437 @@
+"""One behaviour suite that every upstream adapter passes (``openai_compat``, ``anthropic``,
+``echo``), as tests/contract/test_bus.py does for buses.
+
+What the adapter seam promises (gateway/adapters/base.py): canonical chat requests in,
+canonical answers out; a stream comes in non-empty batches of ``chat.completion.chunk`` dicts
+whose final batch is ``last`` and says why it stopped; every failure is an ``UpstreamError``
+(timeouts ``UpstreamTimeoutError``, garbage ``UpstreamBadResponseError``) carrying the HTTP
+status, the upstream's own message and its ``Retry-After``, and whether it counts against the
+endpoint; a stream that ends without its terminator raises; a cancelled or abandoned call lets
+the upstream see its client go away.
+
+``any_adapter`` runs a row over all three kinds; ``http_adapter`` over the two that call an
+upstream (the fake upstream, a real HTTP server on loopback, in each kind's own dialect): the
+echo adapter has no network, so rows about the wire do not apply to it and are not run for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+import pytest
+
+from gateway.adapters.base import Batch, UpstreamTarget
+from gateway.adapters.registry import make_adapters, make_http_client
+from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Reset, Stream, ToolCall
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, AsyncIterator
+
+    from gateway.adapters.base import JSON, Adapter
+
+ALL_KINDS = ["openai_compat", "anthropic", "echo"]
+HTTP_KINDS = ["openai_compat", "anthropic"]
+KEY = "sk-contract-key"
+UPSTREAM_MODEL = "upstream-model"
+SHORT = 0.2  # a read timeout a hanging upstream runs into
+
+HI: JSON = {"model": "public-model", "messages": [{"role": "user", "content": "hi there"}],
+            "max_tokens": 64}
+TOOLS: JSON = {
+    **HI,
+    "tools": [{"type": "function", "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+}
+
+
+@dataclass
+class Under:
+    """One adapter under test, the target it is called with, and its upstream (None: echo)."""
+
+    kind: str
+    adapter: Adapter
+    target: UpstreamTarget
+    upstream: FakeUpstream | None
+
+    @property
+    def up(self) -> FakeUpstream:
+        assert self.upstream is not None, "an HTTP-only row ran on the echo adapter"
+        return self.upstream
+
+    def script(self, *behaviours: Any) -> None:
+        """Queue behaviours on the upstream (the echo adapter answers by itself)."""
+        if self.upstream is not None:
+            self.upstream.enqueue(*behaviours)
+
+    def limited(self, timeout: float) -> UpstreamTarget:
+        """The target with a read timeout of ``timeout`` seconds."""
+        return dataclasses.replace(self.target, timeout=timeout)
+
+
+def _base_url(kind: str, up: FakeUpstream) -> str:
+    return up.openai_base_url if kind == "openai_compat" else up.anthropic_base_url
+
+
+async def _under(kind: str, up: FakeUpstream) -> AsyncIterator[Under]:
+    http = make_http_client()
+    try:
+        target = UpstreamTarget(
+            endpoint=f"contract/{kind}", kind=kind,
+            base_url="" if kind == "echo" else _base_url(kind, up),
+            upstream_model=UPSTREAM_MODEL, api_key=KEY, timeout=10.0, connect_timeout=5.0,
+            ttft_timeout=10.0, idle_timeout=10.0,
+        )
+        yield Under(kind, make_adapters(http)[kind], target, None if kind == "echo" else up)
+    finally:
+        await http.aclose()
+
+
+@pytest.fixture(params=ALL_KINDS)
+async def any_adapter(request: pytest.FixtureRequest, fake_upstream: FakeUpstream
+                      ) -> AsyncIterator[Under]:
+    async for under in _under(str(request.param), fake_upstream):
+        yield under
+
+
+@pytest.fixture(params=HTTP_KINDS)
+async def http_adapter(request: pytest.FixtureRequest, fake_upstream: FakeUpstream
+                       ) -> AsyncIterator[Under]:
+    async for under in _under(str(request.param), fake_upstream):
+        yield under
+
+
+async def _batches(u: Under, body: JSON, target: UpstreamTarget | None = None) -> list[Batch]:
+    return [b async for b in u.adapter.stream(target or u.target, body)]
+
+
+def _text_of(batches: list[Batch]) -> str:
+    return "".join(
+        str(choice.get("delta", {}).get("content") or "")
+        for batch in batches for chunk in batch for choice in chunk.get("choices") or ()
+    )
+
+
+def _finish_reasons(batches: list[Batch]) -> list[str]:
+    return [
+        str(choice["finish_reason"])
+        for batch in batches for chunk in batch for choice in chunk.get("choices") or ()
+        if choice.get("finish_reason")
+    ]
+
+
+def _usage_of(batches: list[Batch]) -> list[JSON]:
+    return [chunk["usage"] for batch in batches for chunk in batch if chunk.get("usage")]
+
+
+# -- answers: every kind ----------------------------------------------------------------------
+
+
+async def test_adapter_complete_answers_a_canonical_chat_completion(any_adapter: Under) -> None:
+    answer = await any_adapter.adapter.complete(any_adapter.target, HI)
+
+    assert answer["object"] == "chat.completion"
+    (choice,) = answer["choices"]
+    assert choice["message"]["role"] == "assistant"
+    assert isinstance(choice["message"]["content"], str) and choice["message"]["content"]
+    assert choice["finish_reason"] == "stop"
+    usage = answer["usage"]
+    assert isinstance(usage["prompt_tokens"], int) and isinstance(usage["completion_tokens"], int)
+
+
+async def test_adapter_stream_says_what_complete_says_in_batches_ending_with_the_last(
+    any_adapter: Under,
+) -> None:
+    whole = await any_adapter.adapter.complete(any_adapter.target, HI)
+    any_adapter.script(Stream())
+
+    batches = await _batches(any_adapter, {**HI, "stream": True})
+
+    assert batches and all(len(b) > 0 for b in batches)
+    assert all(chunk["object"] == "chat.completion.chunk" for b in batches for chunk in b)
+    assert [b.last for b in batches] == [False] * (len(batches) - 1) + [True]
+    assert _text_of(batches) == whole["choices"][0]["message"]["content"]
+    assert _finish_reasons(batches) == ["stop"]
+
+
+async def test_adapter_stream_reports_usage_when_asked(any_adapter: Under) -> None:
+    any_adapter.script(Stream())
+    body = {**HI, "stream": True, "stream_options": {"include_usage": True}}
+
+    usages = _usage_of(await _batches(any_adapter, body))
+
+    assert usages, "no chunk carried usage"
+    assert isinstance(usages[-1]["prompt_tokens"], int)
+    assert isinstance(usages[-1]["completion_tokens"], int)
+
+
+async def test_adapter_forced_tool_choice_answers_a_call_of_that_tool(any_adapter: Under) -> None:
+    any_adapter.script(ToolCall("get_weather", '{"city": "Paris"}'))
+
+    answer = await any_adapter.adapter.complete(any_adapter.target, TOOLS)
+
+    (choice,) = answer["choices"]
+    (call,) = choice["message"]["tool_calls"]
+    assert call["type"] == "function"
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(call["function"]["arguments"], str)
+    assert choice["finish_reason"] == "tool_calls"
+
+
+@pytest.mark.parametrize(("kind", "has_embeddings"),
+                         [("openai_compat", True), ("anthropic", False), ("echo", True)])
+async def test_adapter_embeddings_answer_or_a_400_that_spares_the_endpoint(
+    fake_upstream: FakeUpstream, kind: str, has_embeddings: bool,
+) -> None:
+    async for u in _under(kind, fake_upstream):
+        body = {"model": "public-model", "input": ["a", "b"], "encoding_format": "float"}
+        if has_embeddings:
+            answer = await u.adapter.embed(u.target, body)
+            assert [item["index"] for item in answer["data"]] == [0, 1]
+        else:
+            with pytest.raises(UpstreamError) as err:
+                await u.adapter.embed(u.target, body)
+            assert err.value.status == 400
+            assert not err.value.counts_against_endpoint
+
+
+# -- the wire: kinds that call an upstream ----------------------------------------------------
+
+
+async def test_adapter_sends_the_routes_model_and_credential(http_adapter: Under) -> None:
+    u = http_adapter
+
+    await u.adapter.complete(u.target, HI)
+    await _batches(u, {**HI, "stream": True})
+
+    plain, streamed = u.up.requests
+    assert (plain.model, plain.credential, plain.stream) == (UPSTREAM_MODEL, KEY, False)
+    assert (streamed.model, streamed.credential, streamed.stream) == (UPSTREAM_MODEL, KEY, True)
+
+
+async def test_adapter_usage_is_the_upstreams(http_adapter: Under) -> None:
+    u = http_adapter
+
+    answer = await u.adapter.complete(u.target, HI)
+
+    assert (answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]) == (
+        u.up.prompt_tokens, u.up.completion_tokens)
+
+
+@pytest.mark.parametrize(
+    ("status", "counts"),
+    [(400, False), (404, False), (422, False), (401, True), (429, True), (500, True),
+     (503, True)],
+)
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_maps_an_error_status_with_its_message_and_retry_after(
+    http_adapter: Under, status: int, counts: bool, stream: bool,
+) -> None:
+    u = http_adapter
+    u.script(Reply(status, headers={"Retry-After": "7"}))
+
+    with pytest.raises(UpstreamError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True})
+        else:
+            await u.adapter.complete(u.target, HI)
+
+    assert err.value.status == status
+    assert err.value.message == f"fake upstream {u.up.name}: HTTP {status}"
+    assert err.value.retry_after == 7.0
+    assert err.value.counts_against_endpoint is counts
+    assert err.value.endpoint == u.target.endpoint
+    assert KEY not in str(err.value)
+
+
+async def test_adapter_garbage_answer_is_a_bad_response(http_adapter: Under) -> None:
+    u = http_adapter
+    u.script(Reply(200, body="{not json", headers={"content-type": "application/json"}))
+
+    with pytest.raises(UpstreamBadResponseError) as err:
+        await u.adapter.complete(u.target, HI)
+
+    assert err.value.counts_against_endpoint
+
+
+_GARBAGE_EVENT = "data: {not json\n\n"
+
+
+async def test_adapter_garbage_stream_event_is_a_bad_response(http_adapter: Under) -> None:
+    u = http_adapter
+    u.script(Reply(200, body=_GARBAGE_EVENT, headers={"content-type": "text/event-stream"}))
+
+    with pytest.raises(UpstreamBadResponseError):
+        await _batches(u, {**HI, "stream": True})
+
+
+# An in-band error after some content, in each kind's dialect.
+_IN_BAND_ERROR = {
+    "openai_compat": (
+        'data: {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": '
+        '[{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, '
+        '"finish_reason": null}]}\n\n'
+        'data: {"error": {"message": "overloaded right now"}}\n\n'
+    ),
+    "anthropic": (
+        'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1", '
+        '"type": "message", "role": "assistant", "model": "m", "content": [], '
+        '"stop_reason": null, "usage": {"input_tokens": 3, "output_tokens": 0}}}\n\n'
+        'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
+        '"content_block": {"type": "text", "text": ""}}\n\n'
+        'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+        '"delta": {"type": "text_delta", "text": "Hel"}}\n\n'
+        'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
+        '"message": "overloaded right now"}}\n\n'
+    ),
+}
+
+
+async def test_adapter_in_band_stream_error_raises_after_the_content_before_it(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Reply(200, body=_IN_BAND_ERROR[u.kind],
+                   headers={"content-type": "text/event-stream"}))
+    got: list[Batch] = []
+
+    with pytest.raises(UpstreamError) as err:
+        async for batch in u.adapter.stream(u.target, {**HI, "stream": True}):
+            got.append(batch)
+
+    assert "overloaded right now" in err.value.message
+    assert _text_of(got) == "Hel"
+
+
+# A stream that ends cleanly (the HTTP answer is complete) before its terminator.
+_NO_TERMINATOR = {
+    "openai_compat": _IN_BAND_ERROR["openai_compat"].split("data: {\"error\"")[0],
+    "anthropic": _IN_BAND_ERROR["anthropic"].split("event: error")[0],
+}
+
+
+async def test_adapter_stream_ending_before_its_terminator_raises_truncated(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Reply(200, body=_NO_TERMINATOR[u.kind],
+                   headers={"content-type": "text/event-stream"}))
+
+    with pytest.raises(UpstreamError) as err:
+        await _batches(u, {**HI, "stream": True})
+
+    assert err.value.kind == "truncated"
+    assert err.value.counts_against_endpoint
+
+
+async def test_adapter_stream_cut_mid_answer_raises_after_the_chunks_before_the_cut(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Stream(chunks=3, cut_after=1))
+    got: list[Batch] = []
+
+    with pytest.raises(UpstreamError) as err:
+        async for batch in u.adapter.stream(u.target, {**HI, "stream": True}):
+            got.append(batch)
+
+    assert _text_of(got)  # the content before the cut came through
+    assert not any(b.last for b in got)
+    assert err.value.status is None and err.value.counts_against_endpoint
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_silent_upstream_times_out(http_adapter: Under, stream: bool) -> None:
+    u = http_adapter
+    u.script(Hang())
+    target = u.limited(timeout=SHORT)
+
+    with pytest.raises(UpstreamTimeoutError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True}, target)
+        else:
+            await u.adapter.complete(target, HI)
+
+    assert err.value.status is None and err.value.counts_against_endpoint
+    await u.up.wait_for_disconnects(1)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_reset_connection_is_a_transport_error(
+    http_adapter: Under, stream: bool
+) -> None:
+    u = http_adapter
+    u.script(Reset())
+
+    with pytest.raises(UpstreamError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True})
+        else:
+            await u.adapter.complete(u.target, HI)
+
+    assert err.value.status is None and err.value.counts_against_endpoint
+
+
+def _refusing_port() -> int:
+    """A loopback port nothing listens on (bound, never listening, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_refused_connection_is_a_connect_error(
+    http_adapter: Under, stream: bool
+) -> None:
+    u = http_adapter
+    port = _refusing_port()
+    base = f"http://127.0.0.1:{port}" + ("/v1" if u.kind == "openai_compat" else "")
+    target = dataclasses.replace(u.target, base_url=base)
+
+    with pytest.raises(UpstreamError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True}, target)
+        else:
+            await u.adapter.complete(target, HI)
+
+    assert (err.value.status, err.value.kind) == (None, "connect")
+    assert err.value.counts_against_endpoint
+
+
+# -- cancellation: the upstream sees its client go away ---------------------------------------
+
+
+async def test_adapter_cancelled_while_waiting_lets_the_upstream_see_the_client_go(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Hang())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(u.adapter.complete, u.target, HI)
+        await u.up.wait_for_requests(1)
+        tg.cancel_scope.cancel()
+
+    await u.up.wait_for_disconnects(1)
+
+
+async def test_adapter_stream_abandoned_mid_answer_closes_the_upstream_connection(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Stream(chunks=4, stall_after=1))
+    # Every adapter's stream is an async generator: closing it is how the relay abandons it.
+    chunks = cast("AsyncGenerator[Batch, None]", u.adapter.stream(u.target, {**HI, "stream": True}))
+
+    first = await anext(chunks)
+    await chunks.aclose()
+
+    assert not first.last
+    await u.up.wait_for_disconnects(1)
