@@ -11,13 +11,16 @@ Only the ApiKeyAdminActor opens this table while a gateway runs (ingresses ask i
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.db import Migration
-from actors.keystore import LazyDb
 from schemas.keys import ApiKeyInfo, hash_key, parse_duration, parse_instant, role_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from actors.keystore import LazyDb
 
 __all__ = ["API_KEYS", "KEY_PREFIX", "ApiKeyRecord", "ApiKeyStore", "hash_key", "new_key",
            "parse_duration", "parse_instant"]

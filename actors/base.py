@@ -6,18 +6,20 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import anyio
-from anyio.abc import TaskGroup, TaskStatus
 
 from bus import BusClosedError
 from schemas import GatewayError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from anyio.abc import TaskGroup, TaskStatus
+
     from bus import Bus, Envelope, Subscription
     from schemas import Message
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.capacity_ledger import WAITING_FOR_SOURCE, CapacityLedger, LedgerSnapshot
-from actors.snapshots import SnapshotStore
-from bus import Envelope
 from schemas import (
     CapacityAcquire,
     CapacityGet,
@@ -32,8 +30,14 @@ from schemas import (
     QuotaSourceStatus,
     subjects,
 )
-from schemas.capacity import PoolSpec
 from schemas.config import HttpJsonQuotaSource, LeaseConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.snapshots import SnapshotStore
+    from bus import Envelope
+    from schemas.capacity import PoolSpec
 
 logger = logging.getLogger(__name__)
 

@@ -19,13 +19,16 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import msgspec
 
 from schemas import CapacityState, QuotaReading
-from schemas.capacity import PoolSpec
 from schemas.config import LocalQuotaSource
+
+if TYPE_CHECKING:
+    from schemas.capacity import PoolSpec
 
 WAITING_FOR_SOURCE = "waiting for the quota source's first reading"
 

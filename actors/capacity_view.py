@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -30,7 +31,9 @@ from schemas import (
     subjects,
 )
 from schemas.capacity import pool_of
-from schemas.config import ModelConfig
+
+if TYPE_CHECKING:
+    from schemas.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

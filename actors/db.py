@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiosqlite
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 _WAL_ATTEMPTS = 100
 _WAL_RETRY_SECONDS = 0.05

@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from actors.base import Actor, ActorContext, Serve
 from actors.health_view import keep_newest
-from bus import Envelope
 from schemas import EndpointState, ModeChanged, ModeRequest, subjects
-from schemas.config import DegradedConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bus import Envelope
+    from schemas.config import DegradedConfig
 
 logger = logging.getLogger(__name__)
 

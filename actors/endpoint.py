@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from actors.backoff import ProbeBackoff, first_probe_after
 from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.health import CLOSED, HALF_OPEN, OPEN, EndpointHealth, Transition
-from actors.snapshots import SnapshotStore
-from bus import Envelope
 from schemas import (
     AuthRejected,
     BenchChanged,
@@ -31,6 +29,12 @@ from schemas import (
     subjects,
 )
 from schemas.config import BenchConfig, CircuitConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.snapshots import SnapshotStore
+    from bus import Envelope
 
 logger = logging.getLogger(__name__)
 

@@ -20,12 +20,16 @@ ModelActor (which decides plans from a view of them and owns the bindings) share
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
-from schemas.config import KeyPoolConfig
 from schemas.keys import role_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from schemas.config import KeyPoolConfig
 
 _KEY_SPECIFIC = frozenset({401, 402, 403, 408, 425, 429})
 

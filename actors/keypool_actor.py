@@ -19,8 +19,8 @@ import functools
 import logging
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -29,7 +29,6 @@ from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.keypool import KeyPool, declaration_of
 from actors.keyregistry import KeyRegistryActor, PoolRoute
 from actors.route_table import candidate_for
-from actors.snapshots import SnapshotStore
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
@@ -50,6 +49,11 @@ from schemas import (
 )
 from schemas.config import GatewayConfig, KeyPoolConfig, credential_id
 from schemas.keys import most_restrictive
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.snapshots import SnapshotStore
 
 logger = logging.getLogger(__name__)
 

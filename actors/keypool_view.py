@@ -14,8 +14,7 @@ answer with the right error when nothing else was sendable.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import msgspec
 
@@ -32,6 +31,9 @@ from schemas import (
     subjects,
 )
 from schemas.config import KeyPoolConfig, ModelConfig, credential_id
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 logger = logging.getLogger(__name__)
 

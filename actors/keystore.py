@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import secrets as _secrets
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import aiosqlite
 import anyio
 
 from actors.db import Migration, open_db
 from schemas.config import credential_id
 from schemas.keys import ProviderKeyDecl, role_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import aiosqlite
 
 PROVIDER_KEYS = Migration(
     "provider_keys",

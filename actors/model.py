@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -34,7 +34,6 @@ from actors.keypool_view import KeyViews
 from actors.prefill import PrefillLoad
 from actors.quota import KeyQuota, KeyUsage
 from actors.route_table import RouteEntry, RouteTable
-from actors.snapshots import SnapshotStore
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
@@ -64,7 +63,12 @@ from schemas import (
     StateRequest,
     subjects,
 )
-from schemas.config import ModelConfig, RoutingConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.snapshots import SnapshotStore
+    from schemas.config import ModelConfig, RoutingConfig
 
 logger = logging.getLogger(__name__)
 

@@ -10,13 +10,17 @@ declared allowance, then the used-up ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from actors.scoring import month_of
-from schemas import Observation
-from schemas.catalog import AllowanceConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from schemas import Observation
+    from schemas.catalog import AllowanceConfig
 
 _REFUSALS = ("key_pool_exhausted", "key_pool_role_restricted")
 _USED_UP = float("inf")  # after the keys without an allowance (the pools rank those 1e300)

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from actors.supervisor import ChildSpec, Supervisor
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.db import Migration
-from schemas import Observation, RequestCompleted
+
+if TYPE_CHECKING:
+    from schemas import Observation, RequestCompleted
 
 COLUMNS = (
     "ts", "kind", "request_id", "caller_id", "org", "surface", "requested_model", "model",

@@ -9,6 +9,8 @@ the rest; a local route the health-check loop found down gets weight 0, and so d
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from actors.health import CLOSED
 from actors.strategies import RouteView
 from schemas import (
@@ -20,7 +22,9 @@ from schemas import (
     RouteStatus,
 )
 from schemas.capacity import pool_of
-from schemas.config import ModelConfig, RouteConfig, RoutingConfig
+
+if TYPE_CHECKING:
+    from schemas.config import ModelConfig, RouteConfig, RoutingConfig
 
 
 def candidate_for(endpoint: str, config: RouteConfig, *, probe: bool = False) -> RouteCandidate:

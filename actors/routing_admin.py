@@ -12,11 +12,10 @@ it forwards each command to the actor whose state it changes:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea, text_arg
 from actors.base import Actor, ActorContext
-from bus import Envelope
 from schemas import (
     AdminCommand,
     InvalidRequestError,
@@ -28,6 +27,9 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+
+if TYPE_CHECKING:
+    from bus import Envelope
 
 _FORWARD_TIMEOUT = 5.0
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -34,6 +33,8 @@ from schemas.rule_language import RuleSetError, compile_rules, parse_rule_set
 from schemas.rules import StoredRules
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from actors.snapshots import SnapshotStore
     from bus import Envelope
 

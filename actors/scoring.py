@@ -10,13 +10,17 @@ one request plus its prompt and completion tokens) and whether any of its routes
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from schemas import EndpointState, Evidence, Guardrails, ModelEvidence, Observation
-from schemas.config import ModelConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from schemas.config import ModelConfig
 
 _ALPHA = 0.2
 _REFUSALS = ("key_pool_exhausted", "key_pool_role_restricted")

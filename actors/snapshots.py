@@ -8,13 +8,16 @@ One row per actor name in the shared SQLite file; an actor loads its snapshot in
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import aiosqlite
 import msgspec
 
 from actors.db import Migration, open_db
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import aiosqlite
 
 logger = logging.getLogger(__name__)
 

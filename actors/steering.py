@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +60,8 @@ from schemas.catalog import PRESETS, PROFILE_WEIGHTS, chain_name_problem
 from schemas.scoring import preset_order
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from anyio.abc import TaskGroup
 
     from actors.snapshots import SnapshotStore

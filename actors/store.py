@@ -28,7 +28,6 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,13 +48,15 @@ from actors.request_log import (
 )
 from bus import BusClosedError
 from schemas import AdminCommand, InvalidRequestError, Observation, RequestCompleted, subjects
-from schemas.config import LogConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import aiosqlite
 
     from bus import Envelope, Subscription
     from schemas import Message
+    from schemas.config import LogConfig
 
 logger = logging.getLogger(__name__)
 

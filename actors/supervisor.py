@@ -8,20 +8,21 @@ import logging
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
 
-from actors.base import Actor
 from schemas import ChildFailed, ChildRestarted, ChildStarted, SupervisorGaveUp, subjects
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from anyio.abc import TaskGroup
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+    from actors.base import Actor
     from bus import Bus
     from schemas import Message
 

@@ -24,7 +24,7 @@ capacity pools start before the models, which seed their capacity views from the
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from actors.apikey_admin import ApiKeyAdminActor
 from actors.capacity import CapacityActor
@@ -36,12 +36,16 @@ from actors.model import ModelActor
 from actors.route_table import candidate_for
 from actors.routing_admin import RoutingAdminActor
 from actors.rules import RulesActor
-from actors.snapshots import SnapshotStore
 from actors.steering import SteeringActor
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from schemas.capacity import capacity_pools
-from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.snapshots import SnapshotStore
+    from schemas.config import GatewayConfig
 
 
 def build_tree(

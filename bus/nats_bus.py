@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
-from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
 
@@ -29,6 +28,7 @@ from bus.inprocess import (
 from bus.protocol import Envelope
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from nats.aio.msg import Msg

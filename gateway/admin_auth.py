@@ -8,9 +8,11 @@ One function so every admin surface asks the same question.
 from __future__ import annotations
 
 import hmac
+from typing import TYPE_CHECKING
 
-from gateway.http import HttpRequest
-from schemas.config import GatewayConfig
+if TYPE_CHECKING:
+    from gateway.http import HttpRequest
+    from schemas.config import GatewayConfig
 
 CALLER_SCOPE_KEY = "llmgw.caller"
 

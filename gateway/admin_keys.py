@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from bus import Bus
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth import Authenticator, caller_of
 from gateway.http import HttpRequest
@@ -35,6 +34,9 @@ from schemas import (
 )
 from schemas.config import credential_id
 from schemas.keys import hash_key
+
+if TYPE_CHECKING:
+    from bus import Bus
 
 logger = logging.getLogger(__name__)
 

@@ -7,16 +7,18 @@ once for every ingress on the bus and is kept in the ModelActor's snapshot acros
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import msgspec
 
-from bus import Bus
 from gateway.admin_http import admin_request
-from gateway.http import HttpRequest
 from schemas import InvalidRequestError, RouteNotFoundError
-from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.http import HttpRequest
+    from schemas.config import GatewayConfig
 
 PREFIX = "/admin/routing/weights/"
 _encode = msgspec.json.Encoder().encode

@@ -16,17 +16,14 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
 
-from bus import Bus
 from gateway import admin_routing, explain
 from gateway.accounting import RequestRecord, bounded
-from gateway.adapters.base import JSON, Adapter, UpstreamTarget
 from gateway.adapters.echo import EchoAdapter
-from gateway.adapters.http import UpstreamHTTP
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.admin_auth import is_admin
 from gateway.admin_rules import RulesAdmin
@@ -72,7 +69,12 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.config import GatewayConfig, ModelConfig
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+    from gateway.adapters.http import UpstreamHTTP
+    from schemas.config import GatewayConfig, ModelConfig
 
 logger = logging.getLogger(__name__)
 

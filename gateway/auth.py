@@ -27,12 +27,10 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from bus import Bus
 from gateway.admin_auth import CALLER_SCOPE_KEY, bearer_token
-from gateway.http import HttpRequest
 from schemas import (
     ApiKeyCreated,
     ApiKeyInfo,
@@ -46,8 +44,14 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.config import GatewayConfig, ModelConfig
 from schemas.keys import hash_key, role_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from bus import Bus
+    from gateway.http import HttpRequest
+    from schemas.config import GatewayConfig, ModelConfig
 
 logger = logging.getLogger(__name__)
 

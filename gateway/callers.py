@@ -11,15 +11,17 @@ the admin handlers for both. The app calls ``gate`` before every handler,
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bus import Bus
 from gateway.admin_keys import AdminKeys, Handler
 from gateway.auth import Authenticator, caller_of
-from gateway.http import HttpRequest
 from gateway.provider_secrets import ProviderSecrets, configured_credentials
 from schemas import GatewayError, KeyPoolState, KeyPoolStateRequest, subjects
-from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.http import HttpRequest
+    from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 

@@ -3,13 +3,16 @@ owner (a ``CapacityGet`` each; not the hot path)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bus import Bus, NoRespondersError, RequestTimeoutError
 from schemas import CapacityGet, CapacityState, subjects
 from schemas.capacity import capacity_pools
-from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from schemas.config import GatewayConfig
 
 
 async def capacity_lines(bus: Bus, config: GatewayConfig, visible: Callable[[str], bool],

@@ -13,10 +13,12 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
 
 logger = logging.getLogger("llmgw")
 

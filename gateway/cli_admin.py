@@ -11,11 +11,10 @@ Exit status: 0 done, 1 refused by the owner (its message on stderr), 2 not deliv
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -31,6 +30,9 @@ from gateway.cli_common import (
     target,
 )
 from schemas import GatewayError
+
+if TYPE_CHECKING:
+    import argparse
 
 _SHORTCUTS = {"reload": ("config", "reload"), "show": ("config", "show")}
 

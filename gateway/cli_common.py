@@ -11,19 +11,21 @@ joined from outside.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from gateway.config import ConfigError, load_sections
 from gateway.local_admin import socket_path
 from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    import argparse
+    from pathlib import Path
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}

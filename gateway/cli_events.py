@@ -10,12 +10,12 @@ Once following, it says so on stderr. ``--count N`` exits after N events.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import sys
 import time
 from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -34,6 +34,9 @@ from gateway.control import EVENTS_STREAM
 from gateway.events_http import event_json, event_kind
 from gateway.sse import SSEParser
 from schemas import GatewayError, subjects
+
+if TYPE_CHECKING:
+    import argparse
 
 _CONNECT_TIMEOUT_S = 10.0
 

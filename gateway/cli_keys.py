@@ -12,13 +12,12 @@ if there is one. The key is printed once, at creation.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request
 from gateway.cli_common import (
@@ -32,6 +31,9 @@ from gateway.config import ConfigError, load_sections
 from gateway.local_admin import answers, socket_path
 from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError, Message, NoRespondersError, subjects
 from schemas.keys import ROLES, parse_duration, parse_instant
+
+if TYPE_CHECKING:
+    import argparse
 
 logger = logging.getLogger(__name__)
 

@@ -12,13 +12,12 @@ or JSON lines with ``--json``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -39,6 +38,9 @@ from gateway.cli_common import (
 )
 from gateway.local_admin import socket_path
 from schemas import GatewayError
+
+if TYPE_CHECKING:
+    import argparse
 
 _TIMEOUT_S = 30.0
 

@@ -11,11 +11,13 @@ allow-list of gateway modules that may import ``actors``
 from __future__ import annotations
 
 import sqlite3
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from actors.request_log import LogQuery, as_dicts
 from gateway.cli_common import LogFileError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:

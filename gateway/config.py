@@ -22,13 +22,15 @@ import re
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
-from pydantic_core import ErrorDetails
 
 from schemas.config import GatewayConfig, RoutingConfig
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
 
 RouterCheck = Callable[[str, dict[str, Any]], object]
 """Validates a router name and its params; raises ValueError saying what is known."""

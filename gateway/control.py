@@ -20,7 +20,6 @@ import functools
 import hashlib
 import logging
 import signal
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +30,8 @@ from gateway.reload import ConfigFollower
 from schemas import GatewayError, InvalidRequestError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bus import Bus
     from gateway.app import GatewayApp
     from schemas.config import GatewayConfig

@@ -16,14 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
 
-from bus import Bus
 from gateway.accounting import RequestRecord
 from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
@@ -45,6 +43,9 @@ from schemas import (
 from schemas.config import FailoverConfig, GatewayConfig, RouteConfig
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+
+    from bus import Bus
     from gateway.targets import PlanWalk
 
 logger = logging.getLogger(__name__)

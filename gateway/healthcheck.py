@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-from bus import Bus
-from gateway.adapters.http import UpstreamHTTP
 from schemas import GatewayError, LocalHealth, subjects
-from schemas.config import GatewayConfig, HealthCheckConfig
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.adapters.http import UpstreamHTTP
+    from schemas.config import GatewayConfig, HealthCheckConfig
 
 logger = logging.getLogger(__name__)
 

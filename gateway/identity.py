@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+from typing import TYPE_CHECKING
 
-from gateway.http import HttpRequest
+if TYPE_CHECKING:
+    from gateway.http import HttpRequest
 
 MAX_GRANT_CHARS = 128
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone id fits; garbage is cut

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
@@ -30,6 +30,9 @@ from schemas import (
     RoutePlan,
     subjects,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ import shutil
 import socket
 import stat
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +34,8 @@ from gateway.http import HttpRequest
 from schemas import GatewayError, RouteNotFoundError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bus import Bus
     from gateway.app import GatewayApp
     from gateway.http import Receive, Scope, Send

@@ -8,12 +8,14 @@ chain the caller's own organisation may use.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 
-from gateway.http import HttpRequest
 from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from gateway.http import HttpRequest
 
 HEADER = "x-llmgw-metadata"
 MAX_BYTES = 4096

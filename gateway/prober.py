@@ -17,15 +17,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from bus import Bus
-from gateway.adapters.base import Adapter
-from gateway.dispatch import Targets
 from gateway.leases import LeaseKeeper
-from gateway.provider_secrets import ProviderSecrets
 from schemas import GatewayError, ProbeDue, ProbeResult, UpstreamError, subjects
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.adapters.base import Adapter
+    from gateway.dispatch import Targets
+    from gateway.provider_secrets import ProviderSecrets
 
 logger = logging.getLogger(__name__)
 

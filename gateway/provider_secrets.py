@@ -18,12 +18,10 @@ travels on the asker's inbox, never on a subject anyone subscribes to by pattern
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from bus import Bus
 from gateway.auth import follow, unfollow
 from schemas import (
     GatewayError,
@@ -35,7 +33,13 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Iterable
+
+    from bus import Bus
+    from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
 
-from bus import Bus
-from gateway.adapters.http import UpstreamHTTP
 from schemas import GatewayError, QuotaReading, UpstreamError, subjects
 from schemas.capacity import PoolSpec, capacity_pools
 from schemas.config import GatewayConfig, HttpJsonQuotaSource
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.adapters.http import UpstreamHTTP
 
 logger = logging.getLogger(__name__)
 

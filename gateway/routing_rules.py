@@ -13,24 +13,25 @@ may use; ``None`` means no rule applies and the active chain serves.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from bus import Bus
 from gateway.auth import follow, unfollow
 from gateway.formats.openai_chat import input_modalities
 from gateway.metadata import client_metadata
-from gateway.steering import SteeringBook
 from schemas import GatewayError, InvalidRequestError, RulesGet, RulesState, subjects
 from schemas.catalog import AUTO
 from schemas.rule_language import CompiledRule, CompiledRules, RuleSetError, RuleTrace
 from schemas.rule_language import compile_rules as _compile
 
 if TYPE_CHECKING:
+    import asyncio
+    from collections.abc import Callable, Mapping
+
+    from bus import Bus
     from gateway.dispatch import RequestInfo
     from gateway.http import HttpRequest
+    from gateway.steering import SteeringBook
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ import logging
 import signal
 import socket
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,10 +28,12 @@ from gateway.config import load_config
 from gateway.control import install_sighup, sighup_handler, start_ingress_ops
 from gateway.local_admin import LocalAdmin
 from gateway.sidecars import Sidecars
-from schemas.config import GatewayConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gateway.actor_host import ActorHost
+    from schemas.config import GatewayConfig
 
 logger = logging.getLogger("llmgw")
 

@@ -5,8 +5,8 @@ quota sources). Runs in the process that owns the actors (role ``all`` or ``acto
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from bus import Bus
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.dispatch import Targets
 from gateway.healthcheck import HealthChecker, local_targets
@@ -14,7 +14,10 @@ from gateway.leases import LeaseKeeper
 from gateway.prober import BenchProber
 from gateway.provider_secrets import ProviderSecrets, configured_credentials
 from gateway.quota_poller import QuotaPoller
-from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from schemas.config import GatewayConfig
 
 
 class Sidecars:

@@ -18,13 +18,12 @@ from __future__ import annotations
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.accounting import bounded
 from schemas import ChainState, Evidence, InvalidRequestError, ModelEvidence, SteeringState
 from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS
-from schemas.config import ModelConfig
 from schemas.keys import role_rank
 from schemas.scoring import (
     capability_scores,
@@ -32,6 +31,11 @@ from schemas.scoring import (
     reliability_scores,
     speed_scores,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from schemas.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 

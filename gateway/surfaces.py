@@ -6,13 +6,15 @@ so the ingress runs one routing and failover path for all of them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from gateway.formats import anthropic_messages, openai_chat, openai_responses
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 JSON = dict[str, Any]
 _encode = msgspec.json.Encoder().encode

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas import Observation, RouteRequest
 from schemas.config import PrefillConfig, RouteConfig
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from schemas import Observation, RouteRequest
 
 
 class StrategyParams(BaseModel):

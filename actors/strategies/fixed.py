@@ -8,11 +8,15 @@ the one holding less prefill — but only once the heavier draw carries at least
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from actors.strategies import register_strategy
 from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
-from schemas import Observation, RouteRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from schemas import Observation, RouteRequest
 
 
 class FixedParams(StrategyParams):

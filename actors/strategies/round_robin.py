@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from actors.strategies import register_strategy
 from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
-from schemas import Observation, RouteRequest
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from schemas import Observation, RouteRequest
 
 
 class RoundRobinParams(StrategyParams):

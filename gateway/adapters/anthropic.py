@@ -7,7 +7,7 @@ and ``anthropic-version``; answers and SSE streams come back as canonical chat. 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -25,9 +25,13 @@ from gateway.adapters.base import (
     bad_response,
     error_from_status,
 )
-from gateway.adapters.http import UpstreamHTTP
 from gateway.sse import SSEParser
 from schemas import InvalidRequestError, UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.adapters.http import UpstreamHTTP
 
 ANTHROPIC_VERSION = "2023-06-01"
 _encode = msgspec.json.Encoder().encode

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
 
 JSON = dict[str, Any]
 

@@ -18,14 +18,16 @@ import array
 import base64
 import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from gateway.adapters.base import JSON, Batch, UpstreamTarget
 from gateway.adapters.echo_values import example
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 _encode = msgspec.json.Encoder().encode
 _MAX_CHOICES = 128  # a demo: a larger n is answered with this many

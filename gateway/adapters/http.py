@@ -9,13 +9,16 @@ gateway's hot path that difference was a quarter of its CPU. Transport failures 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from schemas import UpstreamError, UpstreamTimeoutError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
 
 _READ_CHUNK = 64 * 1024
 

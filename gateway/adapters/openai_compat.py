@@ -6,7 +6,7 @@ replaced by the route's ``provider_model_id``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -17,9 +17,13 @@ from gateway.adapters.base import (
     bad_response,
     error_from_status,
 )
-from gateway.adapters.http import UpstreamHTTP
 from gateway.sse import SSEParser
 from schemas import UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.adapters.http import UpstreamHTTP
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode

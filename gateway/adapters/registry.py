@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gateway.adapters.anthropic import AnthropicAdapter
-from gateway.adapters.base import Adapter
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.http import UpstreamHTTP
 from gateway.adapters.openai_compat import OpenAICompatAdapter
+
+if TYPE_CHECKING:
+    from gateway.adapters.base import Adapter
 
 
 def make_http_client() -> UpstreamHTTP:

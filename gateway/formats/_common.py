@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 JSON = dict[str, Any]
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import openai
 
-from tests.fixtures.gateway import RunningGateway
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import RunningGateway
 
 SYSTEM = "Be brief."
 QUESTION = "What is the weather in Paris?"

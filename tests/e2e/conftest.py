@@ -9,19 +9,22 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 import pytest
 
 import gateway.actor_host
 from actors import build_tree
-from bus import Bus, Subscription
 from schemas import CircuitTransition, EndpointState, subjects
-from tests.fixtures.gateway import GatewayProcess, RunningGateway
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Mapping
+
+    from bus import Bus, Subscription
+    from tests.fixtures.gateway import GatewayProcess, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream
 
 T = TypeVar("T")
 
@@ -180,7 +183,8 @@ class SkewedClock:
 def actor_clock(monkeypatch: pytest.MonkeyPatch) -> SkewedClock:
     """Every gateway this test starts in-process runs its actors on the returned clock."""
     clock = SkewedClock()
-    monkeypatch.setattr(gateway.actor_host, "build_tree", functools.partial(build_tree, clock=clock))
+    skewed = functools.partial(build_tree, clock=clock)
+    monkeypatch.setattr(gateway.actor_host, "build_tree", skewed)
     return clock
 
 

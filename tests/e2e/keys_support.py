@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas import (
     EndpointState,
@@ -21,7 +20,11 @@ from schemas import (
 )
 from tests.e2e.conftest import HI, WAIT, config, gateway_bus
 from tests.fixtures.gateway import REPO, RunningGateway
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
 
 ADMIN = "boot-admin-key-for-tests"
 SLOW_CIRCUIT = {"failure_threshold": 50, "cooldown_seconds": 30}

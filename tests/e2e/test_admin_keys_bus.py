@@ -10,8 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -30,7 +29,11 @@ from schemas.config import credential_id
 from tests.e2e.conftest import WAIT, eid, gateway_bus, model, route, watch
 from tests.e2e.keys_support import ask, create_keys, keys_config, pool_state, spent
 from tests.fixtures.gateway import REPO, GatewayFactory, GatewayProcess, RunningGateway
-from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -6,11 +6,9 @@ as ``GET /routing`` reports them and traffic follows. Runs on ``inproc://`` and 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import httpx
 import pytest
 
 from schemas import BenchChanged, LocalHealth, subjects
@@ -25,8 +23,14 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

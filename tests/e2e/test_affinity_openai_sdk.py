@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import pytest
 
 from tests.e2e.conftest import (
@@ -27,8 +26,12 @@ from tests.e2e.conftest import (
     model,
     route,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    import openai
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

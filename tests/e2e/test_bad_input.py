@@ -3,7 +3,7 @@ the right status. Runs on ``inproc://`` and on NATS (``bus_url``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -19,8 +19,10 @@ from tests.e2e.conftest import (
     model,
     route,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

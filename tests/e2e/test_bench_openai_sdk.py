@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -31,8 +30,12 @@ from schemas import (
 )
 from schemas.config import credential_id
 from tests.e2e.conftest import HI, Watch, assert_openai_error, config, eid, model, route, watch
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import Behaviour, FakeUpstream, Hang, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

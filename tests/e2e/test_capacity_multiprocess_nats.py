@@ -6,7 +6,7 @@ leases expire (``routing.leases.ttl_seconds``), not before and not never."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -17,6 +17,9 @@ from schemas import CapacityState, subjects
 from tests.e2e.conftest import CHAT, WAIT, Watch, chat, config, eid, model, route
 from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Hang, Held, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 

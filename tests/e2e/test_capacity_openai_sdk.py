@@ -10,6 +10,7 @@ and awaits the pool's CapacityState event instead of sleeping.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import openai
 import pytest
@@ -27,8 +28,10 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import Reply, Stream, UpstreamFactory
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -8,14 +8,16 @@ import json
 import math
 from collections import Counter
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
 
 from tests.e2e.conftest import CHAT, HI, chat, config, eid, model, route
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import FakeUpstream, Reply, Reset, Stream, UpstreamFactory
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

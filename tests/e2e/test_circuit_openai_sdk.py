@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
-import httpx
 import openai
 import pytest
 
@@ -31,7 +30,6 @@ from tests.e2e.conftest import (
     model,
     route,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import (
     Behaviour,
     FakeUpstream,
@@ -41,6 +39,13 @@ from tests.fixtures.upstream import (
     Stream,
     UpstreamFactory,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import openai
 import pytest
@@ -17,7 +17,11 @@ import yaml
 from gateway import cli
 from tests.e2e.conftest import HI, config, eid, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 

@@ -3,7 +3,6 @@ command is parsed by the CLI's own argument parser (what the container would run
 
 from __future__ import annotations
 
-import argparse
 import http.server
 import json
 import re
@@ -13,7 +12,7 @@ import sys
 import threading
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -23,6 +22,9 @@ from gateway import cli
 from gateway.config import load_config
 from gateway.local_admin import socket_path
 from tests.fixtures.gateway import REPO
+
+if TYPE_CHECKING:
+    import argparse
 
 pytestmark = pytest.mark.e2e
 

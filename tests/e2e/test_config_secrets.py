@@ -9,10 +9,8 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -22,6 +20,10 @@ from gateway.sse import SSEParser
 from schemas import AdminCommand, AdminExecuted, ErrorReply, subjects
 from tests.e2e.conftest import WAIT, config, gateway_bus, model, watch
 from tests.fixtures.gateway import REPO, GatewayFactory, GatewayProcess
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

@@ -13,6 +13,7 @@ on NATS.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import anyio
 import openai
@@ -20,8 +21,10 @@ import pytest
 
 from schemas import BenchChanged, ModeChanged, subjects
 from tests.e2e.conftest import HI, WAIT, Watch, circuit_events, config, eid, model, route, watch
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -8,9 +8,8 @@ arguments the SDK parses into the model, ``n`` choices, and the same through the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anthropic
 import openai
@@ -18,6 +17,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tests.fixtures.gateway import GatewayProcess
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
 
 pytestmark = pytest.mark.e2e
 

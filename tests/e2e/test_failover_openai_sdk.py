@@ -15,7 +15,7 @@ order. Tests wait on upstream requests and the gateway's own bus, never on sleep
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -23,7 +23,6 @@ import pytest
 from schemas import KeyMuted, Observation, subjects
 from schemas.config import credential_id
 from tests.e2e.conftest import HI, config, eid, endpoint_states, model, route, watch
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import (
     FakeUpstream,
     Hang,
@@ -32,6 +31,9 @@ from tests.fixtures.upstream import (
     UpstreamFactory,
     split_text,
 )
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

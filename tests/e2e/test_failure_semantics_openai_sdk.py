@@ -7,8 +7,7 @@ never the client's body. Runs on ``inproc://`` and on NATS (``bus_url``)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import openai
@@ -28,8 +27,12 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -4,12 +4,17 @@ route fails, and leads while the drawn route's circuit is open. ``inproc://`` an
 
 from __future__ import annotations
 
-import openai
+from typing import TYPE_CHECKING
+
 import pytest
 
 from tests.e2e.conftest import HI, STAYS_OPEN, circuit_events, config, eid, model, route
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    import openai
+
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ reaches the upstream. Runs on ``inproc://`` and on NATS."""
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import httpx
@@ -27,8 +27,10 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

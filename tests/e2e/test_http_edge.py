@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from schemas.config import ServerConfig
 from tests.e2e.conftest import CHAT, WAIT, assert_openai_error, config, model, route
 from tests.fixtures.gateway import RunningGateway, start_gateway
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 

@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import textwrap
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
@@ -27,7 +26,11 @@ import yaml
 from schemas.config import credential_id
 from tests.e2e.conftest import CHAT, HI, WAIT, chat, config, eid, model, route
 from tests.fixtures.gateway import GatewayProcess
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 

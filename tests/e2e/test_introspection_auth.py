@@ -5,15 +5,19 @@ like one that does not exist); ``/metrics`` is for internal and admin keys unles
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import assert_openai_error, model
 from tests.e2e.keys_support import ADMIN, create_keys, keys_config
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -4,8 +4,7 @@ which credential each request carried. Runs on ``inproc://`` and on NATS."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -22,8 +21,12 @@ from tests.e2e.keys_support import (
     pool_state,
     spent,
 )
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import FakeUpstream, Reply, Reset, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

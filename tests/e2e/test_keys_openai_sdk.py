@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import anyio
@@ -28,7 +27,11 @@ from tests.e2e.keys_support import (
     pool_state,
 )
 from tests.fixtures.gateway import GatewayFactory, start_gateway
-from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -6,15 +6,17 @@ in the caller's own shape (OpenAI's on chat, Responses and embeddings, Anthropic
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import openai
 import pytest
 
 from tests.e2e.conftest import HI, assert_openai_error, config, model, route
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 

@@ -6,9 +6,7 @@ the state lives in the actors process, not in either ingress."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -29,6 +27,10 @@ from tests.e2e.conftest import (
 )
 from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 

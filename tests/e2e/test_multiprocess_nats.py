@@ -7,7 +7,7 @@ lives in the single actors process, not in either ingress.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -28,6 +28,9 @@ from tests.e2e.conftest import (
 )
 from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 

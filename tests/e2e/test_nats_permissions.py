@@ -11,8 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import nats
@@ -24,7 +23,12 @@ from schemas import ErrorReply, ProviderSecretGrant, ProviderSecretRequest, subj
 from tests.e2e.conftest import CHAT, WAIT, chat, config, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 from tests.fixtures.nats import start_nats_server
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 

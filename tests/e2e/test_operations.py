@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,8 +25,14 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,7 @@ import json
 import signal
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -20,6 +19,9 @@ from gateway.config import ConfigError, load_config
 from tests.e2e.conftest import CHAT, WAIT, chat, config, eid, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

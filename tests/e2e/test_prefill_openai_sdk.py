@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-import openai
 import pytest
 
 from schemas import Observation, subjects
 from tests.e2e.conftest import CHAT, STAYS_OPEN, SkewedClock, config, eid, model, route, watch
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Hang, Stream, UpstreamFactory
+
+if TYPE_CHECKING:
+    import httpx
+    import openai
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -6,7 +6,7 @@ carries ``Retry-After``."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -14,6 +14,9 @@ import yaml
 
 from tests.e2e.conftest import CHAT, WAIT, assert_openai_error, chat, config, model
 from tests.fixtures.gateway import GatewayFactory, GatewayProcess
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

@@ -9,9 +9,7 @@ Events are awaited on the gateway's bus; durations are small configured ones. Ru
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
@@ -22,6 +20,10 @@ from tests.e2e.conftest import HI, assert_openai_error, config, eid, model, rout
 from tests.e2e.keys_support import endpoint_state, pool_state
 from tests.fixtures.gateway import RunningGateway, start_gateway
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

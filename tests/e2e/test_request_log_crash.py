@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -19,6 +18,9 @@ import yaml
 
 from tests.e2e.conftest import CHAT, WAIT, chat, config, model
 from tests.fixtures.gateway import GatewayProcess
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

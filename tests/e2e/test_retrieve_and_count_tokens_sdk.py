@@ -5,11 +5,9 @@ Runs on ``inproc://`` and on NATS."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
@@ -17,8 +15,14 @@ from gateway.formats.openai_chat import estimate_prompt_tokens
 from tests.e2e._surface_clients import error_body
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, chat, config, model, route
 from tests.e2e.keys_support import create_keys, keys_config
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -10,18 +10,22 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from schemas import RulesState, subjects
 from schemas.rules import MAX_CLAUSES, MAX_DEPTH, MAX_REGEX_CHARS, MAX_RULES
 from tests.e2e.conftest import CHAT, assert_openai_error, chat, config, model, route, watch
 from tests.e2e.test_cli_operator import llmgw
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 

@@ -8,16 +8,19 @@ routing on another at once. Runs on ``inproc://`` and on NATS."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from schemas import RouteDecided, RulesState, subjects
 from tests.e2e.conftest import HI, config, model, route, watch
 from tests.e2e.keys_support import ADMIN, create_keys, keys_config
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
-from tests.fixtures.upstream import UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 

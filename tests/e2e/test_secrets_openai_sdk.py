@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import openai
@@ -20,8 +19,12 @@ import pytest
 from schemas import KeyMuted, subjects
 from tests.e2e.conftest import HI, eid, gateway_bus, model, route, watch
 from tests.e2e.keys_support import ADMIN, admin_http, create_keys, keys_config
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

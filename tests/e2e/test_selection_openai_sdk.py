@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import openai
@@ -34,8 +33,12 @@ from tests.e2e.conftest import (
     model,
     route,
 )
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -32,14 +32,16 @@ import random
 import sqlite3
 import sys
 from collections import Counter, defaultdict
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.e2e.conftest import route
 from tests.fixtures.gateway import start_gateway
 from tests.fixtures.upstream import Behaviour, FakeUpstream, Hang, Reply, Reset, Stream
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

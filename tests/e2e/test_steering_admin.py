@@ -6,16 +6,20 @@ survives a restart. On ``inproc://`` and on NATS."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import pytest
 
 from schemas import AdminExecuted, subjects
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, model, route, watch
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
-from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 

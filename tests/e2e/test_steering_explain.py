@@ -6,8 +6,7 @@ caller's headers (organisation, role), and is for admins only. On ``inproc://`` 
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,8 +23,12 @@ from tests.e2e.conftest import (
     route,
 )
 from tests.e2e.keys_support import ADMIN, create_keys, keys_config
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -18,7 +16,12 @@ import yaml
 
 from tests.e2e.conftest import CHAT, HI, WAIT, config, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
-from tests.fixtures.upstream import UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from tests.fixtures.upstream import UpstreamFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 

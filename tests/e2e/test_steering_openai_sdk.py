@@ -6,8 +6,7 @@ callers. On ``inproc://`` and on NATS."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
 import openai
@@ -19,6 +18,9 @@ from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, eid, model
 from tests.e2e.keys_support import create_keys, keys_config
 from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 pytestmark = pytest.mark.e2e
 

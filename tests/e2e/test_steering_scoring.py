@@ -8,17 +8,21 @@ on NATS."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
 import pytest
 
 from schemas import ModeChanged, subjects
 from tests.e2e.conftest import CHAT, HI, WAIT, SkewedClock, config, model, route, watch
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

@@ -10,15 +10,17 @@ Each surface's official SDK, against both upstream kinds, on ``inproc://`` and o
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from schemas import Observation, subjects
 from tests.e2e._surface_clients import DRIVERS
 from tests.e2e.conftest import anthropic_route, config, eid, model, route, watch
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -6,17 +6,20 @@ model, wrong method) or the upstream failed. Runs on ``inproc://`` and on NATS.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 
 from tests.e2e._surface_clients import error_body
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, model, route
-from tests.fixtures.gateway import GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    import httpx
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
 

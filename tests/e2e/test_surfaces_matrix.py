@@ -11,7 +11,7 @@ each surface's own error form, never as a clean finish. Runs on ``inproc://`` an
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,7 +29,6 @@ from tests.e2e._surface_clients import (
     Answer,
 )
 from tests.e2e.conftest import HI, anthropic_route, config, eid, model, route
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import (
     FakeUpstream,
     Recorded,
@@ -38,6 +37,9 @@ from tests.fixtures.upstream import (
     ToolCall,
     UpstreamFactory,
 )
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.resources
 import math
+from typing import TYPE_CHECKING
 
 import anthropic
 import openai
@@ -16,8 +17,10 @@ import pytest
 from schemas import Observation, subjects
 from tests.e2e._surface_clients import DRIVERS, error_body
 from tests.e2e.conftest import HI, anthropic_route, config, eid, model, route, watch
-from tests.fixtures.gateway import GatewayFactory
 from tests.fixtures.upstream import Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
 

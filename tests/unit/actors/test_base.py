@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -11,6 +11,9 @@ import pytest
 from bus import BusClosedError, InProcessBus
 from schemas import ErrorCode, ErrorReply, RoutePlan, RouteRequest, subjects
 from tests.unit.actors import EchoActor, Journal, ask
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 @pytest.fixture

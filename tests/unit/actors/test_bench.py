@@ -9,10 +9,8 @@ clock; timers that must fire use sub-second durations and are awaited as events.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,7 +19,6 @@ from actors.backoff import ProbeBackoff, first_probe_after
 from actors.health import EndpointHealth
 from actors.keypool import KeyPool
 from actors.snapshots import SnapshotStore
-from bus import InProcessBus, Subscription
 from schemas import (
     BenchChanged,
     EndpointState,
@@ -49,6 +46,12 @@ from schemas.config import (
     RoutingConfig,
 )
 from tests.unit.actors import WAIT, FakeClock, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from bus import InProcessBus, Subscription
 
 EP = "m:local-8001"
 CIRCUIT = CircuitConfig(failure_threshold=100, cooldown_seconds=30)

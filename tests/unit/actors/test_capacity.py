@@ -4,10 +4,9 @@ reconciliation, persistence across a restart, and an http_json source's readings
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -17,7 +16,6 @@ from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
 from actors.capacity_ledger import CapacityLedger, window_bounds
 from actors.snapshots import SnapshotStore
-from bus import InProcessBus
 from schemas import (
     CapacityAcquire,
     CapacityGet,
@@ -32,6 +30,12 @@ from schemas import (
 from schemas.capacity import PoolSpec, capacity_pools
 from schemas.config import GatewayConfig, HttpJsonQuotaSource, LeaseConfig, LocalQuotaSource
 from tests.unit.actors import WAIT, FakeClock, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from bus import InProcessBus
 
 NY = ZoneInfo("America/New_York")
 

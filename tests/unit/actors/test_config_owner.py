@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,6 +23,9 @@ from schemas import (
 )
 from schemas.config import GatewayConfig
 from tests.unit.actors import WAIT, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 def cfg(*models: tuple[str, float]) -> GatewayConfig:

@@ -5,15 +5,13 @@ passes are called directly (the scheduled interval is set far beyond the test)."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from actors import ChildSpec, ModelActor, Supervisor
 from actors.degraded import DEGRADED, NORMAL, DegradedMode, DegradedModeActor
-from bus import InProcessBus
 from schemas import (
     EndpointState,
     ModeChanged,
@@ -24,6 +22,11 @@ from schemas import (
 )
 from schemas.config import DegradedConfig, ModelConfig, RoutingConfig
 from tests.unit.actors import WAIT, FakeClock, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from bus import InProcessBus
 
 SETTINGS = DegradedConfig(threshold=0.5, entry_seconds=60, exit_seconds=180,
                           pass_interval_seconds=10)

@@ -4,14 +4,12 @@ half-open probe lease, and the loud auth-rejection signal."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from actors import ChildSpec, EndpointActor, Supervisor
-from bus import InProcessBus, Subscription
 from schemas import (
     AuthRejected,
     CircuitTransition,
@@ -25,6 +23,11 @@ from schemas import (
 )
 from schemas.config import CircuitConfig
 from tests.unit.actors import FakeClock, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from bus import InProcessBus, Subscription
 
 EP = "m:local-8001"
 SETTINGS = CircuitConfig(failure_threshold=3, cooldown_seconds=30, min_availability=0.7,

@@ -3,9 +3,7 @@ observations mute keys, plans name credentials from the view, refusals are marke
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -35,6 +33,10 @@ from schemas import (
 )
 from schemas.config import GatewayConfig, credential_id
 from tests.unit.actors import WAIT
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
 
 A, B, P = "sk-a", "sk-b", "sk-pro"
 EID = "m:local-9001"

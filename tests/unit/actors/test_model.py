@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 from actors import ChildSpec, ModelActor, Supervisor
-from bus import InProcessBus
 from schemas import (
     EndpointState,
     ErrorCode,
@@ -27,6 +26,9 @@ from schemas import (
 )
 from schemas.config import ModelConfig, RoutingConfig
 from tests.unit.actors import WAIT, FakeClock
+
+if TYPE_CHECKING:
+    from bus import InProcessBus
 
 DRAWS = 300  # plans per statistical check; a route of weight 1/3 is missed with p ~ 1e-53
 

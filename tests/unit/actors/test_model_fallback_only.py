@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
 
 from actors import ChildSpec, ModelActor, Supervisor
-from bus import InProcessBus
 from schemas import ErrorCode, ErrorReply, ProbeGrant, ProbeRequest, subjects
 from schemas.config import ModelConfig, RoutingConfig
-from tests.unit.actors import FakeClock
 from tests.unit.actors.test_model import DRAWS, A, B, C, Z, ask, plan, set_state, status
+
+if TYPE_CHECKING:
+    from bus import InProcessBus
+    from tests.unit.actors import FakeClock
 
 Start = Callable[..., Any]
 BACKUP = {8002, 8009}  # B and Z are fallback_only in every test here

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -23,6 +21,10 @@ from schemas import (
 )
 from schemas.config import LogConfig
 from tests.unit.actors import WAIT
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +21,9 @@ from schemas import (
     subjects,
 )
 from tests.unit.actors import EchoActor, FakeClock, Journal, ask, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -11,6 +11,9 @@ from actors import ChildSpec, Supervisor
 from bus import InProcessBus, NoRespondersError
 from schemas import ChildStarted, RouteRequest, subjects
 from tests.unit.actors import EchoActor, Journal, ask, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ actor is restarted and serving again with its view rebuilt from the owners."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,6 +26,9 @@ from schemas import (
 )
 from schemas.config import GatewayConfig
 from tests.unit.actors import WAIT, next_event
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 A, B = "m:local-8001", "m:local-8002"
 CONFIG = GatewayConfig.model_validate({

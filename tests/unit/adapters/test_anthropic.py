@@ -9,10 +9,9 @@ as canonical chat, and every way a call fails as an UpstreamError.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -22,6 +21,9 @@ from gateway.adapters.anthropic_wire import UpstreamStreamError
 from gateway.adapters.base import JSON, UnsupportedParameterError, UpstreamTarget
 from gateway.adapters.http import Answer
 from schemas import UpstreamBadResponseError, UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Mapping
 
 WIRE = Path(__file__).parents[2] / "fixtures" / "wire"
 CHAT: JSON = {"model": "m", "messages": [{"role": "user", "content": "weather?"}]}

@@ -4,7 +4,7 @@ as an UpstreamError (never an aiohttp type)."""
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import msgspec
 import pytest
@@ -12,6 +12,9 @@ import pytest
 from gateway.adapters.http import UpstreamHTTP
 from schemas import UpstreamError, UpstreamTimeoutError
 from tests.fixtures.upstream import FakeUpstream, Hang, Stream
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 BODY = msgspec.json.encode({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
 JSON_HEADERS = {"content-type": "application/json"}

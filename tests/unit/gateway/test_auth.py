@@ -4,9 +4,7 @@ modes, roles), which reaches the keys only over the bus."""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -37,6 +35,10 @@ from schemas import (
 )
 from schemas.config import GatewayConfig, ModelConfig
 from schemas.keys import hash_key
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 
 @pytest.fixture

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
+from typing import TYPE_CHECKING
 
 import pytest
 
 from gateway import cli
 from gateway.cli_admin import command_args
 from gateway.cli_common import UsageError, bus_url, parse_duration, redacted
+
+if TYPE_CHECKING:
+    import argparse
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("10m", 600), ("2h", 7200),

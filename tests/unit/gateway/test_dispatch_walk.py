@@ -5,19 +5,22 @@ upstream over loopback HTTP."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from bus import InProcessBus
-from gateway.adapters.base import Adapter, UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.dispatch import Dispatcher, RequestInfo, Targets
 from gateway.targets import PlanWalk
 from schemas import FirstToken, Message, Observation, RouteCandidate, RoutePlan, subjects
 from schemas.config import FailoverConfig, GatewayConfig, ModelConfig
 from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.adapters.base import Adapter, UpstreamTarget
 
 HI = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
 _CONTEXT_REFUSAL = {

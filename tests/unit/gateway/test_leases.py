@@ -4,7 +4,7 @@ fallbacks leased before dispatch (refused: None), releases published once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,6 +15,9 @@ from gateway.leases import LeaseKeeper
 from schemas import CapacityRelease, CapacityRenew, RouteCandidate, RoutePlan, subjects
 from schemas.capacity import PoolSpec
 from schemas.config import LeaseConfig
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 WAIT = 5.0
 

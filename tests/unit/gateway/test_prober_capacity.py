@@ -3,6 +3,8 @@ while the pool is full, and gives the lease back when it ends (a real fake upstr
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor
 from bus import InProcessBus
@@ -13,7 +15,9 @@ from gateway.prober import BenchProber
 from schemas import CapacityGet, CapacityState, ProbeDue, RouteCandidate, subjects
 from schemas.capacity import PoolSpec
 from schemas.config import GatewayConfig, LeaseConfig
-from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from tests.fixtures.upstream import FakeUpstream
 
 WAIT = 5.0
 

@@ -4,8 +4,7 @@ one credential id per request, short-lived, dropped when the registry no longer 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -27,6 +26,10 @@ from schemas import (
     subjects,
 )
 from schemas.config import GatewayConfig, credential_id
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 EID = "m:local-9001"
 SECRET = "sk-db-added"

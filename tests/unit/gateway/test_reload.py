@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from gateway.dispatch import Targets
 from gateway.reload import ConfigFollower, FallbackTargets
 from schemas import InvalidRequestError, RouteCandidate
 from schemas.config import GatewayConfig, credential_id
+
+if TYPE_CHECKING:
+    import pytest
 
 
 def cfg(*models: tuple[str, str]) -> GatewayConfig:

@@ -3,7 +3,7 @@ filled from the RulesActor's get, and the one call target resolution makes."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +14,9 @@ from gateway.admin_http import admin_request
 from gateway.formats import anthropic_messages, openai_responses
 from gateway.routing_rules import RulesView, request_params
 from schemas import Rule, RulesState
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 TOOLS = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}

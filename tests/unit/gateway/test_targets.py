@@ -4,7 +4,7 @@ in-process bus."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +20,9 @@ from schemas import (
     subjects,
 )
 from schemas.config import ModelConfig
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 @pytest.fixture
