@@ -62,6 +62,7 @@ class _Snapshot(msgspec.Struct):
     consecutive_failures: int = 0
     benched_until: float | None = None
     floor_until: float | None = None
+    bench_reason: str = ""
 
 
 class EndpointActor(Actor):
@@ -109,6 +110,7 @@ class EndpointActor(Actor):
         """Start closed and healthy, or as the last snapshot left it, and say so."""
         self.ctx = ctx
         self.health = EndpointHealth(self._settings, self._bench)
+        self._bench_reason = ""  # why the route is benched, while it is (published in state)
         self._saved = self.health.durable()
         await self._restore()
         await self._publish_state()
@@ -128,6 +130,7 @@ class EndpointActor(Actor):
         h = self.health
         h.restore(snap.state, snap.open_until, snap.consecutive_failures, snap.benched_until,
                   snap.floor_until, now)
+        self._bench_reason = snap.bench_reason if h.benched_until is not None else ""
         self._saved = h.durable()
         if h.state == OPEN and h.open_until is not None:
             self.ctx.call_later(max(0.0, h.open_until - now), _Tick())
@@ -144,7 +147,8 @@ class EndpointActor(Actor):
         durable = self.health.durable()
         state, open_until, failures, benched_until, floor_until = durable
         snap = _Snapshot(state=state, open_until=open_until, consecutive_failures=failures,
-                         benched_until=benched_until, floor_until=floor_until)
+                         benched_until=benched_until, floor_until=floor_until,
+                         bench_reason=self._bench_reason)
         await self._snapshots.save(self.name, msgspec.json.encode(snap), self._clock())
         self._saved = durable
 
@@ -204,6 +208,7 @@ class EndpointActor(Actor):
         log = logger.warning if benched else logger.info
         log("route %s %s (%s)", self.endpoint, "benched" if benched else "back", reason)
         until = self.health.benched_until
+        self._bench_reason = reason if benched else ""
         if benched and until is not None:
             if started:
                 self._start_bench_probes(now, until)
@@ -253,6 +258,7 @@ class EndpointActor(Actor):
             probe_in_flight=h.probe_in_flight,
             seq=self._seq,
             benched_until=h.benched_until,
+            bench_reason=self._bench_reason if h.benched_until is not None else "",
         )
 
     async def _probe_first_byte(self, first: ProbeFirstByte) -> None:

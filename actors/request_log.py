@@ -83,15 +83,21 @@ def request_row(done: RequestCompleted) -> Row:
 
 @dataclass(frozen=True, slots=True)
 class LogQuery:
-    """Which rows to read: newer than ``since`` (epoch seconds), of ``model`` (requested or
-    resolved), of ``kind`` (``request``/``attempt``), of ``request_id``; the newest ``limit``,
-    returned oldest first."""
+    """Which rows to read: newer than ``since`` and older than ``until`` (epoch seconds), of
+    ``model`` (requested or resolved), of ``kind`` (``request``/``attempt``), of
+    ``request_id``, of HTTP ``status``, of ``outcome`` (``success``, ``error``, ``failure``,
+    ``cancelled``), of ``caller_id`` (the logged ``c-...`` id); the newest ``limit``, returned
+    oldest first."""
 
     since: float | None = None
     model: str | None = None
     kind: str | None = None
     request_id: str | None = None
     limit: int = 100
+    until: float | None = None
+    status: int | None = None
+    outcome: str | None = None
+    caller_id: str | None = None
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> LogQuery:
@@ -105,8 +111,20 @@ class LogQuery:
         kind = args.get("kind")
         if kind not in (None, "request", "attempt"):
             raise ValueError("'kind' must be 'request' or 'attempt'")
-        return cls(since=None if since is None else float(since), model=args.get("model"),
-                   kind=kind, request_id=args.get("request_id"), limit=min(limit, 10_000))
+        until = args.get("until")
+        if until is not None and not isinstance(until, int | float):
+            raise ValueError("'until' must be epoch seconds")
+        status = args.get("status")
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
+            raise ValueError("'status' must be an HTTP status code")
+        texts = {name: args.get(name) for name in ("model", "request_id", "outcome", "caller_id")}
+        for name, value in texts.items():
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f"'{name}' must be a string")
+        return cls(since=None if since is None else float(since), model=texts["model"],
+                   kind=kind, request_id=texts["request_id"], limit=min(limit, 10_000),
+                   until=None if until is None else float(until), status=status,
+                   outcome=texts["outcome"] or None, caller_id=texts["caller_id"] or None)
 
     def sql(self) -> tuple[str, list[Any]]:
         """The SELECT and its parameters."""
@@ -124,6 +142,14 @@ class LogQuery:
         if self.request_id:
             where.append("request_id = ?")
             params.append(self.request_id)
+        if self.until is not None:
+            where.append("ts < ?")
+            params.append(self.until)
+        for column, value in (("status", self.status), ("outcome", self.outcome),
+                              ("caller_id", self.caller_id)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         sql = (f"SELECT {', '.join(COLUMNS)} FROM request_log{clause}"
                " ORDER BY ts DESC, id DESC LIMIT ?")

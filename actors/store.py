@@ -17,7 +17,8 @@ Guarantees (the README's "request log" section):
 - A clean stop loses nothing: the flusher finishes its batch, the rows the bus already
   delivered are taken, and the rest is committed before the database closes.
 
-Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``.
+Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``,
+``aggregate`` (requests, errors and TTFT per minute, from memory: ``actors.log_aggregates``).
 Subscriptions use the queue group ``store``, so a replacement store started before the old
 one stops (a config reload) shares the rows instead of writing them twice.
 """
@@ -36,6 +37,7 @@ import anyio
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
 from actors.db import open_db
+from actors.log_aggregates import SEED_ROWS, SEED_SQL, WINDOW_MINUTES, LogAggregates
 from actors.request_log import (
     INSERT,
     PRUNE,
@@ -88,8 +90,9 @@ class StoreActor(Actor):
                 "query": self._query,
                 "flush": self._flush_cmd,
                 "prune": self._prune_cmd,
+                "aggregate": self._aggregate,
             },
-            read_only=("stats", "query", "flush"),
+            read_only=("stats", "query", "flush", "aggregate"),
         )
         self.serves = (self.admin.serve,)
 
@@ -103,6 +106,8 @@ class StoreActor(Actor):
         self._dropped_full = 0
         self._dropped_failed = 0
         self._subs: list[Subscription] = []
+        self._aggregates = LogAggregates()
+        await self._seed_aggregates()
         self._lock = anyio.Lock()
         self._rows_ready = anyio.Event()
         self._batch_full = anyio.Event()
@@ -167,6 +172,7 @@ class StoreActor(Actor):
                 )
             return
         self._pending.append(row)
+        self._aggregates.add(row)
         if len(self._pending) == 1:
             self._rows_ready.set()
         if len(self._pending) >= self._settings.batch_rows:
@@ -258,6 +264,23 @@ class StoreActor(Actor):
         async with self._db.execute(sql, params) as cur:
             rows = [tuple(r) for r in await cur.fetchall()]
         return {"rows": as_dicts(rows)}
+
+    async def _aggregate(self, cmd: AdminCommand) -> dict[str, Any]:
+        """Rates and TTFT percentiles from memory (``actors.log_aggregates``): no table scan."""
+        return self._aggregates.view(self._clock())
+
+    async def _seed_aggregates(self) -> None:
+        """Fill the aggregates from the window's newest rows (at most SEED_ROWS: one bounded
+        read at start, so a restart does not blank the dashboard's rates)."""
+        since = self._clock() - WINDOW_MINUTES * 60
+        try:
+            async with self._db.execute(SEED_SQL, (since, SEED_ROWS)) as cur:
+                rows = list(await cur.fetchall())
+        except sqlite3.Error as exc:
+            logger.error("request log: reading the last hour for the aggregates failed: %s", exc)
+            return
+        for row in reversed(rows):
+            self._aggregates.add(tuple(row))
 
     async def _prune_cmd(self, cmd: AdminCommand) -> dict[str, Any]:
         return {"deleted": await self._prune()}

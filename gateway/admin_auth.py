@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from schemas.config import GatewayConfig
 
 CALLER_SCOPE_KEY = "llmgw.caller"
+# Who an admin command is audited as (``AdminCommand.by``), when not the plain HTTP API: the
+# dashboard sets ``dashboard:<admin key id>`` for the request it forwards.
+BY_SCOPE_KEY = "llmgw.by"
 
 
 def bearer_token(req: HttpRequest) -> str | None:
@@ -23,6 +26,13 @@ def bearer_token(req: HttpRequest) -> str | None:
     if auth and auth[:7].lower() == "bearer ":
         return auth[7:].strip() or None
     return req.header("x-api-key") or None
+
+
+def requested_by(req: HttpRequest, default: str = "http") -> str:
+    """The audit name of ``req``'s admin command: what :data:`BY_SCOPE_KEY` says, else
+    ``default``."""
+    by = req.scope.get(BY_SCOPE_KEY)
+    return by if isinstance(by, str) and by else default
 
 
 def is_admin(req: HttpRequest, config: GatewayConfig) -> bool:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gateway.admin_auth import requested_by
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth import Authenticator, caller_of
 from gateway.http import HttpRequest
@@ -131,6 +132,5 @@ class AdminKeys:
     async def _command(self, req: HttpRequest, area: str, verb: str,
                        args: dict[str, Any]) -> dict[str, Any]:
         """One admin command on the bus, sent on behalf of ``req``'s admin caller."""
-        return await admin_request(self._bus, area, verb, args,
-                                   by=f"http:{caller_of(req).key_id or 'admin'}",
-                                   timeout=ADMIN_TIMEOUT_S)
+        by = requested_by(req, f"http:{caller_of(req).key_id or 'admin'}")
+        return await admin_request(self._bus, area, verb, args, by=by, timeout=ADMIN_TIMEOUT_S)

@@ -12,6 +12,7 @@ from urllib.parse import unquote
 
 import msgspec
 
+from gateway.admin_auth import requested_by
 from gateway.admin_http import admin_request
 from schemas import InvalidRequestError, RouteNotFoundError
 
@@ -49,5 +50,5 @@ async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout:
                                       "too deeply") from None
         args["weight"] = body.get("weight") if isinstance(body, dict) else None
         verb = "set_weight"
-    result = await admin_request(bus, "routing", verb, args, by="http", timeout=timeout)
+    result = await admin_request(bus, "routing", verb, args, by=requested_by(req), timeout=timeout)
     await req.respond(200, _encode(result))

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin_auth import is_admin
+from gateway.admin_auth import is_admin, requested_by
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request
 from schemas import InvalidRequestError, UnauthorizedError
 
@@ -45,7 +45,8 @@ class RulesAdmin:
 
     async def _get(self, req: HttpRequest) -> None:
         self._admin_only(req)
-        result = await admin_request(self._bus, "rules", "get", by="http", timeout=ADMIN_TIMEOUT_S)
+        result = await admin_request(self._bus, "rules", "get", by=requested_by(req),
+                                     timeout=ADMIN_TIMEOUT_S)
         await req.respond(200, _encode(result))
 
     async def _put(self, req: HttpRequest) -> None:
@@ -57,6 +58,6 @@ class RulesAdmin:
         if not isinstance(body, dict):
             raise InvalidRequestError('the body is a rule set {"rules": [...]}', param="rules")
         result = await admin_request(
-            self._bus, "rules", "put", body, by="http", timeout=ADMIN_TIMEOUT_S
+            self._bus, "rules", "put", body, by=requested_by(req), timeout=ADMIN_TIMEOUT_S
         )
         await req.respond(200, _encode(result))

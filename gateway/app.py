@@ -30,6 +30,7 @@ from gateway.admin_rules import RulesAdmin
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
 from gateway.capacity_health import capacity_lines
+from gateway.dashboard import Dashboard
 from gateway.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.errors import (
     DEFAULT_RETRY_AFTER,
@@ -126,6 +127,9 @@ class GatewayApp:
         # Accounting, /metrics, /events, the /admin/<area>/<verb> API.
         self.ops = IngressOps(bus, config)
         self.ops.after_admin.update(chains=self.steering.refresh, steering=self.steering.refresh)
+        # The operator dashboard: its API is the admin routes of the table, reached with a
+        # session.
+        self.dashboard = Dashboard(bus, config, self.callers.auth, self._admin_route)
         self._routes, self._prefix_routes = self._route_table()
 
     def _route_table(self) -> tuple[dict[tuple[str, str], Handler],
@@ -156,6 +160,7 @@ class GatewayApp:
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
             **self.callers.prefix_routes(),  # /admin/keys/<id>/..., /admin/provider-keys/<id>
+            **self.dashboard.prefix_routes(),  # /dashboard...
             **self.ops.prefix_routes(),  # last: the /admin/<area>/<verb> catch-all
         }
         return exact, prefix
@@ -178,6 +183,7 @@ class GatewayApp:
                 await self.callers.start()
                 await self.steering.start()
                 await self.rules.start()
+                await self.dashboard.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -190,7 +196,9 @@ class GatewayApp:
             self._adapters.update(make_adapters(self._client))
 
     async def aclose(self) -> None:
-        """Close the upstream HTTP client; stop following callers' events and renewing leases."""
+        """Close the upstream HTTP client; stop following callers' events, sessions' ends and
+        renewing leases."""
+        await self.dashboard.aclose()
         await self.leases.aclose()
         await self.steering.aclose()
         await self.rules.aclose()
@@ -213,6 +221,7 @@ class GatewayApp:
         self.callers.reconfigure(config)
         self.steering.reconfigure(config)
         self._rules_admin.config = config
+        self.dashboard.reconfigure(config)
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
@@ -245,6 +254,14 @@ class GatewayApp:
             # Anything under /v1/messages/ (count_tokens, batches, a typo) is Anthropic's.
             surface = MESSAGES if path.startswith("/v1/messages/") else CHAT
         return surface
+
+    async def _admin_route(self, req: HttpRequest) -> None:
+        """Serve ``req`` with the handler its (admin) path has; the dashboard's API. Raises
+        RouteNotFoundError for a path no route serves."""
+        handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
+        if handler is None or req.path.startswith("/dashboard"):
+            raise RouteNotFoundError(f"no such path {req.path}")
+        await handler(req)
 
     def _prefix_handler(self, req: HttpRequest) -> Handler | None:
         for (method, prefix), handler in self._prefix_routes.items():
@@ -606,6 +623,7 @@ class GatewayApp:
                 "consecutive_failures": st.consecutive_failures,
                 "consecutive_auth_rejections": st.consecutive_auth_rejections,
                 "benched_until": st.benched_until,
+                "bench_reason": st.bench_reason,
                 **await self.callers.details(req, st.endpoint),
             }
         mode = await self._mode()

@@ -238,6 +238,11 @@ class Authenticator:
         token = bearer_token(req)
         if token is None:
             return None
+        return await self.identify_key(token, strict=strict)
+
+    async def identify_key(self, token: str, *, strict: bool) -> Caller | None:
+        """The caller of the key ``token`` (what :meth:`identify` does with a presented key;
+        the dashboard's sign-in form presents one in its body)."""
         h = hash_key(token)
         if self._admin_hash is not None and hmac.compare_digest(h, self._admin_hash):
             # Not its hash: an operator-chosen key may be guessable from one.
@@ -252,6 +257,17 @@ class Authenticator:
         raise UnauthorizedError({"unknown": "invalid API key",
                                  "expired": "API key expired",
                                  "revoked": "API key revoked"}[status])
+
+    async def admin_of_hash(self, key_hash: str) -> Caller | None:
+        """The caller of the gateway API key whose sha256 is ``key_hash`` while that key is
+        active and of role admin; None once it is revoked, expired, unknown or of another role.
+        As cheap as the gate: the same cache, dropped at once by a revocation event. (A
+        dashboard session checks its key with it on every request.)"""
+        info = await self._lookup(key_hash)
+        if info.role != "admin" or info.status(time.time()) != "active":
+            return None
+        return Caller(key_hash=key_hash, role=info.role, key_id=info.key_id, org=info.org,
+                      user=info.user)
 
     async def _lookup(self, key_hash: str) -> ApiKeyInfo:
         """The owner's answer for ``key_hash``, from the cache while it is fresh (unknown keys

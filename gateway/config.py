@@ -129,7 +129,11 @@ def _apply_env_overrides(config: GatewayConfig, source: str) -> GatewayConfig:
             f"{source}: environment override of routing.{format_path(err['loc'])}: "
             f"{_validation_message(err)}"
         ) from None
-    return config.model_copy(update={"routing": validated, "admin_key": admin_key})
+    dashboard = config.dashboard
+    if os.environ.get("LLMGW_DASHBOARD_SECRET"):
+        dashboard = dashboard.model_copy(update={"secret": os.environ["LLMGW_DASHBOARD_SECRET"]})
+    return config.model_copy(update={"routing": validated, "admin_key": admin_key,
+                                     "dashboard": dashboard})
 
 
 # PyYAML quotes syntax tokens (``'<block end>'``, ``','``) and, sometimes, text of the file

@@ -16,7 +16,7 @@ import anyio
 import msgspec
 
 from gateway.accounting import Accounting
-from gateway.admin_auth import is_admin
+from gateway.admin_auth import is_admin, requested_by
 from gateway.admin_http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin_http import PREFIX as ADMIN_PREFIX
 from gateway.events_http import kinds_of, stream_events
@@ -97,8 +97,8 @@ class IngressOps:
     async def _admin(self, req: HttpRequest) -> None:
         self._require_admin(req)
         area, verb = command_of(req)
-        result = await admin_request(self._bus, area, verb, await args_of(req), by="http",
-                                     timeout=ADMIN_TIMEOUT_S)
+        result = await admin_request(self._bus, area, verb, await args_of(req),
+                                     by=requested_by(req), timeout=ADMIN_TIMEOUT_S)
         if (area, verb) == ("config", "reload") and self.follower is not None:
             # Answer only once this ingress serves the new config, so a client that
             # reloads and then asks for a new model is never refused by this process.

@@ -434,6 +434,21 @@ class MetricsConfig(_Strict):
     public: bool = False
 
 
+class DashboardConfig(_Strict):
+    """The operator dashboard at ``/dashboard`` (``gateway.dashboard``).
+
+    A sign-in with an admin key makes a session: an HttpOnly, ``SameSite=Strict`` cookie
+    holding a token signed with ``secret`` (HMAC-SHA256) that expires after
+    ``session_seconds``. ``secret`` (or ``LLMGW_DASHBOARD_SECRET``) must be the same on every
+    ingress of a deployment for a session to hold on all of them; unset, it is derived from the
+    bootstrap ``admin_key``, else drawn at random per process (sessions then end on restart).
+    """
+
+    enabled: bool = True
+    session_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+    secret: str | None = Field(default=None, repr=False)
+
+
 class GatewayConfig(_Strict):
     """The whole configuration file."""
 
@@ -450,6 +465,7 @@ class GatewayConfig(_Strict):
     models: tuple[ModelConfig, ...] = ()
     chains: tuple[ChainConfig, ...] = ()
     steering: SteeringConfig = SteeringConfig()
+    dashboard: DashboardConfig = DashboardConfig()
 
     @model_validator(mode="after")
     def _unique_ids(self) -> GatewayConfig:

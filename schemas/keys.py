@@ -156,6 +156,17 @@ class ApiKeyRevoked(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     key_hash: str
 
 
+class DashboardSessionEnded(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A dashboard session was signed out: every ingress refuses it from now on.
+
+    ``session`` is the session's id (its nonce), never its token; ``expires`` is when the token
+    runs out anyway (epoch s), so the ingresses forget the id then.
+    """
+
+    session: str
+    expires: float
+
+
 class KeyMuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """A pool took a key out of rotation after a key-specific failure (operator event)."""
 

@@ -106,7 +106,7 @@ class AdminCommand(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """An admin action; its area and verb are the subject's last two tokens.
 
     ``args`` are the verb's JSON arguments; ``by`` says who asked (``cli``, ``http``,
-    ``sighup``), for the audit event.
+    ``sighup``, ``dashboard:<admin key id>``), for the audit event.
     """
 
     args: dict[str, Any] = {}

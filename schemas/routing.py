@@ -124,6 +124,7 @@ class EndpointState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     probe_in_flight: bool = False
     seq: int = 0
     benched_until: float | None = None
+    bench_reason: str = ""  # why it is benched (as BenchChanged said); "" when not benched
 
 
 class StateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -55,6 +55,9 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     AuthStateRequest -> AuthState
 - ``llmgw.auth.state``              event          ApiKeyAdminActor -> ingress views: AuthState
                                                     (at start and when the first key appears)
+- ``llmgw.dashboard.session.ended`` event         ingress -> every ingress:
+                                                    DashboardSessionEnded (a signed-out
+                                                    session's id, never its token)
 - ``llmgw.chain.<name>.resolve``     request/reply  anyone -> ChainActor: ChainGet -> ChainState
 - ``llmgw.chain.<name>.edit``        request/reply  SteeringActor -> ChainActor: ChainEdit
                                                     -> ChainState (admin changes)
@@ -256,6 +259,7 @@ AUTH_KEYS_CHANGED = f"{PREFIX}.auth.keys.changed"
 AUTH_KEYS_LOOKUP = f"{PREFIX}.auth.keys.lookup"
 AUTH_STATE_GET = f"{PREFIX}.auth.state.get"
 AUTH_STATE = f"{PREFIX}.auth.state"
+DASHBOARD_SESSION_ENDED = f"{PREFIX}.dashboard.session.ended"
 
 
 def capacity_acquire(pool: str) -> str:

@@ -112,6 +112,10 @@ async def test_bench_third_failure_across_credentials_benches_the_route_on_every
     assert benched.until is not None and benched.until - benched.ts == pytest.approx(30)
     assert after == [eid("m", b)] * 5 and len(client_hits) == 3
     assert deep["endpoints"][eid("m", a)]["benched_until"] == benched.until
+    # Why, from the endpoint's own state (a page load sees it, not only a live event).
+    assert deep["endpoints"][eid("m", a)]["bench_reason"] == benched.reason == (
+        "3 failures within 900 s")
+    assert deep["endpoints"][eid("m", b)]["bench_reason"] == ""
 
 
 async def test_bench_retry_after_lengthens_a_bench_and_never_shortens_a_running_one(

@@ -50,6 +50,7 @@ PINNED: dict[str, list[str]] = {
         "ChildStarted",
         "CircuitTransition",
         "ConfigChanged",
+        "DashboardSessionEnded",
         "EndpointState",
         "ErrorCode",
         "ErrorReply",
@@ -174,6 +175,11 @@ PINNED: dict[str, list[str]] = {
         "anthropic_wire",
         "from_messages_response",
         "to_messages_request",
+    ],
+    "gateway.dashboard": [
+        "Dashboard",
+        "Session",
+        "SessionSigner",
     ],
     "gateway.formats": [
         "ChatToMessagesStream",

@@ -585,7 +585,7 @@ async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_re
         await root.start(bus)
         async with subscribed(bus, subjects.event("bench")) as events:
             await observe(bus, obs("failure", status=503))
-            await next_event(events, BenchChanged)
+            benched = await next_event(events, BenchChanged)
         await root.stop()
 
         clock.now += 10  # the process was down for 10 s
@@ -607,6 +607,7 @@ async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_re
     assert isinstance(restored, EndpointState)
     assert (restored.circuit_state, restored.open_until) == ("open", 1030.0)
     assert restored.benched_until == 1600.0
+    assert restored.bench_reason == benched.reason == "1 failures within 900 s"  # and why
     assert isinstance(early, ProbeGrant) and not early.granted and early.retry_after == 20.0
     assert isinstance(late, ProbeGrant) and late.granted
 

@@ -213,7 +213,7 @@ async def test_store_with_unknown_verb_or_bad_args_replies_invalid_request(
             timeout=WAIT,
         )
         store.request_stop()
-    assert isinstance(unknown, ErrorReply) and "known: flush, prune, query, stats" in (
+    assert isinstance(unknown, ErrorReply) and "known: aggregate, flush, prune, query, stats" in (
         unknown.message
     )
     assert isinstance(bad, ErrorReply) and bad.code == "invalid_request"

@@ -329,3 +329,21 @@ async def test_without_the_owner_the_gate_refuses_rather_than_opening() -> None:
         await gate.aclose()
     finally:
         await bus.aclose()
+async def test_admin_of_hash_holds_only_while_the_admin_key_is_active(
+    owner: InProcessBus, store: ApiKeyStore,
+) -> None:
+    # What a dashboard session checks on every request: its key, by hash, through the cache.
+    key, rec = await store.create(org="o", user="ann", role="admin", now=1.0)
+    expired, _ = await store.create(org="o", user="bob", role="admin", now=1.0, expires=2.0)
+    pro, _ = await store.create(org="o", user="cid", role="pro", now=1.0)
+    gate = auth(owner)
+    caller = await gate.admin_of_hash(hash_key(key))
+    assert caller is not None and (caller.key_id, caller.role) == (rec.id, "admin")
+    assert await gate.admin_of_hash(hash_key(expired)) is None
+    assert await gate.admin_of_hash(hash_key(pro)) is None
+    assert await gate.admin_of_hash(hash_key("llmgw-unknown")) is None
+    await store.revoke(rec.id, now=3.0)
+    gate.forget(rec.key_hash)  # what the revocation event does
+    assert await gate.admin_of_hash(hash_key(key)) is None
+
+

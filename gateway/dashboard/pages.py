@@ -1,0 +1,48 @@
+"""Server-rendered pages: the layout (navigation, CSRF token, sign-out) around each page's
+body from ``templates/``. The bodies hold the structure (headings, forms, empty tables);
+``static/dashboard.js`` fills them from the admin API and the event stream."""
+
+from __future__ import annotations
+
+import html
+from functools import cache
+from importlib import resources
+from string import Template
+
+PAGES = {
+    "overview": "Overview",
+    "events": "Live events",
+    "chains": "Chains & steering",
+    "rules": "Rules",
+    "weights": "Weights & benches",
+    "keys": "Keys",
+    "log": "Request log",
+}
+
+
+@cache
+def _template(name: str) -> Template:
+    return Template((resources.files(__package__) / "templates" / name).read_text("utf-8"))
+
+
+def _nav(current: str) -> str:
+    return "".join(
+        f'<a href="/dashboard/{page}"{" aria-current=page" if page == current else ""}>'
+        f"{html.escape(title)}</a>"
+        for page, title in PAGES.items()
+    )
+
+
+def render_page(page: str, csrf: str, who: str) -> bytes:
+    """The whole HTML of ``page`` for a session whose CSRF token is ``csrf``."""
+    body = _template(f"{page}.html").substitute()
+    return _template("layout.html").substitute(
+        page=page, title=html.escape(PAGES[page]), csrf=html.escape(csrf), nav=_nav(page),
+        who=html.escape(who), body=body,
+    ).encode()
+
+
+def render_signin(csrf: str, error: str = "") -> bytes:
+    """The sign-in page carrying the form token ``csrf`` (with ``error`` shown, when given)."""
+    shown = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
+    return _template("signin.html").substitute(error=shown, csrf=html.escape(csrf)).encode()

@@ -1,0 +1,637 @@
+// llmgw dashboard: fills the server-rendered pages from the admin API (/dashboard/api/...,
+// the admin HTTP API under the session) and keeps them live from ONE event stream per page.
+// No framework, no build step. Text goes into the DOM as text (never innerHTML).
+"use strict";
+
+const CSRF = document.querySelector('meta[name="csrf-token"]').content;
+// How this operator's own admin commands are audited: those events are no news to this page.
+const ME = document.querySelector('meta[name="audit-as"]').content;
+const MAX_ROWS = 500;        // rows a live table keeps; older ones are dropped
+const MAX_PAUSED = 1000;     // events held while paused; older ones are dropped
+
+class ApiError extends Error {
+  constructor(status, error) {
+    super((error && error.message) || `HTTP ${status}`);
+    this.status = status;
+    this.param = error && error.param;
+  }
+}
+
+async function api(method, path, body) {
+  const init = {method, credentials: "same-origin", headers: {"x-csrf-token": CSRF}};
+  if (body !== undefined) {
+    init.headers["content-type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const resp = await fetch("/dashboard/api" + path, init);
+  const data = await resp.json().catch(() => ({}));
+  if (!resp.ok) throw new ApiError(resp.status, data.error);
+  return data;
+}
+
+const admin = (area, verb, args) => api("POST", `/admin/${area}/${verb}`, args || {});
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (k === "text") node.textContent = v;
+    else if (k === "dataset") Object.assign(node.dataset, v);
+    else if (k in node && typeof v !== "string") node[k] = v;
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  }
+  return node;
+}
+
+function flash(text, error) {
+  const box = document.getElementById("flash");
+  box.textContent = text;
+  box.className = error ? "error" : "ok";
+}
+
+// Run an action; show its error (with the field it names) instead of throwing.
+async function attempt(fn, done) {
+  try {
+    const out = await fn();
+    if (done) flash(done, false);
+    return out;
+  } catch (err) {
+    flash(err.param ? `${err.param}: ${err.message}` : err.message, true);
+    return undefined;
+  }
+}
+
+const time = (ts) => ts ? new Date(ts * 1000).toLocaleTimeString() : "";
+const stamp = (ts) => ts ? new Date(ts * 1000).toLocaleString() : "";
+const ms = (v) => v === null || v === undefined ? "–" : `${Math.round(v)} ms`;
+
+// The page's one event stream. ``onEvent`` gets each event as its JSON object.
+function stream(kinds, onEvent) {
+  const query = kinds && kinds.length ? "?kind=" + kinds.join(",") : "";
+  const source = new EventSource("/dashboard/api/events" + query);
+  const handle = (msg) => onEvent(JSON.parse(msg.data));
+  for (const kind of kinds && kinds.length ? kinds : ["decision", "circuit", "bench", "mode",
+    "keypool", "auth_rejected", "admin", "config", "model_breaker", "rules"]) {
+    source.addEventListener(kind, handle);
+  }
+  source.addEventListener("open", () => { document.body.dataset.live = "1"; });
+  window.addEventListener("pagehide", () => source.close());
+  return source;
+}
+
+// ``fn`` at most once at a time; calls while it runs collapse into one more run.
+function coalesced(fn) {
+  let running = null, again = false;
+  const run = async () => {
+    if (running) { again = true; return running; }
+    running = (async () => {
+      do { again = false; await fn(); } while (again);
+    })();
+    try { await running; } finally { running = null; }
+  };
+  return run;
+}
+
+// Reload when an admin command of ``areas`` succeeded anywhere (another dashboard, the CLI).
+function followAdmin(areas, reload) {
+  return (ev) => {
+    if (ev.kind === "admin" && ev.ok && areas.includes(ev.area)) reload();
+  };
+}
+
+function ready() { document.body.dataset.ready = "1"; }
+
+// -- Overview -----------------------------------------------------------------------------
+
+async function overview() {
+  const tbody = document.querySelector("#endpoints tbody");
+  const recent = document.getElementById("recent");
+  const cell = (endpoint, col) => {
+    const row = tbody.querySelector(`tr[data-endpoint="${CSS.escape(endpoint)}"]`);
+    return row && row.querySelector(`[data-col="${col}"]`);
+  };
+  const setCircuit = (td, state) => { td.textContent = state; td.className = `circuit ${state}`; };
+  const rates = coalesced(async () => {
+    const agg = await admin("log", "aggregate");
+    const all = agg.requests;
+    document.getElementById("rpm").textContent = all.requests_per_minute;
+    document.getElementById("epm").textContent = all.errors_per_minute;
+    document.getElementById("p50").textContent = ms(all.ttft_p50_ms);
+    document.getElementById("p95").textContent = ms(all.ttft_p95_ms);
+    for (const row of tbody.rows) {
+      const e = agg.endpoints[row.dataset.endpoint];
+      row.querySelector('[data-col="rpm"]').textContent = e ? e.requests_per_minute : 0;
+      row.querySelector('[data-col="epm"]').textContent = e ? e.errors_per_minute : 0;
+      row.querySelector('[data-col="p50"]').textContent = ms(e && e.ttft_p50_ms);
+      row.querySelector('[data-col="p95"]').textContent = ms(e && e.ttft_p95_ms);
+    }
+  });
+  // After a transition, the rates and last errors again: at most once per 5 s, and once
+  // more at the end of a burst (driven by events only, never a polling loop).
+  let lastRates = 0, trailing = 0;
+  const ratesSoon = () => {
+    const wait = lastRates + 5000 - Date.now();
+    if (wait <= 0) { lastRates = Date.now(); rates(); lastErrors(); return; }
+    if (!trailing) trailing = setTimeout(() => { trailing = 0; ratesSoon(); }, wait);
+  };
+  const [health, errors] = await Promise.all([
+    api("GET", "/health/deep"),
+    admin("log", "query", {kind: "attempt", outcome: "failure", limit: 10}),
+  ]);
+  const showMode = (mode, since) => {
+    const m = document.getElementById("mode-value");
+    m.textContent = mode;
+    m.className = mode;
+    document.getElementById("mode-since").textContent = since ? `since ${stamp(since)}` : "";
+  };
+  showMode(health.mode, health.mode_since);
+  for (const [endpoint, st] of Object.entries(health.endpoints)) {
+    const muted = (st.credentials || []).filter((k) => k.muted_until);
+    tbody.append(el("tr", {dataset: {endpoint}},
+      el("td", {text: endpoint}), el("td", {text: st.model}),
+      el("td", {"data-col": "availability", text: `${(st.availability * 100).toFixed(1)}%`}),
+      el("td", {"data-col": "circuit", class: `circuit ${st.circuit_state}`, text: st.circuit_state}),
+      el("td", {"data-col": "bench", text: st.benched_until ? `until ${time(st.benched_until)}${st.bench_reason ? ` (${st.bench_reason})` : ""}` : "–"}),
+      el("td", {"data-col": "mutes", text: muted.map((k) => `${k.credential_id} until ${time(k.muted_until)}`).join(", ") || "–"}),
+      el("td", {"data-col": "rpm", text: "…"}), el("td", {"data-col": "epm", text: "…"}),
+      el("td", {"data-col": "p50", text: "…"}), el("td", {"data-col": "p95", text: "…"})));
+  }
+  const errBody = document.querySelector("#errors tbody");
+  const showErrors = (rows) => errBody.replaceChildren(...rows.reverse().map((r) => el("tr", {},
+    el("td", {text: stamp(r.ts)}), el("td", {text: r.endpoint}), el("td", {text: r.status ?? ""}),
+    el("td", {text: r.error_kind}), el("td", {text: r.request_id}))));
+  const lastErrors = coalesced(async () => showErrors(
+    (await admin("log", "query", {kind: "attempt", outcome: "failure", limit: 10})).rows));
+  showErrors(errors.rows);
+  await rates();
+  lastRates = Date.now();
+  stream(["circuit", "bench", "mode", "keypool", "auth_rejected"], (ev) => {
+    recent.prepend(el("li", {text: `${time(ev.ts) || new Date().toLocaleTimeString()} ${ev.kind}: ${summary(ev)}`}));
+    while (recent.children.length > 50) recent.lastChild.remove();
+    if (ev.kind === "circuit") {
+      const td = cell(ev.endpoint, "circuit");
+      if (td) setCircuit(td, ev.new);
+      ratesSoon();
+    } else if (ev.kind === "bench" && ev.endpoint) {
+      const td = cell(ev.endpoint, "bench");
+      if (td) td.textContent = ev.benched ? `until ${time(ev.until)} (${ev.reason})` : "–";
+      ratesSoon();
+    } else if (ev.kind === "mode") {
+      showMode(ev.mode, ev.since);
+    } else if (ev.kind === "keypool" && ev.pool) {
+      const td = cell(ev.pool, "mutes");
+      if (td) td.textContent = ev.type === "KeyMuted" ? `${ev.credential_id} until ${time(ev.until)}` : "–";
+    }
+  });
+  ready();
+}
+
+function summary(ev) {
+  switch (ev.kind) {
+    case "decision":
+      return `${ev.requested_model || ev.model} → ${ev.served || "nothing"} (${ev.status})`;
+    case "circuit": return `${ev.endpoint} ${ev.old} → ${ev.new}`;
+    case "bench": return `${ev.endpoint || ev.model} ${ev.benched ? "benched" : "back"}`;
+    case "mode": return `mode ${ev.mode}`;
+    case "keypool": return `${ev.pool} ${ev.credential_id} ${ev.type === "KeyMuted" ? "muted" : "back"}`;
+    case "admin": return `${ev.area} ${ev.verb} by ${ev.by} ${ev.ok ? "ok" : "refused"}`;
+    default: return ev.type || "";
+  }
+}
+
+function reason(ev) {
+  if (ev.kind !== "decision") return ev.reason || ev.message || "";
+  const parts = [ev.reason];
+  if (ev.rule) parts.push(`rule ${ev.rule}`);
+  if (ev.chain) parts.push(`chain ${ev.chain}`);
+  if (ev.axis) parts.push(`axis ${ev.axis}`);
+  if (ev.chosen) parts.push(`chose ${ev.chosen}${ev.score != null ? ` (${ev.score.toFixed(3)})` : ""}`);
+  if (ev.explored) parts.push("exploration");
+  if (ev.fallback) parts.push("fallback");
+  return parts.filter(Boolean).join(" · ");
+}
+
+// -- Live events --------------------------------------------------------------------------
+
+function events() {
+  const tbody = document.querySelector("#events tbody");
+  const kindSel = document.getElementById("kind-filter");
+  const modelIn = document.getElementById("model-filter");
+  const pauseBtn = document.getElementById("pause");
+  const kept = [];     // the newest MAX_ROWS events, filters applied at display
+  let held = [], dropped = 0, paused = false, frame = 0, unseen = [];
+  const modelOf = (ev) => ev.model || ev.requested_model || ev.endpoint || ev.pool || "";
+  const shows = (ev) => (!kindSel.value || ev.kind === kindSel.value)
+    && (!modelIn.value || modelOf(ev).includes(modelIn.value));
+  const row = (ev) => el("tr", {dataset: {kind: ev.kind}},
+    el("td", {text: time(ev.ts) || new Date().toLocaleTimeString()}), el("td", {text: ev.kind}),
+    el("td", {text: modelOf(ev)}), el("td", {text: summary(ev)}), el("td", {class: "reason", text: reason(ev)}));
+  const count = () => {
+    document.getElementById("event-count").textContent = `${tbody.rows.length} shown`;
+    document.getElementById("dropped").textContent = `${dropped} dropped while paused`;
+  };
+  const paint = () => {  // one DOM update per animation frame, however fast events come
+    frame = 0;
+    const rows = unseen.filter(shows).slice(-MAX_ROWS).map(row);
+    unseen = [];
+    tbody.prepend(...rows.reverse());
+    while (tbody.rows.length > MAX_ROWS) tbody.lastChild.remove();
+    count();
+  };
+  const redraw = () => {
+    tbody.replaceChildren(...kept.filter(shows).reverse().map(row));
+    count();
+  };
+  const take = (ev) => {
+    kept.push(ev);
+    if (kept.length > MAX_ROWS) kept.shift();
+    unseen.push(ev);
+    if (!frame) frame = requestAnimationFrame(paint);
+  };
+  kindSel.addEventListener("change", redraw);
+  modelIn.addEventListener("input", redraw);
+  pauseBtn.addEventListener("click", () => {
+    paused = !paused;
+    pauseBtn.textContent = paused ? "Resume" : "Pause";
+    pauseBtn.setAttribute("aria-pressed", String(paused));
+    if (paused) {  // what arrived but is not painted yet waits too
+      if (frame) { cancelAnimationFrame(frame); frame = 0; }
+      kept.splice(Math.max(0, kept.length - unseen.length));
+      held = unseen;
+      unseen = [];
+    } else {
+      const h = held; held = []; h.forEach(take);
+    }
+  });
+  stream([], (ev) => {
+    if (!paused) return take(ev);
+    held.push(ev);
+    if (held.length > MAX_PAUSED) { held.shift(); dropped += 1; }
+    if (dropped % 50 === 1) count();
+  });
+  ready();
+}
+
+// -- Chains and steering ------------------------------------------------------------------
+
+const PRESETS = ["smartest", "fastest", "biggest_budget"];
+
+function chains() {
+  const box = document.getElementById("chains");
+  let dragged = null;
+  const show = (chain, active) => {
+    const name = chain.name;
+    const list = el("ol", {class: "chain-models", dataset: {chain: name}});
+    const move = (model, position) => attempt(async () => {
+      await admin("chains", "move", {name, model, position});
+      await load();
+    }, `moved ${model} to ${position} in ${name}`);
+    chain.models.forEach((m, i) => {
+      const li = el("li", {draggable: "true", dataset: {model: m.model}},
+        el("span", {class: "handle", "aria-hidden": "true", text: "⠿"}),
+        el("span", {class: "model", text: m.model}),
+        el("label", {}, el("input", {type: "checkbox", checked: m.enabled, "aria-label": `${m.model} on`,
+          onchange: (e) => attempt(async () => {
+            await admin("chains", "set_enabled", {name, model: m.model, enabled: e.target.checked});
+            await load();
+          }, `${m.model} ${e.target.checked ? "on" : "off"} in ${name}`)}), " on"),
+        el("button", {type: "button", class: "up", "aria-label": `move ${m.model} up`, disabled: i === 0,
+          onclick: () => move(m.model, i)}, "↑"),
+        el("button", {type: "button", class: "down", "aria-label": `move ${m.model} down`,
+          disabled: i === chain.models.length - 1, onclick: () => move(m.model, i + 2)}, "↓"));
+      li.addEventListener("dragstart", (e) => {
+        dragged = m.model;
+        e.dataTransfer.effectAllowed = "move";
+        e.dataTransfer.setData("text/plain", m.model);
+      });
+      li.addEventListener("dragover", (e) => { e.preventDefault(); li.classList.add("over"); });
+      li.addEventListener("dragleave", () => li.classList.remove("over"));
+      li.addEventListener("drop", (e) => {
+        e.preventDefault();
+        li.classList.remove("over");
+        const model = dragged || e.dataTransfer.getData("text/plain");
+        dragged = null;
+        if (model && model !== m.model) move(model, i + 1);
+      });
+      list.append(li);
+    });
+    return el("article", {class: "chain", dataset: {chain: name}},
+      el("h3", {}, name, chain.org ? ` (org ${chain.org})` : "", active ? el("span", {class: "badge", text: "active"}) : null),
+      list,
+      el("p", {class: "actions"},
+        ...PRESETS.map((p) => el("button", {type: "button", dataset: {preset: p},
+          onclick: () => attempt(async () => { await admin("chains", "preset", {name, preset: p}); await load(); },
+            `${name} ordered by ${p}`)}, `Preset: ${p}`)),
+        el("label", {}, el("input", {type: "checkbox", class: "backfill", checked: chain.backfill,
+          onchange: (e) => attempt(async () => {
+            await admin("chains", "set_backfill", {name, backfill: e.target.checked}); await load();
+          }, `backfill ${e.target.checked ? "on" : "off"} for ${name}`)}), " backfill"),
+        el("button", {type: "button", class: "activate", disabled: active,
+          onclick: () => attempt(async () => { await admin("chains", "activate", {name}); await load(); },
+            `${name} is the active chain`)}, "Make active"),
+        el("button", {type: "button", class: "delete",
+          onclick: () => attempt(async () => { await admin("chains", "delete", {name}); await load(); },
+            `deleted ${name}`)}, "Delete")));
+  };
+  const profile = document.getElementById("profile");
+  const guard = document.getElementById("guardrails");
+  const explore = document.getElementById("exploration");
+  const AXES = ["capability", "speed", "reliability"];
+  const load = coalesced(async () => {
+    const [list, steer] = await Promise.all([admin("chains", "list"), admin("steering", "get")]);
+    document.getElementById("active-chain").textContent = list.active_chain || "none (built-in)";
+    box.replaceChildren(...list.chains.map((c) => show(c, c.name === list.active_chain)));
+    profile.elements.profile.value = steer.profile;
+    document.getElementById("weights").replaceChildren(el("legend", {text: "Custom weights"}),
+      ...AXES.map((a, i) => el("label", {}, `${a} `, el("input", {name: a, type: "number", step: "0.05",
+        min: "0", max: "1", value: String(steer.weights[i])}))));
+    guard.querySelector("fieldset").replaceChildren(el("legend", {text: "Guardrails"}),
+      ...Object.entries(steer.guardrails).map(([k, v]) => el("label", {}, `${k} `,
+        el("input", {name: k, type: "number", step: "any", value: String(v)}))));
+    explore.elements.exploration.value = steer.exploration;
+  });
+  profile.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const p = profile.elements.profile.value;
+    const args = {profile: p};
+    if (p === "custom") args.weights = AXES.map((a) => Number(profile.elements[a].value));
+    attempt(async () => { await admin("steering", "set_profile", args); await load(); }, `profile ${p}`);
+  });
+  guard.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const args = {};
+    for (const input of guard.querySelectorAll("input")) args[input.name] = Number(input.value);
+    attempt(async () => { await admin("steering", "set_guardrails", args); await load(); }, "guardrails saved");
+  });
+  explore.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const value = Number(explore.elements.exploration.value);
+    attempt(async () => { await admin("steering", "set_exploration", {exploration: value}); await load(); },
+      `exploration ${value}`);
+  });
+  document.getElementById("create-chain").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = e.target.elements;
+    const models = f.models.value.split(",").map((s) => s.trim()).filter(Boolean);
+    attempt(async () => {
+      await admin("chains", "create", {name: f.name.value, models, backfill: f.backfill.checked});
+      e.target.reset();
+      await load();
+    }, `created ${f.name.value}`);
+  });
+  load().then(() => {
+    stream(["admin"], followAdmin(["chains", "steering", "config"], load));
+    ready();
+  });
+}
+
+// -- Rules --------------------------------------------------------------------------------
+
+function rules() {
+  const box = document.getElementById("rules");
+  const globalErr = document.getElementById("rules-error");
+  const card = (r) => el("article", {class: "rule"},
+    el("label", {}, "Name ", el("input", {name: "name", value: r.name || ""})),
+    el("label", {}, "Route ", el("input", {name: "route", value: r.route || "", placeholder: "auto:<chain> or auto:<axis>"})),
+    el("label", {class: "when"}, "When (JSON) ", el("textarea", {name: "when", rows: "4",
+      value: JSON.stringify(r.when || {}, null, 2)})),
+    el("p", {class: "error field-error", role: "alert"}),
+    el("p", {class: "actions"},
+      el("button", {type: "button", onclick: (e) => { const a = e.target.closest("article"); a.previousElementSibling?.before(a); }}, "↑"),
+      el("button", {type: "button", onclick: (e) => { const a = e.target.closest("article"); a.nextElementSibling?.after(a); }}, "↓"),
+      el("button", {type: "button", onclick: (e) => e.target.closest("article").remove()}, "Remove")));
+  const clear = () => {
+    globalErr.textContent = "";
+    for (const p of box.querySelectorAll(".field-error")) p.textContent = "";
+    for (const f of box.querySelectorAll("[aria-invalid]")) f.removeAttribute("aria-invalid");
+  };
+  // Show an error at the rule and field its path names (``rules[2].when.x.$regex``).
+  const place = (path, message) => {
+    if (path && !message.startsWith(path)) message = `${path}: ${message}`;
+    globalErr.textContent = message;
+    const m = /^rules\[(\d+)\](?:\.(\w+))?/.exec(path || "");
+    const target = m && box.children[Number(m[1])];
+    if (!target) return;
+    const field = target.querySelector(`[name="${m[2] || "name"}"]`) || target.querySelector("[name=when]");
+    field.setAttribute("aria-invalid", "true");
+    target.querySelector(".field-error").textContent = message;
+    target.scrollIntoView({block: "center"});
+  };
+  const load = async () => {
+    const set = await api("GET", "/api/fallback/routing-rules");
+    box.replaceChildren(...set.rules.map(card));
+  };
+  document.getElementById("add-rule").addEventListener("click", () => box.append(card({when: {}})));
+  document.getElementById("save-rules").addEventListener("click", async () => {
+    clear();
+    const set = [];
+    for (const [i, a] of [...box.children].entries()) {
+      let when;
+      try { when = JSON.parse(a.querySelector("[name=when]").value || "{}"); } catch (err) {
+        place(`rules[${i}].when`, `not JSON: ${err.message}`);
+        return;
+      }
+      set.push({name: a.querySelector("[name=name]").value, when, route: a.querySelector("[name=route]").value});
+    }
+    try {
+      await api("PUT", "/api/fallback/routing-rules", {rules: set});
+      flash(`saved ${set.length} rules`, false);
+    } catch (err) {
+      place(err.param, err.message);
+      flash("the rule set was refused; nothing changed", true);
+    }
+  });
+  document.getElementById("try").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const out = document.getElementById("try-result");
+    let body;
+    try { body = JSON.parse(e.target.elements.body.value); } catch (err) {
+      out.replaceChildren(el("p", {class: "error", text: `not JSON: ${err.message}`}));
+      return;
+    }
+    try {
+      const caller = e.target.elements.caller.value;
+      const headers = caller ? {authorization: `Bearer ${caller}`} : {};
+      const r = await api("POST", "/admin/routing/explain", {path: "/v1/chat/completions", body, headers});
+      const t = r.target;
+      out.replaceChildren(
+        el("p", {class: "verdict"}, "Rule: ", el("strong", {class: "rule-name", text: t.rule || "none matched"}),
+          " → model ", el("strong", {class: "model-name", text: r.plan.model}),
+          ` (target ${t.kind}${t.chain ? " " + t.chain : ""}${t.axis ? " " + t.axis : ""}, ordering ${t.ordering || "–"}, plan ${r.plan.reason})`),
+        el("p", {text: `order: ${(r.order || [r.plan.model]).join(" → ")}`}),
+        el("ul", {}, ...(r.rules || []).map((x) => el("li", {text: JSON.stringify(x)}))),
+        ...(r.excluded || []).map((x) => el("p", {text: `excluded ${x.model}: ${x.reason}`})));
+    } catch (err) {
+      out.replaceChildren(el("p", {class: "error", text: `${err.param ? err.param + ": " : ""}${err.message}`}));
+    }
+  });
+  load().then(() => {
+    stream(["admin"], (ev) => { if (ev.kind === "admin" && ev.area === "rules" && ev.ok && ev.by !== ME) flash("the rule set changed (reload to see it)", false); });
+    ready();
+  });
+}
+
+// -- Weights and benches ------------------------------------------------------------------
+
+function weights() {
+  const wBody = document.querySelector("#weights tbody");
+  const bBody = document.querySelector("#benches tbody");
+  const load = coalesced(async () => {
+    const [w, health] = await Promise.all([admin("routing", "weights"), api("GET", "/health/deep")]);
+    wBody.replaceChildren(...w.models.flatMap((m) => m.routes.map((r) => {
+      const st = health.endpoints[r.endpoint] || {};
+      const input = el("input", {type: "number", step: "any", min: "0", value: String(r.weight), "aria-label": `weight of ${r.endpoint}`});
+      return el("tr", {dataset: {endpoint: r.endpoint}},
+        el("td", {text: m.model}), el("td", {text: r.endpoint}), el("td", {text: st.base_url || ""}),
+        el("td", {class: "weight", text: r.weight === r.configured_weight ? `${r.weight}` : `${r.weight} (configured ${r.configured_weight})`}),
+        el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || ""}),
+        el("td", {}, input,
+          el("button", {type: "button", class: "set", onclick: () => attempt(async () => {
+            await admin("routing", "set_weight", {model: m.model, endpoint: r.endpoint, weight: Number(input.value)});
+            await load();
+          }, `weight of ${r.endpoint} set`)}, "Override"),
+          el("button", {type: "button", class: "restore", disabled: r.weight === r.configured_weight,
+            onclick: () => attempt(async () => {
+              await admin("routing", "reset_weight", {model: m.model, endpoint: r.endpoint});
+              await load();
+            }, `weight of ${r.endpoint} restored`)}, "Restore")));
+    })));
+    bBody.replaceChildren(...Object.entries(health.endpoints).map(([endpoint, st]) => el("tr", {dataset: {endpoint}},
+      el("td", {text: endpoint}), el("td", {text: st.model}),
+      el("td", {class: "until", text: st.benched_until ? stamp(st.benched_until) : "not benched"}),
+      el("td", {}, el("button", {type: "button", class: "lift", disabled: !st.benched_until,
+        onclick: () => attempt(async () => { await admin("bench", "lift", {endpoint}); },
+          `lift of ${endpoint} requested`)}, "Lift bench")))));
+  });
+  load().then(() => {
+    stream(["admin", "bench", "circuit"], (ev) => {
+      if (ev.kind !== "admin" || (ev.ok && ["routing", "bench", "config"].includes(ev.area))) load();
+    });
+    ready();
+  });
+}
+
+// -- Keys ---------------------------------------------------------------------------------
+
+function keys() {
+  const kBody = document.querySelector("#api-keys tbody");
+  const pBody = document.querySelector("#provider-keys tbody");
+  const rBody = document.querySelector("#reservations tbody");
+  const roles = ["free", "pro", "internal", "admin"];
+  const load = coalesced(async () => {
+    const [gk, pk] = await Promise.all([api("GET", "/admin/keys"), api("GET", "/admin/provider-keys")]);
+    kBody.replaceChildren(...gk.data.map((k) => el("tr", {dataset: {key: k.id, status: k.status}},
+      el("td", {text: k.id}), el("td", {text: k.name}), el("td", {text: k.org}), el("td", {text: k.user}),
+      el("td", {text: k.role}), el("td", {class: "status", text: k.status}),
+      el("td", {}, el("button", {type: "button", class: "revoke", disabled: k.status !== "active",
+        onclick: () => attempt(async () => {
+          await api("POST", `/admin/keys/${encodeURIComponent(k.id)}/revoke`, {});
+          await load();
+        }, `revoked ${k.id}`)}, "Revoke")))));
+    const roleSelect = (cid, current) => el("select", {"aria-label": `minimum role of ${cid}`,
+      onchange: (e) => attempt(async () => {
+        await api("POST", "/admin/provider-keys/min-role-env", {credential_id: cid, min_role: e.target.value});
+        await load();
+      }, `${cid} reserved for ${e.target.value} and above`)},
+      ...roles.map((r) => el("option", {selected: r === current, text: r})));
+    pBody.replaceChildren(
+      ...pk.database.map((k) => el("tr", {dataset: {credential: k.credential_id}},
+        el("td", {text: k.credential_id}), el("td", {text: "database"}), el("td", {text: k.endpoint || k.base_url}),
+        el("td", {text: k.effective_min_role}),
+        el("td", {}, el("button", {type: "button", onclick: () => attempt(async () => {
+          await api("DELETE", `/admin/provider-keys/${encodeURIComponent(k.id)}`); await load();
+        }, `deleted ${k.credential_id}`)}, "Delete")))),
+      ...pk.configured.map((k) => el("tr", {dataset: {credential: k.credential_id}},
+        el("td", {text: k.credential_id}), el("td", {text: "config"}), el("td", {text: k.endpoints.join(", ")}),
+        el("td", {}, roleSelect(k.credential_id, k.effective_min_role)), el("td"))));
+    rBody.replaceChildren(...pk.reservations.map((r) => el("tr", {},
+      el("td", {text: r.credential_id}), el("td", {text: r.min_role}),
+      el("td", {text: r.configured ? "" : "points at no configured key"}))));
+  });
+  document.getElementById("create-key").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = e.target.elements;
+    const args = {org: f.org.value, user: f.user.value, role: f.role.value};
+    if (f.name.value) args.name = f.name.value;
+    attempt(async () => {
+      const made = await api("POST", "/admin/keys", args);
+      document.getElementById("new-key-value").textContent = made.key;
+      document.getElementById("new-key").hidden = false;
+      e.target.reset();
+      await load();
+    }, "key created: copy it now, it is not shown again");
+  });
+  document.getElementById("add-provider-key").addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = e.target.elements;
+    attempt(async () => {
+      await api("POST", "/admin/provider-keys", {key: f.key.value, endpoint: f.endpoint.value, min_role: f.min_role.value});
+      e.target.reset();
+      await load();
+    }, "provider key added");
+  });
+  load().then(() => {
+    stream(["admin"], followAdmin(["api_keys", "provider_keys"], load));
+    ready();
+  });
+}
+
+// -- Request log --------------------------------------------------------------------------
+
+function log() {
+  const form = document.getElementById("log-filter");
+  const tbody = document.querySelector("#log tbody");
+  const epoch = (v) => v ? new Date(v).getTime() / 1000 : undefined;
+  const params = new URLSearchParams(location.search);
+  for (const [k, v] of params) if (form.elements[k]) form.elements[k].value = v;
+  const attempts = async (row, requestId) => {
+    const open = row.nextElementSibling;
+    if (open && open.classList.contains("attempts")) { open.remove(); return; }
+    const got = await admin("log", "query", {kind: "attempt", request_id: requestId, limit: 50});
+    row.after(el("tr", {class: "attempts"}, el("td", {colspan: "9"},
+      el("table", {}, el("thead", {}, el("tr", {}, ...["#", "Endpoint", "Credential", "Status", "Outcome", "Error", "TTFT", "Latency"].map((h) => el("th", {text: h})))),
+        el("tbody", {}, ...got.rows.map((a) => el("tr", {},
+          el("td", {text: a.attempt}), el("td", {text: a.endpoint}), el("td", {text: a.credential_id}),
+          el("td", {text: a.status ?? ""}), el("td", {text: a.outcome}), el("td", {text: a.error_kind}),
+          el("td", {text: ms(a.ttft_ms)}), el("td", {text: ms(a.latency_ms)}))))))));
+  };
+  const load = async () => {
+    const f = form.elements;
+    const args = {kind: "request", limit: Number(f.limit.value) || 50};
+    if (f.model.value) args.model = f.model.value;
+    if (f.status.value) args.status = Number(f.status.value);
+    if (f.caller_id.value) args.caller_id = f.caller_id.value;
+    if (f.since.value) args.since = epoch(f.since.value);
+    if (f.until.value) args.until = epoch(f.until.value);
+    const got = await admin("log", "query", args);
+    tbody.replaceChildren(...got.rows.reverse().map((r) => {
+      const tr = el("tr", {class: "request", dataset: {request: r.request_id, status: String(r.status)}, tabindex: "0",
+        title: "show attempts"},
+        el("td", {text: stamp(r.ts)}), el("td", {text: r.request_id}), el("td", {text: r.caller_id}),
+        el("td", {text: r.requested_model}), el("td", {text: r.model}), el("td", {text: r.endpoint}),
+        el("td", {class: "status", text: r.status ?? ""}), el("td", {text: r.attempt}), el("td", {text: ms(r.latency_ms)}));
+      const toggle = () => attempt(() => attempts(tr, r.request_id));
+      tr.addEventListener("click", toggle);
+      tr.addEventListener("keydown", (e) => { if (e.key === "Enter") toggle(); });
+      return tr;
+    }));
+    document.body.dataset.rows = String(got.rows.length);
+  };
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    for (const input of form.querySelectorAll("input")) if (input.value) q.set(input.name, input.value);
+    history.replaceState(null, "", "?" + q);
+    delete document.body.dataset.ready;
+    attempt(load).then(ready);
+  });
+  attempt(load).then(ready);
+}
+
+const PAGES = {overview, events, chains, rules, weights, keys, log};
+const run = PAGES[document.body.dataset.page];
+if (run) Promise.resolve(run()).catch((err) => flash(err.message, true));
