@@ -45,10 +45,13 @@ class Lease:
 
 
 class LedgerSnapshot(msgspec.Struct):
-    """What outlives a restart of the owner: the leases (a restarted owner still knows the
-    slots in use; the ones nobody renews expire as before) and a ``local`` quota's window
-    and charges."""
+    """What outlives a restart of the owner (or its replacement by a reload): the leases (a
+    restarted owner still knows the slots in use; the ones nobody renews expire as before)
+    and a ``local`` quota's window and charges, with the pool's ``kind`` and ``unit`` they
+    were counted in ("" in a snapshot of an older shape: taken as unchanged)."""
 
+    kind: str = ""
+    unit: str = ""
     window_start: float = 0.0
     used: float = 0.0
     charges: dict[str, tuple[float, float]] = {}
@@ -253,15 +256,20 @@ class CapacityLedger:
         """The leases and the count to persist."""
         leases = {i: (x.holder, x.endpoint, x.units, x.expires_at, x.charged_in)
                   for i, x in self._leases.items()}
-        return LedgerSnapshot(window_start=self._window_start, used=self._used,
-                              charges=dict(self._charges), leases=leases)
+        return LedgerSnapshot(kind=self.kind, unit=self.unit, window_start=self._window_start,
+                              used=self._used, charges=dict(self._charges), leases=leases)
 
     def restore(self, snap: LedgerSnapshot, now: float) -> None:
-        """Take back a persisted state: the leases, a calendar count if its window is still
-        the current one, the rolling charges still inside the window. An http_json count is
-        not restored: the next reading is the truth."""
+        """Take back a persisted state: the leases (when the pool is still of the same kind:
+        a slot is no quota unit), a calendar count if its window is still the current one,
+        the rolling charges still inside the window (both only when counted in the same
+        unit). An http_json count is not restored: the next reading is the truth."""
+        if snap.kind not in ("", self.kind):
+            return
         for i, (holder, endpoint, units, expires_at, charged_in) in snap.leases.items():
             self._leases[i] = Lease(holder, endpoint, units, expires_at, charged_in)
+        if snap.unit not in ("", self.unit):
+            return
         if self._calendar is not None and snap.window_start == self._window_start:
             self._used = snap.used
         if self._rolling is not None:

@@ -10,7 +10,9 @@ time (not in either description) are never touched.
 
 ``apply`` performs changes on the running tree: additions and replacements in tree order
 (endpoints before the models that read them), removals in reverse. Replacement is make
-before break (``Supervisor.replace_child``), so a changed model is never unanswered.
+before break (``Supervisor.replace_child``), so a changed model is never unanswered; an
+``exclusive`` child (a capacity pool's owner) is replaced break before make, so two owners
+never answer at once and the new one starts from the old one's final state.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ class Change:
 
 def same_spec(a: ChildSpec, b: ChildSpec) -> bool:
     """Whether two leaf specs would start the same child (see the module docstring)."""
-    if (a.restart, a.shutdown) != (b.restart, b.shutdown):
+    if (a.restart, a.shutdown, a.exclusive) != (b.restart, b.shutdown, b.exclusive):
         return False
     fa, fb = a.factory, b.factory
     if isinstance(fa, functools.partial) and isinstance(fb, functools.partial):

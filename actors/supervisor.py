@@ -70,6 +70,9 @@ class ChildSpec:
     factory: Callable[[], Actor | Supervisor]
     restart: Restart = Restart.PERMANENT
     shutdown: float = 5.0  # seconds to stop cleanly before it is cancelled
+    # The one owner of a state that two incarnations must never answer for at once (a
+    # capacity pool: both would grant): replaced break before make, see replace_child.
+    exclusive: bool = False
 
 
 class _Child:
@@ -253,16 +256,27 @@ class Supervisor:
         """Start ``spec`` in place of the child of the same name, then stop the old one.
 
         Make before break: both serve for a moment, so the child's subjects never go
-        unanswered. Raises KeyError (no such child), RuntimeError (not running), and the new
-        child's exception when it fails to start (the old one then keeps running).
+        unanswered. An ``exclusive`` child (either spec) is replaced break before make
+        instead: the old one stops (its ``on_stop`` saves its final state) before the new one
+        starts (and loads it), so there is never a moment with two owners; its subjects go
+        unanswered in between. Raises KeyError (no such child), RuntimeError (not running),
+        and the new child's exception when it fails to start (the old one then keeps
+        running; an exclusive one is started again from its old spec).
         """
         async with self._lock:
             self._check_running()
             old_spec = self._spec_named(spec.name)
             old = self._children.get(spec.name)
+            exclusive = spec.exclusive or old_spec.exclusive
+            if exclusive and old is not None:
+                await self._stop_child(old)
             error = await self._start_child(spec)
             if error is not None:
-                if old is not None:
+                if exclusive and old is not None:
+                    if await self._start_child(old_spec) is not None:
+                        logger.error("supervisor %s: %s could not be started again after its "
+                                     "replacement failed", self.name, spec.name)
+                elif old is not None:
                     self._children[spec.name] = old
                 else:
                     self._children.pop(spec.name, None)
@@ -270,7 +284,7 @@ class Supervisor:
             self._specs[self._specs.index(old_spec)] = spec
             self._nested.pop(spec.name, None)
             self._finished.discard(spec.name)
-            if old is not None:
+            if old is not None and not exclusive:
                 await self._stop_child(old)
         await self._publish(ChildStarted(supervisor=self.name, child=spec.name))
 

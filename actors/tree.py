@@ -87,7 +87,8 @@ def build_tree(
         ChildSpec(f"capacity:{name}",
                   functools.partial(CapacityActor, spec, config.routing.leases,
                                     snapshots=snapshots, **extra),
-                  restart=Restart.PERMANENT)
+                  # Two owners of one pool would both grant: a reload swaps them exactly.
+                  restart=Restart.PERMANENT, exclusive=True)
         for name, spec in capacity_pools(config).items()
     ]
     store = [ChildSpec("store", functools.partial(StoreActor, config.database.path, config.log),

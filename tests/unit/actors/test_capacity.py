@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
 from actors.capacity_ledger import CapacityLedger, window_bounds
+from actors.reconfigure import Change
 from actors.snapshots import SnapshotStore
 from schemas import (
     CapacityAcquire,
@@ -356,3 +357,72 @@ async def test_a_lease_refused_behind_a_stale_view_drops_the_route_and_decides_a
         assert (await _get(bus, "team")).used == 1  # the refused ask took nothing
     finally:
         await root.stop()
+
+
+def _team(limit: int, *, extra_route: bool = False, kind: str = "concurrency") -> GatewayConfig:
+    resource: dict[str, object] = (
+        {"provider_type": "concurrency", "concurrency": {"limit": limit},
+         "concurrency_pool": "team"} if kind == "concurrency" else
+        {"provider_type": "quota", "quota": {"limit": limit}, "quota_pool": "team",
+         "quota_source": {"kind": "local", "window": "daily"}})
+    routes: list[dict[str, object]] = [{"kind": "echo", **resource}]
+    if extra_route:
+        routes.append({"kind": "echo", **resource})
+    routes.append({"kind": "echo", "fallback_only": True})
+    return GatewayConfig.model_validate({"models": [{"id": "m", "route": routes}]})
+
+
+async def _reload(root: Supervisor, old: GatewayConfig, new: GatewayConfig,
+                  store: SnapshotStore) -> list[str]:
+    from actors import build_tree
+    from actors.reconfigure import apply, diff
+
+    changes = diff(build_tree(old, snapshots=store), build_tree(new, snapshots=store))
+    done: list[Change] = []
+    await apply(root, changes, done)
+    return [f"{c.kind} {c.label}" for c in done]
+
+
+async def test_a_reloaded_pool_owner_takes_over_the_leases_granted_just_before_it(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    from actors import build_tree
+
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    root = build_tree(_team(1), snapshots=store)
+    await root.start(bus)
+    try:
+        held = await _acquire(bus, "team")  # granted well within the owner's flush delay
+        assert held.granted
+        # The pool gains a route: its declaration changed, so its owner is replaced.
+        assert "replace capacity/capacity:team" in await _reload(
+            root, _team(1), _team(1, extra_route=True), store)
+        state = await _get(bus, "team")
+        assert (state.used, state.endpoints) == (1, ("m:echo", "m:echo-2"))
+        assert not (await _acquire(bus, "team")).granted  # no second grant of the one slot
+        await bus.publish(subjects.capacity_release("team"),
+                          CapacityRelease(pool="team", lease_id=held.lease_id))
+        assert (await _get(bus, "team")).used == 0  # the carried lease is the new owner's
+    finally:
+        await root.stop()
+        await store.aclose()
+
+
+async def test_a_pool_whose_kind_changed_does_not_carry_the_old_leases(
+    bus: InProcessBus, tmp_path: Path,
+) -> None:
+    from actors import build_tree
+
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    quota = _team(5, kind="quota")
+    root = build_tree(quota, snapshots=store)
+    await root.start(bus)
+    try:
+        assert (await _acquire(bus, "team")).granted
+        assert "replace capacity/capacity:team" in await _reload(root, quota, _team(1), store)
+        state = await _get(bus, "team")
+        assert (state.kind, state.used) == ("concurrency", 0)  # a quota unit is no slot
+        assert (await _acquire(bus, "team")).granted
+    finally:
+        await root.stop()
+        await store.aclose()

@@ -113,3 +113,26 @@ async def test_replaced_child_that_crashes_is_restarted_from_its_new_spec(
     await bus.publish(subjects.model_route("a"), RouteRequest(model="crash"))
     await journal.wait_for("start:a#3")
     assert (await ask(bus, "a")).reason == "a#3"
+
+
+async def test_an_exclusive_child_is_replaced_break_before_make(
+    bus: InProcessBus, root: Supervisor
+) -> None:
+    journal = Journal()
+    spec = echo("a", journal)
+    await root.add_child(ChildSpec("a", spec.factory, exclusive=True))
+    await root.replace_child(ChildSpec("a", echo("a", journal).factory, exclusive=True))
+    assert journal.entries == ["start:a#1", "stop:a#1", "start:a#2"]  # never two at once
+    assert (await ask(bus, "a")).reason == "a#2"
+
+
+async def test_an_exclusive_child_whose_replacement_fails_is_started_again_from_its_spec(
+    bus: InProcessBus, root: Supervisor
+) -> None:
+    journal = Journal()
+    await root.add_child(ChildSpec("a", echo("a", journal).factory, exclusive=True))
+    with pytest.raises(RuntimeError, match="cannot start"):
+        await root.replace_child(ChildSpec("a", echo("a", journal, fail_start=True).factory,
+                                           exclusive=True))
+    assert (await ask(bus, "a")).reason == "a#3"  # the old spec, a fresh incarnation
+    assert journal.entries[:2] == ["start:a#1", "stop:a#1"]
