@@ -48,6 +48,10 @@ class BenchProber:
         self._leases = leases or LeaseKeeper(bus, 30.0, "prober")
         self._secrets = secrets  # the grants ``targets`` reads database keys' secrets from
 
+    def retarget(self, targets: Targets) -> None:
+        """Resolve routes from ``targets`` from the next probe on (a reload)."""
+        self._targets = targets
+
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
         result = functools.partial(ProbeResult, endpoint=due.endpoint,

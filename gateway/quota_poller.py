@@ -54,37 +54,59 @@ def _where(url: str) -> str:
 
 
 class QuotaPoller:
-    """Polls the http_json sources of ``config``'s pools until cancelled."""
+    """Polls the http_json sources of the pools of the config it was last given (one task
+    per pool) until :meth:`aclose`. A reload (:meth:`reconfigure`) starts polling the pools
+    it adds, restarts the ones whose source or credential changed (polled at once with the
+    new declaration) and stops the ones it removed."""
 
-    def __init__(self, bus: Bus, config: GatewayConfig, client: UpstreamHTTP,
-                 secrets: dict[str, str | None]) -> None:
+    def __init__(self, bus: Bus, client: UpstreamHTTP, config: GatewayConfig | None = None
+                 ) -> None:
         self._bus = bus
         self._client = client
-        self._pools = [p for p in capacity_pools(config).values()
-                       if isinstance(p.source, HttpJsonQuotaSource)]
-        self._secrets = secrets
+        self._polling: dict[str, tuple[tuple[PoolSpec, str | None], asyncio.Task[None]]] = {}
+        if config is not None:
+            self.reconfigure(config)
 
     @property
     def pools(self) -> list[PoolSpec]:
-        """The pools with an http_json source."""
-        return self._pools
+        """The pools with an http_json source being polled."""
+        return [spec for (spec, _), _task in self._polling.values()]
 
-    async def run(self) -> None:
-        """Poll every source forever, each at its own refresh interval."""
-        await asyncio.gather(*(self._poll_forever(p) for p in self._pools))
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Poll the http_json sources of ``config`` from now on (see the class docstring)."""
+        wanted = {p.pool: (p, _credential(config, p.endpoints[0]))
+                  for p in capacity_pools(config).values()
+                  if isinstance(p.source, HttpJsonQuotaSource)}
+        for name, (key, task) in list(self._polling.items()):
+            if wanted.get(name) != key:
+                task.cancel()
+                del self._polling[name]
+        for name, key in wanted.items():
+            if name not in self._polling:
+                task = asyncio.create_task(self._poll_forever(*key), name=f"quota-poll:{name}")
+                self._polling[name] = (key, task)
 
-    async def _poll_forever(self, pool: PoolSpec) -> None:
+    async def aclose(self) -> None:
+        """Stop polling."""
+        tasks = [task for _, task in self._polling.values()]
+        self._polling.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _poll_forever(self, pool: PoolSpec, secret: str | None) -> None:
         assert isinstance(pool.source, HttpJsonQuotaSource)
         while True:
-            await self.poll_once(pool)
+            await self.poll_once(pool, secret)
             await asyncio.sleep(pool.source.refresh_seconds)
 
-    async def poll_once(self, pool: PoolSpec) -> QuotaReading:
-        """Read ``pool``'s source once and publish what was read (or why nothing was)."""
+    async def poll_once(self, pool: PoolSpec, secret: str | None) -> QuotaReading:
+        """Read ``pool``'s source once with ``secret`` (its first route's credential) and
+        publish what was read (or why nothing was)."""
         source = pool.source
         assert isinstance(source, HttpJsonQuotaSource)
         try:
-            used, limit = await self._read(pool.endpoints[0], source)
+            used, limit = await self._read(pool.endpoints[0], source, secret)
             reading = QuotaReading(pool=pool.pool, used=used, limit=limit)
         except SourceError as exc:
             reading = QuotaReading(pool=pool.pool, error=f"{_where(source.url)}: {exc}")
@@ -94,9 +116,8 @@ class QuotaPoller:
             logger.warning("quota reading of %s not published: %s", pool.pool, exc)
         return reading
 
-    async def _read(self, endpoint: str, source: HttpJsonQuotaSource
+    async def _read(self, endpoint: str, source: HttpJsonQuotaSource, secret: str | None
                     ) -> tuple[float, float | None]:
-        secret = self._secrets.get(endpoint)
         headers = {"accept": "application/json"}
         if secret:
             headers["authorization"] = f"Bearer {secret}"
@@ -115,3 +136,12 @@ class QuotaPoller:
         limit = None if source.limit_path is None else read_path(doc, source.limit_path,
                                                                    "limit_path")
         return used, limit
+
+
+def _credential(config: GatewayConfig, endpoint: str) -> str | None:
+    """The first credential of route ``endpoint`` (None: it has none)."""
+    for model in config.models:
+        for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            if eid == endpoint:
+                return route.secrets[0] if route.secrets else None
+    return None

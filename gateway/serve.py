@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -25,7 +26,13 @@ from gateway import http_edge
 from gateway.app import create_app
 from gateway.cli_common import redacted
 from gateway.config import load_config
-from gateway.control import install_sighup, sighup_handler, start_ingress_ops
+from gateway.control import (
+    config_version,
+    install_sighup,
+    load_versioned,
+    sighup_handler,
+    start_ingress_ops,
+)
 from gateway.local_admin import LocalAdmin
 from gateway.sidecars import Sidecars
 
@@ -120,6 +127,8 @@ async def run(
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
             sidecars = Sidecars(bus, config)
+            sidecars.follow(functools.partial(load_versioned, opts.config_path),
+                            config_version(opts.config_path))
             logger.info(
                 "actors started on %s (%d models)", redacted(opts.bus_url), len(config.models)
             )

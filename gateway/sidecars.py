@@ -1,12 +1,20 @@
 """Background work beside the actors that needs upstream I/O (actors never do any): the
 health-check loop over local deployments, the bench prober and the quota poller (http_json
-quota sources). Runs in the process that owns the actors (role ``all`` or ``actors``)."""
+quota sources). Runs in the process that owns the actors (role ``all`` or ``actors``).
+
+A reload reaches them like it reaches an ingress (:meth:`Sidecars.follow`: on
+``ConfigChanged`` the config file is re-read): the quota poller polls the pools the reload
+added or changed and stops polling the removed ones, the prober resolves routes from the new
+config, and the health-check loop restarts when its targets or settings changed.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
+from bus import BusClosedError
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.dispatch import Targets
 from gateway.healthcheck import HealthChecker, local_targets
@@ -14,44 +22,81 @@ from gateway.leases import LeaseKeeper
 from gateway.prober import BenchProber
 from gateway.provider_secrets import ProviderSecrets, configured_credentials
 from gateway.quota_poller import QuotaPoller
+from gateway.reload import ConfigFollower, FallbackTargets
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bus import Bus
-    from schemas.config import GatewayConfig
+    from schemas.config import GatewayConfig, HealthCheckConfig
+
+logger = logging.getLogger(__name__)
 
 
 class Sidecars:
     """Owns the sidecar tasks and the HTTP client they share; ``aclose`` stops them."""
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
         self._client = make_http_client()
         self._tasks: list[asyncio.Task[None]] = []
         self._leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds, "prober")
         # Database keys' secrets by grant from their owner, as the ingress gets them (this
         # runs beside the actors but is not one: it never opens their file).
         self._grants = grants = ProviderSecrets(bus, configured_credentials(config))
-        prober = BenchProber(bus, make_adapters(self._client), Targets(config, grants),
-                             self._leases, grants)
+        self.prober = BenchProber(bus, make_adapters(self._client), Targets(config, grants),
+                                  self._leases, grants)
         # Following the declarations drops a deleted key's grant at once.
         self._tasks.append(asyncio.create_task(grants.start()))
-        self._tasks.append(asyncio.create_task(prober.run()))
-        secrets = {eid: (route.secrets[0] if route.secrets else None)
-                   for m in config.models
-                   for eid, route in zip(m.endpoint_ids(), m.route, strict=True)}
-        poller = QuotaPoller(bus, config, self._client, secrets)
-        if poller.pools:
-            self._tasks.append(asyncio.create_task(poller.run()))
+        self._tasks.append(asyncio.create_task(self.prober.run()))
+        self.poller = QuotaPoller(bus, self._client, config)
+        self._health: tuple[dict[str, str], HealthCheckConfig] | None = None
+        self._checker: asyncio.Task[None] | None = None
+        self._check(config)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Work from ``config`` from now on (a reload)."""
+        self.prober.retarget(FallbackTargets(config, Targets(self._config, self._grants),
+                                             self._grants))
+        self.poller.reconfigure(config)
+        self._check(config)
+        self._config = config
+
+    def follow(self, load: Callable[[], tuple[GatewayConfig, str]], version: str) -> None:
+        """Apply every reload from now on: ``load`` re-reads and validates the config file
+        (as :class:`~gateway.reload.ConfigFollower` does for an ingress)."""
+        follower = ConfigFollower(self, load, version)
+        self._tasks.append(asyncio.create_task(self._follow(follower), name="sidecars:reload"))
+
+    async def _follow(self, follower: ConfigFollower) -> None:
+        try:
+            await follower.follow(self._bus)
+        except BusClosedError as exc:
+            logger.error("sidecars no longer follow config reloads: %s", exc)
+
+    def _check(self, config: GatewayConfig) -> None:
+        """(Re)start the health-check loop when its targets or settings changed."""
         settings = config.routing.health_check
         targets = local_targets(config)
-        if settings.enabled and targets:
-            checker = HealthChecker(bus, targets, settings, self._client)
-            self._tasks.append(asyncio.create_task(checker.run()))
+        wanted = (targets, settings) if settings.enabled and targets else None
+        if wanted == self._health:
+            return
+        if self._checker is not None:
+            self._checker.cancel()
+            self._checker = None
+        self._health = wanted
+        if wanted is not None:
+            checker = HealthChecker(self._bus, targets, settings, self._client)
+            self._checker = asyncio.create_task(checker.run(), name="sidecars:health-check")
 
     async def aclose(self) -> None:
         """Cancel every task and close the client."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._checker] if self._checker is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.poller.aclose()
         await self._leases.aclose()
         await self._grants.aclose()
         await self._client.aclose()

@@ -1,7 +1,8 @@
 """Capacity routes through the real server with the openai SDK, on both buses: a ``local``
 quota route stops receiving traffic at its limit (the other route takes it) and resumes when
 its window has passed; an ``http_json`` quota source that does not resolve is reported (the
-``quota`` event, a ``/health/deep`` line, a warning log) and its route is not drawn.
+``quota`` event, a ``/health/deep`` line, a warning log) and its route is not drawn; a
+reload that adds or changes an ``http_json`` source has it polled without a restart.
 
 The actors run on a skewed clock (``actor_clock``): the test jumps it past the quota window
 and awaits the pool's CapacityState event instead of sleeping.
@@ -10,11 +11,13 @@ and awaits the pool's CapacityState event instead of sleeping.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
+import yaml
 
+from gateway.admin_http import admin_request
 from schemas import CapacityGet, CapacityState, QuotaSourceStatus, subjects
 from tests.e2e.conftest import (
     HI,
@@ -31,6 +34,8 @@ from tests.e2e.conftest import (
 from tests.fixtures.upstream import Reply, Stream, UpstreamFactory
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.fixtures.gateway import GatewayFactory
 
 pytestmark = pytest.mark.e2e
@@ -182,3 +187,38 @@ async def test_an_http_json_quota_source_is_read_with_the_route_key_and_bounds_i
     assert (state.used, state.limit) == (9, 10)
     assert served == [pool, eid("m", spare)]  # one unit was left
     assert polls and polls[0].headers["authorization"] == "Bearer sk-plan-key"
+
+
+async def test_a_reload_reaches_the_quota_poller_without_a_restart(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+) -> None:
+    plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
+    plan.set_default(Reply(200, body={"data": {"used": 3, "other": 7, "limit": 10}}),
+                     path="/usage")
+    path = tmp_path / "gw.yaml"
+    database = {"path": str(tmp_path / "gw.sqlite3")}
+
+    def declared(*quota_route: dict[str, Any]) -> dict[str, Any]:
+        return config(model("m", route(spare), *quota_route), database=database)
+
+    def source(used_path: str, key: str) -> dict[str, Any]:
+        # A refresh far beyond the test: only the poll a reload starts can be seen.
+        return route(plan, provider_type="quota", api_key=key, quota_source={
+            "kind": "http_json", "url": f"{plan.base_url}/usage", "used_path": used_path,
+            "limit_path": "data.limit", "refresh_seconds": 3600})
+
+    gw = await gateway_factory(declared(), config_path=path)
+    pool = eid("m", plan)
+    async with watch(gw, subjects.capacity_state(pool)) as states:
+        # A reload adds the pool: its source is polled (with the route's key) at once.
+        path.write_text(yaml.safe_dump(declared(source("data.used", "sk-first"))))
+        await admin_request(gateway_bus(gw), "config", "reload", by="test", timeout=WAIT)
+        added = await states.next(CapacityState, lambda s: s.resolved)
+        # A reload changes it: polled again at once, with the new path and key.
+        path.write_text(yaml.safe_dump(declared(source("data.other", "sk-second"))))
+        await admin_request(gateway_bus(gw), "config", "reload", by="test", timeout=WAIT)
+        changed = await states.next(CapacityState, lambda s: s.resolved and s.used == 7)
+
+    assert (added.used, added.limit) == (3, 10)
+    assert changed.limit == 10
+    assert [r.credential for r in plan.requests_to("/usage")] == ["sk-first", "sk-second"]
