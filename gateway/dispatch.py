@@ -25,7 +25,7 @@ import anyio
 from gateway.accounting import RequestRecord
 from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
-from gateway.leases import LeaseKeeper
+from gateway.leases import LeaseKeeper, tokens_used_by_failure
 from schemas import (
     FirstToken,
     GatewayError,
@@ -408,6 +408,7 @@ class Dispatcher:
                 body = await op(self._adapter(c), target)
         except UpstreamError as err:
             _scrub(err, target.api_key)
+            await self.leases.release(c, tokens_used_by_failure(err))
             await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
             failures.add(err, c)
             return None
@@ -479,7 +480,7 @@ class Dispatcher:
                                      target.idle_timeout)
             await _aclose(chunks)
             await self.observe(info, c, attempt, outcome, started, err=err)
-            await self.leases.release(c)
+            await self.leases.release(c, tokens_used_by_failure(err))
             failures.add(err, c)
         raise failures.final()
 

@@ -28,6 +28,7 @@ from schemas import (
     GatewayError,
     RouteCandidate,
     RoutePlan,
+    UpstreamError,
     subjects,
 )
 
@@ -37,6 +38,20 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _ACQUIRE_TIMEOUT = 2.0
+
+# Failures where the upstream generated nothing: it answered with an error status, the
+# connection was never made, or the gateway never sent the request.
+_REFUSED_BEFORE_SENDING = frozenset({"connect", "no_adapter", "unsupported_parameter"})
+
+
+def tokens_used_by_failure(err: UpstreamError) -> int | None:
+    """The tokens a failed attempt is known to have used, for its lease's release: 0 when
+    the upstream refused it before generating (a non-2xx answer, no connection, never sent);
+    None when unknown (a timeout, a broken or empty stream, a garbled answer: the upstream
+    may have generated, so a token quota keeps the estimate it reserved)."""
+    if err.kind.startswith("http_") or err.kind in _REFUSED_BEFORE_SENDING:
+        return 0
+    return None
 
 
 class LeaseKeeper:

@@ -222,3 +222,33 @@ async def test_a_reload_reaches_the_quota_poller_without_a_restart(
     assert (added.used, added.limit) == (3, 10)
     assert changed.limit == 10
     assert [r.credential for r in plan.requests_to("/usage")] == ["sk-first", "sk-second"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["call", "stream"])
+async def test_an_attempt_the_upstream_refused_gives_its_token_estimate_back(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool,
+) -> None:
+    plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
+    plan.set_default(Reply(500))
+    quota = route(plan, provider_type="quota", quota={"limit": 100000},
+                  quota_source={"kind": "local", "unit": "tokens", "window": "daily"})
+    gw = await gateway_factory(config(model("m", quota, route(spare, fallback_only=True))))
+    pool = eid("m", plan)
+    words = [{"role": "user", "content": "count these words " * 50}]
+    async with watch(gw, subjects.capacity_state(pool)) as states:
+        if stream:
+            chunks = await gw.openai().chat.completions.create(model="m", messages=words,
+                                                               stream=True)
+            received = [c async for c in chunks]  # read to the end
+            served = received[0].model_dump()
+        else:
+            served = (await gw.openai().chat.completions.create(
+                model="m", messages=words)).model_dump()
+        reserved = await states.next(CapacityState, lambda s: s.used > 0)
+    after = await gateway_bus(gw).request(subjects.capacity_get(pool), CapacityGet(pool=pool),
+                                          reply_type=CapacityState, timeout=WAIT)
+
+    assert served["id"] and len(plan.requests_to("/v1/chat/completions")) == 1
+    assert len(spare.requests_to("/v1/chat/completions")) == 1
+    assert reserved.used >= 50  # the prompt estimate was reserved for the attempt
+    assert isinstance(after, CapacityState) and after.used == 0  # refused: nothing was used

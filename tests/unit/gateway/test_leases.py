@@ -11,8 +11,18 @@ import pytest
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor
 from bus import InProcessBus
-from gateway.leases import LeaseKeeper
-from schemas import CapacityRelease, CapacityRenew, RouteCandidate, RoutePlan, subjects
+from gateway.adapters.base import error_from_status
+from gateway.adapters.http import transport_error
+from gateway.leases import LeaseKeeper, tokens_used_by_failure
+from schemas import (
+    CapacityRelease,
+    CapacityRenew,
+    RouteCandidate,
+    RoutePlan,
+    UpstreamError,
+    UpstreamTimeoutError,
+    subjects,
+)
 from schemas.capacity import PoolSpec
 from schemas.config import LeaseConfig
 
@@ -91,3 +101,15 @@ async def test_a_fallback_is_leased_before_dispatch_and_skipped_when_refused(
     finally:
         await keeper.aclose()
         await root.stop()
+
+
+def test_a_failure_releases_zero_tokens_only_when_the_upstream_generated_nothing() -> None:
+    refused = error_from_status("m:a", 429, {}, b'{"error": {"message": "slow down"}}')
+    reset = transport_error("m:a", ConnectionResetError())  # the request may have gone out
+    assert tokens_used_by_failure(refused) == 0
+    assert tokens_used_by_failure(UpstreamError("x", kind="connect")) == 0
+    # Unknown: the upstream may have generated, so a token quota keeps its estimate.
+    assert tokens_used_by_failure(UpstreamTimeoutError("late", kind="ttft")) is None
+    assert tokens_used_by_failure(UpstreamError("cut", kind="truncated")) is None
+    assert tokens_used_by_failure(UpstreamError("empty", kind="empty_stream")) is None
+    assert (reset.kind, tokens_used_by_failure(reset)) == ("transport", None)
