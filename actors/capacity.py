@@ -70,10 +70,13 @@ class CapacityActor(Actor):
         *,
         snapshots: SnapshotStore | None = None,
         clock: Callable[[], float] = time.time,
+        max_age: float | None = None,
     ) -> None:
         self.name = f"capacity:{spec.pool}"
         self._spec = spec
         self._ttl = leases.ttl_seconds
+        # None: leases.max_age_seconds (a lease lives that long at most however renewed).
+        self._max_age = max_age if max_age is not None else leases.max_age_seconds
         self._snapshots = snapshots
         self._clock = clock
         pool = spec.pool
@@ -89,7 +92,7 @@ class CapacityActor(Actor):
         """Seed the ledger from the config and the snapshot; publish the first state."""
         self.ctx = ctx
         now = self._clock()
-        self.ledger = CapacityLedger(self._spec, self._ttl, now)
+        self.ledger = CapacityLedger(self._spec, self._ttl, now, self._max_age)
         self._timer: Cancellable | None = None
         self._timer_at: float | None = None
         self._flush_due = False
@@ -148,8 +151,14 @@ class CapacityActor(Actor):
             now = self._clock()
             expired = self.ledger.expire(now)
             for lease in expired:
-                logger.info("capacity lease of %s on %s expired unrenewed (holder %s)",
-                            lease.endpoint, self._spec.pool, lease.holder)
+                if lease.aged_out:  # renewed to the end: some path never released it
+                    logger.warning("capacity lease of %s on pool %s reached its maximum age "
+                                   "(%gs) unreleased and was expired (holder %s)",
+                                   lease.endpoint, self._spec.pool, self._max_age,
+                                   lease.holder)
+                else:
+                    logger.info("capacity lease of %s on %s expired unrenewed (holder %s)",
+                                lease.endpoint, self._spec.pool, lease.holder)
             if self.ledger.roll(now) or expired:
                 await self._changed()
             else:

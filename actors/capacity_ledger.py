@@ -12,10 +12,15 @@ the actor decides when to look again (:meth:`CapacityLedger.next_deadline`).
   window of that many seconds. An expired quota lease keeps its charge: the request was sent.
 - quota, ``http_json``: the count is the source's last reading plus what this owner granted
   since; the pool is unresolved (grants nothing) until the first reading arrives.
+
+Every lease also has a maximum age (``max_age``): renewing never extends it past its grant
+time plus that age, so a holder that forgets to release (but keeps renewing) cannot keep a
+slot for good.
 """
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,13 +40,20 @@ WAITING_FOR_SOURCE = "waiting for the quota source's first reading"
 
 @dataclass(slots=True)
 class Lease:
-    """One granted lease: who holds it, what it charged, until when it lives unrenewed."""
+    """One granted lease: who holds it, what it charged, until when it lives unrenewed, and
+    the ``deadline`` no renewal extends it past (its grant time plus the maximum age)."""
 
     holder: str
     endpoint: str
     units: float
     expires_at: float
     charged_in: float  # the calendar window it was charged to (its start), or its grant time
+    deadline: float = math.inf
+
+    @property
+    def aged_out(self) -> bool:
+        """Whether it ends at its maximum age (renewed to the last), not unrenewed."""
+        return self.expires_at >= self.deadline
 
 
 class LedgerSnapshot(msgspec.Struct):
@@ -56,6 +68,7 @@ class LedgerSnapshot(msgspec.Struct):
     used: float = 0.0
     charges: dict[str, tuple[float, float]] = {}
     leases: dict[str, tuple[str, str, float, float, float]] = {}
+    deadlines: dict[str, float] = {}  # lease id -> its maximum age's end (absent: none)
 
 
 def window_bounds(window: str, zone: ZoneInfo, now: float) -> tuple[float, float]:
@@ -81,9 +94,11 @@ class CapacityLedger:
     """One pool's leases and count. Never raises on unknown lease ids (releasing twice is
     harmless)."""
 
-    def __init__(self, spec: PoolSpec, ttl: float, now: float) -> None:
+    def __init__(self, spec: PoolSpec, ttl: float, now: float,
+                 max_age: float | None = None) -> None:
         self.spec = spec
         self.ttl = ttl
+        self.max_age = max_age
         self._leases: dict[str, Lease] = {}
         src = spec.source
         self.unit = "requests" if src is None else src.unit
@@ -158,7 +173,9 @@ class CapacityLedger:
                     f"{self.unit})")
         lease_id = secrets.token_hex(8)
         charged_in = now if self._rolling is not None else self._window_start
-        self._leases[lease_id] = Lease(holder, endpoint, units, now + self.ttl, charged_in)
+        deadline = math.inf if self.max_age is None else now + self.max_age
+        self._leases[lease_id] = Lease(holder, endpoint, units, min(now + self.ttl, deadline),
+                                       charged_in, deadline)
         if self.kind == "quota":
             if self._rolling is not None:
                 self._charges[lease_id] = (now, units)
@@ -166,15 +183,16 @@ class CapacityLedger:
                 self._used += units
             else:
                 self._granted_since_reading += units
-        return lease_id, now + self.ttl
+        return lease_id, self._leases[lease_id].expires_at
 
     def renew(self, holder: str, lease_ids: tuple[str, ...], now: float) -> int:
-        """Extend ``holder``'s leases among ``lease_ids`` by a TTL; how many were renewed."""
+        """Extend ``holder``'s leases among ``lease_ids`` by a TTL (never past their maximum
+        age); how many were renewed."""
         n = 0
         for lease_id in lease_ids:
             lease = self._leases.get(lease_id)
             if lease is not None and lease.holder == holder:
-                lease.expires_at = now + self.ttl
+                lease.expires_at = min(now + self.ttl, lease.deadline)
                 n += 1
         return n
 
@@ -201,7 +219,8 @@ class CapacityLedger:
                                               + actual - lease.units)
 
     def expire(self, now: float) -> list[Lease]:
-        """Drop the leases not renewed in time (their slots come back); the dropped ones."""
+        """Drop the leases not renewed in time or at their maximum age (their slots come
+        back); the dropped ones (:attr:`Lease.aged_out` tells which ended how)."""
         gone = [i for i, lease in self._leases.items() if lease.expires_at <= now]
         return [self._leases.pop(i) for i in gone]
 
@@ -256,8 +275,10 @@ class CapacityLedger:
         """The leases and the count to persist."""
         leases = {i: (x.holder, x.endpoint, x.units, x.expires_at, x.charged_in)
                   for i, x in self._leases.items()}
+        deadlines = {i: x.deadline for i, x in self._leases.items() if x.deadline < math.inf}
         return LedgerSnapshot(kind=self.kind, unit=self.unit, window_start=self._window_start,
-                              used=self._used, charges=dict(self._charges), leases=leases)
+                              used=self._used, charges=dict(self._charges), leases=leases,
+                              deadlines=deadlines)
 
     def restore(self, snap: LedgerSnapshot, now: float) -> None:
         """Take back a persisted state: the leases (when the pool is still of the same kind:
@@ -267,7 +288,11 @@ class CapacityLedger:
         if snap.kind not in ("", self.kind):
             return
         for i, (holder, endpoint, units, expires_at, charged_in) in snap.leases.items():
-            self._leases[i] = Lease(holder, endpoint, units, expires_at, charged_in)
+            # A lease of an older snapshot (no deadline) gets the maximum age from now.
+            deadline = snap.deadlines.get(
+                i, math.inf if self.max_age is None else now + self.max_age)
+            self._leases[i] = Lease(holder, endpoint, units, min(expires_at, deadline),
+                                    charged_in, deadline)
         if snap.unit not in ("", self.unit):
             return
         if self._calendar is not None and snap.window_start == self._window_start:

@@ -83,10 +83,14 @@ def build_tree(
                 restart=Restart.PERMANENT,
             )
         )
+    timeouts = {eid: route.timeout_seconds for m in config.models
+                for eid, route in zip(m.endpoint_ids(), m.route, strict=True)}
+    leases = config.routing.leases
     capacity_specs: list[ChildSpec | Supervisor] = [
         ChildSpec(f"capacity:{name}",
-                  functools.partial(CapacityActor, spec, config.routing.leases,
-                                    snapshots=snapshots, **extra),
+                  functools.partial(CapacityActor, spec, leases, snapshots=snapshots,
+                                    max_age=leases.max_age(timeouts[e] for e in spec.endpoints),
+                                    **extra),
                   # Two owners of one pool would both grant: a reload swaps them exactly.
                   restart=Restart.PERMANENT, exclusive=True)
         for name, spec in capacity_pools(config).items()

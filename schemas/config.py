@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -337,9 +338,19 @@ class FailoverConfig(_Strict):
 
 class LeaseConfig(_Strict):
     """Capacity leases (quota units, concurrency slots): the ingress renews a lease while its
-    request runs; one it stops renewing (its ingress died) expires after ``ttl_seconds``."""
+    request runs; one it stops renewing (its ingress died) expires after ``ttl_seconds``.
+    A lease renewed but never released (a forgotten release) expires at its maximum age:
+    ``max_age_seconds``, else the longest ``timeout_seconds`` of its pool's routes plus one
+    TTL."""
 
     ttl_seconds: float = Field(default=30.0, gt=0)
+    max_age_seconds: float | None = Field(default=None, gt=0)
+
+    def max_age(self, timeouts: Iterable[float]) -> float:
+        """The maximum age of a lease on a pool whose routes have ``timeouts``."""
+        if self.max_age_seconds is not None:
+            return self.max_age_seconds
+        return max(timeouts, default=0.0) + self.ttl_seconds
 
 
 class RoutingConfig(_Strict):

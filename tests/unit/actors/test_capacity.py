@@ -83,6 +83,27 @@ def test_an_unrenewed_lease_expires_after_the_ttl_and_a_renewed_one_lives_on() -
     assert [x.holder for x in ledger.expire(50)] == ["ing1"]
 
 
+def test_a_lease_renewed_but_never_released_expires_at_its_maximum_age() -> None:
+    ledger = CapacityLedger(_concurrency(2), ttl=30, now=0, max_age=100)
+    forgotten = ledger.acquire("ing1", "m:a", 1, 0)
+    assert isinstance(forgotten, tuple)
+    for t in (20, 40, 60, 80):
+        assert ledger.renew("ing1", (forgotten[0],), t) == 1
+    assert ledger.next_deadline() == 100  # not 110: the renewal at 80 stops at the max age
+    assert ledger.expire(99.9) == []
+    [gone] = ledger.expire(100)
+    assert gone.aged_out and ledger.state(100).used == 0
+    unrenewed = ledger.acquire("ing1", "m:a", 1, 100)
+    assert isinstance(unrenewed, tuple)
+    [lapsed] = ledger.expire(130)
+    assert not lapsed.aged_out  # it lapsed unrenewed, long before its maximum age
+
+
+def test_the_maximum_age_is_the_setting_else_the_longest_route_timeout_plus_a_ttl() -> None:
+    assert LeaseConfig(ttl_seconds=30).max_age([600, 120]) == 630
+    assert LeaseConfig(ttl_seconds=30, max_age_seconds=45).max_age([600]) == 45
+
+
 def test_a_request_quota_counts_one_per_request_and_an_expired_lease_keeps_its_charge() -> None:
     ledger = CapacityLedger(_quota(2, window=3600), ttl=30, now=0)
     first = ledger.acquire("i", "m:a", 500, 0)
@@ -225,6 +246,27 @@ async def test_actor_publishes_state_on_grant_and_release_and_expires_unrenewed_
                               CapacityRelease(pool="slots", lease_id=again.lease_id))
             assert (await next_event(states, CapacityState)).used == 1
             assert (await next_event(states, CapacityState)).used == 0
+
+
+async def test_the_owner_expires_a_lease_at_its_maximum_age_and_warns_naming_the_pool(
+    bus: InProcessBus, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+) -> None:
+    actor = CapacityActor(_concurrency(1), LeaseConfig(ttl_seconds=30, max_age_seconds=50),
+                          clock=clock)
+    async with running(bus, actor):
+        grant = await _acquire(bus, "slots")
+        assert grant.granted and grant.expires_at == 1030
+        for now in (1020.0, 1040.0):
+            clock.now = now
+            await bus.publish(subjects.capacity_renew("slots"), CapacityRenew(
+                pool="slots", holder="ing", lease_ids=(grant.lease_id,)))
+            assert (await _get(bus, "slots")).used == 1  # renewed (and handled) by now
+        clock.now = 1050  # the holder renewed in time, but it never released
+        await actor.ctx.send_self(_Sweep())
+        assert (await _get(bus, "slots")).used == 0
+        assert (await _acquire(bus, "slots")).granted
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("pool slots reached its maximum age (50s)" in w for w in warnings), warnings
 
 
 async def test_a_local_quota_count_survives_a_restart(
