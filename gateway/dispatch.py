@@ -446,7 +446,13 @@ class Dispatcher:
                 continue
             started = self._clock()
             target = self._targets.resolve(c)
-            chunks = self._adapter(c).stream(target, body)
+            try:
+                chunks = self._adapter(c).stream(target, body)
+            except UpstreamError as err:  # no adapter: nothing sent, the next route may serve
+                await self.observe(info, c, attempt, "failure", started, err=err)
+                await self.leases.release(c, tokens_used_by_failure(err))
+                failures.add(err, c)
+                continue
             limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
             outcome = "failure"
             try:

@@ -13,6 +13,8 @@ from actors.capacity import CapacityActor
 from bus import InProcessBus
 from gateway.adapters.base import error_from_status
 from gateway.adapters.http import transport_error
+from gateway.adapters.registry import make_adapters, make_http_client
+from gateway.dispatch import Dispatcher, RequestInfo, Targets
 from gateway.leases import LeaseKeeper, tokens_used_by_failure
 from schemas import (
     CapacityRelease,
@@ -24,7 +26,8 @@ from schemas import (
     subjects,
 )
 from schemas.capacity import PoolSpec
-from schemas.config import LeaseConfig
+from schemas.config import GatewayConfig, LeaseConfig
+from tests.fixtures.upstream import FakeUpstream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -113,3 +116,28 @@ def test_a_failure_releases_zero_tokens_only_when_the_upstream_generated_nothing
     assert tokens_used_by_failure(UpstreamError("cut", kind="truncated")) is None
     assert tokens_used_by_failure(UpstreamError("empty", kind="empty_stream")) is None
     assert (reset.kind, tokens_used_by_failure(reset)) == ("transport", None)
+
+
+async def test_a_stream_to_a_route_without_an_adapter_gives_its_lease_back(
+    bus: InProcessBus, fake_upstream: FakeUpstream,
+) -> None:
+    http = make_http_client()
+    adapters = {k: v for k, v in make_adapters(http).items() if k != "anthropic"}
+    dispatcher = Dispatcher(bus, adapters, Targets(GatewayConfig()))
+    leased = RouteCandidate(endpoint="m:a", kind="anthropic", pool="a", lease_id="1",
+                            base_url=fake_upstream.anthropic_base_url, upstream_model="x")
+    plan = RoutePlan(model="m", candidates=(leased, RouteCandidate(endpoint="m:e", kind="echo")))
+    info = RequestInfo(request_id="r", model="m", surface="chat", stream=True)
+    try:
+        async with bus.subscribe(subjects.capacity_release("a")) as releases:
+            attempt = await dispatcher.open_stream(info, plan, {"model": "m", "messages": [
+                {"role": "user", "content": "hi"}]})
+            await attempt.close("success")
+            async with asyncio.timeout(WAIT):
+                released = (await anext(aiter(releases))).message
+        assert attempt.candidate.endpoint == "m:e"  # the next route served
+        assert released == CapacityRelease(pool="a", lease_id="1", used_units=0.0)
+        assert dispatcher.leases.held() == 0 and fake_upstream.requests == []
+    finally:
+        await dispatcher.leases.aclose()
+        await http.aclose()
