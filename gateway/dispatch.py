@@ -448,10 +448,10 @@ class Dispatcher:
             target = self._targets.resolve(c)
             try:
                 chunks = self._adapter(c).stream(target, body)
-            except UpstreamError as err:  # no adapter: nothing sent, the next route may serve
-                await self.observe(info, c, attempt, "failure", started, err=err)
-                await self.leases.release(c, tokens_used_by_failure(err))
-                failures.add(err, c)
+            except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
+                await self.observe(info, c, attempt, "failure", started, err=missing)
+                await self.leases.release(c, tokens_used_by_failure(missing))
+                failures.add(missing, c)
                 continue
             limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
             outcome = "failure"

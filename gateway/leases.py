@@ -90,8 +90,13 @@ class LeaseKeeper:
         ask = CapacityAcquire(pool=c.pool, endpoint=c.endpoint, request_id=request_id,
                               holder=self.holder, units=float(max(1, tokens)))
         try:
-            grant = await self._bus.request(subjects.capacity_acquire(c.pool), ask,
-                                            reply_type=CapacityGrant, timeout=_ACQUIRE_TIMEOUT)
+            # Shielded: a grant that arrives after the client went away is still held (and
+            # so released by the attempt the cancellation then ends), never lost at its
+            # owner until the TTL (a quota unit lost so would stay charged).
+            with anyio.CancelScope(shield=True):
+                grant = await self._bus.request(subjects.capacity_acquire(c.pool), ask,
+                                                reply_type=CapacityGrant,
+                                                timeout=_ACQUIRE_TIMEOUT)
         except (NoRespondersError, RequestTimeoutError) as exc:
             logger.warning("capacity pool %s did not answer a lease for %s: %s", c.pool,
                            c.endpoint, type(exc).__name__)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 
 from actors import ChildSpec, Supervisor
@@ -17,6 +18,7 @@ from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.dispatch import Dispatcher, RequestInfo, Targets
 from gateway.leases import LeaseKeeper, tokens_used_by_failure
 from schemas import (
+    CapacityGrant,
     CapacityRelease,
     CapacityRenew,
     RouteCandidate,
@@ -141,3 +143,31 @@ async def test_a_stream_to_a_route_without_an_adapter_gives_its_lease_back(
     finally:
         await dispatcher.leases.aclose()
         await http.aclose()
+
+
+async def test_a_grant_that_arrives_after_the_client_went_away_is_still_held(
+    bus: InProcessBus,
+) -> None:
+    keeper = LeaseKeeper(bus, 30.0, "ing-1")
+    bare = RouteCandidate(endpoint="m:p", kind="echo", pool="p")
+    got: list[RouteCandidate | None] = []
+    scope = anyio.CancelScope()
+
+    async def ask() -> None:
+        with scope:
+            got.append(await keeper.acquire(bare, "r1"))
+            await anyio.sleep_forever()  # the cancellation lands at the next checkpoint
+
+    try:
+        async with bus.subscribe(subjects.capacity_acquire("p")) as owner:
+            task = asyncio.create_task(ask())
+            async with asyncio.timeout(WAIT):
+                env = await anext(aiter(owner))
+            scope.cancel()  # the client goes away while the owner is deciding
+            await env.respond(CapacityGrant(pool="p", granted=True, lease_id="L"))
+            async with asyncio.timeout(WAIT):
+                await task
+        assert [c.lease_id if c else None for c in got] == ["L"]
+        assert keeper.held() == 1  # held, so the ending attempt releases it
+    finally:
+        await keeper.aclose()
