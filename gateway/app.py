@@ -217,6 +217,7 @@ class GatewayApp:
                                                 self.callers.secrets),
                                 config.routing.failover, self.leases)
         self._config, self._models, self._dispatcher = config, models, dispatcher
+        self.leases.retune(config.routing.leases.ttl_seconds)
         self.ops.reconfigure(config)
         self.callers.reconfigure(config)
         self.steering.reconfigure(config)

@@ -67,6 +67,16 @@ class LeaseKeeper:
         self._held: dict[str, str] = {}  # lease id -> pool
         self._task: asyncio.Task[None] | None = None
 
+    def retune(self, ttl: float) -> None:
+        """Renew every ``ttl / 3`` from the next renewal on (a reload changed the TTL; the
+        leases held keep the expiry of their last renewal, a third of the old TTL away)."""
+        self._interval = ttl / 3
+
+    @property
+    def interval(self) -> float:
+        """Seconds between two renewals."""
+        return self._interval
+
     def held(self) -> int:
         """How many leases are held now."""
         return len(self._held)

@@ -59,6 +59,7 @@ class Sidecars:
         """Work from ``config`` from now on (a reload)."""
         self.prober.retarget(FallbackTargets(config, Targets(self._config, self._grants),
                                              self._grants))
+        self._leases.retune(config.routing.leases.ttl_seconds)
         self.poller.reconfigure(config)
         self._check(config)
         self._config = config

@@ -29,10 +29,12 @@ from schemas import (
 )
 from schemas.capacity import PoolSpec
 from schemas.config import GatewayConfig, LeaseConfig
-from tests.fixtures.upstream import FakeUpstream
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
 
 WAIT = 5.0
 
@@ -171,3 +173,41 @@ async def test_a_grant_that_arrives_after_the_client_went_away_is_still_held(
         assert keeper.held() == 1  # held, so the ending attempt releases it
     finally:
         await keeper.aclose()
+
+
+async def test_a_reloaded_ttl_sets_the_renewal_interval(bus: InProcessBus) -> None:
+    slept: asyncio.Queue[float] = asyncio.Queue()
+    go: asyncio.Queue[None] = asyncio.Queue()
+
+    async def sleep(seconds: float) -> None:
+        slept.put_nowait(seconds)
+        await go.get()
+
+    keeper = LeaseKeeper(bus, 30.0, "ing-1", sleep=sleep)
+    keeper.hold_plan(RoutePlan(model="m", candidates=(_leased("a", "1"),)))
+    try:
+        async with asyncio.timeout(WAIT):
+            assert await slept.get() == 10.0
+            keeper.retune(6.0)  # a reload shortened the TTL: renew before it runs out
+            go.put_nowait(None)
+            assert await slept.get() == 2.0
+    finally:
+        await keeper.aclose()
+
+
+async def test_an_ingress_reload_retunes_its_lease_renewals(bus: InProcessBus,
+                                                            tmp_path: Path) -> None:
+    from gateway.app import create_app
+
+    def with_ttl(ttl: float) -> GatewayConfig:
+        return GatewayConfig.model_validate({
+            "database": {"path": str(tmp_path / "gw.sqlite3")},
+            "routing": {"leases": {"ttl_seconds": ttl}}})
+
+    app = create_app(bus, with_ttl(30))
+    try:
+        assert app.leases.interval == 10
+        app.reconfigure(with_ttl(6))
+        assert app.leases.interval == 2
+    finally:
+        await app.aclose()
