@@ -276,7 +276,11 @@ class Dispatcher:
                 yield Attempt(attempt, c, more and attempt < self._failover.max_attempts, i == 0)
             if walk is None or current.pinned or not budget.may_start(attempt + 1):
                 return
-            current = await walk.next()
+            # Shielded: the next model's primary arrives leased; a client gone meanwhile must
+            # not lose that plan (its lease would stay taken until the TTL), so it is held and
+            # the cancellation lands on its attempt, which releases it.
+            with anyio.CancelScope(shield=True):
+                current = await walk.next()
 
     async def _release_all(self, info: RequestInfo, candidates: tuple[RouteCandidate, ...],
                            start: int) -> None:

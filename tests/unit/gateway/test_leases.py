@@ -4,7 +4,7 @@ fallbacks leased before dispatch (refused: None), releases published once."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -29,6 +29,7 @@ from schemas import (
 )
 from schemas.capacity import PoolSpec
 from schemas.config import GatewayConfig, LeaseConfig
+from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -211,3 +212,53 @@ async def test_an_ingress_reload_retunes_its_lease_renewals(bus: InProcessBus,
         assert app.leases.interval == 2
     finally:
         await app.aclose()
+
+
+async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_lease_back(
+    bus: InProcessBus, fake_upstream: FakeUpstream,
+) -> None:
+    from gateway.targets import PlanWalk
+    from schemas.config import ModelConfig
+
+    fake_upstream.set_default(Reply(500))
+    http = make_http_client()
+    dispatcher = Dispatcher(bus, make_adapters(http), Targets(GatewayConfig()))
+    info = RequestInfo(request_id="r", model="", surface="chat", stream=False)
+    asked, answer = asyncio.Event(), asyncio.Event()
+    failing = RouteCandidate(endpoint="a:x", kind="openai_compat", upstream_model="x",
+                             base_url=fake_upstream.openai_base_url)
+    leased = RouteCandidate(endpoint="b:x", kind="echo", pool="b", lease_id="L2")
+
+    async def ask(model: ModelConfig) -> RoutePlan:
+        if model.id == "a":
+            return RoutePlan(model="a", candidates=(failing,))
+        asked.set()
+        await answer.wait()  # the owner decides (and leases) while the client goes away
+        return RoutePlan(model="b", candidates=(leased,))
+
+    walk = PlanWalk(tuple(ModelConfig.model_validate({"id": m}) for m in "ab"), ask, info)
+    scope = anyio.CancelScope()
+
+    async def serve() -> None:
+        async def op(adapter: Any, target: Any) -> Any:
+            return await adapter.complete(target, {"model": "x", "messages": [
+                {"role": "user", "content": "hi"}]})
+
+        with scope:
+            await dispatcher.call(info, await walk.first(), op, walk)
+
+    try:
+        async with bus.subscribe(subjects.capacity_release("b")) as releases:
+            task = asyncio.create_task(serve())
+            async with asyncio.timeout(WAIT):
+                await asked.wait()
+                scope.cancel()
+                answer.set()
+                await task
+                released = (await anext(aiter(releases))).message
+        assert isinstance(released, CapacityRelease)
+        assert (released.pool, released.lease_id) == ("b", "L2")
+        assert dispatcher.leases.held() == 0
+    finally:
+        await dispatcher.leases.aclose()
+        await http.aclose()
