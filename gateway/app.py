@@ -107,7 +107,8 @@ class GatewayApp:
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds,
-                                  f"ingress-{os.getpid():x}-{secrets.token_hex(3)}")
+                                  f"ingress-{os.getpid():x}-{secrets.token_hex(3)}",
+                                  max_age=_lease_max_age(config))
         # Callers and credentials: the auth gate and the grants of database keys' secrets,
         # which the targets read (passed in, never a module global).
         self.callers = Callers(bus, config)
@@ -217,7 +218,7 @@ class GatewayApp:
                                                 self.callers.secrets),
                                 config.routing.failover, self.leases)
         self._config, self._models, self._dispatcher = config, models, dispatcher
-        self.leases.retune(config.routing.leases.ttl_seconds)
+        self.leases.retune(config.routing.leases.ttl_seconds, _lease_max_age(config))
         self.ops.reconfigure(config)
         self.callers.reconfigure(config)
         self.steering.reconfigure(config)
@@ -686,6 +687,12 @@ def _model_entry(model_id: str, owned_by: str, *, anthropic: bool) -> dict[str, 
         return {"type": "model", "id": model_id, "display_name": model_id,
                 "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}
     return {"id": model_id, "object": "model", "created": 0, "owned_by": owned_by}
+
+
+def _lease_max_age(config: GatewayConfig) -> float:
+    """The longest a lease of any pool may live (the keeper stops renewing it then)."""
+    return config.routing.leases.max_age(
+        route.timeout_seconds for m in config.models for route in m.route)
 
 
 def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:

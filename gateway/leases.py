@@ -6,13 +6,16 @@ While a request runs, one task per ingress renews every held lease with one batc
 ``CapacityRenew`` per pool every ``ttl / 3``; the attempt's end (success, failure,
 cancellation, a stream's relay ending however it ends) releases its lease. A lease this
 ingress stops renewing (it died) expires at its owner after the TTL. Releasing twice is
-harmless: only a held lease is released, once.
+harmless: only a held lease is released, once. A lease held past ``max_age`` (a path that
+forgot to release it; its owner has expired it by then) is dropped with a warning, so it is
+not renewed forever.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -59,18 +62,24 @@ class LeaseKeeper:
     cannot be renewed or released expires at its owner)."""
 
     def __init__(self, bus: Bus, ttl: float, holder: str,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
+                 max_age: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._bus = bus
         self._interval = ttl / 3
+        self._max_age = max_age
         self.holder = holder
         self._sleep = sleep
-        self._held: dict[str, str] = {}  # lease id -> pool
+        self._clock = clock
+        self._held: dict[str, tuple[str, float]] = {}  # lease id -> (pool, held since)
         self._task: asyncio.Task[None] | None = None
 
-    def retune(self, ttl: float) -> None:
+    def retune(self, ttl: float, max_age: float | None = None) -> None:
         """Renew every ``ttl / 3`` from the next renewal on (a reload changed the TTL; the
-        leases held keep the expiry of their last renewal, a third of the old TTL away)."""
+        leases held keep the expiry of their last renewal, a third of the old TTL away), and
+        drop leases held longer than ``max_age``."""
         self._interval = ttl / 3
+        self._max_age = max_age
 
     @property
     def interval(self) -> float:
@@ -88,7 +97,7 @@ class LeaseKeeper:
                 self._hold(c)
 
     def _hold(self, c: RouteCandidate) -> None:
-        self._held[c.lease_id] = c.pool
+        self._held[c.lease_id] = (c.pool, self._clock())
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._renew_forever(), name="capacity-renewals")
 
@@ -120,9 +129,10 @@ class LeaseKeeper:
     async def release(self, c: RouteCandidate, tokens: int | None = None) -> None:
         """Give ``c``'s lease back, with the tokens the upstream reported (None: unknown).
         Does nothing for a candidate without a held lease."""
-        pool = self._held.pop(c.lease_id, None) if c.lease_id else None
-        if pool is None:
+        held = self._held.pop(c.lease_id, None) if c.lease_id else None
+        if held is None:
             return
+        pool = held[0]
         msg = CapacityRelease(pool=pool, lease_id=c.lease_id,
                               used_units=None if tokens is None else float(tokens))
         try:
@@ -134,8 +144,9 @@ class LeaseKeeper:
     async def _renew_forever(self) -> None:
         while self._held:
             await self._sleep(self._interval)
+            self._drop_aged()
             by_pool: dict[str, list[str]] = defaultdict(list)
-            for lease_id, pool in self._held.items():
+            for lease_id, (pool, _) in self._held.items():
                 by_pool[pool].append(lease_id)
             for pool, ids in by_pool.items():
                 try:
@@ -143,6 +154,17 @@ class LeaseKeeper:
                         pool=pool, holder=self.holder, lease_ids=tuple(ids)))
                 except GatewayError as exc:
                     logger.warning("capacity renewal on %s not published: %s", pool, exc)
+
+    def _drop_aged(self) -> None:
+        """Forget leases held past the maximum age: their owner expired them already."""
+        if self._max_age is None:
+            return
+        now = self._clock()
+        for lease_id, (pool, since) in list(self._held.items()):
+            if now - since >= self._max_age:
+                del self._held[lease_id]
+                logger.warning("capacity lease on pool %s held for %gs, past its maximum age, "
+                               "without a release: no longer renewed", pool, now - since)
 
     async def aclose(self) -> None:
         """Stop renewing (held leases then expire at their owners)."""

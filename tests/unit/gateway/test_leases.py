@@ -262,3 +262,24 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
     finally:
         await dispatcher.leases.aclose()
         await http.aclose()
+
+
+async def test_a_lease_held_past_its_maximum_age_is_no_longer_renewed(
+    bus: InProcessBus, caplog: pytest.LogCaptureFixture,
+) -> None:
+    ticks = _Ticks()
+    now = [0.0]
+    keeper = LeaseKeeper(bus, 30.0, "ing-1", sleep=ticks, max_age=100.0, clock=lambda: now[0])
+    async with bus.subscribe(subjects.capacity_renew("a")) as renewals:
+        keeper.hold_plan(RoutePlan(model="m", candidates=(_leased("a", "forgotten"),)))
+        now[0] = 90.0
+        keeper.hold_plan(RoutePlan(model="m", candidates=(_leased("a", "recent"),)))
+        now[0] = 120.0  # "forgotten" is past its maximum age: its owner expired it
+        ticks.queue.put_nowait(None)
+        async with asyncio.timeout(WAIT):
+            renewal = (await anext(aiter(renewals))).message
+    assert renewal == CapacityRenew(pool="a", holder="ing-1", lease_ids=("recent",))
+    assert keeper.held() == 1
+    assert any("pool a held for 120s, past its maximum age" in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")
+    await keeper.aclose()
