@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
 from actors.capacity_ledger import CapacityLedger, window_bounds
-from actors.reconfigure import Change
 from actors.snapshots import SnapshotStore
 from schemas import (
     CapacityAcquire,
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
 
+    from actors.reconfigure import Change
     from bus import InProcessBus
 
 NY = ZoneInfo("America/New_York")
