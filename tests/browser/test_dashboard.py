@@ -192,6 +192,10 @@ async def test_overview_shows_a_circuit_opening_live(page: Page, dep: Deployment
         await expect(page.locator("#recent")).to_contain_text(f"{endpoint} closed → open")
         # The failed attempts reach the last errors without a reload (after the transition).
         await expect(page.locator("#errors tbody")).to_contain_text(endpoint)
+        # And the availability the failures lowered, re-read with the rates.
+        availability = page.locator(
+            f'#endpoints tr[data-endpoint="{endpoint}"] [data-col="availability"]')
+        await expect(availability).not_to_have_text("100.0%")
         await screenshot(page, "overview")
     finally:
         dep.ups["c"].set_default(Reply())

@@ -135,7 +135,7 @@ async function overview() {
   let lastRates = 0, trailing = 0;
   const ratesSoon = () => {
     const wait = lastRates + 5000 - Date.now();
-    if (wait <= 0) { lastRates = Date.now(); rates(); lastErrors(); return; }
+    if (wait <= 0) { lastRates = Date.now(); rates(); lastErrors(); availability(); return; }
     if (!trailing) trailing = setTimeout(() => { trailing = 0; ratesSoon(); }, wait);
   };
   const [health, errors] = await Promise.all([
@@ -160,6 +160,14 @@ async function overview() {
       el("td", {"data-col": "rpm", text: "…"}), el("td", {"data-col": "epm", text: "…"}),
       el("td", {"data-col": "p50", text: "…"}), el("td", {"data-col": "p95", text: "…"})));
   }
+  // Availability moves with every observation; it is re-read with the rates, not per event.
+  const availability = coalesced(async () => {
+    const now = await api("GET", "/health/deep");
+    for (const [endpoint, st] of Object.entries(now.endpoints)) {
+      const td = cell(endpoint, "availability");
+      if (td) td.textContent = `${(st.availability * 100).toFixed(1)}%`;
+    }
+  });
   const errBody = document.querySelector("#errors tbody");
   const showErrors = (rows) => errBody.replaceChildren(...rows.reverse().map((r) => el("tr", {},
     el("td", {text: stamp(r.ts)}), el("td", {text: r.endpoint}), el("td", {text: r.status ?? ""}),
