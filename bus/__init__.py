@@ -18,16 +18,22 @@ from bus.protocol import Bus, Envelope, Subscription
 _SCHEMES = ("inproc://", "nats://")
 
 
-async def open_bus(url: str, *, name: str | None = None, connect_timeout: float = 5.0) -> Bus:
+async def open_bus(
+    url: str, *, name: str | None = None, connect_timeout: float = 5.0,
+    inbox_prefix: str | None = None,
+) -> Bus:
     """Open the bus ``url`` names: ``inproc://`` (or empty) or ``nats://host:port[,...]``.
 
-    Raises ValueError for any other scheme, BusClosedError when no NATS server accepts within
+    On NATS, replies come back under ``inbox_prefix`` (default ``_INBOX_<user>`` for the URL's
+    user, see ``bus.nats_bus.inbox_prefix_for``). Raises ValueError for any other scheme or an
+    unusable inbox prefix, BusClosedError when no NATS server accepts within
     ``connect_timeout`` seconds.
     """
     if not url or url.startswith("inproc://"):
         return InProcessBus()
     if url.startswith("nats://"):
-        return await NatsBus.connect(url, name=name, connect_timeout=connect_timeout)
+        return await NatsBus.connect(url, name=name, connect_timeout=connect_timeout,
+                                     inbox_prefix=inbox_prefix)
     raise ValueError(f"unsupported bus url {url!r}: expected one of {', '.join(_SCHEMES)}")
 
 

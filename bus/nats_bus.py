@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import re
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import unquote, urlsplit
 
 import nats.errors
 import nats.js.errors
@@ -49,6 +51,40 @@ _ATTEMPT_TIMEOUT_S = 2
 _OUTBOUND_BUFFER_BYTES = 8 * 1024 * 1024
 _SUBSCRIBE_CONFIRM_S = 5
 _CHECKED_MAX = 8192
+# Replies go to inboxes only: every inbox prefix is one token that starts with this.
+_INBOX_ROOT = "_INBOX"
+_INBOX_PREFIX = re.compile(r"_INBOX[A-Za-z0-9_-]*")
+_USER_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def inbox_prefix_for(url: str, explicit: str | None = None) -> str:
+    """The inbox prefix a connection to ``url`` uses: ``explicit`` if given, else
+    ``_INBOX_<user>`` for the user name in the (first) URL, else ``_INBOX``.
+
+    A per-user prefix lets the NATS permissions give each user subscribe rights on its own
+    inbox only (``_INBOX_<user>.>``), so no user can read the replies another asked for
+    (a secret grant, a new gateway key). Raises ValueError for an explicit prefix that is not
+    one subject token starting with ``_INBOX``, or a user name that is not one (set the
+    prefix explicitly then).
+    """
+    if explicit is not None:
+        if not _INBOX_PREFIX.fullmatch(explicit):
+            raise ValueError(f"inbox prefix {explicit!r}: expected _INBOX followed by letters, "
+                             "digits, '_' or '-' (one subject token)")
+        return explicit
+    first = url.split(",", 1)[0].strip()
+    user = urlsplit(first).username
+    if not user:
+        return _INBOX_ROOT
+    user = unquote(user)
+    if not _USER_TOKEN.fullmatch(user):
+        raise ValueError("the NATS user name cannot form an inbox prefix (letters, digits, "
+                         "'_' and '-' only): set bus.inbox_prefix")
+    return f"{_INBOX_ROOT}_{user}"
+
+
+def _is_inbox(subject: str) -> bool:
+    return subject.split(".", 1)[0].startswith(_INBOX_ROOT)
 
 
 class NatsBus:
@@ -75,11 +111,15 @@ class NatsBus:
         name: str | None = None,
         connect_timeout: float = 5.0,
         pending_limit: int = DEFAULT_PENDING_LIMIT,
+        inbox_prefix: str | None = None,
     ) -> NatsBus:
-        """Connect to ``url`` (comma-separated for a cluster).
+        """Connect to ``url`` (comma-separated for a cluster); replies to this connection's
+        requests arrive under :func:`inbox_prefix_for` ``(url, inbox_prefix)``.
 
-        Raises BusClosedError when no server accepts within ``connect_timeout`` seconds.
+        Raises BusClosedError when no server accepts within ``connect_timeout`` seconds,
+        ValueError for an unusable inbox prefix.
         """
+        prefix = inbox_prefix_for(url, inbox_prefix)
         bus = cls(pending_limit=pending_limit)
         servers = [s.strip() for s in url.split(",") if s.strip()]
         try:
@@ -98,6 +138,7 @@ class NatsBus:
                     max_outstanding_pings=_MAX_OUTSTANDING_PINGS,
                     connect_timeout=_ATTEMPT_TIMEOUT_S,
                     pending_size=_OUTBOUND_BUFFER_BYTES,
+                    inbox_prefix=prefix,
                 )
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             bus._closed = True
@@ -212,6 +253,11 @@ class NatsBus:
 
     async def _respond(self, reply: str, msg: Message) -> None:
         self._check_open()
+        if not _is_inbox(reply):
+            # A requester may name any subject as its reply-to; answering on a subject others
+            # subscribe to (llmgw.events.>) would hand them the answer, a secret grant even.
+            logger.warning("dropped a reply to %s: not an inbox", reply)
+            return
         try:
             await self._nc.publish(reply, encode(msg))
         except nats.errors.Error as exc:

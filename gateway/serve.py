@@ -114,7 +114,7 @@ async def run(
     sidecars: Sidecars | None = None
     local: LocalAdmin | None = None
     try:
-        bus = await open_bus(opts.bus_url)
+        bus = await open_bus(opts.bus_url, inbox_prefix=config.bus.inbox_prefix)
     except BaseException:
         if sock is not None:
             sock.close()

@@ -383,9 +383,15 @@ class ServerConfig(_Strict):
 
 
 class BusConfig(_Strict):
-    """Which bus the process joins: ``inproc://`` (embedded) or ``nats://host:port``."""
+    """Which bus the process joins: ``inproc://`` (embedded) or ``nats://host:port``.
+
+    ``inbox_prefix`` (NATS only): where replies to this process's requests arrive; by default
+    ``_INBOX_<user>`` for the user of ``url`` (``_INBOX`` with no user), so the NATS
+    permissions can let each user subscribe to its own inbox only.
+    """
 
     url: str = "inproc://"
+    inbox_prefix: str | None = Field(default=None, pattern=r"^_INBOX[A-Za-z0-9_-]*$")
 
     @field_validator("url")
     @classmethod
