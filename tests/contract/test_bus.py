@@ -12,6 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
+import nats
 import pytest
 
 from bus import (
@@ -21,6 +22,7 @@ from bus import (
     NatsBus,
     NoRespondersError,
     RequestTimeoutError,
+    encode,
     open_bus,
 )
 from schemas import (
@@ -329,6 +331,33 @@ async def test_nats_subscription_entered_on_one_connection_answers_request_from_
     finally:
         await client_side.aclose()
         await server_side.aclose()
+
+
+@pytest.mark.nats
+async def test_nats_reply_goes_only_to_an_inbox_never_to_a_subject_others_read(
+    nats_url: str, prefix: str
+) -> None:
+    responder = await NatsBus.connect(nats_url, name="responder")
+    raw = await nats.connect(nats_url)
+    try:
+        broadcast = await raw.subscribe(f"{prefix}.broadcast")
+        async with asyncio.TaskGroup() as tg, responder.subscribe(f"{prefix}.svc") as sub:
+            # A requester naming a subject others subscribe to as its reply-to ...
+            await raw.publish(f"{prefix}.svc", encode(probe("1")), reply=f"{prefix}.broadcast")
+            redirected = await anext(sub)
+            await redirected.respond(ProbeGrant(granted=True))
+            # ... is not answered there; a later request from the same connection is, so
+            # the dropped answer would have reached that connection first.
+            asked = tg.create_task(raw.request(f"{prefix}.svc", encode(probe("2")),
+                                               timeout=WAIT_S))
+            honest = await anext(sub)
+            await honest.respond(ProbeGrant(granted=True))
+            answered = await asked
+        assert answered.subject.startswith("_INBOX.")
+        assert broadcast.pending_msgs == 0
+    finally:
+        await raw.close()
+        await responder.aclose()
 
 
 @pytest.mark.nats
