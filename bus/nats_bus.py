@@ -6,6 +6,7 @@ Every nats-py failure is turned into a ``bus.errors`` type here; no nats type le
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import logging
 import re
@@ -265,13 +266,19 @@ class NatsBus:
 
     async def _barrier(self) -> None:
         # Returns once the server has processed every command sent before it (a SUB above
-        # all), so a request from another connection right after finds this subscriber.
-        # Not nc.flush(): nats-py writes its PING straight to the socket, ahead of commands
-        # still queued for its flusher task, so the PONG can precede the SUB.
+        # all), so a request from another connection right after finds this subscriber: a
+        # message to a fresh inbox of ours, sent after those commands, comes back. Not
+        # nc.flush(): nats-py writes its PING straight to the socket, ahead of commands still
+        # queued for its flusher task, so the PONG can precede the SUB. Not a no-responders
+        # request either: another client of the same user may listen on the whole prefix.
+        inbox = self._nc.new_inbox()
+        echo = await self._nc.subscribe(inbox, max_msgs=1)
         try:
-            await self._nc.request(self._nc.new_inbox(), b"", timeout=_SUBSCRIBE_CONFIRM_S)
-        except nats.errors.NoRespondersError:
-            pass  # the expected answer: nobody listens on a fresh inbox
+            await self._nc.publish(inbox, b"")
+            await echo.next_msg(timeout=_SUBSCRIBE_CONFIRM_S)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await echo.unsubscribe()
 
     def _mapped(self, exc: nats.errors.Error, what: str) -> GatewayError | ValueError:
         if isinstance(exc, nats.errors.NoRespondersError):
