@@ -11,22 +11,28 @@ import asyncio
 import json
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import nats
+import openai
 import pytest
 import yaml
 
 from bus import encode, open_bus
 from schemas import ErrorReply, ProviderSecretGrant, ProviderSecretRequest, subjects
-from tests.e2e.conftest import CHAT, WAIT, chat, config, model, route
+from schemas.config import credential_id
+from tests.e2e.conftest import CHAT, WAIT, chat, config, eid, model, route
+from tests.e2e.keys_support import ask, keys_config, spent
 from tests.fixtures.gateway import REPO, GatewayProcess
 from tests.fixtures.nats import start_nats_server
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from nats.aio.client import Client
+    from nats.aio.subscription import Subscription
 
     from tests.fixtures.upstream import FakeUpstream
 
@@ -38,6 +44,7 @@ PASSWORDS = {
     "ADMIN_NATS_PASSWORD": "pw-admin-c40e",
 }
 COMPOSE = REPO / "compose.yaml"
+CONFIG_KEY, DATABASE_KEY = "sk-upstream-config-aaaa", "sk-upstream-database-dddd"
 
 
 def documented_server_config(store: Path) -> str:
@@ -68,6 +75,16 @@ def as_user(where: tuple[str, int], user: str) -> str:
 def _llmgw(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
+
+
+def _admin_command(bus: str, area: str, verb: str, *args: str) -> Any:
+    """``llmgw admin AREA VERB --arg ...`` over ``bus``; its JSON answer."""
+    argv = ["admin", area, verb, "--bus", bus]
+    for arg in args:
+        argv += ["--arg", arg]
+    out = _llmgw(*argv)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
 
 
 async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins(
@@ -157,3 +174,101 @@ async def test_only_ingress_and_actors_credentials_may_ask_for_a_provider_secret
     # ... an operator's admin credentials may not even ask.
     assert "permissions violation" in str(refused).lower()
     assert subjects.KEYS_SECRET_GRANT in str(refused)
+
+
+class _Spy:
+    """A raw NATS client on one user's credentials that tries to read inboxes; what the server
+    refused and what reached each subscription."""
+
+    def __init__(self) -> None:
+        self.refusals: asyncio.Queue[Exception] = asyncio.Queue()
+        self.subs: dict[str, Subscription] = {}
+        self.nc: Client | None = None
+
+    async def open(self, url: str, *subjects_: str) -> None:
+        async def on_error(exc: Exception) -> None:
+            await self.refusals.put(exc)
+
+        self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False)
+        for subject in subjects_:
+            self.subs[subject] = await self.nc.subscribe(subject)
+        await self.nc.flush()
+
+    async def refused(self, n: int) -> str:
+        """The text of the first ``n`` refusals (waits for them)."""
+        return " ".join([str(await asyncio.wait_for(self.refusals.get(), WAIT))
+                         for _ in range(n)])
+
+    async def seen(self, subject: str) -> list[bytes]:
+        """What reached ``subject``'s subscription so far. The flush's PONG comes after any
+        message the server already routed to this connection."""
+        assert self.nc is not None
+        await self.nc.flush()
+        sub = self.subs[subject]
+        return [(await sub.next_msg(timeout=WAIT)).data for _ in range(sub.pending_msgs)]
+
+    async def close(self) -> None:
+        if self.nc is not None:
+            await self.nc.close()
+
+
+async def test_a_user_cannot_read_another_users_inbox_so_grants_and_new_keys_stay_private(
+    secured_nats: tuple[str, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    processes: list[GatewayProcess],
+) -> None:
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(yaml.safe_dump(keys_config(
+        tmp_path, model("m", route(fake_upstream, api_keys=[CONFIG_KEY])), auth="required")))
+    for role, user, extra in (("actors", "actors", []), ("ingress", "ingress", ["--port", "0"])):
+        proc = GatewayProcess(["serve", "--config", str(cfg), "--role", role,
+                               "--bus", as_user(secured_nats, user), *extra])
+        processes.append(proc)
+        await asyncio.to_thread(proc.start)
+    ingress = processes[-1]
+    # An observability consumer on the admin user, and a rogue client on the ingress user.
+    observer, rogue = _Spy(), _Spy()
+    try:
+        await observer.open(as_user(secured_nats, "admin"), "_INBOX.>", "_INBOX_ingress.>",
+                            "_INBOX_actors.>", "_INBOX_admin.>")
+        await rogue.open(as_user(secured_nats, "ingress"), "_INBOX.>", "_INBOX_admin.>",
+                         "_INBOX_actors.>")
+        observer_refused, rogue_refused = await observer.refused(3), await rogue.refused(3)
+
+        admin = as_user(secured_nats, "admin")
+        added = await asyncio.to_thread(_admin_command, admin, "provider_keys", "add",
+                                        f"key={DATABASE_KEY}",
+                                        f"endpoint={eid('m', fake_upstream)}")
+        await asyncio.to_thread(_admin_command, admin, "provider_keys", "reserve",
+                                f"key={CONFIG_KEY}", "min_role=admin")
+        made = await asyncio.to_thread(_admin_command, admin, "api_keys", "create",
+                                       "org=acme", "user=ops", "role=free")
+        # The new key is looked up by the ingress, the database key granted to it, both as
+        # replies on the ingress's inbox.
+        async with openai.AsyncOpenAI(base_url=f"{ingress.url}/v1", api_key=made["key"],
+                                      max_retries=0) as client:
+            await ask(client)
+        events = await asyncio.to_thread(_llmgw, "events", "--since", "10m", "--count", "1",
+                                         "--bus", admin)
+
+        observed = {s: await observer.seen(s) for s in observer.subs}
+        rogued = {s: await rogue.seen(s) for s in rogue.subs}
+    finally:
+        await observer.close()
+        await rogue.close()
+
+    assert added["credential_id"] == credential_id(DATABASE_KEY)
+    assert spent(fake_upstream) == DATABASE_KEY  # granted to the ingress over the bus
+    assert events.returncode == 0 and events.stdout.strip(), events.stderr
+    for refusals, subjects_ in ((observer_refused, ["_INBOX.>", "_INBOX_ingress.>",
+                                                    "_INBOX_actors.>"]),
+                                (rogue_refused, ["_INBOX.>", "_INBOX_admin.>",
+                                                 "_INBOX_actors.>"])):
+        assert refusals.lower().count("permissions violation") == 3
+        for subject in subjects_:  # nats-py lower-cases the server's error text
+            assert f'"{subject.lower()}"' in refusals.lower()
+    # Nothing reached another user's inbox; the admin user's own inbox (shared by every
+    # admin-user client) did carry the admin replies, the new key among them.
+    own = observed.pop("_INBOX_admin.>")
+    assert any(made["key"].encode() in data for data in own)
+    leaks = [data for seen in [*observed.values(), *rogued.values()] for data in seen]
+    assert leaks == []
