@@ -60,7 +60,8 @@ _USER_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
 
 def inbox_prefix_for(url: str, explicit: str | None = None) -> str:
     """The inbox prefix a connection to ``url`` uses: ``explicit`` if given, else
-    ``_INBOX_<user>`` for the user name in the (first) URL, else ``_INBOX``.
+    ``_INBOX_<user>`` for the user name in the (first) URL, else ``_INBOX`` (no user, or a
+    token: ``nats://TOKEN@host``).
 
     A per-user prefix lets the NATS permissions give each user subscribe rights on its own
     inbox only (``_INBOX_<user>.>``), so no user can read the replies another asked for
@@ -73,10 +74,10 @@ def inbox_prefix_for(url: str, explicit: str | None = None) -> str:
             raise ValueError(f"inbox prefix {explicit!r}: expected _INBOX followed by letters, "
                              "digits, '_' or '-' (one subject token)")
         return explicit
-    first = url.split(",", 1)[0].strip()
-    user = urlsplit(first).username
-    if not user:
-        return _INBOX_ROOT
+    parts = urlsplit(url.split(",", 1)[0].strip())
+    user = parts.username
+    if not user or parts.password is None:
+        return _INBOX_ROOT  # no user, or a token (nats://TOKEN@host): never put it in subjects
     user = unquote(user)
     if not _USER_TOKEN.fullmatch(user):
         raise ValueError("the NATS user name cannot form an inbox prefix (letters, digits, "
