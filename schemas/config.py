@@ -386,8 +386,9 @@ class BusConfig(_Strict):
     """Which bus the process joins: ``inproc://`` (embedded) or ``nats://host:port``.
 
     ``inbox_prefix`` (NATS only): where replies to this process's requests arrive; by default
-    ``_INBOX_<user>`` for the user of ``url`` (``_INBOX`` with no user), so the NATS
-    permissions can let each user subscribe to its own inbox only.
+    ``_INBOX_<user>`` for the user of ``url`` (``_INBOX`` with no user or a token), so the
+    NATS permissions can let each user subscribe to its own inbox only. Read by ``llmgw
+    serve``; the operator CLIs follow their URL's user.
     """
 
     url: str = "inproc://"
