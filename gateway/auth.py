@@ -36,6 +36,7 @@ from schemas import (
     ApiKeyInfo,
     ApiKeyLookup,
     ApiKeyRevoked,
+    AuthBusyError,
     AuthState,
     AuthStateRequest,
     ForbiddenError,
@@ -57,6 +58,11 @@ logger = logging.getLogger(__name__)
 
 SCOPE_KEY = CALLER_SCOPE_KEY
 _CACHE_MAX = 10_000
+# Distinct key hashes this ingress asks the key owner about at once; a miss beyond it is
+# answered 503 auth_busy (Retry-After) without a bus request, so a flood of made-up keys
+# costs the single owner at most this many requests in flight per ingress.
+LOOKUPS_MAX = 64
+_BUSY_RETRY_AFTER_S = 1.0
 _KEYED = frozenset({"/routing", "/health/deep"})  # with auth on: a valid key, any role
 METRICS = "/metrics"
 METRICS_ROLE = "internal"  # and above: /metrics with auth on (unless metrics.public)
@@ -99,13 +105,19 @@ class Authenticator:
 
     Keys belong to the ApiKeyAdminActor; this asks it over the bus on a cache miss
     (``llmgw.auth.keys.lookup``, by hash) and follows ``llmgw.auth.keys.changed`` and
-    ``llmgw.auth.state``. Raises UnauthorizedError / ForbiddenError from :meth:`gate`, and the
-    bus's GatewayError (no responders, timeout) when the owner cannot answer a miss.
+    ``llmgw.auth.state``. Concurrent misses of one hash share one request; at most
+    :data:`LOOKUPS_MAX` distinct hashes are asked at once. Raises UnauthorizedError /
+    ForbiddenError from :meth:`gate`, AuthBusyError when a miss finds no lookup slot free, and
+    the bus's GatewayError (no responders, timeout) when the owner cannot answer a miss.
     """
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self._cache: dict[str, tuple[ApiKeyInfo, float]] = {}
+        # The lookup each hash's misses wait on; an entry forgotten while in flight (a key
+        # event, a reload) is answered to its waiters but never cached.
+        self._asking: dict[str, asyncio.Task[ApiKeyInfo]] = {}
+        self._outstanding = 0
         self._any_keys: bool | None = None  # None: the owner has not said yet
         self._any_checked = float("-inf")
         self._watchers: list[asyncio.Task[None]] = []
@@ -118,6 +130,7 @@ class Authenticator:
         was_required = self._required
         self._settle(config)
         self._cache.clear()
+        self._asking.clear()
         if self._required != was_required:
             logger.warning("auth: %s by the reloaded config",
                            "required" if self._required else "no longer required")
@@ -181,6 +194,7 @@ class Authenticator:
     def forget(self, key_hash: str) -> None:
         """Drop ``key_hash`` from this ingress's cache (revoked or created elsewhere)."""
         self._cache.pop(key_hash, None)
+        self._asking.pop(key_hash, None)
 
     def forget_key_id(self, key_id: str) -> None:
         """Drop the cached entry of the key whose id is ``key_id`` (revoked through the bus:
@@ -188,6 +202,7 @@ class Authenticator:
         for key_hash, (info, _) in list(self._cache.items()):
             if info.key_id == key_id:
                 del self._cache[key_hash]
+        self._asking.clear()  # an answer in flight may be this key's
 
     def key_created(self, key_hash: str) -> None:
         """A key was created: auth is on from now, and no stale "unknown" answer remains."""
@@ -271,18 +286,41 @@ class Authenticator:
 
     async def _lookup(self, key_hash: str) -> ApiKeyInfo:
         """The owner's answer for ``key_hash``, from the cache while it is fresh (unknown keys
-        are cached too, so a stream of bad keys costs one bus request each per TTL)."""
-        now = time.monotonic()
+        are cached too, so a stream of bad keys costs one bus request each per TTL), else
+        from the lookup already asking for it, else from a new one. Raises AuthBusyError
+        when :data:`LOOKUPS_MAX` lookups are in flight, the bus's GatewayError."""
         hit = self._cache.get(key_hash)
-        if hit is not None and now - hit[1] < self._ttl:
+        if hit is not None and time.monotonic() - hit[1] < self._ttl:
             return hit[0]
-        info = raise_for_reply(await self._bus.request(
-            subjects.AUTH_KEYS_LOOKUP, ApiKeyLookup(key_hash=key_hash), reply_type=ApiKeyInfo,
-            timeout=self._timeout))
-        if self._ttl > 0:
+        asking = self._asking.get(key_hash)
+        if asking is None:
+            if self._outstanding >= LOOKUPS_MAX:
+                # Fail fast, not queue: waiting would hold the flood's connections open, and
+                # 401 would tell a caller whose valid key was not looked up that it is bad.
+                raise AuthBusyError("too many API key lookups in flight on this gateway; "
+                                    "retry shortly", retry_after=_BUSY_RETRY_AFTER_S)
+            asking = asyncio.create_task(self._ask(key_hash), name="auth-key-lookup")
+            asking.add_done_callback(_retrieve)  # its waiters may all have gone
+            self._asking[key_hash] = asking
+        # Shielded: a caller that goes away does not end the lookup the others wait on.
+        return await asyncio.shield(asking)
+
+    async def _ask(self, key_hash: str) -> ApiKeyInfo:
+        self._outstanding += 1
+        mine, asked_at = asyncio.current_task(), time.monotonic()
+        try:
+            info = raise_for_reply(await self._bus.request(
+                subjects.AUTH_KEYS_LOOKUP, ApiKeyLookup(key_hash=key_hash),
+                reply_type=ApiKeyInfo, timeout=self._timeout))
+        finally:
+            self._outstanding -= 1
+            current = self._asking.get(key_hash) is mine
+            if current:
+                del self._asking[key_hash]
+        if current and self._ttl > 0:
             if len(self._cache) >= _CACHE_MAX:
                 self._cache.clear()
-            self._cache[key_hash] = (info, now)
+            self._cache[key_hash] = (info, asked_at)
         return info
 
     async def _on_event(self, msg: object) -> None:
@@ -295,6 +333,11 @@ class Authenticator:
                 self._any_keys = True
             case AuthState() if self._any_keys is None:
                 self._any_keys = False
+
+
+def _retrieve(task: asyncio.Task[ApiKeyInfo]) -> None:
+    if not task.cancelled():
+        task.exception()  # marks a failure seen; each waiter got it raised already
 
 
 async def follow(bus: Bus, subject: str, on_message: Callable[[object], Awaitable[None]], *,

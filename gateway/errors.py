@@ -26,6 +26,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.ALL_CIRCUITS_OPEN: 503,
     ErrorCode.NO_RESPONDERS: 503,
     ErrorCode.BUS_TIMEOUT: 503,
+    ErrorCode.AUTH_BUSY: 503,
     ErrorCode.UPSTREAM_TIMEOUT: 504,
 }
 

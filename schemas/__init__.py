@@ -20,6 +20,7 @@ from schemas.capacity import (
 )
 from schemas.errors import (
     AllCircuitsOpenError,
+    AuthBusyError,
     BodyTimeoutError,
     BusTimeoutError,
     ErrorCode,
@@ -197,6 +198,7 @@ __all__ = [
     "ApiKeyInfo",
     "ApiKeyLookup",
     "ApiKeyRevoked",
+    "AuthBusyError",
     "AuthRejected",
     "AuthState",
     "AuthStateRequest",

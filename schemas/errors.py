@@ -28,6 +28,7 @@ class ErrorCode(enum.StrEnum):
     REQUEST_TIMEOUT = "request_timeout"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
+    AUTH_BUSY = "auth_busy"
     KEY_POOL_EXHAUSTED = "key_pool_exhausted"
     KEY_POOL_ROLE_RESTRICTED = "key_pool_role_restricted"
     INTERNAL = "internal"
@@ -125,6 +126,14 @@ class ForbiddenError(GatewayError):
     code = ErrorCode.FORBIDDEN
 
 
+class AuthBusyError(GatewayError):
+    """This ingress already waits on as many key lookups as it allows; the key was not
+    judged (it may well be valid), so the caller retries after ``retry_after``."""
+
+    code = ErrorCode.AUTH_BUSY
+    retryable = True
+
+
 class NoRespondersError(GatewayError):
     """Nobody serves the subject a request was sent to (the control plane is not running)."""
 
@@ -214,6 +223,7 @@ class KeyPoolRoleRestrictedError(KeyPoolExhaustedError):
 _BY_CODE: dict[str, type[GatewayError]] = {
     cls.code.value: cls
     for cls in (
+        AuthBusyError,
         InvalidRequestError,
         RequestTooLargeError,
         BodyTimeoutError,
