@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from bus.nats_bus import inbox_prefix_for
+from schemas.config import BusConfig
 
 
 @pytest.mark.parametrize(("url", "prefix"), [
@@ -34,3 +36,10 @@ def test_a_user_name_that_cannot_be_a_subject_token_needs_an_explicit_prefix(use
     with pytest.raises(ValueError, match=r"bus\.inbox_prefix"):
         inbox_prefix_for(f"nats://{user}:pw@nats:4222")
     assert inbox_prefix_for(f"nats://{user}:pw@nats:4222", "_INBOX_ops") == "_INBOX_ops"
+
+
+def test_the_config_key_takes_only_an_inbox_token() -> None:
+    assert BusConfig(url="nats://n:4222", inbox_prefix="_INBOX_edge").inbox_prefix == "_INBOX_edge"
+    assert BusConfig().inbox_prefix is None
+    with pytest.raises(ValidationError):
+        BusConfig(url="nats://n:4222", inbox_prefix="_INBOX.edge")
