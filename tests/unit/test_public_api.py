@@ -29,6 +29,7 @@ PINNED: dict[str, list[str]] = {
         "ApiKeyInfo",
         "ApiKeyLookup",
         "ApiKeyRevoked",
+        "AuthBusyError",
         "AuthRejected",
         "AuthState",
         "AuthStateRequest",

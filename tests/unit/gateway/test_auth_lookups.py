@@ -7,7 +7,7 @@ in-process bus, answering when the test says."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +18,9 @@ from schemas import ApiKeyInfo, ApiKeyLookup, AuthBusyError, UnauthorizedError, 
 from schemas.config import GatewayConfig
 from schemas.keys import hash_key
 from tests.unit.gateway.test_auth import request
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 WAIT = 10.0
 ACTIVE = ApiKeyInfo(found=True, key_id="k1", role="pro", org="o", user="u")
