@@ -135,11 +135,11 @@ class CapacityViews:
             if first is None or not first.pool or first.refusal or req.dry:
                 return plan
             grant = await self._acquire(bus, first.pool, first.endpoint, req)
+            if grant.state is not None:  # the next decision prices this pool as it is now
+                self.update(grant.state)
             if grant.granted:
                 leased = msgspec.structs.replace(first, lease_id=grant.lease_id)
                 return msgspec.structs.replace(plan, candidates=(leased, *plan.candidates[1:]))
-            if grant.state is not None:
-                self.update(grant.state)
             if first.probe:  # the probe was leased for this route: give it back unused
                 await bus.publish(subjects.observation(first.endpoint), Observation(
                     endpoint=first.endpoint, model=self._model, outcome="cancelled",

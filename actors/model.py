@@ -35,6 +35,8 @@ from actors.prefill import PrefillLoad
 from actors.quota import KeyQuota, KeyUsage
 from actors.route_table import RouteEntry, RouteTable
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
+from actors.strategies.routewise import RouteWiseStrategy
+from actors.strategies.routewise.host import ProbeTick, RouteWiseHost
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     AllCircuitsOpenError,
@@ -119,6 +121,7 @@ class ModelActor(Actor):
             Serve(subjects.event("mode")),
             *KeyViews.serves(model),
             *CapacityViews.serves(model),
+            *(RouteWiseHost.serves(model) if self._router == "routewise" else ()),
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -127,8 +130,14 @@ class ModelActor(Actor):
         """Build routes, strategy and tables; restore the snapshot; seed the circuit view."""
         self.ctx = ctx
         self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
+        # The one view of the capacity pools: the decision's lease (plan) and the strategy's
+        # effective cost (RouteWise) both read it.
+        self.capacity = CapacityViews(self._model, self.name)
+        await self.capacity.seed(ctx.bus)
         self._strategy: RoutingStrategy = build_strategy(
-            self._router, self._model.router_params, StrategyDeps(prefill=self._routing.prefill)
+            self._router, self._model.router_params,
+            StrategyDeps(prefill=self._routing.prefill, model=self._model, clock=self._clock,
+                         capacity=self.capacity.state_of),
         )
         aff = self._routing.affinity
         self._affinity = AffinityTable(aff.ttl_seconds, aff.sweep_threshold)
@@ -141,12 +150,14 @@ class ModelActor(Actor):
         self._tripped_until = 0.0
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
-        self.capacity = CapacityViews(self._model, self.name)
-        await self.capacity.seed(ctx.bus)
         self._quota = KeyQuota({cid: a for r in self._model.route
                                 for cid, a in r.allowances.items()})
         await self._restore()
         self._prefer_by_quota()
+        self._routewise = (RouteWiseHost(self._strategy, self._model, self._clock)
+                           if isinstance(self._strategy, RouteWiseStrategy) else None)
+        if self._routewise is not None:
+            await self._routewise.start(ctx)
         await self._seed_mode(ctx)
         for r in self._table.routes:
             try:
@@ -219,16 +230,24 @@ class ModelActor(Actor):
                 self._keys.update(ks)
             case CapacityState() as cs:
                 self.capacity.update(cs)
+            case other if self._routewise is not None and self._routewise.feed(other):
+                if env.reply is not None:  # the settings hand-over waits until applied
+                    await env.respond(self.status())
             case ModeChanged() as mode:
                 self._degraded = mode.mode == "degraded"
             case ModelStatusRequest():
                 await env.respond(self.status())
 
     async def handle_local(self, msg: object) -> None:
-        """Timer: flush the snapshot."""
+        """Timers: flush the snapshot; the RouteWise probe round."""
         if isinstance(msg, _FlushSnapshot):
             self._flush_scheduled = False
             await self._save()
+        elif isinstance(msg, ProbeTick) and self._routewise is not None:
+            now = self._clock()
+            await self._routewise.probe_round(self.ctx, {
+                r.endpoint: r.candidate for r in self._table.published()
+                if r.weight > 0 and self._closed(r, now)})
 
     def _prefer_by_quota(self) -> None:
         """``credential_choice: least_remaining_quota``: the pools spend first the key with
@@ -270,8 +289,18 @@ class ModelActor(Actor):
                                     until=self._tripped_until, ts=now)))
 
     def status(self) -> ModelStatus:
-        """Routes with effective weights and the circuits this actor sees."""
-        return self._table.status(self._router)
+        """Routes with effective weights and the circuits this actor sees; for RouteWise, each
+        admissible route's effective cost, latency estimate and LP weight."""
+        st = self._table.status(self._router)
+        if self._routewise is None:
+            return st
+        now = self._clock()
+        live = [r.view(self._prefill.backlog(r.endpoint)) for r in self._table.published()
+                if r.weight > 0 and self._closed(r, now)]
+        tokens = self._routewise.strategy.last_prompt_tokens
+        rows = self._routewise.rows(live, RouteRequest(model=self._model.id,
+                                                       prompt_tokens=tokens))
+        return msgspec.structs.replace(st, routewise=rows, routewise_prompt_tokens=tokens)
 
     # -- the decision -------------------------------------------------------------------
 
@@ -340,12 +369,35 @@ class ModelActor(Actor):
             )
         entry, probe = primary
         spare = [r for r in backups if self._closed(r, now)]
-        rest = [r.candidate for r in (*closed, *spare) if r is not entry]
+        rest = [r.candidate for r in (*self._fallback_order(closed, entry, req), *spare)
+                if r is not entry]
+        if getattr(self._strategy, "single_route", False):
+            rest = []  # routewise fallback_mode: strict
+        hedge = (self._routewise.strategy.hedge_after_ms(entry.endpoint, rest[0].endpoint)
+                 if self._routewise is not None and rest and not probe else None)
+        explained = (self._routewise.rows(
+            [r.view(self._prefill.backlog(r.endpoint)) for r in drawn
+             if r in (*closed, *probing)], req)
+            if req.dry and self._routewise is not None else ())
         return RoutePlan(
             model=self._model.id,
             candidates=keys.apply((entry.probe_candidate if probe else entry.candidate, *rest)),
             reason=reason,
+            routewise=explained,
+            hedge_after_ms=hedge,
         )
+
+    def _fallback_order(self, closed: list[RouteEntry], entry: RouteEntry,
+                        req: RouteRequest) -> list[RouteEntry]:
+        """The drawn routes after the primary: declaration order, or the strategy's own
+        order when it has one (routewise: the LP re-solved without the routes before)."""
+        order = getattr(self._strategy, "fallback_order", None)
+        others = [r for r in closed if r is not entry]
+        if order is None or len(others) <= 1:
+            return others
+        by_endpoint = {r.endpoint: r for r in others}
+        views = [r.view(self._prefill.backlog(r.endpoint)) for r in others]
+        return [by_endpoint[v.endpoint] for v in order(views, req)]
 
     async def _first_backup(
         self, backups: list[RouteEntry], req: RouteRequest, now: float
@@ -399,6 +451,9 @@ class ModelActor(Actor):
                 else:
                     self._commit(req, pinned, uncached, now, use_affinity)
                     return (pinned, False), "affinity"
+        # A half-open probe its owner refuses drops that route from the pool and the strategy
+        # chooses again without it. (A refused capacity lease re-decides from ``plan``: the
+        # refused route is in ``full`` then, so RouteWise re-solves without it.)
         while pool:
             views = [r.view(self._prefill.backlog(r.endpoint)) for r in pool]
             pick = self._strategy.select(views, req)

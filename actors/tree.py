@@ -34,6 +34,7 @@ from actors.health_view import HealthActor
 from actors.keypool_actor import keys_supervisor
 from actors.model import ModelActor
 from actors.route_table import candidate_for
+from actors.routewise_settings import RouteWiseSettingsActor
 from actors.routing_admin import RoutingAdminActor
 from actors.rules import RulesActor
 from actors.steering import SteeringActor
@@ -109,6 +110,10 @@ def build_tree(
             keys_supervisor(config, clock=clock, snapshots=snapshots),
             Supervisor("capacity", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=capacity_specs),
+            # Before the models: a ModelActor asks it for the admin's settings as it starts.
+            ChildSpec("routewise_settings", functools.partial(
+                RouteWiseSettingsActor, config.models, config.routing.default_router,
+                snapshots=snapshots, **extra)),
             Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
                        children=model_specs),
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),

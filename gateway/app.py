@@ -26,6 +26,7 @@ from gateway.accounting import RequestRecord, bounded
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.admin_auth import is_admin
+from gateway.admin_routewise import RouteWiseAdmin
 from gateway.admin_rules import RulesAdmin
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
@@ -125,6 +126,8 @@ class GatewayApp:
         # The routing rule set: this ingress's compiled view, and its admin routes.
         self.rules = RulesView(bus)
         self._rules_admin = RulesAdmin(bus, config)
+        # RouteWise settings: thin clients of the admin area ``routewise``.
+        self._routewise_admin = RouteWiseAdmin(bus, config)
         # Accounting, /metrics, /events, the /admin/<area>/<verb> API.
         self.ops = IngressOps(bus, config)
         self.ops.after_admin.update(chains=self.steering.refresh, steering=self.steering.refresh)
@@ -153,6 +156,7 @@ class GatewayApp:
             ("GET", "/routing"): self._routing,
             ("POST", explain.PATH): self._explain,
             **self._rules_admin.routes(),
+            **self._routewise_admin.routes(),
             **self.callers.routes(),  # /admin/keys, /admin/provider-keys
             **self.ops.routes(),  # /metrics, /events
         }
@@ -161,6 +165,7 @@ class GatewayApp:
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
             **self.callers.prefix_routes(),  # /admin/keys/<id>/..., /admin/provider-keys/<id>
+            **self._routewise_admin.prefix_routes(),  # /admin/routewise/model-settings/<key>
             **self.dashboard.prefix_routes(),  # /dashboard...
             **self.ops.prefix_routes(),  # last: the /admin/<area>/<verb> catch-all
         }
@@ -636,7 +641,24 @@ class GatewayApp:
         degraded = degraded or unresolved or mode["mode"] == "degraded"
         await req.respond(200, _encode({"status": "degraded" if degraded else "ok",
                                         **mode, "endpoints": endpoints, "capacity": capacity,
-                                        "rules": self.rules.health()}))
+                                        "rules": self.rules.health(),
+                                        "routewise": await self._routewise_health(req)}))
+
+    async def _routewise_health(self, req: HttpRequest) -> dict[str, Any]:
+        """Per RouteWise model: each candidate's effective cost, latency estimate, LP weight,
+        quota used fraction and free slots (one status request per RouteWise model)."""
+        out: dict[str, Any] = {}
+        default = self._config.routing.default_router
+        for m in self._config.models:
+            if (m.router or default) != "routewise" or not self._visible(req, m.id):
+                continue
+            status = raise_for_reply(await self._bus.request(
+                subjects.model_status(m.id), ModelStatusRequest(), reply_type=ModelStatus,
+                timeout=self._config.routing.decision_timeout_seconds,
+            ))
+            out[m.id] = {"prompt_tokens": status.routewise_prompt_tokens,
+                         "candidates": [msgspec.structs.asdict(c) for c in status.routewise]}
+        return out
 
     async def _routing(self, req: HttpRequest) -> None:
         models: dict[str, Any] = {}

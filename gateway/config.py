@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 from pydantic import ValidationError
@@ -32,8 +31,14 @@ from schemas.config import GatewayConfig, RoutingConfig
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
-RouterCheck = Callable[[str, dict[str, Any]], object]
-"""Validates a router name and its params; raises ValueError saying what is known."""
+    from schemas.config import ModelConfig
+
+class RouterCheck(Protocol):
+    """Validates a router name and its params and, given the model, that the model can start
+    under it; raises ValueError saying what is known."""
+
+    def __call__(self, name: str, params: dict[str, Any],
+                 model: ModelConfig | None = None, /) -> object: ...
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEMO_CONFIG = "demo.yaml"
@@ -228,6 +233,10 @@ def _check_routers(config: GatewayConfig, source: str, validate: RouterCheck) ->
             if model.router and "params" in str(exc):
                 key = "router_params"
             raise ConfigError(f"{source}: models[{i}].{key}: {exc}") from None
+        try:
+            validate(name, model.router_params, model)
+        except ValueError as exc:  # the model cannot start under its router
+            raise ConfigError(f"{source}: models[{i}]: {exc}") from None
 
 
 def load_sections(path: str | Path | None, *sections: str) -> GatewayConfig:

@@ -14,6 +14,7 @@ the same whatever API the client speaks. Rules:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from contextlib import aclosing
@@ -22,9 +23,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
 
+from gateway import hedging
 from gateway.accounting import RequestRecord
 from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
 from gateway.errors import REQUEST_DESCRIBING
+from gateway.hedging import Declined
 from gateway.leases import LeaseKeeper, tokens_used_by_failure
 from schemas import (
     FirstToken,
@@ -43,7 +46,14 @@ from schemas import (
 from schemas.config import FailoverConfig, GatewayConfig, RouteConfig
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+    from collections.abc import (
+        AsyncGenerator,
+        AsyncIterator,
+        Awaitable,
+        Callable,
+        Mapping,
+        Sequence,
+    )
 
     from bus import Bus
     from gateway.targets import PlanWalk
@@ -261,8 +271,11 @@ class Dispatcher:
                 if failures.rules_out(c):
                     await self._release(info, c, first=i == 0)
                     continue
-                if c.pool and not c.lease_id and not c.refusal:
-                    # A fallback on a capacity route: leased right before it is sent.
+                hedge_backup = current is plan and i == 1 and attempt == 1 \
+                    and plan.hedge_after_ms is not None
+                if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
+                    # A fallback on a capacity route: leased right before it is sent (a hedge
+                    # backup only if the hedge fires: the caller's ``_leased_late``).
                     leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
                     if leased is None:
                         continue
@@ -379,57 +392,118 @@ class Dispatcher:
         failures = _Failures()
         budget = _Budget(self._failover, info.started, self._clock)
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
-            return await self._call(info, op, failures, budget, attempts)
+            return await self._call(info, op, failures, budget, attempts, plan.hedge_after_ms)
 
     async def _call(self, info: RequestInfo,
                     op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
                     failures: _Failures, budget: _Budget,
-                    attempts: AsyncIterator[Attempt]) -> Served:
-        async for attempt, c, more, _ in attempts:
-            if c.refusal:
-                await self._refused(info, c, attempt, failures)
+                    attempts: AsyncIterator[Attempt], hedge_after_ms: float | None) -> Served:
+        async for planned in attempts:
+            if planned.candidate.refusal:
+                await self._refused(info, planned.candidate, planned.number, failures)
                 continue
-            served: Served | None = None
-            try:
-                served = await self._attempt(info, op, failures, budget, attempt, c, more)
-            finally:
-                await self.leases.release(c, None if served is None else
-                                          _tokens(usage_of(served.body)))
-            if served is not None:
-                return served
+            a = await self._leased_late(info, planned)
+            if a is None:
+                continue
+            backup = await self._hedge_backup(a, hedge_after_ms, attempts)
+            if backup is None:
+                result = await self._try_call(info, op, a, budget, Declined())
+                if not isinstance(result, UpstreamError):
+                    return Served(result, a.candidate, a.number)
+                failures.add(result, a.candidate)
+                continue
+            pair = (a, backup)
+            raced = await hedging.race(
+                functools.partial(self._try_call, info, op, a, budget),
+                functools.partial(self._backup_call, info, op, backup, budget),
+                hedge_after_ms or 0.0, discard=_nothing)
+            if raced.winner is not None:
+                body = raced.results[raced.winner]
+                assert body is not None and not isinstance(body, UpstreamError)
+                won = pair[raced.winner]
+                return Served(body, won.candidate, won.number)
+            self._raced_failures(pair, raced.results, failures)
         raise failures.final()
 
-    async def _attempt(self, info: RequestInfo,
-                       op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
-                       failures: _Failures, budget: _Budget, attempt: int, c: RouteCandidate,
-                       more: bool) -> Served | None:
-        """One non-streaming attempt: the answer, or None after a failure (recorded)."""
-        started = self._clock()
-        target = self._targets.resolve(c)
-        limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
+    async def _hedge_backup(self, a: Attempt, hedge_after_ms: float | None,
+                            attempts: AsyncIterator[Attempt]) -> Attempt | None:
+        """The attempt to race against ``a`` (the plan's second candidate), when the plan
+        asks for a hedge and ``a`` is the request's very first attempt; else None. A backup
+        on a capacity route arrives unleased (see ``_attempts``): its side leases it when
+        the hedge fires, so a primary that answers in time never holds a lease for it."""
+        if hedge_after_ms is None or a.number != 1 or not a.first_of_plan or not a.more:
+            return None
+        backup = await anext(attempts, None)
+        if backup is None or backup.candidate.refusal:
+            return None  # a refused route is accounted by the loop's next turn, not raced
+        return backup
+
+    async def _leased_late(self, info: RequestInfo, a: Attempt) -> Attempt | None:
+        """``a`` with its capacity lease. Only a plan's hedge backup arrives unleased from
+        ``_attempts``; leased here like any fallback, right before it is sent. None when
+        its pool refuses (the route is skipped)."""
+        c = a.candidate
+        if not c.pool or c.lease_id or c.refusal:
+            return a
+        leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
+        return None if leased is None else a._replace(candidate=leased)
+
+    @staticmethod
+    def _raced_failures(pair: tuple[Attempt, Attempt], results: Sequence[object],
+                        failures: _Failures) -> None:
+        """Record the errors of a race nobody won (a backup its pool refused is none)."""
+        for side, res in zip(pair, results, strict=True):
+            if isinstance(res, UpstreamError) and res.kind != _NO_BACKUP:
+                failures.add(res, side.candidate)
+
+    async def _backup_call(self, info: RequestInfo,
+                           op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+                           a: Attempt, budget: _Budget, declined: Declined
+                           ) -> JSON | UpstreamError:
+        """The hedge's backup side: leased as it starts (refused: the primary races
+        alone), then one ordinary attempt."""
+        leased = await self._leased_late(info, a)
+        if leased is None:
+            return _no_backup(a.candidate)
+        return await self._try_call(info, op, leased, budget, declined)
+
+    async def _try_call(self, info: RequestInfo,
+                        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+                        a: Attempt, budget: _Budget, declined: Declined
+                        ) -> JSON | UpstreamError:
+        """One observed attempt: the answer, or the error it failed with. Its capacity
+        lease is given back however it ends (with the reported tokens when known)."""
+        attempt, c, more = a.number, a.candidate, a.more
+        tokens: int | None = None
         try:
-            async with asyncio.timeout(limit):
-                body = await op(self._adapter(c), target)
-        except UpstreamError as err:
-            _scrub(err, target.api_key)
-            await self.leases.release(c, tokens_used_by_failure(err))
-            await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
-            failures.add(err, c)
-            return None
-        except TimeoutError:
-            timeout = _timed_out(c, limit, by_budget)
-            outcome = "cancelled" if by_budget else "failure"
-            await self.observe(info, c, attempt, outcome, started, err=timeout)
-            failures.add(timeout, c)
-            return None
-        except (anyio.get_cancelled_exc_class(), RecursionError):
-            # RecursionError: a body nested just short of the decode limit cannot be
-            # encoded again for the upstream; the app refuses it (400), but the attempt
-            # must still end here, or its prefill and probe leases are never given back.
-            await self.observe(info, c, attempt, "cancelled", started)
-            raise
-        await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
-        return Served(body, c, attempt)
+            started = self._clock()
+            target = self._targets.resolve(c)
+            limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
+            try:
+                async with asyncio.timeout(limit):
+                    body = await op(self._adapter(c), target)
+            except UpstreamError as err:
+                _scrub(err, target.api_key)
+                await self.leases.release(c, tokens_used_by_failure(err))
+                await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
+                return err
+            except TimeoutError:
+                timeout = _timed_out(c, limit, by_budget)
+                outcome = "cancelled" if by_budget else "failure"
+                await self.observe(info, c, attempt, outcome, started, err=timeout)
+                return timeout
+            except (anyio.get_cancelled_exc_class(), RecursionError):
+                # RecursionError: a body nested just short of the decode limit cannot be
+                # encoded again for the upstream; the app refuses it (400), but the attempt
+                # must still end here, or its prefill and probe leases are never given back.
+                await self.observe(info, c, attempt, "cancelled", started,
+                                   err=declined.error(c.endpoint))
+                raise
+            await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
+            tokens = _tokens(usage_of(body))
+            return body
+        finally:
+            await self.leases.release(c, tokens)  # a no-op once released above
 
     async def open_stream(self, info: RequestInfo, plan: RoutePlan, body: JSON,
                           walk: PlanWalk | None = None) -> StreamAttempt:
@@ -438,61 +512,96 @@ class Dispatcher:
         failures = _Failures()
         budget = _Budget(self._failover, info.started, self._clock)
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
-            return await self._open_stream(info, body, failures, budget, attempts)
+            return await self._open_stream(info, body, failures, budget, attempts,
+                                           plan.hedge_after_ms)
 
     async def _open_stream(self, info: RequestInfo, body: JSON, failures: _Failures,
-                           budget: _Budget,
-                           attempts: AsyncIterator[Attempt]
-                           ) -> StreamAttempt:
-        async for attempt, c, more, first_of_plan in attempts:
-            if c.refusal:
-                await self._refused(info, c, attempt, failures)
+                           budget: _Budget, attempts: AsyncIterator[Attempt],
+                           hedge_after_ms: float | None) -> StreamAttempt:
+        async for planned in attempts:
+            if planned.candidate.refusal:
+                await self._refused(info, planned.candidate, planned.number, failures)
                 continue
-            started = self._clock()
-            target = self._targets.resolve(c)
-            try:
-                chunks = self._adapter(c).stream(target, body)
-            except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
-                await self.observe(info, c, attempt, "failure", started, err=missing)
-                await self.leases.release(c, tokens_used_by_failure(missing))
-                failures.add(missing, c)
+            a = await self._leased_late(info, planned)
+            if a is None:
                 continue
-            limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
-            outcome = "failure"
-            try:
-                async with asyncio.timeout(limit):
-                    first = await anext(chunks)
-            except StopAsyncIteration:
-                err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
-                                    kind="empty_stream")
-            except UpstreamError as exc:
-                err = _scrub(exc, target.api_key)
-                outcome = _outcome_of(err)
-            except TimeoutError:
-                err = _timed_out(c, limit, by_budget)
-                outcome = "cancelled" if by_budget else "failure"
-            except (anyio.get_cancelled_exc_class(), RecursionError):
-                # RecursionError: see _call (the body cannot be encoded for the upstream).
-                await _aclose(chunks)
-                await self.observe(info, c, attempt, "cancelled", started)
-                await self.leases.release(c)
-                raise
-            else:
-                if first_of_plan:  # only a plan's primary holds its model's prefill lease
-                    await self._publish(subjects.model_first_token(info.model),
-                                        FirstToken(endpoint=c.endpoint,
-                                                   request_id=info.request_id))
-                if c.probe:  # the probe's verdict is its first byte, not the stream's end
-                    await self._publish(subjects.endpoint_probe_result(c.endpoint),
-                                        ProbeFirstByte(endpoint=c.endpoint,
-                                                       request_id=info.request_id))
-                return StreamAttempt(self, info, c, attempt, started, first, chunks,
-                                     target.idle_timeout)
-            await _aclose(chunks)
-            await self.observe(info, c, attempt, outcome, started, err=err)
-            await self.leases.release(c, tokens_used_by_failure(err))
-            failures.add(err, c)
+            backup = await self._hedge_backup(a, hedge_after_ms, attempts)
+            if backup is None:
+                result = await self._try_open(info, body, a, budget, Declined())
+                if isinstance(result, StreamAttempt):
+                    return result
+                failures.add(result, a.candidate)
+                continue
+            pair = (a, backup)
+            raced = await hedging.race(
+                functools.partial(self._try_open, info, body, a, budget),
+                functools.partial(self._backup_open, info, body, backup, budget),
+                hedge_after_ms or 0.0, discard=_decline_stream)
+            if raced.winner is not None:
+                stream = raced.results[raced.winner]
+                assert isinstance(stream, StreamAttempt)
+                return stream
+            self._raced_failures(pair, raced.results, failures)
         raise failures.final()
+
+    async def _backup_open(self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget,
+                           declined: Declined) -> StreamAttempt | UpstreamError:
+        """The hedge's backup side of a stream (as ``_backup_call``)."""
+        leased = await self._leased_late(info, a)
+        if leased is None:
+            return _no_backup(a.candidate)
+        return await self._try_open(info, body, leased, budget, declined)
+
+    async def _try_open(self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget,
+                        declined: Declined) -> StreamAttempt | UpstreamError:
+        """One observed stream attempt up to its first chunk: the open stream (which holds
+        the capacity lease until its relay ends), or the error it failed with (the lease
+        given back)."""
+        attempt, c, more, first_of_plan = a
+        started = self._clock()
+        target = self._targets.resolve(c)
+        try:
+            chunks = self._adapter(c).stream(target, body)
+        except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
+            await self.observe(info, c, attempt, "failure", started, err=missing)
+            await self.leases.release(c, tokens_used_by_failure(missing))
+            return missing
+        limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
+        outcome = "failure"
+        try:
+            async with asyncio.timeout(limit):
+                first = await anext(chunks)
+        except StopAsyncIteration:
+            err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
+                                kind="empty_stream")
+        except UpstreamError as exc:
+            err = _scrub(exc, target.api_key)
+            outcome = _outcome_of(err)
+        except TimeoutError:
+            err = _timed_out(c, limit, by_budget)
+            outcome = "cancelled" if by_budget else "failure"
+        except (anyio.get_cancelled_exc_class(), RecursionError):
+            # RecursionError: see _try_call (the body cannot be encoded for the upstream).
+            await _aclose(chunks)
+            await self.observe(info, c, attempt, "cancelled", started,
+                               err=declined.error(c.endpoint))
+            await self.leases.release(c)
+            raise
+        else:
+            if first_of_plan:  # only a plan's primary holds its model's prefill lease
+                await self._publish(subjects.model_first_token(info.model),
+                                    FirstToken(endpoint=c.endpoint,
+                                               request_id=info.request_id))
+            if c.probe:  # the probe's verdict is its first byte, not the stream's end
+                await self._publish(subjects.endpoint_probe_result(c.endpoint),
+                                    ProbeFirstByte(endpoint=c.endpoint,
+                                                   request_id=info.request_id))
+            return StreamAttempt(self, info, c, attempt, started, first, chunks,
+                                 target.idle_timeout)
+        await _aclose(chunks)
+        await self.observe(info, c, attempt, outcome, started, err=err)
+        await self.leases.release(c, tokens_used_by_failure(err))
+        return err
 
     async def _refused(self, info: RequestInfo, c: RouteCandidate, attempt: int,
                        failures: _Failures) -> None:
@@ -512,6 +621,26 @@ class Dispatcher:
             raise UpstreamError(f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint,
                                 kind="no_adapter")
         return adapter
+
+
+_NO_BACKUP = "hedge_backup_refused"
+
+
+def _no_backup(c: RouteCandidate) -> UpstreamError:
+    """A hedge backup whose pool refused its lease: it never ran (not a failure)."""
+    return UpstreamError("hedge backup not sent: its capacity pool refused a lease",
+                         endpoint=c.endpoint, kind=_NO_BACKUP)
+
+
+async def _nothing(_body: JSON) -> None:
+    """A whole answer that lost a hedge race holds nothing to release."""
+
+
+async def _decline_stream(stream: StreamAttempt) -> None:
+    """A stream that lost a hedge race after its first chunk: closed, observed declined."""
+    await stream.close("cancelled", UpstreamError(
+        "declined: the hedged twin answered first", endpoint=stream.candidate.endpoint,
+        kind=hedging.DECLINED))
 
 
 def _merged_refusal(errors: list[UpstreamError]) -> UpstreamError:

@@ -130,6 +130,8 @@ async def explain(
                 }
                 for c in first.candidates
             ],
+            **({"routewise": [msgspec.structs.asdict(c) for c in first.routewise]}
+               if first.routewise else {}),
         },
     }
 

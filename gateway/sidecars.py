@@ -1,10 +1,11 @@
 """Background work beside the actors that needs upstream I/O (actors never do any): the
-health-check loop over local deployments, the bench prober and the quota poller (http_json
-quota sources). Runs in the process that owns the actors (role ``all`` or ``actors``).
+health-check loop over local deployments, the bench prober, the RouteWise latency prober and
+the quota poller (http_json quota sources). Runs in the process that owns the actors (role
+``all`` or ``actors``).
 
 A reload reaches them like it reaches an ingress (:meth:`Sidecars.follow`: on
 ``ConfigChanged`` the config file is re-read): the quota poller polls the pools the reload
-added or changed and stops polling the removed ones, the prober resolves routes from the new
+added or changed and stops polling the removed ones, the probers resolve routes from the new
 config, and the health-check loop restarts when its targets or settings changed.
 """
 
@@ -23,6 +24,7 @@ from gateway.prober import BenchProber
 from gateway.provider_secrets import ProviderSecrets, configured_credentials
 from gateway.quota_poller import QuotaPoller
 from gateway.reload import ConfigFollower, FallbackTargets
+from gateway.routewise_prober import RouteWiseProber
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -50,6 +52,9 @@ class Sidecars:
         # Following the declarations drops a deleted key's grant at once.
         self._tasks.append(asyncio.create_task(grants.start()))
         self._tasks.append(asyncio.create_task(self.prober.run()))
+        self.routewise = RouteWiseProber(bus, make_adapters(self._client),
+                                         Targets(config, grants), self._leases, grants)
+        self._tasks.append(asyncio.create_task(self.routewise.run()))
         self.poller = QuotaPoller(bus, self._client, config)
         self._health: tuple[dict[str, str], HealthCheckConfig] | None = None
         self._checker: asyncio.Task[None] | None = None
@@ -57,8 +62,9 @@ class Sidecars:
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Work from ``config`` from now on (a reload)."""
-        self.prober.retarget(FallbackTargets(config, Targets(self._config, self._grants),
-                                             self._grants))
+        targets = FallbackTargets(config, Targets(self._config, self._grants), self._grants)
+        self.prober.retarget(targets)
+        self.routewise.retarget(targets)
         self._leases.retune(config.routing.leases.ttl_seconds)
         self.poller.reconfigure(config)
         self._check(config)

@@ -87,6 +87,8 @@ from schemas.routing import (
     FirstToken,
     HealthReport,
     HealthRequest,
+    LatencyProbeDue,
+    LatencySample,
     LocalHealth,
     ModelStatus,
     ModelStatusRequest,
@@ -101,6 +103,9 @@ from schemas.routing import (
     RoutePlan,
     RouteRequest,
     RouteStatus,
+    RouteWiseCandidate,
+    RouteWiseSettings,
+    RouteWiseSettingsGet,
     SetWeight,
     StateRequest,
 )
@@ -187,6 +192,10 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     Evidence,
     SteeringGet,
     SteeringSnapshot,
+    RouteWiseSettings,
+    RouteWiseSettingsGet,
+    LatencyProbeDue,
+    LatencySample,
 ]
 
 __all__ = [
@@ -242,6 +251,8 @@ __all__ = [
     "KeyPoolState",
     "KeyPoolStateRequest",
     "KeyUnmuted",
+    "LatencyProbeDue",
+    "LatencySample",
     "LocalHealth",
     "Message",
     "ModeChanged",
@@ -273,6 +284,9 @@ __all__ = [
     "RoutePlan",
     "RouteRequest",
     "RouteStatus",
+    "RouteWiseCandidate",
+    "RouteWiseSettings",
+    "RouteWiseSettingsGet",
     "Rule",
     "RulesGet",
     "RulesState",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 
@@ -55,6 +57,10 @@ class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     candidates: tuple[RouteCandidate, ...]
     pinned: bool = False
     reason: str = "weighted"
+    routewise: tuple[RouteWiseCandidate, ...] = ()  # dry plans of RouteWise models only
+    # RouteWise hedging: when the primary has no first byte this long after it started, the
+    # ingress also sends the plan's second candidate; the first to answer serves.
+    hedge_after_ms: float | None = None
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -168,12 +174,36 @@ class RouteStatus(msgspec.Struct, frozen=True, kw_only=True):
     circuit_state: str
 
 
+class RouteWiseCandidate(msgspec.Struct, frozen=True, kw_only=True):
+    """One route as a RouteWise model's LP sees it (explain, /health/deep).
+
+    ``effective_cost_usd`` is None for a masked or infeasible route, and ``excluded`` says
+    why (``quota_unresolved``, ``quota_exhausted``, ``envelope_uncalibrated``,
+    ``concurrency_full``); ``latency_ms`` is the TTFT estimate the LP used (the unprofiled
+    default when ``profiled`` is False); ``lp_weight`` its share of the LP's mix.
+    """
+
+    endpoint: str
+    provider_type: str
+    effective_cost_usd: float | None
+    latency_ms: float
+    profiled: bool
+    lp_weight: float
+    quota_used_fraction: float | None = None
+    free_slots: float | None = None
+    excluded: str = ""
+    samples: int = 0  # live-window TTFT samples behind latency_ms
+
+
 class ModelStatus(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """A ModelActor's routes with effective weights and the circuits it sees."""
+    """A ModelActor's routes with effective weights and the circuits it sees; a RouteWise
+    model adds its candidates for a request of ``routewise_prompt_tokens``."""
 
     model: str
     router: str
     routes: tuple[RouteStatus, ...]
+    routewise: tuple[RouteWiseCandidate, ...] = ()
+    routewise_prompt_tokens: int = 0
 
 
 class ProbeDue(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -206,3 +236,40 @@ class ProbeFirstByte(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
     endpoint: str
     request_id: str
+
+
+class RouteWiseSettingsGet(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the RouteWiseSettingsActor for the current RouteWiseSettings."""
+
+
+class RouteWiseSettings(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The admin's RouteWise settings: ``models`` the per-model overrides (canonical model id
+    -> ``router_params`` key -> value), ``fallback`` the deployment fallback (key -> value).
+    Precedence: model override, then the model's ``router_params:``, then the fallback, then
+    the default."""
+
+    models: dict[str, dict[str, Any]] = {}
+    fallback: dict[str, Any] = {}
+    ts: float = 0.0
+
+
+class LatencyProbeDue(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A RouteWise model wants a TTFT sample of an idle or never-measured route: a prober
+    (queue group ``routewise-probers``, one takes each) sends one 1-token request."""
+
+    endpoint: str
+    model: str
+    candidate: RouteCandidate
+    timeout: float = 30.0
+
+
+class LatencySample(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """What the RouteWise prober measured at ``endpoint``: the time to the answer of a 1-token
+    request (``ok``), or why it failed. Feeds only the model's latency evidence."""
+
+    endpoint: str
+    model: str
+    ok: bool
+    ttft_ms: float | None = None
+    detail: str = ""
+    ts: float = 0.0

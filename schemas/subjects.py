@@ -8,6 +8,8 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.model.<id>.first_token`` event         ingress -> ModelActor: FirstToken (prefill
                                                     lease ends at a stream's first chunk)
 - ``llmgw.model.<id>.weights``      request/reply  admin -> ModelActor: SetWeight -> ModelStatus
+- ``llmgw.model.<id>.routewise``    request/reply  RouteWiseSettingsActor -> ModelActor:
+                                                    RouteWiseSettings -> ModelStatus (applied)
 - ``llmgw.endpoint.<id>.local_health`` event       health-check loop -> ModelActor: LocalHealth
 - ``llmgw.endpoint.<id>.probe``     request/reply  ModelActor -> EndpointActor: ProbeRequest
                                                     -> ProbeGrant (the half-open lease)
@@ -79,6 +81,14 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     QuotaReading (an http_json poll)
 - ``llmgw.events.quota``            event          CapacityActor -> operators:
                                                     QuotaSourceStatus (unresolved / resolved)
+- ``llmgw.routewise.settings.get``  request/reply  ModelActor -> RouteWiseSettingsActor:
+                                                    RouteWiseSettingsGet -> RouteWiseSettings
+- ``llmgw.routewise.settings``      event          RouteWiseSettingsActor -> watchers:
+                                                    RouteWiseSettings (every admin change)
+- ``llmgw.routewise.probe``         event (queue)  ModelActor -> RouteWise prober:
+                                                    LatencyProbeDue (idle or cold route)
+- ``llmgw.model.<id>.latency``      event          RouteWise prober -> ModelActor:
+                                                    LatencySample
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """
@@ -140,6 +150,16 @@ def model_first_token(model: str) -> str:
 def model_weights(model: str) -> str:
     """Request/reply: SetWeight -> ModelStatus."""
     return f"{PREFIX}.model.{token(model)}.weights"
+
+
+def model_latency(model: str) -> str:
+    """Event: LatencySample, a RouteWise prober's measurement for ``model``'s route."""
+    return f"{PREFIX}.model.{token(model)}.latency"
+
+
+def model_routewise(model: str) -> str:
+    """Request/reply: RouteWiseSettings -> ModelStatus, once the model applies them."""
+    return f"{PREFIX}.model.{token(model)}.routewise"
 
 
 def endpoint_local_health(endpoint: str) -> str:
@@ -245,6 +265,9 @@ PROBE_DUE = f"{PREFIX}.probe.due"
 MODE_GET = f"{PREFIX}.mode.get"
 RULES_GET = f"{PREFIX}.rules.get"
 RULES_STATE = f"{PREFIX}.rules.state"
+ROUTEWISE_SETTINGS = f"{PREFIX}.routewise.settings"
+ROUTEWISE_SETTINGS_GET = f"{PREFIX}.routewise.settings.get"
+ROUTEWISE_PROBE_DUE = f"{PREFIX}.routewise.probe"
 OBSERVATION_ANY = f"{PREFIX}.obs.*"
 ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
 EVENTS_ANY = f"{PREFIX}.events.>"

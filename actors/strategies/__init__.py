@@ -10,11 +10,14 @@ reason instead of breaking import. See docs/strategies.md.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from actors.strategies.base import RouteView, RoutingStrategy, StrategyDeps, StrategyParams
+
+if TYPE_CHECKING:
+    from schemas.config import ModelConfig
 
 StrategyFactory = Callable[[Any, StrategyDeps], RoutingStrategy]
 
@@ -46,21 +49,47 @@ def known_strategies() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
-def validate_strategy(name: str, params: dict[str, Any]) -> StrategyParams:
-    """Validate ``params`` for strategy ``name``. Raises ValueError saying what is known."""
+def validate_strategy(name: str, params: dict[str, Any],
+                      model: ModelConfig | None = None) -> StrategyParams:
+    """Validate ``params`` for strategy ``name`` and, given the ``model`` they belong to,
+    that it can start under it (:func:`startup_problem`). Raises ValueError saying what is
+    known (a startup problem: ``StartupProblemError``)."""
     if name in _MISSING:
         raise ValueError(f"router {name!r} is not available: {_MISSING[name]}")
     if name not in _REGISTRY:
         raise ValueError(
             f"unknown router {name!r}; known routers: {', '.join(known_strategies())}"
         )
-    _, model = _REGISTRY[name]
+    _, params_model = _REGISTRY[name]
     try:
-        return model.model_validate(params)
+        valid = params_model.model_validate(params)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
-        raise ValueError(f"router_params for {name!r}: {key}: {err['msg']}") from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = f"{key}: " if key else ""
+        raise ValueError(f"router_params for {name!r}: {where}{msg}") from None
+    problem = startup_problem(name, model) if model is not None else None
+    if problem is not None:
+        raise StartupProblemError(problem)
+    return valid
+
+
+class StartupProblemError(ValueError):
+    """A model that cannot start under its (valid) router; the message says what to do."""
+
+
+def startup_problem(name: str, model: ModelConfig) -> str | None:
+    """Why ``model`` cannot start under strategy ``name`` (its params already valid), or
+    None: a strategy may define ``startup_problem(model, params)`` on its factory."""
+    if name not in _REGISTRY:
+        return None
+    factory, params_model = _REGISTRY[name]
+    check = getattr(factory, "startup_problem", None)
+    if check is None:
+        return None
+    problem: str | None = check(model, params_model.model_validate(model.router_params))
+    return problem
 
 
 def build_strategy(
@@ -79,18 +108,18 @@ try:  # RouteWise is optional at import time: its absence must not break the gat
 except ImportError as _exc:  # pragma: no cover - depends on the install
     register_missing_strategy("routewise", f"the llm-routewise package is not installed ({_exc})")
 else:
-    register_missing_strategy(
-        "routewise", "the RouteWise strategy is not wired into llmgw yet (see README roadmap)"
-    )
+    from actors.strategies import routewise  # noqa: F401  (registration)
 
 __all__ = [
     "RouteView",
     "RoutingStrategy",
+    "StartupProblemError",
     "StrategyDeps",
     "StrategyParams",
     "build_strategy",
     "known_strategies",
     "register_missing_strategy",
     "register_strategy",
+    "startup_problem",
     "validate_strategy",
 ]

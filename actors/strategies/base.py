@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -10,9 +11,10 @@ from pydantic import BaseModel, ConfigDict
 from schemas.config import PrefillConfig, RouteConfig
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-    from schemas import Observation, RouteRequest
+    from schemas import CapacityState, Observation, RouteRequest
+    from schemas.config import ModelConfig
 
 
 class StrategyParams(BaseModel):
@@ -35,9 +37,15 @@ class RouteView:
 
 @dataclass(frozen=True, slots=True)
 class StrategyDeps:
-    """What the hosting ModelActor hands every strategy besides its params."""
+    """What the hosting ModelActor hands every strategy besides its params: the prefill
+    knobs, the model it routes (None in bare unit tests), the actor's clock and its capacity
+    view: ``capacity(endpoint)`` is the state of that route's pool (None: on-demand, or not
+    known yet), read from the ModelActor's ``CapacityViews``."""
 
     prefill: PrefillConfig = field(default_factory=PrefillConfig)
+    model: ModelConfig | None = None
+    clock: Callable[[], float] = time.time
+    capacity: Callable[[str], CapacityState | None] = field(default=lambda _endpoint: None)
 
 
 class RoutingStrategy(Protocol):

@@ -67,6 +67,11 @@ SURFACE_MODES = ("responses", "responses-stream", "messages", "messages-stream")
 # Steered rows: chat with ``model: "auto"``, the active chain being five models (each one
 # route to the upstream) ordered by the balanced profile: what steering costs over a plain id.
 STEERING_MODES = ("auto", "auto-stream")
+# Strategy rows: plain chat to a model of N routes (all to the upstream, priced apart), under
+# the fixed weighted draw and under RouteWise: what the LP decision costs per request.
+STRATEGY_MODES = ("fixed-5", "routewise-5", "routewise-20")
+_STRATEGY_MODELS = {"fixed-5": ("fixed", 5), "routewise-5": ("routewise", 5),
+                    "routewise-20": ("routewise", 20)}
 _CHAIN = tuple(f"bench-{i}" for i in range(1, 6))
 _ADMIN_KEY = "bench-admin"  # only to store --rules; the /v1 rows stay anonymous
 
@@ -111,6 +116,9 @@ _SURFACES: dict[str, _Surface] = {
                      lambda m: _chat_body(m, False), gateway_model="auto"),
     "auto-stream": _Surface("/v1/chat/completions", True, b"data: [DONE]",
                             lambda m: _chat_body(m, True), gateway_model="auto"),
+    **{mode: _Surface("/v1/chat/completions", False, b'"choices"',
+                      lambda m: _chat_body(m, False), gateway_model=f"bench-{mode}")
+       for mode in STRATEGY_MODES},
 }
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
 LOOPS = ("as-is", "asyncio", "uvloop")
@@ -681,6 +689,17 @@ def _gateway_config(upstream_url: str) -> str:
             f"        provider_model_id: {_UPSTREAM_MODEL}\n"
             "        api_key: sk-bench\n"
         )
+    for mode, (router, n) in _STRATEGY_MODELS.items():
+        text += f"  - id: bench-{mode}\n    router: {router}\n    route:\n"
+        for i in range(n):
+            text += (
+                "      - kind: openai_compat\n"
+                f"        base_url: {upstream_url}/v1\n"
+                f"        provider_model_id: {_UPSTREAM_MODEL}\n"
+                "        api_key: sk-bench\n"
+                f"        pricing: {{prompt: {0.1 * (i + 1):.2f}, "
+                f"completion: {0.4 * (i + 1):.2f}}}\n"
+            )
     chain = ", ".join(_CHAIN)
     return text + f"chains:\n  - {{name: bench5, models: [{chain}]}}\n" + (
         "steering: {active_chain: bench5, profile: balanced}\n"
@@ -1026,9 +1045,11 @@ def _parser() -> argparse.ArgumentParser:
         help="comma list of concurrent connections (1,16,64)",
     )
     p.add_argument(
-        "--modes", type=_csv(MODES + SURFACE_MODES + STEERING_MODES), default=list(MODES),
+        "--modes", type=_csv(MODES + SURFACE_MODES + STEERING_MODES + STRATEGY_MODES),
+        default=list(MODES),
         help="comma list of plain,stream (both), the surface rows "
-        + ",".join(SURFACE_MODES) + " and the steered rows " + ",".join(STEERING_MODES),
+        + ",".join(SURFACE_MODES) + ", the steered rows " + ",".join(STEERING_MODES)
+        + " and the strategy rows " + ",".join(STRATEGY_MODES),
     )
     p.add_argument(
         "--targets",
@@ -1112,6 +1133,10 @@ def main(argv: list[str] | None = None) -> int:
         return loadgen_main(argv[1:])
     if argv[:1] == ["_gateway"]:
         return gateway_main(argv[1:])
+    if argv[:1] == ["decisions"]:
+        from tests.benchmarks.routewise_decisions import main as decisions_main
+
+        return decisions_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.no_pin:
         args.gateway_cpus = args.load_cpus = None

@@ -379,8 +379,13 @@ STARTUP_ERRORS = {
     "fixed_unknown_param": ({"router_params": {"local_fractoin": 0.5}},
                             "models[0].router_params: router_params for 'fixed': "
                             "local_fractoin:"),
-    "missing_dependency": ({"router": "routewise"},
-                           "models[0].router: router 'routewise' is not available: "),
+    "routewise_resource_key": ({"router": "routewise", "router_params": {"daily_quota": 5}},
+                               "models[0].router_params: router_params for 'routewise': "
+                               "'daily_quota' is no longer a router_params key: set route "),
+    "routewise_quota_only": ({"router": "routewise", "route": [
+        {"kind": "echo", "provider_type": "quota", "quota": {"limit": 5},
+         "quota_source": {"kind": "local"}}]},
+        "models[0]: model 'm' has only quota routes, so RouteWise cannot calibrate"),
 }
 
 

@@ -48,6 +48,7 @@ def test_diff_adds_endpoints_before_models_and_replaces_changed_ones() -> None:
         "replace keys/keys:registry",  # it checks admin commands against the pools it knows
         "add keys/keypool:c:echo",
         "remove keys/keypool:b:echo",
+        "replace routewise_settings",  # it resolves model ids and aliases
         "replace models/model:a",
         "add models/model:c",
         "remove models/model:b",

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from actors.strategies import validate_strategy
+from actors.strategies import register_missing_strategy, validate_strategy
 from gateway.config import ConfigError, load_config, parse_config
 
 
@@ -60,7 +62,8 @@ def test_config_with_unknown_kind_lists_known_kinds() -> None:
 
 def test_config_with_unknown_router_lists_known_routers() -> None:
     msg = _error("models: [{id: a, router: fastest, route: [{kind: echo}]}]")
-    assert "models[0].router: unknown router 'fastest'; known routers: fixed, round_robin" in msg
+    assert ("models[0].router: unknown router 'fastest'; known routers: fixed, round_robin, "
+            "routewise") in msg
 
 
 def test_config_with_unknown_router_param_is_refused() -> None:
@@ -70,8 +73,50 @@ def test_config_with_unknown_router_param_is_refused() -> None:
 
 
 def test_config_with_unavailable_router_gives_the_reason() -> None:
-    assert "router 'routewise' is not available" in _error(
-        "routing: {default_router: routewise}")
+    register_missing_strategy("needs_numpy_9", "numpy 9 is not installed")
+    assert "router 'needs_numpy_9' is not available: numpy 9" in _error(
+        "routing: {default_router: needs_numpy_9}")
+
+
+def test_config_routewise_as_default_router_is_accepted() -> None:
+    cfg = parse_config("routing: {default_router: routewise}\n"
+                       "models: [{id: a, route: [{kind: echo}]}]")
+    assert cfg.routing.default_router == "routewise"
+
+
+def test_config_routewise_resource_key_names_its_route_level_replacement() -> None:
+    msg = _error("models: [{id: a, router: routewise, router_params: {quota_limit: 5}, "
+                 "route: [{kind: echo}]}]")
+    assert "models[0].router_params" in msg
+    assert "'quota_limit' is no longer a router_params key: set route `quota: {limit}`" in msg
+
+
+def test_config_routewise_concurrency_key_names_its_replacement() -> None:
+    msg = _error("models: [{id: a, router: routewise, router_params: {concurrency_limit: 2}, "
+                 "route: [{kind: echo}]}]")
+    assert "route `concurrency: {limit}`" in msg
+
+
+def test_config_routewise_bad_param_value_is_refused_without_quoting_it() -> None:
+    msg = _error("models: [{id: a, router: routewise, router_params: "
+                 "{budget_alpha: 1.7}, route: [{kind: echo}]}]")
+    assert "budget_alpha" in msg and "1.7" not in msg
+
+
+def test_config_routewise_model_of_quota_routes_only_fails_naming_the_fix() -> None:
+    msg = _error("models: [{id: subs, router: routewise, route: [{kind: openai_compat, "
+                 "base_url: 'http://127.0.0.1:9/v1', provider_type: quota, quota: {limit: 5}, "
+                 "quota_source: {kind: local}}]}]")
+    assert "model 'subs' has only quota routes" in msg
+    assert "envelope_bootstrap_donor_models" in msg and "on-demand route" in msg
+
+
+def test_config_routewise_quota_only_model_with_donors_starts() -> None:
+    cfg = parse_config("models: [{id: subs, router: routewise, router_params: "
+                       "{envelope_bootstrap_donor_models: [other]}, route: [{kind: "
+                       "openai_compat, base_url: 'http://127.0.0.1:9/v1', provider_type: quota, "
+                       "quota: {limit: 5}, quota_source: {kind: local}}]}]")
+    assert cfg.models[0].router == "routewise"
 
 
 def test_config_with_duplicate_alias_is_refused() -> None:
@@ -192,3 +237,10 @@ def test_config_env_override_error_never_quotes_the_value(
     monkeypatch.setenv("CIRCUIT_COOLDOWN_SECONDS", SECRET)
     msg = _error("models: []")
     assert "routing.circuit.cooldown_seconds" in msg and SECRET not in msg, msg
+
+
+def test_config_routewise_example_in_docs_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMGW_ADMIN_KEY", "adm-docs")
+    cfg = load_config(Path(__file__).resolve().parents[3] / "docs" / "routewise-example.yaml")
+    assert cfg.models[0].router == "routewise"
+    assert [r.provider_type for r in cfg.models[0].route] == ["on_demand", "on_demand", "quota"]

@@ -1,0 +1,88 @@
+"""The cost-budgeted mean-TTFT LP, solved exactly in O(n log n).
+
+    minimise  sum w_i * latency_i   subject to  sum w_i * cost_i <= budget,
+                                                sum w_i = 1, w_i >= 0
+
+The library's ``solve_budget_lp`` enumerates every pair (O(n^2) candidates, each priced in
+O(n): 1 ms at 20 candidates here, ~200 ms at 100). The optimum has a closed form: on the
+lower convex hull of the points (cost, latency), the achievable latency at expected cost
+``x`` is a convex function of ``x``, so the optimum is the hull's lowest point when it fits
+the budget, else the hull at exactly ``x = budget``, a mix of the two hull vertices around
+it. The library's enumeration stays as the reference the hull is checked against
+(tests/unit/actors/test_routewise_solver.py); measured here (``bench decisions``), the hull
+is ~10x faster already at 5 candidates (3 µs against 34 µs), 100x at 20, 4,000x at 100.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from llm_routewise.core.lp import BudgetLPCandidate, solve_budget_lp
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+LP_EPS = 1e-9
+
+
+def budget_for(costs: Sequence[float], alpha: float) -> float:
+    """The LP budget ``c_min + alpha * (c_max - c_min)``."""
+    lo, hi = min(costs), max(costs)
+    return lo + alpha * (hi - lo)
+
+
+def solve(costs: Sequence[float], objective: Sequence[float], budget: float
+          ) -> dict[int, float]:
+    """LP weights by candidate index (empty when no mix fits the budget)."""
+    return solve_hull(costs, objective, budget)
+
+
+def solve_with_library(costs: Sequence[float], objective: Sequence[float], budget: float
+                       ) -> dict[int, float]:
+    """The library's exact pair enumeration, keyed by index."""
+    result = solve_budget_lp(
+        [BudgetLPCandidate(name=str(i), objective=o, effective_cost=c)
+         for i, (c, o) in enumerate(zip(costs, objective, strict=True))],
+        budget=budget,
+    )
+    if not result.feasible:
+        return {}
+    return {int(name): w for name, w in result.weights.items()}
+
+
+def _cross(o: tuple[float, float, int], a: tuple[float, float, int],
+           b: tuple[float, float, int]) -> float:
+    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
+
+
+def solve_hull(costs: Sequence[float], objective: Sequence[float], budget: float
+               ) -> dict[int, float]:
+    """The same optimum from the lower convex hull of (cost, objective): O(n log n)."""
+    if not costs:
+        return {}
+    # For equal cost keep the lowest objective (then the lowest index): sorting does both.
+    points = sorted((c, o, i) for i, (c, o) in enumerate(zip(costs, objective, strict=True)))
+    if points[0][0] > budget + LP_EPS:
+        return {}
+    hull: list[tuple[float, float, int]] = []
+    for p in points:
+        if hull and abs(hull[-1][0] - p[0]) <= LP_EPS:
+            continue  # same cost, not better (sorted by objective within a cost)
+        while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) <= 0:
+            hull.pop()
+        hull.append(p)
+    # The hull falls until its lowest vertex (the first one, on ties: the cheapest).
+    best = min(range(len(hull)), key=lambda k: (hull[k][1], hull[k][0]))
+    if hull[best][0] <= budget + LP_EPS:
+        return {hull[best][2]: 1.0}
+    # The budget cuts a falling edge left of the lowest vertex: mix its two ends.
+    k = 0
+    while hull[k + 1][0] <= budget + LP_EPS:
+        k += 1
+    left, right = hull[k], hull[k + 1]
+    if left[0] >= budget - LP_EPS:
+        return {left[2]: 1.0}
+    w_right = (budget - left[0]) / (right[0] - left[0])
+    w_right = min(max(w_right, 0.0), 1.0)
+    out = {left[2]: 1.0 - w_right, right[2]: w_right}
+    return {i: w for i, w in out.items() if w > LP_EPS}

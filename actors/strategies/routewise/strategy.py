@@ -1,0 +1,418 @@
+"""``routewise``: effective cost -> cost-budgeted mean-TTFT LP -> one sampled primary.
+
+Per request, over the admissible routes the ModelActor hands in (weight > 0, circuit admits,
+not benched, key pool serves the caller, modality and context fit):
+
+1. effective cost: on-demand routes the cold-cache price of the prompt plus the predicted
+   completion (route ``pricing:``); quota routes the exponential shadow price of the pool's
+   used fraction between the cost envelope's ``L`` and ``U``; concurrency routes nothing
+   while a slot is free. A quota route whose pool has not resolved, or whose envelope is not
+   calibrated yet, is masked; a full pool (quota or slots) is infeasible.
+2. the LP at budget ``c_min + alpha * (c_max - c_min)``, objective the mean TTFT (live
+   window, else history, else the unprofiled default; ties broken on cost).
+3. the primary sampled from the LP's mix; the fallbacks are the LP re-solved without the
+   routes already placed (``fallback_order``), so a retryable failure moves on to what the
+   policy would choose without the failed endpoint.
+
+When nothing is feasible (a cold burst: every candidate masked or full) the library's
+``NoProviderError`` is caught and the request falls back to the fixed weighted draw over
+the same candidates; never an error to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from llm_routewise import NoProviderError
+from llm_routewise.const import DISPATCH_OVERHEAD_MS, HEDGE_SUCCESS_TARGET
+from llm_routewise.core.cost import scarcity_price
+from llm_routewise.core.hedging import combined_success_probability, hedge_checkpoints_for_slo
+from llm_routewise.core.lp import cost_tiebroken_objective
+
+from actors.strategies.routewise.evidence import (
+    CostEnvelope,
+    LatencyEvidence,
+    OutputLengthPredictor,
+)
+from actors.strategies.routewise.solver import budget_for, solve
+from schemas.pricing import Pricing, cost_usd
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from llm_routewise.core.latency_profile import RollingLatencyProfile
+
+    from actors.strategies.base import RouteView, StrategyDeps
+    from actors.strategies.routewise.params import RouteWiseParams
+    from schemas import Observation, RouteRequest
+    from schemas.config import ModelConfig, RouteConfig
+
+logger = logging.getLogger(__name__)
+
+_LP_CACHE_SIZE = 256
+# Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
+_RESOLVED_FALLBACKS = 3
+# Samples each route needs before hedging trusts its profile (the library's default).
+HEDGE_MIN_SAMPLES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One route as the LP sees it (and as explain / health show it)."""
+
+    endpoint: str
+    provider_type: str
+    effective_cost: float | None  # None: masked or infeasible
+    latency_ms: float
+    profiled: bool
+    weight: float = 0.0
+    quota_used_fraction: float | None = None
+    free_slots: float | None = None
+    excluded: str = ""  # why it is not in the LP ("" when it is)
+    samples: int = 0  # live-window TTFT samples (successes and failures)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row of explain and /health/deep."""
+        return {
+            "endpoint": self.endpoint, "provider_type": self.provider_type,
+            "effective_cost_usd": self.effective_cost, "latency_ms": self.latency_ms,
+            "profiled": self.profiled, "lp_weight": self.weight,
+            "quota_used_fraction": self.quota_used_fraction, "free_slots": self.free_slots,
+            "excluded": self.excluded, "samples": self.samples,
+        }
+
+
+def reference_pricing(model: ModelConfig | None, params: RouteWiseParams) -> Pricing | None:
+    """What the envelope prices requests at: ``reference_api_price``, else the cheapest
+    priced on-demand route of the model."""
+    if params.reference_api_price is not None:
+        return params.reference_api_price
+    if model is None:
+        return None
+    priced = [r.pricing for r in model.route
+              if r.provider_type == "on_demand" and r.pricing is not None]
+    return min(priced, key=lambda p: (p.prompt + p.completion), default=None)
+
+
+def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
+    """Why ``model`` cannot start under RouteWise, or None. A model whose every route is a
+    quota route has no traffic to calibrate its cost envelope from."""
+    if not model.route or any(r.provider_type != "quota" for r in model.route):
+        return None
+    if params.envelope_bootstrap_donor_models or params.reference_api_price is not None:
+        return None
+    return (f"model {model.id!r} has only quota routes, so RouteWise cannot calibrate its "
+            "cost envelope: add an on-demand route, or set router_params "
+            "envelope_bootstrap_donor_models (models serving the same workload) or "
+            "reference_api_price")
+
+
+class RouteWiseStrategy:
+    """The RouteWise policy of one model. Owns its evidence (latency profiles, output
+    lengths, cost envelope) and a view of its routes' capacity pools. Never raises from
+    ``select``: a cold burst falls back to the weighted draw."""
+
+    session_affinity = False  # the LP's mix is the policy; a pin would override it
+
+    @staticmethod
+    def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
+        """Why ``model`` cannot start (see the module function)."""
+        return startup_problem(model, params)
+
+    def __init__(self, params: RouteWiseParams, deps: StrategyDeps) -> None:
+        self.params = params
+        self._deps = deps
+        self._clock: Callable[[], float] = deps.clock
+        self._rng = random.Random(params.random_seed)
+        self.latency = LatencyEvidence(params)
+        self.output = OutputLengthPredictor(params)
+        self.envelope = CostEnvelope(params)
+        self._reference = reference_pricing(deps.model, params)
+        self._endpoints = set(deps.model.endpoint_ids()) if deps.model else set()
+        self._probing: dict[str, float] = {}  # endpoint -> when its probe counts as lost
+        self._lp_cache: OrderedDict[tuple[Any, ...], dict[int, float]] = OrderedDict()
+        self.fallback_draws = 0
+        # The last decision (explain and tests read it; fallback_order reuses it).
+        self._last_request: RouteRequest | None = None
+        self._last_cands: list[Candidate] = []
+        self._last_weights: Mapping[int, float] = {}
+        self.last_prompt_tokens = 0  # what /health/deep prices its candidate rows for
+
+    @property
+    def single_route(self) -> bool:
+        """``fallback_mode: strict``: the plan holds the primary only."""
+        return self.params.fallback_mode == "strict"
+
+    def retune(self, params: RouteWiseParams) -> None:
+        """Apply changed settings (admin overrides) from the next decision on. Evidence is
+        kept; a changed latency or envelope window applies to profiles created later."""
+        if params == self.params:
+            return
+        if params.random_seed != self.params.random_seed:
+            self._rng = random.Random(params.random_seed)
+        self.params = params
+        for part in (self.latency, self.output, self.envelope):
+            part.retune(params)
+        self._reference = reference_pricing(self._deps.model, params)
+        self._lp_cache.clear()
+
+    # -- views fed by the host ---------------------------------------------------------
+
+    def observe(self, obs: Observation) -> None:
+        """Learn TTFT, success and output length from one attempt of this model."""
+        ts = obs.ts or self._clock()
+        self._learn(obs.endpoint, obs.outcome, _first_token_ms(obs.ttft_ms, obs.latency_ms),
+                    obs.error_kind, obs.prompt_tokens, obs.completion_tokens, ts, own=True)
+
+    def bootstrap(self, rows: Iterable[Mapping[str, Any]], *, own: bool = True) -> int:
+        """Replay request-log attempt rows (the StoreActor's ``log query`` answer) with their
+        own timestamps; ``own`` False for donor models' rows (envelope and global output
+        length only). Returns how many rows were used."""
+        used = 0
+        for row in rows:
+            if row.get("kind", "attempt") != "attempt":
+                continue
+            self._learn(str(row.get("endpoint", "")), str(row.get("outcome", "")),
+                        _first_token_ms(row.get("ttft_ms"), row.get("latency_ms")),
+                        str(row.get("error_kind", "")),
+                        int(row.get("prompt_tokens") or 0),
+                        int(row.get("completion_tokens") or 0), float(row["ts"]), own=own)
+            used += 1
+        return used
+
+    def _learn(self, endpoint: str, outcome: str, ttft_ms: float | None, error_kind: str,
+               prompt_tokens: int, completion_tokens: int, ts: float, *, own: bool) -> None:
+        if outcome == "success":
+            if own and ttft_ms is not None and endpoint in self._endpoints:
+                self.latency.success(endpoint, float(ttft_ms), ts)
+            self.output.update(prompt_tokens, completion_tokens, own=own)
+            if self._reference is not None and (prompt_tokens or completion_tokens):
+                self.envelope.add(cost_usd(self._reference, prompt_tokens=prompt_tokens,
+                                           completion_tokens=completion_tokens), ts)
+        elif outcome == "failure" and own and endpoint in self._endpoints:
+            self.latency.failure(endpoint, error_kind, ts)
+
+    def sample(self, endpoint: str, ok: bool, ttft_ms: float | None, ts: float) -> None:
+        """A prober's measurement (LatencySample) of one of this model's routes."""
+        self._probing.pop(endpoint, None)
+        if endpoint not in self._endpoints:
+            return
+        if ok and ttft_ms is not None:
+            self.latency.success(endpoint, ttft_ms, ts)
+        elif not ok:
+            self.latency.failure(endpoint, "probe", ts)
+
+    def probe_due(self, endpoints: Sequence[str], now: float) -> list[str]:
+        """Which of ``endpoints`` the active prober should measure now: never measured ones
+        first, then (all, or with ``routewise_probe_idle_only`` only those idle for
+        ``routewise_probe_idle_threshold_sec``) the stalest, at most
+        ``routewise_probe_max_concurrency`` in flight. Marks them in flight."""
+        p = self.params
+        if not p.routewise_probe_enabled:
+            return []
+        self._probing = {e: t for e, t in self._probing.items() if t > now}
+        room = p.routewise_probe_max_concurrency - len(self._probing)
+        seen = self.latency.last_seen
+        due = [e for e in endpoints if e not in self._probing and (
+            not p.routewise_probe_idle_only or e not in seen
+            or now - seen[e] >= p.routewise_probe_idle_threshold_sec)]
+        due.sort(key=lambda e: seen.get(e, float("-inf")))
+        picked = due[:max(0, room)]
+        for e in picked:
+            self._probing[e] = now + p.routewise_probe_timeout_sec
+        return picked
+
+    def hedge_after_ms(self, primary: str, backup: str) -> float | None:
+        """``latency_hedge_mode: probability_target``: the first of the SLO's checkpoints at
+        which the primary alone is unlikely to meet the SLO (below the library's success
+        target, failures counted as misses) and sending ``backup`` too makes it likelier;
+        None when hedging is off, either route has too few samples, or no checkpoint does."""
+        p = self.params
+        if p.latency_hedge_mode != "probability_target":
+            return None
+        now = self._clock()
+        first, second = self.latency.profile(primary), self.latency.profile(backup)
+        if first is None or second is None or min(
+                self.latency.samples(primary, now), self.latency.samples(backup, now)
+        ) < HEDGE_MIN_SAMPLES:
+            return None
+        slo = p.latency_slo_sec * 1000.0
+
+        def cdf_of(profile: RollingLatencyProfile) -> Callable[[float], float]:
+            return lambda ms: profile.cdf_counting_errors(ms, now) or 0.0
+
+        primary_cdf, backup_cdf = cdf_of(first), cdf_of(second)
+        for checkpoint in hedge_checkpoints_for_slo(slo):
+            at = checkpoint * 1000.0
+            survival = 1.0 - primary_cdf(at)
+            alone = 1.0 if survival <= 1e-9 else (primary_cdf(slo) - primary_cdf(at)) / survival
+            if alone >= HEDGE_SUCCESS_TARGET:
+                continue
+            hedged = combined_success_probability(primary_cdf, backup_cdf, elapsed_ms=at,
+                                                  slo_ms=slo,
+                                                  dispatch_overhead_ms=DISPATCH_OVERHEAD_MS)
+            if hedged > alone:
+                return at
+        return None
+
+    # -- the decision ------------------------------------------------------------------
+
+    def candidates(self, routes: Sequence[RouteView], request: RouteRequest,
+                   now: float) -> list[Candidate]:
+        """Effective cost and latency of every route (masked ones with ``excluded``)."""
+        predicted = self.output.predict(request.prompt_tokens)
+        bounds = self.envelope.bounds(now)
+        out = []
+        for r in routes:
+            out.append(self._candidate(r.endpoint, r.route, request.prompt_tokens, predicted,
+                                       bounds, now))
+        return out
+
+    def _one(self, route: RouteView, request: RouteRequest) -> Candidate:
+        return self.candidates((route,), request, self._clock())[0]
+
+    def _candidate(self, endpoint: str, route: RouteConfig, prompt_tokens: int,
+                   predicted: float, bounds: tuple[float, float] | None,
+                   now: float) -> Candidate:
+        kind = route.provider_type
+        latency, profiled = self.latency.lp_latency(endpoint, now)
+        state = self._deps.capacity(endpoint)
+        free = state.free if state is not None else None
+
+        def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
+            return Candidate(endpoint=endpoint, provider_type=kind, effective_cost=cost,
+                             latency_ms=latency, profiled=profiled, excluded=why,
+                             quota_used_fraction=fraction, free_slots=free)
+
+        if kind == "quota":
+            if state is None or not state.resolved:
+                return out(None, "quota_unresolved")
+            fraction = state.used_fraction
+            if state.free <= 0:
+                return out(None, "quota_exhausted", fraction)
+            if bounds is None:
+                return out(None, "envelope_uncalibrated", fraction)
+            return out(scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1]), "",
+                       fraction)
+        if kind == "concurrency":
+            if state is not None and state.free <= 0:
+                return out(None, "concurrency_full")
+            return out(0.0)
+        return out(cost_usd(route.pricing, prompt_tokens=prompt_tokens,
+                            completion_tokens=round(predicted)))
+
+    def solve(self, cands: Sequence[Candidate]) -> dict[int, float]:
+        """LP weights by index into ``cands`` (only unmasked ones get weight). Raises
+        NoProviderError when every candidate is masked or infeasible."""
+        live = [i for i, c in enumerate(cands) if c.effective_cost is not None]
+        if not live:
+            reasons = ", ".join(f"{c.endpoint}: {c.excluded}" for c in cands)
+            raise NoProviderError(f"no feasible RouteWise candidate ({reasons})")
+        costs = [float(cands[i].effective_cost or 0.0) for i in live]
+        lat = [cands[i].latency_ms for i in live]
+        key = (self.params.budget_alpha, tuple(costs), tuple(lat))
+        weights = self._lp_cache.get(key)
+        if weights is None:
+            objective = cost_tiebroken_objective(lat, costs)
+            weights = solve(costs, objective, budget_for(costs, self.params.budget_alpha))
+            if not weights:  # cannot happen (c_min fits its own budget); stay safe
+                weights = {min(range(len(costs)), key=costs.__getitem__): 1.0}
+            self._lp_cache[key] = weights
+            if len(self._lp_cache) > _LP_CACHE_SIZE:
+                self._lp_cache.popitem(last=False)
+        else:
+            self._lp_cache.move_to_end(key)
+        return {live[k]: w for k, w in weights.items()}
+
+    def _sample(self, weights: Mapping[int, float]) -> int:
+        x = self._rng.random()
+        pick = next(iter(weights))
+        for i, w in weights.items():
+            pick = i
+            x -= w
+            if x < 0:
+                break
+        return pick
+
+    def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView:
+        """The primary: sampled from the LP's mix; the weighted draw on a cold burst."""
+        self.last_prompt_tokens = request.prompt_tokens
+        if len(routes) == 1:
+            return routes[0]
+        now = self._clock()
+        cands = self.candidates(routes, request, now)
+        self._last_request, self._last_cands, self._last_weights = request, cands, {}
+        try:
+            weights = self.solve(cands)
+        except NoProviderError as exc:
+            self.fallback_draws += 1
+            logger.debug("routewise cold burst, weighted draw: %s", exc)
+            return self._draw(routes)
+        self._last_weights = weights
+        return routes[self._sample(weights)]
+
+    @property
+    def last(self) -> tuple[Candidate, ...]:
+        """The candidates of the last ``select``, with their LP weights."""
+        return tuple(_weighted(self._last_cands, self._last_weights))
+
+    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest
+                       ) -> list[RouteView]:
+        """``routes`` (the plan's rest) in the order the LP would choose them, each one the
+        heaviest of the LP re-solved without those placed before it; masked routes last in
+        declaration order."""
+        if len(routes) <= 1:
+            return list(routes)
+        if request is self._last_request:  # the plan's own select priced these already
+            by_endpoint = {c.endpoint: c for c in self._last_cands}
+            cands = [by_endpoint.get(r.endpoint) or self._one(r, request) for r in routes]
+        else:
+            cands = self.candidates(routes, request, self._clock())
+        remaining = [i for i, c in enumerate(cands) if c.effective_cost is not None]
+        order: list[int] = []
+        while remaining and len(order) < _RESOLVED_FALLBACKS:
+            sub = [cands[i] for i in remaining]
+            weights = self.solve(sub)
+            best = max(weights, key=lambda k: (weights[k], -sub[k].latency_ms))
+            order.append(remaining.pop(best))
+        remaining.sort(key=lambda i: (cands[i].latency_ms, cands[i].effective_cost or 0.0))
+        order += remaining
+        placed = set(order)
+        order += [i for i in range(len(routes)) if i not in placed]
+        return [routes[i] for i in order]
+
+    def _draw(self, routes: Sequence[RouteView]) -> RouteView:
+        total = sum(r.weight for r in routes)
+        x = self._rng.random() * total
+        for r in routes:
+            x -= r.weight
+            if x < 0:
+                return r
+        return routes[-1]
+
+    def explain(self, routes: Sequence[RouteView], request: RouteRequest) -> list[Candidate]:
+        """Every candidate with its effective cost, latency estimate and LP weight, without
+        sampling (what explain and /health/deep show)."""
+        now = self._clock()
+        cands = [replace(c, samples=self.latency.samples(c.endpoint, now))
+                 for c in self.candidates(routes, request, now)]
+        try:
+            return _weighted(cands, self.solve(cands))
+        except NoProviderError:
+            return cands
+
+
+def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | None:
+    """When the client saw the first token: a stream's TTFT; a whole answer arrives at once,
+    so for it the attempt's latency is its time to first token."""
+    if ttft_ms is not None:
+        return float(ttft_ms)
+    return None if not latency_ms else float(latency_ms)
+
+
+def _weighted(cands: Sequence[Candidate], weights: Mapping[int, float]) -> list[Candidate]:
+    return [replace(c, weight=weights.get(i, 0.0)) for i, c in enumerate(cands)]

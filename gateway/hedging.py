@@ -1,0 +1,101 @@
+"""RouteWise hedging in the failover loop: race a backup against a slow primary.
+
+When a plan carries ``hedge_after_ms`` (a RouteWise model with ``latency_hedge_mode:
+probability_target`` whose primary is unlikely to meet its SLO), the dispatcher starts the
+primary; if it has no first byte (a stream's first chunk, a whole answer) by then, it also
+starts the plan's second candidate. The first to produce one serves the client; the other is
+cancelled and observed as declined (outcome ``cancelled``, error kind ``hedge_declined``), so
+the relay never mixes the two. A side that fails leaves the race to the other; both failing
+hands both errors back to the failover loop. Each side is one ordinary attempt, observed as
+such: both are accounted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from schemas import UpstreamError
+
+T = TypeVar("T")
+
+DECLINED = "hedge_declined"
+
+
+@dataclass
+class Declined:
+    """Set on the side the race cancels because the other won: its attempt is observed as
+    declined, not as a client cancellation."""
+
+    declined: bool = False
+
+    def error(self, endpoint: str) -> UpstreamError | None:
+        """The error its cancelled attempt is observed with (None: a plain cancellation)."""
+        if not self.declined:
+            return None
+        return UpstreamError("declined: the hedged twin answered first", endpoint=endpoint,
+                             kind=DECLINED)
+
+
+Side = Callable[[Declined], Awaitable["T | UpstreamError"]]
+
+
+@dataclass
+class Raced(Generic[T]):
+    """The outcome: ``winner`` (0 primary, 1 backup, None) and each side's result, the
+    loser's None when it was cancelled."""
+
+    winner: int | None
+    results: list[T | UpstreamError | None] = field(default_factory=list)
+
+
+async def race(primary: Side[T], backup: Side[T], after_ms: float,
+               discard: Callable[[T], Awaitable[None]]) -> Raced[T]:
+    """Run ``primary``; after ``after_ms`` without its result (or once it failed) also
+    ``backup``; the first success wins and the other side is cancelled (or, finished too
+    late, ``discard``-ed). Cancelling the race cancels both sides."""
+    flags = (Declined(), Declined())
+    tasks = [asyncio.ensure_future(primary(flags[0]))]
+    results: list[T | UpstreamError | None] = [None, None]
+    try:
+        done, _ = await asyncio.wait(tasks, timeout=after_ms / 1000.0)
+        if done and not isinstance(first := tasks[0].result(), UpstreamError):
+            return Raced(winner=0, results=[first, None])  # no hedge was needed
+        # The primary is slow (hedge now) or failed early (the backup is next in line anyway).
+        tasks.append(asyncio.ensure_future(backup(flags[1])))
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                side = tasks.index(task)
+                results[side] = task.result()
+            winners = [i for i in (0, 1) if tasks[i] in done
+                       and not isinstance(results[i], UpstreamError)]
+            if winners:
+                won = winners[0]
+                await _end(tasks[1 - won], flags[1 - won], results, 1 - won, discard)
+                return Raced(winner=won, results=results)
+        return Raced(winner=None, results=results)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _end(task: asyncio.Future[T | UpstreamError], flag: Declined,
+               results: list[T | UpstreamError | None], side: int,
+               discard: Callable[[T], Awaitable[None]]) -> None:
+    """Stop the losing side: cancel it, or discard what it produced meanwhile."""
+    if not task.done():
+        flag.declined = True
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        results[side] = None
+        return
+    late = task.result()
+    if not isinstance(late, UpstreamError):
+        await discard(late)
+        results[side] = None
