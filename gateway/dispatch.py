@@ -8,7 +8,11 @@ the same whatever API the client speaks. Rules:
 - a committed stream that ends without any ``finish_reason`` is truncated: it fails;
 - the error a client sees when all fail is deterministic: the first request-describing one
   (400/404/413/422) if any attempt got one, else the primary's;
-- a client that goes away is not a failure: its attempt is observed as ``cancelled``.
+- a client that goes away is not a failure: its attempt is observed as ``cancelled``;
+- a fallback on a capacity route is leased right before it is sent (refused: skipped); every
+  attempt gives its lease back however it ends (a stream: when its relay ends);
+- a plan with ``hedge_after_ms`` (RouteWise) races its second candidate against a primary
+  without a first byte by then (gateway/hedging.py); that backup is leased only if it runs.
 """
 
 from __future__ import annotations
