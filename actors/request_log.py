@@ -20,8 +20,18 @@ COLUMNS = (
     "ts", "kind", "request_id", "caller_id", "org", "surface", "requested_model", "model",
     "endpoint", "credential_id", "status", "outcome", "error_kind", "fallback", "attempt",
     "ttft_ms", "latency_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "stream",
+    "cost_usd", "cost_estimated", "key_id", "user_id",
 )
-_BOOLS = frozenset({"fallback", "stream"})
+_BOOLS = frozenset({"fallback", "stream", "cost_estimated"})
+ADDED_COLUMNS = {
+    "cost_usd": "REAL NOT NULL DEFAULT 0",
+    "cost_estimated": "INTEGER NOT NULL DEFAULT 0",
+    "key_id": "TEXT NOT NULL DEFAULT ''",
+    "user_id": "TEXT NOT NULL DEFAULT ''",
+}
+"""Columns added after the first release: a file made before them gets them at start
+(:func:`upgrade`), and a reader of such a file sees their defaults."""
+_DEFAULTS = {"cost_usd": "0.0", "cost_estimated": "0", "key_id": "''", "user_id": "''"}
 
 REQUEST_LOG = Migration(
     "request_log",
@@ -39,6 +49,15 @@ REQUEST_LOG = Migration(
         "CREATE INDEX IF NOT EXISTS request_log_request ON request_log (request_id)",
     ),
 )
+
+
+def missing_columns(present: set[str]) -> list[str]:
+    """The statements that add the :data:`ADDED_COLUMNS` a table with ``present`` lacks."""
+    return [f"ALTER TABLE request_log ADD COLUMN {name} {decl}"
+            for name, decl in ADDED_COLUMNS.items() if name not in present]
+
+
+TABLE_INFO = "SELECT name FROM pragma_table_info('request_log')"
 
 INSERT = (
     f"INSERT INTO request_log ({', '.join(COLUMNS)}) "
@@ -60,7 +79,8 @@ def attempt_row(obs: Observation) -> Row:
         obs.ts, "attempt", obs.request_id, caller_id(obs.caller), "", obs.surface, "",
         obs.model, obs.endpoint, obs.credential_id, obs.status, obs.outcome, obs.error_kind,
         int(obs.fallback), obs.attempt, obs.ttft_ms, obs.latency_ms, obs.prompt_tokens,
-        obs.completion_tokens, obs.cached_tokens, int(obs.stream),
+        obs.completion_tokens, obs.cached_tokens, int(obs.stream), obs.cost_usd,
+        int(obs.cost_estimated), "", "",
     )
 
 
@@ -77,7 +97,8 @@ def request_row(done: RequestCompleted) -> Row:
         done.requested_model, done.model, done.endpoint, done.credential_id, done.status,
         outcome, done.error_kind, int(done.fallback), done.attempts, done.ttft_ms,
         done.latency_ms, done.prompt_tokens, done.completion_tokens, done.cached_tokens,
-        int(done.stream),
+        int(done.stream), done.cost_usd, int(done.cost_estimated), done.key_id,
+        f"{done.org}/{done.user}" if done.user else "",
     )
 
 
@@ -126,8 +147,9 @@ class LogQuery:
                    until=None if until is None else float(until), status=status,
                    outcome=texts["outcome"] or None, caller_id=texts["caller_id"] or None)
 
-    def sql(self) -> tuple[str, list[Any]]:
-        """The SELECT and its parameters."""
+    def sql(self, present: set[str] | None = None) -> tuple[str, list[Any]]:
+        """The SELECT and its parameters (``present``: the table's columns, when it may be
+        older than :data:`ADDED_COLUMNS`)."""
         where: list[str] = []
         params: list[Any] = []
         if self.since is not None:
@@ -151,7 +173,9 @@ class LogQuery:
                 where.append(f"{column} = ?")
                 params.append(value)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        sql = (f"SELECT {', '.join(COLUMNS)} FROM request_log{clause}"
+        cols = COLUMNS if present is None else tuple(
+            c if c in present else f"{_DEFAULTS[c]} AS {c}" for c in COLUMNS)
+        sql = (f"SELECT {', '.join(cols)} FROM request_log{clause}"
                " ORDER BY ts DESC, id DESC LIMIT ?")
         return sql, [*params, self.limit]
 

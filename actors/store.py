@@ -18,7 +18,8 @@ Guarantees (the README's "request log" section):
   delivered are taken, and the rest is committed before the database closes.
 
 Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``,
-``aggregate`` (requests, errors and TTFT per minute, from memory: ``actors.log_aggregates``).
+``aggregate`` (requests, errors and TTFT per minute, from memory: ``actors.log_aggregates``);
+area ``spend``: ``report`` (args of :class:`actors.spend_report.SpendQuery`).
 Subscriptions use the queue group ``store``, so a replacement store started before the old
 one stops (a config reload) shares the rows instead of writing them twice.
 """
@@ -42,11 +43,22 @@ from actors.request_log import (
     INSERT,
     PRUNE,
     REQUEST_LOG,
+    TABLE_INFO,
     LogQuery,
     Row,
     as_dicts,
     attempt_row,
+    missing_columns,
     request_row,
+)
+from actors.spend_report import (
+    BACKFILL,
+    HOUR_S,
+    PRUNE_HOURLY,
+    SPEND_HOURLY,
+    UPSERT,
+    SpendQuery,
+    hourly_upserts,
 )
 from bus import BusClosedError
 from schemas import AdminCommand, InvalidRequestError, Observation, RequestCompleted, subjects
@@ -94,12 +106,14 @@ class StoreActor(Actor):
             },
             read_only=("stats", "query", "flush", "aggregate"),
         )
-        self.serves = (self.admin.serve,)
+        self.spend = AdminArea("spend", {"report": self._spend_report}, read_only=("report",))
+        self.serves = (self.admin.serve, self.spend.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Open the database, subscribe, start the flusher and the retention timer."""
         self.ctx = ctx
         self._db: aiosqlite.Connection = await open_db(self._path, [REQUEST_LOG])
+        await self._upgrade()
         self._pending: list[Row] = []
         self._writing = 0
         self._written = 0
@@ -120,10 +134,27 @@ class StoreActor(Actor):
         await self._prune()
         ctx.call_later(_PRUNE_INTERVAL_S, _Prune())
 
+    async def _upgrade(self) -> None:
+        """Bring a file from before the cost columns and the spend aggregates up to date."""
+        async with self._db.execute(TABLE_INFO) as cur:
+            present = {str(r[0]) for r in await cur.fetchall()}
+        for stmt in missing_columns(present):
+            await self._db.execute(stmt)
+        async with self._db.execute(
+                "SELECT name FROM sqlite_master WHERE name = 'spend_hourly'") as cur:
+            had_aggregates = await cur.fetchone() is not None
+        for stmt in SPEND_HOURLY.statements:
+            await self._db.execute(stmt)
+        if not had_aggregates:
+            await self._db.execute(BACKFILL)
+        await self._db.commit()
+
     async def handle(self, env: Envelope) -> None:
-        """Admin commands of area ``log``."""
+        """Admin commands of areas ``log`` and ``spend``."""
         if self.admin.owns(env):
             await self.admin.answer(self.ctx, env)
+        elif self.spend.owns(env):
+            await self.spend.answer(self.ctx, env)
 
     async def handle_local(self, msg: object) -> None:
         """The retention timer."""
@@ -204,6 +235,7 @@ class StoreActor(Actor):
                 # Shielded: a stop while writing waits for the commit instead of losing it.
                 with anyio.CancelScope(shield=True):
                     await self._db.executemany(INSERT, batch)
+                    await self._db.executemany(UPSERT, hourly_upserts(batch))
                     await self._db.commit()
             except sqlite3.Error as exc:
                 self._dropped_failed += len(batch)
@@ -219,6 +251,7 @@ class StoreActor(Actor):
         async with self._lock:
             try:
                 cur = await self._db.execute(PRUNE, (cutoff,))
+                await self._db.execute(PRUNE_HOURLY, (int(cutoff // HOUR_S),))
                 await self._db.commit()
             except sqlite3.Error as exc:
                 logger.error("request log: pruning failed: %s", exc)
@@ -281,6 +314,17 @@ class StoreActor(Actor):
             return
         for row in reversed(rows):
             self._aggregates.add(tuple(row))
+    async def _spend_report(self, cmd: AdminCommand) -> dict[str, Any]:
+        try:
+            query = SpendQuery.from_args(cmd.args, self._clock())
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
+        await self._flush()
+        rows: list[tuple[Any, ...]] = []
+        for sql, params in query.queries():
+            async with self._db.execute(sql, params) as cur:
+                rows += [tuple(r) for r in await cur.fetchall()]
+        return query.result(rows)
 
     async def _prune_cmd(self, cmd: AdminCommand) -> dict[str, Any]:
         return {"deleted": await self._prune()}

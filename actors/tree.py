@@ -12,6 +12,7 @@
     ├── health: HealthActor (read model for /health/deep)
     ├── routing_admin: RoutingAdminActor (admin areas routing and bench, forwarded to owners)
     ├── api_keys: ApiKeyAdminActor (admin area api_keys: gateway API keys)
+    ├── limits: LimitsActor (admin area limits: every rate limit, slot and budget)
     ├── rules: RulesActor (admin area rules: the routing rule set, persisted and published)
     ├── degraded_mode: DegradedModeActor (healthy ratio -> normal/degraded, no flapping)
     └── steering: SteeringActor (admin areas chains and steering, scoring evidence; runs a
@@ -32,6 +33,7 @@ from actors.degraded import DegradedModeActor
 from actors.endpoint import EndpointActor
 from actors.health_view import HealthActor
 from actors.keypool_actor import keys_supervisor
+from actors.limits import LimitsActor
 from actors.model import ModelActor
 from actors.route_table import candidate_for
 from actors.routewise_settings import RouteWiseSettingsActor
@@ -41,6 +43,7 @@ from actors.steering import SteeringActor
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from schemas.capacity import capacity_pools
+from schemas.limits import LimitsConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,6 +123,12 @@ def build_tree(
             ChildSpec("routing_admin", functools.partial(
                 RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints))),
             ChildSpec("api_keys", functools.partial(ApiKeyAdminActor, config.database.path)),
+            # Only the owner's own settings: a reload that changes how ingresses ask
+            # (fail_open, timeouts) must not replace the owner of every counter.
+            ChildSpec("limits", functools.partial(
+                LimitsActor, config.database.path,
+                LimitsConfig(lease_ttl_seconds=config.limits.lease_ttl_seconds,
+                             snapshot_seconds=config.limits.snapshot_seconds), **extra)),
             ChildSpec("rules", functools.partial(RulesActor, snapshots=snapshots, **extra)),
             ChildSpec("degraded_mode", functools.partial(
                 DegradedModeActor, tuple(all_endpoints), config.routing.degraded,

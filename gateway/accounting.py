@@ -150,6 +150,7 @@ class Accounting:
             status, kind = ((CLIENT_CLOSED, "cancelled") if last.outcome == "cancelled"
                             else (status, last.error_kind or "stream_broken"))
         route = rec.route
+        caller = req.scope.get(CALLER_SCOPE_KEY)
         served = last.endpoint if last is not None and last.outcome == "success" else ""
         ttft = None
         if last is not None and last.ttft_ms is not None:
@@ -159,7 +160,9 @@ class Accounting:
             request_id=req.request_id,
             ts=time.time(),
             caller=route.caller if route else "",
-            org=str(getattr(req.scope.get(CALLER_SCOPE_KEY), "org", "") or ""),
+            org=str(getattr(caller, "org", "") or ""),
+            key_id=str(getattr(caller, "key_id", "") or ""),
+            user=str(getattr(caller, "user", "") or ""),
             surface=route.surface if route else surface,
             requested_model=rec.requested_model,
             model=route.model if route else "",
@@ -175,6 +178,8 @@ class Accounting:
             completion_tokens=last.completion_tokens if last is not None else 0,
             cached_tokens=last.cached_tokens if last is not None else 0,
             stream=last.stream if last is not None else False,
+            cost_usd=sum(a.cost_usd for a in attempts),
+            cost_estimated=any(a.cost_estimated for a in attempts),
         )
         try:
             self.metrics.request(done, attempts, rec.decision_s)

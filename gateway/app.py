@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from gateway import admin_routing, explain
+from gateway import admin_limits, admin_routing, explain
 from gateway.accounting import RequestRecord, bounded
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.admin_auth import is_admin
 from gateway.admin_routewise import RouteWiseAdmin
 from gateway.admin_rules import RulesAdmin
+from gateway.admission import Admission, Ticket
 from gateway.auth import caller_of, may_call
 from gateway.callers import Callers
 from gateway.capacity_health import capacity_lines
@@ -131,6 +132,9 @@ class GatewayApp:
         # Accounting, /metrics, /events, the /admin/<area>/<verb> API.
         self.ops = IngressOps(bus, config)
         self.ops.after_admin.update(chains=self.steering.refresh, steering=self.steering.refresh)
+        # Callers' rate limits and budgets: asked of their owner beside the routing request.
+        self.admission = Admission(bus, config)
+        self.ops.after_admin["limits"] = self.admission.refresh
         # The operator dashboard: its API is the admin routes of the table, reached with a
         # session.
         self.dashboard = Dashboard(bus, config, self.callers.auth, self._admin_route)
@@ -155,6 +159,7 @@ class GatewayApp:
             ("GET", "/health/deep"): self._health_deep,
             ("GET", "/routing"): self._routing,
             ("POST", explain.PATH): self._explain,
+            ("GET", admin_limits.PATH): self._admin_limits,
             **self._rules_admin.routes(),
             **self._routewise_admin.routes(),
             **self.callers.routes(),  # /admin/keys, /admin/provider-keys
@@ -164,6 +169,9 @@ class GatewayApp:
             ("GET", _MODELS_PREFIX): self._retrieve_model,
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
+            # /admin/limits/<kind>/<id> (and the generic /admin/limits/<verb>)
+            **{(method, admin_limits.PREFIX): self._admin_limits
+               for method in ("GET", "PUT", "DELETE", "POST")},
             **self.callers.prefix_routes(),  # /admin/keys/<id>/..., /admin/provider-keys/<id>
             **self._routewise_admin.prefix_routes(),  # /admin/routewise/model-settings/<key>
             **self.dashboard.prefix_routes(),  # /dashboard...
@@ -190,6 +198,7 @@ class GatewayApp:
                 await self.steering.start()
                 await self.rules.start()
                 await self.dashboard.start()
+                await self.admission.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -202,8 +211,9 @@ class GatewayApp:
             self._adapters.update(make_adapters(self._client))
 
     async def aclose(self) -> None:
-        """Close the upstream HTTP client; stop following callers' events, sessions' ends and
-        renewing leases."""
+        """Close the upstream HTTP client; stop following callers' events, sessions' ends,
+        limits' state and renewing leases."""
+        await self.admission.aclose()
         await self.dashboard.aclose()
         await self.leases.aclose()
         await self.steering.aclose()
@@ -229,6 +239,7 @@ class GatewayApp:
         self.steering.reconfigure(config)
         self._rules_admin.config = config
         self.dashboard.reconfigure(config)
+        self.admission.reconfigure(config)
 
     async def _http(self, req: HttpRequest) -> None:
         handler = self._routes.get((req.method, req.path)) or self._prefix_handler(req)
@@ -415,10 +426,37 @@ class GatewayApp:
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, body, surface.name, req, info)
 
-        walk = await self.walk(requested, req, info, ask, body=body)
-        plan = await walk.first()
-        await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
-                                     req, surface, info, plan, body, requested, raw, walk)
+        ticket = self._admission(req, info, requested, body, info.prompt_estimate)
+        try:
+            walk = await self.walk(requested, req, info, ask, body=body)
+            plan = await walk.first()
+            await self._admitted(ticket, info, plan)
+            await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
+                                         req, surface, info, plan, body, requested, raw, walk)
+        finally:
+            if ticket is not None:
+                await ticket.finish()
+
+    def _admission(self, req: HttpRequest, info: RequestInfo, requested: str,
+                   body: JSON | None, prompt_tokens: int) -> Ticket | None:
+        """Ask the limits' owner now (answered while the routing request runs); None when
+        the caller has no limits."""
+        ticket = self.admission.begin(req, caller_of(req), info.request_id,
+                                      self._models.get(requested), body, prompt_tokens)
+        if ticket is not None:
+            info.on_attempt = ticket.attempted
+        return ticket
+
+    async def _admitted(self, ticket: Ticket | None, info: RequestInfo, plan: RoutePlan) -> None:
+        """Wait for the limits' verdict; a refusal gives the plan's leases back unused.
+        Raises RateLimitedError, BudgetExceededError, LimitsUnavailableError."""
+        if ticket is None:
+            return
+        try:
+            await ticket.decide()
+        except GatewayError:
+            await self._dispatcher.release_plan(info, plan)
+            raise
 
     async def _until_disconnect(self, req: HttpRequest, fn: Any, *args: Any) -> None:
         """Run ``fn`` but cancel it when the client goes away (not counted as a failure)."""
@@ -501,16 +539,28 @@ class GatewayApp:
             await stream.close(outcome, failure)
 
     async def _embeddings(self, req: HttpRequest, record: RequestRecord) -> None:
-        raw = validate_embeddings_request((await self._read_json(req))[0])
+        body, size = await self._read_json(req)
+        raw = validate_embeddings_request(body)
         requested = raw["model"]
         client_metadata(req)
         info = self._info(req, "embeddings", False, record=record)
+        ticket = self._admission(req, info, requested, None,
+                                 estimate_prompt_tokens(size))
+        try:
+            await self._embed(req, raw, requested, info, ticket)
+        finally:
+            if ticket is not None:
+                await ticket.finish()
+
+    async def _embed(self, req: HttpRequest, raw: JSON, requested: str, info: RequestInfo,
+                     ticket: Ticket | None) -> None:
 
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, raw, "embeddings", req, info)
 
         walk = await self.walk(requested, req, info, ask, body=raw)
         plan = await walk.first()
+        await self._admitted(ticket, info, plan)
 
         async def embed(adapter: Adapter, target: UpstreamTarget) -> JSON:
             return await adapter.embed(target, raw)
@@ -695,6 +745,14 @@ class GatewayApp:
             return []
         book = await self.steering.book_for(requested)
         return self.rules.explain_request(body, req, info, book, caller_of(req).org)
+
+    async def _admin_limits(self, req: HttpRequest) -> None:
+        if not is_admin(req, self._config):
+            raise UnauthorizedError("admin endpoints need the admin key")
+        await admin_limits.limits_http(req, self._bus,
+                                       self._config.routing.decision_timeout_seconds)
+        if req.method != "GET":
+            await self.admission.refresh()
 
     async def _admin_weights(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):

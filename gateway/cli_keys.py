@@ -8,6 +8,11 @@ ingress drops its cached copy at once. When no gateway answers (the first admin 
 before any gateway runs), the command writes the database file itself
 (``gateway.cli_keys_offline``, the one isolated direct path) and announces on the NATS bus
 if there is one. The key is printed once, at creation.
+
+``create --rpm/--tpm/--concurrency/--budget 10/month`` also gives the key a limit: sent to
+its owner (admin ``limits set``) the same way, else stored in the owner's ``limits`` table
+(offline), which the LimitsActor loads when it starts (so a first key made before any
+gateway runs keeps its limit).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from gateway.config import ConfigError, load_sections
 from gateway.local_admin import answers, socket_path
 from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError, Message, NoRespondersError, subjects
 from schemas.keys import ROLES, parse_duration, parse_instant
+from schemas.limits import spec_arg
 
 if TYPE_CHECKING:
     import argparse
@@ -65,6 +71,10 @@ def register(sub: Any) -> None:
     create.add_argument("--name", default="")
     create.add_argument("--expires-in", help="e.g. 3600, 90m, 12h, 30d")
     create.add_argument("--expires-at", help="ISO 8601 time (UTC unless it has an offset)")
+    create.add_argument("--rpm", type=int, help="limit: requests per minute")
+    create.add_argument("--tpm", type=int, help="limit: prompt+completion tokens per minute")
+    create.add_argument("--concurrency", type=int, help="limit: requests in flight")
+    create.add_argument("--budget", help="limit: USD per day|week|month, e.g. 10/month")
     create.set_defaults(func=_run(_create))
     listing = verbs.add_parser("list", help="list keys (never the keys themselves)")
     common(listing)
@@ -103,8 +113,9 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
     sys.stdout.write((json.dumps(data) if args.json else text) + "\n")
 
 
-async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any]) -> dict[str, Any]:
-    """The running owner's answer to ``api_keys <verb>``. Raises _NoGatewayError when none
+async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any], *,
+                 area: str = "api_keys") -> dict[str, Any]:
+    """The running owner's answer to ``<area> <verb>``. Raises _NoGatewayError when none
     answers, RefusedError / GatewayError when it refuses."""
     if bus_url:
         from bus import BusClosedError, open_bus
@@ -115,7 +126,7 @@ async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any]) -> 
         except BusClosedError as exc:
             raise _NoGatewayError(exc.message) from None
         try:
-            return await admin_request(bus, "api_keys", verb, values, by=_BY,
+            return await admin_request(bus, area, verb, values, by=_BY,
                                        timeout=ADMIN_TIMEOUT_S)
         except NoRespondersError as exc:
             raise _NoGatewayError(exc.message) from None
@@ -125,7 +136,7 @@ async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any]) -> 
     if not answers(sock):
         raise _NoGatewayError(f"no gateway answers on {sock}")
     try:
-        return await asyncio.to_thread(admin_over_http, Target(socket=str(sock)), "api_keys",
+        return await asyncio.to_thread(admin_over_http, Target(socket=str(sock)), area,
                                        verb, values, ADMIN_TIMEOUT_S)
     except NotDeliveredError as exc:
         raise _NoGatewayError(str(exc)) from None
@@ -149,23 +160,61 @@ async def _announce(bus_url: str, msg: Message) -> None:
                        "auth_cache_seconds", redacted(bus_url), exc)
 
 
+def _limit_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``limits set`` arguments of ``create``'s limit options (None: no limit). Raises
+    ValueError for a bad one."""
+    values = {k: getattr(args, k) for k in ("rpm", "tpm", "concurrency", "budget")
+              if getattr(args, k) is not None}
+    if not values:
+        return None
+    try:
+        spec_arg(values)
+    except GatewayError as exc:
+        raise ValueError(exc.message) from None
+    return values
+
+
+async def _deliver_limit(path: str, bus_url: str, values: dict[str, Any], *,
+                         online: bool) -> str:
+    """Give the new key's limit to its owner (``online``: a gateway answered the key's
+    creation); how it went ("bus", "socket", "stored"). Raises RefusedError / GatewayError
+    when the owner refuses it."""
+    try:
+        if not online:
+            raise _NoGatewayError("no gateway answered the key's creation")
+        await _owner(path, bus_url, "set", values, area="limits")
+    except _NoGatewayError as exc:
+        logger.info("limits owner not reached (%s); storing the limit", exc)
+        from gateway import cli_keys_offline
+
+        await cli_keys_offline.store_limit(path, values)
+        return "stored"
+    return "bus" if bus_url else "socket"
+
+
 async def _create(args: argparse.Namespace) -> int:
     path, bus = _target(args)
     expires = _expiry(args, time.time())
+    limit = _limit_args(args)
     values: dict[str, Any] = {"org": args.org, "user": args.user, "role": args.role}
     if args.name:
         values["name"] = args.name
     if expires is not None:
         values["expires_at"] = expires
+    online = True
     try:
         made = await _owner(path, bus, "create", values)
     except _NoGatewayError:
         from gateway import cli_keys_offline
 
+        online = False
         made, key_hash = await cli_keys_offline.create(
             path, org=args.org, user=args.user, role=args.role, name=args.name,
             expires=expires)
         await _announce(bus, ApiKeyCreated(key_hash=key_hash))
+    if limit is not None:
+        made = {**made, "limit": limit, "limit_delivered": await _deliver_limit(
+            path, bus, {**limit, "kind": "key", "id": made["id"]}, online=online)}
     _print(args, made,
            f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']})\n"
            f"{made['key']}\n(this is the only time the key is shown)")

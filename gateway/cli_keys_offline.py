@@ -15,7 +15,10 @@ import time
 from typing import Any
 
 from actors.apikeys import API_KEYS, ApiKeyStore
+from actors.db import open_db
 from actors.keystore import LazyDb
+from actors.limits_store import LIMITS, save_limit
+from schemas.limits import spec_arg
 
 
 async def create(path: str, *, org: str, user: str, role: str, name: str,
@@ -52,3 +55,15 @@ async def revoke(path: str, ref: str) -> tuple[dict[str, Any], str] | None:
     finally:
         await store.db.aclose()
     return (rec.public(time.time()), rec.key_hash) if rec is not None else None
+
+
+async def store_limit(path: str, values: dict[str, Any]) -> None:
+    """Store the limit ``values`` (``limits set``'s arguments, ``kind`` and ``id`` included)
+    in the LimitsActor's table of the file at ``path``; the owner loads it when it starts.
+    Raises InvalidRequestError (a bad limit), sqlite3.Error."""
+    spec = spec_arg(values)
+    db = await open_db(path, [LIMITS])
+    try:
+        await save_limit(db, f"{values['kind']}:{values['id']}", spec, time.time())
+    finally:
+        await db.close()

@@ -47,7 +47,7 @@ _TIMEOUT_S = 30.0
 _TABLE = (("time", 19), ("kind", 7), ("request_id", 12), ("requested", 14), ("model", 14),
           ("endpoint", 24),
           ("status", 6), ("att", 3), ("fb", 2), ("latency_ms", 10), ("ttft_ms", 8),
-          ("tokens", 9), ("error_kind", 14))
+          ("tokens", 9), ("cost_usd", 10), ("error_kind", 14))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -147,6 +147,8 @@ def _print(rows: list[dict[str, Any]], *, as_json: bool) -> None:
             "latency_ms": f"{row['latency_ms']:.1f}",
             "ttft_ms": "" if row["ttft_ms"] is None else f"{row['ttft_ms']:.1f}",
             "tokens": f"{row['prompt_tokens']}/{row['completion_tokens']}",
+            # ~: priced from the gateway's estimate (the upstream reported no usage)
+            "cost_usd": f"{'~' if row.get('cost_estimated') else ''}{row.get('cost_usd', 0):.6f}",
         }
         out.write("  ".join(str(cells[name] if cells[name] is not None else "").ljust(width)
                             for name, width in _TABLE).rstrip() + "\n")

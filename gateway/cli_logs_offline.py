@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from actors.request_log import LogQuery, as_dicts
+from actors.request_log import TABLE_INFO, LogQuery, as_dicts
 from gateway.cli_common import LogFileError
 
 if TYPE_CHECKING:
@@ -23,10 +23,15 @@ if TYPE_CHECKING:
 def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows ``arguments`` (the ``log query`` admin command's) select from the file at
     ``path``, oldest first. Raises ValueError for a bad argument, LogFileError."""
-    sql, params = LogQuery.from_args(arguments).sql()
+    query = LogQuery.from_args(arguments)
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             try:
+                # an older file may lack the newer columns: read them as their defaults
+                present = {str(r[0]) for r in db.execute(TABLE_INFO)}
+                if not present:
+                    return []  # the gateway has not logged anything yet
+                sql, params = query.sql(present)
                 rows = [tuple(r) for r in db.execute(sql, params)]
             except sqlite3.OperationalError as exc:
                 if "no such table" in str(exc):

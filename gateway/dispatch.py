@@ -48,6 +48,7 @@ from schemas import (
     subjects,
 )
 from schemas.config import FailoverConfig, GatewayConfig, RouteConfig
+from schemas.pricing import Pricing, cost_usd
 
 if TYPE_CHECKING:
     from collections.abc import (
@@ -97,6 +98,11 @@ class Targets:
                 for cid, secret in zip(route.credential_ids, route.secrets, strict=True):
                     self._secrets[cid] = secret
 
+    def pricing(self, endpoint: str) -> Pricing | None:
+        """The ``pricing:`` of ``endpoint``'s route (None: unpriced or unknown)."""
+        route = self._routes.get(endpoint)
+        return route.pricing if route is not None else None
+
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
         """The target for candidate ``c`` (unknown endpoints get default timeouts)."""
         route = self._routes.get(c.endpoint, _DEFAULT_ROUTE)
@@ -128,6 +134,8 @@ class RequestInfo:
     started: float = field(default_factory=time.perf_counter)
     role: str | None = None
     record: RequestRecord = field(default_factory=RequestRecord)
+    on_attempt: Callable[[Observation], None] | None = None
+    """Called with each attempt's Observation (the request's limits lease settles from them)."""
 
 
 class Attempt(NamedTuple):
@@ -150,15 +158,49 @@ class Served:
     attempts: int
 
 
-def usage_of(body: JSON) -> tuple[int, int, int]:
-    """(prompt, completion, cached) tokens from an OpenAI-shaped ``usage``."""
+class Usage(NamedTuple):
+    """Tokens an upstream reported (``reported`` False: it reported none)."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    cache_written: int = 0
+    reported: bool = False
+
+
+NO_USAGE = Usage()
+_CHARS_PER_TOKEN = 4  # the estimate's ratio, as the prompt estimate's
+
+
+def usage_of(body: JSON) -> Usage:
+    """The tokens of an OpenAI-shaped ``usage`` (Anthropic's cache writes arrive in
+    ``prompt_tokens_details.cache_write_tokens``, see adapters/_anthropic_answer.py)."""
     usage = body.get("usage")
     if not isinstance(usage, dict):
-        return 0, 0, 0
+        return NO_USAGE
     details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens", 0) if isinstance(details, dict) else 0
-    return (int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-            int(cached or 0))
+    cached = written = 0
+    if isinstance(details, dict):
+        cached = details.get("cached_tokens") or 0
+        written = details.get("cache_write_tokens") or 0
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                 int(cached), int(written), True)
+
+
+def content_chars(body: JSON) -> int:
+    """Characters of a chat answer's content and tool arguments (what the estimate prices
+    when the upstream reports no usage)."""
+    total = 0
+    for choice in body.get("choices") or ():
+        message = choice.get("message") or {} if isinstance(choice, dict) else {}
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        for call in message.get("tool_calls") or ():
+            args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+            if isinstance(args, str):
+                total += len(args)
+    return total
 
 
 def _outcome_of(err: UpstreamError) -> str:
@@ -305,6 +347,13 @@ class Dispatcher:
         for i in range(start, len(candidates)):
             await self._release(info, candidates[i], first=i == 0)
 
+    async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
+        """Give back the leases of a plan none of whose candidates will be attempted (the
+        request was refused by its caller's limits after routing), its primary's capacity
+        lease included (held first: the keeper releases only leases it holds)."""
+        self.leases.hold_plan(plan)
+        await self._release_all(info, plan.candidates, 0)
+
     async def _release(self, info: RequestInfo, c: RouteCandidate, *, first: bool) -> None:
         """Give back what a candidate that is never attempted holds: the probe lease (a
         cancelled probe observation, which releases the prefill lease too) or, for the first
@@ -328,13 +377,16 @@ class Dispatcher:
         *,
         err: UpstreamError | None = None,
         ttft: float | None = None,
-        usage: tuple[int, int, int] = (0, 0, 0),
+        usage: Usage = NO_USAGE,
+        sent_chars: int = 0,
     ) -> None:
         """Publish the Observation of one attempt (never raises: accounting must not fail a
         request)."""
         obs = self._observation(info, c, attempt, outcome, started, err=err, ttft=ttft,
-                                usage=usage)
+                                usage=usage, sent_chars=sent_chars)
         info.record.attempted(obs)
+        if info.on_attempt is not None:
+            info.on_attempt(obs)
         await self._publish(subjects.observation(c.endpoint), obs)
 
     def _observation(
@@ -347,9 +399,18 @@ class Dispatcher:
         *,
         err: UpstreamError | None = None,
         ttft: float | None = None,
-        usage: tuple[int, int, int] = (0, 0, 0),
+        usage: Usage = NO_USAGE,
+        sent_chars: int = 0,
     ) -> Observation:
         now = self._clock()
+        prompt, completion = usage.prompt, usage.completion
+        estimated = not usage.reported and (outcome == "success" or sent_chars > 0)
+        if estimated:
+            prompt = info.prompt_estimate
+            completion = -(-sent_chars // _CHARS_PER_TOKEN)
+        cost = cost_usd(self._targets.pricing(c.endpoint), prompt_tokens=prompt,
+                        completion_tokens=completion, cache_read_tokens=usage.cached,
+                        cache_write_tokens=usage.cache_written)
         return Observation(
             endpoint=c.endpoint,
             model=info.model,
@@ -363,9 +424,13 @@ class Dispatcher:
             fallback=attempt > 1,
             ttft_ms=(ttft - started) * 1000 if ttft is not None else None,
             latency_ms=(now - started) * 1000,
-            prompt_tokens=usage[0],
-            completion_tokens=usage[1],
-            cached_tokens=usage[2],
+            prompt_tokens=usage.prompt,
+            completion_tokens=usage.completion,
+            cached_tokens=usage.cached,
+            cache_write_tokens=usage.cache_written,
+            cost_usd=cost,
+            cost_estimated=estimated,
+            billed_tokens=prompt + completion,
             retry_after=err.retry_after if err is not None else None,
             caller=info.caller,
             request_id=info.request_id,
@@ -503,8 +568,10 @@ class Dispatcher:
                 await self.observe(info, c, attempt, "cancelled", started,
                                    err=declined.error(c.endpoint))
                 raise
-            await self.observe(info, c, attempt, "success", started, usage=usage_of(body))
-            tokens = _tokens(usage_of(body))
+            usage = usage_of(body)
+            await self.observe(info, c, attempt, "success", started, usage=usage,
+                               sent_chars=0 if usage.reported else content_chars(body))
+            tokens = _tokens(usage)
             return body
         finally:
             await self.leases.release(c, tokens)  # a no-op once released above
@@ -658,9 +725,9 @@ def _merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
                                       kind="key_pool_role_restricted")
 
 
-def _tokens(usage: tuple[int, int, int]) -> int | None:
+def _tokens(usage: Usage) -> int | None:
     """Prompt plus completion tokens an upstream reported; None when it reported none."""
-    total = usage[0] + usage[1]
+    total = usage.prompt + usage.completion
     return total or None
 
 
@@ -709,7 +776,8 @@ class StreamAttempt:
         self._info = info
         self._started = started
         self._ttft = dispatcher.now()
-        self._usage = (0, 0, 0)
+        self._usage = NO_USAGE
+        self._chars = 0  # content sent, for the estimate when no usage is reported
         self._finished = False
         self._idle = idle_timeout
         self._note(first)
@@ -742,14 +810,17 @@ class StreamAttempt:
             )
 
     def _note(self, batch: list[JSON]) -> None:
-        """Keep the latest usage, and whether a choice has said why it stopped."""
+        """Keep the latest usage, the characters sent, and whether a choice has said why it
+        stopped."""
         for chunk in batch:
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
-            if not self._finished:
-                for choice in chunk.get("choices") or ():
-                    if choice.get("finish_reason"):
-                        self._finished = True
+            for choice in chunk.get("choices") or ():
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    self._chars += len(content)
+                if not self._finished and choice.get("finish_reason"):
+                    self._finished = True
 
     async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
         """Release the upstream stream and the capacity lease, and publish this attempt's
@@ -758,5 +829,5 @@ class StreamAttempt:
         await self._dispatcher.leases.release(self.candidate, _tokens(self._usage))
         await self._dispatcher.observe(
             self._info, self.candidate, self.attempt, outcome, self._started,
-            err=err, ttft=self._ttft, usage=self._usage,
+            err=err, ttft=self._ttft, usage=self._usage, sent_chars=self._chars,
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from schemas import ErrorCode, GatewayError, UpstreamError
+from schemas import BudgetExceededError, ErrorCode, GatewayError, UpstreamError
 
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
@@ -20,6 +20,9 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.UPSTREAM_RATE_LIMITED: 429,
+    ErrorCode.RATE_LIMITED: 429,
+    ErrorCode.BUDGET_EXCEEDED: 429,
+    ErrorCode.LIMITS_UNAVAILABLE: 503,
     ErrorCode.INTERNAL: 500,
     ErrorCode.UPSTREAM_ERROR: 502,
     ErrorCode.UPSTREAM_BAD_RESPONSE: 502,
@@ -44,6 +47,8 @@ def http_status(err: GatewayError) -> int:
     if isinstance(err, UpstreamError) and err.status is not None:
         if err.status in REQUEST_DESCRIBING or err.status == 429:
             return err.status
+    if isinstance(err, BudgetExceededError):
+        return err.status  # 429, or 402 where the operator chose it
     return _STATUS.get(err.code, 500)
 
 

@@ -31,7 +31,8 @@ class HttpRequest:
     ``body_timeout`` bounds the wait for the request body (seconds)."""
 
     __slots__ = (
-        "_after", "_headers", "body_timeout", "receive", "request_id", "scope", "send", "started",
+        "_after", "_headers", "body_timeout", "extra_headers", "receive", "request_id", "scope",
+        "send", "started",
     )
 
     def __init__(
@@ -44,6 +45,8 @@ class HttpRequest:
         self.body_timeout = body_timeout
         self.started = False
         self.request_id = request_id
+        self.extra_headers: list[tuple[bytes, bytes]] = []
+        """Headers every answer to this exchange carries (a limited key's rate headers)."""
         self._headers: dict[str, str] | None = None
         self._after = _KEEP
 
@@ -121,7 +124,10 @@ class HttpRequest:
     async def start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """Send the status line and headers."""
         self.started = True
-        await self.send({"type": "http.response.start", "status": status, "headers": list(headers)})
+        head = list(headers)
+        if self.extra_headers:
+            head += self.extra_headers
+        await self.send({"type": "http.response.start", "status": status, "headers": head})
 
     async def chunk(self, data: bytes, *, more: bool = True) -> None:
         """Send part of the body (``more=False`` ends it)."""

@@ -89,6 +89,11 @@ class _LogStats:
                                 value=float(st.get("pending", 0)))
 
 
+SPEND_CALLERS_MAX = 1000
+"""Distinct (org, key) label pairs ``llmgw_spend_usd`` keeps per ingress."""
+_OTHER = "other"
+
+
 class GatewayMetrics:
     """Owns one CollectorRegistry (not the global one: tests run several gateways)."""
 
@@ -119,6 +124,12 @@ class GatewayMetrics:
         self.transitions = Counter("llmgw_circuit_transitions", "Circuit transitions",
                                    ["endpoint", "to"], registry=r)
         self.key_mutes = Counter("llmgw_key_mutes", "Provider keys muted", ["pool"], registry=r)
+        self.spend = Counter("llmgw_spend_usd", "USD spent (priced with the routes' pricing:), "
+                             f"by model, endpoint, org and key (past {SPEND_CALLERS_MAX} "
+                             "org/key pairs, new ones count as org=key=other)",
+                             ["model", "endpoint", "org", "key"], registry=r)
+        self._spend: dict[tuple[str, str, str, str], Any] = {}
+        self._spend_callers: set[tuple[str, str]] = set()
         self._log = _LogStats()
         r.register(self._log)
         self._route_rtt = self.bus_rtt.labels("route")
@@ -166,6 +177,23 @@ class GatewayMetrics:
             child.inc()
         if decision_s is not None:
             self._route_rtt.observe(decision_s)
+        if done.cost_usd:
+            self._count_spend(done, attempts)
+
+    def _count_spend(self, done: RequestCompleted, attempts: Sequence[Observation]) -> None:
+        caller = (done.org or _NONE, done.key_id or _NONE)
+        if caller not in self._spend_callers:
+            if len(self._spend_callers) >= SPEND_CALLERS_MAX:
+                caller = (_OTHER, _OTHER)  # bounded: a scrape must not grow with the key table
+            else:
+                self._spend_callers.add(caller)
+        for obs in attempts:
+            if obs.cost_usd:
+                skey = (obs.model or _NONE, obs.endpoint or _NONE, *caller)
+                child = self._spend.get(skey)
+                if child is None:
+                    child = self._spend[skey] = self.spend.labels(*skey)
+                child.inc(obs.cost_usd)
 
     def _route(self, key: tuple[str, str, str]) -> _PerRoute:
         per = self._per_route[key] = _PerRoute(self, key)

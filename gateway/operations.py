@@ -34,7 +34,10 @@ logger = logging.getLogger(__name__)
 Handler = Callable[["HttpRequest"], Awaitable[None]]
 
 # Operator events the metrics count; not ``decision`` (one per request, every ingress's).
-COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin")
+COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin",
+                 "budget", "limits")
+_SURFACES = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings",
+             "/v1/responses": "responses", "/v1/messages": "messages"}
 _SCRAPE_TIMEOUT_S = 2.0
 _encode = msgspec.json.Encoder().encode
 

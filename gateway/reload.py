@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gateway.adapters.base import UpstreamTarget
     from schemas import RouteCandidate
     from schemas.config import GatewayConfig
+    from schemas.pricing import Pricing
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +37,12 @@ class FallbackTargets(Targets):
         super().__init__(config, runtime)
         self._known = {e for m in config.models for e in m.endpoint_ids()}
         self._previous = previous
+
+    def pricing(self, endpoint: str) -> Pricing | None:
+        """The route's pricing: from the new config, unless a reload removed the endpoint."""
+        if endpoint not in self._known:
+            return self._previous.pricing(endpoint)
+        return super().pricing(endpoint)
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
         """The target for ``c``: from the new config, unless it lost the endpoint or key."""

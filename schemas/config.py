@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, SteeringConfig
+from schemas.limits import LimitsConfig
 from schemas.pricing import Pricing
 
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
@@ -484,6 +485,7 @@ class GatewayConfig(_Strict):
     chains: tuple[ChainConfig, ...] = ()
     steering: SteeringConfig = SteeringConfig()
     dashboard: DashboardConfig = DashboardConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     @model_validator(mode="after")
     def _unique_ids(self) -> GatewayConfig:

@@ -31,6 +31,9 @@ class ErrorCode(enum.StrEnum):
     AUTH_BUSY = "auth_busy"
     KEY_POOL_EXHAUSTED = "key_pool_exhausted"
     KEY_POOL_ROLE_RESTRICTED = "key_pool_role_restricted"
+    RATE_LIMITED = "rate_limited"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    LIMITS_UNAVAILABLE = "limits_unavailable"
     INTERNAL = "internal"
 
 
@@ -220,6 +223,35 @@ class KeyPoolRoleRestrictedError(KeyPoolExhaustedError):
         return False
 
 
+class RateLimitedError(GatewayError):
+    """The caller's own limit (rpm, tpm, concurrency of its key, user or organisation) is
+    reached; ``retry_after`` says when the window admits the request. Never an endpoint's
+    failure: nothing was sent upstream."""
+
+    code = ErrorCode.RATE_LIMITED
+    retryable = True
+
+
+class BudgetExceededError(GatewayError):
+    """The caller's budget for the current period is spent; ``retry_after``: until the next
+    period starts. ``status`` is 429 or, by setting, 402."""
+
+    code = ErrorCode.BUDGET_EXCEEDED
+
+    def __init__(self, message: str, *, retry_after: float | None = None,
+                 status: int = 429) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.status = status
+
+
+class LimitsUnavailableError(GatewayError):
+    """The owner of the caller's limits did not answer within the decision timeout and the
+    gateway fails closed: the request is refused rather than counted nowhere."""
+
+    code = ErrorCode.LIMITS_UNAVAILABLE
+    retryable = True
+
+
 _BY_CODE: dict[str, type[GatewayError]] = {
     cls.code.value: cls
     for cls in (
@@ -240,6 +272,9 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         ForbiddenError,
         KeyPoolExhaustedError,
         KeyPoolRoleRestrictedError,
+        RateLimitedError,
+        BudgetExceededError,
+        LimitsUnavailableError,
     )
 }
 

@@ -25,6 +25,8 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``error_kind`` is empty on success, else the error code or upstream failure kind; a
     stream that broke after its headers were sent keeps status 200 with an ``error_kind``.
     ``ttft_ms`` is client-perceived (from the request's arrival), streams only.
+    ``cost_usd`` is the sum of its attempts' costs (``cost_estimated``: one of them priced
+    the gateway's estimate); ``key_id`` and ``user`` name the caller's gateway key and user.
     """
 
     request_id: str = ""
@@ -46,6 +48,10 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     completion_tokens: int = 0
     cached_tokens: int = 0
     stream: bool = False
+    cost_usd: float = 0.0
+    cost_estimated: bool = False
+    key_id: str = ""
+    user: str = ""
 
 
 class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -69,6 +69,11 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``outcome`` is ``success``, ``failure`` (counts against the endpoint), ``client_error``
     (the caller's request was refused; does not count) or ``cancelled`` (the client went away;
     does not count).
+
+    ``prompt_tokens`` ... ``cache_write_tokens`` are what the upstream reported.
+    ``cost_usd`` prices the attempt with its route's ``pricing:``; ``billed_tokens`` is the
+    prompt plus completion tokens that were priced. ``cost_estimated``: the upstream reported
+    no usage, so the gateway's estimate (prompt size, characters sent) was priced instead.
     """
 
     endpoint: str
@@ -94,6 +99,10 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ts: float = 0.0
     prompt_estimate: int = 0
     role: str | None = None
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_estimated: bool = False
+    billed_tokens: int = 0
 
 
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):

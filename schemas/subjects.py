@@ -26,7 +26,9 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     -> HealthReport
 - ``llmgw.events.<kind>``           event          owners -> operators: CircuitTransition, ...
                                                     (``decision``: RouteDecided, ``config``:
-                                                    ConfigChanged, ``admin``: AdminExecuted)
+                                                    ConfigChanged, ``admin``: AdminExecuted,
+                                                    ``budget``: BudgetThreshold, ``limits``:
+                                                    LeaseExpired)
 - ``llmgw.request.<model>.done``    event          ingress -> store: RequestCompleted (one per
                                                     client request)
 - ``llmgw.admin.<area>.<verb>``     request/reply  operators (CLI, HTTP admin) -> the area's
@@ -69,6 +71,14 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.steering.state``          event          SteeringActor -> ingress views: SteeringState
 - ``llmgw.steering.evidence``       event          SteeringActor -> ingress views: Evidence
                                                     (scoring evidence, at a bounded rate)
+- ``llmgw.limits.admit``           request/reply  ingress -> LimitsActor: AdmitRequest -> AdmitReply
+                                                    (a request's rate/budget lease)
+- ``llmgw.limits.settle``          event          ingress -> LimitsActor: LimitSettle (usage and
+                                                    cost replace the reservation)
+- ``llmgw.limits.renew``           event          ingress -> LimitsActor: LimitRenew (batched)
+- ``llmgw.limits.get``             request/reply  ingress -> LimitsActor: LimitsGet -> LimitsState
+- ``llmgw.limits.state``           event          LimitsActor -> ingress views: LimitsState
+                                                    (every limit, on every change)
 - ``llmgw.capacity.<pool>.acquire`` request/reply ModelActor (a plan's primary), ingress (a
                                                     fallback), prober -> CapacityActor:
                                                     CapacityAcquire -> CapacityGrant
@@ -283,6 +293,11 @@ AUTH_KEYS_LOOKUP = f"{PREFIX}.auth.keys.lookup"
 AUTH_STATE_GET = f"{PREFIX}.auth.state.get"
 AUTH_STATE = f"{PREFIX}.auth.state"
 DASHBOARD_SESSION_ENDED = f"{PREFIX}.dashboard.session.ended"
+LIMITS_ADMIT = f"{PREFIX}.limits.admit"
+LIMITS_SETTLE = f"{PREFIX}.limits.settle"
+LIMITS_RENEW = f"{PREFIX}.limits.renew"
+LIMITS_GET = f"{PREFIX}.limits.get"
+LIMITS_STATE = f"{PREFIX}.limits.state"
 
 
 def capacity_acquire(pool: str) -> str:

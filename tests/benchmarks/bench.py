@@ -193,6 +193,7 @@ class LoadSpec:
     watch_cpus: list[int] = field(default_factory=list)
     timeout: float = _REQUEST_TIMEOUT_S
     max_requests: int = _MAX_REQUESTS_PER_STEP
+    api_key: str = "sk-bench"
 
 
 def _proc_cpu_seconds(pid: int) -> float | None:
@@ -256,7 +257,7 @@ async def _worker(spec: LoadSpec, win: _Window, body: bytes) -> None:
 
     surface = _SURFACES[spec.mode]
     stream = surface.stream
-    headers = {"Content-Type": "application/json", "Authorization": "Bearer sk-bench"}
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {spec.api_key}"}
     timeout = aiohttp.ClientTimeout(total=spec.timeout)
     connector = aiohttp.TCPConnector(limit=1, ttl_dns_cache=None, use_dns_cache=True)
     async with aiohttp.ClientSession(
@@ -574,12 +575,13 @@ def _python(*args: str) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def _check(url: str, model: str, mode: str) -> None:
+def _check(url: str, model: str, mode: str, api_key: str = "sk-bench") -> None:
     """One request before measuring, so a broken setup fails loudly instead of as errors."""
     surface = _SURFACES[mode]
     body = json.dumps(surface.body(model)).encode()
     req = urllib.request.Request(
-        f"{url}{surface.path}", data=body, headers={"Content-Type": "application/json"}
+        f"{url}{surface.path}", data=body,
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
     )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:  # loopback only
@@ -601,6 +603,7 @@ def _run_step(
     watch_cpus: list[int],
 ) -> StepResult:
     spec = LoadSpec(
+        api_key=getattr(args, "bench_key", "sk-bench"),
         url=f"{url}{_SURFACES[mode].path}",
         model=_SURFACES[mode].model_for(target),
         mode=mode,
@@ -677,6 +680,24 @@ def _start_nats(kids: Children, cpus: str | None, store: Path) -> tuple[str, int
     return f"nats://{match.group(1)}:{match.group(2)}", proc.pid
 
 
+_GENEROUS = ("--rpm", str(10**9), "--tpm", str(10**12), "--concurrency", str(10**6),
+             "--budget", f"{10**9}/month")
+
+
+def _bench_key(database: Path, *, limited: bool) -> str:
+    """A gateway API key made with ``llmgw keys create`` before the gateway starts: with a
+    limit no benchmark reaches (``--limit``; its owner loads the limit at start, and every
+    gateway request is then checked by it), or without (``--key``, the baseline: auth is on
+    in both, so the difference is the limit's)."""
+    done = subprocess.run(
+        _python("-m", "gateway.cli", "keys", "create", "--db", str(database), "--org", "bench",
+                "--user", "bench", "--role", "pro", *(_GENEROUS if limited else ()), "--json"),
+        cwd=REPO, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"llmgw keys create failed: {done.stderr[-2000:]}")
+    return str(json.loads(done.stdout)["key"])
+
+
 def _gateway_config(upstream_url: str) -> str:
     """The plain model, and the five-model chain the ``auto`` rows steer over."""
     text = "models:\n"
@@ -749,6 +770,8 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             if "gateway" in args.targets:
                 config = tmp / "gateway.yaml"
                 config.write_text(_gateway_config(upstream_url))
+                if args.limit or args.key:
+                    args.bench_key = _bench_key(tmp / "llmgw.sqlite3", limited=args.limit)
                 gateway, m = kids.start(
                     "gateway",
                     _pinned(args.gateway_cpus, _gateway_cmd(args, config, bus_url)),
@@ -772,7 +795,8 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             )
             for mode in args.modes:
                 for target in args.targets:
-                    _check(urls[target], _SURFACES[mode].model_for(target), mode)
+                    _check(urls[target], _SURFACES[mode].model_for(target), mode,
+                           getattr(args, "bench_key", "sk-bench"))
             for mode in args.modes:
                 for concurrency in args.concurrency:
                     for target in args.targets:
@@ -1067,6 +1091,16 @@ def _parser() -> argparse.ArgumentParser:
         "--rules", type=int, default=0,
         help="store N routing rules that no request matches before measuring (0): what "
         "evaluating them costs every auto row",
+    )
+    p.add_argument(
+        "--limit", action="store_true",
+        help="put a generous limit (rpm, tpm, concurrency, budget) on the benchmark's gateway "
+        "key, so every request is admitted by the limits' owner: what a limit costs "
+        "(compare with --key)",
+    )
+    p.add_argument(
+        "--key", action="store_true",
+        help="use a gateway API key without limits (auth on): the baseline for --limit",
     )
     p.add_argument("--markdown", action="store_true", help="print a markdown table")
     p.add_argument("--gateway-cpus", default="0", help="taskset list for the gateway (0)")

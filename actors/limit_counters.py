@@ -1,0 +1,283 @@
+"""The counters behind limits, pure: sliding 60-second windows, calendar budgets, leases.
+
+Owned by the LimitsActor alone; every method takes ``now`` (epoch seconds) so tests drive
+them with an injected clock. One :class:`Counters` per limited subject; a :class:`Lease` is
+one admitted request's hold on the counters of each of its subjects:
+
+- admission adds 1 to the request window and the reserved tokens to the token window (at
+  the time of admission), one in-flight slot, and the reserved cost to the budget's
+  ``reserved``; a request is admitted only if each of these fits what remains;
+- settling replaces the reserved tokens and cost by what was used and frees the slot;
+- a lease that expires (its ingress stopped renewing it) is settled at its reservation:
+  what it really used is unknown, and counting the estimate keeps the limit a limit.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import msgspec
+
+from schemas.limits import LimitSpec
+
+WINDOW_S = 60.0
+
+
+class _Entry:
+    """One amount counted at ``ts`` in a window (mutable: a settle corrects the amount)."""
+
+    __slots__ = ("amount", "ts")
+
+    def __init__(self, ts: float, amount: float) -> None:
+        self.ts = ts
+        self.amount = amount
+
+
+class Window:
+    """The sum of amounts counted in the last :data:`WINDOW_S` seconds."""
+
+    __slots__ = ("_entries", "_sum")
+
+    def __init__(self) -> None:
+        self._entries: deque[_Entry] = deque()
+        self._sum = 0.0
+
+    def _expire(self, now: float) -> None:
+        entries = self._entries
+        while entries and entries[0].ts <= now - WINDOW_S:
+            self._sum -= entries.popleft().amount
+        if not entries:
+            self._sum = 0.0  # no float drift survives an empty window
+
+    def total(self, now: float) -> float:
+        """What the window holds at ``now``."""
+        self._expire(now)
+        return self._sum
+
+    def add(self, now: float, amount: float) -> _Entry:
+        """Count ``amount`` at ``now``; the entry lets a settle correct it later."""
+        self._expire(now)
+        entry = _Entry(now, amount)
+        self._entries.append(entry)
+        self._sum += amount
+        return entry
+
+    def correct(self, entry: _Entry, amount: float, now: float) -> None:
+        """Replace what ``entry`` counted by ``amount`` (nothing once it left the window)."""
+        self._expire(now)
+        if entry.ts > now - WINDOW_S:
+            self._sum += amount - entry.amount
+            entry.amount = amount
+
+    def wait_for(self, now: float, need: float, limit: float) -> float:
+        """Seconds from ``now`` until ``need`` more fits under ``limit`` (0: it fits now;
+        ``inf``: it never will, ``need`` alone is over the limit)."""
+        total = self.total(now)
+        if total + need <= limit:
+            return 0.0
+        if need > limit:
+            return math.inf
+        freed = 0.0
+        for entry in self._entries:
+            freed += entry.amount
+            if total - freed + need <= limit:
+                return max(0.0, entry.ts + WINDOW_S - now)
+        return WINDOW_S
+
+    def reset_in(self, now: float) -> float:
+        """Seconds until the oldest counted amount leaves the window (0 when empty)."""
+        self._expire(now)
+        return max(0.0, self._entries[0].ts + WINDOW_S - now) if self._entries else 0.0
+
+    def dump(self) -> list[tuple[float, float]]:
+        """The entries, for a snapshot."""
+        return [(e.ts, e.amount) for e in self._entries]
+
+    @classmethod
+    def load(cls, entries: list[tuple[float, float]], now: float) -> Window:
+        """A window holding ``entries`` (those still inside it at ``now``)."""
+        window = cls()
+        for ts, amount in entries:
+            if ts > now - WINDOW_S:
+                window._entries.append(_Entry(ts, amount))
+                window._sum += amount
+        return window
+
+
+def period_key(period: str, now: float) -> str:
+    """The calendar period (UTC) holding ``now``: ``2026-12-01``, ``2026-W49``, ``2026-12``."""
+    day = datetime.fromtimestamp(now, UTC)
+    if period == "day":
+        return day.strftime("%Y-%m-%d")
+    if period == "week":
+        year, week, _ = day.isocalendar()
+        return f"{year}-W{week:02d}"
+    return day.strftime("%Y-%m")
+
+
+def period_end(period: str, now: float) -> float:
+    """The epoch second the period holding ``now`` ends (the next one starts)."""
+    day = datetime.fromtimestamp(now, UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == "day":
+        end = day + timedelta(days=1)
+    elif period == "week":
+        end = day + timedelta(days=7 - day.weekday())
+    else:
+        days = calendar.monthrange(day.year, day.month)[1]
+        end = day.replace(day=1) + timedelta(days=days)
+    return end.timestamp()
+
+
+class CountersSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What of one subject's counters outlives a restart of the owner."""
+
+    requests: list[tuple[float, float]] = []
+    tokens: list[tuple[float, float]] = []
+    period: str = ""
+    spent_usd: float = 0.0
+    warned: str = ""
+    exhausted: str = ""
+
+
+@dataclass(slots=True)
+class Counters:
+    """One subject's counts (the spec that applies is passed in: it may change any time)."""
+
+    requests: Window = field(default_factory=Window)
+    tokens: Window = field(default_factory=Window)
+    in_flight: int = 0
+    period: str = ""
+    spent_usd: float = 0.0
+    reserved_usd: float = 0.0
+    warned: str = ""  # the period whose soft threshold was announced
+    exhausted: str = ""  # the period whose exhaustion was announced
+
+    def roll(self, spec: LimitSpec, now: float) -> None:
+        """Start a new budget period when ``now`` left the current one."""
+        key = period_key(spec.budget_period, now)
+        if key != self.period:
+            self.period, self.spent_usd = key, 0.0
+
+    def snapshot(self) -> CountersSnapshot:
+        """The durable part."""
+        return CountersSnapshot(requests=self.requests.dump(), tokens=self.tokens.dump(),
+                                period=self.period, spent_usd=self.spent_usd,
+                                warned=self.warned, exhausted=self.exhausted)
+
+    @classmethod
+    def restore(cls, snap: CountersSnapshot, now: float) -> Counters:
+        """Counters from a snapshot (leases are not restored: see the actor)."""
+        return cls(requests=Window.load(snap.requests, now),
+                   tokens=Window.load(snap.tokens, now), period=snap.period,
+                   spent_usd=snap.spent_usd, warned=snap.warned, exhausted=snap.exhausted)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request may not start: ``code`` and seconds until it may."""
+
+    code: str
+    message: str
+    retry_after: float
+
+
+def check(spec: LimitSpec, c: Counters, tokens: int, cost: float, now: float) -> Refusal | None:
+    """Whether one more request reserving ``tokens`` and ``cost`` fits ``spec``."""
+    if spec.budget_usd is not None:
+        c.roll(spec, now)
+        committed = c.spent_usd + c.reserved_usd
+        if c.spent_usd >= spec.budget_usd or (cost > 0 and committed + cost > spec.budget_usd):
+            return Refusal("budget_exceeded",
+                           f"the {spec.budget_period}ly budget of ${spec.budget_usd:g} is spent",
+                           period_end(spec.budget_period, now) - now)
+    if spec.concurrency is not None and c.in_flight >= spec.concurrency:
+        # A slot frees when a request ends, which no clock can tell: come back in a second.
+        return Refusal("rate_limited",
+                       f"{spec.concurrency} concurrent requests are already running", 1.0)
+    if spec.rpm is not None:
+        wait = c.requests.wait_for(now, 1, spec.rpm)
+        if wait > 0:
+            return Refusal("rate_limited", f"the limit of {spec.rpm} requests per minute "
+                           "is reached", wait)
+    if spec.tpm is not None:
+        wait = c.tokens.wait_for(now, tokens, spec.tpm)
+        if wait > 0:
+            if math.isinf(wait):
+                return Refusal("rate_limited", f"the request may use up to {tokens} tokens, "
+                               f"over the limit of {spec.tpm} tokens per minute (lower "
+                               "max_tokens)", WINDOW_S)
+            return Refusal("rate_limited", f"the limit of {spec.tpm} tokens per minute "
+                           "is reached", wait)
+    return None
+
+
+@dataclass(slots=True)
+class Hold:
+    """One lease's hold on one subject's counters."""
+
+    subject: str
+    counters: Counters
+    spec: LimitSpec
+    request: _Entry
+    tokens: _Entry
+
+
+@dataclass(slots=True)
+class Lease:
+    """An admitted request: its holds, its reservation and when it expires."""
+
+    request_id: str
+    ingress: str
+    holds: list[Hold]
+    tokens: int
+    cost_usd: float
+    expires: float
+
+
+Holds = list[tuple[str, LimitSpec, Counters]]
+"""(subject, the spec that applies to it, its counters) for each limited subject."""
+
+
+def admit(holds: Holds, request_id: str, ingress: str, tokens: int,
+          cost: float, now: float, ttl: float) -> Lease | Refusal:
+    """Check every subject, then count the request on all of them (all or nothing)."""
+    refusals = [r for _, spec, c in holds
+                if (r := check(spec, c, tokens, cost, now)) is not None]
+    if refusals:
+        # The client must wait for the slowest subject; a budget outranks a rate.
+        return max(refusals, key=lambda r: (r.code == "budget_exceeded", r.retry_after))
+    taken = []
+    for subject, spec, c in holds:
+        c.in_flight += 1
+        c.reserved_usd += cost
+        taken.append(Hold(subject, c, spec, c.requests.add(now, 1), c.tokens.add(now, tokens)))
+    return Lease(request_id, ingress, taken, tokens, cost, now + ttl)
+
+
+def settle(lease: Lease, tokens: int, cost: float, now: float) -> None:
+    """Replace the lease's reservation by what it used and free its slots."""
+    for hold in lease.holds:
+        c = hold.counters
+        c.in_flight = max(0, c.in_flight - 1)
+        c.reserved_usd = max(0.0, c.reserved_usd - lease.cost_usd)
+        c.tokens.correct(hold.tokens, tokens, now)
+        if hold.spec.budget_usd is not None:
+            c.roll(hold.spec, now)
+        c.spent_usd += cost
+
+
+def count_unleased(holds: Holds, tokens: int, cost: float,
+                   now: float, *, request: bool) -> None:
+    """Count usage that had no lease (admitted while the owner was unreachable, or whose
+    lease a restart of the owner forgot)."""
+    for _, spec, c in holds:
+        if request:
+            c.requests.add(now, 1)
+        c.tokens.add(now, tokens)
+        if spec.budget_usd is not None:
+            c.roll(spec, now)
+        c.spent_usd += cost

@@ -1,0 +1,373 @@
+"""LimitsActor: owns every rate limit, concurrency slot and budget of keys, users and orgs.
+
+One actor for all subjects, not one per subject: a request is checked against its key, its
+user and its organisation at once, and all three must be taken or none. One owner makes
+that one bus round trip and one atomic step (no two-phase lease across actors); a check
+costs microseconds, so one actor serves many thousands of requests a second. Sharding, when
+one host is not enough, splits by organisation (a key and its user never leave their org).
+
+Serves (see ``schemas/limits.py``): ``llmgw.limits.admit`` (AdmitRequest -> AdmitReply),
+``llmgw.limits.settle`` / ``.renew`` (events), ``llmgw.limits.get`` (LimitsGet ->
+LimitsState, also published on ``llmgw.limits.state`` on every change) and the admin area
+``limits``:
+
+- ``get`` {subject? | kind?, id?}: every limit, or one subject's limit and its counters now;
+- ``set`` {subject | kind, id, rpm?, tpm?, concurrency?, budget? ("10/month") | budget_usd?,
+  budget_period?, soft_fraction?}: replace the subject's limit;
+- ``clear`` {subject | kind, id}: remove it (its counters stay until they age out).
+
+Limits are stored in the ``limits`` table at once; counters are snapshotted every
+``limits.snapshot_seconds`` while they change and on stop (a crash loses at most that much
+counting). Leases are not snapshotted: a restarted owner counts a request whose lease it
+forgot when it settles (its reservation, already in the window snapshot, may then count
+twice: the error is on the safe side). Publishes ``BudgetThreshold`` on
+``llmgw.events.budget`` when a soft threshold or a whole budget is crossed (once per period)
+and ``LeaseExpired`` on ``llmgw.events.limits`` when a lease's ingress stopped renewing it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from actors.admin import AdminArea, stored
+from actors.base import Actor, ActorContext, Serve
+from actors.db import open_db
+from actors.limit_counters import (
+    Counters,
+    Holds,
+    Lease,
+    Refusal,
+    admit,
+    count_unleased,
+    period_key,
+    settle,
+)
+from actors.limits_store import LIMITS, load_counters, load_limits, save_counters, save_limit
+from schemas import AdminCommand, GatewayError, InvalidRequestError, subjects
+from schemas.limits import (
+    AdmitReply,
+    AdmitRequest,
+    BudgetThreshold,
+    LeaseExpired,
+    LimitRenew,
+    LimitsConfig,
+    LimitSettle,
+    LimitsGet,
+    LimitSpec,
+    LimitsState,
+    spec_arg,
+    subject_of,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import aiosqlite
+
+    from bus import Envelope
+
+logger = logging.getLogger(__name__)
+
+_QUEUE = "limits"
+_BUDGET_EVENT = subjects.event("budget")
+_LIMITS_EVENT = subjects.event("limits")
+
+
+@dataclass(frozen=True, slots=True)
+class _Sweep:
+    """Local timer: release expired leases."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """Local timer: save changed counters."""
+
+
+def subject_arg(cmd: AdminCommand) -> str:
+    """The subject an admin command names (``subject``, or ``kind`` and ``id``). Raises
+    InvalidRequestError."""
+    args = cmd.args
+    raw = args.get("subject")
+    if raw is None:
+        kind, ident = args.get("kind"), args.get("id")
+        if not isinstance(kind, str) or not isinstance(ident, str):
+            raise InvalidRequestError("name the subject: 'subject' (e.g. key:k-1a2b) or "
+                                      "'kind' (key, user, org, role) and 'id'", param="subject")
+        raw = f"{kind}:{ident}"
+    if not isinstance(raw, str):
+        raise InvalidRequestError("'subject' must be a string", param="subject")
+    kind, _, ident = raw.partition(":")
+    try:
+        return subject_of(kind, ident)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="subject") from None
+
+
+class LimitsActor(Actor):
+    """Owns the ``limits`` tables and every counter. A storage failure refuses the admin
+    command (GatewayError); admission never touches storage."""
+
+    def __init__(self, db_path: str, settings: LimitsConfig, *,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.name = "limits"
+        self._path = db_path
+        self._settings = settings
+        self._clock = clock
+        self.admin = AdminArea("limits", {"get": self._get, "set": self._set,
+                                          "clear": self._clear}, read_only=("get",))
+        self.serves = (
+            Serve(subjects.LIMITS_ADMIT, queue=_QUEUE),
+            Serve(subjects.LIMITS_SETTLE, queue=_QUEUE),
+            Serve(subjects.LIMITS_RENEW, queue=_QUEUE),
+            Serve(subjects.LIMITS_GET, queue=_QUEUE),
+            self.admin.serve,
+        )
+
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Load the limits and the last counters, publish the limits, start the timers."""
+        self.ctx = ctx
+        self._db: aiosqlite.Connection = await open_db(self._path, [LIMITS])
+        now = self._clock()
+        self._specs = await load_limits(self._db)
+        self._counters = {s: Counters.restore(snap, now)
+                          for s, snap in (await load_counters(self._db)).items()}
+        self._leases: dict[str, Lease] = {}
+        self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
+        self._dirty: set[str] = set()
+        self._expired: list[LeaseExpired] = []
+        await self._publish_state()
+        ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
+        ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
+
+    async def on_stop(self) -> None:
+        """Save the counters and close the database."""
+        try:
+            await self._save()
+        finally:
+            await self._db.close()
+
+    async def handle(self, env: Envelope) -> None:
+        """Admission, settles, renewals, the limits' view and the admin area."""
+        match env.message:
+            case AdmitRequest() as req:
+                await env.respond(self._admit(req))
+            case LimitSettle() as done:
+                await self._settle(done)
+                if done.unadmitted:  # sent as a request: the ingress keeps it until acked
+                    await env.respond(AdmitReply(admitted=True))
+            case LimitRenew() as renew:
+                expires = self._clock() + self._settings.lease_ttl_seconds
+                for rid in renew.request_ids:
+                    lease = self._leases.get(rid)
+                    if lease is not None:
+                        lease.expires = expires
+            case LimitsGet():
+                await env.respond(self._state())
+            case _ if self.admin.owns(env):
+                await self.admin.answer(self.ctx, env)
+
+    async def handle_local(self, msg: object) -> None:
+        """The lease sweep and the snapshot timer."""
+        if isinstance(msg, _Sweep):
+            self._expire(self._clock())
+            self.ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
+        elif isinstance(msg, _Snapshot):
+            await self._save()
+            self.ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
+
+    # -- counting -----------------------------------------------------------------------
+
+    def _holds(self, subjects_: tuple[str, ...], role: str) -> list[tuple[str, LimitSpec]]:
+        """The (counter subject, spec) pairs that apply: a key without a limit of its own
+        takes its role's default, counted on the key's own counters."""
+        out = []
+        for s in subjects_:
+            spec = self._specs.get(s)
+            if spec is None and role and s.startswith("key:"):
+                spec = self._specs.get(f"role:{role}")
+            if spec is not None:
+                out.append((s, spec))
+        return out
+
+    def _counter(self, subject: str) -> Counters:
+        c = self._counters.get(subject)
+        if c is None:
+            c = self._counters[subject] = Counters()
+        return c
+
+    def _admit(self, req: AdmitRequest) -> AdmitReply:
+        now = self._clock()
+        self._expire(now)
+        holds = self._holds(req.subjects, req.role)
+        if not holds:
+            return AdmitReply(admitted=True)
+        pairs = [(s, spec, self._counter(s)) for s, spec in holds]
+        verdict = admit(pairs, req.request_id, req.ingress, req.tokens, req.cost_usd, now,
+                        self._settings.lease_ttl_seconds)
+        if isinstance(verdict, Lease):
+            self._leases[req.request_id] = verdict
+            heapq.heappush(self._deadlines, (verdict.expires, req.request_id))
+            self._dirty.update(s for s, _ in holds)
+            return self._reply(pairs, now, None)
+        return self._reply(pairs, now, verdict)
+
+    @staticmethod
+    def _reply(pairs: Holds, now: float,
+               refusal: Refusal | None) -> AdmitReply:
+        """The verdict with the rate headers of the tightest subject on each axis."""
+        req_hdr: tuple[int, int, float] | None = None
+        tok_hdr: tuple[int, int, float] | None = None
+        for _, spec, c in pairs:
+            if spec.rpm is not None:
+                left = max(0, spec.rpm - int(c.requests.total(now)))
+                if req_hdr is None or left < req_hdr[1]:
+                    req_hdr = (spec.rpm, left, c.requests.reset_in(now))
+            if spec.tpm is not None:
+                left = max(0, spec.tpm - math.ceil(c.tokens.total(now)))
+                if tok_hdr is None or left < tok_hdr[1]:
+                    tok_hdr = (spec.tpm, left, c.tokens.reset_in(now))
+        return AdmitReply(
+            admitted=refusal is None,
+            code=refusal.code if refusal else "",
+            message=refusal.message if refusal else "",
+            retry_after=refusal.retry_after if refusal else None,
+            limit_requests=req_hdr[0] if req_hdr else None,
+            remaining_requests=req_hdr[1] if req_hdr else None,
+            reset_requests=req_hdr[2] if req_hdr else None,
+            limit_tokens=tok_hdr[0] if tok_hdr else None,
+            remaining_tokens=tok_hdr[1] if tok_hdr else None,
+            reset_tokens=tok_hdr[2] if tok_hdr else None,
+        )
+
+    async def _settle(self, done: LimitSettle) -> None:
+        now = self._clock()
+        lease = self._leases.pop(done.request_id, None)
+        if lease is not None:
+            settle(lease, done.tokens, done.cost_usd, now)
+            touched: Holds = [(h.subject, h.spec, h.counters) for h in lease.holds]
+        else:
+            touched = [(s, spec, self._counter(s))
+                       for s, spec in self._holds(done.subjects, done.role)]
+            count_unleased(touched, done.tokens, done.cost_usd, now, request=done.unadmitted)
+        for subject, spec, c in touched:
+            self._dirty.add(subject)
+            await self._budget_events(subject, spec, c, now)
+
+    def _expire(self, now: float) -> None:
+        """Settle every lease whose ingress stopped renewing it, at its reservation, and
+        announce it (``LeaseExpired`` on ``llmgw.events.limits``)."""
+        dead = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:  # cheap per admission: only what is due
+            _, rid = heapq.heappop(heap)
+            lease = self._leases.get(rid)
+            if lease is None:
+                continue  # settled already
+            if lease.expires > now:  # renewed since: due later
+                heapq.heappush(heap, (lease.expires, rid))
+                continue
+            dead.append(lease)
+        for lease in dead:
+            del self._leases[lease.request_id]
+            self._dirty.update(h.subject for h in lease.holds)
+            logger.info("limits: lease of %s (ingress %s) expired", lease.request_id,
+                        lease.ingress)
+            settle(lease, lease.tokens, lease.cost_usd, now)
+            self._expired.append(LeaseExpired(
+                request_id=lease.request_id, ingress=lease.ingress,
+                subjects=tuple(h.subject for h in lease.holds), ts=now))
+        if self._expired:
+            self.ctx.start_soon(self._announce_expired)
+
+    async def _announce_expired(self) -> None:
+        expired, self._expired = self._expired, []
+        for event in expired:
+            try:
+                await self.ctx.publish(_LIMITS_EVENT, event)
+            except GatewayError as exc:
+                logger.warning("limits: expiry event not published: %s", exc)
+
+    async def _budget_events(self, subject: str, spec: LimitSpec, c: Counters,
+                             now: float) -> None:
+        budget = spec.budget_usd
+        if budget is None:
+            return
+        period = period_key(spec.budget_period, now)
+        crossed = []
+        if spec.soft_fraction is not None and c.spent_usd >= budget * spec.soft_fraction \
+                and c.warned != period:
+            c.warned = period
+            crossed.append(False)
+        if c.spent_usd >= budget and c.exhausted != period:
+            c.exhausted = period
+            crossed.append(True)
+        for exhausted in crossed:
+            event = BudgetThreshold(subject=subject, period=period, spent_usd=c.spent_usd,
+                                    budget_usd=budget, exhausted=exhausted, ts=now)
+            try:
+                await self.ctx.publish(_BUDGET_EVENT, event)
+            except GatewayError as exc:
+                logger.warning("limits: budget event not published: %s", exc)
+
+    async def _save(self) -> None:
+        if not self._dirty:
+            return
+        snaps = {s: self._counters[s].snapshot() for s in self._dirty if s in self._counters}
+        self._dirty = set()
+        try:
+            await save_counters(self._db, snaps, self._clock())
+        except Exception as exc:  # the next change retries; counting goes on in memory
+            logger.error("limits: saving counters failed: %s", exc)
+            self._dirty.update(snaps)
+
+    # -- the view and the admin area ----------------------------------------------------
+
+    def _state(self) -> LimitsState:
+        return LimitsState(limits=dict(self._specs), ts=self._clock())
+
+    async def _publish_state(self) -> None:
+        try:
+            await self.ctx.publish(subjects.LIMITS_STATE, self._state())
+        except GatewayError as exc:
+            logger.warning("limits: state not published: %s", exc)
+
+    async def _get(self, cmd: AdminCommand) -> dict[str, Any]:
+        if "subject" not in cmd.args and "kind" not in cmd.args:
+            return {"limits": {s: msgspec.to_builtins(spec) for s, spec in
+                               sorted(self._specs.items())}}
+        subject = subject_arg(cmd)
+        spec = self._specs.get(subject)
+        now = self._clock()
+        c = self._counters.get(subject)
+        usage: dict[str, Any] = {"requests_last_minute": 0, "tokens_last_minute": 0,
+                                 "in_flight": 0, "spent_usd": 0.0, "period": ""}
+        if c is not None:
+            if spec is not None and spec.budget_usd is not None:
+                c.roll(spec, now)
+            usage = {"requests_last_minute": int(c.requests.total(now)),
+                     "tokens_last_minute": int(c.tokens.total(now)), "in_flight": c.in_flight,
+                     "spent_usd": c.spent_usd, "period": c.period}
+        return {"subject": subject, "limit": msgspec.to_builtins(spec) if spec else None,
+                "usage": usage}
+
+    async def _set(self, cmd: AdminCommand) -> dict[str, Any]:
+        subject = subject_arg(cmd)
+        spec = spec_arg(cmd.args)
+        await stored(save_limit(self._db, subject, spec, self._clock()), "limits")
+        self._specs[subject] = spec
+        await self._publish_state()
+        return {"subject": subject, "limit": msgspec.to_builtins(spec)}
+
+    async def _clear(self, cmd: AdminCommand) -> dict[str, Any]:
+        subject = subject_arg(cmd)
+        await stored(save_limit(self._db, subject, None, self._clock()), "limits")
+        existed = self._specs.pop(subject, None) is not None
+        await self._publish_state()
+        return {"subject": subject, "cleared": existed}

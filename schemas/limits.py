@@ -1,0 +1,215 @@
+"""Limits on what a gateway API key, a user or an organisation may send and spend.
+
+A limit attaches to a *subject*, written ``<kind>:<id>``:
+
+- ``key:<key id>`` (``k-...``), ``user:<org>/<user>`` (users are scoped by their
+  organisation), ``org:<org>``;
+- ``role:<role>``: the default of every key of that role that has no limit of its own
+  (applied per key: each such key gets its own counters, not one shared pool).
+
+A ``LimitSpec`` holds any of: ``rpm`` (requests in the last 60 s), ``tpm`` (prompt plus
+completion tokens in the last 60 s), ``concurrency`` (requests in flight), ``budget_usd`` per
+``budget_period`` (``day``, ``week`` (ISO, Monday) or ``month``; calendar, UTC) with an optional
+``soft_fraction`` of it that emits a ``BudgetThreshold`` event once per period.
+
+One LimitsActor owns every counter (``actors/limits.py``); the ingress asks it
+(``AdmitRequest`` -> ``AdmitReply``) concurrently with the routing request, renews its
+leases while requests run (``LimitRenew``) and settles each on completion (``LimitSettle``,
+with the usage and cost really spent). Its view of which subjects are limited
+(``LimitsState``) lets callers without any limit skip the check altogether.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.errors import InvalidRequestError
+
+SUBJECT_KINDS = ("key", "user", "org", "role")
+PERIODS = ("day", "week", "month")
+_SUBJECT = re.compile(r"^(key|user|org|role):[^\s]{1,256}$")
+
+
+def subject_of(kind: str, ident: str) -> str:
+    """The subject string of ``kind`` and ``ident``. Raises ValueError for a bad one."""
+    text = f"{kind}:{ident}"
+    if kind not in SUBJECT_KINDS or not _SUBJECT.match(text):
+        raise ValueError(f"a limit subject is one of {', '.join(SUBJECT_KINDS)} and an id "
+                         "without spaces (e.g. key:k-1a2b, user:acme/alice, org:acme, role:pro)")
+    if kind == "user" and "/" not in ident:
+        raise ValueError("a user limit names its organisation too: user:<org>/<user>")
+    return text
+
+
+class LimitSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What one subject may do; None: not limited on that axis."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    concurrency: int | None = None
+    budget_usd: float | None = None
+    budget_period: str = "month"
+    soft_fraction: float | None = None
+
+    def problems(self) -> list[str]:
+        """Why this spec is not valid (empty when it is)."""
+        out = []
+        for name in ("rpm", "tpm", "concurrency"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                out.append(f"'{name}' must be a positive integer")
+        if self.budget_usd is not None and self.budget_usd <= 0:
+            out.append("'budget_usd' must be positive")
+        if self.budget_period not in PERIODS:
+            out.append(f"'budget_period' must be one of {', '.join(PERIODS)}")
+        if self.soft_fraction is not None and not 0 < self.soft_fraction < 1:
+            out.append("'soft_fraction' must be between 0 and 1")
+        if self.rpm is self.tpm is self.concurrency is self.budget_usd is None:
+            out.append("a limit needs at least one of rpm, tpm, concurrency, budget_usd")
+        return out
+
+
+def parse_budget(text: str) -> tuple[float, str]:
+    """``10/month`` -> (10.0, "month"). Raises ValueError."""
+    amount, _, period = text.partition("/")
+    try:
+        usd = float(amount.strip().lstrip("$"))
+    except ValueError:
+        raise ValueError(f"a budget is USD/period, e.g. 10/month, not {text!r}") from None
+    period = period.strip() or "month"
+    if usd <= 0 or period not in PERIODS:
+        raise ValueError(f"a budget is a positive USD amount per {'|'.join(PERIODS)}, "
+                         f"e.g. 10/month, not {text!r}")
+    return usd, period
+
+
+_SPEC_FIELDS = ("rpm", "tpm", "concurrency", "budget_usd", "budget_period", "soft_fraction")
+
+
+def spec_arg(args: dict[str, Any]) -> LimitSpec:
+    """The LimitSpec of ``limits set``'s arguments (``budget`` as ``10/month`` or the
+    ``budget_usd``/``budget_period`` pair). Raises InvalidRequestError."""
+    values = {k: args[k] for k in _SPEC_FIELDS if args.get(k) is not None}
+    budget = args.get("budget")
+    if budget is not None:
+        try:
+            values["budget_usd"], values["budget_period"] = parse_budget(str(budget))
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param="budget") from None
+    try:
+        spec = msgspec.convert(values, LimitSpec)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequestError(f"bad limit: {exc}") from None
+    problems = spec.problems()
+    if problems:
+        raise InvalidRequestError("; ".join(problems))
+    return spec
+
+
+class AdmitRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> LimitsActor: may this request start? ``subjects`` are the caller's
+    (key, user, org); ``role`` picks the default for a key without its own limit.
+    ``tokens`` and ``cost_usd`` are the reservation (the estimate); ``ingress`` names the
+    process that renews the lease."""
+
+    request_id: str
+    ingress: str
+    subjects: tuple[str, ...]
+    role: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+
+class AdmitReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The owner's verdict. Refused: ``code`` is ``rate_limited`` or ``budget_exceeded``,
+    ``retry_after`` the seconds until the window admits the request. The header fields
+    describe the tightest limited subject (None: that axis is not limited)."""
+
+    admitted: bool
+    code: str = ""
+    message: str = ""
+    retry_after: float | None = None
+    limit_requests: int | None = None
+    remaining_requests: int | None = None
+    reset_requests: float | None = None
+    limit_tokens: int | None = None
+    remaining_tokens: int | None = None
+    reset_tokens: float | None = None
+
+
+class LimitSettle(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> LimitsActor: the request ended; replace its reservation by what it used
+    (``tokens`` prompt+completion, ``cost_usd``). ``unadmitted``: it was let through without
+    the owner's answer (fail open), so the owner also counts the request itself."""
+
+    request_id: str
+    subjects: tuple[str, ...] = ()
+    role: str = ""
+    tokens: int = 0
+    cost_usd: float = 0.0
+    unadmitted: bool = False
+
+
+class LimitRenew(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> LimitsActor: these leases are still running (batched per ingress)."""
+
+    ingress: str
+    request_ids: tuple[str, ...]
+
+
+class LimitsGet(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Anyone -> LimitsActor: the current limits (answered with LimitsState)."""
+
+
+class LimitsState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Every limit by subject, published by the owner on every change (the ingress view)."""
+
+    limits: dict[str, LimitSpec] = {}
+    ts: float = 0.0
+
+
+class BudgetThreshold(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``llmgw.events.budget``: a subject's spend crossed its soft threshold
+    (``exhausted`` False) or its whole budget (True) in ``period`` (e.g. ``2026-12``)."""
+
+    subject: str
+    period: str
+    spent_usd: float
+    budget_usd: float
+    exhausted: bool = False
+    ts: float = 0.0
+
+
+class LeaseExpired(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """``llmgw.events.limits``: a lease its ingress stopped renewing was released (counted at
+    its reservation); ``ingress`` names the process that probably died."""
+
+    request_id: str
+    ingress: str
+    subjects: tuple[str, ...] = ()
+    ts: float = 0.0
+
+
+class LimitsConfig(BaseModel):
+    """``limits:`` in the config: how the ingress asks the limits' owner.
+
+    ``fail_open``: when the owner does not answer within ``decision_timeout_seconds``, admit
+    the request and have it counted when it settles (default: refuse with 503).
+    ``default_max_tokens``: the completion part of a reservation when the request sets no
+    ``max_tokens``. ``budget_status``: 429 (default) or 402 for an exhausted budget.
+    ``lease_ttl_seconds``: a lease not renewed for this long is released (its ingress died).
+    ``snapshot_seconds``: how often the owner saves its counters when they changed.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fail_open: bool = False
+    decision_timeout_seconds: float = Field(default=1.0, gt=0)
+    default_max_tokens: int = Field(default=1024, ge=0)
+    budget_status: Literal[429, 402] = 429
+    lease_ttl_seconds: float = Field(default=30.0, gt=0)
+    snapshot_seconds: float = Field(default=1.0, gt=0)

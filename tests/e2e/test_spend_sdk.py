@@ -1,0 +1,121 @@
+"""Spend through the real gateway on both buses: each attempt and request is priced from the
+route's ``pricing:`` and the upstream's usage (or the gateway's estimate, marked), the
+request log stores it, ``spend report`` sums it by key, user, org and model, and
+``/metrics`` exports it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import WAIT, model, route
+from tests.e2e.keys_support import admin_http, keys_config
+from tests.e2e.limits_support import call, new_key
+from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
+from tests.fixtures.upstream import FakeUpstream, Reply
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+pytestmark = pytest.mark.e2e
+
+PRICING = {"prompt": 2.0, "completion": 10.0, "input_cache_reads": 0.5}
+# The fake upstream reports 10 prompt tokens (4 of them cached) and 5 completion tokens.
+COST = (6 * 2.0 + 4 * 0.5 + 5 * 10.0) / 1e6
+
+
+async def _admin(gw: RunningGateway, area: str, verb: str, **args: Any) -> Any:
+    resp = await admin_http(gw).post(f"/admin/{area}/{verb}", json=args)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+async def test_costs_in_the_log_match_pricing_and_usage_and_the_report_sums_them(
+    gateway_factory: GatewayFactory, fake_upstreams: Any, tmp_path: Path,
+) -> None:
+    up: FakeUpstream = await fake_upstreams("up1", prompt_tokens=10, completion_tokens=5,
+                                            cached_tokens=4)
+    gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING))))
+    alice, alice_id = await new_key(tmp_path, org="acme", user="alice")
+    bob, bob_id = await new_key(tmp_path, org="beta", user="bob")
+    for surface in ("chat", "responses", "messages"):
+        assert (await call(gw, "chat" if surface == "chat" else surface, alice)).status == 200
+    assert (await call(gw, "chat", bob)).status == 200
+
+    rows = (await _admin(gw, "log", "query", kind="request"))["rows"]
+    assert len(rows) == 4
+    assert all(r["cost_usd"] == pytest.approx(COST) and not r["cost_estimated"] for r in rows)
+    assert {r["key_id"] for r in rows} == {alice_id, bob_id}
+    attempts = (await _admin(gw, "log", "query", kind="attempt"))["rows"]
+    assert all(r["cost_usd"] == pytest.approx(COST) for r in attempts)
+
+    by_key = await _admin(gw, "spend", "report", group_by="key")
+    got = {g["key"]: (g["requests"], g["cost_usd"]) for g in by_key["groups"]}
+    assert got[alice_id] == (3, pytest.approx(3 * COST))
+    assert got[bob_id] == (1, pytest.approx(COST))
+    assert by_key["total_usd"] == pytest.approx(4 * COST)
+    by_user = await _admin(gw, "spend", "report", group_by="user")
+    assert {g["user"] for g in by_user["groups"]} == {"acme/alice", "beta/bob"}
+    by_org = await _admin(gw, "spend", "report", group_by="org", since=0)
+    assert {g["org"]: g["requests"] for g in by_org["groups"]} == {"acme": 3, "beta": 1}
+    empty = await _admin(gw, "spend", "report", group_by="model", since=0, until=1)
+    assert empty["groups"] == [] and empty["total_usd"] == 0
+
+    bad = await admin_http(gw).post("/admin/spend/report", json={"group_by": "planet"})
+    assert bad.status_code == 400 and "group_by" in bad.text
+
+    metrics = (await admin_http(gw).get("/metrics")).text
+    line = next(ln for ln in metrics.splitlines()
+                if ln.startswith("llmgw_spend_usd_total{") and f'key="{alice_id}"' in ln)
+    assert 'org="acme"' in line and float(line.rsplit(" ", 1)[1]) == pytest.approx(3 * COST)
+
+
+async def test_an_answer_without_usage_is_priced_from_the_estimate_and_marked(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+) -> None:
+    gw = await gateway_factory(keys_config(tmp_path, model("m", route(fake_upstream,
+                                                                      pricing=PRICING))))
+    key, _ = await new_key(tmp_path)
+    fake_upstream.enqueue(Reply(body={
+        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "12345678"}}]}))
+    assert (await call(gw, "chat", key)).status == 200
+    (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
+    assert row["cost_estimated"] is True
+    assert row["prompt_tokens"] == 0  # what the upstream reported: nothing
+    # 8 characters answered: 2 completion tokens, plus the prompt's size estimate.
+    assert row["cost_usd"] > 2 * 10.0 / 1e6
+
+
+async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+) -> None:
+    cfg = keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
+    gw = await gateway_factory(cfg)
+    key, key_id = await new_key(tmp_path)
+    conf = tmp_path / "cli.yaml"
+    conf.write_text(yaml.safe_dump({"database": cfg["database"]}))
+
+    async def llmgw(*args: str) -> Any:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "gateway.cli", "admin", *args, "--config", str(conf),
+            cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+        assert proc.returncode == 0, err.decode()
+        return json.loads(out)
+
+    await llmgw("limits", "set", "--arg", f"subject=key:{key_id}", "--arg", "rpm=1")
+    assert (await call(gw, "chat", key)).status == 200
+    assert (await call(gw, "chat", key)).status == 429
+    report = await llmgw("spend", "report", "--arg", "group_by=key")
+    (row,) = report["groups"]
+    assert (row["key"], row["requests"]) == (key_id, 2)  # the refusal is a request, at $0
+    assert row["cost_usd"] == pytest.approx((10 * 2.0 + 5 * 10.0) / 1e6)
+    got = await llmgw("limits", "get", "--arg", f"subject=key:{key_id}")
+    assert got["usage"]["requests_last_minute"] == 1

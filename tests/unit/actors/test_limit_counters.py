@@ -1,0 +1,122 @@
+"""The limits' counters with an injected clock: sliding windows, calendar budgets, leases
+(reservation, reconcile, expiry)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import msgspec
+import pytest
+
+from actors.limit_counters import (
+    Counters,
+    CountersSnapshot,
+    Lease,
+    Refusal,
+    Window,
+    admit,
+    count_unleased,
+    period_end,
+    period_key,
+    settle,
+)
+from schemas.limits import LimitSpec
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()  # a Tuesday
+
+
+def test_window_slides_over_the_last_60_seconds() -> None:
+    w = Window()
+    w.add(T0, 1)
+    w.add(T0 + 30, 1)
+    assert w.total(T0 + 59) == 2
+    assert w.total(T0 + 60) == 1  # the first left exactly 60 s later
+    assert w.total(T0 + 90) == 0
+
+
+def test_window_says_when_a_need_fits_again() -> None:
+    w = Window()
+    w.add(T0, 40)
+    w.add(T0 + 10, 40)
+    assert w.wait_for(T0 + 20, 20, 100) == 0
+    assert w.wait_for(T0 + 20, 30, 100) == pytest.approx(40)  # when the first 40 leave
+    assert w.wait_for(T0 + 20, 70, 100) == pytest.approx(50)  # both must leave
+    assert w.wait_for(T0 + 20, 101, 100) == float("inf")
+
+
+def test_rpm_admits_up_to_the_limit_then_refuses_until_the_oldest_leaves() -> None:
+    spec, c = LimitSpec(rpm=2), Counters()
+    holds = [("key:k", spec, c)]
+    assert isinstance(admit(holds, "r1", "i", 0, 0.0, T0, 30), Lease)
+    assert isinstance(admit(holds, "r2", "i", 0, 0.0, T0 + 20, 30), Lease)
+    refused = admit(holds, "r3", "i", 0, 0.0, T0 + 25, 30)
+    assert isinstance(refused, Refusal) and refused.code == "rate_limited"
+    assert refused.retry_after == pytest.approx(35)
+    assert isinstance(admit(holds, "r4", "i", 0, 0.0, T0 + 60, 30), Lease)
+
+
+def test_tpm_reservation_must_fit_and_settle_reconciles_it() -> None:
+    spec, c = LimitSpec(tpm=1000), Counters()
+    holds = [("key:k", spec, c)]
+    lease = admit(holds, "r1", "i", 600, 0.0, T0, 30)
+    assert isinstance(lease, Lease)
+    assert isinstance(admit(holds, "r2", "i", 600, 0.0, T0 + 1, 30), Refusal)  # 1200 > 1000
+    settle(lease, 100, 0.0, T0 + 2)  # it used 100 of its 600
+    assert c.tokens.total(T0 + 2) == 100
+    assert isinstance(admit(holds, "r3", "i", 600, 0.0, T0 + 3, 30), Lease)
+
+
+def test_concurrency_counts_leases_until_settled() -> None:
+    spec, c = LimitSpec(concurrency=1), Counters()
+    holds = [("key:k", spec, c)]
+    lease = admit(holds, "r1", "i", 0, 0.0, T0, 30)
+    assert isinstance(lease, Lease)
+    assert isinstance(admit(holds, "r2", "i", 0, 0.0, T0, 30), Refusal)
+    settle(lease, 0, 0.0, T0 + 1)
+    assert c.in_flight == 0
+    assert isinstance(admit(holds, "r3", "i", 0, 0.0, T0 + 1, 30), Lease)
+
+
+def test_budget_is_calendar_monthly_and_refuses_once_spent() -> None:
+    spec, c = LimitSpec(budget_usd=1.0, budget_period="month"), Counters()
+    holds = [("org:a", spec, c)]
+    lease = admit(holds, "r1", "i", 0, 0.4, T0, 30)
+    assert isinstance(lease, Lease)
+    # Reserved 0.4 + this 0.7 would overshoot: refused until the next month.
+    refused = admit(holds, "r2", "i", 0, 0.7, T0, 30)
+    assert isinstance(refused, Refusal) and refused.code == "budget_exceeded"
+    jan = datetime(2027, 1, 1, tzinfo=UTC).timestamp()
+    assert refused.retry_after == pytest.approx(jan - T0)
+    settle(lease, 0, 1.2, T0 + 1)  # it cost more than its estimate
+    assert c.spent_usd == pytest.approx(1.2)
+    assert isinstance(admit(holds, "r3", "i", 0, 0.0, T0 + 2, 30), Refusal)
+    assert isinstance(admit(holds, "r4", "i", 0, 0.0, jan, 30), Lease)  # a new month
+    assert c.spent_usd == 0
+
+
+def test_admission_is_all_or_nothing_across_subjects() -> None:
+    key, org = Counters(), Counters()
+    holds = [("key:k", LimitSpec(rpm=10), key), ("org:a", LimitSpec(rpm=1), org)]
+    assert isinstance(admit(holds, "r1", "i", 0, 0.0, T0, 30), Lease)
+    assert isinstance(admit(holds, "r2", "i", 0, 0.0, T0, 30), Refusal)
+    assert key.requests.total(T0) == 1 and key.in_flight == 1  # the refusal took nothing
+
+
+def test_periods_are_utc_calendar_day_iso_week_and_month() -> None:
+    assert period_key("day", T0) == "2026-12-01"
+    assert period_key("week", T0) == "2026-W49"
+    assert period_key("month", T0) == "2026-12"
+    assert period_end("day", T0) == datetime(2026, 12, 2, tzinfo=UTC).timestamp()
+    assert period_end("week", T0) == datetime(2026, 12, 7, tzinfo=UTC).timestamp()  # Monday
+
+
+def test_counters_survive_a_snapshot_round_trip() -> None:
+    spec, c = LimitSpec(rpm=5, budget_usd=2.0), Counters()
+    count_unleased([("key:k", spec, c)], 50, 0.5, T0, request=True)
+    raw = msgspec.json.encode(c.snapshot())  # as the actor stores it
+    snap = msgspec.json.decode(raw, type=CountersSnapshot)
+    back = Counters.restore(snap, T0 + 10)
+    assert back.requests.total(T0 + 10) == 1
+    assert back.tokens.total(T0 + 10) == 50
+    assert back.spent_usd == 0.5
+    assert Counters.restore(snap, T0 + 61).requests.total(T0 + 61) == 0

@@ -1,0 +1,132 @@
+"""LimitsActor on the in-process bus with an injected clock: a lease its ingress stops
+renewing is released on its own, a renewed one is kept, settles reconcile, budgets announce
+their thresholds, limits and counters outlive the actor."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+
+from actors.limits import LimitsActor
+from schemas import AdminCommand, AdminReply, subjects
+from schemas.limits import (
+    AdmitReply,
+    AdmitRequest,
+    BudgetThreshold,
+    LeaseExpired,
+    LimitRenew,
+    LimitsConfig,
+    LimitSettle,
+)
+from tests.unit.actors import WAIT, FakeClock
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bus import InProcessBus
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
+SETTINGS = LimitsConfig(lease_ttl_seconds=30, snapshot_seconds=3600)
+KEY = ("key:k-1", "org:acme")
+
+
+async def _admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
+    reply = await bus.request(subjects.admin("limits", verb), AdminCommand(args=args, by="t"),
+                              reply_type=AdminReply, timeout=WAIT)
+    assert isinstance(reply, AdminReply), reply
+    return reply.result
+
+
+async def _admit(bus: InProcessBus, rid: str, tokens: int = 0, cost: float = 0.0) -> AdmitReply:
+    reply = await bus.request(subjects.LIMITS_ADMIT, AdmitRequest(
+        request_id=rid, ingress="i-1", subjects=KEY, role="pro", tokens=tokens, cost_usd=cost),
+        reply_type=AdmitReply, timeout=WAIT)
+    assert isinstance(reply, AdmitReply), reply
+    return reply
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    c = FakeClock()
+    c.now = T0
+    return c
+
+
+async def test_a_lease_not_renewed_expires_and_a_renewed_one_is_kept(
+    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+) -> None:
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+    async with anyio.create_task_group() as tg, bus.subscribe(subjects.event("limits")) as ev:
+        await tg.start(actor.run, bus)
+        await _admin(bus, "set", kind="key", id="k-1", concurrency=2)
+        assert (await _admit(bus, "dead")).admitted
+        assert (await _admit(bus, "alive")).admitted
+        assert not (await _admit(bus, "third")).admitted
+        clock.now += 20
+        await bus.publish(subjects.LIMITS_RENEW, LimitRenew(ingress="i-1",
+                                                            request_ids=("alive",)))
+        clock.now += 15  # "dead" was last renewed 35 s ago, "alive" 15 s ago
+        assert (await _admit(bus, "fourth")).admitted
+        assert not (await _admit(bus, "fifth")).admitted  # "alive" still holds its slot
+        with anyio.fail_after(WAIT):
+            expired = (await anext(aiter(ev))).message
+        assert isinstance(expired, LeaseExpired)
+        assert (expired.request_id, expired.ingress) == ("dead", "i-1")
+        usage = (await _admin(bus, "get", subject="key:k-1"))["usage"]
+        assert usage["in_flight"] == 2
+        actor.request_stop()
+
+
+async def test_settle_reconciles_tokens_and_budget_events_fire_once_per_period(
+    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+) -> None:
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+    async with anyio.create_task_group() as tg, bus.subscribe(subjects.event("budget")) as ev:
+        await tg.start(actor.run, bus)
+        await _admin(bus, "set", kind="org", id="acme", budget="1/day", soft_fraction=0.5,
+                     tpm=1000)
+        reply = await _admit(bus, "r1", tokens=800, cost=0.3)
+        assert reply.admitted and reply.remaining_tokens == 200
+        await bus.publish(subjects.LIMITS_SETTLE, LimitSettle(request_id="r1", tokens=40,
+                                                             cost_usd=0.6))
+        with anyio.fail_after(WAIT):
+            first = (await anext(aiter(ev))).message
+        assert isinstance(first, BudgetThreshold) and not first.exhausted
+        assert first.period == "2026-12-01" and first.spent_usd == pytest.approx(0.6)
+        assert (await _admit(bus, "r2", tokens=900)).admitted  # 40 + 900 fits now
+        await bus.publish(subjects.LIMITS_SETTLE, LimitSettle(request_id="r2", cost_usd=0.5))
+        with anyio.fail_after(WAIT):
+            spent = (await anext(aiter(ev))).message
+        assert isinstance(spent, BudgetThreshold) and spent.exhausted
+        refused = await _admit(bus, "r3")
+        assert refused.code == "budget_exceeded"
+        assert refused.retry_after == pytest.approx(12 * 3600)  # until midnight UTC
+        actor.request_stop()
+
+
+async def test_limits_and_counters_outlive_the_actor(
+    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+) -> None:
+    path = str(tmp_path / "db")
+    async with anyio.create_task_group() as tg:
+        first = LimitsActor(path, SETTINGS, clock=clock)
+        await tg.start(first.run, bus)
+        await _admin(bus, "set", subject="user:acme/alice", rpm=1)
+        await bus.request(subjects.LIMITS_ADMIT, AdmitRequest(
+            request_id="r1", ingress="i", subjects=("key:k-9", "org:acme", "user:acme/alice")),
+            reply_type=AdmitReply, timeout=WAIT)
+        first.request_stop()
+    async with anyio.create_task_group() as tg:
+        second = LimitsActor(path, SETTINGS, clock=clock)
+        await tg.start(second.run, bus)
+        got = await _admin(bus, "get", subject="user:acme/alice")
+        assert got["limit"] == {"rpm": 1}
+        assert got["usage"]["requests_last_minute"] == 1
+        refused = await bus.request(subjects.LIMITS_ADMIT, AdmitRequest(
+            request_id="r2", ingress="i", subjects=("user:acme/alice",)),
+            reply_type=AdmitReply, timeout=WAIT)
+        assert isinstance(refused, AdmitReply) and refused.code == "rate_limited"
+        second.request_stop()
