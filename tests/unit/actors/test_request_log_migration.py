@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from actors import StoreActor
-from actors.request_log import ADDED_COLUMNS, LogQuery
-from gateway.cli_logs import _from_file
+from actors.request_log import ADDED_COLUMNS
+from gateway.cli_logs_offline import read_rows
 from schemas import RequestCompleted, subjects
 from schemas.config import LogConfig
 
@@ -45,7 +45,7 @@ async def test_an_old_log_is_read_with_defaults_then_upgraded_in_place(
 ) -> None:
     path = tmp_path / "log.db"
     _old_file(path)
-    (old,) = _from_file(path, LogQuery())
+    (old,) = read_rows(path, {})
     assert (old["request_id"], old["cost_usd"], old["cost_estimated"]) == ("old", 0.0, False)
 
     store = StoreActor(str(path), LogConfig(flush_ms=10_000))
@@ -58,7 +58,7 @@ async def test_an_old_log_is_read_with_defaults_then_upgraded_in_place(
     with sqlite3.connect(path) as db:
         columns = {r[1] for r in db.execute("PRAGMA table_info(request_log)")}
     assert set(ADDED_COLUMNS) <= columns
-    rows = {r["request_id"]: r for r in _from_file(path, LogQuery())}
+    rows = {r["request_id"]: r for r in read_rows(path, {})}
     assert rows["old"]["cost_usd"] == 0.0
     assert (rows["new"]["cost_usd"], rows["new"]["key_id"], rows["new"]["user_id"]) == (
         0.25, "gk-1", "acme/alice")

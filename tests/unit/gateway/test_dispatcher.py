@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from gateway.adapters.base import JSON, Adapter
+    from schemas.pricing import Pricing
 
 HI: JSON = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 SHORT = 0.02  # a first-byte or idle limit that a hanging script runs into at once
@@ -198,6 +199,9 @@ class FixedTargets(Targets):
                               timeout=self._timeout, connect_timeout=1.0,
                               ttft_timeout=self._ttft,
                               idle_timeout=self._idle)
+
+    def pricing(self, endpoint: str) -> Pricing | None:
+        return None  # unpriced: every attempt costs 0
 
 
 # -- the harness ------------------------------------------------------------------------------
