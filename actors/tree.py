@@ -124,11 +124,14 @@ def build_tree(
                 RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints))),
             ChildSpec("api_keys", functools.partial(ApiKeyAdminActor, config.database.path)),
             # Only the owner's own settings: a reload that changes how ingresses ask
-            # (fail_open, timeouts) must not replace the owner of every counter.
+            # (fail_open, timeouts) must not replace the owner of every counter. Exclusive:
+            # a replacement loads the counters the old owner saved when it stopped, and two
+            # owners would each admit up to the limit.
             ChildSpec("limits", functools.partial(
                 LimitsActor, config.database.path,
                 LimitsConfig(lease_ttl_seconds=config.limits.lease_ttl_seconds,
-                             snapshot_seconds=config.limits.snapshot_seconds), **extra)),
+                             snapshot_seconds=config.limits.snapshot_seconds), **extra),
+                      exclusive=True),
             ChildSpec("rules", functools.partial(RulesActor, snapshots=snapshots, **extra)),
             ChildSpec("degraded_mode", functools.partial(
                 DegradedModeActor, tuple(all_endpoints), config.routing.degraded,

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 
+from actors import ChildSpec, build_tree
 from actors.limits import LimitsActor
+from actors.reconfigure import apply, diff
 from schemas import AdminCommand, AdminReply, subjects
+from schemas.config import GatewayConfig
 from schemas.limits import (
     AdmitReply,
     AdmitRequest,
@@ -130,3 +133,29 @@ async def test_limits_and_counters_outlive_the_actor(
             reply_type=AdmitReply, timeout=WAIT)
         assert isinstance(refused, AdmitReply) and refused.code == "rate_limited"
         second.request_stop()
+
+
+async def test_a_replaced_owner_carries_on_the_counters_of_the_one_it_replaced(
+    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+) -> None:
+    """A reload that changes the owner's settings swaps it break before make: the old one
+    saves its counters on stop and the new one loads them, so the window is not reset (with
+    make before break the new owner would start from an older snapshot while the old one
+    still admitted)."""
+    db = str(tmp_path / "db")
+    config = GatewayConfig.model_validate({"database": {"path": db}, "models": []})
+    reloaded = config.model_copy(update={"limits": config.limits.model_copy(
+        update={"snapshot_seconds": 7200.0})})
+    root = build_tree(config, clock=clock)
+    changes = diff(root, build_tree(reloaded, clock=clock))
+    assert [(c.kind, c.name) for c in changes] == [("replace", "limits")]
+    spec = changes[0].new
+    assert isinstance(spec, ChildSpec) and spec.exclusive
+    await root.start(bus)
+    try:
+        await _admin(bus, "set", kind="key", id="k-1", rpm=1)
+        assert (await _admit(bus, "first")).admitted
+        await apply(root, changes, [])
+        assert not (await _admit(bus, "second")).admitted  # the minute's request still counts
+    finally:
+        await root.stop()
