@@ -283,3 +283,23 @@ async def test_a_lease_held_past_its_maximum_age_is_no_longer_renewed(
     assert any("pool a held for 120s, past its maximum age" in r.getMessage()
                for r in caplog.records if r.levelname == "WARNING")
     await keeper.aclose()
+
+
+async def test_a_plan_refused_by_the_callers_limits_gives_its_primarys_lease_back(
+    bus: InProcessBus,
+) -> None:
+    """The limits refused the request after routing: nothing is attempted, and the capacity
+    lease the plan arrived with is released at once (not left to its TTL)."""
+    dispatcher = Dispatcher(bus, {}, Targets(GatewayConfig()))
+    leased = RouteCandidate(endpoint="m:a", kind="echo", pool="a", lease_id="1")
+    plan = RoutePlan(model="m", candidates=(leased, RouteCandidate(endpoint="m:e", kind="echo")))
+    info = RequestInfo(request_id="r", model="m", surface="chat", stream=False)
+    try:
+        async with bus.subscribe(subjects.capacity_release("a")) as releases:
+            await dispatcher.release_plan(info, plan)
+            async with asyncio.timeout(WAIT):
+                released = (await anext(aiter(releases))).message
+        assert released == CapacityRelease(pool="a", lease_id="1", used_units=None)
+        assert dispatcher.leases.held() == 0
+    finally:
+        await dispatcher.leases.aclose()
