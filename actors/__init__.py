@@ -13,10 +13,10 @@ from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.capacity import CapacityActor
 from actors.config_owner import ConfigActor, ConfigState
 from actors.endpoint import EndpointActor
-from actors.health_view import HealthActor
+from actors.health import HealthActor
 from actors.model import ModelActor
-from actors.snapshots import SnapshotStore
 from actors.store import StoreActor
+from actors.stores.snapshots import SnapshotStore
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUpError
 from actors.tree import build_tree
 

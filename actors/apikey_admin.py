@@ -18,7 +18,7 @@ Admin verbs on ``llmgw.admin.api_keys.<verb>``:
 Every change is announced on ``llmgw.auth.keys.changed`` (``ApiKeyCreated`` /
 ``ApiKeyRevoked``, by hash) before the answer, so every ingress drops its cached entry.
 ``llmgw keys`` sends these same commands when a gateway answers; only with no gateway running
-(the first admin key needs one) does it write the table itself (``gateway.cli_keys``).
+(the first admin key needs one) does it write the table itself (``gateway.cli.keys``).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea, role_arg, stored, text_arg
-from actors.apikeys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
 from actors.base import Actor, ActorContext, Serve
-from actors.keystore import LazyDb
+from actors.stores.api_keys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
+from actors.stores.provider_keys import LazyDb
 from schemas import (
     AdminCommand,
     ApiKeyCreated,

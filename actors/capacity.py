@@ -2,7 +2,7 @@
 
 One per pool (``capacity:<pool>``), shared by every route naming that ``quota_pool:`` /
 ``concurrency_pool:`` (else a pool of the route's own). It grants, renews, releases and
-expires leases (:class:`~actors.capacity_ledger.CapacityLedger` holds the state), counts the
+expires leases (:class:`~actors.state.capacity_ledger.CapacityLedger` holds the state), counts the
 quota window, persists its leases and a ``local`` quota's count (a restart keeps both), and
 publishes ``CapacityState`` on every change. For an ``http_json`` source it applies the
 quota poller's readings and reports, as a ``quota`` event and a warning log, a source that
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.base import Actor, ActorContext, Cancellable, Serve
-from actors.capacity_ledger import WAITING_FOR_SOURCE, CapacityLedger, LedgerSnapshot
+from actors.state.capacity_ledger import WAITING_FOR_SOURCE, CapacityLedger, LedgerSnapshot
 from schemas import (
     CapacityAcquire,
     CapacityGet,
@@ -35,7 +35,7 @@ from schemas.config import HttpJsonQuotaSource, LeaseConfig
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
     from schemas.capacity import PoolSpec
 

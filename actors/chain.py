@@ -20,7 +20,7 @@ from actors.base import Actor, ActorContext, Serve
 from schemas import ChainEdit, ChainEntry, ChainGet, ChainState, InvalidRequestError, subjects
 
 if TYPE_CHECKING:
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
 
 logger = logging.getLogger(__name__)

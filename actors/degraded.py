@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from actors.base import Actor, ActorContext, Serve
-from actors.health_view import keep_newest
+from actors.health import keep_newest
 from schemas import EndpointState, ModeChanged, ModeRequest, subjects
 
 if TYPE_CHECKING:

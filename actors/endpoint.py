@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from actors.backoff import ProbeBackoff, first_probe_after
 from actors.base import Actor, ActorContext, Cancellable, Serve
-from actors.health import CLOSED, HALF_OPEN, OPEN, EndpointHealth, Transition
+from actors.state.backoff import ProbeBackoff, first_probe_after
+from actors.state.circuit import CLOSED, HALF_OPEN, OPEN, EndpointHealth, Transition
 from schemas import (
     AuthRejected,
     BenchChanged,
@@ -33,7 +33,7 @@ from schemas.config import BenchConfig, CircuitConfig
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
 
 logger = logging.getLogger(__name__)

@@ -1,301 +1,371 @@
-"""KeyPool: one route's upstream keys, their mutes and the callers bound to them (pure state).
+"""KeyPoolActor (one per pool, pool id = endpoint id) and the ``keys`` subtree.
 
-Spec "Reserving upstream keys for a tier". Every method takes ``now`` (wall-clock seconds);
-nothing here does I/O, so the KeyPoolActor (owner of declarations and mutes) and the
-ModelActor (which decides plans from a view of them and owns the bindings) share this class.
+Who owns what:
 
-- Selection: keys a role may not spend (``min_role`` above it) are invisible; among visible
-  keys the most reserved go first, then declared order; muted keys are skipped.
-- Binding: a caller stays on one key for ``binding_ttl_seconds`` (sliding), honoured only for
-  the role that made it. A binding to a muted key survives (acquire picks around it); a
-  declaration change drops every binding whose role's preferred key moved, or whose key the
-  role can no longer spend.
-- Muting: a key-specific failure (no status, 401, 402, 403, 408, 425, 429, 5xx) mutes the key
-  for ``mute_seconds``; a caller's only key tolerates ``sole_key_tolerance`` consecutive
-  failures, then mutes for ``sole_key_backoff_seconds`` doubling up to the max. A provider
-  ``Retry-After`` is a floor, and a mute never shortens one already running.
-- Refusal: no usable key -> KeyPoolExhaustedError; when an unrestricted caller could still be
-  served, KeyPoolRoleRestrictedError (not the endpoint's failure).
+- KeyRegistryActor (``actors.keyregistry``) owns what the database declares about provider
+  keys (database-added keys and reservations by hash) and the admin area ``provider_keys``
+  that changes them; it publishes ``KeyDeclarations`` to every pool and ingress.
+- KeyPoolActor owns one pool: its effective declaration (the route's configured keys, then
+  the database keys that join it, each at the most restrictive ``min_role`` declared for that
+  credential anywhere), its mutes and failure streaks, fed by the endpoint's observations. It
+  publishes ``KeyPoolState`` on every change; ModelActors decide plans from that view (no bus
+  round trip per request) and own the caller bindings those decisions make. ``acquire`` serves
+  callers outside a plan with the pool's own bindings.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import secrets
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
-from schemas.keys import role_rank
+import msgspec
+
+from actors.base import Actor, ActorContext, Cancellable, Serve
+from actors.keyregistry import KeyRegistryActor, PoolRoute
+from actors.state.backoff import ProbeBackoff, first_probe_after
+from actors.state.keypool import KeyPool, declaration_of
+from actors.state.route_table import candidate_for
+from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
+from bus import Envelope, NoRespondersError, RequestTimeoutError
+from schemas import (
+    KeyAcquire,
+    KeyDeclarations,
+    KeyDeclarationsRequest,
+    KeyGrant,
+    KeyMuted,
+    KeyPoolState,
+    KeyPoolStateRequest,
+    KeyUnmuted,
+    Observation,
+    PoolKey,
+    ProbeDue,
+    ProbeResult,
+    RouteCandidate,
+    subjects,
+)
+from schemas.config import GatewayConfig, KeyPoolConfig, credential_id
+from schemas.keys import most_restrictive
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable
 
-    from schemas.config import KeyPoolConfig
+    from actors.stores.snapshots import SnapshotStore
 
-_KEY_SPECIFIC = frozenset({401, 402, 403, 408, 425, 429})
+logger = logging.getLogger(__name__)
 
-
-def is_key_specific(status: int | None) -> bool:
-    """Whether a failure with ``status`` says something about the key (None: no answer)."""
-    return status is None or status in _KEY_SPECIFIC or status >= 500
+_SEED_TIMEOUT = 1.0
 
 
-@dataclass(slots=True)
-class _Binding:
+@dataclass(frozen=True, slots=True)
+class _Unmute:
+    """Local timer message: a mute may have ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbeDue:
+    """Local timer message: a muted credential is due its background probe."""
+
     credential_id: str
-    role: str | None
-    expires: float
 
 
-_UNRANKED = 1e300  # a key with no preference: after every ranked one but those at infinity
+class _Snapshot(msgspec.Struct):
+    """Live mutes as saved: credential id -> (until, floor, period, backoff level), times on
+    the actor's clock (wall-clock seconds)."""
+
+    mutes: dict[str, tuple[float, float, float, int]] = {}
 
 
-class KeyPool:
-    """Owns one pool's declared keys, mutes, failure streaks and caller bindings."""
+def effective_declaration(pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
+                          decls: KeyDeclarations) -> list[tuple[str, str, str]]:
+    """(credential id, min_role, source) of every key of ``pool`` in declared order: the
+    configured keys, then the database keys joining this pool in creation order; each at the
+    most restrictive tier declared for its credential anywhere."""
+    roles: dict[str, str] = dict(decls.reservations)
+    for k in decls.db_keys:
+        roles[k.credential_id] = most_restrictive(roles.get(k.credential_id), k.min_role)
+    keys = [(cid, role, "config") for cid, role in configured]
+    seen = {cid for cid, _ in configured}
+    norm = base_url.rstrip("/")
+    for k in decls.db_keys:
+        joins = k.endpoint == pool or (bool(k.base_url) and k.base_url == norm)
+        if joins and k.credential_id not in seen:
+            seen.add(k.credential_id)
+            keys.append((k.credential_id, k.min_role, "database"))
+    declared = declaration_of([(cid, role) for cid, role, _ in keys], roles)
+    return [(cid, role, src) for (cid, role), (_, _, src) in zip(declared, keys, strict=True)]
 
-    def __init__(self, pool: str, settings: KeyPoolConfig,
-                 keys: Iterable[tuple[str, str]] = ()) -> None:
+
+class KeyPoolActor(Actor):
+    """Owns one pool's declaration, mutes and streaks. Publishes KeyPoolState on
+    ``llmgw.keypool.<id>.state`` and KeyMuted/KeyUnmuted on ``llmgw.events.keypool``;
+    ``acquire`` answers KeyPoolExhaustedError / KeyPoolRoleRestrictedError as ErrorReply."""
+
+    def __init__(self, pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
+                 settings: KeyPoolConfig, *, probe: RouteCandidate | None = None,
+                 probe_first_seconds: float = 30.0, probe_after_fraction: float = 0.5,
+                 model: str = "", snapshots: SnapshotStore | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.name = f"keypool:{pool}"
         self.pool = pool
-        self.settings = settings
-        self._keys: tuple[tuple[str, str], ...] = ()
-        self._ids: frozenset[str] = frozenset()
-        self._order: dict[int, tuple[str, ...]] = {}
-        self._mutes: dict[str, float] = {}
-        self._floors: dict[str, float] = {}  # Retry-After: no probe lifts a mute before it
-        self._periods: dict[str, float] = {}  # how long each key was last muted for
-        self._streaks: dict[str, int] = {}
-        self._levels: dict[str, int] = {}
-        self._bindings: dict[str, _Binding] = {}
-        # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
-        # keys without one after those ranked finite); None keeps the declared preference.
-        self.preference: dict[str, float] | None = None
-        self.declare(keys)
+        self._base_url = base_url
+        self._configured = configured
+        self._settings = settings
+        self._clock = clock
+        self._probe = probe
+        self._probe_first = probe_first_seconds  # the circuit cooldown
+        self._probe_after = probe_after_fraction
+        self._model = model
+        self._snapshots = snapshots
+        self.serves = (
+            Serve(subjects.endpoint_probe_result(pool)),
+            Serve(subjects.observation(pool)),
+            Serve(subjects.keypool_get(pool)),
+            Serve(subjects.keypool_acquire(pool)),
+            Serve(subjects.KEYS_DECLARATIONS),
+        )
 
-    # -- declaration --------------------------------------------------------------------
+    async def on_start(self, ctx: ActorContext) -> None:
+        """Declare the configured keys, then fold what the registry holds."""
+        self.ctx = ctx
+        self._epoch = secrets.token_hex(4)
+        self._seq = 0
+        self._declarations = 0
+        self._sources: dict[str, str] = {}
+        self._keys = KeyPool(self.pool, self._settings)
+        self._probes: dict[str, ProbeBackoff] = {}  # muted credential -> its probes' backoff
+        self._probe_timers: dict[str, Cancellable] = {}
+        self._declare(KeyDeclarations())
+        try:
+            reply = await ctx.bus.request(subjects.KEYS_REGISTRY_GET, KeyDeclarationsRequest(),
+                                          reply_type=KeyDeclarations, timeout=_SEED_TIMEOUT)
+        except (NoRespondersError, RequestTimeoutError):
+            reply = None
+        if isinstance(reply, KeyDeclarations):
+            self._declare(reply)
+        self._saved: dict[str, tuple[float, float, float, int]] = {}
+        await self._restore()
+        await self._publish_state()
 
-    @property
-    def declared(self) -> tuple[tuple[str, str], ...]:
-        """(credential id, min_role) in declared order."""
-        return self._keys
+    async def on_stop(self) -> None:
+        """Persist the mutes (they are saved on every change anyway)."""
+        await self._save()
 
-    def declare(self, keys: Iterable[tuple[str, str]]) -> int:
-        """Replace the declaration; returns how many bindings it dropped.
+    async def _restore(self) -> None:
+        """A restart keeps a muted key muted for what remains, and keeps probing it."""
+        if self._snapshots is None:
+            return
+        snap = await self._snapshots.load_as(self.name, _Snapshot)
+        if snap is None:
+            return
+        now = self._clock()
+        for cid in self._keys.restore(snap.mutes, now):
+            until = self._keys.muted_until(cid, now) or now
+            logger.info("key %s of pool %s restored muted for %.1fs", cid, self.pool,
+                        until - now)
+            self.ctx.call_later(until - now, _Unmute())
+            self._start_probes(cid, now)
+        self._saved = self._keys.durable(now)
 
-        Raises ValueError for an unknown role name.
-        """
-        new = tuple(keys)
-        if new == self._keys:
-            return 0
-        for _, role in new:
-            role_rank(role)
-        roles = {b.role for b in self._bindings.values()}
-        before = {r: self.preferred(r) for r in roles}
-        self._keys = new
-        self._ids = frozenset(cid for cid, _ in new)
-        self._order.clear()
-        for table in (self._mutes, self._streaks, self._levels):
-            for cid in [c for c in table if c not in self._ids]:
-                del table[cid]
-        dropped = [c for c, b in self._bindings.items()
-                   if b.credential_id not in self.visible(b.role)
-                   or self.preferred(b.role) != before[b.role]]
-        for caller in dropped:
-            del self._bindings[caller]
-        return len(dropped)
+    async def _save(self) -> None:
+        if self._snapshots is None:
+            return
+        now = self._clock()
+        durable = self._keys.durable(now)
+        await self._snapshots.save(self.name, msgspec.json.encode(_Snapshot(mutes=durable)), now)
+        self._saved = durable
 
-    def visible(self, role: str | None) -> tuple[str, ...]:
-        """The keys ``role`` may spend, most reserved first, then in declared order."""
-        rank = role_rank(role)
-        order = self._order.get(rank)
-        if order is None:
-            indexed = [(i, cid, role_rank(r)) for i, (cid, r) in enumerate(self._keys)
-                       if role_rank(r) <= rank]
-            order = tuple(cid for _, cid, _ in sorted(indexed, key=lambda t: (-t[2], t[0])))
-            self._order[rank] = order
-        return order
+    async def handle(self, env: Envelope) -> None:
+        """Observations mute keys; declarations re-declare; get and acquire answer."""
+        match env.message:
+            case Observation() as obs:
+                await self._observe(obs)
+            case KeyDeclarations() as decls:
+                dropped = self._declare(decls)
+                if dropped is not None:
+                    logger.info("key pool %s re-declared (%d bindings dropped)", self.pool,
+                                dropped)
+                await self._publish_state()  # also unchanged: says this version is applied
+            case KeyPoolStateRequest():
+                await env.respond(self.state())
+            case ProbeResult() as result:
+                await self._probed(result)
+            case KeyAcquire() as req:
+                cid = self._keys.acquire(req.caller, req.role, self._clock())
+                await env.respond(KeyGrant(pool=self.pool, credential_id=cid))
 
-    def preferred(self, role: str | None) -> str | None:
-        """The first key ``role`` would spend with nothing muted."""
-        order = self.visible(role)
-        return order[0] if order else None
+    async def handle_local(self, msg: object) -> None:
+        """A mute's timers: its background probe, and every key back in rotation."""
+        if isinstance(msg, _ProbeDue):
+            cid = msg.credential_id
+            self._probe_timers.pop(cid, None)
+            now = self._clock()
+            if self._probe is not None and self._keys.muted_until(cid, now):
+                await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
+                    endpoint=self.pool, model=self._model, candidate=self._probe,
+                    credential_id=cid))
+                self._schedule_probe(cid, now)
+        elif isinstance(msg, _Unmute):
+            back = self._keys.expire(self._clock())
+            if not back:
+                return
+            for cid in back:
+                self._stop_probes(cid)
+            # State first: whoever reacts to the event finds the views already updated.
+            await self._publish_state()
+            for cid in back:
+                logger.info("key %s of pool %s is back in rotation", cid, self.pool)
+                await self.ctx.publish(subjects.event("keypool"),
+                                       KeyUnmuted(pool=self.pool, credential_id=cid))
 
-    # -- selection ----------------------------------------------------------------------
+    def state(self) -> KeyPoolState:
+        """This pool as views see it."""
+        now = self._clock()
+        return KeyPoolState(
+            pool=self.pool,
+            keys=tuple(PoolKey(credential_id=cid, min_role=role,
+                               muted_until=self._keys.muted_until(cid, now),
+                               source=self._sources.get(cid, "config"))
+                       for cid, role in self._keys.declared),
+            epoch=self._epoch,
+            seq=self._seq,
+            declarations=self._declarations,
+        )
 
-    def muted_until(self, cid: str, now: float) -> float | None:
-        """When ``cid``'s mute ends, or None when it is not muted."""
-        until = self._mutes.get(cid)
-        return until if until is not None and until > now else None
-
-    def usable(self, role: str | None, now: float) -> list[str]:
-        """Visible keys that are not muted, in preference order."""
-        keys = [cid for cid in self.visible(role) if self.muted_until(cid, now) is None]
-        if self.preference is not None:
-            prefer = self.preference
-            keys.sort(key=lambda cid: prefer.get(cid, _UNRANKED))
-        return keys
-
-    def peek(self, caller: str, role: str | None, now: float) -> str:
-        """The key ``caller`` would spend now, without binding. ``""`` for a pool without keys.
-
-        Raises KeyPoolExhaustedError or KeyPoolRoleRestrictedError.
-        """
-        if not self._keys:
-            return ""
-        usable = self.usable(role, now)
-        if not usable:
-            raise self.refusal(role, now)
-        b = self._bindings.get(caller)
-        if (self.preference is None and b is not None and b.role == role and b.expires > now
-                and b.credential_id in usable):
-            return b.credential_id  # by quota, the allowance decides, not the binding
-        return usable[0]
-
-    def acquire(self, caller: str, role: str | None, now: float) -> str:
-        """The key ``caller`` spends now, binding (or refreshing) it. Raises like :meth:`peek`."""
-        cid = self.peek(caller, role, now)
-        if not cid:
-            return cid
-        b = self._bindings.get(caller)
-        if b is not None and b.role == role and b.expires > now:
-            if b.credential_id == cid:
-                b.expires = now + self.settings.binding_ttl_seconds
-            return cid  # a binding to a merely muted key survives
-        self._bindings[caller] = _Binding(cid, role, now + self.settings.binding_ttl_seconds)
-        if len(self._bindings) > self.settings.sweep_threshold:
-            self.sweep(now)
-        return cid
-
-    def bound(self, caller: str, now: float) -> tuple[str, str | None] | None:
-        """``caller``'s live binding as (credential id, role), or None."""
-        b = self._bindings.get(caller)
-        return (b.credential_id, b.role) if b is not None and b.expires > now else None
-
-    def sweep(self, now: float) -> int:
-        """Drop expired bindings; returns how many."""
-        dead = [c for c, b in self._bindings.items() if b.expires <= now]
-        for c in dead:
-            del self._bindings[c]
-        return len(dead)
-
-    def refusal(self, role: str | None, now: float) -> KeyPoolExhaustedError:
-        """Why ``role`` gets no key now: KeyPoolRoleRestrictedError when an unrestricted
-        caller could still be served, else KeyPoolExhaustedError."""
-        mutes = [u for cid in self.visible(role) if (u := self.muted_until(cid, now))]
-        retry = min(mutes) - now if mutes else None
-        if self.usable(None, now):
-            return KeyPoolRoleRestrictedError(
-                f"no upstream key of {self.pool} is available to role {role}",
-                endpoint=self.pool, retry_after=retry, kind="key_pool_role_restricted")
-        return KeyPoolExhaustedError(f"every upstream key of {self.pool} is muted",
-                                     endpoint=self.pool, retry_after=retry,
-                                     kind="key_pool_exhausted")
-
-    # -- what happened ------------------------------------------------------------------
-
-    def record(self, cid: str, *, status: int | None, outcome: str, role: str | None,
-               now: float, retry_after: float | None = None) -> float | None:
-        """Fold one attempt's result; returns the new mute end when this mutes ``cid``."""
-        if cid not in self._ids or outcome == "cancelled":
+    def _declare(self, decls: KeyDeclarations) -> int | None:
+        """Apply the effective declaration; None when nothing changed."""
+        self._declarations = decls.seq
+        keys = effective_declaration(self.pool, self._base_url, self._configured, decls)
+        self._sources = {cid: src for cid, _, src in keys}
+        new = tuple((cid, role) for cid, role, _ in keys)
+        if new == self._keys.declared:
             return None
-        if outcome == "success" or not is_key_specific(status):
-            # The upstream accepted the key (a 400 is about the request, not the key).
-            self._streaks.pop(cid, None)
-            self._levels.pop(cid, None)
-            return None
-        streak = self._streaks.get(cid, 0) + 1
-        self._streaks[cid] = streak
-        s = self.settings
-        sole = self.visible(role) == (cid,)
-        if sole:
-            if streak <= s.sole_key_tolerance:
-                return None
-            level = self._levels.get(cid, 0)
-            self._levels[cid] = level + 1
-            seconds = min(s.sole_key_backoff_seconds * 2.0**level, s.sole_key_backoff_max_seconds)
+        return self._keys.declare(new)
+
+    async def _observe(self, obs: Observation) -> None:
+        if not obs.credential_id:
+            return
+        now = self._clock()
+        cid = obs.credential_id
+        was_muted = self._keys.muted_until(cid, now) is not None
+        until = self._keys.record(cid, status=obs.status, outcome=obs.outcome,
+                                  role=obs.role, now=now, retry_after=obs.retry_after)
+        if until is None:
+            return
+        logger.warning("key %s of pool %s muted for %.1fs (status %s)", cid,
+                       self.pool, until - now, obs.status)
+        self.ctx.call_later(max(0.0, until - now), _Unmute())
+        if was_muted:
+            self._schedule_probe(cid, now)
         else:
-            seconds = s.mute_seconds
-        seconds = max(seconds, retry_after or 0.0)
-        until = max(self._mutes.get(cid, 0.0), now + seconds)
-        self._mutes[cid] = until
-        self._periods[cid] = seconds
-        if retry_after:
-            self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
-        return until
+            self._start_probes(cid, now)
+        await self._publish_state()  # before the event: see handle_local
+        await self.ctx.publish(subjects.event("keypool"), KeyMuted(
+            pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,
+            status=obs.status, reason=obs.error_kind))
 
-    def mute_period(self, cid: str) -> float:
-        """How long ``cid`` was last muted for (a sole key's backoff, or ``mute_seconds``)."""
-        return self._periods.get(cid, self.settings.mute_seconds)
+    def _start_probes(self, cid: str, now: float) -> None:
+        """Re-validate a new mute first after the circuit cooldown, then with backoff (a
+        caller's only key too: while it is muted no traffic would retry it)."""
+        self._stop_probes(cid)
+        self._probes[cid] = ProbeBackoff(first_probe_after(
+            self._probe_first, self._probe_after, self._keys.mute_period(cid)))
+        self._schedule_probe(cid, now)
 
-    def lift(self, cid: str, now: float) -> float | None:
-        """A background probe found ``cid`` working: unmute it, but never before the
-        provider's Retry-After. Returns when it is (or will be) back, None if not muted."""
-        if self.muted_until(cid, now) is None:
-            return None
-        back = max(now, self._floors.get(cid, 0.0))
-        self._mutes[cid] = back
-        self._streaks.pop(cid, None)
-        return back
+    def _schedule_probe(self, cid: str, now: float) -> None:
+        probes = self._probes.get(cid)
+        if cid in self._probe_timers or probes is None:
+            return  # its next probe is already due (or it is not muted)
+        delay = probes.next_delay(now, self._keys.muted_until(cid, now))
+        if delay is not None:
+            self._probe_timers[cid] = self.ctx.call_later(delay, _ProbeDue(cid))
 
-    def lift_all(self, now: float) -> list[str]:
-        """An operator lifted the route: unmute every key (never before a Retry-After).
-        Returns the credential ids that were muted."""
-        muted = list(self.mutes(now))
-        for cid in muted:
-            self.lift(cid, now)
-        return muted
+    def _stop_probes(self, cid: str) -> None:
+        timer = self._probe_timers.pop(cid, None)
+        if timer is not None:
+            timer.cancel()
+        self._probes.pop(cid, None)
 
-    def remute(self, cid: str, now: float) -> float:
-        """A background probe found ``cid`` still failing: mute it again for the period it
-        was muted for (a sole key's backoff, or ``mute_seconds``)."""
-        period = self._periods.get(cid, self.settings.mute_seconds)
-        until = max(self._mutes.get(cid, 0.0), now + period)
-        self._mutes[cid] = until
-        return until
+    async def _probed(self, result: ProbeResult) -> None:
+        """A probe through this pool: a success lifts the mute of the credential it used
+        (never before a provider's Retry-After; an admin's lift names none and lifts every
+        key), a failure mutes that credential for another full period."""
+        now = self._clock()
+        cid = result.credential_id
+        if result.ok:
+            if cid:
+                lifted = [cid] if self._keys.lift(cid, now) is not None else []
+            else:
+                lifted = self._keys.lift_all(now)
+            for key in lifted:
+                logger.info("key %s of pool %s is re-validated (%s)", key, self.pool,
+                            result.detail or "probe succeeded")
+                self._stop_probes(key)
+            if lifted:
+                # A provider's Retry-After may hold a key a while longer: unmute it then.
+                back = max((self._keys.muted_until(k, now) or now) for k in lifted)
+                self.ctx.call_later(max(0.0, back - now), _Unmute())
+                await self._publish_state()
+            return
+        if not cid or self._keys.muted_until(cid, now) is None:
+            return
+        until = self._keys.remute(cid, now)
+        logger.warning("key %s of pool %s failed its probe: %s", cid, self.pool, result.detail)
+        self.ctx.call_later(until - now, _Unmute())
+        self._schedule_probe(cid, now)
+        await self._publish_state()
+        await self.ctx.publish(subjects.event("keypool"), KeyMuted(
+            pool=self.pool, credential_id=cid, until=until, seconds=until - now,
+            status=None, reason="probe failed"))
 
-    def mutes(self, now: float) -> dict[str, float]:
-        """Live mutes by credential id."""
-        return {cid: u for cid, u in self._mutes.items() if u > now}
-
-    def durable(self, now: float) -> dict[str, tuple[float, float, float, int]]:
-        """What must outlive a restart: each live mute as (until, Retry-After floor, period,
-        sole-key backoff level)."""
-        return {cid: (until, self._floors.get(cid, 0.0), self.mute_period(cid),
-                      self._levels.get(cid, 0))
-                for cid, until in self.mutes(now).items()}
-
-    def restore(self, mutes: Mapping[str, tuple[float, float, float, int]],
-                now: float) -> list[str]:
-        """Take back what :meth:`durable` returned for keys still declared; returns the
-        credential ids muted again."""
-        back = []
-        for cid, (until, floor, period, level) in mutes.items():
-            if cid not in self._ids or until <= now:
-                continue
-            self._mutes[cid] = until
-            if floor > now:
-                self._floors[cid] = floor
-            self._periods[cid] = period
-            if level:
-                self._levels[cid] = level
-            back.append(cid)
-        return back
-
-    def set_mutes(self, mutes: Mapping[str, float]) -> None:
-        """Replace the mutes (a view folding its owner's state)."""
-        self._mutes = dict(mutes)
-
-    def expire(self, now: float) -> list[str]:
-        """Forget mutes that have ended; returns their credential ids."""
-        done = [cid for cid, u in self._mutes.items() if u <= now]
-        for cid in done:
-            del self._mutes[cid]
-        return done
+    async def _publish_state(self) -> None:
+        # Views first, the write after: routing must not wait on the disk to see a mute.
+        self._seq += 1
+        await self.ctx.publish(subjects.keypool_state(self.pool), self.state())
+        if self._snapshots is not None and self._keys.durable(self._clock()) != self._saved:
+            await self._save()
 
 
-def declaration_of(keys: Sequence[tuple[str, str]], roles: Mapping[str, str]) -> list[
-        tuple[str, str]]:
-    """``keys`` with each ``min_role`` raised to ``roles[cid]`` when that is more restrictive."""
-    out = []
-    for cid, role in keys:
-        extra = roles.get(cid)
-        out.append((cid, extra if extra and role_rank(extra) > role_rank(role) else role))
-    return out
+def config_roles(config: GatewayConfig) -> dict[str, str]:
+    """The most restrictive configured ``min_role`` of each credential, across all routes."""
+    roles: dict[str, str] = {}
+    for model in config.models:
+        for route in model.route:
+            for secret, role in route.key_declarations:
+                cid = credential_id(secret)
+                roles[cid] = most_restrictive(roles.get(cid), role)
+    return {cid: role for cid, role in roles.items() if role != "free"}
+
+
+def keys_supervisor(config: GatewayConfig, *, clock: Callable[[], float] | None = None,
+                    snapshots: SnapshotStore | None = None) -> Supervisor:
+    """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint. A pool's spec
+    holds only what its declaration depends on, so a config reload that changes a route's
+    weight (say) keeps the pool and its mutes."""
+    roles = tuple(sorted(config_roles(config).items()))
+    pools = tuple(PoolRoute(eid, route.base_url, route.credential_ids)
+                  for model in config.models
+                  for eid, route in zip(model.endpoint_ids(), model.route, strict=True))
+    extra = {"clock": clock} if clock is not None else {}
+    settings = config.routing.key_pool
+    children: list[ChildSpec | Supervisor] = [
+        ChildSpec("keys:registry",
+                  functools.partial(KeyRegistryActor, config.database.path, roles, pools)),
+    ]
+    for model in config.models:
+        for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            configured = tuple((credential_id(s), r) for s, r in route.key_declarations)
+            children.append(ChildSpec(
+                f"keypool:{eid}",
+                functools.partial(KeyPoolActor, eid, route.base_url, configured, settings,
+                                  probe=candidate_for(eid, route), model=model.id,
+                                  probe_first_seconds=config.routing.circuit.cooldown_seconds,
+                                  probe_after_fraction=config.routing.bench.probe_after_fraction,
+                                  snapshots=snapshots, **extra),
+                restart=Restart.PERMANENT,
+            ))
+    return Supervisor("keys", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
+                      children=children)

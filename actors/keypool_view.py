@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import msgspec
 
 from actors.base import Serve
-from actors.keypool import KeyPool
+from actors.state.keypool import KeyPool
 from bus import Bus, NoRespondersError, RequestTimeoutError
 from schemas import (
     KeyPoolExhaustedError,

@@ -41,7 +41,7 @@ import anyio
 
 from actors.admin import AdminArea, role_arg, stored, text_arg
 from actors.base import Actor, ActorContext, Serve
-from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from actors.stores.provider_keys import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from schemas import (
     AdminCommand,
     InvalidRequestError,

@@ -38,8 +38,7 @@ import msgspec
 
 from actors.admin import AdminArea, stored
 from actors.base import Actor, ActorContext, Serve
-from actors.db import open_db
-from actors.limit_counters import (
+from actors.state.limit_counters import (
     Counters,
     Holds,
     Lease,
@@ -49,7 +48,8 @@ from actors.limit_counters import (
     period_key,
     settle,
 )
-from actors.limits_store import LIMITS, load_counters, load_limits, save_counters, save_limit
+from actors.stores.db import open_db
+from actors.stores.limits import LIMITS, load_counters, load_limits, save_counters, save_limit
 from schemas import AdminCommand, GatewayError, InvalidRequestError, subjects
 from schemas.limits import (
     AdmitReply,

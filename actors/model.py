@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from actors.affinity import AffinityTable
 from actors.base import Actor, ActorContext, Serve
 from actors.capacity_view import CapacityViews
-from actors.health import CLOSED, HALF_OPEN, OPEN
 from actors.keypool_view import KeyViews
-from actors.prefill import PrefillLoad
-from actors.quota import KeyQuota, KeyUsage
-from actors.route_table import RouteEntry, RouteTable
+from actors.state.affinity import AffinityTable
+from actors.state.circuit import CLOSED, HALF_OPEN, OPEN
+from actors.state.prefill import PrefillLoad
+from actors.state.quota import KeyQuota, KeyUsage
+from actors.state.route_table import RouteEntry, RouteTable
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
 from actors.strategies.routewise.host import ProbeTick, RouteWiseHost
@@ -69,7 +69,7 @@ from schemas import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from schemas.config import ModelConfig, RoutingConfig
 
 logger = logging.getLogger(__name__)

@@ -38,7 +38,7 @@ from schemas import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from schemas.config import ModelConfig
 
 logger = logging.getLogger(__name__)

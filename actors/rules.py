@@ -35,7 +35,7 @@ from schemas.rules import StoredRules
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
 
 logger = logging.getLogger(__name__)

@@ -29,8 +29,8 @@ import msgspec
 from actors.admin import AdminArea, text_arg
 from actors.base import Actor, ActorContext, Serve
 from actors.chain import Catalogue, ChainActor, check_models
-from actors.scoring import BookSnapshot, EvidenceBook
-from actors.steering_settings import (
+from actors.state.scoring import BookSnapshot, EvidenceBook
+from actors.state.steering_settings import (
     bool_arg,
     chain_view,
     entries_arg,
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
     from schemas.catalog import ChainConfig, SteeringConfig
     from schemas.config import ModelConfig

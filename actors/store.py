@@ -18,8 +18,8 @@ Guarantees (the README's "request log" section):
   delivered are taken, and the rest is committed before the database closes.
 
 Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``,
-``aggregate`` (requests, errors and TTFT per minute, from memory: ``actors.log_aggregates``);
-area ``spend``: ``report`` (args of :class:`actors.spend_report.SpendQuery`).
+``aggregate`` (requests, errors and TTFT per minute, from memory: ``actors.state.log_aggregates``);
+area ``spend``: ``report`` (args of :class:`actors.stores.spend_report.SpendQuery`).
 Subscriptions use the queue group ``store``, so a replacement store started before the old
 one stops (a config reload) shares the rows instead of writing them twice.
 """
@@ -37,9 +37,9 @@ import anyio
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
-from actors.db import open_db
-from actors.log_aggregates import SEED_ROWS, SEED_SQL, WINDOW_MINUTES, LogAggregates
-from actors.request_log import (
+from actors.state.log_aggregates import SEED_ROWS, SEED_SQL, WINDOW_MINUTES, LogAggregates
+from actors.stores.db import open_db
+from actors.stores.request_log import (
     INSERT,
     PRUNE,
     REQUEST_LOG,
@@ -51,7 +51,7 @@ from actors.request_log import (
     missing_columns,
     request_row,
 )
-from actors.spend_report import (
+from actors.stores.spend_report import (
     BACKFILL,
     HOUR_S,
     PRUNE_HOURLY,
@@ -299,7 +299,8 @@ class StoreActor(Actor):
         return {"rows": as_dicts(rows)}
 
     async def _aggregate(self, cmd: AdminCommand) -> dict[str, Any]:
-        """Rates and TTFT percentiles from memory (``actors.log_aggregates``): no table scan."""
+        """Rates and TTFT percentiles from memory (``actors.state.log_aggregates``), no table
+        scan."""
         return self._aggregates.view(self._clock())
 
     async def _seed_aggregates(self) -> None:

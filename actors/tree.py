@@ -31,14 +31,14 @@ from actors.apikey_admin import ApiKeyAdminActor
 from actors.capacity import CapacityActor
 from actors.degraded import DegradedModeActor
 from actors.endpoint import EndpointActor
-from actors.health_view import HealthActor
-from actors.keypool_actor import keys_supervisor
+from actors.health import HealthActor
+from actors.keypool import keys_supervisor
 from actors.limits import LimitsActor
 from actors.model import ModelActor
-from actors.route_table import candidate_for
 from actors.routewise_settings import RouteWiseSettingsActor
 from actors.routing_admin import RoutingAdminActor
 from actors.rules import RulesActor
+from actors.state.route_table import candidate_for
 from actors.steering import SteeringActor
 from actors.store import StoreActor
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
@@ -48,7 +48,7 @@ from schemas.limits import LimitsConfig
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from actors.snapshots import SnapshotStore
+    from actors.stores.snapshots import SnapshotStore
     from schemas.config import GatewayConfig
 
 

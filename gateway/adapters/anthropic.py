@@ -25,13 +25,13 @@ from gateway.adapters.base import (
     bad_response,
     error_from_status,
 )
-from gateway.sse import SSEParser
+from gateway.adapters.sse import SSEParser
 from schemas import InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from gateway.adapters.http import UpstreamHTTP
+    from gateway.adapters.upstream_http import UpstreamHTTP
 
 ANTHROPIC_VERSION = "2023-06-01"
 _encode = msgspec.json.Encoder().encode

@@ -1,7 +1,7 @@
 """Upstream kind ``anthropic``: canonical chat <-> the native Anthropic Messages wire (pure).
 
 Requests: :func:`to_messages_request`. Answers and streams: :func:`from_messages_response`,
-:class:`MessagesToChatStream` (in ``_anthropic_answer``, re-exported here).
+:class:`MessagesToChatStream` (in ``_anthropic_to_canonical``, re-exported here).
 
 Dropped, because Anthropic has no equivalent and leaving them out changes no answer's
 validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``store``, ``metadata``,
@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_answer import (
+from gateway.adapters._anthropic_to_canonical import (
     JSON,
     MessagesToChatStream,
     UpstreamStreamError,

@@ -17,13 +17,13 @@ from gateway.adapters.base import (
     bad_response,
     error_from_status,
 )
-from gateway.sse import SSEParser
+from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from gateway.adapters.http import UpstreamHTTP
+    from gateway.adapters.upstream_http import UpstreamHTTP
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode

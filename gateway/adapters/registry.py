@@ -6,20 +6,20 @@ from typing import TYPE_CHECKING
 
 from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.echo import EchoAdapter
-from gateway.adapters.http import UpstreamHTTP
 from gateway.adapters.openai_compat import OpenAICompatAdapter
+from gateway.adapters.upstream_http import UpstreamHTTP
 
 if TYPE_CHECKING:
     from gateway.adapters.base import Adapter
 
 
 def make_http_client() -> UpstreamHTTP:
-    """The pooled upstream client (aiohttp; see gateway/adapters/http.py for why)."""
+    """The pooled upstream client (aiohttp; see gateway/adapters/upstream_http.py for why)."""
     return UpstreamHTTP(limit=1000, keepalive_seconds=30.0)
 
 
 def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
-    """One adapter per upstream kind, all on ``http``."""
+    """One adapter per upstream kind, all on ``upstream_http``."""
     return {
         "echo": EchoAdapter(),
         "openai_compat": OpenAICompatAdapter(http),

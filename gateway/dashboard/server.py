@@ -3,7 +3,7 @@
 Every path but the sign-in page needs a session (``gateway.dashboard.session``): a page
 without one redirects to the sign-in page, anything else gets a 401. A session holds only
 while the admin key it was signed in with does: each request asks the ingress's
-:class:`~gateway.auth.Authenticator` (its key cache, dropped by ``llmgw.auth.keys.changed``),
+:class:`~gateway.auth.gate.Authenticator` (its key cache, dropped by ``llmgw.auth.keys.changed``),
 and a bootstrap ``admin_key`` session while that key is configured. Sign-out ends the
 session here and announces its id on ``llmgw.dashboard.session.ended``, so every ingress
 refuses it from then on. The API
@@ -28,8 +28,8 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from gateway.admin_auth import BY_SCOPE_KEY, CALLER_SCOPE_KEY
-from gateway.auth import BOOTSTRAP_ADMIN, Authenticator, Caller, follow, unfollow
+from gateway.auth.admin_access import BY_SCOPE_KEY, CALLER_SCOPE_KEY
+from gateway.auth.gate import BOOTSTRAP_ADMIN, Authenticator, Caller, follow, unfollow
 from gateway.dashboard.pages import PAGES, render_page, render_signin
 from gateway.dashboard.session import (
     BOOTSTRAP,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from bus import Bus
-    from gateway.http import HttpRequest
+    from gateway.ingress.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Anthropic Messages client surface (``POST /v1/messages``) <-> the canonical chat shape.
 
 Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat_response`,
-:class:`ChatToMessagesStream`, :func:`error_body` (in ``_anthropic_answer``, re-exported).
+:class:`ChatToMessagesStream`, :func:`error_body` (in ``_canonical_to_anthropic``, re-exported).
 
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
 ``top_k``, ``thinking`` (and thinking blocks in history), ``cache_control`` marks,
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.formats._anthropic_answer import (
+from gateway.formats._canonical_to_anthropic import (
     ChatToMessagesStream,
     error_body,
     from_chat_response,

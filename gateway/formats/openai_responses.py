@@ -1,7 +1,7 @@
 """OpenAI Responses client surface (``POST /v1/responses``) <-> the canonical chat shape.
 
 Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat_response`,
-:class:`ChatToResponsesStream`, :func:`error_body` (in ``_responses_answer``, re-exported).
+:class:`ChatToResponsesStream`, :func:`error_body` (in ``_canonical_to_responses``, re-exported).
 
 The gateway is stateless: ``previous_response_id``, ``conversation``, ``item_reference``
 items, ``background`` and stored ``prompt`` templates are refused, and ``store: true`` is
@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.formats._canonical_to_responses import (
+    ChatToResponsesStream,
+    error_body,
+    from_chat_response,
+)
 from gateway.formats._common import (
     ARRAY,
     BOOLEAN,
@@ -36,11 +41,6 @@ from gateway.formats._common import (
     want_number,
     want_positive_int,
     want_str,
-)
-from gateway.formats._responses_answer import (
-    ChatToResponsesStream,
-    error_body,
-    from_chat_response,
 )
 from schemas import InvalidRequestError
 

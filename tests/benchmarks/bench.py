@@ -5,7 +5,7 @@ A script, not a test. From the repository root::
     python -m tests.benchmarks.bench --markdown
 
 It starts the fast fake upstream (``tests.fixtures.upstream --mode fast``) and the gateway
-(``gateway.cli serve``, one ``openai_compat`` route to that upstream), then, for every mode
+(``gateway.cli.main serve``, one ``openai_compat`` route to that upstream), then, for every mode
 (``plain`` JSON, ``stream`` SSE) and concurrency, drives the upstream directly and then the
 gateway for a fixed time, and prints requests per second, p50/p99 latency, time to first
 byte (streaming) and errors, plus the latency the gateway adds at concurrency 1.
@@ -26,7 +26,7 @@ Measurement knobs that never change the gateway's files: ``--transport`` swaps t
 HTTP client's transport, ``--loop uvloop`` the event loop, ``--hypercorn KEY=VALUE`` sets
 Hypercorn config attributes and ``--gateway-profile FILE`` runs the gateway under cProfile,
 all through a small launcher (``python -m tests.benchmarks.bench _gateway ... -- serve ...``)
-that patches them in before ``gateway.cli.main`` runs. See README.md beside this file.
+that patches them in before ``gateway.cli.main.main`` runs. See README.md beside this file.
 """
 
 from __future__ import annotations
@@ -377,7 +377,7 @@ def loadgen_main(argv: list[str]) -> int:
 
 
 # --------------------------------------------------------------------------------------------
-# Gateway launcher (patches measurement knobs in, then runs gateway.cli.main)
+# Gateway launcher (patches measurement knobs in, then runs gateway.cli.main.main)
 # --------------------------------------------------------------------------------------------
 
 
@@ -386,7 +386,7 @@ def _patch_transport(kind: str) -> None:
     client on transport ``kind`` (same limits as the gateway's)."""
     import httpx
 
-    import gateway.serve  # noqa: F401 (loads every module the server uses)
+    import gateway.process.serve  # noqa: F401 (loads every module the server uses)
 
     limits = httpx.Limits(
         max_connections=1000, max_keepalive_connections=200, keepalive_expiry=30.0
@@ -419,8 +419,8 @@ def _patch_transport(kind: str) -> None:
 
 def _patch_hypercorn(settings: list[str]) -> None:
     """Set Hypercorn config attributes (``KEY=VALUE``, VALUE as JSON, else a string) right
-    before serving, by wrapping the ``serve`` that ``gateway.serve`` imported."""
-    import gateway.serve
+    before serving, by wrapping the ``serve`` that ``gateway.process.serve`` imported."""
+    import gateway.process.serve
 
     overrides: dict[str, Any] = {}
     for item in settings:
@@ -429,7 +429,7 @@ def _patch_hypercorn(settings: list[str]) -> None:
             overrides[key.strip()] = json.loads(value)
         except ValueError:
             overrides[key.strip()] = value
-    original = gateway.serve.__dict__["serve"]
+    original = gateway.process.serve.__dict__["serve"]
 
     async def serve(app: Any, config: Any, **kwargs: Any) -> None:
         for key, value in overrides.items():
@@ -438,7 +438,7 @@ def _patch_hypercorn(settings: list[str]) -> None:
             setattr(config, key, value)
         await original(app, config, **kwargs)
 
-    setattr(gateway.serve, "serve", serve)  # noqa: B010 (not re-exported by gateway.serve)
+    setattr(gateway.process.serve, "serve", serve)  # noqa: B010 (not re-exported by gateway.process.serve)
 
 
 def gateway_main(argv: list[str]) -> int:
@@ -461,7 +461,7 @@ def gateway_main(argv: list[str]) -> int:
         _patch_transport(args.transport)
     if args.hypercorn:
         _patch_hypercorn(args.hypercorn)
-    from gateway.cli import main as gateway_cli
+    from gateway.cli.main import main as gateway_cli
 
     if not args.profile:
         return gateway_cli(cli_args)
@@ -636,7 +636,7 @@ def _run_step(
 def _cli_has_loop_flag() -> bool:
     """Whether this checkout's ``llmgw serve`` takes ``--loop`` (newer ones do)."""
     done = subprocess.run(
-        _python("-m", "gateway.cli", "serve", "--help"),
+        _python("-m", "gateway.cli.main", "serve", "--help"),
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -655,7 +655,7 @@ def _gateway_cmd(args: argparse.Namespace, config: Path, bus_url: str) -> list[s
         loop = "as-is"
     patched = args.transport != "as-is" or loop != "as-is" or args.hypercorn
     if not patched and not args.gateway_profile:
-        return _python("-m", "gateway.cli", *serve)
+        return _python("-m", "gateway.cli.main", *serve)
     launcher = ["-m", "tests.benchmarks.bench", "_gateway", "--transport", args.transport]
     launcher += ["--loop", loop]
     for item in args.hypercorn:
@@ -690,7 +690,7 @@ def _bench_key(database: Path, *, limited: bool) -> str:
     gateway request is then checked by it), or without (``--key``, the baseline: auth is on
     in both, so the difference is the limit's)."""
     done = subprocess.run(
-        _python("-m", "gateway.cli", "keys", "create", "--db", str(database), "--org", "bench",
+        _python("-m", "gateway.cli.main", "keys", "create", "--db", str(database), "--org", "bench",
                 "--user", "bench", "--role", "pro", *(_GENEROUS if limited else ()), "--json"),
         cwd=REPO, capture_output=True, text=True, check=False)
     if done.returncode != 0:

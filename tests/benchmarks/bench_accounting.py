@@ -20,12 +20,12 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 from bus import InProcessBus
-from gateway.accounting import Accounting, RequestRecord
-from gateway.metrics import GatewayMetrics
+from gateway.ingress.accounting import Accounting, RequestRecord
+from gateway.ingress.metrics import GatewayMetrics
 from schemas import Observation, RequestCompleted, RouteCandidate, RoutePlan, RouteRequest, subjects
 
 if TYPE_CHECKING:
-    from gateway.http import HttpRequest
+    from gateway.ingress.request import HttpRequest
 
 N = 10_000
 REPEATS = 7

@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import BrowserContext, Page, expect
 
-from actors.request_log import INSERT, REQUEST_LOG
+from actors.stores.request_log import INSERT, REQUEST_LOG
 from schemas import RouteDecided, subjects
 from tests.browser.conftest import ready, screenshot, sign_in
 from tests.e2e.conftest import config, gateway_bus, model, route

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import anyio
 import pytest
 
-import gateway.actor_host
+import gateway.process.actor_host
 from actors import build_tree
 from schemas import CircuitTransition, EndpointState, subjects
 
@@ -184,7 +184,7 @@ def actor_clock(monkeypatch: pytest.MonkeyPatch) -> SkewedClock:
     """Every gateway this test starts in-process runs its actors on the returned clock."""
     clock = SkewedClock()
     skewed = functools.partial(build_tree, clock=clock)
-    monkeypatch.setattr(gateway.actor_host, "build_tree", skewed)
+    monkeypatch.setattr(gateway.process.actor_host, "build_tree", skewed)
     return clock
 
 

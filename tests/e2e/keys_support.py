@@ -50,11 +50,11 @@ def keys_config(tmp_path: Path, *models: dict[str, Any], key_pool: dict[str, Any
 
 async def cli(tmp_path: Path, *args: str, check: bool = True,
               config_file: Path | None = None) -> Any:
-    """``python -m gateway.cli keys <args> --json`` for the test's database (``--db``, or the
+    """``python -m gateway.cli.main keys <args> --json`` for the test's database (``--db``, or the
     ``--config`` file when given: the gateway serving it, else the file); its JSON output."""
     where = ["--config", str(config_file)] if config_file else ["--db", db_path(tmp_path)]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli", "keys", *args, *where, "--json",
+        sys.executable, "-m", "gateway.cli.main", "keys", *args, *where, "--json",
         cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     if check and proc.returncode != 0:

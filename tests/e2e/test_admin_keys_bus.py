@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.admin_http import admin_request
+from gateway.admin.http import admin_request
 from schemas import (
     AdminExecuted,
     ApiKeyCreated,
@@ -179,7 +179,7 @@ async def test_llmgw_admin_manages_keys_over_nats_from_another_process(
 
 
 def _llmgw_admin(bus: str, area: str, verb: str, *args: str) -> Any:
-    argv = [sys.executable, "-m", "gateway.cli", "admin", area, verb, "--bus", bus]
+    argv = [sys.executable, "-m", "gateway.cli.main", "admin", area, verb, "--bus", bus]
     for arg in args:
         argv += ["--arg", arg]
     out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30,

@@ -17,7 +17,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.admin_http import admin_request
+from gateway.admin.http import admin_request
 from schemas import CapacityGet, CapacityState, QuotaSourceStatus, subjects
 from tests.e2e.conftest import (
     HI,

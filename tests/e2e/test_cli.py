@@ -14,7 +14,7 @@ import openai
 import pytest
 import yaml
 
-from gateway import cli
+from gateway.cli import main as cli
 from tests.e2e.conftest import HI, config, eid, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 
@@ -108,7 +108,7 @@ async def test_cli_with_invalid_config_exits_2_naming_file_key_path_and_reason(
     ]}))
 
     done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "gateway.cli", "serve", "--config", str(cfg),
+        subprocess.run, [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(cfg),
                          "--port", "0"],
         cwd=REPO, capture_output=True, text=True, timeout=30)
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gateway import cli
-from gateway.config import load_config
-from gateway.local_admin import socket_path
+from gateway.admin.local_socket import socket_path
+from gateway.cli import main as cli
+from gateway.process.config import load_config
 from tests.fixtures.gateway import REPO
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.sse import SSEParser
+from gateway.adapters.sse import SSEParser
 from schemas import AdminCommand, AdminExecuted, ErrorReply, subjects
 from tests.e2e.conftest import WAIT, config, gateway_bus, model, watch
 from tests.fixtures.gateway import REPO, GatewayFactory, GatewayProcess
@@ -54,7 +54,7 @@ def _good(tmp_path: Path) -> dict[str, Any]:
 
 def _llmgw(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
+        [sys.executable, "-m", "gateway.cli.main", *args],
         cwd=REPO,
         capture_output=True,
         text=True,

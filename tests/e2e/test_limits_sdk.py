@@ -13,7 +13,7 @@ import anyio
 import openai
 import pytest
 
-import gateway.actor_host
+import gateway.process.actor_host
 from actors import build_tree
 from schemas import subjects
 from schemas.limits import BudgetThreshold, LimitSettle
@@ -212,7 +212,7 @@ def roots(monkeypatch: pytest.MonkeyPatch) -> list[Supervisor]:
         built.append(root)
         return root
 
-    monkeypatch.setattr(gateway.actor_host, "build_tree", build)
+    monkeypatch.setattr(gateway.process.actor_host, "build_tree", build)
     return built
 
 

@@ -73,7 +73,7 @@ def as_user(where: tuple[str, int], user: str) -> str:
 
 
 def _llmgw(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
 
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import ConfigError, load_config
-from gateway.sse import SSEParser
+from gateway.adapters.sse import SSEParser
+from gateway.process.config import ConfigError, load_config
 from schemas import RouteDecided, subjects
 from tests.e2e.conftest import (
     CHAT,

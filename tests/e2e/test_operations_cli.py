@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from gateway.config import ConfigError, load_config
+from gateway.process.config import ConfigError, load_config
 from tests.e2e.conftest import CHAT, WAIT, chat, config, eid, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Reply
@@ -36,7 +36,7 @@ async def _serve(started: list[GatewayProcess], cfg: Path, *args: str) -> Gatewa
 
 
 def _llmgw(*args: str, timeout: float = PROCESS_WAIT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -97,7 +97,7 @@ async def test_llmgw_events_sees_a_circuit_open_caused_by_another_process(
     proc = await _serve(processes, cfg, "--bus", nats_url)
     tail = await asyncio.to_thread(
         subprocess.Popen,
-        [sys.executable, "-m", "gateway.cli", "events", "--filter", "circuit", "--count", "1",
+        [sys.executable, "-m", "gateway.cli.main", "events", "--filter", "circuit", "--count", "1",
          "--bus", nats_url], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert tail.stderr is not None

@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from gateway import cli
+from gateway.cli import main as cli
 from schemas import CircuitTransition
 from tests.e2e.conftest import (
     CHAT,

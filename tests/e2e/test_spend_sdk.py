@@ -104,7 +104,7 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
 
     async def llmgw(*args: str) -> Any:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", "admin", *args, "--config", str(conf),
+            sys.executable, "-m", "gateway.cli.main", "admin", *args, "--config", str(conf),
             cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(), WAIT)
         assert proc.returncode == 0, err.decode()

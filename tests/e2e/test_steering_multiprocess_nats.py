@@ -91,7 +91,7 @@ async def _cli(nats_url: str, *args: str) -> Any:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gateway.cli",
+        "gateway.cli.main",
         "admin",
         *args,
         "--bus",

@@ -4,9 +4,6 @@ A package's ``__all__`` is what other packages may import from it (STYLE.md: imp
 package's public names from its ``__init__``). Changing it is a decision, so this table must
 change with it, in the same commit. Every package under the four roots must be listed here,
 so a new package gets an ``__all__`` (empty when its modules are imported by name) on purpose.
-
-``/work/wt/move_layout.py`` (the layout move of issue #15) adds the packages it creates
-above the marker line in :data:`PINNED`.
 """
 
 from __future__ import annotations
@@ -214,7 +211,14 @@ PINNED: dict[str, list[str]] = {
         "anthropic_messages",
         "openai_responses",
     ],
-    # move_layout.py adds new packages above this line
+    "gateway.ingress": [],
+    "gateway.steering": [],
+    "gateway.auth": [],
+    "gateway.admin": [],
+    "gateway.process": [],
+    "gateway.cli": [],
+    "actors.state": [],
+    "actors.stores": [],
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.affinity import AffinityTable
+from actors.state.affinity import AffinityTable
 
 
 def test_pin_within_ttl_is_returned_and_refresh_slides_it() -> None:

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from actors import ChildSpec, EndpointActor, ModelActor, Supervisor
-from actors.backoff import ProbeBackoff, first_probe_after
-from actors.health import EndpointHealth
-from actors.keypool import KeyPool
-from actors.snapshots import SnapshotStore
+from actors.state.backoff import ProbeBackoff, first_probe_after
+from actors.state.circuit import EndpointHealth
+from actors.state.keypool import KeyPool
+from actors.stores.snapshots import SnapshotStore
 from schemas import (
     BenchChanged,
     EndpointState,

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
-from actors.capacity_ledger import CapacityLedger, window_bounds
-from actors.snapshots import SnapshotStore
+from actors.state.capacity_ledger import CapacityLedger, window_bounds
+from actors.stores.snapshots import SnapshotStore
 from schemas import (
     CapacityAcquire,
     CapacityGet,

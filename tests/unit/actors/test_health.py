@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.health import CLOSED, HALF_OPEN, OPEN, EndpointHealth
+from actors.state.circuit import CLOSED, HALF_OPEN, OPEN, EndpointHealth
 from schemas.config import CircuitConfig
 
 SETTINGS = CircuitConfig(failure_threshold=3, cooldown_seconds=30, min_availability=0.7,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.keypool import KeyPool, declaration_of, is_key_specific
+from actors.state.keypool import KeyPool, declaration_of, is_key_specific
 from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.config import KeyPoolConfig
 
@@ -187,7 +187,7 @@ def test_declaration_of_raises_min_role_to_the_most_restrictive() -> None:
 
 
 def test_probe_lift_never_ends_a_mute_before_the_providers_retry_after() -> None:
-    from actors.keypool import KeyPool
+    from actors.state.keypool import KeyPool
     from schemas.config import KeyPoolConfig
 
     pool = KeyPool("p", KeyPoolConfig(mute_seconds=10), [("k1", "free"), ("k2", "free")])

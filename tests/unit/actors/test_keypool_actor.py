@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from actors import build_tree
-from actors.keypool_actor import effective_declaration
-from actors.keystore import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from actors.keypool import effective_declaration
+from actors.stores.provider_keys import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from bus import InProcessBus, Subscription
 from schemas import (
     AdminCommand,

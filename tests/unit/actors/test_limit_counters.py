@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import msgspec
 import pytest
 
-from actors.limit_counters import (
+from actors.state.limit_counters import (
     Counters,
     CountersSnapshot,
     Lease,

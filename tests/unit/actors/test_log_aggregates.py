@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actors.log_aggregates import WINDOW_MINUTES, LogAggregates
-from actors.request_log import COLUMNS, Row
+from actors.state.log_aggregates import WINDOW_MINUTES, LogAggregates
+from actors.stores.request_log import COLUMNS, Row
 
 
 def _row(ts: float, kind: str, outcome: str, ttft: float | None, endpoint: str = "e") -> Row:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.prefill import PrefillLoad
+from actors.state.prefill import PrefillLoad
 
 
 def _load() -> PrefillLoad:

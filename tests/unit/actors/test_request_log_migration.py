@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from actors import StoreActor
-from actors.request_log import ADDED_COLUMNS
-from gateway.cli_logs_offline import read_rows
+from actors.stores.request_log import ADDED_COLUMNS
+from gateway.cli.logs_offline import read_rows
 from schemas import RequestCompleted, subjects
 from schemas.config import LogConfig
 

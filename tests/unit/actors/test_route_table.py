@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.route_table import RouteTable
-from gateway.config import parse_config
+from actors.state.route_table import RouteTable
+from gateway.process.config import parse_config
 from schemas import InvalidRequestError, RouteNotFoundError
 
 CONFIG = """

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from actors import ChildSpec, ModelActor, Supervisor
-from actors.db import open_db
 from actors.routewise_settings import RouteWiseSettingsActor
-from actors.snapshots import SNAPSHOTS, SnapshotStore
+from actors.stores.db import open_db
+from actors.stores.snapshots import SNAPSHOTS, SnapshotStore
 from actors.strategies.routewise import settings as rw
-from gateway.admin_http import admin_request
+from gateway.admin.http import admin_request
 from schemas import ErrorCode, GatewayError, RouteWiseSettings
 from schemas.config import ModelConfig, RoutingConfig
 from tests.unit.actors import WAIT, FakeClock

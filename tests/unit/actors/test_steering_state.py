@@ -8,7 +8,7 @@ import calendar
 import pytest
 
 from actors.chain import _backfill, apply_edit
-from actors.scoring import EvidenceBook, allowance_multiplier, rate_limit_multiplier
+from actors.state.scoring import EvidenceBook, allowance_multiplier, rate_limit_multiplier
 from schemas import ChainEdit, ChainEntry, ChainState, Guardrails, InvalidRequestError, Observation
 from schemas.config import ModelConfig
 

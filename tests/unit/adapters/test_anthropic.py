@@ -19,7 +19,7 @@ import pytest
 from gateway.adapters.anthropic import ANTHROPIC_VERSION, AnthropicAdapter, messages_url
 from gateway.adapters.anthropic_wire import UpstreamStreamError
 from gateway.adapters.base import JSON, UnsupportedParameterError, UpstreamTarget
-from gateway.adapters.http import Answer
+from gateway.adapters.upstream_http import Answer
 from schemas import UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:

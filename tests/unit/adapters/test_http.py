@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import pytest
 
-from gateway.adapters.http import UpstreamHTTP
+from gateway.adapters.upstream_http import UpstreamHTTP
 from schemas import UpstreamError, UpstreamTimeoutError
 from tests.fixtures.upstream import FakeUpstream, Hang, Stream
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.adapters._anthropic_answer import chat_usage
-from gateway.admission import caller_subjects, rate_headers, reservation
-from gateway.auth import ANONYMOUS, BOOTSTRAP_ADMIN, Caller
-from gateway.dispatch import content_chars, usage_of
+from gateway.adapters._anthropic_to_canonical import chat_usage
+from gateway.auth.gate import ANONYMOUS, BOOTSTRAP_ADMIN, Caller
+from gateway.ingress.admission import caller_subjects, rate_headers, reservation
+from gateway.ingress.dispatch import content_chars, usage_of
 from schemas.config import ModelConfig
 from schemas.limits import AdmitReply, LimitSpec, parse_budget
 from schemas.pricing import Pricing, cost_usd
@@ -69,7 +69,7 @@ def test_budget_text_and_spec_checks() -> None:
 def test_spend_metrics_keep_their_label_cardinality_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from gateway import metrics as metrics_module
+    from gateway.ingress import metrics as metrics_module
     from schemas import Observation, RequestCompleted
 
     monkeypatch.setattr(metrics_module, "SPEND_CALLERS_MAX", 2)

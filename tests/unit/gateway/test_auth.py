@@ -11,17 +11,17 @@ import pytest
 
 from actors import ChildSpec, Supervisor
 from actors.apikey_admin import ApiKeyAdminActor
-from actors.apikeys import (
+from actors.stores.api_keys import (
     API_KEYS,
     ApiKeyStore,
     parse_duration,
     parse_instant,
 )
-from actors.keystore import LazyDb
+from actors.stores.provider_keys import LazyDb
 from bus import InProcessBus, encode
-from gateway.admin_http import admin_request
-from gateway.auth import ANONYMOUS, Authenticator, caller_of, may_call
-from gateway.http import HttpRequest
+from gateway.admin.http import admin_request
+from gateway.auth.gate import ANONYMOUS, Authenticator, caller_of, may_call
+from gateway.ingress.request import HttpRequest
 from schemas import (
     ApiKeyInfo,
     ApiKeyLookup,

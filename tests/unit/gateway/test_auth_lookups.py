@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bus import Envelope, InProcessBus
-from gateway.auth import LOOKUPS_MAX, Authenticator
-from gateway.errors import http_status, retry_after_header
+from gateway.auth.gate import LOOKUPS_MAX, Authenticator
+from gateway.ingress.errors import http_status, retry_after_header
 from schemas import ApiKeyInfo, ApiKeyLookup, AuthBusyError, UnauthorizedError, subjects
 from schemas.config import GatewayConfig
 from schemas.keys import hash_key

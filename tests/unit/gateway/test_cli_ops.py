@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from gateway import cli
-from gateway.cli_admin import command_args
-from gateway.cli_common import UsageError, bus_url, parse_duration, redacted
+from gateway.cli import main as cli
+from gateway.cli.admin import command_args
+from gateway.cli.common import UsageError, bus_url, parse_duration, redacted
 
 if TYPE_CHECKING:
     import argparse

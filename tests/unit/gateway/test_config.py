@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from actors.strategies import register_missing_strategy, validate_strategy
-from gateway.config import ConfigError, load_config, parse_config
+from gateway.process.config import ConfigError, load_config, parse_config
 
 
 def _error(text: str) -> str:

@@ -21,8 +21,8 @@ import pytest
 
 from bus import InProcessBus
 from gateway.adapters.base import Batch, UpstreamTarget
-from gateway.dispatch import Dispatcher, RequestInfo, Targets
-from gateway.targets import PlanWalk
+from gateway.ingress.dispatch import Dispatcher, RequestInfo, Targets
+from gateway.ingress.targets import PlanWalk
 from schemas import (
     FirstToken,
     KeyPoolExhaustedError,

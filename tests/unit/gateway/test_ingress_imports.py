@@ -20,14 +20,14 @@ import pytest
 GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
 
 WIRING = {
-    "gateway.actor_host": "hosts the actor tree in a process of role all or actors",
-    "gateway.cli_keys_offline": "llmgw keys with no gateway running (the first admin key)",
-    "gateway.cli_logs_offline": "llmgw logs reading the file when no gateway serves it",
+    "gateway.process.actor_host": "hosts the actor tree in a process of role all or actors",
+    "gateway.cli.keys_offline": "llmgw keys with no gateway running (the first admin key)",
+    "gateway.cli.logs_offline": "llmgw logs reading the file when no gateway serves it",
 }
 """Modules that may import ``actors`` (and, for the offline tools, open the database)."""
 
 _DATABASE = ("sqlite3", "aiosqlite")
-_INGRESS_ROOT = "gateway.app"  # the ASGI app: everything it imports serves HTTP
+_INGRESS_ROOT = "gateway.ingress.app"  # the ASGI app: everything it imports serves HTTP
 
 
 def _modules() -> dict[str, Path]:
@@ -69,7 +69,7 @@ def test_gateway_module_imports_neither_actors_nor_a_database_driver(name: str) 
 
 
 def test_nothing_the_ingress_imports_is_process_wiring() -> None:
-    """The transitive closure of ``gateway.app`` within ``gateway`` holds no allow-listed
+    """The transitive closure of ``gateway.ingress.app`` within ``gateway`` holds no allow-listed
     module, so the ingress cannot reach ``actors`` through one."""
     seen: set[str] = set()
     todo = [_INGRESS_ROOT]

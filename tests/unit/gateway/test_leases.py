@@ -13,10 +13,10 @@ from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor
 from bus import InProcessBus
 from gateway.adapters.base import error_from_status
-from gateway.adapters.http import transport_error
 from gateway.adapters.registry import make_adapters, make_http_client
-from gateway.dispatch import Dispatcher, RequestInfo, Targets
-from gateway.leases import LeaseKeeper, tokens_used_by_failure
+from gateway.adapters.upstream_http import transport_error
+from gateway.ingress.dispatch import Dispatcher, RequestInfo, Targets
+from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
 from schemas import (
     CapacityGrant,
     CapacityRelease,
@@ -198,7 +198,7 @@ async def test_a_reloaded_ttl_sets_the_renewal_interval(bus: InProcessBus) -> No
 
 async def test_an_ingress_reload_retunes_its_lease_renewals(bus: InProcessBus,
                                                             tmp_path: Path) -> None:
-    from gateway.app import create_app
+    from gateway.ingress.app import create_app
 
     def with_ttl(ttl: float) -> GatewayConfig:
         return GatewayConfig.model_validate({
@@ -217,7 +217,7 @@ async def test_an_ingress_reload_retunes_its_lease_renewals(bus: InProcessBus,
 async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_lease_back(
     bus: InProcessBus, fake_upstream: FakeUpstream,
 ) -> None:
-    from gateway.targets import PlanWalk
+    from gateway.ingress.targets import PlanWalk
     from schemas.config import ModelConfig
 
     fake_upstream.set_default(Reply(500))

@@ -9,9 +9,9 @@ from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor
 from bus import InProcessBus
 from gateway.adapters.registry import make_adapters, make_http_client
-from gateway.dispatch import Targets
-from gateway.leases import LeaseKeeper
-from gateway.prober import BenchProber
+from gateway.ingress.dispatch import Targets
+from gateway.ingress.leases import LeaseKeeper
+from gateway.process.prober import BenchProber
 from schemas import CapacityGet, CapacityState, ProbeDue, RouteCandidate, subjects
 from schemas.capacity import PoolSpec
 from schemas.config import GatewayConfig, LeaseConfig

@@ -12,9 +12,9 @@ import pytest
 from actors import ChildSpec, Supervisor
 from actors.keyregistry import SECRET_GRANT_TTL_S, KeyRegistryActor, PoolRoute
 from bus import InProcessBus, Subscription
-from gateway.admin_http import admin_request
-from gateway.dispatch import Targets
-from gateway.provider_secrets import ProviderSecrets
+from gateway.admin.http import admin_request
+from gateway.auth.provider_secrets import ProviderSecrets
+from gateway.ingress.dispatch import Targets
 from schemas import (
     KeyDeclarations,
     ProviderSecretGrant,

@@ -10,9 +10,9 @@ import pytest
 from actors import ChildSpec, Supervisor
 from actors.rules import RulesActor
 from bus import InProcessBus
-from gateway.admin_http import admin_request
+from gateway.admin.http import admin_request
 from gateway.formats import anthropic_messages, openai_responses
-from gateway.routing_rules import RulesView, request_params
+from gateway.steering.rules import RulesView, request_params
 from schemas import Rule, RulesState
 
 if TYPE_CHECKING:

@@ -1,10 +1,10 @@
-"""The serving process's collector settings (gateway.serve.settle_gc)."""
+"""The serving process's collector settings (gateway.process.serve.settle_gc)."""
 
 from __future__ import annotations
 
 import gc
 
-from gateway.serve import GC_THRESHOLDS, settle_gc
+from gateway.process.serve import GC_THRESHOLDS, settle_gc
 
 
 def test_settle_gc_freezes_what_startup_built_and_collects_the_young_less_often() -> None:

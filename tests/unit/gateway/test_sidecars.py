@@ -9,11 +9,11 @@ from typing import Any
 
 import anyio
 
-from actors.route_table import candidate_for
+from actors.state.route_table import candidate_for
 from bus import InProcessBus
 from gateway.adapters.registry import make_http_client
-from gateway.quota_poller import QuotaPoller
-from gateway.sidecars import Sidecars
+from gateway.process.quota_poller import QuotaPoller
+from gateway.process.sidecars import Sidecars
 from schemas import LocalHealth, ProbeDue, QuotaReading, subjects
 from schemas.config import GatewayConfig
 from tests.fixtures.upstream import FakeUpstream, Reply

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.sse import SSEParser
+from gateway.adapters.sse import SSEParser
 
 STREAM = b'event: a\ndata: {"x": 1}\n\n: comment\ndata: line1\ndata: line2\n\r\ndata: [DONE]\n\n'
 

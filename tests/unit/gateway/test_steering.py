@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from gateway.steering import Steerer, book_from, is_steering
+from gateway.steering.resolver import Steerer, book_from, is_steering
 from schemas import (
     ChainEntry,
     ChainState,

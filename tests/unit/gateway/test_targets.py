@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
-from gateway.dispatch import RequestInfo
-from gateway.targets import PlanWalk
+from gateway.ingress.dispatch import RequestInfo
+from gateway.ingress.targets import PlanWalk
 from schemas import (
     AllCircuitsOpenError,
     RouteCandidate,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.config import ConfigError, parse_config
+from gateway.process.config import ConfigError, parse_config
 
 _MODELS = """
 models:

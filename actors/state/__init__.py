@@ -1,0 +1,13 @@
+"""Pure state machines the actors own: no I/O, no bus, no clock of their own.
+
+``circuit`` (health EWMA and circuit breaker), ``keypool`` (a route's keys and mutes),
+``affinity``, ``prefill``, ``backoff``, ``quota``, ``scoring`` (the evidence book),
+``route_table`` and ``steering_settings``. Each is fed and persisted by one actor.
+
+Also here: ``capacity_ledger``, ``limit_counters``, ``log_aggregates``.
+"""
+
+from __future__ import annotations
+
+# Its modules are imported by name; nothing is re-exported here.
+__all__: list[str] = []

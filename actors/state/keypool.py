@@ -1,0 +1,301 @@
+"""KeyPool: one route's upstream keys, their mutes and the callers bound to them (pure state).
+
+Spec "Reserving upstream keys for a tier". Every method takes ``now`` (wall-clock seconds);
+nothing here does I/O, so the KeyPoolActor (owner of declarations and mutes) and the
+ModelActor (which decides plans from a view of them and owns the bindings) share this class.
+
+- Selection: keys a role may not spend (``min_role`` above it) are invisible; among visible
+  keys the most reserved go first, then declared order; muted keys are skipped.
+- Binding: a caller stays on one key for ``binding_ttl_seconds`` (sliding), honoured only for
+  the role that made it. A binding to a muted key survives (acquire picks around it); a
+  declaration change drops every binding whose role's preferred key moved, or whose key the
+  role can no longer spend.
+- Muting: a key-specific failure (no status, 401, 402, 403, 408, 425, 429, 5xx) mutes the key
+  for ``mute_seconds``; a caller's only key tolerates ``sole_key_tolerance`` consecutive
+  failures, then mutes for ``sole_key_backoff_seconds`` doubling up to the max. A provider
+  ``Retry-After`` is a floor, and a mute never shortens one already running.
+- Refusal: no usable key -> KeyPoolExhaustedError; when an unrestricted caller could still be
+  served, KeyPoolRoleRestrictedError (not the endpoint's failure).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
+from schemas.keys import role_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from schemas.config import KeyPoolConfig
+
+_KEY_SPECIFIC = frozenset({401, 402, 403, 408, 425, 429})
+
+
+def is_key_specific(status: int | None) -> bool:
+    """Whether a failure with ``status`` says something about the key (None: no answer)."""
+    return status is None or status in _KEY_SPECIFIC or status >= 500
+
+
+@dataclass(slots=True)
+class _Binding:
+    credential_id: str
+    role: str | None
+    expires: float
+
+
+_UNRANKED = 1e300  # a key with no preference: after every ranked one but those at infinity
+
+
+class KeyPool:
+    """Owns one pool's declared keys, mutes, failure streaks and caller bindings."""
+
+    def __init__(self, pool: str, settings: KeyPoolConfig,
+                 keys: Iterable[tuple[str, str]] = ()) -> None:
+        self.pool = pool
+        self.settings = settings
+        self._keys: tuple[tuple[str, str], ...] = ()
+        self._ids: frozenset[str] = frozenset()
+        self._order: dict[int, tuple[str, ...]] = {}
+        self._mutes: dict[str, float] = {}
+        self._floors: dict[str, float] = {}  # Retry-After: no probe lifts a mute before it
+        self._periods: dict[str, float] = {}  # how long each key was last muted for
+        self._streaks: dict[str, int] = {}
+        self._levels: dict[str, int] = {}
+        self._bindings: dict[str, _Binding] = {}
+        # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
+        # keys without one after those ranked finite); None keeps the declared preference.
+        self.preference: dict[str, float] | None = None
+        self.declare(keys)
+
+    # -- declaration --------------------------------------------------------------------
+
+    @property
+    def declared(self) -> tuple[tuple[str, str], ...]:
+        """(credential id, min_role) in declared order."""
+        return self._keys
+
+    def declare(self, keys: Iterable[tuple[str, str]]) -> int:
+        """Replace the declaration; returns how many bindings it dropped.
+
+        Raises ValueError for an unknown role name.
+        """
+        new = tuple(keys)
+        if new == self._keys:
+            return 0
+        for _, role in new:
+            role_rank(role)
+        roles = {b.role for b in self._bindings.values()}
+        before = {r: self.preferred(r) for r in roles}
+        self._keys = new
+        self._ids = frozenset(cid for cid, _ in new)
+        self._order.clear()
+        for table in (self._mutes, self._streaks, self._levels):
+            for cid in [c for c in table if c not in self._ids]:
+                del table[cid]
+        dropped = [c for c, b in self._bindings.items()
+                   if b.credential_id not in self.visible(b.role)
+                   or self.preferred(b.role) != before[b.role]]
+        for caller in dropped:
+            del self._bindings[caller]
+        return len(dropped)
+
+    def visible(self, role: str | None) -> tuple[str, ...]:
+        """The keys ``role`` may spend, most reserved first, then in declared order."""
+        rank = role_rank(role)
+        order = self._order.get(rank)
+        if order is None:
+            indexed = [(i, cid, role_rank(r)) for i, (cid, r) in enumerate(self._keys)
+                       if role_rank(r) <= rank]
+            order = tuple(cid for _, cid, _ in sorted(indexed, key=lambda t: (-t[2], t[0])))
+            self._order[rank] = order
+        return order
+
+    def preferred(self, role: str | None) -> str | None:
+        """The first key ``role`` would spend with nothing muted."""
+        order = self.visible(role)
+        return order[0] if order else None
+
+    # -- selection ----------------------------------------------------------------------
+
+    def muted_until(self, cid: str, now: float) -> float | None:
+        """When ``cid``'s mute ends, or None when it is not muted."""
+        until = self._mutes.get(cid)
+        return until if until is not None and until > now else None
+
+    def usable(self, role: str | None, now: float) -> list[str]:
+        """Visible keys that are not muted, in preference order."""
+        keys = [cid for cid in self.visible(role) if self.muted_until(cid, now) is None]
+        if self.preference is not None:
+            prefer = self.preference
+            keys.sort(key=lambda cid: prefer.get(cid, _UNRANKED))
+        return keys
+
+    def peek(self, caller: str, role: str | None, now: float) -> str:
+        """The key ``caller`` would spend now, without binding. ``""`` for a pool without keys.
+
+        Raises KeyPoolExhaustedError or KeyPoolRoleRestrictedError.
+        """
+        if not self._keys:
+            return ""
+        usable = self.usable(role, now)
+        if not usable:
+            raise self.refusal(role, now)
+        b = self._bindings.get(caller)
+        if (self.preference is None and b is not None and b.role == role and b.expires > now
+                and b.credential_id in usable):
+            return b.credential_id  # by quota, the allowance decides, not the binding
+        return usable[0]
+
+    def acquire(self, caller: str, role: str | None, now: float) -> str:
+        """The key ``caller`` spends now, binding (or refreshing) it. Raises like :meth:`peek`."""
+        cid = self.peek(caller, role, now)
+        if not cid:
+            return cid
+        b = self._bindings.get(caller)
+        if b is not None and b.role == role and b.expires > now:
+            if b.credential_id == cid:
+                b.expires = now + self.settings.binding_ttl_seconds
+            return cid  # a binding to a merely muted key survives
+        self._bindings[caller] = _Binding(cid, role, now + self.settings.binding_ttl_seconds)
+        if len(self._bindings) > self.settings.sweep_threshold:
+            self.sweep(now)
+        return cid
+
+    def bound(self, caller: str, now: float) -> tuple[str, str | None] | None:
+        """``caller``'s live binding as (credential id, role), or None."""
+        b = self._bindings.get(caller)
+        return (b.credential_id, b.role) if b is not None and b.expires > now else None
+
+    def sweep(self, now: float) -> int:
+        """Drop expired bindings; returns how many."""
+        dead = [c for c, b in self._bindings.items() if b.expires <= now]
+        for c in dead:
+            del self._bindings[c]
+        return len(dead)
+
+    def refusal(self, role: str | None, now: float) -> KeyPoolExhaustedError:
+        """Why ``role`` gets no key now: KeyPoolRoleRestrictedError when an unrestricted
+        caller could still be served, else KeyPoolExhaustedError."""
+        mutes = [u for cid in self.visible(role) if (u := self.muted_until(cid, now))]
+        retry = min(mutes) - now if mutes else None
+        if self.usable(None, now):
+            return KeyPoolRoleRestrictedError(
+                f"no upstream key of {self.pool} is available to role {role}",
+                endpoint=self.pool, retry_after=retry, kind="key_pool_role_restricted")
+        return KeyPoolExhaustedError(f"every upstream key of {self.pool} is muted",
+                                     endpoint=self.pool, retry_after=retry,
+                                     kind="key_pool_exhausted")
+
+    # -- what happened ------------------------------------------------------------------
+
+    def record(self, cid: str, *, status: int | None, outcome: str, role: str | None,
+               now: float, retry_after: float | None = None) -> float | None:
+        """Fold one attempt's result; returns the new mute end when this mutes ``cid``."""
+        if cid not in self._ids or outcome == "cancelled":
+            return None
+        if outcome == "success" or not is_key_specific(status):
+            # The upstream accepted the key (a 400 is about the request, not the key).
+            self._streaks.pop(cid, None)
+            self._levels.pop(cid, None)
+            return None
+        streak = self._streaks.get(cid, 0) + 1
+        self._streaks[cid] = streak
+        s = self.settings
+        sole = self.visible(role) == (cid,)
+        if sole:
+            if streak <= s.sole_key_tolerance:
+                return None
+            level = self._levels.get(cid, 0)
+            self._levels[cid] = level + 1
+            seconds = min(s.sole_key_backoff_seconds * 2.0**level, s.sole_key_backoff_max_seconds)
+        else:
+            seconds = s.mute_seconds
+        seconds = max(seconds, retry_after or 0.0)
+        until = max(self._mutes.get(cid, 0.0), now + seconds)
+        self._mutes[cid] = until
+        self._periods[cid] = seconds
+        if retry_after:
+            self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
+        return until
+
+    def mute_period(self, cid: str) -> float:
+        """How long ``cid`` was last muted for (a sole key's backoff, or ``mute_seconds``)."""
+        return self._periods.get(cid, self.settings.mute_seconds)
+
+    def lift(self, cid: str, now: float) -> float | None:
+        """A background probe found ``cid`` working: unmute it, but never before the
+        provider's Retry-After. Returns when it is (or will be) back, None if not muted."""
+        if self.muted_until(cid, now) is None:
+            return None
+        back = max(now, self._floors.get(cid, 0.0))
+        self._mutes[cid] = back
+        self._streaks.pop(cid, None)
+        return back
+
+    def lift_all(self, now: float) -> list[str]:
+        """An operator lifted the route: unmute every key (never before a Retry-After).
+        Returns the credential ids that were muted."""
+        muted = list(self.mutes(now))
+        for cid in muted:
+            self.lift(cid, now)
+        return muted
+
+    def remute(self, cid: str, now: float) -> float:
+        """A background probe found ``cid`` still failing: mute it again for the period it
+        was muted for (a sole key's backoff, or ``mute_seconds``)."""
+        period = self._periods.get(cid, self.settings.mute_seconds)
+        until = max(self._mutes.get(cid, 0.0), now + period)
+        self._mutes[cid] = until
+        return until
+
+    def mutes(self, now: float) -> dict[str, float]:
+        """Live mutes by credential id."""
+        return {cid: u for cid, u in self._mutes.items() if u > now}
+
+    def durable(self, now: float) -> dict[str, tuple[float, float, float, int]]:
+        """What must outlive a restart: each live mute as (until, Retry-After floor, period,
+        sole-key backoff level)."""
+        return {cid: (until, self._floors.get(cid, 0.0), self.mute_period(cid),
+                      self._levels.get(cid, 0))
+                for cid, until in self.mutes(now).items()}
+
+    def restore(self, mutes: Mapping[str, tuple[float, float, float, int]],
+                now: float) -> list[str]:
+        """Take back what :meth:`durable` returned for keys still declared; returns the
+        credential ids muted again."""
+        back = []
+        for cid, (until, floor, period, level) in mutes.items():
+            if cid not in self._ids or until <= now:
+                continue
+            self._mutes[cid] = until
+            if floor > now:
+                self._floors[cid] = floor
+            self._periods[cid] = period
+            if level:
+                self._levels[cid] = level
+            back.append(cid)
+        return back
+
+    def set_mutes(self, mutes: Mapping[str, float]) -> None:
+        """Replace the mutes (a view folding its owner's state)."""
+        self._mutes = dict(mutes)
+
+    def expire(self, now: float) -> list[str]:
+        """Forget mutes that have ended; returns their credential ids."""
+        done = [cid for cid, u in self._mutes.items() if u <= now]
+        for cid in done:
+            del self._mutes[cid]
+        return done
+
+
+def declaration_of(keys: Sequence[tuple[str, str]], roles: Mapping[str, str]) -> list[
+        tuple[str, str]]:
+    """``keys`` with each ``min_role`` raised to ``roles[cid]`` when that is more restrictive."""
+    out = []
+    for cid, role in keys:
+        extra = roles.get(cid)
+        out.append((cid, extra if extra and role_rank(extra) > role_rank(role) else role))
+    return out

@@ -1,0 +1,80 @@
+"""The LimitsActor's tables in the shared SQLite file: the limits, and its counters' snapshots.
+
+``limits`` holds one row per subject (its ``LimitSpec`` as JSON); ``limit_counters`` one
+snapshot per subject. Only the LimitsActor writes them while a gateway runs;
+``llmgw keys create --rpm ...`` with no gateway to deliver to writes the new key's row
+here, and the owner loads it when it starts (as ``llmgw keys`` writes the key table).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from actors.state.limit_counters import CountersSnapshot
+from actors.stores.db import Migration
+from schemas.limits import LimitSpec
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+LIMITS = Migration(
+    "limits",
+    (
+        "CREATE TABLE IF NOT EXISTS limits ("
+        " subject TEXT PRIMARY KEY, spec TEXT NOT NULL, updated REAL NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS limit_counters ("
+        " subject TEXT PRIMARY KEY, data BLOB NOT NULL, updated REAL NOT NULL)",
+    ),
+)
+
+_spec_decoder = msgspec.json.Decoder(LimitSpec)
+_counters_decoder = msgspec.json.Decoder(CountersSnapshot)
+
+
+async def load_limits(db: aiosqlite.Connection) -> dict[str, LimitSpec]:
+    """Every stored limit by subject (a row that no longer decodes is skipped)."""
+    out: dict[str, LimitSpec] = {}
+    async with db.execute("SELECT subject, spec FROM limits") as cur:
+        for subject, spec in await cur.fetchall():
+            try:
+                out[str(subject)] = _spec_decoder.decode(spec)
+            except msgspec.DecodeError:
+                continue
+    return out
+
+
+async def save_limit(db: aiosqlite.Connection, subject: str, spec: LimitSpec | None,
+                     now: float) -> None:
+    """Store (or, with None, delete) ``subject``'s limit and commit."""
+    if spec is None:
+        await db.execute("DELETE FROM limits WHERE subject = ?", (subject,))
+    else:
+        await db.execute(
+            "INSERT INTO limits (subject, spec, updated) VALUES (?, ?, ?) ON CONFLICT(subject)"
+            " DO UPDATE SET spec = excluded.spec, updated = excluded.updated",
+            (subject, msgspec.json.encode(spec).decode(), now))
+    await db.commit()
+
+
+async def load_counters(db: aiosqlite.Connection) -> dict[str, CountersSnapshot]:
+    """Every subject's last counters snapshot."""
+    out: dict[str, CountersSnapshot] = {}
+    async with db.execute("SELECT subject, data FROM limit_counters") as cur:
+        for subject, data in await cur.fetchall():
+            try:
+                out[str(subject)] = _counters_decoder.decode(bytes(data))
+            except msgspec.DecodeError:
+                continue
+    return out
+
+
+async def save_counters(db: aiosqlite.Connection, snaps: dict[str, CountersSnapshot],
+                        now: float) -> None:
+    """Replace the snapshots of ``snaps``' subjects and commit."""
+    await db.executemany(
+        "INSERT INTO limit_counters (subject, data, updated) VALUES (?, ?, ?)"
+        " ON CONFLICT(subject) DO UPDATE SET data = excluded.data, updated = excluded.updated",
+        [(s, msgspec.json.encode(snap), now) for s, snap in snaps.items()])
+    await db.commit()

@@ -1,0 +1,177 @@
+"""Provider keys in the shared SQLite file: database-added keys and reservations by hash.
+
+- ``provider_api_keys``: keys added through ``POST /admin/provider-keys``; each joins the pools
+  of one endpoint id or of every route with one base URL, after the configured keys, in
+  creation order, with its own ``min_role``. The secret is stored as given (the gateway must
+  send it upstream), so the database file is as sensitive as the config: keep it 0600.
+- ``provider_env_key_min_roles``: reservations of environment or config keys, keyed by the
+  key's credential id (a hash), so a reservation outlives the key leaving rotation.
+
+The database is opened lazily: a process that never needs it never creates the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets as _secrets
+from typing import TYPE_CHECKING
+
+import anyio
+
+from actors.stores.db import Migration, open_db
+from schemas.config import credential_id
+from schemas.keys import ProviderKeyDecl, role_rank
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import aiosqlite
+
+PROVIDER_KEYS = Migration(
+    "provider_keys",
+    (
+        "CREATE TABLE IF NOT EXISTS provider_api_keys (id TEXT PRIMARY KEY,"
+        " credential_id TEXT NOT NULL, secret TEXT NOT NULL, endpoint TEXT NOT NULL DEFAULT '',"
+        " base_url TEXT NOT NULL DEFAULT '', min_role TEXT NOT NULL DEFAULT 'free',"
+        " created REAL NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS provider_env_key_min_roles ("
+        " credential_id TEXT PRIMARY KEY, min_role TEXT NOT NULL, updated REAL NOT NULL)",
+    ),
+)
+
+
+class _Unlogged(str):
+    """A secret as an SQL parameter: aiosqlite's DEBUG log prints parameters with repr()."""
+
+    def __repr__(self) -> str:
+        return "'[secret]'"
+
+
+class LazyDb:
+    """One connection to the shared SQLite file, opened (with ``migrations``) on first need."""
+
+    def __init__(self, path: str, migrations: Sequence[Migration]) -> None:
+        self.path = path
+        self._migrations = tuple(migrations)
+        self._conn: aiosqlite.Connection | None = None
+        self._lock = anyio.Lock()
+
+    async def get(self, *, create: bool) -> aiosqlite.Connection | None:
+        """The connection; None when the file does not exist and ``create`` is False.
+
+        Raises sqlite3.Error when the file cannot be opened.
+        """
+        if self._conn is not None:
+            return self._conn
+        async with self._lock:
+            if self._conn is None:
+                file = None if self.path == ":memory:" else anyio.Path(self.path)
+                if not create and file is not None and not await file.exists():
+                    return None
+                self._conn = await open_db(self.path, self._migrations)
+                if file is not None:
+                    with contextlib.suppress(OSError):
+                        await file.chmod(0o600)
+        return self._conn
+
+    async def aclose(self) -> None:
+        """Close the connection if open."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+
+def _decl(row: Sequence[object]) -> ProviderKeyDecl:
+    key_id, cid, endpoint, base_url, min_role, created = row
+    return ProviderKeyDecl(key_id=str(key_id), credential_id=str(cid), endpoint=str(endpoint),
+                           base_url=str(base_url), min_role=str(min_role),
+                           created=float(created))  # type: ignore[arg-type]
+
+
+_COLUMNS = "id, credential_id, endpoint, base_url, min_role, created"
+
+
+class ProviderKeyStore:
+    """Reads and writes provider keys and reservations. Raises sqlite3.Error on storage
+    failure; ValueError for an unknown role."""
+
+    def __init__(self, db: LazyDb) -> None:
+        self.db = db
+
+    async def declarations(self) -> tuple[tuple[ProviderKeyDecl, ...], dict[str, str]]:
+        """(database keys in creation order, reservations by credential id)."""
+        conn = await self.db.get(create=False)
+        if conn is None:
+            return (), {}
+        async with conn.execute(
+                f"SELECT {_COLUMNS} FROM provider_api_keys ORDER BY created, id") as cur:
+            keys = tuple(_decl(row) for row in await cur.fetchall())
+        async with conn.execute(
+                "SELECT credential_id, min_role FROM provider_env_key_min_roles") as cur:
+            reservations = {str(cid): str(role) for cid, role in await cur.fetchall()}
+        return keys, reservations
+
+    async def secret(self, cid: str) -> str | None:
+        """The secret of the database key whose credential id is ``cid`` (None: no such key).
+        For the KeyRegistryActor's grants only; never logged."""
+        conn = await self.db.get(create=False)
+        if conn is None:
+            return None
+        async with conn.execute("SELECT secret FROM provider_api_keys WHERE credential_id = ?"
+                                " ORDER BY created LIMIT 1", (cid,)) as cur:
+            row = await cur.fetchone()
+        return str(row[0]) if row else None
+
+    async def add(self, secret: str, *, endpoint: str, base_url: str, min_role: str,
+                  now: float) -> ProviderKeyDecl:
+        """Store a new key; returns its declaration (never the secret)."""
+        role_rank(min_role)
+        conn = await self.db.get(create=True)
+        assert conn is not None
+        decl = ProviderKeyDecl(key_id="pk-" + _secrets.token_hex(6),
+                               credential_id=credential_id(secret), endpoint=endpoint,
+                               base_url=base_url.rstrip("/"), min_role=min_role, created=now)
+        await conn.execute(
+            "INSERT INTO provider_api_keys (id, credential_id, secret, endpoint, base_url,"
+            " min_role, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (decl.key_id, decl.credential_id, _Unlogged(secret), decl.endpoint, decl.base_url,
+             decl.min_role, now))
+        await conn.commit()
+        return decl
+
+    async def set_min_role(self, key_id: str, min_role: str) -> ProviderKeyDecl | None:
+        """Change a database key's tier; None when there is no such key."""
+        role_rank(min_role)
+        conn = await self.db.get(create=True)
+        assert conn is not None
+        await conn.execute("UPDATE provider_api_keys SET min_role = ? WHERE id = ?",
+                           (min_role, key_id))
+        await conn.commit()
+        async with conn.execute(f"SELECT {_COLUMNS} FROM provider_api_keys WHERE id = ?",
+                                (key_id,)) as cur:
+            row = await cur.fetchone()
+        return _decl(row) if row else None
+
+    async def delete(self, key_id: str) -> bool:
+        """Remove a database key; False when there was none."""
+        conn = await self.db.get(create=True)
+        assert conn is not None
+        cur = await conn.execute("DELETE FROM provider_api_keys WHERE id = ?", (key_id,))
+        await conn.commit()
+        return (cur.rowcount or 0) > 0
+
+    async def reserve(self, cid: str, min_role: str, now: float) -> None:
+        """Reserve credential ``cid`` for ``min_role`` and above (``free`` lifts it)."""
+        role_rank(min_role)
+        conn = await self.db.get(create=True)
+        assert conn is not None
+        if min_role == "free":
+            await conn.execute("DELETE FROM provider_env_key_min_roles WHERE credential_id = ?",
+                               (cid,))
+        else:
+            await conn.execute(
+                "INSERT INTO provider_env_key_min_roles (credential_id, min_role, updated)"
+                " VALUES (?, ?, ?) ON CONFLICT(credential_id) DO UPDATE SET"
+                " min_role = excluded.min_role, updated = excluded.updated",
+                (cid, min_role, now))
+        await conn.commit()

@@ -1,0 +1,46 @@
+"""Admin HTTP API for limits: ``GET /admin/limits``, ``GET``/``PUT``/``DELETE
+/admin/limits/{kind}/{id}`` (``kind``: key, user, org, role; a user's id is ``org/user``).
+
+A thin client of the admin area ``limits`` (``get``, ``set``, ``clear``), answered by the
+LimitsActor: a change applies at once on every ingress (its ``LimitsState`` event) and is
+stored. ``PUT``'s body is the limit: ``{"rpm": 60, "tpm": 100000, "concurrency": 4,
+"budget": "10/month", "soft_fraction": 0.8}``. ``/admin/limits/<verb>`` (one segment) stays
+the generic admin command.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import msgspec
+
+from gateway.admin.http import admin_request, args_of
+from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.ingress.request import HttpRequest
+
+PATH = "/admin/limits"
+PREFIX = PATH + "/"
+_encode = msgspec.json.Encoder().encode
+_VERBS = {"GET": "get", "PUT": "set", "DELETE": "clear"}
+
+
+async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
+    """Answer one limits request. Raises GatewayError (the owner's refusal, bad JSON)."""
+    rest = unquote(req.path[len(PREFIX):]) if req.path.startswith(PREFIX) else ""
+    kind, _, ident = rest.partition("/")
+    if rest and not ident:  # /admin/limits/<verb>: the generic admin command
+        verb, args = kind, await args_of(req)
+    else:
+        verb = _VERBS[req.method]
+        args = await args_of(req) if req.method == "PUT" else {}
+        if rest:
+            args.update(kind=kind, id=ident)
+        elif req.method != "GET":
+            raise InvalidRequestError("name the subject: /admin/limits/{kind}/{id}")
+    result: dict[str, Any] = await admin_request(bus, "limits", verb, args, by="http",
+                                                 timeout=timeout)
+    await req.respond(200, _encode(result))

@@ -1,0 +1,54 @@
+"""Admin HTTP API for routing: ``PUT``/``DELETE /admin/routing/weights/{model}/{endpoint}``.
+
+A thin client of the admin commands ``llmgw.admin.routing.set_weight`` / ``reset_weight``
+(answered by the RoutingAdminActor, which asks the owning ModelActor): the change applies at
+once for every ingress on the bus and is kept in the ModelActor's snapshot across restarts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
+
+import msgspec
+
+from gateway.admin.http import admin_request
+from gateway.auth.admin_access import requested_by
+from schemas import InvalidRequestError, RouteNotFoundError
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.ingress.request import HttpRequest
+    from schemas.config import GatewayConfig
+
+PREFIX = "/admin/routing/weights/"
+_encode = msgspec.json.Encoder().encode
+
+
+def _target(path: str, config: GatewayConfig) -> tuple[str, str]:
+    """(model id, endpoint id) from ``.../{model}/{endpoint}``; ids may contain ``/``, so the
+    model is the longest configured id that prefixes the rest. Raises RouteNotFoundError."""
+    rest = unquote(path[len(PREFIX):])
+    for m in sorted(config.models, key=lambda m: len(m.id), reverse=True):
+        for name in (m.id, *m.aliases):
+            if rest.startswith(name + "/"):
+                return m.id, rest[len(name) + 1:]
+    raise RouteNotFoundError(f"no model matches {rest!r}")
+
+
+async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout: float) -> None:
+    """PUT sets ``{"weight": w}``; DELETE restores the configured weight. A thin client of the
+    admin commands ``routing.set_weight`` / ``routing.reset_weight``."""
+    model, endpoint = _target(req.path, config)
+    args: dict[str, Any] = {"model": model, "endpoint": endpoint}
+    verb = "reset_weight"
+    if req.method == "PUT":
+        try:
+            body: Any = msgspec.json.decode(await req.body(64 * 1024))
+        except (msgspec.DecodeError, RecursionError):
+            raise InvalidRequestError("the request body is not valid JSON or is nested "
+                                      "too deeply") from None
+        args["weight"] = body.get("weight") if isinstance(body, dict) else None
+        verb = "set_weight"
+    result = await admin_request(bus, "routing", verb, args, by=requested_by(req), timeout=timeout)
+    await req.respond(200, _encode(result))

@@ -1,0 +1,63 @@
+"""Admin HTTP API for the routing rule set: ``GET`` and ``PUT /api/fallback/routing-rules``.
+
+Thin clients of the admin commands ``rules.get`` and ``rules.put`` (answered by the
+RulesActor, which persists the set and publishes it to every ingress). ``PUT`` takes the
+whole set ``{"rules": [{name, when, route}, ...]}`` and replaces it atomically; an invalid
+set is a 400 naming the path of its first problem and changes nothing. Admin callers only.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
+from gateway.auth.admin_access import is_admin, requested_by
+from schemas import InvalidRequestError, UnauthorizedError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from bus import Bus
+    from gateway.ingress.request import HttpRequest
+    from schemas.config import GatewayConfig
+
+PATH = "/api/fallback/routing-rules"
+_MAX_BODY = 512 * 1024  # 100 rules of 64 clauses with 256-character patterns fit
+_encode = msgspec.json.Encoder().encode
+
+
+class RulesAdmin:
+    """The two routes; holds the bus and the config (for the admin check) only."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self.config = config
+
+    def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[None]]]:
+        """``(method, path) -> handler`` for the app's route table."""
+        return {("GET", PATH): self._get, ("PUT", PATH): self._put}
+
+    def _admin_only(self, req: HttpRequest) -> None:
+        if not is_admin(req, self.config):
+            raise UnauthorizedError("admin endpoints need the admin key")
+
+    async def _get(self, req: HttpRequest) -> None:
+        self._admin_only(req)
+        result = await admin_request(self._bus, "rules", "get", by=requested_by(req),
+                                     timeout=ADMIN_TIMEOUT_S)
+        await req.respond(200, _encode(result))
+
+    async def _put(self, req: HttpRequest) -> None:
+        self._admin_only(req)
+        try:
+            body: Any = msgspec.json.decode(await req.body(_MAX_BODY))
+        except msgspec.DecodeError:
+            raise InvalidRequestError("the request body is not valid JSON") from None
+        if not isinstance(body, dict):
+            raise InvalidRequestError('the body is a rule set {"rules": [...]}', param="rules")
+        result = await admin_request(
+            self._bus, "rules", "put", body, by=requested_by(req), timeout=ADMIN_TIMEOUT_S
+        )
+        await req.respond(200, _encode(result))

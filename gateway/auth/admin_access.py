@@ -1,0 +1,46 @@
+"""Who is an admin: the bootstrap admin key (config ``admin_key`` or ``LLMGW_ADMIN_KEY``), or
+a gateway API key of role ``admin`` (identified by ``gateway.auth.gate``'s gate, which stores the
+caller in the request's scope under :data:`CALLER_SCOPE_KEY` before any handler runs).
+
+One function so every admin surface asks the same question.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.ingress.request import HttpRequest
+    from schemas.config import GatewayConfig
+
+CALLER_SCOPE_KEY = "llmgw.caller"
+# Who an admin command is audited as (``AdminCommand.by``), when not the plain HTTP API: the
+# dashboard sets ``dashboard:<admin key id>`` for the request it forwards.
+BY_SCOPE_KEY = "llmgw.by"
+
+
+def bearer_token(req: HttpRequest) -> str | None:
+    """The token of ``Authorization: Bearer <token>``, else ``x-api-key``, else None."""
+    auth = req.header("authorization")
+    if auth and auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return req.header("x-api-key") or None
+
+
+def requested_by(req: HttpRequest, default: str = "http") -> str:
+    """The audit name of ``req``'s admin command: what :data:`BY_SCOPE_KEY` says, else
+    ``default``."""
+    by = req.scope.get(BY_SCOPE_KEY)
+    return by if isinstance(by, str) and by else default
+
+
+def is_admin(req: HttpRequest, config: GatewayConfig) -> bool:
+    """True when the request presents the bootstrap admin key or an admin API key."""
+    if getattr(req.scope.get(CALLER_SCOPE_KEY), "is_admin", False):
+        return True
+    admin = config.admin_key
+    token = bearer_token(req)
+    if not admin or not token:
+        return False
+    return hmac.compare_digest(token.encode(), admin.encode())

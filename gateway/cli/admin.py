@@ -1,0 +1,129 @@
+"""``llmgw admin <area> <verb> [--json ARGS | --file ARGS.json] [--arg K=V ...]``: one admin
+command.
+
+Sent as ``AdminCommand`` on ``llmgw.admin.<area>.<verb>`` (``--bus``) or as
+``POST /admin/<area>/<verb>`` to an ingress (``--url``) or to the local socket of a gateway on
+this machine (neither given; see ``gateway.cli.common``); the owner's result is printed as
+JSON. Shortcuts:
+``llmgw admin reload`` is ``config reload``, ``llmgw admin show`` is ``config show``.
+Exit status: 0 done, 1 refused by the owner (its message on stderr), 2 not delivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from bus import open_bus
+from gateway.admin.http import admin_request
+from gateway.cli.common import (
+    NotDeliveredError,
+    RefusedError,
+    UsageError,
+    add_target_args,
+    admin_over_http,
+    fail,
+    target,
+)
+from schemas import GatewayError
+
+if TYPE_CHECKING:
+    import argparse
+
+_SHORTCUTS = {"reload": ("config", "reload"), "show": ("config", "show")}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``llmgw admin``."""
+    p = sub.add_parser("admin", help="send an admin command to the gateway")
+    p.add_argument("area", help="admin area (config, log, ...), or a shortcut: reload, show")
+    p.add_argument("verb", nargs="?", help="the area's verb (reload, stats, query, ...)")
+    p.add_argument("--json", dest="json_args", help="the verb's arguments as a JSON object")
+    p.add_argument("--file", dest="json_file", metavar="PATH",
+                   help="the verb's arguments as a JSON object in a file (rules put --file "
+                        "rules.json)")
+    p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="one argument (a JSON value, else a string); repeatable")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    add_target_args(p)
+    p.set_defaults(func=run)
+
+
+def command_args(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
+    """(area, verb, arguments) of the command line. Raises UsageError."""
+    area, verb = args.area, args.verb
+    if verb is None:
+        if area not in _SHORTCUTS:
+            raise UsageError(f"a verb is needed after {area!r} (shortcuts: "
+                             f"{', '.join(sorted(_SHORTCUTS))})")
+        area, verb = _SHORTCUTS[area]
+    values: dict[str, Any] = {}
+    if args.json_args:
+        values = _json_object(args.json_args, "--json")
+    elif args.json_file:
+        try:
+            with open(args.json_file, encoding="utf-8") as f:
+                values = _json_object(f.read(), f"--file {args.json_file}")
+        except OSError as exc:
+            raise UsageError(f"--file: {exc.strerror}: {args.json_file}") from None
+    for item in args.arg:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--arg needs KEY=VALUE, got {item!r}")
+        try:
+            values[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            values[key] = raw
+    return area, verb, values
+
+
+def _json_object(text: str, what: str) -> dict[str, Any]:
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(values, dict):
+        raise UsageError(f"{what} must be a JSON object")
+    return values
+
+
+def run(args: argparse.Namespace) -> int:
+    """Send the command; print its result."""
+    try:
+        area, verb, values = command_args(args)
+        where = target(args)
+        if where.bus:
+            result = asyncio.run(_over_bus(where.bus, area, verb, values, args.timeout))
+        else:
+            result = admin_over_http(where, area, verb, values, args.timeout)
+    except UsageError as exc:
+        return fail("admin", str(exc))
+    except RefusedError as exc:
+        return fail("admin", f"{area} {verb} refused: {exc}", 1)
+    except (GatewayError, httpx.HTTPError, NotDeliveredError) as exc:
+        return fail("admin", f"{area} {verb} not delivered: {_message(exc)}")
+    sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+def _message(exc: Exception) -> str:
+    if isinstance(exc, GatewayError):
+        return exc.message
+    return str(exc) if isinstance(exc, NotDeliveredError) else f"{type(exc).__name__}: {exc}"
+
+
+async def _over_bus(url: str, area: str, verb: str, values: dict[str, Any],
+                    timeout: float) -> dict[str, Any]:
+    bus = await open_bus(url, name="llmgw-admin", connect_timeout=timeout)
+    try:
+        return await admin_request(bus, area, verb, values, by="cli", timeout=timeout)
+    except GatewayError as err:
+        if err.code.value in ("no_responders", "bus_timeout"):
+            raise
+        raise RefusedError(err.message) from None
+    finally:
+        await bus.aclose()

@@ -1,0 +1,170 @@
+"""What the operator subcommands share: how they find the gateway, durations, errors.
+
+A command reaches a running gateway (:func:`target`) through the HTTP admin API of one
+ingress (``--url http://host:port`` with the admin key from ``--admin-key`` or
+``$LLMGW_ADMIN_KEY``), over the bus (``--bus nats://...``, default ``$LLMGW_BUS``, else the
+``bus.url`` of ``--config``), or else through the local socket beside the gateway's database
+(``gateway.admin.local_socket``: the ``database.path`` of ``--config``, default ``llmgw.sqlite3``),
+which needs no key. An ``inproc://`` bus exists only inside one process, so it cannot be
+joined from outside.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from gateway.admin.local_socket import socket_path
+from gateway.process.config import ConfigError, load_sections
+from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    import argparse
+    from pathlib import Path
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_S = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+class UsageError(Exception):
+    """The command line cannot be acted on; the message says why."""
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``30s``, ``10m``, ``2h``, ``1d`` or plain seconds. Raises UsageError."""
+    m = _DURATION.match(text)
+    if m is None:
+        raise UsageError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h, 1d)")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def add_target_args(p: argparse.ArgumentParser) -> None:
+    """``--url`` / ``--admin-key``, ``--bus`` and ``--config``."""
+    p.add_argument("--url", help="an ingress, http://HOST:PORT (its admin API; needs the "
+                                 "admin key)")
+    p.add_argument("--admin-key", help="admin key for --url (default $LLMGW_ADMIN_KEY)")
+    p.add_argument("--bus", help="the gateway's bus, nats://HOST:PORT (default $LLMGW_BUS, "
+                                 "else bus.url of --config)")
+    p.add_argument("--config", help="the gateway's config file: its bus.url, else the local "
+                                    "socket beside its database.path (default llmgw.sqlite3)")
+
+
+def settings(args: argparse.Namespace) -> GatewayConfig:
+    """The ``bus`` and ``database`` sections of ``--config`` (defaults without one), read
+    without the rest of the file. Raises UsageError."""
+    if not getattr(args, "config", None):
+        return GatewayConfig()
+    try:
+        return load_sections(args.config, "bus", "database")
+    except ConfigError as exc:
+        raise UsageError(f"invalid configuration: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """How to reach the gateway: ``bus`` (a NATS URL), or its HTTP admin API at ``url`` with
+    ``key``, or at the local ``socket`` (no key)."""
+
+    bus: str = ""
+    url: str = ""
+    key: str = ""
+    socket: str = ""
+
+
+def target(args: argparse.Namespace) -> Target:
+    """``--url``, else the bus (``--bus``, ``$LLMGW_BUS``, the config's NATS), else the local
+    socket of the config's database. Raises UsageError when none of them is there."""
+    if args.url:
+        return Target(url=args.url, key=admin_key(args))
+    config = settings(args)
+    bus = args.bus or os.environ.get("LLMGW_BUS") or config.bus.url
+    if not bus.startswith("inproc://"):
+        return Target(bus=bus_url(args))
+    return Target(socket=str(local_socket(config.database.path)))
+
+
+def local_socket(database: str) -> Path:
+    """The local socket of the gateway using ``database``. Raises UsageError when no gateway
+    listens there."""
+    path = socket_path(database)
+    if not path.exists():
+        raise UsageError(f"no gateway is serving {database} here (no socket {path}): start "
+                         "`llmgw serve` in that directory, or name its config (--config), "
+                         "its bus (--bus nats://...) or an ingress (--url http://...)")
+    return path
+
+
+class LogFileError(Exception):
+    """The request log's file cannot be read; the message says why."""
+
+
+class RefusedError(Exception):
+    """The owner (or the admin API) answered with an error."""
+
+
+class NotDeliveredError(Exception):
+    """Nobody answered the command."""
+
+
+def http_client(where: Target, timeout: float | None) -> httpx.Client:
+    """An HTTP client for ``where``'s admin API (``url`` with its key, or the socket)."""
+    if where.socket:
+        return httpx.Client(base_url="http://llmgw", timeout=timeout,
+                            transport=httpx.HTTPTransport(uds=where.socket))
+    return httpx.Client(base_url=where.url.rstrip("/"), timeout=timeout,
+                        headers={"authorization": f"Bearer {where.key}"})
+
+
+def admin_over_http(where: Target, area: str, verb: str, values: dict[str, Any],
+                    timeout: float) -> dict[str, Any]:
+    """``POST /admin/<area>/<verb>``; the owner's result.
+
+    Raises RefusedError, NotDeliveredError (nobody owns it, or no answer), httpx.HTTPError.
+    """
+    with http_client(where, timeout) as client:
+        resp = client.post(f"/admin/{area}/{verb}", json=values)
+    if resp.status_code != 200:
+        try:
+            error = resp.json()["error"]
+            message, code = str(error["message"]), str(error.get("code", ""))
+        except (ValueError, KeyError, TypeError):
+            message, code = resp.text[:500], ""
+        if code in ("no_responders", "bus_timeout"):
+            raise NotDeliveredError(message)
+        raise RefusedError(f"HTTP {resp.status_code}: {message}")
+    result: dict[str, Any] = resp.json()
+    return result
+
+
+def bus_url(args: argparse.Namespace) -> str:
+    """The NATS URL to join. Raises UsageError when there is none to join."""
+    url = args.bus or os.environ.get("LLMGW_BUS") or settings(args).bus.url
+    if url.startswith("inproc://"):
+        hint = " or --url http://HOST:PORT" if hasattr(args, "url") else ""
+        raise UsageError("need a shared bus to reach the gateway: --bus nats://HOST:PORT"
+                         f"{hint} (an inproc:// bus lives inside one process)")
+    return str(url)
+
+
+def redacted(url: str) -> str:
+    """``url`` without the password of its credentials (``nats://user:***@host``)."""
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
+
+
+def admin_key(args: argparse.Namespace) -> str:
+    """The admin key for ``--url``. Raises UsageError when there is none."""
+    key = args.admin_key or os.environ.get("LLMGW_ADMIN_KEY")
+    if not key:
+        raise UsageError("--url needs the admin key: --admin-key or $LLMGW_ADMIN_KEY")
+    return str(key)
+
+
+def fail(command: str, message: str, code: int = 2) -> int:
+    """Report ``message`` (any URL password masked) on stderr; return ``code``."""
+    sys.stderr.write(f"llmgw {command}: {redacted(message)}\n")
+    return code

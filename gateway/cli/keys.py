@@ -1,0 +1,264 @@
+"""``llmgw keys create|list|revoke``: gateway API keys, through their owner when it runs.
+
+The keys belong to the ApiKeyAdminActor. When a gateway runs, the command is an ``api_keys``
+admin command sent to it: over the bus when the config (``--config``) names a NATS bus, else
+through the local socket beside the database (``--db PATH`` or the config's
+``database.path``; see ``gateway.admin.local_socket``); the owner announces the change so every
+ingress drops its cached copy at once. When no gateway answers (the first admin key is made
+before any gateway runs), the command writes the database file itself
+(``gateway.cli.keys_offline``, the one isolated direct path) and announces on the NATS bus
+if there is one. The key is printed once, at creation.
+
+``create --rpm/--tpm/--concurrency/--budget 10/month`` also gives the key a limit: sent to
+its owner (admin ``limits set``) the same way, else stored in the owner's ``limits`` table
+(offline), which the LimitsActor loads when it starts (so a first key made before any
+gateway runs keeps its limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
+from gateway.admin.local_socket import answers, socket_path
+from gateway.cli.common import (
+    NotDeliveredError,
+    RefusedError,
+    Target,
+    admin_over_http,
+    redacted,
+)
+from gateway.process.config import ConfigError, load_sections
+from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError, Message, NoRespondersError, subjects
+from schemas.keys import ROLES, parse_duration, parse_instant
+from schemas.limits import spec_arg
+
+if TYPE_CHECKING:
+    import argparse
+
+logger = logging.getLogger(__name__)
+
+_ANNOUNCE_TIMEOUT = 3.0
+_CONNECT_TIMEOUT = 3.0
+_BY = "cli:keys"
+_LIST_ROW = "{:16}  {:14}  {:24}  {:8}  {}"
+
+
+class _NoGatewayError(Exception):
+    """No gateway owning the keys answered: the offline path applies."""
+
+
+def register(sub: Any) -> None:
+    """Add ``keys`` and its subcommands to the ``llmgw`` parser."""
+    keys = sub.add_parser("keys", help="manage gateway API keys")
+    verbs = keys.add_subparsers(dest="keys_command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="YAML config file whose database.path to use")
+        p.add_argument("--db", help="the SQLite file (overrides --config)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    create = verbs.add_parser("create", help="create a key (printed once)")
+    common(create)
+    create.add_argument("--org", required=True)
+    create.add_argument("--user", required=True)
+    create.add_argument("--role", required=True, choices=ROLES)
+    create.add_argument("--name", default="")
+    create.add_argument("--expires-in", help="e.g. 3600, 90m, 12h, 30d")
+    create.add_argument("--expires-at", help="ISO 8601 time (UTC unless it has an offset)")
+    create.add_argument("--rpm", type=int, help="limit: requests per minute")
+    create.add_argument("--tpm", type=int, help="limit: prompt+completion tokens per minute")
+    create.add_argument("--concurrency", type=int, help="limit: requests in flight")
+    create.add_argument("--budget", help="limit: USD per day|week|month, e.g. 10/month")
+    create.set_defaults(func=_run(_create))
+    listing = verbs.add_parser("list", help="list keys (never the keys themselves)")
+    common(listing)
+    listing.set_defaults(func=_run(_list))
+    revoke = verbs.add_parser("revoke", help="revoke a key by id (or by the key itself)")
+    common(revoke)
+    revoke.add_argument("key_id")
+    revoke.set_defaults(func=_run(_revoke))
+
+
+def _run(fn: Any) -> Any:
+    def func(args: argparse.Namespace) -> int:
+        try:
+            return int(asyncio.run(fn(args)))
+        except (ConfigError, ValueError) as exc:
+            sys.stderr.write(f"llmgw keys: {exc}\n")
+            return 2
+        except (RefusedError, GatewayError) as exc:
+            message = exc.message if isinstance(exc, GatewayError) else str(exc)
+            sys.stderr.write(f"llmgw keys: {message}\n")
+            return 1
+    return func
+
+
+def _target(args: argparse.Namespace) -> tuple[str, str]:
+    """(database path, NATS bus url or "")."""
+    # Only the sections needed: the models' ${VAR}s need not be set to manage keys.
+    config = load_sections(args.config, "database", "bus") if args.config or not args.db \
+        else None
+    path = args.db or (config.database.path if config else "")
+    bus = config.bus.url if config is not None and config.bus.url.startswith("nats://") else ""
+    return path, bus
+
+
+def _print(args: argparse.Namespace, data: Any, text: str) -> None:
+    sys.stdout.write((json.dumps(data) if args.json else text) + "\n")
+
+
+async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any], *,
+                 area: str = "api_keys") -> dict[str, Any]:
+    """The running owner's answer to ``<area> <verb>``. Raises _NoGatewayError when none
+    answers, RefusedError / GatewayError when it refuses."""
+    if bus_url:
+        from bus import BusClosedError, open_bus
+
+        try:
+            bus = await open_bus(bus_url, name="llmgw-keys-cli",
+                                 connect_timeout=_CONNECT_TIMEOUT)
+        except BusClosedError as exc:
+            raise _NoGatewayError(exc.message) from None
+        try:
+            return await admin_request(bus, area, verb, values, by=_BY,
+                                       timeout=ADMIN_TIMEOUT_S)
+        except NoRespondersError as exc:
+            raise _NoGatewayError(exc.message) from None
+        finally:
+            await bus.aclose()
+    sock = socket_path(path)
+    if not answers(sock):
+        raise _NoGatewayError(f"no gateway answers on {sock}")
+    try:
+        return await asyncio.to_thread(admin_over_http, Target(socket=str(sock)), area,
+                                       verb, values, ADMIN_TIMEOUT_S)
+    except NotDeliveredError as exc:
+        raise _NoGatewayError(str(exc)) from None
+
+
+async def _announce(bus_url: str, msg: Message) -> None:
+    """After an offline change: tell ingresses on the NATS bus (if any) to drop the key."""
+    if not bus_url:
+        return
+    from bus import open_bus
+
+    try:
+        async with asyncio.timeout(_ANNOUNCE_TIMEOUT):
+            bus = await open_bus(bus_url, name="llmgw-keys-cli")
+            try:
+                await bus.publish(subjects.AUTH_KEYS_CHANGED, msg)
+            finally:
+                await bus.aclose()
+    except Exception as exc:  # the database change stands; the caches expire on their own
+        logger.warning("could not announce on %s (%s); ingresses apply it within their "
+                       "auth_cache_seconds", redacted(bus_url), exc)
+
+
+def _limit_args(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The ``limits set`` arguments of ``create``'s limit options (None: no limit). Raises
+    ValueError for a bad one."""
+    values = {k: getattr(args, k) for k in ("rpm", "tpm", "concurrency", "budget")
+              if getattr(args, k) is not None}
+    if not values:
+        return None
+    try:
+        spec_arg(values)
+    except GatewayError as exc:
+        raise ValueError(exc.message) from None
+    return values
+
+
+async def _deliver_limit(path: str, bus_url: str, values: dict[str, Any], *,
+                         online: bool) -> str:
+    """Give the new key's limit to its owner (``online``: a gateway answered the key's
+    creation); how it went ("bus", "socket", "stored"). Raises RefusedError / GatewayError
+    when the owner refuses it."""
+    try:
+        if not online:
+            raise _NoGatewayError("no gateway answered the key's creation")
+        await _owner(path, bus_url, "set", values, area="limits")
+    except _NoGatewayError as exc:
+        logger.info("limits owner not reached (%s); storing the limit", exc)
+        from gateway.cli import keys_offline as cli_keys_offline
+
+        await cli_keys_offline.store_limit(path, values)
+        return "stored"
+    return "bus" if bus_url else "socket"
+
+
+async def _create(args: argparse.Namespace) -> int:
+    path, bus = _target(args)
+    expires = _expiry(args, time.time())
+    limit = _limit_args(args)
+    values: dict[str, Any] = {"org": args.org, "user": args.user, "role": args.role}
+    if args.name:
+        values["name"] = args.name
+    if expires is not None:
+        values["expires_at"] = expires
+    online = True
+    try:
+        made = await _owner(path, bus, "create", values)
+    except _NoGatewayError:
+        from gateway.cli import keys_offline as cli_keys_offline
+
+        online = False
+        made, key_hash = await cli_keys_offline.create(
+            path, org=args.org, user=args.user, role=args.role, name=args.name,
+            expires=expires)
+        await _announce(bus, ApiKeyCreated(key_hash=key_hash))
+    if limit is not None:
+        made = {**made, "limit": limit, "limit_delivered": await _deliver_limit(
+            path, bus, {**limit, "kind": "key", "id": made["id"]}, online=online)}
+    _print(args, made,
+           f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']})\n"
+           f"{made['key']}\n(this is the only time the key is shown)")
+    return 0
+
+
+def _expiry(args: argparse.Namespace, now: float) -> float | None:
+    """When the new key expires (None: never). Raises ValueError naming the option."""
+    try:
+        if args.expires_in:
+            return now + parse_duration(args.expires_in)
+        return parse_instant(args.expires_at) if args.expires_at else None
+    except ValueError as exc:
+        option = "--expires-in" if args.expires_in else "--expires-at"
+        raise ValueError(f"{option}: {exc}") from None
+
+
+async def _list(args: argparse.Namespace) -> int:
+    path, bus = _target(args)
+    try:
+        rows: list[dict[str, Any]] = (await _owner(path, bus, "list", {}))["data"]
+    except _NoGatewayError:
+        from gateway.cli import keys_offline as cli_keys_offline
+
+        rows = await cli_keys_offline.listing(path)
+    lines = [_LIST_ROW.format(r["id"], f"{r['prefix']}…", f"{r['org']}/{r['user']}", r["role"],
+                              r["status"]) for r in rows]
+    header = _LIST_ROW.format("id", "prefix", "org/user", "role", "status")
+    _print(args, rows, "\n".join([header, *lines]) if lines else "no keys")
+    return 0
+
+
+async def _revoke(args: argparse.Namespace) -> int:
+    path, bus = _target(args)
+    try:
+        revoked = await _owner(path, bus, "revoke", {"id": args.key_id})
+    except _NoGatewayError:
+        from gateway.cli import keys_offline as cli_keys_offline
+
+        found = await cli_keys_offline.revoke(path, args.key_id)
+        if found is None:
+            sys.stderr.write(f"llmgw keys: no key {args.key_id!r}\n")
+            return 1
+        revoked, key_hash = found
+        await _announce(bus, ApiKeyRevoked(key_hash=key_hash))
+    _print(args, revoked, f"revoked {revoked['id']}")
+    return 0

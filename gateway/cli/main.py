@@ -1,0 +1,117 @@
+"""``llmgw``: the command-line entry point.
+
+Each subcommand lives in its own module exposing ``register(subparsers)`` (adds its parser
+and sets ``func``) so commands stay independent: ``serve`` here; others are listed in
+``_COMMAND_MODULES``. ``func(args) -> int`` returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from gateway.process.config import ConfigError
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+logger = logging.getLogger("llmgw")
+
+# Modules with register(subparsers); each adds one or more subcommands.
+_COMMAND_MODULES: tuple[str, ...] = (
+    "gateway.cli.admin",
+    "gateway.cli.events",
+    "gateway.cli.keys",
+    "gateway.cli.logs",
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="llmgw", description="LLM routing gateway")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for serve, "
+                                       "WARNING for the operator commands)")
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="YAML config file (default: the bundled demo config)")
+    serve.add_argument("--host", help="listen address (default: server.host, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port; 0 picks a free one (default 8080)")
+    serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
+    serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
+    serve.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
+                       help="event loop (default uvloop)")
+    serve.set_defaults(func=_serve)
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse arguments and run the command; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    _configure_logging(args)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`llmgw logs | head`): stop quietly, and keep the interpreter's
+        # final flush of stdout from failing again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    serving = args.command == "serve"
+    logging.basicConfig(
+        level=(args.log_level or ("INFO" if serving else "WARNING")).upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if not serving and args.log_level is None:
+        # An operator command reports a bus it cannot reach in its own one line; the bus's
+        # reconnect warnings would only repeat it.
+        logging.getLogger("bus").setLevel(logging.ERROR)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from gateway.process.serve import ListenError, ServeOptions, load_serving_config, run
+
+    try:
+        config = load_serving_config(args.config, args.role)
+    except ConfigError as exc:
+        sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
+        return 2
+
+    opts = ServeOptions(
+        host=args.host or config.server.host,
+        port=config.server.port if args.port is None else args.port,
+        bus_url=args.bus or config.bus.url,
+        role=args.role,
+        config_path=args.config,
+    )
+    if opts.role != "all" and opts.bus_url.startswith("inproc://"):
+        sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
+        return 2
+    try:
+        return run_loop(run(config, opts, own_process=True), args.loop)
+    except ListenError as exc:
+        sys.stderr.write(f"llmgw: {exc}\n")
+        return 2
+
+
+def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:
+    """Run ``main`` on uvloop (measured faster: tests/benchmarks/) or asyncio's own loop."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

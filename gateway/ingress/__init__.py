@@ -1,0 +1,17 @@
+"""The ingress: one request's way from the ASGI call to the answer.
+
+The ASGI app (``app``), the request and answer helpers (``request``), the HTTP/1.1
+edge under it (``http_edge``), the client surfaces (``surfaces``), the public models a
+request may be served by (``targets``), the failover loop (``dispatch``), per-request
+accounting, affinity identity, the error table, metrics, the operator endpoints the
+ingress serves besides inference (``operations``) and ``GET /events``
+(``event_stream``). Imports ``bus``, ``schemas`` and gateway's own packages, never
+``actors``.
+
+Also here: ``admission``, ``capacity_health``, ``errors``, ``hedging``, ``leases``.
+"""
+
+from __future__ import annotations
+
+# Its modules are imported by name; nothing is re-exported here.
+__all__: list[str] = []

@@ -1,0 +1,324 @@
+"""Admission at the ingress: ask the limits' owner whether a request may start, beside routing.
+
+:class:`Admission` holds this ingress's view of which subjects are limited (``LimitsState``
+from the LimitsActor: a get at start, then its events), so a caller without any limit costs
+nothing. For a limited caller :meth:`Admission.begin` sends ``AdmitRequest`` at once and
+returns a :class:`Ticket`; the routing request runs meanwhile, and :meth:`Ticket.decide`
+waits for the verdict (one bus round trip in parallel, not in series). A refused request
+never reaches an upstream and is never an endpoint's failure.
+
+Every admitted lease is renewed while its request runs (one ``LimitRenew`` per ingress every
+third of ``limits.lease_ttl_seconds``, when the view is also re-read to mend a lost event)
+and settled when it ends (``LimitSettle`` with the tokens and cost its attempts really used,
+whatever way it ended: plain, streamed, cut or cancelled). No answer within
+``limits.decision_timeout_seconds``: 503 with ``Retry-After`` (fail closed, the default) or,
+with ``limits.fail_open``, the request runs and its settle is owed to the owner: kept (up to
+:data:`OWED_MAX`) and sent as a request until the owner acknowledges it, so it is counted
+when the owner is back. A limit is never counted in this process alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import socket
+from collections import deque
+from typing import TYPE_CHECKING
+
+import anyio
+
+from gateway.auth.gate import follow, unfollow
+from gateway.ingress.errors import DEFAULT_RETRY_AFTER_S
+from schemas import (
+    BudgetExceededError,
+    GatewayError,
+    LimitsUnavailableError,
+    RateLimitedError,
+    raise_for_reply,
+    subjects,
+)
+from schemas.limits import (
+    AdmitReply,
+    AdmitRequest,
+    LimitRenew,
+    LimitSettle,
+    LimitsGet,
+    LimitsState,
+)
+from schemas.pricing import cost_usd
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.auth.gate import Caller
+    from gateway.ingress.request import HttpRequest
+    from schemas import Observation
+    from schemas.config import GatewayConfig, ModelConfig
+    from schemas.limits import LimitSpec
+
+logger = logging.getLogger(__name__)
+
+_GET_TIMEOUT_S = 2.0
+OWED_MAX = 10_000
+"""Fail-open settles this ingress keeps for an unreachable owner (the oldest are dropped,
+and counted in the log, past this)."""
+
+
+def caller_subjects(caller: Caller) -> tuple[str, ...]:
+    """The subjects a caller's limits attach to (none for an anonymous or bootstrap caller)."""
+    if caller.key_hash is None or not caller.key_id or caller.key_id == "bootstrap-admin":
+        return ()
+    out = [f"key:{caller.key_id}"]
+    if caller.org:
+        out.append(f"org:{caller.org}")
+        if caller.user:
+            out.append(f"user:{caller.org}/{caller.user}")
+    return tuple(out)
+
+
+def reservation(model: ModelConfig | None, body: dict[str, object] | None, prompt_tokens: int,
+                default_max_tokens: int) -> tuple[int, float]:
+    """(tokens, USD) to reserve: the prompt estimate plus ``max_tokens`` (or the default;
+    none without a ``body``: embeddings complete nothing), priced at the model's dearest
+    route (0 USD when the model is not known yet: a steered request's model is chosen
+    later)."""
+    completion = 0
+    if body is not None:
+        asked = body.get("max_completion_tokens") or body.get("max_tokens")
+        completion = asked if isinstance(asked, int) and asked > 0 else default_max_tokens
+    cost = 0.0
+    if model is not None:
+        cost = max((cost_usd(r.pricing, prompt_tokens=prompt_tokens,
+                             completion_tokens=completion) for r in model.route), default=0.0)
+    return prompt_tokens + completion, cost
+
+
+def _seconds(value: float | None) -> bytes:
+    return f"{max(0, math.ceil(value or 0))}s".encode()
+
+
+def rate_headers(reply: AdmitReply) -> list[tuple[bytes, bytes]]:
+    """The ``x-ratelimit-*`` headers of a verdict (the axes the caller is limited on)."""
+    out = []
+    if reply.limit_requests is not None:
+        out += [(b"x-ratelimit-limit-requests", str(reply.limit_requests).encode()),
+                (b"x-ratelimit-remaining-requests", str(reply.remaining_requests).encode()),
+                (b"x-ratelimit-reset-requests", _seconds(reply.reset_requests))]
+    if reply.limit_tokens is not None:
+        out += [(b"x-ratelimit-limit-tokens", str(reply.limit_tokens).encode()),
+                (b"x-ratelimit-remaining-tokens", str(reply.remaining_tokens).encode()),
+                (b"x-ratelimit-reset-tokens", _seconds(reply.reset_tokens))]
+    return out
+
+
+class Ticket:
+    """One limited request's lease: its verdict, what its attempts used, its settlement."""
+
+    __slots__ = ("_admission", "_cost", "_decided", "_held", "_open", "_req", "_request",
+                 "_task", "_tokens")
+
+    def __init__(self, admission: Admission, req: HttpRequest, request: AdmitRequest) -> None:
+        self._admission = admission
+        self._req = req
+        self._request = request
+        self._task = asyncio.ensure_future(admission.ask(request))
+        self._decided = False
+        self._held = False  # the owner holds a lease for this request
+        self._open = False  # admitted without the owner's answer (fail open)
+        self._tokens = 0
+        self._cost = 0.0
+
+    async def decide(self) -> None:
+        """Wait for the verdict. Raises RateLimitedError or BudgetExceededError (refused),
+        LimitsUnavailableError (no answer in time, failing closed)."""
+        if self._decided:
+            return
+        self._decided = True
+        try:
+            reply = await self._task
+        except GatewayError as exc:
+            if self._admission.settings.fail_open:
+                logger.warning("limits: owner unreachable (%s); admitting %s (fail open)",
+                               exc.message, self._request.request_id)
+                self._open = True
+                return
+            raise LimitsUnavailableError(
+                "the gateway could not check this key's limits in time; retry shortly",
+                retry_after=DEFAULT_RETRY_AFTER_S) from None
+        self._req.extra_headers = rate_headers(reply)
+        if reply.admitted:
+            self._held = True
+            self._admission.running[self._request.request_id] = self
+            return
+        if reply.code == "budget_exceeded":
+            raise BudgetExceededError(reply.message, retry_after=reply.retry_after,
+                                      status=self._admission.settings.budget_status)
+        raise RateLimitedError(reply.message, retry_after=reply.retry_after)
+
+    def attempted(self, obs: Observation) -> None:
+        """Count one attempt's usage toward the settlement."""
+        self._tokens += obs.billed_tokens
+        self._cost += obs.cost_usd
+
+    async def finish(self) -> None:
+        """Settle the lease (or count the fail-open request); never raises."""
+        with anyio.CancelScope(shield=True):
+            if not self._decided:  # the request failed before its verdict was needed
+                try:
+                    await self.decide()
+                except GatewayError:
+                    pass
+                except Exception:  # a settle must never fail the request's answer
+                    logger.exception("limits: verdict of %s unreadable",
+                                     self._request.request_id)
+            self._admission.running.pop(self._request.request_id, None)
+            if not (self._held or self._open):
+                return
+            r = self._request
+            done = LimitSettle(request_id=r.request_id, subjects=r.subjects, role=r.role,
+                               tokens=self._tokens, cost_usd=self._cost, unadmitted=self._open)
+            if self._open:
+                self._admission.owe(done)
+            else:
+                await self._admission.publish(subjects.LIMITS_SETTLE, done)
+
+
+class Admission:
+    """This ingress's side of limits (see the module docstring). Owns the limits view, the
+    running leases and their renewal."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self.settings = config.limits
+        self._limits: dict[str, LimitSpec] = {}
+        self._roles: frozenset[str] = frozenset()
+        self._loaded = False
+        self.running: dict[str, Ticket] = {}
+        self.ingress = f"{socket.gethostname()}-{os.getpid()}-{id(self):x}"
+        self._follow: asyncio.Task[None] | None = None
+        self._renewer: asyncio.Task[None] | None = None
+        self._owed: deque[LimitSettle] = deque()
+        self._paying: asyncio.Task[None] | None = None
+        self.owed_dropped = 0
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Use ``config``'s ``limits:`` settings from the next request on."""
+        self.settings = config.limits
+
+    async def start(self) -> None:
+        """Follow the owner's limits and start renewing leases."""
+        self._follow = await follow(self._bus, subjects.LIMITS_STATE, self._on_message,
+                                    name="limits-view")
+        await self.refresh()
+        self._renewer = asyncio.create_task(self._renew(), name="limits-renew")
+
+    async def aclose(self) -> None:
+        """Stop following and renewing."""
+        await unfollow(self._follow)
+        self._follow = None
+        for task in (self._renewer, self._paying):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._renewer = self._paying = None
+
+    async def refresh(self, timeout: float = _GET_TIMEOUT_S) -> None:
+        """Load the limits from their owner (kept as they were when it does not answer)."""
+        try:
+            state = await self._bus.request(subjects.LIMITS_GET, LimitsGet(),
+                                            reply_type=LimitsState, timeout=timeout)
+        except GatewayError as exc:
+            if not self._loaded:
+                logger.warning("limits: could not load the limits (%s); asking the owner "
+                               "for every keyed request until it answers", exc.message)
+            return
+        if isinstance(state, LimitsState):
+            self._apply(state)
+
+    async def _on_message(self, msg: object) -> None:
+        if isinstance(msg, LimitsState):
+            self._apply(msg)
+
+    def _apply(self, state: LimitsState) -> None:
+        self._limits = dict(state.limits)
+        self._roles = frozenset(s[5:] for s in state.limits if s.startswith("role:"))
+        self._loaded = True
+
+    def limited(self, caller: Caller) -> tuple[str, ...]:
+        """The caller's subjects when any may be limited, else () (no check needed). Until
+        the view is loaded, every keyed caller may be."""
+        found = caller_subjects(caller)
+        if not found or not self._loaded or caller.role in self._roles:
+            return found
+        return found if any(s in self._limits for s in found) else ()
+
+    def begin(self, req: HttpRequest, caller: Caller, request_id: str,
+              model: ModelConfig | None, body: dict[str, object] | None,
+              prompt_tokens: int) -> Ticket | None:
+        """Send the admission request now (its answer is awaited by ``Ticket.decide``);
+        None for a caller without limits."""
+        found = self.limited(caller)
+        if not found:
+            return None
+        tokens, cost = reservation(model, body, prompt_tokens, self.settings.default_max_tokens)
+        return Ticket(self, req, AdmitRequest(request_id=request_id, ingress=self.ingress,
+                                              subjects=found, role=caller.role, tokens=tokens,
+                                              cost_usd=cost))
+
+    async def ask(self, request: AdmitRequest) -> AdmitReply:
+        """The owner's verdict. Raises GatewayError (no responders, timeout, a refusal)."""
+        return raise_for_reply(await self._bus.request(
+            subjects.LIMITS_ADMIT, request, reply_type=AdmitReply,
+            timeout=self.settings.decision_timeout_seconds))
+
+    async def publish(self, subject: str, msg: LimitSettle | LimitRenew) -> None:
+        """Fire-and-forget; a lost settle is released by the lease's TTL."""
+        try:
+            await self._bus.publish(subject, msg)
+        except GatewayError as exc:
+            logger.warning("limits: %s not published: %s", type(msg).__name__, exc)
+
+    def owe(self, done: LimitSettle) -> None:
+        """Keep a fail-open request's settle until the owner acknowledges it."""
+        if len(self._owed) >= OWED_MAX:
+            self._owed.popleft()
+            self.owed_dropped += 1
+            logger.error("limits: %d fail-open requests could not be counted (the owner "
+                         "stayed unreachable)", self.owed_dropped)
+        self._owed.append(done)
+        self._pay()
+
+    @property
+    def owed(self) -> int:
+        """Fail-open settles not yet acknowledged by the owner."""
+        return len(self._owed)
+
+    def _pay(self) -> None:
+        if self._paying is None or self._paying.done():
+            self._paying = asyncio.create_task(self._pay_owed(), name="limits-owed")
+
+    async def _pay_owed(self) -> None:
+        """Send owed settles, oldest first, until one is not acknowledged (retried at the
+        next renewal tick)."""
+        while self._owed:
+            try:
+                await self._bus.request(subjects.LIMITS_SETTLE, self._owed[0],
+                                        reply_type=AdmitReply,
+                                        timeout=self.settings.decision_timeout_seconds)
+            except GatewayError:
+                return
+            self._owed.popleft()
+
+    async def _renew(self) -> None:
+        while True:
+            await anyio.sleep(self.settings.lease_ttl_seconds / 3)
+            if self.running:
+                await self.publish(subjects.LIMITS_RENEW, LimitRenew(
+                    ingress=self.ingress, request_ids=tuple(self.running)))
+            if self._owed:
+                self._pay()
+            # The state events keep the view current; this re-read mends a lost one.
+            await self.refresh(min(_GET_TIMEOUT_S, self.settings.lease_ttl_seconds / 3))

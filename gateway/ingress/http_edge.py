@@ -1,0 +1,163 @@
+"""The HTTP/1.1 connection layer under the ingress: what Hypercorn's h11 protocol lets through
+that the ASGI app cannot see.
+
+:class:`EdgeH11Protocol` (installed by :func:`install`) refuses, before the app runs and
+then closing the connection:
+
+- a request framed both by ``Content-Length`` and ``Transfer-Encoding`` (RFC 9112 §6.3: the
+  bytes a front end counts as body would be read here as a further, smuggled request);
+- an HTTP version other than 1.x (h11 parses any ``HTTP/d.d``);
+- a method not in upper case (methods are case-sensitive; Hypercorn would upper-case it).
+
+It answers those refusals and the server's own errors (h11's 400, 431, 501) in the caller's
+API shape, Anthropic's on ``/v1/messages…`` and OpenAI's elsewhere, with an ``x-request-id``.
+And it closes a keep-alive connection as soon as the client ends it: Hypercorn alone leaves
+it in CLOSE-WAIT until ``keep_alive_timeout``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+import h11
+import hypercorn.protocol
+from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
+
+from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+
+logger = logging.getLogger(__name__)
+
+_SERVER_ERRORS = {
+    400: ("malformed HTTP request", "invalid_request"),
+    431: ("the request's header fields are too large", "request_too_large"),
+    501: ("only Transfer-Encoding: chunked is supported", "invalid_request"),
+}
+
+
+def refusal(request: h11.Request) -> tuple[int, str] | None:
+    """Why ``request`` is refused before the app sees it (status, message), or None."""
+    if request.method == b"PRI" and request.target == b"*" and request.http_version == b"2.0":
+        return None  # HTTP/2 with prior knowledge: Hypercorn switches protocol
+    if not request.http_version.startswith(b"1."):
+        version = request.http_version.decode("ascii")
+        return 505, f"HTTP/{version} is not supported: use HTTP/1.1"
+    if not request.method.isupper():
+        method = request.method[:32].decode("ascii")
+        return 400, f"the method {method!r} is not served: methods are upper-case"
+    length = coding = False
+    for name, _ in request.headers:  # names come lower-cased
+        if name == b"content-length":
+            length = True
+        elif name == b"transfer-encoding":
+            coding = True
+    if length and coding:
+        return 400, "a request with both Content-Length and Transfer-Encoding is refused"
+    return None
+
+
+def surface_of(target: bytes) -> Surface:
+    """The API shape an answer to a request for ``target`` takes."""
+    if target.startswith(b"/v1/messages"):
+        return MESSAGES
+    if target.startswith(b"/v1/responses"):
+        return RESPONSES
+    return CHAT
+
+
+class _Refused(H11WSConnection):
+    """Stands in for the h11 connection once a request is refused: it parses nothing more,
+    so no request behind the refused one is ever served (as Hypercorn's own stand-in does
+    for a WebSocket's bytes)."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def receive_data(self, data: bytes) -> None:
+        pass
+
+    def next_event(self) -> type[h11.NEED_DATA]:
+        return h11.NEED_DATA
+
+    def send(self, event: object) -> bytes:
+        return b""
+
+
+class EdgeH11Protocol(H11Protocol):
+    """Hypercorn's HTTP/1.1 protocol with the refusals, error bodies and prompt close this
+    module describes."""
+
+    _head: bytes | None = None  # the first bytes of the request being read (for its path)
+    _refused: tuple[int, str] | None = None  # why the request being read is refused
+
+    async def handle(self, event: Event) -> None:
+        if isinstance(event, RawData):
+            if self.stream is None and self._head is None:
+                self._head = event.data
+        elif isinstance(event, Closed) and self.stream is None:
+            # The client ended an idle connection: close ours now (Hypercorn would keep it
+            # until its idle timer fires).
+            await self.send(Closed())
+            return
+        await super().handle(event)
+
+    async def _check_protocol(self, event: h11.Request) -> None:
+        # Hypercorn calls this, then _create_stream, for each request: a refused request is
+        # neither upgraded (h2c) nor served.
+        self._refused = refusal(event)
+        if self._refused is None:
+            await super()._check_protocol(event)
+
+    async def _create_stream(self, request: h11.Request) -> None:
+        self._head = None
+        if self._refused is None:
+            await super()._create_stream(request)
+            return
+        status, message = self._refused
+        await self._answer_error(status, message, "invalid_request", request.target)
+        self.connection = _Refused()
+        await self.send(Closed())
+
+    async def _send_error_response(self, status_code: int) -> None:
+        # h11 could not parse the request (Hypercorn sends a bodiless answer and closes).
+        message, code = _SERVER_ERRORS.get(status_code, _SERVER_ERRORS[400])
+        await self._answer_error(status_code, message, code, self._target())
+
+    def _target(self) -> bytes:
+        """The request-target of the request that failed, as far as it is known."""
+        scope = getattr(self.stream, "scope", None)
+        if scope is not None:
+            return bytes(scope["raw_path"])
+        parts = (self._head or b"").split(b" ", 2)
+        return parts[1] if len(parts) > 1 else b""
+
+    async def _answer_error(self, status: int, message: str, code: str, target: bytes) -> None:
+        request_id = f"edge-{uuid.uuid4().hex[:16]}"
+        logger.debug("refused a request (%d %s) as %s", status, message, request_id)
+        body = surface_of(target).error_body(status, message, code, None)
+        await self._send_h11_event(
+            h11.Response(
+                status_code=status,
+                headers=[
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                    (b"x-request-id", request_id.encode()),
+                    *self.config.response_headers("h11"),
+                ],
+            )
+        )
+        await self._send_h11_event(h11.Data(data=body))
+        await self._send_h11_event(h11.EndOfMessage())
+
+
+def install() -> None:
+    """Serve HTTP/1.1 with :class:`EdgeH11Protocol` from now on, in this process. Raises
+    RuntimeError if this Hypercorn's protocol lacks what the subclass hooks into."""
+    hooks = ("handle", "_check_protocol", "_create_stream", "_send_error_response")
+    for hook in (*hooks, "_send_h11_event"):
+        if not hasattr(H11Protocol, hook):
+            raise RuntimeError(f"unsupported Hypercorn version: H11Protocol has no {hook}")
+    # ProtocolWrapper picks the HTTP/1.1 protocol by this module-level name per connection.
+    hypercorn.protocol.H11Protocol = EdgeH11Protocol  # type: ignore[attr-defined]

@@ -1,0 +1,60 @@
+"""Who is calling, for affinity: the spec's ``derive_affinity_key``, first match wins.
+
+1. an authenticated caller: ``key:<hash of its API key>``;
+2. a caller presenting an inference grant (``X-Inference-Grant``): ``grant:<id>``;
+3. an anonymous caller: ``ip:<address>``, IPv6 folded to its /64 so rotating privacy
+   addresses stay on one backend. ``X-Forwarded-For`` is believed only when
+   ``TRUST_PROXY_HEADERS=1`` (``routing.trust_proxy_headers``).
+
+The key travels in every RouteRequest, is an affinity table's key in the model's actor and
+reaches the request log (hashed), so what a client chose of it is cut to a bound: a grant to
+:data:`MAX_GRANT_CHARS`, an address to :data:`MAX_ADDRESS_CHARS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.ingress.request import HttpRequest
+
+MAX_GRANT_CHARS = 128
+MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone id fits; garbage is cut
+
+
+@functools.lru_cache(maxsize=4096)
+def fold_address(addr: str) -> str:
+    """An IPv4 address as is; an IPv6 address as its /64 network. Cached: it runs for every
+    anonymous request, and parsing an address is a measurable share of the hot path."""
+    try:
+        ip = ipaddress.ip_address(addr)
+    except ValueError:
+        return addr
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+def client_address(req: HttpRequest, *, trust_proxy_headers: bool) -> str:
+    """The caller's address: the first X-Forwarded-For hop if trusted, else the peer."""
+    if trust_proxy_headers:
+        forwarded = req.header("x-forwarded-for")
+        if forwarded:
+            first = forwarded.split(",", 1)[0].strip()
+            if first:
+                return first[:MAX_ADDRESS_CHARS]
+    return req.client_host()
+
+
+def affinity_key(req: HttpRequest, *, key_hash: str | None, trust_proxy_headers: bool) -> str:
+    """The affinity key of this request (see the module docstring)."""
+    if key_hash:
+        return f"key:{key_hash}"
+    grant = req.header("x-inference-grant")
+    if grant:
+        return f"grant:{grant.strip()[:MAX_GRANT_CHARS]}"
+    return f"ip:{fold_address(client_address(req, trust_proxy_headers=trust_proxy_headers))}"

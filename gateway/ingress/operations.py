@@ -1,0 +1,112 @@
+"""What an operator gets from an ingress besides inference: :class:`IngressOps`.
+
+One per app: the per-request accounting the app wraps its inference routes with, ``GET /metrics``,
+``GET /events`` (SSE, admins), the HTTP admin API ``/admin/<area>/<verb>`` (admins), and
+:meth:`IngressOps.run`, the background work — following config changes and counting operator
+events for the metrics. (The process-level side is ``gateway.process.control``.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import msgspec
+
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
+from gateway.admin.http import PREFIX as ADMIN_PREFIX
+from gateway.auth.admin_access import is_admin, requested_by
+from gateway.ingress.accounting import Accounting
+from gateway.ingress.event_stream import kinds_of, stream_events
+from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
+from schemas import UnauthorizedError, subjects
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.ingress.request import HttpRequest
+    from gateway.process.reload import ConfigFollower
+    from schemas.config import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[["HttpRequest"], Awaitable[None]]
+
+# Operator events the metrics count; not ``decision`` (one per request, every ingress's).
+COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin",
+                 "budget", "limits")
+_SURFACES = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings",
+             "/v1/responses": "responses", "/v1/messages": "messages"}
+_SCRAPE_TIMEOUT_S = 2.0
+_encode = msgspec.json.Encoder().encode
+
+
+class IngressOps:
+    """Owns the ingress's metrics, accounting and operator routes."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
+        self.metrics = GatewayMetrics()
+        self.accounting = Accounting(bus, self.metrics, decisions=config.events.decisions)
+        self.follower: ConfigFollower | None = None
+        # area -> what this ingress does once a command of that area succeeded through it
+        self.after_admin: dict[str, Callable[[], Awaitable[None]]] = {}
+
+    def routes(self) -> dict[tuple[str, str], Handler]:
+        """Exact operator routes: ``GET /metrics``, ``GET /events``."""
+        return {("GET", "/metrics"): self._metrics, ("GET", "/events"): self._events}
+
+    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
+        """The ``/admin/<area>/<verb>`` catch-all (try every other admin prefix first)."""
+        return {("POST", ADMIN_PREFIX): self._admin, ("GET", ADMIN_PREFIX): self._admin}
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Follow a reloaded config."""
+        self._config = config
+        self.accounting.decisions = config.events.decisions
+
+    async def run(self, follower: ConfigFollower) -> None:
+        """Follow config changes with ``follower`` and count operator events, until
+        cancelled. Raises BusClosedError when the bus ends a subscription."""
+        self.follower = follower
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.follower.follow, self._bus)
+            for kind in COUNTED_KINDS:
+                tg.start_soon(self._count, kind)
+
+    async def _count(self, kind: str) -> None:
+        async with self._bus.subscribe(subjects.event(kind)) as sub:
+            async for env in sub:
+                self.metrics.count_event(env.subject, env.message)
+
+    # -- routes -------------------------------------------------------------------------
+
+    async def _metrics(self, req: HttpRequest) -> None:
+        body = await self.metrics.render(self._bus, _SCRAPE_TIMEOUT_S)
+        await req.start(200, [(b"content-type", CONTENT_TYPE.encode()),
+                              (b"content-length", str(len(body)).encode())])
+        await req.chunk(body, more=False)
+
+    def _require_admin(self, req: HttpRequest) -> None:
+        if not is_admin(req, self._config):
+            raise UnauthorizedError("this endpoint needs the admin key (Authorization: Bearer)")
+
+    async def _events(self, req: HttpRequest) -> None:
+        self._require_admin(req)
+        await stream_events(req, self._bus, kinds_of(req))
+
+    async def _admin(self, req: HttpRequest) -> None:
+        self._require_admin(req)
+        area, verb = command_of(req)
+        result = await admin_request(self._bus, area, verb, await args_of(req),
+                                     by=requested_by(req), timeout=ADMIN_TIMEOUT_S)
+        if (area, verb) == ("config", "reload") and self.follower is not None:
+            # Answer only once this ingress serves the new config, so a client that
+            # reloads and then asks for a new model is never refused by this process.
+            self.follower.sync(str(result.get("version", "")) or None)
+        follow_up = self.after_admin.get(area)
+        if follow_up is not None:
+            await follow_up()
+        await req.respond(200, _encode(result))

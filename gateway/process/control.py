@@ -1,0 +1,112 @@
+"""The operator side of a gateway process, wired by ``gateway.process.serve`` (the actors' side,
+the events stream and the ConfigActor, is ``gateway.process.actor_host``; nothing here imports
+``actors``).
+
+- :func:`start_ingress_ops` (processes serving HTTP): the app's background operations —
+  following ``ConfigChanged`` and counting operator events.
+- :func:`sighup_handler`: SIGHUP reloads the config, through the ConfigActor where this
+  process runs the actors, else by re-reading the ingress's own file.
+
+Both sides load the config file with :func:`load_versioned`: the same validation, and the same
+message for a broken file, as at startup (the ConfigActor's side also validates routers with
+the strategies; an ingress checks their shape only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import logging
+import signal
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gateway.admin.http import admin_request
+from gateway.process.config import DEMO_CONFIG, ConfigError, RouterCheck, load_config
+from gateway.process.reload import ConfigFollower
+from schemas import GatewayError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bus import Bus
+    from gateway.ingress.app import GatewayApp
+    from schemas.config import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+EVENTS_STREAM = "LLMGW_EVENTS"
+_RELOAD_TIMEOUT_S = 30.0
+
+
+def config_version(path: str | None) -> str:
+    """A short hash of the config file's text ("" when it cannot be read)."""
+    try:
+        if path is None:
+            text = resources.files("gateway").joinpath(DEMO_CONFIG).read_text()
+        else:
+            text = Path(path).read_text()
+    except OSError:
+        return ""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def load_versioned(path: str | None, *,
+                   routers: RouterCheck | None = None) -> tuple[GatewayConfig, str]:
+    """The validated config at ``path`` (``routers``: as ``load_config``) and its version.
+
+    Raises InvalidRequestError carrying startup's ConfigError message.
+    """
+    try:
+        config = load_config(path, routers=routers)
+    except ConfigError as exc:
+        raise InvalidRequestError(str(exc)) from None
+    return config, config_version(path)
+
+
+def start_ingress_ops(bus: Bus, app: GatewayApp, config_path: str | None) -> asyncio.Task[None]:
+    """Run the app's background operations in a task (cancel it to stop)."""
+    follower = ConfigFollower(app, functools.partial(load_versioned, config_path),
+                              config_version(config_path))
+    task = asyncio.create_task(app.ops.run(follower), name="llmgw:ingress-ops")
+    task.add_done_callback(_report)
+    return task
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("ingress operations stopped (config changes are no longer followed): %r",
+                     task.exception())
+
+
+def install_sighup(callback: Callable[[], None]) -> None:
+    """Call ``callback`` on SIGHUP (where the platform has it)."""
+    with contextlib.suppress(NotImplementedError, AttributeError):
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, callback)
+
+
+def sighup_handler(bus: Bus, app: GatewayApp | None, *, actors: bool) -> Callable[[], None]:
+    """The SIGHUP callback: reload through the ConfigActor (``actors``), else locally."""
+    pending: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        try:
+            result = await admin_request(bus, "config", "reload", by="sighup",
+                                         timeout=_RELOAD_TIMEOUT_S)
+        except GatewayError as err:
+            logger.error("SIGHUP: config reload refused: %s", err.message)
+            return
+        logger.info("SIGHUP: config reloaded: version %s", result.get("version"))
+
+    def on_signal() -> None:
+        if actors:
+            task = asyncio.get_running_loop().create_task(reload())
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        elif app is not None and app.ops.follower is not None:
+            app.ops.follower.sync()
+
+    return on_signal

@@ -1,0 +1,107 @@
+"""The background prober: re-validates a benched route or a muted credential with one tiny
+request.
+
+An EndpointActor (a benched route) or a KeyPoolActor (a muted credential) publishes
+``ProbeDue`` (queue group ``probers``, so one prober takes each); the prober sends a one-token
+chat completion with that credential (a route's probe: its first declared one) and publishes
+the ``ProbeResult``, naming the credential it used, to both owners on the endpoint's
+``probe_result`` subject: a success lifts the bench and that credential's mute together; a
+failure re-benches the route (its own probe) or re-mutes the credential. It runs beside the
+actors (which never do upstream I/O), in the process that owns them. A probe of a quota or
+concurrency route takes a lease like any request; with none free it is skipped (the route
+stays benched; its owner schedules the next probe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from gateway.ingress.leases import LeaseKeeper
+from schemas import GatewayError, ProbeDue, ProbeResult, UpstreamError, subjects
+
+if TYPE_CHECKING:
+    from bus import Bus
+    from gateway.adapters.base import Adapter
+    from gateway.auth.provider_secrets import ProviderSecrets
+    from gateway.ingress.dispatch import Targets
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_SECONDS = 15.0
+_PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "stream": False}
+
+
+class BenchProber:
+    """Owns nothing but its subscription; each probe is independent."""
+
+    def __init__(self, bus: Bus, adapters: dict[str, Adapter], targets: Targets,
+                 leases: LeaseKeeper | None = None,
+                 secrets: ProviderSecrets | None = None) -> None:
+        self._bus = bus
+        self._adapters = adapters
+        self._targets = targets
+        self._leases = leases or LeaseKeeper(bus, 30.0, "prober")
+        self._secrets = secrets  # the grants ``targets`` reads database keys' secrets from
+
+    def retarget(self, targets: Targets) -> None:
+        """Resolve routes from ``targets`` from the next probe on (a reload)."""
+        self._targets = targets
+
+    async def probe(self, due: ProbeDue) -> ProbeResult:
+        """Send the tiny request for ``due``; never raises for an upstream failure."""
+        result = functools.partial(ProbeResult, endpoint=due.endpoint,
+                                   credential_id=due.credential_id or due.candidate.credential_id,
+                                   credential_only=bool(due.credential_id))
+        adapter = self._adapters.get(due.candidate.kind)
+        if adapter is None:
+            return result(ok=False, detail="no adapter")
+        cid = due.credential_id
+        candidate = msgspec.structs.replace(due.candidate, credential_id=cid) if cid \
+            else due.candidate
+        if self._secrets is not None:
+            await self._secrets.ensure_credential(candidate.credential_id)
+        target = self._targets.resolve(candidate)
+        body = {"model": due.candidate.upstream_model or due.model, **_PING}
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
+                await adapter.complete(target, body)
+        except UpstreamError as err:
+            ok = not err.counts_against_endpoint  # a 4xx still proves the route answers
+            return result(ok=ok, detail=err.message[:200])
+        except TimeoutError:
+            return result(ok=False, detail="timed out")
+        return result(ok=True)
+
+    async def handle(self, due: ProbeDue) -> ProbeResult | None:
+        """Probe for ``due`` under a capacity lease when its route needs one, and publish the
+        result; None when the route's pool has nothing free (the probe is skipped)."""
+        leased = due.candidate
+        if leased.pool:
+            got = await self._leases.acquire(leased, f"probe:{due.endpoint}")
+            if got is None:
+                logger.info("background probe of %s skipped: no capacity free", due.endpoint)
+                return None
+            leased = got
+        try:
+            result = await self.probe(due)
+        finally:
+            await self._leases.release(leased)
+        logger.info("background probe of %s: %s", result.endpoint,
+                    "ok" if result.ok else f"failed ({result.detail})")
+        try:
+            await self._bus.publish(subjects.endpoint_probe_result(result.endpoint), result)
+        except GatewayError as exc:
+            logger.warning("probe result not published: %s", exc)
+        return result
+
+    async def run(self) -> None:
+        """Serve ProbeDue events until cancelled."""
+        async with self._bus.subscribe(subjects.PROBE_DUE, queue="probers") as sub:
+            async for env in sub:
+                if isinstance(env.message, ProbeDue):
+                    await self.handle(env.message)

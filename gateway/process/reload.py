@@ -1,0 +1,105 @@
+"""Config reload, ingress side.
+
+An ingress follows ``ConfigChanged`` (``llmgw.events.config``): it re-reads and validates its
+own config file, validated exactly as at startup, and swaps the app's config atomically
+(``GatewayApp.reconfigure``). A file that does not validate is refused whole — logged with
+startup's message — and the running config stays. Requests in flight keep the model and plan
+they started with; :class:`FallbackTargets` keeps resolving the endpoints and credentials a
+reload removed, so their attempts still reach the upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.ingress.dispatch import NO_SECRETS, SecretSource, Targets
+from schemas import ConfigChanged, GatewayError, subjects
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bus import Bus
+    from gateway.adapters.base import UpstreamTarget
+    from schemas import RouteCandidate
+    from schemas.config import GatewayConfig
+    from schemas.pricing import Pricing
+
+logger = logging.getLogger(__name__)
+
+
+class FallbackTargets(Targets):
+    """Targets of the new config that still resolve, from the previous one, the endpoints
+    and credentials a reload removed (for requests planned before the swap)."""
+
+    def __init__(self, config: GatewayConfig, previous: Targets,
+                 runtime: SecretSource = NO_SECRETS) -> None:
+        super().__init__(config, runtime)
+        self._known = {e for m in config.models for e in m.endpoint_ids()}
+        self._previous = previous
+
+    def pricing(self, endpoint: str) -> Pricing | None:
+        """The route's pricing: from the new config, unless a reload removed the endpoint."""
+        if endpoint not in self._known:
+            return self._previous.pricing(endpoint)
+        return super().pricing(endpoint)
+
+    def resolve(self, c: RouteCandidate) -> UpstreamTarget:
+        """The target for ``c``: from the new config, unless it lost the endpoint or key."""
+        if c.endpoint not in self._known:
+            return self._previous.resolve(c)
+        target = super().resolve(c)
+        if c.credential_id and target.api_key is None:
+            return self._previous.resolve(c)
+        return target
+
+
+class Reconfigurable(Protocol):
+    """What the follower swaps: the ingress app."""
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Serve ``config`` from now on."""
+        ...
+
+
+class ConfigFollower:
+    """Owns an ingress's view of which config version it serves.
+
+    ``load`` re-reads and validates the ingress's own file, returning the config and its
+    version; it raises GatewayError (InvalidRequestError with startup's message) to refuse.
+    """
+
+    def __init__(self, app: Reconfigurable, load: Callable[[], tuple[GatewayConfig, str]],
+                 version: str) -> None:
+        self._app = app
+        self._load = load
+        self.version = version
+
+    def sync(self, announced: str | None = None) -> bool:
+        """Re-read the file and swap when it changed; True when it swapped.
+
+        A file that does not validate is refused (logged) and the running config stays.
+        """
+        try:
+            config, version = self._load()
+        except GatewayError as err:
+            logger.error("config reload refused, the running config stays: %s", err.message)
+            return False
+        if announced and version != announced:
+            logger.warning("this ingress's config file has version %s, the actors run %s",
+                           version, announced)
+        if version and version == self.version:
+            return False
+        self._app.reconfigure(config)
+        logger.info("ingress now serves config version %s (%d models)", version,
+                    len(config.models))
+        self.version = version
+        return True
+
+    async def follow(self, bus: Bus) -> None:
+        """Apply every ConfigChanged until cancelled. Raises BusClosedError when the bus
+        ends the subscription."""
+        async with bus.subscribe(subjects.event("config")) as sub:
+            async for env in sub:
+                if isinstance(env.message, ConfigChanged):
+                    self.sync(env.message.version)

@@ -1,0 +1,109 @@
+"""Background work beside the actors that needs upstream I/O (actors never do any): the
+health-check loop over local deployments, the bench prober, the RouteWise latency prober and
+the quota poller (http_json quota sources). Runs in the process that owns the actors (role
+``all`` or ``actors``).
+
+A reload reaches them like it reaches an ingress (:meth:`Sidecars.follow`: on
+``ConfigChanged`` the config file is re-read): the quota poller polls the pools the reload
+added or changed and stops polling the removed ones, the probers resolve routes from the new
+config, and the health-check loop restarts when its targets or settings changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from bus import BusClosedError
+from gateway.adapters.registry import make_adapters, make_http_client
+from gateway.auth.provider_secrets import ProviderSecrets, configured_credentials
+from gateway.ingress.dispatch import Targets
+from gateway.ingress.leases import LeaseKeeper
+from gateway.process.healthcheck import HealthChecker, local_targets
+from gateway.process.prober import BenchProber
+from gateway.process.quota_poller import QuotaPoller
+from gateway.process.reload import ConfigFollower, FallbackTargets
+from gateway.process.routewise_prober import RouteWiseProber
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from bus import Bus
+    from schemas.config import GatewayConfig, HealthCheckConfig
+
+logger = logging.getLogger(__name__)
+
+
+class Sidecars:
+    """Owns the sidecar tasks and the HTTP client they share; ``aclose`` stops them."""
+
+    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+        self._bus = bus
+        self._config = config
+        self._client = make_http_client()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds, "prober")
+        # Database keys' secrets by grant from their owner, as the ingress gets them (this
+        # runs beside the actors but is not one: it never opens their file).
+        self._grants = grants = ProviderSecrets(bus, configured_credentials(config))
+        self.prober = BenchProber(bus, make_adapters(self._client), Targets(config, grants),
+                                  self._leases, grants)
+        # Following the declarations drops a deleted key's grant at once.
+        self._tasks.append(asyncio.create_task(grants.start()))
+        self._tasks.append(asyncio.create_task(self.prober.run()))
+        self.routewise = RouteWiseProber(bus, make_adapters(self._client),
+                                         Targets(config, grants), self._leases, grants)
+        self._tasks.append(asyncio.create_task(self.routewise.run()))
+        self.poller = QuotaPoller(bus, self._client, config)
+        self._health: tuple[dict[str, str], HealthCheckConfig] | None = None
+        self._checker: asyncio.Task[None] | None = None
+        self._check(config)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Work from ``config`` from now on (a reload)."""
+        targets = FallbackTargets(config, Targets(self._config, self._grants), self._grants)
+        self.prober.retarget(targets)
+        self.routewise.retarget(targets)
+        self._leases.retune(config.routing.leases.ttl_seconds)
+        self.poller.reconfigure(config)
+        self._check(config)
+        self._config = config
+
+    def follow(self, load: Callable[[], tuple[GatewayConfig, str]], version: str) -> None:
+        """Apply every reload from now on: ``load`` re-reads and validates the config file
+        (as :class:`~gateway.process.reload.ConfigFollower` does for an ingress)."""
+        follower = ConfigFollower(self, load, version)
+        self._tasks.append(asyncio.create_task(self._follow(follower), name="sidecars:reload"))
+
+    async def _follow(self, follower: ConfigFollower) -> None:
+        try:
+            await follower.follow(self._bus)
+        except BusClosedError as exc:
+            logger.error("sidecars no longer follow config reloads: %s", exc)
+
+    def _check(self, config: GatewayConfig) -> None:
+        """(Re)start the health-check loop when its targets or settings changed."""
+        settings = config.routing.health_check
+        targets = local_targets(config)
+        wanted = (targets, settings) if settings.enabled and targets else None
+        if wanted == self._health:
+            return
+        if self._checker is not None:
+            self._checker.cancel()
+            self._checker = None
+        self._health = wanted
+        if wanted is not None:
+            checker = HealthChecker(self._bus, targets, settings, self._client)
+            self._checker = asyncio.create_task(checker.run(), name="sidecars:health-check")
+
+    async def aclose(self) -> None:
+        """Cancel every task and close the client."""
+        tasks = [*self._tasks, *([self._checker] if self._checker is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.poller.aclose()
+        await self._leases.aclose()
+        await self._grants.aclose()
+        await self._client.aclose()
