@@ -128,8 +128,12 @@ class AdminArea:
         self, ctx: ActorContext, verb: str, cmd: AdminCommand, *, ok: bool, message: str = ""
     ) -> None:
         logger.info(
-            "admin %s %s by %s: %s%s", self.area, verb, cmd.by or "?",
-            "ok" if ok else "refused", f" ({message})" if message else "",
+            "admin %s %s by %s: %s%s",
+            self.area,
+            verb,
+            cmd.by or "?",
+            "ok" if ok else "refused",
+            f" ({message})" if message else "",
         )
         event = AdminExecuted(
             area=self.area, verb=verb, by=cmd.by, ok=ok, message=message, ts=time.time()

@@ -71,11 +71,20 @@ class ApiKeyAdminActor(Actor):
     def __init__(self, db_path: str) -> None:
         self.name = "api_keys"
         self._db_path = db_path
-        self.admin = AdminArea("api_keys", {
-            "list": self._list, "create": self._create, "revoke": self._revoke,
-        }, read_only=("list",))
-        self.serves = (Serve(subjects.AUTH_KEYS_LOOKUP), Serve(subjects.AUTH_STATE_GET),
-                       self.admin.serve)
+        self.admin = AdminArea(
+            "api_keys",
+            {
+                "list": self._list,
+                "create": self._create,
+                "revoke": self._revoke,
+            },
+            read_only=("list",),
+        )
+        self.serves = (
+            Serve(subjects.AUTH_KEYS_LOOKUP),
+            Serve(subjects.AUTH_STATE_GET),
+            self.admin.serve,
+        )
         self._any_keys = False
 
     async def on_start(self, ctx: ActorContext) -> None:
@@ -94,8 +103,7 @@ class ApiKeyAdminActor(Actor):
         match env.message:
             case ApiKeyLookup(key_hash=key_hash):
                 record = await stored(self._store.lookup(key_hash), _WHAT)
-                await env.respond(record.info() if record is not None
-                                  else ApiKeyInfo(found=False))
+                await env.respond(record.info() if record is not None else ApiKeyInfo(found=False))
             case AuthStateRequest():
                 if not self._any_keys:  # a key written by ``llmgw keys`` with no gateway up
                     self._any_keys = await stored(self._store.any_keys(), _WHAT)
@@ -112,8 +120,12 @@ class ApiKeyAdminActor(Actor):
         name = text_arg(cmd, "name", required=False)
         role = role_arg(cmd, "role")
         now = time.time()
-        key, record = await stored(self._store.create(
-            org=org, user=user, role=role, name=name, expires=_expiry(cmd, now), now=now), _WHAT)
+        key, record = await stored(
+            self._store.create(
+                org=org, user=user, role=role, name=name, expires=_expiry(cmd, now), now=now
+            ),
+            _WHAT,
+        )
         await self.ctx.publish(subjects.AUTH_KEYS_CHANGED, ApiKeyCreated(key_hash=record.key_hash))
         if not self._any_keys:
             self._any_keys = True
@@ -125,8 +137,9 @@ class ApiKeyAdminActor(Actor):
         now = time.time()
         record = await stored(self._store.revoke(ref, now), _WHAT)
         if record is None:
-            raise RouteNotFoundError("no gateway API key " + (
-                "with that value" if ref.startswith("llmgw-") else repr(ref)))
+            raise RouteNotFoundError(
+                "no gateway API key "
+                + ("with that value" if ref.startswith("llmgw-") else repr(ref))
+            )
         await self.ctx.publish(subjects.AUTH_KEYS_CHANGED, ApiKeyRevoked(key_hash=record.key_hash))
         return record.public(now)
-

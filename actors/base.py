@@ -245,8 +245,7 @@ class Actor:
             # Forwarders live in their own group so they end before the subscriptions close.
             async with anyio.create_task_group() as forwarders:
                 for sub in subs:
-                    forwarders.start_soon(self._forward, sub, mailbox,
-                                          name=f"{self.name}:forward")
+                    forwarders.start_soon(self._forward, sub, mailbox, name=f"{self.name}:forward")
                 task_status.started()
                 await self._loop(mailbox)
                 forwarders.cancel_scope.cancel()

@@ -119,13 +119,25 @@ class CapacityActor(Actor):
             case CapacityAcquire() as ask:
                 got = self.ledger.acquire(ask.holder, ask.endpoint, ask.units, now)
                 if isinstance(got, str):
-                    await env.respond(CapacityGrant(pool=self._spec.pool, granted=False,
-                                                    reason=got, state=self.ledger.state(now)))
+                    await env.respond(
+                        CapacityGrant(
+                            pool=self._spec.pool,
+                            granted=False,
+                            reason=got,
+                            state=self.ledger.state(now),
+                        )
+                    )
                     return
                 lease_id, expires_at = got
-                await env.respond(CapacityGrant(pool=self._spec.pool, granted=True,
-                                                lease_id=lease_id, expires_at=expires_at,
-                                                state=self.ledger.state(now)))
+                await env.respond(
+                    CapacityGrant(
+                        pool=self._spec.pool,
+                        granted=True,
+                        lease_id=lease_id,
+                        expires_at=expires_at,
+                        state=self.ledger.state(now),
+                    )
+                )
                 await self._changed()
             case CapacityRenew() as renew:
                 self.ledger.renew(renew.holder, renew.lease_ids, now)
@@ -152,13 +164,21 @@ class CapacityActor(Actor):
             expired = self.ledger.expire(now)
             for lease in expired:
                 if lease.aged_out:  # renewed to the end: some path never released it
-                    logger.warning("capacity lease of %s on pool %s reached its maximum age "
-                                   "(%gs) unreleased and was expired (holder %s)",
-                                   lease.endpoint, self._spec.pool, self._max_age,
-                                   lease.holder)
+                    logger.warning(
+                        "capacity lease of %s on pool %s reached its maximum age "
+                        "(%gs) unreleased and was expired (holder %s)",
+                        lease.endpoint,
+                        self._spec.pool,
+                        self._max_age,
+                        lease.holder,
+                    )
                 else:
-                    logger.info("capacity lease of %s on %s expired unrenewed (holder %s)",
-                                lease.endpoint, self._spec.pool, lease.holder)
+                    logger.info(
+                        "capacity lease of %s on %s expired unrenewed (holder %s)",
+                        lease.endpoint,
+                        self._spec.pool,
+                        lease.holder,
+                    )
             if self.ledger.roll(now) or expired:
                 await self._changed()
             else:
@@ -179,19 +199,37 @@ class CapacityActor(Actor):
         ledger, now = self.ledger, self._clock()
         if ledger.resolved and (not was or self._reported):
             if self._reported:
-                logger.warning("quota source of pool %s (routes %s) resolved", self._spec.pool,
-                               ", ".join(self._spec.endpoints))
+                logger.warning(
+                    "quota source of pool %s (routes %s) resolved",
+                    self._spec.pool,
+                    ", ".join(self._spec.endpoints),
+                )
             self._reported = ""
-            await self.ctx.publish(subjects.event("quota"), QuotaSourceStatus(
-                pool=self._spec.pool, resolved=True, endpoints=self._spec.endpoints, ts=now))
+            await self.ctx.publish(
+                subjects.event("quota"),
+                QuotaSourceStatus(
+                    pool=self._spec.pool, resolved=True, endpoints=self._spec.endpoints, ts=now
+                ),
+            )
         elif not ledger.resolved and ledger.reason != self._reported:
             self._reported = ledger.reason
-            logger.warning("quota source of pool %s (routes %s) did not resolve: %s; those "
-                           "routes are not drawn", self._spec.pool,
-                           ", ".join(self._spec.endpoints), ledger.reason)
-            await self.ctx.publish(subjects.event("quota"), QuotaSourceStatus(
-                pool=self._spec.pool, resolved=False, reason=ledger.reason,
-                endpoints=self._spec.endpoints, ts=now))
+            logger.warning(
+                "quota source of pool %s (routes %s) did not resolve: %s; those "
+                "routes are not drawn",
+                self._spec.pool,
+                ", ".join(self._spec.endpoints),
+                ledger.reason,
+            )
+            await self.ctx.publish(
+                subjects.event("quota"),
+                QuotaSourceStatus(
+                    pool=self._spec.pool,
+                    resolved=False,
+                    reason=ledger.reason,
+                    endpoints=self._spec.endpoints,
+                    ts=now,
+                ),
+            )
 
     async def _changed(self) -> None:
         """Publish the state, re-arm the sweep, schedule persisting the count."""
@@ -215,5 +253,6 @@ class CapacityActor(Actor):
 
     async def _save(self) -> None:
         if self._snapshots is not None:
-            await self._snapshots.save(self.name, msgspec.json.encode(self.ledger.snapshot()),
-                                       self._clock())
+            await self._snapshots.save(
+                self.name, msgspec.json.encode(self.ledger.snapshot()), self._clock()
+            )

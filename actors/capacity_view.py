@@ -71,8 +71,12 @@ class CapacityViews:
         """Ask each pool's owner for its state (a pool not answering stays unknown: usable)."""
         for pool in set(self._pool_of.values()):
             try:
-                reply = await bus.request(subjects.capacity_get(pool), CapacityGet(pool=pool),
-                                          reply_type=CapacityState, timeout=1.0)
+                reply = await bus.request(
+                    subjects.capacity_get(pool),
+                    CapacityGet(pool=pool),
+                    reply_type=CapacityState,
+                    timeout=1.0,
+                )
             except (NoRespondersError, RequestTimeoutError):
                 continue
             if isinstance(reply, CapacityState):
@@ -129,8 +133,8 @@ class CapacityViews:
                 if not self._all <= skip:  # other routes are out for other reasons too
                     wait = min(wait, exc.retry_after or wait)
                 raise AllCircuitsOpenError(
-                    f"{exc}; no capacity left on {', '.join(sorted(skip))}",
-                    retry_after=wait) from None
+                    f"{exc}; no capacity left on {', '.join(sorted(skip))}", retry_after=wait
+                ) from None
             first = plan.candidates[0] if plan.candidates else None
             if first is None or not first.pool or first.refusal or req.dry:
                 return plan
@@ -141,26 +145,44 @@ class CapacityViews:
                 leased = msgspec.structs.replace(first, lease_id=grant.lease_id)
                 return msgspec.structs.replace(plan, candidates=(leased, *plan.candidates[1:]))
             if first.probe:  # the probe was leased for this route: give it back unused
-                await bus.publish(subjects.observation(first.endpoint), Observation(
-                    endpoint=first.endpoint, model=self._model, outcome="cancelled",
-                    attempt=0, probe=True, request_id=req.request_id))
+                await bus.publish(
+                    subjects.observation(first.endpoint),
+                    Observation(
+                        endpoint=first.endpoint,
+                        model=self._model,
+                        outcome="cancelled",
+                        attempt=0,
+                        probe=True,
+                        request_id=req.request_id,
+                    ),
+                )
             if plan.pinned:
                 raise AllCircuitsOpenError(
                     f"pinned route {first.endpoint} has no capacity: {grant.reason}",
-                    retry_after=self._wait({first.endpoint}, now))
+                    retry_after=self._wait({first.endpoint}, now),
+                )
             skip.add(first.endpoint)
 
-    async def _acquire(self, bus: Bus, pool: str, endpoint: str, req: RouteRequest
-                       ) -> CapacityGrant:
+    async def _acquire(
+        self, bus: Bus, pool: str, endpoint: str, req: RouteRequest
+    ) -> CapacityGrant:
         """Ask ``pool``'s owner for a lease; an owner that does not answer refuses."""
         st = self._states.get(pool)
-        units = float(max(1, req.prompt_tokens)) if st is not None and st.unit == "tokens" \
-            else 1.0
-        ask = CapacityAcquire(pool=pool, endpoint=endpoint, request_id=req.request_id,
-                              holder=req.lease_holder or self._holder, units=units)
+        units = float(max(1, req.prompt_tokens)) if st is not None and st.unit == "tokens" else 1.0
+        ask = CapacityAcquire(
+            pool=pool,
+            endpoint=endpoint,
+            request_id=req.request_id,
+            holder=req.lease_holder or self._holder,
+            units=units,
+        )
         try:
-            reply = await bus.request(subjects.capacity_acquire(pool), ask,
-                                      reply_type=CapacityGrant, timeout=_LEASE_TIMEOUT)
+            reply = await bus.request(
+                subjects.capacity_acquire(pool),
+                ask,
+                reply_type=CapacityGrant,
+                timeout=_LEASE_TIMEOUT,
+            )
         except (NoRespondersError, RequestTimeoutError):
             logger.warning("capacity pool %s did not answer a lease for %s", pool, endpoint)
             return CapacityGrant(pool=pool, granted=False, reason="pool owner not answering")

@@ -79,8 +79,9 @@ class ConfigActor(Actor):
         self._state = state
         self._load = load
         self._build = build
-        self.admin = AdminArea("config", {"reload": self._reload, "show": self._show},
-                               read_only=("show",))
+        self.admin = AdminArea(
+            "config", {"reload": self._reload, "show": self._show}, read_only=("show",)
+        )
         self.serves = (self.admin.serve,)
 
     async def on_start(self, ctx: ActorContext) -> None:
@@ -94,8 +95,11 @@ class ConfigActor(Actor):
 
     async def _show(self, cmd: AdminCommand) -> dict[str, Any]:
         st = self._state
-        return {"version": st.version, "source": st.source,
-                "models": [m.id for m in st.config.models]}
+        return {
+            "version": st.version,
+            "source": st.source,
+            "models": [m.id for m in st.config.models],
+        }
 
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         st = self._state
@@ -111,15 +115,25 @@ class ConfigActor(Actor):
             await undo(self._root, done)
             raise ReloadFailedError(f"reload not applied: {type(exc).__name__}: {exc}") from exc
         models = model_changes(st.config, config)
-        await self.ctx.publish(subjects.event("config"), ConfigChanged(
-            version=version, source=st.source, added=tuple(models["added"]),
-            changed=tuple(models["changed"]), removed=tuple(models["removed"]), by=cmd.by,
-            ts=time.time(),
-        ))
+        await self.ctx.publish(
+            subjects.event("config"),
+            ConfigChanged(
+                version=version,
+                source=st.source,
+                added=tuple(models["added"]),
+                changed=tuple(models["changed"]),
+                removed=tuple(models["removed"]),
+                by=cmd.by,
+                ts=time.time(),
+            ),
+        )
         try:
             await apply(self._root, removals, done)
         finally:
             st.config, st.version, st.tree = config, version, tree
         logger.info("config reloaded (version %s): %s", version, models)
-        return {"version": version, **models,
-                "children": sorted(f"{c.kind} {c.label}" for c in done)}
+        return {
+            "version": version,
+            **models,
+            "children": sorted(f"{c.kind} {c.label}" for c in done),
+        }

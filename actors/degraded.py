@@ -46,8 +46,9 @@ class DegradedMode:
         if not self.settings.enabled:
             return False
         degraded = self.mode == DEGRADED
-        wants_change = (ratio >= self.settings.threshold) if degraded else (
-            ratio < self.settings.threshold)
+        wants_change = (
+            (ratio >= self.settings.threshold) if degraded else (ratio < self.settings.threshold)
+        )
         if not wants_change:
             self._streak_since = None
             return False
@@ -62,8 +63,9 @@ class DegradedMode:
         return True
 
 
-def is_healthy(st: EndpointState, now: float, min_availability: float, *,
-               degraded: bool = False) -> bool:
+def is_healthy(
+    st: EndpointState, now: float, min_availability: float, *, degraded: bool = False
+) -> bool:
     """Not benched, closed circuit, availability at or above the floor.
 
     While degraded, no client traffic probes or scores a route the configured order leaves
@@ -76,7 +78,8 @@ def is_healthy(st: EndpointState, now: float, min_availability: float, *,
         return False
     if degraded:
         return st.circuit_state == "closed" or (
-            st.circuit_state == "half_open" and not st.probe_in_flight)
+            st.circuit_state == "half_open" and not st.probe_in_flight
+        )
     return st.circuit_state == "closed" and st.availability >= min_availability
 
 
@@ -88,8 +91,14 @@ class _Pass:
 class DegradedModeActor(Actor):
     """Owns the deployment's mode; answers ModeRequest with the current ModeChanged."""
 
-    def __init__(self, endpoints: tuple[str, ...], settings: DegradedConfig,
-                 min_availability: float, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        endpoints: tuple[str, ...],
+        settings: DegradedConfig,
+        min_availability: float,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.name = "degraded_mode"
         self.serves = (Serve(subjects.ENDPOINT_STATE_ANY), Serve(subjects.MODE_GET))
         self._endpoints = endpoints
@@ -107,17 +116,21 @@ class DegradedModeActor(Actor):
 
     def current(self) -> ModeChanged:
         """The mode as an event."""
-        return ModeChanged(mode=self.machine.mode, since=self.machine.since, ratio=self.ratio,
-                           ts=self._clock())
+        return ModeChanged(
+            mode=self.machine.mode, since=self.machine.since, ratio=self.ratio, ts=self._clock()
+        )
 
     def healthy_ratio(self, now: float) -> float:
         """Share of known endpoints that are healthy (unreported ones count as healthy)."""
         if not self._endpoints:
             return 1.0
         degraded = self.machine.mode == DEGRADED
-        healthy = sum(1 for e in self._endpoints
-                      if (st := self._states.get(e)) is None
-                      or is_healthy(st, now, self._floor, degraded=degraded))
+        healthy = sum(
+            1
+            for e in self._endpoints
+            if (st := self._states.get(e)) is None
+            or is_healthy(st, now, self._floor, degraded=degraded)
+        )
         return healthy / len(self._endpoints)
 
     async def health_pass(self) -> None:

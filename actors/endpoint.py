@@ -128,8 +128,14 @@ class EndpointActor(Actor):
             return
         now = self._clock()
         h = self.health
-        h.restore(snap.state, snap.open_until, snap.consecutive_failures, snap.benched_until,
-                  snap.floor_until, now)
+        h.restore(
+            snap.state,
+            snap.open_until,
+            snap.consecutive_failures,
+            snap.benched_until,
+            snap.floor_until,
+            now,
+        )
         self._bench_reason = snap.bench_reason if h.benched_until is not None else ""
         self._saved = h.durable()
         if h.state == OPEN and h.open_until is not None:
@@ -138,17 +144,26 @@ class EndpointActor(Actor):
             self._start_bench_probes(now, h.benched_until)
             self.ctx.call_later(h.benched_until - now, _BenchOver())
         if h.state != CLOSED or h.benched_until is not None:
-            logger.info("endpoint %s restored: circuit %s, benched until %s", self.endpoint,
-                        h.state, h.benched_until)
+            logger.info(
+                "endpoint %s restored: circuit %s, benched until %s",
+                self.endpoint,
+                h.state,
+                h.benched_until,
+            )
 
     async def _save(self) -> None:
         if self._snapshots is None:
             return
         durable = self.health.durable()
         state, open_until, failures, benched_until, floor_until = durable
-        snap = _Snapshot(state=state, open_until=open_until, consecutive_failures=failures,
-                         benched_until=benched_until, floor_until=floor_until,
-                         bench_reason=self._bench_reason)
+        snap = _Snapshot(
+            state=state,
+            open_until=open_until,
+            consecutive_failures=failures,
+            benched_until=benched_until,
+            floor_until=floor_until,
+            bench_reason=self._bench_reason,
+        )
         await self._snapshots.save(self.name, msgspec.json.encode(snap), self._clock())
         self._saved = durable
 
@@ -174,8 +189,10 @@ class EndpointActor(Actor):
             self._probe_timer = None
             now = self._clock()
             if self.health.benched(now) and self._candidate is not None:
-                await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
-                    endpoint=self.endpoint, model=self.model, candidate=self._candidate))
+                await self.ctx.publish(
+                    subjects.PROBE_DUE,
+                    ProbeDue(endpoint=self.endpoint, model=self.model, candidate=self._candidate),
+                )
                 self._schedule_bench_probe(now)
         elif isinstance(msg, _BenchOver):
             now = self._clock()
@@ -203,8 +220,9 @@ class EndpointActor(Actor):
             self.health.rebench(now)
             await self._bench_changed(True, f"background probe failed: {result.detail}", now)
 
-    async def _bench_changed(self, benched: bool, reason: str, now: float, *,
-                             started: bool = False) -> None:
+    async def _bench_changed(
+        self, benched: bool, reason: str, now: float, *, started: bool = False
+    ) -> None:
         log = logger.warning if benched else logger.info
         log("route %s %s (%s)", self.endpoint, "benched" if benched else "back", reason)
         until = self.health.benched_until
@@ -220,15 +238,26 @@ class EndpointActor(Actor):
             self._stop_bench_probes()
         # The state before the event: whoever acts on the event finds the views updated.
         await self._publish_state()
-        await self.ctx.publish(subjects.event("bench"), BenchChanged(
-            endpoint=self.endpoint, model=self.model, benched=benched, until=until,
-            reason=reason, ts=now))
+        await self.ctx.publish(
+            subjects.event("bench"),
+            BenchChanged(
+                endpoint=self.endpoint,
+                model=self.model,
+                benched=benched,
+                until=until,
+                reason=reason,
+                ts=now,
+            ),
+        )
 
     def _start_bench_probes(self, now: float, until: float) -> None:
         """Re-validate a new bench first after the circuit cooldown, then with backoff."""
         self._stop_bench_probes()
-        self._probes = ProbeBackoff(first_probe_after(
-            self._settings.cooldown_seconds, self._bench.probe_after_fraction, until - now))
+        self._probes = ProbeBackoff(
+            first_probe_after(
+                self._settings.cooldown_seconds, self._bench.probe_after_fraction, until - now
+            )
+        )
         self._schedule_bench_probe(now)
 
     def _schedule_bench_probe(self, now: float) -> None:
@@ -264,8 +293,7 @@ class EndpointActor(Actor):
     async def _probe_first_byte(self, first: ProbeFirstByte) -> None:
         h = self.health
         if h.is_late_probe(first.request_id):
-            await self._after(h.record_success(self._clock(), probe=False,
-                                               owner=first.request_id))
+            await self._after(h.record_success(self._clock(), probe=False, owner=first.request_id))
             return
         if h.state != HALF_OPEN or not h.probe_in_flight or h.is_stale_probe(first.request_id):
             return
@@ -292,8 +320,9 @@ class EndpointActor(Actor):
         probe = obs.probe and not h.is_stale_probe(obs.request_id)
         if obs.outcome == "success" or (obs.outcome == "client_error" and probe):
             # A 4xx on a probe still proves the endpoint answers.
-            transition = h.record_success(now, probe=probe,
-                                          owner=obs.request_id if obs.probe else "")
+            transition = h.record_success(
+                now, probe=probe, owner=obs.request_id if obs.probe else ""
+            )
         elif obs.outcome == "failure":
             transition = h.record_failure(now, probe=probe, auth=obs.auth_rejection)
             if obs.auth_rejection:
@@ -304,8 +333,11 @@ class EndpointActor(Actor):
             sent = obs.error_kind != ErrorCode.KEY_POOL_EXHAUSTED.value
             if sent and h.note_retryable_failure(now, obs.retry_after):
                 await self._bench_changed(
-                    True, f"{self._bench.failures} failures within "
-                    f"{self._bench.window_seconds:g} s", now, started=True)
+                    True,
+                    f"{self._bench.failures} failures within {self._bench.window_seconds:g} s",
+                    now,
+                    started=True,
+                )
             elif h.benched_until != was_benched:
                 await self._publish_state()
         elif obs.outcome == "cancelled" and probe:
@@ -369,5 +401,9 @@ class EndpointActor(Actor):
         await self.ctx.publish(subjects.endpoint_state(self.endpoint), self.state())
         h = self.health
         if (h.state, h.open_until, h.benched_until, h.floor_until) != (
-                self._saved[0], self._saved[1], self._saved[3], self._saved[4]):
+            self._saved[0],
+            self._saved[1],
+            self._saved[3],
+            self._saved[4],
+        ):
             await self._save()  # only a circuit or bench change costs a write, never a streak

@@ -79,8 +79,9 @@ class _Snapshot(msgspec.Struct):
     mutes: dict[str, tuple[float, float, float, int]] = {}
 
 
-def effective_declaration(pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
-                          decls: KeyDeclarations) -> list[tuple[str, str, str]]:
+def effective_declaration(
+    pool: str, base_url: str, configured: tuple[tuple[str, str], ...], decls: KeyDeclarations
+) -> list[tuple[str, str, str]]:
     """(credential id, min_role, source) of every key of ``pool`` in declared order: the
     configured keys, then the database keys joining this pool in creation order; each at the
     most restrictive tier declared for its credential anywhere."""
@@ -104,11 +105,20 @@ class KeyPoolActor(Actor):
     ``llmgw.keypool.<id>.state`` and KeyMuted/KeyUnmuted on ``llmgw.events.keypool``;
     ``acquire`` answers KeyPoolExhaustedError / KeyPoolRoleRestrictedError as ErrorReply."""
 
-    def __init__(self, pool: str, base_url: str, configured: tuple[tuple[str, str], ...],
-                 settings: KeyPoolConfig, *, probe: RouteCandidate | None = None,
-                 probe_first_seconds: float = 30.0, probe_after_fraction: float = 0.5,
-                 model: str = "", snapshots: SnapshotStore | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        pool: str,
+        base_url: str,
+        configured: tuple[tuple[str, str], ...],
+        settings: KeyPoolConfig,
+        *,
+        probe: RouteCandidate | None = None,
+        probe_first_seconds: float = 30.0,
+        probe_after_fraction: float = 0.5,
+        model: str = "",
+        snapshots: SnapshotStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.name = f"keypool:{pool}"
         self.pool = pool
         self._base_url = base_url
@@ -140,8 +150,12 @@ class KeyPoolActor(Actor):
         self._probe_timers: dict[str, Cancellable] = {}
         self._declare(KeyDeclarations())
         try:
-            reply = await ctx.bus.request(subjects.KEYS_REGISTRY_GET, KeyDeclarationsRequest(),
-                                          reply_type=KeyDeclarations, timeout=_SEED_TIMEOUT)
+            reply = await ctx.bus.request(
+                subjects.KEYS_REGISTRY_GET,
+                KeyDeclarationsRequest(),
+                reply_type=KeyDeclarations,
+                timeout=_SEED_TIMEOUT,
+            )
         except (NoRespondersError, RequestTimeoutError):
             reply = None
         if isinstance(reply, KeyDeclarations):
@@ -164,8 +178,7 @@ class KeyPoolActor(Actor):
         now = self._clock()
         for cid in self._keys.restore(snap.mutes, now):
             until = self._keys.muted_until(cid, now) or now
-            logger.info("key %s of pool %s restored muted for %.1fs", cid, self.pool,
-                        until - now)
+            logger.info("key %s of pool %s restored muted for %.1fs", cid, self.pool, until - now)
             self.ctx.call_later(until - now, _Unmute())
             self._start_probes(cid, now)
         self._saved = self._keys.durable(now)
@@ -186,8 +199,7 @@ class KeyPoolActor(Actor):
             case KeyDeclarations() as decls:
                 dropped = self._declare(decls)
                 if dropped is not None:
-                    logger.info("key pool %s re-declared (%d bindings dropped)", self.pool,
-                                dropped)
+                    logger.info("key pool %s re-declared (%d bindings dropped)", self.pool, dropped)
                 await self._publish_state()  # also unchanged: says this version is applied
             case KeyPoolStateRequest():
                 await env.respond(self.state())
@@ -204,9 +216,15 @@ class KeyPoolActor(Actor):
             self._probe_timers.pop(cid, None)
             now = self._clock()
             if self._probe is not None and self._keys.muted_until(cid, now):
-                await self.ctx.publish(subjects.PROBE_DUE, ProbeDue(
-                    endpoint=self.pool, model=self._model, candidate=self._probe,
-                    credential_id=cid))
+                await self.ctx.publish(
+                    subjects.PROBE_DUE,
+                    ProbeDue(
+                        endpoint=self.pool,
+                        model=self._model,
+                        candidate=self._probe,
+                        credential_id=cid,
+                    ),
+                )
                 self._schedule_probe(cid, now)
         elif isinstance(msg, _Unmute):
             back = self._keys.expire(self._clock())
@@ -218,18 +236,24 @@ class KeyPoolActor(Actor):
             await self._publish_state()
             for cid in back:
                 logger.info("key %s of pool %s is back in rotation", cid, self.pool)
-                await self.ctx.publish(subjects.event("keypool"),
-                                       KeyUnmuted(pool=self.pool, credential_id=cid))
+                await self.ctx.publish(
+                    subjects.event("keypool"), KeyUnmuted(pool=self.pool, credential_id=cid)
+                )
 
     def state(self) -> KeyPoolState:
         """This pool as views see it."""
         now = self._clock()
         return KeyPoolState(
             pool=self.pool,
-            keys=tuple(PoolKey(credential_id=cid, min_role=role,
-                               muted_until=self._keys.muted_until(cid, now),
-                               source=self._sources.get(cid, "config"))
-                       for cid, role in self._keys.declared),
+            keys=tuple(
+                PoolKey(
+                    credential_id=cid,
+                    min_role=role,
+                    muted_until=self._keys.muted_until(cid, now),
+                    source=self._sources.get(cid, "config"),
+                )
+                for cid, role in self._keys.declared
+            ),
             epoch=self._epoch,
             seq=self._seq,
             declarations=self._declarations,
@@ -251,28 +275,44 @@ class KeyPoolActor(Actor):
         now = self._clock()
         cid = obs.credential_id
         was_muted = self._keys.muted_until(cid, now) is not None
-        until = self._keys.record(cid, status=obs.status, outcome=obs.outcome,
-                                  role=obs.role, now=now, retry_after=obs.retry_after)
+        until = self._keys.record(
+            cid,
+            status=obs.status,
+            outcome=obs.outcome,
+            role=obs.role,
+            now=now,
+            retry_after=obs.retry_after,
+        )
         if until is None:
             return
-        logger.warning("key %s of pool %s muted for %.1fs (status %s)", cid,
-                       self.pool, until - now, obs.status)
+        logger.warning(
+            "key %s of pool %s muted for %.1fs (status %s)", cid, self.pool, until - now, obs.status
+        )
         self.ctx.call_later(max(0.0, until - now), _Unmute())
         if was_muted:
             self._schedule_probe(cid, now)
         else:
             self._start_probes(cid, now)
         await self._publish_state()  # before the event: see handle_local
-        await self.ctx.publish(subjects.event("keypool"), KeyMuted(
-            pool=self.pool, credential_id=obs.credential_id, until=until, seconds=until - now,
-            status=obs.status, reason=obs.error_kind))
+        await self.ctx.publish(
+            subjects.event("keypool"),
+            KeyMuted(
+                pool=self.pool,
+                credential_id=obs.credential_id,
+                until=until,
+                seconds=until - now,
+                status=obs.status,
+                reason=obs.error_kind,
+            ),
+        )
 
     def _start_probes(self, cid: str, now: float) -> None:
         """Re-validate a new mute first after the circuit cooldown, then with backoff (a
         caller's only key too: while it is muted no traffic would retry it)."""
         self._stop_probes(cid)
-        self._probes[cid] = ProbeBackoff(first_probe_after(
-            self._probe_first, self._probe_after, self._keys.mute_period(cid)))
+        self._probes[cid] = ProbeBackoff(
+            first_probe_after(self._probe_first, self._probe_after, self._keys.mute_period(cid))
+        )
         self._schedule_probe(cid, now)
 
     def _schedule_probe(self, cid: str, now: float) -> None:
@@ -301,8 +341,12 @@ class KeyPoolActor(Actor):
             else:
                 lifted = self._keys.lift_all(now)
             for key in lifted:
-                logger.info("key %s of pool %s is re-validated (%s)", key, self.pool,
-                            result.detail or "probe succeeded")
+                logger.info(
+                    "key %s of pool %s is re-validated (%s)",
+                    key,
+                    self.pool,
+                    result.detail or "probe succeeded",
+                )
                 self._stop_probes(key)
             if lifted:
                 # A provider's Retry-After may hold a key a while longer: unmute it then.
@@ -317,9 +361,17 @@ class KeyPoolActor(Actor):
         self.ctx.call_later(until - now, _Unmute())
         self._schedule_probe(cid, now)
         await self._publish_state()
-        await self.ctx.publish(subjects.event("keypool"), KeyMuted(
-            pool=self.pool, credential_id=cid, until=until, seconds=until - now,
-            status=None, reason="probe failed"))
+        await self.ctx.publish(
+            subjects.event("keypool"),
+            KeyMuted(
+                pool=self.pool,
+                credential_id=cid,
+                until=until,
+                seconds=until - now,
+                status=None,
+                reason="probe failed",
+            ),
+        )
 
     async def _publish_state(self) -> None:
         # Views first, the write after: routing must not wait on the disk to see a mute.
@@ -340,32 +392,50 @@ def config_roles(config: GatewayConfig) -> dict[str, str]:
     return {cid: role for cid, role in roles.items() if role != "free"}
 
 
-def keys_supervisor(config: GatewayConfig, *, clock: Callable[[], float] | None = None,
-                    snapshots: SnapshotStore | None = None) -> Supervisor:
+def keys_supervisor(
+    config: GatewayConfig,
+    *,
+    clock: Callable[[], float] | None = None,
+    snapshots: SnapshotStore | None = None,
+) -> Supervisor:
     """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint. A pool's spec
     holds only what its declaration depends on, so a config reload that changes a route's
     weight (say) keeps the pool and its mutes."""
     roles = tuple(sorted(config_roles(config).items()))
-    pools = tuple(PoolRoute(eid, route.base_url, route.credential_ids)
-                  for model in config.models
-                  for eid, route in zip(model.endpoint_ids(), model.route, strict=True))
+    pools = tuple(
+        PoolRoute(eid, route.base_url, route.credential_ids)
+        for model in config.models
+        for eid, route in zip(model.endpoint_ids(), model.route, strict=True)
+    )
     extra = {"clock": clock} if clock is not None else {}
     settings = config.routing.key_pool
     children: list[ChildSpec | Supervisor] = [
-        ChildSpec("keys:registry",
-                  functools.partial(KeyRegistryActor, config.database.path, roles, pools)),
+        ChildSpec(
+            "keys:registry", functools.partial(KeyRegistryActor, config.database.path, roles, pools)
+        ),
     ]
     for model in config.models:
         for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
             configured = tuple((credential_id(s), r) for s, r in route.key_declarations)
-            children.append(ChildSpec(
-                f"keypool:{eid}",
-                functools.partial(KeyPoolActor, eid, route.base_url, configured, settings,
-                                  probe=candidate_for(eid, route), model=model.id,
-                                  probe_first_seconds=config.routing.circuit.cooldown_seconds,
-                                  probe_after_fraction=config.routing.bench.probe_after_fraction,
-                                  snapshots=snapshots, **extra),
-                restart=Restart.PERMANENT,
-            ))
-    return Supervisor("keys", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
-                      children=children)
+            children.append(
+                ChildSpec(
+                    f"keypool:{eid}",
+                    functools.partial(
+                        KeyPoolActor,
+                        eid,
+                        route.base_url,
+                        configured,
+                        settings,
+                        probe=candidate_for(eid, route),
+                        model=model.id,
+                        probe_first_seconds=config.routing.circuit.cooldown_seconds,
+                        probe_after_fraction=config.routing.bench.probe_after_fraction,
+                        snapshots=snapshots,
+                        **extra,
+                    ),
+                    restart=Restart.PERMANENT,
+                )
+            )
+    return Supervisor(
+        "keys", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0, children=children
+    )

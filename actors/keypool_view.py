@@ -53,15 +53,17 @@ R = TypeVar("R", bound=_Routed)
 
 
 def _refused(c: RouteCandidate, err: KeyPoolExhaustedError) -> RouteCandidate:
-    return msgspec.structs.replace(c, credential_id="", probe=False, refusal=err.code.value,
-                                   retry_after=err.retry_after)
+    return msgspec.structs.replace(
+        c, credential_id="", probe=False, refusal=err.code.value, retry_after=err.retry_after
+    )
 
 
 class Screened:
     """One request's key check: the routes its caller can be served by, and the refusals."""
 
-    def __init__(self, views: KeyViews, req: RouteRequest, now: float,
-                 refused: tuple[RouteCandidate, ...]) -> None:
+    def __init__(
+        self, views: KeyViews, req: RouteRequest, now: float, refused: tuple[RouteCandidate, ...]
+    ) -> None:
         self._views = views
         self._req = req
         self._now = now
@@ -85,8 +87,9 @@ class Screened:
             except KeyPoolExhaustedError as err:
                 refused.append(_refused(c, err))
                 continue
-            out.append(c if cid == c.credential_id else
-                       msgspec.structs.replace(c, credential_id=cid))
+            out.append(
+                c if cid == c.credential_id else msgspec.structs.replace(c, credential_id=cid)
+            )
         return (*out, *refused)
 
     def plan(self, model: str) -> RoutePlan:
@@ -124,8 +127,12 @@ class KeyViews:
         """Ask each pool's owner for its state (a missing owner leaves the configured keys)."""
         for pool in self._pools:
             try:
-                reply = await bus.request(subjects.keypool_get(pool), KeyPoolStateRequest(),
-                                          reply_type=KeyPoolState, timeout=_SEED_TIMEOUT)
+                reply = await bus.request(
+                    subjects.keypool_get(pool),
+                    KeyPoolStateRequest(),
+                    reply_type=KeyPoolState,
+                    timeout=_SEED_TIMEOUT,
+                )
             except (NoRespondersError, RequestTimeoutError):
                 logger.warning("key pool %s did not answer; using its configured keys", pool)
                 continue
@@ -145,8 +152,9 @@ class KeyViews:
         dropped = pool.declare([(k.credential_id, k.min_role) for k in st.keys])
         if dropped:
             logger.info("pool %s re-declared: %d caller bindings dropped", st.pool, dropped)
-        pool.set_mutes({k.credential_id: k.muted_until for k in st.keys
-                        if k.muted_until is not None})
+        pool.set_mutes(
+            {k.credential_id: k.muted_until for k in st.keys if k.muted_until is not None}
+        )
 
     def pinned(self, c: RouteCandidate, role: str | None, now: float) -> RouteCandidate:
         """``c`` for an admin pin: the first key ``role`` may see, muted or not (a pin is a
@@ -159,8 +167,9 @@ class KeyViews:
             return _refused(c, pool.refusal(role, now))
         return c if cid == c.credential_id else msgspec.structs.replace(c, credential_id=cid)
 
-    def screen(self, routes: Sequence[R], req: RouteRequest, now: float) -> tuple[
-            list[R], Screened]:
+    def screen(
+        self, routes: Sequence[R], req: RouteRequest, now: float
+    ) -> tuple[list[R], Screened]:
         """(the routes whose pool can serve ``req``'s caller, the key check to apply).
 
         Routes of weight 0 pass through untouched: they are never drawn, so never refused.

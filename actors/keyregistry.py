@@ -76,8 +76,14 @@ class PoolRoute:
 
 
 def _public(decl: ProviderKeyDecl) -> dict[str, Any]:
-    return {"id": decl.key_id, "credential_id": decl.credential_id, "endpoint": decl.endpoint,
-            "base_url": decl.base_url, "min_role": decl.min_role, "created": decl.created}
+    return {
+        "id": decl.key_id,
+        "credential_id": decl.credential_id,
+        "endpoint": decl.endpoint,
+        "base_url": decl.base_url,
+        "min_role": decl.min_role,
+        "created": decl.created,
+    }
 
 
 class KeyRegistryActor(Actor):
@@ -86,19 +92,36 @@ class KeyRegistryActor(Actor):
     decides); one that fails later refuses the command (GatewayError) and keeps the last
     declarations."""
 
-    def __init__(self, db_path: str, configured_roles: tuple[tuple[str, str], ...] = (),
-                 pools: tuple[PoolRoute, ...] = (), *, apply_timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        db_path: str,
+        configured_roles: tuple[tuple[str, str], ...] = (),
+        pools: tuple[PoolRoute, ...] = (),
+        *,
+        apply_timeout: float = 5.0,
+    ) -> None:
         self.name = "keys:registry"
         self._db_path = db_path
         self._configured_roles = configured_roles
         self._pools = pools
         self._apply_timeout = apply_timeout
-        self.admin = AdminArea("provider_keys", {
-            "list": self._list, "add": self._add, "set_min_role": self._set_min_role,
-            "delete": self._delete, "reserve": self._reserve, "reload": self._reload,
-        }, read_only=("list",))
-        self.serves = (Serve(subjects.KEYS_REGISTRY_GET), Serve(subjects.KEYS_SECRET_GRANT),
-                       self.admin.serve)
+        self.admin = AdminArea(
+            "provider_keys",
+            {
+                "list": self._list,
+                "add": self._add,
+                "set_min_role": self._set_min_role,
+                "delete": self._delete,
+                "reserve": self._reserve,
+                "reload": self._reload,
+            },
+            read_only=("list",),
+        )
+        self.serves = (
+            Serve(subjects.KEYS_REGISTRY_GET),
+            Serve(subjects.KEYS_SECRET_GRANT),
+            self.admin.serve,
+        )
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Load the declarations and announce them."""
@@ -127,8 +150,7 @@ class KeyRegistryActor(Actor):
         secret = await stored(self._store.secret(cid), _WHAT)
         if secret is None:
             raise RouteNotFoundError(f"no database provider key with credential id {cid!r}")
-        return ProviderSecretGrant(credential_id=cid, secret=secret,
-                                   ttl_seconds=SECRET_GRANT_TTL_S)
+        return ProviderSecretGrant(credential_id=cid, secret=secret, ttl_seconds=SECRET_GRANT_TTL_S)
 
     # -- admin verbs --------------------------------------------------------------------
 
@@ -143,20 +165,28 @@ class KeyRegistryActor(Actor):
         for cid, role in reservations.items():
             effective[cid] = most_restrictive(effective.get(cid), role)
         for k in db_keys:
-            effective[k.credential_id] = most_restrictive(effective.get(k.credential_id),
-                                                          k.min_role)
+            effective[k.credential_id] = most_restrictive(
+                effective.get(k.credential_id), k.min_role
+            )
         known = set(configured) | {k.credential_id for k in db_keys}
         return {
-            "database": [{**_public(k), "effective_min_role": effective.get(k.credential_id,
-                                                                            "free")}
-                         for k in db_keys],
-            "configured": [{"credential_id": cid, "endpoints": endpoints,
-                            "min_role": roles.get(cid, "free"),
-                            "effective_min_role": effective.get(cid, "free")}
-                           for cid, endpoints in configured.items()],
-            "reservations": [{"credential_id": cid, "min_role": role,
-                              "configured": cid in known}
-                             for cid, role in sorted(reservations.items())],
+            "database": [
+                {**_public(k), "effective_min_role": effective.get(k.credential_id, "free")}
+                for k in db_keys
+            ],
+            "configured": [
+                {
+                    "credential_id": cid,
+                    "endpoints": endpoints,
+                    "min_role": roles.get(cid, "free"),
+                    "effective_min_role": effective.get(cid, "free"),
+                }
+                for cid, endpoints in configured.items()
+            ],
+            "reservations": [
+                {"credential_id": cid, "min_role": role, "configured": cid in known}
+                for cid, role in sorted(reservations.items())
+            ],
         }
 
     async def _add(self, cmd: AdminCommand) -> dict[str, Any]:
@@ -164,15 +194,20 @@ class KeyRegistryActor(Actor):
         endpoint = text_arg(cmd, "endpoint", required=False)
         base_url = text_arg(cmd, "base_url", required=False).rstrip("/")
         if bool(endpoint) == bool(base_url):
-            raise InvalidRequestError("give exactly one of 'endpoint' and 'base_url'",
-                                      param="endpoint")
+            raise InvalidRequestError(
+                "give exactly one of 'endpoint' and 'base_url'", param="endpoint"
+            )
         if endpoint and all(p.endpoint != endpoint for p in self._pools):
             raise InvalidRequestError(f"no route has endpoint id {endpoint!r}", param="endpoint")
         if base_url and all(p.base_url.rstrip("/") != base_url for p in self._pools):
             raise InvalidRequestError(f"no route has base_url {base_url!r}", param="base_url")
         role = role_arg(cmd, "min_role", "free")
-        decl = await stored(self._store.add(secret, endpoint=endpoint, base_url=base_url,
-                                            min_role=role, now=time.time()), _WHAT)
+        decl = await stored(
+            self._store.add(
+                secret, endpoint=endpoint, base_url=base_url, min_role=role, now=time.time()
+            ),
+            _WHAT,
+        )
         return {**_public(decl), **await self._apply(f"added {decl.key_id}")}
 
     async def _set_min_role(self, cmd: AdminCommand) -> dict[str, Any]:
@@ -195,8 +230,11 @@ class KeyRegistryActor(Actor):
             cid = text_arg(cmd, "credential_id")
         role = role_arg(cmd, "min_role")
         await stored(self._store.reserve(cid, role, time.time()), _WHAT)
-        return {"credential_id": cid, "min_role": role,
-                **await self._apply(f"{cid} reserved for {role}")}
+        return {
+            "credential_id": cid,
+            "min_role": role,
+            **await self._apply(f"{cid} reserved for {role}"),
+        }
 
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         return await self._apply("reloaded from the file")
@@ -227,11 +265,11 @@ class KeyRegistryActor(Actor):
             logger.warning("provider key change not yet applied by %d pools", len(pending))
         return {"pending_pools": sorted(pending)}
 
-    async def _publish(self, db_keys: tuple[ProviderKeyDecl, ...],
-                       reservations: dict[str, str]) -> None:
+    async def _publish(
+        self, db_keys: tuple[ProviderKeyDecl, ...], reservations: dict[str, str]
+    ) -> None:
         roles = dict(self._configured_roles)
         for cid, role in reservations.items():
             roles[cid] = most_restrictive(roles.get(cid), role)
-        self._decls = KeyDeclarations(db_keys=db_keys, reservations=roles,
-                                      seq=self._decls.seq + 1)
+        self._decls = KeyDeclarations(db_keys=db_keys, reservations=roles, seq=self._decls.seq + 1)
         await self.ctx.publish(subjects.KEYS_DECLARATIONS, self._decls)

@@ -98,8 +98,11 @@ def subject_arg(cmd: AdminCommand) -> str:
     if raw is None:
         kind, ident = args.get("kind"), args.get("id")
         if not isinstance(kind, str) or not isinstance(ident, str):
-            raise InvalidRequestError("name the subject: 'subject' (e.g. key:k-1a2b) or "
-                                      "'kind' (key, user, org, role) and 'id'", param="subject")
+            raise InvalidRequestError(
+                "name the subject: 'subject' (e.g. key:k-1a2b) or "
+                "'kind' (key, user, org, role) and 'id'",
+                param="subject",
+            )
         raw = f"{kind}:{ident}"
     if not isinstance(raw, str):
         raise InvalidRequestError("'subject' must be a string", param="subject")
@@ -114,14 +117,16 @@ class LimitsActor(Actor):
     """Owns the ``limits`` tables and every counter. A storage failure refuses the admin
     command (GatewayError); admission never touches storage."""
 
-    def __init__(self, db_path: str, settings: LimitsConfig, *,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, db_path: str, settings: LimitsConfig, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.name = "limits"
         self._path = db_path
         self._settings = settings
         self._clock = clock
-        self.admin = AdminArea("limits", {"get": self._get, "set": self._set,
-                                          "clear": self._clear}, read_only=("get",))
+        self.admin = AdminArea(
+            "limits", {"get": self._get, "set": self._set, "clear": self._clear}, read_only=("get",)
+        )
         self.serves = (
             Serve(subjects.LIMITS_ADMIT, queue=_QUEUE),
             Serve(subjects.LIMITS_SETTLE, queue=_QUEUE),
@@ -136,8 +141,9 @@ class LimitsActor(Actor):
         self._db: aiosqlite.Connection = await open_db(self._path, [LIMITS])
         now = self._clock()
         self._specs = await load_limits(self._db)
-        self._counters = {s: Counters.restore(snap, now)
-                          for s, snap in (await load_counters(self._db)).items()}
+        self._counters = {
+            s: Counters.restore(snap, now) for s, snap in (await load_counters(self._db)).items()
+        }
         self._leases: dict[str, Lease] = {}
         self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
         self._dirty: set[str] = set()
@@ -209,8 +215,15 @@ class LimitsActor(Actor):
         if not holds:
             return AdmitReply(admitted=True)
         pairs = [(s, spec, self._counter(s)) for s, spec in holds]
-        verdict = admit(pairs, req.request_id, req.ingress, req.tokens, req.cost_usd, now,
-                        self._settings.lease_ttl_seconds)
+        verdict = admit(
+            pairs,
+            req.request_id,
+            req.ingress,
+            req.tokens,
+            req.cost_usd,
+            now,
+            self._settings.lease_ttl_seconds,
+        )
         if isinstance(verdict, Lease):
             self._leases[req.request_id] = verdict
             heapq.heappush(self._deadlines, (verdict.expires, req.request_id))
@@ -219,8 +232,7 @@ class LimitsActor(Actor):
         return self._reply(pairs, now, verdict)
 
     @staticmethod
-    def _reply(pairs: Holds, now: float,
-               refusal: Refusal | None) -> AdmitReply:
+    def _reply(pairs: Holds, now: float, refusal: Refusal | None) -> AdmitReply:
         """The verdict with the rate headers of the tightest subject on each axis."""
         req_hdr: tuple[int, int, float] | None = None
         tok_hdr: tuple[int, int, float] | None = None
@@ -253,8 +265,9 @@ class LimitsActor(Actor):
             settle(lease, done.tokens, done.cost_usd, now)
             touched: Holds = [(h.subject, h.spec, h.counters) for h in lease.holds]
         else:
-            touched = [(s, spec, self._counter(s))
-                       for s, spec in self._holds(done.subjects, done.role)]
+            touched = [
+                (s, spec, self._counter(s)) for s, spec in self._holds(done.subjects, done.role)
+            ]
             count_unleased(touched, done.tokens, done.cost_usd, now, request=done.unadmitted)
         for subject, spec, c in touched:
             self._dirty.add(subject)
@@ -277,12 +290,16 @@ class LimitsActor(Actor):
         for lease in dead:
             del self._leases[lease.request_id]
             self._dirty.update(h.subject for h in lease.holds)
-            logger.info("limits: lease of %s (ingress %s) expired", lease.request_id,
-                        lease.ingress)
+            logger.info("limits: lease of %s (ingress %s) expired", lease.request_id, lease.ingress)
             settle(lease, lease.tokens, lease.cost_usd, now)
-            self._expired.append(LeaseExpired(
-                request_id=lease.request_id, ingress=lease.ingress,
-                subjects=tuple(h.subject for h in lease.holds), ts=now))
+            self._expired.append(
+                LeaseExpired(
+                    request_id=lease.request_id,
+                    ingress=lease.ingress,
+                    subjects=tuple(h.subject for h in lease.holds),
+                    ts=now,
+                )
+            )
         if self._expired:
             self.ctx.start_soon(self._announce_expired)
 
@@ -294,23 +311,31 @@ class LimitsActor(Actor):
             except GatewayError as exc:
                 logger.warning("limits: expiry event not published: %s", exc)
 
-    async def _budget_events(self, subject: str, spec: LimitSpec, c: Counters,
-                             now: float) -> None:
+    async def _budget_events(self, subject: str, spec: LimitSpec, c: Counters, now: float) -> None:
         budget = spec.budget_usd
         if budget is None:
             return
         period = period_key(spec.budget_period, now)
         crossed = []
-        if spec.soft_fraction is not None and c.spent_usd >= budget * spec.soft_fraction \
-                and c.warned != period:
+        if (
+            spec.soft_fraction is not None
+            and c.spent_usd >= budget * spec.soft_fraction
+            and c.warned != period
+        ):
             c.warned = period
             crossed.append(False)
         if c.spent_usd >= budget and c.exhausted != period:
             c.exhausted = period
             crossed.append(True)
         for exhausted in crossed:
-            event = BudgetThreshold(subject=subject, period=period, spent_usd=c.spent_usd,
-                                    budget_usd=budget, exhausted=exhausted, ts=now)
+            event = BudgetThreshold(
+                subject=subject,
+                period=period,
+                spent_usd=c.spent_usd,
+                budget_usd=budget,
+                exhausted=exhausted,
+                ts=now,
+            )
             try:
                 await self.ctx.publish(_BUDGET_EVENT, event)
             except GatewayError as exc:
@@ -340,22 +365,35 @@ class LimitsActor(Actor):
 
     async def _get(self, cmd: AdminCommand) -> dict[str, Any]:
         if "subject" not in cmd.args and "kind" not in cmd.args:
-            return {"limits": {s: msgspec.to_builtins(spec) for s, spec in
-                               sorted(self._specs.items())}}
+            return {
+                "limits": {s: msgspec.to_builtins(spec) for s, spec in sorted(self._specs.items())}
+            }
         subject = subject_arg(cmd)
         spec = self._specs.get(subject)
         now = self._clock()
         c = self._counters.get(subject)
-        usage: dict[str, Any] = {"requests_last_minute": 0, "tokens_last_minute": 0,
-                                 "in_flight": 0, "spent_usd": 0.0, "period": ""}
+        usage: dict[str, Any] = {
+            "requests_last_minute": 0,
+            "tokens_last_minute": 0,
+            "in_flight": 0,
+            "spent_usd": 0.0,
+            "period": "",
+        }
         if c is not None:
             if spec is not None and spec.budget_usd is not None:
                 c.roll(spec, now)
-            usage = {"requests_last_minute": int(c.requests.total(now)),
-                     "tokens_last_minute": int(c.tokens.total(now)), "in_flight": c.in_flight,
-                     "spent_usd": c.spent_usd, "period": c.period}
-        return {"subject": subject, "limit": msgspec.to_builtins(spec) if spec else None,
-                "usage": usage}
+            usage = {
+                "requests_last_minute": int(c.requests.total(now)),
+                "tokens_last_minute": int(c.tokens.total(now)),
+                "in_flight": c.in_flight,
+                "spent_usd": c.spent_usd,
+                "period": c.period,
+            }
+        return {
+            "subject": subject,
+            "limit": msgspec.to_builtins(spec) if spec else None,
+            "usage": usage,
+        }
 
     async def _set(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd)

@@ -135,34 +135,48 @@ class ModelActor(Actor):
         self.capacity = CapacityViews(self._model, self.name)
         await self.capacity.seed(ctx.bus)
         self._strategy: RoutingStrategy = build_strategy(
-            self._router, self._model.router_params,
-            StrategyDeps(prefill=self._routing.prefill, model=self._model, clock=self._clock,
-                         capacity=self.capacity.state_of),
+            self._router,
+            self._model.router_params,
+            StrategyDeps(
+                prefill=self._routing.prefill,
+                model=self._model,
+                clock=self._clock,
+                capacity=self.capacity.state_of,
+            ),
         )
         aff = self._routing.affinity
         self._affinity = AffinityTable(aff.ttl_seconds, aff.sweep_threshold)
         pre = self._routing.prefill
-        self._prefill = PrefillLoad(elephant_tokens=pre.elephant_tokens,
-                                    hint_ttl=pre.hint_ttl_seconds)
+        self._prefill = PrefillLoad(
+            elephant_tokens=pre.elephant_tokens, hint_ttl=pre.hint_ttl_seconds
+        )
         self._flush_scheduled = False
         self._degraded = False
         self._streak = 0
         self._tripped_until = 0.0
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
-        self._quota = KeyQuota({cid: a for r in self._model.route
-                                for cid, a in r.allowances.items()})
+        self._quota = KeyQuota(
+            {cid: a for r in self._model.route for cid, a in r.allowances.items()}
+        )
         await self._restore()
         self._prefer_by_quota()
-        self._routewise = (RouteWiseHost(self._strategy, self._model, self._clock)
-                           if isinstance(self._strategy, RouteWiseStrategy) else None)
+        self._routewise = (
+            RouteWiseHost(self._strategy, self._model, self._clock)
+            if isinstance(self._strategy, RouteWiseStrategy)
+            else None
+        )
         if self._routewise is not None:
             await self._routewise.start(ctx)
         await self._seed_mode(ctx)
         for r in self._table.routes:
             try:
-                reply = await ctx.bus.request(subjects.endpoint_get(r.endpoint), StateRequest(),
-                                              reply_type=EndpointState, timeout=1.0)
+                reply = await ctx.bus.request(
+                    subjects.endpoint_get(r.endpoint),
+                    StateRequest(),
+                    reply_type=EndpointState,
+                    timeout=1.0,
+                )
             except (NoRespondersError, RequestTimeoutError):
                 continue
             if isinstance(reply, EndpointState):
@@ -171,8 +185,9 @@ class ModelActor(Actor):
     async def _seed_mode(self, ctx: ActorContext) -> None:
         """A restarted ModelActor learns the deployment mode (absent at first boot: normal)."""
         try:
-            mode = await ctx.bus.request(subjects.MODE_GET, ModeRequest(),
-                                         reply_type=ModeChanged, timeout=0.5)
+            mode = await ctx.bus.request(
+                subjects.MODE_GET, ModeRequest(), reply_type=ModeChanged, timeout=0.5
+            )
         except (NoRespondersError, RequestTimeoutError):
             return
         if isinstance(mode, ModeChanged):
@@ -196,8 +211,11 @@ class ModelActor(Actor):
         if self._snapshots is None:
             return
         now = self._clock()
-        snap = _Snapshot(weights=self._table.overrides(), pins=self._affinity.snapshot(now),
-                         quota=self._quota.snapshot())
+        snap = _Snapshot(
+            weights=self._table.overrides(),
+            pins=self._affinity.snapshot(now),
+            quota=self._quota.snapshot(),
+        )
         await self._snapshots.save(self.name, msgspec.json.encode(snap), now)
 
     def _pins_changed(self) -> None:
@@ -221,8 +239,11 @@ class ModelActor(Actor):
             case SetWeight() as cmd:
                 self._table.set_weight(cmd.endpoint, cmd.weight)  # raises InvalidRequestError
                 await self._save()
-                logger.info("weight of %s set to %s", cmd.endpoint,
-                            "configured" if cmd.weight is None else cmd.weight)
+                logger.info(
+                    "weight of %s set to %s",
+                    cmd.endpoint,
+                    "configured" if cmd.weight is None else cmd.weight,
+                )
                 await env.respond(self.status())
             case LocalHealth() as lh:
                 self._table.set_local_health(lh.endpoint, lh.healthy)
@@ -245,9 +266,14 @@ class ModelActor(Actor):
             await self._save()
         elif isinstance(msg, ProbeTick) and self._routewise is not None:
             now = self._clock()
-            await self._routewise.probe_round(self.ctx, {
-                r.endpoint: r.candidate for r in self._table.published()
-                if r.weight > 0 and self._closed(r, now)})
+            await self._routewise.probe_round(
+                self.ctx,
+                {
+                    r.endpoint: r.candidate
+                    for r in self._table.published()
+                    if r.weight > 0 and self._closed(r, now)
+                },
+            )
 
     def _prefer_by_quota(self) -> None:
         """``credential_choice: least_remaining_quota``: the pools spend first the key with
@@ -281,12 +307,17 @@ class ModelActor(Actor):
         if self._streak >= limit and now >= self._tripped_until:
             self._tripped_until = now + self._routing.circuit.cooldown_seconds
             self._streak = 0
-            logger.warning("model %s breaker tripped after %d consecutive failures",
-                           self._model.id, limit)
-            self.ctx.start_soon(lambda: self.ctx.publish(
-                subjects.event("model_breaker"),
-                ModelBreakerTripped(model=self._model.id, failures=limit,
-                                    until=self._tripped_until, ts=now)))
+            logger.warning(
+                "model %s breaker tripped after %d consecutive failures", self._model.id, limit
+            )
+            self.ctx.start_soon(
+                lambda: self.ctx.publish(
+                    subjects.event("model_breaker"),
+                    ModelBreakerTripped(
+                        model=self._model.id, failures=limit, until=self._tripped_until, ts=now
+                    ),
+                )
+            )
 
     def status(self) -> ModelStatus:
         """Routes with effective weights and the circuits this actor sees; for RouteWise, each
@@ -295,11 +326,13 @@ class ModelActor(Actor):
         if self._routewise is None:
             return st
         now = self._clock()
-        live = [r.view(self._prefill.backlog(r.endpoint)) for r in self._table.published()
-                if r.weight > 0 and self._closed(r, now)]
+        live = [
+            r.view(self._prefill.backlog(r.endpoint))
+            for r in self._table.published()
+            if r.weight > 0 and self._closed(r, now)
+        ]
         tokens = self._routewise.strategy.last_prompt_tokens
-        rows = self._routewise.rows(live, RouteRequest(model=self._model.id,
-                                                       prompt_tokens=tokens))
+        rows = self._routewise.rows(live, RouteRequest(model=self._model.id, prompt_tokens=tokens))
         return msgspec.structs.replace(st, routewise=rows, routewise_prompt_tokens=tokens)
 
     # -- the decision -------------------------------------------------------------------
@@ -332,8 +365,12 @@ class ModelActor(Actor):
             pinned = next((r for r in routes if r.endpoint == req.pin), None)
             if pinned is None:
                 raise PinNotFoundError(f"X-Route-Pin {req.pin!r} matches no route of this model")
-            return RoutePlan(model=self._model.id, pinned=True, reason="pin",
-                             candidates=(self._keys.pinned(pinned.candidate, req.role, now),))
+            return RoutePlan(
+                model=self._model.id,
+                pinned=True,
+                reason="pin",
+                candidates=(self._keys.pinned(pinned.candidate, req.role, now),),
+            )
         if req.prompt_tokens:
             fitting = [r for r in routes if r.fits(req.prompt_tokens)]
             if not fitting:
@@ -349,8 +386,12 @@ class ModelActor(Actor):
         routes, keys = self._keys.screen(routes, req, now)
         if not routes:
             return keys.plan(self._model.id)
-        drawn = [r for r in routes if r.weight > 0  # a fallback_only route has weight 0
-                 and r.endpoint not in full]
+        drawn = [
+            r
+            for r in routes
+            if r.weight > 0  # a fallback_only route has weight 0
+            and r.endpoint not in full
+        ]
         backups = [r for r in routes if r.config.fallback_only and r.endpoint not in full]
         closed = [r for r in drawn if self._closed(r, now)]
         probing = [r for r in drawn if self._probe_eligible(r, now)]
@@ -369,16 +410,30 @@ class ModelActor(Actor):
             )
         entry, probe = primary
         spare = [r for r in backups if self._closed(r, now)]
-        rest = [r.candidate for r in (*self._fallback_order(closed, entry, req), *spare)
-                if r is not entry]
+        rest = [
+            r.candidate
+            for r in (*self._fallback_order(closed, entry, req), *spare)
+            if r is not entry
+        ]
         if getattr(self._strategy, "single_route", False):
             rest = []  # routewise fallback_mode: strict
-        hedge = (self._routewise.strategy.hedge_after_ms(entry.endpoint, rest[0].endpoint)
-                 if self._routewise is not None and rest and not probe else None)
-        explained = (self._routewise.rows(
-            [r.view(self._prefill.backlog(r.endpoint)) for r in drawn
-             if r in (*closed, *probing)], req)
-            if req.dry and self._routewise is not None else ())
+        hedge = (
+            self._routewise.strategy.hedge_after_ms(entry.endpoint, rest[0].endpoint)
+            if self._routewise is not None and rest and not probe
+            else None
+        )
+        explained = (
+            self._routewise.rows(
+                [
+                    r.view(self._prefill.backlog(r.endpoint))
+                    for r in drawn
+                    if r in (*closed, *probing)
+                ],
+                req,
+            )
+            if req.dry and self._routewise is not None
+            else ()
+        )
         return RoutePlan(
             model=self._model.id,
             candidates=keys.apply((entry.probe_candidate if probe else entry.candidate, *rest)),
@@ -387,8 +442,9 @@ class ModelActor(Actor):
             hedge_after_ms=hedge,
         )
 
-    def _fallback_order(self, closed: list[RouteEntry], entry: RouteEntry,
-                        req: RouteRequest) -> list[RouteEntry]:
+    def _fallback_order(
+        self, closed: list[RouteEntry], entry: RouteEntry, req: RouteRequest
+    ) -> list[RouteEntry]:
         """The drawn routes after the primary: declaration order, or the strategy's own
         order when it has one (routewise: the LP re-solved without the routes before)."""
         order = getattr(self._strategy, "fallback_order", None)
@@ -412,13 +468,15 @@ class ModelActor(Actor):
                 return r, True
         return None
 
-    async def _choose(self, req: RouteRequest, closed: list[RouteEntry],
-                      probing: list[RouteEntry], now: float
-                      ) -> tuple[tuple[RouteEntry, bool] | None, str]:
+    async def _choose(
+        self, req: RouteRequest, closed: list[RouteEntry], probing: list[RouteEntry], now: float
+    ) -> tuple[tuple[RouteEntry, bool] | None, str]:
         """The primary (and whether it is the half-open probe) and why it was chosen."""
         pre = self._routing.prefill
-        uncached = {r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens,
-                                                       now) for r in (*closed, *probing)}
+        uncached = {
+            r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens, now)
+            for r in (*closed, *probing)
+        }
         if self._degraded:
             # Degraded mode: no exploration; keep to the configured order of what remains,
             # and probe a half-open route only when nothing closed is left.
@@ -429,14 +487,23 @@ class ModelActor(Actor):
         pool = [*closed, *probing]
         if pre.enabled:
             # Elephants skip endpoints already at their elephant limit, unless all are.
-            roomy = [r for r in pool if not (self._prefill.is_elephant(uncached[r.endpoint])
-                     and self._prefill.elephants(r.endpoint) >= pre.elephant_limit)]
+            roomy = [
+                r
+                for r in pool
+                if not (
+                    self._prefill.is_elephant(uncached[r.endpoint])
+                    and self._prefill.elephants(r.endpoint) >= pre.elephant_limit
+                )
+            ]
             pool = roomy or pool
         reason = self._router
         # Session affinity is the weighted draw's (the spec's FixedRouter's); a strategy that
         # must see every request, like round_robin, opts out with session_affinity = False.
-        use_affinity = (self._routing.affinity.enabled and bool(req.caller)
-                        and getattr(self._strategy, "session_affinity", True))
+        use_affinity = (
+            self._routing.affinity.enabled
+            and bool(req.caller)
+            and getattr(self._strategy, "session_affinity", True)
+        )
         if use_affinity:
             pinned_id = self._affinity.get(req.caller, now)
             if pinned_id is not None:
@@ -470,8 +537,14 @@ class ModelActor(Actor):
                 break
         return None, reason
 
-    def _commit(self, req: RouteRequest, entry: RouteEntry, uncached: dict[str, int],
-                now: float, use_affinity: bool) -> None:
+    def _commit(
+        self,
+        req: RouteRequest,
+        entry: RouteEntry,
+        uncached: dict[str, int],
+        now: float,
+        use_affinity: bool,
+    ) -> None:
         if req.dry:
             return
         if use_affinity:
@@ -499,18 +572,21 @@ class ModelActor(Actor):
         if req.dry:
             return True  # _probe_eligible already saw no probe in flight
         try:
-            grant = await self.ctx.bus.request(subjects.endpoint_probe(r.endpoint),
-                                               ProbeRequest(request_id=req.request_id),
-                                               reply_type=ProbeGrant,
-                                               timeout=_PROBE_LEASE_TIMEOUT)
+            grant = await self.ctx.bus.request(
+                subjects.endpoint_probe(r.endpoint),
+                ProbeRequest(request_id=req.request_id),
+                reply_type=ProbeGrant,
+                timeout=_PROBE_LEASE_TIMEOUT,
+            )
         except (NoRespondersError, RequestTimeoutError):
             logger.warning("probe lease for %s not answered", r.endpoint)
             return False
         return isinstance(grant, ProbeGrant) and grant.granted
 
     @staticmethod
-    def _earliest_recovery(routes: list[RouteEntry], now: float,
-                           refused: tuple[RouteCandidate, ...] = ()) -> float:
+    def _earliest_recovery(
+        routes: list[RouteEntry], now: float, refused: tuple[RouteCandidate, ...] = ()
+    ) -> float:
         """Seconds until the first of ``routes`` may serve again: when its circuit or bench
         lets it, and for a route whose keys all refuse the caller, not before one is back."""
         key_waits = {c.endpoint: c.retry_after for c in refused}

@@ -51,19 +51,30 @@ class RouteWiseSettingsActor(Actor):
     """The one owner of the RouteWise admin settings. Raises (as ErrorReply)
     RouteNotFoundError for an unknown model and InvalidRequestError for a bad key or value."""
 
-    def __init__(self, models: tuple[ModelConfig, ...], default_router: str, *,
-                 snapshots: SnapshotStore | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        models: tuple[ModelConfig, ...],
+        default_router: str,
+        *,
+        snapshots: SnapshotStore | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.name = _NAME
         self._models = {m.id: m for m in models if (m.router or default_router) == "routewise"}
         self._names = {n: m.id for m in models for n in (m.id, *m.aliases)}
         self._snapshots = snapshots
         self._clock = clock
-        self.admin = AdminArea("routewise", {
-            "model_settings": self._model_settings, "set_model_setting": self._set,
-            "unset_model_setting": self._unset, "settings": self._fallback,
-            "set_settings": self._set_fallback,
-        }, read_only=("model_settings", "settings"))
+        self.admin = AdminArea(
+            "routewise",
+            {
+                "model_settings": self._model_settings,
+                "set_model_setting": self._set,
+                "unset_model_setting": self._unset,
+                "settings": self._fallback,
+                "set_settings": self._set_fallback,
+            },
+            read_only=("model_settings", "settings"),
+        )
         self.serves = (self.admin.serve, Serve(subjects.ROUTEWISE_SETTINGS_GET))
 
     async def on_start(self, ctx: ActorContext) -> None:
@@ -90,20 +101,21 @@ class RouteWiseSettingsActor(Actor):
             raise RouteNotFoundError(f"no model {name!r}")
         model = self._models.get(canonical)
         if model is None:
-            raise InvalidRequestError(f"model {canonical!r} does not use router: routewise",
-                                      param="model_id")
+            raise InvalidRequestError(
+                f"model {canonical!r} does not use router: routewise", param="model_id"
+            )
         return model
 
     @staticmethod
     def _key(cmd: AdminCommand) -> str:
         key = text_arg(cmd, "key")
         if key not in rw.KEYS:
-            raise InvalidRequestError(f"unknown RouteWise setting {key!r}; known: "
-                                      f"{', '.join(rw.KEYS)}", param="key")
+            raise InvalidRequestError(
+                f"unknown RouteWise setting {key!r}; known: {', '.join(rw.KEYS)}", param="key"
+            )
         return key
 
-    async def _commit(self, settings: RouteWiseSettings,
-                      models: tuple[ModelConfig, ...]) -> None:
+    async def _commit(self, settings: RouteWiseSettings, models: tuple[ModelConfig, ...]) -> None:
         """Persist, then hand the settings to each affected ModelActor and wait until it has
         applied them (so the admin's answer means the next request sees them), then publish
         them for every other watcher."""
@@ -113,8 +125,12 @@ class RouteWiseSettingsActor(Actor):
         self.settings = settings
         for model in models:
             try:
-                await self.ctx.bus.request(subjects.model_routewise(model.id), settings,
-                                           reply_type=ModelStatus, timeout=_APPLY_TIMEOUT)
+                await self.ctx.bus.request(
+                    subjects.model_routewise(model.id),
+                    settings,
+                    reply_type=ModelStatus,
+                    timeout=_APPLY_TIMEOUT,
+                )
             except (NoRespondersError, RequestTimeoutError):
                 # It takes the settings from this actor when it (re)starts.
                 logger.warning("model %s did not confirm its RouteWise settings", model.id)
@@ -128,8 +144,9 @@ class RouteWiseSettingsActor(Actor):
         if "value" not in cmd.args:
             raise InvalidRequestError("'value' is required", param="value")
         overrides = {**self.settings.models.get(model.id, {}), key: cmd.args["value"]}
-        new = msgspec.structs.replace(self.settings,
-                                      models={**self.settings.models, model.id: overrides})
+        new = msgspec.structs.replace(
+            self.settings, models={**self.settings.models, model.id: overrides}
+        )
         rw.effective(model, new)  # raises InvalidRequestError for a bad value
         await self._commit(new, (model,))
         return rw.view(model, new)
@@ -150,8 +167,9 @@ class RouteWiseSettingsActor(Actor):
     async def _set_fallback(self, cmd: AdminCommand) -> dict[str, Any]:
         changes = cmd.args.get("settings")
         if not isinstance(changes, dict):
-            raise InvalidRequestError("'settings' must be an object of RouteWise settings",
-                                      param="settings")
+            raise InvalidRequestError(
+                "'settings' must be an object of RouteWise settings", param="settings"
+            )
         fallback = dict(self.settings.fallback)
         for key, value in changes.items():
             if key not in rw.KEYS:

@@ -35,9 +35,13 @@ _FORWARD_TIMEOUT = 5.0
 
 
 def _status(status: ModelStatus) -> dict[str, Any]:
-    return {"model": status.model, "routes": [
-        {"endpoint": r.endpoint, "weight": r.weight, "configured_weight": r.configured_weight}
-        for r in status.routes]}
+    return {
+        "model": status.model,
+        "routes": [
+            {"endpoint": r.endpoint, "weight": r.weight, "configured_weight": r.configured_weight}
+            for r in status.routes
+        ],
+    }
 
 
 class RoutingAdminActor(Actor):
@@ -47,9 +51,15 @@ class RoutingAdminActor(Actor):
         self.name = "routing_admin"
         self._models = models
         self._endpoints = frozenset(endpoints)
-        self.routing = AdminArea("routing", {
-            "set_weight": self._set_weight, "reset_weight": self._reset_weight,
-            "weights": self._weights}, read_only=("weights",))
+        self.routing = AdminArea(
+            "routing",
+            {
+                "set_weight": self._set_weight,
+                "reset_weight": self._reset_weight,
+                "weights": self._weights,
+            },
+            read_only=("weights",),
+        )
         self.bench = AdminArea("bench", {"lift": self._lift})
         self.serves = (self.routing.serve, self.bench.serve)
 
@@ -66,33 +76,45 @@ class RoutingAdminActor(Actor):
     async def _ask_model(self, model: str, msg: SetWeight | ModelStatusRequest) -> ModelStatus:
         if model not in self._models:
             raise RouteNotFoundError(f"no model {model!r}")
-        subject = (subjects.model_weights(model) if isinstance(msg, SetWeight)
-                   else subjects.model_status(model))
-        reply = await self.ctx.bus.request(subject, msg, reply_type=ModelStatus,
-                                           timeout=_FORWARD_TIMEOUT)
+        subject = (
+            subjects.model_weights(model)
+            if isinstance(msg, SetWeight)
+            else subjects.model_status(model)
+        )
+        reply = await self.ctx.bus.request(
+            subject, msg, reply_type=ModelStatus, timeout=_FORWARD_TIMEOUT
+        )
         return raise_for_reply(reply)
 
     async def _set_weight(self, cmd: AdminCommand) -> dict[str, Any]:
         weight = cmd.args.get("weight")
         if isinstance(weight, bool) or not isinstance(weight, int | float):
             raise InvalidRequestError("'weight' must be a number", param="weight")
-        return _status(await self._ask_model(text_arg(cmd, "model"), SetWeight(
-            endpoint=text_arg(cmd, "endpoint"), weight=float(weight))))
+        return _status(
+            await self._ask_model(
+                text_arg(cmd, "model"),
+                SetWeight(endpoint=text_arg(cmd, "endpoint"), weight=float(weight)),
+            )
+        )
 
     async def _reset_weight(self, cmd: AdminCommand) -> dict[str, Any]:
-        return _status(await self._ask_model(text_arg(cmd, "model"), SetWeight(
-            endpoint=text_arg(cmd, "endpoint"), weight=None)))
+        return _status(
+            await self._ask_model(
+                text_arg(cmd, "model"), SetWeight(endpoint=text_arg(cmd, "endpoint"), weight=None)
+            )
+        )
 
     async def _weights(self, cmd: AdminCommand) -> dict[str, Any]:
         wanted = cmd.args.get("model")
         models = [wanted] if isinstance(wanted, str) and wanted else list(self._models)
-        return {"models": [_status(await self._ask_model(m, ModelStatusRequest()))
-                           for m in models]}
+        return {"models": [_status(await self._ask_model(m, ModelStatusRequest())) for m in models]}
 
     async def _lift(self, cmd: AdminCommand) -> dict[str, Any]:
         endpoint = text_arg(cmd, "endpoint")
         if endpoint not in self._endpoints:
             raise RouteNotFoundError(f"no endpoint {endpoint!r}")
-        await self.ctx.publish(subjects.endpoint_probe_result(endpoint),
-                               ProbeResult(endpoint=endpoint, ok=True, detail="admin lift"))
+        await self.ctx.publish(
+            subjects.endpoint_probe_result(endpoint),
+            ProbeResult(endpoint=endpoint, ok=True, detail="admin lift"),
+        )
         return {"endpoint": endpoint, "lift": "requested"}

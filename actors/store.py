@@ -141,7 +141,8 @@ class StoreActor(Actor):
         for stmt in missing_columns(present):
             await self._db.execute(stmt)
         async with self._db.execute(
-                "SELECT name FROM sqlite_master WHERE name = 'spend_hourly'") as cur:
+            "SELECT name FROM sqlite_master WHERE name = 'spend_hourly'"
+        ) as cur:
             had_aggregates = await cur.fetchone() is not None
         for stmt in SPEND_HOURLY.statements:
             await self._db.execute(stmt)
@@ -315,6 +316,7 @@ class StoreActor(Actor):
             return
         for row in reversed(rows):
             self._aggregates.add(tuple(row))
+
     async def _spend_report(self, cmd: AdminCommand) -> dict[str, Any]:
         try:
             query = SpendQuery.from_args(cmd.args, self._clock())

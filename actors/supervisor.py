@@ -274,8 +274,12 @@ class Supervisor:
             if error is not None:
                 if exclusive and old is not None:
                     if await self._start_child(old_spec) is not None:
-                        logger.error("supervisor %s: %s could not be started again after its "
-                                     "replacement failed", self.name, spec.name)
+                        logger.error(
+                            "supervisor %s: %s could not be started again after its "
+                            "replacement failed",
+                            self.name,
+                            spec.name,
+                        )
                 elif old is not None:
                     self._children[spec.name] = old
                 else:

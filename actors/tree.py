@@ -71,12 +71,17 @@ def build_tree(
             endpoint_specs.append(
                 ChildSpec(
                     f"endpoint:{eid}",
-                    functools.partial(EndpointActor, eid, model.id, circuit,
-                                      bench=config.routing.bench,
-                                      candidate=candidate_for(eid, route),
-                                      probe_timeout=max(route.timeout_seconds,
-                                                        route.ttft_timeout_seconds),
-                                      snapshots=snapshots, **extra),
+                    functools.partial(
+                        EndpointActor,
+                        eid,
+                        model.id,
+                        circuit,
+                        bench=config.routing.bench,
+                        candidate=candidate_for(eid, route),
+                        probe_timeout=max(route.timeout_seconds, route.ttft_timeout_seconds),
+                        snapshots=snapshots,
+                        **extra,
+                    ),
                     restart=Restart.PERMANENT,
                 )
             )
@@ -87,20 +92,40 @@ def build_tree(
                 restart=Restart.PERMANENT,
             )
         )
-    timeouts = {eid: route.timeout_seconds for m in config.models
-                for eid, route in zip(m.endpoint_ids(), m.route, strict=True)}
+    timeouts = {
+        eid: route.timeout_seconds
+        for m in config.models
+        for eid, route in zip(m.endpoint_ids(), m.route, strict=True)
+    }
     leases = config.routing.leases
     capacity_specs: list[ChildSpec | Supervisor] = [
-        ChildSpec(f"capacity:{name}",
-                  functools.partial(CapacityActor, spec, leases, snapshots=snapshots,
-                                    max_age=leases.max_age(timeouts[e] for e in spec.endpoints),
-                                    **extra),
-                  # Two owners of one pool would both grant: a reload swaps them exactly.
-                  restart=Restart.PERMANENT, exclusive=True)
+        ChildSpec(
+            f"capacity:{name}",
+            functools.partial(
+                CapacityActor,
+                spec,
+                leases,
+                snapshots=snapshots,
+                max_age=leases.max_age(timeouts[e] for e in spec.endpoints),
+                **extra,
+            ),
+            # Two owners of one pool would both grant: a reload swaps them exactly.
+            restart=Restart.PERMANENT,
+            exclusive=True,
+        )
         for name, spec in capacity_pools(config).items()
     ]
-    store = [ChildSpec("store", functools.partial(StoreActor, config.database.path, config.log),
-                       shutdown=10.0)] if request_log and config.log.enabled else []
+    store = (
+        [
+            ChildSpec(
+                "store",
+                functools.partial(StoreActor, config.database.path, config.log),
+                shutdown=10.0,
+            )
+        ]
+        if request_log and config.log.enabled
+        else []
+    )
     return Supervisor(
         "root",
         strategy=Strategy.ONE_FOR_ONE,
@@ -108,36 +133,85 @@ def build_tree(
         period=5.0,
         children=[
             *store,
-            Supervisor("endpoints", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
-                       children=endpoint_specs),
+            Supervisor(
+                "endpoints",
+                strategy=Strategy.ONE_FOR_ONE,
+                intensity=10,
+                period=5.0,
+                children=endpoint_specs,
+            ),
             keys_supervisor(config, clock=clock, snapshots=snapshots),
-            Supervisor("capacity", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
-                       children=capacity_specs),
+            Supervisor(
+                "capacity",
+                strategy=Strategy.ONE_FOR_ONE,
+                intensity=10,
+                period=5.0,
+                children=capacity_specs,
+            ),
             # Before the models: a ModelActor asks it for the admin's settings as it starts.
-            ChildSpec("routewise_settings", functools.partial(
-                RouteWiseSettingsActor, config.models, config.routing.default_router,
-                snapshots=snapshots, **extra)),
-            Supervisor("models", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0,
-                       children=model_specs),
+            ChildSpec(
+                "routewise_settings",
+                functools.partial(
+                    RouteWiseSettingsActor,
+                    config.models,
+                    config.routing.default_router,
+                    snapshots=snapshots,
+                    **extra,
+                ),
+            ),
+            Supervisor(
+                "models",
+                strategy=Strategy.ONE_FOR_ONE,
+                intensity=10,
+                period=5.0,
+                children=model_specs,
+            ),
             ChildSpec("health", functools.partial(HealthActor, tuple(all_endpoints))),
-            ChildSpec("routing_admin", functools.partial(
-                RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints))),
+            ChildSpec(
+                "routing_admin",
+                functools.partial(
+                    RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints)
+                ),
+            ),
             ChildSpec("api_keys", functools.partial(ApiKeyAdminActor, config.database.path)),
             # Only the owner's own settings: a reload that changes how ingresses ask
             # (fail_open, timeouts) must not replace the owner of every counter. Exclusive:
             # a replacement loads the counters the old owner saved when it stopped, and two
             # owners would each admit up to the limit.
-            ChildSpec("limits", functools.partial(
-                LimitsActor, config.database.path,
-                LimitsConfig(lease_ttl_seconds=config.limits.lease_ttl_seconds,
-                             snapshot_seconds=config.limits.snapshot_seconds), **extra),
-                      exclusive=True),
+            ChildSpec(
+                "limits",
+                functools.partial(
+                    LimitsActor,
+                    config.database.path,
+                    LimitsConfig(
+                        lease_ttl_seconds=config.limits.lease_ttl_seconds,
+                        snapshot_seconds=config.limits.snapshot_seconds,
+                    ),
+                    **extra,
+                ),
+                exclusive=True,
+            ),
             ChildSpec("rules", functools.partial(RulesActor, snapshots=snapshots, **extra)),
-            ChildSpec("degraded_mode", functools.partial(
-                DegradedModeActor, tuple(all_endpoints), config.routing.degraded,
-                circuit.min_availability, **extra)),
-            ChildSpec("steering", functools.partial(
-                SteeringActor, config.models, config.chains, config.steering,
-                snapshots=snapshots, **extra)),
+            ChildSpec(
+                "degraded_mode",
+                functools.partial(
+                    DegradedModeActor,
+                    tuple(all_endpoints),
+                    config.routing.degraded,
+                    circuit.min_availability,
+                    **extra,
+                ),
+            ),
+            ChildSpec(
+                "steering",
+                functools.partial(
+                    SteeringActor,
+                    config.models,
+                    config.chains,
+                    config.steering,
+                    snapshots=snapshots,
+                    **extra,
+                ),
+            ),
         ],
     )

@@ -19,7 +19,10 @@ _SCHEMES = ("inproc://", "nats://")
 
 
 async def open_bus(
-    url: str, *, name: str | None = None, connect_timeout: float = 5.0,
+    url: str,
+    *,
+    name: str | None = None,
+    connect_timeout: float = 5.0,
     inbox_prefix: str | None = None,
 ) -> Bus:
     """Open the bus ``url`` names: ``inproc://`` (or empty) or ``nats://host:port[,...]``.
@@ -32,8 +35,9 @@ async def open_bus(
     if not url or url.startswith("inproc://"):
         return InProcessBus()
     if url.startswith("nats://"):
-        return await NatsBus.connect(url, name=name, connect_timeout=connect_timeout,
-                                     inbox_prefix=inbox_prefix)
+        return await NatsBus.connect(
+            url, name=name, connect_timeout=connect_timeout, inbox_prefix=inbox_prefix
+        )
     raise ValueError(f"unsupported bus url {url!r}: expected one of {', '.join(_SCHEMES)}")
 
 

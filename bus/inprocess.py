@@ -302,9 +302,12 @@ class InProcessBus:
         for pattern in subjects:
             check_pattern(pattern)
         kept = self._streams.get(name)
-        history = _History(tuple(tuple(p.split(".")) for p in subjects), max_age,
-                           min(max_msgs, STREAM_MAX_MSGS),
-                           kept.entries if kept is not None else deque())
+        history = _History(
+            tuple(tuple(p.split(".")) for p in subjects),
+            max_age,
+            min(max_msgs, STREAM_MAX_MSGS),
+            kept.entries if kept is not None else deque(),
+        )
         history.trim(time.time())
         self._streams[name] = history
         self._kept.clear()
@@ -370,8 +373,9 @@ class InProcessBus:
         streams = self._kept.get(subject)
         if streams is None:
             toks = subject.split(".")
-            streams = tuple(h for h in self._streams.values()
-                            if any(_tokens_match(p, toks) for p in h.patterns))
+            streams = tuple(
+                h for h in self._streams.values() if any(_tokens_match(p, toks) for p in h.patterns)
+            )
             if len(self._kept) >= _ROUTE_CACHE_MAX:
                 self._kept.clear()
             self._kept[subject] = streams
@@ -380,8 +384,9 @@ class InProcessBus:
             for history in streams:
                 history.keep(now, subject, data)
 
-    def _add(self, subject: str, queue: str | None,
-             replay: tuple[str, float] | None = None) -> BufferedSubscription:
+    def _add(
+        self, subject: str, queue: str | None, replay: tuple[str, float] | None = None
+    ) -> BufferedSubscription:
         if self._closed:
             raise BusClosedError("bus is closed")
         sub = BufferedSubscription(subject, queue, pending_limit=self._pending_limit)
@@ -414,8 +419,14 @@ def _expire(reply: asyncio.Future[bytes], subject: str, timeout: float) -> None:
 class _Subscribing(AbstractAsyncContextManager[BufferedSubscription]):
     __slots__ = ("_bus", "_queue", "_replay", "_sub", "_subject")
 
-    def __init__(self, bus: InProcessBus, subject: str, queue: str | None, *,
-                 replay: tuple[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        bus: InProcessBus,
+        subject: str,
+        queue: str | None,
+        *,
+        replay: tuple[str, float] | None = None,
+    ) -> None:
         self._bus = bus
         self._subject = subject
         self._queue = queue

@@ -71,8 +71,10 @@ def inbox_prefix_for(url: str, explicit: str | None = None) -> str:
     """
     if explicit is not None:
         if not _INBOX_PREFIX.fullmatch(explicit):
-            raise ValueError(f"inbox prefix {explicit!r}: expected _INBOX followed by letters, "
-                             "digits, '_' or '-' (one subject token)")
+            raise ValueError(
+                f"inbox prefix {explicit!r}: expected _INBOX followed by letters, "
+                "digits, '_' or '-' (one subject token)"
+            )
         return explicit
     parts = urlsplit(url.split(",", 1)[0].strip())
     user = parts.username
@@ -80,8 +82,10 @@ def inbox_prefix_for(url: str, explicit: str | None = None) -> str:
         return _INBOX_ROOT  # no user, or a token (nats://TOKEN@host): never put it in subjects
     user = unquote(user)
     if not _USER_TOKEN.fullmatch(user):
-        raise ValueError("the NATS user name cannot form an inbox prefix (letters, digits, "
-                         "'_' and '-' only): set bus.inbox_prefix")
+        raise ValueError(
+            "the NATS user name cannot form an inbox prefix (letters, digits, "
+            "'_' and '-' only): set bus.inbox_prefix"
+        )
     return f"{_INBOX_ROOT}_{user}"
 
 
@@ -200,8 +204,14 @@ class NatsBus:
         Raises BusClosedError when JetStream is unavailable or refuses the stream.
         """
         self._check_open()
-        config = StreamConfig(name=name, subjects=subjects, max_age=max_age, max_msgs=max_msgs,
-                              storage=StorageType.FILE, discard=DiscardPolicy.OLD)
+        config = StreamConfig(
+            name=name,
+            subjects=subjects,
+            max_age=max_age,
+            max_msgs=max_msgs,
+            storage=StorageType.FILE,
+            discard=DiscardPolicy.OLD,
+        )
         js = self._nc.jetstream()
         try:
             try:
@@ -316,8 +326,9 @@ class NatsBus:
 
     async def _on_reconnected(self) -> None:
         url = self._nc.connected_url  # netloc would carry the password: host and port only
-        logger.info("NATS: reconnected to %s:%s", url.hostname if url else "?",
-                    url.port if url else "?")
+        logger.info(
+            "NATS: reconnected to %s:%s", url.hostname if url else "?", url.port if url else "?"
+        )
 
     async def _on_closed(self) -> None:
         if not self._closed:
@@ -386,7 +397,10 @@ class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
         stream, start = self._replay
         # An ordered consumer: ephemeral, in order, re-created by nats-py on a gap.
         return await nc.jetstream().subscribe(
-            self._subject, stream=stream, cb=cb, ordered_consumer=True,
+            self._subject,
+            stream=stream,
+            cb=cb,
+            ordered_consumer=True,
             deliver_policy=DeliverPolicy.BY_START_TIME,
             config=ConsumerConfig(opt_start_time=start),
         )

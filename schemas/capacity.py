@@ -160,9 +160,9 @@ def capacity_pools(config: GatewayConfig) -> dict[str, PoolSpec]:
                 raise ValueError(
                     f"capacity pool {name!r} is declared differently by {seen.endpoints[0]} "
                     f"and {eid} ({_describe(seen)} vs {_describe(spec)}): routes sharing a "
-                    "pool must declare the same provider_type, limit and quota_source")
-            pools[name] = PoolSpec(name, seen.kind, seen.limit, seen.source,
-                                   (*seen.endpoints, eid))
+                    "pool must declare the same provider_type, limit and quota_source"
+                )
+            pools[name] = PoolSpec(name, seen.kind, seen.limit, seen.source, (*seen.endpoints, eid))
     return pools
 
 
@@ -170,14 +170,18 @@ def _spec_of(name: str, route: RouteConfig) -> PoolSpec:
     if route.provider_type == "concurrency":
         assert route.concurrency is not None  # the route's validator requires it
         return PoolSpec(name, "concurrency", float(route.concurrency.limit), None, ())
-    return PoolSpec(name, "quota", route.quota.limit if route.quota else None,
-                    route.quota_source, ())
+    return PoolSpec(
+        name, "quota", route.quota.limit if route.quota else None, route.quota_source, ()
+    )
 
 
 def _describe(spec: PoolSpec) -> str:
     source = "" if spec.source is None else f", source {spec.source.kind}"
-    return f"{spec.kind}, limit {spec.limit:g}{source}" if spec.limit is not None else \
-        f"{spec.kind}, limit from source{source}"
+    return (
+        f"{spec.kind}, limit {spec.limit:g}{source}"
+        if spec.limit is not None
+        else f"{spec.kind}, limit from source{source}"
+    )
 
 
 def pool_of(route: RouteConfig, endpoint_id: str) -> str | None:

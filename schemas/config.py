@@ -141,17 +141,21 @@ class RouteConfig(_Strict):
             if self.quota_source is None:
                 raise ValueError("a provider_type: quota route needs a quota_source:")
             if self.quota is None and getattr(self.quota_source, "limit_path", None) is None:
-                raise ValueError("a provider_type: quota route needs quota: {limit} (or a "
-                                 "quota_source with a limit_path)")
+                raise ValueError(
+                    "a provider_type: quota route needs quota: {limit} (or a "
+                    "quota_source with a limit_path)"
+                )
         elif self.quota is not None or self.quota_source is not None or self.quota_pool:
-            raise ValueError("quota:, quota_source: and quota_pool: belong to a "
-                             "provider_type: quota route")
+            raise ValueError(
+                "quota:, quota_source: and quota_pool: belong to a provider_type: quota route"
+            )
         if kind == "concurrency":
             if self.concurrency is None:
                 raise ValueError("a provider_type: concurrency route needs concurrency: {limit}")
         elif self.concurrency is not None or self.concurrency_pool:
-            raise ValueError("concurrency: and concurrency_pool: belong to a "
-                             "provider_type: concurrency route")
+            raise ValueError(
+                "concurrency: and concurrency_pool: belong to a provider_type: concurrency route"
+            )
         return self
 
     @model_validator(mode="after")
@@ -184,8 +188,11 @@ class RouteConfig(_Strict):
     @property
     def allowances(self) -> dict[str, AllowanceConfig]:
         """The free allowance each credential declares, by credential id."""
-        return {credential_id(k.key): k.free_allowance for k in self.api_keys
-                if isinstance(k, ApiKeyConfig) and k.free_allowance is not None}
+        return {
+            credential_id(k.key): k.free_allowance
+            for k in self.api_keys
+            if isinstance(k, ApiKeyConfig) and k.free_allowance is not None
+        }
 
     @property
     def credential_ids(self) -> tuple[str, ...]:
@@ -512,14 +519,17 @@ class GatewayConfig(_Strict):
                 raise ValueError(f"chain {chain.name!r} names a model twice")
             for entry in chain.entries():
                 if entry.model not in ids:
-                    raise ValueError(f"chain {chain.name!r} names {entry.model!r}, which is no "
-                                     "model id")
+                    raise ValueError(
+                        f"chain {chain.name!r} names {entry.model!r}, which is no model id"
+                    )
         active = self.steering.active_chain
         if active is not None and active not in names:
             raise ValueError(f"steering.active_chain {active!r} is no chain of chains:")
         if active is not None and any(c.name == active and c.org for c in self.chains):
-            raise ValueError(f"steering.active_chain {active!r} belongs to an organisation; "
-                             "the active chain must be deployment-wide")
+            raise ValueError(
+                f"steering.active_chain {active!r} belongs to an organisation; "
+                "the active chain must be deployment-wide"
+            )
         return self
 
     @model_validator(mode="after")

@@ -238,8 +238,9 @@ class BudgetExceededError(GatewayError):
 
     code = ErrorCode.BUDGET_EXCEEDED
 
-    def __init__(self, message: str, *, retry_after: float | None = None,
-                 status: int = 429) -> None:
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, status: int = 429
+    ) -> None:
         super().__init__(message, retry_after=retry_after)
         self.status = status
 

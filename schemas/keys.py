@@ -48,8 +48,10 @@ def parse_duration(value: str | float) -> float:
         try:
             seconds = float(text[:-1]) * unit if unit else float(text)
         except ValueError:
-            raise ValueError(f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 30d; "
-                             "a key without one never expires)") from None
+            raise ValueError(
+                f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 30d; "
+                "a key without one never expires)"
+            ) from None
     else:
         raise ValueError(f"not a duration: {value!r}")
     if seconds <= 0:

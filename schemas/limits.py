@@ -38,8 +38,10 @@ def subject_of(kind: str, ident: str) -> str:
     """The subject string of ``kind`` and ``ident``. Raises ValueError for a bad one."""
     text = f"{kind}:{ident}"
     if kind not in SUBJECT_KINDS or not _SUBJECT.match(text):
-        raise ValueError(f"a limit subject is one of {', '.join(SUBJECT_KINDS)} and an id "
-                         "without spaces (e.g. key:k-1a2b, user:acme/alice, org:acme, role:pro)")
+        raise ValueError(
+            f"a limit subject is one of {', '.join(SUBJECT_KINDS)} and an id "
+            "without spaces (e.g. key:k-1a2b, user:acme/alice, org:acme, role:pro)"
+        )
     if kind == "user" and "/" not in ident:
         raise ValueError("a user limit names its organisation too: user:<org>/<user>")
     return text
@@ -82,8 +84,10 @@ def parse_budget(text: str) -> tuple[float, str]:
         raise ValueError(f"a budget is USD/period, e.g. 10/month, not {text!r}") from None
     period = period.strip() or "month"
     if usd <= 0 or period not in PERIODS:
-        raise ValueError(f"a budget is a positive USD amount per {'|'.join(PERIODS)}, "
-                         f"e.g. 10/month, not {text!r}")
+        raise ValueError(
+            f"a budget is a positive USD amount per {'|'.join(PERIODS)}, "
+            f"e.g. 10/month, not {text!r}"
+        )
     return usd, period
 
 

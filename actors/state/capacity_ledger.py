@@ -81,12 +81,16 @@ def window_bounds(window: str, zone: ZoneInfo, now: float) -> tuple[float, float
     if window == "daily":
         day = local.date()
         nxt = day + timedelta(days=1)
-        return (datetime(day.year, day.month, day.day, tzinfo=zone).timestamp(),
-                datetime(nxt.year, nxt.month, nxt.day, tzinfo=zone).timestamp())
+        return (
+            datetime(day.year, day.month, day.day, tzinfo=zone).timestamp(),
+            datetime(nxt.year, nxt.month, nxt.day, tzinfo=zone).timestamp(),
+        )
     if window == "monthly":
         year, month = (local.year + 1, 1) if local.month == 12 else (local.year, local.month + 1)
-        return (datetime(local.year, local.month, 1, tzinfo=zone).timestamp(),
-                datetime(year, month, 1, tzinfo=zone).timestamp())
+        return (
+            datetime(local.year, local.month, 1, tzinfo=zone).timestamp(),
+            datetime(year, month, 1, tzinfo=zone).timestamp(),
+        )
     raise ValueError(f"unknown calendar window {window!r}")
 
 
@@ -94,8 +98,9 @@ class CapacityLedger:
     """One pool's leases and count. Never raises on unknown lease ids (releasing twice is
     harmless)."""
 
-    def __init__(self, spec: PoolSpec, ttl: float, now: float,
-                 max_age: float | None = None) -> None:
+    def __init__(
+        self, spec: PoolSpec, ttl: float, now: float, max_age: float | None = None
+    ) -> None:
         self.spec = spec
         self.ttl = ttl
         self.max_age = max_age
@@ -156,8 +161,9 @@ class CapacityLedger:
 
     # -- leases -------------------------------------------------------------------------
 
-    def acquire(self, holder: str, endpoint: str, units: float, now: float
-                ) -> tuple[str, float] | str:
+    def acquire(
+        self, holder: str, endpoint: str, units: float, now: float
+    ) -> tuple[str, float] | str:
         """Grant a lease: ``(lease_id, expires_at)``, or the reason it is refused."""
         self.roll(now)
         units = 1.0 if self.kind == "concurrency" or self.unit == "requests" else max(units, 1.0)
@@ -169,13 +175,13 @@ class CapacityLedger:
                 return f"concurrency pool {self.spec.pool!r} is full ({used:g}/{self._limit:g})"
         # A token estimate may overshoot what is left; it is charged once anything is left.
         elif used >= self._limit or (self.unit == "requests" and used + units > self._limit):
-            return (f"quota pool {self.spec.pool!r} is spent ({used:g}/{self._limit:g} "
-                    f"{self.unit})")
+            return f"quota pool {self.spec.pool!r} is spent ({used:g}/{self._limit:g} {self.unit})"
         lease_id = secrets.token_hex(8)
         charged_in = now if self._rolling is not None else self._window_start
         deadline = math.inf if self.max_age is None else now + self.max_age
-        self._leases[lease_id] = Lease(holder, endpoint, units, min(now + self.ttl, deadline),
-                                       charged_in, deadline)
+        self._leases[lease_id] = Lease(
+            holder, endpoint, units, min(now + self.ttl, deadline), charged_in, deadline
+        )
         if self.kind == "quota":
             if self._rolling is not None:
                 self._charges[lease_id] = (now, units)
@@ -215,8 +221,9 @@ class CapacityLedger:
             if lease.charged_in == self._window_start:  # a charge of a past window stays there
                 self._used = max(0.0, self._used + actual - lease.units)
         else:
-            self._granted_since_reading = max(0.0, self._granted_since_reading
-                                              + actual - lease.units)
+            self._granted_since_reading = max(
+                0.0, self._granted_since_reading + actual - lease.units
+            )
 
     def expire(self, now: float) -> list[Lease]:
         """Drop the leases not renewed in time or at their maximum age (their slots come
@@ -266,19 +273,34 @@ class CapacityLedger:
     def state(self, now: float) -> CapacityState:
         """The pool's state to publish."""
         return CapacityState(
-            pool=self.spec.pool, kind=self.kind, limit=self._limit, used=self.used(),
-            unit=self.unit, resolved=self.resolved, reason=self.reason,
+            pool=self.spec.pool,
+            kind=self.kind,
+            limit=self._limit,
+            used=self.used(),
+            unit=self.unit,
+            resolved=self.resolved,
+            reason=self.reason,
             resets_at=self._resets_at if self._rolling is None else self._frees_at(),
-            endpoints=self.spec.endpoints, ts=now)
+            endpoints=self.spec.endpoints,
+            ts=now,
+        )
 
     def snapshot(self) -> LedgerSnapshot:
         """The leases and the count to persist."""
-        leases = {i: (x.holder, x.endpoint, x.units, x.expires_at, x.charged_in)
-                  for i, x in self._leases.items()}
+        leases = {
+            i: (x.holder, x.endpoint, x.units, x.expires_at, x.charged_in)
+            for i, x in self._leases.items()
+        }
         deadlines = {i: x.deadline for i, x in self._leases.items() if x.deadline < math.inf}
-        return LedgerSnapshot(kind=self.kind, unit=self.unit, window_start=self._window_start,
-                              used=self._used, charges=dict(self._charges), leases=leases,
-                              deadlines=deadlines)
+        return LedgerSnapshot(
+            kind=self.kind,
+            unit=self.unit,
+            window_start=self._window_start,
+            used=self._used,
+            charges=dict(self._charges),
+            leases=leases,
+            deadlines=deadlines,
+        )
 
     def restore(self, snap: LedgerSnapshot, now: float) -> None:
         """Take back a persisted state: the leases (when the pool is still of the same kind:
@@ -290,9 +312,11 @@ class CapacityLedger:
         for i, (holder, endpoint, units, expires_at, charged_in) in snap.leases.items():
             # A lease of an older snapshot (no deadline) gets the maximum age from now.
             deadline = snap.deadlines.get(
-                i, math.inf if self.max_age is None else now + self.max_age)
-            self._leases[i] = Lease(holder, endpoint, units, min(expires_at, deadline),
-                                    charged_in, deadline)
+                i, math.inf if self.max_age is None else now + self.max_age
+            )
+            self._leases[i] = Lease(
+                holder, endpoint, units, min(expires_at, deadline), charged_in, deadline
+            )
         if snap.unit not in ("", self.unit):
             return
         if self._calendar is not None and snap.window_start == self._window_start:

@@ -59,8 +59,12 @@ class EndpointHealth:
     def is_stale_probe(self, request_id: str) -> bool:
         """Whether an attempt sent as a probe is not the probe now out: one that timed out
         and was replaced must not decide the circuit for its successor."""
-        return (self.probe_in_flight and bool(self.probe_owner) and bool(request_id)
-                and request_id != self.probe_owner)
+        return (
+            self.probe_in_flight
+            and bool(self.probe_owner)
+            and bool(request_id)
+            and request_id != self.probe_owner
+        )
 
     def is_late_probe(self, request_id: str) -> bool:
         """Whether ``request_id`` held the probe that timed out while the circuit is still
@@ -71,11 +75,23 @@ class EndpointHealth:
         """What must outlive a restart: (state, open_until, consecutive_failures,
         benched_until, floor_until). A probe in flight is not: its holder reports to the
         next instance as an ordinary attempt, or not at all."""
-        return (self.state, self.open_until, self.consecutive_failures, self.benched_until,
-                self.floor_until)
+        return (
+            self.state,
+            self.open_until,
+            self.consecutive_failures,
+            self.benched_until,
+            self.floor_until,
+        )
 
-    def restore(self, state: str, open_until: float | None, consecutive_failures: int,
-                benched_until: float | None, floor_until: float | None, now: float) -> None:
+    def restore(
+        self,
+        state: str,
+        open_until: float | None,
+        consecutive_failures: int,
+        benched_until: float | None,
+        floor_until: float | None,
+        now: float,
+    ) -> None:
         """Take back what :meth:`durable` returned (times on the same clock); a bench that
         ran out meanwhile is gone, an elapsed cooldown half-opens on the next tick."""
         self.state = state if state in (CLOSED, OPEN, HALF_OPEN) else CLOSED

@@ -52,8 +52,9 @@ _UNRANKED = 1e300  # a key with no preference: after every ranked one but those 
 class KeyPool:
     """Owns one pool's declared keys, mutes, failure streaks and caller bindings."""
 
-    def __init__(self, pool: str, settings: KeyPoolConfig,
-                 keys: Iterable[tuple[str, str]] = ()) -> None:
+    def __init__(
+        self, pool: str, settings: KeyPoolConfig, keys: Iterable[tuple[str, str]] = ()
+    ) -> None:
         self.pool = pool
         self.settings = settings
         self._keys: tuple[tuple[str, str], ...] = ()
@@ -95,9 +96,12 @@ class KeyPool:
         for table in (self._mutes, self._streaks, self._levels):
             for cid in [c for c in table if c not in self._ids]:
                 del table[cid]
-        dropped = [c for c, b in self._bindings.items()
-                   if b.credential_id not in self.visible(b.role)
-                   or self.preferred(b.role) != before[b.role]]
+        dropped = [
+            c
+            for c, b in self._bindings.items()
+            if b.credential_id not in self.visible(b.role)
+            or self.preferred(b.role) != before[b.role]
+        ]
         for caller in dropped:
             del self._bindings[caller]
         return len(dropped)
@@ -107,8 +111,11 @@ class KeyPool:
         rank = role_rank(role)
         order = self._order.get(rank)
         if order is None:
-            indexed = [(i, cid, role_rank(r)) for i, (cid, r) in enumerate(self._keys)
-                       if role_rank(r) <= rank]
+            indexed = [
+                (i, cid, role_rank(r))
+                for i, (cid, r) in enumerate(self._keys)
+                if role_rank(r) <= rank
+            ]
             order = tuple(cid for _, cid, _ in sorted(indexed, key=lambda t: (-t[2], t[0])))
             self._order[rank] = order
         return order
@@ -144,8 +151,13 @@ class KeyPool:
         if not usable:
             raise self.refusal(role, now)
         b = self._bindings.get(caller)
-        if (self.preference is None and b is not None and b.role == role and b.expires > now
-                and b.credential_id in usable):
+        if (
+            self.preference is None
+            and b is not None
+            and b.role == role
+            and b.expires > now
+            and b.credential_id in usable
+        ):
             return b.credential_id  # by quota, the allowance decides, not the binding
         return usable[0]
 
@@ -184,15 +196,29 @@ class KeyPool:
         if self.usable(None, now):
             return KeyPoolRoleRestrictedError(
                 f"no upstream key of {self.pool} is available to role {role}",
-                endpoint=self.pool, retry_after=retry, kind="key_pool_role_restricted")
-        return KeyPoolExhaustedError(f"every upstream key of {self.pool} is muted",
-                                     endpoint=self.pool, retry_after=retry,
-                                     kind="key_pool_exhausted")
+                endpoint=self.pool,
+                retry_after=retry,
+                kind="key_pool_role_restricted",
+            )
+        return KeyPoolExhaustedError(
+            f"every upstream key of {self.pool} is muted",
+            endpoint=self.pool,
+            retry_after=retry,
+            kind="key_pool_exhausted",
+        )
 
     # -- what happened ------------------------------------------------------------------
 
-    def record(self, cid: str, *, status: int | None, outcome: str, role: str | None,
-               now: float, retry_after: float | None = None) -> float | None:
+    def record(
+        self,
+        cid: str,
+        *,
+        status: int | None,
+        outcome: str,
+        role: str | None,
+        now: float,
+        retry_after: float | None = None,
+    ) -> float | None:
         """Fold one attempt's result; returns the new mute end when this mutes ``cid``."""
         if cid not in self._ids or outcome == "cancelled":
             return None
@@ -258,12 +284,19 @@ class KeyPool:
     def durable(self, now: float) -> dict[str, tuple[float, float, float, int]]:
         """What must outlive a restart: each live mute as (until, Retry-After floor, period,
         sole-key backoff level)."""
-        return {cid: (until, self._floors.get(cid, 0.0), self.mute_period(cid),
-                      self._levels.get(cid, 0))
-                for cid, until in self.mutes(now).items()}
+        return {
+            cid: (
+                until,
+                self._floors.get(cid, 0.0),
+                self.mute_period(cid),
+                self._levels.get(cid, 0),
+            )
+            for cid, until in self.mutes(now).items()
+        }
 
-    def restore(self, mutes: Mapping[str, tuple[float, float, float, int]],
-                now: float) -> list[str]:
+    def restore(
+        self, mutes: Mapping[str, tuple[float, float, float, int]], now: float
+    ) -> list[str]:
         """Take back what :meth:`durable` returned for keys still declared; returns the
         credential ids muted again."""
         back = []
@@ -291,8 +324,9 @@ class KeyPool:
         return done
 
 
-def declaration_of(keys: Sequence[tuple[str, str]], roles: Mapping[str, str]) -> list[
-        tuple[str, str]]:
+def declaration_of(
+    keys: Sequence[tuple[str, str]], roles: Mapping[str, str]
+) -> list[tuple[str, str]]:
     """``keys`` with each ``min_role`` raised to ``roles[cid]`` when that is more restrictive."""
     out = []
     for cid, role in keys:

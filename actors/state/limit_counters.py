@@ -164,16 +164,26 @@ class Counters:
 
     def snapshot(self) -> CountersSnapshot:
         """The durable part."""
-        return CountersSnapshot(requests=self.requests.dump(), tokens=self.tokens.dump(),
-                                period=self.period, spent_usd=self.spent_usd,
-                                warned=self.warned, exhausted=self.exhausted)
+        return CountersSnapshot(
+            requests=self.requests.dump(),
+            tokens=self.tokens.dump(),
+            period=self.period,
+            spent_usd=self.spent_usd,
+            warned=self.warned,
+            exhausted=self.exhausted,
+        )
 
     @classmethod
     def restore(cls, snap: CountersSnapshot, now: float) -> Counters:
         """Counters from a snapshot (leases are not restored: see the actor)."""
-        return cls(requests=Window.load(snap.requests, now),
-                   tokens=Window.load(snap.tokens, now), period=snap.period,
-                   spent_usd=snap.spent_usd, warned=snap.warned, exhausted=snap.exhausted)
+        return cls(
+            requests=Window.load(snap.requests, now),
+            tokens=Window.load(snap.tokens, now),
+            period=snap.period,
+            spent_usd=snap.spent_usd,
+            warned=snap.warned,
+            exhausted=snap.exhausted,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,27 +201,36 @@ def check(spec: LimitSpec, c: Counters, tokens: int, cost: float, now: float) ->
         c.roll(spec, now)
         committed = c.spent_usd + c.reserved_usd
         if c.spent_usd >= spec.budget_usd or (cost > 0 and committed + cost > spec.budget_usd):
-            return Refusal("budget_exceeded",
-                           f"the {spec.budget_period}ly budget of ${spec.budget_usd:g} is spent",
-                           period_end(spec.budget_period, now) - now)
+            return Refusal(
+                "budget_exceeded",
+                f"the {spec.budget_period}ly budget of ${spec.budget_usd:g} is spent",
+                period_end(spec.budget_period, now) - now,
+            )
     if spec.concurrency is not None and c.in_flight >= spec.concurrency:
         # A slot frees when a request ends, which no clock can tell: come back in a second.
-        return Refusal("rate_limited",
-                       f"{spec.concurrency} concurrent requests are already running", 1.0)
+        return Refusal(
+            "rate_limited", f"{spec.concurrency} concurrent requests are already running", 1.0
+        )
     if spec.rpm is not None:
         wait = c.requests.wait_for(now, 1, spec.rpm)
         if wait > 0:
-            return Refusal("rate_limited", f"the limit of {spec.rpm} requests per minute "
-                           "is reached", wait)
+            return Refusal(
+                "rate_limited", f"the limit of {spec.rpm} requests per minute is reached", wait
+            )
     if spec.tpm is not None:
         wait = c.tokens.wait_for(now, tokens, spec.tpm)
         if wait > 0:
             if math.isinf(wait):
-                return Refusal("rate_limited", f"the request may use up to {tokens} tokens, "
-                               f"over the limit of {spec.tpm} tokens per minute (lower "
-                               "max_tokens)", WINDOW_S)
-            return Refusal("rate_limited", f"the limit of {spec.tpm} tokens per minute "
-                           "is reached", wait)
+                return Refusal(
+                    "rate_limited",
+                    f"the request may use up to {tokens} tokens, "
+                    f"over the limit of {spec.tpm} tokens per minute (lower "
+                    "max_tokens)",
+                    WINDOW_S,
+                )
+            return Refusal(
+                "rate_limited", f"the limit of {spec.tpm} tokens per minute is reached", wait
+            )
     return None
 
 
@@ -242,11 +261,11 @@ Holds = list[tuple[str, LimitSpec, Counters]]
 """(subject, the spec that applies to it, its counters) for each limited subject."""
 
 
-def admit(holds: Holds, request_id: str, ingress: str, tokens: int,
-          cost: float, now: float, ttl: float) -> Lease | Refusal:
+def admit(
+    holds: Holds, request_id: str, ingress: str, tokens: int, cost: float, now: float, ttl: float
+) -> Lease | Refusal:
     """Check every subject, then count the request on all of them (all or nothing)."""
-    refusals = [r for _, spec, c in holds
-                if (r := check(spec, c, tokens, cost, now)) is not None]
+    refusals = [r for _, spec, c in holds if (r := check(spec, c, tokens, cost, now)) is not None]
     if refusals:
         # The client must wait for the slowest subject; a budget outranks a rate.
         return max(refusals, key=lambda r: (r.code == "budget_exceeded", r.retry_after))
@@ -270,8 +289,7 @@ def settle(lease: Lease, tokens: int, cost: float, now: float) -> None:
         c.spent_usd += cost
 
 
-def count_unleased(holds: Holds, tokens: int, cost: float,
-                   now: float, *, request: bool) -> None:
+def count_unleased(holds: Holds, tokens: int, cost: float, now: float, *, request: bool) -> None:
     """Count usage that had no lease (admitted while the owner was unreachable, or whose
     lease a restart of the owner forgot)."""
     for _, spec, c in holds:

@@ -48,8 +48,10 @@ class _Series:
 
     def view(self, now: float) -> dict[str, Any]:
         last = int(now // 60)
-        per_minute = [[m * 60, *self.minutes.get(m, (0, 0))]
-                      for m in range(last - WINDOW_MINUTES + 1, last + 1)]
+        per_minute = [
+            [m * 60, *self.minutes.get(m, (0, 0))]
+            for m in range(last - WINDOW_MINUTES + 1, last + 1)
+        ]
         recent = sorted(t for ts, t in self.ttft if ts >= now - TTFT_WINDOW_S)
         this = self.minutes.get(last, [0, 0])
         prev = self.minutes.get(last - 1, [0, 0])
@@ -105,8 +107,7 @@ class LogAggregates:
 
 
 SEED_SQL = (
-    f"SELECT {', '.join(COLUMNS)} FROM request_log WHERE ts >= ? ORDER BY ts DESC, id DESC"
-    " LIMIT ?"
+    f"SELECT {', '.join(COLUMNS)} FROM request_log WHERE ts >= ? ORDER BY ts DESC, id DESC LIMIT ?"
 )
 SEED_ROWS = 50_000
 """At start, at most this many of the window's newest rows seed the aggregates."""

@@ -24,8 +24,7 @@ class _Lease:
 class PrefillLoad:
     """Owns the prefill backlog and elephant counts of one model's endpoints."""
 
-    def __init__(self, *, elephant_tokens: int, hint_ttl: float, lease_ttl: float = 600.0
-                 ) -> None:
+    def __init__(self, *, elephant_tokens: int, hint_ttl: float, lease_ttl: float = 600.0) -> None:
         self.elephant_tokens = elephant_tokens
         self.hint_ttl = hint_ttl
         self.lease_ttl = lease_ttl

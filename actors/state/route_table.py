@@ -45,8 +45,19 @@ def candidate_for(endpoint: str, config: RouteConfig, *, probe: bool = False) ->
 class RouteEntry:
     """One route: config, endpoint id, effective weight and last known circuit state."""
 
-    __slots__ = ("candidate", "config", "endpoint", "index", "is_local", "local_healthy",
-                 "modalities", "override", "probe_candidate", "state", "weight")
+    __slots__ = (
+        "candidate",
+        "config",
+        "endpoint",
+        "index",
+        "is_local",
+        "local_healthy",
+        "modalities",
+        "override",
+        "probe_candidate",
+        "state",
+        "weight",
+    )
 
     def __init__(self, index: int, endpoint: str, config: RouteConfig) -> None:
         self.index = index
@@ -99,8 +110,10 @@ class RouteTable:
 
     def __init__(self, model: ModelConfig, routing: RoutingConfig, *, fixed: bool) -> None:
         self.model = model
-        self.routes = [RouteEntry(i, e, r) for i, (e, r) in
-                       enumerate(zip(model.endpoint_ids(), model.route, strict=True))]
+        self.routes = [
+            RouteEntry(i, e, r)
+            for i, (e, r) in enumerate(zip(model.endpoint_ids(), model.route, strict=True))
+        ]
         self._by_endpoint = {r.endpoint: r for r in self.routes}
         fraction = model.router_params.get("local_fraction", routing.local_fraction)
         self._local_fraction: float | None = fraction if fixed else None
@@ -132,7 +145,9 @@ class RouteTable:
         if not any(w > 0 for w in after):
             raise InvalidRequestError(
                 f"refusing to zero the last route of model {self.model.id!r} with a non-zero "
-                "weight", param="weight")
+                "weight",
+                param="weight",
+            )
         r.override = weight
         self._recompute()
 
@@ -184,8 +199,13 @@ class RouteTable:
             model=self.model.id,
             router=router,
             routes=tuple(
-                RouteStatus(endpoint=r.endpoint, kind=r.config.kind, weight=round(r.weight, 6),
-                            configured_weight=r.config.weight, circuit_state=r.circuit)
+                RouteStatus(
+                    endpoint=r.endpoint,
+                    kind=r.config.kind,
+                    weight=round(r.weight, 6),
+                    configured_weight=r.config.weight,
+                    circuit_state=r.circuit,
+                )
                 for r in self.routes
             ),
         )

@@ -22,8 +22,16 @@ if TYPE_CHECKING:
 
     from actors.stores.provider_keys import LazyDb
 
-__all__ = ["API_KEYS", "KEY_PREFIX", "ApiKeyRecord", "ApiKeyStore", "hash_key", "new_key",
-           "parse_duration", "parse_instant"]
+__all__ = [
+    "API_KEYS",
+    "KEY_PREFIX",
+    "ApiKeyRecord",
+    "ApiKeyStore",
+    "hash_key",
+    "new_key",
+    "parse_duration",
+    "parse_instant",
+]
 
 KEY_PREFIX = "llmgw-"
 
@@ -73,8 +81,15 @@ class ApiKeyRecord:
 
     def info(self) -> ApiKeyInfo:
         """What an ingress needs to admit a caller with this key (no hash, no key)."""
-        return ApiKeyInfo(found=True, key_id=self.id, role=self.role, org=self.org,
-                          user=self.user, expires=self.expires, revoked=self.revoked)
+        return ApiKeyInfo(
+            found=True,
+            key_id=self.id,
+            role=self.role,
+            org=self.org,
+            user=self.user,
+            expires=self.expires,
+            revoked=self.revoked,
+        )
 
     def public(self, now: float) -> dict[str, Any]:
         """A JSON-able view for listings (no hash)."""
@@ -126,8 +141,16 @@ class ApiKeyStore:
         async with conn.execute(_SELECT + " ORDER BY k.created, k.id") as cur:
             return [_record(r) for r in await cur.fetchall()]
 
-    async def create(self, *, org: str, user: str, role: str, now: float, name: str = "",
-                     expires: float | None = None) -> tuple[str, ApiKeyRecord]:
+    async def create(
+        self,
+        *,
+        org: str,
+        user: str,
+        role: str,
+        now: float,
+        name: str = "",
+        expires: float | None = None,
+    ) -> tuple[str, ApiKeyRecord]:
         """A new key for ``user`` of ``org`` (both created if missing): (the key, its row).
 
         The key is returned here only; it cannot be recovered later.
@@ -142,13 +165,25 @@ class ApiKeyStore:
         await conn.execute("INSERT OR IGNORE INTO orgs (name, created) VALUES (?, ?)", (org, now))
         await conn.execute(
             "INSERT OR IGNORE INTO users (org_id, name, created)"
-            " SELECT id, ?, ? FROM orgs WHERE name = ?", (user, now, org))
+            " SELECT id, ?, ? FROM orgs WHERE name = ?",
+            (user, now, org),
+        )
         await conn.execute(
             "INSERT INTO api_keys (id, key_hash, prefix, user_id, role, name, created, expires)"
             " SELECT ?, ?, ?, u.id, ?, ?, ?, ? FROM users u JOIN orgs o ON o.id = u.org_id"
             " WHERE o.name = ? AND u.name = ?",
-            (key_id, hash_key(key), key[: len(KEY_PREFIX) + 6], role, name, now, expires, org,
-             user))
+            (
+                key_id,
+                hash_key(key),
+                key[: len(KEY_PREFIX) + 6],
+                role,
+                name,
+                now,
+                expires,
+                org,
+                user,
+            ),
+        )
         await conn.commit()
         record = await self.lookup(hash_key(key))
         assert record is not None
@@ -160,11 +195,10 @@ class ApiKeyStore:
         conn = await self.db.get(create=False)
         if conn is None:
             return None
-        column, value = ("key_hash", hash_key(ref)) if ref.startswith(KEY_PREFIX) else ("id",
-                                                                                        ref)
+        column, value = ("key_hash", hash_key(ref)) if ref.startswith(KEY_PREFIX) else ("id", ref)
         await conn.execute(
-            f"UPDATE api_keys SET revoked = ? WHERE {column} = ? AND revoked IS NULL",
-            (now, value))
+            f"UPDATE api_keys SET revoked = ? WHERE {column} = ? AND revoked IS NULL", (now, value)
+        )
         await conn.commit()
         async with conn.execute(_SELECT + f" WHERE k.{column} = ?", (value,)) as cur:
             row = await cur.fetchone()

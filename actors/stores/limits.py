@@ -45,8 +45,9 @@ async def load_limits(db: aiosqlite.Connection) -> dict[str, LimitSpec]:
     return out
 
 
-async def save_limit(db: aiosqlite.Connection, subject: str, spec: LimitSpec | None,
-                     now: float) -> None:
+async def save_limit(
+    db: aiosqlite.Connection, subject: str, spec: LimitSpec | None, now: float
+) -> None:
     """Store (or, with None, delete) ``subject``'s limit and commit."""
     if spec is None:
         await db.execute("DELETE FROM limits WHERE subject = ?", (subject,))
@@ -54,7 +55,8 @@ async def save_limit(db: aiosqlite.Connection, subject: str, spec: LimitSpec | N
         await db.execute(
             "INSERT INTO limits (subject, spec, updated) VALUES (?, ?, ?) ON CONFLICT(subject)"
             " DO UPDATE SET spec = excluded.spec, updated = excluded.updated",
-            (subject, msgspec.json.encode(spec).decode(), now))
+            (subject, msgspec.json.encode(spec).decode(), now),
+        )
     await db.commit()
 
 
@@ -70,11 +72,13 @@ async def load_counters(db: aiosqlite.Connection) -> dict[str, CountersSnapshot]
     return out
 
 
-async def save_counters(db: aiosqlite.Connection, snaps: dict[str, CountersSnapshot],
-                        now: float) -> None:
+async def save_counters(
+    db: aiosqlite.Connection, snaps: dict[str, CountersSnapshot], now: float
+) -> None:
     """Replace the snapshots of ``snaps``' subjects and commit."""
     await db.executemany(
         "INSERT INTO limit_counters (subject, data, updated) VALUES (?, ?, ?)"
         " ON CONFLICT(subject) DO UPDATE SET data = excluded.data, updated = excluded.updated",
-        [(s, msgspec.json.encode(snap), now) for s, snap in snaps.items()])
+        [(s, msgspec.json.encode(snap), now) for s, snap in snaps.items()],
+    )
     await db.commit()

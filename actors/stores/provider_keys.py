@@ -83,9 +83,14 @@ class LazyDb:
 
 def _decl(row: Sequence[object]) -> ProviderKeyDecl:
     key_id, cid, endpoint, base_url, min_role, created = row
-    return ProviderKeyDecl(key_id=str(key_id), credential_id=str(cid), endpoint=str(endpoint),
-                           base_url=str(base_url), min_role=str(min_role),
-                           created=float(created))  # type: ignore[arg-type]
+    return ProviderKeyDecl(
+        key_id=str(key_id),
+        credential_id=str(cid),
+        endpoint=str(endpoint),
+        base_url=str(base_url),
+        min_role=str(min_role),
+        created=float(created),  # type: ignore[arg-type]
+    )
 
 
 _COLUMNS = "id, credential_id, endpoint, base_url, min_role, created"
@@ -104,10 +109,12 @@ class ProviderKeyStore:
         if conn is None:
             return (), {}
         async with conn.execute(
-                f"SELECT {_COLUMNS} FROM provider_api_keys ORDER BY created, id") as cur:
+            f"SELECT {_COLUMNS} FROM provider_api_keys ORDER BY created, id"
+        ) as cur:
             keys = tuple(_decl(row) for row in await cur.fetchall())
         async with conn.execute(
-                "SELECT credential_id, min_role FROM provider_env_key_min_roles") as cur:
+            "SELECT credential_id, min_role FROM provider_env_key_min_roles"
+        ) as cur:
             reservations = {str(cid): str(role) for cid, role in await cur.fetchall()}
         return keys, reservations
 
@@ -117,25 +124,41 @@ class ProviderKeyStore:
         conn = await self.db.get(create=False)
         if conn is None:
             return None
-        async with conn.execute("SELECT secret FROM provider_api_keys WHERE credential_id = ?"
-                                " ORDER BY created LIMIT 1", (cid,)) as cur:
+        async with conn.execute(
+            "SELECT secret FROM provider_api_keys WHERE credential_id = ? ORDER BY created LIMIT 1",
+            (cid,),
+        ) as cur:
             row = await cur.fetchone()
         return str(row[0]) if row else None
 
-    async def add(self, secret: str, *, endpoint: str, base_url: str, min_role: str,
-                  now: float) -> ProviderKeyDecl:
+    async def add(
+        self, secret: str, *, endpoint: str, base_url: str, min_role: str, now: float
+    ) -> ProviderKeyDecl:
         """Store a new key; returns its declaration (never the secret)."""
         role_rank(min_role)
         conn = await self.db.get(create=True)
         assert conn is not None
-        decl = ProviderKeyDecl(key_id="pk-" + _secrets.token_hex(6),
-                               credential_id=credential_id(secret), endpoint=endpoint,
-                               base_url=base_url.rstrip("/"), min_role=min_role, created=now)
+        decl = ProviderKeyDecl(
+            key_id="pk-" + _secrets.token_hex(6),
+            credential_id=credential_id(secret),
+            endpoint=endpoint,
+            base_url=base_url.rstrip("/"),
+            min_role=min_role,
+            created=now,
+        )
         await conn.execute(
             "INSERT INTO provider_api_keys (id, credential_id, secret, endpoint, base_url,"
             " min_role, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (decl.key_id, decl.credential_id, _Unlogged(secret), decl.endpoint, decl.base_url,
-             decl.min_role, now))
+            (
+                decl.key_id,
+                decl.credential_id,
+                _Unlogged(secret),
+                decl.endpoint,
+                decl.base_url,
+                decl.min_role,
+                now,
+            ),
+        )
         await conn.commit()
         return decl
 
@@ -144,11 +167,13 @@ class ProviderKeyStore:
         role_rank(min_role)
         conn = await self.db.get(create=True)
         assert conn is not None
-        await conn.execute("UPDATE provider_api_keys SET min_role = ? WHERE id = ?",
-                           (min_role, key_id))
+        await conn.execute(
+            "UPDATE provider_api_keys SET min_role = ? WHERE id = ?", (min_role, key_id)
+        )
         await conn.commit()
-        async with conn.execute(f"SELECT {_COLUMNS} FROM provider_api_keys WHERE id = ?",
-                                (key_id,)) as cur:
+        async with conn.execute(
+            f"SELECT {_COLUMNS} FROM provider_api_keys WHERE id = ?", (key_id,)
+        ) as cur:
             row = await cur.fetchone()
         return _decl(row) if row else None
 
@@ -166,12 +191,14 @@ class ProviderKeyStore:
         conn = await self.db.get(create=True)
         assert conn is not None
         if min_role == "free":
-            await conn.execute("DELETE FROM provider_env_key_min_roles WHERE credential_id = ?",
-                               (cid,))
+            await conn.execute(
+                "DELETE FROM provider_env_key_min_roles WHERE credential_id = ?", (cid,)
+            )
         else:
             await conn.execute(
                 "INSERT INTO provider_env_key_min_roles (credential_id, min_role, updated)"
                 " VALUES (?, ?, ?) ON CONFLICT(credential_id) DO UPDATE SET"
                 " min_role = excluded.min_role, updated = excluded.updated",
-                (cid, min_role, now))
+                (cid, min_role, now),
+            )
         await conn.commit()

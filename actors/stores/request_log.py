@@ -17,10 +17,31 @@ if TYPE_CHECKING:
     from schemas import Observation, RequestCompleted
 
 COLUMNS = (
-    "ts", "kind", "request_id", "caller_id", "org", "surface", "requested_model", "model",
-    "endpoint", "credential_id", "status", "outcome", "error_kind", "fallback", "attempt",
-    "ttft_ms", "latency_ms", "prompt_tokens", "completion_tokens", "cached_tokens", "stream",
-    "cost_usd", "cost_estimated", "key_id", "user_id",
+    "ts",
+    "kind",
+    "request_id",
+    "caller_id",
+    "org",
+    "surface",
+    "requested_model",
+    "model",
+    "endpoint",
+    "credential_id",
+    "status",
+    "outcome",
+    "error_kind",
+    "fallback",
+    "attempt",
+    "ttft_ms",
+    "latency_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "stream",
+    "cost_usd",
+    "cost_estimated",
+    "key_id",
+    "user_id",
 )
 _BOOLS = frozenset({"fallback", "stream", "cost_estimated"})
 ADDED_COLUMNS = {
@@ -53,15 +74,17 @@ REQUEST_LOG = Migration(
 
 def missing_columns(present: set[str]) -> list[str]:
     """The statements that add the :data:`ADDED_COLUMNS` a table with ``present`` lacks."""
-    return [f"ALTER TABLE request_log ADD COLUMN {name} {decl}"
-            for name, decl in ADDED_COLUMNS.items() if name not in present]
+    return [
+        f"ALTER TABLE request_log ADD COLUMN {name} {decl}"
+        for name, decl in ADDED_COLUMNS.items()
+        if name not in present
+    ]
 
 
 TABLE_INFO = "SELECT name FROM pragma_table_info('request_log')"
 
 INSERT = (
-    f"INSERT INTO request_log ({', '.join(COLUMNS)}) "
-    f"VALUES ({', '.join('?' for _ in COLUMNS)})"
+    f"INSERT INTO request_log ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 )
 PRUNE = "DELETE FROM request_log WHERE ts < ?"
 
@@ -76,11 +99,31 @@ def caller_id(caller: str) -> str:
 def attempt_row(obs: Observation) -> Row:
     """The row of one upstream attempt."""
     return (
-        obs.ts, "attempt", obs.request_id, caller_id(obs.caller), "", obs.surface, "",
-        obs.model, obs.endpoint, obs.credential_id, obs.status, obs.outcome, obs.error_kind,
-        int(obs.fallback), obs.attempt, obs.ttft_ms, obs.latency_ms, obs.prompt_tokens,
-        obs.completion_tokens, obs.cached_tokens, int(obs.stream), obs.cost_usd,
-        int(obs.cost_estimated), "", "",
+        obs.ts,
+        "attempt",
+        obs.request_id,
+        caller_id(obs.caller),
+        "",
+        obs.surface,
+        "",
+        obs.model,
+        obs.endpoint,
+        obs.credential_id,
+        obs.status,
+        obs.outcome,
+        obs.error_kind,
+        int(obs.fallback),
+        obs.attempt,
+        obs.ttft_ms,
+        obs.latency_ms,
+        obs.prompt_tokens,
+        obs.completion_tokens,
+        obs.cached_tokens,
+        int(obs.stream),
+        obs.cost_usd,
+        int(obs.cost_estimated),
+        "",
+        "",
     )
 
 
@@ -93,11 +136,30 @@ def request_row(done: RequestCompleted) -> Row:
     else:
         outcome = "success"
     return (
-        done.ts, "request", done.request_id, caller_id(done.caller), done.org, done.surface,
-        done.requested_model, done.model, done.endpoint, done.credential_id, done.status,
-        outcome, done.error_kind, int(done.fallback), done.attempts, done.ttft_ms,
-        done.latency_ms, done.prompt_tokens, done.completion_tokens, done.cached_tokens,
-        int(done.stream), done.cost_usd, int(done.cost_estimated), done.key_id,
+        done.ts,
+        "request",
+        done.request_id,
+        caller_id(done.caller),
+        done.org,
+        done.surface,
+        done.requested_model,
+        done.model,
+        done.endpoint,
+        done.credential_id,
+        done.status,
+        outcome,
+        done.error_kind,
+        int(done.fallback),
+        done.attempts,
+        done.ttft_ms,
+        done.latency_ms,
+        done.prompt_tokens,
+        done.completion_tokens,
+        done.cached_tokens,
+        int(done.stream),
+        done.cost_usd,
+        int(done.cost_estimated),
+        done.key_id,
         f"{done.org}/{done.user}" if done.user else "",
     )
 
@@ -142,10 +204,17 @@ class LogQuery:
         for name, value in texts.items():
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"'{name}' must be a string")
-        return cls(since=None if since is None else float(since), model=texts["model"],
-                   kind=kind, request_id=texts["request_id"], limit=min(limit, 10_000),
-                   until=None if until is None else float(until), status=status,
-                   outcome=texts["outcome"] or None, caller_id=texts["caller_id"] or None)
+        return cls(
+            since=None if since is None else float(since),
+            model=texts["model"],
+            kind=kind,
+            request_id=texts["request_id"],
+            limit=min(limit, 10_000),
+            until=None if until is None else float(until),
+            status=status,
+            outcome=texts["outcome"] or None,
+            caller_id=texts["caller_id"] or None,
+        )
 
     def sql(self, present: set[str] | None = None) -> tuple[str, list[Any]]:
         """The SELECT and its parameters (``present``: the table's columns, when it may be
@@ -167,16 +236,21 @@ class LogQuery:
         if self.until is not None:
             where.append("ts < ?")
             params.append(self.until)
-        for column, value in (("status", self.status), ("outcome", self.outcome),
-                              ("caller_id", self.caller_id)):
+        for column, value in (
+            ("status", self.status),
+            ("outcome", self.outcome),
+            ("caller_id", self.caller_id),
+        ):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(value)
         clause = f" WHERE {' AND '.join(where)}" if where else ""
-        cols = COLUMNS if present is None else tuple(
-            c if c in present else f"{_DEFAULTS[c]} AS {c}" for c in COLUMNS)
-        sql = (f"SELECT {', '.join(cols)} FROM request_log{clause}"
-               " ORDER BY ts DESC, id DESC LIMIT ?")
+        cols = (
+            COLUMNS
+            if present is None
+            else tuple(c if c in present else f"{_DEFAULTS[c]} AS {c}" for c in COLUMNS)
+        )
+        sql = f"SELECT {', '.join(cols)} FROM request_log{clause} ORDER BY ts DESC, id DESC LIMIT ?"
         return sql, [*params, self.limit]
 
 

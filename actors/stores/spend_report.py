@@ -60,9 +60,21 @@ BACKFILL = (
 """Builds the aggregates of a log written before they existed (run once, when empty)."""
 PRUNE_HOURLY = "DELETE FROM spend_hourly WHERE hour < ?"
 
-_I = {name: COLUMNS.index(name) for name in (
-    "ts", "kind", "key_id", "user_id", "org", "model", "prompt_tokens", "completion_tokens",
-    "cost_usd", "cost_estimated")}
+_I = {
+    name: COLUMNS.index(name)
+    for name in (
+        "ts",
+        "kind",
+        "key_id",
+        "user_id",
+        "org",
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "cost_estimated",
+    )
+}
 
 
 def hourly_upserts(rows: Iterable[Row]) -> list[tuple[Any, ...]]:
@@ -71,8 +83,13 @@ def hourly_upserts(rows: Iterable[Row]) -> list[tuple[Any, ...]]:
     for row in rows:
         if row[_I["kind"]] != "request":
             continue
-        key = (int(row[_I["ts"]] // HOUR_S), row[_I["key_id"]], row[_I["user_id"]],
-               row[_I["org"]], row[_I["model"]])
+        key = (
+            int(row[_I["ts"]] // HOUR_S),
+            row[_I["key_id"]],
+            row[_I["user_id"]],
+            row[_I["org"]],
+            row[_I["model"]],
+        )
         sums = acc[key]
         sums[0] += 1
         sums[1] += row[_I["prompt_tokens"]]
@@ -108,8 +125,11 @@ class SpendQuery:
         if group not in GROUPS:
             raise ValueError(f"'group_by' must be one of {', '.join(GROUPS)}")
         until = _instant(args["until"], "until") if args.get("until") is not None else now
-        since = (_instant(args["since"], "since") if args.get("since") is not None
-                 else until - _DEFAULT_SPAN_S)
+        since = (
+            _instant(args["since"], "since")
+            if args.get("since") is not None
+            else until - _DEFAULT_SPAN_S
+        )
         if since >= until:
             raise ValueError("'since' must be before 'until'")
         return cls(since, until, str(group))
@@ -120,15 +140,20 @@ class SpendQuery:
         col = GROUPS[self.group_by]
         first = math.ceil(self.since / HOUR_S)  # the first whole hour inside the range
         last = math.floor(self.until / HOUR_S)  # the hour after the last whole one
-        raw = (f"SELECT {col}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),"
-               " SUM(cost_usd), SUM(cost_estimated) FROM request_log"
-               f" WHERE ts >= ? AND ts < ? AND kind = 'request' GROUP BY {col}")
+        raw = (
+            f"SELECT {col}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),"
+            " SUM(cost_usd), SUM(cost_estimated) FROM request_log"
+            f" WHERE ts >= ? AND ts < ? AND kind = 'request' GROUP BY {col}"
+        )
         if first >= last:  # no whole hour inside: all from the log
             return [(raw, [self.since, self.until])]
         return [
-            (f"SELECT {col}, SUM(requests), SUM(prompt_tokens), SUM(completion_tokens),"
-             " SUM(cost_usd), SUM(estimated_requests) FROM spend_hourly"
-             f" WHERE hour >= ? AND hour < ? GROUP BY {col}", [first, last]),
+            (
+                f"SELECT {col}, SUM(requests), SUM(prompt_tokens), SUM(completion_tokens),"
+                " SUM(cost_usd), SUM(estimated_requests) FROM spend_hourly"
+                f" WHERE hour >= ? AND hour < ? GROUP BY {col}",
+                [first, last],
+            ),
             (raw, [self.since, first * HOUR_S]),
             (raw, [last * HOUR_S, self.until]),
         ]
@@ -142,9 +167,15 @@ class SpendQuery:
                 into[i] += value or 0
         groups: list[dict[str, Any]] = []
         for name, sums in acc.items():
-            counts = {k: float(v) if k == "cost_usd" else int(v)
-                      for k, v in zip(_SUMS, sums, strict=True)}
+            counts = {
+                k: float(v) if k == "cost_usd" else int(v) for k, v in zip(_SUMS, sums, strict=True)
+            }
             groups.append({self.group_by: name, **counts})
         groups.sort(key=lambda g: (-g["cost_usd"], g[self.group_by]))
-        return {"since": self.since, "until": self.until, "group_by": self.group_by,
-                "total_usd": sum(g["cost_usd"] for g in groups), "groups": groups}
+        return {
+            "since": self.since,
+            "until": self.until,
+            "group_by": self.group_by,
+            "total_usd": sum(g["cost_usd"] for g in groups),
+            "groups": groups,
+        }

@@ -49,17 +49,16 @@ def known_strategies() -> tuple[str, ...]:
     return tuple(sorted(_REGISTRY))
 
 
-def validate_strategy(name: str, params: dict[str, Any],
-                      model: ModelConfig | None = None) -> StrategyParams:
+def validate_strategy(
+    name: str, params: dict[str, Any], model: ModelConfig | None = None
+) -> StrategyParams:
     """Validate ``params`` for strategy ``name`` and, given the ``model`` they belong to,
     that it can start under it (:func:`startup_problem`). Raises ValueError saying what is
     known (a startup problem: ``StartupProblemError``)."""
     if name in _MISSING:
         raise ValueError(f"router {name!r} is not available: {_MISSING[name]}")
     if name not in _REGISTRY:
-        raise ValueError(
-            f"unknown router {name!r}; known routers: {', '.join(known_strategies())}"
-        )
+        raise ValueError(f"unknown router {name!r}; known routers: {', '.join(known_strategies())}")
     _, params_model = _REGISTRY[name]
     try:
         valid = params_model.model_validate(params)

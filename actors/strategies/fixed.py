@@ -28,8 +28,9 @@ class FixedParams(StrategyParams):
 class FixedStrategy:
     """Weighted draw with the prefill tie-break."""
 
-    def __init__(self, params: FixedParams, deps: StrategyDeps,
-                 rng: random.Random | None = None) -> None:
+    def __init__(
+        self, params: FixedParams, deps: StrategyDeps, rng: random.Random | None = None
+    ) -> None:
         self.params = params
         self._prefill = deps.prefill
         self._rng = rng or random.Random()

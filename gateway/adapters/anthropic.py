@@ -52,8 +52,9 @@ class AnthropicAdapter:
     def __init__(self, http: UpstreamHTTP) -> None:
         self._http = http
 
-    def _request(self, target: UpstreamTarget, body: JSON, *, stream: bool
-                 ) -> tuple[bytes, dict[str, str]]:
+    def _request(
+        self, target: UpstreamTarget, body: JSON, *, stream: bool
+    ) -> tuple[bytes, dict[str, str]]:
         """The upstream request. Raises UnsupportedParameterError for what Anthropic cannot
         honour as asked (a 400 that names the field, and lets another route try)."""
         try:
@@ -76,9 +77,14 @@ class AnthropicAdapter:
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """POST /v1/messages; the answer as a canonical chat completion. Raises UpstreamError."""
         payload, headers = self._request(target, body, stream=False)
-        answer = await self._http.post(target.endpoint, messages_url(target.base_url), payload,
-                                       headers, timeout=target.timeout,
-                                       connect_timeout=target.connect_timeout)
+        answer = await self._http.post(
+            target.endpoint,
+            messages_url(target.base_url),
+            payload,
+            headers,
+            timeout=target.timeout,
+            connect_timeout=target.connect_timeout,
+        )
         if answer.status >= 300:
             raise error_from_status(target.endpoint, answer.status, answer.headers, answer.body)
         try:
@@ -102,12 +108,18 @@ class AnthropicAdapter:
         translator = MessagesToChatStream(
             target.upstream_model or str(body.get("model", "")), include_usage=include_usage
         )
-        async with self._http.stream(target.endpoint, messages_url(target.base_url), payload,
-                                     headers, timeout=target.timeout,
-                                     connect_timeout=target.connect_timeout) as resp:
+        async with self._http.stream(
+            target.endpoint,
+            messages_url(target.base_url),
+            payload,
+            headers,
+            timeout=target.timeout,
+            connect_timeout=target.connect_timeout,
+        ) as resp:
             if resp.status >= 300:
-                raise error_from_status(target.endpoint, resp.status, resp.headers,
-                                        await resp.read())
+                raise error_from_status(
+                    target.endpoint, resp.status, resp.headers, await resp.read()
+                )
             parser = SSEParser()
             async for raw in resp.chunks():
                 batch: list[JSON] = []

@@ -125,6 +125,8 @@ def _upstream_message(body: bytes) -> str | None:
 def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:
     """The upstream answered something that is not its API's answer."""
     return UpstreamBadResponseError(
-        f"upstream returned an invalid response: {what}", endpoint=endpoint, status=None,
+        f"upstream returned an invalid response: {what}",
+        endpoint=endpoint,
+        status=None,
         kind="bad_response",
     )

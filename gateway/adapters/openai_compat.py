@@ -48,9 +48,14 @@ class OpenAICompatAdapter:
 
     async def _post_json(self, target: UpstreamTarget, path: str, body: JSON, key: str) -> JSON:
         data, headers = self._payload(target, body)
-        answer = await self._http.post(target.endpoint, target.base_url.rstrip("/") + path, data,
-                                       headers, timeout=target.timeout,
-                                       connect_timeout=target.connect_timeout)
+        answer = await self._http.post(
+            target.endpoint,
+            target.base_url.rstrip("/") + path,
+            data,
+            headers,
+            timeout=target.timeout,
+            connect_timeout=target.connect_timeout,
+        )
         if answer.status >= 300:
             raise error_from_status(target.endpoint, answer.status, answer.headers, answer.body)
         try:
@@ -77,13 +82,18 @@ class OpenAICompatAdapter:
         a stream that ends without ``[DONE]`` (a silent truncation is never a success).
         """
         data, headers = self._payload(target, body)
-        async with self._http.stream(target.endpoint,
-                                     target.base_url.rstrip("/") + "/chat/completions", data,
-                                     headers, timeout=target.timeout,
-                                     connect_timeout=target.connect_timeout) as resp:
+        async with self._http.stream(
+            target.endpoint,
+            target.base_url.rstrip("/") + "/chat/completions",
+            data,
+            headers,
+            timeout=target.timeout,
+            connect_timeout=target.connect_timeout,
+        ) as resp:
             if resp.status >= 300:
-                raise error_from_status(target.endpoint, resp.status, resp.headers,
-                                        await resp.read())
+                raise error_from_status(
+                    target.endpoint, resp.status, resp.headers, await resp.read()
+                )
             parser = SSEParser()
             async for raw in resp.chunks():
                 batch: list[JSON] = []
@@ -103,8 +113,9 @@ class OpenAICompatAdapter:
                     raise failure
                 if done:
                     return
-            raise UpstreamError("upstream stream ended before [DONE]", endpoint=target.endpoint,
-                                kind="truncated")
+            raise UpstreamError(
+                "upstream stream ended before [DONE]", endpoint=target.endpoint, kind="truncated"
+            )
 
 
 def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
@@ -118,6 +129,7 @@ def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
     if "error" in chunk:
         err = chunk["error"]
         msg = err.get("message") if isinstance(err, dict) else str(err)
-        raise UpstreamError(f"upstream stream error: {msg}", endpoint=target.endpoint,
-                            kind="stream_error")
+        raise UpstreamError(
+            f"upstream stream error: {msg}", endpoint=target.endpoint, kind="stream_error"
+        )
     return chunk

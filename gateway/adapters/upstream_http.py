@@ -81,24 +81,34 @@ class UpstreamHTTP:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit,
-                                             keepalive_timeout=self._keepalive)
+            connector = aiohttp.TCPConnector(limit=self._limit, keepalive_timeout=self._keepalive)
             # No cookie jar: an upstream's Set-Cookie must never be replayed for other callers.
-            self._session = aiohttp.ClientSession(connector=connector, auto_decompress=True,
-                                                  cookie_jar=aiohttp.DummyCookieJar())
+            self._session = aiohttp.ClientSession(
+                connector=connector, auto_decompress=True, cookie_jar=aiohttp.DummyCookieJar()
+            )
         return self._session
 
     @staticmethod
     def _timeout(timeout: float, connect_timeout: float) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout,
-                                     sock_read=timeout)
+        return aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout)
 
-    async def post(self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str], *,
-                   timeout: float, connect_timeout: float) -> Answer:
+    async def post(
+        self,
+        endpoint: str,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,
+        connect_timeout: float,
+    ) -> Answer:
         """POST and read the whole answer. Raises UpstreamError for transport failures."""
         try:
             async with self._client().post(
-                url, data=body, headers=headers, allow_redirects=False,
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
                 timeout=self._timeout(timeout, connect_timeout),
             ) as resp:
                 return Answer(resp.status, resp.headers, await resp.read())
@@ -106,13 +116,26 @@ class UpstreamHTTP:
             raise transport_error(endpoint, exc) from None
 
     @asynccontextmanager
-    async def stream(self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str], *,
-                     timeout: float, connect_timeout: float) -> AsyncIterator[StreamAnswer]:
+    async def stream(
+        self,
+        endpoint: str,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        timeout: float,
+        connect_timeout: float,
+    ) -> AsyncIterator[StreamAnswer]:
         """POST and yield the answer as it arrives; the connection is released on exit.
         Raises UpstreamError for transport failures."""
         try:
-            cm = self._client().post(url, data=body, headers=headers, allow_redirects=False,
-                                     timeout=self._timeout(timeout, connect_timeout))
+            cm = self._client().post(
+                url,
+                data=body,
+                headers=headers,
+                allow_redirects=False,
+                timeout=self._timeout(timeout, connect_timeout),
+            )
             resp = await cm.__aenter__()
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(endpoint, exc) from None
@@ -126,19 +149,25 @@ class UpstreamHTTP:
     async def get_status(self, url: str, *, timeout: float) -> int | None:
         """GET ``url``; its status, or None when it did not answer."""
         try:
-            async with self._client().get(url, timeout=aiohttp.ClientTimeout(total=timeout),
-                                          allow_redirects=False) as resp:
+            async with self._client().get(
+                url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=False
+            ) as resp:
                 return resp.status
         except (TimeoutError, aiohttp.ClientError):
             return None
 
-    async def get(self, endpoint: str, url: str, headers: Mapping[str, str], *,
-                  timeout: float) -> Answer:
+    async def get(
+        self, endpoint: str, url: str, headers: Mapping[str, str], *, timeout: float
+    ) -> Answer:
         """GET ``url`` and read the whole answer. Raises UpstreamError for transport
         failures."""
         try:
-            async with self._client().get(url, headers=headers, allow_redirects=False,
-                                          timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            async with self._client().get(
+                url,
+                headers=headers,
+                allow_redirects=False,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
                 return Answer(resp.status, resp.headers, await resp.read())
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(endpoint, exc) from None

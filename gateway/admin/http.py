@@ -33,7 +33,12 @@ _MAX_ARGS_BYTES = 1024 * 1024
 
 
 async def admin_request(
-    bus: Bus, area: str, verb: str, args: dict[str, Any] | None = None, *, by: str,
+    bus: Bus,
+    area: str,
+    verb: str,
+    args: dict[str, Any] | None = None,
+    *,
+    by: str,
     timeout: float,
 ) -> dict[str, Any]:
     """Send one admin command and return its result.
@@ -42,8 +47,12 @@ async def admin_request(
     ``area`` (or the actors are down), BusTimeoutError when it does not answer in time.
     """
     try:
-        reply = await bus.request(subjects.admin(area, verb), AdminCommand(args=args or {}, by=by),
-                                  reply_type=AdminReply, timeout=timeout)
+        reply = await bus.request(
+            subjects.admin(area, verb),
+            AdminCommand(args=args or {}, by=by),
+            reply_type=AdminReply,
+            timeout=timeout,
+        )
     except NoRespondersError:
         raise NoRespondersError(
             f"nobody answers admin area {area!r} (no such area, or the actors are down)"
@@ -53,10 +62,11 @@ async def admin_request(
 
 def command_of(req: HttpRequest) -> tuple[str, str]:
     """(area, verb) of ``/admin/<area>/<verb>``. Raises RouteNotFoundError."""
-    parts = req.path[len(PREFIX):].split("/")
+    parts = req.path[len(PREFIX) :].split("/")
     if len(parts) != 2 or not all(parts):
-        raise RouteNotFoundError(f"no such path {req.path}; admin commands are "
-                                 "/admin/<area>/<verb>")
+        raise RouteNotFoundError(
+            f"no such path {req.path}; admin commands are /admin/<area>/<verb>"
+        )
     return unquote(parts[0]), unquote(parts[1])
 
 
@@ -71,8 +81,9 @@ async def args_of(req: HttpRequest) -> dict[str, Any]:
     try:
         args = msgspec.json.decode(raw)
     except (msgspec.DecodeError, RecursionError):
-        raise InvalidRequestError("the request body is not valid JSON or is nested "
-                                  "too deeply") from None
+        raise InvalidRequestError(
+            "the request body is not valid JSON or is nested too deeply"
+        ) from None
     if not isinstance(args, dict):
         raise InvalidRequestError("the request body must be a JSON object of arguments")
     return args

@@ -46,7 +46,7 @@ _encode = msgspec.json.Encoder().encode
 
 
 def _segments(path: str, prefix: str) -> list[str]:
-    return [s for s in path[len(prefix):].split("/") if s]
+    return [s for s in path[len(prefix) :].split("/") if s]
 
 
 class AdminKeys:
@@ -117,8 +117,9 @@ class AdminKeys:
         parts = _segments(req.path, "/admin/provider-keys/")
         if len(parts) != 1:
             raise RouteNotFoundError(f"no such path {req.path}")
-        await req.respond(200, _encode(await self._command(req, "provider_keys", "delete",
-                                                                 {"id": parts[0]})))
+        await req.respond(
+            200, _encode(await self._command(req, "provider_keys", "delete", {"id": parts[0]}))
+        )
 
     async def reserve_env_key(self, req: HttpRequest) -> None:
         args = await args_of(req)
@@ -129,8 +130,9 @@ class AdminKeys:
 
     # -- helpers ------------------------------------------------------------------------
 
-    async def _command(self, req: HttpRequest, area: str, verb: str,
-                       args: dict[str, Any]) -> dict[str, Any]:
+    async def _command(
+        self, req: HttpRequest, area: str, verb: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
         """One admin command on the bus, sent on behalf of ``req``'s admin caller."""
         by = requested_by(req, f"http:{caller_of(req).key_id or 'admin'}")
         return await admin_request(self._bus, area, verb, args, by=by, timeout=ADMIN_TIMEOUT_S)

@@ -30,7 +30,7 @@ _VERBS = {"GET": "get", "PUT": "set", "DELETE": "clear"}
 
 async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
     """Answer one limits request. Raises GatewayError (the owner's refusal, bad JSON)."""
-    rest = unquote(req.path[len(PREFIX):]) if req.path.startswith(PREFIX) else ""
+    rest = unquote(req.path[len(PREFIX) :]) if req.path.startswith(PREFIX) else ""
     kind, _, ident = rest.partition("/")
     if rest and not ident:  # /admin/limits/<verb>: the generic admin command
         verb, args = kind, await args_of(req)
@@ -41,6 +41,7 @@ async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
             args.update(kind=kind, id=ident)
         elif req.method != "GET":
             raise InvalidRequestError("name the subject: /admin/limits/{kind}/{id}")
-    result: dict[str, Any] = await admin_request(bus, "limits", verb, args, by="http",
-                                                 timeout=timeout)
+    result: dict[str, Any] = await admin_request(
+        bus, "limits", verb, args, by="http", timeout=timeout
+    )
     await req.respond(200, _encode(result))

@@ -50,21 +50,32 @@ class RouteWiseAdmin:
 
     def routes(self) -> dict[tuple[str, str], Any]:
         """Exact ``(method, path)`` routes."""
-        return {("GET", MODEL_SETTINGS): self._model_settings,
-                ("GET", SETTINGS): self._settings, ("PATCH", SETTINGS): self._settings}
+        return {
+            ("GET", MODEL_SETTINGS): self._model_settings,
+            ("GET", SETTINGS): self._settings,
+            ("PATCH", SETTINGS): self._settings,
+        }
 
     def prefix_routes(self) -> dict[tuple[str, str], Any]:
         """``(method, prefix)`` routes (the key is a path parameter)."""
-        return {("PATCH", KEY_PREFIX): self._model_setting,
-                ("DELETE", KEY_PREFIX): self._model_setting}
+        return {
+            ("PATCH", KEY_PREFIX): self._model_setting,
+            ("DELETE", KEY_PREFIX): self._model_setting,
+        }
 
     def _check(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):
             raise UnauthorizedError("admin endpoints need the admin key")
 
     async def _ask(self, req: HttpRequest, verb: str, args: dict[str, Any]) -> None:
-        result = await admin_request(self._bus, "routewise", verb, args, by="http",
-                                     timeout=self._config.routing.decision_timeout_seconds)
+        result = await admin_request(
+            self._bus,
+            "routewise",
+            verb,
+            args,
+            by="http",
+            timeout=self._config.routing.decision_timeout_seconds,
+        )
         await req.respond(200, _encode(result))
 
     async def _model_settings(self, req: HttpRequest) -> None:
@@ -73,14 +84,14 @@ class RouteWiseAdmin:
 
     async def _model_setting(self, req: HttpRequest) -> None:
         self._check(req)
-        key = unquote(req.path[len(KEY_PREFIX):])
+        key = unquote(req.path[len(KEY_PREFIX) :])
         args: dict[str, Any] = {"model_id": _model_id(req), "key": key}
         if req.method == "DELETE":
             await self._ask(req, "unset_model_setting", args)
             return
         body = await args_of(req)
         if "value" not in body:
-            raise InvalidRequestError("the body must be {\"value\": ...}", param="value")
+            raise InvalidRequestError('the body must be {"value": ...}', param="value")
         await self._ask(req, "set_model_setting", {**args, "value": body["value"]})
 
     async def _settings(self, req: HttpRequest) -> None:

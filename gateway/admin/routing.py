@@ -28,11 +28,11 @@ _encode = msgspec.json.Encoder().encode
 def _target(path: str, config: GatewayConfig) -> tuple[str, str]:
     """(model id, endpoint id) from ``.../{model}/{endpoint}``; ids may contain ``/``, so the
     model is the longest configured id that prefixes the rest. Raises RouteNotFoundError."""
-    rest = unquote(path[len(PREFIX):])
+    rest = unquote(path[len(PREFIX) :])
     for m in sorted(config.models, key=lambda m: len(m.id), reverse=True):
         for name in (m.id, *m.aliases):
             if rest.startswith(name + "/"):
-                return m.id, rest[len(name) + 1:]
+                return m.id, rest[len(name) + 1 :]
     raise RouteNotFoundError(f"no model matches {rest!r}")
 
 
@@ -46,8 +46,9 @@ async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout:
         try:
             body: Any = msgspec.json.decode(await req.body(64 * 1024))
         except (msgspec.DecodeError, RecursionError):
-            raise InvalidRequestError("the request body is not valid JSON or is nested "
-                                      "too deeply") from None
+            raise InvalidRequestError(
+                "the request body is not valid JSON or is nested too deeply"
+            ) from None
         args["weight"] = body.get("weight") if isinstance(body, dict) else None
         verb = "set_weight"
     result = await admin_request(bus, "routing", verb, args, by=requested_by(req), timeout=timeout)

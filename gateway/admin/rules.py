@@ -45,8 +45,9 @@ class RulesAdmin:
 
     async def _get(self, req: HttpRequest) -> None:
         self._admin_only(req)
-        result = await admin_request(self._bus, "rules", "get", by=requested_by(req),
-                                     timeout=ADMIN_TIMEOUT_S)
+        result = await admin_request(
+            self._bus, "rules", "get", by=requested_by(req), timeout=ADMIN_TIMEOUT_S
+        )
         await req.respond(200, _encode(result))
 
     async def _put(self, req: HttpRequest) -> None:

@@ -71,17 +71,30 @@ class Callers:
             return {}
         out: dict[str, Any] = {"base_url": self._base_urls.get(endpoint, "")}
         try:
-            st = await self._bus.request(subjects.keypool_get(endpoint), KeyPoolStateRequest(),
-                                         reply_type=KeyPoolState, timeout=1.0)
+            st = await self._bus.request(
+                subjects.keypool_get(endpoint),
+                KeyPoolStateRequest(),
+                reply_type=KeyPoolState,
+                timeout=1.0,
+            )
         except GatewayError:
             return out
         if isinstance(st, KeyPoolState):
-            out["credentials"] = [{"credential_id": k.credential_id, "min_role": k.min_role,
-                                   "muted_until": k.muted_until, "source": k.source}
-                                  for k in st.keys]
+            out["credentials"] = [
+                {
+                    "credential_id": k.credential_id,
+                    "min_role": k.min_role,
+                    "muted_until": k.muted_until,
+                    "source": k.source,
+                }
+                for k in st.keys
+            ]
         return out
 
 
 def _base_urls(config: GatewayConfig) -> dict[str, str]:
-    return {eid: r.base_url for m in config.models
-            for eid, r in zip(m.endpoint_ids(), m.route, strict=True)}
+    return {
+        eid: r.base_url
+        for m in config.models
+        for eid, r in zip(m.endpoint_ids(), m.route, strict=True)
+    }

@@ -132,8 +132,10 @@ class Authenticator:
         self._cache.clear()
         self._asking.clear()
         if self._required != was_required:
-            logger.warning("auth: %s by the reloaded config",
-                           "required" if self._required else "no longer required")
+            logger.warning(
+                "auth: %s by the reloaded config",
+                "required" if self._required else "no longer required",
+            )
 
     def _settle(self, config: GatewayConfig) -> None:
         self._ttl = config.auth_cache_seconds
@@ -148,8 +150,9 @@ class Authenticator:
         log it). An owner that does not answer yet leaves auth undecided: it is asked again
         on the first request that needs it."""
         self._watchers = [
-            await follow(self._bus, subjects.AUTH_KEYS_CHANGED, self._on_event,
-                         name="auth-key-events"),
+            await follow(
+                self._bus, subjects.AUTH_KEYS_CHANGED, self._on_event, name="auth-key-events"
+            ),
             await follow(self._bus, subjects.AUTH_STATE, self._on_event, name="auth-state"),
         ]
         try:
@@ -158,11 +161,15 @@ class Authenticator:
             logger.warning("auth: undecided until the key owner answers (%s)", err.message)
             return
         if on:
-            logger.info("auth: on (%s): /v1/* needs a gateway API key",
-                        "auth: required" if self._required else "a gateway API key exists")
+            logger.info(
+                "auth: on (%s): /v1/* needs a gateway API key",
+                "auth: required" if self._required else "a gateway API key exists",
+            )
         else:
-            logger.warning("auth: OPEN - no gateway API key exists and auth is not 'required': "
-                           "/v1/* serves anonymous callers (role free)")
+            logger.warning(
+                "auth: OPEN - no gateway API key exists and auth is not 'required': "
+                "/v1/* serves anonymous callers (role free)"
+            )
 
     async def aclose(self) -> None:
         """Stop following key events."""
@@ -179,9 +186,14 @@ class Authenticator:
         now = time.monotonic()
         if self._any_keys is None or now - self._any_checked >= self._ttl:
             try:
-                reply = raise_for_reply(await self._bus.request(
-                    subjects.AUTH_STATE_GET, AuthStateRequest(), reply_type=AuthState,
-                    timeout=self._timeout))
+                reply = raise_for_reply(
+                    await self._bus.request(
+                        subjects.AUTH_STATE_GET,
+                        AuthStateRequest(),
+                        reply_type=AuthState,
+                        timeout=self._timeout,
+                    )
+                )
             except GatewayError:
                 if self._any_keys is None:
                     raise
@@ -265,13 +277,18 @@ class Authenticator:
         info = await self._lookup(h)
         status = info.status(time.time())
         if status == "active":
-            return Caller(key_hash=h, role=info.role, key_id=info.key_id, org=info.org,
-                          user=info.user)
+            return Caller(
+                key_hash=h, role=info.role, key_id=info.key_id, org=info.org, user=info.user
+            )
         if not strict or (not info.found and not await self.auth_on()):
             return None
-        raise UnauthorizedError({"unknown": "invalid API key",
-                                 "expired": "API key expired",
-                                 "revoked": "API key revoked"}[status])
+        raise UnauthorizedError(
+            {
+                "unknown": "invalid API key",
+                "expired": "API key expired",
+                "revoked": "API key revoked",
+            }[status]
+        )
 
     async def admin_of_hash(self, key_hash: str) -> Caller | None:
         """The caller of the gateway API key whose sha256 is ``key_hash`` while that key is
@@ -281,8 +298,9 @@ class Authenticator:
         info = await self._lookup(key_hash)
         if info.role != "admin" or info.status(time.time()) != "active":
             return None
-        return Caller(key_hash=key_hash, role=info.role, key_id=info.key_id, org=info.org,
-                      user=info.user)
+        return Caller(
+            key_hash=key_hash, role=info.role, key_id=info.key_id, org=info.org, user=info.user
+        )
 
     async def _lookup(self, key_hash: str) -> ApiKeyInfo:
         """The owner's answer for ``key_hash``, from the cache while it is fresh (unknown keys
@@ -297,8 +315,10 @@ class Authenticator:
             if self._outstanding >= LOOKUPS_MAX:
                 # Fail fast, not queue: waiting would hold the flood's connections open, and
                 # 401 would tell a caller whose valid key was not looked up that it is bad.
-                raise AuthBusyError("too many API key lookups in flight on this gateway; "
-                                    "retry shortly", retry_after=_BUSY_RETRY_AFTER_S)
+                raise AuthBusyError(
+                    "too many API key lookups in flight on this gateway; retry shortly",
+                    retry_after=_BUSY_RETRY_AFTER_S,
+                )
             asking = asyncio.create_task(self._ask(key_hash), name="auth-key-lookup")
             asking.add_done_callback(_retrieve)  # its waiters may all have gone
             self._asking[key_hash] = asking
@@ -309,9 +329,14 @@ class Authenticator:
         self._outstanding += 1
         mine, asked_at = asyncio.current_task(), time.monotonic()
         try:
-            info = raise_for_reply(await self._bus.request(
-                subjects.AUTH_KEYS_LOOKUP, ApiKeyLookup(key_hash=key_hash),
-                reply_type=ApiKeyInfo, timeout=self._timeout))
+            info = raise_for_reply(
+                await self._bus.request(
+                    subjects.AUTH_KEYS_LOOKUP,
+                    ApiKeyLookup(key_hash=key_hash),
+                    reply_type=ApiKeyInfo,
+                    timeout=self._timeout,
+                )
+            )
         finally:
             self._outstanding -= 1
             current = self._asking.get(key_hash) is mine
@@ -340,8 +365,9 @@ def _retrieve(task: asyncio.Task[ApiKeyInfo]) -> None:
         task.exception()  # marks a failure seen; each waiter got it raised already
 
 
-async def follow(bus: Bus, subject: str, on_message: Callable[[object], Awaitable[None]], *,
-                 name: str) -> asyncio.Task[None]:
+async def follow(
+    bus: Bus, subject: str, on_message: Callable[[object], Awaitable[None]], *, name: str
+) -> asyncio.Task[None]:
     """A task feeding every message on ``subject`` to ``on_message``; returns once the
     subscription is live. Raises what ``Bus.subscribe`` raises."""
     ready = asyncio.Event()

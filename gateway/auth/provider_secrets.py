@@ -56,8 +56,9 @@ class ProviderSecrets:
     :meth:`get`. Raises nothing from :meth:`ensure`: a key it cannot resolve is left to the
     dispatcher, which calls the upstream without a key (the upstream refuses it)."""
 
-    def __init__(self, bus: Bus, configured: Iterable[str], *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, bus: Bus, configured: Iterable[str], *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._bus = bus
         self._clock = clock
         self._configured = frozenset(configured)
@@ -77,8 +78,9 @@ class ProviderSecrets:
 
     async def start(self) -> None:
         """Follow the registry's announcements."""
-        self._task = await follow(self._bus, subjects.KEYS_DECLARATIONS, self._on_event,
-                                  name="provider-secrets")
+        self._task = await follow(
+            self._bus, subjects.KEYS_DECLARATIONS, self._on_event, name="provider-secrets"
+        )
 
     async def aclose(self) -> None:
         """Stop following announcements and forget every grant."""
@@ -102,9 +104,14 @@ class ProviderSecrets:
 
     async def _ask(self, cid: str) -> None:
         try:
-            grant = raise_for_reply(await self._bus.request(
-                subjects.KEYS_SECRET_GRANT, ProviderSecretRequest(credential_id=cid),
-                reply_type=ProviderSecretGrant, timeout=_ASK_TIMEOUT_S))
+            grant = raise_for_reply(
+                await self._bus.request(
+                    subjects.KEYS_SECRET_GRANT,
+                    ProviderSecretRequest(credential_id=cid),
+                    reply_type=ProviderSecretGrant,
+                    timeout=_ASK_TIMEOUT_S,
+                )
+            )
         except RouteNotFoundError:
             self._not_in_db.add(cid)
             self._grants.pop(cid, None)

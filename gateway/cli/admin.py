@@ -43,11 +43,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("area", help="admin area (config, log, ...), or a shortcut: reload, show")
     p.add_argument("verb", nargs="?", help="the area's verb (reload, stats, query, ...)")
     p.add_argument("--json", dest="json_args", help="the verb's arguments as a JSON object")
-    p.add_argument("--file", dest="json_file", metavar="PATH",
-                   help="the verb's arguments as a JSON object in a file (rules put --file "
-                        "rules.json)")
-    p.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="one argument (a JSON value, else a string); repeatable")
+    p.add_argument(
+        "--file",
+        dest="json_file",
+        metavar="PATH",
+        help="the verb's arguments as a JSON object in a file (rules put --file rules.json)",
+    )
+    p.add_argument(
+        "--arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="one argument (a JSON value, else a string); repeatable",
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
     add_target_args(p)
     p.set_defaults(func=run)
@@ -58,8 +66,9 @@ def command_args(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
     area, verb = args.area, args.verb
     if verb is None:
         if area not in _SHORTCUTS:
-            raise UsageError(f"a verb is needed after {area!r} (shortcuts: "
-                             f"{', '.join(sorted(_SHORTCUTS))})")
+            raise UsageError(
+                f"a verb is needed after {area!r} (shortcuts: {', '.join(sorted(_SHORTCUTS))})"
+            )
         area, verb = _SHORTCUTS[area]
     values: dict[str, Any] = {}
     if args.json_args:
@@ -116,8 +125,9 @@ def _message(exc: Exception) -> str:
     return str(exc) if isinstance(exc, NotDeliveredError) else f"{type(exc).__name__}: {exc}"
 
 
-async def _over_bus(url: str, area: str, verb: str, values: dict[str, Any],
-                    timeout: float) -> dict[str, Any]:
+async def _over_bus(
+    url: str, area: str, verb: str, values: dict[str, Any], timeout: float
+) -> dict[str, Any]:
     bus = await open_bus(url, name="llmgw-admin", connect_timeout=timeout)
     try:
         return await admin_request(bus, area, verb, values, by="cli", timeout=timeout)

@@ -45,13 +45,19 @@ def parse_duration(text: str) -> float:
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
     """``--url`` / ``--admin-key``, ``--bus`` and ``--config``."""
-    p.add_argument("--url", help="an ingress, http://HOST:PORT (its admin API; needs the "
-                                 "admin key)")
+    p.add_argument(
+        "--url", help="an ingress, http://HOST:PORT (its admin API; needs the admin key)"
+    )
     p.add_argument("--admin-key", help="admin key for --url (default $LLMGW_ADMIN_KEY)")
-    p.add_argument("--bus", help="the gateway's bus, nats://HOST:PORT (default $LLMGW_BUS, "
-                                 "else bus.url of --config)")
-    p.add_argument("--config", help="the gateway's config file: its bus.url, else the local "
-                                    "socket beside its database.path (default llmgw.sqlite3)")
+    p.add_argument(
+        "--bus",
+        help="the gateway's bus, nats://HOST:PORT (default $LLMGW_BUS, else bus.url of --config)",
+    )
+    p.add_argument(
+        "--config",
+        help="the gateway's config file: its bus.url, else the local "
+        "socket beside its database.path (default llmgw.sqlite3)",
+    )
 
 
 def settings(args: argparse.Namespace) -> GatewayConfig:
@@ -93,9 +99,11 @@ def local_socket(database: str) -> Path:
     listens there."""
     path = socket_path(database)
     if not path.exists():
-        raise UsageError(f"no gateway is serving {database} here (no socket {path}): start "
-                         "`llmgw serve` in that directory, or name its config (--config), "
-                         "its bus (--bus nats://...) or an ingress (--url http://...)")
+        raise UsageError(
+            f"no gateway is serving {database} here (no socket {path}): start "
+            "`llmgw serve` in that directory, or name its config (--config), "
+            "its bus (--bus nats://...) or an ingress (--url http://...)"
+        )
     return path
 
 
@@ -114,14 +122,21 @@ class NotDeliveredError(Exception):
 def http_client(where: Target, timeout: float | None) -> httpx.Client:
     """An HTTP client for ``where``'s admin API (``url`` with its key, or the socket)."""
     if where.socket:
-        return httpx.Client(base_url="http://llmgw", timeout=timeout,
-                            transport=httpx.HTTPTransport(uds=where.socket))
-    return httpx.Client(base_url=where.url.rstrip("/"), timeout=timeout,
-                        headers={"authorization": f"Bearer {where.key}"})
+        return httpx.Client(
+            base_url="http://llmgw",
+            timeout=timeout,
+            transport=httpx.HTTPTransport(uds=where.socket),
+        )
+    return httpx.Client(
+        base_url=where.url.rstrip("/"),
+        timeout=timeout,
+        headers={"authorization": f"Bearer {where.key}"},
+    )
 
 
-def admin_over_http(where: Target, area: str, verb: str, values: dict[str, Any],
-                    timeout: float) -> dict[str, Any]:
+def admin_over_http(
+    where: Target, area: str, verb: str, values: dict[str, Any], timeout: float
+) -> dict[str, Any]:
     """``POST /admin/<area>/<verb>``; the owner's result.
 
     Raises RefusedError, NotDeliveredError (nobody owns it, or no answer), httpx.HTTPError.
@@ -146,8 +161,10 @@ def bus_url(args: argparse.Namespace) -> str:
     url = args.bus or os.environ.get("LLMGW_BUS") or settings(args).bus.url
     if url.startswith("inproc://"):
         hint = " or --url http://HOST:PORT" if hasattr(args, "url") else ""
-        raise UsageError("need a shared bus to reach the gateway: --bus nats://HOST:PORT"
-                         f"{hint} (an inproc:// bus lives inside one process)")
+        raise UsageError(
+            "need a shared bus to reach the gateway: --bus nats://HOST:PORT"
+            f"{hint} (an inproc:// bus lives inside one process)"
+        )
     return str(url)
 
 

@@ -44,9 +44,14 @@ _CONNECT_TIMEOUT_S = 10.0
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``llmgw events``."""
     p = sub.add_parser("events", help="tail the gateway's operator events")
-    p.add_argument("--filter", action="append", default=[], metavar="KIND",
-                   help="only this kind (circuit, decision, config, admin, keypool, ...); "
-                        "repeatable or comma-separated")
+    p.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        metavar="KIND",
+        help="only this kind (circuit, decision, config, admin, keypool, ...); "
+        "repeatable or comma-separated",
+    )
     p.add_argument("--since", help="first replay the events of this long ago (e.g. 10m; NATS)")
     p.add_argument("--count", type=int, help="exit after this many events")
     add_target_args(p)
@@ -81,8 +86,7 @@ def _emit(line: bytes) -> None:
     sys.stdout.flush()
 
 
-async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
-                    count: int | None) -> int:
+async def _over_bus(url: str, kinds: frozenset[str], since: float | None, count: int | None) -> int:
     bus = await open_bus(url, name="llmgw-events", connect_timeout=_CONNECT_TIMEOUT_S)
     pattern = subjects.event(next(iter(kinds))) if len(kinds) == 1 else subjects.EVENTS_ANY
     subscribing: AbstractAsyncContextManager[Subscription]
@@ -97,8 +101,10 @@ async def _over_bus(url: str, kinds: frozenset[str], since: float | None,
             except BusClosedError as exc:
                 if since is None:
                     raise
-                raise UsageError(f"--since: the bus keeps no events here ({exc.message}); "
-                                 "it needs the NATS bus a gateway keeps them on") from None
+                raise UsageError(
+                    f"--since: the bus keeps no events here ({exc.message}); "
+                    "it needs the NATS bus a gateway keeps them on"
+                ) from None
             _following(f"{pattern} on {redacted(url)}")
             return await _relay(sub, kinds, count)
     finally:
@@ -122,8 +128,7 @@ def _over_http(where: Target, kinds: frozenset[str], count: int | None) -> int:
     params = {"kind": ",".join(sorted(kinds))} if kinds else {}
     seen = 0
     parser = SSEParser()
-    with http_client(where, None) as client, client.stream("GET", "/events",
-                                                           params=params) as resp:
+    with http_client(where, None) as client, client.stream("GET", "/events", params=params) as resp:
         if resp.status_code != 200:
             resp.read()
             return fail("events", f"HTTP {resp.status_code}: {resp.text[:300]}", 1)

@@ -96,14 +96,14 @@ def _run(fn: Any) -> Any:
             message = exc.message if isinstance(exc, GatewayError) else str(exc)
             sys.stderr.write(f"llmgw keys: {message}\n")
             return 1
+
     return func
 
 
 def _target(args: argparse.Namespace) -> tuple[str, str]:
     """(database path, NATS bus url or "")."""
     # Only the sections needed: the models' ${VAR}s need not be set to manage keys.
-    config = load_sections(args.config, "database", "bus") if args.config or not args.db \
-        else None
+    config = load_sections(args.config, "database", "bus") if args.config or not args.db else None
     path = args.db or (config.database.path if config else "")
     bus = config.bus.url if config is not None and config.bus.url.startswith("nats://") else ""
     return path, bus
@@ -113,21 +113,20 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
     sys.stdout.write((json.dumps(data) if args.json else text) + "\n")
 
 
-async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any], *,
-                 area: str = "api_keys") -> dict[str, Any]:
+async def _owner(
+    path: str, bus_url: str, verb: str, values: dict[str, Any], *, area: str = "api_keys"
+) -> dict[str, Any]:
     """The running owner's answer to ``<area> <verb>``. Raises _NoGatewayError when none
     answers, RefusedError / GatewayError when it refuses."""
     if bus_url:
         from bus import BusClosedError, open_bus
 
         try:
-            bus = await open_bus(bus_url, name="llmgw-keys-cli",
-                                 connect_timeout=_CONNECT_TIMEOUT)
+            bus = await open_bus(bus_url, name="llmgw-keys-cli", connect_timeout=_CONNECT_TIMEOUT)
         except BusClosedError as exc:
             raise _NoGatewayError(exc.message) from None
         try:
-            return await admin_request(bus, area, verb, values, by=_BY,
-                                       timeout=ADMIN_TIMEOUT_S)
+            return await admin_request(bus, area, verb, values, by=_BY, timeout=ADMIN_TIMEOUT_S)
         except NoRespondersError as exc:
             raise _NoGatewayError(exc.message) from None
         finally:
@@ -136,8 +135,9 @@ async def _owner(path: str, bus_url: str, verb: str, values: dict[str, Any], *,
     if not answers(sock):
         raise _NoGatewayError(f"no gateway answers on {sock}")
     try:
-        return await asyncio.to_thread(admin_over_http, Target(socket=str(sock)), area,
-                                       verb, values, ADMIN_TIMEOUT_S)
+        return await asyncio.to_thread(
+            admin_over_http, Target(socket=str(sock)), area, verb, values, ADMIN_TIMEOUT_S
+        )
     except NotDeliveredError as exc:
         raise _NoGatewayError(str(exc)) from None
 
@@ -156,15 +156,21 @@ async def _announce(bus_url: str, msg: Message) -> None:
             finally:
                 await bus.aclose()
     except Exception as exc:  # the database change stands; the caches expire on their own
-        logger.warning("could not announce on %s (%s); ingresses apply it within their "
-                       "auth_cache_seconds", redacted(bus_url), exc)
+        logger.warning(
+            "could not announce on %s (%s); ingresses apply it within their auth_cache_seconds",
+            redacted(bus_url),
+            exc,
+        )
 
 
 def _limit_args(args: argparse.Namespace) -> dict[str, Any] | None:
     """The ``limits set`` arguments of ``create``'s limit options (None: no limit). Raises
     ValueError for a bad one."""
-    values = {k: getattr(args, k) for k in ("rpm", "tpm", "concurrency", "budget")
-              if getattr(args, k) is not None}
+    values = {
+        k: getattr(args, k)
+        for k in ("rpm", "tpm", "concurrency", "budget")
+        if getattr(args, k) is not None
+    }
     if not values:
         return None
     try:
@@ -174,8 +180,7 @@ def _limit_args(args: argparse.Namespace) -> dict[str, Any] | None:
     return values
 
 
-async def _deliver_limit(path: str, bus_url: str, values: dict[str, Any], *,
-                         online: bool) -> str:
+async def _deliver_limit(path: str, bus_url: str, values: dict[str, Any], *, online: bool) -> str:
     """Give the new key's limit to its owner (``online``: a gateway answered the key's
     creation); how it went ("bus", "socket", "stored"). Raises RefusedError / GatewayError
     when the owner refuses it."""
@@ -209,15 +214,23 @@ async def _create(args: argparse.Namespace) -> int:
 
         online = False
         made, key_hash = await cli_keys_offline.create(
-            path, org=args.org, user=args.user, role=args.role, name=args.name,
-            expires=expires)
+            path, org=args.org, user=args.user, role=args.role, name=args.name, expires=expires
+        )
         await _announce(bus, ApiKeyCreated(key_hash=key_hash))
     if limit is not None:
-        made = {**made, "limit": limit, "limit_delivered": await _deliver_limit(
-            path, bus, {**limit, "kind": "key", "id": made["id"]}, online=online)}
-    _print(args, made,
-           f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']})\n"
-           f"{made['key']}\n(this is the only time the key is shown)")
+        made = {
+            **made,
+            "limit": limit,
+            "limit_delivered": await _deliver_limit(
+                path, bus, {**limit, "kind": "key", "id": made["id"]}, online=online
+            ),
+        }
+    _print(
+        args,
+        made,
+        f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']})\n"
+        f"{made['key']}\n(this is the only time the key is shown)",
+    )
     return 0
 
 
@@ -240,8 +253,12 @@ async def _list(args: argparse.Namespace) -> int:
         from gateway.cli import keys_offline as cli_keys_offline
 
         rows = await cli_keys_offline.listing(path)
-    lines = [_LIST_ROW.format(r["id"], f"{r['prefix']}…", f"{r['org']}/{r['user']}", r["role"],
-                              r["status"]) for r in rows]
+    lines = [
+        _LIST_ROW.format(
+            r["id"], f"{r['prefix']}…", f"{r['org']}/{r['user']}", r["role"], r["status"]
+        )
+        for r in rows
+    ]
     header = _LIST_ROW.format("id", "prefix", "org/user", "role", "status")
     _print(args, rows, "\n".join([header, *lines]) if lines else "no keys")
     return 0

@@ -21,15 +21,17 @@ from actors.stores.provider_keys import LazyDb
 from schemas.limits import spec_arg
 
 
-async def create(path: str, *, org: str, user: str, role: str, name: str,
-                 expires: float | None) -> tuple[dict[str, Any], str]:
+async def create(
+    path: str, *, org: str, user: str, role: str, name: str, expires: float | None
+) -> tuple[dict[str, Any], str]:
     """A new key in the file at ``path``: (its public row with ``key``, its hash).
     Raises ValueError (bad role or names), sqlite3.Error."""
     store = ApiKeyStore(LazyDb(path, [API_KEYS]))
     now = time.time()
     try:
-        key, rec = await store.create(org=org, user=user, role=role, name=name,
-                                      expires=expires, now=now)
+        key, rec = await store.create(
+            org=org, user=user, role=role, name=name, expires=expires, now=now
+        )
     finally:
         await store.db.aclose()
     return {**rec.public(now), "key": key}, rec.key_hash

@@ -44,10 +44,22 @@ if TYPE_CHECKING:
 
 _TIMEOUT_S = 30.0
 
-_TABLE = (("time", 19), ("kind", 7), ("request_id", 12), ("requested", 14), ("model", 14),
-          ("endpoint", 24),
-          ("status", 6), ("att", 3), ("fb", 2), ("latency_ms", 10), ("ttft_ms", 8),
-          ("tokens", 9), ("cost_usd", 10), ("error_kind", 14))
+_TABLE = (
+    ("time", 19),
+    ("kind", 7),
+    ("request_id", 12),
+    ("requested", 14),
+    ("model", 14),
+    ("endpoint", 24),
+    ("status", 6),
+    ("att", 3),
+    ("fb", 2),
+    ("latency_ms", 10),
+    ("ttft_ms", 8),
+    ("tokens", 9),
+    ("cost_usd", 10),
+    ("error_kind", 14),
+)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,8 +82,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the matching rows."""
     try:
-        query = {"since": time.time() - parse_duration(args.since), "model": args.model,
-                 "kind": args.kind, "request_id": args.request_id, "limit": args.limit}
+        query = {
+            "since": time.time() - parse_duration(args.since),
+            "model": args.model,
+            "kind": args.kind,
+            "request_id": args.request_id,
+            "limit": args.limit,
+        }
         rows = _rows(args, query)
     except (UsageError, ValueError) as exc:
         return fail("logs", str(exc))
@@ -117,8 +134,7 @@ def _from_file(path: Path, query: dict[str, Any]) -> list[dict[str, Any]]:
 async def _over_bus(url: str, query: dict[str, Any]) -> list[dict[str, Any]]:
     bus = await open_bus(url, name="llmgw-logs", connect_timeout=_TIMEOUT_S)
     try:
-        result = await admin_request(bus, "log", "query", query, by="cli",
-                                     timeout=_TIMEOUT_S)
+        result = await admin_request(bus, "log", "query", query, by="cli", timeout=_TIMEOUT_S)
     finally:
         await bus.aclose()
     rows: list[dict[str, Any]] = result.get("rows", [])
@@ -143,12 +159,18 @@ def _print(rows: list[dict[str, Any]], *, as_json: bool) -> None:
             **row,
             "time": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["ts"])),
             "requested": row["requested_model"],
-            "att": row["attempt"], "fb": "y" if row["fallback"] else "",
+            "att": row["attempt"],
+            "fb": "y" if row["fallback"] else "",
             "latency_ms": f"{row['latency_ms']:.1f}",
             "ttft_ms": "" if row["ttft_ms"] is None else f"{row['ttft_ms']:.1f}",
             "tokens": f"{row['prompt_tokens']}/{row['completion_tokens']}",
             # ~: priced from the gateway's estimate (the upstream reported no usage)
             "cost_usd": f"{'~' if row.get('cost_estimated') else ''}{row.get('cost_usd', 0):.6f}",
         }
-        out.write("  ".join(str(cells[name] if cells[name] is not None else "").ljust(width)
-                            for name, width in _TABLE).rstrip() + "\n")
+        out.write(
+            "  ".join(
+                str(cells[name] if cells[name] is not None else "").ljust(width)
+                for name, width in _TABLE
+            ).rstrip()
+            + "\n"
+        )

@@ -33,8 +33,11 @@ _COMMAND_MODULES: tuple[str, ...] = (
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmgw", description="LLM routing gateway")
-    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default: INFO for serve, "
-                                       "WARNING for the operator commands)")
+    p.add_argument(
+        "--log-level",
+        help="DEBUG, INFO, WARNING, ERROR (default: INFO for serve, "
+        "WARNING for the operator commands)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the gateway")
     serve.add_argument("--config", help="YAML config file (default: the bundled demo config)")
@@ -42,8 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="listen port; 0 picks a free one (default 8080)")
     serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
     serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
-    serve.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop",
-                       help="event loop (default uvloop)")
+    serve.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="event loop (default uvloop)",
+    )
     serve.set_defaults(func=_serve)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(sub)

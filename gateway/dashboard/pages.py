@@ -36,10 +36,18 @@ def _nav(current: str) -> str:
 def render_page(page: str, csrf: str, who: str) -> bytes:
     """The whole HTML of ``page`` for a session whose CSRF token is ``csrf``."""
     body = _template(f"{page}.html").substitute()
-    return _template("layout.html").substitute(
-        page=page, title=html.escape(PAGES[page]), csrf=html.escape(csrf), nav=_nav(page),
-        who=html.escape(who), body=body,
-    ).encode()
+    return (
+        _template("layout.html")
+        .substitute(
+            page=page,
+            title=html.escape(PAGES[page]),
+            csrf=html.escape(csrf),
+            nav=_nav(page),
+            who=html.escape(who),
+            body=body,
+        )
+        .encode()
+    )
 
 
 def render_signin(csrf: str, error: str = "") -> bytes:

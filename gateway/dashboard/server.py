@@ -64,8 +64,10 @@ SIGNIN = "/dashboard/signin"
 SIGNOUT = "/dashboard/signout"
 # What the API may reach: the admin surfaces, nothing of /v1 or the dashboard itself.
 FORWARDED = ("/admin/", "/api/fallback/routing-rules", "/health/deep", "/events")
-_ASSETS = {"dashboard.js": b"text/javascript; charset=utf-8",
-           "dashboard.css": b"text/css; charset=utf-8"}
+_ASSETS = {
+    "dashboard.js": b"text/javascript; charset=utf-8",
+    "dashboard.css": b"text/css; charset=utf-8",
+}
 _MAX_FORM = 4096
 _SIGNIN_SECONDS = 3600  # how long a sign-in form stays good
 _HTML = (b"content-type", b"text/html; charset=utf-8")
@@ -74,9 +76,11 @@ _SECURITY = [
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
-    (b"content-security-policy",
-     b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-     b"img-src 'self' data:; frame-ancestors 'none'; form-action 'self'"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        b"img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    ),
 ]
 _encode = msgspec.json.Encoder().encode
 
@@ -88,15 +92,23 @@ class Dashboard:
     ended sessions, fed by every ingress's sign-outs over the bus); holds no other state:
     every datum comes from the admin API it forwards to."""
 
-    def __init__(self, bus: Bus, config: GatewayConfig, auth: Authenticator, forward: Handler,
-                 *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        config: GatewayConfig,
+        auth: Authenticator,
+        forward: Handler,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._bus = bus
         self._auth = auth
         self._forward = forward
         self._clock = clock
         self._signer = SessionSigner(deployment_secret(config))
-        self._assets = {name: (resources.files(__package__) / "static" / name).read_bytes()
-                        for name in _ASSETS}
+        self._assets = {
+            name: (resources.files(__package__) / "static" / name).read_bytes() for name in _ASSETS
+        }
         self._watcher: asyncio.Task[None] | None = None
         self.reconfigure(config)
 
@@ -104,13 +116,15 @@ class Dashboard:
         """Follow a reloaded config (the session lifetime, the bootstrap admin key whose
         sessions hold; the secret stays)."""
         self._config = config
-        self._bootstrap = (self._signer.bootstrap_fingerprint(config.admin_key)
-                           if config.admin_key else None)
+        self._bootstrap = (
+            self._signer.bootstrap_fingerprint(config.admin_key) if config.admin_key else None
+        )
 
     async def start(self) -> None:
         """Follow sign-outs of every ingress. Raises what ``Bus.subscribe`` raises."""
-        self._watcher = await follow(self._bus, subjects.DASHBOARD_SESSION_ENDED,
-                                     self._on_ended, name="dashboard-sessions")
+        self._watcher = await follow(
+            self._bus, subjects.DASHBOARD_SESSION_ENDED, self._on_ended, name="dashboard-sessions"
+        )
 
     async def aclose(self) -> None:
         """Stop following sign-outs."""
@@ -138,7 +152,7 @@ class Dashboard:
         if path in (PREFIX, PREFIX + "/"):
             await _redirect(req, f"{PREFIX}/overview" if signed_in else SIGNIN)
             return
-        page = path[len(PREFIX) + 1:]
+        page = path[len(PREFIX) + 1 :]
         if signed_in is None:
             if req.method == "GET" and page in PAGES:
                 await _redirect(req, SIGNIN)
@@ -150,7 +164,7 @@ class Dashboard:
         elif path.startswith(API + "/"):
             await self._api(req, session, caller)
         elif path.startswith(STATIC) and req.method == "GET":
-            await self._asset(req, path[len(STATIC):])
+            await self._asset(req, path[len(STATIC) :])
         elif req.method == "GET" and page in PAGES:
             await _html(req, 200, render_page(page, self._signer.csrf(session), session.key_id))
         else:
@@ -167,7 +181,8 @@ class Dashboard:
             return None
         if session.key_hash.startswith(BOOTSTRAP):
             configured = self._bootstrap is not None and hmac.compare_digest(
-                session.key_hash, self._bootstrap)
+                session.key_hash, self._bootstrap
+            )
             return (session, BOOTSTRAP_ADMIN) if configured else None
         caller = await self._auth.admin_of_hash(session.key_hash)
         return (session, caller) if caller is not None else None
@@ -175,8 +190,10 @@ class Dashboard:
     async def _signin_page(self, req: HttpRequest, status: int = 200, error: str = "") -> None:
         """The sign-in form with a fresh pre-session cookie and its token (double submit)."""
         nonce = secrets.token_urlsafe(16)
-        cookie = f"{SIGNIN_COOKIE}={nonce}; Path={SIGNIN}; HttpOnly; SameSite=Strict; " \
-                 f"Max-Age={_SIGNIN_SECONDS}"
+        cookie = (
+            f"{SIGNIN_COOKIE}={nonce}; Path={SIGNIN}; HttpOnly; SameSite=Strict; "
+            f"Max-Age={_SIGNIN_SECONDS}"
+        )
         if req.scope.get("scheme") == "https":
             cookie += "; Secure"
         body = render_signin(self._signer.signin_csrf(nonce), error)
@@ -185,8 +202,9 @@ class Dashboard:
     async def _signin(self, req: HttpRequest) -> None:
         form = dict(parse_qsl((await req.body(_MAX_FORM)).decode("utf-8", "replace")))
         if not self._signer.signin_ok(_cookie(req, SIGNIN_COOKIE), form.get("csrf")):
-            await self._signin_page(req, 403, "the sign-in form was not sent from this page "
-                                    "or has expired: try again")
+            await self._signin_page(
+                req, 403, "the sign-in form was not sent from this page or has expired: try again"
+            )
             return
         key = form.get("key", "").strip()
         try:
@@ -198,18 +216,23 @@ class Dashboard:
             await self._signin_page(req, 401, "unknown key")
             return
         if not caller.is_admin:
-            await self._signin_page(req, 403, f"a key of role {caller.role!r} cannot sign in: "
-                                    "the dashboard needs an admin key")
+            await self._signin_page(
+                req,
+                403,
+                f"a key of role {caller.role!r} cannot sign in: the dashboard needs an admin key",
+            )
             return
         lifetime = self._config.dashboard.session_seconds
         fingerprint = self._bootstrap if caller is BOOTSTRAP_ADMIN else caller.key_hash
         if fingerprint is None:  # an admin is one or the other: never
             raise UnauthorizedError("unknown key")
-        token, _ = self._signer.issue(caller.key_id or "admin", fingerprint, self._clock(),
-                                      lifetime)
+        token, _ = self._signer.issue(
+            caller.key_id or "admin", fingerprint, self._clock(), lifetime
+        )
         logger.info("dashboard: %s signed in", caller.key_id or "admin")
-        cookie = f"{COOKIE}={token}; Path={PREFIX}; HttpOnly; SameSite=Strict; " \
-                 f"Max-Age={int(lifetime)}"
+        cookie = (
+            f"{COOKIE}={token}; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age={int(lifetime)}"
+        )
         if req.scope.get("scheme") == "https":
             cookie += "; Secure"
         await _redirect(req, f"{PREFIX}/overview", [(b"set-cookie", cookie.encode())])
@@ -219,21 +242,22 @@ class Dashboard:
         self._check_csrf(req, session, form.get("csrf"))
         self._signer.ended.end(session.nonce, session.expires, self._clock())
         # Every other ingress too; the id only: the token stays with the browser.
-        await self._bus.publish(subjects.DASHBOARD_SESSION_ENDED, DashboardSessionEnded(
-            session=session.nonce, expires=session.expires))
+        await self._bus.publish(
+            subjects.DASHBOARD_SESSION_ENDED,
+            DashboardSessionEnded(session=session.nonce, expires=session.expires),
+        )
         logger.info("dashboard: %s signed out", session.key_id)
         expired = f"{COOKIE}=; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age=0"
         await _redirect(req, SIGNIN, [(b"set-cookie", expired.encode())])
 
-    def _check_csrf(self, req: HttpRequest, session: Session, presented: str | None = None
-                    ) -> None:
+    def _check_csrf(self, req: HttpRequest, session: Session, presented: str | None = None) -> None:
         if not self._signer.csrf_ok(session, presented or req.header("x-csrf-token")):
             raise ForbiddenError("missing or wrong CSRF token (x-csrf-token)")
 
     # -- API and assets -----------------------------------------------------------------
 
     async def _api(self, req: HttpRequest, session: Session, caller: Caller) -> None:
-        inner = req.path[len(API):]
+        inner = req.path[len(API) :]
         if not inner.startswith(FORWARDED) or inner.startswith("/admin/dashboard"):
             raise _not_found(req.path)
         if not (req.method == "GET" and inner == "/events"):
@@ -247,8 +271,14 @@ class Dashboard:
         body = self._assets.get(name)
         if body is None:
             raise _not_found(req.path)
-        await req.start(200, [(b"content-type", _ASSETS[name]),
-                              (b"content-length", str(len(body)).encode()), *_SECURITY])
+        await req.start(
+            200,
+            [
+                (b"content-type", _ASSETS[name]),
+                (b"content-length", str(len(body)).encode()),
+                *_SECURITY,
+            ],
+        )
         await req.chunk(body, more=False)
 
 
@@ -267,15 +297,19 @@ def _cookie(req: HttpRequest, name: str) -> str | None:
     return None
 
 
-async def _html(req: HttpRequest, status: int, body: bytes,
-                headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await req.start(status, [_HTML, (b"content-length", str(len(body)).encode()), *_SECURITY,
-                             *(headers or ())])
+async def _html(
+    req: HttpRequest, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await req.start(
+        status, [_HTML, (b"content-length", str(len(body)).encode()), *_SECURITY, *(headers or ())]
+    )
     await req.chunk(body, more=False)
 
 
-async def _redirect(req: HttpRequest, to: str,
-                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await req.start(303, [(b"location", to.encode()), (b"content-length", b"0"),
-                          *_SECURITY, *(headers or ())])
+async def _redirect(
+    req: HttpRequest, to: str, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    await req.start(
+        303, [(b"location", to.encode()), (b"content-length", b"0"), *_SECURITY, *(headers or ())]
+    )
     await req.chunk(b"", more=False)

@@ -72,9 +72,11 @@ def deployment_secret(config: GatewayConfig) -> bytes:
     if config.admin_key:
         # Derived, never the key itself: a leaked session secret must not be an admin key.
         return hashlib.sha256(b"llmgw-dashboard-session\0" + config.admin_key.encode()).digest()
-    logger.warning("dashboard: no dashboard.secret and no admin_key: sessions are signed with "
-                   "a random per-process secret (they end on restart and hold on this "
-                   "ingress only)")
+    logger.warning(
+        "dashboard: no dashboard.secret and no admin_key: sessions are signed with "
+        "a random per-process secret (they end on restart and hold on this "
+        "ingress only)"
+    )
     return secrets.token_bytes(32)
 
 
@@ -115,13 +117,17 @@ class SessionSigner:
         """The fingerprint a session of the bootstrap ``admin_key`` carries."""
         return BOOTSTRAP + _b64(self._mac(b"bootstrap", admin_key.encode()))[:22]
 
-    def issue(self, key_id: str, key_hash: str, now: float, lifetime: float
-              ) -> tuple[str, Session]:
+    def issue(self, key_id: str, key_hash: str, now: float, lifetime: float) -> tuple[str, Session]:
         """A new session's cookie value and the session."""
-        session = Session(key_id=key_id, key_hash=key_hash, expires=now + lifetime,
-                          nonce=secrets.token_urlsafe(16))
-        payload = msgspec.json.encode({"k": session.key_id, "h": session.key_hash,
-                                       "e": session.expires, "n": session.nonce})
+        session = Session(
+            key_id=key_id,
+            key_hash=key_hash,
+            expires=now + lifetime,
+            nonce=secrets.token_urlsafe(16),
+        )
+        payload = msgspec.json.encode(
+            {"k": session.key_id, "h": session.key_hash, "e": session.expires, "n": session.nonce}
+        )
         return f"{_b64(payload)}.{_b64(self._mac(b'session', payload))}", session
 
     def verify(self, token: str, now: float) -> Session | None:
@@ -132,8 +138,12 @@ class SessionSigner:
             if not hmac.compare_digest(_unb64(mac), self._mac(b"session", payload)):
                 return None
             fields = msgspec.json.decode(payload)
-            session = Session(key_id=str(fields["k"]), key_hash=str(fields["h"]),
-                              expires=float(fields["e"]), nonce=str(fields["n"]))
+            session = Session(
+                key_id=str(fields["k"]),
+                key_hash=str(fields["h"]),
+                expires=float(fields["e"]),
+                nonce=str(fields["n"]),
+            )
         except (ValueError, KeyError, TypeError, msgspec.DecodeError):
             return None
         if session.expires <= now or session.nonce in self.ended:
@@ -154,5 +164,8 @@ class SessionSigner:
 
     def signin_ok(self, cookie: str | None, presented: str | None) -> bool:
         """Whether a sign-in carries the pre-session cookie and its form token."""
-        return bool(cookie) and presented is not None and hmac.compare_digest(
-            presented, self.signin_csrf(cookie or ""))
+        return (
+            bool(cookie)
+            and presented is not None
+            and hmac.compare_digest(presented, self.signin_csrf(cookie or ""))
+        )

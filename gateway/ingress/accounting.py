@@ -99,10 +99,18 @@ def _steering_brief(res: Resolution | None) -> dict[str, Any]:
     if res is None:
         return {}
     chosen, score, runner_up, runner_up_score = res.brief()
-    return {"target": res.target, "chain": res.chain or "", "axis": res.axis or "",
-            "ordering": res.ordering.how, "chosen": chosen, "score": score,
-            "runner_up": runner_up, "runner_up_score": runner_up_score,
-            "explored": res.explored, "rule": res.rule}
+    return {
+        "target": res.target,
+        "chain": res.chain or "",
+        "axis": res.axis or "",
+        "ordering": res.ordering.how,
+        "chosen": chosen,
+        "score": score,
+        "runner_up": runner_up,
+        "runner_up_score": runner_up_score,
+        "explored": res.explored,
+        "rule": res.rule,
+    }
 
 
 class Accounting:
@@ -147,8 +155,11 @@ class Accounting:
         if last is not None and not kind and last.outcome != "success":
             # The handler returned, yet the last attempt did not succeed: the client left
             # (cancelled), or a committed stream broke (headers already said 200).
-            status, kind = ((CLIENT_CLOSED, "cancelled") if last.outcome == "cancelled"
-                            else (status, last.error_kind or "stream_broken"))
+            status, kind = (
+                (CLIENT_CLOSED, "cancelled")
+                if last.outcome == "cancelled"
+                else (status, last.error_kind or "stream_broken")
+            )
         route = rec.route
         caller = req.scope.get(CALLER_SCOPE_KEY)
         served = last.endpoint if last is not None and last.outcome == "success" else ""
@@ -193,15 +204,25 @@ class Accounting:
         await self._publish(subject, done)
         if self.decisions and route is not None:
             plan = rec.plan
-            await self._publish(_DECISION, RouteDecided(
-                request_id=done.request_id, model=done.model, requested_model=rec.requested_model,
-                surface=done.surface, reason=plan.reason if plan else kind,
-                pinned=plan.pinned if plan else False,
-                primary=plan.candidates[0].endpoint if plan and plan.candidates else "",
-                candidates=tuple(c.endpoint for c in plan.candidates) if plan else (),
-                served=served, fallback=done.fallback, attempts=done.attempts,
-                status=status, ts=done.ts, **_steering_brief(rec.resolution),
-            ))
+            await self._publish(
+                _DECISION,
+                RouteDecided(
+                    request_id=done.request_id,
+                    model=done.model,
+                    requested_model=rec.requested_model,
+                    surface=done.surface,
+                    reason=plan.reason if plan else kind,
+                    pinned=plan.pinned if plan else False,
+                    primary=plan.candidates[0].endpoint if plan and plan.candidates else "",
+                    candidates=tuple(c.endpoint for c in plan.candidates) if plan else (),
+                    served=served,
+                    fallback=done.fallback,
+                    attempts=done.attempts,
+                    status=status,
+                    ts=done.ts,
+                    **_steering_brief(rec.resolution),
+                ),
+            )
 
     async def _publish(self, subject: str, msg: Message) -> None:
         try:

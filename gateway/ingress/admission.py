@@ -78,8 +78,12 @@ def caller_subjects(caller: Caller) -> tuple[str, ...]:
     return tuple(out)
 
 
-def reservation(model: ModelConfig | None, body: dict[str, object] | None, prompt_tokens: int,
-                default_max_tokens: int) -> tuple[int, float]:
+def reservation(
+    model: ModelConfig | None,
+    body: dict[str, object] | None,
+    prompt_tokens: int,
+    default_max_tokens: int,
+) -> tuple[int, float]:
     """(tokens, USD) to reserve: the prompt estimate plus ``max_tokens`` (or the default;
     none without a ``body``: embeddings complete nothing), priced at the model's dearest
     route (0 USD when the model is not known yet: a steered request's model is chosen
@@ -90,8 +94,13 @@ def reservation(model: ModelConfig | None, body: dict[str, object] | None, promp
         completion = asked if isinstance(asked, int) and asked > 0 else default_max_tokens
     cost = 0.0
     if model is not None:
-        cost = max((cost_usd(r.pricing, prompt_tokens=prompt_tokens,
-                             completion_tokens=completion) for r in model.route), default=0.0)
+        cost = max(
+            (
+                cost_usd(r.pricing, prompt_tokens=prompt_tokens, completion_tokens=completion)
+                for r in model.route
+            ),
+            default=0.0,
+        )
     return prompt_tokens + completion, cost
 
 
@@ -103,21 +112,34 @@ def rate_headers(reply: AdmitReply) -> list[tuple[bytes, bytes]]:
     """The ``x-ratelimit-*`` headers of a verdict (the axes the caller is limited on)."""
     out = []
     if reply.limit_requests is not None:
-        out += [(b"x-ratelimit-limit-requests", str(reply.limit_requests).encode()),
-                (b"x-ratelimit-remaining-requests", str(reply.remaining_requests).encode()),
-                (b"x-ratelimit-reset-requests", _seconds(reply.reset_requests))]
+        out += [
+            (b"x-ratelimit-limit-requests", str(reply.limit_requests).encode()),
+            (b"x-ratelimit-remaining-requests", str(reply.remaining_requests).encode()),
+            (b"x-ratelimit-reset-requests", _seconds(reply.reset_requests)),
+        ]
     if reply.limit_tokens is not None:
-        out += [(b"x-ratelimit-limit-tokens", str(reply.limit_tokens).encode()),
-                (b"x-ratelimit-remaining-tokens", str(reply.remaining_tokens).encode()),
-                (b"x-ratelimit-reset-tokens", _seconds(reply.reset_tokens))]
+        out += [
+            (b"x-ratelimit-limit-tokens", str(reply.limit_tokens).encode()),
+            (b"x-ratelimit-remaining-tokens", str(reply.remaining_tokens).encode()),
+            (b"x-ratelimit-reset-tokens", _seconds(reply.reset_tokens)),
+        ]
     return out
 
 
 class Ticket:
     """One limited request's lease: its verdict, what its attempts used, its settlement."""
 
-    __slots__ = ("_admission", "_cost", "_decided", "_held", "_open", "_req", "_request",
-                 "_task", "_tokens")
+    __slots__ = (
+        "_admission",
+        "_cost",
+        "_decided",
+        "_held",
+        "_open",
+        "_req",
+        "_request",
+        "_task",
+        "_tokens",
+    )
 
     def __init__(self, admission: Admission, req: HttpRequest, request: AdmitRequest) -> None:
         self._admission = admission
@@ -140,21 +162,28 @@ class Ticket:
             reply = await self._task
         except GatewayError as exc:
             if self._admission.settings.fail_open:
-                logger.warning("limits: owner unreachable (%s); admitting %s (fail open)",
-                               exc.message, self._request.request_id)
+                logger.warning(
+                    "limits: owner unreachable (%s); admitting %s (fail open)",
+                    exc.message,
+                    self._request.request_id,
+                )
                 self._open = True
                 return
             raise LimitsUnavailableError(
                 "the gateway could not check this key's limits in time; retry shortly",
-                retry_after=DEFAULT_RETRY_AFTER_S) from None
+                retry_after=DEFAULT_RETRY_AFTER_S,
+            ) from None
         self._req.extra_headers = rate_headers(reply)
         if reply.admitted:
             self._held = True
             self._admission.running[self._request.request_id] = self
             return
         if reply.code == "budget_exceeded":
-            raise BudgetExceededError(reply.message, retry_after=reply.retry_after,
-                                      status=self._admission.settings.budget_status)
+            raise BudgetExceededError(
+                reply.message,
+                retry_after=reply.retry_after,
+                status=self._admission.settings.budget_status,
+            )
         raise RateLimitedError(reply.message, retry_after=reply.retry_after)
 
     def attempted(self, obs: Observation) -> None:
@@ -171,14 +200,19 @@ class Ticket:
                 except GatewayError:
                     pass
                 except Exception:  # a settle must never fail the request's answer
-                    logger.exception("limits: verdict of %s unreadable",
-                                     self._request.request_id)
+                    logger.exception("limits: verdict of %s unreadable", self._request.request_id)
             self._admission.running.pop(self._request.request_id, None)
             if not (self._held or self._open):
                 return
             r = self._request
-            done = LimitSettle(request_id=r.request_id, subjects=r.subjects, role=r.role,
-                               tokens=self._tokens, cost_usd=self._cost, unadmitted=self._open)
+            done = LimitSettle(
+                request_id=r.request_id,
+                subjects=r.subjects,
+                role=r.role,
+                tokens=self._tokens,
+                cost_usd=self._cost,
+                unadmitted=self._open,
+            )
             if self._open:
                 self._admission.owe(done)
             else:
@@ -209,8 +243,9 @@ class Admission:
 
     async def start(self) -> None:
         """Follow the owner's limits and start renewing leases."""
-        self._follow = await follow(self._bus, subjects.LIMITS_STATE, self._on_message,
-                                    name="limits-view")
+        self._follow = await follow(
+            self._bus, subjects.LIMITS_STATE, self._on_message, name="limits-view"
+        )
         await self.refresh()
         self._renewer = asyncio.create_task(self._renew(), name="limits-renew")
 
@@ -228,12 +263,16 @@ class Admission:
     async def refresh(self, timeout: float = _GET_TIMEOUT_S) -> None:
         """Load the limits from their owner (kept as they were when it does not answer)."""
         try:
-            state = await self._bus.request(subjects.LIMITS_GET, LimitsGet(),
-                                            reply_type=LimitsState, timeout=timeout)
+            state = await self._bus.request(
+                subjects.LIMITS_GET, LimitsGet(), reply_type=LimitsState, timeout=timeout
+            )
         except GatewayError as exc:
             if not self._loaded:
-                logger.warning("limits: could not load the limits (%s); asking the owner "
-                               "for every keyed request until it answers", exc.message)
+                logger.warning(
+                    "limits: could not load the limits (%s); asking the owner "
+                    "for every keyed request until it answers",
+                    exc.message,
+                )
             return
         if isinstance(state, LimitsState):
             self._apply(state)
@@ -255,24 +294,44 @@ class Admission:
             return found
         return found if any(s in self._limits for s in found) else ()
 
-    def begin(self, req: HttpRequest, caller: Caller, request_id: str,
-              model: ModelConfig | None, body: dict[str, object] | None,
-              prompt_tokens: int) -> Ticket | None:
+    def begin(
+        self,
+        req: HttpRequest,
+        caller: Caller,
+        request_id: str,
+        model: ModelConfig | None,
+        body: dict[str, object] | None,
+        prompt_tokens: int,
+    ) -> Ticket | None:
         """Send the admission request now (its answer is awaited by ``Ticket.decide``);
         None for a caller without limits."""
         found = self.limited(caller)
         if not found:
             return None
         tokens, cost = reservation(model, body, prompt_tokens, self.settings.default_max_tokens)
-        return Ticket(self, req, AdmitRequest(request_id=request_id, ingress=self.ingress,
-                                              subjects=found, role=caller.role, tokens=tokens,
-                                              cost_usd=cost))
+        return Ticket(
+            self,
+            req,
+            AdmitRequest(
+                request_id=request_id,
+                ingress=self.ingress,
+                subjects=found,
+                role=caller.role,
+                tokens=tokens,
+                cost_usd=cost,
+            ),
+        )
 
     async def ask(self, request: AdmitRequest) -> AdmitReply:
         """The owner's verdict. Raises GatewayError (no responders, timeout, a refusal)."""
-        return raise_for_reply(await self._bus.request(
-            subjects.LIMITS_ADMIT, request, reply_type=AdmitReply,
-            timeout=self.settings.decision_timeout_seconds))
+        return raise_for_reply(
+            await self._bus.request(
+                subjects.LIMITS_ADMIT,
+                request,
+                reply_type=AdmitReply,
+                timeout=self.settings.decision_timeout_seconds,
+            )
+        )
 
     async def publish(self, subject: str, msg: LimitSettle | LimitRenew) -> None:
         """Fire-and-forget; a lost settle is released by the lease's TTL."""
@@ -286,8 +345,10 @@ class Admission:
         if len(self._owed) >= OWED_MAX:
             self._owed.popleft()
             self.owed_dropped += 1
-            logger.error("limits: %d fail-open requests could not be counted (the owner "
-                         "stayed unreachable)", self.owed_dropped)
+            logger.error(
+                "limits: %d fail-open requests could not be counted (the owner stayed unreachable)",
+                self.owed_dropped,
+            )
         self._owed.append(done)
         self._pay()
 
@@ -305,9 +366,12 @@ class Admission:
         next renewal tick)."""
         while self._owed:
             try:
-                await self._bus.request(subjects.LIMITS_SETTLE, self._owed[0],
-                                        reply_type=AdmitReply,
-                                        timeout=self.settings.decision_timeout_seconds)
+                await self._bus.request(
+                    subjects.LIMITS_SETTLE,
+                    self._owed[0],
+                    reply_type=AdmitReply,
+                    timeout=self.settings.decision_timeout_seconds,
+                )
             except GatewayError:
                 return
             self._owed.popleft()
@@ -316,8 +380,10 @@ class Admission:
         while True:
             await anyio.sleep(self.settings.lease_ttl_seconds / 3)
             if self.running:
-                await self.publish(subjects.LIMITS_RENEW, LimitRenew(
-                    ingress=self.ingress, request_ids=tuple(self.running)))
+                await self.publish(
+                    subjects.LIMITS_RENEW,
+                    LimitRenew(ingress=self.ingress, request_ids=tuple(self.running)),
+                )
             if self._owed:
                 self._pay()
             # The state events keep the view current; this re-read mends a lost one.

@@ -110,22 +110,36 @@ class GatewayApp:
         self._client: UpstreamHTTP | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
         # One holder id per ingress: its capacity leases are renewed and released under it.
-        self.leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds,
-                                  f"ingress-{os.getpid():x}-{secrets.token_hex(3)}",
-                                  max_age=_lease_max_age(config))
+        self.leases = LeaseKeeper(
+            bus,
+            config.routing.leases.ttl_seconds,
+            f"ingress-{os.getpid():x}-{secrets.token_hex(3)}",
+            max_age=_lease_max_age(config),
+        )
         # Callers and credentials: the auth gate and the grants of database keys' secrets,
         # which the targets read (passed in, never a module global).
         self.callers = Callers(bus, config)
-        self._dispatcher = Dispatcher(bus, self._adapters,
-                                      Targets(config, self.callers.secrets),
-                                      config.routing.failover, self.leases)
+        self._dispatcher = Dispatcher(
+            bus,
+            self._adapters,
+            Targets(config, self.callers.secrets),
+            config.routing.failover,
+            self.leases,
+        )
         self._ids = itertools.count(1)
         self.steering = SteeringView(bus, config)
-        self._steerer = Steerer(affinity=config.routing.affinity.enabled,
-                                ttl=config.routing.affinity.ttl_seconds, clock=time.monotonic)
+        self._steerer = Steerer(
+            affinity=config.routing.affinity.enabled,
+            ttl=config.routing.affinity.ttl_seconds,
+            clock=time.monotonic,
+        )
         self._id_prefix = f"{os.getpid():x}-"
-        self._surfaces = {"/v1/chat/completions": CHAT, "/v1/embeddings": CHAT,
-                          "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
+        self._surfaces = {
+            "/v1/chat/completions": CHAT,
+            "/v1/embeddings": CHAT,
+            "/v1/responses": RESPONSES,
+            "/v1/messages": MESSAGES,
+        }
         # The routing rule set: this ingress's compiled view, and its admin routes.
         self.rules = RulesView(bus)
         self._rules_admin = RulesAdmin(bus, config)
@@ -142,8 +156,7 @@ class GatewayApp:
         self.dashboard = Dashboard(bus, config, self.callers.auth, self._admin_route)
         self._routes, self._prefix_routes = self._route_table()
 
-    def _route_table(self) -> tuple[dict[tuple[str, str], Handler],
-                                    dict[tuple[str, str], Handler]]:
+    def _route_table(self) -> tuple[dict[tuple[str, str], Handler], dict[tuple[str, str], Handler]]:
         """Every route of the ingress, assembled here only: (exact ``(method, path)`` routes,
         ``(method, prefix)`` routes for paths carrying an id, tried in this order after the
         exact ones). The inference routes are wrapped with accounting; counting tokens routes
@@ -172,8 +185,10 @@ class GatewayApp:
             ("PUT", admin_routing.PREFIX): self._admin_weights,
             ("DELETE", admin_routing.PREFIX): self._admin_weights,
             # /admin/limits/<kind>/<id> (and the generic /admin/limits/<verb>)
-            **{(method, admin_limits.PREFIX): self._admin_limits
-               for method in ("GET", "PUT", "DELETE", "POST")},
+            **{
+                (method, admin_limits.PREFIX): self._admin_limits
+                for method in ("GET", "PUT", "DELETE", "POST")
+            },
             **self.callers.prefix_routes(),  # /admin/keys/<id>/..., /admin/provider-keys/<id>
             **self._routewise_admin.prefix_routes(),  # /admin/routewise/model-settings/<key>
             **self.dashboard.prefix_routes(),  # /dashboard...
@@ -185,9 +200,15 @@ class GatewayApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await self._http(HttpRequest(scope, receive, send,
-                                           self._config.server.body_timeout_seconds,
-                                           request_id=f"{self._id_prefix}{next(self._ids)}"))
+            await self._http(
+                HttpRequest(
+                    scope,
+                    receive,
+                    send,
+                    self._config.server.body_timeout_seconds,
+                    request_id=f"{self._id_prefix}{next(self._ids)}",
+                )
+            )
         elif scope["type"] == "lifespan":
             await self._lifespan(receive, send)
 
@@ -229,11 +250,15 @@ class GatewayApp:
         """Serve ``config`` from the next request on (config reload). Requests in flight keep
         the model and plan they started with; their targets still resolve."""
         models = {name: m for m in config.models for name in (m.id, *m.aliases)}
-        dispatcher = Dispatcher(self._bus, self._adapters,
-                                FallbackTargets(config,
-                                                Targets(self._config, self.callers.secrets),
-                                                self.callers.secrets),
-                                config.routing.failover, self.leases)
+        dispatcher = Dispatcher(
+            self._bus,
+            self._adapters,
+            FallbackTargets(
+                config, Targets(self._config, self.callers.secrets), self.callers.secrets
+            ),
+            config.routing.failover,
+            self.leases,
+        )
         self._config, self._models, self._dispatcher = config, models, dispatcher
         self.leases.retune(config.routing.leases.ttl_seconds, _lease_max_age(config))
         self.ops.reconfigure(config)
@@ -251,11 +276,13 @@ class GatewayApp:
                 if any(path == req.path for _, path in self._routes) or any(
                     req.path.startswith(prefix) for _, prefix in self._prefix_routes
                 ):
-                    await self._send_error(req, surface, 405, "method not allowed",
-                                           "invalid_request")
+                    await self._send_error(
+                        req, surface, 405, "method not allowed", "invalid_request"
+                    )
                 else:
-                    await self._send_error(req, surface, 404, f"no such path {req.path}",
-                                           "not_found")
+                    await self._send_error(
+                        req, surface, 404, f"no such path {req.path}", "not_found"
+                    )
                 return
             await self.callers.gate(req)
             await handler(req)
@@ -289,20 +316,28 @@ class GatewayApp:
                 return handler
         return None
 
-    async def _send_gateway_error(self, req: HttpRequest, surface: Surface,
-                                  err: GatewayError) -> None:
+    async def _send_gateway_error(
+        self, req: HttpRequest, surface: Surface, err: GatewayError
+    ) -> None:
         status = http_status(err)
         headers = [(b"x-request-id", req.request_id.encode())]
         retry = retry_after_header(err)
         if retry is not None:
             headers.append((b"retry-after", retry))
-        await req.respond(status, surface.error_body(status, err.message, error_code(err),
-                                                     error_param(err)), headers)
+        await req.respond(
+            status,
+            surface.error_body(status, err.message, error_code(err), error_param(err)),
+            headers,
+        )
 
-    async def _send_error(self, req: HttpRequest, surface: Surface, status: int, message: str,
-                          code: str) -> None:
-        await req.respond(status, surface.error_body(status, message, code, None),
-                          [(b"x-request-id", req.request_id.encode())])
+    async def _send_error(
+        self, req: HttpRequest, surface: Surface, status: int, message: str, code: str
+    ) -> None:
+        await req.respond(
+            status,
+            surface.error_body(status, message, code, None),
+            [(b"x-request-id", req.request_id.encode())],
+        )
 
     # -- inference ----------------------------------------------------------------------
 
@@ -315,8 +350,9 @@ class GatewayApp:
         except RecursionError:  # nested past the stack: costs nothing until it happens
             raise _too_deep() from None
 
-    def _resolve(self, name: str, req: HttpRequest,
-                 record: RequestRecord | None = None) -> ModelConfig:
+    def _resolve(
+        self, name: str, req: HttpRequest, record: RequestRecord | None = None
+    ) -> ModelConfig:
         if record is not None:
             record.requested(name)
         model = self._models.get(name)
@@ -331,19 +367,30 @@ class GatewayApp:
         pin = req.header("x-route-pin")
         return pin if pin and is_admin(req, self._config) else None
 
-    async def _plan(self, model: ModelConfig, route_req: RouteRequest,
-                    record: RequestRecord) -> RoutePlan:
+    async def _plan(
+        self, model: ModelConfig, route_req: RouteRequest, record: RequestRecord
+    ) -> RoutePlan:
         record.routing(route_req)
         reply = await self._bus.request(
-            subjects.model_route(model.id), route_req, reply_type=RoutePlan,
+            subjects.model_route(model.id),
+            route_req,
+            reply_type=RoutePlan,
             timeout=self._config.routing.decision_timeout_seconds,
         )
         plan = raise_for_reply(reply)
         await self.callers.secrets.ensure(plan)
         return record.routed(plan)
 
-    async def walk(self, requested: str, req: HttpRequest, info: RequestInfo,
-                   ask: Ask, *, explore: bool = True, body: JSON | None = None) -> PlanWalk:
+    async def walk(
+        self,
+        requested: str,
+        req: HttpRequest,
+        info: RequestInfo,
+        ask: Ask,
+        *,
+        explore: bool = True,
+        body: JSON | None = None,
+    ) -> PlanWalk:
         """The models that may serve ``requested``, in order (the live path's, and explain's);
         for ``auto``, the first routing rule matching ``body`` picks the target. Raises
         RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
@@ -353,10 +400,19 @@ class GatewayApp:
         info.record.requested(requested)
         caller = caller_of(req)
         book = await self.steering.book_for(requested)
-        rule = (self.rules.for_request(body, req, info, book, caller.org)
-                if body is not None and self.rules.applies(requested) else None)
-        steered = self._steerer.resolve(book, rule.route if rule else requested, org=caller.org,
-                                        role=caller.role, caller=info.caller, explore=explore)
+        rule = (
+            self.rules.for_request(body, req, info, book, caller.org)
+            if body is not None and self.rules.applies(requested)
+            else None
+        )
+        steered = self._steerer.resolve(
+            book,
+            rule.route if rule else requested,
+            org=caller.org,
+            role=caller.role,
+            caller=info.caller,
+            explore=explore,
+        )
         if rule is not None:
             steered = dataclasses.replace(steered, rule=rule.name)
         info.record.steered(steered)
@@ -371,28 +427,59 @@ class GatewayApp:
         self._steerer.served(walk.steered, info.caller, info.model)
         return info.model
 
-    def _plan_for(self, model: ModelConfig, body: JSON, surface: str, req: HttpRequest,
-                  info: RequestInfo, *, dry: bool = False) -> Awaitable[RoutePlan]:
+    def _plan_for(
+        self,
+        model: ModelConfig,
+        body: JSON,
+        surface: str,
+        req: HttpRequest,
+        info: RequestInfo,
+        *,
+        dry: bool = False,
+    ) -> Awaitable[RoutePlan]:
         """Ask ``model``'s owner for its plan for this request (``dry``: explain's, which
         takes no lease and pins nothing)."""
         if surface == "embeddings":
-            return self._plan(model, RouteRequest(model=model.id, caller=info.caller,
-                                                  surface=surface, request_id=info.request_id,
-                                                  role=info.role, dry=dry,
-                                                  lease_holder=self.leases.holder), info.record)
-        return self._plan(model, RouteRequest(
-            model=model.id, caller=info.caller, modalities=input_modalities(body),
-            prompt_tokens=info.prompt_estimate, pin=self._pin(req),
-            surface=surface, request_id=info.request_id, role=info.role, dry=dry,
-            lease_holder=self.leases.holder,
-        ), info.record)
+            return self._plan(
+                model,
+                RouteRequest(
+                    model=model.id,
+                    caller=info.caller,
+                    surface=surface,
+                    request_id=info.request_id,
+                    role=info.role,
+                    dry=dry,
+                    lease_holder=self.leases.holder,
+                ),
+                info.record,
+            )
+        return self._plan(
+            model,
+            RouteRequest(
+                model=model.id,
+                caller=info.caller,
+                modalities=input_modalities(body),
+                prompt_tokens=info.prompt_estimate,
+                pin=self._pin(req),
+                surface=surface,
+                request_id=info.request_id,
+                role=info.role,
+                dry=dry,
+                lease_holder=self.leases.holder,
+            ),
+            info.record,
+        )
 
     def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
         """A new request's identity (explain uses the live path's)."""
         return self._info(req, surface, stream)
 
     def _info(
-        self, req: HttpRequest, surface: str, stream: bool, prompt_estimate: int = 0,
+        self,
+        req: HttpRequest,
+        surface: str,
+        stream: bool,
+        prompt_estimate: int = 0,
         record: RequestRecord | None = None,
     ) -> RequestInfo:
         return RequestInfo(
@@ -400,8 +487,11 @@ class GatewayApp:
             model="",
             surface=surface,
             stream=stream,
-            caller=affinity_key(req, key_hash=caller_of(req).key_hash,
-                                trust_proxy_headers=self._config.routing.trust_proxy_headers),
+            caller=affinity_key(
+                req,
+                key_hash=caller_of(req).key_hash,
+                trust_proxy_headers=self._config.routing.trust_proxy_headers,
+            ),
             prompt_estimate=prompt_estimate,
             role=caller_of(req).role,
             record=record if record is not None else RequestRecord(),
@@ -416,8 +506,7 @@ class GatewayApp:
     async def _messages(self, req: HttpRequest, record: RequestRecord) -> None:
         await self._inference(req, MESSAGES, record)
 
-    async def _inference(self, req: HttpRequest, surface: Surface,
-                         record: RequestRecord) -> None:
+    async def _inference(self, req: HttpRequest, surface: Surface, record: RequestRecord) -> None:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
         client_metadata(req)  # refused early, whatever the model
@@ -433,18 +522,35 @@ class GatewayApp:
             walk = await self.walk(requested, req, info, ask, body=body)
             plan = await walk.first()
             await self._admitted(ticket, info, plan)
-            await self._until_disconnect(req, self._serve_stream if stream else self._serve_once,
-                                         req, surface, info, plan, body, requested, raw, walk)
+            await self._until_disconnect(
+                req,
+                self._serve_stream if stream else self._serve_once,
+                req,
+                surface,
+                info,
+                plan,
+                body,
+                requested,
+                raw,
+                walk,
+            )
         finally:
             if ticket is not None:
                 await ticket.finish()
 
-    def _admission(self, req: HttpRequest, info: RequestInfo, requested: str,
-                   body: JSON | None, prompt_tokens: int) -> Ticket | None:
+    def _admission(
+        self,
+        req: HttpRequest,
+        info: RequestInfo,
+        requested: str,
+        body: JSON | None,
+        prompt_tokens: int,
+    ) -> Ticket | None:
         """Ask the limits' owner now (answered while the routing request runs); None when
         the caller has no limits."""
-        ticket = self.admission.begin(req, caller_of(req), info.request_id,
-                                      self._models.get(requested), body, prompt_tokens)
+        ticket = self.admission.begin(
+            req, caller_of(req), info.request_id, self._models.get(requested), body, prompt_tokens
+        )
         if ticket is not None:
             info.on_attempt = ticket.attempted
         return ticket
@@ -479,9 +585,17 @@ class GatewayApp:
             finally:
                 watcher.cancel()
 
-    async def _serve_once(self, req: HttpRequest, surface: Surface, info: RequestInfo,
-                          plan: RoutePlan, body: JSON, requested: str, raw: JSON,
-                          walk: PlanWalk) -> None:
+    async def _serve_once(
+        self,
+        req: HttpRequest,
+        surface: Surface,
+        info: RequestInfo,
+        plan: RoutePlan,
+        body: JSON,
+        requested: str,
+        raw: JSON,
+        walk: PlanWalk,
+    ) -> None:
         rendered = b""
 
         async def complete(adapter: Adapter, target: UpstreamTarget) -> JSON:
@@ -495,14 +609,26 @@ class GatewayApp:
 
         served = await self._dispatcher.call(info, plan, complete, walk)
         self._served(walk, info, requested)
-        await req.respond(200, rendered, [
-            (b"x-routed-via", served.candidate.endpoint.encode()),
-            (b"x-request-id", info.request_id.encode()),
-        ])
+        await req.respond(
+            200,
+            rendered,
+            [
+                (b"x-routed-via", served.candidate.endpoint.encode()),
+                (b"x-request-id", info.request_id.encode()),
+            ],
+        )
 
-    async def _serve_stream(self, req: HttpRequest, surface: Surface, info: RequestInfo,
-                            plan: RoutePlan, body: JSON, requested: str, raw: JSON,
-                            walk: PlanWalk) -> None:
+    async def _serve_stream(
+        self,
+        req: HttpRequest,
+        surface: Surface,
+        info: RequestInfo,
+        plan: RoutePlan,
+        body: JSON,
+        requested: str,
+        raw: JSON,
+        walk: PlanWalk,
+    ) -> None:
         stream = await self._dispatcher.open_stream(info, plan, body, walk)
         try:
             shown = self._served(walk, info, requested)
@@ -510,14 +636,20 @@ class GatewayApp:
         finally:  # however the relay ends, its capacity lease goes back (a no-op once closed)
             await self.leases.release(stream.candidate)
 
-    async def _relay(self, req: HttpRequest, renderer: Any, stream: StreamAttempt,
-                     info: RequestInfo) -> None:
+    async def _relay(
+        self, req: HttpRequest, renderer: Any, stream: StreamAttempt, info: RequestInfo
+    ) -> None:
         outcome, failure = "success", None
         unsent: list[bytes] = []  # rendered frames not yet written
         try:
-            await req.start(200, [*_SSE_HEADERS,
-                                  (b"x-routed-via", stream.candidate.endpoint.encode()),
-                                  (b"x-request-id", info.request_id.encode())])
+            await req.start(
+                200,
+                [
+                    *_SSE_HEADERS,
+                    (b"x-routed-via", stream.candidate.endpoint.encode()),
+                    (b"x-request-id", info.request_id.encode()),
+                ],
+            )
             async for batch in stream.batches():
                 # One write per upstream read (a client send costs far more than the frames),
                 # and the last read's frames go out with the end of the answer.
@@ -529,8 +661,9 @@ class GatewayApp:
             tail = renderer.finish()
         except UpstreamError as err:
             outcome, failure = "failure", err
-            logger.warning("stream from %s broke after commit: %s", stream.candidate.endpoint,
-                           err.message)
+            logger.warning(
+                "stream from %s broke after commit: %s", stream.candidate.endpoint, err.message
+            )
             tail = renderer.error(f"upstream stream broke: {err.message}")
         except anyio.get_cancelled_exc_class():
             await stream.close("cancelled")
@@ -546,16 +679,16 @@ class GatewayApp:
         requested = raw["model"]
         client_metadata(req)
         info = self._info(req, "embeddings", False, record=record)
-        ticket = self._admission(req, info, requested, None,
-                                 estimate_prompt_tokens(size))
+        ticket = self._admission(req, info, requested, None, estimate_prompt_tokens(size))
         try:
             await self._embed(req, raw, requested, info, ticket)
         finally:
             if ticket is not None:
                 await ticket.finish()
 
-    async def _embed(self, req: HttpRequest, raw: JSON, requested: str, info: RequestInfo,
-                     ticket: Ticket | None) -> None:
+    async def _embed(
+        self, req: HttpRequest, raw: JSON, requested: str, info: RequestInfo, ticket: Ticket | None
+    ) -> None:
 
         def ask(model: ModelConfig) -> Awaitable[RoutePlan]:
             return self._plan_for(model, raw, "embeddings", req, info)
@@ -570,9 +703,14 @@ class GatewayApp:
         async def run() -> None:
             served = await self._dispatcher.call(info, plan, embed, walk)
             served.body["model"] = self._served(walk, info, requested)
-            await req.respond(200, _encode(served.body),
-                              [(b"x-routed-via", served.candidate.endpoint.encode()),
-                               (b"x-request-id", info.request_id.encode())])
+            await req.respond(
+                200,
+                _encode(served.body),
+                [
+                    (b"x-routed-via", served.candidate.endpoint.encode()),
+                    (b"x-request-id", info.request_id.encode()),
+                ],
+            )
 
         await self._until_disconnect(req, run)
 
@@ -586,9 +724,12 @@ class GatewayApp:
         anthropic = req.header("anthropic-version") is not None
         data = [_model_entry(model_id, owner, anthropic=anthropic) for model_id, owner in ids]
         if anthropic:
-            page: dict[str, Any] = {"data": data, "has_more": False,
-                                    "first_id": ids[0][0] if ids else None,
-                                    "last_id": ids[-1][0] if ids else None}
+            page: dict[str, Any] = {
+                "data": data,
+                "has_more": False,
+                "first_id": ids[0][0] if ids else None,
+                "last_id": ids[-1][0] if ids else None,
+            }
         else:
             page = {"object": "list", "data": data}
         await req.respond(200, _encode(page))
@@ -598,8 +739,7 @@ class GatewayApp:
         as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
         model = self._resolve(req.path[len(_MODELS_PREFIX) :], req)
         anthropic = req.header("anthropic-version") is not None
-        await req.respond(200, _encode(_model_entry(model.id, model.owned_by,
-                                                    anthropic=anthropic)))
+        await req.respond(200, _encode(_model_entry(model.id, model.owned_by, anthropic=anthropic)))
 
     async def _count_tokens(self, req: HttpRequest) -> None:
         """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
@@ -614,8 +754,9 @@ class GatewayApp:
         """The deployment mode from its owner (an actor always running beside the others);
         None when the actors do not answer within :data:`_PROBE_TIMEOUT_S`."""
         try:
-            reply = await self._bus.request(subjects.MODE_GET, ModeRequest(),
-                                            reply_type=ModeChanged, timeout=_PROBE_TIMEOUT_S)
+            reply = await self._bus.request(
+                subjects.MODE_GET, ModeRequest(), reply_type=ModeChanged, timeout=_PROBE_TIMEOUT_S
+            )
         except GatewayError:
             return None
         return reply if isinstance(reply, ModeChanged) else None
@@ -633,8 +774,7 @@ class GatewayApp:
         routes = sum(len(m.route) for m in self._config.models)
         mode = await self._mode()
         status = "actors_unreachable" if mode["mode"] == "unknown" else "ok"
-        await req.respond(200, _encode({"status": status, "routes_configured": routes,
-                                        **mode}))
+        await req.respond(200, _encode({"status": status, "routes_configured": routes, **mode}))
 
     async def _ready(self, req: HttpRequest) -> None:
         """Readiness: 200 once the actors answer (one cheap bus request), else 503. The mode
@@ -642,9 +782,11 @@ class GatewayApp:
         if await self._mode_reply() is not None:
             await req.respond(200, _encode({"status": "ready"}))
             return
-        await req.respond(503, _encode({"status": "unready",
-                                        "reason": "the actors do not answer"}),
-                          [(b"retry-after", DEFAULT_RETRY_AFTER)])
+        await req.respond(
+            503,
+            _encode({"status": "unready", "reason": "the actors do not answer"}),
+            [(b"retry-after", DEFAULT_RETRY_AFTER)],
+        )
 
     def _visible(self, req: HttpRequest, model_id: str) -> bool:
         """Whether ``/routing`` and ``/health/deep`` show ``model_id`` to ``req``'s caller:
@@ -658,10 +800,14 @@ class GatewayApp:
         return model.published and may_call(req, model)
 
     async def _health_deep(self, req: HttpRequest) -> None:
-        report = raise_for_reply(await self._bus.request(
-            subjects.HEALTH_DEEP, HealthRequest(), reply_type=HealthReport,
-            timeout=self._config.routing.decision_timeout_seconds,
-        ))
+        report = raise_for_reply(
+            await self._bus.request(
+                subjects.HEALTH_DEEP,
+                HealthRequest(),
+                reply_type=HealthReport,
+                timeout=self._config.routing.decision_timeout_seconds,
+            )
+        )
         endpoints: dict[str, Any] = {}
         degraded = False
         floor = self._config.routing.circuit.min_availability
@@ -671,8 +817,7 @@ class GatewayApp:
             # A rejected credential fails every caller: it degrades from the first rejection,
             # long before the availability average notices (spec "Endpoint health").
             rejected = st.consecutive_auth_rejections > 0
-            if (st.circuit_state != "closed" or st.availability < _DEGRADED_AVAILABILITY
-                    or rejected):
+            if st.circuit_state != "closed" or st.availability < _DEGRADED_AVAILABILITY or rejected:
                 degraded = True
             endpoints[st.endpoint] = {
                 "model": st.model,
@@ -688,13 +833,25 @@ class GatewayApp:
         mode = await self._mode()
         models = {eid: m.id for m in self._config.models for eid in m.endpoint_ids()}
         capacity, unresolved = await capacity_lines(
-            self._bus, self._config, lambda e: self._visible(req, models.get(e, "")),
-            self._config.routing.decision_timeout_seconds)
+            self._bus,
+            self._config,
+            lambda e: self._visible(req, models.get(e, "")),
+            self._config.routing.decision_timeout_seconds,
+        )
         degraded = degraded or unresolved or mode["mode"] == "degraded"
-        await req.respond(200, _encode({"status": "degraded" if degraded else "ok",
-                                        **mode, "endpoints": endpoints, "capacity": capacity,
-                                        "rules": self.rules.health(),
-                                        "routewise": await self._routewise_health(req)}))
+        await req.respond(
+            200,
+            _encode(
+                {
+                    "status": "degraded" if degraded else "ok",
+                    **mode,
+                    "endpoints": endpoints,
+                    "capacity": capacity,
+                    "rules": self.rules.health(),
+                    "routewise": await self._routewise_health(req),
+                }
+            ),
+        )
 
     async def _routewise_health(self, req: HttpRequest) -> dict[str, Any]:
         """Per RouteWise model: each candidate's effective cost, latency estimate, LP weight,
@@ -704,12 +861,18 @@ class GatewayApp:
         for m in self._config.models:
             if (m.router or default) != "routewise" or not self._visible(req, m.id):
                 continue
-            status = raise_for_reply(await self._bus.request(
-                subjects.model_status(m.id), ModelStatusRequest(), reply_type=ModelStatus,
-                timeout=self._config.routing.decision_timeout_seconds,
-            ))
-            out[m.id] = {"prompt_tokens": status.routewise_prompt_tokens,
-                         "candidates": [msgspec.structs.asdict(c) for c in status.routewise]}
+            status = raise_for_reply(
+                await self._bus.request(
+                    subjects.model_status(m.id),
+                    ModelStatusRequest(),
+                    reply_type=ModelStatus,
+                    timeout=self._config.routing.decision_timeout_seconds,
+                )
+            )
+            out[m.id] = {
+                "prompt_tokens": status.routewise_prompt_tokens,
+                "candidates": [msgspec.structs.asdict(c) for c in status.routewise],
+            }
         return out
 
     async def _routing(self, req: HttpRequest) -> None:
@@ -717,16 +880,28 @@ class GatewayApp:
         for m in self._config.models:
             if not self._visible(req, m.id):
                 continue
-            status = raise_for_reply(await self._bus.request(
-                subjects.model_status(m.id), ModelStatusRequest(), reply_type=ModelStatus,
-                timeout=self._config.routing.decision_timeout_seconds,
-            ))
-            models[m.id] = {"router": status.router, "routes": [
-                {"endpoint": r.endpoint, "provider": r.kind, "weight": r.weight,
-                 "circuit_state": r.circuit_state, **await self.callers.details(req, r.endpoint)}
-                for r in status.routes]}
+            status = raise_for_reply(
+                await self._bus.request(
+                    subjects.model_status(m.id),
+                    ModelStatusRequest(),
+                    reply_type=ModelStatus,
+                    timeout=self._config.routing.decision_timeout_seconds,
+                )
+            )
+            models[m.id] = {
+                "router": status.router,
+                "routes": [
+                    {
+                        "endpoint": r.endpoint,
+                        "provider": r.kind,
+                        "weight": r.weight,
+                        "circuit_state": r.circuit_state,
+                        **await self.callers.details(req, r.endpoint),
+                    }
+                    for r in status.routes
+                ],
+            }
         await req.respond(200, _encode({"models": models}))
-
 
     # -- admin --------------------------------------------------------------------------
 
@@ -734,14 +909,19 @@ class GatewayApp:
         if not is_admin(req, self._config):
             raise UnauthorizedError("admin endpoints need the admin key")
         result = await explain.explain(
-            req, self._bus, self.callers.auth, info_of=self.request_info,
+            req,
+            self._bus,
+            self.callers.auth,
+            info_of=self.request_info,
             walk=functools.partial(self.walk, explore=False),
             plan=functools.partial(self._plan_for, dry=True),
-            rules=self._explain_rules)
+            rules=self._explain_rules,
+        )
         await req.respond(200, _encode(result))
 
-    async def _explain_rules(self, requested: str, body: JSON, req: HttpRequest,
-                             info: RequestInfo) -> list[JSON]:
+    async def _explain_rules(
+        self, requested: str, body: JSON, req: HttpRequest, info: RequestInfo
+    ) -> list[JSON]:
         """Explain's rules section: every rule and its outcome for an ``auto`` request."""
         if not self.rules.applies(requested):
             return []
@@ -751,30 +931,38 @@ class GatewayApp:
     async def _admin_limits(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):
             raise UnauthorizedError("admin endpoints need the admin key")
-        await admin_limits.limits_http(req, self._bus,
-                                       self._config.routing.decision_timeout_seconds)
+        await admin_limits.limits_http(
+            req, self._bus, self._config.routing.decision_timeout_seconds
+        )
         if req.method != "GET":
             await self.admission.refresh()
 
     async def _admin_weights(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):
             raise UnauthorizedError("admin endpoints need the admin key")
-        await admin_routing.set_weight(req, self._bus, self._config,
-                                       self._config.routing.decision_timeout_seconds)
+        await admin_routing.set_weight(
+            req, self._bus, self._config, self._config.routing.decision_timeout_seconds
+        )
 
 
 def _model_entry(model_id: str, owned_by: str, *, anthropic: bool) -> dict[str, Any]:
     """One model in the OpenAI shape, or the Anthropic SDK's ``ModelInfo``."""
     if anthropic:
-        return {"type": "model", "id": model_id, "display_name": model_id,
-                "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"}
+        return {
+            "type": "model",
+            "id": model_id,
+            "display_name": model_id,
+            "created_at": "1970-01-01T00:00:00Z",
+            "lifecycle": "active",
+        }
     return {"id": model_id, "object": "model", "created": 0, "owned_by": owned_by}
 
 
 def _lease_max_age(config: GatewayConfig) -> float:
     """The longest a lease of any pool may live (the keeper stops renewing it then)."""
     return config.routing.leases.max_age(
-        route.timeout_seconds for m in config.models for route in m.route)
+        route.timeout_seconds for m in config.models for route in m.route
+    )
 
 
 def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:

@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from schemas.config import GatewayConfig
 
 
-async def capacity_lines(bus: Bus, config: GatewayConfig, visible: Callable[[str], bool],
-                         timeout: float) -> tuple[dict[str, Any], bool]:
+async def capacity_lines(
+    bus: Bus, config: GatewayConfig, visible: Callable[[str], bool], timeout: float
+) -> tuple[dict[str, Any], bool]:
     """Per pool whose routes ``visible`` lets the caller see (by endpoint): kind, limit, used,
     free, unit, resets_at, resolved and reason, and its routes; and whether any pool is
     unresolved (or its owner does not answer)."""
@@ -27,16 +28,32 @@ async def capacity_lines(bus: Bus, config: GatewayConfig, visible: Callable[[str
         if not routes:
             continue
         try:
-            st = await bus.request(subjects.capacity_get(name), CapacityGet(pool=name),
-                                   reply_type=CapacityState, timeout=timeout)
+            st = await bus.request(
+                subjects.capacity_get(name),
+                CapacityGet(pool=name),
+                reply_type=CapacityState,
+                timeout=timeout,
+            )
         except (NoRespondersError, RequestTimeoutError) as exc:
             unresolved = True
-            lines[name] = {"kind": spec.kind, "resolved": False, "routes": routes,
-                           "reason": f"the pool's owner does not answer ({type(exc).__name__})"}
+            lines[name] = {
+                "kind": spec.kind,
+                "resolved": False,
+                "routes": routes,
+                "reason": f"the pool's owner does not answer ({type(exc).__name__})",
+            }
             continue
         assert isinstance(st, CapacityState)
         unresolved = unresolved or not st.resolved
-        lines[name] = {"kind": st.kind, "limit": st.limit, "used": st.used, "free": st.free,
-                       "unit": st.unit, "resets_at": st.resets_at, "resolved": st.resolved,
-                       "reason": st.reason, "routes": routes}
+        lines[name] = {
+            "kind": st.kind,
+            "limit": st.limit,
+            "used": st.used,
+            "free": st.free,
+            "unit": st.unit,
+            "resets_at": st.resets_at,
+            "resolved": st.resolved,
+            "reason": st.reason,
+            "routes": routes,
+        }
     return lines, unresolved

@@ -67,6 +67,7 @@ logger = logging.getLogger(__name__)
 
 _DEFAULT_ROUTE = RouteConfig(kind="echo")
 
+
 class SecretSource(Protocol):
     """Where secrets of credentials the config does not hold come from (database keys:
     ``gateway.auth.provider_secrets.ProviderSecrets``, which the app passes in)."""
@@ -111,8 +112,11 @@ class Targets:
             kind=c.kind,
             base_url=c.base_url,
             upstream_model=c.upstream_model,
-            api_key=(self._secrets.get(c.credential_id) or self._runtime.get(c.credential_id)
-                     if c.credential_id else None),
+            api_key=(
+                self._secrets.get(c.credential_id) or self._runtime.get(c.credential_id)
+                if c.credential_id
+                else None
+            ),
             timeout=route.timeout_seconds,
             connect_timeout=route.connect_timeout_seconds,
             ttft_timeout=route.ttft_timeout_seconds,
@@ -183,8 +187,13 @@ def usage_of(body: JSON) -> Usage:
     if isinstance(details, dict):
         cached = details.get("cached_tokens") or 0
         written = details.get("cache_write_tokens") or 0
-    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                 int(cached), int(written), True)
+    return Usage(
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        int(cached),
+        int(written),
+        True,
+    )
 
 
 def content_chars(body: JSON) -> int:
@@ -257,8 +266,9 @@ class _Budget:
 
     __slots__ = ("_clock", "_deadline", "_max")
 
-    def __init__(self, settings: FailoverConfig, started: float,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, settings: FailoverConfig, started: float, clock: Callable[[], float]
+    ) -> None:
         self._clock = clock
         self._max = settings.max_attempts
         self._deadline = started + settings.budget_seconds if settings.budget_seconds else None
@@ -287,10 +297,16 @@ class Dispatcher:
     budget without waiting. The per-attempt timeouts themselves run on the event loop.
     """
 
-    def __init__(self, bus: Bus, adapters: Mapping[str, Adapter], targets: Targets,
-                 failover: FailoverConfig | None = None,
-                 leases: LeaseKeeper | None = None, *,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        adapters: Mapping[str, Adapter],
+        targets: Targets,
+        failover: FailoverConfig | None = None,
+        leases: LeaseKeeper | None = None,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
@@ -302,8 +318,14 @@ class Dispatcher:
         """The dispatcher's clock."""
         return self._clock()
 
-    async def _attempts(self, info: RequestInfo, plan: RoutePlan, failures: _Failures,
-                        budget: _Budget, walk: PlanWalk | None) -> AsyncGenerator[Attempt]:
+    async def _attempts(
+        self,
+        info: RequestInfo,
+        plan: RoutePlan,
+        failures: _Failures,
+        budget: _Budget,
+        walk: PlanWalk | None,
+    ) -> AsyncGenerator[Attempt]:
         """The attempts to make, within the hop cap and budget, skipping routes a
         context-length refusal ruled out. After the plan's candidates, the walk's next model's
         plan (a pinned plan never falls back; no plan is fetched once the budget is spent). A
@@ -317,8 +339,9 @@ class Dispatcher:
                 if failures.rules_out(c):
                     await self._release(info, c, first=i == 0)
                     continue
-                hedge_backup = current is plan and i == 1 and attempt == 1 \
-                    and plan.hedge_after_ms is not None
+                hedge_backup = (
+                    current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
+                )
                 if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
                     # A fallback on a capacity route: leased right before it is sent (a hedge
                     # backup only if the hedge fires: the caller's ``_leased_late``).
@@ -341,8 +364,9 @@ class Dispatcher:
             with anyio.CancelScope(shield=True):
                 current = await walk.next()
 
-    async def _release_all(self, info: RequestInfo, candidates: tuple[RouteCandidate, ...],
-                           start: int) -> None:
+    async def _release_all(
+        self, info: RequestInfo, candidates: tuple[RouteCandidate, ...], start: int
+    ) -> None:
         """Release the leases of ``candidates[start:]``, which will not be attempted."""
         for i in range(start, len(candidates)):
             await self._release(info, candidates[i], first=i == 0)
@@ -364,8 +388,10 @@ class Dispatcher:
             obs = self._observation(info, c, 0, "cancelled", self._clock())
             await self._publish(subjects.observation(c.endpoint), obs)
         elif first:
-            await self._publish(subjects.model_first_token(info.model),
-                                FirstToken(endpoint=c.endpoint, request_id=info.request_id))
+            await self._publish(
+                subjects.model_first_token(info.model),
+                FirstToken(endpoint=c.endpoint, request_id=info.request_id),
+            )
 
     async def observe(
         self,
@@ -382,8 +408,17 @@ class Dispatcher:
     ) -> None:
         """Publish the Observation of one attempt (never raises: accounting must not fail a
         request)."""
-        obs = self._observation(info, c, attempt, outcome, started, err=err, ttft=ttft,
-                                usage=usage, sent_chars=sent_chars)
+        obs = self._observation(
+            info,
+            c,
+            attempt,
+            outcome,
+            started,
+            err=err,
+            ttft=ttft,
+            usage=usage,
+            sent_chars=sent_chars,
+        )
         info.record.attempted(obs)
         if info.on_attempt is not None:
             info.on_attempt(obs)
@@ -408,9 +443,13 @@ class Dispatcher:
         if estimated:
             prompt = info.prompt_estimate
             completion = -(-sent_chars // _CHARS_PER_TOKEN)
-        cost = cost_usd(self._targets.pricing(c.endpoint), prompt_tokens=prompt,
-                        completion_tokens=completion, cache_read_tokens=usage.cached,
-                        cache_write_tokens=usage.cache_written)
+        cost = cost_usd(
+            self._targets.pricing(c.endpoint),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cache_read_tokens=usage.cached,
+            cache_write_tokens=usage.cache_written,
+        )
         return Observation(
             endpoint=c.endpoint,
             model=info.model,
@@ -463,10 +502,15 @@ class Dispatcher:
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             return await self._call(info, op, failures, budget, attempts, plan.hedge_after_ms)
 
-    async def _call(self, info: RequestInfo,
-                    op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
-                    failures: _Failures, budget: _Budget,
-                    attempts: AsyncIterator[Attempt], hedge_after_ms: float | None) -> Served:
+    async def _call(
+        self,
+        info: RequestInfo,
+        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+        failures: _Failures,
+        budget: _Budget,
+        attempts: AsyncIterator[Attempt],
+        hedge_after_ms: float | None,
+    ) -> Served:
         async for planned in attempts:
             if planned.candidate.refusal:
                 await self._refused(info, planned.candidate, planned.number, failures)
@@ -485,7 +529,9 @@ class Dispatcher:
             raced = await hedging.race(
                 functools.partial(self._try_call, info, op, a, budget),
                 functools.partial(self._backup_call, info, op, backup, budget),
-                hedge_after_ms or 0.0, discard=_nothing)
+                hedge_after_ms or 0.0,
+                discard=_nothing,
+            )
             if raced.winner is not None:
                 body = raced.results[raced.winner]
                 assert body is not None and not isinstance(body, UpstreamError)
@@ -494,8 +540,9 @@ class Dispatcher:
             self._raced_failures(pair, raced.results, failures)
         raise failures.final()
 
-    async def _hedge_backup(self, a: Attempt, hedge_after_ms: float | None,
-                            attempts: AsyncIterator[Attempt]) -> Attempt | None:
+    async def _hedge_backup(
+        self, a: Attempt, hedge_after_ms: float | None, attempts: AsyncIterator[Attempt]
+    ) -> Attempt | None:
         """The attempt to race against ``a`` (the plan's second candidate), when the plan
         asks for a hedge and ``a`` is the request's very first attempt; else None. A backup
         on a capacity route arrives unleased (see ``_attempts``): its side leases it when
@@ -518,17 +565,22 @@ class Dispatcher:
         return None if leased is None else a._replace(candidate=leased)
 
     @staticmethod
-    def _raced_failures(pair: tuple[Attempt, Attempt], results: Sequence[object],
-                        failures: _Failures) -> None:
+    def _raced_failures(
+        pair: tuple[Attempt, Attempt], results: Sequence[object], failures: _Failures
+    ) -> None:
         """Record the errors of a race nobody won (a backup its pool refused is none)."""
         for side, res in zip(pair, results, strict=True):
             if isinstance(res, UpstreamError) and res.kind != _NO_BACKUP:
                 failures.add(res, side.candidate)
 
-    async def _backup_call(self, info: RequestInfo,
-                           op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
-                           a: Attempt, budget: _Budget, declined: Declined
-                           ) -> JSON | UpstreamError:
+    async def _backup_call(
+        self,
+        info: RequestInfo,
+        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+        a: Attempt,
+        budget: _Budget,
+        declined: Declined,
+    ) -> JSON | UpstreamError:
         """The hedge's backup side: leased as it starts (refused: the primary races
         alone), then one ordinary attempt."""
         leased = await self._leased_late(info, a)
@@ -536,10 +588,14 @@ class Dispatcher:
             return _no_backup(a.candidate)
         return await self._try_call(info, op, leased, budget, declined)
 
-    async def _try_call(self, info: RequestInfo,
-                        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
-                        a: Attempt, budget: _Budget, declined: Declined
-                        ) -> JSON | UpstreamError:
+    async def _try_call(
+        self,
+        info: RequestInfo,
+        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+        a: Attempt,
+        budget: _Budget,
+        declined: Declined,
+    ) -> JSON | UpstreamError:
         """One observed attempt: the answer, or the error it failed with. Its capacity
         lease is given back however it ends (with the reported tokens when known)."""
         attempt, c, more = a.number, a.candidate, a.more
@@ -565,30 +621,46 @@ class Dispatcher:
                 # RecursionError: a body nested just short of the decode limit cannot be
                 # encoded again for the upstream; the app refuses it (400), but the attempt
                 # must still end here, or its prefill and probe leases are never given back.
-                await self.observe(info, c, attempt, "cancelled", started,
-                                   err=declined.error(c.endpoint))
+                await self.observe(
+                    info, c, attempt, "cancelled", started, err=declined.error(c.endpoint)
+                )
                 raise
             usage = usage_of(body)
-            await self.observe(info, c, attempt, "success", started, usage=usage,
-                               sent_chars=0 if usage.reported else content_chars(body))
+            await self.observe(
+                info,
+                c,
+                attempt,
+                "success",
+                started,
+                usage=usage,
+                sent_chars=0 if usage.reported else content_chars(body),
+            )
             tokens = _tokens(usage)
             return body
         finally:
             await self.leases.release(c, tokens)  # a no-op once released above
 
-    async def open_stream(self, info: RequestInfo, plan: RoutePlan, body: JSON,
-                          walk: PlanWalk | None = None) -> StreamAttempt:
+    async def open_stream(
+        self, info: RequestInfo, plan: RoutePlan, body: JSON, walk: PlanWalk | None = None
+    ) -> StreamAttempt:
         """Start a stream on the first candidate that yields a first chunk (then the walk's
         next models'). Raises the deterministic error when none does."""
         failures = _Failures()
         budget = _Budget(self._failover, info.started, self._clock)
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
-            return await self._open_stream(info, body, failures, budget, attempts,
-                                           plan.hedge_after_ms)
+            return await self._open_stream(
+                info, body, failures, budget, attempts, plan.hedge_after_ms
+            )
 
-    async def _open_stream(self, info: RequestInfo, body: JSON, failures: _Failures,
-                           budget: _Budget, attempts: AsyncIterator[Attempt],
-                           hedge_after_ms: float | None) -> StreamAttempt:
+    async def _open_stream(
+        self,
+        info: RequestInfo,
+        body: JSON,
+        failures: _Failures,
+        budget: _Budget,
+        attempts: AsyncIterator[Attempt],
+        hedge_after_ms: float | None,
+    ) -> StreamAttempt:
         async for planned in attempts:
             if planned.candidate.refusal:
                 await self._refused(info, planned.candidate, planned.number, failures)
@@ -607,7 +679,9 @@ class Dispatcher:
             raced = await hedging.race(
                 functools.partial(self._try_open, info, body, a, budget),
                 functools.partial(self._backup_open, info, body, backup, budget),
-                hedge_after_ms or 0.0, discard=_decline_stream)
+                hedge_after_ms or 0.0,
+                discard=_decline_stream,
+            )
             if raced.winner is not None:
                 stream = raced.results[raced.winner]
                 assert isinstance(stream, StreamAttempt)
@@ -615,16 +689,18 @@ class Dispatcher:
             self._raced_failures(pair, raced.results, failures)
         raise failures.final()
 
-    async def _backup_open(self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget,
-                           declined: Declined) -> StreamAttempt | UpstreamError:
+    async def _backup_open(
+        self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget, declined: Declined
+    ) -> StreamAttempt | UpstreamError:
         """The hedge's backup side of a stream (as ``_backup_call``)."""
         leased = await self._leased_late(info, a)
         if leased is None:
             return _no_backup(a.candidate)
         return await self._try_open(info, body, leased, budget, declined)
 
-    async def _try_open(self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget,
-                        declined: Declined) -> StreamAttempt | UpstreamError:
+    async def _try_open(
+        self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget, declined: Declined
+    ) -> StreamAttempt | UpstreamError:
         """One observed stream attempt up to its first chunk: the open stream (which holds
         the capacity lease until its relay ends), or the error it failed with (the lease
         given back)."""
@@ -643,8 +719,9 @@ class Dispatcher:
             async with asyncio.timeout(limit):
                 first = await anext(chunks)
         except StopAsyncIteration:
-            err = UpstreamError("upstream stream was empty", endpoint=c.endpoint,
-                                kind="empty_stream")
+            err = UpstreamError(
+                "upstream stream was empty", endpoint=c.endpoint, kind="empty_stream"
+            )
         except UpstreamError as exc:
             err = _scrub(exc, target.api_key)
             outcome = _outcome_of(err)
@@ -654,34 +731,46 @@ class Dispatcher:
         except (anyio.get_cancelled_exc_class(), RecursionError):
             # RecursionError: see _try_call (the body cannot be encoded for the upstream).
             await _aclose(chunks)
-            await self.observe(info, c, attempt, "cancelled", started,
-                               err=declined.error(c.endpoint))
+            await self.observe(
+                info, c, attempt, "cancelled", started, err=declined.error(c.endpoint)
+            )
             await self.leases.release(c)
             raise
         else:
             if first_of_plan:  # only a plan's primary holds its model's prefill lease
-                await self._publish(subjects.model_first_token(info.model),
-                                    FirstToken(endpoint=c.endpoint,
-                                               request_id=info.request_id))
+                await self._publish(
+                    subjects.model_first_token(info.model),
+                    FirstToken(endpoint=c.endpoint, request_id=info.request_id),
+                )
             if c.probe:  # the probe's verdict is its first byte, not the stream's end
-                await self._publish(subjects.endpoint_probe_result(c.endpoint),
-                                    ProbeFirstByte(endpoint=c.endpoint,
-                                                   request_id=info.request_id))
-            return StreamAttempt(self, info, c, attempt, started, first, chunks,
-                                 target.idle_timeout)
+                await self._publish(
+                    subjects.endpoint_probe_result(c.endpoint),
+                    ProbeFirstByte(endpoint=c.endpoint, request_id=info.request_id),
+                )
+            return StreamAttempt(
+                self, info, c, attempt, started, first, chunks, target.idle_timeout
+            )
         await _aclose(chunks)
         await self.observe(info, c, attempt, outcome, started, err=err)
         await self.leases.release(c, tokens_used_by_failure(err))
         return err
 
-    async def _refused(self, info: RequestInfo, c: RouteCandidate, attempt: int,
-                       failures: _Failures) -> None:
+    async def _refused(
+        self, info: RequestInfo, c: RouteCandidate, attempt: int, failures: _Failures
+    ) -> None:
         """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is
         the endpoint's failure; a reservation-only refusal is not observed at all."""
-        cls = (KeyPoolRoleRestrictedError if c.refusal == KeyPoolRoleRestrictedError.code
-               else KeyPoolExhaustedError)
-        err = cls(f"no upstream key of {c.endpoint} is available to this caller",
-                  endpoint=c.endpoint, retry_after=c.retry_after, kind=c.refusal)
+        cls = (
+            KeyPoolRoleRestrictedError
+            if c.refusal == KeyPoolRoleRestrictedError.code
+            else KeyPoolExhaustedError
+        )
+        err = cls(
+            f"no upstream key of {c.endpoint} is available to this caller",
+            endpoint=c.endpoint,
+            retry_after=c.retry_after,
+            kind=c.refusal,
+        )
         if err.counts_against_endpoint:
             await self.observe(info, c, attempt, "failure", self._clock(), err=err)
         failures.add(err, c)
@@ -689,8 +778,9 @@ class Dispatcher:
     def _adapter(self, c: RouteCandidate) -> Adapter:
         adapter = self._adapters.get(c.kind)
         if adapter is None:
-            raise UpstreamError(f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint,
-                                kind="no_adapter")
+            raise UpstreamError(
+                f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint, kind="no_adapter"
+            )
         return adapter
 
 
@@ -699,8 +789,11 @@ _NO_BACKUP = "hedge_backup_refused"
 
 def _no_backup(c: RouteCandidate) -> UpstreamError:
     """A hedge backup whose pool refused its lease: it never ran (not a failure)."""
-    return UpstreamError("hedge backup not sent: its capacity pool refused a lease",
-                         endpoint=c.endpoint, kind=_NO_BACKUP)
+    return UpstreamError(
+        "hedge backup not sent: its capacity pool refused a lease",
+        endpoint=c.endpoint,
+        kind=_NO_BACKUP,
+    )
 
 
 async def _nothing(_body: JSON) -> None:
@@ -709,9 +802,14 @@ async def _nothing(_body: JSON) -> None:
 
 async def _decline_stream(stream: StreamAttempt) -> None:
     """A stream that lost a hedge race after its first chunk: closed, observed declined."""
-    await stream.close("cancelled", UpstreamError(
-        "declined: the hedged twin answered first", endpoint=stream.candidate.endpoint,
-        kind=hedging.DECLINED))
+    await stream.close(
+        "cancelled",
+        UpstreamError(
+            "declined: the hedged twin answered first",
+            endpoint=stream.candidate.endpoint,
+            kind=hedging.DECLINED,
+        ),
+    )
 
 
 def _merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
@@ -719,10 +817,14 @@ def _merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
     reserved above the caller's role exist)."""
     waits = [e.retry_after for e in errors if e.retry_after is not None]
     if waits:
-        return KeyPoolExhaustedError("every upstream key available to this caller is muted",
-                                     retry_after=min(waits), kind="key_pool_exhausted")
-    return KeyPoolRoleRestrictedError("no upstream key of this model is available to your role",
-                                      kind="key_pool_role_restricted")
+        return KeyPoolExhaustedError(
+            "every upstream key available to this caller is muted",
+            retry_after=min(waits),
+            kind="key_pool_exhausted",
+        )
+    return KeyPoolRoleRestrictedError(
+        "no upstream key of this model is available to your role", kind="key_pool_role_restricted"
+    )
 
 
 def _tokens(usage: Usage) -> int | None:
@@ -742,8 +844,11 @@ def _scrub(err: UpstreamError, secret: str | None) -> UpstreamError:
 
 def _timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:
     why = "the request's failover budget ran out" if by_budget else f"no answer in {limit:g} s"
-    return UpstreamTimeoutError(f"upstream timed out before its first byte: {why}",
-                                endpoint=c.endpoint, kind="budget" if by_budget else "ttft")
+    return UpstreamTimeoutError(
+        f"upstream timed out before its first byte: {why}",
+        endpoint=c.endpoint,
+        kind="budget" if by_budget else "ttft",
+    )
 
 
 async def _aclose(gen: AsyncIterator[Any]) -> None:
@@ -797,7 +902,8 @@ class StreamAttempt:
             except TimeoutError:
                 raise UpstreamTimeoutError(
                     f"upstream stream stalled: no chunk for {self._idle:g} s",
-                    endpoint=self.candidate.endpoint, kind="idle",
+                    endpoint=self.candidate.endpoint,
+                    kind="idle",
                 ) from None
             self._note(batch)
             yield batch
@@ -828,6 +934,13 @@ class StreamAttempt:
         await _aclose(self._rest)
         await self._dispatcher.leases.release(self.candidate, _tokens(self._usage))
         await self._dispatcher.observe(
-            self._info, self.candidate, self.attempt, outcome, self._started,
-            err=err, ttft=self._ttft, usage=self._usage, sent_chars=self._chars,
+            self._info,
+            self.candidate,
+            self.attempt,
+            outcome,
+            self._started,
+            err=err,
+            ttft=self._ttft,
+            usage=self._usage,
+            sent_chars=self._chars,
         )

@@ -21,8 +21,11 @@ if TYPE_CHECKING:
     from gateway.ingress.request import HttpRequest
     from schemas import Message
 
-_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no")]
+_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
 HEARTBEAT_S = 15.0
 _encode = msgspec.json.Encoder().encode
 
@@ -65,8 +68,13 @@ async def stream_events(req: HttpRequest, bus: Bus, kinds: frozenset[str]) -> No
             kind = event_kind(env.subject)
             if kinds and kind not in kinds:
                 continue
-            await req.chunk(b"event: " + kind.encode() + b"\ndata: "
-                            + event_json(env.subject, env.message) + b"\n\n")
+            await req.chunk(
+                b"event: "
+                + kind.encode()
+                + b"\ndata: "
+                + event_json(env.subject, env.message)
+                + b"\n\n"
+            )
         tg.cancel_scope.cancel()
         await req.chunk(b"", more=False)
 

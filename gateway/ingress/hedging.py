@@ -35,8 +35,9 @@ class Declined:
         """The error its cancelled attempt is observed with (None: a plain cancellation)."""
         if not self.declined:
             return None
-        return UpstreamError("declined: the hedged twin answered first", endpoint=endpoint,
-                             kind=DECLINED)
+        return UpstreamError(
+            "declined: the hedged twin answered first", endpoint=endpoint, kind=DECLINED
+        )
 
 
 Side = Callable[[Declined], Awaitable["T | UpstreamError"]]
@@ -51,8 +52,9 @@ class Raced(Generic[T]):
     results: list[T | UpstreamError | None] = field(default_factory=list)
 
 
-async def race(primary: Side[T], backup: Side[T], after_ms: float,
-               discard: Callable[[T], Awaitable[None]]) -> Raced[T]:
+async def race(
+    primary: Side[T], backup: Side[T], after_ms: float, discard: Callable[[T], Awaitable[None]]
+) -> Raced[T]:
     """Run ``primary``; after ``after_ms`` without its result (or once it failed) also
     ``backup``; the first success wins and the other side is cancelled (or, finished too
     late, ``discard``-ed). Cancelling the race cancels both sides."""
@@ -71,8 +73,9 @@ async def race(primary: Side[T], backup: Side[T], after_ms: float,
             for task in done:
                 side = tasks.index(task)
                 results[side] = task.result()
-            winners = [i for i in (0, 1) if tasks[i] in done
-                       and not isinstance(results[i], UpstreamError)]
+            winners = [
+                i for i in (0, 1) if tasks[i] in done and not isinstance(results[i], UpstreamError)
+            ]
             if winners:
                 won = winners[0]
                 await _end(tasks[1 - won], flags[1 - won], results, 1 - won, discard)
@@ -85,9 +88,13 @@ async def race(primary: Side[T], backup: Side[T], after_ms: float,
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _end(task: asyncio.Future[T | UpstreamError], flag: Declined,
-               results: list[T | UpstreamError | None], side: int,
-               discard: Callable[[T], Awaitable[None]]) -> None:
+async def _end(
+    task: asyncio.Future[T | UpstreamError],
+    flag: Declined,
+    results: list[T | UpstreamError | None],
+    side: int,
+    discard: Callable[[T], Awaitable[None]],
+) -> None:
     """Stop the losing side: cancel it, or discard what it produced meanwhile."""
     if not task.done():
         flag.declined = True

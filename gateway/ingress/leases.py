@@ -61,10 +61,16 @@ class LeaseKeeper:
     """Holds, renews and releases one ingress's capacity leases (never raises: a lease that
     cannot be renewed or released expires at its owner)."""
 
-    def __init__(self, bus: Bus, ttl: float, holder: str,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
-                 max_age: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        ttl: float,
+        holder: str,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        *,
+        max_age: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._bus = bus
         self._interval = ttl / 3
         self._max_age = max_age
@@ -101,24 +107,37 @@ class LeaseKeeper:
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._renew_forever(), name="capacity-renewals")
 
-    async def acquire(self, c: RouteCandidate, request_id: str, tokens: int = 0
-                      ) -> RouteCandidate | None:
+    async def acquire(
+        self, c: RouteCandidate, request_id: str, tokens: int = 0
+    ) -> RouteCandidate | None:
         """Lease ``c``'s unit or slot before dispatching to it (``tokens``: the prompt
         estimate a token quota reserves): the leased candidate, or None when the pool refuses
         (or does not answer)."""
-        ask = CapacityAcquire(pool=c.pool, endpoint=c.endpoint, request_id=request_id,
-                              holder=self.holder, units=float(max(1, tokens)))
+        ask = CapacityAcquire(
+            pool=c.pool,
+            endpoint=c.endpoint,
+            request_id=request_id,
+            holder=self.holder,
+            units=float(max(1, tokens)),
+        )
         try:
             # Shielded: a grant that arrives after the client went away is still held (and
             # so released by the attempt the cancellation then ends), never lost at its
             # owner until the TTL (a quota unit lost so would stay charged).
             with anyio.CancelScope(shield=True):
-                grant = await self._bus.request(subjects.capacity_acquire(c.pool), ask,
-                                                reply_type=CapacityGrant,
-                                                timeout=_ACQUIRE_TIMEOUT)
+                grant = await self._bus.request(
+                    subjects.capacity_acquire(c.pool),
+                    ask,
+                    reply_type=CapacityGrant,
+                    timeout=_ACQUIRE_TIMEOUT,
+                )
         except (NoRespondersError, RequestTimeoutError) as exc:
-            logger.warning("capacity pool %s did not answer a lease for %s: %s", c.pool,
-                           c.endpoint, type(exc).__name__)
+            logger.warning(
+                "capacity pool %s did not answer a lease for %s: %s",
+                c.pool,
+                c.endpoint,
+                type(exc).__name__,
+            )
             return None
         if not isinstance(grant, CapacityGrant) or not grant.granted:
             return None
@@ -133,8 +152,9 @@ class LeaseKeeper:
         if held is None:
             return
         pool = held[0]
-        msg = CapacityRelease(pool=pool, lease_id=c.lease_id,
-                              used_units=None if tokens is None else float(tokens))
+        msg = CapacityRelease(
+            pool=pool, lease_id=c.lease_id, used_units=None if tokens is None else float(tokens)
+        )
         try:
             with anyio.CancelScope(shield=True):  # a cancelled request still gives it back
                 await self._bus.publish(subjects.capacity_release(pool), msg)
@@ -150,8 +170,10 @@ class LeaseKeeper:
                 by_pool[pool].append(lease_id)
             for pool, ids in by_pool.items():
                 try:
-                    await self._bus.publish(subjects.capacity_renew(pool), CapacityRenew(
-                        pool=pool, holder=self.holder, lease_ids=tuple(ids)))
+                    await self._bus.publish(
+                        subjects.capacity_renew(pool),
+                        CapacityRenew(pool=pool, holder=self.holder, lease_ids=tuple(ids)),
+                    )
                 except GatewayError as exc:
                     logger.warning("capacity renewal on %s not published: %s", pool, exc)
 
@@ -163,8 +185,12 @@ class LeaseKeeper:
         for lease_id, (pool, since) in list(self._held.items()):
             if now - since >= self._max_age:
                 del self._held[lease_id]
-                logger.warning("capacity lease on pool %s held for %gs, past its maximum age, "
-                               "without a release: no longer renewed", pool, now - since)
+                logger.warning(
+                    "capacity lease on pool %s held for %gs, past its maximum age, "
+                    "without a release: no longer renewed",
+                    pool,
+                    now - since,
+                )
 
     async def aclose(self) -> None:
         """Stop renewing (held leases then expire at their owners)."""

@@ -77,16 +77,22 @@ class _LogStats:
         st = self.stats
         if st is None:
             return
-        dropped = CounterMetricFamily("llmgw_log_rows_dropped",
-                                      "Request log rows dropped, never waited for",
-                                      labels=["cause"])
+        dropped = CounterMetricFamily(
+            "llmgw_log_rows_dropped", "Request log rows dropped, never waited for", labels=["cause"]
+        )
         for cause in ("queue_full", "write_failed", "by_bus"):
             dropped.add_metric([cause], float(st.get(f"dropped_{cause}", 0)))
         yield dropped
-        yield CounterMetricFamily("llmgw_log_rows_written", "Request log rows committed",
-                                  value=float(st.get("written", 0)))
-        yield GaugeMetricFamily("llmgw_log_rows_pending", "Request log rows not yet committed",
-                                value=float(st.get("pending", 0)))
+        yield CounterMetricFamily(
+            "llmgw_log_rows_written",
+            "Request log rows committed",
+            value=float(st.get("written", 0)),
+        )
+        yield GaugeMetricFamily(
+            "llmgw_log_rows_pending",
+            "Request log rows not yet committed",
+            value=float(st.get("pending", 0)),
+        )
 
 
 SPEND_CALLERS_MAX = 1000
@@ -101,33 +107,70 @@ class GatewayMetrics:
         r = self.registry = CollectorRegistry()
         route = ["model", "endpoint", "surface"]
         self.requests = Counter("llmgw_requests", "Client requests", route, registry=r)
-        self.errors = Counter("llmgw_request_errors", "Client requests that failed",
-                              [*route, "kind"], registry=r)
-        self.duration = Histogram("llmgw_request_duration_seconds", "Total request latency",
-                                  route, buckets=_LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram("llmgw_request_ttft_seconds", "Time to first token (streams)",
-                              route, buckets=_TTFT_BUCKETS, registry=r)
-        self.tokens = Counter("llmgw_tokens", "Tokens reported by upstreams",
-                              ["model", "endpoint", "kind"], registry=r)
-        self.attempts = Counter("llmgw_attempts", "Upstream attempts by outcome",
-                                ["model", "endpoint", "outcome"], registry=r)
-        self.fallbacks = Counter("llmgw_fallbacks", "Requests that fell back, by last route",
-                                 ["model", "endpoint"], registry=r)
-        self.bus_rtt = Histogram("llmgw_bus_rtt_seconds", "Bus request/reply round trips",
-                                 ["op"], buckets=_RTT_BUCKETS, registry=r)
-        self.circuit = Gauge("llmgw_circuit_state", "Circuit: 0 closed, 1 half-open, 2 open",
-                             ["model", "endpoint"], registry=r)
-        self.availability = Gauge("llmgw_endpoint_availability", "Availability EWMA",
-                                  ["model", "endpoint"], registry=r)
-        self.events = Counter("llmgw_events", "Operator events seen", ["kind", "type"],
-                              registry=r)
-        self.transitions = Counter("llmgw_circuit_transitions", "Circuit transitions",
-                                   ["endpoint", "to"], registry=r)
+        self.errors = Counter(
+            "llmgw_request_errors", "Client requests that failed", [*route, "kind"], registry=r
+        )
+        self.duration = Histogram(
+            "llmgw_request_duration_seconds",
+            "Total request latency",
+            route,
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.ttft = Histogram(
+            "llmgw_request_ttft_seconds",
+            "Time to first token (streams)",
+            route,
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "llmgw_tokens",
+            "Tokens reported by upstreams",
+            ["model", "endpoint", "kind"],
+            registry=r,
+        )
+        self.attempts = Counter(
+            "llmgw_attempts",
+            "Upstream attempts by outcome",
+            ["model", "endpoint", "outcome"],
+            registry=r,
+        )
+        self.fallbacks = Counter(
+            "llmgw_fallbacks",
+            "Requests that fell back, by last route",
+            ["model", "endpoint"],
+            registry=r,
+        )
+        self.bus_rtt = Histogram(
+            "llmgw_bus_rtt_seconds",
+            "Bus request/reply round trips",
+            ["op"],
+            buckets=_RTT_BUCKETS,
+            registry=r,
+        )
+        self.circuit = Gauge(
+            "llmgw_circuit_state",
+            "Circuit: 0 closed, 1 half-open, 2 open",
+            ["model", "endpoint"],
+            registry=r,
+        )
+        self.availability = Gauge(
+            "llmgw_endpoint_availability", "Availability EWMA", ["model", "endpoint"], registry=r
+        )
+        self.events = Counter("llmgw_events", "Operator events seen", ["kind", "type"], registry=r)
+        self.transitions = Counter(
+            "llmgw_circuit_transitions", "Circuit transitions", ["endpoint", "to"], registry=r
+        )
         self.key_mutes = Counter("llmgw_key_mutes", "Provider keys muted", ["pool"], registry=r)
-        self.spend = Counter("llmgw_spend_usd", "USD spent (priced with the routes' pricing:), "
-                             f"by model, endpoint, org and key (past {SPEND_CALLERS_MAX} "
-                             "org/key pairs, new ones count as org=key=other)",
-                             ["model", "endpoint", "org", "key"], registry=r)
+        self.spend = Counter(
+            "llmgw_spend_usd",
+            "USD spent (priced with the routes' pricing:), "
+            f"by model, endpoint, org and key (past {SPEND_CALLERS_MAX} "
+            "org/key pairs, new ones count as org=key=other)",
+            ["model", "endpoint", "org", "key"],
+            registry=r,
+        )
         self._spend: dict[tuple[str, str, str, str], Any] = {}
         self._spend_callers: set[tuple[str, str]] = set()
         self._log = _LogStats()
@@ -218,8 +261,9 @@ class GatewayMetrics:
     async def _health(self, bus: Bus, timeout: float) -> None:
         started = time.perf_counter()
         try:
-            report = await bus.request(subjects.HEALTH_DEEP, HealthRequest(),
-                                       reply_type=HealthReport, timeout=timeout)
+            report = await bus.request(
+                subjects.HEALTH_DEEP, HealthRequest(), reply_type=HealthReport, timeout=timeout
+            )
         except GatewayError as exc:
             logger.warning("metrics: endpoint health not available: %s", exc)
             return
@@ -229,14 +273,19 @@ class GatewayMetrics:
         self.circuit.clear()  # endpoints removed by a reload disappear
         self.availability.clear()
         for st in report.endpoints:
-            self.circuit.labels(st.model, st.endpoint).set(_CIRCUIT_VALUE.get(st.circuit_state,
-                                                                              -1.0))
+            self.circuit.labels(st.model, st.endpoint).set(
+                _CIRCUIT_VALUE.get(st.circuit_state, -1.0)
+            )
             self.availability.labels(st.model, st.endpoint).set(st.availability)
 
     async def _log_stats(self, bus: Bus, timeout: float) -> None:
         try:
-            reply = await bus.request(subjects.admin("log", "stats"), AdminCommand(by="metrics"),
-                                      reply_type=AdminReply, timeout=timeout)
+            reply = await bus.request(
+                subjects.admin("log", "stats"),
+                AdminCommand(by="metrics"),
+                reply_type=AdminReply,
+                timeout=timeout,
+            )
         except GatewayError as exc:
             logger.debug("metrics: request log stats not available: %s", exc)
             return

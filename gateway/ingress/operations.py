@@ -34,10 +34,23 @@ logger = logging.getLogger(__name__)
 Handler = Callable[["HttpRequest"], Awaitable[None]]
 
 # Operator events the metrics count; not ``decision`` (one per request, every ingress's).
-COUNTED_KINDS = ("circuit", "auth_rejected", "keypool", "bench", "mode", "config", "admin",
-                 "budget", "limits")
-_SURFACES = {"/v1/chat/completions": "chat", "/v1/embeddings": "embeddings",
-             "/v1/responses": "responses", "/v1/messages": "messages"}
+COUNTED_KINDS = (
+    "circuit",
+    "auth_rejected",
+    "keypool",
+    "bench",
+    "mode",
+    "config",
+    "admin",
+    "budget",
+    "limits",
+)
+_SURFACES = {
+    "/v1/chat/completions": "chat",
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+}
 _SCRAPE_TIMEOUT_S = 2.0
 _encode = msgspec.json.Encoder().encode
 
@@ -85,8 +98,13 @@ class IngressOps:
 
     async def _metrics(self, req: HttpRequest) -> None:
         body = await self.metrics.render(self._bus, _SCRAPE_TIMEOUT_S)
-        await req.start(200, [(b"content-type", CONTENT_TYPE.encode()),
-                              (b"content-length", str(len(body)).encode())])
+        await req.start(
+            200,
+            [
+                (b"content-type", CONTENT_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        )
         await req.chunk(body, more=False)
 
     def _require_admin(self, req: HttpRequest) -> None:
@@ -100,8 +118,9 @@ class IngressOps:
     async def _admin(self, req: HttpRequest) -> None:
         self._require_admin(req)
         area, verb = command_of(req)
-        result = await admin_request(self._bus, area, verb, await args_of(req),
-                                     by=requested_by(req), timeout=ADMIN_TIMEOUT_S)
+        result = await admin_request(
+            self._bus, area, verb, await args_of(req), by=requested_by(req), timeout=ADMIN_TIMEOUT_S
+        )
         if (area, verb) == ("config", "reload") and self.follower is not None:
             # Answer only once this ingress serves the new config, so a client that
             # reloads and then asks for a new model is never refused by this process.

@@ -31,13 +31,25 @@ class HttpRequest:
     ``body_timeout`` bounds the wait for the request body (seconds)."""
 
     __slots__ = (
-        "_after", "_headers", "body_timeout", "extra_headers", "receive", "request_id", "scope",
-        "send", "started",
+        "_after",
+        "_headers",
+        "body_timeout",
+        "extra_headers",
+        "receive",
+        "request_id",
+        "scope",
+        "send",
+        "started",
     )
 
     def __init__(
-        self, scope: Scope, receive: Receive, send: Send, body_timeout: float = BODY_TIMEOUT,
-        *, request_id: str = "",
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body_timeout: float = BODY_TIMEOUT,
+        *,
+        request_id: str = "",
     ) -> None:
         self.scope = scope
         self.receive = receive

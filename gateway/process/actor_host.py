@@ -43,8 +43,7 @@ class ActorHost:
         self._snapshots = snapshots
 
     @classmethod
-    async def start(cls, bus: Bus, config: GatewayConfig,
-                    config_path: str | None) -> ActorHost:
+    async def start(cls, bus: Bus, config: GatewayConfig, config_path: str | None) -> ActorHost:
         """Start the tree for ``config`` on ``bus`` and attach the ConfigActor. Raises what
         opening the snapshots, starting the tree or ``add_child`` raises (after stopping
         whatever had started)."""
@@ -85,14 +84,19 @@ async def _start_control(
     """
     if config.events.stream:
         try:
-            await bus.ensure_stream(EVENTS_STREAM, [subjects.EVENTS_ANY],
-                                    max_age=config.events.stream_max_age_seconds,
-                                    max_msgs=config.events.stream_max_msgs)
+            await bus.ensure_stream(
+                EVENTS_STREAM,
+                [subjects.EVENTS_ANY],
+                max_age=config.events.stream_max_age_seconds,
+                max_msgs=config.events.stream_max_msgs,
+            )
         except BusClosedError as exc:  # live events still flow; only catching up is lost
-            logger.error("events are not kept for replay (is JetStream on? nats-server -js): "
-                         "%s", exc.message)
+            logger.error(
+                "events are not kept for replay (is JetStream on? nats-server -js): %s", exc.message
+            )
     source = config_path or f"<bundled {DEMO_CONFIG}>"
     state = ConfigState(config, config_version(config_path), build(config), source)
     load = functools.partial(load_versioned, config_path, routers=validate_strategy)
-    await root.add_child(ChildSpec("config", functools.partial(
-        ConfigActor, root, state, load=load, build=build)))
+    await root.add_child(
+        ChildSpec("config", functools.partial(ConfigActor, root, state, load=load, build=build))
+    )

@@ -33,12 +33,15 @@ if TYPE_CHECKING:
 
     from schemas.config import ModelConfig
 
+
 class RouterCheck(Protocol):
     """Validates a router name and its params and, given the model, that the model can start
     under it; raises ValueError saying what is known."""
 
-    def __call__(self, name: str, params: dict[str, Any],
-                 model: ModelConfig | None = None, /) -> object: ...
+    def __call__(
+        self, name: str, params: dict[str, Any], model: ModelConfig | None = None, /
+    ) -> object: ...
+
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 DEMO_CONFIG = "demo.yaml"
@@ -61,8 +64,9 @@ def load_config(path: str | Path | None, *, routers: RouterCheck | None = None) 
     return parse_config(_read(path), source=str(path), routers=routers)
 
 
-def parse_config(text: str, *, source: str = "<config>",
-                 routers: RouterCheck | None = None) -> GatewayConfig:
+def parse_config(
+    text: str, *, source: str = "<config>", routers: RouterCheck | None = None
+) -> GatewayConfig:
     """Validate config ``text`` (``routers``: as :func:`load_config`). Raises ConfigError
     naming ``source`` and the key's path."""
     config = _validate(_expand(_parse_mapping(text, source), (), source), source)
@@ -137,8 +141,9 @@ def _apply_env_overrides(config: GatewayConfig, source: str) -> GatewayConfig:
     dashboard = config.dashboard
     if os.environ.get("LLMGW_DASHBOARD_SECRET"):
         dashboard = dashboard.model_copy(update={"secret": os.environ["LLMGW_DASHBOARD_SECRET"]})
-    return config.model_copy(update={"routing": validated, "admin_key": admin_key,
-                                     "dashboard": dashboard})
+    return config.model_copy(
+        update={"routing": validated, "admin_key": admin_key, "dashboard": dashboard}
+    )
 
 
 # PyYAML quotes syntax tokens (``'<block end>'``, ``','``) and, sometimes, text of the file

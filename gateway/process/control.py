@@ -54,8 +54,9 @@ def config_version(path: str | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def load_versioned(path: str | None, *,
-                   routers: RouterCheck | None = None) -> tuple[GatewayConfig, str]:
+def load_versioned(
+    path: str | None, *, routers: RouterCheck | None = None
+) -> tuple[GatewayConfig, str]:
     """The validated config at ``path`` (``routers``: as ``load_config``) and its version.
 
     Raises InvalidRequestError carrying startup's ConfigError message.
@@ -69,8 +70,9 @@ def load_versioned(path: str | None, *,
 
 def start_ingress_ops(bus: Bus, app: GatewayApp, config_path: str | None) -> asyncio.Task[None]:
     """Run the app's background operations in a task (cancel it to stop)."""
-    follower = ConfigFollower(app, functools.partial(load_versioned, config_path),
-                              config_version(config_path))
+    follower = ConfigFollower(
+        app, functools.partial(load_versioned, config_path), config_version(config_path)
+    )
     task = asyncio.create_task(app.ops.run(follower), name="llmgw:ingress-ops")
     task.add_done_callback(_report)
     return task
@@ -78,8 +80,10 @@ def start_ingress_ops(bus: Bus, app: GatewayApp, config_path: str | None) -> asy
 
 def _report(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
-        logger.error("ingress operations stopped (config changes are no longer followed): %r",
-                     task.exception())
+        logger.error(
+            "ingress operations stopped (config changes are no longer followed): %r",
+            task.exception(),
+        )
 
 
 def install_sighup(callback: Callable[[], None]) -> None:
@@ -94,8 +98,9 @@ def sighup_handler(bus: Bus, app: GatewayApp | None, *, actors: bool) -> Callabl
 
     async def reload() -> None:
         try:
-            result = await admin_request(bus, "config", "reload", by="sighup",
-                                         timeout=_RELOAD_TIMEOUT_S)
+            result = await admin_request(
+                bus, "config", "reload", by="sighup", timeout=_RELOAD_TIMEOUT_S
+            )
         except GatewayError as err:
             logger.error("SIGHUP: config reload refused: %s", err.message)
             return

@@ -41,8 +41,9 @@ def local_targets(config: GatewayConfig) -> dict[str, str]:
 class HealthChecker:
     """Owns the poll loop; publishes a LocalHealth when an endpoint's verdict changes."""
 
-    def __init__(self, bus: Bus, targets: dict[str, str], settings: HealthCheckConfig,
-                 client: UpstreamHTTP) -> None:
+    def __init__(
+        self, bus: Bus, targets: dict[str, str], settings: HealthCheckConfig, client: UpstreamHTTP
+    ) -> None:
         self._bus = bus
         self._targets = targets
         self._settings = settings
@@ -59,8 +60,10 @@ class HealthChecker:
                 log = logger.info if healthy else logger.warning
                 log("health check: %s is %s", endpoint, "up" if healthy else "down")
                 try:
-                    await self._bus.publish(subjects.endpoint_local_health(endpoint),
-                                            LocalHealth(endpoint=endpoint, healthy=healthy))
+                    await self._bus.publish(
+                        subjects.endpoint_local_health(endpoint),
+                        LocalHealth(endpoint=endpoint, healthy=healthy),
+                    )
                 except GatewayError as exc:
                     logger.warning("health verdict for %s not published: %s", endpoint, exc)
         return verdicts

@@ -39,9 +39,14 @@ _PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "st
 class BenchProber:
     """Owns nothing but its subscription; each probe is independent."""
 
-    def __init__(self, bus: Bus, adapters: dict[str, Adapter], targets: Targets,
-                 leases: LeaseKeeper | None = None,
-                 secrets: ProviderSecrets | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        adapters: dict[str, Adapter],
+        targets: Targets,
+        leases: LeaseKeeper | None = None,
+        secrets: ProviderSecrets | None = None,
+    ) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
@@ -54,15 +59,19 @@ class BenchProber:
 
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
-        result = functools.partial(ProbeResult, endpoint=due.endpoint,
-                                   credential_id=due.credential_id or due.candidate.credential_id,
-                                   credential_only=bool(due.credential_id))
+        result = functools.partial(
+            ProbeResult,
+            endpoint=due.endpoint,
+            credential_id=due.credential_id or due.candidate.credential_id,
+            credential_only=bool(due.credential_id),
+        )
         adapter = self._adapters.get(due.candidate.kind)
         if adapter is None:
             return result(ok=False, detail="no adapter")
         cid = due.credential_id
-        candidate = msgspec.structs.replace(due.candidate, credential_id=cid) if cid \
-            else due.candidate
+        candidate = (
+            msgspec.structs.replace(due.candidate, credential_id=cid) if cid else due.candidate
+        )
         if self._secrets is not None:
             await self._secrets.ensure_credential(candidate.credential_id)
         target = self._targets.resolve(candidate)
@@ -91,8 +100,11 @@ class BenchProber:
             result = await self.probe(due)
         finally:
             await self._leases.release(leased)
-        logger.info("background probe of %s: %s", result.endpoint,
-                    "ok" if result.ok else f"failed ({result.detail})")
+        logger.info(
+            "background probe of %s: %s",
+            result.endpoint,
+            "ok" if result.ok else f"failed ({result.detail})",
+        )
         try:
             await self._bus.publish(subjects.endpoint_probe_result(result.endpoint), result)
         except GatewayError as exc:

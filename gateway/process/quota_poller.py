@@ -59,8 +59,7 @@ class QuotaPoller:
     it adds, restarts the ones whose source or credential changed (polled at once with the
     new declaration) and stops the ones it removed."""
 
-    def __init__(self, bus: Bus, client: UpstreamHTTP, config: GatewayConfig | None = None
-                 ) -> None:
+    def __init__(self, bus: Bus, client: UpstreamHTTP, config: GatewayConfig | None = None) -> None:
         self._bus = bus
         self._client = client
         self._polling: dict[str, tuple[tuple[PoolSpec, str | None], asyncio.Task[None]]] = {}
@@ -74,9 +73,11 @@ class QuotaPoller:
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Poll the http_json sources of ``config`` from now on (see the class docstring)."""
-        wanted = {p.pool: (p, _credential(config, p.endpoints[0]))
-                  for p in capacity_pools(config).values()
-                  if isinstance(p.source, HttpJsonQuotaSource)}
+        wanted = {
+            p.pool: (p, _credential(config, p.endpoints[0]))
+            for p in capacity_pools(config).values()
+            if isinstance(p.source, HttpJsonQuotaSource)
+        }
         for name, (key, task) in list(self._polling.items()):
             if wanted.get(name) != key:
                 task.cancel()
@@ -116,14 +117,16 @@ class QuotaPoller:
             logger.warning("quota reading of %s not published: %s", pool.pool, exc)
         return reading
 
-    async def _read(self, endpoint: str, source: HttpJsonQuotaSource, secret: str | None
-                    ) -> tuple[float, float | None]:
+    async def _read(
+        self, endpoint: str, source: HttpJsonQuotaSource, secret: str | None
+    ) -> tuple[float, float | None]:
         headers = {"accept": "application/json"}
         if secret:
             headers["authorization"] = f"Bearer {secret}"
         try:
-            answer = await self._client.get(endpoint, source.url, headers,
-                                            timeout=min(source.refresh_seconds, 30.0))
+            answer = await self._client.get(
+                endpoint, source.url, headers, timeout=min(source.refresh_seconds, 30.0)
+            )
         except UpstreamError as exc:
             raise SourceError(f"unreachable ({exc.kind})") from None
         if answer.status >= 400:
@@ -133,8 +136,9 @@ class QuotaPoller:
         except msgspec.DecodeError:
             raise SourceError("the answer is not JSON") from None
         used = read_path(doc, source.used_path, "used_path")
-        limit = None if source.limit_path is None else read_path(doc, source.limit_path,
-                                                                   "limit_path")
+        limit = (
+            None if source.limit_path is None else read_path(doc, source.limit_path, "limit_path")
+        )
         return used, limit
 
 

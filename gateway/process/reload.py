@@ -32,8 +32,9 @@ class FallbackTargets(Targets):
     """Targets of the new config that still resolve, from the previous one, the endpoints
     and credentials a reload removed (for requests planned before the swap)."""
 
-    def __init__(self, config: GatewayConfig, previous: Targets,
-                 runtime: SecretSource = NO_SECRETS) -> None:
+    def __init__(
+        self, config: GatewayConfig, previous: Targets, runtime: SecretSource = NO_SECRETS
+    ) -> None:
         super().__init__(config, runtime)
         self._known = {e for m in config.models for e in m.endpoint_ids()}
         self._previous = previous
@@ -69,8 +70,9 @@ class ConfigFollower:
     version; it raises GatewayError (InvalidRequestError with startup's message) to refuse.
     """
 
-    def __init__(self, app: Reconfigurable, load: Callable[[], tuple[GatewayConfig, str]],
-                 version: str) -> None:
+    def __init__(
+        self, app: Reconfigurable, load: Callable[[], tuple[GatewayConfig, str]], version: str
+    ) -> None:
         self._app = app
         self._load = load
         self.version = version
@@ -86,13 +88,13 @@ class ConfigFollower:
             logger.error("config reload refused, the running config stays: %s", err.message)
             return False
         if announced and version != announced:
-            logger.warning("this ingress's config file has version %s, the actors run %s",
-                           version, announced)
+            logger.warning(
+                "this ingress's config file has version %s, the actors run %s", version, announced
+            )
         if version and version == self.version:
             return False
         self._app.reconfigure(config)
-        logger.info("ingress now serves config version %s (%d models)", version,
-                    len(config.models))
+        logger.info("ingress now serves config version %s (%d models)", version, len(config.models))
         self.version = version
         return True
 

@@ -34,9 +34,14 @@ _PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "st
 class RouteWiseProber:
     """Owns nothing but its subscription; each probe is independent."""
 
-    def __init__(self, bus: Bus, adapters: dict[str, Adapter], targets: Targets,
-                 leases: LeaseKeeper | None = None,
-                 secrets: ProviderSecrets | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        adapters: dict[str, Adapter],
+        targets: Targets,
+        leases: LeaseKeeper | None = None,
+        secrets: ProviderSecrets | None = None,
+    ) -> None:
         self._bus = bus
         self._adapters = adapters
         self._targets = targets
@@ -51,8 +56,13 @@ class RouteWiseProber:
         """Send the 1-token request for ``due``; never raises for an upstream failure."""
         adapter = self._adapters.get(due.candidate.kind)
         if adapter is None:
-            return LatencySample(endpoint=due.endpoint, model=due.model, ok=False,
-                                 detail="no adapter", ts=time.time())
+            return LatencySample(
+                endpoint=due.endpoint,
+                model=due.model,
+                ok=False,
+                detail="no adapter",
+                ts=time.time(),
+            )
         if self._secrets is not None:
             await self._secrets.ensure_credential(due.candidate.credential_id)
         target = self._targets.resolve(due.candidate)
@@ -62,13 +72,24 @@ class RouteWiseProber:
             async with asyncio.timeout(due.timeout):
                 await adapter.complete(target, body)
         except UpstreamError as err:
-            return LatencySample(endpoint=due.endpoint, model=due.model, ok=False,
-                                 detail=err.message[:200], ts=time.time())
+            return LatencySample(
+                endpoint=due.endpoint,
+                model=due.model,
+                ok=False,
+                detail=err.message[:200],
+                ts=time.time(),
+            )
         except TimeoutError:
-            return LatencySample(endpoint=due.endpoint, model=due.model, ok=False,
-                                 detail="timed out", ts=time.time())
-        return LatencySample(endpoint=due.endpoint, model=due.model, ok=True,
-                             ttft_ms=(time.perf_counter() - started) * 1000, ts=time.time())
+            return LatencySample(
+                endpoint=due.endpoint, model=due.model, ok=False, detail="timed out", ts=time.time()
+            )
+        return LatencySample(
+            endpoint=due.endpoint,
+            model=due.model,
+            ok=True,
+            ttft_ms=(time.perf_counter() - started) * 1000,
+            ts=time.time(),
+        )
 
     async def _answer(self, due: LatencyProbeDue) -> None:
         leased = due.candidate
@@ -82,8 +103,11 @@ class RouteWiseProber:
             sample = await self.probe(due)
         finally:
             await self._leases.release(leased)
-        logger.debug("routewise probe of %s: %s", due.endpoint,
-                     f"{sample.ttft_ms:.0f} ms" if sample.ok else sample.detail)
+        logger.debug(
+            "routewise probe of %s: %s",
+            due.endpoint,
+            f"{sample.ttft_ms:.0f} ms" if sample.ok else sample.detail,
+        )
         try:
             await self._bus.publish(subjects.model_latency(due.model), sample)
         except GatewayError as exc:
@@ -91,9 +115,10 @@ class RouteWiseProber:
 
     async def run(self) -> None:
         """Serve LatencyProbeDue events until cancelled, each probe in its own task."""
-        async with asyncio.TaskGroup() as tg, \
-                self._bus.subscribe(subjects.ROUTEWISE_PROBE_DUE,
-                                    queue="routewise-probers") as sub:
+        async with (
+            asyncio.TaskGroup() as tg,
+            self._bus.subscribe(subjects.ROUTEWISE_PROBE_DUE, queue="routewise-probers") as sub,
+        ):
             async for env in sub:
                 if isinstance(env.message, LatencyProbeDue):
                     tg.create_task(self._answer(env.message))

@@ -127,8 +127,10 @@ async def run(
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
             sidecars = Sidecars(bus, config)
-            sidecars.follow(functools.partial(load_versioned, opts.config_path),
-                            config_version(opts.config_path))
+            sidecars.follow(
+                functools.partial(load_versioned, opts.config_path),
+                config_version(opts.config_path),
+            )
             logger.info(
                 "actors started on %s (%d models)", redacted(opts.bus_url), len(config.models)
             )
@@ -190,8 +192,9 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         return bind_socket(host, port)
     except OSError as exc:
-        raise ListenError(f"cannot listen on {_url_host(host)}:{port}: "
-                          f"{exc.strerror or exc}") from None
+        raise ListenError(
+            f"cannot listen on {_url_host(host)}:{port}: {exc.strerror or exc}"
+        ) from None
 
 
 def install_shutdown(event: asyncio.Event) -> None:

@@ -47,13 +47,15 @@ class Sidecars:
         # Database keys' secrets by grant from their owner, as the ingress gets them (this
         # runs beside the actors but is not one: it never opens their file).
         self._grants = grants = ProviderSecrets(bus, configured_credentials(config))
-        self.prober = BenchProber(bus, make_adapters(self._client), Targets(config, grants),
-                                  self._leases, grants)
+        self.prober = BenchProber(
+            bus, make_adapters(self._client), Targets(config, grants), self._leases, grants
+        )
         # Following the declarations drops a deleted key's grant at once.
         self._tasks.append(asyncio.create_task(grants.start()))
         self._tasks.append(asyncio.create_task(self.prober.run()))
-        self.routewise = RouteWiseProber(bus, make_adapters(self._client),
-                                         Targets(config, grants), self._leases, grants)
+        self.routewise = RouteWiseProber(
+            bus, make_adapters(self._client), Targets(config, grants), self._leases, grants
+        )
         self._tasks.append(asyncio.create_task(self.routewise.run()))
         self.poller = QuotaPoller(bus, self._client, config)
         self._health: tuple[dict[str, str], HealthCheckConfig] | None = None

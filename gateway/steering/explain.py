@@ -130,8 +130,11 @@ async def explain(
                 }
                 for c in first.candidates
             ],
-            **({"routewise": [msgspec.structs.asdict(c) for c in first.routewise]}
-               if first.routewise else {}),
+            **(
+                {"routewise": [msgspec.structs.asdict(c) for c in first.routewise]}
+                if first.routewise
+                else {}
+            ),
         },
     }
 

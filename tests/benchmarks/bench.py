@@ -70,8 +70,11 @@ STEERING_MODES = ("auto", "auto-stream")
 # Strategy rows: plain chat to a model of N routes (all to the upstream, priced apart), under
 # the fixed weighted draw and under RouteWise: what the LP decision costs per request.
 STRATEGY_MODES = ("fixed-5", "routewise-5", "routewise-20")
-_STRATEGY_MODELS = {"fixed-5": ("fixed", 5), "routewise-5": ("routewise", 5),
-                    "routewise-20": ("routewise", 20)}
+_STRATEGY_MODELS = {
+    "fixed-5": ("fixed", 5),
+    "routewise-5": ("routewise", 5),
+    "routewise-20": ("routewise", 20),
+}
 _CHAIN = tuple(f"bench-{i}" for i in range(1, 6))
 _ADMIN_KEY = "bench-admin"  # only to store --rules; the /v1 rows stay anonymous
 
@@ -98,27 +101,58 @@ def _chat_body(model: str, stream: bool) -> dict[str, Any]:
 
 
 _SURFACES: dict[str, _Surface] = {
-    "plain": _Surface("/v1/chat/completions", False, b'"choices"',
-                      lambda m: _chat_body(m, False)),
-    "stream": _Surface("/v1/chat/completions", True, b"data: [DONE]",
-                       lambda m: _chat_body(m, True)),
-    "responses": _Surface("/v1/responses", False, b'"output"',
-                          lambda m: {"model": m, "input": "Say hello in three words."}),
-    "responses-stream": _Surface("/v1/responses", True, b"response.completed",
-                                 lambda m: {"model": m, "input": "Say hello in three words.",
-                                            "stream": True}),
-    "messages": _Surface("/v1/messages", False, b'"content"',
-                         lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT}),
-    "messages-stream": _Surface("/v1/messages", True, b"message_stop",
-                                lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT,
-                                           "stream": True}),
-    "auto": _Surface("/v1/chat/completions", False, b'"choices"',
-                     lambda m: _chat_body(m, False), gateway_model="auto"),
-    "auto-stream": _Surface("/v1/chat/completions", True, b"data: [DONE]",
-                            lambda m: _chat_body(m, True), gateway_model="auto"),
-    **{mode: _Surface("/v1/chat/completions", False, b'"choices"',
-                      lambda m: _chat_body(m, False), gateway_model=f"bench-{mode}")
-       for mode in STRATEGY_MODES},
+    "plain": _Surface("/v1/chat/completions", False, b'"choices"', lambda m: _chat_body(m, False)),
+    "stream": _Surface(
+        "/v1/chat/completions", True, b"data: [DONE]", lambda m: _chat_body(m, True)
+    ),
+    "responses": _Surface(
+        "/v1/responses",
+        False,
+        b'"output"',
+        lambda m: {"model": m, "input": "Say hello in three words."},
+    ),
+    "responses-stream": _Surface(
+        "/v1/responses",
+        True,
+        b"response.completed",
+        lambda m: {"model": m, "input": "Say hello in three words.", "stream": True},
+    ),
+    "messages": _Surface(
+        "/v1/messages",
+        False,
+        b'"content"',
+        lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT},
+    ),
+    "messages-stream": _Surface(
+        "/v1/messages",
+        True,
+        b"message_stop",
+        lambda m: {"model": m, "max_tokens": 32, "messages": _PROMPT, "stream": True},
+    ),
+    "auto": _Surface(
+        "/v1/chat/completions",
+        False,
+        b'"choices"',
+        lambda m: _chat_body(m, False),
+        gateway_model="auto",
+    ),
+    "auto-stream": _Surface(
+        "/v1/chat/completions",
+        True,
+        b"data: [DONE]",
+        lambda m: _chat_body(m, True),
+        gateway_model="auto",
+    ),
+    **{
+        mode: _Surface(
+            "/v1/chat/completions",
+            False,
+            b'"choices"',
+            lambda m: _chat_body(m, False),
+            gateway_model=f"bench-{mode}",
+        )
+        for mode in STRATEGY_MODES
+    },
 }
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
 LOOPS = ("as-is", "asyncio", "uvloop")
@@ -580,7 +614,8 @@ def _check(url: str, model: str, mode: str, api_key: str = "sk-bench") -> None:
     surface = _SURFACES[mode]
     body = json.dumps(surface.body(model)).encode()
     req = urllib.request.Request(
-        f"{url}{surface.path}", data=body,
+        f"{url}{surface.path}",
+        data=body,
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {api_key}"},
     )
     try:
@@ -680,8 +715,16 @@ def _start_nats(kids: Children, cpus: str | None, store: Path) -> tuple[str, int
     return f"nats://{match.group(1)}:{match.group(2)}", proc.pid
 
 
-_GENEROUS = ("--rpm", str(10**9), "--tpm", str(10**12), "--concurrency", str(10**6),
-             "--budget", f"{10**9}/month")
+_GENEROUS = (
+    "--rpm",
+    str(10**9),
+    "--tpm",
+    str(10**12),
+    "--concurrency",
+    str(10**6),
+    "--budget",
+    f"{10**9}/month",
+)
 
 
 def _bench_key(database: Path, *, limited: bool) -> str:
@@ -690,9 +733,27 @@ def _bench_key(database: Path, *, limited: bool) -> str:
     gateway request is then checked by it), or without (``--key``, the baseline: auth is on
     in both, so the difference is the limit's)."""
     done = subprocess.run(
-        _python("-m", "gateway.cli.main", "keys", "create", "--db", str(database), "--org", "bench",
-                "--user", "bench", "--role", "pro", *(_GENEROUS if limited else ()), "--json"),
-        cwd=REPO, capture_output=True, text=True, check=False)
+        _python(
+            "-m",
+            "gateway.cli.main",
+            "keys",
+            "create",
+            "--db",
+            str(database),
+            "--org",
+            "bench",
+            "--user",
+            "bench",
+            "--role",
+            "pro",
+            *(_GENEROUS if limited else ()),
+            "--json",
+        ),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"llmgw keys create failed: {done.stderr[-2000:]}")
     return str(json.loads(done.stdout)["key"])
@@ -722,24 +783,40 @@ def _gateway_config(upstream_url: str) -> str:
                 f"completion: {0.4 * (i + 1):.2f}}}\n"
             )
     chain = ", ".join(_CHAIN)
-    return text + f"chains:\n  - {{name: bench5, models: [{chain}]}}\n" + (
-        "steering: {active_chain: bench5, profile: balanced}\n"
-        f"admin_key: {_ADMIN_KEY}\n")
+    return (
+        text
+        + f"chains:\n  - {{name: bench5, models: [{chain}]}}\n"
+        + (f"steering: {{active_chain: bench5, profile: balanced}}\nadmin_key: {_ADMIN_KEY}\n")
+    )
 
 
 def _bench_rules(n: int) -> list[dict[str, Any]]:
     """``n`` routing rules no bench request matches, each failing on its last clause, so
     every ``auto`` request evaluates all of them (3 comparisons each, one a regex)."""
-    return [{"name": f"r{i}", "route": "auto:bench5", "when": {"$and": [
-        {"params.surface": "chat"}, {"params.prompt_tokens": {"$lt": 10**9}},
-        {"metadata.team": {"$regex": f"^team-{i}$"}}]}} for i in range(n)]
+    return [
+        {
+            "name": f"r{i}",
+            "route": "auto:bench5",
+            "when": {
+                "$and": [
+                    {"params.surface": "chat"},
+                    {"params.prompt_tokens": {"$lt": 10**9}},
+                    {"metadata.team": {"$regex": f"^team-{i}$"}},
+                ]
+            },
+        }
+        for i in range(n)
+    ]
 
 
 def _put_rules(gateway_url: str, n: int) -> None:
     body = json.dumps({"rules": _bench_rules(n)}).encode()
     req = urllib.request.Request(
-        f"{gateway_url}/api/fallback/routing-rules", data=body, method="PUT",
-        headers={"authorization": f"Bearer {_ADMIN_KEY}", "content-type": "application/json"})
+        f"{gateway_url}/api/fallback/routing-rules",
+        data=body,
+        method="PUT",
+        headers={"authorization": f"Bearer {_ADMIN_KEY}", "content-type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=_START_TIMEOUT_S) as resp:
         resp.read()
 
@@ -795,8 +872,12 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             )
             for mode in args.modes:
                 for target in args.targets:
-                    _check(urls[target], _SURFACES[mode].model_for(target), mode,
-                           getattr(args, "bench_key", "sk-bench"))
+                    _check(
+                        urls[target],
+                        _SURFACES[mode].model_for(target),
+                        mode,
+                        getattr(args, "bench_key", "sk-bench"),
+                    )
             for mode in args.modes:
                 for concurrency in args.concurrency:
                     for target in args.targets:
@@ -1069,11 +1150,15 @@ def _parser() -> argparse.ArgumentParser:
         help="comma list of concurrent connections (1,16,64)",
     )
     p.add_argument(
-        "--modes", type=_csv(MODES + SURFACE_MODES + STEERING_MODES + STRATEGY_MODES),
+        "--modes",
+        type=_csv(MODES + SURFACE_MODES + STEERING_MODES + STRATEGY_MODES),
         default=list(MODES),
         help="comma list of plain,stream (both), the surface rows "
-        + ",".join(SURFACE_MODES) + ", the steered rows " + ",".join(STEERING_MODES)
-        + " and the strategy rows " + ",".join(STRATEGY_MODES),
+        + ",".join(SURFACE_MODES)
+        + ", the steered rows "
+        + ",".join(STEERING_MODES)
+        + " and the strategy rows "
+        + ",".join(STRATEGY_MODES),
     )
     p.add_argument(
         "--targets",
@@ -1088,18 +1173,22 @@ def _parser() -> argparse.ArgumentParser:
         "start a nats-server pinned beside the gateway",
     )
     p.add_argument(
-        "--rules", type=int, default=0,
+        "--rules",
+        type=int,
+        default=0,
         help="store N routing rules that no request matches before measuring (0): what "
         "evaluating them costs every auto row",
     )
     p.add_argument(
-        "--limit", action="store_true",
+        "--limit",
+        action="store_true",
         help="put a generous limit (rpm, tpm, concurrency, budget) on the benchmark's gateway "
         "key, so every request is admitted by the limits' owner: what a limit costs "
         "(compare with --key)",
     )
     p.add_argument(
-        "--key", action="store_true",
+        "--key",
+        action="store_true",
         help="use a gateway API key without limits (auth on): the baseline for --limit",
     )
     p.add_argument("--markdown", action="store_true", help="print a markdown table")

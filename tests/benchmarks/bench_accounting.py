@@ -30,14 +30,28 @@ if TYPE_CHECKING:
 N = 10_000
 REPEATS = 7
 ROUTE = RouteRequest(model="m", caller="ip:127.0.0.1", request_id="r1")
-PLAN = RoutePlan(model="m", candidates=(RouteCandidate(endpoint="m:a", kind="openai_compat"),
-                                        RouteCandidate(endpoint="m:b", kind="openai_compat")))
+PLAN = RoutePlan(
+    model="m",
+    candidates=(
+        RouteCandidate(endpoint="m:a", kind="openai_compat"),
+        RouteCandidate(endpoint="m:b", kind="openai_compat"),
+    ),
+)
 
 
 def _obs(attempt: int, outcome: str) -> Observation:
-    return Observation(endpoint="m:a" if attempt == 1 else "m:b", model="m", outcome=outcome,
-                       attempt=attempt, latency_ms=12.0, ttft_ms=3.0, prompt_tokens=10,
-                       completion_tokens=5, request_id="r1", ts=time.time())
+    return Observation(
+        endpoint="m:a" if attempt == 1 else "m:b",
+        model="m",
+        outcome=outcome,
+        attempt=attempt,
+        latency_ms=12.0,
+        ttft_ms=3.0,
+        prompt_tokens=10,
+        completion_tokens=5,
+        request_id="r1",
+        ts=time.time(),
+    )
 
 
 REQ = cast("HttpRequest", SimpleNamespace(scope={}, started=False))  # only its scope is read
@@ -55,8 +69,15 @@ async def _handler(record: RequestRecord, attempts: list[Observation]) -> None:
 
 def _metrics_only(attempts: list[Observation]) -> float:
     m = GatewayMetrics()
-    done = RequestCompleted(model="m", endpoint="m:b", latency_ms=12.0, ttft_ms=3.0,
-                            prompt_tokens=10, completion_tokens=5, fallback=len(attempts) > 1)
+    done = RequestCompleted(
+        model="m",
+        endpoint="m:b",
+        latency_ms=12.0,
+        ttft_ms=3.0,
+        prompt_tokens=10,
+        completion_tokens=5,
+        fallback=len(attempts) > 1,
+    )
     best = float("inf")
     for _ in range(REPEATS):
         t0 = time.process_time()
@@ -78,8 +99,10 @@ async def _whole(attempts: list[Observation], *, decisions: bool, subscribed: bo
     async def baseline(req: Any) -> None:
         await _handler(RequestRecord(), attempts)
 
-    async with bus.subscribe(subjects.REQUEST_DONE_ANY) as s1, \
-            bus.subscribe(subjects.EVENTS_ANY) as s2:
+    async with (
+        bus.subscribe(subjects.REQUEST_DONE_ANY) as s1,
+        bus.subscribe(subjects.EVENTS_ANY) as s2,
+    ):
         if not subscribed:
             s1.close()
             s2.close()
@@ -108,8 +131,10 @@ async def main() -> None:
         for decisions in (False, True):
             for subscribed in (False, True):
                 us = await _whole(attempts, decisions=decisions, subscribed=subscribed)
-                print(f"  accounting, decisions={decisions!s:5} subscribers={subscribed!s:5}"
-                      f" {us:6.2f} us/request")
+                print(
+                    f"  accounting, decisions={decisions!s:5} subscribers={subscribed!s:5}"
+                    f" {us:6.2f} us/request"
+                )
 
 
 if __name__ == "__main__":

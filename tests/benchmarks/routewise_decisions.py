@@ -30,21 +30,42 @@ if TYPE_CHECKING:
 
 def _strategy(n: int) -> tuple[RouteWiseStrategy, list[RouteView]]:
     rng = random.Random(n)
-    model = ModelConfig.model_validate({"id": "m", "router": "routewise", "route": [
-        {"kind": "openai_compat", "base_url": "http://127.0.0.1:9/v1",
-         "pricing": {"prompt": rng.uniform(0.05, 5), "completion": rng.uniform(0.1, 20)}}
-        for _ in range(n)]})
+    model = ModelConfig.model_validate(
+        {
+            "id": "m",
+            "router": "routewise",
+            "route": [
+                {
+                    "kind": "openai_compat",
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "pricing": {"prompt": rng.uniform(0.05, 5), "completion": rng.uniform(0.1, 20)},
+                }
+                for _ in range(n)
+            ],
+        }
+    )
     now = time.time()
-    strategy = build_strategy("routewise", {"budget_alpha": 0.5},
-                              StrategyDeps(model=model, clock=lambda: now))
+    strategy = build_strategy(
+        "routewise", {"budget_alpha": 0.5}, StrategyDeps(model=model, clock=lambda: now)
+    )
     assert isinstance(strategy, RouteWiseStrategy)
-    views = [RouteView(index=i, endpoint=e, weight=1.0, route=r)
-             for i, (e, r) in enumerate(zip(model.endpoint_ids(), model.route, strict=True))]
+    views = [
+        RouteView(index=i, endpoint=e, weight=1.0, route=r)
+        for i, (e, r) in enumerate(zip(model.endpoint_ids(), model.route, strict=True))
+    ]
     for v in views:
         for _ in range(20):
-            strategy.observe(Observation(endpoint=v.endpoint, model="m", outcome="success",
-                                         ttft_ms=rng.uniform(100, 4000), prompt_tokens=500,
-                                         completion_tokens=rng.randint(20, 400), ts=now))
+            strategy.observe(
+                Observation(
+                    endpoint=v.endpoint,
+                    model="m",
+                    outcome="success",
+                    ttft_ms=rng.uniform(100, 4000),
+                    prompt_tokens=500,
+                    completion_tokens=rng.randint(20, 400),
+                    ts=now,
+                )
+            )
     return strategy, views
 
 
@@ -79,8 +100,10 @@ def _row(n: int, seconds: float) -> str:
     decisions = _time(decide, seconds)
     hull = _time(lambda _i: solve_hull(costs, objective, budget), seconds / 4)
     library = _time(lambda _i: solve_with_library(costs, objective, budget), seconds / 4)
-    return (f"| {n} | {_pct(decisions, 0.5):.0f} | {_pct(decisions, 0.99):.0f} | "
-            f"{_pct(hull, 0.5):.0f} | {_pct(library, 0.5):.0f} |")
+    return (
+        f"| {n} | {_pct(decisions, 0.5):.0f} | {_pct(decisions, 0.99):.0f} | "
+        f"{_pct(hull, 0.5):.0f} | {_pct(library, 0.5):.0f} |"
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -30,8 +30,9 @@ expect.set_options(timeout=WAIT_MS)
 async def browser() -> AsyncIterator[Browser]:
     """One headless chromium for the module."""
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=CHROMIUM,
-                                           args=["--no-sandbox", "--disable-gpu"])
+        browser = await pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"]
+        )
         yield browser
         await browser.close()
 

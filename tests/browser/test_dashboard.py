@@ -44,8 +44,9 @@ class Deployment:
 
     async def chat(self, model_id: str, key: str | None = None, **extra: Any) -> httpx.Response:
         headers = {"authorization": f"Bearer {key or self.key}"}
-        return await self.http.post(CHAT, json={"model": model_id, "messages": HI, **extra},
-                                    headers=headers)
+        return await self.http.post(
+            CHAT, json={"model": model_id, "messages": HI, **extra}, headers=headers
+        )
 
     async def admin(self, area: str, verb: str, **args: Any) -> dict[str, Any]:
         resp = await self.http.post(f"/admin/{area}/{verb}", json=args, headers=AUTH)
@@ -54,10 +55,14 @@ class Deployment:
         return result
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module",
-                        params=["inproc", pytest.param("nats", marks=pytest.mark.nats)])
-async def dep(request: pytest.FixtureRequest,
-              tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deployment]:
+@pytest_asyncio.fixture(
+    scope="module",
+    loop_scope="module",
+    params=["inproc", pytest.param("nats", marks=pytest.mark.nats)],
+)
+async def dep(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Deployment]:
     """The module's deployment, once on the in-process bus and once on NATS."""
     bus_url = "inproc://" if request.param == "inproc" else str(request.getfixturevalue("nats_url"))
     ups = {n: await FakeUpstream(n).start() for n in "abc"}
@@ -65,7 +70,8 @@ async def dep(request: pytest.FixtureRequest,
         model("a", route(ups["a"]), catalog={"tier": 3}),
         model("b", route(ups["b"]), catalog={"tier": 2}),
         model("c", route(ups["c"]), catalog={"tier": 1}),
-        circuit=STAYS_OPEN, admin_key=ADMIN,
+        circuit=STAYS_OPEN,
+        admin_key=ADMIN,
         chains=[{"name": "team", "models": ["a", "b"]}],
         steering={"exploration": 0, "profile": "priority"},
         routing={"affinity": {"enabled": False}},
@@ -141,24 +147,28 @@ async def test_a_key_of_another_role_gets_403_at_sign_in(
 
 
 async def test_nothing_of_the_dashboard_answers_without_a_session(dep: Deployment) -> None:
-    for path in ("/dashboard/api/admin/chains/list", "/dashboard/api/health/deep",
-                 "/dashboard/static/dashboard.js", "/dashboard/api/events"):
+    for path in (
+        "/dashboard/api/admin/chains/list",
+        "/dashboard/api/health/deep",
+        "/dashboard/static/dashboard.js",
+        "/dashboard/api/events",
+    ):
         resp = await dep.http.get(path)
         assert resp.status_code == 401, (path, resp.text)
         assert resp.json()["error"]["message"]
     page = await dep.http.get("/dashboard/log")
     assert page.status_code == 303 and page.headers["location"] == "/dashboard/signin"
     forged = {"cookie": "llmgw_dashboard=eyJrIjoiYWRtaW4iLCJlIjo5OTk5OTk5OTk5LCJuIjoieCJ9.AAAA"}
-    assert (await dep.http.get("/dashboard/api/admin/chains/list",
-                               headers=forged)).status_code == 401
+    assert (
+        await dep.http.get("/dashboard/api/admin/chains/list", headers=forged)
+    ).status_code == 401
     # The admin key as a bearer token is not a session either.
-    assert (await dep.http.post("/dashboard/api/admin/chains/list",
-                                headers=AUTH)).status_code == 401
+    assert (
+        await dep.http.post("/dashboard/api/admin/chains/list", headers=AUTH)
+    ).status_code == 401
 
 
-async def test_every_state_changing_call_needs_the_csrf_token(
-    page: Page, dep: Deployment
-) -> None:
+async def test_every_state_changing_call_needs_the_csrf_token(page: Page, dep: Deployment) -> None:
     call = """async ([token]) => {
         const headers = {"content-type": "application/json"};
         if (token !== null) headers["x-csrf-token"] = token;
@@ -194,7 +204,8 @@ async def test_overview_shows_a_circuit_opening_live(page: Page, dep: Deployment
         await expect(page.locator("#errors tbody")).to_contain_text(endpoint)
         # And the availability the failures lowered, re-read with the rates.
         availability = page.locator(
-            f'#endpoints tr[data-endpoint="{endpoint}"] [data-col="availability"]')
+            f'#endpoints tr[data-endpoint="{endpoint}"] [data-col="availability"]'
+        )
         await expect(availability).not_to_have_text("100.0%")
         await screenshot(page, "overview")
     finally:
@@ -380,9 +391,7 @@ async def test_live_events_show_decisions_with_reasons_and_pause_holds_them(
 # -- request log ----------------------------------------------------------------------------
 
 
-async def test_the_request_log_is_filtered_and_shows_attempts(
-    page: Page, dep: Deployment
-) -> None:
+async def test_the_request_log_is_filtered_and_shows_attempts(page: Page, dep: Deployment) -> None:
     for name in ("a", "b", "a"):
         assert (await dep.chat(name)).status_code == 200
     assert (await dep.chat("nope")).status_code == 404
@@ -395,14 +404,14 @@ async def test_the_request_log_is_filtered_and_shows_attempts(
     for model_name in await page.locator("#log tr.request td:nth-child(5)").all_text_contents():
         assert model_name == "b"
     await rows.first.click()
-    await expect(page.locator("#log tr.attempts td").first).to_contain_text(
-        eid("b", dep.ups["b"]))
+    await expect(page.locator("#log tr.attempts td").first).to_contain_text(eid("b", dep.ups["b"]))
 
     await page.fill("#log-filter [name=model]", "")
     await page.fill("#log-filter [name=status]", "404")
     await page.click("#log-filter button")
     await expect(page.locator("#log tr.request").first).to_have_attribute("data-status", "404")
     statuses = await page.locator("#log tr.request").evaluate_all(
-        "rows => rows.map(r => r.dataset.status)")
+        "rows => rows.map(r => r.dataset.status)"
+    )
     assert statuses and set(statuses) == {"404"}
     await screenshot(page, "log")

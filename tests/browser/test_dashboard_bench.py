@@ -21,19 +21,29 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 @pytest.mark.parametrize("bus", ["inproc", pytest.param("nats", marks=pytest.mark.nats)])
 async def test_the_overview_shows_why_a_route_is_benched_on_page_load(
-    context: BrowserContext, request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory, bus: str,
+    context: BrowserContext,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    bus: str,
 ) -> None:
     bus_url = "inproc://" if bus == "inproc" else str(request.getfixturevalue("nats_url"))
     up = await FakeUpstream("u").start()
     up.set_default(Reply(500))
     gw = await start_gateway(
-        config(model("m", route(up)), circuit=CALM, admin_key=ADMIN,
-               routing={"bench": {"failures": 1, "duration_seconds": 600}}),
-        bus_url, data_dir=tmp_path_factory.mktemp("bench"))
+        config(
+            model("m", route(up)),
+            circuit=CALM,
+            admin_key=ADMIN,
+            routing={"bench": {"failures": 1, "duration_seconds": 600}},
+        ),
+        bus_url,
+        data_dir=tmp_path_factory.mktemp("bench"),
+    )
     try:
-        async with watch(gw, subjects.event("bench")) as benches, \
-                httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+        async with (
+            watch(gw, subjects.event("bench")) as benches,
+            httpx.AsyncClient(base_url=gw.url, timeout=30) as http,
+        ):
             failed = await http.post("/v1/chat/completions", json={"model": "m", "messages": HI})
             assert failed.status_code >= 500
             benched = await benches.next(BenchChanged, lambda e: e.benched)

@@ -49,12 +49,52 @@ def _fill_log(path: Path, endpoint: str) -> None:
             ts = now - 3000 * i / RECENT if i < RECENT // 2 else now - 3600 - i * 17.0
             failed = i % 10 == 0
             rid = f"bulk-{i}"
-            yield (ts, "request", rid, "c-0123456789ab", "acme", "chat", "m", "m", endpoint,
-                   "", 502 if failed else 200, "error" if failed else "success", "", 0, 1,
-                   120.0 + i % 50, 300.0, 10, 20, 0, 0)
-            yield (ts, "attempt", rid, "c-0123456789ab", "", "chat", "", "m", endpoint, "",
-                   502 if failed else 200, "failure" if failed else "success", "", 0, 1,
-                   120.0 + i % 50, 290.0, 10, 20, 0, 0)
+            yield (
+                ts,
+                "request",
+                rid,
+                "c-0123456789ab",
+                "acme",
+                "chat",
+                "m",
+                "m",
+                endpoint,
+                "",
+                502 if failed else 200,
+                "error" if failed else "success",
+                "",
+                0,
+                1,
+                120.0 + i % 50,
+                300.0,
+                10,
+                20,
+                0,
+                0,
+            )
+            yield (
+                ts,
+                "attempt",
+                rid,
+                "c-0123456789ab",
+                "",
+                "chat",
+                "",
+                "m",
+                endpoint,
+                "",
+                502 if failed else 200,
+                "failure" if failed else "success",
+                "",
+                0,
+                1,
+                120.0 + i % 50,
+                290.0,
+                10,
+                20,
+                0,
+                0,
+            )
 
     db.executemany(INSERT, rows())  # type: ignore[arg-type]
     db.commit()
@@ -67,8 +107,9 @@ async def gw(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningG
     data = tmp_path_factory.mktemp("load")
     db = data / "llmgw.sqlite3"
     await asyncio.to_thread(_fill_log, db, f"m:local-{up.port}")
-    gw = await start_gateway(config(model("m", route(up)), admin_key=ADMIN,
-                                    database={"path": str(db)}), "inproc://")
+    gw = await start_gateway(
+        config(model("m", route(up)), admin_key=ADMIN, database={"path": str(db)}), "inproc://"
+    )
     yield gw
     await gw.stop()
     await up.close()
@@ -83,9 +124,19 @@ async def busy(gw: RunningGateway) -> AsyncIterator[None]:
         n = 0
         while True:  # a load generator: the pace is the point, nothing waits on it
             n += 1
-            await bus.publish(subjects.event("decision"), RouteDecided(
-                request_id=f"load-{n}", model="m", requested_model="m", reason="weighted",
-                served="m", attempts=1, status=200, ts=time.time()))
+            await bus.publish(
+                subjects.event("decision"),
+                RouteDecided(
+                    request_id=f"load-{n}",
+                    model="m",
+                    requested_model="m",
+                    reason="weighted",
+                    served="m",
+                    attempts=1,
+                    status=200,
+                    ts=time.time(),
+                ),
+            )
             await asyncio.sleep(1 / EVENTS_PER_SECOND)
 
     task = asyncio.create_task(publish())

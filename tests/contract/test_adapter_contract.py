@@ -40,14 +40,26 @@ KEY = "sk-contract-key"
 UPSTREAM_MODEL = "upstream-model"
 SHORT = 0.2  # a read timeout a hanging upstream runs into
 
-HI: JSON = {"model": "public-model", "messages": [{"role": "user", "content": "hi there"}],
-            "max_tokens": 64}
+HI: JSON = {
+    "model": "public-model",
+    "messages": [{"role": "user", "content": "hi there"}],
+    "max_tokens": 64,
+}
 TOOLS: JSON = {
     **HI,
-    "tools": [{"type": "function", "function": {
-        "name": "get_weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]}}}],
+    "tools": [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ],
     "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
 }
 
@@ -84,10 +96,15 @@ async def _under(kind: str, up: FakeUpstream) -> AsyncIterator[Under]:
     http = make_http_client()
     try:
         target = UpstreamTarget(
-            endpoint=f"contract/{kind}", kind=kind,
+            endpoint=f"contract/{kind}",
+            kind=kind,
             base_url="" if kind == "echo" else _base_url(kind, up),
-            upstream_model=UPSTREAM_MODEL, api_key=KEY, timeout=10.0, connect_timeout=5.0,
-            ttft_timeout=10.0, idle_timeout=10.0,
+            upstream_model=UPSTREAM_MODEL,
+            api_key=KEY,
+            timeout=10.0,
+            connect_timeout=5.0,
+            ttft_timeout=10.0,
+            idle_timeout=10.0,
         )
         yield Under(kind, make_adapters(http)[kind], target, None if kind == "echo" else up)
     finally:
@@ -95,15 +112,17 @@ async def _under(kind: str, up: FakeUpstream) -> AsyncIterator[Under]:
 
 
 @pytest.fixture(params=ALL_KINDS)
-async def any_adapter(request: pytest.FixtureRequest, fake_upstream: FakeUpstream
-                      ) -> AsyncIterator[Under]:
+async def any_adapter(
+    request: pytest.FixtureRequest, fake_upstream: FakeUpstream
+) -> AsyncIterator[Under]:
     async for under in _under(str(request.param), fake_upstream):
         yield under
 
 
 @pytest.fixture(params=HTTP_KINDS)
-async def http_adapter(request: pytest.FixtureRequest, fake_upstream: FakeUpstream
-                       ) -> AsyncIterator[Under]:
+async def http_adapter(
+    request: pytest.FixtureRequest, fake_upstream: FakeUpstream
+) -> AsyncIterator[Under]:
     async for under in _under(str(request.param), fake_upstream):
         yield under
 
@@ -115,14 +134,18 @@ async def _batches(u: Under, body: JSON, target: UpstreamTarget | None = None) -
 def _text_of(batches: list[Batch]) -> str:
     return "".join(
         str(choice.get("delta", {}).get("content") or "")
-        for batch in batches for chunk in batch for choice in chunk.get("choices") or ()
+        for batch in batches
+        for chunk in batch
+        for choice in chunk.get("choices") or ()
     )
 
 
 def _finish_reasons(batches: list[Batch]) -> list[str]:
     return [
         str(choice["finish_reason"])
-        for batch in batches for chunk in batch for choice in chunk.get("choices") or ()
+        for batch in batches
+        for chunk in batch
+        for choice in chunk.get("choices") or ()
         if choice.get("finish_reason")
     ]
 
@@ -185,10 +208,13 @@ async def test_adapter_forced_tool_choice_answers_a_call_of_that_tool(any_adapte
     assert choice["finish_reason"] == "tool_calls"
 
 
-@pytest.mark.parametrize(("kind", "has_embeddings"),
-                         [("openai_compat", True), ("anthropic", False), ("echo", True)])
+@pytest.mark.parametrize(
+    ("kind", "has_embeddings"), [("openai_compat", True), ("anthropic", False), ("echo", True)]
+)
 async def test_adapter_embeddings_answer_or_a_400_that_spares_the_endpoint(
-    fake_upstream: FakeUpstream, kind: str, has_embeddings: bool,
+    fake_upstream: FakeUpstream,
+    kind: str,
+    has_embeddings: bool,
 ) -> None:
     async for u in _under(kind, fake_upstream):
         body = {"model": "public-model", "input": ["a", "b"], "encoding_format": "float"}
@@ -222,17 +248,21 @@ async def test_adapter_usage_is_the_upstreams(http_adapter: Under) -> None:
     answer = await u.adapter.complete(u.target, HI)
 
     assert (answer["usage"]["prompt_tokens"], answer["usage"]["completion_tokens"]) == (
-        u.up.prompt_tokens, u.up.completion_tokens)
+        u.up.prompt_tokens,
+        u.up.completion_tokens,
+    )
 
 
 @pytest.mark.parametrize(
     ("status", "counts"),
-    [(400, False), (404, False), (422, False), (401, True), (429, True), (500, True),
-     (503, True)],
+    [(400, False), (404, False), (422, False), (401, True), (429, True), (500, True), (503, True)],
 )
 @pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
 async def test_adapter_maps_an_error_status_with_its_message_and_retry_after(
-    http_adapter: Under, status: int, counts: bool, stream: bool,
+    http_adapter: Under,
+    status: int,
+    counts: bool,
+    stream: bool,
 ) -> None:
     u = http_adapter
     u.script(Reply(status, headers={"Retry-After": "7"}))
@@ -298,8 +328,7 @@ async def test_adapter_in_band_stream_error_raises_after_the_content_before_it(
     http_adapter: Under,
 ) -> None:
     u = http_adapter
-    u.script(Reply(200, body=_IN_BAND_ERROR[u.kind],
-                   headers={"content-type": "text/event-stream"}))
+    u.script(Reply(200, body=_IN_BAND_ERROR[u.kind], headers={"content-type": "text/event-stream"}))
     got: list[Batch] = []
 
     with pytest.raises(UpstreamError) as err:
@@ -312,7 +341,7 @@ async def test_adapter_in_band_stream_error_raises_after_the_content_before_it(
 
 # A stream that ends cleanly (the HTTP answer is complete) before its terminator.
 _NO_TERMINATOR = {
-    "openai_compat": _IN_BAND_ERROR["openai_compat"].split("data: {\"error\"")[0],
+    "openai_compat": _IN_BAND_ERROR["openai_compat"].split('data: {"error"')[0],
     "anthropic": _IN_BAND_ERROR["anthropic"].split("event: error")[0],
 }
 
@@ -321,8 +350,7 @@ async def test_adapter_stream_ending_before_its_terminator_raises_truncated(
     http_adapter: Under,
 ) -> None:
     u = http_adapter
-    u.script(Reply(200, body=_NO_TERMINATOR[u.kind],
-                   headers={"content-type": "text/event-stream"}))
+    u.script(Reply(200, body=_NO_TERMINATOR[u.kind], headers={"content-type": "text/event-stream"}))
 
     with pytest.raises(UpstreamError) as err:
         await _batches(u, {**HI, "stream": True})

@@ -348,8 +348,7 @@ async def test_nats_reply_goes_only_to_an_inbox_never_to_a_subject_others_read(
             await redirected.respond(ProbeGrant(granted=True))
             # ... is not answered there; a later request from the same connection is, so
             # the dropped answer would have reached that connection first.
-            asked = tg.create_task(raw.request(f"{prefix}.svc", encode(probe("2")),
-                                               timeout=WAIT_S))
+            asked = tg.create_task(raw.request(f"{prefix}.svc", encode(probe("2")), timeout=WAIT_S))
             honest = await anext(sub)
             await honest.respond(ProbeGrant(granted=True))
             answered = await asked
@@ -396,13 +395,15 @@ async def _versions(sub: Subscription, n: int) -> list[str]:
 
 
 async def test_replay_delivers_what_the_stream_kept_then_live_messages_in_order(
-    any_bus: Bus, prefix: str, stream: str,
+    any_bus: Bus,
+    prefix: str,
+    stream: str,
 ) -> None:
     subject = _history_subject(prefix, "a")
-    await any_bus.ensure_stream(stream, [_history_subject(prefix, "*")], max_age=60,
-                                max_msgs=10)
-    await any_bus.ensure_stream(stream, [_history_subject(prefix, "*")], max_age=120,
-                                max_msgs=10)  # an update keeps the stream
+    await any_bus.ensure_stream(stream, [_history_subject(prefix, "*")], max_age=60, max_msgs=10)
+    await any_bus.ensure_stream(
+        stream, [_history_subject(prefix, "*")], max_age=120, max_msgs=10
+    )  # an update keeps the stream
     since = time.time() - 60
     for v in ("v1", "v2"):
         await any_bus.publish(subject, ConfigChanged(version=v))
@@ -415,7 +416,9 @@ async def test_replay_delivers_what_the_stream_kept_then_live_messages_in_order(
 
 
 async def test_replay_keeps_at_most_max_msgs_and_nothing_before_since(
-    any_bus: Bus, prefix: str, stream: str,
+    any_bus: Bus,
+    prefix: str,
+    stream: str,
 ) -> None:
     subject = _history_subject(prefix, "a")
     await any_bus.ensure_stream(stream, [subject], max_age=60, max_msgs=2)

@@ -41,14 +41,24 @@ STAYS_OPEN = {"failure_threshold": 2, "cooldown_seconds": 30}
 
 def route(up: FakeUpstream, weight: float = 1.0, **extra: Any) -> dict[str, Any]:
     """An ``openai_compat`` route to fake upstream ``up``."""
-    return {"kind": "openai_compat", "base_url": up.openai_base_url, "weight": weight,
-            "provider_model_id": f"{up.name}-model", **extra}
+    return {
+        "kind": "openai_compat",
+        "base_url": up.openai_base_url,
+        "weight": weight,
+        "provider_model_id": f"{up.name}-model",
+        **extra,
+    }
 
 
 def anthropic_route(up: FakeUpstream, weight: float = 1.0, **extra: Any) -> dict[str, Any]:
     """An ``anthropic`` route to fake upstream ``up``."""
-    return {"kind": "anthropic", "base_url": up.anthropic_base_url, "weight": weight,
-            "provider_model_id": f"{up.name}-model", **extra}
+    return {
+        "kind": "anthropic",
+        "base_url": up.anthropic_base_url,
+        "weight": weight,
+        "provider_model_id": f"{up.name}-model",
+        **extra,
+    }
 
 
 def model(model_id: str, *routes: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -56,8 +66,12 @@ def model(model_id: str, *routes: dict[str, Any], **extra: Any) -> dict[str, Any
     return {"id": model_id, "route": list(routes), **extra}
 
 
-def config(*models: dict[str, Any], circuit: dict[str, Any] | None = None,
-           routing: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def config(
+    *models: dict[str, Any],
+    circuit: dict[str, Any] | None = None,
+    routing: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A whole gateway config (breaker timings default to :data:`FAST_CIRCUIT`; ``routing``
     adds other keys of the ``routing:`` section)."""
     section = {"circuit": circuit or FAST_CIRCUIT, **(routing or {})}
@@ -86,8 +100,7 @@ class _Response(Protocol):
     def json(self) -> Any: ...
 
 
-def assert_openai_error(resp: _Response, status: int,
-                        code: str | None = None) -> dict[str, Any]:
+def assert_openai_error(resp: _Response, status: int, code: str | None = None) -> dict[str, Any]:
     """``resp`` is an OpenAI-shaped error answer with ``status``; returns its ``error``."""
     assert resp.status_code == status, resp.text
     assert resp.headers["content-type"].startswith("application/json")
@@ -112,8 +125,9 @@ class Watch:
         self.seen: list[Any] = []  # every message received, in arrival order
         self._backlog: list[Any] = []  # received but not yet taken by ``next``
 
-    async def next(self, kind: type[T], where: Callable[[T], bool] = lambda _: True,
-                   timeout: float = WAIT) -> T:
+    async def next(
+        self, kind: type[T], where: Callable[[T], bool] = lambda _: True, timeout: float = WAIT
+    ) -> T:
         """The first untaken message of type ``kind`` satisfying ``where``. Raises
         TimeoutError."""
         for i, msg in enumerate(self._backlog):

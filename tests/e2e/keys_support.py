@@ -35,53 +35,77 @@ def db_path(tmp_path: Path) -> str:
     return str(tmp_path / "gateway.sqlite3")
 
 
-def keys_config(tmp_path: Path, *models: dict[str, Any], key_pool: dict[str, Any] | None = None,
-                routing: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+def keys_config(
+    tmp_path: Path,
+    *models: dict[str, Any],
+    key_pool: dict[str, Any] | None = None,
+    routing: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A config whose database lives in ``tmp_path``, keys uncached (so a CLI change shows at
     once), a breaker and a model bench that stay out of the way, ``key_pool`` settings and
     other ``routing`` keys."""
     extra.setdefault("auth_cache_seconds", 0)
     extra.setdefault("admin_key", ADMIN)
-    return config(*models, circuit=SLOW_CIRCUIT,
-                  routing={"key_pool": key_pool or {}, "bench": {"failures": 50},
-                           **(routing or {})},
-                  database={"path": db_path(tmp_path)}, **extra)
+    return config(
+        *models,
+        circuit=SLOW_CIRCUIT,
+        routing={"key_pool": key_pool or {}, "bench": {"failures": 50}, **(routing or {})},
+        database={"path": db_path(tmp_path)},
+        **extra,
+    )
 
 
-async def cli(tmp_path: Path, *args: str, check: bool = True,
-              config_file: Path | None = None) -> Any:
+async def cli(
+    tmp_path: Path, *args: str, check: bool = True, config_file: Path | None = None
+) -> Any:
     """``python -m gateway.cli.main keys <args> --json`` for the test's database (``--db``, or the
     ``--config`` file when given: the gateway serving it, else the file); its JSON output."""
     where = ["--config", str(config_file)] if config_file else ["--db", db_path(tmp_path)]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gateway.cli.main", "keys", *args, *where, "--json",
-        cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable,
+        "-m",
+        "gateway.cli.main",
+        "keys",
+        *args,
+        *where,
+        "--json",
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 30)
     if check and proc.returncode != 0:
-        raise AssertionError(f"llmgw keys {' '.join(args)} exited {proc.returncode}: "
-                             f"{err.decode()}")
+        raise AssertionError(
+            f"llmgw keys {' '.join(args)} exited {proc.returncode}: {err.decode()}"
+        )
     return json.loads(out) if out.strip() else None
 
 
 async def create_keys(tmp_path: Path, *roles: str, org: str = "acme") -> list[str]:
     """One gateway API key per role, created with the CLI (concurrently)."""
-    made = await asyncio.gather(*(
-        cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
-        for i, role in enumerate(roles)))
+    made = await asyncio.gather(
+        *(
+            cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
+            for i, role in enumerate(roles)
+        )
+    )
     return [m["key"] for m in made]
 
 
 async def pool_state(gw: RunningGateway, endpoint: str) -> KeyPoolState:
     """The pool's state, asked of its owner."""
-    reply = await gateway_bus(gw).request(subjects.keypool_get(endpoint), KeyPoolStateRequest(),
-                                          reply_type=KeyPoolState, timeout=WAIT)
+    reply = await gateway_bus(gw).request(
+        subjects.keypool_get(endpoint), KeyPoolStateRequest(), reply_type=KeyPoolState, timeout=WAIT
+    )
     return raise_for_reply(reply)
 
 
 async def endpoint_state(gw: RunningGateway, endpoint: str) -> EndpointState:
     """The endpoint's health, asked of its owner."""
-    reply = await gateway_bus(gw).request(subjects.endpoint_get(endpoint), StateRequest(),
-                                          reply_type=EndpointState, timeout=WAIT)
+    reply = await gateway_bus(gw).request(
+        subjects.endpoint_get(endpoint), StateRequest(), reply_type=EndpointState, timeout=WAIT
+    )
     return raise_for_reply(reply)
 
 

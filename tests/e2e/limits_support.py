@@ -31,8 +31,14 @@ class Outcome:
     body: Any
 
 
-async def new_key(tmp_path: Path, *, org: str = "acme", user: str = "alice",
-                  role: str = "pro", extra: tuple[str, ...] = ()) -> tuple[str, str]:
+async def new_key(
+    tmp_path: Path,
+    *,
+    org: str = "acme",
+    user: str = "alice",
+    role: str = "pro",
+    extra: tuple[str, ...] = (),
+) -> tuple[str, str]:
     """(key, key id) of a new gateway API key made with ``llmgw keys create``."""
     made = await cli(tmp_path, "create", "--org", org, "--user", user, "--role", role, *extra)
     return made["key"], made["id"]
@@ -53,24 +59,25 @@ def _error_code(body: Any) -> str | None:
     return None
 
 
-async def call(gw: RunningGateway, surface: str, key: str, model: str = "m",
-               **kw: Any) -> Outcome:
+async def call(gw: RunningGateway, surface: str, key: str, model: str = "m", **kw: Any) -> Outcome:
     """One request on ``surface`` with the SDK of that surface."""
     try:
         if surface == "messages":
             raw = await gw.anthropic(key).messages.with_raw_response.create(
-                model=model, max_tokens=kw.pop("max_tokens", 16), messages=HI, **kw)
+                model=model, max_tokens=kw.pop("max_tokens", 16), messages=HI, **kw
+            )
         else:
             client = gw.openai(key)
             if surface == "chat":
                 raw = await client.chat.completions.with_raw_response.create(
-                    model=model, messages=HI, **kw)
+                    model=model, messages=HI, **kw
+                )
             elif surface == "responses":
-                raw = await client.responses.with_raw_response.create(
-                    model=model, input="hi", **kw)
+                raw = await client.responses.with_raw_response.create(model=model, input="hi", **kw)
             else:
                 raw = await client.embeddings.with_raw_response.create(
-                    model=model, input="hi", **kw)
+                    model=model, input="hi", **kw
+                )
         parsed = raw.parse()  # the anthropic SDK's is a coroutine, openai's is not
         if inspect.isawaitable(parsed):
             parsed = await parsed

@@ -45,7 +45,9 @@ async def command(gw: RunningGateway, area: str, verb: str, **args: Any) -> dict
 
 
 async def test_provider_key_commands_apply_to_live_pools_before_they_are_answered(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     (free_key,) = await create_keys(tmp_path, "free")
@@ -56,27 +58,35 @@ async def test_provider_key_commands_apply_to_live_pools_before_they_are_answere
         added = await command(gw, "provider_keys", "add", key=D, endpoint=pool)
         executed = await audit.next(AdminExecuted)
     assert (executed.area, executed.verb, executed.by, executed.ok) == (
-        "provider_keys", "add", "test", True)
+        "provider_keys",
+        "add",
+        "test",
+        True,
+    )
     assert added["pending_pools"] == [] and added["credential_id"] == credential_id(D)
     assert D not in json.dumps(added)
     # Answered only once applied: the pool's owner already declares the key.
     assert [(k.credential_id, k.source) for k in (await pool_state(gw, pool)).keys] == [
-        (credential_id(A), "config"), (credential_id(D), "database")]
+        (credential_id(A), "config"),
+        (credential_id(D), "database"),
+    ]
 
-    reserved = await command(gw, "provider_keys", "reserve", credential_id=credential_id(A),
-                             min_role="pro")
+    reserved = await command(
+        gw, "provider_keys", "reserve", credential_id=credential_id(A), min_role="pro"
+    )
     assert reserved["pending_pools"] == []
     await ask(free)
     assert spent(up) == D  # A is reserved for pro and above now
 
     listing = await command(gw, "provider_keys", "list")
     assert [(k["id"], k["effective_min_role"]) for k in listing["database"]] == [
-        (added["id"], "free")]
+        (added["id"], "free")
+    ]
     assert listing["reservations"] == [
-        {"credential_id": credential_id(A), "min_role": "pro", "configured": True}]
+        {"credential_id": credential_id(A), "min_role": "pro", "configured": True}
+    ]
 
-    raised = await command(gw, "provider_keys", "set_min_role", id=added["id"],
-                           min_role="internal")
+    raised = await command(gw, "provider_keys", "set_min_role", id=added["id"], min_role="internal")
     assert raised["min_role"] == "internal"
     with pytest.raises(openai.PermissionDeniedError):
         await ask(free)  # both keys are reserved above free
@@ -89,7 +99,9 @@ async def test_provider_key_commands_apply_to_live_pools_before_they_are_answere
 
 
 async def test_provider_key_commands_are_refused_clearly_and_change_nothing(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, api_keys=[A]))))
@@ -102,8 +114,7 @@ async def test_provider_key_commands_are_refused_clearly_and_change_nothing(
     with pytest.raises(InvalidRequestError) as no_route:
         await command(gw, "provider_keys", "add", key=D, endpoint="m:nowhere")
     with pytest.raises(InvalidRequestError) as both:
-        await command(gw, "provider_keys", "add", key=D, endpoint=pool,
-                      base_url=up.base_url)
+        await command(gw, "provider_keys", "add", key=D, endpoint=pool, base_url=up.base_url)
     with pytest.raises(RouteNotFoundError):
         await command(gw, "provider_keys", "set_min_role", id="pk-missing", min_role="pro")
     with pytest.raises(RouteNotFoundError):
@@ -112,7 +123,10 @@ async def test_provider_key_commands_are_refused_clearly_and_change_nothing(
         await command(gw, "provider_keys", "rotate")
 
     assert (bad_role.value.param, no_route.value.param, both.value.param) == (
-        "min_role", "endpoint", "endpoint")
+        "min_role",
+        "endpoint",
+        "endpoint",
+    )
     assert (refused.verb, refused.ok) == ("add", False) and "min_role" in refused.message
     assert "known: add, delete, list, reload, reserve, set_min_role" in unknown.value.message
     assert D not in str(bad_role.value) + refused.message
@@ -121,14 +135,17 @@ async def test_provider_key_commands_are_refused_clearly_and_change_nothing(
 
 
 async def test_gateway_api_key_commands_create_list_and_revoke(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     gw = await gateway_factory(keys_config(tmp_path, model("m", route(up)), auth="required"))
 
     async with watch(gw, subjects.AUTH_KEYS_CHANGED) as announced:
-        made = await command(gw, "api_keys", "create", org="acme", user="ada", role="pro",
-                             name="ci", expires_in="1h")
+        made = await command(
+            gw, "api_keys", "create", org="acme", user="ada", role="pro", name="ci", expires_in="1h"
+        )
         created = await announced.next(ApiKeyCreated)
         await ask(gw.openai(made["key"]))
         listing = await command(gw, "api_keys", "list")
@@ -152,23 +169,36 @@ async def test_gateway_api_key_commands_create_list_and_revoke(
 
 @pytest.mark.nats
 async def test_llmgw_admin_manages_keys_over_nats_from_another_process(
-    fake_upstream: FakeUpstream, nats_url: str, tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    nats_url: str,
+    tmp_path: Path,
 ) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(keys_config(
-        tmp_path, model("m", route(fake_upstream, api_keys=[A])), auth="required")))
+    cfg.write_text(
+        yaml.safe_dump(
+            keys_config(tmp_path, model("m", route(fake_upstream, api_keys=[A])), auth="required")
+        )
+    )
     proc = GatewayProcess(["serve", "--config", str(cfg), "--port", "0", "--bus", nats_url])
     await asyncio.to_thread(proc.start)
     try:
         added = await asyncio.to_thread(
-            _llmgw_admin, nats_url, "provider_keys", "add", f"key={D}",
-            f"endpoint={eid('m', fake_upstream)}")
+            _llmgw_admin,
+            nats_url,
+            "provider_keys",
+            "add",
+            f"key={D}",
+            f"endpoint={eid('m', fake_upstream)}",
+        )
         reserved = await asyncio.to_thread(
-            _llmgw_admin, nats_url, "provider_keys", "reserve", f"key={A}", "min_role=admin")
+            _llmgw_admin, nats_url, "provider_keys", "reserve", f"key={A}", "min_role=admin"
+        )
         made = await asyncio.to_thread(
-            _llmgw_admin, nats_url, "api_keys", "create", "org=acme", "user=ops", "role=free")
-        async with openai.AsyncOpenAI(base_url=f"{proc.url}/v1", api_key=made["key"],
-                                      max_retries=0) as client:
+            _llmgw_admin, nats_url, "api_keys", "create", "org=acme", "user=ops", "role=free"
+        )
+        async with openai.AsyncOpenAI(
+            base_url=f"{proc.url}/v1", api_key=made["key"], max_retries=0
+        ) as client:
             await ask(client)
     finally:
         await asyncio.to_thread(proc.stop)
@@ -182,7 +212,6 @@ def _llmgw_admin(bus: str, area: str, verb: str, *args: str) -> Any:
     argv = [sys.executable, "-m", "gateway.cli.main", "admin", area, verb, "--bus", bus]
     for arg in args:
         argv += ["--arg", arg]
-    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30,
-                         check=False)
+    out = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=30, check=False)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)

@@ -37,18 +37,27 @@ pytestmark = pytest.mark.e2e
 T = TypeVar("T")
 ADMIN = "adm-weights"
 ADMIN_AUTH = {"authorization": f"Bearer {ADMIN}"}
-REMOTE = {"kind": "openai_compat", "base_url": "https://api.remote.example/v1",
-          "provider_model_id": "remote-model"}  # never called: weights only
+REMOTE = {
+    "kind": "openai_compat",
+    "base_url": "https://api.remote.example/v1",
+    "provider_model_id": "remote-model",
+}  # never called: weights only
 
 
 def _path(model_id: str, endpoint: str) -> str:
     return f"/admin/routing/weights/{model_id}/{endpoint}"
 
 
-async def _put(gw: RunningGateway, endpoint: str, body: Any, model_id: str = "m",
-               headers: dict[str, str] | None = None) -> httpx.Response:
-    return await gw.http().put(_path(model_id, endpoint), json=body,
-                               headers=ADMIN_AUTH if headers is None else headers)
+async def _put(
+    gw: RunningGateway,
+    endpoint: str,
+    body: Any,
+    model_id: str = "m",
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    return await gw.http().put(
+        _path(model_id, endpoint), json=body, headers=ADMIN_AUTH if headers is None else headers
+    )
 
 
 async def _delete(gw: RunningGateway, endpoint: str, model_id: str = "m") -> httpx.Response:
@@ -71,17 +80,20 @@ async def _eventually(ask: Callable[[], Awaitable[T]], ok: Callable[[T], bool]) 
 
 
 async def _vias(gw: RunningGateway, n: int) -> set[str]:
-    return {(await gw.http().post(CHAT, json=chat("m"))).headers["x-routed-via"]
-            for _ in range(n)}
+    return {(await gw.http().post(CHAT, json=chat("m"))).headers["x-routed-via"] for _ in range(n)}
 
 
 def _config(a: FakeUpstream, b: FakeUpstream, wa: float = 1, wb: float = 1) -> dict[str, Any]:
-    return config(model("m", route(a, wa), route(b, wb)), admin_key=ADMIN,
-                  routing={"affinity": {"enabled": False}})
+    return config(
+        model("m", route(a, wa), route(b, wb)),
+        admin_key=ADMIN,
+        routing={"affinity": {"enabled": False}},
+    )
 
 
 async def test_admin_weight_put_applies_at_once_and_delete_restores_the_configured_one(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
@@ -98,16 +110,21 @@ async def test_admin_weight_put_applies_at_once_and_delete_restores_the_configur
     restored = await _weights(gw)
 
     assert put.status_code == 200
-    assert put.json() == {"model": "m", "routes": [
-        {"endpoint": ea, "weight": 0.0, "configured_weight": 1.0},
-        {"endpoint": eb, "weight": 1.0, "configured_weight": 1.0}]}
+    assert put.json() == {
+        "model": "m",
+        "routes": [
+            {"endpoint": ea, "weight": 0.0, "configured_weight": 1.0},
+            {"endpoint": eb, "weight": 1.0, "configured_weight": 1.0},
+        ],
+    }
     assert zeroed == {ea: 0.0, eb: 1.0} and vias == {eb}
     assert moved == {ea: 0.5, eb: 3.0}
     assert deleted.status_code == 200 and restored == {ea: 1.0, eb: 1.0}
 
 
 async def test_admin_weight_refusals_leave_the_weights_unchanged(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b, wb=0))
@@ -132,7 +149,8 @@ async def test_admin_weight_refusals_leave_the_weights_unchanged(
 
 
 async def test_admin_weight_override_survives_restarts_until_deleted(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     cfg = _config(a, b)
@@ -155,15 +173,20 @@ async def test_admin_weight_override_survives_restarts_until_deleted(
 
 
 async def test_local_fraction_splits_weight_between_local_and_remote_routes_for_fixed_only(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     local = route(fake_upstream, 1)
     remote = {**REMOTE, "weight": 3}
-    gw = await gateway_factory(config(
-        model("m", local, remote),  # the default router, fixed
-        model("own", local, remote, router_params={"local_fraction": 0.5}),
-        model("rr", local, remote, router="round_robin"),
-        routing={"local_fraction": 0.6}, admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(
+            model("m", local, remote),  # the default router, fixed
+            model("own", local, remote, router_params={"local_fraction": 0.5}),
+            model("rr", local, remote, router="round_robin"),
+            routing={"local_fraction": 0.6},
+            admin_key=ADMIN,
+        )
+    )
     ids = {m.id: m.endpoint_ids() for m in gw.config.models}
 
     split = await _weights(gw)
@@ -180,13 +203,19 @@ async def test_local_fraction_splits_weight_between_local_and_remote_routes_for_
 
 
 async def test_health_check_loop_zeroes_a_local_route_while_its_health_fails(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     health = "/v1/models"  # what the fake upstream answers GET on
-    gw = await gateway_factory(config(
-        model("m", route(fake_upstream, 1), {**REMOTE, "weight": 3}),
-        routing={"local_fraction": 0.5, "health_check": {
-            "enabled": True, "interval_seconds": 0.05, "path": health}}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(fake_upstream, 1), {**REMOTE, "weight": 3}),
+            routing={
+                "local_fraction": 0.5,
+                "health_check": {"enabled": True, "interval_seconds": 0.05, "path": health},
+            },
+        )
+    )
     local, remote = gw.config.models[0].endpoint_ids()
 
     async with watch(gw, subjects.endpoint_local_health(local)) as verdicts:
@@ -203,17 +232,20 @@ async def test_health_check_loop_zeroes_a_local_route_while_its_health_fails(
 
 
 async def test_admin_routing_commands_over_the_bus_set_read_and_reset_weights(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
     ea = eid("m", a)
     http = gw.http(headers=ADMIN_AUTH)
 
-    refused = await http.post("/admin/routing/set_weight",
-                              json={"model": "m", "endpoint": ea, "weight": -1})
-    set_ = await http.post("/admin/routing/set_weight",
-                           json={"model": "m", "endpoint": ea, "weight": 4})
+    refused = await http.post(
+        "/admin/routing/set_weight", json={"model": "m", "endpoint": ea, "weight": -1}
+    )
+    set_ = await http.post(
+        "/admin/routing/set_weight", json={"model": "m", "endpoint": ea, "weight": 4}
+    )
     read = await http.get("/admin/routing/weights", params={"model": "m"})
     reset = await http.post("/admin/routing/reset_weight", json={"model": "m", "endpoint": ea})
 
@@ -225,7 +257,8 @@ async def test_admin_routing_commands_over_the_bus_set_read_and_reset_weights(
 
 
 async def test_admin_bench_lift_over_the_bus_brings_a_benched_route_back(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     cfg = _config(a, b)
@@ -237,8 +270,7 @@ async def test_admin_bench_lift_over_the_bus_brings_a_benched_route_back(
         await _put(gw, eid("m", b), {"weight": 0.000001})  # the draw lands on a
         await gw.http().post(CHAT, json=chat("m"))
         benched = await benches.next(BenchChanged)
-        lift = await gw.http(headers=ADMIN_AUTH).post("/admin/bench/lift",
-                                                      json={"endpoint": ea})
+        lift = await gw.http(headers=ADMIN_AUTH).post("/admin/bench/lift", json={"endpoint": ea})
         lifted = await benches.next(BenchChanged)
 
     assert benched.benched and benched.endpoint == ea

@@ -40,10 +40,15 @@ ADMIN_AUTH = {"authorization": f"Bearer {ADMIN}"}
 TTL = 300.0  # the spec's five minutes, the default
 
 
-def _config(a: FakeUpstream, b: FakeUpstream, *, circuit: dict[str, Any] | None = None,
-            **routing: Any) -> dict[str, Any]:
-    return config(model("m", route(a, 1), route(b, 1e-9)), circuit=circuit or STAYS_OPEN,
-                  routing={"trust_proxy_headers": True, **routing}, admin_key=ADMIN)
+def _config(
+    a: FakeUpstream, b: FakeUpstream, *, circuit: dict[str, Any] | None = None, **routing: Any
+) -> dict[str, Any]:
+    return config(
+        model("m", route(a, 1), route(b, 1e-9)),
+        circuit=circuit or STAYS_OPEN,
+        routing={"trust_proxy_headers": True, **routing},
+        admin_key=ADMIN,
+    )
 
 
 async def _via(client: openai.AsyncOpenAI, ip: str | None = None, **headers: str) -> str:
@@ -51,7 +56,8 @@ async def _via(client: openai.AsyncOpenAI, ip: str | None = None, **headers: str
     if ip is not None:
         headers["X-Forwarded-For"] = ip
     raw = await client.chat.completions.with_raw_response.create(
-        model="m", messages=[{"role": "user", "content": "hi"}], extra_headers=headers)
+        model="m", messages=[{"role": "user", "content": "hi"}], extra_headers=headers
+    )
     return str(raw.headers["x-routed-via"])
 
 
@@ -59,8 +65,11 @@ async def _weight(gw: RunningGateway, up: FakeUpstream, weight: float | None) ->
     """Set (or, with None, restore) the weight of ``up``'s route as the admin."""
     path = f"/admin/routing/weights/m/{eid('m', up)}"
     http = gw.http()
-    resp = await (http.delete(path, headers=ADMIN_AUTH) if weight is None else
-                  http.put(path, json={"weight": weight}, headers=ADMIN_AUTH))
+    resp = await (
+        http.delete(path, headers=ADMIN_AUTH)
+        if weight is None
+        else http.put(path, json={"weight": weight}, headers=ADMIN_AUTH)
+    )
     assert resp.status_code == 200, resp.text
 
 
@@ -74,11 +83,13 @@ async def _swap(gw: RunningGateway, a: FakeUpstream, b: FakeUpstream) -> None:
 
 
 async def test_affinity_keeps_each_caller_on_one_endpoint_while_callers_spread(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(config(model("m", route(a), route(b)),
-                                      routing={"trust_proxy_headers": True}))
+    gw = await gateway_factory(
+        config(model("m", route(a), route(b)), routing={"trust_proxy_headers": True})
+    )
     client = gw.openai()
 
     async def caller(i: int) -> list[str]:
@@ -93,7 +104,9 @@ async def test_affinity_keeps_each_caller_on_one_endpoint_while_callers_spread(
 
 
 async def test_affinity_pin_slides_for_five_minutes_of_silence_then_expires(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, actor_clock: SkewedClock,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    actor_clock: SkewedClock,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
@@ -117,7 +130,8 @@ async def test_affinity_pin_slides_for_five_minutes_of_silence_then_expires(
 
 
 async def test_affinity_pin_is_dropped_when_its_endpoint_errors_and_the_next_pick_repins(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
@@ -140,7 +154,8 @@ async def test_affinity_pin_is_dropped_when_its_endpoint_errors_and_the_next_pic
 
 
 async def test_affinity_pin_to_a_zero_weight_endpoint_gives_way_to_a_fresh_pick_and_repin(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
@@ -156,11 +171,14 @@ async def test_affinity_pin_to_a_zero_weight_endpoint_gives_way_to_a_fresh_pick_
 
 
 async def test_affinity_pin_to_an_open_circuit_gives_way_to_a_fresh_pick_and_repin(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, actor_clock: SkewedClock,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    actor_clock: SkewedClock,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(_config(a, b, circuit={"failure_threshold": 1,
-                                                      "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        _config(a, b, circuit={"failure_threshold": 1, "cooldown_seconds": 30})
+    )
     client = gw.openai()
     first = await _via(client, "10.0.0.1")
     other = await _via(client, "10.0.0.2")
@@ -183,7 +201,8 @@ async def test_affinity_pin_to_an_open_circuit_gives_way_to_a_fresh_pick_and_rep
 
 
 async def test_affinity_key_folds_ipv6_addresses_to_their_64(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
@@ -197,14 +216,22 @@ async def test_affinity_key_folds_ipv6_addresses_to_their_64(
     assert (first, same_64, other_64) == (eid("m", a), eid("m", a), eid("m", b))
 
 
-@pytest.mark.parametrize(("trust", "env", "distinct"), [
-    (False, None, False),
-    (True, None, True),
-    (False, "1", True),
-], ids=["untrusted", "trusted_by_config", "trusted_by_env"])
+@pytest.mark.parametrize(
+    ("trust", "env", "distinct"),
+    [
+        (False, None, False),
+        (True, None, True),
+        (False, "1", True),
+    ],
+    ids=["untrusted", "trusted_by_config", "trusted_by_env"],
+)
 async def test_affinity_believes_x_forwarded_for_only_when_proxy_headers_are_trusted(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    monkeypatch: pytest.MonkeyPatch, trust: bool, env: str | None, distinct: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    trust: bool,
+    env: str | None,
+    distinct: bool,
 ) -> None:
     if env is not None:
         monkeypatch.setenv("TRUST_PROXY_HEADERS", env)
@@ -222,7 +249,8 @@ async def test_affinity_believes_x_forwarded_for_only_when_proxy_headers_are_tru
 
 
 async def test_affinity_key_of_a_grant_holder_is_its_grant_not_its_address(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
@@ -239,14 +267,16 @@ async def test_affinity_key_of_a_grant_holder_is_its_grant_not_its_address(
 
 
 async def test_affinity_key_of_an_api_key_caller_is_its_key_hash_before_grant_and_address(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(_config(a, b))
     keys = []
     for user in ("u1", "u2"):
-        resp = await gw.http().post("/admin/keys", json={"org": "o", "user": user, "role": "free"},
-                                    headers=ADMIN_AUTH)
+        resp = await gw.http().post(
+            "/admin/keys", json={"org": "o", "user": user, "role": "free"}, headers=ADMIN_AUTH
+        )
         assert resp.status_code == 201, resp.text
         keys.append(resp.json()["key"])
     one, two = gw.openai(api_key=keys[0]), gw.openai(api_key=keys[1])
@@ -264,7 +294,8 @@ async def test_affinity_key_of_an_api_key_caller_is_its_key_hash_before_grant_an
 
 
 async def test_affinity_disabled_by_routing_affinity_enabled_0_makes_every_pick_fresh(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ROUTING_AFFINITY_ENABLED", "0")
@@ -280,7 +311,8 @@ async def test_affinity_disabled_by_routing_affinity_enabled_0_makes_every_pick_
 
 
 async def test_affinity_pins_survive_a_gateway_restart(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     cfg = _config(a, b)

@@ -32,8 +32,11 @@ LIMIT = 4096
 @pytest.fixture
 async def gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> RunningGateway:
     """A gateway with model ``m`` on the fake upstream and a small body limit."""
-    return await gateway_factory(config(model("m", route(fake_upstream), aliases=["m-alias"]),
-                                        server={"max_body_bytes": LIMIT}))
+    return await gateway_factory(
+        config(
+            model("m", route(fake_upstream), aliases=["m-alias"]), server={"max_body_bytes": LIMIT}
+        )
+    )
 
 
 @pytest.mark.parametrize("raw", [b"{not json", b"", b"\xff\xfe", b'{"model": "m", "messages": ['])
@@ -53,15 +56,20 @@ BAD_FIELDS: dict[str, tuple[Any, str]] = {
     "messages_not_an_array": ({"model": "m", "messages": "hi"}, "messages"),
     "messages_empty": ({"model": "m", "messages": []}, "messages"),
     "message_not_an_object": ({"model": "m", "messages": ["hi"]}, "messages[0]"),
-    "message_role_unknown": ({"model": "m", "messages": [{"role": "robot", "content": "x"}]},
-                             "messages[0].role"),
+    "message_role_unknown": (
+        {"model": "m", "messages": [{"role": "robot", "content": "x"}]},
+        "messages[0].role",
+    ),
     "stream_not_a_boolean": ({"model": "m", "messages": HI, "stream": "yes"}, "stream"),
 }
 
 
 @pytest.mark.parametrize(("body", "field"), BAD_FIELDS.values(), ids=BAD_FIELDS.keys())
 async def test_chat_with_missing_or_mistyped_field_is_400_naming_it(
-    gw: RunningGateway, fake_upstream: FakeUpstream, body: Any, field: str,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    body: Any,
+    field: str,
 ) -> None:
     resp = await gw.http().post(CHAT, json=body)
 
@@ -73,7 +81,8 @@ async def test_chat_with_missing_or_mistyped_field_is_400_naming_it(
 
 
 async def test_chat_via_sdk_with_unknown_model_is_404(
-    gw: RunningGateway, fake_upstream: FakeUpstream,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
 ) -> None:
     with pytest.raises(openai.NotFoundError) as exc:
         await gw.openai().chat.completions.create(model="no-such-model", messages=HI)
@@ -84,7 +93,8 @@ async def test_chat_via_sdk_with_unknown_model_is_404(
 
 
 async def test_chat_over_the_body_limit_is_413_and_just_under_is_served(
-    gw: RunningGateway, fake_upstream: FakeUpstream,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
 ) -> None:
     def padded(size: int) -> bytes:
         head = b'{"model": "m", "messages": [{"role": "user", "content": "'
@@ -92,18 +102,19 @@ async def test_chat_over_the_body_limit_is_413_and_just_under_is_served(
         return head + b"x" * (size - len(head) - len(tail)) + tail
 
     http = gw.http()
-    over = await http.post(CHAT, content=padded(LIMIT + 1),
-                           headers={"content-type": "application/json"})
+    over = await http.post(
+        CHAT, content=padded(LIMIT + 1), headers={"content-type": "application/json"}
+    )
 
     async def chunks() -> Any:  # no content-length: the limit holds while streaming in too
         body = padded(LIMIT * 3)
         for i in range(0, len(body), 1000):
-            yield body[i:i + 1000]
+            yield body[i : i + 1000]
 
-    streamed = await http.post(CHAT, content=chunks(),
-                               headers={"content-type": "application/json"})
-    under = await http.post(CHAT, content=padded(LIMIT),
-                            headers={"content-type": "application/json"})
+    streamed = await http.post(CHAT, content=chunks(), headers={"content-type": "application/json"})
+    under = await http.post(
+        CHAT, content=padded(LIMIT), headers={"content-type": "application/json"}
+    )
 
     assert_openai_error(over, 413, "request_too_large")
     assert_openai_error(streamed, 413, "request_too_large")
@@ -114,30 +125,41 @@ async def test_chat_over_the_body_limit_is_413_and_just_under_is_served(
 async def test_chat_via_sdk_over_the_body_limit_raises_413(gw: RunningGateway) -> None:
     with pytest.raises(openai.APIStatusError) as exc:
         await gw.openai().chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "x" * LIMIT}])
+            model="m", messages=[{"role": "user", "content": "x" * LIMIT}]
+        )
 
     assert exc.value.status_code == 413
 
 
 async def test_default_body_limit_is_32_mib(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
 
-    resp = await gw.http().post(CHAT, content=b"{" + b" " * (32 * 1024 * 1024) + b"}",
-                                headers={"content-type": "application/json"})
+    resp = await gw.http().post(
+        CHAT,
+        content=b"{" + b" " * (32 * 1024 * 1024) + b"}",
+        headers={"content-type": "application/json"},
+    )
 
     assert gw.config.server.max_body_bytes == 32 * 1024 * 1024
     assert_openai_error(resp, 413, "request_too_large")
 
 
-@pytest.mark.parametrize(("method", "path", "status"), [
-    ("GET", "/v1/nothing-here", 404),
-    ("GET", CHAT, 405),
-    ("POST", "/v1/models", 405),
-])
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/v1/nothing-here", 404),
+        ("GET", CHAT, 405),
+        ("POST", "/v1/models", 405),
+    ],
+)
 async def test_unknown_path_or_method_is_an_openai_shaped_error(
-    gw: RunningGateway, method: str, path: str, status: int,
+    gw: RunningGateway,
+    method: str,
+    path: str,
+    status: int,
 ) -> None:
     resp = await gw.http().request(method, path)
 
@@ -154,7 +176,9 @@ GARBAGE: dict[str, Reply] = {
 
 @pytest.mark.parametrize("reply", GARBAGE.values(), ids=GARBAGE.keys())
 async def test_upstream_garbage_is_502_with_a_clear_message_and_an_endpoint_failure(
-    gw: RunningGateway, fake_upstream: FakeUpstream, reply: Reply,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    reply: Reply,
 ) -> None:
     fake_upstream.enqueue(reply)
 
@@ -169,10 +193,12 @@ async def test_upstream_garbage_is_502_with_a_clear_message_and_an_endpoint_fail
 
 
 async def test_upstream_garbage_in_a_stream_before_first_chunk_is_502(
-    gw: RunningGateway, fake_upstream: FakeUpstream,
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
 ) -> None:
-    fake_upstream.enqueue(Reply(200, body="data: {oops\n\n",
-                                headers={"content-type": "text/event-stream"}))
+    fake_upstream.enqueue(
+        Reply(200, body="data: {oops\n\n", headers={"content-type": "text/event-stream"})
+    )
 
     resp = await gw.http().post(CHAT, json=chat("m", stream=True))
 

@@ -59,8 +59,9 @@ def expected_retry_after(until: float, before: float, after: float) -> range:
 
 
 async def bench_event(events: Watch, endpoint: str, benched: bool = True) -> BenchChanged:
-    return await events.next(BenchChanged, lambda e: e.endpoint == endpoint
-                             and e.benched == benched)
+    return await events.next(
+        BenchChanged, lambda e: e.endpoint == endpoint and e.benched == benched
+    )
 
 
 def benched_state(endpoint: str) -> Callable[[EndpointState], bool]:
@@ -82,19 +83,26 @@ def chat(gw: RunningGateway, **kw: Any) -> Callable[[], Awaitable[Any]]:
 
 
 async def test_bench_third_failure_across_credentials_benches_the_route_on_every_credential(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     keys = ["sk-one", "sk-two", "sk-three"]
     a.enqueue(Reply(500), Reply(503), Reply(502))
     a.set_default(Reply(500))  # still sick: the muted keys' probes fail and lift nothing
-    gw = await gateway_factory(config(
-        model("m", route(a, api_keys=keys), route(b, TINY)), circuit=CALM,
-        routing={**bench(failures=3, duration_seconds=30), "key_pool": {"mute_seconds": 0.6}}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, api_keys=keys), route(b, TINY)),
+            circuit=CALM,
+            routing={**bench(failures=3, duration_seconds=30), "key_pool": {"mute_seconds": 0.6}},
+        )
+    )
     send = chat(gw)
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.event("keypool")) as key_events:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.event("keypool")) as key_events,
+    ):
         served = []
         for _ in keys:  # each failure mutes its key, so the next request uses the next one
             served.append((await send()).headers["x-routed-via"])
@@ -113,28 +121,41 @@ async def test_bench_third_failure_across_credentials_benches_the_route_on_every
     assert after == [eid("m", b)] * 5 and len(client_hits) == 3
     assert deep["endpoints"][eid("m", a)]["benched_until"] == benched.until
     # Why, from the endpoint's own state (a page load sees it, not only a live event).
-    assert deep["endpoints"][eid("m", a)]["bench_reason"] == benched.reason == (
-        "3 failures within 900 s")
+    assert (
+        deep["endpoints"][eid("m", a)]["bench_reason"]
+        == benched.reason
+        == ("3 failures within 900 s")
+    )
     assert deep["endpoints"][eid("m", b)]["bench_reason"] == ""
 
 
 async def test_bench_retry_after_lengthens_a_bench_and_never_shortens_a_running_one(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     # The admin pin reaches the route while it is benched, as an in-flight request would.
     up.enqueue(Reply(500), Reply(500), retry_after(60), retry_after(5), retry_after(120))
-    gw = await gateway_factory(config(model("m", route(up)), circuit=CALM, admin_key=ADMIN,
-                                      routing=bench(failures=3, duration_seconds=30)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(up)),
+            circuit=CALM,
+            admin_key=ADMIN,
+            routing=bench(failures=3, duration_seconds=30),
+        )
+    )
     client = gw.openai(api_key=ADMIN)
     endpoint = eid("m", up)
 
     async def pinned() -> Any:
         return await client.chat.completions.create(
-            model="m", messages=HI, extra_headers={"X-Route-Pin": endpoint})
+            model="m", messages=HI, extra_headers={"X-Route-Pin": endpoint}
+        )
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.endpoint_state(endpoint)) as states:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.endpoint_state(endpoint)) as states,
+    ):
         for _ in range(3):
             await _fails(pinned)
         started = await bench_event(benches, endpoint)
@@ -153,24 +174,33 @@ async def test_bench_retry_after_lengthens_a_bench_and_never_shortens_a_running_
 
 
 async def test_bench_probe_success_never_lifts_a_bench_before_the_providers_retry_after(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     # Three failures bench for 0.6 s (probe due after 0.15 s); a fourth, in flight, says
     # Retry-After: 1. The probe then succeeds, but the provider asked for a second.
     up.enqueue(Reply(500), Reply(500), Reply(500), retry_after(1))
-    gw = await gateway_factory(config(
-        model("m", route(up)), circuit=CALM, admin_key=ADMIN,
-        routing=bench(failures=3, duration_seconds=0.6, probe_after_fraction=0.25)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(up)),
+            circuit=CALM,
+            admin_key=ADMIN,
+            routing=bench(failures=3, duration_seconds=0.6, probe_after_fraction=0.25),
+        )
+    )
     client = gw.openai(api_key=ADMIN)
     endpoint = eid("m", up)
 
     async def pinned() -> Any:
         return await client.chat.completions.create(
-            model="m", messages=HI, extra_headers={"X-Route-Pin": endpoint})
+            model="m", messages=HI, extra_headers={"X-Route-Pin": endpoint}
+        )
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.endpoint_state(endpoint)) as states:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.endpoint_state(endpoint)) as states,
+    ):
         for _ in range(3):
             await _fails(pinned)
         await bench_event(benches, endpoint)
@@ -185,21 +215,28 @@ async def test_bench_probe_success_never_lifts_a_bench_before_the_providers_retr
 
 
 async def test_bench_background_probe_failure_rebenches_and_a_later_success_lifts_early(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     # Three client failures, then the first background probe fails; the next one (after twice
     # the gap) succeeds.
     a.enqueue(Reply(500), Reply(500), Reply(500), Reply(503))
-    gw = await gateway_factory(config(
-        model("m", route(a), route(b, TINY)), circuit=CALM,
-        routing=bench(failures=3, duration_seconds=0.8, probe_after_fraction=0.25)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b, TINY)),
+            circuit=CALM,
+            routing=bench(failures=3, duration_seconds=0.8, probe_after_fraction=0.25),
+        )
+    )
     send = chat(gw)
     endpoint = eid("m", a)
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.PROBE_DUE) as due, \
-            watch(gw, subjects.endpoint_state(endpoint)) as states:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.PROBE_DUE) as due,
+        watch(gw, subjects.endpoint_state(endpoint)) as states,
+    ):
         for _ in range(3):
             await send()
         benched = await bench_event(benches, endpoint)
@@ -218,7 +255,9 @@ async def test_bench_background_probe_failure_rebenches_and_a_later_success_lift
     assert lifted.reason == "background probe succeeded"
     assert lifted.ts < rebenched.until  # lifted before the bench would have run out
     assert [(p.json["max_tokens"], p.json["messages"][0]["content"]) for p in probes] == [
-        (1, "ping"), (1, "ping")]
+        (1, "ping"),
+        (1, "ping"),
+    ]
     assert back == endpoint
 
 
@@ -226,29 +265,41 @@ RETRYABLE: dict[str, Behaviour] = {
     "401": Reply(401),
     "429": retry_after(1),
     "500": Reply(500),
-    "empty_stream": Reply(200, body="data: [DONE]\n\n",
-                          headers={"content-type": "text/event-stream"}),
+    "empty_stream": Reply(
+        200, body="data: [DONE]\n\n", headers={"content-type": "text/event-stream"}
+    ),
     "ttft_timeout": Hang(),
 }
 
 
 @pytest.mark.parametrize("failure", RETRYABLE.values(), ids=RETRYABLE.keys())
 async def test_each_retryable_failure_mutes_its_credential_and_counts_toward_the_bench(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, failure: Behaviour,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    failure: Behaviour,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.enqueue(failure)
-    gw = await gateway_factory(config(
-        model("m", route(a, api_keys=["sk-one", "sk-two"], ttft_timeout_seconds=0.3),
-              route(b, TINY)),
-        circuit=CALM, routing={**bench(failures=1), "key_pool": {"mute_seconds": 30}}))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(a, api_keys=["sk-one", "sk-two"], ttft_timeout_seconds=0.3),
+                route(b, TINY),
+            ),
+            circuit=CALM,
+            routing={**bench(failures=1), "key_pool": {"mute_seconds": 30}},
+        )
+    )
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.event("keypool")) as key_events:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.event("keypool")) as key_events,
+    ):
         raw = await gw.openai().chat.completions.with_raw_response.create(
-            model="m", messages=HI, stream=True)
-        text = "".join([c.choices[0].delta.content or "" async for c in raw.parse()
-                        if c.choices])
+            model="m", messages=HI, stream=True
+        )
+        text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
         muted = await key_events.next(KeyMuted)
         benched = await bench_event(benches, eid("m", a))
 
@@ -262,17 +313,25 @@ async def test_each_retryable_failure_mutes_its_credential_and_counts_toward_the
 
 
 async def test_every_route_benched_answers_503_with_retry_after_to_the_earliest_recovery(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.enqueue(Reply(500))
     b.enqueue(retry_after(90))  # b's bench runs 90 s, a's 30 s
-    gw = await gateway_factory(config(model("m", route(a), route(b, TINY)), circuit=CALM,
-                                      routing=bench(failures=1, duration_seconds=30)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b, TINY)),
+            circuit=CALM,
+            routing=bench(failures=1, duration_seconds=30),
+        )
+    )
     send = chat(gw)
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.ENDPOINT_STATE_ANY) as states:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.ENDPOINT_STATE_ANY) as states,
+    ):
         first = await _fails(send)
         a_bench = await bench_event(benches, eid("m", a))
         b_bench = await bench_event(benches, eid("m", b))
@@ -287,18 +346,24 @@ async def test_every_route_benched_answers_503_with_retry_after_to_the_earliest_
     assert b_bench.until - b_bench.ts == pytest.approx(90)
     assert_openai_error(refused.response, 503, "all_circuits_open")
     assert int(refused.response.headers["retry-after"]) in expected_retry_after(
-        a_bench.until, before, after)
+        a_bench.until, before, after
+    )
     assert (len(a.requests), len(b.requests)) == (1, 1)
 
 
 async def test_every_key_muted_answers_503_with_retry_after_to_the_first_key_back(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     up.enqueue(Reply(500), Reply(500))
-    gw = await gateway_factory(config(
-        model("m", route(up, api_keys=["sk-one", "sk-two"])), circuit=CALM,
-        routing={**bench(failures=100), "key_pool": {"mute_seconds": 30}}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(up, api_keys=["sk-one", "sk-two"])),
+            circuit=CALM,
+            routing={**bench(failures=100), "key_pool": {"mute_seconds": 30}},
+        )
+    )
     send = chat(gw)
 
     async with watch(gw, subjects.event("keypool")) as key_events:
@@ -312,24 +377,34 @@ async def test_every_key_muted_answers_503_with_retry_after_to_the_first_key_bac
 
     assert_openai_error(refused.response, 503, "key_pool_exhausted")
     assert int(refused.response.headers["retry-after"]) in expected_retry_after(
-        first.until, before, after)
+        first.until, before, after
+    )
     assert len(up.requests) == 2
 
 
 async def test_one_route_benched_and_the_other_out_of_keys_retry_after_is_the_earliest(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.set_default(Reply(500))
     b.set_default(Reply(500))
-    gw = await gateway_factory(config(
-        model("m", route(a), route(b, TINY, api_key="sk-only")), circuit=CALM,
-        routing={**bench(failures=2, duration_seconds=600),
-                 "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 20}}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b, TINY, api_key="sk-only")),
+            circuit=CALM,
+            routing={
+                **bench(failures=2, duration_seconds=600),
+                "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 20},
+            },
+        )
+    )
     send = chat(gw)
 
-    async with watch(gw, subjects.event("bench")) as benches, \
-            watch(gw, subjects.event("keypool")) as key_events:
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.event("keypool")) as key_events,
+    ):
         await _fails(send)  # a fails, then b fails: b's only key is muted for 20 s
         muted = await key_events.next(KeyMuted)
         await _fails(send)  # a fails again and is benched for 600 s; b is refused unsent
@@ -343,21 +418,27 @@ async def test_one_route_benched_and_the_other_out_of_keys_retry_after_is_the_ea
     assert refused.status_code == 503, refused.response.text
     # b is back when its key is: a refusal sent nothing, so it is no failure of b's model.
     assert int(refused.response.headers["retry-after"]) in expected_retry_after(
-        muted.until, before, after)
+        muted.until, before, after
+    )
 
 
 # -- the per-model breaker ------------------------------------------------------------------
 
 
 async def test_model_breaker_after_n_consecutive_failures_refuses_with_503_until_cooldown(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.set_default(Reply(500))
     b.set_default(Reply(503))
-    gw = await gateway_factory(config(
-        model("m", route(a), route(b, TINY)), circuit=CALM,
-        routing=bench(failures=100, model_breaker_failures=2)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b, TINY)),
+            circuit=CALM,
+            routing=bench(failures=100, model_breaker_failures=2),
+        )
+    )
     send = chat(gw)
 
     async with watch(gw, subjects.event("model_breaker")) as trips:
@@ -372,7 +453,8 @@ async def test_model_breaker_after_n_consecutive_failures_refuses_with_503_until
     assert tripped.until - tripped.ts == pytest.approx(30)  # the circuit cooldown
     assert_openai_error(refused.response, 503, "all_circuits_open")
     assert int(refused.response.headers["retry-after"]) in expected_retry_after(
-        tripped.until, before, after)
+        tripped.until, before, after
+    )
     assert (len(a.requests), len(b.requests)) == (1, 1)
 
 
@@ -380,16 +462,23 @@ async def test_model_breaker_after_n_consecutive_failures_refuses_with_503_until
 
 
 async def test_credential_retry_after_lengthens_a_mute_and_never_shortens_a_running_one(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     keys = ["sk-one", "sk-two"]
     # Two requests in flight on the same key: the first is told 30 s, the second 1 s.
-    up.enqueue(Reply(429, headers={"Retry-After": "30"}, delay=0.2),
-               Reply(429, headers={"Retry-After": "1"}, delay=0.4))
-    gw = await gateway_factory(config(
-        model("m", route(up, api_keys=keys)), circuit=CALM,
-        routing={**bench(failures=100), "key_pool": {"mute_seconds": 0.5}}))
+    up.enqueue(
+        Reply(429, headers={"Retry-After": "30"}, delay=0.2),
+        Reply(429, headers={"Retry-After": "1"}, delay=0.4),
+    )
+    gw = await gateway_factory(
+        config(
+            model("m", route(up, api_keys=keys)),
+            circuit=CALM,
+            routing={**bench(failures=100), "key_pool": {"mute_seconds": 0.5}},
+        )
+    )
     send = chat(gw)
 
     async with watch(gw, subjects.event("keypool")) as key_events:

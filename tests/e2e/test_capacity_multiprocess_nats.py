@@ -38,18 +38,27 @@ async def _until(up: FakeUpstream, n: int) -> None:
 
 
 async def test_the_concurrency_limit_holds_across_two_ingresses_and_a_killed_one_frees_it(
-    nats_url: str, tmp_path: Path, fake_upstreams: UpstreamFactory,
+    nats_url: str,
+    tmp_path: Path,
+    fake_upstreams: UpstreamFactory,
     processes: list[GatewayProcess],
 ) -> None:
     slots, spare = await fake_upstreams("slots"), await fake_upstreams("spare")
     slots.set_default(Held())
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(
-        model("m", route(slots, provider_type="concurrency", concurrency={"limit": LIMIT}),
-              route(spare, fallback_only=True)),
-        routing={"leases": {"ttl_seconds": TTL}},
-        database={"path": str(tmp_path / "gw.sqlite3")},
-    )))
+    cfg.write_text(
+        yaml.safe_dump(
+            config(
+                model(
+                    "m",
+                    route(slots, provider_type="concurrency", concurrency={"limit": LIMIT}),
+                    route(spare, fallback_only=True),
+                ),
+                routing={"leases": {"ttl_seconds": TTL}},
+                database={"path": str(tmp_path / "gw.sqlite3")},
+            )
+        )
+    )
     common = ["--config", str(cfg), "--bus", nats_url]
     await _spawn(processes, *common, "--role", "actors")
     one, two = await asyncio.gather(
@@ -67,8 +76,11 @@ async def test_the_concurrency_limit_holds_across_two_ingresses_and_a_killed_one
             states = Watch(sub)
             # Ten concurrent requests, five through each ingress: four are held open by the
             # concurrency route, the other six spill over to the spare route.
-            load = [asyncio.create_task(c.post(CHAT, json=chat("m")))
-                    for _ in range(5) for c in (via_one, via_two)]
+            load = [
+                asyncio.create_task(c.post(CHAT, json=chat("m")))
+                for _ in range(5)
+                for c in (via_one, via_two)
+            ]
             await asyncio.gather(_until(slots, LIMIT), _until(spare, 10 - LIMIT))
             held_at_once = slots.max_in_flight
             slots.release_held()
@@ -77,8 +89,7 @@ async def test_the_concurrency_limit_holds_across_two_ingresses_and_a_killed_one
 
             # Ingress one takes every slot with requests that never end, then dies.
             slots.set_default(Hang())
-            stuck = [asyncio.create_task(via_one.post(CHAT, json=chat("m")))
-                     for _ in range(LIMIT)]
+            stuck = [asyncio.create_task(via_one.post(CHAT, json=chat("m"))) for _ in range(LIMIT)]
             await _until(slots, 2 * LIMIT)
             await states.next(CapacityState, lambda s: s.used == LIMIT)
             assert one.proc is not None

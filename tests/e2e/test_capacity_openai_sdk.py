@@ -45,11 +45,17 @@ REFRESH = 2.0  # an http_json source's refresh: the test awaits its end, the quo
 
 
 async def test_a_local_quota_route_stops_at_its_limit_and_resumes_after_its_window(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, actor_clock: SkewedClock,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    actor_clock: SkewedClock,
 ) -> None:
     plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
-    quota = route(plan, provider_type="quota", quota={"limit": 2},
-                  quota_source={"kind": "local", "window": WINDOW})
+    quota = route(
+        plan,
+        provider_type="quota",
+        quota={"limit": 2},
+        quota_source={"kind": "local", "window": WINDOW},
+    )
     gw = await gateway_factory(config(model("m", quota, route(spare, fallback_only=True))))
     pool = eid("m", plan)
     client = gw.openai()
@@ -65,8 +71,9 @@ async def test_a_local_quota_route_stops_at_its_limit_and_resumes_after_its_wind
         assert len(plan.requests) == 2 and len(spare.requests) == 2
 
         actor_clock.advance(WINDOW + 1)  # the two charges leave the rolling window
-        await gateway_bus(gw).request(subjects.capacity_get(pool), CapacityGet(pool=pool),
-                                      reply_type=CapacityState, timeout=5)
+        await gateway_bus(gw).request(
+            subjects.capacity_get(pool), CapacityGet(pool=pool), reply_type=CapacityState, timeout=5
+        )
         await states.next(CapacityState, lambda s: s.used == 0)
         resumed = await served_by()
 
@@ -77,23 +84,36 @@ async def test_a_local_quota_route_stops_at_its_limit_and_resumes_after_its_wind
 
 
 async def test_a_mistyped_http_json_quota_source_is_reported_and_its_route_not_drawn(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
     plan.set_default(Reply(200, body={"data": {"used": 3, "limit": 100}}), path="/usage")
-    quota = route(plan, weight=100, provider_type="quota", api_key="sk-plan-secret",
-                  quota_source={"kind": "http_json", "url": f"{plan.base_url}/usage",
-                                "used_path": "data.usd", "limit_path": "data.limit",
-                                "refresh_seconds": REFRESH})
+    quota = route(
+        plan,
+        weight=100,
+        provider_type="quota",
+        api_key="sk-plan-secret",
+        quota_source={
+            "kind": "http_json",
+            "url": f"{plan.base_url}/usage",
+            "used_path": "data.usd",
+            "limit_path": "data.limit",
+            "refresh_seconds": REFRESH,
+        },
+    )
     caplog.set_level(logging.WARNING)
     gw = await gateway_factory(config(model("m", quota, route(spare, weight=1))))
     async with watch(gw, subjects.event("quota")) as events:
         # Reported once the first refresh is over without a reading.
-        reported = await events.next(QuotaSourceStatus, lambda e: not e.resolved,
-                                     timeout=REFRESH + WAIT)
-    answers = [await gw.openai().chat.completions.with_raw_response.create(
-        model="m", messages=HI) for _ in range(3)]
+        reported = await events.next(
+            QuotaSourceStatus, lambda e: not e.resolved, timeout=REFRESH + WAIT
+        )
+    answers = [
+        await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
+        for _ in range(3)
+    ]
     deep = (await gw.http().get("/health/deep")).json()
 
     pool = eid("m", plan)
@@ -112,12 +132,19 @@ async def test_a_mistyped_http_json_quota_source_is_reported_and_its_route_not_d
 
 
 async def test_a_stream_gives_its_concurrency_slot_back_however_it_ends(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     slot, spare = await fake_upstreams("slot"), await fake_upstreams("spare")
-    gw = await gateway_factory(config(model(
-        "m", route(slot, provider_type="concurrency", concurrency={"limit": 1}),
-        route(spare, fallback_only=True))))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(slot, provider_type="concurrency", concurrency={"limit": 1}),
+                route(spare, fallback_only=True),
+            )
+        )
+    )
     pool = eid("m", slot)
     client = gw.openai()
     slot.enqueue(Stream(stall_after=1), Stream(cut_after=1))
@@ -142,12 +169,27 @@ async def test_a_stream_gives_its_concurrency_slot_back_however_it_ends(
 
 
 async def test_a_spent_quota_with_no_other_route_answers_503_with_when_it_resets(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     plan = await fake_upstreams("plan")
-    gw = await gateway_factory(config(model("m", route(
-        plan, provider_type="quota", quota={"limit": 1},
-        quota_source={"kind": "local", "window": "daily", "timezone": "America/New_York"}))))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(
+                    plan,
+                    provider_type="quota",
+                    quota={"limit": 1},
+                    quota_source={
+                        "kind": "local",
+                        "window": "daily",
+                        "timezone": "America/New_York",
+                    },
+                ),
+            )
+        )
+    )
     pool = eid("m", plan)
     async with watch(gw, subjects.capacity_state(pool)) as states:
         ok = await gw.http().post("/v1/chat/completions", json={"model": "m", "messages": HI})
@@ -163,26 +205,42 @@ async def test_a_spent_quota_with_no_other_route_answers_503_with_when_it_resets
 
 
 async def test_an_http_json_quota_source_is_read_with_the_route_key_and_bounds_its_route(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
     plan.set_default(Reply(200, body={"usage": [{"used": 9, "limit": 10}]}), path="/usage")
-    quota = route(plan, provider_type="quota", api_key="sk-plan-key",
-                  quota_source={"kind": "http_json", "url": f"{plan.base_url}/usage?team=a",
-                                "used_path": "usage.0.used", "limit_path": "usage.0.limit",
-                                "refresh_seconds": 600})
+    quota = route(
+        plan,
+        provider_type="quota",
+        api_key="sk-plan-key",
+        quota_source={
+            "kind": "http_json",
+            "url": f"{plan.base_url}/usage?team=a",
+            "used_path": "usage.0.used",
+            "limit_path": "usage.0.limit",
+            "refresh_seconds": 600,
+        },
+    )
     gw = await gateway_factory(config(model("m", quota, route(spare, fallback_only=True))))
     pool = eid("m", plan)
     client = gw.openai()
     async with watch(gw, subjects.capacity_state(pool)) as states:
-        state = await gateway_bus(gw).request(subjects.capacity_get(pool),
-                                              CapacityGet(pool=pool), reply_type=CapacityState,
-                                              timeout=WAIT)
+        state = await gateway_bus(gw).request(
+            subjects.capacity_get(pool),
+            CapacityGet(pool=pool),
+            reply_type=CapacityState,
+            timeout=WAIT,
+        )
         assert isinstance(state, CapacityState)
         if not state.resolved:  # the first poll may still be on its way
             state = await states.next(CapacityState, lambda s: s.resolved)
-        served = [(await client.chat.completions.with_raw_response.create(
-            model="m", messages=HI)).headers["x-routed-via"] for _ in range(2)]
+        served = [
+            (
+                await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+            ).headers["x-routed-via"]
+            for _ in range(2)
+        ]
     polls = plan.requests_to("/usage")
     assert (state.used, state.limit) == (9, 10)
     assert served == [pool, eid("m", spare)]  # one unit was left
@@ -190,11 +248,12 @@ async def test_an_http_json_quota_source_is_read_with_the_route_key_and_bounds_i
 
 
 async def test_a_reload_reaches_the_quota_poller_without_a_restart(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
-    plan.set_default(Reply(200, body={"data": {"used": 3, "other": 7, "limit": 10}}),
-                     path="/usage")
+    plan.set_default(Reply(200, body={"data": {"used": 3, "other": 7, "limit": 10}}), path="/usage")
     path = tmp_path / "gw.yaml"
     database = {"path": str(tmp_path / "gw.sqlite3")}
 
@@ -203,9 +262,18 @@ async def test_a_reload_reaches_the_quota_poller_without_a_restart(
 
     def source(used_path: str, key: str) -> dict[str, Any]:
         # A refresh far beyond the test: only the poll a reload starts can be seen.
-        return route(plan, provider_type="quota", api_key=key, quota_source={
-            "kind": "http_json", "url": f"{plan.base_url}/usage", "used_path": used_path,
-            "limit_path": "data.limit", "refresh_seconds": 3600})
+        return route(
+            plan,
+            provider_type="quota",
+            api_key=key,
+            quota_source={
+                "kind": "http_json",
+                "url": f"{plan.base_url}/usage",
+                "used_path": used_path,
+                "limit_path": "data.limit",
+                "refresh_seconds": 3600,
+            },
+        )
 
     gw = await gateway_factory(declared(), config_path=path)
     pool = eid("m", plan)
@@ -226,27 +294,36 @@ async def test_a_reload_reaches_the_quota_poller_without_a_restart(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["call", "stream"])
 async def test_an_attempt_the_upstream_refused_gives_its_token_estimate_back(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    stream: bool,
 ) -> None:
     plan, spare = await fake_upstreams("plan"), await fake_upstreams("spare")
     plan.set_default(Reply(500))
-    quota = route(plan, provider_type="quota", quota={"limit": 100000},
-                  quota_source={"kind": "local", "unit": "tokens", "window": "daily"})
+    quota = route(
+        plan,
+        provider_type="quota",
+        quota={"limit": 100000},
+        quota_source={"kind": "local", "unit": "tokens", "window": "daily"},
+    )
     gw = await gateway_factory(config(model("m", quota, route(spare, fallback_only=True))))
     pool = eid("m", plan)
     words = [{"role": "user", "content": "count these words " * 50}]
     async with watch(gw, subjects.capacity_state(pool)) as states:
         if stream:
-            chunks = await gw.openai().chat.completions.create(model="m", messages=words,
-                                                               stream=True)
+            chunks = await gw.openai().chat.completions.create(
+                model="m", messages=words, stream=True
+            )
             received = [c async for c in chunks]  # read to the end
             served = received[0].model_dump()
         else:
-            served = (await gw.openai().chat.completions.create(
-                model="m", messages=words)).model_dump()
+            served = (
+                await gw.openai().chat.completions.create(model="m", messages=words)
+            ).model_dump()
         reserved = await states.next(CapacityState, lambda s: s.used > 0)
-    after = await gateway_bus(gw).request(subjects.capacity_get(pool), CapacityGet(pool=pool),
-                                          reply_type=CapacityState, timeout=WAIT)
+    after = await gateway_bus(gw).request(
+        subjects.capacity_get(pool), CapacityGet(pool=pool), reply_type=CapacityState, timeout=WAIT
+    )
 
     assert served["id"] and len(plan.requests_to("/v1/chat/completions")) == 1
     assert len(spare.requests_to("/v1/chat/completions")) == 1

@@ -29,15 +29,25 @@ UPSTREAM_ANSWER: dict[str, Any] = {
     "model": "up-internal-name",
     "system_fingerprint": "fp_fake",
     "service_tier": "default",
-    "choices": [{
-        "index": 0,
-        "message": {"role": "assistant", "content": "relayed as is", "refusal": None,
-                    "annotations": []},
-        "logprobs": None,
-        "finish_reason": "stop",
-    }],
-    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
-              "prompt_tokens_details": {"cached_tokens": 2}},
+    "choices": [
+        {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": "relayed as is",
+                "refusal": None,
+                "annotations": [],
+            },
+            "logprobs": None,
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+        "total_tokens": 10,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    },
     "x_vendor": {"region": "loopback", "n": [1, 2, 3]},
 }
 
@@ -50,18 +60,21 @@ async def test_demo_config_serves_model_demo_on_echo_with_and_without_stream(
     client = gw.openai()
 
     answer = await client.chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": "ping pong"}])
+        model="demo", messages=[{"role": "user", "content": "ping pong"}]
+    )
     assert answer.model == "demo"
     assert answer.choices[0].message.content == "echo: ping pong"
 
     stream = await client.chat.completions.create(
-        model="demo", messages=[{"role": "user", "content": "ping pong"}], stream=True)
+        model="demo", messages=[{"role": "user", "content": "ping pong"}], stream=True
+    )
     pieces = [c.choices[0].delta.content or "" async for c in stream if c.choices]
     assert "".join(pieces) == "echo: ping pong"
 
 
 async def test_chat_non_streaming_relays_upstream_answer_unchanged_but_model(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     fake_upstream.enqueue(Reply(body=UPSTREAM_ANSWER))
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
@@ -76,7 +89,8 @@ async def test_chat_non_streaming_relays_upstream_answer_unchanged_but_model(
 
 
 async def test_chat_non_streaming_via_sdk_reports_requested_model_and_routed_endpoint(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
 
@@ -90,7 +104,8 @@ async def test_chat_non_streaming_via_sdk_reports_requested_model_and_routed_end
 
 
 async def test_chat_asked_by_alias_answers_with_the_alias_as_model(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream), aliases=["m-alias"])))
     client = gw.openai()
@@ -105,7 +120,8 @@ async def test_chat_asked_by_alias_answers_with_the_alias_as_model(
 
 
 async def test_chat_streaming_relays_chunks_and_ends_with_done(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     fake_upstream.chunks = 4
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
@@ -120,7 +136,8 @@ async def test_chat_streaming_relays_chunks_and_ends_with_done(
     assert all(f.startswith("data: ") for f in frames)
 
     stream = await gw.openai().chat.completions.create(
-        model="m", messages=HI, stream=True, stream_options={"include_usage": True})
+        model="m", messages=HI, stream=True, stream_options={"include_usage": True}
+    )
     chunks = [c async for c in stream]
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "Hello from up1."
@@ -130,20 +147,46 @@ async def test_chat_streaming_relays_chunks_and_ends_with_done(
 
 
 async def test_chat_streaming_relays_upstream_chunks_unchanged_but_model(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
-    base = {"id": "chatcmpl-relay-2", "object": "chat.completion.chunk", "created": 1700000000,
-            "model": "up-internal-name", "system_fingerprint": "fp_fake"}
+    base = {
+        "id": "chatcmpl-relay-2",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "up-internal-name",
+        "system_fingerprint": "fp_fake",
+    }
     chunks: list[dict[str, Any]] = [
-        {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                              "logprobs": None, "finish_reason": None}]},
-        {**base, "choices": [{"index": 0, "delta": {"content": "relayed"},
-                              "logprobs": None, "finish_reason": None}],
-         "x_vendor": {"n": 1}},
-        {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None,
-                              "finish_reason": "stop"}]},
-        {**base, "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 1,
-                                          "total_tokens": 8}},
+        {
+            **base,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+        },
+        {
+            **base,
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"content": "relayed"},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+            "x_vendor": {"n": 1},
+        },
+        {**base, "choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]},
+        {
+            **base,
+            "choices": [],
+            "usage": {"prompt_tokens": 7, "completion_tokens": 1, "total_tokens": 8},
+        },
     ]
     sse = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
     fake_upstream.enqueue(Reply(body=sse, headers={"content-type": "text/event-stream"}))
@@ -158,32 +201,47 @@ async def test_chat_streaming_relays_upstream_chunks_unchanged_but_model(
 
 
 async def test_models_lists_published_ids_in_openai_shape_without_aliases(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
-    gw = await gateway_factory(config(
-        model("m", route(fake_upstream), aliases=["m-alias"]),
-        model("hidden", route(fake_upstream), published=False),
-        model("demo", {"kind": "echo"}),
-    ))
+    gw = await gateway_factory(
+        config(
+            model("m", route(fake_upstream), aliases=["m-alias"]),
+            model("hidden", route(fake_upstream), published=False),
+            model("demo", {"kind": "echo"}),
+        )
+    )
 
     page = await gw.openai().models.list()
     raw = (await gw.http().get("/v1/models")).json()
 
-    assert [m.id for m in page.data] == ["m", "demo", "auto", "auto:smartest", "auto:fastest",
-                                         "auto:cheapest", "auto:reliable"]
+    assert [m.id for m in page.data] == [
+        "m",
+        "demo",
+        "auto",
+        "auto:smartest",
+        "auto:fastest",
+        "auto:cheapest",
+        "auto:reliable",
+    ]
     assert raw["object"] == "list"
-    assert all(m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"]
-               for m in raw["data"])
+    assert all(
+        m["object"] == "model" and isinstance(m["created"], int) and m["owned_by"]
+        for m in raw["data"]
+    )
 
 
 async def test_health_endpoints_report_routes_and_per_endpoint_circuits(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(config(
-        model("m", route(a, 3), route(b, 1)),
-        model("demo", {"kind": "echo"}),
-    ))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 3), route(b, 1)),
+            model("demo", {"kind": "echo"}),
+        )
+    )
     http = gw.http()
 
     health = (await http.get("/health")).json()
@@ -198,30 +256,41 @@ async def test_health_endpoints_report_routes_and_per_endpoint_circuits(
 
 
 async def test_routing_reports_each_route_endpoint_kind_and_weight(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(config(
-        model("m", route(a, 3), route(b, 0)),
-        model("demo", {"kind": "echo"}),
-    ))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 3), route(b, 0)),
+            model("demo", {"kind": "echo"}),
+        )
+    )
 
     routing = (await gw.http().get("/routing")).json()["models"]
 
     assert [(r["endpoint"], r["provider"], r["weight"]) for r in routing["m"]["routes"]] == [
-        (eid("m", a), "openai_compat", 3.0), (eid("m", b), "openai_compat", 0.0)]
+        (eid("m", a), "openai_compat", 3.0),
+        (eid("m", b), "openai_compat", 0.0),
+    ]
     assert [(r["endpoint"], r["provider"], r["weight"]) for r in routing["demo"]["routes"]] == [
-        ("demo:echo", "echo", 1.0)]
+        ("demo:echo", "echo", 1.0)
+    ]
 
 
 async def test_weighted_draw_splits_3_to_1_and_never_picks_weight_zero(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, zero = await fake_upstreams("a"), await fake_upstreams("b"), await fake_upstreams("z")
     # One client is one caller: without the affinity kill switch every request would follow
     # the first draw's pin.
-    gw = await gateway_factory(config(model("m", route(a, 3), route(b, 1), route(zero, 0)),
-                                      routing={"affinity": {"enabled": False}}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 3), route(b, 1), route(zero, 0)),
+            routing={"affinity": {"enabled": False}},
+        )
+    )
     client = gw.openai()
     n, p = 400, 0.75
     gate = asyncio.Semaphore(16)
@@ -237,17 +306,24 @@ async def test_weighted_draw_splits_3_to_1_and_never_picks_weight_zero(
     assert abs(via[eid("m", a)] - n * p) <= 4 * sigma, via
     assert via[eid("m", a)] + via[eid("m", b)] == n, via
     assert (len(a.requests), len(b.requests), len(zero.requests)) == (
-        via[eid("m", a)], via[eid("m", b)], 0)
+        via[eid("m", a)],
+        via[eid("m", b)],
+        0,
+    )
 
 
 async def test_fallback_walks_remaining_routes_in_declaration_order(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, c, d = [await fake_upstreams(n) for n in "abcd"]
     # ``a`` is the primary but for odds of ~1e-5; ``c`` outweighs ``b`` but is declared later.
-    gw = await gateway_factory(config(
-        model("m", route(a, 1), route(b, 1e-6), route(d, 0), route(c, 1e-5)),
-        circuit={"failure_threshold": 5, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1e-6), route(d, 0), route(c, 1e-5)),
+            circuit={"failure_threshold": 5, "cooldown_seconds": 30},
+        )
+    )
     a.enqueue(Reply(500))
     b.enqueue(Reset())
     for up in (a, b, c, d):
@@ -262,12 +338,16 @@ async def test_fallback_walks_remaining_routes_in_declaration_order(
 
 
 async def test_fallback_when_every_route_fails_answers_the_primary_error(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(config(
-        model("m", route(a, 1), route(b, 1e-6)),
-        circuit={"failure_threshold": 5, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1e-6)),
+            circuit={"failure_threshold": 5, "cooldown_seconds": 30},
+        )
+    )
     a.enqueue(Reply(503, body={"error": {"message": "alpha is overloaded"}}))
     b.enqueue(Reply(500, body={"error": {"message": "beta is broken"}}))
 
@@ -280,12 +360,16 @@ async def test_fallback_when_every_route_fails_answers_the_primary_error(
 
 
 async def test_stream_when_every_route_fails_before_first_byte_answers_the_primary_error(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(config(
-        model("m", route(a, 1), route(b, 1e-6)),
-        circuit={"failure_threshold": 5, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1e-6)),
+            circuit={"failure_threshold": 5, "cooldown_seconds": 30},
+        )
+    )
     a.enqueue(Reply(503, body={"error": {"message": "alpha is overloaded"}}))
     b.enqueue(Reset())
 
@@ -299,16 +383,17 @@ async def test_stream_when_every_route_fails_before_first_byte_answers_the_prima
 
 
 async def test_stream_failing_before_first_byte_falls_back_and_names_the_server(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1e-6))))
     a.enqueue(Reply(500))
 
     raw = await gw.openai().chat.completions.with_raw_response.create(
-        model="m", messages=HI, stream=True)
-    text = "".join([c.choices[0].delta.content or "" async for c in raw.parse()
-                    if c.choices])
+        model="m", messages=HI, stream=True
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in raw.parse() if c.choices])
 
     # The headers went out only once ``b`` committed, so they name ``b``.
     assert raw.headers["x-routed-via"] == eid("m", b)
@@ -317,7 +402,8 @@ async def test_stream_failing_before_first_byte_falls_back_and_names_the_server(
 
 
 async def test_stream_cut_after_first_chunk_never_falls_back_and_ends_in_error_event(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1e-6))))

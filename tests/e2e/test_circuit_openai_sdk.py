@@ -71,25 +71,31 @@ ENDPOINT_FAILURES: dict[str, tuple[Behaviour, int]] = {
     "500": (Reply(500), 502),
     "503": (Reply(503), 502),
     "non_json_200": (Reply(200, body="<html>oops</html>"), 502),
-    "garbage_json_200": (Reply(200, body="{not json",
-                               headers={"content-type": "application/json"}), 502),
+    "garbage_json_200": (
+        Reply(200, body="{not json", headers={"content-type": "application/json"}),
+        502,
+    ),
     "reset": (Reset(), 502),
     "timeout": (Hang(), 504),
 }
 
 
-@pytest.mark.parametrize(("behaviour", "status"), ENDPOINT_FAILURES.values(),
-                         ids=ENDPOINT_FAILURES.keys())
+@pytest.mark.parametrize(
+    ("behaviour", "status"), ENDPOINT_FAILURES.values(), ids=ENDPOINT_FAILURES.keys()
+)
 async def test_breaker_after_threshold_endpoint_failures_opens_and_refuses_with_503(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, behaviour: Behaviour,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    behaviour: Behaviour,
     status: int,
 ) -> None:
     fake_upstream.set_default(behaviour)
     # Only the timeout case needs a short limit; a loaded machine can take longer than that
     # to answer a fresh connection's first request.
     limit = 0.2 if status == 504 else 10.0
-    gw = await gateway_factory(config(model("m", route(fake_upstream, timeout_seconds=limit)),
-                                      circuit=STAYS_OPEN))
+    gw = await gateway_factory(
+        config(model("m", route(fake_upstream, timeout_seconds=limit)), circuit=STAYS_OPEN)
+    )
     endpoint = eid("m", fake_upstream)
 
     async with circuit_events(gw) as events:
@@ -110,8 +116,9 @@ async def test_breaker_after_threshold_endpoint_failures_opens_and_refuses_with_
 async def test_breaker_counts_a_refused_connection_as_a_failure(
     gateway_factory: GatewayFactory,
 ) -> None:
-    cfg = config(model("m", {"kind": "openai_compat", "base_url": _refused_url()}),
-                 circuit=STAYS_OPEN)
+    cfg = config(
+        model("m", {"kind": "openai_compat", "base_url": _refused_url()}), circuit=STAYS_OPEN
+    )
     gw = await gateway_factory(cfg)
     endpoint = gw.config.models[0].endpoint_ids()[0]
 
@@ -130,7 +137,9 @@ CLIENT_ERRORS = (400, 403, 404, 413, 422)
 
 @pytest.mark.parametrize("status", CLIENT_ERRORS)
 async def test_breaker_does_not_count_upstream_4xx_request_errors(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, status: int,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    status: int,
 ) -> None:
     fake_upstream.set_default(Reply(status))
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
@@ -152,13 +161,18 @@ async def test_breaker_does_not_count_upstream_4xx_request_errors(
 
 
 async def test_breaker_threshold_comes_from_circuit_failure_threshold_env(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("CIRCUIT_FAILURE_THRESHOLD", "1")
     fake_upstream.set_default(Reply(500))
-    gw = await gateway_factory(config(model("m", route(fake_upstream)),
-                                      circuit={"failure_threshold": 5, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(fake_upstream)),
+            circuit={"failure_threshold": 5, "cooldown_seconds": 30},
+        )
+    )
 
     async with circuit_events(gw) as events:
         await _post(gw)
@@ -172,7 +186,8 @@ async def test_breaker_threshold_comes_from_circuit_failure_threshold_env(
 
 
 async def test_circuit_transitions_are_published_open_half_open_closed_in_order(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream)), circuit=HALF_OPEN_SOON))
     endpoint = eid("m", fake_upstream)
@@ -183,8 +198,7 @@ async def test_circuit_transitions_are_published_open_half_open_closed_in_order(
         await _post(gw)
         await events.circuit("open")
         await events.circuit("half_open")
-        probe = await gw.openai().chat.completions.with_raw_response.create(
-            model="m", messages=HI)
+        probe = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
         await events.circuit("closed")
 
     transitions = [m for m in events.seen if isinstance(m, CircuitTransition)]
@@ -200,7 +214,8 @@ async def test_circuit_transitions_are_published_open_half_open_closed_in_order(
 
 
 async def test_half_open_admits_one_probe_and_a_failed_probe_reopens(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream)), circuit=HALF_OPEN_SOON))
     fake_upstream.set_default(Reply(500))
@@ -219,11 +234,16 @@ async def test_half_open_admits_one_probe_and_a_failed_probe_reopens(
 
 
 async def test_half_open_probe_in_flight_refuses_everyone_else(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     # The probe is ended by its client (its deadline, the route's timeout, is far away).
-    gw = await gateway_factory(config(model("m", route(fake_upstream)),
-                                      circuit={"failure_threshold": 2, "cooldown_seconds": 2.0}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(fake_upstream)),
+            circuit={"failure_threshold": 2, "cooldown_seconds": 2.0},
+        )
+    )
     fake_upstream.enqueue(Reply(500), Reply(500), Hang())
     client = gw.openai()
 
@@ -251,14 +271,19 @@ async def test_half_open_probe_in_flight_refuses_everyone_else(
 
 
 async def test_all_circuits_open_answers_503_with_retry_after_until_the_probe(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a = await fake_upstreams("a")
     b = await fake_upstreams("b")
     a.set_default(Reply(500))
     b.set_default(Reply(503))
-    gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1)),
-                                      circuit={"failure_threshold": 1, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1)),
+            circuit={"failure_threshold": 1, "cooldown_seconds": 30},
+        )
+    )
 
     async with circuit_events(gw) as events:
         first = await _post(gw)  # one attempt on each route, each opens
@@ -278,21 +303,29 @@ async def test_all_circuits_open_answers_503_with_retry_after_until_the_probe(
 
 
 async def test_open_circuit_is_skipped_and_traffic_goes_to_the_other_route(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a = await fake_upstreams("a")
     b = await fake_upstreams("b")
     a.set_default(Reply(500))
-    gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1e-6)),
-                                      circuit={"failure_threshold": 1, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1e-6)),
+            circuit={"failure_threshold": 1, "cooldown_seconds": 30},
+        )
+    )
 
     async with circuit_events(gw) as events:
         failed_over = await gw.openai().chat.completions.with_raw_response.create(
-            model="m", messages=HI)
+            model="m", messages=HI
+        )
         await events.circuit("open", eid("m", a))
     vias = [
-        (await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI))
-        .headers["x-routed-via"] for _ in range(5)
+        (
+            await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
+        ).headers["x-routed-via"]
+        for _ in range(5)
     ]
 
     assert failed_over.headers["x-routed-via"] == eid("m", b)
@@ -303,8 +336,9 @@ async def test_open_circuit_is_skipped_and_traffic_goes_to_the_other_route(
 # -- streams and disconnects ------------------------------------------------------------------
 
 
-async def _stream_and_hang_up_after_first_chunk(client: openai.AsyncOpenAI,
-                                                up: FakeUpstream) -> None:
+async def _stream_and_hang_up_after_first_chunk(
+    client: openai.AsyncOpenAI, up: FakeUpstream
+) -> None:
     up.enqueue(Stream(stall_after=1))
     stream = await client.chat.completions.create(model="m", messages=HI, stream=True)
     first = await anext(aiter(stream))
@@ -312,11 +346,13 @@ async def _stream_and_hang_up_after_first_chunk(client: openai.AsyncOpenAI,
     await stream.close()
 
 
-async def _cancel_while_upstream_hangs(client: openai.AsyncOpenAI, up: FakeUpstream,
-                                       stream: bool) -> None:
+async def _cancel_while_upstream_hangs(
+    client: openai.AsyncOpenAI, up: FakeUpstream, stream: bool
+) -> None:
     up.enqueue(Hang())
     call = asyncio.create_task(
-        client.chat.completions.create(model="m", messages=HI, stream=stream))
+        client.chat.completions.create(model="m", messages=HI, stream=stream)
+    )
     await up.wait_for_requests(1)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -332,7 +368,8 @@ HANG_UPS = {
 
 @pytest.mark.parametrize("hang_up", HANG_UPS.values(), ids=HANG_UPS.keys())
 async def test_client_disconnect_cancels_the_upstream_call_and_is_not_a_failure(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
     hang_up: Callable[[openai.AsyncOpenAI, FakeUpstream], Awaitable[None]],
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
@@ -349,7 +386,8 @@ async def test_client_disconnect_cancels_the_upstream_call_and_is_not_a_failure(
 
 
 async def test_stream_cut_mid_answer_counts_against_the_endpoint(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
     endpoint = eid("m", fake_upstream)

@@ -51,12 +51,12 @@ async def test_cli_serve_without_config_serves_demo_on_echo_streaming_too(bus_ur
         async with _openai(proc.url) as client:
             # The ready line is printed once the gateway answers: no retry needed.
             answer = await client.chat.completions.create(
-                model="demo", messages=[{"role": "user", "content": "hello there"}])
+                model="demo", messages=[{"role": "user", "content": "hello there"}]
+            )
             stream = await client.chat.completions.create(
-                model="demo", messages=[{"role": "user", "content": "hello there"}],
-                stream=True)
-            text = "".join([c.choices[0].delta.content or "" async for c in stream
-                            if c.choices])
+                model="demo", messages=[{"role": "user", "content": "hello there"}], stream=True
+            )
+            text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             models = await client.models.list()
     finally:
         code, err = await _stop(proc)
@@ -76,15 +76,18 @@ def _free_port() -> int:
 
 
 async def test_cli_serve_with_config_host_and_port_listens_there(
-    tmp_path: Path, fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
 ) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(model("m", route(fake_upstream)),
-                                         server={"host": "0.0.0.0", "port": 1})))
+    cfg.write_text(
+        yaml.safe_dump(
+            config(model("m", route(fake_upstream)), server={"host": "0.0.0.0", "port": 1})
+        )
+    )
     port = _free_port()
 
-    proc = await _start(["serve", "--config", str(cfg), "--host", "127.0.0.1",
-                         "--port", str(port)])
+    proc = await _start(["serve", "--config", str(cfg), "--host", "127.0.0.1", "--port", str(port)])
     try:
         async with _openai(proc.url) as client:
             raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
@@ -101,16 +104,26 @@ async def test_cli_with_invalid_config_exits_2_naming_file_key_path_and_reason(
     tmp_path: Path,
 ) -> None:
     cfg = tmp_path / "broken.yaml"
-    cfg.write_text(yaml.safe_dump({"models": [
-        {"id": "a", "route": [{"kind": "echo"}]},
-        {"id": "b", "route": [{"kind": "echo"}]},
-        {"id": "c", "route": [{"kind": "echo", "weight": "heavy"}]},
-    ]}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "models": [
+                    {"id": "a", "route": [{"kind": "echo"}]},
+                    {"id": "b", "route": [{"kind": "echo"}]},
+                    {"id": "c", "route": [{"kind": "echo", "weight": "heavy"}]},
+                ]
+            }
+        )
+    )
 
     done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(cfg),
-                         "--port", "0"],
-        cwd=REPO, capture_output=True, text=True, timeout=30)
+        subprocess.run,
+        [sys.executable, "-m", "gateway.cli.main", "serve", "--config", str(cfg), "--port", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
 
     assert done.returncode == 2
     assert done.stdout == ""
@@ -122,24 +135,32 @@ async def test_cli_with_invalid_config_exits_2_naming_file_key_path_and_reason(
 
 
 CONFIG_ERRORS = {
-    "unknown_key": ("models: [{id: a, route: [{kind: echo, wieght: 1}]}]",
-                    "models[0].route[0].wieght: Extra inputs are not permitted"),
+    "unknown_key": (
+        "models: [{id: a, route: [{kind: echo, wieght: 1}]}]",
+        "models[0].route[0].wieght: Extra inputs are not permitted",
+    ),
     "unknown_top_level_key": ("modles: []\n", "modles: Extra inputs are not permitted"),
     "wrong_type": ("server: {port: eighty}\n", "server.port: "),
-    "missing_env_var": ("models: [{id: a, route: [{kind: openai_compat, "
-                        "base_url: 'http://x/v1', api_key: '${LLMGW_E2E_UNSET_VAR}'}]}]",
-                        "models[0].route[0].api_key: environment variable LLMGW_E2E_UNSET_VAR "
-                        "is not set"),
+    "missing_env_var": (
+        "models: [{id: a, route: [{kind: openai_compat, "
+        "base_url: 'http://x/v1', api_key: '${LLMGW_E2E_UNSET_VAR}'}]}]",
+        "models[0].route[0].api_key: environment variable LLMGW_E2E_UNSET_VAR is not set",
+    ),
     "unknown_kind": ("models: [{id: a, route: [{kind: grpc}]}]", "models[0].route[0].kind: "),
-    "unknown_router": ("models: [{id: a, router: fastest, route: [{kind: echo}]}]",
-                       "models[0].router: unknown router 'fastest'"),
+    "unknown_router": (
+        "models: [{id: a, router: fastest, route: [{kind: echo}]}]",
+        "models[0].router: unknown router 'fastest'",
+    ),
 }
 
 
 @pytest.mark.parametrize(("text", "expected"), CONFIG_ERRORS.values(), ids=CONFIG_ERRORS.keys())
 def test_cli_main_with_config_error_returns_2_with_one_precise_message(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-    text: str, expected: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    text: str,
+    expected: str,
 ) -> None:
     monkeypatch.delenv("LLMGW_E2E_UNSET_VAR", raising=False)
     cfg = tmp_path / "gw.yaml"
@@ -155,7 +176,8 @@ def test_cli_main_with_config_error_returns_2_with_one_precise_message(
 
 
 def test_cli_main_with_unreadable_config_returns_2_naming_the_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     missing = tmp_path / "nope.yaml"
 
@@ -167,7 +189,8 @@ def test_cli_main_with_unreadable_config_returns_2_naming_the_file(
 
 @pytest.mark.parametrize("role", ["ingress", "actors"])
 def test_cli_main_split_role_on_inproc_bus_returns_2(
-    role: str, capsys: pytest.CaptureFixture[str],
+    role: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     code = cli.main(["serve", "--role", role, "--bus", "inproc://", "--port", "0"])
 
@@ -176,9 +199,27 @@ def test_cli_main_split_role_on_inproc_bus_returns_2(
 
 
 def test_cli_parser_accepts_the_serve_synopsis() -> None:
-    args = cli._parser().parse_args(["serve", "--config", "gw.yaml", "--host", "::1", "--port",
-                                     "0", "--bus", "nats://127.0.0.1:4222", "--role", "ingress"])
+    args = cli._parser().parse_args(
+        [
+            "serve",
+            "--config",
+            "gw.yaml",
+            "--host",
+            "::1",
+            "--port",
+            "0",
+            "--bus",
+            "nats://127.0.0.1:4222",
+            "--role",
+            "ingress",
+        ]
+    )
 
     assert (args.config, args.host, args.port, args.bus, args.role) == (
-        "gw.yaml", "::1", 0, "nats://127.0.0.1:4222", "ingress")
+        "gw.yaml",
+        "::1",
+        0,
+        "nats://127.0.0.1:4222",
+        "ingress",
+    )
     assert cli._parser().parse_args(["serve"]).role == "all"

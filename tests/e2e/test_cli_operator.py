@@ -306,19 +306,51 @@ async def test_admin_routewise_settings_through_the_generic_cli_path(
     processes: list[GatewayProcess], tmp_path: Path
 ) -> None:
     cfg = tmp_path / "rw.yaml"
-    cfg.write_text(yaml.safe_dump({"models": [{
-        "id": "org/m", "aliases": ["m"], "router": "routewise",
-        "route": [{"kind": "echo"}, {"kind": "echo"}]}]}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "models": [
+                    {
+                        "id": "org/m",
+                        "aliases": ["m"],
+                        "router": "routewise",
+                        "route": [{"kind": "echo"}, {"kind": "echo"}],
+                    }
+                ]
+            }
+        )
+    )
     await _serve(processes, tmp_path, "--config", str(cfg))
 
     done = await asyncio.to_thread(
-        llmgw, tmp_path, "admin", "routewise", "set_model_setting", "--arg", "model_id=m",
-        "--arg", "key=budget_alpha", "--arg", "value=0.9")
+        llmgw,
+        tmp_path,
+        "admin",
+        "routewise",
+        "set_model_setting",
+        "--arg",
+        "model_id=m",
+        "--arg",
+        "key=budget_alpha",
+        "--arg",
+        "value=0.9",
+    )
     shown = await asyncio.to_thread(
-        llmgw, tmp_path, "admin", "routewise", "model_settings", "--arg", "model_id=org/m")
+        llmgw, tmp_path, "admin", "routewise", "model_settings", "--arg", "model_id=org/m"
+    )
     refused = await asyncio.to_thread(
-        llmgw, tmp_path, "admin", "routewise", "set_model_setting", "--arg", "model_id=m",
-        "--arg", "key=daily_quota", "--arg", "value=5")
+        llmgw,
+        tmp_path,
+        "admin",
+        "routewise",
+        "set_model_setting",
+        "--arg",
+        "model_id=m",
+        "--arg",
+        "key=daily_quota",
+        "--arg",
+        "value=5",
+    )
 
     assert done.returncode == 0, done.stderr
     setting = json.loads(shown.stdout)["settings"]["budget_alpha"]

@@ -51,8 +51,11 @@ def _llmgw_argv(command: Any) -> list[str]:
 
 
 def _gateway_args(services: dict[str, Any]) -> dict[str, argparse.Namespace]:
-    return {name: cli._parser().parse_args(_llmgw_argv(svc["command"]))
-            for name, svc in services.items() if name != "nats"}
+    return {
+        name: cli._parser().parse_args(_llmgw_argv(svc["command"]))
+        for name, svc in services.items()
+        if name != "nats"
+    }
 
 
 def test_compose_has_nats_one_actors_and_two_ingress_services(services: dict[str, Any]) -> None:
@@ -107,15 +110,19 @@ def test_compose_commands_are_the_scaled_out_commands_the_readme_documents(
     services: dict[str, Any],
 ) -> None:
     readme = (REPO / "README.md").read_text()
-    documented = [cli._parser().parse_args(shlex.split(cmd)[1:])
-                  for cmd in re.findall(r"`(llmgw serve [^`\n]*--role [^`\n]*)`", readme)]
+    documented = [
+        cli._parser().parse_args(shlex.split(cmd)[1:])
+        for cmd in re.findall(r"`(llmgw serve [^`\n]*--role [^`\n]*)`", readme)
+    ]
     by_role = {a.role: a for a in documented}
 
     assert sorted(by_role) == ["actors", "ingress"]
     for name, a in _gateway_args(services).items():
         doc = by_role[a.role]
         assert (urlsplit(a.bus).scheme, urlsplit(a.bus).port) == (
-            urlsplit(doc.bus).scheme, urlsplit(doc.bus).port), name
+            urlsplit(doc.bus).scheme,
+            urlsplit(doc.bus).port,
+        ), name
 
 
 # -- what makes `docker compose up` work as shipped ---------------------------------------------
@@ -133,8 +140,11 @@ def _dockerfile() -> list[tuple[str, str]]:
     """The Dockerfile's instructions as (INSTRUCTION, arguments), continuation lines joined."""
     text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
     lines = [line.strip() for line in text.splitlines()]
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1])
-            for line in lines if line and not line.startswith("#")]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1])
+        for line in lines
+        if line and not line.startswith("#")
+    ]
 
 
 def test_compose_services_each_have_an_image_a_restart_policy_and_no_runtime_install(
@@ -175,7 +185,9 @@ def test_compose_ingress_healthchecks_ask_readiness_with_the_image_own_python(
 
 @pytest.mark.parametrize(("status", "healthy"), [(200, True), (503, False)])
 def test_compose_ingress_healthcheck_command_passes_only_when_ready_answers_200(
-    services: dict[str, Any], status: int, healthy: bool,
+    services: dict[str, Any],
+    status: int,
+    healthy: bool,
 ) -> None:
     asked: list[str] = []
 
@@ -192,10 +204,12 @@ def test_compose_ingress_healthcheck_command_passes_only_when_ready_answers_200(
     server = http.server.HTTPServer(("127.0.0.1", 0), Ready)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     code = services["ingress-1"]["healthcheck"]["test"][3].replace(
-        "127.0.0.1:8080", f"127.0.0.1:{server.server_address[1]}")
+        "127.0.0.1:8080", f"127.0.0.1:{server.server_address[1]}"
+    )
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30,
-                              check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, timeout=30, check=False
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -220,7 +234,8 @@ def test_compose_actors_healthcheck_asks_the_actors_on_the_socket_beside_their_d
 
 
 def test_compose_config_is_in_the_repository_and_valid_with_the_environment_compose_sets(
-    services: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+    services: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     for name, a in _gateway_args(services).items():
         source = _sources_of(services[name])[a.config]
@@ -236,10 +251,12 @@ def test_compose_config_is_in_the_repository_and_valid_with_the_environment_comp
 
 def test_dockerfile_installs_the_package_from_copied_sources_and_runs_unprivileged() -> None:
     steps = _dockerfile()
-    copied = {args.split()[-1].rstrip("/"): args.split()[:-1] for kind, args in steps
-              if kind == "COPY"}
+    copied = {
+        args.split()[-1].rstrip("/"): args.split()[:-1] for kind, args in steps if kind == "COPY"
+    }
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "packages"]["find"]["include"]
+        "packages"
+    ]["find"]["include"]
     installs = [args for kind, args in steps if kind == "RUN" and "pip install" in args]
 
     assert steps[0][0] == "FROM" and steps[0][1].startswith("python:3.1")

@@ -48,12 +48,12 @@ async def sign_in(gw: RunningGateway, key: str) -> Signed:
     """Sign in through the form, as a browser does (the form's cookie and token)."""
     async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as http:
         form = await http.get("/dashboard/signin")
-        resp = await http.post("/dashboard/signin",
-                               data={"key": key, "csrf": _form_token(form)})
+        resp = await http.post("/dashboard/signin", data={"key": key, "csrf": _form_token(form)})
         assert resp.status_code == 303, resp.text
         cookie = resp.cookies["llmgw_dashboard"]
-        page = await http.get("/dashboard/overview",
-                              headers={"cookie": f"llmgw_dashboard={cookie}"})
+        page = await http.get(
+            "/dashboard/overview", headers={"cookie": f"llmgw_dashboard={cookie}"}
+        )
     found = re.search(r'name="csrf-token" content="([^"]+)"', page.text)
     assert found, page.text
     return Signed(cookie, found.group(1))
@@ -65,12 +65,14 @@ async def _status(gw: RunningGateway, session: Signed, path: str = CHAINS) -> in
 
 
 def _cfg(up: FakeUpstream) -> dict[str, Any]:
-    return config(model("m", route(up)), admin_key=ADMIN,
-                  chains=[{"name": "team", "models": ["m"]}])
+    return config(
+        model("m", route(up)), admin_key=ADMIN, chains=[{"name": "team", "models": ["m"]}]
+    )
 
 
-async def _two_ingresses(gateway_factory: GatewayFactory, up: FakeUpstream,
-                         bus_url: str) -> tuple[RunningGateway, RunningGateway]:
+async def _two_ingresses(
+    gateway_factory: GatewayFactory, up: FakeUpstream, bus_url: str
+) -> tuple[RunningGateway, RunningGateway]:
     """The gateway, and a second ingress on its bus (NATS; on the in-process bus the same)."""
     gw = await gateway_factory(_cfg(up))
     other = await gateway_factory(_cfg(up), role="ingress") if bus_url.startswith("nats") else gw
@@ -78,7 +80,8 @@ async def _two_ingresses(gateway_factory: GatewayFactory, up: FakeUpstream,
 
 
 async def test_a_sign_in_without_its_form_token_is_refused(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(_cfg(fake_upstream))
     async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as http:
@@ -99,7 +102,9 @@ async def test_a_sign_in_without_its_form_token_is_refused(
 
 
 async def test_sign_out_ends_the_session_on_every_ingress(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, bus_url: str,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    bus_url: str,
 ) -> None:
     gw, other = await _two_ingresses(gateway_factory, fake_upstream, bus_url)
     session, kept = await sign_in(gw, ADMIN), await sign_in(gw, ADMIN)
@@ -107,8 +112,11 @@ async def test_sign_out_ends_the_session_on_every_ingress(
 
     async with watch(other, subjects.DASHBOARD_SESSION_ENDED) as ended:
         async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as http:
-            out = await http.post("/dashboard/signout", data={"csrf": session.csrf},
-                                  headers={"cookie": f"llmgw_dashboard={session.cookie}"})
+            out = await http.post(
+                "/dashboard/signout",
+                data={"csrf": session.csrf},
+                headers={"cookie": f"llmgw_dashboard={session.cookie}"},
+            )
         assert out.status_code == 303, out.text
         announced = await ended.next(DashboardSessionEnded)
     assert session.cookie not in repr(announced)  # the id only, never the token
@@ -119,25 +127,36 @@ async def test_sign_out_ends_the_session_on_every_ingress(
 
 
 async def test_revoking_the_admin_key_of_a_session_ends_it_and_commands_are_audited_as_it(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, bus_url: str,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    bus_url: str,
 ) -> None:
     gw, other = await _two_ingresses(gateway_factory, fake_upstream, bus_url)
     async with gw.http(headers=AUTH) as admin:
-        made = (await admin.post("/admin/api_keys/create",
-                                 json={"org": "ops", "user": "ann", "role": "admin"})).json()
+        made = (
+            await admin.post(
+                "/admin/api_keys/create", json={"org": "ops", "user": "ann", "role": "admin"}
+            )
+        ).json()
     session = await sign_in(gw, made["key"])
     bootstrap = await sign_in(gw, ADMIN)
     assert made["key"] not in session.cookie
 
     async with watch(gw, subjects.event("admin")) as audit:
         async with httpx.AsyncClient(base_url=other.url, timeout=WAIT) as http:
-            resp = await http.post("/dashboard/api/admin/steering/set_exploration",
-                                   json={"exploration": 0}, headers=session.headers())
+            resp = await http.post(
+                "/dashboard/api/admin/steering/set_exploration",
+                json={"exploration": 0},
+                headers=session.headers(),
+            )
         assert resp.status_code == 200, resp.text
         executed = await audit.next(AdminExecuted, lambda e: e.verb == "set_exploration")
         async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as http:
-            resp = await http.post("/dashboard/api/admin/keys", headers=session.headers(),
-                                   json={"org": "ops", "user": "bo", "role": "free"})
+            resp = await http.post(
+                "/dashboard/api/admin/keys",
+                headers=session.headers(),
+                json={"org": "ops", "user": "bo", "role": "free"},
+            )
         assert resp.status_code == 201, resp.text
         created = await audit.next(AdminExecuted, lambda e: e.verb == "create")
     assert executed.by == created.by == f"dashboard:{made['id']}"

@@ -35,48 +35,73 @@ CALM = {"failure_threshold": 100, "cooldown_seconds": 30}
 ROUTING = {
     "affinity": {"enabled": False},  # one test client is one caller: no pin to follow
     "bench": {"failures": 1, "duration_seconds": 1.0, "probe_after_fraction": 0.1},
-    "degraded": {"threshold": 0.5, "entry_seconds": ENTRY, "exit_seconds": EXIT,
-                 "pass_interval_seconds": PASS},
+    "degraded": {
+        "threshold": 0.5,
+        "entry_seconds": ENTRY,
+        "exit_seconds": EXIT,
+        "pass_interval_seconds": PASS,
+    },
 }
 
 
-async def _bench_all(gw: RunningGateway, benches: Watch, flaky: list[FakeUpstream]
-                     ) -> list[BenchChanged]:
+async def _bench_all(
+    gw: RunningGateway, benches: Watch, flaky: list[FakeUpstream]
+) -> list[BenchChanged]:
     """Fail one pinned request on each of ``flaky`` at once; their bench events."""
     admin = gw.openai(api_key=ADMIN)
 
     async def fail(up: FakeUpstream) -> None:
         with pytest.raises(openai.InternalServerError):
-            await admin.chat.completions.create(model="m", messages=HI,
-                                                extra_headers={"X-Route-Pin": eid("m", up)})
+            await admin.chat.completions.create(
+                model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
+            )
 
     await asyncio.gather(*(fail(up) for up in flaky))
-    return [await benches.next(BenchChanged, lambda e, up=up: (  # type: ignore[misc]
-        e.endpoint == eid("m", up) and e.benched)) for up in flaky]
+    return [
+        await benches.next(
+            BenchChanged,
+            lambda e, up=up: (  # type: ignore[misc]
+                e.endpoint == eid("m", up) and e.benched
+            ),
+        )
+        for up in flaky
+    ]
 
 
 async def test_degraded_mode_enters_and_exits_after_their_periods_without_flapping(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     flaky = [await fake_upstreams(n) for n in ("p", "q", "r")]
     first, preferred = await fake_upstreams("s"), await fake_upstreams("t")
     # Declared order p q r s t; the draw almost never picks s.
-    gw = await gateway_factory(config(
-        model("m", *(route(up) for up in flaky), route(first, 1e-6), route(preferred)),
-        circuit=CALM, routing=ROUTING, admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(
+            model("m", *(route(up) for up in flaky), route(first, 1e-6), route(preferred)),
+            circuit=CALM,
+            routing=ROUTING,
+            admin_key=ADMIN,
+        )
+    )
     http = gw.http()
     client = gw.openai()
     started = (await http.get("/health")).json()
 
-    async with watch(gw, subjects.event("mode")) as modes, \
-            watch(gw, subjects.event("bench")) as benches:
+    async with (
+        watch(gw, subjects.event("mode")) as modes,
+        watch(gw, subjects.event("bench")) as benches,
+    ):
         # A dip shorter than the entry period: the probes succeed at once.
         for up in flaky:
             up.enqueue(Reply(500))
         await _bench_all(gw, benches, flaky)
         for up in flaky:
-            await benches.next(BenchChanged, lambda e, up=up: (  # type: ignore[misc]
-                e.endpoint == eid("m", up) and not e.benched))
+            await benches.next(
+                BenchChanged,
+                lambda e, up=up: (  # type: ignore[misc]
+                    e.endpoint == eid("m", up) and not e.benched
+                ),
+            )
         # The mode sees the ratio only at its passes: let one see the dip is over.
         with anyio.fail_after(WAIT):
             while (await http.get("/health")).json()["healthy_ratio"] < 1:
@@ -87,17 +112,32 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
         outage = await _bench_all(gw, benches, flaky)
         entered = await modes.next(ModeChanged)
         health, deep = (await http.get("/health")).json(), (await http.get("/health/deep")).json()
-        while_degraded = [(await client.chat.completions.with_raw_response.create(
-            model="m", messages=HI)).headers["x-routed-via"] for _ in range(5)]
+        while_degraded = [
+            (
+                await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+            ).headers["x-routed-via"]
+            for _ in range(5)
+        ]
         # Recovery: the next probes succeed and lift every bench.
         for up in flaky:
             up.set_default(Reply())
-        lifts = [await benches.next(BenchChanged, lambda e, up=up: (  # type: ignore[misc]
-            e.endpoint == eid("m", up) and not e.benched)) for up in flaky]
+        lifts = [
+            await benches.next(
+                BenchChanged,
+                lambda e, up=up: (  # type: ignore[misc]
+                    e.endpoint == eid("m", up) and not e.benched
+                ),
+            )
+            for up in flaky
+        ]
         left = await modes.next(ModeChanged)
         after = (await http.get("/health")).json()
-        explored = {(await client.chat.completions.with_raw_response.create(
-            model="m", messages=HI)).headers["x-routed-via"] for _ in range(8)}
+        explored = {
+            (
+                await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+            ).headers["x-routed-via"]
+            for _ in range(8)
+        }
 
     assert (started["mode"], after["mode"]) == ("normal", "normal")
     # The dip changed nothing; the outage entered once it had lasted the entry period.
@@ -106,7 +146,10 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
     assert entered.ratio == pytest.approx(0.4)
     assert (health["mode"], health["mode_since"]) == ("degraded", entered.since)
     assert (deep["status"], deep["mode"], deep["mode_since"]) == (
-        "degraded", "degraded", entered.since)
+        "degraded",
+        "degraded",
+        entered.since,
+    )
     # While degraded: no exploration, the configured order of what remains (s before t).
     assert while_degraded == [eid("m", first)] * 5
     # Exit only once the ratio (3 of 5 from the first lift) held for the longer exit period.
@@ -119,16 +162,21 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
 
 
 async def test_degraded_mode_routes_whose_circuit_opened_come_back_and_the_mode_ends(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     flaky = [await fake_upstreams(n) for n in ("p", "q", "r")]
     healthy = [await fake_upstreams(n) for n in ("s", "t")]
     # Circuits, not benches, take the flaky routes out; while degraded no client request
     # probes them, so they must count as usable once their cooldown ends.
-    gw = await gateway_factory(config(
-        model("m", *(route(up) for up in (*flaky, *healthy))),
-        circuit={"failure_threshold": 1, "cooldown_seconds": 1.0}, admin_key=ADMIN,
-        routing={**ROUTING, "bench": {"failures": 100}}))
+    gw = await gateway_factory(
+        config(
+            model("m", *(route(up) for up in (*flaky, *healthy))),
+            circuit={"failure_threshold": 1, "cooldown_seconds": 1.0},
+            admin_key=ADMIN,
+            routing={**ROUTING, "bench": {"failures": 100}},
+        )
+    )
     client = gw.openai()
     admin = gw.openai(api_key=ADMIN)
 
@@ -137,7 +185,8 @@ async def test_degraded_mode_routes_whose_circuit_opened_come_back_and_the_mode_
             up.enqueue(Reply(500))
             with pytest.raises(openai.InternalServerError):
                 await admin.chat.completions.create(
-                    model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)})
+                    model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
+                )
         entered = await modes.next(ModeChanged)
         left = await modes.next(ModeChanged)
         for _ in range(100):  # each draw probes a half-open flaky route with odds 3/5

@@ -54,8 +54,9 @@ def failover(**failover_settings: Any) -> dict[str, Any]:
 
 async def _stream_text(client: openai.AsyncOpenAI) -> tuple[str, str]:
     """Stream one completion; (text, x-routed-via)."""
-    raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI,
-                                                                 stream=True)
+    raw = await client.chat.completions.with_raw_response.create(
+        model="m", messages=HI, stream=True
+    )
     text = ""
     async for chunk in raw.parse():
         if chunk.choices and chunk.choices[0].delta.content:
@@ -68,12 +69,17 @@ async def _stream_text(client: openai.AsyncOpenAI) -> tuple[str, str]:
 
 @pytest.mark.parametrize(("cap", "routes"), [(3, 5), (None, 22)], ids=["3", "default_20"])
 async def test_failover_hop_cap_stops_after_max_attempts_with_routes_left(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, cap: int | None, routes: int,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    cap: int | None,
+    routes: int,
 ) -> None:
     fake_upstream.set_default(Reply(500))
     # Routes of one upstream, told apart by the model each asks for.
-    declared = [route(fake_upstream, 1.0 if i == 0 else TINY, provider_model_id=f"r{i}")
-                for i in range(routes)]
+    declared = [
+        route(fake_upstream, 1.0 if i == 0 else TINY, provider_model_id=f"r{i}")
+        for i in range(routes)
+    ]
     settings = failover() if cap is None else failover(max_attempts=cap)
     gw = await gateway_factory(config(model("m", *declared), circuit=CALM, routing=settings))
     expected = cap or 20
@@ -85,8 +91,9 @@ async def test_failover_hop_cap_stops_after_max_attempts_with_routes_left(
 
     assert err.value.status_code == 502
     assert [r.model for r in fake_upstream.requests] == [f"r{i}" for i in range(expected)]
-    assert [(o.attempt, o.outcome) for o in seen] == [(n, "failure")
-                                                      for n in range(1, expected + 1)]
+    assert [(o.attempt, o.outcome) for o in seen] == [
+        (n, "failure") for n in range(1, expected + 1)
+    ]
 
 
 # -- the wall-clock budget ------------------------------------------------------------------
@@ -94,16 +101,26 @@ async def test_failover_hop_cap_stops_after_max_attempts_with_routes_left(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
 async def test_failover_budget_cancels_a_silent_first_attempt_and_the_first_retry_runs_past_it(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    stream: bool,
 ) -> None:
     a, b, c = await fake_upstreams("a"), await fake_upstreams("b"), await fake_upstreams("c")
     a.set_default(Hang())
     # The first retry answers well after the budget ran out; it is not cut short.
     b.set_default(Stream(first_byte_delay=0.5) if stream else Reply(delay=0.5))
-    gw = await gateway_factory(config(
-        model("m", route(a, ttft_timeout_seconds=30), fallback(b, ttft_timeout_seconds=30),
-              fallback(c)),
-        circuit=CALM, routing=failover(budget_seconds=0.3)))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(a, ttft_timeout_seconds=30),
+                fallback(b, ttft_timeout_seconds=30),
+                fallback(c),
+            ),
+            circuit=CALM,
+            routing=failover(budget_seconds=0.3),
+        )
+    )
     client = gw.openai()
 
     async with watch(gw, subjects.OBSERVATION_ANY) as obs:
@@ -123,13 +140,19 @@ async def test_failover_budget_cancels_a_silent_first_attempt_and_the_first_retr
 
 
 async def test_failover_after_the_budget_ran_out_starts_no_further_retry(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, c = await fake_upstreams("a"), await fake_upstreams("b"), await fake_upstreams("c")
     a.set_default(Reply(500))
     b.set_default(Reply(503, delay=0.5))  # the first retry ends after the 0.3 s budget
-    gw = await gateway_factory(config(model("m", route(a), fallback(b), fallback(c)),
-                                      circuit=CALM, routing=failover(budget_seconds=0.3)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), fallback(b), fallback(c)),
+            circuit=CALM,
+            routing=failover(budget_seconds=0.3),
+        )
+    )
 
     with pytest.raises(openai.InternalServerError) as err:
         await gw.openai().chat.completions.create(model="m", messages=HI)
@@ -139,13 +162,19 @@ async def test_failover_after_the_budget_ran_out_starts_no_further_retry(
 
 
 async def test_failover_budget_zero_disables_it(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, c = await fake_upstreams("a"), await fake_upstreams("b"), await fake_upstreams("c")
     a.set_default(Reply(500))
     b.set_default(Reply(503, delay=0.3))
-    gw = await gateway_factory(config(model("m", route(a), fallback(b), fallback(c)),
-                                      circuit=CALM, routing=failover(budget_seconds=0)))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), fallback(b), fallback(c)),
+            circuit=CALM,
+            routing=failover(budget_seconds=0),
+        )
+    )
 
     raw = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
 
@@ -156,15 +185,23 @@ async def test_failover_budget_zero_disables_it(
 
 
 async def test_stream_silent_before_its_first_byte_fails_over_at_the_ttft_timeout(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.set_default(Hang())
-    gw = await gateway_factory(config(model("m", route(a, ttft_timeout_seconds=0.3),
-                                            fallback(b)), circuit=CALM, routing=failover()))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, ttft_timeout_seconds=0.3), fallback(b)),
+            circuit=CALM,
+            routing=failover(),
+        )
+    )
 
-    async with watch(gw, subjects.OBSERVATION_ANY) as obs, \
-            endpoint_states(gw, eid("m", a)) as states:
+    async with (
+        watch(gw, subjects.OBSERVATION_ANY) as obs,
+        endpoint_states(gw, eid("m", a)) as states,
+    ):
         text, via = await _stream_text(gw.openai())
         timed_out = await obs.next(Observation, lambda o: o.endpoint == eid("m", a))
         charged = await states.state(lambda s: s.consecutive_failures > 0)
@@ -176,16 +213,24 @@ async def test_stream_silent_before_its_first_byte_fails_over_at_the_ttft_timeou
 
 
 async def test_stream_silent_after_its_first_chunk_ends_with_an_error_event_at_idle_timeout(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a", chunks=4), await fake_upstreams("b")
     a.set_default(Stream(stall_after=1))
-    gw = await gateway_factory(config(model("m", route(a, idle_timeout_seconds=0.3),
-                                            fallback(b)), circuit=CALM, routing=failover()))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, idle_timeout_seconds=0.3), fallback(b)),
+            circuit=CALM,
+            routing=failover(),
+        )
+    )
     received: list[str] = []
 
-    async with watch(gw, subjects.OBSERVATION_ANY) as obs, \
-            endpoint_states(gw, eid("m", a)) as states:
+    async with (
+        watch(gw, subjects.OBSERVATION_ANY) as obs,
+        endpoint_states(gw, eid("m", a)) as states,
+    ):
         stream = await gw.openai().chat.completions.create(model="m", messages=HI, stream=True)
         with pytest.raises(openai.APIError) as err:
             async for chunk in stream:
@@ -207,22 +252,32 @@ async def test_stream_silent_after_its_first_chunk_ends_with_an_error_event_at_i
 
 @pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
 async def test_client_cancel_records_nothing_against_endpoint_model_or_credential(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, stream: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    stream: bool,
 ) -> None:
     k1, k2 = "sk-first", "sk-second"
     up = fake_upstream
     up.enqueue(Stream(stall_after=1) if stream else Hang(), Reply(500))
     # One more failure than each of these would trip on if the cancel counted.
-    gw = await gateway_factory(config(
-        model("m", route(up, api_keys=[k1, k2])),
-        circuit={"failure_threshold": 2, "cooldown_seconds": 30},
-        routing={"bench": {"failures": 2, "model_breaker_failures": 2},
-                 "key_pool": {"mute_seconds": 30}}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(up, api_keys=[k1, k2])),
+            circuit={"failure_threshold": 2, "cooldown_seconds": 30},
+            routing={
+                "bench": {"failures": 2, "model_breaker_failures": 2},
+                "key_pool": {"mute_seconds": 30},
+            },
+        )
+    )
     endpoint = eid("m", up)
     client = gw.openai()
 
-    async with watch(gw, subjects.OBSERVATION_ANY) as obs, \
-            watch(gw, subjects.event("keypool")) as keys, endpoint_states(gw, endpoint) as states:
+    async with (
+        watch(gw, subjects.OBSERVATION_ANY) as obs,
+        watch(gw, subjects.event("keypool")) as keys,
+        endpoint_states(gw, endpoint) as states,
+    ):
         if stream:
             s = await client.chat.completions.create(model="m", messages=HI, stream=True)
             async for _ in s:
@@ -246,9 +301,11 @@ async def test_client_cancel_records_nothing_against_endpoint_model_or_credentia
 
     assert (cancelled.outcome, cancelled.error_kind) == ("cancelled", "")
     assert (state.circuit_state, state.consecutive_failures, state.benched_until) == (
-        "closed", 1, None)
+        "closed",
+        1,
+        None,
+    )
     assert state.availability == pytest.approx(0.9)  # only the 500 fed the EWMA
     assert (muted.credential_id, muted.status) == (credential_id(k1), 500)
     assert served.choices[0].message.content == "Hello from up1."
     assert [r.credential for r in up.requests[:2]] == [k1, k1]  # the cancel muted nothing
-

@@ -42,10 +42,15 @@ ADMIN = "adm-failures"
 PATIENT = {"failure_threshold": 100, "cooldown_seconds": 30}
 NO_BENCH = {"bench": {"failures": 100}}
 BIG: list[Any] = [{"role": "user", "content": "x" * 4000}]  # ~1000 tokens as estimated
-IMAGE: list[Any] = [{"role": "user", "content": [
-    {"type": "text", "text": "what is this?"},
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-]}]
+IMAGE: list[Any] = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ],
+    }
+]
 
 
 async def _eventually(ask: Callable[[], Awaitable[T]], ok: Callable[[T], bool]) -> T:
@@ -57,20 +62,27 @@ async def _eventually(ask: Callable[[], Awaitable[T]], ok: Callable[[T], bool]) 
 
 
 def _refusal(message: str, code: str | None = None) -> Reply:
-    return Reply(400, body={"error": {"message": message, "type": "invalid_request_error",
-                                      "code": code}})
+    return Reply(
+        400, body={"error": {"message": message, "type": "invalid_request_error", "code": code}}
+    )
 
 
 # -- context windows ---------------------------------------------------------------------------
 
 
 async def test_prompt_that_cannot_fit_a_routes_context_window_is_never_sent_there(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     small, wide = await fake_upstreams("small"), await fake_upstreams("wide")
-    gw = await gateway_factory(config(
-        model("m", route(small, 1e6, context_window=500), route(wide, 1e-6, context_window=8000)),
-        routing={"affinity": {"enabled": False}}))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m", route(small, 1e6, context_window=500), route(wide, 1e-6, context_window=8000)
+            ),
+            routing={"affinity": {"enabled": False}},
+        )
+    )
     client = gw.openai()
 
     big = await client.chat.completions.with_raw_response.create(model="m", messages=BIG)
@@ -82,11 +94,13 @@ async def test_prompt_that_cannot_fit_a_routes_context_window_is_never_sent_ther
 
 
 async def test_prompt_fitting_no_routes_context_window_is_400_and_sends_nothing(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    gw = await gateway_factory(config(model("m", route(a, context_window=300),
-                                            route(b, context_window=500))))
+    gw = await gateway_factory(
+        config(model("m", route(a, context_window=300), route(b, context_window=500)))
+    )
 
     with pytest.raises(openai.BadRequestError) as exc:
         await gw.openai().chat.completions.create(model="m", messages=BIG, stream=True)
@@ -97,30 +111,44 @@ async def test_prompt_fitting_no_routes_context_window_is_400_and_sends_nothing(
 
 
 CONTEXT_REFUSALS = {
-    "openai_code": _refusal("This model's maximum context length is 8000 tokens.",
-                            "context_length_exceeded"),
+    "openai_code": _refusal(
+        "This model's maximum context length is 8000 tokens.", "context_length_exceeded"
+    ),
     "message_only": _refusal("prompt is too long: 9100 tokens > 8000 maximum"),
 }
 
 
 @pytest.mark.parametrize("refusal", CONTEXT_REFUSALS.values(), ids=CONTEXT_REFUSALS.keys())
 async def test_context_length_refusal_skips_every_remaining_route_no_wider(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, refusal: Reply,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    refusal: Reply,
 ) -> None:
-    first, narrower, same, wider = [await fake_upstreams(n)
-                                    for n in ("first", "narrower", "same", "wider")]
-    gw = await gateway_factory(config(model(
-        "m", route(first, 1, context_window=8000), route(narrower, 1e-9, context_window=4000),
-        route(same, 1e-9, context_window=8000), route(wider, 1e-9, context_window=16000)),
-        circuit=PATIENT))
+    first, narrower, same, wider = [
+        await fake_upstreams(n) for n in ("first", "narrower", "same", "wider")
+    ]
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(first, 1, context_window=8000),
+                route(narrower, 1e-9, context_window=4000),
+                route(same, 1e-9, context_window=8000),
+                route(wider, 1e-9, context_window=16000),
+            ),
+            circuit=PATIENT,
+        )
+    )
     first.enqueue(refusal, refusal)
-    wider.enqueue(_refusal("This model's maximum context length is 16000 tokens.",
-                           "context_length_exceeded"))
+    wider.enqueue(
+        _refusal("This model's maximum context length is 16000 tokens.", "context_length_exceeded")
+    )
 
     with pytest.raises(openai.BadRequestError) as refused:  # the prompt fits nowhere
         await gw.openai().chat.completions.create(model="m", messages=HI)
     served = await gw.openai().chat.completions.with_raw_response.create(
-        model="m", messages=HI)  # only first refuses this time: wider serves
+        model="m", messages=HI
+    )  # only first refuses this time: wider serves
 
     assert "8000" in refused.value.message  # the primary's refusal
     assert served.headers["x-routed-via"] == eid("m", wider)
@@ -129,11 +157,19 @@ async def test_context_length_refusal_skips_every_remaining_route_no_wider(
 
 
 async def test_plain_400_falls_back_to_every_remaining_route_whatever_its_window(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     first, narrower = await fake_upstreams("first"), await fake_upstreams("narrower")
-    gw = await gateway_factory(config(model(
-        "m", route(first, 1, context_window=8000), route(narrower, 1e-9, context_window=4000))))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(first, 1, context_window=8000),
+                route(narrower, 1e-9, context_window=4000),
+            )
+        )
+    )
     first.enqueue(_refusal("temperature must be at most 2"))
 
     raw = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
@@ -145,18 +181,31 @@ async def test_plain_400_falls_back_to_every_remaining_route_whatever_its_window
 
 
 async def test_fallback_skips_open_circuits_and_routes_that_cannot_take_the_modality(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, opened, text, d = [await fake_upstreams(n) for n in ("a", "opened", "text", "d")]
     vision = {"input_modalities": ["text", "image"]}
-    gw = await gateway_factory(config(
-        model("m", route(a, 1, **vision), route(opened, 1e-9, **vision), route(text, 1e-9),
-              route(d, 1e-9, **vision)),
-        circuit={"failure_threshold": 1, "cooldown_seconds": 30}, admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(a, 1, **vision),
+                route(opened, 1e-9, **vision),
+                route(text, 1e-9),
+                route(d, 1e-9, **vision),
+            ),
+            circuit={"failure_threshold": 1, "cooldown_seconds": 30},
+            admin_key=ADMIN,
+        )
+    )
     opened.enqueue(Reply(500))
     async with circuit_events(gw) as events:
-        await gw.http().post(CHAT, json=chat("m"), headers={
-            "authorization": f"Bearer {ADMIN}", "x-route-pin": eid("m", opened)})
+        await gw.http().post(
+            CHAT,
+            json=chat("m"),
+            headers={"authorization": f"Bearer {ADMIN}", "x-route-pin": eid("m", opened)},
+        )
         await events.circuit("open", eid("m", opened))
     a.enqueue(Reply(500))
 
@@ -189,11 +238,16 @@ SURFACED = {
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_error_shown_when_every_route_fails_is_the_primarys_unless_a_later_one_describes_the_request(  # noqa: E501
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    stream: bool,
 ) -> None:
     primary, fallback = await fake_upstreams("primary"), await fake_upstreams("fallback")
-    gw = await gateway_factory(config(model("m", route(primary, 1), route(fallback, 1e-9)),
-                                      circuit=PATIENT, routing=NO_BENCH))
+    gw = await gateway_factory(
+        config(
+            model("m", route(primary, 1), route(fallback, 1e-9)), circuit=PATIENT, routing=NO_BENCH
+        )
+    )
     client = gw.http()
 
     for case, ((first, second), (status, whose)) in SURFACED.items():
@@ -206,13 +260,19 @@ async def test_error_shown_when_every_route_fails_is_the_primarys_unless_a_later
 
 
 async def test_error_shown_does_not_depend_on_which_route_the_draw_picked_first(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     strict, broken = await fake_upstreams("strict"), await fake_upstreams("broken")
     strict.set_default(_refusal("your tool arguments are invalid"))
     broken.set_default(Reply(500))
-    gw = await gateway_factory(config(model("m", route(strict), route(broken)), circuit=PATIENT,
-                                      routing={"affinity": {"enabled": False}, **NO_BENCH}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(strict), route(broken)),
+            circuit=PATIENT,
+            routing={"affinity": {"enabled": False}, **NO_BENCH},
+        )
+    )
 
     async with watch(gw, subjects.observation(eid("m", strict))) as attempts:
         answers = [await gw.http().post(CHAT, json=chat("m")) for _ in range(30)]
@@ -230,14 +290,20 @@ async def test_error_shown_does_not_depend_on_which_route_the_draw_picked_first(
 
 @pytest.mark.parametrize("status", [401, 407])
 async def test_upstream_auth_rejection_counts_from_the_first_one_on_health_deep_with_a_warning(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    caplog: pytest.LogCaptureFixture, status: int,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
 ) -> None:
     caplog.set_level(logging.WARNING, logger="actors.endpoint")
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.set_default(Reply(status))
-    gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1e-9)),
-                                      circuit={"failure_threshold": 2, "cooldown_seconds": 30}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1e-9)),
+            circuit={"failure_threshold": 2, "cooldown_seconds": 30},
+        )
+    )
     bad = eid("m", a)
 
     async def deep() -> dict[str, Any]:
@@ -247,7 +313,8 @@ async def test_upstream_auth_rejection_counts_from_the_first_one_on_health_deep_
         served = await gw.http().post(CHAT, json=chat("m"))
         first = await rejections.next(AuthRejected)
         after_one = await _eventually(
-            deep, lambda d: d["endpoints"][bad]["consecutive_auth_rejections"] == 1)
+            deep, lambda d: d["endpoints"][bad]["consecutive_auth_rejections"] == 1
+        )
         async with circuit_events(gw) as events:
             await gw.http().post(CHAT, json=chat("m"))
             await events.circuit("open", bad)
@@ -261,16 +328,21 @@ async def test_upstream_auth_rejection_counts_from_the_first_one_on_health_deep_
     assert after_one["endpoints"][eid("m", b)]["consecutive_auth_rejections"] == 0
     assert opened["status"] == "degraded"
     assert opened["endpoints"][bad]["consecutive_auth_rejections"] == 2
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
-                and "credential" in r.getMessage()]
+    warnings = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING and "credential" in r.getMessage()
+    ]
     assert warnings and bad in warnings[0] and str(status) in warnings[0]
 
 
 async def test_health_deep_is_degraded_once_an_availability_falls_under_0_9(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
-    gw = await gateway_factory(config(model("m", route(fake_upstream)), circuit=PATIENT,
-                                      routing=NO_BENCH))
+    gw = await gateway_factory(
+        config(model("m", route(fake_upstream)), circuit=PATIENT, routing=NO_BENCH)
+    )
     endpoint = eid("m", fake_upstream)
     fake_upstream.set_default(Reply(500))
 
@@ -283,9 +355,13 @@ async def test_health_deep_is_degraded_once_an_availability_falls_under_0_9(
     under = await _eventually(deep, lambda d: d["endpoints"][endpoint]["availability"] < 0.9)
 
     assert (at_floor["status"], at_floor["endpoints"][endpoint]["availability"]) == (
-        "ok", pytest.approx(0.9))
+        "ok",
+        pytest.approx(0.9),
+    )
     assert (under["status"], under["endpoints"][endpoint]["circuit_state"]) == (
-        "degraded", "closed")
+        "degraded",
+        "closed",
+    )
 
 
 # -- attribution stays internal ----------------------------------------------------------------
@@ -299,7 +375,8 @@ def _assert_no_attribution(text: str, *ups: Any) -> None:
 
 
 async def test_fallback_attribution_reaches_the_observations_never_the_clients_body(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1e-9)), circuit=PATIENT))
@@ -312,7 +389,8 @@ async def test_fallback_attribution_reaches_the_observations_never_the_clients_b
         seen = [await observations.next(Observation) for _ in range(4)]
 
     assert plain.status_code == 200 and plain.json()["choices"][0]["message"]["content"] == (
-        "Hello from b.")
+        "Hello from b."
+    )
     assert "Hello" in streamed and streamed.rstrip().endswith("data: [DONE]")
     _assert_no_attribution(plain.text, a, b)
     _assert_no_attribution(streamed, a, b)

@@ -76,10 +76,15 @@ async def _start(proc: GatewayProcess, started: list[GatewayProcess]) -> Gateway
 
 
 def _config(up: FakeUpstream, database: Path, nats_url: str) -> dict[str, Any]:
-    return config(model("m", route(up, api_keys=[UP_KEY])), database={"path": str(database)},
-                  bus={"url": nats_url}, admin_key=ADMIN, auth_cache_seconds=3600,
-                  routing={"key_pool": {}, "bench": {"failures": 50}},
-                  circuit={"failure_threshold": 50, "cooldown_seconds": 30})
+    return config(
+        model("m", route(up, api_keys=[UP_KEY])),
+        database={"path": str(database)},
+        bus={"url": nats_url},
+        admin_key=ADMIN,
+        auth_cache_seconds=3600,
+        routing={"key_pool": {}, "bench": {"failures": 50}},
+        circuit={"failure_threshold": 50, "cooldown_seconds": 30},
+    )
 
 
 async def _ask(client: openai.AsyncOpenAI) -> Any:
@@ -87,45 +92,61 @@ async def _ask(client: openai.AsyncOpenAI) -> Any:
 
 
 async def test_an_ingress_that_cannot_reach_the_database_serves_keys_from_their_owners(
-    nats_url: str, tmp_path: Path, fake_upstream: FakeUpstream,
+    nats_url: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
     processes: list[GatewayProcess],
 ) -> None:
     actors_dir, ingress_dir, guard_dir = (tmp_path / d for d in ("actors", "ingress", "guard"))
     for d in (actors_dir, ingress_dir, guard_dir):
         d.mkdir()
     database = actors_dir / "gateway.sqlite3"
-    (actors_dir / "gw.yaml").write_text(yaml.safe_dump(_config(fake_upstream, database,
-                                                               nats_url)))
+    (actors_dir / "gw.yaml").write_text(yaml.safe_dump(_config(fake_upstream, database, nats_url)))
     blocker = ingress_dir / "not-a-directory"
     blocker.write_text("a file: no database can be created below it\n")
     unreachable = blocker / "gateway.sqlite3"
-    (ingress_dir / "gw.yaml").write_text(yaml.safe_dump(_config(fake_upstream, unreachable,
-                                                                nats_url)))
+    (ingress_dir / "gw.yaml").write_text(
+        yaml.safe_dump(_config(fake_upstream, unreachable, nats_url))
+    )
     (guard_dir / "sitecustomize.py").write_text(_GUARD)
     violations, armed = tmp_path / "violations.txt", tmp_path / "armed.txt"
 
-    await _start(GatewayProcess(["serve", "--config", "gw.yaml", "--role", "actors"],
-                                cwd=actors_dir), processes)
-    ingress = await _start(GatewayProcess(
-        ["serve", "--config", "gw.yaml", "--role", "ingress", "--port", "0"], cwd=ingress_dir,
-        env={"PYTHONPATH": str(guard_dir),
-             "LLMGW_TEST_FORBIDDEN": os.pathsep.join([str(actors_dir), str(blocker)]),
-             "LLMGW_TEST_VIOLATIONS": str(violations), "LLMGW_TEST_ARMED": str(armed)}),
-        processes)
+    await _start(
+        GatewayProcess(["serve", "--config", "gw.yaml", "--role", "actors"], cwd=actors_dir),
+        processes,
+    )
+    ingress = await _start(
+        GatewayProcess(
+            ["serve", "--config", "gw.yaml", "--role", "ingress", "--port", "0"],
+            cwd=ingress_dir,
+            env={
+                "PYTHONPATH": str(guard_dir),
+                "LLMGW_TEST_FORBIDDEN": os.pathsep.join([str(actors_dir), str(blocker)]),
+                "LLMGW_TEST_VIOLATIONS": str(violations),
+                "LLMGW_TEST_ARMED": str(armed),
+            },
+        ),
+        processes,
+    )
 
     clients: list[openai.AsyncOpenAI] = []
 
     def sdk(key: str) -> openai.AsyncOpenAI:
-        clients.append(openai.AsyncOpenAI(base_url=f"{ingress.url}/v1", api_key=key,
-                                          max_retries=0, timeout=WAIT))
+        clients.append(
+            openai.AsyncOpenAI(
+                base_url=f"{ingress.url}/v1", api_key=key, max_retries=0, timeout=WAIT
+            )
+        )
         return clients[-1]
 
-    async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT,
-                                 headers={"authorization": f"Bearer {ADMIN}"}) as admin, \
-            httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as anonymous:
+    async with (
+        httpx.AsyncClient(
+            base_url=ingress.url, timeout=WAIT, headers={"authorization": f"Bearer {ADMIN}"}
+        ) as admin,
+        httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as anonymous,
+    ):
         assert (await anonymous.post(CHAT, json=chat("m"))).status_code == 200  # auth open
-        made = await admin.post("/admin/keys", json={"org": "acme", "user": "ann",
-                                                     "role": "free"})
+        made = await admin.post("/admin/keys", json={"org": "acme", "user": "ann", "role": "free"})
         assert made.status_code == 201, made.text
         pro = await admin.post("/admin/keys", json={"org": "acme", "user": "bo", "role": "pro"})
         free_key, pro_key = made.json()["key"], pro.json()["key"]
@@ -134,10 +155,12 @@ async def test_an_ingress_that_cannot_reach_the_database_serves_keys_from_their_
         await _ask(sdk(free_key))
         assert fake_upstream.requests[-1].credential == UP_KEY
 
-        added = await admin.post("/admin/provider-keys", json={
-            "key": DB_KEY, "endpoint": eid("m", fake_upstream)})
-        reserved = await admin.post("/admin/provider-keys/min-role-env",
-                                    json={"key": UP_KEY, "min_role": "pro"})
+        added = await admin.post(
+            "/admin/provider-keys", json={"key": DB_KEY, "endpoint": eid("m", fake_upstream)}
+        )
+        reserved = await admin.post(
+            "/admin/provider-keys/min-role-env", json={"key": UP_KEY, "min_role": "pro"}
+        )
         await _ask(sdk(free_key))
         free_spent = fake_upstream.requests[-1].credential
         await _ask(sdk(pro_key))

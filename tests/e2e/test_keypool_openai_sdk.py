@@ -36,13 +36,18 @@ TINY = 1e-6  # a fallback route's weight: drawn as primary about once in a milli
 
 
 async def test_keys_are_spent_in_order_a_failing_key_is_muted_and_bindings_hold(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     k1, k2, k3 = await create_keys(tmp_path, "free", "free", "free")
     # Long enough for two requests on a loaded machine; the test then waits for the unmute.
-    gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, api_keys=[A, B])),
-                                           key_pool={"mute_seconds": MUTE}))
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path, model("m", route(up, api_keys=[A, B])), key_pool={"mute_seconds": MUTE}
+        )
+    )
     c1, c2, c3 = gw.openai(k1), gw.openai(k2), gw.openai(k3)
 
     await ask(c1)
@@ -68,7 +73,9 @@ async def test_keys_are_spent_in_order_a_failing_key_is_muted_and_bindings_hold(
 
 
 async def test_key_specific_failures_mute_and_a_request_error_does_not(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     (key,) = await create_keys(tmp_path, "free")
@@ -102,15 +109,21 @@ def client_hits(up: FakeUpstream) -> list[Any]:
 
 
 async def test_sole_key_tolerates_two_failures_then_backs_off_and_the_route_fails_over(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up1, up2 = await fake_upstreams("up1"), await fake_upstreams("up2")
     up1.set_default(Reply(500))
     (key,) = await create_keys(tmp_path, "free")
-    gw = await gateway_factory(keys_config(
-        tmp_path, model("m", route(up1, api_keys=[A]), route(up2, TINY, api_keys=[B])),
-        key_pool={"sole_key_backoff_seconds": 0.3, "sole_key_backoff_max_seconds": 1.2},
-        routing={"affinity": {"enabled": False}}))  # the fallback must not pin the caller
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("m", route(up1, api_keys=[A]), route(up2, TINY, api_keys=[B])),
+            key_pool={"sole_key_backoff_seconds": 0.3, "sole_key_backoff_max_seconds": 1.2},
+            routing={"affinity": {"enabled": False}},
+        )
+    )  # the fallback must not pin the caller
     client = gw.openai(key)
     route1 = eid("m", up1)
 
@@ -134,13 +147,19 @@ async def test_sole_key_tolerates_two_failures_then_backs_off_and_the_route_fail
 
 
 async def test_all_keys_muted_answers_503_with_retry_after_and_charges_the_endpoint(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     (key,) = await create_keys(tmp_path, "free")
-    gw = await gateway_factory(keys_config(
-        tmp_path, model("m", route(up, api_keys=[A])),
-        key_pool={"sole_key_tolerance": 0, "sole_key_backoff_seconds": 30}))
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("m", route(up, api_keys=[A])),
+            key_pool={"sole_key_tolerance": 0, "sole_key_backoff_seconds": 30},
+        )
+    )
     client = gw.openai(key)
     async with watch(gw, subjects.event("keypool")) as events:
         up.enqueue(Reply(503))
@@ -160,15 +179,20 @@ async def test_all_keys_muted_answers_503_with_retry_after_and_charges_the_endpo
 
 
 async def test_min_role_reserves_keys_and_a_reservation_refusal_is_not_charged(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up1, up2 = await fake_upstreams("up1"), await fake_upstreams("up2")
     free_key, pro_key = await create_keys(tmp_path, "free", "pro")
-    gw = await gateway_factory(keys_config(
-        tmp_path,
-        model("m", route(up1, api_keys=[A, {"key": B, "min_role": "pro"}])),
-        model("vip", route(up2, api_keys=[{"key": C, "min_role": "pro"}])),
-        key_pool={"sole_key_tolerance": 0}))  # A is free's only key: mute at once
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("m", route(up1, api_keys=[A, {"key": B, "min_role": "pro"}])),
+            model("vip", route(up2, api_keys=[{"key": C, "min_role": "pro"}])),
+            key_pool={"sole_key_tolerance": 0},
+        )
+    )  # A is free's only key: mute at once
     free, pro = gw.openai(free_key), gw.openai(pro_key)
 
     await ask(pro)
@@ -200,7 +224,9 @@ async def test_min_role_reserves_keys_and_a_reservation_refusal_is_not_charged(
 
 
 async def test_admin_provider_keys_and_reservations_apply_to_live_pools(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("up")
     free_key, pro_key = await create_keys(tmp_path, "free", "pro")
@@ -212,8 +238,9 @@ async def test_admin_provider_keys_and_reservations_apply_to_live_pools(
     await ask(free)
     assert spent(up) == A
 
-    added = await admin.post("/admin/provider-keys",
-                             json={"key": D, "endpoint": pool, "min_role": "pro"})
+    added = await admin.post(
+        "/admin/provider-keys", json={"key": D, "endpoint": pool, "min_role": "pro"}
+    )
     assert added.status_code == 201, added.text
     assert D not in added.text and added.json()["credential_id"] == credential_id(D)
     await ask(pro)
@@ -221,26 +248,33 @@ async def test_admin_provider_keys_and_reservations_apply_to_live_pools(
     await ask(free)
     assert spent(up) == A
 
-    lowered = await admin.post(f"/admin/provider-keys/{added.json()['id']}/min-role",
-                               json={"min_role": "free"})
+    lowered = await admin.post(
+        f"/admin/provider-keys/{added.json()['id']}/min-role", json={"min_role": "free"}
+    )
     assert lowered.status_code == 200, lowered.text
     await ask(pro)
     assert spent(up) == A  # both free now: declared order, config keys first
 
-    reserved = await admin.post("/admin/provider-keys/min-role-env",
-                                json={"key": A, "min_role": "internal"})
+    reserved = await admin.post(
+        "/admin/provider-keys/min-role-env", json={"key": A, "min_role": "internal"}
+    )
     assert reserved.status_code == 200 and A not in reserved.text
     await ask(free)
     assert spent(up) == D
-    gone = await admin.post("/admin/provider-keys/min-role-env",
-                            json={"key": "sk-not-configured", "min_role": "pro"})
+    gone = await admin.post(
+        "/admin/provider-keys/min-role-env", json={"key": "sk-not-configured", "min_role": "pro"}
+    )
     assert gone.status_code == 200
 
     listing = (await admin.get("/admin/provider-keys")).json()
     assert [k["credential_id"] for k in listing["database"]] == [credential_id(D)]
     (configured,) = listing["configured"]
-    assert configured == {"credential_id": credential_id(A), "endpoints": [pool],
-                          "min_role": "free", "effective_min_role": "internal"}
+    assert configured == {
+        "credential_id": credential_id(A),
+        "endpoints": [pool],
+        "min_role": "free",
+        "effective_min_role": "internal",
+    }
     flags = {r["credential_id"]: r["configured"] for r in listing["reservations"]}
     assert flags == {credential_id(A): True, credential_id("sk-not-configured"): False}
     text = str(listing)
@@ -252,12 +286,18 @@ async def test_admin_provider_keys_and_reservations_apply_to_live_pools(
 
 
 async def test_anthropic_routes_take_their_credential_from_the_pool(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
 ) -> None:
     up = await fake_upstreams("claude")
     (key,) = await create_keys(tmp_path, "free")
-    anthropic_route = {"kind": "anthropic", "base_url": up.anthropic_base_url,
-                       "provider_model_id": "claude-x", "api_keys": [A, B]}
+    anthropic_route = {
+        "kind": "anthropic",
+        "base_url": up.anthropic_base_url,
+        "provider_model_id": "claude-x",
+        "api_keys": [A, B],
+    }
     gw = await gateway_factory(keys_config(tmp_path, model("m", anthropic_route)))
     client = gw.openai(key)
     await ask(client)

@@ -47,7 +47,9 @@ def one_model(tmp_path: Path, up: FakeUpstream, **extra: Any) -> dict[str, Any]:
 
 
 async def test_without_keys_the_gateway_runs_open_and_says_so(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
@@ -59,19 +61,35 @@ async def test_without_keys_the_gateway_runs_open_and_says_so(
 
 
 async def test_a_cli_key_closes_v1_and_unknown_expired_revoked_keys_get_401(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(one_model(tmp_path, fake_upstream))
     await ask(gw.openai("anything"))  # open until a key exists
     made, expired = await asyncio.gather(
         cli(tmp_path, "create", "--org", "acme", "--user", "ann", "--role", "free"),
-        cli(tmp_path, "create", "--org", "acme", "--user", "old", "--role", "free",
-            "--expires-at", "2001-01-01T00:00:00Z"))
+        cli(
+            tmp_path,
+            "create",
+            "--org",
+            "acme",
+            "--user",
+            "old",
+            "--role",
+            "free",
+            "--expires-at",
+            "2001-01-01T00:00:00Z",
+        ),
+    )
     key = made["key"]
     assert key.startswith("llmgw-") and made["status"] == "active"
 
-    for presented, why in ((None, "missing"), ("llmgw-not-a-key", "invalid"),
-                           (expired["key"], "expired")):
+    for presented, why in (
+        (None, "missing"),
+        ("llmgw-not-a-key", "invalid"),
+        (expired["key"], "expired"),
+    ):
         client = gw.openai(presented or "") if presented else gw.http()
         if presented is None:
             resp = await client.post("/v1/chat/completions", json={"model": "m", "messages": HI})
@@ -93,7 +111,9 @@ async def test_a_cli_key_closes_v1_and_unknown_expired_revoked_keys_get_401(
 
 
 async def test_an_admin_revocation_applies_at_once_despite_the_cache(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     bus_url: str,
 ) -> None:
     config = one_model(tmp_path, fake_upstream, auth_cache_seconds=3600)
@@ -116,7 +136,9 @@ async def test_an_admin_revocation_applies_at_once_despite_the_cache(
 
 
 async def test_a_cli_revocation_while_a_gateway_runs_goes_through_the_owner_at_once(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     # ``llmgw keys`` finds the running gateway (its local socket beside the database) and
     # sends the owner an admin command: the owner announces the change, so an hour-long
@@ -133,7 +155,9 @@ async def test_a_cli_revocation_while_a_gateway_runs_goes_through_the_owner_at_o
 
 
 async def test_messages_surface_takes_x_api_key_and_refuses_in_the_anthropic_shape(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     (key,) = await create_keys(tmp_path, "free")
     gw = await gateway_factory(one_model(tmp_path, fake_upstream))
@@ -147,28 +171,36 @@ async def test_messages_surface_takes_x_api_key_and_refuses_in_the_anthropic_sha
 
 
 async def test_required_role_hides_a_model_from_lower_roles(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     free_key, pro_key = await create_keys(tmp_path, "free", "pro")
-    gw = await gateway_factory(keys_config(
-        tmp_path, model("m", route(fake_upstream)),
-        model("premium", route(fake_upstream), required_role="pro")))
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path,
+            model("m", route(fake_upstream)),
+            model("premium", route(fake_upstream), required_role="pro"),
+        )
+    )
     free, pro = gw.openai(free_key), gw.openai(pro_key)
     assert [m.id for m in (await free.models.list()).data if m.id[:4] != "auto"] == ["m"]
-    assert [m.id for m in (await pro.models.list()).data if m.id[:4] != "auto"] == ["m",
-                                                                                  "premium"]
+    assert [m.id for m in (await pro.models.list()).data if m.id[:4] != "auto"] == ["m", "premium"]
     with pytest.raises(openai.NotFoundError) as hidden:
         await ask(free, "premium")
     with pytest.raises(openai.NotFoundError) as unknown:
         await ask(free, "no-such-model")
     # Word for word the answer for a model that does not exist: nothing is revealed.
     assert str(hidden.value).replace("premium", "X") == str(unknown.value).replace(
-        "no-such-model", "X")
+        "no-such-model", "X"
+    )
     assert (await ask(pro, "premium")).choices[0].message.content
 
 
 async def test_admin_surfaces_need_an_admin_key_and_only_admins_see_base_urls_and_credentials(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     pro_key, admin_key = await create_keys(tmp_path, "pro", "admin")
     gw = await gateway_factory(one_model(tmp_path, fake_upstream))
@@ -179,8 +211,9 @@ async def test_admin_surfaces_need_an_admin_key_and_only_admins_see_base_urls_an
     admin = gw.http(headers={"authorization": f"Bearer {admin_key}"})
     assert len((await admin.get("/admin/keys")).json()["data"]) == 2
 
-    made = await admin.post("/admin/keys", json={"org": "acme", "user": "new", "role": "free",
-                                                 "expires_in": "1d"})
+    made = await admin.post(
+        "/admin/keys", json={"org": "acme", "user": "new", "role": "free", "expires_in": "1d"}
+    )
     assert made.status_code == 201, made.text
     await ask(gw.openai(made.json()["key"]))  # usable at once
 
@@ -195,7 +228,9 @@ async def test_admin_surfaces_need_an_admin_key_and_only_admins_see_base_urls_an
 
 
 async def test_auth_required_closes_v1_without_any_key_and_the_bootstrap_key_is_admin(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(one_model(tmp_path, fake_upstream, auth="required"))
     with pytest.raises(openai.AuthenticationError):
@@ -205,7 +240,9 @@ async def test_auth_required_closes_v1_without_any_key_and_the_bootstrap_key_is_
 
 
 async def test_the_affinity_key_is_the_callers_api_key_hash(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     (key,) = await create_keys(tmp_path, "pro")
     gw = await gateway_factory(one_model(tmp_path, fake_upstream))
@@ -217,7 +254,9 @@ async def test_the_affinity_key_is_the_callers_api_key_hash(
 
 
 async def test_keys_provider_keys_and_reservations_survive_a_restart(
-    fake_upstreams: UpstreamFactory, tmp_path: Path, bus_url: str,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
+    bus_url: str,
 ) -> None:
     up = await fake_upstreams("up")
     config = keys_config(tmp_path, model("m", route(up, api_keys=[UP_KEY])))
@@ -226,13 +265,19 @@ async def test_keys_provider_keys_and_reservations_survive_a_restart(
     try:
         await ask(gw.openai(kept))
         admin = admin_http(gw)
-        added = await admin.post("/admin/provider-keys", json={
-            "key": "sk-from-the-database", "base_url": up.openai_base_url})
+        added = await admin.post(
+            "/admin/provider-keys",
+            json={"key": "sk-from-the-database", "base_url": up.openai_base_url},
+        )
         assert added.status_code == 201
-        await admin.post("/admin/provider-keys/min-role-env",
-                         json={"key": UP_KEY, "min_role": "pro"})
-        revoke = next(k for k in (await admin.get("/admin/keys")).json()["data"]
-                      if dropped.startswith(k["prefix"]))
+        await admin.post(
+            "/admin/provider-keys/min-role-env", json={"key": UP_KEY, "min_role": "pro"}
+        )
+        revoke = next(
+            k
+            for k in (await admin.get("/admin/keys")).json()["data"]
+            if dropped.startswith(k["prefix"])
+        )
         await admin.post(f"/admin/keys/{revoke['id']}/revoke")
     finally:
         await gw.stop()
@@ -246,20 +291,24 @@ async def test_keys_provider_keys_and_reservations_survive_a_restart(
         keys = (await pool_state(gw, eid("m", up))).keys
         assert [(k.credential_id, k.min_role, k.source) for k in keys] == [
             (credential_id(UP_KEY), "pro", "config"),
-            (credential_id("sk-from-the-database"), "free", "database")]
+            (credential_id("sk-from-the-database"), "free", "database"),
+        ]
     finally:
         await gw.stop()
 
 
 @pytest.mark.nats
 async def test_a_cli_revocation_is_announced_on_a_nats_bus_so_caches_drop_it_at_once(
-    fake_upstream: FakeUpstream, tmp_path: Path, nats_url: str,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    nats_url: str,
 ) -> None:
     config = one_model(tmp_path, fake_upstream, auth_cache_seconds=3600, bus={"url": nats_url})
     config_file = tmp_path / "gateway.yaml"
     await anyio.Path(config_file).write_text(yaml.safe_dump(config))
-    made = await cli(tmp_path, "create", "--org", "o", "--user", "u", "--role", "free",
-                     config_file=config_file)
+    made = await cli(
+        tmp_path, "create", "--org", "o", "--user", "u", "--role", "free", config_file=config_file
+    )
     gw = await start_gateway(config, nats_url)
     try:
         await ask(gw.openai(made["key"]))  # cached for an hour

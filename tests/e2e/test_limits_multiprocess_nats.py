@@ -49,7 +49,9 @@ async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
 
 
 async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
-    nats_url: str, tmp_path: Path, fake_upstream: FakeUpstream,
+    nats_url: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
     processes: list[GatewayProcess],
 ) -> None:
     cfg = keys_config(tmp_path, model("m", route(fake_upstream)), bus={"url": nats_url})
@@ -58,16 +60,17 @@ async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
     key, key_id = await new_key(tmp_path, extra=("--rpm", str(LIMIT), "--tpm", "1000000"))
     common = ["--config", str(path), "--bus", nats_url]
     await _spawn(processes, *common, "--role", "actors")
-    one, two = await asyncio.gather(_spawn(processes, *common, "--role", "ingress", "--port", "0"),
-                                    _spawn(processes, *common, "--role", "ingress", "--port", "0"))
+    one, two = await asyncio.gather(
+        _spawn(processes, *common, "--role", "ingress", "--port", "0"),
+        _spawn(processes, *common, "--role", "ingress", "--port", "0"),
+    )
     auth = {"authorization": f"Bearer {key}"}
     async with httpx.AsyncClient(timeout=WAIT, headers=auth) as client:
 
         async def ask(url: str) -> httpx.Response:
             return await client.post(f"{url}{CHAT}", json={"model": "m", "messages": HI})
 
-        answers = await asyncio.gather(*(ask(one.url if i % 2 else two.url)
-                                         for i in range(LOAD)))
+        answers = await asyncio.gather(*(ask(one.url if i % 2 else two.url) for i in range(LOAD)))
         statuses = Counter(r.status_code for r in answers)
         assert statuses == {200: LIMIT, 429: LOAD - LIMIT}
         assert len(fake_upstream.requests) == LIMIT  # counted where it matters
@@ -82,25 +85,35 @@ async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
 
 
 async def test_the_lease_of_a_killed_ingress_is_released_by_its_ttl(
-    nats_url: str, tmp_path: Path, fake_upstream: FakeUpstream,
+    nats_url: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
     processes: list[GatewayProcess],
 ) -> None:
-    cfg = keys_config(tmp_path, model("m", route(fake_upstream)), bus={"url": nats_url},
-                      limits={"lease_ttl_seconds": 1.0})
+    cfg = keys_config(
+        tmp_path,
+        model("m", route(fake_upstream)),
+        bus={"url": nats_url},
+        limits={"lease_ttl_seconds": 1.0},
+    )
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(cfg))
     key, _ = await new_key(tmp_path, extra=("--concurrency", "1"))
     common = ["--config", str(path), "--bus", nats_url]
     await _spawn(processes, *common, "--role", "actors")
-    one, two = await asyncio.gather(_spawn(processes, *common, "--role", "ingress", "--port", "0"),
-                                    _spawn(processes, *common, "--role", "ingress", "--port", "0"))
+    one, two = await asyncio.gather(
+        _spawn(processes, *common, "--role", "ingress", "--port", "0"),
+        _spawn(processes, *common, "--role", "ingress", "--port", "0"),
+    )
     fake_upstream.enqueue(Hang())
     bus = await open_bus(nats_url, name="test-watch")
     auth = {"authorization": f"Bearer {key}"}
     body = {"model": "m", "messages": HI}
     try:
-        async with bus.subscribe(subjects.event("limits")) as events, \
-                httpx.AsyncClient(timeout=WAIT, headers=auth) as client:
+        async with (
+            bus.subscribe(subjects.event("limits")) as events,
+            httpx.AsyncClient(timeout=WAIT, headers=auth) as client,
+        ):
             hung = asyncio.create_task(client.post(f"{one.url}{CHAT}", json=body))
             await fake_upstream.wait_for_requests(1)
             busy = await client.post(f"{two.url}{CHAT}", json=body)

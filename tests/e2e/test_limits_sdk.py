@@ -44,7 +44,10 @@ def _refused_shape(surface: str, code: str | None, expected: str) -> bool:
 
 @pytest.mark.parametrize("surface", SURFACES)
 async def test_rpm_refuses_the_request_over_the_limit_on_every_surface(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path, surface: str,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    surface: str,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     key, key_id = await new_key(tmp_path)
@@ -69,7 +72,9 @@ async def test_rpm_refuses_the_request_over_the_limit_on_every_surface(
 
 
 async def test_a_key_without_limits_gets_no_rate_headers(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     key, _ = await new_key(tmp_path)
@@ -79,7 +84,9 @@ async def test_a_key_without_limits_gets_no_rate_headers(
 
 
 async def test_tpm_reserves_max_tokens_and_reconciles_to_the_reported_usage(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     key, key_id = await new_key(tmp_path)
@@ -110,7 +117,9 @@ async def admin_usage(gw: Any, subject: str) -> dict[str, Any]:
 
 
 async def test_concurrency_refuses_while_one_runs_and_a_cancellation_releases_it(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     key, key_id = await new_key(tmp_path)
@@ -132,7 +141,9 @@ async def test_concurrency_refuses_while_one_runs_and_a_cancellation_releases_it
 
 
 async def test_streams_reconcile_to_usage_or_to_what_was_sent_when_cut(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     key, key_id = await new_key(tmp_path)
@@ -140,15 +151,20 @@ async def test_streams_reconcile_to_usage_or_to_what_was_sent_when_cut(
     client = gw.openai(key)
     async with watch(gw, subjects.LIMITS_SETTLE) as settles:
         stream = await client.chat.completions.create(
-            model="m", messages=HI, stream=True, max_tokens=500,
-            stream_options={"include_usage": True})
+            model="m",
+            messages=HI,
+            stream=True,
+            max_tokens=500,
+            stream_options={"include_usage": True},
+        )
         async for _ in stream:
             pass
         full = await settles.next(LimitSettle)
         assert full.tokens == 15  # the usage the upstream reported replaced the 500+
         fake_upstream.enqueue(Stream(cut_after=1))
-        cut = await client.chat.completions.create(model="m", messages=HI, stream=True,
-                                                   max_tokens=500)
+        cut = await client.chat.completions.create(
+            model="m", messages=HI, stream=True, max_tokens=500
+        )
         with contextlib.suppress(openai.APIError):
             async for _ in cut:
                 pass
@@ -162,10 +178,12 @@ async def test_streams_reconcile_to_usage_or_to_what_was_sent_when_cut(
 
 @pytest.mark.parametrize("status", [429, 402])
 async def test_an_exhausted_budget_refuses_with_budget_exceeded_and_a_soft_event(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path, status: int,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    status: int,
 ) -> None:
-    gw = await gateway_factory(_config(tmp_path, fake_upstream,
-                                       limits={"budget_status": status}))
+    gw = await gateway_factory(_config(tmp_path, fake_upstream, limits={"budget_status": status}))
     key, _ = await new_key(tmp_path, org="acme")
     # One request costs (10 * 2 + 5 * 10) / 1e6 = 70 micro-USD; the org may spend 100.
     await set_limit(gw, "org", "acme", budget="0.0001/day", soft_fraction=0.5)
@@ -185,7 +203,9 @@ async def test_an_exhausted_budget_refuses_with_budget_exceeded_and_a_soft_event
 
 
 async def test_limits_and_counters_survive_a_restart_of_their_owner(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     key, key_id = await new_key(tmp_path)
@@ -217,19 +237,21 @@ def roots(monkeypatch: pytest.MonkeyPatch) -> list[Supervisor]:
 
 
 async def test_with_the_owner_stopped_a_limited_key_fails_closed_with_503(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     roots: list[Supervisor],
 ) -> None:
-    gw = await gateway_factory(_config(tmp_path, fake_upstream,
-                                       limits={"decision_timeout_seconds": 0.5}))
+    gw = await gateway_factory(
+        _config(tmp_path, fake_upstream, limits={"decision_timeout_seconds": 0.5})
+    )
     key, key_id = await new_key(tmp_path)
     await set_limit(gw, "key", key_id, rpm=100)
     await roots[0].remove_child("limits")
     for surface in ("chat", "messages"):
         out = await call(gw, surface, key)
         assert out.status == 503
-        assert out.code == ("overloaded_error" if surface == "messages"
-                            else "limits_unavailable")
+        assert out.code == ("overloaded_error" if surface == "messages" else "limits_unavailable")
         assert int(out.headers["retry-after"]) >= 1
     assert fake_upstream.requests == []
     other, _ = await new_key(tmp_path, user="bob")  # no limit: served as usual
@@ -237,11 +259,18 @@ async def test_with_the_owner_stopped_a_limited_key_fails_closed_with_503(
 
 
 async def test_with_the_owner_stopped_fail_open_admits_and_counts_when_it_is_back(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     roots: list[Supervisor],
 ) -> None:
-    gw = await gateway_factory(_config(tmp_path, fake_upstream, limits={
-        "fail_open": True, "decision_timeout_seconds": 0.5, "lease_ttl_seconds": 0.6}))
+    gw = await gateway_factory(
+        _config(
+            tmp_path,
+            fake_upstream,
+            limits={"fail_open": True, "decision_timeout_seconds": 0.5, "lease_ttl_seconds": 0.6},
+        )
+    )
     key, key_id = await new_key(tmp_path)
     await set_limit(gw, "key", key_id, rpm=100)
     root = roots[0]
@@ -258,29 +287,53 @@ async def test_with_the_owner_stopped_fail_open_admits_and_counts_when_it_is_bac
 
 
 async def test_keys_create_with_limits_reaches_the_running_owner(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    made = await cli(tmp_path, "create", "--org", "acme", "--user", "carol", "--role", "pro",
-                     "--rpm", "1", "--budget", "10/month", "--concurrency", "4")
+    made = await cli(
+        tmp_path,
+        "create",
+        "--org",
+        "acme",
+        "--user",
+        "carol",
+        "--role",
+        "pro",
+        "--rpm",
+        "1",
+        "--budget",
+        "10/month",
+        "--concurrency",
+        "4",
+    )
     assert made["limit_delivered"] in ("socket", "bus")
     got = (await admin_http(gw).get(f"/admin/limits/key/{made['id']}")).json()
-    assert got["limit"] == {"rpm": 1, "concurrency": 4, "budget_usd": 10.0,
-                            "budget_period": "month"}
+    assert got["limit"] == {
+        "rpm": 1,
+        "concurrency": 4,
+        "budget_usd": 10.0,
+        "budget_period": "month",
+    }
     assert (await call(gw, "chat", made["key"])).status == 200
     assert (await call(gw, "chat", made["key"])).status == 429
 
 
 async def test_bad_limits_are_refused_in_the_admin_shape(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     http = admin_http(gw)
-    for path, body in (("/admin/limits/key/k-1", {"rpm": 0}),
-                       ("/admin/limits/key/k-1", {}),
-                       ("/admin/limits/user/alice", {"rpm": 1}),
-                       ("/admin/limits/planet/x", {"rpm": 1}),
-                       ("/admin/limits/org/acme", {"budget": "ten/month"})):
+    for path, body in (
+        ("/admin/limits/key/k-1", {"rpm": 0}),
+        ("/admin/limits/key/k-1", {}),
+        ("/admin/limits/user/alice", {"rpm": 1}),
+        ("/admin/limits/planet/x", {"rpm": 1}),
+        ("/admin/limits/org/acme", {"budget": "ten/month"}),
+    ):
         resp = await http.put(path, json=body)
         assert resp.status_code == 400, (path, resp.text)
         assert resp.json()["error"]["code"] == "invalid_request"
@@ -290,13 +343,26 @@ async def test_bad_limits_are_refused_in_the_admin_shape(
     assert (await http.get("/admin/limits")).json()["limits"] == {}
     no_key = await gw.http().put("/admin/limits/role/pro", json={"rpm": 3})
     assert no_key.status_code == 401
-    made = await cli(tmp_path, "create", "--org", "a", "--user", "b", "--role", "pro",
-                     "--budget", "ten", check=False)
+    made = await cli(
+        tmp_path,
+        "create",
+        "--org",
+        "a",
+        "--user",
+        "b",
+        "--role",
+        "pro",
+        "--budget",
+        "ten",
+        check=False,
+    )
     assert made is None  # refused before any key was made
 
 
 async def test_a_role_default_limits_each_key_of_that_role_on_its_own(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
     one, _ = await new_key(tmp_path, user="u1", role="free")

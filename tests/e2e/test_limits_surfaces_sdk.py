@@ -26,8 +26,9 @@ PRICING = {"prompt": 2.0, "completion": 10.0}  # a chat request costs 95*2 + 5*1
 
 
 async def _key(gw: RunningGateway, user: str) -> tuple[str, str]:
-    resp = await admin_http(gw).post("/admin/keys", json={"org": f"org-{user}", "user": user,
-                                                          "role": "pro"})
+    resp = await admin_http(gw).post(
+        "/admin/keys", json={"org": f"org-{user}", "user": user, "role": "pro"}
+    )
     assert resp.status_code == 201, resp.text
     made = resp.json()
     return str(made["key"]), str(made["id"])
@@ -41,12 +42,17 @@ def _refused(surface: str, out: Outcome, code: str) -> None:
 
 @pytest.mark.parametrize("surface", SURFACES)
 async def test_every_limit_refuses_the_request_that_crosses_it(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
     surface: str,
 ) -> None:
     up = await fake_upstreams("up1", prompt_tokens=95, completion_tokens=5)
-    gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING)),
-                                           limits={"default_max_tokens": 5}))
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path, model("m", route(up, pricing=PRICING)), limits={"default_max_tokens": 5}
+        )
+    )
     kw: dict[str, Any] = {"max_tokens": 5} if surface == "messages" else {}
 
     rpm, rpm_id = await _key(gw, "rpm")

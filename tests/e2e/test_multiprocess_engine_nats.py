@@ -53,10 +53,14 @@ async def deployment(nats_url: str, tmp_path: Path) -> AsyncIterator[Any]:
         path.write_text(yaml.safe_dump({**cfg, "database": {"path": str(tmp_path / "db")}}))
         common = ["--config", str(path), "--bus", nats_url]
         await spawn(*common, "--role", "actors")
-        one, two = await asyncio.gather(spawn(*common, "--role", "ingress", "--port", "0"),
-                                        spawn(*common, "--role", "ingress", "--port", "0"))
-        return (httpx.AsyncClient(base_url=one.url, timeout=WAIT),
-                httpx.AsyncClient(base_url=two.url, timeout=WAIT))
+        one, two = await asyncio.gather(
+            spawn(*common, "--role", "ingress", "--port", "0"),
+            spawn(*common, "--role", "ingress", "--port", "0"),
+        )
+        return (
+            httpx.AsyncClient(base_url=one.url, timeout=WAIT),
+            httpx.AsyncClient(base_url=two.url, timeout=WAIT),
+        )
 
     yield start
     for proc in reversed(started):
@@ -64,12 +68,15 @@ async def deployment(nats_url: str, tmp_path: Path) -> AsyncIterator[Any]:
 
 
 async def test_half_open_admits_one_probe_across_both_ingresses_and_recovers_through_either(
-    nats_url: str, deployment: Any, fake_upstream: FakeUpstream,
+    nats_url: str,
+    deployment: Any,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     # The probe's deadline is the route's timeout: ample for the burst to be refused inside it.
-    one, two = await deployment(config(
-        model("m", route(up)), circuit={"failure_threshold": 1, "cooldown_seconds": 1.5}))
+    one, two = await deployment(
+        config(model("m", route(up)), circuit={"failure_threshold": 1, "cooldown_seconds": 1.5})
+    )
     up.enqueue(Reply(500), Hang())
     watcher = await open_bus(nats_url, name="test-watcher")
     try:
@@ -79,8 +86,7 @@ async def test_half_open_admits_one_probe_across_both_ingresses_and_recovers_thr
             await events.circuit("open", eid("m", up))
             await events.circuit("half_open", eid("m", up))
 
-            burst = [asyncio.create_task(via.post(CHAT, json=chat("m")))
-                     for via in (one, two) * 4]
+            burst = [asyncio.create_task(via.post(CHAT, json=chat("m"))) for via in (one, two) * 4]
             refused = []
             for fut in asyncio.as_completed(burst, timeout=WAIT):
                 refused.append(await fut)
@@ -106,12 +112,17 @@ async def test_half_open_admits_one_probe_across_both_ingresses_and_recovers_thr
 
 
 async def test_pin_and_weights_set_through_one_ingress_hold_through_the_other(
-    deployment: Any, fake_upstreams: UpstreamFactory,
+    deployment: Any,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    one, two = await deployment(config(
-        model("m", route(a, 1), route(b, 1e-9)), admin_key=ADMIN,
-        routing={"trust_proxy_headers": True}))
+    one, two = await deployment(
+        config(
+            model("m", route(a, 1), route(b, 1e-9)),
+            admin_key=ADMIN,
+            routing={"trust_proxy_headers": True},
+        )
+    )
     auth = {"authorization": f"Bearer {ADMIN}"}
 
     async def via(client: httpx.AsyncClient, ip: str) -> str:
@@ -122,8 +133,9 @@ async def test_pin_and_weights_set_through_one_ingress_hold_through_the_other(
     async with one, two:
         pinned = await via(one, "10.0.0.1")
         for up, weight in ((b, 1), (a, 1e-9)):  # through two: fresh picks now go to b
-            put = await two.put(f"/admin/routing/weights/m/{eid('m', up)}",
-                                json={"weight": weight}, headers=auth)
+            put = await two.put(
+                f"/admin/routing/weights/m/{eid('m', up)}", json={"weight": weight}, headers=auth
+            )
             assert put.status_code == 200, put.text
         seen_by_one = (await one.get("/routing")).json()["models"]["m"]["routes"]
         still = [await via(two, "10.0.0.1"), await via(one, "10.0.0.1")]

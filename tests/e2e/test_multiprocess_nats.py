@@ -42,14 +42,20 @@ async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
 
 
 async def test_circuit_opened_through_one_ingress_refuses_traffic_through_the_other(
-    nats_url: str, tmp_path: Path, fake_upstream: FakeUpstream,
+    nats_url: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
     processes: list[GatewayProcess],
 ) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(
-        model("m", route(fake_upstream)),
-        circuit={"failure_threshold": 2, "cooldown_seconds": 30},
-    )))
+    cfg.write_text(
+        yaml.safe_dump(
+            config(
+                model("m", route(fake_upstream)),
+                circuit={"failure_threshold": 2, "cooldown_seconds": 30},
+            )
+        )
+    )
     common = ["--config", str(cfg), "--bus", nats_url]
     actors = await _spawn(processes, *common, "--role", "actors")
     one, two = await asyncio.gather(

@@ -53,7 +53,7 @@ def documented_server_config(store: Path) -> str:
     lines = COMPOSE.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if "jetstream {" in line)
     end = next(i for i in range(start, len(lines)) if lines[i].rstrip() == "#   }")
-    body = "\n".join(line.removeprefix("#   ") for line in lines[start:end + 1])
+    body = "\n".join(line.removeprefix("#   ") for line in lines[start : end + 1])
     return body.replace("store_dir: /data", f'store_dir: "{store}"')
 
 
@@ -73,8 +73,14 @@ def as_user(where: tuple[str, int], user: str) -> str:
 
 
 def _llmgw(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def _admin_command(bus: str, area: str, verb: str, *args: str) -> Any:
@@ -88,33 +94,53 @@ def _admin_command(bus: str, area: str, verb: str, *args: str) -> Any:
 
 
 async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins(
-    secured_nats: tuple[str, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    secured_nats: tuple[str, int],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     processes: list[GatewayProcess],
 ) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(model("m", route(fake_upstream)),
-                                         database={"path": str(tmp_path / "gw.sqlite3")})))
+    cfg.write_text(
+        yaml.safe_dump(
+            config(
+                model("m", route(fake_upstream)), database={"path": str(tmp_path / "gw.sqlite3")}
+            )
+        )
+    )
     for role, user, extra in (("actors", "actors", []), ("ingress", "ingress", ["--port", "0"])):
-        proc = GatewayProcess(["serve", "--config", str(cfg), "--role", role,
-                               "--bus", as_user(secured_nats, user), *extra])
+        proc = GatewayProcess(
+            [
+                "serve",
+                "--config",
+                str(cfg),
+                "--role",
+                role,
+                "--bus",
+                as_user(secured_nats, user),
+                *extra,
+            ]
+        )
         processes.append(proc)
         await asyncio.to_thread(proc.start)
     ingress = processes[-1]
 
     async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as client:
         served = await client.post(CHAT, json=chat("m"))
-    by_admin = await asyncio.to_thread(_llmgw, "admin", "show", "--bus",
-                                       as_user(secured_nats, "admin"))
-    by_ingress = await asyncio.to_thread(_llmgw, "admin", "show", "--timeout", "2", "--bus",
-                                         as_user(secured_nats, "ingress"))
+    by_admin = await asyncio.to_thread(
+        _llmgw, "admin", "show", "--bus", as_user(secured_nats, "admin")
+    )
+    by_ingress = await asyncio.to_thread(
+        _llmgw, "admin", "show", "--timeout", "2", "--bus", as_user(secured_nats, "ingress")
+    )
 
     refusals: asyncio.Queue[Exception] = asyncio.Queue()
 
     async def on_error(exc: Exception) -> None:
         await refusals.put(exc)
 
-    eavesdropper = await nats.connect(as_user(secured_nats, "ingress"), error_cb=on_error,
-                                      allow_reconnect=False)
+    eavesdropper = await nats.connect(
+        as_user(secured_nats, "ingress"), error_cb=on_error, allow_reconnect=False
+    )
     try:
         await eavesdropper.subscribe("llmgw.admin.>")
         await eavesdropper.flush()
@@ -136,22 +162,39 @@ async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins
 
 
 async def test_only_ingress_and_actors_credentials_may_ask_for_a_provider_secret_grant(
-    secured_nats: tuple[str, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    secured_nats: tuple[str, int],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     processes: list[GatewayProcess],
 ) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(model("m", route(fake_upstream)),
-                                         database={"path": str(tmp_path / "gw.sqlite3")})))
-    actors = GatewayProcess(["serve", "--config", str(cfg), "--role", "actors",
-                             "--bus", as_user(secured_nats, "actors")])
+    cfg.write_text(
+        yaml.safe_dump(
+            config(
+                model("m", route(fake_upstream)), database={"path": str(tmp_path / "gw.sqlite3")}
+            )
+        )
+    )
+    actors = GatewayProcess(
+        [
+            "serve",
+            "--config",
+            str(cfg),
+            "--role",
+            "actors",
+            "--bus",
+            as_user(secured_nats, "actors"),
+        ]
+    )
     processes.append(actors)
     await asyncio.to_thread(actors.start)
     ask = ProviderSecretRequest(credential_id="k-none")
 
     ingress_bus = await open_bus(as_user(secured_nats, "ingress"))
     try:
-        answer = await ingress_bus.request(subjects.KEYS_SECRET_GRANT, ask,
-                                           reply_type=ProviderSecretGrant, timeout=WAIT)
+        answer = await ingress_bus.request(
+            subjects.KEYS_SECRET_GRANT, ask, reply_type=ProviderSecretGrant, timeout=WAIT
+        )
     finally:
         await ingress_bus.aclose()
 
@@ -160,8 +203,9 @@ async def test_only_ingress_and_actors_credentials_may_ask_for_a_provider_secret
     async def on_error(exc: Exception) -> None:
         await refusals.put(exc)
 
-    operator = await nats.connect(as_user(secured_nats, "admin"), error_cb=on_error,
-                                  allow_reconnect=False)
+    operator = await nats.connect(
+        as_user(secured_nats, "admin"), error_cb=on_error, allow_reconnect=False
+    )
     try:
         await operator.publish(subjects.KEYS_SECRET_GRANT, encode(ask), reply="_INBOX.x")
         await operator.flush()
@@ -178,8 +222,12 @@ async def test_only_ingress_and_actors_credentials_may_ask_for_a_provider_secret
 
 # The owners' side of key lookups and secret grants: an ingress-user client may not listen
 # there (it could answer with a forged key, or learn who asks for what).
-OWNER_SIDE = (subjects.AUTH_KEYS_LOOKUP, subjects.AUTH_STATE_GET, subjects.KEYS_SECRET_GRANT,
-              subjects.KEYS_REGISTRY_GET)
+OWNER_SIDE = (
+    subjects.AUTH_KEYS_LOOKUP,
+    subjects.AUTH_STATE_GET,
+    subjects.KEYS_SECRET_GRANT,
+    subjects.KEYS_REGISTRY_GET,
+)
 
 
 class _Spy:
@@ -202,8 +250,7 @@ class _Spy:
 
     async def refused(self, n: int) -> str:
         """The text of the first ``n`` refusals (waits for them)."""
-        return " ".join([str(await asyncio.wait_for(self.refusals.get(), WAIT))
-                         for _ in range(n)])
+        return " ".join([str(await asyncio.wait_for(self.refusals.get(), WAIT)) for _ in range(n)])
 
     async def seen(self, subject: str) -> list[bytes]:
         """What reached ``subject``'s subscription so far. The flush's PONG comes after any
@@ -219,43 +266,79 @@ class _Spy:
 
 
 async def test_a_user_cannot_read_another_users_inbox_so_grants_and_new_keys_stay_private(
-    secured_nats: tuple[str, int], fake_upstream: FakeUpstream, tmp_path: Path,
+    secured_nats: tuple[str, int],
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
     processes: list[GatewayProcess],
 ) -> None:
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(keys_config(
-        tmp_path, model("m", route(fake_upstream, api_keys=[CONFIG_KEY])), auth="required")))
+    cfg.write_text(
+        yaml.safe_dump(
+            keys_config(
+                tmp_path, model("m", route(fake_upstream, api_keys=[CONFIG_KEY])), auth="required"
+            )
+        )
+    )
     for role, user, extra in (("actors", "actors", []), ("ingress", "ingress", ["--port", "0"])):
-        proc = GatewayProcess(["serve", "--config", str(cfg), "--role", role,
-                               "--bus", as_user(secured_nats, user), *extra])
+        proc = GatewayProcess(
+            [
+                "serve",
+                "--config",
+                str(cfg),
+                "--role",
+                role,
+                "--bus",
+                as_user(secured_nats, user),
+                *extra,
+            ]
+        )
         processes.append(proc)
         await asyncio.to_thread(proc.start)
     ingress = processes[-1]
     # An observability consumer on the admin user, and a rogue client on the ingress user.
     observer, rogue = _Spy(), _Spy()
     try:
-        await observer.open(as_user(secured_nats, "admin"), "_INBOX.>", "_INBOX_ingress.>",
-                            "_INBOX_actors.>", "_INBOX_admin.>")
-        await rogue.open(as_user(secured_nats, "ingress"), "_INBOX.>", "_INBOX_admin.>",
-                         "_INBOX_actors.>", *OWNER_SIDE)
+        await observer.open(
+            as_user(secured_nats, "admin"),
+            "_INBOX.>",
+            "_INBOX_ingress.>",
+            "_INBOX_actors.>",
+            "_INBOX_admin.>",
+        )
+        await rogue.open(
+            as_user(secured_nats, "ingress"),
+            "_INBOX.>",
+            "_INBOX_admin.>",
+            "_INBOX_actors.>",
+            *OWNER_SIDE,
+        )
         observer_refused = await observer.refused(3)
         rogue_refused = await rogue.refused(3 + len(OWNER_SIDE))
 
         admin = as_user(secured_nats, "admin")
-        added = await asyncio.to_thread(_admin_command, admin, "provider_keys", "add",
-                                        f"key={DATABASE_KEY}",
-                                        f"endpoint={eid('m', fake_upstream)}")
-        await asyncio.to_thread(_admin_command, admin, "provider_keys", "reserve",
-                                f"key={CONFIG_KEY}", "min_role=admin")
-        made = await asyncio.to_thread(_admin_command, admin, "api_keys", "create",
-                                       "org=acme", "user=ops", "role=free")
+        added = await asyncio.to_thread(
+            _admin_command,
+            admin,
+            "provider_keys",
+            "add",
+            f"key={DATABASE_KEY}",
+            f"endpoint={eid('m', fake_upstream)}",
+        )
+        await asyncio.to_thread(
+            _admin_command, admin, "provider_keys", "reserve", f"key={CONFIG_KEY}", "min_role=admin"
+        )
+        made = await asyncio.to_thread(
+            _admin_command, admin, "api_keys", "create", "org=acme", "user=ops", "role=free"
+        )
         # The new key is looked up by the ingress, the database key granted to it, both as
         # replies on the ingress's inbox.
-        async with openai.AsyncOpenAI(base_url=f"{ingress.url}/v1", api_key=made["key"],
-                                      max_retries=0) as client:
+        async with openai.AsyncOpenAI(
+            base_url=f"{ingress.url}/v1", api_key=made["key"], max_retries=0
+        ) as client:
             await ask(client)
-        events = await asyncio.to_thread(_llmgw, "events", "--since", "10m", "--count", "1",
-                                         "--bus", admin)
+        events = await asyncio.to_thread(
+            _llmgw, "events", "--since", "10m", "--count", "1", "--bus", admin
+        )
 
         observed = {s: await observer.seen(s) for s in observer.subs}
         rogued = {s: await rogue.seen(s) for s in rogue.subs}
@@ -266,10 +349,10 @@ async def test_a_user_cannot_read_another_users_inbox_so_grants_and_new_keys_sta
     assert added["credential_id"] == credential_id(DATABASE_KEY)
     assert spent(fake_upstream) == DATABASE_KEY  # granted to the ingress over the bus
     assert events.returncode == 0 and events.stdout.strip(), events.stderr
-    for refusals, subjects_ in ((observer_refused, ["_INBOX.>", "_INBOX_ingress.>",
-                                                    "_INBOX_actors.>"]),
-                                (rogue_refused, ["_INBOX.>", "_INBOX_admin.>",
-                                                 "_INBOX_actors.>", *OWNER_SIDE])):
+    for refusals, subjects_ in (
+        (observer_refused, ["_INBOX.>", "_INBOX_ingress.>", "_INBOX_actors.>"]),
+        (rogue_refused, ["_INBOX.>", "_INBOX_admin.>", "_INBOX_actors.>", *OWNER_SIDE]),
+    ):
         assert refusals.lower().count("permissions violation") == len(subjects_)
         for subject in subjects_:  # nats-py lower-cases the server's error text
             assert f'"{subject.lower()}"' in refusals.lower()

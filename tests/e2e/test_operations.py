@@ -44,20 +44,26 @@ async def admin(gw: RunningGateway, area: str, verb: str, **args: Any) -> httpx.
     return await gw.http().post(f"/admin/{area}/{verb}", json=args, headers=AUTH)
 
 
-async def fallback_gateway(gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
-                           ) -> tuple[RunningGateway, FakeUpstream, FakeUpstream]:
+async def fallback_gateway(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> tuple[RunningGateway, FakeUpstream, FakeUpstream]:
     """Model ``m``: ``a`` (answers 500) is all but always the primary, ``b`` serves; ``a``'s
     circuit opens after 2 failures and stays open."""
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     a.set_default(Reply(500))
-    gw = await gateway_factory(config(model("m", route(a, 1e6), route(b, 1e-6)),
-                                      circuit={"failure_threshold": 2, "cooldown_seconds": 300},
-                                      admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1e6), route(b, 1e-6)),
+            circuit={"failure_threshold": 2, "cooldown_seconds": 300},
+            admin_key=ADMIN,
+        )
+    )
     return gw, a, b
 
 
 async def test_fallback_request_is_logged_as_two_attempt_rows_and_one_request_row(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     gw, a, b = await fallback_gateway(gateway_factory, fake_upstreams)
     async with watch(gw, subjects.event("decision")) as decisions:
@@ -68,25 +74,33 @@ async def test_fallback_request_is_logged_as_two_attempt_rows_and_one_request_ro
 
     assert resp.status_code == 200, resp.text
     rows = query.json()["rows"]
-    assert [(r["kind"], r["endpoint"], r["attempt"], r["fallback"], r["status"])
-            for r in rows] == [
+    assert [(r["kind"], r["endpoint"], r["attempt"], r["fallback"], r["status"]) for r in rows] == [
         ("attempt", eid("m", a), 1, False, 500),
         ("attempt", eid("m", b), 2, True, 200),
         ("request", eid("m", b), 2, True, 200),
     ]
     req = rows[2]
     assert (req["requested_model"], req["model"], req["surface"], req["outcome"]) == (
-        "m", "m", "chat", "success")
+        "m",
+        "m",
+        "chat",
+        "success",
+    )
     assert req["completion_tokens"] == b.completion_tokens and not req["stream"]
     assert rows[0]["outcome"] == "failure" and rows[0]["error_kind"]
     assert req["caller_id"].startswith("c-") and "127.0.0.1" not in str(rows)
     assert (decided.primary, decided.served, decided.fallback, decided.attempts) == (
-        eid("m", a), eid("m", b), True, 2)
+        eid("m", a),
+        eid("m", b),
+        True,
+        2,
+    )
     assert decided.request_id == rid and decided.reason
 
 
 async def test_streamed_request_is_logged_with_its_time_to_first_token(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     gw = await gateway_factory(config(model("m", route(fake_upstream)), admin_key=ADMIN))
     async with gw.http().stream("POST", CHAT, json=chat("m", stream=True)) as resp:
@@ -101,7 +115,8 @@ async def test_streamed_request_is_logged_with_its_time_to_first_token(
 
 
 async def test_metrics_are_prometheus_text_with_requests_latency_attempts_and_circuits(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     gw, a, b = await fallback_gateway(gateway_factory, fake_upstreams)
     client = gw.http()
@@ -115,18 +130,37 @@ async def test_metrics_are_prometheus_text_with_requests_latency_attempts_and_ci
     resp = await client.get("/metrics")
 
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for f in text_string_to_metric_families(resp.text) for s in f.samples}
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(resp.text)
+        for s in f.samples
+    }
     ea, eb = eid("m", a), eid("m", b)
     on_b = (("endpoint", eb), ("model", "m"), ("surface", "chat"))
     assert samples[("llmgw_requests_total", on_b)] == 3
     assert samples[("llmgw_request_duration_seconds_count", on_b)] == 3
     # Two fall back from a; a's circuit is then open, so the third goes straight to b.
     assert samples[("llmgw_fallbacks_total", (("endpoint", eb), ("model", "m")))] == 2
-    assert samples[("llmgw_attempts_total",
-                    (("endpoint", ea), ("model", "m"), ("outcome", "failure")))] == 2
-    assert samples[("llmgw_request_errors_total", (("endpoint", "-"), ("kind", "route_not_found"),
-                                                   ("model", "-"), ("surface", "chat")))] == 1
+    assert (
+        samples[
+            ("llmgw_attempts_total", (("endpoint", ea), ("model", "m"), ("outcome", "failure")))
+        ]
+        == 2
+    )
+    assert (
+        samples[
+            (
+                "llmgw_request_errors_total",
+                (
+                    ("endpoint", "-"),
+                    ("kind", "route_not_found"),
+                    ("model", "-"),
+                    ("surface", "chat"),
+                ),
+            )
+        ]
+        == 1
+    )
     assert samples[("llmgw_circuit_state", (("endpoint", ea), ("model", "m")))] == 2  # open
     assert samples[("llmgw_endpoint_availability", (("endpoint", eb), ("model", "m")))] == 1
     assert samples[("llmgw_bus_rtt_seconds_count", (("op", "route"),))] == 4 - 1
@@ -135,7 +169,8 @@ async def test_metrics_are_prometheus_text_with_requests_latency_attempts_and_ci
 
 
 async def test_events_stream_sends_a_circuit_opening_to_admins_only(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     fake_upstream.set_default(Reply(500))
     gw = await gateway_factory(config(model("m", route(fake_upstream)), admin_key=ADMIN))
@@ -143,8 +178,7 @@ async def test_events_stream_sends_a_circuit_opening_to_admins_only(
     refused = await client.get("/events")
     parser = SSEParser()
     frames: list[tuple[str | None, bytes]] = []
-    async with client.stream("GET", "/events", params={"kind": "circuit"},
-                             headers=AUTH) as events:
+    async with client.stream("GET", "/events", params={"kind": "circuit"}, headers=AUTH) as events:
         chunks = events.aiter_bytes()
         assert b"subscribed" in await anext(chunks)  # the subscription is in place
         for _ in range(2):
@@ -158,21 +192,27 @@ async def test_events_stream_sends_a_circuit_opening_to_admins_only(
     event = json.loads(data)
     assert kind == "circuit"
     assert (event["kind"], event["type"], event["endpoint"], event["new"]) == (
-        "circuit", "CircuitTransition", eid("m", fake_upstream), "open")
+        "circuit",
+        "CircuitTransition",
+        eid("m", fake_upstream),
+        "open",
+    )
 
 
 def _file_config(tmp_path: Path, *models: dict[str, Any]) -> dict[str, Any]:
-    return config(*models, admin_key=ADMIN,
-                  database={"path": str(tmp_path / "gw.sqlite3")})
+    return config(*models, admin_key=ADMIN, database={"path": str(tmp_path / "gw.sqlite3")})
 
 
 async def test_reload_adding_a_model_mid_traffic_fails_no_request(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "gw.yaml"
     echo = {"kind": "echo"}
-    gw = await gateway_factory(_file_config(tmp_path, model("a", route(fake_upstream))),
-                               config_path=path)
+    gw = await gateway_factory(
+        _file_config(tmp_path, model("a", route(fake_upstream))), config_path=path
+    )
     client = gw.http()
     statuses: list[int] = []
     stop = asyncio.Event()
@@ -183,8 +223,9 @@ async def test_reload_adding_a_model_mid_traffic_fails_no_request(
 
     workers = [asyncio.create_task(traffic()) for _ in range(4)]
     await fake_upstream.wait_for_requests(8)
-    path.write_text(yaml.safe_dump(_file_config(
-        tmp_path, model("a", route(fake_upstream)), model("b", echo))))
+    path.write_text(
+        yaml.safe_dump(_file_config(tmp_path, model("a", route(fake_upstream)), model("b", echo)))
+    )
     reloaded = await admin(gw, "config", "reload")
     new_model = await client.post(CHAT, json=chat("b"))
     served = len(fake_upstream.requests)
@@ -199,14 +240,18 @@ async def test_reload_adding_a_model_mid_traffic_fails_no_request(
 
 
 async def test_reload_of_a_broken_file_is_refused_whole_with_startups_message(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "gw.yaml"
-    gw = await gateway_factory(_file_config(tmp_path, model("a", route(fake_upstream))),
-                               config_path=path)
+    gw = await gateway_factory(
+        _file_config(tmp_path, model("a", route(fake_upstream))), config_path=path
+    )
     before = (await admin(gw, "config", "show")).json()
-    broken = _file_config(tmp_path, model("a", route(fake_upstream, weight=-1)),
-                          model("b", {"kind": "echo"}))
+    broken = _file_config(
+        tmp_path, model("a", route(fake_upstream, weight=-1)), model("b", {"kind": "echo"})
+    )
     path.write_text(yaml.safe_dump(broken))
     with pytest.raises(ConfigError) as startup:
         load_config(path)
@@ -223,19 +268,22 @@ async def test_reload_of_a_broken_file_is_refused_whole_with_startups_message(
 
 
 async def test_reload_applies_a_rotated_admin_key_and_a_new_auth_mode(
-    gateway_factory: GatewayFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "gw.yaml"
     echo = model("a", {"kind": "echo"})
     gw = await gateway_factory(_file_config(tmp_path, echo), config_path=path)
     open_before = await gw.http().post(CHAT, json=chat("a"))
     rotated = "adm-rotated-key"
-    path.write_text(yaml.safe_dump({**_file_config(tmp_path, echo), "admin_key": rotated,
-                                    "auth": "required"}))
+    path.write_text(
+        yaml.safe_dump({**_file_config(tmp_path, echo), "admin_key": rotated, "auth": "required"})
+    )
     reloaded = await admin(gw, "config", "reload")
     old_key = await gw.http().get("/admin/config/show", headers=AUTH)
-    new_key = await gw.http().get("/admin/config/show",
-                                  headers={"authorization": f"Bearer {rotated}"})
+    new_key = await gw.http().get(
+        "/admin/config/show", headers={"authorization": f"Bearer {rotated}"}
+    )
     open_after = await gw.http().post(CHAT, json=chat("a"))
 
     assert open_before.status_code == 200 and reloaded.status_code == 200, reloaded.text

@@ -36,25 +36,39 @@ async def _serve(started: list[GatewayProcess], cfg: Path, *args: str) -> Gatewa
 
 
 def _llmgw(*args: str, timeout: float = PROCESS_WAIT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli.main", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "gateway.cli.main", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _request_rows(db: Path) -> list[dict[str, Any]]:
-    out = _llmgw("logs", "--db", str(db), "--kind", "request", "--since", "1h",
-                 "--limit", "100000", "--json")
+    out = _llmgw(
+        "logs", "--db", str(db), "--kind", "request", "--since", "1h", "--limit", "100000", "--json"
+    )
     assert out.returncode == 0, out.stderr
     return [json.loads(line) for line in out.stdout.splitlines()]
 
 
 async def test_kill_9_during_traffic_loses_at_most_the_bound_and_a_clean_stop_loses_nothing(
-    processes: list[GatewayProcess], tmp_path: Path,
+    processes: list[GatewayProcess],
+    tmp_path: Path,
 ) -> None:
     db = tmp_path / "gw.sqlite3"
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(
-        model("demo", {"kind": "echo"}), database={"path": str(db)},
-        log={"batch_rows": 50, "flush_ms": 100, "queue_rows": QUEUE_ROWS})))
+    cfg.write_text(
+        yaml.safe_dump(
+            config(
+                model("demo", {"kind": "echo"}),
+                database={"path": str(db)},
+                log={"batch_rows": 50, "flush_ms": 100, "queue_rows": QUEUE_ROWS},
+            )
+        )
+    )
     proc = await _serve(processes, cfg)
     ok = 0
     async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
@@ -87,18 +101,40 @@ async def test_kill_9_during_traffic_loses_at_most_the_bound_and_a_clean_stop_lo
 
 @pytest.mark.nats
 async def test_llmgw_events_sees_a_circuit_open_caused_by_another_process(
-    processes: list[GatewayProcess], fake_upstream: FakeUpstream, nats_url: str,
+    processes: list[GatewayProcess],
+    fake_upstream: FakeUpstream,
+    nats_url: str,
     tmp_path: Path,
 ) -> None:
     fake_upstream.set_default(Reply(500))
     cfg = tmp_path / "gw.yaml"
-    cfg.write_text(yaml.safe_dump(config(model("m", route(fake_upstream)),
-                                         database={"path": str(tmp_path / "gw.sqlite3")})))
+    cfg.write_text(
+        yaml.safe_dump(
+            config(
+                model("m", route(fake_upstream)), database={"path": str(tmp_path / "gw.sqlite3")}
+            )
+        )
+    )
     proc = await _serve(processes, cfg, "--bus", nats_url)
     tail = await asyncio.to_thread(
         subprocess.Popen,
-        [sys.executable, "-m", "gateway.cli.main", "events", "--filter", "circuit", "--count", "1",
-         "--bus", nats_url], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "gateway.cli.main",
+            "events",
+            "--filter",
+            "circuit",
+            "--count",
+            "1",
+            "--bus",
+            nats_url,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert tail.stderr is not None
         following = await asyncio.to_thread(tail.stderr.readline)
@@ -115,12 +151,18 @@ async def test_llmgw_events_sees_a_circuit_open_caused_by_another_process(
     assert tail.returncode == 0, err
     event = json.loads(out.splitlines()[0])
     assert (event["kind"], event["type"], event["endpoint"], event["new"]) == (
-        "circuit", "CircuitTransition", eid("m", fake_upstream), "open")
+        "circuit",
+        "CircuitTransition",
+        eid("m", fake_upstream),
+        "open",
+    )
 
 
 @pytest.mark.nats
 async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_does(
-    processes: list[GatewayProcess], nats_url: str, tmp_path: Path,
+    processes: list[GatewayProcess],
+    nats_url: str,
+    tmp_path: Path,
 ) -> None:
     cfg = tmp_path / "gw.yaml"
     good = config(model("a", {"kind": "echo"}), database={"path": str(tmp_path / "gw.sqlite3")})
@@ -131,8 +173,11 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
     with pytest.raises(ConfigError) as startup:  # what `llmgw serve` prints, after its prefix
         load_config(cfg)
     refused = await asyncio.to_thread(_llmgw, "admin", "reload", "--bus", nats_url)
-    cfg.write_text(yaml.safe_dump({**good, "models": [
-        *good["models"], {"id": "b", "route": [{"kind": "echo"}]}]}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {**good, "models": [*good["models"], {"id": "b", "route": [{"kind": "echo"}]}]}
+        )
+    )
     reloaded = await asyncio.to_thread(_llmgw, "admin", "reload", "--bus", nats_url)
     async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
         # The reply comes once the actors serve b; the ingress swaps on the event it
@@ -144,8 +189,9 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
         served = await client.post(CHAT, json=chat("b"))
     logs = await asyncio.to_thread(_llmgw, "logs", "--bus", nats_url, "--model", "b", "--json")
     # A consumer that was away catches up from the JetStream stream.
-    replayed = await asyncio.to_thread(_llmgw, "events", "--since", "10m", "--filter", "config",
-                                       "--count", "1", "--bus", nats_url)
+    replayed = await asyncio.to_thread(
+        _llmgw, "events", "--since", "10m", "--filter", "config", "--count", "1", "--bus", nats_url
+    )
 
     message = str(startup.value)
     assert "models[0].route[0].kind" in message
@@ -157,21 +203,27 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
     assert logs.returncode == 0, logs.stderr
     rows = [json.loads(line) for line in logs.stdout.splitlines()]
     assert [(r["kind"], r["model"], r["status"]) for r in rows] == [
-        ("attempt", "b", 200), ("request", "b", 200)]
+        ("attempt", "b", 200),
+        ("request", "b", 200),
+    ]
     assert replayed.returncode == 0, replayed.stderr
     event = json.loads(replayed.stdout)
     assert (event["kind"], event["type"]) == ("config", "ConfigChanged")
 
 
 async def test_sighup_reloads_the_config_file(
-    processes: list[GatewayProcess], tmp_path: Path,
+    processes: list[GatewayProcess],
+    tmp_path: Path,
 ) -> None:
     cfg = tmp_path / "gw.yaml"
     good = config(model("a", {"kind": "echo"}), database={"path": str(tmp_path / "gw.sqlite3")})
     cfg.write_text(yaml.safe_dump(good))
     proc = await _serve(processes, cfg)
-    cfg.write_text(yaml.safe_dump({**good, "models": [
-        *good["models"], {"id": "b", "route": [{"kind": "echo"}]}]}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {**good, "models": [*good["models"], {"id": "b", "route": [{"kind": "echo"}]}]}
+        )
+    )
     assert proc.proc is not None
     proc.proc.send_signal(signal.SIGHUP)
     async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:

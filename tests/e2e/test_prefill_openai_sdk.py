@@ -38,9 +38,12 @@ N = 200  # small requests per measured share
 
 def _config(a: FakeUpstream, b: FakeUpstream, *, affinity: bool = False) -> dict[str, Any]:
     """``a`` is the favourite (1 : 1e-9) until an admin evens the weights."""
-    return config(model("m", route(a, 1), route(b, 1e-9)), circuit=STAYS_OPEN,
-                  routing={"trust_proxy_headers": True, "affinity": {"enabled": affinity}},
-                  admin_key=ADMIN)
+    return config(
+        model("m", route(a, 1), route(b, 1e-9)),
+        circuit=STAYS_OPEN,
+        routing={"trust_proxy_headers": True, "affinity": {"enabled": affinity}},
+        admin_key=ADMIN,
+    )
 
 
 def _body(content: str = "hi", **extra: Any) -> dict[str, Any]:
@@ -48,15 +51,17 @@ def _body(content: str = "hi", **extra: Any) -> dict[str, Any]:
 
 
 async def _weight(gw: RunningGateway, up: FakeUpstream, weight: float) -> None:
-    resp = await gw.http().put(f"/admin/routing/weights/m/{eid('m', up)}",
-                               json={"weight": weight}, headers=ADMIN_AUTH)
+    resp = await gw.http().put(
+        f"/admin/routing/weights/m/{eid('m', up)}", json={"weight": weight}, headers=ADMIN_AUTH
+    )
     assert resp.status_code == 200, resp.text
 
 
 def _hold(gw: RunningGateway, ip: str, content: str = BIG) -> asyncio.Task[httpx.Response]:
     """Send a request from ``ip`` that the test lets hang on its upstream."""
-    return asyncio.create_task(gw.http().post(CHAT, json=_body(content),
-                                              headers={"x-forwarded-for": ip}))
+    return asyncio.create_task(
+        gw.http().post(CHAT, json=_body(content), headers={"x-forwarded-for": ip})
+    )
 
 
 async def _via(gw: RunningGateway, ip: str, content: str = "hi") -> str:
@@ -72,7 +77,8 @@ async def _share(client: openai.AsyncOpenAI, up: FakeUpstream) -> int:
     async def one() -> str:
         async with gate:
             raw = await client.chat.completions.with_raw_response.create(
-                model="m", messages=[{"role": "user", "content": "hi"}])
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
             return str(raw.headers["x-routed-via"])
 
     vias = await asyncio.gather(*(one() for _ in range(N)))
@@ -89,11 +95,17 @@ def _near(count: int, p: float) -> bool:
 ENGAGED, PLAIN = 0.25, 0.5
 
 
-@pytest.mark.parametrize(("intervene", "share"), [(500, ENGAGED), (5000, PLAIN)],
-                         ids=["backlog_above_threshold", "backlog_below_threshold"])
+@pytest.mark.parametrize(
+    ("intervene", "share"),
+    [(500, ENGAGED), (5000, PLAIN)],
+    ids=["backlog_above_threshold", "backlog_below_threshold"],
+)
 async def test_prefill_tiebreak_steers_from_a_backlog_only_once_it_reaches_intervene_tokens(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    monkeypatch: pytest.MonkeyPatch, intervene: int, share: float,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    intervene: int,
+    share: float,
 ) -> None:
     monkeypatch.setenv("ROUTING_PREFILL_INTERVENE_TOKENS", str(intervene))
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
@@ -110,7 +122,8 @@ async def test_prefill_tiebreak_steers_from_a_backlog_only_once_it_reaches_inter
 
 
 async def test_prefill_lease_ends_at_the_first_token_and_when_its_stream_is_abandoned(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("ROUTING_PREFILL_INTERVENE_TOKENS", "500")
@@ -131,7 +144,8 @@ async def test_prefill_lease_ends_at_the_first_token_and_when_its_stream_is_aban
     a.enqueue(Hang())
     seen = len(a.requests)
     waiting = asyncio.create_task(
-        client.chat.completions.create(model="m", messages=big, stream=True))
+        client.chat.completions.create(model="m", messages=big, stream=True)
+    )
     await a.wait_for_requests(seen + 1)
     await _weight(gw, b, 1)
     before_first_token = await _share(client, a)
@@ -146,13 +160,20 @@ async def test_prefill_lease_ends_at_the_first_token_and_when_its_stream_is_aban
     await decoding.close()
 
 
-@pytest.mark.parametrize(("enabled", "expected"), [
-    (None, "aabba"),  # a holds 2 elephants, then b does; then nobody has room: weights decide
-    ("0", "aaaaa"),  # the kill switch: a plain weighted draw
-], ids=["enabled", "disabled_by_env"])
+@pytest.mark.parametrize(
+    ("enabled", "expected"),
+    [
+        (None, "aabba"),  # a holds 2 elephants, then b does; then nobody has room: weights decide
+        ("0", "aaaaa"),  # the kill switch: a plain weighted draw
+    ],
+    ids=["enabled", "disabled_by_env"],
+)
 async def test_prefill_elephants_spread_past_the_elephant_limit_and_never_go_unrouted(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    monkeypatch: pytest.MonkeyPatch, enabled: str | None, expected: str,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    enabled: str | None,
+    expected: str,
 ) -> None:
     monkeypatch.setenv("ROUTING_PREFILL_ELEPHANT_TOKENS", "500")
     monkeypatch.setenv("ROUTING_PREFILL_ELEPHANT_LIMIT", "2")
@@ -184,8 +205,10 @@ async def _arrival(*ups: FakeUpstream) -> None:
 
 
 async def test_prefill_uncached_estimate_uses_the_callers_last_prompt_there_until_the_hint_ttl(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    monkeypatch: pytest.MonkeyPatch, actor_clock: SkewedClock,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    actor_clock: SkewedClock,
 ) -> None:
     monkeypatch.setenv("ROUTING_PREFILL_ELEPHANT_TOKENS", "500")
     monkeypatch.setenv("ROUTING_PREFILL_ELEPHANT_LIMIT", "1")
@@ -208,11 +231,17 @@ async def test_prefill_uncached_estimate_uses_the_callers_last_prompt_there_unti
     elephant.cancel()
 
 
-@pytest.mark.parametrize(("ceiling", "stays"), [(500, False), (5000, True)],
-                         ids=["backlog_above_ceiling", "backlog_below_ceiling"])
+@pytest.mark.parametrize(
+    ("ceiling", "stays"),
+    [(500, False), (5000, True)],
+    ids=["backlog_above_ceiling", "backlog_below_ceiling"],
+)
 async def test_prefill_backlog_above_the_affinity_ceiling_abandons_the_pin_and_repins(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    monkeypatch: pytest.MonkeyPatch, ceiling: int, stays: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    ceiling: int,
+    stays: bool,
 ) -> None:
     monkeypatch.setenv("ROUTING_PREFILL_AFFINITY_CEILING", str(ceiling))
     a, b = await fake_upstreams("a"), await fake_upstreams("b")

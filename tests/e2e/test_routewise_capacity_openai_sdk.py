@@ -37,8 +37,12 @@ async def _free_slots_seen(gw: RunningGateway, endpoint: str, free: float) -> No
     bounded loop of awaited status requests while the CapacityState event lands)."""
     with anyio.fail_after(WAIT):
         while True:
-            st = await gateway_bus(gw).request(subjects.model_status("m"), ModelStatusRequest(),
-                                               reply_type=ModelStatus, timeout=WAIT)
+            st = await gateway_bus(gw).request(
+                subjects.model_status("m"),
+                ModelStatusRequest(),
+                reply_type=ModelStatus,
+                timeout=WAIT,
+            )
             assert isinstance(st, ModelStatus), st
             rows = {c.endpoint: c for c in st.routewise}
             if rows[endpoint].free_slots == free:
@@ -46,14 +50,22 @@ async def _free_slots_seen(gw: RunningGateway, endpoint: str, free: float) -> No
 
 
 async def test_routewise_spills_to_on_demand_while_the_slot_is_held_and_returns_after(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     slot, paid = await fake_upstreams("slot"), await fake_upstreams("paid")
-    gw = await gateway_factory(config(
-        model("m", route(slot, provider_type="concurrency", concurrency={"limit": 1}),
-              route(paid, pricing=DEAR),
-              router="routewise", router_params={"budget_alpha": 0.0, "random_seed": 1}),
-        routing={"affinity": {"enabled": False}}))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(slot, provider_type="concurrency", concurrency={"limit": 1}),
+                route(paid, pricing=DEAR),
+                router="routewise",
+                router_params={"budget_alpha": 0.0, "random_seed": 1},
+            ),
+            routing={"affinity": {"enabled": False}},
+        )
+    )
     pool, on_demand = eid("m", slot), eid("m", paid)
     client = gw.openai()
 

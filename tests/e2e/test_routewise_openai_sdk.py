@@ -29,8 +29,9 @@ SERVED = 12
 
 
 async def _routewise_status(gw: RunningGateway) -> ModelStatus:
-    reply = await gateway_bus(gw).request(subjects.model_status("m"), ModelStatusRequest(),
-                                          reply_type=ModelStatus, timeout=WAIT)
+    reply = await gateway_bus(gw).request(
+        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
+    )
     assert isinstance(reply, ModelStatus), reply
     return reply
 
@@ -45,13 +46,23 @@ async def _profiled(gw: RunningGateway, count: int) -> ModelStatus:
                 return st
 
 
-async def _start(gateway_factory: GatewayFactory, cheap: FakeUpstream, fast: FakeUpstream,
-                 alpha: float) -> RunningGateway:
+async def _start(
+    gateway_factory: GatewayFactory, cheap: FakeUpstream, fast: FakeUpstream, alpha: float
+) -> RunningGateway:
     cheap.set_default(Reply(delay=0.25))
-    return await gateway_factory(config(
-        model("m", route(cheap, pricing=CHEAP), route(fast, pricing=DEAR),
-              router="routewise", router_params={"budget_alpha": alpha, "random_seed": 1}),
-        routing={"affinity": {"enabled": False}}, admin_key=ADMIN))
+    return await gateway_factory(
+        config(
+            model(
+                "m",
+                route(cheap, pricing=CHEAP),
+                route(fast, pricing=DEAR),
+                router="routewise",
+                router_params={"budget_alpha": alpha, "random_seed": 1},
+            ),
+            routing={"affinity": {"enabled": False}},
+            admin_key=ADMIN,
+        )
+    )
 
 
 async def _seed(gw: RunningGateway, *ups: FakeUpstream) -> None:
@@ -59,13 +70,17 @@ async def _seed(gw: RunningGateway, *ups: FakeUpstream) -> None:
     for up in ups:
         for _ in range(SEED):
             await client.chat.completions.create(
-                model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)})
+                model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
+            )
     await _profiled(gw, len(ups))
 
 
 @pytest.mark.parametrize(("alpha", "winner"), [(0.0, "cheap"), (1.0, "fast")])
 async def test_routewise_alpha_sends_traffic_to_the_cheap_or_the_fast_route(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, alpha: float, winner: str,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    alpha: float,
+    winner: str,
 ) -> None:
     cheap, fast = await fake_upstreams("cheap"), await fake_upstreams("fast")
     gw = await _start(gateway_factory, cheap, fast, alpha)
@@ -77,13 +92,16 @@ async def test_routewise_alpha_sends_traffic_to_the_cheap_or_the_fast_route(
         answer = await client.chat.completions.create(model="m", messages=HI)
         assert answer.choices[0].message.content
 
-    served = {"cheap": len(cheap.requests) - before["cheap"],
-              "fast": len(fast.requests) - before["fast"]}
+    served = {
+        "cheap": len(cheap.requests) - before["cheap"],
+        "fast": len(fast.requests) - before["fast"],
+    }
     assert served[winner] == SERVED, served
 
 
 async def test_routewise_health_and_explain_show_costs_latencies_and_lp_weights(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     cheap, fast = await fake_upstreams("cheap"), await fake_upstreams("fast")
     gw = await _start(gateway_factory, cheap, fast, 1.0)
@@ -92,8 +110,9 @@ async def test_routewise_health_and_explain_show_costs_latencies_and_lp_weights(
     async with httpx.AsyncClient(base_url=gw.url) as http:
         headers = {"Authorization": f"Bearer {ADMIN}"}
         deep = (await http.get("/health/deep", headers=headers)).json()
-        resp = await http.post("/admin/routing/explain", headers=headers,
-                               json={"body": {"model": "m", "messages": HI}})
+        resp = await http.post(
+            "/admin/routing/explain", headers=headers, json={"body": {"model": "m", "messages": HI}}
+        )
         assert resp.status_code == 200, resp.text
         explained = resp.json()
 
@@ -108,25 +127,37 @@ async def test_routewise_health_and_explain_show_costs_latencies_and_lp_weights(
     assert explained["plan"]["candidates"][0]["endpoint"] == eid("m", fast)
 
 
-async def _served_by(gw: RunningGateway, cheap: FakeUpstream, fast: FakeUpstream,
-                     n: int) -> dict[str, int]:
+async def _served_by(
+    gw: RunningGateway, cheap: FakeUpstream, fast: FakeUpstream, n: int
+) -> dict[str, int]:
     before = {"cheap": len(cheap.requests), "fast": len(fast.requests)}
     client = gw.openai()
     for _ in range(n):
         await client.chat.completions.create(model="m-alias", messages=HI)
-    return {"cheap": len(cheap.requests) - before["cheap"],
-            "fast": len(fast.requests) - before["fast"]}
+    return {
+        "cheap": len(cheap.requests) - before["cheap"],
+        "fast": len(fast.requests) - before["fast"],
+    }
 
 
 async def test_routewise_admin_setting_changes_routing_on_the_next_request_and_survives_restart(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     cheap, fast = await fake_upstreams("cheap"), await fake_upstreams("fast")
     cheap.set_default(Reply(delay=0.25))
     cfg = config(
-        model("m", route(cheap, pricing=CHEAP), route(fast, pricing=DEAR), aliases=["m-alias"],
-              router="routewise", router_params={"budget_alpha": 0.0, "random_seed": 1}),
-        routing={"affinity": {"enabled": False}}, admin_key=ADMIN)
+        model(
+            "m",
+            route(cheap, pricing=CHEAP),
+            route(fast, pricing=DEAR),
+            aliases=["m-alias"],
+            router="routewise",
+            router_params={"budget_alpha": 0.0, "random_seed": 1},
+        ),
+        routing={"affinity": {"enabled": False}},
+        admin_key=ADMIN,
+    )
     gw = await gateway_factory(cfg)
     await _seed(gw, cheap, fast)
     headers = {"Authorization": f"Bearer {ADMIN}"}
@@ -134,11 +165,13 @@ async def test_routewise_admin_setting_changes_routing_on_the_next_request_and_s
 
     async with httpx.AsyncClient(base_url=gw.url, headers=headers) as http:
         first = await _served_by(gw, cheap, fast, 4)
-        patched = await http.patch(f"{path}/budget_alpha", params={"model_id": "m-alias"},
-                                   json={"value": 1.0})
+        patched = await http.patch(
+            f"{path}/budget_alpha", params={"model_id": "m-alias"}, json={"value": 1.0}
+        )
         second = await _served_by(gw, cheap, fast, 4)
-        refused = await http.patch(f"{path}/quota_limit", params={"model_id": "m"},
-                                   json={"value": 5})
+        refused = await http.patch(
+            f"{path}/quota_limit", params={"model_id": "m"}, json={"value": 5}
+        )
         async with httpx.AsyncClient(base_url=gw.url) as bare:
             anonymous = await bare.get(path, params={"model_id": "m"})
     assert await gw.stop() == 0
@@ -153,30 +186,40 @@ async def test_routewise_admin_setting_changes_routing_on_the_next_request_and_s
 
     assert first == {"cheap": 4, "fast": 0}
     assert patched.status_code == 200, patched.text
-    assert patched.json()["settings"]["budget_alpha"] == {"value": 1.0,
-                                                          "source": "model_override"}
+    assert patched.json()["settings"]["budget_alpha"] == {"value": 1.0, "source": "model_override"}
     assert second == {"cheap": 0, "fast": 4}
     assert refused.status_code == 400 and "quota_limit" in refused.json()["error"]["message"]
     assert anonymous.status_code == 401
     assert kept["settings"]["budget_alpha"] == {"value": 1.0, "source": "model_override"}
     assert third == {"cheap": 0, "fast": 4}
-    assert deleted.json()["settings"]["budget_alpha"] == {"value": 0.0,
-                                                          "source": "router_params"}
+    assert deleted.json()["settings"]["budget_alpha"] == {"value": 0.0, "source": "router_params"}
     assert fourth == {"cheap": 4, "fast": 0}
 
 
 async def test_routewise_deployment_fallback_applies_below_router_params(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     cheap, fast = await fake_upstreams("cheap"), await fake_upstreams("fast")
     cheap.set_default(Reply(delay=0.25))
-    gw = await gateway_factory(config(
-        model("m", route(cheap, pricing=CHEAP), route(fast, pricing=DEAR), aliases=["m-alias"],
-              router="routewise", router_params={"random_seed": 1}),
-        routing={"affinity": {"enabled": False}}, admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(cheap, pricing=CHEAP),
+                route(fast, pricing=DEAR),
+                aliases=["m-alias"],
+                router="routewise",
+                router_params={"random_seed": 1},
+            ),
+            routing={"affinity": {"enabled": False}},
+            admin_key=ADMIN,
+        )
+    )
     await _seed(gw, cheap, fast)
-    async with httpx.AsyncClient(base_url=gw.url,
-                                 headers={"Authorization": f"Bearer {ADMIN}"}) as http:
+    async with httpx.AsyncClient(
+        base_url=gw.url, headers={"Authorization": f"Bearer {ADMIN}"}
+    ) as http:
         low = await http.patch("/admin/routewise/settings", json={"budget_alpha": 0.0})
         at_zero = await _served_by(gw, cheap, fast, 4)
         shown = (await http.get("/admin/routewise/settings")).json()
@@ -189,17 +232,29 @@ async def test_routewise_deployment_fallback_applies_below_router_params(
 
 
 async def test_routewise_prober_seeds_the_evidence_that_moves_traffic_to_the_fast_route(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     cheap, fast = await fake_upstreams("cheap"), await fake_upstreams("fast")
     cheap.set_default(Reply(delay=0.25))
-    gw = await gateway_factory(config(
-        model("m", route(cheap, pricing=CHEAP), route(fast, pricing=DEAR), aliases=["m-alias"],
-              router="routewise",
-              router_params={"budget_alpha": 1.0, "routewise_probe_enabled": True,
-                             "routewise_probe_interval_sec": 0.05,
-                             "routewise_probe_max_concurrency": 2}),
-        routing={"affinity": {"enabled": False}}))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(cheap, pricing=CHEAP),
+                route(fast, pricing=DEAR),
+                aliases=["m-alias"],
+                router="routewise",
+                router_params={
+                    "budget_alpha": 1.0,
+                    "routewise_probe_enabled": True,
+                    "routewise_probe_interval_sec": 0.05,
+                    "routewise_probe_max_concurrency": 2,
+                },
+            ),
+            routing={"affinity": {"enabled": False}},
+        )
+    )
     await _profiled(gw, 2)  # no client traffic yet: the prober measured both routes
     probes = {"cheap": len(cheap.requests), "fast": len(fast.requests)}
     probe_bodies = [r.json for r in (*cheap.requests, *fast.requests)]
@@ -213,22 +268,36 @@ async def test_routewise_prober_seeds_the_evidence_that_moves_traffic_to_the_fas
 HEDGED = 5  # samples per route before hedging trusts the profiles (the library's minimum)
 
 
-async def _hedging_gateway(gateway_factory: GatewayFactory, slow: FakeUpstream,
-                           fast: FakeUpstream) -> RunningGateway:
+async def _hedging_gateway(
+    gateway_factory: GatewayFactory, slow: FakeUpstream, fast: FakeUpstream
+) -> RunningGateway:
     """Alpha 0 makes the cheap ``slow`` route the primary; its history misses the 0.3 s SLO
     every time, the dear ``fast`` one never does, so plans carry a hedge checkpoint."""
     slow.set_default(Reply(delay=0.4))
-    gw = await gateway_factory(config(
-        model("m", route(slow, pricing=CHEAP), route(fast, pricing=DEAR), aliases=["m-alias"],
-              router="routewise",
-              router_params={"budget_alpha": 0.0, "latency_slo_sec": 0.3,
-                             "latency_hedge_mode": "probability_target"}),
-        routing={"affinity": {"enabled": False}}, admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(slow, pricing=CHEAP),
+                route(fast, pricing=DEAR),
+                aliases=["m-alias"],
+                router="routewise",
+                router_params={
+                    "budget_alpha": 0.0,
+                    "latency_slo_sec": 0.3,
+                    "latency_hedge_mode": "probability_target",
+                },
+            ),
+            routing={"affinity": {"enabled": False}},
+            admin_key=ADMIN,
+        )
+    )
     client = gw.openai(api_key=ADMIN)
     for up in (slow, fast):
         for _ in range(HEDGED):
             await client.chat.completions.create(
-                model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)})
+                model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
+            )
     with anyio.fail_after(WAIT):
         while min(c.samples for c in (await _routewise_status(gw)).routewise) < HEDGED:
             pass
@@ -237,7 +306,9 @@ async def _hedging_gateway(gateway_factory: GatewayFactory, slow: FakeUpstream,
 
 @pytest.mark.parametrize("stream", [False, True])
 async def test_routewise_hedge_serves_from_the_backup_when_the_primary_stalls(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    stream: bool,
 ) -> None:
     slow, fast = await fake_upstreams("slow"), await fake_upstreams("fast")
     gw = await _hedging_gateway(gateway_factory, slow, fast)
@@ -247,14 +318,20 @@ async def test_routewise_hedge_serves_from_the_backup_when_the_primary_stalls(
 
     async with watch(gw, subjects.observation(eid("m", slow))) as slow_obs:
         if stream:
-            chunks = [c async for c in await client.chat.completions.create(
-                model="m", messages=HI, stream=True)]
+            chunks = [
+                c
+                async for c in await client.chat.completions.create(
+                    model="m", messages=HI, stream=True
+                )
+            ]
             text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-            finishes = [c.choices[0].finish_reason for c in chunks
-                        if c.choices and c.choices[0].finish_reason]
+            finishes = [
+                c.choices[0].finish_reason
+                for c in chunks
+                if c.choices and c.choices[0].finish_reason
+            ]
         else:
-            raw = await client.chat.completions.with_raw_response.create(model="m",
-                                                                       messages=HI)
+            raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
             answer = raw.parse()
             text, finishes = answer.choices[0].message.content or "", ["stop"]
             assert raw.headers["x-routed-via"] == eid("m", fast)

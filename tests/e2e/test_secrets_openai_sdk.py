@@ -32,15 +32,19 @@ A, B, D = "sk-secret-config-aaaa", "sk-secret-config-bbbb", "sk-secret-database-
 
 
 async def test_no_log_line_event_or_answer_carries_a_key_in_clear(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.DEBUG)
     up = await fake_upstreams("up")
     user_key, admin_key = await create_keys(tmp_path, "free", "admin")
-    gw = await gateway_factory(keys_config(
-        tmp_path, model("m", route(up, api_keys=[A, B])),
-        key_pool={"sole_key_tolerance": 0}))
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path, model("m", route(up, api_keys=[A, B])), key_pool={"sole_key_tolerance": 0}
+        )
+    )
     events: list[tuple[str, bytes]] = []
     answers: list[str] = []
 
@@ -82,7 +86,7 @@ async def test_no_log_line_event_or_answer_carries_a_key_in_clear(
             answers.append((await call).text)
         await client.chat.completions.create(model="m", messages=HI)
         assert up.requests[-1].credential == D
-        made = (await admin.post("/admin/keys", json={"org": "o", "user": "u", "role": "pro"}))
+        made = await admin.post("/admin/keys", json={"org": "o", "user": "u", "role": "pro"})
         minted = made.json()["key"]  # the one answer allowed to show a key: its creation
         await gw.openai(minted).chat.completions.create(model="m", messages=HI)
         answers.append((await admin.delete(f"/admin/keys/{made.json()['id']}")).text)

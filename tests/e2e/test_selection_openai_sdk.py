@@ -44,16 +44,22 @@ pytestmark = pytest.mark.e2e
 
 ADMIN = "adm-selection"
 NO_AFFINITY = {"affinity": {"enabled": False}}
-IMAGE: list[Any] = [{"role": "user", "content": [
-    {"type": "text", "text": "what is in this picture?"},
-    {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
-]}]
+IMAGE: list[Any] = [
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "what is in this picture?"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+        ],
+    }
+]
 
 
 async def _via(client: openai.AsyncOpenAI, **kw: Any) -> str:
     """The endpoint that served one chat completion (its ``x-routed-via``)."""
     raw = await client.chat.completions.with_raw_response.create(
-        model=kw.pop("model", "m"), messages=kw.pop("messages", HI), **kw)
+        model=kw.pop("model", "m"), messages=kw.pop("messages", HI), **kw
+    )
     return str(raw.headers["x-routed-via"])
 
 
@@ -61,11 +67,16 @@ async def _via(client: openai.AsyncOpenAI, **kw: Any) -> str:
 
 
 async def test_model_unpublished_or_without_routes_is_404_and_unlisted(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
-    gw = await gateway_factory(config(model("m", route(fake_upstream)),
-                                      model("hidden", route(fake_upstream), published=False),
-                                      model("empty")))
+    gw = await gateway_factory(
+        config(
+            model("m", route(fake_upstream)),
+            model("hidden", route(fake_upstream), published=False),
+            model("empty"),
+        )
+    )
     client = gw.openai()
 
     for name in ("hidden", "empty"):
@@ -82,13 +93,18 @@ async def test_model_unpublished_or_without_routes_is_404_and_unlisted(
 
 
 async def test_image_request_goes_only_to_a_route_whose_modalities_cover_it(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     text_only, vision = await fake_upstreams("text"), await fake_upstreams("vision")
-    gw = await gateway_factory(config(
-        model("m", route(text_only, 1e6),
-              route(vision, 1e-6, input_modalities=["text", "image"])),
-        routing=NO_AFFINITY))
+    gw = await gateway_factory(
+        config(
+            model(
+                "m", route(text_only, 1e6), route(vision, 1e-6, input_modalities=["text", "image"])
+            ),
+            routing=NO_AFFINITY,
+        )
+    )
     client = gw.openai()
 
     images = [await _via(client, messages=IMAGE) for _ in range(3)]
@@ -96,12 +112,12 @@ async def test_image_request_goes_only_to_a_route_whose_modalities_cover_it(
 
     assert images == [eid("m", vision)] * 3
     assert texts == [eid("m", text_only)] * 3
-    assert all(r.json["messages"][0]["content"][1]["type"] == "image_url"
-               for r in vision.requests)
+    assert all(r.json["messages"][0]["content"][1]["type"] == "image_url" for r in vision.requests)
 
 
 async def test_image_request_no_route_accepts_is_400_naming_the_modality_and_sends_nothing(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     # A deliberate change from the spec's AllCircuitsOpenError (503): no route of the model
     # can ever take this request, so a retry is in vain; the caller must change it.
@@ -113,13 +129,26 @@ async def test_image_request_no_route_accepts_is_400_naming_the_modality_and_sen
     with pytest.raises(openai.BadRequestError) as streamed:
         await gw.openai().chat.completions.create(model="m", messages=IMAGE, stream=True)
     with pytest.raises(anthropic.BadRequestError) as messages:
-        await gw.anthropic().messages.create(model="m", max_tokens=8, messages=[
-            {"role": "user", "content": [
-                {"type": "text", "text": "what is in this picture?"},
-                {"type": "image", "source": {"type": "base64", "media_type": "image/png",
-                                             "data": "iVBORw0KGgo="}},
-            ]},
-        ])
+        await gw.anthropic().messages.create(
+            model="m",
+            max_tokens=8,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "what is in this picture?"},
+                        {
+                            "type": "image",
+                            "source": {
+                                "type": "base64",
+                                "media_type": "image/png",
+                                "data": "iVBORw0KGgo=",
+                            },
+                        },
+                    ],
+                },
+            ],
+        )
 
     for exc in (plain, streamed):
         err = assert_openai_error(exc.value.response, 400, "no_route_for_modality")
@@ -137,16 +166,22 @@ async def test_image_request_no_route_accepts_is_400_naming_the_modality_and_sen
 
 @pytest.mark.parametrize("source", ["config", "env"])
 async def test_admin_pin_selects_its_route_through_an_open_circuit_and_never_falls_back(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
-    monkeypatch: pytest.MonkeyPatch, source: str,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    source: str,
 ) -> None:
     if source == "env":
         monkeypatch.setenv("LLMGW_ADMIN_KEY", ADMIN)
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     admin_key: dict[str, Any] = {"admin_key": ADMIN} if source == "config" else {}
-    gw = await gateway_factory(config(
-        model("m", route(a, 1), route(b, 1e-9)),
-        circuit={"failure_threshold": 1, "cooldown_seconds": 30}, **admin_key))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 1), route(b, 1e-9)),
+            circuit={"failure_threshold": 1, "cooldown_seconds": 30},
+            **admin_key,
+        )
+    )
     admin = gw.openai(api_key=ADMIN)
     pin = {"X-Route-Pin": eid("m", b)}
     b.enqueue(Reply(500, body={"error": {"message": "beta is down"}}))
@@ -157,9 +192,9 @@ async def test_admin_pin_selects_its_route_through_an_open_circuit_and_never_fal
         await events.circuit("open", eid("m", b))
     through_open = await _via(admin, extra_headers=pin)
     streamed = await admin.chat.completions.with_raw_response.create(
-        model="m", messages=HI, stream=True, extra_headers=pin)
-    text = "".join([c.choices[0].delta.content or "" async for c in streamed.parse()
-                    if c.choices])
+        model="m", messages=HI, stream=True, extra_headers=pin
+    )
+    text = "".join([c.choices[0].delta.content or "" async for c in streamed.parse() if c.choices])
     unpinned = await _via(admin)
 
     assert failed.value.status_code == 502 and "beta is down" in failed.value.message
@@ -170,7 +205,8 @@ async def test_admin_pin_selects_its_route_through_an_open_circuit_and_never_fal
 
 
 async def test_pin_from_a_non_admin_caller_is_ignored(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     gw = await gateway_factory(config(model("m", route(a, 1), route(b, 1e-9)), admin_key=ADMIN))
@@ -185,17 +221,21 @@ async def test_pin_from_a_non_admin_caller_is_ignored(
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_admin_pin_matching_no_route_is_400_before_any_byte_is_streamed(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    stream: bool,
 ) -> None:
     a = await fake_upstreams("a")
     other = await fake_upstreams("other")
-    gw = await gateway_factory(config(model("m", route(a)), model("n", route(other)),
-                                      admin_key=ADMIN))
+    gw = await gateway_factory(
+        config(model("m", route(a)), model("n", route(other)), admin_key=ADMIN)
+    )
     headers = {"authorization": f"Bearer {ADMIN}"}
 
     answers = [
-        await gw.http().post(CHAT, json=chat("m", stream=stream),
-                             headers={**headers, "x-route-pin": pin})
+        await gw.http().post(
+            CHAT, json=chat("m", stream=stream), headers={**headers, "x-route-pin": pin}
+        )
         for pin in ("m:nowhere", eid("n", other))  # nothing, or another model's endpoint
     ]
 
@@ -209,11 +249,15 @@ async def test_admin_pin_matching_no_route_is_400_before_any_byte_is_streamed(
 
 
 async def test_weighted_draw_over_1000_requests_splits_5_3_2_within_4_5_sigma(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, c, zero = [await fake_upstreams(n) for n in ("a", "b", "c", "zero")]
-    gw = await gateway_factory(config(
-        model("m", route(a, 5), route(zero, 0), route(b, 3), route(c, 2)), routing=NO_AFFINITY))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a, 5), route(zero, 0), route(b, 3), route(c, 2)), routing=NO_AFFINITY
+        )
+    )
     client = gw.openai()
     n = 1000
     gate = asyncio.Semaphore(32)
@@ -251,11 +295,13 @@ async def _first(tasks: list[asyncio.Task[Any]], n: int) -> list[Any]:
 
 
 async def test_half_open_admits_exactly_one_of_8_concurrent_requests_and_an_abandoned_probe_is_replaced(  # noqa: E501
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
-    gw = await gateway_factory(config(model("m", route(up)),
-                                      circuit={**HALF_OPEN_SOON, "failure_threshold": 1}))
+    gw = await gateway_factory(
+        config(model("m", route(up)), circuit={**HALF_OPEN_SOON, "failure_threshold": 1})
+    )
     up.enqueue(Reply(500), Hang())
     await _until_half_open(gw, up)
     client = gw.http()
@@ -279,14 +325,18 @@ async def test_half_open_admits_exactly_one_of_8_concurrent_requests_and_an_aban
 
 
 async def test_half_open_hung_probe_is_ended_by_the_routes_timeout_and_a_new_probe_admitted(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     # The probe's deadline is the route's own timeout (plus a cooldown of grace): the ingress
     # gives up on the hung probe at that timeout and reports it, which re-opens the circuit.
-    gw = await gateway_factory(config(
-        model("m", route(up, timeout_seconds=1.0, ttft_timeout_seconds=1.0)),
-        circuit={**HALF_OPEN_SOON, "failure_threshold": 1}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(up, timeout_seconds=1.0, ttft_timeout_seconds=1.0)),
+            circuit={**HALF_OPEN_SOON, "failure_threshold": 1},
+        )
+    )
     up.enqueue(Reply(500), Hang())
     await _until_half_open(gw, up)
 
@@ -304,12 +354,17 @@ async def test_half_open_hung_probe_is_ended_by_the_routes_timeout_and_a_new_pro
 
 
 async def test_half_open_probe_slower_than_the_cooldown_closes_the_circuit(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
     # The model answers in 1 s, more than the 0.3 s cooldown: its probe must still count.
-    gw = await gateway_factory(config(model("m", route(up, timeout_seconds=30)),
-                                      circuit={**FAST_CIRCUIT, "failure_threshold": 1}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(up, timeout_seconds=30)),
+            circuit={**FAST_CIRCUIT, "failure_threshold": 1},
+        )
+    )
     up.enqueue(Reply(500), Reply(delay=1.0))
     await _until_half_open(gw, up)
 
@@ -327,13 +382,17 @@ async def test_half_open_probe_slower_than_the_cooldown_closes_the_circuit(
 
 
 async def test_round_robin_from_default_router_cycles_admissible_routes_for_one_caller(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, zero, d, x, y = [await fake_upstreams(n) for n in ("a", "b", "zero", "d", "x", "y")]
-    gw = await gateway_factory(config(
-        model("rr", route(a, 1), route(b, 5), route(zero, 0), route(d, 1)),
-        model("fx", route(x, 1), route(y, 1e-9), router="fixed"),
-        routing={"default_router": "round_robin"}))
+    gw = await gateway_factory(
+        config(
+            model("rr", route(a, 1), route(b, 5), route(zero, 0), route(d, 1)),
+            model("fx", route(x, 1), route(y, 1e-9), router="fixed"),
+            routing={"default_router": "round_robin"},
+        )
+    )
     client = gw.openai()  # one caller, affinity on (the default)
 
     cycled = [await _via(client, model="rr") for _ in range(6)]
@@ -347,13 +406,17 @@ async def test_round_robin_from_default_router_cycles_admissible_routes_for_one_
 
 
 async def test_round_robin_skips_an_open_circuit(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b, c = [await fake_upstreams(n) for n in "abc"]
     b.set_default(Reply(500))
-    gw = await gateway_factory(config(
-        model("m", route(a), route(b), route(c), router="round_robin"),
-        circuit={**STAYS_OPEN, "failure_threshold": 1}))
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b), route(c), router="round_robin"),
+            circuit={**STAYS_OPEN, "failure_threshold": 1},
+        )
+    )
     client = gw.openai()
 
     async with circuit_events(gw) as events:
@@ -368,31 +431,50 @@ async def test_round_robin_skips_an_open_circuit(
 
 
 STARTUP_ERRORS = {
-    "unknown_router": ({"router": "fastest"},
-                       "models[0].router: unknown router 'fastest'; known routers: fixed, "
-                       "round_robin"),
-    "unknown_default_router": ({"_default": "fastest"},
-                               "routing.default_router: unknown router 'fastest'; known "
-                               "routers: fixed, round_robin"),
-    "unknown_param": ({"router": "round_robin", "router_params": {"skip": True}},
-                      "models[0].router_params: router_params for 'round_robin': skip:"),
-    "fixed_unknown_param": ({"router_params": {"local_fractoin": 0.5}},
-                            "models[0].router_params: router_params for 'fixed': "
-                            "local_fractoin:"),
-    "routewise_resource_key": ({"router": "routewise", "router_params": {"daily_quota": 5}},
-                               "models[0].router_params: router_params for 'routewise': "
-                               "'daily_quota' is no longer a router_params key: set route "),
-    "routewise_quota_only": ({"router": "routewise", "route": [
-        {"kind": "echo", "provider_type": "quota", "quota": {"limit": 5},
-         "quota_source": {"kind": "local"}}]},
-        "models[0]: model 'm' has only quota routes, so RouteWise cannot calibrate"),
+    "unknown_router": (
+        {"router": "fastest"},
+        "models[0].router: unknown router 'fastest'; known routers: fixed, round_robin",
+    ),
+    "unknown_default_router": (
+        {"_default": "fastest"},
+        "routing.default_router: unknown router 'fastest'; known routers: fixed, round_robin",
+    ),
+    "unknown_param": (
+        {"router": "round_robin", "router_params": {"skip": True}},
+        "models[0].router_params: router_params for 'round_robin': skip:",
+    ),
+    "fixed_unknown_param": (
+        {"router_params": {"local_fractoin": 0.5}},
+        "models[0].router_params: router_params for 'fixed': local_fractoin:",
+    ),
+    "routewise_resource_key": (
+        {"router": "routewise", "router_params": {"daily_quota": 5}},
+        "models[0].router_params: router_params for 'routewise': "
+        "'daily_quota' is no longer a router_params key: set route ",
+    ),
+    "routewise_quota_only": (
+        {
+            "router": "routewise",
+            "route": [
+                {
+                    "kind": "echo",
+                    "provider_type": "quota",
+                    "quota": {"limit": 5},
+                    "quota_source": {"kind": "local"},
+                }
+            ],
+        },
+        "models[0]: model 'm' has only quota routes, so RouteWise cannot calibrate",
+    ),
 }
 
 
-@pytest.mark.parametrize(("entry", "expected"), STARTUP_ERRORS.values(),
-                         ids=STARTUP_ERRORS.keys())
+@pytest.mark.parametrize(("entry", "expected"), STARTUP_ERRORS.values(), ids=STARTUP_ERRORS.keys())
 def test_serve_with_an_unusable_router_exits_2_at_startup_saying_what_is_known(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: dict[str, Any], expected: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    entry: dict[str, Any],
+    expected: str,
 ) -> None:
     entry = dict(entry)
     default = entry.pop("_default", None)

@@ -62,8 +62,7 @@ FAILURES = {
     "once": [*_COMMON, Stream(stall_after=1, chunks=3)],
 }
 # Short limits keep a silent attempt cheap; a healthy answer takes milliseconds.
-FLAKY_LIMITS = {"ttft_timeout_seconds": 0.2, "idle_timeout_seconds": 0.5,
-                "timeout_seconds": 0.3}
+FLAKY_LIMITS = {"ttft_timeout_seconds": 0.2, "idle_timeout_seconds": 0.5, "timeout_seconds": 0.3}
 
 
 def _script(rng: random.Random, failures: list[Behaviour], n: int) -> list[Behaviour]:
@@ -76,11 +75,19 @@ def _config(routes: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "affinity": {"enabled": False},
             "failover": {"max_attempts": 20, "budget_seconds": 10},
             "circuit": {"failure_threshold": 3, "cooldown_seconds": 0.5},
-            "bench": {"failures": 5, "window_seconds": 1.0, "duration_seconds": 0.4,
-                      "probe_after_fraction": 0.5},
+            "bench": {
+                "failures": 5,
+                "window_seconds": 1.0,
+                "duration_seconds": 0.4,
+                "probe_after_fraction": 0.5,
+            },
             "key_pool": {"mute_seconds": 0.2},
-            "degraded": {"threshold": 0.5, "entry_seconds": 0.3, "exit_seconds": 0.6,
-                         "pass_interval_seconds": 0.1},
+            "degraded": {
+                "threshold": 0.5,
+                "entry_seconds": 0.3,
+                "exit_seconds": 0.6,
+                "pass_interval_seconds": 0.1,
+            },
         },
         "log": {"queue_rows": 100_000},
         "events": {"decisions": False, "stream": False},
@@ -150,7 +157,8 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
             up.enqueue(*_script(rng, FAILURES[kind], REQUESTS))
             # Two keys each, so a failure mutes one and the route carries on with the other.
             routes.setdefault(kind, []).append(
-                route(up, api_keys=[f"sk-{kind}-{i}-a", f"sk-{kind}-{i}-b"], **FLAKY_LIMITS))
+                route(up, api_keys=[f"sk-{kind}-{i}-a", f"sk-{kind}-{i}-b"], **FLAKY_LIMITS)
+            )
         routes[kind].append(route(healthy))
         ups[kind] = [*flaky, healthy]
     everyone = [up for group in ups.values() for up in group]
@@ -158,8 +166,15 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
     try:
         # The clients run in a process of their own: this one has the gateway and upstreams.
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _CLIENTS, gw.url, str(REQUESTS), str(CONCURRENCY),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-c",
+            _CLIENTS,
+            gw.url,
+            str(REQUESTS),
+            str(CONCURRENCY),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await proc.communicate()
     finally:
         await gw.stop()  # a clean stop commits every row of the request log
@@ -178,10 +193,12 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
     try:
         requests = db.execute(
             "SELECT request_id, status, outcome, attempt, endpoint FROM request_log"
-            " WHERE kind = 'request'").fetchall()
+            " WHERE kind = 'request'"
+        ).fetchall()
         attempts = db.execute(
             "SELECT request_id, attempt, outcome, endpoint, error_kind FROM request_log"
-            " WHERE kind = 'attempt' ORDER BY ts").fetchall()
+            " WHERE kind = 'attempt' ORDER BY ts"
+        ).fetchall()
     finally:
         db.close()
 
@@ -202,8 +219,7 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
     # Against what the upstreams saw, request by request: every request an upstream received
     # has its attempt row; an attempt row without one sent nothing (a key-pool refusal) or
     # was given up before the upstream read it.
-    endpoint_of = {id(up): f"{kind}:local-{up.port}" for kind, group in ups.items()
-                   for up in group}
+    endpoint_of = {id(up): f"{kind}:local-{up.port}" for kind, group in ups.items() for up in group}
     received: dict[str, Counter[str]] = defaultdict(Counter)
     for up in everyone:
         for rec in up.requests:
@@ -214,18 +230,22 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
         logged = Counter(endpoint for _, _, endpoint, _ in rows)
         assert received[rid] <= logged, (rid, received[rid], rows)
         for endpoint, n in (logged - received[rid]).items():
-            unsent = sum(1 for _, _, e, kind in rows
-                         if e == endpoint and (kind == "key_pool_exhausted" or kind in _SILENT))
+            unsent = sum(
+                1
+                for _, _, e, kind in rows
+                if e == endpoint and (kind == "key_pool_exhausted" or kind in _SILENT)
+            )
             assert unsent >= n, (rid, rows)
     # The run was a soak, not a walk: attempts failed, in every way scripted.
-    failure_kinds = Counter(kind for _, outcome, _, kind in
-                            (r for rows in by_request.values() for r in rows)
-                            if outcome == "failure")
+    failure_kinds = Counter(
+        kind
+        for _, outcome, _, kind in (r for rows in by_request.values() for r in rows)
+        if outcome == "failure"
+    )
     assert sum(failure_kinds.values()) > REQUESTS * 0.05, failure_kinds
     assert {"http_429", "http_500", "http_503", "transport", "ttft"} <= set(failure_kinds)
     # Flaky routes kept coming back (benches lifted, circuits closed, degraded mode left):
     # every one of them still took attempts in the last fifth of the run.
-    flaky_endpoints = {f"{kind}:local-{up.port}" for kind, group in ups.items()
-                       for up in group[:3]}
-    late = {endpoint for _, _, _, endpoint, _ in attempts[-len(attempts) // 5:]}
+    flaky_endpoints = {f"{kind}:local-{up.port}" for kind, group in ups.items() for up in group[:3]}
+    late = {endpoint for _, _, _, endpoint, _ in attempts[-len(attempts) // 5 :]}
     assert late >= flaky_endpoints, late

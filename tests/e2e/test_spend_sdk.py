@@ -36,10 +36,13 @@ async def _admin(gw: RunningGateway, area: str, verb: str, **args: Any) -> Any:
 
 
 async def test_costs_in_the_log_match_pricing_and_usage_and_the_report_sums_them(
-    gateway_factory: GatewayFactory, fake_upstreams: Any, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
 ) -> None:
-    up: FakeUpstream = await fake_upstreams("up1", prompt_tokens=10, completion_tokens=5,
-                                            cached_tokens=4)
+    up: FakeUpstream = await fake_upstreams(
+        "up1", prompt_tokens=10, completion_tokens=5, cached_tokens=4
+    )
     gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING))))
     alice, alice_id = await new_key(tmp_path, org="acme", user="alice")
     bob, bob_id = await new_key(tmp_path, org="beta", user="bob")
@@ -70,21 +73,40 @@ async def test_costs_in_the_log_match_pricing_and_usage_and_the_report_sums_them
     assert bad.status_code == 400 and "group_by" in bad.text
 
     metrics = (await admin_http(gw).get("/metrics")).text
-    line = next(ln for ln in metrics.splitlines()
-                if ln.startswith("llmgw_spend_usd_total{") and f'key="{alice_id}"' in ln)
+    line = next(
+        ln
+        for ln in metrics.splitlines()
+        if ln.startswith("llmgw_spend_usd_total{") and f'key="{alice_id}"' in ln
+    )
     assert 'org="acme"' in line and float(line.rsplit(" ", 1)[1]) == pytest.approx(3 * COST)
 
 
 async def test_an_answer_without_usage_is_priced_from_the_estimate_and_marked(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
-    gw = await gateway_factory(keys_config(tmp_path, model("m", route(fake_upstream,
-                                                                      pricing=PRICING))))
+    gw = await gateway_factory(
+        keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
+    )
     key, _ = await new_key(tmp_path)
-    fake_upstream.enqueue(Reply(body={
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "12345678"}}]}))
+    fake_upstream.enqueue(
+        Reply(
+            body={
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "12345678"},
+                    }
+                ],
+            }
+        )
+    )
     assert (await call(gw, "chat", key)).status == 200
     (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
     assert row["cost_estimated"] is True
@@ -94,7 +116,9 @@ async def test_an_answer_without_usage_is_priced_from_the_estimate_and_marked(
 
 
 async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path,
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
 ) -> None:
     cfg = keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
     gw = await gateway_factory(cfg)
@@ -104,8 +128,17 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
 
     async def llmgw(*args: str) -> Any:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli.main", "admin", *args, "--config", str(conf),
-            cwd=REPO, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "gateway.cli.main",
+            "admin",
+            *args,
+            "--config",
+            str(conf),
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(), WAIT)
         assert proc.returncode == 0, err.decode()
         return json.loads(out)

@@ -215,7 +215,9 @@ async def test_a_steered_caller_stays_on_the_model_that_served_it(
     admin = "adm-sticky"
     gw = await gateway_factory(
         _catalogue(
-            a, b, c,
+            a,
+            b,
+            c,
             chains=[{"name": "main", "models": ["a", "b", "c"]}],
             steering={"active_chain": "main", "profile": "priority", "exploration": 0},
             routing={"trust_proxy_headers": True},

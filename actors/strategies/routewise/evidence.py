@@ -49,9 +49,11 @@ class LatencyEvidence:
         live = self._live.get(endpoint)
         if live is None:
             live = self._live[endpoint] = RollingLatencyProfile(
-                window_sec=self._params.latency_window_sec)
+                window_sec=self._params.latency_window_sec
+            )
             self._prior[endpoint] = RollingLatencyProfile(
-                window_sec=self._params.latency_history_prior_window_sec)
+                window_sec=self._params.latency_history_prior_window_sec
+            )
         return live, self._prior[endpoint]
 
     def success(self, endpoint: str, ttft_ms: float, ts: float) -> None:
@@ -157,8 +159,10 @@ class OutputLengthPredictor:
         n, total = self._buckets.get(_bucket(prompt_tokens), (0, 0.0))
         if n >= p.output_min_bucket_samples:
             return total / n
-        for (n, total), need in ((self._model, p.output_min_model_samples),
-                                 (self._global, p.output_min_global_samples)):
+        for (n, total), need in (
+            (self._model, p.output_min_model_samples),
+            (self._global, p.output_min_global_samples),
+        ):
             if n >= need:
                 return total / n
         return p.output_default_tokens

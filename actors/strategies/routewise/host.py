@@ -43,25 +43,30 @@ _QUERY_TIMEOUT = 5.0
 _QUERY_ROW_CAP = 10_000  # what one log query returns at most
 
 
-async def bootstrap(strategy: RouteWiseStrategy, bus: Bus, model: ModelConfig,
-                    now: float) -> int:
+async def bootstrap(strategy: RouteWiseStrategy, bus: Bus, model: ModelConfig, now: float) -> int:
     """Replay recent request-log attempts of ``model`` (and its donors) into ``strategy``.
     Returns the rows used; 0 when disabled or the store does not answer."""
     params = strategy.params
     if not params.db_bootstrap_enabled or params.db_bootstrap_max_rows == 0:
         return 0
-    since = now - max(params.latency_history_prior_window_sec,
-                      params.envelope_window_hours * 3600.0)
+    since = now - max(
+        params.latency_history_prior_window_sec, params.envelope_window_hours * 3600.0
+    )
     limit = min(params.db_bootstrap_max_rows, _QUERY_ROW_CAP)
     used = 0
-    sources = [(model.id, True), *((d, False) for d in params.envelope_bootstrap_donor_models
-                                   or ())]
+    sources = [
+        (model.id, True),
+        *((d, False) for d in params.envelope_bootstrap_donor_models or ()),
+    ]
     for model_id, own in sources:
-        cmd = AdminCommand(args={"kind": "attempt", "model": model_id, "since": since,
-                                 "limit": limit}, by="routewise-bootstrap")
+        cmd = AdminCommand(
+            args={"kind": "attempt", "model": model_id, "since": since, "limit": limit},
+            by="routewise-bootstrap",
+        )
         try:
-            reply = await bus.request(subjects.admin("log", "query"), cmd,
-                                      reply_type=AdminReply, timeout=_QUERY_TIMEOUT)
+            reply = await bus.request(
+                subjects.admin("log", "query"), cmd, reply_type=AdminReply, timeout=_QUERY_TIMEOUT
+            )
         except (NoRespondersError, RequestTimeoutError):
             logger.info("routewise %s: no request log to bootstrap from", model.id)
             return used
@@ -82,8 +87,9 @@ class RouteWiseHost:
     bootstrap, the probe timer), the events that feed the strategy's views, the probe rounds
     and the candidate rows of status and explain. Owns no state beyond the strategy's."""
 
-    def __init__(self, strategy: RouteWiseStrategy, model: ModelConfig,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, strategy: RouteWiseStrategy, model: ModelConfig, clock: Callable[[], float]
+    ) -> None:
         self.strategy = strategy
         self._model = model
         self._clock = clock
@@ -97,9 +103,12 @@ class RouteWiseHost:
     async def start(self, ctx: ActorContext) -> None:
         """Take the admin's settings, replay the request log, arm the probe timer."""
         try:
-            settings = await ctx.bus.request(subjects.ROUTEWISE_SETTINGS_GET,
-                                             RouteWiseSettingsGet(),
-                                             reply_type=RouteWiseSettings, timeout=1.0)
+            settings = await ctx.bus.request(
+                subjects.ROUTEWISE_SETTINGS_GET,
+                RouteWiseSettingsGet(),
+                reply_type=RouteWiseSettings,
+                timeout=1.0,
+            )
         except (NoRespondersError, RequestTimeoutError):
             settings = None  # no owner (bare tests): router_params alone
         if isinstance(settings, RouteWiseSettings):
@@ -131,13 +140,17 @@ class RouteWiseHost:
         wants measured, then re-arm the timer."""
         params = self.strategy.params
         for endpoint in self.strategy.probe_due(list(live), self._clock()):
-            await ctx.publish(subjects.ROUTEWISE_PROBE_DUE, LatencyProbeDue(
-                endpoint=endpoint, model=self._model.id, candidate=live[endpoint],
-                timeout=params.routewise_probe_timeout_sec))
+            await ctx.publish(
+                subjects.ROUTEWISE_PROBE_DUE,
+                LatencyProbeDue(
+                    endpoint=endpoint,
+                    model=self._model.id,
+                    candidate=live[endpoint],
+                    timeout=params.routewise_probe_timeout_sec,
+                ),
+            )
         ctx.call_later(params.routewise_probe_interval_sec, ProbeTick())
 
-    def rows(self, views: Sequence[RouteView], req: RouteRequest
-             ) -> tuple[RouteWiseCandidate, ...]:
+    def rows(self, views: Sequence[RouteView], req: RouteRequest) -> tuple[RouteWiseCandidate, ...]:
         """Each route's effective cost, latency estimate and LP weight for ``req``."""
-        return tuple(RouteWiseCandidate(**c.as_dict())
-                     for c in self.strategy.explain(views, req))
+        return tuple(RouteWiseCandidate(**c.as_dict()) for c in self.strategy.explain(views, req))

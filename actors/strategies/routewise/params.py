@@ -26,12 +26,12 @@ RESOURCE_KEYS: dict[str, str] = {
     "quota_monthly_fee": "route `pricing:`",
     "reset_timezone": "route `quota_source: {kind: local, timezone}`",
     "quota_snapshot_refresh_interval_sec": "route `quota_source: {kind: http_json, "
-                                           "refresh_seconds}`",
+    "refresh_seconds}`",
     "concurrency_enabled": "route `provider_type: concurrency`",
     "concurrency_limit": "route `concurrency: {limit}`",
     "concurrency_monthly_fee": "route `pricing:`",
     "stateful_providers_single_worker_only": "nothing: quota and concurrency are owned by one "
-                                             "actor per pool, exact across ingress processes",
+    "actor per pool, exact across ingress processes",
 }
 
 
@@ -97,13 +97,14 @@ class RouteWiseParams(StrategyParams):
         if isinstance(data, dict):
             for key in data:
                 if key in RESOURCE_KEYS:
-                    raise ValueError(f"{key!r} is no longer a router_params key: "
-                                     f"set {RESOURCE_KEYS[key]} instead")
+                    raise ValueError(
+                        f"{key!r} is no longer a router_params key: "
+                        f"set {RESOURCE_KEYS[key]} instead"
+                    )
         return data
 
     @model_validator(mode="after")
     def _percentiles_ordered(self) -> RouteWiseParams:
         if self.envelope_lower_percentile > self.envelope_upper_percentile:
-            raise ValueError("envelope_lower_percentile must not exceed "
-                             "envelope_upper_percentile")
+            raise ValueError("envelope_lower_percentile must not exceed envelope_upper_percentile")
         return self

@@ -40,8 +40,7 @@ def validated(values: dict[str, Any]) -> RouteWiseParams:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise InvalidRequestError(f"{key + ': ' if key else ''}{msg}",
-                                  param=key or None) from None
+        raise InvalidRequestError(f"{key + ': ' if key else ''}{msg}", param=key or None) from None
 
 
 def view(model: ModelConfig, settings: RouteWiseSettings) -> dict[str, Any]:
@@ -58,9 +57,11 @@ def view(model: ModelConfig, settings: RouteWiseSettings) -> dict[str, Any]:
             return "deployment_fallback"
         return "default"
 
-    return {"model_id": model.id,
-            "settings": {k: {"value": params[k], "source": source(k)} for k in KEYS},
-            "overrides": dict(override)}
+    return {
+        "model_id": model.id,
+        "settings": {k: {"value": params[k], "source": source(k)} for k in KEYS},
+        "overrides": dict(override),
+    }
 
 
 def fallback_view(settings: RouteWiseSettings) -> dict[str, Any]:

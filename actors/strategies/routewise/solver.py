@@ -31,18 +31,20 @@ def budget_for(costs: Sequence[float], alpha: float) -> float:
     return lo + alpha * (hi - lo)
 
 
-def solve(costs: Sequence[float], objective: Sequence[float], budget: float
-          ) -> dict[int, float]:
+def solve(costs: Sequence[float], objective: Sequence[float], budget: float) -> dict[int, float]:
     """LP weights by candidate index (empty when no mix fits the budget)."""
     return solve_hull(costs, objective, budget)
 
 
-def solve_with_library(costs: Sequence[float], objective: Sequence[float], budget: float
-                       ) -> dict[int, float]:
+def solve_with_library(
+    costs: Sequence[float], objective: Sequence[float], budget: float
+) -> dict[int, float]:
     """The library's exact pair enumeration, keyed by index."""
     result = solve_budget_lp(
-        [BudgetLPCandidate(name=str(i), objective=o, effective_cost=c)
-         for i, (c, o) in enumerate(zip(costs, objective, strict=True))],
+        [
+            BudgetLPCandidate(name=str(i), objective=o, effective_cost=c)
+            for i, (c, o) in enumerate(zip(costs, objective, strict=True))
+        ],
         budget=budget,
     )
     if not result.feasible:
@@ -50,13 +52,15 @@ def solve_with_library(costs: Sequence[float], objective: Sequence[float], budge
     return {int(name): w for name, w in result.weights.items()}
 
 
-def _cross(o: tuple[float, float, int], a: tuple[float, float, int],
-           b: tuple[float, float, int]) -> float:
+def _cross(
+    o: tuple[float, float, int], a: tuple[float, float, int], b: tuple[float, float, int]
+) -> float:
     return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
 
 
-def solve_hull(costs: Sequence[float], objective: Sequence[float], budget: float
-               ) -> dict[int, float]:
+def solve_hull(
+    costs: Sequence[float], objective: Sequence[float], budget: float
+) -> dict[int, float]:
     """The same optimum from the lower convex hull of (cost, objective): O(n log n)."""
     if not costs:
         return {}

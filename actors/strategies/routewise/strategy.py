@@ -78,11 +78,16 @@ class Candidate:
     def as_dict(self) -> dict[str, Any]:
         """The row of explain and /health/deep."""
         return {
-            "endpoint": self.endpoint, "provider_type": self.provider_type,
-            "effective_cost_usd": self.effective_cost, "latency_ms": self.latency_ms,
-            "profiled": self.profiled, "lp_weight": self.weight,
-            "quota_used_fraction": self.quota_used_fraction, "free_slots": self.free_slots,
-            "excluded": self.excluded, "samples": self.samples,
+            "endpoint": self.endpoint,
+            "provider_type": self.provider_type,
+            "effective_cost_usd": self.effective_cost,
+            "latency_ms": self.latency_ms,
+            "profiled": self.profiled,
+            "lp_weight": self.weight,
+            "quota_used_fraction": self.quota_used_fraction,
+            "free_slots": self.free_slots,
+            "excluded": self.excluded,
+            "samples": self.samples,
         }
 
 
@@ -93,9 +98,10 @@ def reference_pricing(model: ModelConfig | None, params: RouteWiseParams) -> Pri
         return params.reference_api_price
     if model is None:
         return None
-    priced = [r.pricing for r in model.route
-              if r.provider_type == "on_demand" and r.pricing is not None]
-    return min(priced, key=lambda p: (p.prompt + p.completion), default=None)
+    priced = [
+        r.pricing for r in model.route if r.provider_type == "on_demand" and r.pricing is not None
+    ]
+    return min(priced, key=lambda p: p.prompt + p.completion, default=None)
 
 
 def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
@@ -105,10 +111,12 @@ def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
         return None
     if params.envelope_bootstrap_donor_models or params.reference_api_price is not None:
         return None
-    return (f"model {model.id!r} has only quota routes, so RouteWise cannot calibrate its "
-            "cost envelope: add an on-demand route, or set router_params "
-            "envelope_bootstrap_donor_models (models serving the same workload) or "
-            "reference_api_price")
+    return (
+        f"model {model.id!r} has only quota routes, so RouteWise cannot calibrate its "
+        "cost envelope: add an on-demand route, or set router_params "
+        "envelope_bootstrap_donor_models (models serving the same workload) or "
+        "reference_api_price"
+    )
 
 
 class RouteWiseStrategy:
@@ -165,8 +173,16 @@ class RouteWiseStrategy:
     def observe(self, obs: Observation) -> None:
         """Learn TTFT, success and output length from one attempt of this model."""
         ts = obs.ts or self._clock()
-        self._learn(obs.endpoint, obs.outcome, _first_token_ms(obs.ttft_ms, obs.latency_ms),
-                    obs.error_kind, obs.prompt_tokens, obs.completion_tokens, ts, own=True)
+        self._learn(
+            obs.endpoint,
+            obs.outcome,
+            _first_token_ms(obs.ttft_ms, obs.latency_ms),
+            obs.error_kind,
+            obs.prompt_tokens,
+            obs.completion_tokens,
+            ts,
+            own=True,
+        )
 
     def bootstrap(self, rows: Iterable[Mapping[str, Any]], *, own: bool = True) -> int:
         """Replay request-log attempt rows (the StoreActor's ``log query`` answer) with their
@@ -176,23 +192,44 @@ class RouteWiseStrategy:
         for row in rows:
             if row.get("kind", "attempt") != "attempt":
                 continue
-            self._learn(str(row.get("endpoint", "")), str(row.get("outcome", "")),
-                        _first_token_ms(row.get("ttft_ms"), row.get("latency_ms")),
-                        str(row.get("error_kind", "")),
-                        int(row.get("prompt_tokens") or 0),
-                        int(row.get("completion_tokens") or 0), float(row["ts"]), own=own)
+            self._learn(
+                str(row.get("endpoint", "")),
+                str(row.get("outcome", "")),
+                _first_token_ms(row.get("ttft_ms"), row.get("latency_ms")),
+                str(row.get("error_kind", "")),
+                int(row.get("prompt_tokens") or 0),
+                int(row.get("completion_tokens") or 0),
+                float(row["ts"]),
+                own=own,
+            )
             used += 1
         return used
 
-    def _learn(self, endpoint: str, outcome: str, ttft_ms: float | None, error_kind: str,
-               prompt_tokens: int, completion_tokens: int, ts: float, *, own: bool) -> None:
+    def _learn(
+        self,
+        endpoint: str,
+        outcome: str,
+        ttft_ms: float | None,
+        error_kind: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        ts: float,
+        *,
+        own: bool,
+    ) -> None:
         if outcome == "success":
             if own and ttft_ms is not None and endpoint in self._endpoints:
                 self.latency.success(endpoint, float(ttft_ms), ts)
             self.output.update(prompt_tokens, completion_tokens, own=own)
             if self._reference is not None and (prompt_tokens or completion_tokens):
-                self.envelope.add(cost_usd(self._reference, prompt_tokens=prompt_tokens,
-                                           completion_tokens=completion_tokens), ts)
+                self.envelope.add(
+                    cost_usd(
+                        self._reference,
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=completion_tokens,
+                    ),
+                    ts,
+                )
         elif outcome == "failure" and own and endpoint in self._endpoints:
             self.latency.failure(endpoint, error_kind, ts)
 
@@ -217,11 +254,18 @@ class RouteWiseStrategy:
         self._probing = {e: t for e, t in self._probing.items() if t > now}
         room = p.routewise_probe_max_concurrency - len(self._probing)
         seen = self.latency.last_seen
-        due = [e for e in endpoints if e not in self._probing and (
-            not p.routewise_probe_idle_only or e not in seen
-            or now - seen[e] >= p.routewise_probe_idle_threshold_sec)]
+        due = [
+            e
+            for e in endpoints
+            if e not in self._probing
+            and (
+                not p.routewise_probe_idle_only
+                or e not in seen
+                or now - seen[e] >= p.routewise_probe_idle_threshold_sec
+            )
+        ]
         due.sort(key=lambda e: seen.get(e, float("-inf")))
-        picked = due[:max(0, room)]
+        picked = due[: max(0, room)]
         for e in picked:
             self._probing[e] = now + p.routewise_probe_timeout_sec
         return picked
@@ -236,9 +280,12 @@ class RouteWiseStrategy:
             return None
         now = self._clock()
         first, second = self.latency.profile(primary), self.latency.profile(backup)
-        if first is None or second is None or min(
-                self.latency.samples(primary, now), self.latency.samples(backup, now)
-        ) < HEDGE_MIN_SAMPLES:
+        if (
+            first is None
+            or second is None
+            or min(self.latency.samples(primary, now), self.latency.samples(backup, now))
+            < HEDGE_MIN_SAMPLES
+        ):
             return None
         slo = p.latency_slo_sec * 1000.0
 
@@ -252,41 +299,60 @@ class RouteWiseStrategy:
             alone = 1.0 if survival <= 1e-9 else (primary_cdf(slo) - primary_cdf(at)) / survival
             if alone >= HEDGE_SUCCESS_TARGET:
                 continue
-            hedged = combined_success_probability(primary_cdf, backup_cdf, elapsed_ms=at,
-                                                  slo_ms=slo,
-                                                  dispatch_overhead_ms=DISPATCH_OVERHEAD_MS)
+            hedged = combined_success_probability(
+                primary_cdf,
+                backup_cdf,
+                elapsed_ms=at,
+                slo_ms=slo,
+                dispatch_overhead_ms=DISPATCH_OVERHEAD_MS,
+            )
             if hedged > alone:
                 return at
         return None
 
     # -- the decision ------------------------------------------------------------------
 
-    def candidates(self, routes: Sequence[RouteView], request: RouteRequest,
-                   now: float) -> list[Candidate]:
+    def candidates(
+        self, routes: Sequence[RouteView], request: RouteRequest, now: float
+    ) -> list[Candidate]:
         """Effective cost and latency of every route (masked ones with ``excluded``)."""
         predicted = self.output.predict(request.prompt_tokens)
         bounds = self.envelope.bounds(now)
         out = []
         for r in routes:
-            out.append(self._candidate(r.endpoint, r.route, request.prompt_tokens, predicted,
-                                       bounds, now))
+            out.append(
+                self._candidate(r.endpoint, r.route, request.prompt_tokens, predicted, bounds, now)
+            )
         return out
 
     def _one(self, route: RouteView, request: RouteRequest) -> Candidate:
         return self.candidates((route,), request, self._clock())[0]
 
-    def _candidate(self, endpoint: str, route: RouteConfig, prompt_tokens: int,
-                   predicted: float, bounds: tuple[float, float] | None,
-                   now: float) -> Candidate:
+    def _candidate(
+        self,
+        endpoint: str,
+        route: RouteConfig,
+        prompt_tokens: int,
+        predicted: float,
+        bounds: tuple[float, float] | None,
+        now: float,
+    ) -> Candidate:
         kind = route.provider_type
         latency, profiled = self.latency.lp_latency(endpoint, now)
         state = self._deps.capacity(endpoint)
         free = state.free if state is not None else None
 
         def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
-            return Candidate(endpoint=endpoint, provider_type=kind, effective_cost=cost,
-                             latency_ms=latency, profiled=profiled, excluded=why,
-                             quota_used_fraction=fraction, free_slots=free)
+            return Candidate(
+                endpoint=endpoint,
+                provider_type=kind,
+                effective_cost=cost,
+                latency_ms=latency,
+                profiled=profiled,
+                excluded=why,
+                quota_used_fraction=fraction,
+                free_slots=free,
+            )
 
         if kind == "quota":
             if state is None or not state.resolved:
@@ -296,14 +362,14 @@ class RouteWiseStrategy:
                 return out(None, "quota_exhausted", fraction)
             if bounds is None:
                 return out(None, "envelope_uncalibrated", fraction)
-            return out(scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1]), "",
-                       fraction)
+            return out(scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1]), "", fraction)
         if kind == "concurrency":
             if state is not None and state.free <= 0:
                 return out(None, "concurrency_full")
             return out(0.0)
-        return out(cost_usd(route.pricing, prompt_tokens=prompt_tokens,
-                            completion_tokens=round(predicted)))
+        return out(
+            cost_usd(route.pricing, prompt_tokens=prompt_tokens, completion_tokens=round(predicted))
+        )
 
     def solve(self, cands: Sequence[Candidate]) -> dict[int, float]:
         """LP weights by index into ``cands`` (only unmasked ones get weight). Raises
@@ -360,8 +426,7 @@ class RouteWiseStrategy:
         """The candidates of the last ``select``, with their LP weights."""
         return tuple(_weighted(self._last_cands, self._last_weights))
 
-    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest
-                       ) -> list[RouteView]:
+    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
         """``routes`` (the plan's rest) in the order the LP would choose them, each one the
         heaviest of the LP re-solved without those placed before it; masked routes last in
         declaration order."""
@@ -398,8 +463,10 @@ class RouteWiseStrategy:
         """Every candidate with its effective cost, latency estimate and LP weight, without
         sampling (what explain and /health/deep show)."""
         now = self._clock()
-        cands = [replace(c, samples=self.latency.samples(c.endpoint, now))
-                 for c in self.candidates(routes, request, now)]
+        cands = [
+            replace(c, samples=self.latency.samples(c.endpoint, now))
+            for c in self.candidates(routes, request, now)
+        ]
         try:
             return _weighted(cands, self.solve(cands))
         except NoProviderError:

@@ -199,13 +199,19 @@ def test_bench_probe_success_after_the_floor_lifts_at_once() -> None:
 # -- EndpointActor: events ------------------------------------------------------------------
 
 
-CANDIDATE = RouteCandidate(endpoint=EP, kind="openai_compat", base_url="http://127.0.0.1:8001/v1",
-                           upstream_model="up", credential_id="k-1")
+CANDIDATE = RouteCandidate(
+    endpoint=EP,
+    kind="openai_compat",
+    base_url="http://127.0.0.1:8001/v1",
+    upstream_model="up",
+    credential_id="k-1",
+)
 
 
 @asynccontextmanager
-async def running_endpoint(bus: InProcessBus, clock: FakeClock,
-                           **bench: Any) -> AsyncIterator[EndpointActor]:
+async def running_endpoint(
+    bus: InProcessBus, clock: FakeClock, **bench: Any
+) -> AsyncIterator[EndpointActor]:
     settings = BenchConfig(**{**BENCH.model_dump(), **bench})
     actor = EndpointActor(EP, "m", CIRCUIT, bench=settings, candidate=CANDIDATE, clock=clock)
     root = Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
@@ -232,13 +238,15 @@ async def observe(bus: InProcessBus, *observations: Observation) -> None:
 
 
 async def test_endpoint_third_failure_across_credentials_benches_with_event_and_state(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            subscribed(bus, subjects.endpoint_state(EP)) as states, \
-            running_endpoint(bus, clock):
-        await observe(bus, *(obs("failure", status=500, credential_id=f"k-{i}")
-                             for i in (1, 2, 3)))
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        subscribed(bus, subjects.endpoint_state(EP)) as states,
+        running_endpoint(bus, clock),
+    ):
+        await observe(bus, *(obs("failure", status=500, credential_id=f"k-{i}") for i in (1, 2, 3)))
         bench = await next_event(events, BenchChanged)
         while (st := await next_event(states, EndpointState)).benched_until is None:
             pass
@@ -249,14 +257,20 @@ async def test_endpoint_third_failure_across_credentials_benches_with_event_and_
 
 
 async def test_endpoint_cancelled_and_client_error_observations_never_bench(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            subscribed(bus, subjects.endpoint_state(EP)) as states, \
-            running_endpoint(bus, clock, failures=1):
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        subscribed(bus, subjects.endpoint_state(EP)) as states,
+        running_endpoint(bus, clock, failures=1),
+    ):
         await next_event(states, EndpointState)  # the initial state
-        await observe(bus, *(obs("cancelled") for _ in range(5)),
-                      *(obs("client_error", status=400) for _ in range(5)))
+        await observe(
+            bus,
+            *(obs("cancelled") for _ in range(5)),
+            *(obs("client_error", status=400) for _ in range(5)),
+        )
         await observe(bus, obs("failure", status=500))  # a barrier: this one benches
         bench = await next_event(events, BenchChanged)
         st = await next_event(states, EndpointState)
@@ -266,14 +280,22 @@ async def test_endpoint_cancelled_and_client_error_observations_never_bench(
 
 
 async def test_endpoint_key_pool_refusals_sent_nothing_and_never_bench(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.endpoint_state(EP)) as states, \
-            running_endpoint(bus, clock, failures=2):
+    async with (
+        subscribed(bus, subjects.endpoint_state(EP)) as states,
+        running_endpoint(bus, clock, failures=2),
+    ):
         await next_event(states, EndpointState)  # the initial state
-        await observe(bus, *(obs("failure", status=None, error_kind="key_pool_exhausted",
-                                 retry_after=20.0) for _ in range(3)),
-                      obs("failure", status=500))
+        await observe(
+            bus,
+            *(
+                obs("failure", status=None, error_kind="key_pool_exhausted", retry_after=20.0)
+                for _ in range(3)
+            ),
+            obs("failure", status=500),
+        )
         while (st := await next_event(states, EndpointState)).consecutive_failures < 4:
             pass
 
@@ -281,12 +303,14 @@ async def test_endpoint_key_pool_refusals_sent_nothing_and_never_bench(
 
 
 async def test_endpoint_benched_route_publishes_probe_due_and_an_ok_result_lifts(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            subscribed(bus, subjects.PROBE_DUE) as due, \
-            running_endpoint(bus, clock, failures=1, duration_seconds=0.2,
-                             probe_after_fraction=0.25):
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        subscribed(bus, subjects.PROBE_DUE) as due,
+        running_endpoint(bus, clock, failures=1, duration_seconds=0.2, probe_after_fraction=0.25),
+    ):
         await observe(bus, obs("failure", status=503))
         benched = await next_event(events, BenchChanged)
         probe = await next_event(due, ProbeDue)
@@ -300,11 +324,14 @@ async def test_endpoint_benched_route_publishes_probe_due_and_an_ok_result_lifts
 
 
 async def test_endpoint_ok_probe_before_the_retry_after_floor_lifts_only_when_it_passes(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            subscribed(bus, subjects.endpoint_state(EP)) as states, \
-            running_endpoint(bus, clock, failures=1, duration_seconds=600):
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        subscribed(bus, subjects.endpoint_state(EP)) as states,
+        running_endpoint(bus, clock, failures=1, duration_seconds=600),
+    ):
         await observe(bus, obs("failure", status=429, retry_after=0.1))
         await next_event(events, BenchChanged)
         await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=True))
@@ -318,15 +345,20 @@ async def test_endpoint_ok_probe_before_the_retry_after_floor_lifts_only_when_it
 
 
 async def test_endpoint_failed_probe_result_rebenches_for_a_full_duration(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            running_endpoint(bus, clock, failures=1, duration_seconds=600):
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        running_endpoint(bus, clock, failures=1, duration_seconds=600),
+    ):
         await observe(bus, obs("failure", status=503))
         first = await next_event(events, BenchChanged)
         clock.now += 400
-        await bus.publish(subjects.endpoint_probe_result(EP),
-                          ProbeResult(endpoint=EP, ok=False, detail="HTTP 503"))
+        await bus.publish(
+            subjects.endpoint_probe_result(EP),
+            ProbeResult(endpoint=EP, ok=False, detail="HTTP 503"),
+        )
         again = await next_event(events, BenchChanged)
 
     assert first.until == 1600.0
@@ -335,12 +367,16 @@ async def test_endpoint_failed_probe_result_rebenches_for_a_full_duration(
 
 
 async def test_endpoint_probe_result_for_a_route_not_benched_changes_nothing(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            running_endpoint(bus, clock, failures=1):
-        await bus.publish(subjects.endpoint_probe_result(EP),
-                          ProbeResult(endpoint=EP, ok=False, detail="late"))
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        running_endpoint(bus, clock, failures=1),
+    ):
+        await bus.publish(
+            subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=False, detail="late")
+        )
         await observe(bus, obs("failure", status=503))  # a barrier
         bench = await next_event(events, BenchChanged)
 
@@ -348,10 +384,13 @@ async def test_endpoint_probe_result_for_a_route_not_benched_changes_nothing(
 
 
 async def test_endpoint_bench_running_out_lifts_with_an_event(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            running_endpoint(bus, clock, failures=1, duration_seconds=0.1):
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        running_endpoint(bus, clock, failures=1, duration_seconds=0.1),
+    ):
         await observe(bus, obs("failure", status=503))
         await next_event(events, BenchChanged)
         clock.now += 1  # past the bench: the probe is skipped, the end timer lifts it
@@ -367,16 +406,26 @@ A, B = "m:local-8001", "m:local-8002"
 
 
 def model_config() -> ModelConfig:
-    return ModelConfig.model_validate({"id": "m", "route": [
-        {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{p}/v1"} for p in (8001, 8002)]})
+    return ModelConfig.model_validate(
+        {
+            "id": "m",
+            "route": [
+                {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{p}/v1"}
+                for p in (8001, 8002)
+            ],
+        }
+    )
 
 
 @asynccontextmanager
-async def running_model(bus: InProcessBus, clock: FakeClock,
-                        **routing: Any) -> AsyncIterator[ModelActor]:
+async def running_model(
+    bus: InProcessBus, clock: FakeClock, **routing: Any
+) -> AsyncIterator[ModelActor]:
     settings = RoutingConfig.model_validate({"affinity": {"enabled": False}, **routing})
-    root = Supervisor("test", children=[
-        ChildSpec("model", lambda: ModelActor(model_config(), settings, clock=clock))])
+    root = Supervisor(
+        "test",
+        children=[ChildSpec("model", lambda: ModelActor(model_config(), settings, clock=clock))],
+    )
     await root.start(bus)
     try:
         actor = root.child("model")
@@ -387,8 +436,9 @@ async def running_model(bus: InProcessBus, clock: FakeClock,
 
 
 async def ask(bus: InProcessBus) -> RoutePlan | ErrorReply:
-    return await bus.request(subjects.model_route("m"), RouteRequest(model="m"),
-                             reply_type=RoutePlan, timeout=WAIT)
+    return await bus.request(
+        subjects.model_route("m"), RouteRequest(model="m"), reply_type=RoutePlan, timeout=WAIT
+    )
 
 
 async def until_refused(bus: InProcessBus) -> ErrorReply:
@@ -402,13 +452,22 @@ async def until_refused(bus: InProcessBus) -> ErrorReply:
 
 
 async def bench(bus: InProcessBus, ep: str, until: float, seq: int) -> None:
-    await bus.publish(subjects.endpoint_state(ep), EndpointState(
-        endpoint=ep, model="m", circuit_state="closed", availability=1.0, benched_until=until,
-        seq=seq))
+    await bus.publish(
+        subjects.endpoint_state(ep),
+        EndpointState(
+            endpoint=ep,
+            model="m",
+            circuit_state="closed",
+            availability=1.0,
+            benched_until=until,
+            seq=seq,
+        ),
+    )
 
 
 async def test_model_with_every_route_benched_answers_retry_after_to_the_earliest_recovery(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_model(bus, clock):
         await bench(bus, A, clock.now + 600, 1)
@@ -420,7 +479,8 @@ async def test_model_with_every_route_benched_answers_retry_after_to_the_earlies
 
 
 async def test_model_with_one_route_benched_plans_only_the_other(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_model(bus, clock):
         await bench(bus, A, clock.now + 600, 1)
@@ -431,8 +491,9 @@ async def test_model_with_one_route_benched_plans_only_the_other(
                 break
         plans = [await ask(bus) for _ in range(20)]
 
-    assert all(isinstance(p, RoutePlan) and [c.endpoint for c in p.candidates] == [B]
-               for p in plans)
+    assert all(
+        isinstance(p, RoutePlan) and [c.endpoint for c in p.candidates] == [B] for p in plans
+    )
 
 
 def model_obs(ep: str, outcome: str) -> Observation:
@@ -440,11 +501,15 @@ def model_obs(ep: str, outcome: str) -> Observation:
 
 
 async def test_model_breaker_after_n_consecutive_failures_on_any_route_trips_and_refuses(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("model_breaker")) as events, \
-            running_model(bus, clock, bench={"model_breaker_failures": 3},
-                          circuit={"cooldown_seconds": 30}):
+    async with (
+        subscribed(bus, subjects.event("model_breaker")) as events,
+        running_model(
+            bus, clock, bench={"model_breaker_failures": 3}, circuit={"cooldown_seconds": 30}
+        ),
+    ):
         for ep, outcome in ((A, "failure"), (B, "failure"), (A, "failure")):
             await bus.publish(subjects.observation(ep), model_obs(ep, outcome))
         tripped = await next_event(events, ModelBreakerTripped)
@@ -459,10 +524,13 @@ async def test_model_breaker_after_n_consecutive_failures_on_any_route_trips_and
 
 
 async def test_model_breaker_streak_resets_on_success_and_ignores_cancels_and_client_errors(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("model_breaker")) as events, \
-            running_model(bus, clock, bench={"model_breaker_failures": 2}):
+    async with (
+        subscribed(bus, subjects.event("model_breaker")) as events,
+        running_model(bus, clock, bench={"model_breaker_failures": 2}),
+    ):
         # One route, one subscription: the actor sees these in order.
         for outcome in ("failure", "success", "failure", "cancelled", "client_error"):
             await bus.publish(subjects.observation(A), model_obs(A, outcome))
@@ -476,12 +544,16 @@ async def test_model_breaker_streak_resets_on_success_and_ignores_cancels_and_cl
 
 
 async def test_model_breaker_ignores_key_pool_refusals_which_sent_nothing(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    refusal = Observation(endpoint=A, model="m", outcome="failure",
-                          error_kind="key_pool_exhausted", retry_after=20.0)
-    async with subscribed(bus, subjects.event("model_breaker")) as events, \
-            running_model(bus, clock, bench={"model_breaker_failures": 2}):
+    refusal = Observation(
+        endpoint=A, model="m", outcome="failure", error_kind="key_pool_exhausted", retry_after=20.0
+    )
+    async with (
+        subscribed(bus, subjects.event("model_breaker")) as events,
+        running_model(bus, clock, bench={"model_breaker_failures": 2}),
+    ):
         for o in (model_obs(A, "failure"), refusal, refusal):
             await bus.publish(subjects.observation(A), o)
         before = await ask(bus)
@@ -519,25 +591,32 @@ def test_probe_backoff_starts_at_the_cooldown_doubles_and_stops_before_the_end()
 
 
 async def test_endpoint_bench_is_probed_after_the_cooldown_again_after_a_failure_and_lifted_by_a_credential_probe(  # noqa: E501
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     quick = CircuitConfig(failure_threshold=100, cooldown_seconds=0.05)
     actor = EndpointActor(EP, "m", quick, bench=BENCH, candidate=CANDIDATE, clock=clock)
     root = Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            subscribed(bus, subjects.PROBE_DUE) as due:
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        subscribed(bus, subjects.PROBE_DUE) as due,
+    ):
         await root.start(bus)
         try:
             await observe(bus, *(obs("failure", status=503) for _ in range(3)))
             benched = await next_event(events, BenchChanged)
             first = await next_event(due, ProbeDue)  # the bench runs 600 s: not halfway
-            await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(
-                endpoint=EP, ok=False, detail="HTTP 503", credential_id="k-1"))
+            await bus.publish(
+                subjects.endpoint_probe_result(EP),
+                ProbeResult(endpoint=EP, ok=False, detail="HTTP 503", credential_id="k-1"),
+            )
             rebenched = await next_event(events, BenchChanged)
             second = await next_event(due, ProbeDue)
             # A muted credential's probe that succeeds proves the route answers too.
-            await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(
-                endpoint=EP, ok=True, credential_id="k-2", credential_only=True))
+            await bus.publish(
+                subjects.endpoint_probe_result(EP),
+                ProbeResult(endpoint=EP, ok=True, credential_id="k-2", credential_only=True),
+            )
             lifted = await next_event(events, BenchChanged)
         finally:
             await root.stop()
@@ -550,17 +629,23 @@ async def test_endpoint_bench_is_probed_after_the_cooldown_again_after_a_failure
 
 
 async def test_endpoint_failed_credential_probe_never_rebenches_the_route(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with subscribed(bus, subjects.event("bench")) as events, \
-            running_endpoint(bus, clock, failures=1, duration_seconds=600) as actor:
+    async with (
+        subscribed(bus, subjects.event("bench")) as events,
+        running_endpoint(bus, clock, failures=1, duration_seconds=600) as actor,
+    ):
         await observe(bus, obs("failure", status=503))
         first = await next_event(events, BenchChanged)
         clock.now += 100
-        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(
-            endpoint=EP, ok=False, credential_id="k-2", credential_only=True))
-        state = await bus.request(subjects.endpoint_get(EP), StateRequest(),
-                                  reply_type=EndpointState, timeout=WAIT)
+        await bus.publish(
+            subjects.endpoint_probe_result(EP),
+            ProbeResult(endpoint=EP, ok=False, credential_id="k-2", credential_only=True),
+        )
+        state = await bus.request(
+            subjects.endpoint_get(EP), StateRequest(), reply_type=EndpointState, timeout=WAIT
+        )
 
     assert isinstance(state, EndpointState) and state.benched_until == first.until
     assert actor.state().benched_until == first.until
@@ -570,15 +655,18 @@ async def test_endpoint_failed_credential_probe_never_rebenches_the_route(
 
 
 async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_remains(
-    bus: InProcessBus, clock: FakeClock, tmp_path: Path,
+    bus: InProcessBus,
+    clock: FakeClock,
+    tmp_path: Path,
 ) -> None:
     store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
     settings = BenchConfig(failures=1, window_seconds=900, duration_seconds=600)
     circuit = CircuitConfig(failure_threshold=1, cooldown_seconds=30)
 
     def make() -> EndpointActor:
-        return EndpointActor(EP, "m", circuit, bench=settings, candidate=CANDIDATE,
-                             snapshots=store, clock=clock)
+        return EndpointActor(
+            EP, "m", circuit, bench=settings, candidate=CANDIDATE, snapshots=store, clock=clock
+        )
 
     try:
         root = Supervisor("test", children=[ChildSpec("endpoint", make)])
@@ -592,13 +680,16 @@ async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_re
         again = Supervisor("test", children=[ChildSpec("endpoint", make)])
         await again.start(bus)
         try:
-            restored = await bus.request(subjects.endpoint_get(EP), StateRequest(),
-                                         reply_type=EndpointState, timeout=WAIT)
-            early = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(),
-                                      reply_type=ProbeGrant, timeout=WAIT)
+            restored = await bus.request(
+                subjects.endpoint_get(EP), StateRequest(), reply_type=EndpointState, timeout=WAIT
+            )
+            early = await bus.request(
+                subjects.endpoint_probe(EP), ProbeRequest(), reply_type=ProbeGrant, timeout=WAIT
+            )
             clock.now += 20  # the cooldown has run out: the one probe is admitted
-            late = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(),
-                                     reply_type=ProbeGrant, timeout=WAIT)
+            late = await bus.request(
+                subjects.endpoint_probe(EP), ProbeRequest(), reply_type=ProbeGrant, timeout=WAIT
+            )
         finally:
             await again.stop()
     finally:

@@ -46,8 +46,9 @@ def _concurrency(limit: int = 2) -> PoolSpec:
 
 
 def _quota(limit: float = 3, **source: object) -> PoolSpec:
-    return PoolSpec("q", "quota", limit, LocalQuotaSource.model_validate(
-        {"kind": "local", **source}), ("m:a",))
+    return PoolSpec(
+        "q", "quota", limit, LocalQuotaSource.model_validate({"kind": "local", **source}), ("m:a",)
+    )
 
 
 def _at(y: int, mo: int, d: int, h: int = 0, mi: int = 0, zone: ZoneInfo = NY) -> float:
@@ -163,8 +164,9 @@ def test_a_token_quota_reserves_the_estimate_and_reconciles_to_the_reported_usag
 
 
 def test_an_http_json_pool_grants_nothing_until_its_first_reading() -> None:
-    source = HttpJsonQuotaSource(kind="http_json", url="http://x/usage", used_path="used",
-                                 limit_path="limit")
+    source = HttpJsonQuotaSource(
+        kind="http_json", url="http://x/usage", used_path="used", limit_path="limit"
+    )
     ledger = CapacityLedger(PoolSpec("h", "quota", None, source, ("m:a",)), 30, 0)
     assert "unresolved" in str(ledger.acquire("i", "m:a", 1, 0))
     assert ledger.reading(QuotaReading(pool="h", error="used_path 'usd' not found")) is True
@@ -178,15 +180,17 @@ def test_an_http_json_pool_grants_nothing_until_its_first_reading() -> None:
 
 def test_pools_declared_two_ways_are_refused_naming_the_pool() -> None:
     def route(limit: int) -> dict[str, object]:
-        return {"kind": "echo", "provider_type": "concurrency", "concurrency": {"limit": limit},
-                "concurrency_pool": "team-plan"}
+        return {
+            "kind": "echo",
+            "provider_type": "concurrency",
+            "concurrency": {"limit": limit},
+            "concurrency_pool": "team-plan",
+        }
 
-    with pytest.raises(ValidationError, match="capacity pool 'team-plan' is declared "
-                                              "differently"):
+    with pytest.raises(ValidationError, match="capacity pool 'team-plan' is declared differently"):
         GatewayConfig.model_validate({"models": [{"id": "m", "route": [route(2), route(3)]}]})
     ok = GatewayConfig.model_validate({"models": [{"id": "m", "route": [route(2), route(2)]}]})
-    assert [(p.pool, len(p.endpoints)) for p in capacity_pools(ok).values()] == [
-        ("team-plan", 2)]
+    assert [(p.pool, len(p.endpoints)) for p in capacity_pools(ok).values()] == [("team-plan", 2)]
 
 
 # -- the actor ----------------------------------------------------------------------------
@@ -203,23 +207,27 @@ async def running(bus: InProcessBus, actor: CapacityActor) -> AsyncIterator[Capa
 
 
 async def _acquire(bus: InProcessBus, pool: str, units: float = 1) -> CapacityGrant:
-    reply = await bus.request(subjects.capacity_acquire(pool),
-                              CapacityAcquire(pool=pool, endpoint="m:a", request_id="r",
-                                              holder="ing", units=units),
-                              reply_type=CapacityGrant, timeout=WAIT)
+    reply = await bus.request(
+        subjects.capacity_acquire(pool),
+        CapacityAcquire(pool=pool, endpoint="m:a", request_id="r", holder="ing", units=units),
+        reply_type=CapacityGrant,
+        timeout=WAIT,
+    )
     assert isinstance(reply, CapacityGrant)
     return reply
 
 
 async def _get(bus: InProcessBus, pool: str) -> CapacityState:
-    reply = await bus.request(subjects.capacity_get(pool), CapacityGet(pool=pool),
-                              reply_type=CapacityState, timeout=WAIT)
+    reply = await bus.request(
+        subjects.capacity_get(pool), CapacityGet(pool=pool), reply_type=CapacityState, timeout=WAIT
+    )
     assert isinstance(reply, CapacityState)
     return reply
 
 
 async def test_actor_publishes_state_on_grant_and_release_and_expires_unrenewed_leases(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with bus.subscribe(subjects.capacity_state("slots")) as states:
         actor = CapacityActor(_concurrency(1), LeaseConfig(ttl_seconds=30), clock=clock)
@@ -231,8 +239,10 @@ async def test_actor_publishes_state_on_grant_and_release_and_expires_unrenewed_
             refused = await _acquire(bus, "slots")
             assert not refused.granted and "full" in refused.reason
             clock.now = 1020
-            await bus.publish(subjects.capacity_renew("slots"), CapacityRenew(
-                pool="slots", holder="ing", lease_ids=(grant.lease_id,)))
+            await bus.publish(
+                subjects.capacity_renew("slots"),
+                CapacityRenew(pool="slots", holder="ing", lease_ids=(grant.lease_id,)),
+            )
             assert (await _get(bus, "slots")).used == 1  # the renewal is handled by now
             clock.now = 1040  # past the first TTL, inside the renewed one
             await actor.ctx.send_self(_Sweep())
@@ -242,24 +252,31 @@ async def test_actor_publishes_state_on_grant_and_release_and_expires_unrenewed_
             assert (await next_event(states, CapacityState)).used == 0
             again = await _acquire(bus, "slots")
             assert again.granted
-            await bus.publish(subjects.capacity_release("slots"),
-                              CapacityRelease(pool="slots", lease_id=again.lease_id))
+            await bus.publish(
+                subjects.capacity_release("slots"),
+                CapacityRelease(pool="slots", lease_id=again.lease_id),
+            )
             assert (await next_event(states, CapacityState)).used == 1
             assert (await next_event(states, CapacityState)).used == 0
 
 
 async def test_the_owner_expires_a_lease_at_its_maximum_age_and_warns_naming_the_pool(
-    bus: InProcessBus, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+    bus: InProcessBus,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    actor = CapacityActor(_concurrency(1), LeaseConfig(ttl_seconds=30, max_age_seconds=50),
-                          clock=clock)
+    actor = CapacityActor(
+        _concurrency(1), LeaseConfig(ttl_seconds=30, max_age_seconds=50), clock=clock
+    )
     async with running(bus, actor):
         grant = await _acquire(bus, "slots")
         assert grant.granted and grant.expires_at == 1030
         for now in (1020.0, 1040.0):
             clock.now = now
-            await bus.publish(subjects.capacity_renew("slots"), CapacityRenew(
-                pool="slots", holder="ing", lease_ids=(grant.lease_id,)))
+            await bus.publish(
+                subjects.capacity_renew("slots"),
+                CapacityRenew(pool="slots", holder="ing", lease_ids=(grant.lease_id,)),
+            )
             assert (await _get(bus, "slots")).used == 1  # renewed (and handled) by now
         clock.now = 1050  # the holder renewed in time, but it never released
         await actor.ctx.send_self(_Sweep())
@@ -270,17 +287,17 @@ async def test_the_owner_expires_a_lease_at_its_maximum_age_and_warns_naming_the
 
 
 async def test_a_local_quota_count_survives_a_restart(
-    bus: InProcessBus, clock: FakeClock, tmp_path: Path,
+    bus: InProcessBus,
+    clock: FakeClock,
+    tmp_path: Path,
 ) -> None:
     store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
     try:
         spec = _quota(3, window="daily")
-        async with running(bus, CapacityActor(spec, LeaseConfig(), snapshots=store,
-                                              clock=clock)):
+        async with running(bus, CapacityActor(spec, LeaseConfig(), snapshots=store, clock=clock)):
             assert (await _acquire(bus, "q")).granted
             assert (await _acquire(bus, "q")).granted
-        async with running(bus, CapacityActor(spec, LeaseConfig(), snapshots=store,
-                                              clock=clock)):
+        async with running(bus, CapacityActor(spec, LeaseConfig(), snapshots=store, clock=clock)):
             assert (await _get(bus, "q")).used == 2
             assert (await _acquire(bus, "q")).granted
             assert not (await _acquire(bus, "q")).granted
@@ -289,10 +306,16 @@ async def test_a_local_quota_count_survives_a_restart(
 
 
 async def test_an_unresolved_http_json_source_is_reported_once_per_reason(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    source = HttpJsonQuotaSource(kind="http_json", url="http://x/usage", used_path="used",
-                                 limit_path="limit", refresh_seconds=60)
+    source = HttpJsonQuotaSource(
+        kind="http_json",
+        url="http://x/usage",
+        used_path="used",
+        limit_path="limit",
+        refresh_seconds=60,
+    )
     spec = PoolSpec("h", "quota", None, source, ("m:a",))
     async with bus.subscribe(subjects.event("quota")) as events:
         actor = CapacityActor(spec, LeaseConfig(), clock=clock)
@@ -300,13 +323,19 @@ async def test_an_unresolved_http_json_source_is_reported_once_per_reason(
             await actor.ctx.send_self(_FirstRefreshDue())
             first = await next_event(events, QuotaSourceStatus)
             assert (first.resolved, first.reason, first.endpoints) == (
-                False, "no reading within the first refresh", ("m:a",))
-            await bus.publish(subjects.capacity_reading("h"),
-                              QuotaReading(pool="h", error="limit_path 'limit' not found"))
+                False,
+                "no reading within the first refresh",
+                ("m:a",),
+            )
+            await bus.publish(
+                subjects.capacity_reading("h"),
+                QuotaReading(pool="h", error="limit_path 'limit' not found"),
+            )
             second = await next_event(events, QuotaSourceStatus)
             assert second.reason == "limit_path 'limit' not found"
-            await bus.publish(subjects.capacity_reading("h"),
-                              QuotaReading(pool="h", used=1, limit=5))
+            await bus.publish(
+                subjects.capacity_reading("h"), QuotaReading(pool="h", used=1, limit=5)
+            )
             assert (await next_event(events, QuotaSourceStatus)).resolved
             assert (await _get(bus, "h")).free == 4
 
@@ -315,11 +344,24 @@ async def test_an_unresolved_http_json_source_is_reported_once_per_reason(
 
 
 def _pooled(limit: int) -> GatewayConfig:
-    return GatewayConfig.model_validate({"models": [{"id": "m", "route": [
-        {"kind": "echo", "provider_type": "concurrency", "concurrency": {"limit": limit},
-         "concurrency_pool": "team"},
-        {"kind": "echo", "fallback_only": True},
-    ]}]})
+    return GatewayConfig.model_validate(
+        {
+            "models": [
+                {
+                    "id": "m",
+                    "route": [
+                        {
+                            "kind": "echo",
+                            "provider_type": "concurrency",
+                            "concurrency": {"limit": limit},
+                            "concurrency_pool": "team",
+                        },
+                        {"kind": "echo", "fallback_only": True},
+                    ],
+                }
+            ]
+        }
+    )
 
 
 def test_a_reload_replaces_a_pool_owner_only_when_its_declaration_changed() -> None:
@@ -341,10 +383,14 @@ async def test_the_decision_leases_the_primary_and_a_full_pool_leaves_the_draw(
     root = build_tree(_pooled(1))
     await root.start(bus)
     try:
+
         async def plan() -> RoutePlan:
-            reply = await bus.request(subjects.model_route("m"), RouteRequest(
-                model="m", request_id="r", lease_holder="ing-1"),
-                reply_type=RoutePlan, timeout=WAIT)
+            reply = await bus.request(
+                subjects.model_route("m"),
+                RouteRequest(model="m", request_id="r", lease_holder="ing-1"),
+                reply_type=RoutePlan,
+                timeout=WAIT,
+            )
             assert isinstance(reply, RoutePlan)
             return reply
 
@@ -359,13 +405,16 @@ async def test_the_decision_leases_the_primary_and_a_full_pool_leaves_the_draw(
 
 
 async def test_a_restarted_owner_keeps_the_leases_in_use(
-    bus: InProcessBus, clock: FakeClock, tmp_path: Path,
+    bus: InProcessBus,
+    clock: FakeClock,
+    tmp_path: Path,
 ) -> None:
     store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
     try:
         spec = _concurrency(1)
-        async with running(bus, CapacityActor(spec, LeaseConfig(ttl_seconds=30),
-                                              snapshots=store, clock=clock)):
+        async with running(
+            bus, CapacityActor(spec, LeaseConfig(ttl_seconds=30), snapshots=store, clock=clock)
+        ):
             held = await _acquire(bus, "slots")
         actor = CapacityActor(spec, LeaseConfig(ttl_seconds=30), snapshots=store, clock=clock)
         async with running(bus, actor):
@@ -389,10 +438,16 @@ async def test_a_lease_refused_behind_a_stale_view_drops_the_route_and_decides_a
     try:
         assert (await _acquire(bus, "team")).granted  # another ingress holds the only slot
         # The model's view is told the pool is free (as if its state event were late).
-        await bus.publish(subjects.capacity_state("team"), CapacityState(
-            pool="team", kind="concurrency", limit=1, used=0, ts=1e12))
-        reply = await bus.request(subjects.model_route("m"), RouteRequest(
-            model="m", request_id="r"), reply_type=RoutePlan, timeout=WAIT)
+        await bus.publish(
+            subjects.capacity_state("team"),
+            CapacityState(pool="team", kind="concurrency", limit=1, used=0, ts=1e12),
+        )
+        reply = await bus.request(
+            subjects.model_route("m"),
+            RouteRequest(model="m", request_id="r"),
+            reply_type=RoutePlan,
+            timeout=WAIT,
+        )
         assert isinstance(reply, RoutePlan)
         assert [c.endpoint for c in reply.candidates] == ["m:echo-2"]
         assert not reply.candidates[0].lease_id
@@ -403,10 +458,19 @@ async def test_a_lease_refused_behind_a_stale_view_drops_the_route_and_decides_a
 
 def _team(limit: int, *, extra_route: bool = False, kind: str = "concurrency") -> GatewayConfig:
     resource: dict[str, object] = (
-        {"provider_type": "concurrency", "concurrency": {"limit": limit},
-         "concurrency_pool": "team"} if kind == "concurrency" else
-        {"provider_type": "quota", "quota": {"limit": limit}, "quota_pool": "team",
-         "quota_source": {"kind": "local", "window": "daily"}})
+        {
+            "provider_type": "concurrency",
+            "concurrency": {"limit": limit},
+            "concurrency_pool": "team",
+        }
+        if kind == "concurrency"
+        else {
+            "provider_type": "quota",
+            "quota": {"limit": limit},
+            "quota_pool": "team",
+            "quota_source": {"kind": "local", "window": "daily"},
+        }
+    )
     routes: list[dict[str, object]] = [{"kind": "echo", **resource}]
     if extra_route:
         routes.append({"kind": "echo", **resource})
@@ -414,8 +478,9 @@ def _team(limit: int, *, extra_route: bool = False, kind: str = "concurrency") -
     return GatewayConfig.model_validate({"models": [{"id": "m", "route": routes}]})
 
 
-async def _reload(root: Supervisor, old: GatewayConfig, new: GatewayConfig,
-                  store: SnapshotStore) -> list[str]:
+async def _reload(
+    root: Supervisor, old: GatewayConfig, new: GatewayConfig, store: SnapshotStore
+) -> list[str]:
     from actors import build_tree
     from actors.reconfigure import apply, diff
 
@@ -426,7 +491,8 @@ async def _reload(root: Supervisor, old: GatewayConfig, new: GatewayConfig,
 
 
 async def test_a_reloaded_pool_owner_takes_over_the_leases_granted_just_before_it(
-    bus: InProcessBus, tmp_path: Path,
+    bus: InProcessBus,
+    tmp_path: Path,
 ) -> None:
     from actors import build_tree
 
@@ -438,12 +504,14 @@ async def test_a_reloaded_pool_owner_takes_over_the_leases_granted_just_before_i
         assert held.granted
         # The pool gains a route: its declaration changed, so its owner is replaced.
         assert "replace capacity/capacity:team" in await _reload(
-            root, _team(1), _team(1, extra_route=True), store)
+            root, _team(1), _team(1, extra_route=True), store
+        )
         state = await _get(bus, "team")
         assert (state.used, state.endpoints) == (1, ("m:echo", "m:echo-2"))
         assert not (await _acquire(bus, "team")).granted  # no second grant of the one slot
-        await bus.publish(subjects.capacity_release("team"),
-                          CapacityRelease(pool="team", lease_id=held.lease_id))
+        await bus.publish(
+            subjects.capacity_release("team"), CapacityRelease(pool="team", lease_id=held.lease_id)
+        )
         assert (await _get(bus, "team")).used == 0  # the carried lease is the new owner's
     finally:
         await root.stop()
@@ -451,7 +519,8 @@ async def test_a_reloaded_pool_owner_takes_over_the_leases_granted_just_before_i
 
 
 async def test_a_pool_whose_kind_changed_does_not_carry_the_old_leases(
-    bus: InProcessBus, tmp_path: Path,
+    bus: InProcessBus,
+    tmp_path: Path,
 ) -> None:
     from actors import build_tree
 

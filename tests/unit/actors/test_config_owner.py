@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 
 def cfg(*models: tuple[str, float]) -> GatewayConfig:
-    return GatewayConfig.model_validate({"models": [
-        {"id": m, "route": [{"kind": "echo", "weight": w}]} for m, w in models]})
+    return GatewayConfig.model_validate(
+        {"models": [{"id": m, "route": [{"kind": "echo", "weight": w}]} for m, w in models]}
+    )
 
 
 def labels(old: GatewayConfig, new: GatewayConfig) -> list[str]:
@@ -91,20 +92,25 @@ async def running(bus: InProcessBus) -> AsyncIterator[tuple[Supervisor, Loader]]
     await root.start(bus)
     load = Loader()
     state = ConfigState(start, "v2", build_tree(start), "<test>")
-    await root.add_child(ChildSpec("config", functools.partial(
-        ConfigActor, root, state, load=load, build=build_tree)))
+    await root.add_child(
+        ChildSpec(
+            "config", functools.partial(ConfigActor, root, state, load=load, build=build_tree)
+        )
+    )
     yield root, load
     await root.stop()
 
 
 async def command(bus: InProcessBus, verb: str) -> AdminReply | ErrorReply:
-    return await bus.request(subjects.admin("config", verb), AdminCommand(by="test"),
-                             reply_type=AdminReply, timeout=WAIT)
+    return await bus.request(
+        subjects.admin("config", verb), AdminCommand(by="test"), reply_type=AdminReply, timeout=WAIT
+    )
 
 
 async def route(bus: InProcessBus, model: str) -> Any:
-    return await bus.request(subjects.model_route(model), RouteRequest(model=model),
-                             reply_type=RoutePlan, timeout=WAIT)
+    return await bus.request(
+        subjects.model_route(model), RouteRequest(model=model), reply_type=RoutePlan, timeout=WAIT
+    )
 
 
 async def test_reload_adds_and_removes_models_live_and_announces_it(
@@ -118,7 +124,11 @@ async def test_reload_adds_and_removes_models_live_and_announces_it(
     assert isinstance(reply, AdminReply), reply
     assert (reply.result["added"], reply.result["removed"]) == (["c"], ["b"])
     assert (changed.version, changed.added, changed.removed, changed.by) == (
-        "v2", ("c",), ("b",), "test")
+        "v2",
+        ("c",),
+        ("b",),
+        "test",
+    )
     assert isinstance(await route(bus, "c"), RoutePlan)
     with pytest.raises(NoRespondersError):
         await route(bus, "b")

@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
     from bus import InProcessBus
 
-SETTINGS = DegradedConfig(threshold=0.5, entry_seconds=60, exit_seconds=180,
-                          pass_interval_seconds=10)
+SETTINGS = DegradedConfig(
+    threshold=0.5, entry_seconds=60, exit_seconds=180, pass_interval_seconds=10
+)
 
 
 def test_degraded_settings_default_to_the_spec_numbers() -> None:
@@ -123,8 +124,9 @@ EPS = ("m:a", "m:b", "m:c", "m:d")
 
 
 @asynccontextmanager
-async def running_mode(bus: InProcessBus, clock: FakeClock,
-                       endpoints: tuple[str, ...] = EPS) -> AsyncIterator[DegradedModeActor]:
+async def running_mode(
+    bus: InProcessBus, clock: FakeClock, endpoints: tuple[str, ...] = EPS
+) -> AsyncIterator[DegradedModeActor]:
     settings = SETTINGS.model_copy(update={"pass_interval_seconds": 3600})
     actor = DegradedModeActor(endpoints, settings, 0.7, clock=clock)
     root = Supervisor("test", children=[ChildSpec("degraded_mode", lambda: actor)])
@@ -138,23 +140,41 @@ async def running_mode(bus: InProcessBus, clock: FakeClock,
 _seq = iter(range(1, 1_000_000))
 
 
-def state(ep: str, *, circuit: str = "closed", availability: float = 1.0,
-          benched_until: float | None = None, probe_in_flight: bool = False,
-          seq: int | None = None) -> EndpointState:
-    return EndpointState(endpoint=ep, model="m", circuit_state=circuit, availability=availability,
-                         benched_until=benched_until, probe_in_flight=probe_in_flight,
-                         seq=next(_seq) if seq is None else seq)
+def state(
+    ep: str,
+    *,
+    circuit: str = "closed",
+    availability: float = 1.0,
+    benched_until: float | None = None,
+    probe_in_flight: bool = False,
+    seq: int | None = None,
+) -> EndpointState:
+    return EndpointState(
+        endpoint=ep,
+        model="m",
+        circuit_state=circuit,
+        availability=availability,
+        benched_until=benched_until,
+        probe_in_flight=probe_in_flight,
+        seq=next(_seq) if seq is None else seq,
+    )
 
 
 async def mode(bus: InProcessBus) -> ModeChanged:
-    reply = await bus.request(subjects.MODE_GET, ModeRequest(), reply_type=ModeChanged,
-                              timeout=WAIT)
+    reply = await bus.request(
+        subjects.MODE_GET, ModeRequest(), reply_type=ModeChanged, timeout=WAIT
+    )
     assert isinstance(reply, ModeChanged), reply
     return reply
 
 
-async def fold(bus: InProcessBus, actor: DegradedModeActor, clock: FakeClock,
-               *states: EndpointState, ratio: float) -> None:
+async def fold(
+    bus: InProcessBus,
+    actor: DegradedModeActor,
+    clock: FakeClock,
+    *states: EndpointState,
+    ratio: float,
+) -> None:
     """Publish ``states`` as their owners would and wait until the actor's ratio is ``ratio``
     (no event says a state was folded: a bounded loop of awaited mode requests)."""
     for st in states:
@@ -167,7 +187,8 @@ async def fold(bus: InProcessBus, actor: DegradedModeActor, clock: FakeClock,
 
 
 async def test_mode_actor_counts_endpoints_with_no_reported_state_as_healthy(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_mode(bus, clock) as actor:
         await fold(bus, actor, clock, state("m:a", circuit="open"), ratio=0.75)
@@ -178,19 +199,27 @@ async def test_mode_actor_counts_endpoints_with_no_reported_state_as_healthy(
 
 
 async def test_mode_actor_counts_open_half_open_benched_and_low_availability_as_unhealthy(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_mode(bus, clock) as actor:
-        await fold(bus, actor, clock, state("m:a", circuit="open"),
-                   state("m:b", circuit="half_open"),
-                   state("m:c", benched_until=clock.now + 10),
-                   state("m:d", availability=0.69), ratio=0.0)
+        await fold(
+            bus,
+            actor,
+            clock,
+            state("m:a", circuit="open"),
+            state("m:b", circuit="half_open"),
+            state("m:c", benched_until=clock.now + 10),
+            state("m:d", availability=0.69),
+            ratio=0.0,
+        )
         clock.now += 10  # c's bench is over
         assert actor.healthy_ratio(clock.now) == 0.25
 
 
 async def test_mode_actor_while_degraded_counts_routes_awaiting_a_probe_as_healthy(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_mode(bus, clock) as actor:
         await fold(bus, actor, clock, *(state(e, circuit="open") for e in EPS[:3]), ratio=0.25)
@@ -199,19 +228,32 @@ async def test_mode_actor_while_degraded_counts_routes_awaiting_a_probe_as_healt
             clock.now += 60
         assert actor.machine.mode == DEGRADED
         # No traffic reaches these while degraded: neither a probe nor a success can come.
-        await fold(bus, actor, clock, state("m:a", circuit="half_open"),
-                   state("m:b", availability=0.3), ratio=0.75)
-        await fold(bus, actor, clock, state("m:b", circuit="half_open", probe_in_flight=True),
-                   ratio=0.5)
-        await fold(bus, actor, clock, state("m:b", benched_until=clock.now + 10),
-                   state("m:a", circuit="open"), ratio=0.25)
+        await fold(
+            bus,
+            actor,
+            clock,
+            state("m:a", circuit="half_open"),
+            state("m:b", availability=0.3),
+            ratio=0.75,
+        )
+        await fold(
+            bus, actor, clock, state("m:b", circuit="half_open", probe_in_flight=True), ratio=0.5
+        )
+        await fold(
+            bus,
+            actor,
+            clock,
+            state("m:b", benched_until=clock.now + 10),
+            state("m:a", circuit="open"),
+            ratio=0.25,
+        )
 
 
 async def test_mode_actor_enters_after_the_entry_period_with_an_event_and_answers_the_mode(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with bus.subscribe(subjects.event("mode")) as events, \
-            running_mode(bus, clock) as actor:
+    async with bus.subscribe(subjects.event("mode")) as events, running_mode(bus, clock) as actor:
         before = await mode(bus)
         await fold(bus, actor, clock, *(state(e, circuit="open") for e in EPS[:3]), ratio=0.25)
         await actor.health_pass()
@@ -230,10 +272,10 @@ async def test_mode_actor_enters_after_the_entry_period_with_an_event_and_answer
 
 
 async def test_mode_actor_exits_only_after_the_exit_period_without_flapping(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
-    async with bus.subscribe(subjects.event("mode")) as events, \
-            running_mode(bus, clock) as actor:
+    async with bus.subscribe(subjects.event("mode")) as events, running_mode(bus, clock) as actor:
         await fold(bus, actor, clock, *(state(e, circuit="open") for e in EPS[:3]), ratio=0.25)
         for _ in range(2):
             await actor.health_pass()
@@ -242,8 +284,15 @@ async def test_mode_actor_exits_only_after_the_exit_period_without_flapping(
         await fold(bus, actor, clock, *(state(e) for e in EPS[:3]), ratio=1.0)
         await actor.health_pass()  # the exit period starts
         clock.now += 100
-        await fold(bus, actor, clock, state("m:a", circuit="open"), state("m:b", circuit="open"),
-                   state("m:c", circuit="open"), ratio=0.25)
+        await fold(
+            bus,
+            actor,
+            clock,
+            state("m:a", circuit="open"),
+            state("m:b", circuit="open"),
+            state("m:c", circuit="open"),
+            ratio=0.25,
+        )
         await actor.health_pass()  # one bad pass: the exit period starts over
         await fold(bus, actor, clock, *(state(e) for e in EPS[:3]), ratio=1.0)
         clock.now += 1
@@ -261,14 +310,17 @@ async def test_mode_actor_exits_only_after_the_exit_period_without_flapping(
 
 
 async def test_mode_actor_ignores_an_older_state_of_an_endpoint(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_mode(bus, clock, ("m:a", "m:b")) as actor:
-        await fold(bus, actor, clock, state("m:a", seq=10), state("m:b", circuit="open", seq=5),
-                   ratio=0.5)
+        await fold(
+            bus, actor, clock, state("m:a", seq=10), state("m:b", circuit="open", seq=5), ratio=0.5
+        )
         # A stale "open" for a, then b's newer "closed" as a barrier.
-        await fold(bus, actor, clock, state("m:a", circuit="open", seq=9),
-                   state("m:b", seq=6), ratio=1.0)
+        await fold(
+            bus, actor, clock, state("m:a", circuit="open", seq=9), state("m:b", seq=6), ratio=1.0
+        )
 
 
 # -- a ModelActor while degraded -----------------------------------------------------------
@@ -278,16 +330,24 @@ A, B, C = "m:local-8001", "m:local-8002", "m:local-8003"
 
 def model_config() -> ModelConfig:
     # Declared order A, B, C; the draw almost never picks A or B while C is admissible.
-    return ModelConfig.model_validate({"id": "m", "route": [
-        {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{p}/v1", "weight": w}
-        for p, w in ((8001, 1e-6), (8002, 1e-6), (8003, 1.0))]})
+    return ModelConfig.model_validate(
+        {
+            "id": "m",
+            "route": [
+                {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{p}/v1", "weight": w}
+                for p, w in ((8001, 1e-6), (8002, 1e-6), (8003, 1.0))
+            ],
+        }
+    )
 
 
 @asynccontextmanager
 async def running_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[None]:
     routing = RoutingConfig.model_validate({"affinity": {"enabled": False}})
-    root = Supervisor("test", children=[
-        ChildSpec("model", lambda: ModelActor(model_config(), routing, clock=clock))])
+    root = Supervisor(
+        "test",
+        children=[ChildSpec("model", lambda: ModelActor(model_config(), routing, clock=clock))],
+    )
     await root.start(bus)
     try:
         yield
@@ -296,8 +356,9 @@ async def running_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[No
 
 
 async def plan(bus: InProcessBus, **kw: Any) -> RoutePlan:
-    reply = await bus.request(subjects.model_route("m"), RouteRequest(model="m", **kw),
-                              reply_type=RoutePlan, timeout=WAIT)
+    reply = await bus.request(
+        subjects.model_route("m"), RouteRequest(model="m", **kw), reply_type=RoutePlan, timeout=WAIT
+    )
     assert isinstance(reply, RoutePlan), reply
     return reply
 
@@ -317,24 +378,34 @@ async def set_mode(bus: InProcessBus, name: str) -> None:
 
 
 async def test_model_while_degraded_keeps_to_configured_order_of_what_remains(
-    bus: InProcessBus, clock: FakeClock,
+    bus: InProcessBus,
+    clock: FakeClock,
 ) -> None:
     async with running_model(bus, clock):
         normal = [(await plan(bus)).candidates[0].endpoint for _ in range(20)]
         await set_mode(bus, "degraded")
         first = await plan_when(bus, "degraded", A)
         degraded = [await plan(bus, caller=f"c{i}") for i in range(20)]
-        await bus.publish(subjects.endpoint_state(A), EndpointState(
-            endpoint=A, model="m", circuit_state="open", availability=0.5,
-            open_until=clock.now + 30, seq=1))
+        await bus.publish(
+            subjects.endpoint_state(A),
+            EndpointState(
+                endpoint=A,
+                model="m",
+                circuit_state="open",
+                availability=0.5,
+                open_until=clock.now + 30,
+                seq=1,
+            ),
+        )
         without_a = await plan_when(bus, "degraded", B)
         await set_mode(bus, "normal")
         back = await plan_when(bus, "fixed", C)
 
     assert normal == [C] * 20
     assert [c.endpoint for c in first.candidates] == [A, B, C]
-    assert all([c.endpoint for c in p.candidates] == [A, B, C] and p.reason == "degraded"
-               for p in degraded)
+    assert all(
+        [c.endpoint for c in p.candidates] == [A, B, C] and p.reason == "degraded" for p in degraded
+    )
     assert [c.endpoint for c in without_a.candidates] == [B, C]
     assert not any(c.probe for c in without_a.candidates)  # no exploration of the open route
     assert [c.endpoint for c in back.candidates] == [C, B]

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from bus import InProcessBus, Subscription
 
 EP = "m:local-8001"
-SETTINGS = CircuitConfig(failure_threshold=3, cooldown_seconds=30, min_availability=0.7,
-                         ewma_alpha=0.1)
+SETTINGS = CircuitConfig(
+    failure_threshold=3, cooldown_seconds=30, min_availability=0.7, ewma_alpha=0.1
+)
 
 
 @asynccontextmanager
@@ -59,8 +60,9 @@ async def circuit(bus: InProcessBus) -> AsyncIterator[Subscription]:
 
 
 @pytest.fixture
-async def endpoint(bus: InProcessBus, clock: FakeClock, states: Subscription,
-                   circuit: Subscription) -> AsyncIterator[EndpointActor]:
+async def endpoint(
+    bus: InProcessBus, clock: FakeClock, states: Subscription, circuit: Subscription
+) -> AsyncIterator[EndpointActor]:
     """A running EndpointActor for EP; its initial state event is already consumed."""
     async with running(bus, EndpointActor(EP, "m", SETTINGS, clock=clock)) as actor:
         await next_event(states, EndpointState)
@@ -77,8 +79,9 @@ async def observe(bus: InProcessBus, *observations: Observation) -> None:
 
 
 async def probe(bus: InProcessBus) -> ProbeGrant:
-    reply = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(), reply_type=ProbeGrant,
-                              timeout=5.0)
+    reply = await bus.request(
+        subjects.endpoint_probe(EP), ProbeRequest(), reply_type=ProbeGrant, timeout=5.0
+    )
     assert isinstance(reply, ProbeGrant), reply
     return reply
 
@@ -89,7 +92,9 @@ async def open_circuit(bus: InProcessBus, circuit: Subscription) -> CircuitTrans
 
 
 async def test_endpoint_on_start_publishes_closed_healthy_state(
-    bus: InProcessBus, clock: FakeClock, states: Subscription,
+    bus: InProcessBus,
+    clock: FakeClock,
+    states: Subscription,
 ) -> None:
     async with running(bus, EndpointActor(EP, "m", SETTINGS, clock=clock)):
         first = await next_event(states, EndpointState)
@@ -99,7 +104,9 @@ async def test_endpoint_on_start_publishes_closed_healthy_state(
 
 
 async def test_endpoint_failure_observation_publishes_lower_availability_and_streak(
-    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+    bus: InProcessBus,
+    endpoint: EndpointActor,
+    states: Subscription,
 ) -> None:
     await observe(bus, obs("failure", status=503))
     st = await next_event(states, EndpointState)
@@ -109,10 +116,16 @@ async def test_endpoint_failure_observation_publishes_lower_availability_and_str
 
 
 async def test_endpoint_client_errors_and_cancellations_are_not_failures(
-    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+    bus: InProcessBus,
+    endpoint: EndpointActor,
+    states: Subscription,
 ) -> None:
-    await observe(bus, *(obs("client_error", status=400) for _ in range(5)),
-                  *(obs("cancelled") for _ in range(5)), obs("failure", status=500))
+    await observe(
+        bus,
+        *(obs("client_error", status=400) for _ in range(5)),
+        *(obs("cancelled") for _ in range(5)),
+        obs("failure", status=500),
+    )
     st = await next_event(states, EndpointState)
 
     # The one state change is the final failure: nothing before it counted.
@@ -121,7 +134,9 @@ async def test_endpoint_client_errors_and_cancellations_are_not_failures(
 
 
 async def test_endpoint_success_resets_the_failure_streak(
-    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+    bus: InProcessBus,
+    endpoint: EndpointActor,
+    states: Subscription,
 ) -> None:
     await observe(bus, obs("failure"), obs("failure"), obs("success"), obs("failure"))
     streaks = [(await next_event(states, EndpointState)).consecutive_failures for _ in range(4)]
@@ -130,7 +145,10 @@ async def test_endpoint_success_resets_the_failure_streak(
 
 
 async def test_endpoint_after_threshold_failures_opens_for_the_cooldown(
-    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, states: Subscription,
+    bus: InProcessBus,
+    clock: FakeClock,
+    endpoint: EndpointActor,
+    states: Subscription,
     circuit: Subscription,
 ) -> None:
     opened = await open_circuit(bus, circuit)
@@ -145,7 +163,10 @@ async def test_endpoint_after_threshold_failures_opens_for_the_cooldown(
 
 
 async def test_endpoint_probe_before_cooldown_is_refused_with_time_left(
-    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+    bus: InProcessBus,
+    clock: FakeClock,
+    endpoint: EndpointActor,
+    circuit: Subscription,
 ) -> None:
     await open_circuit(bus, circuit)
     clock.now += 10
@@ -156,7 +177,10 @@ async def test_endpoint_probe_before_cooldown_is_refused_with_time_left(
 
 
 async def test_endpoint_probe_after_cooldown_is_granted_exactly_once(
-    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+    bus: InProcessBus,
+    clock: FakeClock,
+    endpoint: EndpointActor,
+    circuit: Subscription,
 ) -> None:
     await open_circuit(bus, circuit)
     clock.now += 30
@@ -171,15 +195,24 @@ async def test_endpoint_probe_after_cooldown_is_granted_exactly_once(
     assert (state.circuit_state, state.probe_in_flight) == ("half_open", True)
 
 
-@pytest.mark.parametrize(("outcome", "status", "new", "reason"), [
-    ("success", 200, "closed", "probe succeeded"),
-    ("client_error", 400, "closed", "probe succeeded"),  # an answered 4xx proves it is up
-    ("failure", 500, "open", "probe failed"),
-    ("cancelled", None, "open", "probe abandoned by its client"),
-])
+@pytest.mark.parametrize(
+    ("outcome", "status", "new", "reason"),
+    [
+        ("success", 200, "closed", "probe succeeded"),
+        ("client_error", 400, "closed", "probe succeeded"),  # an answered 4xx proves it is up
+        ("failure", 500, "open", "probe failed"),
+        ("cancelled", None, "open", "probe abandoned by its client"),
+    ],
+)
 async def test_endpoint_probe_outcome_closes_or_reopens(
-    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
-    outcome: str, status: int | None, new: str, reason: str,
+    bus: InProcessBus,
+    clock: FakeClock,
+    endpoint: EndpointActor,
+    circuit: Subscription,
+    outcome: str,
+    status: int | None,
+    new: str,
+    reason: str,
 ) -> None:
     await open_circuit(bus, circuit)
     clock.now += 30
@@ -196,22 +229,29 @@ async def test_endpoint_probe_outcome_closes_or_reopens(
 
 
 async def test_endpoint_stream_probe_closes_at_its_first_byte_not_at_stream_end(
-    bus: InProcessBus, clock: FakeClock, endpoint: EndpointActor, circuit: Subscription,
+    bus: InProcessBus,
+    clock: FakeClock,
+    endpoint: EndpointActor,
+    circuit: Subscription,
 ) -> None:
     await open_circuit(bus, circuit)
     clock.now += 30
-    reply = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(request_id="r1"),
-                              reply_type=ProbeGrant, timeout=2)
+    reply = await bus.request(
+        subjects.endpoint_probe(EP), ProbeRequest(request_id="r1"), reply_type=ProbeGrant, timeout=2
+    )
     assert isinstance(reply, ProbeGrant) and reply.granted
     await next_event(circuit, CircuitTransition)  # open -> half_open
 
-    await bus.publish(subjects.endpoint_probe_result(EP),
-                      ProbeFirstByte(endpoint=EP, request_id="someone-else"))
+    await bus.publish(
+        subjects.endpoint_probe_result(EP), ProbeFirstByte(endpoint=EP, request_id="someone-else")
+    )
     # A request queues behind the event in the actor's mailbox: the stale byte was ignored.
-    after_stale = await bus.request(subjects.endpoint_get(EP), StateRequest(),
-                                    reply_type=EndpointState, timeout=2)
-    await bus.publish(subjects.endpoint_probe_result(EP),
-                      ProbeFirstByte(endpoint=EP, request_id="r1"))
+    after_stale = await bus.request(
+        subjects.endpoint_get(EP), StateRequest(), reply_type=EndpointState, timeout=2
+    )
+    await bus.publish(
+        subjects.endpoint_probe_result(EP), ProbeFirstByte(endpoint=EP, request_id="r1")
+    )
     closed = await next_event(circuit, CircuitTransition)
 
     assert isinstance(after_stale, EndpointState) and after_stale.circuit_state == "half_open"
@@ -220,15 +260,22 @@ async def test_endpoint_stream_probe_closes_at_its_first_byte_not_at_stream_end(
 
 
 async def _lease(bus: InProcessBus, request_id: str) -> ProbeGrant:
-    reply = await bus.request(subjects.endpoint_probe(EP), ProbeRequest(request_id=request_id),
-                              reply_type=ProbeGrant, timeout=2)
+    reply = await bus.request(
+        subjects.endpoint_probe(EP),
+        ProbeRequest(request_id=request_id),
+        reply_type=ProbeGrant,
+        timeout=2,
+    )
     assert isinstance(reply, ProbeGrant), reply
     return reply
 
 
 @pytest.mark.parametrize("late_by", [40.0, 200.0])
 async def test_endpoint_probe_success_after_the_cooldown_closes_the_circuit(
-    bus: InProcessBus, clock: FakeClock, circuit: Subscription, late_by: float,
+    bus: InProcessBus,
+    clock: FakeClock,
+    circuit: Subscription,
+    late_by: float,
 ) -> None:
     # The probe's deadline is the route's timeout (120 s) plus a cooldown of grace (30 s), not
     # one cooldown; a success from the holder closes the circuit within it (40 s) and even
@@ -252,7 +299,9 @@ async def test_endpoint_probe_success_after_the_cooldown_closes_the_circuit(
 
 
 async def test_endpoint_late_first_byte_from_the_timed_out_probe_closes_the_circuit(
-    bus: InProcessBus, clock: FakeClock, circuit: Subscription,
+    bus: InProcessBus,
+    clock: FakeClock,
+    circuit: Subscription,
 ) -> None:
     actor = EndpointActor(EP, "m", SETTINGS, probe_timeout=60, clock=clock)
     async with running(bus, actor):
@@ -263,8 +312,9 @@ async def test_endpoint_late_first_byte_from_the_timed_out_probe_closes_the_circ
         clock.now += 90  # the route's 60 s and the cooldown's 30 s of grace
         await _lease(bus, "r2")  # the deadline passed: open again
         reopened = await next_event(circuit, CircuitTransition)
-        await bus.publish(subjects.endpoint_probe_result(EP),
-                          ProbeFirstByte(endpoint=EP, request_id="r1"))
+        await bus.publish(
+            subjects.endpoint_probe_result(EP), ProbeFirstByte(endpoint=EP, request_id="r1")
+        )
         closed = await next_event(circuit, CircuitTransition)
 
     assert (reopened.new, reopened.reason) == ("open", "probe timed out")
@@ -272,7 +322,8 @@ async def test_endpoint_late_first_byte_from_the_timed_out_probe_closes_the_circ
 
 
 async def test_endpoint_cooldown_elapsing_half_opens_without_any_request(
-    bus: InProcessBus, circuit: Subscription,
+    bus: InProcessBus,
+    circuit: Subscription,
 ) -> None:
     quick = CircuitConfig(failure_threshold=1, cooldown_seconds=0.05)
     async with running(bus, EndpointActor(EP, "m", quick)):
@@ -280,12 +331,17 @@ async def test_endpoint_cooldown_elapsing_half_opens_without_any_request(
         opened = await next_event(circuit, CircuitTransition)
         half_open = await next_event(circuit, CircuitTransition)
 
-    assert (opened.new, half_open.new, half_open.reason) == ("open", "half_open",
-                                                             "cooldown elapsed")
+    assert (opened.new, half_open.new, half_open.reason) == (
+        "open",
+        "half_open",
+        "cooldown elapsed",
+    )
 
 
 async def test_endpoint_auth_rejection_is_announced_from_the_first_one(
-    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+    bus: InProcessBus,
+    endpoint: EndpointActor,
+    states: Subscription,
 ) -> None:
     rejected = obs("failure", status=401, auth_rejection=True, credential_id="k-abc")
     async with bus.subscribe(subjects.event("auth_rejected")) as events:
@@ -294,22 +350,30 @@ async def test_endpoint_auth_rejection_is_announced_from_the_first_one(
         await observe(bus, rejected)
         second = await next_event(events, AuthRejected)
     await observe(bus, obs("success"))
-    counts = [(await next_event(states, EndpointState)).consecutive_auth_rejections
-              for _ in range(3)]
+    counts = [
+        (await next_event(states, EndpointState)).consecutive_auth_rejections for _ in range(3)
+    ]
 
     assert (first.endpoint, first.status, first.consecutive, first.credential_id) == (
-        EP, 401, 1, "k-abc")
+        EP,
+        401,
+        1,
+        "k-abc",
+    )
     assert second.consecutive == 2
     assert counts == [1, 2, 0]
 
 
 async def test_endpoint_answers_state_requests(
-    bus: InProcessBus, endpoint: EndpointActor, states: Subscription,
+    bus: InProcessBus,
+    endpoint: EndpointActor,
+    states: Subscription,
 ) -> None:
     await observe(bus, obs("failure"))
     published = await next_event(states, EndpointState)
 
-    reply = await bus.request(subjects.endpoint_get(EP), StateRequest(),
-                              reply_type=EndpointState, timeout=5.0)
+    reply = await bus.request(
+        subjects.endpoint_get(EP), StateRequest(), reply_type=EndpointState, timeout=5.0
+    )
 
     assert reply == published

@@ -7,8 +7,9 @@ import pytest
 from actors.state.circuit import CLOSED, HALF_OPEN, OPEN, EndpointHealth
 from schemas.config import CircuitConfig
 
-SETTINGS = CircuitConfig(failure_threshold=3, cooldown_seconds=30, min_availability=0.7,
-                         ewma_alpha=0.1)
+SETTINGS = CircuitConfig(
+    failure_threshold=3, cooldown_seconds=30, min_availability=0.7, ewma_alpha=0.1
+)
 
 
 def test_breaker_with_threshold_minus_one_failures_stays_closed() -> None:

@@ -8,18 +8,30 @@ from actors.state.keypool import KeyPool, declaration_of, is_key_specific
 from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.config import KeyPoolConfig
 
-S = KeyPoolConfig(mute_seconds=300, binding_ttl_seconds=300, sole_key_tolerance=2,
-                  sole_key_backoff_seconds=15, sole_key_backoff_max_seconds=300)
+S = KeyPoolConfig(
+    mute_seconds=300,
+    binding_ttl_seconds=300,
+    sole_key_tolerance=2,
+    sole_key_backoff_seconds=15,
+    sole_key_backoff_max_seconds=300,
+)
 
 
 def pool(*keys: tuple[str, str]) -> KeyPool:
     return KeyPool("p", S, keys)
 
 
-def fail(p: KeyPool, cid: str, now: float, status: int | None = 429,
-         role: str | None = "free", retry_after: float | None = None) -> float | None:
-    return p.record(cid, status=status, outcome="failure", role=role, now=now,
-                    retry_after=retry_after)
+def fail(
+    p: KeyPool,
+    cid: str,
+    now: float,
+    status: int | None = 429,
+    role: str | None = "free",
+    retry_after: float | None = None,
+) -> float | None:
+    return p.record(
+        cid, status=status, outcome="failure", role=role, now=now, retry_after=retry_after
+    )
 
 
 def test_keys_are_used_in_declared_order() -> None:
@@ -48,8 +60,11 @@ def test_request_describing_error_does_not_mute(status: int) -> None:
 
 
 def test_key_specific_statuses() -> None:
-    assert [s for s in (None, 400, 401, 402, 403, 404, 408, 422, 425, 429, 500, 599)
-            if is_key_specific(s)] == [None, 401, 402, 403, 408, 425, 429, 500, 599]
+    assert [
+        s
+        for s in (None, 400, 401, 402, 403, 404, 408, 422, 425, 429, 500, 599)
+        if is_key_specific(s)
+    ] == [None, 401, 402, 403, 408, 425, 429, 500, 599]
 
 
 def test_retry_after_is_a_floor_and_a_mute_never_shortens() -> None:
@@ -183,7 +198,9 @@ def test_bindings_are_swept_past_the_threshold() -> None:
 
 def test_declaration_of_raises_min_role_to_the_most_restrictive() -> None:
     assert declaration_of([("a", "free"), ("b", "internal")], {"a": "pro", "b": "pro"}) == [
-        ("a", "pro"), ("b", "internal")]
+        ("a", "pro"),
+        ("b", "internal"),
+    ]
 
 
 def test_probe_lift_never_ends_a_mute_before_the_providers_retry_after() -> None:

@@ -37,16 +37,25 @@ KEY = ("key:k-1", "org:acme")
 
 
 async def _admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
-    reply = await bus.request(subjects.admin("limits", verb), AdminCommand(args=args, by="t"),
-                              reply_type=AdminReply, timeout=WAIT)
+    reply = await bus.request(
+        subjects.admin("limits", verb),
+        AdminCommand(args=args, by="t"),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
     assert isinstance(reply, AdminReply), reply
     return reply.result
 
 
 async def _admit(bus: InProcessBus, rid: str, tokens: int = 0, cost: float = 0.0) -> AdmitReply:
-    reply = await bus.request(subjects.LIMITS_ADMIT, AdmitRequest(
-        request_id=rid, ingress="i-1", subjects=KEY, role="pro", tokens=tokens, cost_usd=cost),
-        reply_type=AdmitReply, timeout=WAIT)
+    reply = await bus.request(
+        subjects.LIMITS_ADMIT,
+        AdmitRequest(
+            request_id=rid, ingress="i-1", subjects=KEY, role="pro", tokens=tokens, cost_usd=cost
+        ),
+        reply_type=AdmitReply,
+        timeout=WAIT,
+    )
     assert isinstance(reply, AdmitReply), reply
     return reply
 
@@ -59,7 +68,9 @@ def clock() -> FakeClock:
 
 
 async def test_a_lease_not_renewed_expires_and_a_renewed_one_is_kept(
-    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
 ) -> None:
     actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
     async with anyio.create_task_group() as tg, bus.subscribe(subjects.event("limits")) as ev:
@@ -69,8 +80,7 @@ async def test_a_lease_not_renewed_expires_and_a_renewed_one_is_kept(
         assert (await _admit(bus, "alive")).admitted
         assert not (await _admit(bus, "third")).admitted
         clock.now += 20
-        await bus.publish(subjects.LIMITS_RENEW, LimitRenew(ingress="i-1",
-                                                            request_ids=("alive",)))
+        await bus.publish(subjects.LIMITS_RENEW, LimitRenew(ingress="i-1", request_ids=("alive",)))
         clock.now += 15  # "dead" was last renewed 35 s ago, "alive" 15 s ago
         assert (await _admit(bus, "fourth")).admitted
         assert not (await _admit(bus, "fifth")).admitted  # "alive" still holds its slot
@@ -84,17 +94,19 @@ async def test_a_lease_not_renewed_expires_and_a_renewed_one_is_kept(
 
 
 async def test_settle_reconciles_tokens_and_budget_events_fire_once_per_period(
-    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
 ) -> None:
     actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
     async with anyio.create_task_group() as tg, bus.subscribe(subjects.event("budget")) as ev:
         await tg.start(actor.run, bus)
-        await _admin(bus, "set", kind="org", id="acme", budget="1/day", soft_fraction=0.5,
-                     tpm=1000)
+        await _admin(bus, "set", kind="org", id="acme", budget="1/day", soft_fraction=0.5, tpm=1000)
         reply = await _admit(bus, "r1", tokens=800, cost=0.3)
         assert reply.admitted and reply.remaining_tokens == 200
-        await bus.publish(subjects.LIMITS_SETTLE, LimitSettle(request_id="r1", tokens=40,
-                                                             cost_usd=0.6))
+        await bus.publish(
+            subjects.LIMITS_SETTLE, LimitSettle(request_id="r1", tokens=40, cost_usd=0.6)
+        )
         with anyio.fail_after(WAIT):
             first = (await anext(aiter(ev))).message
         assert isinstance(first, BudgetThreshold) and not first.exhausted
@@ -111,16 +123,23 @@ async def test_settle_reconciles_tokens_and_budget_events_fire_once_per_period(
 
 
 async def test_limits_and_counters_outlive_the_actor(
-    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
 ) -> None:
     path = str(tmp_path / "db")
     async with anyio.create_task_group() as tg:
         first = LimitsActor(path, SETTINGS, clock=clock)
         await tg.start(first.run, bus)
         await _admin(bus, "set", subject="user:acme/alice", rpm=1)
-        await bus.request(subjects.LIMITS_ADMIT, AdmitRequest(
-            request_id="r1", ingress="i", subjects=("key:k-9", "org:acme", "user:acme/alice")),
-            reply_type=AdmitReply, timeout=WAIT)
+        await bus.request(
+            subjects.LIMITS_ADMIT,
+            AdmitRequest(
+                request_id="r1", ingress="i", subjects=("key:k-9", "org:acme", "user:acme/alice")
+            ),
+            reply_type=AdmitReply,
+            timeout=WAIT,
+        )
         first.request_stop()
     async with anyio.create_task_group() as tg:
         second = LimitsActor(path, SETTINGS, clock=clock)
@@ -128,15 +147,20 @@ async def test_limits_and_counters_outlive_the_actor(
         got = await _admin(bus, "get", subject="user:acme/alice")
         assert got["limit"] == {"rpm": 1}
         assert got["usage"]["requests_last_minute"] == 1
-        refused = await bus.request(subjects.LIMITS_ADMIT, AdmitRequest(
-            request_id="r2", ingress="i", subjects=("user:acme/alice",)),
-            reply_type=AdmitReply, timeout=WAIT)
+        refused = await bus.request(
+            subjects.LIMITS_ADMIT,
+            AdmitRequest(request_id="r2", ingress="i", subjects=("user:acme/alice",)),
+            reply_type=AdmitReply,
+            timeout=WAIT,
+        )
         assert isinstance(refused, AdmitReply) and refused.code == "rate_limited"
         second.request_stop()
 
 
 async def test_a_replaced_owner_carries_on_the_counters_of_the_one_it_replaced(
-    bus: InProcessBus, tmp_path: Path, clock: FakeClock,
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
 ) -> None:
     """A reload that changes the owner's settings swaps it break before make: the old one
     saves its counters on stop and the new one loads them, so the window is not reset (with
@@ -144,8 +168,9 @@ async def test_a_replaced_owner_carries_on_the_counters_of_the_one_it_replaced(
     still admitted)."""
     db = str(tmp_path / "db")
     config = GatewayConfig.model_validate({"database": {"path": db}, "models": []})
-    reloaded = config.model_copy(update={"limits": config.limits.model_copy(
-        update={"snapshot_seconds": 7200.0})})
+    reloaded = config.model_copy(
+        update={"limits": config.limits.model_copy(update={"snapshot_seconds": 7200.0})}
+    )
     root = build_tree(config, clock=clock)
     changes = diff(root, build_tree(reloaded, clock=clock))
     assert [(c.kind, c.name) for c in changes] == [("replace", "limits")]

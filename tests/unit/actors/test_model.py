@@ -41,9 +41,20 @@ A, B, C, Z = endpoint(8001), endpoint(8002), endpoint(8003), endpoint(8009)
 
 
 def model_config(*routes: tuple[int, float]) -> ModelConfig:
-    return ModelConfig.model_validate({"id": "m", "route": [
-        {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{port}/v1", "weight": weight,
-         "provider_model_id": f"up-{port}"} for port, weight in routes]})
+    return ModelConfig.model_validate(
+        {
+            "id": "m",
+            "route": [
+                {
+                    "kind": "openai_compat",
+                    "base_url": f"http://127.0.0.1:{port}/v1",
+                    "weight": weight,
+                    "provider_model_id": f"up-{port}",
+                }
+                for port, weight in routes
+            ],
+        }
+    )
 
 
 Start = Callable[..., Any]
@@ -57,8 +68,9 @@ async def start_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[Star
     async def start(*routes: tuple[int, float]) -> ModelActor:
         cfg = model_config(*routes)
         routing = RoutingConfig.model_validate({"affinity": {"enabled": False}})
-        root = Supervisor("test", children=[
-            ChildSpec("model", lambda: ModelActor(cfg, routing, clock=clock))])
+        root = Supervisor(
+            "test", children=[ChildSpec("model", lambda: ModelActor(cfg, routing, clock=clock))]
+        )
         roots.append(root)
         await root.start(bus)
         actor = root.child("model")
@@ -71,8 +83,9 @@ async def start_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[Star
 
 
 async def ask(bus: InProcessBus, **kw: Any) -> RoutePlan | ErrorReply:
-    return await bus.request(subjects.model_route("m"), RouteRequest(model="m", **kw),
-                             reply_type=RoutePlan, timeout=WAIT)
+    return await bus.request(
+        subjects.model_route("m"), RouteRequest(model="m", **kw), reply_type=RoutePlan, timeout=WAIT
+    )
 
 
 async def plan(bus: InProcessBus, **kw: Any) -> RoutePlan:
@@ -82,8 +95,9 @@ async def plan(bus: InProcessBus, **kw: Any) -> RoutePlan:
 
 
 async def status(bus: InProcessBus) -> ModelStatus:
-    reply = await bus.request(subjects.model_status("m"), ModelStatusRequest(),
-                              reply_type=ModelStatus, timeout=WAIT)
+    reply = await bus.request(
+        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
+    )
     assert isinstance(reply, ModelStatus), reply
     return reply
 
@@ -91,13 +105,28 @@ async def status(bus: InProcessBus) -> ModelStatus:
 _seq = iter(range(1, 1_000_000))
 
 
-async def set_state(bus: InProcessBus, ep: str, circuit: str, *, open_until: float | None = None,
-                    probe_in_flight: bool = False) -> None:
+async def set_state(
+    bus: InProcessBus,
+    ep: str,
+    circuit: str,
+    *,
+    open_until: float | None = None,
+    probe_in_flight: bool = False,
+) -> None:
     """Publish ``ep``'s state as its owner would, and wait until the model's view has it (no
     event says so: a bounded loop of status requests, each awaited)."""
-    await bus.publish(subjects.endpoint_state(ep), EndpointState(
-        endpoint=ep, model="m", circuit_state=circuit, availability=0.5, open_until=open_until,
-        probe_in_flight=probe_in_flight, seq=next(_seq)))
+    await bus.publish(
+        subjects.endpoint_state(ep),
+        EndpointState(
+            endpoint=ep,
+            model="m",
+            circuit_state=circuit,
+            availability=0.5,
+            open_until=open_until,
+            probe_in_flight=probe_in_flight,
+            seq=next(_seq),
+        ),
+    )
     for _ in range(100):
         seen = {r.endpoint: r.circuit_state for r in (await status(bus)).routes}
         if seen[ep] == circuit:
@@ -106,7 +135,8 @@ async def set_state(bus: InProcessBus, ep: str, circuit: str, *, open_until: flo
 
 
 async def test_model_plan_puts_the_drawn_primary_first_then_the_rest_in_declared_order(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1), (8002, 1), (8003, 1))
 
@@ -122,18 +152,24 @@ async def test_model_plan_puts_the_drawn_primary_first_then_the_rest_in_declared
 
 
 async def test_model_plan_carries_what_the_ingress_needs_for_each_route(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1))
 
     (cand,) = (await plan(bus)).candidates
 
     assert (cand.endpoint, cand.kind, cand.base_url, cand.upstream_model) == (
-        A, "openai_compat", "http://127.0.0.1:8001/v1", "up-8001")
+        A,
+        "openai_compat",
+        "http://127.0.0.1:8001/v1",
+        "up-8001",
+    )
 
 
 async def test_model_plan_never_includes_a_weight_zero_route(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1), (8009, 0), (8002, 1))
 
@@ -144,7 +180,8 @@ async def test_model_plan_never_includes_a_weight_zero_route(
 
 
 async def test_model_plan_follows_weights_in_its_draw(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 3), (8002, 1))
     n, p = 800, 0.75
@@ -157,7 +194,11 @@ async def test_model_plan_follows_weights_in_its_draw(
 
 @pytest.mark.parametrize(("circuit", "probe_in_flight"), [("open", False), ("half_open", True)])
 async def test_model_plan_leaves_out_a_refusing_circuit(
-    bus: InProcessBus, clock: FakeClock, start_model: Start, circuit: str, probe_in_flight: bool,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
+    circuit: str,
+    probe_in_flight: bool,
 ) -> None:
     await start_model((8001, 1), (8002, 1), (8003, 1))
     until = clock.now + 30 if circuit == "open" else None
@@ -166,15 +207,18 @@ async def test_model_plan_leaves_out_a_refusing_circuit(
     plans = [await plan(bus) for _ in range(DRAWS)]
 
     for p in plans:
-        assert [c.endpoint for c in p.candidates if c.endpoint != p.candidates[0].endpoint] \
-            == [e for e in (A, C) if e != p.candidates[0].endpoint]
+        assert [c.endpoint for c in p.candidates if c.endpoint != p.candidates[0].endpoint] == [
+            e for e in (A, C) if e != p.candidates[0].endpoint
+        ]
         assert B not in [c.endpoint for c in p.candidates]
     await set_state(bus, B, "closed")
     assert B in [c.endpoint for c in (await plan(bus)).candidates]
 
 
 async def test_model_plan_after_cooldown_leases_the_single_probe_from_the_owner(
-    bus: InProcessBus, clock: FakeClock, start_model: Start,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1))
     await set_state(bus, A, "open", open_until=clock.now + 30)
@@ -202,7 +246,9 @@ async def test_model_plan_after_cooldown_leases_the_single_probe_from_the_owner(
 
 
 async def test_model_dry_plan_reports_the_probe_it_would_take_without_leasing_it(
-    bus: InProcessBus, clock: FakeClock, start_model: Start,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1))
     await set_state(bus, A, "half_open")
@@ -226,7 +272,9 @@ async def test_model_dry_plan_reports_the_probe_it_would_take_without_leasing_it
 
 
 async def test_model_plan_with_probe_lease_refused_uses_the_closed_routes(
-    bus: InProcessBus, clock: FakeClock, start_model: Start,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1), (8002, 1))
     await set_state(bus, A, "half_open")
@@ -245,7 +293,9 @@ async def test_model_plan_with_probe_lease_refused_uses_the_closed_routes(
 
 
 async def test_model_with_every_circuit_open_answers_retry_after_of_the_earliest_probe(
-    bus: InProcessBus, clock: FakeClock, start_model: Start,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1), (8002, 1), (8009, 0))
     await set_state(bus, A, "open", open_until=clock.now + 25)
@@ -262,7 +312,9 @@ async def test_model_with_every_circuit_open_answers_retry_after_of_the_earliest
 
 @pytest.mark.parametrize("pin", [B, Z])
 async def test_model_plan_with_pin_is_that_route_alone_and_pinned(
-    bus: InProcessBus, start_model: Start, pin: str,
+    bus: InProcessBus,
+    start_model: Start,
+    pin: str,
 ) -> None:
     await start_model((8001, 1), (8002, 1), (8009, 0))
 
@@ -273,7 +325,8 @@ async def test_model_plan_with_pin_is_that_route_alone_and_pinned(
 
 
 async def test_model_plan_with_pin_of_no_route_answers_pin_not_found(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 1))
 
@@ -283,7 +336,9 @@ async def test_model_plan_with_pin_of_no_route_answers_pin_not_found(
 
 
 async def test_model_status_reports_effective_weights_and_the_circuits_it_sees(
-    bus: InProcessBus, clock: FakeClock, start_model: Start,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
 ) -> None:
     await start_model((8001, 3), (8009, 0))
     await set_state(bus, A, "open", open_until=clock.now + 30)
@@ -292,4 +347,6 @@ async def test_model_status_reports_effective_weights_and_the_circuits_it_sees(
 
     assert st.model == "m" and st.router == "fixed"
     assert [(r.endpoint, r.kind, r.weight, r.circuit_state) for r in st.routes] == [
-        (A, "openai_compat", 3.0, "open"), (Z, "openai_compat", 0.0, "closed")]
+        (A, "openai_compat", 3.0, "open"),
+        (Z, "openai_compat", 0.0, "closed"),
+    ]

@@ -37,8 +37,12 @@ DEAR = {"prompt": 5.0, "completion": 20.0}
 
 
 def route(port: int, **extra: Any) -> dict[str, Any]:
-    return {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{port}/v1",
-            "provider_model_id": f"up-{port}", **extra}
+    return {
+        "kind": "openai_compat",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "provider_model_id": f"up-{port}",
+        **extra,
+    }
 
 
 def ep(port: int) -> str:
@@ -52,18 +56,27 @@ Start = Callable[..., Any]
 async def start_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[Start]:
     roots: list[Supervisor] = []
 
-    async def start(*routes: dict[str, Any], capacity: bool = False,
-                    **params: Any) -> ModelActor:
-        cfg = ModelConfig.model_validate({"id": "m", "router": "routewise",
-                                          "router_params": params, "route": list(routes)})
+    async def start(*routes: dict[str, Any], capacity: bool = False, **params: Any) -> ModelActor:
+        cfg = ModelConfig.model_validate(
+            {"id": "m", "router": "routewise", "router_params": params, "route": list(routes)}
+        )
         routing = RoutingConfig()
         # With ``capacity``: the pools' owners run too (before the model, which seeds from them).
-        owners = [ChildSpec(f"capacity:{name}", functools.partial(
-            CapacityActor, spec, routing.leases, clock=clock))
-            for name, spec in capacity_pools(GatewayConfig(models=[cfg])).items()] \
-            if capacity else []
-        root = Supervisor("test", children=[
-            *owners, ChildSpec("model", lambda: ModelActor(cfg, routing, clock=clock))])
+        owners = (
+            [
+                ChildSpec(
+                    f"capacity:{name}",
+                    functools.partial(CapacityActor, spec, routing.leases, clock=clock),
+                )
+                for name, spec in capacity_pools(GatewayConfig(models=[cfg])).items()
+            ]
+            if capacity
+            else []
+        )
+        root = Supervisor(
+            "test",
+            children=[*owners, ChildSpec("model", lambda: ModelActor(cfg, routing, clock=clock))],
+        )
         roots.append(root)
         await root.start(bus)
         actor = root.child("model")
@@ -76,38 +89,50 @@ async def start_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[Star
 
 
 async def status(bus: InProcessBus) -> ModelStatus:
-    reply = await bus.request(subjects.model_status("m"), ModelStatusRequest(),
-                              reply_type=ModelStatus, timeout=WAIT)
+    reply = await bus.request(
+        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
+    )
     assert isinstance(reply, ModelStatus), reply
     return reply
 
 
 async def plan(bus: InProcessBus, **kw: Any) -> RoutePlan:
-    reply = await bus.request(subjects.model_route("m"), RouteRequest(model="m", **kw),
-                              reply_type=RoutePlan, timeout=WAIT)
+    reply = await bus.request(
+        subjects.model_route("m"), RouteRequest(model="m", **kw), reply_type=RoutePlan, timeout=WAIT
+    )
     assert isinstance(reply, RoutePlan), reply
     return reply
 
 
 def success(port: int, ttft_ms: float, ts: float) -> Observation:
-    return Observation(endpoint=ep(port), model="m", outcome="success", ttft_ms=ttft_ms,
-                       prompt_tokens=1000, completion_tokens=50, ts=ts, request_id="r")
+    return Observation(
+        endpoint=ep(port),
+        model="m",
+        outcome="success",
+        ttft_ms=ttft_ms,
+        prompt_tokens=1000,
+        completion_tokens=50,
+        ts=ts,
+        request_id="r",
+    )
 
 
 async def test_routewise_model_bootstraps_latency_from_the_request_log(
-    bus: InProcessBus, clock: FakeClock, start_model: Start, tmp_path: Path,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
+    tmp_path: Path,
 ) -> None:
     clock.now = time.time()
     store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         for _ in range(3):
-            await bus.publish(subjects.observation(ep(8001)), success(8001, 2500.0,
-                                                                      clock.now - 120))
-            await bus.publish(subjects.observation(ep(8002)), success(8002, 200.0,
-                                                                      clock.now - 60))
-        await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                          budget_alpha=1.0)
+            await bus.publish(
+                subjects.observation(ep(8001)), success(8001, 2500.0, clock.now - 120)
+            )
+            await bus.publish(subjects.observation(ep(8002)), success(8002, 200.0, clock.now - 60))
+        await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR), budget_alpha=1.0)
         rows = {c.endpoint: c for c in (await status(bus)).routewise}
         first = await plan(bus, prompt_tokens=100)
         store.request_stop()
@@ -118,7 +143,8 @@ async def test_routewise_model_bootstraps_latency_from_the_request_log(
 
 
 async def test_routewise_model_without_a_store_starts_with_no_evidence(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR))
     st = await status(bus)
@@ -128,7 +154,8 @@ async def test_routewise_model_without_a_store_starts_with_no_evidence(
 
 
 async def test_routewise_model_prices_capacity_from_the_pool_owner_and_leases_its_pick(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
     conc = route(8002, provider_type="concurrency", concurrency={"limit": 1})
     await start_model(route(8001, pricing=DEAR), conc, capacity=True)
@@ -141,8 +168,10 @@ async def test_routewise_model_prices_capacity_from_the_pool_owner_and_leases_it
     assert [c.endpoint for c in second.candidates] == [ep(8001)]
     assert not second.candidates[0].lease_id
     # The slot given back: the owner's CapacityState reaches the view, the route is free.
-    await bus.publish(subjects.capacity_release(ep(8002)),
-                      CapacityRelease(pool=ep(8002), lease_id=first.candidates[0].lease_id))
+    await bus.publish(
+        subjects.capacity_release(ep(8002)),
+        CapacityRelease(pool=ep(8002), lease_id=first.candidates[0].lease_id),
+    )
     with anyio.fail_after(WAIT):
         while True:  # a bounded loop of awaited status requests while the event lands
             rows = {c.endpoint: c for c in (await status(bus)).routewise}
@@ -153,10 +182,16 @@ async def test_routewise_model_prices_capacity_from_the_pool_owner_and_leases_it
 
 
 async def test_routewise_plan_orders_fallbacks_by_the_re_solved_lp(
-    bus: InProcessBus, clock: FakeClock, start_model: Start,
+    bus: InProcessBus,
+    clock: FakeClock,
+    start_model: Start,
 ) -> None:
-    await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                      route(8003, pricing={"prompt": 1.0, "completion": 4.0}), budget_alpha=1.0)
+    await start_model(
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        route(8003, pricing={"prompt": 1.0, "completion": 4.0}),
+        budget_alpha=1.0,
+    )
     for port, ms in ((8001, 3000.0), (8002, 100.0), (8003, 700.0)):
         await bus.publish(subjects.observation(ep(port)), success(port, ms, clock.now))
     with anyio.fail_after(WAIT):
@@ -168,8 +203,8 @@ async def test_routewise_plan_orders_fallbacks_by_the_re_solved_lp(
 
 
 async def test_routewise_strict_fallback_mode_plans_one_route(
-    bus: InProcessBus, start_model: Start,
+    bus: InProcessBus,
+    start_model: Start,
 ) -> None:
-    await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                      fallback_mode="strict")
+    await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR), fallback_mode="strict")
     assert len((await plan(bus)).candidates) == 1

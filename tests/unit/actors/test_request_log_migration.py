@@ -35,13 +35,16 @@ _OLD = (
 def _old_file(path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.execute(_OLD)
-        db.execute("INSERT INTO request_log VALUES (1, ?, 'request', 'old', '', '', 'chat', 'm',"
-                   " 'm', 'm:a', '', 200, 'success', '', 0, 1, NULL, 1.0, 3, 4, 0, 0)",
-                   (time.time(),))
+        db.execute(
+            "INSERT INTO request_log VALUES (1, ?, 'request', 'old', '', '', 'chat', 'm',"
+            " 'm', 'm:a', '', 200, 'success', '', 0, 1, NULL, 1.0, 3, 4, 0, 0)",
+            (time.time(),),
+        )
 
 
 async def test_an_old_log_is_read_with_defaults_then_upgraded_in_place(
-    bus: InProcessBus, tmp_path: Path,
+    bus: InProcessBus,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "log.db"
     _old_file(path)
@@ -51,9 +54,18 @@ async def test_an_old_log_is_read_with_defaults_then_upgraded_in_place(
     store = StoreActor(str(path), LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await bus.publish(subjects.request_done("m"), RequestCompleted(
-            request_id="new", model="m", cost_usd=0.25, key_id="gk-1", org="acme",
-            user="alice", ts=time.time()))
+        await bus.publish(
+            subjects.request_done("m"),
+            RequestCompleted(
+                request_id="new",
+                model="m",
+                cost_usd=0.25,
+                key_id="gk-1",
+                org="acme",
+                user="alice",
+                ts=time.time(),
+            ),
+        )
         store.request_stop()
     with sqlite3.connect(path) as db:
         columns = {r[1] for r in db.execute("PRAGMA table_info(request_log)")}
@@ -61,4 +73,7 @@ async def test_an_old_log_is_read_with_defaults_then_upgraded_in_place(
     rows = {r["request_id"]: r for r in read_rows(path, {})}
     assert rows["old"]["cost_usd"] == 0.0
     assert (rows["new"]["cost_usd"], rows["new"]["key_id"], rows["new"]["user_id"]) == (
-        0.25, "gk-1", "acme/alice")
+        0.25,
+        "gk-1",
+        "acme/alice",
+    )

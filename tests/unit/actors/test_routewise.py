@@ -24,17 +24,21 @@ DEAR = {"prompt": 3.0, "completion": 15.0}
 
 
 def route(port: int, **extra: Any) -> dict[str, Any]:
-    return {"kind": "openai_compat", "base_url": f"http://127.0.0.1:{port}/v1",
-            "provider_model_id": f"up-{port}", **extra}
+    return {
+        "kind": "openai_compat",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "provider_model_id": f"up-{port}",
+        **extra,
+    }
 
 
 def quota_route(port: int, **extra: Any) -> dict[str, Any]:
-    return route(port, provider_type="quota", quota={"limit": 100},
-                 quota_source={"kind": "local"}, **extra)
+    return route(
+        port, provider_type="quota", quota={"limit": 100}, quota_source={"kind": "local"}, **extra
+    )
 
 
-_VIEWS: weakref.WeakKeyDictionary[RouteWiseStrategy, CapacityViews] = (
-    weakref.WeakKeyDictionary())
+_VIEWS: weakref.WeakKeyDictionary[RouteWiseStrategy, CapacityViews] = weakref.WeakKeyDictionary()
 
 
 def pool_state(strategy: RouteWiseStrategy, state: CapacityState) -> None:
@@ -42,32 +46,53 @@ def pool_state(strategy: RouteWiseStrategy, state: CapacityState) -> None:
     _VIEWS[strategy].update(state)
 
 
-def make(clock: FakeClock, *routes: dict[str, Any], **params: Any
-         ) -> tuple[RouteWiseStrategy, list[RouteView]]:
-    model = ModelConfig.model_validate({"id": "m", "router": "routewise",
-                                        "router_params": params, "route": list(routes)})
+def make(
+    clock: FakeClock, *routes: dict[str, Any], **params: Any
+) -> tuple[RouteWiseStrategy, list[RouteView]]:
+    model = ModelConfig.model_validate(
+        {"id": "m", "router": "routewise", "router_params": params, "route": list(routes)}
+    )
     # The strategy reads pool states from the ModelActor's capacity view, as in the actor.
     capacity = CapacityViews(model, "model:m")
-    strategy = build_strategy("routewise", model.router_params,
-                              StrategyDeps(model=model, clock=clock,
-                                           capacity=capacity.state_of))
+    strategy = build_strategy(
+        "routewise",
+        model.router_params,
+        StrategyDeps(model=model, clock=clock, capacity=capacity.state_of),
+    )
     assert isinstance(strategy, RouteWiseStrategy)
     _VIEWS[strategy] = capacity
-    views = [RouteView(index=i, endpoint=e, weight=r.weight, route=r)
-             for i, (e, r) in enumerate(zip(model.endpoint_ids(), model.route, strict=True))]
+    views = [
+        RouteView(index=i, endpoint=e, weight=r.weight, route=r)
+        for i, (e, r) in enumerate(zip(model.endpoint_ids(), model.route, strict=True))
+    ]
     return strategy, views
 
 
-def ttft(strategy: RouteWiseStrategy, endpoint: str, ms: float, clock: FakeClock,
-         n: int = 5, completion: int = 0) -> None:
+def ttft(
+    strategy: RouteWiseStrategy,
+    endpoint: str,
+    ms: float,
+    clock: FakeClock,
+    n: int = 5,
+    completion: int = 0,
+) -> None:
     for _ in range(n):
-        strategy.observe(Observation(endpoint=endpoint, model="m", outcome="success",
-                                     ttft_ms=ms, prompt_tokens=1000,
-                                     completion_tokens=completion, ts=clock.now))
+        strategy.observe(
+            Observation(
+                endpoint=endpoint,
+                model="m",
+                outcome="success",
+                ttft_ms=ms,
+                prompt_tokens=1000,
+                completion_tokens=completion,
+                ts=clock.now,
+            )
+        )
 
 
-def picks(strategy: RouteWiseStrategy, views: list[RouteView], n: int = DRAWS,
-          prompt: int = 1000) -> Counter[str]:
+def picks(
+    strategy: RouteWiseStrategy, views: list[RouteView], n: int = DRAWS, prompt: int = 1000
+) -> Counter[str]:
     req = RouteRequest(model="m", prompt_tokens=prompt)
     return Counter(strategy.select(views, req).endpoint for _ in range(n))
 
@@ -80,8 +105,9 @@ def clock() -> FakeClock:
 
 
 def test_on_demand_cost_prices_the_prompt_and_the_predicted_output(clock: FakeClock) -> None:
-    s, views = make(clock, route(8001, pricing={"prompt": 2.0, "completion": 10.0}),
-                    route(8002, pricing=CHEAP))
+    s, views = make(
+        clock, route(8001, pricing={"prompt": 2.0, "completion": 10.0}), route(8002, pricing=CHEAP)
+    )
     req = RouteRequest(model="m", prompt_tokens=1000)
     cost = s.candidates(views, req, clock.now)[0].effective_cost
     assert cost == pytest.approx((1000 * 2.0 + 512 * 10.0) / 1e6)  # default 512 output
@@ -94,8 +120,13 @@ def test_on_demand_cost_prices_the_prompt_and_the_predicted_output(clock: FakeCl
 def test_alpha_moves_traffic_from_the_cheapest_to_the_fastest(
     clock: FakeClock, alpha: float, winner: str
 ) -> None:
-    s, views = make(clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                    budget_alpha=alpha, random_seed=7)
+    s, views = make(
+        clock,
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        budget_alpha=alpha,
+        random_seed=7,
+    )
     cheap, fast = views[0].endpoint, views[1].endpoint
     ttft(s, cheap, 2000.0, clock)
     ttft(s, fast, 150.0, clock)
@@ -104,8 +135,13 @@ def test_alpha_moves_traffic_from_the_cheapest_to_the_fastest(
 
 
 def test_alpha_between_mixes_the_two_in_proportion(clock: FakeClock) -> None:
-    s, views = make(clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                    budget_alpha=0.5, random_seed=3)
+    s, views = make(
+        clock,
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        budget_alpha=0.5,
+        random_seed=3,
+    )
     ttft(s, views[0].endpoint, 2000.0, clock)
     ttft(s, views[1].endpoint, 150.0, clock)
     counts = picks(s, views)
@@ -116,8 +152,17 @@ def test_alpha_between_mixes_the_two_in_proportion(clock: FakeClock) -> None:
 
 def _calibrate(s: RouteWiseStrategy, endpoint: str, clock: FakeClock) -> None:
     for completion in (50, 100, 200, 400, 800):
-        s.observe(Observation(endpoint=endpoint, model="m", outcome="success", ttft_ms=500.0,
-                              prompt_tokens=1000, completion_tokens=completion, ts=clock.now))
+        s.observe(
+            Observation(
+                endpoint=endpoint,
+                model="m",
+                outcome="success",
+                ttft_ms=500.0,
+                prompt_tokens=1000,
+                completion_tokens=completion,
+                ts=clock.now,
+            )
+        )
 
 
 def test_quota_shadow_price_rises_with_use(clock: FakeClock) -> None:
@@ -177,8 +222,17 @@ def test_cold_start_masks_quota_routes_until_the_envelope_is_calibrated(
 def test_unresolved_quota_source_is_masked(clock: FakeClock) -> None:
     s, views = make(clock, route(8001, pricing=DEAR), quota_route(8002))
     _calibrate(s, views[0].endpoint, clock)
-    pool_state(s, CapacityState(pool=views[1].endpoint, kind="quota", limit=100, used=0,
-                             resolved=False, reason="no reading yet"))
+    pool_state(
+        s,
+        CapacityState(
+            pool=views[1].endpoint,
+            kind="quota",
+            limit=100,
+            used=0,
+            resolved=False,
+            reason="no reading yet",
+        ),
+    )
     picks(s, views, n=1)
     assert s.last[1].excluded == "quota_unresolved"
 
@@ -186,38 +240,76 @@ def test_unresolved_quota_source_is_masked(clock: FakeClock) -> None:
 def test_cold_burst_with_nothing_feasible_falls_back_to_the_weighted_draw(
     clock: FakeClock,
 ) -> None:
-    s, views = make(clock, quota_route(8001, weight=3.0), quota_route(8002),
-                    envelope_bootstrap_donor_models=["donor"], random_seed=2)
+    s, views = make(
+        clock,
+        quota_route(8001, weight=3.0),
+        quota_route(8002),
+        envelope_bootstrap_donor_models=["donor"],
+        random_seed=2,
+    )
     counts = picks(s, views)
     assert sum(counts.values()) == DRAWS and s.fallback_draws == DRAWS
     assert counts[views[0].endpoint] > counts[views[1].endpoint] > 0  # by weight 3:1
 
 
 def test_fallback_order_is_the_lp_resolved_without_the_routes_before(clock: FakeClock) -> None:
-    s, views = make(clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                    route(8003, pricing={"prompt": 1.0, "completion": 5.0}), budget_alpha=1.0)
+    s, views = make(
+        clock,
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        route(8003, pricing={"prompt": 1.0, "completion": 5.0}),
+        budget_alpha=1.0,
+    )
     ttft(s, views[0].endpoint, 3000.0, clock)
     ttft(s, views[1].endpoint, 100.0, clock)
     ttft(s, views[2].endpoint, 800.0, clock)
     req = RouteRequest(model="m", prompt_tokens=1000)
     order = s.fallback_order(views, req)
-    assert [v.endpoint for v in order] == [views[1].endpoint, views[2].endpoint,
-                                           views[0].endpoint]
+    assert [v.endpoint for v in order] == [views[1].endpoint, views[2].endpoint, views[0].endpoint]
 
 
 def test_bootstrap_replays_log_rows_with_their_own_timestamps(clock: FakeClock) -> None:
-    s, views = make(clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR),
-                    latency_window_sec=600.0)
+    s, views = make(
+        clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR), latency_window_sec=600.0
+    )
     a, b = views[0].endpoint, views[1].endpoint
     rows = [
-        {"kind": "attempt", "endpoint": a, "outcome": "success", "ttft_ms": 900.0,
-         "prompt_tokens": 1000, "completion_tokens": 40, "ts": clock.now - 60},
-        {"kind": "attempt", "endpoint": a, "outcome": "success", "ttft_ms": 9000.0,
-         "prompt_tokens": 1000, "completion_tokens": 40, "ts": clock.now - 3600},
-        {"kind": "attempt", "endpoint": b, "outcome": "success", "ttft_ms": 4000.0,
-         "prompt_tokens": 1000, "completion_tokens": 40, "ts": clock.now - 3600},
-        {"kind": "request", "endpoint": b, "outcome": "success", "ttft_ms": 1.0,
-         "prompt_tokens": 1000, "completion_tokens": 40, "ts": clock.now},
+        {
+            "kind": "attempt",
+            "endpoint": a,
+            "outcome": "success",
+            "ttft_ms": 900.0,
+            "prompt_tokens": 1000,
+            "completion_tokens": 40,
+            "ts": clock.now - 60,
+        },
+        {
+            "kind": "attempt",
+            "endpoint": a,
+            "outcome": "success",
+            "ttft_ms": 9000.0,
+            "prompt_tokens": 1000,
+            "completion_tokens": 40,
+            "ts": clock.now - 3600,
+        },
+        {
+            "kind": "attempt",
+            "endpoint": b,
+            "outcome": "success",
+            "ttft_ms": 4000.0,
+            "prompt_tokens": 1000,
+            "completion_tokens": 40,
+            "ts": clock.now - 3600,
+        },
+        {
+            "kind": "request",
+            "endpoint": b,
+            "outcome": "success",
+            "ttft_ms": 1.0,
+            "prompt_tokens": 1000,
+            "completion_tokens": 40,
+            "ts": clock.now,
+        },
     ]
     assert s.bootstrap(rows) == 3
     assert s.latency.estimate(a, clock.now) == pytest.approx(900.0)  # the old one aged out
@@ -240,9 +332,16 @@ def test_strict_fallback_mode_sends_one_route(clock: FakeClock) -> None:
 
 
 def test_probe_due_picks_cold_then_idle_routes_within_the_concurrency(clock: FakeClock) -> None:
-    s, views = make(clock, route(8001), route(8002), route(8003),
-                    routewise_probe_enabled=True, routewise_probe_idle_threshold_sec=60.0,
-                    routewise_probe_max_concurrency=2, routewise_probe_timeout_sec=10.0)
+    s, views = make(
+        clock,
+        route(8001),
+        route(8002),
+        route(8003),
+        routewise_probe_enabled=True,
+        routewise_probe_idle_threshold_sec=60.0,
+        routewise_probe_max_concurrency=2,
+        routewise_probe_timeout_sec=10.0,
+    )
     a, b, c = (v.endpoint for v in views)
     ttft(s, a, 100.0, clock, n=1)
     assert s.probe_due([a, b, c], clock.now) == [b, c]  # a was just measured
@@ -261,8 +360,13 @@ def test_probe_due_is_empty_while_the_prober_is_off(clock: FakeClock) -> None:
 def test_hedge_checkpoint_when_the_primary_misses_its_slo_and_the_backup_meets_it(
     clock: FakeClock,
 ) -> None:
-    s, views = make(clock, route(8001), route(8002), latency_slo_sec=1.0,
-                    latency_hedge_mode="probability_target")
+    s, views = make(
+        clock,
+        route(8001),
+        route(8002),
+        latency_slo_sec=1.0,
+        latency_hedge_mode="probability_target",
+    )
     slow, fast = views[0].endpoint, views[1].endpoint
     assert s.hedge_after_ms(slow, fast) is None  # no evidence yet
     ttft(s, slow, 1500.0, clock)

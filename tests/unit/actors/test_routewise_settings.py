@@ -24,17 +24,23 @@ if TYPE_CHECKING:
 
     from bus import InProcessBus
 
-MODEL = ModelConfig.model_validate({
-    "id": "org/m", "aliases": ["m-alias"], "router": "routewise",
-    "router_params": {"budget_alpha": 0.3, "latency_slo_sec": 2.0},
-    "route": [{"kind": "echo"}, {"kind": "echo"}]})
+MODEL = ModelConfig.model_validate(
+    {
+        "id": "org/m",
+        "aliases": ["m-alias"],
+        "router": "routewise",
+        "router_params": {"budget_alpha": 0.3, "latency_slo_sec": 2.0},
+        "route": [{"kind": "echo"}, {"kind": "echo"}],
+    }
+)
 FIXED = ModelConfig.model_validate({"id": "plain", "route": [{"kind": "echo"}]})
 
 
 def test_precedence_is_override_then_router_params_then_fallback_then_default() -> None:
-    settings = RouteWiseSettings(models={"org/m": {"budget_alpha": 0.9}},
-                                 fallback={"budget_alpha": 0.1, "latency_slo_sec": 9.0,
-                                           "envelope_min_samples": 4})
+    settings = RouteWiseSettings(
+        models={"org/m": {"budget_alpha": 0.9}},
+        fallback={"budget_alpha": 0.1, "latency_slo_sec": 9.0, "envelope_min_samples": 4},
+    )
     view = rw.view(MODEL, settings)["settings"]
     assert view["budget_alpha"] == {"value": 0.9, "source": "model_override"}
     assert view["latency_slo_sec"] == {"value": 2.0, "source": "router_params"}
@@ -55,22 +61,33 @@ async def store(tmp_path: Path) -> AsyncIterator[SnapshotStore]:
 
 
 async def _start(bus: InProcessBus, store: SnapshotStore, clock: FakeClock) -> Supervisor:
-    root = Supervisor("test", children=[
-        ChildSpec("rw", lambda: RouteWiseSettingsActor((MODEL, FIXED), "fixed",
-                                                       snapshots=store, clock=clock)),
-        ChildSpec("model", lambda: ModelActor(MODEL, RoutingConfig(), clock=clock))])
+    root = Supervisor(
+        "test",
+        children=[
+            ChildSpec(
+                "rw",
+                lambda: RouteWiseSettingsActor(
+                    (MODEL, FIXED), "fixed", snapshots=store, clock=clock
+                ),
+            ),
+            ChildSpec("model", lambda: ModelActor(MODEL, RoutingConfig(), clock=clock)),
+        ],
+    )
     await root.start(bus)
     return root
 
 
 async def test_set_through_an_alias_is_applied_by_the_model_before_the_answer(
-    bus: InProcessBus, store: SnapshotStore, clock: FakeClock,
+    bus: InProcessBus,
+    store: SnapshotStore,
+    clock: FakeClock,
 ) -> None:
     root = await _start(bus, store, clock)
     model = root.child("model")
     assert isinstance(model, ModelActor)
-    answer = await _admin(bus, "set_model_setting", model_id="m-alias", key="budget_alpha",
-                          value=1.0)
+    answer = await _admin(
+        bus, "set_model_setting", model_id="m-alias", key="budget_alpha", value=1.0
+    )
     applied = model._strategy.params.budget_alpha  # type: ignore[attr-defined]
     await root.stop()
 
@@ -80,7 +97,9 @@ async def test_set_through_an_alias_is_applied_by_the_model_before_the_answer(
 
 
 async def test_settings_survive_a_restart_and_delete_restores_the_inherited_value(
-    bus: InProcessBus, store: SnapshotStore, clock: FakeClock,
+    bus: InProcessBus,
+    store: SnapshotStore,
+    clock: FakeClock,
 ) -> None:
     root = await _start(bus, store, clock)
     await _admin(bus, "set_model_setting", model_id="org/m", key="budget_alpha", value=0.8)
@@ -101,18 +120,38 @@ async def test_settings_survive_a_restart_and_delete_restores_the_inherited_valu
     assert fallback["fallback"] == {"latency_unprofiled_ttft_ms": 1234.0}
 
 
-@pytest.mark.parametrize(("args", "code", "words"), [
-    ({"model_id": "nope", "key": "budget_alpha", "value": 1}, ErrorCode.ROUTE_NOT_FOUND, "nope"),
-    ({"model_id": "plain", "key": "budget_alpha", "value": 1}, ErrorCode.INVALID_REQUEST,
-     "does not use router: routewise"),
-    ({"model_id": "org/m", "key": "quota_limit", "value": 1}, ErrorCode.INVALID_REQUEST,
-     "unknown RouteWise setting 'quota_limit'"),
-    ({"model_id": "org/m", "key": "budget_alpha", "value": 7}, ErrorCode.INVALID_REQUEST,
-     "budget_alpha"),
-])
+@pytest.mark.parametrize(
+    ("args", "code", "words"),
+    [
+        (
+            {"model_id": "nope", "key": "budget_alpha", "value": 1},
+            ErrorCode.ROUTE_NOT_FOUND,
+            "nope",
+        ),
+        (
+            {"model_id": "plain", "key": "budget_alpha", "value": 1},
+            ErrorCode.INVALID_REQUEST,
+            "does not use router: routewise",
+        ),
+        (
+            {"model_id": "org/m", "key": "quota_limit", "value": 1},
+            ErrorCode.INVALID_REQUEST,
+            "unknown RouteWise setting 'quota_limit'",
+        ),
+        (
+            {"model_id": "org/m", "key": "budget_alpha", "value": 7},
+            ErrorCode.INVALID_REQUEST,
+            "budget_alpha",
+        ),
+    ],
+)
 async def test_bad_settings_are_refused_with_the_reason(
-    bus: InProcessBus, store: SnapshotStore, clock: FakeClock, args: dict[str, Any],
-    code: ErrorCode, words: str,
+    bus: InProcessBus,
+    store: SnapshotStore,
+    clock: FakeClock,
+    args: dict[str, Any],
+    code: ErrorCode,
+    words: str,
 ) -> None:
     root = await _start(bus, store, clock)
     with pytest.raises(GatewayError) as exc:

@@ -21,8 +21,10 @@ def _value(weights: dict[int, float], xs: list[float]) -> float:
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(_cost, _lat), min_size=1, max_size=30),
-       st.floats(min_value=0.0, max_value=1.0))
+@given(
+    st.lists(st.tuples(_cost, _lat), min_size=1, max_size=30),
+    st.floats(min_value=0.0, max_value=1.0),
+)
 def test_hull_solver_matches_the_library_lp_on_random_instances(
     points: list[tuple[float, float]], alpha: float
 ) -> None:
@@ -36,7 +38,8 @@ def test_hull_solver_matches_the_library_lp_on_random_instances(
     assert len(ours) <= 2  # the optimum mixes at most two candidates
     assert _value(ours, costs) <= budget + 1e-7
     assert abs(_value(ours, objective) - _value(theirs, objective)) <= 1e-6 * max(
-        1.0, abs(_value(theirs, objective)))
+        1.0, abs(_value(theirs, objective))
+    )
 
 
 def test_hull_solver_budget_below_every_cost_is_infeasible() -> None:

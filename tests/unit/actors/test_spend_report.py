@@ -24,20 +24,34 @@ T = 1_800_000_000.0 - 1_800_000_000.0 % H  # an hour boundary
 
 
 async def _report(bus: InProcessBus, **args: Any) -> dict[str, Any]:
-    reply = await bus.request(subjects.admin("spend", "report"), AdminCommand(args=args),
-                              reply_type=AdminReply, timeout=WAIT)
+    reply = await bus.request(
+        subjects.admin("spend", "report"),
+        AdminCommand(args=args),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
     assert isinstance(reply, AdminReply), reply
     return reply.result
 
 
 def _done(ts: float, key: str, usd: float, *, estimated: bool = False) -> RequestCompleted:
-    return RequestCompleted(request_id=f"r{ts}", ts=ts, model="m", key_id=key, org="acme",
-                            user="alice", prompt_tokens=10, completion_tokens=5,
-                            cost_usd=usd, cost_estimated=estimated)
+    return RequestCompleted(
+        request_id=f"r{ts}",
+        ts=ts,
+        model="m",
+        key_id=key,
+        org="acme",
+        user="alice",
+        prompt_tokens=10,
+        completion_tokens=5,
+        cost_usd=usd,
+        cost_estimated=estimated,
+    )
 
 
 async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_log(
-    bus: InProcessBus, tmp_path: Path,
+    bus: InProcessBus,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "log.db"
     store = StoreActor(str(path), LogConfig(flush_ms=10_000), clock=lambda: T + 10 * H)
@@ -45,20 +59,39 @@ async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_
         await tg.start(store.run, bus)
         # 0.5 h before the range, in its first partial hour, two whole hours, the last
         # partial hour, and after it.
-        for ts, usd in ((T - 0.5 * H, 100.0), (T + 0.75 * H, 1.0), (T + 1.5 * H, 2.0),
-                        (T + 2.25 * H, 4.0), (T + 3.1 * H, 8.0), (T + 3.9 * H, 200.0)):
+        for ts, usd in (
+            (T - 0.5 * H, 100.0),
+            (T + 0.75 * H, 1.0),
+            (T + 1.5 * H, 2.0),
+            (T + 2.25 * H, 4.0),
+            (T + 3.1 * H, 8.0),
+            (T + 3.9 * H, 200.0),
+        ):
             await bus.publish(subjects.request_done("m"), _done(ts, "gk-a", usd))
-        await bus.publish(subjects.request_done("m"), _done(T + 1.2 * H, "gk-b", 16.0,
-                                                            estimated=True))
+        await bus.publish(
+            subjects.request_done("m"), _done(T + 1.2 * H, "gk-b", 16.0, estimated=True)
+        )
         got = await _report(bus, since=T + 0.5 * H, until=T + 3.5 * H, group_by="key")
         whole = await _report(bus, since=T + 0.6 * H, until=T + 0.8 * H, group_by="org")
         store.request_stop()
     assert got["total_usd"] == pytest.approx(31.0)
     assert got["groups"] == [
-        {"key": "gk-b", "requests": 1, "prompt_tokens": 10, "completion_tokens": 5,
-         "cost_usd": 16.0, "estimated_requests": 1},
-        {"key": "gk-a", "requests": 4, "prompt_tokens": 40, "completion_tokens": 20,
-         "cost_usd": 15.0, "estimated_requests": 0},
+        {
+            "key": "gk-b",
+            "requests": 1,
+            "prompt_tokens": 10,
+            "completion_tokens": 5,
+            "cost_usd": 16.0,
+            "estimated_requests": 1,
+        },
+        {
+            "key": "gk-a",
+            "requests": 4,
+            "prompt_tokens": 40,
+            "completion_tokens": 20,
+            "cost_usd": 15.0,
+            "estimated_requests": 0,
+        },
     ]
     assert whole["groups"][0]["cost_usd"] == 1.0  # inside one hour: from the log alone
     with sqlite3.connect(path) as db:
@@ -67,7 +100,8 @@ async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_
 
 
 async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
-    bus: InProcessBus, tmp_path: Path,
+    bus: InProcessBus,
+    tmp_path: Path,
 ) -> None:
     path = tmp_path / "log.db"
     for _ in range(2):  # the second start must not count the rows twice
@@ -85,5 +119,4 @@ async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
         await tg.start(store.run, bus)
         got = await _report(bus, since=T, until=T + 5 * H)
         store.request_stop()
-    assert [(g["model"], g["requests"], g["cost_usd"]) for g in got["groups"]] == [
-        ("m", 1, 2.0)]
+    assert [(g["model"], g["requests"], g["cost_usd"]) for g in got["groups"]] == [("m", 1, 2.0)]

@@ -25,8 +25,10 @@ REQ = RouteRequest(model="m")
 
 
 def _views(*weights: float, backlog: tuple[int, ...] = ()) -> list[RouteView]:
-    return [RouteView(i, f"m:e{i}", w, ROUTE, backlog[i] if backlog else 0)
-            for i, w in enumerate(weights)]
+    return [
+        RouteView(i, f"m:e{i}", w, ROUTE, backlog[i] if backlog else 0)
+        for i, w in enumerate(weights)
+    ]
 
 
 @pytest.mark.parametrize("name", known_strategies())
@@ -71,8 +73,9 @@ def test_registry_missing_strategy_fails_with_its_reason() -> None:
 
 
 def test_fixed_draw_follows_weights() -> None:
-    s = FixedStrategy(FixedParams(), StrategyDeps(PrefillConfig(enabled=False)),
-                      rng=random.Random(7))
+    s = FixedStrategy(
+        FixedParams(), StrategyDeps(PrefillConfig(enabled=False)), rng=random.Random(7)
+    )
     counts = Counter(s.select(_views(3, 1), REQ).endpoint for _ in range(4000))
     # 3:1 -> 3000 expected; 4 sigma of a binomial(4000, .75) is about 110.
     assert abs(counts["m:e0"] - 3000) < 110

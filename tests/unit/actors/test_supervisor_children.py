@@ -39,8 +39,9 @@ async def test_add_child_starts_it_and_announces_it(bus: InProcessBus, root: Sup
     journal = Journal()
     async with bus.subscribe(subjects.supervisor_event("root")) as events:
         await root.add_child(echo("a", journal))
-        assert await next_event(events, ChildStarted, "a") == ChildStarted(supervisor="root",
-                                                                           child="a")
+        assert await next_event(events, ChildStarted, "a") == ChildStarted(
+            supervisor="root", child="a"
+        )
     assert (await ask(bus, "a")).reason == "a#1"
     assert [s.name for s in root.specs] == ["group", "a"]
 
@@ -132,7 +133,8 @@ async def test_an_exclusive_child_whose_replacement_fails_is_started_again_from_
     journal = Journal()
     await root.add_child(ChildSpec("a", echo("a", journal).factory, exclusive=True))
     with pytest.raises(RuntimeError, match="cannot start"):
-        await root.replace_child(ChildSpec("a", echo("a", journal, fail_start=True).factory,
-                                           exclusive=True))
+        await root.replace_child(
+            ChildSpec("a", echo("a", journal, fail_start=True).factory, exclusive=True)
+        )
     assert (await ask(bus, "a")).reason == "a#3"  # the old spec, a fresh incarnation
     assert journal.entries[:2] == ["start:a#1", "stop:a#1"]

@@ -31,17 +31,24 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
 A, B = "m:local-8001", "m:local-8002"
-CONFIG = GatewayConfig.model_validate({
-    "routing": {"circuit": {"failure_threshold": 1, "cooldown_seconds": 300},
-                "affinity": {"enabled": False}},
-    "models": [
-        {"id": "m", "route": [
-            {"kind": "openai_compat", "base_url": "http://127.0.0.1:8001/v1"},
-            {"kind": "openai_compat", "base_url": "http://127.0.0.1:8002/v1"},
-        ]},
-        {"id": "demo", "route": [{"kind": "echo"}]},
-    ],
-})
+CONFIG = GatewayConfig.model_validate(
+    {
+        "routing": {
+            "circuit": {"failure_threshold": 1, "cooldown_seconds": 300},
+            "affinity": {"enabled": False},
+        },
+        "models": [
+            {
+                "id": "m",
+                "route": [
+                    {"kind": "openai_compat", "base_url": "http://127.0.0.1:8001/v1"},
+                    {"kind": "openai_compat", "base_url": "http://127.0.0.1:8002/v1"},
+                ],
+            },
+            {"id": "demo", "route": [{"kind": "echo"}]},
+        ],
+    }
+)
 
 
 @pytest.fixture
@@ -77,8 +84,9 @@ def crash(actor: Actor) -> None:
 
 
 async def plan(bus: InProcessBus, model: str = "m") -> RoutePlan:
-    reply = await bus.request(subjects.model_route(model), RouteRequest(model=model),
-                              reply_type=RoutePlan, timeout=WAIT)
+    reply = await bus.request(
+        subjects.model_route(model), RouteRequest(model=model), reply_type=RoutePlan, timeout=WAIT
+    )
     assert isinstance(reply, RoutePlan), reply
     return reply
 
@@ -86,13 +94,16 @@ async def plan(bus: InProcessBus, model: str = "m") -> RoutePlan:
 async def open_a(bus: InProcessBus) -> None:
     """Open A's circuit through its owner, and wait until the model's view has it."""
     async with bus.subscribe(subjects.event("circuit")) as events:
-        await bus.publish(subjects.observation(A),
-                          Observation(endpoint=A, model="m", outcome="failure", status=500))
+        await bus.publish(
+            subjects.observation(A),
+            Observation(endpoint=A, model="m", outcome="failure", status=500),
+        )
         opened = await next_event(events, CircuitTransition)
     assert (opened.endpoint, opened.new) == (A, "open")
     for _ in range(100):  # no event says the model folded it in: bounded status requests
-        st = await bus.request(subjects.model_status("m"), ModelStatusRequest(),
-                               reply_type=ModelStatus, timeout=WAIT)
+        st = await bus.request(
+            subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
+        )
         assert isinstance(st, ModelStatus)
         if st.routes[0].circuit_state == "open":
             return
@@ -121,7 +132,8 @@ async def test_tree_starts_endpoints_before_models_and_health_and_serves(
 
 
 async def test_tree_restarts_a_crashed_model_actor_which_reseeds_its_view(
-    bus: InProcessBus, tree: Supervisor,
+    bus: InProcessBus,
+    tree: Supervisor,
 ) -> None:
     await open_a(bus)
     before = child(tree, "models", "model:m")
@@ -139,17 +151,21 @@ async def test_tree_restarts_a_crashed_model_actor_which_reseeds_its_view(
 
 
 async def test_tree_restarts_a_crashed_endpoint_actor_which_serves_again(
-    bus: InProcessBus, tree: Supervisor,
+    bus: InProcessBus,
+    tree: Supervisor,
 ) -> None:
     before = child(tree, "endpoints", f"endpoint:{B}")
 
-    async with (bus.subscribe(subjects.supervisor_event("endpoints")) as events,
-                bus.subscribe(subjects.endpoint_state(B)) as states):
+    async with (
+        bus.subscribe(subjects.supervisor_event("endpoints")) as events,
+        bus.subscribe(subjects.endpoint_state(B)) as states,
+    ):
         crash(before)
         await next_event(events, ChildRestarted, f"endpoint:{B}")
         announced = await next_event(states, EndpointState)
-    reply = await bus.request(subjects.endpoint_get(B), StateRequest(),
-                              reply_type=EndpointState, timeout=WAIT)
+    reply = await bus.request(
+        subjects.endpoint_get(B), StateRequest(), reply_type=EndpointState, timeout=WAIT
+    )
 
     assert child(tree, "endpoints", f"endpoint:{B}") is not before
     assert announced.circuit_state == "closed"
@@ -158,7 +174,8 @@ async def test_tree_restarts_a_crashed_endpoint_actor_which_serves_again(
 
 
 async def test_tree_restarts_a_crashed_health_view_which_reports_every_endpoint(
-    bus: InProcessBus, tree: Supervisor,
+    bus: InProcessBus,
+    tree: Supervisor,
 ) -> None:
     await open_a(bus)
     before = tree.child("health")
@@ -167,9 +184,13 @@ async def test_tree_restarts_a_crashed_health_view_which_reports_every_endpoint(
     async with bus.subscribe(subjects.supervisor_event("root")) as events:
         crash(before)
         await next_event(events, ChildRestarted, "health")
-    report = await bus.request(subjects.HEALTH_DEEP, HealthRequest(), reply_type=HealthReport,
-                               timeout=WAIT)
+    report = await bus.request(
+        subjects.HEALTH_DEEP, HealthRequest(), reply_type=HealthReport, timeout=WAIT
+    )
 
     assert isinstance(report, HealthReport)
     assert {s.endpoint: s.circuit_state for s in report.endpoints} == {
-        A: "open", B: "closed", "demo:echo": "closed"}
+        A: "open",
+        B: "closed",
+        "demo:echo": "closed",
+    }

@@ -67,22 +67,26 @@ class _RecordedHTTP:
     def __init__(self, handler: Callable[[httpx.Request], httpx.Response]) -> None:
         self._handler = handler
 
-    def _answer(self, endpoint: str, url: str, body: bytes,
-                headers: Mapping[str, str]) -> httpx.Response:
+    def _answer(
+        self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str]
+    ) -> httpx.Response:
         try:
             return self._handler(httpx.Request("POST", url, headers=dict(headers), content=body))
         except httpx.ConnectError:
-            raise UpstreamError("upstream connection failed (refused)", endpoint=endpoint,
-                                kind="connect") from None
+            raise UpstreamError(
+                "upstream connection failed (refused)", endpoint=endpoint, kind="connect"
+            ) from None
 
-    async def post(self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str],
-                   **_: float) -> Answer:
+    async def post(
+        self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str], **_: float
+    ) -> Answer:
         resp = self._answer(endpoint, url, body, headers)
         return Answer(resp.status_code, resp.headers, await resp.aread())
 
     @asynccontextmanager
-    async def stream(self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str],
-                     **_: float) -> AsyncIterator[_Streaming]:
+    async def stream(
+        self, endpoint: str, url: str, body: bytes, headers: Mapping[str, str], **_: float
+    ) -> AsyncIterator[_Streaming]:
         yield _Streaming(self._answer(endpoint, url, body, headers))
 
 

@@ -30,8 +30,14 @@ async def http() -> AsyncIterator[UpstreamHTTP]:
 async def test_post_returns_status_headers_and_whole_body(
     http: UpstreamHTTP, fake_upstream: FakeUpstream
 ) -> None:
-    answer = await http.post("e", fake_upstream.openai_base_url + "/chat/completions", BODY,
-                             JSON_HEADERS, timeout=5, connect_timeout=1)
+    answer = await http.post(
+        "e",
+        fake_upstream.openai_base_url + "/chat/completions",
+        BODY,
+        JSON_HEADERS,
+        timeout=5,
+        connect_timeout=1,
+    )
     assert answer.status == 200
     assert answer.headers["x-fake-upstream"] == "up1"
     assert msgspec.json.decode(answer.body)["object"] == "chat.completion"
@@ -41,8 +47,14 @@ async def test_stream_yields_the_body_as_it_arrives(
     http: UpstreamHTTP, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.enqueue(Stream(chunks=3))
-    async with http.stream("e", fake_upstream.openai_base_url + "/chat/completions", BODY,
-                           JSON_HEADERS, timeout=5, connect_timeout=1) as resp:
+    async with http.stream(
+        "e",
+        fake_upstream.openai_base_url + "/chat/completions",
+        BODY,
+        JSON_HEADERS,
+        timeout=5,
+        connect_timeout=1,
+    ) as resp:
         body = b"".join([piece async for piece in resp.chunks()])
     assert resp.status == 200 and body.endswith(b"data: [DONE]\n\n")
 
@@ -51,8 +63,14 @@ async def test_stream_abandoned_half_read_closes_the_upstream_connection(
     http: UpstreamHTTP, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.enqueue(Stream(chunks=5, stall_after=1))
-    async with http.stream("e", fake_upstream.openai_base_url + "/chat/completions", BODY,
-                           JSON_HEADERS, timeout=5, connect_timeout=1) as resp:
+    async with http.stream(
+        "e",
+        fake_upstream.openai_base_url + "/chat/completions",
+        BODY,
+        JSON_HEADERS,
+        timeout=5,
+        connect_timeout=1,
+    ) as resp:
         async for _ in resp.chunks():
             break
     await fake_upstream.wait_for_disconnects(1)
@@ -63,8 +81,14 @@ async def test_refused_connection_is_a_connect_upstream_error(http: UpstreamHTTP
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # bound, never listening: connections are refused
         with pytest.raises(UpstreamError) as exc:
-            await http.post("e", f"http://127.0.0.1:{port}/v1/x", BODY, JSON_HEADERS,
-                            timeout=5, connect_timeout=1)
+            await http.post(
+                "e",
+                f"http://127.0.0.1:{port}/v1/x",
+                BODY,
+                JSON_HEADERS,
+                timeout=5,
+                connect_timeout=1,
+            )
     assert exc.value.kind == "connect" and exc.value.counts_against_endpoint
     assert not isinstance(exc.value, UpstreamTimeoutError)
 
@@ -74,8 +98,14 @@ async def test_silent_upstream_is_an_upstream_timeout(
 ) -> None:
     fake_upstream.enqueue(Hang())
     with pytest.raises(UpstreamTimeoutError):
-        await http.post("e", fake_upstream.openai_base_url + "/chat/completions", BODY,
-                        JSON_HEADERS, timeout=0.2, connect_timeout=1)
+        await http.post(
+            "e",
+            fake_upstream.openai_base_url + "/chat/completions",
+            BODY,
+            JSON_HEADERS,
+            timeout=0.2,
+            connect_timeout=1,
+        )
 
 
 async def test_upstream_cookies_are_never_replayed_to_later_requests(

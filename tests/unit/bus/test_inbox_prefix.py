@@ -10,13 +10,16 @@ from bus.nats_bus import inbox_prefix_for
 from schemas.config import BusConfig
 
 
-@pytest.mark.parametrize(("url", "prefix"), [
-    ("nats://ingress:pw@nats:4222", "_INBOX_ingress"),
-    ("nats://actors-1:pw@a:4222, nats://actors-1:pw@b:4222", "_INBOX_actors-1"),
-    ("nats://nats:4222", "_INBOX"),
-    ("nats://s3cr3t-token@nats:4222", "_INBOX"),  # a token is no user name
-    ("nats://obs%5Fv2:pw@nats:4222", "_INBOX_obs_v2"),
-])
+@pytest.mark.parametrize(
+    ("url", "prefix"),
+    [
+        ("nats://ingress:pw@nats:4222", "_INBOX_ingress"),
+        ("nats://actors-1:pw@a:4222, nats://actors-1:pw@b:4222", "_INBOX_actors-1"),
+        ("nats://nats:4222", "_INBOX"),
+        ("nats://s3cr3t-token@nats:4222", "_INBOX"),  # a token is no user name
+        ("nats://obs%5Fv2:pw@nats:4222", "_INBOX_obs_v2"),
+    ],
+)
 def test_the_inbox_prefix_follows_the_user_of_the_url(url: str, prefix: str) -> None:
     assert inbox_prefix_for(url) == prefix
 

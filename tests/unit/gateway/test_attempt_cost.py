@@ -18,26 +18,53 @@ PRICING = Pricing(prompt=3.0, completion=15.0, input_cache_reads=0.3, input_cach
 
 
 def test_anthropic_cache_reads_and_writes_are_priced_at_their_own_rates() -> None:
-    body = {"usage": chat_usage({"input_tokens": 100, "cache_read_input_tokens": 1000,
-                                 "cache_creation_input_tokens": 2000, "output_tokens": 50})}
+    body = {
+        "usage": chat_usage(
+            {
+                "input_tokens": 100,
+                "cache_read_input_tokens": 1000,
+                "cache_creation_input_tokens": 2000,
+                "output_tokens": 50,
+            }
+        )
+    }
     usage = usage_of(body)
     assert usage == (3100, 50, 1000, 2000, True)
-    cost = cost_usd(PRICING, prompt_tokens=usage.prompt, completion_tokens=usage.completion,
-                    cache_read_tokens=usage.cached, cache_write_tokens=usage.cache_written)
+    cost = cost_usd(
+        PRICING,
+        prompt_tokens=usage.prompt,
+        completion_tokens=usage.completion,
+        cache_read_tokens=usage.cached,
+        cache_write_tokens=usage.cache_written,
+    )
     assert cost == pytest.approx((100 * 3.0 + 1000 * 0.3 + 2000 * 3.75 + 50 * 15.0) / 1e6)
 
 
 def test_no_usage_is_not_reported_and_the_answer_is_measured_for_the_estimate() -> None:
-    body = {"choices": [{"message": {"content": "abcd", "tool_calls": [
-        {"function": {"name": "f", "arguments": '{"a":1}'}}]}}]}
+    body = {
+        "choices": [
+            {
+                "message": {
+                    "content": "abcd",
+                    "tool_calls": [{"function": {"name": "f", "arguments": '{"a":1}'}}],
+                }
+            }
+        ]
+    }
     assert not usage_of(body).reported
     assert content_chars(body) == 4 + 7
 
 
 def test_the_reservation_is_prompt_plus_max_tokens_at_the_dearest_route() -> None:
-    model = ModelConfig.model_validate({"id": "m", "route": [
-        {"kind": "echo", "pricing": {"prompt": 1.0, "completion": 2.0}},
-        {"kind": "echo", "pricing": {"prompt": 5.0, "completion": 10.0}}]})
+    model = ModelConfig.model_validate(
+        {
+            "id": "m",
+            "route": [
+                {"kind": "echo", "pricing": {"prompt": 1.0, "completion": 2.0}},
+                {"kind": "echo", "pricing": {"prompt": 5.0, "completion": 10.0}},
+            ],
+        }
+    )
     tokens, usd = reservation(model, {"max_tokens": 100}, 50, 1024)
     assert tokens == 150
     assert usd == pytest.approx((50 * 5.0 + 100 * 10.0) / 1e6)
@@ -49,11 +76,16 @@ def test_limit_subjects_and_headers() -> None:
     caller = Caller(key_hash="h", role="pro", key_id="gk-1", org="acme", user="alice")
     assert caller_subjects(caller) == ("key:gk-1", "org:acme", "user:acme/alice")
     assert caller_subjects(ANONYMOUS) == () and caller_subjects(BOOTSTRAP_ADMIN) == ()
-    headers = dict(rate_headers(AdmitReply(admitted=True, limit_requests=60,
-                                           remaining_requests=59, reset_requests=0.2)))
-    assert headers == {b"x-ratelimit-limit-requests": b"60",
-                       b"x-ratelimit-remaining-requests": b"59",
-                       b"x-ratelimit-reset-requests": b"1s"}
+    headers = dict(
+        rate_headers(
+            AdmitReply(admitted=True, limit_requests=60, remaining_requests=59, reset_requests=0.2)
+        )
+    )
+    assert headers == {
+        b"x-ratelimit-limit-requests": b"60",
+        b"x-ratelimit-remaining-requests": b"59",
+        b"x-ratelimit-reset-requests": b"1s",
+    }
 
 
 def test_budget_text_and_spec_checks() -> None:
@@ -76,10 +108,22 @@ def test_spend_metrics_keep_their_label_cardinality_bounded(
     m = metrics_module.GatewayMetrics()
     for i in range(5):
         obs = Observation(endpoint="m:a", model="m", outcome="success", cost_usd=1.0)
-        m.request(RequestCompleted(model="m", endpoint="m:a", org=f"o{i}", key_id=f"gk-{i}",
-                                   cost_usd=1.0), [obs], None)
+        m.request(
+            RequestCompleted(
+                model="m", endpoint="m:a", org=f"o{i}", key_id=f"gk-{i}", cost_usd=1.0
+            ),
+            [obs],
+            None,
+        )
     text = m.registry.get_sample_value
-    assert text("llmgw_spend_usd_total", {"model": "m", "endpoint": "m:a", "org": "o0",
-                                          "key": "gk-0"}) == 1.0
-    assert text("llmgw_spend_usd_total", {"model": "m", "endpoint": "m:a", "org": "other",
-                                          "key": "other"}) == 3.0
+    assert (
+        text("llmgw_spend_usd_total", {"model": "m", "endpoint": "m:a", "org": "o0", "key": "gk-0"})
+        == 1.0
+    )
+    assert (
+        text(
+            "llmgw_spend_usd_total",
+            {"model": "m", "endpoint": "m:a", "org": "other", "key": "other"},
+        )
+        == 3.0
+    )

@@ -53,8 +53,14 @@ async def store(tmp_path: Path) -> AsyncIterator[ApiKeyStore]:
 async def owner(tmp_path: Path) -> AsyncIterator[InProcessBus]:
     """A bus with the keys' owner (ApiKeyAdminActor) running on the same file."""
     bus = InProcessBus()
-    root = Supervisor("test", children=[ChildSpec("api_keys", functools.partial(
-        ApiKeyAdminActor, str(tmp_path / "keys.sqlite3")))])
+    root = Supervisor(
+        "test",
+        children=[
+            ChildSpec(
+                "api_keys", functools.partial(ApiKeyAdminActor, str(tmp_path / "keys.sqlite3"))
+            )
+        ],
+    )
     await root.start(bus)
     yield bus
     await root.stop()
@@ -83,7 +89,8 @@ def auth(bus: InProcessBus, **config: Any) -> Authenticator:
 
 
 async def test_store_keeps_only_the_hash_and_finds_the_key_by_it(
-    store: ApiKeyStore, tmp_path: Path,
+    store: ApiKeyStore,
+    tmp_path: Path,
 ) -> None:
     assert not await store.any_keys()
     key, rec = await store.create(org="acme", user="ann", role="pro", now=100.0)
@@ -120,7 +127,8 @@ def test_durations_and_instants() -> None:
 
 
 async def test_gate_is_open_without_keys_and_closes_once_one_exists(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, auth_cache_seconds=0)
     req = request("/v1/chat/completions", "sk-anything")
@@ -137,7 +145,8 @@ async def test_gate_is_open_without_keys_and_closes_once_one_exists(
 
 
 async def test_gate_required_mode_and_expired_and_revoked_keys(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, auth="required", auth_cache_seconds=0)
     with pytest.raises(UnauthorizedError):
@@ -152,7 +161,8 @@ async def test_gate_required_mode_and_expired_and_revoked_keys(
 
 
 async def test_cached_key_stays_valid_until_forgotten(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, auth_cache_seconds=3600)
     key, rec = await store.create(org="o", user="u", role="free", now=1.0)
@@ -165,7 +175,8 @@ async def test_cached_key_stays_valid_until_forgotten(
 
 
 async def test_forgetting_a_key_by_its_id_drops_only_that_cached_entry(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, auth_cache_seconds=3600)
     key, rec = await store.create(org="o", user="u", role="free", now=1.0)
@@ -181,7 +192,8 @@ async def test_forgetting_a_key_by_its_id_drops_only_that_cached_entry(
 
 
 async def test_admin_paths_need_an_admin_key(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, admin_key="boot-admin", auth_cache_seconds=0)
     with pytest.raises(UnauthorizedError):
@@ -203,7 +215,8 @@ async def test_admin_paths_need_an_admin_key(
 
 
 async def test_introspection_paths_with_auth_on_need_a_key_and_metrics_an_internal_one(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, auth_cache_seconds=0)
     pro, _ = await store.create(org="o", user="u", role="pro", now=1.0)
@@ -223,7 +236,8 @@ async def test_introspection_paths_with_auth_on_need_a_key_and_metrics_an_intern
 
 
 async def test_bootstrap_admin_key_alone_does_not_close_v1(
-    store: ApiKeyStore, owner: InProcessBus,
+    store: ApiKeyStore,
+    owner: InProcessBus,
 ) -> None:
     gate = auth(owner, admin_key="boot-admin", auth_cache_seconds=0)
     req = request("/v1/models")
@@ -249,8 +263,9 @@ async def test_owner_announces_the_first_key_so_a_long_cached_open_gate_closes_a
     await gate.start()
     try:
         await gate.gate(request("/v1/models"))  # open: no key yet, answer cached for an hour
-        state = await owner.request(subjects.AUTH_STATE_GET, AuthStateRequest(),
-                                    reply_type=AuthState, timeout=5.0)
+        state = await owner.request(
+            subjects.AUTH_STATE_GET, AuthStateRequest(), reply_type=AuthState, timeout=5.0
+        )
         assert state == AuthState(any_keys=False)
         async with owner.subscribe(subjects.AUTH_STATE) as states:
             made = await _admin(owner, "create", org="o", user="u", role="pro")
@@ -284,8 +299,9 @@ async def test_a_revocation_through_the_owner_drops_the_cached_key_at_once(
                     break
         # The gate's own follower saw the same event: the next lookup asks the owner again.
         # (Awaiting it: a request round trip on the same bus runs after the event's delivery.)
-        await owner.request(subjects.AUTH_STATE_GET, AuthStateRequest(), reply_type=AuthState,
-                            timeout=5.0)
+        await owner.request(
+            subjects.AUTH_STATE_GET, AuthStateRequest(), reply_type=AuthState, timeout=5.0
+        )
         with pytest.raises(UnauthorizedError, match="revoked"):
             await gate.gate(request("/v1/models", key))
     finally:
@@ -293,7 +309,8 @@ async def test_a_revocation_through_the_owner_drops_the_cached_key_at_once(
 
 
 async def test_unknown_keys_are_cached_too_and_the_answer_never_carries_the_key(
-    owner: InProcessBus, store: ApiKeyStore,
+    owner: InProcessBus,
+    store: ApiKeyStore,
 ) -> None:
     key, _ = await store.create(org="o", user="u", role="free", now=1.0)
     gate = auth(owner, auth_cache_seconds=3600)
@@ -308,10 +325,16 @@ async def test_unknown_keys_are_cached_too_and_the_answer_never_carries_the_key(
                 seen.append(env.message)
                 if len(seen) == 2:
                     break
-    assert seen == [ApiKeyLookup(key_hash=hash_key("llmgw-not-a-key")),
-                    ApiKeyLookup(key_hash=hash_key(key))]
-    reply = await owner.request(subjects.AUTH_KEYS_LOOKUP, ApiKeyLookup(key_hash=hash_key(key)),
-                                reply_type=ApiKeyInfo, timeout=5.0)
+    assert seen == [
+        ApiKeyLookup(key_hash=hash_key("llmgw-not-a-key")),
+        ApiKeyLookup(key_hash=hash_key(key)),
+    ]
+    reply = await owner.request(
+        subjects.AUTH_KEYS_LOOKUP,
+        ApiKeyLookup(key_hash=hash_key(key)),
+        reply_type=ApiKeyInfo,
+        timeout=5.0,
+    )
     assert isinstance(reply, ApiKeyInfo) and reply.found
     wire = encode(reply)
     assert key.encode() not in wire and hash_key(key).encode() not in wire
@@ -329,8 +352,11 @@ async def test_without_the_owner_the_gate_refuses_rather_than_opening() -> None:
         await gate.aclose()
     finally:
         await bus.aclose()
+
+
 async def test_admin_of_hash_holds_only_while_the_admin_key_is_active(
-    owner: InProcessBus, store: ApiKeyStore,
+    owner: InProcessBus,
+    store: ApiKeyStore,
 ) -> None:
     # What a dashboard session checks on every request: its key, by hash, through the cache.
     key, rec = await store.create(org="o", user="ann", role="admin", now=1.0)
@@ -345,5 +371,3 @@ async def test_admin_of_hash_holds_only_while_the_admin_key_is_active(
     await store.revoke(rec.id, now=3.0)
     gate.forget(rec.key_hash)  # what the revocation event does
     assert await gate.admin_of_hash(hash_key(key)) is None
-
-

@@ -55,8 +55,9 @@ async def held() -> AsyncIterator[tuple[InProcessBus, HeldOwner]]:
 
 
 def gate(bus: InProcessBus, cache_seconds: float = 3600) -> Authenticator:
-    return Authenticator(bus, GatewayConfig.model_validate(
-        {"auth": "required", "auth_cache_seconds": cache_seconds}))
+    return Authenticator(
+        bus, GatewayConfig.model_validate({"auth": "required", "auth_cache_seconds": cache_seconds})
+    )
 
 
 async def test_callers_missing_one_key_at_once_share_one_lookup(
@@ -64,8 +65,9 @@ async def test_callers_missing_one_key_at_once_share_one_lookup(
 ) -> None:
     bus, owner = held
     g = gate(bus)
-    callers = [asyncio.create_task(g.gate(request("/v1/models", "llmgw-made-up")))
-               for _ in range(20)]
+    callers = [
+        asyncio.create_task(g.gate(request("/v1/models", "llmgw-made-up"))) for _ in range(20)
+    ]
     asked = await owner.next()
     await asked.respond(ApiKeyInfo(found=False))
     outcomes = await asyncio.gather(*callers, return_exceptions=True)
@@ -80,8 +82,10 @@ async def test_a_flood_of_distinct_keys_is_bounded_and_the_excess_told_to_retry(
 ) -> None:
     bus, owner = held
     g = gate(bus)
-    flood = [asyncio.create_task(g.gate(request("/v1/models", f"llmgw-made-up-{i}")))
-             for i in range(LOOKUPS_MAX)]
+    flood = [
+        asyncio.create_task(g.gate(request("/v1/models", f"llmgw-made-up-{i}")))
+        for i in range(LOOKUPS_MAX)
+    ]
     asked = [await owner.next() for _ in range(LOOKUPS_MAX)]
 
     with pytest.raises(AuthBusyError) as busy:

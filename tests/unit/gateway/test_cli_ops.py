@@ -14,8 +14,9 @@ if TYPE_CHECKING:
     import argparse
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("10m", 600), ("2h", 7200),
-                                               ("1d", 86_400), ("1.5", 1.5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30), ("10m", 600), ("2h", 7200), ("1d", 86_400), ("1.5", 1.5)]
+)
 def test_parse_duration_reads_units(text: str, seconds: float) -> None:
     assert parse_duration(text) == seconds
 
@@ -34,8 +35,11 @@ def test_admin_reload_shortcut_is_config_reload() -> None:
 
 
 def test_admin_args_merge_json_and_typed_key_values() -> None:
-    got = command_args(admin_args("log", "query", "--json", '{"model": "m"}',
-                                  "--arg", "limit=5", "--arg", "kind=request"))
+    got = command_args(
+        admin_args(
+            "log", "query", "--json", '{"model": "m"}', "--arg", "limit=5", "--arg", "kind=request"
+        )
+    )
     assert got == ("log", "query", {"model": "m", "limit": 5, "kind": "request"})
 
 

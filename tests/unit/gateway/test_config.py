@@ -43,85 +43,105 @@ def test_config_with_unknown_key_is_refused() -> None:
 
 def test_config_with_missing_env_var_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("LLMGW_TEST_UNSET", raising=False)
-    msg = _error("models: [{id: a, route: [{kind: openai_compat, base_url: 'http://x/v1', "
-                 "api_key: '${LLMGW_TEST_UNSET}'}]}]")
+    msg = _error(
+        "models: [{id: a, route: [{kind: openai_compat, base_url: 'http://x/v1', "
+        "api_key: '${LLMGW_TEST_UNSET}'}]}]"
+    )
     assert "models[0].route[0].api_key: environment variable LLMGW_TEST_UNSET is not set" in msg
 
 
 def test_config_env_var_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMGW_TEST_KEY", "sk-abc")
-    cfg = parse_config("models: [{id: a, route: [{kind: openai_compat, "
-                       "base_url: 'http://x/v1', api_key: '${LLMGW_TEST_KEY}'}]}]")
+    cfg = parse_config(
+        "models: [{id: a, route: [{kind: openai_compat, "
+        "base_url: 'http://x/v1', api_key: '${LLMGW_TEST_KEY}'}]}]"
+    )
     assert cfg.models[0].route[0].secrets == ("sk-abc",)
 
 
 def test_config_with_unknown_kind_lists_known_kinds() -> None:
     assert "'openai_compat', 'anthropic' or 'echo'" in _error(
-        "models: [{id: a, route: [{kind: grpc}]}]")
+        "models: [{id: a, route: [{kind: grpc}]}]"
+    )
 
 
 def test_config_with_unknown_router_lists_known_routers() -> None:
     msg = _error("models: [{id: a, router: fastest, route: [{kind: echo}]}]")
-    assert ("models[0].router: unknown router 'fastest'; known routers: fixed, round_robin, "
-            "routewise") in msg
+    assert (
+        "models[0].router: unknown router 'fastest'; known routers: fixed, round_robin, routewise"
+    ) in msg
 
 
 def test_config_with_unknown_router_param_is_refused() -> None:
-    msg = _error("models: [{id: a, router: round_robin, router_params: {strat: 1}, "
-                 "route: [{kind: echo}]}]")
+    msg = _error(
+        "models: [{id: a, router: round_robin, router_params: {strat: 1}, route: [{kind: echo}]}]"
+    )
     assert "models[0].router_params" in msg and "strat" in msg
 
 
 def test_config_with_unavailable_router_gives_the_reason() -> None:
     register_missing_strategy("needs_numpy_9", "numpy 9 is not installed")
     assert "router 'needs_numpy_9' is not available: numpy 9" in _error(
-        "routing: {default_router: needs_numpy_9}")
+        "routing: {default_router: needs_numpy_9}"
+    )
 
 
 def test_config_routewise_as_default_router_is_accepted() -> None:
-    cfg = parse_config("routing: {default_router: routewise}\n"
-                       "models: [{id: a, route: [{kind: echo}]}]")
+    cfg = parse_config(
+        "routing: {default_router: routewise}\nmodels: [{id: a, route: [{kind: echo}]}]"
+    )
     assert cfg.routing.default_router == "routewise"
 
 
 def test_config_routewise_resource_key_names_its_route_level_replacement() -> None:
-    msg = _error("models: [{id: a, router: routewise, router_params: {quota_limit: 5}, "
-                 "route: [{kind: echo}]}]")
+    msg = _error(
+        "models: [{id: a, router: routewise, router_params: {quota_limit: 5}, "
+        "route: [{kind: echo}]}]"
+    )
     assert "models[0].router_params" in msg
     assert "'quota_limit' is no longer a router_params key: set route `quota: {limit}`" in msg
 
 
 def test_config_routewise_concurrency_key_names_its_replacement() -> None:
-    msg = _error("models: [{id: a, router: routewise, router_params: {concurrency_limit: 2}, "
-                 "route: [{kind: echo}]}]")
+    msg = _error(
+        "models: [{id: a, router: routewise, router_params: {concurrency_limit: 2}, "
+        "route: [{kind: echo}]}]"
+    )
     assert "route `concurrency: {limit}`" in msg
 
 
 def test_config_routewise_bad_param_value_is_refused_without_quoting_it() -> None:
-    msg = _error("models: [{id: a, router: routewise, router_params: "
-                 "{budget_alpha: 1.7}, route: [{kind: echo}]}]")
+    msg = _error(
+        "models: [{id: a, router: routewise, router_params: "
+        "{budget_alpha: 1.7}, route: [{kind: echo}]}]"
+    )
     assert "budget_alpha" in msg and "1.7" not in msg
 
 
 def test_config_routewise_model_of_quota_routes_only_fails_naming_the_fix() -> None:
-    msg = _error("models: [{id: subs, router: routewise, route: [{kind: openai_compat, "
-                 "base_url: 'http://127.0.0.1:9/v1', provider_type: quota, quota: {limit: 5}, "
-                 "quota_source: {kind: local}}]}]")
+    msg = _error(
+        "models: [{id: subs, router: routewise, route: [{kind: openai_compat, "
+        "base_url: 'http://127.0.0.1:9/v1', provider_type: quota, quota: {limit: 5}, "
+        "quota_source: {kind: local}}]}]"
+    )
     assert "model 'subs' has only quota routes" in msg
     assert "envelope_bootstrap_donor_models" in msg and "on-demand route" in msg
 
 
 def test_config_routewise_quota_only_model_with_donors_starts() -> None:
-    cfg = parse_config("models: [{id: subs, router: routewise, router_params: "
-                       "{envelope_bootstrap_donor_models: [other]}, route: [{kind: "
-                       "openai_compat, base_url: 'http://127.0.0.1:9/v1', provider_type: quota, "
-                       "quota: {limit: 5}, quota_source: {kind: local}}]}]")
+    cfg = parse_config(
+        "models: [{id: subs, router: routewise, router_params: "
+        "{envelope_bootstrap_donor_models: [other]}, route: [{kind: "
+        "openai_compat, base_url: 'http://127.0.0.1:9/v1', provider_type: quota, "
+        "quota: {limit: 5}, quota_source: {kind: local}}]}]"
+    )
     assert cfg.models[0].router == "routewise"
 
 
 def test_config_with_duplicate_alias_is_refused() -> None:
     assert "declared twice" in _error(
-        "models: [{id: a, route: [{kind: echo}]}, {id: b, aliases: [a], route: [{kind: echo}]}]")
+        "models: [{id: a, route: [{kind: echo}]}, {id: b, aliases: [a], route: [{kind: echo}]}]"
+    )
 
 
 def test_config_circuit_env_vars_override_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -164,9 +184,11 @@ def test_endpoint_id_follows_the_spec_rule(base_url: str, kind: str, expected: s
 
 
 def test_two_routes_at_one_place_get_distinct_endpoint_ids() -> None:
-    cfg = parse_config("models: [{id: m, route: [{kind: openai_compat, base_url: "
-                       "'http://127.0.0.1:1/v1'}, {kind: openai_compat, "
-                       "base_url: 'http://127.0.0.1:1/v1'}]}]")
+    cfg = parse_config(
+        "models: [{id: m, route: [{kind: openai_compat, base_url: "
+        "'http://127.0.0.1:1/v1'}, {kind: openai_compat, "
+        "base_url: 'http://127.0.0.1:1/v1'}]}]"
+    )
     assert cfg.models[0].endpoint_ids() == ("m:local-1", "m:local-1-2")
 
 

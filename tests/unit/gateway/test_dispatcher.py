@@ -114,8 +114,14 @@ def _chunk(text: str, *, finish: str | None = None, usage: tuple[int, int] | Non
 
 
 def _error(endpoint: str, f: Fail) -> UpstreamError:
-    return UpstreamError(f.message, endpoint=endpoint, status=f.status, body=f.body,
-                         retry_after=f.retry_after, kind=f"http_{f.status}")
+    return UpstreamError(
+        f.message,
+        endpoint=endpoint,
+        status=f.status,
+        body=f.body,
+        retry_after=f.retry_after,
+        kind=f"http_{f.status}",
+    )
 
 
 @dataclass
@@ -144,8 +150,13 @@ class ScriptedAdapter:
                 self.clock.advance(takes)
                 return {
                     "object": "chat.completion",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                 "finish_reason": "stop"}],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                        }
+                    ],
                     "usage": {"prompt_tokens": usage[0], "completion_tokens": usage[1]},
                 }
             case Fail(takes=takes) as f:
@@ -194,11 +205,17 @@ class FixedTargets(Targets):
         self._idle = idle
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
-        return UpstreamTarget(endpoint=c.endpoint, kind=c.kind, base_url="",
-                              upstream_model=c.upstream_model, api_key=f"sk-{c.endpoint}",
-                              timeout=self._timeout, connect_timeout=1.0,
-                              ttft_timeout=self._ttft,
-                              idle_timeout=self._idle)
+        return UpstreamTarget(
+            endpoint=c.endpoint,
+            kind=c.kind,
+            base_url="",
+            upstream_model=c.upstream_model,
+            api_key=f"sk-{c.endpoint}",
+            timeout=self._timeout,
+            connect_timeout=1.0,
+            ttft_timeout=self._ttft,
+            idle_timeout=self._idle,
+        )
 
     def pricing(self, endpoint: str) -> Pricing | None:
         return None  # unpriced: every attempt costs 0
@@ -277,11 +294,17 @@ class Harness:
         return Dispatcher(self.bus, adapters, self.targets, self.failover, clock=self.clock)
 
     def info(self, *, stream: bool = False, started_ago: float = 0.0) -> RequestInfo:
-        return RequestInfo(request_id="req-1", model="m", surface="chat", stream=stream,
-                           started=self.clock() - started_ago)
+        return RequestInfo(
+            request_id="req-1",
+            model="m",
+            surface="chat",
+            stream=stream,
+            started=self.clock() - started_ago,
+        )
 
-    async def call(self, p: RoutePlan, *, walk: PlanWalk | None = None,
-                   info: RequestInfo | None = None) -> tuple[str, int]:
+    async def call(
+        self, p: RoutePlan, *, walk: PlanWalk | None = None, info: RequestInfo | None = None
+    ) -> tuple[str, int]:
         """(endpoint that served, attempts) of a non-streaming request."""
 
         async def op(a: Adapter, target: UpstreamTarget) -> JSON:
@@ -290,12 +313,12 @@ class Harness:
         served = await self.dispatcher().call(info or self.info(), p, op, walk)
         return served.candidate.endpoint, served.attempts
 
-    async def stream(self, p: RoutePlan, *, walk: PlanWalk | None = None,
-                     info: RequestInfo | None = None) -> tuple[str, list[JSON]]:
+    async def stream(
+        self, p: RoutePlan, *, walk: PlanWalk | None = None, info: RequestInfo | None = None
+    ) -> tuple[str, list[JSON]]:
         """(endpoint that served, every chunk) of a streamed request; the attempt is closed
         as a success, or as a failure with the error re-raised."""
-        attempt = await self.dispatcher().open_stream(info or self.info(stream=True), p, HI,
-                                                      walk)
+        attempt = await self.dispatcher().open_stream(info or self.info(stream=True), p, HI, walk)
         chunks: list[JSON] = []
         try:
             async for batch in attempt.batches():
@@ -312,8 +335,9 @@ def h(bus: InProcessBus, adapter: ScriptedAdapter, clock: FakeClock, heard: Hear
     return Harness(bus, adapter, clock, heard)
 
 
-def walk_of(h: Harness, plans: dict[str, RoutePlan], asked: list[str],
-            info: RequestInfo) -> PlanWalk:
+def walk_of(
+    h: Harness, plans: dict[str, RoutePlan], asked: list[str], info: RequestInfo
+) -> PlanWalk:
     """A walk over ``plans``' models in order; ``asked`` records which were asked to plan."""
 
     async def ask(model: ModelConfig) -> RoutePlan:
@@ -389,15 +413,20 @@ async def test_dispatcher_hop_cap_stops_after_max_attempts_and_gives_back_unatte
     h.adapter.scripts = {e: [Fail(500)] for e in "abcde"}
 
     with pytest.raises(UpstreamError) as err:
-        await serve(h, plan(cand("a"), cand("b"), cand("c"), cand("d", probe=True), cand("e")),
-                    stream)
+        await serve(
+            h, plan(cand("a"), cand("b"), cand("c"), cand("d", probe=True), cand("e")), stream
+        )
 
     assert err.value.endpoint == "a"  # all 5xx: the primary's error
     assert h.adapter.calls == ["a", "b", "c"]
     heard = await h.heard.drain()
     # The probe lease d held is given back (a cancelled observation, attempt 0); e held none.
-    assert heard.outcomes() == [("a", 1, "failure"), ("b", 2, "failure"), ("c", 3, "failure"),
-                                ("d", 0, "cancelled")]
+    assert heard.outcomes() == [
+        ("a", 1, "failure"),
+        ("b", 2, "failure"),
+        ("c", 3, "failure"),
+        ("d", 0, "cancelled"),
+    ]
 
 
 async def test_dispatcher_hop_cap_counts_across_the_walk(h: Harness) -> None:
@@ -405,8 +434,9 @@ async def test_dispatcher_hop_cap_counts_across_the_walk(h: Harness) -> None:
     h.adapter.scripts = {e: [Fail(500)] for e in ("a", "b", "c", "d")}
     info = h.info()
     asked: list[str] = []
-    walk = walk_of(h, {"m": plan(cand("a"), cand("b")), "n": plan(cand("c"), cand("d"))},
-                   asked, info)
+    walk = walk_of(
+        h, {"m": plan(cand("a"), cand("b")), "n": plan(cand("c"), cand("d"))}, asked, info
+    )
 
     with pytest.raises(UpstreamError):
         await h.call(await walk.first(), walk=walk, info=info)
@@ -423,8 +453,7 @@ async def test_dispatcher_starts_no_retry_after_the_budget_ran_out(
 ) -> None:
     h.failover = FailoverConfig(budget_seconds=0.3)
     # The primary fails at 0.1 s, the first retry at 0.5 s: past the budget.
-    h.adapter.scripts = {"a": [Fail(500, takes=0.1)], "b": [Fail(503, takes=0.4)],
-                         "c": [Answer()]}
+    h.adapter.scripts = {"a": [Fail(500, takes=0.1)], "b": [Fail(503, takes=0.4)], "c": [Answer()]}
 
     with pytest.raises(UpstreamError) as err:
         await serve(h, plan(cand("a"), cand("b"), cand("c")), stream)
@@ -462,9 +491,7 @@ async def test_dispatcher_budget_cancels_a_silent_first_attempt_another_route_ca
         assert "a" in h.adapter.closed  # the abandoned upstream stream was closed
 
 
-async def test_dispatcher_budget_never_cuts_the_last_route_short(
-    h: Harness, stream: bool
-) -> None:
+async def test_dispatcher_budget_never_cuts_the_last_route_short(h: Harness, stream: bool) -> None:
     h.failover = FailoverConfig(budget_seconds=0.3)
     h.targets = FixedTargets(timeout=SHORT, ttft=SHORT)
     h.adapter.scripts = {"a": [Hang()]}
@@ -480,8 +507,11 @@ async def test_dispatcher_budget_never_cuts_the_last_route_short(
 
 async def test_dispatcher_budget_zero_disables_it(h: Harness) -> None:
     h.failover = FailoverConfig(budget_seconds=0)
-    h.adapter.scripts = {"a": [Fail(500, takes=100.0)], "b": [Fail(500, takes=100.0)],
-                         "c": [Answer()]}
+    h.adapter.scripts = {
+        "a": [Fail(500, takes=100.0)],
+        "b": [Fail(500, takes=100.0)],
+        "c": [Answer()],
+    }
 
     assert await h.call(plan(cand("a"), cand("b"), cand("c"))) == ("c", 3)
 
@@ -562,9 +592,12 @@ async def test_dispatcher_stream_publishes_first_token_for_the_primary_and_the_p
 
     heard = await h.heard.drain()
     assert (subjects.model_first_token("m"), FirstToken(endpoint="a", request_id="req-1")) in (
-        heard.messages)
-    assert (subjects.endpoint_probe_result("a"),
-            ProbeFirstByte(endpoint="a", request_id="req-1")) in heard.messages
+        heard.messages
+    )
+    assert (
+        subjects.endpoint_probe_result("a"),
+        ProbeFirstByte(endpoint="a", request_id="req-1"),
+    ) in heard.messages
 
 
 # -- which error the client sees --------------------------------------------------------------
@@ -573,14 +606,16 @@ async def test_dispatcher_stream_publishes_first_token_for_the_primary_and_the_p
 async def test_dispatcher_shows_the_first_request_describing_error_when_all_fail(
     h: Harness, stream: bool
 ) -> None:
-    h.adapter.scripts = {"a": [Fail(500)], "b": [Fail(422, message="bad tool args")],
-                         "c": [Fail(400)]}
+    h.adapter.scripts = {
+        "a": [Fail(500)],
+        "b": [Fail(422, message="bad tool args")],
+        "c": [Fail(400)],
+    }
 
     with pytest.raises(UpstreamError) as err:
         await serve(h, plan(cand("a"), cand("b"), cand("c")), stream)
 
-    assert (err.value.endpoint, err.value.status, err.value.message) == (
-        "b", 422, "bad tool args")
+    assert (err.value.endpoint, err.value.status, err.value.message) == ("b", 422, "bad tool args")
     outcomes = (await h.heard.drain()).outcomes()
     assert outcomes == [("a", 1, "failure"), ("b", 2, "client_error"), ("c", 3, "client_error")]
 
@@ -589,8 +624,13 @@ async def test_dispatcher_context_refusal_rules_out_every_route_no_wider(h: Harn
     refusal = Fail(400, body=b'{"error": {"code": "context_length_exceeded"}}')
     h.adapter.scripts = {"a": [refusal], "c": [Answer()]}
 
-    served = await h.call(plan(cand("a", context_window=1000), cand("b", context_window=800),
-                               cand("c", context_window=2000)))
+    served = await h.call(
+        plan(
+            cand("a", context_window=1000),
+            cand("b", context_window=800),
+            cand("c", context_window=2000),
+        )
+    )
 
     assert served == ("c", 2)
     assert h.adapter.calls == ["a", "c"]
@@ -624,7 +664,11 @@ async def test_dispatcher_moves_on_at_once_from_a_rate_limited_route(
     assert h.clock() == before  # and nothing waited out the Retry-After
     limited = (await h.heard.drain()).observations()[0]
     assert (limited.endpoint, limited.outcome, limited.status, limited.retry_after) == (
-        "a", "failure", 429, 30.0)
+        "a",
+        "failure",
+        429,
+        30.0,
+    )
 
 
 async def test_dispatcher_every_route_rate_limited_answers_the_primarys_retry_after(
@@ -641,8 +685,10 @@ async def test_dispatcher_every_route_rate_limited_answers_the_primarys_retry_af
 async def test_dispatcher_every_route_refused_for_keys_says_when_the_first_key_unmutes(
     h: Harness,
 ) -> None:
-    p = plan(cand("a", refusal="key_pool_exhausted", retry_after=12.0),
-             cand("b", refusal="key_pool_exhausted", retry_after=5.0))
+    p = plan(
+        cand("a", refusal="key_pool_exhausted", retry_after=12.0),
+        cand("b", refusal="key_pool_exhausted", retry_after=5.0),
+    )
 
     with pytest.raises(KeyPoolExhaustedError) as err:
         await h.call(p)
@@ -664,8 +710,7 @@ async def test_dispatcher_reservation_only_refusal_is_403_and_charges_no_endpoin
 async def test_dispatcher_serves_from_a_later_route_when_an_earlier_one_refused_for_keys(
     h: Harness,
 ) -> None:
-    served = await h.call(plan(cand("a", refusal="key_pool_exhausted", retry_after=3.0),
-                               cand("b")))
+    served = await h.call(plan(cand("a", refusal="key_pool_exhausted", retry_after=3.0), cand("b")))
 
     assert served == ("b", 2)
 

@@ -93,27 +93,32 @@ async def heard(bus: InProcessBus) -> AsyncIterator[Heard]:
 async def pool(bus: InProcessBus) -> AsyncIterator[None]:
     """The slot route's pool owner: one concurrency slot."""
     spec = PoolSpec(SLOT, "concurrency", 1.0, None, (SLOT,))
-    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec,
-                                                                            LeaseConfig()))])
+    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec, LeaseConfig()))])
     await root.start(bus)
     yield
     await root.stop()
 
 
 async def used(bus: InProcessBus) -> float:
-    st = await bus.request(subjects.capacity_get(SLOT), CapacityGet(pool=SLOT),
-                           reply_type=CapacityState, timeout=5.0)
+    st = await bus.request(
+        subjects.capacity_get(SLOT), CapacityGet(pool=SLOT), reply_type=CapacityState, timeout=5.0
+    )
     assert isinstance(st, CapacityState), st
     return st.used
 
 
 def hedged(after_ms: float) -> RoutePlan:
-    return RoutePlan(model="m", candidates=(cand(PRIMARY), cand(SLOT, pool=SLOT)),
-                     hedge_after_ms=after_ms)
+    return RoutePlan(
+        model="m", candidates=(cand(PRIMARY), cand(SLOT, pool=SLOT)), hedge_after_ms=after_ms
+    )
 
 
 async def test_a_primary_answering_in_time_never_leases_the_hedge_backup(
-    bus: InProcessBus, clock: FakeClock, heard: Heard, pool: None, stream: bool,
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+    stream: bool,
 ) -> None:
     h = Harness(bus, ScriptedAdapter(clock, scripts={PRIMARY: [Answer()]}), clock, heard)
     assert await serve(h, hedged(60_000.0), stream) == PRIMARY
@@ -124,7 +129,11 @@ async def test_a_primary_answering_in_time_never_leases_the_hedge_backup(
 
 
 async def test_a_hedge_backup_that_loses_the_race_gives_its_slot_back(
-    bus: InProcessBus, clock: FakeClock, heard: Heard, pool: None, stream: bool,
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+    stream: bool,
 ) -> None:
     adapter = BackupFirst(clock, scripts={PRIMARY: [Answer()], SLOT: [Hang()]})
     h = Harness(bus, adapter, clock, heard)
@@ -138,7 +147,10 @@ async def test_a_hedge_backup_that_loses_the_race_gives_its_slot_back(
 
 
 async def test_a_hedge_backup_its_pool_refuses_leaves_the_primary_alone(
-    bus: InProcessBus, clock: FakeClock, heard: Heard, pool: None,
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
 ) -> None:
     other = LeaseKeeper(bus, 30.0, "other-ingress")
     assert await other.acquire(cand(SLOT, pool=SLOT), "elsewhere") is not None  # slot taken
@@ -148,6 +160,5 @@ async def test_a_hedge_backup_its_pool_refuses_leaves_the_primary_alone(
     await heard.drain()
     assert failed.value.status == 500 and failed.value.endpoint == PRIMARY
     assert h.adapter.calls == [PRIMARY]  # the refused backup was never sent
-    assert all(isinstance(o, Observation) and o.endpoint == PRIMARY
-               for o in heard.observations())
+    assert all(isinstance(o, Observation) and o.endpoint == PRIMARY for o in heard.observations())
     assert await used(bus) == 1  # the other holder's slot, untouched

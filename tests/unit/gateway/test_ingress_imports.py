@@ -31,8 +31,12 @@ _INGRESS_ROOT = "gateway.ingress.app"  # the ASGI app: everything it imports ser
 
 
 def _modules() -> dict[str, Path]:
-    return {".".join(("gateway", *p.relative_to(GATEWAY).with_suffix("").parts))
-            .removesuffix(".__init__"): p for p in sorted(GATEWAY.rglob("*.py"))}
+    return {
+        ".".join(("gateway", *p.relative_to(GATEWAY).with_suffix("").parts)).removesuffix(
+            ".__init__"
+        ): p
+        for p in sorted(GATEWAY.rglob("*.py"))
+    }
 
 
 def _imports(path: Path) -> set[str]:
@@ -44,9 +48,14 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module)
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             found.add(node.args[0].value)
     return found
 

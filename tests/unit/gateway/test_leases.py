@@ -67,16 +67,28 @@ async def test_held_leases_are_renewed_in_one_message_per_pool_and_released_once
 ) -> None:
     ticks = _Ticks()
     keeper = LeaseKeeper(bus, 30.0, "ing-1", sleep=ticks)
-    async with (bus.subscribe(subjects.capacity_renew("a")) as renew_a,
-                bus.subscribe(subjects.capacity_renew("b")) as renew_b,
-                bus.subscribe(subjects.capacity_release("a")) as releases):
-        keeper.hold_plan(RoutePlan(model="m", candidates=(
-            _leased("a", "1"), _leased("a", "2"), _leased("b", "3"),
-            RouteCandidate(endpoint="m:x", kind="echo"))))
+    async with (
+        bus.subscribe(subjects.capacity_renew("a")) as renew_a,
+        bus.subscribe(subjects.capacity_renew("b")) as renew_b,
+        bus.subscribe(subjects.capacity_release("a")) as releases,
+    ):
+        keeper.hold_plan(
+            RoutePlan(
+                model="m",
+                candidates=(
+                    _leased("a", "1"),
+                    _leased("a", "2"),
+                    _leased("b", "3"),
+                    RouteCandidate(endpoint="m:x", kind="echo"),
+                ),
+            )
+        )
         ticks.queue.put_nowait(None)
         async with asyncio.timeout(WAIT):
-            got_a, got_b = (await anext(aiter(renew_a))).message, \
-                (await anext(aiter(renew_b))).message
+            got_a, got_b = (
+                (await anext(aiter(renew_a))).message,
+                (await anext(aiter(renew_b))).message,
+            )
         assert got_a == CapacityRenew(pool="a", holder="ing-1", lease_ids=("1", "2"))
         assert got_b == CapacityRenew(pool="b", holder="ing-1", lease_ids=("3",))
         await keeper.release(_leased("a", "1"), tokens=42)
@@ -95,8 +107,7 @@ async def test_a_fallback_is_leased_before_dispatch_and_skipped_when_refused(
     bus: InProcessBus,
 ) -> None:
     spec = PoolSpec("p", "concurrency", 1.0, None, ("m:p",))
-    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec,
-                                                                            LeaseConfig()))])
+    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec, LeaseConfig()))])
     await root.start(bus)
     keeper = LeaseKeeper(bus, 30.0, "ing-1")
     try:
@@ -124,19 +135,27 @@ def test_a_failure_releases_zero_tokens_only_when_the_upstream_generated_nothing
 
 
 async def test_a_stream_to_a_route_without_an_adapter_gives_its_lease_back(
-    bus: InProcessBus, fake_upstream: FakeUpstream,
+    bus: InProcessBus,
+    fake_upstream: FakeUpstream,
 ) -> None:
     http = make_http_client()
     adapters = {k: v for k, v in make_adapters(http).items() if k != "anthropic"}
     dispatcher = Dispatcher(bus, adapters, Targets(GatewayConfig()))
-    leased = RouteCandidate(endpoint="m:a", kind="anthropic", pool="a", lease_id="1",
-                            base_url=fake_upstream.anthropic_base_url, upstream_model="x")
+    leased = RouteCandidate(
+        endpoint="m:a",
+        kind="anthropic",
+        pool="a",
+        lease_id="1",
+        base_url=fake_upstream.anthropic_base_url,
+        upstream_model="x",
+    )
     plan = RoutePlan(model="m", candidates=(leased, RouteCandidate(endpoint="m:e", kind="echo")))
     info = RequestInfo(request_id="r", model="m", surface="chat", stream=True)
     try:
         async with bus.subscribe(subjects.capacity_release("a")) as releases:
-            attempt = await dispatcher.open_stream(info, plan, {"model": "m", "messages": [
-                {"role": "user", "content": "hi"}]})
+            attempt = await dispatcher.open_stream(
+                info, plan, {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
             await attempt.close("success")
             async with asyncio.timeout(WAIT):
                 released = (await anext(aiter(releases))).message
@@ -196,14 +215,18 @@ async def test_a_reloaded_ttl_sets_the_renewal_interval(bus: InProcessBus) -> No
         await keeper.aclose()
 
 
-async def test_an_ingress_reload_retunes_its_lease_renewals(bus: InProcessBus,
-                                                            tmp_path: Path) -> None:
+async def test_an_ingress_reload_retunes_its_lease_renewals(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
     from gateway.ingress.app import create_app
 
     def with_ttl(ttl: float) -> GatewayConfig:
-        return GatewayConfig.model_validate({
-            "database": {"path": str(tmp_path / "gw.sqlite3")},
-            "routing": {"leases": {"ttl_seconds": ttl}}})
+        return GatewayConfig.model_validate(
+            {
+                "database": {"path": str(tmp_path / "gw.sqlite3")},
+                "routing": {"leases": {"ttl_seconds": ttl}},
+            }
+        )
 
     app = create_app(bus, with_ttl(30))
     try:
@@ -215,7 +238,8 @@ async def test_an_ingress_reload_retunes_its_lease_renewals(bus: InProcessBus,
 
 
 async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_lease_back(
-    bus: InProcessBus, fake_upstream: FakeUpstream,
+    bus: InProcessBus,
+    fake_upstream: FakeUpstream,
 ) -> None:
     from gateway.ingress.targets import PlanWalk
     from schemas.config import ModelConfig
@@ -225,8 +249,12 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
     dispatcher = Dispatcher(bus, make_adapters(http), Targets(GatewayConfig()))
     info = RequestInfo(request_id="r", model="", surface="chat", stream=False)
     asked, answer = asyncio.Event(), asyncio.Event()
-    failing = RouteCandidate(endpoint="a:x", kind="openai_compat", upstream_model="x",
-                             base_url=fake_upstream.openai_base_url)
+    failing = RouteCandidate(
+        endpoint="a:x",
+        kind="openai_compat",
+        upstream_model="x",
+        base_url=fake_upstream.openai_base_url,
+    )
     leased = RouteCandidate(endpoint="b:x", kind="echo", pool="b", lease_id="L2")
 
     async def ask(model: ModelConfig) -> RoutePlan:
@@ -241,8 +269,9 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
 
     async def serve() -> None:
         async def op(adapter: Any, target: Any) -> Any:
-            return await adapter.complete(target, {"model": "x", "messages": [
-                {"role": "user", "content": "hi"}]})
+            return await adapter.complete(
+                target, {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
+            )
 
         with scope:
             await dispatcher.call(info, await walk.first(), op, walk)
@@ -265,7 +294,8 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
 
 
 async def test_a_lease_held_past_its_maximum_age_is_no_longer_renewed(
-    bus: InProcessBus, caplog: pytest.LogCaptureFixture,
+    bus: InProcessBus,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     ticks = _Ticks()
     now = [0.0]
@@ -280,8 +310,11 @@ async def test_a_lease_held_past_its_maximum_age_is_no_longer_renewed(
             renewal = (await anext(aiter(renewals))).message
     assert renewal == CapacityRenew(pool="a", holder="ing-1", lease_ids=("recent",))
     assert keeper.held() == 1
-    assert any("pool a held for 120s, past its maximum age" in r.getMessage()
-               for r in caplog.records if r.levelname == "WARNING")
+    assert any(
+        "pool a held for 120s, past its maximum age" in r.getMessage()
+        for r in caplog.records
+        if r.levelname == "WARNING"
+    )
     await keeper.aclose()
 
 

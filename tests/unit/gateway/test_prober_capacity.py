@@ -28,15 +28,20 @@ async def test_a_probe_of_a_full_concurrency_route_waits_for_a_free_slot(
     bus = InProcessBus()
     ep = "m:slots"
     spec = PoolSpec("slots", "concurrency", 1.0, None, (ep,))
-    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec,
-                                                                            LeaseConfig()))])
+    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec, LeaseConfig()))])
     await root.start(bus)
     client = make_http_client()
-    prober = BenchProber(bus, make_adapters(client), Targets(GatewayConfig()),
-                         LeaseKeeper(bus, 30.0, "prober"))
+    prober = BenchProber(
+        bus, make_adapters(client), Targets(GatewayConfig()), LeaseKeeper(bus, 30.0, "prober")
+    )
     other = LeaseKeeper(bus, 30.0, "ingress")
-    candidate = RouteCandidate(endpoint=ep, kind="openai_compat", pool="slots",
-                               base_url=fake_upstream.openai_base_url, upstream_model="x")
+    candidate = RouteCandidate(
+        endpoint=ep,
+        kind="openai_compat",
+        pool="slots",
+        base_url=fake_upstream.openai_base_url,
+        upstream_model="x",
+    )
     due = ProbeDue(endpoint=ep, model="m", candidate=candidate)
     try:
         taken = await other.acquire(candidate, "busy")
@@ -47,8 +52,12 @@ async def test_a_probe_of_a_full_concurrency_route_waits_for_a_free_slot(
         result = await prober.handle(due)
         assert result is not None and result.ok
         assert len(fake_upstream.requests) == 1
-        state = await bus.request(subjects.capacity_get("slots"), CapacityGet(pool="slots"),
-                                  reply_type=CapacityState, timeout=WAIT)
+        state = await bus.request(
+            subjects.capacity_get("slots"),
+            CapacityGet(pool="slots"),
+            reply_type=CapacityState,
+            timeout=WAIT,
+        )
         assert isinstance(state, CapacityState) and state.used == 0  # given back
     finally:
         await other.aclose()

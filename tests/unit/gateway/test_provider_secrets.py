@@ -48,9 +48,12 @@ class Clock:
 async def bus(tmp_path: Path) -> AsyncIterator[InProcessBus]:
     """A bus with the key registry running on its own file (no pools to wait for)."""
     b = InProcessBus()
-    registry = functools.partial(KeyRegistryActor, str(tmp_path / "gw.sqlite3"),
-                                 pools=(PoolRoute(EID, "http://127.0.0.1:9001/v1"),),
-                                 apply_timeout=0.0)
+    registry = functools.partial(
+        KeyRegistryActor,
+        str(tmp_path / "gw.sqlite3"),
+        pools=(PoolRoute(EID, "http://127.0.0.1:9001/v1"),),
+        apply_timeout=0.0,
+    )
     root = Supervisor("test", children=[ChildSpec("keys", registry)])
     await root.start(b)
     yield b
@@ -59,9 +62,18 @@ async def bus(tmp_path: Path) -> AsyncIterator[InProcessBus]:
 
 
 def plan(*cids: str) -> RoutePlan:
-    return RoutePlan(model="m", candidates=tuple(
-        RouteCandidate(endpoint=EID, kind="openai_compat", base_url="http://127.0.0.1:9001/v1",
-                       credential_id=cid) for cid in cids))
+    return RoutePlan(
+        model="m",
+        candidates=tuple(
+            RouteCandidate(
+                endpoint=EID,
+                kind="openai_compat",
+                base_url="http://127.0.0.1:9001/v1",
+                credential_id=cid,
+            )
+            for cid in cids
+        ),
+    )
 
 
 async def declarations(sub: Subscription) -> KeyDeclarations:
@@ -75,19 +87,33 @@ async def declarations(sub: Subscription) -> KeyDeclarations:
 async def test_registry_grants_one_database_secret_by_id_and_refuses_unknown_ids(
     bus: InProcessBus,
 ) -> None:
-    await admin_request(bus, "provider_keys", "add", {"key": SECRET, "endpoint": EID},
-                        by="test", timeout=WAIT)
+    await admin_request(
+        bus, "provider_keys", "add", {"key": SECRET, "endpoint": EID}, by="test", timeout=WAIT
+    )
     cid = credential_id(SECRET)
-    grant = raise_for_reply(await bus.request(
-        subjects.KEYS_SECRET_GRANT, ProviderSecretRequest(credential_id=cid),
-        reply_type=ProviderSecretGrant, timeout=WAIT))
-    assert (grant.credential_id, grant.secret, grant.ttl_seconds) == (cid, SECRET,
-                                                                      SECRET_GRANT_TTL_S)
+    grant = raise_for_reply(
+        await bus.request(
+            subjects.KEYS_SECRET_GRANT,
+            ProviderSecretRequest(credential_id=cid),
+            reply_type=ProviderSecretGrant,
+            timeout=WAIT,
+        )
+    )
+    assert (grant.credential_id, grant.secret, grant.ttl_seconds) == (
+        cid,
+        SECRET,
+        SECRET_GRANT_TTL_S,
+    )
     assert SECRET not in repr(grant)
     with pytest.raises(RouteNotFoundError):
-        raise_for_reply(await bus.request(
-            subjects.KEYS_SECRET_GRANT, ProviderSecretRequest(credential_id="k-nope"),
-            reply_type=ProviderSecretGrant, timeout=WAIT))
+        raise_for_reply(
+            await bus.request(
+                subjects.KEYS_SECRET_GRANT,
+                ProviderSecretRequest(credential_id="k-nope"),
+                reply_type=ProviderSecretGrant,
+                timeout=WAIT,
+            )
+        )
 
 
 async def test_ingress_asks_once_per_grant_lifetime_and_forgets_a_deleted_key(
@@ -98,8 +124,9 @@ async def test_ingress_asks_once_per_grant_lifetime_and_forgets_a_deleted_key(
     targets = Targets(GatewayConfig.model_validate({}), secrets)
     await secrets.start()
     try:
-        added = await admin_request(bus, "provider_keys", "add",
-                                    {"key": SECRET, "endpoint": EID}, by="test", timeout=WAIT)
+        added = await admin_request(
+            bus, "provider_keys", "add", {"key": SECRET, "endpoint": EID}, by="test", timeout=WAIT
+        )
         cid = credential_id(SECRET)
         async with bus.subscribe(subjects.KEYS_SECRET_GRANT) as asked:
             await secrets.ensure(plan(cid, "k-configured", "k-unknown"))
@@ -116,12 +143,17 @@ async def test_ingress_asks_once_per_grant_lifetime_and_forgets_a_deleted_key(
         assert seen == [cid, "k-unknown", cid]  # never the configured id
         assert targets.resolve(plan(cid).candidates[0]).api_key == SECRET
         async with bus.subscribe(subjects.KEYS_DECLARATIONS) as decls:
-            await admin_request(bus, "provider_keys", "delete", {"id": added["id"]},
-                                by="test", timeout=WAIT)
+            await admin_request(
+                bus, "provider_keys", "delete", {"id": added["id"]}, by="test", timeout=WAIT
+            )
             assert (await declarations(decls)).db_keys == ()
         # The follower saw the same announcement; a round trip on the bus lets it run.
-        await bus.request(subjects.KEYS_SECRET_GRANT, ProviderSecretRequest(credential_id=cid),
-                          reply_type=ProviderSecretGrant, timeout=WAIT)
+        await bus.request(
+            subjects.KEYS_SECRET_GRANT,
+            ProviderSecretRequest(credential_id=cid),
+            reply_type=ProviderSecretGrant,
+            timeout=WAIT,
+        )
         assert secrets.get(cid) is None
         assert targets.resolve(plan(cid).candidates[0]).api_key is None
     finally:

@@ -14,15 +14,30 @@ if TYPE_CHECKING:
 
 
 def cfg(*models: tuple[str, str]) -> GatewayConfig:
-    return GatewayConfig.model_validate({"models": [
-        {"id": m, "route": [{"kind": "openai_compat", "base_url": "https://api.example.com/v1",
-                             "api_key": key}]} for m, key in models]})
+    return GatewayConfig.model_validate(
+        {
+            "models": [
+                {
+                    "id": m,
+                    "route": [
+                        {
+                            "kind": "openai_compat",
+                            "base_url": "https://api.example.com/v1",
+                            "api_key": key,
+                        }
+                    ],
+                }
+                for m, key in models
+            ]
+        }
+    )
 
 
 def candidate(config: GatewayConfig, model: str, key: str) -> RouteCandidate:
     [m] = [m for m in config.models if m.id == model]
-    return RouteCandidate(endpoint=m.endpoint_ids()[0], kind="openai_compat",
-                          credential_id=credential_id(key))
+    return RouteCandidate(
+        endpoint=m.endpoint_ids()[0], kind="openai_compat", credential_id=credential_id(key)
+    )
 
 
 def test_fallback_targets_resolve_a_removed_endpoint_from_the_previous_config() -> None:
@@ -46,8 +61,11 @@ def test_follower_swaps_once_per_new_version_and_keeps_the_config_on_a_refusal(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app = App()
-    loaded: list[Any] = [(cfg(("x", "k")), "v2"), (cfg(("x", "k")), "v2"),
-                         InvalidRequestError("gw.yaml: models[0].id: Field required")]
+    loaded: list[Any] = [
+        (cfg(("x", "k")), "v2"),
+        (cfg(("x", "k")), "v2"),
+        InvalidRequestError("gw.yaml: models[0].id: Field required"),
+    ]
 
     def load() -> tuple[GatewayConfig, str]:
         item = loaded.pop(0)

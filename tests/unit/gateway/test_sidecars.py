@@ -22,19 +22,28 @@ WAIT = 5.0
 
 
 def _config(*routes: dict[str, Any], **routing: Any) -> GatewayConfig:
-    return GatewayConfig.model_validate({"models": [{"id": "m", "route": list(routes)}],
-                                         "routing": routing})
+    return GatewayConfig.model_validate(
+        {"models": [{"id": "m", "route": list(routes)}], "routing": routing}
+    )
 
 
 def _quota(up: FakeUpstream) -> dict[str, Any]:
-    return {"kind": "openai_compat", "base_url": up.openai_base_url, "provider_model_id": "x",
-            "provider_type": "quota", "quota_source": {
-                "kind": "http_json", "url": f"{up.base_url}/usage", "used_path": "used",
-                "limit_path": "limit", "refresh_seconds": 3600}}
+    return {
+        "kind": "openai_compat",
+        "base_url": up.openai_base_url,
+        "provider_model_id": "x",
+        "provider_type": "quota",
+        "quota_source": {
+            "kind": "http_json",
+            "url": f"{up.base_url}/usage",
+            "used_path": "used",
+            "limit_path": "limit",
+            "refresh_seconds": 3600,
+        },
+    }
 
 
-async def test_a_reload_that_removes_a_pool_stops_polling_it(fake_upstream: FakeUpstream
-                                                             ) -> None:
+async def test_a_reload_that_removes_a_pool_stops_polling_it(fake_upstream: FakeUpstream) -> None:
     fake_upstream.set_default(Reply(200, body={"used": 1, "limit": 5}), path="/usage")
     bus = InProcessBus()
     client = make_http_client()
@@ -61,15 +70,22 @@ async def test_the_prober_resolves_a_route_a_reload_added_with_its_credential(
 ) -> None:
     bus = InProcessBus()
     sidecars = Sidecars(bus, _config({"kind": "echo"}))
-    added = _config({"kind": "echo"}, {"kind": "openai_compat", "api_key": "sk-added",
-                                       "base_url": fake_upstream.openai_base_url,
-                                       "provider_model_id": "x"})
+    added = _config(
+        {"kind": "echo"},
+        {
+            "kind": "openai_compat",
+            "api_key": "sk-added",
+            "base_url": fake_upstream.openai_base_url,
+            "provider_model_id": "x",
+        },
+    )
     endpoint = added.models[0].endpoint_ids()[1]
     candidate = candidate_for(endpoint, added.models[0].route[1])
     try:
         sidecars.reconfigure(added)
-        result = await sidecars.prober.handle(ProbeDue(endpoint=endpoint, model="m",
-                                                       candidate=candidate))
+        result = await sidecars.prober.handle(
+            ProbeDue(endpoint=endpoint, model="m", candidate=candidate)
+        )
         assert result is not None and result.ok
         assert [r.credential for r in fake_upstream.requests] == ["sk-added"]
     finally:
@@ -82,9 +98,15 @@ async def test_the_health_check_loop_starts_for_a_local_route_a_reload_added(
 ) -> None:
     bus = InProcessBus()
     sidecars = Sidecars(bus, _config({"kind": "echo"}))
-    local = _config({"kind": "echo"}, {"kind": "openai_compat", "provider_model_id": "x",
-                                       "base_url": fake_upstream.openai_base_url},
-                    health_check={"enabled": True, "interval_seconds": 3600})
+    local = _config(
+        {"kind": "echo"},
+        {
+            "kind": "openai_compat",
+            "provider_model_id": "x",
+            "base_url": fake_upstream.openai_base_url,
+        },
+        health_check={"enabled": True, "interval_seconds": 3600},
+    )
     endpoint = local.models[0].endpoint_ids()[1]
     try:
         async with bus.subscribe(subjects.endpoint_local_health(endpoint)) as verdicts:

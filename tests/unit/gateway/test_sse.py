@@ -8,8 +8,11 @@ STREAM = b'event: a\ndata: {"x": 1}\n\n: comment\ndata: line1\ndata: line2\n\r\n
 
 
 def test_sse_parser_fed_whole_stream_yields_every_frame() -> None:
-    assert SSEParser().feed(STREAM) == [("a", b'{"x": 1}'), (None, b"line1\nline2"),
-                                        (None, b"[DONE]")]
+    assert SSEParser().feed(STREAM) == [
+        ("a", b'{"x": 1}'),
+        (None, b"line1\nline2"),
+        (None, b"[DONE]"),
+    ]
 
 
 def test_sse_parser_fed_byte_by_byte_yields_the_same_frames() -> None:

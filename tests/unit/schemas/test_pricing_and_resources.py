@@ -12,22 +12,29 @@ from schemas.pricing import Pricing, cost_usd
 
 def test_cost_bills_cached_and_written_tokens_at_their_own_prices() -> None:
     pricing = Pricing(prompt=2.0, completion=8.0, input_cache_reads=0.5, input_cache_writes=2.5)
-    cost = cost_usd(pricing, prompt_tokens=1_000_000, completion_tokens=500_000,
-                    cache_read_tokens=400_000, cache_write_tokens=100_000)
+    cost = cost_usd(
+        pricing,
+        prompt_tokens=1_000_000,
+        completion_tokens=500_000,
+        cache_read_tokens=400_000,
+        cache_write_tokens=100_000,
+    )
     # 500k uncached at 2, 400k read at 0.5, 100k written at 2.5, 500k out at 8 (per million)
     assert cost == pytest.approx(1.0 + 0.2 + 0.25 + 4.0)
 
 
 def test_undeclared_cache_prices_fall_back_to_the_prompt_price() -> None:
     pricing = Pricing(prompt=3.0, completion=0.0)
-    assert cost_usd(pricing, prompt_tokens=1000, completion_tokens=0,
-                    cache_read_tokens=1000) == pytest.approx(0.003)
+    assert cost_usd(
+        pricing, prompt_tokens=1000, completion_tokens=0, cache_read_tokens=1000
+    ) == pytest.approx(0.003)
 
 
 def test_unpriced_route_costs_nothing_and_reports_never_go_negative() -> None:
     assert cost_usd(None, prompt_tokens=10, completion_tokens=10) == 0.0
-    assert cost_usd(Pricing(prompt=1.0), prompt_tokens=10, completion_tokens=-5,
-                    cache_read_tokens=50) == pytest.approx(10 / 1e6)
+    assert cost_usd(
+        Pricing(prompt=1.0), prompt_tokens=10, completion_tokens=-5, cache_read_tokens=50
+    ) == pytest.approx(10 / 1e6)
 
 
 def test_negative_price_is_refused() -> None:
@@ -40,8 +47,12 @@ def test_quota_route_needs_a_source_and_a_limit() -> None:
         RouteConfig(kind="echo", provider_type="quota", quota={"limit": 5})
     with pytest.raises(ValidationError, match="needs quota"):
         RouteConfig(kind="echo", provider_type="quota", quota_source={"kind": "local"})
-    route = RouteConfig(kind="echo", provider_type="quota", quota={"limit": 5},
-                        quota_source={"kind": "local", "window": 3600})
+    route = RouteConfig(
+        kind="echo",
+        provider_type="quota",
+        quota={"limit": 5},
+        quota_source={"kind": "local", "window": 3600},
+    )
     assert route.quota_source is not None and route.quota_source.window == 3600
 
 
@@ -56,20 +67,36 @@ def test_resource_fields_on_the_wrong_provider_type_are_refused() -> None:
 
 def test_mistyped_quota_source_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValidationError, match="'local', 'http_json'"):
-        RouteConfig(kind="echo", provider_type="quota", quota={"limit": 3},
-                    quota_source={"kind": "locl"})
+        RouteConfig(
+            kind="echo", provider_type="quota", quota={"limit": 3}, quota_source={"kind": "locl"}
+        )
     with pytest.raises(ValidationError, match="unknown time zone"):
-        RouteConfig(kind="echo", provider_type="quota", quota={"limit": 3},
-                    quota_source={"kind": "local", "timezone": "Mars/Olympus"})
+        RouteConfig(
+            kind="echo",
+            provider_type="quota",
+            quota={"limit": 3},
+            quota_source={"kind": "local", "timezone": "Mars/Olympus"},
+        )
     with pytest.raises(ValidationError, match="http"):
-        RouteConfig(kind="echo", provider_type="quota",
-                    quota_source={"kind": "http_json", "url": "ftp://x", "used_path": "u",
-                                  "limit_path": "l"})
+        RouteConfig(
+            kind="echo",
+            provider_type="quota",
+            quota_source={
+                "kind": "http_json",
+                "url": "ftp://x",
+                "used_path": "u",
+                "limit_path": "l",
+            },
+        )
 
 
 def test_pool_is_the_named_one_or_the_routes_own() -> None:
-    shared = RouteConfig(kind="echo", provider_type="concurrency", concurrency={"limit": 2},
-                         concurrency_pool="team-plan")
+    shared = RouteConfig(
+        kind="echo",
+        provider_type="concurrency",
+        concurrency={"limit": 2},
+        concurrency_pool="team-plan",
+    )
     own = RouteConfig(kind="echo", provider_type="concurrency", concurrency={"limit": 2})
     assert pool_of(shared, "m:echo") == "team-plan"
     assert pool_of(own, "m:echo") == "m:echo"

@@ -17,4 +17,3 @@ def test_token_of_any_id_is_one_reversible_token(raw: str) -> None:
 def test_model_route_subject_with_dotted_id_has_four_tokens() -> None:
     assert subjects.model_route("qwen2.5:7b").split(".")[2] == "qwen2~2e5~3a7b"
     assert len(subjects.model_route("qwen2.5:7b").split(".")) == 4
-
