@@ -16,7 +16,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import BrowserContext, Page, expect
 
-from actors.stores.request_log import INSERT, REQUEST_LOG
+from actors.stores.request_log import INSERT, REQUEST_LOG, missing_columns
 from schemas import RouteDecided, subjects
 from tests.browser.conftest import ready, screenshot, sign_in
 from tests.e2e.conftest import config, gateway_bus, model, route
@@ -42,6 +42,8 @@ def _fill_log(path: Path, endpoint: str) -> None:
     now = time.time()
     db = sqlite3.connect(path)
     for stmt in REQUEST_LOG.statements:
+        db.execute(stmt)
+    for stmt in missing_columns(set()):  # the columns added since (cost, key, user)
         db.execute(stmt)
 
     def rows() -> object:
@@ -71,6 +73,10 @@ def _fill_log(path: Path, endpoint: str) -> None:
                 20,
                 0,
                 0,
+                0.0,
+                0,
+                "key-1",
+                "ann",
             )
             yield (
                 ts,
@@ -94,6 +100,10 @@ def _fill_log(path: Path, endpoint: str) -> None:
                 20,
                 0,
                 0,
+                0.0,
+                0,
+                "key-1",
+                "ann",
             )
 
     db.executemany(INSERT, rows())  # type: ignore[arg-type]
