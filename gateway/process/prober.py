@@ -14,48 +14,21 @@ stays benched; its owner schedules the next probe).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from typing import TYPE_CHECKING
 
 import msgspec
 
-from gateway.ingress.leases import LeaseKeeper
+from gateway.process.ping import NoAdapterError, Pinger
 from schemas import GatewayError, ProbeDue, ProbeResult, UpstreamError, subjects
-
-if TYPE_CHECKING:
-    from bus import Bus
-    from gateway.adapters.base import Adapter
-    from gateway.auth.provider_secrets import ProviderSecrets
-    from gateway.ingress.dispatch import Targets
 
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_SECONDS = 15.0
-_PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "stream": False}
 
 
-class BenchProber:
+class BenchProber(Pinger):
     """Owns nothing but its subscription; each probe is independent."""
-
-    def __init__(
-        self,
-        bus: Bus,
-        adapters: dict[str, Adapter],
-        targets: Targets,
-        leases: LeaseKeeper | None = None,
-        secrets: ProviderSecrets | None = None,
-    ) -> None:
-        self._bus = bus
-        self._adapters = adapters
-        self._targets = targets
-        self._leases = leases or LeaseKeeper(bus, 30.0, "prober")
-        self._secrets = secrets  # the grants ``targets`` reads database keys' secrets from
-
-    def retarget(self, targets: Targets) -> None:
-        """Resolve routes from ``targets`` from the next probe on (a reload)."""
-        self._targets = targets
 
     async def probe(self, due: ProbeDue) -> ProbeResult:
         """Send the tiny request for ``due``; never raises for an upstream failure."""
@@ -65,20 +38,14 @@ class BenchProber:
             credential_id=due.credential_id or due.candidate.credential_id,
             credential_only=bool(due.credential_id),
         )
-        adapter = self._adapters.get(due.candidate.kind)
-        if adapter is None:
-            return result(ok=False, detail="no adapter")
         cid = due.credential_id
         candidate = (
             msgspec.structs.replace(due.candidate, credential_id=cid) if cid else due.candidate
         )
-        if self._secrets is not None:
-            await self._secrets.ensure_credential(candidate.credential_id)
-        target = self._targets.resolve(candidate)
-        body = {"model": due.candidate.upstream_model or due.model, **_PING}
         try:
-            async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
-                await adapter.complete(target, body)
+            await self.ping(candidate, due.model, PROBE_TIMEOUT_SECONDS)
+        except NoAdapterError:
+            return result(ok=False, detail="no adapter")
         except UpstreamError as err:
             ok = not err.counts_against_endpoint  # a 4xx still proves the route answers
             return result(ok=ok, detail=err.message[:200])
@@ -89,17 +56,10 @@ class BenchProber:
     async def handle(self, due: ProbeDue) -> ProbeResult | None:
         """Probe for ``due`` under a capacity lease when its route needs one, and publish the
         result; None when the route's pool has nothing free (the probe is skipped)."""
-        leased = due.candidate
-        if leased.pool:
-            got = await self._leases.acquire(leased, f"probe:{due.endpoint}")
-            if got is None:
-                logger.info("background probe of %s skipped: no capacity free", due.endpoint)
-                return None
-            leased = got
-        try:
-            result = await self.probe(due)
-        finally:
-            await self._leases.release(leased)
+        result = await self.leased(due.candidate, f"probe:{due.endpoint}", lambda: self.probe(due))
+        if result is None:
+            logger.info("background probe of %s skipped: no capacity free", due.endpoint)
+            return None
         logger.info(
             "background probe of %s: %s",
             result.endpoint,

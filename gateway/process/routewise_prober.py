@@ -13,96 +13,40 @@ none free it is skipped (the ModelActor asks again on its next round).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from typing import TYPE_CHECKING
 
-from gateway.ingress.leases import LeaseKeeper
+from gateway.process.ping import NoAdapterError, Pinger
 from schemas import GatewayError, LatencyProbeDue, LatencySample, UpstreamError, subjects
-
-if TYPE_CHECKING:
-    from bus import Bus
-    from gateway.adapters.base import Adapter
-    from gateway.auth.provider_secrets import ProviderSecrets
-    from gateway.ingress.dispatch import Targets
 
 logger = logging.getLogger(__name__)
 
-_PING = {"messages": [{"role": "user", "content": "ping"}], "max_tokens": 1, "stream": False}
 
-
-class RouteWiseProber:
+class RouteWiseProber(Pinger):
     """Owns nothing but its subscription; each probe is independent."""
-
-    def __init__(
-        self,
-        bus: Bus,
-        adapters: dict[str, Adapter],
-        targets: Targets,
-        leases: LeaseKeeper | None = None,
-        secrets: ProviderSecrets | None = None,
-    ) -> None:
-        self._bus = bus
-        self._adapters = adapters
-        self._targets = targets
-        self._leases = leases or LeaseKeeper(bus, 30.0, "prober")
-        self._secrets = secrets  # the grants ``targets`` reads database keys' secrets from
-
-    def retarget(self, targets: Targets) -> None:
-        """Resolve routes from ``targets`` from the next probe on (a reload)."""
-        self._targets = targets
 
     async def probe(self, due: LatencyProbeDue) -> LatencySample:
         """Send the 1-token request for ``due``; never raises for an upstream failure."""
-        adapter = self._adapters.get(due.candidate.kind)
-        if adapter is None:
-            return LatencySample(
-                endpoint=due.endpoint,
-                model=due.model,
-                ok=False,
-                detail="no adapter",
-                ts=time.time(),
-            )
-        if self._secrets is not None:
-            await self._secrets.ensure_credential(due.candidate.credential_id)
-        target = self._targets.resolve(due.candidate)
-        body = {"model": due.candidate.upstream_model or due.model, **_PING}
+        sample = functools.partial(LatencySample, endpoint=due.endpoint, model=due.model)
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(due.timeout):
-                await adapter.complete(target, body)
+            await self.ping(due.candidate, due.model, due.timeout)
+        except NoAdapterError:
+            return sample(ok=False, detail="no adapter", ts=time.time())
         except UpstreamError as err:
-            return LatencySample(
-                endpoint=due.endpoint,
-                model=due.model,
-                ok=False,
-                detail=err.message[:200],
-                ts=time.time(),
-            )
+            return sample(ok=False, detail=err.message[:200], ts=time.time())
         except TimeoutError:
-            return LatencySample(
-                endpoint=due.endpoint, model=due.model, ok=False, detail="timed out", ts=time.time()
-            )
-        return LatencySample(
-            endpoint=due.endpoint,
-            model=due.model,
-            ok=True,
-            ttft_ms=(time.perf_counter() - started) * 1000,
-            ts=time.time(),
-        )
+            return sample(ok=False, detail="timed out", ts=time.time())
+        return sample(ok=True, ttft_ms=(time.perf_counter() - started) * 1000, ts=time.time())
 
     async def _answer(self, due: LatencyProbeDue) -> None:
-        leased = due.candidate
-        if leased.pool:
-            got = await self._leases.acquire(leased, f"latency-probe:{due.endpoint}")
-            if got is None:
-                logger.debug("routewise probe of %s skipped: no capacity free", due.endpoint)
-                return
-            leased = got
-        try:
-            sample = await self.probe(due)
-        finally:
-            await self._leases.release(leased)
+        sample = await self.leased(
+            due.candidate, f"latency-probe:{due.endpoint}", lambda: self.probe(due)
+        )
+        if sample is None:
+            logger.debug("routewise probe of %s skipped: no capacity free", due.endpoint)
+            return
         logger.debug(
             "routewise probe of %s: %s",
             due.endpoint,
