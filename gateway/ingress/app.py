@@ -853,6 +853,17 @@ class GatewayApp:
             ),
         )
 
+    async def _model_status(self, model_id: str) -> ModelStatus:
+        """The ModelActor's status of ``model_id``. Raises what its error reply carries."""
+        return raise_for_reply(
+            await self._bus.request(
+                subjects.model_status(model_id),
+                ModelStatusRequest(),
+                reply_type=ModelStatus,
+                timeout=self._config.routing.decision_timeout_seconds,
+            )
+        )
+
     async def _routewise_health(self, req: HttpRequest) -> dict[str, Any]:
         """Per RouteWise model: each candidate's effective cost, latency estimate, LP weight,
         quota used fraction and free slots (one status request per RouteWise model)."""
@@ -861,14 +872,7 @@ class GatewayApp:
         for m in self._config.models:
             if (m.router or default) != "routewise" or not self._visible(req, m.id):
                 continue
-            status = raise_for_reply(
-                await self._bus.request(
-                    subjects.model_status(m.id),
-                    ModelStatusRequest(),
-                    reply_type=ModelStatus,
-                    timeout=self._config.routing.decision_timeout_seconds,
-                )
-            )
+            status = await self._model_status(m.id)
             out[m.id] = {
                 "prompt_tokens": status.routewise_prompt_tokens,
                 "candidates": [msgspec.structs.asdict(c) for c in status.routewise],
@@ -880,14 +884,7 @@ class GatewayApp:
         for m in self._config.models:
             if not self._visible(req, m.id):
                 continue
-            status = raise_for_reply(
-                await self._bus.request(
-                    subjects.model_status(m.id),
-                    ModelStatusRequest(),
-                    reply_type=ModelStatus,
-                    timeout=self._config.routing.decision_timeout_seconds,
-                )
-            )
+            status = await self._model_status(m.id)
             models[m.id] = {
                 "router": status.router,
                 "routes": [
