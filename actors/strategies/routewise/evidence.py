@@ -19,20 +19,108 @@ if TYPE_CHECKING:
 
 # A failed attempt weighs in the mean TTFT as this (the library's default penalty).
 ERROR_PENALTY_MS = 60_000.0
+# What the cost envelope keeps per window at most: its percentiles need no more.
+ENVELOPE_MAX_SAMPLES = 10_000
+
+
+class SampleThinner:
+    """Bounds how many samples a rolling window keeps, at any request rate.
+
+    A token bucket: the first ``budget / 20`` samples (at least one) are taken at once, so a
+    cold route learns from its first requests, and then at most ``budget`` per ``window``
+    seconds, evenly over time. The kept samples stay an even draw over the window, so their
+    mean and distribution track those of every sample; a window never holds more than about
+    ``budget`` of them. O(1) per sample. A sample older than the newest one seen (replayed
+    rows, another ingress's clock) refills nothing.
+    """
+
+    def __init__(self, budget: int, window_sec: float) -> None:
+        self._burst = max(1.0, budget / 20.0)
+        self._rate = max(budget - self._burst, 1.0) / window_sec
+        self._tokens = self._burst
+        self._last = float("-inf")
+
+    def admit(self, ts: float) -> bool:
+        """Whether the sample at ``ts`` is kept (and takes a token)."""
+        if ts > self._last:
+            if self._last != float("-inf"):
+                self._tokens = min(self._burst, self._tokens + (ts - self._last) * self._rate)
+            self._last = ts
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
+
+
+class TtftWindow:
+    """One rolling TTFT window of one endpoint: successes in the library's profile (its mean
+    and CDF queries are incremental), failed attempts as a sorted list of their times (the
+    library would count those by scanning every one on each query), both thinned by one
+    ``SampleThinner`` so the share of failures is kept."""
+
+    def __init__(self, window_sec: float, budget: int) -> None:
+        self.window_sec = window_sec
+        self.profile = RollingLatencyProfile(window_sec=window_sec)
+        self._thinner = SampleThinner(budget, window_sec)
+        self._errors: list[float] = []
+
+    def success(self, ts: float, ttft_ms: float) -> None:
+        """A first token ``ttft_ms`` after its attempt began, at ``ts``."""
+        if self._thinner.admit(ts):
+            self.profile.add_sample(ts, ttft_ms)
+
+    def failure(self, ts: float) -> None:
+        """An attempt that failed before its first token, at ``ts``."""
+        if not self._thinner.admit(ts):
+            return
+        bisect.insort(self._errors, ts)
+        # Keep two windows (what the library keeps of successes); drop the rest in one cut.
+        horizon = self._errors[-1] - 2.0 * self.window_sec
+        if self._errors[0] < horizon:
+            del self._errors[: bisect.bisect_left(self._errors, horizon)]
+
+    def errors(self, now: float) -> int:
+        """Failed attempts inside the window at ``now``."""
+        lo = bisect.bisect_left(self._errors, now - self.window_sec)
+        return bisect.bisect_right(self._errors, now) - lo
+
+    def samples(self, now: float) -> int:
+        """Successes and failures inside the window at ``now``."""
+        return self.profile.count(now) + self.errors(now)
+
+    def mean_with_errors(self, now: float) -> float | None:
+        """Mean TTFT at ``now``, each failure counted as ERROR_PENALTY_MS; None when empty."""
+        mean = self.profile.mean(now)
+        failed = self.errors(now)
+        if not failed:
+            return mean
+        n = self.profile.count(now)
+        return ((mean or 0.0) * n + failed * ERROR_PENALTY_MS) / (n + failed)
+
+    def cdf_counting_errors(self, ttft_ms: float, now: float) -> float | None:
+        """``P(TTFT <= ttft_ms)`` at ``now``, failures counted as misses; None when empty."""
+        cdf = self.profile.cdf(ttft_ms, now)
+        failed = self.errors(now)
+        if not failed:
+            return cdf
+        n = self.profile.count(now)
+        return (cdf or 0.0) * n / (n + failed)
 
 
 class LatencyEvidence:
-    """Per-endpoint TTFT profiles: the live window, and the long history as a prior.
+    """Per-endpoint TTFT windows: the live one, and the long history as a prior.
 
     ``estimate`` is the live window's mean (failures counted at ERROR_PENALTY_MS), else the
-    history's, else ``latency_unprofiled_ttft_ms``. ``version`` changes with every sample so
-    callers can cache what they derived from the estimates.
+    history's, else ``latency_unprofiled_ttft_ms``. Each window keeps at most about
+    ``latency_max_samples_per_profile`` samples, thinned evenly over time (``SampleThinner``):
+    memory and the cost of a sample stay bounded at any request rate, and the window keeps
+    following the endpoint instead of freezing once full.
     """
 
     def __init__(self, params: RouteWiseParams) -> None:
         self._params = params
-        self._live: dict[str, RollingLatencyProfile] = {}
-        self._prior: dict[str, RollingLatencyProfile] = {}
+        self._live: dict[str, TtftWindow] = {}
+        self._prior: dict[str, TtftWindow] = {}
         self.last_seen: dict[str, float] = {}
         self.version = 0
         self._versions: dict[str, int] = {}
@@ -41,34 +129,25 @@ class LatencyEvidence:
         self._cache: dict[str, tuple[int, int, float, bool]] = {}
 
     def retune(self, params: RouteWiseParams) -> None:
-        """Read thresholds from ``params`` from now on."""
+        """Read thresholds from ``params`` from now on (windows apply to new endpoints)."""
         self._params = params
         self._cache.clear()
 
-    def _profiles(self, endpoint: str) -> tuple[RollingLatencyProfile, RollingLatencyProfile]:
+    def _windows(self, endpoint: str) -> tuple[TtftWindow, TtftWindow]:
         live = self._live.get(endpoint)
         if live is None:
-            live = self._live[endpoint] = RollingLatencyProfile(
-                window_sec=self._params.latency_window_sec
-            )
-            self._prior[endpoint] = RollingLatencyProfile(
-                window_sec=self._params.latency_history_prior_window_sec
-            )
+            p = self._params
+            budget = p.latency_max_samples_per_profile
+            live = self._live[endpoint] = TtftWindow(p.latency_window_sec, budget)
+            self._prior[endpoint] = TtftWindow(p.latency_history_prior_window_sec, budget)
         return live, self._prior[endpoint]
 
     def success(self, endpoint: str, ttft_ms: float, ts: float) -> None:
         """A first token arrived ``ttft_ms`` after the attempt began, at ``ts``."""
         if not math.isfinite(ttft_ms) or ttft_ms < 0:
             return
-        live, prior = self._profiles(endpoint)
-        # A full window keeps what it has until old samples age out: memory stays bounded
-        # under any rate, and the library's incremental window sums stay consistent.
-        cap = self._params.latency_max_samples_per_profile
-        for p in (live, prior):
-            if len(p.samples) >= cap:
-                p.values(ts)  # drops the samples that left the window
-            if len(p.samples) < cap:
-                p.add_sample(ts, ttft_ms)
+        for window in self._windows(endpoint):
+            window.success(ts, ttft_ms)
         self._touch(endpoint, ts)
 
     def _touch(self, endpoint: str, ts: float) -> None:
@@ -77,15 +156,16 @@ class LatencyEvidence:
         self.version += 1
 
     def failure(self, endpoint: str, kind: str, ts: float) -> None:
-        """An attempt failed before its first token."""
-        for p in self._profiles(endpoint):
-            p.add_error(ts, kind or "error")
+        """An attempt failed before its first token (``kind`` is not weighed: every failure
+        costs the same penalty)."""
+        for window in self._windows(endpoint):
+            window.failure(ts)
         self._touch(endpoint, ts)
 
     def samples(self, endpoint: str, now: float) -> int:
         """Live-window samples (successes and failures) of ``endpoint``."""
         live = self._live.get(endpoint)
-        return 0 if live is None else live.count(now) + live.error_count(now)
+        return 0 if live is None else live.samples(now)
 
     def profiled(self, endpoint: str, now: float) -> bool:
         """Whether any evidence (live or history) exists for ``endpoint``."""
@@ -96,8 +176,8 @@ class LatencyEvidence:
         live = self._live.get(endpoint)
         if live is None:
             return None
-        for p in (live, self._prior[endpoint]):
-            mean = p.mean_with_errors(now, error_penalty_ms=ERROR_PENALTY_MS)
+        for window in (live, self._prior[endpoint]):
+            mean = window.mean_with_errors(now)
             if mean is not None:
                 return mean
         return None
@@ -119,8 +199,8 @@ class LatencyEvidence:
         est = self.estimate(endpoint, now)
         return self._params.latency_unprofiled_ttft_ms if est is None else est
 
-    def profile(self, endpoint: str) -> RollingLatencyProfile | None:
-        """The live profile (for hedging's CDF queries)."""
+    def window(self, endpoint: str) -> TtftWindow | None:
+        """The live window (for hedging's CDF queries)."""
         return self._live.get(endpoint)
 
 
@@ -178,12 +258,14 @@ class CostEnvelope:
     Its lower and upper percentiles are the quota shadow price's ``L`` and ``U``. It is
     calibrated once it holds ``envelope_min_samples`` requests within the window and its
     percentiles are positive (the exponential curve needs ``0 < L < U``; a flat envelope is
-    widened by a hair so a constant workload still prices quota at ``L``).
+    widened by a hair so a constant workload still prices quota at ``L``). It keeps about
+    ENVELOPE_MAX_SAMPLES per window at most, thinned evenly over time (``SampleThinner``).
     """
 
     def __init__(self, params: RouteWiseParams) -> None:
         self._params = params
         self._window = params.envelope_window_hours * 3600.0
+        self._thinner = SampleThinner(ENVELOPE_MAX_SAMPLES, self._window)
         self._rows: deque[tuple[float, float]] = deque()  # (ts, cost), in arrival order
         self._sorted: list[float] = []
         self._cache: tuple[float, float] | None = None
@@ -191,12 +273,14 @@ class CostEnvelope:
     def retune(self, params: RouteWiseParams) -> None:
         """Read the percentiles, minimum and window from ``params`` from now on."""
         self._params = params
-        self._window = params.envelope_window_hours * 3600.0
+        if params.envelope_window_hours * 3600.0 != self._window:
+            self._window = params.envelope_window_hours * 3600.0
+            self._thinner = SampleThinner(ENVELOPE_MAX_SAMPLES, self._window)
         self._cache = None
 
     def add(self, cost: float, ts: float) -> None:
         """One request's on-demand cost at ``ts``."""
-        if not math.isfinite(cost) or cost < 0:
+        if not math.isfinite(cost) or cost < 0 or not self._thinner.admit(ts):
             return
         self._rows.append((ts, cost))
         bisect.insort(self._sorted, cost)

@@ -37,14 +37,13 @@ from actors.strategies.routewise.evidence import (
     CostEnvelope,
     LatencyEvidence,
     OutputLengthPredictor,
+    TtftWindow,
 )
 from actors.strategies.routewise.solver import budget_for, solve
 from schemas.pricing import Pricing, cost_usd
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
-
-    from llm_routewise.core.latency_profile import RollingLatencyProfile
 
     from actors.strategies.base import RouteView, StrategyDeps
     from actors.strategies.routewise.params import RouteWiseParams
@@ -279,7 +278,7 @@ class RouteWiseStrategy:
         if p.latency_hedge_mode != "probability_target":
             return None
         now = self._clock()
-        first, second = self.latency.profile(primary), self.latency.profile(backup)
+        first, second = self.latency.window(primary), self.latency.window(backup)
         if (
             first is None
             or second is None
@@ -289,8 +288,8 @@ class RouteWiseStrategy:
             return None
         slo = p.latency_slo_sec * 1000.0
 
-        def cdf_of(profile: RollingLatencyProfile) -> Callable[[float], float]:
-            return lambda ms: profile.cdf_counting_errors(ms, now) or 0.0
+        def cdf_of(window: TtftWindow) -> Callable[[float], float]:
+            return lambda ms: window.cdf_counting_errors(ms, now) or 0.0
 
         primary_cdf, backup_cdf = cdf_of(first), cdf_of(second)
         for checkpoint in hedge_checkpoints_for_slo(slo):
