@@ -27,6 +27,27 @@ class Batch(list[JSON]):
         self.last = last
 
 
+_TOKEN_TEXT = ("content", "refusal", "reasoning_content", "reasoning")
+"""Delta fields whose text is part of the answer: what the client reads, what the model says
+when it refuses, and the reasoning text upstreams stream before it (vLLM and DeepSeek's
+``reasoning_content``, OpenRouter's ``reasoning``)."""
+
+
+def carries_token(chunk: JSON) -> bool:
+    """Whether a canonical chunk carries part of the answer: non-empty text in a
+    ``_TOKEN_TEXT`` field, a tool-call (or legacy function-call) delta, or audio. A chunk
+    with only a role, an empty string, a finish reason or usage carries none."""
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(delta, dict):
+            continue
+        if any(isinstance(text := delta.get(k), str) and text for k in _TOKEN_TEXT):
+            return True
+        if delta.get("tool_calls") or delta.get("function_call") or delta.get("audio"):
+            return True
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamTarget:
     """Everything an adapter needs for one attempt. ``api_key`` is the secret: never log it."""
