@@ -12,7 +12,10 @@ the same whatever API the client speaks. Rules:
 - a fallback on a capacity route is leased right before it is sent (refused: skipped); every
   attempt gives its lease back however it ends (a stream: when its relay ends);
 - a plan with ``hedge_after_ms`` (RouteWise) races its second candidate against a primary
-  without a first byte by then (gateway/ingress/hedging.py); that backup is leased only if it runs.
+  without a first token by then (gateway/ingress/hedging.py); that backup is leased only if it
+  runs. In that race a stream is open only once a chunk carries a token (a role-only first
+  chunk does not): what came before is held and relayed with it, from the same upstream;
+- an attempt's TTFT is when its first token arrived (hedged or not), not its first chunk.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import anyio
 
-from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
+from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget, carries_token
 from gateway.ingress import hedging
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.errors import REQUEST_DESCRIBING
@@ -677,7 +680,7 @@ class Dispatcher:
                 continue
             pair = (a, backup)
             raced = await hedging.race(
-                functools.partial(self._try_open, info, body, a, budget),
+                functools.partial(self._try_open, info, body, a, budget, hold=True),
                 functools.partial(self._backup_open, info, body, backup, budget),
                 hedge_after_ms or 0.0,
                 discard=_decline_stream,
@@ -696,14 +699,21 @@ class Dispatcher:
         leased = await self._leased_late(info, a)
         if leased is None:
             return _no_backup(a.candidate)
-        return await self._try_open(info, body, leased, budget, declined)
+        return await self._try_open(info, body, leased, budget, declined, hold=True)
 
     async def _try_open(
-        self, info: RequestInfo, body: JSON, a: Attempt, budget: _Budget, declined: Declined
+        self,
+        info: RequestInfo,
+        body: JSON,
+        a: Attempt,
+        budget: _Budget,
+        declined: Declined,
+        *,
+        hold: bool = False,
     ) -> StreamAttempt | UpstreamError:
-        """One observed stream attempt up to its first chunk: the open stream (which holds
-        the capacity lease until its relay ends), or the error it failed with (the lease
-        given back)."""
+        """One observed stream attempt up to its first chunk (``hold``: up to its first
+        token, see ``_first_token``): the open stream (which holds the capacity lease until
+        its relay ends), or the error it failed with (the lease given back)."""
         attempt, c, more, first_of_plan = a
         started = self._clock()
         target = self._targets.resolve(c)
@@ -718,6 +728,8 @@ class Dispatcher:
         try:
             async with asyncio.timeout(limit):
                 first = await anext(chunks)
+                if hold:
+                    first = await _first_token(first, chunks, target.idle_timeout, c.endpoint)
         except StopAsyncIteration:
             err = UpstreamError(
                 "upstream stream was empty", endpoint=c.endpoint, kind="empty_stream"
@@ -851,6 +863,46 @@ def _timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTime
     )
 
 
+def _answers(batch: Batch) -> bool:
+    """Whether ``batch`` says something of the answer: a token, a finish reason, or the end."""
+    return batch.last or any(
+        carries_token(chunk)
+        or any(
+            isinstance(ch, dict) and ch.get("finish_reason") for ch in chunk.get("choices") or ()
+        )
+        for chunk in batch
+    )
+
+
+async def _first_token(
+    first: Batch, rest: AsyncIterator[Batch], idle: float, endpoint: str
+) -> Batch:
+    """``first`` and the batches after it, up to the first that ``_answers``, as one batch
+    (chunks unchanged, in order). A hedged stream is decided by its first token, not by a
+    role-only first chunk an upstream sends at once and then stalls after; nothing of it
+    has reached the client yet, so a failure here leaves the race to the other side. The
+    caller's first-byte limit bounds the whole wait; ``idle`` bounds each read, as after
+    commit. Raises UpstreamError (the stream broke, stalled, or ended without an answer)."""
+    held = list(first)
+    batch = first
+    while not _answers(batch):
+        try:
+            async with asyncio.timeout(idle):
+                batch = await anext(rest)
+        except StopAsyncIteration:
+            raise UpstreamError(
+                "upstream stream ended before its first token", endpoint=endpoint, kind="truncated"
+            ) from None
+        except TimeoutError:
+            raise UpstreamTimeoutError(
+                f"upstream stream stalled before its first token: no chunk for {idle:g} s",
+                endpoint=endpoint,
+                kind="idle",
+            ) from None
+        held += batch
+    return first if len(held) == len(first) else Batch(held, last=batch.last)
+
+
 async def _aclose(gen: AsyncIterator[Any]) -> None:
     aclose = getattr(gen, "aclose", None)
     if aclose is not None:
@@ -880,7 +932,7 @@ class StreamAttempt:
         self._dispatcher = dispatcher
         self._info = info
         self._started = started
-        self._ttft = dispatcher.now()
+        self._ttft: float | None = None  # when the first token (or the end) arrived
         self._usage = NO_USAGE
         self._chars = 0  # content sent, for the estimate when no usage is reported
         self._finished = False
@@ -915,9 +967,12 @@ class StreamAttempt:
                 kind="truncated",
             )
 
-    def _note(self, batch: list[JSON]) -> None:
-        """Keep the latest usage, the characters sent, and whether a choice has said why it
-        stopped."""
+    def _note(self, batch: Batch) -> None:
+        """Keep the latest usage, the characters sent, whether a choice has said why it
+        stopped, and when the first token came (a role-only chunk is none; an answer that
+        ends without any token has its TTFT at its end)."""
+        if self._ttft is None and _answers(batch):
+            self._ttft = self._dispatcher.now()
         for chunk in batch:
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)

@@ -2,7 +2,8 @@
 
 When a plan carries ``hedge_after_ms`` (a RouteWise model with ``latency_hedge_mode:
 probability_target`` whose primary is unlikely to meet its SLO), the dispatcher starts the
-primary; if it has no first byte (a stream's first chunk, a whole answer) by then, it also
+primary; if it has no first token (a stream's first chunk that carries one, see
+``adapters.base.carries_token``, not a role-only chunk; a whole answer) by then, it also
 starts the plan's second candidate. The first to produce one serves the client; the other is
 cancelled and observed as declined (outcome ``cancelled``, error kind ``hedge_declined``), so
 the relay never mixes the two. A side that fails leaves the race to the other; both failing

@@ -269,16 +269,17 @@ HEDGED = 5  # samples per route before hedging trusts the profiles (the library'
 
 
 async def _hedging_gateway(
-    gateway_factory: GatewayFactory, slow: FakeUpstream, fast: FakeUpstream
+    gateway_factory: GatewayFactory, slow: FakeUpstream, fast: FakeUpstream, **slow_route: Any
 ) -> RunningGateway:
     """Alpha 0 makes the cheap ``slow`` route the primary; its history misses the 0.3 s SLO
-    every time, the dear ``fast`` one never does, so plans carry a hedge checkpoint."""
+    every time, the dear ``fast`` one never does, so plans carry a hedge checkpoint.
+    ``slow_route``: more settings of the slow route."""
     slow.set_default(Reply(delay=0.4))
     gw = await gateway_factory(
         config(
             model(
                 "m",
-                route(slow, pricing=CHEAP),
+                route(slow, pricing=CHEAP, **slow_route),
                 route(fast, pricing=DEAR),
                 aliases=["m-alias"],
                 router="routewise",
@@ -340,3 +341,41 @@ async def test_routewise_hedge_serves_from_the_backup_when_the_primary_stalls(
     assert text and finishes == ["stop"]  # one clean answer, from one upstream
     assert len(slow.requests) == sent_slow + 1 and len(fast.requests) == sent_fast + 1
     assert declined.outcome == "cancelled"
+
+
+async def test_routewise_hedge_ignores_a_role_only_first_chunk_and_serves_all_from_the_backup(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    """The primary sends its role chunk at once, then stalls: that is no first token, so the
+    hedge still fires and the client's whole answer, role chunk included, is the backup's.
+    (The slow route's idle limit makes a primary that wrongly won at its role chunk end the
+    client's stream in an error within the test, instead of stalling it.)"""
+    slow, fast = await fake_upstreams("slow"), await fake_upstreams("fast")
+    gw = await _hedging_gateway(gateway_factory, slow, fast, idle_timeout_seconds=5)
+    slow.set_default(Stream(stall_after=0))  # the OpenAI role chunk, then nothing
+    client = gw.openai()
+
+    async with (
+        watch(gw, subjects.observation(eid("m", slow))) as slow_obs,
+        watch(gw, subjects.observation(eid("m", fast))) as fast_obs,
+    ):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="m", messages=HI, stream=True
+        )
+        chunks = [c async for c in raw.parse()]
+        declined = await slow_obs.next(
+            Observation, lambda o: o.request_id == raw.headers["x-request-id"]
+        )
+        served = await fast_obs.next(
+            Observation, lambda o: o.request_id == raw.headers["x-request-id"]
+        )
+
+    assert raw.headers["x-routed-via"] == eid("m", fast)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == fast.text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert {c.id for c in chunks} == {chunks[0].id} and "fast" in chunks[0].id
+    (gone,) = await slow.wait_for_disconnects(1)  # the primary's stream was cancelled
+    assert gone.stream
+    assert (declined.outcome, declined.error_kind) == ("cancelled", "hedge_declined")
+    assert served.outcome == "success" and served.ttft_ms is not None
