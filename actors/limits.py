@@ -45,7 +45,6 @@ from actors.state.limit_counters import (
     Refusal,
     admit,
     count_unleased,
-    period_key,
     settle,
 )
 from actors.stores.db import open_db
@@ -315,7 +314,8 @@ class LimitsActor(Actor):
         budget = spec.budget_usd
         if budget is None:
             return
-        period = period_key(spec.budget_period, now)
+        c.roll(spec, now)
+        period = c.period
         crossed = []
         if (
             spec.soft_fraction is not None

@@ -25,10 +25,12 @@ import msgspec
 from schemas.limits import LimitSpec
 
 WINDOW_S = 60.0
+BUCKET_S = 0.125  # a power of two: whole seconds stamp exactly
 
 
-class _Entry:
-    """One amount counted at ``ts`` in a window (mutable: a settle corrects the amount)."""
+class _Bucket:
+    """What a window counted in one :data:`BUCKET_S` slice, stamped with the slice's end
+    (mutable: a settle corrects its amount)."""
 
     __slots__ = ("amount", "ts")
 
@@ -37,13 +39,25 @@ class _Entry:
         self.amount = amount
 
 
+def _stamp(now: float) -> float:
+    """The end of the :data:`BUCKET_S` slice holding ``now`` (exact in binary for whole
+    seconds, so a window fed on whole seconds slides exactly)."""
+    return math.ceil(now / BUCKET_S) * BUCKET_S
+
+
 class Window:
-    """The sum of amounts counted in the last :data:`WINDOW_S` seconds."""
+    """The sum of amounts counted in the last :data:`WINDOW_S` seconds.
+
+    Amounts are kept per :data:`BUCKET_S` slice, each stamped with its slice's end, so an
+    amount leaves the window no sooner than :data:`WINDOW_S` after it was counted (at most
+    one slice later): a limit is never exceeded, a window holds at most 480 buckets however
+    busy its subject is, and a snapshot of it stays small.
+    """
 
     __slots__ = ("_entries", "_sum")
 
     def __init__(self) -> None:
-        self._entries: deque[_Entry] = deque()
+        self._entries: deque[_Bucket] = deque()
         self._sum = 0.0
 
     def _expire(self, now: float) -> None:
@@ -58,20 +72,27 @@ class Window:
         self._expire(now)
         return self._sum
 
-    def add(self, now: float, amount: float) -> _Entry:
-        """Count ``amount`` at ``now``; the entry lets a settle correct it later."""
+    def add(self, now: float, amount: float) -> _Bucket:
+        """Count ``amount`` at ``now``; the bucket lets a settle correct it later."""
         self._expire(now)
-        entry = _Entry(now, amount)
-        self._entries.append(entry)
+        stamp = _stamp(now)
+        entries = self._entries
+        if entries and entries[-1].ts >= stamp:  # the current slice (or a clock step back)
+            bucket = entries[-1]
+            bucket.amount += amount
+        else:
+            bucket = _Bucket(stamp, amount)
+            entries.append(bucket)
         self._sum += amount
-        return entry
+        return bucket
 
-    def correct(self, entry: _Entry, amount: float, now: float) -> None:
-        """Replace what ``entry`` counted by ``amount`` (nothing once it left the window)."""
+    def correct(self, bucket: _Bucket, counted: float, amount: float, now: float) -> None:
+        """Replace ``counted`` (what one request added to ``bucket``) by ``amount``; nothing
+        once the bucket left the window."""
         self._expire(now)
-        if entry.ts > now - WINDOW_S:
-            self._sum += amount - entry.amount
-            entry.amount = amount
+        if bucket.ts > now - WINDOW_S:
+            self._sum += amount - counted
+            bucket.amount += amount - counted
 
     def wait_for(self, now: float, need: float, limit: float) -> float:
         """Seconds from ``now`` until ``need`` more fits under ``limit`` (0: it fits now;
@@ -94,7 +115,7 @@ class Window:
         return max(0.0, self._entries[0].ts + WINDOW_S - now) if self._entries else 0.0
 
     def dump(self) -> list[tuple[float, float]]:
-        """The entries, for a snapshot."""
+        """The buckets, for a snapshot."""
         return [(e.ts, e.amount) for e in self._entries]
 
     @classmethod
@@ -103,8 +124,7 @@ class Window:
         window = cls()
         for ts, amount in entries:
             if ts > now - WINDOW_S:
-                window._entries.append(_Entry(ts, amount))
-                window._sum += amount
+                window.add(ts, amount)
         return window
 
 
@@ -155,12 +175,19 @@ class Counters:
     reserved_usd: float = 0.0
     warned: str = ""  # the period whose soft threshold was announced
     exhausted: str = ""  # the period whose exhaustion was announced
+    # When ``period`` ends, and of which kind it is: a roll is then one comparison.
+    _period_end: float = -math.inf
+    _period_kind: str = ""
 
     def roll(self, spec: LimitSpec, now: float) -> None:
         """Start a new budget period when ``now`` left the current one."""
-        key = period_key(spec.budget_period, now)
+        kind = spec.budget_period
+        if now < self._period_end and kind == self._period_kind:
+            return
+        key = period_key(kind, now)
         if key != self.period:
             self.period, self.spent_usd = key, 0.0
+        self._period_end, self._period_kind = period_end(kind, now), kind
 
     def snapshot(self) -> CountersSnapshot:
         """The durable part."""
@@ -241,8 +268,8 @@ class Hold:
     subject: str
     counters: Counters
     spec: LimitSpec
-    request: _Entry
-    tokens: _Entry
+    request: _Bucket
+    tokens: _Bucket
 
 
 @dataclass(slots=True)
@@ -283,7 +310,7 @@ def settle(lease: Lease, tokens: int, cost: float, now: float) -> None:
         c = hold.counters
         c.in_flight = max(0, c.in_flight - 1)
         c.reserved_usd = max(0.0, c.reserved_usd - lease.cost_usd)
-        c.tokens.correct(hold.tokens, tokens, now)
+        c.tokens.correct(hold.tokens, lease.tokens, tokens, now)
         if hold.spec.budget_usd is not None:
             c.roll(hold.spec, now)
         c.spent_usd += cost

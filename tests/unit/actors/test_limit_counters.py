@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from actors.state.limit_counters import (
+    BUCKET_S,
     Counters,
     CountersSnapshot,
     Lease,
@@ -120,3 +121,35 @@ def test_counters_survive_a_snapshot_round_trip() -> None:
     assert back.tokens.total(T0 + 10) == 50
     assert back.spent_usd == 0.5
     assert Counters.restore(snap, T0 + 61).requests.total(T0 + 61) == 0
+
+
+def test_a_busy_window_keeps_one_bucket_per_slice_and_never_lets_an_amount_go_early() -> None:
+    w = Window()
+    for i in range(60_000):  # a thousand requests a second for a minute
+        w.add(T0 + i / 1000, 1)
+    assert w.total(T0 + 59.999) == 60_000
+    assert len(w.dump()) <= 60 / BUCKET_S + 1  # bounded however busy: a small snapshot
+    w2 = Window()
+    w2.add(T0 + 0.01, 1)
+    assert w2.total(T0 + 60.01) == 1  # counted no shorter than 60 s (up to a slice longer)
+    assert w2.total(T0 + 60 + BUCKET_S) == 0
+
+
+def test_a_settle_corrects_its_own_share_of_a_shared_bucket() -> None:
+    spec, c = LimitSpec(tpm=10_000), Counters()
+    holds = [("key:k", spec, c)]
+    first = admit(holds, "r1", "i", 600, 0.0, T0, 30)
+    second = admit(holds, "r2", "i", 400, 0.0, T0, 30)  # the same slice
+    assert isinstance(first, Lease) and isinstance(second, Lease)
+    settle(first, 100, 0.0, T0 + 1)
+    assert c.tokens.total(T0 + 1) == 500  # 100 used + 400 still reserved
+
+
+def test_a_changed_budget_period_rolls_at_once() -> None:
+    c = Counters()
+    count_unleased(
+        [("key:k", LimitSpec(budget_usd=5.0, budget_period="day"), c)], 0, 1.0, T0, request=False
+    )
+    assert c.period == "2026-12-01"
+    c.roll(LimitSpec(budget_usd=5.0, budget_period="month"), T0 + 1)
+    assert c.period == "2026-12" and c.spent_usd == 0.0
