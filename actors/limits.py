@@ -6,8 +6,9 @@ that one bus round trip and one atomic step (no two-phase lease across actors); 
 costs microseconds, so one actor serves many thousands of requests a second. Sharding, when
 one host is not enough, splits by organisation (a key and its user never leave their org).
 
-Serves (see ``schemas/limits.py``): ``llmgw.limits.admit`` (AdmitRequest -> AdmitReply),
-``llmgw.limits.settle`` / ``.renew`` (events), ``llmgw.limits.get`` (LimitsGet ->
+Serves (see ``schemas/limits.py``): ``llmgw.limits.admit`` (AdmitRequest -> AdmitReply, or
+AdmitBatch -> AdmitBatchReply), ``llmgw.limits.settle`` (LimitSettle or LimitSettleBatch) /
+``.renew`` (events), ``llmgw.limits.get`` (LimitsGet ->
 LimitsState, also published on ``llmgw.limits.state`` on every change) and the admin area
 ``limits``:
 
@@ -51,6 +52,8 @@ from actors.stores.db import open_db
 from actors.stores.limits import LIMITS, load_counters, load_limits, save_counters, save_limit
 from schemas import AdminCommand, GatewayError, InvalidRequestError, subjects
 from schemas.limits import (
+    AdmitBatch,
+    AdmitBatchReply,
     AdmitReply,
     AdmitRequest,
     BudgetThreshold,
@@ -58,6 +61,7 @@ from schemas.limits import (
     LimitRenew,
     LimitsConfig,
     LimitSettle,
+    LimitSettleBatch,
     LimitsGet,
     LimitSpec,
     LimitsState,
@@ -163,10 +167,15 @@ class LimitsActor(Actor):
         match env.message:
             case AdmitRequest() as req:
                 await env.respond(self._admit(req))
+            case AdmitBatch() as batch:
+                await env.respond(AdmitBatchReply(replies=tuple(map(self._admit, batch.requests))))
             case LimitSettle() as done:
                 await self._settle(done)
                 if done.unadmitted:  # sent as a request: the ingress keeps it until acked
                     await env.respond(AdmitReply(admitted=True))
+            case LimitSettleBatch() as settles:
+                for done in settles.settles:
+                    await self._settle(done)
             case LimitRenew() as renew:
                 expires = self._clock() + self._settings.lease_ttl_seconds
                 for rid in renew.request_ids:

@@ -158,6 +158,27 @@ class LimitSettle(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     unadmitted: bool = False
 
 
+class AdmitBatch(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> LimitsActor: the admission requests one ingress began in one turn of its
+    event loop (answered with AdmitBatchReply, one verdict per request, in order): one
+    message and one round trip for many concurrent requests."""
+
+    requests: tuple[AdmitRequest, ...]
+
+
+class AdmitBatchReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The owner's verdicts of an AdmitBatch, in its order."""
+
+    replies: tuple[AdmitReply, ...]
+
+
+class LimitSettleBatch(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> LimitsActor: the settles of one turn of the ingress's event loop (an
+    event, like LimitSettle; fail-open settles are never batched: each one is acknowledged)."""
+
+    settles: tuple[LimitSettle, ...]
+
+
 class LimitRenew(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Ingress -> LimitsActor: these leases are still running (batched per ingress)."""
 

@@ -45,6 +45,12 @@ def _stamp(now: float) -> float:
     return math.ceil(now / BUCKET_S) * BUCKET_S
 
 
+def _until_gone(bucket: _Bucket, now: float) -> float:
+    """Seconds until ``bucket`` leaves the window, told as at most :data:`WINDOW_S` (what a
+    minute's limit promises a client; the slice's end may lie a fraction beyond it)."""
+    return min(WINDOW_S, max(0.0, bucket.ts + WINDOW_S - now))
+
+
 class Window:
     """The sum of amounts counted in the last :data:`WINDOW_S` seconds.
 
@@ -106,13 +112,13 @@ class Window:
         for entry in self._entries:
             freed += entry.amount
             if total - freed + need <= limit:
-                return max(0.0, entry.ts + WINDOW_S - now)
+                return _until_gone(entry, now)
         return WINDOW_S
 
     def reset_in(self, now: float) -> float:
         """Seconds until the oldest counted amount leaves the window (0 when empty)."""
         self._expire(now)
-        return max(0.0, self._entries[0].ts + WINDOW_S - now) if self._entries else 0.0
+        return _until_gone(self._entries[0], now) if self._entries else 0.0
 
     def dump(self) -> list[tuple[float, float]]:
         """The buckets, for a snapshot."""

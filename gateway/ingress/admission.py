@@ -41,16 +41,21 @@ from schemas import (
     subjects,
 )
 from schemas.limits import (
+    AdmitBatch,
+    AdmitBatchReply,
     AdmitReply,
     AdmitRequest,
     LimitRenew,
     LimitSettle,
+    LimitSettleBatch,
     LimitsGet,
     LimitsState,
 )
 from schemas.pricing import cost_usd
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from bus import Bus
     from gateway.auth.gate import Caller
     from gateway.ingress.request import HttpRequest
@@ -137,15 +142,15 @@ class Ticket:
         "_open",
         "_req",
         "_request",
-        "_task",
         "_tokens",
+        "_verdict",
     )
 
     def __init__(self, admission: Admission, req: HttpRequest, request: AdmitRequest) -> None:
         self._admission = admission
         self._req = req
         self._request = request
-        self._task = asyncio.ensure_future(admission.ask(request))
+        self._verdict = admission.ask(request)
         self._decided = False
         self._held = False  # the owner holds a lease for this request
         self._open = False  # admitted without the owner's answer (fail open)
@@ -159,7 +164,7 @@ class Ticket:
             return
         self._decided = True
         try:
-            reply = await self._task
+            reply = await self._verdict
         except GatewayError as exc:
             if self._admission.settings.fail_open:
                 logger.warning(
@@ -216,7 +221,7 @@ class Ticket:
             if self._open:
                 self._admission.owe(done)
             else:
-                await self._admission.publish(subjects.LIMITS_SETTLE, done)
+                self._admission.settle(done)
 
 
 class Admission:
@@ -236,6 +241,11 @@ class Admission:
         self._owed: deque[LimitSettle] = deque()
         self._paying: asyncio.Task[None] | None = None
         self.owed_dropped = 0
+        # This turn's admissions and settles, sent as one message each when it ends.
+        self._asking: list[tuple[AdmitRequest, asyncio.Future[AdmitReply]]] = []
+        self._settling: list[LimitSettle] = []
+        self._flush_due = False
+        self._sending: set[asyncio.Task[None]] = set()
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Use ``config``'s ``limits:`` settings from the next request on."""
@@ -250,7 +260,10 @@ class Admission:
         self._renewer = asyncio.create_task(self._renew(), name="limits-renew")
 
     async def aclose(self) -> None:
-        """Stop following and renewing."""
+        """Send what this turn queued, stop following and renewing."""
+        self._flush()
+        if self._sending:
+            await asyncio.wait(self._sending, timeout=self.settings.decision_timeout_seconds)
         await unfollow(self._follow)
         self._follow = None
         for task in (self._renewer, self._paying):
@@ -322,18 +335,91 @@ class Admission:
             ),
         )
 
-    async def ask(self, request: AdmitRequest) -> AdmitReply:
-        """The owner's verdict. Raises GatewayError (no responders, timeout, a refusal)."""
-        return raise_for_reply(
+    def ask(self, request: AdmitRequest) -> asyncio.Future[AdmitReply]:
+        """The owner's verdict on ``request``, set once this turn's batch is answered; its
+        exception a GatewayError (no responders, timeout, a refusal of the batch)."""
+        verdict: asyncio.Future[AdmitReply] = asyncio.get_running_loop().create_future()
+        self._asking.append((request, verdict))
+        self._flush_soon()
+        return verdict
+
+    def settle(self, done: LimitSettle) -> None:
+        """Settle a lease with this turn's other settles (an event: a lost one is released
+        by the lease's TTL)."""
+        self._settling.append(done)
+        self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        if not self._flush_due:
+            self._flush_due = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Send this turn's settles, then its admissions (a slot freed by the one is free
+        for the other)."""
+        self._flush_due = False
+        settling, self._settling = self._settling, []
+        asking, self._asking = self._asking, []
+        if settling:
+            self._send(self._send_settles(settling))
+        if asking:
+            self._send(self._send_admissions(asking))
+
+    def _send(self, coro: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send_settles(self, settling: list[LimitSettle]) -> None:
+        if len(settling) == 1:
+            await self.publish(subjects.LIMITS_SETTLE, settling[0])
+        else:
+            await self.publish(subjects.LIMITS_SETTLE, LimitSettleBatch(settles=tuple(settling)))
+
+    async def _send_admissions(
+        self, asking: list[tuple[AdmitRequest, asyncio.Future[AdmitReply]]]
+    ) -> None:
+        try:
+            replies = await self._verdicts(tuple(request for request, _ in asking))
+        except GatewayError as exc:
+            for _, verdict in asking:
+                if not verdict.done():
+                    verdict.set_exception(exc)
+            return
+        for (request, verdict), reply in zip(asking, replies, strict=True):
+            if not verdict.done():
+                verdict.set_result(reply)
+            elif reply.admitted:  # its request went away meanwhile: give the lease back
+                self.settle(
+                    LimitSettle(
+                        request_id=request.request_id, subjects=request.subjects, role=request.role
+                    )
+                )
+
+    async def _verdicts(self, requests: tuple[AdmitRequest, ...]) -> tuple[AdmitReply, ...]:
+        """One verdict per request, in order. Raises GatewayError (no responders, timeout,
+        a refusal, an answer that does not match the batch)."""
+        timeout = self.settings.decision_timeout_seconds
+        if len(requests) == 1:
+            one = await self._bus.request(
+                subjects.LIMITS_ADMIT, requests[0], reply_type=AdmitReply, timeout=timeout
+            )
+            return (raise_for_reply(one),)
+        batch = raise_for_reply(
             await self._bus.request(
                 subjects.LIMITS_ADMIT,
-                request,
-                reply_type=AdmitReply,
-                timeout=self.settings.decision_timeout_seconds,
+                AdmitBatch(requests=requests),
+                reply_type=AdmitBatchReply,
+                timeout=timeout,
             )
         )
+        if len(batch.replies) != len(requests):
+            raise LimitsUnavailableError(
+                f"the limits' owner answered {len(batch.replies)} of {len(requests)} requests"
+            )
+        return batch.replies
 
-    async def publish(self, subject: str, msg: LimitSettle | LimitRenew) -> None:
+    async def publish(self, subject: str, msg: LimitSettle | LimitSettleBatch | LimitRenew) -> None:
         """Fire-and-forget; a lost settle is released by the lease's TTL."""
         try:
             await self._bus.publish(subject, msg)
