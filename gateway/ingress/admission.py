@@ -198,30 +198,31 @@ class Ticket:
 
     async def finish(self) -> None:
         """Settle the lease (or count the fail-open request); never raises."""
-        with anyio.CancelScope(shield=True):
-            if not self._decided:  # the request failed before its verdict was needed
+        if not self._decided:  # the request failed before its verdict was needed
+            with anyio.CancelScope(shield=True):
                 try:
                     await self.decide()
                 except GatewayError:
                     pass
                 except Exception:  # a settle must never fail the request's answer
                     logger.exception("limits: verdict of %s unreadable", self._request.request_id)
-            self._admission.running.pop(self._request.request_id, None)
-            if not (self._held or self._open):
-                return
-            r = self._request
-            done = LimitSettle(
-                request_id=r.request_id,
-                subjects=r.subjects,
-                role=r.role,
-                tokens=self._tokens,
-                cost_usd=self._cost,
-                unadmitted=self._open,
-            )
-            if self._open:
-                self._admission.owe(done)
-            else:
-                self._admission.settle(done)
+        # From here on nothing awaits: a cancellation cannot cut the settle short.
+        self._admission.running.pop(self._request.request_id, None)
+        if not (self._held or self._open):
+            return
+        r = self._request
+        done = LimitSettle(
+            request_id=r.request_id,
+            subjects=r.subjects,
+            role=r.role,
+            tokens=self._tokens,
+            cost_usd=self._cost,
+            unadmitted=self._open,
+        )
+        if self._open:
+            self._admission.owe(done)
+        else:
+            self._admission.settle(done)
 
 
 class Admission:

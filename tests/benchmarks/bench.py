@@ -1260,6 +1260,10 @@ def main(argv: list[str] | None = None) -> int:
         from tests.benchmarks.routewise_decisions import main as decisions_main
 
         return decisions_main(argv[1:])
+    if argv[:1] == ["admission"]:
+        from tests.benchmarks.limits_admission import main as admission_main
+
+        return admission_main(argv[1:])
     args = _parser().parse_args(argv)
     if args.no_pin:
         args.gateway_cpus = args.load_cpus = None
