@@ -123,10 +123,12 @@ async def run(
         if opts.role in ("all", "actors"):
             from gateway.process.actor_host import ActorHost
 
+            # The probers listen before the actors start: a probe due at once is not lost.
+            sidecars = Sidecars(bus, config)
             host = await ActorHost.start(bus, config, opts.config_path)
+            sidecars.actors_started()
             if signals:
                 install_sighup(sighup_handler(bus, None, actors=True))
-            sidecars = Sidecars(bus, config)
             sidecars.follow(
                 functools.partial(load_versioned, opts.config_path),
                 config_version(opts.config_path),

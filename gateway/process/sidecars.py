@@ -57,10 +57,16 @@ class Sidecars:
             bus, make_adapters(self._client), Targets(config, grants), self._leases, grants
         )
         self._tasks.append(asyncio.create_task(self.routewise.run()))
-        self.poller = QuotaPoller(bus, self._client, config)
+        self.poller = QuotaPoller(bus, self._client)
         self._health: tuple[dict[str, str], HealthCheckConfig] | None = None
         self._checker: asyncio.Task[None] | None = None
-        self._check(config)
+
+    def actors_started(self) -> None:
+        """Start what feeds the actors (quota readings, health checks): a reading published
+        before its owner subscribed would be lost. The probers are listening already, so an
+        actor's first probe request, sent as it starts, reaches one."""
+        self.poller.reconfigure(self._config)
+        self._check(self._config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Work from ``config`` from now on (a reload)."""

@@ -347,7 +347,7 @@ async def test_a_steered_request_costs_one_bus_round_trip_on_the_happy_path(
     gw = await gateway_factory(cfg)
 
     async with watch(gw, "llmgw.model.*.route") as plans:
-        for name in ("auto", "auto:duo", "auto:fastest", "AUTO:cheap", "last"):
+        for name in ("auto", "auto:duo", "auto:smartest", "AUTO:cheap", "last"):
             await _served(gw.openai(), name)
         asked = [await plans.next(RouteRequest)]
         while asked[-1].model != "last":
