@@ -2,8 +2,32 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pytest
+
 pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.upstream",
     "tests.fixtures.gateway",
 ]
+
+# Files whose tests run longest (a soak, several processes, CLI child processes, a browser):
+# scheduled first, so with parallel workers no worker is left running one of them alone at
+# the end of the run.
+_LONGEST_FIRST = (
+    "tests/e2e/test_soak.py",
+    "multiprocess",
+    "tests/e2e/test_cli_operator.py",
+    "tests/e2e/test_operations_cli.py",
+    "tests/e2e/test_config_secrets.py",
+    "tests/e2e/test_nats_permissions.py",
+    "tests/e2e/test_selection_openai_sdk.py",
+    "tests/browser/",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the longest files' tests to the front (a stable sort: order within is kept)."""
+    items.sort(key=lambda item: not any(part in item.nodeid for part in _LONGEST_FIRST))
