@@ -1,4 +1,4 @@
-"""Soak: 5,000 requests through routes that fail at random, on the in-process bus.
+"""Soak: 3,000 requests through routes that fail at random, on the in-process bus.
 
 Two models, one streamed and one not, each with three flaky routes (two upstream keys each)
 and one healthy route, all of equal weight. Each flaky upstream answers from a seeded script
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.e2e
 
-REQUESTS = 5_000
+REQUESTS = 3_000
 CONCURRENCY = 32
 FAILURE_SHARE = 0.3
 SEED = 20_240_601
