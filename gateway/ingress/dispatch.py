@@ -611,7 +611,6 @@ class Dispatcher:
                 async with asyncio.timeout(limit):
                     body = await op(self._adapter(c), target)
             except UpstreamError as err:
-                _scrub(err, target.api_key)
                 await self.leases.release(c, tokens_used_by_failure(err))
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
                 return err
@@ -735,7 +734,7 @@ class Dispatcher:
                 "upstream stream was empty", endpoint=c.endpoint, kind="empty_stream"
             )
         except UpstreamError as exc:
-            err = _scrub(exc, target.api_key)
+            err = exc
             outcome = _outcome_of(err)
         except TimeoutError:
             err = _timed_out(c, limit, by_budget)
@@ -843,15 +842,6 @@ def _tokens(usage: Usage) -> int | None:
     """Prompt plus completion tokens an upstream reported; None when it reported none."""
     total = usage.prompt + usage.completion
     return total or None
-
-
-def _scrub(err: UpstreamError, secret: str | None) -> UpstreamError:
-    """Remove ``secret`` from an upstream's error text (some providers echo the key)."""
-    if secret and (secret in err.message or secret.encode() in err.body):
-        err.message = err.message.replace(secret, "[redacted]")
-        err.args = (err.message,)
-        err.body = err.body.replace(secret.encode(), b"[redacted]")
-    return err
 
 
 def _timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:

@@ -339,6 +339,43 @@ async def test_adapter_in_band_stream_error_raises_after_the_content_before_it(
     assert _text_of(got) == "Hel"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_error_echoing_the_credential_it_was_sent_is_redacted(
+    http_adapter: Under, stream: bool
+) -> None:
+    u = http_adapter
+    echo = f"Incorrect API key: {KEY}; sent authorization: Bearer {KEY}"
+    u.script(Reply(401, body={"error": {"message": echo}, "type": "error"}))
+
+    with pytest.raises(UpstreamError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True})
+        else:
+            await u.adapter.complete(u.target, HI)
+
+    assert KEY not in str(err.value) and KEY.encode() not in err.value.body
+    assert err.value.message == (
+        "Incorrect API key: [redacted]; sent authorization: Bearer [redacted]"
+    )
+    assert err.value.status == 401 and err.value.is_auth_rejection
+
+
+async def test_adapter_in_band_stream_error_echoing_the_credential_is_redacted(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Stream(chunks=3, error_after=1, error="stream aborted for key {authorization}"))
+    got: list[Batch] = []
+
+    with pytest.raises(UpstreamError) as err:
+        async for batch in u.adapter.stream(u.target, {**HI, "stream": True}):
+            got.append(batch)
+
+    assert _text_of(got)  # the content before the error came through
+    assert KEY not in str(err.value) and KEY.encode() not in err.value.body
+    assert "stream aborted for key" in err.value.message and "[redacted]" in err.value.message
+
+
 # A stream that ends cleanly (the HTTP answer is complete) before its terminator.
 _NO_TERMINATOR = {
     "openai_compat": _IN_BAND_ERROR["openai_compat"].split('data: {"error"')[0],
