@@ -388,6 +388,9 @@ class ServerConfig(_Strict):
     # The whole body must arrive this long after the request's head (a stalled or
     # trickling upload would otherwise hold its connection open indefinitely).
     body_timeout_seconds: float = Field(default=30.0, gt=0)
+    # The request's head must arrive this long after its first byte (else 408 and close;
+    # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
 
 
 class BusConfig(_Strict):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
 
 from bus import open_bus
 from gateway.admin.local_socket import LocalAdmin
@@ -144,7 +143,8 @@ async def run(
             return await _wait(shutdown, host)
         assert sock is not None
         port = sock.getsockname()[1]
-        hconf = HypercornConfig()
+        hconf = http_edge.EdgeConfig()
+        hconf.header_timeout = config.server.header_timeout_seconds
         # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
         # here too would close a reused descriptor (EBADF at best).
         hconf.bind = [f"fd://{sock.detach()}"]
