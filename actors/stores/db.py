@@ -9,6 +9,7 @@ are private to the owner (0600) from the first open: the WAL holds provider keys
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -74,7 +75,9 @@ async def _switch_to_wal(db: aiosqlite.Connection) -> None:
 def _prepare_private(path: Path) -> None:
     """Create the database's directory, and the file with its ``-wal`` and ``-shm`` 0600
     before SQLite does (it would honour the process umask); narrow an existing one that
-    others may read. Raises OSError."""
+    others may read. Raises OSError when the directory cannot be made; a file it cannot
+    create or narrow is left to SQLite, which reports what it cannot open itself (and only
+    the owner may narrow a file another user shares)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     for suffix in _COMPANIONS:
         name = f"{path}{suffix}"
@@ -83,6 +86,9 @@ def _prepare_private(path: Path) -> None:
             # the other threads); a umask can only narrow it further.
             os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _PRIVATE))
         except FileExistsError:
-            mode = os.stat(name).st_mode & 0o777
-            if mode & 0o077:
-                os.chmod(name, mode & 0o700)
+            with contextlib.suppress(OSError):
+                mode = os.stat(name).st_mode & 0o777
+                if mode & 0o077:
+                    os.chmod(name, mode & 0o700)
+        except OSError:
+            continue
