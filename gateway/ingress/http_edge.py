@@ -144,6 +144,7 @@ class EdgeH11Protocol(H11Protocol):
     _head: bytes | None = None  # the first bytes of the request being read (for its path)
     _refused: tuple[int, str] | None = None  # why the request being read is refused
     _head_timer: asyncio.TimerHandle | None = None  # armed while a head is being read
+    _head_epoch = 0  # moves on each arming and disarming: a late-firing timer sees it moved
     _timed_out = False  # a head timed out: the connection only closes from then on
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -175,17 +176,21 @@ class EdgeH11Protocol(H11Protocol):
                 if isinstance(self.config, EdgeConfig)
                 else HEADER_TIMEOUT
             )
+            self._head_epoch += 1
             self._head_timer = asyncio.get_running_loop().call_later(
-                timeout, self.task_group.spawn, self._head_expired, timeout
+                timeout, self.task_group.spawn, self._head_expired, timeout, self._head_epoch
             )
 
     def _disarm_head_timer(self) -> None:
+        self._head_epoch += 1
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
 
-    async def _head_expired(self, timeout: float) -> None:
+    async def _head_expired(self, timeout: float, epoch: int) -> None:
         """The head being read did not arrive in time: 408 in the caller's shape, and close."""
+        if epoch != self._head_epoch:
+            return  # the head arrived (or the connection ended) after the timer fired
         self._head_timer = None
         if self.stream is not None or not isinstance(self.connection, h11.Connection):
             return
@@ -199,8 +204,11 @@ class EdgeH11Protocol(H11Protocol):
     async def _maybe_recycle(self) -> None:
         await super()._maybe_recycle()
         # Part of the next (pipelined) head may have come with this request: its time runs.
-        pending = getattr(self.connection, "trailing_data", (b"",))[0]
-        if self.stream is None and pending and not _HEAD_END.search(pending):
+        conn = self.connection
+        if self.stream is not None or not isinstance(conn, h11.Connection):
+            return
+        pending = conn.trailing_data[0]
+        if conn.our_state is h11.IDLE and pending and not _HEAD_END.search(pending):
             self._head = self._head or pending
             self._arm_head_timer()
 
