@@ -32,6 +32,9 @@ BAD: dict[str, str] = {
     "an_empty_name": '{"": "x"}',
     "too_many_keys": json.dumps({f"k{i}": i for i in range(33)}),
     "too_long": json.dumps({"blob": "x" * 4090}),
+    # Within the byte bound, yet deep enough to exhaust an untyped JSON decoder's recursion.
+    "a_deep_array": "[" * 1500 + "]" * 1500,
+    "a_deep_value": '{"team": ' + "[" * 1500 + "]" * 1500 + "}",
 }
 
 
