@@ -1,9 +1,10 @@
 """Client labels: the ``x-llmgw-metadata`` request header, read by routing rules.
 
 A client may declare labels for the routing rules' ``metadata.*`` namespace as one JSON
-object of string, number or boolean values, at most :data:`MAX_BYTES` long and with at most
-:data:`MAX_KEYS` keys. Labels are untrusted: the worst a forged one can do is select another
-chain the caller's own organisation may use.
+object of string, number or boolean values, at most :data:`MAX_BYTES` long, with at most
+:data:`MAX_KEYS` keys and each string at most ``MAX_LABEL_BYTES`` of UTF-8: the longest text
+the rule set's matching budget is computed for (``schemas.rule_cost``). Labels are untrusted:
+the worst a forged one can do is select another chain the caller's own organisation may use.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, NoReturn
 import msgspec
 
 from schemas import InvalidRequestError
+from schemas.rules import MAX_LABEL_BYTES
 
 if TYPE_CHECKING:
     from gateway.ingress.request import HttpRequest
@@ -53,6 +55,9 @@ def parse_metadata(raw: str) -> Labels:
         _refuse(f"at most {MAX_KEYS} labels (got {len(value)})")
     if "" in value:
         _refuse("a label name must not be empty")
+    for key, label in value.items():
+        if isinstance(label, str) and len(label.encode()) > MAX_LABEL_BYTES:
+            _refuse(f"label {key!r} is longer than {MAX_LABEL_BYTES} bytes (UTF-8)")
     return value
 
 
