@@ -272,3 +272,46 @@ async def test_an_explored_request_does_not_move_the_caller_off_its_model(
 
     assert explored in {"b", "c"}
     assert after == "a"  # the explored model was one sample, not the caller's new home
+
+
+async def test_a_steered_pin_keeps_a_conversation_not_every_caller_behind_its_address(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    """Evidence moves ``auto:reliable`` from x to y: the conversation x served stays there
+    (its prompt cache is warm on x), another conversation from the same address follows the
+    new order."""
+    shaky, good = await fake_upstreams("shaky"), await fake_upstreams("good")
+    gw = await gateway_factory(
+        _config(
+            model("x", route(shaky)),
+            model("y", route(good)),
+            routing={
+                "affinity": {"enabled": True},
+                "bench": {"failures": 100},
+                "trust_proxy_headers": True,
+            },
+        )
+    )
+    http = gw.http()
+
+    async def pick(opening: str) -> str:
+        resp = await http.post(
+            CHAT,
+            json={"model": "auto:reliable", "messages": [{"role": "user", "content": opening}]},
+            headers={"x-forwarded-for": "10.0.0.1"},
+        )
+        assert resp.status_code == 200, resp.text
+        return str(resp.json()["model"])
+
+    first = await pick("a story, please")  # no evidence: neutral, catalogue order
+    shaky.enqueue(Reply(500), Reply(500))
+    for _ in range(2):
+        await _serve(http, "x", 502)
+    await _until(gw, "auto:reliable", lambda e: e["order"][0] == "y")
+    same = [await pick("a story, please") for _ in range(2)]
+    other = await pick("a poem, please")
+
+    assert first == "x"
+    assert same == ["x", "x"]  # x answers again: the conversation stays where it started
+    assert other == "y"  # a new conversation behind the same address: the new order
