@@ -27,9 +27,10 @@ from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS
 from schemas.keys import role_rank
 from schemas.scoring import (
     capability_scores,
-    monthly_allowance,
+    cheapness,
     reliability_scores,
     speed_scores,
+    weighted_score,
 )
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ class SteeringBook:
         rel = self._rel.get(model, 0.5)
         score = None
         if weights is not None:
-            score = (weights[0] * cap + weights[1] * speed + weights[2] * rel) * allowance * rate
+            score = weighted_score(weights, cap, speed, rel, allowance, rate)
         return Candidate(
             model,
             cap,
@@ -195,14 +196,7 @@ class SteeringBook:
         return Ordering(axis, True, None, self._healthy_first(cands), disabled)
 
     def _cheapness(self, c: Candidate) -> tuple[float, float]:
-        """Sort key of ``auto:cheapest``: the most free allowance left first (scaled by the
-        rate-limit guardrail), then the lowest price (unpriced last)."""
-        ev = self._evidence.get(c.model)
-        model = self._models[c.model]
-        remaining = ev.remaining if ev and ev.remaining is not None else monthly_allowance(model)
-        price = model.catalog.price
-        cost = price.input_per_mtok + price.output_per_mtok if price else float("inf")
-        return -(remaining or 0.0) * c.rate_limit, cost
+        return cheapness(self._models[c.model], self._evidence.get(c.model))
 
     def _chain_members(self, chain: ChainState) -> tuple[list[str], tuple[tuple[str, str], ...]]:
         members: list[str] = []

@@ -305,8 +305,9 @@ async def test_a_steered_pin_keeps_a_conversation_not_every_caller_behind_its_ad
         return str(resp.json()["model"])
 
     first = await pick("a story, please")  # no evidence: neutral, catalogue order
-    shaky.enqueue(Reply(500), Reply(500))
-    for _ in range(2):
+    # Five failures: x's reliability stays under y's through the two answers below.
+    shaky.enqueue(*[Reply(500)] * 5)
+    for _ in range(5):
         await _serve(http, "x", 502)
     await _until(gw, "auto:reliable", lambda e: e["order"][0] == "y")
     same = [await pick("a story, please") for _ in range(2)]
@@ -315,3 +316,60 @@ async def test_a_steered_pin_keeps_a_conversation_not_every_caller_behind_its_ad
     assert first == "x"
     assert same == ["x", "x"]  # x answers again: the conversation stays where it started
     assert other == "y"  # a new conversation behind the same address: the new order
+
+
+async def test_auto_reliable_leaves_a_failing_model_within_two_of_the_next_ten_requests(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    """The failures that put x behind y reach the ingress at once, not an interval later."""
+    shaky, good = await fake_upstreams("shaky"), await fake_upstreams("good")
+    gw = await gateway_factory(_config(model("x", route(shaky)), model("y", route(good))))
+    http = gw.http()
+
+    warm = [await _serve(http, "auto:reliable") for _ in range(3)]
+    shaky.set_default(Reply(500))
+    for _ in range(3):
+        await _serve(http, "x", 502)
+    sent = len(shaky.requests)
+    after = [await _serve(http, "auto:reliable") for _ in range(10)]
+
+    assert warm == ["x"] * 3  # no evidence against it yet: catalogue order
+    assert after == ["y"] * 10  # a request that tried x first failed over to y
+    assert len(shaky.requests) - sent <= 2  # at most 2 of the 10 still followed the old order
+
+
+async def test_degraded_mode_stops_exploration_within_two_of_the_next_ten_requests(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    """The mode reaches the ingress with the mode change, not with the next evidence."""
+    a, b, c, sick = [await fake_upstreams(n) for n in ("a", "b", "c", "sick")]
+    sick.set_default(Reply(500))
+    gw = await gateway_factory(
+        _config(
+            model("a", route(a), catalog={"tier": 3}),
+            model("b", route(b)),
+            model("c", route(c)),
+            model("ill", route(sick), catalog={"enabled": False}),
+            steering={"exploration": 1.0},
+            routing={
+                "affinity": {"enabled": False},
+                "bench": {"failures": 1, "duration_seconds": 600},
+                "degraded": {
+                    "threshold": 0.9,
+                    "entry_seconds": 0,
+                    "exit_seconds": 600,
+                    "pass_interval_seconds": 0.05,
+                },
+            },
+        )
+    )
+    http = gw.http()
+
+    async with watch(gw, subjects.event("mode")) as modes:
+        await _serve(http, "ill", 502)  # its only route is benched: 3 of 4 healthy
+        await modes.next(ModeChanged, lambda m: m.mode == "degraded")
+    after = [await _serve(http, "auto") for _ in range(10)]
+
+    assert sum(m != "a" for m in after) <= 2  # explored: at most 2 of the 10
