@@ -343,8 +343,9 @@ async def test_routewise_hedge_serves_from_the_backup_when_the_primary_stalls(
     assert declined.outcome == "cancelled"
 
 
+@pytest.mark.parametrize("stream", [False, True])
 async def test_routewise_hedges_a_stalled_primary_whose_every_past_answer_was_fast(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool
 ) -> None:
     """Eight fast answers say nothing about a primary that has not answered by a checkpoint:
     the backup is raced there, not after the primary's 8 s first-token timeout."""
@@ -375,18 +376,26 @@ async def test_routewise_hedges_a_stalled_primary_whose_every_past_answer_was_fa
     with anyio.fail_after(WAIT):
         while min(c.samples for c in (await _routewise_status(gw)).routewise) < HEDGED:
             pass
-    cheap.set_default(Hang())
+    cheap.set_default(Stream(first_byte_delay=60.0) if stream else Hang())
 
     async with (
         watch(gw, subjects.observation(eid("m", cheap))) as cheap_obs,
         watch(gw, subjects.event("decision")) as decisions,
     ):
-        raw = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
+        raw = await gw.openai().chat.completions.with_raw_response.create(
+            model="m", messages=HI, stream=stream
+        )
+        if stream:
+            text = "".join(
+                [c.choices[0].delta.content or "" async for c in raw.parse() if c.choices]
+            )
+        else:
+            text = raw.parse().choices[0].message.content or ""
         rid = raw.headers["x-request-id"]
         primary = await cheap_obs.next(Observation, lambda o: o.request_id == rid)
         decided = await decisions.next(RouteDecided, lambda d: d.request_id == rid)
 
-    assert raw.headers["x-routed-via"] == eid("m", dear)
+    assert raw.headers["x-routed-via"] == eid("m", dear) and text == dear.text
     assert (primary.outcome, primary.error_kind) == ("cancelled", "hedge_declined")
     assert decided.primary == eid("m", cheap) and decided.served == eid("m", dear)
     assert decided.status == 200
