@@ -1,5 +1,6 @@
 """How a model is scored (spec "How a model is scored"): pure functions over the catalogue
-and the evidence, shared by the ingress (ranking) and the chain owners (presets).
+and the evidence, shared by the ingress (ranking), the chain owners (presets) and the
+scoring owner (whether a change of evidence flips an ordering).
 
 Every axis is normalised to [0, 1]. A model without evidence scores an axis 0.5 (neutral,
 never best):
