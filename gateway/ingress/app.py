@@ -45,7 +45,7 @@ from gateway.ingress.errors import (
     http_status,
     retry_after_header,
 )
-from gateway.ingress.identity import affinity_key
+from gateway.ingress.identity import affinity_key, conversation_key
 from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.operations import IngressOps
 from gateway.ingress.request import HttpRequest, Receive, Scope, Send
@@ -411,6 +411,7 @@ class GatewayApp:
             org=caller.org,
             role=caller.role,
             caller=info.caller,
+            conversation=conversation_key(body),
             explore=explore,
         )
         if rule is not None:
@@ -424,7 +425,7 @@ class GatewayApp:
         public model that served it (which the caller stays on while it is healthy)."""
         if walk.steered is None:
             return requested
-        self._steerer.served(walk.steered, info.caller, info.model)
+        self._steerer.served(walk.steered, info.model)
         return info.model
 
     def _plan_for(

@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 from llm_routewise import NoProviderError
 from llm_routewise.const import DISPATCH_OVERHEAD_MS, HEDGE_SUCCESS_TARGET
 from llm_routewise.core.cost import scarcity_price
-from llm_routewise.core.hedging import combined_success_probability, hedge_checkpoints_for_slo
+from llm_routewise.core.hedging import (
+    EPS,
+    combined_success_probability,
+    hedge_checkpoints_for_slo,
+)
 from llm_routewise.core.lp import cost_tiebroken_objective
 
 from actors.strategies.routewise.evidence import (
@@ -273,7 +277,13 @@ class RouteWiseStrategy:
         """``latency_hedge_mode: probability_target``: the first of the SLO's checkpoints at
         which the primary alone is unlikely to meet the SLO (below the library's success
         target, failures counted as misses) and sending ``backup`` too makes it likelier;
-        None when hedging is off, either route has too few samples, or no checkpoint does."""
+        None when hedging is off, either route has too few samples, or no checkpoint does.
+
+        A primary still waiting at a checkpoint is given P(first token by the SLO | none by
+        the checkpoint) from its history. When every sample finished before the checkpoint,
+        that history says nothing about a primary still waiting (a stall): as in the library
+        (``combined_success_probability``), it gets no chance of its own, so the backup is
+        raced there whenever the backup can still meet the SLO."""
         p = self.params
         if p.latency_hedge_mode != "probability_target":
             return None
@@ -295,7 +305,7 @@ class RouteWiseStrategy:
         for checkpoint in hedge_checkpoints_for_slo(slo):
             at = checkpoint * 1000.0
             survival = 1.0 - primary_cdf(at)
-            alone = 1.0 if survival <= 1e-9 else (primary_cdf(slo) - primary_cdf(at)) / survival
+            alone = 0.0 if survival <= EPS else (primary_cdf(slo) - primary_cdf(at)) / survival
             if alone >= HEDGE_SUCCESS_TARGET:
                 continue
             hedged = combined_success_probability(

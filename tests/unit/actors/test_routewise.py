@@ -376,6 +376,27 @@ def test_hedge_checkpoint_when_the_primary_misses_its_slo_and_the_backup_meets_i
     assert s.hedge_after_ms(fast, slow) is None  # a primary that meets its SLO: no hedge
 
 
+def test_a_primary_stalled_past_its_whole_history_is_hedged_when_the_backup_can_make_it(
+    clock: FakeClock,
+) -> None:
+    """A primary still waiting at a checkpoint its whole history beat is a stall, not a
+    certain success: the backup is raced there if it can still meet the SLO."""
+    s, views = make(
+        clock,
+        route(8001),
+        route(8002),
+        route(8003),
+        latency_slo_sec=1.0,
+        latency_hedge_mode="probability_target",
+    )
+    primary, backup, slow = (v.endpoint for v in views)
+    ttft(s, primary, 50.0, clock, n=8)
+    ttft(s, backup, 100.0, clock)
+    ttft(s, slow, 1500.0, clock)
+    assert s.hedge_after_ms(primary, backup) == pytest.approx(250.0)  # the first checkpoint
+    assert s.hedge_after_ms(primary, slow) is None  # a backup that cannot meet the SLO
+
+
 def test_hedging_is_off_by_default(clock: FakeClock) -> None:
     s, views = make(clock, route(8001), route(8002), latency_slo_sec=1.0)
     ttft(s, views[0].endpoint, 1500.0, clock)
