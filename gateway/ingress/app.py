@@ -40,6 +40,7 @@ from gateway.ingress.capacity_health import capacity_lines
 from gateway.ingress.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.ingress.errors import (
     DEFAULT_RETRY_AFTER,
+    client_message,
     error_code,
     error_param,
     http_status,
@@ -326,7 +327,7 @@ class GatewayApp:
             headers.append((b"retry-after", retry))
         await req.respond(
             status,
-            surface.error_body(status, err.message, error_code(err), error_param(err)),
+            surface.error_body(status, client_message(err), error_code(err), error_param(err)),
             headers,
         )
 
