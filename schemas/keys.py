@@ -188,9 +188,11 @@ class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class ApiKeyLookup(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Ask the owner of the gateway API keys about one key, by its sha256 hex."""
+    """Ask the owner of the gateway API keys about one key, by its sha256 hex, or by its id
+    (``gk-...``) when ``key_id`` is set (the limits' owner checks a key exists)."""
 
     key_hash: str
+    key_id: str = ""
 
 
 class ApiKeyInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):
