@@ -104,6 +104,8 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
         values = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{what} is JSON nested too deeply") from None
     if not isinstance(values, dict):
         raise UsageError(f"{what} must be a JSON object")
     return values

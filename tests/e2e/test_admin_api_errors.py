@@ -74,7 +74,7 @@ async def test_a_deeply_nested_rule_set_is_400_and_changes_nothing(
 ) -> None:
     caplog.set_level(logging.WARNING)
     path = "/api/fallback/routing-rules"
-    rule = {"name": "deep", "when": _deep_clause(depth // 2), "route": "auto"}
+    rule = {"name": "deep", "when": _deep_clause(depth // 2), "route": "auto:cheapest"}
     http = gw.http()
 
     whole = await http.put(path, content='{"rules": ' + _deep(depth) + "}", headers=AUTH)
@@ -82,7 +82,7 @@ async def test_a_deeply_nested_rule_set_is_400_and_changes_nothing(
         one_rule = json.dumps({"rules": [rule]})
     except RecursionError:  # the test's own encoder: build the text by hand
         one_rule = (
-            '{"rules": [{"name": "deep", "route": "auto", "when": '
+            '{"rules": [{"name": "deep", "route": "auto:cheapest", "when": '
             + '{"$and": [' * (depth // 2)
             + '{"metadata.job": "batch"}'
             + "]}" * (depth // 2)
@@ -92,7 +92,7 @@ async def test_a_deeply_nested_rule_set_is_400_and_changes_nothing(
     after = await http.get(path, headers=AUTH)
 
     for resp in (whole, deep_rule):
-        assert_openai_error(resp, 400, "invalid_request")
+        assert "nested" in assert_openai_error(resp, 400, "invalid_request")["message"]
     assert after.status_code == 200 and after.json()["rules"] == []
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 

@@ -102,3 +102,12 @@ async def test_events_since_and_spend_and_logs_take_durations_and_times_on_the_l
     for done in logged:
         assert done.returncode == 0, done.stderr
         assert [json.loads(r)["requested_model"] for r in done.stdout.splitlines()] == ["demo"]
+
+
+def test_admin_given_json_nested_past_the_stack_says_so_in_one_line(tmp_path: Path) -> None:
+    deep = '{"rules": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "rules.json").write_text(deep)
+
+    done = llmgw(tmp_path, "admin", "rules", "put", "--file", str(tmp_path / "rules.json"))
+
+    assert one_line_error(done).endswith("is JSON nested too deeply")
