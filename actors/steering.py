@@ -61,7 +61,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.catalog import PRESETS, PROFILE_WEIGHTS, chain_name_problem
+from schemas.catalog import PRESETS, PROFILE_WEIGHTS, ascii_lower, chain_name_problem
 from schemas.scoring import capability_scores, orderings, preset_order
 
 if TYPE_CHECKING:
@@ -371,7 +371,7 @@ class SteeringActor(Actor):
     # -- admin: chains ------------------------------------------------------------------
 
     def _chain(self, cmd: AdminCommand) -> ChainActor:
-        name = text_arg(cmd, "name").lower()
+        name = ascii_lower(text_arg(cmd, "name"))
         chain = self._chains.get(name)
         if chain is None:
             raise RouteNotFoundError(f"no chain {name!r}")
@@ -402,7 +402,7 @@ class SteeringActor(Actor):
         return chain_view(self._chain(cmd).state)
 
     async def _create(self, cmd: AdminCommand) -> dict[str, Any]:
-        name = text_arg(cmd, "name").lower()
+        name = ascii_lower(text_arg(cmd, "name"))
         problem = chain_name_problem(name)
         if problem:
             raise InvalidRequestError(f"'name': {problem}", param="name")

@@ -71,6 +71,25 @@ def parse_instant(value: str | float) -> float:
     return moment.timestamp()
 
 
+def parse_since(value: str | float, now: float) -> float:
+    """Unix seconds from a time (epoch seconds, ISO 8601) or from a duration with its unit
+    before ``now`` (``90s``, ``10m``, ``12h``, ``30d``). Raises ValueError."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text[-1:] in _UNITS and text[:-1].replace(".", "", 1).isdigit():
+            return now - parse_duration(text)
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    try:
+        return parse_instant(value)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {value!r} (epoch seconds, ISO 8601, or a duration ago: 10m, 2h, 30d)"
+        ) from None
+
+
 def most_restrictive(*roles: str | None) -> str:
     """The highest of ``roles`` (``free`` when none is given): a laxer duplicate never widens."""
     named = [r for r in roles if r is not None]
@@ -188,9 +207,11 @@ class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class ApiKeyLookup(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Ask the owner of the gateway API keys about one key, by its sha256 hex."""
+    """Ask the owner of the gateway API keys about one key, by its sha256 hex, or by its id
+    (``gk-...``) when ``key_id`` is set (the limits' owner checks a key exists)."""
 
     key_hash: str
+    key_id: str = ""
 
 
 class ApiKeyInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -198,8 +198,27 @@ def observation(endpoint: str) -> str:
 
 
 def event(kind: str) -> str:
-    """Event: an operator-facing event of ``kind`` (``circuit``, ``decision``, ...)."""
+    """Event: an operator-facing event of ``kind`` (one of :data:`EVENT_KINDS`)."""
     return f"{PREFIX}.events.{token(kind)}"
+
+
+# Every kind of ``llmgw.events.<kind>`` (the README's event table), so a filter naming
+# another is refused instead of waiting forever.
+EVENT_KINDS = (
+    "admin",
+    "auth_rejected",
+    "bench",
+    "budget",
+    "circuit",
+    "config",
+    "decision",
+    "keypool",
+    "limits",
+    "mode",
+    "model_breaker",
+    "quota",
+    "rules",
+)
 
 
 def request_done(model: str) -> str:

@@ -16,6 +16,7 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -40,6 +41,7 @@ from gateway.ingress.capacity_health import capacity_lines
 from gateway.ingress.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.ingress.errors import (
     DEFAULT_RETRY_AFTER,
+    client_message,
     error_code,
     error_param,
     http_status,
@@ -74,6 +76,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+from schemas.catalog import AXIS_SYNONYMS, ascii_lower
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -109,6 +112,8 @@ class GatewayApp:
                 self._models[name] = m
         self._client: UpstreamHTTP | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
+        # The models' "created" time: no model has a release date in the config.
+        self._loaded_at = int(time.time())
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(
             bus,
@@ -326,7 +331,7 @@ class GatewayApp:
             headers.append((b"retry-after", retry))
         await req.respond(
             status,
-            surface.error_body(status, err.message, error_code(err), error_param(err)),
+            surface.error_body(status, client_message(err), error_code(err), error_param(err)),
             headers,
         )
 
@@ -723,7 +728,10 @@ class GatewayApp:
         ids = [(m.id, m.owned_by) for m in self._config.models if m.published and may_call(req, m)]
         ids += [(name, "llmgw") for name in self.steering.book.advertised(caller_of(req).org)]
         anthropic = req.header("anthropic-version") is not None
-        data = [_model_entry(model_id, owner, anthropic=anthropic) for model_id, owner in ids]
+        data = [
+            _model_entry(model_id, owner, self._loaded_at, anthropic=anthropic)
+            for model_id, owner in ids
+        ]
         if anthropic:
             page: dict[str, Any] = {
                 "data": data,
@@ -738,9 +746,20 @@ class GatewayApp:
     async def _retrieve_model(self, req: HttpRequest) -> None:
         """``GET /v1/models/{id}``: one model as ``/v1/models`` lists it; an alias answers
         as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
-        model = self._resolve(req.path[len(_MODELS_PREFIX) :], req)
+        name = req.path[len(_MODELS_PREFIX) :]
         anthropic = req.header("anthropic-version") is not None
-        await req.respond(200, _encode(_model_entry(model.id, model.owned_by, anthropic=anthropic)))
+        if is_steering(name):
+            # auto, auto:<axis> and auto:<chain> answer as /v1/models lists them.
+            model_id, owner = ascii_lower(name), "llmgw"
+            suffix = model_id[len("auto:") :]
+            listed = self.steering.book.advertised(caller_of(req).org)
+            if model_id not in listed and suffix not in AXIS_SYNONYMS:
+                raise RouteNotFoundError(f"the model {bounded(name)!r} does not exist")
+        else:
+            model = self._resolve(name, req)
+            model_id, owner = model.id, model.owned_by
+        entry = _model_entry(model_id, owner, self._loaded_at, anthropic=anthropic)
+        await req.respond(200, _encode(entry))
 
     async def _count_tokens(self, req: HttpRequest) -> None:
         """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
@@ -943,17 +962,18 @@ class GatewayApp:
         )
 
 
-def _model_entry(model_id: str, owned_by: str, *, anthropic: bool) -> dict[str, Any]:
-    """One model in the OpenAI shape, or the Anthropic SDK's ``ModelInfo``."""
+def _model_entry(model_id: str, owned_by: str, created: int, *, anthropic: bool) -> dict[str, Any]:
+    """One model in the OpenAI shape, or the Anthropic SDK's ``ModelInfo``; ``created`` (unix
+    seconds) is when this ingress loaded its config."""
     if anthropic:
         return {
             "type": "model",
             "id": model_id,
             "display_name": model_id,
-            "created_at": "1970-01-01T00:00:00Z",
+            "created_at": datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lifecycle": "active",
         }
-    return {"id": model_id, "object": "model", "created": 0, "owned_by": owned_by}
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owned_by}
 
 
 def _lease_max_age(config: GatewayConfig) -> float:

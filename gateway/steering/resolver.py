@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from gateway.ingress.accounting import bounded
 from schemas import ChainState, Evidence, InvalidRequestError, ModelEvidence, SteeringState
-from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS
+from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS, ascii_lower
 from schemas.keys import role_rank
 from schemas.scoring import (
     capability_scores,
@@ -116,7 +116,7 @@ class Resolution:
 
 def is_steering(name: str) -> bool:
     """Whether the model field names an intent rather than a model."""
-    return name[:4].lower() == AUTO and (len(name) == 4 or name[4] == ":")
+    return ascii_lower(name[:4]) == AUTO and (len(name) == 4 or name[4] == ":")
 
 
 class SteeringBook:
@@ -247,7 +247,7 @@ class SteeringBook:
     def ordering(self, name: str, org: str) -> tuple[str, str, str | None, str | None, Ordering]:
         """(target, kind, chain, axis, ordering) of the model field ``name``. Raises
         InvalidRequestError (400) for an unknown chain or one with nothing enabled."""
-        target = name.lower()
+        target = ascii_lower(name)
         if target == AUTO:
             chain = self.state.active_chain if self.state.active_chain in self.chains else None
             self._not_empty(self.auto, "the active chain" if chain else "the catalogue")
