@@ -21,7 +21,7 @@ from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, Steerin
 from schemas.limits import LimitsConfig
 from schemas.pricing import Pricing
 
-UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
+UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "azure_openai", "gemini")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
 
 
@@ -107,10 +107,27 @@ class HttpJsonQuotaSource(_Strict):
 QuotaSource = Annotated[LocalQuotaSource | HttpJsonQuotaSource, Field(discriminator="kind")]
 
 
+class AzureSettings(_Strict):
+    """An ``azure_openai`` route's settings; ``base_url`` is the resource endpoint
+    (``https://<resource>.openai.azure.com``).
+
+    ``deployment`` names the deployment in the URL (empty: the route's ``provider_model_id``).
+    The key (``api_key``/``api_keys``) goes in the ``api-key`` header; with
+    ``entra_token_command`` the route authenticates with a Microsoft Entra ID bearer token
+    instead: the command's standard output, run without a shell and reused for
+    ``entra_token_ttl_seconds``.
+    """
+
+    deployment: str = ""
+    api_version: str = Field(default="2024-10-21", min_length=1)
+    entra_token_command: tuple[str, ...] | None = Field(default=None, min_length=1)
+    entra_token_ttl_seconds: float = Field(default=300.0, gt=0)
+
+
 class RouteConfig(_Strict):
     """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
 
-    kind: Literal["openai_compat", "anthropic", "echo"]
+    kind: Literal["openai_compat", "anthropic", "echo", "azure_openai", "gemini"]
     weight: float = Field(default=1.0, ge=0)
     # A backup: never drawn as primary (its weight is not used); tried after the drawn
     # routes, in declaration order, and first when none of them is available.
@@ -133,6 +150,13 @@ class RouteConfig(_Strict):
     concurrency: ConcurrencyLimit | None = None
     quota_pool: str | None = Field(default=None, min_length=1)
     concurrency_pool: str | None = Field(default=None, min_length=1)
+    azure: AzureSettings | None = None
+
+    @model_validator(mode="after")
+    def _azure_settings_on_azure_routes(self) -> RouteConfig:
+        if self.azure is not None and self.kind != "azure_openai":
+            raise ValueError("azure: belongs to a kind: azure_openai route")
+        return self
 
     @model_validator(mode="after")
     def _resources_match_type(self) -> RouteConfig:

@@ -22,6 +22,7 @@ class ErrorCode(enum.StrEnum):
     UPSTREAM_TIMEOUT = "upstream_timeout"
     UPSTREAM_RATE_LIMITED = "upstream_rate_limited"
     UPSTREAM_BAD_RESPONSE = "upstream_bad_response"
+    CONTENT_FILTER = "content_filter"
     NO_RESPONDERS = "no_responders"
     BUS_TIMEOUT = "bus_timeout"
     REQUEST_TOO_LARGE = "request_too_large"
@@ -201,6 +202,21 @@ class UpstreamBadResponseError(UpstreamError):
     code = ErrorCode.UPSTREAM_BAD_RESPONSE
 
 
+class ContentFilteredError(UpstreamError):
+    """The upstream's content filter refused the prompt (Azure's ``content_filter`` 400).
+
+    It is the caller's request, not the endpoint's failure: it never counts against the
+    route, and no other route is tried with the same prompt. ``status`` is the upstream's.
+    """
+
+    code = ErrorCode.CONTENT_FILTER
+
+    @property
+    def counts_against_endpoint(self) -> bool:
+        """Never: the endpoint judged the prompt, it is not sick."""
+        return False
+
+
 class KeyPoolExhaustedError(UpstreamError):
     """Every upstream key this caller may spend on a route is muted (or it may spend none).
 
@@ -270,6 +286,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         UpstreamError,
         UpstreamTimeoutError,
         UpstreamBadResponseError,
+        ContentFilteredError,
         ForbiddenError,
         KeyPoolExhaustedError,
         KeyPoolRoleRestrictedError,

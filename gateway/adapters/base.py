@@ -10,6 +10,8 @@ from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    from schemas.config import AzureSettings
+
 JSON = dict[str, Any]
 
 
@@ -61,6 +63,7 @@ class UpstreamTarget:
     connect_timeout: float
     ttft_timeout: float = 120.0
     idle_timeout: float = 60.0
+    azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
 
     def __repr__(self) -> str:  # keeps the secret out of any accidental log line
         return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"

@@ -21,7 +21,7 @@ from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Mapping
 
     from gateway.adapters.upstream_http import UpstreamHTTP
 
@@ -31,33 +31,47 @@ _DONE = b"[DONE]"
 
 
 class OpenAICompatAdapter:
-    """Calls ``{base_url}/chat/completions`` and ``/embeddings`` on the pooled client."""
+    """Calls ``{base_url}/chat/completions`` and ``/embeddings`` on the pooled client.
+
+    Platforms that speak this wire at other URLs or with other credentials (``azure_openai``)
+    subclass it and override :meth:`_url`, :meth:`_auth` and :meth:`_error`."""
 
     def __init__(self, http: UpstreamHTTP) -> None:
         self._http = http
 
-    @staticmethod
-    def _payload(target: UpstreamTarget, body: JSON) -> tuple[bytes, dict[str, str]]:
+    def _url(self, target: UpstreamTarget, path: str) -> str:
+        """Where ``path`` (``/chat/completions``, ``/embeddings``) lives for ``target``."""
+        return target.base_url.rstrip("/") + path
+
+    async def _auth(self, target: UpstreamTarget) -> dict[str, str]:
+        """The credential headers. Raises UpstreamError when the credential is unavailable."""
+        return {"authorization": f"Bearer {target.api_key}"} if target.api_key else {}
+
+    def _error(
+        self, target: UpstreamTarget, status: int, headers: Mapping[str, str], body: bytes
+    ) -> UpstreamError:
+        """The UpstreamError for a non-2xx answer."""
+        return error_from_status(target.endpoint, status, headers, body)
+
+    async def _payload(self, target: UpstreamTarget, body: JSON) -> tuple[bytes, dict[str, str]]:
         payload = dict(body)
         if target.upstream_model:
             payload["model"] = target.upstream_model
-        headers = {"content-type": "application/json"}
-        if target.api_key:
-            headers["authorization"] = f"Bearer {target.api_key}"
+        headers = {"content-type": "application/json", **await self._auth(target)}
         return _encode(payload), headers
 
     async def _post_json(self, target: UpstreamTarget, path: str, body: JSON, key: str) -> JSON:
-        data, headers = self._payload(target, body)
+        data, headers = await self._payload(target, body)
         answer = await self._http.post(
             target.endpoint,
-            target.base_url.rstrip("/") + path,
+            self._url(target, path),
             data,
             headers,
             timeout=target.timeout,
             connect_timeout=target.connect_timeout,
         )
         if answer.status >= 300:
-            raise error_from_status(target.endpoint, answer.status, answer.headers, answer.body)
+            raise self._error(target, answer.status, answer.headers, answer.body)
         try:
             decoded = _decode(answer.body)
         except msgspec.DecodeError:
@@ -81,19 +95,17 @@ class OpenAICompatAdapter:
         Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
         a stream that ends without ``[DONE]`` (a silent truncation is never a success).
         """
-        data, headers = self._payload(target, body)
+        data, headers = await self._payload(target, body)
         async with self._http.stream(
             target.endpoint,
-            target.base_url.rstrip("/") + "/chat/completions",
+            self._url(target, "/chat/completions"),
             data,
             headers,
             timeout=target.timeout,
             connect_timeout=target.connect_timeout,
         ) as resp:
             if resp.status >= 300:
-                raise error_from_status(
-                    target.endpoint, resp.status, resp.headers, await resp.read()
-                )
+                raise self._error(target, resp.status, resp.headers, await resp.read())
             parser = SSEParser()
             async for raw in resp.chunks():
                 batch: list[JSON] = []

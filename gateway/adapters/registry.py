@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.adapters.anthropic import AnthropicAdapter
+from gateway.adapters.azure_openai import AzureOpenAIAdapter
 from gateway.adapters.echo import EchoAdapter
+from gateway.adapters.gemini import GeminiAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.redaction import RedactingAdapter
 from gateway.adapters.upstream_http import UpstreamHTTP
@@ -26,5 +28,7 @@ def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
         "echo": EchoAdapter(),
         "openai_compat": OpenAICompatAdapter(http),
         "anthropic": AnthropicAdapter(http),
+        "azure_openai": AzureOpenAIAdapter(http),
+        "gemini": GeminiAdapter(http),
     }
     return {kind: RedactingAdapter(adapter) for kind, adapter in kinds.items()}

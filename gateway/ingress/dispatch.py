@@ -37,6 +37,7 @@ from gateway.ingress.errors import REQUEST_DESCRIBING
 from gateway.ingress.hedging import Declined
 from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
 from schemas import (
+    ContentFilteredError,
     FirstToken,
     GatewayError,
     KeyPoolExhaustedError,
@@ -124,6 +125,7 @@ class Targets:
             connect_timeout=route.connect_timeout_seconds,
             ttft_timeout=route.ttft_timeout_seconds,
             idle_timeout=route.idle_timeout_seconds,
+            azure=route.azure,
         )
 
 
@@ -243,15 +245,22 @@ class _Failures:
     def __init__(self) -> None:
         self.errors: list[UpstreamError] = []
         self._refused_window: int | None = None
+        self._filtered = False
 
     def add(self, err: UpstreamError, c: RouteCandidate) -> None:
         self.errors.append(err)
+        if isinstance(err, ContentFilteredError):
+            # The prompt itself was refused: it is the caller's answer, not another route's job.
+            self._filtered = True
         if c.context_window is not None and is_context_refusal(err):
             # A refusal says something about every route no wider than this one.
             self._refused_window = max(self._refused_window or 0, c.context_window)
 
     def rules_out(self, c: RouteCandidate) -> bool:
-        """True for a route whose window is no wider than one that refused the prompt."""
+        """True for a route whose window is no wider than one that refused the prompt, and
+        for every route once a content filter refused it."""
+        if self._filtered:
+            return True
         refused = self._refused_window
         return refused is not None and c.context_window is not None and c.context_window <= refused
 

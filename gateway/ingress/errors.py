@@ -9,6 +9,7 @@ from schemas import BudgetExceededError, ErrorCode, GatewayError, UpstreamError
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
     ErrorCode.PIN_NOT_FOUND: 400,
+    ErrorCode.CONTENT_FILTER: 400,
     # Not the spec's 503: no route of the model can ever take the request, so retrying it
     # unchanged is in vain.
     ErrorCode.NO_ROUTE_FOR_MODALITY: 400,

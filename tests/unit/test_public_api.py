@@ -131,6 +131,7 @@ PINNED: dict[str, list[str]] = {
         "SupervisorGaveUp",
         "UnauthorizedError",
         "UpstreamBadResponseError",
+        "ContentFilteredError",
         "UpstreamError",
         "UpstreamTimeoutError",
         "error_from_reply",

@@ -1,0 +1,245 @@
+"""``gemini`` upstreams: the Gemini API's native ``generateContent`` (Google AI Studio keys).
+
+Requests go to ``{base_url}/v1beta/models/{model}:generateContent`` (streams:
+``:streamGenerateContent?alt=sse``, embeddings: ``:batchEmbedContents``) with the key in
+``x-goog-api-key``; a ``base_url`` may end in ``/v1beta`` or not. ``gemini_wire`` translates.
+Errors are Google's: a 429 ``RESOURCE_EXHAUSTED`` is a rate limit that lasts its
+``RetryInfo.retryDelay`` (else ``Retry-After``), except a daily quota running out, which mutes
+the key like a billing refusal; a 400 ``INVALID_ARGUMENT`` is the caller's. A prompt the safety
+filter blocked is an answer (a refusal), not an error.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+import msgspec
+
+from gateway.adapters.base import (
+    JSON,
+    Batch,
+    UnsupportedParameterError,
+    UpstreamTarget,
+    bad_response,
+    error_from_status,
+)
+from gateway.adapters.gemini_wire import (
+    GeminiToChatStream,
+    from_gemini_response,
+    to_embed_requests,
+    to_gemini_request,
+)
+from gateway.adapters.platform_errors import QUOTA_EXHAUSTED, google_duration
+from gateway.adapters.sse import SSEParser
+from schemas import InvalidRequestError, UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from gateway.adapters.upstream_http import UpstreamHTTP
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+_RETRY_INFO = "type.googleapis.com/google.rpc.RetryInfo"
+_QUOTA_FAILURE = "type.googleapis.com/google.rpc.QuotaFailure"
+
+
+def model_url(base_url: str, model: str, method: str) -> str:
+    """``{base_url}/v1beta/models/{model}:{method}`` whether or not ``base_url`` already ends
+    in the API version."""
+    base = base_url.rstrip("/")
+    if not base.endswith(("/v1beta", "/v1")):
+        base += "/v1beta"
+    return f"{base}/models/{quote(model.removeprefix('models/'), safe='')}:{method}"
+
+
+class GeminiAdapter:
+    """Calls the Gemini API on the pooled client."""
+
+    def __init__(self, http: UpstreamHTTP) -> None:
+        self._http = http
+
+    @staticmethod
+    def _model(target: UpstreamTarget, body: JSON) -> str:
+        return target.upstream_model or str(body.get("model", ""))
+
+    @staticmethod
+    def _headers(target: UpstreamTarget) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if target.api_key:
+            headers["x-goog-api-key"] = target.api_key
+        return headers
+
+    @staticmethod
+    def _translate(target: UpstreamTarget, body: JSON) -> bytes:
+        """The request body. Raises UnsupportedParameterError for what Gemini cannot honour as
+        asked (a 400 that names the field, and lets another route try)."""
+        try:
+            return _encode(to_gemini_request(body))
+        except InvalidRequestError as exc:
+            raise UnsupportedParameterError(
+                exc.message, endpoint=target.endpoint, param=exc.param
+            ) from None
+
+    async def _post(self, target: UpstreamTarget, url: str, payload: bytes) -> JSON:
+        answer = await self._http.post(
+            target.endpoint,
+            url,
+            payload,
+            self._headers(target),
+            timeout=target.timeout,
+            connect_timeout=target.connect_timeout,
+        )
+        if answer.status >= 300:
+            raise gemini_error(target.endpoint, answer.status, answer.headers, answer.body)
+        try:
+            data = _decode(answer.body)
+        except msgspec.DecodeError:
+            raise bad_response(target.endpoint, "the body is not JSON") from None
+        if not isinstance(data, dict):
+            raise bad_response(target.endpoint, "the JSON is not an object")
+        return data
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """POST :generateContent; the answer as a canonical chat completion. Raises
+        UpstreamError."""
+        model = self._model(target, body)
+        url = model_url(target.base_url, model, "generateContent")
+        data = await self._post(target, url, self._translate(target, body))
+        answer = from_gemini_response(data, model=model)
+        if not answer["choices"]:
+            raise bad_response(target.endpoint, "the answer has no candidates")
+        return answer
+
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        """POST :streamGenerateContent?alt=sse; yields the canonical chunks of each read until
+        every candidate finished.
+
+        Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
+        a stream that ends before a finish reason (a silent truncation is never a success).
+        """
+        model = self._model(target, body)
+        payload = self._translate(target, body)
+        options = body.get("stream_options")
+        include_usage = isinstance(options, dict) and options.get("include_usage") is True
+        translator = GeminiToChatStream(model, include_usage=include_usage)
+        url = model_url(target.base_url, model, "streamGenerateContent") + "?alt=sse"
+        async with self._http.stream(
+            target.endpoint,
+            url,
+            payload,
+            self._headers(target),
+            timeout=target.timeout,
+            connect_timeout=target.connect_timeout,
+        ) as resp:
+            if resp.status >= 300:
+                raise gemini_error(target.endpoint, resp.status, resp.headers, await resp.read())
+            parser = SSEParser()
+            async for raw in resp.chunks():
+                batch: list[JSON] = []
+                failure = None
+                for _event, data in parser.feed(raw):
+                    try:
+                        batch.extend(translator.feed(_event_of(target.endpoint, data)))
+                    except UpstreamError as exc:
+                        failure = exc  # the chunks before it still reach the client
+                        break
+                    if translator.is_complete:
+                        break
+                if batch:
+                    yield Batch(batch, last=translator.is_complete)
+                if failure is not None:
+                    raise failure
+                if translator.is_complete:
+                    return
+            raise UpstreamError(
+                "upstream stream ended before a finish reason",
+                endpoint=target.endpoint,
+                kind="truncated",
+            )
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """POST :batchEmbedContents; the vectors in the OpenAI shape. Raises UpstreamError."""
+        model = self._model(target, body)
+        try:
+            requests = to_embed_requests(body, model)
+        except InvalidRequestError as exc:
+            raise UnsupportedParameterError(
+                exc.message, endpoint=target.endpoint, param=exc.param
+            ) from None
+        url = model_url(target.base_url, model, "batchEmbedContents")
+        data = await self._post(target, url, _encode({"requests": requests}))
+        vectors = data.get("embeddings")
+        if not isinstance(vectors, list) or len(vectors) != len(requests):
+            raise bad_response(target.endpoint, "the answer has not one embedding per input")
+        as_base64 = body.get("encoding_format") == "base64"
+        items = []
+        for index, item in enumerate(vectors):
+            values = item.get("values") if isinstance(item, dict) else None
+            if not isinstance(values, list):
+                raise bad_response(target.endpoint, "an embedding has no values")
+            vector = (
+                base64.b64encode(array.array("f", values).tobytes()).decode()
+                if as_base64
+                else values
+            )
+            items.append({"object": "embedding", "index": index, "embedding": vector})
+        usage = {"prompt_tokens": 0, "total_tokens": 0}  # batchEmbedContents reports none
+        return {"object": "list", "data": items, "model": model, "usage": usage}
+
+
+def _event_of(endpoint: str, data: bytes) -> JSON:
+    """One streamed answer. Raises UpstreamError (bad JSON, an in-band error)."""
+    try:
+        decoded = _decode(data)
+    except msgspec.DecodeError:
+        raise bad_response(endpoint, "a stream event is not JSON") from None
+    if not isinstance(decoded, dict):
+        raise bad_response(endpoint, "a stream event is not an object")
+    err = decoded.get("error")
+    if err is not None:
+        status = err.get("code") if isinstance(err, dict) else None
+        return_error = gemini_error(endpoint, status if isinstance(status, int) else 500, {}, data)
+        return_error.message = f"upstream stream error: {return_error.message}"
+        return_error.kind = "stream_error"
+        raise return_error
+    return decoded
+
+
+def gemini_error(
+    endpoint: str, status: int, headers: Mapping[str, str], body: bytes
+) -> UpstreamError:
+    """The UpstreamError for a Google error answer: a rate limit with its ``retryDelay``, a
+    daily quota or billing refusal as :data:`QUOTA_EXHAUSTED`, anything else by status."""
+    err = error_from_status(endpoint, status, headers, body)
+    try:
+        data = _decode(body)
+    except msgspec.DecodeError:
+        return err
+    info = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(info, dict):
+        return err
+    details = [d for d in info.get("details") or () if isinstance(d, dict)]
+    if status == 429 or info.get("status") == "RESOURCE_EXHAUSTED":
+        for detail in details:
+            if detail.get("@type") == _RETRY_INFO:
+                delay = google_duration(detail.get("retryDelay"))
+                err.retry_after = delay if delay is not None else err.retry_after
+            if detail.get("@type") == _QUOTA_FAILURE and _daily(detail):
+                err.kind = QUOTA_EXHAUSTED
+    message = str(info.get("message", "")).lower()
+    if status == 403 and ("billing" in message or "quota" in message):
+        err.kind = QUOTA_EXHAUSTED
+    return err
+
+
+def _daily(quota_failure: JSON) -> bool:
+    """Whether a QuotaFailure names a per-day quota: it will not come back in seconds."""
+    for violation in quota_failure.get("violations") or ():
+        quota_id = violation.get("quotaId", "") if isinstance(violation, dict) else ""
+        if "PerDay" in str(quota_id):
+            return True
+    return False
