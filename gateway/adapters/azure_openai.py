@@ -26,7 +26,7 @@ from schemas import ContentFilteredError, UpstreamError
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from gateway.adapters.base import UpstreamTarget
+    from gateway.adapters.base import JSON, UpstreamTarget
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 _QUOTA_CODES = frozenset({"insufficient_quota", "QuotaExceeded", "OutOfQuota"})
@@ -106,6 +106,11 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
             )
             return {"authorization": f"Bearer {token}"}
         return {"api-key": target.api_key} if target.api_key else {}
+
+    def _relayed(self, chunk: JSON) -> bool:
+        # Azure opens a stream with the prompt's filter results in a chunk that is not a
+        # chat.completion.chunk (no object, no choices): nothing of the answer.
+        return bool(chunk.get("choices") or chunk.get("usage"))
 
     def _error(
         self, target: UpstreamTarget, status: int, headers: Mapping[str, str], body: bytes

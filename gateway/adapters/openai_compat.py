@@ -53,6 +53,10 @@ class OpenAICompatAdapter:
         """The UpstreamError for a non-2xx answer."""
         return error_from_status(target.endpoint, status, headers, body)
 
+    def _relayed(self, chunk: JSON) -> bool:
+        """Whether a stream chunk is part of the canonical stream (all of them, here)."""
+        return True
+
     async def _payload(self, target: UpstreamTarget, body: JSON) -> tuple[bytes, dict[str, str]]:
         payload = dict(body)
         if target.upstream_model:
@@ -115,10 +119,12 @@ class OpenAICompatAdapter:
                         done = True
                         break
                     try:
-                        batch.append(_chunk(target, event_data))
+                        chunk = _chunk(target, event_data)
                     except UpstreamError as exc:
                         failure = exc  # the chunks before it still reach the client
                         break
+                    if self._relayed(chunk):
+                        batch.append(chunk)
                 if batch:
                     yield Batch(batch, last=done)
                 if failure is not None:

@@ -1,5 +1,5 @@
 """One behaviour suite that every upstream adapter passes (``openai_compat``, ``anthropic``,
-``echo``), as tests/contract/test_bus.py does for buses.
+``azure_openai``, ``gemini``, ``echo``), as tests/contract/test_bus.py does for buses.
 
 What the adapter seam promises (gateway/adapters/base.py): canonical chat requests in,
 canonical answers out; a stream comes in non-empty batches of ``chat.completion.chunk`` dicts
@@ -9,7 +9,7 @@ status, the upstream's own message and its ``Retry-After``, and whether it count
 endpoint; a stream that ends without its terminator raises; a cancelled or abandoned call lets
 the upstream see its client go away.
 
-``any_adapter`` runs a row over all three kinds; ``http_adapter`` over the two that call an
+``any_adapter`` runs a row over every kind; ``http_adapter`` over those that call an
 upstream (the fake upstream, a real HTTP server on loopback, in each kind's own dialect): the
 echo adapter has no network, so rows about the wire do not apply to it and are not run for it.
 """
@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 
     from gateway.adapters.base import JSON, Adapter
 
-ALL_KINDS = ["openai_compat", "anthropic", "echo"]
-HTTP_KINDS = ["openai_compat", "anthropic"]
+ALL_KINDS = ["openai_compat", "anthropic", "azure_openai", "gemini", "echo"]
+HTTP_KINDS = ["openai_compat", "anthropic", "azure_openai", "gemini"]
 KEY = "sk-contract-key"
 UPSTREAM_MODEL = "upstream-model"
 SHORT = 0.2  # a read timeout a hanging upstream runs into
@@ -89,7 +89,12 @@ class Under:
 
 
 def _base_url(kind: str, up: FakeUpstream) -> str:
-    return up.openai_base_url if kind == "openai_compat" else up.anthropic_base_url
+    return {
+        "openai_compat": up.openai_base_url,
+        "anthropic": up.anthropic_base_url,
+        "azure_openai": up.azure_base_url,
+        "gemini": up.gemini_base_url,
+    }[kind]
 
 
 async def _under(kind: str, up: FakeUpstream) -> AsyncIterator[Under]:
@@ -209,7 +214,14 @@ async def test_adapter_forced_tool_choice_answers_a_call_of_that_tool(any_adapte
 
 
 @pytest.mark.parametrize(
-    ("kind", "has_embeddings"), [("openai_compat", True), ("anthropic", False), ("echo", True)]
+    ("kind", "has_embeddings"),
+    [
+        ("openai_compat", True),
+        ("anthropic", False),
+        ("azure_openai", True),
+        ("gemini", True),
+        ("echo", True),
+    ],
 )
 async def test_adapter_embeddings_answer_or_a_400_that_spares_the_endpoint(
     fake_upstream: FakeUpstream,
@@ -321,7 +333,14 @@ _IN_BAND_ERROR = {
         'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error", '
         '"message": "overloaded right now"}}\n\n'
     ),
+    "gemini": (
+        'data: {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hel"}]}, '
+        '"index": 0}], "modelVersion": "m", "responseId": "r1"}\n\n'
+        'data: {"error": {"code": 503, "message": "overloaded right now", '
+        '"status": "UNAVAILABLE"}}\n\n'
+    ),
 }
+_IN_BAND_ERROR["azure_openai"] = _IN_BAND_ERROR["openai_compat"]
 
 
 async def test_adapter_in_band_stream_error_raises_after_the_content_before_it(
@@ -380,6 +399,8 @@ async def test_adapter_in_band_stream_error_echoing_the_credential_is_redacted(
 _NO_TERMINATOR = {
     "openai_compat": _IN_BAND_ERROR["openai_compat"].split('data: {"error"')[0],
     "anthropic": _IN_BAND_ERROR["anthropic"].split("event: error")[0],
+    "azure_openai": _IN_BAND_ERROR["openai_compat"].split('data: {"error"')[0],
+    "gemini": _IN_BAND_ERROR["gemini"].split('data: {"error"')[0],
 }
 
 
