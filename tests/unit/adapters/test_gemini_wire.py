@@ -1,0 +1,223 @@
+"""gateway.adapters.gemini_wire: canonical chat <-> the Gemini generateContent wire, checked
+against google-genai's types (what the adapter sends must validate as the request's fields;
+what Gemini answers is read as its types describe it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from google.genai import types
+
+from gateway.adapters.gemini_wire import (
+    GeminiToChatStream,
+    from_gemini_response,
+    to_gemini_request,
+)
+from schemas import InvalidRequestError
+
+PNG = "data:image/png;base64,iVBORw0KGgo="
+WEATHER: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+CONVERSATION: dict[str, Any] = {
+    "model": "m",
+    "messages": [
+        {"role": "system", "content": "be brief"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": PNG}},
+            ],
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        {"role": "developer", "content": "answer in French"},
+    ],
+    "tools": [WEATHER],
+    "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+    "max_tokens": 50,
+    "temperature": 0.3,
+    "top_p": 0.9,
+    "stop": ["END"],
+    "response_format": {
+        "type": "json_schema",
+        "json_schema": {"name": "w", "schema": {"type": "object"}},
+    },
+}
+
+
+def test_request_translates_every_part_of_a_conversation_as_the_types_describe_it() -> None:
+    req = to_gemini_request(CONVERSATION)
+
+    contents = [types.Content.model_validate(c) for c in req["contents"]]
+    system = types.Content.model_validate(req["systemInstruction"])
+    config = types.GenerationConfig.model_validate(req["generationConfig"])
+    (tool,) = [types.Tool.model_validate(t) for t in req["tools"]]
+    tool_config = types.ToolConfig.model_validate(req["toolConfig"])
+    assert [c.role for c in contents] == ["user", "model", "user"]
+    user, model, result = contents
+    assert user.parts is not None and user.parts[1].inline_data is not None
+    assert (user.parts[1].inline_data.mime_type, user.parts[0].text) == (
+        "image/png",
+        "what is this?",
+    )
+    assert model.parts is not None and model.parts[0].function_call is not None
+    assert model.parts[0].function_call.args == {"city": "Paris"}
+    assert result.parts is not None and result.parts[0].function_response is not None
+    assert result.parts[0].function_response.name == "get_weather"
+    assert result.parts[0].function_response.response == {"result": "sunny"}
+    assert system.parts is not None
+    assert [p.text for p in system.parts] == ["be brief", "answer in French"]
+    assert tool.function_declarations is not None
+    assert tool.function_declarations[0].parameters_json_schema == WEATHER["function"]["parameters"]
+    assert tool_config.function_calling_config is not None
+    assert tool_config.function_calling_config.allowed_function_names == ["get_weather"]
+    assert (config.max_output_tokens, config.temperature, config.top_p) == (50, 0.3, 0.9)
+    assert config.stop_sequences == ["END"]
+    assert (config.response_mime_type, config.response_json_schema) == (
+        "application/json",
+        {"type": "object"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"logprobs": True}, "logprobs"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"tools": [{"type": "custom", "custom": {"name": "x"}}]}, "tools"),
+    ],
+)
+def test_request_refuses_what_gemini_cannot_honour_naming_the_field(
+    extra: dict[str, Any], param: str
+) -> None:
+    with pytest.raises(InvalidRequestError) as err:
+        to_gemini_request({"messages": [{"role": "user", "content": "x"}], **extra})
+
+    assert err.value.param == param
+
+
+def test_request_refuses_an_image_by_url_since_gemini_takes_them_inline() -> None:
+    image = {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}
+
+    with pytest.raises(InvalidRequestError):
+        to_gemini_request({"messages": [{"role": "user", "content": [image]}]})
+
+
+def _response(finish: str | None, parts: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        candidate["finishReason"] = finish
+    body = {"candidates": [candidate], "modelVersion": "gemini-x", "responseId": "r1", **extra}
+    types.GenerateContentResponse.model_validate(body)  # the shape Gemini sends
+    return body
+
+
+@pytest.mark.parametrize(
+    ("finish", "expected"),
+    [
+        ("STOP", "stop"),
+        ("MAX_TOKENS", "length"),
+        ("SAFETY", "content_filter"),
+        ("PROHIBITED_CONTENT", "content_filter"),
+        ("BLOCKLIST", "content_filter"),
+        ("SPII", "content_filter"),
+        ("RECITATION", "content_filter"),
+        ("OTHER", "stop"),
+    ],
+)
+def test_finish_reason_maps_to_the_chat_finish_reason(finish: str, expected: str) -> None:
+    answer = from_gemini_response(_response(finish, [{"text": "x"}]), model="m")
+
+    assert answer["choices"][0]["finish_reason"] == expected
+
+
+def test_usage_counts_cached_and_thinking_tokens() -> None:
+    meta = {
+        "promptTokenCount": 100,
+        "candidatesTokenCount": 7,
+        "cachedContentTokenCount": 60,
+        "thoughtsTokenCount": 20,
+        "totalTokenCount": 127,
+    }
+    parts: list[dict[str, Any]] = [{"text": "let me think", "thought": True}, {"text": "42"}]
+
+    answer = from_gemini_response(_response("STOP", parts, usageMetadata=meta), model="m")
+
+    assert answer["usage"]["prompt_tokens"] == 100
+    assert answer["usage"]["prompt_tokens_details"]["cached_tokens"] == 60
+    assert answer["usage"]["completion_tokens"] == 27
+    assert answer["usage"]["completion_tokens_details"]["reasoning_tokens"] == 20
+    message = answer["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("42", "let me think")
+
+
+def test_function_call_answer_is_a_tool_call_with_json_arguments() -> None:
+    call = {"functionCall": {"name": "get_weather", "args": {"city": "Paris"}}}
+
+    answer = from_gemini_response(_response("STOP", [call]), model="m")
+
+    (choice,) = answer["choices"]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    (tool_call,) = choice["message"]["tool_calls"]
+    assert tool_call["function"] == {"name": "get_weather", "arguments": '{"city":"Paris"}'}
+
+
+def test_blocked_prompt_is_a_refusal_with_content_filter() -> None:
+    body = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"}, "responseId": "r"}
+    types.GenerateContentResponse.model_validate(body)
+
+    answer = from_gemini_response(body, model="m")
+
+    (choice,) = answer["choices"]
+    assert choice["finish_reason"] == "content_filter"
+    assert "PROHIBITED_CONTENT" in choice["message"]["refusal"]
+
+
+def test_stream_is_complete_only_once_the_candidate_finished() -> None:
+    translator = GeminiToChatStream("m", include_usage=True)
+    first = translator.feed(_response(None, [{"text": "Hel"}]))
+    assert not translator.is_complete
+    last = translator.feed(
+        _response(
+            "STOP",
+            [{"text": "lo"}],
+            usageMetadata={"promptTokenCount": 3, "candidatesTokenCount": 2},
+        )
+    )
+
+    assert translator.is_complete
+    deltas = [c["choices"][0]["delta"] for c in first + last if c["choices"]]
+    assert deltas[0]["role"] == "assistant"
+    assert "".join(d.get("content", "") for d in deltas) == "Hello"
+    finishes = [c["choices"][0]["finish_reason"] for c in last if c["choices"]]
+    assert finishes[-1] == "stop"
+    assert last[-1]["usage"]["prompt_tokens"] == 3 and last[-1]["choices"] == []
+
+
+def test_stream_of_a_blocked_prompt_ends_with_a_refusal() -> None:
+    translator = GeminiToChatStream("m", include_usage=False)
+
+    out = translator.feed({"promptFeedback": {"blockReason": "SAFETY"}})
+
+    assert translator.is_complete
+    assert "SAFETY" in out[0]["choices"][0]["delta"]["refusal"]
+    assert out[-1]["choices"][0]["finish_reason"] == "content_filter"
