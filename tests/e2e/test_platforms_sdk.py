@@ -51,6 +51,7 @@ pytestmark = pytest.mark.e2e
 SURFACES = ("chat", "responses", "messages")
 KINDS = ("azure_openai", "gemini")
 KEY = "platform-route-secret"
+ADMIN = "admin-platforms-key"
 DEPLOYMENT = "prod-deployment"
 API_VERSION = "2024-10-21"
 NEW_ARGS = '{"city":"Paris","unit":"c"}'
@@ -268,3 +269,32 @@ async def test_filtered_completion_reaches_chat_as_content_filter_and_messages_a
     assert chat.choices[0].finish_reason == "content_filter"
     assert message.stop_reason == "refusal"
     assert len(up.requests) == 2
+
+
+async def test_health_deep_routing_and_explain_show_the_platform_routes(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    azure_up = await fake_upstreams("az")
+    gemini_up = await fake_upstreams("gm")
+    routes = (platform_route("azure_openai", azure_up), platform_route("gemini", gemini_up))
+    gw = await gateway_factory(config(model("m", *routes), admin_key=ADMIN))
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    endpoints = {eid("m", azure_up): "azure_openai", eid("m", gemini_up): "gemini"}
+
+    deep = (await gw.http().get("/health/deep", headers=admin)).json()
+    routing = (await gw.http().get("/routing", headers=admin)).json()
+    explained = await gw.http().post(
+        "/admin/routing/explain",
+        headers=admin,
+        json={"path": "/v1/chat/completions", "body": {"model": "m", "messages": HI}},
+    )
+
+    rows = {e: deep["endpoints"][e] for e in endpoints}
+    assert all(r["circuit_state"] == "closed" and r["healthy"] for r in rows.values())
+    listed = {r["endpoint"]: r["provider"] for r in routing["models"]["m"]["routes"]}
+    assert listed == endpoints
+    assert explained.status_code == 200, explained.text
+    planned = {c["endpoint"]: c["kind"] for c in explained.json()["plan"]["candidates"]}
+    assert planned == endpoints
+    assert not azure_up.requests and not gemini_up.requests  # explain calls no upstream
+    assert KEY not in json.dumps([deep, routing, explained.json()])
