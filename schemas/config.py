@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections.abc import Iterable
+from datetime import date
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -122,6 +123,12 @@ class AzureSettings(_Strict):
     api_version: str = Field(default="2024-10-21", min_length=1)
     entra_token_command: tuple[str, ...] | None = Field(default=None, min_length=1)
     entra_token_ttl_seconds: float = Field(default=300.0, gt=0)
+
+    @field_validator("api_version", mode="before")
+    @classmethod
+    def _version_text(cls, value: object) -> object:
+        # YAML reads an unquoted 2024-10-21 as a date; the API version is that date's text.
+        return value.isoformat() if isinstance(value, date) else value
 
 
 class RouteConfig(_Strict):
