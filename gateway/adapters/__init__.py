@@ -4,6 +4,8 @@ The wire translations are pure (no I/O) and import only the stdlib, msgspec and
 ``schemas``; the HTTP calls around them use a pooled client handed in by the ingress.
 
 - ``anthropic_wire``: kind ``anthropic``, the native Anthropic Messages wire
+- ``azure_openai``: kind ``azure_openai``, the OpenAI wire at Azure deployment URLs
+- ``gemini_wire``: kind ``gemini``, the Gemini API's native generateContent wire
 """
 
 from __future__ import annotations

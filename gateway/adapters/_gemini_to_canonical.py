@@ -49,6 +49,28 @@ def chat_usage(meta: Any) -> JSON:
     }
 
 
+SIGNATURE_MARK = "__sig_"
+"""Joins a tool call's id and the ``thoughtSignature`` Gemini gave its ``functionCall``
+(URL-safe base64): the client echoes the id in the next turn's history, where Gemini's
+thinking models need the signature back on that call (``gemini_wire`` splits it off)."""
+
+
+def call_id(base: str, signature: Any) -> str:
+    """The canonical tool call id for a ``functionCall`` (its signature folded in)."""
+    if not isinstance(signature, str) or not signature:
+        return base
+    return base + SIGNATURE_MARK + signature.replace("+", "-").replace("/", "_").rstrip("=")
+
+
+def split_call_id(value: str) -> tuple[str, str | None]:
+    """``(id, thoughtSignature or None)`` from an id :func:`call_id` made."""
+    base, mark, folded = value.partition(SIGNATURE_MARK)
+    if not mark or not folded:
+        return value, None
+    padded = folded.replace("-", "+").replace("_", "/") + "=" * (-len(folded) % 4)
+    return base, padded
+
+
 def block_reason(data: JSON) -> str | None:
     """Why Gemini refused the prompt itself (``promptFeedback.blockReason``), if it did."""
     feedback = data.get("promptFeedback")
@@ -71,9 +93,10 @@ def _split(parts: Any, first_call: int) -> tuple[str, str, list[JSON]]:
         call = part.get("functionCall")
         if isinstance(call, dict):
             n = first_call + len(calls)
+            base = str(call.get("id") or f"call_{n}")
             calls.append(
                 {
-                    "id": str(call.get("id") or f"call_{n}"),
+                    "id": call_id(base, part.get("thoughtSignature")),
                     "type": "function",
                     "function": {
                         "name": str(call.get("name", "")),

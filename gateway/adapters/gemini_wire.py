@@ -4,9 +4,10 @@
 Messages become ``contents`` (roles ``user`` and ``model``; consecutive turns of one role
 merge), system and developer messages anywhere become ``systemInstruction``, tools become
 ``functionDeclarations`` (their JSON Schema as ``parametersJsonSchema``), assistant tool calls
-``functionCall`` parts and tool results ``functionResponse`` parts (named after the call they
-answer), images ``inlineData``; ``max_tokens``, ``temperature``, ``top_p``, ``stop``, ``n``,
-``seed``, the penalties and ``response_format`` (``responseMimeType`` and
+``functionCall`` parts (with the ``thoughtSignature`` their id carries, see
+``_gemini_to_canonical.call_id``) and tool results ``functionResponse`` parts (named after the
+call they answer), images ``inlineData``; ``max_tokens``, ``temperature``, ``top_p``, ``stop``,
+``n``, ``seed``, the penalties and ``response_format`` (``responseMimeType`` and
 ``responseJsonSchema``) go in ``generationConfig``. Dropped, because Gemini has no
 equivalent and leaving them out changes no answer's validity: ``user``, ``metadata``,
 ``store``, ``service_tier``, ``parallel_tool_calls``, ``stream_options``, ``reasoning_effort``,
@@ -27,6 +28,7 @@ from gateway.adapters._gemini_to_canonical import (
     GeminiToChatStream,
     chat_usage,
     from_gemini_response,
+    split_call_id,
 )
 from schemas import InvalidRequestError
 
@@ -179,7 +181,11 @@ def _model_parts(msg: JSON, path: str, names: dict[str, str]) -> list[JSON]:
             )
         args = _arguments(fn.get("arguments"), f"{path}.tool_calls[{j}].function.arguments")
         names[str(call.get("id", ""))] = fn["name"]
-        parts.append({"functionCall": {"name": fn["name"], "args": args}})
+        part: JSON = {"functionCall": {"name": fn["name"], "args": args}}
+        _, signature = split_call_id(str(call.get("id", "")))
+        if signature is not None:
+            part["thoughtSignature"] = signature
+        parts.append(part)
     return parts or [{"text": ""}]
 
 

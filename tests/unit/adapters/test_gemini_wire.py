@@ -221,3 +221,29 @@ def test_stream_of_a_blocked_prompt_ends_with_a_refusal() -> None:
     assert translator.is_complete
     assert "SAFETY" in out[0]["choices"][0]["delta"]["refusal"]
     assert out[-1]["choices"][0]["finish_reason"] == "content_filter"
+
+
+def test_thought_signature_of_a_call_comes_back_on_that_call_in_the_next_turn() -> None:
+    signature = "CqQBAe/+8Z3d4Q=="  # base64 with + / and padding, as Gemini sends it
+    call = {
+        "functionCall": {"name": "get_weather", "args": {"city": "Paris"}},
+        "thoughtSignature": signature,
+    }
+    answer = from_gemini_response(_response("STOP", [call]), model="m")
+    (tool_call,) = answer["choices"][0]["message"]["tool_calls"]
+
+    history = {
+        "messages": [
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "tool_calls": [tool_call]},
+            {"role": "tool", "tool_call_id": tool_call["id"], "content": '{"sky": "sunny"}'},
+        ]
+    }
+    req = to_gemini_request(history)
+
+    assert all(c.isalnum() or c in "_-" for c in tool_call["id"])  # any client's id syntax
+    sent = req["contents"][1]["parts"][0]
+    assert sent["thoughtSignature"] == signature
+    part = types.Part.model_validate(sent)
+    assert part.thought_signature is not None and part.function_call is not None
+    assert req["contents"][2]["parts"][0]["functionResponse"]["response"] == {"sky": "sunny"}
