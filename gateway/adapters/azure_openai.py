@@ -121,10 +121,11 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
             return ContentFilteredError(
                 err.message, endpoint=target.endpoint, status=400, body=body, kind=CONTENT_FILTER
             )
-        if status in (403, 429) and (
-            code in _QUOTA_CODES or any(m in body.lower() for m in _QUOTA_MARKERS)
-        ):
-            err.kind = QUOTA_EXHAUSTED
+        if status in (403, 429):
+            # Decided here, whatever a generic reading of the body concluded: Azure's rate
+            # limit messages mention quota increases without any quota being spent.
+            quota = code in _QUOTA_CODES or any(m in body.lower() for m in _QUOTA_MARKERS)
+            err.kind = QUOTA_EXHAUSTED if quota else f"http_{status}"
         if status == 429:
             err.retry_after = retry_after_or_ms(headers)
         return err

@@ -224,12 +224,15 @@ def gemini_error(
         return err
     details = [d for d in info.get("details") or () if isinstance(d, dict)]
     if status == 429 or info.get("status") == "RESOURCE_EXHAUSTED":
+        # Decided here from the details alone: Google's per-minute 429 says "You exceeded your
+        # current quota ... billing details" too, so its words tell a pace from a quota no
+        # better than a generic reading would.
+        daily = any(d.get("@type") == _QUOTA_FAILURE and _daily(d) for d in details)
+        err.kind = QUOTA_EXHAUSTED if daily else f"http_{status}"
         for detail in details:
             if detail.get("@type") == _RETRY_INFO:
                 delay = google_duration(detail.get("retryDelay"))
                 err.retry_after = delay if delay is not None else err.retry_after
-            if detail.get("@type") == _QUOTA_FAILURE and _daily(detail):
-                err.kind = QUOTA_EXHAUSTED
     message = str(info.get("message", "")).lower()
     if status == 403 and ("billing" in message or "quota" in message):
         err.kind = QUOTA_EXHAUSTED
