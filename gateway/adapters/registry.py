@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.adapters.anthropic import AnthropicAdapter
+from gateway.adapters.bedrock import BedrockAdapter
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.redaction import RedactingAdapter
@@ -26,5 +27,6 @@ def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
         "echo": EchoAdapter(),
         "openai_compat": OpenAICompatAdapter(http),
         "anthropic": AnthropicAdapter(http),
+        "bedrock": BedrockAdapter(http),
     }
     return {kind: RedactingAdapter(adapter) for kind, adapter in kinds.items()}
