@@ -28,7 +28,7 @@ from tests.e2e._surface_clients import (
     TOOL_SCHEMA,
     Answer,
 )
-from tests.e2e.conftest import config, eid, model, route, watch
+from tests.e2e.conftest import CHAT, config, eid, model, route, watch
 from tests.fixtures.upstream import Reply, ToolCall, UpstreamFactory
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
 
@@ -254,3 +254,33 @@ async def _refused(gw: Any, surface: str, stream: bool) -> tuple[str, str]:
     else:
         m = await client.messages.create(messages=messages, **args)
     return m.stop_reason, "".join(b.text for b in m.content if b.type == "text")
+
+
+async def test_bedrock_endpoint_has_a_health_deep_row_and_explain_names_its_kind(
+    gateway_factory: GatewayFactory, bedrock: FakeBedrock
+) -> None:
+    admin = "bedrock-admin-key"
+    gw = await gateway_factory(config(model("m", bedrock_route(bedrock)), admin_key=admin))
+    http = gw.http(headers={"authorization": f"Bearer {admin}"})
+    endpoint = eid("m", bedrock)
+
+    deep = (await http.get("/health/deep")).json()
+    explained = await http.post(
+        "/admin/routing/explain",
+        json={
+            "path": CHAT,
+            "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        },
+    )
+
+    row = deep["endpoints"][endpoint]
+    assert (row["model"], row["circuit_state"], row["base_url"]) == (
+        "m",
+        "closed",
+        bedrock.base_url,
+    )
+    assert explained.status_code == 200, explained.text
+    (candidate,) = explained.json()["plan"]["candidates"]
+    assert (candidate["endpoint"], candidate["kind"]) == (endpoint, "bedrock")
+    assert candidate["upstream_model"] == MODEL_ID
+    assert bedrock.requests == []  # neither sent anything upstream
