@@ -57,6 +57,14 @@ class BedrockSigner:
         return dict(request.headers.items())
 
     async def _credentials(self, target: UpstreamTarget) -> Any:
+        from botocore.exceptions import BotoCoreError
+
+        try:
+            return await self._resolve(target)
+        except BotoCoreError as exc:  # an unknown profile, a role that cannot be assumed...
+            raise _no_credentials(target, type(exc).__name__) from None
+
+    async def _resolve(self, target: UpstreamTarget) -> Any:
         from botocore.credentials import Credentials
 
         if target.api_key:

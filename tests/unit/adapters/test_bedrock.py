@@ -3,6 +3,7 @@ exception events mid-stream, and signing from botocore's credential chain."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
@@ -121,6 +122,26 @@ async def test_route_without_a_key_signs_with_botocores_credential_chain(
 
     assert answer["choices"][0]["message"]["content"] == fake_bedrock.text
     assert fake_bedrock.requests[-1].credential == BEDROCK_KEY  # signed by the env's key
+
+
+async def test_route_whose_profile_does_not_exist_fails_as_no_credentials_sending_nothing(
+    fake_bedrock: FakeBedrock,
+    adapter: Adapter,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: object,
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/none")
+    target = dataclasses.replace(_target(fake_bedrock, api_key=None), aws_profile="nope")
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.complete(target, HI)
+
+    assert (err.value.kind, err.value.status) == ("no_credentials", None)
+    assert "ProfileNotFound" in err.value.message
+    assert fake_bedrock.requests == []
 
 
 async def test_embeddings_are_refused_with_a_400_that_spares_the_endpoint(
