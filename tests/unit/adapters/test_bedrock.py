@@ -144,6 +144,54 @@ async def test_route_whose_profile_does_not_exist_fails_as_no_credentials_sendin
     assert fake_bedrock.requests == []
 
 
+async def test_image_and_structured_output_requests_pass_the_service_models_validation(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    png = "iVBORw0KGgo="
+    body = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Describe it."},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+                ],
+            }
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "desc", "schema": {"type": "object"}},
+        },
+    }
+
+    await adapter.complete(_target(fake_bedrock), body)
+
+    sent = fake_bedrock.requests[-1].json
+    assert sent["messages"][0]["content"][1]["image"]["source"]["bytes"] == png
+    assert sent["outputConfig"]["textFormat"]["structure"]["jsonSchema"]["name"] == "desc"
+
+
+async def test_a_body_the_service_model_refuses_is_the_callers_validation_error(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    call = {"id": "", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},  # toolUseId min 1
+            {"role": "tool", "tool_call_id": "", "content": "x"},
+        ],
+    }
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.complete(_target(fake_bedrock), body)
+
+    assert (err.value.status, err.value.kind) == (400, "invalid_request")
+    assert "toolUseId" in err.value.message and not err.value.counts_against_endpoint
+
+
 async def test_embeddings_are_refused_with_a_400_that_spares_the_endpoint(
     fake_bedrock: FakeBedrock, adapter: Adapter
 ) -> None:
