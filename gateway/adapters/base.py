@@ -10,6 +10,8 @@ from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    from schemas.bedrock_settings import BedrockSettings
+
 JSON = dict[str, Any]
 
 
@@ -61,8 +63,7 @@ class UpstreamTarget:
     connect_timeout: float
     ttft_timeout: float = 120.0
     idle_timeout: float = 60.0
-    region: str = ""  # bedrock: the AWS region requests are signed for
-    aws_profile: str | None = None  # bedrock: the credential chain's profile
+    bedrock: BedrockSettings | None = None  # kind bedrock: region, credential profile
 
     def __repr__(self) -> str:  # keeps the secret out of any accidental log line
         return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"

@@ -3,8 +3,8 @@
 Credentials come from the route's key when it has one (``ACCESS_KEY_ID:SECRET_ACCESS_KEY``,
 optionally ``:SESSION_TOKEN``: it then rides the key pool like any key, so a rejected one is
 muted), else from botocore's credential chain (environment, shared config/credentials file
-and ``aws_profile``, container and instance roles). botocore is imported lazily: only
-bedrock routes need it (the ``bedrock`` extra).
+and the route's ``bedrock.profile``, container and instance roles). botocore is imported
+lazily: only bedrock routes need it (the ``bedrock`` extra).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ class BedrockSigner:
 
         credentials = await self._credentials(target)
         request = AWSRequest(method="POST", url=url, data=body, headers=dict(headers))
-        SigV4Auth(credentials, SIGNING_NAME, target.region).add_auth(request)
+        region = target.bedrock.region if target.bedrock else ""
+        SigV4Auth(credentials, SIGNING_NAME, region).add_auth(request)
         return dict(request.headers.items())
 
     async def _credentials(self, target: UpstreamTarget) -> Any:
@@ -73,7 +74,7 @@ class BedrockSigner:
             except ValueError as exc:
                 raise _no_credentials(target, str(exc)) from None
             return Credentials(key_id, secret, token)
-        profile = target.aws_profile or ""
+        profile = (target.bedrock.profile if target.bedrock else None) or ""
         chain = self._chains.get(profile)
         if chain is None:
             async with self._lock:

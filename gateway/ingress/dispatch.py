@@ -124,8 +124,7 @@ class Targets:
             connect_timeout=route.connect_timeout_seconds,
             ttft_timeout=route.ttft_timeout_seconds,
             idle_timeout=route.idle_timeout_seconds,
-            region=route.bedrock.region if route.bedrock else "",
-            aws_profile=route.bedrock.profile if route.bedrock else None,
+            bedrock=route.bedrock,
         )
 
 

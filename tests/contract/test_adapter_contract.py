@@ -28,6 +28,7 @@ import pytest
 from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
 from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+from schemas.bedrock_settings import BedrockSettings
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Reset, Stream, ToolCall
 from tests.fixtures.upstream_bedrock import (
     BEDROCK_KEY,
@@ -121,7 +122,7 @@ async def _under(kind: str, fake_upstream: FakeUpstream) -> AsyncIterator[Under]
             connect_timeout=5.0,
             ttft_timeout=10.0,
             idle_timeout=10.0,
-            region=BEDROCK_REGION if kind == "bedrock" else "",
+            bedrock=BedrockSettings(region=BEDROCK_REGION) if kind == "bedrock" else None,
         )
         yield Under(kind, make_adapters(http)[kind], target, None if kind == "echo" else up)
     finally:

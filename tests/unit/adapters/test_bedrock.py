@@ -11,6 +11,7 @@ import pytest
 from gateway.adapters.base import UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
 from schemas import UpstreamError
+from schemas.bedrock_settings import BedrockSettings
 from tests.fixtures.upstream import Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
 from tests.fixtures.upstream_bedrock import exception as exception_frame
@@ -41,7 +42,7 @@ def _target(up: FakeBedrock, api_key: str | None = BEDROCK_KEY) -> UpstreamTarge
         api_key=api_key,
         timeout=10.0,
         connect_timeout=5.0,
-        region=BEDROCK_REGION,
+        bedrock=BedrockSettings(region=BEDROCK_REGION),
     )
 
 
@@ -134,7 +135,10 @@ async def test_route_whose_profile_does_not_exist_fails_as_no_credentials_sendin
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/none")
-    target = dataclasses.replace(_target(fake_bedrock, api_key=None), aws_profile="nope")
+    target = dataclasses.replace(
+        _target(fake_bedrock, api_key=None),
+        bedrock=BedrockSettings(region=BEDROCK_REGION, profile="nope"),
+    )
 
     with pytest.raises(UpstreamError) as err:
         await adapter.complete(target, HI)
