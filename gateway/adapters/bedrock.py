@@ -110,7 +110,8 @@ class BedrockAdapter:
                 data = _decode(answer.body)
             except msgspec.DecodeError:
                 raise bad_response(target.endpoint, "the body is not JSON") from None
-            message = (data.get("output") or {}).get("message") if isinstance(data, dict) else None
+            output = data.get("output") if isinstance(data, dict) else None
+            message = output.get("message") if isinstance(output, dict) else None
             if not isinstance(message, dict):
                 raise bad_response(target.endpoint, "the JSON has no 'output.message'")
             model = target.upstream_model or str(body.get("model", ""))

@@ -10,7 +10,7 @@ import pytest
 
 from gateway.adapters.base import UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
-from schemas import UpstreamError
+from schemas import UpstreamBadResponseError, UpstreamError
 from schemas.bedrock_settings import BedrockSettings
 from tests.fixtures.upstream import Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
@@ -194,6 +194,16 @@ async def test_a_body_the_service_model_refuses_is_the_callers_validation_error(
 
     assert (err.value.status, err.value.kind) == (400, "invalid_request")
     assert "toolUseId" in err.value.message and not err.value.counts_against_endpoint
+
+
+@pytest.mark.parametrize("body", [{"output": ["x"]}, {"output": {"message": "x"}}, []])
+async def test_answer_without_an_output_message_is_a_bad_response(
+    fake_bedrock: FakeBedrock, adapter: Adapter, body: object
+) -> None:
+    fake_bedrock.enqueue(Reply(200, body=body))
+
+    with pytest.raises(UpstreamBadResponseError):
+        await adapter.complete(_target(fake_bedrock), HI)
 
 
 async def test_embeddings_are_refused_with_a_400_that_spares_the_endpoint(
