@@ -18,11 +18,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.bedrock_settings import BedrockSettings
 from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, SteeringConfig
 from schemas.limits import LimitsConfig
 from schemas.pricing import Pricing
 
-UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "azure_openai", "gemini")
+UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "azure_openai", "gemini", "bedrock")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
 
 
@@ -134,7 +135,7 @@ class AzureSettings(_Strict):
 class RouteConfig(_Strict):
     """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
 
-    kind: Literal["openai_compat", "anthropic", "echo", "azure_openai", "gemini"]
+    kind: Literal["openai_compat", "anthropic", "echo", "azure_openai", "gemini", "bedrock"]
     weight: float = Field(default=1.0, ge=0)
     # A backup: never drawn as primary (its weight is not used); tried after the drawn
     # routes, in declaration order, and first when none of them is available.
@@ -157,12 +158,36 @@ class RouteConfig(_Strict):
     concurrency: ConcurrencyLimit | None = None
     quota_pool: str | None = Field(default=None, min_length=1)
     concurrency_pool: str | None = Field(default=None, min_length=1)
-    azure: AzureSettings | None = None
+    azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
+    bedrock: BedrockSettings | None = None  # kind bedrock: region and credential profile
 
     @model_validator(mode="after")
     def _azure_settings_on_azure_routes(self) -> RouteConfig:
         if self.azure is not None and self.kind != "azure_openai":
             raise ValueError("azure: belongs to a kind: azure_openai route")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bedrock_endpoint(cls, data: Any) -> Any:
+        # A bedrock route without a base_url talks to its region's public endpoint.
+        if isinstance(data, dict) and data.get("kind") == "bedrock" and not data.get("base_url"):
+            settings = data.get("bedrock")
+            if isinstance(settings, dict) and isinstance(settings.get("region"), str):
+                region = settings["region"]
+                return {**data, "base_url": f"https://bedrock-runtime.{region}.amazonaws.com"}
+        return data
+
+    @model_validator(mode="after")
+    def _bedrock_settings(self) -> RouteConfig:
+        if (self.kind == "bedrock") != (self.bedrock is not None):
+            raise ValueError("bedrock: {region} is required by, and only for, kind: bedrock")
+        if self.kind == "bedrock":
+            for secret in self.secrets:
+                if len(secret.split(":")) not in (2, 3) or not all(secret.split(":")[:2]):
+                    raise ValueError(
+                        "a bedrock route's keys are ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]"
+                    )
         return self
 
     @model_validator(mode="after")

@@ -6,6 +6,8 @@ The wire translations are pure (no I/O) and import only the stdlib, msgspec and
 - ``anthropic_wire``: kind ``anthropic``, the native Anthropic Messages wire
 - ``azure_openai``: kind ``azure_openai``, the OpenAI wire at Azure deployment URLs
 - ``gemini_wire``: kind ``gemini``, the Gemini API's native generateContent wire
+- ``bedrock_wire``, ``bedrock_stream``: kind ``bedrock``, AWS Bedrock Converse and
+  ConverseStream (``bedrock`` signs with botocore's SigV4, ``bedrock_auth``)
 """
 
 from __future__ import annotations

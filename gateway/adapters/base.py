@@ -10,6 +10,7 @@ from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    from schemas.bedrock_settings import BedrockSettings
     from schemas.config import AzureSettings
 
 JSON = dict[str, Any]
@@ -64,6 +65,7 @@ class UpstreamTarget:
     ttft_timeout: float = 120.0
     idle_timeout: float = 60.0
     azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
+    bedrock: BedrockSettings | None = None  # kind bedrock: region, credential profile
 
     def __repr__(self) -> str:  # keeps the secret out of any accidental log line
         return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.azure_openai import AzureOpenAIAdapter
+from gateway.adapters.bedrock import BedrockAdapter
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.gemini import GeminiAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
@@ -30,5 +31,6 @@ def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
         "anthropic": AnthropicAdapter(http),
         "azure_openai": AzureOpenAIAdapter(http),
         "gemini": GeminiAdapter(http),
+        "bedrock": BedrockAdapter(http),
     }
     return {kind: RedactingAdapter(adapter) for kind, adapter in kinds.items()}

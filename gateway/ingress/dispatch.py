@@ -126,6 +126,7 @@ class Targets:
             ttft_timeout=route.ttft_timeout_seconds,
             idle_timeout=route.idle_timeout_seconds,
             azure=route.azure,
+            bedrock=route.bedrock,
         )
 
 

@@ -28,11 +28,17 @@ def health_url(base_url: str, path: str) -> str:
     return root + "/" + path.lstrip("/")
 
 
+_NO_HEALTH_PATH = frozenset({"bedrock", "azure_openai", "gemini"})
+
+
 def local_targets(config: GatewayConfig) -> dict[str, str]:
     """Endpoint id -> health URL, for every route on a local host."""
     out: dict[str, str] = {}
     for model in config.models:
         for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            # The cloud platforms serve no health path: their health is the circuit's verdict.
+            if route.kind in _NO_HEALTH_PATH:
+                continue
             if route.base_url and route.location().startswith("local-"):
                 out[eid] = health_url(route.base_url, config.routing.health_check.path)
     return out
