@@ -63,6 +63,7 @@ from schemas import (
     RouteRequest,
     SetWeight,
     StateRequest,
+    is_backpressure,
     subjects,
 )
 
@@ -283,6 +284,10 @@ class ModelActor(Actor):
 
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
+        if is_backpressure(obs):
+            self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
+        elif obs.outcome == "success":
+            self._keys.succeeded(obs.endpoint, obs.credential_id)
         if self._quota.learn(obs, now):
             self._prefer_by_quota()
             self._pins_changed()  # the usage is saved with the next snapshot flush
@@ -301,8 +306,8 @@ class ModelActor(Actor):
         limit = self._routing.bench.model_breaker_failures
         if not limit or obs.outcome not in ("success", "failure"):
             return
-        if obs.error_kind == ErrorCode.KEY_POOL_EXHAUSTED.value:
-            return  # a key-pool refusal sent nothing upstream: no failure of the model's
+        if obs.error_kind == ErrorCode.KEY_POOL_EXHAUSTED.value or is_backpressure(obs):
+            return  # a key-pool refusal sent nothing upstream; a 429 is back-pressure
         self._streak = 0 if obs.outcome == "success" else self._streak + 1
         if self._streak >= limit and now >= self._tripped_until:
             self._tripped_until = now + self._routing.circuit.cooldown_seconds
@@ -381,8 +386,19 @@ class ModelActor(Actor):
                     param="messages",
                 )
             routes = fitting
-        # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
         considered = routes
+        # A route whose provider asked us to slow down (every key the caller may spend is
+        # cooling after a 429) is passed over at once, like an open circuit: no attempt.
+        cooling = self._cooling(routes, req, now)
+        if cooling:
+            routes = [r for r in routes if r.endpoint not in cooling]
+            if not routes:
+                raise AllCircuitsOpenError(
+                    f"every route of model {self._model.id!r} is cooling after its "
+                    "provider's rate limit",
+                    retry_after=self._earliest_recovery(considered, now, (), cooling),
+                )
+        # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
         routes, keys = self._keys.screen(routes, req, now)
         if not routes:
             return keys.plan(self._model.id)
@@ -406,7 +422,7 @@ class ModelActor(Actor):
             raise AllCircuitsOpenError(
                 f"every route of model {self._model.id!r} is unavailable (circuits open, "
                 "benched or probe in flight)",
-                retry_after=self._earliest_recovery(considered, now, keys.refused),
+                retry_after=self._earliest_recovery(considered, now, keys.refused, cooling),
             )
         entry, probe = primary
         spare = [r for r in backups if self._closed(r, now)]
@@ -583,16 +599,32 @@ class ModelActor(Actor):
             return False
         return isinstance(grant, ProbeGrant) and grant.granted
 
+    def _cooling(self, routes: list[RouteEntry], req: RouteRequest, now: float) -> dict[str, float]:
+        """The routes among ``routes`` that are cooling for ``req``'s caller, and until when."""
+        out: dict[str, float] = {}
+        for r in routes:
+            until = self._keys.cooling_until(r.endpoint, req.role, now)
+            if until is not None:
+                out[r.endpoint] = until
+        return out
+
     @staticmethod
     def _earliest_recovery(
-        routes: list[RouteEntry], now: float, refused: tuple[RouteCandidate, ...] = ()
+        routes: list[RouteEntry],
+        now: float,
+        refused: tuple[RouteCandidate, ...] = (),
+        cooling: dict[str, float] | None = None,
     ) -> float:
         """Seconds until the first of ``routes`` may serve again: when its circuit or bench
-        lets it, and for a route whose keys all refuse the caller, not before one is back."""
+        lets it (and its cooling ends), and for a route whose keys all refuse the caller, not
+        before one is back."""
         key_waits = {c.endpoint: c.retry_after for c in refused}
+        cooling = cooling or {}
         waits = []
         for r in routes:
             at = r.available_at(now)
+            if r.endpoint in cooling:
+                at = max(at or 0.0, cooling[r.endpoint])
             wait = at - now if at is not None else None
             if r.endpoint in key_waits:
                 key_wait = key_waits[r.endpoint]  # None: no key of this caller's comes back

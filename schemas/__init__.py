@@ -65,6 +65,7 @@ from schemas.keys import (
     AuthStateRequest,
     DashboardSessionEnded,
     KeyAcquire,
+    KeyCooling,
     KeyDeclarations,
     KeyDeclarationsRequest,
     KeyGrant,
@@ -99,6 +100,7 @@ from schemas.ops import (
     RouteDecided,
 )
 from schemas.routing import (
+    QUOTA_EXHAUSTED,
     EndpointState,
     FirstToken,
     HealthReport,
@@ -124,6 +126,7 @@ from schemas.routing import (
     RouteWiseSettingsGet,
     SetWeight,
     StateRequest,
+    is_backpressure,
 )
 from schemas.rules import Rule, RulesGet, RulesState
 from schemas.steering import (
@@ -198,6 +201,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     ProviderSecretGrant,
     DashboardSessionEnded,
     KeyMuted,
+    KeyCooling,
     KeyUnmuted,
     CircuitTransition,
     AuthRejected,
@@ -226,6 +230,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
 ]
 
 __all__ = [
+    "QUOTA_EXHAUSTED",
     "AdminCommand",
     "AdminExecuted",
     "AdminReply",
@@ -275,6 +280,7 @@ __all__ = [
     "HealthRequest",
     "InvalidRequestError",
     "KeyAcquire",
+    "KeyCooling",
     "KeyDeclarations",
     "KeyDeclarationsRequest",
     "KeyGrant",
@@ -342,6 +348,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeoutError",
     "error_from_reply",
+    "is_backpressure",
     "raise_for_reply",
     "subjects",
 ]

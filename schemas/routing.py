@@ -105,6 +105,17 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     billed_tokens: int = 0
 
 
+QUOTA_EXHAUSTED = "quota_exhausted"
+"""The error kind of a 429 that says a quota or the billing is exhausted (not a pace)."""
+
+
+def is_backpressure(obs: Observation) -> bool:
+    """Whether ``obs`` is a provider's rate-limit answer (a 429 that is not a quota or billing
+    exhaustion): back-pressure that cools the credential, never sickness that counts toward a
+    circuit or a bench."""
+    return obs.status == 429 and obs.outcome == "failure" and obs.error_kind != QUOTA_EXHAUSTED
+
+
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends."""
 
