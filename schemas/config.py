@@ -326,6 +326,16 @@ class BenchConfig(_Strict):
     model_breaker_failures: int = Field(default=0, ge=0)
 
 
+class LearnedCapacityConfig(_Strict):
+    """Each route's learned concurrency limit (actors/state/route_load.py): AIMD cut by 429s
+    and by a time to first token over ``ttft_inflation`` times its unloaded baseline, never
+    under ``min_limit``; ``enabled: false`` counts and learns but never spills."""
+
+    enabled: bool = True
+    min_limit: float = Field(default=2.0, ge=1)
+    ttft_inflation: float = Field(default=2.0, gt=1)
+
+
 class DegradedConfig(_Strict):
     """Degraded mode: entered when the healthy-endpoint ratio stays under ``threshold`` for
     ``entry_seconds``; left when it stays at or above it for the longer ``exit_seconds``."""
@@ -382,6 +392,7 @@ class RoutingConfig(_Strict):
     decision_timeout_seconds: float = Field(default=5.0, gt=0)
     key_pool: KeyPoolConfig = KeyPoolConfig()
     leases: LeaseConfig = LeaseConfig()
+    learned_capacity: LearnedCapacityConfig = LearnedCapacityConfig()
 
 
 class ServerConfig(_Strict):

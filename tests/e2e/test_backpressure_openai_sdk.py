@@ -2,7 +2,9 @@
 credential on that route (for its Retry-After or x-ratelimit-reset, else an adaptive
 backoff) and the load spills to the next route; it never benches a route, opens a circuit or
 mutes a key. A 5xx still benches; an exhausted quota still mutes; a 503 with Retry-After
-(the earliest reset) only when every route is cooling.
+(the earliest reset) only when every route is cooling. Each route's concurrency limit is
+learned (a 429 cuts it); ``fixed`` passes over a route at its limit, and the decision event,
+explain and ``/health/deep`` say so.
 
 Fake providers enforce real per-second rate limits on loopback; demand is bounded by a few
 client workers and the providers' answer time, so a slower machine only sends less. Nothing
@@ -16,13 +18,22 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import openai
 import pytest
 
-from schemas import BenchChanged, CircuitTransition, KeyCooling, KeyMuted, subjects
+from schemas import (
+    BenchChanged,
+    CircuitTransition,
+    KeyCooling,
+    KeyMuted,
+    RouteCapacity,
+    RouteDecided,
+    subjects,
+)
 from schemas.config import credential_id
-from tests.e2e.conftest import HI, assert_openai_error, config, eid, model, route, watch
-from tests.fixtures.upstream import Reply
+from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, eid, model, route, watch
+from tests.fixtures.upstream import Held, Reply
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory
@@ -146,10 +157,14 @@ async def test_429s_never_bench_a_route_and_5xx_sickness_still_does(
     )
     client = gw.openai()
 
-    async with watch(gw, subjects.event("bench")) as benches:
-        for _ in range(6):
+    async with (
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.event("keypool")) as key_events,
+    ):
+        for kind in (KeyCooling, KeyCooling, KeyCooling, KeyMuted, KeyMuted, KeyMuted):
             raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
             assert raw.headers["x-routed-via"] == eid("m", b)  # every failure failed over
+            await key_events.next(kind)  # the pool's views know before the next request
         benched = await benches.next(BenchChanged, lambda e: e.benched)
 
     # Had the three 429s counted, a would have been benched before the 500s reached it.
@@ -180,3 +195,92 @@ async def test_an_exhausted_quota_is_no_backpressure_its_key_is_muted(
     assert (muted.credential_id, muted.reason) == (credential_id("sk-one"), "quota_exhausted")
     assert muted.seconds == pytest.approx(300, abs=1)
     assert not [e for e in key_events.seen if isinstance(e, KeyCooling)]
+
+
+# -- learned capacity: fixed spills before a route saturates --------------------------------
+
+ADMIN = "sk-admin-backpressure"
+
+
+async def test_fixed_spills_past_a_route_at_its_learned_limit_and_says_so(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    # A 429 asking for no pause cools nothing but teaches a's limit: the floor, 2 in flight.
+    a.enqueue(Reply(429, headers={"Retry-After": "0"}), Held(), Held())
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b, fallback_only=True)),
+            circuit=SPEC_CIRCUIT,
+            admin_key=ADMIN,
+        )
+    )
+    client = gw.openai()
+    admin = gw.http(headers={"authorization": f"Bearer {ADMIN}"})
+
+    async with (
+        watch(gw, subjects.event("capacity")) as learned,
+        watch(gw, subjects.event("decision")) as decisions,
+    ):
+        first = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+        cut = await learned.next(RouteCapacity)
+        held = [
+            asyncio.create_task(client.chat.completions.create(model="m", messages=HI))
+            for _ in range(2)
+        ]
+        await a.wait_for_requests(3)  # both held on a: a is at its limit
+        spilled = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+        explained = (
+            await admin.post(
+                "/admin/routing/explain",
+                json={"path": CHAT, "body": {"model": "m", "messages": HI}},
+            )
+        ).json()
+        deep = (await admin.get("/health/deep")).json()
+        decided = await decisions.next(RouteDecided, lambda d: bool(d.skipped))
+        a.release_held()
+        await asyncio.gather(*held)
+
+    assert first.headers["x-routed-via"] == eid("m", b)  # the 429 failed over
+    assert (cut.endpoint, cut.reason, cut.limit) == (eid("m", a), "rate_limited", 2.0)
+    assert spilled.headers["x-routed-via"] == eid("m", b)  # a is full: the next in order
+    assert len(a.requests) == 3  # the spilled request never reached a
+    skip = {"endpoint": eid("m", a), "reason": "capacity", "limit": 2.0, "in_flight": 2}
+    assert explained["plan"]["candidates"][0]["endpoint"] == eid("m", b)
+    assert explained["plan"]["skipped"] == [{**skip, "until": None}]
+    assert [msgspec.structs.asdict(s) for s in decided.skipped] == [{**skip, "until": None}]
+    line = deep["load"]["m"][eid("m", a)]
+    assert (line["in_flight"], line["learned_limit"], line["limit_reason"]) == (
+        2,
+        2.0,
+        "rate_limited",
+    )
+
+
+async def test_a_cooling_route_is_named_in_the_decision_with_when_it_is_back(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    a.enqueue(Reply(429, headers={"Retry-After": "30"}))
+    gw = await gateway_factory(
+        config(model("m", route(a), route(b, fallback_only=True)), circuit=SPEC_CIRCUIT)
+    )
+    client = gw.openai()
+
+    async with (
+        watch(gw, subjects.event("keypool")) as key_events,
+        watch(gw, subjects.event("decision")) as decisions,
+    ):
+        await client.chat.completions.create(model="m", messages=HI)
+        cooling = await key_events.next(KeyCooling)
+        await client.chat.completions.create(model="m", messages=HI)
+        decided = await decisions.next(RouteDecided, lambda d: bool(d.skipped))
+
+    assert decided.primary == eid("m", b)
+    # The ModelActor marked a cooling from the observation itself, a moment after its owner.
+    assert [(s.endpoint, s.reason, s.until) for s in decided.skipped] == [
+        (eid("m", a), "cooling", pytest.approx(cooling.until, abs=1.0))
+    ]
+    assert len(a.requests) == 1
