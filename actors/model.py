@@ -137,6 +137,7 @@ class ModelActor(Actor):
         self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
         # The one view of the capacity pools: the decision's lease (plan) and the strategy's
         # effective cost (RouteWise) both read it.
+        self._load = self._route_load()
         self.capacity = CapacityViews(self._model, self.name)
         await self.capacity.seed(ctx.bus)
         self._strategy: RoutingStrategy = build_strategy(
@@ -147,6 +148,7 @@ class ModelActor(Actor):
                 model=self._model,
                 clock=self._clock,
                 capacity=self.capacity.state_of,
+                load=self._load_of,
             ),
         )
         aff = self._routing.affinity
@@ -155,7 +157,6 @@ class ModelActor(Actor):
         self._prefill = PrefillLoad(
             elephant_tokens=pre.elephant_tokens, hint_ttl=pre.hint_ttl_seconds
         )
-        self._load = self._route_load()
         # Spilling is the fixed router's (RouteWise and round_robin keep their own order).
         self._spills = self._router == "fixed" and self._routing.learned_capacity.enabled
         self._load_published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, floor)
@@ -190,6 +191,11 @@ class ModelActor(Actor):
                 continue
             if isinstance(reply, EndpointState):
                 r.state = reply
+
+    def _load_of(self, endpoint: str) -> tuple[int, float | None]:
+        """(in flight, learned limit) of ``endpoint``, for the strategy."""
+        lim = self._load.limits.get(endpoint)
+        return self._load.in_flight(endpoint), lim.limit if lim is not None else None
 
     def _route_load(self) -> RouteLoad:
         """Counts in flight and learned limits per route. A count is forgotten after the

@@ -223,8 +223,9 @@ class RouteWiseCandidate(msgspec.Struct, frozen=True, kw_only=True):
 
     ``effective_cost_usd`` is None for a masked or infeasible route, and ``excluded`` says
     why (``quota_unresolved``, ``quota_exhausted``, ``envelope_uncalibrated``,
-    ``concurrency_full``); ``latency_ms`` is the TTFT estimate the LP used (the unprofiled
-    default when ``profiled`` is False); ``lp_weight`` its share of the LP's mix.
+    ``concurrency_full``, ``capacity_full``: at its learned limit); ``latency_ms`` is the
+    TTFT estimate the LP used (the unprofiled default when ``profiled`` is False; queueing
+    against the learned limit included); ``lp_weight`` its share of the LP's mix.
     """
 
     endpoint: str
