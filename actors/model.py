@@ -29,11 +29,11 @@ import msgspec
 from actors.base import Actor, ActorContext, Serve
 from actors.capacity_view import CapacityViews
 from actors.keypool_view import KeyViews
+from actors.model_load import ModelLoad
 from actors.state.affinity import AffinityTable
 from actors.state.circuit import CLOSED, HALF_OPEN, OPEN
 from actors.state.prefill import PrefillLoad
 from actors.state.quota import KeyQuota, KeyUsage
-from actors.state.route_load import RouteLoad
 from actors.state.route_table import RouteEntry, RouteTable
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
@@ -59,12 +59,10 @@ from schemas import (
     ProbeGrant,
     ProbeRequest,
     RouteCandidate,
-    RouteCapacity,
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
     RouteSkip,
-    RouteStatus,
     SetWeight,
     StateRequest,
     is_backpressure,
@@ -135,9 +133,9 @@ class ModelActor(Actor):
         """Build routes, strategy and tables; restore the snapshot; seed the circuit view."""
         self.ctx = ctx
         self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
+        self._load = ModelLoad(self._model, self._routing)
         # The one view of the capacity pools: the decision's lease (plan) and the strategy's
         # effective cost (RouteWise) both read it.
-        self._load = self._route_load()
         self.capacity = CapacityViews(self._model, self.name)
         await self.capacity.seed(ctx.bus)
         self._strategy: RoutingStrategy = build_strategy(
@@ -148,7 +146,7 @@ class ModelActor(Actor):
                 model=self._model,
                 clock=self._clock,
                 capacity=self.capacity.state_of,
-                load=self._load_of,
+                load=self._load.of,
             ),
         )
         aff = self._routing.affinity
@@ -159,7 +157,6 @@ class ModelActor(Actor):
         )
         # Spilling is the fixed router's (RouteWise and round_robin keep their own order).
         self._spills = self._router == "fixed" and self._routing.learned_capacity.enabled
-        self._load_published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, floor)
         self._flush_scheduled = False
         self._degraded = False
         self._streak = 0
@@ -191,28 +188,6 @@ class ModelActor(Actor):
                 continue
             if isinstance(reply, EndpointState):
                 r.state = reply
-
-    def _load_of(self, endpoint: str) -> tuple[int, float | None]:
-        """(in flight, learned limit) of ``endpoint``, for the strategy."""
-        lim = self._load.limits.get(endpoint)
-        return self._load.in_flight(endpoint), lim.limit if lim is not None else None
-
-    def _route_load(self) -> RouteLoad:
-        """Counts in flight and learned limits per route. A count is forgotten after the
-        longest a request of this model may run (its slowest route's timeout, plus the
-        failover budget), so one whose observation was lost heals by then."""
-        learned = self._routing.learned_capacity
-        routes = self._model.route
-        ttl = max((r.timeout_seconds for r in routes), default=600.0)
-        return RouteLoad(
-            {
-                eid: r.concurrency.limit if r.concurrency is not None else None
-                for eid, r in zip(self._model.endpoint_ids(), routes, strict=True)
-            },
-            ttl=ttl + self._routing.failover.budget_seconds,
-            min_limit=learned.min_limit,
-            inflation=learned.ttft_inflation,
-        )
 
     async def _seed_mode(self, ctx: ActorContext) -> None:
         """A restarted ModelActor learns the deployment mode (absent at first boot: normal)."""
@@ -317,21 +292,21 @@ class ModelActor(Actor):
 
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
-        at_send, _ = self._load.observed(obs.request_id, obs.endpoint, obs.outcome, now)
-        limit = self._load.limits.get(obs.endpoint)
-        changed = False
         if is_backpressure(obs):
             self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
-            if limit is not None:
-                sent_with = at_send if at_send >= 0 else self._load.in_flight(obs.endpoint)
-                changed = limit.rate_limited(sent_with, now)
         elif obs.outcome == "success":
             self._keys.succeeded(obs.endpoint, obs.credential_id)
-            ttft = obs.ttft_ms if obs.ttft_ms is not None else obs.latency_ms
-            if at_send >= 0 and not obs.probe:
-                changed = self._load.succeeded(obs.endpoint, ttft, at_send, now)
-        if changed:
-            self._limit_changed(obs.endpoint, now)
+        event = self._load.observed(obs, now)
+        if event is not None:
+            if event.reason != "grew":
+                logger.info(
+                    "route %s learned limit %.1f (%s, %d in flight)",
+                    event.endpoint,
+                    event.limit,
+                    event.reason,
+                    event.in_flight,
+                )
+            self.ctx.start_soon(lambda: self.ctx.publish(subjects.event("capacity"), event))
         if self._quota.learn(obs, now):
             self._prefer_by_quota()
             self._pins_changed()  # the usage is saved with the next snapshot flush
@@ -344,38 +319,6 @@ class ModelActor(Actor):
             if self._affinity.drop(obs.caller, obs.endpoint):
                 self._pins_changed()
         self._strategy.observe(obs)
-
-    def _limit_changed(self, endpoint: str, now: float) -> None:
-        """Tell operators (``llmgw.events.capacity``) of a cut at once, of growth when the
-        whole limit moved and at most once a second per route."""
-        lim = self._load.limits[endpoint]
-        limit = lim.effective()
-        if limit is None:
-            return
-        last_ts, last_floor = self._load_published.get(endpoint, (-1e18, -1))
-        if lim.reason == "grew" and (int(limit) == last_floor or now - last_ts < 1.0):
-            return
-        self._load_published[endpoint] = (now, int(limit))
-        if lim.reason != "grew":
-            logger.info(
-                "route %s learned limit %.1f (%s, %d in flight)",
-                endpoint,
-                limit,
-                lim.reason,
-                self._load.in_flight(endpoint),
-            )
-        event = RouteCapacity(
-            model=self._model.id,
-            endpoint=endpoint,
-            limit=round(limit, 3),
-            in_flight=self._load.in_flight(endpoint),
-            reason=lim.reason,
-            cap=lim.cap,
-            ttft_baseline_ms=lim.baseline_ms,
-            ttft_recent_ms=lim.recent_ms,
-            ts=now,
-        )
-        self.ctx.start_soon(lambda: self.ctx.publish(subjects.event("capacity"), event))
 
     def _count_for_breaker(self, obs: Observation, now: float) -> None:
         """The optional per-model breaker: N consecutive failed attempts, any route."""
@@ -405,7 +348,13 @@ class ModelActor(Actor):
         admissible route's effective cost, latency estimate and LP weight."""
         now = self._clock()
         st = self._table.status(self._router)
-        st = msgspec.structs.replace(st, routes=tuple(self._with_load(r, now) for r in st.routes))
+        st = msgspec.structs.replace(
+            st,
+            routes=tuple(
+                self._load.status(r, self._keys.cooling_until(r.endpoint, None, now))
+                for r in st.routes
+            ),
+        )
         if self._routewise is None:
             return st
         live = [
@@ -417,21 +366,6 @@ class ModelActor(Actor):
         rows = self._routewise.rows(live, RouteRequest(model=self._model.id, prompt_tokens=tokens))
         return msgspec.structs.replace(st, routewise=rows, routewise_prompt_tokens=tokens)
 
-    def _with_load(self, r: RouteStatus, now: float) -> RouteStatus:
-        """``r`` with what this actor counts and learns of its load, and its cooling."""
-        lim = self._load.limits.get(r.endpoint)
-        if lim is None:
-            return r
-        return msgspec.structs.replace(
-            r,
-            in_flight=self._load.in_flight(r.endpoint),
-            learned_limit=lim.effective(),
-            limit_reason=lim.reason,
-            ttft_baseline_ms=lim.baseline_ms,
-            ttft_recent_ms=lim.recent_ms,
-            cooling_until=self._keys.cooling_until(r.endpoint, None, now),
-        )
-
     # -- the decision -------------------------------------------------------------------
 
     async def plan(self, req: RouteRequest) -> RoutePlan:
@@ -439,8 +373,7 @@ class ModelActor(Actor):
         taken (actors/capacity_view.py). Raises GatewayError subclasses."""
         plan = await self.capacity.decide(req, self._decide, self.ctx.bus, self._clock())
         if not req.dry:
-            sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-            self._load.issued(req.request_id, sendable, self._clock())
+            self._load.issued(req.request_id, plan, self._clock())
         return plan
 
     async def _decide(self, req: RouteRequest, full: frozenset[str]) -> RoutePlan:
@@ -507,7 +440,9 @@ class ModelActor(Actor):
         backups = [r for r in routes if r.config.fallback_only and r.endpoint not in full]
         spilled: list[RouteEntry] = []
         if self._spills:
-            drawn, backups, spilled = self._spill(drawn, backups, now)
+            drawn, backups, spilled = self._load.spill(
+                drawn, backups, lambda r: self._closed(r, now)
+            )
         closed = [r for r in drawn if self._closed(r, now)]
         probing = [r for r in drawn if self._probe_eligible(r, now)]
         primary, reason = None, "fallback_only"
@@ -557,37 +492,8 @@ class ModelActor(Actor):
             hedge_after_ms=hedge,
             skipped=(
                 *(RouteSkip(endpoint=e, reason="cooling", until=u) for e, u in cooling.items()),
-                *(self._skip_for_capacity(r) for r in spilled),
+                *(self._load.skipped(r) for r in spilled),
             ),
-        )
-
-    def _spill(
-        self, drawn: list[RouteEntry], backups: list[RouteEntry], now: float
-    ) -> tuple[list[RouteEntry], list[RouteEntry], list[RouteEntry]]:
-        """``fixed`` spills before a route saturates: a route at its learned limit leaves the
-        draw for the next in weight order (the backups at their limit go after the others);
-        the drawn ones at their limit are kept last among the fallbacks. Weights are an
-        intent that load bends, never a queue. When every available route is at its limit,
-        nothing spills (the limit is an estimate, not a refusal).
-
-        Returns (drawn, backups, spilled)."""
-        load = self._load
-        full = {r.endpoint for r in (*drawn, *backups) if load.saturated(r.endpoint)}
-        if not full or not any(
-            self._closed(r, now) and r.endpoint not in full for r in (*drawn, *backups)
-        ):
-            return drawn, backups, []
-        spilled = [r for r in drawn if r.endpoint in full and self._closed(r, now)]
-        drawn = [r for r in drawn if r.endpoint not in full]
-        backups = sorted(backups, key=lambda r: r.endpoint in full)  # stable: declared order
-        return drawn, backups, spilled
-
-    def _skip_for_capacity(self, r: RouteEntry) -> RouteSkip:
-        return RouteSkip(
-            endpoint=r.endpoint,
-            reason="capacity",
-            limit=self._load.limits[r.endpoint].effective(),
-            in_flight=self._load.in_flight(r.endpoint),
         )
 
     def _fallback_order(
