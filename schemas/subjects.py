@@ -210,6 +210,7 @@ EVENT_KINDS = (
     "auth_rejected",
     "bench",
     "budget",
+    "capacity",
     "circuit",
     "config",
     "decision",
