@@ -55,6 +55,7 @@ from schemas.events import (
     CircuitTransition,
     ModeChanged,
     ModelBreakerTripped,
+    RouteCapacity,
     SupervisorGaveUp,
 )
 from schemas.keys import (
@@ -66,6 +67,7 @@ from schemas.keys import (
     AuthStateRequest,
     DashboardSessionEnded,
     KeyAcquire,
+    KeyCooling,
     KeyDeclarations,
     KeyDeclarationsRequest,
     KeyGrant,
@@ -100,6 +102,7 @@ from schemas.ops import (
     RouteDecided,
 )
 from schemas.routing import (
+    QUOTA_EXHAUSTED,
     EndpointState,
     FirstToken,
     HealthReport,
@@ -119,12 +122,14 @@ from schemas.routing import (
     RouteCandidate,
     RoutePlan,
     RouteRequest,
+    RouteSkip,
     RouteStatus,
     RouteWiseCandidate,
     RouteWiseSettings,
     RouteWiseSettingsGet,
     SetWeight,
     StateRequest,
+    is_backpressure,
 )
 from schemas.rules import Rule, RulesGet, RulesState
 from schemas.steering import (
@@ -162,6 +167,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     LeaseExpired,
     ProbeFirstByte,
     ModelBreakerTripped,
+    RouteCapacity,
     BenchChanged,
     ModeChanged,
     ModeRequest,
@@ -199,6 +205,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     ProviderSecretGrant,
     DashboardSessionEnded,
     KeyMuted,
+    KeyCooling,
     KeyUnmuted,
     CircuitTransition,
     AuthRejected,
@@ -227,6 +234,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
 ]
 
 __all__ = [
+    "QUOTA_EXHAUSTED",
     "AdminCommand",
     "AdminExecuted",
     "AdminReply",
@@ -277,6 +285,7 @@ __all__ = [
     "HealthRequest",
     "InvalidRequestError",
     "KeyAcquire",
+    "KeyCooling",
     "KeyDeclarations",
     "KeyDeclarationsRequest",
     "KeyGrant",
@@ -322,10 +331,12 @@ __all__ = [
     "RequestCompleted",
     "RequestTooLargeError",
     "RouteCandidate",
+    "RouteCapacity",
     "RouteDecided",
     "RouteNotFoundError",
     "RoutePlan",
     "RouteRequest",
+    "RouteSkip",
     "RouteStatus",
     "RouteWiseCandidate",
     "RouteWiseSettings",
@@ -344,6 +355,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeoutError",
     "error_from_reply",
+    "is_backpressure",
     "raise_for_reply",
     "subjects",
 ]

@@ -354,9 +354,14 @@ class KeyPoolConfig(_Strict):
     A key-specific failure mutes a key for ``mute_seconds`` (a provider ``Retry-After`` is a
     floor); a caller's only key tolerates ``sole_key_tolerance`` consecutive failures, then
     mutes for ``sole_key_backoff_seconds`` doubling up to ``sole_key_backoff_max_seconds``.
+    A provider's rate limit (a 429 that is not a quota exhaustion) does not mute: the key
+    cools for the provider's ``Retry-After`` (or ``x-ratelimit-reset-*``), else for
+    ``cooling_seconds`` doubling while 429s continue up to ``cooling_max_seconds``.
     """
 
     mute_seconds: float = Field(default=300.0, gt=0)
+    cooling_seconds: float = Field(default=1.0, gt=0)
+    cooling_max_seconds: float = Field(default=60.0, gt=0)
     binding_ttl_seconds: float = Field(default=300.0, gt=0)
     sole_key_tolerance: int = Field(default=2, ge=0)
     sole_key_backoff_seconds: float = Field(default=15.0, gt=0)
@@ -375,6 +380,16 @@ class BenchConfig(_Strict):
     duration_seconds: float = Field(default=600.0, gt=0)
     probe_after_fraction: float = Field(default=0.5, gt=0, lt=1)
     model_breaker_failures: int = Field(default=0, ge=0)
+
+
+class LearnedCapacityConfig(_Strict):
+    """Each route's learned concurrency limit (actors/state/route_load.py): AIMD cut by 429s
+    and by a time to first token over ``ttft_inflation`` times its unloaded baseline, never
+    under ``min_limit``; ``enabled: false`` counts and learns but never spills."""
+
+    enabled: bool = True
+    min_limit: float = Field(default=2.0, ge=1)
+    ttft_inflation: float = Field(default=2.0, gt=1)
 
 
 class DegradedConfig(_Strict):
@@ -433,6 +448,7 @@ class RoutingConfig(_Strict):
     decision_timeout_seconds: float = Field(default=5.0, gt=0)
     key_pool: KeyPoolConfig = KeyPoolConfig()
     leases: LeaseConfig = LeaseConfig()
+    learned_capacity: LearnedCapacityConfig = LearnedCapacityConfig()
 
 
 class ServerConfig(_Strict):

@@ -117,6 +117,9 @@ class KeyPoolState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     epoch: str = ""
     seq: int = 0
     declarations: int = 0
+    # Credentials cooling after a provider's 429 (back-pressure, not a mute): id -> when it
+    # ends ("" is a route without keys).
+    cooling: dict[str, float] = {}
 
 
 class KeyPoolStateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -197,6 +200,20 @@ class KeyMuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     seconds: float
     status: int | None = None
     reason: str = ""
+
+
+class KeyCooling(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A provider answered a credential with a rate limit (429): the pool rests it on that
+    route until ``until`` (operator event). ``hinted``: the provider said how long
+    (``Retry-After``, ``x-ratelimit-reset-*``); else the adaptive backoff chose ``seconds``.
+    ``credential_id`` is ``""`` for a route without keys."""
+
+    pool: str
+    credential_id: str
+    until: float
+    seconds: float
+    hinted: bool = False
+    ts: float = 0.0
 
 
 class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -28,13 +28,14 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     (``decision``: RouteDecided, ``config``:
                                                     ConfigChanged, ``admin``: AdminExecuted,
                                                     ``budget``: BudgetThreshold, ``limits``:
-                                                    LeaseExpired)
+                                                    LeaseExpired, ``capacity``: RouteCapacity,
+                                                    ``keypool``: KeyMuted/KeyUnmuted/KeyCooling)
 - ``llmgw.request.<model>.done``    event          ingress -> store: RequestCompleted (one per
                                                     client request)
 - ``llmgw.admin.<area>.<verb>``     request/reply  operators (CLI, HTTP admin) -> the area's
                                                     owner: AdminCommand -> AdminReply
 - ``llmgw.keypool.<id>.state``      event          KeyPoolActor -> ModelActor views:
-                                                    KeyPoolState (declaration and mutes)
+                                                    KeyPoolState (declaration, mutes, cooling)
 - ``llmgw.keypool.<id>.get``        request/reply  anyone -> KeyPoolActor: KeyPoolStateRequest
                                                     -> KeyPoolState
 - ``llmgw.keypool.<id>.acquire``    request/reply  tools -> KeyPoolActor: KeyAcquire -> KeyGrant
@@ -209,6 +210,7 @@ EVENT_KINDS = (
     "auth_rejected",
     "bench",
     "budget",
+    "capacity",
     "circuit",
     "config",
     "decision",

@@ -40,12 +40,15 @@ class StrategyDeps:
     """What the hosting ModelActor hands every strategy besides its params: the prefill
     knobs, the model it routes (None in bare unit tests), the actor's clock and its capacity
     view: ``capacity(endpoint)`` is the state of that route's pool (None: on-demand, or not
-    known yet), read from the ModelActor's ``CapacityViews``."""
+    known yet), read from the ModelActor's ``CapacityViews``; and each route's load."""
 
     prefill: PrefillConfig = field(default_factory=PrefillConfig)
     model: ModelConfig | None = None
     clock: Callable[[], float] = time.time
     capacity: Callable[[str], CapacityState | None] = field(default=lambda _endpoint: None)
+    # ``load(endpoint)``: (requests in flight, learned concurrency limit or None), the
+    # ModelActor's count (actors/state/route_load.py).
+    load: Callable[[str], tuple[int, float | None]] = field(default=lambda _endpoint: (0, None))
 
 
 class RoutingStrategy(Protocol):

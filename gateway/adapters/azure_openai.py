@@ -20,8 +20,8 @@ import msgspec
 
 from gateway.adapters.base import error_from_status
 from gateway.adapters.openai_compat import OpenAICompatAdapter
-from gateway.adapters.platform_errors import CONTENT_FILTER, QUOTA_EXHAUSTED, retry_after_or_ms
-from schemas import ContentFilteredError, UpstreamError
+from gateway.adapters.platform_errors import CONTENT_FILTER
+from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -126,9 +126,7 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
             # limit messages mention quota increases without any quota being spent.
             quota = code in _QUOTA_CODES or any(m in body.lower() for m in _QUOTA_MARKERS)
             err.kind = QUOTA_EXHAUSTED if quota else f"http_{status}"
-        if status == 429:
-            err.retry_after = retry_after_or_ms(headers)
-        return err
+        return err  # a 429's retry-after: error_from_status reads retry-after-ms too
 
 
 def _error_code(body: bytes) -> str | None:

@@ -32,9 +32,9 @@ from gateway.adapters.gemini_wire import (
     to_embed_requests,
     to_gemini_request,
 )
-from gateway.adapters.platform_errors import QUOTA_EXHAUSTED, google_duration
+from gateway.adapters.platform_errors import google_duration
 from gateway.adapters.sse import SSEParser
-from schemas import InvalidRequestError, UpstreamError
+from schemas import QUOTA_EXHAUSTED, InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping

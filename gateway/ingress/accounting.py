@@ -225,6 +225,7 @@ class Accounting:
                     attempts=done.attempts,
                     status=status,
                     ts=done.ts,
+                    skipped=plan.skipped if plan else (),
                     **_steering_brief(rec.resolution),
                 ),
             )

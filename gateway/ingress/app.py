@@ -868,6 +868,7 @@ class GatewayApp:
                     "endpoints": endpoints,
                     "capacity": capacity,
                     "rules": self.rules.health(),
+                    "load": await self._load_health(req),
                     "routewise": await self._routewise_health(req),
                 }
             ),
@@ -883,6 +884,28 @@ class GatewayApp:
                 timeout=self._config.routing.decision_timeout_seconds,
             )
         )
+
+    async def _load_health(self, req: HttpRequest) -> dict[str, Any]:
+        """Per model, per route: requests in flight, the learned concurrency limit (and what
+        last moved it), the TTFT baseline and recent average it is judged by, and until when
+        its keys are cooling after a 429 (one status request per model)."""
+        out: dict[str, Any] = {}
+        for m in self._config.models:
+            if not self._visible(req, m.id):
+                continue
+            status = await self._model_status(m.id)
+            out[m.id] = {
+                r.endpoint: {
+                    "in_flight": r.in_flight,
+                    "learned_limit": r.learned_limit,
+                    "limit_reason": r.limit_reason,
+                    "ttft_baseline_ms": r.ttft_baseline_ms,
+                    "ttft_recent_ms": r.ttft_recent_ms,
+                    "cooling_until": r.cooling_until,
+                }
+                for r in status.routes
+            }
+        return out
 
     async def _routewise_health(self, req: HttpRequest) -> dict[str, Any]:
         """Per RouteWise model: each candidate's effective cost, latency estimate, LP weight,

@@ -350,7 +350,7 @@ class Dispatcher:
             self.leases.hold_plan(current)
             for i, c in enumerate(candidates):
                 if failures.rules_out(c):
-                    await self._release(info, c, first=i == 0)
+                    await self._release(info, c)
                     continue
                 hedge_backup = (
                     current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
@@ -382,7 +382,7 @@ class Dispatcher:
     ) -> None:
         """Release the leases of ``candidates[start:]``, which will not be attempted."""
         for i in range(start, len(candidates)):
-            await self._release(info, candidates[i], first=i == 0)
+            await self._release(info, candidates[i])
 
     async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
         """Give back the leases of a plan none of whose candidates will be attempted (the
@@ -391,19 +391,21 @@ class Dispatcher:
         self.leases.hold_plan(plan)
         await self._release_all(info, plan.candidates, 0)
 
-    async def _release(self, info: RequestInfo, c: RouteCandidate, *, first: bool) -> None:
+    async def _release(self, info: RequestInfo, c: RouteCandidate) -> None:
         """Give back what a candidate that is never attempted holds: the probe lease (a
-        cancelled probe observation, which releases the prefill lease too) or, for the first
-        of its plan, the model's prefill lease; and its capacity lease. Not an attempt: the
-        request's accounting does not count it."""
+        cancelled probe observation, which releases the prefill lease too) or the model's
+        prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
+        capacity lease. Not an attempt: the request's accounting does not count it."""
         await self.leases.release(c)
         if c.probe:
             obs = self._observation(info, c, 0, "cancelled", self._clock())
             await self._publish(subjects.observation(c.endpoint), obs)
-        elif first:
+        elif not c.refusal:
+            # Also ends the in-flight count the ModelActor may hold for it (after a failure
+            # it counts the next candidate as sent).
             await self._publish(
                 subjects.model_first_token(info.model),
-                FirstToken(endpoint=c.endpoint, request_id=info.request_id),
+                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
             )
 
     async def observe(

@@ -130,6 +130,7 @@ async def explain(
                 }
                 for c in first.candidates
             ],
+            "skipped": [msgspec.structs.asdict(k) for k in first.skipped],
             **(
                 {"routewise": [msgspec.structs.asdict(c) for c in first.routewise]}
                 if first.routewise

@@ -6,7 +6,8 @@ Per kind and surface: a chat, a stream and a tool call keep their text, stop rea
 deployment URL, api-version and ``api-key``; Gemini's ``systemInstruction``,
 ``functionDeclarations``, ``functionCall``/``functionResponse`` and ``x-goog-api-key``); a
 failing route fails over to a route of the new kind. A throttled answer is a rate limit with
-the platform's retry-after; a content-filter refusal reaches the client in its own API's
+the platform's retry-after that cools the key, never the circuit or a bench, and a quota
+exhaustion mutes it; a content-filter refusal reaches the client in its own API's
 shape, is never failed over and never counts against the route.
 """
 
@@ -19,7 +20,15 @@ import anthropic
 import openai
 import pytest
 
-from schemas import Observation, subjects
+from schemas import (
+    BenchChanged,
+    CircuitTransition,
+    KeyCooling,
+    KeyMuted,
+    Observation,
+    subjects,
+)
+from schemas.config import credential_id
 from tests.e2e._surface_clients import (
     DRIVERS,
     MAX_TOKENS,
@@ -32,7 +41,7 @@ from tests.e2e._surface_clients import (
     TOOL_SCHEMA,
     Answer,
 )
-from tests.e2e.conftest import HI, config, eid, model, route, watch
+from tests.e2e.conftest import HI, config, eid, endpoint_states, model, route, watch
 from tests.fixtures.upstream import (
     FakeUpstream,
     Recorded,
@@ -183,25 +192,82 @@ _THROTTLED = {
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_throttled_answer_is_observed_as_a_rate_limit_with_its_retry_after(
+async def test_throttled_answer_cools_the_key_for_its_retry_after_never_the_circuit_or_bench(
     gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, kind: str
 ) -> None:
     up = await fake_upstreams("up1")
     spare = await fake_upstreams("spare")
-    up.enqueue(_THROTTLED[kind])
+    up.enqueue(_THROTTLED[kind], Reply(500))
+    keys = {"api_key": None, "api_keys": [KEY, KEY + "-2"]}
     gw = await gateway_factory(
-        config(model("m", platform_route(kind, up), route(spare, weight=TINY)))
+        config(model("m", platform_route(kind, up, **keys), route(spare, weight=TINY)))
     )
+    endpoint = eid("m", up)
 
-    async with watch(gw, subjects.observation(eid("m", up))) as obs:
+    async with (
+        watch(gw, subjects.observation(endpoint)) as obs,
+        watch(gw, subjects.event("keypool")) as key_events,
+        watch(gw, subjects.event("bench")) as benches,
+        watch(gw, subjects.event("circuit")) as circuits,
+        endpoint_states(gw, endpoint) as states,
+    ):
         done = await gw.openai().chat.completions.create(model="m", messages=HI)
         throttled = await obs.next(Observation)
+        cooled = await key_events.next(KeyCooling, lambda e: e.pool == endpoint)
+        # A barrier: the other key is free, so the route still serves, and fails for real;
+        # observations of one endpoint are handled in order, so this state includes the 429.
+        await gw.openai().chat.completions.create(model="m", messages=HI)
+        state = await states.state(lambda s: s.consecutive_failures > 0)
 
     assert done.choices[0].message.content == spare.text  # passed over, not waited for
-    assert (throttled.status, throttled.retry_after) == (429, 7.0)
-    # A pace, not a quota (not quota_exhausted): the key pool cools the credential for the
-    # retry-after instead of muting it, and the breaker does not count it.
-    assert (throttled.outcome, throttled.error_kind) == ("failure", "http_429")
+    assert (throttled.status, throttled.retry_after, throttled.error_kind) == (429, 7.0, "http_429")
+    assert cooled.hinted and cooled.seconds == pytest.approx(7.0, abs=0.5)
+    assert (state.circuit_state, state.consecutive_failures) == ("closed", 1)  # the 500 only
+    assert not [e for e in circuits.seen if isinstance(e, CircuitTransition)]
+    assert not [e for e in benches.seen if isinstance(e, BenchChanged)]
+    assert not [e for e in key_events.seen if isinstance(e, KeyMuted)]
+    assert [r.credential for r in up.requests] == [KEY, KEY + "-2"]
+
+
+_QUOTA_SPENT = {
+    "azure_openai": Reply(
+        429, body={"error": {"code": "insufficient_quota", "message": "You exceeded your quota."}}
+    ),
+    "gemini": Reply(
+        429,
+        body=google_error_body(
+            429,
+            "You exceeded your current quota, please check your plan and billing details.",
+            [
+                {
+                    "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                    "violations": [{"quotaId": "GenerateRequestsPerDayPerProjectPerModel"}],
+                }
+            ],
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_quota_exhaustion_mutes_the_key(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, kind: str
+) -> None:
+    up = await fake_upstreams("up1")
+    spare = await fake_upstreams("spare")
+    up.enqueue(_QUOTA_SPENT[kind])
+    keys = {"api_key": None, "api_keys": [KEY, KEY + "-2"]}  # a caller's only key is spared once
+    gw = await gateway_factory(
+        config(model("m", platform_route(kind, up, **keys), route(spare, weight=TINY)))
+    )
+
+    async with watch(gw, subjects.event("keypool")) as key_events:
+        done = await gw.openai().chat.completions.create(model="m", messages=HI)
+        muted = await key_events.next(KeyMuted, lambda e: e.pool == eid("m", up))
+
+    assert done.choices[0].message.content == spare.text
+    assert muted.credential_id == credential_id(KEY)
+    assert not [e for e in key_events.seen if isinstance(e, KeyCooling)]
 
 
 async def test_azure_content_filter_refusal_reaches_each_surface_and_is_never_failed_over(

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _LP_CACHE_SIZE = 256
+# A route at (or past) its learned limit is left out; near it, its latency is divided by
+# what headroom is left, at least this much.
+_MIN_HEADROOM = 0.1
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
 _RESOLVED_FALLBACKS = 3
 # Samples each route needs before hedging trusts its profile (the library's default).
@@ -139,6 +142,9 @@ class RouteWiseStrategy:
         self._deps = deps
         self._clock: Callable[[], float] = deps.clock
         self._rng = random.Random(params.random_seed)
+        # Its own stream: exploring never shifts the LP's seeded draws.
+        self._explore_rng = random.Random(params.random_seed)
+        self.explored = 0
         self.latency = LatencyEvidence(params)
         self.output = OutputLengthPredictor(params)
         self.envelope = CostEnvelope(params)
@@ -165,6 +171,7 @@ class RouteWiseStrategy:
             return
         if params.random_seed != self.params.random_seed:
             self._rng = random.Random(params.random_seed)
+            self._explore_rng = random.Random(params.random_seed)
         self.params = params
         for part in (self.latency, self.output, self.envelope):
             part.retune(params)
@@ -350,6 +357,11 @@ class RouteWiseStrategy:
         latency, profiled = self.latency.lp_latency(endpoint, now)
         state = self._deps.capacity(endpoint)
         free = state.free if state is not None else None
+        in_flight, limit = self._deps.load(endpoint)
+        if limit is not None:
+            # Queueing: a route holding a share of its learned limit answers later (as an
+            # M/M/1 queue's wait grows with its load), so its LP share is bounded by it.
+            latency /= max(_MIN_HEADROOM, 1.0 - in_flight / limit)
 
         def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
             return Candidate(
@@ -363,6 +375,8 @@ class RouteWiseStrategy:
                 free_slots=free,
             )
 
+        if limit is not None and in_flight >= limit:
+            return out(None, "capacity_full")
         if kind == "quota":
             if state is None or not state.resolved:
                 return out(None, "quota_unresolved")
@@ -428,7 +442,26 @@ class RouteWiseStrategy:
             logger.debug("routewise cold burst, weighted draw: %s", exc)
             return self._draw(routes)
         self._last_weights = weights
+        explore = self._explore(cands)
+        if explore is not None:
+            return routes[explore]
         return routes[self._sample(weights)]
+
+    def _explore(self, cands: Sequence[Candidate]) -> int | None:
+        """In-band exploration: with ``explore_unprofiled_share`` probability, one admissible
+        route never measured (priced at the unprofiled default, which the LP would avoid
+        forever) serves this real request, so every route gets profiled without a paid
+        probe; its index, or None."""
+        share = self.params.explore_unprofiled_share
+        if share <= 0:
+            return None
+        unknown = [
+            i for i, c in enumerate(cands) if not c.profiled and c.effective_cost is not None
+        ]
+        if not unknown or self._explore_rng.random() >= share:
+            return None
+        self.explored += 1
+        return unknown[int(self._explore_rng.random() * len(unknown))]
 
     @property
     def last(self) -> tuple[Candidate, ...]:

@@ -13,9 +13,8 @@ import pytest
 
 from gateway.adapters.azure_openai import AzureOpenAIAdapter, EntraTokens
 from gateway.adapters.base import UpstreamTarget
-from gateway.adapters.platform_errors import QUOTA_EXHAUSTED
 from gateway.adapters.registry import make_adapters, make_http_client
-from schemas import ContentFilteredError, UpstreamError
+from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
 from schemas.config import AzureSettings
 from tests.fixtures.upstream import (
     FakeUpstream,

@@ -429,6 +429,21 @@ async def test_dispatcher_hop_cap_stops_after_max_attempts_and_gives_back_unatte
     ]
 
 
+async def test_dispatcher_says_unsent_for_each_candidate_it_never_attempts(
+    h: Harness, stream: bool
+) -> None:
+    h.failover = FailoverConfig(max_attempts=2)
+    h.adapter.scripts = {e: [Fail(500)] for e in "abcd"}
+
+    with pytest.raises(UpstreamError):
+        await serve(h, plan(cand("a"), cand("b"), cand("c"), cand("d")), stream)
+
+    heard = await h.heard.drain()
+    # The ModelActor counts c as in flight once b failed: it must hear c (and d) will not be.
+    unsent = [m.endpoint for subject, m in heard.messages if isinstance(m, FirstToken) and m.unsent]
+    assert unsent == ["c", "d"]
+
+
 async def test_dispatcher_hop_cap_counts_across_the_walk(h: Harness) -> None:
     h.failover = FailoverConfig(max_attempts=3)
     h.adapter.scripts = {e: [Fail(500)] for e in ("a", "b", "c", "d")}
