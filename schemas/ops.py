@@ -52,6 +52,7 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     cost_estimated: bool = False
     key_id: str = ""
     user: str = ""
+    trace_id: str = ""
 
 
 class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -65,7 +66,8 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``chain`` or ``axis`` it resolved to, the ``ordering`` (profile, axis or ``priority``),
     the ``chosen`` first model with its ``score``, the ``runner_up`` with its score, and
     whether the primary was an exploration pick. A request a routing rule sent to its
-    chain or axis names the ``rule``.
+    chain or axis names the ``rule``. ``trace_id`` is the request's OpenTelemetry trace
+    ("" when telemetry is off).
     """
 
     request_id: str = ""
@@ -91,6 +93,7 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     runner_up_score: float | None = None
     explored: bool = False
     rule: str = ""
+    trace_id: str = ""
 
 
 class ConfigChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from gateway.ingress.metrics import GatewayMetrics
     from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
+    from gateway.telemetry.provider import Telemetry
+    from gateway.telemetry.request_trace import RequestTrace
     from schemas import Message, Observation, RoutePlan, RouteRequest
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,11 @@ class RequestRecord:
     decision_s: float | None = None
     attempts: list[Observation] = field(default_factory=list)
     resolution: Resolution | None = None
+    trace: RequestTrace | None = None
+    """The request's spans when telemetry is on (gateway.telemetry)."""
+    upstream_s: float = 0.0
+    """Seconds some upstream attempt was in flight (overlapping hedges counted once)."""
+    _upstream_until: float = 0.0
 
     def requested(self, name: str) -> None:
         """Note the model name the client asked for (the first one noted wins), bounded."""
@@ -78,12 +85,29 @@ class RequestRecord:
         """Note the RouteRequest about to be sent to the model's owner."""
         self.route = route
         self.asked = time.perf_counter()
+        if self.trace is not None:
+            self.trace.routing(route)
 
     def routed(self, plan: RoutePlan) -> RoutePlan:
         """Note the plan the owner answered (returns it, to wrap a ``return``)."""
         self.plan = plan
         self.decision_s = time.perf_counter() - self.asked
+        if self.trace is not None:
+            self.trace.routed(plan, self.resolution)
         return plan
+
+    def upstream(self, began: float, ended: float) -> None:
+        """Note that an upstream attempt was in flight from ``began`` to ``ended`` (seconds,
+        one monotonic clock); time already counted is not counted twice."""
+        start = max(began, self._upstream_until)
+        if ended > start:
+            self.upstream_s += ended - start
+        self._upstream_until = max(self._upstream_until, ended)
+
+    def overhead_header(self) -> tuple[bytes, bytes]:
+        """``x-llmgw-overhead-ms``: the time so far not spent waiting for an upstream."""
+        own = time.perf_counter() - self.started - self.upstream_s
+        return (b"x-llmgw-overhead-ms", b"%.3f" % max(0.0, own * 1000))
 
     def steered(self, res: Resolution) -> None:
         """Note how a steered request's target was resolved (for the decision event)."""
@@ -116,10 +140,18 @@ def _steering_brief(res: Resolution | None) -> dict[str, Any]:
 class Accounting:
     """Owns the per-request accounting of one ingress (see the module docstring)."""
 
-    def __init__(self, bus: Bus, metrics: GatewayMetrics, *, decisions: bool) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        metrics: GatewayMetrics,
+        *,
+        decisions: bool,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self._bus = bus
         self.metrics = metrics
         self.decisions = decisions
+        self.telemetry = telemetry
         self._done_subjects: dict[str, str] = {}  # model -> subject; escaping costs ~1 µs
 
     def wrap(self, handler: AccountedHandler, surface: str) -> Handler:
@@ -128,6 +160,8 @@ class Accounting:
 
         async def accounted(req: HttpRequest) -> None:
             rec = RequestRecord()
+            if self.telemetry is not None:  # an inference route's path is its own template
+                rec.trace = self.telemetry.request(req, req.path)
             try:
                 await handler(req, rec)
             except GatewayError as err:
@@ -196,7 +230,10 @@ class Accounting:
             stream=last.stream if last is not None else False,
             cost_usd=sum(a.cost_usd for a in attempts),
             cost_estimated=any(a.cost_estimated for a in attempts),
+            trace_id=rec.trace.trace_id if rec.trace is not None else "",
         )
+        if rec.trace is not None:
+            rec.trace.finish(status, kind)
         try:
             self.metrics.request(done, attempts, rec.decision_s)
         except Exception:  # metrics must never fail a request
@@ -225,6 +262,7 @@ class Accounting:
                     attempts=done.attempts,
                     status=status,
                     ts=done.ts,
+                    trace_id=done.trace_id,
                     **_steering_brief(rec.resolution),
                 ),
             )
