@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.upstream",
     "tests.fixtures.gateway",
+    "tests.fixtures.otlp",
 ]
 
 # Files whose tests run longest (a soak, several processes, CLI child processes, a browser):

@@ -619,7 +619,10 @@ class Dispatcher:
             limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
             try:
                 async with asyncio.timeout(limit):
-                    body = await op(self._adapter(c), target)
+                    adapter = self._adapter(c)
+                    if trace is not None:
+                        adapter = trace.noting(adapter, attempt)
+                    body = await op(adapter, target)
             except UpstreamError as err:
                 await self.leases.release(c, tokens_used_by_failure(err))
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
@@ -637,8 +640,6 @@ class Dispatcher:
                     info, c, attempt, "cancelled", started, err=declined.error(c.endpoint)
                 )
                 raise
-            if trace is not None:
-                trace.answered(attempt, body)
             usage = usage_of(body)
             await self.observe(
                 info,

@@ -17,10 +17,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_contex
 from gateway.telemetry.names import operation_name, provider_name
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from opentelemetry.context import Context
     from opentelemetry.trace import Span
 
-    from gateway.adapters.base import UpstreamTarget
+    from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
     from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
@@ -63,6 +65,7 @@ class RequestTrace:
             "http.route": route,
             "url.scheme": scope.get("scheme", "http"),
             "server.address": server[0] or "",
+            "llmgw.request_id": req.request_id,
         }
         if server[1] is not None:
             attributes["server.port"] = server[1]
@@ -167,6 +170,11 @@ class RequestTrace:
         self._t.propagator.inject(carrier, context=set_span_in_context(span))
         return dataclasses.replace(target, trace_headers=carrier)
 
+    def noting(self, adapter: Adapter, number: int) -> Adapter:
+        """``adapter``, noting its whole answers to attempt ``number`` (:meth:`answered`)
+        before the caller renders them for the client."""
+        return _Noting(adapter, self, number)
+
     def answered(self, number: int, body: dict[str, Any]) -> None:
         """Note the upstream's answer (or first chunk) to attempt ``number``: response id,
         model and finish reasons (never its content)."""
@@ -243,3 +251,25 @@ class RequestTrace:
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+class _Noting:
+    """An adapter whose whole answers are noted on a trace as they arrive."""
+
+    __slots__ = ("_adapter", "_number", "_trace")
+
+    def __init__(self, adapter: Adapter, trace: RequestTrace, number: int) -> None:
+        self._adapter, self._trace, self._number = adapter, trace, number
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        answer = await self._adapter.complete(target, body)
+        self._trace.answered(self._number, answer)
+        return answer
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        answer = await self._adapter.embed(target, body)
+        self._trace.answered(self._number, answer)
+        return answer
+
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        return self._adapter.stream(target, body)
