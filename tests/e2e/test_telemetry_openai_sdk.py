@@ -67,6 +67,22 @@ async def _samples(http: httpx.AsyncClient) -> list[int]:
     return [c["samples"] for c in deep.json()["routewise"]["m"]["candidates"]]
 
 
+async def _log_rows(gw: GatewayProcess, request_id: str, count: int) -> list[dict[str, Any]]:
+    """The request log's rows of ``request_id`` once ``count`` are there (the summary is
+    published as the request ends, just after the client has its answer)."""
+    rows: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=gw.url) as http:
+        with anyio.fail_after(WAIT):
+            while len(rows) < count:
+                answer = await http.post(
+                    "/admin/log/query",
+                    json={"request_id": request_id},
+                    headers={"authorization": f"Bearer {GATEWAY_KEY}"},
+                )
+                rows = answer.json()["rows"]
+    return rows
+
+
 def _sent_context(headers: dict[str, str]) -> tuple[str, str]:
     """(trace id, parent span id) of a sampled W3C ``traceparent`` a request carried."""
     version, trace_id, span_id, flags = headers["traceparent"].split("-")
@@ -146,6 +162,12 @@ async def test_telemetry_plain_chat_exports_server_routing_and_one_genai_client_
     }
     # The upstream request carried the attempt span's context.
     assert _sent_context(up.requests[-1].headers) == (attempt.trace_id, attempt.span_id)
+    # The request log's rows (the request and its attempt) name the trace.
+    rows = await _log_rows(gw, raw.headers["x-request-id"], 2)
+    assert {(r["kind"], r["trace_id"]) for r in rows} == {
+        ("request", server.trace_id),
+        ("attempt", server.trace_id),
+    }
     _assert_no_canary(otlp_receiver)
 
 
