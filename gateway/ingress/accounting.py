@@ -72,9 +72,8 @@ class RequestRecord:
     resolution: Resolution | None = None
     trace: RequestTrace | None = None
     """The request's spans when telemetry is on (gateway.telemetry)."""
-    upstream_s: float = 0.0
-    """Seconds some upstream attempt was in flight (overlapping hedges counted once)."""
-    _upstream_until: float = 0.0
+    in_flight: list[tuple[float, float]] = field(default_factory=list)
+    """When each upstream attempt was in flight (a stream's: to its first chunk, then whole)."""
 
     def requested(self, name: str) -> None:
         """Note the model name the client asked for (the first one noted wins), bounded."""
@@ -98,15 +97,25 @@ class RequestRecord:
 
     def upstream(self, began: float, ended: float) -> None:
         """Note that an upstream attempt was in flight from ``began`` to ``ended`` (seconds,
-        one monotonic clock); time already counted is not counted twice."""
-        start = max(began, self._upstream_until)
-        if ended > start:
-            self.upstream_s += ended - start
-        self._upstream_until = max(self._upstream_until, ended)
+        one monotonic clock)."""
+        self.in_flight.append((began, ended))
 
-    def overhead_header(self) -> tuple[bytes, bytes]:
-        """``x-llmgw-overhead-ms``: the time so far not spent waiting for an upstream."""
-        own = time.perf_counter() - self.started - self.upstream_s
+    @property
+    def upstream_s(self) -> float:
+        """Seconds some upstream attempt was in flight: overlapping attempts (a hedge race, a
+        stream noted at its first chunk and at its end) count once."""
+        total, until = 0.0, float("-inf")
+        for began, ended in sorted(self.in_flight):
+            start = max(began, until)
+            if ended > start:
+                total += ended - start
+            until = max(until, ended)
+        return total
+
+    def overhead_header(self, now: float | None = None) -> tuple[bytes, bytes]:
+        """``x-llmgw-overhead-ms``: the time until ``now`` (default: the present, on
+        ``started``'s clock) not spent waiting for an upstream."""
+        own = (time.perf_counter() if now is None else now) - self.started - self.upstream_s
         return (b"x-llmgw-overhead-ms", b"%.3f" % max(0.0, own * 1000))
 
     def steered(self, res: Resolution) -> None:
