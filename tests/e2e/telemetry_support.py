@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tests.e2e.conftest import WAIT
+from tests.e2e.keys_support import db_path
 from tests.fixtures.gateway import GatewayProcess
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ async def start_traced(
     """``llmgw serve`` with ``config`` plus ``telemetry: {enabled: true, ...}``."""
     full = {
         **config,
-        "database": {"path": str(tmp_path / "llmgw.sqlite3")},
+        "database": {"path": db_path(tmp_path)},
         "telemetry": {"enabled": True, **(telemetry or {})},
     }
     path = tmp_path / "llmgw.yaml"

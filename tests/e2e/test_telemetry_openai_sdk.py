@@ -18,6 +18,7 @@ import pytest
 
 from schemas.config import credential_id
 from tests.e2e.conftest import WAIT, config, eid, model, route
+from tests.e2e.keys_support import cli
 from tests.e2e.telemetry_support import (
     CANARIES,
     COMPLETION,
@@ -239,6 +240,55 @@ async def test_telemetry_fallback_hop_exports_one_client_span_per_attempt(
         (s.trace_id, s.span_id) for s in attempts
     ]
     assert server.attributes["http.response.status_code"] == 200
+
+
+async def test_telemetry_limited_caller_gets_an_admission_span_admitted_then_refused(
+    processes: list[GatewayProcess],
+    tmp_path: Path,
+    otlp_receiver: OtlpReceiver,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    up = await fake_upstreams("a")
+    made = await cli(tmp_path, "create", "--org", "acme", "--user", "alice", "--role", "pro")
+    gw = await _one_route(processes, tmp_path, otlp_receiver, up)
+    async with httpx.AsyncClient(base_url=gw.url) as http:
+        limited = await http.put(
+            f"/admin/limits/key/{made['id']}",
+            json={"rpm": 1},
+            headers={"authorization": f"Bearer {GATEWAY_KEY}"},
+        )
+        assert limited.status_code == 200, limited.text
+        sent = [
+            await http.post(
+                "/v1/chat/completions",
+                json={"model": "m", "messages": ASK},
+                headers={"authorization": f"Bearer {made['key']}"},
+            )
+            for _ in range(2)
+        ]
+    assert [r.status_code for r in sent] == [200, 429]
+
+    admitted, refused = [
+        await request_trace(otlp_receiver, r.headers["x-request-id"], n)
+        for r, n in zip(sent, (4, 3), strict=True)
+    ]
+    server = one(admitted, "SERVER")
+    admission = one(admitted, "INTERNAL", "llmgw.admission")
+    assert admission.parent_id == server.span_id
+    assert admission.attributes["llmgw.admission.outcome"] == "admitted"
+    server = one(refused, "SERVER")
+    admission = one(refused, "INTERNAL", "llmgw.admission")
+    assert admission.parent_id == server.span_id
+    assert admission.attributes["llmgw.admission.outcome"] == "rate_limited"
+    assert admission.attributes["error.type"] == "rate_limited"
+    assert (server.attributes["http.response.status_code"], server.attributes["error.type"]) == (
+        429,
+        "rate_limited",
+    )
+    assert not [s for s in refused if s.kind == "CLIENT"]  # nothing was sent upstream
+    _assert_no_canary(otlp_receiver)
+    exported = b"".join(otlp_receiver.raw)
+    assert made["key"].encode() not in exported
 
 
 async def test_telemetry_continues_the_clients_traceparent(
