@@ -247,7 +247,7 @@ class RequestTrace:
         server = self.server
         server.set_attribute("http.response.status_code", status)
         if kind:
-            server.set_attribute("error.type", kind if status < 500 else str(status))
+            server.set_attribute("error.type", kind)
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
