@@ -44,6 +44,8 @@ class OpenAICompatAdapter:
         headers = {"content-type": "application/json"}
         if target.api_key:
             headers["authorization"] = f"Bearer {target.api_key}"
+        if target.trace_headers:
+            headers.update(target.trace_headers)
         return _encode(payload), headers
 
     async def _post_json(self, target: UpstreamTarget, path: str, body: JSON, key: str) -> JSON:

@@ -221,6 +221,7 @@ PINNED: dict[str, list[str]] = {
     ],
     "gateway.ingress": [],
     "gateway.steering": [],
+    "gateway.telemetry": ["start_telemetry"],
     "gateway.auth": [],
     "gateway.admin": [],
     "gateway.process": [],
