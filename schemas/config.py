@@ -535,6 +535,24 @@ class MetricsConfig(_Strict):
     public: bool = False
 
 
+class TelemetryConfig(_Strict):
+    """OpenTelemetry (``gateway.telemetry``): traces and GenAI metrics over OTLP/HTTP.
+
+    Off by default; ``enabled: true`` plus ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns it on (the
+    SDK's other ``OTEL_*`` variables are honoured: headers, resource attributes, batch
+    schedule, ``OTEL_TRACES_SAMPLER``/``_ARG`` when ``sampler_ratio`` is unset). Needs the
+    ``telemetry`` extra. ``capture_content`` is accepted for the conventions' opt-in, but
+    prompt and completion text are never exported by this version. Read at start only.
+    """
+
+    enabled: bool = False
+    service_name: str = "llmgw"
+    sampler_ratio: float | None = Field(default=None, ge=0, le=1)
+    capture_content: bool = False
+    metrics: bool = True
+    metrics_interval_seconds: float = Field(default=60.0, gt=0)
+
+
 class DashboardConfig(_Strict):
     """The operator dashboard at ``/dashboard`` (``gateway.dashboard``).
 
@@ -568,6 +586,7 @@ class GatewayConfig(_Strict):
     steering: SteeringConfig = SteeringConfig()
     dashboard: DashboardConfig = DashboardConfig()
     limits: LimitsConfig = LimitsConfig()
+    telemetry: TelemetryConfig = TelemetryConfig()
 
     @model_validator(mode="after")
     def _unique_ids(self) -> GatewayConfig:

@@ -54,6 +54,7 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     cost_estimated: bool = False
     key_id: str = ""
     user: str = ""
+    trace_id: str = ""
 
 
 class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -68,7 +69,8 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     the ``chosen`` first model with its ``score``, the ``runner_up`` with its score, and
     whether the primary was an exploration pick. A request a routing rule sent to its
     chain or axis names the ``rule``. ``skipped``: the routes the plan passed over for
-    cooling or capacity, each with why (and its learned limit).
+    cooling or capacity, each with why (and its learned limit). ``trace_id`` is the
+    request's OpenTelemetry trace ("" when telemetry is off).
     """
 
     request_id: str = ""
@@ -95,6 +97,7 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     explored: bool = False
     rule: str = ""
     skipped: tuple[RouteSkip, ...] = ()  # routes the plan passed over for cooling or capacity
+    trace_id: str = ""
 
 
 class ConfigChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -88,6 +88,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``cost_usd`` prices the attempt with its route's ``pricing:``; ``billed_tokens`` is the
     prompt plus completion tokens that were priced. ``cost_estimated``: the upstream reported
     no usage, so the gateway's estimate (prompt size, characters sent) was priced instead.
+    ``trace_id``: the request's OpenTelemetry trace (32 hex digits; "" when telemetry is off).
     """
 
     endpoint: str
@@ -117,6 +118,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     cost_usd: float = 0.0
     cost_estimated: bool = False
     billed_tokens: int = 0
+    trace_id: str = ""
 
 
 QUOTA_EXHAUSTED = "quota_exhausted"

@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.upstream",
     "tests.fixtures.upstream_bedrock",
     "tests.fixtures.gateway",
+    "tests.fixtures.otlp",
 ]
 
 # Files whose tests run longest (a soak, several processes, CLI child processes, a browser):

@@ -44,6 +44,7 @@ COLUMNS = (
     "cost_estimated",
     "key_id",
     "user_id",
+    "trace_id",
 )
 _BOOLS = frozenset({"fallback", "stream", "cost_estimated"})
 ADDED_COLUMNS = {
@@ -51,10 +52,17 @@ ADDED_COLUMNS = {
     "cost_estimated": "INTEGER NOT NULL DEFAULT 0",
     "key_id": "TEXT NOT NULL DEFAULT ''",
     "user_id": "TEXT NOT NULL DEFAULT ''",
+    "trace_id": "TEXT NOT NULL DEFAULT ''",
 }
 """Columns added after the first release: a file made before them gets them at start
 (:func:`upgrade`), and a reader of such a file sees their defaults."""
-_DEFAULTS = {"cost_usd": "0.0", "cost_estimated": "0", "key_id": "''", "user_id": "''"}
+_DEFAULTS = {
+    "cost_usd": "0.0",
+    "cost_estimated": "0",
+    "key_id": "''",
+    "user_id": "''",
+    "trace_id": "''",
+}
 
 REQUEST_LOG = Migration(
     "request_log",
@@ -126,6 +134,7 @@ def attempt_row(obs: Observation) -> Row:
         int(obs.cost_estimated),
         "",
         "",
+        obs.trace_id,
     )
 
 
@@ -163,6 +172,7 @@ def request_row(done: RequestCompleted) -> Row:
         int(done.cost_estimated),
         done.key_id,
         f"{done.org}/{done.user}" if done.user else "",
+        done.trace_id,
     )
 
 

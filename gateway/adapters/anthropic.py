@@ -72,6 +72,8 @@ class AnthropicAdapter:
         headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
         if target.api_key:
             headers["x-api-key"] = target.api_key
+        if target.trace_headers:
+            headers.update(target.trace_headers)
         return _encode(payload), headers
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:

@@ -67,6 +67,8 @@ class UpstreamTarget:
     idle_timeout: float = 60.0
     azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
     bedrock: BedrockSettings | None = None  # kind bedrock: region, credential profile
+    trace_headers: dict[str, str] | None = None
+    """The attempt's trace context (``traceparent``/``tracestate``) when telemetry is on."""
 
     def __repr__(self) -> str:  # keeps the secret out of any accidental log line
         return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"

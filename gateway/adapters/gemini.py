@@ -71,6 +71,8 @@ class GeminiAdapter:
         headers = {"content-type": "application/json"}
         if target.api_key:
             headers["x-goog-api-key"] = target.api_key
+        if target.trace_headers:
+            headers.update(target.trace_headers)
         return headers
 
     @staticmethod

@@ -62,6 +62,8 @@ class OpenAICompatAdapter:
         if target.upstream_model:
             payload["model"] = target.upstream_model
         headers = {"content-type": "application/json", **await self._auth(target)}
+        if target.trace_headers:
+            headers.update(target.trace_headers)
         return _encode(payload), headers
 
     async def _post_json(self, target: UpstreamTarget, path: str, body: JSON, key: str) -> JSON:

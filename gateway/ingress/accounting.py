@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from gateway.ingress.metrics import GatewayMetrics
     from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
+    from gateway.telemetry.provider import Telemetry
+    from gateway.telemetry.request_trace import RequestTrace
     from schemas import Message, Observation, RoutePlan, RouteRequest
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,10 @@ class RequestRecord:
     decision_s: float | None = None
     attempts: list[Observation] = field(default_factory=list)
     resolution: Resolution | None = None
+    trace: RequestTrace | None = None
+    """The request's spans when telemetry is on (gateway.telemetry)."""
+    in_flight: list[tuple[float, float]] = field(default_factory=list)
+    """When each upstream attempt was in flight (a stream's: to its first chunk, then whole)."""
 
     def requested(self, name: str) -> None:
         """Note the model name the client asked for (the first one noted wins), bounded."""
@@ -78,12 +84,39 @@ class RequestRecord:
         """Note the RouteRequest about to be sent to the model's owner."""
         self.route = route
         self.asked = time.perf_counter()
+        if self.trace is not None:
+            self.trace.routing(route)
 
     def routed(self, plan: RoutePlan) -> RoutePlan:
         """Note the plan the owner answered (returns it, to wrap a ``return``)."""
         self.plan = plan
         self.decision_s = time.perf_counter() - self.asked
+        if self.trace is not None:
+            self.trace.routed(plan, self.resolution)
         return plan
+
+    def upstream(self, began: float, ended: float) -> None:
+        """Note that an upstream attempt was in flight from ``began`` to ``ended`` (seconds,
+        one monotonic clock)."""
+        self.in_flight.append((began, ended))
+
+    @property
+    def upstream_s(self) -> float:
+        """Seconds some upstream attempt was in flight: overlapping attempts (a hedge race, a
+        stream noted at its first chunk and at its end) count once."""
+        total, until = 0.0, float("-inf")
+        for began, ended in sorted(self.in_flight):
+            start = max(began, until)
+            if ended > start:
+                total += ended - start
+            until = max(until, ended)
+        return total
+
+    def overhead_header(self, now: float | None = None) -> tuple[bytes, bytes]:
+        """``x-llmgw-overhead-ms``: the time until ``now`` (default: the present, on
+        ``started``'s clock) not spent waiting for an upstream."""
+        own = (time.perf_counter() if now is None else now) - self.started - self.upstream_s
+        return (b"x-llmgw-overhead-ms", b"%.3f" % max(0.0, own * 1000))
 
     def steered(self, res: Resolution) -> None:
         """Note how a steered request's target was resolved (for the decision event)."""
@@ -116,10 +149,18 @@ def _steering_brief(res: Resolution | None) -> dict[str, Any]:
 class Accounting:
     """Owns the per-request accounting of one ingress (see the module docstring)."""
 
-    def __init__(self, bus: Bus, metrics: GatewayMetrics, *, decisions: bool) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        metrics: GatewayMetrics,
+        *,
+        decisions: bool,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self._bus = bus
         self.metrics = metrics
         self.decisions = decisions
+        self.telemetry = telemetry
         self._done_subjects: dict[str, str] = {}  # model -> subject; escaping costs ~1 µs
 
     def wrap(self, handler: AccountedHandler, surface: str) -> Handler:
@@ -128,6 +169,8 @@ class Accounting:
 
         async def accounted(req: HttpRequest) -> None:
             rec = RequestRecord()
+            if self.telemetry is not None:  # an inference route's path is its own template
+                rec.trace = self.telemetry.request(req, req.path)
             try:
                 await handler(req, rec)
             except GatewayError as err:
@@ -196,7 +239,10 @@ class Accounting:
             stream=last.stream if last is not None else False,
             cost_usd=sum(a.cost_usd for a in attempts),
             cost_estimated=any(a.cost_estimated for a in attempts),
+            trace_id=rec.trace.trace_id if rec.trace is not None else "",
         )
+        if rec.trace is not None:
+            rec.trace.finish(status, kind)
         try:
             self.metrics.request(done, attempts, rec.decision_s)
         except Exception:  # metrics must never fail a request
@@ -226,6 +272,7 @@ class Accounting:
                     status=status,
                     ts=done.ts,
                     skipped=plan.skipped if plan else (),
+                    trace_id=done.trace_id,
                     **_steering_brief(rec.resolution),
                 ),
             )

@@ -241,6 +241,7 @@ class GatewayApp:
     async def aclose(self) -> None:
         """Close the upstream HTTP client; stop following callers' events, sessions' ends,
         limits' state and renewing leases."""
+        await self.ops.aclose()
         await self.admission.aclose()
         await self.dashboard.aclose()
         await self.leases.aclose()
@@ -559,6 +560,8 @@ class GatewayApp:
         )
         if ticket is not None:
             info.on_attempt = ticket.attempted
+            if info.record.trace is not None:
+                info.record.trace.admission_started()
         return ticket
 
     async def _admitted(self, ticket: Ticket | None, info: RequestInfo, plan: RoutePlan) -> None:
@@ -566,11 +569,16 @@ class GatewayApp:
         Raises RateLimitedError, BudgetExceededError, LimitsUnavailableError."""
         if ticket is None:
             return
+        trace = info.record.trace
         try:
             await ticket.decide()
-        except GatewayError:
+        except GatewayError as err:
+            if trace is not None:
+                trace.admitted(error_code(err))
             await self._dispatcher.release_plan(info, plan)
             raise
+        if trace is not None:
+            trace.admitted()
 
     async def _until_disconnect(self, req: HttpRequest, fn: Any, *args: Any) -> None:
         """Run ``fn`` but cancel it when the client goes away (not counted as a failure)."""
@@ -621,6 +629,7 @@ class GatewayApp:
             [
                 (b"x-routed-via", served.candidate.endpoint.encode()),
                 (b"x-request-id", info.request_id.encode()),
+                info.record.overhead_header(),
             ],
         )
 
@@ -654,6 +663,7 @@ class GatewayApp:
                     *_SSE_HEADERS,
                     (b"x-routed-via", stream.candidate.endpoint.encode()),
                     (b"x-request-id", info.request_id.encode()),
+                    info.record.overhead_header(),
                 ],
             )
             async for batch in stream.batches():
@@ -715,6 +725,7 @@ class GatewayApp:
                 [
                     (b"x-routed-via", served.candidate.endpoint.encode()),
                     (b"x-request-id", info.request_id.encode()),
+                    info.record.overhead_header(),
                 ],
             )
 

@@ -434,7 +434,11 @@ class Dispatcher:
             usage=usage,
             sent_chars=sent_chars,
         )
-        info.record.attempted(obs)
+        record = info.record
+        record.attempted(obs)
+        record.upstream(started, started + obs.latency_ms / 1000)
+        if record.trace is not None:
+            record.trace.attempt_done(obs)
         if info.on_attempt is not None:
             info.on_attempt(obs)
         await self._publish(subjects.observation(c.endpoint), obs)
@@ -493,6 +497,7 @@ class Dispatcher:
             ts=time.time(),
             prompt_estimate=info.prompt_estimate,
             role=info.role,
+            trace_id=info.record.trace.trace_id if info.record.trace is not None else "",
         )
 
     async def _publish(self, subject: str, msg: Message) -> None:
@@ -541,6 +546,8 @@ class Dispatcher:
                 failures.add(result, a.candidate)
                 continue
             pair = (a, backup)
+            if info.record.trace is not None:
+                info.record.trace.hedged(a.number, backup.number)
             raced = await hedging.race(
                 functools.partial(self._try_call, info, op, a, budget),
                 functools.partial(self._backup_call, info, op, backup, budget),
@@ -615,13 +622,19 @@ class Dispatcher:
         lease is given back however it ends (with the reported tokens when known)."""
         attempt, c, more = a.number, a.candidate, a.more
         tokens: int | None = None
+        trace = info.record.trace
         try:
             started = self._clock()
             target = self._targets.resolve(c)
+            if trace is not None:
+                target = trace.attempt(attempt, c, target, info.surface, info.stream)
             limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
             try:
                 async with asyncio.timeout(limit):
-                    body = await op(self._adapter(c), target)
+                    adapter = self._adapter(c)
+                    if trace is not None:
+                        adapter = trace.noting(adapter, attempt)
+                    body = await op(adapter, target)
             except UpstreamError as err:
                 await self.leases.release(c, tokens_used_by_failure(err))
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
@@ -690,6 +703,8 @@ class Dispatcher:
                 failures.add(result, a.candidate)
                 continue
             pair = (a, backup)
+            if info.record.trace is not None:
+                info.record.trace.hedged(a.number, backup.number)
             raced = await hedging.race(
                 functools.partial(self._try_open, info, body, a, budget, hold=True),
                 functools.partial(self._backup_open, info, body, backup, budget),
@@ -728,6 +743,9 @@ class Dispatcher:
         attempt, c, more, first_of_plan = a
         started = self._clock()
         target = self._targets.resolve(c)
+        trace = info.record.trace
+        if trace is not None:
+            target = trace.attempt(attempt, c, target, info.surface, info.stream)
         try:
             chunks = self._adapter(c).stream(target, body)
         except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
@@ -760,6 +778,9 @@ class Dispatcher:
             await self.leases.release(c)
             raise
         else:
+            info.record.upstream(started, self._clock())
+            if trace is not None and first:
+                trace.answered(attempt, first[0])
             if first_of_plan:  # only a plan's primary holds its model's prefill lease
                 await self._publish(
                     subjects.model_first_token(info.model),
@@ -984,6 +1005,8 @@ class StreamAttempt:
                     self._chars += len(content)
                 if not self._finished and choice.get("finish_reason"):
                     self._finished = True
+                    if self._info.record.trace is not None:
+                        self._info.record.trace.finished(self.attempt, choice["finish_reason"])
 
     async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
         """Release the upstream stream and the capacity lease, and publish this attempt's

@@ -14,7 +14,10 @@ Updated three ways:
   ingresses with ``max``, not ``sum``.
 
 Labels only ever take values from the config (model and endpoint ids) or small fixed sets;
-never a client-supplied string.
+never a client-supplied string. The GenAI client metrics (``gen_ai_client_*``, one observation
+per upstream attempt) are labelled by operation, provider, upstream model and endpoint as the
+config names them; an endpoint the config does not know counts as ``other``. With telemetry on
+the same observations also go out over OTLP (``gateway.telemetry``).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gateway.telemetry.names import operation_name, provider_name
 from schemas import (
     AdminCommand,
     AdminReply,
@@ -41,7 +45,9 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from bus import Bus
+    from gateway.telemetry.provider import GenAIInstruments
     from schemas import Message, Observation, RequestCompleted
+    from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +55,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 _RTT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 1)
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
 _CIRCUIT_VALUE = {"closed": 0.0, "half_open": 1.0, "open": 2.0}
 _NONE = "-"
 
@@ -95,6 +102,29 @@ class _LogStats:
         )
 
 
+class _PerAttempt:
+    """The GenAI children one (endpoint, operation, error type) updates per attempt, and
+    the same labels as OTLP attributes."""
+
+    __slots__ = ("attributes", "duration", "input", "output", "ttfc")
+
+    def __init__(
+        self, m: GatewayMetrics, op: str, provider: str, model: str, endpoint: str, error: str
+    ) -> None:
+        self.duration = m.genai_duration.labels(op, provider, model, endpoint, error)
+        self.input = m.genai_tokens.labels(op, provider, model, "input")
+        self.output = m.genai_tokens.labels(op, provider, model, "output")
+        self.ttfc = m.genai_ttfc.labels(op, provider, model, endpoint)
+        self.attributes = {
+            "gen_ai.operation.name": op,
+            "gen_ai.provider.name": provider,
+            "gen_ai.request.model": model,
+            "llmgw.endpoint": endpoint,
+        }
+        if error:
+            self.attributes["error.type"] = error
+
+
 SPEND_CALLERS_MAX = 1000
 """Distinct (org, key) label pairs ``llmgw_spend_usd_total`` keeps per ingress."""
 _OTHER = "other"
@@ -103,7 +133,9 @@ _OTHER = "other"
 class GatewayMetrics:
     """Owns one CollectorRegistry (not the global one: tests run several gateways)."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, config: GatewayConfig | None = None, otlp: GenAIInstruments | None = None
+    ) -> None:
         r = self.registry = CollectorRegistry()
         route = ["model", "endpoint", "surface"]
         self.requests = Counter("llmgw_requests", "Client requests", route, registry=r)
@@ -171,6 +203,33 @@ class GatewayMetrics:
             ["model", "endpoint", "org", "key"],
             registry=r,
         )
+        genai = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
+        self.genai_duration = Histogram(
+            "gen_ai_client_operation_duration_seconds",
+            "GenAI operation duration, one upstream attempt (gen_ai.client.operation.duration)",
+            [*genai, "llmgw_endpoint", "error_type"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.genai_tokens = Histogram(
+            "gen_ai_client_token_usage",
+            "Tokens per upstream attempt by gen_ai.token.type (gen_ai.client.token.usage)",
+            [*genai, "gen_ai_token_type"],
+            buckets=_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.genai_ttfc = Histogram(
+            "gen_ai_client_operation_time_to_first_chunk_seconds",
+            "Time to the first chunk of a streamed upstream attempt",
+            [*genai, "llmgw_endpoint"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self._otlp = otlp
+        self._upstreams: dict[str, tuple[str, str]] = {}
+        self._per_attempt: dict[tuple[str, str, str], _PerAttempt] = {}
+        if config is not None:
+            self.reconfigure(config)
         self._spend: dict[tuple[str, str, str, str], Any] = {}
         self._spend_callers: set[tuple[str, str]] = set()
         self._log = _LogStats()
@@ -218,6 +277,7 @@ class GatewayMetrics:
             if child is None:
                 child = self._attempts[akey] = self.attempts.labels(*akey)
             child.inc()
+            self._genai(obs)
         if decision_s is not None:
             self._route_rtt.observe(decision_s)
         if done.cost_usd:
@@ -237,6 +297,41 @@ class GatewayMetrics:
                 if child is None:
                     child = self._spend[skey] = self.spend.labels(*skey)
                 child.inc(obs.cost_usd)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Take the endpoints (and their provider and upstream model) from ``config``."""
+        self._upstreams = {
+            eid: (provider_name(route.kind), route.provider_model_id or m.id)
+            for m in config.models
+            for eid, route in zip(m.endpoint_ids(), m.route, strict=True)
+        }
+        self._per_attempt.clear()  # children of removed endpoints stay in the registry
+
+    def _genai(self, obs: Observation) -> None:
+        """One attempt's GenAI observations (a probe of a route counts like any attempt)."""
+        error = obs.error_kind if obs.outcome != "success" else ""
+        key = (obs.endpoint, obs.surface, error)
+        per = self._per_attempt.get(key)
+        if per is None:
+            upstream = self._upstreams.get(obs.endpoint)
+            provider, model = upstream or (_OTHER, _OTHER)
+            endpoint = obs.endpoint if upstream is not None else _OTHER
+            per = _PerAttempt(self, operation_name(obs.surface), provider, model, endpoint, error)
+            if len(self._per_attempt) < 4096:
+                self._per_attempt[key] = per
+        seconds = obs.latency_ms / 1000
+        ttfc = obs.ttft_ms / 1000 if obs.stream and obs.ttft_ms is not None else None
+        per.duration.observe(seconds)
+        if obs.prompt_tokens:
+            per.input.observe(obs.prompt_tokens)
+        if obs.completion_tokens:
+            per.output.observe(obs.completion_tokens)
+        if ttfc is not None:
+            per.ttfc.observe(ttfc)
+        if self._otlp is not None:
+            self._otlp.record(
+                per.attributes, seconds, obs.prompt_tokens, obs.completion_tokens, ttfc
+            )
 
     def _route(self, key: tuple[str, str, str]) -> _PerRoute:
         per = self._per_route[key] = _PerRoute(self, key)

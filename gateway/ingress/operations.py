@@ -8,6 +8,7 @@ events for the metrics. (The process-level side is ``gateway.process.control``.)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting
 from gateway.ingress.event_stream import kinds_of, since_of, stream_events
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
+from gateway.telemetry import start_telemetry
 from schemas import UnauthorizedError, subjects
 
 if TYPE_CHECKING:
@@ -61,8 +63,14 @@ class IngressOps:
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self._config = config
-        self.metrics = GatewayMetrics()
-        self.accounting = Accounting(bus, self.metrics, decisions=config.events.decisions)
+        # OpenTelemetry: None when ``telemetry.enabled`` is off (no SDK module is loaded).
+        self.telemetry = start_telemetry(config)
+        self.metrics = GatewayMetrics(
+            config, self.telemetry.metrics if self.telemetry is not None else None
+        )
+        self.accounting = Accounting(
+            bus, self.metrics, decisions=config.events.decisions, telemetry=self.telemetry
+        )
         self.follower: ConfigFollower | None = None
         # area -> what this ingress does once a command of that area succeeded through it
         self.after_admin: dict[str, Callable[[], Awaitable[None]]] = {}
@@ -79,6 +87,14 @@ class IngressOps:
         """Follow a reloaded config."""
         self._config = config
         self.accounting.decisions = config.events.decisions
+        self.metrics.reconfigure(config)
+
+    async def aclose(self) -> None:
+        """Flush and stop the telemetry exporters (the SDK's shutdown blocks: a thread)."""
+        telemetry, self.telemetry = self.telemetry, None
+        self.accounting.telemetry = None
+        if telemetry is not None:
+            await asyncio.to_thread(telemetry.shutdown)
 
     async def run(self, follower: ConfigFollower) -> None:
         """Follow config changes with ``follower`` and count operator events, until

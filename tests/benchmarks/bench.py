@@ -160,6 +160,7 @@ TARGETS = ("direct", "gateway")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
 _GATEWAY_READY = re.compile(r"llmgw listening on (http://\S+)")
+_OTLP_READY = re.compile(r"otlp receiver on (http://\S+)")
 _NATS_READY = re.compile(r"Server is ready")
 _NATS_LISTEN = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _START_TIMEOUT_S = 30.0
@@ -842,11 +843,22 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             nats_pid = 0
             if bus_url == "nats":
                 bus_url, nats_pid = _start_nats(kids, args.gateway_cpus, tmp / "nats")
+            if args.telemetry:
+                _, m = kids.start(
+                    "otlp",
+                    _pinned(args.load_cpus, _python("-m", "tests.fixtures.otlp", "--sink")),
+                    _OTLP_READY,
+                )
+                # The gateway's SDK reads these; the bench's children inherit its environment.
+                os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = m.group(1)
             gateway_url = ""
             gateway_pid = 0
             if "gateway" in args.targets:
                 config = tmp / "gateway.yaml"
-                config.write_text(_gateway_config(upstream_url))
+                config.write_text(
+                    _gateway_config(upstream_url)
+                    + ("telemetry: {enabled: true}\n" if args.telemetry else "")
+                )
                 if args.limit or args.key:
                     args.bench_key = _bench_key(tmp / "llmgw.sqlite3", limited=args.limit)
                 gateway, m = kids.start(
@@ -1178,6 +1190,12 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="store N routing rules that no request matches before measuring (0): what "
         "evaluating them costs every auto row",
+    )
+    p.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="turn the gateway's OpenTelemetry on (telemetry.enabled), exporting to a local "
+        "OTLP sink on the load cores: what tracing and the OTLP metrics cost",
     )
     p.add_argument(
         "--limit",

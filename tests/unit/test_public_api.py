@@ -222,6 +222,7 @@ PINNED: dict[str, list[str]] = {
     ],
     "gateway.ingress": [],
     "gateway.steering": [],
+    "gateway.telemetry": ["start_telemetry"],
     "gateway.auth": [],
     "gateway.admin": [],
     "gateway.process": [],

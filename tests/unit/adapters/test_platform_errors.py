@@ -1,11 +1,12 @@
 """How the ``azure_openai`` and ``gemini`` adapters classify their platform's answers (through
 the real adapters, over HTTP, against the fake upstream speaking each wire): throttling is a
 rate limit with the platform's retry-after, quota and billing exhaustion mutes the key, a
-content-filter refusal is the caller's; and where Azure requests go and with which
-credential."""
+content-filter refusal is the caller's; where Azure requests go and with which credential;
+and that both carry the attempt's trace headers."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -260,3 +261,22 @@ async def test_gemini_blocked_prompt_is_an_answer_the_client_reads_as_a_refusal(
 
     assert answer["choices"][0]["finish_reason"] == "content_filter"
     assert answer["usage"]["prompt_tokens"] == 4
+
+
+@pytest.mark.parametrize("kind", ["azure_openai", "gemini"])
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_platform_request_carries_the_attempts_trace_headers(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP, kind: str, stream: bool
+) -> None:
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    target = dataclasses.replace(
+        _target(kind, fake_upstream), trace_headers={"traceparent": parent}
+    )
+    adapter = make_adapters(http)[kind]
+
+    if stream:
+        _ = [b async for b in adapter.stream(target, {**HI, "stream": True})]
+    else:
+        await adapter.complete(target, HI)
+
+    assert fake_upstream.requests[0].headers["traceparent"] == parent

@@ -1,0 +1,275 @@
+"""One request's spans: SERVER, admission, routing decision, one CLIENT span per attempt.
+
+Attribute names follow the OpenTelemetry HTTP and GenAI semantic conventions; the gateway's
+own are ``llmgw.*``. Values come from the config, the plan and the upstream's answer, never a
+secret: a credential appears only as its ``k-…`` id, and no prompt or completion text is
+recorded. Attributes are built once, at each span's end, from what the request already holds
+(the attempt's Observation), so a span costs its SDK bookkeeping and little more.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+from gateway.telemetry.names import operation_name, provider_name
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span
+
+    from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
+    from gateway.ingress.request import HttpRequest
+    from gateway.steering.resolver import Resolution
+    from gateway.telemetry.provider import Telemetry
+    from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
+
+HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
+_DECLINED = "hedge_declined"
+
+
+def _hedge_outcome(obs: Observation) -> str:
+    if obs.outcome == "success":
+        return "won"
+    if obs.error_kind == _DECLINED:
+        return "declined"
+    return "failed"
+
+
+class RequestTrace:
+    """The spans of one request (owned by its RequestRecord); ``trace_id`` is 32 hex digits."""
+
+    __slots__ = (
+        "_admission",
+        "_attempts",
+        "_ctx",
+        "_hedge",
+        "_routing",
+        "_t",
+        "server",
+        "trace_id",
+    )
+
+    def __init__(
+        self, telemetry: Telemetry, req: HttpRequest, route: str, parent: Context | None
+    ) -> None:
+        self._t = telemetry
+        scope = req.scope
+        server = scope.get("server") or ("", None)
+        attributes: dict[str, Any] = {
+            "http.request.method": req.method,
+            "http.route": route,
+            "url.scheme": scope.get("scheme", "http"),
+            "server.address": server[0] or "",
+            "llmgw.request_id": req.request_id,
+        }
+        if server[1] is not None:
+            attributes["server.port"] = server[1]
+        self.server: Span = telemetry.tracer.start_span(
+            f"{req.method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes
+        )
+        self._ctx = set_span_in_context(self.server)
+        self.trace_id = format(self.server.get_span_context().trace_id, "032x")
+        self._attempts: dict[int, Span] = {}
+        self._routing: Span | None = None
+        self._admission: Span | None = None
+        self._hedge: dict[int, str] = {}
+
+    # -- admission and routing ----------------------------------------------------------
+
+    def admission_started(self) -> None:
+        """The caller's limits were asked (a span until :meth:`admitted`)."""
+        self._admission = self._t.tracer.start_span("llmgw.admission", context=self._ctx)
+
+    def admitted(self, refusal: str = "") -> None:
+        """The limits' verdict came (``refusal``: the error code of a refusal)."""
+        span, self._admission = self._admission, None
+        if span is None:
+            return
+        span.set_attribute("llmgw.admission.outcome", refusal or "admitted")
+        if refusal:
+            span.set_attribute("error.type", refusal)
+        span.end()
+
+    def routing(self, route: RouteRequest) -> None:
+        """A routing request is about to go to the model's owner (one bus round trip)."""
+        self._end_routing("abandoned")
+        self._routing = self._t.tracer.start_span(
+            "llmgw.routing",
+            context=self._ctx,
+            attributes={"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
+        )
+
+    def routed(self, plan: RoutePlan, res: Resolution | None) -> None:
+        """The owner answered ``plan`` (``res``: how a steered request was resolved)."""
+        span, self._routing = self._routing, None
+        if span is None:
+            return
+        attrs: dict[str, Any] = {
+            "llmgw.routing.strategy": plan.reason,
+            "llmgw.routing.candidates": len(plan.candidates),
+            "llmgw.routing.primary": plan.candidates[0].endpoint if plan.candidates else "",
+            "llmgw.routing.pinned": plan.pinned,
+        }
+        if res is not None:
+            attrs["llmgw.routing.target"] = res.target
+            if res.chain:
+                attrs["llmgw.routing.chain"] = res.chain
+            if res.axis:
+                attrs["llmgw.routing.axis"] = res.axis
+            if res.rule:
+                attrs["llmgw.routing.rule"] = res.rule
+        span.set_attributes(attrs)
+        span.end()
+
+    def _end_routing(self, error: str) -> None:
+        span, self._routing = self._routing, None
+        if span is not None:
+            span.set_attribute("error.type", error)
+            span.set_status(Status(StatusCode.ERROR))
+            span.end()
+
+    # -- attempts -----------------------------------------------------------------------
+
+    def hedged(self, primary: int, backup: int) -> None:
+        """Attempts ``primary`` and ``backup`` race (a hedge)."""
+        self._hedge[primary] = HEDGE_PRIMARY
+        self._hedge[backup] = HEDGE_BACKUP
+
+    def attempt(
+        self, number: int, c: RouteCandidate, target: UpstreamTarget, surface: str, stream: bool
+    ) -> UpstreamTarget:
+        """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``."""
+        operation = operation_name(surface)
+        address, port = self._t.server_of(c.base_url)
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": operation,
+            "gen_ai.provider.name": provider_name(c.kind),
+            "gen_ai.request.model": c.upstream_model,
+            "gen_ai.request.stream": stream,
+            "server.address": address,
+            "llmgw.endpoint": c.endpoint,
+            "llmgw.attempt": number,
+        }
+        if port is not None:
+            attributes["server.port"] = port
+        if c.credential_id:
+            attributes["llmgw.credential_id"] = c.credential_id
+        span = self._t.tracer.start_span(
+            f"{operation} {c.upstream_model}",
+            context=self._ctx,
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        )
+        self._attempts[number] = span
+        carrier: dict[str, str] = {}
+        self._t.propagator.inject(carrier, context=set_span_in_context(span))
+        return dataclasses.replace(target, trace_headers=carrier)
+
+    def noting(self, adapter: Adapter, number: int) -> Adapter:
+        """``adapter``, noting its whole answers to attempt ``number`` (:meth:`answered`)
+        before the caller renders them for the client."""
+        return _Noting(adapter, self, number)
+
+    def answered(self, number: int, body: dict[str, Any]) -> None:
+        """Note the upstream's answer (or first chunk) to attempt ``number``: response id,
+        model and finish reasons (never its content)."""
+        span = self._attempts.get(number)
+        if span is None:
+            return
+        rid, model = body.get("id"), body.get("model")
+        if isinstance(rid, str) and rid:
+            span.set_attribute("gen_ai.response.id", rid)
+        if isinstance(model, str) and model:
+            span.set_attribute("gen_ai.response.model", model)
+        reasons = [
+            ch["finish_reason"]
+            for ch in body.get("choices") or ()
+            if isinstance(ch, dict) and isinstance(ch.get("finish_reason"), str)
+        ]
+        if reasons:
+            span.set_attribute("gen_ai.response.finish_reasons", reasons)
+
+    def finished(self, number: int, reason: str) -> None:
+        """A streamed attempt said why it stopped."""
+        span = self._attempts.get(number)
+        if span is not None:
+            span.set_attribute("gen_ai.response.finish_reasons", [reason])
+
+    def attempt_done(self, obs: Observation) -> None:
+        """End attempt ``obs.attempt``'s span with what its Observation says."""
+        span = self._attempts.pop(obs.attempt, None)
+        if span is None:
+            return
+        attrs: dict[str, Any] = {
+            "llmgw.model": obs.model,
+            "llmgw.outcome": obs.outcome,
+            "gen_ai.usage.input_tokens": obs.prompt_tokens,
+            "gen_ai.usage.output_tokens": obs.completion_tokens,
+            "llmgw.cost_usd": obs.cost_usd,
+        }
+        if obs.cached_tokens:
+            attrs["gen_ai.usage.cache_read.input_tokens"] = obs.cached_tokens
+        if obs.cache_write_tokens:
+            attrs["gen_ai.usage.cache_creation.input_tokens"] = obs.cache_write_tokens
+            attrs["gen_ai.usage.cache_write.input_tokens"] = obs.cache_write_tokens
+        if obs.ttft_ms is not None:
+            attrs["gen_ai.response.time_to_first_chunk"] = obs.ttft_ms / 1000
+        if obs.status is not None:
+            attrs["http.response.status_code"] = obs.status
+        role = self._hedge.get(obs.attempt)
+        if role is not None:
+            attrs["llmgw.hedge.role"] = role
+            attrs["llmgw.hedge.outcome"] = _hedge_outcome(obs)
+        if obs.outcome != "success" and obs.error_kind:
+            attrs["error.type"] = obs.error_kind
+            if obs.outcome != "cancelled":
+                span.set_status(Status(StatusCode.ERROR))
+        span.set_attributes(attrs)
+        span.end()
+
+    # -- the end ------------------------------------------------------------------------
+
+    def finish(self, status: int, kind: str) -> None:
+        """End the request's spans: the SERVER span with the client's HTTP ``status``
+        (``kind``: the error code, "" on success); any span still open ends as abandoned."""
+        if self._admission is not None:
+            self.admitted("abandoned")
+        self._end_routing(kind or "abandoned")
+        for span in self._attempts.values():
+            span.set_attribute("error.type", "abandoned")
+            span.end()
+        self._attempts.clear()
+        server = self.server
+        server.set_attribute("http.response.status_code", status)
+        if kind:
+            server.set_attribute("error.type", kind)
+        if status >= 500:
+            server.set_status(Status(StatusCode.ERROR))
+        server.end()
+
+
+class _Noting:
+    """An adapter whose whole answers are noted on a trace as they arrive."""
+
+    __slots__ = ("_adapter", "_number", "_trace")
+
+    def __init__(self, adapter: Adapter, trace: RequestTrace, number: int) -> None:
+        self._adapter, self._trace, self._number = adapter, trace, number
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        answer = await self._adapter.complete(target, body)
+        self._trace.answered(self._number, answer)
+        return answer
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        answer = await self._adapter.embed(target, body)
+        self._trace.answered(self._number, answer)
+        return answer
+
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        return self._adapter.stream(target, body)
