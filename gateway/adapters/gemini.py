@@ -203,11 +203,13 @@ def _event_of(endpoint: str, data: bytes) -> JSON:
         raise bad_response(endpoint, "a stream event is not an object")
     err = decoded.get("error")
     if err is not None:
-        status = err.get("code") if isinstance(err, dict) else None
-        return_error = gemini_error(endpoint, status if isinstance(status, int) else 500, {}, data)
-        return_error.message = f"upstream stream error: {return_error.message}"
-        return_error.kind = "stream_error"
-        raise return_error
+        code = err.get("code") if isinstance(err, dict) else None
+        failure = gemini_error(endpoint, code if isinstance(code, int) else 500, {}, data)
+        failure.message = f"upstream stream error: {failure.message}"
+        failure.args = (failure.message,)
+        if failure.kind.startswith("http_"):  # a quota's kind says more than where it came
+            failure.kind = "stream_error"
+        raise failure
     return decoded
 
 

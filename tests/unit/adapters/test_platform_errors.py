@@ -7,6 +7,7 @@ and that both carry the attempt's trace headers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -280,3 +281,16 @@ async def test_platform_request_carries_the_attempts_trace_headers(
         await adapter.complete(target, HI)
 
     assert fake_upstream.requests[0].headers["traceparent"] == parent
+
+
+async def test_gemini_in_band_stream_error_keeps_its_status_and_quota_kind(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP
+) -> None:
+    spent = google_error_body(429, "quota", [_quota("GenerateRequestsPerDayPerProject")])
+    sse = f"data: {json.dumps(spent)}\n\n"
+    fake_upstream.enqueue(Reply(200, body=sse, headers={"content-type": "text/event-stream"}))
+
+    err = await _fail(make_adapters(http)["gemini"], _target("gemini", fake_upstream), True)
+
+    assert (err.status, err.kind) == (429, QUOTA_EXHAUSTED)
+    assert err.message == "upstream stream error: quota"
