@@ -22,6 +22,7 @@ from gateway.adapters.base import error_from_status
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.platform_errors import CONTENT_FILTER
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
+from schemas.config import AzureSettings
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 _QUOTA_CODES = frozenset({"insufficient_quota", "QuotaExceeded", "OutOfQuota"})
 _QUOTA_MARKERS = (b"out of call volume quota", b"insufficient_quota", b"billing")
 _TOKEN_COMMAND_TIMEOUT = 30.0
+_DEFAULTS = AzureSettings()  # a route without azure: (frozen)
 
 
 class EntraTokens:
@@ -90,9 +92,9 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
         self._tokens = tokens or EntraTokens()
 
     def _url(self, target: UpstreamTarget, path: str) -> str:
-        settings = target.azure
-        deployment = (settings.deployment if settings else "") or target.upstream_model
-        version = settings.api_version if settings else "2024-10-21"
+        settings = target.azure or _DEFAULTS
+        deployment = settings.deployment or target.upstream_model
+        version = settings.api_version
         return (
             f"{target.base_url.rstrip('/')}/openai/deployments/{quote(deployment, safe='')}"
             f"{path}?api-version={quote(version, safe='')}"
