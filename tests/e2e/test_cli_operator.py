@@ -193,6 +193,37 @@ def test_keys_list_has_a_header(tmp_path: Path) -> None:
     assert row.split()[2:] == ["acme/ann", "pro", "active"]
 
 
+def test_keys_without_a_named_database_refuse_rather_than_create_one(tmp_path: Path) -> None:
+    create = llmgw(tmp_path, "keys", "create", "--org", "o", "--user", "u", "--role", "free")
+    listing = llmgw(tmp_path, "keys", "list")
+
+    for done in (create, listing):
+        line = one_line_error(done)
+        assert "--config FILE" in line, line
+        assert "--db PATH" in line, line
+    assert list(tmp_path.iterdir()) == []  # no stray database, no WAL beside it
+
+
+async def test_keys_create_says_which_database_took_the_key(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    await _serve(processes, tmp_path)  # serves ./llmgw.sqlite3, with its local socket
+    offline_db = tmp_path / "offline.db"
+    who = ("--org", "o", "--user", "u", "--role", "free")
+
+    served = await asyncio.to_thread(llmgw, tmp_path, "keys", "create", *who)
+    offline = await asyncio.to_thread(
+        llmgw, tmp_path, "keys", "create", "--db", str(offline_db), *who, "--json"
+    )
+
+    assert served.returncode == 0, served.stderr
+    first = served.stdout.splitlines()[0]
+    assert first.endswith(f"through the gateway serving {tmp_path / 'llmgw.sqlite3'}"), first
+    assert offline.returncode == 0, offline.stderr
+    made = json.loads(offline.stdout)
+    assert (made["via"], made["database"]) == ("file", str(offline_db))
+
+
 def test_keys_and_logs_need_only_the_database_of_the_config(tmp_path: Path) -> None:
     db = tmp_path / "gw.sqlite3"
     sqlite3.connect(db).close()
