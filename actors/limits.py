@@ -7,8 +7,9 @@ costs microseconds, so one actor serves many thousands of requests a second. Sha
 one host is not enough, splits by organisation (a key and its user never leave their org).
 
 Serves (see ``schemas/limits.py``): ``llmgw.limits.admit`` (AdmitRequest -> AdmitReply, or
-AdmitBatch -> AdmitBatchReply), ``llmgw.limits.settle`` (LimitSettle or LimitSettleBatch) /
-``.renew`` (events), ``llmgw.limits.get`` (LimitsGet ->
+AdmitBatch -> AdmitBatchReply), ``llmgw.limits.settle`` (LimitSettle or LimitSettleBatch ->
+AdmitReply, an acknowledgement; a request id settled in the last ten minutes is not counted
+again), ``.renew`` (event), ``llmgw.limits.get`` (LimitsGet ->
 LimitsState, also published on ``llmgw.limits.state`` on every change) and the admin area
 ``limits``:
 
@@ -32,6 +33,7 @@ import heapq
 import logging
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +81,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _QUEUE = "limits"
+_SETTLED_KEEP_S = 600.0  # an ingress sends an unacknowledged settle again within seconds
+_SETTLED_MAX = 500_000
 _BUDGET_EVENT = subjects.event("budget")
 _LIMITS_EVENT = subjects.event("limits")
 
@@ -151,6 +155,9 @@ class LimitsActor(Actor):
         self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
         self._dirty: set[str] = set()
         self._expired: list[LeaseExpired] = []
+        # Request ids settled lately (insertion order is time order), so that a settle its
+        # ingress sent again counts once; kept _SETTLED_KEEP_S, at most _SETTLED_MAX of them.
+        self._settled: OrderedDict[str, float] = OrderedDict()
         await self._publish_state()
         ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
         ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
@@ -169,13 +176,14 @@ class LimitsActor(Actor):
                 await env.respond(self._admit(req))
             case AdmitBatch() as batch:
                 await env.respond(AdmitBatchReply(replies=tuple(map(self._admit, batch.requests))))
+            # Settles are requests: the ingress keeps one until it is acknowledged here.
             case LimitSettle() as done:
                 await self._settle(done)
-                if done.unadmitted:  # sent as a request: the ingress keeps it until acked
-                    await env.respond(AdmitReply(admitted=True))
+                await env.respond(AdmitReply(admitted=True))
             case LimitSettleBatch() as settles:
                 for done in settles.settles:
                     await self._settle(done)
+                await env.respond(AdmitReply(admitted=True))
             case LimitRenew() as renew:
                 expires = self._clock() + self._settings.lease_ttl_seconds
                 for rid in renew.request_ids:
@@ -191,6 +199,7 @@ class LimitsActor(Actor):
         """The lease sweep and the snapshot timer."""
         if isinstance(msg, _Sweep):
             self._expire(self._clock())
+            self._forget_settled(self._clock())
             self.ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
         elif isinstance(msg, _Snapshot):
             await self._save()
@@ -268,6 +277,9 @@ class LimitsActor(Actor):
 
     async def _settle(self, done: LimitSettle) -> None:
         now = self._clock()
+        if done.request_id in self._settled:
+            return  # sent again: its answer was lost, or it was owed and sent twice
+        self._settled[done.request_id] = now
         lease = self._leases.pop(done.request_id, None)
         if lease is not None:
             settle(lease, done.tokens, done.cost_usd, now)
@@ -280,6 +292,16 @@ class LimitsActor(Actor):
         for subject, spec, c in touched:
             self._dirty.add(subject)
             await self._budget_events(subject, spec, c, now)
+
+    def _forget_settled(self, now: float) -> None:
+        settled = self._settled
+        cutoff = now - _SETTLED_KEEP_S
+        while settled:
+            rid, when = settled.popitem(last=False)
+            if when > cutoff and len(settled) < _SETTLED_MAX:
+                settled[rid] = when
+                settled.move_to_end(rid, last=False)
+                return
 
     def _expire(self, now: float) -> None:
         """Settle every lease whose ingress stopped renewing it, at its reservation, and
