@@ -170,13 +170,15 @@ class LogOutbox:
                     subjects.LOG_APPEND, batch, reply_type=LogAppended, timeout=timeout
                 )
             )
-        except GatewayError as exc:
+        except Exception as exc:  # kept and sent again: the outbox must outlive any failure
+            if not isinstance(exc, GatewayError):
+                logger.exception("request log: sending a batch failed")
             self.failures += 1
             if self.failures & (self.failures - 1) == 0:  # 1, 2, 4, ...: not every retry
                 logger.warning(
                     "request log: %d rows kept for the store until it answers (%s)",
                     self.waiting,
-                    exc.message,
+                    exc.message if isinstance(exc, GatewayError) else type(exc).__name__,
                 )
             return False
         if self.failures:

@@ -68,6 +68,9 @@ class IngressOps:
         self._config = config
         self.metrics = GatewayMetrics()
         self.log_outbox = LogOutbox(bus, config.log) if config.log.enabled else None
+        if self.log_outbox is not None:
+            outbox = self.log_outbox
+            self.metrics.count_log_drops(lambda: outbox.dropped)
         self.accounting = Accounting(
             bus, self.metrics, decisions=config.events.decisions, outbox=self.log_outbox
         )

@@ -12,6 +12,7 @@ import anyio
 from actors import StoreActor
 from bus import InProcessBus
 from gateway.ingress.log_outbox import LogOutbox
+from gateway.ingress.metrics import GatewayMetrics
 from schemas import Observation, RequestCompleted
 from schemas.config import LogConfig
 
@@ -94,3 +95,21 @@ async def test_a_clean_stop_with_no_store_answering_ends_at_once() -> None:
     finally:
         await bus.aclose()
     assert outbox.waiting == 2
+
+
+async def test_rows_a_full_outbox_dropped_are_exported_as_a_metric() -> None:
+    bus = InProcessBus()
+    metrics = GatewayMetrics()
+    outbox = LogOutbox(bus, LogConfig(batch_rows=1, queue_rows=2))
+    metrics.count_log_drops(lambda: outbox.dropped)
+    try:
+        for i in range(2):
+            outbox.add(*_request(i))
+    finally:
+        await bus.aclose()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
+    assert samples[("llmgw_log_rows_dropped_total", (("cause", "ingress_full"),))] == 2
