@@ -303,10 +303,15 @@ class StoreActor(Actor):
                 fresh.append(b)
         rows = [row for b in fresh for row in b.rows]
         now = self._clock()
-        await self._db.executemany(INSERT, rows)
-        await self._db.executemany(UPSERT, hourly_upserts(rows))
-        await self._db.executemany(SENDER_UPSERT, [(s, q, now) for s, q in last.items()])
-        await self._db.commit()
+        try:
+            await self._db.executemany(INSERT, rows)
+            await self._db.executemany(UPSERT, hourly_upserts(rows))
+            await self._db.executemany(SENDER_UPSERT, [(s, q, now) for s, q in last.items()])
+            await self._db.commit()
+        except sqlite3.Error:
+            # All or nothing: the batches come again, and must not find half of them here.
+            await self._db.rollback()
+            raise
         return fresh
 
     @staticmethod

@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from actors import StoreActor
+from actors.stores.spend_report import SPEND_HOURLY
 from bus import InProcessBus
 from schemas import (
     AdminCommand,
@@ -311,3 +312,29 @@ async def test_store_keeps_committing_on_its_own_after_a_query_or_flush(
     assert (timer["written"], timer["pending"]) == (4, 0)
     assert (batches["written"], batches["pending"]) == (12, 0)
     assert len(db_rows(path)) == 12
+
+
+async def test_store_with_a_failed_write_refuses_the_batch_and_commits_it_once_when_sent_again(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    path = tmp_path / "log.db"
+    sent = batch(1, obs(1), RequestCompleted(request_id="r1", model="m", ts=time.time()))
+    store = StoreActor(str(path), LogConfig())
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        with sqlite3.connect(path) as db:  # the write fails after the rows went in
+            db.execute("DROP TABLE spend_hourly")
+        failed = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+        with sqlite3.connect(path) as db:
+            for stmt in SPEND_HOURLY.statements:
+                db.execute(stmt)
+        again = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+        stats = await admin(bus, "stats")
+        store.request_stop()
+    assert isinstance(failed, ErrorReply) and failed.retryable
+    assert again == LogAppended(seq=1)
+    assert stats["refused_write_failed"] == 1
+    assert [(r["kind"], r["request_id"]) for r in db_rows(path)] == [
+        ("request", "r1"),
+        ("attempt", "r1"),
+    ]
