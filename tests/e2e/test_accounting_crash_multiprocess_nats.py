@@ -1,8 +1,8 @@
 """Nothing a client saw answered is lost when the actors process dies (kill -9) mid-load.
 
-On NATS, one ``--role actors`` process owns the request log and the limits; one ``--role
-ingress`` process serves a key with a budget through the official openai SDK. Requests are
-answered before the kill, and others are answered after it (held by the upstream while the
+On NATS, one ``--role actors`` process owns the request log and the limits; two ``--role
+ingress`` processes serve a key with a budget through the official openai SDK, concurrently.
+Requests are answered before the kill, and others after it (held by the upstream while the
 actors process dies, so their request-log rows and limit settles are sent while no owner
 runs). Once the actors process is restarted, every answered request is in the request log
 (its request row and its attempt row), once, the spend report adds each once, and the
@@ -107,12 +107,16 @@ async def test_answered_requests_reach_the_log_and_the_spend_across_a_kill_of_th
     key, key_id = await new_key(tmp_path, extra=("--budget", "1000/month"))
     common = ["--config", str(path), "--bus", nats_url]
     actors = await _spawn(processes, *common, "--role", "actors")
-    ingress = await _spawn(processes, *common, "--role", "ingress", "--port", "0")
-    client = openai.AsyncOpenAI(base_url=f"{ingress.url}/v1", api_key=key, max_retries=0)
+    ingresses = await asyncio.gather(
+        *(_spawn(processes, *common, "--role", "ingress", "--port", "0") for _ in range(2))
+    )
+    clients = [
+        openai.AsyncOpenAI(base_url=f"{i.url}/v1", api_key=key, max_retries=0) for i in ingresses
+    ]
     try:
-        answered = {await _ask(client) for _ in range(BEFORE)}
+        answered = set(await asyncio.gather(*(_ask(clients[n % 2]) for n in range(BEFORE))))
         fake_upstream.enqueue(*[Held()] * DURING)
-        held = [asyncio.create_task(_ask(client)) for _ in range(DURING)]
+        held = [asyncio.create_task(_ask(clients[n % 2])) for n in range(DURING)]
         await fake_upstream.wait_for_requests(BEFORE + DURING, timeout=WAIT)
         assert actors.proc is not None
         actors.proc.kill()  # admitted and routed, not yet answered: the owners die now
@@ -121,12 +125,13 @@ async def test_answered_requests_reach_the_log_and_the_spend_across_a_kill_of_th
         during = set(await asyncio.gather(*held))  # answered while no owner runs
         answered |= during
         await _spawn(processes, *common, "--role", "actors")
-        rows = await _logged(ingress.url, answered)
-        spend = await _admin(ingress.url, "spend", "report", since=0, group_by="key")
+        rows = await _logged(ingresses[0].url, answered)
+        spend = await _admin(ingresses[1].url, "spend", "report", since=0, group_by="key")
         cost = next((r["cost_usd"] for r in rows if r["kind"] == "request"), 0.0)
-        spent = await _spent(ingress.url, key_id, DURING * cost)
+        spent = await _spent(ingresses[0].url, key_id, DURING * cost)
     finally:
-        await client.close()
+        for client in clients:
+            await client.close()
 
     requests = [r for r in rows if r["kind"] == "request"]
     attempts = [r for r in rows if r["kind"] == "attempt"]
