@@ -11,8 +11,8 @@ Every admitted lease is renewed while its request runs (one ``LimitRenew`` per i
 third of ``limits.lease_ttl_seconds``, when the view is also re-read to mend a lost event)
 and settled when it ends (``LimitSettle`` with the tokens and cost its attempts really used,
 whatever way it ended: plain, streamed, cut or cancelled). Settles are requests the owner
-acknowledges (one batch per turn of the event loop, not awaited by any request): one it does
-not acknowledge in time (it is restarting, or was killed) is owed, kept (up to
+acknowledges once saved (one batch per turn of the event loop, awaited by no request): one it
+does not acknowledge in time (it is restarting, or was killed) is owed, kept (up to
 :data:`OWED_MAX`, the oldest dropped and counted past that) and sent again every
 :data:`OWED_RETRY_S` until acknowledged, so it is counted when the owner is back; the owner
 ignores a request id it already settled, so a settle sent twice counts once. No answer to an
@@ -272,6 +272,8 @@ class Admission:
         self._flush()
         if self._sending:
             await asyncio.wait(self._sending, timeout=self.settings.decision_timeout_seconds)
+            for sending in list(self._sending):  # counted by the owner already, or lost
+                sending.cancel()
         await unfollow(self._follow)
         self._follow = None
         for task in (self._renewer, self._paying):
@@ -386,13 +388,12 @@ class Admission:
     async def _acknowledged(self, settles: list[LimitSettle]) -> bool:
         """True once the owner acknowledged ``settles`` (counted now, or already before)."""
         msg = settles[0] if len(settles) == 1 else LimitSettleBatch(settles=tuple(settles))
+        # The owner acknowledges once its next counters snapshot holds them.
+        timeout = self.settings.decision_timeout_seconds + self.settings.snapshot_seconds
         try:
             raise_for_reply(
                 await self._bus.request(
-                    subjects.LIMITS_SETTLE,
-                    msg,
-                    reply_type=AdmitReply,
-                    timeout=self.settings.decision_timeout_seconds,
+                    subjects.LIMITS_SETTLE, msg, reply_type=AdmitReply, timeout=timeout
                 )
             )
         except GatewayError as exc:

@@ -161,7 +161,7 @@ async def test_settles_no_owner_acknowledged_are_kept_and_counted_once_it_is_bac
         with anyio.fail_after(WAIT):
             while admission.owed == 0:  # noqa: ASYNC110 - nothing to await but the send
                 await asyncio.sleep(0.01)
-        actor = LimitsActor(str(tmp_path / "limits.db"), LimitsConfig(snapshot_seconds=3600))
+        actor = LimitsActor(str(tmp_path / "limits.db"), LimitsConfig(snapshot_seconds=0.05))
         async with anyio.create_task_group() as tg:
             await tg.start(actor.run, bus)
             with anyio.fail_after(WAIT):
