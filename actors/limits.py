@@ -7,8 +7,9 @@ costs microseconds, so one actor serves many thousands of requests a second. Sha
 one host is not enough, splits by organisation (a key and its user never leave their org).
 
 Serves (see ``schemas/limits.py``): ``llmgw.limits.admit`` (AdmitRequest -> AdmitReply, or
-AdmitBatch -> AdmitBatchReply), ``llmgw.limits.settle`` (LimitSettle or LimitSettleBatch) /
-``.renew`` (events), ``llmgw.limits.get`` (LimitsGet ->
+AdmitBatch -> AdmitBatchReply), ``llmgw.limits.settle`` (LimitSettle or LimitSettleBatch ->
+AdmitReply once the counters holding it are saved; a request id settled in the last ten
+minutes is not counted again), ``.renew`` (event), ``llmgw.limits.get`` (LimitsGet ->
 LimitsState, also published on ``llmgw.limits.state`` on every change) and the admin area
 ``limits``:
 
@@ -19,7 +20,9 @@ LimitsState, also published on ``llmgw.limits.state`` on every change) and the a
 - ``clear`` {subject | kind, id}: remove it (its counters stay until they age out).
 
 Limits are stored in the ``limits`` table at once; counters are snapshotted every
-``limits.snapshot_seconds`` while they change and on stop (a crash loses at most that much
+``limits.snapshot_seconds`` while they change and on stop, with the ids of the settles they
+hold; a settle is acknowledged only once saved, so its ingress keeps it until then and a
+crash loses no settled usage (it loses at most ``snapshot_seconds`` of admissions'
 counting). Leases are not snapshotted: a restarted owner counts a request whose lease it
 forgot when it settles (its reservation, already in the window snapshot, may then count
 twice: the error is on the safe side). Publishes ``BudgetThreshold`` on
@@ -33,6 +36,7 @@ import heapq
 import logging
 import math
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,7 +54,14 @@ from actors.state.limit_counters import (
     settle,
 )
 from actors.stores.db import open_db
-from actors.stores.limits import LIMITS, load_counters, load_limits, save_counters, save_limit
+from actors.stores.limits import (
+    LIMITS,
+    load_counters,
+    load_limits,
+    load_settled,
+    save_counters,
+    save_limit,
+)
 from schemas import (
     AdminCommand,
     ApiKeyInfo,
@@ -91,6 +102,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _QUEUE = "limits"
+_SETTLED_KEEP_S = 600.0  # an ingress sends an unacknowledged settle again within seconds
+_SETTLED_MAX = 500_000
 _BUDGET_EVENT = subjects.event("budget")
 _LIMITS_EVENT = subjects.event("limits")
 _KEY_CHECK_TIMEOUT_S = 2.0
@@ -164,6 +177,13 @@ class LimitsActor(Actor):
         self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
         self._dirty: set[str] = set()
         self._expired: list[LeaseExpired] = []
+        # Request ids settled lately (insertion order is time order), so that a settle its
+        # ingress sent again counts once; kept _SETTLED_KEEP_S, at most _SETTLED_MAX of them.
+        self._settled: OrderedDict[str, float] = OrderedDict(
+            await load_settled(self._db, now - _SETTLED_KEEP_S)
+        )
+        self._unsaved_settled: list[tuple[str, float]] = []
+        self._acks: list[Envelope] = []  # settles counted, to acknowledge once saved
         await self._publish_state()
         ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
         ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
@@ -182,13 +202,15 @@ class LimitsActor(Actor):
                 await env.respond(self._admit(req))
             case AdmitBatch() as batch:
                 await env.respond(AdmitBatchReply(replies=tuple(map(self._admit, batch.requests))))
+            # Settles are requests: counted at once, acknowledged once the counters holding
+            # them are saved (the ingress keeps a settle until then, and sends it again).
             case LimitSettle() as done:
                 await self._settle(done)
-                if done.unadmitted:  # sent as a request: the ingress keeps it until acked
-                    await env.respond(AdmitReply(admitted=True))
+                self._acks.append(env)
             case LimitSettleBatch() as settles:
                 for done in settles.settles:
                     await self._settle(done)
+                self._acks.append(env)
             case LimitRenew() as renew:
                 expires = self._clock() + self._settings.lease_ttl_seconds
                 for rid in renew.request_ids:
@@ -204,6 +226,7 @@ class LimitsActor(Actor):
         """The lease sweep and the snapshot timer."""
         if isinstance(msg, _Sweep):
             self._expire(self._clock())
+            self._forget_settled(self._clock())
             self.ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
         elif isinstance(msg, _Snapshot):
             await self._save()
@@ -281,6 +304,10 @@ class LimitsActor(Actor):
 
     async def _settle(self, done: LimitSettle) -> None:
         now = self._clock()
+        if done.request_id in self._settled:
+            return  # sent again: its answer was lost, or it was owed and sent twice
+        self._settled[done.request_id] = now
+        self._unsaved_settled.append((done.request_id, now))
         lease = self._leases.pop(done.request_id, None)
         if lease is not None:
             settle(lease, done.tokens, done.cost_usd, now)
@@ -293,6 +320,16 @@ class LimitsActor(Actor):
         for subject, spec, c in touched:
             self._dirty.add(subject)
             await self._budget_events(subject, spec, c, now)
+
+    def _forget_settled(self, now: float) -> None:
+        settled = self._settled
+        cutoff = now - _SETTLED_KEEP_S
+        while settled:
+            rid, when = settled.popitem(last=False)
+            if when > cutoff and len(settled) < _SETTLED_MAX:
+                settled[rid] = when
+                settled.move_to_end(rid, last=False)
+                return
 
     def _expire(self, now: float) -> None:
         """Settle every lease whose ingress stopped renewing it, at its reservation, and
@@ -364,15 +401,27 @@ class LimitsActor(Actor):
                 logger.warning("limits: budget event not published: %s", exc)
 
     async def _save(self) -> None:
-        if not self._dirty:
-            return
-        snaps = {s: self._counters[s].snapshot() for s in self._dirty if s in self._counters}
-        self._dirty = set()
-        try:
-            await save_counters(self._db, snaps, self._clock())
-        except Exception as exc:  # the next change retries; counting goes on in memory
-            logger.error("limits: saving counters failed: %s", exc)
-            self._dirty.update(snaps)
+        """Save the changed counters with the ids of the settles they hold, then acknowledge
+        those settles (a failed save keeps them unacknowledged: their ingresses send them
+        again, and the next save retries)."""
+        if self._dirty or self._unsaved_settled:
+            snaps = {s: self._counters[s].snapshot() for s in self._dirty if s in self._counters}
+            settled, self._unsaved_settled = self._unsaved_settled, []
+            self._dirty = set()
+            now = self._clock()
+            try:
+                await save_counters(self._db, snaps, now, settled, now - _SETTLED_KEEP_S)
+            except Exception as exc:  # the next change retries; counting goes on in memory
+                logger.error("limits: saving counters failed: %s", exc)
+                self._dirty.update(snaps)
+                self._unsaved_settled[:0] = settled
+                return
+        acks, self._acks = self._acks, []
+        for env in acks:
+            try:
+                await env.respond(AdmitReply(admitted=True))
+            except GatewayError as exc:  # its ingress sends it again; counted once
+                logger.info("limits: settle not acknowledged: %s", exc)
 
     # -- the view and the admin area ----------------------------------------------------
 

@@ -1,27 +1,30 @@
 """StoreActor: owns the request log in the SQLite database (aiosqlite, WAL).
 
-It reads ``Observation``s (``llmgw.obs.*``, one row per attempt) and ``RequestCompleted``
-(``llmgw.request.*.done``, one row per client request) from its own subscriptions, straight
-into a bounded buffer, and a background flusher commits the buffer in batches: every
-``log.batch_rows`` rows or ``log.flush_ms`` after the first uncommitted row.
+Each ingress sends it the rows of the requests it served as ``LogAppend`` batches on
+``llmgw.log.append`` (its own subscription, queue group ``store``; see
+``gateway.ingress.log_outbox``): one row per client request (``RequestCompleted``) and one per
+upstream attempt (``Observation``). A background flusher commits what arrived as it arrives
+(group commit: what arrives during a write goes in the next), so well within
+``log.flush_ms``; each ingress sends at most ``log.batch_rows`` rows a batch. Each batch is
+answered (``LogAppended``) only once it is committed, with its sender's ``seq`` in the
+``log_senders`` table in the same transaction, so a batch sent again is committed once.
 
 Guarantees (the README's "request log" section):
 
-- The hot path never waits for the log: publishing never blocks, and when ``log.queue_rows``
-  rows are already waiting (buffered or being written) a new row is dropped and counted,
-  as are rows the bus itself dropped for a slow consumer and rows of a failed write.
-- A crash (kill -9) loses the rows not yet committed: at most ``log.queue_rows``, plus any
-  the bus had delivered to the store but it had not read yet (normally none: it reads them
-  as they arrive). Under a load the disk keeps up with, that is the rows of the last
-  ``log.flush_ms`` (about one batch). Committed rows survive (WAL, synchronous=NORMAL).
-- A clean stop loses nothing: the flusher finishes its batch, the rows the bus already
-  delivered are taken, and the rest is committed before the database closes.
+- The hot path never waits for the log: the ingress keeps the rows and sends them in the
+  background. When ``log.queue_rows`` rows already wait here (buffered or being written) a
+  batch is refused (retryable): its ingress keeps it and sends it again.
+- A crash (kill -9) of this process loses nothing acknowledged (committed: WAL,
+  synchronous=NORMAL) and nothing unacknowledged either: each ingress keeps those rows and
+  sends them again until a store commits them. A failed write is logged and its batches
+  refused, so they come back too.
+- A clean stop commits what it took before the database closes.
 
 Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``,
 ``aggregate`` (requests, errors and TTFT per minute, from memory: ``actors.state.log_aggregates``);
 area ``spend``: ``report`` (args of :class:`actors.stores.spend_report.SpendQuery`).
-Subscriptions use the queue group ``store``, so a replacement store started before the old
-one stops (a config reload) shares the rows instead of writing them twice.
+A replacement store started before the old one stops (a config reload) shares the batches
+(queue group) and the ``log_senders`` table, so neither commits a batch the other did.
 """
 
 from __future__ import annotations
@@ -41,8 +44,12 @@ from actors.state.log_aggregates import SEED_ROWS, SEED_SQL, WINDOW_MINUTES, Log
 from actors.stores.db import open_db
 from actors.stores.request_log import (
     INSERT,
+    LOG_SENDERS,
     PRUNE,
+    PRUNE_SENDERS,
     REQUEST_LOG,
+    SENDER_SEQ,
+    SENDER_UPSERT,
     TABLE_INFO,
     LogQuery,
     Row,
@@ -61,14 +68,22 @@ from actors.stores.spend_report import (
     hourly_upserts,
 )
 from bus import BusClosedError
-from schemas import AdminCommand, InvalidRequestError, Observation, RequestCompleted, subjects
+from schemas import (
+    AdminCommand,
+    BusTimeoutError,
+    GatewayError,
+    InvalidRequestError,
+    LogAppend,
+    LogAppended,
+    subjects,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import aiosqlite
 
-    from bus import Envelope, Subscription
+    from bus import Envelope
     from schemas import Message
     from schemas.config import LogConfig
 
@@ -82,6 +97,16 @@ _SUBSCRIBE_TIMEOUT_S = 10.0
 @dataclass(frozen=True, slots=True)
 class _Prune:
     """Local timer message: delete rows past the retention period."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """One ``LogAppend`` taken, not yet committed, and who waits for its answer."""
+
+    sender: str
+    seq: int
+    rows: list[Row]
+    waiters: list[Envelope]
 
 
 class StoreActor(Actor):
@@ -112,24 +137,23 @@ class StoreActor(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         """Open the database, subscribe, start the flusher and the retention timer."""
         self.ctx = ctx
-        self._db: aiosqlite.Connection = await open_db(self._path, [REQUEST_LOG])
+        self._db: aiosqlite.Connection = await open_db(self._path, [REQUEST_LOG, LOG_SENDERS])
         await self._upgrade()
-        self._pending: list[Row] = []
+        self._pending: list[_Batch] = []
+        self._pending_rows = 0
         self._writing = 0
         self._written = 0
-        self._dropped_full = 0
-        self._dropped_failed = 0
-        self._subs: list[Subscription] = []
+        self._duplicates = 0
+        self._refused_full = 0
+        self._refused_failed = 0
         self._aggregates = LogAggregates()
         await self._seed_aggregates()
         self._lock = anyio.Lock()
         self._rows_ready = anyio.Event()
-        self._batch_full = anyio.Event()
+        ready = anyio.Event()
+        ctx.start_soon(functools.partial(self._ingest, subjects.LOG_APPEND, ready))
         with anyio.fail_after(_SUBSCRIBE_TIMEOUT_S):
-            for pattern in (subjects.OBSERVATION_ANY, subjects.REQUEST_DONE_ANY):
-                ready = anyio.Event()
-                ctx.start_soon(functools.partial(self._ingest, pattern, ready))
-                await ready.wait()
+            await ready.wait()
         ctx.start_soon(self._flusher)
         await self._prune()
         ctx.call_later(_PRUNE_INTERVAL_S, _Prune())
@@ -174,78 +198,130 @@ class StoreActor(Actor):
 
     async def _ingest(self, pattern: str, ready: anyio.Event) -> None:
         async with self.ctx.bus.subscribe(pattern, queue=_QUEUE) as sub:
-            self._subs.append(sub)
             ready.set()
             try:
                 async for env in sub:
-                    self._accept(env.message)
+                    await self._take(env)
             finally:
                 # Stopping: take what the bus already delivered (no waiting), so a clean
-                # stop loses nothing that reached this process.
+                # stop commits it rather than leave it to be sent again.
                 with anyio.CancelScope(shield=True):
                     while getattr(sub, "pending", 0):
-                        self._accept((await anext(aiter(sub))).message)
+                        await self._take(await anext(aiter(sub)))
         raise BusClosedError(f"store: subscription to {pattern} ended")
 
-    def _accept(self, msg: Message) -> None:
-        if isinstance(msg, Observation):
-            row = attempt_row(msg)
-        elif isinstance(msg, RequestCompleted):
-            row = request_row(msg)
-        else:
+    async def _take(self, env: Envelope) -> None:
+        """Buffer ``env``'s batch for the flusher (answered once committed), or refuse it now
+        when the buffer is full (its sender keeps it and sends it again)."""
+        batch = env.message
+        if not isinstance(batch, LogAppend):
             return
-        if len(self._pending) + self._writing >= self._settings.queue_rows:
-            self._dropped_full += 1
-            if self._dropped_full & (self._dropped_full - 1) == 0:  # 1, 2, 4, ...
+        rows = [request_row(d) for d in batch.requests] + [attempt_row(o) for o in batch.attempts]
+        waiting = self._pending_rows + self._writing
+        if waiting and waiting + len(rows) > self._settings.queue_rows:
+            self._refused_full += 1
+            if self._refused_full & (self._refused_full - 1) == 0:  # 1, 2, 4, ...
                 logger.warning(
-                    "request log queue full (%d rows): %d rows dropped so far",
+                    "request log queue full (%d rows): %d batches refused so far "
+                    "(their ingresses keep them and send them again)",
                     self._settings.queue_rows,
-                    self._dropped_full,
+                    self._refused_full,
                 )
+            await self._answer(
+                [env], BusTimeoutError("the request log is busy; send the batch again")
+            )
             return
-        self._pending.append(row)
-        self._aggregates.add(row)
-        if len(self._pending) == 1:
-            self._rows_ready.set()
-        if len(self._pending) >= self._settings.batch_rows:
-            self._batch_full.set()
+        self._pending.append(_Batch(batch.sender, batch.seq, rows, [env]))
+        self._pending_rows += len(rows)
+        self._rows_ready.set()
 
     async def _flusher(self) -> None:
-        # Each wait makes its own event after checking, with no await in between, and only
-        # this task replaces them: ``_accept`` sets whichever event is current, and a flush
+        # Group commit: each write takes every batch that arrived, and what arrives during
+        # it goes in the next one, so a batch waits for at most one write before its commit
+        # (well under flush_ms) and busy ingresses get large writes. The batching itself is
+        # done by each ingress (one batch in flight; see gateway.ingress.log_outbox). The
+        # event is replaced only here, after checking, with no await in between, so a flush
         # by a query or an admin command cannot leave this task waiting on a stale one.
-        flush_s = self._settings.flush_ms / 1000
         while True:
             if not self._pending:
                 self._rows_ready = anyio.Event()
                 await self._rows_ready.wait()
-            if len(self._pending) < self._settings.batch_rows:
-                self._batch_full = anyio.Event()
-                with anyio.move_on_after(flush_s):
-                    await self._batch_full.wait()
             await self._flush()
 
     async def _flush(self) -> int:
-        """Commit every buffered row; returns how many. Never raises sqlite3.Error."""
+        """Commit every buffered batch, then answer their senders; returns how many rows were
+        written. Never raises sqlite3.Error: a failed write refuses its batches (resent)."""
         async with self._lock:
-            batch, self._pending = self._pending, []
-            if not batch:
+            batches, self._pending = self._pending, []
+            if not batches:
                 return 0
-            self._writing = len(batch)
+            self._writing, self._pending_rows = self._pending_rows, 0
             try:
                 # Shielded: a stop while writing waits for the commit instead of losing it.
                 with anyio.CancelScope(shield=True):
-                    await self._db.executemany(INSERT, batch)
-                    await self._db.executemany(UPSERT, hourly_upserts(batch))
-                    await self._db.commit()
+                    fresh = await self._write(batches)
             except sqlite3.Error as exc:
-                self._dropped_failed += len(batch)
-                logger.error("request log: writing %d rows failed: %s", len(batch), exc)
-                return 0
+                self._refused_failed += len(batches)
+                logger.error(
+                    "request log: writing %d rows failed (their ingresses send them again): %s",
+                    self._writing,
+                    exc,
+                )
+                failed: GatewayError | None = BusTimeoutError("the request log could not write")
+                fresh = []
+            else:
+                failed = None
             finally:
                 self._writing = 0
-            self._written += len(batch)
-            return len(batch)
+        if failed is not None:
+            for b in batches:
+                await self._answer(b.waiters, failed)
+            return 0
+        written = sum(len(b.rows) for b in fresh)
+        self._written += written
+        self._duplicates += len(batches) - len(fresh)
+        for b in fresh:
+            for row in b.rows:
+                self._aggregates.add(row)
+        new = {id(b) for b in fresh}
+        for b in batches:
+            await self._answer(b.waiters, LogAppended(seq=b.seq, duplicate=id(b) not in new))
+        return written
+
+    async def _write(self, batches: list[_Batch]) -> list[_Batch]:
+        """Insert the batches not committed before (by seq per sender), in one transaction
+        with their senders' seqs; the batches written."""
+        last: dict[str, int] = {}
+        fresh = []
+        for b in batches:
+            if b.sender not in last:
+                async with self._db.execute(SENDER_SEQ, (b.sender,)) as cur:
+                    found = await cur.fetchone()
+                last[b.sender] = int(found[0]) if found else 0
+            if b.seq > last[b.sender]:  # a sender sends seq + 1 only once seq is answered
+                last[b.sender] = b.seq
+                fresh.append(b)
+        rows = [row for b in fresh for row in b.rows]
+        now = self._clock()
+        try:
+            await self._db.executemany(INSERT, rows)
+            await self._db.executemany(UPSERT, hourly_upserts(rows))
+            await self._db.executemany(SENDER_UPSERT, [(s, q, now) for s, q in last.items()])
+            await self._db.commit()
+        except sqlite3.Error:
+            # All or nothing: the batches come again, and must not find half of them here.
+            await self._db.rollback()
+            raise
+        return fresh
+
+    @staticmethod
+    async def _answer(waiters: list[Envelope], reply: LogAppended | GatewayError) -> None:
+        msg: Message = reply.to_reply() if isinstance(reply, GatewayError) else reply
+        for env in waiters:
+            try:
+                await env.respond(msg)
+            except BusClosedError:  # the sender sends it again to the next store
+                return
 
     async def _prune(self) -> int:
         cutoff = self._clock() - self._settings.retention_days * 86_400
@@ -253,6 +329,7 @@ class StoreActor(Actor):
             try:
                 cur = await self._db.execute(PRUNE, (cutoff,))
                 await self._db.execute(PRUNE_HOURLY, (int(cutoff // HOUR_S),))
+                await self._db.execute(PRUNE_SENDERS, (cutoff,))
                 await self._db.commit()
             except sqlite3.Error as exc:
                 logger.error("request log: pruning failed: %s", exc)
@@ -269,15 +346,19 @@ class StoreActor(Actor):
     # -- admin ------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
-        """Counters of the log: written, dropped (by cause), waiting."""
-        by_bus = sum(int(getattr(s, "dropped", 0)) for s in self._subs)
+        """Counters of the log: rows written and waiting; batches refused (by cause; their
+        ingresses send them again) and taken twice. Rows are dropped only by an ingress whose
+        own buffer is full (its log says so), never here: the ``dropped`` keys stay 0."""
         return {
             "written": self._written,
-            "dropped": self._dropped_full + self._dropped_failed + by_bus,
-            "dropped_queue_full": self._dropped_full,
-            "dropped_write_failed": self._dropped_failed,
-            "dropped_by_bus": by_bus,
-            "pending": len(self._pending) + self._writing,
+            "dropped": 0,
+            "dropped_queue_full": 0,
+            "dropped_write_failed": 0,
+            "dropped_by_bus": 0,
+            "refused_queue_full": self._refused_full,
+            "refused_write_failed": self._refused_failed,
+            "duplicate_batches": self._duplicates,
+            "pending": self._pending_rows + self._writing,
             "queue_rows": self._settings.queue_rows,
         }
 

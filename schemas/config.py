@@ -492,12 +492,14 @@ class DatabaseConfig(_Strict):
 
 
 class LogConfig(_Strict):
-    """The request log (StoreActor, in the database): batching, its bounded queue, retention.
+    """The request log (StoreActor, in the database): batching, its bounded queues, retention.
 
-    Rows are committed every ``batch_rows`` rows or ``flush_ms`` after the first uncommitted
-    one, whichever comes first. At most ``queue_rows`` rows wait uncommitted: past that, new
-    rows are dropped and counted (``llmgw_log_rows_dropped_total``), never waited for. A crash
-    loses at most the uncommitted rows; a clean shutdown loses none.
+    Each ingress keeps its rows until the store acknowledges them committed, sending at most
+    ``batch_rows`` rows a batch; the store commits batches as they arrive (well within
+    ``flush_ms``), and a batch not acknowledged within ``flush_ms`` + 5 s is sent again. At
+    most ``queue_rows`` rows wait at an ingress (past that, a request's rows are dropped and
+    logged, never waited for) and at the store (past that, a batch is refused and sent again).
+    A crash of the store loses no row; a clean shutdown loses none.
     """
 
     enabled: bool = True

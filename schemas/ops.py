@@ -1,8 +1,9 @@
 """Operating the gateway: request summaries, operator events, admin commands.
 
 - ``RequestCompleted`` — one per client request, published by the ingress when the request
-  ends (``llmgw.request.<model>.done``); with the per-attempt ``Observation`` it feeds the
-  request log.
+  ends (``llmgw.request.<model>.done``); with its attempts' ``Observation``s it is also sent
+  to the request log's owner in a ``LogAppend`` batch (``llmgw.log.append``), answered with
+  ``LogAppended`` once committed.
 - ``RouteDecided`` (``llmgw.events.decision``), ``ConfigChanged`` (``llmgw.events.config``),
   ``AdminExecuted`` (``llmgw.events.admin``) — operator events.
 - ``AdminCommand`` -> ``AdminReply`` | ``ErrorReply`` — every admin action, on
@@ -17,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from schemas.routing import RouteSkip
+from schemas.routing import Observation, RouteSkip
 
 
 class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -55,6 +56,29 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     key_id: str = ""
     user: str = ""
     trace_id: str = ""
+
+
+class LogAppend(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> StoreActor (``llmgw.log.append``, request/reply): request-log rows, which
+    the ingress keeps until the store answers ``LogAppended`` (only once they are committed).
+
+    ``sender`` names one ingress process for its lifetime; ``seq`` counts its batches from 1,
+    and a sender sends batch ``seq + 1`` only once ``seq`` is acknowledged, so a batch sent
+    again (its answer was lost) is recognised and committed once.
+    """
+
+    sender: str
+    seq: int
+    requests: tuple[RequestCompleted, ...] = ()
+    attempts: tuple[Observation, ...] = ()
+
+
+class LogAppended(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The store's answer to ``LogAppend``: batch ``seq`` is committed (``duplicate``: it
+    already was, by an earlier copy)."""
+
+    seq: int
+    duplicate: bool = False
 
 
 class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -16,7 +16,7 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.endpoint.<id>.get``       request/reply  anyone -> EndpointActor: StateRequest
                                                     -> EndpointState
 - ``llmgw.endpoint.<id>.state``     event          EndpointActor -> views: EndpointState
-- ``llmgw.obs.<endpoint>``          event          ingress -> EndpointActor, ModelActor, store:
+- ``llmgw.obs.<endpoint>``          event          ingress -> EndpointActor, ModelActor, KeyPool:
                                                     Observation (one per upstream attempt)
 - ``llmgw.endpoint.<id>.probe_result`` event      prober -> EndpointActor: ProbeResult
 - ``llmgw.probe.due``               event (queue)  EndpointActor -> prober: ProbeDue
@@ -30,8 +30,10 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     ``budget``: BudgetThreshold, ``limits``:
                                                     LeaseExpired, ``capacity``: RouteCapacity,
                                                     ``keypool``: KeyMuted/KeyUnmuted/KeyCooling)
-- ``llmgw.request.<model>.done``    event          ingress -> store: RequestCompleted (one per
-                                                    client request)
+- ``llmgw.request.<model>.done``    event          ingress -> listeners: RequestCompleted (one
+                                                    per client request)
+- ``llmgw.log.append``              request/reply  ingress -> StoreActor (queue ``store``):
+                                                    LogAppend -> LogAppended once committed
 - ``llmgw.admin.<area>.<verb>``     request/reply  operators (CLI, HTTP admin) -> the area's
                                                     owner: AdminCommand -> AdminReply
 - ``llmgw.keypool.<id>.state``      event          KeyPoolActor -> ModelActor views:
@@ -303,6 +305,7 @@ OBSERVATION_ANY = f"{PREFIX}.obs.*"
 ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
 EVENTS_ANY = f"{PREFIX}.events.>"
 REQUEST_DONE_ANY = f"{PREFIX}.request.*.done"
+LOG_APPEND = f"{PREFIX}.log.append"
 ADMIN_ANY = f"{PREFIX}.admin.>"
 SUPERVISOR_EVENTS_ANY = f"{PREFIX}.sys.supervisor.*.event"
 KEYPOOL_STATE_ANY = f"{PREFIX}.keypool.*.state"

@@ -1,9 +1,11 @@
 """The LimitsActor's tables in the shared SQLite file: the limits, and its counters' snapshots.
 
 ``limits`` holds one row per subject (its ``LimitSpec`` as JSON); ``limit_counters`` one
-snapshot per subject. Only the LimitsActor writes them while a gateway runs;
-``llmgw keys create --rpm ...`` with no gateway to deliver to writes the new key's row
-here, and the owner loads it when it starts (as ``llmgw keys`` writes the key table).
+snapshot per subject; ``limit_settled`` the request ids whose settles those snapshots include
+(the last ten minutes' worth), so a settle sent again after a crash is not counted twice.
+Only the LimitsActor writes them while a gateway runs; ``llmgw keys create --rpm ...`` with
+no gateway to deliver to writes the new key's row here, and the owner loads it when it
+starts (as ``llmgw keys`` writes the key table).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from actors.stores.db import Migration
 from schemas.limits import LimitSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import aiosqlite
 
 LIMITS = Migration(
@@ -26,6 +30,7 @@ LIMITS = Migration(
         " subject TEXT PRIMARY KEY, spec TEXT NOT NULL, updated REAL NOT NULL)",
         "CREATE TABLE IF NOT EXISTS limit_counters ("
         " subject TEXT PRIMARY KEY, data BLOB NOT NULL, updated REAL NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS limit_settled (request_id TEXT PRIMARY KEY, ts REAL NOT NULL)",
     ),
 )
 
@@ -73,12 +78,29 @@ async def load_counters(db: aiosqlite.Connection) -> dict[str, CountersSnapshot]
 
 
 async def save_counters(
-    db: aiosqlite.Connection, snaps: dict[str, CountersSnapshot], now: float
+    db: aiosqlite.Connection,
+    snaps: dict[str, CountersSnapshot],
+    now: float,
+    settled: Sequence[tuple[str, float]] = (),
+    forget_before: float = 0.0,
 ) -> None:
-    """Replace the snapshots of ``snaps``' subjects and commit."""
+    """Replace the snapshots of ``snaps``' subjects, add the ``settled`` (request id, time)
+    pairs counted in them, forget those settled before ``forget_before``, and commit: one
+    transaction, so the ids on file are exactly those the counters on file include."""
     await db.executemany(
         "INSERT INTO limit_counters (subject, data, updated) VALUES (?, ?, ?)"
         " ON CONFLICT(subject) DO UPDATE SET data = excluded.data, updated = excluded.updated",
         [(s, msgspec.json.encode(snap), now) for s, snap in snaps.items()],
     )
+    await db.executemany("INSERT OR IGNORE INTO limit_settled VALUES (?, ?)", settled)
+    await db.execute("DELETE FROM limit_settled WHERE ts < ?", (forget_before,))
     await db.commit()
+
+
+async def load_settled(db: aiosqlite.Connection, since: float) -> list[tuple[str, float]]:
+    """The request ids settled since ``since`` whose counting the snapshots hold, oldest
+    first."""
+    async with db.execute(
+        "SELECT request_id, ts FROM limit_settled WHERE ts >= ? ORDER BY ts", (since,)
+    ) as cur:
+        return [(str(rid), float(ts)) for rid, ts in await cur.fetchall()]

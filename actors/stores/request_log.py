@@ -82,6 +82,23 @@ REQUEST_LOG = Migration(
 )
 
 
+LOG_SENDERS = Migration(
+    "log_senders",
+    (
+        "CREATE TABLE IF NOT EXISTS log_senders ("
+        " sender TEXT PRIMARY KEY, seq INTEGER NOT NULL, ts REAL NOT NULL)",
+    ),
+)
+"""The last committed ``LogAppend`` batch of each sender (an ingress process), written in the
+batch's own transaction: a batch sent again after its answer was lost is recognised."""
+SENDER_SEQ = "SELECT seq FROM log_senders WHERE sender = ?"
+SENDER_UPSERT = (
+    "INSERT INTO log_senders (sender, seq, ts) VALUES (?, ?, ?)"
+    " ON CONFLICT (sender) DO UPDATE SET seq = excluded.seq, ts = excluded.ts"
+)
+PRUNE_SENDERS = "DELETE FROM log_senders WHERE ts < ?"
+
+
 def missing_columns(present: set[str]) -> list[str]:
     """The statements that add the :data:`ADDED_COLUMNS` a table with ``present`` lacks."""
     return [

@@ -7,7 +7,12 @@ through the local socket beside the database (``--db PATH`` or the config's
 ingress drops its cached copy at once. When no gateway answers (the first admin key is made
 before any gateway runs), the command writes the database file itself
 (``gateway.cli.keys_offline``, the one isolated direct path) and announces on the NATS bus
-if there is one. The key is printed once, at creation.
+if there is one. The key is printed once, at creation, with where it went (the gateway that
+took it, or the database file written).
+
+A database is only ever one the operator named: with neither ``--config`` nor ``--db`` the
+command uses ``./llmgw.sqlite3`` (``llmgw serve``'s default) only when that file exists, and
+otherwise refuses (exit 2) rather than create a stray file no gateway reads.
 
 ``create --rpm/--tpm/--concurrency/--budget 10/month`` also gives the key a limit: sent to
 its owner (admin ``limits set``) the same way, else stored in the owner's ``limits`` table
@@ -22,6 +27,7 @@ import json
 import logging
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
@@ -101,12 +107,19 @@ def _run(fn: Any) -> Any:
 
 
 def _target(args: argparse.Namespace) -> tuple[str, str]:
-    """(database path, NATS bus url or "")."""
+    """(absolute database path, NATS bus url or ""). Raises ValueError when neither ``--config`` nor
+    ``--db`` names the database and the default file does not exist."""
     # Only the sections needed: the models' ${VAR}s need not be set to manage keys.
     config = load_sections(args.config, "database", "bus") if args.config or not args.db else None
     path = args.db or (config.database.path if config else "")
+    if not args.config and not args.db and not Path(path).exists():
+        # A key written to a file no gateway reads is a key that silently does nothing.
+        raise ValueError(
+            f"no database named and no {path} here: name the gateway's with "
+            "--config FILE (its database.path) or --db PATH"
+        )
     bus = config.bus.url if config is not None and config.bus.url.startswith("nats://") else ""
-    return path, bus
+    return str(Path(path).resolve()), bus
 
 
 def _print(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -209,6 +222,8 @@ async def _create(args: argparse.Namespace) -> int:
     online = True
     try:
         made = await _owner(path, bus, "create", values)
+        served = redacted(bus) if bus else f"serving {path}"
+        where = f"through the gateway {'on ' if bus else ''}{served}"
     except _NoGatewayError:
         from gateway.cli import keys_offline as cli_keys_offline
 
@@ -217,6 +232,9 @@ async def _create(args: argparse.Namespace) -> int:
             path, org=args.org, user=args.user, role=args.role, name=args.name, expires=expires
         )
         await _announce(bus, ApiKeyCreated(key_hash=key_hash))
+        where = f"into {path} (no gateway answered; one serving this file uses it)"
+    made = {**made, "via": "bus" if bus and online else "socket" if online else "file"}
+    made["database"] = "" if bus and online else path
     if limit is not None:
         made = {
             **made,
@@ -228,7 +246,7 @@ async def _create(args: argparse.Namespace) -> int:
     _print(
         args,
         made,
-        f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']})\n"
+        f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']}) {where}\n"
         f"{made['key']}\n(this is the only time the key is shown)",
     )
     return 0

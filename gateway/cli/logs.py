@@ -3,7 +3,8 @@
 Asks the gateway's StoreActor (``log query``, which commits what is buffered first) through
 an ingress's admin API (``--url``), over the bus (``--bus``), or through the local socket of
 a gateway serving the database on this machine (``gateway.admin.local_socket``); with none of them
-(or ``--db``), reads the database file directly (``gateway.cli.logs_offline``: ``--db``, else
+(or ``--db``, or a socket file nobody answers on: left by a gateway that was killed), reads the
+database file directly (``gateway.cli.logs_offline``: ``--db``, else
 ``database.path`` of ``--config``, else ``llmgw.sqlite3``; WAL lets it read while the gateway
 writes). One row per
 client request (``request``) and per upstream attempt (``attempt``), oldest first; a table,
@@ -23,7 +24,7 @@ import httpx
 
 from bus import open_bus
 from gateway.admin.http import admin_request
-from gateway.admin.local_socket import socket_path
+from gateway.admin.local_socket import answers, socket_path
 from gateway.cli.common import (
     LogFileError,
     NotDeliveredError,
@@ -114,7 +115,9 @@ def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any
         return asyncio.run(_over_bus(bus_url(args), query))
     database = Path(settings(args).database.path)
     local = socket_path(database)
-    if local.exists():
+    # A socket file that refuses connections was left by a gateway that died (kill -9): no
+    # gateway serves the file, so it is read directly, as when there is no socket at all.
+    if answers(local):
         return _over_http(Target(socket=str(local)), query)
     return _from_file(_existing(database), query)
 

@@ -6,10 +6,11 @@ where its one-line hooks are called — :meth:`~RequestRecord.requested` (the mo
 client asked for), :meth:`~RequestRecord.routing` / :meth:`~RequestRecord.routed` (the
 RouteRequest and the plan, timing the decision's bus round trip),
 :meth:`~RequestRecord.steered` and :meth:`~RequestRecord.attempted` (each attempt's
-Observation). When the handler ends, however it ends, the wrapper updates the metrics and
-publishes ``RequestCompleted`` (for the request log) and, when ``events.decisions`` is on,
-``RouteDecided`` on ``llmgw.events.decision``. A record nobody wrapped (explain's) is filled
-and dropped.
+Observation). When the handler ends, however it ends, the wrapper updates the metrics,
+hands ``RequestCompleted`` and the attempts to the request log's outbox
+(``gateway.ingress.log_outbox``: kept until the store acknowledges them committed), publishes
+``RequestCompleted`` and, when ``events.decisions`` is on, ``RouteDecided`` on
+``llmgw.events.decision``. A record nobody wrapped (explain's) is filled and dropped.
 
 Cost: one record allocation, the metric updates (measured a few microseconds), and one or two
 bus publishes (about 3 µs each in-process; fire-and-forget on NATS). Publishing never waits
@@ -32,6 +33,7 @@ from schemas import GatewayError, RequestCompleted, RouteDecided, subjects
 
 if TYPE_CHECKING:
     from bus import Bus
+    from gateway.ingress.log_outbox import LogOutbox
     from gateway.ingress.metrics import GatewayMetrics
     from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
@@ -156,11 +158,13 @@ class Accounting:
         *,
         decisions: bool,
         telemetry: Telemetry | None = None,
+        outbox: LogOutbox | None = None,
     ) -> None:
         self._bus = bus
         self.metrics = metrics
         self.decisions = decisions
         self.telemetry = telemetry
+        self.outbox = outbox  # None: no request log (``log.enabled: false``)
         self._done_subjects: dict[str, str] = {}  # model -> subject; escaping costs ~1 µs
 
     def wrap(self, handler: AccountedHandler, surface: str) -> Handler:
@@ -247,6 +251,8 @@ class Accounting:
             self.metrics.request(done, attempts, rec.decision_s)
         except Exception:  # metrics must never fail a request
             logger.exception("metrics update failed")
+        if self.outbox is not None:
+            self.outbox.add(done, attempts)
         subject = self._done_subjects.get(done.model)
         if subject is None:
             if len(self._done_subjects) > 4096:  # models come and go with reloads

@@ -10,11 +10,15 @@ never reaches an upstream and is never an endpoint's failure.
 Every admitted lease is renewed while its request runs (one ``LimitRenew`` per ingress every
 third of ``limits.lease_ttl_seconds``, when the view is also re-read to mend a lost event)
 and settled when it ends (``LimitSettle`` with the tokens and cost its attempts really used,
-whatever way it ended: plain, streamed, cut or cancelled). No answer within
-``limits.decision_timeout_seconds``: 503 with ``Retry-After`` (fail closed, the default) or,
-with ``limits.fail_open``, the request runs and its settle is owed to the owner: kept (up to
-:data:`OWED_MAX`) and sent as a request until the owner acknowledges it, so it is counted
-when the owner is back. A limit is never counted in this process alone.
+whatever way it ended: plain, streamed, cut or cancelled). Settles are requests the owner
+acknowledges once saved (one batch per turn of the event loop, awaited by no request): one it
+does not acknowledge in time (it is restarting, or was killed) is owed, kept (up to
+:data:`OWED_MAX`, the oldest dropped and counted past that) and sent again every
+:data:`OWED_RETRY_S` until acknowledged, so it is counted when the owner is back; the owner
+ignores a request id it already settled, so a settle sent twice counts once. No answer to an
+admission within ``limits.decision_timeout_seconds``: 503 with ``Retry-After`` (fail closed,
+the default) or, with ``limits.fail_open``, the request runs and its settle is owed the same
+way. A limit is never counted in this process alone.
 """
 
 from __future__ import annotations
@@ -67,8 +71,11 @@ logger = logging.getLogger(__name__)
 
 _GET_TIMEOUT_S = 2.0
 OWED_MAX = 10_000
-"""Fail-open settles this ingress keeps for an unreachable owner (the oldest are dropped,
-and counted in the log, past this)."""
+"""Settles this ingress keeps for an owner that did not acknowledge them (the oldest are
+dropped, and counted in the log, past this)."""
+_OWED_BATCH = 256  # owed settles sent again in one message
+OWED_RETRY_S = 1.0
+"""How long owed settles the owner did not acknowledge wait before they are sent again."""
 
 
 def caller_subjects(caller: Caller) -> tuple[str, ...]:
@@ -265,6 +272,8 @@ class Admission:
         self._flush()
         if self._sending:
             await asyncio.wait(self._sending, timeout=self.settings.decision_timeout_seconds)
+            for sending in list(self._sending):  # counted by the owner already, or lost
+                sending.cancel()
         await unfollow(self._follow)
         self._follow = None
         for task in (self._renewer, self._paying):
@@ -345,8 +354,7 @@ class Admission:
         return verdict
 
     def settle(self, done: LimitSettle) -> None:
-        """Settle a lease with this turn's other settles (an event: a lost one is released
-        by the lease's TTL)."""
+        """Settle a lease with this turn's other settles (owed until acknowledged)."""
         self._settling.append(done)
         self._flush_soon()
 
@@ -372,10 +380,26 @@ class Admission:
         task.add_done_callback(self._sending.discard)
 
     async def _send_settles(self, settling: list[LimitSettle]) -> None:
-        if len(settling) == 1:
-            await self.publish(subjects.LIMITS_SETTLE, settling[0])
-        else:
-            await self.publish(subjects.LIMITS_SETTLE, LimitSettleBatch(settles=tuple(settling)))
+        """Send this turn's settles as one request; owe them when not acknowledged."""
+        if not await self._acknowledged(settling):
+            for done in settling:
+                self.owe(done)
+
+    async def _acknowledged(self, settles: list[LimitSettle]) -> bool:
+        """True once the owner acknowledged ``settles`` (counted now, or already before)."""
+        msg = settles[0] if len(settles) == 1 else LimitSettleBatch(settles=tuple(settles))
+        # The owner acknowledges once its next counters snapshot holds them.
+        timeout = self.settings.decision_timeout_seconds + self.settings.snapshot_seconds
+        try:
+            raise_for_reply(
+                await self._bus.request(
+                    subjects.LIMITS_SETTLE, msg, reply_type=AdmitReply, timeout=timeout
+                )
+            )
+        except GatewayError as exc:
+            logger.info("limits: %d settles not acknowledged (%s)", len(settles), exc.message)
+            return False
+        return True
 
     async def _send_admissions(
         self, asking: list[tuple[AdmitRequest, asyncio.Future[AdmitReply]]]
@@ -420,28 +444,35 @@ class Admission:
             )
         return batch.replies
 
-    async def publish(self, subject: str, msg: LimitSettle | LimitSettleBatch | LimitRenew) -> None:
-        """Fire-and-forget; a lost settle is released by the lease's TTL."""
+    async def publish(self, subject: str, msg: LimitRenew) -> None:
+        """Fire-and-forget; a lost renewal is sent again at the next tick."""
         try:
             await self._bus.publish(subject, msg)
         except GatewayError as exc:
             logger.warning("limits: %s not published: %s", type(msg).__name__, exc)
 
     def owe(self, done: LimitSettle) -> None:
-        """Keep a fail-open request's settle until the owner acknowledges it."""
+        """Keep a settle (of a fail-open request, or one not acknowledged) until the owner
+        acknowledges it."""
+        self._keep(done)
+        self._pay()
+
+    def _keep(self, done: LimitSettle) -> None:
         if len(self._owed) >= OWED_MAX:
             self._owed.popleft()
             self.owed_dropped += 1
-            logger.error(
-                "limits: %d fail-open requests could not be counted (the owner stayed unreachable)",
-                self.owed_dropped,
-            )
+            if self.owed_dropped & (self.owed_dropped - 1) == 0:  # 1, 2, 4, ...
+                logger.error(
+                    "limits: %d requests could not be counted (the owner stayed unreachable "
+                    "while %d settles waited for it)",
+                    self.owed_dropped,
+                    OWED_MAX,
+                )
         self._owed.append(done)
-        self._pay()
 
     @property
     def owed(self) -> int:
-        """Fail-open settles not yet acknowledged by the owner."""
+        """Settles not yet acknowledged by the owner."""
         return len(self._owed)
 
     def _pay(self) -> None:
@@ -449,19 +480,15 @@ class Admission:
             self._paying = asyncio.create_task(self._pay_owed(), name="limits-owed")
 
     async def _pay_owed(self) -> None:
-        """Send owed settles, oldest first, until one is not acknowledged (retried at the
-        next renewal tick)."""
+        """Send owed settles, oldest first and in batches, until all are acknowledged (a
+        batch that is not is kept and sent again after :data:`OWED_RETRY_S`)."""
         while self._owed:
-            try:
-                await self._bus.request(
-                    subjects.LIMITS_SETTLE,
-                    self._owed[0],
-                    reply_type=AdmitReply,
-                    timeout=self.settings.decision_timeout_seconds,
-                )
-            except GatewayError:
-                return
-            self._owed.popleft()
+            batch = [self._owed.popleft() for _ in range(min(_OWED_BATCH, len(self._owed)))]
+            if not await self._acknowledged(batch):
+                owed_since, self._owed = self._owed, deque(batch)
+                for done in owed_since:  # owed while this batch was out: after it, bounded
+                    self._keep(done)
+                await asyncio.sleep(OWED_RETRY_S)
 
     async def _renew(self) -> None:
         while True:

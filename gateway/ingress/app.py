@@ -227,6 +227,7 @@ class GatewayApp:
                 await self.rules.start()
                 await self.dashboard.start()
                 await self.admission.start()
+                self.ops.start()
                 await send({"type": "lifespan.startup.complete"})
             elif msg["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -239,8 +240,8 @@ class GatewayApp:
             self._adapters.update(make_adapters(self._client))
 
     async def aclose(self) -> None:
-        """Close the upstream HTTP client; stop following callers' events, sessions' ends,
-        limits' state and renewing leases."""
+        """Close the upstream HTTP client; deliver the request-log rows kept; stop following
+        callers' events, sessions' ends, limits' state and renewing leases."""
         await self.ops.aclose()
         await self.admission.aclose()
         await self.dashboard.aclose()

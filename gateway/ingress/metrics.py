@@ -42,7 +42,7 @@ from schemas import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from bus import Bus
     from gateway.telemetry.provider import GenAIInstruments
@@ -75,18 +75,22 @@ class _PerRoute:
 
 
 class _LogStats:
-    """Collector of the request log's counters, as last read from the StoreActor."""
+    """Collector of the request log's counters, as last read from the StoreActor, and of the
+    rows this ingress dropped because its own outbox was full (cause ``ingress_full``)."""
 
     def __init__(self) -> None:
         self.stats: dict[str, Any] | None = None
+        self.outbox_dropped: Callable[[], int] = lambda: 0
 
     def collect(self) -> Iterable[Metric]:
         st = self.stats
-        if st is None:
-            return
         dropped = CounterMetricFamily(
             "llmgw_log_rows_dropped", "Request log rows dropped, never waited for", labels=["cause"]
         )
+        dropped.add_metric(["ingress_full"], float(self.outbox_dropped()))
+        if st is None:  # the store's own counters are not known (yet)
+            yield dropped
+            return
         for cause in ("queue_full", "write_failed", "by_bus"):
             dropped.add_metric([cause], float(st.get(f"dropped_{cause}", 0)))
         yield dropped
@@ -241,6 +245,11 @@ class GatewayMetrics:
         self._fallbacks: dict[tuple[str, str], Any] = {}
 
     # -- hot path -----------------------------------------------------------------------
+
+    def count_log_drops(self, dropped: Callable[[], int]) -> None:
+        """Export ``dropped()`` (this ingress's request-log rows dropped because its outbox
+        was full) as ``llmgw_log_rows_dropped_total{cause="ingress_full"}``."""
+        self._log.outbox_dropped = dropped
 
     def request(
         self, done: RequestCompleted, attempts: Sequence[Observation], decision_s: float | None

@@ -9,6 +9,7 @@ events for the metrics. (The process-level side is ``gateway.process.control``.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -21,6 +22,7 @@ from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting
 from gateway.ingress.event_stream import kinds_of, since_of, stream_events
+from gateway.ingress.log_outbox import LogOutbox
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.telemetry import start_telemetry
 from schemas import UnauthorizedError, subjects
@@ -54,6 +56,8 @@ _SURFACES = {
     "/v1/messages": "messages",
 }
 _SCRAPE_TIMEOUT_S = 2.0
+_LOG_AREAS = frozenset({"log", "spend"})  # read from the request log
+_DRAIN_S = 1.0
 _encode = msgspec.json.Encoder().encode
 
 
@@ -68,8 +72,16 @@ class IngressOps:
         self.metrics = GatewayMetrics(
             config, self.telemetry.metrics if self.telemetry is not None else None
         )
+        self.log_outbox = LogOutbox(bus, config.log) if config.log.enabled else None
+        if self.log_outbox is not None:
+            outbox = self.log_outbox
+            self.metrics.count_log_drops(lambda: outbox.dropped)
         self.accounting = Accounting(
-            bus, self.metrics, decisions=config.events.decisions, telemetry=self.telemetry
+            bus,
+            self.metrics,
+            decisions=config.events.decisions,
+            telemetry=self.telemetry,
+            outbox=self.log_outbox,
         )
         self.follower: ConfigFollower | None = None
         # area -> what this ingress does once a command of that area succeeded through it
@@ -88,9 +100,19 @@ class IngressOps:
         self._config = config
         self.accounting.decisions = config.events.decisions
         self.metrics.reconfigure(config)
+        if self.log_outbox is not None:
+            self.log_outbox.reconfigure(config.log)
+
+    def start(self) -> None:
+        """Start sending request-log rows to their owner."""
+        if self.log_outbox is not None:
+            self.log_outbox.start()
 
     async def aclose(self) -> None:
-        """Flush and stop the telemetry exporters (the SDK's shutdown blocks: a thread)."""
+        """Deliver the request-log rows still kept (bounded wait), then stop sending; flush
+        and stop the telemetry exporters (the SDK's shutdown blocks: a thread)."""
+        if self.log_outbox is not None:
+            await self.log_outbox.aclose()
         telemetry, self.telemetry = self.telemetry, None
         self.accounting.telemetry = None
         if telemetry is not None:
@@ -134,6 +156,12 @@ class IngressOps:
     async def _admin(self, req: HttpRequest) -> None:
         self._require_admin(req)
         area, verb = command_of(req)
+        if area in _LOG_AREAS and self.log_outbox is not None:
+            # Read your writes: the rows of requests this ingress answered reach the store
+            # before the query does (bounded: a store that is away answers what it has).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_DRAIN_S):
+                    await self.log_outbox.drained()
         result = await admin_request(
             self._bus, area, verb, await args_of(req), by=requested_by(req), timeout=ADMIN_TIMEOUT_S
         )

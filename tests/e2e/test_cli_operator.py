@@ -19,6 +19,8 @@ import httpx
 import pytest
 import yaml
 
+from actors.stores.request_log import INSERT, REQUEST_LOG, missing_columns, request_row
+from schemas import RequestCompleted
 from tests.e2e.conftest import CHAT, WAIT, chat
 from tests.fixtures.gateway import GatewayProcess
 
@@ -191,6 +193,37 @@ def test_keys_list_has_a_header(tmp_path: Path) -> None:
     assert row.split()[2:] == ["acme/ann", "pro", "active"]
 
 
+def test_keys_without_a_named_database_refuse_rather_than_create_one(tmp_path: Path) -> None:
+    create = llmgw(tmp_path, "keys", "create", "--org", "o", "--user", "u", "--role", "free")
+    listing = llmgw(tmp_path, "keys", "list")
+
+    for done in (create, listing):
+        line = one_line_error(done)
+        assert "--config FILE" in line, line
+        assert "--db PATH" in line, line
+    assert list(tmp_path.iterdir()) == []  # no stray database, no WAL beside it
+
+
+async def test_keys_create_says_which_database_took_the_key(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    await _serve(processes, tmp_path)  # serves ./llmgw.sqlite3, with its local socket
+    offline_db = tmp_path / "offline.db"
+    who = ("--org", "o", "--user", "u", "--role", "free")
+
+    served = await asyncio.to_thread(llmgw, tmp_path, "keys", "create", *who)
+    offline = await asyncio.to_thread(
+        llmgw, tmp_path, "keys", "create", "--db", str(offline_db), *who, "--json"
+    )
+
+    assert served.returncode == 0, served.stderr
+    first = served.stdout.splitlines()[0]
+    assert first.endswith(f"through the gateway serving {tmp_path / 'llmgw.sqlite3'}"), first
+    assert offline.returncode == 0, offline.stderr
+    made = json.loads(offline.stdout)
+    assert (made["via"], made["database"]) == ("file", str(offline_db))
+
+
 def test_keys_and_logs_need_only_the_database_of_the_config(tmp_path: Path) -> None:
     db = tmp_path / "gw.sqlite3"
     sqlite3.connect(db).close()
@@ -222,6 +255,25 @@ def test_keys_and_logs_need_only_the_database_of_the_config(tmp_path: Path) -> N
     assert (keys.returncode, keys.stdout, keys.stderr) == (0, "no keys\n", "")
     assert logs.returncode == 0, logs.stderr
     assert logs.stdout.split()[:2] == ["time", "kind"]
+
+
+def test_logs_beside_a_socket_left_by_a_killed_gateway_reads_the_database(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "gw.sqlite3"
+    with sqlite3.connect(db) as conn:
+        for stmt in (*REQUEST_LOG.statements, *missing_columns(set())):
+            conn.execute(stmt)
+        conn.execute(INSERT, request_row(RequestCompleted(request_id="r-before-kill", ts=1e9)))
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(yaml.safe_dump({"database": {"path": str(db)}}))
+    with socket.socket(socket.AF_UNIX) as dead:
+        dead.bind(str(tmp_path / "gw.sqlite3.sock"))  # closed without unlinking, as after kill -9
+
+    logs = llmgw(tmp_path, "logs", "--config", str(cfg), "--since", "100000d", "--json")
+
+    assert logs.returncode == 0, logs.stderr
+    assert [json.loads(r)["request_id"] for r in logs.stdout.splitlines()] == ["r-before-kill"]
 
 
 def test_admin_on_a_dead_bus_says_so_in_one_line(tmp_path: Path) -> None:

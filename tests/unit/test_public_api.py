@@ -88,6 +88,8 @@ PINNED: dict[str, list[str]] = {
         "LimitsState",
         "LimitsUnavailableError",
         "LocalHealth",
+        "LogAppend",
+        "LogAppended",
         "Message",
         "ModeChanged",
         "ModeRequest",

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import secrets
 from collections import Counter
 from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
 from actors import Actor, ActorContext, Serve
-from schemas import RouteNotFoundError, RoutePlan, RouteRequest, subjects
+from schemas import LogAppend, RouteNotFoundError, RoutePlan, RouteRequest, subjects
 
 if TYPE_CHECKING:
     from bus import Bus, Envelope, Subscription
+    from schemas import RequestCompleted
 
 T = TypeVar("T")
 
@@ -140,6 +142,13 @@ async def next_event(sub: Subscription, kind: type[T], child: str | None = None)
             if isinstance(msg, kind) and (child is None or getattr(msg, "child", None) == child):
                 return msg
     raise AssertionError(f"subscription {sub.subject} ended before a {kind.__name__}")
+
+
+async def log(bus: Bus, *done: RequestCompleted) -> None:
+    """Publish ``done`` to the StoreActor as the first batch of a sender of its own (as an
+    ingress's log outbox sends them), not waiting for the answer."""
+    batch = LogAppend(sender=f"test-{secrets.token_hex(4)}", seq=1, requests=done)
+    await bus.publish(subjects.LOG_APPEND, batch)
 
 
 class FakeClock:

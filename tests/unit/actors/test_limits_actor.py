@@ -23,6 +23,7 @@ from schemas.limits import (
     LimitRenew,
     LimitsConfig,
     LimitSettle,
+    LimitSettleBatch,
 )
 from tests.unit.actors import WAIT, FakeClock
 
@@ -185,3 +186,36 @@ async def test_a_replaced_owner_carries_on_the_counters_of_the_one_it_replaced(
         assert not (await _admit(bus, "second")).admitted  # the minute's request still counts
     finally:
         await root.stop()
+
+
+async def test_a_settle_sent_again_is_acknowledged_once_saved_and_counted_once(
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
+) -> None:
+    settings = LimitsConfig(lease_ttl_seconds=30, snapshot_seconds=0.05)
+    settles = LimitSettleBatch(
+        settles=(
+            LimitSettle(request_id="r1", subjects=KEY, role="pro", cost_usd=0.25),
+            # a lease the owner never saw (it restarted): counted when its settle arrives
+            LimitSettle(request_id="r0", subjects=KEY, role="pro", cost_usd=0.5),
+        )
+    )
+    acks, spent = [], []
+    for run in range(2):  # the second owner is a restart: it knows the ids from the file
+        actor = LimitsActor(str(tmp_path / "db"), settings, clock=clock)
+        async with anyio.create_task_group() as tg:
+            await tg.start(actor.run, bus)
+            if run == 0:
+                await _admin(bus, "set", kind="key", id="k-1", budget="10/day")
+                assert (await _admit(bus, "r1", cost=0.1)).admitted
+            for _ in range(2):  # as after a lost acknowledgement: the same batch again
+                acks.append(
+                    await bus.request(
+                        subjects.LIMITS_SETTLE, settles, reply_type=AdmitReply, timeout=WAIT
+                    )
+                )
+            spent.append((await _admin(bus, "get", subject="key:k-1"))["usage"]["spent_usd"])
+            actor.request_stop()
+    assert acks == [AdmitReply(admitted=True)] * 4
+    assert spent == [pytest.approx(0.75)] * 2

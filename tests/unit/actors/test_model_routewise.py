@@ -16,6 +16,7 @@ import pytest
 from actors import CapacityActor, ChildSpec, ModelActor, StoreActor, Supervisor
 from schemas import (
     CapacityRelease,
+    LogAppend,
     ModelStatus,
     ModelStatusRequest,
     Observation,
@@ -130,11 +131,11 @@ async def test_routewise_model_bootstraps_latency_from_the_request_log(
     store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        for _ in range(3):
-            await bus.publish(
-                subjects.observation(ep(8001)), success(8001, 2500.0, clock.now - 120)
-            )
-            await bus.publish(subjects.observation(ep(8002)), success(8002, 200.0, clock.now - 60))
+        seen = [success(8001, 2500.0, clock.now - 120), success(8002, 200.0, clock.now - 60)] * 3
+        # the rows an ingress sends the store (see gateway.ingress.log_outbox)
+        await bus.publish(
+            subjects.LOG_APPEND, LogAppend(sender="ingress-1", seq=1, attempts=tuple(seen))
+        )
         await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR), budget_alpha=1.0)
         rows = {c.endpoint: c for c in (await status(bus)).routewise}
         first = await plan(bus, prompt_tokens=100)

@@ -12,8 +12,9 @@ import anyio
 from actors import StoreActor
 from actors.stores.request_log import ADDED_COLUMNS
 from gateway.cli.logs_offline import read_rows
-from schemas import RequestCompleted, subjects
+from schemas import RequestCompleted
 from schemas.config import LogConfig
+from tests.unit.actors import log
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,8 +55,8 @@ async def test_an_old_log_is_read_with_defaults_then_upgraded_in_place(
     store = StoreActor(str(path), LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await bus.publish(
-            subjects.request_done("m"),
+        await log(
+            bus,
             RequestCompleted(
                 request_id="new",
                 model="m",

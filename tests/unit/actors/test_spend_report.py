@@ -12,7 +12,7 @@ import pytest
 from actors import StoreActor
 from schemas import AdminCommand, AdminReply, RequestCompleted, subjects
 from schemas.config import LogConfig
-from tests.unit.actors import WAIT
+from tests.unit.actors import WAIT, log
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,10 +67,8 @@ async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_
             (T + 3.1 * H, 8.0),
             (T + 3.9 * H, 200.0),
         ):
-            await bus.publish(subjects.request_done("m"), _done(ts, "gk-a", usd))
-        await bus.publish(
-            subjects.request_done("m"), _done(T + 1.2 * H, "gk-b", 16.0, estimated=True)
-        )
+            await log(bus, _done(ts, "gk-a", usd))
+        await log(bus, _done(T + 1.2 * H, "gk-b", 16.0, estimated=True))
         got = await _report(bus, since=T + 0.5 * H, until=T + 3.5 * H, group_by="key")
         whole = await _report(bus, since=T + 0.6 * H, until=T + 0.8 * H, group_by="org")
         store.request_stop()
@@ -109,7 +107,7 @@ async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
         async with anyio.create_task_group() as tg:
             await tg.start(store.run, bus)
             if _ == 0:
-                await bus.publish(subjects.request_done("m"), _done(T + 1.5 * H, "gk-a", 2.0))
+                await log(bus, _done(T + 1.5 * H, "gk-a", 2.0))
             store.request_stop()
         if _ == 0:
             with sqlite3.connect(path) as db:

@@ -1,4 +1,5 @@
-"""StoreActor: batching, bounded queue with counted drops, clean stop, admin verbs."""
+"""StoreActor: batches answered once committed and committed once, batching, the bounded queue
+refusing (never losing) a batch, clean stop, admin verbs."""
 
 from __future__ import annotations
 
@@ -10,11 +11,14 @@ import anyio
 import pytest
 
 from actors import StoreActor
+from actors.stores.spend_report import SPEND_HOURLY
 from bus import InProcessBus
 from schemas import (
     AdminCommand,
     AdminReply,
     ErrorReply,
+    LogAppend,
+    LogAppended,
     Observation,
     RequestCompleted,
     subjects,
@@ -51,6 +55,22 @@ async def admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
     return reply.result
 
 
+async def put(
+    bus: InProcessBus, seq: int, *msgs: Observation | RequestCompleted, sender: str = "ing-1"
+) -> None:
+    """Publish ``msgs`` as the batch ``seq`` of ``sender``, not waiting for its answer."""
+    await bus.publish(subjects.LOG_APPEND, batch(seq, *msgs, sender=sender))
+
+
+def batch(seq: int, *msgs: Observation | RequestCompleted, sender: str = "ing-1") -> LogAppend:
+    return LogAppend(
+        sender=sender,
+        seq=seq,
+        requests=tuple(m for m in msgs if isinstance(m, RequestCompleted)),
+        attempts=tuple(m for m in msgs if isinstance(m, Observation)),
+    )
+
+
 def obs(i: int, **kw: Any) -> Observation:
     fields: dict[str, Any] = {
         "endpoint": "m:a",
@@ -69,12 +89,10 @@ async def test_store_with_fallback_request_writes_request_row_and_attempt_rows(
     store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await bus.publish(
-            subjects.observation("m:a"),
+        await put(
+            bus,
+            1,
             obs(1, outcome="failure", status=500, error_kind="http_error"),
-        )
-        await bus.publish(
-            subjects.observation("m:b"),
             Observation(
                 endpoint="m:b",
                 model="m",
@@ -87,9 +105,6 @@ async def test_store_with_fallback_request_writes_request_row_and_attempt_rows(
                 completion_tokens=5,
                 ts=time.time(),
             ),
-        )
-        await bus.publish(
-            subjects.request_done("m"),
             RequestCompleted(
                 request_id="r1",
                 requested_model="alias",
@@ -122,7 +137,7 @@ async def test_store_commits_a_full_batch_without_waiting_for_the_timer(
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         for i in range(5):
-            await bus.publish(subjects.observation("m:a"), obs(i))
+            await put(bus, i + 1, obs(i))
         for _ in range(int(WAIT / 0.005)):  # bounded: another connection sees the commit
             if len(db_rows(path)) == 5:
                 break
@@ -131,7 +146,7 @@ async def test_store_commits_a_full_batch_without_waiting_for_the_timer(
     assert len(db_rows(path)) == 5
 
 
-async def test_store_with_full_queue_drops_and_counts_rows_never_blocking(
+async def test_store_with_full_queue_refuses_a_batch_never_blocking_and_takes_it_later(
     bus: InProcessBus, tmp_path: Path
 ) -> None:
     store = StoreActor(
@@ -141,38 +156,82 @@ async def test_store_with_full_queue_drops_and_counts_rows_never_blocking(
         await tg.start(store.run, bus)
         # Publishing never yields, so all 25 reach the store before its flusher can run.
         for i in range(25):
-            await bus.publish(subjects.observation("m:a"), obs(i))
+            await put(bus, i + 1, obs(i), sender=f"ing-{i}")
         stats = await admin(bus, "flush")
+        again: list[LogAppended | ErrorReply] = []
+
+        async def resend() -> None:  # answered once committed: by the flush below
+            again.append(
+                await bus.request(
+                    subjects.LOG_APPEND,
+                    batch(25, obs(24), sender="ing-24"),
+                    reply_type=LogAppended,
+                    timeout=WAIT,
+                )
+            )
+
+        async with anyio.create_task_group() as sending:
+            sending.start_soon(resend)
+            taken = await admin(bus, "stats")
+            with anyio.move_on_after(WAIT):
+                while taken["pending"] < 1:
+                    await anyio.sleep(0.005)  # polling the owner's answer, bounded by WAIT
+                    taken = await admin(bus, "stats")
+            await admin(bus, "flush")
         store.request_stop()
     assert stats["written"] == 10
-    assert stats["dropped_queue_full"] == 15 and stats["dropped"] == 15
+    assert stats["refused_queue_full"] == 15 and stats["dropped"] == 0
+    assert again == [LogAppended(seq=25)]  # a refused batch sent again is taken
 
 
-async def test_store_counts_rows_the_bus_dropped_for_a_slow_consumer(tmp_path: Path) -> None:
-    bus = InProcessBus(pending_limit=4)
-    store = StoreActor(str(tmp_path / "log.db"), LogConfig())
-    try:
-        async with anyio.create_task_group() as tg:
-            await tg.start(store.run, bus)
-            for i in range(10):
-                await bus.publish(subjects.observation("m:a"), obs(i))
-            stats = await admin(bus, "flush")
-            store.request_stop()
-    finally:
-        await bus.aclose()
-    assert stats["dropped_by_bus"] == 6 and stats["written"] == 4
-
-
-async def test_store_on_clean_stop_commits_every_delivered_row(
+async def test_store_answers_a_batch_once_committed_and_commits_a_resent_one_once(
     bus: InProcessBus, tmp_path: Path
 ) -> None:
     path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(batch_rows=1000, flush_ms=60_000))
+    done = RequestCompleted(request_id="r1", model="m", cost_usd=0.5, ts=time.time())
+    sent = batch(1, obs(1), done)
+    answers = []
+    for _ in range(2):  # the second store is a restart: it knows the batch from the file
+        store = StoreActor(str(path), LogConfig(flush_ms=10))
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run, bus)
+            for _ in range(2):  # as after a lost answer: the same batch again
+                answers.append(
+                    await bus.request(
+                        subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT
+                    )
+                )
+            spend = await bus.request(
+                subjects.admin("spend", "report"),
+                AdminCommand(args={"since": 0}),
+                reply_type=AdminReply,
+                timeout=WAIT,
+            )
+            store.request_stop()
+    assert answers == [
+        LogAppended(seq=1),
+        LogAppended(seq=1, duplicate=True),
+        LogAppended(seq=1, duplicate=True),
+        LogAppended(seq=1, duplicate=True),
+    ]
+    assert [(r["kind"], r["request_id"]) for r in db_rows(path)] == [
+        ("request", "r1"),
+        ("attempt", "r1"),
+    ]
+    assert isinstance(spend, AdminReply)
+    assert spend.result["total_usd"] == 0.5, spend.result
+
+
+async def test_store_on_clean_stop_commits_every_delivered_batch(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    path = tmp_path / "log.db"
+    store = StoreActor(str(path), LogConfig(batch_rows=1000, queue_rows=1000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         for i in range(300):
-            await bus.publish(subjects.observation("m:a"), obs(i))
-        store.request_stop()  # the rows still sit in the subscription's queue
+            await put(bus, i + 1, obs(i))
+        store.request_stop()  # the batches still sit in the subscription's queue
     assert len(db_rows(path)) == 300
 
 
@@ -181,7 +240,7 @@ async def test_store_prune_deletes_rows_past_retention(bus: InProcessBus, tmp_pa
     store = StoreActor(str(path), LogConfig(retention_days=1))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await bus.publish(subjects.observation("m:a"), obs(1))
+        await put(bus, 1, obs(1))
         old = Observation(
             endpoint="m:a",
             model="m",
@@ -189,7 +248,7 @@ async def test_store_prune_deletes_rows_past_retention(bus: InProcessBus, tmp_pa
             request_id="old",
             ts=time.time() - 2 * 86_400,
         )
-        await bus.publish(subjects.observation("m:a"), old)
+        await put(bus, 2, old)
         await admin(bus, "flush")
         result = await admin(bus, "prune")
         store.request_stop()
@@ -239,17 +298,43 @@ async def test_store_keeps_committing_on_its_own_after_a_query_or_flush(
     store = StoreActor(str(path), LogConfig(batch_rows=4, flush_ms=20))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await bus.publish(subjects.observation("m:a"), obs(0))
+        await put(bus, 1, obs(0))
         await committed(bus, 1)  # the flusher is now waiting for the next row
         await admin(bus, verb)
-        for i in range(1, 4):  # under one batch: only the flush_ms timer commits them
-            await bus.publish(subjects.observation("m:a"), obs(i))
+        for i in range(1, 4):  # the flusher commits them as they come
+            await put(bus, i + 1, obs(i))
         timer = await committed(bus, 4)
         await admin(bus, verb)
         for i in range(4, 12):  # two full batches
-            await bus.publish(subjects.observation("m:a"), obs(i))
+            await put(bus, i + 1, obs(i))
         batches = await committed(bus, 12)
         store.request_stop()
     assert (timer["written"], timer["pending"]) == (4, 0)
     assert (batches["written"], batches["pending"]) == (12, 0)
     assert len(db_rows(path)) == 12
+
+
+async def test_store_with_a_failed_write_refuses_the_batch_and_commits_it_once_when_sent_again(
+    bus: InProcessBus, tmp_path: Path
+) -> None:
+    path = tmp_path / "log.db"
+    sent = batch(1, obs(1), RequestCompleted(request_id="r1", model="m", ts=time.time()))
+    store = StoreActor(str(path), LogConfig())
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        with sqlite3.connect(path) as db:  # the write fails after the rows went in
+            db.execute("DROP TABLE spend_hourly")
+        failed = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+        with sqlite3.connect(path) as db:
+            for stmt in SPEND_HOURLY.statements:
+                db.execute(stmt)
+        again = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+        stats = await admin(bus, "stats")
+        store.request_stop()
+    assert isinstance(failed, ErrorReply) and failed.retryable
+    assert again == LogAppended(seq=1)
+    assert stats["refused_write_failed"] == 1
+    assert [(r["kind"], r["request_id"]) for r in db_rows(path)] == [
+        ("request", "r1"),
+        ("attempt", "r1"),
+    ]

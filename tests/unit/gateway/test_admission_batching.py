@@ -144,3 +144,32 @@ async def test_a_request_gone_before_its_verdict_gives_its_slot_back(tmp_path: P
         assert (await _usage(bus))["in_flight"] == 0
         (again,) = _begin(admission, 1)
         assert await _outcome(again) == "admitted"  # the slot was not held until its TTL
+
+
+async def test_settles_no_owner_acknowledged_are_kept_and_counted_once_it_is_back(
+    tmp_path: Path,
+) -> None:
+    async with _owner(tmp_path) as (bus, admission):  # the limit, stored by its owner
+        await _limit(bus, admission, budget="10/day")
+    bus = InProcessBus()
+    config = GatewayConfig.model_validate({"models": [], "limits": {"lease_ttl_seconds": 0.3}})
+    admission = Admission(bus, config)  # renews, and pays what it owes, every 0.1 s
+    await admission.start()
+    done = LimitSettle(request_id="r1", subjects=("key:k-1",), role="pro", cost_usd=0.25)
+    try:
+        admission.settle(done)  # the owner is away (killed, restarting)
+        with anyio.fail_after(WAIT):
+            while admission.owed == 0:  # noqa: ASYNC110 - nothing to await but the send
+                await asyncio.sleep(0.01)
+        actor = LimitsActor(str(tmp_path / "limits.db"), LimitsConfig(snapshot_seconds=0.05))
+        async with anyio.create_task_group() as tg:
+            await tg.start(actor.run, bus)
+            with anyio.fail_after(WAIT):
+                while admission.owed:  # noqa: ASYNC110 - paid at the next renewal tick
+                    await asyncio.sleep(0.01)
+            usage = await _usage(bus)
+            actor.request_stop()
+    finally:
+        await admission.aclose()
+        await bus.aclose()
+    assert usage["spent_usd"] == 0.25

@@ -1,0 +1,115 @@
+"""LogOutbox: an ingress keeps request-log rows until the store acknowledges them committed,
+sends them again while no store answers, and bounds what it keeps."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from actors import StoreActor
+from bus import InProcessBus
+from gateway.ingress.log_outbox import LogOutbox
+from gateway.ingress.metrics import GatewayMetrics
+from schemas import Observation, RequestCompleted
+from schemas.config import LogConfig
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+WAIT = 10.0  # the outbox sends again every RETRY_S; this bounds a few rounds on a busy host
+
+
+def _request(i: int) -> tuple[RequestCompleted, tuple[Observation, ...]]:
+    done = RequestCompleted(request_id=f"r{i}", model="m", cost_usd=0.01, ts=time.time())
+    attempt = Observation(endpoint="m:a", model="m", outcome="success", request_id=f"r{i}")
+    return done, (attempt,)
+
+
+def _kinds(path: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(path) as db:
+        return list(
+            db.execute("SELECT request_id, kind FROM request_log ORDER BY request_id, kind")
+        )
+
+
+async def _failed_twice(outbox: LogOutbox) -> None:
+    """Return once the outbox sent its batch and got no answer twice; fail after WAIT."""
+    with anyio.fail_after(WAIT):
+        # The outbox offers no event for a failed send (nothing in it waits for one): poll
+        # its counter, bounded by WAIT.
+        while outbox.failures < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+
+
+async def _drained(outbox: LogOutbox) -> None:
+    with anyio.fail_after(WAIT):
+        await outbox.drained()
+
+
+async def test_rows_kept_while_no_store_runs_are_committed_once_one_starts(tmp_path: Path) -> None:
+    bus = InProcessBus()
+    outbox = LogOutbox(bus, LogConfig(flush_ms=10))
+    path = tmp_path / "log.db"
+    try:
+        outbox.start()
+        for i in range(3):
+            outbox.add(*_request(i))
+        await _failed_twice(outbox)
+        kept = outbox.waiting
+        store = StoreActor(str(path), LogConfig(flush_ms=10))
+        async with anyio.create_task_group() as tg:
+            await tg.start(store.run, bus)
+            await _drained(outbox)  # acknowledged once committed
+            outbox.add(*_request(3))  # the store is back: a new request goes straight through
+            await _drained(outbox)
+            store.request_stop()
+    finally:
+        await outbox.aclose()
+        await bus.aclose()
+    assert kept == 6
+    assert _kinds(path) == [(f"r{i}", kind) for i in range(4) for kind in ("attempt", "request")]
+
+
+async def test_a_full_outbox_drops_and_counts_new_rows_never_blocking() -> None:
+    bus = InProcessBus()
+    outbox = LogOutbox(bus, LogConfig(batch_rows=1, queue_rows=5))  # not started: nothing sent
+    try:
+        for i in range(3):  # two rows each: the third does not fit
+            outbox.add(*_request(i))
+    finally:
+        await bus.aclose()
+    assert (outbox.waiting, outbox.dropped) == (4, 2)
+
+
+async def test_a_clean_stop_with_no_store_answering_ends_at_once() -> None:
+    bus = InProcessBus()
+    outbox = LogOutbox(bus, LogConfig())
+    outbox.start()
+    outbox.add(*_request(1))
+    try:
+        with anyio.fail_after(WAIT):
+            await outbox.aclose(wait=60.0)  # no responders: no point waiting the whole minute
+    finally:
+        await bus.aclose()
+    assert outbox.waiting == 2
+
+
+async def test_rows_a_full_outbox_dropped_are_exported_as_a_metric() -> None:
+    bus = InProcessBus()
+    metrics = GatewayMetrics()
+    outbox = LogOutbox(bus, LogConfig(batch_rows=1, queue_rows=2))
+    metrics.count_log_drops(lambda: outbox.dropped)
+    try:
+        for i in range(2):
+            outbox.add(*_request(i))
+    finally:
+        await bus.aclose()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in metrics.registry.collect()
+        for s in family.samples
+    }
+    assert samples[("llmgw_log_rows_dropped_total", (("cause", "ingress_full"),))] == 2
