@@ -6,11 +6,11 @@ listening socket becomes a server for it:
 - ``hypercorn`` (the default): HTTP/1.1 and h2c, with the connection-layer defences of
   ``gateway.ingress.http_edge`` installed under it.
 - ``granian`` (the optional extra ``granian``): a Rust server (hyper) run embedded in this
-  event loop. Its parser already refuses a ``Content-Length`` list, an obs-fold, garbage and
-  an unknown HTTP version (bodiless 400) and closes a connection whose request had both
-  ``Content-Length`` and ``Transfer-Encoding``; :func:`edge_guard` adds, at the ASGI layer,
-  what it lets through that the app can still see. What it cannot see (a bare-LF head, a
-  stalled head answered 408) is listed in the README.
+  event loop. Its parser refuses a ``Content-Length`` list, an obs-fold, garbage and an
+  unknown HTTP version (bodiless 400), reads a request with both ``Content-Length`` and
+  ``Transfer-Encoding`` as chunked and closes its connection; :func:`edge_guard` adds the
+  check the ASGI layer can still make (the method's case). What neither can do (a bare LF
+  refused, a stalled head answered 408, refusals in the API shape) is listed in the README.
 """
 
 from __future__ import annotations
@@ -138,37 +138,19 @@ def _stop_on(shutdown: asyncio.Event, runner: Any) -> asyncio.Task[None]:
 
 
 def edge_guard(app: ASGIApp) -> ASGIApp:
-    """``app`` behind the framing checks the ASGI layer can still make (granian's parser
-    lets these through): a request with both ``Content-Length`` and ``Transfer-Encoding``, a
-    ``Content-Length`` given twice, and a method not in upper case are answered 400 in the
-    caller's API shape and the connection closed, before the app runs."""
+    """``app`` behind the framing check the ASGI layer can still make under granian: a
+    method not in upper case (hyper passes it on; methods are case-sensitive) is answered 400
+    in the caller's API shape and the connection closed, before the app runs."""
 
     async def guarded(scope: Scope, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            reason = _scope_refusal(scope)
-            if reason is not None:
-                await _refuse(scope, send, reason)
-                return
+        if scope["type"] == "http" and not str(scope["method"]).isupper():
+            method = str(scope["method"])[:32]
+            reason = f"the method {method!r} is not served: methods are upper-case"
+            await _refuse(scope, send, reason)
+            return
         await app(scope, receive, send)
 
     return guarded
-
-
-def _scope_refusal(scope: Scope) -> str | None:
-    method = str(scope.get("method", ""))
-    if not method.isupper():
-        return f"the method {method[:32]!r} is not served: methods are upper-case"
-    lengths = codings = 0
-    for name, _ in scope["headers"]:
-        if name == b"content-length":
-            lengths += 1
-        elif name == b"transfer-encoding":
-            codings += 1
-    if lengths and codings:
-        return "a request with both Content-Length and Transfer-Encoding is refused"
-    if lengths > 1:
-        return "a request with Content-Length given more than once is refused"
-    return None
 
 
 async def _refuse(scope: Scope, send: Any, message: str) -> None:
