@@ -8,7 +8,8 @@ on its own SO_REUSEPORT socket. It holds the port itself, bound but not listenin
 port is known (``--port 0``) and stays reserved while a worker restarts. It prints the ready
 line once every worker answers, restarts a worker that dies (:class:`RestartBudget`: backoff,
 and it gives up past a bound), and on SIGTERM/SIGINT stops the workers, then the actors,
-then the nats-server.
+then the nats-server. Each worker writes its metrics to files in one private directory, so the
+worker a scrape reaches answers with every worker's requests summed (``metrics_sum``).
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gateway.ingress import metrics_sum
 from gateway.process.embedded_nats import EmbeddedNats
 from gateway.process.serve import ListenError, bind_socket, install_shutdown, run
 from gateway.process.worker import WorkerSpec
@@ -77,9 +82,14 @@ class WorkerPool:
     """Owns the worker processes: starts them, restarts the dead, stops them."""
 
     def __init__(
-        self, spec: WorkerSpec, count: int, budget: Callable[[], RestartBudget] = RestartBudget
+        self,
+        spec: WorkerSpec,
+        count: int,
+        env: dict[str, str],
+        budget: Callable[[], RestartBudget] = RestartBudget,
     ) -> None:
         self._spec = msgspec.json.encode(spec) + b"\n"
+        self._env = env
         self._procs: list[asyncio.subprocess.Process | None] = [None] * count
         self._budgets = [budget() for _ in range(count)]
         self._stopping = False
@@ -99,6 +109,7 @@ class WorkerPool:
             *("-m", "gateway.process.worker"),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            env=self._env,
         )
         self._procs[slot] = proc
         assert proc.stdin is not None and proc.stdout is not None
@@ -179,6 +190,7 @@ async def run_workers(
     actors: asyncio.Task[int] | None = None
     actors_stop = asyncio.Event()
     pool: WorkerPool | None = None
+    metrics: str | None = None
     try:
         if opts.bus_url.startswith("nats://"):
             bus_url = opts.bus_url
@@ -213,7 +225,9 @@ async def run_workers(
             loop=loop,
             log_level=log_level,
         )
-        pool = WorkerPool(spec, workers)
+        # Each worker's metrics go to files here; the one scraped sums them (metrics_sum).
+        metrics = tempfile.mkdtemp(prefix="llmgw-metrics-")
+        pool = WorkerPool(spec, workers, {**os.environ, metrics_sum.ENV: metrics})
         try:
             await pool.start()
         except WorkerStartError as exc:
@@ -230,6 +244,8 @@ async def run_workers(
                 await actors
         if nats is not None:
             await nats.aclose()
+        if metrics is not None:
+            shutil.rmtree(metrics, ignore_errors=True)
         reserved.close()
 
 

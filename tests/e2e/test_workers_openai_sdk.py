@@ -3,8 +3,9 @@ workers on one port, joined by the supervisor's private nats-server.
 
 Both workers answer (each answer's ``x-request-id`` and ``/health`` name the process); state is
 shared (a concurrency limit holds exactly across them, a circuit opened through one refuses
-traffic through the other); a worker killed with SIGKILL is restarted while the other serves;
-SIGTERM stops everything (no worker or nats-server left, the local admin socket removed).
+traffic through the other) and ``/metrics`` sums the requests of both; a worker killed with
+SIGKILL is restarted while the other serves; SIGTERM stops everything (no worker or
+nats-server left, the local admin socket removed).
 Each request that must be free to land on either worker goes on a fresh connection: the kernel
 spreads connections over the workers' SO_REUSEPORT sockets by their source port.
 """
@@ -25,6 +26,7 @@ import httpx
 import openai
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.admin.local_socket import socket_path
 from tests.e2e.conftest import (
@@ -35,6 +37,7 @@ from tests.e2e.conftest import (
     assert_openai_error,
     chat,
     config,
+    eid,
     model,
     route,
 )
@@ -228,7 +231,7 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
     assert not any("nats://llmgw:" in line and "***" not in line for line in sup.lines)
 
 
-async def test_a_concurrency_limit_holds_exactly_across_two_workers(
+async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_sum_them(
     tmp_path: Path,
     fake_upstreams: UpstreamFactory,
     supervisors: list[Supervisor],
@@ -252,14 +255,26 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers(
         held_at_once = slots.max_in_flight
         slots.release_held()
         answers = await asyncio.gather(*load)
+        # A next request on each connection: its worker has finished (and counted) the first.
+        await asyncio.gather(*(c.get("/health") for c in clients))
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+            scraped = (await fresh.get("/metrics")).text
     finally:
         for c in clients:
             await c.aclose()
+    counted = {
+        sample.labels["endpoint"]: sample.value
+        for family in text_string_to_metric_families(scraped)
+        for sample in family.samples
+        if sample.name == "llmgw_requests_total" and sample.labels["model"] == "m"
+    }
 
     assert [a.status_code for a in answers] == [200] * total
     assert len({_pid(a.headers) for a in answers}) == 2  # both workers took part
     assert held_at_once == LIMIT and slots.max_in_flight == LIMIT
     assert len(slots.requests) == LIMIT
+    # /metrics, whichever worker answers it, counts every worker's requests.
+    assert counted == {eid("m", slots): LIMIT, eid("m", spare): total - LIMIT}
 
 
 async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
