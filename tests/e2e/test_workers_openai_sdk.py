@@ -3,7 +3,8 @@ workers on one port, joined by the supervisor's private nats-server.
 
 Both workers answer (each answer's ``x-request-id`` and ``/health`` name the process); state is
 shared (a concurrency limit holds exactly across them, a circuit opened through one refuses
-traffic through the other) and ``/metrics`` sums the requests of both; a worker killed with
+traffic through the other) and ``/metrics`` sums the requests of both; ``llmgw admin reload``
+reaches both through the supervisor's local socket; a worker killed with
 SIGKILL is restarted while the other serves; SIGTERM stops everything (no worker or
 nats-server left, the local admin socket removed).
 Each request that must be free to land on either worker goes on a fresh connection: the kernel
@@ -312,3 +313,40 @@ async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
     assert refused is not None
     assert_openai_error(refused, 503, "all_circuits_open")
     assert len(fake_upstream.requests) == 2
+
+
+async def test_llmgw_admin_reload_through_the_local_socket_reaches_every_worker(
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    supervisors: list[Supervisor],
+) -> None:
+    cfg = config(model("a", route(fake_upstream)))
+    sup = await _start(supervisors, tmp_path, cfg)
+    path = tmp_path / "gw.yaml"
+    grown = {**yaml.safe_load(path.read_text())}
+    grown["models"] = [*grown["models"], {"id": "b", "route": [{"kind": "echo"}]}]
+    path.write_text(yaml.safe_dump(grown))
+
+    reload = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway.cli.main", "admin", "reload", "--config", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+        check=False,
+    )
+    # The workers follow the actors' ConfigChanged on their own; no event reaches this test
+    # from each of them, so: bounded polling, on fresh connections, until both serve "b".
+    served: set[int] = set()
+    for _ in range(int(WAIT / 0.01)):
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+            resp = await fresh.post(CHAT, json=chat("b"))
+        if resp.status_code == 200:
+            served.add(_pid(resp.headers))
+        if served == sup.worker_pids():
+            break
+        await asyncio.sleep(0.01)
+
+    assert reload.returncode == 0, reload.stderr
+    assert served == sup.worker_pids()
