@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from schemas.config import PrefillConfig, RouteConfig
 
 if TYPE_CHECKING:
+    import random
     from collections.abc import Callable, Sequence
 
     from schemas import CapacityState, Observation, RouteRequest
@@ -40,12 +41,14 @@ class StrategyDeps:
     """What the hosting ModelActor hands every strategy besides its params: the prefill
     knobs, the model it routes (None in bare unit tests), the actor's clock and its capacity
     view: ``capacity(endpoint)`` is the state of that route's pool (None: on-demand, or not
-    known yet), read from the ModelActor's ``CapacityViews``."""
+    known yet), read from the ModelActor's ``CapacityViews``; and its random source."""
 
     prefill: PrefillConfig = field(default_factory=PrefillConfig)
     model: ModelConfig | None = None
     clock: Callable[[], float] = time.time
     capacity: Callable[[str], CapacityState | None] = field(default=lambda _endpoint: None)
+    rng: random.Random | None = None
+    """The strategy's random draws (seeded by the replay); None: a fresh unseeded one."""
 
 
 class RoutingStrategy(Protocol):

@@ -134,7 +134,12 @@ class RouteWiseStrategy:
         self.params = params
         self._deps = deps
         self._clock: Callable[[], float] = deps.clock
-        self._rng = random.Random(params.random_seed)
+        # An explicit ``random_seed`` wins; else the host's seeded source (the replay's).
+        self._rng = (
+            deps.rng
+            if params.random_seed is None and deps.rng is not None
+            else random.Random(params.random_seed)
+        )
         self.latency = LatencyEvidence(params)
         self.output = OutputLengthPredictor(params)
         self.envelope = CostEnvelope(params)
