@@ -46,6 +46,11 @@ def compare(
     oracle = oracle_for(configs[0][1], providers, trace)
     report = build_report(runs, oracle, slo or providers.slo_ttft_seconds, seed)
     for (_, config), run in zip(configs, runs, strict=True):
-        own = oracle_for(config, providers, trace).as_dict()
-        report["configs"][run.name]["oracle"] = own
+        own = oracle_for(config, providers, trace)
+        summary = report["configs"][run.name]
+        at_served = own.ttft_at(summary["served"])
+        summary["oracle"] = {
+            **own.as_dict(),
+            "ttft_mean_at_served": None if at_served is None else round(at_served, 6),
+        }
     return report, runs

@@ -140,7 +140,7 @@ def _degraded_seconds(run: RunResult) -> float:
 def _shares(run: RunResult) -> dict[str, Any]:
     """Served requests per route in equal time buckets over the trace (``bucket_seconds``)."""
     span = max((o.t for o in run.outcomes), default=0.0)
-    width = max(span / _SHARE_BUCKETS, 1.0)
+    width = max(1.0, float(math.ceil(span / _SHARE_BUCKETS)))
     routes: dict[str, list[int]] = {}
     buckets = int(span // width) + 1
     for o in run.outcomes:
