@@ -2,7 +2,8 @@
 
 A trace line is a :class:`TraceRequest`. A trace comes from ``llmgw replay synth`` or from
 the gateway's own request log (``llmgw logs --json``): :func:`read_trace` takes either, a
-request-log row being recognised by its ``requested_model`` field.
+request-log row being recognised by its ``requested_model`` field (its ``attempt`` rows are
+skipped: each request is replayed once, and routed afresh).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ class TraceRequest(msgspec.Struct, frozen=True, kw_only=True):
 
 _encode = msgspec.json.Encoder().encode
 _decode_line = msgspec.json.Decoder(dict[str, Any]).decode
-_convert_trace = msgspec.json.Decoder(TraceRequest).decode
 
 
 def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> int:
@@ -56,9 +56,11 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
     rows: list[tuple[int, dict[str, Any]]] = []
     for i, line in lines:
         try:
-            rows.append((i, _decode_line(line)))
+            row = _decode_line(line)
         except msgspec.DecodeError as exc:
             raise ValueError(f"{path}:{i}: not a JSON object: {exc}") from None
+        if row.get("kind") != "attempt":
+            rows.append((i, row))
     logged = [(i, row) for i, row in rows if "requested_model" in row]
     start = min((_arrival(row) for _, row in logged), default=0.0)
     for i, row in rows:
@@ -87,5 +89,5 @@ def _from_log(line: int, row: dict[str, Any], start: float) -> TraceRequest:
         prompt_tokens=int(row.get("prompt_tokens") or 0) or 1,
         output_tokens=int(row.get("completion_tokens") or 0) or _DEFAULT_OUTPUT_TOKENS,
         stream=bool(row.get("stream", False)),
-        caller=str(row.get("caller") or "c0"),
+        caller=str(row.get("caller_id") or row.get("caller") or "c0"),
     )

@@ -96,7 +96,15 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
 
 def run_virtual(main: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``main`` to completion on a fresh :class:`VirtualTimeLoop`, then close it."""
+    """Run ``main`` to completion on a fresh :class:`VirtualTimeLoop`, then close it. Raises
+    RuntimeError in a thread whose event loop is running (use another thread)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        main.close()
+        raise RuntimeError("run_virtual needs a thread with no running event loop")
     loop = VirtualTimeLoop()
     try:
         asyncio.set_event_loop(loop)
