@@ -42,6 +42,7 @@ WALL_EPOCH = 1_800_000_000.0
 
 _encode = msgspec.json.Encoder().encode
 _SIMULATED_KINDS = ("openai_compat", "anthropic")
+_FOREVER = 1e12
 
 
 async def replay_config(
@@ -64,6 +65,9 @@ async def replay_config(
             update={
                 "database": config.database.model_copy(update={"path": str(Path(tmp) / "db")}),
                 "log": config.log.model_copy(update={"enabled": False}),
+                # Whether any gateway key exists is asked of its owner (SQLite, a thread)
+                # once before the traffic, not again while virtual time jumps.
+                "auth_cache_seconds": _FOREVER,
             }
         )
         return await _Run(name, isolated, providers, seed, loop).run(trace, progress)
@@ -113,6 +117,7 @@ class _Run:
         )
         lifespan = _Lifespan(app)
         await lifespan.start()
+        await app.callers.auth.auth_on()
         listeners = [
             asyncio.create_task(self._follow(subjects.OBSERVATION_ANY)),
             asyncio.create_task(self._follow(subjects.EVENTS_ANY)),

@@ -233,8 +233,9 @@ class SimulatedAdapter:
                 await waiter
             except BaseException:
                 if waiter.done() and not waiter.cancelled():
+                    route.in_flight -= 1
                     _hand_on(route)  # it was handed a slot it will not use
-                else:
+                elif waiter in route.queue:  # not yet passed over by _hand_on
                     route.queue.remove(waiter)
                 raise
         else:
