@@ -43,25 +43,25 @@ def _save(fig: Any, stem: Path) -> list[Path]:
 
 def _frontier(report: dict[str, Any]) -> Any:
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    points: dict[tuple[float, float], list[str]] = {}  # configs that landed on one point
     for name, c in report["configs"].items():
-        if c["ttft_mean"] is None:
-            continue
-        ax.scatter(c["ttft_mean"], c["cost_usd"], s=36)
-        ax.annotate(
-            f"{name} ({100 * c['served_share']:.0f} %)",
-            (c["ttft_mean"], c["cost_usd"]),
-            textcoords="offset points",
-            xytext=(5, 4),
-            fontsize=8,
-        )
+        if c["ttft_mean"] is not None:
+            key = (c["ttft_mean"], c["cost_usd"])
+            points.setdefault(key, []).append(f"{name} ({100 * c['served_share']:.0f} %)")
+    for (ttft, cost), names in points.items():
+        ax.scatter(ttft, cost, s=36)
+        label = ", ".join(names)
+        ax.annotate(label, (ttft, cost), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xscale("log")
     oracle = report["oracle"]
     if oracle["ttft_mean"] is not None:
         ax.axvline(oracle["ttft_mean"], color="grey", linestyle="--", linewidth=1)
-        ax.text(oracle["ttft_mean"], ax.get_ylim()[1], " oracle TTFT", fontsize=8, va="top")
+        ax.annotate(" oracle TTFT", (oracle["ttft_mean"], 1), xycoords=("data", "axes fraction"),
+                    va="top", fontsize=8)  # fmt: skip
     if oracle["cost_usd"] is not None:
         ax.axhline(oracle["cost_usd"], color="grey", linestyle=":", linewidth=1)
-        ax.text(ax.get_xlim()[0], oracle["cost_usd"], "oracle cost", fontsize=8, va="bottom")
-    ax.set_xscale("log")
+        ax.annotate("oracle cost ", (1, oracle["cost_usd"]), xycoords=("axes fraction", "data"),
+                    ha="right", va="bottom", fontsize=8)  # fmt: skip
     ax.set_xlabel("mean TTFT of served requests (s, log)")
     ax.set_ylabel("total cost (USD)")
     ax.set_title("cost against latency per config (served share in brackets)", fontsize=10)
