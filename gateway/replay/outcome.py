@@ -50,5 +50,8 @@ class RunResult:
     observations: dict[str, list[Observation]]
     transitions: list[Transition]
     billed: dict[str, tuple[int, int]]
-    """Per endpoint: (prompt tokens, completion tokens) its provider answered."""
+    """Per endpoint: (prompt tokens, completion tokens) its provider answered to clients'
+    requests."""
+    probes: dict[str, tuple[int, int]]
+    """The same for the gateway's background probes (billed too, not in the requests' cost)."""
     duration: float

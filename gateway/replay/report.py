@@ -49,6 +49,7 @@ def summarize(run: RunResult, slo: float) -> dict[str, Any]:
         "degraded_seconds": _r(_degraded_seconds(run)),
         "share_by_route": _shares(run),
         "billed_tokens": {e: list(v) for e, v in run.billed.items()},
+        "probe_tokens": {e: list(v) for e, v in run.probes.items()},
         "virtual_seconds": run.duration,
     }
 

@@ -24,6 +24,10 @@ from actors import build_tree
 from bus import InProcessBus
 from gateway.ingress.app import GatewayApp
 from gateway.ingress.clock import IngressClock
+from gateway.ingress.dispatch import Targets
+from gateway.ingress.leases import LeaseKeeper
+from gateway.process.prober import BenchProber
+from gateway.process.routewise_prober import RouteWiseProber
 from gateway.replay.outcome import Outcome, RunResult, Transition
 from gateway.replay.simulated import CHARS_PER_TOKEN, SimulatedAdapter
 from gateway.replay.vloop import VirtualTimeLoop
@@ -33,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
 
     from bus import Envelope
+    from gateway.adapters.base import Adapter
     from gateway.replay.providers import ProvidersFile
     from gateway.replay.trace import TraceRequest
     from schemas.config import GatewayConfig
@@ -108,10 +113,11 @@ class _Run:
         loop.jumping = False
         root = build_tree(self.config, clock=self.wall, seed=self.seed)
         await root.start(self.bus)
+        clock = IngressClock(steady=loop.time, wall=self.wall)
         app = GatewayApp(
             self.bus,
             self.config,
-            clock=IngressClock(steady=loop.time, wall=self.wall),
+            clock=clock,
             adapters=dict.fromkeys(_SIMULATED_KINDS, self.sim),
             rng=Random(f"{self.seed}:steering"),
         )
@@ -121,6 +127,7 @@ class _Run:
         listeners = [
             asyncio.create_task(self._follow(subjects.OBSERVATION_ANY)),
             asyncio.create_task(self._follow(subjects.EVENTS_ANY)),
+            *self._probers(app, clock),
         ]
         await asyncio.sleep(0)  # the listeners subscribe before the first request
         try:
@@ -148,8 +155,26 @@ class _Run:
             observations=self.obs,
             transitions=self.transitions,
             billed={e: dataclasses.astuple(b) for e, b in sorted(self.sim.billed.items())},
+            probes={e: dataclasses.astuple(b) for e, b in sorted(self.sim.probes.items())},
             duration=duration,
         )
+
+    def _probers(self, app: GatewayApp, clock: IngressClock) -> list[asyncio.Task[None]]:
+        """The bench and RouteWise probers a serving process runs beside the actors
+        (gateway.process.sidecars), on the simulated routes."""
+        adapters: dict[str, Adapter] = dict.fromkeys(_SIMULATED_KINDS, self.sim.for_probes())
+        leases = LeaseKeeper(
+            self.bus, self.config.routing.leases.ttl_seconds, "prober", clock=clock.steady
+        )
+        secrets = app.callers.secrets
+        targets = Targets(self.config, secrets)
+        return [
+            asyncio.create_task(prober.run())
+            for prober in (
+                BenchProber(self.bus, adapters, targets, leases, secrets, clock=clock),
+                RouteWiseProber(self.bus, adapters, targets, leases, secrets, clock=clock),
+            )
+        ]
 
     async def _feed(
         self,

@@ -6,12 +6,14 @@ rest wait in a FIFO queue, so their TTFT grows with it), a sliding rate-limit wi
 (beyond it a 429 with ``Retry-After`` and ``x-ratelimit-*`` headers, through the same
 ``error_from_status`` as a real HTTP answer), outage windows, drift and random failures.
 Every random draw comes from one ``random.Random`` per route seeded from the replay's seed,
-so a replay is repeatable. What it bills (tokens per route) is kept in ``billed``.
+so a replay is repeatable. What it bills (tokens per route) is kept in ``billed``, and what
+the gateway's background probes cost (``for_probes()``, the same routes) in ``probes``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import math
 from collections import deque
 from contextlib import asynccontextmanager
@@ -86,6 +88,15 @@ class SimulatedAdapter:
         self.origin = origin
         self._routes: dict[str, _Route] = {}
         self.billed: dict[str, Billed] = {}
+        self.probes: dict[str, Billed] = {}
+        self._ledger = self.billed
+
+    def for_probes(self) -> SimulatedAdapter:
+        """The same simulated routes (state, queues, windows, draws) billing to ``probes``:
+        the adapter the background probers get."""
+        view = copy.copy(self)
+        view._ledger = self.probes
+        return view
 
     def _route(self, target: UpstreamTarget) -> _Route:
         route = self._routes.get(target.endpoint)
@@ -247,7 +258,7 @@ class SimulatedAdapter:
             _hand_on(route)
 
     def _bill(self, endpoint: str, prompt: int, output: int) -> None:
-        billed = self.billed.setdefault(endpoint, Billed())
+        billed = self._ledger.setdefault(endpoint, Billed())
         billed.prompt_tokens += prompt
         billed.completion_tokens += output
 
