@@ -32,7 +32,8 @@ class Outcome:
 @dataclass(frozen=True, slots=True)
 class Transition:
     """An operator event, at virtual seconds from the start: ``kind`` circuit (``state`` the
-    new circuit state), bench (benched/unbenched) or mode (normal/degraded)."""
+    new circuit state), bench (benched/unbenched), key (a credential of the route ``endpoint``
+    muted/unmuted) or mode (normal/degraded)."""
 
     at: float
     kind: str

@@ -31,7 +31,15 @@ from gateway.process.routewise_prober import RouteWiseProber
 from gateway.replay.outcome import Outcome, RunResult, Transition
 from gateway.replay.simulated import CHARS_PER_TOKEN, SimulatedAdapter
 from gateway.replay.vloop import VirtualTimeLoop
-from schemas import BenchChanged, CircuitTransition, ModeChanged, Observation, subjects
+from schemas import (
+    BenchChanged,
+    CircuitTransition,
+    KeyMuted,
+    KeyUnmuted,
+    ModeChanged,
+    Observation,
+    subjects,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, MutableMapping, Sequence
@@ -225,6 +233,10 @@ class _Run:
                 self.transitions.append(Transition(at, "bench", msg.endpoint, state))
             case ModeChanged():
                 self.transitions.append(Transition(at, "mode", "", msg.mode))
+            case KeyMuted():  # a credential's cooldown on one route
+                self.transitions.append(Transition(at, "key", msg.pool, "muted"))
+            case KeyUnmuted():
+                self.transitions.append(Transition(at, "key", msg.pool, "unmuted"))
             case _:
                 pass
 
