@@ -132,10 +132,13 @@ class _Run:
         lifespan = _Lifespan(app)
         await lifespan.start()
         await app.callers.auth.auth_on()
+        prober_leases = LeaseKeeper(
+            self.bus, self.config.routing.leases.ttl_seconds, "prober", clock=clock.steady
+        )
         listeners = [
             asyncio.create_task(self._follow(subjects.OBSERVATION_ANY)),
             asyncio.create_task(self._follow(subjects.EVENTS_ANY)),
-            *self._probers(app, clock),
+            *self._probers(app, clock, prober_leases),
         ]
         await asyncio.sleep(0)  # the listeners subscribe before the first request
         try:
@@ -153,6 +156,8 @@ class _Run:
             loop.jumping = False
             for task in listeners:
                 task.cancel()
+            await asyncio.gather(*listeners, return_exceptions=True)
+            await prober_leases.aclose()
             await lifespan.stop()
             await root.stop()
             await self.bus.aclose()
@@ -167,13 +172,12 @@ class _Run:
             duration=duration,
         )
 
-    def _probers(self, app: GatewayApp, clock: IngressClock) -> list[asyncio.Task[None]]:
+    def _probers(
+        self, app: GatewayApp, clock: IngressClock, leases: LeaseKeeper
+    ) -> list[asyncio.Task[None]]:
         """The bench and RouteWise probers a serving process runs beside the actors
         (gateway.process.sidecars), on the simulated routes."""
         adapters: dict[str, Adapter] = dict.fromkeys(_SIMULATED_KINDS, self.sim.for_probes())
-        leases = LeaseKeeper(
-            self.bus, self.config.routing.leases.ttl_seconds, "prober", clock=clock.steady
-        )
         secrets = app.callers.secrets
         targets = Targets(self.config, secrets)
         return [
