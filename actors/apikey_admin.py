@@ -101,8 +101,9 @@ class ApiKeyAdminActor(Actor):
     async def handle(self, env: Envelope) -> None:
         """Key lookups, the auth state, and admin commands of area ``api_keys``."""
         match env.message:
-            case ApiKeyLookup(key_hash=key_hash):
-                record = await stored(self._store.lookup(key_hash), _WHAT)
+            case ApiKeyLookup(key_hash=key_hash, key_id=key_id):
+                found = self._store.lookup_id(key_id) if key_id else self._store.lookup(key_hash)
+                record = await stored(found, _WHAT)
                 await env.respond(record.info() if record is not None else ApiKeyInfo(found=False))
             case AuthStateRequest():
                 if not self._any_keys:  # a key written by ``llmgw keys`` with no gateway up

@@ -26,6 +26,7 @@ from schemas import (
     ProbeResult,
     RouteCandidate,
     StateRequest,
+    is_backpressure,
     subjects,
 )
 from schemas.config import BenchConfig, CircuitConfig
@@ -318,8 +319,14 @@ class EndpointActor(Actor):
         transition: Transition | None = None
         # A probe that timed out and was replaced reports as an ordinary attempt.
         probe = obs.probe and not h.is_stale_probe(obs.request_id)
-        if obs.outcome == "success" or (obs.outcome == "client_error" and probe):
-            # A 4xx on a probe still proves the endpoint answers.
+        backpressure = is_backpressure(obs)
+        if backpressure and not probe:
+            # A rate limit says "slower", not "sick": the key pool cools the credential;
+            # the circuit, the bench and the availability leave it alone.
+            return
+        answered = obs.outcome == "client_error" or backpressure
+        if obs.outcome == "success" or (answered and probe):
+            # A 4xx on a probe (a 429 included) still proves the endpoint answers.
             transition = h.record_success(
                 now, probe=probe, owner=obs.request_id if obs.probe else ""
             )

@@ -33,6 +33,7 @@ from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     KeyAcquire,
+    KeyCooling,
     KeyDeclarations,
     KeyDeclarationsRequest,
     KeyGrant,
@@ -45,6 +46,7 @@ from schemas import (
     ProbeDue,
     ProbeResult,
     RouteCandidate,
+    is_backpressure,
     subjects,
 )
 from schemas.config import GatewayConfig, KeyPoolConfig, credential_id
@@ -102,7 +104,7 @@ def effective_declaration(
 
 class KeyPoolActor(Actor):
     """Owns one pool's declaration, mutes and streaks. Publishes KeyPoolState on
-    ``llmgw.keypool.<id>.state`` and KeyMuted/KeyUnmuted on ``llmgw.events.keypool``;
+    ``llmgw.keypool.<id>.state`` and KeyMuted/KeyUnmuted/KeyCooling on ``llmgw.events.keypool``;
     ``acquire`` answers KeyPoolExhaustedError / KeyPoolRoleRestrictedError as ErrorReply."""
 
     def __init__(
@@ -257,6 +259,7 @@ class KeyPoolActor(Actor):
             epoch=self._epoch,
             seq=self._seq,
             declarations=self._declarations,
+            cooling=self._keys.cooling.live(now),
         )
 
     def _declare(self, decls: KeyDeclarations) -> int | None:
@@ -270,10 +273,15 @@ class KeyPoolActor(Actor):
         return self._keys.declare(new)
 
     async def _observe(self, obs: Observation) -> None:
-        if not obs.credential_id:
-            return
         now = self._clock()
         cid = obs.credential_id
+        if is_backpressure(obs):
+            await self._rate_limited(cid, now, obs.retry_after)
+            return
+        if not cid:
+            if obs.outcome == "success":
+                self._keys.cooling.succeeded(cid)
+            return
         was_muted = self._keys.muted_until(cid, now) is not None
         until = self._keys.record(
             cid,
@@ -303,6 +311,32 @@ class KeyPoolActor(Actor):
                 seconds=until - now,
                 status=obs.status,
                 reason=obs.error_kind,
+            ),
+        )
+
+    async def _rate_limited(self, cid: str, now: float, retry_after: float | None) -> None:
+        """A provider's 429: the credential cools (no mute, no probe: it comes back by
+        itself); the views learn it at once, then the event says so."""
+        until = self._keys.rate_limited(cid, now, retry_after)
+        if until is None:
+            return
+        logger.info(
+            "key %s of pool %s cooling for %.1fs (rate limited%s)",
+            cid or "-",
+            self.pool,
+            until - now,
+            ", as the provider asked" if retry_after else "",
+        )
+        await self._publish_state()
+        await self.ctx.publish(
+            subjects.event("keypool"),
+            KeyCooling(
+                pool=self.pool,
+                credential_id=cid,
+                until=until,
+                seconds=until - now,
+                hinted=bool(retry_after),
+                ts=now,
             ),
         )
 

@@ -155,6 +155,25 @@ class KeyViews:
         pool.set_mutes(
             {k.credential_id: k.muted_until for k in st.keys if k.muted_until is not None}
         )
+        pool.cooling.merge(st.cooling)
+
+    def rate_limited(self, endpoint: str, cid: str, now: float, retry_after: float | None) -> None:
+        """A 429 just observed on ``endpoint``: cool ``cid`` in this copy at once, so the very
+        next plan passes over it (the owner's state confirms it a moment later)."""
+        pool = self._pools.get(endpoint)
+        if pool is not None:
+            pool.rate_limited(cid, now, retry_after)
+
+    def succeeded(self, endpoint: str, cid: str) -> None:
+        """An answer on ``endpoint`` with ``cid``: its cooling backoff resets in this copy."""
+        pool = self._pools.get(endpoint)
+        if pool is not None:
+            pool.cooling.succeeded(cid)
+
+    def cooling_until(self, endpoint: str, role: str | None, now: float) -> float | None:
+        """When ``endpoint`` may serve ``role`` again if cooling is all that holds it out."""
+        pool = self._pools.get(endpoint)
+        return pool.cooling_until(role, now) if pool is not None else None
 
     def pinned(self, c: RouteCandidate, role: str | None, now: float) -> RouteCandidate:
         """``c`` for an admin pin: the first key ``role`` may see, muted or not (a pin is a

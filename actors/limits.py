@@ -14,7 +14,8 @@ LimitsState, also published on ``llmgw.limits.state`` on every change) and the a
 
 - ``get`` {subject? | kind?, id?}: every limit, or one subject's limit and its counters now;
 - ``set`` {subject | kind, id, rpm?, tpm?, concurrency?, budget? ("10/month") | budget_usd?,
-  budget_period?, soft_fraction?}: replace the subject's limit;
+  budget_period?, soft_fraction?}: replace the subject's limit (a ``key:`` subject must name
+  a key the ApiKeyAdminActor knows, asked on ``llmgw.auth.keys.lookup``);
 - ``clear`` {subject | kind, id}: remove it (its counters stay until they age out).
 
 Limits are stored in the ``limits`` table at once; counters are snapshotted every
@@ -50,7 +51,18 @@ from actors.state.limit_counters import (
 )
 from actors.stores.db import open_db
 from actors.stores.limits import LIMITS, load_counters, load_limits, save_counters, save_limit
-from schemas import AdminCommand, GatewayError, InvalidRequestError, subjects
+from schemas import (
+    AdminCommand,
+    ApiKeyInfo,
+    ApiKeyLookup,
+    BusTimeoutError,
+    GatewayError,
+    InvalidRequestError,
+    NoRespondersError,
+    RouteNotFoundError,
+    raise_for_reply,
+    subjects,
+)
 from schemas.limits import (
     AdmitBatch,
     AdmitBatchReply,
@@ -81,6 +93,7 @@ logger = logging.getLogger(__name__)
 _QUEUE = "limits"
 _BUDGET_EVENT = subjects.event("budget")
 _LIMITS_EVENT = subjects.event("limits")
+_KEY_CHECK_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,10 +420,32 @@ class LimitsActor(Actor):
     async def _set(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd)
         spec = spec_arg(cmd.args)
+        if subject.startswith("key:"):
+            await self._check_key(subject[len("key:") :])
         await stored(save_limit(self._db, subject, spec, self._clock()), "limits")
         self._specs[subject] = spec
         await self._publish_state()
         return {"subject": subject, "limit": msgspec.to_builtins(spec)}
+
+    async def _check_key(self, key_id: str) -> None:
+        """Refuse a limit on a key its owner does not know (a typo would limit nothing).
+        Raises RouteNotFoundError. A key owner that cannot be asked (not running, e.g. a
+        lone LimitsActor) lets the limit through: it can only ever limit that id."""
+        try:
+            reply = await self.ctx.bus.request(
+                subjects.AUTH_KEYS_LOOKUP,
+                ApiKeyLookup(key_hash="", key_id=key_id),
+                reply_type=ApiKeyInfo,
+                timeout=_KEY_CHECK_TIMEOUT_S,
+            )
+        except (NoRespondersError, BusTimeoutError) as exc:
+            logger.warning("limits: key %s not checked (%s)", key_id, exc.message)
+            return
+        info = raise_for_reply(reply)
+        if not info.found:
+            raise RouteNotFoundError(
+                f"no gateway API key {key_id!r} (`llmgw keys list` shows the ids)"
+            )
 
     async def _clear(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd)

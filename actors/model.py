@@ -30,6 +30,7 @@ import msgspec
 from actors.base import Actor, ActorContext, Serve
 from actors.capacity_view import CapacityViews
 from actors.keypool_view import KeyViews
+from actors.model_load import ModelLoad
 from actors.state.affinity import AffinityTable
 from actors.state.circuit import CLOSED, HALF_OPEN, OPEN
 from actors.state.prefill import PrefillLoad
@@ -62,8 +63,10 @@ from schemas import (
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
+    RouteSkip,
     SetWeight,
     StateRequest,
+    is_backpressure,
     subjects,
 )
 
@@ -133,6 +136,7 @@ class ModelActor(Actor):
         """Build routes, strategy and tables; restore the snapshot; seed the circuit view."""
         self.ctx = ctx
         self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
+        self._load = ModelLoad(self._model, self._routing)
         # The one view of the capacity pools: the decision's lease (plan) and the strategy's
         # effective cost (RouteWise) both read it.
         self.capacity = CapacityViews(self._model, self.name)
@@ -145,6 +149,7 @@ class ModelActor(Actor):
                 model=self._model,
                 clock=self._clock,
                 capacity=self.capacity.state_of,
+                load=self._load.of,
                 rng=None if self._seed is None else random.Random(f"{self._seed}:{self.name}"),
             ),
         )
@@ -154,6 +159,8 @@ class ModelActor(Actor):
         self._prefill = PrefillLoad(
             elephant_tokens=pre.elephant_tokens, hint_ttl=pre.hint_ttl_seconds
         )
+        # Spilling is the fixed router's (RouteWise and round_robin keep their own order).
+        self._spills = self._router == "fixed" and self._routing.learned_capacity.enabled
         self._flush_scheduled = False
         self._degraded = False
         self._streak = 0
@@ -238,6 +245,8 @@ class ModelActor(Actor):
                 self._observed(obs)
             case FirstToken() as ft:
                 self._prefill.release(ft.request_id)
+                if ft.unsent:
+                    self._load.unsent(ft.request_id, ft.endpoint)
             case EndpointState() as st:
                 self._table.update_state(st)
             case SetWeight() as cmd:
@@ -287,6 +296,21 @@ class ModelActor(Actor):
 
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
+        if is_backpressure(obs):
+            self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
+        elif obs.outcome == "success":
+            self._keys.succeeded(obs.endpoint, obs.credential_id)
+        event = self._load.observed(obs, now)
+        if event is not None:
+            if event.reason != "grew":
+                logger.info(
+                    "route %s learned limit %.1f (%s, %d in flight)",
+                    event.endpoint,
+                    event.limit,
+                    event.reason,
+                    event.in_flight,
+                )
+            self.ctx.start_soon(lambda: self.ctx.publish(subjects.event("capacity"), event))
         if self._quota.learn(obs, now):
             self._prefer_by_quota()
             self._pins_changed()  # the usage is saved with the next snapshot flush
@@ -305,8 +329,8 @@ class ModelActor(Actor):
         limit = self._routing.bench.model_breaker_failures
         if not limit or obs.outcome not in ("success", "failure"):
             return
-        if obs.error_kind == ErrorCode.KEY_POOL_EXHAUSTED.value:
-            return  # a key-pool refusal sent nothing upstream: no failure of the model's
+        if obs.error_kind == ErrorCode.KEY_POOL_EXHAUSTED.value or is_backpressure(obs):
+            return  # a key-pool refusal sent nothing upstream; a 429 is back-pressure
         self._streak = 0 if obs.outcome == "success" else self._streak + 1
         if self._streak >= limit and now >= self._tripped_until:
             self._tripped_until = now + self._routing.circuit.cooldown_seconds
@@ -326,10 +350,17 @@ class ModelActor(Actor):
     def status(self) -> ModelStatus:
         """Routes with effective weights and the circuits this actor sees; for RouteWise, each
         admissible route's effective cost, latency estimate and LP weight."""
+        now = self._clock()
         st = self._table.status(self._router)
+        st = msgspec.structs.replace(
+            st,
+            routes=tuple(
+                self._load.status(r, self._keys.cooling_until(r.endpoint, None, now))
+                for r in st.routes
+            ),
+        )
         if self._routewise is None:
             return st
-        now = self._clock()
         live = [
             r.view(self._prefill.backlog(r.endpoint))
             for r in self._table.published()
@@ -344,7 +375,10 @@ class ModelActor(Actor):
     async def plan(self, req: RouteRequest) -> RoutePlan:
         """Decide which routes serve ``req``, primary first, with the primary's capacity lease
         taken (actors/capacity_view.py). Raises GatewayError subclasses."""
-        return await self.capacity.decide(req, self._decide, self.ctx.bus, self._clock())
+        plan = await self.capacity.decide(req, self._decide, self.ctx.bus, self._clock())
+        if not req.dry:
+            self._load.issued(req.request_id, plan, self._clock())
+        return plan
 
     async def _decide(self, req: RouteRequest, full: frozenset[str]) -> RoutePlan:
         """The plan for ``req`` without the capacity routes in ``full``."""
@@ -385,8 +419,19 @@ class ModelActor(Actor):
                     param="messages",
                 )
             routes = fitting
-        # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
         considered = routes
+        # A route whose provider asked us to slow down (every key the caller may spend is
+        # cooling after a 429) is passed over at once, like an open circuit: no attempt.
+        cooling = self._cooling(routes, req, now)
+        if cooling:
+            routes = [r for r in routes if r.endpoint not in cooling]
+            if not routes:
+                raise AllCircuitsOpenError(
+                    f"every route of model {self._model.id!r} is cooling after its "
+                    "provider's rate limit",
+                    retry_after=self._earliest_recovery(considered, now, (), cooling),
+                )
+        # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
         routes, keys = self._keys.screen(routes, req, now)
         if not routes:
             return keys.plan(self._model.id)
@@ -397,6 +442,11 @@ class ModelActor(Actor):
             and r.endpoint not in full
         ]
         backups = [r for r in routes if r.config.fallback_only and r.endpoint not in full]
+        spilled: list[RouteEntry] = []
+        if self._spills:
+            drawn, backups, spilled = self._load.spill(
+                drawn, backups, lambda r: self._closed(r, now)
+            )
         closed = [r for r in drawn if self._closed(r, now)]
         probing = [r for r in drawn if self._probe_eligible(r, now)]
         primary, reason = None, "fallback_only"
@@ -410,13 +460,13 @@ class ModelActor(Actor):
             raise AllCircuitsOpenError(
                 f"every route of model {self._model.id!r} is unavailable (circuits open, "
                 "benched or probe in flight)",
-                retry_after=self._earliest_recovery(considered, now, keys.refused),
+                retry_after=self._earliest_recovery(considered, now, keys.refused, cooling),
             )
         entry, probe = primary
         spare = [r for r in backups if self._closed(r, now)]
         rest = [
             r.candidate
-            for r in (*self._fallback_order(closed, entry, req), *spare)
+            for r in (*self._fallback_order(closed, entry, req), *spare, *spilled)
             if r is not entry
         ]
         if getattr(self._strategy, "single_route", False):
@@ -444,6 +494,10 @@ class ModelActor(Actor):
             reason=reason,
             routewise=explained,
             hedge_after_ms=hedge,
+            skipped=(
+                *(RouteSkip(endpoint=e, reason="cooling", until=u) for e, u in cooling.items()),
+                *(self._load.skipped(r) for r in spilled),
+            ),
         )
 
     def _fallback_order(
@@ -587,16 +641,32 @@ class ModelActor(Actor):
             return False
         return isinstance(grant, ProbeGrant) and grant.granted
 
+    def _cooling(self, routes: list[RouteEntry], req: RouteRequest, now: float) -> dict[str, float]:
+        """The routes among ``routes`` that are cooling for ``req``'s caller, and until when."""
+        out: dict[str, float] = {}
+        for r in routes:
+            until = self._keys.cooling_until(r.endpoint, req.role, now)
+            if until is not None:
+                out[r.endpoint] = until
+        return out
+
     @staticmethod
     def _earliest_recovery(
-        routes: list[RouteEntry], now: float, refused: tuple[RouteCandidate, ...] = ()
+        routes: list[RouteEntry],
+        now: float,
+        refused: tuple[RouteCandidate, ...] = (),
+        cooling: dict[str, float] | None = None,
     ) -> float:
         """Seconds until the first of ``routes`` may serve again: when its circuit or bench
-        lets it, and for a route whose keys all refuse the caller, not before one is back."""
+        lets it (and its cooling ends), and for a route whose keys all refuse the caller, not
+        before one is back."""
         key_waits = {c.endpoint: c.retry_after for c in refused}
+        cooling = cooling or {}
         waits = []
         for r in routes:
             at = r.available_at(now)
+            if r.endpoint in cooling:
+                at = max(at or 0.0, cooling[r.endpoint])
             wait = at - now if at is not None else None
             if r.endpoint in key_waits:
                 key_wait = key_waits[r.endpoint]  # None: no key of this caller's comes back

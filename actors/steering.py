@@ -6,10 +6,13 @@ scoring evidence — and runs one ChainActor per chain.
   set_exploration). Edits of one chain are forwarded to its ChainActor, which owns it.
 - ``llmgw.steering.get``: a SteeringSnapshot for an ingress view that starts; every change
   of settings or of the set of chains is published on ``llmgw.steering.state``.
-- Scoring: it learns from every Observation and EndpointState (an :class:`EvidenceBook`)
-  and publishes ``Evidence`` on ``llmgw.steering.evidence`` at a bounded rate (at most every
-  ``_FLUSH_SECONDS`` while evidence changes, and every ``_DECAY_SECONDS`` while a rate-limit
-  penalty wears off), so an ingress ranks locally, with no bus hop per request.
+- Scoring: it learns from every Observation, EndpointState and mode change (an
+  :class:`EvidenceBook`) and publishes ``Evidence`` on ``llmgw.steering.evidence`` as an
+  :class:`EvidenceGate` times it: at once when an interval (``_FLUSH_SECONDS``) passed
+  since the last publish or when the change flips an ordering, a model's health or the
+  mode; else at the interval's end. While a rate-limit penalty wears off it checks every
+  ``_DECAY_SECONDS`` whether the decay flipped an ordering, and publishes only then (and
+  when the decay ends). So an ingress ranks locally, with no bus hop per request.
 
 Settings, the chain directory and the evidence are saved in the ``steering`` snapshot; each
 chain in its own. The chains run inside this actor's task group: a ChainActor that crashes
@@ -29,6 +32,7 @@ import msgspec
 from actors.admin import AdminArea, text_arg
 from actors.base import Actor, ActorContext, Serve
 from actors.chain import Catalogue, ChainActor, check_models
+from actors.state.evidence_gate import EvidenceGate
 from actors.state.scoring import BookSnapshot, EvidenceBook
 from actors.state.steering_settings import (
     bool_arg,
@@ -45,6 +49,7 @@ from schemas import (
     ChainEntry,
     ChainState,
     EndpointState,
+    Evidence,
     Guardrails,
     InvalidRequestError,
     ModeChanged,
@@ -56,11 +61,11 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.catalog import PRESETS, PROFILE_WEIGHTS, chain_name_problem
-from schemas.scoring import preset_order
+from schemas.catalog import PRESETS, PROFILE_WEIGHTS, ascii_lower, chain_name_problem
+from schemas.scoring import capability_scores, orderings, preset_order
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Hashable
 
     from anyio.abc import TaskGroup
 
@@ -72,7 +77,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _FLUSH_SECONDS = 0.2
+_FLIPS_PER_FLUSH = 4  # flips published at once per interval; more wait for its end
 _DECAY_SECONDS = 1.0
+# The orderings every view may follow besides the profile's (a chain's is one of these).
+_AXIS_WEIGHTS = (
+    PROFILE_WEIGHTS["smartest"],
+    PROFILE_WEIGHTS["fastest"],
+    PROFILE_WEIGHTS["reliable"],
+)
 # Evidence reaches the views every 0.2 s but the disk at most every 5 s: under traffic a
 # save per flush was five SQLite commits a second. A kill -9 loses at most the last 5 s of
 # evidence and allowance counts; a clean stop loses nothing (on_stop saves).
@@ -84,6 +96,11 @@ _SNAPSHOT = "steering"
 @dataclass(frozen=True, slots=True)
 class _Flush:
     """Local timer message: publish the evidence."""
+
+
+@dataclass(frozen=True, slots=True)
+class _DecayCheck:
+    """Local timer message: publish if a wearing-off penalty flipped an ordering."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +119,8 @@ class SteeringActor(Actor):
     """Answers (as ErrorReply) InvalidRequestError for a refused command, RouteNotFoundError
     for an unknown chain."""
 
+    flush_seconds = _FLUSH_SECONDS  # the evidence publish interval (read at start)
+
     def __init__(
         self,
         models: tuple[ModelConfig, ...],
@@ -117,6 +136,9 @@ class SteeringActor(Actor):
         self._snapshots = snapshots
         self._clock = clock
         self._catalogue_models = tuple(m for m in models if m.published)
+        self._capability = capability_scores(
+            [m for m in self._catalogue_models if m.catalog.enabled]
+        )
         self._catalogue: Catalogue = tuple(
             (m.id, m.catalog.enabled) for m in self._catalogue_models
         )
@@ -163,7 +185,9 @@ class SteeringActor(Actor):
         self._book = EvidenceBook(self._catalogue_models)
         self._degraded = False
         self._seq = 0
+        self._gate = EvidenceGate(self.flush_seconds, _FLIPS_PER_FLUSH)
         self._flush_pending = False
+        self._decay_pending = False
         self._save_pending = False
         self._chains: dict[str, ChainActor] = {}
         snap = await self._load()
@@ -194,7 +218,7 @@ class SteeringActor(Actor):
         if self._state.active_chain not in self._chains:
             self._state = msgspec.structs.replace(self._state, active_chain=None)
         await self._changed()
-        self._flush_soon()
+        await self._publish_evidence()
 
     def _configured_state(self) -> SteeringState:
         s = self._steering
@@ -262,13 +286,16 @@ class SteeringActor(Actor):
         match env.message:
             case Observation() as obs:
                 if self._book.learn(obs, self._clock()):
-                    self._flush_soon()
+                    await self._evidence_changed()
             case EndpointState() as st:
                 if self._book.endpoint(st):
-                    self._flush_soon()
+                    await self._evidence_changed()
             case ModeChanged() as mode:
-                self._degraded = mode.mode == "degraded"
-                self._flush_soon()
+                degraded = mode.mode == "degraded"
+                if degraded != self._degraded:
+                    self._degraded = degraded
+                    # /health says degraded: exploration must stop with the next request.
+                    await self._evidence_changed(force=True)
             case SteeringGet():
                 await env.respond(
                     SteeringSnapshot(
@@ -283,26 +310,59 @@ class SteeringActor(Actor):
                         await area.answer(self.ctx, env)
 
     async def handle_local(self, msg: object) -> None:
-        """Timer: publish the evidence (and keep doing so while a penalty wears off)."""
+        """Timers: the trailing publish, the decay check, the snapshot save."""
         if isinstance(msg, _Save):
             self._save_pending = False
             await self._save()
         elif isinstance(msg, _Flush):
             self._flush_pending = False
-            await self.ctx.publish(subjects.STEERING_EVIDENCE, self._evidence())
-            if not self._save_pending:
-                self._save_pending = True
-                self.ctx.call_later(_SAVE_SECONDS, _Save())
-            if self._book.decaying(self._state.guardrails, self._clock()):
-                self._flush_pending = True
-                self.ctx.call_later(_DECAY_SECONDS, _Flush())
+            if self._gate.dirty:
+                await self._publish_evidence()
+        elif isinstance(msg, _DecayCheck):
+            self._decay_pending = False
+            now = self._clock()
+            decaying = self._book.decaying(self._state.guardrails, now)
+            # The views hold the multipliers of the last publish; only a decay that flips an
+            # ordering (or ends, leaving exact multipliers of 1) is worth a publish.
+            if not decaying or self._gate.flipped(self._signature(self._evidence())):
+                await self._publish_evidence()
+            else:
+                self._check_decay()
 
-    def _flush_soon(self) -> None:
-        if not self._flush_pending:
+    async def _evidence_changed(self, *, force: bool = False) -> None:
+        """Publish the evidence now or at the interval's end, as the gate says."""
+        now = self._clock()
+        if self._gate.changed(now, lambda: self._signature(self._evidence()), force=force):
+            await self._publish_evidence()
+        elif not self._flush_pending:
             self._flush_pending = True
-            self.ctx.call_later(_FLUSH_SECONDS, _Flush())
+            self.ctx.call_later(self._gate.due(now), _Flush())
 
-    def _evidence(self) -> Any:
+    async def _publish_evidence(self) -> None:
+        now = self._clock()
+        evidence = self._evidence()
+        await self.ctx.publish(subjects.STEERING_EVIDENCE, evidence)
+        self._gate.published(self._signature(evidence), now)
+        if not self._save_pending:
+            self._save_pending = True
+            self.ctx.call_later(_SAVE_SECONDS, _Save())
+        if self._book.decaying(self._state.guardrails, now):
+            self._check_decay()
+
+    def _check_decay(self) -> None:
+        if not self._decay_pending:
+            self._decay_pending = True
+            self.ctx.call_later(_DECAY_SECONDS, _DecayCheck())
+
+    def _signature(self, evidence: Evidence) -> Hashable:
+        """What the views' orderings follow in ``evidence``: every scored ordering over the
+        catalogue (the axes', the profile's, the cheapest) and the mode."""
+        by_model = {e.model: e for e in evidence.models}
+        weights = (*_AXIS_WEIGHTS, self._state.weights)
+        ranked = orderings(self._catalogue_models, by_model, weights, self._capability)
+        return ranked, evidence.degraded
+
+    def _evidence(self) -> Evidence:
         self._seq += 1
         return self._book.evidence(
             self._state.guardrails, self._clock(), degraded=self._degraded, seq=self._seq
@@ -311,7 +371,7 @@ class SteeringActor(Actor):
     # -- admin: chains ------------------------------------------------------------------
 
     def _chain(self, cmd: AdminCommand) -> ChainActor:
-        name = text_arg(cmd, "name").lower()
+        name = ascii_lower(text_arg(cmd, "name"))
         chain = self._chains.get(name)
         if chain is None:
             raise RouteNotFoundError(f"no chain {name!r}")
@@ -342,7 +402,7 @@ class SteeringActor(Actor):
         return chain_view(self._chain(cmd).state)
 
     async def _create(self, cmd: AdminCommand) -> dict[str, Any]:
-        name = text_arg(cmd, "name").lower()
+        name = ascii_lower(text_arg(cmd, "name"))
         problem = chain_name_problem(name)
         if problem:
             raise InvalidRequestError(f"'name': {problem}", param="name")
@@ -450,7 +510,7 @@ class SteeringActor(Actor):
     async def _set_guardrails(self, cmd: AdminCommand) -> dict[str, Any]:
         self._state = with_guardrails(self._state, cmd)
         await self._changed()
-        self._flush_soon()  # the multipliers read the thresholds
+        await self._evidence_changed()  # the multipliers read the thresholds
         return settings_view(self._state)
 
     async def _set_exploration(self, cmd: AdminCommand) -> dict[str, Any]:

@@ -290,7 +290,7 @@ class StoreActor(Actor):
 
     async def _query(self, cmd: AdminCommand) -> dict[str, Any]:
         try:
-            query = LogQuery.from_args(cmd.args)
+            query = LogQuery.from_args(cmd.args, self._clock())
         except ValueError as exc:
             raise InvalidRequestError(str(exc)) from None
         await self._flush()

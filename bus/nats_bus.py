@@ -108,6 +108,9 @@ class NatsBus:
         self._subs: set[BufferedSubscription] = set()
         self._checked: set[str] = set()  # subjects already validated; bounded below
         self._closed = False
+        # Until the first connection, failed attempts are summed up by connect()'s one error.
+        self._joined = False
+        self._last_error: Exception | None = None
 
     @classmethod
     async def connect(
@@ -149,7 +152,9 @@ class NatsBus:
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             bus._closed = True
             await bus._close_client()
-            raise BusClosedError(f"cannot connect to NATS at {url}: {exc!r}") from exc
+            why = bus._last_error if isinstance(exc, TimeoutError) and bus._last_error else exc
+            raise BusClosedError(f"cannot connect to NATS at {url}: {_describe(why)}") from exc
+        bus._joined = True
         return bus
 
     @property
@@ -318,6 +323,10 @@ class NatsBus:
             logger.warning("error while closing the NATS connection: %r", exc)
 
     async def _on_error(self, exc: Exception) -> None:
+        if not self._joined:
+            self._last_error = exc
+            logger.debug("NATS: %r", exc)
+            return
         logger.warning("NATS: %r", exc)
 
     async def _on_disconnected(self) -> None:
@@ -413,3 +422,10 @@ class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
             await nats_sub.unsubscribe()
         except nats.errors.Error as exc:
             logger.debug("unsubscribe from %s failed: %r", self._subject, exc)
+
+
+def _describe(exc: BaseException) -> str:
+    """``exc`` for a one-line message: its text (the OS's for a refused connection)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__

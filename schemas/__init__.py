@@ -54,6 +54,7 @@ from schemas.events import (
     CircuitTransition,
     ModeChanged,
     ModelBreakerTripped,
+    RouteCapacity,
     SupervisorGaveUp,
 )
 from schemas.keys import (
@@ -65,6 +66,7 @@ from schemas.keys import (
     AuthStateRequest,
     DashboardSessionEnded,
     KeyAcquire,
+    KeyCooling,
     KeyDeclarations,
     KeyDeclarationsRequest,
     KeyGrant,
@@ -99,6 +101,7 @@ from schemas.ops import (
     RouteDecided,
 )
 from schemas.routing import (
+    QUOTA_EXHAUSTED,
     EndpointState,
     FirstToken,
     HealthReport,
@@ -118,12 +121,14 @@ from schemas.routing import (
     RouteCandidate,
     RoutePlan,
     RouteRequest,
+    RouteSkip,
     RouteStatus,
     RouteWiseCandidate,
     RouteWiseSettings,
     RouteWiseSettingsGet,
     SetWeight,
     StateRequest,
+    is_backpressure,
 )
 from schemas.rules import Rule, RulesGet, RulesState
 from schemas.steering import (
@@ -161,6 +166,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     LeaseExpired,
     ProbeFirstByte,
     ModelBreakerTripped,
+    RouteCapacity,
     BenchChanged,
     ModeChanged,
     ModeRequest,
@@ -198,6 +204,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
     ProviderSecretGrant,
     DashboardSessionEnded,
     KeyMuted,
+    KeyCooling,
     KeyUnmuted,
     CircuitTransition,
     AuthRejected,
@@ -226,6 +233,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
 ]
 
 __all__ = [
+    "QUOTA_EXHAUSTED",
     "AdminCommand",
     "AdminExecuted",
     "AdminReply",
@@ -275,6 +283,7 @@ __all__ = [
     "HealthRequest",
     "InvalidRequestError",
     "KeyAcquire",
+    "KeyCooling",
     "KeyDeclarations",
     "KeyDeclarationsRequest",
     "KeyGrant",
@@ -320,10 +329,12 @@ __all__ = [
     "RequestCompleted",
     "RequestTooLargeError",
     "RouteCandidate",
+    "RouteCapacity",
     "RouteDecided",
     "RouteNotFoundError",
     "RoutePlan",
     "RouteRequest",
+    "RouteSkip",
     "RouteStatus",
     "RouteWiseCandidate",
     "RouteWiseSettings",
@@ -342,6 +353,7 @@ __all__ = [
     "UpstreamError",
     "UpstreamTimeoutError",
     "error_from_reply",
+    "is_backpressure",
     "raise_for_reply",
     "subjects",
 ]

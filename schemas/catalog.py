@@ -42,6 +42,16 @@ PRESETS = ("smartest", "fastest", "biggest_budget")
 _CHAIN_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(text: str) -> str:
+    """``text`` with only A-Z lower-cased: steering ids and chain names compare ASCII
+    case-insensitively, so no Unicode folding makes a name another (the Kelvin sign K
+    lower-cases to k)."""
+    return text.translate(_ASCII_LOWER)
+
+
 def chain_name_problem(name: str) -> str | None:
     """Why ``name`` (already lower case) cannot name a chain, or None when it can."""
     if not _CHAIN_NAME.match(name):

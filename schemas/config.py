@@ -17,11 +17,12 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.bedrock_settings import BedrockSettings
 from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, SteeringConfig
 from schemas.limits import LimitsConfig
 from schemas.pricing import Pricing
 
-UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo")
+UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "bedrock")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
 
 
@@ -110,7 +111,7 @@ QuotaSource = Annotated[LocalQuotaSource | HttpJsonQuotaSource, Field(discrimina
 class RouteConfig(_Strict):
     """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
 
-    kind: Literal["openai_compat", "anthropic", "echo"]
+    kind: Literal["openai_compat", "anthropic", "echo", "bedrock"]
     weight: float = Field(default=1.0, ge=0)
     # A backup: never drawn as primary (its weight is not used); tried after the drawn
     # routes, in declaration order, and first when none of them is available.
@@ -133,6 +134,30 @@ class RouteConfig(_Strict):
     concurrency: ConcurrencyLimit | None = None
     quota_pool: str | None = Field(default=None, min_length=1)
     concurrency_pool: str | None = Field(default=None, min_length=1)
+    bedrock: BedrockSettings | None = None  # kind bedrock: region and credential profile
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bedrock_endpoint(cls, data: Any) -> Any:
+        # A bedrock route without a base_url talks to its region's public endpoint.
+        if isinstance(data, dict) and data.get("kind") == "bedrock" and not data.get("base_url"):
+            settings = data.get("bedrock")
+            if isinstance(settings, dict) and isinstance(settings.get("region"), str):
+                region = settings["region"]
+                return {**data, "base_url": f"https://bedrock-runtime.{region}.amazonaws.com"}
+        return data
+
+    @model_validator(mode="after")
+    def _bedrock_settings(self) -> RouteConfig:
+        if (self.kind == "bedrock") != (self.bedrock is not None):
+            raise ValueError("bedrock: {region} is required by, and only for, kind: bedrock")
+        if self.kind == "bedrock":
+            for secret in self.secrets:
+                if len(secret.split(":")) not in (2, 3) or not all(secret.split(":")[:2]):
+                    raise ValueError(
+                        "a bedrock route's keys are ACCESS_KEY_ID:SECRET_ACCESS_KEY[:SESSION_TOKEN]"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _resources_match_type(self) -> RouteConfig:
@@ -298,9 +323,14 @@ class KeyPoolConfig(_Strict):
     A key-specific failure mutes a key for ``mute_seconds`` (a provider ``Retry-After`` is a
     floor); a caller's only key tolerates ``sole_key_tolerance`` consecutive failures, then
     mutes for ``sole_key_backoff_seconds`` doubling up to ``sole_key_backoff_max_seconds``.
+    A provider's rate limit (a 429 that is not a quota exhaustion) does not mute: the key
+    cools for the provider's ``Retry-After`` (or ``x-ratelimit-reset-*``), else for
+    ``cooling_seconds`` doubling while 429s continue up to ``cooling_max_seconds``.
     """
 
     mute_seconds: float = Field(default=300.0, gt=0)
+    cooling_seconds: float = Field(default=1.0, gt=0)
+    cooling_max_seconds: float = Field(default=60.0, gt=0)
     binding_ttl_seconds: float = Field(default=300.0, gt=0)
     sole_key_tolerance: int = Field(default=2, ge=0)
     sole_key_backoff_seconds: float = Field(default=15.0, gt=0)
@@ -319,6 +349,16 @@ class BenchConfig(_Strict):
     duration_seconds: float = Field(default=600.0, gt=0)
     probe_after_fraction: float = Field(default=0.5, gt=0, lt=1)
     model_breaker_failures: int = Field(default=0, ge=0)
+
+
+class LearnedCapacityConfig(_Strict):
+    """Each route's learned concurrency limit (actors/state/route_load.py): AIMD cut by 429s
+    and by a time to first token over ``ttft_inflation`` times its unloaded baseline, never
+    under ``min_limit``; ``enabled: false`` counts and learns but never spills."""
+
+    enabled: bool = True
+    min_limit: float = Field(default=2.0, ge=1)
+    ttft_inflation: float = Field(default=2.0, gt=1)
 
 
 class DegradedConfig(_Strict):
@@ -377,6 +417,7 @@ class RoutingConfig(_Strict):
     decision_timeout_seconds: float = Field(default=5.0, gt=0)
     key_pool: KeyPoolConfig = KeyPoolConfig()
     leases: LeaseConfig = LeaseConfig()
+    learned_capacity: LearnedCapacityConfig = LearnedCapacityConfig()
 
 
 class ServerConfig(_Strict):
@@ -388,6 +429,9 @@ class ServerConfig(_Strict):
     # The whole body must arrive this long after the request's head (a stalled or
     # trickling upload would otherwise hold its connection open indefinitely).
     body_timeout_seconds: float = Field(default=30.0, gt=0)
+    # The request's head must arrive this long after its first byte (else 408 and close;
+    # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
 
 
 class BusConfig(_Strict):

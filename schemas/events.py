@@ -27,6 +27,23 @@ class AuthRejected(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ts: float = 0.0
 
 
+class RouteCapacity(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A route's learned concurrency limit changed (``llmgw.events.capacity``): cut by a
+    429 (``rate_limited``) or by its time to first token inflating over its unloaded
+    baseline (``ttft_inflated``), or grown by successes (``grew``, at most once a second).
+    ``cap`` is its configured ``concurrency:`` limit, if any."""
+
+    model: str
+    endpoint: str
+    limit: float
+    in_flight: int
+    reason: str
+    cap: int | None = None
+    ttft_baseline_ms: float | None = None
+    ttft_recent_ms: float | None = None
+    ts: float = 0.0
+
+
 class ChildStarted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """A supervisor started a child."""
 

@@ -71,6 +71,25 @@ def parse_instant(value: str | float) -> float:
     return moment.timestamp()
 
 
+def parse_since(value: str | float, now: float) -> float:
+    """Unix seconds from a time (epoch seconds, ISO 8601) or from a duration with its unit
+    before ``now`` (``90s``, ``10m``, ``12h``, ``30d``). Raises ValueError."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text[-1:] in _UNITS and text[:-1].replace(".", "", 1).isdigit():
+            return now - parse_duration(text)
+        try:
+            return float(text)
+        except ValueError:
+            pass
+    try:
+        return parse_instant(value)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {value!r} (epoch seconds, ISO 8601, or a duration ago: 10m, 2h, 30d)"
+        ) from None
+
+
 def most_restrictive(*roles: str | None) -> str:
     """The highest of ``roles`` (``free`` when none is given): a laxer duplicate never widens."""
     named = [r for r in roles if r is not None]
@@ -98,6 +117,9 @@ class KeyPoolState(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     epoch: str = ""
     seq: int = 0
     declarations: int = 0
+    # Credentials cooling after a provider's 429 (back-pressure, not a mute): id -> when it
+    # ends ("" is a route without keys).
+    cooling: dict[str, float] = {}
 
 
 class KeyPoolStateRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -180,6 +202,20 @@ class KeyMuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     reason: str = ""
 
 
+class KeyCooling(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A provider answered a credential with a rate limit (429): the pool rests it on that
+    route until ``until`` (operator event). ``hinted``: the provider said how long
+    (``Retry-After``, ``x-ratelimit-reset-*``); else the adaptive backoff chose ``seconds``.
+    ``credential_id`` is ``""`` for a route without keys."""
+
+    pool: str
+    credential_id: str
+    until: float
+    seconds: float
+    hinted: bool = False
+    ts: float = 0.0
+
+
 class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """A muted key's time ran out; it is back in rotation (operator event)."""
 
@@ -188,9 +224,11 @@ class KeyUnmuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 class ApiKeyLookup(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """Ask the owner of the gateway API keys about one key, by its sha256 hex."""
+    """Ask the owner of the gateway API keys about one key, by its sha256 hex, or by its id
+    (``gk-...``) when ``key_id`` is set (the limits' owner checks a key exists)."""
 
     key_hash: str
+    key_id: str = ""
 
 
 class ApiKeyInfo(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -106,12 +106,36 @@ def spec_arg(args: dict[str, Any]) -> LimitSpec:
             raise InvalidRequestError(str(exc), param="budget") from None
     try:
         spec = msgspec.convert(values, LimitSpec)
-    except msgspec.ValidationError as exc:
-        raise InvalidRequestError(f"bad limit: {exc}") from None
+    except msgspec.ValidationError:
+        raise _type_error(values) from None
     problems = spec.problems()
     if problems:
         raise InvalidRequestError("; ".join(problems))
     return spec
+
+
+_EXPECTED = {
+    "rpm": "a positive integer",
+    "tpm": "a positive integer",
+    "concurrency": "a positive integer",
+    "budget_usd": "a positive number of USD",
+    "budget_period": f"one of {', '.join(PERIODS)}",
+    "soft_fraction": "a number between 0 and 1",
+}
+
+
+def _type_error(values: dict[str, Any]) -> InvalidRequestError:
+    """The refusal naming the first field of ``values`` whose type a LimitSpec refuses."""
+    for name, value in values.items():
+        try:
+            msgspec.convert({name: value}, LimitSpec)
+        except msgspec.ValidationError:
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return InvalidRequestError(
+                f"'{name}' must be {_EXPECTED[name]}, not {shown}", param=name
+            )
+    return InvalidRequestError("bad limit")
 
 
 class AdmitRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from schemas.routing import RouteSkip
+
 
 class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """One client request, end to end (its attempts are ``Observation``s).
@@ -65,7 +67,8 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``chain`` or ``axis`` it resolved to, the ``ordering`` (profile, axis or ``priority``),
     the ``chosen`` first model with its ``score``, the ``runner_up`` with its score, and
     whether the primary was an exploration pick. A request a routing rule sent to its
-    chain or axis names the ``rule``.
+    chain or axis names the ``rule``. ``skipped``: the routes the plan passed over for
+    cooling or capacity, each with why (and its learned limit).
     """
 
     request_id: str = ""
@@ -91,6 +94,7 @@ class RouteDecided(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     runner_up_score: float | None = None
     explored: bool = False
     rule: str = ""
+    skipped: tuple[RouteSkip, ...] = ()  # routes the plan passed over for cooling or capacity
 
 
 class ConfigChanged(msgspec.Struct, frozen=True, kw_only=True, tag=True):

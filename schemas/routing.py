@@ -50,8 +50,21 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     lease_id: str = ""
 
 
+class RouteSkip(msgspec.Struct, frozen=True, kw_only=True):
+    """A route a decision passed over for load, not health: ``reason`` ``cooling`` (its
+    provider's 429; back at ``until``) or ``capacity`` (``in_flight`` at its learned
+    ``limit``: spilled to the next route, kept last among the fallbacks)."""
+
+    endpoint: str
+    reason: str
+    until: float | None = None
+    limit: float | None = None
+    in_flight: int = 0
+
+
 class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """A ModelActor's decision: the primary first, then fallbacks in order."""
+    """A ModelActor's decision: the primary first, then fallbacks in order; ``skipped`` the
+    routes it passed over for cooling or capacity."""
 
     model: str
     candidates: tuple[RouteCandidate, ...]
@@ -61,6 +74,7 @@ class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # RouteWise hedging: when the primary has no first byte this long after it started, the
     # ingress also sends the plan's second candidate; the first to answer serves.
     hedge_after_ms: float | None = None
+    skipped: tuple[RouteSkip, ...] = ()
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -105,11 +119,25 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     billed_tokens: int = 0
 
 
+QUOTA_EXHAUSTED = "quota_exhausted"
+"""The error kind of a 429 that says a quota or the billing is exhausted (not a pace)."""
+
+
+def is_backpressure(obs: Observation) -> bool:
+    """Whether ``obs`` is a provider's rate-limit answer (a 429 that is not a quota or billing
+    exhaustion): back-pressure that cools the credential, never sickness that counts toward a
+    circuit or a bench."""
+    return obs.status == 429 and obs.outcome == "failure" and obs.error_kind != QUOTA_EXHAUSTED
+
+
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
-    """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends."""
+    """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends.
+    ``unsent``: the candidate ``endpoint`` of that request will not be attempted at all (its
+    in-flight count ends too)."""
 
     endpoint: str
     request_id: str
+    unsent: bool = False
 
 
 class SetWeight(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -181,6 +209,13 @@ class RouteStatus(msgspec.Struct, frozen=True, kw_only=True):
     weight: float
     configured_weight: float
     circuit_state: str
+    # Load (the ModelActor's count and AIMD estimate, actors/state/route_load.py):
+    in_flight: int = 0
+    learned_limit: float | None = None  # None: no congestion seen (or no cap)
+    limit_reason: str = ""  # rate_limited, ttft_inflated or grew
+    ttft_baseline_ms: float | None = None
+    ttft_recent_ms: float | None = None
+    cooling_until: float | None = None  # every key the route has is cooling until then
 
 
 class RouteWiseCandidate(msgspec.Struct, frozen=True, kw_only=True):
@@ -188,8 +223,9 @@ class RouteWiseCandidate(msgspec.Struct, frozen=True, kw_only=True):
 
     ``effective_cost_usd`` is None for a masked or infeasible route, and ``excluded`` says
     why (``quota_unresolved``, ``quota_exhausted``, ``envelope_uncalibrated``,
-    ``concurrency_full``); ``latency_ms`` is the TTFT estimate the LP used (the unprofiled
-    default when ``profiled`` is False); ``lp_weight`` its share of the LP's mix.
+    ``concurrency_full``, ``capacity_full``: at its learned limit); ``latency_ms`` is the
+    TTFT estimate the LP used (the unprofiled default when ``profiled`` is False; queueing
+    against the learned limit included); ``lp_weight`` its share of the LP's mix.
     """
 
     endpoint: str

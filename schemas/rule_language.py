@@ -12,8 +12,10 @@ every other operator is false on one; comparing mismatched types is false (a boo
 a number), never an error; on a list field (``params.modalities``) an operator holds when it
 holds for any element (``$ne``/``$nin``: for none); ``$regex`` searches, unanchored.
 
-Regular expressions compile with RE2, which runs in time linear in the input, so no label
-can make a rule slow; a pattern RE2 cannot take (backreferences, lookaround) is refused.
+Regular expressions compile with RE2, which runs in time linear in the input and in the
+compiled program; a pattern RE2 cannot take (backreferences, lookaround) is refused. Linear is
+not cheap: a set is refused unless its worst request stays within ``MAX_RULE_SET_UNITS`` of
+matching work (``schemas.rule_cost``), each pattern within ``MAX_REGEX_PROGRAM`` instructions.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from typing import Any
 import re2
 
 from schemas.errors import InvalidRequestError
+from schemas.rule_cost import NODE_UNITS, comparison_units, regex_units
 from schemas.rules import (
     MAX_CLAUSES,
     MAX_DEPTH,
     MAX_IN_VALUES,
     MAX_NAME_CHARS,
     MAX_REGEX_CHARS,
+    MAX_REGEX_PROGRAM,
+    MAX_RULE_SET_UNITS,
     MAX_RULES,
     PARAMS,
     Rule,
@@ -56,7 +61,10 @@ _LIST_FIELDS = frozenset({"params.modalities"})
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.never_capture = True
-_RE2_OPTIONS.max_mem = 1 << 20  # per pattern; a pattern needing more is refused
+# Per pattern; a pattern needing more is refused. It also bounds what compiling an oversized
+# pattern costs before its size is known (``\PN{90}`` is refused in under a millisecond, where
+# compiling it took 14 ms).
+_RE2_OPTIONS.max_mem = 64 << 10
 
 
 class RuleSetError(InvalidRequestError):
@@ -239,9 +247,11 @@ def _always(route: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class CompiledRules:
-    """An ordered, compiled rule set; empty when there are none (or they are disabled)."""
+    """An ordered, compiled rule set; empty when there are none (or they are disabled).
+    ``cost`` is the matching work of its worst request, in ``schemas.rule_cost`` units."""
 
     rules: tuple[CompiledRule, ...] = ()
+    cost: int = 0
 
     def first(
         self, params: Values, metadata: Values, usable: Callable[[str], bool] = _always
@@ -254,8 +264,8 @@ class CompiledRules:
                 return rule
         return None
 
-    def patterns(self) -> list[object]:
-        """Every ``$regex`` of the set, compiled (RE2 programs)."""
+    def patterns(self) -> list[Any]:
+        """Every ``$regex`` of the set, compiled (RE2 programs: ``pattern``, ``programsize``)."""
         return [
             leaf.pattern
             for rule in self.rules
@@ -319,12 +329,41 @@ def parse_rule_set(raw: Any) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
+class _Tally:
+    """The comparisons of the rule being compiled and the work of the set so far; refuses at
+    the first part past a bound, so an oversized set costs little to refuse."""
+
+    __slots__ = ("clauses", "units")
+
+    def __init__(self) -> None:
+        self.clauses = 0
+        self.units = 0
+
+    def comparison(self, path: str) -> None:
+        self.clauses += 1
+        if self.clauses > MAX_CLAUSES:
+            raise RuleSetError(path, f"more than {MAX_CLAUSES} comparisons in one rule")
+
+    def charge(self, units: int, path: str) -> None:
+        self.units += units
+        if self.units > MAX_RULE_SET_UNITS:
+            raise RuleSetError(
+                path,
+                f"the rule set's matching work per request exceeds its budget of "
+                f"{MAX_RULE_SET_UNITS:,} units here ({self.units - units:,} before this part "
+                f"of {units:,}); a $regex costs most, by its compiled size: use fewer or "
+                f"simpler patterns",
+            )
+
+
 def compile_rules(rules: Sequence[Rule]) -> CompiledRules:
-    """Validate and compile ``rules``. Raises RuleSetError naming the first problem."""
+    """Validate and compile ``rules`` within every bound, the set's matching budget included.
+    Raises RuleSetError naming the first problem."""
     if len(rules) > MAX_RULES:
         raise RuleSetError("rules", f"at most {MAX_RULES} rules (got {len(rules)})")
     seen: set[str] = set()
     out = []
+    tally = _Tally()
     for i, rule in enumerate(rules):
         path = f"rules[{i}]"
         name = rule.name.strip()
@@ -336,17 +375,18 @@ def compile_rules(rules: Sequence[Rule]) -> CompiledRules:
         route = rule.route.strip().lower()
         if not _ROUTE.match(route):
             raise RuleSetError(f"{path}.route", "must be auto:<chain> or auto:<axis>")
-        counter = [0]
-        root = _condition(rule.when, f"{path}.when", 1, counter)
-        out.append(CompiledRule(i, name, route, counter[0], root))
-    return CompiledRules(tuple(out))
+        tally.clauses = 0
+        root = _condition(rule.when, f"{path}.when", 1, tally)
+        out.append(CompiledRule(i, name, route, tally.clauses, root))
+    return CompiledRules(tuple(out), tally.units)
 
 
-def _condition(cond: Any, path: str, depth: int, counter: list[int]) -> _All:
+def _condition(cond: Any, path: str, depth: int, tally: _Tally) -> _All:
     if depth > MAX_DEPTH:
         raise RuleSetError(path, f"nested deeper than {MAX_DEPTH} levels of $and/$or")
     if not isinstance(cond, dict):
         raise RuleSetError(path, "a condition is an object")
+    tally.charge(NODE_UNITS, path)  # an empty {} costs a call too
     nodes: list[_Node] = []
     for key, value in cond.items():
         if not isinstance(key, str):
@@ -356,7 +396,7 @@ def _condition(cond: Any, path: str, depth: int, counter: list[int]) -> _All:
             if not isinstance(value, list) or not value:
                 raise RuleSetError(sub, "must be a non-empty list of conditions")
             children = tuple(
-                _condition(c, f"{sub}[{j}]", depth + 1, counter) for j, c in enumerate(value)
+                _condition(c, f"{sub}[{j}]", depth + 1, tally) for j, c in enumerate(value)
             )
             nodes.append(_All(sub, children) if key == "$and" else _Any(sub, children))
         elif key.startswith("$"):
@@ -367,7 +407,7 @@ def _condition(cond: Any, path: str, depth: int, counter: list[int]) -> _All:
             )
         else:
             _check_field(key, sub)
-            nodes.extend(_field(key, value, sub, counter))
+            nodes.extend(_field(key, value, sub, tally))
     return _All(path, tuple(nodes))
 
 
@@ -383,7 +423,7 @@ def _check_field(key: str, path: str) -> None:
     )
 
 
-def _field(key: str, value: Any, path: str, counter: list[int]) -> list[_Leaf]:
+def _field(key: str, value: Any, path: str, tally: _Tally) -> list[_Leaf]:
     if isinstance(value, dict):
         if not value:
             raise RuleSetError(path, "an empty operator object")
@@ -395,14 +435,15 @@ def _field(key: str, value: Any, path: str, counter: list[int]) -> list[_Leaf]:
         sub = path if not isinstance(value, dict) else f"{path}.{op}"
         if op not in _OPERATORS:
             raise RuleSetError(sub, f"unknown operator; use one of {', '.join(_OPERATORS)}")
-        counter[0] += 1
-        if counter[0] > MAX_CLAUSES:
-            raise RuleSetError(sub, f"more than {MAX_CLAUSES} comparisons in one rule")
+        tally.comparison(sub)
         if op == "$regex":
             pattern = _regex(operand, sub)
+            tally.charge(regex_units(key, pattern.programsize), sub)
             leaves.append(_Leaf(sub, key, _leaf_match(key, _searcher(pattern), False), pattern))
         else:
             test, negated = _operator(op, operand, sub)
+            values = len(operand) if op in ("$in", "$nin") else 0
+            tally.charge(comparison_units(key, values), sub)
             leaves.append(_Leaf(sub, key, _leaf_match(key, test, negated)))
     return leaves
 
@@ -454,7 +495,8 @@ def _any_element(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
 
 
 def _regex(pattern: Any, path: str) -> Any:
-    """``pattern`` compiled by RE2. Raises RuleSetError when it is not one RE2 takes."""
+    """``pattern`` compiled by RE2. Raises RuleSetError when it is not one RE2 takes, or its
+    program is larger than ``MAX_REGEX_PROGRAM``."""
     if not isinstance(pattern, str) or not pattern:
         raise RuleSetError(path, "must be a non-empty string")
     if len(pattern) > MAX_REGEX_CHARS:
@@ -466,9 +508,18 @@ def _regex(pattern: Any, path: str) -> Any:
         raise RuleSetError(
             path, f"not a pattern the linear-time engine (RE2) takes: {detail}"
         ) from None
+    if compiled.programsize > MAX_REGEX_PROGRAM:
+        raise RuleSetError(
+            path,
+            f"compiles to {compiled.programsize} RE2 instructions, at most "
+            f"{MAX_REGEX_PROGRAM} (counted repetitions and Unicode classes such as \\pL "
+            f"multiply them)",
+        )
     return compiled
 
 
 def _searcher(compiled: Any) -> Callable[[Any], bool]:
     search = compiled.search
-    return lambda v: type(v) is str and search(v) is not None
+    # Searched as UTF-8 bytes: the same match, and the binding then maps no offsets back to
+    # characters, which costs a matching search more than the match itself.
+    return lambda v: type(v) is str and search(v.encode()) is not None

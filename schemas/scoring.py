@@ -1,5 +1,6 @@
 """How a model is scored (spec "How a model is scored"): pure functions over the catalogue
-and the evidence, shared by the ingress (ranking) and the chain owners (presets).
+and the evidence, shared by the ingress (ranking), the chain owners (presets) and the
+scoring owner (whether a change of evidence flips an ordering).
 
 Every axis is normalised to [0, 1]. A model without evidence scores an axis 0.5 (neutral,
 never best):
@@ -12,8 +13,8 @@ never best):
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from schemas.config import ModelConfig
@@ -67,6 +68,66 @@ def monthly_allowance(model: ModelConfig) -> float | None:
     if allowance is None:
         return None
     return float(allowance.monthly_tokens or allowance.monthly_requests or 0)
+
+
+def weighted_score(
+    weights: tuple[float, float, float],
+    capability: float,
+    speed: float,
+    reliability: float,
+    allowance: float,
+    rate_limit: float,
+) -> float:
+    """A scored ordering's score: the weighted axes times both guardrail multipliers."""
+    axes = weights[0] * capability + weights[1] * speed + weights[2] * reliability
+    return axes * allowance * rate_limit
+
+
+def cheapness(model: ModelConfig, evidence: ModelEvidence | None) -> tuple[float, float]:
+    """Sort key of ``auto:cheapest``: the most free allowance left first (scaled by the
+    rate-limit guardrail), then the lowest price (unpriced last)."""
+    remaining = (
+        evidence.remaining
+        if evidence is not None and evidence.remaining is not None
+        else monthly_allowance(model)
+    )
+    rate = evidence.rate_limit_multiplier if evidence is not None else 1.0
+    price = model.catalog.price
+    cost = price.input_per_mtok + price.output_per_mtok if price else float("inf")
+    return -(remaining or 0.0) * rate, cost
+
+
+def orderings(
+    models: Sequence[ModelConfig],
+    evidence: Mapping[str, ModelEvidence],
+    weights: Sequence[tuple[float, float, float]],
+    capability: Mapping[str, float] | None = None,
+) -> tuple[tuple[str, ...], ...]:
+    """The enabled models ranked under each of ``weights``, then by cheapness, each with the
+    models that cannot serve last: what every scored ordering a view builds follows (a
+    chain's is one of these restricted to its members), so a change here flips one.
+    ``capability``: the enabled models' :func:`capability_scores`, when the caller keeps it."""
+    enabled = [m for m in models if m.catalog.enabled]
+    cap = capability if capability is not None else capability_scores(enabled)
+    speed = speed_scores(enabled, evidence)
+    rel = reliability_scores(enabled, evidence)
+    rows = []
+    for m in enabled:
+        e = evidence.get(m.id)
+        allowance, rate = (e.allowance_multiplier, e.rate_limit_multiplier) if e else (1.0, 1.0)
+        sick = e is not None and not e.healthy
+        rows.append((m.id, sick, cap[m.id], speed[m.id], rel[m.id], allowance, rate, m, e))
+
+    def ranked(key: Callable[[tuple[Any, ...]], Any]) -> tuple[str, ...]:
+        return tuple(r[0] for r in sorted(rows, key=lambda r: (r[1], key(r))))
+
+    def by_score(w: tuple[float, float, float]) -> Callable[[tuple[Any, ...]], float]:
+        return lambda r: -weighted_score(w, r[2], r[3], r[4], r[5], r[6])
+
+    return (
+        *(ranked(by_score(w)) for w in weights),
+        ranked(lambda r: cheapness(r[7], r[8])),
+    )
 
 
 def preset_order(

@@ -28,13 +28,14 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     (``decision``: RouteDecided, ``config``:
                                                     ConfigChanged, ``admin``: AdminExecuted,
                                                     ``budget``: BudgetThreshold, ``limits``:
-                                                    LeaseExpired)
+                                                    LeaseExpired, ``capacity``: RouteCapacity,
+                                                    ``keypool``: KeyMuted/KeyUnmuted/KeyCooling)
 - ``llmgw.request.<model>.done``    event          ingress -> store: RequestCompleted (one per
                                                     client request)
 - ``llmgw.admin.<area>.<verb>``     request/reply  operators (CLI, HTTP admin) -> the area's
                                                     owner: AdminCommand -> AdminReply
 - ``llmgw.keypool.<id>.state``      event          KeyPoolActor -> ModelActor views:
-                                                    KeyPoolState (declaration and mutes)
+                                                    KeyPoolState (declaration, mutes, cooling)
 - ``llmgw.keypool.<id>.get``        request/reply  anyone -> KeyPoolActor: KeyPoolStateRequest
                                                     -> KeyPoolState
 - ``llmgw.keypool.<id>.acquire``    request/reply  tools -> KeyPoolActor: KeyAcquire -> KeyGrant
@@ -198,8 +199,28 @@ def observation(endpoint: str) -> str:
 
 
 def event(kind: str) -> str:
-    """Event: an operator-facing event of ``kind`` (``circuit``, ``decision``, ...)."""
+    """Event: an operator-facing event of ``kind`` (one of :data:`EVENT_KINDS`)."""
     return f"{PREFIX}.events.{token(kind)}"
+
+
+# Every kind of ``llmgw.events.<kind>`` (the README's event table), so a filter naming
+# another is refused instead of waiting forever.
+EVENT_KINDS = (
+    "admin",
+    "auth_rejected",
+    "bench",
+    "budget",
+    "capacity",
+    "circuit",
+    "config",
+    "decision",
+    "keypool",
+    "limits",
+    "mode",
+    "model_breaker",
+    "quota",
+    "rules",
+)
 
 
 def request_done(model: str) -> str:

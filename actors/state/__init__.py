@@ -2,7 +2,8 @@
 
 ``circuit`` (health EWMA and circuit breaker), ``keypool`` (a route's keys and mutes),
 ``affinity``, ``prefill``, ``backoff``, ``quota``, ``scoring`` (the evidence book),
-``route_table`` and ``steering_settings``. Each is fed and persisted by one actor.
+``evidence_gate`` (when the evidence is published), ``route_table`` and
+``steering_settings``. Each is fed and persisted by one actor.
 
 Also here: ``capacity_ledger``, ``limit_counters``, ``log_aggregates``.
 """

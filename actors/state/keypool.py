@@ -10,10 +10,14 @@ ModelActor (which decides plans from a view of them and owns the bindings) share
   the role that made it. A binding to a muted key survives (acquire picks around it); a
   declaration change drops every binding whose role's preferred key moved, or whose key the
   role can no longer spend.
-- Muting: a key-specific failure (no status, 401, 402, 403, 408, 425, 429, 5xx) mutes the key
-  for ``mute_seconds``; a caller's only key tolerates ``sole_key_tolerance`` consecutive
-  failures, then mutes for ``sole_key_backoff_seconds`` doubling up to the max. A provider
-  ``Retry-After`` is a floor, and a mute never shortens one already running.
+- Muting: a key-specific failure (no status, 401, 402, 403, 408, 425, a quota-exhausted
+  429, 5xx) mutes the key for ``mute_seconds``; a caller's only key tolerates
+  ``sole_key_tolerance`` consecutive failures, then mutes for ``sole_key_backoff_seconds``
+  doubling up to the max. A provider ``Retry-After`` is a floor, and a mute never shortens
+  one already running.
+- Cooling: a provider's rate limit (a 429 that is not a quota exhaustion) does not mute:
+  the key cools (actors/state/cooling.py) and selection picks around it; a route all of
+  whose keys the caller may spend are cooling (or muted) is cooling, and passed over.
 - Refusal: no usable key -> KeyPoolExhaustedError; when an unrestricted caller could still be
   served, KeyPoolRoleRestrictedError (not the endpoint's failure).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from actors.state.cooling import Cooling
 from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.keys import role_rank
 
@@ -66,6 +71,7 @@ class KeyPool:
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
         self._bindings: dict[str, _Binding] = {}
+        self.cooling = Cooling(settings.cooling_seconds, settings.cooling_max_seconds)
         # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
         # keys without one after those ranked finite); None keeps the declared preference.
         self.preference: dict[str, float] | None = None
@@ -96,6 +102,7 @@ class KeyPool:
         for table in (self._mutes, self._streaks, self._levels):
             for cid in [c for c in table if c not in self._ids]:
                 del table[cid]
+        self.cooling.forget(self._ids)
         dropped = [
             c
             for c, b in self._bindings.items()
@@ -133,12 +140,34 @@ class KeyPool:
         return until if until is not None and until > now else None
 
     def usable(self, role: str | None, now: float) -> list[str]:
-        """Visible keys that are not muted, in preference order."""
-        keys = [cid for cid in self.visible(role) if self.muted_until(cid, now) is None]
+        """Visible keys that are neither muted nor cooling, in preference order."""
+        cooling = self.cooling
+        keys = [
+            cid
+            for cid in self.visible(role)
+            if self.muted_until(cid, now) is None and cooling.until(cid, now) is None
+        ]
         if self.preference is not None:
             prefer = self.preference
             keys.sort(key=lambda cid: prefer.get(cid, _UNRANKED))
         return keys
+
+    def cooling_until(self, role: str | None, now: float) -> float | None:
+        """When this route may serve ``role`` again if cooling is all that holds it out: the
+        first end among its cooling keys while every key ``role`` may spend is cooling or
+        muted (for a pool without keys, the route's own cooling); None while a key is free,
+        or when only mutes hold it out (a refusal)."""
+        if not self._keys:
+            return self.cooling.until("", now)
+        ends = []
+        for cid in self.visible(role):
+            until = self.cooling.until(cid, now)
+            if until is None:
+                if self.muted_until(cid, now) is None:
+                    return None
+                continue
+            ends.append(until)
+        return min(ends) if ends else None
 
     def peek(self, caller: str, role: str | None, now: float) -> str:
         """The key ``caller`` would spend now, without binding. ``""`` for a pool without keys.
@@ -220,6 +249,8 @@ class KeyPool:
         retry_after: float | None = None,
     ) -> float | None:
         """Fold one attempt's result; returns the new mute end when this mutes ``cid``."""
+        if outcome == "success":
+            self.cooling.succeeded(cid)
         if cid not in self._ids or outcome == "cancelled":
             return None
         if outcome == "success" or not is_key_specific(status):
@@ -246,6 +277,14 @@ class KeyPool:
         if retry_after:
             self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
         return until
+
+    def rate_limited(self, cid: str, now: float, retry_after: float | None) -> float | None:
+        """A provider's 429 for ``cid`` (``""``: the route has no keys): cool it; returns the
+        new end of its cooling when this starts or lengthens one. Not a mute, and not a
+        failure of the key's streak."""
+        if cid and cid not in self._ids:
+            return None
+        return self.cooling.rate_limited(cid, now, retry_after)
 
     def mute_period(self, cid: str) -> float:
         """How long ``cid`` was last muted for (a sole key's backoff, or ``mute_seconds``)."""

@@ -26,6 +26,8 @@ from schemas.limits import LimitSpec
 
 WINDOW_S = 60.0
 BUCKET_S = 0.125  # a power of two: whole seconds stamp exactly
+# How a refusal names a budget period (schemas.limits.PERIODS).
+_ADJECTIVE = {"day": "daily", "week": "weekly", "month": "monthly"}
 
 
 class _Bucket:
@@ -236,7 +238,7 @@ def check(spec: LimitSpec, c: Counters, tokens: int, cost: float, now: float) ->
         if c.spent_usd >= spec.budget_usd or (cost > 0 and committed + cost > spec.budget_usd):
             return Refusal(
                 "budget_exceeded",
-                f"the {spec.budget_period}ly budget of ${spec.budget_usd:g} is spent",
+                f"the {_ADJECTIVE[spec.budget_period]} budget of ${spec.budget_usd:g} is spent",
                 period_end(spec.budget_period, now) - now,
             )
     if spec.concurrency is not None and c.in_flight >= spec.concurrency:

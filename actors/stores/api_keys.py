@@ -133,6 +133,15 @@ class ApiKeyStore:
             row = await cur.fetchone()
         return _record(row) if row else None
 
+    async def lookup_id(self, key_id: str) -> ApiKeyRecord | None:
+        """The key whose id is ``key_id``."""
+        conn = await self.db.get(create=False)
+        if conn is None:
+            return None
+        async with conn.execute(_SELECT + " WHERE k.id = ?", (key_id,)) as cur:
+            row = await cur.fetchone()
+        return _record(row) if row else None
+
     async def records(self) -> list[ApiKeyRecord]:
         """Every key, oldest first."""
         conn = await self.db.get(create=False)

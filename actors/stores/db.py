@@ -2,12 +2,15 @@
 
 Each owner declares its tables as ``Migration``s and calls :func:`open_db` with them; tables
 are created if missing, so owners stay independent. WAL lets the CLI (``llmgw keys ...``)
-and the server use the same file at once.
+and the server use the same file at once. The file and its ``-wal`` and ``-shm`` companions
+are private to the owner (0600) from the first open: the WAL holds provider keys' secrets.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +23,8 @@ if TYPE_CHECKING:
 
 _WAL_ATTEMPTS = 100
 _WAL_RETRY_SECONDS = 0.05
+_COMPANIONS = ("", "-wal", "-shm")
+_PRIVATE = 0o600
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +41,7 @@ async def open_db(path: str | Path, migrations: Iterable[Migration] = ()) -> aio
     Raises aiosqlite.Error (sqlite3.Error) when the file cannot be opened.
     """
     if str(path) != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(_prepare_private, Path(path))
     db = await aiosqlite.connect(str(path))
     try:
         # The busy timeout first: switching a new file to WAL takes a lock another process
@@ -65,3 +70,25 @@ async def _switch_to_wal(db: aiosqlite.Connection) -> None:
             if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
                 raise
             await asyncio.sleep(_WAL_RETRY_SECONDS)
+
+
+def _prepare_private(path: Path) -> None:
+    """Create the database's directory, and the file with its ``-wal`` and ``-shm`` 0600
+    before SQLite does (it would honour the process umask); narrow an existing one that
+    others may read. Raises OSError when the directory cannot be made; a file it cannot
+    create or narrow is left to SQLite, which reports what it cannot open itself (and only
+    the owner may narrow a file another user shares)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for suffix in _COMPANIONS:
+        name = f"{path}{suffix}"
+        try:
+            # The mode given at creation, not a umask change (process-wide, so racy under
+            # the other threads); a umask can only narrow it further.
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _PRIVATE))
+        except FileExistsError:
+            with contextlib.suppress(OSError):
+                mode = os.stat(name).st_mode & 0o777
+                if mode & 0o077:
+                    os.chmod(name, mode & 0o700)
+        except OSError:
+            continue

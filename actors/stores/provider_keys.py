@@ -12,7 +12,6 @@ The database is opened lazily: a process that never needs it never creates the f
 
 from __future__ import annotations
 
-import contextlib
 import secrets as _secrets
 from typing import TYPE_CHECKING
 
@@ -68,10 +67,7 @@ class LazyDb:
                 file = None if self.path == ":memory:" else anyio.Path(self.path)
                 if not create and file is not None and not await file.exists():
                     return None
-                self._conn = await open_db(self.path, self._migrations)
-                if file is not None:
-                    with contextlib.suppress(OSError):
-                        await file.chmod(0o600)
+                self._conn = await open_db(self.path, self._migrations)  # created 0600
         return self._conn
 
     async def aclose(self) -> None:

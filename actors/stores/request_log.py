@@ -8,10 +8,12 @@ query. Callers are stored as ``c-…`` hashes; credentials only ever as their ``
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
+from schemas.keys import parse_since
 
 if TYPE_CHECKING:
     from schemas import Observation, RequestCompleted
@@ -164,6 +166,17 @@ def request_row(done: RequestCompleted) -> Row:
     )
 
 
+def _moment(value: Any, name: str, now: float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"'{name}' must be epoch seconds, an ISO 8601 time or a duration ago")
+    try:
+        return parse_since(value, time.time() if now is None else now)
+    except ValueError as exc:
+        raise ValueError(f"'{name}': {exc}") from None
+
+
 @dataclass(frozen=True, slots=True)
 class LogQuery:
     """Which rows to read: newer than ``since`` and older than ``until`` (epoch seconds), of
@@ -183,20 +196,17 @@ class LogQuery:
     caller_id: str | None = None
 
     @classmethod
-    def from_args(cls, args: dict[str, Any]) -> LogQuery:
-        """Build from admin-command arguments. Raises ValueError on a bad one."""
-        since = args.get("since")
+    def from_args(cls, args: dict[str, Any], now: float | None = None) -> LogQuery:
+        """Build from admin-command arguments (``since``/``until``: epoch seconds, ISO 8601,
+        or a duration before ``now``, default the current time). Raises ValueError on a bad
+        one."""
+        since, until = (_moment(args.get(name), name, now) for name in ("since", "until"))
         limit = args.get("limit", 100)
-        if since is not None and not isinstance(since, int | float):
-            raise ValueError("'since' must be epoch seconds")
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError("'limit' must be a positive integer")
         kind = args.get("kind")
         if kind not in (None, "request", "attempt"):
             raise ValueError("'kind' must be 'request' or 'attempt'")
-        until = args.get("until")
-        if until is not None and not isinstance(until, int | float):
-            raise ValueError("'until' must be epoch seconds")
         status = args.get("status")
         if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
             raise ValueError("'status' must be an HTTP status code")
@@ -205,12 +215,12 @@ class LogQuery:
             if value is not None and not isinstance(value, str):
                 raise ValueError(f"'{name}' must be a string")
         return cls(
-            since=None if since is None else float(since),
+            since=since,
             model=texts["model"],
             kind=kind,
             request_id=texts["request_id"],
             limit=min(limit, 10_000),
-            until=None if until is None else float(until),
+            until=until,
             status=status,
             outcome=texts["outcome"] or None,
             caller_id=texts["caller_id"] or None,

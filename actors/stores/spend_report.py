@@ -6,8 +6,9 @@ transaction that writes the request rows (:func:`hourly_upserts`). A report read
 hours from the aggregates and only the partial hours at its edges from the log itself, so
 its cost does not grow with the traffic of the range.
 
-``{since?, until?, group_by?}``: ``since``/``until`` are epoch seconds or ISO 8601 times
-(UTC unless they carry an offset; default: the last 30 days up to now), ``group_by`` one of
+``{since?, until?, group_by?}``: ``since``/``until`` are epoch seconds, ISO 8601 times (UTC
+unless they carry an offset) or durations ago (``10m``, ``2h``, ``7d``; default: the last 30
+days up to now), ``group_by`` one of
 ``key``, ``user``, ``org``, ``model`` (default ``model``). One row per group over the client
 requests in ``[since, until)``, the dearest first.
 """
@@ -19,9 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from actors.stores.api_keys import parse_instant
 from actors.stores.db import Migration
 from actors.stores.request_log import COLUMNS, Row
+from schemas.keys import parse_since
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -99,15 +100,15 @@ def hourly_upserts(rows: Iterable[Row]) -> list[tuple[Any, ...]]:
     return [(*key, *sums) for key, sums in acc.items()]
 
 
-def _instant(value: Any, name: str) -> float:
+def _instant(value: Any, name: str, now: float) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):
         try:
-            return parse_instant(value)
+            return parse_since(value, now)
         except ValueError as exc:
             raise ValueError(f"'{name}': {exc}") from None
-    raise ValueError(f"'{name}' must be epoch seconds or an ISO 8601 time")
+    raise ValueError(f"'{name}' must be epoch seconds, an ISO 8601 time or a duration ago")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,9 +125,9 @@ class SpendQuery:
         group = args.get("group_by", "model")
         if group not in GROUPS:
             raise ValueError(f"'group_by' must be one of {', '.join(GROUPS)}")
-        until = _instant(args["until"], "until") if args.get("until") is not None else now
+        until = _instant(args["until"], "until", now) if args.get("until") is not None else now
         since = (
-            _instant(args["since"], "since")
+            _instant(args["since"], "since", now)
             if args.get("since") is not None
             else until - _DEFAULT_SPAN_S
         )

@@ -4,6 +4,8 @@ The wire translations are pure (no I/O) and import only the stdlib, msgspec and
 ``schemas``; the HTTP calls around them use a pooled client handed in by the ingress.
 
 - ``anthropic_wire``: kind ``anthropic``, the native Anthropic Messages wire
+- ``bedrock_wire``, ``bedrock_stream``: kind ``bedrock``, AWS Bedrock Converse and
+  ConverseStream (``bedrock`` signs with botocore's SigV4, ``bedrock_auth``)
 """
 
 from __future__ import annotations

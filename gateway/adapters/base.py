@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
+from schemas import QUOTA_EXHAUSTED, ErrorCode, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
+
+    from schemas.bedrock_settings import BedrockSettings
 
 JSON = dict[str, Any]
 
@@ -61,6 +64,7 @@ class UpstreamTarget:
     connect_timeout: float
     ttft_timeout: float = 120.0
     idle_timeout: float = 60.0
+    bedrock: BedrockSettings | None = None  # kind bedrock: region, credential profile
 
     def __repr__(self) -> str:  # keeps the secret out of any accidental log line
         return f"UpstreamTarget(endpoint={self.endpoint!r}, kind={self.kind!r})"
@@ -110,18 +114,89 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: str) -> float | None:
+    """Seconds from a Go-style duration as OpenAI's ``x-ratelimit-reset-*`` headers send it
+    (``"1s"``, ``"6m0s"``, ``"20ms"``, ``"1h2m3.5s"``) or a bare number of seconds; None when
+    it is neither."""
+    text = value.strip().lower()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    total, pos = 0.0, 0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) and pos > 0 else None
+
+
+def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
+    """How long a 429 asks the caller to wait: ``Retry-After``, else ``retry-after-ms``, else
+    the ``x-ratelimit-reset-*`` header of the limit that ran out (``x-ratelimit-remaining-*``
+    at 0; when none says so, the shortest reset given). None when the answer says nothing."""
+    after = retry_after_seconds(headers)
+    if after is not None:
+        return after
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    resets: dict[str, float] = {}
+    for limit in ("requests", "tokens"):
+        raw = headers.get(f"x-ratelimit-reset-{limit}")
+        seconds = duration_seconds(raw) if raw is not None else None
+        if seconds is not None:
+            resets[limit] = seconds
+    spent = [
+        s for limit, s in resets.items() if headers.get(f"x-ratelimit-remaining-{limit}") == "0"
+    ]
+    if spent:
+        return max(spent)
+    return min(resets.values()) if resets else None
+
+
+# A 429 that says the account is out of money or quota, not that it goes too fast: the key is
+# muted like any key-specific failure instead of cooling for seconds.
+_QUOTA_MARKERS = (
+    b"insufficient_quota",
+    b"exceeded your current quota",
+    b"billing_hard_limit",
+    b"billing_not_active",
+    b"credit balance",
+)
+
+
 def error_from_status(
     endpoint: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> UpstreamError:
-    """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one."""
+    """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one.
+
+    A 429 carries when to come back (:func:`rate_limit_reset_seconds`); one that says a quota
+    or the billing is exhausted has kind :data:`schemas.QUOTA_EXHAUSTED`."""
     message = _upstream_message(body) or f"upstream answered HTTP {status}"
+    kind = f"http_{status}"
+    if status == 429:
+        retry_after = rate_limit_reset_seconds(headers)
+        lowered = body.lower()
+        if any(marker in lowered for marker in _QUOTA_MARKERS):
+            kind = QUOTA_EXHAUSTED
+    else:
+        retry_after = retry_after_seconds(headers)
     return UpstreamError(
         message,
         endpoint=endpoint,
         status=status,
         body=body,
-        retry_after=retry_after_seconds(headers),
-        kind=f"http_{status}",
+        retry_after=retry_after,
+        kind=kind,
     )
 
 

@@ -20,6 +20,8 @@ from schemas import UpstreamError, UpstreamTimeoutError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
 
+    from yarl import URL
+
 _READ_CHUNK = 64 * 1024
 
 
@@ -95,7 +97,7 @@ class UpstreamHTTP:
     async def post(
         self,
         endpoint: str,
-        url: str,
+        url: str | URL,
         body: bytes,
         headers: Mapping[str, str],
         *,
@@ -119,7 +121,7 @@ class UpstreamHTTP:
     async def stream(
         self,
         endpoint: str,
-        url: str,
+        url: str | URL,
         body: bytes,
         headers: Mapping[str, str],
         *,

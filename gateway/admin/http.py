@@ -16,7 +16,10 @@ import msgspec
 from schemas import (
     AdminCommand,
     AdminReply,
+    GatewayError,
     InvalidRequestError,
+    ModeChanged,
+    ModeRequest,
     NoRespondersError,
     RouteNotFoundError,
     raise_for_reply,
@@ -30,6 +33,7 @@ if TYPE_CHECKING:
 PREFIX = "/admin/"
 ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
 _MAX_ARGS_BYTES = 1024 * 1024
+_PROBE_TIMEOUT_S = 1.0  # are the actors up at all, once an area found no responders
 
 
 async def admin_request(
@@ -43,8 +47,9 @@ async def admin_request(
 ) -> dict[str, Any]:
     """Send one admin command and return its result.
 
-    Raises the GatewayError the owner answered, NoRespondersError when no actor owns
-    ``area`` (or the actors are down), BusTimeoutError when it does not answer in time.
+    Raises the GatewayError the owner answered, RouteNotFoundError when the actors run but
+    none owns ``area``, NoRespondersError when the actors are down, BusTimeoutError when the
+    owner does not answer in time.
     """
     try:
         reply = await bus.request(
@@ -54,10 +59,23 @@ async def admin_request(
             timeout=timeout,
         )
     except NoRespondersError:
+        if await _actors_answer(bus):
+            raise RouteNotFoundError(f"no admin area {area!r}") from None
         raise NoRespondersError(
-            f"nobody answers admin area {area!r} (no such area, or the actors are down)"
+            f"nobody answers admin area {area!r}: the actors are not running"
         ) from None
     return raise_for_reply(reply).result
+
+
+async def _actors_answer(bus: Bus) -> bool:
+    """Whether the actors run: the mode's owner (started last in the tree) answers."""
+    try:
+        reply = await bus.request(
+            subjects.MODE_GET, ModeRequest(), reply_type=ModeChanged, timeout=_PROBE_TIMEOUT_S
+        )
+    except GatewayError:
+        return False
+    return isinstance(reply, ModeChanged)
 
 
 def command_of(req: HttpRequest) -> tuple[str, str]:
@@ -68,6 +86,21 @@ def command_of(req: HttpRequest) -> tuple[str, str]:
             f"no such path {req.path}; admin commands are /admin/<area>/<verb>"
         )
     return unquote(parts[0]), unquote(parts[1])
+
+
+def too_deep(value: Any, max_depth: int) -> bool:
+    """Whether ``value`` (decoded JSON) nests arrays and objects more than ``max_depth``
+    levels deep; walked without recursion, so any depth msgspec decoded is measured."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict | list):
+            continue
+        if depth > max_depth:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 async def args_of(req: HttpRequest) -> dict[str, Any]:

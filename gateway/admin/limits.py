@@ -16,6 +16,7 @@ from urllib.parse import unquote
 import msgspec
 
 from gateway.admin.http import admin_request, args_of
+from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -35,13 +36,18 @@ async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
     if rest and not ident:  # /admin/limits/<verb>: the generic admin command
         verb, args = kind, await args_of(req)
     else:
-        verb = _VERBS[req.method]
+        verb = _VERBS.get(req.method, "")
+        if not verb:
+            raise InvalidRequestError(
+                f"{req.method} is not a method of /admin/limits/{{kind}}/{{id}}: "
+                "PUT sets the limit, GET reads it, DELETE clears it"
+            )
         args = await args_of(req) if req.method == "PUT" else {}
         if rest:
             args.update(kind=kind, id=ident)
         elif req.method != "GET":
             raise InvalidRequestError("name the subject: /admin/limits/{kind}/{id}")
     result: dict[str, Any] = await admin_request(
-        bus, "limits", verb, args, by="http", timeout=timeout
+        bus, "limits", verb, args, by=requested_by(req), timeout=timeout
     )
     await req.respond(200, _encode(result))

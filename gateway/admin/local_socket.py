@@ -29,7 +29,7 @@ from hypercorn.config import Config as HypercornConfig
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.ingress.errors import error_code, http_status
-from gateway.ingress.event_stream import kinds_of, stream_events
+from gateway.ingress.event_stream import kinds_of, since_of, stream_events
 from gateway.ingress.request import HttpRequest
 from schemas import GatewayError, RouteNotFoundError
 
@@ -114,7 +114,7 @@ class LocalAdminApp:
 
     async def _handle(self, req: HttpRequest) -> None:
         if (req.method, req.path) == ("GET", "/events"):
-            await stream_events(req, self._bus, kinds_of(req))
+            await stream_events(req, self._bus, kinds_of(req), since_of(req))
             return
         if req.method not in ("GET", "POST") or not req.path.startswith(ADMIN_PREFIX):
             raise RouteNotFoundError(

@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, unquote
 import msgspec
 
 from gateway.admin.http import admin_request, args_of
-from gateway.auth.admin_access import is_admin
+from gateway.auth.admin_access import is_admin, requested_by
 from schemas import InvalidRequestError, UnauthorizedError
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ class RouteWiseAdmin:
             "routewise",
             verb,
             args,
-            by="http",
+            by=requested_by(req),
             timeout=self._config.routing.decision_timeout_seconds,
         )
         await req.respond(200, _encode(result))

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, too_deep
 from gateway.auth.admin_access import is_admin, requested_by
 from schemas import InvalidRequestError, UnauthorizedError
+from schemas.rules import MAX_DEPTH
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 PATH = "/api/fallback/routing-rules"
 _MAX_BODY = 512 * 1024  # 100 rules of 64 clauses with 256-character patterns fit
+# JSON levels of the deepest valid set: {"rules": [{"when": ...}]} around MAX_DEPTH levels of
+# {"$and": [...]} and a comparison's own object and list, with room to spare.
+_MAX_JSON_DEPTH = 64
 _encode = msgspec.json.Encoder().encode
 
 
@@ -56,6 +60,15 @@ class RulesAdmin:
             body: Any = msgspec.json.decode(await req.body(_MAX_BODY))
         except msgspec.DecodeError:
             raise InvalidRequestError("the request body is not valid JSON") from None
+        except RecursionError:
+            body = None
+        if body is None or too_deep(body, _MAX_JSON_DEPTH):
+            # Refused here: a set this deep would only exhaust the stack of whoever reads it.
+            raise InvalidRequestError(
+                f"the rule set is JSON nested more than {_MAX_JSON_DEPTH} levels deep "
+                f"(a rule allows {MAX_DEPTH} levels of $and/$or)",
+                param="rules",
+            )
         if not isinstance(body, dict):
             raise InvalidRequestError('the body is a rule set {"rules": [...]}', param="rules")
         result = await admin_request(

@@ -66,7 +66,7 @@ class Callers:
 
     async def details(self, req: HttpRequest, endpoint: str) -> dict[str, Any]:
         """For an admin caller: ``endpoint``'s base URL and its pool's credentials (ids,
-        tiers, mutes); ``{}`` for anyone else."""
+        tiers, mutes, cooling after a 429); ``{}`` for anyone else."""
         if not caller_of(req).is_admin:
             return {}
         out: dict[str, Any] = {"base_url": self._base_urls.get(endpoint, "")}
@@ -85,6 +85,7 @@ class Callers:
                     "credential_id": k.credential_id,
                     "min_role": k.min_role,
                     "muted_until": k.muted_until,
+                    "cooling_until": st.cooling.get(k.credential_id),
                     "source": k.source,
                 }
                 for k in st.keys

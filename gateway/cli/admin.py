@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     import argparse
 
 _SHORTCUTS = {"reload": ("config", "reload"), "show": ("config", "show")}
+_ANSWER_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
+# A bus that accepts no connection for this long is reported (one line) rather than waited
+# on in silence; an explicit --timeout keeps trying that long (a NATS being restarted).
+_CONNECT_TIMEOUT_S = 5.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,7 +60,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="KEY=VALUE",
         help="one argument (a JSON value, else a string); repeatable",
     )
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the answer")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        help=f"seconds to wait for the answer (default {_ANSWER_TIMEOUT_S:g}) and, when given, "
+        f"to keep trying to reach the bus (default {_CONNECT_TIMEOUT_S:g})",
+    )
     add_target_args(p)
     p.set_defaults(func=run)
 
@@ -95,6 +104,8 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
         values = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{what} is JSON nested too deeply") from None
     if not isinstance(values, dict):
         raise UsageError(f"{what} must be a JSON object")
     return values
@@ -105,10 +116,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         area, verb, values = command_args(args)
         where = target(args)
+        timeout = _ANSWER_TIMEOUT_S if args.timeout is None else args.timeout
         if where.bus:
-            result = asyncio.run(_over_bus(where.bus, area, verb, values, args.timeout))
+            connect = _CONNECT_TIMEOUT_S if args.timeout is None else args.timeout
+            result = asyncio.run(_over_bus(where.bus, area, verb, values, timeout, connect))
         else:
-            result = admin_over_http(where, area, verb, values, args.timeout)
+            result = admin_over_http(where, area, verb, values, timeout)
     except UsageError as exc:
         return fail("admin", str(exc))
     except RefusedError as exc:
@@ -126,9 +139,9 @@ def _message(exc: Exception) -> str:
 
 
 async def _over_bus(
-    url: str, area: str, verb: str, values: dict[str, Any], timeout: float
+    url: str, area: str, verb: str, values: dict[str, Any], timeout: float, connect: float
 ) -> dict[str, Any]:
-    bus = await open_bus(url, name="llmgw-admin", connect_timeout=timeout)
+    bus = await open_bus(url, name="llmgw-admin", connect_timeout=connect)
     try:
         return await admin_request(bus, area, verb, values, by="cli", timeout=timeout)
     except GatewayError as err:

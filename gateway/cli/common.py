@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ import httpx
 from gateway.admin.local_socket import socket_path
 from gateway.process.config import ConfigError, load_sections
 from schemas.config import GatewayConfig
+from schemas.keys import parse_instant
 
 if TYPE_CHECKING:
     import argparse
@@ -41,6 +43,21 @@ def parse_duration(text: str) -> float:
     if m is None:
         raise UsageError(f"not a duration: {text!r} (use e.g. 30s, 10m, 2h, 1d)")
     return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def parse_since(text: str) -> float:
+    """Unix seconds from a ``--since``: a duration ago (``30s``, ``10m``, ``2h``, ``1d``,
+    plain seconds) or an ISO 8601 time (UTC without an offset). Raises UsageError."""
+    try:
+        return time.time() - parse_duration(text)
+    except UsageError:
+        pass
+    try:
+        return parse_instant(text)
+    except ValueError:
+        raise UsageError(
+            f"--since: not a duration or a time: {text!r} (e.g. 10m, 2h, 2026-12-01T09:00)"
+        ) from None
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:

@@ -34,7 +34,7 @@ from gateway.cli.common import (
     admin_over_http,
     bus_url,
     fail,
-    parse_duration,
+    parse_since,
     settings,
 )
 from schemas import GatewayError
@@ -65,7 +65,9 @@ _TABLE = (
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``llmgw logs``."""
     p = sub.add_parser("logs", help="query the request log")
-    p.add_argument("--since", default="1h", help="how far back (30s, 10m, 2h, 1d; default 1h)")
+    p.add_argument(
+        "--since", default="1h", help="how far back (30s, 10m, 2h, 1d, or an ISO 8601 time; 1h)"
+    )
     p.add_argument("--model", help="requested or resolved model id")
     p.add_argument("--kind", choices=("request", "attempt"), help="only requests or attempts")
     p.add_argument("--request-id", help="one request's rows")
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     """Print the matching rows."""
     try:
         query = {
-            "since": time.time() - parse_duration(args.since),
+            "since": parse_since(args.since),
             "model": args.model,
             "kind": args.kind,
             "request_id": args.request_id,

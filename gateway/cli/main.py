@@ -87,7 +87,13 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.process.serve import ListenError, ServeOptions, load_serving_config, run
+    from gateway.process.serve import (
+        BusUnreachableError,
+        ListenError,
+        ServeOptions,
+        load_serving_config,
+        run,
+    )
 
     try:
         config = load_serving_config(args.config, args.role)
@@ -107,7 +113,7 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     try:
         return run_loop(run(config, opts, own_process=True), args.loop)
-    except ListenError as exc:
+    except (ListenError, BusUnreachableError) as exc:
         sys.stderr.write(f"llmgw: {exc}\n")
         return 2
 

@@ -12,7 +12,8 @@ as its caller, goes to the very handler ``/<path>`` has (``forward``), so a chan
 is the admin command the CLI and the HTTP API send, answered by its owner and audited as
 ``dashboard:<admin key id>``. Every
 API call carries the session's CSRF token (``x-csrf-token``) except the event stream
-(an EventSource cannot send headers; it only reads).
+(an EventSource cannot send headers; it only reads). Every answer under ``/dashboard``, the
+API's JSON and errors included, carries ``no-store``, ``nosniff`` and the CSP.
 """
 
 from __future__ import annotations
@@ -139,11 +140,14 @@ class Dashboard:
         """``(method, prefix) -> handler`` for the app's route table."""
         if not self._config.dashboard.enabled:
             return {}
-        return {(m, PREFIX): self.handle for m in ("GET", "POST", "PUT", "DELETE")}
+        return {(m, PREFIX): self.handle for m in ("GET", "POST", "PUT", "PATCH", "DELETE")}
 
     async def handle(self, req: HttpRequest) -> None:
         """One dashboard request. Raises UnauthorizedError / ForbiddenError (no session, bad
         CSRF token) and whatever the forwarded admin handler raises."""
+        # Every answer, the API's JSON and its errors included: a once-shown key or any admin
+        # datum must not be cached, sniffed or framed.
+        req.extra_headers = list(_SECURITY)
         path = req.path
         if path == SIGNIN:
             await (self._signin(req) if req.method == "POST" else self._signin_page(req))
@@ -276,7 +280,6 @@ class Dashboard:
             [
                 (b"content-type", _ASSETS[name]),
                 (b"content-length", str(len(body)).encode()),
-                *_SECURITY,
             ],
         )
         await req.chunk(body, more=False)
@@ -300,16 +303,12 @@ def _cookie(req: HttpRequest, name: str) -> str | None:
 async def _html(
     req: HttpRequest, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    await req.start(
-        status, [_HTML, (b"content-length", str(len(body)).encode()), *_SECURITY, *(headers or ())]
-    )
+    await req.start(status, [_HTML, (b"content-length", str(len(body)).encode()), *(headers or ())])
     await req.chunk(body, more=False)
 
 
 async def _redirect(
     req: HttpRequest, to: str, headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    await req.start(
-        303, [(b"location", to.encode()), (b"content-length", b"0"), *_SECURITY, *(headers or ())]
-    )
+    await req.start(303, [(b"location", to.encode()), (b"content-length", b"0"), *(headers or ())])
     await req.chunk(b"", more=False)

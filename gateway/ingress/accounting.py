@@ -151,7 +151,12 @@ class Accounting:
         self, req: HttpRequest, rec: RequestRecord, surface: str, status: int, kind: str
     ) -> None:
         attempts = rec.attempts
-        last = attempts[-1] if attempts else None
+        # A hedge's loser is cancelled once the backup answers, and may be noted after it:
+        # the attempt that answered is the request's outcome, whatever came last.
+        last = next(
+            (a for a in reversed(attempts) if a.outcome == "success"),
+            attempts[-1] if attempts else None,
+        )
         if last is not None and not kind and last.outcome != "success":
             # The handler returned, yet the last attempt did not succeed: the client left
             # (cancelled), or a committed stream broke (headers already said 200).
@@ -220,6 +225,7 @@ class Accounting:
                     attempts=done.attempts,
                     status=status,
                     ts=done.ts,
+                    skipped=plan.skipped if plan else (),
                     **_steering_brief(rec.resolution),
                 ),
             )

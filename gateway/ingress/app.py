@@ -15,6 +15,7 @@ import logging
 import os
 import secrets
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -40,12 +41,13 @@ from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
 from gateway.ingress.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.ingress.errors import (
     DEFAULT_RETRY_AFTER,
+    client_message,
     error_code,
     error_param,
     http_status,
     retry_after_header,
 )
-from gateway.ingress.identity import affinity_key
+from gateway.ingress.identity import affinity_key, conversation_key
 from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.operations import IngressOps
 from gateway.ingress.request import HttpRequest, Receive, Scope, Send
@@ -74,6 +76,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+from schemas.catalog import AXIS_SYNONYMS, ascii_lower
 
 if TYPE_CHECKING:
     import random
@@ -124,6 +127,8 @@ class GatewayApp:
                 self._models[name] = m
         self._client: UpstreamHTTP | None = None
         self._adapters: dict[str, Adapter] = {"echo": EchoAdapter(), **(adapters or {})}
+        # The models' "created" time: no model has a release date in the config.
+        self._loaded_at = int(clock.wall())
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(
             bus,
@@ -347,7 +352,7 @@ class GatewayApp:
             headers.append((b"retry-after", retry))
         await req.respond(
             status,
-            surface.error_body(status, err.message, error_code(err), error_param(err)),
+            surface.error_body(status, client_message(err), error_code(err), error_param(err)),
             headers,
         )
 
@@ -432,6 +437,7 @@ class GatewayApp:
             org=caller.org,
             role=caller.role,
             caller=info.caller,
+            conversation=conversation_key(body),
             explore=explore,
         )
         if rule is not None:
@@ -445,7 +451,7 @@ class GatewayApp:
         public model that served it (which the caller stays on while it is healthy)."""
         if walk.steered is None:
             return requested
-        self._steerer.served(walk.steered, info.caller, info.model)
+        self._steerer.served(walk.steered, info.model)
         return info.model
 
     def _plan_for(
@@ -744,7 +750,10 @@ class GatewayApp:
         ids = [(m.id, m.owned_by) for m in self._config.models if m.published and may_call(req, m)]
         ids += [(name, "llmgw") for name in self.steering.book.advertised(caller_of(req).org)]
         anthropic = req.header("anthropic-version") is not None
-        data = [_model_entry(model_id, owner, anthropic=anthropic) for model_id, owner in ids]
+        data = [
+            _model_entry(model_id, owner, self._loaded_at, anthropic=anthropic)
+            for model_id, owner in ids
+        ]
         if anthropic:
             page: dict[str, Any] = {
                 "data": data,
@@ -759,9 +768,20 @@ class GatewayApp:
     async def _retrieve_model(self, req: HttpRequest) -> None:
         """``GET /v1/models/{id}``: one model as ``/v1/models`` lists it; an alias answers
         as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
-        model = self._resolve(req.path[len(_MODELS_PREFIX) :], req)
+        name = req.path[len(_MODELS_PREFIX) :]
         anthropic = req.header("anthropic-version") is not None
-        await req.respond(200, _encode(_model_entry(model.id, model.owned_by, anthropic=anthropic)))
+        if is_steering(name):
+            # auto, auto:<axis> and auto:<chain> answer as /v1/models lists them.
+            model_id, owner = ascii_lower(name), "llmgw"
+            suffix = model_id[len("auto:") :]
+            listed = self.steering.book.advertised(caller_of(req).org)
+            if model_id not in listed and suffix not in AXIS_SYNONYMS:
+                raise RouteNotFoundError(f"the model {bounded(name)!r} does not exist")
+        else:
+            model = self._resolve(name, req)
+            model_id, owner = model.id, model.owned_by
+        entry = _model_entry(model_id, owner, self._loaded_at, anthropic=anthropic)
+        await req.respond(200, _encode(entry))
 
     async def _count_tokens(self, req: HttpRequest) -> None:
         """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
@@ -870,6 +890,7 @@ class GatewayApp:
                     "endpoints": endpoints,
                     "capacity": capacity,
                     "rules": self.rules.health(),
+                    "load": await self._load_health(req),
                     "routewise": await self._routewise_health(req),
                 }
             ),
@@ -885,6 +906,28 @@ class GatewayApp:
                 timeout=self._config.routing.decision_timeout_seconds,
             )
         )
+
+    async def _load_health(self, req: HttpRequest) -> dict[str, Any]:
+        """Per model, per route: requests in flight, the learned concurrency limit (and what
+        last moved it), the TTFT baseline and recent average it is judged by, and until when
+        its keys are cooling after a 429 (one status request per model)."""
+        out: dict[str, Any] = {}
+        for m in self._config.models:
+            if not self._visible(req, m.id):
+                continue
+            status = await self._model_status(m.id)
+            out[m.id] = {
+                r.endpoint: {
+                    "in_flight": r.in_flight,
+                    "learned_limit": r.learned_limit,
+                    "limit_reason": r.limit_reason,
+                    "ttft_baseline_ms": r.ttft_baseline_ms,
+                    "ttft_recent_ms": r.ttft_recent_ms,
+                    "cooling_until": r.cooling_until,
+                }
+                for r in status.routes
+            }
+        return out
 
     async def _routewise_health(self, req: HttpRequest) -> dict[str, Any]:
         """Per RouteWise model: each candidate's effective cost, latency estimate, LP weight,
@@ -964,17 +1007,18 @@ class GatewayApp:
         )
 
 
-def _model_entry(model_id: str, owned_by: str, *, anthropic: bool) -> dict[str, Any]:
-    """One model in the OpenAI shape, or the Anthropic SDK's ``ModelInfo``."""
+def _model_entry(model_id: str, owned_by: str, created: int, *, anthropic: bool) -> dict[str, Any]:
+    """One model in the OpenAI shape, or the Anthropic SDK's ``ModelInfo``; ``created`` (unix
+    seconds) is when this ingress loaded its config."""
     if anthropic:
         return {
             "type": "model",
             "id": model_id,
             "display_name": model_id,
-            "created_at": "1970-01-01T00:00:00Z",
+            "created_at": datetime.fromtimestamp(created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "lifecycle": "active",
         }
-    return {"id": model_id, "object": "model", "created": 0, "owned_by": owned_by}
+    return {"id": model_id, "object": "model", "created": created, "owned_by": owned_by}
 
 
 def _lease_max_age(config: GatewayConfig) -> float:

@@ -124,6 +124,7 @@ class Targets:
             connect_timeout=route.connect_timeout_seconds,
             ttft_timeout=route.ttft_timeout_seconds,
             idle_timeout=route.idle_timeout_seconds,
+            bedrock=route.bedrock,
         )
 
 
@@ -343,7 +344,7 @@ class Dispatcher:
             self.leases.hold_plan(current)
             for i, c in enumerate(candidates):
                 if failures.rules_out(c):
-                    await self._release(info, c, first=i == 0)
+                    await self._release(info, c)
                     continue
                 hedge_backup = (
                     current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
@@ -375,7 +376,7 @@ class Dispatcher:
     ) -> None:
         """Release the leases of ``candidates[start:]``, which will not be attempted."""
         for i in range(start, len(candidates)):
-            await self._release(info, candidates[i], first=i == 0)
+            await self._release(info, candidates[i])
 
     async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
         """Give back the leases of a plan none of whose candidates will be attempted (the
@@ -384,19 +385,21 @@ class Dispatcher:
         self.leases.hold_plan(plan)
         await self._release_all(info, plan.candidates, 0)
 
-    async def _release(self, info: RequestInfo, c: RouteCandidate, *, first: bool) -> None:
+    async def _release(self, info: RequestInfo, c: RouteCandidate) -> None:
         """Give back what a candidate that is never attempted holds: the probe lease (a
-        cancelled probe observation, which releases the prefill lease too) or, for the first
-        of its plan, the model's prefill lease; and its capacity lease. Not an attempt: the
-        request's accounting does not count it."""
+        cancelled probe observation, which releases the prefill lease too) or the model's
+        prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
+        capacity lease. Not an attempt: the request's accounting does not count it."""
         await self.leases.release(c)
         if c.probe:
             obs = self._observation(info, c, 0, "cancelled", self._clock())
             await self._publish(subjects.observation(c.endpoint), obs)
-        elif first:
+        elif not c.refusal:
+            # Also ends the in-flight count the ModelActor may hold for it (after a failure
+            # it counts the next candidate as sent).
             await self._publish(
                 subjects.model_first_token(info.model),
-                FirstToken(endpoint=c.endpoint, request_id=info.request_id),
+                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
             )
 
     async def observe(
@@ -614,7 +617,6 @@ class Dispatcher:
                 async with asyncio.timeout(limit):
                     body = await op(self._adapter(c), target)
             except UpstreamError as err:
-                _scrub(err, target.api_key)
                 await self.leases.release(c, tokens_used_by_failure(err))
                 await self.observe(info, c, attempt, _outcome_of(err), started, err=err)
                 return err
@@ -738,7 +740,7 @@ class Dispatcher:
                 "upstream stream was empty", endpoint=c.endpoint, kind="empty_stream"
             )
         except UpstreamError as exc:
-            err = _scrub(exc, target.api_key)
+            err = exc
             outcome = _outcome_of(err)
         except TimeoutError:
             err = _timed_out(c, limit, by_budget)
@@ -846,15 +848,6 @@ def _tokens(usage: Usage) -> int | None:
     """Prompt plus completion tokens an upstream reported; None when it reported none."""
     total = usage.prompt + usage.completion
     return total or None
-
-
-def _scrub(err: UpstreamError, secret: str | None) -> UpstreamError:
-    """Remove ``secret`` from an upstream's error text (some providers echo the key)."""
-    if secret and (secret in err.message or secret.encode() in err.body):
-        err.message = err.message.replace(secret, "[redacted]")
-        err.args = (err.message,)
-        err.body = err.body.replace(secret.encode(), b"[redacted]")
-    return err
 
 
 def _timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:

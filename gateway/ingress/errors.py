@@ -66,6 +66,19 @@ def error_param(err: GatewayError) -> str | None:
     return param if isinstance(param, str) else None
 
 
+def client_message(err: GatewayError) -> str:
+    """The message a client reads: the error's own, except that the control plane being
+    unreachable is told as what the client can do about it (retry), never as the bus
+    subject and timeout the bus reported."""
+    if err.code in (ErrorCode.NO_RESPONDERS, ErrorCode.BUS_TIMEOUT):
+        seconds = retry_after_header(err) or DEFAULT_RETRY_AFTER
+        return (
+            "the gateway's routing service is not answering (restarting or down); "
+            f"retry in {seconds.decode()} s"
+        )
+    return err.message
+
+
 def retry_after_header(err: GatewayError) -> bytes | None:
     """``Retry-After`` in whole seconds (rounded up, at least 1) when the error has one; for
     a 503 without one, :data:`DEFAULT_RETRY_AFTER_S` (a 503 always says when to come back)."""

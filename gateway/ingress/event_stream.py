@@ -8,16 +8,23 @@ ends when the client goes away or the bus closes.
 
 from __future__ import annotations
 
+import contextlib
+import math
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import anyio
 import msgspec
 
-from schemas import subjects
+from bus import BusClosedError
+from gateway.process.control import EVENTS_STREAM
+from schemas import InvalidRequestError, subjects
 
 if TYPE_CHECKING:
-    from bus import Bus
+    from collections.abc import Iterable
+    from contextlib import AbstractAsyncContextManager
+
+    from bus import Bus, Subscription
     from gateway.ingress.request import HttpRequest
     from schemas import Message
 
@@ -42,16 +49,72 @@ def event_json(subject: str, msg: Message) -> bytes:
     return _encode(body)
 
 
+def unknown_kinds(kinds: Iterable[str]) -> str | None:
+    """A message naming the kinds that are no event kind and the real ones; None if none."""
+    unknown = sorted(set(kinds) - set(subjects.EVENT_KINDS))
+    if not unknown:
+        return None
+    return (
+        f"no event kind {', '.join(map(repr, unknown))}; "
+        f"the kinds are {', '.join(subjects.EVENT_KINDS)}"
+    )
+
+
+def _query(req: HttpRequest) -> dict[str, list[str]]:
+    return parse_qs(bytes(req.scope.get("query_string", b"")).decode("latin-1"))
+
+
 def kinds_of(req: HttpRequest) -> frozenset[str]:
-    """The ``kind`` filter of the query string (empty: every kind)."""
-    query = parse_qs(bytes(req.scope.get("query_string", b"")).decode("latin-1"))
-    return frozenset(k for v in query.get("kind", ()) for k in v.split(",") if k)
+    """The ``kind`` filter of the query string (empty: every kind). Raises
+    InvalidRequestError for a kind no event has."""
+    kinds = frozenset(k for v in _query(req).get("kind", ()) for k in v.split(",") if k)
+    problem = unknown_kinds(kinds)
+    if problem:
+        raise InvalidRequestError(problem, param="kind")
+    return kinds
 
 
-async def stream_events(req: HttpRequest, bus: Bus, kinds: frozenset[str]) -> None:
-    """Relay events to ``req`` until the client leaves or the bus closes."""
+def since_of(req: HttpRequest) -> float | None:
+    """The ``since`` of the query string (unix seconds): replay the kept events from then
+    on first. Raises InvalidRequestError."""
+    values = _query(req).get("since")
+    if not values:
+        return None
+    try:
+        since = float(values[-1])
+    except ValueError:
+        since = math.nan
+    if not math.isfinite(since):
+        raise InvalidRequestError("'since' is unix time in seconds", param="since")
+    return since
+
+
+async def stream_events(
+    req: HttpRequest, bus: Bus, kinds: frozenset[str], since: float | None = None
+) -> None:
+    """Relay events to ``req`` until the client leaves or the bus closes; with ``since``,
+    first those the bus kept from then on. Raises InvalidRequestError when ``since`` is asked
+    of a bus that keeps none (``events.stream: false``, or NATS without JetStream)."""
     pattern = subjects.event(next(iter(kinds))) if len(kinds) == 1 else subjects.EVENTS_ANY
-    async with bus.subscribe(pattern) as sub, anyio.create_task_group() as tg:
+    subscribing: AbstractAsyncContextManager[Subscription] = (
+        bus.subscribe(pattern)
+        if since is None
+        else bus.replay(pattern, stream=EVENTS_STREAM, since=since)
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            sub = await stack.enter_async_context(subscribing)
+        except BusClosedError as exc:
+            if since is None:
+                raise
+            raise InvalidRequestError(
+                f"this gateway keeps no events to replay ({exc.message})", param="since"
+            ) from None
+        await _relay(req, sub, kinds)
+
+
+async def _relay(req: HttpRequest, sub: Subscription, kinds: frozenset[str]) -> None:
+    async with anyio.create_task_group() as tg:
         await req.start(200, _HEADERS)
         await req.chunk(b": subscribed\n\n")
         tg.start_soon(_cancel_on_disconnect, req, tg.cancel_scope)

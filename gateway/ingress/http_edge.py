@@ -6,6 +6,11 @@ then closing the connection:
 
 - a request framed both by ``Content-Length`` and ``Transfer-Encoding`` (RFC 9112 §6.3: the
   bytes a front end counts as body would be read here as a further, smuggled request);
+- a head h11 would read leniently where another parser may not (:func:`head_refusal`): a
+  ``Content-Length`` given twice or as a list (even of equal values), a header folded over
+  lines (obs-fold, RFC 9112 §5.2) and a line ended by a bare LF (§2.2);
+- a head not all sent within ``server.header_timeout_seconds`` (408, like a stalled body:
+  Hypercorn alone would hold it until its keep-alive timeout and close without an answer);
 - an HTTP version other than 1.x (h11 parses any ``HTTP/d.d``);
 - a method not in upper case (methods are case-sensitive; Hypercorn would upper-case it).
 
@@ -17,11 +22,15 @@ it in CLOSE-WAIT until ``keep_alive_timeout``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import re
 import uuid
+from typing import Any
 
 import h11
 import hypercorn.protocol
+from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
@@ -57,6 +66,28 @@ def refusal(request: h11.Request) -> tuple[int, str] | None:
     return None
 
 
+HEADER_TIMEOUT = 10.0  # seconds, the default of ``server.header_timeout_seconds``
+_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (it takes a bare LF too)
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+
+
+def head_refusal(head: bytes) -> str | None:
+    """Why a request ``head`` (its bytes up to and including the blank line) is refused, or
+    None: what h11 reads one way and another parser on the path may read another."""
+    if _BARE_LF.search(head):
+        return "a header line ended by a bare LF is refused: end lines with CRLF"
+    lengths = 0
+    for line in head.split(b"\r\n")[1:]:
+        if line[:1] in (b" ", b"\t"):
+            return "a header folded over several lines (obs-fold) is refused"
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            lengths += 1
+            if lengths > 1 or b"," in value:
+                return "Content-Length must be given once, as a single number"
+    return None
+
+
 def surface_of(target: bytes) -> Surface:
     """The API shape an answer to a request for ``target`` takes."""
     if target.startswith(b"/v1/messages"):
@@ -84,27 +115,107 @@ class _Refused(H11WSConnection):
         return b""
 
 
+class _FramedConnection(h11.Connection):
+    """h11's server side, refusing a head :func:`head_refusal` refuses before parsing it."""
+
+    refusal: str | None = None
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        if self.their_state is h11.IDLE and self.refusal is None:
+            pending = self.trailing_data[0]
+            end = _HEAD_END.search(pending)
+            if end is not None:
+                self.refusal = head_refusal(pending[: end.end()])
+                if self.refusal is not None:
+                    raise h11.RemoteProtocolError(self.refusal, error_status_hint=400)
+        return super().next_event()
+
+
+class EdgeConfig(HypercornConfig):
+    """Hypercorn's settings plus the edge's own (one object per server)."""
+
+    header_timeout: float = HEADER_TIMEOUT
+
+
 class EdgeH11Protocol(H11Protocol):
-    """Hypercorn's HTTP/1.1 protocol with the refusals, error bodies and prompt close this
-    module describes."""
+    """Hypercorn's HTTP/1.1 protocol with the refusals, error bodies, head timeout and prompt
+    close this module describes."""
 
     _head: bytes | None = None  # the first bytes of the request being read (for its path)
     _refused: tuple[int, str] | None = None  # why the request being read is refused
+    _head_timer: asyncio.TimerHandle | None = None  # armed while a head is being read
+    _head_epoch = 0  # moves on each arming and disarming: a late-firing timer sees it moved
+    _timed_out = False  # a head timed out: the connection only closes from then on
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection = _FramedConnection(
+            h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
+        )
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, RawData):
+            if self._timed_out:
+                return
             if self.stream is None and self._head is None:
                 self._head = event.data
-        elif isinstance(event, Closed) and self.stream is None:
-            # The client ended an idle connection: close ours now (Hypercorn would keep it
-            # until its idle timer fires).
-            await self.send(Closed())
-            return
+                self._arm_head_timer()
+        elif isinstance(event, Closed):
+            self._disarm_head_timer()
+            if self.stream is None:
+                # The client ended an idle connection: close ours now (Hypercorn would keep
+                # it until its idle timer fires).
+                await self.send(Closed())
+                return
         await super().handle(event)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None and isinstance(self.connection, h11.Connection):
+            timeout = (
+                self.config.header_timeout
+                if isinstance(self.config, EdgeConfig)
+                else HEADER_TIMEOUT
+            )
+            self._head_epoch += 1
+            self._head_timer = asyncio.get_running_loop().call_later(
+                timeout, self.task_group.spawn, self._head_expired, timeout, self._head_epoch
+            )
+
+    def _disarm_head_timer(self) -> None:
+        self._head_epoch += 1
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    async def _head_expired(self, timeout: float, epoch: int) -> None:
+        """The head being read did not arrive in time: 408 in the caller's shape, and close."""
+        if epoch != self._head_epoch:
+            return  # the head arrived (or the connection ended) after the timer fired
+        self._head_timer = None
+        if self.stream is not None or not isinstance(self.connection, h11.Connection):
+            return
+        self._timed_out = True
+        if self.connection.our_state is h11.IDLE:
+            message = f"the request head did not arrive within {timeout:g} seconds"
+            await self._answer_error(408, message, "request_timeout", self._target())
+        self.connection = _Refused()
+        await self.send(Closed())
+
+    async def _maybe_recycle(self) -> None:
+        await super()._maybe_recycle()
+        # Part of the next (pipelined) head may have come with this request: its time runs.
+        conn = self.connection
+        if self.stream is not None or not isinstance(conn, h11.Connection):
+            return
+        pending = conn.trailing_data[0]
+        if conn.our_state is h11.IDLE and pending and not _HEAD_END.search(pending):
+            self._head = self._head or pending
+            self._arm_head_timer()
 
     async def _check_protocol(self, event: h11.Request) -> None:
         # Hypercorn calls this, then _create_stream, for each request: a refused request is
         # neither upgraded (h2c) nor served.
+        self._disarm_head_timer()
         self._refused = refusal(event)
         if self._refused is None:
             await super()._check_protocol(event)
@@ -120,8 +231,11 @@ class EdgeH11Protocol(H11Protocol):
         await self.send(Closed())
 
     async def _send_error_response(self, status_code: int) -> None:
-        # h11 could not parse the request (Hypercorn sends a bodiless answer and closes).
+        # h11 could not parse the request, or the head was refused before it tried
+        # (Hypercorn sends a bodiless answer and closes).
+        self._disarm_head_timer()
         message, code = _SERVER_ERRORS.get(status_code, _SERVER_ERRORS[400])
+        message = getattr(self.connection, "refusal", None) or message
         await self._answer_error(status_code, message, code, self._target())
 
     def _target(self) -> bytes:
@@ -155,7 +269,13 @@ class EdgeH11Protocol(H11Protocol):
 def install() -> None:
     """Serve HTTP/1.1 with :class:`EdgeH11Protocol` from now on, in this process. Raises
     RuntimeError if this Hypercorn's protocol lacks what the subclass hooks into."""
-    hooks = ("handle", "_check_protocol", "_create_stream", "_send_error_response")
+    hooks = (
+        "handle",
+        "_check_protocol",
+        "_create_stream",
+        "_send_error_response",
+        "_maybe_recycle",
+    )
     for hook in (*hooks, "_send_h11_event"):
         if not hasattr(H11Protocol, hook):
             raise RuntimeError(f"unsupported Hypercorn version: H11Protocol has no {hook}")

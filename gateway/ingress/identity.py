@@ -9,19 +9,29 @@
 The key travels in every RouteRequest, is an affinity table's key in the model's actor and
 reaches the request log (hashed), so what a client chose of it is cut to a bound: a grant to
 :data:`MAX_GRANT_CHARS`, an address to :data:`MAX_ADDRESS_CHARS`.
+
+A steered request's pin is kept per caller *and* conversation (:func:`conversation_key`):
+the client's ``prompt_cache_key`` when it sends one, else the conversation's opening (its
+system messages and first user message), which every later turn repeats and which a
+provider's prompt cache is warm on.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import ipaddress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     from gateway.ingress.request import HttpRequest
 
 MAX_GRANT_CHARS = 128
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone id fits; garbage is cut
+# Two openings alike for this long share a cached prefix anyway; hashing more costs time.
+_OPENING_BYTES = 16_384
 
 
 @functools.lru_cache(maxsize=4096)
@@ -58,3 +68,30 @@ def affinity_key(req: HttpRequest, *, key_hash: str | None, trust_proxy_headers:
     if grant:
         return f"grant:{grant.strip()[:MAX_GRANT_CHARS]}"
     return f"ip:{fold_address(client_address(req, trust_proxy_headers=trust_proxy_headers))}"
+
+
+def conversation_key(body: Any) -> str:
+    """The conversation a canonical (chat-shaped) request continues, as a short digest; ""
+    for a request with no messages (embeddings), which no prompt cache serves."""
+    if not isinstance(body, dict):
+        return ""
+    declared = body.get("prompt_cache_key")
+    if isinstance(declared, str) and declared:
+        return "k:" + _digest(declared.encode())
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return ""
+    opening = []
+    for message in messages:
+        opening.append(message)
+        if isinstance(message, dict) and message.get("role") == "user":
+            break
+    try:
+        encoded = msgspec.json.encode(opening)
+    except (TypeError, RecursionError, msgspec.EncodeError):
+        return ""
+    return "o:" + _digest(encoded[:_OPENING_BYTES])
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=12).hexdigest()

@@ -96,7 +96,7 @@ class _LogStats:
 
 
 SPEND_CALLERS_MAX = 1000
-"""Distinct (org, key) label pairs ``llmgw_spend_usd`` keeps per ingress."""
+"""Distinct (org, key) label pairs ``llmgw_spend_usd_total`` keeps per ingress."""
 _OTHER = "other"
 
 

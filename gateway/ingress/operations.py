@@ -19,7 +19,7 @@ from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting
-from gateway.ingress.event_stream import kinds_of, stream_events
+from gateway.ingress.event_stream import kinds_of, since_of, stream_events
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
 from schemas import UnauthorizedError, subjects
 
@@ -113,7 +113,7 @@ class IngressOps:
 
     async def _events(self, req: HttpRequest) -> None:
         self._require_admin(req)
-        await stream_events(req, self._bus, kinds_of(req))
+        await stream_events(req, self._bus, kinds_of(req), since_of(req))
 
     async def _admin(self, req: HttpRequest) -> None:
         self._require_admin(req)

@@ -33,6 +33,9 @@ def local_targets(config: GatewayConfig) -> dict[str, str]:
     out: dict[str, str] = {}
     for model in config.models:
         for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
+            # Bedrock serves no health path: its endpoint's health is its circuit's verdict.
+            if route.kind == "bedrock":
+                continue
             if route.base_url and route.location().startswith("local-"):
                 out[eid] = health_url(route.base_url, config.routing.health_check.path)
     return out

@@ -20,7 +20,14 @@ import logging
 import msgspec
 
 from gateway.process.ping import NoAdapterError, Pinger
-from schemas import GatewayError, ProbeDue, ProbeResult, UpstreamError, subjects
+from schemas import (
+    QUOTA_EXHAUSTED,
+    GatewayError,
+    ProbeDue,
+    ProbeResult,
+    UpstreamError,
+    subjects,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +54,10 @@ class BenchProber(Pinger):
         except NoAdapterError:
             return result(ok=False, detail="no adapter")
         except UpstreamError as err:
-            ok = not err.counts_against_endpoint  # a 4xx still proves the route answers
+            # A 4xx still proves the route answers; so does a rate limit (back-pressure, not
+            # sickness: its pace is the key pool's to keep), but not an exhausted quota.
+            limited = err.status == 429 and err.kind != QUOTA_EXHAUSTED
+            ok = limited or not err.counts_against_endpoint
             return result(ok=ok, detail=err.message[:200])
         except TimeoutError:
             return result(ok=False, detail="timed out")

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
 
-from bus import open_bus
+from bus import BusClosedError, open_bus
 from gateway.admin.local_socket import LocalAdmin
 from gateway.cli.common import redacted
 from gateway.ingress import http_edge
@@ -101,7 +100,8 @@ async def run(
 
     ``on_ready`` gets the ready line once the gateway answers. With ``own_process`` (the
     CLI) the gateway owns the interpreter and tunes its collector (:func:`settle_gc`) before
-    it announces itself. Returns the exit code.
+    it announces itself. Returns the exit code. Raises ListenError (the port) and
+    BusUnreachableError (the bus) before anything has started.
     """
     signals = shutdown is None
     # Bind first: a taken port ends startup before anything else has started.
@@ -115,6 +115,10 @@ async def run(
     local: LocalAdmin | None = None
     try:
         bus = await open_bus(opts.bus_url, inbox_prefix=config.bus.inbox_prefix)
+    except BusClosedError as exc:
+        if sock is not None:
+            sock.close()
+        raise BusUnreachableError(redacted(exc.message)) from None
     except BaseException:
         if sock is not None:
             sock.close()
@@ -144,7 +148,8 @@ async def run(
             return await _wait(shutdown, host)
         assert sock is not None
         port = sock.getsockname()[1]
-        hconf = HypercornConfig()
+        hconf = http_edge.EdgeConfig()
+        hconf.header_timeout = config.server.header_timeout_seconds
         # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
         # here too would close a reused descriptor (EBADF at best).
         hconf.bind = [f"fd://{sock.detach()}"]
@@ -187,6 +192,10 @@ async def run(
 
 class ListenError(Exception):
     """The HTTP port cannot be listened on; the message says which and why."""
+
+
+class BusUnreachableError(Exception):
+    """The bus cannot be joined at startup (no NATS server accepts); the message says where."""
 
 
 def _listen(host: str, port: int) -> socket.socket:

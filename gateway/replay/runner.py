@@ -54,7 +54,7 @@ WALL_EPOCH = 1_800_000_000.0
 """Unix time of virtual second 0: fixed, so a replay never depends on today's date."""
 
 _encode = msgspec.json.Encoder().encode
-_SIMULATED_KINDS = ("openai_compat", "anthropic")
+_SIMULATED_KINDS = ("openai_compat", "anthropic", "bedrock")
 _FOREVER = 1e12
 
 

@@ -130,6 +130,7 @@ async def explain(
                 }
                 for c in first.candidates
             ],
+            "skipped": [msgspec.structs.asdict(k) for k in first.skipped],
             **(
                 {"routewise": [msgspec.structs.asdict(c) for c in first.routewise]}
                 if first.routewise
@@ -144,6 +145,8 @@ def _spec(raw: bytes) -> dict[str, Any]:
         spec = msgspec.json.decode(raw) if raw.strip() else None
     except msgspec.DecodeError:
         raise InvalidRequestError("the request body is not valid JSON") from None
+    except RecursionError:
+        raise InvalidRequestError("the request body is JSON nested too deeply") from None
     if not isinstance(spec, dict):
         raise InvalidRequestError("the body must be {path?, body, headers?}")
     return spec

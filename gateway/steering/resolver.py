@@ -23,17 +23,18 @@ from typing import TYPE_CHECKING
 
 from gateway.ingress.accounting import bounded
 from schemas import ChainState, Evidence, InvalidRequestError, ModelEvidence, SteeringState
-from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS
+from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS, ascii_lower
 from schemas.keys import role_rank
 from schemas.scoring import (
     capability_scores,
-    monthly_allowance,
+    cheapness,
     reliability_scores,
     speed_scores,
+    weighted_score,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Mapping, Sequence
 
     from schemas.config import ModelConfig
 
@@ -95,6 +96,10 @@ class Resolution:
     exploration: float = 0.0
     degraded: bool = False
     rule: str = ""  # the routing rule that chose this target for an ``auto`` request
+    # The caller's conversation ("" : none, so no pin) and the operator's settings the
+    # ordering followed (a pin made under other settings is stale).
+    session: str = ""
+    revision: Hashable = None
 
     def brief(self) -> tuple[str, float | None, str, float | None]:
         """(chosen model, its score, runner-up, its score) for the decision event."""
@@ -111,7 +116,7 @@ class Resolution:
 
 def is_steering(name: str) -> bool:
     """Whether the model field names an intent rather than a model."""
-    return name[:4].lower() == AUTO and (len(name) == 4 or name[4] == ":")
+    return ascii_lower(name[:4]) == AUTO and (len(name) == 4 or name[4] == ":")
 
 
 class SteeringBook:
@@ -151,7 +156,7 @@ class SteeringBook:
         rel = self._rel.get(model, 0.5)
         score = None
         if weights is not None:
-            score = (weights[0] * cap + weights[1] * speed + weights[2] * rel) * allowance * rate
+            score = weighted_score(weights, cap, speed, rel, allowance, rate)
         return Candidate(
             model,
             cap,
@@ -191,14 +196,7 @@ class SteeringBook:
         return Ordering(axis, True, None, self._healthy_first(cands), disabled)
 
     def _cheapness(self, c: Candidate) -> tuple[float, float]:
-        """Sort key of ``auto:cheapest``: the most free allowance left first (scaled by the
-        rate-limit guardrail), then the lowest price (unpriced last)."""
-        ev = self._evidence.get(c.model)
-        model = self._models[c.model]
-        remaining = ev.remaining if ev and ev.remaining is not None else monthly_allowance(model)
-        price = model.catalog.price
-        cost = price.input_per_mtok + price.output_per_mtok if price else float("inf")
-        return -(remaining or 0.0) * c.rate_limit, cost
+        return cheapness(self._models[c.model], self._evidence.get(c.model))
 
     def _chain_members(self, chain: ChainState) -> tuple[list[str], tuple[tuple[str, str], ...]]:
         members: list[str] = []
@@ -249,7 +247,7 @@ class SteeringBook:
     def ordering(self, name: str, org: str) -> tuple[str, str, str | None, str | None, Ordering]:
         """(target, kind, chain, axis, ordering) of the model field ``name``. Raises
         InvalidRequestError (400) for an unknown chain or one with nothing enabled."""
-        target = name.lower()
+        target = ascii_lower(name)
         if target == AUTO:
             chain = self.state.active_chain if self.state.active_chain in self.chains else None
             self._not_empty(self.auto, "the active chain" if chain else "the catalogue")
@@ -270,6 +268,18 @@ class SteeringBook:
         self._not_empty(ordering, f"chain {suffix!r}")
         return target, "chain", suffix, None, ordering
 
+    def revision(self, kind: str, chain: str | None) -> Hashable:
+        """What an operator set that the ordering of a target of ``kind`` (and ``chain``)
+        follows: a chain's entries; for ``auto`` also the active chain and the profile; the
+        guardrails for every scored ordering. Evidence is not part of it."""
+        if kind == "chain":
+            return self.chains[chain].models if chain in self.chains else None
+        s = self.state
+        if kind == "axis":
+            return s.guardrails
+        active = self.chains.get(s.active_chain or "")
+        return (s.active_chain, s.profile, s.weights, s.guardrails, active and active.models)
+
     @staticmethod
     def _not_empty(ordering: Ordering, what: str) -> None:
         if not ordering.candidates:
@@ -281,26 +291,29 @@ class SteeringBook:
 
 
 class _Pins:
-    """Session affinity of steered callers: (caller, target) -> the model that served it,
-    bounded (least recently used first out) and expiring after ``ttl`` seconds."""
+    """Session affinity of steered conversations: (session, target) -> the model that served
+    it and the revision of the operator's settings it was made under; bounded (least
+    recently used first out) and expiring after ``ttl`` seconds."""
 
     def __init__(self, ttl: float, clock: Callable[[], float]) -> None:
         self._ttl = ttl
         self._clock = clock
-        self._pins: OrderedDict[tuple[str, str], tuple[str, float]] = OrderedDict()
+        self._pins: OrderedDict[tuple[str, str], tuple[str, float, Hashable]] = OrderedDict()
 
-    def get(self, caller: str, target: str) -> str | None:
-        hit = self._pins.get((caller, target))
+    def get(self, session: str, target: str, revision: Hashable) -> str | None:
+        """The pinned model, unless the pin expired or the settings changed since."""
+        key = (session, target)
+        hit = self._pins.get(key)
         if hit is None:
             return None
-        if hit[1] <= self._clock():
-            del self._pins[(caller, target)]
+        if hit[1] <= self._clock() or hit[2] != revision:
+            del self._pins[key]
             return None
         return hit[0]
 
-    def pin(self, caller: str, target: str, model: str) -> None:
-        key = (caller, target)
-        self._pins[key] = (model, self._clock() + self._ttl)
+    def pin(self, session: str, target: str, model: str, revision: Hashable) -> None:
+        key = (session, target)
+        self._pins[key] = (model, self._clock() + self._ttl, revision)
         self._pins.move_to_end(key)
         if len(self._pins) > _PINS_MAX:
             self._pins.popitem(last=False)
@@ -330,10 +343,13 @@ class Steerer:
         org: str,
         role: str,
         caller: str,
+        conversation: str = "",
         explore: bool = True,
     ) -> Resolution:
-        """The Resolution of ``name`` for this caller (``explore``: draw exploration).
-        Raises InvalidRequestError."""
+        """The Resolution of ``name`` for this caller's ``conversation`` (``explore``: draw
+        exploration). A conversation stays on the model that served it while that model is
+        healthy and the operator's settings it followed are unchanged. Raises
+        InvalidRequestError."""
         target, kind, chain, axis, ordering = book.ordering(name, org)
         models: list[str] = []
         excluded = list(ordering.excluded)
@@ -349,7 +365,11 @@ class Steerer:
                 f"no model of {target!r} is available to your role", param="model"
             )
         healthy = ordering.healthy
-        pinned = self._pins.get(caller, target) if self._affinity and caller else None
+        # A pin keeps a conversation where its prompt cache is warm: the caller alone (one
+        # address for every anonymous client behind it) is no conversation.
+        session = f"{caller}\n{conversation}" if self._affinity and caller and conversation else ""
+        revision = book.revision(kind, chain)
+        pinned = self._pins.get(session, target, revision) if session else None
         affinity = explored = False
         if pinned is not None and pinned in healthy and pinned in models:
             models.remove(pinned)
@@ -381,13 +401,15 @@ class Steerer:
             affinity,
             book.state.exploration if ordering.scored else 0.0,
             book.degraded,
+            session=session,
+            revision=revision,
         )
 
-    def served(self, res: Resolution, caller: str, model: str) -> None:
-        """``model`` served ``caller``'s steered request: keep it there while it is healthy."""
+    def served(self, res: Resolution, model: str) -> None:
+        """``model`` served the steered request ``res``: its conversation stays there."""
         # An explored request is one sample of another model: the caller stays where it was.
-        if self._affinity and caller and not res.explored:
-            self._pins.pin(caller, res.target, model)
+        if res.session and not res.explored:
+            self._pins.pin(res.session, res.target, model, res.revision)
 
 
 def book_from(

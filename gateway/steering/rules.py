@@ -20,7 +20,7 @@ from gateway.auth.gate import follow, unfollow
 from gateway.formats.openai_chat import input_modalities
 from gateway.steering.labels import client_metadata
 from schemas import GatewayError, InvalidRequestError, RulesGet, RulesState, subjects
-from schemas.catalog import AUTO
+from schemas.catalog import AUTO, ascii_lower
 from schemas.rule_language import CompiledRule, CompiledRules, RuleSetError, RuleTrace
 from schemas.rule_language import compile_rules as _compile
 
@@ -147,7 +147,7 @@ class RulesView:
     def applies(self, requested: str) -> bool:
         """Whether rules may route a request for ``requested``: only ``auto`` (any case), the
         request that named no target, and only while there are rules."""
-        return bool(self.compiled.rules) and requested.lower() == AUTO
+        return bool(self.compiled.rules) and ascii_lower(requested) == AUTO
 
     def _inputs(self, body: JSON, req: HttpRequest, info: RequestInfo) -> tuple[JSON, Any]:
         role = info.role or ""

@@ -30,7 +30,7 @@ from schemas import (
     SteeringState,
     subjects,
 )
-from schemas.catalog import AUTO, AXIS_SYNONYMS, chain_name_problem
+from schemas.catalog import AUTO, AXIS_SYNONYMS, ascii_lower, chain_name_problem
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -140,7 +140,7 @@ class SteeringView:
         """The book to resolve model field ``name`` with; a chain it does not know yet is
         asked of its owner first (so a chain created a moment ago resolves at once)."""
         book = self.book
-        suffix = name[len(AUTO) + 1 :].lower()
+        suffix = ascii_lower(name[len(AUTO) + 1 :])
         if suffix and suffix not in book.chains and suffix not in AXIS_SYNONYMS:
             if chain_name_problem(suffix) is not None:
                 # No chain can have this name: nothing to ask (and a name longer than a bus

@@ -1,5 +1,5 @@
 """One behaviour suite that every upstream adapter passes (``openai_compat``, ``anthropic``,
-``echo``), as tests/contract/test_bus.py does for buses.
+``bedrock``, ``echo``), as tests/contract/test_bus.py does for buses.
 
 What the adapter seam promises (gateway/adapters/base.py): canonical chat requests in,
 canonical answers out; a stream comes in non-empty batches of ``chat.completion.chunk`` dicts
@@ -9,8 +9,9 @@ status, the upstream's own message and its ``Retry-After``, and whether it count
 endpoint; a stream that ends without its terminator raises; a cancelled or abandoned call lets
 the upstream see its client go away.
 
-``any_adapter`` runs a row over all three kinds; ``http_adapter`` over the two that call an
-upstream (the fake upstream, a real HTTP server on loopback, in each kind's own dialect): the
+``any_adapter`` runs a row over every kind; ``http_adapter`` over those that call an
+upstream (the fake upstream, a real HTTP server on loopback, in each kind's own dialect;
+``bedrock``'s is tests/fixtures/upstream_bedrock.py, which verifies each SigV4 signature): the
 echo adapter has no network, so rows about the wire do not apply to it and are not run for it.
 """
 
@@ -27,16 +28,26 @@ import pytest
 from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
 from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+from schemas.bedrock_settings import BedrockSettings
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Reset, Stream, ToolCall
+from tests.fixtures.upstream_bedrock import (
+    BEDROCK_KEY,
+    BEDROCK_REGION,
+    FakeBedrock,
+    event,
+    exception,
+    frame,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncGenerator, AsyncIterator
 
     from gateway.adapters.base import JSON, Adapter
 
-ALL_KINDS = ["openai_compat", "anthropic", "echo"]
-HTTP_KINDS = ["openai_compat", "anthropic"]
+ALL_KINDS = ["openai_compat", "anthropic", "bedrock", "echo"]
+HTTP_KINDS = ["openai_compat", "anthropic", "bedrock"]
 KEY = "sk-contract-key"
+KEYS = {"bedrock": BEDROCK_KEY}  # a bedrock key is ACCESS_KEY_ID:SECRET_ACCESS_KEY
 UPSTREAM_MODEL = "upstream-model"
 SHORT = 0.2  # a read timeout a hanging upstream runs into
 
@@ -92,23 +103,32 @@ def _base_url(kind: str, up: FakeUpstream) -> str:
     return up.openai_base_url if kind == "openai_compat" else up.anthropic_base_url
 
 
-async def _under(kind: str, up: FakeUpstream) -> AsyncIterator[Under]:
+def _key(kind: str) -> str:
+    return KEYS.get(kind, KEY)
+
+
+async def _under(kind: str, fake_upstream: FakeUpstream) -> AsyncIterator[Under]:
     http = make_http_client()
+    bedrock = FakeBedrock() if kind == "bedrock" else None
+    up = await bedrock.start() if bedrock is not None else fake_upstream
     try:
         target = UpstreamTarget(
             endpoint=f"contract/{kind}",
             kind=kind,
             base_url="" if kind == "echo" else _base_url(kind, up),
             upstream_model=UPSTREAM_MODEL,
-            api_key=KEY,
+            api_key=_key(kind),
             timeout=10.0,
             connect_timeout=5.0,
             ttft_timeout=10.0,
             idle_timeout=10.0,
+            bedrock=BedrockSettings(region=BEDROCK_REGION) if kind == "bedrock" else None,
         )
         yield Under(kind, make_adapters(http)[kind], target, None if kind == "echo" else up)
     finally:
         await http.aclose()
+        if bedrock is not None:
+            await bedrock.close()
 
 
 @pytest.fixture(params=ALL_KINDS)
@@ -209,7 +229,8 @@ async def test_adapter_forced_tool_choice_answers_a_call_of_that_tool(any_adapte
 
 
 @pytest.mark.parametrize(
-    ("kind", "has_embeddings"), [("openai_compat", True), ("anthropic", False), ("echo", True)]
+    ("kind", "has_embeddings"),
+    [("openai_compat", True), ("anthropic", False), ("bedrock", False), ("echo", True)],
 )
 async def test_adapter_embeddings_answer_or_a_400_that_spares_the_endpoint(
     fake_upstream: FakeUpstream,
@@ -238,8 +259,9 @@ async def test_adapter_sends_the_routes_model_and_credential(http_adapter: Under
     await _batches(u, {**HI, "stream": True})
 
     plain, streamed = u.up.requests
-    assert (plain.model, plain.credential, plain.stream) == (UPSTREAM_MODEL, KEY, False)
-    assert (streamed.model, streamed.credential, streamed.stream) == (UPSTREAM_MODEL, KEY, True)
+    key = _key(u.kind)
+    assert (plain.model, plain.credential, plain.stream) == (UPSTREAM_MODEL, key, False)
+    assert (streamed.model, streamed.credential, streamed.stream) == (UPSTREAM_MODEL, key, True)
 
 
 async def test_adapter_usage_is_the_upstreams(http_adapter: Under) -> None:
@@ -278,7 +300,7 @@ async def test_adapter_maps_an_error_status_with_its_message_and_retry_after(
     assert err.value.retry_after == 7.0
     assert err.value.counts_against_endpoint is counts
     assert err.value.endpoint == u.target.endpoint
-    assert KEY not in str(err.value)
+    assert _key(u.kind) not in str(err.value)
 
 
 async def test_adapter_garbage_answer_is_a_bad_response(http_adapter: Under) -> None:
@@ -291,19 +313,28 @@ async def test_adapter_garbage_answer_is_a_bad_response(http_adapter: Under) -> 
     assert err.value.counts_against_endpoint
 
 
-_GARBAGE_EVENT = "data: {not json\n\n"
+_GARBAGE_EVENT: dict[str, str | bytes] = {
+    "openai_compat": "data: {not json\n\n",
+    "anthropic": "data: {not json\n\n",
+    # A well-framed event whose payload is not JSON, then one whose message CRC is wrong.
+    "bedrock": frame({":event-type": "messageStart", ":message-type": "event"}, b"{not json"),
+}
 
 
 async def test_adapter_garbage_stream_event_is_a_bad_response(http_adapter: Under) -> None:
     u = http_adapter
-    u.script(Reply(200, body=_GARBAGE_EVENT, headers={"content-type": "text/event-stream"}))
+    u.script(Reply(200, body=_GARBAGE_EVENT[u.kind], headers={"content-type": "text/event-stream"}))
 
     with pytest.raises(UpstreamBadResponseError):
         await _batches(u, {**HI, "stream": True})
 
 
+_BEDROCK_HEL = event("messageStart", {"role": "assistant"}) + event(
+    "contentBlockDelta", {"delta": {"text": "Hel"}, "contentBlockIndex": 0}
+)
 # An in-band error after some content, in each kind's dialect.
-_IN_BAND_ERROR = {
+_IN_BAND_ERROR: dict[str, Any] = {
+    "bedrock": _BEDROCK_HEL + exception("modelStreamErrorException", "overloaded right now"),
     "openai_compat": (
         'data: {"id": "c1", "object": "chat.completion.chunk", "model": "m", "choices": '
         '[{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, '
@@ -339,10 +370,50 @@ async def test_adapter_in_band_stream_error_raises_after_the_content_before_it(
     assert _text_of(got) == "Hel"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_error_echoing_the_credential_it_was_sent_is_redacted(
+    http_adapter: Under, stream: bool
+) -> None:
+    u = http_adapter
+    key = _key(u.kind)
+    echo = f"Incorrect API key: {key}; sent authorization: Bearer {key}"
+    u.script(Reply(401, body={"error": {"message": echo}, "type": "error"}))
+
+    with pytest.raises(UpstreamError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True})
+        else:
+            await u.adapter.complete(u.target, HI)
+
+    assert key not in str(err.value) and key.encode() not in err.value.body
+    assert err.value.message == (
+        "Incorrect API key: [redacted]; sent authorization: Bearer [redacted]"
+    )
+    assert err.value.status == 401 and err.value.is_auth_rejection
+
+
+async def test_adapter_in_band_stream_error_echoing_the_credential_is_redacted(
+    http_adapter: Under,
+) -> None:
+    u = http_adapter
+    u.script(Stream(chunks=3, error_after=1, error="stream aborted for key {authorization}"))
+    got: list[Batch] = []
+
+    with pytest.raises(UpstreamError) as err:
+        async for batch in u.adapter.stream(u.target, {**HI, "stream": True}):
+            got.append(batch)
+
+    assert _text_of(got)  # the content before the error came through
+    key = _key(u.kind)
+    assert key not in str(err.value) and key.encode() not in err.value.body
+    assert "stream aborted for key" in err.value.message and "[redacted]" in err.value.message
+
+
 # A stream that ends cleanly (the HTTP answer is complete) before its terminator.
-_NO_TERMINATOR = {
+_NO_TERMINATOR: dict[str, str | bytes] = {
     "openai_compat": _IN_BAND_ERROR["openai_compat"].split('data: {"error"')[0],
     "anthropic": _IN_BAND_ERROR["anthropic"].split("event: error")[0],
+    "bedrock": _BEDROCK_HEL,
 }
 
 
@@ -463,3 +534,17 @@ async def test_adapter_stream_abandoned_mid_answer_closes_the_upstream_connectio
 
     assert not first.last
     await u.up.wait_for_disconnects(1)
+
+
+# -- bedrock only: the event-stream framing ----------------------------------------------------
+
+
+async def test_bedrock_stream_frame_with_a_wrong_crc_is_a_bad_response(
+    fake_upstream: FakeUpstream,
+) -> None:
+    corrupt = event("messageStart", {"role": "assistant"})[:-1] + b"\x00"
+    async for u in _under("bedrock", fake_upstream):
+        u.script(Reply(200, body=corrupt, headers={"content-type": "text/event-stream"}))
+
+        with pytest.raises(UpstreamBadResponseError):
+            await _batches(u, {**HI, "stream": True})

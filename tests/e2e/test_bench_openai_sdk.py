@@ -49,7 +49,9 @@ def bench(**settings: Any) -> dict[str, Any]:
 
 
 def retry_after(seconds: int) -> Reply:
-    return Reply(429, headers={"Retry-After": str(seconds)})
+    """A sick answer that says when to come back (a 429 would be back-pressure instead:
+    tests/e2e/test_backpressure_openai_sdk.py)."""
+    return Reply(503, headers={"Retry-After": str(seconds)})
 
 
 def expected_retry_after(until: float, before: float, after: float) -> range:
@@ -263,7 +265,9 @@ async def test_bench_background_probe_failure_rebenches_and_a_later_success_lift
 
 RETRYABLE: dict[str, Behaviour] = {
     "401": Reply(401),
-    "429": retry_after(1),
+    "quota_429": Reply(
+        429, body={"error": {"message": "quota exceeded", "code": "insufficient_quota"}}
+    ),
     "500": Reply(500),
     "empty_stream": Reply(
         200, body="data: [DONE]\n\n", headers={"content-type": "text/event-stream"}
@@ -469,8 +473,8 @@ async def test_credential_retry_after_lengthens_a_mute_and_never_shortens_a_runn
     keys = ["sk-one", "sk-two"]
     # Two requests in flight on the same key: the first is told 30 s, the second 1 s.
     up.enqueue(
-        Reply(429, headers={"Retry-After": "30"}, delay=0.2),
-        Reply(429, headers={"Retry-After": "1"}, delay=0.4),
+        Reply(503, headers={"Retry-After": "30"}, delay=0.2),
+        Reply(503, headers={"Retry-After": "1"}, delay=0.4),
     )
     gw = await gateway_factory(
         config(
@@ -489,7 +493,7 @@ async def test_credential_retry_after_lengthens_a_mute_and_never_shortens_a_runn
         kept = await key_events.next(KeyMuted)
 
     assert [r.credential for r in up.requests] == [keys[0], keys[0]]
-    assert [a.status_code for a in answers] == [429, 429]
+    assert [a.status_code for a in answers] == [502, 502]
     assert lengthened.credential_id == kept.credential_id == credential_id(keys[0])
     assert lengthened.seconds == pytest.approx(30, abs=0.5)  # not the 0.5 s mute
     assert kept.until == lengthened.until

@@ -67,7 +67,9 @@ async def _post(gw: RunningGateway, **body: object) -> httpx.Response:
 # upstream behaviour -> what the client sees while the circuit is still closed
 ENDPOINT_FAILURES: dict[str, tuple[Behaviour, int]] = {
     "408": (Reply(408), 502),
-    "429": (Reply(429, headers={"Retry-After": "1"}), 429),
+    # A plain 429 is back-pressure, never the endpoint's failure (test_backpressure_...);
+    # one that says the quota is spent still is.
+    "quota_429": (Reply(429, body={"error": {"code": "insufficient_quota", "message": "q"}}), 429),
     "500": (Reply(500), 502),
     "503": (Reply(503), 502),
     "non_json_200": (Reply(200, body="<html>oops</html>"), 502),

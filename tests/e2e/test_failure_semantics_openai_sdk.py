@@ -219,7 +219,10 @@ async def test_fallback_skips_open_circuits_and_routes_that_cannot_take_the_moda
 
 
 def _failing(status: int, who: str) -> Reply:
-    return Reply(status, body={"error": {"message": f"{who} says {status}"}})
+    # A 429 here asks for no pause (Retry-After: 0): it cools nothing, so every case finds
+    # both routes in rotation.
+    headers = {"Retry-After": "0"} if status == 429 else {}
+    return Reply(status, body={"error": {"message": f"{who} says {status}"}}, headers=headers)
 
 
 # (primary's status, the fallback's status) -> (status the client gets, whose message)

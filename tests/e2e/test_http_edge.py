@@ -1,6 +1,7 @@
 """The HTTP server's edge, through raw sockets (an SDK cannot send these): ambiguous framing
-(request smuggling), unknown HTTP versions and lower-case methods are refused and the
-connection closed; a body that is too large or never arrives is answered promptly; the
+(request smuggling, a repeated or listed Content-Length, obs-fold, bare LF), unknown HTTP
+versions and lower-case methods are refused and the connection closed; a head or a body that
+is too large or never arrives is answered promptly; the
 server's own errors come in the caller's API shape with an ``x-request-id``; and a keep-alive
 connection the client closes is closed on the server's side at once.
 
@@ -30,17 +31,22 @@ pytestmark = pytest.mark.e2e
 
 LIMIT = 4096
 BODY_TIMEOUT = 0.3  # seconds; the stalled-body tests wait this long for their answer
+HEADER_TIMEOUT = 0.3  # seconds; the stalled-head tests wait this long for their answer
 MESSAGES = "/v1/messages"
 CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
 
 
 @pytest.fixture
 async def gw(fake_upstream: FakeUpstream, tmp_path: Path) -> AsyncIterator[RunningGateway]:
-    """A gateway with model ``m``, a small body limit and a short body timeout."""
+    """A gateway with model ``m``, a small body limit and short head and body timeouts."""
     running = await start_gateway(
         config(
             model("m", route(fake_upstream)),
-            server={"max_body_bytes": LIMIT, "body_timeout_seconds": BODY_TIMEOUT},
+            server={
+                "max_body_bytes": LIMIT,
+                "body_timeout_seconds": BODY_TIMEOUT,
+                "header_timeout_seconds": HEADER_TIMEOUT,
+            },
         ),
         data_dir=tmp_path,
     )
@@ -128,6 +134,7 @@ def smuggling(path: str, framing: list[bytes]) -> bytes:
     return f"POST {path} HTTP/1.1\r\nhost: llmgw\r\n".encode() + headers + b"\r\n" + body
 
 
+LAST = b"GET /health HTTP/1.1\r\nhost: llmgw\r\nconnection: close\r\n\r\n"
 CL_TE = [b"content-length: {n}", b"transfer-encoding: chunked"]
 TE_CL = [b"Transfer-Encoding: chunked", b"Content-Length: {n}"]
 
@@ -153,6 +160,64 @@ async def test_smuggling_on_messages_is_refused_in_anthropic_shape(gw: RunningGa
     answers = await converse(gw, smuggling(MESSAGES, CL_TE))
 
     assert "Transfer-Encoding" in assert_anthropic_refusal(answers, 400)
+
+
+def chat_request(headers: list[bytes], eol: bytes = b"\r\n") -> bytes:
+    """A whole chat request with ``headers`` (``{n}``: the body's length) after the host."""
+    lines = [f"POST {CHAT} HTTP/1.1".encode(), b"host: llmgw", b"content-type: application/json"]
+    lines += [h.replace(b"{n}", str(len(CHAT_BODY)).encode()) for h in headers]
+    return eol.join([*lines, b"", b""]) + CHAT_BODY
+
+
+LENIENT_FRAMING = {
+    # what h11 would read one way (and serve) where another parser may read another
+    "content-length-twice": (
+        chat_request([b"content-length: {n}", b"Content-Length: {n}"]),
+        "Content-Length must be given once",
+    ),
+    "content-length-list": (
+        chat_request([b"content-length: {n}, {n}"]),
+        "Content-Length must be given once",
+    ),
+    "obs-fold": (
+        chat_request([b"content-length: {n}", b"x-note: first", b" continued"]),
+        "obs-fold",
+    ),
+    "obs-fold-in-content-length": (
+        chat_request([b"content-length:", b"\t{n}"]),
+        "obs-fold",
+    ),
+    "bare-lf": (chat_request([b"content-length: {n}"], eol=b"\n"), "bare LF"),
+    "one-bare-lf": (
+        chat_request([b"content-length: {n}\nx-note: smuggled"]),
+        "bare LF",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(LENIENT_FRAMING))
+async def test_leniently_framed_head_is_400_and_never_served(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    case: str,
+) -> None:
+    data, words = LENIENT_FRAMING[case]
+    served = chat_request([b"content-length: {n}"])  # the same request, framed plainly
+
+    answers = await converse(gw, data)
+
+    err = assert_refused(answers, 400)
+    assert words in err["message"] and err["code"] == "invalid_request"
+    assert fake_upstream.requests == []
+    assert [a.status_code for a in await converse(gw, served + LAST)] == [200, 200]
+
+
+async def test_leniently_framed_head_on_messages_is_refused_in_anthropic_shape(
+    gw: RunningGateway,
+) -> None:
+    data = f"POST {MESSAGES} HTTP/1.1\r\nhost: llmgw\r\ncontent-length: 2, 2\r\n\r\n{{}}"
+
+    assert "Content-Length" in assert_anthropic_refusal(await converse(gw, data.encode()), 400)
 
 
 @pytest.mark.parametrize(
@@ -243,6 +308,46 @@ async def test_malformed_header_is_400_in_openai_shape(gw: RunningGateway) -> No
 
 async def test_garbage_instead_of_a_request_is_400_in_openai_shape(gw: RunningGateway) -> None:
     assert_refused(await converse(gw, b"\x16\x03\x01 not http at all\r\n\r\n"), 400)
+
+
+# -- heads ---------------------------------------------------------------------------------
+
+
+def test_header_timeout_defaults_to_10_seconds() -> None:
+    assert ServerConfig().header_timeout_seconds == 10
+
+
+@pytest.mark.parametrize(
+    "stalled",
+    [b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmgw\r\n", b"GET /hea"],
+    ids=["headers-never-end", "request-line-never-ends"],
+)
+async def test_stalled_head_is_408_and_the_connection_closes(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    stalled: bytes,
+) -> None:
+    answers = await converse(gw, stalled)  # the keep-alive timeout (75 s) is past its WAIT
+
+    err = assert_refused(answers, 408)
+    assert err["code"] == "request_timeout"
+    assert f"{HEADER_TIMEOUT:g} seconds" in err["message"]
+    assert fake_upstream.requests == []
+
+
+async def test_stalled_head_on_messages_is_408_in_anthropic_shape(gw: RunningGateway) -> None:
+    answers = await converse(gw, f"POST {MESSAGES} HTTP/1.1\r\nhost: llmgw\r\n".encode())
+
+    assert [a.status_code for a in answers] == [408], answers
+    assert answers[0].json()["error"]["type"] == "timeout_error"
+
+
+async def test_stalled_pipelined_head_after_an_answer_is_408(gw: RunningGateway) -> None:
+    health = b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n"
+
+    answers = await converse(gw, health + b"GET /health HTTP/1.1\r\nhost: ll")
+
+    assert [a.status_code for a in answers] == [200, 408], answers
 
 
 # -- bodies --------------------------------------------------------------------------------

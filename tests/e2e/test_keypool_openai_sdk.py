@@ -23,6 +23,13 @@ from tests.e2e.keys_support import (
 )
 from tests.fixtures.upstream import FakeUpstream, Reply, Reset, UpstreamFactory
 
+# A 429 that says the key's quota is spent: muted like any key-specific failure (a plain 429
+# is back-pressure and only cools the key, tests/e2e/test_backpressure_openai_sdk.py).
+OUT_OF_QUOTA = Reply(
+    429,
+    body={"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}},
+)
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -53,7 +60,7 @@ async def test_keys_are_spent_in_order_a_failing_key_is_muted_and_bindings_hold(
     await ask(c1)
     assert spent(up) == A  # declared order; c1 is now bound to A
     async with watch(gw, subjects.event("keypool")) as events:
-        up.enqueue(Reply(429))
+        up.enqueue(OUT_OF_QUOTA)
         with pytest.raises(openai.RateLimitError):
             await ask(c1)
         muted = await events.next(KeyMuted)
@@ -210,7 +217,7 @@ async def test_min_role_reserves_keys_and_a_reservation_refusal_is_not_charged(
     assert spent(up2) == C
 
     async with watch(gw, subjects.event("keypool")) as events:
-        up1.enqueue(Reply(429))
+        up1.enqueue(OUT_OF_QUOTA)
         with pytest.raises(openai.RateLimitError):
             await ask(free)
         await events.next(KeyMuted)
@@ -218,7 +225,7 @@ async def test_min_role_reserves_keys_and_a_reservation_refusal_is_not_charged(
         with pytest.raises(openai.APIStatusError) as info:
             await ask(free)
         assert info.value.status_code == 503 and "retry-after" in info.value.response.headers
-    assert (await endpoint_state(gw, eid("m", up1))).consecutive_failures == 1  # the 429 only
+    assert (await endpoint_state(gw, eid("m", up1))).consecutive_failures == 1  # the quota 429 only
     await ask(pro)
     assert spent(up1) == B
 
@@ -303,7 +310,7 @@ async def test_anthropic_routes_take_their_credential_from_the_pool(
     await ask(client)
     assert spent(up) == A and up.requests[-1].headers.get("x-api-key") == A
     async with watch(gw, subjects.event("keypool")) as events:
-        up.enqueue(Reply(429))
+        up.enqueue(OUT_OF_QUOTA)
         with pytest.raises(openai.RateLimitError):
             await ask(client)
         await events.next(KeyMuted)

@@ -1,5 +1,6 @@
 """The ``x-llmgw-metadata`` header on every surface, through the official SDKs: a JSON object
-of string, number or boolean labels within 4 KiB and 32 keys is taken; anything else is a 400
+of string, number or boolean labels within 4 KiB, 32 keys and 128 UTF-8 bytes a string is
+taken; anything else is a 400
 in the caller's own shape (OpenAI's on chat, Responses and embeddings, Anthropic's on
 /v1/messages), never a 500. Runs on ``inproc://`` and on NATS."""
 
@@ -12,6 +13,7 @@ import anthropic
 import openai
 import pytest
 
+from schemas.rules import MAX_LABEL_BYTES
 from tests.e2e.conftest import HI, assert_openai_error, config, model, route
 
 if TYPE_CHECKING:
@@ -32,6 +34,11 @@ BAD: dict[str, str] = {
     "an_empty_name": '{"": "x"}',
     "too_many_keys": json.dumps({f"k{i}": i for i in range(33)}),
     "too_long": json.dumps({"blob": "x" * 4090}),
+    # Fewer characters than the bound, more UTF-8 bytes.
+    "a_long_label": json.dumps({"team": "\u00e9" * (MAX_LABEL_BYTES // 2 + 1)}),
+    # Within the byte bound, yet deep enough to exhaust an untyped JSON decoder's recursion.
+    "a_deep_array": "[" * 1500 + "]" * 1500,
+    "a_deep_value": '{"team": ' + "[" * 1500 + "]" * 1500 + "}",
 }
 
 
@@ -69,8 +76,9 @@ async def test_labels_within_bounds_are_taken_on_every_surface(
     gw: RunningGateway, call: Any
 ) -> None:
     at_bounds = json.dumps({f"k{i:02d}": "v" * 100 for i in range(32)})
+    longest = json.dumps({"team": "\u00e9" * (MAX_LABEL_BYTES // 2)})
     assert len(at_bounds) <= 4096
-    for value in (GOOD, at_bounds, "{}"):
+    for value in (GOOD, at_bounds, longest, "{}"):
         assert await call(gw, {HEADER: value}) is not None
 
 

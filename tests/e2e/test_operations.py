@@ -302,6 +302,6 @@ async def test_admin_api_needs_the_admin_key_and_names_unknown_areas(
     stats = await client.get("/admin/log/stats", headers=AUTH)
 
     assert anonymous.status_code == 401
-    assert unknown_area.status_code == 503 and "nope" in unknown_area.json()["error"]["message"]
+    assert unknown_area.status_code == 404 and "nope" in unknown_area.json()["error"]["message"]
     assert unknown_verb.status_code == 400 and "reload" in unknown_verb.json()["error"]["message"]
     assert stats.status_code == 200 and stats.json()["dropped"] == 0

@@ -12,7 +12,7 @@ import anyio
 import httpx
 import pytest
 
-from schemas import ModelStatus, ModelStatusRequest, Observation, subjects
+from schemas import ModelStatus, ModelStatusRequest, Observation, RouteDecided, subjects
 from tests.e2e.conftest import HI, WAIT, config, eid, gateway_bus, model, route, watch
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Stream, UpstreamFactory
 
@@ -341,6 +341,64 @@ async def test_routewise_hedge_serves_from_the_backup_when_the_primary_stalls(
     assert text and finishes == ["stop"]  # one clean answer, from one upstream
     assert len(slow.requests) == sent_slow + 1 and len(fast.requests) == sent_fast + 1
     assert declined.outcome == "cancelled"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_routewise_hedges_a_stalled_primary_whose_every_past_answer_was_fast(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool
+) -> None:
+    """Eight fast answers say nothing about a primary that has not answered by a checkpoint:
+    the backup is raced there, not after the primary's 8 s first-token timeout."""
+    cheap, dear = await fake_upstreams("cheap"), await fake_upstreams("dear")
+    gw = await gateway_factory(
+        config(
+            model(
+                "m",
+                route(cheap, pricing=CHEAP, ttft_timeout_seconds=8),
+                route(dear, pricing=DEAR),
+                router="routewise",
+                router_params={
+                    "budget_alpha": 0.0,
+                    "latency_slo_sec": 1.0,
+                    "latency_hedge_mode": "probability_target",
+                },
+            ),
+            routing={"affinity": {"enabled": False}},
+            admin_key=ADMIN,
+        )
+    )
+    admin = gw.openai(api_key=ADMIN)
+    for up, n in ((cheap, 8), (dear, HEDGED)):
+        for _ in range(n):
+            await admin.chat.completions.create(
+                model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
+            )
+    with anyio.fail_after(WAIT):
+        while min(c.samples for c in (await _routewise_status(gw)).routewise) < HEDGED:
+            pass
+    cheap.set_default(Stream(first_byte_delay=60.0) if stream else Hang())
+
+    async with (
+        watch(gw, subjects.observation(eid("m", cheap))) as cheap_obs,
+        watch(gw, subjects.event("decision")) as decisions,
+    ):
+        raw = await gw.openai().chat.completions.with_raw_response.create(
+            model="m", messages=HI, stream=stream
+        )
+        if stream:
+            text = "".join(
+                [c.choices[0].delta.content or "" async for c in raw.parse() if c.choices]
+            )
+        else:
+            text = raw.parse().choices[0].message.content or ""
+        rid = raw.headers["x-request-id"]
+        primary = await cheap_obs.next(Observation, lambda o: o.request_id == rid)
+        decided = await decisions.next(RouteDecided, lambda d: d.request_id == rid)
+
+    assert raw.headers["x-routed-via"] == eid("m", dear) and text == dear.text
+    assert (primary.outcome, primary.error_kind) == ("cancelled", "hedge_declined")
+    assert decided.primary == eid("m", cheap) and decided.served == eid("m", dear)
+    assert decided.status == 200
 
 
 async def test_routewise_hedge_ignores_a_role_only_first_chunk_and_serves_all_from_the_backup(

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from schemas import RulesState, subjects
-from schemas.rules import MAX_CLAUSES, MAX_DEPTH, MAX_REGEX_CHARS, MAX_RULES
+from schemas.rules import MAX_CLAUSES, MAX_DEPTH, MAX_REGEX_CHARS, MAX_REGEX_PROGRAM, MAX_RULES
 from tests.e2e.conftest import CHAT, assert_openai_error, chat, config, model, route, watch
 from tests.e2e.test_cli_operator import llmgw
+from tests.fixtures.rule_sets import labels as worst_labels
+from tests.fixtures.rule_sets import worst_set
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
     import httpx
@@ -97,6 +102,19 @@ def _rule(when: Any, name: str = "r", route_to: str = "auto:a") -> dict[str, Any
     return {"name": name, "when": when, "route": route_to}
 
 
+def _regex_rules(pattern: Callable[[int], str]) -> dict[str, Any]:
+    """100 rules of 64 distinct ``$regex`` comparisons: the issue's set that stalled a PUT."""
+    return {
+        "rules": [
+            _rule(
+                {"$or": [{f"metadata.k{j}": {"$regex": pattern(i * 64 + j)}} for j in range(64)]},
+                f"r{i}",
+            )
+            for i in range(MAX_RULES)
+        ]
+    }
+
+
 INVALID: dict[str, tuple[Any, str]] = {
     "regex_backreference": (
         {
@@ -130,6 +148,20 @@ INVALID: dict[str, tuple[Any, str]] = {
     "not_a_route": ({"rules": [_rule({}, route_to="gpt-4o")]}, "rules[0].route"),
     "duplicate_name": ({"rules": [TOOLS, {**LONG, "name": "tools"}]}, "rules[1].name"),
     "not_a_set": ({"rules": "all"}, "rules"),
+    "regex_program_too_large": (
+        {"rules": [_rule({"metadata.t": {"$regex": f"x{{{MAX_REGEX_PROGRAM}}}"}})]},
+        "rules[0].when.metadata.t.$regex",
+    ),
+    # Refused at its first pattern (too large a program), not after compiling 6,400 of them.
+    "the_issue_set": (
+        _regex_rules(lambda n: rf"\PN{{90}}\d{n}"),
+        "rules[0].when.$or[0].metadata.k0.$regex",
+    ),
+    # Small patterns, but past the set's matching budget at the 73rd.
+    "over_the_budget": (
+        _regex_rules(lambda n: f"^q{n:04d}z"),
+        "rules[1].when.$or[8].metadata.k8.$regex",
+    ),
 }
 
 
@@ -146,6 +178,23 @@ async def test_an_invalid_put_is_a_400_naming_the_path_and_changes_nothing(
     assert err["param"] == path
     assert err["message"].startswith(f"{path}: ")
     assert after["rules"] == [TOOLS] and after["version"] == 1
+
+
+async def test_a_set_at_the_budget_is_stored_and_auto_is_served_with_the_longest_labels(
+    gw: RunningGateway,
+) -> None:
+    heavy = worst_set("regex_heavy")  # distinct patterns of the most work per unit
+    labels = worst_labels(random.Random(22))
+    used = {k: labels[k] for k in ("k0", "k1", "k2", "k3")}
+
+    put = await _put(gw, {"rules": [msgspec.to_builtins(r) for r in heavy]})
+    served = await gw.http().post(
+        CHAT, json=chat("auto"), headers={"x-llmgw-metadata": json.dumps(used)}
+    )
+
+    assert put.status_code == 200, put.text
+    assert served.status_code == 200, served.text  # no rule matches: the active chain serves
+    assert served.json()["model"] == "m"
 
 
 async def test_validate_checks_a_set_without_storing_it(gw: RunningGateway) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from schemas import RouteDecided, RulesState, subjects
+from schemas.rules import MAX_LABEL_BYTES
 from tests.e2e.conftest import HI, config, model, route, watch
 from tests.e2e.keys_support import ADMIN, create_keys, keys_config
 
@@ -130,7 +131,7 @@ async def test_rules_route_auto_by_params_and_labels_on_chat(
         "job_not_in": await _chat(gw, acme, labels={"job": "daily"}),
         "first_match": await _chat(gw, acme, labels={"job": "batch"}, tools=[TOOL]),
         "regex": await _chat(gw, acme, labels={"label": "aaaa"}),
-        "regex_bomb": await _chat(gw, acme, labels={"label": "a" * 4000 + "!"}),
+        "regex_bomb": await _chat(gw, acme, labels={"label": "a" * (MAX_LABEL_BYTES - 1) + "!"}),
         "mismatched_type": await _chat(gw, acme, labels={"job": 1, "priority": "0"}),
         "axis": await _chat(gw, acme, labels={"want": "cheap"}),
     }

@@ -16,7 +16,7 @@ import msgspec
 import openai
 import pytest
 
-from schemas import KeyMuted, subjects
+from schemas import KeyCooling, KeyMuted, subjects
 from tests.e2e.conftest import HI, eid, gateway_bus, model, route, watch
 from tests.e2e.keys_support import ADMIN, admin_http, create_keys, keys_config
 from tests.fixtures.upstream import Reply, UpstreamFactory
@@ -70,7 +70,7 @@ async def test_no_log_line_event_or_answer_carries_a_key_in_clear(
             with pytest.raises(openai.RateLimitError) as limited:
                 await client.chat.completions.create(model="m", messages=HI)
             answers.append(limited.value.response.text)
-            await keypool.next(KeyMuted)
+            await keypool.next(KeyCooling)  # a rate limit cools the last key, no mute
         with pytest.raises(openai.APIStatusError) as exhausted:
             await client.chat.completions.create(model="m", messages=HI)
         answers.append(exhausted.value.response.text)

@@ -22,6 +22,8 @@ from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import httpx
+
 pytestmark = pytest.mark.e2e
 
 QUIET = {"exploration": 0}  # no exploration draws: every test's order is deterministic
@@ -207,7 +209,19 @@ async def test_every_surface_answers_with_the_public_model_that_served(
     assert streamed.model == "a"
 
 
-async def test_a_steered_caller_stays_on_the_model_that_served_it(
+async def _pick(http: httpx.AsyncClient, ip: str, opening: str = "hi") -> str:
+    """The model serving an ``auto`` request of the conversation opened by ``opening``, from
+    the anonymous caller at ``ip``."""
+    resp = await http.post(
+        CHAT,
+        json={"model": "auto", "messages": [{"role": "user", "content": opening}]},
+        headers={"x-forwarded-for": ip},
+    )
+    assert resp.status_code == 200, resp.text
+    return str(resp.json()["model"])
+
+
+async def test_a_chain_reorder_moves_a_pinned_conversation_on_its_next_request(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,
 ) -> None:
@@ -226,25 +240,49 @@ async def test_a_steered_caller_stays_on_the_model_that_served_it(
     )
     http = gw.http()
 
-    async def pick(ip: str) -> str:
-        resp = await http.post(
-            CHAT, json={"model": "auto", "messages": HI}, headers={"x-forwarded-for": ip}
-        )
-        assert resp.status_code == 200, resp.text
-        return str(resp.json()["model"])
-
-    before = await pick("10.0.0.1")
+    before = [await _pick(http, "10.0.0.1") for _ in range(2)]
     moved = await http.post(
         "/admin/chains/move",
         json={"name": "main", "model": "c", "position": 1},
         headers={"authorization": f"Bearer {admin}"},
     )
     assert moved.status_code == 200, moved.text
-    sticky = [await pick("10.0.0.1") for _ in range(4)]
-    fresh = await pick("10.0.1.1")
+    after = [await _pick(http, "10.0.0.1") for _ in range(3)]
 
-    assert before == "a" and sticky == ["a"] * 4  # its prompt cache is warm on a
-    assert fresh == "c"  # the new order, for a caller with no history
+    assert before == ["a", "a"]
+    assert after == ["c"] * 3  # the operator's order, from the next request on
+
+
+async def test_a_profile_change_moves_a_pinned_conversation_on_its_next_request(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    admin = "adm-profile"
+    gw = await gateway_factory(
+        _catalogue(
+            a,
+            b,
+            c,
+            chains=[{"name": "main", "models": ["c", "b", "a"]}],
+            steering={"active_chain": "main", "profile": "smartest", "exploration": 0},
+            routing={"trust_proxy_headers": True},
+            admin_key=admin,
+        )
+    )
+    http = gw.http()
+
+    before = [await _pick(http, "10.0.0.1") for _ in range(2)]
+    changed = await http.post(
+        "/admin/steering/set_profile",
+        json={"profile": "priority"},
+        headers={"authorization": f"Bearer {admin}"},
+    )
+    assert changed.status_code == 200, changed.text
+    after = [await _pick(http, "10.0.0.1") for _ in range(3)]
+
+    assert before == ["a", "a"]  # smartest: a, whatever the chain's order
+    assert after == ["c"] * 3  # priority: the chain's written order
 
 
 async def _models(gw: RunningGateway, key: str) -> list[str]:

@@ -272,3 +272,104 @@ async def test_an_explored_request_does_not_move_the_caller_off_its_model(
 
     assert explored in {"b", "c"}
     assert after == "a"  # the explored model was one sample, not the caller's new home
+
+
+async def test_a_steered_pin_keeps_a_conversation_not_every_caller_behind_its_address(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    """Evidence moves ``auto:reliable`` from x to y: the conversation x served stays there
+    (its prompt cache is warm on x), another conversation from the same address follows the
+    new order."""
+    shaky, good = await fake_upstreams("shaky"), await fake_upstreams("good")
+    gw = await gateway_factory(
+        _config(
+            model("x", route(shaky)),
+            model("y", route(good)),
+            routing={
+                "affinity": {"enabled": True},
+                "bench": {"failures": 100},
+                "trust_proxy_headers": True,
+            },
+        )
+    )
+    http = gw.http()
+
+    async def pick(opening: str) -> str:
+        resp = await http.post(
+            CHAT,
+            json={"model": "auto:reliable", "messages": [{"role": "user", "content": opening}]},
+            headers={"x-forwarded-for": "10.0.0.1"},
+        )
+        assert resp.status_code == 200, resp.text
+        return str(resp.json()["model"])
+
+    first = await pick("a story, please")  # no evidence: neutral, catalogue order
+    # Five failures: x's reliability stays under y's through the two answers below.
+    shaky.enqueue(*[Reply(500)] * 5)
+    for _ in range(5):
+        await _serve(http, "x", 502)
+    await _until(gw, "auto:reliable", lambda e: e["order"][0] == "y")
+    same = [await pick("a story, please") for _ in range(2)]
+    other = await pick("a poem, please")
+
+    assert first == "x"
+    assert same == ["x", "x"]  # x answers again: the conversation stays where it started
+    assert other == "y"  # a new conversation behind the same address: the new order
+
+
+async def test_auto_reliable_leaves_a_failing_model_within_two_of_the_next_ten_requests(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    """The failures that put x behind y reach the ingress at once, not an interval later."""
+    shaky, good = await fake_upstreams("shaky"), await fake_upstreams("good")
+    gw = await gateway_factory(_config(model("x", route(shaky)), model("y", route(good))))
+    http = gw.http()
+
+    warm = [await _serve(http, "auto:reliable") for _ in range(3)]
+    shaky.set_default(Reply(500))
+    for _ in range(3):
+        await _serve(http, "x", 502)
+    sent = len(shaky.requests)
+    after = [await _serve(http, "auto:reliable") for _ in range(10)]
+
+    assert warm == ["x"] * 3  # no evidence against it yet: catalogue order
+    assert after == ["y"] * 10  # a request that tried x first failed over to y
+    assert len(shaky.requests) - sent <= 2  # at most 2 of the 10 still followed the old order
+
+
+async def test_degraded_mode_stops_exploration_within_two_of_the_next_ten_requests(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    """The mode reaches the ingress with the mode change, not with the next evidence."""
+    a, b, c, sick = [await fake_upstreams(n) for n in ("a", "b", "c", "sick")]
+    sick.set_default(Reply(500))
+    gw = await gateway_factory(
+        _config(
+            model("a", route(a), catalog={"tier": 3}),
+            model("b", route(b)),
+            model("c", route(c)),
+            model("ill", route(sick), catalog={"enabled": False}),
+            steering={"exploration": 1.0},
+            routing={
+                "affinity": {"enabled": False},
+                "bench": {"failures": 1, "duration_seconds": 600},
+                "degraded": {
+                    "threshold": 0.9,
+                    "entry_seconds": 0,
+                    "exit_seconds": 600,
+                    "pass_interval_seconds": 0.05,
+                },
+            },
+        )
+    )
+    http = gw.http()
+
+    async with watch(gw, subjects.event("mode")) as modes:
+        await _serve(http, "ill", 502)  # its only route is benched: 3 of 4 healthy
+        await modes.next(ModeChanged, lambda m: m.mode == "degraded")
+    after = [await _serve(http, "auto") for _ in range(10)]
+
+    assert sum(m != "a" for m in after) <= 2  # explored: at most 2 of the 10

@@ -156,12 +156,13 @@ async def test_upstream_failures_on_messages_are_anthropic_shaped_with_retry_aft
     gw: RunningGateway,
     fake_upstream: FakeUpstream,
 ) -> None:
-    fake_upstream.enqueue(Reply(429, headers={"Retry-After": "7"}), Reply(503))
+    # The 503 first: the 429 then cools the only route for its 7 s.
+    fake_upstream.enqueue(Reply(503), Reply(429, headers={"Retry-After": "7"}))
     http = gw.http(headers={"x-api-key": "sk-client", "anthropic-version": "2023-06-01"})
     body = {"model": "m", "max_tokens": 5, "messages": HI}
 
-    limited = await http.post(MESSAGES, json=body)
     broken = await http.post(MESSAGES, json={**body, "stream": True})
+    limited = await http.post(MESSAGES, json=body)
 
     assert_anthropic_error(limited, 429, "rate_limit_error")
     assert limited.headers["retry-after"] == "7"

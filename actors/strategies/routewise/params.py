@@ -81,6 +81,7 @@ class RouteWiseParams(StrategyParams):
     latency_hedge_mode: Literal["disabled", "probability_target"] = "disabled"
 
     fallback_mode: Literal["policy", "strict"] = "policy"
+    explore_unprofiled_share: float = Field(default=0.05, ge=0.0, le=1.0)
 
     routewise_probe_enabled: bool = False
     routewise_probe_interval_sec: float = Field(default=300.0, gt=0)

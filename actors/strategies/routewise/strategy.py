@@ -30,7 +30,11 @@ from typing import TYPE_CHECKING, Any
 from llm_routewise import NoProviderError
 from llm_routewise.const import DISPATCH_OVERHEAD_MS, HEDGE_SUCCESS_TARGET
 from llm_routewise.core.cost import scarcity_price
-from llm_routewise.core.hedging import combined_success_probability, hedge_checkpoints_for_slo
+from llm_routewise.core.hedging import (
+    EPS,
+    combined_success_probability,
+    hedge_checkpoints_for_slo,
+)
 from llm_routewise.core.lp import cost_tiebroken_objective
 
 from actors.strategies.routewise.evidence import (
@@ -53,6 +57,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _LP_CACHE_SIZE = 256
+# A route at (or past) its learned limit is left out; near it, its latency is divided by
+# what headroom is left, at least this much.
+_MIN_HEADROOM = 0.1
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
 _RESOLVED_FALLBACKS = 3
 # Samples each route needs before hedging trusts its profile (the library's default).
@@ -135,11 +142,13 @@ class RouteWiseStrategy:
         self._deps = deps
         self._clock: Callable[[], float] = deps.clock
         # An explicit ``random_seed`` wins; else the host's seeded source (the replay's).
+        seeded = params.random_seed is None and deps.rng is not None
         self._rng = (
-            deps.rng
-            if params.random_seed is None and deps.rng is not None
-            else random.Random(params.random_seed)
+            deps.rng if seeded and deps.rng is not None else random.Random(params.random_seed)
         )
+        # Its own stream: exploring never shifts the LP's seeded draws.
+        self._explore_rng = random.Random(self._rng.random() if seeded else params.random_seed)
+        self.explored = 0
         self.latency = LatencyEvidence(params)
         self.output = OutputLengthPredictor(params)
         self.envelope = CostEnvelope(params)
@@ -166,6 +175,7 @@ class RouteWiseStrategy:
             return
         if params.random_seed != self.params.random_seed:
             self._rng = random.Random(params.random_seed)
+            self._explore_rng = random.Random(params.random_seed)
         self.params = params
         for part in (self.latency, self.output, self.envelope):
             part.retune(params)
@@ -278,7 +288,13 @@ class RouteWiseStrategy:
         """``latency_hedge_mode: probability_target``: the first of the SLO's checkpoints at
         which the primary alone is unlikely to meet the SLO (below the library's success
         target, failures counted as misses) and sending ``backup`` too makes it likelier;
-        None when hedging is off, either route has too few samples, or no checkpoint does."""
+        None when hedging is off, either route has too few samples, or no checkpoint does.
+
+        A primary still waiting at a checkpoint is given P(first token by the SLO | none by
+        the checkpoint) from its history. When every sample finished before the checkpoint,
+        that history says nothing about a primary still waiting (a stall): as in the library
+        (``combined_success_probability``), it gets no chance of its own, so the backup is
+        raced there whenever the backup can still meet the SLO."""
         p = self.params
         if p.latency_hedge_mode != "probability_target":
             return None
@@ -300,7 +316,7 @@ class RouteWiseStrategy:
         for checkpoint in hedge_checkpoints_for_slo(slo):
             at = checkpoint * 1000.0
             survival = 1.0 - primary_cdf(at)
-            alone = 1.0 if survival <= 1e-9 else (primary_cdf(slo) - primary_cdf(at)) / survival
+            alone = 0.0 if survival <= EPS else (primary_cdf(slo) - primary_cdf(at)) / survival
             if alone >= HEDGE_SUCCESS_TARGET:
                 continue
             hedged = combined_success_probability(
@@ -345,6 +361,11 @@ class RouteWiseStrategy:
         latency, profiled = self.latency.lp_latency(endpoint, now)
         state = self._deps.capacity(endpoint)
         free = state.free if state is not None else None
+        in_flight, limit = self._deps.load(endpoint)
+        if limit is not None:
+            # Queueing: a route holding a share of its learned limit answers later (as an
+            # M/M/1 queue's wait grows with its load), so its LP share is bounded by it.
+            latency /= max(_MIN_HEADROOM, 1.0 - in_flight / limit)
 
         def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
             return Candidate(
@@ -358,6 +379,8 @@ class RouteWiseStrategy:
                 free_slots=free,
             )
 
+        if limit is not None and in_flight >= limit:
+            return out(None, "capacity_full")
         if kind == "quota":
             if state is None or not state.resolved:
                 return out(None, "quota_unresolved")
@@ -423,7 +446,26 @@ class RouteWiseStrategy:
             logger.debug("routewise cold burst, weighted draw: %s", exc)
             return self._draw(routes)
         self._last_weights = weights
+        explore = self._explore(cands)
+        if explore is not None:
+            return routes[explore]
         return routes[self._sample(weights)]
+
+    def _explore(self, cands: Sequence[Candidate]) -> int | None:
+        """In-band exploration: with ``explore_unprofiled_share`` probability, one admissible
+        route never measured (priced at the unprofiled default, which the LP would avoid
+        forever) serves this real request, so every route gets profiled without a paid
+        probe; its index, or None."""
+        share = self.params.explore_unprofiled_share
+        if share <= 0:
+            return None
+        unknown = [
+            i for i, c in enumerate(cands) if not c.profiled and c.effective_cost is not None
+        ]
+        if not unknown or self._explore_rng.random() >= share:
+            return None
+        self.explored += 1
+        return unknown[int(self._explore_rng.random() * len(unknown))]
 
     @property
     def last(self) -> tuple[Candidate, ...]:

@@ -332,7 +332,7 @@ async def test_endpoint_ok_probe_before_the_retry_after_floor_lifts_only_when_it
         subscribed(bus, subjects.endpoint_state(EP)) as states,
         running_endpoint(bus, clock, failures=1, duration_seconds=600),
     ):
-        await observe(bus, obs("failure", status=429, retry_after=0.1))
+        await observe(bus, obs("failure", status=503, retry_after=0.1))
         await next_event(events, BenchChanged)
         await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=True))
         while (st := await next_event(states, EndpointState)).benched_until != 1000.1:

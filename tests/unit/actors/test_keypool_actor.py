@@ -101,7 +101,7 @@ async def next_state(sub: Subscription, where: Callable[[KeyPoolState], bool]) -
     raise AssertionError("subscription ended")
 
 
-def fail(cid: str, status: int | None = 429, role: str = "free") -> Observation:
+def fail(cid: str, status: int | None = 500, role: str = "free") -> Observation:
     return Observation(
         endpoint=EID,
         model="m",

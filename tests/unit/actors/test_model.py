@@ -1,6 +1,8 @@
 """ModelActor on the in-process bus: the plan it answers (primary first, fallbacks in
 declaration order), what it leaves out (weight 0, open circuits), the half-open probe lease,
-all circuits open, and the admin pin."""
+all circuits open, and the admin pin; under load: a 429 it observes passes over the route on
+the very next plan (before the key pool's state arrives), its in-flight count per route ends
+however an attempt ends, and ``fixed`` spills past a route at its learned limit."""
 
 from __future__ import annotations
 
@@ -16,12 +18,15 @@ from schemas import (
     EndpointState,
     ErrorCode,
     ErrorReply,
+    FirstToken,
     ModelStatus,
     ModelStatusRequest,
+    Observation,
     ProbeGrant,
     ProbeRequest,
     RoutePlan,
     RouteRequest,
+    RouteSkip,
     subjects,
 )
 from schemas.config import ModelConfig, RoutingConfig
@@ -350,3 +355,96 @@ async def test_model_status_reports_effective_weights_and_the_circuits_it_sees(
         (A, "openai_compat", 3.0, "open"),
         (Z, "openai_compat", 0.0, "closed"),
     ]
+
+
+# -- under load ---------------------------------------------------------------------------------
+
+
+def rate_limited(endpoint: str, request_id: str = "", retry_after: float | None = 30.0) -> Any:
+    return Observation(
+        endpoint=endpoint,
+        model="m",
+        outcome="failure",
+        status=429,
+        error_kind="http_429",
+        retry_after=retry_after,
+        request_id=request_id,
+    )
+
+
+async def loads(bus: InProcessBus) -> dict[str, tuple[int, float | None]]:
+    return {r.endpoint: (r.in_flight, r.learned_limit) for r in (await status(bus)).routes}
+
+
+def endpoints(p: RoutePlan) -> list[str]:
+    return [c.endpoint for c in p.candidates]
+
+
+async def test_model_a_429_it_observes_passes_over_the_route_on_the_next_plan(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1))  # no key pool actor runs: the view marks itself
+    await bus.publish(subjects.observation(A), rate_limited(A))
+
+    cooled = await plan(bus)
+    clock.now += 30
+    back = await plan(bus)
+
+    assert endpoints(cooled) == [B]
+    assert cooled.skipped == (RouteSkip(endpoint=A, reason="cooling", until=1000.0 + 30),)
+    assert A in endpoints(back) and back.skipped == ()
+
+
+async def test_model_every_route_cooling_refuses_with_the_earliest_end(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1))
+    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=30))
+    await bus.publish(subjects.observation(B), rate_limited(B, retry_after=12))
+
+    reply = await ask(bus)
+
+    assert not isinstance(reply, RoutePlan)
+    assert (reply.code, reply.retry_after) == ("all_circuits_open", 12.0)
+
+
+async def test_model_counts_in_flight_until_the_attempt_ends_or_is_never_sent(
+    bus: InProcessBus, start_model: Start
+) -> None:
+    await start_model((8001, 1))
+    for rid in ("r1", "r2", "r3"):
+        await plan(bus, request_id=rid)
+    assert (await loads(bus))[A][0] == 3
+
+    ok = Observation(endpoint=A, model="m", outcome="success", request_id="r1")
+    await bus.publish(subjects.observation(A), ok)
+    gone = Observation(endpoint=A, model="m", outcome="cancelled", request_id="r2")
+    await bus.publish(subjects.observation(A), gone)
+    await bus.publish(
+        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r3", unsent=True)
+    )
+    await plan(bus, dry=True)  # a dry plan counts nothing
+
+    assert (await loads(bus))[A][0] == 0
+
+
+async def test_model_fixed_spills_past_a_route_at_its_learned_limit_unless_all_are_full(
+    bus: InProcessBus, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=0))  # limit 2
+    held = [await plan(bus, request_id=f"r{i}") for i in range(2)]
+    assert [p.candidates[0].endpoint for p in held] == [A, A]
+
+    spilled = await plan(bus, request_id="r2")
+    after_spill = await loads(bus)
+    # B is at a learned limit too now: nothing is left to spill to, the draw decides.
+    await bus.publish(subjects.observation(B), rate_limited(B, retry_after=0))
+    for i in range(3, 5):
+        await plan(bus, request_id=f"r{i}")
+    unspilled = await plan(bus, dry=True)
+
+    assert endpoints(spilled) == [B, A]  # A kept last among the fallbacks
+    assert spilled.skipped == (RouteSkip(endpoint=A, reason="capacity", limit=2.0, in_flight=2),)
+    assert after_spill[A] == (2, 2.0)
+    assert unspilled.skipped == ()

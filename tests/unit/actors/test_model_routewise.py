@@ -57,6 +57,9 @@ async def start_model(bus: InProcessBus, clock: FakeClock) -> AsyncIterator[Star
     roots: list[Supervisor] = []
 
     async def start(*routes: dict[str, Any], capacity: bool = False, **params: Any) -> ModelActor:
+        # In-band exploration would send one request in twenty to an unprofiled route at
+        # random; these tests check the LP's own choice.
+        params.setdefault("explore_unprofiled_share", 0)
         cfg = ModelConfig.model_validate(
             {"id": "m", "router": "routewise", "router_params": params, "route": list(routes)}
         )

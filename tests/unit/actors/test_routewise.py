@@ -376,8 +376,106 @@ def test_hedge_checkpoint_when_the_primary_misses_its_slo_and_the_backup_meets_i
     assert s.hedge_after_ms(fast, slow) is None  # a primary that meets its SLO: no hedge
 
 
+def test_a_primary_stalled_past_its_whole_history_is_hedged_when_the_backup_can_make_it(
+    clock: FakeClock,
+) -> None:
+    """A primary still waiting at a checkpoint its whole history beat is a stall, not a
+    certain success: the backup is raced there if it can still meet the SLO."""
+    s, views = make(
+        clock,
+        route(8001),
+        route(8002),
+        route(8003),
+        latency_slo_sec=1.0,
+        latency_hedge_mode="probability_target",
+    )
+    primary, backup, slow = (v.endpoint for v in views)
+    ttft(s, primary, 50.0, clock, n=8)
+    ttft(s, backup, 100.0, clock)
+    ttft(s, slow, 1500.0, clock)
+    assert s.hedge_after_ms(primary, backup) == pytest.approx(250.0)  # the first checkpoint
+    assert s.hedge_after_ms(primary, slow) is None  # a backup that cannot meet the SLO
+
+
 def test_hedging_is_off_by_default(clock: FakeClock) -> None:
     s, views = make(clock, route(8001), route(8002), latency_slo_sec=1.0)
     ttft(s, views[0].endpoint, 1500.0, clock)
     ttft(s, views[1].endpoint, 100.0, clock)
     assert s.hedge_after_ms(views[0].endpoint, views[1].endpoint) is None
+
+
+# -- under load: queueing, capacity, in-band exploration ------------------------------------
+
+
+def make_loaded(
+    clock: FakeClock,
+    load: dict[str, tuple[int, float | None]],
+    *routes: dict[str, Any],
+    **params: Any,
+) -> tuple[RouteWiseStrategy, list[RouteView]]:
+    """``make`` with each route's (in flight, learned limit) as the ModelActor counts them."""
+    model = ModelConfig.model_validate(
+        {"id": "m", "router": "routewise", "router_params": params, "route": list(routes)}
+    )
+    strategy = build_strategy(
+        "routewise",
+        model.router_params,
+        StrategyDeps(model=model, clock=clock, load=lambda e: load.get(e, (0, None))),
+    )
+    assert isinstance(strategy, RouteWiseStrategy)
+    views = [
+        RouteView(index=i, endpoint=e, weight=r.weight, route=r)
+        for i, (e, r) in enumerate(zip(model.endpoint_ids(), model.route, strict=True))
+    ]
+    return strategy, views
+
+
+def test_the_lp_latency_includes_queueing_against_the_learned_limit(clock: FakeClock) -> None:
+    load: dict[str, tuple[int, float | None]] = {}
+    s, views = make_loaded(clock, load, route(8001, pricing=CHEAP), route(8002, pricing=CHEAP))
+    a, b = views[0].endpoint, views[1].endpoint
+    ttft(s, a, 100.0, clock)
+    ttft(s, b, 100.0, clock)
+    req = RouteRequest(model="m", prompt_tokens=1000)
+    idle = {c.endpoint: c.latency_ms for c in s.candidates(views, req, clock.now)}
+    load[a] = (3, 4.0)  # three of four learned slots taken: a quarter of headroom left
+    load[b] = (4, 4.0)  # at its limit: out of the LP
+    busy = {c.endpoint: c for c in s.candidates(views, req, clock.now)}
+
+    assert busy[a].latency_ms == pytest.approx(idle[a] * 4)
+    assert busy[b].effective_cost is None and busy[b].excluded == "capacity_full"
+
+
+def test_unprofiled_routes_are_explored_in_band_with_a_bounded_share(clock: FakeClock) -> None:
+    s, views = make_loaded(
+        clock,
+        {},
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        budget_alpha=0.0,
+        random_seed=3,
+        explore_unprofiled_share=0.1,
+    )
+    cheap, never = views[0].endpoint, views[1].endpoint
+    ttft(s, cheap, 100.0, clock)  # only the cheap route is measured
+    counts = picks(s, views, n=2000)
+
+    # About a tenth goes to the route the LP would never try; 5 sigma either way.
+    assert 200 - 5 * 13.4 <= counts[never] <= 200 + 5 * 13.4
+    assert s.explored == counts[never]
+    ttft(s, never, 100.0, clock)  # now profiled: no more exploration, the LP decides alone
+    assert picks(s, views, n=200)[never] == 0
+
+
+def test_exploration_off_never_sends_to_an_unprofiled_route(clock: FakeClock) -> None:
+    s, views = make_loaded(
+        clock,
+        {},
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        budget_alpha=0.0,
+        explore_unprofiled_share=0.0,
+    )
+    ttft(s, views[0].endpoint, 100.0, clock)
+
+    assert picks(s, views)[views[1].endpoint] == 0

@@ -1,5 +1,5 @@
 """The steering owners' pure state: chain edits and presets, the evidence book's counting and
-its guardrail multipliers."""
+its guardrail multipliers; the gate timing evidence publishes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import calendar
 import pytest
 
 from actors.chain import _backfill, apply_edit
+from actors.state.evidence_gate import EvidenceGate
 from actors.state.scoring import EvidenceBook, allowance_multiplier, rate_limit_multiplier
 from schemas import ChainEdit, ChainEntry, ChainState, Guardrails, InvalidRequestError, Observation
 from schemas.config import ModelConfig
@@ -96,3 +97,21 @@ def test_guardrail_multipliers_scale_between_their_thresholds() -> None:
     assert rate_limit_multiplier(100.0, 100.0, G) == 0.5
     assert rate_limit_multiplier(100.0, 250.0, G) == pytest.approx(0.75)
     assert rate_limit_multiplier(100.0, 400.0, G) == 1.0
+
+
+def test_the_evidence_gate_publishes_flips_at_once_but_at_most_four_an_interval() -> None:
+    gate = EvidenceGate(0.2, 4)
+    assert gate.changed(0.0, lambda: "a")  # nothing published yet: at once
+    gate.published("a", 0.0)
+
+    at_once = []
+    for i, signature in enumerate("bcdefg", start=1):
+        now = 0.01 * i
+        at_once.append(gate.changed(now, lambda s=signature: s))  # type: ignore[misc]
+        if at_once[-1]:
+            gate.published(signature, now)
+
+    assert at_once == [True] * 4 + [False] * 2  # the fifth flip waits for the interval's end
+    assert not gate.changed(0.1, lambda: "e")  # the same orderings: waits
+    assert gate.dirty and gate.due(0.1) == pytest.approx(0.14)
+    assert gate.changed(0.25, lambda: "e")  # an interval after the last publish: at once

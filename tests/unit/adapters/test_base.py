@@ -1,5 +1,6 @@
 """``carries_token``: which canonical chunks carry part of the answer (what decides a hedged
-stream's race and its time to first token)."""
+stream's race and its time to first token); what a 429 says: how long to wait (its headers)
+and whether it is back-pressure or an exhausted quota."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gateway.adapters.base import carries_token
+from gateway.adapters.base import carries_token, duration_seconds, error_from_status
+from schemas import QUOTA_EXHAUSTED, Observation, is_backpressure
 
 if TYPE_CHECKING:
     from gateway.adapters.base import JSON
@@ -46,3 +48,69 @@ def test_carries_token_only_for_answer_text_tool_calls_refusals_or_reasoning(
     c: JSON, expected: bool
 ) -> None:
     assert carries_token(c) is expected
+
+
+# -- a 429's reset and its kind ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1s", 1.0),
+        ("6m0s", 360.0),
+        ("20ms", 0.02),
+        ("1h2m3.5s", 3723.5),
+        ("0.5s", 0.5),
+        ("2", 2.0),
+        ("soon", None),
+        ("1s2", None),
+        ("", None),
+    ],
+)
+def test_duration_seconds_reads_openais_reset_forms(text: str, seconds: float | None) -> None:
+    assert duration_seconds(text) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "7", "x-ratelimit-reset-requests": "1s"}, 7.0),
+        ({"retry-after-ms": "250"}, 0.25),
+        (
+            {
+                "x-ratelimit-reset-requests": "2s",
+                "x-ratelimit-reset-tokens": "6m0s",
+                "x-ratelimit-remaining-tokens": "0",
+            },
+            360.0,
+        ),
+        ({"x-ratelimit-reset-requests": "2s", "x-ratelimit-reset-tokens": "6m0s"}, 2.0),
+        ({}, None),
+    ],
+)
+def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    err = error_from_status("m:a", 429, headers, b"{}")
+
+    assert err.retry_after == (pytest.approx(seconds) if seconds is not None else None)
+    assert err.kind == "http_429"
+
+
+def test_reset_headers_do_not_make_a_retry_after_for_other_statuses() -> None:
+    err = error_from_status("m:a", 503, {"x-ratelimit-reset-requests": "2s"}, b"{}")
+
+    assert err.retry_after is None
+
+
+def test_a_429_that_says_the_quota_is_exhausted_is_no_backpressure() -> None:
+    body = b'{"error": {"message": "You exceeded your quota", "code": "insufficient_quota"}}'
+    err = error_from_status("m:a", 429, {}, body)
+
+    assert err.kind == QUOTA_EXHAUSTED
+    assert not is_backpressure(
+        Observation(endpoint="m:a", model="m", outcome="failure", status=429, error_kind=err.kind)
+    )
+    assert is_backpressure(
+        Observation(endpoint="m:a", model="m", outcome="failure", status=429, error_kind="http_429")
+    )

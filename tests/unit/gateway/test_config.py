@@ -60,9 +60,32 @@ def test_config_env_var_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_config_with_unknown_kind_lists_known_kinds() -> None:
-    assert "'openai_compat', 'anthropic' or 'echo'" in _error(
+    assert "'openai_compat', 'anthropic', 'echo' or 'bedrock'" in _error(
         "models: [{id: a, route: [{kind: grpc}]}]"
     )
+
+
+def test_config_bedrock_route_defaults_to_its_regions_endpoint() -> None:
+    cfg = parse_config(
+        "models: [{id: a, route: [{kind: bedrock, bedrock: {region: eu-west-3},"
+        " api_key: 'AKID:SECRET'}]}]"
+    )
+    (route,) = cfg.models[0].route
+    assert route.base_url == "https://bedrock-runtime.eu-west-3.amazonaws.com"
+    assert cfg.models[0].endpoint_ids() == ("a:bedrock-api",)
+
+
+@pytest.mark.parametrize(
+    ("route", "says"),
+    [
+        ("{kind: bedrock}", "bedrock: {region} is required"),
+        ("{kind: bedrock, bedrock: {region: Mars}}", "region"),
+        ("{kind: bedrock, bedrock: {region: us-east-1}, api_key: sk-1}", "ACCESS_KEY_ID"),
+        ("{kind: openai_compat, base_url: 'http://x', bedrock: {region: us-east-1}}", "only for"),
+    ],
+)
+def test_config_bedrock_settings_are_checked(route: str, says: str) -> None:
+    assert says in _error(f"models: [{{id: a, route: [{route}]}}]")
 
 
 def test_config_with_unknown_router_lists_known_routers() -> None:

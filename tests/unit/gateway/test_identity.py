@@ -1,10 +1,11 @@
-"""Affinity keys: API key hash, grant, IPv6 folded to /64, X-Forwarded-For only if trusted."""
+"""Affinity keys: API key hash, grant, IPv6 folded to /64, X-Forwarded-For only if trusted;
+conversation keys of steered pins."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from gateway.ingress.identity import affinity_key, fold_address
+from gateway.ingress.identity import affinity_key, conversation_key, fold_address
 from gateway.ingress.request import HttpRequest
 
 
@@ -53,3 +54,17 @@ def test_client_chosen_parts_of_the_key_are_cut_to_a_bound() -> None:
 
     assert affinity_key(req, key_hash=None, trust_proxy_headers=True) == "grant:" + "g" * 128
     assert affinity_key(anonymous, key_hash=None, trust_proxy_headers=True) == "ip:" + "f" * 64
+
+
+def test_a_conversation_is_its_opening_or_the_clients_prompt_cache_key() -> None:
+    opening = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    later = [*opening, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "?"}]
+    other = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "bye"}]
+
+    first = conversation_key({"messages": opening})
+    assert first and conversation_key({"messages": later}) == first  # every turn repeats it
+    assert conversation_key({"messages": other}) != first
+    declared = conversation_key({"messages": other, "prompt_cache_key": "thread-7"})
+    assert declared == conversation_key({"messages": opening, "prompt_cache_key": "thread-7"})
+    assert declared != first
+    assert conversation_key({"input": "embed me"}) == ""  # no messages: no prompt cache

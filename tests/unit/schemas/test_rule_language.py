@@ -389,8 +389,8 @@ def test_random_valid_rule_sets_compile_and_never_raise(
         rules = compile_rules(
             [Rule(name=f"r{i}", when=w, route="auto:a") for i, w in enumerate(whens)]
         )
-    except RuleSetError as err:  # a random rule may pass the size bound: refused, and said so
-        assert "comparisons in one rule" in str(err)
+    except RuleSetError as err:  # a random set may pass a size bound: refused, and said so
+        assert "comparisons in one rule" in str(err) or "budget" in str(err)
         return
     first = rules.first(params, metadata)
     traces = rules.explain(params, metadata)
@@ -464,9 +464,13 @@ def test_evaluation_does_at_most_one_test_per_clause(
 
     with monkeypatch.context() as patched:
         patched.setattr(rule_language, "_leaf_match", counting)
-        rules = compile_rules(
-            [Rule(name=f"r{i}", when=w, route="auto:a") for i, w in enumerate(whens)]
-        )
+        try:
+            rules = compile_rules(
+                [Rule(name=f"r{i}", when=w, route="auto:a") for i, w in enumerate(whens)]
+            )
+        except RuleSetError as err:  # past a bound: nothing to evaluate
+            assert "comparisons in one rule" in str(err) or "budget" in str(err)
+            return
     rules.first(params, metadata)
 
     assert calls[0] <= sum(r.clauses for r in rules.rules)

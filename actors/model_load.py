@@ -1,0 +1,143 @@
+"""ModelLoad: a ModelActor's count of each route's requests in flight and its learned
+concurrency limit (actors/state/route_load.py), what it tells operators of them, and how the
+``fixed`` router spills past a route at its limit.
+
+The ModelActor issues every plan and sees every observation, so all of this is kept without
+a bus message on the happy path; a limit change is published as ``RouteCapacity`` on
+``llmgw.events.capacity`` (cuts at once, growth in whole steps at most once a second).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from actors.state.route_load import RouteLoad
+from schemas import RouteCapacity, RouteSkip, is_backpressure
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.state.route_table import RouteEntry
+    from schemas import Observation, RoutePlan, RouteStatus
+    from schemas.config import ModelConfig, RoutingConfig
+
+_GROWTH_EVENT_SECONDS = 1.0
+
+
+class ModelLoad:
+    """Owns one model's RouteLoad and the bookkeeping of its capacity events."""
+
+    def __init__(self, model: ModelConfig, routing: RoutingConfig) -> None:
+        learned = routing.learned_capacity
+        # A count is forgotten after the longest a request of this model may run (its
+        # slowest route's timeout, plus the failover budget): a lost observation heals then.
+        ttl = max((r.timeout_seconds for r in model.route), default=600.0)
+        self._model = model.id
+        self.load = RouteLoad(
+            {
+                eid: r.concurrency.limit if r.concurrency is not None else None
+                for eid, r in zip(model.endpoint_ids(), model.route, strict=True)
+            },
+            ttl=ttl + routing.failover.budget_seconds,
+            min_limit=learned.min_limit,
+            inflation=learned.ttft_inflation,
+        )
+        self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
+
+    def of(self, endpoint: str) -> tuple[int, float | None]:
+        """(in flight, learned limit or None) of ``endpoint`` (what a strategy reads)."""
+        lim = self.load.limits.get(endpoint)
+        return self.load.in_flight(endpoint), lim.limit if lim is not None else None
+
+    def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
+        """A live plan was answered: its primary is in flight."""
+        sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
+        self.load.issued(request_id, sendable, now)
+
+    def unsent(self, request_id: str, endpoint: str) -> None:
+        """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""
+        self.load.unsent(request_id, endpoint)
+
+    def observed(self, obs: Observation, now: float) -> RouteCapacity | None:
+        """Fold one attempt's observation; the event to publish when a limit changed."""
+        at_send, _ = self.load.observed(obs.request_id, obs.endpoint, obs.outcome, now)
+        limit = self.load.limits.get(obs.endpoint)
+        changed = False
+        if limit is not None and is_backpressure(obs):
+            sent_with = at_send if at_send >= 0 else self.load.in_flight(obs.endpoint)
+            changed = limit.rate_limited(sent_with, now)
+        elif obs.outcome == "success" and at_send >= 0 and not obs.probe:
+            ttft = obs.ttft_ms if obs.ttft_ms is not None else obs.latency_ms
+            changed = self.load.succeeded(obs.endpoint, ttft, at_send, now)
+        return self._event(obs.endpoint, now) if changed else None
+
+    def _event(self, endpoint: str, now: float) -> RouteCapacity | None:
+        lim = self.load.limits[endpoint]
+        limit = lim.effective()
+        if limit is None:
+            return None
+        last_ts, last_whole = self._published.get(endpoint, (-1e18, -1))
+        if lim.reason == "grew" and (
+            int(limit) == last_whole or now - last_ts < _GROWTH_EVENT_SECONDS
+        ):
+            return None
+        self._published[endpoint] = (now, int(limit))
+        return RouteCapacity(
+            model=self._model,
+            endpoint=endpoint,
+            limit=round(limit, 3),
+            in_flight=self.load.in_flight(endpoint),
+            reason=lim.reason,
+            cap=lim.cap,
+            ttft_baseline_ms=lim.baseline_ms,
+            ttft_recent_ms=lim.recent_ms,
+            ts=now,
+        )
+
+    def spill(
+        self,
+        drawn: list[RouteEntry],
+        backups: list[RouteEntry],
+        available: Callable[[RouteEntry], bool],
+    ) -> tuple[list[RouteEntry], list[RouteEntry], list[RouteEntry]]:
+        """``fixed`` spills before a route saturates: a route at its learned limit leaves the
+        draw for the next in weight order (the backups at their limit go after the others);
+        the drawn ones at their limit are kept last among the fallbacks. Weights are an
+        intent that load bends, never a queue. When no ``available`` route is under its
+        limit, nothing spills (the limit is an estimate, not a refusal).
+
+        Returns (drawn, backups, spilled)."""
+        load = self.load
+        full = {r.endpoint for r in (*drawn, *backups) if load.saturated(r.endpoint)}
+        if not full or not any(available(r) and r.endpoint not in full for r in (*drawn, *backups)):
+            return drawn, backups, []
+        spilled = [r for r in drawn if r.endpoint in full and available(r)]
+        drawn = [r for r in drawn if r.endpoint not in full]
+        backups = sorted(backups, key=lambda r: r.endpoint in full)  # stable: declared order
+        return drawn, backups, spilled
+
+    def skipped(self, r: RouteEntry) -> RouteSkip:
+        """What the plan says of ``r``, spilled for capacity."""
+        return RouteSkip(
+            endpoint=r.endpoint,
+            reason="capacity",
+            limit=self.load.limits[r.endpoint].effective(),
+            in_flight=self.load.in_flight(r.endpoint),
+        )
+
+    def status(self, r: RouteStatus, cooling_until: float | None) -> RouteStatus:
+        """``r`` with its count, learned limit and what moved it, and its cooling."""
+        lim = self.load.limits.get(r.endpoint)
+        if lim is None:
+            return r
+        return msgspec.structs.replace(
+            r,
+            in_flight=self.load.in_flight(r.endpoint),
+            learned_limit=lim.effective(),
+            limit_reason=lim.reason,
+            ttft_baseline_ms=lim.baseline_ms,
+            ttft_recent_ms=lim.recent_ms,
+            cooling_until=cooling_until,
+        )

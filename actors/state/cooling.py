@@ -1,0 +1,78 @@
+"""Cooling: credentials a provider asked to slow down (its 429), per route (pure state).
+
+A rate-limit answer is back-pressure, not sickness: the credential that got it cools for
+what the provider said (``Retry-After``, or its ``x-ratelimit-reset-*`` headers, folded into
+the observation's ``retry_after`` by the adapter), else for an adaptive backoff that starts
+at ``initial`` seconds and doubles while 429s continue, up to ``cap``; a success resets the
+backoff. A cooling never shortens one already running. Only a 429 that arrives when the
+credential is not cooling doubles the backoff: the answers of a burst already in flight when
+the provider started refusing are one signal, not many (as TCP cuts once per window).
+
+The credential ``""`` stands for a route without keys. Nothing here does I/O; the
+KeyPoolActor (owner) and the ModelActor's view of the pool both fold observations into it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Key:
+    until: float = 0.0
+    level: int = 0  # the next cooling without a provider hint lasts initial * 2**level
+
+
+class Cooling:
+    """Owns the cooling ends and backoff levels of one pool's credentials."""
+
+    __slots__ = ("_cap", "_initial", "_keys")
+
+    def __init__(self, initial: float = 1.0, cap: float = 60.0) -> None:
+        self._initial = initial
+        self._cap = cap
+        self._keys: dict[str, _Key] = {}
+
+    def until(self, cid: str, now: float) -> float | None:
+        """When ``cid``'s cooling ends, or None when it is not cooling."""
+        k = self._keys.get(cid)
+        return k.until if k is not None and k.until > now else None
+
+    def rate_limited(self, cid: str, now: float, retry_after: float | None) -> float | None:
+        """Fold one 429 for ``cid``; returns the new end of its cooling when this starts or
+        lengthens one, else None."""
+        k = self._keys.setdefault(cid, _Key())
+        if retry_after is not None:
+            seconds = retry_after  # 0: the provider asks for no pause at all
+        elif k.until > now:
+            return None  # an echo of the burst that started this cooling
+        else:
+            seconds = min(self._initial * 2.0**k.level, self._cap)
+            k.level += 1
+        until = now + seconds
+        if until <= k.until or seconds <= 0:
+            return None
+        k.until = until
+        return until
+
+    def succeeded(self, cid: str) -> None:
+        """An answer from ``cid``: the provider takes its pace again (the backoff resets; a
+        cooling running is kept, the success was sent before it)."""
+        k = self._keys.get(cid)
+        if k is not None:
+            k.level = 0
+
+    def live(self, now: float) -> dict[str, float]:
+        """Cooling ends by credential, of those cooling at ``now``."""
+        return {cid: k.until for cid, k in self._keys.items() if k.until > now}
+
+    def merge(self, ends: dict[str, float]) -> None:
+        """Fold an owner's published cooling ends into this copy (never shortening one)."""
+        for cid, until in ends.items():
+            k = self._keys.setdefault(cid, _Key())
+            k.until = max(k.until, until)
+
+    def forget(self, keep: frozenset[str]) -> None:
+        """Drop credentials no longer declared (``""``, the keyless route, always stays)."""
+        for cid in [c for c in self._keys if c and c not in keep]:
+            del self._keys[cid]

@@ -1,0 +1,233 @@
+"""RouteLoad: one model's requests in flight per route and each route's learned concurrency
+limit (pure state, no I/O; times in seconds on the owner's clock).
+
+**In flight.** The ModelActor issues every plan and sees every observation, so it counts what
+each route is serving without another bus message: a plan's primary counts from the moment
+the plan is issued; an observation of that attempt ends it, or (a failure) moves it to the
+next candidate of the plan, which the failover loop tries next; an observation naming a later
+candidate moves it there (a candidate skipped between). A primary the ingress never sends
+(``FirstToken.unsent``) ends at once. Whatever is still counted after ``ttl`` seconds (its
+ingress died, an observation was lost) expires, so a count that drifts heals by itself.
+
+**Learned limit** (AIMD, as TCP and Netflix's adaptive concurrency limits): a route's limit
+is unknown (unbounded) until it shows congestion, then starts from the concurrency at which
+it did. A provider's 429 halves it; a time to first token inflating above the route's
+unloaded baseline (``inflation`` times, and at least 100 ms over it) beyond the inflation
+the model's other routes show (their median: a delay every route shares is the gateway's own
+or the network's, not this route's queue; with no other route measured, inflation cuts
+nothing) cuts it by a tenth once three answers in a row say so, each sent with at least
+``min_limit`` others in flight; at most one cut a second, so one burst's answers cut once. A
+success sent at the limit raises it by ``1/limit`` (one per limit's worth of successes). It
+never goes under ``min_limit`` nor over the configured ``concurrency:`` cap. The baseline is
+the lowest time to first token of a request sent while the route was nearly idle, rising
+slowly (1 % of the gap per such sample) so that a provider that became slower for good is
+not taken for a queue forever; ``recent`` is a short EWMA that follows a change within a few
+answers.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import OrderedDict
+from dataclasses import dataclass
+
+_CUT_INTERVAL = 1.0  # seconds: one cut per burst of congestion signals
+_RATE_LIMIT_CUT = 0.5
+_INFLATION_CUT = 0.9
+_INFLATION_FLOOR_MS = 100.0
+_INFLATED_STREAK = 3  # answers in a row over the threshold: one slow answer is no queue
+_BASELINE_DRIFT = 0.01
+_RECENT_ALPHA = 0.3
+
+
+class LearnedLimit:
+    """Owns one route's AIMD concurrency limit and its TTFT baseline."""
+
+    __slots__ = (
+        "baseline_ms",
+        "cap",
+        "inflated",
+        "inflation",
+        "last_cut",
+        "limit",
+        "min_limit",
+        "reason",
+        "recent_ms",
+    )
+
+    def __init__(self, cap: int | None, min_limit: float = 2.0, inflation: float = 2.0) -> None:
+        self.cap = cap
+        self.min_limit = min_limit
+        self.inflation = inflation
+        self.limit: float | None = None  # None: no congestion seen yet
+        self.baseline_ms: float | None = None
+        self.recent_ms: float | None = None
+        self.last_cut = -math.inf
+        self.inflated = 0  # answers in a row judged inflated
+        self.reason = ""  # what last changed the limit
+
+    def effective(self) -> float | None:
+        """The limit in force: the learned one under the configured cap (None: neither)."""
+        if self.limit is None:
+            return None if self.cap is None else float(self.cap)
+        return self.limit if self.cap is None else min(self.limit, float(self.cap))
+
+    def admits(self, in_flight: int) -> bool:
+        """Whether one more request fits under the learned limit (a cap is the capacity
+        pool's to enforce, by lease)."""
+        return self.limit is None or in_flight < self.limit
+
+    def rate_limited(self, at_send: int, now: float) -> bool:
+        """A 429 for a request sent with ``at_send`` others in flight; True if it cut."""
+        return self._cut((at_send + 1) * _RATE_LIMIT_CUT, _RATE_LIMIT_CUT, now, "rate_limited")
+
+    def succeeded(
+        self, ttft_ms: float, at_send: int, now: float, shared: float | None = 1.0
+    ) -> bool:
+        """An answer whose first token took ``ttft_ms``, for a request sent with ``at_send``
+        others in flight; True if the limit changed. ``shared``: the inflation every other
+        route of the model shows too (the gateway's or the network's delay, not this route's
+        queue), by which the threshold is raised; None when it is not known (no other route
+        measured yet), and then inflation cuts nothing."""
+        if at_send <= 1:
+            b = self.baseline_ms
+            self.baseline_ms = (
+                ttft_ms if b is None or ttft_ms < b else b + (ttft_ms - b) * _BASELINE_DRIFT
+            )
+        r = self.recent_ms
+        self.recent_ms = ttft_ms if r is None else r + (ttft_ms - r) * _RECENT_ALPHA
+        base = self.baseline_ms
+        if base is not None and shared is not None and at_send >= self.min_limit:
+            ceiling = max(base * self.inflation, base + _INFLATION_FLOOR_MS) * max(1.0, shared)
+            self.inflated = self.inflated + 1 if self.recent_ms > ceiling else 0
+            if self.inflated >= _INFLATED_STREAK:
+                return self._cut(at_send * _INFLATION_CUT, _INFLATION_CUT, now, "ttft_inflated")
+        if self.limit is not None and at_send + 1 >= self.limit - 1:
+            grown = self.limit + 1.0 / self.limit
+            if self.cap is not None:
+                grown = min(grown, float(self.cap))
+            if grown > self.limit:
+                self.limit, self.reason = grown, "grew"
+                return True
+        return False
+
+    def _cut(self, unknown: float, factor: float, now: float, reason: str) -> bool:
+        if now - self.last_cut < _CUT_INTERVAL:
+            return False
+        cut = unknown if self.limit is None else self.limit * factor
+        self.limit = max(self.min_limit, cut)
+        if self.cap is not None:
+            self.limit = min(self.limit, float(self.cap))
+        self.last_cut = now
+        self.reason = reason
+        return True
+
+
+@dataclass(slots=True)
+class _Flight:
+    endpoint: str
+    issued: float
+    at_send: int  # others in flight on ``endpoint`` when it was counted
+    rest: tuple[str, ...]  # the plan's later candidates, in order
+
+
+class RouteLoad:
+    """Owns one model's in-flight counts and learned limits, by endpoint."""
+
+    def __init__(
+        self,
+        caps: dict[str, int | None],
+        *,
+        ttl: float,
+        min_limit: float = 2.0,
+        inflation: float = 2.0,
+    ) -> None:
+        self.limits = {e: LearnedLimit(cap, min_limit, inflation) for e, cap in caps.items()}
+        self._counts = dict.fromkeys(caps, 0)
+        self._flights: OrderedDict[str, _Flight] = OrderedDict()
+        self._ttl = ttl
+
+    def in_flight(self, endpoint: str) -> int:
+        """Requests counted on ``endpoint`` now."""
+        return self._counts.get(endpoint, 0)
+
+    def saturated(self, endpoint: str) -> bool:
+        """Whether ``endpoint`` is at its learned limit."""
+        lim = self.limits.get(endpoint)
+        return lim is not None and not lim.admits(self._counts.get(endpoint, 0))
+
+    def succeeded(self, endpoint: str, ttft_ms: float, at_send: int, now: float) -> bool:
+        """Feed an answer to ``endpoint``'s limit (see :meth:`LearnedLimit.succeeded`),
+        judged against the inflation the model's other routes share; True if it changed."""
+        lim = self.limits.get(endpoint)
+        if lim is None:
+            return False
+        ratios = [
+            other.recent_ms / other.baseline_ms
+            for e, other in self.limits.items()
+            if e != endpoint and other.recent_ms is not None and other.baseline_ms
+        ]
+        return lim.succeeded(ttft_ms, at_send, now, statistics.median(ratios) if ratios else None)
+
+    def issued(self, request_id: str, endpoints: tuple[str, ...], now: float) -> None:
+        """A plan was issued for ``request_id``: its first candidate is in flight."""
+        self.expire(now)
+        if not request_id or not endpoints or request_id in self._flights:
+            return
+        first, rest = endpoints[0], endpoints[1:]
+        if first not in self._counts:
+            return
+        self._flights[request_id] = _Flight(first, now, self._counts[first], rest)
+        self._counts[first] += 1
+
+    def unsent(self, request_id: str, endpoint: str) -> None:
+        """The ingress will not send the candidate ``endpoint`` of ``request_id``."""
+        f = self._flights.get(request_id)
+        if f is not None and f.endpoint == endpoint:
+            self._end(request_id, f)
+
+    def observed(
+        self, request_id: str, endpoint: str, outcome: str, now: float
+    ) -> tuple[int, bool]:
+        """An attempt of ``request_id`` on ``endpoint`` ended with ``outcome``: returns how
+        many others were in flight on that route when it was sent (-1: unknown, not counted
+        here) and whether the request goes on to another candidate of this plan."""
+        f = self._flights.get(request_id)
+        if f is None:
+            return -1, False
+        if endpoint != f.endpoint:
+            if endpoint not in f.rest:
+                return -1, False  # a hedge's other side, or another plan's route
+            self._move(f, endpoint, now)
+        at_send = f.at_send
+        if outcome == "failure" and f.rest:
+            self._move(f, f.rest[0], now)
+            return at_send, True
+        self._end(request_id, f)
+        return at_send, False
+
+    def _move(self, f: _Flight, endpoint: str, now: float) -> None:
+        if f.endpoint in self._counts:
+            self._counts[f.endpoint] -= 1
+        f.rest = f.rest[f.rest.index(endpoint) + 1 :]
+        f.endpoint = endpoint
+        f.at_send = self._counts.get(endpoint, 0)
+        if endpoint in self._counts:
+            self._counts[endpoint] += 1
+
+    def _end(self, request_id: str, f: _Flight) -> None:
+        del self._flights[request_id]
+        if f.endpoint in self._counts:
+            self._counts[f.endpoint] -= 1
+
+    def expire(self, now: float) -> int:
+        """Forget flights issued more than ``ttl`` ago; returns how many."""
+        n = 0
+        while self._flights:
+            rid, f = next(iter(self._flights.items()))
+            if f.issued > now - self._ttl:
+                break
+            self._end(rid, f)
+            n += 1
+        return n

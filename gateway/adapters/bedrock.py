@@ -1,0 +1,266 @@
+"""``bedrock`` upstreams: AWS Bedrock's Converse and ConverseStream APIs.
+
+``POST {base_url}/model/{modelId}/converse`` (JSON) and ``/converse-stream`` (the AWS binary
+event-stream, ``application/vnd.amazon.eventstream``), SigV4-signed by ``bedrock_auth``. The
+stream is decoded incrementally by botocore's ``EventStreamBuffer`` (which checks both CRCs)
+as aiohttp hands the body over.
+
+Errors keep the caller's and the provider's view apart: ``ThrottlingException`` and
+``ServiceQuotaExceededException`` are rate limits (429, with any ``Retry-After``);
+``AccessDeniedException`` and ``UnrecognizedClientException`` reject the credential (401: the
+key is muted); ``ValidationException`` is the caller's (400); model and service failures are
+retryable 5xx. Embeddings are refused: Converse has none.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+import msgspec
+from yarl import URL
+
+from gateway.adapters.base import (
+    JSON,
+    Batch,
+    UnsupportedParameterError,
+    UpstreamTarget,
+    bad_response,
+    retry_after_seconds,
+)
+from gateway.adapters.bedrock_auth import BedrockSigner, split_key
+from gateway.adapters.bedrock_stream import ConverseToChatStream
+from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
+from gateway.adapters.redaction import redacted
+from schemas import InvalidRequestError, UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+
+    from gateway.adapters.upstream_http import UpstreamHTTP
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+# Exception name -> (the status the gateway reports, error kind). Names not here keep the
+# HTTP status they came with.
+_ERRORS: dict[str, tuple[int, str]] = {
+    "throttlingexception": (429, "rate_limited"),
+    "servicequotaexceededexception": (429, "rate_limited"),
+    "accessdeniedexception": (401, "auth"),
+    "unrecognizedclientexception": (401, "auth"),
+    "invalidsignatureexception": (401, "auth"),
+    "validationexception": (400, "invalid_request"),
+    "resourcenotfoundexception": (404, "not_found"),
+    "modeltimeoutexception": (408, "timeout"),
+    "modelnotreadyexception": (503, "model_not_ready"),
+    "modelerrorexception": (502, "model_error"),
+    "modelstreamerrorexception": (502, "model_error"),
+    "internalserverexception": (500, "internal_error"),
+    "serviceunavailableexception": (503, "unavailable"),
+}
+
+
+def converse_url(base_url: str, model_id: str, *, stream: bool) -> str:
+    """``{base_url}/model/{modelId}/converse[-stream]``, the model id percent-encoded as
+    botocore does (``anthropic.claude-v2:1`` -> ``anthropic.claude-v2%3A1``)."""
+    op = "converse-stream" if stream else "converse"
+    return f"{base_url.rstrip('/')}/model/{quote(model_id, safe='')}/{op}"
+
+
+class BedrockAdapter:
+    """Calls Converse/ConverseStream on the pooled client; embeddings are refused."""
+
+    def __init__(self, http: UpstreamHTTP) -> None:
+        self._http = http
+        self._signer = BedrockSigner()
+
+    async def _request(
+        self, target: UpstreamTarget, body: JSON, *, stream: bool
+    ) -> tuple[URL, bytes, dict[str, str]]:
+        try:
+            payload = _encode(to_converse_request(body))
+        except InvalidRequestError as exc:
+            raise UnsupportedParameterError(
+                exc.message, endpoint=target.endpoint, param=exc.param
+            ) from None
+        model = target.upstream_model or str(body.get("model", ""))
+        url = converse_url(target.base_url, model, stream=stream)
+        accept = "application/vnd.amazon.eventstream" if stream else "application/json"
+        headers = {"content-type": "application/json", "accept": accept}
+        signed = await self._signer.sign(target, url, payload, headers)
+        # encoded=True: the path must go out exactly as it was signed (%3A stays %3A).
+        return URL(url, encoded=True), payload, signed
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """Converse; the answer as a canonical chat completion. Raises UpstreamError."""
+        try:
+            url, payload, headers = await self._request(target, body, stream=False)
+            answer = await self._http.post(
+                target.endpoint,
+                url,
+                payload,
+                headers,
+                timeout=target.timeout,
+                connect_timeout=target.connect_timeout,
+            )
+            if answer.status >= 300:
+                raise error_from_answer(target.endpoint, answer.status, answer.headers, answer.body)
+            try:
+                data = _decode(answer.body)
+            except msgspec.DecodeError:
+                raise bad_response(target.endpoint, "the body is not JSON") from None
+            output = data.get("output") if isinstance(data, dict) else None
+            message = output.get("message") if isinstance(output, dict) else None
+            if not isinstance(message, dict):
+                raise bad_response(target.endpoint, "the JSON has no 'output.message'")
+            model = target.upstream_model or str(body.get("model", ""))
+            return from_converse_response(data, model=model)
+        except UpstreamError as err:
+            raise _redacted(err, target) from None
+
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        """ConverseStream; yields the canonical chunks of each read until the answer ends.
+
+        Raises UpstreamError on a non-2xx answer, a broken connection or framing (a CRC that
+        does not match), an exception event, or a stream that ends before ``messageStop``.
+        """
+        from botocore.eventstream import EventStreamBuffer, ParserError
+
+        try:
+            url, payload, headers = await self._request(target, body, stream=True)
+            options = body.get("stream_options")
+            translator = ConverseToChatStream(
+                target.upstream_model or str(body.get("model", "")),
+                include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            )
+            async with self._http.stream(
+                target.endpoint,
+                url,
+                payload,
+                headers,
+                timeout=target.timeout,
+                connect_timeout=target.connect_timeout,
+            ) as resp:
+                if resp.status >= 300:
+                    raise error_from_answer(
+                        target.endpoint, resp.status, resp.headers, await resp.read()
+                    )
+                frames = EventStreamBuffer()
+                async for raw in resp.chunks():
+                    frames.add_data(raw)
+                    batch: list[JSON] = []
+                    failure: UpstreamError | None = None
+                    try:
+                        for message in frames:
+                            batch.extend(_translate(translator, target.endpoint, message))
+                            if translator.is_complete:
+                                break
+                    except UpstreamError as exc:
+                        failure = exc  # the chunks before it still reach the client
+                    except ParserError:
+                        failure = bad_response(target.endpoint, "the event stream is corrupt")
+                    if batch:
+                        yield Batch(batch, last=translator.is_complete)
+                    if failure is not None:
+                        raise failure
+                    if translator.is_complete:
+                        return
+                tail = translator.finish()
+                if tail:
+                    yield Batch(tail, last=True)
+                    return
+                raise UpstreamError(
+                    "upstream stream ended before messageStop",
+                    endpoint=target.endpoint,
+                    kind="truncated",
+                )
+        except UpstreamError as err:
+            raise _redacted(err, target) from None
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """Always raises UpstreamError (400): Converse has no embeddings."""
+        raise UpstreamError(
+            f"route {target.endpoint} is of upstream kind bedrock, whose Converse API has no "
+            "embeddings; serve embeddings from another route",
+            endpoint=target.endpoint,
+            status=400,
+            kind="unsupported",
+        )
+
+
+def _translate(translator: ConverseToChatStream, endpoint: str, message: Any) -> list[JSON]:
+    headers: Mapping[str, Any] = message.headers
+    kind = headers.get(":message-type")
+    if kind == "exception":
+        name = str(headers.get(":exception-type") or "")
+        raise error_from_event(endpoint, name, _message_of(message.payload))
+    if kind == "error":
+        name = str(headers.get(":error-code") or "")
+        raise error_from_event(endpoint, name, str(headers.get(":error-message") or name))
+    try:
+        payload = _decode(message.payload)
+    except msgspec.DecodeError:
+        raise bad_response(endpoint, "a stream event is not JSON") from None
+    if not isinstance(payload, dict):
+        raise bad_response(endpoint, "a stream event is not an object")
+    return translator.feed(str(headers.get(":event-type") or ""), payload)
+
+
+def error_from_answer(
+    endpoint: str, status: int, headers: Mapping[str, str], body: bytes
+) -> UpstreamError:
+    """An UpstreamError for a non-2xx Converse answer, classified by its exception name
+    (``x-amzn-ErrorType``, else the body's ``__type``/``code``) and keeping its message."""
+    try:
+        data = _decode(body)
+    except msgspec.DecodeError:
+        data = None
+    data = data if isinstance(data, dict) else {}
+    name = headers.get("x-amzn-errortype") or str(data.get("__type") or data.get("code") or "")
+    name = name.split(":", 1)[0].rsplit("#", 1)[-1]
+    message = _message_of(body) or f"upstream answered HTTP {status}"
+    mapped, kind = _ERRORS.get(name.lower(), (status, f"http_{status}"))
+    return UpstreamError(
+        message,
+        endpoint=endpoint,
+        status=mapped,
+        body=body,
+        retry_after=retry_after_seconds(headers),
+        kind=kind,
+    )
+
+
+def error_from_event(endpoint: str, name: str, message: str) -> UpstreamError:
+    """An UpstreamError for an exception event mid-stream (``throttlingException``...)."""
+    status, kind = _ERRORS.get(name.lower(), (502, "stream_error"))
+    return UpstreamError(message or name, endpoint=endpoint, status=status, kind=kind)
+
+
+def _message_of(body: bytes) -> str:
+    try:
+        data = _decode(body)
+    except msgspec.DecodeError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    for key in ("message", "Message"):
+        if isinstance(data.get(key), str):
+            return str(data[key])
+    err = data.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return str(err["message"])
+    return ""
+
+
+def _redacted(err: UpstreamError, target: UpstreamTarget) -> UpstreamError:
+    # The route key is ID:SECRET[:TOKEN]; an upstream could echo any part of it.
+    if target.api_key:
+        try:
+            parts: tuple[str | None, ...] = (target.api_key, *split_key(target.api_key))
+        except ValueError:
+            parts = (target.api_key,)
+        for part in parts:  # the whole key first, so it reads as one [redacted]
+            if part:
+                redacted(err, part)
+    return err

@@ -1,0 +1,372 @@
+"""Upstream kind ``bedrock``: canonical chat <-> the AWS Bedrock Converse wire (pure).
+
+Requests: :func:`to_converse_request` (the body of ``Converse`` and ``ConverseStream``; the
+model id rides in the URL). Answers: :func:`from_converse_response`; streams:
+:class:`ConverseToChatStream`, fed the decoded event-stream messages. Shapes follow botocore's
+service model for ``bedrock-runtime`` (``ConverseRequest``, ``ConverseResponse``,
+``ConverseStreamOutput``).
+
+A guardrail or content filter that stops the answer (``guardrail_intervened``,
+``content_filtered``) is an answer, not a failure: it becomes a refusal with finish reason
+``content_filter``, which every client surface renders as its own refusal.
+
+Dropped, because Converse has no equivalent and leaving them out changes no answer's
+validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``user``, ``metadata``,
+``store``, ``service_tier``, ``stream_options``, ``parallel_tool_calls``, message ``name``s.
+Refused (InvalidRequestError): ``n`` > 1, ``logprobs``, ``logit_bias``, audio, legacy
+``functions``, non-function tools, ``response_format`` ``json_object``, images that are not
+base64 data URLs of png/jpeg/gif/webp, tool arguments that are not a JSON object.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+from gateway.adapters._anthropic_to_canonical import new_id
+from schemas import InvalidRequestError
+
+JSON = dict[str, Any]
+
+_REFUSED = {
+    "logprobs": "logprobs: not available from bedrock upstreams",
+    "top_logprobs": "top_logprobs: not available from bedrock upstreams",
+    "logit_bias": "logit_bias: not supported by bedrock upstreams",
+    "audio": "audio: audio output is not supported by bedrock upstreams",
+    "functions": "functions: the legacy functions API is not supported; use tools",
+    "function_call": "function_call: the legacy functions API is not supported; use tool_choice",
+}
+_IMAGE_FORMATS = {
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+}
+_FINISH = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "guardrail_intervened": "content_filter",
+    "content_filtered": "content_filter",
+}
+REFUSALS = frozenset({"guardrail_intervened", "content_filtered"})
+"""Stop reasons that say a guardrail or filter refused: the text is the refusal."""
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def to_converse_request(chat: JSON) -> JSON:
+    """The Converse request body for a canonical chat request.
+
+    Raises InvalidRequestError (``param`` names the field) for what Converse cannot honour.
+    """
+    for key, message in _REFUSED.items():
+        if chat.get(key):
+            raise InvalidRequestError(message, param=key)
+    if chat.get("n") not in (None, 1):
+        raise InvalidRequestError("n: bedrock upstreams return exactly one choice", param="n")
+    messages = chat.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequestError("messages: a non-empty array is required", param="messages")
+    system, converted = _convert_messages(messages)
+    req: JSON = {"messages": converted}
+    if system:
+        req["system"] = [{"text": text} for text in system]
+    inference = _inference_config(chat)
+    if inference:
+        req["inferenceConfig"] = inference
+    if chat.get("tools"):
+        tool_config = _tool_config(chat)
+        if tool_config is not None:
+            req["toolConfig"] = tool_config
+    output = _output_config(chat.get("response_format"))
+    if output is not None:
+        req["outputConfig"] = output
+    return req
+
+
+def _inference_config(chat: JSON) -> JSON:
+    out: JSON = {}
+    max_tokens = chat.get("max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = chat.get("max_tokens")
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise InvalidRequestError("max_tokens: must be an integer >= 1", param="max_tokens")
+        out["maxTokens"] = max_tokens
+    if chat.get("temperature") is not None:
+        out["temperature"] = chat["temperature"]
+    if chat.get("top_p") is not None:
+        out["topP"] = chat["top_p"]
+    stop = chat.get("stop")
+    if isinstance(stop, str):
+        out["stopSequences"] = [stop]
+    elif isinstance(stop, list) and stop:
+        out["stopSequences"] = stop
+    return out
+
+
+def _convert_messages(messages: list[Any]) -> tuple[list[str], list[JSON]]:
+    system: list[str] = []
+    out: list[JSON] = []
+    for i, msg in enumerate(messages):
+        path = f"messages[{i}]"
+        role = msg.get("role") if isinstance(msg, dict) else None
+        if role in ("system", "developer"):
+            text = _text_of(msg.get("content"), path)
+            if text:
+                system.append(text)
+        elif role == "user":
+            _append(out, "user", _user_blocks(msg.get("content"), path))
+        elif role == "assistant":
+            _append(out, "assistant", _assistant_blocks(msg, path))
+        elif role == "tool":
+            _append(out, "user", [_tool_result(msg, path)])
+        else:
+            raise InvalidRequestError(f"{path}.role: unknown role {role!r}", param=f"{path}.role")
+    return system, out
+
+
+def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
+    # Converse wants roles to alternate; a tool turn's results go in one user message.
+    if not blocks:
+        return
+    if out and out[-1]["role"] == role:
+        out[-1]["content"].extend(blocks)
+    else:
+        out.append({"role": role, "content": blocks})
+
+
+def _text_of(content: Any, path: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise InvalidRequestError(f"{path}.content: must be a string or an array", param=path)
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
+            raise InvalidRequestError(
+                f"{path}.content[{j}]: only text parts are allowed here",
+                param=f"{path}.content[{j}]",
+            )
+        texts.append(part.get("text") or part.get("refusal") or "")
+    return "\n\n".join(texts)
+
+
+def _user_blocks(content: Any, path: str) -> list[JSON]:
+    if not isinstance(content, list):
+        text = _text_of(content, path)
+        return [{"text": text}] if text else []
+    blocks: list[JSON] = []
+    for j, part in enumerate(content):
+        ppath = f"{path}.content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            if part.get("text"):
+                blocks.append({"text": part["text"]})
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            blocks.append(_image_block(url, f"{ppath}.image_url.url"))
+        else:
+            raise InvalidRequestError(
+                f"{ppath}.type: '{kind}' parts are not supported by bedrock upstreams",
+                param=f"{ppath}.type",
+            )
+    return blocks
+
+
+def _image_block(url: Any, path: str) -> JSON:
+    if not isinstance(url, str) or not url.startswith("data:"):
+        raise InvalidRequestError(
+            f"{path}: bedrock upstreams take images inline as base64 data URLs", param=path
+        )
+    header, _, data = url[5:].partition(",")
+    media_type, _, encoding = header.partition(";")
+    image_format = _IMAGE_FORMATS.get(media_type)
+    if encoding != "base64" or image_format is None:
+        raise InvalidRequestError(
+            f"{path}: bedrock upstreams take base64 png, jpeg, gif or webp images", param=path
+        )
+    # The JSON wire carries a blob as base64, which the data URL already is.
+    return {"image": {"format": image_format, "source": {"bytes": data}}}
+
+
+def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
+    text = _text_of(msg.get("content"), path)
+    blocks: list[JSON] = [{"text": text}] if text else []
+    for j, call in enumerate(msg.get("tool_calls") or ()):
+        cpath = f"{path}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+            raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
+        blocks.append(
+            {
+                "toolUse": {
+                    "toolUseId": call["id"],
+                    "name": function.get("name") or "",
+                    "input": _arguments(function.get("arguments"), f"{cpath}.function"),
+                }
+            }
+        )
+    return blocks
+
+
+def _arguments(arguments: Any, path: str) -> JSON:
+    if arguments is None or arguments == "":
+        return {}
+    try:
+        value = _decode(arguments) if isinstance(arguments, str) else arguments
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            f"{path}.arguments: must be a JSON object", param=f"{path}.arguments"
+        )
+    return value
+
+
+def _tool_result(msg: JSON, path: str) -> JSON:
+    call_id = msg.get("tool_call_id")
+    if not isinstance(call_id, str):
+        raise InvalidRequestError(
+            f"{path}.tool_call_id: must be a string", param=f"{path}.tool_call_id"
+        )
+    text = _text_of(msg.get("content"), path)
+    return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": "success"}}
+
+
+def _tool_config(chat: JSON) -> JSON | None:
+    tools: list[JSON] = []
+    for i, tool in enumerate(chat["tools"]):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type") != "function":
+            raise InvalidRequestError(
+                f"tools[{i}].type: only function tools are supported by bedrock upstreams",
+                param=f"tools[{i}].type",
+            )
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidRequestError(
+                f"tools[{i}].function.name: required", param=f"tools[{i}].function.name"
+            )
+        spec: JSON = {
+            "name": name,
+            "inputSchema": {
+                "json": function.get("parameters") or {"type": "object", "properties": {}}
+            },
+        }
+        if function.get("description"):
+            spec["description"] = function["description"]
+        tools.append({"toolSpec": spec})
+    choice = chat.get("tool_choice")
+    if choice == "none":
+        return None  # Converse has no "none": not offering the tools is the same constraint
+    config: JSON = {"tools": tools}
+    if choice == "auto":
+        config["toolChoice"] = {"auto": {}}
+    elif choice == "required":
+        config["toolChoice"] = {"any": {}}
+    elif isinstance(choice, dict) and choice.get("type") == "function":
+        name = (choice.get("function") or {}).get("name")
+        if not isinstance(name, str):
+            raise InvalidRequestError(
+                "tool_choice.function.name: required", param="tool_choice.function.name"
+            )
+        config["toolChoice"] = {"tool": {"name": name}}
+    elif choice is not None:
+        raise InvalidRequestError(
+            "tool_choice: not supported by bedrock upstreams", param="tool_choice"
+        )
+    return config
+
+
+def _output_config(fmt: Any) -> JSON | None:
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind is None or kind == "text":
+        return None
+    spec = fmt.get("json_schema") if kind == "json_schema" else None
+    if isinstance(spec, dict) and isinstance(spec.get("schema"), dict):
+        definition: JSON = {"schema": _encode(spec["schema"]).decode()}
+        if isinstance(spec.get("name"), str):
+            definition["name"] = spec["name"]
+        return {"textFormat": {"type": "json_schema", "structure": {"jsonSchema": definition}}}
+    raise InvalidRequestError(
+        f"response_format: '{kind}' cannot be honoured by bedrock upstreams "
+        "(use json_schema with a schema)",
+        param="response_format",
+    )
+
+
+def chat_usage(usage: Any) -> JSON:
+    """Chat usage from Converse ``TokenUsage``: the prompt total includes cache reads and
+    writes (Converse counts them apart from ``inputTokens``)."""
+    if not isinstance(usage, dict):
+        usage = {}
+    read = usage.get("cacheReadInputTokens") or 0
+    written = usage.get("cacheWriteInputTokens") or 0
+    prompt = (usage.get("inputTokens") or 0) + read + written
+    completion = usage.get("outputTokens") or 0
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
+    }
+
+
+def finish_reason(stop_reason: Any) -> str:
+    """The chat finish reason for a Converse ``stopReason``."""
+    return _FINISH.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
+
+
+def from_converse_response(data: JSON, *, model: str) -> JSON:
+    """A canonical chat completion from a Converse answer (``output.message`` must exist)."""
+    message = data["output"]["message"]
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[JSON] = []
+    for block in message.get("content") or ():
+        if not isinstance(block, dict):
+            continue
+        if isinstance(block.get("text"), str):
+            texts.append(block["text"])
+        elif isinstance(block.get("toolUse"), dict):
+            use = block["toolUse"]
+            calls.append(_call(use.get("toolUseId"), use.get("name"), use.get("input") or {}))
+        elif isinstance(block.get("reasoningContent"), dict):
+            text = (block["reasoningContent"].get("reasoningText") or {}).get("text")
+            if isinstance(text, str):
+                reasoning.append(text)
+    stop = data.get("stopReason")
+    text = "".join(texts)
+    out: JSON = {"role": "assistant", "content": text if texts or not calls else None}
+    out["refusal"] = None
+    if stop in REFUSALS:
+        out["content"], out["refusal"] = None, text or "The request was blocked by a guardrail."
+    if reasoning:
+        out["reasoning_content"] = "".join(reasoning)
+    if calls:
+        out["tool_calls"] = calls
+    return {
+        "id": new_id("chatcmpl-"),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": out, "finish_reason": finish_reason(stop), "logprobs": None}
+        ],
+        "usage": chat_usage(data.get("usage")),
+    }
+
+
+def _call(call_id: Any, name: Any, arguments: JSON) -> JSON:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": _encode(arguments).decode()},
+    }

@@ -1,0 +1,286 @@
+"""Routes of kind ``bedrock`` through the real gateway, on every client surface.
+
+The official openai (chat, responses) and anthropic (messages) SDKs talk to the gateway; a
+``bedrock`` route sends Converse/ConverseStream to :class:`FakeBedrock`, which validates each
+body against botocore's service model and verifies each SigV4 signature. Covered: a chat, a
+stream, a tool call round trip and a failover hop to bedrock on every surface; a throttled
+answer is observed as a rate limit with its retry-after; a guardrail refusal reaches the
+client in its surface's refusal form and is neither failed over nor counted as a failure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from schemas import Observation, subjects
+from tests.e2e._surface_clients import (
+    DRIVERS,
+    MAX_TOKENS,
+    PREV_ARGS,
+    PREV_CALL,
+    PREV_RESULT,
+    QUESTION,
+    SYSTEM,
+    TEMPERATURE,
+    TOOL_NAME,
+    TOOL_SCHEMA,
+    Answer,
+)
+from tests.e2e.conftest import CHAT, config, eid, model, route, watch
+from tests.fixtures.upstream import Reply, ToolCall, UpstreamFactory
+from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from tests.fixtures.gateway import GatewayFactory
+    from tests.fixtures.upstream import Recorded
+
+pytestmark = pytest.mark.e2e
+
+SURFACES = ("chat", "responses", "messages")
+MODEL_ID = "anthropic.claude-3-5-sonnet-20240620-v1:0"  # the ':' must survive signing
+NEW_CALL = "tooluse_new1"
+NEW_ARGS = '{"city":"Paris","unit":"c"}'
+USAGE = (10, 5, 4)  # prompt tokens (4 of them cache reads), completion tokens, cached
+REFUSAL = "Sorry, the model cannot answer this question."
+_PREV_USE = {"toolUseId": PREV_CALL, "name": TOOL_NAME, "input": PREV_ARGS}
+
+
+def bedrock_route(up: FakeBedrock, **extra: Any) -> dict[str, Any]:
+    """A ``bedrock`` route to ``up``, signed with the key it knows."""
+    return {
+        "kind": "bedrock",
+        "base_url": up.base_url,
+        "bedrock": {"region": BEDROCK_REGION},
+        "provider_model_id": MODEL_ID,
+        "api_key": BEDROCK_KEY,
+        **extra,
+    }
+
+
+@pytest.fixture
+async def bedrock() -> AsyncIterator[FakeBedrock]:
+    up = FakeBedrock("bedrock1", cached_tokens=USAGE[2], chunks=4)
+    await up.start()
+    try:
+        yield up
+    finally:
+        await up.close()
+
+
+def _assert_bedrock_saw(rec: Recorded, *, tools: bool, stream: bool) -> None:
+    # The signature verified over the path as sent, so the model id went out as signed.
+    assert rec.credential == BEDROCK_KEY
+    assert (rec.model, rec.stream) == (MODEL_ID, stream)
+    body = rec.json
+    assert body["system"] == [{"text": SYSTEM}]
+    assert body["inferenceConfig"] == {"maxTokens": MAX_TOKENS, "temperature": TEMPERATURE}
+    msgs = body["messages"]
+    assert msgs[0] == {"role": "user", "content": [{"text": QUESTION}]}
+    if not tools:
+        assert len(msgs) == 1 and "toolConfig" not in body
+        return
+    assert msgs[1:] == [
+        {
+            "role": "assistant",
+            "content": [{"toolUse": _PREV_USE}],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": PREV_CALL,
+                        "content": [{"text": PREV_RESULT}],
+                        "status": "success",
+                    }
+                }
+            ],
+        },
+    ]
+    (tool,) = body["toolConfig"]["tools"]
+    assert tool["toolSpec"]["name"] == TOOL_NAME
+    assert tool["toolSpec"]["inputSchema"] == {"json": TOOL_SCHEMA}
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_bedrock_route_answers_plain_and_streamed_with_usage(
+    gateway_factory: GatewayFactory, bedrock: FakeBedrock, surface: str
+) -> None:
+    gw = await gateway_factory(config(model("m", bedrock_route(bedrock))))
+    driver = DRIVERS[surface](gw)
+
+    plain = await driver.plain()
+    streamed = await driver.stream()
+
+    assert plain == Answer(bedrock.text, driver.stops[0], USAGE, routed_via=eid("m", bedrock))
+    assert len(streamed.deltas) == 4 and "".join(streamed.deltas) == bedrock.text
+    assert (streamed.text, streamed.stop, streamed.usage) == (bedrock.text, driver.stops[0], USAGE)
+    first, second = bedrock.requests
+    _assert_bedrock_saw(first, tools=False, stream=False)
+    _assert_bedrock_saw(second, tools=False, stream=True)
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_bedrock_route_tool_calls_round_trip_plain_and_streamed(
+    gateway_factory: GatewayFactory, bedrock: FakeBedrock, surface: str
+) -> None:
+    gw = await gateway_factory(config(model("m", bedrock_route(bedrock))))
+    bedrock.set_default(ToolCall(TOOL_NAME, NEW_ARGS, call_id=NEW_CALL))
+    driver = DRIVERS[surface](gw)
+
+    plain = await driver.plain(tools=True)
+    streamed = await driver.stream(tools=True)
+
+    for got in (plain, streamed):
+        assert got.calls == [(NEW_CALL, TOOL_NAME, NEW_ARGS)]
+        assert (got.text, got.stop, got.usage) == ("", driver.stops[1], USAGE)
+    assert len(streamed.deltas) > 1 and "".join(streamed.deltas) == NEW_ARGS
+    _assert_bedrock_saw(bedrock.requests[0], tools=True, stream=False)
+    _assert_bedrock_saw(bedrock.requests[1], tools=True, stream=True)
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_failover_hops_from_a_failing_route_to_bedrock(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    bedrock: FakeBedrock,
+    surface: str,
+) -> None:
+    broken = await fake_upstreams("broken", default=Reply(503))
+    gw = await gateway_factory(
+        config(model("m", route(broken), bedrock_route(bedrock, fallback_only=True)))
+    )
+    driver = DRIVERS[surface](gw)
+
+    plain = await driver.plain()
+    streamed = await driver.stream()
+
+    for got in (plain, streamed):
+        assert (got.text, got.routed_via) == (bedrock.text, eid("m", bedrock))
+    assert len(broken.requests) == 2 and len(bedrock.requests) == 2
+
+
+async def test_bedrock_throttle_is_observed_as_a_rate_limit_with_its_retry_after(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, bedrock: FakeBedrock
+) -> None:
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(
+        config(model("m", bedrock_route(bedrock), route(spare, fallback_only=True)))
+    )
+    bedrock.enqueue(Reply(429, headers={"Retry-After": "7"}))  # a ThrottlingException
+
+    async with watch(gw, subjects.OBSERVATION_ANY) as obs:
+        got = await DRIVERS["chat"](gw).plain()
+        throttled = await obs.next(Observation, lambda o: o.endpoint == eid("m", bedrock))
+        served = await obs.next(Observation, lambda o: o.endpoint == eid("m", spare))
+
+    assert got.text == spare.text
+    assert (throttled.status, throttled.retry_after, throttled.error_kind) == (
+        429,
+        7.0,
+        "rate_limited",
+    )
+    assert not throttled.auth_rejection
+    assert served.outcome == "success"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_bedrock_guardrail_refusal_reaches_the_client_and_is_not_failed_over(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    bedrock: FakeBedrock,
+    surface: str,
+    stream: bool,
+) -> None:
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(
+        config(model("m", bedrock_route(bedrock), route(spare, fallback_only=True)))
+    )
+    bedrock.text, bedrock.stop_reason = REFUSAL, "guardrail_intervened"
+
+    async with watch(gw, subjects.observation(eid("m", bedrock))) as obs:
+        raw = await _refused(gw, surface, stream)
+        seen = await obs.next(Observation)
+
+    assert (
+        raw
+        == {
+            "chat": ("content_filter", REFUSAL),
+            "responses": ("incomplete", "content_filter"),
+            "messages": ("refusal", REFUSAL),
+        }[surface]
+    )
+    assert seen.outcome == "success" and seen.status == 200
+    assert spare.requests == []
+
+
+async def _refused(gw: Any, surface: str, stream: bool) -> tuple[str, str]:
+    """What the client saw of a refusal: (stop reason, refusal text or reason)."""
+    args = {"model": "m", "max_tokens": MAX_TOKENS}
+    messages = [{"role": "user", "content": QUESTION}]
+    if surface == "chat":
+        client = gw.openai()
+        if not stream:
+            c = await client.chat.completions.create(messages=messages, **args)
+            return c.choices[0].finish_reason, c.choices[0].message.refusal or ""
+        text, finish = [], ""
+        async for chunk in await client.chat.completions.create(
+            messages=messages, stream=True, **args
+        ):
+            for choice in chunk.choices:
+                text.append(choice.delta.content or choice.delta.refusal or "")
+                finish = choice.finish_reason or finish
+        return finish, "".join(text)
+    if surface == "responses":
+        client = gw.openai()
+        kw = {"model": "m", "input": QUESTION, "max_output_tokens": MAX_TOKENS}
+        if stream:
+            async with client.responses.stream(**kw) as s:
+                # A refused answer ends in response.incomplete, never response.completed.
+                ends = [e.response async for e in s if e.type == "response.incomplete"]
+            r = ends[-1]
+        else:
+            r = await client.responses.create(**kw)
+        return r.status, r.incomplete_details.reason if r.incomplete_details else ""
+    client = gw.anthropic()
+    if stream:
+        async with client.messages.stream(messages=messages, **args) as s:
+            m = await s.get_final_message()
+    else:
+        m = await client.messages.create(messages=messages, **args)
+    return m.stop_reason, "".join(b.text for b in m.content if b.type == "text")
+
+
+async def test_bedrock_endpoint_has_a_health_deep_row_and_explain_names_its_kind(
+    gateway_factory: GatewayFactory, bedrock: FakeBedrock
+) -> None:
+    admin = "bedrock-admin-key"
+    gw = await gateway_factory(config(model("m", bedrock_route(bedrock)), admin_key=admin))
+    http = gw.http(headers={"authorization": f"Bearer {admin}"})
+    endpoint = eid("m", bedrock)
+
+    deep = (await http.get("/health/deep")).json()
+    explained = await http.post(
+        "/admin/routing/explain",
+        json={
+            "path": CHAT,
+            "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+        },
+    )
+
+    row = deep["endpoints"][endpoint]
+    assert (row["model"], row["circuit_state"], row["base_url"]) == (
+        "m",
+        "closed",
+        bedrock.base_url,
+    )
+    assert explained.status_code == 200, explained.text
+    (candidate,) = explained.json()["plan"]["candidates"]
+    assert (candidate["endpoint"], candidate["kind"]) == (endpoint, "bedrock")
+    assert candidate["upstream_model"] == MODEL_ID
+    assert bedrock.requests == []  # neither sent anything upstream

@@ -1,0 +1,113 @@
+"""More of what an operator's command line meets, each run as the venv's ``llmgw`` script: a
+gateway started at a NATS nobody serves, ``llmgw events`` given a kind that does not exist
+or asked to catch up without NATS, and ``spend report`` given a duration."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import CHAT, WAIT, assert_openai_error, chat, config, model
+from tests.e2e.test_cli_operator import llmgw, one_line_error
+from tests.fixtures.gateway import GatewayProcess
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "adm-cli-errors"
+
+
+def _dead_nats() -> tuple[socket.socket, str]:
+    """A port bound and never listening (connections are refused), and its NATS URL."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s, f"nats://127.0.0.1:{s.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("role", ["ingress", "actors"])
+def test_serve_at_a_nats_nobody_serves_says_so_in_one_line(tmp_path: Path, role: str) -> None:
+    held, url = _dead_nats()
+    with held:
+        done = llmgw(tmp_path, "serve", "--role", role, "--bus", url, "--port", "0")
+
+    assert one_line_error(done) == f"llmgw: cannot connect to NATS at {url}: connection refused"
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+def test_events_with_a_kind_no_event_has_is_refused_in_one_line(tmp_path: Path) -> None:
+    done = llmgw(tmp_path, "events", "--filter", "circuit,bogus")
+
+    line = one_line_error(done)
+    assert "'bogus'" in line and "circuit" in line and "decision" in line, line
+
+
+async def test_the_event_stream_refuses_a_kind_no_event_has(
+    gateway_factory: GatewayFactory,
+) -> None:
+    gw = await gateway_factory(config(model("m", {"kind": "echo"}), admin_key=ADMIN))
+
+    resp = await gw.http().get("/events?kind=bogus", headers={"authorization": f"Bearer {ADMIN}"})
+
+    assert assert_openai_error(resp, 400, "invalid_request")["param"] == "kind"
+
+
+async def test_events_since_and_spend_and_logs_take_durations_and_times_on_the_local_socket(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    """The demo gateway on the in-process bus, reached through its local socket: ``events
+    --since`` replays what that bus kept, and every ``since`` takes both a duration ago and
+    an ISO 8601 time."""
+    proc = GatewayProcess(["serve", "--port", "0"], cwd=tmp_path)
+    processes.append(proc)
+    await asyncio.to_thread(proc.start)
+    async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
+        assert (await client.post(CHAT, json=chat("demo"))).status_code == 200
+    reload = await asyncio.to_thread(llmgw, tmp_path, "admin", "reload")
+    assert reload.returncode == 0, reload.stderr
+    an_hour_ago = (datetime.now(UTC) - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+
+    events = await asyncio.to_thread(
+        llmgw, tmp_path, "events", "--since", "10m", "--filter", "admin", "--count", "1"
+    )
+    spent = [
+        await asyncio.to_thread(
+            llmgw, tmp_path, "admin", "spend", "report", "--arg", f"since={since}"
+        )
+        for since in ("10m", an_hour_ago)
+    ]
+    logged = [
+        await asyncio.to_thread(
+            llmgw, tmp_path, "logs", "--since", since, "--kind", "request", "--json"
+        )
+        for since in ("10m", an_hour_ago)
+    ]
+
+    assert events.returncode == 0, events.stderr
+    (line,) = events.stdout.splitlines()
+    replayed = json.loads(line)
+    assert (replayed["kind"], replayed["area"], replayed["verb"]) == ("admin", "config", "reload")
+    for done in spent:
+        assert done.returncode == 0, done.stderr
+        assert [g["requests"] for g in json.loads(done.stdout)["groups"]] == [1]
+    for done in logged:
+        assert done.returncode == 0, done.stderr
+        assert [json.loads(r)["requested_model"] for r in done.stdout.splitlines()] == ["demo"]
+
+
+def test_admin_given_json_nested_past_the_stack_says_so_in_one_line(tmp_path: Path) -> None:
+    deep = '{"rules": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    (tmp_path / "rules.json").write_text(deep)
+
+    done = llmgw(tmp_path, "admin", "rules", "put", "--file", str(tmp_path / "rules.json"))
+
+    assert one_line_error(done).endswith("is JSON nested too deeply")

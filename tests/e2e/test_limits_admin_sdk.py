@@ -1,0 +1,101 @@
+"""What an operator setting limits reads, through the real gateway: a spent budget names its
+period in words, a limit on a key that does not exist is refused, and a limit value of the
+wrong type is refused naming the field (HTTP admin API and ``llmgw admin``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any
+
+import openai
+import pytest
+
+from tests.e2e.conftest import HI, model, route
+from tests.e2e.keys_support import ADMIN, admin_http, keys_config
+from tests.e2e.limits_support import new_key, set_limit
+from tests.fixtures.gateway import REPO
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream
+
+pytestmark = pytest.mark.e2e
+
+PRICING = {"prompt": 2.0, "completion": 10.0}  # USD per million tokens
+
+
+async def _gateway(
+    gateway_factory: GatewayFactory, up: FakeUpstream, tmp_path: Path
+) -> RunningGateway:
+    return await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING))))
+
+
+@pytest.mark.parametrize(("period", "word"), [("day", "daily"), ("week", "weekly")])
+async def test_a_spent_budget_names_its_period_in_words(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    period: str,
+    word: str,
+) -> None:
+    gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
+    key, _ = await new_key(tmp_path, org="acme")
+    # A request reserves about 70 micro-USD; the org may spend 50.
+    await set_limit(gw, "org", "acme", budget=f"0.00005/{period}")
+
+    with pytest.raises(openai.RateLimitError) as refused:
+        await gw.openai(key).chat.completions.create(model="m", messages=HI, max_tokens=5)
+
+    message = refused.value.body["message"]  # type: ignore[index]
+    assert f"the {word} budget of $5e-05 is spent" in message, message
+
+
+async def test_a_limit_on_a_key_that_does_not_exist_is_refused(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
+    _, key_id = await new_key(tmp_path)
+    http = admin_http(gw)
+
+    missing = await http.put("/admin/limits/key/gk-000000000000", json={"rpm": 5})
+    known = await http.put(f"/admin/limits/key/{key_id}", json={"rpm": 5})
+
+    assert missing.status_code == 404, missing.text
+    assert "gk-000000000000" in missing.json()["error"]["message"]
+    assert known.status_code == 200, known.text
+    assert (await http.get("/admin/limits")).json()["limits"] == {f"key:{key_id}": {"rpm": 5}}
+
+
+@pytest.mark.parametrize(("name", "value"), [("tpm", "abc"), ("rpm", 1.5), ("soft_fraction", "x")])
+async def test_a_limit_value_of_the_wrong_type_is_refused_naming_the_field(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    name: str,
+    value: Any,
+) -> None:
+    gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
+    over_http = await admin_http(gw).put(
+        "/admin/limits/org/acme", json={"budget": "1/day", name: value}
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway.cli.main", "admin", "limits", "set"),
+        *("--url", gw.url, "--admin-key", ADMIN, "--arg", "subject=org:acme"),
+        *("--arg", f"{name}={value}"),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, raw_err = await asyncio.wait_for(proc.communicate(), 30)
+    err = raw_err.decode()
+
+    body: dict[str, Any] = over_http.json()["error"]
+    assert over_http.status_code == 400 and body["param"] == name
+    assert body["message"] == f"'{name}' must be " + body["message"].split(" must be ", 1)[1]
+    assert repr(value) in body["message"]
+    assert "Expected" not in body["message"] and "$." not in body["message"]
+    assert proc.returncode == 1
+    assert err.count("\n") == 1 and f"'{name}' must be" in err and repr(value) in err, err

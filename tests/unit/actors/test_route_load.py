@@ -1,0 +1,175 @@
+"""RouteLoad (actors/state/route_load.py): in-flight counts per route that heal by
+themselves, and the AIMD learned limit (cut by 429s and by TTFT inflation, raised by
+successes). Times are plain numbers on an injected clock: nothing waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.state.route_load import LearnedLimit, RouteLoad
+
+
+def load(**caps: int | None) -> RouteLoad:
+    return RouteLoad(caps or {"a": None, "b": None, "c": None}, ttl=60.0, min_limit=2.0)
+
+
+# -- in flight --------------------------------------------------------------------------------
+
+
+def test_a_plans_primary_counts_until_its_attempt_ends_however_it_ends() -> None:
+    rl = load()
+    for rid in ("r1", "r2", "r3"):
+        rl.issued(rid, ("a", "b"), 0.0)
+
+    assert rl.in_flight("a") == 3
+    rl.observed("r1", "a", "success", 1.0)
+    rl.observed("r2", "a", "cancelled", 1.0)  # the client went away
+    rl.observed("r3", "a", "client_error", 1.0)
+    assert (rl.in_flight("a"), rl.in_flight("b")) == (0, 0)
+
+
+def test_a_failure_moves_the_count_to_the_next_candidate_and_its_end_releases_it() -> None:
+    rl = load()
+    rl.issued("r", ("a", "b", "c"), 0.0)
+
+    assert rl.observed("r", "a", "failure", 1.0) == (0, True)
+    assert (rl.in_flight("a"), rl.in_flight("b")) == (0, 1)
+    # b was skipped by the ingress (its lease refused): c's observation finds the count.
+    assert rl.observed("r", "c", "success", 2.0) == (0, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
+def test_the_last_candidates_failure_ends_the_count() -> None:
+    rl = load()
+    rl.issued("r", ("a",), 0.0)
+    rl.observed("r", "a", "failure", 1.0)
+
+    assert rl.in_flight("a") == 0
+
+
+def test_an_unsent_candidate_ends_its_count_and_a_hedges_other_side_is_ignored() -> None:
+    rl = load()
+    rl.issued("r1", ("a", "b"), 0.0)
+    rl.issued("r2", ("a", "b"), 0.0)
+    rl.unsent("r1", "b")  # not the candidate it counts: nothing
+    rl.unsent("r1", "a")
+
+    assert rl.observed("r2", "c", "success", 1.0) == (-1, False)  # not of this plan
+    assert rl.in_flight("a") == 1
+
+
+def test_counts_whose_observation_never_comes_expire_after_the_ttl() -> None:
+    rl = load()
+    rl.issued("lost", ("a",), 0.0)
+    rl.issued("live", ("a",), 30.0)
+
+    assert rl.expire(59.0) == 0
+    assert rl.expire(60.0) == 1
+    assert rl.in_flight("a") == 1
+    rl.issued("next", ("a",), 100.0)  # issuing sweeps too
+    assert rl.in_flight("a") == 1
+
+
+def test_an_observation_of_an_unknown_request_changes_nothing() -> None:
+    rl = load()
+
+    assert rl.observed("nobody", "a", "success", 0.0) == (-1, False)
+    assert rl.in_flight("a") == 0
+
+
+# -- the learned limit ------------------------------------------------------------------------
+
+
+def test_no_limit_until_congestion_then_a_429_halves_from_the_concurrency_it_refused_at() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+
+    assert lim.admits(1000) and lim.effective() is None
+    assert lim.rate_limited(at_send=9, now=0.0)
+    assert lim.limit == pytest.approx(5.0) and lim.reason == "rate_limited"
+    assert not lim.admits(5) and lim.admits(4)
+
+
+def test_one_burst_of_429s_cuts_once_and_a_later_one_cuts_again_never_under_the_floor() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    lim.rate_limited(9, 0.0)
+
+    assert not lim.rate_limited(9, 0.5)  # the same burst
+    assert lim.rate_limited(4, 1.0)
+    assert lim.limit == pytest.approx(2.5)
+    lim.rate_limited(1, 2.0)
+    assert lim.limit == pytest.approx(2.0)
+
+
+def test_successes_at_the_limit_raise_it_by_one_over_the_limit_up_to_the_cap() -> None:
+    lim = LearnedLimit(cap=5, min_limit=2.0)
+    lim.rate_limited(7, 0.0)  # 4
+    grown = [lim.succeeded(100.0, at_send=3, now=1.0 + i) for i in range(8)]
+
+    assert grown[:4] == [True] * 4  # 4 + 1/4, + 1/4.25, ...
+    assert grown[-1] is False and lim.limit == pytest.approx(5.0)  # capped at 5
+    assert lim.effective() == 5.0
+
+
+def test_successes_far_under_the_limit_do_not_raise_it() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    lim.rate_limited(19, 0.0)  # 10
+
+    assert not lim.succeeded(100.0, at_send=2, now=1.0)
+    assert lim.limit == pytest.approx(10.0)
+
+
+def test_ttft_inflating_over_the_unloaded_baseline_cuts_from_the_concurrency_it_was_sent_at() -> (
+    None
+):
+    lim = LearnedLimit(cap=None, min_limit=2.0, inflation=2.0)
+    for i in range(3):
+        lim.succeeded(100.0, at_send=0, now=float(i))  # idle: the baseline
+    changed = [lim.succeeded(1000.0, at_send=8, now=10.0 + i / 4) for i in range(5)]
+
+    assert lim.baseline_ms == pytest.approx(100.0)
+    # Three inflated answers in a row cut; then one cut a second.
+    assert changed == [False, False, True, False, False]
+    assert lim.limit == pytest.approx(7.2) and lim.reason == "ttft_inflated"
+
+
+def test_a_slow_answer_alone_is_no_queue() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    lim.succeeded(100.0, at_send=0, now=0.0)
+
+    assert not lim.succeeded(5000.0, at_send=1, now=1.0)  # sent with one other in flight
+    assert lim.limit is None
+
+
+def test_the_baseline_follows_a_provider_that_became_slower_for_good_slowly() -> None:
+    lim = LearnedLimit(cap=None)
+    lim.succeeded(100.0, at_send=0, now=0.0)
+    for i in range(100):
+        lim.succeeded(300.0, at_send=0, now=1.0 + i)
+
+    assert lim.baseline_ms is not None and 200.0 < lim.baseline_ms < 300.0
+
+
+def test_saturated_is_the_learned_limit_against_the_count() -> None:
+    rl = load()
+    rl.limits["a"].rate_limited(3, 0.0)  # 2
+    rl.issued("r1", ("a",), 1.0)
+
+    assert not rl.saturated("a")
+    rl.issued("r2", ("a",), 1.0)
+    assert rl.saturated("a") and not rl.saturated("b")
+
+
+def test_an_inflation_every_route_shares_is_not_one_routes_queue() -> None:
+    rl = load()
+    for e in "abc":
+        rl.succeeded(e, 10.0, at_send=0, now=0.0)  # the baselines
+    # The gateway itself is slow: every route's answers take ten times as long.
+    for e in "bc":
+        for i in range(5):
+            rl.succeeded(e, 100.0, at_send=0, now=1.0 + i)
+    shared = [rl.succeeded("a", 100.0, at_send=4, now=10.0 + i) for i in range(5)]
+    own = [rl.succeeded("a", 3000.0, at_send=4, now=20.0 + i / 10) for i in range(3)]
+
+    assert shared == [False] * 5
+    assert own == [False, False, True]  # a alone is far slower still: its queue
+    assert rl.limits["a"].reason == "ttft_inflated"

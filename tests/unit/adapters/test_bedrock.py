@@ -1,0 +1,216 @@
+"""The ``bedrock`` adapter against the fake Bedrock: error classification by exception name,
+exception events mid-stream, and signing from botocore's credential chain."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import pytest
+
+from gateway.adapters.base import UpstreamTarget
+from gateway.adapters.registry import make_adapters, make_http_client
+from schemas import UpstreamBadResponseError, UpstreamError
+from schemas.bedrock_settings import BedrockSettings
+from tests.fixtures.upstream import Reply
+from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
+from tests.fixtures.upstream_bedrock import exception as exception_frame
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.adapters.base import Adapter
+
+HI = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+async def adapter() -> AsyncIterator[Adapter]:
+    http = make_http_client()
+    try:
+        yield make_adapters(http)["bedrock"]
+    finally:
+        await http.aclose()
+
+
+def _target(up: FakeBedrock, api_key: str | None = BEDROCK_KEY) -> UpstreamTarget:
+    return UpstreamTarget(
+        endpoint="m:bedrock",
+        kind="bedrock",
+        base_url=up.base_url,
+        upstream_model="amazon.nova-lite-v1:0",
+        api_key=api_key,
+        timeout=10.0,
+        connect_timeout=5.0,
+        bedrock=BedrockSettings(region=BEDROCK_REGION),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "http_status", "status", "kind", "counts", "auth"),
+    [
+        ("ThrottlingException", 429, 429, "rate_limited", True, False),
+        ("ServiceQuotaExceededException", 400, 429, "rate_limited", True, False),
+        ("AccessDeniedException", 403, 401, "auth", True, True),
+        ("UnrecognizedClientException", 403, 401, "auth", True, True),
+        ("ValidationException", 400, 400, "invalid_request", False, False),
+        ("ModelTimeoutException", 408, 408, "timeout", True, False),
+        ("ServiceUnavailableException", 503, 503, "unavailable", True, False),
+        ("InternalServerException", 500, 500, "internal_error", True, False),
+    ],
+)
+async def test_error_answer_is_classified_by_its_exception_name(
+    fake_bedrock: FakeBedrock,
+    adapter: Adapter,
+    name: str,
+    http_status: int,
+    status: int,
+    kind: str,
+    counts: bool,
+    auth: bool,
+) -> None:
+    headers = {"x-amzn-ErrorType": f"{name}:http://internal.amazon.com/coral/"}
+    fake_bedrock.enqueue(Reply(http_status, body={"message": f"{name} says no"}, headers=headers))
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.complete(_target(fake_bedrock), HI)
+
+    assert (err.value.status, err.value.kind, err.value.message) == (
+        status,
+        kind,
+        f"{name} says no",
+    )
+    assert err.value.counts_against_endpoint is counts
+    assert err.value.is_auth_rejection is auth
+
+
+async def test_throttling_exception_mid_stream_is_a_rate_limit_after_the_text_before_it(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    body = (
+        event("messageStart", {"role": "assistant"})
+        + event("contentBlockDelta", {"delta": {"text": "Hel"}, "contentBlockIndex": 0})
+        + exception_frame("throttlingException", "slow down")
+    )
+    fake_bedrock.enqueue(Reply(200, body=body))
+    got: list[str] = []
+
+    with pytest.raises(UpstreamError) as err:
+        async for batch in adapter.stream(_target(fake_bedrock), {**HI, "stream": True}):
+            got += [c["choices"][0]["delta"].get("content") or "" for c in batch]
+
+    assert "".join(got) == "Hel"
+    assert (err.value.status, err.value.kind, err.value.message) == (
+        429,
+        "rate_limited",
+        "slow down",
+    )
+
+
+async def test_route_without_a_key_signs_with_botocores_credential_chain(
+    fake_bedrock: FakeBedrock,
+    adapter: Adapter,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: object,
+) -> None:
+    key_id, secret = BEDROCK_KEY.split(":")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/none")
+
+    answer = await adapter.complete(_target(fake_bedrock, api_key=None), HI)
+
+    assert answer["choices"][0]["message"]["content"] == fake_bedrock.text
+    assert fake_bedrock.requests[-1].credential == BEDROCK_KEY  # signed by the env's key
+
+
+async def test_route_whose_profile_does_not_exist_fails_as_no_credentials_sending_nothing(
+    fake_bedrock: FakeBedrock,
+    adapter: Adapter,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: object,
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", f"{tmp_path}/none")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", f"{tmp_path}/none")
+    target = dataclasses.replace(
+        _target(fake_bedrock, api_key=None),
+        bedrock=BedrockSettings(region=BEDROCK_REGION, profile="nope"),
+    )
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.complete(target, HI)
+
+    assert (err.value.kind, err.value.status) == ("no_credentials", None)
+    assert "ProfileNotFound" in err.value.message
+    assert fake_bedrock.requests == []
+
+
+async def test_image_and_structured_output_requests_pass_the_service_models_validation(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    png = "iVBORw0KGgo="
+    body = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Describe it."},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png}"}},
+                ],
+            }
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "desc", "schema": {"type": "object"}},
+        },
+    }
+
+    await adapter.complete(_target(fake_bedrock), body)
+
+    sent = fake_bedrock.requests[-1].json
+    assert sent["messages"][0]["content"][1]["image"]["source"]["bytes"] == png
+    assert sent["outputConfig"]["textFormat"]["structure"]["jsonSchema"]["name"] == "desc"
+
+
+async def test_a_body_the_service_model_refuses_is_the_callers_validation_error(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    call = {"id": "", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},  # toolUseId min 1
+            {"role": "tool", "tool_call_id": "", "content": "x"},
+        ],
+    }
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.complete(_target(fake_bedrock), body)
+
+    assert (err.value.status, err.value.kind) == (400, "invalid_request")
+    assert "toolUseId" in err.value.message and not err.value.counts_against_endpoint
+
+
+@pytest.mark.parametrize("body", [{"output": ["x"]}, {"output": {"message": "x"}}, []])
+async def test_answer_without_an_output_message_is_a_bad_response(
+    fake_bedrock: FakeBedrock, adapter: Adapter, body: object
+) -> None:
+    fake_bedrock.enqueue(Reply(200, body=body))
+
+    with pytest.raises(UpstreamBadResponseError):
+        await adapter.complete(_target(fake_bedrock), HI)
+
+
+async def test_embeddings_are_refused_with_a_400_that_spares_the_endpoint(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    with pytest.raises(UpstreamError) as err:
+        await adapter.embed(_target(fake_bedrock), {"model": "m", "input": "x"})
+
+    assert err.value.status == 400 and not err.value.counts_against_endpoint
+    assert fake_bedrock.requests == []

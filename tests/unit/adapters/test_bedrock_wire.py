@@ -1,0 +1,204 @@
+"""Canonical chat <-> Converse: requests, answers and ConverseStream events (pure)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gateway.adapters.bedrock_stream import ConverseToChatStream
+from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
+from schemas import InvalidRequestError
+
+PNG = "iVBORw0KGgo="
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+
+
+def test_request_carries_system_blocks_images_tool_turns_and_inference_config() -> None:
+    chat: dict[str, Any] = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "t1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                    {"id": "t2", "type": "function", "function": {"name": "g", "arguments": ""}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "t1", "content": "one"},
+            {"role": "tool", "tool_call_id": "t2", "content": "two"},
+        ],
+        "max_completion_tokens": 50,
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "stop": "END",
+    }
+
+    req = to_converse_request(chat)
+
+    assert req["system"] == [{"text": "Be brief."}]
+    assert req["inferenceConfig"] == {
+        "maxTokens": 50,
+        "temperature": 0.2,
+        "topP": 0.9,
+        "stopSequences": ["END"],
+    }
+    user, assistant, results = req["messages"]
+    assert user["content"][1] == {"image": {"format": "png", "source": {"bytes": PNG}}}
+    assert [b["toolUse"]["toolUseId"] for b in assistant["content"]] == ["t1", "t2"]
+    # Both results of one assistant turn travel in one user message.
+    assert results["role"] == "user"
+    assert [b["toolResult"]["content"] for b in results["content"]] == [
+        [{"text": "one"}],
+        [{"text": "two"}],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "converse"),
+    [
+        ("auto", {"auto": {}}),
+        ("required", {"any": {}}),
+        ({"type": "function", "function": {"name": "f"}}, {"tool": {"name": "f"}}),
+    ],
+)
+def test_tool_choice_maps_to_converse_tool_choice(choice: Any, converse: Any) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
+    chat = {"messages": [{"role": "user", "content": "x"}], "tools": tools, "tool_choice": choice}
+
+    config = to_converse_request(chat)["toolConfig"]
+
+    assert config["tools"] == [{"toolSpec": {"name": "f", "inputSchema": {"json": SCHEMA}}}]
+    assert config["toolChoice"] == converse
+
+
+def test_json_schema_response_format_is_converse_output_config() -> None:
+    fmt = {"type": "json_schema", "json_schema": {"name": "out", "schema": SCHEMA}}
+    chat = {"messages": [{"role": "user", "content": "x"}], "response_format": fmt}
+
+    text_format = to_converse_request(chat)["outputConfig"]["textFormat"]
+
+    assert text_format["type"] == "json_schema"
+    definition = text_format["structure"]["jsonSchema"]
+    assert (definition["name"], json.loads(definition["schema"])) == ("out", SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("response_format", {"type": "json_object"}),
+        ("n", 2),
+        ("logprobs", True),
+        (
+            "messages",
+            [{"role": "user", "content": [{"type": "image_url", "image_url": "https://x/y.png"}]}],
+        ),
+    ],
+)
+def test_what_converse_cannot_honour_is_refused_naming_the_field(field: str, value: Any) -> None:
+    chat = {"messages": [{"role": "user", "content": "x"}], field: value}
+
+    with pytest.raises(InvalidRequestError) as err:
+        to_converse_request(chat)
+
+    assert err.value.param is not None and err.value.param.startswith(field)
+
+
+@pytest.mark.parametrize(
+    ("stop", "finish"),
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("max_tokens", "length"),
+        ("tool_use", "tool_calls"),
+        ("guardrail_intervened", "content_filter"),
+        ("content_filtered", "content_filter"),
+    ],
+)
+def test_answer_stop_reason_becomes_the_chat_finish_reason(stop: str, finish: str) -> None:
+    data = {
+        "output": {"message": {"role": "assistant", "content": [{"text": "hi"}]}},
+        "stopReason": stop,
+        "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+    }
+
+    assert from_converse_response(data, model="m")["choices"][0]["finish_reason"] == finish
+
+
+def test_guardrail_answer_is_a_refusal_with_the_guardrails_text() -> None:
+    data = {
+        "output": {"message": {"role": "assistant", "content": [{"text": "Blocked."}]}},
+        "stopReason": "guardrail_intervened",
+        "usage": {"inputTokens": 1, "outputTokens": 1, "totalTokens": 2},
+    }
+
+    message = from_converse_response(data, model="m")["choices"][0]["message"]
+
+    assert (message["content"], message["refusal"]) == (None, "Blocked.")
+
+
+def test_answer_usage_counts_cache_reads_and_writes_in_the_prompt() -> None:
+    usage = {
+        "inputTokens": 3,
+        "outputTokens": 5,
+        "totalTokens": 20,
+        "cacheReadInputTokens": 8,
+        "cacheWriteInputTokens": 4,
+    }
+    data = {
+        "output": {"message": {"role": "assistant", "content": [{"text": "hi"}]}},
+        "stopReason": "end_turn",
+        "usage": usage,
+    }
+
+    got = from_converse_response(data, model="m")["usage"]
+
+    assert (got["prompt_tokens"], got["completion_tokens"], got["total_tokens"]) == (15, 5, 20)
+    assert got["prompt_tokens_details"] == {"cached_tokens": 8, "cache_write_tokens": 4}
+
+
+def test_stream_tool_use_becomes_tool_call_deltas_then_finish_and_usage() -> None:
+    t = ConverseToChatStream("m", include_usage=True)
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("messageStart", {"role": "assistant"}),
+        (
+            "contentBlockStart",
+            {"start": {"toolUse": {"toolUseId": "t1", "name": "f"}}, "contentBlockIndex": 0},
+        ),
+        ("contentBlockDelta", {"delta": {"toolUse": {"input": '{"a":'}}, "contentBlockIndex": 0}),
+        ("contentBlockDelta", {"delta": {"toolUse": {"input": "1}"}}, "contentBlockIndex": 0}),
+        ("contentBlockStop", {"contentBlockIndex": 0}),
+        ("messageStop", {"stopReason": "tool_use"}),
+    ]
+    chunks = [c for name, payload in events for c in t.feed(name, payload)]
+    assert not t.is_complete  # usage (metadata) still to come
+    usage = {"inputTokens": 2, "outputTokens": 3, "totalTokens": 5}
+    chunks += t.feed("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})
+
+    calls = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks[:3]]
+    assert (calls[0]["id"], calls[0]["function"]["name"]) == ("t1", "f")
+    assert "".join(c["function"]["arguments"] for c in calls) == '{"a":1}'
+    assert chunks[3]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[4]["usage"]["total_tokens"] == 5
+    assert t.is_complete
+
+
+def test_stream_ending_after_message_stop_without_metadata_still_finishes() -> None:
+    t = ConverseToChatStream("m", include_usage=False)
+    t.feed("contentBlockDelta", {"delta": {"text": "hi"}, "contentBlockIndex": 0})
+
+    assert t.finish() == []  # before messageStop: nothing says the answer is whole
+    t.feed("messageStop", {"stopReason": "max_tokens"})
+    (last,) = t.finish()
+
+    assert last["choices"][0]["finish_reason"] == "length" and t.is_complete
