@@ -15,6 +15,7 @@ listening socket becomes a server for it:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,6 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from gateway.ingress import http_edge
 
 if TYPE_CHECKING:
-    import asyncio
     import socket
     from collections.abc import Awaitable, Callable, MutableMapping
 
@@ -128,8 +128,6 @@ async def _serve_granian(
 
 
 def _stop_on(shutdown: asyncio.Event, runner: Any) -> asyncio.Task[None]:
-    import asyncio
-
     async def wait() -> None:
         await shutdown.wait()
         runner.stop()
