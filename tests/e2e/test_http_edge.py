@@ -167,6 +167,22 @@ async def test_content_length_with_chunked_is_400_and_the_hidden_request_gets_no
     assert fake_upstream.requests == []
 
 
+# What granian does instead (the defence that matters holds): the body is read as chunked
+# (here empty, so the app refuses it), the connection closes, the hidden request is never read.
+@pytest.mark.parametrize("engine", ["granian"], indirect=True)
+@pytest.mark.parametrize("framing", [CL_TE, TE_CL], ids=["cl-te", "te-cl"])
+async def test_granian_reads_content_length_with_chunked_as_chunked_and_answers_once(
+    gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    framing: list[bytes],
+) -> None:
+    answers = await converse(gw, smuggling(CHAT, framing))
+
+    assert [a.status_code for a in answers] == [400]
+    assert answers[0].headers["connection"] == "close"
+    assert fake_upstream.requests == []
+
+
 # granian: as above, hyper reads it as chunked and closes; it is not refused.
 @HYPERCORN_ONLY
 async def test_smuggling_on_messages_is_refused_in_anthropic_shape(gw: RunningGateway) -> None:
