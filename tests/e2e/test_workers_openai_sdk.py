@@ -124,11 +124,14 @@ class Supervisor:
         return await asyncio.to_thread(self.proc.wait, WAIT * 3)
 
     async def close(self) -> None:
-        """Kill it if it still runs, and release the pipes and the thread reading them."""
+        """Stop it if it still runs (SIGKILL if SIGTERM does not do), and release the pipes
+        and the thread reading them."""
         assert self.proc is not None
-        if self.proc.poll() is None:
+        try:
+            await self.stop()
+        except subprocess.TimeoutExpired:
             self.proc.kill()
-        await asyncio.to_thread(self.proc.wait)
+            await asyncio.to_thread(self.proc.wait)
         if self._follower is not None:
             await asyncio.to_thread(self._follower.join, WAIT)
         for pipe in (self.proc.stdout, self.proc.stderr):
@@ -138,7 +141,7 @@ class Supervisor:
 
 @pytest.fixture
 async def supervisors() -> AsyncIterator[list[Supervisor]]:
-    """Supervisors a test started; closed at teardown (killed if the test left one running)."""
+    """Supervisors a test started; closed at teardown (stopped if the test left one running)."""
     started: list[Supervisor] = []
     yield started
     for sup in started:
