@@ -122,7 +122,10 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
 ) -> None:
     cfg = keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
     gw = await gateway_factory(cfg)
-    key, key_id = await new_key(tmp_path)
+    # The key over the admin API: each CLI child costs seconds on a loaded machine, and the
+    # test's own three must fit in its time with the gateway's start and stop.
+    made = await _admin(gw, "api_keys", "create", org="acme", user="alice", role="pro")
+    key, key_id = made["key"], made["id"]
     conf = tmp_path / "cli.yaml"
     conf.write_text(yaml.safe_dump({"database": cfg["database"]}))
 
