@@ -486,9 +486,23 @@ class BusConfig(_Strict):
 
 
 class DatabaseConfig(_Strict):
-    """The SQLite database (WAL) holding keys, request logs and state that outlives a restart."""
+    """The SQLite database (WAL) holding keys, request logs and state that outlives a restart.
+
+    ``url`` (``postgresql://user:password@host:port/db``, or ``LLMGW_DATABASE_URL``): the
+    request log and the spend aggregates live in that PostgreSQL database instead of the
+    SQLite file, where every actor host can reach them; everything else stays in ``path``.
+    Never printed with its password (``repr`` leaves it out; logs show it redacted).
+    """
 
     path: str = "llmgw.sqlite3"
+    url: str | None = Field(default=None, repr=False)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres(cls, v: str | None) -> str | None:
+        if v and not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database.url must start with postgresql:// (or postgres://)")
+        return v or None
 
 
 class LogConfig(_Strict):

@@ -43,14 +43,15 @@ SPEND_HOURLY = Migration(
         " PRIMARY KEY (hour, key_id, user_id, org, model))",
     ),
 )
+# The old values qualified by the table's name: PostgreSQL finds a bare name ambiguous.
 UPSERT = (
     "INSERT INTO spend_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (hour, key_id, user_id, org, model) DO UPDATE SET"
-    " requests = requests + excluded.requests,"
-    " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
-    " completion_tokens = completion_tokens + excluded.completion_tokens,"
-    " cost_usd = cost_usd + excluded.cost_usd,"
-    " estimated_requests = estimated_requests + excluded.estimated_requests"
+    " requests = spend_hourly.requests + excluded.requests,"
+    " prompt_tokens = spend_hourly.prompt_tokens + excluded.prompt_tokens,"
+    " completion_tokens = spend_hourly.completion_tokens + excluded.completion_tokens,"
+    " cost_usd = spend_hourly.cost_usd + excluded.cost_usd,"
+    " estimated_requests = spend_hourly.estimated_requests + excluded.estimated_requests"
 )
 BACKFILL = (
     "INSERT INTO spend_hourly SELECT CAST(ts / 3600 AS INTEGER), key_id, user_id, org, model,"
