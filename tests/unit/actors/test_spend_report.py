@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from bus import InProcessBus
+    from tests.unit.actors.log_databases import LogDatabase
 
 H = 3600.0
 T = 1_800_000_000.0 - 1_800_000_000.0 % H  # an hour boundary
@@ -51,10 +52,9 @@ def _done(ts: float, key: str, usd: float, *, estimated: bool = False) -> Reques
 
 async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_log(
     bus: InProcessBus,
-    tmp_path: Path,
+    log_db: LogDatabase,
 ) -> None:
-    path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(flush_ms=10_000), clock=lambda: T + 10 * H)
+    store = StoreActor(log_db.config, LogConfig(flush_ms=10_000), clock=lambda: T + 10 * H)
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         # 0.5 h before the range, in its first partial hour, two whole hours, the last
@@ -92,9 +92,8 @@ async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_
         },
     ]
     assert whole["groups"][0]["cost_usd"] == 1.0  # inside one hour: from the log alone
-    with sqlite3.connect(path) as db:
-        hours = db.execute("SELECT COUNT(*), SUM(requests) FROM spend_hourly").fetchone()
-    assert hours == (6, 7)
+    (hours,) = await log_db.fetch("SELECT COUNT(*) AS n, SUM(requests) AS r FROM spend_hourly")
+    assert (hours["n"], hours["r"]) == (6, 7)
 
 
 async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
