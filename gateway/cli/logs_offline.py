@@ -1,19 +1,20 @@
-"""``llmgw logs`` with no gateway running: read the request log's file directly (read-only).
+"""``llmgw logs`` with no gateway running: read the request log where it is kept (read-only).
 
 The StoreActor owns the request log; while a gateway runs, ``llmgw logs`` asks it
 (``gateway.cli.logs``). With ``--db``, or when no gateway serves the database on this machine,
-the rows are read from the file here, with the owner's own query (WAL lets this read while a
-gateway writes). An operator tool, never imported by the ingress: on the documented
-allow-list of gateway modules that may import ``actors``
-(``tests/unit/gateway/test_ingress_imports.py``).
+the rows are read here with the owner's own query: from the SQLite file (WAL lets this read
+while a gateway writes), or from PostgreSQL when the config names ``database.url``. An
+operator tool, never imported by the ingress: on the documented allow-list of gateway modules
+that may import ``actors`` (``tests/unit/gateway/test_ingress_imports.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from actors.stores.request_log import TABLE_INFO, LogQuery, as_dicts
+from actors.stores.request_log import TABLE_INFO, LogQuery, Row, as_dicts
 from gateway.cli.common import LogFileError
 
 if TYPE_CHECKING:
@@ -40,3 +41,31 @@ def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:
     except sqlite3.Error as exc:
         raise LogFileError(str(exc)) from None
     return as_dicts(rows)
+
+
+def read_rows_postgres(url: str, arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """As :func:`read_rows`, from the PostgreSQL database at ``url`` (``database.url``).
+    Raises ValueError for a bad argument, LogFileError (naming no password)."""
+    query = LogQuery.from_args(arguments)
+    sql, params = query.sql()
+    return as_dicts(asyncio.run(_select_postgres(url, sql, params)))
+
+
+async def _select_postgres(url: str, sql: str, params: list[Any]) -> list[Row]:
+    # Imported here only: asyncpg is an optional extra, needed where PostgreSQL is configured.
+    import asyncpg
+
+    from actors.stores.log_postgres import DRIVER_ERRORS, display_url, plain
+    from actors.stores.log_storage import numbered
+
+    try:
+        con = await asyncpg.connect(url, timeout=10)
+        try:
+            async with con.transaction(readonly=True):
+                return [plain(r) for r in await con.fetch(numbered(sql), *params)]
+        finally:
+            await con.close()
+    except asyncpg.UndefinedTableError:
+        return []  # the gateway has not logged anything yet
+    except DRIVER_ERRORS as exc:
+        raise LogFileError(f"{display_url(url)}: {type(exc).__name__}: {exc}") from None
