@@ -1,4 +1,5 @@
-"""``llmgw logs`` with no gateway running: read the request log where it is kept (read-only).
+"""``llmgw logs`` and ``llmgw admin spend report`` with no gateway running: read the request
+log where it is kept (read-only).
 
 The StoreActor owns the request log; while a gateway runs, ``llmgw logs`` asks it
 (``gateway.cli.logs``). With ``--db``, or when no gateway serves the database on this machine,
@@ -12,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from typing import TYPE_CHECKING, Any
 
 from actors.stores.request_log import TABLE_INFO, LogQuery, Row, as_dicts
+from actors.stores.spend_report import SpendQuery
 from gateway.cli.common import LogFileError
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from schemas.config import DatabaseConfig
 
 
 def read_rows(path: Path, arguments: dict[str, Any]) -> list[dict[str, Any]]:
@@ -47,11 +52,28 @@ def read_rows_postgres(url: str, arguments: dict[str, Any]) -> list[dict[str, An
     """As :func:`read_rows`, from the PostgreSQL database at ``url`` (``database.url``).
     Raises ValueError for a bad argument, LogFileError (naming no password)."""
     query = LogQuery.from_args(arguments)
-    sql, params = query.sql()
-    return as_dicts(asyncio.run(_select_postgres(url, sql, params)))
+    return as_dicts(asyncio.run(_select_postgres(url, [query.sql()])))
 
 
-async def _select_postgres(url: str, sql: str, params: list[Any]) -> list[Row]:
+def spend_report(database: DatabaseConfig, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The ``spend report`` the owner would answer for ``arguments``, read from PostgreSQL
+    (``database.url``) or else the SQLite file. Raises ValueError for a bad argument,
+    LogFileError."""
+    query = SpendQuery.from_args(arguments, time.time())
+    if database.url:
+        return query.result(asyncio.run(_select_postgres(database.url, query.queries())))
+    rows: list[Row] = []
+    try:
+        with sqlite3.connect(f"file:{database.path}?mode=ro", uri=True) as db:
+            for sql, params in query.queries():
+                rows += [tuple(r) for r in db.execute(sql, params)]
+    except sqlite3.Error as exc:
+        raise LogFileError(str(exc)) from None
+    return query.result(rows)
+
+
+async def _select_postgres(url: str, selects: list[tuple[str, list[Any]]]) -> list[Row]:
+    """The rows of every SELECT (``?`` placeholders) in one read-only transaction."""
     # Imported here only: asyncpg is an optional extra, needed where PostgreSQL is configured.
     import asyncpg
 
@@ -62,7 +84,11 @@ async def _select_postgres(url: str, sql: str, params: list[Any]) -> list[Row]:
         con = await asyncpg.connect(url, timeout=10)
         try:
             async with con.transaction(readonly=True):
-                return [plain(r) for r in await con.fetch(numbered(sql), *params)]
+                return [
+                    plain(r)
+                    for sql, params in selects
+                    for r in await con.fetch(numbered(sql), *params)
+                ]
         finally:
             await con.close()
     except asyncpg.UndefinedTableError:

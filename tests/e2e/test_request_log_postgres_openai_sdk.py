@@ -1,7 +1,7 @@
 """The request log and spend in PostgreSQL (``database.url``) through the real gateway on both
-buses: a request from the OpenAI SDK lands there with its cost (not in the SQLite file),
-``log query`` and ``spend report`` read it through the gateway, ``llmgw logs`` reads it
-through the gateway and, once no gateway runs, from PostgreSQL itself; the URL's password
+buses: a request from the OpenAI SDK lands there with its cost (not in the SQLite file) and
+``log query`` and ``spend report`` read it through the gateway; once no gateway runs,
+``llmgw logs`` and ``llmgw admin spend report`` read PostgreSQL itself. The URL's password
 never shows."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import yaml
 
 from tests.e2e.conftest import WAIT, config, model, route
 from tests.e2e.keys_support import ADMIN, admin_http
-from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
+from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway, start_gateway
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -65,7 +65,12 @@ async def _postgres_rows(url: str) -> list[dict[str, Any]]:
     return [{**dict(r), "spend_hourly_usd": spend} for r in rows]
 
 
-async def test_a_request_with_database_url_lands_in_postgres_with_its_cost_and_is_read_back(
+def _config(up: FakeUpstream, tmp_path: Path, postgres_url: str) -> dict[str, Any]:
+    database = {"path": str(tmp_path / "gw.sqlite3"), "url": _with_password(postgres_url)}
+    return config(model("m", route(up, pricing=PRICING)), database=database, admin_key=ADMIN)
+
+
+async def test_a_request_with_database_url_lands_in_postgres_with_its_cost(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
     postgres_url: str,
@@ -73,12 +78,7 @@ async def test_a_request_with_database_url_lands_in_postgres_with_its_cost_and_i
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO)
-    database = {"path": str(tmp_path / "gw.sqlite3"), "url": _with_password(postgres_url)}
-    cfg = config(
-        model("m", route(fake_upstream, pricing=PRICING)), database=database, admin_key=ADMIN
-    )
-    cli_config = tmp_path / "cli.yaml"
-    cli_config.write_text(yaml.safe_dump({"database": database}))
+    cfg = _config(fake_upstream, tmp_path, postgres_url)
     gw = await gateway_factory(cfg)
 
     answer = await gw.openai().chat.completions.create(
@@ -86,14 +86,7 @@ async def test_a_request_with_database_url_lands_in_postgres_with_its_cost_and_i
     )
     (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
     spend = await _admin(gw, "spend", "report", group_by="model", since=0)
-    online = await asyncio.to_thread(
-        _llmgw, "logs", "--config", str(cli_config), "--json", "--since", "1d"
-    )
     stored = await _postgres_rows(postgres_url)
-    await gw.stop()
-    offline = await asyncio.to_thread(
-        _llmgw, "logs", "--config", str(cli_config), "--json", "--since", "1d"
-    )
 
     assert answer.choices[0].message.content
     assert row["cost_usd"] == pytest.approx(COST) and row["model"] == "m"
@@ -103,19 +96,44 @@ async def test_a_request_with_database_url_lands_in_postgres_with_its_cost_and_i
     assert {r["request_id"] for r in stored} == {row["request_id"]}
     assert all(r["cost_usd"] == pytest.approx(COST) for r in stored)
     assert stored[0]["spend_hourly_usd"] == pytest.approx(COST)
-    with sqlite3.connect(database["path"]) as db:  # the file keeps keys and state, not the log
+    with sqlite3.connect(cfg["database"]["path"]) as db:  # keys and state, not the log
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master")}
     assert "request_log" not in tables and "spend_hourly" not in tables
-    for done in (online, offline):  # through the gateway's socket, then from PostgreSQL
-        assert done.returncode == 0, done.stderr
-        got = [json.loads(line) for line in done.stdout.splitlines()]
-        assert [(r["kind"], r["request_id"]) for r in got] == [
-            ("attempt", row["request_id"]),
-            ("request", row["request_id"]),
-        ]
-        assert got[1]["cost_usd"] == pytest.approx(COST)
     assert "PostgreSQL postgresql://postgres:***@" in caplog.text
     assert SECRET not in caplog.text
+
+
+async def test_logs_and_spend_report_read_postgres_once_no_gateway_runs(
+    fake_upstream: FakeUpstream, postgres_url: str, tmp_path: Path
+) -> None:
+    cfg = _config(fake_upstream, tmp_path, postgres_url)
+    cli_config = tmp_path / "cli.yaml"
+    cli_config.write_text(yaml.safe_dump({"database": cfg["database"]}))
+    gw = await start_gateway(cfg, data_dir=tmp_path)
+    try:
+        client = gw.openai()
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    finally:
+        await gw.stop()  # no gateway answers here any more: the CLI reads PostgreSQL
+
+    logs, spend = await asyncio.gather(
+        asyncio.to_thread(_llmgw, "logs", "--config", str(cli_config), "--json"),
+        asyncio.to_thread(
+            _llmgw, "admin", "spend", "report", "--config", str(cli_config), "--json", "{}"
+        ),
+    )
+
+    assert logs.returncode == 0, logs.stderr
+    got = [json.loads(line) for line in logs.stdout.splitlines()]
+    assert [r["kind"] for r in got] == ["attempt", "request"]
+    assert got[1]["cost_usd"] == pytest.approx(COST)
+    assert spend.returncode == 0, spend.stderr
+    report = json.loads(spend.stdout)
+    assert report["total_usd"] == pytest.approx(COST)
+    assert [(g["model"], g["requests"]) for g in report["groups"]] == [("m", 1)]
+    assert SECRET not in logs.stderr + logs.stdout + spend.stderr + spend.stdout
 
 
 def test_logs_with_an_unreachable_postgres_says_so_in_one_line_without_the_password(
