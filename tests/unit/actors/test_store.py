@@ -362,3 +362,32 @@ async def test_two_stores_on_one_postgres_given_the_same_batches_at_once_commit_
         "SELECT SUM(requests) AS n, SUM(cost_usd) AS usd FROM spend_hourly"
     )
     assert (spend["n"], spend["usd"]) == (10, 10.0)
+
+
+async def test_store_on_postgres_that_lost_its_connections_commits_the_next_batch_once(
+    bus: InProcessBus, postgres_url: str, tmp_path: Path
+) -> None:
+    database = DatabaseConfig(path=str(tmp_path / "llmgw.db"), url=postgres_url)
+    log_db = LogDatabase("postgres", database)
+    sent = batch(1, obs(1), RequestCompleted(request_id="r1", model="m", ts=time.time()))
+    store = StoreActor(database, LogConfig())
+    answers: list[LogAppended | ErrorReply] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        # The database restarted (or a proxy dropped it): every connection of the store ends.
+        await log_db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        for _ in range(2):  # as its ingress does: sent again while refused
+            answers.append(
+                await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+            )
+            if isinstance(answers[-1], LogAppended):
+                break
+        store.request_stop()
+    # Reconnected: refused at most once (a write on a connection not yet seen closed), then
+    # committed, once.
+    assert answers[-1] == LogAppended(seq=1), answers
+    assert all(isinstance(a, ErrorReply) and a.retryable for a in answers[:-1])
+    assert [r["request_id"] for r in await log_db.rows()] == ["r1", "r1"]
