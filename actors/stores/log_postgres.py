@@ -66,10 +66,12 @@ _LOCK_SENDERS = "SELECT sender, seq FROM log_senders WHERE sender = ANY($1::text
 _INSERT, _UPSERT, _SENDER_UPSERT = (numbered(s) for s in (INSERT, UPSERT, SENDER_UPSERT))
 _POOL_MAX = 4  # one writer (the owner's lock), the rest for queries meanwhile
 _CONNECT_TIMEOUT_S = 10.0
-# What a statement or a lost connection raises; turned into LogStorageError.
+# What a statement or a lost connection raises; turned into LogStorageError. A connection
+# the server ended while idle can fail its next use with an InternalClientError.
 DRIVER_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
     OSError,
     TimeoutError,
 )
