@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
+    from bus.kv import KeyValue
     from schemas import ErrorReply, Message
 
 T = TypeVar("T")
@@ -94,6 +95,14 @@ class Bus(Protocol):
         """Subscribe to ``subject`` through ``stream``: what it kept from ``since`` (epoch
         seconds) on, then live messages, in order. Raises ValueError, BusClosedError (also
         when the stream does not exist)."""
+        ...
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+    ) -> KeyValue:
+        """The key-value bucket ``bucket`` (see ``bus.kv``), created if missing or updated to
+        ``ttl`` (seconds a key lives after its last write; None: forever) and ``replicas``
+        (copies in a JetStream cluster). Raises BusClosedError when the bus cannot keep it."""
         ...
 
     async def aclose(self) -> None:
