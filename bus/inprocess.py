@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
-from bus.kv import MemoryKeyValue
+from bus.kv import KeyValue, MemoryKeyValue
 from bus.protocol import Envelope
 
 if TYPE_CHECKING:
@@ -337,7 +337,7 @@ class InProcessBus:
 
     async def key_value(
         self, bucket: str, *, ttl: float | None = None, replicas: int = 1
-    ) -> MemoryKeyValue:
+    ) -> KeyValue:
         """The in-memory bucket ``bucket`` (created on first use; ``ttl`` applies from then
         on, ``replicas`` has no meaning in one process). Raises BusClosedError."""
         if self._closed:
