@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_OPEN_ATTEMPTS = 15
+
 
 class ClusterHost:
     """Owns this host's running units, their leases and the heartbeat loop.
@@ -83,7 +85,21 @@ class ClusterHost:
         self._task = asyncio.create_task(self._loop(), name=f"cluster:{self.node_id}")
 
     async def open(self) -> None:
-        """Open the buckets and start the (empty) root. Raises BusClosedError."""
+        """Open the buckets and start the (empty) root. Raises BusClosedError when
+        JetStream refuses the buckets for ``_OPEN_ATTEMPTS`` seconds."""
+        for attempt in range(1, _OPEN_ATTEMPTS + 1):
+            try:
+                await self._open_buckets()
+                break
+            except BusClosedError as exc:
+                # A cluster starting with us may have no JetStream leader yet.
+                if attempt == _OPEN_ATTEMPTS:
+                    raise
+                logger.warning("cluster buckets not ready (%s); retrying", exc.message)
+                await asyncio.sleep(1.0)
+        await self.root.start(self._bus)
+
+    async def _open_buckets(self) -> None:
         replicas = self._settings.replicas
         hosts = await self._bus.key_value(
             HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
@@ -91,7 +107,6 @@ class ClusterHost:
         self._membership = Membership(hosts, self.node_id)
         self._owners = Owners(await self._bus.key_value(OWNERS_BUCKET, replicas=replicas))
         self._snapshots = await self._bus.key_value(SNAPSHOTS_BUCKET, replicas=replicas)
-        await self.root.start(self._bus)
 
     async def wait(self) -> None:
         """Return (or raise) when the root ends."""

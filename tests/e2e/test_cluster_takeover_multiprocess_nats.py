@@ -1,0 +1,165 @@
+"""Two ``--role actors`` hosts and one ingress on a three-node NATS cluster (JetStream, R3):
+the actors are split between the hosts, a host killed with SIGKILL has its share taken over
+from JetStream within seconds (a weight override set before the kill survives), and the
+host restarted takes its share back with never two owners of a unit."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import openai
+import pytest
+import yaml
+
+from actors import build_tree
+from actors.cluster import OWNERS_BUCKET
+from bus import open_bus
+from gateway.process.config import load_config
+from tests.e2e.conftest import WAIT, config, eid, model, route
+from tests.fixtures.gateway import GatewayProcess
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bus import KeyValue
+    from tests.fixtures.upstream import UpstreamFactory
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nats]
+
+ADMIN = "cluster-admin-key"
+CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5, "replicas": 3}
+SERVED_AFTER_S = 5.0  # every request sent this long after the kill must be answered
+
+
+async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
+    proc = GatewayProcess(["serve", *args])
+    started.append(proc)
+    return await asyncio.to_thread(proc.start)
+
+
+async def _owners(kv: KeyValue) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for unit in await kv.keys():
+        entry = await kv.get(unit)
+        if entry is not None:
+            out[unit] = entry.value.decode()
+    return out
+
+
+async def _until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, str]:
+    """The owners once every unit has one and the owners are exactly ``by``."""
+    async with asyncio.timeout(WAIT * 2):
+        while True:
+            owners = await _owners(kv)
+            if set(owners) == units and set(owners.values()) == by:
+                return owners
+            await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
+
+
+def _write(path: Path, body: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back(
+    nats_cluster_urls: list[str],
+    tmp_path: Path,
+    fake_upstreams: UpstreamFactory,
+    processes: list[GatewayProcess],
+) -> None:
+    one, two = await fake_upstreams("one"), await fake_upstreams("two")
+    base = config(model("m", route(one), route(two)), admin_key=ADMIN, cluster=CLUSTER)
+    cfgs = {
+        node: _write(
+            tmp_path / f"{node}.yaml", {**base, "database": {"path": str(tmp_path / node)}}
+        )
+        for node in ("a", "b")
+    }
+    units = {s.name for s in build_tree(load_config(cfgs["a"]), request_log=True).specs}
+    bus_url = ",".join(nats_cluster_urls)
+    hosts = {
+        node: await _spawn(
+            processes, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
+        )
+        for node, path in cfgs.items()
+    }
+    ingress = await _spawn(
+        processes,
+        "--config",
+        cfgs["a"],
+        "--bus",
+        nats_cluster_urls[2],
+        "--role",
+        "ingress",
+        "--port",
+        "0",
+    )
+    watcher = await open_bus(nats_cluster_urls[1], name="test-watcher")
+    client = openai.AsyncOpenAI(base_url=f"{ingress.url}/v1", api_key="sk-x", max_retries=0)
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    try:
+        kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
+        split = await _until_owned(kv, units, {"a", "b"})
+        victim = split["models"]  # the host of the ModelActors, whose overrides must survive
+        survivor = "b" if victim == "a" else "a"
+        set_weight = await client._client.post(
+            f"{ingress.url}/admin/routing/set_weight",
+            json={"model": "m", "endpoint": eid("m", one), "weight": 4},
+            headers=admin,
+        )
+        assert set_weight.status_code == 200, set_weight.text
+
+        proc = hosts[victim].proc
+        assert proc is not None
+        proc.kill()
+        killed = time.monotonic()
+        outcomes: list[tuple[float, int, str, str | None]] = []
+        while (sent := time.monotonic() - killed) < SERVED_AFTER_S + 1.0:
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model="m", messages=[{"role": "user", "content": "hi"}], timeout=WAIT
+                )
+                outcomes.append((sent, raw.http_response.status_code, "", None))
+            except openai.APIStatusError as exc:
+                resp = exc.response
+                outcomes.append(
+                    (sent, resp.status_code, resp.text, resp.headers.get("retry-after"))
+                )
+            await asyncio.sleep(0.1)  # the pace of the clients, not a wait for an outcome
+        taken = await _until_owned(kv, units, {survivor})
+        weights = await client._client.get(
+            f"{ingress.url}/admin/routing/weights", params={"model": "m"}, headers=admin
+        )
+
+        hosts[victim] = await _spawn(
+            processes,
+            "--config",
+            cfgs[victim],
+            "--bus",
+            bus_url,
+            "--role",
+            "actors",
+            "--node-id",
+            victim,
+        )
+        back = await _until_owned(kv, units, {"a", "b"})
+        after = await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    finally:
+        await client.close()
+        await watcher.aclose()
+
+    assert set(taken.values()) == {survivor}
+    assert back == split  # the same placement, so the restarted host's share came back
+    assert after.choices
+    late = [o for o in outcomes if o[0] >= SERVED_AFTER_S]
+    assert late and all(status == 200 for _, status, _, _ in late), late
+    for _, status, text, retry_after in outcomes:
+        if status != 200:
+            assert status == 503 and retry_after is not None, (status, text)
+            assert "llmgw." not in text  # no bus subject in what the client sees
+    routes = {r["endpoint"]: r["weight"] for r in weights.json()["models"][0]["routes"]}
+    assert routes[eid("m", one)] == 4.0  # the override outlived its owner, from JetStream
