@@ -1,7 +1,8 @@
 """Two ``--role actors`` hosts and one ingress on a three-node NATS cluster (JetStream, R3):
 the actors are split between the hosts, a host killed with SIGKILL has its share taken over
 from JetStream within seconds (a weight override set before the kill survives), and the
-host restarted takes its share back with never two owners of a unit."""
+host restarted takes its share back with never two owners of a unit: a concurrency limit of
+1 held across the handback is never exceeded at the upstream."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import pytest
 import yaml
 
 from actors import build_tree
-from actors.cluster import OWNERS_BUCKET
+from actors.cluster import OWNERS_BUCKET, owner_of
 from bus import open_bus
 from gateway.process.config import load_config
 from tests.e2e.conftest import WAIT, config, eid, model, route
 from tests.fixtures.gateway import GatewayProcess
+from tests.fixtures.upstream import Held
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,6 +33,16 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 ADMIN = "cluster-admin-key"
 CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5, "replicas": 3}
 SERVED_AFTER_S = 5.0  # every request sent this long after the kill must be answered
+HI = [{"role": "user", "content": "hi"}]
+
+
+def _pair_moving_together(*units: str) -> tuple[str, str]:
+    """Two node ids under which ``units`` are all placed on the same host (the victim)."""
+    for n in range(1, 50):
+        pair = ("a", f"b{n}")
+        if len({owner_of(u, pair) for u in units}) == 1:
+            return pair
+    raise AssertionError("no such pair")
 
 
 async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
@@ -70,14 +82,18 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     processes: list[GatewayProcess],
 ) -> None:
     one, two = await fake_upstreams("one"), await fake_upstreams("two")
-    base = config(model("m", route(one), route(two)), admin_key=ADMIN, cluster=CLUSTER)
+    slot = route(one, provider_type="concurrency", concurrency={"limit": 1})
+    base = config(
+        model("m", slot, route(two, fallback_only=True)), admin_key=ADMIN, cluster=CLUSTER
+    )
+    nodes = _pair_moving_together("models", "capacity")
     cfgs = {
         node: _write(
             tmp_path / f"{node}.yaml", {**base, "database": {"path": str(tmp_path / node)}}
         )
-        for node in ("a", "b")
+        for node in nodes
     }
-    units = {s.name for s in build_tree(load_config(cfgs["a"]), request_log=True).specs}
+    units = {s.name for s in build_tree(load_config(cfgs[nodes[0]]), request_log=True).specs}
     bus_url = ",".join(nats_cluster_urls)
     hosts = {
         node: await _spawn(
@@ -88,7 +104,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     ingress = await _spawn(
         processes,
         "--config",
-        cfgs["a"],
+        cfgs[nodes[0]],
         "--bus",
         nats_cluster_urls[2],
         "--role",
@@ -101,9 +117,10 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     admin = {"authorization": f"Bearer {ADMIN}"}
     try:
         kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
-        split = await _until_owned(kv, units, {"a", "b"})
-        victim = split["models"]  # the host of the ModelActors, whose overrides must survive
-        survivor = "b" if victim == "a" else "a"
+        split = await _until_owned(kv, units, set(nodes))
+        # The host of the ModelActors (whose overrides must survive) and of the capacity pool.
+        victim = split["models"]
+        survivor = nodes[1] if victim == nodes[0] else nodes[0]
         set_weight = await client._client.post(
             f"{ingress.url}/admin/routing/set_weight",
             json={"model": "m", "endpoint": eid("m", one), "weight": 4},
@@ -119,7 +136,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
         while (sent := time.monotonic() - killed) < SERVED_AFTER_S + 1.0:
             try:
                 raw = await client.chat.completions.with_raw_response.create(
-                    model="m", messages=[{"role": "user", "content": "hi"}], timeout=WAIT
+                    model="m", messages=HI, timeout=WAIT
                 )
                 outcomes.append((sent, raw.http_response.status_code, "", None))
             except openai.APIStatusError as exc:
@@ -133,28 +150,52 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
             f"{ingress.url}/admin/routing/weights", params={"model": "m"}, headers=admin
         )
 
-        hosts[victim] = await _spawn(
-            processes,
-            "--config",
-            cfgs[victim],
-            "--bus",
-            bus_url,
-            "--role",
-            "actors",
-            "--node-id",
-            victim,
+        # The one slot is held through the handback of its pool: no second request may
+        # reach the upstream, whichever owner answers.
+        one.set_default(Held())
+        seen = len(one.requests)
+        held = asyncio.create_task(client.chat.completions.create(model="m", messages=HI))
+        await one.wait_for_requests(seen + 1, timeout=WAIT)
+        handing_back = asyncio.create_task(
+            _spawn(
+                processes,
+                "--config",
+                cfgs[victim],
+                "--bus",
+                bus_url,
+                "--role",
+                "actors",
+                "--node-id",
+                victim,
+            )
         )
-        back = await _until_owned(kv, units, {"a", "b"})
-        after = await client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "hi"}]
-        )
+        during: list[int] = []
+        while not handing_back.done() or (await _owners(kv)) != split:
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model="m", messages=HI, timeout=WAIT / 2
+                )
+                during.append(raw.http_response.status_code)
+            except openai.APIStatusError as exc:
+                assert exc.status_code == 503 and "retry-after" in exc.response.headers
+                during.append(exc.status_code)
+            except openai.APITimeoutError:
+                during.append(0)  # held at the busy upstream: a second slot was granted
+                break
+            await asyncio.sleep(0.1)  # the pace of the clients, not a wait for an outcome
+        hosts[victim] = await handing_back
+        back = await _owners(kv)
+        after = await client.chat.completions.create(model="m", messages=HI)
+        one.release_held()
+        first = await held
     finally:
         await client.close()
         await watcher.aclose()
 
     assert set(taken.values()) == {survivor}
     assert back == split  # the same placement, so the restarted host's share came back
-    assert after.choices
+    assert after.choices and first.choices and 200 in during
+    assert one.max_in_flight == 1  # one owner of the pool at a time, its lease carried over
     late = [o for o in outcomes if o[0] >= SERVED_AFTER_S]
     assert late and all(status == 200 for _, status, _, _ in late), late
     for _, status, text, retry_after in outcomes:
