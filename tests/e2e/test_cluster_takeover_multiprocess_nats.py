@@ -25,6 +25,8 @@ from tests.fixtures.upstream import Held
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from openai.types.chat import ChatCompletionMessageParam
+
     from bus import KeyValue
     from tests.fixtures.upstream import UpstreamFactory
 
@@ -33,7 +35,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 ADMIN = "cluster-admin-key"
 CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5, "replicas": 3}
 SERVED_AFTER_S = 5.0  # every request sent this long after the kill must be answered
-HI = [{"role": "user", "content": "hi"}]
+HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
 
 
 def _pair_moving_together(*units: str) -> tuple[str, str]:
