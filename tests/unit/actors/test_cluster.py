@@ -5,6 +5,7 @@ make, the lapse of a cut-off host, and fenced snapshot writes. Rounds are driven
 from __future__ import annotations
 
 import functools
+import uuid
 from typing import TYPE_CHECKING
 
 import pytest
@@ -18,7 +19,7 @@ from actors.cluster import (
     Owners,
     owner_of,
 )
-from bus import BusClosedError, InProcessBus
+from bus import BusClosedError, InProcessBus, open_bus
 from schemas import RoutePlan, RouteRequest, subjects
 from schemas.config import ClusterConfig
 from tests.unit.actors import EchoActor, FakeClock, Journal
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from actors import SnapshotStore
-    from bus import KeyValue, KvEntry
+    from bus import Bus, KeyValue, KvEntry
 
 UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
 SETTINGS = ClusterConfig(enabled=True, heartbeat_seconds=1.0, ttl_seconds=3.0)
@@ -190,27 +191,48 @@ async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(
         await cut_bus.aclose()
 
 
-async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
-    shared: InProcessBus,
-) -> None:
-    owners = Owners(await shared.key_value(OWNERS_BUCKET))
-    kv = await shared.key_value(SNAPSHOTS_BUCKET)
-    lost: list[str] = []
-    old_lease = await owners.claim("limits", "host-a", ["host-a", "host-b"])
-    assert old_lease is not None
-    assert await owners.claim("limits", "host-b", ["host-a", "host-b"]) is None  # a is live
-    old = FencedSnapshots(kv, owners, old_lease, on_lost=lambda: lost.append("a"))
-    await old.save("limits", b"v1", 0.0)
+@pytest.fixture(params=["inprocess", pytest.param("nats", marks=pytest.mark.nats)])
+async def two_connections(
+    request: pytest.FixtureRequest, shared: InProcessBus
+) -> AsyncIterator[tuple[Bus, Bus]]:
+    """The old and the new owner's buses: one in-process bus, or two NATS connections."""
+    if request.param == "inprocess":
+        yield shared, shared
+        return
+    url = request.getfixturevalue("nats_url")
+    old, new = await open_bus(url), await open_bus(url)
+    try:
+        yield old, new
+    finally:
+        await old.aclose()
+        await new.aclose()
 
-    new_lease = await owners.claim("limits", "host-b", ["host-b"])  # a's heartbeat lapsed
+
+async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
+    two_connections: tuple[Bus, Bus],
+) -> None:
+    old_bus, new_bus = two_connections
+    unit = f"limits-{uuid.uuid4().hex}"  # the buckets outlive a test on a shared server
+    owners = Owners(await old_bus.key_value(OWNERS_BUCKET))
+    kv = await old_bus.key_value(SNAPSHOTS_BUCKET)
+    new_owners = Owners(await new_bus.key_value(OWNERS_BUCKET))
+    new_kv = await new_bus.key_value(SNAPSHOTS_BUCKET)
+    lost: list[str] = []
+    old_lease = await owners.claim(unit, "host-a", ["host-a", "host-b"])
+    assert old_lease is not None
+    assert await owners.claim(unit, "host-b", ["host-a", "host-b"]) is None  # a is live
+    old = FencedSnapshots(kv, owners, old_lease, on_lost=lambda: lost.append("a"))
+    await old.save(unit, b"v1", 0.0)
+
+    new_lease = await new_owners.claim(unit, "host-b", ["host-b"])  # a's heartbeat lapsed
     assert new_lease is not None and new_lease.revision != old_lease.revision
-    new = FencedSnapshots(kv, owners, new_lease, on_lost=lambda: lost.append("b"))
-    assert await new.load("limits") == b"v1"  # the new owner starts from the last write
-    await old.save("limits", b"stale", 1.0)
-    await new.save("limits", b"v2", 2.0)
+    new = FencedSnapshots(new_kv, new_owners, new_lease, on_lost=lambda: lost.append("b"))
+    assert await new.load(unit) == b"v1"  # the new owner starts from the last write
+    await old.save(unit, b"stale", 1.0)
+    await new.save(unit, b"v2", 2.0)
 
     assert (old.refused, new.refused, lost) == (1, 0, ["a"])
-    entry: KvEntry | None = await kv.get("limits")
+    entry: KvEntry | None = await kv.get(unit)
     assert entry is not None and entry.value == b"v2"
     assert not await owners.holds(old_lease)
     await owners.release(old_lease)  # a lost lease is not released from its new owner
