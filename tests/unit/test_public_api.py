@@ -163,6 +163,17 @@ PINNED: dict[str, list[str]] = {
         "encode",
         "open_bus",
     ],
+    "actors.cluster": [
+        "ClusterHost",
+        "FencedSnapshots",
+        "HOSTS_BUCKET",
+        "Lease",
+        "Membership",
+        "OWNERS_BUCKET",
+        "Owners",
+        "SNAPSHOTS_BUCKET",
+        "owner_of",
+    ],
     "actors": [
         "Actor",
         "ActorContext",
