@@ -200,7 +200,15 @@ class ClusterHost:
         period = self._settings.heartbeat_seconds
         while True:
             await asyncio.sleep(period)
-            await self.reconcile()
+            try:
+                await self.reconcile()
+            except Exception:
+                # A round that failed must not end the loop: without it this host would keep
+                # its units with no heartbeat, while the others take them over.
+                logger.exception("cluster round failed on %s", self.node_id)
+                if self._clock() >= self._deadline:
+                    for unit in reversed(self.units):
+                        await self._drop(unit, release=False)
 
 
 def _spec_named(root: Supervisor, name: str) -> ChildSpec | Supervisor:
