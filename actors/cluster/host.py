@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _OPEN_ATTEMPTS = 15
+_MARGIN_S = 0.05  # a beat cut short by the deadline's timeout ends a hair before it
 
 
 class ClusterHost:
@@ -130,12 +131,19 @@ class ClusterHost:
         """One round: heartbeat, then start and stop units to match the placement."""
         assert self._membership is not None and self._owners is not None
         sent = self._clock()
+        # While it runs units, a beat may take only until the lease deadline: a host cut off
+        # from JetStream must have stopped them before its key can lapse.
+        budget = self._deadline - sent if self._leases else None
         try:
-            await self._membership.beat()
-            live = await self._membership.live()
-        except BusClosedError as exc:
-            if self._clock() >= self._deadline and self._leases:
-                logger.error("heartbeat lapsed (%s): stopping every unit", exc.message)
+            if budget is not None and budget <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(budget):
+                await self._membership.beat()
+                live = await self._membership.live()
+        except (BusClosedError, TimeoutError) as exc:
+            if self._leases and self._clock() >= self._deadline - _MARGIN_S:
+                why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
+                logger.error("heartbeat lapsed (%s): stopping every unit", why)
                 for unit in reversed(self.units):
                     await self._drop(unit, release=False)
             return

@@ -110,12 +110,15 @@ async def test_a_host_whose_heartbeat_lapsed_loses_its_units_and_takes_them_back
     for host in (a, b, a, b):
         await host.reconcile()
     share_a = list(a.units)
-    clock.now += SETTINGS.ttl_seconds  # a stopped beating (b's beat is refreshed below)
-    await b.reconcile()
+    for _ in range(3):  # a stops beating for its TTL; b beats every heartbeat
+        clock.now += SETTINGS.heartbeat_seconds
+        await b.reconcile()
     assert b.units == list(UNITS)  # b took a's share over by compare-and-set
-    await a.reconcile()  # a is back: its leases were taken, it stops without releasing
+    await a.reconcile()  # a wakes past its lease deadline: it stops without releasing
     assert a.units == []
     assert_one_owner(hosts)
+    await a.reconcile()  # and beats again, but b holds its share: it waits
+    assert a.units == []
     await b.reconcile()  # b hands a's share back: stops and releases first
     assert_one_owner(hosts)
     await a.reconcile()
