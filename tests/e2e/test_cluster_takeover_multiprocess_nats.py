@@ -2,11 +2,14 @@
 the actors are split between the hosts, a host killed with SIGKILL has its share taken over
 from JetStream within seconds (a weight override set before the kill survives), and the
 host restarted takes its share back with never two owners of a unit: a concurrency limit of
-1 held across the handback is never exceeded at the upstream."""
+1 held across the handback is never exceeded at the upstream. A host whose NATS node stops
+answering (SIGSTOP: the process lives on, cut off) stops its own share at its lease deadline
+and the other host takes it over."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +19,7 @@ import yaml
 
 from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, owner_of
-from bus import open_bus
+from bus import BusClosedError, open_bus
 from gateway.process.config import load_config
 from tests.e2e.conftest import WAIT, config, eid, model, route
 from tests.fixtures.gateway import GatewayProcess
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
     from bus import KeyValue
+    from tests.fixtures.nats import NatsCluster
     from tests.fixtures.upstream import UpstreamFactory
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
@@ -66,7 +70,10 @@ async def _until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str,
     """The owners once every unit has one and the owners are exactly ``by``."""
     async with asyncio.timeout(WAIT * 2):
         while True:
-            owners = await _owners(kv)
+            try:
+                owners = await _owners(kv)
+            except BusClosedError:  # a node was lost: the bucket elects a new leader
+                continue
             if set(owners) == units and set(owners.values()) == by:
                 return owners
             await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
@@ -78,7 +85,7 @@ def _write(path: Path, body: dict[str, Any]) -> str:
 
 
 async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back(
-    nats_cluster_urls: list[str],
+    nats_cluster: NatsCluster,
     tmp_path: Path,
     fake_upstreams: UpstreamFactory,
     processes: list[GatewayProcess],
@@ -96,6 +103,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
         for node in nodes
     }
     units = {s.name for s in build_tree(load_config(cfgs[nodes[0]]), request_log=True).specs}
+    nats_cluster_urls = nats_cluster.urls
     bus_url = ",".join(nats_cluster_urls)
     hosts = {
         node: await _spawn(
@@ -108,7 +116,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
         "--config",
         cfgs[nodes[0]],
         "--bus",
-        nats_cluster_urls[2],
+        bus_url,
         "--role",
         "ingress",
         "--port",
@@ -206,3 +214,77 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
             assert "llmgw." not in text  # no bus subject in what the client sees
     routes = {r["endpoint"]: r["weight"] for r in weights.json()["models"][0]["routes"]}
     assert routes[eid("m", one)] == 4.0  # the override outlived its owner, from JetStream
+
+
+async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other_takes_it(
+    nats_cluster: NatsCluster,
+    tmp_path: Path,
+    fake_upstreams: UpstreamFactory,
+    processes: list[GatewayProcess],
+) -> None:
+    up = await fake_upstreams("up")
+    base = config(model("m", route(up)), cluster=CLUSTER)
+    cfgs = {
+        node: _write(
+            tmp_path / f"{node}.yaml", {**base, "database": {"path": str(tmp_path / node)}}
+        )
+        for node in ("a", "b")
+    }
+    units = {s.name for s in build_tree(load_config(cfgs["a"]), request_log=True).specs}
+    urls, frozen = nats_cluster.urls, nats_cluster.procs[2]
+    # a reaches the cluster only through the third node; b through the other two.
+    buses = {"a": urls[2], "b": ",".join(urls[:2])}
+    cut = await _spawn(
+        processes,
+        "--config",
+        cfgs["a"],
+        "--bus",
+        buses["a"],
+        "--role",
+        "actors",
+        "--node-id",
+        "a",
+    )
+    await _spawn(
+        processes,
+        "--config",
+        cfgs["b"],
+        "--bus",
+        buses["b"],
+        "--role",
+        "actors",
+        "--node-id",
+        "b",
+    )
+    watcher = await open_bus(urls[0], name="test-watcher")
+    try:
+        kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
+        await _until_owned(kv, units, {"a", "b"})
+        frozen.send_signal(signal.SIGSTOP)  # a's process lives on; its NATS answers nothing
+        try:
+            taken = await _until_owned(kv, units, {"b"})
+            log = await asyncio.to_thread(cut.stop)
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        await _until_serving(urls[2])  # the node is back for the tests after this one
+    finally:
+        await watcher.aclose()
+
+    assert set(taken.values()) == {"b"}
+    # It stopped its share itself once its beats went unanswered up to its lease deadline.
+    assert "heartbeat lapsed" in log and "stopping every unit" in log
+
+
+async def _until_serving(url: str) -> None:
+    """Return once JetStream answers a key-value read through the node at ``url``."""
+    bus = await open_bus(url, name="test-node-check")
+    try:
+        async with asyncio.timeout(WAIT * 2):
+            while True:
+                try:
+                    await (await bus.key_value(OWNERS_BUCKET, replicas=3)).get("models")
+                    return
+                except BusClosedError:
+                    await asyncio.sleep(0.2)  # the node is catching up: poll the outcome
+    finally:
+        await bus.aclose()
