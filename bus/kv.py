@@ -11,7 +11,10 @@ seconds is gone (heartbeats). Keys may be any string: both buses escape them the
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
+import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -19,7 +22,12 @@ from typing import TYPE_CHECKING, Protocol
 from bus.errors import BusClosedError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import AsyncIterator, Callable
+    from contextlib import AbstractAsyncContextManager
+
+logger = logging.getLogger(__name__)
+
+WATCH_LIMIT = 4096  # changes a watcher may have queued; past it, new ones are dropped (logged)
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
@@ -30,11 +38,13 @@ class KvConflictError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class KvEntry:
-    """One key's current value and the revision of the write that set it."""
+    """One key's current value and the revision of the write that set it; from a watch,
+    ``deleted`` marks a deletion (``value`` is then empty)."""
 
     key: str
     value: bytes
     revision: int
+    deleted: bool = False
 
 
 class KeyValue(Protocol):
@@ -66,6 +76,11 @@ class KeyValue(Protocol):
 
     async def keys(self) -> list[str]:
         """The keys present now (not deleted, not expired), in no particular order."""
+        ...
+
+    def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
+        """For an ``async with``: iterate each present key's entry, then every later write
+        and deletion, in order. A key lapsing by TTL is not reported."""
         ...
 
 
@@ -110,6 +125,7 @@ class MemoryKeyValue:
         self._clock = clock
         self._closed = closed
         self._entries: dict[str, tuple[bytes, int, float]] = {}  # key -> value, rev, written
+        self._watchers: set[asyncio.Queue[KvEntry]] = set()
 
     async def get(self, key: str) -> KvEntry | None:
         """See :meth:`KeyValue.get`."""
@@ -143,12 +159,40 @@ class MemoryKeyValue:
         found = self._live(key)
         if revision is not None and (found is None or found[1] != revision):
             raise KvConflictError(f"{self.bucket}/{key} is not at revision {revision}")
-        self._entries.pop(key, None)
+        if self._entries.pop(key, None) is not None:
+            self._notify(KvEntry(key, b"", next(self._revisions), deleted=True))
 
     async def keys(self) -> list[str]:
         """See :meth:`KeyValue.keys`."""
         self._check()
         return [k for k in list(self._entries) if self._live(k) is not None]
+
+    @contextlib.asynccontextmanager
+    async def watch(self) -> AsyncIterator[AsyncIterator[KvEntry]]:
+        """See :meth:`KeyValue.watch`. Raises BusClosedError."""
+        self._check()
+        changes: asyncio.Queue[KvEntry] = asyncio.Queue(maxsize=WATCH_LIMIT)
+        for key in list(self._entries):
+            found = self._live(key)
+            if found is not None:
+                changes.put_nowait(KvEntry(key, found[0], found[1]))
+        self._watchers.add(changes)
+
+        async def iterate() -> AsyncIterator[KvEntry]:
+            while True:
+                yield await changes.get()
+
+        try:
+            yield iterate()
+        finally:
+            self._watchers.discard(changes)
+
+    def _notify(self, entry: KvEntry) -> None:
+        for changes in self._watchers:
+            try:
+                changes.put_nowait(entry)
+            except asyncio.QueueFull:
+                logger.warning("key-value watcher of %s is full: dropped a change", self.bucket)
 
     def _live(self, key: str) -> tuple[bytes, int, float] | None:
         found = self._entries.get(key)
@@ -160,6 +204,8 @@ class MemoryKeyValue:
     def _write(self, key: str, value: bytes) -> int:
         rev = next(self._revisions)
         self._entries[key] = (bytes(value), rev, self._clock())
+        if self._watchers:
+            self._notify(KvEntry(key, bytes(value), rev))
         return rev
 
     def _check(self) -> None:

@@ -39,7 +39,7 @@ from bus.kv import KvConflictError, KvEntry, kv_key, kv_unkey
 from bus.protocol import Envelope
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
     from types import TracebackType
 
     from nats.aio.msg import Msg
@@ -64,6 +64,7 @@ _CHECKED_MAX = 8192
 # A key-value write that JetStream has not acknowledged by then fails: a host cut off from
 # the cluster learns it within this, not at nats-py's default of 5 s.
 _KV_TIMEOUT_S = 2.0
+_KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
 # JetStream's "wrong last sequence" codes: a conditional write lost its race.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
 # Replies go to inboxes only: every inbox prefix is one token that starts with this.
@@ -455,6 +456,31 @@ class NatsKeyValue:
         except nats.errors.Error as exc:
             raise self._failed(exc, "*") from exc
         return [kv_unkey(k) for k in found]
+
+    @contextlib.asynccontextmanager
+    async def watch(self) -> AsyncIterator[AsyncIterator[KvEntry]]:
+        """See ``bus.kv.KeyValue.watch``. Raises BusClosedError."""
+        self._bus._check_open()
+        try:
+            watcher = await self._kv.watch(">")
+        except nats.errors.Error as exc:
+            raise self._failed(exc, ">") from exc
+
+        async def iterate() -> AsyncIterator[KvEntry]:
+            async for entry in watcher:
+                if entry is None:  # nats-py's "initial values done" marker
+                    continue
+                key = kv_unkey(entry.key)
+                if entry.operation in (_KV_DEL, _KV_PURGE):
+                    yield KvEntry(key, b"", entry.revision or 0, deleted=True)
+                else:
+                    yield KvEntry(key, entry.value or b"", entry.revision or 0)
+
+        try:
+            yield iterate()
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await watcher.stop()  # type: ignore[no-untyped-call]
 
     def _failed(self, exc: nats.errors.Error, key: str) -> Exception:
         if isinstance(exc, nats.js.errors.KeyWrongLastSequenceError) or (

@@ -516,6 +516,21 @@ async def test_kv_key_not_rewritten_within_ttl_expires_and_a_rewritten_one_lives
     assert await kv.keys() == ["fresh"]
 
 
+async def test_kv_watch_gives_present_entries_then_writes_and_deletions_in_order(
+    any_bus: Bus, bucket: str
+) -> None:
+    kv = await any_bus.key_value(bucket)
+    first = await kv.put("a", b"1")
+    async with kv.watch() as changes, asyncio.timeout(WAIT_S):
+        assert await anext(changes) == KvEntry("a", b"1", first)
+        b = await kv.create("model:b", b"2")
+        a = await kv.update("a", b"3", revision=first)
+        await kv.delete("model:b", revision=b)
+        got = [await anext(changes) for _ in range(3)]
+    assert got[:2] == [KvEntry("model:b", b"2", b), KvEntry("a", b"3", a)]
+    assert (got[2].key, got[2].deleted, got[2].revision > a) == ("model:b", True, True)
+
+
 async def test_kv_on_a_closed_bus_raises_bus_closed_error(any_bus: Bus, bucket: str) -> None:
     kv = await any_bus.key_value(bucket)
     await any_bus.aclose()

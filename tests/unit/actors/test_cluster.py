@@ -26,6 +26,7 @@ from tests.unit.actors import EchoActor, FakeClock, Journal
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
 
     from actors import SnapshotStore
     from bus import Bus, KeyValue, KvEntry
@@ -156,6 +157,9 @@ class _CuttableKv:
 
     async def keys(self) -> list[str]:
         return await self._live().keys()
+
+    def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
+        return self._live().watch()
 
 
 class _CuttableBus(InProcessBus):
