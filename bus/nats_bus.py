@@ -64,6 +64,7 @@ _CHECKED_MAX = 8192
 # A key-value write that JetStream has not acknowledged by then fails: a host cut off from
 # the cluster learns it within this, not at nats-py's default of 5 s.
 _KV_TIMEOUT_S = 2.0
+_KV_CREATE_TIMEOUT_S = 10.0
 _KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
 # JetStream's "wrong last sequence" codes: a conditional write lost its race.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -216,10 +217,17 @@ class NatsBus:
         return _NatsSubscribing(self, subject, queue)
 
     async def ensure_stream(
-        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+        self,
+        name: str,
+        subjects: list[str],
+        *,
+        max_age: float,
+        max_msgs: int,
+        replicas: int = 1,
     ) -> None:
         """Create (or update to this config) the JetStream stream ``name`` keeping what is
-        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages.
+        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages, in
+        ``replicas`` copies.
 
         Raises BusClosedError when JetStream is unavailable or refuses the stream.
         """
@@ -231,6 +239,7 @@ class NatsBus:
             max_msgs=max_msgs,
             storage=StorageType.FILE,
             discard=DiscardPolicy.OLD,
+            num_replicas=replicas,
         )
         js = self._nc.jetstream()
         try:
@@ -267,17 +276,18 @@ class NatsBus:
         config = KeyValueConfig(
             bucket=bucket, ttl=ttl, replicas=replicas, history=1, storage=StorageType.FILE
         )
-        js = self._nc.jetstream(timeout=_KV_TIMEOUT_S)
+        # Creating a replicated bucket waits for its peers; reads and writes must not.
+        admin = self._nc.jetstream(timeout=_KV_CREATE_TIMEOUT_S)
         try:
             try:
-                kv = await js.create_key_value(config)
+                await admin.create_key_value(config)
             except nats.js.errors.BadRequestError:  # it exists with another config
-                kv = await js.key_value(bucket)
-                info = await js.stream_info(f"KV_{bucket}")
+                info = await admin.stream_info(f"KV_{bucket}")
                 info.config.max_age = ttl
                 info.config.duplicate_window = min(ttl, 120.0) if ttl else 120.0
                 info.config.num_replicas = replicas
-                await js.update_stream(info.config)
+                await admin.update_stream(info.config)
+            kv = await self._nc.jetstream(timeout=_KV_TIMEOUT_S).key_value(bucket)
         except nats.js.errors.InvalidBucketNameError as exc:
             raise ValueError(f"invalid key-value bucket name {bucket!r}") from exc
         except nats.errors.Error as exc:

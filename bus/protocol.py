@@ -78,10 +78,17 @@ class Bus(Protocol):
         ...
 
     async def ensure_stream(
-        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+        self,
+        name: str,
+        subjects: list[str],
+        *,
+        max_age: float,
+        max_msgs: int,
+        replicas: int = 1,
     ) -> None:
         """Keep what is published on ``subjects`` as the stream ``name``, for ``max_age``
-        seconds and at most ``max_msgs`` messages (create it, or update it to this config).
+        seconds and at most ``max_msgs`` messages, in ``replicas`` copies on a JetStream
+        cluster (create it, or update it to this config).
         Raises BusClosedError when the bus cannot keep it."""
         ...
 

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from bus import Envelope, Subscription
     from schemas import Message
+    from tests.fixtures.nats import NatsCluster
 
 WAIT_S = 10.0
 
@@ -538,3 +539,23 @@ async def test_kv_on_a_closed_bus_raises_bus_closed_error(any_bus: Bus, bucket: 
         await kv.put("a", b"x")
     with pytest.raises(BusClosedError):
         await any_bus.key_value(bucket)
+
+
+@pytest.mark.nats
+async def test_nats_streams_and_buckets_take_their_replicas_from_the_cluster(
+    nats_url: str, nats_cluster: NatsCluster, bucket: str
+) -> None:
+    single, cluster = await open_bus(nats_url), await open_bus(",".join(nats_cluster.urls))
+    try:
+        # One server cannot keep three copies: the replicas reach JetStream, not a default.
+        with pytest.raises(BusClosedError):
+            await single.key_value(bucket, replicas=3)
+        with pytest.raises(BusClosedError):
+            await single.ensure_stream(bucket, [f"{bucket}.>"], max_age=60, max_msgs=10, replicas=3)
+        kv = await cluster.key_value(bucket, replicas=3)
+        await kv.put("a", b"1")
+        await cluster.ensure_stream(bucket, [f"{bucket}.>"], max_age=60, max_msgs=10, replicas=3)
+        assert await kv.get("a") == KvEntry("a", b"1", 1)
+    finally:
+        await single.aclose()
+        await cluster.aclose()
