@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
-from actors.cluster.membership import HOSTS_BUCKET, Membership
+from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
 from actors.supervisor import Strategy, Supervisor
 from bus import BusClosedError
@@ -140,6 +140,17 @@ class ClusterHost:
             async with asyncio.timeout(budget):
                 await self._membership.beat()
                 live = await self._membership.live()
+        except NodeIdInUseError as exc:
+            # Two processes under one id would each run "its" share: the one that finds its
+            # key rewritten by the other stops everything at once and waits for it to lapse.
+            logger.error(
+                "%s (another process, or our previous run not lapsed yet): running no unit "
+                "until it is gone",
+                exc,
+            )
+            for unit in reversed(self.units):
+                await self._drop(unit, release=False)
+            return
         except (BusClosedError, TimeoutError) as exc:
             if self._leases and self._clock() >= self._deadline - _MARGIN_S:
                 why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"

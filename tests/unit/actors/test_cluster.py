@@ -127,6 +127,29 @@ async def test_a_host_whose_heartbeat_lapsed_loses_its_units_and_takes_them_back
     assert a.units == share_a
 
 
+async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_first_lapses(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    journal = Journal()
+    first, second = (
+        ClusterHost(shared, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
+        for _ in range(2)
+    )
+    for host in (first, second):
+        await host.open()
+    try:
+        await first.reconcile()
+        await second.reconcile()  # same id: its first beat finds the key taken
+        await first.reconcile()
+        assert (first.units, second.units) == (list(UNITS), [])
+        clock.now += SETTINGS.ttl_seconds  # the first one stops beating (it died)
+        await second.reconcile()
+        assert second.units == list(UNITS)
+    finally:
+        for host in (first, second):
+            await host.aclose()
+
+
 class _CuttableKv:
     """A bucket that raises BusClosedError once ``cut``: a host cut off from JetStream."""
 
