@@ -463,6 +463,9 @@ class ServerConfig(_Strict):
     # The request's head must arrive this long after its first byte (else 408 and close;
     # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
     header_timeout_seconds: float = Field(default=10.0, gt=0)
+    # The HTTP server under the ASGI app: hypercorn (every framing defence, the default) or
+    # granian (faster; needs the `granian` extra; no stalled-head timeout, see the README).
+    engine: Literal["hypercorn", "granian"] = "hypercorn"
 
 
 class BusConfig(_Strict):
@@ -483,6 +486,29 @@ class BusConfig(_Strict):
         if not (v.startswith(("inproc://", "nats://"))):
             raise ValueError("bus url must start with inproc:// or nats://")
         return v
+
+
+class ClusterConfig(_Strict):
+    """Several ``--role actors`` hosts sharing the actors on one NATS cluster (JetStream).
+
+    With ``enabled`` (and a ``nats://`` bus) each actors host heartbeats into the key-value
+    bucket ``llmgw_hosts`` every ``heartbeat_seconds``; a host whose key was not refreshed for
+    ``ttl_seconds`` is gone. The tree's top-level children are placed over the live hosts by
+    rendezvous hashing, each owned under a fencing revision (bucket ``llmgw_owners``), their
+    snapshots kept in ``llmgw_snapshots``; every bucket has ``replicas`` copies (3 on a
+    three-node cluster). Off: one actors host owns everything, snapshots in SQLite.
+    """
+
+    enabled: bool = False
+    heartbeat_seconds: float = Field(default=1.0, gt=0)
+    ttl_seconds: float = Field(default=3.0, gt=0)
+    replicas: int = Field(default=1, ge=1, le=5)
+
+    @model_validator(mode="after")
+    def _ttl_spans_beats(self) -> ClusterConfig:
+        if self.ttl_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError("cluster.ttl_seconds must be at least twice heartbeat_seconds")
+        return self
 
 
 class DatabaseConfig(_Strict):
@@ -589,6 +615,7 @@ class GatewayConfig(_Strict):
 
     server: ServerConfig = ServerConfig()
     bus: BusConfig = BusConfig()
+    cluster: ClusterConfig = ClusterConfig()
     routing: RoutingConfig = RoutingConfig()
     database: DatabaseConfig = DatabaseConfig()
     log: LogConfig = LogConfig()
