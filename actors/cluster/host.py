@@ -78,10 +78,14 @@ class ClusterHost:
         """The units this host runs now, in tree order."""
         return [u for u in self._units if u in self._leases]
 
-    async def start(self) -> None:
+    async def start(self, admit: Callable[[list[str]], None] | None = None) -> None:
         """Open, run a first round, then a round every heartbeat in the background.
-        Raises BusClosedError when the buckets cannot be opened."""
+        ``admit`` is shown the live hosts before this one joins them and raises to refuse.
+        Raises BusClosedError when the buckets cannot be opened, what ``admit`` raises."""
         await self.open()
+        if admit is not None:
+            assert self._membership is not None
+            admit(await self._membership.live())
         await self.reconcile()
         self._task = asyncio.create_task(self._loop(), name=f"cluster:{self.node_id}")
 

@@ -153,6 +153,9 @@ def _serve(args: argparse.Namespace) -> int:
     except (ListenError, BusUnreachableError, EngineUnavailableError, EmbeddedNatsError) as exc:
         sys.stderr.write(f"llmgw: {exc}\n")
         return 2
+    except ConfigError as exc:  # refused once the bus showed more (a second actors host)
+        sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
+        return 2
 
 
 def _workers(value: str) -> int:

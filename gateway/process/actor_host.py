@@ -27,6 +27,7 @@ from actors.strategies import validate_strategy
 from bus import BusClosedError
 from gateway.process.config import DEMO_CONFIG, load_config
 from gateway.process.control import EVENTS_STREAM, config_version, load_versioned
+from gateway.process.shared_database import require_shared_database
 from schemas import subjects
 
 if TYPE_CHECKING:
@@ -50,16 +51,6 @@ def default_node_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
-def require_shared_database(config: GatewayConfig) -> None:
-    """The hook a second actors host runs before it starts: the request log and spend must be
-    where every host reaches them. Until a shared database is configurable, each host keeps
-    its own SQLite file (logged, so an operator knows the log and spend are split)."""
-    logger.warning(
-        "cluster: the request log and spend are in %s on this host only",
-        config.database.path,
-    )
-
-
 class ActorHost:
     """Owns this process's running actor tree and its snapshot store (or, in a cluster,
     this host's share of the tree)."""
@@ -78,8 +69,8 @@ class ActorHost:
     async def start_cluster(cls, bus: Bus, config: GatewayConfig, node_id: str | None) -> ActorHost:
         """Join the actors hosts of the NATS cluster as ``node_id`` (default:
         :func:`default_node_id`) and run this host's share. Raises BusClosedError when
-        JetStream's buckets cannot be opened."""
-        require_shared_database(config)
+        JetStream's buckets cannot be opened, SharedDatabaseRequiredError when other hosts
+        run and the request log would be in this host's SQLite file."""
         node_id = node_id or default_node_id()
         cluster = ClusterHost(
             bus,
@@ -89,7 +80,9 @@ class ActorHost:
         )
         host = cls(cluster.root, None, cluster)
         try:
-            await cluster.start()
+            # Refused before joining: a host whose request log is in its own SQLite file
+            # would split the log and spend with the hosts already running.
+            await cluster.start(functools.partial(require_shared_database, config, node_id=node_id))
             await _ensure_events_stream(bus, config)
         except BaseException:
             await host.aclose()

@@ -23,7 +23,7 @@ class SharedDatabaseRequiredError(ConfigError):
     """Several actor hosts, and the request log in a file only one of them can reach."""
 
 
-def require_shared_database(config: GatewayConfig, hosts: Collection[str], node_id: str) -> None:
+def require_shared_database(config: GatewayConfig, hosts: Collection[str], *, node_id: str) -> None:
     """Refuse to start actor host ``node_id`` when ``hosts`` (the live actor hosts' ids, this
     one included or not) holds another and ``config`` keeps the request log in SQLite.
 

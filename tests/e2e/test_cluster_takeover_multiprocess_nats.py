@@ -4,7 +4,8 @@ from JetStream within seconds (a weight override set before the kill survives), 
 host restarted takes its share back with never two owners of a unit: a concurrency limit of
 1 held across the handback is never exceeded at the upstream. A host whose NATS node stops
 answering (SIGSTOP: the process lives on, cut off) stops its own share at its lease deadline
-and the other host takes it over."""
+and the other host takes it over. The hosts share the request log in PostgreSQL (a second
+host with it in SQLite is refused)."""
 
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ def _write(path: Path, body: dict[str, Any]) -> str:
 
 async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back(
     nats_cluster: NatsCluster,
+    postgres_url: str,
     tmp_path: Path,
     fake_upstreams: UpstreamFactory,
     processes: list[GatewayProcess],
@@ -98,7 +100,8 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     nodes = _pair_moving_together("models", "capacity")
     cfgs = {
         node: _write(
-            tmp_path / f"{node}.yaml", {**base, "database": {"path": str(tmp_path / node)}}
+            tmp_path / f"{node}.yaml",
+            {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
         for node in nodes
     }
@@ -218,6 +221,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
 
 async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other_takes_it(
     nats_cluster: NatsCluster,
+    postgres_url: str,
     tmp_path: Path,
     fake_upstreams: UpstreamFactory,
     processes: list[GatewayProcess],
@@ -226,7 +230,8 @@ async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other
     base = config(model("m", route(up)), cluster=CLUSTER)
     cfgs = {
         node: _write(
-            tmp_path / f"{node}.yaml", {**base, "database": {"path": str(tmp_path / node)}}
+            tmp_path / f"{node}.yaml",
+            {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
         for node in ("a", "b")
     }

@@ -318,13 +318,13 @@ def test_config_database_url_env_var_wins_and_reaches_the_operator_commands(
 
 def test_a_second_actor_host_without_a_shared_database_is_refused_naming_the_remedy() -> None:
     sqlite = parse_config("database: {path: /var/lib/llmgw/gw.db}")
-    require_shared_database(sqlite, {"node-a"}, "node-a")  # alone: the file will do
+    require_shared_database(sqlite, {"node-a"}, node_id="node-a")  # alone: the file will do
     with pytest.raises(SharedDatabaseRequiredError) as exc:
-        require_shared_database(sqlite, {"node-a", "node-b"}, "node-a")
+        require_shared_database(sqlite, {"node-a", "node-b"}, node_id="node-a")
     msg = str(exc.value)
     assert "node-b" in msg and "/var/lib/llmgw/gw.db" in msg
     assert "database.url: postgresql://" in msg and "LLMGW_DATABASE_URL" in msg
     shared = parse_config("database: {url: 'postgresql://gw@db/llmgw'}")
-    require_shared_database(shared, {"node-a", "node-b"}, "node-a")
+    require_shared_database(shared, {"node-a", "node-b"}, node_id="node-a")
     no_log = parse_config("log: {enabled: false}")
-    require_shared_database(no_log, {"node-a", "node-b"}, "node-a")
+    require_shared_database(no_log, {"node-a", "node-b"}, node_id="node-a")
