@@ -54,11 +54,15 @@ def _nats(services: dict[str, Any]) -> dict[str, Any]:
     return {n: s for n, s in services.items() if str(s.get("image", "")).startswith("nats")}
 
 
+def _postgres(services: dict[str, Any]) -> dict[str, Any]:
+    return {n: s for n, s in services.items() if str(s.get("image", "")).startswith("postgres")}
+
+
 def _gateway_args(services: dict[str, Any]) -> dict[str, argparse.Namespace]:
     return {
         name: cli._parser().parse_args(_llmgw_argv(svc["command"]))
         for name, svc in services.items()
-        if name not in _nats(services)
+        if name not in _nats(services) and name not in _postgres(services)
     }
 
 
@@ -283,3 +287,22 @@ def test_dockerfile_installs_the_package_from_copied_sources_and_runs_unprivileg
     assert user and user[-1] not in ("root", "0")
     cmd = [json.loads(args) for kind, args in steps if kind == "CMD"][-1]
     assert cmd[0] == "llmgw" and cli._parser().parse_args(cmd[1:]).command == "serve"
+
+
+def test_compose_actors_hosts_share_the_request_log_in_the_postgres_service(
+    services: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (postgres,) = _postgres(services)
+    actors = {n: a for n, a in _gateway_args(services).items() if a.role == "actors"}
+    urls = set()
+    for name, a in actors.items():
+        for var, value in dict(services[name].get("environment") or {}).items():
+            monkeypatch.setenv(var, str(value))
+        url = load_config(REPO / _sources_of(services[name])[a.config]).database.url
+        assert url is not None, name  # a second actors host on SQLite would be refused
+        assert urlsplit(url).hostname == postgres, name
+        assert services[name]["depends_on"][postgres] == {"condition": "service_healthy"}
+        urls.add(url)
+    assert len(actors) == 2 and len(urls) == 1
+    assert services[postgres]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]
