@@ -8,6 +8,7 @@ const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ME = document.querySelector('meta[name="audit-as"]').content;
 const MAX_ROWS = 500;        // rows a live table keeps; older ones are dropped
 const MAX_PAUSED = 1000;     // events held while paused; older ones are dropped
+const RECENT_S = 3600;       // how far back the overview's operator events reach at load
 
 class ApiError extends Error {
   constructor(status, error) {
@@ -69,16 +70,27 @@ const time = (ts) => ts ? new Date(ts * 1000).toLocaleTimeString() : "";
 const stamp = (ts) => ts ? new Date(ts * 1000).toLocaleString() : "";
 const ms = (v) => v === null || v === undefined ? "–" : `${Math.round(v)} ms`;
 
-// The page's one event stream. ``onEvent`` gets each event as its JSON object.
-function stream(kinds, onEvent) {
-  const query = kinds && kinds.length ? "?kind=" + kinds.join(",") : "";
+// The page's one event stream. ``onEvent`` gets each event as its JSON object. With
+// ``since`` (unix seconds), the events the gateway kept from then on come first; a gateway
+// that keeps none refuses ``since``, and the stream is then opened live only.
+function stream(kinds, onEvent, since) {
+  const params = new URLSearchParams();
+  if (kinds && kinds.length) params.set("kind", kinds.join(","));
+  if (since !== undefined) params.set("since", String(since));
+  const query = params.size ? "?" + params : "";
   const source = new EventSource("/dashboard/api/events" + query);
+  let opened = false;
   const handle = (msg) => onEvent(JSON.parse(msg.data));
   for (const kind of kinds && kinds.length ? kinds : ["decision", "circuit", "bench", "mode",
     "keypool", "auth_rejected", "admin", "config", "model_breaker", "rules"]) {
     source.addEventListener(kind, handle);
   }
-  source.addEventListener("open", () => { document.body.dataset.live = "1"; });
+  source.addEventListener("open", () => { opened = true; document.body.dataset.live = "1"; });
+  source.addEventListener("error", () => {
+    if (since !== undefined && !opened && source.readyState === EventSource.CLOSED) {
+      stream(kinds, onEvent);
+    }
+  });
   window.addEventListener("pagehide", () => source.close());
   return source;
 }
@@ -177,6 +189,8 @@ async function overview() {
   showErrors(errors.rows);
   await rates();
   lastRates = Date.now();
+  // The last hour's operator events the gateway kept, then live ones: the list is not empty
+  // until something happens.
   stream(["circuit", "bench", "mode", "keypool", "auth_rejected"], (ev) => {
     recent.prepend(el("li", {text: `${time(ev.ts) || new Date().toLocaleTimeString()} ${ev.kind}: ${summary(ev)}`}));
     while (recent.children.length > 50) recent.lastChild.remove();
@@ -194,7 +208,7 @@ async function overview() {
       const td = cell(ev.pool, "mutes");
       if (td) td.textContent = ev.type === "KeyMuted" ? `${ev.credential_id} until ${time(ev.until)}` : "–";
     }
-  });
+  }, Math.floor(Date.now() / 1000) - RECENT_S);
   ready();
 }
 
@@ -462,8 +476,11 @@ function rules() {
       return;
     }
     try {
+      // Without a key the gateway answers as this session's admin.
       const caller = e.target.elements.caller.value;
+      const labels = e.target.elements.labels.value.trim();
       const headers = caller ? {authorization: `Bearer ${caller}`} : {};
+      if (labels) headers["x-llmgw-metadata"] = labels;
       const r = await api("POST", "/admin/routing/explain", {path: "/v1/chat/completions", body, headers});
       const t = r.target;
       out.replaceChildren(
@@ -485,6 +502,12 @@ function rules() {
 
 // -- Weights and benches ------------------------------------------------------------------
 
+// A backup is never drawn (weight 0 whatever configured); only an override can be restored.
+function weightText(r) {
+  if (r.fallback_only) return "fallback only (never drawn)";
+  return r.overridden ? `${r.weight} (configured ${r.configured_weight})` : `${r.weight}`;
+}
+
 function weights() {
   const wBody = document.querySelector("#weights tbody");
   const bBody = document.querySelector("#benches tbody");
@@ -495,14 +518,14 @@ function weights() {
       const input = el("input", {type: "number", step: "any", min: "0", value: String(r.weight), "aria-label": `weight of ${r.endpoint}`});
       return el("tr", {dataset: {endpoint: r.endpoint}},
         el("td", {text: m.model}), el("td", {text: r.endpoint}), el("td", {text: st.base_url || ""}),
-        el("td", {class: "weight", text: r.weight === r.configured_weight ? `${r.weight}` : `${r.weight} (configured ${r.configured_weight})`}),
+        el("td", {class: "weight", text: weightText(r)}),
         el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || ""}),
         el("td", {}, input,
           el("button", {type: "button", class: "set", onclick: () => attempt(async () => {
             await admin("routing", "set_weight", {model: m.model, endpoint: r.endpoint, weight: Number(input.value)});
             await load();
           }, `weight of ${r.endpoint} set`)}, "Override"),
-          el("button", {type: "button", class: "restore", disabled: r.weight === r.configured_weight,
+          el("button", {type: "button", class: "restore", disabled: !r.overridden,
             onclick: () => attempt(async () => {
               await admin("routing", "reset_weight", {model: m.model, endpoint: r.endpoint});
               await load();
