@@ -68,6 +68,10 @@ FORWARDED = ("/admin/", "/api/fallback/routing-rules", "/health/deep", "/events"
 _ASSETS = {
     "dashboard.js": b"text/javascript; charset=utf-8",
     "dashboard.css": b"text/css; charset=utf-8",
+    # uPlot, the charts' library, vendored as package data (static/VENDORED.md).
+    "uPlot.iife.min.js": b"text/javascript; charset=utf-8",
+    "uPlot.min.css": b"text/css; charset=utf-8",
+    "charts.js": b"text/javascript; charset=utf-8",
 }
 _MAX_FORM = 4096
 _SIGNIN_SECONDS = 3600  # how long a sign-in form stays good
