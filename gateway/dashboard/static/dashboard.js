@@ -8,7 +8,8 @@ const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ME = document.querySelector('meta[name="audit-as"]').content;
 const MAX_ROWS = 500;        // rows a live table keeps; older ones are dropped
 const MAX_PAUSED = 1000;     // events held while paused; older ones are dropped
-const RECENT_S = 3600;       // how far back the overview's operator events reach at load
+const HISTORY_S = 86400;     // how far back the overview's operator events reach at load
+const LIVE_MS = 30000;       // the last hour's charts are re-read this often while shown
 
 class ApiError extends Error {
   constructor(status, error) {
@@ -127,8 +128,40 @@ async function overview() {
     return row && row.querySelector(`[data-col="${col}"]`);
   };
   const setCircuit = (td, state) => { td.textContent = state; td.className = `circuit ${state}`; };
+  const controls = document.getElementById("chart-controls");
+  const intervals = new Intervals();
+  const charts = ["requests", "errors", "ttft"].map((name) =>
+    new TimeChart(document.getElementById(`chart-${name}`), name === "ttft" ? "ms" : "", intervals));
+  let shown = null;  // the series drawn, for the intervals list's range
+  const drawCharts = (series) => {
+    shown = series;
+    const xs = series.all.map((p) => p[0]);
+    const named = [["all", series.all], ...Object.entries(series.groups)];
+    const lines = (i, suffix, dash) => named.map(([name, points]) =>
+      ({name: name + suffix, values: points.map((p) => p[i]), dash}));
+    charts[0].show(xs, series.bucket_seconds, lines(1, ""));
+    charts[1].show(xs, series.bucket_seconds, lines(2, ""));
+    charts[2].show(xs, series.bucket_seconds, [...lines(3, " p50"), ...lines(4, " p95", [6, 4])]);
+    showIntervals();
+  };
+  const showIntervals = () => {
+    if (!shown) return;
+    const xs = shown.all;
+    listIntervals(document.getElementById("intervals"), intervals, xs[0][0],
+      xs[xs.length - 1][0] + shown.bucket_seconds);
+  };
+  let bandsFrame = 0;  // one redraw per animation frame, however many events arrive
+  const bandsSoon = () => {
+    if (!bandsFrame) bandsFrame = requestAnimationFrame(() => {
+      bandsFrame = 0;
+      for (const c of charts) c.redraw();
+      showIntervals();
+    });
+  };
   const rates = coalesced(async () => {
-    const agg = await admin("log", "aggregate");
+    const f = controls.elements;
+    const agg = await admin("log", "aggregate", {range: f.range.value, by: f.by.value});
+    drawCharts(agg.series);
     const all = agg.requests;
     document.getElementById("rpm").textContent = all.requests_per_minute;
     document.getElementById("epm").textContent = all.errors_per_minute;
@@ -189,9 +222,15 @@ async function overview() {
   showErrors(errors.rows);
   await rates();
   lastRates = Date.now();
-  // The last hour's operator events the gateway kept, then live ones: the list is not empty
-  // until something happens.
+  controls.addEventListener("change", () => rates());
+  setInterval(() => {
+    if (controls.elements.range.value === "hour" && !document.hidden) rates();
+  }, LIVE_MS);
+  // The last day's operator events the gateway kept, then live ones: the list is not empty
+  // until something happens, and the charts' intervals reach back as far as they do.
   stream(["circuit", "bench", "mode", "keypool", "auth_rejected"], (ev) => {
+    intervals.add(ev);
+    bandsSoon();
     recent.prepend(el("li", {text: `${time(ev.ts) || new Date().toLocaleTimeString()} ${ev.kind}: ${summary(ev)}`}));
     while (recent.children.length > 50) recent.lastChild.remove();
     if (ev.kind === "circuit") {
@@ -208,7 +247,7 @@ async function overview() {
       const td = cell(ev.pool, "mutes");
       if (td) td.textContent = ev.type === "KeyMuted" ? `${ev.credential_id} until ${time(ev.until)}` : "–";
     }
-  }, Math.floor(Date.now() / 1000) - RECENT_S);
+  }, Math.floor(Date.now() / 1000) - HISTORY_S);
   ready();
 }
 
