@@ -20,6 +20,7 @@ context window -> weight and circuit admission -> session affinity -> prefill-aw
 from __future__ import annotations
 
 import logging
+import random
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -105,8 +106,10 @@ class ModelActor(Actor):
         *,
         snapshots: SnapshotStore | None = None,
         clock: Callable[[], float] = time.time,
+        seed: int | None = None,
     ) -> None:
         self.name = f"model:{model.id}"
+        self._seed = seed
         self._model = model
         self._routing = routing
         self._router = model.router or routing.default_router
@@ -147,6 +150,7 @@ class ModelActor(Actor):
                 clock=self._clock,
                 capacity=self.capacity.state_of,
                 load=self._load.of,
+                rng=None if self._seed is None else random.Random(f"{self._seed}:{self.name}"),
             ),
         )
         aff = self._routing.affinity

@@ -58,8 +58,12 @@ def build_tree(
     snapshots: SnapshotStore | None = None,
     clock: Callable[[], float] | None = None,
     request_log: bool = False,
+    seed: int | None = None,
 ) -> Supervisor:
-    """The root supervisor for ``config``; start it with ``await root.start(bus)``."""
+    """The root supervisor for ``config``; start it with ``await root.start(bus)``.
+
+    ``clock`` (Unix seconds) is every actor's and supervisor's time; ``seed`` makes the
+    strategies' random draws repeatable (the replay's; production leaves both unset)."""
     circuit = config.routing.circuit
     endpoint_specs: list[ChildSpec | Supervisor] = []
     model_specs: list[ChildSpec | Supervisor] = []
@@ -88,7 +92,9 @@ def build_tree(
         model_specs.append(
             ChildSpec(
                 f"model:{model.id}",
-                functools.partial(ModelActor, model, config.routing, snapshots=snapshots, **extra),
+                functools.partial(
+                    ModelActor, model, config.routing, snapshots=snapshots, seed=seed, **extra
+                ),
                 restart=Restart.PERMANENT,
             )
         )
@@ -131,6 +137,7 @@ def build_tree(
         strategy=Strategy.ONE_FOR_ONE,
         intensity=10,
         period=5.0,
+        clock=clock,
         children=[
             *store,
             Supervisor(

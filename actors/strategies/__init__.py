@@ -100,7 +100,7 @@ def build_strategy(
     return factory(validated, deps or StrategyDeps())
 
 
-from actors.strategies import fixed, round_robin  # noqa: E402, F401  (registration)
+from actors.strategies import fixed, greedy, round_robin  # noqa: E402, F401  (registration)
 
 try:  # RouteWise is optional at import time: its absence must not break the gateway.
     import llm_routewise  # noqa: F401

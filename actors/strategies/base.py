@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from schemas.config import PrefillConfig, RouteConfig
 
 if TYPE_CHECKING:
+    import random
     from collections.abc import Callable, Sequence
 
     from schemas import CapacityState, Observation, RouteRequest
@@ -40,7 +41,8 @@ class StrategyDeps:
     """What the hosting ModelActor hands every strategy besides its params: the prefill
     knobs, the model it routes (None in bare unit tests), the actor's clock and its capacity
     view: ``capacity(endpoint)`` is the state of that route's pool (None: on-demand, or not
-    known yet), read from the ModelActor's ``CapacityViews``; and each route's load."""
+    known yet), read from the ModelActor's ``CapacityViews``; each route's load; and its
+    random source."""
 
     prefill: PrefillConfig = field(default_factory=PrefillConfig)
     model: ModelConfig | None = None
@@ -49,6 +51,8 @@ class StrategyDeps:
     # ``load(endpoint)``: (requests in flight, learned concurrency limit or None), the
     # ModelActor's count (actors/state/route_load.py).
     load: Callable[[str], tuple[int, float | None]] = field(default=lambda _endpoint: (0, None))
+    rng: random.Random | None = None
+    """The strategy's random draws (seeded by the replay); None: a fresh unseeded one."""
 
 
 class RoutingStrategy(Protocol):

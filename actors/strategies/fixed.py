@@ -33,7 +33,7 @@ class FixedStrategy:
     ) -> None:
         self.params = params
         self._prefill = deps.prefill
-        self._rng = rng or random.Random()
+        self._rng = rng or deps.rng or random.Random()
 
     def _draw(self, routes: Sequence[RouteView]) -> RouteView:
         total = sum(r.weight for r in routes)

@@ -28,6 +28,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "gateway.cli.events",
     "gateway.cli.keys",
     "gateway.cli.logs",
+    "gateway.cli.replay",
 )
 
 

@@ -14,7 +14,6 @@ import itertools
 import logging
 import os
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.ingress.accounting import RequestRecord, bounded
 from gateway.ingress.admission import Admission, Ticket
 from gateway.ingress.capacity_health import capacity_lines
+from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
 from gateway.ingress.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
 from gateway.ingress.errors import (
     DEFAULT_RETRY_AFTER,
@@ -79,6 +79,9 @@ from schemas import (
 from schemas.catalog import AXIS_SYNONYMS, ascii_lower
 
 if TYPE_CHECKING:
+    import random
+    from collections.abc import Mapping
+
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.adapters.upstream_http import UpstreamHTTP
@@ -103,23 +106,36 @@ class GatewayApp:
     """The ASGI ingress. Owns the upstream HTTP client and the adapters; holds no routing
     state of its own (that lives in the actors)."""
 
-    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        config: GatewayConfig,
+        *,
+        clock: IngressClock = SYSTEM_CLOCK,
+        adapters: Mapping[str, Adapter] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``clock``, ``adapters`` (by upstream kind, in place of the HTTP ones) and ``rng``
+        (steering's exploration draws) are the replay's: production leaves them unset."""
         self._bus = bus
         self._config = config
+        self._clock = clock
+        self._own_adapters = adapters
         self._models: dict[str, ModelConfig] = {}
         for m in config.models:
             for name in (m.id, *m.aliases):
                 self._models[name] = m
         self._client: UpstreamHTTP | None = None
-        self._adapters: dict[str, Adapter] = {"echo": EchoAdapter()}
+        self._adapters: dict[str, Adapter] = {"echo": EchoAdapter(), **(adapters or {})}
         # The models' "created" time: no model has a release date in the config.
-        self._loaded_at = int(time.time())
+        self._loaded_at = int(clock.wall())
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(
             bus,
             config.routing.leases.ttl_seconds,
             f"ingress-{os.getpid():x}-{secrets.token_hex(3)}",
             max_age=_lease_max_age(config),
+            clock=clock.steady,
         )
         # Callers and credentials: the auth gate and the grants of database keys' secrets,
         # which the targets read (passed in, never a module global).
@@ -130,13 +146,16 @@ class GatewayApp:
             Targets(config, self.callers.secrets),
             config.routing.failover,
             self.leases,
+            clock=clock.steady,
+            wall=clock.wall,
         )
         self._ids = itertools.count(1)
         self.steering = SteeringView(bus, config)
         self._steerer = Steerer(
             affinity=config.routing.affinity.enabled,
             ttl=config.routing.affinity.ttl_seconds,
-            clock=time.monotonic,
+            clock=clock.steady,
+            rng=rng,
         )
         self._id_prefix = f"{os.getpid():x}-"
         self._surfaces = {
@@ -235,7 +254,7 @@ class GatewayApp:
                 return
 
     def _ensure_client(self) -> None:
-        if self._client is None:
+        if self._client is None and self._own_adapters is None:
             self._client = make_http_client()
             self._adapters.update(make_adapters(self._client))
 
@@ -265,6 +284,8 @@ class GatewayApp:
             ),
             config.routing.failover,
             self.leases,
+            clock=self._clock.steady,
+            wall=self._clock.wall,
         )
         self._config, self._models, self._dispatcher = config, models, dispatcher
         self.leases.retune(config.routing.leases.ttl_seconds, _lease_max_age(config))
@@ -501,6 +522,7 @@ class GatewayApp:
                 trust_proxy_headers=self._config.routing.trust_proxy_headers,
             ),
             prompt_estimate=prompt_estimate,
+            started=self._clock.steady(),
             role=caller_of(req).role,
             record=record if record is not None else RequestRecord(),
         )

@@ -307,7 +307,8 @@ class Dispatcher:
 
     ``clock`` (seconds, monotonic; ``RequestInfo.started`` must come from the same clock)
     measures the budget, attempt latencies and time to first token, so tests drive the
-    budget without waiting. The per-attempt timeouts themselves run on the event loop.
+    budget without waiting; ``wall`` stamps observations. The per-attempt timeouts
+    themselves run on the event loop.
     """
 
     def __init__(
@@ -319,6 +320,7 @@ class Dispatcher:
         leases: LeaseKeeper | None = None,
         *,
         clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._bus = bus
         self._adapters = adapters
@@ -326,6 +328,7 @@ class Dispatcher:
         self._failover = failover or FailoverConfig()
         self.leases = leases or LeaseKeeper(bus, 30.0, "ingress")
         self._clock = clock
+        self._wall = wall
 
     def now(self) -> float:
         """The dispatcher's clock."""
@@ -494,7 +497,7 @@ class Dispatcher:
             request_id=info.request_id,
             surface=info.surface,
             credential_id=c.credential_id,
-            ts=time.time(),
+            ts=self._wall(),
             prompt_estimate=info.prompt_estimate,
             role=info.role,
             trace_id=info.record.trace.trace_id if info.record.trace is not None else "",

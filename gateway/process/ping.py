@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, TypeVar
 
+from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
 from gateway.ingress.leases import LeaseKeeper
 
 if TYPE_CHECKING:
@@ -40,8 +41,11 @@ class Pinger:
         targets: Targets,
         leases: LeaseKeeper | None = None,
         secrets: ProviderSecrets | None = None,
+        *,
+        clock: IngressClock = SYSTEM_CLOCK,
     ) -> None:
         self._bus = bus
+        self._clock = clock  # what a probe's timing reads (the replay's virtual clock)
         self._adapters = adapters
         self._targets = targets
         self._leases = leases or LeaseKeeper(bus, 30.0, "prober")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 
 from gateway.process.ping import NoAdapterError, Pinger
 from schemas import GatewayError, LatencyProbeDue, LatencySample, UpstreamError, subjects
@@ -29,16 +28,17 @@ class RouteWiseProber(Pinger):
     async def probe(self, due: LatencyProbeDue) -> LatencySample:
         """Send the 1-token request for ``due``; never raises for an upstream failure."""
         sample = functools.partial(LatencySample, endpoint=due.endpoint, model=due.model)
-        started = time.perf_counter()
+        steady, wall = self._clock.steady, self._clock.wall
+        started = steady()
         try:
             await self.ping(due.candidate, due.model, due.timeout)
         except NoAdapterError:
-            return sample(ok=False, detail="no adapter", ts=time.time())
+            return sample(ok=False, detail="no adapter", ts=wall())
         except UpstreamError as err:
-            return sample(ok=False, detail=err.message[:200], ts=time.time())
+            return sample(ok=False, detail=err.message[:200], ts=wall())
         except TimeoutError:
-            return sample(ok=False, detail="timed out", ts=time.time())
-        return sample(ok=True, ttft_ms=(time.perf_counter() - started) * 1000, ts=time.time())
+            return sample(ok=False, detail="timed out", ts=wall())
+        return sample(ok=True, ttft_ms=(steady() - started) * 1000, ts=wall())
 
     async def _answer(self, due: LatencyProbeDue) -> None:
         sample = await self.leased(

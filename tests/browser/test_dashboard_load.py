@@ -77,7 +77,7 @@ def _fill_log(path: Path, endpoint: str) -> None:
                 0,
                 "key-1",
                 "ann",
-                "",  # trace_id
+                "",
             )
             yield (
                 ts,
@@ -105,7 +105,7 @@ def _fill_log(path: Path, endpoint: str) -> None:
                 0,
                 "key-1",
                 "ann",
-                "",  # trace_id
+                "",
             )
 
     db.executemany(INSERT, rows())  # type: ignore[arg-type]

@@ -433,11 +433,13 @@ async def test_round_robin_skips_an_open_circuit(
 STARTUP_ERRORS = {
     "unknown_router": (
         {"router": "fastest"},
-        "models[0].router: unknown router 'fastest'; known routers: fixed, round_robin",
+        "models[0].router: unknown router 'fastest'; known routers: fixed, greedy_cost, "
+        "greedy_latency, round_robin",
     ),
     "unknown_default_router": (
         {"_default": "fastest"},
-        "routing.default_router: unknown router 'fastest'; known routers: fixed, round_robin",
+        "routing.default_router: unknown router 'fastest'; known routers: fixed, greedy_cost, "
+        "greedy_latency, round_robin",
     ),
     "unknown_param": (
         {"router": "round_robin", "router_params": {"skip": True}},

@@ -229,6 +229,7 @@ PINNED: dict[str, list[str]] = {
     "gateway.admin": [],
     "gateway.process": [],
     "gateway.cli": [],
+    "gateway.replay": [],
     "actors.state": [],
     "actors.stores": [],
 }

@@ -141,9 +141,13 @@ class RouteWiseStrategy:
         self.params = params
         self._deps = deps
         self._clock: Callable[[], float] = deps.clock
-        self._rng = random.Random(params.random_seed)
+        # An explicit ``random_seed`` wins; else the host's seeded source (the replay's).
+        seeded = params.random_seed is None and deps.rng is not None
+        self._rng = (
+            deps.rng if seeded and deps.rng is not None else random.Random(params.random_seed)
+        )
         # Its own stream: exploring never shifts the LP's seeded draws.
-        self._explore_rng = random.Random(params.random_seed)
+        self._explore_rng = random.Random(self._rng.random() if seeded else params.random_seed)
         self.explored = 0
         self.latency = LatencyEvidence(params)
         self.output = OutputLengthPredictor(params)

@@ -62,7 +62,9 @@ class TestEveryStrategy:
 
 
 def test_registry_unknown_name_lists_known_names() -> None:
-    with pytest.raises(ValueError, match="known routers: fixed, round_robin"):
+    with pytest.raises(
+        ValueError, match="known routers: fixed, greedy_cost, greedy_latency, round_robin"
+    ):
         validate_strategy("fastest", {})
 
 
@@ -102,3 +104,34 @@ def test_round_robin_cycles_in_declaration_order() -> None:
     s = build_strategy("round_robin", {})
     routes = _views(1, 5, 1)
     assert [s.select(routes, REQ).index for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def _priced(*prices: tuple[float, float]) -> list[RouteView]:
+    return [
+        RouteView(
+            i, f"m:e{i}", 1.0, RouteConfig(kind="echo", pricing={"prompt": p, "completion": c})
+        )
+        for i, (p, c) in enumerate(prices)
+    ]
+
+
+def test_greedy_cost_picks_the_route_cheapest_for_the_requests_prompt() -> None:
+    s = build_strategy("greedy_cost", {"output_tokens": 100})
+    routes = _priced((1.0, 10.0), (3.0, 2.0), (1.0, 10.0))
+    # 10 prompt tokens: 10 + 1000 against 30 + 200; 10,000: 10,000 + 1,000 against 30,000 + 200.
+    assert s.select(routes, RouteRequest(model="m", prompt_tokens=10)) is routes[1]
+    assert s.select(routes, RouteRequest(model="m", prompt_tokens=10_000)) is routes[0]
+
+
+def test_greedy_latency_measures_each_route_once_then_takes_the_fastest() -> None:
+    s = build_strategy("greedy_latency", {"ewma_alpha": 0.5})
+    routes = _views(1, 1, 1)
+    for i, ttft in enumerate((300.0, 100.0, 200.0)):
+        assert s.select(routes, REQ) is routes[i]  # the first not measured yet
+        s.observe(Observation(endpoint=f"m:e{i}", model="m", outcome="success", ttft_ms=ttft))
+    assert s.select(routes, REQ) is routes[1]
+    # e1 slows: its mean moves halfway each time (100 -> 350 -> 475), e2 is then the fastest.
+    for _ in range(2):
+        s.observe(Observation(endpoint="m:e1", model="m", outcome="success", ttft_ms=600.0))
+    s.observe(Observation(endpoint="m:e2", model="m", outcome="failure", ttft_ms=1.0))
+    assert s.select(routes, REQ) is routes[2]

@@ -91,7 +91,8 @@ def test_config_bedrock_settings_are_checked(route: str, says: str) -> None:
 def test_config_with_unknown_router_lists_known_routers() -> None:
     msg = _error("models: [{id: a, router: fastest, route: [{kind: echo}]}]")
     assert (
-        "models[0].router: unknown router 'fastest'; known routers: fixed, round_robin, routewise"
+        "models[0].router: unknown router 'fastest'; known routers: fixed, greedy_cost, "
+        "greedy_latency, round_robin, routewise"
     ) in msg
 
 

@@ -23,6 +23,8 @@ WIRING = {
     "gateway.process.actor_host": "hosts the actor tree in a process of role all or actors",
     "gateway.cli.keys_offline": "llmgw keys with no gateway running (the first admin key)",
     "gateway.cli.logs_offline": "llmgw logs reading the file when no gateway serves it",
+    "gateway.cli.replay": "llmgw replay validates the compared configs' routers (the strategies)",
+    "gateway.replay.runner": "llmgw replay: the actor tree beside the ingress on a virtual clock",
 }
 """Modules that may import ``actors`` (and, for the offline tools, open the database)."""
 

@@ -1,0 +1,13 @@
+"""``llmgw replay``: a trace through the real routing on a virtual clock, against simulated
+providers, compared across configs.
+
+Process wiring (it builds the actor tree, like ``gateway.process``): ``vloop`` (the virtual
+time loop), ``trace`` and ``synth`` (requests), ``providers`` and ``simulated`` (upstream
+behaviour behind the one ``Adapter`` seam), ``runner`` (one config through the real
+gateway), ``oracle``, ``report`` and ``plots``.
+"""
+
+from __future__ import annotations
+
+# Its modules are imported by name; nothing is re-exported here.
+__all__: list[str] = []

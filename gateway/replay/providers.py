@@ -1,0 +1,143 @@
+"""The providers file: how each simulated upstream behaves (never what it costs).
+
+One entry per route, matched by endpoint id (``m:p1``) or base URL. Prices come from each
+compared config's route ``pricing:``, so two configs that price differently are compared as
+their operator would be billed. Times are seconds; ``at``/``start``/``end`` count from the
+trace's first arrival.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+_Z90 = 1.2815515655446004  # the standard normal's 90th percentile
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Ttft(_Strict):
+    """Time to first token, lognormal by its median and 90th percentile, unloaded; each
+    thousand prompt tokens adds ``per_1k_prompt`` seconds to the median."""
+
+    median: float = Field(gt=0)
+    p90: float = Field(gt=0)
+    per_1k_prompt: float = Field(default=0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Ttft:
+        if self.p90 < self.median:
+            raise ValueError("ttft.p90 must be at least ttft.median")
+        return self
+
+    @property
+    def sigma(self) -> float:
+        """The lognormal's shape parameter."""
+        return math.log(self.p90 / self.median) / _Z90
+
+
+class RateLimit(_Strict):
+    """At most ``requests`` (and ``tokens``: prompt plus output) per ``per_seconds`` sliding
+    window; beyond, a 429 with ``Retry-After`` (``retry_after``, else the time until the window
+    frees) and the ``x-ratelimit-*`` headers."""
+
+    requests: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1)
+    per_seconds: float = Field(default=60.0, gt=0)
+    retry_after: float | None = Field(default=None, ge=0)
+
+
+class ErrorRates(_Strict):
+    """Per attempt probabilities of each failure kind (drawn before anything is sent back)."""
+
+    http_500: float = Field(default=0.0, ge=0, le=1)
+    http_503: float = Field(default=0.0, ge=0, le=1)
+    reset: float = Field(default=0.0, ge=0, le=1)
+    stall: float = Field(default=0.0, ge=0, le=1)
+    empty: float = Field(default=0.0, ge=0, le=1)
+    http_401: float = Field(default=0.0, ge=0, le=1)
+
+
+class Outage(_Strict):
+    """A window in which every attempt fails the same way (``connect``: refused; ``http_503``;
+    ``stall``: accepted, never answers)."""
+
+    start: float = Field(ge=0)
+    end: float = Field(gt=0)
+    kind: Literal["connect", "http_503", "stall"] = "connect"
+    errors: ErrorRates | None = None
+    """Instead of failing every attempt: these error rates during the window (a flaky burst)."""
+
+
+class Drift(_Strict):
+    """From ``at`` the TTFT is multiplied by ``factor``, reached linearly over ``ramp``."""
+
+    at: float = Field(ge=0)
+    factor: float = Field(gt=0)
+    ramp: float = Field(default=0.0, ge=0)
+
+
+class Provider(_Strict):
+    """One simulated upstream route."""
+
+    endpoint: str | None = None
+    base_url: str | None = None
+    ttft: Ttft
+    output_tps: float = Field(default=50.0, gt=0)
+    capacity: int | None = Field(default=None, ge=1)
+    """Requests served at once; more wait in a FIFO queue (their TTFT grows with it)."""
+    rate_limit: RateLimit | None = None
+    errors: ErrorRates = ErrorRates()
+    outages: tuple[Outage, ...] = ()
+    drift: tuple[Drift, ...] = ()
+
+    @model_validator(mode="after")
+    def _named(self) -> Provider:
+        if not (self.endpoint or self.base_url):
+            raise ValueError("a provider needs an endpoint id or a base_url")
+        return self
+
+    def ttft_factor(self, t: float) -> float:
+        """The drift multiplier at ``t`` seconds into the trace."""
+        factor = 1.0
+        for d in self.drift:
+            if t >= d.at + d.ramp:
+                factor *= d.factor
+            elif t > d.at:
+                factor *= 1.0 + (d.factor - 1.0) * (t - d.at) / d.ramp
+        return factor
+
+    def outage_at(self, t: float) -> Outage | None:
+        """The outage window covering ``t``, if any."""
+        return next((o for o in self.outages if o.start <= t < o.end), None)
+
+
+class ProvidersFile(_Strict):
+    """The whole providers file: the routes' behaviour and the SLO reports count against."""
+
+    providers: tuple[Provider, ...]
+    slo_ttft_seconds: float = Field(default=3.0, gt=0)
+
+    def for_route(self, endpoint: str, base_url: str) -> Provider | None:
+        """The provider describing the route ``endpoint`` (or its ``base_url``)."""
+        for p in self.providers:
+            if p.endpoint == endpoint:
+                return p
+        for p in self.providers:
+            if p.base_url and p.base_url.rstrip("/") == base_url.rstrip("/"):
+                return p
+        return None
+
+
+def load_providers(path: str | Path) -> ProvidersFile:
+    """Read and validate a providers file. Raises OSError, yaml.YAMLError, ValidationError."""
+    with open(path, encoding="utf-8") as fh:
+        return ProvidersFile.model_validate(yaml.safe_load(fh))

@@ -1,0 +1,137 @@
+"""Synthetic traces: a seeded arrival process and request mix (``llmgw replay synth``).
+
+A synth spec (a scenario's ``synth.yaml``) gives the mean rate and its shape over time
+(``poisson``: constant; ``bursty``: ``burst.factor`` times the rate for ``burst.on_seconds``
+every ``burst.every_seconds``; ``diurnal``: a sine of ``diurnal.amplitude`` over
+``diurnal.period_seconds``), lognormal prompt and output lengths, the share of streams, the
+number of callers and labels drawn by weight. The same spec and seed give the same trace.
+"""
+
+from __future__ import annotations
+
+import math
+from random import Random
+from typing import TYPE_CHECKING, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.replay.trace import TraceRequest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+_Z90 = 1.2815515655446004
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Lengths(_Strict):
+    """A lognormal token count by its median and 90th percentile, clipped to ``max``."""
+
+    median: int = Field(ge=1)
+    p90: int = Field(ge=1)
+    max: int = Field(default=200_000, ge=1)
+
+    def draw(self, rng: Random) -> int:
+        """One length."""
+        sigma = math.log(max(self.p90, self.median) / self.median) / _Z90
+        return max(1, min(self.max, round(self.median * math.exp(sigma * rng.gauss(0, 1)))))
+
+
+class Burst(_Strict):
+    """``factor`` times the base rate for ``on_seconds`` out of every ``every_seconds``."""
+
+    factor: float = Field(default=4.0, ge=1)
+    on_seconds: float = Field(default=10.0, gt=0)
+    every_seconds: float = Field(default=60.0, gt=0)
+
+
+class Diurnal(_Strict):
+    """The rate times ``1 + amplitude * sin(2 pi t / period_seconds)``."""
+
+    amplitude: float = Field(default=0.5, ge=0, le=1)
+    period_seconds: float = Field(default=86_400.0, gt=0)
+
+
+class SynthSpec(_Strict):
+    """How to make a trace (see the module docstring)."""
+
+    model: str
+    rate: float = Field(gt=0, description="mean requests per second")
+    duration_seconds: float = Field(gt=0)
+    arrival: Literal["poisson", "bursty", "diurnal"] = "poisson"
+    burst: Burst = Burst()
+    diurnal: Diurnal = Diurnal()
+    prompt_tokens: Lengths = Lengths(median=400, p90=2000)
+    output_tokens: Lengths = Lengths(median=150, p90=500)
+    stream_share: float = Field(default=1.0, ge=0, le=1)
+    callers: int = Field(default=100, ge=1)
+    labels: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+    def shape(self, t: float) -> float:
+        """The rate's multiplier at ``t`` (its largest value is :meth:`peak`)."""
+        if self.arrival == "bursty":
+            b = self.burst
+            return b.factor if t % b.every_seconds < b.on_seconds else 1.0
+        if self.arrival == "diurnal":
+            d = self.diurnal
+            return 1.0 + d.amplitude * math.sin(2 * math.pi * t / d.period_seconds)
+        return 1.0
+
+    def peak(self) -> float:
+        """The largest multiplier :meth:`shape` reaches."""
+        if self.arrival == "bursty":
+            return self.burst.factor
+        if self.arrival == "diurnal":
+            return 1.0 + self.diurnal.amplitude
+        return 1.0
+
+
+def load_synth(path: str | Path) -> SynthSpec:
+    """Read a synth spec. Raises OSError, yaml.YAMLError, ValidationError."""
+    with open(path, encoding="utf-8") as fh:
+        return SynthSpec.model_validate(yaml.safe_load(fh))
+
+
+def synthesize(
+    spec: SynthSpec, seed: int, *, duration_seconds: float | None = None
+) -> list[TraceRequest]:
+    """The trace ``spec`` describes (``duration_seconds`` overrides its length), arrivals by
+    thinning a Poisson process at the peak rate."""
+    rng = Random(f"synth:{seed}")
+    duration = duration_seconds or spec.duration_seconds
+    peak = spec.rate * spec.peak()
+    out: list[TraceRequest] = []
+    t = rng.expovariate(peak)
+    while t < duration:
+        if rng.random() * spec.peak() < spec.shape(t):
+            out.append(_request(spec, rng, len(out), t))
+        t += rng.expovariate(peak)
+    return out
+
+
+def _request(spec: SynthSpec, rng: Random, n: int, t: float) -> TraceRequest:
+    labels = {name: _pick(rng, weights) for name, weights in sorted(spec.labels.items())}
+    return TraceRequest(
+        id=f"r{n}",
+        t=round(t, 6),
+        model=spec.model,
+        prompt_tokens=spec.prompt_tokens.draw(rng),
+        output_tokens=spec.output_tokens.draw(rng),
+        stream=rng.random() < spec.stream_share,
+        caller=f"c{rng.randrange(spec.callers)}",
+        labels=labels,
+    )
+
+
+def _pick(rng: Random, weights: dict[str, float]) -> str:
+    names = sorted(weights)
+    x = rng.random() * sum(weights.values())
+    for name in names:
+        x -= weights[name]
+        if x < 0:
+            return name
+    return names[-1]

@@ -1,0 +1,93 @@
+"""Traces: the requests a replay sends, one JSON object a line.
+
+A trace line is a :class:`TraceRequest`. A trace comes from ``llmgw replay synth`` or from
+the gateway's own request log (``llmgw logs --json``): :func:`read_trace` takes either, a
+request-log row being recognised by its ``requested_model`` field (its ``attempt`` rows are
+skipped: each request is replayed once, and routed afresh).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
+
+_DEFAULT_OUTPUT_TOKENS = 200  # a logged failure reports no completion: assume a typical one
+
+
+class TraceRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One request: when it arrives (seconds from the trace's start), what it asks and who
+    asks. ``labels`` go out as the ``x-llmgw-metadata`` header (for routing rules)."""
+
+    id: str
+    t: float
+    model: str
+    prompt_tokens: int = 100
+    output_tokens: int = _DEFAULT_OUTPUT_TOKENS
+    stream: bool = True
+    caller: str = "c0"
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_line = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> int:
+    """Write ``requests`` as JSON lines; returns how many. Raises OSError."""
+    n = 0
+    with open(path, "wb") as fh:
+        for r in requests:
+            fh.write(_encode(r) + b"\n")
+            n += 1
+    return n
+
+
+def read_trace(path: str | Path) -> list[TraceRequest]:
+    """The trace at ``path`` (a replay trace or request-log JSON lines), ordered by arrival.
+    Raises OSError, or ValueError naming the first line that is neither."""
+    out: list[TraceRequest] = []
+    with open(path, "rb") as fh:
+        lines = [(i, line) for i, line in enumerate(fh, 1) if line.strip()]
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for i, line in lines:
+        try:
+            row = _decode_line(line)
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"{path}:{i}: not a JSON object: {exc}") from None
+        if row.get("kind") != "attempt":
+            rows.append((i, row))
+    logged = [(i, row) for i, row in rows if "requested_model" in row]
+    start = min((_arrival(row) for _, row in logged), default=0.0)
+    for i, row in rows:
+        try:
+            if "requested_model" in row:
+                out.append(_from_log(i, row, start))
+            else:
+                out.append(msgspec.convert(row, TraceRequest))
+        except (msgspec.ValidationError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}:{i}: not a trace request: {exc}") from None
+    out.sort(key=lambda r: (r.t, r.id))
+    return out
+
+
+def _arrival(row: dict[str, Any]) -> float:
+    """A logged request's arrival, Unix seconds (``ts`` is when it ended)."""
+    return float(row.get("ts") or 0.0) - float(row.get("latency_ms") or 0.0) / 1000.0
+
+
+def _from_log(line: int, row: dict[str, Any], start: float) -> TraceRequest:
+    """A request-log row as the request it was."""
+    return TraceRequest(
+        id=str(row.get("request_id") or f"log-{line}"),
+        t=round(_arrival(row) - start, 6),
+        model=str(row["requested_model"]),
+        prompt_tokens=int(row.get("prompt_tokens") or 0) or 1,
+        output_tokens=int(row.get("completion_tokens") or 0) or _DEFAULT_OUTPUT_TOKENS,
+        stream=bool(row.get("stream", False)),
+        caller=str(row.get("caller_id") or row.get("caller") or "c0"),
+    )
