@@ -17,6 +17,7 @@ PAGES = {
     "weights": "Weights & benches",
     "keys": "Keys",
     "log": "Request log",
+    "reports": "Replay reports",
 }
 
 # The pages that chart load uPlot and the charts' code; the others spare the requests.

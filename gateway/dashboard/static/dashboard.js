@@ -702,6 +702,66 @@ function log() {
   attempt(load).then(ready);
 }
 
-const PAGES = {overview, events, chains, rules, weights, keys, log};
+// -- Replay reports -----------------------------------------------------------------------
+
+function reports() {
+  const pick = document.getElementById("report-pick");
+  const note = document.getElementById("reports-note");
+  const secs = (v) => v === null || v === undefined ? "–" : `${v.toFixed(3)} s`;
+  const usd = (v) => v === null || v === undefined ? "–" : v.toFixed(4);
+  const files = (name) => `/dashboard/report-files/${encodeURIComponent(name)}/`;
+  // The table of ``report.json`` (the columns of its report.md), and the plots beside it.
+  const show = (title, report, plots) => {
+    document.getElementById("report").hidden = false;
+    document.getElementById("report-title").textContent = title;
+    document.getElementById("report-meta").textContent =
+      `seed ${report.seed} · ${Object.keys(report.configs).length} configs`;
+    const rows = Object.entries(report.configs).map(([name, c]) => el("tr", {dataset: {config: name}},
+      el("td", {text: name}), el("td", {class: "served", text: `${(100 * c.served_share).toFixed(1)} %`}),
+      el("td", {text: Object.entries(c.errors).map(([k, v]) => `${k}: ${v}`).join(", ") || "none"}),
+      el("td", {class: "ttft", text: secs(c.ttft_mean)}), el("td", {text: secs(c.ttft_p50)}),
+      el("td", {text: secs(c.ttft_p99)}), el("td", {text: c.slo_violations}),
+      el("td", {class: "cost", text: usd(c.cost_usd)}), el("td", {text: c.attempts_per_request.toFixed(2)}),
+      el("td", {text: c.rate_limited_attempts}), el("td", {text: c.transitions["bench:benched"] || 0}),
+      el("td", {text: c.transitions["circuit:open"] || 0})));
+    const o = report.oracle || {};
+    rows.push(el("tr", {class: "oracle"}, el("td", {}, el("em", {text: "oracle"})), el("td", {text: "100.0 %"}),
+      el("td"), el("td", {text: secs(o.ttft_mean)}), el("td"), el("td"), el("td"),
+      el("td", {text: usd(o.cost_usd)}), el("td"), el("td"), el("td"), el("td")));
+    document.querySelector("#report-table tbody").replaceChildren(...rows);
+    document.getElementById("report-plots").replaceChildren(...plots.map(([name, url]) =>
+      el("figure", {}, el("img", {src: url, alt: `plot ${name}`, loading: "lazy"}), el("figcaption", {text: name}))));
+  };
+  const open = async (entry) => {
+    const resp = await fetch(files(entry.name) + "report.json", {credentials: "same-origin"});
+    if (!resp.ok) throw new Error(`report ${entry.name}: HTTP ${resp.status}`);
+    const pngs = entry.files.filter((f) => f.endsWith(".png"));
+    show(entry.name, await resp.json(), pngs.map((f) => [f, files(entry.name) + encodeURIComponent(f)]));
+    document.getElementById("report-files").replaceChildren("Files: ", ...entry.files.flatMap((f, i) =>
+      [i ? ", " : "", el("a", {href: files(entry.name) + encodeURIComponent(f), text: f})]));
+  };
+  document.getElementById("report-upload").addEventListener("change", (e) => {
+    const file = e.target.files[0];
+    if (!file) return;
+    attempt(async () => {
+      let report;
+      try { report = JSON.parse(await file.text()); } catch (err) { throw new Error(`${file.name}: not JSON`); }
+      if (!report || typeof report.configs !== "object") throw new Error(`${file.name}: not a replay report.json`);
+      show(file.name, report, []);
+      document.getElementById("report-files").textContent = "Opened from this computer: no plots.";
+    }, `opened ${file.name}`);
+  });
+  attempt(async () => {
+    const got = await api("GET", "/reports");
+    if (!got.configured) note.textContent = "No reports folder configured (dashboard.reports_dir): open a report.json instead.";
+    else if (!got.reports.length) note.textContent = "The reports folder holds no report yet.";
+    pick.replaceChildren(...got.reports.map((r) => el("option", {value: r.name, text: `${r.name} (${stamp(r.modified)})`})));
+    pick.disabled = !got.reports.length;
+    pick.addEventListener("change", () => attempt(() => open(got.reports.find((r) => r.name === pick.value))));
+    if (got.reports.length) await open(got.reports[0]);
+  }).then(ready);
+}
+
+const PAGES = {overview, events, chains, rules, weights, keys, log, reports};
 const run = PAGES[document.body.dataset.page];
 if (run) Promise.resolve(run()).catch((err) => flash(err.message, true));
