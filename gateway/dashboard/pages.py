@@ -16,12 +16,13 @@ PAGES = {
     "rules": "Rules",
     "weights": "Weights & benches",
     "keys": "Keys",
+    "spend": "Spend & limits",
     "log": "Request log",
     "reports": "Replay reports",
 }
 
 # The pages that chart load uPlot and the charts' code; the others spare the requests.
-CHARTED = frozenset({"overview"})
+CHARTED = frozenset({"overview", "spend"})
 _CHART_HEAD = '<link rel="stylesheet" href="/dashboard/static/uPlot.min.css">\n'
 _CHART_SCRIPTS = (
     '<script src="/dashboard/static/uPlot.iife.min.js"></script>\n'

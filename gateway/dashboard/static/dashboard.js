@@ -702,6 +702,74 @@ function log() {
   attempt(load).then(ready);
 }
 
+// -- Spend and limits ---------------------------------------------------------------------
+
+function spend() {
+  const lBody = document.querySelector("#limits tbody");
+  const setForm = document.getElementById("set-limit");
+  const spendForm = document.getElementById("spend-filter");
+  const usd = (v) => `$${v < 0.01 ? v.toPrecision(3) : v.toFixed(2)}`;
+  const pct = (r) => `${Math.round(r * 100)}%`;
+  const axisCell = (axes, name) => {
+    const a = axes.find((x) => x.axis === name);
+    if (!a) return el("td", {text: "–"});
+    const level = a.ratio >= 1 ? "over" : a.ratio >= 0.8 ? "near" : "";
+    if (name !== "budget") return el("td", {class: `usage ${level}`, dataset: {axis: name}, text: `${a.used} / ${a.limit} (${pct(a.ratio)})`});
+    const state = a.exhausted ? "exhausted" : a.soft_crossed ? "soft" : "ok";
+    return el("td", {class: `usage ${level} budget-${state}`, dataset: {axis: name, state}},
+      `${usd(a.used)} / ${usd(a.limit)} per ${a.period} (${pct(a.ratio)})`,
+      a.soft_usd !== null ? el("span", {class: "soft", text: ` · soft ${usd(a.soft_usd)}${a.soft_crossed ? " crossed" : ""}`}) : null,
+      a.exhausted ? el("strong", {text: " · spent"}) : null);
+  };
+  const limits = coalesced(async () => {
+    const got = await admin("limits", "usage");
+    lBody.replaceChildren(...got.subjects.map((s) => el("tr", {dataset: {subject: s.subject}},
+      el("td", {text: s.subject}), el("td", {class: "closeness", text: pct(s.closeness)}),
+      axisCell(s.axes, "rpm"), axisCell(s.axes, "tpm"), axisCell(s.axes, "concurrency"), axisCell(s.axes, "budget"),
+      el("td", {}, el("button", {type: "button", class: "clear", "aria-label": `clear the limit of ${s.subject}`,
+        onclick: () => attempt(async () => { await admin("limits", "clear", {subject: s.subject}); await limits(); },
+          `limit of ${s.subject} cleared`)}, "Clear")))));
+  });
+  const chart = new TimeChart(document.getElementById("chart-spend"), "USD", new Intervals());
+  const report = coalesced(async () => {
+    const f = spendForm.elements;
+    const args = {group_by: f.group_by.value, per_day: true};
+    if (f.since.value) args.since = /^\d+(\.\d+)?$/.test(f.since.value) ? Number(f.since.value) : f.since.value;
+    if (f.until.value) args.until = /^\d+(\.\d+)?$/.test(f.until.value) ? Number(f.until.value) : f.until.value;
+    const got = await admin("spend", "report", args);
+    document.getElementById("spend-total").textContent = `Total ${usd(got.total_usd)} from ${stamp(got.since)} to ${stamp(got.until)}`;
+    document.querySelector("#spend tbody").replaceChildren(...got.groups.map((g) => el("tr", {dataset: {group: g[got.group_by]}},
+      el("td", {text: g[got.group_by] || "(none)"}), el("td", {text: g.requests}), el("td", {text: g.prompt_tokens}),
+      el("td", {text: g.completion_tokens}), el("td", {class: "usd", text: usd(g.cost_usd)}), el("td", {text: g.estimated_requests}))));
+    const first = Math.floor(got.since / 86400), last = Math.floor((got.until - 1) / 86400);
+    const xs = [];
+    for (let d = Math.max(first, last - 365); d <= last; d++) xs.push(d * 86400);
+    const names = got.groups.map((g) => g[got.group_by]);
+    chart.show(xs, 86400, names.map((n) => ({name: n || "(none)", values: xs.map((x) => {
+      const hit = got.days.find((d) => d.day === x && d[got.group_by] === n);
+      return hit ? Number(hit.cost_usd.toPrecision(6)) : 0;
+    })})));
+  });
+  setForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = setForm.elements;
+    const args = {subject: f.subject.value.trim()};
+    for (const k of ["rpm", "tpm", "concurrency"]) if (f[k].value) args[k] = Number(f[k].value);
+    if (f.budget_usd.value) { args.budget_usd = Number(f.budget_usd.value); args.budget_period = f.budget_period.value; }
+    if (f.soft_fraction.value) args.soft_fraction = Number(f.soft_fraction.value);
+    attempt(async () => { await admin("limits", "set", args); await limits(); }, `limit of ${args.subject} set`);
+  });
+  spendForm.addEventListener("submit", (e) => { e.preventDefault(); attempt(report); });
+  Promise.all([attempt(limits), attempt(report)]).then(() => {
+    // A budget crossing, a limit changed anywhere, a lease released: read the usage again.
+    stream(["budget", "limits", "admin"], (ev) => {
+      if (ev.kind !== "admin" || (ev.ok && ev.area === "limits")) limits();
+      if (ev.kind === "budget") report();
+    });
+    ready();
+  });
+}
+
 // -- Replay reports -----------------------------------------------------------------------
 
 function reports() {
@@ -762,6 +830,6 @@ function reports() {
   }).then(ready);
 }
 
-const PAGES = {overview, events, chains, rules, weights, keys, log, reports};
+const PAGES = {overview, events, chains, rules, weights, keys, spend, log, reports};
 const run = PAGES[document.body.dataset.page];
 if (run) Promise.resolve(run()).catch((err) => flash(err.message, true));
