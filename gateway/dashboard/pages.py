@@ -13,6 +13,7 @@ PAGES = {
     "overview": "Overview",
     "events": "Live events",
     "chains": "Chains & steering",
+    "models": "Models",
     "rules": "Rules",
     "weights": "Weights & benches",
     "keys": "Keys",

@@ -34,7 +34,18 @@ ROWS = 100_000
 RECENT = 5_000  # of them in the last hour: what the aggregates are seeded with
 MAX_REQUESTS = 10  # per page load: page, stylesheet, script, data, one event stream
 EVENTS_PER_SECOND = 50
-PAGES = ("overview", "events", "chains", "rules", "weights", "keys", "spend", "log", "reports")
+PAGES = (
+    "overview",
+    "events",
+    "chains",
+    "models",
+    "rules",
+    "weights",
+    "keys",
+    "spend",
+    "log",
+    "reports",
+)
 UNSTREAMED = ("/log", "/reports")  # the pages that open no event stream
 
 

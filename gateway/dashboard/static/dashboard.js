@@ -702,6 +702,117 @@ function log() {
   attempt(load).then(ready);
 }
 
+// -- Models -------------------------------------------------------------------------------
+
+const AXES = ["capability", "speed", "reliability"];
+const num = (v, digits = 3) => v === null || v === undefined ? "–" : Number(v).toFixed(digits);
+
+// The decision of an explain answer as the walk the failover loop would make: each model in
+// order, the first with its plan (routes tried in order, routes passed over and why).
+function drawWalk(box, r) {
+  const t = r.target;
+  const plan = r.plan;
+  const order = r.order && r.order.length ? r.order : [plan.model];
+  box.replaceChildren(
+    el("p", {class: "verdict"}, `${r.model_field} → `, el("strong", {class: "target", text: t.kind === "model" ? t.model : `${t.kind} ${t.name || ""}`}),
+      t.rule ? ` (rule ${t.rule})` : "", t.ordering ? ` · ordering ${t.ordering}` : "",
+      r.exploration ? ` · exploration ${r.exploration}` : "", r.degraded ? " · degraded" : ""),
+    el("ol", {class: "walk"}, ...order.map((m, i) => el("li", {dataset: {model: m}},
+      el("strong", {text: m}),
+      i === 0 ? el("span", {text: ` · plan ${plan.reason}${plan.pinned ? " (pinned)" : ""}`}) : null,
+      i === 0 ? el("ol", {class: "routes"}, ...plan.candidates.map((c) => el("li", {dataset: {endpoint: c.endpoint}},
+        `${c.endpoint} (${c.kind}, ${c.upstream_model}${c.credential_id ? ", " + c.credential_id : ""})${c.probe ? " · half-open probe" : ""}`))) : null,
+      i === 0 && plan.skipped.length ? el("p", {class: "skipped", text: "passed over: " + plan.skipped.map((k) =>
+        `${k.endpoint} ${k.reason}${k.until ? " until " + time(k.until) : ""}${k.limit ? ` (limit ${k.limit}, ${k.in_flight} in flight)` : ""}`).join("; ")}) : null))),
+    ...(r.excluded || []).map((x) => el("p", {class: "excluded", text: `excluded ${x.model}: ${x.reason}`})),
+    ...(r.refused || []).map((x) => el("p", {class: "excluded", text: `refused ${x.model}: ${x.reason} (${x.message})`})));
+}
+
+function models() {
+  const box = document.getElementById("models");
+  const routeRows = (model, health) => Object.entries((health.load || {})[model] || {}).map(([endpoint, load]) => {
+    const st = health.endpoints[endpoint] || {};
+    const cooling = load.cooling_until && load.cooling_until > Date.now() / 1000;
+    return el("tr", {dataset: {endpoint}},
+      el("td", {text: endpoint}),
+      el("td", {class: "availability", text: st.availability === undefined ? "–" : `${(st.availability * 100).toFixed(1)}%`}),
+      el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || "–"}),
+      el("td", {text: st.benched_until ? `until ${time(st.benched_until)}${st.bench_reason ? ` (${st.bench_reason})` : ""}` : "–"}),
+      el("td", {text: cooling ? `until ${time(load.cooling_until)}` : "–"}),
+      el("td", {class: "capacity", text: `${load.in_flight} in flight / ${load.learned_limit === null ? "no limit learned" : `limit ${num(load.learned_limit, 1)} (${load.limit_reason})`}`}),
+      el("td", {text: `${ms(load.ttft_baseline_ms)} / ${ms(load.ttft_recent_ms)}`}));
+  });
+  const routewise = (rw) => !rw ? null : el("table", {class: "routewise"},
+    el("caption", {text: `RouteWise candidates, priced for ${rw.prompt_tokens} prompt tokens`}),
+    el("thead", {}, el("tr", {}, ...["Route", "Effective cost (USD)", "Latency", "Samples", "LP weight", "Excluded"].map((h) => el("th", {text: h})))),
+    el("tbody", {}, ...rw.candidates.map((c) => el("tr", {dataset: {endpoint: c.endpoint}},
+      el("td", {text: c.endpoint}), el("td", {text: c.effective_cost_usd === null ? "–" : c.effective_cost_usd.toPrecision(3)}),
+      el("td", {text: `${ms(c.latency_ms)}${c.profiled ? "" : " (unprofiled)"}`}), el("td", {text: c.samples}),
+      el("td", {class: "lp", text: num(c.lp_weight)}), el("td", {text: c.excluded || ""})))));
+  const load = coalesced(async () => {
+    const [health, steer, ranked] = await Promise.all([
+      api("GET", "/health/deep"), admin("steering", "get"),
+      // Every enabled catalogue model with its axis scores and multipliers, ranked dry.
+      api("POST", "/admin/routing/explain", {body: {model: "auto:smartest", messages: [{role: "user", content: "hi"}]}})
+        .catch(() => ({candidates: []})),
+    ]);
+    const scored = Object.fromEntries(ranked.candidates.map((c) => [c.model, c]));
+    const w = steer.profile === "priority" ? null : steer.weights;
+    document.getElementById("profile-note").textContent = w
+      ? `Profile ${steer.profile}: score = (${AXES.map((a, i) => `${w[i]}·${a}`).join(" + ")}) × allowance × rate limit multipliers.`
+      : "Profile priority: chains keep their order; the scores are shown for reference.";
+    const ids = [...new Set([...Object.keys(health.load || {}), ...Object.keys(steer.evidence)])].sort();
+    box.replaceChildren(...ids.map((id) => {
+      const c = scored[id];
+      const ev = steer.evidence[id] || {};
+      const score = c && w ? AXES.reduce((s, a, i) => s + w[i] * c.scores[a], 0) * c.multipliers.allowance * c.multipliers.rate_limit : null;
+      return el("article", {class: "model-card", dataset: {model: id}},
+        el("h2", {text: id}),
+        el("dl", {class: "scores"},
+          ...AXES.flatMap((a) => [el("dt", {text: a}), el("dd", {dataset: {score: a}, text: c ? num(c.scores[a]) : "–"})]),
+          el("dt", {text: "allowance ×"}), el("dd", {dataset: {score: "allowance"}, text: num(ev.allowance_multiplier)}),
+          el("dt", {text: "rate limit ×"}), el("dd", {dataset: {score: "rate_limit"}, text: num(ev.rate_limit_multiplier)}),
+          el("dt", {text: "score"}), el("dd", {dataset: {score: "score"}, text: num(score)})),
+        el("p", {class: "evidence", text: `Evidence: ${ev.attempts || 0} attempts, success (EWMA) ${num(ev.reliability)}, TTFT ${ms(ev.ttft_ms)}, ${ev.tokens_per_second ? num(ev.tokens_per_second, 1) : "–"} tokens/s${ev.allowance_used !== null && ev.allowance_used !== undefined ? `, allowance used ${Math.round(ev.allowance_used * 100)}%` : ""}${ev.healthy === false ? ", no route can serve" : ""}`}),
+        el("table", {class: "routes"},
+          el("thead", {}, el("tr", {}, ...["Route", "Availability", "Circuit", "Bench", "Cooling", "Capacity", "TTFT baseline / recent"].map((h) => el("th", {text: h})))),
+          el("tbody", {}, ...routeRows(id, health))),
+        routewise((health.routewise || {})[id]));
+    }));
+  });
+  // Evidence moves with every request: re-read at most every 5 s while decisions arrive.
+  let last = 0, trailing = 0;
+  const soon = () => {
+    const wait = last + 5000 - Date.now();
+    if (wait <= 0) { last = Date.now(); load(); return; }
+    if (!trailing) trailing = setTimeout(() => { trailing = 0; soon(); }, wait);
+  };
+  document.getElementById("explain").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = e.target.elements;
+    const out = document.getElementById("walk");
+    let body;
+    try { body = JSON.parse(f.body.value); } catch (err) {
+      out.replaceChildren(el("p", {class: "error", text: `not JSON: ${err.message}`}));
+      return;
+    }
+    const headers = f.caller.value ? {authorization: `Bearer ${f.caller.value}`} : {};
+    if (f.labels.value.trim()) headers["x-llmgw-metadata"] = f.labels.value.trim();
+    try {
+      drawWalk(out, await api("POST", "/admin/routing/explain", {path: f.path.value, body, headers}));
+    } catch (err) {
+      out.replaceChildren(el("p", {class: "error", text: `${err.param ? err.param + ": " : ""}${err.message}`}));
+    }
+  });
+  attempt(load).then(() => {
+    last = Date.now();
+    stream(["decision", "circuit", "bench", "capacity", "keypool", "admin"], (ev) => {
+      if (ev.kind !== "admin" || (ev.ok && ["steering", "routing", "config"].includes(ev.area))) soon();
+    });
+    ready();
+  });
+}
+
 // -- Spend and limits ---------------------------------------------------------------------
 
 function spend() {
@@ -830,6 +941,6 @@ function reports() {
   }).then(ready);
 }
 
-const PAGES = {overview, events, chains, rules, weights, keys, spend, log, reports};
+const PAGES = {overview, events, chains, models, rules, weights, keys, spend, log, reports};
 const run = PAGES[document.body.dataset.page];
 if (run) Promise.resolve(run()).catch((err) => flash(err.message, true));
