@@ -443,7 +443,9 @@ async def test_the_request_log_is_filtered_and_shows_attempts(page: Page, dep: D
 # -- every page -----------------------------------------------------------------------------
 
 
-async def test_no_page_logs_a_console_error_or_fails_a_request(page: Page, dep: Deployment) -> None:
+async def test_no_page_logs_a_console_error_or_fails_a_request_and_tab_reaches_every_control(
+    page: Page, dep: Deployment
+) -> None:
     problems: list[str] = []
     page.on(
         "console",
@@ -467,4 +469,37 @@ async def test_no_page_logs_a_console_error_or_fails_a_request(page: Page, dep: 
             await field.fill("-night")
             assert await field.evaluate("f => f.validity.patternMismatch")
             await field.fill("")
+        unreached = await _tab_through(page)
+        assert unreached == [], (name, unreached)
     assert problems == []
+
+
+_CONTROLS = (
+    "a[href], button:not([disabled]), input:not([disabled]):not([type=hidden]), "
+    'select:not([disabled]), textarea, summary, [tabindex]:not([tabindex="-1"])'
+)
+
+
+async def _tab_through(page: Page) -> list[str]:
+    """Press Tab through the page: the visible controls focus never reached."""
+    count = await page.evaluate(
+        """(sel) => {
+            window.reached = new Set();
+            document.addEventListener("focusin", (e) => window.reached.add(e.target));
+            document.activeElement.blur();
+            const shown = [...document.querySelectorAll(sel)].filter(
+                (x) => x.getClientRects().length);
+            // A date-time field takes one Tab per part (month, day, year, hour, minute, AM/PM).
+            return shown.length + 6 * shown.filter((x) => x.type === "datetime-local").length;
+        }""",
+        _CONTROLS,
+    )
+    for _ in range(count + 2):
+        await page.keyboard.press("Tab")
+    unreached: list[str] = await page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel)]
+            .filter((x) => x.getClientRects().length && !window.reached.has(x))
+            .map((x) => x.outerHTML.slice(0, 80))""",
+        _CONTROLS,
+    )
+    return unreached
