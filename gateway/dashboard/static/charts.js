@@ -126,7 +126,7 @@ class TimeChart {
         value: (u, v) => v === null || v === undefined ? "–" : `${v} ${unit}`,
       }))],
       axes: [{}, {values: (u, ticks) => ticks.map((t) => `${t}`)}],
-      scales: {y: {range: (u, min, max) => [0, Math.max(1, max * 1.1)]}},
+      scales: {y: {range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1]}},
       hooks: {drawClear: [(u) => this._bands(u)]},
     };
   }
