@@ -463,6 +463,9 @@ class ServerConfig(_Strict):
     # The request's head must arrive this long after its first byte (else 408 and close;
     # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
     header_timeout_seconds: float = Field(default=10.0, gt=0)
+    # The HTTP server under the ASGI app: hypercorn (every framing defence, the default) or
+    # granian (faster; needs the `granian` extra; no stalled-head timeout, see the README).
+    engine: Literal["hypercorn", "granian"] = "hypercorn"
 
 
 class BusConfig(_Strict):
