@@ -608,6 +608,8 @@ class DashboardConfig(_Strict):
     enabled: bool = True
     session_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
     secret: str | None = Field(default=None, repr=False)
+    # A folder of ``llmgw replay --out`` folders the Replay reports page lists (read-only).
+    reports_dir: str | None = None
 
 
 class GatewayConfig(_Strict):
