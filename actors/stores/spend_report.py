@@ -146,9 +146,10 @@ class SpendQuery:
         """The SELECTs whose rows :meth:`result` adds up: whole hours from the aggregates,
         the partial hours at the edges from the log (by its ``ts`` index)."""
         col = GROUPS[self.group_by]
-        # Per day, the day leads each row (0 otherwise): an hour's day is hour / 24.
+        # Per day, the day leads each row (0 otherwise): an hour's day is hour / 24. A row's
+        # day divides whole seconds: PostgreSQL rounds a cast of ts / 86400 (SQLite truncates).
         raw_day, hourly_day = (
-            ("CAST(ts / 86400 AS INTEGER)", "hour / 24")
+            ("CAST(ts AS BIGINT) / 86400", "hour / 24")
             if self.per_day
             else (
                 "0",

@@ -121,11 +121,11 @@ async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
 
 async def test_a_report_per_day_splits_each_group_by_utc_day_aggregates_and_edges_alike(
     bus: InProcessBus,
-    tmp_path: Path,
+    log_db: LogDatabase,
 ) -> None:
     day = 86_400.0
     d = T - T % day  # a UTC midnight
-    store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000), clock=lambda: d + day)
+    store = StoreActor(log_db.config, LogConfig(flush_ms=10_000), clock=lambda: d + day)
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         # The first partial hour (log), whole hours on both sides of midnight (aggregates),
