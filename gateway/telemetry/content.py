@@ -3,7 +3,7 @@
 Built from the canonical (OpenAI Chat) request and answer only when an operator opted in
 (``telemetry.capture_content`` or ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``).
 Each captured value is bounded: text is cut so a value's JSON stays within ``limit``
-characters (plus one part's framing), and the parts past it are dropped. Only message text,
+characters, and the parts and messages past it are dropped. Only message text,
 tool calls and tool results are taken; never a header, a key or anything the gateway adds.
 """
 
@@ -23,19 +23,29 @@ class _Budget:
     def __init__(self, limit: int) -> None:
         self.left = limit
 
+    def frame(self, message: dict[str, Any]) -> bool:
+        """Charge a message's framing (its JSON without parts, a separator); False once
+        the budget cannot hold it."""
+        self.left -= len(dumps({**message, "parts": []})) + 1
+        return self.left > 0
+
     def take(self, part: dict[str, Any], field: str) -> dict[str, Any] | None:
         """``part`` within the budget (its ``field`` text cut), or None once it is spent."""
         if self.left <= 0:
             return None
-        size = len(json.dumps(part, ensure_ascii=False))
-        if size > self.left:
-            text = part.get(field)
-            if not isinstance(text, str):
-                self.left = 0
-                return None
-            part = {**part, field: text[: max(0, self.left - (size - len(text)))]}
-            size = self.left
-        self.left -= size
+        size = len(dumps(part)) + 1  # and its separator
+        if size <= self.left:
+            self.left -= size
+            return part
+        text = part.get(field)
+        # Escapes make the JSON longer than the text: cut in proportion until it fits.
+        while size > self.left and isinstance(text, str) and text:
+            text = text[: min(len(text) - 1, len(text) * self.left // size)]
+            part = {**part, field: text}
+            size = len(dumps(part)) + 1
+        fits = size <= self.left
+        self.left = 0  # a value cut short ends there
+        return part if fits else None
         return part
 
 
@@ -75,9 +85,11 @@ def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _bounded(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    budget = _Budget(limit)
+    budget = _Budget(limit - 2)  # the list's brackets
     kept: list[dict[str, Any]] = []
     for message in messages:
+        if not budget.frame(message):
+            break
         parts = []
         for part in message["parts"]:
             field = "response" if part["type"] == "tool_call_response" else "content"
@@ -103,7 +115,8 @@ def input_messages(body: dict[str, Any], limit: int) -> tuple[list[Any], list[An
             system.extend(_text_parts(message.get("content")))
         else:
             chat.append({"role": message.get("role"), "parts": _parts(message)})
-    instructions = _bounded([{"parts": system}], limit)
+    # The instructions are the bare parts: the one message's framing is not exported.
+    instructions = _bounded([{"parts": system}], limit + len('[{"parts":}]'))
     return (instructions[0]["parts"] if instructions else []), _bounded(chat, limit)
 
 
@@ -133,6 +146,6 @@ def answer_choices(body: dict[str, Any]) -> list[tuple[str, str | None]]:
     return found
 
 
-def dumps(value: list[Any]) -> str:
+def dumps(value: list[Any] | dict[str, Any]) -> str:
     """A captured value as the JSON string the span attribute holds."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
