@@ -40,7 +40,7 @@ import anyio
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
-from actors.state.log_aggregates import SEED_ROWS, SEED_SQL, WINDOW_MINUTES, LogAggregates
+from actors.state.log_aggregates import SEED_ROWS, SEED_SECONDS, SEED_SQL, LogAggregates
 from actors.stores.db import open_db
 from actors.stores.request_log import (
     INSERT,
@@ -382,13 +382,19 @@ class StoreActor(Actor):
 
     async def _aggregate(self, cmd: AdminCommand) -> dict[str, Any]:
         """Rates and TTFT percentiles from memory (``actors.state.log_aggregates``), no table
-        scan."""
-        return self._aggregates.view(self._clock())
+        scan; with ``range`` (hour, day) and ``by`` (model, endpoint), their time series."""
+        over, by = cmd.args.get("range"), cmd.args.get("by", "model")
+        try:
+            return self._aggregates.view(
+                self._clock(), None if over is None else str(over), str(by)
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
 
     async def _seed_aggregates(self) -> None:
-        """Fill the aggregates from the window's newest rows (at most SEED_ROWS: one bounded
+        """Fill the aggregates from the last day's newest rows (at most SEED_ROWS: one bounded
         read at start, so a restart does not blank the dashboard's rates)."""
-        since = self._clock() - WINDOW_MINUTES * 60
+        since = self._clock() - SEED_SECONDS
         try:
             async with self._db.execute(SEED_SQL, (since, SEED_ROWS)) as cur:
                 rows = list(await cur.fetchall())

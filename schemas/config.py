@@ -488,6 +488,29 @@ class BusConfig(_Strict):
         return v
 
 
+class ClusterConfig(_Strict):
+    """Several ``--role actors`` hosts sharing the actors on one NATS cluster (JetStream).
+
+    With ``enabled`` (and a ``nats://`` bus) each actors host heartbeats into the key-value
+    bucket ``llmgw_hosts`` every ``heartbeat_seconds``; a host whose key was not refreshed for
+    ``ttl_seconds`` is gone. The tree's top-level children are placed over the live hosts by
+    rendezvous hashing, each owned under a fencing revision (bucket ``llmgw_owners``), their
+    snapshots kept in ``llmgw_snapshots``; every bucket has ``replicas`` copies (3 on a
+    three-node cluster). Off: one actors host owns everything, snapshots in SQLite.
+    """
+
+    enabled: bool = False
+    heartbeat_seconds: float = Field(default=1.0, gt=0)
+    ttl_seconds: float = Field(default=3.0, gt=0)
+    replicas: int = Field(default=1, ge=1, le=5)
+
+    @model_validator(mode="after")
+    def _ttl_spans_beats(self) -> ClusterConfig:
+        if self.ttl_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError("cluster.ttl_seconds must be at least twice heartbeat_seconds")
+        return self
+
+
 class DatabaseConfig(_Strict):
     """The SQLite database (WAL) holding keys, request logs and state that outlives a restart."""
 
@@ -573,6 +596,8 @@ class DashboardConfig(_Strict):
     enabled: bool = True
     session_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
     secret: str | None = Field(default=None, repr=False)
+    # A folder of ``llmgw replay --out`` folders the Replay reports page lists (read-only).
+    reports_dir: str | None = None
 
 
 class GatewayConfig(_Strict):
@@ -580,6 +605,7 @@ class GatewayConfig(_Strict):
 
     server: ServerConfig = ServerConfig()
     bus: BusConfig = BusConfig()
+    cluster: ClusterConfig = ClusterConfig()
     routing: RoutingConfig = RoutingConfig()
     database: DatabaseConfig = DatabaseConfig()
     log: LogConfig = LogConfig()
