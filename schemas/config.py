@@ -583,14 +583,16 @@ class TelemetryConfig(_Strict):
     Off by default; ``enabled: true`` plus ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns it on (the
     SDK's other ``OTEL_*`` variables are honoured: headers, resource attributes, batch
     schedule, ``OTEL_TRACES_SAMPLER``/``_ARG`` when ``sampler_ratio`` is unset). Needs the
-    ``telemetry`` extra. ``capture_content`` is accepted for the conventions' opt-in, but
-    prompt and completion text are never exported by this version. Read at start only.
+    ``telemetry`` extra. ``capture_content`` (or
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``) puts the messages on the
+    attempt spans, each value cut to ``capture_max_chars``. Read at start only.
     """
 
     enabled: bool = False
     service_name: str = "llmgw"
     sampler_ratio: float | None = Field(default=None, ge=0, le=1)
     capture_content: bool = False
+    capture_max_chars: int = Field(default=16_384, ge=256, le=1_048_576)
     metrics: bool = True
     metrics_interval_seconds: float = Field(default=60.0, gt=0)
 
