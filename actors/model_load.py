@@ -47,9 +47,10 @@ class ModelLoad:
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
 
     def of(self, endpoint: str) -> tuple[int, float | None]:
-        """(in flight, learned limit or None) of ``endpoint`` (what a strategy reads)."""
+        """(in flight, the concurrency it takes now or None) of ``endpoint`` (what a strategy
+        reads): its learned limit, else its slow-start window."""
         lim = self.load.limits.get(endpoint)
-        return self.load.in_flight(endpoint), lim.limit if lim is not None else None
+        return self.load.in_flight(endpoint), lim.bound() if lim is not None else None
 
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""

@@ -83,12 +83,15 @@ class LearnedLimit:
             return None if self.cap is None else float(self.cap)
         return self.limit if self.cap is None else min(self.limit, float(self.cap))
 
+    def bound(self) -> float:
+        """The concurrency the route takes now: its learned limit, else its slow-start
+        window."""
+        return self.window if self.limit is None else self.limit
+
     def admits(self, in_flight: int) -> bool:
         """Whether one more request fits under the learned limit (a cap is the capacity
         pool's to enforce, by lease)."""
-        if self.limit is None:
-            return in_flight < self.window
-        return in_flight < self.limit
+        return in_flight < self.bound()
 
     def rate_limited(self, at_send: int, now: float) -> bool:
         """A 429 for a request sent with ``at_send`` others in flight; True if it cut."""

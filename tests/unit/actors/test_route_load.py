@@ -147,6 +147,7 @@ def test_an_unmeasured_route_takes_twice_what_it_answered_without_congestion() -
     lim = LearnedLimit(cap=None, min_limit=2.0)
 
     assert lim.admits(15) and not lim.admits(16)  # slow start: nothing answered yet
+    assert lim.bound() == 16.0  # what RouteWise prices its queueing against
     lim.succeeded(100.0, at_send=0, now=0.0)
     lim.succeeded(110.0, at_send=19, now=1.0)  # twenty in flight, answered unqueued
     assert lim.admits(39) and not lim.admits(40) and lim.effective() is None
