@@ -123,7 +123,7 @@ class FastMean:
     def _decay(self, now: float) -> float:
         if now <= self.ts:
             return self.weight
-        return self.weight * 0.5 ** ((now - self.ts) / self.tau)
+        return self.weight * math.pow(0.5, (now - self.ts) / self.tau)
 
     def add(self, ts: float, value: float) -> None:
         """One sample at ``ts`` (an older one counts as if at the newest seen)."""
