@@ -77,6 +77,7 @@ def _fill_log(path: Path, endpoint: str) -> None:
                 0,
                 "key-1",
                 "ann",
+                "",
             )
             yield (
                 ts,
@@ -104,6 +105,7 @@ def _fill_log(path: Path, endpoint: str) -> None:
                 0,
                 "key-1",
                 "ann",
+                "",
             )
 
     db.executemany(INSERT, rows())  # type: ignore[arg-type]
