@@ -59,6 +59,7 @@ class LearnedLimit:
         "min_limit",
         "reason",
         "recent_ms",
+        "spent_until",
         "window",
     )
 
@@ -76,6 +77,8 @@ class LearnedLimit:
         # concurrency it has answered without congestion, so spilled traffic cannot bury a
         # route it has not measured in a queue before the first slow answers come back.
         self.window = _SLOW_START
+        # The provider's x-ratelimit-remaining said 0: at its limit until its reset.
+        self.spent_until = -math.inf
 
     def effective(self) -> float | None:
         """The limit in force: the learned one under the configured cap (None: neither)."""
@@ -88,10 +91,11 @@ class LearnedLimit:
         window."""
         return self.window if self.limit is None else self.limit
 
-    def admits(self, in_flight: int) -> bool:
-        """Whether one more request fits under the learned limit (a cap is the capacity
-        pool's to enforce, by lease)."""
-        return in_flight < self.bound()
+    def admits(self, in_flight: int, now: float = -math.inf) -> bool:
+        """Whether one more request fits under the learned limit at ``now`` (a cap is the
+        capacity pool's to enforce, by lease); never while the provider said its limit is
+        spent."""
+        return now >= self.spent_until and in_flight < self.bound()
 
     def rate_limited(self, at_send: int, now: float) -> bool:
         """A 429 for a request sent with ``at_send`` others in flight; True if it cut."""
@@ -178,10 +182,17 @@ class RouteLoad:
         """Requests counted on ``endpoint`` now."""
         return self._counts.get(endpoint, 0)
 
-    def saturated(self, endpoint: str) -> bool:
-        """Whether ``endpoint`` is at its learned limit."""
+    def saturated(self, endpoint: str, now: float = -math.inf) -> bool:
+        """Whether ``endpoint`` is at its learned limit (or its provider's spent one) at
+        ``now``."""
         lim = self.limits.get(endpoint)
-        return lim is not None and not lim.admits(self._counts.get(endpoint, 0))
+        return lim is not None and not lim.admits(self._counts.get(endpoint, 0), now)
+
+    def spent(self, endpoint: str, until: float) -> None:
+        """``endpoint``'s provider said a limit of it is spent until ``until``."""
+        lim = self.limits.get(endpoint)
+        if lim is not None:
+            lim.spent_until = max(lim.spent_until, until)
 
     def succeeded(self, endpoint: str, ttft_ms: float, at_send: int, now: float) -> bool:
         """Feed an answer to ``endpoint``'s limit (see :meth:`LearnedLimit.succeeded`),

@@ -367,7 +367,8 @@ class RouteWiseStrategy:
             # answers later, so its LP share is bounded by it. Squared: the limit is learned by
             # overshooting it, and the saturating replay measured the steeper price keeping
             # queues shallower (mean TTFT 0.37 s against 0.43 s for the M/M/1 1/(1-u)).
-            latency /= max(_MIN_HEADROOM, 1.0 - in_flight / limit) ** 2
+            headroom = 1.0 - in_flight / limit if limit > 0 else 0.0
+            latency /= max(_MIN_HEADROOM, headroom) ** 2
 
         def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
             return Candidate(

@@ -201,6 +201,14 @@ def test_saturated_is_the_learned_limit_against_the_count() -> None:
     assert rl.saturated("a") and not rl.saturated("b")
 
 
+def test_a_provider_limit_said_spent_saturates_the_route_until_its_reset() -> None:
+    rl = load()
+    rl.spent("a", until=11.0)
+
+    assert rl.saturated("a", now=10.0) and not rl.saturated("b", now=10.0)
+    assert not rl.saturated("a", now=11.0)  # the reset: back in rotation at once
+
+
 def test_an_inflation_every_route_shares_is_not_one_routes_queue() -> None:
     rl = load()
     for e in "abc":
