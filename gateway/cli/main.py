@@ -47,10 +47,22 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
     serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
     serve.add_argument(
+        "--node-id",
+        help="this actors host's id in a cluster (cluster.enabled; default: "
+        "hostname-pid-random, unique per process)",
+    )
+    serve.add_argument(
         "--loop",
         choices=("uvloop", "asyncio"),
         default="uvloop",
         help="event loop (default uvloop)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        help="ingress processes sharing the port, beside one process running the actors on a "
+        "private NATS server; auto: one per core (default 1: everything in one process)",
     )
     serve.set_defaults(func=_serve)
     for name in _COMMAND_MODULES:
@@ -87,10 +99,15 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from gateway.process.embedded_nats import EmbeddedNatsError
+    from gateway.process.engines import EngineUnavailableError, check_engine
     from gateway.process.serve import (
+        NODE_ID,
+        NODE_ID_RULE,
         BusUnreachableError,
         ListenError,
         ServeOptions,
+        announce,
         load_serving_config,
         run,
     )
@@ -107,15 +124,55 @@ def _serve(args: argparse.Namespace) -> int:
         bus_url=args.bus or config.bus.url,
         role=args.role,
         config_path=args.config,
+        node_id=args.node_id,
     )
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
         return 2
+    if args.node_id is not None and not NODE_ID.fullmatch(args.node_id):
+        sys.stderr.write(f"llmgw: --node-id {args.node_id!r}: {NODE_ID_RULE}\n")
+        return 2
+    if args.workers > 1 and opts.role != "all":
+        sys.stderr.write("llmgw: --workers runs every role itself; drop --role\n")
+        return 2
     try:
+        check_engine(config.server.engine)
+        if args.workers > 1:
+            from gateway.process.workers import run_workers
+
+            main = run_workers(
+                config,
+                opts,
+                args.workers,
+                loop=args.loop,
+                log_level=logging.getLevelName(logging.getLogger().level),
+                on_ready=announce,
+            )
+            return run_loop(main, args.loop)
         return run_loop(run(config, opts, own_process=True), args.loop)
-    except (ListenError, BusUnreachableError) as exc:
+    except (ListenError, BusUnreachableError, EngineUnavailableError, EmbeddedNatsError) as exc:
         sys.stderr.write(f"llmgw: {exc}\n")
         return 2
+    except ConfigError as exc:  # refused once the bus showed more (a second actors host)
+        sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
+        return 2
+
+
+def _workers(value: str) -> int:
+    """``--workers``: a count of at least 1, or ``auto`` (the cores this process may use)."""
+    if value == "auto":
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of workers: {value!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError("--workers must be at least 1")
+    return count
 
 
 def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:

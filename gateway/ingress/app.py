@@ -157,7 +157,8 @@ class GatewayApp:
             clock=clock.steady,
             rng=rng,
         )
-        self._id_prefix = f"{os.getpid():x}-"
+        self._pid = os.getpid()
+        self._id_prefix = f"{self._pid:x}-"
         self._surfaces = {
             "/v1/chat/completions": CHAT,
             "/v1/embeddings": CHAT,
@@ -828,7 +829,9 @@ class GatewayApp:
         routes = sum(len(m.route) for m in self._config.models)
         mode = await self._mode()
         status = "actors_unreachable" if mode["mode"] == "unknown" else "ok"
-        await req.respond(200, _encode({"status": status, "routes_configured": routes, **mode}))
+        # pid: which process answered (one of several under `llmgw serve --workers N`).
+        body = {"status": status, "routes_configured": routes, "pid": self._pid, **mode}
+        await req.respond(200, _encode(body))
 
     async def _ready(self, req: HttpRequest) -> None:
         """Readiness: 200 once the actors answer (one cheap bus request), else 503. The mode

@@ -750,7 +750,10 @@ class Dispatcher:
         if trace is not None:
             target = trace.attempt(attempt, c, target, info.surface, info.stream)
         try:
-            chunks = self._adapter(c).stream(target, body)
+            adapter = self._adapter(c)
+            if trace is not None and trace.capturing:
+                adapter = trace.noting(adapter, attempt)
+            chunks = adapter.stream(target, body)
         except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
             await self.observe(info, c, attempt, "failure", started, err=missing)
             await self.leases.release(c, tokens_used_by_failure(missing))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from gateway.ingress.metrics_sum import SummedRegistry, multiprocess_dir
 from gateway.telemetry.names import operation_name, provider_name
 from schemas import (
     AdminCommand,
@@ -229,6 +230,15 @@ class GatewayMetrics:
             buckets=_TTFT_BUCKETS,
             registry=r,
         )
+        # Per-request families: under `--workers`, summed over every worker (metrics_sum).
+        summed: list[Counter | Histogram] = [self.requests, self.errors, self.duration]
+        summed += [self.ttft, self.tokens, self.attempts, self.fallbacks, self.bus_rtt]
+        summed += [self.spend, self.genai_duration, self.genai_tokens, self.genai_ttfc]
+        shared = multiprocess_dir()
+        self._exposed: CollectorRegistry | SummedRegistry = r
+        if shared is not None:
+            names = frozenset(family.name for m in summed for family in m.describe())
+            self._exposed = SummedRegistry(r, shared, names)
         self._otlp = otlp
         self._upstreams: dict[str, tuple[str, str]] = {}
         self._per_attempt: dict[tuple[str, str, str], _PerAttempt] = {}
@@ -360,7 +370,7 @@ class GatewayMetrics:
     async def render(self, bus: Bus, timeout: float) -> bytes:
         """Refresh the scrape-time gauges from the owners, then the text exposition."""
         await asyncio.gather(self._health(bus, timeout), self._log_stats(bus, timeout))
-        return generate_latest(self.registry)
+        return generate_latest(self._exposed)
 
     async def _health(self, bus: Bus, timeout: float) -> None:
         started = time.perf_counter()

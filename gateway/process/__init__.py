@@ -7,7 +7,9 @@ tree, serve HTTP), ``control`` (the operator side of a process, SIGHUP), ``reloa
 I/O that actors never do themselves). Only this package (``actor_host``) and the CLI's
 offline paths import ``actors``.
 
-Also here: ``actor_host``, ``quota_poller``, ``routewise_prober``.
+Also here: ``actor_host``, ``quota_poller``, ``routewise_prober``, ``engines`` (the HTTP
+server under the app: Hypercorn or granian), and ``llmgw serve --workers N``: ``workers``
+(the supervisor), ``worker`` (one ingress worker) and ``embedded_nats`` (their private bus).
 """
 
 from __future__ import annotations

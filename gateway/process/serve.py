@@ -12,18 +12,16 @@ import contextlib
 import functools
 import gc
 import logging
+import re
 import signal
 import socket
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from hypercorn.asyncio import serve
-
 from bus import BusClosedError, open_bus
 from gateway.admin.local_socket import LocalAdmin
 from gateway.cli.common import redacted
-from gateway.ingress import http_edge
 from gateway.ingress.app import create_app
 from gateway.process.config import load_config
 from gateway.process.control import (
@@ -33,6 +31,7 @@ from gateway.process.control import (
     sighup_handler,
     start_ingress_ops,
 )
+from gateway.process.engines import serve_http
 from gateway.process.sidecars import Sidecars
 
 if TYPE_CHECKING:
@@ -55,6 +54,12 @@ class ServeOptions:
     bus_url: str
     role: str
     config_path: str | None = None  # re-read on reload (None: the bundled demo config)
+    reuse_port: bool = False  # SO_REUSEPORT: one of several processes serving one port
+    node_id: str | None = None  # an actors host's id in a cluster (None: one made up)
+
+
+NODE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+NODE_ID_RULE = "expected 1-128 letters, digits, '_', '.' or '-'"
 
 
 def load_serving_config(path: str | None, role: str) -> GatewayConfig:
@@ -83,7 +88,8 @@ def settle_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-def _announce(line: str) -> None:
+def announce(line: str) -> None:
+    """Write the ready line on stdout (what scripts and the tests wait for)."""
     sys.stdout.write(line + "\n")
     sys.stdout.flush()
 
@@ -93,19 +99,22 @@ async def run(
     opts: ServeOptions,
     *,
     shutdown: asyncio.Event | None = None,
-    on_ready: Callable[[str], None] = _announce,
+    on_ready: Callable[[str], None] = announce,
     own_process: bool = False,
+    sighup: bool | None = None,
 ) -> int:
     """Run until ``shutdown`` is set (default: SIGINT/SIGTERM) or the actor tree gives up.
 
     ``on_ready`` gets the ready line once the gateway answers. With ``own_process`` (the
     CLI) the gateway owns the interpreter and tunes its collector (:func:`settle_gc`) before
-    it announces itself. Returns the exit code. Raises ListenError (the port) and
+    it announces itself. ``sighup`` (default: as for SIGINT/SIGTERM) reloads on SIGHUP.
+    Returns the exit code. Raises ListenError (the port) and
     BusUnreachableError (the bus) before anything has started.
     """
     signals = shutdown is None
+    hup = signals if sighup is None else sighup
     # Bind first: a taken port ends startup before anything else has started.
-    sock = None if opts.role == "actors" else _listen(opts.host, opts.port)
+    sock = None if opts.role == "actors" else _listen(opts.host, opts.port, opts.reuse_port)
     if shutdown is None:
         shutdown = asyncio.Event()
         install_shutdown(shutdown)
@@ -129,9 +138,12 @@ async def run(
 
             # The probers listen before the actors start: a probe due at once is not lost.
             sidecars = Sidecars(bus, config)
-            host = await ActorHost.start(bus, config, opts.config_path)
+            if opts.role == "actors" and config.cluster.enabled:
+                host = await ActorHost.start_cluster(bus, config, opts.node_id)
+            else:
+                host = await ActorHost.start(bus, config, opts.config_path)
             sidecars.actors_started()
-            if signals:
+            if hup:
                 install_sighup(sighup_handler(bus, None, actors=True))
             sidecars.follow(
                 functools.partial(load_versioned, opts.config_path),
@@ -148,26 +160,16 @@ async def run(
             return await _wait(shutdown, host)
         assert sock is not None
         port = sock.getsockname()[1]
-        hconf = http_edge.EdgeConfig()
-        hconf.header_timeout = config.server.header_timeout_seconds
-        # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
-        # here too would close a reused descriptor (EBADF at best).
-        hconf.bind = [f"fd://{sock.detach()}"]
-        hconf.accesslog = None
-        hconf.errorlog = logging.getLogger("hypercorn.error")
-        hconf.keep_alive_timeout = 75
-        hconf.graceful_timeout = 10
-        http_edge.install()
         app = create_app(bus, config)
         ops = start_ingress_ops(bus, app, opts.config_path)
         if host is not None:
             local = LocalAdmin.open(bus, config.database.path, app)
-        if signals and host is None:
+        if hup and host is None:
             install_sighup(sighup_handler(bus, app, actors=False))
         if config.admin_key is None:
             logger.info("no admin key configured: X-Route-Pin is disabled")
         server = asyncio.create_task(
-            serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+            serve_http(config.server.engine, app, sock, config.server, shutdown)
         )
         await _until_answering(opts.host, port, server)
         if own_process:
@@ -198,10 +200,10 @@ class BusUnreachableError(Exception):
     """The bus cannot be joined at startup (no NATS server accepts); the message says where."""
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """The listening socket for ``host:port``. Raises ListenError."""
     try:
-        return bind_socket(host, port)
+        return bind_socket(host, port, reuse_port=reuse_port)
     except OSError as exc:
         raise ListenError(
             f"cannot listen on {_url_host(host)}:{port}: {exc.strerror or exc}"
@@ -216,13 +218,21 @@ def install_shutdown(event: asyncio.Event) -> None:
             loop.add_signal_handler(sig, event.set)
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket (port 0: the kernel picks), so the real port is known upfront."""
+def bind_socket(
+    host: str, port: int, *, reuse_port: bool = False, listen: bool = True
+) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: the kernel picks), so the real port is
+    known upfront; listening unless ``listen`` is false. With ``reuse_port`` (SO_REUSEPORT)
+    other sockets of this user may bind the same port and the kernel spreads connections
+    over the listening ones."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    if listen:
+        sock.listen(1024)
     sock.setblocking(False)
     return sock
 

@@ -454,8 +454,9 @@ def _patch_transport(kind: str) -> None:
 
 def _patch_hypercorn(settings: list[str]) -> None:
     """Set Hypercorn config attributes (``KEY=VALUE``, VALUE as JSON, else a string) right
-    before serving, by wrapping the ``serve`` that ``gateway.process.serve`` imported."""
-    import gateway.process.serve
+    before serving, by wrapping the ``hypercorn_serve`` that ``gateway.process.engines``
+    imported."""
+    import gateway.process.engines
 
     overrides: dict[str, Any] = {}
     for item in settings:
@@ -464,7 +465,7 @@ def _patch_hypercorn(settings: list[str]) -> None:
             overrides[key.strip()] = json.loads(value)
         except ValueError:
             overrides[key.strip()] = value
-    original = gateway.process.serve.__dict__["serve"]
+    original = gateway.process.engines.__dict__["hypercorn_serve"]
 
     async def serve(app: Any, config: Any, **kwargs: Any) -> None:
         for key, value in overrides.items():
@@ -473,7 +474,7 @@ def _patch_hypercorn(settings: list[str]) -> None:
             setattr(config, key, value)
         await original(app, config, **kwargs)
 
-    setattr(gateway.process.serve, "serve", serve)  # noqa: B010 (not re-exported by gateway.process.serve)
+    setattr(gateway.process.engines, "hypercorn_serve", serve)  # noqa: B010 (not re-exported)
 
 
 def gateway_main(argv: list[str]) -> int:
@@ -683,6 +684,8 @@ def _cli_has_loop_flag() -> bool:
 
 def _gateway_cmd(args: argparse.Namespace, config: Path, bus_url: str) -> list[str]:
     serve = ["serve", "--config", str(config), "--port", "0", "--bus", bus_url]
+    if args.workers != "1":
+        serve += ["--workers", str(args.workers)]
     if args.gateway_log_level:
         serve = ["--log-level", args.gateway_log_level, *serve]
     loop = args.loop
@@ -858,6 +861,7 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                 config.write_text(
                     _gateway_config(upstream_url)
                     + ("telemetry: {enabled: true}\n" if args.telemetry else "")
+                    + f"server: {{engine: {args.engine}}}\n"
                 )
                 if args.limit or args.key:
                     args.bench_key = _bench_key(tmp / "llmgw.sqlite3", limited=args.limit)
@@ -1105,6 +1109,8 @@ def _environment(args: argparse.Namespace) -> str:
         rev += " (uncommitted changes)" if dirty.strip() else ""
     bus = "nats (a nats-server started beside the gateway)" if args.bus == "nats" else args.bus
     knobs = "".join(f"hypercorn {h}; " for h in args.hypercorn)
+    knobs += f"engine {args.engine}; " if args.engine != "hypercorn" else ""
+    knobs += f"--workers {args.workers}; " if args.workers != "1" else ""
     if args.loop != "as-is":
         knobs += f"gateway event loop {args.loop}; "
     if args.gateway_log_level:
@@ -1234,6 +1240,19 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="set a Hypercorn config attribute (repeatable), e.g. backlog=2048",
+    )
+    p.add_argument(
+        "--engine",
+        choices=("hypercorn", "granian"),
+        default="hypercorn",
+        help="the gateway's HTTP server (server.engine; granian needs the granian extra)",
+    )
+    p.add_argument(
+        "--workers",
+        default="1",
+        help="llmgw serve --workers N (auto: one per core it may use): the actors plus N "
+        "ingress processes on a private nats-server; the workers inherit --gateway-cpus, and "
+        "the CPU figures then count the supervisor only",
     )
     p.add_argument("--gateway-log-level", help="pass --log-level to the gateway")
     p.add_argument(

@@ -17,6 +17,7 @@ import pytest
 
 import gateway.process.actor_host
 from actors import build_tree
+from gateway.process.engines import ENGINES
 from schemas import CircuitTransition, EndpointState, subjects
 
 if TYPE_CHECKING:
@@ -209,3 +210,10 @@ async def processes() -> AsyncIterator[list[GatewayProcess]]:
     yield started
     for proc in reversed(started):
         await asyncio.to_thread(proc.stop)
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request: pytest.FixtureRequest) -> str:
+    """Every HTTP engine (``server.engine``) in turn: the framing tests run on each (a test
+    that applies to fewer overrides it with ``parametrize(..., indirect=True)`` and says why)."""
+    return str(request.param)

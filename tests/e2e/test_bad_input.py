@@ -39,9 +39,23 @@ async def gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> Ru
     )
 
 
+@pytest.fixture
+async def edge_gw(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, engine: str
+) -> RunningGateway:
+    """As ``gw``, on each HTTP engine: for the tests of what the server reads (bodies)."""
+    return await gateway_factory(
+        config(
+            model("m", route(fake_upstream)),
+            server={"max_body_bytes": LIMIT, "engine": engine},
+        )
+    )
+
+
 @pytest.mark.parametrize("raw", [b"{not json", b"", b"\xff\xfe", b'{"model": "m", "messages": ['])
-async def test_chat_with_malformed_json_is_400(gw: RunningGateway, raw: bytes) -> None:
-    resp = await gw.http().post(CHAT, content=raw, headers={"content-type": "application/json"})
+async def test_chat_with_malformed_json_is_400(edge_gw: RunningGateway, raw: bytes) -> None:
+    json_type = {"content-type": "application/json"}
+    resp = await edge_gw.http().post(CHAT, content=raw, headers=json_type)
 
     err = assert_openai_error(resp, 400, "invalid_request")
     assert "JSON" in err["message"]
@@ -93,7 +107,7 @@ async def test_chat_via_sdk_with_unknown_model_is_404(
 
 
 async def test_chat_over_the_body_limit_is_413_and_just_under_is_served(
-    gw: RunningGateway,
+    edge_gw: RunningGateway,
     fake_upstream: FakeUpstream,
 ) -> None:
     def padded(size: int) -> bytes:
@@ -101,7 +115,7 @@ async def test_chat_over_the_body_limit_is_413_and_just_under_is_served(
         tail = b'"}]}'
         return head + b"x" * (size - len(head) - len(tail)) + tail
 
-    http = gw.http()
+    http = edge_gw.http()
     over = await http.post(
         CHAT, content=padded(LIMIT + 1), headers={"content-type": "application/json"}
     )
@@ -122,9 +136,9 @@ async def test_chat_over_the_body_limit_is_413_and_just_under_is_served(
     assert len(fake_upstream.requests) == 1
 
 
-async def test_chat_via_sdk_over_the_body_limit_raises_413(gw: RunningGateway) -> None:
+async def test_chat_via_sdk_over_the_body_limit_raises_413(edge_gw: RunningGateway) -> None:
     with pytest.raises(openai.APIStatusError) as exc:
-        await gw.openai().chat.completions.create(
+        await edge_gw.openai().chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x" * LIMIT}]
         )
 

@@ -1,0 +1,164 @@
+"""The HTTP servers that can run the ingress's ASGI app (``server.engine``).
+
+The app (``gateway.ingress.app.create_app``) is a plain ASGI app; this module owns how a
+listening socket becomes a server for it:
+
+- ``hypercorn`` (the default): HTTP/1.1 and h2c, with the connection-layer defences of
+  ``gateway.ingress.http_edge`` installed under it.
+- ``granian`` (the optional extra ``granian``): a Rust server (hyper) run embedded in this
+  event loop. Its parser refuses a ``Content-Length`` list, an obs-fold, garbage and an
+  unknown HTTP version (bodiless 400), reads a request with both ``Content-Length`` and
+  ``Transfer-Encoding`` as chunked and closes its connection; :func:`edge_guard` adds the
+  check the ASGI layer can still make (the method's case). What neither can do (a bare LF
+  refused, a stalled head answered 408, refusals in the API shape) is listed in the README.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from hypercorn.asyncio import serve as hypercorn_serve
+
+from gateway.ingress import http_edge
+
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Awaitable, Callable, MutableMapping
+
+    from schemas.config import ServerConfig
+
+    Scope = MutableMapping[str, Any]
+    Message = MutableMapping[str, Any]
+    ASGIApp = Callable[
+        [Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+        Awaitable[None],
+    ]
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("hypercorn", "granian")
+_BACKLOG = 1024
+_MISSING_GRANIAN = "server.engine granian needs the granian extra: pip install 'llmgw[granian]'"
+
+
+class EngineUnavailableError(Exception):
+    """The configured engine is not installed (the message says which extra to install)."""
+
+
+def check_engine(engine: str) -> None:
+    """Raise EngineUnavailableError when ``engine`` cannot run here (its extra is missing)."""
+    if engine == "granian":
+        try:
+            import granian  # noqa: F401
+        except ImportError:
+            raise EngineUnavailableError(_MISSING_GRANIAN) from None
+
+
+async def serve_http(
+    engine: str,
+    app: ASGIApp,
+    sock: socket.socket,
+    server: ServerConfig,
+    shutdown: asyncio.Event,
+) -> None:
+    """Serve ``app`` on the listening ``sock`` (this call owns and closes it) with ``engine``
+    until ``shutdown`` is set. Raises EngineUnavailableError, and what the server raises."""
+    if engine == "granian":
+        await _serve_granian(app, sock, server, shutdown)
+        return
+    await _serve_hypercorn(app, sock, server, shutdown)
+
+
+async def _serve_hypercorn(
+    app: ASGIApp, sock: socket.socket, server: ServerConfig, shutdown: asyncio.Event
+) -> None:
+    hconf = http_edge.EdgeConfig()
+    hconf.header_timeout = server.header_timeout_seconds
+    # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
+    # elsewhere too would close a reused descriptor (EBADF at best).
+    hconf.bind = [f"fd://{sock.detach()}"]
+    hconf.accesslog = None
+    hconf.errorlog = logging.getLogger("hypercorn.error")
+    hconf.keep_alive_timeout = 75
+    hconf.graceful_timeout = 10
+    http_edge.install()
+    await hypercorn_serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+
+
+async def _serve_granian(
+    app: ASGIApp, sock: socket.socket, server: ServerConfig, shutdown: asyncio.Event
+) -> None:
+    try:
+        from granian._granian import SocketHolder
+        from granian.constants import Interfaces
+        from granian.http import HTTP1Settings
+        from granian.server.embed import Server
+    except ImportError:
+        raise EngineUnavailableError(_MISSING_GRANIAN) from None
+
+    host, port = sock.getsockname()[:2]
+    fd = sock.detach()
+
+    class _OnSocket(Server):
+        # Serve the socket bound upfront (port 0 is known, SO_REUSEPORT set by the caller)
+        # instead of binding a new one.
+        def _init_shared_socket(self) -> None:
+            self._ssp = None
+            # The stub lacks the constructor's arguments (fd, is_uds, backlog).
+            self._shd = SocketHolder(fd, False, _BACKLOG)  # type: ignore[call-arg,assignment]
+            self._sfd = fd  # type: ignore[assignment]
+
+    runner = _OnSocket(
+        edge_guard(app),
+        address=str(host),
+        port=int(port),
+        interface=Interfaces.ASGI,  # with the lifespan protocol, as under Hypercorn
+        websockets=False,
+        log_enabled=False,
+        http1_settings=HTTP1Settings(header_read_timeout=int(server.header_timeout_seconds * 1000)),
+    )
+    stopper = _stop_on(shutdown, runner)
+    try:
+        await runner.serve()
+    finally:
+        stopper.cancel()
+
+
+def _stop_on(shutdown: asyncio.Event, runner: Any) -> asyncio.Task[None]:
+    async def wait() -> None:
+        await shutdown.wait()
+        runner.stop()
+
+    return asyncio.get_running_loop().create_task(wait(), name="llmgw:granian-stop")
+
+
+def edge_guard(app: ASGIApp) -> ASGIApp:
+    """``app`` behind the framing check the ASGI layer can still make under granian: a
+    method not in upper case (hyper passes it on; methods are case-sensitive) is answered 400
+    in the caller's API shape and the connection closed, before the app runs."""
+
+    async def guarded(scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not str(scope["method"]).isupper():
+            method = str(scope["method"])[:32]
+            reason = f"the method {method!r} is not served: methods are upper-case"
+            await _refuse(scope, send, reason)
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+async def _refuse(scope: Scope, send: Any, message: str) -> None:
+    target = scope.get("raw_path") or str(scope.get("path", "")).encode()
+    body = http_edge.surface_of(bytes(target)).error_body(400, message, "invalid_request", None)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"x-request-id", f"edge-{uuid.uuid4().hex[:16]}".encode()),
+    ]
+    await send({"type": "http.response.start", "status": 400, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

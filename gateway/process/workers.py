@@ -1,0 +1,280 @@
+"""``llmgw serve --workers N``: the actors in this process, N ingress processes on one port.
+
+Topology of one run (see the README): this supervisor process starts a private nats-server
+(:mod:`gateway.process.embedded_nats`, unless ``--bus nats://`` names one), runs the actor
+tree on it (role ``actors``: the local admin socket, SIGHUP reload, the request log), and
+keeps N workers (:mod:`gateway.process.worker`, role ``ingress``) serving the HTTP port, each
+on its own SO_REUSEPORT socket. It holds the port itself, bound but not listening, so the
+port is known (``--port 0``) and stays reserved while a worker restarts. It prints the ready
+line once every worker answers, restarts a worker that dies (:class:`RestartBudget`: backoff,
+and it gives up past a bound), and on SIGTERM/SIGINT stops the workers, then the actors,
+then the nats-server. Each worker writes its metrics to files in one private directory, so the
+worker a scrape reaches answers with every worker's requests summed (``metrics_sum``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from gateway.ingress import metrics_sum
+from gateway.process.embedded_nats import EmbeddedNats
+from gateway.process.serve import ListenError, bind_socket, install_shutdown, run
+from gateway.process.worker import WorkerSpec
+
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Callable
+
+    from gateway.process.serve import ServeOptions
+    from schemas.config import GatewayConfig
+
+logger = logging.getLogger("llmgw")
+
+_READY_TIMEOUT_S = 60.0  # a worker answers /health within this or startup fails
+_STOP_TIMEOUT_S = 15.0  # a worker drains within this after SIGTERM, else SIGKILL
+
+
+class WorkersGaveUpError(Exception):
+    """A worker died more often than its restart budget allows."""
+
+
+class WorkerStartError(Exception):
+    """A worker exited (or stayed silent) before it answered at startup."""
+
+
+@dataclasses.dataclass
+class RestartBudget:
+    """When a dead worker may be restarted: after a delay doubling from ``initial`` up to
+    ``ceiling`` with each restart in the last ``period`` seconds, and never more than
+    ``intensity`` times in that window (the supervisor then gives up, like an OTP one)."""
+
+    intensity: int = 5
+    period: float = 60.0
+    initial: float = 0.1
+    ceiling: float = 5.0
+    clock: Callable[[], float] = time.monotonic
+    _restarts: deque[float] = dataclasses.field(default_factory=deque)
+
+    def next_delay(self) -> float | None:
+        """Record a restart now; its delay in seconds, or None when the budget is spent."""
+        now = self.clock()
+        while self._restarts and now - self._restarts[0] >= self.period:
+            self._restarts.popleft()
+        if len(self._restarts) >= self.intensity:
+            return None
+        self._restarts.append(now)
+        return float(min(self.ceiling, self.initial * 2 ** (len(self._restarts) - 1)))
+
+
+class WorkerPool:
+    """Owns the worker processes: starts them, restarts the dead, stops them."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        count: int,
+        env: dict[str, str],
+        budget: Callable[[], RestartBudget] = RestartBudget,
+    ) -> None:
+        self._spec = msgspec.json.encode(spec) + b"\n"
+        self._env = env
+        self._procs: list[asyncio.subprocess.Process | None] = [None] * count
+        self._budgets = [budget() for _ in range(count)]
+        self._stopping = False
+
+    @property
+    def pids(self) -> list[int]:
+        """The running workers' process ids."""
+        return [p.pid for p in self._procs if p is not None and p.returncode is None]
+
+    async def start(self) -> None:
+        """Start every worker; return once all answer. Raises WorkerStartError."""
+        await asyncio.gather(*(self._start(slot) for slot in range(len(self._procs))))
+
+    async def _start(self, slot: int) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-m", "gateway.process.worker"),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=self._env,
+        )
+        self._procs[slot] = proc
+        assert proc.stdin is not None and proc.stdout is not None
+        # The pipe stays open: its end tells the worker its supervisor is gone.
+        proc.stdin.write(self._spec)
+        await proc.stdin.drain()
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), _READY_TIMEOUT_S)
+        except TimeoutError:
+            line = b""
+        if not line.startswith(b"ready "):
+            raise WorkerStartError(f"worker {slot + 1} (pid {proc.pid}) did not start")
+        logger.info("worker %d serving (pid %d)", slot + 1, proc.pid)
+
+    async def watch(self) -> None:
+        """Restart workers as they die. Raises WorkersGaveUpError when a budget is spent."""
+        await asyncio.gather(*(self._watch(slot) for slot in range(len(self._procs))))
+
+    async def _watch(self, slot: int) -> None:
+        while True:
+            proc = self._procs[slot]
+            assert proc is not None
+            code = await proc.wait()
+            if self._stopping:
+                return
+            delay = self._budgets[slot].next_delay()
+            if delay is None:
+                raise WorkersGaveUpError(f"worker {slot + 1} keeps dying (last exit code {code})")
+            logger.warning(
+                "worker %d (pid %d) exited with code %d; restarting in %.1fs",
+                slot + 1,
+                proc.pid,
+                code,
+                delay,
+            )
+            await asyncio.sleep(delay)
+            try:
+                await self._start(slot)
+            except WorkerStartError as exc:
+                logger.error("%s", exc)  # counted against the budget on its exit
+
+    async def aclose(self) -> None:
+        """Stop every worker: SIGTERM (they drain), SIGKILL after a grace period."""
+        self._stopping = True
+        live = [p for p in self._procs if p is not None and p.returncode is None]
+        for proc in live:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        for proc in live:
+            try:
+                await asyncio.wait_for(proc.wait(), _STOP_TIMEOUT_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        for each in self._procs:
+            if each is not None and each.stdin is not None:
+                each.stdin.close()
+
+
+async def run_workers(
+    config: GatewayConfig,
+    opts: ServeOptions,
+    workers: int,
+    *,
+    loop: str = "uvloop",
+    log_level: str = "INFO",
+    on_ready: Callable[[str], None],
+) -> int:
+    """Serve with ``workers`` ingress processes until SIGINT/SIGTERM, the actor tree giving
+    up or a worker's restart budget being spent. Returns the exit code. Raises ListenError
+    (the port), EmbeddedNatsError and BusUnreachableError before anything serves."""
+    shutdown = asyncio.Event()
+    install_shutdown(shutdown)
+    reserved = _reserve(opts.host, opts.port)
+    port = int(reserved.getsockname()[1])
+    nats: EmbeddedNats | None = None
+    actors: asyncio.Task[int] | None = None
+    actors_stop = asyncio.Event()
+    pool: WorkerPool | None = None
+    metrics: str | None = None
+    try:
+        if opts.bus_url.startswith("nats://"):
+            bus_url = opts.bus_url
+        else:
+            nats = await EmbeddedNats.start()
+            bus_url = nats.url
+        started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+        def actors_ready(line: str) -> None:
+            if not started.done():
+                started.set_result(line)
+
+        actors = asyncio.create_task(
+            run(
+                config,
+                dataclasses.replace(opts, bus_url=bus_url, role="actors"),
+                shutdown=actors_stop,
+                on_ready=actors_ready,
+                own_process=True,
+                sighup=True,
+            )
+        )
+        first: set[asyncio.Future[Any]] = {actors, started}
+        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        if actors.done():
+            return actors.result()
+        spec = WorkerSpec(
+            bus_url=bus_url,
+            host=opts.host,
+            port=port,
+            config_path=opts.config_path,
+            loop=loop,
+            log_level=log_level,
+        )
+        # Each worker's metrics go to files here; the one scraped sums them (metrics_sum).
+        metrics = tempfile.mkdtemp(prefix="llmgw-metrics-")
+        pool = WorkerPool(spec, workers, {**os.environ, metrics_sum.ENV: metrics})
+        try:
+            await pool.start()
+        except WorkerStartError as exc:
+            logger.error("stopping: %s", exc)
+            return 1
+        on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
+        return await _until_done(shutdown, actors, asyncio.create_task(pool.watch()))
+    finally:
+        if pool is not None:
+            await pool.aclose()
+        actors_stop.set()
+        if actors is not None:
+            with contextlib.suppress(Exception):
+                await actors
+        if nats is not None:
+            await nats.aclose()
+        if metrics is not None:
+            shutil.rmtree(metrics, ignore_errors=True)
+        reserved.close()
+
+
+async def _until_done(
+    shutdown: asyncio.Event, actors: asyncio.Task[int], watch: asyncio.Task[None]
+) -> int:
+    stop = asyncio.create_task(shutdown.wait())
+    done, _ = await asyncio.wait({stop, actors, watch}, return_when=asyncio.FIRST_COMPLETED)
+    code = 0
+    if watch in done:
+        logger.error("stopping: %s", watch.exception())
+        code = 1
+    elif actors in done:
+        code = actors.result() or 1  # the tree ended before it was asked to
+    for task in (stop, watch):
+        task.cancel()
+    return code
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    """The port, held (bound with SO_REUSEPORT, not listening) for the workers to share.
+    Raises ListenError."""
+    try:
+        return bind_socket(host, port, reuse_port=True, listen=False)
+    except OSError as exc:
+        raise ListenError(
+            f"cannot listen on {_url_host(host)}:{port}: {exc.strerror or exc}"
+        ) from None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,355 @@
+"""``llmgw serve --workers 2``: one command, the actors in the supervisor process, two ingress
+workers on one port, joined by the supervisor's private nats-server.
+
+Both workers answer (each answer's ``x-request-id`` and ``/health`` name the process); state is
+shared (a concurrency limit holds exactly across them, a circuit opened through one refuses
+traffic through the other) and ``/metrics`` sums the requests of both; ``llmgw admin reload``
+reaches both through the supervisor's local socket; a worker killed with
+SIGKILL is restarted while the other serves; SIGTERM stops everything (no worker or
+nats-server left, the local admin socket removed).
+Each request that must be free to land on either worker goes on a fresh connection: the kernel
+spreads connections over the workers' SO_REUSEPORT sockets by their source port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from gateway.admin.local_socket import socket_path
+from tests.e2e.conftest import (
+    CHAT,
+    HI,
+    STAYS_OPEN,
+    WAIT,
+    assert_openai_error,
+    chat,
+    config,
+    eid,
+    model,
+    route,
+)
+from tests.fixtures.gateway import REPO
+from tests.fixtures.upstream import FakeUpstream, Held, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping
+    from pathlib import Path
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nats]
+
+ADMIN = "sk-admin-workers-test"
+LIMIT = 3
+# Fresh connections until both workers have answered: the chance that this many all land on
+# one of two SO_REUSEPORT sockets is 2**-63.
+TRIES = 64
+_SERVING = re.compile(r"worker (\d+) serving \(pid (\d+)\)")
+
+
+class Supervisor:
+    """``llmgw serve --workers N`` as a child process, its stderr followed line by line."""
+
+    def __init__(self, cfg: Path, workers: int = 2) -> None:
+        self._args = ["serve", "--workers", str(workers), "--port", "0", "--config", str(cfg)]
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.lines: list[str] = []
+        self._new: asyncio.Queue[str | None] = asyncio.Queue()
+        self._follower: threading.Thread | None = None
+
+    async def start(self) -> Supervisor:
+        """Spawn and return once the ready line is out. Raises RuntimeError if it exits."""
+        loop = asyncio.get_running_loop()
+        self.proc = await asyncio.to_thread(
+            subprocess.Popen,
+            [sys.executable, "-m", "gateway.cli.main", *self._args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self._follower = threading.Thread(target=self._follow, args=(loop,), daemon=True)
+        self._follower.start()
+        assert self.proc.stdout is not None
+        line = await asyncio.to_thread(self.proc.stdout.readline)
+        if not line.startswith("llmgw listening on http://"):
+            raise RuntimeError(f"no ready line ({line!r}); stderr:\n" + "\n".join(self.lines))
+        self.url = line.strip().rsplit(" ", 1)[-1]
+        return self
+
+    def _follow(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            loop.call_soon_threadsafe(self._new.put_nowait, raw.rstrip())
+        loop.call_soon_threadsafe(self._new.put_nowait, None)
+
+    async def line(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        """The next stderr line matching ``pattern`` (earlier lines are kept in ``lines``)."""
+        async with asyncio.timeout(WAIT * 3):
+            while True:
+                line = await self._new.get()
+                if line is None:
+                    raise AssertionError("the supervisor ended; stderr:\n" + "\n".join(self.lines))
+                self.lines.append(line)
+                match = pattern.search(line)
+                if match:
+                    return match
+
+    def seen(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        """The first stderr line read so far that matches ``pattern``."""
+        return next(m for line in self.lines if (m := pattern.search(line)))
+
+    def worker_pids(self) -> set[int]:
+        """Every worker pid the supervisor has reported serving so far."""
+        return {int(m.group(2)) for line in self.lines if (m := _SERVING.search(line))}
+
+    async def stop(self) -> int:
+        """SIGTERM and wait; returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return await asyncio.to_thread(self.proc.wait, WAIT * 3)
+
+    async def close(self) -> None:
+        """Stop it if it still runs (SIGKILL if SIGTERM does not do), and release the pipes
+        and the thread reading them."""
+        assert self.proc is not None
+        try:
+            await self.stop()
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            await asyncio.to_thread(self.proc.wait)
+        if self._follower is not None:
+            await asyncio.to_thread(self._follower.join, WAIT)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+async def supervisors() -> AsyncIterator[list[Supervisor]]:
+    """Supervisors a test started; closed at teardown (stopped if the test left one running)."""
+    started: list[Supervisor] = []
+    yield started
+    for sup in started:
+        await sup.close()
+
+
+async def _start(supervisors: list[Supervisor], tmp_path: Path, cfg: dict[str, Any]) -> Supervisor:
+    path = tmp_path / "gw.yaml"
+    cfg = {"database": {"path": str(tmp_path / "gw.sqlite3")}, **cfg}
+    path.write_text(yaml.safe_dump(cfg))
+    sup = Supervisor(path)
+    supervisors.append(sup)
+    await sup.start()
+    while len(sup.worker_pids()) < 2:  # both were logged before the ready line
+        await sup.line(_SERVING)
+    return sup
+
+
+def _pid(headers: Mapping[str, str]) -> int:
+    """The process that answered: the gateway's request ids start with its pid in hex."""
+    return int(headers["x-request-id"].split("-", 1)[0], 16)
+
+
+async def _health_pid(url: str) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=WAIT) as fresh:
+        resp = await fresh.get("/health")
+    assert resp.status_code == 200
+    return int(resp.json()["pid"])
+
+
+async def _dead(pid: int) -> None:
+    """Return once process ``pid`` has ended (its pidfd becomes readable)."""
+    with contextlib.suppress(ProcessLookupError):
+        fd = os.pidfd_open(pid)
+        try:
+            ended = asyncio.get_running_loop().create_future()
+            asyncio.get_running_loop().add_reader(fd, ended.set_result, None)
+            try:
+                await asyncio.wait_for(ended, WAIT)
+            finally:
+                asyncio.get_running_loop().remove_reader(fd)
+        finally:
+            os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    supervisors: list[Supervisor],
+) -> None:
+    sup = await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+    nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
+    workers = sup.worker_pids()
+    seen = {await _health_pid(sup.url) for _ in range(TRIES)}
+
+    victim, survivor = sorted(workers)
+    os.kill(victim, signal.SIGKILL)
+    await _dead(victim)
+    # Until the replacement serves, every fresh connection is answered by the survivor.
+    client = openai.AsyncOpenAI(
+        base_url=f"{sup.url}/v1",
+        api_key="sk-test",
+        max_retries=0,
+        default_headers={"connection": "close"},
+    )
+    async with client:
+        meanwhile = [
+            await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+            for _ in range(4)
+        ]
+        restarted = await sup.line(_SERVING)
+        replacement = int(restarted.group(2))
+        after = {await _health_pid(sup.url) for _ in range(TRIES)}
+    code = await sup.stop()
+
+    assert len(workers) == 2 and seen == workers
+    assert all(r.status_code == 200 for r in meanwhile)
+    assert {_pid(r.headers) for r in meanwhile} <= {survivor, replacement}
+    assert replacement not in workers and after == {survivor, replacement}
+    assert code == 0
+    assert not any(_alive(pid) for pid in (survivor, replacement, nats))
+    assert not socket_path(tmp_path / "gw.sqlite3").exists()
+    assert not any("nats://llmgw:" in line and "***" not in line for line in sup.lines)
+
+
+async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_sum_them(
+    tmp_path: Path,
+    fake_upstreams: UpstreamFactory,
+    supervisors: list[Supervisor],
+) -> None:
+    slots, spare = await fake_upstreams("slots"), await fake_upstreams("spare")
+    slots.set_default(Held())
+    cfg = config(
+        model(
+            "m",
+            route(slots, provider_type="concurrency", concurrency={"limit": LIMIT}),
+            route(spare, fallback_only=True),
+        )
+    )
+    sup = await _start(supervisors, tmp_path, cfg)
+    total = 3 * LIMIT
+    clients = [httpx.AsyncClient(base_url=sup.url, timeout=WAIT * 3) for _ in range(total)]
+    try:
+        load = [asyncio.create_task(c.post(CHAT, json=chat("m"))) for c in clients]
+        await slots.wait_for_requests(LIMIT, timeout=WAIT)
+        await spare.wait_for_requests(total - LIMIT, timeout=WAIT)
+        held_at_once = slots.max_in_flight
+        slots.release_held()
+        answers = await asyncio.gather(*load)
+        # A next request on each connection: its worker has finished (and counted) the first.
+        await asyncio.gather(*(c.get("/health") for c in clients))
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+            scraped = (await fresh.get("/metrics")).text
+    finally:
+        for c in clients:
+            await c.aclose()
+    counted = {
+        sample.labels["endpoint"]: sample.value
+        for family in text_string_to_metric_families(scraped)
+        for sample in family.samples
+        if sample.name == "llmgw_requests_total" and sample.labels["model"] == "m"
+    }
+
+    assert [a.status_code for a in answers] == [200] * total
+    assert len({_pid(a.headers) for a in answers}) == 2  # both workers took part
+    assert held_at_once == LIMIT and slots.max_in_flight == LIMIT
+    assert len(slots.requests) == LIMIT
+    # /metrics, whichever worker answers it, counts every worker's requests.
+    assert counted == {eid("m", slots): LIMIT, eid("m", spare): total - LIMIT}
+
+
+async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    supervisors: list[Supervisor],
+) -> None:
+    cfg = config(model("m", route(fake_upstream)), circuit=STAYS_OPEN, admin_key=ADMIN)
+    sup = await _start(supervisors, tmp_path, cfg)
+    fake_upstream.set_default(Reply(500))
+    admin = {"authorization": f"Bearer {ADMIN}"}
+    async with (
+        httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as events_client,
+        events_client.stream("GET", "/events?kind=circuit", headers=admin) as events,
+        httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as one,  # one connection: one worker
+    ):
+        lines = events.aiter_lines()
+        assert (await anext(lines)).startswith(":")  # subscribed
+        failed = [await one.post(CHAT, json=chat("m")) for _ in range(2)]
+        async with asyncio.timeout(WAIT):
+            async for line in lines:
+                if line.startswith("data:") and '"open"' in line:
+                    break
+        opened_by = {_pid(r.headers) for r in failed}
+        refused: httpx.Response | None = None
+        for _ in range(TRIES):
+            async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+                resp = await fresh.post(CHAT, json=chat("m"))
+            if _pid(resp.headers) not in opened_by:
+                refused = resp
+                break
+    await sup.stop()
+
+    assert [r.status_code for r in failed] == [502, 502] and len(opened_by) == 1
+    assert refused is not None
+    assert_openai_error(refused, 503, "all_circuits_open")
+    assert len(fake_upstream.requests) == 2
+
+
+async def test_llmgw_admin_reload_through_the_local_socket_reaches_every_worker(
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    supervisors: list[Supervisor],
+) -> None:
+    cfg = config(model("a", route(fake_upstream)))
+    sup = await _start(supervisors, tmp_path, cfg)
+    path = tmp_path / "gw.yaml"
+    grown = {**yaml.safe_load(path.read_text())}
+    grown["models"] = [*grown["models"], {"id": "b", "route": [{"kind": "echo"}]}]
+    path.write_text(yaml.safe_dump(grown))
+
+    reload = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway.cli.main", "admin", "reload", "--config", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+        check=False,
+    )
+    # The workers follow the actors' ConfigChanged on their own; no event reaches this test
+    # from each of them, so: bounded polling, on fresh connections, until both serve "b".
+    served: set[int] = set()
+    for _ in range(int(WAIT / 0.01)):
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+            resp = await fresh.post(CHAT, json=chat("b"))
+        if resp.status_code == 200:
+            served.add(_pid(resp.headers))
+        if served == sup.worker_pids():
+            break
+        await asyncio.sleep(0.01)
+
+    assert reload.returncode == 0, reload.stderr
+    assert served == sup.worker_pids()

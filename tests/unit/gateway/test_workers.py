@@ -1,0 +1,56 @@
+"""``gateway.process.workers``: when a dead worker is restarted (RestartBudget, on an injected
+clock), and how ``--workers`` is parsed."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from gateway.cli.main import _workers
+from gateway.process.workers import RestartBudget
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_restart_delays_double_up_to_the_ceiling() -> None:
+    budget = RestartBudget(intensity=10, period=60.0, initial=0.1, ceiling=0.5, clock=_Clock())
+
+    assert [budget.next_delay() for _ in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+
+
+def test_restarts_past_the_intensity_within_the_period_give_up() -> None:
+    clock = _Clock()
+    budget = RestartBudget(intensity=3, period=60.0, clock=clock)
+    for _ in range(3):
+        assert budget.next_delay() is not None
+        clock.now += 10.0
+
+    assert budget.next_delay() is None
+
+
+def test_restarts_older_than_the_period_are_forgiven_and_the_delay_starts_over() -> None:
+    clock = _Clock()
+    budget = RestartBudget(intensity=2, period=60.0, initial=0.1, clock=clock)
+    budget.next_delay()
+    budget.next_delay()
+    clock.now = 60.0
+
+    assert budget.next_delay() == 0.1
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+def test_workers_option_refuses_what_is_not_a_positive_count(bad: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        _workers(bad)
+
+
+def test_workers_auto_is_the_cores_this_process_may_use() -> None:
+    assert _workers("auto") == len(os.sched_getaffinity(0)) and _workers("3") == 3
