@@ -10,7 +10,7 @@ COPY schemas /src/schemas
 COPY bus /src/bus
 COPY actors /src/actors
 COPY gateway /src/gateway
-RUN pip install /src && rm -rf /src \
+RUN pip install /src[postgres] && rm -rf /src \
     && useradd --system --home-dir /data llmgw \
     && mkdir -p /data && chown llmgw /data && chmod 0700 /data
 

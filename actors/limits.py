@@ -53,6 +53,7 @@ from actors.state.limit_counters import (
     count_unleased,
     settle,
 )
+from actors.state.limit_usage import subject_usage, usage_report
 from actors.stores.db import open_db
 from actors.stores.limits import (
     LIMITS,
@@ -154,7 +155,9 @@ class LimitsActor(Actor):
         self._settings = settings
         self._clock = clock
         self.admin = AdminArea(
-            "limits", {"get": self._get, "set": self._set, "clear": self._clear}, read_only=("get",)
+            "limits",
+            {"get": self._get, "set": self._set, "clear": self._clear, "usage": self._usage},
+            read_only=("get", "usage"),
         )
         self.serves = (
             Serve(subjects.LIMITS_ADMIT, queue=_QUEUE),
@@ -465,6 +468,17 @@ class LimitsActor(Actor):
             "limit": msgspec.to_builtins(spec) if spec else None,
             "usage": usage,
         }
+
+    async def _usage(self, cmd: AdminCommand) -> dict[str, Any]:
+        """Every subject with a limit of its own, how close it is (``limit_usage``)."""
+        now = self._clock()
+        rows = []
+        for subject, spec in self._specs.items():
+            c = self._counters.get(subject)
+            if c is not None and spec.budget_usd is not None:
+                c.roll(spec, now)
+            rows.append(subject_usage(subject, spec, c, now))
+        return usage_report(rows)
 
     async def _set(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd)

@@ -38,7 +38,13 @@ def _status(status: ModelStatus) -> dict[str, Any]:
     return {
         "model": status.model,
         "routes": [
-            {"endpoint": r.endpoint, "weight": r.weight, "configured_weight": r.configured_weight}
+            {
+                "endpoint": r.endpoint,
+                "weight": r.weight,
+                "configured_weight": r.configured_weight,
+                "fallback_only": r.fallback_only,
+                "overridden": r.overridden,
+            }
             for r in status.routes
         ],
     }

@@ -1,4 +1,5 @@
-"""StoreActor: owns the request log in the SQLite database (aiosqlite, WAL).
+"""StoreActor: owns the request log and the spend aggregates, in the SQLite database
+(aiosqlite, WAL) or, with ``database.url``, in PostgreSQL (``actors.stores.log_storage``).
 
 Each ingress sends it the rows of the requests it served as ``LogAppend`` batches on
 ``llmgw.log.append`` (its own subscription, queue group ``store``; see
@@ -15,9 +16,9 @@ Guarantees (the README's "request log" section):
   background. When ``log.queue_rows`` rows already wait here (buffered or being written) a
   batch is refused (retryable): its ingress keeps it and sends it again.
 - A crash (kill -9) of this process loses nothing acknowledged (committed: WAL,
-  synchronous=NORMAL) and nothing unacknowledged either: each ingress keeps those rows and
-  sends them again until a store commits them. A failed write is logged and its batches
-  refused, so they come back too.
+  synchronous=NORMAL; or PostgreSQL's commit) and nothing unacknowledged either: each
+  ingress keeps those rows and sends them again until a store commits them. A failed
+  write is logged and its batches refused, so they come back too.
 - A clean stop commits what it took before the database closes.
 
 Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``,
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -40,33 +40,10 @@ import anyio
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
-from actors.state.log_aggregates import SEED_ROWS, SEED_SQL, WINDOW_MINUTES, LogAggregates
-from actors.stores.db import open_db
-from actors.stores.request_log import (
-    INSERT,
-    LOG_SENDERS,
-    PRUNE,
-    PRUNE_SENDERS,
-    REQUEST_LOG,
-    SENDER_SEQ,
-    SENDER_UPSERT,
-    TABLE_INFO,
-    LogQuery,
-    Row,
-    as_dicts,
-    attempt_row,
-    missing_columns,
-    request_row,
-)
-from actors.stores.spend_report import (
-    BACKFILL,
-    HOUR_S,
-    PRUNE_HOURLY,
-    SPEND_HOURLY,
-    UPSERT,
-    SpendQuery,
-    hourly_upserts,
-)
+from actors.state.log_aggregates import SEED_ROWS, SEED_SECONDS, SEED_SQL, LogAggregates
+from actors.stores.log_storage import LogStorageError, log_storage
+from actors.stores.request_log import LogQuery, Row, as_dicts, attempt_row, request_row
+from actors.stores.spend_report import SpendQuery
 from bus import BusClosedError
 from schemas import (
     AdminCommand,
@@ -77,12 +54,12 @@ from schemas import (
     LogAppended,
     subjects,
 )
+from schemas.config import DatabaseConfig
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import aiosqlite
-
+    from actors.stores.log_storage import LogStorage
     from bus import Envelope
     from schemas import Message
     from schemas.config import LogConfig
@@ -110,14 +87,20 @@ class _Batch:
 
 
 class StoreActor(Actor):
-    """Owns the request log table. ``run`` raises BusClosedError if its subscriptions end
-    while it serves; a failed write is logged and its rows counted as dropped."""
+    """Owns the request log's tables. ``run`` raises BusClosedError if its subscriptions end
+    while it serves, LogStorageError if the database cannot be opened; a failed write is
+    logged and its batches refused (sent again)."""
 
     def __init__(
-        self, db_path: str, settings: LogConfig, *, clock: Callable[[], float] = time.time
+        self,
+        database: DatabaseConfig | str,
+        settings: LogConfig,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = "store"
-        self._path = db_path
+        # A bare string: the SQLite file's path (tests, tools).
+        self._database = DatabaseConfig(path=database) if isinstance(database, str) else database
         self._settings = settings
         self._clock = clock
         self.admin = AdminArea(
@@ -137,8 +120,9 @@ class StoreActor(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         """Open the database, subscribe, start the flusher and the retention timer."""
         self.ctx = ctx
-        self._db: aiosqlite.Connection = await open_db(self._path, [REQUEST_LOG, LOG_SENDERS])
-        await self._upgrade()
+        self._db: LogStorage = log_storage(self._database)
+        await self._db.open()
+        logger.info("request log in %s", self._db.describe())
         self._pending: list[_Batch] = []
         self._pending_rows = 0
         self._writing = 0
@@ -157,22 +141,6 @@ class StoreActor(Actor):
         ctx.start_soon(self._flusher)
         await self._prune()
         ctx.call_later(_PRUNE_INTERVAL_S, _Prune())
-
-    async def _upgrade(self) -> None:
-        """Bring a file from before the cost columns and the spend aggregates up to date."""
-        async with self._db.execute(TABLE_INFO) as cur:
-            present = {str(r[0]) for r in await cur.fetchall()}
-        for stmt in missing_columns(present):
-            await self._db.execute(stmt)
-        async with self._db.execute(
-            "SELECT name FROM sqlite_master WHERE name = 'spend_hourly'"
-        ) as cur:
-            had_aggregates = await cur.fetchone() is not None
-        for stmt in SPEND_HOURLY.statements:
-            await self._db.execute(stmt)
-        if not had_aggregates:
-            await self._db.execute(BACKFILL)
-        await self._db.commit()
 
     async def handle(self, env: Envelope) -> None:
         """Admin commands of areas ``log`` and ``spend``."""
@@ -250,7 +218,7 @@ class StoreActor(Actor):
 
     async def _flush(self) -> int:
         """Commit every buffered batch, then answer their senders; returns how many rows were
-        written. Never raises sqlite3.Error: a failed write refuses its batches (resent)."""
+        written. Never raises LogStorageError: a failed write refuses its batches (resent)."""
         async with self._lock:
             batches, self._pending = self._pending, []
             if not batches:
@@ -259,8 +227,8 @@ class StoreActor(Actor):
             try:
                 # Shielded: a stop while writing waits for the commit instead of losing it.
                 with anyio.CancelScope(shield=True):
-                    fresh = await self._write(batches)
-            except sqlite3.Error as exc:
+                    fresh = await self._db.append(batches, self._clock())
+            except LogStorageError as exc:
                 self._refused_failed += len(batches)
                 logger.error(
                     "request log: writing %d rows failed (their ingresses send them again): %s",
@@ -288,32 +256,6 @@ class StoreActor(Actor):
             await self._answer(b.waiters, LogAppended(seq=b.seq, duplicate=id(b) not in new))
         return written
 
-    async def _write(self, batches: list[_Batch]) -> list[_Batch]:
-        """Insert the batches not committed before (by seq per sender), in one transaction
-        with their senders' seqs; the batches written."""
-        last: dict[str, int] = {}
-        fresh = []
-        for b in batches:
-            if b.sender not in last:
-                async with self._db.execute(SENDER_SEQ, (b.sender,)) as cur:
-                    found = await cur.fetchone()
-                last[b.sender] = int(found[0]) if found else 0
-            if b.seq > last[b.sender]:  # a sender sends seq + 1 only once seq is answered
-                last[b.sender] = b.seq
-                fresh.append(b)
-        rows = [row for b in fresh for row in b.rows]
-        now = self._clock()
-        try:
-            await self._db.executemany(INSERT, rows)
-            await self._db.executemany(UPSERT, hourly_upserts(rows))
-            await self._db.executemany(SENDER_UPSERT, [(s, q, now) for s, q in last.items()])
-            await self._db.commit()
-        except sqlite3.Error:
-            # All or nothing: the batches come again, and must not find half of them here.
-            await self._db.rollback()
-            raise
-        return fresh
-
     @staticmethod
     async def _answer(waiters: list[Envelope], reply: LogAppended | GatewayError) -> None:
         msg: Message = reply.to_reply() if isinstance(reply, GatewayError) else reply
@@ -327,14 +269,10 @@ class StoreActor(Actor):
         cutoff = self._clock() - self._settings.retention_days * 86_400
         async with self._lock:
             try:
-                cur = await self._db.execute(PRUNE, (cutoff,))
-                await self._db.execute(PRUNE_HOURLY, (int(cutoff // HOUR_S),))
-                await self._db.execute(PRUNE_SENDERS, (cutoff,))
-                await self._db.commit()
-            except sqlite3.Error as exc:
+                deleted = await self._db.prune(cutoff)
+            except LogStorageError as exc:
                 logger.error("request log: pruning failed: %s", exc)
                 return 0
-        deleted = max(cur.rowcount, 0)
         if deleted:
             logger.info(
                 "request log: pruned %d rows older than %g days",
@@ -376,27 +314,30 @@ class StoreActor(Actor):
             raise InvalidRequestError(str(exc)) from None
         await self._flush()
         sql, params = query.sql()
-        async with self._db.execute(sql, params) as cur:
-            rows = [tuple(r) for r in await cur.fetchall()]
-        return {"rows": as_dicts(rows)}
+        return {"rows": as_dicts(await self._read(sql, params))}
 
     async def _aggregate(self, cmd: AdminCommand) -> dict[str, Any]:
         """Rates and TTFT percentiles from memory (``actors.state.log_aggregates``), no table
-        scan."""
-        return self._aggregates.view(self._clock())
+        scan; with ``range`` (hour, day) and ``by`` (model, endpoint), their time series."""
+        over, by = cmd.args.get("range"), cmd.args.get("by", "model")
+        try:
+            return self._aggregates.view(
+                self._clock(), None if over is None else str(over), str(by)
+            )
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from None
 
     async def _seed_aggregates(self) -> None:
-        """Fill the aggregates from the window's newest rows (at most SEED_ROWS: one bounded
+        """Fill the aggregates from the last day's newest rows (at most SEED_ROWS: one bounded
         read at start, so a restart does not blank the dashboard's rates)."""
-        since = self._clock() - WINDOW_MINUTES * 60
+        since = self._clock() - SEED_SECONDS
         try:
-            async with self._db.execute(SEED_SQL, (since, SEED_ROWS)) as cur:
-                rows = list(await cur.fetchall())
-        except sqlite3.Error as exc:
+            rows = await self._db.fetch(SEED_SQL, (since, SEED_ROWS))
+        except LogStorageError as exc:
             logger.error("request log: reading the last hour for the aggregates failed: %s", exc)
             return
         for row in reversed(rows):
-            self._aggregates.add(tuple(row))
+            self._aggregates.add(row)
 
     async def _spend_report(self, cmd: AdminCommand) -> dict[str, Any]:
         try:
@@ -404,11 +345,18 @@ class StoreActor(Actor):
         except ValueError as exc:
             raise InvalidRequestError(str(exc)) from None
         await self._flush()
-        rows: list[tuple[Any, ...]] = []
+        rows: list[Row] = []
         for sql, params in query.queries():
-            async with self._db.execute(sql, params) as cur:
-                rows += [tuple(r) for r in await cur.fetchall()]
+            rows += await self._read(sql, params)
         return query.result(rows)
+
+    async def _read(self, sql: str, params: list[Any]) -> list[Row]:
+        """One SELECT's rows. Raises BusTimeoutError (retryable) when the database fails."""
+        try:
+            return await self._db.fetch(sql, params)
+        except LogStorageError as exc:
+            logger.error("request log: reading failed: %s", exc)
+            raise BusTimeoutError("the request log could not be read; try again") from None
 
     async def _prune_cmd(self, cmd: AdminCommand) -> dict[str, Any]:
         return {"deleted": await self._prune()}

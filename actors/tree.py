@@ -125,7 +125,7 @@ def build_tree(
         [
             ChildSpec(
                 "store",
-                functools.partial(StoreActor, config.database.path, config.log),
+                functools.partial(StoreActor, config.database, config.log),
                 shutdown=10.0,
             )
         ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bus.codec import CodecError, decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.inprocess import InProcessBus
+from bus.kv import KeyValue, KvConflictError, KvEntry
 from bus.nats_bus import NatsBus
 from bus.protocol import Bus, Envelope, Subscription
 
@@ -47,6 +48,9 @@ __all__ = [
     "CodecError",
     "Envelope",
     "InProcessBus",
+    "KeyValue",
+    "KvConflictError",
+    "KvEntry",
     "NatsBus",
     "NoRespondersError",
     "RequestTimeoutError",

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, TypeVar
 
 from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
+from bus.kv import KeyValue, MemoryKeyValue
 from bus.protocol import Envelope
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
 
     from schemas import ErrorReply, Message
@@ -227,8 +229,15 @@ class InProcessBus:
     ``aclose`` (pending requests fail with it too), ValueError on a malformed subject.
     """
 
-    def __init__(self, *, pending_limit: int = DEFAULT_PENDING_LIMIT) -> None:
+    def __init__(
+        self,
+        *,
+        pending_limit: int = DEFAULT_PENDING_LIMIT,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._pending_limit = pending_limit
+        self._clock = clock  # key-value TTLs only
+        self._buckets: dict[str, MemoryKeyValue] = {}
         self._subs: list[BufferedSubscription] = []
         # Literal subject -> its subscribers; rebuilt lazily after any (un)subscribe.
         self._routes: dict[str, _Route] = {}
@@ -291,12 +300,19 @@ class InProcessBus:
         return _Subscribing(self, subject, queue)
 
     async def ensure_stream(
-        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+        self,
+        name: str,
+        subjects: list[str],
+        *,
+        max_age: float,
+        max_msgs: int,
+        replicas: int = 1,
     ) -> None:
         """Keep what is published on ``subjects`` (patterns) in memory as stream ``name``,
         for ``max_age`` seconds and at most ``max_msgs`` messages; an existing stream takes
         the new config and keeps its messages. ``max_msgs`` is capped at
-        :data:`STREAM_MAX_MSGS`. Raises ValueError, BusClosedError."""
+        :data:`STREAM_MAX_MSGS`; ``replicas`` has no meaning in one process. Raises ValueError,
+        BusClosedError."""
         if self._closed:
             raise BusClosedError("bus is closed")
         for pattern in subjects:
@@ -325,6 +341,21 @@ class InProcessBus:
         entry when the stream does not exist)."""
         check_pattern(subject)
         return _Subscribing(self, subject, None, replay=(stream, since))
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+    ) -> KeyValue:
+        """The in-memory bucket ``bucket`` (created on first use; ``ttl`` applies from then
+        on, ``replicas`` has no meaning in one process). Raises BusClosedError."""
+        if self._closed:
+            raise BusClosedError("bus is closed")
+        found = self._buckets.get(bucket)
+        if found is None:
+            found = self._buckets[bucket] = MemoryKeyValue(
+                bucket, ttl=ttl, clock=self._clock, closed=lambda: self._closed
+            )
+        found.ttl = ttl
+        return found
 
     async def aclose(self) -> None:
         """End every subscription and fail pending requests with BusClosedError; idempotent."""

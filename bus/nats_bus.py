@@ -17,7 +17,14 @@ from urllib.parse import unquote, urlsplit
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
-from nats.js.api import ConsumerConfig, DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    ConsumerConfig,
+    DeliverPolicy,
+    DiscardPolicy,
+    KeyValueConfig,
+    StorageType,
+    StreamConfig,
+)
 
 from bus.codec import CodecError, decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
@@ -28,14 +35,16 @@ from bus.inprocess import (
     check_queue,
     check_subject,
 )
+from bus.kv import KvConflictError, KvEntry, kv_key, kv_unkey
 from bus.protocol import Envelope
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
     from types import TracebackType
 
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription as _NatsSubscription
+    from nats.js.kv import KeyValue as _NatsKeyValue
 
     from schemas import ErrorReply, GatewayError, Message
 
@@ -52,6 +61,13 @@ _ATTEMPT_TIMEOUT_S = 2
 _OUTBOUND_BUFFER_BYTES = 8 * 1024 * 1024
 _SUBSCRIBE_CONFIRM_S = 5
 _CHECKED_MAX = 8192
+# A key-value write that JetStream has not acknowledged by then fails: a host cut off from
+# the cluster learns it within this, not at nats-py's default of 5 s.
+_KV_TIMEOUT_S = 2.0
+_KV_CREATE_TIMEOUT_S = 10.0
+_KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
+# JetStream's "wrong last sequence" codes: a conditional write lost its race.
+_WRONG_LAST_SEQUENCE = (10071, 10164)
 # Replies go to inboxes only: every inbox prefix is one token that starts with this.
 _INBOX_ROOT = "_INBOX"
 _INBOX_PREFIX = re.compile(r"_INBOX[A-Za-z0-9_-]*")
@@ -201,10 +217,17 @@ class NatsBus:
         return _NatsSubscribing(self, subject, queue)
 
     async def ensure_stream(
-        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+        self,
+        name: str,
+        subjects: list[str],
+        *,
+        max_age: float,
+        max_msgs: int,
+        replicas: int = 1,
     ) -> None:
         """Create (or update to this config) the JetStream stream ``name`` keeping what is
-        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages.
+        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages, in
+        ``replicas`` copies.
 
         Raises BusClosedError when JetStream is unavailable or refuses the stream.
         """
@@ -216,6 +239,7 @@ class NatsBus:
             max_msgs=max_msgs,
             storage=StorageType.FILE,
             discard=DiscardPolicy.OLD,
+            num_replicas=replicas,
         )
         js = self._nc.jetstream()
         try:
@@ -238,6 +262,37 @@ class NatsBus:
             return
         except nats.errors.Error as exc:
             raise BusClosedError(f"JetStream stream {name}: {exc!r}") from exc
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+    ) -> NatsKeyValue:
+        """The JetStream key-value bucket ``bucket`` (file storage, one revision kept per
+        key), created or updated to ``ttl`` and ``replicas``.
+
+        Raises BusClosedError when JetStream is unavailable or refuses the bucket (more
+        replicas than servers, say), ValueError for a name JetStream does not accept.
+        """
+        self._check_open()
+        config = KeyValueConfig(
+            bucket=bucket, ttl=ttl, replicas=replicas, history=1, storage=StorageType.FILE
+        )
+        # Creating a replicated bucket waits for its peers; reads and writes must not.
+        admin = self._nc.jetstream(timeout=_KV_CREATE_TIMEOUT_S)
+        try:
+            try:
+                await admin.create_key_value(config)
+            except nats.js.errors.BadRequestError:  # it exists with another config
+                info = await admin.stream_info(f"KV_{bucket}")
+                info.config.max_age = ttl
+                info.config.duplicate_window = min(ttl, 120.0) if ttl else 120.0
+                info.config.num_replicas = replicas
+                await admin.update_stream(info.config)
+            kv = await self._nc.jetstream(timeout=_KV_TIMEOUT_S).key_value(bucket)
+        except nats.js.errors.InvalidBucketNameError as exc:
+            raise ValueError(f"invalid key-value bucket name {bucket!r}") from exc
+        except nats.errors.Error as exc:
+            raise BusClosedError(f"JetStream key-value bucket {bucket}: {exc!r}") from exc
+        return NatsKeyValue(bucket, kv, self)
 
     def replay(
         self, subject: str, *, stream: str, since: float
@@ -344,6 +399,107 @@ class NatsBus:
             logger.error("NATS: connection closed for good")
         self._closed = True
         self._end_subscriptions()
+
+
+class NatsKeyValue:
+    """A JetStream key-value bucket as a ``bus.kv.KeyValue``: keys escaped by ``kv_key``,
+    revisions are the bucket stream's sequence numbers. Raises KvConflictError,
+    BusClosedError (the bus closed, or JetStream did not answer in time)."""
+
+    def __init__(self, bucket: str, kv: _NatsKeyValue, bus: NatsBus) -> None:
+        self.bucket = bucket
+        self._kv = kv
+        self._bus = bus
+
+    async def get(self, key: str) -> KvEntry | None:
+        """See ``bus.kv.KeyValue.get``."""
+        self._bus._check_open()
+        try:
+            entry = await self._kv.get(kv_key(key))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            raise self._failed(exc, key) from exc
+        return KvEntry(key, entry.value or b"", entry.revision or 0)
+
+    async def put(self, key: str, value: bytes) -> int:
+        """See ``bus.kv.KeyValue.put``."""
+        self._bus._check_open()
+        try:
+            return await self._kv.put(kv_key(key), value)
+        except nats.errors.Error as exc:
+            raise self._failed(exc, key) from exc
+
+    async def create(self, key: str, value: bytes) -> int:
+        """See ``bus.kv.KeyValue.create``."""
+        self._bus._check_open()
+        try:
+            return await self._kv.create(kv_key(key), value)
+        except nats.errors.Error as exc:
+            raise self._failed(exc, key) from exc
+
+    async def update(self, key: str, value: bytes, *, revision: int) -> int:
+        """See ``bus.kv.KeyValue.update``."""
+        self._bus._check_open()
+        try:
+            return await self._kv.update(kv_key(key), value, last=revision)
+        except nats.errors.Error as exc:
+            raise self._failed(exc, key) from exc
+
+    async def delete(self, key: str, *, revision: int | None = None) -> None:
+        """See ``bus.kv.KeyValue.delete``."""
+        self._bus._check_open()
+        if revision is not None and revision <= 0:
+            raise KvConflictError(f"{self.bucket}/{key} is not at revision {revision}")
+        try:
+            await self._kv.delete(kv_key(key), last=revision)
+        except nats.errors.Error as exc:
+            raise self._failed(exc, key) from exc
+
+    async def keys(self) -> list[str]:
+        """See ``bus.kv.KeyValue.keys``."""
+        self._bus._check_open()
+        try:
+            found = await self._kv.keys()
+        except nats.js.errors.NoKeysError:
+            return []
+        except nats.errors.Error as exc:
+            raise self._failed(exc, "*") from exc
+        return [kv_unkey(k) for k in found]
+
+    @contextlib.asynccontextmanager
+    async def watch(self) -> AsyncIterator[AsyncIterator[KvEntry]]:
+        """See ``bus.kv.KeyValue.watch``. Raises BusClosedError."""
+        self._bus._check_open()
+        try:
+            watcher = await self._kv.watch(">")
+        except nats.errors.Error as exc:
+            raise self._failed(exc, ">") from exc
+
+        async def iterate() -> AsyncIterator[KvEntry]:
+            async for entry in watcher:
+                if entry is None:  # nats-py's "initial values done" marker
+                    continue
+                key = kv_unkey(entry.key)
+                if entry.operation in (_KV_DEL, _KV_PURGE):
+                    yield KvEntry(key, b"", entry.revision or 0, deleted=True)
+                else:
+                    yield KvEntry(key, entry.value or b"", entry.revision or 0)
+
+        try:
+            yield iterate()
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await watcher.stop()  # type: ignore[no-untyped-call]
+
+    def _failed(self, exc: nats.errors.Error, key: str) -> Exception:
+        if isinstance(exc, nats.js.errors.KeyWrongLastSequenceError) or (
+            isinstance(exc, nats.js.errors.APIError) and exc.err_code in _WRONG_LAST_SEQUENCE
+        ):
+            return KvConflictError(f"{self.bucket}/{key}: {exc.description}")
+        if isinstance(exc, nats.js.errors.InvalidKeyError):
+            return ValueError(f"invalid key-value key {key!r}")
+        return BusClosedError(f"JetStream key-value {self.bucket}/{key}: {exc!r}")
 
 
 class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):

@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
+    from bus.kv import KeyValue
     from schemas import ErrorReply, Message
 
 T = TypeVar("T")
@@ -77,10 +78,17 @@ class Bus(Protocol):
         ...
 
     async def ensure_stream(
-        self, name: str, subjects: list[str], *, max_age: float, max_msgs: int
+        self,
+        name: str,
+        subjects: list[str],
+        *,
+        max_age: float,
+        max_msgs: int,
+        replicas: int = 1,
     ) -> None:
         """Keep what is published on ``subjects`` as the stream ``name``, for ``max_age``
-        seconds and at most ``max_msgs`` messages (create it, or update it to this config).
+        seconds and at most ``max_msgs`` messages, in ``replicas`` copies on a JetStream
+        cluster (create it, or update it to this config).
         Raises BusClosedError when the bus cannot keep it."""
         ...
 
@@ -94,6 +102,14 @@ class Bus(Protocol):
         """Subscribe to ``subject`` through ``stream``: what it kept from ``since`` (epoch
         seconds) on, then live messages, in order. Raises ValueError, BusClosedError (also
         when the stream does not exist)."""
+        ...
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+    ) -> KeyValue:
+        """The key-value bucket ``bucket`` (see ``bus.kv``), created if missing or updated to
+        ``ttl`` (seconds a key lives after its last write; None: forever) and ``replicas``
+        (copies in a JetStream cluster). Raises BusClosedError when the bus cannot keep it."""
         ...
 
     async def aclose(self) -> None:

@@ -488,10 +488,47 @@ class BusConfig(_Strict):
         return v
 
 
+class ClusterConfig(_Strict):
+    """Several ``--role actors`` hosts sharing the actors on one NATS cluster (JetStream).
+
+    With ``enabled`` (and a ``nats://`` bus) each actors host heartbeats into the key-value
+    bucket ``llmgw_hosts`` every ``heartbeat_seconds``; a host whose key was not refreshed for
+    ``ttl_seconds`` is gone. The tree's top-level children are placed over the live hosts by
+    rendezvous hashing, each owned under a fencing revision (bucket ``llmgw_owners``), their
+    snapshots kept in ``llmgw_snapshots``; every bucket has ``replicas`` copies (3 on a
+    three-node cluster). Off: one actors host owns everything, snapshots in SQLite.
+    """
+
+    enabled: bool = False
+    heartbeat_seconds: float = Field(default=1.0, gt=0)
+    ttl_seconds: float = Field(default=3.0, gt=0)
+    replicas: int = Field(default=1, ge=1, le=5)
+
+    @model_validator(mode="after")
+    def _ttl_spans_beats(self) -> ClusterConfig:
+        if self.ttl_seconds < 2 * self.heartbeat_seconds:
+            raise ValueError("cluster.ttl_seconds must be at least twice heartbeat_seconds")
+        return self
+
+
 class DatabaseConfig(_Strict):
-    """The SQLite database (WAL) holding keys, request logs and state that outlives a restart."""
+    """The SQLite database (WAL) holding keys, request logs and state that outlives a restart.
+
+    ``url`` (``postgresql://user:password@host:port/db``, or ``LLMGW_DATABASE_URL``): the
+    request log and the spend aggregates live in that PostgreSQL database instead of the
+    SQLite file, where every actor host can reach them; everything else stays in ``path``.
+    Never printed with its password (``repr`` leaves it out; logs show it redacted).
+    """
 
     path: str = "llmgw.sqlite3"
+    url: str | None = Field(default=None, repr=False)
+
+    @field_validator("url")
+    @classmethod
+    def _postgres(cls, v: str | None) -> str | None:
+        if v and not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("database.url must start with postgresql:// (or postgres://)")
+        return v or None
 
 
 class LogConfig(_Strict):
@@ -546,14 +583,16 @@ class TelemetryConfig(_Strict):
     Off by default; ``enabled: true`` plus ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns it on (the
     SDK's other ``OTEL_*`` variables are honoured: headers, resource attributes, batch
     schedule, ``OTEL_TRACES_SAMPLER``/``_ARG`` when ``sampler_ratio`` is unset). Needs the
-    ``telemetry`` extra. ``capture_content`` is accepted for the conventions' opt-in, but
-    prompt and completion text are never exported by this version. Read at start only.
+    ``telemetry`` extra. ``capture_content`` (or
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``) puts the messages on the
+    attempt spans, each value cut to ``capture_max_chars``. Read at start only.
     """
 
     enabled: bool = False
     service_name: str = "llmgw"
     sampler_ratio: float | None = Field(default=None, ge=0, le=1)
     capture_content: bool = False
+    capture_max_chars: int = Field(default=16_384, ge=256, le=1_048_576)
     metrics: bool = True
     metrics_interval_seconds: float = Field(default=60.0, gt=0)
 
@@ -571,6 +610,8 @@ class DashboardConfig(_Strict):
     enabled: bool = True
     session_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
     secret: str | None = Field(default=None, repr=False)
+    # A folder of ``llmgw replay --out`` folders the Replay reports page lists (read-only).
+    reports_dir: str | None = None
 
 
 class GatewayConfig(_Strict):
@@ -578,6 +619,7 @@ class GatewayConfig(_Strict):
 
     server: ServerConfig = ServerConfig()
     bus: BusConfig = BusConfig()
+    cluster: ClusterConfig = ClusterConfig()
     routing: RoutingConfig = RoutingConfig()
     database: DatabaseConfig = DatabaseConfig()
     log: LogConfig = LogConfig()

@@ -218,6 +218,8 @@ class RouteStatus(msgspec.Struct, frozen=True, kw_only=True):
     ttft_baseline_ms: float | None = None
     ttft_recent_ms: float | None = None
     cooling_until: float | None = None  # every key the route has is cooling until then
+    fallback_only: bool = False  # a backup, never drawn: its weight is 0 whatever configured
+    overridden: bool = False  # an admin override sets its weight (routing/set_weight)
 
 
 class RouteWiseCandidate(msgspec.Struct, frozen=True, kw_only=True):

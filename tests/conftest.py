@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.upstream_bedrock",
     "tests.fixtures.gateway",
     "tests.fixtures.otlp",
+    "tests.fixtures.postgres",
 ]
 
 # Files whose tests run longest (a soak, several processes, CLI child processes, a browser):

@@ -205,6 +205,8 @@ class RouteTable:
                     weight=round(r.weight, 6),
                     configured_weight=r.config.weight,
                     circuit_state=r.circuit,
+                    fallback_only=r.config.fallback_only,
+                    overridden=r.override is not None,
                 )
                 for r in self.routes
             ),

@@ -10,7 +10,8 @@ its cost does not grow with the traffic of the range.
 unless they carry an offset) or durations ago (``10m``, ``2h``, ``7d``; default: the last 30
 days up to now), ``group_by`` one of
 ``key``, ``user``, ``org``, ``model`` (default ``model``). One row per group over the client
-requests in ``[since, until)``, the dearest first.
+requests in ``[since, until)``, the dearest first; with ``per_day: true`` also ``days``, the
+same sums per UTC day and group (from the same aggregates: a day is 24 of their hours).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
 HOUR_S = 3600
+DAY_S = 86_400
 GROUPS = {"key": "key_id", "user": "user_id", "org": "org", "model": "model"}
 _DEFAULT_SPAN_S = 30 * 86_400
 _SUMS = ("requests", "prompt_tokens", "completion_tokens", "cost_usd", "estimated_requests")
@@ -43,14 +45,15 @@ SPEND_HOURLY = Migration(
         " PRIMARY KEY (hour, key_id, user_id, org, model))",
     ),
 )
+# The old values qualified by the table's name: PostgreSQL finds a bare name ambiguous.
 UPSERT = (
     "INSERT INTO spend_hourly VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (hour, key_id, user_id, org, model) DO UPDATE SET"
-    " requests = requests + excluded.requests,"
-    " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
-    " completion_tokens = completion_tokens + excluded.completion_tokens,"
-    " cost_usd = cost_usd + excluded.cost_usd,"
-    " estimated_requests = estimated_requests + excluded.estimated_requests"
+    " requests = spend_hourly.requests + excluded.requests,"
+    " prompt_tokens = spend_hourly.prompt_tokens + excluded.prompt_tokens,"
+    " completion_tokens = spend_hourly.completion_tokens + excluded.completion_tokens,"
+    " cost_usd = spend_hourly.cost_usd + excluded.cost_usd,"
+    " estimated_requests = spend_hourly.estimated_requests + excluded.estimated_requests"
 )
 BACKFILL = (
     "INSERT INTO spend_hourly SELECT CAST(ts / 3600 AS INTEGER), key_id, user_id, org, model,"
@@ -118,6 +121,7 @@ class SpendQuery:
     since: float
     until: float
     group_by: str
+    per_day: bool = False
 
     @classmethod
     def from_args(cls, args: dict[str, Any], now: float) -> SpendQuery:
@@ -133,26 +137,39 @@ class SpendQuery:
         )
         if since >= until:
             raise ValueError("'since' must be before 'until'")
-        return cls(since, until, str(group))
+        per_day = args.get("per_day", False)
+        if not isinstance(per_day, bool):
+            raise ValueError("'per_day' must be true or false")
+        return cls(since, until, str(group), per_day)
 
     def queries(self) -> list[tuple[str, list[Any]]]:
         """The SELECTs whose rows :meth:`result` adds up: whole hours from the aggregates,
         the partial hours at the edges from the log (by its ``ts`` index)."""
         col = GROUPS[self.group_by]
+        # Per day, the day leads each row (0 otherwise): an hour's day is hour / 24. A row's
+        # day divides whole seconds: PostgreSQL rounds a cast of ts / 86400 (SQLite truncates).
+        raw_day, hourly_day = (
+            ("CAST(ts AS BIGINT) / 86400", "hour / 24")
+            if self.per_day
+            else (
+                "0",
+                "0",
+            )
+        )
         first = math.ceil(self.since / HOUR_S)  # the first whole hour inside the range
         last = math.floor(self.until / HOUR_S)  # the hour after the last whole one
         raw = (
-            f"SELECT {col}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),"
+            f"SELECT {raw_day}, {col}, COUNT(*), SUM(prompt_tokens), SUM(completion_tokens),"
             " SUM(cost_usd), SUM(cost_estimated) FROM request_log"
-            f" WHERE ts >= ? AND ts < ? AND kind = 'request' GROUP BY {col}"
+            f" WHERE ts >= ? AND ts < ? AND kind = 'request' GROUP BY 1, {col}"
         )
         if first >= last:  # no whole hour inside: all from the log
             return [(raw, [self.since, self.until])]
         return [
             (
-                f"SELECT {col}, SUM(requests), SUM(prompt_tokens), SUM(completion_tokens),"
-                " SUM(cost_usd), SUM(estimated_requests) FROM spend_hourly"
-                f" WHERE hour >= ? AND hour < ? GROUP BY {col}",
+                f"SELECT {hourly_day}, {col}, SUM(requests), SUM(prompt_tokens),"
+                " SUM(completion_tokens), SUM(cost_usd), SUM(estimated_requests)"
+                f" FROM spend_hourly WHERE hour >= ? AND hour < ? GROUP BY 1, {col}",
                 [first, last],
             ),
             (raw, [self.since, first * HOUR_S]),
@@ -162,21 +179,28 @@ class SpendQuery:
     def result(self, rows: Iterable[tuple[Any, ...]]) -> dict[str, Any]:
         """The admin answer: the rows of every query added up per group."""
         acc: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0])
-        for name, *sums in rows:
-            into = acc[str(name)]
+        daily: dict[tuple[int, str], list[float]] = defaultdict(lambda: [0, 0, 0, 0.0, 0])
+        for day, name, *sums in rows:
+            into, into_day = acc[str(name)], daily[(int(day), str(name))]
             for i, value in enumerate(sums):
                 into[i] += value or 0
-        groups: list[dict[str, Any]] = []
-        for name, sums in acc.items():
-            counts = {
-                k: float(v) if k == "cost_usd" else int(v) for k, v in zip(_SUMS, sums, strict=True)
-            }
-            groups.append({self.group_by: name, **counts})
+                into_day[i] += value or 0
+        groups = [{self.group_by: name, **_counts(sums)} for name, sums in acc.items()]
         groups.sort(key=lambda g: (-g["cost_usd"], g[self.group_by]))
-        return {
+        out: dict[str, Any] = {
             "since": self.since,
             "until": self.until,
             "group_by": self.group_by,
             "total_usd": sum(g["cost_usd"] for g in groups),
             "groups": groups,
         }
+        if self.per_day:
+            out["days"] = [
+                {"day": day * DAY_S, self.group_by: name, **_counts(sums)}
+                for (day, name), sums in sorted(daily.items())
+            ]
+        return out
+
+
+def _counts(sums: list[float]) -> dict[str, Any]:
+    return {k: float(v) if k == "cost_usd" else int(v) for k, v in zip(_SUMS, sums, strict=True)}

@@ -7,7 +7,8 @@ The wire translations are pure (no I/O) and import only the stdlib, msgspec and
 - ``azure_openai``: kind ``azure_openai``, the OpenAI wire at Azure deployment URLs
 - ``gemini_wire``: kind ``gemini``, the Gemini API's native generateContent wire
 - ``bedrock_wire``, ``bedrock_stream``: kind ``bedrock``, AWS Bedrock Converse and
-  ConverseStream (``bedrock`` signs with botocore's SigV4, ``bedrock_auth``)
+  ConverseStream (``bedrock`` signs with botocore's SigV4, ``bedrock_auth``);
+  ``bedrock_embed``: its embeddings, InvokeModel bodies for Titan and Cohere Embed
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@
 The wire is OpenAI's, so the ``openai_compat`` adapter does the work; this one says where
 and how: ``{base_url}/openai/deployments/{deployment}/chat/completions?api-version=...``
 (and ``/embeddings``), the key in ``api-key`` or an Entra ID bearer token from the route's
-token command. Azure's own answers are classified here: a prompt its content filter refused
+token command (which this adapter redacts from whatever the upstream says, bare or
+``Bearer``: ``RedactingAdapter`` knows only the route key). Azure's own answers are
+classified here: a prompt its content filter refused
 (a 400 with ``code: content_filter``) is a :class:`~schemas.ContentFilteredError`; a 429
 carries ``retry-after`` or ``retry-after-ms``; a quota exhaustion mutes the key. A completion
 the filter cut keeps ``finish_reason: content_filter`` and passes through as an answer.
@@ -21,13 +23,14 @@ import msgspec
 from gateway.adapters.base import error_from_status
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.platform_errors import CONTENT_FILTER
+from gateway.adapters.redaction import redacted
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
 from schemas.config import AzureSettings
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
-    from gateway.adapters.base import JSON, UpstreamTarget
+    from gateway.adapters.base import JSON, Batch, UpstreamTarget
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 _QUOTA_CODES = frozenset({"insufficient_quota", "QuotaExceeded", "OutOfQuota"})
@@ -44,7 +47,15 @@ class EntraTokens:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._tokens: dict[tuple[str, ...], tuple[str, float]] = {}
+        self._previous: dict[tuple[str, ...], str] = {}
         self._lock = asyncio.Lock()
+
+    def sent(self, command: tuple[str, ...]) -> tuple[str, ...]:
+        """The tokens an attempt with ``command`` may have sent: the current one and the one
+        it replaced (an attempt that began before a refresh still carries the old one)."""
+        held = self._tokens.get(command)
+        previous = self._previous.get(command)
+        return tuple(t for t in (held[0] if held else None, previous) if t)
 
     async def token(self, command: tuple[str, ...], ttl: float, endpoint: str) -> str:
         """A current token. Raises UpstreamError (kind ``credential``) when the command
@@ -54,6 +65,8 @@ class EntraTokens:
             if held is not None and held[1] > self._clock():
                 return held[0]
             token = await _run(command, endpoint)
+            if held is not None and held[0] != token:
+                self._previous[command] = held[0]
             self._tokens[command] = (token, self._clock() + ttl)
             return token
 
@@ -90,6 +103,41 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
     def __init__(self, http: UpstreamHTTP, tokens: EntraTokens | None = None) -> None:
         super().__init__(http)
         self._tokens = tokens or EntraTokens()
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """POST the deployment's /chat/completions. Raises UpstreamError, token redacted."""
+        try:
+            return await super().complete(target, body)
+        except UpstreamError as err:
+            raise self._redacted(err, target) from None
+
+    async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
+        """POST the deployment's /embeddings. Raises UpstreamError, token redacted."""
+        try:
+            return await super().embed(target, body)
+        except UpstreamError as err:
+            raise self._redacted(err, target) from None
+
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        """The deployment's chat stream (see the base class). Raises UpstreamError, token
+        redacted."""
+        batches = super().stream(target, body)
+        try:
+            async for batch in batches:
+                yield batch
+        except UpstreamError as err:
+            raise self._redacted(err, target) from None
+        finally:
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:  # closing this stream closes the upstream's at once
+                await aclose()
+
+    def _redacted(self, err: UpstreamError, target: UpstreamTarget) -> UpstreamError:
+        settings = target.azure
+        if settings is not None and settings.entra_token_command:
+            for token in self._tokens.sent(settings.entra_token_command):
+                redacted(err, token)
+        return err
 
     def _url(self, target: UpstreamTarget, path: str) -> str:
         settings = target.azure or _DEFAULTS

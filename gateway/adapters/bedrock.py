@@ -9,12 +9,17 @@ Errors keep the caller's and the provider's view apart: ``ThrottlingException`` 
 ``ServiceQuotaExceededException`` are rate limits (429, with any ``Retry-After``);
 ``AccessDeniedException`` and ``UnrecognizedClientException`` reject the credential (401: the
 key is muted); ``ValidationException`` is the caller's (400); model and service failures are
-retryable 5xx. Embeddings are refused: Converse has none.
+retryable 5xx.
+
+Embeddings go through ``InvokeModel`` (``POST {base_url}/model/{modelId}/invoke``, signed the
+same way) with the model family's own body (``bedrock_embed``): Titan embeds one input per
+call, so a batch is that many calls, at most ``embed_parallel`` (8) at a time.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import asyncio
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -29,18 +34,27 @@ from gateway.adapters.base import (
     retry_after_seconds,
 )
 from gateway.adapters.bedrock_auth import BedrockSigner, split_key
+from gateway.adapters.bedrock_embed import (
+    InvokeCall,
+    embedding_answer,
+    invoke_calls,
+    tokens_of,
+    vectors_of,
+)
 from gateway.adapters.bedrock_stream import ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.redaction import redacted
 from schemas import InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
+_T = TypeVar("_T")
+_EMBED_PARALLEL = 8  # InvokeModel calls one embeddings request has in flight at most
 
 # Exception name -> (the status the gateway reports, error kind). Names not here keep the
 # HTTP status they came with.
@@ -65,15 +79,21 @@ def converse_url(base_url: str, model_id: str, *, stream: bool) -> str:
     """``{base_url}/model/{modelId}/converse[-stream]``, the model id percent-encoded as
     botocore does (``anthropic.claude-v2:1`` -> ``anthropic.claude-v2%3A1``)."""
     op = "converse-stream" if stream else "converse"
+    return model_url(base_url, model_id, op)
+
+
+def model_url(base_url: str, model_id: str, op: str) -> str:
+    """``{base_url}/model/{modelId}/{op}``, the model id percent-encoded as botocore does."""
     return f"{base_url.rstrip('/')}/model/{quote(model_id, safe='')}/{op}"
 
 
 class BedrockAdapter:
-    """Calls Converse/ConverseStream on the pooled client; embeddings are refused."""
+    """Calls Converse/ConverseStream, and InvokeModel for embeddings, on the pooled client."""
 
-    def __init__(self, http: UpstreamHTTP) -> None:
+    def __init__(self, http: UpstreamHTTP, *, embed_parallel: int = _EMBED_PARALLEL) -> None:
         self._http = http
         self._signer = BedrockSigner()
+        self._embed_parallel = embed_parallel
 
     async def _request(
         self, target: UpstreamTarget, body: JSON, *, stream: bool
@@ -179,14 +199,76 @@ class BedrockAdapter:
             raise _redacted(err, target) from None
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """Always raises UpstreamError (400): Converse has no embeddings."""
-        raise UpstreamError(
-            f"route {target.endpoint} is of upstream kind bedrock, whose Converse API has no "
-            "embeddings; serve embeddings from another route",
-            endpoint=target.endpoint,
-            status=400,
-            kind="unsupported",
-        )
+        """InvokeModel with the model family's bodies; the vectors in the OpenAI shape.
+
+        Raises UpstreamError: a 400 that spares the endpoint for a model of no embeddings
+        family Bedrock serves (or an input or option it cannot take), else as Converse does.
+        """
+        model = target.upstream_model or str(body.get("model", ""))
+        try:
+            calls = invoke_calls(body, model)
+        except InvalidRequestError as exc:
+            raise UnsupportedParameterError(
+                exc.message, endpoint=target.endpoint, param=exc.param
+            ) from None
+        try:
+            answers = await _bounded(
+                [self._invoker(target, model, call) for call in calls], self._embed_parallel
+            )
+        except UpstreamError as err:
+            raise _redacted(err, target) from None
+        vectors: list[list[float]] = []
+        tokens = 0
+        for call, (data, headers) in zip(calls, answers, strict=True):
+            found = vectors_of(data, call)
+            if found is None:
+                raise bad_response(target.endpoint, "the answer has not one embedding per input")
+            vectors.extend(found)
+            tokens += tokens_of(data, headers)
+        as_base64 = body.get("encoding_format") == "base64"
+        return embedding_answer(vectors, model=model, tokens=tokens, as_base64=as_base64)
+
+    def _invoker(
+        self, target: UpstreamTarget, model: str, call: InvokeCall
+    ) -> Callable[[], Awaitable[tuple[Any, Mapping[str, str]]]]:
+        async def invoke() -> tuple[Any, Mapping[str, str]]:
+            payload = _encode(call.body)
+            url = model_url(target.base_url, model, "invoke")
+            headers = {"content-type": "application/json", "accept": "application/json"}
+            signed = await self._signer.sign(target, url, payload, headers)
+            answer = await self._http.post(
+                target.endpoint,
+                URL(url, encoded=True),
+                payload,
+                signed,
+                timeout=target.timeout,
+                connect_timeout=target.connect_timeout,
+            )
+            if answer.status >= 300:
+                raise error_from_answer(target.endpoint, answer.status, answer.headers, answer.body)
+            try:
+                return _decode(answer.body), answer.headers
+            except msgspec.DecodeError:
+                raise bad_response(target.endpoint, "the body is not JSON") from None
+
+        return invoke
+
+
+async def _bounded(calls: list[Callable[[], Awaitable[_T]]], limit: int) -> list[_T]:
+    """Every call's result in order, at most ``limit`` running at once; the first failure
+    cancels the rest and is raised as itself."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(call: Callable[[], Awaitable[_T]]) -> _T:
+        async with gate:
+            return await call()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(call)) for call in calls]
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 def _translate(translator: ConverseToChatStream, endpoint: str, message: Any) -> list[JSON]:

@@ -4,7 +4,9 @@ command.
 Sent as ``AdminCommand`` on ``llmgw.admin.<area>.<verb>`` (``--bus``) or as
 ``POST /admin/<area>/<verb>`` to an ingress (``--url``) or to the local socket of a gateway on
 this machine (neither given; see ``gateway.cli.common``); the owner's result is printed as
-JSON. Shortcuts:
+JSON. ``spend report`` with neither, and no gateway answering here, is read from the request
+log's database itself (``gateway.cli.logs_offline``: the config's ``database.url``, else its
+file). Shortcuts:
 ``llmgw admin reload`` is ``config reload``, ``llmgw admin show`` is ``config show``.
 Exit status: 0 done, 1 refused by the owner (its message on stderr), 2 not delivered.
 """
@@ -13,26 +15,33 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from bus import open_bus
 from gateway.admin.http import admin_request
+from gateway.admin.local_socket import answers, socket_path
 from gateway.cli.common import (
+    LogFileError,
     NotDeliveredError,
     RefusedError,
     UsageError,
     add_target_args,
     admin_over_http,
     fail,
+    settings,
     target,
 )
 from schemas import GatewayError
 
 if TYPE_CHECKING:
     import argparse
+
+    from schemas.config import DatabaseConfig
 
 _SHORTCUTS = {"reload": ("config", "reload"), "show": ("config", "show")}
 _ANSWER_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
@@ -115,6 +124,14 @@ def run(args: argparse.Namespace) -> int:
     """Send the command; print its result."""
     try:
         area, verb, values = command_args(args)
+        offline = _offline_database(args) if (area, verb) == ("spend", "report") else None
+        if offline is not None:
+            # Imported here only: the offline reader needs the actors' package.
+            from gateway.cli.logs_offline import spend_report
+
+            report = spend_report(offline, values)
+            sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            return 0
         where = target(args)
         timeout = _ANSWER_TIMEOUT_S if args.timeout is None else args.timeout
         if where.bus:
@@ -122,14 +139,29 @@ def run(args: argparse.Namespace) -> int:
             result = asyncio.run(_over_bus(where.bus, area, verb, values, timeout, connect))
         else:
             result = admin_over_http(where, area, verb, values, timeout)
-    except UsageError as exc:
+    except (UsageError, ValueError) as exc:
         return fail("admin", str(exc))
+    except LogFileError as exc:
+        return fail("admin", f"cannot read the request log: {exc}", 1)
     except RefusedError as exc:
         return fail("admin", f"{area} {verb} refused: {exc}", 1)
     except (GatewayError, httpx.HTTPError, NotDeliveredError) as exc:
         return fail("admin", f"{area} {verb} not delivered: {_message(exc)}")
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0
+
+
+def _offline_database(args: argparse.Namespace) -> DatabaseConfig | None:
+    """The database to read a report from when no gateway can be asked (no ``--url``, no
+    NATS bus, no gateway answering on the local socket); None to ask the gateway."""
+    if args.url or args.bus or os.environ.get("LLMGW_BUS"):
+        return None
+    config = settings(args)
+    if not config.bus.url.startswith("inproc://") or answers(socket_path(config.database.path)):
+        return None
+    if config.database.url or Path(config.database.path).exists():
+        return config.database
+    return None
 
 
 def _message(exc: Exception) -> str:

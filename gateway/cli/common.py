@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from gateway.admin.local_socket import socket_path
-from gateway.process.config import ConfigError, load_sections
+from gateway.process.config import ConfigError, database_from_env, load_sections
 from schemas.config import GatewayConfig
 from schemas.keys import parse_instant
 
@@ -79,10 +79,10 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
 
 def settings(args: argparse.Namespace) -> GatewayConfig:
     """The ``bus`` and ``database`` sections of ``--config`` (defaults without one), read
-    without the rest of the file. Raises UsageError."""
-    if not getattr(args, "config", None):
-        return GatewayConfig()
+    without the rest of the file (``LLMGW_DATABASE_URL`` wins). Raises UsageError."""
     try:
+        if not getattr(args, "config", None):
+            return database_from_env(GatewayConfig(), "<defaults>")
         return load_sections(args.config, "bus", "database")
     except ConfigError as exc:
         raise UsageError(f"invalid configuration: {exc}") from None

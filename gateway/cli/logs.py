@@ -4,7 +4,8 @@ Asks the gateway's StoreActor (``log query``, which commits what is buffered fir
 an ingress's admin API (``--url``), over the bus (``--bus``), or through the local socket of
 a gateway serving the database on this machine (``gateway.admin.local_socket``); with none of them
 (or ``--db``, or a socket file nobody answers on: left by a gateway that was killed), reads the
-database file directly (``gateway.cli.logs_offline``: ``--db``, else
+log where it is kept (``gateway.cli.logs_offline``): PostgreSQL when ``database.url`` (or
+``LLMGW_DATABASE_URL``) names it, else the database file (``--db``, else
 ``database.path`` of ``--config``, else ``llmgw.sqlite3``; WAL lets it read while the gateway
 writes). One row per
 client request (``request``) and per upstream attempt (``attempt``), oldest first; a table,
@@ -113,12 +114,15 @@ def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any
         return _over_http(Target(url=args.url, key=admin_key(args)), query)
     if args.bus:
         return asyncio.run(_over_bus(bus_url(args), query))
-    database = Path(settings(args).database.path)
+    config = settings(args).database
+    database = Path(config.path)
     local = socket_path(database)
     # A socket file that refuses connections was left by a gateway that died (kill -9): no
     # gateway serves the file, so it is read directly, as when there is no socket at all.
     if answers(local):
         return _over_http(Target(socket=str(local)), query)
+    if config.url:
+        return _from_postgres(config.url, query)
     return _from_file(_existing(database), query)
 
 
@@ -134,6 +138,13 @@ def _from_file(path: Path, query: dict[str, Any]) -> list[dict[str, Any]]:
     from gateway.cli.logs_offline import read_rows
 
     return read_rows(path, query)
+
+
+def _from_postgres(url: str, query: dict[str, Any]) -> list[dict[str, Any]]:
+    """Read the log's PostgreSQL database (no gateway serves it here); as ``_from_file``."""
+    from gateway.cli.logs_offline import read_rows_postgres
+
+    return read_rows_postgres(url, query)
 
 
 async def _over_bus(url: str, query: dict[str, Any]) -> list[dict[str, Any]]:

@@ -47,6 +47,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--bus", help="inproc:// (default) or nats://HOST:PORT")
     serve.add_argument("--role", choices=("all", "ingress", "actors"), default="all")
     serve.add_argument(
+        "--node-id",
+        help="this actors host's id in a cluster (cluster.enabled; default: "
+        "hostname-pid-random, unique per process)",
+    )
+    serve.add_argument(
         "--loop",
         choices=("uvloop", "asyncio"),
         default="uvloop",
@@ -97,6 +102,8 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.process.embedded_nats import EmbeddedNatsError
     from gateway.process.engines import EngineUnavailableError, check_engine
     from gateway.process.serve import (
+        NODE_ID,
+        NODE_ID_RULE,
         BusUnreachableError,
         ListenError,
         ServeOptions,
@@ -117,9 +124,13 @@ def _serve(args: argparse.Namespace) -> int:
         bus_url=args.bus or config.bus.url,
         role=args.role,
         config_path=args.config,
+        node_id=args.node_id,
     )
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
+        return 2
+    if args.node_id is not None and not NODE_ID.fullmatch(args.node_id):
+        sys.stderr.write(f"llmgw: --node-id {args.node_id!r}: {NODE_ID_RULE}\n")
         return 2
     if args.workers > 1 and opts.role != "all":
         sys.stderr.write("llmgw: --workers runs every role itself; drop --role\n")
@@ -141,6 +152,9 @@ def _serve(args: argparse.Namespace) -> int:
         return run_loop(run(config, opts, own_process=True), args.loop)
     except (ListenError, BusUnreachableError, EngineUnavailableError, EmbeddedNatsError) as exc:
         sys.stderr.write(f"llmgw: {exc}\n")
+        return 2
+    except ConfigError as exc:  # refused once the bus showed more (a second actors host)
+        sys.stderr.write(f"llmgw: invalid configuration: {exc}\n")
         return 2
 
 

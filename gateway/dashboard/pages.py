@@ -13,11 +13,22 @@ PAGES = {
     "overview": "Overview",
     "events": "Live events",
     "chains": "Chains & steering",
+    "models": "Models",
     "rules": "Rules",
     "weights": "Weights & benches",
     "keys": "Keys",
+    "spend": "Spend & limits",
     "log": "Request log",
+    "reports": "Replay reports",
 }
+
+# The pages that chart load uPlot and the charts' code; the others spare the requests.
+CHARTED = frozenset({"overview", "spend"})
+_CHART_HEAD = '<link rel="stylesheet" href="/dashboard/static/uPlot.min.css">\n'
+_CHART_SCRIPTS = (
+    '<script src="/dashboard/static/uPlot.iife.min.js"></script>\n'
+    '<script src="/dashboard/static/charts.js"></script>\n'
+)
 
 
 @cache
@@ -45,6 +56,8 @@ def render_page(page: str, csrf: str, who: str) -> bytes:
             nav=_nav(page),
             who=html.escape(who),
             body=body,
+            head=_CHART_HEAD if page in CHARTED else "",
+            scripts=_CHART_SCRIPTS if page in CHARTED else "",
         )
         .encode()
     )

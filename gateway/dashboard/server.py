@@ -13,7 +13,9 @@ is the admin command the CLI and the HTTP API send, answered by its owner and au
 ``dashboard:<admin key id>``. Every
 API call carries the session's CSRF token (``x-csrf-token``) except the event stream
 (an EventSource cannot send headers; it only reads). Every answer under ``/dashboard``, the
-API's JSON and errors included, carries ``no-store``, ``nosniff`` and the CSP.
+API's JSON and errors included, carries ``no-store``, ``nosniff`` and the CSP. Replay reports are
+the one thing read from files: ``dashboard.reports_dir`` (``reports.py``), listed at
+``/dashboard/api/reports`` and served read-only under ``/dashboard/report-files/``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import msgspec
 from gateway.auth.admin_access import BY_SCOPE_KEY, CALLER_SCOPE_KEY
 from gateway.auth.gate import BOOTSTRAP_ADMIN, Authenticator, Caller, follow, unfollow
 from gateway.dashboard.pages import PAGES, render_page, render_signin
+from gateway.dashboard.reports import ReportsFolder
 from gateway.dashboard.session import (
     BOOTSTRAP,
     COOKIE,
@@ -63,11 +66,17 @@ API = "/dashboard/api"
 STATIC = "/dashboard/static/"
 SIGNIN = "/dashboard/signin"
 SIGNOUT = "/dashboard/signout"
+REPORTS_API = "/dashboard/api/reports"  # the replay reports' listing (``reports.py``)
+REPORT_FILES = "/dashboard/report-files/"  # <report>/<file>: read by <img> too, so no CSRF
 # What the API may reach: the admin surfaces, nothing of /v1 or the dashboard itself.
 FORWARDED = ("/admin/", "/api/fallback/routing-rules", "/health/deep", "/events")
 _ASSETS = {
     "dashboard.js": b"text/javascript; charset=utf-8",
     "dashboard.css": b"text/css; charset=utf-8",
+    # uPlot, the charts' library, vendored as package data (static/VENDORED.md).
+    "uPlot.iife.min.js": b"text/javascript; charset=utf-8",
+    "uPlot.min.css": b"text/css; charset=utf-8",
+    "charts.js": b"text/javascript; charset=utf-8",
 }
 _MAX_FORM = 4096
 _SIGNIN_SECONDS = 3600  # how long a sign-in form stays good
@@ -117,6 +126,7 @@ class Dashboard:
         """Follow a reloaded config (the session lifetime, the bootstrap admin key whose
         sessions hold; the secret stays)."""
         self._config = config
+        self._reports = ReportsFolder(config.dashboard.reports_dir)
         self._bootstrap = (
             self._signer.bootstrap_fingerprint(config.admin_key) if config.admin_key else None
         )
@@ -165,6 +175,13 @@ class Dashboard:
         session, caller = signed_in
         if path == SIGNOUT and req.method == "POST":
             await self._signout(req, session)
+        elif path == REPORTS_API and req.method == "GET":
+            self._check_csrf(req, session)
+            await req.respond(200, _encode(await self._reports.listing()))
+        elif path.startswith(REPORT_FILES) and req.method == "GET":
+            report, _, name = path[len(REPORT_FILES) :].partition("/")
+            body, content_type = await self._reports.read(report, name)
+            await _bytes(req, body, content_type)
         elif path.startswith(API + "/"):
             await self._api(req, session, caller)
         elif path.startswith(STATIC) and req.method == "GET":
@@ -275,14 +292,14 @@ class Dashboard:
         body = self._assets.get(name)
         if body is None:
             raise _not_found(req.path)
-        await req.start(
-            200,
-            [
-                (b"content-type", _ASSETS[name]),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        )
-        await req.chunk(body, more=False)
+        await _bytes(req, body, _ASSETS[name])
+
+
+async def _bytes(req: HttpRequest, body: bytes, content_type: bytes) -> None:
+    await req.start(
+        200, [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
+    )
+    await req.chunk(body, more=False)
 
 
 def _not_found(path: str) -> GatewayError:

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from gateway.ingress.stream_attempt import StreamAttempt
     from gateway.ingress.targets import Targets
     from gateway.ingress.usage import Usage
-    from schemas import Observation, RouteCandidate, RoutePlan
+    from schemas import RouteCandidate, RoutePlan
 
 logger = logging.getLogger(__name__)
 
@@ -175,7 +175,9 @@ class Dispatcher:
         capacity lease. Not an attempt: the request's accounting does not count it."""
         await self.leases.release(c)
         if c.probe:
-            obs = self._observed(info, c, 0, "cancelled", self._clock())
+            now = self._clock()
+            pricing = self.targets.pricing(c.endpoint)
+            obs = observation(info, c, 0, "cancelled", now, now, self._wall(), pricing)
             await self.publish(subjects.observation(c.endpoint), obs)
         elif not c.refusal:
             # Also ends the in-flight count the ModelActor may hold for it (after a failure
@@ -200,40 +202,7 @@ class Dispatcher:
     ) -> None:
         """Publish the Observation of one attempt (never raises: accounting must not fail a
         request)."""
-        obs = self._observed(
-            info,
-            c,
-            attempt,
-            outcome,
-            started,
-            err=err,
-            ttft=ttft,
-            usage=usage,
-            sent_chars=sent_chars,
-        )
-        record = info.record
-        record.attempted(obs)
-        record.upstream(started, started + obs.latency_ms / 1000)
-        if record.trace is not None:
-            record.trace.attempt_done(obs)
-        if info.on_attempt is not None:
-            info.on_attempt(obs)
-        await self.publish(subjects.observation(c.endpoint), obs)
-
-    def _observed(
-        self,
-        info: RequestInfo,
-        c: RouteCandidate,
-        attempt: int,
-        outcome: str,
-        started: float,
-        *,
-        err: UpstreamError | None = None,
-        ttft: float | None = None,
-        usage: Usage = NO_USAGE,
-        sent_chars: int = 0,
-    ) -> Observation:
-        return observation(
+        obs = observation(
             info,
             c,
             attempt,
@@ -247,6 +216,14 @@ class Dispatcher:
             usage=usage,
             sent_chars=sent_chars,
         )
+        record = info.record
+        record.attempted(obs)
+        record.upstream(started, started + obs.latency_ms / 1000)
+        if record.trace is not None:
+            record.trace.attempt_done(obs)
+        if info.on_attempt is not None:
+            info.on_attempt(obs)
+        await self.publish(subjects.observation(c.endpoint), obs)
 
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""

@@ -52,7 +52,10 @@ class _Stream:
         if trace is not None:
             target = trace.attempt(attempt, c, target, info.surface, info.stream)
         try:
-            chunks = d.adapter(c).stream(target, payload)
+            adapter = d.adapter(c)
+            if trace is not None and trace.capturing:
+                adapter = trace.noting(adapter, attempt)
+            chunks = adapter.stream(target, payload)
         except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
             await d.observe(info, c, attempt, "failure", started, err=missing)
             await d.leases.release(c, tokens_used_by_failure(missing))

@@ -5,19 +5,29 @@ those roles, so an ``--role ingress`` process never loads the actors package. It
 snapshot store beside the database, builds and starts the tree, keeps the stream of operator
 events (JetStream on NATS; a bounded in-memory one in process) and attaches the ConfigActor
 (admin area ``config``), which reloads with routers validated by the strategies.
+
+With ``cluster.enabled`` on ``--role actors`` the tree is shared by every actors host on the
+NATS cluster instead (``actors.cluster.ClusterHost``): this host runs only its placed share,
+with snapshots in JetStream; config reload is then a rolling restart of the hosts.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
+import re
+import secrets
+import socket
 from typing import TYPE_CHECKING
 
 from actors import ChildSpec, ConfigActor, ConfigState, SnapshotStore, Supervisor, build_tree
+from actors.cluster import ClusterHost
 from actors.strategies import validate_strategy
 from bus import BusClosedError
 from gateway.process.config import DEMO_CONFIG, load_config
 from gateway.process.control import EVENTS_STREAM, config_version, load_versioned
+from gateway.process.shared_database import require_shared_database
 from schemas import subjects
 
 if TYPE_CHECKING:
@@ -35,12 +45,50 @@ def load_checked_config(path: str | None) -> GatewayConfig:
     return load_config(path, routers=validate_strategy)
 
 
-class ActorHost:
-    """Owns this process's running actor tree and its snapshot store."""
+def default_node_id() -> str:
+    """A node id unique per process, even for two on one machine: host name, pid, random."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "-", socket.gethostname())[:64] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
-    def __init__(self, root: Supervisor, snapshots: SnapshotStore) -> None:
+
+class ActorHost:
+    """Owns this process's running actor tree and its snapshot store (or, in a cluster,
+    this host's share of the tree)."""
+
+    def __init__(
+        self,
+        root: Supervisor,
+        snapshots: SnapshotStore | None,
+        cluster: ClusterHost | None = None,
+    ) -> None:
         self.root = root
+        self.cluster = cluster
         self._snapshots = snapshots
+
+    @classmethod
+    async def start_cluster(cls, bus: Bus, config: GatewayConfig, node_id: str | None) -> ActorHost:
+        """Join the actors hosts of the NATS cluster as ``node_id`` (default:
+        :func:`default_node_id`) and run this host's share. Raises BusClosedError when
+        JetStream's buckets cannot be opened, SharedDatabaseRequiredError when other hosts
+        run and the request log would be in this host's SQLite file."""
+        node_id = node_id or default_node_id()
+        cluster = ClusterHost(
+            bus,
+            node_id,
+            config.cluster,
+            lambda snapshots: build_tree(config, snapshots=snapshots, request_log=True),
+        )
+        host = cls(cluster.root, None, cluster)
+        try:
+            # Refused before joining: a host whose request log is in its own SQLite file
+            # would split the log and spend with the hosts already running.
+            await cluster.start(functools.partial(require_shared_database, config, node_id=node_id))
+            await _ensure_events_stream(bus, config)
+        except BaseException:
+            await host.aclose()
+            raise
+        logger.info("cluster: %s runs %s", node_id, ", ".join(cluster.units) or "nothing yet")
+        return host
 
     @classmethod
     async def start(cls, bus: Bus, config: GatewayConfig, config_path: str | None) -> ActorHost:
@@ -63,11 +111,15 @@ class ActorHost:
         await self.root.wait()
 
     async def aclose(self) -> None:
-        """Stop the tree, then close the snapshots."""
+        """Stop the tree (releasing this host's share, in a cluster), then close the
+        snapshots."""
         try:
+            if self.cluster is not None:
+                await self.cluster.aclose()
             await self.root.stop()
         finally:
-            await self._snapshots.aclose()
+            if self._snapshots is not None:
+                await self._snapshots.aclose()
 
 
 async def _start_control(
@@ -82,6 +134,17 @@ async def _start_control(
 
     Raises what ``add_child`` raises; a stream the bus refuses is logged, not raised.
     """
+    await _ensure_events_stream(bus, config)
+    source = config_path or f"<bundled {DEMO_CONFIG}>"
+    state = ConfigState(config, config_version(config_path), build(config), source)
+    load = functools.partial(load_versioned, config_path, routers=validate_strategy)
+    await root.add_child(
+        ChildSpec("config", functools.partial(ConfigActor, root, state, load=load, build=build))
+    )
+
+
+async def _ensure_events_stream(bus: Bus, config: GatewayConfig) -> None:
+    """Keep operator events for replay when configured; a refusal is logged, not raised."""
     if config.events.stream:
         try:
             await bus.ensure_stream(
@@ -89,14 +152,9 @@ async def _start_control(
                 [subjects.EVENTS_ANY],
                 max_age=config.events.stream_max_age_seconds,
                 max_msgs=config.events.stream_max_msgs,
+                replicas=config.cluster.replicas if config.cluster.enabled else 1,
             )
         except BusClosedError as exc:  # live events still flow; only catching up is lost
             logger.error(
                 "events are not kept for replay (is JetStream on? nats-server -js): %s", exc.message
             )
-    source = config_path or f"<bundled {DEMO_CONFIG}>"
-    state = ConfigState(config, config_version(config_path), build(config), source)
-    load = functools.partial(load_versioned, config_path, routers=validate_strategy)
-    await root.add_child(
-        ChildSpec("config", functools.partial(ConfigActor, root, state, load=load, build=build))
-    )

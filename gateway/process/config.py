@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import yaml
 from pydantic import ValidationError
 
-from schemas.config import GatewayConfig, RoutingConfig
+from schemas.config import DatabaseConfig, GatewayConfig, RoutingConfig
 
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
@@ -141,9 +141,24 @@ def _apply_env_overrides(config: GatewayConfig, source: str) -> GatewayConfig:
     dashboard = config.dashboard
     if os.environ.get("LLMGW_DASHBOARD_SECRET"):
         dashboard = dashboard.model_copy(update={"secret": os.environ["LLMGW_DASHBOARD_SECRET"]})
-    return config.model_copy(
+    return database_from_env(config, source).model_copy(
         update={"routing": validated, "admin_key": admin_key, "dashboard": dashboard}
     )
+
+
+def database_from_env(config: GatewayConfig, source: str) -> GatewayConfig:
+    """``LLMGW_DATABASE_URL``, when set, wins over ``database.url`` (a password kept out of
+    the file). Raises ConfigError (never quoting the value)."""
+    url = os.environ.get("LLMGW_DATABASE_URL")
+    if not url:
+        return config
+    try:
+        database = DatabaseConfig.model_validate({**config.database.model_dump(), "url": url})
+    except ValidationError as exc:
+        raise ConfigError(
+            f"{source}: LLMGW_DATABASE_URL: {_validation_message(exc.errors()[0])}"
+        ) from None
+    return config.model_copy(update={"database": database})
 
 
 # PyYAML quotes syntax tokens (``'<block end>'``, ``','``) and, sometimes, text of the file
@@ -257,4 +272,5 @@ def load_sections(path: str | Path | None, *sections: str) -> GatewayConfig:
     source = str(path)
     raw = _parse_mapping(_read(path), source)
     picked = {name: raw[name] for name in sections if name in raw}
-    return _validate(_expand(picked, (), source), source)
+    config = _validate(_expand(picked, (), source), source)
+    return database_from_env(config, source) if "database" in sections else config

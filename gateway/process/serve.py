@@ -12,6 +12,7 @@ import contextlib
 import functools
 import gc
 import logging
+import re
 import signal
 import socket
 import sys
@@ -54,6 +55,11 @@ class ServeOptions:
     role: str
     config_path: str | None = None  # re-read on reload (None: the bundled demo config)
     reuse_port: bool = False  # SO_REUSEPORT: one of several processes serving one port
+    node_id: str | None = None  # an actors host's id in a cluster (None: one made up)
+
+
+NODE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+NODE_ID_RULE = "expected 1-128 letters, digits, '_', '.' or '-'"
 
 
 def load_serving_config(path: str | None, role: str) -> GatewayConfig:
@@ -132,7 +138,10 @@ async def run(
 
             # The probers listen before the actors start: a probe due at once is not lost.
             sidecars = Sidecars(bus, config)
-            host = await ActorHost.start(bus, config, opts.config_path)
+            if opts.role == "actors" and config.cluster.enabled:
+                host = await ActorHost.start_cluster(bus, config, opts.node_id)
+            else:
+                host = await ActorHost.start(bus, config, opts.config_path)
             sidecars.actors_started()
             if hup:
                 install_sighup(sighup_handler(bus, None, actors=True))

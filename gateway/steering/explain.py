@@ -2,7 +2,8 @@
 
 The body is ``{"path": "/v1/chat/completions", "body": {...}, "headers": {...}}`` (``path``
 names the surface: chat, Responses, Messages or embeddings; ``headers`` are the caller's,
-``authorization`` included, so the answer is that caller's). It runs the live path's own
+``authorization`` included, so the answer is that caller's; with auth on and no credential in
+them, the asking admin's own, as the dashboard's "Try" sends it). It runs the live path's own
 code — the app's :meth:`~gateway.ingress.app.GatewayApp.walk` (target resolution from the views,
 role filter, affinity) and the first model's plan (one bus round trip, like a request) — and
 calls no upstream. Exploration is reported as its probability, not drawn. The plans are
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from gateway.auth.admin_access import CALLER_SCOPE_KEY
+from gateway.auth.admin_access import CALLER_SCOPE_KEY, bearer_token
 from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.ingress.request import HttpRequest
@@ -165,8 +166,13 @@ async def _as_caller(req: HttpRequest, headers: Any, path: str, auth: Authentica
             (str(k).lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
         ],
     }
-    scope.pop(CALLER_SCOPE_KEY, None)
+    asking = scope.pop(CALLER_SCOPE_KEY, None)
     fake = HttpRequest(scope, req.receive, req.send)
+    if asking is not None and bearer_token(fake) is None and await auth.auth_on():
+        # No credential described, where the live path would refuse one: answer as the
+        # admin asking (a dashboard session has no key to describe).
+        fake.scope[CALLER_SCOPE_KEY] = asking
+        return fake
     await auth.gate(fake)
     return fake
 

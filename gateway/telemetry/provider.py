@@ -5,7 +5,9 @@ SDK reads the standard ``OTEL_*`` variables itself: ``OTEL_EXPORTER_OTLP_ENDPOIN
 ``..._HEADERS``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` (over
 ``telemetry.service_name``), ``OTEL_TRACES_SAMPLER``/``_ARG`` (unless ``sampler_ratio`` is
 set), ``OTEL_BSP_*`` (the batch span processor's schedule) and
-``OTEL_METRIC_EXPORT_INTERVAL`` (over ``metrics_interval_seconds``).
+``OTEL_METRIC_EXPORT_INTERVAL`` (over ``metrics_interval_seconds``),
+``OTEL_SEMCONV_STABILITY_OPT_IN`` (gateway.telemetry.semconv) and
+``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (over ``capture_content``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.telemetry.request_trace import RequestTrace
+from gateway.telemetry.semconv import Semconv, capture_content
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -59,7 +62,9 @@ class Telemetry:
         self._tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self.tracer = self._tracer_provider.get_tracer("llmgw")
         self.propagator = TraceContextTextMapPropagator()
-        self.capture_content = settings.capture_content
+        self.semconv = Semconv.from_env()
+        self.capture_content = capture_content(settings.capture_content)
+        self.capture_max_chars = settings.capture_max_chars
         self._servers: dict[str, tuple[str, int | None]] = {}
         self._meter_provider: MeterProvider | None = None
         self.metrics: GenAIInstruments | None = None
@@ -73,7 +78,7 @@ class Telemetry:
                 OTLPMetricExporter(), export_interval_millis=interval
             )
             self._meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-            self.metrics = GenAIInstruments(self._meter_provider)
+            self.metrics = GenAIInstruments(self._meter_provider, self.semconv)
 
     def request(self, req: HttpRequest, route: str) -> RequestTrace:
         """A new request's trace: its SERVER span, continuing the client's ``traceparent``
@@ -114,8 +119,9 @@ class GenAIInstruments:
     """The GenAI client metrics exported over OTLP (``/metrics`` has the same in Prometheus
     naming, gateway/ingress/metrics.py). Attribute values come from the config only."""
 
-    def __init__(self, provider: MeterProvider) -> None:
+    def __init__(self, provider: MeterProvider, semconv: Semconv) -> None:
         meter = provider.get_meter("llmgw")
+        self._old_provider_key = not semconv.genai_latest
         self.duration = meter.create_histogram(
             "gen_ai.client.operation.duration",
             unit="s",
@@ -143,7 +149,11 @@ class GenAIInstruments:
         output_tokens: int,
         ttfc: float | None,
     ) -> None:
-        """Record one attempt (``labels``: the operation's bounded attributes)."""
+        """Record one attempt (``labels``: the operation's bounded attributes, named as the
+        latest conventions name them)."""
+        if self._old_provider_key and "gen_ai.provider.name" in labels:
+            labels = dict(labels)
+            labels["gen_ai.system"] = labels.pop("gen_ai.provider.name")
         self.duration.record(seconds, labels)
         if input_tokens:
             self.tokens.record(input_tokens, {**labels, "gen_ai.token.type": "input"})

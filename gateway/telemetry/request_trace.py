@@ -1,10 +1,12 @@
 """One request's spans: SERVER, admission, routing decision, one CLIENT span per attempt.
 
 Attribute names follow the OpenTelemetry HTTP and GenAI semantic conventions; the gateway's
-own are ``llmgw.*``. Values come from the config, the plan and the upstream's answer, never a
-secret: a credential appears only as its ``k-…`` id, and no prompt or completion text is
-recorded. Attributes are built once, at each span's end, from what the request already holds
-(the attempt's Observation), so a span costs its SDK bookkeeping and little more.
+own are ``llmgw.*``; which versions' names is the process's ``Semconv`` choice. Values come
+from the config, the plan and the upstream's answer, never a secret: a credential appears
+only as its ``k-…`` id, and prompt and completion text only when the operator opted in to
+content capture (bounded, see gateway.telemetry.content). Attributes are built once, at each
+span's end, from what the request already holds (the attempt's Observation), so a span costs
+its SDK bookkeeping and little more.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
+from gateway.telemetry import content
 from gateway.telemetry.names import operation_name, provider_name
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterable
 
     from opentelemetry.context import Context
     from opentelemetry.trace import Span
@@ -30,6 +33,11 @@ if TYPE_CHECKING:
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
 _DECLINED = "hedge_declined"
+_V136_EVENTS = {
+    "user": "gen_ai.user.message",
+    "assistant": "gen_ai.assistant.message",
+    "tool": "gen_ai.tool.message",
+}
 
 
 def _hedge_outcome(obs: Observation) -> str:
@@ -48,6 +56,7 @@ class RequestTrace:
         "_attempts",
         "_ctx",
         "_hedge",
+        "_outputs",
         "_routing",
         "_t",
         "server",
@@ -60,15 +69,25 @@ class RequestTrace:
         self._t = telemetry
         scope = req.scope
         server = scope.get("server") or ("", None)
+        scheme = scope.get("scheme", "http")
         attributes: dict[str, Any] = {
             "http.request.method": req.method,
             "http.route": route,
-            "url.scheme": scope.get("scheme", "http"),
+            "url.scheme": scheme,
             "server.address": server[0] or "",
             "llmgw.request_id": req.request_id,
         }
         if server[1] is not None:
             attributes["server.port"] = server[1]
+        if telemetry.semconv.http_old:  # http/dup: the old names too (the route, never the path)
+            attributes |= {
+                "http.method": req.method,
+                "http.target": route,
+                "http.scheme": scheme,
+                "net.host.name": server[0] or "",
+            }
+            if server[1] is not None:
+                attributes["net.host.port"] = server[1]
         self.server: Span = telemetry.tracer.start_span(
             f"{req.method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes
         )
@@ -78,6 +97,7 @@ class RequestTrace:
         self._routing: Span | None = None
         self._admission: Span | None = None
         self._hedge: dict[int, str] = {}
+        self._outputs: dict[int, dict[int, list[str | None]]] = {}
 
     # -- admission and routing ----------------------------------------------------------
 
@@ -146,9 +166,10 @@ class RequestTrace:
         """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``."""
         operation = operation_name(surface)
         address, port = self._t.server_of(c.base_url)
+        semconv = self._t.semconv
         attributes: dict[str, Any] = {
             "gen_ai.operation.name": operation,
-            "gen_ai.provider.name": provider_name(c.kind),
+            semconv.provider_key: provider_name(c.kind),
             "gen_ai.request.model": c.upstream_model,
             "gen_ai.request.stream": stream,
             "server.address": address,
@@ -157,6 +178,10 @@ class RequestTrace:
         }
         if port is not None:
             attributes["server.port"] = port
+        if semconv.http_old:
+            attributes["net.peer.name"] = address
+            if port is not None:
+                attributes["net.peer.port"] = port
         if c.credential_id:
             attributes["llmgw.credential_id"] = c.credential_id
         span = self._t.tracer.start_span(
@@ -194,6 +219,71 @@ class RequestTrace:
         if reasons:
             span.set_attribute("gen_ai.response.finish_reasons", reasons)
 
+    # -- content capture (only when opted in: see Telemetry.capture_content) --------------
+
+    @property
+    def capturing(self) -> bool:
+        """Whether message content goes on the attempt spans (the operator opted in)."""
+        return self._t.capture_content
+
+    def prompt(self, number: int, body: dict[str, Any]) -> None:
+        """Put the request's messages on attempt ``number``'s span."""
+        span = self._attempts.get(number)
+        if span is None:
+            return
+        limit = self._t.capture_max_chars
+        system, messages = content.input_messages(body, limit)
+        if self._t.semconv.genai_latest:
+            if system:
+                span.set_attribute("gen_ai.system_instructions", content.dumps(system))
+            span.set_attribute("gen_ai.input.messages", content.dumps(messages))
+            return
+        # v1.36.0: one event per message (its body's content as JSON; gen_ai.system is
+        # the span's own attribute).
+        if system:
+            span.add_event("gen_ai.system.message", {"content": content.dumps(system)})
+        for message in messages:
+            span.add_event(
+                _V136_EVENTS.get(message["role"], "gen_ai.user.message"),
+                {"content": content.dumps(message["parts"])},
+            )
+
+    def completed(self, number: int, body: dict[str, Any]) -> None:
+        """Put a whole answer's text on attempt ``number``'s span."""
+        span = self._attempts.get(number)
+        if span is not None:
+            self._output(span, content.answer_choices(body))
+
+    def streamed(self, number: int, batch: Iterable[dict[str, Any]]) -> None:
+        """Add a streamed batch's text to attempt ``number``'s answer (put on the span as
+        the attempt ends)."""
+        choices = self._outputs.setdefault(number, {})
+        for chunk in batch:
+            for choice in chunk.get("choices") or ():
+                if not isinstance(choice, dict):
+                    continue
+                parts = choices.setdefault(choice.get("index") or 0, [None])
+                text = (choice.get("delta") or {}).get("content")
+                if isinstance(text, str):
+                    parts.append(text)
+                if isinstance(choice.get("finish_reason"), str):
+                    parts[0] = choice["finish_reason"]
+
+    def _output(self, span: Span, choices: list[tuple[str, str | None]]) -> None:
+        messages = content.output_messages(choices, self._t.capture_max_chars)
+        if self._t.semconv.genai_latest:
+            span.set_attribute("gen_ai.output.messages", content.dumps(messages))
+            return
+        for index, message in enumerate(messages):
+            span.add_event(
+                "gen_ai.choice",
+                {
+                    "index": index,
+                    "finish_reason": message["finish_reason"],
+                    "content": content.dumps(message["parts"]),
+                },
+            )
+
     def finished(self, number: int, reason: str) -> None:
         """A streamed attempt said why it stopped."""
         span = self._attempts.get(number)
@@ -221,6 +311,11 @@ class RequestTrace:
             attrs["gen_ai.response.time_to_first_chunk"] = obs.ttft_ms / 1000
         if obs.status is not None:
             attrs["http.response.status_code"] = obs.status
+            if self._t.semconv.http_old:
+                attrs["http.status_code"] = obs.status
+        streamed = self._outputs.pop(obs.attempt, None)
+        if streamed is not None:
+            self._output(span, [("".join(text), reason) for text, reason in _texts(streamed)])
         role = self._hedge.get(obs.attempt)
         if role is not None:
             attrs["llmgw.hedge.role"] = role
@@ -246,11 +341,20 @@ class RequestTrace:
         self._attempts.clear()
         server = self.server
         server.set_attribute("http.response.status_code", status)
+        if self._t.semconv.http_old:
+            server.set_attribute("http.status_code", status)
         if kind:
             server.set_attribute("error.type", kind)
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+def _texts(streamed: dict[int, list[str | None]]) -> list[tuple[list[str], str | None]]:
+    """A stream's gathered choices in index order: (text pieces, finish reason)."""
+    return [
+        ([p for p in parts[1:] if p is not None], parts[0]) for _, parts in sorted(streamed.items())
+    ]
 
 
 class _Noting:
@@ -262,8 +366,13 @@ class _Noting:
         self._adapter, self._trace, self._number = adapter, trace, number
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        capture = self._trace.capturing
+        if capture:
+            self._trace.prompt(self._number, body)
         answer = await self._adapter.complete(target, body)
         self._trace.answered(self._number, answer)
+        if capture:
+            self._trace.completed(self._number, answer)
         return answer
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
@@ -272,4 +381,18 @@ class _Noting:
         return answer
 
     def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
-        return self._adapter.stream(target, body)
+        chunks = self._adapter.stream(target, body)
+        if not self._trace.capturing:
+            return chunks
+        self._trace.prompt(self._number, body)
+        return self._streamed(chunks)
+
+    async def _streamed(self, chunks: AsyncIterator[Batch]) -> AsyncIterator[Batch]:
+        try:
+            async for batch in chunks:
+                self._trace.streamed(self._number, batch)
+                yield batch
+        finally:
+            close = getattr(chunks, "aclose", None)
+            if close is not None:
+                await close()

@@ -94,9 +94,12 @@ _NUMBER = re.compile(r"\b\d+(\.\d+)?\b")
 _WORD = re.compile(r"[A-Za-z_]")
 
 
-def _docstring_lines(tree: ast.Module) -> set[int]:
+def _skipped_lines(tree: ast.Module) -> set[int]:
+    """Lines of docstrings and of import statements (parenthesised name lists included)."""
     lines: set[int] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
             value = body[0].value
@@ -109,7 +112,7 @@ def _normalised(text: str) -> list[tuple[int, str]]:
     """(line number, normalised text) of the lines that carry code: docstrings, comments, blank
     lines, imports and punctuation-only lines (closing brackets) are left out, numbers blanked
     and whitespace collapsed."""
-    skip = _docstring_lines(ast.parse(text))
+    skip = _skipped_lines(ast.parse(text))
     out: list[tuple[int, str]] = []
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()

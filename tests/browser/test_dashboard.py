@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import BrowserContext, Page, expect
+from playwright.async_api import BrowserContext, Page, Request, expect
 
+from gateway.dashboard.pages import PAGES
 from tests.browser.conftest import ready, screenshot, sign_in
 from tests.e2e.conftest import HI, STAYS_OPEN, config, eid, model, route
 from tests.fixtures.gateway import RunningGateway, start_gateway
@@ -33,7 +34,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 
 class Deployment:
-    """The module's gateway and upstreams: models a (smartest), b, and c (made to fail)."""
+    """The module's gateway and upstreams: models a (smartest), b, c (made to fail), and d
+    (served by a, with b as a fallback_only backup)."""
 
     def __init__(self, gw: RunningGateway, ups: dict[str, FakeUpstream]) -> None:
         self.gw = gw
@@ -70,6 +72,7 @@ async def dep(
         model("a", route(ups["a"]), catalog={"tier": 3}),
         model("b", route(ups["b"]), catalog={"tier": 2}),
         model("c", route(ups["c"]), catalog={"tier": 1}),
+        model("d", route(ups["a"]), route(ups["b"], fallback_only=True), catalog={"tier": 1}),
         circuit=STAYS_OPEN,
         admin_key=ADMIN,
         chains=[{"name": "team", "models": ["a", "b"]}],
@@ -208,6 +211,10 @@ async def test_overview_shows_a_circuit_opening_live(page: Page, dep: Deployment
         )
         await expect(availability).not_to_have_text("100.0%")
         await screenshot(page, "overview")
+        # Loaded afresh, the overview lists the operator events the gateway kept.
+        await page.reload()
+        await ready(page)
+        await expect(page.locator("#recent")).to_contain_text(f"{endpoint} closed → open")
     finally:
         dep.ups["c"].set_default(Reply())
 
@@ -307,6 +314,16 @@ async def test_a_rule_is_saved_an_invalid_one_refused_at_its_path_and_try_explai
     team = await dep.admin("chains", "get", name="team")
     first = next(m["model"] for m in team["models"] if m["enabled"])
     await expect(page.locator("#try-result .model-name")).to_have_text(first)
+
+    # A metadata rule, tried with labels and no caller key: as the signed-in admin.
+    batch = {"name": "batch", "when": {"metadata.job": "batch"}, "route": "auto:team"}
+    await dep.http.put("/api/fallback/routing-rules", json={"rules": [batch]}, headers=AUTH)
+    await page.fill("#try textarea", json.dumps({"model": "auto", "messages": HI}))
+    await page.fill("#try [name=caller]", "")
+    await page.fill("#try [name=labels]", '{"job": "batch"}')
+    await page.click("#try button")
+    await expect(page.locator("#try-result .rule-name")).to_have_text("batch")
+    await expect(page.locator("#try-result .model-name")).to_have_text(first)
     await dep.http.put("/api/fallback/routing-rules", json={"rules": []}, headers=AUTH)
 
 
@@ -325,6 +342,12 @@ async def test_a_weight_is_overridden_and_restored(page: Page, dep: Deployment) 
     await screenshot(page, "weights")
     await row.locator("button.restore").click()
     await expect(row.locator(".weight")).to_have_text("1")
+    await expect(row.locator("button.restore")).to_be_disabled()
+
+    # A backup says so, and has nothing to restore.
+    backup = page.locator(f'#weights tr[data-endpoint="{eid("d", dep.ups["b"])}"]')
+    await expect(backup.locator(".weight")).to_have_text("fallback only (never drawn)")
+    await expect(backup.locator("button.restore")).to_be_disabled()
 
 
 # -- keys -----------------------------------------------------------------------------------
@@ -415,3 +438,68 @@ async def test_the_request_log_is_filtered_and_shows_attempts(page: Page, dep: D
     )
     assert statuses and set(statuses) == {"404"}
     await screenshot(page, "log")
+
+
+# -- every page -----------------------------------------------------------------------------
+
+
+async def test_no_page_logs_a_console_error_or_fails_a_request_and_tab_reaches_every_control(
+    page: Page, dep: Deployment
+) -> None:
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+    )
+
+    def failed(r: Request) -> None:
+        # Leaving a page aborts its event stream, which never ends by itself.
+        if not ("/dashboard/api/events" in r.url and r.failure == "net::ERR_ABORTED"):
+            problems.append(f"failed {r.url}: {r.failure}")
+
+    page.on("requestfailed", failed)
+    page.on(
+        "response",
+        lambda r: problems.append(f"{r.status} {r.url}") if r.status >= 400 else None,
+    )
+    for name in PAGES:
+        await _open(page, dep, name)
+        if name == "chains":  # its name field's pattern compiles and checks
+            field = page.locator("#create-chain [name=name]")
+            await field.fill("-night")
+            assert await field.evaluate("f => f.validity.patternMismatch")
+            await field.fill("")
+        unreached = await _tab_through(page)
+        assert unreached == [], (name, unreached)
+    assert problems == []
+
+
+_CONTROLS = (
+    "a[href], button:not([disabled]), input:not([disabled]):not([type=hidden]), "
+    'select:not([disabled]), textarea, summary, [tabindex]:not([tabindex="-1"])'
+)
+
+
+async def _tab_through(page: Page) -> list[str]:
+    """Press Tab through the page: the visible controls focus never reached."""
+    count = await page.evaluate(
+        """(sel) => {
+            window.reached = new Set();
+            document.addEventListener("focusin", (e) => window.reached.add(e.target));
+            document.activeElement.blur();
+            const shown = [...document.querySelectorAll(sel)].filter(
+                (x) => x.getClientRects().length);
+            // A date-time field takes one Tab per part (month, day, year, hour, minute, AM/PM).
+            return shown.length + 6 * shown.filter((x) => x.type === "datetime-local").length;
+        }""",
+        _CONTROLS,
+    )
+    for _ in range(count + 2):
+        await page.keyboard.press("Tab")
+    unreached: list[str] = await page.evaluate(
+        """(sel) => [...document.querySelectorAll(sel)]
+            .filter((x) => x.getClientRects().length && !window.reached.has(x))
+            .map((x) => x.outerHTML.slice(0, 80))""",
+        _CONTROLS,
+    )
+    return unreached

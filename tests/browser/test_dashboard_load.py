@@ -34,7 +34,19 @@ ROWS = 100_000
 RECENT = 5_000  # of them in the last hour: what the aggregates are seeded with
 MAX_REQUESTS = 10  # per page load: page, stylesheet, script, data, one event stream
 EVENTS_PER_SECOND = 50
-PAGES = ("overview", "events", "chains", "rules", "weights", "keys", "log")
+PAGES = (
+    "overview",
+    "events",
+    "chains",
+    "models",
+    "rules",
+    "weights",
+    "keys",
+    "spend",
+    "log",
+    "reports",
+)
+UNSTREAMED = ("/log", "/reports")  # the pages that open no event stream
 
 
 def _fill_log(path: Path, endpoint: str) -> None:
@@ -164,7 +176,7 @@ async def _load(page: Page, url: str) -> list[str]:
     page.on("request", lambda r: made.append(r.url))
     await page.goto(url)
     await ready(page)
-    if not url.endswith("/log"):
+    if not url.endswith(UNSTREAMED):
         await page.wait_for_selector("body[data-live='1']", state="attached")
     return made
 

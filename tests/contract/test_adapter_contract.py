@@ -17,6 +17,8 @@ echo adapter has no network, so rows about the wire do not apply to it and are n
 
 from __future__ import annotations
 
+import array
+import base64
 import dataclasses
 import socket
 from dataclasses import dataclass
@@ -234,32 +236,52 @@ async def test_adapter_forced_tool_choice_answers_a_call_of_that_tool(any_adapte
     assert choice["finish_reason"] == "tool_calls"
 
 
+TITAN, COHERE = "amazon.titan-embed-text-v2:0", "cohere.embed-english-v3"
+
+
 @pytest.mark.parametrize(
-    ("kind", "has_embeddings"),
+    ("kind", "upstream_model", "has_embeddings"),
     [
-        ("openai_compat", True),
-        ("anthropic", False),
-        ("azure_openai", True),
-        ("gemini", True),
-        ("bedrock", False),
-        ("echo", True),
+        ("openai_compat", UPSTREAM_MODEL, True),
+        ("anthropic", UPSTREAM_MODEL, False),
+        ("azure_openai", UPSTREAM_MODEL, True),
+        ("gemini", UPSTREAM_MODEL, True),
+        ("bedrock", TITAN, True),
+        ("bedrock", COHERE, True),
+        ("bedrock", UPSTREAM_MODEL, False),  # a chat model: no embeddings body for it
+        ("echo", UPSTREAM_MODEL, True),
     ],
 )
+@pytest.mark.parametrize("encoding_format", ["float", "base64"])
 async def test_adapter_embeddings_answer_or_a_400_that_spares_the_endpoint(
     fake_upstream: FakeUpstream,
     kind: str,
+    upstream_model: str,
     has_embeddings: bool,
+    encoding_format: str,
 ) -> None:
     async for u in _under(kind, fake_upstream):
-        body = {"model": "public-model", "input": ["a", "b"], "encoding_format": "float"}
+        target = dataclasses.replace(u.target, upstream_model=upstream_model)
+        body = {"model": "public-model", "input": ["a", "b"], "encoding_format": encoding_format}
         if has_embeddings:
-            answer = await u.adapter.embed(u.target, body)
+            answer = await u.adapter.embed(target, body)
             assert [item["index"] for item in answer["data"]] == [0, 1]
+            first, second = (_floats(item["embedding"]) for item in answer["data"])
+            assert len(first) == len(second) > 0 and first != second
+            assert answer["usage"]["prompt_tokens"] >= 0
         else:
             with pytest.raises(UpstreamError) as err:
-                await u.adapter.embed(u.target, body)
+                await u.adapter.embed(target, body)
             assert err.value.status == 400
             assert not err.value.counts_against_endpoint
+
+
+def _floats(embedding: Any) -> list[float]:
+    """An embedding as floats, whether sent as a list or as base64 float32 (OpenAI's form)."""
+    if isinstance(embedding, str):
+        return array.array("f", base64.b64decode(embedding)).tolist()
+    assert all(isinstance(v, float) for v in embedding)
+    return list(embedding)
 
 
 # -- the wire: kinds that call an upstream ----------------------------------------------------

@@ -19,6 +19,8 @@ from bus import (
     Bus,
     BusClosedError,
     InProcessBus,
+    KvConflictError,
+    KvEntry,
     NatsBus,
     NoRespondersError,
     RequestTimeoutError,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
     from bus import Envelope, Subscription
     from schemas import Message
+    from tests.fixtures.nats import NatsCluster
 
 WAIT_S = 10.0
 
@@ -435,3 +438,124 @@ async def test_replay_of_a_missing_stream_raises_bus_closed_error(any_bus: Bus) 
     with pytest.raises(BusClosedError):
         async with any_bus.replay(subjects.event("x"), stream="NO_SUCH_STREAM", since=0):
             pass
+
+
+@pytest.fixture
+def bucket() -> str:
+    """A key-value bucket of this test alone."""
+    return f"T{uuid.uuid4().hex[:16]}"
+
+
+async def test_kv_create_of_a_present_key_conflicts_and_get_returns_value_and_revision(
+    any_bus: Bus, bucket: str
+) -> None:
+    kv = await any_bus.key_value(bucket)
+    assert await kv.get("a") is None
+    rev = await kv.create("a", b"one")
+    with pytest.raises(KvConflictError):
+        await kv.create("a", b"two")
+    assert await kv.get("a") == KvEntry("a", b"one", rev)
+
+
+async def test_kv_update_lands_only_at_the_expected_revision(any_bus: Bus, bucket: str) -> None:
+    kv = await any_bus.key_value(bucket)
+    first = await kv.create("a", b"one")
+    second = await kv.update("a", b"two", revision=first)
+    assert second > first
+    with pytest.raises(KvConflictError):
+        await kv.update("a", b"stale", revision=first)  # a fenced writer that lost its lease
+    with pytest.raises(KvConflictError):
+        await kv.update("absent", b"x", revision=first)
+    assert await kv.get("a") == KvEntry("a", b"two", second)
+    third = await kv.put("a", b"three")
+    assert third > second
+    assert (await kv.get("a")) == KvEntry("a", b"three", third)
+
+
+async def test_kv_delete_at_a_stale_revision_conflicts_and_a_deleted_key_can_be_created(
+    any_bus: Bus, bucket: str
+) -> None:
+    kv = await any_bus.key_value(bucket)
+    first = await kv.create("a", b"one")
+    second = await kv.update("a", b"two", revision=first)
+    with pytest.raises(KvConflictError):
+        await kv.delete("a", revision=first)
+    assert await kv.get("a") == KvEntry("a", b"two", second)
+    await kv.delete("a", revision=second)
+    assert await kv.get("a") is None
+    await kv.delete("a")  # absent without a revision: fine
+    again = await kv.create("a", b"back")
+    assert await kv.get("a") == KvEntry("a", b"back", again)
+
+
+async def test_kv_keys_lists_present_keys_whatever_their_characters(
+    any_bus: Bus, bucket: str
+) -> None:
+    kv = await any_bus.key_value(bucket)
+    assert await kv.keys() == []
+    names = ["model:org/gpt-4.1", "endpoint:a b", "plain_key-1"]
+    for name in names:
+        await kv.put(name, name.encode())
+    await kv.put("gone", b"x")
+    await kv.delete("gone")
+    assert sorted(await kv.keys()) == sorted(names)
+    entry = await kv.get(names[0])
+    assert entry is not None
+    assert (entry.key, entry.value) == (names[0], names[0].encode())
+
+
+async def test_kv_key_not_rewritten_within_ttl_expires_and_a_rewritten_one_lives(
+    any_bus: Bus, bucket: str
+) -> None:
+    kv = await any_bus.key_value(bucket, ttl=1.0)
+    await kv.put("lapsing", b"x")
+    async with asyncio.timeout(WAIT_S):
+        # The bucket expires on its own clock (JetStream's on NATS): poll the outcome.
+        while await kv.get("lapsing") is not None:
+            await kv.put("fresh", b"beat")
+            await asyncio.sleep(0.1)
+    assert await kv.keys() == ["fresh"]
+
+
+async def test_kv_watch_gives_present_entries_then_writes_and_deletions_in_order(
+    any_bus: Bus, bucket: str
+) -> None:
+    kv = await any_bus.key_value(bucket)
+    first = await kv.put("a", b"1")
+    async with kv.watch() as changes, asyncio.timeout(WAIT_S):
+        assert await anext(changes) == KvEntry("a", b"1", first)
+        b = await kv.create("model:b", b"2")
+        a = await kv.update("a", b"3", revision=first)
+        await kv.delete("model:b", revision=b)
+        got = [await anext(changes) for _ in range(3)]
+    assert got[:2] == [KvEntry("model:b", b"2", b), KvEntry("a", b"3", a)]
+    assert (got[2].key, got[2].deleted, got[2].revision > a) == ("model:b", True, True)
+
+
+async def test_kv_on_a_closed_bus_raises_bus_closed_error(any_bus: Bus, bucket: str) -> None:
+    kv = await any_bus.key_value(bucket)
+    await any_bus.aclose()
+    with pytest.raises(BusClosedError):
+        await kv.put("a", b"x")
+    with pytest.raises(BusClosedError):
+        await any_bus.key_value(bucket)
+
+
+@pytest.mark.nats
+async def test_nats_streams_and_buckets_take_their_replicas_from_the_cluster(
+    nats_url: str, nats_cluster: NatsCluster, bucket: str
+) -> None:
+    single, cluster = await open_bus(nats_url), await open_bus(",".join(nats_cluster.urls))
+    try:
+        # One server cannot keep three copies: the replicas reach JetStream, not a default.
+        with pytest.raises(BusClosedError):
+            await single.key_value(bucket, replicas=3)
+        with pytest.raises(BusClosedError):
+            await single.ensure_stream(bucket, [f"{bucket}.>"], max_age=60, max_msgs=10, replicas=3)
+        kv = await cluster.key_value(bucket, replicas=3)
+        await kv.put("a", b"1")
+        await cluster.ensure_stream(bucket, [f"{bucket}.>"], max_age=60, max_msgs=10, replicas=3)
+        assert await kv.get("a") == KvEntry("a", b"1", 1)
+    finally:
+        await single.aclose()
+        await cluster.aclose()

@@ -24,9 +24,12 @@ CANARIES = (GATEWAY_KEY, UPSTREAM_KEY, "prompt-canary-c4f1", "completion-canary-
 
 
 def otel_env(receiver: OtlpReceiver) -> dict[str, str]:
-    """The standard variables pointing the SDK at ``receiver``, with short schedules."""
+    """The standard variables pointing the SDK at ``receiver``, with short schedules and the
+    latest GenAI conventions (the names the telemetry tests check)."""
     return {
         "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+        "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "",
         "OTEL_BSP_SCHEDULE_DELAY": "20",
         "OTEL_METRIC_EXPORT_INTERVAL": "100",
         "OTEL_TRACES_SAMPLER": "parentbased_always_on",
@@ -39,8 +42,10 @@ async def start_traced(
     receiver: OtlpReceiver,
     config: dict[str, Any],
     telemetry: dict[str, Any] | None = None,
+    env: dict[str, str] | None = None,
 ) -> GatewayProcess:
-    """``llmgw serve`` with ``config`` plus ``telemetry: {enabled: true, ...}``."""
+    """``llmgw serve`` with ``config`` plus ``telemetry: {enabled: true, ...}`` (``env``: over
+    :func:`otel_env`'s variables)."""
     full = {
         **config,
         "database": {"path": db_path(tmp_path)},
@@ -48,7 +53,9 @@ async def start_traced(
     }
     path = tmp_path / "llmgw.yaml"
     path.write_text(yaml.safe_dump(full))
-    gw = GatewayProcess(["serve", "--config", str(path), "--port", "0"], env=otel_env(receiver))
+    gw = GatewayProcess(
+        ["serve", "--config", str(path), "--port", "0"], env={**otel_env(receiver), **(env or {})}
+    )
     processes.append(gw)
     await asyncio.to_thread(gw.start)
     return gw

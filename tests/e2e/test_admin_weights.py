@@ -113,8 +113,20 @@ async def test_admin_weight_put_applies_at_once_and_delete_restores_the_configur
     assert put.json() == {
         "model": "m",
         "routes": [
-            {"endpoint": ea, "weight": 0.0, "configured_weight": 1.0},
-            {"endpoint": eb, "weight": 1.0, "configured_weight": 1.0},
+            {
+                "endpoint": ea,
+                "weight": 0.0,
+                "configured_weight": 1.0,
+                "fallback_only": False,
+                "overridden": True,
+            },
+            {
+                "endpoint": eb,
+                "weight": 1.0,
+                "configured_weight": 1.0,
+                "fallback_only": False,
+                "overridden": False,
+            },
         ],
     }
     assert zeroed == {ea: 0.0, eb: 1.0} and vias == {eb}

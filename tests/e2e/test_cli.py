@@ -198,6 +198,16 @@ def test_cli_main_split_role_on_inproc_bus_returns_2(
     assert "needs a shared bus" in capsys.readouterr().err
 
 
+def test_cli_main_actors_with_an_unusable_node_id_returns_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["serve", "--role", "actors", "--bus", "nats://127.0.0.1:1", "--node-id", "a b"]
+    code = cli.main(argv)
+
+    assert code == 2
+    assert "--node-id 'a b'" in capsys.readouterr().err
+
+
 def test_cli_parser_accepts_the_serve_synopsis() -> None:
     args = cli._parser().parse_args(
         [

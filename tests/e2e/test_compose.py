@@ -50,22 +50,40 @@ def _llmgw_argv(command: Any) -> list[str]:
     return argv[1:]
 
 
+def _nats(services: dict[str, Any]) -> dict[str, Any]:
+    return {n: s for n, s in services.items() if str(s.get("image", "")).startswith("nats")}
+
+
+def _postgres(services: dict[str, Any]) -> dict[str, Any]:
+    return {n: s for n, s in services.items() if str(s.get("image", "")).startswith("postgres")}
+
+
 def _gateway_args(services: dict[str, Any]) -> dict[str, argparse.Namespace]:
     return {
         name: cli._parser().parse_args(_llmgw_argv(svc["command"]))
         for name, svc in services.items()
-        if name != "nats"
+        if name not in _nats(services) and name not in _postgres(services)
     }
 
 
-def test_compose_has_nats_one_actors_and_two_ingress_services(services: dict[str, Any]) -> None:
+def test_compose_has_a_nats_cluster_two_actors_hosts_and_two_ingress_services(
+    services: dict[str, Any],
+) -> None:
     args = _gateway_args(services)
     roles = sorted(a.role for a in args.values())
+    nats = _nats(services)
 
-    assert services["nats"]["image"].startswith("nats")
-    assert "-js" in services["nats"]["command"]
-    assert roles == ["actors", "ingress", "ingress"]
+    assert len(nats) == 3
+    names = set()
+    for svc in nats.values():
+        command = svc["command"]
+        assert "-js" in command and "--cluster_name" in command and "--routes" in command
+        names.add(command[command.index("--server_name") + 1])  # JetStream needs one each
+    assert len(names) == 3
+    assert roles == ["actors", "actors", "ingress", "ingress"]
     assert all(a.command == "serve" for a in args.values())
+    node_ids = [a.node_id for a in args.values() if a.role == "actors"]
+    assert None not in node_ids and len(set(node_ids)) == 2
 
 
 def test_compose_gateway_commands_share_the_nats_service_bus_and_config(
@@ -74,14 +92,14 @@ def test_compose_gateway_commands_share_the_nats_service_bus_and_config(
     args = _gateway_args(services)
 
     for name, a in args.items():
-        bus = urlsplit(a.bus)
-        assert (bus.scheme, bus.hostname, bus.port) == ("nats", "nats", 4222), name
+        servers = [urlsplit(u) for u in a.bus.split(",")]
+        assert {(u.scheme, u.hostname, u.port) for u in servers} == {
+            ("nats", n, 4222) for n in _nats(services)
+        }, name
         assert a.config is not None, name
         mounts = [str(v).split(":")[1] for v in services[name].get("volumes", [])]
         assert a.config in mounts, (name, a.config, mounts)
-        assert "nats" in services[name].get("depends_on", []) or any(
-            "nats" in services[d].get("depends_on", []) for d in services[name]["depends_on"]
-        ), name
+        assert "nats" in services[name].get("depends_on", []), name
 
 
 def test_compose_ingress_services_listen_on_all_interfaces_on_their_published_port(
@@ -95,15 +113,14 @@ def test_compose_ingress_services_listen_on_all_interfaces_on_their_published_po
         ports = [str(p).split(":") for p in services[name]["ports"]]
         assert [container for _, container in ports] == [str(a.port)], name
         published.extend(host for host, _ in ports)
-        assert "actors" in services[name]["depends_on"], name
+        assert any(d.startswith("actors") for d in services[name]["depends_on"]), name
 
     assert len(set(published)) == len(published) == 2
 
 
 def test_compose_actors_service_serves_no_http(services: dict[str, Any]) -> None:
-    (actors,) = [n for n, a in _gateway_args(services).items() if a.role == "actors"]
-
-    assert "ports" not in services[actors]
+    for actors in [n for n, a in _gateway_args(services).items() if a.role == "actors"]:
+        assert "ports" not in services[actors]
 
 
 def test_compose_commands_are_the_scaled_out_commands_the_readme_documents(
@@ -119,7 +136,8 @@ def test_compose_commands_are_the_scaled_out_commands_the_readme_documents(
     assert sorted(by_role) == ["actors", "ingress"]
     for name, a in _gateway_args(services).items():
         doc = by_role[a.role]
-        assert (urlsplit(a.bus).scheme, urlsplit(a.bus).port) == (
+        first = a.bus.split(",")[0]
+        assert (urlsplit(first).scheme, urlsplit(first).port) == (
             urlsplit(doc.bus).scheme,
             urlsplit(doc.bus).port,
         ), name
@@ -221,16 +239,16 @@ def test_compose_ingress_healthcheck_command_passes_only_when_ready_answers_200(
 def test_compose_actors_healthcheck_asks_the_actors_on_the_socket_beside_their_database(
     services: dict[str, Any],
 ) -> None:
-    (name,) = [n for n, a in _gateway_args(services).items() if a.role == "actors"]
-    svc = services[name]
-    test = svc["healthcheck"]["test"]
-    assert test[:2] == ["CMD", "llmgw"]
-    check = cli._parser().parse_args(test[2:])
-    assert (check.command, check.area, check.verb) == ("admin", "log", "stats")
-    assert check.bus is None and check.url is None  # the local socket: no key, no bus
-    config = load_config(REPO / _sources_of(svc)[check.config])
-    volumes = [c for c, src in _sources_of(svc).items() if not src.startswith(".")]
-    assert str(Path(socket_path(config.database.path)).parent) in volumes
+    for name in [n for n, a in _gateway_args(services).items() if a.role == "actors"]:
+        svc = services[name]
+        test = svc["healthcheck"]["test"]
+        assert test[:2] == ["CMD", "llmgw"]
+        check = cli._parser().parse_args(test[2:])
+        assert (check.command, check.area, check.verb) == ("admin", "log", "stats")
+        assert check.bus is None and check.url is None  # the local socket: no key, no bus
+        config = load_config(REPO / _sources_of(svc)[check.config])
+        volumes = [c for c, src in _sources_of(svc).items() if not src.startswith(".")]
+        assert str(Path(socket_path(config.database.path)).parent) in volumes
 
 
 def test_compose_config_is_in_the_repository_and_valid_with_the_environment_compose_sets(
@@ -269,3 +287,22 @@ def test_dockerfile_installs_the_package_from_copied_sources_and_runs_unprivileg
     assert user and user[-1] not in ("root", "0")
     cmd = [json.loads(args) for kind, args in steps if kind == "CMD"][-1]
     assert cmd[0] == "llmgw" and cli._parser().parse_args(cmd[1:]).command == "serve"
+
+
+def test_compose_actors_hosts_share_the_request_log_in_the_postgres_service(
+    services: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (postgres,) = _postgres(services)
+    actors = {n: a for n, a in _gateway_args(services).items() if a.role == "actors"}
+    urls = set()
+    for name, a in actors.items():
+        for var, value in dict(services[name].get("environment") or {}).items():
+            monkeypatch.setenv(var, str(value))
+        url = load_config(REPO / _sources_of(services[name])[a.config]).database.url
+        assert url is not None, name  # a second actors host on SQLite would be refused
+        assert urlsplit(url).hostname == postgres, name
+        assert services[name]["depends_on"][postgres] == {"condition": "service_healthy"}
+        urls.add(url)
+    assert len(actors) == 2 and len(urls) == 1
+    assert services[postgres]["healthcheck"]["test"][:2] == ["CMD", "pg_isready"]

@@ -1,7 +1,8 @@
 """No secret ever leaves the gateway except towards its upstream: a run with successes,
 key-specific failures (one upstream echoing the key it was sent), mutes, exhaustion, admin
 changes and bad gateway keys, with every log line (DEBUG) and every bus message captured,
-contains no upstream key and no gateway API key in clear. The one exception is by design: the
+contains no upstream key and no gateway API key in clear; nor does an Azure Entra ID token an
+upstream echoes bare. The one exception is by design: the
 admin command that adds a provider key carries it to the KeyRegistryActor on the admin-only
 subject ``llmgw.admin.provider_keys.add``. Runs on ``inproc://`` and NATS."""
 
@@ -10,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import openai
 import pytest
 
-from schemas import KeyCooling, KeyMuted, subjects
-from tests.e2e.conftest import HI, eid, gateway_bus, model, route, watch
+from schemas import KeyCooling, KeyMuted, Observation, subjects
+from tests.e2e.conftest import HI, config, eid, gateway_bus, model, route, watch
 from tests.e2e.keys_support import ADMIN, admin_http, create_keys, keys_config
 from tests.fixtures.upstream import Reply, UpstreamFactory
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 A, B, D = "sk-secret-config-aaaa", "sk-secret-config-bbbb", "sk-secret-database-dddd"
+TOKEN = "eyJ0eXAiOiJKV1Qi.entra-token-cccc"
 
 
 async def test_no_log_line_event_or_answer_carries_a_key_in_clear(
@@ -108,6 +111,33 @@ async def test_no_log_line_event_or_answer_carries_a_key_in_clear(
         assert carried == allowed, f"{carried} carry {secret[:8]}..."
         assert not any(secret in a for a in answers), f"an answer carries {secret[:8]}..."
     assert "[redacted]" in answers[0]
+
+
+async def test_entra_token_an_azure_upstream_echoes_bare_is_redacted_everywhere(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    up = await fake_upstreams("az")
+    azure = {"deployment": "d", "entra_token_command": [sys.executable, "-c", f"print({TOKEN!r})"]}
+    azure_route = {"kind": "azure_openai", "base_url": up.azure_base_url, "azure": azure}
+    gw = await gateway_factory(config(model("m", {**azure_route, "provider_model_id": "d"})))
+    # Azure's 401 names the token it refused, bare (no "Bearer" before it).
+    echo = '{"error": {"code": "401", "message": "Access denied: token {credential} expired"}}'
+    up.enqueue(Reply(401, body=echo, headers={"content-type": "application/json"}))
+
+    async with watch(gw, "llmgw.>") as seen:
+        with pytest.raises(openai.APIStatusError) as refused:
+            await gw.openai().chat.completions.create(model="m", messages=HI)
+        await seen.next(Observation, lambda o: o.endpoint == eid("m", up))
+
+    assert up.requests[0].credential == TOKEN  # the fake did echo what it was sent
+    answer = refused.value.response.text
+    assert "Access denied: token [redacted] expired" in answer
+    logged = caplog.text + "\n".join(_args(r) for r in caplog.records)
+    events = b"".join(msgspec.json.encode(m) for m in seen.seen)
+    assert TOKEN not in answer and TOKEN not in logged and TOKEN.encode() not in events
 
 
 def _args(record: logging.LogRecord) -> str:

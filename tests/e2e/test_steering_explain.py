@@ -187,3 +187,21 @@ async def test_explain_of_a_half_open_route_reports_its_probe_without_taking_it(
     assert live.headers["x-routed-via"] == endpoint
     assert closed.old == "half_open"
     assert len(fake_upstream.requests) == 3  # explain called no upstream
+
+
+async def test_explain_with_auth_on_and_no_described_credential_answers_as_the_asking_admin(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    # The live path would refuse a keyless request; explain answers as the admin asking, who
+    # may see a model of role pro.
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path, model("m", route(fake_upstream), required_role="pro"), auth="required"
+        )
+    )
+    live = await gw.http().post(CHAT, json=chat("m"))
+    result = await _explain(gw, {"model": "m", "messages": HI})
+
+    assert_openai_error(live, 401, "unauthorized")
+    assert result["plan"]["model"] == "m"
+    assert result["plan"]["candidates"][0]["endpoint"] == eid("m", fake_upstream)

@@ -8,6 +8,8 @@ const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ME = document.querySelector('meta[name="audit-as"]').content;
 const MAX_ROWS = 500;        // rows a live table keeps; older ones are dropped
 const MAX_PAUSED = 1000;     // events held while paused; older ones are dropped
+const HISTORY_S = 86400;     // how far back the overview's operator events reach at load
+const LIVE_MS = 30000;       // the last hour's charts are re-read this often while shown
 
 class ApiError extends Error {
   constructor(status, error) {
@@ -69,16 +71,27 @@ const time = (ts) => ts ? new Date(ts * 1000).toLocaleTimeString() : "";
 const stamp = (ts) => ts ? new Date(ts * 1000).toLocaleString() : "";
 const ms = (v) => v === null || v === undefined ? "–" : `${Math.round(v)} ms`;
 
-// The page's one event stream. ``onEvent`` gets each event as its JSON object.
-function stream(kinds, onEvent) {
-  const query = kinds && kinds.length ? "?kind=" + kinds.join(",") : "";
+// The page's one event stream. ``onEvent`` gets each event as its JSON object. With
+// ``since`` (unix seconds), the events the gateway kept from then on come first; a gateway
+// that keeps none refuses ``since``, and the stream is then opened live only.
+function stream(kinds, onEvent, since) {
+  const params = new URLSearchParams();
+  if (kinds && kinds.length) params.set("kind", kinds.join(","));
+  if (since !== undefined) params.set("since", String(since));
+  const query = params.size ? "?" + params : "";
   const source = new EventSource("/dashboard/api/events" + query);
+  let opened = false;
   const handle = (msg) => onEvent(JSON.parse(msg.data));
   for (const kind of kinds && kinds.length ? kinds : ["decision", "circuit", "bench", "mode",
     "keypool", "auth_rejected", "admin", "config", "model_breaker", "rules"]) {
     source.addEventListener(kind, handle);
   }
-  source.addEventListener("open", () => { document.body.dataset.live = "1"; });
+  source.addEventListener("open", () => { opened = true; document.body.dataset.live = "1"; });
+  source.addEventListener("error", () => {
+    if (since !== undefined && !opened && source.readyState === EventSource.CLOSED) {
+      stream(kinds, onEvent);
+    }
+  });
   window.addEventListener("pagehide", () => source.close());
   return source;
 }
@@ -115,8 +128,40 @@ async function overview() {
     return row && row.querySelector(`[data-col="${col}"]`);
   };
   const setCircuit = (td, state) => { td.textContent = state; td.className = `circuit ${state}`; };
+  const controls = document.getElementById("chart-controls");
+  const intervals = new Intervals();
+  const charts = ["requests", "errors", "ttft"].map((name) =>
+    new TimeChart(document.getElementById(`chart-${name}`), name === "ttft" ? "ms" : "", intervals));
+  let shown = null;  // the series drawn, for the intervals list's range
+  const drawCharts = (series) => {
+    shown = series;
+    const xs = series.all.map((p) => p[0]);
+    const named = [["all", series.all], ...Object.entries(series.groups)];
+    const lines = (i, suffix, dash) => named.map(([name, points]) =>
+      ({name: name + suffix, values: points.map((p) => p[i]), dash}));
+    charts[0].show(xs, series.bucket_seconds, lines(1, ""));
+    charts[1].show(xs, series.bucket_seconds, lines(2, ""));
+    charts[2].show(xs, series.bucket_seconds, [...lines(3, " p50"), ...lines(4, " p95", [6, 4])]);
+    showIntervals();
+  };
+  const showIntervals = () => {
+    if (!shown) return;
+    const xs = shown.all;
+    listIntervals(document.getElementById("intervals"), intervals, xs[0][0],
+      xs[xs.length - 1][0] + shown.bucket_seconds);
+  };
+  let bandsFrame = 0;  // one redraw per animation frame, however many events arrive
+  const bandsSoon = () => {
+    if (!bandsFrame) bandsFrame = requestAnimationFrame(() => {
+      bandsFrame = 0;
+      for (const c of charts) c.redraw();
+      showIntervals();
+    });
+  };
   const rates = coalesced(async () => {
-    const agg = await admin("log", "aggregate");
+    const f = controls.elements;
+    const agg = await admin("log", "aggregate", {range: f.range.value, by: f.by.value});
+    drawCharts(agg.series);
     const all = agg.requests;
     document.getElementById("rpm").textContent = all.requests_per_minute;
     document.getElementById("epm").textContent = all.errors_per_minute;
@@ -177,7 +222,15 @@ async function overview() {
   showErrors(errors.rows);
   await rates();
   lastRates = Date.now();
+  controls.addEventListener("change", () => rates());
+  setInterval(() => {
+    if (controls.elements.range.value === "hour" && !document.hidden) rates();
+  }, LIVE_MS);
+  // The last day's operator events the gateway kept, then live ones: the list is not empty
+  // until something happens, and the charts' intervals reach back as far as they do.
   stream(["circuit", "bench", "mode", "keypool", "auth_rejected"], (ev) => {
+    intervals.add(ev);
+    bandsSoon();
     recent.prepend(el("li", {text: `${time(ev.ts) || new Date().toLocaleTimeString()} ${ev.kind}: ${summary(ev)}`}));
     while (recent.children.length > 50) recent.lastChild.remove();
     if (ev.kind === "circuit") {
@@ -194,7 +247,7 @@ async function overview() {
       const td = cell(ev.pool, "mutes");
       if (td) td.textContent = ev.type === "KeyMuted" ? `${ev.credential_id} until ${time(ev.until)}` : "–";
     }
-  });
+  }, Math.floor(Date.now() / 1000) - HISTORY_S);
   ready();
 }
 
@@ -462,8 +515,11 @@ function rules() {
       return;
     }
     try {
+      // Without a key the gateway answers as this session's admin.
       const caller = e.target.elements.caller.value;
+      const labels = e.target.elements.labels.value.trim();
       const headers = caller ? {authorization: `Bearer ${caller}`} : {};
+      if (labels) headers["x-llmgw-metadata"] = labels;
       const r = await api("POST", "/admin/routing/explain", {path: "/v1/chat/completions", body, headers});
       const t = r.target;
       out.replaceChildren(
@@ -485,6 +541,12 @@ function rules() {
 
 // -- Weights and benches ------------------------------------------------------------------
 
+// A backup is never drawn (weight 0 whatever configured); only an override can be restored.
+function weightText(r) {
+  if (r.fallback_only) return "fallback only (never drawn)";
+  return r.overridden ? `${r.weight} (configured ${r.configured_weight})` : `${r.weight}`;
+}
+
 function weights() {
   const wBody = document.querySelector("#weights tbody");
   const bBody = document.querySelector("#benches tbody");
@@ -495,14 +557,14 @@ function weights() {
       const input = el("input", {type: "number", step: "any", min: "0", value: String(r.weight), "aria-label": `weight of ${r.endpoint}`});
       return el("tr", {dataset: {endpoint: r.endpoint}},
         el("td", {text: m.model}), el("td", {text: r.endpoint}), el("td", {text: st.base_url || ""}),
-        el("td", {class: "weight", text: r.weight === r.configured_weight ? `${r.weight}` : `${r.weight} (configured ${r.configured_weight})`}),
+        el("td", {class: "weight", text: weightText(r)}),
         el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || ""}),
         el("td", {}, input,
           el("button", {type: "button", class: "set", onclick: () => attempt(async () => {
             await admin("routing", "set_weight", {model: m.model, endpoint: r.endpoint, weight: Number(input.value)});
             await load();
           }, `weight of ${r.endpoint} set`)}, "Override"),
-          el("button", {type: "button", class: "restore", disabled: r.weight === r.configured_weight,
+          el("button", {type: "button", class: "restore", disabled: !r.overridden,
             onclick: () => attempt(async () => {
               await admin("routing", "reset_weight", {model: m.model, endpoint: r.endpoint});
               await load();
@@ -640,6 +702,245 @@ function log() {
   attempt(load).then(ready);
 }
 
-const PAGES = {overview, events, chains, rules, weights, keys, log};
+// -- Models -------------------------------------------------------------------------------
+
+const AXES = ["capability", "speed", "reliability"];
+const num = (v, digits = 3) => v === null || v === undefined ? "–" : Number(v).toFixed(digits);
+
+// The decision of an explain answer as the walk the failover loop would make: each model in
+// order, the first with its plan (routes tried in order, routes passed over and why).
+function drawWalk(box, r) {
+  const t = r.target;
+  const plan = r.plan;
+  const order = r.order && r.order.length ? r.order : [plan.model];
+  box.replaceChildren(
+    el("p", {class: "verdict"}, `${r.model_field} → `, el("strong", {class: "target", text: t.kind === "model" ? t.model : `${t.kind} ${t.name || ""}`}),
+      t.rule ? ` (rule ${t.rule})` : "", t.ordering ? ` · ordering ${t.ordering}` : "",
+      r.exploration ? ` · exploration ${r.exploration}` : "", r.degraded ? " · degraded" : ""),
+    el("ol", {class: "walk"}, ...order.map((m, i) => el("li", {dataset: {model: m}},
+      el("strong", {text: m}),
+      i === 0 ? el("span", {text: ` · plan ${plan.reason}${plan.pinned ? " (pinned)" : ""}`}) : null,
+      i === 0 ? el("ol", {class: "routes"}, ...plan.candidates.map((c) => el("li", {dataset: {endpoint: c.endpoint}},
+        `${c.endpoint} (${c.kind}, ${c.upstream_model}${c.credential_id ? ", " + c.credential_id : ""})${c.probe ? " · half-open probe" : ""}`))) : null,
+      i === 0 && plan.skipped.length ? el("p", {class: "skipped", text: "passed over: " + plan.skipped.map((k) =>
+        `${k.endpoint} ${k.reason}${k.until ? " until " + time(k.until) : ""}${k.limit ? ` (limit ${k.limit}, ${k.in_flight} in flight)` : ""}`).join("; ")}) : null))),
+    ...(r.excluded || []).map((x) => el("p", {class: "excluded", text: `excluded ${x.model}: ${x.reason}`})),
+    ...(r.refused || []).map((x) => el("p", {class: "excluded", text: `refused ${x.model}: ${x.reason} (${x.message})`})));
+}
+
+function models() {
+  const box = document.getElementById("models");
+  const routeRows = (model, health) => Object.entries((health.load || {})[model] || {}).map(([endpoint, load]) => {
+    const st = health.endpoints[endpoint] || {};
+    const cooling = load.cooling_until && load.cooling_until > Date.now() / 1000;
+    return el("tr", {dataset: {endpoint}},
+      el("td", {text: endpoint}),
+      el("td", {class: "availability", text: st.availability === undefined ? "–" : `${(st.availability * 100).toFixed(1)}%`}),
+      el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || "–"}),
+      el("td", {text: st.benched_until ? `until ${time(st.benched_until)}${st.bench_reason ? ` (${st.bench_reason})` : ""}` : "–"}),
+      el("td", {text: cooling ? `until ${time(load.cooling_until)}` : "–"}),
+      el("td", {class: "capacity", text: `${load.in_flight} in flight / ${load.learned_limit === null ? "no limit learned" : `limit ${num(load.learned_limit, 1)} (${load.limit_reason})`}`}),
+      el("td", {text: `${ms(load.ttft_baseline_ms)} / ${ms(load.ttft_recent_ms)}`}));
+  });
+  const routewise = (rw) => !rw ? null : el("table", {class: "routewise"},
+    el("caption", {text: `RouteWise candidates, priced for ${rw.prompt_tokens} prompt tokens`}),
+    el("thead", {}, el("tr", {}, ...["Route", "Effective cost (USD)", "Latency", "Samples", "LP weight", "Excluded"].map((h) => el("th", {text: h})))),
+    el("tbody", {}, ...rw.candidates.map((c) => el("tr", {dataset: {endpoint: c.endpoint}},
+      el("td", {text: c.endpoint}), el("td", {text: c.effective_cost_usd === null ? "–" : c.effective_cost_usd.toPrecision(3)}),
+      el("td", {text: `${ms(c.latency_ms)}${c.profiled ? "" : " (unprofiled)"}`}), el("td", {text: c.samples}),
+      el("td", {class: "lp", text: num(c.lp_weight)}), el("td", {text: c.excluded || ""})))));
+  const load = coalesced(async () => {
+    const [health, steer, ranked] = await Promise.all([
+      api("GET", "/health/deep"), admin("steering", "get"),
+      // Every enabled catalogue model with its axis scores and multipliers, ranked dry.
+      api("POST", "/admin/routing/explain", {body: {model: "auto:smartest", messages: [{role: "user", content: "hi"}]}})
+        .catch(() => ({candidates: []})),
+    ]);
+    const scored = Object.fromEntries(ranked.candidates.map((c) => [c.model, c]));
+    const w = steer.profile === "priority" ? null : steer.weights;
+    document.getElementById("profile-note").textContent = w
+      ? `Profile ${steer.profile}: score = (${AXES.map((a, i) => `${w[i]}·${a}`).join(" + ")}) × allowance × rate limit multipliers.`
+      : "Profile priority: chains keep their order; the scores are shown for reference.";
+    const ids = [...new Set([...Object.keys(health.load || {}), ...Object.keys(steer.evidence)])].sort();
+    box.replaceChildren(...ids.map((id) => {
+      const c = scored[id];
+      const ev = steer.evidence[id] || {};
+      const score = c && w ? AXES.reduce((s, a, i) => s + w[i] * c.scores[a], 0) * c.multipliers.allowance * c.multipliers.rate_limit : null;
+      return el("article", {class: "model-card", dataset: {model: id}},
+        el("h2", {text: id}),
+        el("dl", {class: "scores"},
+          ...AXES.flatMap((a) => [el("dt", {text: a}), el("dd", {dataset: {score: a}, text: c ? num(c.scores[a]) : "–"})]),
+          el("dt", {text: "allowance ×"}), el("dd", {dataset: {score: "allowance"}, text: num(ev.allowance_multiplier)}),
+          el("dt", {text: "rate limit ×"}), el("dd", {dataset: {score: "rate_limit"}, text: num(ev.rate_limit_multiplier)}),
+          el("dt", {text: "score"}), el("dd", {dataset: {score: "score"}, text: num(score)})),
+        el("p", {class: "evidence", text: `Evidence: ${ev.attempts || 0} attempts, success (EWMA) ${num(ev.reliability)}, TTFT ${ms(ev.ttft_ms)}, ${ev.tokens_per_second ? num(ev.tokens_per_second, 1) : "–"} tokens/s${ev.allowance_used !== null && ev.allowance_used !== undefined ? `, allowance used ${Math.round(ev.allowance_used * 100)}%` : ""}${ev.healthy === false ? ", no route can serve" : ""}`}),
+        el("table", {class: "routes"},
+          el("thead", {}, el("tr", {}, ...["Route", "Availability", "Circuit", "Bench", "Cooling", "Capacity", "TTFT baseline / recent"].map((h) => el("th", {text: h})))),
+          el("tbody", {}, ...routeRows(id, health))),
+        routewise((health.routewise || {})[id]));
+    }));
+  });
+  // Evidence moves with every request: re-read at most every 5 s while decisions arrive.
+  let last = 0, trailing = 0;
+  const soon = () => {
+    const wait = last + 5000 - Date.now();
+    if (wait <= 0) { last = Date.now(); load(); return; }
+    if (!trailing) trailing = setTimeout(() => { trailing = 0; soon(); }, wait);
+  };
+  document.getElementById("explain").addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const f = e.target.elements;
+    const out = document.getElementById("walk");
+    let body;
+    try { body = JSON.parse(f.body.value); } catch (err) {
+      out.replaceChildren(el("p", {class: "error", text: `not JSON: ${err.message}`}));
+      return;
+    }
+    const headers = f.caller.value ? {authorization: `Bearer ${f.caller.value}`} : {};
+    if (f.labels.value.trim()) headers["x-llmgw-metadata"] = f.labels.value.trim();
+    try {
+      drawWalk(out, await api("POST", "/admin/routing/explain", {path: f.path.value, body, headers}));
+    } catch (err) {
+      out.replaceChildren(el("p", {class: "error", text: `${err.param ? err.param + ": " : ""}${err.message}`}));
+    }
+  });
+  attempt(load).then(() => {
+    last = Date.now();
+    stream(["decision", "circuit", "bench", "capacity", "keypool", "admin"], (ev) => {
+      if (ev.kind !== "admin" || (ev.ok && ["steering", "routing", "config"].includes(ev.area))) soon();
+    });
+    ready();
+  });
+}
+
+// -- Spend and limits ---------------------------------------------------------------------
+
+function spend() {
+  const lBody = document.querySelector("#limits tbody");
+  const setForm = document.getElementById("set-limit");
+  const spendForm = document.getElementById("spend-filter");
+  const usd = (v) => `$${v < 0.01 ? v.toPrecision(3) : v.toFixed(2)}`;
+  const pct = (r) => `${Math.round(r * 100)}%`;
+  const axisCell = (axes, name) => {
+    const a = axes.find((x) => x.axis === name);
+    if (!a) return el("td", {text: "–"});
+    const level = a.ratio >= 1 ? "over" : a.ratio >= 0.8 ? "near" : "";
+    if (name !== "budget") return el("td", {class: `usage ${level}`, dataset: {axis: name}, text: `${a.used} / ${a.limit} (${pct(a.ratio)})`});
+    const state = a.exhausted ? "exhausted" : a.soft_crossed ? "soft" : "ok";
+    return el("td", {class: `usage ${level} budget-${state}`, dataset: {axis: name, state}},
+      `${usd(a.used)} / ${usd(a.limit)} per ${a.period} (${pct(a.ratio)})`,
+      a.soft_usd !== null ? el("span", {class: "soft", text: ` · soft ${usd(a.soft_usd)}${a.soft_crossed ? " crossed" : ""}`}) : null,
+      a.exhausted ? el("strong", {text: " · spent"}) : null);
+  };
+  const limits = coalesced(async () => {
+    const got = await admin("limits", "usage");
+    lBody.replaceChildren(...got.subjects.map((s) => el("tr", {dataset: {subject: s.subject}},
+      el("td", {text: s.subject}), el("td", {class: "closeness", text: pct(s.closeness)}),
+      axisCell(s.axes, "rpm"), axisCell(s.axes, "tpm"), axisCell(s.axes, "concurrency"), axisCell(s.axes, "budget"),
+      el("td", {}, el("button", {type: "button", class: "clear", "aria-label": `clear the limit of ${s.subject}`,
+        onclick: () => attempt(async () => { await admin("limits", "clear", {subject: s.subject}); await limits(); },
+          `limit of ${s.subject} cleared`)}, "Clear")))));
+  });
+  const chart = new TimeChart(document.getElementById("chart-spend"), "USD", new Intervals());
+  const report = coalesced(async () => {
+    const f = spendForm.elements;
+    const args = {group_by: f.group_by.value, per_day: true};
+    if (f.since.value) args.since = /^\d+(\.\d+)?$/.test(f.since.value) ? Number(f.since.value) : f.since.value;
+    if (f.until.value) args.until = /^\d+(\.\d+)?$/.test(f.until.value) ? Number(f.until.value) : f.until.value;
+    const got = await admin("spend", "report", args);
+    document.getElementById("spend-total").textContent = `Total ${usd(got.total_usd)} from ${stamp(got.since)} to ${stamp(got.until)}`;
+    document.querySelector("#spend tbody").replaceChildren(...got.groups.map((g) => el("tr", {dataset: {group: g[got.group_by]}},
+      el("td", {text: g[got.group_by] || "(none)"}), el("td", {text: g.requests}), el("td", {text: g.prompt_tokens}),
+      el("td", {text: g.completion_tokens}), el("td", {class: "usd", text: usd(g.cost_usd)}), el("td", {text: g.estimated_requests}))));
+    const first = Math.floor(got.since / 86400), last = Math.floor((got.until - 1) / 86400);
+    const xs = [];
+    for (let d = Math.max(first, last - 365); d <= last; d++) xs.push(d * 86400);
+    const names = got.groups.map((g) => g[got.group_by]);
+    chart.show(xs, 86400, names.map((n) => ({name: n || "(none)", values: xs.map((x) => {
+      const hit = got.days.find((d) => d.day === x && d[got.group_by] === n);
+      return hit ? Number(hit.cost_usd.toPrecision(6)) : 0;
+    })})));
+  });
+  setForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const f = setForm.elements;
+    const args = {subject: f.subject.value.trim()};
+    for (const k of ["rpm", "tpm", "concurrency"]) if (f[k].value) args[k] = Number(f[k].value);
+    if (f.budget_usd.value) { args.budget_usd = Number(f.budget_usd.value); args.budget_period = f.budget_period.value; }
+    if (f.soft_fraction.value) args.soft_fraction = Number(f.soft_fraction.value);
+    attempt(async () => { await admin("limits", "set", args); await limits(); }, `limit of ${args.subject} set`);
+  });
+  spendForm.addEventListener("submit", (e) => { e.preventDefault(); attempt(report); });
+  Promise.all([attempt(limits), attempt(report)]).then(() => {
+    // A budget crossing, a limit changed anywhere, a lease released: read the usage again.
+    stream(["budget", "limits", "admin"], (ev) => {
+      if (ev.kind !== "admin" || (ev.ok && ev.area === "limits")) limits();
+      if (ev.kind === "budget") report();
+    });
+    ready();
+  });
+}
+
+// -- Replay reports -----------------------------------------------------------------------
+
+function reports() {
+  const pick = document.getElementById("report-pick");
+  const note = document.getElementById("reports-note");
+  const secs = (v) => v === null || v === undefined ? "–" : `${v.toFixed(3)} s`;
+  const usd = (v) => v === null || v === undefined ? "–" : v.toFixed(4);
+  const files = (name) => `/dashboard/report-files/${encodeURIComponent(name)}/`;
+  // The table of ``report.json`` (the columns of its report.md), and the plots beside it.
+  const show = (title, report, plots) => {
+    document.getElementById("report").hidden = false;
+    document.getElementById("report-title").textContent = title;
+    document.getElementById("report-meta").textContent =
+      `seed ${report.seed} · ${Object.keys(report.configs).length} configs`;
+    const rows = Object.entries(report.configs).map(([name, c]) => el("tr", {dataset: {config: name}},
+      el("td", {text: name}), el("td", {class: "served", text: `${(100 * c.served_share).toFixed(1)} %`}),
+      el("td", {text: Object.entries(c.errors).map(([k, v]) => `${k}: ${v}`).join(", ") || "none"}),
+      el("td", {class: "ttft", text: secs(c.ttft_mean)}), el("td", {text: secs(c.ttft_p50)}),
+      el("td", {text: secs(c.ttft_p99)}), el("td", {text: c.slo_violations}),
+      el("td", {class: "cost", text: usd(c.cost_usd)}), el("td", {text: c.attempts_per_request.toFixed(2)}),
+      el("td", {text: c.rate_limited_attempts}), el("td", {text: c.transitions["bench:benched"] || 0}),
+      el("td", {text: c.transitions["circuit:open"] || 0})));
+    const o = report.oracle || {};
+    rows.push(el("tr", {class: "oracle"}, el("td", {}, el("em", {text: "oracle"})), el("td", {text: "100.0 %"}),
+      el("td"), el("td", {text: secs(o.ttft_mean)}), el("td"), el("td"), el("td"),
+      el("td", {text: usd(o.cost_usd)}), el("td"), el("td"), el("td"), el("td")));
+    document.querySelector("#report-table tbody").replaceChildren(...rows);
+    document.getElementById("report-plots").replaceChildren(...plots.map(([name, url]) =>
+      el("figure", {}, el("img", {src: url, alt: `plot ${name}`, loading: "lazy"}), el("figcaption", {text: name}))));
+  };
+  const open = async (entry) => {
+    const resp = await fetch(files(entry.name) + "report.json", {credentials: "same-origin"});
+    if (!resp.ok) throw new Error(`report ${entry.name}: HTTP ${resp.status}`);
+    const pngs = entry.files.filter((f) => f.endsWith(".png"));
+    show(entry.name, await resp.json(), pngs.map((f) => [f, files(entry.name) + encodeURIComponent(f)]));
+    document.getElementById("report-files").replaceChildren("Files: ", ...entry.files.flatMap((f, i) =>
+      [i ? ", " : "", el("a", {href: files(entry.name) + encodeURIComponent(f), text: f})]));
+  };
+  document.getElementById("report-upload").addEventListener("change", (e) => {
+    const file = e.target.files[0];
+    if (!file) return;
+    attempt(async () => {
+      let report;
+      try { report = JSON.parse(await file.text()); } catch (err) { throw new Error(`${file.name}: not JSON`); }
+      if (!report || typeof report.configs !== "object") throw new Error(`${file.name}: not a replay report.json`);
+      show(file.name, report, []);
+      document.getElementById("report-files").textContent = "Opened from this computer: no plots.";
+    }, `opened ${file.name}`);
+  });
+  attempt(async () => {
+    const got = await api("GET", "/reports");
+    if (!got.configured) note.textContent = "No reports folder configured (dashboard.reports_dir): open a report.json instead.";
+    else if (!got.reports.length) note.textContent = "The reports folder holds no report yet.";
+    pick.replaceChildren(...got.reports.map((r) => el("option", {value: r.name, text: `${r.name} (${stamp(r.modified)})`})));
+    pick.disabled = !got.reports.length;
+    pick.addEventListener("change", () => attempt(() => open(got.reports.find((r) => r.name === pick.value))));
+    if (got.reports.length) await open(got.reports[0]);
+  }).then(ready);
+}
+
+const PAGES = {overview, events, chains, models, rules, weights, keys, spend, log, reports};
 const run = PAGES[document.body.dataset.page];
 if (run) Promise.resolve(run()).catch((err) => flash(err.message, true));

@@ -136,6 +136,10 @@ async def test_a_fallback_only_route_reports_effective_weight_zero_and_its_confi
 ) -> None:
     await start_model(8001, 8002)
 
-    weights = {r.endpoint: (r.weight, r.configured_weight) for r in (await status(bus)).routes}
+    weights = {
+        r.endpoint: (r.weight, r.configured_weight, r.fallback_only, r.overridden)
+        for r in (await status(bus)).routes
+    }
 
-    assert weights == {A: (1.0, 1.0), B: (0.0, 1.0)}
+    # Marked as a backup, not overridden: the dashboard must not offer to "restore" it.
+    assert weights == {A: (1.0, 1.0, False, False), B: (0.0, 1.0, True, False)}

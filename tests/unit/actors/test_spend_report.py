@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from bus import InProcessBus
+    from tests.unit.actors.log_databases import LogDatabase
 
 H = 3600.0
 T = 1_800_000_000.0 - 1_800_000_000.0 % H  # an hour boundary
@@ -51,10 +52,9 @@ def _done(ts: float, key: str, usd: float, *, estimated: bool = False) -> Reques
 
 async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_log(
     bus: InProcessBus,
-    tmp_path: Path,
+    log_db: LogDatabase,
 ) -> None:
-    path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(flush_ms=10_000), clock=lambda: T + 10 * H)
+    store = StoreActor(log_db.config, LogConfig(flush_ms=10_000), clock=lambda: T + 10 * H)
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         # 0.5 h before the range, in its first partial hour, two whole hours, the last
@@ -92,9 +92,8 @@ async def test_a_report_adds_whole_hours_from_aggregates_and_the_edges_from_the_
         },
     ]
     assert whole["groups"][0]["cost_usd"] == 1.0  # inside one hour: from the log alone
-    with sqlite3.connect(path) as db:
-        hours = db.execute("SELECT COUNT(*), SUM(requests) FROM spend_hourly").fetchone()
-    assert hours == (6, 7)
+    (hours,) = await log_db.fetch("SELECT COUNT(*) AS n, SUM(requests) AS r FROM spend_hourly")
+    assert (hours["n"], hours["r"]) == (6, 7)
 
 
 async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
@@ -118,3 +117,35 @@ async def test_the_aggregates_of_a_log_written_before_them_are_built_at_start(
         got = await _report(bus, since=T, until=T + 5 * H)
         store.request_stop()
     assert [(g["model"], g["requests"], g["cost_usd"]) for g in got["groups"]] == [("m", 1, 2.0)]
+
+
+async def test_a_report_per_day_splits_each_group_by_utc_day_aggregates_and_edges_alike(
+    bus: InProcessBus,
+    log_db: LogDatabase,
+) -> None:
+    day = 86_400.0
+    d = T - T % day  # a UTC midnight
+    store = StoreActor(log_db.config, LogConfig(flush_ms=10_000), clock=lambda: d + day)
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        # The first partial hour (log), whole hours on both sides of midnight (aggregates),
+        # and the last partial hour (log).
+        for ts, key, usd in (
+            (d - 2.1 * H, "gk-a", 1.0),
+            (d - 1.5 * H, "gk-a", 2.0),
+            (d + 0.5 * H, "gk-a", 4.0),
+            (d + 0.7 * H, "gk-b", 8.0),
+            (d + 5.2 * H, "gk-b", 16.0),
+        ):
+            await log(bus, _done(ts, key, usd))
+        got = await _report(
+            bus, since=d - 2.25 * H, until=d + 5.5 * H, group_by="key", per_day=True
+        )
+        plain = await _report(bus, since=d - 2.25 * H, until=d + 5.5 * H, group_by="key")
+        store.request_stop()
+    assert [(x["day"], x["key"], x["cost_usd"], x["requests"]) for x in got["days"]] == [
+        (d - day, "gk-a", 3.0, 2),
+        (d, "gk-a", 4.0, 1),
+        (d, "gk-b", 24.0, 2),
+    ]
+    assert got["groups"] == plain["groups"] and "days" not in plain

@@ -1,9 +1,9 @@
 """StoreActor: batches answered once committed and committed once, batching, the bounded queue
-refusing (never losing) a batch, clean stop, admin verbs."""
+refusing (never losing) a batch, clean stop, admin verbs; the contract suite, run over both
+of the request log's databases (``log_db``: SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +11,6 @@ import anyio
 import pytest
 
 from actors import StoreActor
-from actors.stores.spend_report import SPEND_HOURLY
 from bus import InProcessBus
 from schemas import (
     AdminCommand,
@@ -23,8 +22,9 @@ from schemas import (
     RequestCompleted,
     subjects,
 )
-from schemas.config import LogConfig
+from schemas.config import DatabaseConfig, LogConfig
 from tests.unit.actors import WAIT
+from tests.unit.actors.log_databases import LogDatabase
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -36,12 +36,6 @@ async def bus() -> AsyncIterator[InProcessBus]:
     b = InProcessBus()
     yield b
     await b.aclose()
-
-
-def db_rows(path: Path, where: str = "") -> list[sqlite3.Row]:
-    with sqlite3.connect(path) as db:
-        db.row_factory = sqlite3.Row
-        return list(db.execute(f"SELECT * FROM request_log {where} ORDER BY id"))
 
 
 async def admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:
@@ -84,9 +78,9 @@ def obs(i: int, **kw: Any) -> Observation:
 
 
 async def test_store_with_fallback_request_writes_request_row_and_attempt_rows(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    store = StoreActor(str(tmp_path / "log.db"), LogConfig(flush_ms=10_000))
+    store = StoreActor(log_db.config, LogConfig(flush_ms=10_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         await put(
@@ -130,28 +124,25 @@ async def test_store_with_fallback_request_writes_request_row_and_attempt_rows(
 
 
 async def test_store_commits_a_full_batch_without_waiting_for_the_timer(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(batch_rows=5, flush_ms=60_000))
+    store = StoreActor(log_db.config, LogConfig(batch_rows=5, flush_ms=60_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         for i in range(5):
             await put(bus, i + 1, obs(i))
         for _ in range(int(WAIT / 0.005)):  # bounded: another connection sees the commit
-            if len(db_rows(path)) == 5:
+            if len(await log_db.rows()) == 5:
                 break
             await anyio.sleep(0.005)
         store.request_stop()
-    assert len(db_rows(path)) == 5
+    assert len(await log_db.rows()) == 5
 
 
 async def test_store_with_full_queue_refuses_a_batch_never_blocking_and_takes_it_later(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    store = StoreActor(
-        str(tmp_path / "log.db"), LogConfig(batch_rows=10, queue_rows=10, flush_ms=60_000)
-    )
+    store = StoreActor(log_db.config, LogConfig(batch_rows=10, queue_rows=10, flush_ms=60_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         # Publishing never yields, so all 25 reach the store before its flusher can run.
@@ -185,14 +176,13 @@ async def test_store_with_full_queue_refuses_a_batch_never_blocking_and_takes_it
 
 
 async def test_store_answers_a_batch_once_committed_and_commits_a_resent_one_once(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    path = tmp_path / "log.db"
     done = RequestCompleted(request_id="r1", model="m", cost_usd=0.5, ts=time.time())
     sent = batch(1, obs(1), done)
     answers = []
     for _ in range(2):  # the second store is a restart: it knows the batch from the file
-        store = StoreActor(str(path), LogConfig(flush_ms=10))
+        store = StoreActor(log_db.config, LogConfig(flush_ms=10))
         async with anyio.create_task_group() as tg:
             await tg.start(store.run, bus)
             for _ in range(2):  # as after a lost answer: the same batch again
@@ -214,7 +204,7 @@ async def test_store_answers_a_batch_once_committed_and_commits_a_resent_one_onc
         LogAppended(seq=1, duplicate=True),
         LogAppended(seq=1, duplicate=True),
     ]
-    assert [(r["kind"], r["request_id"]) for r in db_rows(path)] == [
+    assert [(r["kind"], r["request_id"]) for r in await log_db.rows()] == [
         ("request", "r1"),
         ("attempt", "r1"),
     ]
@@ -223,21 +213,21 @@ async def test_store_answers_a_batch_once_committed_and_commits_a_resent_one_onc
 
 
 async def test_store_on_clean_stop_commits_every_delivered_batch(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(batch_rows=1000, queue_rows=1000))
+    store = StoreActor(log_db.config, LogConfig(batch_rows=1000, queue_rows=1000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         for i in range(300):
             await put(bus, i + 1, obs(i))
         store.request_stop()  # the batches still sit in the subscription's queue
-    assert len(db_rows(path)) == 300
+    assert len(await log_db.rows()) == 300
 
 
-async def test_store_prune_deletes_rows_past_retention(bus: InProcessBus, tmp_path: Path) -> None:
-    path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(retention_days=1))
+async def test_store_prune_deletes_rows_past_retention(
+    bus: InProcessBus, log_db: LogDatabase
+) -> None:
+    store = StoreActor(log_db.config, LogConfig(retention_days=1))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         await put(bus, 1, obs(1))
@@ -253,13 +243,13 @@ async def test_store_prune_deletes_rows_past_retention(bus: InProcessBus, tmp_pa
         result = await admin(bus, "prune")
         store.request_stop()
     assert result == {"deleted": 1}
-    assert [r["request_id"] for r in db_rows(path)] == ["r1"]
+    assert [r["request_id"] for r in await log_db.rows()] == ["r1"]
 
 
 async def test_store_with_unknown_verb_or_bad_args_replies_invalid_request(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    store = StoreActor(str(tmp_path / "log.db"), LogConfig())
+    store = StoreActor(log_db.config, LogConfig())
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         unknown = await bus.request(
@@ -292,10 +282,9 @@ async def committed(bus: InProcessBus, rows: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize("verb", ["query", "flush"])
 async def test_store_keeps_committing_on_its_own_after_a_query_or_flush(
-    bus: InProcessBus, tmp_path: Path, verb: str
+    bus: InProcessBus, log_db: LogDatabase, verb: str
 ) -> None:
-    path = tmp_path / "log.db"
-    store = StoreActor(str(path), LogConfig(batch_rows=4, flush_ms=20))
+    store = StoreActor(log_db.config, LogConfig(batch_rows=4, flush_ms=20))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         await put(bus, 1, obs(0))
@@ -311,30 +300,94 @@ async def test_store_keeps_committing_on_its_own_after_a_query_or_flush(
         store.request_stop()
     assert (timer["written"], timer["pending"]) == (4, 0)
     assert (batches["written"], batches["pending"]) == (12, 0)
-    assert len(db_rows(path)) == 12
+    assert len(await log_db.rows()) == 12
 
 
 async def test_store_with_a_failed_write_refuses_the_batch_and_commits_it_once_when_sent_again(
-    bus: InProcessBus, tmp_path: Path
+    bus: InProcessBus, log_db: LogDatabase
 ) -> None:
-    path = tmp_path / "log.db"
     sent = batch(1, obs(1), RequestCompleted(request_id="r1", model="m", ts=time.time()))
-    store = StoreActor(str(path), LogConfig())
+    store = StoreActor(log_db.config, LogConfig())
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        with sqlite3.connect(path) as db:  # the write fails after the rows went in
-            db.execute("DROP TABLE spend_hourly")
+        # The write fails after the rows went in: their table is away.
+        await log_db.execute("ALTER TABLE spend_hourly RENAME TO spend_hourly_away")
         failed = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
-        with sqlite3.connect(path) as db:
-            for stmt in SPEND_HOURLY.statements:
-                db.execute(stmt)
+        await log_db.execute("ALTER TABLE spend_hourly_away RENAME TO spend_hourly")
         again = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
         stats = await admin(bus, "stats")
         store.request_stop()
     assert isinstance(failed, ErrorReply) and failed.retryable
     assert again == LogAppended(seq=1)
     assert stats["refused_write_failed"] == 1
-    assert [(r["kind"], r["request_id"]) for r in db_rows(path)] == [
+    assert [(r["kind"], r["request_id"]) for r in await log_db.rows()] == [
         ("request", "r1"),
         ("attempt", "r1"),
     ]
+
+
+async def test_two_stores_on_one_postgres_given_the_same_batches_at_once_commit_each_once(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # Two actor hosts (each its own bus and store) sharing the database, as during a
+    # takeover: an ingress that lost an answer sends the batch to the other host.
+    database = DatabaseConfig(path=str(tmp_path / "llmgw.db"), url=postgres_url)
+    log_db = LogDatabase("postgres", database)
+    buses = [InProcessBus(), InProcessBus()]
+    stores = [StoreActor(database, LogConfig(flush_ms=10)) for _ in buses]
+    answers: list[LogAppended] = []
+
+    async def send(bus: InProcessBus, sent: LogAppend) -> None:
+        reply = await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+        assert isinstance(reply, LogAppended), reply
+        answers.append(reply)
+
+    async with anyio.create_task_group() as tg:
+        for store, bus in zip(stores, buses, strict=True):
+            await tg.start(store.run, bus)
+        await send(buses[0], batch(1, obs(0)))  # the sender is known to the database
+        for seq in range(2, 12):
+            sent = batch(seq, obs(seq), RequestCompleted(request_id=f"r{seq}", cost_usd=1.0))
+            async with anyio.create_task_group() as both:
+                for bus in buses:
+                    both.start_soon(send, bus, sent)
+        for store in stores:
+            store.request_stop()
+    for bus in buses:
+        await bus.aclose()
+    fresh = sorted(a.seq for a in answers if not a.duplicate)
+    assert fresh == list(range(1, 12))  # each batch taken by exactly one of the two
+    assert len(await log_db.rows("WHERE kind = 'attempt'")) == 11
+    (spend,) = await log_db.fetch(
+        "SELECT SUM(requests) AS n, SUM(cost_usd) AS usd FROM spend_hourly"
+    )
+    assert (spend["n"], spend["usd"]) == (10, 10.0)
+
+
+async def test_store_on_postgres_that_lost_its_connections_commits_the_next_batch_once(
+    bus: InProcessBus, postgres_url: str, tmp_path: Path
+) -> None:
+    database = DatabaseConfig(path=str(tmp_path / "llmgw.db"), url=postgres_url)
+    log_db = LogDatabase("postgres", database)
+    sent = batch(1, obs(1), RequestCompleted(request_id="r1", model="m", ts=time.time()))
+    store = StoreActor(database, LogConfig())
+    answers: list[LogAppended | ErrorReply] = []
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        # The database restarted (or a proxy dropped it): every connection of the store ends.
+        await log_db.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        for _ in range(2):  # as its ingress does: sent again while refused
+            answers.append(
+                await bus.request(subjects.LOG_APPEND, sent, reply_type=LogAppended, timeout=WAIT)
+            )
+            if isinstance(answers[-1], LogAppended):
+                break
+        store.request_stop()
+    # Reconnected: refused at most once (a write on a connection not yet seen closed), then
+    # committed, once.
+    assert answers[-1] == LogAppended(seq=1), answers
+    assert all(isinstance(a, ErrorReply) and a.retryable for a in answers[:-1])
+    assert [r["request_id"] for r in await log_db.rows()] == ["r1", "r1"]

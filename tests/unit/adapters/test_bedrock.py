@@ -3,16 +3,18 @@ exception events mid-stream, and signing from botocore's credential chain."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import TYPE_CHECKING
 
 import pytest
 
 from gateway.adapters.base import UpstreamTarget
+from gateway.adapters.bedrock import BedrockAdapter
 from gateway.adapters.registry import make_adapters, make_http_client
 from schemas import UpstreamBadResponseError, UpstreamError
 from schemas.bedrock_settings import BedrockSettings
-from tests.fixtures.upstream import Reply
+from tests.fixtures.upstream import Held, Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
 from tests.fixtures.upstream_bedrock import exception as exception_frame
 
@@ -206,7 +208,7 @@ async def test_answer_without_an_output_message_is_a_bad_response(
         await adapter.complete(_target(fake_bedrock), HI)
 
 
-async def test_embeddings_are_refused_with_a_400_that_spares_the_endpoint(
+async def test_embeddings_on_a_model_of_no_embeddings_family_are_a_400_sparing_the_endpoint(
     fake_bedrock: FakeBedrock, adapter: Adapter
 ) -> None:
     with pytest.raises(UpstreamError) as err:
@@ -214,3 +216,88 @@ async def test_embeddings_are_refused_with_a_400_that_spares_the_endpoint(
 
     assert err.value.status == 400 and not err.value.counts_against_endpoint
     assert fake_bedrock.requests == []
+
+
+# -- embeddings: InvokeModel ------------------------------------------------------------------
+
+TITAN, COHERE = "amazon.titan-embed-text-v2:0", "cohere.embed-multilingual-v3"
+
+
+def _embed_target(up: FakeBedrock, model: str) -> UpstreamTarget:
+    return dataclasses.replace(_target(up), upstream_model=model)
+
+
+async def test_titan_embeds_one_input_per_signed_invoke_with_the_dimensions(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    body = {"model": "m", "input": ["one", "two", "three"], "dimensions": 256}
+
+    answer = await adapter.embed(_embed_target(fake_bedrock, TITAN), body)
+
+    assert {(r.model, r.path.rsplit("/", 1)[1]) for r in fake_bedrock.requests} == {
+        (TITAN, "invoke")
+    }
+    assert sorted(r.json["inputText"] for r in fake_bedrock.requests) == ["one", "three", "two"]
+    assert all(r.json["dimensions"] == 256 for r in fake_bedrock.requests)
+    assert all(r.credential == BEDROCK_KEY for r in fake_bedrock.requests)  # signature checked
+    vectors = [item["embedding"] for item in answer["data"]]
+    assert [len(v) for v in vectors] == [256] * 3 and len({tuple(v) for v in vectors}) == 3
+    per_call = fake_bedrock.prompt_tokens
+    assert answer["usage"] == {"prompt_tokens": 3 * per_call, "total_tokens": 3 * per_call}
+    assert answer["model"] == TITAN
+
+
+async def test_titan_batch_keeps_at_most_embed_parallel_invokes_in_flight(
+    fake_bedrock: FakeBedrock,
+) -> None:
+    http = make_http_client()
+    try:
+        adapter = BedrockAdapter(http, embed_parallel=2)
+        fake_bedrock.set_default(Held())
+        body = {"model": "m", "input": ["a", "b", "c", "d", "e"]}
+        task = asyncio.create_task(adapter.embed(_embed_target(fake_bedrock, TITAN), body))
+        await fake_bedrock.wait_for_requests(2)
+        fake_bedrock.release_held()
+        answer = await task
+    finally:
+        await http.aclose()
+
+    assert [item["index"] for item in answer["data"]] == [0, 1, 2, 3, 4]
+    assert len(fake_bedrock.requests) == 5 and fake_bedrock.max_in_flight == 2
+
+
+async def test_cohere_embeds_the_batch_in_one_invoke_counting_the_header_tokens(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    body = {"model": "m", "input": ["a", "b"], "encoding_format": "base64"}
+
+    answer = await adapter.embed(_embed_target(fake_bedrock, COHERE), body)
+
+    (rec,) = fake_bedrock.requests
+    assert rec.json == {"texts": ["a", "b"], "input_type": "search_document"}
+    assert rec.headers["content-type"] == rec.headers["accept"] == "application/json"
+    assert all(isinstance(item["embedding"], str) for item in answer["data"])  # base64
+    assert answer["usage"]["prompt_tokens"] == fake_bedrock.prompt_tokens
+
+
+async def test_cohere_with_dimensions_is_a_400_and_sends_nothing(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    body = {"model": "m", "input": "a", "dimensions": 256}
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.embed(_embed_target(fake_bedrock, COHERE), body)
+
+    assert err.value.status == 400 and not err.value.counts_against_endpoint
+    assert fake_bedrock.requests == []
+
+
+async def test_throttled_invoke_is_a_rate_limit_for_the_whole_batch(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    fake_bedrock.enqueue(Reply(429, headers={"Retry-After": "3"}))
+
+    with pytest.raises(UpstreamError) as err:
+        await adapter.embed(_embed_target(fake_bedrock, TITAN), {"model": "m", "input": ["a", "b"]})
+
+    assert (err.value.status, err.value.kind, err.value.retry_after) == (429, "rate_limited", 3.0)

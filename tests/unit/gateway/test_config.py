@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from actors.strategies import register_missing_strategy, validate_strategy
-from gateway.process.config import ConfigError, load_config, parse_config
+from gateway.process.config import ConfigError, load_config, load_sections, parse_config
+from gateway.process.shared_database import SharedDatabaseRequiredError, require_shared_database
 
 
 def _error(text: str) -> str:
@@ -290,3 +291,40 @@ def test_config_routewise_example_in_docs_is_valid(monkeypatch: pytest.MonkeyPat
     cfg = load_config(Path(__file__).resolve().parents[3] / "docs" / "routewise-example.yaml")
     assert cfg.models[0].router == "routewise"
     assert [r.provider_type for r in cfg.models[0].route] == ["on_demand", "on_demand", "quota"]
+
+
+def test_config_database_url_must_be_postgresql_and_never_shows_in_repr() -> None:
+    config = parse_config("database: {url: 'postgresql://gw:s3cret-pw@db:5432/llmgw'}")
+    assert config.database.url == "postgresql://gw:s3cret-pw@db:5432/llmgw"
+    assert "s3cret-pw" not in repr(config)
+    msg = _error("database: {url: 'mysql://gw:s3cret-pw@db/llmgw'}")
+    assert "database.url" in msg and "postgresql://" in msg and "s3cret-pw" not in msg
+
+
+def test_config_database_url_env_var_wins_and_reaches_the_operator_commands(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LLMGW_DATABASE_URL", "postgresql://gw:pw@db/from-env")
+    file = tmp_path / "gw.yaml"
+    file.write_text("database: {path: x.db, url: 'postgresql://gw:pw@db/from-file'}\n")
+    assert load_config(file).database.url == "postgresql://gw:pw@db/from-env"
+    picked = load_sections(file, "bus", "database").database
+    assert (picked.path, picked.url) == ("x.db", "postgresql://gw:pw@db/from-env")
+    monkeypatch.setenv("LLMGW_DATABASE_URL", "sqlite:///s3cret-pw")
+    with pytest.raises(ConfigError) as exc:
+        load_config(file)
+    assert "LLMGW_DATABASE_URL" in str(exc.value) and "s3cret-pw" not in str(exc.value)
+
+
+def test_a_second_actor_host_without_a_shared_database_is_refused_naming_the_remedy() -> None:
+    sqlite = parse_config("database: {path: /var/lib/llmgw/gw.db}")
+    require_shared_database(sqlite, {"node-a"}, node_id="node-a")  # alone: the file will do
+    with pytest.raises(SharedDatabaseRequiredError) as exc:
+        require_shared_database(sqlite, {"node-a", "node-b"}, node_id="node-a")
+    msg = str(exc.value)
+    assert "node-b" in msg and "/var/lib/llmgw/gw.db" in msg
+    assert "database.url: postgresql://" in msg and "LLMGW_DATABASE_URL" in msg
+    shared = parse_config("database: {url: 'postgresql://gw@db/llmgw'}")
+    require_shared_database(shared, {"node-a", "node-b"}, node_id="node-a")
+    no_log = parse_config("log: {enabled: false}")
+    require_shared_database(no_log, {"node-a", "node-b"}, node_id="node-a")

@@ -1,0 +1,27 @@
+"""Several actor hosts on one NATS cluster: membership, placement with fencing, takeover.
+
+``ClusterHost`` (host.py) runs this host's share of the tree; ``Membership`` (heartbeats in
+a bucket with a TTL), ``owner_of``/``Owners`` (rendezvous placement, leases by
+compare-and-set) and ``FencedSnapshots`` (snapshots in JetStream, written only under a held
+lease) are its parts. Used only when ``cluster.enabled`` and the bus is NATS; the
+embedded default (in-process bus, SQLite snapshots) never loads it.
+"""
+
+from __future__ import annotations
+
+from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
+from actors.cluster.host import ClusterHost
+from actors.cluster.membership import HOSTS_BUCKET, Membership
+from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
+
+__all__ = [
+    "HOSTS_BUCKET",
+    "OWNERS_BUCKET",
+    "SNAPSHOTS_BUCKET",
+    "ClusterHost",
+    "FencedSnapshots",
+    "Lease",
+    "Membership",
+    "Owners",
+    "owner_of",
+]

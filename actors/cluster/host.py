@@ -1,0 +1,241 @@
+"""ClusterHost: this actors host's share of the tree, kept in step with membership.
+
+Each round (every heartbeat) the host refreshes its heartbeat, reads the live hosts,
+computes the owner of each top-level child of the tree (a *unit*: ``endpoints``,
+``models``, ``limits``, ...) with :func:`owner_of`, and then:
+
+- stops and releases a unit it runs but should not (another host joined: break before
+  make, the new owner claims it only once the entry is gone) or whose lease it lost;
+- claims and starts a unit it should run and does not, once nobody live holds it; it starts
+  from the unit's snapshots in JetStream.
+
+A host that cannot refresh its heartbeat stops every unit before its key can have lapsed
+(``ttl - heartbeat`` after the last acknowledged beat was sent), so the survivors' takeover
+never meets it still serving; its writes are fenced in any case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
+from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
+from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
+from actors.supervisor import Strategy, Supervisor
+from bus import BusClosedError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from actors.stores.snapshots import SnapshotStore
+    from actors.supervisor import ChildSpec
+    from bus import Bus, KeyValue
+    from schemas.config import ClusterConfig
+
+logger = logging.getLogger(__name__)
+
+_OPEN_ATTEMPTS = 15
+_MARGIN_S = 0.05  # a beat cut short by the deadline's timeout ends a hair before it
+
+
+class ClusterHost:
+    """Owns this host's running units, their leases and the heartbeat loop.
+
+    ``build(snapshots)`` describes the whole tree with ``snapshots`` as every actor's store;
+    the host runs only the units placed on it. ``reconcile`` raises nothing the bus raises
+    (a round that cannot reach JetStream is retried next round).
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        node_id: str,
+        settings: ClusterConfig,
+        build: Callable[[SnapshotStore | None], Supervisor],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.node_id = node_id
+        self.root = Supervisor("root", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0)
+        self._bus = bus
+        self._settings = settings
+        self._build = build
+        self._clock = clock
+        self._units = [s.name for s in build(None).specs]
+        self._leases: dict[str, Lease] = {}
+        self._lost: set[str] = set()  # units whose fenced write was refused
+        self._deadline = 0.0  # stop every unit past this (monotonic): the heartbeat lapsed
+        self._membership: Membership | None = None
+        self._owners: Owners | None = None
+        self._snapshots: KeyValue | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def units(self) -> list[str]:
+        """The units this host runs now, in tree order."""
+        return [u for u in self._units if u in self._leases]
+
+    async def start(self, admit: Callable[[list[str]], None] | None = None) -> None:
+        """Open, run a first round, then a round every heartbeat in the background.
+        ``admit`` is shown the live hosts before this one joins them and raises to refuse.
+        Raises BusClosedError when the buckets cannot be opened, what ``admit`` raises."""
+        await self.open()
+        if admit is not None:
+            assert self._membership is not None
+            admit(await self._membership.live())
+        await self.reconcile()
+        self._task = asyncio.create_task(self._loop(), name=f"cluster:{self.node_id}")
+
+    async def open(self) -> None:
+        """Open the buckets and start the (empty) root. Raises BusClosedError when
+        JetStream refuses the buckets for ``_OPEN_ATTEMPTS`` seconds."""
+        for attempt in range(1, _OPEN_ATTEMPTS + 1):
+            try:
+                await self._open_buckets()
+                break
+            except BusClosedError as exc:
+                # A cluster starting with us may have no JetStream leader yet.
+                if attempt == _OPEN_ATTEMPTS:
+                    raise
+                logger.warning("cluster buckets not ready (%s); retrying", exc.message)
+                await asyncio.sleep(1.0)
+        await self.root.start(self._bus)
+
+    async def _open_buckets(self) -> None:
+        replicas = self._settings.replicas
+        hosts = await self._bus.key_value(
+            HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
+        )
+        self._membership = Membership(hosts, self.node_id)
+        self._owners = Owners(await self._bus.key_value(OWNERS_BUCKET, replicas=replicas))
+        self._snapshots = await self._bus.key_value(SNAPSHOTS_BUCKET, replicas=replicas)
+
+    async def wait(self) -> None:
+        """Return (or raise) when the root ends."""
+        await self.root.wait()
+
+    async def aclose(self) -> None:
+        """Stop the loop, stop and release every unit, leave the membership."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.wait({self._task})
+        for unit in reversed(self.units):
+            await self._drop(unit, release=True)
+        await self.root.stop()
+        if self._membership is not None:
+            try:
+                await self._membership.leave()
+            except BusClosedError:
+                logger.info("left without removing the heartbeat: it lapses on its own")
+
+    async def reconcile(self) -> None:
+        """One round: heartbeat, then start and stop units to match the placement."""
+        assert self._membership is not None and self._owners is not None
+        sent = self._clock()
+        # While it runs units, a beat may take only until the lease deadline: a host cut off
+        # from JetStream must have stopped them before its key can lapse.
+        budget = self._deadline - sent if self._leases else None
+        try:
+            if budget is not None and budget <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(budget):
+                await self._membership.beat()
+                live = await self._membership.live()
+        except NodeIdInUseError as exc:
+            # Two processes under one id would each run "its" share: the one that finds its
+            # key rewritten by the other stops everything at once and waits for it to lapse.
+            logger.error(
+                "%s (another process, or our previous run not lapsed yet): running no unit "
+                "until it is gone",
+                exc,
+            )
+            for unit in reversed(self.units):
+                await self._drop(unit, release=False)
+            return
+        except (BusClosedError, TimeoutError) as exc:
+            if self._leases and self._clock() >= self._deadline - _MARGIN_S:
+                why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
+                logger.error("heartbeat lapsed (%s): stopping every unit", why)
+                for unit in reversed(self.units):
+                    await self._drop(unit, release=False)
+            return
+        self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
+        if self.node_id not in live:
+            live.append(self.node_id)  # the beat landed; a lagging listing must not hide us
+        try:
+            await self._place(live)
+        except BusClosedError as exc:
+            logger.warning("placement round cut short: %s", exc.message)
+
+    async def _place(self, live: list[str]) -> None:
+        assert self._owners is not None
+        for unit in reversed(self._units):  # stops in reverse tree order
+            lease = self._leases.get(unit)
+            if lease is None:
+                continue
+            if unit in self._lost or owner_of(unit, live) != self.node_id:
+                await self._drop(unit, release=True)
+            elif not await self._owners.holds(lease):
+                await self._drop(unit, release=False)
+        for unit in self._units:  # starts in tree order
+            if unit in self._leases or owner_of(unit, live) != self.node_id:
+                continue
+            lease = await self._owners.claim(unit, self.node_id, live)
+            if lease is not None:
+                await self._run(unit, lease)
+
+    async def _run(self, unit: str, lease: Lease) -> None:
+        assert self._owners is not None and self._snapshots is not None
+        self._lost.discard(unit)
+        store = FencedSnapshots(
+            self._snapshots, self._owners, lease, on_lost=lambda: self._lost.add(unit)
+        )
+        spec = _spec_named(self._build(store), unit)
+        index = sum(1 for u in self.units if self._units.index(u) < self._units.index(unit))
+        self._leases[unit] = lease
+        try:
+            await self.root.add_child(spec, index=index)
+        except Exception as exc:  # e.g. a peer unit it seeds from is not up yet: next round
+            logger.warning("unit %s did not start on %s: %r", unit, self.node_id, exc)
+            del self._leases[unit]
+            await self._owners.release(lease)
+            return
+        logger.info("%s owns %s (revision %d)", self.node_id, unit, lease.revision)
+
+    async def _drop(self, unit: str, *, release: bool) -> None:
+        lease = self._leases.pop(unit)
+        self._lost.discard(unit)
+        try:
+            await self.root.remove_child(unit)
+        except KeyError:
+            pass  # it had exited
+        if release and self._owners is not None:
+            try:
+                await self._owners.release(lease)
+            except BusClosedError:
+                logger.info("could not release %s: its entry lapses with our heartbeat", unit)
+        logger.info("%s gave up %s", self.node_id, unit)
+
+    async def _loop(self) -> None:
+        period = self._settings.heartbeat_seconds
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.reconcile()
+            except Exception:
+                # A round that failed must not end the loop: without it this host would keep
+                # its units with no heartbeat, while the others take them over.
+                logger.exception("cluster round failed on %s", self.node_id)
+                if self._clock() >= self._deadline:
+                    for unit in reversed(self.units):
+                        await self._drop(unit, release=False)
+
+
+def _spec_named(root: Supervisor, name: str) -> ChildSpec | Supervisor:
+    nested = root.nested(name)
+    if nested is not None:
+        return nested
+    return next(s for s in root.specs if s.name == name)

@@ -1,0 +1,269 @@
+"""Cluster hosts on one in-process bus: placement split, takeover, handback break before
+make, the lapse of a cut-off host, and fenced snapshot writes. Rounds are driven by hand
+(``reconcile``) under a fake clock, so nothing waits on time."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+
+from actors import ChildSpec, Supervisor
+from actors.cluster import (
+    OWNERS_BUCKET,
+    SNAPSHOTS_BUCKET,
+    ClusterHost,
+    FencedSnapshots,
+    Owners,
+    owner_of,
+)
+from bus import BusClosedError, InProcessBus, open_bus
+from schemas import RoutePlan, RouteRequest, subjects
+from schemas.config import ClusterConfig
+from tests.unit.actors import EchoActor, FakeClock, Journal
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from contextlib import AbstractAsyncContextManager
+
+    from actors import SnapshotStore
+    from bus import Bus, KeyValue, KvEntry
+
+UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
+SETTINGS = ClusterConfig(enabled=True, heartbeat_seconds=1.0, ttl_seconds=3.0)
+
+
+def tree(journal: Journal, snapshots: SnapshotStore | None) -> Supervisor:
+    return Supervisor(
+        "root",
+        children=[ChildSpec(u, functools.partial(EchoActor, u, journal)) for u in UNITS],
+    )
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    c = FakeClock()
+    c.now = 1000.0
+    return c
+
+
+@pytest.fixture
+async def shared(clock: FakeClock) -> AsyncIterator[InProcessBus]:
+    b = InProcessBus(clock=clock)
+    yield b
+    await b.aclose()
+
+
+@pytest.fixture
+async def hosts(shared: InProcessBus, clock: FakeClock) -> AsyncIterator[list[ClusterHost]]:
+    journal = Journal()
+    made = [
+        ClusterHost(shared, node, SETTINGS, functools.partial(tree, journal), clock=clock)
+        for node in ("host-a", "host-b")
+    ]
+    for host in made:
+        await host.open()
+    yield made
+    for host in made:
+        await host.aclose()
+
+
+def assert_one_owner(hosts: list[ClusterHost]) -> None:
+    """No unit runs on two hosts at once."""
+    a, b = (set(h.units) for h in hosts)
+    assert not a & b
+    for host in hosts:
+        for unit in host.units:
+            host.root.child(unit)  # running, not just recorded
+
+
+async def test_two_hosts_split_the_units_by_rendezvous_and_never_both_run_one(
+    hosts: list[ClusterHost], shared: InProcessBus
+) -> None:
+    a, b = hosts
+    await a.reconcile()  # alone so far: takes everything
+    assert a.units == list(UNITS)
+    for host in (b, a, b):  # b cannot take its share until a released it
+        await host.reconcile()
+        assert_one_owner(hosts)
+    live = ["host-a", "host-b"]
+    assert a.units == [u for u in UNITS if owner_of(u, live) == "host-a"]
+    assert b.units == [u for u in UNITS if owner_of(u, live) == "host-b"]
+    assert a.units and b.units
+    owners = await shared.key_value(OWNERS_BUCKET)
+    for host in hosts:
+        for unit in host.units:
+            entry = await owners.get(unit)
+            assert entry is not None and entry.value == host.node_id.encode()
+    for unit in UNITS:  # every unit answers on its subject, wherever it runs
+        reply = await shared.request(
+            subjects.model_route(unit), RouteRequest(model="m"), reply_type=RoutePlan, timeout=5
+        )
+        assert isinstance(reply, RoutePlan)
+
+
+async def test_a_host_whose_heartbeat_lapsed_loses_its_units_and_takes_them_back_after(
+    hosts: list[ClusterHost], clock: FakeClock
+) -> None:
+    a, b = hosts
+    for host in (a, b, a, b):
+        await host.reconcile()
+    share_a = list(a.units)
+    for _ in range(3):  # a stops beating for its TTL; b beats every heartbeat
+        clock.now += SETTINGS.heartbeat_seconds
+        await b.reconcile()
+    assert b.units == list(UNITS)  # b took a's share over by compare-and-set
+    await a.reconcile()  # a wakes past its lease deadline: it stops without releasing
+    assert a.units == []
+    assert_one_owner(hosts)
+    await a.reconcile()  # and beats again, but b holds its share: it waits
+    assert a.units == []
+    await b.reconcile()  # b hands a's share back: stops and releases first
+    assert_one_owner(hosts)
+    await a.reconcile()
+    assert_one_owner(hosts)
+    assert a.units == share_a
+
+
+async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_first_lapses(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    journal = Journal()
+    first, second = (
+        ClusterHost(shared, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
+        for _ in range(2)
+    )
+    for host in (first, second):
+        await host.open()
+    try:
+        await first.reconcile()
+        await second.reconcile()  # same id: its first beat finds the key taken
+        await first.reconcile()
+        assert (first.units, second.units) == (list(UNITS), [])
+        clock.now += SETTINGS.ttl_seconds  # the first one stops beating (it died)
+        await second.reconcile()
+        assert second.units == list(UNITS)
+    finally:
+        for host in (first, second):
+            await host.aclose()
+
+
+class _CuttableKv:
+    """A bucket that raises BusClosedError once ``cut``: a host cut off from JetStream."""
+
+    def __init__(self, inner: KeyValue, cut: list[bool]) -> None:
+        self.bucket = inner.bucket
+        self._inner = inner
+        self._cut = cut
+
+    def _live(self) -> KeyValue:
+        if self._cut[0]:
+            raise BusClosedError("cut off")
+        return self._inner
+
+    async def get(self, key: str) -> KvEntry | None:
+        return await self._live().get(key)
+
+    async def put(self, key: str, value: bytes) -> int:
+        return await self._live().put(key, value)
+
+    async def create(self, key: str, value: bytes) -> int:
+        return await self._live().create(key, value)
+
+    async def update(self, key: str, value: bytes, *, revision: int) -> int:
+        return await self._live().update(key, value, revision=revision)
+
+    async def delete(self, key: str, *, revision: int | None = None) -> None:
+        await self._live().delete(key, revision=revision)
+
+    async def keys(self) -> list[str]:
+        return await self._live().keys()
+
+    def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
+        return self._live().watch()
+
+
+class _CuttableBus(InProcessBus):
+    def __init__(self, inner: InProcessBus) -> None:
+        super().__init__()
+        self.inner = inner
+        self.cut = [False]
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+    ) -> KeyValue:
+        return _CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut)
+
+
+async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    cut_bus = _CuttableBus(shared)
+    host = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(tree, Journal()), clock=clock)
+    await host.open()
+    try:
+        await host.reconcile()
+        assert host.units == list(UNITS)
+        cut_bus.cut[0] = True
+        clock.now += SETTINGS.ttl_seconds - SETTINGS.heartbeat_seconds - 0.1
+        await host.reconcile()
+        assert host.units == list(UNITS)  # within the lease: keeps serving
+        clock.now += 0.1
+        await host.reconcile()
+        assert host.units == []  # before the key lapses (ttl after the last beat was sent)
+        hosts = await shared.key_value("llmgw_hosts", ttl=SETTINGS.ttl_seconds)
+        assert await hosts.get("host-a") is not None  # still counted live by the others
+    finally:
+        cut_bus.cut[0] = False
+        await host.aclose()
+        await cut_bus.aclose()
+
+
+@pytest.fixture(params=["inprocess", pytest.param("nats", marks=pytest.mark.nats)])
+async def two_connections(
+    request: pytest.FixtureRequest, shared: InProcessBus
+) -> AsyncIterator[tuple[Bus, Bus]]:
+    """The old and the new owner's buses: one in-process bus, or two NATS connections."""
+    if request.param == "inprocess":
+        yield shared, shared
+        return
+    url = request.getfixturevalue("nats_url")
+    old, new = await open_bus(url), await open_bus(url)
+    try:
+        yield old, new
+    finally:
+        await old.aclose()
+        await new.aclose()
+
+
+async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
+    two_connections: tuple[Bus, Bus],
+) -> None:
+    old_bus, new_bus = two_connections
+    unit = f"limits-{uuid.uuid4().hex}"  # the buckets outlive a test on a shared server
+    owners = Owners(await old_bus.key_value(OWNERS_BUCKET))
+    kv = await old_bus.key_value(SNAPSHOTS_BUCKET)
+    new_owners = Owners(await new_bus.key_value(OWNERS_BUCKET))
+    new_kv = await new_bus.key_value(SNAPSHOTS_BUCKET)
+    lost: list[str] = []
+    old_lease = await owners.claim(unit, "host-a", ["host-a", "host-b"])
+    assert old_lease is not None
+    assert await owners.claim(unit, "host-b", ["host-a", "host-b"]) is None  # a is live
+    old = FencedSnapshots(kv, owners, old_lease, on_lost=lambda: lost.append("a"))
+    await old.save(unit, b"v1", 0.0)
+
+    new_lease = await new_owners.claim(unit, "host-b", ["host-b"])  # a's heartbeat lapsed
+    assert new_lease is not None and new_lease.revision != old_lease.revision
+    new = FencedSnapshots(new_kv, new_owners, new_lease, on_lost=lambda: lost.append("b"))
+    assert await new.load(unit) == b"v1"  # the new owner starts from the last write
+    await old.save(unit, b"stale", 1.0)
+    await new.save(unit, b"v2", 2.0)
+
+    assert (old.refused, new.refused, lost) == (1, 0, ["a"])
+    entry: KvEntry | None = await kv.get(unit)
+    assert entry is not None and entry.value == b"v2"
+    assert not await owners.holds(old_lease)
+    await owners.release(old_lease)  # a lost lease is not released from its new owner
+    assert await owners.holds(new_lease)
