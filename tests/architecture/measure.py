@@ -2,8 +2,9 @@
 
 * a run-time trace of one non-streamed chat completion through the real server (Hypercorn on
   loopback, the in-process bus, a fake upstream): ``sys.setprofile`` restricted to the task that
-  runs the ASGI app for that request counts the production files it runs through, the switches
-  between files and the times control re-enters ``gateway/ingress/app.py``;
+  runs the ASGI app for that request counts the production files it runs through, the calls
+  from one production file into another (file switches) and the calls into
+  ``gateway/ingress/app.py`` from another file (control re-entering the app module);
 * the largest production files (lines);
 * production pairs of near-duplicate code of :data:`DUP_LINES`\\ + lines (normalised line
   windows hashed, runs of matching windows merged into one pair);
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import dis
 import hashlib
 import re
 import sys
@@ -217,8 +219,14 @@ def import_loops(graph: dict[str, set[str]]) -> list[set[str]]:
 # ---------------------------------------------------------------------------- run-time trace
 
 
+_RESUME = dis.opmap["RESUME"]
+
+
 class _Tracer:
-    """A profile hook counting production-file switches within the task that runs the app."""
+    """A profile hook counting calls between production files within the task that runs the
+    app. Only calls count, not returns nor a coroutine resuming after an await (its ``RESUME``
+    has a non-zero argument): how often a coroutine waits depends on timing, the calls one
+    request makes do not."""
 
     def __init__(self, root: Path) -> None:
         self._prefixes = tuple(str(root / p) + "/" for p in PRODUCTION)
@@ -229,7 +237,6 @@ class _Tracer:
         self.files: list[str] = []
         self.switches = 0
         self.app_entries = 0
-        self._last = ""
 
     def _ours(self, filename: str) -> bool:
         hit = self._cache.get(filename)
@@ -238,39 +245,35 @@ class _Tracer:
         return hit
 
     def __call__(self, frame: FrameType, event: str, arg: object) -> None:
-        if event not in ("call", "return"):
+        if event != "call":
             return
+        code = frame.f_code
+        name = code.co_filename
+        at = frame.f_lasti
+        if not self._ours(name) or (code.co_code[at] == _RESUME and code.co_code[at + 1]):
+            return  # a library's frame, or a coroutine resumed rather than called
         try:
             task = asyncio.current_task()
         except RuntimeError:
             return
         if self._task is None:
-            if event != "call" or frame.f_code.co_filename != self._app:
+            if name != self._app:
                 return
             self._task = task
         elif task is not self._task:
             return
-        here: FrameType | None = frame if event == "call" else frame.f_back
-        while here is not None and not self._ours(here.f_code.co_filename):
-            if event == "call":
-                return  # control is in a library: the file it came from still holds it
-            here = here.f_back
-        if here is None:
-            return
-        name = here.f_code.co_filename
-        if name == self._last:
-            return
-        if self._last:
-            self.switches += 1
-        if name == self._app:
-            self.app_entries += 1
-        self._last = name
         if name not in self.files:
             self.files.append(name)
+        caller = frame.f_back
+        while caller is not None and not self._ours(caller.f_code.co_filename):
+            caller = caller.f_back
+        if caller is not None and caller.f_code.co_filename != name:
+            self.switches += 1
+            self.app_entries += name == self._app
 
     def trace(self) -> Trace:
         files = tuple(f.removeprefix(self._root) for f in self.files)
-        return Trace(files, self.switches, max(0, self.app_entries - 1))
+        return Trace(files, self.switches, self.app_entries)
 
 
 async def _trace(root: Path) -> Trace:
