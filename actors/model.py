@@ -136,7 +136,7 @@ class ModelActor(Actor):
         """Build routes, strategy and tables; restore the snapshot; seed the circuit view."""
         self.ctx = ctx
         self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
-        self._load = ModelLoad(self._model, self._routing)
+        self._load = ModelLoad(self._model, self._routing, self._clock)
         # The one view of the capacity pools: the decision's lease (plan) and the strategy's
         # effective cost (RouteWise) both read it.
         self.capacity = CapacityViews(self._model, self.name)
@@ -247,6 +247,8 @@ class ModelActor(Actor):
                 self._prefill.release(ft.request_id)
                 if ft.unsent:
                     self._load.unsent(ft.request_id, ft.endpoint)
+                if ft.spent_for is not None:
+                    self._load.spent(ft.endpoint, ft.spent_for)
             case EndpointState() as st:
                 self._table.update_state(st)
             case SetWeight() as cmd:

@@ -29,7 +29,9 @@ _GROWTH_EVENT_SECONDS = 1.0
 class ModelLoad:
     """Owns one model's RouteLoad and the bookkeeping of its capacity events."""
 
-    def __init__(self, model: ModelConfig, routing: RoutingConfig) -> None:
+    def __init__(
+        self, model: ModelConfig, routing: RoutingConfig, clock: Callable[[], float]
+    ) -> None:
         learned = routing.learned_capacity
         # A count is forgotten after the longest a request of this model may run (its
         # slowest route's timeout, plus the failover budget): a lost observation heals then.
@@ -45,11 +47,24 @@ class ModelLoad:
             inflation=learned.ttft_inflation,
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
+        self._clock = clock
 
     def of(self, endpoint: str) -> tuple[int, float | None]:
-        """(in flight, learned limit or None) of ``endpoint`` (what a strategy reads)."""
+        """(in flight, the concurrency it takes now or None) of ``endpoint`` (what a strategy
+        reads): its learned limit, else its slow-start window; what is in flight while its
+        provider said its limit is spent."""
         lim = self.load.limits.get(endpoint)
-        return self.load.in_flight(endpoint), lim.limit if lim is not None else None
+        in_flight = self.load.in_flight(endpoint)
+        if lim is None:
+            return in_flight, None
+        if self._clock() < lim.spent_until:
+            return in_flight, float(in_flight)
+        return in_flight, lim.bound()
+
+    def spent(self, endpoint: str, seconds: float) -> None:
+        """An answer's ``x-ratelimit-remaining-*`` said ``endpoint``'s limit is spent for
+        ``seconds``: it is at its limit until then (spilled past, left out of RouteWise)."""
+        self.load.spent(endpoint, self._clock() + seconds)
 
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""
@@ -110,7 +125,8 @@ class ModelLoad:
 
         Returns (drawn, backups, spilled)."""
         load = self.load
-        full = {r.endpoint for r in (*drawn, *backups) if load.saturated(r.endpoint)}
+        now = self._clock()
+        full = {r.endpoint for r in (*drawn, *backups) if load.saturated(r.endpoint, now)}
         if not full or not any(available(r) and r.endpoint not in full for r in (*drawn, *backups)):
             return drawn, backups, []
         spilled = [r for r in drawn if r.endpoint in full and available(r)]

@@ -135,11 +135,14 @@ def is_backpressure(obs: Observation) -> bool:
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends.
     ``unsent``: the candidate ``endpoint`` of that request will not be attempted at all (its
-    in-flight count ends too)."""
+    in-flight count ends too). ``spent_for``: the answer's ``x-ratelimit-remaining-*`` said a
+    provider limit of ``endpoint`` is spent for this many seconds (the route is treated as at
+    its limit until then)."""
 
     endpoint: str
     request_id: str
     unsent: bool = False
+    spent_for: float | None = None
 
 
 class SetWeight(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -9,20 +9,24 @@ candidate moves it there (a candidate skipped between). A primary the ingress ne
 (``FirstToken.unsent``) ends at once. Whatever is still counted after ``ttl`` seconds (its
 ingress died, an observation was lost) expires, so a count that drifts heals by itself.
 
-**Learned limit** (AIMD, as TCP and Netflix's adaptive concurrency limits): a route's limit
-is unknown (unbounded) until it shows congestion, then starts from the concurrency at which
-it did. A provider's 429 halves it; a time to first token inflating above the route's
-unloaded baseline (``inflation`` times, and at least 100 ms over it) beyond the inflation
-the model's other routes show (their median: a delay every route shares is the gateway's own
-or the network's, not this route's queue; with no other route measured, inflation cuts
-nothing) cuts it by a tenth once three answers in a row say so, each sent with at least
-``min_limit`` others in flight; at most one cut a second, so one burst's answers cut once. A
-success sent at the limit raises it by ``1/limit`` (one per limit's worth of successes). It
-never goes under ``min_limit`` nor over the configured ``concurrency:`` cap. The baseline is
-the lowest time to first token of a request sent while the route was nearly idle, rising
-slowly (1 % of the gap per such sample) so that a provider that became slower for good is
-not taken for a queue forever; ``recent`` is a short EWMA that follows a change within a few
-answers.
+**Learned limit** (AIMD with a gradient cut, as TCP and Netflix's adaptive concurrency
+limits): a route's limit is unknown until it shows congestion; until then it takes at most
+twice the concurrency it has answered without congestion (16 before any answer: TCP's slow
+start), so spilled traffic cannot bury an unmeasured route in a queue before the first slow
+answers come back. A provider's 429 halves the limit (an unknown one: from the concurrency
+it refused at). A time to first token inflating above the route's own unloaded baseline
+(``inflation`` times, and at least 100 ms over it; raised by the inflation the model's other
+routes share, their median, since a delay every route shows is the gateway's own or the
+network's, not this route's queue) cuts it once three answers in a row say so, each sent
+with at least ``min_limit`` others in flight: by the gradient ceiling / recent TTFT, between
+a tenth and a half; at most one cut a second, and never for an answer sent past the limit in
+force (sent before the last cut: its queue is already counted). A success sent at the limit,
+not inflated, raises it by ``1/limit``. It never goes under ``min_limit`` (a gateway slowed by
+its own CPU load, which no sibling shows, cannot starve a route) nor over the configured
+``concurrency:`` cap. The baseline is the lowest time to first token of a request sent while
+the route was nearly idle, rising slowly (1 % of the gap per such sample) so that a provider
+that became slower for good is not taken for a queue forever; ``recent`` is a short EWMA that
+follows a change within a few answers.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ _INFLATION_FLOOR_MS = 100.0
 _INFLATED_STREAK = 3  # answers in a row over the threshold: one slow answer is no queue
 _BASELINE_DRIFT = 0.01
 _RECENT_ALPHA = 0.3
+_SLOW_START = 16.0  # in flight a route takes before it has answered any
 
 
 class LearnedLimit:
@@ -54,6 +59,8 @@ class LearnedLimit:
         "min_limit",
         "reason",
         "recent_ms",
+        "spent_until",
+        "window",
     )
 
     def __init__(self, cap: int | None, min_limit: float = 2.0, inflation: float = 2.0) -> None:
@@ -66,6 +73,12 @@ class LearnedLimit:
         self.last_cut = -math.inf
         self.inflated = 0  # answers in a row judged inflated
         self.reason = ""  # what last changed the limit
+        # Slow start (TCP's): until a limit is learned, a route takes at most twice the
+        # concurrency it has answered without congestion, so spilled traffic cannot bury a
+        # route it has not measured in a queue before the first slow answers come back.
+        self.window = _SLOW_START
+        # The provider's x-ratelimit-remaining said 0: at its limit until its reset.
+        self.spent_until = -math.inf
 
     def effective(self) -> float | None:
         """The limit in force: the learned one under the configured cap (None: neither)."""
@@ -73,10 +86,16 @@ class LearnedLimit:
             return None if self.cap is None else float(self.cap)
         return self.limit if self.cap is None else min(self.limit, float(self.cap))
 
-    def admits(self, in_flight: int) -> bool:
-        """Whether one more request fits under the learned limit (a cap is the capacity
-        pool's to enforce, by lease)."""
-        return self.limit is None or in_flight < self.limit
+    def bound(self) -> float:
+        """The concurrency the route takes now: its learned limit, else its slow-start
+        window."""
+        return self.window if self.limit is None else self.limit
+
+    def admits(self, in_flight: int, now: float = -math.inf) -> bool:
+        """Whether one more request fits under the learned limit at ``now`` (a cap is the
+        capacity pool's to enforce, by lease); never while the provider said its limit is
+        spent."""
+        return now >= self.spent_until and in_flight < self.bound()
 
     def rate_limited(self, at_send: int, now: float) -> bool:
         """A 429 for a request sent with ``at_send`` others in flight; True if it cut."""
@@ -98,12 +117,23 @@ class LearnedLimit:
         r = self.recent_ms
         self.recent_ms = ttft_ms if r is None else r + (ttft_ms - r) * _RECENT_ALPHA
         base = self.baseline_ms
-        if base is not None and shared is not None and at_send >= self.min_limit:
-            ceiling = max(base * self.inflation, base + _INFLATION_FLOOR_MS) * max(1.0, shared)
+        if base is not None and at_send >= self.min_limit:
+            # Judged against the route's own unloaded baseline, raised by what the model's
+            # other routes share (the gateway's or the network's delay, not this queue).
+            shared = 1.0 if shared is None else max(1.0, shared)
+            ceiling = max(base * self.inflation, base + _INFLATION_FLOOR_MS) * shared
             self.inflated = self.inflated + 1 if self.recent_ms > ceiling else 0
-            if self.inflated >= _INFLATED_STREAK:
-                return self._cut(at_send * _INFLATION_CUT, _INFLATION_CUT, now, "ttft_inflated")
-        if self.limit is not None and at_send + 1 >= self.limit - 1:
+            # An answer sent past the limit in force was sent before its last cut: its queue
+            # is already counted (TCP cuts once per window, not once per lost packet).
+            stale = self.limit is not None and at_send >= self.limit
+            if self.inflated >= _INFLATED_STREAK and not stale:
+                # A gradient (Netflix's adaptive limits): the deeper the queue the answers
+                # show, the harder the cut, at most halving at once.
+                factor = min(_INFLATION_CUT, max(_RATE_LIMIT_CUT, ceiling / self.recent_ms))
+                return self._cut(at_send * factor, factor, now, "ttft_inflated")
+        if self.limit is None and not self.inflated:
+            self.window = max(self.window, 2.0 * (at_send + 1))
+        if self.limit is not None and not self.inflated and at_send + 1 >= self.limit - 1:
             grown = self.limit + 1.0 / self.limit
             if self.cap is not None:
                 grown = min(grown, float(self.cap))
@@ -152,10 +182,17 @@ class RouteLoad:
         """Requests counted on ``endpoint`` now."""
         return self._counts.get(endpoint, 0)
 
-    def saturated(self, endpoint: str) -> bool:
-        """Whether ``endpoint`` is at its learned limit."""
+    def saturated(self, endpoint: str, now: float = -math.inf) -> bool:
+        """Whether ``endpoint`` is at its learned limit (or its provider's spent one) at
+        ``now``."""
         lim = self.limits.get(endpoint)
-        return lim is not None and not lim.admits(self._counts.get(endpoint, 0))
+        return lim is not None and not lim.admits(self._counts.get(endpoint, 0), now)
+
+    def spent(self, endpoint: str, until: float) -> None:
+        """``endpoint``'s provider said a limit of it is spent until ``until``."""
+        lim = self.limits.get(endpoint)
+        if lim is not None:
+            lim.spent_until = max(lim.spent_until, until)
 
     def succeeded(self, endpoint: str, ttft_ms: float, at_send: int, now: float) -> bool:
         """Feed an answer to ``endpoint``'s limit (see :meth:`LearnedLimit.succeeded`),

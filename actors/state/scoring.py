@@ -1,7 +1,8 @@
 """EvidenceBook: the scoring evidence one owner (the SteeringActor) learns from observations.
 
 Per public model: EWMA time to first token (streams), EWMA output tokens per second (every
-answer), EWMA success of its attempts (from a neutral 0.5 prior), the time of its last 429,
+answer), EWMA success of its attempts (from a neutral 0.5 prior), the time of its last
+rate-limit answer (back-pressure: a 429 that is not a quota exhaustion),
 its free-allowance usage this calendar month (UTC; every attempt sent upstream counts once:
 one request plus its prompt and completion tokens) and whether any of its routes can serve
 (from EndpointState events). Pure state: the owner feeds it and persists :meth:`snapshot`.
@@ -15,7 +16,14 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from schemas import EndpointState, Evidence, Guardrails, ModelEvidence, Observation
+from schemas import (
+    EndpointState,
+    Evidence,
+    Guardrails,
+    ModelEvidence,
+    Observation,
+    is_backpressure,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -84,7 +92,9 @@ class EvidenceBook:
         if rec is None or obs.outcome == "cancelled" or obs.error_kind in _REFUSALS:
             return False
         self._count_usage(rec, obs, now)
-        if obs.status == 429:
+        # The same back-pressure signal that cools a credential: a quota or billing exhaustion
+        # is no pace to slow down to (its key is muted), and a refusal sent nothing.
+        if is_backpressure(obs):
             rec.last_429 = now
         if obs.outcome in ("success", "failure"):
             rec.attempts += 1

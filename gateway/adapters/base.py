@@ -21,14 +21,19 @@ class Batch(list[JSON]):
     """Canonical chunks one upstream read carried, in order (never empty).
 
     ``last`` is True when the stream's terminator came with them: nothing follows, so the
-    relay ends the client's answer in the same write.
+    relay ends the client's answer in the same write. ``spent_for`` (the first batch only):
+    the provider's ``x-ratelimit-remaining-*`` said a limit is spent, for this many seconds
+    (:func:`rate_limit_spent_seconds`).
     """
 
-    __slots__ = ("last",)
+    __slots__ = ("last", "spent_for")
 
-    def __init__(self, chunks: list[JSON], *, last: bool = False) -> None:
+    def __init__(
+        self, chunks: list[JSON], *, last: bool = False, spent_for: float | None = None
+    ) -> None:
         super().__init__(chunks)
         self.last = last
+        self.spent_for = spent_for
 
 
 _TOKEN_TEXT = ("content", "refusal", "reasoning_content", "reasoning")
@@ -165,6 +170,21 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
     if spent:
         return max(spent)
     return min(resets.values()) if resets else None
+
+
+def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:
+    """How long a successful answer's provider will refuse the next request: a limit whose
+    ``x-ratelimit-remaining-*`` is 0, until its ``x-ratelimit-reset-*`` (a second when that
+    says nothing); None when no limit is spent (or the provider sends no such headers)."""
+    spent: list[float] = []
+    for limit in ("requests", "tokens"):
+        remaining = headers.get(f"x-ratelimit-remaining-{limit}")
+        if remaining is None or remaining.strip() != "0":
+            continue
+        raw = headers.get(f"x-ratelimit-reset-{limit}")
+        seconds = duration_seconds(raw) if raw is not None else None
+        spent.append(1.0 if seconds is None else seconds)
+    return max(spent) if spent else None
 
 
 # A 429 that says the account is out of money or quota, not that it goes too fast: the key is

@@ -16,6 +16,7 @@ from gateway.adapters.base import (
     UpstreamTarget,
     bad_response,
     error_from_status,
+    rate_limit_spent_seconds,
 )
 from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
@@ -113,6 +114,7 @@ class OpenAICompatAdapter:
             if resp.status >= 300:
                 raise self._error(target, resp.status, resp.headers, await resp.read())
             parser = SSEParser()
+            spent_for = rate_limit_spent_seconds(resp.headers)
             async for raw in resp.chunks():
                 batch: list[JSON] = []
                 done, failure = False, None
@@ -128,7 +130,8 @@ class OpenAICompatAdapter:
                     if self._relayed(chunk):
                         batch.append(chunk)
                 if batch:
-                    yield Batch(batch, last=done)
+                    yield Batch(batch, last=done, spent_for=spent_for)
+                    spent_for = None  # said once, with the first batch
                 if failure is not None:
                     raise failure
                 if done:

@@ -90,7 +90,11 @@ class _Stream:
             if first_of_plan:  # only a plan's primary holds its model's prefill lease
                 await d.publish(
                     subjects.model_first_token(info.model),
-                    FirstToken(endpoint=c.endpoint, request_id=info.request_id),
+                    FirstToken(
+                        endpoint=c.endpoint,
+                        request_id=info.request_id,
+                        spent_for=first.spent_for if isinstance(first, Batch) else None,
+                    ),
                 )
             if c.probe:  # the probe's verdict is its first byte, not the stream's end
                 await d.publish(

@@ -148,7 +148,10 @@ class SimulatedAdapter:
             if kind == "empty":
                 return
             first = {"index": 0, "delta": {"role": "assistant", "content": "x"}}
-            yield Batch([{**base, "choices": [{**first, "finish_reason": None}]}])
+            yield Batch(
+                [{**base, "choices": [{**first, "finish_reason": None}]}],
+                spent_for=self._spent_for(route),
+            )
             left, tps = output - 1, route.provider.output_tps
             # One read per _READ_SECONDS of generation: idle timeouts see a live stream.
             per_read = max(1, int(tps * _READ_SECONDS))
@@ -197,6 +200,19 @@ class SimulatedAdapter:
         if kind in ("http_500", "http_503", "http_401", "reset"):
             raise _failure(target.endpoint, kind)
         return route, prompt, output, kind
+
+    def _spent_for(self, route: _Route) -> float | None:
+        """What the answer's ``x-ratelimit-remaining-requests`` of 0 would say: seconds until
+        the window frees (None while requests remain, or with no request limit)."""
+        limit = route.provider.rate_limit
+        if limit is None or limit.requests is None:
+            return None
+        now, window = self._now(), route.window
+        while window and window[0][0] <= now - limit.per_seconds:
+            window.popleft()
+        if len(window) < limit.requests:
+            return None
+        return max(0.0, window[0][0] + limit.per_seconds - now)
 
     def _rate_limit(self, route: _Route, endpoint: str, now: float, tokens: int) -> None:
         """Count the attempt in the window, or raise the 429 a provider answers beyond it."""

@@ -392,7 +392,10 @@ async def test_live_events_show_decisions_with_reasons_and_pause_holds_them(
     decision = page.locator('#events tr[data-kind="decision"]').first
     await expect(decision.locator(".reason")).to_contain_text("chain team")
     await page.select_option("#kind-filter", "circuit")
-    await expect(page.locator("#events tbody tr")).to_have_count(0)
+    # The decision is hidden, and nothing but circuit rows shows. Rows of that kind may come:
+    # c's circuit, opened by the overview test, half-opens when its cooldown (wall clock)
+    # ends; so may it later, which is why the pause below counts decisions only.
+    await expect(page.locator('#events tbody tr:not([data-kind="circuit"])')).to_have_count(0)
     await page.select_option("#kind-filter", "decision")
     await page.fill("#model-filter", "no-such-model")
     await expect(page.locator("#events tbody tr")).to_have_count(0)

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 WAIT = 10.0  # seconds a test waits for an event before it fails
+PROCESS_WAIT = 30.0  # seconds a CLI child may take: Python starting on a loaded machine
 CHAT = "/v1/chat/completions"
 HI: list[Any] = [{"role": "user", "content": "hi"}]
 # Breaker timings. A probe's deadline is the route's own timeout plus one cooldown, so a probe

@@ -78,6 +78,8 @@ async def test_background_probes_refused_with_a_body_naming_the_key_log_and_publ
     caplog.set_level(logging.DEBUG)
     # ``k``: its sole key is muted by a 401, then its probe is refused the same way.
     # ``b``: a 500 benches the route, then its probe is refused with a 401.
+    # Each probe comes 0.3 s into a 30 s mute or bench: a probe falling due after its mute
+    # ended is rightly never sent, so the window must outlast a starved event loop.
     muted_key, benched_key = KEY, KEY + "-bench"
     ka, ba = await fake_upstreams("ka"), await fake_upstreams("ba")
     ka.set_default(Reply(401, body={"error": {"message": f"Incorrect API key: {muted_key}"}}))
@@ -89,8 +91,8 @@ async def test_background_probes_refused_with_a_body_naming_the_key_log_and_publ
             model("b", route(ba, api_key=benched_key)),
             circuit=CALM,
             routing={
-                "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 1.0},
-                "bench": {"failures": 1, "duration_seconds": 1.0, "probe_after_fraction": 0.25},
+                "key_pool": {"sole_key_tolerance": 0, "sole_key_backoff_seconds": 30.0},
+                "bench": {"failures": 1, "duration_seconds": 30.0, "probe_after_fraction": 0.01},
             },
         )
     )
@@ -102,7 +104,7 @@ async def test_background_probes_refused_with_a_body_naming_the_key_log_and_publ
                 events.append(msgspec.json.encode(env.message))
 
     recorder = asyncio.create_task(record())
-    client, benched = gw.openai(), eid("b", ba)
+    client, muted, benched = gw.openai(), eid("k", ka), eid("b", ba)
     try:
         async with (
             watch(gw, subjects.event("keypool")) as keypool,
@@ -111,7 +113,10 @@ async def test_background_probes_refused_with_a_body_naming_the_key_log_and_publ
             for model_id in ("k", "b"):
                 with pytest.raises(openai.APIStatusError):
                     await client.chat.completions.create(model=model_id, messages=HI)
-            reprobe = await keypool.next(KeyMuted, lambda e: e.reason == "probe failed")
+            # ``b``'s own probe re-mutes its key too: wait for ``k``'s.
+            reprobe = await keypool.next(
+                KeyMuted, lambda e: e.pool == muted and e.reason == "probe failed"
+            )
             rebench = await bench.next(
                 BenchChanged,
                 lambda e: e.endpoint == benched and e.reason.startswith("background probe"),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import WAIT, model, route
+from tests.e2e.conftest import PROCESS_WAIT, model, route
 from tests.e2e.keys_support import admin_http, keys_config
 from tests.e2e.limits_support import call, new_key
 from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
@@ -122,7 +122,10 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
 ) -> None:
     cfg = keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
     gw = await gateway_factory(cfg)
-    key, key_id = await new_key(tmp_path)
+    # The key over the admin API: each CLI child costs seconds on a loaded machine, and the
+    # test's own three must fit in its time with the gateway's start and stop.
+    made = await _admin(gw, "api_keys", "create", org="acme", user="alice", role="pro")
+    key, key_id = made["key"], made["id"]
     conf = tmp_path / "cli.yaml"
     conf.write_text(yaml.safe_dump({"database": cfg["database"]}))
 
@@ -139,7 +142,13 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
-        out, err = await asyncio.wait_for(proc.communicate(), WAIT)
+        # A whole interpreter starts (about 1 s of imports alone): not an event's WAIT.
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), PROCESS_WAIT)
+        finally:
+            if proc.returncode is None:  # never left holding the socket past the test
+                proc.kill()
+                await proc.wait()
         assert proc.returncode == 0, err.decode()
         return json.loads(out)
 

@@ -107,20 +107,56 @@ class TtftWindow:
         return (cdf or 0.0) * n / (n + failed)
 
 
+class FastMean:
+    """A time-decayed mean of the last few seconds of one endpoint's TTFTs (failures at
+    ERROR_PENALTY_MS): each sample's weight halves every ``tau`` seconds, so a change shows
+    within a few seconds of traffic while an idle endpoint's weight fades to nothing."""
+
+    __slots__ = ("mean", "tau", "ts", "weight")
+
+    def __init__(self, tau: float) -> None:
+        self.tau = tau
+        self.mean = 0.0
+        self.weight = 0.0
+        self.ts = float("-inf")
+
+    def _decay(self, now: float) -> float:
+        if now <= self.ts:
+            return self.weight
+        return self.weight * math.pow(0.5, (now - self.ts) / self.tau)
+
+    def add(self, ts: float, value: float) -> None:
+        """One sample at ``ts`` (an older one counts as if at the newest seen)."""
+        w = self._decay(ts)
+        self.ts = max(self.ts, ts)
+        self.mean = (self.mean * w + value) / (w + 1.0)
+        self.weight = w + 1.0
+
+    def blend(self, prior: float, prior_weight: float, now: float) -> float:
+        """``prior`` (the long window's mean) weighing ``prior_weight`` samples, moved by
+        what the last seconds said."""
+        w = self._decay(now)
+        return (self.mean * w + prior * prior_weight) / (w + prior_weight)
+
+
 class LatencyEvidence:
-    """Per-endpoint TTFT windows: the live one, and the long history as a prior.
+    """Per-endpoint TTFT windows: the live one, and the long history as a prior, and a fast
+    time-decayed mean of the last seconds (``latency_fast_half_life_sec``).
 
     ``estimate`` is the live window's mean (failures counted at ERROR_PENALTY_MS), else the
-    history's, else ``latency_unprofiled_ttft_ms``. Each window keeps at most about
-    ``latency_max_samples_per_profile`` samples, thinned evenly over time (``SampleThinner``):
-    memory and the cost of a sample stay bounded at any request rate, and the window keeps
-    following the endpoint instead of freezing once full.
+    history's, else ``latency_unprofiled_ttft_ms``; blended with the fast mean, the window
+    weighing ``latency_fast_prior_samples`` samples, so that a queue building up or a route
+    dying moves the estimate within seconds while a few samples cannot overturn the window.
+    Each window keeps at most about ``latency_max_samples_per_profile`` samples, thinned
+    evenly over time (``SampleThinner``): memory and the cost of a sample stay bounded at any
+    request rate, and the window keeps following the endpoint instead of freezing once full.
     """
 
     def __init__(self, params: RouteWiseParams) -> None:
         self._params = params
         self._live: dict[str, TtftWindow] = {}
         self._prior: dict[str, TtftWindow] = {}
+        self._fast: dict[str, FastMean] = {}
         self.last_seen: dict[str, float] = {}
         self.version = 0
         self._versions: dict[str, int] = {}
@@ -148,7 +184,17 @@ class LatencyEvidence:
             return
         for window in self._windows(endpoint):
             window.success(ts, ttft_ms)
+        self._add_fast(endpoint, ts, ttft_ms)
         self._touch(endpoint, ts)
+
+    def _add_fast(self, endpoint: str, ts: float, value: float) -> None:
+        half_life = self._params.latency_fast_half_life_sec
+        if half_life <= 0:
+            return
+        fast = self._fast.get(endpoint)
+        if fast is None or fast.tau != half_life:
+            fast = self._fast[endpoint] = FastMean(half_life)
+        fast.add(ts, value)
 
     def _touch(self, endpoint: str, ts: float) -> None:
         self.last_seen[endpoint] = max(ts, self.last_seen.get(endpoint, ts))
@@ -160,6 +206,7 @@ class LatencyEvidence:
         costs the same penalty)."""
         for window in self._windows(endpoint):
             window.failure(ts)
+        self._add_fast(endpoint, ts, ERROR_PENALTY_MS)
         self._touch(endpoint, ts)
 
     def samples(self, endpoint: str, now: float) -> int:
@@ -179,7 +226,10 @@ class LatencyEvidence:
         for window in (live, self._prior[endpoint]):
             mean = window.mean_with_errors(now)
             if mean is not None:
-                return mean
+                fast = self._fast.get(endpoint)
+                if fast is None:
+                    return mean
+                return fast.blend(mean, self._params.latency_fast_prior_samples, now)
         return None
 
     def lp_latency(self, endpoint: str, now: float) -> tuple[float, bool]:

@@ -47,7 +47,9 @@ class RouteWiseParams(StrategyParams):
       also replay these models' request-log rows into this model's envelope at startup.
     - ``latency_*``: the TTFT profile window (``latency_window_sec``), the older history used
       as a prior when that window is empty, the estimate of a never-measured route, the SLO
-      the hedging checkpoints are placed on, and ``latency_hedge_mode``.
+      the hedging checkpoints are placed on, and ``latency_hedge_mode``; the fast mean of the
+      last seconds (``latency_fast_half_life_sec``, 0 for the window alone) blended with the
+      window, which weighs ``latency_fast_prior_samples`` samples.
     - ``output_*``: the output-length predictor (prompt-size bucket, then the model, then the
       model with its donors' rows; ``output_default_tokens`` before any evidence).
     - ``fallback_mode``: ``policy`` re-solves without a failed route (the plan's order);
@@ -79,6 +81,8 @@ class RouteWiseParams(StrategyParams):
     latency_min_samples: int = Field(default=10, ge=1)
     latency_unprofiled_ttft_ms: float = Field(default=5000.0, gt=0)
     latency_hedge_mode: Literal["disabled", "probability_target"] = "disabled"
+    latency_fast_half_life_sec: float = Field(default=2.0, ge=0)
+    latency_fast_prior_samples: float = Field(default=3.0, ge=0)
 
     fallback_mode: Literal["policy", "strict"] = "policy"
     explore_unprofiled_share: float = Field(default=0.05, ge=0.0, le=1.0)

@@ -448,3 +448,20 @@ async def test_model_fixed_spills_past_a_route_at_its_learned_limit_unless_all_a
     assert spilled.skipped == (RouteSkip(endpoint=A, reason="capacity", limit=2.0, in_flight=2),)
     assert after_spill[A] == (2, 2.0)
     assert unspilled.skipped == ()
+
+
+async def test_model_fixed_spills_past_a_route_whose_provider_said_its_limit_is_spent(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    # A's answer came with x-ratelimit-remaining-requests: 0, the window freeing in 2 s.
+    await bus.publish(
+        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", spent_for=2.0)
+    )
+    spent = await plan(bus, dry=True)
+    clock.now += 2
+    reset = await plan(bus, dry=True)
+
+    assert endpoints(spent) == [B, A]
+    assert spent.skipped[0].endpoint == A and spent.skipped[0].reason == "capacity"
+    assert endpoints(reset)[0] == A and reset.skipped == ()

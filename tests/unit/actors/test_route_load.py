@@ -83,7 +83,7 @@ def test_an_observation_of_an_unknown_request_changes_nothing() -> None:
 def test_no_limit_until_congestion_then_a_429_halves_from_the_concurrency_it_refused_at() -> None:
     lim = LearnedLimit(cap=None, min_limit=2.0)
 
-    assert lim.admits(1000) and lim.effective() is None
+    assert lim.admits(15) and lim.effective() is None
     assert lim.rate_limited(at_send=9, now=0.0)
     assert lim.limit == pytest.approx(5.0) and lim.reason == "rate_limited"
     assert not lim.admits(5) and lim.admits(4)
@@ -127,9 +127,51 @@ def test_ttft_inflating_over_the_unloaded_baseline_cuts_from_the_concurrency_it_
     changed = [lim.succeeded(1000.0, at_send=8, now=10.0 + i / 4) for i in range(5)]
 
     assert lim.baseline_ms == pytest.approx(100.0)
-    # Three inflated answers in a row cut; then one cut a second.
+    # Three inflated answers in a row cut; then one cut a second. Ten times the baseline
+    # is a deep queue: the gradient halves (its steepest cut) from the 8 it was sent with.
     assert changed == [False, False, True, False, False]
-    assert lim.limit == pytest.approx(7.2) and lim.reason == "ttft_inflated"
+    assert lim.limit == pytest.approx(4.0) and lim.reason == "ttft_inflated"
+
+
+def test_a_mild_inflation_cuts_by_the_gradient_at_most_a_tenth() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0, inflation=2.0)
+    lim.succeeded(100.0, at_send=0, now=0.0)
+    for i in range(8):
+        lim.succeeded(230.0, at_send=10, now=1.0 + i / 10)
+
+    assert lim.reason == "ttft_inflated"
+    assert lim.limit == pytest.approx(9.0)  # 200 over about 220 is over 0.9: a tenth
+
+
+def test_an_unmeasured_route_takes_twice_what_it_answered_without_congestion() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+
+    assert lim.admits(15) and not lim.admits(16)  # slow start: nothing answered yet
+    assert lim.bound() == 16.0  # what RouteWise prices its queueing against
+    lim.succeeded(100.0, at_send=0, now=0.0)
+    lim.succeeded(110.0, at_send=19, now=1.0)  # twenty in flight, answered unqueued
+    assert lim.admits(39) and not lim.admits(40) and lim.effective() is None
+
+
+def test_a_route_alone_queueing_cuts_against_its_own_baseline() -> None:
+    rl = load()
+    rl.succeeded("a", 100.0, at_send=0, now=0.0)  # no other route ever answers
+    cut = [rl.succeeded("a", 2000.0, at_send=30, now=1.0 + i / 10) for i in range(3)]
+
+    assert cut == [False, False, True] and rl.limits["a"].limit == pytest.approx(15.0)
+
+
+def test_answers_sent_before_the_last_cut_do_not_cut_again() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    lim.succeeded(100.0, at_send=0, now=0.0)
+    for i in range(3):
+        lim.succeeded(2000.0, at_send=30, now=1.0 + i / 10)  # cut to 15
+    # The queue they were sent into drains for seconds: its answers are still slow.
+    later = [lim.succeeded(2000.0, at_send=30, now=3.0 + i) for i in range(5)]
+
+    assert later == [False] * 5 and lim.limit == pytest.approx(15.0)
+    assert lim.succeeded(2000.0, at_send=10, now=9.0)  # sent under the new limit: cuts
+    assert lim.limit == pytest.approx(7.5)
 
 
 def test_a_slow_answer_alone_is_no_queue() -> None:
@@ -157,6 +199,14 @@ def test_saturated_is_the_learned_limit_against_the_count() -> None:
     assert not rl.saturated("a")
     rl.issued("r2", ("a",), 1.0)
     assert rl.saturated("a") and not rl.saturated("b")
+
+
+def test_a_provider_limit_said_spent_saturates_the_route_until_its_reset() -> None:
+    rl = load()
+    rl.spent("a", until=11.0)
+
+    assert rl.saturated("a", now=10.0) and not rl.saturated("b", now=10.0)
+    assert not rl.saturated("a", now=11.0)  # the reset: back in rotation at once
 
 
 def test_an_inflation_every_route_shares_is_not_one_routes_queue() -> None:

@@ -28,7 +28,11 @@ def feed(evidence: LatencyEvidence, ttft_ms: float, start: float, seconds: float
 
 
 def test_a_window_at_a_high_rate_stays_bounded_and_follows_a_latency_shift() -> None:
-    params = RouteWiseParams(latency_window_sec=900.0, latency_max_samples_per_profile=5000)
+    params = RouteWiseParams(
+        latency_window_sec=900.0,
+        latency_max_samples_per_profile=5000,
+        latency_fast_half_life_sec=0.0,  # the window alone
+    )
     evidence = LatencyEvidence(params)
     now = feed(evidence, 50.0, 0.0, 100.0)  # 20,000 samples: four times the budget
     assert evidence.estimate("a", now) == pytest.approx(50.0)
@@ -38,6 +42,19 @@ def test_a_window_at_a_high_rate_stays_bounded_and_follows_a_latency_shift() -> 
     # samples once full would still say 50 ms.
     assert evidence.estimate("a", now) == pytest.approx(418.0, rel=0.1)
     assert evidence.samples("a", now) <= 5000 * 1.05 + 1
+
+
+def test_the_estimate_follows_a_slowdown_in_seconds_and_an_idle_route_returns_to_its_window() -> (
+    None
+):
+    evidence = LatencyEvidence(RouteWiseParams())  # half-life 2 s, the window weighs 3
+    for i in range(600):  # ten minutes at one a second: the window says 100 ms
+        evidence.success("a", 100.0, float(i))
+    for i in range(20):  # a queue builds: two seconds at ten a second, 2 s each
+        evidence.success("a", 2000.0, 600.0 + i / 10)
+
+    assert evidence.estimate("a", 602.0) > 1000.0  # the window alone: about 160 ms
+    assert evidence.estimate("a", 640.0) == pytest.approx(160.0, rel=0.05)  # forty idle seconds
 
 
 def test_the_thinner_takes_a_burst_at_once_then_its_rate() -> None:

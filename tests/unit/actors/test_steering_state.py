@@ -89,6 +89,16 @@ def test_usage_counts_each_attempt_once_per_utc_month_but_not_refusals_or_cancel
     assert (jan.requests_used, jan.tokens_used) == (1, 15)
 
 
+def test_only_back_pressure_sets_the_rate_limit_penalty_not_a_spent_quota() -> None:
+    book = EvidenceBook([ModelConfig.model_validate({"id": "m"}), ModelConfig(id="q")])
+    book.learn(_obs("m", "failure", status=429), 100.0)
+    book.learn(_obs("q", "failure", status=429, error_kind="quota_exhausted"), 100.0)
+    by_id = {e.model: e for e in book.evidence(G, 100.0, degraded=False, seq=1).models}
+
+    assert by_id["m"].rate_limit_multiplier == 0.5
+    assert by_id["q"].rate_limit_multiplier == 1.0  # its key is muted, not slowed
+
+
 def test_guardrail_multipliers_scale_between_their_thresholds() -> None:
     assert allowance_multiplier(None, G) == allowance_multiplier(0.79, G) == 1.0
     assert allowance_multiplier(0.9, G) == pytest.approx(0.6)

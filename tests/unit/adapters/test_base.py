@@ -8,7 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gateway.adapters.base import carries_token, duration_seconds, error_from_status
+from gateway.adapters.base import (
+    carries_token,
+    duration_seconds,
+    error_from_status,
+    rate_limit_spent_seconds,
+)
 from schemas import QUOTA_EXHAUSTED, Observation, is_backpressure
 
 if TYPE_CHECKING:
@@ -95,6 +100,22 @@ def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
 
     assert err.retry_after == (pytest.approx(seconds) if seconds is not None else None)
     assert err.kind == "http_429"
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}, 1.5),
+        ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6m0s"}, 360.0),
+        ({"x-ratelimit-remaining-requests": "0"}, 1.0),  # no reset said: a second
+        ({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "1s"}, None),
+        ({}, None),
+    ],
+)
+def test_a_successful_answers_spent_limit_lasts_until_its_reset(
+    headers: dict[str, str], seconds: float | None
+) -> None:
+    assert rate_limit_spent_seconds(headers) == seconds
 
 
 def test_reset_headers_do_not_make_a_retry_after_for_other_statuses() -> None:
