@@ -10,6 +10,10 @@ before any gateway runs), the command writes the database file itself
 if there is one. The key is printed once, at creation, with where it went (the gateway that
 took it, or the database file written).
 
+``--url http://HOST:PORT`` (with the admin key) or ``--bus nats://HOST:PORT`` name the owner,
+as ``llmgw admin`` does: the command goes there and nowhere else; when it is not delivered
+the command fails (exit 2) and no file is read or written.
+
 A database is only ever one the operator named: with neither ``--config`` nor ``--db`` the
 command uses ``./llmgw.sqlite3`` (``llmgw serve``'s default) only when that file exists, and
 otherwise refuses (exit 2) rather than create a stray file no gateway reads.
@@ -30,12 +34,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
 from gateway.admin.local_socket import answers, socket_path
 from gateway.cli.common import (
     NotDeliveredError,
     RefusedError,
     Target,
+    UsageError,
+    admin_key,
     admin_over_http,
     redacted,
 )
@@ -67,6 +75,9 @@ def register(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--config", help="YAML config file whose database.path to use")
         p.add_argument("--db", help="the SQLite file (overrides --config)")
+        p.add_argument("--url", help="an ingress, http://HOST:PORT (needs the admin key)")
+        p.add_argument("--admin-key", help="admin key for --url (default $LLMGW_ADMIN_KEY)")
+        p.add_argument("--bus", help="the gateway's bus, nats://HOST:PORT")
         p.add_argument("--json", action="store_true", help="machine-readable output")
 
     create = verbs.add_parser("create", help="create a key (printed once)")
@@ -95,8 +106,11 @@ def _run(fn: Any) -> Any:
     def func(args: argparse.Namespace) -> int:
         try:
             return int(asyncio.run(fn(args)))
-        except (ConfigError, ValueError) as exc:
+        except (ConfigError, ValueError, UsageError) as exc:
             sys.stderr.write(f"llmgw keys: {exc}\n")
+            return 2
+        except (NotDeliveredError, httpx.HTTPError) as exc:
+            sys.stderr.write(f"llmgw keys: not delivered: {redacted(str(exc))}\n")
             return 2
         except (RefusedError, GatewayError) as exc:
             message = exc.message if isinstance(exc, GatewayError) else str(exc)
@@ -155,6 +169,23 @@ async def _owner(
         raise _NoGatewayError(str(exc)) from None
 
 
+async def _named(
+    args: argparse.Namespace, verb: str, values: dict[str, Any], *, area: str = "api_keys"
+) -> dict[str, Any] | None:
+    """The answer of the owner ``--url`` or ``--bus`` names; None when neither is given.
+    Raises NotDeliveredError / httpx.HTTPError when it is not reached (never the file),
+    RefusedError / GatewayError when it refuses, UsageError without an admin key for --url."""
+    if args.url:
+        where = Target(url=args.url, key=admin_key(args))
+        return await asyncio.to_thread(admin_over_http, where, area, verb, values, ADMIN_TIMEOUT_S)
+    if args.bus:
+        try:
+            return await _owner("", args.bus, verb, values, area=area)
+        except _NoGatewayError as exc:
+            raise NotDeliveredError(str(exc)) from None
+    return None
+
+
 async def _announce(bus_url: str, msg: Message) -> None:
     """After an offline change: tell ingresses on the NATS bus (if any) to drop the key."""
     if not bus_url:
@@ -211,7 +242,6 @@ async def _deliver_limit(path: str, bus_url: str, values: dict[str, Any], *, onl
 
 
 async def _create(args: argparse.Namespace) -> int:
-    path, bus = _target(args)
     expires = _expiry(args, time.time())
     limit = _limit_args(args)
     values: dict[str, Any] = {"org": args.org, "user": args.user, "role": args.role}
@@ -219,6 +249,10 @@ async def _create(args: argparse.Namespace) -> int:
         values["name"] = args.name
     if expires is not None:
         values["expires_at"] = expires
+    named = await _named(args, "create", values)
+    if named is not None:
+        return await _created_by_named(args, named, limit)
+    path, bus = _target(args)
     online = True
     try:
         made = await _owner(path, bus, "create", values)
@@ -252,6 +286,26 @@ async def _create(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _created_by_named(
+    args: argparse.Namespace, made: dict[str, Any], limit: dict[str, Any] | None
+) -> int:
+    """Report a key the owner named by ``--url`` / ``--bus`` made, its limit sent there too."""
+    via = "url" if args.url else "bus"
+    made = {**made, "via": via, "database": ""}
+    if limit is not None:
+        await _named(args, "set", {**limit, "kind": "key", "id": made["id"]}, area="limits")
+        made = {**made, "limit": limit, "limit_delivered": via}
+    where = redacted(args.url or args.bus)
+    _print(
+        args,
+        made,
+        f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']}) "
+        f"through the gateway on {where}\n"
+        f"{made['key']}\n(this is the only time the key is shown)",
+    )
+    return 0
+
+
 def _expiry(args: argparse.Namespace, now: float) -> float | None:
     """When the new key expires (None: never). Raises ValueError naming the option."""
     try:
@@ -264,13 +318,12 @@ def _expiry(args: argparse.Namespace, now: float) -> float | None:
 
 
 async def _list(args: argparse.Namespace) -> int:
-    path, bus = _target(args)
-    try:
-        rows: list[dict[str, Any]] = (await _owner(path, bus, "list", {}))["data"]
-    except _NoGatewayError:
-        from gateway.cli import keys_offline as cli_keys_offline
-
-        rows = await cli_keys_offline.listing(path)
+    named = await _named(args, "list", {})
+    rows: list[dict[str, Any]]
+    if named is not None:
+        rows = named["data"]
+    else:
+        rows = await _listed_locally(args)
     lines = [
         _LIST_ROW.format(
             r["id"], f"{r['prefix']}…", f"{r['org']}/{r['user']}", r["role"], r["status"]
@@ -282,7 +335,23 @@ async def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _listed_locally(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The keys from the gateway serving the named database, else from the file."""
+    path, bus = _target(args)
+    try:
+        rows: list[dict[str, Any]] = (await _owner(path, bus, "list", {}))["data"]
+    except _NoGatewayError:
+        from gateway.cli import keys_offline as cli_keys_offline
+
+        rows = await cli_keys_offline.listing(path)
+    return rows
+
+
 async def _revoke(args: argparse.Namespace) -> int:
+    named = await _named(args, "revoke", {"id": args.key_id})
+    if named is not None:
+        _print(args, named, f"revoked {named['id']}")
+        return 0
     path, bus = _target(args)
     try:
         revoked = await _owner(path, bus, "revoke", {"id": args.key_id})

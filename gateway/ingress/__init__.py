@@ -2,7 +2,9 @@
 
 The ASGI app (``app``), the request and answer helpers (``request``), the HTTP/1.1
 edge under it (``http_edge``), the client surfaces (``surfaces``), the public models a
-request may be served by (``targets``), the failover loop (``dispatch``), per-request
+request may be served by (``plan_walk``), credential resolution (``targets``), the failover
+loop (``dispatch``, its rules in ``failover``, its attempts in ``attempt_once`` and
+``stream_attempt``, what it carries in ``request_info``), usage and cost (``usage``), per-request
 accounting, affinity identity, the error table, metrics, the operator endpoints the
 ingress serves besides inference (``operations``) and ``GET /events``
 (``event_stream``). Imports ``bus``, ``schemas`` and gateway's own packages, never

@@ -38,7 +38,7 @@ from gateway.ingress.accounting import RequestRecord, bounded
 from gateway.ingress.admission import Admission, Ticket
 from gateway.ingress.capacity_health import capacity_lines
 from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
-from gateway.ingress.dispatch import Dispatcher, RequestInfo, StreamAttempt, Targets
+from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.errors import (
     DEFAULT_RETRY_AFTER,
     client_message,
@@ -50,9 +50,11 @@ from gateway.ingress.errors import (
 from gateway.ingress.identity import affinity_key, conversation_key
 from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.operations import IngressOps
+from gateway.ingress.plan_walk import Ask, PlanWalk
 from gateway.ingress.request import HttpRequest, Receive, Scope, Send
+from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
-from gateway.ingress.targets import Ask, PlanWalk
+from gateway.ingress.targets import Targets
 from gateway.process.reload import FallbackTargets
 from gateway.steering import explain
 from gateway.steering.labels import client_metadata
@@ -85,6 +87,7 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.adapters.upstream_http import UpstreamHTTP
+    from gateway.ingress.stream_attempt import StreamAttempt
     from schemas.config import GatewayConfig, ModelConfig
 
 logger = logging.getLogger(__name__)

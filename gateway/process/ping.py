@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import Adapter
     from gateway.auth.provider_secrets import ProviderSecrets
-    from gateway.ingress.dispatch import Targets
+    from gateway.ingress.targets import Targets
     from schemas import RouteCandidate
 
 T = TypeVar("T")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.ingress.dispatch import NO_SECRETS, SecretSource, Targets
+from gateway.ingress.targets import NO_SECRETS, SecretSource, Targets
 from schemas import ConfigChanged, GatewayError, subjects
 
 if TYPE_CHECKING:

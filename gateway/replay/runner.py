@@ -24,8 +24,8 @@ from actors import build_tree
 from bus import InProcessBus
 from gateway.ingress.app import GatewayApp
 from gateway.ingress.clock import IngressClock
-from gateway.ingress.dispatch import Targets
 from gateway.ingress.leases import LeaseKeeper
+from gateway.ingress.targets import Targets
 from gateway.process.prober import BenchProber
 from gateway.process.routewise_prober import RouteWiseProber
 from gateway.replay.outcome import Outcome, RunResult, Transition

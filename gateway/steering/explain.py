@@ -42,8 +42,8 @@ from schemas import (
 if TYPE_CHECKING:
     from bus import Bus
     from gateway.auth.gate import Authenticator
-    from gateway.ingress.dispatch import RequestInfo
-    from gateway.ingress.targets import Ask, PlanWalk
+    from gateway.ingress.plan_walk import Ask, PlanWalk
+    from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import Resolution
     from schemas.config import ModelConfig
 

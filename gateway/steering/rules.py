@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from bus import Bus
-    from gateway.ingress.dispatch import RequestInfo
     from gateway.ingress.request import HttpRequest
+    from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import SteeringBook
 
 logger = logging.getLogger(__name__)

@@ -224,6 +224,49 @@ async def test_keys_create_says_which_database_took_the_key(
     assert (made["via"], made["database"]) == ("file", str(offline_db))
 
 
+async def test_keys_over_url_go_to_that_gateway_and_never_to_a_file(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    env = {"LLMGW_ADMIN_KEY": "adm-e2e-keys-url"}
+    proc = await _serve(processes, tmp_path, env=env)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    who = ("--org", "o", "--user", "u", "--role", "free", "--rpm", "7", "--json")
+
+    created = await asyncio.to_thread(
+        llmgw, elsewhere, "keys", "create", "--url", proc.url, *who, env=env
+    )
+    listed = await asyncio.to_thread(
+        llmgw, elsewhere, "keys", "list", "--url", proc.url, "--json", env=env
+    )
+
+    assert created.returncode == 0, created.stderr
+    made = json.loads(created.stdout)
+    assert (made["via"], made["database"], made["limit_delivered"]) == ("url", "", "url")
+    assert listed.returncode == 0, listed.stderr
+    assert made["id"] in [row["id"] for row in json.loads(listed.stdout)]
+    async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
+        answer = await client.post(
+            CHAT, json=chat("demo"), headers={"Authorization": f"Bearer {made['key']}"}
+        )
+    assert answer.status_code == 200, answer.text
+    assert list(elsewhere.iterdir()) == []  # the CLI wrote no database of its own
+
+
+def test_keys_over_an_unreachable_url_fail_without_touching_a_file(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"  # bound, never listening
+        done = llmgw(
+            tmp_path,
+            *("keys", "create", "--url", dead, "--admin-key", "adm-x"),
+            *("--org", "o", "--user", "u", "--role", "free"),
+        )
+
+    assert "not delivered" in one_line_error(done)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_keys_and_logs_need_only_the_database_of_the_config(tmp_path: Path) -> None:
     db = tmp_path / "gw.sqlite3"
     sqlite3.connect(db).close()

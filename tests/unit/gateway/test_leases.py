@@ -15,8 +15,10 @@ from bus import InProcessBus
 from gateway.adapters.base import error_from_status
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.adapters.upstream_http import transport_error
-from gateway.ingress.dispatch import Dispatcher, RequestInfo, Targets
+from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
+from gateway.ingress.request_info import RequestInfo
+from gateway.ingress.targets import Targets
 from schemas import (
     CapacityGrant,
     CapacityRelease,
@@ -241,7 +243,7 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
     bus: InProcessBus,
     fake_upstream: FakeUpstream,
 ) -> None:
-    from gateway.ingress.targets import PlanWalk
+    from gateway.ingress.plan_walk import PlanWalk
     from schemas.config import ModelConfig
 
     fake_upstream.set_default(Reply(500))

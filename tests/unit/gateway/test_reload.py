@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.ingress.dispatch import Targets
+from gateway.ingress.targets import Targets
 from gateway.process.reload import ConfigFollower, FallbackTargets
 from schemas import InvalidRequestError, RouteCandidate
 from schemas.config import GatewayConfig, credential_id

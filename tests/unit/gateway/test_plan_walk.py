@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
-from gateway.ingress.dispatch import RequestInfo
-from gateway.ingress.targets import PlanWalk
+from gateway.ingress.plan_walk import PlanWalk
+from gateway.ingress.request_info import RequestInfo
 from schemas import (
     AllCircuitsOpenError,
     RouteCandidate,

@@ -1,0 +1,263 @@
+"""A stream attempt: opened up to its first chunk (a hedge's primary: up to its first token)
+by the failover loop's ``AttemptKind`` ``STREAM``, then relayed as a committed
+``StreamAttempt`` that is observed, and gives its lease back, when it ends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from gateway.adapters.base import Batch, carries_token
+from gateway.ingress import hedging
+from gateway.ingress.failover import outcome_of, timed_out
+from gateway.ingress.leases import tokens_used_by_failure
+from gateway.ingress.usage import NO_USAGE, tokens, usage_of
+from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.adapters.base import JSON
+    from gateway.ingress.dispatch import Dispatcher
+    from gateway.ingress.failover import Budget
+    from gateway.ingress.hedging import Declined
+    from gateway.ingress.request_info import Attempt, RequestInfo
+    from schemas import RouteCandidate
+
+
+class _Stream:
+    """Streams; stateless, one instance (``STREAM``)."""
+
+    __slots__ = ()
+
+    async def attempt(
+        self,
+        d: Dispatcher,
+        info: RequestInfo,
+        payload: JSON,
+        a: Attempt,
+        budget: Budget,
+        declined: Declined,
+        hold: bool,
+    ) -> StreamAttempt | UpstreamError:
+        """One observed stream attempt up to its first chunk (``hold``: up to its first
+        token, see ``_first_token``): the open stream (which holds the capacity lease until
+        its relay ends), or the error it failed with (the lease given back)."""
+        attempt, c, more, first_of_plan = a
+        started = d.now()
+        target = d.targets.resolve(c)
+        trace = info.record.trace
+        if trace is not None:
+            target = trace.attempt(attempt, c, target, info.surface, info.stream)
+        try:
+            adapter = d.adapter(c)
+            if trace is not None and trace.capturing:
+                adapter = trace.noting(adapter, attempt)
+            chunks = adapter.stream(target, payload)
+        except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
+            await d.observe(info, c, attempt, "failure", started, err=missing)
+            await d.leases.release(c, tokens_used_by_failure(missing))
+            return missing
+        limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
+        outcome = "failure"
+        try:
+            async with asyncio.timeout(limit):
+                first = await anext(chunks)
+                if hold:
+                    first = await _first_token(first, chunks, target.idle_timeout, c.endpoint)
+        except StopAsyncIteration:
+            err = UpstreamError(
+                "upstream stream was empty", endpoint=c.endpoint, kind="empty_stream"
+            )
+        except UpstreamError as exc:
+            err = exc
+            outcome = outcome_of(err)
+        except TimeoutError:
+            err = timed_out(c, limit, by_budget)
+            outcome = "cancelled" if by_budget else "failure"
+        except (anyio.get_cancelled_exc_class(), RecursionError):
+            # RecursionError: see attempt_once (the body cannot be encoded for the upstream).
+            await _aclose(chunks)
+            await d.observe(info, c, attempt, "cancelled", started, err=declined.error(c.endpoint))
+            await d.leases.release(c)
+            raise
+        else:
+            info.record.upstream(started, d.now())
+            if trace is not None and first:
+                trace.answered(attempt, first[0])
+            if first_of_plan:  # only a plan's primary holds its model's prefill lease
+                await d.publish(
+                    subjects.model_first_token(info.model),
+                    FirstToken(
+                        endpoint=c.endpoint,
+                        request_id=info.request_id,
+                        spent_for=first.spent_for if isinstance(first, Batch) else None,
+                    ),
+                )
+            if c.probe:  # the probe's verdict is its first byte, not the stream's end
+                await d.publish(
+                    subjects.endpoint_probe_result(c.endpoint),
+                    ProbeFirstByte(endpoint=c.endpoint, request_id=info.request_id),
+                )
+            return StreamAttempt(d, info, c, attempt, started, first, chunks, target.idle_timeout)
+        await _aclose(chunks)
+        await d.observe(info, c, attempt, outcome, started, err=err)
+        await d.leases.release(c, tokens_used_by_failure(err))
+        return err
+
+    async def discard(self, result: StreamAttempt) -> None:
+        """A stream that lost a hedge race after its first chunk: closed, observed declined."""
+        await result.close(
+            "cancelled",
+            UpstreamError(
+                "declined: the hedged twin answered first",
+                endpoint=result.candidate.endpoint,
+                kind=hedging.DECLINED,
+            ),
+        )
+
+
+STREAM = _Stream()
+"""The stream ``AttemptKind``."""
+
+
+def _answers(batch: Batch) -> bool:
+    """Whether ``batch`` says something of the answer: a token, a finish reason, or the end."""
+    return batch.last or any(
+        carries_token(chunk)
+        or any(
+            isinstance(ch, dict) and ch.get("finish_reason") for ch in chunk.get("choices") or ()
+        )
+        for chunk in batch
+    )
+
+
+async def _first_token(
+    first: Batch, rest: AsyncIterator[Batch], idle: float, endpoint: str
+) -> Batch:
+    """``first`` and the batches after it, up to the first that ``_answers``, as one batch
+    (chunks unchanged, in order). A hedged stream is decided by its first token, not by a
+    role-only first chunk an upstream sends at once and then stalls after; nothing of it
+    has reached the client yet, so a failure here leaves the race to the other side. The
+    caller's first-byte limit bounds the whole wait; ``idle`` bounds each read, as after
+    commit. Raises UpstreamError (the stream broke, stalled, or ended without an answer)."""
+    held = list(first)
+    batch = first
+    while not _answers(batch):
+        try:
+            async with asyncio.timeout(idle):
+                batch = await anext(rest)
+        except StopAsyncIteration:
+            raise UpstreamError(
+                "upstream stream ended before its first token", endpoint=endpoint, kind="truncated"
+            ) from None
+        except TimeoutError:
+            raise UpstreamTimeoutError(
+                f"upstream stream stalled before its first token: no chunk for {idle:g} s",
+                endpoint=endpoint,
+                kind="idle",
+            ) from None
+        held += batch
+    return first if len(held) == len(first) else Batch(held, last=batch.last)
+
+
+async def _aclose(gen: AsyncIterator[Any]) -> None:
+    aclose = getattr(gen, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()
+
+
+class StreamAttempt:
+    """A committed stream: its first batch of chunks, the rest, and its observation when it
+    ends."""
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        info: RequestInfo,
+        candidate: RouteCandidate,
+        attempt: int,
+        started: float,
+        first: Batch,
+        rest: AsyncIterator[Batch],
+        idle_timeout: float,
+    ) -> None:
+        self.candidate = candidate
+        self.attempt = attempt
+        self.first = first
+        self._rest = rest
+        self._dispatcher = dispatcher
+        self._info = info
+        self._started = started
+        self._ttft: float | None = None  # when the first token (or the end) arrived
+        self._usage = NO_USAGE
+        self._chars = 0  # content sent, for the estimate when no usage is reported
+        self._finished = False
+        self._idle = idle_timeout
+        self._note(first)
+
+    async def batches(self) -> AsyncIterator[Batch]:
+        """Every batch of chunks (what one upstream read carried), the first included, up to
+        the ``last`` one. Raises UpstreamError if the stream breaks, stalls for the idle
+        timeout, or ends without a finish reason."""
+        yield self.first
+        batch = self.first
+        while not batch.last:
+            try:
+                async with asyncio.timeout(self._idle):
+                    batch = await anext(self._rest)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise UpstreamTimeoutError(
+                    f"upstream stream stalled: no chunk for {self._idle:g} s",
+                    endpoint=self.candidate.endpoint,
+                    kind="idle",
+                ) from None
+            self._note(batch)
+            yield batch
+        if not self._finished:
+            # A clean end that never said why the answer stopped may be cut short.
+            raise UpstreamError(
+                "upstream stream ended without a finish reason",
+                endpoint=self.candidate.endpoint,
+                kind="truncated",
+            )
+
+    def _note(self, batch: Batch) -> None:
+        """Keep the latest usage, the characters sent, whether a choice has said why it
+        stopped, and when the first token came (a role-only chunk is none; an answer that
+        ends without any token has its TTFT at its end)."""
+        if self._ttft is None and _answers(batch):
+            self._ttft = self._dispatcher.now()
+        for chunk in batch:
+            if chunk.get("usage"):
+                self._usage = usage_of(chunk)
+            for choice in chunk.get("choices") or ():
+                content = (choice.get("delta") or {}).get("content")
+                if content:
+                    self._chars += len(content)
+                if not self._finished and choice.get("finish_reason"):
+                    self._finished = True
+                    if self._info.record.trace is not None:
+                        self._info.record.trace.finished(self.attempt, choice["finish_reason"])
+
+    async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
+        """Release the upstream stream and the capacity lease, and publish this attempt's
+        observation (closing twice releases once)."""
+        await _aclose(self._rest)
+        await self._dispatcher.leases.release(self.candidate, tokens(self._usage))
+        await self._dispatcher.observe(
+            self._info,
+            self.candidate,
+            self.attempt,
+            outcome,
+            self._started,
+            err=err,
+            ttft=self._ttft,
+            usage=self._usage,
+            sent_chars=self._chars,
+        )
