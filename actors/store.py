@@ -4,10 +4,11 @@
 Each ingress sends it the rows of the requests it served as ``LogAppend`` batches on
 ``llmgw.log.append`` (its own subscription, queue group ``store``; see
 ``gateway.ingress.log_outbox``): one row per client request (``RequestCompleted``) and one per
-upstream attempt (``Observation``). A background flusher commits what arrived as it arrives
-(group commit: what arrives during a write goes in the next), so well within
-``log.flush_ms``; each ingress sends at most ``log.batch_rows`` rows a batch. Each batch is
-answered (``LogAppended``) only once it is committed, with its sender's ``seq`` in the
+upstream attempt (``Observation``). A background flusher commits what arrived within a
+short window (group commit: the lesser of ``log.flush_ms`` and 50 ms; what arrives during a
+write goes in the next), so within ``log.flush_ms``; each ingress sends at most
+``log.batch_rows`` rows a batch. Each batch is answered (``LogAppended``) only once it is
+committed, with its sender's ``seq`` in the
 ``log_senders`` table in the same transaction, so a batch sent again is committed once.
 
 Guarantees (the README's "request log" section):
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _QUEUE = "store"
+_COMMIT_WINDOW_MS = 50
 _PRUNE_INTERVAL_S = 3600.0
 _SUBSCRIBE_TIMEOUT_S = 10.0
 
@@ -210,10 +212,17 @@ class StoreActor(Actor):
         # done by each ingress (one batch in flight; see gateway.ingress.log_outbox). The
         # event is replaced only here, after checking, with no await in between, so a flush
         # by a query or an admin command cannot leave this task waiting on a stale one.
+        #
+        # A write is also held for a short window once rows arrive (at most ``flush_ms``,
+        # and 50 ms): at low concurrency every request would otherwise cost its own commit
+        # and answer (measured: about a quarter of a millisecond of CPU per request), while
+        # the rows wait at their ingress, which keeps them until this answer anyway.
+        window = min(self._settings.flush_ms, _COMMIT_WINDOW_MS) / 1000
         while True:
             if not self._pending:
                 self._rows_ready = anyio.Event()
                 await self._rows_ready.wait()
+            await anyio.sleep(window)
             await self._flush()
 
     async def _flush(self) -> int:

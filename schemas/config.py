@@ -535,10 +535,11 @@ class LogConfig(_Strict):
     """The request log (StoreActor, in the database): batching, its bounded queues, retention.
 
     Each ingress keeps its rows until the store acknowledges them committed, sending at most
-    ``batch_rows`` rows a batch; the store commits batches as they arrive (well within
-    ``flush_ms``), and a batch not acknowledged within ``flush_ms`` + 5 s is sent again. At
-    most ``queue_rows`` rows wait at an ingress (past that, a request's rows are dropped and
-    logged, never waited for) and at the store (past that, a batch is refused and sent again).
+    ``batch_rows`` rows a batch; the store commits what arrived within the lesser of
+    ``flush_ms`` and 50 ms (group commit), and a batch not acknowledged within ``flush_ms`` +
+    5 s is sent again. At most ``queue_rows`` rows wait at an ingress (past that, a request's
+    rows are dropped and logged, never waited for) and at the store (past that, a batch is
+    refused and sent again).
     A crash of the store loses no row; a clean shutdown loses none.
     """
 
