@@ -58,6 +58,7 @@ from schemas import (
     SteeringGet,
     SteeringSnapshot,
     SteeringState,
+    is_backpressure,
     raise_for_reply,
     subjects,
 )
@@ -141,6 +142,11 @@ class SteeringActor(Actor):
         )
         self._catalogue: Catalogue = tuple(
             (m.id, m.catalog.enabled) for m in self._catalogue_models
+        )
+        # Models whose successes can flip an ordering at once: their allowance use moves
+        # their multiplier (see _may_flip).
+        self._with_allowance = frozenset(
+            m.id for m in self._catalogue_models if m.catalog.free_allowance is not None
         )
         self.chains_admin = AdminArea(
             "chains",
@@ -286,7 +292,7 @@ class SteeringActor(Actor):
         match env.message:
             case Observation() as obs:
                 if self._book.learn(obs, self._clock()):
-                    await self._evidence_changed()
+                    await self._evidence_changed(flips=self._may_flip(obs))
             case EndpointState() as st:
                 if self._book.endpoint(st):
                     await self._evidence_changed()
@@ -324,15 +330,25 @@ class SteeringActor(Actor):
             decaying = self._book.decaying(self._state.guardrails, now)
             # The views hold the multipliers of the last publish; only a decay that flips an
             # ordering (or ends, leaving exact multipliers of 1) is worth a publish.
-            if not decaying or self._gate.flipped(self._signature(self._evidence())):
+            if not decaying or self._gate.flipped(self._current_signature()):
                 await self._publish_evidence()
             else:
                 self._check_decay()
 
-    async def _evidence_changed(self, *, force: bool = False) -> None:
-        """Publish the evidence now or at the interval's end, as the gate says."""
+    def _may_flip(self, obs: Observation) -> bool:
+        """Whether ``obs`` is worth checking for a flipped ordering at once: a failure,
+        back-pressure, or the use of an allowance. A plain success nudges speed and
+        reliability and is published at the interval's end (at most ``flush_seconds``
+        later): ranking the whole catalogue on every success cost about 150 us of CPU per
+        request at concurrency 64."""
+        return obs.outcome != "success" or is_backpressure(obs) or obs.model in self._with_allowance
+
+    async def _evidence_changed(self, *, force: bool = False, flips: bool = True) -> None:
+        """Publish the evidence now or at the interval's end, as the gate says (``flips``:
+        whether this change is checked for a flipped ordering at once)."""
         now = self._clock()
-        if self._gate.changed(now, lambda: self._signature(self._evidence()), force=force):
+        signature = self._current_signature if flips else None
+        if self._gate.changed(now, signature, force=force):
             await self._publish_evidence()
         elif not self._flush_pending:
             self._flush_pending = True
@@ -354,9 +370,20 @@ class SteeringActor(Actor):
             self._decay_pending = True
             self.ctx.call_later(_DECAY_SECONDS, _DecayCheck())
 
+    def _current_signature(self) -> Hashable:
+        """:meth:`_signature` of the evidence now. A catalogue of fewer than two models has
+        one ordering whatever its evidence: only the mode can change, and building and
+        ranking the evidence on every observation would cost the request path (measured:
+        about 150 us of CPU per request at concurrency 64 with one model)."""
+        if len(self._catalogue_models) < 2:
+            return (), self._degraded
+        return self._signature(self._evidence())
+
     def _signature(self, evidence: Evidence) -> Hashable:
         """What the views' orderings follow in ``evidence``: every scored ordering over the
         catalogue (the axes', the profile's, the cheapest) and the mode."""
+        if len(self._catalogue_models) < 2:
+            return (), evidence.degraded
         by_model = {e.model: e for e in evidence.models}
         weights = (*_AXIS_WEIGHTS, self._state.weights)
         ranked = orderings(self._catalogue_models, by_model, weights, self._capability)

@@ -32,15 +32,16 @@ class EvidenceGate:
         self.dirty = False  # changed since the last publish
 
     def changed(
-        self, now: float, signature: Callable[[], Hashable], *, force: bool = False
+        self, now: float, signature: Callable[[], Hashable] | None, *, force: bool = False
     ) -> bool:
         """The evidence changed (``signature``: what its orderings and mode are now, asked
-        only when it decides; ``force``: a change the views need at once whatever the rate).
-        True: publish it now; False: publish it at :meth:`due`."""
+        only when it decides, None for a change not worth checking for a flip; ``force``: a
+        change the views need at once whatever the rate). True: publish it now; False:
+        publish it at :meth:`due`."""
         self.dirty = True
         if force or now - self._last >= self.interval:
             return True
-        if self._flips < self._flips_max and signature() != self._shown:
+        if signature is not None and self._flips < self._flips_max and signature() != self._shown:
             self._flips += 1
             return True
         return False

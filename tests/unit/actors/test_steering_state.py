@@ -125,3 +125,30 @@ def test_the_evidence_gate_publishes_flips_at_once_but_at_most_four_an_interval(
     assert not gate.changed(0.1, lambda: "e")  # the same orderings: waits
     assert gate.dirty and gate.due(0.1) == pytest.approx(0.14)
     assert gate.changed(0.25, lambda: "e")  # an interval after the last publish: at once
+
+
+def test_a_change_not_worth_a_flip_check_waits_for_the_interval_without_ranking() -> None:
+    """A plain success is not ranked on arrival (the catalogue-wide ranking cost ~150 us a
+    request): inside the interval it waits, after a quiet interval it goes at once."""
+    gate = EvidenceGate(0.2, 4)
+    gate.published("a", 0.0)
+    assert not gate.changed(0.05, None)
+    assert gate.dirty and gate.due(0.05) == pytest.approx(0.15)
+    assert gate.changed(0.3, None)
+
+
+def test_steering_checks_failures_and_allowance_use_for_flips_but_not_plain_successes() -> None:
+    from actors.steering import SteeringActor
+    from schemas.catalog import SteeringConfig
+
+    models = (
+        ModelConfig.model_validate({"id": "a"}),
+        ModelConfig.model_validate(
+            {"id": "b", "catalog": {"free_allowance": {"monthly_requests": 100}}}
+        ),
+    )
+    actor = SteeringActor(models, (), SteeringConfig())
+
+    assert not actor._may_flip(_obs("a", "success"))
+    assert actor._may_flip(_obs("a", "failure", status=500))
+    assert actor._may_flip(_obs("b", "success"))  # allowance use moves its multiplier
