@@ -488,13 +488,13 @@ async def test_keep_alive_connections_the_client_ends_are_closed_by_the_server_a
 ) -> None:
     async def one_connection() -> bytes:
         reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-        writer.write(b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n")  # keep-alive
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        (answer,) = parse_answers(head)
-        await reader.readexactly(int(answer.headers["content-length"]))
-        writer.write_eof()  # the client is done: the server sees end of stream
-        try:
+        try:  # closed on every path: a socket left open would fail the next test too
+            writer.write(b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n")  # keep-alive
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            (answer,) = parse_answers(head)
+            await reader.readexactly(int(answer.headers["content-length"]))
+            writer.write_eof()  # the client is done: the server sees end of stream
             return await reader.read()  # b"" once the server has closed its side
         finally:
             writer.close()
