@@ -192,7 +192,12 @@ class EdgeH11Protocol(H11Protocol):
         if epoch != self._head_epoch:
             return  # the head arrived (or the connection ended) after the timer fired
         self._head_timer = None
-        if self.stream is not None or not isinstance(self.connection, h11.Connection):
+        conn = self.connection
+        if self.stream is not None or not isinstance(conn, h11.Connection):
+            return
+        if conn.their_state is not h11.IDLE or _HEAD_END.search(conn.trailing_data[0]):
+            # The whole head did arrive: a busy loop ran this timer before the request was
+            # dispatched. Closing now would drop a request the client sent in time.
             return
         self._timed_out = True
         if self.connection.our_state is h11.IDLE:
