@@ -24,6 +24,7 @@ from gateway.adapters.base import (
     UpstreamTarget,
     bad_response,
     error_from_status,
+    json_answer,
 )
 from gateway.adapters.sse import SSEParser
 from schemas import InvalidRequestError, UpstreamError
@@ -89,10 +90,7 @@ class AnthropicAdapter:
         )
         if answer.status >= 300:
             raise error_from_status(target.endpoint, answer.status, answer.headers, answer.body)
-        try:
-            data = _decode(answer.body)
-        except msgspec.DecodeError:
-            raise bad_response(target.endpoint, "the body is not JSON") from None
+        data = json_answer(target.endpoint, answer.body)
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise bad_response(target.endpoint, "the JSON has no 'content' list")
         return from_messages_response(data, model=target.upstream_model or str(data.get("model")))

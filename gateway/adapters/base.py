@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
+
 from schemas import QUOTA_EXHAUSTED, ErrorCode, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from schemas.config import AzureSettings
 
 JSON = dict[str, Any]
+_decode_json = msgspec.json.Decoder().decode
 
 
 class Batch(list[JSON]):
@@ -225,8 +228,6 @@ def error_from_status(
 
 
 def _upstream_message(body: bytes) -> str | None:
-    import msgspec
-
     try:
         data = msgspec.json.decode(body)
     except msgspec.DecodeError:
@@ -240,6 +241,14 @@ def _upstream_message(body: bytes) -> str | None:
         if isinstance(data.get("message"), str):
             return str(data["message"])
     return None
+
+
+def json_answer(endpoint: str, body: bytes) -> Any:
+    """``body`` decoded as JSON. Raises UpstreamBadResponseError when it is not JSON."""
+    try:
+        return _decode_json(body)
+    except msgspec.DecodeError:
+        raise bad_response(endpoint, "the body is not JSON") from None
 
 
 def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:

@@ -31,6 +31,7 @@ from gateway.adapters.base import (
     UnsupportedParameterError,
     UpstreamTarget,
     bad_response,
+    json_answer,
     retry_after_seconds,
 )
 from gateway.adapters.bedrock_auth import BedrockSigner, split_key
@@ -126,10 +127,7 @@ class BedrockAdapter:
             )
             if answer.status >= 300:
                 raise error_from_answer(target.endpoint, answer.status, answer.headers, answer.body)
-            try:
-                data = _decode(answer.body)
-            except msgspec.DecodeError:
-                raise bad_response(target.endpoint, "the body is not JSON") from None
+            data = json_answer(target.endpoint, answer.body)
             output = data.get("output") if isinstance(data, dict) else None
             message = output.get("message") if isinstance(output, dict) else None
             if not isinstance(message, dict):
@@ -246,10 +244,7 @@ class BedrockAdapter:
             )
             if answer.status >= 300:
                 raise error_from_answer(target.endpoint, answer.status, answer.headers, answer.body)
-            try:
-                return _decode(answer.body), answer.headers
-            except msgspec.DecodeError:
-                raise bad_response(target.endpoint, "the body is not JSON") from None
+            return json_answer(target.endpoint, answer.body), answer.headers
 
         return invoke
 

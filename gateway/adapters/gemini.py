@@ -25,6 +25,7 @@ from gateway.adapters.base import (
     UpstreamTarget,
     bad_response,
     error_from_status,
+    json_answer,
 )
 from gateway.adapters.gemini_wire import (
     GeminiToChatStream,
@@ -97,10 +98,7 @@ class GeminiAdapter:
         )
         if answer.status >= 300:
             raise gemini_error(target.endpoint, answer.status, answer.headers, answer.body)
-        try:
-            data = _decode(answer.body)
-        except msgspec.DecodeError:
-            raise bad_response(target.endpoint, "the body is not JSON") from None
+        data = json_answer(target.endpoint, answer.body)
         if not isinstance(data, dict):
             raise bad_response(target.endpoint, "the JSON is not an object")
         return data

@@ -16,6 +16,7 @@ from gateway.adapters.base import (
     UpstreamTarget,
     bad_response,
     error_from_status,
+    json_answer,
     rate_limit_spent_seconds,
 )
 from gateway.adapters.sse import SSEParser
@@ -79,10 +80,7 @@ class OpenAICompatAdapter:
         )
         if answer.status >= 300:
             raise self._error(target, answer.status, answer.headers, answer.body)
-        try:
-            decoded = _decode(answer.body)
-        except msgspec.DecodeError:
-            raise bad_response(target.endpoint, "the body is not JSON") from None
+        decoded = json_answer(target.endpoint, answer.body)
         if not isinstance(decoded, dict) or key not in decoded:
             raise bad_response(target.endpoint, f"the JSON has no {key!r}")
         return decoded
