@@ -20,14 +20,6 @@ CALLER_SCOPE_KEY = "llmgw.caller"
 BY_SCOPE_KEY = "llmgw.by"
 
 
-def bearer_token(req: HttpRequest) -> str | None:
-    """The token of ``Authorization: Bearer <token>``, else ``x-api-key``, else None."""
-    auth = req.header("authorization")
-    if auth and auth[:7].lower() == "bearer ":
-        return auth[7:].strip() or None
-    return req.header("x-api-key") or None
-
-
 def requested_by(req: HttpRequest, default: str = "http") -> str:
     """The audit name of ``req``'s admin command: what :data:`BY_SCOPE_KEY` says, else
     ``default``."""
@@ -40,7 +32,7 @@ def is_admin(req: HttpRequest, config: GatewayConfig) -> bool:
     if getattr(req.scope.get(CALLER_SCOPE_KEY), "is_admin", False):
         return True
     admin = config.admin_key
-    token = bearer_token(req)
+    token = req.bearer_token()
     if not admin or not token:
         return False
     return hmac.compare_digest(token.encode(), admin.encode())

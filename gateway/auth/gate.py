@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.auth.admin_access import CALLER_SCOPE_KEY, bearer_token
+from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from schemas import (
     ApiKeyCreated,
     ApiKeyInfo,
@@ -241,7 +241,7 @@ class Authenticator:
             if caller is None:
                 return
         else:
-            caller = await self.identify(req, strict=False) if bearer_token(req) else None
+            caller = await self.identify(req, strict=False) if req.bearer_token() else None
             if caller is None:
                 return
         req.scope[SCOPE_KEY] = caller
@@ -262,7 +262,7 @@ class Authenticator:
     async def identify(self, req: HttpRequest, *, strict: bool) -> Caller | None:
         """The caller of ``req``'s key; None without a key (or, when not ``strict`` or auth is
         off, with an unknown one). ``strict``: an unusable key raises UnauthorizedError."""
-        token = bearer_token(req)
+        token = req.bearer_token()
         if token is None:
             return None
         return await self.identify_key(token, strict=strict)

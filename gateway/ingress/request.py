@@ -78,6 +78,14 @@ class HttpRequest:
             }
         return self._headers.get(name)
 
+    def bearer_token(self) -> str | None:
+        """The credential presented: ``Authorization: Bearer <token>``, else ``x-api-key``,
+        else None."""
+        auth = self.header("authorization")
+        if auth and auth[:7].lower() == "bearer ":
+            return auth[7:].strip() or None
+        return self.header("x-api-key") or None
+
     def client_host(self) -> str:
         client = self.scope.get("client")
         return str(client[0]) if client else ""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from gateway.auth.admin_access import CALLER_SCOPE_KEY, bearer_token
+from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.ingress.request import HttpRequest
@@ -168,7 +168,7 @@ async def _as_caller(req: HttpRequest, headers: Any, path: str, auth: Authentica
     }
     asking = scope.pop(CALLER_SCOPE_KEY, None)
     fake = HttpRequest(scope, req.receive, req.send)
-    if asking is not None and bearer_token(fake) is None and await auth.auth_on():
+    if asking is not None and fake.bearer_token() is None and await auth.auth_on():
         # No credential described, where the live path would refuse one: answer as the
         # admin asking (a dashboard session has no key to describe).
         fake.scope[CALLER_SCOPE_KEY] = asking
