@@ -11,22 +11,33 @@ ingress died, an observation was lost) expires, so a count that drifts heals by 
 
 **Learned limit** (AIMD with a gradient cut, as TCP and Netflix's adaptive concurrency
 limits): a route's limit is unknown until it shows congestion; until then it takes at most
-twice the concurrency it has answered without congestion (16 before any answer: TCP's slow
-start), so spilled traffic cannot bury an unmeasured route in a queue before the first slow
-answers come back. A provider's 429 halves the limit (an unknown one: from the concurrency
-it refused at). A time to first token inflating above the route's own unloaded baseline
-(``inflation`` times, and at least 100 ms over it; raised by the inflation the model's other
-routes share, their median, since a delay every route shows is the gateway's own or the
-network's, not this route's queue) cuts it once three answers in a row say so, each sent
-with at least ``min_limit`` others in flight: by the gradient ceiling / recent TTFT, between
-a tenth and a half; at most one cut a second, and never for an answer sent past the limit in
-force (sent before the last cut: its queue is already counted). A success sent at the limit,
-not inflated, raises it by ``1/limit``. It never goes under ``min_limit`` (a gateway slowed by
-its own CPU load, which no sibling shows, cannot starve a route) nor over the configured
-``concurrency:`` cap. The baseline is the lowest time to first token of a request sent while
-the route was nearly idle, rising slowly (1 % of the gap per such sample) so that a provider
-that became slower for good is not taken for a queue forever; ``recent`` is a short EWMA that
-follows a change within a few answers.
+one and a half times the concurrency it has answered calmly (16 before any answer: TCP's
+slow start, gentler because an answer's slot is held for seconds after its first token
+says whether it queued), so spilled traffic cannot bury an unmeasured route in a queue
+before the first slow answers come back. A provider's 429 halves the limit (an unknown one:
+from the concurrency it refused at).
+
+A time to first token inflating above the route's own unloaded baseline (``inflation``
+times, and at least 100 ms over it; raised by the inflation the model's other routes share,
+the least of theirs, since a delay every route shows is the gateway's own or the network's,
+not this route's queue) cuts it once three answers in a row say so, each judged by its own
+time and sent with at least ``min_limit`` others in flight: to the median concurrency they
+were sent with (the route queued there, so it takes fewer) times the gradient ceiling /
+their median TTFT, between a tenth and a half off; at most one cut a second, and never for
+an answer sent past the limit in force (sent before the last cut: its queue is already
+counted). An answer sent at the limit that came back calm (within half again the baseline:
+no queue at all, TCP HyStart's delay test) raises it by one, so a limit cut below the knee
+is back at it within a few answers, while answers queued a slot or two past the knee stop
+its growth there. It never goes under ``min_limit`` (a gateway slowed by its own CPU load,
+which no sibling shows, cannot starve a route) nor over the configured ``concurrency:`` cap.
+
+The baseline is the mean time to first token of answers that cannot have queued: sent with
+at most one other in flight, or with under half of what the route surely takes (half its
+limit, at most half the slow-start 16) and not inflated; the mean of the first ones, then a
+moving mean (a tenth per answer), so that neither one lucky answer nor a long prompt sets the
+yardstick, and a provider that became slower for good is followed from its idle answers.
+``recent`` is a short EWMA that follows a change within a few answers (what operators see,
+and what the other routes' shared inflation is read from).
 """
 
 from __future__ import annotations
@@ -41,9 +52,13 @@ _RATE_LIMIT_CUT = 0.5
 _INFLATION_CUT = 0.9
 _INFLATION_FLOOR_MS = 100.0
 _INFLATED_STREAK = 3  # answers in a row over the threshold: one slow answer is no queue
+_BASELINE_ALPHA = 0.1
 _BASELINE_DRIFT = 0.01
+_BASELINE_MIN = 5  # unloaded answers before the baseline judges any
 _RECENT_ALPHA = 0.3
 _SLOW_START = 16.0  # in flight a route takes before it has answered any
+_SLOW_START_GROWTH = 1.5
+_CALM = 1.5  # an answer within this times the baseline showed no queue at all
 
 
 class LearnedLimit:
@@ -52,14 +67,17 @@ class LearnedLimit:
     __slots__ = (
         "baseline_ms",
         "cap",
-        "inflated",
         "inflation",
         "last_cut",
         "limit",
         "min_limit",
         "reason",
         "recent_ms",
+        "refused",
         "spent_until",
+        "streak",
+        "uneasy",
+        "unloaded",
         "window",
     )
 
@@ -69,10 +87,13 @@ class LearnedLimit:
         self.inflation = inflation
         self.limit: float | None = None  # None: no congestion seen yet
         self.baseline_ms: float | None = None
+        self.unloaded = 0  # answers the baseline has taken
         self.recent_ms: float | None = None
         self.last_cut = -math.inf
-        self.inflated = 0  # answers in a row judged inflated
+        self.uneasy: list[int] = []  # slow start: answers in a row not calm (at_send)
+        self.streak: list[tuple[int, float]] = []  # inflated answers in a row (at_send, ms)
         self.reason = ""  # what last changed the limit
+        self.refused = False  # the last cut was a provider's 429
         # Slow start (TCP's): until a limit is learned, a route takes at most twice the
         # concurrency it has answered without congestion, so spilled traffic cannot bury a
         # route it has not measured in a queue before the first slow answers come back.
@@ -99,7 +120,12 @@ class LearnedLimit:
 
     def rate_limited(self, at_send: int, now: float) -> bool:
         """A 429 for a request sent with ``at_send`` others in flight; True if it cut."""
-        return self._cut((at_send + 1) * _RATE_LIMIT_CUT, _RATE_LIMIT_CUT, now, "rate_limited")
+        known = self.limit
+        target = (at_send + 1) if known is None else known
+        if not self._cut(target * _RATE_LIMIT_CUT, now, "rate_limited"):
+            return False
+        self.refused = True
+        return True
 
     def succeeded(
         self, ttft_ms: float, at_send: int, now: float, shared: float | None = 1.0
@@ -108,33 +134,67 @@ class LearnedLimit:
         others in flight; True if the limit changed. ``shared``: the inflation every other
         route of the model shows too (the gateway's or the network's delay, not this route's
         queue), by which the threshold is raised; None when it is not known (no other route
-        measured yet), and then inflation cuts nothing."""
-        if at_send <= 1:
-            b = self.baseline_ms
-            self.baseline_ms = (
-                ttft_ms if b is None or ttft_ms < b else b + (ttft_ms - b) * _BASELINE_DRIFT
-            )
+        measured yet): judged against its own baseline alone."""
         r = self.recent_ms
         self.recent_ms = ttft_ms if r is None else r + (ttft_ms - r) * _RECENT_ALPHA
-        base = self.baseline_ms
-        if base is not None and at_send >= self.min_limit:
-            # Judged against the route's own unloaded baseline, raised by what the model's
-            # other routes share (the gateway's or the network's delay, not this queue).
-            shared = 1.0 if shared is None else max(1.0, shared)
-            ceiling = max(base * self.inflation, base + _INFLATION_FLOOR_MS) * shared
-            self.inflated = self.inflated + 1 if self.recent_ms > ceiling else 0
+        # A yardstick of fewer than a handful of answers judges nothing yet.
+        base = self.baseline_ms if self.unloaded >= _BASELINE_MIN else None
+        scale = 1.0 if shared is None else max(1.0, shared)
+        ceiling = None
+        if base is not None:
+            ceiling = max(base * self.inflation, base + _INFLATION_FLOOR_MS) * scale
+        # Each answer is judged by its own time: the mean of the last few would go on
+        # saying "queue" for answers sent after the queue drained, and cut again.
+        inflated = ceiling is not None and ttft_ms > ceiling
+        known = _SLOW_START if self.limit is None else min(self.limit, _SLOW_START)
+        if at_send <= 1 or (at_send < known / 2 and not inflated):
+            # Sent with under half what the route surely takes in flight: no queue in it.
+            # The mean of the first samples, then a moving mean: one lucky or unlucky
+            # first answer must not set the yardstick.
+            self.unloaded += 1
+            step = max(_BASELINE_ALPHA, 1.0 / self.unloaded)
+            if inflated:
+                # An idle answer far over the baseline: the provider may have become slower
+                # for good, which is followed, but slowly (a hundredth of the gap per answer),
+                # so its traffic is not handed back before its limit has been re-learned.
+                step = _BASELINE_DRIFT
+            prev = self.baseline_ms
+            self.baseline_ms = ttft_ms if prev is None else prev + (ttft_ms - prev) * step
+        if ceiling is not None and at_send >= self.min_limit:
             # An answer sent past the limit in force was sent before its last cut: its queue
             # is already counted (TCP cuts once per window, not once per lost packet).
             stale = self.limit is not None and at_send >= self.limit
-            if self.inflated >= _INFLATED_STREAK and not stale:
-                # A gradient (Netflix's adaptive limits): the deeper the queue the answers
-                # show, the harder the cut, at most halving at once.
-                factor = min(_INFLATION_CUT, max(_RATE_LIMIT_CUT, ceiling / self.recent_ms))
-                return self._cut(at_send * factor, factor, now, "ttft_inflated")
-        if self.limit is None and not self.inflated:
-            self.window = max(self.window, 2.0 * (at_send + 1))
-        if self.limit is not None and not self.inflated and at_send + 1 >= self.limit - 1:
-            grown = self.limit + 1.0 / self.limit
+            if not inflated:
+                self.streak.clear()
+            elif not stale:
+                self.streak.append((at_send, ttft_ms))
+                del self.streak[:-_INFLATED_STREAK]
+                if len(self.streak) == _INFLATED_STREAK and self._inflation_cut(ceiling, now):
+                    return True
+        # Growth asks more than the absence of a queue worth cutting for: an answer close to
+        # the baseline (TCP's HyStart leaves slow start on a small rise in delay, not on a
+        # loss), so the limit stops rising a slot or two past the knee instead of at twice it.
+        calm = base is None or ttft_ms <= base * _CALM * scale
+        if self.limit is None:
+            if calm:
+                self.uneasy.clear()
+                self.window = max(self.window, _SLOW_START_GROWTH * (at_send + 1))
+            elif at_send >= self.min_limit:
+                # HyStart's exit: delay rising for three answers in a row ends slow start
+                # where they were sent, before the queue is deep enough to cut for.
+                self.uneasy.append(at_send)
+                del self.uneasy[:-_INFLATED_STREAK]
+                if len(self.uneasy) == _INFLATED_STREAK:
+                    self.limit = max(self.min_limit, float(statistics.median(self.uneasy)))
+                    if self.cap is not None:
+                        self.limit = min(self.limit, float(self.cap))
+                    self.reason = "delay_rising"
+                    return True
+        if self.limit is not None and calm and at_send + 1 >= self.limit - 1:
+            # After a refusal, TCP's congestion avoidance (one more per limit's worth of
+            # answers): a 429 comes with no warning, and each costs an attempt. After a
+            # delay cut, one per calm answer: the delay shows the knee before it hurts.
+            grown = self.limit + (1.0 / self.limit if self.refused else 1.0)
             if self.cap is not None:
                 grown = min(grown, float(self.cap))
             if grown > self.limit:
@@ -142,11 +202,25 @@ class LearnedLimit:
                 return True
         return False
 
-    def _cut(self, unknown: float, factor: float, now: float, reason: str) -> bool:
+    def _inflation_cut(self, ceiling: float, now: float) -> bool:
+        """Three answers in a row queued, sent with (their median) ``sent`` others in flight:
+        the route takes fewer, so the cut starts there, not from the limit; the deeper the
+        queue they show the harder it is (a gradient, as Netflix's adaptive limits), at most
+        halving at once. Medians: one answer with a long prompt, or sent low by chance, is
+        not the queue."""
+        sent = statistics.median(a for a, _ in self.streak)
+        slow = statistics.median(t for _, t in self.streak)
+        factor = min(_INFLATION_CUT, max(_RATE_LIMIT_CUT, ceiling / slow))
+        if not self._cut(sent * factor, now, "ttft_inflated"):
+            return False
+        self.refused = False
+        self.streak.clear()
+        return True
+
+    def _cut(self, target: float, now: float, reason: str) -> bool:
         if now - self.last_cut < _CUT_INTERVAL:
             return False
-        cut = unknown if self.limit is None else self.limit * factor
-        self.limit = max(self.min_limit, cut)
+        self.limit = max(self.min_limit, target)
         if self.cap is not None:
             self.limit = min(self.limit, float(self.cap))
         self.last_cut = now
@@ -205,7 +279,7 @@ class RouteLoad:
             for e, other in self.limits.items()
             if e != endpoint and other.recent_ms is not None and other.baseline_ms
         ]
-        return lim.succeeded(ttft_ms, at_send, now, statistics.median(ratios) if ratios else None)
+        return lim.succeeded(ttft_ms, at_send, now, min(ratios) if ratios else None)
 
     def issued(self, request_id: str, endpoints: tuple[str, ...], now: float) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight."""

@@ -13,6 +13,12 @@ def load(**caps: int | None) -> RouteLoad:
     return RouteLoad(caps or {"a": None, "b": None, "c": None}, ttl=60.0, min_limit=2.0)
 
 
+def idle(lim: LearnedLimit, ms: float, now: float = 0.0) -> None:
+    """The handful of unloaded answers a baseline needs before it judges any."""
+    for i in range(5):
+        lim.succeeded(ms, at_send=0, now=now + i / 100)
+
+
 # -- in flight --------------------------------------------------------------------------------
 
 
@@ -100,7 +106,9 @@ def test_one_burst_of_429s_cuts_once_and_a_later_one_cuts_again_never_under_the_
     assert lim.limit == pytest.approx(2.0)
 
 
-def test_successes_at_the_limit_raise_it_by_one_over_the_limit_up_to_the_cap() -> None:
+def test_after_a_429_calm_successes_at_the_limit_raise_it_by_one_over_the_limit_to_the_cap() -> (
+    None
+):
     lim = LearnedLimit(cap=5, min_limit=2.0)
     lim.rate_limited(7, 0.0)  # 4
     grown = [lim.succeeded(100.0, at_send=3, now=1.0 + i) for i in range(8)]
@@ -108,6 +116,30 @@ def test_successes_at_the_limit_raise_it_by_one_over_the_limit_up_to_the_cap() -
     assert grown[:4] == [True] * 4  # 4 + 1/4, + 1/4.25, ...
     assert grown[-1] is False and lim.limit == pytest.approx(5.0)  # capped at 5
     assert lim.effective() == 5.0
+
+
+def test_after_a_delay_cut_each_calm_answer_at_the_limit_raises_it_by_one() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    idle(lim, 100.0)  # the baseline: 100 ms
+    for i in range(3):
+        lim.succeeded(1000.0, at_send=20, now=10.0 + i / 10)  # queued: cut to 10
+    assert lim.limit == pytest.approx(10.0)
+    # Before: a tenth of a slot per answer, ten seconds of four-second answers to regain one.
+    for i in range(5):
+        lim.succeeded(110.0, at_send=int(lim.limit) - 1, now=12.0 + i)  # the route kept full
+    assert lim.limit == pytest.approx(15.0) and lim.reason == "grew"
+
+
+def test_answers_slower_than_calm_but_not_queued_enough_to_cut_stop_the_growth() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    idle(lim, 100.0)
+    for i in range(3):
+        lim.succeeded(1000.0, at_send=20, now=10.0 + i / 10)  # 10
+    # 180 ms: under the cut's 200 ms, but over half again the baseline: a slot or two
+    # queued past the knee. Neither cut nor grown.
+    changed = [lim.succeeded(180.0, at_send=9, now=12.0 + i) for i in range(5)]
+
+    assert changed == [False] * 5 and lim.limit == pytest.approx(10.0)
 
 
 def test_successes_far_under_the_limit_do_not_raise_it() -> None:
@@ -122,8 +154,7 @@ def test_ttft_inflating_over_the_unloaded_baseline_cuts_from_the_concurrency_it_
     None
 ):
     lim = LearnedLimit(cap=None, min_limit=2.0, inflation=2.0)
-    for i in range(3):
-        lim.succeeded(100.0, at_send=0, now=float(i))  # idle: the baseline
+    idle(lim, 100.0)  # the baseline
     changed = [lim.succeeded(1000.0, at_send=8, now=10.0 + i / 4) for i in range(5)]
 
     assert lim.baseline_ms == pytest.approx(100.0)
@@ -133,29 +164,32 @@ def test_ttft_inflating_over_the_unloaded_baseline_cuts_from_the_concurrency_it_
     assert lim.limit == pytest.approx(4.0) and lim.reason == "ttft_inflated"
 
 
-def test_a_mild_inflation_cuts_by_the_gradient_at_most_a_tenth() -> None:
+def test_a_mild_inflation_cuts_by_the_gradient_from_where_it_was_sent() -> None:
     lim = LearnedLimit(cap=None, min_limit=2.0, inflation=2.0)
-    lim.succeeded(100.0, at_send=0, now=0.0)
+    idle(lim, 100.0)
     for i in range(8):
         lim.succeeded(230.0, at_send=10, now=1.0 + i / 10)
 
     assert lim.reason == "ttft_inflated"
-    assert lim.limit == pytest.approx(9.0)  # 200 over about 220 is over 0.9: a tenth
+    assert lim.limit == pytest.approx(10 * 200 / 230)  # 200 over 230: under a seventh off
 
 
-def test_an_unmeasured_route_takes_twice_what_it_answered_without_congestion() -> None:
+def test_an_unmeasured_route_takes_half_again_what_it_answered_calmly() -> None:
     lim = LearnedLimit(cap=None, min_limit=2.0)
 
     assert lim.admits(15) and not lim.admits(16)  # slow start: nothing answered yet
     assert lim.bound() == 16.0  # what RouteWise prices its queueing against
-    lim.succeeded(100.0, at_send=0, now=0.0)
-    lim.succeeded(110.0, at_send=19, now=1.0)  # twenty in flight, answered unqueued
-    assert lim.admits(39) and not lim.admits(40) and lim.effective() is None
+    idle(lim, 100.0)
+    lim.succeeded(110.0, at_send=19, now=1.0)  # twenty in flight, answered calmly
+    assert lim.admits(29) and not lim.admits(30) and lim.effective() is None
+    # Slower, though not queued enough to cut: no growth (before: doubled to 62).
+    lim.succeeded(190.0, at_send=30, now=2.0)
+    assert lim.bound() == 30.0
 
 
 def test_a_route_alone_queueing_cuts_against_its_own_baseline() -> None:
     rl = load()
-    rl.succeeded("a", 100.0, at_send=0, now=0.0)  # no other route ever answers
+    idle(rl.limits["a"], 100.0)  # no other route ever answers
     cut = [rl.succeeded("a", 2000.0, at_send=30, now=1.0 + i / 10) for i in range(3)]
 
     assert cut == [False, False, True] and rl.limits["a"].limit == pytest.approx(15.0)
@@ -163,20 +197,25 @@ def test_a_route_alone_queueing_cuts_against_its_own_baseline() -> None:
 
 def test_answers_sent_before_the_last_cut_do_not_cut_again() -> None:
     lim = LearnedLimit(cap=None, min_limit=2.0)
-    lim.succeeded(100.0, at_send=0, now=0.0)
+    idle(lim, 100.0)
     for i in range(3):
         lim.succeeded(2000.0, at_send=30, now=1.0 + i / 10)  # cut to 15
     # The queue they were sent into drains for seconds: its answers are still slow.
     later = [lim.succeeded(2000.0, at_send=30, now=3.0 + i) for i in range(5)]
 
     assert later == [False] * 5 and lim.limit == pytest.approx(15.0)
-    assert lim.succeeded(2000.0, at_send=10, now=9.0)  # sent under the new limit: cuts
-    assert lim.limit == pytest.approx(7.5)
+    # Sent under the new limit and still queued: cut again, from where they were sent.
+    assert [lim.succeeded(2000.0, at_send=12, now=9.0 + i / 10) for i in range(3)] == [
+        False,
+        False,
+        True,
+    ]
+    assert lim.limit == pytest.approx(6.0)
 
 
 def test_a_slow_answer_alone_is_no_queue() -> None:
     lim = LearnedLimit(cap=None, min_limit=2.0)
-    lim.succeeded(100.0, at_send=0, now=0.0)
+    idle(lim, 100.0)
 
     assert not lim.succeeded(5000.0, at_send=1, now=1.0)  # sent with one other in flight
     assert lim.limit is None
@@ -184,7 +223,7 @@ def test_a_slow_answer_alone_is_no_queue() -> None:
 
 def test_the_baseline_follows_a_provider_that_became_slower_for_good_slowly() -> None:
     lim = LearnedLimit(cap=None)
-    lim.succeeded(100.0, at_send=0, now=0.0)
+    idle(lim, 100.0)
     for i in range(100):
         lim.succeeded(300.0, at_send=0, now=1.0 + i)
 
@@ -212,14 +251,75 @@ def test_a_provider_limit_said_spent_saturates_the_route_until_its_reset() -> No
 def test_an_inflation_every_route_shares_is_not_one_routes_queue() -> None:
     rl = load()
     for e in "abc":
-        rl.succeeded(e, 10.0, at_send=0, now=0.0)  # the baselines
+        idle(rl.limits[e], 10.0)  # the baselines
     # The gateway itself is slow: every route's answers take ten times as long.
     for e in "bc":
         for i in range(5):
             rl.succeeded(e, 100.0, at_send=0, now=1.0 + i)
-    shared = [rl.succeeded("a", 100.0, at_send=4, now=10.0 + i) for i in range(5)]
+    for i in range(5):
+        rl.succeeded("a", 100.0, at_send=4, now=10.0 + i)
+    shared = (rl.limits["a"].reason, rl.limits["a"].limit)
     own = [rl.succeeded("a", 3000.0, at_send=4, now=20.0 + i / 10) for i in range(3)]
 
-    assert shared == [False] * 5
+    # Nothing cut for the shared delay: slow start may end where a was sent, not under it.
+    assert shared[0] != "ttft_inflated" and (shared[1] is None or shared[1] >= 4.0)
     assert own == [False, False, True]  # a alone is far slower still: its queue
     assert rl.limits["a"].reason == "ttft_inflated"
+
+
+def test_the_baseline_is_the_mean_of_unqueued_answers_not_the_luckiest_one() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    lim.succeeded(40.0, at_send=0, now=0.0)  # one lucky answer
+    for i in range(9):
+        lim.succeeded(100.0, at_send=i % 7, now=1.0 + i)  # under half the slow start
+
+    # Before: the lowest (40 ms), so every ordinary answer over 140 ms looked queued.
+    assert lim.baseline_ms == pytest.approx(94.0)
+
+
+def test_answers_sent_under_the_knee_once_the_queue_drained_do_not_cut_again() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    idle(lim, 100.0)
+    for i in range(3):
+        lim.succeeded(2000.0, at_send=30, now=1.0 + i / 10)  # cut to 15
+    # Sent with twelve others, under the knee: no queue, whatever the last answers said.
+    after = [lim.succeeded(110.0, at_send=12, now=3.0 + i / 10) for i in range(3)]
+
+    # Before: a moving mean still far over the ceiling cut these to 6.
+    assert after == [False] * 3 and lim.limit == pytest.approx(15.0)
+
+
+def test_a_cut_starts_from_the_median_concurrency_the_queued_answers_were_sent_with() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    idle(lim, 100.0)
+    lim.succeeded(1000.0, at_send=30, now=1.0)
+    lim.succeeded(1000.0, at_send=29, now=1.1)
+    lim.succeeded(1000.0, at_send=5, now=1.2)  # a long prompt, sent low by chance
+
+    # Before: from the last one's 5, to the floor of 2.
+    assert lim.limit == pytest.approx(14.5) and lim.reason == "ttft_inflated"
+
+
+def test_one_other_route_queueing_does_not_hide_this_routes_queue() -> None:
+    rl = load()
+    for e in "abc":
+        idle(rl.limits[e], 10.0)  # the baselines
+    for i in range(5):
+        rl.succeeded("b", 100.0, at_send=8, now=1.0 + i)  # b queues
+        rl.succeeded("c", 10.0, at_send=8, now=1.0 + i)  # c does not: no shared delay
+    cut = [rl.succeeded("a", 500.0, at_send=8, now=10.0 + i / 10) for i in range(3)]
+
+    # Before: the others' median inflation (b's and c's, 5.5 times) raised the ceiling over
+    # a's queue.
+    assert cut == [False, False, True] and rl.limits["a"].reason == "ttft_inflated"
+
+
+def test_slow_start_ends_where_three_answers_in_a_row_came_back_slower_than_calm() -> None:
+    lim = LearnedLimit(cap=None, min_limit=2.0)
+    idle(lim, 100.0)
+    # A queue of a slot or two: slower than calm, not slow enough to cut for.
+    changed = [lim.succeeded(170.0, at_send=n, now=1.0 + n / 100) for n in (20, 22, 21)]
+
+    # Before: slow start went on doubling past the knee until a queue deep enough to cut.
+    assert changed == [False, False, True]
+    assert lim.limit == pytest.approx(21.0) and lim.reason == "delay_rising"
