@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 # A failed attempt weighs in the mean TTFT as this (the library's default penalty).
 ERROR_PENALTY_MS = 60_000.0
+# The moving mean of slot holding times follows about the last twenty answers.
+_HOLD_ALPHA = 0.05
 # What the cost envelope keeps per window at most: its percentiles need no more.
 ENVELOPE_MAX_SAMPLES = 10_000
 
@@ -157,6 +159,8 @@ class LatencyEvidence:
         self._live: dict[str, TtftWindow] = {}
         self._prior: dict[str, TtftWindow] = {}
         self._fast: dict[str, FastMean] = {}
+        # endpoint -> a moving mean of how long a successful attempt held its slot (ms)
+        self._hold: dict[str, float] = {}
         self.last_seen: dict[str, float] = {}
         self.version = 0
         self._versions: dict[str, int] = {}
@@ -186,6 +190,20 @@ class LatencyEvidence:
             window.success(ts, ttft_ms)
         self._add_fast(endpoint, ts, ttft_ms)
         self._touch(endpoint, ts)
+
+    def held(self, endpoint: str, latency_ms: float) -> None:
+        """A successful attempt on ``endpoint`` held its slot ``latency_ms`` (first byte to
+        last); what a queue there makes the next one wait for, per slot."""
+        if not math.isfinite(latency_ms) or latency_ms <= 0:
+            return
+        mean = self._hold.get(endpoint)
+        self._hold[endpoint] = (
+            latency_ms if mean is None else mean + (latency_ms - mean) * _HOLD_ALPHA
+        )
+
+    def hold_ms(self, endpoint: str) -> float | None:
+        """The mean time a successful attempt holds a slot on ``endpoint`` (None: unseen)."""
+        return self._hold.get(endpoint)
 
     def _add_fast(self, endpoint: str, ts: float, value: float) -> None:
         half_life = self._params.latency_fast_half_life_sec

@@ -22,6 +22,7 @@ the same candidates; never an error to the client.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, replace
@@ -57,8 +58,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _LP_CACHE_SIZE = 256
-# A route at (or past) its learned limit is left out; near it, its latency is divided by
-# what headroom is left, at least this much.
+# A route at (or past) its learned limit is left out; near it, its queueing is priced as
+# if this share of its slots were still free at least.
 _MIN_HEADROOM = 0.1
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
 _RESOLVED_FALLBACKS = 3
@@ -187,6 +188,8 @@ class RouteWiseStrategy:
     def observe(self, obs: Observation) -> None:
         """Learn TTFT, success and output length from one attempt of this model."""
         ts = obs.ts or self._clock()
+        if obs.outcome == "success" and obs.endpoint in self._endpoints:
+            self.latency.held(obs.endpoint, obs.latency_ms)
         self._learn(
             obs.endpoint,
             obs.outcome,
@@ -362,13 +365,11 @@ class RouteWiseStrategy:
         state = self._deps.capacity(endpoint)
         free = state.free if state is not None else None
         in_flight, limit = self._deps.load(endpoint)
-        if limit is not None:
-            # Queueing: a route holding a share of its learned limit (or its slow-start window)
-            # answers later, so its LP share is bounded by it. Squared: the limit is learned by
-            # overshooting it, and the saturating replay measured the steeper price keeping
-            # queues shallower (mean TTFT 0.37 s against 0.43 s for the M/M/1 1/(1-u)).
-            headroom = 1.0 - in_flight / limit if limit > 0 else 0.0
-            latency /= max(_MIN_HEADROOM, headroom) ** 2
+        if limit is not None and in_flight < limit:
+            # Queueing: a route holding a share of its learned limit (or slow-start window)
+            # makes the next request wait for a slot that often; priced as an M/M/c queue.
+            hold = self.latency.hold_ms(endpoint)
+            latency += queue_wait_ms(in_flight, limit, latency if hold is None else hold)
 
         def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
             return Candidate(
@@ -520,6 +521,20 @@ class RouteWiseStrategy:
             return _weighted(cands, self.solve(cands))
         except NoProviderError:
             return cands
+
+
+def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:
+    """The mean wait for a slot of a route serving ``in_flight`` of ``slots`` at once, each
+    held ``hold_ms``: an M/M/c queue at utilisation ``in_flight / slots`` (Sakasegawa's
+    approximation, ``hold * rho^(sqrt(2(c+1)) - 1) / (c (1 - rho))``, with at least
+    ``_MIN_HEADROOM`` of the slots taken as free). Near nothing while many slots are free,
+    steep as the last ones fill: a route is filled toward its limit, not kept at half of it
+    as the squared headroom did; at the limit the route is left out of the LP."""
+    c = max(1.0, slots)
+    rho = min(in_flight / c, 1.0 - _MIN_HEADROOM)
+    if rho <= 0.0:
+        return 0.0
+    return hold_ms * math.pow(rho, math.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho))
 
 
 def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | None:

@@ -430,20 +430,40 @@ def make_loaded(
     return strategy, views
 
 
-def test_the_lp_latency_includes_queueing_against_the_learned_limit(clock: FakeClock) -> None:
-    load: dict[str, tuple[int, float | None]] = {}
-    s, views = make_loaded(clock, load, route(8001, pricing=CHEAP), route(8002, pricing=CHEAP))
-    a, b = views[0].endpoint, views[1].endpoint
-    ttft(s, a, 100.0, clock)
-    ttft(s, b, 100.0, clock)
-    req = RouteRequest(model="m", prompt_tokens=1000)
-    idle = {c.endpoint: c.latency_ms for c in s.candidates(views, req, clock.now)}
-    load[a] = (3, 4.0)  # three of four learned slots taken: a quarter of headroom left
-    load[b] = (4, 4.0)  # at its limit: out of the LP
-    busy = {c.endpoint: c for c in s.candidates(views, req, clock.now)}
+def held(s: RouteWiseStrategy, endpoint: str, ttft_ms: float, latency_ms: float) -> None:
+    """One success on ``endpoint``: first token after ``ttft_ms``, slot held ``latency_ms``."""
+    s.observe(
+        Observation(
+            endpoint=endpoint,
+            model="m",
+            outcome="success",
+            ttft_ms=ttft_ms,
+            latency_ms=latency_ms,
+            prompt_tokens=1000,
+        )
+    )
 
-    assert busy[a].latency_ms == pytest.approx(idle[a] * 16)  # over the headroom, squared
+
+def test_the_lp_latency_includes_the_wait_for_a_slot_of_a_filling_route(clock: FakeClock) -> None:
+    load: dict[str, tuple[int, float | None]] = {}
+    s, views = make_loaded(
+        clock, load, route(8001, pricing=CHEAP), route(8002, pricing=CHEAP), route(8003)
+    )
+    a, b, c = (v.endpoint for v in views)
+    for e in (a, b, c):
+        held(s, e, 100.0, 2000.0)  # each answer holds its slot two seconds
+    req = RouteRequest(model="m", prompt_tokens=1000)
+    load[a] = (12, 16.0)  # three quarters of sixteen learned slots taken
+    load[b] = (4, 4.0)  # at its limit: out of the LP
+    load[c] = (4, 16.0)  # a quarter
+    busy = {x.endpoint: x for x in s.candidates(views, req, clock.now)}
+
+    # An M/M/c queue at three quarters of 16 slots: 2000 * 0.75^(sqrt(34) - 1) / (16 / 4).
+    assert busy[a].latency_ms == pytest.approx(100.0 + 2000.0 * 0.75 ** (34**0.5 - 1) / 4.0)
     assert busy[b].effective_cost is None and busy[b].excluded == "capacity_full"
+    # Before: a quarter full already cost a route three quarters more (the headroom,
+    # squared); a route with most slots free makes nobody wait.
+    assert busy[c].latency_ms == pytest.approx(100.0, abs=0.5)
 
 
 def test_unprofiled_routes_are_explored_in_band_with_a_bounded_share(clock: FakeClock) -> None:

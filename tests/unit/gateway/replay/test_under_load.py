@@ -69,6 +69,25 @@ def test_saturating_routes_are_not_queued_past_their_learned_limit() -> None:
     assert all(sum(n) for n in fastest["share_by_route"]["routes"].values())
 
 
+def test_saturating_cost_rises_with_alpha_and_alpha_0_fills_the_cheapest_routes() -> None:
+    report, _ = _replay("saturating", ("routewise-a0", "routewise-a05", "routewise-a1"), 20.0)
+    cheap, mid, fast = (
+        report["configs"][c] for c in ("routewise-a0", "routewise-a05", "routewise-a1")
+    )
+    routes = cheap["share_by_route"]["routes"]
+    served = {e: sum(n) for e, n in routes.items()}
+
+    for summary in (cheap, mid, fast):
+        assert summary["served"] == summary["requests"]
+    # Before: alpha 0 cost more than alpha 0.5 (its limits, cut by noise, spilled it onto
+    # the dearest routes), and its p99 was 8 s.
+    assert cheap["cost_usd"] < mid["cost_usd"] < fast["cost_usd"]
+    assert cheap["ttft_mean"] > fast["ttft_mean"]
+    assert cheap["ttft_p99"] < cheap["slo_seconds"]
+    # The four cheapest routes (m:p1 to m:p4) carry four fifths of it (before: 62 %).
+    assert sum(served[f"m:p{i}"] for i in range(1, 5)) >= 0.8 * cheap["served"]
+
+
 def test_traffic_leaves_a_dead_route_within_two_seconds() -> None:
     _, runs = _replay(
         "outage", ("equal", "routewise-a1"), 20.0, _moved_to("outage", at=8.0, end=1000.0)
