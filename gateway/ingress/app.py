@@ -428,7 +428,7 @@ class GatewayApp:
         RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
         chain)."""
         if not is_steering(requested):
-            return PlanWalk((self._resolve(requested, req, info.record),), ask, info)
+            return PlanWalk((self._resolve(requested, req, info.record),), ask)
         info.record.requested(requested)
         caller = caller_of(req)
         book = await self.steering.book_for(requested)
@@ -450,15 +450,16 @@ class GatewayApp:
             steered = dataclasses.replace(steered, rule=rule.name)
         info.record.steered(steered)
         models = tuple(m for m in map(book.model, steered.models) if m is not None)
-        return PlanWalk(models, ask, info, steered)
+        return PlanWalk(models, ask, steered)
 
-    def _served(self, walk: PlanWalk, info: RequestInfo, requested: str) -> str:
+    def _served(self, walk: PlanWalk, model: str, requested: str) -> str:
         """The model id the answer shows: the one asked for, or for a steered request the
-        public model that served it (which the caller stays on while it is healthy)."""
+        public model that served it, ``model`` (which the caller stays on while it is
+        healthy)."""
         if walk.steered is None:
             return requested
-        self._steerer.served(walk.steered, info.model)
-        return info.model
+        self._steerer.served(walk.steered, model)
+        return model
 
     def _plan_for(
         self,
@@ -517,7 +518,6 @@ class GatewayApp:
     ) -> RequestInfo:
         return RequestInfo(
             request_id=req.request_id,
-            model="",
             surface=surface,
             stream=stream,
             caller=affinity_key(
@@ -639,17 +639,17 @@ class GatewayApp:
     ) -> None:
         rendered = b""
 
-        async def complete(adapter: Adapter, target: UpstreamTarget) -> JSON:
+        async def complete(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
             nonlocal rendered
             answer = await adapter.complete(target, body)
             # Rendered within the attempt: an answer the client's shape cannot express is
             # this route's bad response, and the next route may still serve.
-            shown = requested if walk.steered is None else info.model
+            shown = requested if walk.steered is None else model
             rendered = surface.render(answer, shown, raw)
             return answer
 
         served = await self._dispatcher.call(info, plan, complete, walk)
-        self._served(walk, info, requested)
+        self._served(walk, served.model, requested)
         await req.respond(
             200,
             rendered,
@@ -673,7 +673,7 @@ class GatewayApp:
     ) -> None:
         stream = await self._dispatcher.open_stream(info, plan, body, walk)
         try:
-            shown = self._served(walk, info, requested)
+            shown = self._served(walk, stream.model, requested)
             await self._relay(req, surface.stream(shown, raw), stream, info)
         finally:  # however the relay ends, its capacity lease goes back (a no-op once closed)
             await self.leases.release(stream.candidate)
@@ -740,12 +740,12 @@ class GatewayApp:
         plan = await walk.first()
         await self._admitted(ticket, info, plan)
 
-        async def embed(adapter: Adapter, target: UpstreamTarget) -> JSON:
+        async def embed(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
             return await adapter.embed(target, raw)
 
         async def run() -> None:
             served = await self._dispatcher.call(info, plan, embed, walk)
-            served.body["model"] = self._served(walk, info, requested)
+            served.body["model"] = self._served(walk, served.model, requested)
             await req.respond(
                 200,
                 _encode(served.body),

@@ -9,6 +9,10 @@ for the modality or the context, ...) is skipped; when none of them can, the fir
 error is the answer, so the error a client sees is deterministic. A bus failure (no
 responder, no reply in time, bus closed) is not skipped: it says the control plane is down,
 not that one model cannot plan, and the next model would only wait as long again.
+
+Each plan a walk returns names its model (``RoutePlan.model``, stamped by the model's owner);
+the failover loop carries it into each attempt, so nothing about the request changes behind
+the loop's back while it walks.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from bus import BusClosedError
 from schemas import BusTimeoutError, GatewayError, NoRespondersError
 
 if TYPE_CHECKING:
-    from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import Resolution
     from schemas import RoutePlan
     from schemas.config import ModelConfig
@@ -31,21 +34,15 @@ _CONTROL_PLANE_DOWN = (BusTimeoutError, NoRespondersError, BusClosedError)
 
 
 class PlanWalk:
-    """Owns the position of one request in its ordered models; ``info.model`` follows the
-    model whose plan is being tried."""
+    """Owns the position of one request in its ordered models."""
 
-    __slots__ = ("_ask", "_info", "_models", "_next", "steered")
+    __slots__ = ("_ask", "_models", "_next", "steered")
 
     def __init__(
-        self,
-        models: Sequence[ModelConfig],
-        ask: Ask,
-        info: RequestInfo,
-        steered: Resolution | None = None,
+        self, models: Sequence[ModelConfig], ask: Ask, steered: Resolution | None = None
     ) -> None:
         self._models = models
         self._ask = ask
-        self._info = info
         self._next = 0
         self.steered = steered
 
@@ -83,7 +80,6 @@ class PlanWalk:
     async def _take(self) -> RoutePlan:
         model = self._models[self._next]
         self._next += 1
-        self._info.model = model.id
         return await self._ask(model)
 
     def _skippable(self, err: GatewayError) -> bool:
