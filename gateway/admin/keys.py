@@ -58,25 +58,6 @@ class AdminKeys:
         self._bus = bus
         self._auth = auth
 
-    def routes(self) -> dict[tuple[str, str], Handler]:
-        """Exact (method, path) routes."""
-        return {
-            ("GET", "/admin/keys"): self.list_keys,
-            ("POST", "/admin/keys"): self.create_key,
-            ("GET", "/admin/provider-keys"): self.list_provider_keys,
-            ("POST", "/admin/provider-keys"): self.add_provider_key,
-            ("POST", "/admin/provider-keys/min-role-env"): self.reserve_env_key,
-        }
-
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """(method, path prefix) routes, for paths carrying an id."""
-        return {
-            ("POST", "/admin/keys/"): self.revoke_key,
-            ("DELETE", "/admin/keys/"): self.revoke_key,
-            ("POST", "/admin/provider-keys/"): self.set_min_role,
-            ("DELETE", "/admin/provider-keys/"): self.delete_provider_key,
-        }
-
     # -- gateway API keys ---------------------------------------------------------------
 
     async def list_keys(self, req: HttpRequest) -> None:

@@ -18,8 +18,6 @@ from schemas import InvalidRequestError, UnauthorizedError
 from schemas.rules import MAX_DEPTH
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from bus import Bus
     from gateway.ingress.request import HttpRequest
     from schemas.config import GatewayConfig
@@ -37,24 +35,32 @@ class RulesAdmin:
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
-        self.config = config
+        self._config = config
 
-    def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[None]]]:
-        """``(method, path) -> handler`` for the app's route table."""
-        return {("GET", PATH): self._get, ("PUT", PATH): self._put}
+    async def start(self) -> None:
+        """Nothing to start."""
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Check the admin key of ``config`` from the next request on."""
+        self._config = config
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
 
     def _admin_only(self, req: HttpRequest) -> None:
-        if not is_admin(req, self.config):
+        if not is_admin(req, self._config):
             raise UnauthorizedError("admin endpoints need the admin key")
 
-    async def _get(self, req: HttpRequest) -> None:
+    async def get(self, req: HttpRequest) -> None:
+        """``GET``: the rule set."""
         self._admin_only(req)
         result = await admin_request(
             self._bus, "rules", "get", by=requested_by(req), timeout=ADMIN_TIMEOUT_S
         )
         await req.respond(200, _encode(result))
 
-    async def _put(self, req: HttpRequest) -> None:
+    async def put(self, req: HttpRequest) -> None:
+        """``PUT``: replace the rule set. Raises InvalidRequestError for a malformed set."""
         self._admin_only(req)
         try:
             body: Any = msgspec.json.decode(await req.body(_MAX_BODY))

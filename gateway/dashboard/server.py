@@ -146,12 +146,6 @@ class Dashboard:
         if isinstance(msg, DashboardSessionEnded):
             self._signer.ended.end(msg.session, msg.expires, self._clock())
 
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """``(method, prefix) -> handler`` for the app's route table."""
-        if not self._config.dashboard.enabled:
-            return {}
-        return {(m, PREFIX): self.handle for m in ("GET", "POST", "PUT", "PATCH", "DELETE")}
-
     async def handle(self, req: HttpRequest) -> None:
         """One dashboard request. Raises UnauthorizedError / ForbiddenError (no session, bad
         CSRF token) and whatever the forwarded admin handler raises."""

@@ -38,6 +38,8 @@ from schemas import (
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from schemas.config import GatewayConfig
+
 logger = logging.getLogger(__name__)
 
 _ACQUIRE_TIMEOUT = 2.0
@@ -79,6 +81,20 @@ class LeaseKeeper:
         self._clock = clock
         self._held: dict[str, tuple[str, float]] = {}  # lease id -> (pool, held since)
         self._task: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def max_age_of(config: GatewayConfig) -> float:
+        """The longest a lease of any pool of ``config`` may live (renewal stops then)."""
+        return config.routing.leases.max_age(
+            route.timeout_seconds for m in config.models for route in m.route
+        )
+
+    async def start(self) -> None:
+        """Nothing to start: renewing starts with the first lease held."""
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Follow ``config``'s lease TTL and maximum age (see :meth:`retune`)."""
+        self.retune(config.routing.leases.ttl_seconds, self.max_age_of(config))
 
     def retune(self, ttl: float, max_age: float | None = None) -> None:
         """Renew every ``ttl / 3`` from the next renewal on (a reload changed the TTL; the

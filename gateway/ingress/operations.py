@@ -11,14 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import anyio
 import msgspec
 
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
-from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting
 from gateway.ingress.event_stream import kinds_of, since_of, stream_events
@@ -28,6 +26,8 @@ from gateway.telemetry import start_telemetry
 from schemas import UnauthorizedError, subjects
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from bus import Bus
     from gateway.ingress.request import HttpRequest
     from gateway.process.reload import ConfigFollower
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[["HttpRequest"], Awaitable[None]]
 
 # Operator events the metrics count; not ``decision`` (one per request, every ingress's).
 COUNTED_KINDS = (
@@ -87,14 +86,6 @@ class IngressOps:
         # area -> what this ingress does once a command of that area succeeded through it
         self.after_admin: dict[str, Callable[[], Awaitable[None]]] = {}
 
-    def routes(self) -> dict[tuple[str, str], Handler]:
-        """Exact operator routes: ``GET /metrics``, ``GET /events``."""
-        return {("GET", "/metrics"): self._metrics, ("GET", "/events"): self._events}
-
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """The ``/admin/<area>/<verb>`` catch-all (try every other admin prefix first)."""
-        return {("POST", ADMIN_PREFIX): self._admin, ("GET", ADMIN_PREFIX): self._admin}
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Follow a reloaded config."""
         self._config = config
@@ -103,7 +94,7 @@ class IngressOps:
         if self.log_outbox is not None:
             self.log_outbox.reconfigure(config.log)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Start sending request-log rows to their owner."""
         if self.log_outbox is not None:
             self.log_outbox.start()
@@ -134,7 +125,8 @@ class IngressOps:
 
     # -- routes -------------------------------------------------------------------------
 
-    async def _metrics(self, req: HttpRequest) -> None:
+    async def serve_metrics(self, req: HttpRequest) -> None:
+        """``GET /metrics``: the Prometheus exposition."""
         body = await self.metrics.render(self._bus, _SCRAPE_TIMEOUT_S)
         await req.start(
             200,
@@ -149,11 +141,13 @@ class IngressOps:
         if not is_admin(req, self._config):
             raise UnauthorizedError("this endpoint needs the admin key (Authorization: Bearer)")
 
-    async def _events(self, req: HttpRequest) -> None:
+    async def serve_events(self, req: HttpRequest) -> None:
+        """``GET /events``: the event stream (admin)."""
         self._require_admin(req)
         await stream_events(req, self._bus, kinds_of(req), since_of(req))
 
-    async def _admin(self, req: HttpRequest) -> None:
+    async def serve_admin(self, req: HttpRequest) -> None:
+        """``GET``/``POST /admin/<area>/<verb>``: one admin command (admin)."""
         self._require_admin(req)
         area, verb = command_of(req)
         if area in _LOG_AREAS and self.log_outbox is not None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.ingress.request import HttpRequest
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import SteeringBook
+    from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +110,9 @@ class RulesView:
             return
         if isinstance(reply, RulesState) and self._events == seen:
             self.apply(reply)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Nothing to follow: the rule set is its owner's, not the file's."""
 
     async def aclose(self) -> None:
         """Stop following the owner."""
