@@ -29,7 +29,7 @@ import msgspec
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth.admin_access import requested_by
 from gateway.auth.gate import Authenticator, caller_of
-from gateway.ingress.request import HttpRequest
+from gateway.http.request import HttpRequest
 from schemas import (
     RouteNotFoundError,
 )

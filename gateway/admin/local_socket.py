@@ -28,17 +28,17 @@ from hypercorn.config import Config as HypercornConfig
 
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
-from gateway.ingress.errors import error_code, http_status
+from gateway.http.errors import error_code, http_status
+from gateway.http.request import HttpRequest
 from gateway.ingress.event_stream import kinds_of, since_of, stream_events
-from gateway.ingress.request import HttpRequest
 from schemas import GatewayError, RouteNotFoundError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bus import Bus
+    from gateway.http.request import Receive, Scope, Send
     from gateway.ingress.app import GatewayApp
-    from gateway.ingress.request import Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 

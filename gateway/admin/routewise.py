@@ -20,11 +20,12 @@ import msgspec
 
 from gateway.admin.http import admin_request, args_of
 from gateway.auth.admin_access import is_admin, requested_by
+from gateway.http.component import Component
 from schemas import InvalidRequestError, UnauthorizedError
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 MODEL_SETTINGS = "/admin/routewise/model-settings"
@@ -41,22 +42,16 @@ def _model_id(req: HttpRequest) -> str:
     return model_id
 
 
-class RouteWiseAdmin:
+class RouteWiseAdmin(Component):
     """The HTTP routes above, for the app's route tables."""
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self._config = config
 
-    async def start(self) -> None:
-        """Nothing to start."""
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Check the admin key and wait the decision timeout of ``config`` from now on."""
         self._config = config
-
-    async def aclose(self) -> None:
-        """Nothing to close."""
 
     def _check(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):

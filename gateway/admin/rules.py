@@ -14,12 +14,13 @@ import msgspec
 
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, too_deep
 from gateway.auth.admin_access import is_admin, requested_by
+from gateway.http.component import Component
 from schemas import InvalidRequestError, UnauthorizedError
 from schemas.rules import MAX_DEPTH
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 PATH = "/api/fallback/routing-rules"
@@ -30,22 +31,16 @@ _MAX_JSON_DEPTH = 64
 _encode = msgspec.json.Encoder().encode
 
 
-class RulesAdmin:
+class RulesAdmin(Component):
     """The two routes; holds the bus and the config (for the admin check) only."""
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self._config = config
 
-    async def start(self) -> None:
-        """Nothing to start."""
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Check the admin key of ``config`` from the next request on."""
         self._config = config
-
-    async def aclose(self) -> None:
-        """Nothing to close."""
 
     def _admin_only(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):

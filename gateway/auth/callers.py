@@ -21,7 +21,7 @@ from schemas import GatewayError, KeyPoolState, KeyPoolStateRequest, subjects
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)

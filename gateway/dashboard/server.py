@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)

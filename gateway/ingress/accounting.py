@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
-from gateway.ingress.errors import error_code, http_status
+from gateway.http.errors import error_code, http_status
 from schemas import GatewayError, RequestCompleted, RouteDecided, subjects
 
 if TYPE_CHECKING:
     from bus import Bus
+    from gateway.http.request import HttpRequest
     from gateway.ingress.log_outbox import LogOutbox
     from gateway.ingress.metrics import GatewayMetrics
-    from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
     from gateway.telemetry.request_trace import RequestTrace

@@ -14,6 +14,7 @@ from gateway.admin import limits as admin_limits
 from gateway.admin import routing as admin_routing
 from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of
+from gateway.http.component import Component
 from gateway.steering import explain
 from schemas import UnauthorizedError
 
@@ -21,9 +22,9 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import JSON
     from gateway.auth.gate import Authenticator
+    from gateway.http.request import HttpRequest
     from gateway.ingress.admission import Admission
     from gateway.ingress.pipeline import Inference
-    from gateway.ingress.request import HttpRequest
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.rules import RulesView
     from gateway.steering.view import SteeringView
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 _encode = msgspec.json.Encoder().encode
 
 
-class AdminRoutes:
+class AdminRoutes(Component):
     """Serves explain, the limits and the route weights for the config it serves. Raises
     UnauthorizedError for a caller without the admin key."""
 
@@ -55,15 +56,9 @@ class AdminRoutes:
         self._steering = steering
         self._rules = rules
 
-    async def start(self) -> None:
-        """Nothing to start."""
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Check the admin key of ``config`` from the next request on."""
         self._config = config
-
-    async def aclose(self) -> None:
-        """Nothing to close."""
 
     def _admin_only(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):

@@ -15,7 +15,7 @@ import logging
 import os
 import secrets
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 from gateway.adapters.registry import Upstreams
 from gateway.admin import limits as admin_limits
@@ -28,21 +28,21 @@ from gateway.admin.rules import RulesAdmin
 from gateway.auth.callers import Callers
 from gateway.dashboard import Dashboard
 from gateway.dashboard.server import PREFIX as DASHBOARD_PREFIX
-from gateway.ingress.admin_routes import AdminRoutes
-from gateway.ingress.admission import Admission
-from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
-from gateway.ingress.errors import (
+from gateway.http.errors import (
     client_message,
     error_code,
     error_param,
     http_status,
     retry_after_header,
 )
+from gateway.http.request import HttpRequest, Receive, Scope, Send
+from gateway.ingress.admin_routes import AdminRoutes
+from gateway.ingress.admission import Admission
+from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
 from gateway.ingress.introspection import MODELS_PREFIX, Introspection
 from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.operations import IngressOps
 from gateway.ingress.pipeline import Inference
-from gateway.ingress.request import HttpRequest, Receive, Scope, Send
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.steering import explain
 from gateway.steering.rules import RulesView
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from bus import Bus
     from gateway.adapters.base import Adapter
+    from gateway.http.component import Component
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -64,15 +65,6 @@ _ANY_METHOD = ("GET", "POST", "PUT", "PATCH", "DELETE")
 # The API shape errors on a path answer in (anything else under /v1/messages/ is Anthropic's,
 # all the rest OpenAI's).
 _SURFACES = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": MESSAGES}
-
-
-class Component(Protocol):
-    """A part of the ingress with a lifetime: started with the app, told of each reloaded
-    config, closed with the app."""
-
-    async def start(self) -> None: ...
-    def reconfigure(self, config: GatewayConfig) -> None: ...
-    async def aclose(self) -> None: ...
 
 
 class Route(NamedTuple):

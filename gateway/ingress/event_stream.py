@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from bus import Bus, Subscription
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas import Message
 
 _HEADERS = [

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gateway.auth.gate import caller_of, may_call
+from gateway.http.component import Component
+from gateway.http.errors import DEFAULT_RETRY_AFTER
 from gateway.ingress.accounting import bounded
 from gateway.ingress.capacity_health import capacity_lines
-from gateway.ingress.errors import DEFAULT_RETRY_AFTER
 from gateway.steering.resolver import is_steering
 from schemas import (
     GatewayError,
@@ -36,8 +37,8 @@ from schemas.catalog import AXIS_SYNONYMS, ascii_lower
 if TYPE_CHECKING:
     from bus import Bus
     from gateway.auth.callers import Callers
+    from gateway.http.request import HttpRequest
     from gateway.ingress.plan_walk import Targeting
-    from gateway.ingress.request import HttpRequest
     from gateway.steering.rules import RulesView
     from gateway.steering.view import SteeringView
     from schemas.config import GatewayConfig
@@ -48,7 +49,7 @@ _PROBE_TIMEOUT_S = 1.0  # /health and /health/ready: how long the actors may tak
 MODELS_PREFIX = "/v1/models/"
 
 
-class Introspection:
+class Introspection(Component):
     """Serves the model list, health and routing endpoints of the config it serves. Holds
     no state of its own beyond the config and when it was loaded."""
 
@@ -74,15 +75,9 @@ class Introspection:
         self._loaded_at = loaded_at
         self._pid = os.getpid()
 
-    async def start(self) -> None:
-        """Nothing to start: every answer is asked of the actors when it is needed."""
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Describe ``config`` from the next request on."""
         self._config = config
-
-    async def aclose(self) -> None:
-        """Nothing to close."""
 
     # -- the models -----------------------------------------------------------------------
 

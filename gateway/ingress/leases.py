@@ -23,6 +23,7 @@ import anyio
 import msgspec
 
 from bus import Bus, NoRespondersError, RequestTimeoutError
+from gateway.http.component import Component
 from schemas import (
     CapacityAcquire,
     CapacityGrant,
@@ -59,7 +60,7 @@ def tokens_used_by_failure(err: UpstreamError) -> int | None:
     return None
 
 
-class LeaseKeeper:
+class LeaseKeeper(Component):
     """Holds, renews and releases one ingress's capacity leases (never raises: a lease that
     cannot be renewed or released expires at its owner)."""
 
@@ -88,9 +89,6 @@ class LeaseKeeper:
         return config.routing.leases.max_age(
             route.timeout_seconds for m in config.models for route in m.route
         )
-
-    async def start(self) -> None:
-        """Nothing to start: renewing starts with the first lease held."""
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Follow ``config``'s lease TTL and maximum age (see :meth:`retune`)."""

@@ -27,9 +27,10 @@ from gateway.auth.gate import caller_of
 from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import estimate_prompt_tokens
 from gateway.formats.openai_embeddings import validate_embeddings_request
+from gateway.http.component import Component
+from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.errors import error_code
 from gateway.ingress.identity import affinity_key
 from gateway.ingress.plan_walk import Targeting
 from gateway.ingress.request_info import RequestInfo
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.auth.provider_secrets import ProviderSecrets
+    from gateway.http.request import HttpRequest
     from gateway.ingress.admission import Admission, Ticket
     from gateway.ingress.clock import IngressClock
     from gateway.ingress.leases import LeaseKeeper
     from gateway.ingress.plan_walk import PlanWalk
-    from gateway.ingress.request import HttpRequest
     from gateway.ingress.stream_attempt import StreamAttempt
     from gateway.ingress.surfaces import StreamRenderer
     from gateway.steering.rules import RulesView
@@ -85,7 +86,7 @@ class InferenceCall:
     plan: RoutePlan
 
 
-class Inference:
+class Inference(Component):
     """Serves the inference routes. Owns the failover loop of the config it serves (a new
     one per reload: requests in flight keep theirs) and the target resolution. Handlers
     raise GatewayError subclasses, which the app answers in the client's shape."""
@@ -134,9 +135,6 @@ class Inference:
             wall=self._clock.wall,
         )
 
-    async def start(self) -> None:
-        """Nothing to start: the views it reads are components of their own."""
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Serve ``config`` from the next request on. Requests in flight keep the model and
         plan they started with; their targets still resolve (the old config's, as a
@@ -145,9 +143,6 @@ class Inference:
         self._dispatcher = self._dispatcher_for(config, targets)
         self._config = config
         self.targeting.reconfigure(config)
-
-    async def aclose(self) -> None:
-        """Nothing to close: the upstream clients belong to the adapters' owner."""
 
     # -- the routes ---------------------------------------------------------------------
 

@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import JSON
     from gateway.auth.provider_secrets import ProviderSecrets
+    from gateway.http.request import HttpRequest
     from gateway.ingress.accounting import RequestRecord
-    from gateway.ingress.request import HttpRequest
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import Resolution
     from gateway.steering.rules import RulesView

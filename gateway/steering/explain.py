@@ -28,7 +28,7 @@ import msgspec
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
 from gateway.formats.openai_embeddings import validate_embeddings_request
-from gateway.ingress.request import HttpRequest
+from gateway.http.request import HttpRequest
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from schemas import (
     GatewayError,

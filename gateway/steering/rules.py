@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.auth.gate import follow, unfollow
 from gateway.formats.openai_chat import input_modalities
+from gateway.http.component import Component
 from gateway.steering.labels import client_metadata
 from schemas import GatewayError, InvalidRequestError, RulesGet, RulesState, subjects
 from schemas.catalog import AUTO, ascii_lower
@@ -29,10 +30,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import SteeringBook
-    from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def usable_in(book: SteeringBook, org: str) -> Callable[[str], bool]:
     return usable
 
 
-class RulesView:
+class RulesView(Component):
     """Holds the compiled rule set of this ingress; owns the subscription that keeps it."""
 
     def __init__(self, bus: Bus) -> None:
@@ -110,9 +110,6 @@ class RulesView:
             return
         if isinstance(reply, RulesState) and self._events == seen:
             self.apply(reply)
-
-    def reconfigure(self, config: GatewayConfig) -> None:
-        """Nothing to follow: the rule set is its owner's, not the file's."""
 
     async def aclose(self) -> None:
         """Stop following the owner."""
