@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin.keys import AdminKeys
 from gateway.auth.gate import Authenticator, caller_of
 from gateway.auth.provider_secrets import ProviderSecrets, configured_credentials
 from schemas import GatewayError, KeyPoolState, KeyPoolStateRequest, subjects
@@ -34,7 +33,6 @@ class Callers:
         self._bus = bus
         self.auth = Authenticator(bus, config)
         self.secrets = ProviderSecrets(bus, configured_credentials(config))
-        self.admin = AdminKeys(bus, self.auth)
         self._base_urls = _base_urls(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:

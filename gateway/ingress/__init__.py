@@ -9,8 +9,9 @@ credential resolution (``targets``), the failover loop (``dispatch``, its rules 
 ``failover``, its attempts in ``attempt_once`` and ``stream_attempt``, what it carries in
 ``request_info``), usage and cost (``usage``), per-request accounting, affinity identity,
 metrics, the operator endpoints the ingress serves besides inference (``operations``) and
-``GET /events`` (``event_stream``). Imports ``bus``, ``schemas`` and gateway's own packages,
-never ``actors``.
+explain (``explain``: ``POST /admin/routing/explain``, the live path run dry). Imports
+``bus``, ``schemas`` and the gateway's lower wings (tests/architecture/test_layers.py), never
+``actors``.
 
 Also here: ``admission``, ``capacity_health``, ``hedging``, ``leases``.
 """

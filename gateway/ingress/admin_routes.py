@@ -15,7 +15,7 @@ from gateway.admin import routing as admin_routing
 from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of
 from gateway.http.component import Component
-from gateway.steering import explain
+from gateway.ingress import explain
 from schemas import UnauthorizedError
 
 if TYPE_CHECKING:

@@ -23,6 +23,7 @@ from gateway.admin import routewise as admin_routewise
 from gateway.admin import routing as admin_routing
 from gateway.admin import rules as admin_rules
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
+from gateway.admin.keys import AdminKeys
 from gateway.admin.routewise import RouteWiseAdmin
 from gateway.admin.rules import RulesAdmin
 from gateway.auth.callers import Callers
@@ -36,6 +37,7 @@ from gateway.http.errors import (
     retry_after_header,
 )
 from gateway.http.request import HttpRequest, Receive, Scope, Send
+from gateway.ingress import explain
 from gateway.ingress.admin_routes import AdminRoutes
 from gateway.ingress.admission import Admission
 from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
@@ -44,7 +46,6 @@ from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.operations import IngressOps
 from gateway.ingress.pipeline import Inference
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
-from gateway.steering import explain
 from gateway.steering.rules import RulesView
 from gateway.steering.view import SteeringView
 from schemas import GatewayError, RouteNotFoundError
@@ -194,7 +195,7 @@ class GatewayApp:
             routewise_admin,
         )
         accounted = self.ops.accounting.wrap  # inference routes make a request-log row
-        keys = self.callers.admin
+        keys = AdminKeys(bus, self.callers.auth)  # /admin/keys, /admin/provider-keys
         self._routes = RouteTable(
             [
                 Route("POST", "/v1/chat/completions", accounted(inference.chat, "chat")),

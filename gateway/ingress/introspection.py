@@ -17,7 +17,7 @@ import msgspec
 from gateway.auth.gate import caller_of, may_call
 from gateway.http.component import Component
 from gateway.http.errors import DEFAULT_RETRY_AFTER
-from gateway.ingress.accounting import bounded
+from gateway.http.request import bounded
 from gateway.ingress.capacity_health import capacity_lines
 from gateway.steering.resolver import is_steering
 from schemas import (

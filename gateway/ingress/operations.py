@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import msgspec
 
+from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting
-from gateway.ingress.event_stream import kinds_of, since_of, stream_events
 from gateway.ingress.log_outbox import LogOutbox
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.telemetry import start_telemetry
@@ -30,10 +30,22 @@ if TYPE_CHECKING:
 
     from bus import Bus
     from gateway.http.request import HttpRequest
-    from gateway.process.reload import ConfigFollower
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
+
+
+class ConfigFollower(Protocol):
+    """What keeps this ingress on the current config version (the process's reload
+    follower, ``gateway.process.reload.ConfigFollower``)."""
+
+    async def follow(self, bus: Bus) -> None:
+        """Follow config change events until cancelled."""
+        ...
+
+    def sync(self, announced: str | None = None) -> bool:
+        """Serve the announced version (re-read now); whether the config changed."""
+        ...
 
 
 # Operator events the metrics count; not ``decision`` (one per request, every ingress's).
@@ -109,6 +121,12 @@ class IngressOps:
         if telemetry is not None:
             await asyncio.to_thread(telemetry.shutdown)
 
+    def sync_config(self, version: str | None = None) -> None:
+        """Serve config ``version`` (None: whatever the file holds now) before returning;
+        nothing before :meth:`run` gave this ingress its follower."""
+        if self.follower is not None:
+            self.follower.sync(version)
+
     async def run(self, follower: ConfigFollower) -> None:
         """Follow config changes with ``follower`` and count operator events, until
         cancelled. Raises BusClosedError when the bus ends a subscription."""
@@ -159,10 +177,10 @@ class IngressOps:
         result = await admin_request(
             self._bus, area, verb, await args_of(req), by=requested_by(req), timeout=ADMIN_TIMEOUT_S
         )
-        if (area, verb) == ("config", "reload") and self.follower is not None:
+        if (area, verb) == ("config", "reload"):
             # Answer only once this ingress serves the new config, so a client that
             # reloads and then asks for a new model is never refused by this process.
-            self.follower.sync(str(result.get("version", "")) or None)
+            self.sync_config(str(result.get("version", "")) or None)
         follow_up = self.after_admin.get(area)
         if follow_up is not None:
             await follow_up()

@@ -35,8 +35,7 @@ from gateway.ingress.identity import affinity_key
 from gateway.ingress.plan_walk import Targeting
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
-from gateway.ingress.targets import Targets
-from gateway.process.reload import FallbackTargets
+from gateway.ingress.targets import FallbackTargets, Targets
 from gateway.steering.labels import client_metadata
 from schemas import GatewayError, InvalidRequestError, UpstreamError
 

@@ -29,7 +29,7 @@ from bus import BusClosedError
 from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
 from gateway.formats.openai_chat import input_modalities
-from gateway.ingress.accounting import bounded
+from gateway.http.request import bounded
 from gateway.ingress.identity import conversation_key
 from gateway.steering.resolver import Steerer, is_steering
 from schemas import (

@@ -14,7 +14,7 @@ may use; ``None`` means no rule applies and the active chain serves.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth.gate import follow, unfollow
 from gateway.formats.openai_chat import input_modalities
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from bus import Bus
     from gateway.http.request import HttpRequest
-    from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import SteeringBook
 
 logger = logging.getLogger(__name__)
@@ -82,6 +81,17 @@ def usable_in(book: SteeringBook, org: str) -> Callable[[str], bool]:
         return True
 
     return usable
+
+
+class RequestFacts(Protocol):
+    """What a rule may test of a request beside its body (the ingress's ``RequestInfo``)."""
+
+    @property
+    def surface(self) -> str: ...
+    @property
+    def prompt_estimate(self) -> int: ...
+    @property
+    def role(self) -> str | None: ...
 
 
 class RulesView(Component):
@@ -150,12 +160,12 @@ class RulesView(Component):
         request that named no target, and only while there are rules."""
         return bool(self.compiled.rules) and ascii_lower(requested) == AUTO
 
-    def _inputs(self, body: JSON, req: HttpRequest, info: RequestInfo) -> tuple[JSON, Any]:
+    def _inputs(self, body: JSON, req: HttpRequest, info: RequestFacts) -> tuple[JSON, Any]:
         role = info.role or ""
         return request_params(info.surface, body, info.prompt_estimate, role), client_metadata(req)
 
     def for_request(
-        self, body: JSON, req: HttpRequest, info: RequestInfo, book: SteeringBook, org: str
+        self, body: JSON, req: HttpRequest, info: RequestFacts, book: SteeringBook, org: str
     ) -> CompiledRule | None:
         """The rule routing this ``auto`` request (see :meth:`route_for`). Raises
         InvalidRequestError for a bad ``x-llmgw-metadata`` header."""
@@ -163,7 +173,7 @@ class RulesView(Component):
         return self.route_for(params, metadata, usable_in(book, org))
 
     def explain_request(
-        self, body: JSON, req: HttpRequest, info: RequestInfo, book: SteeringBook, org: str
+        self, body: JSON, req: HttpRequest, info: RequestFacts, book: SteeringBook, org: str
     ) -> list[JSON]:
         """Every rule with its outcome for this request, as explain shows them."""
         params, metadata = self._inputs(body, req, info)
