@@ -20,21 +20,22 @@ never meets it still serving; its writes are fenced in any case.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING
 
+from actors.cluster.admin import ClusterAdminActor
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
 from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
-from actors.supervisor import Strategy, Supervisor
+from actors.supervisor import ChildSpec, Strategy, Supervisor
 from bus import BusClosedError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from actors.stores.snapshots import SnapshotStore
-    from actors.supervisor import ChildSpec
     from bus import Bus, KeyValue
     from schemas.config import ClusterConfig
 
@@ -102,8 +103,9 @@ class ClusterHost:
         ]
 
     async def open(self) -> None:
-        """Open the buckets and start the (empty) root. Raises BusClosedError when
-        JetStream refuses the buckets for ``_OPEN_ATTEMPTS`` seconds."""
+        """Open the buckets and start the root with only the ``cluster`` admin area (every
+        host answers it, outside placement). Raises BusClosedError when JetStream refuses
+        the buckets for ``_OPEN_ATTEMPTS`` seconds."""
         for attempt in range(1, _OPEN_ATTEMPTS + 1):
             try:
                 await self._open_buckets()
@@ -115,6 +117,11 @@ class ClusterHost:
                 logger.warning("cluster buckets not ready (%s); retrying", exc.message)
                 await asyncio.sleep(1.0)
         await self.root.start(self._bus)
+        assert self._membership is not None and self._owners is not None
+        admin = functools.partial(
+            ClusterAdminActor, self.node_id, self._units, self._membership, self._owners
+        )
+        await self.root.add_child(ChildSpec("cluster_admin", admin))
 
     async def _open_buckets(self) -> None:
         replicas = self._settings.replicas

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,7 +22,7 @@ from actors.cluster import (
     owner_of,
 )
 from bus import BusClosedError, InProcessBus, open_bus
-from schemas import RoutePlan, RouteRequest, subjects
+from schemas import AdminCommand, AdminReply, RoutePlan, RouteRequest, raise_for_reply, subjects
 from schemas.config import ClusterConfig
 from tests.unit.actors import WAIT, EchoActor, FakeClock, Journal
 
@@ -127,6 +127,42 @@ async def test_a_host_whose_heartbeat_lapsed_loses_its_units_and_takes_them_back
     await a.reconcile()
     assert_one_owner(hosts)
     assert a.units == share_a
+
+
+async def _members(bus: Bus) -> dict[str, Any]:
+    reply = await bus.request(
+        subjects.admin("cluster", "members"),
+        AdminCommand(args={}, by="test"),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
+    return raise_for_reply(reply).result
+
+
+async def test_cluster_members_lists_the_live_hosts_their_units_and_the_units_nobody_owns(
+    hosts: list[ClusterHost], shared: InProcessBus, clock: FakeClock
+) -> None:
+    a, b = hosts
+    for host in (a, b, a, b):
+        await host.reconcile()
+    split = await _members(shared)
+    assert [m["node_id"] for m in split["members"]] == ["host-a", "host-b"]
+    for member, host in zip(split["members"], hosts, strict=True):
+        assert member["role"] == "actors" and member["units"] == host.units
+        assert member["since"] <= member["last_heartbeat"]
+    assert split["unowned"] == [] and split["answered_by"] in ("host-a", "host-b")
+
+    for _ in range(2):  # a stops beating; b beats every heartbeat
+        clock.now += SETTINGS.heartbeat_seconds
+        await b.reconcile()
+    clock.now += SETTINGS.heartbeat_seconds  # a's key lapses: its share is nobody's yet
+    lapsed = await _members(shared)
+    assert [m["node_id"] for m in lapsed["members"]] == ["host-b"]
+    assert lapsed["unowned"] == split["members"][0]["units"]
+    await b.reconcile()
+    taken = await _members(shared)
+    assert taken["members"][0]["units"] == list(UNITS) and taken["unowned"] == []
+    assert taken["members"][0]["since"] == split["members"][1]["since"]  # the same member
 
 
 async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_first_lapses(
