@@ -20,15 +20,15 @@ from tests.architecture.measure import (
 # failover rules, once and stream attempts) added files and calls the loop crosses. Taking
 # app.py apart (composition root, pipeline, target resolution beside the plan walk,
 # introspection, admin routes; the request and errors a leaf wing) left it the ASGI entry
-# only: 34 files, 85 switches, 0 calls back into it (the ratchet cannot sit below its goal
-# of 3), the largest file schemas/config.py (689), 31 pairs, and no wing in a loop (the
-# layers are tests/architecture/test_layers.py).
+# only: 34 files, 85 switches, 0 calls back into it, the largest file schemas/config.py
+# (689), 24 pairs, and no wing in a loop (the layers are tests/architecture/test_layers.py).
+# A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
     "files": 34,
     "switches": 85,
     "app_reentries": 3,
     "largest_file": 689,
-    "duplicate_pairs": 31,
+    "duplicate_pairs": 25,
     "wings_in_loop": 0,
 }
 GOAL = {

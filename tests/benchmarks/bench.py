@@ -169,7 +169,7 @@ _REQUEST_TIMEOUT_S = 30.0
 _MAX_REQUESTS_PER_STEP = 2_000_000
 _UPSTREAM_MODEL = "bench-upstream"
 _GATEWAY_MODEL = "bench"
-_PROMPT = [{"role": "user", "content": "Say hello in three words."}]
+_PROMPT: list[dict[str, str]] = [{"role": "user", "content": "Say hello in three words."}]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _CORES = "_cores"
 
@@ -429,7 +429,7 @@ def _patch_transport(kind: str) -> None:
 
     def make_http_client() -> httpx.AsyncClient:
         if kind == "aiohttp":
-            from httpx_aiohttp import AiohttpTransport
+            from httpx_aiohttp import AiohttpTransport  # type: ignore[import-not-found]
 
             return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=None)
         return httpx.AsyncClient(limits=limits, timeout=None)
