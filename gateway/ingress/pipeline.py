@@ -71,9 +71,9 @@ def _too_deep() -> InvalidRequestError:
 
 @dataclass(slots=True)
 class InferenceCall:
-    """One routed inference request: the exchange, the client's surface, its body as sent
-    (``raw``) and canonical (``body``), the model field (``requested``), who asks (``info``),
-    its plan walk and the first plan."""
+    """One routed inference request: the exchange, the client's surface (chat's for
+    embeddings), its body as sent (``raw``) and canonical (``body``), the model field
+    (``requested``), who asks (``info``), its plan walk and the first plan."""
 
     req: HttpRequest
     surface: Surface
@@ -202,7 +202,8 @@ class Inference(Component):
             if ticket is not None:
                 await ticket.finish()
 
-    async def _read_json(self, req: HttpRequest) -> Any:
+    async def _read_json(self, req: HttpRequest) -> tuple[Any, int]:
+        """The body decoded, and its size. Raises InvalidRequestError, RequestTooLargeError."""
         raw = await req.body(self._config.server.max_body_bytes)
         try:
             return _decode(raw), len(raw)
