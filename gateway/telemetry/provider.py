@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -27,6 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from gateway.telemetry.otlp_wire import WireSpanExporter
 from gateway.telemetry.request_trace import RequestTrace
 from gateway.telemetry.semconv import Semconv, capture_content
 
@@ -59,7 +59,7 @@ class Telemetry:
             else None  # the SDK reads OTEL_TRACES_SAMPLER (default: parent-based, always on)
         )
         self._tracer_provider = TracerProvider(resource=resource, sampler=sampler)
-        self._tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self._tracer_provider.add_span_processor(BatchSpanProcessor(WireSpanExporter()))
         self.tracer = self._tracer_provider.get_tracer("llmgw")
         self.propagator = TraceContextTextMapPropagator()
         self.semconv = Semconv.from_env()
