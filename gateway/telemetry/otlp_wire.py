@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -34,11 +35,17 @@ _pack_double = struct.Struct("<d").pack
 _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)
 _CACHED_TYPES = (str, bool, int, float)  # a tuple (1,) equals (True,): never cached
+_KINDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto's from 1
+_STATUS_CODES = {code: b"\x18" + bytes((code.value,)) if code.value else b"" for code in StatusCode}
+_STATUSES = {code: b"\x7a" + bytes((len(body),)) + body for code, body in _STATUS_CODES.items()}
+
+
+_ONE_BYTE = [bytes((n,)) for n in range(0x80)]
 
 
 def _varint(n: int) -> bytes:
     if n < 0x80:
-        return bytes((n,))
+        return _ONE_BYTE[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -49,7 +56,8 @@ def _varint(n: int) -> bytes:
 
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field (``tag`` is the field's key byte(s))."""
-    return tag + _varint(len(payload)) + payload
+    n = len(payload)
+    return tag + (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + payload
 
 
 def _any_value(value: Any) -> bytes:
@@ -87,6 +95,7 @@ class SpanEncoder:
         self._pairs: dict[tuple[str, type, Any], bytes] = {}
         self._resources: dict[int, tuple[Resource, bytes]] = {}
         self._scopes: dict[InstrumentationScope | None, bytes] = {}
+        self._names: dict[str, bytes] = {}
 
     def _attributes(self, tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         """Each attribute as a repeated KeyValue field ``tag``; scalar pairs cached."""
@@ -132,6 +141,15 @@ class SpanEncoder:
         schema = scope.schema_url if scope is not None else ""
         return found, _field(b"\x1a", schema.encode()) if schema else b""
 
+    def _name(self, name: str) -> bytes:
+        """The span's name field (names repeat: a route, an operation and model)."""
+        found = self._names.get(name)
+        if found is None:
+            if len(self._names) >= _MAX_CACHED:
+                self._names.clear()
+            found = self._names[name] = _field(b"\x2a", name.encode())
+        return found
+
     def _span(self, span: ReadableSpan) -> bytes:
         ctx = span.get_span_context()
         assert ctx is not None  # an SDK span always has its context
@@ -143,8 +161,8 @@ class SpanEncoder:
         parent = span.parent
         if parent is not None:
             parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
-        parts.append(_field(b"\x2a", span.name.encode()))
-        parts += (b"\x30", _varint(span.kind.value + 1))  # the proto's kinds count from 1
+        parts.append(self._name(span.name))
+        parts.append(_KINDS[span.kind])
         parts += (b"\x39", _pack_u64(span.start_time or 0), b"\x41", _pack_u64(span.end_time or 0))
         parts.append(self._attributes(b"\x4a", span.attributes))
         if span.dropped_attributes:
@@ -158,10 +176,11 @@ class SpanEncoder:
         if span.dropped_events:
             parts += (b"\x60", _varint(span.dropped_events))
         status = span.status
-        body = _field(b"\x12", status.description.encode()) if status.description else b""
-        if status.status_code.value:
-            body += b"\x18" + _varint(status.status_code.value)
-        parts.append(_field(b"\x7a", body))
+        if status.description:
+            body = _field(b"\x12", status.description.encode())
+            parts.append(_field(b"\x7a", body + _STATUS_CODES[status.status_code]))
+        else:
+            parts.append(_STATUSES[status.status_code])
         parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
         return b"".join(parts)
 
