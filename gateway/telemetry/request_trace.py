@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.telemetry import content
 from gateway.telemetry.names import operation_name, provider_name
@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span
 
     from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
     from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
+    from gateway.telemetry.recorded_span import RecordedSpan
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
@@ -54,7 +54,6 @@ class RequestTrace:
     __slots__ = (
         "_admission",
         "_attempts",
-        "_ctx",
         "_hedge",
         "_outputs",
         "_routing",
@@ -88,14 +87,13 @@ class RequestTrace:
             }
             if server[1] is not None:
                 attributes["net.host.port"] = server[1]
-        self.server: Span = telemetry.tracer.start_span(
-            f"{req.method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes
+        self.server: RecordedSpan = telemetry.spans.root(
+            f"{req.method} {route}", SpanKind.SERVER, parent, attributes
         )
-        self._ctx = set_span_in_context(self.server)
-        self.trace_id = format(self.server.get_span_context().trace_id, "032x")
-        self._attempts: dict[int, Span] = {}
-        self._routing: Span | None = None
-        self._admission: Span | None = None
+        self.trace_id = format(self.server.context.trace_id, "032x")
+        self._attempts: dict[int, RecordedSpan] = {}
+        self._routing: RecordedSpan | None = None
+        self._admission: RecordedSpan | None = None
         self._hedge: dict[int, str] = {}
         self._outputs: dict[int, dict[int, list[str | None]]] = {}
 
@@ -103,7 +101,7 @@ class RequestTrace:
 
     def admission_started(self) -> None:
         """The caller's limits were asked (a span until :meth:`admitted`)."""
-        self._admission = self._t.tracer.start_span("llmgw.admission", context=self._ctx)
+        self._admission = self.server.child("llmgw.admission", SpanKind.INTERNAL, {})
 
     def admitted(self, refusal: str = "") -> None:
         """The limits' verdict came (``refusal``: the error code of a refusal)."""
@@ -118,10 +116,10 @@ class RequestTrace:
     def routing(self, route: RouteRequest) -> None:
         """A routing request is about to go to the model's owner (one bus round trip)."""
         self._end_routing("abandoned")
-        self._routing = self._t.tracer.start_span(
+        self._routing = self.server.child(
             "llmgw.routing",
-            context=self._ctx,
-            attributes={"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
+            SpanKind.INTERNAL,
+            {"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
         )
 
     def routed(self, plan: RoutePlan, res: Resolution | None) -> None:
@@ -184,15 +182,14 @@ class RequestTrace:
                 attributes["net.peer.port"] = port
         if c.credential_id:
             attributes["llmgw.credential_id"] = c.credential_id
-        span = self._t.tracer.start_span(
-            f"{operation} {c.upstream_model}",
-            context=self._ctx,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-        )
+        span = self.server.child(f"{operation} {c.upstream_model}", SpanKind.CLIENT, attributes)
         self._attempts[number] = span
-        carrier: dict[str, str] = {}
-        self._t.propagator.inject(carrier, context=set_span_in_context(span))
+        ctx = span.context  # W3C trace context, as the SDK's propagator writes it
+        carrier = {
+            "traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+        }
+        if ctx.trace_state:
+            carrier["tracestate"] = ctx.trace_state.to_header()
         return dataclasses.replace(target, trace_headers=carrier)
 
     def noting(self, adapter: Adapter, number: int) -> Adapter:
@@ -269,7 +266,7 @@ class RequestTrace:
                 if isinstance(choice.get("finish_reason"), str):
                     parts[0] = choice["finish_reason"]
 
-    def _output(self, span: Span, choices: list[tuple[str, str | None]]) -> None:
+    def _output(self, span: RecordedSpan, choices: list[tuple[str, str | None]]) -> None:
         messages = content.output_messages(choices, self._t.capture_max_chars)
         if self._t.semconv.genai_latest:
             span.set_attribute("gen_ai.output.messages", content.dumps(messages))
