@@ -119,6 +119,8 @@ class RecordedSpan:
     ) -> None:
         self._recorder = recorder
         self.name, self.kind, self.context, self.parent = name, kind, context, parent
+        if None in attributes.values():
+            attributes = {k: v for k, v in attributes.items() if v is not None}
         self.attributes = attributes
         self.events: list[RecordedEvent] = []
         self.status = _UNSET

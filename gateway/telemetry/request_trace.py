@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
     from opentelemetry.context import Context
+    from opentelemetry.trace import SpanContext
 
     from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
     from gateway.ingress.request import HttpRequest
@@ -58,6 +59,7 @@ class RequestTrace:
         "_outputs",
         "_routing",
         "_t",
+        "sampled",
         "server",
         "trace_id",
     )
@@ -91,6 +93,8 @@ class RequestTrace:
             f"{req.method} {route}", SpanKind.SERVER, parent, attributes
         )
         self.trace_id = format(self.server.context.trace_id, "032x")
+        self.sampled: bool = self.server.context.trace_flags.sampled
+        """Whether the sampler kept this trace (else no child span is even built)."""
         self._attempts: dict[int, RecordedSpan] = {}
         self._routing: RecordedSpan | None = None
         self._admission: RecordedSpan | None = None
@@ -101,7 +105,8 @@ class RequestTrace:
 
     def admission_started(self) -> None:
         """The caller's limits were asked (a span until :meth:`admitted`)."""
-        self._admission = self.server.child("llmgw.admission", SpanKind.INTERNAL, {})
+        if self.sampled:
+            self._admission = self.server.child("llmgw.admission", SpanKind.INTERNAL, {})
 
     def admitted(self, refusal: str = "") -> None:
         """The limits' verdict came (``refusal``: the error code of a refusal)."""
@@ -116,6 +121,8 @@ class RequestTrace:
     def routing(self, route: RouteRequest) -> None:
         """A routing request is about to go to the model's owner (one bus round trip)."""
         self._end_routing("abandoned")
+        if not self.sampled:
+            return
         self._routing = self.server.child(
             "llmgw.routing",
             SpanKind.INTERNAL,
@@ -161,7 +168,10 @@ class RequestTrace:
     def attempt(
         self, number: int, c: RouteCandidate, target: UpstreamTarget, surface: str, stream: bool
     ) -> UpstreamTarget:
-        """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``."""
+        """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``
+        (the SERVER span's when the trace is not sampled: no span is made)."""
+        if not self.sampled:
+            return dataclasses.replace(target, trace_headers=_trace_headers(self.server.context))
         operation = operation_name(surface)
         address, port = self._t.server_of(c.base_url)
         semconv = self._t.semconv
@@ -184,13 +194,7 @@ class RequestTrace:
             attributes["llmgw.credential_id"] = c.credential_id
         span = self.server.child(f"{operation} {c.upstream_model}", SpanKind.CLIENT, attributes)
         self._attempts[number] = span
-        ctx = span.context  # W3C trace context, as the SDK's propagator writes it
-        carrier = {
-            "traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
-        }
-        if ctx.trace_state:
-            carrier["tracestate"] = ctx.trace_state.to_header()
-        return dataclasses.replace(target, trace_headers=carrier)
+        return dataclasses.replace(target, trace_headers=_trace_headers(span.context))
 
     def noting(self, adapter: Adapter, number: int) -> Adapter:
         """``adapter``, noting its whole answers to attempt ``number`` (:meth:`answered`)
@@ -345,6 +349,14 @@ class RequestTrace:
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+def _trace_headers(ctx: SpanContext) -> dict[str, str]:
+    """W3C trace context headers of ``ctx``, as the SDK's propagator writes them."""
+    headers = {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"}
+    if ctx.trace_state:
+        headers["tracestate"] = ctx.trace_state.to_header()
+    return headers
 
 
 def _texts(streamed: dict[int, list[str | None]]) -> list[tuple[list[str], str | None]]:
