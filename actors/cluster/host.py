@@ -72,6 +72,7 @@ class ClusterHost:
         self._sleep = sleep
         self._units = [s.name for s in build(None).specs]
         self._leases: dict[str, Lease] = {}
+        self._stores: dict[str, FencedSnapshots] = {}  # each running unit's snapshot writer
         self._lost: set[str] = set()  # units whose fenced write was refused
         self._deadline = 0.0  # stop every unit past this (monotonic): the heartbeat lapsed
         self._membership: Membership | None = None
@@ -236,11 +237,13 @@ class ClusterHost:
         spec = _spec_named(self._build(store), unit)
         index = sum(1 for u in self.units if self._units.index(u) < self._units.index(unit))
         self._leases[unit] = lease
+        self._stores[unit] = store
         try:
             await self.root.add_child(spec, index=index)
         except Exception as exc:  # e.g. a peer unit it seeds from is not up yet: next round
             logger.warning("unit %s did not start on %s: %r", unit, self.node_id, exc)
             del self._leases[unit]
+            await self._stores.pop(unit).aclose()
             await self._owners.release(lease)
             return
         logger.info("%s owns %s (revision %d)", self.node_id, unit, lease.revision)
@@ -249,9 +252,21 @@ class ClusterHost:
         lease = self._leases.pop(unit)
         self._lost.discard(unit)
         try:
-            await self.root.remove_child(unit)
+            await self.root.remove_child(unit)  # its actors hand their last snapshots over
         except KeyError:
             pass  # it had exited
+        store = self._stores.pop(unit)
+        # Released, the unit is the next owner's, which loads its snapshots at once: they
+        # must be written first. The writes can land only while our heartbeat holds (after
+        # that they are fenced off), so waiting longer would only delay our next beat.
+        if release and not await store.drain(self._deadline - self._clock() - _MARGIN_S):
+            logger.error(
+                "%s releases %s with snapshots not written (JetStream did not take them before "
+                "the lease deadline): the next owner starts from the previous ones",
+                self.node_id,
+                unit,
+            )
+        await store.aclose()
         if release and self._owners is not None:
             try:
                 await self._owners.release(lease)
