@@ -14,7 +14,14 @@ top-level child of the tree (a *unit*: ``endpoints``, ``models``, ``limits``, ..
 
 A host that cannot refresh its heartbeat stops every unit before its key can have lapsed
 (``ttl - heartbeat`` after the last acknowledged beat was sent), so the survivors' takeover
-never meets it still serving; its writes are fenced in any case.
+never meets it still serving; its writes are fenced in any case. From the host, a bucket
+electing a new leader (a NATS server died) looks like being cut off; the rule stays the
+same, and a ``ttl`` above the election time is what lets a host ride one out (see
+``schemas.config.ClusterConfig``): a host cannot tell on its own whether the others reach
+JetStream meanwhile, and one that kept serving past its key's lapse could meet its successor.
+
+A unit's snapshots are written behind its actors (``fenced.py``); a unit released (moved,
+handed back, the host stopping) has them written first, within the lease deadline.
 """
 
 from __future__ import annotations
