@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 
 SNAPSHOTS_BUCKET = "llmgw_snapshots"
 RETRY_SECONDS = 0.5  # between attempts of a write JetStream did not take
-DURABLE_WAIT_SECONDS = 30.0  # an operator command's save waits this long for its write
+# An operator command's save waits this long for its write: past a leader election, and
+# short of the admin API's own timeout, so the operator reads why.
+DURABLE_WAIT_SECONDS = 15.0
 
 
 class FencedSnapshots(SnapshotStore):

@@ -82,6 +82,7 @@ class ClusterHost:
         self._stores: dict[str, FencedSnapshots] = {}  # each running unit's snapshot writer
         self._lost: set[str] = set()  # units whose fenced write was refused
         self._deadline = 0.0  # stop every unit past this (monotonic): the heartbeat lapsed
+        self._unacknowledged = False  # the last beat failed (logged once per outage)
         self._membership: Membership | None = None
         self._owners: Owners | None = None
         self._snapshots: KeyValue | None = None
@@ -189,11 +190,22 @@ class ClusterHost:
             await self._stop_all()
             return False
         except (BusClosedError, TimeoutError) as exc:
+            why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
             if self._leases and self._clock() >= self._deadline - _MARGIN_S:
-                why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
                 logger.error("heartbeat lapsed (%s): stopping every unit", why)
                 await self._stop_all()
+            elif self._leases and not self._unacknowledged:
+                logger.warning(
+                    "heartbeat not acknowledged (%s): the units keep running for %.1f s more "
+                    "(a NATS leader election ends sooner; cut off, they stop then)",
+                    why,
+                    self._deadline - self._clock(),
+                )
+            self._unacknowledged = True
             return False
+        if self._unacknowledged:
+            logger.info("heartbeat acknowledged again on %s", self.node_id)
+            self._unacknowledged = False
         self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
         return True
 

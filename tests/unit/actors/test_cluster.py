@@ -313,3 +313,10 @@ async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
     assert not await owners.holds(old_lease)
     await owners.release(old_lease)  # a lost lease is not released from its new owner
     assert await owners.holds(new_lease)
+
+
+def test_the_default_heartbeat_lease_outlasts_a_nats_leader_election() -> None:
+    """While a bucket elects a leader (a NATS server died) no beat lands; a host must not stop
+    its units for that. NATS's Raft election timeout is at most 9 s (then a vote)."""
+    default = ClusterConfig(enabled=True)
+    assert default.ttl_seconds - default.heartbeat_seconds > 9.0 + 1.0
