@@ -497,11 +497,17 @@ class ClusterConfig(_Strict):
     rendezvous hashing, each owned under a fencing revision (bucket ``llmgw_owners``), their
     snapshots kept in ``llmgw_snapshots``; every bucket has ``replicas`` copies (3 on a
     three-node cluster). Off: one actors host owns everything, snapshots in SQLite.
+
+    ``ttl_seconds - heartbeat_seconds`` is how long a host keeps running its units without
+    reaching JetStream (then it stops them, before another host may take them over): it must
+    outlast the leader election of a replicated bucket after a NATS server dies (2-7 s
+    measured; NATS's Raft election timeout is 4-9 s), or losing one NATS node stops units.
+    It also bounds how fast a dead host's share is taken over (about ``ttl_seconds``).
     """
 
     enabled: bool = False
     heartbeat_seconds: float = Field(default=1.0, gt=0)
-    ttl_seconds: float = Field(default=3.0, gt=0)
+    ttl_seconds: float = Field(default=12.0, gt=0)
     replicas: int = Field(default=1, ge=1, le=5)
 
     @model_validator(mode="after")
