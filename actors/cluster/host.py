@@ -133,7 +133,7 @@ class ClusterHost:
         await self.root.add_child(ChildSpec("cluster_admin", admin))
 
     async def _open_buckets(self) -> None:
-        replicas = self._settings.replicas
+        replicas = self._settings.replicas_on(self._bus.servers)
         hosts = await self._bus.key_value(
             HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
         )

@@ -320,3 +320,9 @@ def test_the_default_heartbeat_lease_outlasts_a_nats_leader_election() -> None:
     its units for that. NATS's Raft election timeout is at most 9 s (then a vote)."""
     default = ClusterConfig(enabled=True)
     assert default.ttl_seconds - default.heartbeat_seconds > 9.0 + 1.0
+
+
+def test_buckets_keep_as_many_copies_as_the_cluster_allows_unless_told() -> None:
+    default, told = ClusterConfig(enabled=True), ClusterConfig(enabled=True, replicas=2)
+    assert [default.replicas_on(n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert [told.replicas_on(n) for n in (1, 3)] == [2, 2]
