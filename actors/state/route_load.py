@@ -13,9 +13,9 @@ ingress died, an observation was lost) expires, so a count that drifts heals by 
 limits): a route's limit is unknown until it shows congestion; until then it takes at most
 one and a half times the concurrency it has answered calmly (16 before any answer: TCP's
 slow start, gentler because an answer's slot is held for seconds after its first token
-says whether it queued), so spilled traffic cannot bury an unmeasured route in a queue
-before the first slow answers come back. A provider's 429 halves the limit (an unknown one:
-from the concurrency it refused at).
+says whether it queued; only calm answers widen it), so spilled traffic cannot bury an
+unmeasured route in a queue before the first slow answers come back. A provider's 429
+halves the limit (an unknown one: from the concurrency it refused at).
 
 A time to first token inflating above the route's own unloaded baseline (``inflation``
 times, and at least 100 ms over it; raised by the inflation the model's other routes share,
@@ -26,7 +26,8 @@ were sent with (the route queued there, so it takes fewer) times the gradient ce
 their median TTFT, between a tenth and a half off; at most one cut a second, and never for
 an answer sent past the limit in force (sent before the last cut: its queue is already
 counted). An answer sent at the limit that came back calm (within half again the baseline:
-no queue at all, TCP HyStart's delay test) raises it by one, so a limit cut below the knee
+no queue at all, TCP HyStart's delay test) raises it by one (by ``1/limit`` after a 429,
+TCP's congestion avoidance: a refusal comes with no warning), so a limit cut below the knee
 is back at it within a few answers, while answers queued a slot or two past the knee stop
 its growth there. It never goes under ``min_limit`` (a gateway slowed by its own CPU load,
 which no sibling shows, cannot starve a route) nor over the configured ``concurrency:`` cap.
@@ -34,8 +35,9 @@ which no sibling shows, cannot starve a route) nor over the configured ``concurr
 The baseline is the mean time to first token of answers that cannot have queued: sent with
 at most one other in flight, or with under half of what the route surely takes (half its
 limit, at most half the slow-start 16) and not inflated; the mean of the first ones, then a
-moving mean (a tenth per answer), so that neither one lucky answer nor a long prompt sets the
-yardstick, and a provider that became slower for good is followed from its idle answers.
+moving mean (a tenth per answer; it judges nothing before five), so that neither one lucky
+answer nor a long prompt sets the yardstick; an idle answer over the inflation threshold
+moves it by a hundredth only, so a provider that became slower for good is followed slowly.
 ``recent`` is a short EWMA that follows a change within a few answers (what operators see,
 and what the other routes' shared inflation is read from).
 """
@@ -76,7 +78,6 @@ class LearnedLimit:
         "refused",
         "spent_until",
         "streak",
-        "uneasy",
         "unloaded",
         "window",
     )
@@ -90,7 +91,6 @@ class LearnedLimit:
         self.unloaded = 0  # answers the baseline has taken
         self.recent_ms: float | None = None
         self.last_cut = -math.inf
-        self.uneasy: list[int] = []  # slow start: answers in a row not calm (at_send)
         self.streak: list[tuple[int, float]] = []  # inflated answers in a row (at_send, ms)
         self.reason = ""  # what last changed the limit
         self.refused = False  # the last cut was a provider's 429
@@ -175,21 +175,8 @@ class LearnedLimit:
         # the baseline (TCP's HyStart leaves slow start on a small rise in delay, not on a
         # loss), so the limit stops rising a slot or two past the knee instead of at twice it.
         calm = base is None or ttft_ms <= base * _CALM * scale
-        if self.limit is None:
-            if calm:
-                self.uneasy.clear()
-                self.window = max(self.window, _SLOW_START_GROWTH * (at_send + 1))
-            elif at_send >= self.min_limit:
-                # HyStart's exit: delay rising for three answers in a row ends slow start
-                # where they were sent, before the queue is deep enough to cut for.
-                self.uneasy.append(at_send)
-                del self.uneasy[:-_INFLATED_STREAK]
-                if len(self.uneasy) == _INFLATED_STREAK:
-                    self.limit = max(self.min_limit, float(statistics.median(self.uneasy)))
-                    if self.cap is not None:
-                        self.limit = min(self.limit, float(self.cap))
-                    self.reason = "delay_rising"
-                    return True
+        if self.limit is None and calm:
+            self.window = max(self.window, _SLOW_START_GROWTH * (at_send + 1))
         if self.limit is not None and calm and at_send + 1 >= self.limit - 1:
             # After a refusal, TCP's congestion avoidance (one more per limit's worth of
             # answers): a 429 comes with no warning, and each costs an attempt. After a

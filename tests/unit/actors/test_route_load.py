@@ -261,8 +261,7 @@ def test_an_inflation_every_route_shares_is_not_one_routes_queue() -> None:
     shared = (rl.limits["a"].reason, rl.limits["a"].limit)
     own = [rl.succeeded("a", 3000.0, at_send=4, now=20.0 + i / 10) for i in range(3)]
 
-    # Nothing cut for the shared delay: slow start may end where a was sent, not under it.
-    assert shared[0] != "ttft_inflated" and (shared[1] is None or shared[1] >= 4.0)
+    assert shared == ("", None)  # nothing cut for the shared delay
     assert own == [False, False, True]  # a alone is far slower still: its queue
     assert rl.limits["a"].reason == "ttft_inflated"
 
@@ -312,14 +311,3 @@ def test_one_other_route_queueing_does_not_hide_this_routes_queue() -> None:
     # Before: the others' median inflation (b's and c's, 5.5 times) raised the ceiling over
     # a's queue.
     assert cut == [False, False, True] and rl.limits["a"].reason == "ttft_inflated"
-
-
-def test_slow_start_ends_where_three_answers_in_a_row_came_back_slower_than_calm() -> None:
-    lim = LearnedLimit(cap=None, min_limit=2.0)
-    idle(lim, 100.0)
-    # A queue of a slot or two: slower than calm, not slow enough to cut for.
-    changed = [lim.succeeded(170.0, at_send=n, now=1.0 + n / 100) for n in (20, 22, 21)]
-
-    # Before: slow start went on doubling past the knee until a queue deep enough to cut.
-    assert changed == [False, False, True]
-    assert lim.limit == pytest.approx(21.0) and lim.reason == "delay_rising"
