@@ -65,7 +65,8 @@ def _synth(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"llmgw replay synth: {exc}\n")
         return 2
-    n = write_trace(args.out, synthesize(spec, args.seed, duration_seconds=args.duration))
+    requests = synthesize(spec, args.seed, duration_seconds=args.duration)
+    n = write_trace(args.out, requests, spec.trace_keys())
     sys.stderr.write(f"llmgw replay synth: {n} requests written to {args.out}\n")
     return 0
 
@@ -75,7 +76,7 @@ def _replay(args: argparse.Namespace) -> int:
     from gateway.replay.providers import load_providers
     from gateway.replay.report import to_json, to_markdown
     from gateway.replay.synth import load_synth, synthesize
-    from gateway.replay.trace import read_trace
+    from gateway.replay.trace import read_keys, read_trace
 
     if args.log_level is None:  # the gateway's own warnings (benches, circuits) are the report's
         for name in ("actors", "gateway", "bus", "llmgw"):
@@ -88,10 +89,11 @@ def _replay(args: argparse.Namespace) -> int:
         )
         configs = [(p.stem, _load_config(p)) for p in config_paths]
         if args.trace:
-            trace = read_trace(args.trace)
+            trace, keys = read_trace(args.trace), read_keys(args.trace)
         else:
             spec = load_synth(_need(folder, "synth.yaml"))
             trace = synthesize(spec, args.seed, duration_seconds=args.duration)
+            keys = spec.trace_keys()
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"llmgw replay: {exc}\n")
         return 2
@@ -102,7 +104,7 @@ def _replay(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     report, _ = compare(
-        configs, trace, providers, seed=args.seed, slo=args.slo, progress=_Progress()
+        configs, trace, providers, seed=args.seed, keys=keys, slo=args.slo, progress=_Progress()
     )
     elapsed = time.perf_counter() - started
     if sys.stderr.isatty():

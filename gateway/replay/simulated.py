@@ -59,14 +59,45 @@ class _Route:
     window: deque[tuple[float, int]] = field(default_factory=deque)  # (started, tokens)
 
 
+IMAGE_TOKENS = 85
+"""The prompt tokens a simulated provider bills per image (a low-detail image's price)."""
+
+
 def prompt_tokens_of(body: JSON) -> int:
-    """The prompt tokens a request carries (its messages' text length / CHARS_PER_TOKEN)."""
-    chars = 0
+    """The prompt tokens a request carries: its messages' text and its tool definitions'
+    JSON length / CHARS_PER_TOKEN, plus IMAGE_TOKENS per image."""
+    chars = images = 0
     for m in body.get("messages") or ():
         content = m.get("content") if isinstance(m, dict) else None
         if isinstance(content, str):
             chars += len(content)
-    return max(1, chars // CHARS_PER_TOKEN)
+        elif isinstance(content, list):
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind == "text" and isinstance(part.get("text"), str):
+                    chars += len(part["text"])
+                elif kind == "image_url":
+                    images += 1
+    tools = body.get("tools")
+    if tools:
+        chars += len(_encode(tools))
+    return max(1, chars // CHARS_PER_TOKEN + images * IMAGE_TOKENS)
+
+
+def called_tool(body: JSON) -> str | None:
+    """The tool the answer calls: the named one of ``tool_choice``, or the first tool when
+    ``tool_choice`` is ``required`` (None: the answer is text)."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not tools or not isinstance(tools, list):
+        return None
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        return str(name) if name else None
+    if choice == "required":
+        first = tools[0].get("function") if isinstance(tools[0], dict) else None
+        return str(first.get("name") or "tool") if isinstance(first, dict) else "tool"
+    return None
 
 
 def output_tokens_of(body: JSON) -> int:
@@ -123,6 +154,12 @@ class SimulatedAdapter:
                 raise bad_response(target.endpoint, "an empty body")
             await asyncio.sleep((output - 1) / route.provider.output_tps)
         self._bill(target.endpoint, prompt, output)
+        tool = called_tool(body)
+        message: dict[str, Any] = {"role": "assistant", "content": "x" * output}
+        if tool is not None:
+            function = {"name": tool, "arguments": _arguments(output)}
+            call = {"id": "call_sim", "type": "function", "function": function}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
         return {
             "id": "chatcmpl-sim",
             "object": "chat.completion",
@@ -131,23 +168,30 @@ class SimulatedAdapter:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "x" * output},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "stop" if tool is None else "tool_calls",
                 }
             ],
             "usage": _usage(prompt, output),
         }
 
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
-        """The first token after the TTFT, the rest at the route's output rate."""
+        """The first token after the TTFT, the rest at the route's output rate (a tool call's
+        arguments as a text's content)."""
         route, prompt, output, kind = self._admit(target, body)
         base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0}
         base["model"] = target.upstream_model
+        tool = called_tool(body)
+        delta = _text_delta if tool is None else _arguments_delta
         async with self._slot(route):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
                 return
-            first = {"index": 0, "delta": {"role": "assistant", "content": "x"}}
+            first: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": "x"}}
+            if tool is not None:
+                opening = {"name": tool, "arguments": '{"query": "'}
+                call = {"index": 0, "id": "call_sim", "type": "function", "function": opening}
+                first = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}
             yield Batch(
                 [{**base, "choices": [{**first, "finish_reason": None}]}],
                 spent_for=self._spent_for(route),
@@ -158,11 +202,13 @@ class SimulatedAdapter:
             while left > per_read:
                 await asyncio.sleep(per_read / tps)
                 left -= per_read
-                piece = {"index": 0, "delta": {"content": "x" * per_read}, "finish_reason": None}
+                piece = {"index": 0, "delta": delta("x" * per_read), "finish_reason": None}
                 yield Batch([{**base, "choices": [piece]}])
             await asyncio.sleep(left / tps)
-            rest = {"index": 0, "delta": {"content": "x" * left}, "finish_reason": None}
-            done = {"index": 0, "delta": {}, "finish_reason": "stop"}
+            tail = "x" * left if tool is None else "x" * left + '"}'
+            rest = {"index": 0, "delta": delta(tail), "finish_reason": None}
+            end = "stop" if tool is None else "tool_calls"
+            done = {"index": 0, "delta": {}, "finish_reason": end}
             self._bill(target.endpoint, prompt, output)
             yield Batch(
                 [
@@ -297,6 +343,19 @@ def _draw(rng: Random, rates: ErrorRates) -> str | None:
             return str(kind)
         x -= p
     return None
+
+
+def _text_delta(text: str) -> dict[str, Any]:
+    return {"content": text}
+
+
+def _arguments_delta(text: str) -> dict[str, Any]:
+    return {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
+
+
+def _arguments(output: int) -> str:
+    """A tool call's arguments about ``output`` tokens long (JSON)."""
+    return '{"query": "' + "x" * max(1, output) + '"}'
 
 
 def _usage(prompt: int, output: int) -> dict[str, Any]:

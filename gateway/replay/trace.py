@@ -1,9 +1,11 @@
 """Traces: the requests a replay sends, one JSON object a line.
 
-A trace line is a :class:`TraceRequest`. A trace comes from ``llmgw replay synth`` or from
-the gateway's own request log (``llmgw logs --json``): :func:`read_trace` takes either, a
-request-log row being recognised by its ``requested_model`` field (its ``attempt`` rows are
-skipped: each request is replayed once, and routed afresh).
+A trace line is a :class:`TraceRequest`, or a :class:`TraceKey` (``"kind": "key"``): a
+gateway API key the requests naming it present, with its role and limits. A trace comes
+from ``llmgw replay synth`` or from the gateway's own request log (``llmgw logs --json``):
+:func:`read_trace` takes either, a request-log row being recognised by its
+``requested_model`` field (its ``attempt`` rows are skipped: each request is replayed once,
+and routed afresh); :func:`read_keys` reads the key lines.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from schemas.limits import LimitSpec
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -21,7 +25,10 @@ _DEFAULT_OUTPUT_TOKENS = 200  # a logged failure reports no completion: assume a
 
 class TraceRequest(msgspec.Struct, frozen=True, kw_only=True):
     """One request: when it arrives (seconds from the trace's start), what it asks and who
-    asks. ``labels`` go out as the ``x-llmgw-metadata`` header (for routing rules)."""
+    asks. ``labels`` go out as the ``x-llmgw-metadata`` header (for routing rules);
+    ``tools`` function definitions go with it, and ``tool_call`` makes its answer a call of
+    one (``tool_choice: required``); ``images`` image parts follow its text (modality
+    routing); ``key`` names the gateway API key it presents ("": anonymous)."""
 
     id: str
     t: float
@@ -31,16 +38,36 @@ class TraceRequest(msgspec.Struct, frozen=True, kw_only=True):
     stream: bool = True
     caller: str = "c0"
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    tools: int = 0
+    tool_call: bool = False
+    images: int = 0
+    key: str = ""
+
+
+class TraceKey(msgspec.Struct, frozen=True, kw_only=True, tag="key", tag_field="kind"):
+    """A gateway API key of the trace: the replay creates it (``org``, user ``name``,
+    ``role``) with ``limits`` before the traffic. A key a request names that no line declares
+    is created with role ``free`` and no limits."""
+
+    name: str
+    role: str = "free"
+    org: str = "replay"
+    limits: LimitSpec | None = None
 
 
 _encode = msgspec.json.Encoder().encode
 _decode_line = msgspec.json.Decoder(dict[str, Any]).decode
 
 
-def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> int:
-    """Write ``requests`` as JSON lines; returns how many. Raises OSError."""
+def write_trace(
+    path: str | Path, requests: Iterable[TraceRequest], keys: Iterable[TraceKey] = ()
+) -> int:
+    """Write ``keys`` then ``requests`` as JSON lines; returns how many requests. Raises
+    OSError."""
     n = 0
     with open(path, "wb") as fh:
+        for k in keys:
+            fh.write(_encode(k) + b"\n")
         for r in requests:
             fh.write(_encode(r) + b"\n")
             n += 1
@@ -59,7 +86,7 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
             row = _decode_line(line)
         except msgspec.DecodeError as exc:
             raise ValueError(f"{path}:{i}: not a JSON object: {exc}") from None
-        if row.get("kind") != "attempt":
+        if row.get("kind") not in ("attempt", "key"):
             rows.append((i, row))
     logged = [(i, row) for i, row in rows if "requested_model" in row]
     start = min((_arrival(row) for _, row in logged), default=0.0)
@@ -72,6 +99,26 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
         except (msgspec.ValidationError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}:{i}: not a trace request: {exc}") from None
     out.sort(key=lambda r: (r.t, r.id))
+    return out
+
+
+def read_keys(path: str | Path) -> list[TraceKey]:
+    """The key lines of the trace at ``path``, in file order. Raises OSError, or ValueError
+    naming the first key line that is not one."""
+    out: list[TraceKey] = []
+    with open(path, "rb") as fh:
+        for i, line in enumerate(fh, 1):
+            if b'"key"' not in line:
+                continue  # cheap: most lines are requests
+            try:
+                row = _decode_line(line)
+            except msgspec.DecodeError:
+                continue  # read_trace names it
+            if row.get("kind") == "key":
+                try:
+                    out.append(msgspec.convert(row, TraceKey))
+                except msgspec.ValidationError as exc:
+                    raise ValueError(f"{path}:{i}: not a trace key: {exc}") from None
     return out
 
 
@@ -90,4 +137,5 @@ def _from_log(line: int, row: dict[str, Any], start: float) -> TraceRequest:
         output_tokens=int(row.get("completion_tokens") or 0) or _DEFAULT_OUTPUT_TOKENS,
         stream=bool(row.get("stream", False)),
         caller=str(row.get("caller_id") or row.get("caller") or "c0"),
+        key=str(row.get("key_id") or ""),
     )
