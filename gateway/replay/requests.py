@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.replay.simulated import CHARS_PER_TOKEN
+from gateway.replay.answers import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
     from gateway.replay.trace import TraceRequest

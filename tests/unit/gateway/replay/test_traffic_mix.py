@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from gateway.replay.answers import CHARS_PER_TOKEN, IMAGE_TOKENS
 from gateway.replay.runner import replay_config
-from gateway.replay.simulated import CHARS_PER_TOKEN, IMAGE_TOKENS
 from gateway.replay.synth import SynthSpec, synthesize
 from gateway.replay.trace import TraceKey, TraceRequest, read_keys, read_trace, write_trace
 from gateway.replay.vloop import run_virtual
