@@ -2,6 +2,7 @@
 
     llmgw replay --trace T --providers P --config a.yaml --config b.yaml --out DIR
     llmgw replay --scenario ratelimited --out DIR        # a library scenario, all its configs
+    llmgw replay --scenario ratelimited --config equal --config greedy-cost --out DIR
     llmgw replay synth --scenario ratelimited --seed 7 --out trace.jsonl
 
 Writes ``report.json``, ``report.md`` and, with matplotlib installed (the ``replay`` extra),
@@ -30,7 +31,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("replay", help="replay a trace through configs on simulated providers")
     p.add_argument("--trace", help="trace JSONL (replay synth, or llmgw logs --json)")
     p.add_argument("--providers", help="the providers file (YAML)")
-    p.add_argument("--config", action="append", default=[], help="a config to compare (repeat)")
+    p.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="a config to compare (repeat): a file, or with --scenario one of its configs by name",
+    )
     p.add_argument("--scenario", help="a library scenario name or folder: its defaults")
     p.add_argument("--duration", type=float, help="synthesized trace length, seconds")
     p.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
@@ -84,7 +90,7 @@ def _replay(args: argparse.Namespace) -> int:
     try:
         folder = scenario_dir(args.scenario) if args.scenario else None
         providers = load_providers(args.providers or _need(folder, "providers.yaml"))
-        config_paths = [Path(c) for c in args.config] or sorted(
+        config_paths = [_config_path(c, folder) for c in args.config] or sorted(
             Path(_need(folder, "configs")).glob("*.yaml")
         )
         configs = [(p.stem, _load_config(p)) for p in config_paths]
@@ -125,6 +131,19 @@ def _need(folder: Path | None, name: str) -> str:
     if folder is None:
         raise ValueError(f"give --scenario or the {name.removesuffix('.yaml')} file")
     return str(folder / name)
+
+
+def _config_path(value: str, folder: Path | None) -> Path:
+    """The config file ``value`` names: a path, or the scenario's ``configs/<value>.yaml``
+    (``equal``, ``greedy-cost``, ...) when no such file exists and a scenario is given."""
+    path = Path(value)
+    if path.is_file() or folder is None:
+        return path
+    named = folder / "configs" / f"{value}.yaml"
+    if named.is_file():
+        return named
+    known = ", ".join(sorted(p.stem for p in (folder / "configs").glob("*.yaml")))
+    raise ValueError(f"no config file {value!r} and no config of that name in {folder} ({known})")
 
 
 def _load_config(path: Path) -> GatewayConfig:
