@@ -3,7 +3,12 @@
     llmgw replay --trace T --providers P --config a.yaml --config b.yaml --out DIR
     llmgw replay --scenario ratelimited --out DIR        # a library scenario, all its configs
     llmgw replay --scenario ratelimited --config equal --config greedy-cost --out DIR
+    llmgw replay --url http://HOST:PORT --since 1h --providers P --config a.yaml --out DIR
     llmgw replay synth --scenario ratelimited --seed 7 --out trace.jsonl
+
+The trace is a file (``--trace``), the request log of a running gateway asked of its owner
+(``--url`` with an admin key, or ``--bus``, as ``llmgw logs`` asks it), or synthesized from
+the scenario's synth spec.
 
 Writes ``report.json``, ``report.md`` and, with matplotlib installed (the ``replay`` extra),
 the plots into DIR. A progress line goes to stderr while it runs.
@@ -15,12 +20,27 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from gateway.cli.common import (
+    NotDeliveredError,
+    RefusedError,
+    Target,
+    UsageError,
+    admin_key,
+    fail,
+    parse_since,
+)
+from schemas import GatewayError
 
 if TYPE_CHECKING:
     import argparse
 
     from schemas.config import GatewayConfig
+
+_PAGE = 10_000  # the most rows the log's owner answers one query with
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "docs" / "scenarios"
 """The scenario library: one folder per scenario (providers.yaml, synth.yaml, configs/)."""
@@ -30,6 +50,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``replay`` (and ``replay synth``)."""
     p = sub.add_parser("replay", help="replay a trace through configs on simulated providers")
     p.add_argument("--trace", help="trace JSONL (replay synth, or llmgw logs --json)")
+    p.add_argument("--url", help="trace: a running gateway's request log, via its admin API")
+    p.add_argument("--bus", help="trace: a running gateway's request log, over nats://HOST:PORT")
+    p.add_argument("--admin-key", help="admin key for --url (default $LLMGW_ADMIN_KEY)")
+    p.add_argument("--since", default="1h", help="with --url/--bus: how far back (1h)")
     p.add_argument("--providers", help="the providers file (YAML)")
     p.add_argument(
         "--config",
@@ -82,7 +106,7 @@ def _replay(args: argparse.Namespace) -> int:
     from gateway.replay.providers import load_providers
     from gateway.replay.report import to_json, to_markdown
     from gateway.replay.synth import load_synth, synthesize
-    from gateway.replay.trace import read_keys, read_trace
+    from gateway.replay.trace import read_keys, read_trace, trace_from_log
 
     if args.log_level is None:  # the gateway's own warnings (benches, circuits) are the report's
         for name in ("actors", "gateway", "bus", "llmgw"):
@@ -96,13 +120,18 @@ def _replay(args: argparse.Namespace) -> int:
         configs = [(p.stem, _load_config(p)) for p in config_paths]
         if args.trace:
             trace, keys = read_trace(args.trace), read_keys(args.trace)
+        elif args.url or args.bus:
+            trace, keys = trace_from_log(_logged(args)), []
         else:
             spec = load_synth(_need(folder, "synth.yaml"))
             trace = synthesize(spec, args.seed, duration_seconds=args.duration)
             keys = spec.trace_keys()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, UsageError) as exc:
         sys.stderr.write(f"llmgw replay: {exc}\n")
         return 2
+    except (GatewayError, NotDeliveredError, RefusedError, httpx.HTTPError) as exc:
+        message = exc.message if isinstance(exc, GatewayError) else str(exc)
+        return fail("replay", f"cannot read the request log: {message}", 1)
     if not configs:
         sys.stderr.write("llmgw replay: no config to replay (--config)\n")
         return 2
@@ -125,6 +154,28 @@ def _replay(args: argparse.Namespace) -> int:
         f"({simulated / max(elapsed, 1e-9):.0f} per second); report in {out}/\n"
     )
     return 0
+
+
+def _logged(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The request rows logged since ``--since``, asked of the log's owner a page at a time
+    (it answers at most :data:`_PAGE` rows, the newest first). Raises UsageError and what
+    :func:`~gateway.cli.logs.ask_log` raises."""
+    from gateway.cli.logs import ask_log
+
+    where = Target(url=args.url, key=admin_key(args)) if args.url else Target(bus=args.bus)
+    since = parse_since(args.since)
+    rows: dict[str, dict[str, Any]] = {}
+    until: float | None = None
+    while True:
+        query = {"since": since, "until": until, "kind": "request", "limit": _PAGE}
+        page = ask_log(where, {k: v for k, v in query.items() if v is not None})
+        for row in page:
+            rows.setdefault(str(row.get("request_id")), row)
+        if len(page) < _PAGE:
+            break
+        # Just past the oldest row's time: rows sharing it come again (once each, by id).
+        until = min(float(row["ts"]) for row in page) + 1e-6
+    return sorted(rows.values(), key=lambda row: float(row.get("ts") or 0.0))
 
 
 def _need(folder: Path | None, name: str) -> str:

@@ -89,7 +89,7 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
         if row.get("kind") not in ("attempt", "key"):
             rows.append((i, row))
     logged = [(i, row) for i, row in rows if "requested_model" in row]
-    start = min((_arrival(row) for _, row in logged), default=0.0)
+    start = _start(row for _, row in logged)
     for i, row in rows:
         try:
             if "requested_model" in row:
@@ -98,6 +98,21 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
                 out.append(msgspec.convert(row, TraceRequest))
         except (msgspec.ValidationError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}:{i}: not a trace request: {exc}") from None
+    out.sort(key=lambda r: (r.t, r.id))
+    return out
+
+
+def trace_from_log(rows: Iterable[dict[str, Any]]) -> list[TraceRequest]:
+    """Request-log rows (the log owner's ``log query`` answer) as a trace: their request
+    rows, ordered by arrival. Raises ValueError naming the first that is not one."""
+    logged = [row for row in rows if row.get("kind") != "attempt"]
+    start = _start(logged)
+    out: list[TraceRequest] = []
+    for n, row in enumerate(logged, 1):
+        try:
+            out.append(_from_log(n, row, start))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"request-log row {n}: not a request: {exc!r}") from None
     out.sort(key=lambda r: (r.t, r.id))
     return out
 
@@ -120,6 +135,11 @@ def read_keys(path: str | Path) -> list[TraceKey]:
                 except msgspec.ValidationError as exc:
                     raise ValueError(f"{path}:{i}: not a trace key: {exc}") from None
     return out
+
+
+def _start(rows: Iterable[dict[str, Any]]) -> float:
+    """The first arrival among logged rows (0 without any)."""
+    return min((_arrival(row) for row in rows), default=0.0)
 
 
 def _arrival(row: dict[str, Any]) -> float:

@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import openai
 import pytest
+import yaml
 
 from gateway.cli.logs_offline import read_rows
+from gateway.cli.main import main
 from gateway.replay.providers import ProvidersFile
 from gateway.replay.runner import replay_config
 from gateway.replay.trace import read_trace
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.e2e
 
+_ADMIN = "adm-replay-e2e-key"
 _KEEPS_OPEN = {"failure_threshold": 3, "cooldown_seconds": 300}  # longer than each test
 
 
@@ -149,3 +152,33 @@ async def test_a_small_scenario_serves_the_same_share_at_the_same_ttft_live_and_
     assert abs(served_sim - served_live) <= 0.02
     mean_live, mean_sim = sum(ttft_live) / len(ttft_live), sum(ttft_sim) / len(ttft_sim)
     assert abs(mean_sim - mean_live) <= 0.15 * mean_live
+
+
+async def test_llmgw_replay_asks_a_running_gateways_log_owner_for_its_trace(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    live = config(model("m", route(a), route(b)), admin_key=_ADMIN)
+    gw = await gateway_factory(live)
+    assert await _send(gw, 6) == 6
+    (tmp_path / "live.yaml").write_text(yaml.safe_dump(live))
+    steady = {"median": 0.01, "p90": 0.01}
+    providers = {"providers": [{"base_url": u.openai_base_url, "ttft": steady} for u in (a, b)]}
+    (tmp_path / "providers.yaml").write_text(yaml.safe_dump(providers))
+    argv = ["--log-level", "error", "replay", "--url", gw.url, "--since", "10m"]
+    argv += [
+        "--providers",
+        str(tmp_path / "providers.yaml"),
+        "--config",
+        str(tmp_path / "live.yaml"),
+    ]
+
+    refused = await asyncio.to_thread(
+        main, [*argv, "--admin-key", "wrong", "--out", str(tmp_path / "no")]
+    )
+    assert refused == 1  # the admin API refuses the key: nothing is replayed
+
+    out = tmp_path / "report"
+    assert await asyncio.to_thread(main, [*argv, "--admin-key", _ADMIN, "--out", str(out)]) == 0
+    summary = json.loads((out / "report.json").read_text())["configs"]["live"]
+    assert summary["requests"] == summary["served"] == 6
