@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
+from gateway.replay.oracle import oracle_for
 from gateway.replay.providers import ProvidersFile
 from gateway.replay.runner import replay_config
 from gateway.replay.trace import TraceRequest
 from gateway.replay.vloop import run_virtual
 from schemas import QUOTA_EXHAUSTED
 from schemas.config import GatewayConfig
+from tests.unit.gateway.replay import providers, two_routes
 
 STEADY = {"median": 0.2, "p90": 0.2}
 
@@ -100,3 +104,29 @@ def test_past_a_concurrency_plan_the_route_answers_429_and_the_gateway_fails_ove
     ]
     assert plan_429s
     assert Counter(o.endpoint for o in run.outcomes)["m:spare"] > 30
+
+
+def test_the_oracle_fills_a_route_no_further_than_its_plans_and_usable_keys_allow() -> None:
+    trace = _trace(40)  # one a second: 40 s
+    cheap = (100 * 1.0 + 10 * 2.0) / 1e6  # USD of one request on each route of two_routes()
+    dear = (100 * 4.0 + 10 * 8.0) / 1e6
+
+    def fill_cost(**cheap_plan: object) -> float:
+        cost = oracle_for(two_routes(), providers(**cheap_plan), trace).cost_usd
+        assert cost is not None
+        return cost
+
+    assert fill_cost() == pytest.approx(40 * cheap)
+    assert fill_cost(quota={"requests": 10}) == pytest.approx(10 * cheap + 30 * dear)
+    # One in flight, each held 0.4 s + 9 tokens at 50 a second (about 0.6 s): about 66 in
+    # 40 s, more than the trace; an hour-long hold would be under one.
+    assert fill_cost(concurrency={"limit": 1}) == pytest.approx(40 * cheap)
+    assert fill_cost(concurrency={"limit": 1}, output_tps=0.01) < 1 * cheap + 40 * dear
+    assert fill_cost(concurrency={"limit": 1}, output_tps=0.01) > 0.5 * cheap + 39 * dear
+
+
+def test_the_oracle_leaves_out_a_route_whose_only_key_the_provider_refuses() -> None:
+    config = _one_route_two_keys()
+    assert oracle_for(config, _provider(refused_keys=["sk-a"]), _trace(10)).ttft_mean is not None
+    refused_both = _provider(refused_keys=["sk-a", "sk-b"])
+    assert oracle_for(config, refused_both, _trace(10)).ttft_mean is None
