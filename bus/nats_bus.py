@@ -64,9 +64,10 @@ _CHECKED_MAX = 8192
 # A key-value write that JetStream has not acknowledged by then fails: a host cut off from
 # the cluster learns it within this, not at nats-py's default of 5 s.
 _KV_TIMEOUT_S = 2.0
-# Creating a replicated bucket waits for its peers to elect a leader, which a starved machine
-# (a host starting beside busy neighbours) can take well past 10 s to do; it happens once.
-_KV_CREATE_TIMEOUT_S = 30.0
+# Creating a replicated bucket or stream waits for its peers to elect a leader, which a
+# starved machine (a host starting beside busy neighbours) can take well past 10 s to do; it
+# happens once.
+_CREATE_TIMEOUT_S = 30.0
 _KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
 # JetStream's "wrong last sequence" codes: a conditional write lost its race.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -243,7 +244,7 @@ class NatsBus:
             discard=DiscardPolicy.OLD,
             num_replicas=replicas,
         )
-        js = self._nc.jetstream()
+        js = self._nc.jetstream(timeout=_CREATE_TIMEOUT_S)
         try:
             try:
                 await js.add_stream(config)
@@ -279,7 +280,7 @@ class NatsBus:
             bucket=bucket, ttl=ttl, replicas=replicas, history=1, storage=StorageType.FILE
         )
         # Creating a replicated bucket waits for its peers; reads and writes must not.
-        admin = self._nc.jetstream(timeout=_KV_CREATE_TIMEOUT_S)
+        admin = self._nc.jetstream(timeout=_CREATE_TIMEOUT_S)
         try:
             try:
                 await admin.create_key_value(config)

@@ -24,7 +24,7 @@ RATCHET = {
     "switches": 89,
     "app_reentries": 4,
     "largest_file": 1051,
-    "duplicate_pairs": 33,
+    "duplicate_pairs": 25,
     "wings_in_loop": 9,
 }
 GOAL = {

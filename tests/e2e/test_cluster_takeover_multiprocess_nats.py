@@ -22,7 +22,7 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, owner_of
 from bus import BusClosedError, open_bus
 from gateway.process.config import load_config
-from tests.e2e.conftest import WAIT, config, eid, model, route
+from tests.e2e.conftest import PROCESS_WAIT, WAIT, config, eid, model, route
 from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import Held
 
@@ -53,9 +53,15 @@ def _pair_moving_together(*units: str) -> tuple[str, str]:
 
 
 async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
+    """A started ``serve`` process (stopped by the ``processes`` fixture, which also ends a
+    start still waiting for its ready line)."""
     proc = GatewayProcess(["serve", *args])
     started.append(proc)
-    return await asyncio.to_thread(proc.start)
+    try:
+        async with asyncio.timeout(PROCESS_WAIT):
+            return await asyncio.to_thread(proc.start)
+    except TimeoutError:
+        raise AssertionError(f"serve {' '.join(args)} not ready in {PROCESS_WAIT} s") from None
 
 
 async def _owners(kv: KeyValue) -> dict[str, str]:
@@ -68,16 +74,21 @@ async def _owners(kv: KeyValue) -> dict[str, str]:
 
 
 async def _until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, str]:
-    """The owners once every unit has one and the owners are exactly ``by``."""
-    async with asyncio.timeout(WAIT * 2):
-        while True:
-            try:
-                owners = await _owners(kv)
-            except BusClosedError:  # a node was lost: the bucket elects a new leader
-                continue
-            if set(owners) == units and set(owners.values()) == by:
-                return owners
-            await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
+    """The owners once every unit has one and the owners are exactly ``by``. Raises
+    AssertionError naming the last owners seen when that takes over ``2 * WAIT``."""
+    owners: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(WAIT * 2):
+            while True:
+                try:
+                    owners = await _owners(kv)
+                except BusClosedError:  # a node was lost: the bucket elects a new leader
+                    continue
+                if set(owners) == units and set(owners.values()) == by:
+                    return owners
+                await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
+    except TimeoutError:
+        raise AssertionError(f"units not owned by {by} in {WAIT * 2} s: {owners}") from None
 
 
 def _write(path: Path, body: dict[str, Any]) -> str:
@@ -85,6 +96,10 @@ def _write(path: Path, body: dict[str, Any]) -> str:
     return str(path)
 
 
+# Three processes started, one killed and started again: on a loaded machine (CI runs four
+# workers on two cores) its bounded waits may add up past the default 60 s, and each of them
+# fails with what it waited for before this one does.
+@pytest.mark.timeout(120)
 async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back(
     nats_cluster: NatsCluster,
     postgres_url: str,
@@ -138,6 +153,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
             f"{ingress.url}/admin/routing/set_weight",
             json={"model": "m", "endpoint": eid("m", one), "weight": 4},
             headers=admin,
+            timeout=WAIT,
         )
         assert set_weight.status_code == 200, set_weight.text
 
@@ -160,14 +176,21 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
             await asyncio.sleep(0.1)  # the pace of the clients, not a wait for an outcome
         taken = await _until_owned(kv, units, {survivor})
         weights = await client._client.get(
-            f"{ingress.url}/admin/routing/weights", params={"model": "m"}, headers=admin
+            f"{ingress.url}/admin/routing/weights",
+            params={"model": "m"},
+            headers=admin,
+            timeout=WAIT,
         )
 
         # The one slot is held through the handback of its pool: no second request may
         # reach the upstream, whichever owner answers.
         one.set_default(Held())
         seen = len(one.requests)
-        held = asyncio.create_task(client.chat.completions.create(model="m", messages=HI))
+        # Held across the restart and the handback below, each bounded on its own.
+        held_for = PROCESS_WAIT + 3 * WAIT
+        held = asyncio.create_task(
+            client.chat.completions.create(model="m", messages=HI, timeout=held_for)
+        )
         await one.wait_for_requests(seen + 1, timeout=WAIT)
         handing_back = asyncio.create_task(
             _spawn(
@@ -182,25 +205,12 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
                 victim,
             )
         )
-        during: list[int] = []
-        while not handing_back.done() or (await _owners(kv)) != split:
-            try:
-                raw = await client.chat.completions.with_raw_response.create(
-                    model="m", messages=HI, timeout=WAIT / 2
-                )
-                during.append(raw.http_response.status_code)
-            except openai.APIStatusError as exc:
-                assert exc.status_code == 503 and "retry-after" in exc.response.headers
-                during.append(exc.status_code)
-            except openai.APITimeoutError:
-                during.append(0)  # held at the busy upstream: a second slot was granted
-                break
-            await asyncio.sleep(0.1)  # the pace of the clients, not a wait for an outcome
+        during = await _requests_until_handed_back(client, kv, handing_back, split)
         hosts[victim] = await handing_back
         back = await _owners(kv)
-        after = await client.chat.completions.create(model="m", messages=HI)
+        after = await client.chat.completions.create(model="m", messages=HI, timeout=WAIT)
         one.release_held()
-        first = await held
+        first = await asyncio.wait_for(held, WAIT)
     finally:
         await client.close()
         await watcher.aclose()
@@ -217,6 +227,40 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
             assert "llmgw." not in text  # no bus subject in what the client sees
     routes = {r["endpoint"]: r["weight"] for r in weights.json()["models"][0]["routes"]}
     assert routes[eid("m", one)] == 4.0  # the override outlived its owner, from JetStream
+
+
+async def _requests_until_handed_back(
+    client: openai.AsyncOpenAI,
+    kv: KeyValue,
+    handing_back: asyncio.Task[GatewayProcess],
+    split: dict[str, str],
+) -> list[int]:
+    """Send requests (a 200 or a 503 with Retry-After each) until the restarted host is up
+    and the owners are ``split`` again; 0 for a request held at the busy upstream (a second
+    slot was granted), which ends the loop. Raises AssertionError, with the owners last seen,
+    when the handback has not settled ``WAIT`` after the host could have been ready."""
+    during: list[int] = []
+    owners: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(PROCESS_WAIT + WAIT):
+            while not handing_back.done() or (owners := await _owners(kv)) != split:
+                try:
+                    raw = await client.chat.completions.with_raw_response.create(
+                        model="m", messages=HI, timeout=WAIT / 2
+                    )
+                    during.append(raw.http_response.status_code)
+                except openai.APIStatusError as exc:
+                    assert exc.status_code == 503 and "retry-after" in exc.response.headers
+                    during.append(exc.status_code)
+                except openai.APITimeoutError:
+                    during.append(0)  # held at the busy upstream: a second slot was granted
+                    break
+                await asyncio.sleep(0.1)  # the pace of the clients, not a wait for an outcome
+    except TimeoutError:
+        raise AssertionError(
+            f"the handback did not settle on {split}: owners {owners}, answers {during}"
+        ) from None
+    return during
 
 
 async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other_takes_it(

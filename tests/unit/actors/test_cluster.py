@@ -4,14 +4,16 @@ make, the lapse of a cut-off host, and fenced snapshot writes. Rounds are driven
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from actors import ChildSpec, Supervisor
 from actors.cluster import (
+    HOSTS_BUCKET,
     OWNERS_BUCKET,
     SNAPSHOTS_BUCKET,
     ClusterHost,
@@ -20,9 +22,9 @@ from actors.cluster import (
     owner_of,
 )
 from bus import BusClosedError, InProcessBus, open_bus
-from schemas import RoutePlan, RouteRequest, subjects
+from schemas import AdminCommand, AdminReply, RoutePlan, RouteRequest, raise_for_reply, subjects
 from schemas.config import ClusterConfig
-from tests.unit.actors import EchoActor, FakeClock, Journal
+from tests.unit.actors import WAIT, EchoActor, FakeClock, Journal
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -127,6 +129,42 @@ async def test_a_host_whose_heartbeat_lapsed_loses_its_units_and_takes_them_back
     assert a.units == share_a
 
 
+async def _members(bus: Bus) -> dict[str, Any]:
+    reply = await bus.request(
+        subjects.admin("cluster", "members"),
+        AdminCommand(args={}, by="test"),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
+    return raise_for_reply(reply).result
+
+
+async def test_cluster_members_lists_the_live_hosts_their_units_and_the_units_nobody_owns(
+    hosts: list[ClusterHost], shared: InProcessBus, clock: FakeClock
+) -> None:
+    a, b = hosts
+    for host in (a, b, a, b):
+        await host.reconcile()
+    split = await _members(shared)
+    assert [m["node_id"] for m in split["members"]] == ["host-a", "host-b"]
+    for member, host in zip(split["members"], hosts, strict=True):
+        assert member["role"] == "actors" and member["units"] == host.units
+        assert member["since"] <= member["last_heartbeat"]
+    assert split["unowned"] == [] and split["answered_by"] in ("host-a", "host-b")
+
+    for _ in range(2):  # a stops beating; b beats every heartbeat
+        clock.now += SETTINGS.heartbeat_seconds
+        await b.reconcile()
+    clock.now += SETTINGS.heartbeat_seconds  # a's key lapses: its share is nobody's yet
+    lapsed = await _members(shared)
+    assert [m["node_id"] for m in lapsed["members"]] == ["host-b"]
+    assert lapsed["unowned"] == split["members"][0]["units"]
+    await b.reconcile()
+    taken = await _members(shared)
+    assert taken["members"][0]["units"] == list(UNITS) and taken["unowned"] == []
+    assert taken["members"][0]["since"] == split["members"][1]["since"]  # the same member
+
+
 async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_first_lapses(
     shared: InProcessBus, clock: FakeClock
 ) -> None:
@@ -151,38 +189,44 @@ async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_fi
 
 
 class _CuttableKv:
-    """A bucket that raises BusClosedError once ``cut``: a host cut off from JetStream."""
+    """A bucket that raises BusClosedError once ``cut`` (a host cut off from JetStream), and
+    whose calls wait while its ``gate`` is closed (JetStream slow to answer)."""
 
-    def __init__(self, inner: KeyValue, cut: list[bool]) -> None:
+    def __init__(self, inner: KeyValue, cut: list[bool], gate: asyncio.Event) -> None:
         self.bucket = inner.bucket
         self._inner = inner
         self._cut = cut
+        self._gate = gate
 
-    def _live(self) -> KeyValue:
+    def _check(self) -> KeyValue:
         if self._cut[0]:
             raise BusClosedError("cut off")
         return self._inner
 
+    async def _live(self) -> KeyValue:
+        await self._gate.wait()
+        return self._check()
+
     async def get(self, key: str) -> KvEntry | None:
-        return await self._live().get(key)
+        return await (await self._live()).get(key)
 
     async def put(self, key: str, value: bytes) -> int:
-        return await self._live().put(key, value)
+        return await (await self._live()).put(key, value)
 
     async def create(self, key: str, value: bytes) -> int:
-        return await self._live().create(key, value)
+        return await (await self._live()).create(key, value)
 
     async def update(self, key: str, value: bytes, *, revision: int) -> int:
-        return await self._live().update(key, value, revision=revision)
+        return await (await self._live()).update(key, value, revision=revision)
 
     async def delete(self, key: str, *, revision: int | None = None) -> None:
-        await self._live().delete(key, revision=revision)
+        await (await self._live()).delete(key, revision=revision)
 
     async def keys(self) -> list[str]:
-        return await self._live().keys()
+        return await (await self._live()).keys()
 
     def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
-        return self._live().watch()
+        return self._check().watch()
 
 
 class _CuttableBus(InProcessBus):
@@ -190,11 +234,66 @@ class _CuttableBus(InProcessBus):
         super().__init__()
         self.inner = inner
         self.cut = [False]
+        self.gates: dict[str, asyncio.Event] = {}  # bucket -> open while set
 
     async def key_value(
         self, bucket: str, *, ttl: float | None = None, replicas: int = 1
     ) -> KeyValue:
-        return _CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut)
+        gate = self.gates.setdefault(bucket, asyncio.Event())
+        gate.set()
+        return _CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut, gate)
+
+
+class _Ticks:
+    """The ``sleep`` of a host's background loop: a sleeper wakes once the test has moved
+    the fake clock to its time."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._moved = asyncio.Condition()
+
+    async def sleep(self, seconds: float) -> None:
+        due = self._clock.now + seconds
+        async with self._moved:
+            await self._moved.wait_for(lambda: self._clock.now >= due)
+
+    async def advance(self, seconds: float) -> None:
+        self._clock.now += seconds
+        async with self._moved:
+            self._moved.notify_all()
+
+
+async def test_a_placement_round_stuck_on_jetstream_never_holds_up_the_heartbeat(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    """Starting units (snapshots, databases) is slow on a busy machine: a beat queued behind
+    it would reach the lease deadline, and the host would stop every unit for nothing."""
+    cut_bus = _CuttableBus(shared)
+    ticks = _Ticks(clock)
+    host = ClusterHost(
+        cut_bus,
+        "host-a",
+        SETTINGS,
+        functools.partial(tree, Journal()),
+        clock=clock,
+        sleep=ticks.sleep,
+    )
+    heartbeats = await shared.key_value(HOSTS_BUCKET, ttl=SETTINGS.ttl_seconds)
+    try:
+        async with heartbeats.watch() as beats:
+            await host.start()
+            assert host.units == list(UNITS)
+            await anext(beats)
+            cut_bus.gates[OWNERS_BUCKET].clear()  # every placement round now hangs
+            for _ in range(3 * round(SETTINGS.ttl_seconds / SETTINGS.heartbeat_seconds)):
+                await ticks.advance(SETTINGS.heartbeat_seconds)
+                async with asyncio.timeout(WAIT):
+                    await anext(beats)  # the beat landed all the same
+            assert host.units == list(UNITS)  # and the lease deadline moved with it
+    finally:
+        cut_bus.gates[OWNERS_BUCKET].set()
+        await host.aclose()
+        await cut_bus.aclose()
 
 
 async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(

@@ -48,9 +48,9 @@ def test_scenario_report_is_complete_and_consistent(name: str) -> None:
             for eid, route in zip(m.endpoint_ids(), m.route, strict=True)
         }
         billed = math.fsum(
-            (prompt * prices[e].prompt + completion * prices[e].completion) / PER_MILLION
+            (prompt * price.prompt + completion * price.completion) / PER_MILLION
             for e, (prompt, completion) in summary["billed_tokens"].items()
-            if prices[e] is not None
+            if (price := prices[e]) is not None
         )
         assert summary["cost_usd"] == pytest.approx(billed, rel=1e-6, abs=1e-6), config_name
         if summary["served"]:
