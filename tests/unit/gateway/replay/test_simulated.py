@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -143,6 +144,7 @@ def test_a_cancelled_attempt_gives_its_place_in_the_concurrency_plan_back() -> N
     async def scenario() -> None:
         sim = _sim(concurrency={"limit": 1}, capacity=1)
         stream = sim.stream(TARGET, BODY)
+        assert isinstance(stream, AsyncGenerator)
         await anext(stream)
         await stream.aclose()  # the client went away mid-stream
         await sim.complete(TARGET, BODY)
