@@ -126,15 +126,6 @@ def _rows(args: argparse.Namespace, query: dict[str, Any]) -> list[dict[str, Any
     return _from_file(_existing(database), query)
 
 
-def ask_log(where: Target, query: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows the log's owner answers ``query`` with, over the bus (``where.bus``) or an
-    ingress's admin API. Raises GatewayError, NotDeliveredError, RefusedError,
-    httpx.HTTPError."""
-    if where.bus:
-        return asyncio.run(_over_bus(where.bus, query))
-    return _over_http(where, query)
-
-
 def _existing(path: Path) -> Path:
     if not path.exists():
         raise UsageError(f"no database at {path} (--db PATH, or --config FILE)")

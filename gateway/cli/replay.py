@@ -20,7 +20,7 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
     import argparse
 
     from schemas.config import GatewayConfig
-
-_PAGE = 10_000  # the most rows the log's owner answers one query with
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "docs" / "scenarios"
 """The scenario library: one folder per scenario (providers.yaml, synth.yaml, configs/)."""
@@ -102,11 +100,12 @@ def _synth(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from gateway.cli.replay_log import logged_trace
     from gateway.replay.compare import compare
     from gateway.replay.providers import load_providers
     from gateway.replay.report import to_json, to_markdown
     from gateway.replay.synth import load_synth, synthesize
-    from gateway.replay.trace import read_keys, read_trace, trace_from_log
+    from gateway.replay.trace import read_keys, read_trace
 
     if args.log_level is None:  # the gateway's own warnings (benches, circuits) are the report's
         for name in ("actors", "gateway", "bus", "llmgw"):
@@ -121,7 +120,8 @@ def _replay(args: argparse.Namespace) -> int:
         if args.trace:
             trace, keys = read_trace(args.trace), read_keys(args.trace)
         elif args.url or args.bus:
-            trace, keys = trace_from_log(_logged(args)), []
+            where = Target(url=args.url, key=admin_key(args)) if args.url else Target(bus=args.bus)
+            trace, keys = logged_trace(where, parse_since(args.since))
         else:
             spec = load_synth(_need(folder, "synth.yaml"))
             trace = synthesize(spec, args.seed, duration_seconds=args.duration)
@@ -154,28 +154,6 @@ def _replay(args: argparse.Namespace) -> int:
         f"({simulated / max(elapsed, 1e-9):.0f} per second); report in {out}/\n"
     )
     return 0
-
-
-def _logged(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The request rows logged since ``--since``, asked of the log's owner a page at a time
-    (it answers at most :data:`_PAGE` rows, the newest first). Raises UsageError and what
-    :func:`~gateway.cli.logs.ask_log` raises."""
-    from gateway.cli.logs import ask_log
-
-    where = Target(url=args.url, key=admin_key(args)) if args.url else Target(bus=args.bus)
-    since = parse_since(args.since)
-    rows: dict[str, dict[str, Any]] = {}
-    until: float | None = None
-    while True:
-        query = {"since": since, "until": until, "kind": "request", "limit": _PAGE}
-        page = ask_log(where, {k: v for k, v in query.items() if v is not None})
-        for row in page:
-            rows.setdefault(str(row.get("request_id")), row)
-        if len(page) < _PAGE:
-            break
-        # Just past the oldest row's time: rows sharing it come again (once each, by id).
-        until = min(float(row["ts"]) for row in page) + 1e-6
-    return sorted(rows.values(), key=lambda row: float(row.get("ts") or 0.0))
 
 
 def _need(folder: Path | None, name: str) -> str:
