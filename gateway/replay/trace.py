@@ -123,8 +123,8 @@ def read_keys(path: str | Path) -> list[TraceKey]:
     out: list[TraceKey] = []
     with open(path, "rb") as fh:
         for i, line in enumerate(fh, 1):
-            if b'"key"' not in line:
-                continue  # cheap: most lines are requests
+            if b'"kind"' not in line:
+                continue  # cheap: a synthesized request line has no kind
             try:
                 row = _decode_line(line)
             except msgspec.DecodeError:
