@@ -14,7 +14,6 @@ from bus import open_bus
 from gateway.admin.http import admin_request
 from gateway.cli.common import admin_over_http
 from gateway.replay.trace import TraceKey, trace_from_log
-from schemas.limits import LimitSpec
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -82,7 +81,8 @@ async def _rows(ask: Ask, since: float) -> list[dict[str, Any]]:
 
 async def _keys(ask: Ask, named: set[str]) -> list[TraceKey]:
     """The keys ``named`` (by id) as the trace declares them: role, organisation, and the
-    key's own limit, else its role's default (user and organisation limits stay behind)."""
+    key's own limit, else its role's default (user and organisation limits stay behind).
+    Raises msgspec.ValidationError for a key of a role this replay does not know."""
     records = (await ask("api_keys", "list", {})).get("data", [])
     limits = (await ask("limits", "get", {})).get("limits", {})
     out = []
@@ -92,12 +92,7 @@ async def _keys(ask: Ask, named: set[str]) -> list[TraceKey]:
             continue
         role = str(record.get("role") or "free")
         spec = limits.get(f"key:{key_id}") or limits.get(f"role:{role}")
-        out.append(
-            TraceKey(
-                name=key_id,
-                role=role,
-                org=str(record.get("org") or "replay"),
-                limits=msgspec.convert(spec, LimitSpec) if spec else None,
-            )
-        )
+        declared = {"kind": "key", "name": key_id, "role": role, "limits": spec or None}
+        declared["org"] = str(record.get("org") or "replay")
+        out.append(msgspec.convert(declared, TraceKey))  # a role it does not know: refused
     return out

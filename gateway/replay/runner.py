@@ -127,6 +127,8 @@ class _Run:
         loop.jumping = False
         root = build_tree(self.config, clock=self.wall, seed=self.seed)
         await root.start(self.bus)
+        # Before the ingress starts, so its views load them (the limits, whether auth is on).
+        secrets = await create_keys(self.bus, keys)
         clock = IngressClock(steady=loop.time, wall=self.wall)
         app = GatewayApp(
             self.bus,
@@ -137,11 +139,8 @@ class _Run:
         )
         lifespan = _Lifespan(app)
         await lifespan.start()
-        secrets = await create_keys(self.bus, keys)
         for secret in secrets.values():  # each key's lookup answered before the traffic
             await app.callers.auth.identify_key(secret, strict=True)
-        if keys:
-            await app.admission.refresh()  # its view of the limits just set
         await app.callers.auth.auth_on()
         prober_leases = LeaseKeeper(
             self.bus, self.config.routing.leases.ttl_seconds, "prober", clock=clock.steady

@@ -10,7 +10,7 @@ and routed afresh); :func:`read_keys` reads the key lines.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -50,7 +50,7 @@ class TraceKey(msgspec.Struct, frozen=True, kw_only=True, tag="key", tag_field="
     is created with role ``free`` and no limits."""
 
     name: str
-    role: str = "free"
+    role: Literal["free", "pro", "internal", "admin"] = "free"
     org: str = "replay"
     limits: LimitSpec | None = None
 
@@ -131,9 +131,13 @@ def read_keys(path: str | Path) -> list[TraceKey]:
                 continue  # read_trace names it
             if row.get("kind") == "key":
                 try:
-                    out.append(msgspec.convert(row, TraceKey))
+                    key = msgspec.convert(row, TraceKey)
                 except msgspec.ValidationError as exc:
                     raise ValueError(f"{path}:{i}: not a trace key: {exc}") from None
+                problems = key.limits.problems() if key.limits is not None else []
+                if problems:
+                    raise ValueError(f"{path}:{i}: the key's limits: {'; '.join(problems)}")
+                out.append(key)
     return out
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import pytest
+
 from gateway.replay.answers import CHARS_PER_TOKEN, IMAGE_TOKENS
 from gateway.replay.runner import replay_config
 from gateway.replay.synth import SynthSpec, synthesize
@@ -131,3 +133,15 @@ def test_with_affinity_every_request_of_a_key_stays_on_one_route() -> None:
         assert o.served
         routes.setdefault(by_id[o.id].key, set()).add(o.endpoint)
     assert all(len(r) == 1 for r in routes.values())  # undeclared keys are made too
+
+
+def test_a_trace_key_of_an_unknown_role_or_with_a_bad_limit_is_refused_naming_its_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text('{"kind":"key","name":"a"}\n{"kind":"key","name":"b","role":"boss"}\n')
+    with pytest.raises(ValueError, match=r"trace.jsonl:2: not a trace key: .*role"):
+        read_keys(path)
+    path.write_text('{"kind":"key","name":"a","limits":{"rpm":0}}\n')
+    with pytest.raises(ValueError, match=r"trace.jsonl:1: the key's limits: 'rpm' must be"):
+        read_keys(path)
