@@ -25,7 +25,10 @@ hold; a settle is acknowledged only once saved, so its ingress keeps it until th
 crash loses no settled usage (it loses at most ``snapshot_seconds`` of admissions'
 counting). Leases are not snapshotted: a restarted owner counts a request whose lease it
 forgot when it settles (its reservation, already in the window snapshot, may then count
-twice: the error is on the safe side). Publishes ``BudgetThreshold`` on
+twice: the error is on the safe side). In a cluster (``state``: the unit's snapshots in
+JetStream, ``stores.limits_snapshot``) the leases are saved too, and admissions and settles
+are answered once one save holds them, so a host taking this one over goes on exactly.
+Publishes ``BudgetThreshold`` on
 ``llmgw.events.budget`` when a soft threshold or a whole budget is crossed (once per period)
 and ``LeaseExpired`` on ``llmgw.events.limits`` when a lease's ingress stopped renewing it.
 """
