@@ -203,9 +203,8 @@ class LimitsActor(Actor):
         self._settled: OrderedDict[str, float] = OrderedDict(loaded.settled)
         self._unsaved_settled: list[tuple[str, float]] = []
         self._acks: list[Envelope] = []  # settles counted, to acknowledge once saved
-        self._held: list[
-            tuple[Envelope, AdmitReply | AdmitBatchReply]
-        ] = []  # verdicts to answer once saved
+        # Verdicts to answer once a save holds what they took (when leases are saved).
+        self._held: list[tuple[Envelope, AdmitReply | AdmitBatchReply]] = []
         self._flushing = False  # a _Flush is queued
         await self._publish_state()
         ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
