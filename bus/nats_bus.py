@@ -181,6 +181,11 @@ class NatsBus:
         """True after ``aclose`` or once the connection is closed for good."""
         return self._closed
 
+    @property
+    def servers(self) -> int:
+        """The servers of the client's pool: those given, and those the cluster announced."""
+        return max(1, len(self._nc.servers))
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Send ``msg`` to every subscriber of ``subject``; buffered while reconnecting.
 

@@ -495,14 +495,26 @@ class ClusterConfig(_Strict):
     bucket ``llmgw_hosts`` every ``heartbeat_seconds``; a host whose key was not refreshed for
     ``ttl_seconds`` is gone. The tree's top-level children are placed over the live hosts by
     rendezvous hashing, each owned under a fencing revision (bucket ``llmgw_owners``), their
-    snapshots kept in ``llmgw_snapshots``; every bucket has ``replicas`` copies (3 on a
-    three-node cluster). Off: one actors host owns everything, snapshots in SQLite.
+    snapshots kept in ``llmgw_snapshots``; every bucket (and the events stream) has
+    ``replicas`` copies, by default as many as the cluster allows up to 3 (R3 on three or more
+    servers, R1 on one). Off: one actors host owns everything, snapshots in SQLite.
+
+    ``ttl_seconds - heartbeat_seconds`` is how long a host keeps running its units without
+    reaching JetStream (then it stops them, before another host may take them over): it must
+    outlast the leader election of a replicated bucket after a NATS server dies (2-7 s
+    measured; NATS's Raft election timeout is 4-9 s), or losing one NATS node stops units.
+    It also bounds how fast a dead host's share is taken over (about ``ttl_seconds``).
     """
 
     enabled: bool = False
     heartbeat_seconds: float = Field(default=1.0, gt=0)
-    ttl_seconds: float = Field(default=3.0, gt=0)
-    replicas: int = Field(default=1, ge=1, le=5)
+    ttl_seconds: float = Field(default=12.0, gt=0)
+    replicas: int | None = Field(default=None, ge=1, le=5)
+
+    def replicas_on(self, servers: int) -> int:
+        """The copies each bucket and stream keeps on a cluster of ``servers``: ``replicas``
+        when set, else as many as the cluster allows up to 3."""
+        return self.replicas if self.replicas is not None else max(1, min(3, servers))
 
     @model_validator(mode="after")
     def _ttl_spans_beats(self) -> ClusterConfig:

@@ -14,7 +14,14 @@ top-level child of the tree (a *unit*: ``endpoints``, ``models``, ``limits``, ..
 
 A host that cannot refresh its heartbeat stops every unit before its key can have lapsed
 (``ttl - heartbeat`` after the last acknowledged beat was sent), so the survivors' takeover
-never meets it still serving; its writes are fenced in any case.
+never meets it still serving; its writes are fenced in any case. From the host, a bucket
+electing a new leader (a NATS server died) looks like being cut off; the rule stays the
+same, and a ``ttl`` above the election time is what lets a host ride one out (see
+``schemas.config.ClusterConfig``): a host cannot tell on its own whether the others reach
+JetStream meanwhile, and one that kept serving past its key's lapse could meet its successor.
+
+A unit's snapshots are written behind its actors (``fenced.py``); a unit released (moved,
+handed back, the host stopping) has them written first, within the lease deadline.
 """
 
 from __future__ import annotations
@@ -72,8 +79,10 @@ class ClusterHost:
         self._sleep = sleep
         self._units = [s.name for s in build(None).specs]
         self._leases: dict[str, Lease] = {}
+        self._stores: dict[str, FencedSnapshots] = {}  # each running unit's snapshot writer
         self._lost: set[str] = set()  # units whose fenced write was refused
         self._deadline = 0.0  # stop every unit past this (monotonic): the heartbeat lapsed
+        self._unacknowledged = False  # the last beat failed (logged once per outage)
         self._membership: Membership | None = None
         self._owners: Owners | None = None
         self._snapshots: KeyValue | None = None
@@ -124,7 +133,7 @@ class ClusterHost:
         await self.root.add_child(ChildSpec("cluster_admin", admin))
 
     async def _open_buckets(self) -> None:
-        replicas = self._settings.replicas
+        replicas = self._settings.replicas_on(self._bus.servers)
         hosts = await self._bus.key_value(
             HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
         )
@@ -181,11 +190,22 @@ class ClusterHost:
             await self._stop_all()
             return False
         except (BusClosedError, TimeoutError) as exc:
+            why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
             if self._leases and self._clock() >= self._deadline - _MARGIN_S:
-                why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
                 logger.error("heartbeat lapsed (%s): stopping every unit", why)
                 await self._stop_all()
+            elif self._leases and not self._unacknowledged:
+                logger.warning(
+                    "heartbeat not acknowledged (%s): the units keep running for %.1f s more "
+                    "(a NATS leader election ends sooner; cut off, they stop then)",
+                    why,
+                    self._deadline - self._clock(),
+                )
+            self._unacknowledged = True
             return False
+        if self._unacknowledged:
+            logger.info("heartbeat acknowledged again on %s", self.node_id)
+            self._unacknowledged = False
         self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
         return True
 
@@ -236,11 +256,13 @@ class ClusterHost:
         spec = _spec_named(self._build(store), unit)
         index = sum(1 for u in self.units if self._units.index(u) < self._units.index(unit))
         self._leases[unit] = lease
+        self._stores[unit] = store
         try:
             await self.root.add_child(spec, index=index)
         except Exception as exc:  # e.g. a peer unit it seeds from is not up yet: next round
             logger.warning("unit %s did not start on %s: %r", unit, self.node_id, exc)
             del self._leases[unit]
+            await self._stores.pop(unit).aclose()
             await self._owners.release(lease)
             return
         logger.info("%s owns %s (revision %d)", self.node_id, unit, lease.revision)
@@ -249,9 +271,21 @@ class ClusterHost:
         lease = self._leases.pop(unit)
         self._lost.discard(unit)
         try:
-            await self.root.remove_child(unit)
+            await self.root.remove_child(unit)  # its actors hand their last snapshots over
         except KeyError:
             pass  # it had exited
+        store = self._stores.pop(unit)
+        # Released, the unit is the next owner's, which loads its snapshots at once: they
+        # must be written first. The writes can land only while our heartbeat holds (after
+        # that they are fenced off), so waiting longer would only delay our next beat.
+        if release and not await store.drain(self._deadline - self._clock() - _MARGIN_S):
+            logger.error(
+                "%s releases %s with snapshots not written (JetStream did not take them before "
+                "the lease deadline): the next owner starts from the previous ones",
+                self.node_id,
+                unit,
+            )
+        await store.aclose()
         if release and self._owners is not None:
             try:
                 await self._owners.release(lease)

@@ -40,7 +40,8 @@ class SnapshotApiKeyStore(ApiKeys):
         return self._by_hash
 
     async def _save(self, records: dict[str, ApiKeyRecord], now: float) -> None:
-        await self._store.save(SNAPSHOT, msgspec.json.encode(list(records.values())), now)
+        data = msgspec.json.encode(list(records.values()))
+        await self._store.save(SNAPSHOT, data, now, durable=True)
         self._by_hash = records
 
     async def any_keys(self) -> bool:

@@ -14,12 +14,15 @@ owner's lease: the unit's ``SnapshotStore`` (``actors.cluster.FencedSnapshots``)
 
 Every change that must not be lost is in one save before it is answered (the actor groups
 what arrives meanwhile into the next save), so a snapshot never lags what a client was
-told: no replay is needed, and a new owner holds every limit exactly.
+told: no replay is needed, and a new owner holds every limit exactly. The saves are
+``durable`` (waited for until written; a save refused because the lease is lost raises, so
+nothing it held is answered).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -104,7 +107,7 @@ class SnapshotLimits:
             specs.pop(subject, None)
         else:
             specs[subject] = spec
-        await self._store.save(SPECS, msgspec.json.encode(specs), now)
+        await self._store.save(SPECS, msgspec.json.encode(specs), now, durable=True)
         self._specs = specs
 
     async def save_counters(self, batch: CountersSave) -> None:
@@ -112,7 +115,9 @@ class SnapshotLimits:
         settled ids leave with their slice of the ring. Raises the first failure once
         every write ended (a retry writes all of it again)."""
         writes: list[Awaitable[None]] = []
-        save, now, snaps = self._store.save, batch.now, batch.snaps
+        # Durable: the answers this save holds back are given once it is written.
+        save = functools.partial(self._store.save, durable=True)
+        now, snaps = batch.now, batch.snaps
         subjects = self._subjects | set(snaps)
         if subjects != self._subjects:
             writes.append(save(SUBJECTS, msgspec.json.encode(sorted(subjects)), now))
@@ -121,8 +126,7 @@ class SnapshotLimits:
         writes += [save(settled_name(n), msgspec.json.encode(s), now) for n, s in slices.items()]
         if batch.leases is not None:
             writes.append(save(LEASES, msgspec.json.encode(batch.leases), now))
-        # Every write runs to its end: one cut short may have landed, and the fenced store
-        # would then refuse the next write of that name as another owner's.
+        # All handed over at once (the store writes them in turn), each waited for to its end.
         for outcome in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise outcome

@@ -154,7 +154,7 @@ async def _ensure_events_stream(bus: Bus, config: GatewayConfig) -> None:
                 [subjects.EVENTS_ANY],
                 max_age=config.events.stream_max_age_seconds,
                 max_msgs=config.events.stream_max_msgs,
-                replicas=config.cluster.replicas if config.cluster.enabled else 1,
+                replicas=config.cluster.replicas_on(bus.servers) if config.cluster.enabled else 1,
             )
         except BusClosedError as exc:  # live events still flow; only catching up is lost
             logger.error(

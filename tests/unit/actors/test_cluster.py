@@ -21,17 +21,17 @@ from actors.cluster import (
     Owners,
     owner_of,
 )
-from bus import BusClosedError, InProcessBus, open_bus
+from bus import InProcessBus, open_bus
 from schemas import AdminCommand, AdminReply, RoutePlan, RouteRequest, raise_for_reply, subjects
 from schemas.config import ClusterConfig
 from tests.unit.actors import WAIT, EchoActor, FakeClock, Journal
+from tests.unit.actors.cluster_support import CuttableBus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from contextlib import AbstractAsyncContextManager
 
     from actors import SnapshotStore
-    from bus import Bus, KeyValue, KvEntry
+    from bus import Bus, KvEntry
 
 UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
 SETTINGS = ClusterConfig(enabled=True, heartbeat_seconds=1.0, ttl_seconds=3.0)
@@ -188,62 +188,6 @@ async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_fi
             await host.aclose()
 
 
-class _CuttableKv:
-    """A bucket that raises BusClosedError once ``cut`` (a host cut off from JetStream), and
-    whose calls wait while its ``gate`` is closed (JetStream slow to answer)."""
-
-    def __init__(self, inner: KeyValue, cut: list[bool], gate: asyncio.Event) -> None:
-        self.bucket = inner.bucket
-        self._inner = inner
-        self._cut = cut
-        self._gate = gate
-
-    def _check(self) -> KeyValue:
-        if self._cut[0]:
-            raise BusClosedError("cut off")
-        return self._inner
-
-    async def _live(self) -> KeyValue:
-        await self._gate.wait()
-        return self._check()
-
-    async def get(self, key: str) -> KvEntry | None:
-        return await (await self._live()).get(key)
-
-    async def put(self, key: str, value: bytes) -> int:
-        return await (await self._live()).put(key, value)
-
-    async def create(self, key: str, value: bytes) -> int:
-        return await (await self._live()).create(key, value)
-
-    async def update(self, key: str, value: bytes, *, revision: int) -> int:
-        return await (await self._live()).update(key, value, revision=revision)
-
-    async def delete(self, key: str, *, revision: int | None = None) -> None:
-        await (await self._live()).delete(key, revision=revision)
-
-    async def keys(self) -> list[str]:
-        return await (await self._live()).keys()
-
-    def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
-        return self._check().watch()
-
-
-class _CuttableBus(InProcessBus):
-    def __init__(self, inner: InProcessBus) -> None:
-        super().__init__()
-        self.inner = inner
-        self.cut = [False]
-        self.gates: dict[str, asyncio.Event] = {}  # bucket -> open while set
-
-    async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
-    ) -> KeyValue:
-        gate = self.gates.setdefault(bucket, asyncio.Event())
-        gate.set()
-        return _CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut, gate)
-
-
 class _Ticks:
     """The ``sleep`` of a host's background loop: a sleeper wakes once the test has moved
     the fake clock to its time."""
@@ -268,7 +212,7 @@ async def test_a_placement_round_stuck_on_jetstream_never_holds_up_the_heartbeat
 ) -> None:
     """Starting units (snapshots, databases) is slow on a busy machine: a beat queued behind
     it would reach the lease deadline, and the host would stop every unit for nothing."""
-    cut_bus = _CuttableBus(shared)
+    cut_bus = CuttableBus(shared)
     ticks = _Ticks(clock)
     host = ClusterHost(
         cut_bus,
@@ -299,7 +243,7 @@ async def test_a_placement_round_stuck_on_jetstream_never_holds_up_the_heartbeat
 async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(
     shared: InProcessBus, clock: FakeClock
 ) -> None:
-    cut_bus = _CuttableBus(shared)
+    cut_bus = CuttableBus(shared)
     host = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(tree, Journal()), clock=clock)
     await host.open()
     try:
@@ -351,14 +295,17 @@ async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
     assert old_lease is not None
     assert await owners.claim(unit, "host-b", ["host-a", "host-b"]) is None  # a is live
     old = FencedSnapshots(kv, owners, old_lease, on_lost=lambda: lost.append("a"))
-    await old.save(unit, b"v1", 0.0)
+    await old.save(unit, b"v1", 0.0, durable=True)
 
     new_lease = await new_owners.claim(unit, "host-b", ["host-b"])  # a's heartbeat lapsed
     assert new_lease is not None and new_lease.revision != old_lease.revision
     new = FencedSnapshots(new_kv, new_owners, new_lease, on_lost=lambda: lost.append("b"))
     assert await new.load(unit) == b"v1"  # the new owner starts from the last write
     await old.save(unit, b"stale", 1.0)
-    await new.save(unit, b"v2", 2.0)
+    assert await old.drain(WAIT)  # refused, not left pending
+    await new.save(unit, b"v2", 2.0, durable=True)
+    await old.aclose()
+    await new.aclose()
 
     assert (old.refused, new.refused, lost) == (1, 0, ["a"])
     entry: KvEntry | None = await kv.get(unit)
@@ -366,3 +313,16 @@ async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
     assert not await owners.holds(old_lease)
     await owners.release(old_lease)  # a lost lease is not released from its new owner
     assert await owners.holds(new_lease)
+
+
+def test_the_default_heartbeat_lease_outlasts_a_nats_leader_election() -> None:
+    """While a bucket elects a leader (a NATS server died) no beat lands; a host must not stop
+    its units for that. NATS's Raft election timeout is at most 9 s (then a vote)."""
+    default = ClusterConfig(enabled=True)
+    assert default.ttl_seconds - default.heartbeat_seconds > 9.0 + 1.0
+
+
+def test_buckets_keep_as_many_copies_as_the_cluster_allows_unless_told() -> None:
+    default, told = ClusterConfig(enabled=True), ClusterConfig(enabled=True, replicas=2)
+    assert [default.replicas_on(n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert [told.replicas_on(n) for n in (1, 3)] == [2, 2]

@@ -12,13 +12,16 @@ import anyio
 import pytest
 
 from actors.apikey_admin import ApiKeyAdminActor
+from actors.cluster import OWNERS_BUCKET, SNAPSHOTS_BUCKET, FencedSnapshots, Owners
 from actors.limits import LimitsActor
+from actors.stores.limits_snapshot import SnapshotLimits
 from actors.stores.snapshots import SnapshotStore
 from bus import InProcessBus
 from schemas import AdminCommand, AdminReply, ApiKeyInfo, ApiKeyLookup, subjects
 from schemas.keys import hash_key
 from schemas.limits import AdmitReply, AdmitRequest, LimitsConfig, LimitSettle
 from tests.unit.actors import WAIT, FakeClock
+from tests.unit.actors.cluster_support import CuttableBus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -30,6 +33,7 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
 # No timer saves during a test: only what is saved before an answer can be found.
 SETTINGS = LimitsConfig(lease_ttl_seconds=30, snapshot_seconds=3600)
 KEY = ("key:k-1",)
+NOT_YET = 0.2  # how long a test watches for an answer that must not come yet
 
 
 @pytest.fixture
@@ -142,3 +146,54 @@ async def test_a_keys_owner_taking_over_knows_every_key_created_and_revoked(
         (gone["id"], "revoked"),
     ]
     assert not (tmp_path / "old.db").exists()  # nothing in the host's own file
+
+
+async def test_an_admission_is_answered_only_once_jetstream_holds_it(tmp_path: Path) -> None:
+    """The cluster's snapshots are written behind the actors: an admission must still wait
+    for its write (a bucket electing its leader takes none), or a kill right after the
+    answer would lose what it counted."""
+    clock = FakeClock()
+    clock.now = T0
+    shared, bus = InProcessBus(), InProcessBus()
+    gated = CuttableBus(shared)
+    owners = Owners(await gated.key_value(OWNERS_BUCKET))
+    lease = await owners.claim("limits", "host-a", ["host-a"])
+    assert lease is not None
+    kv = await gated.key_value(SNAPSHOTS_BUCKET)
+    store = FencedSnapshots(kv, owners, lease, on_lost=lambda: None)
+    async with anyio.create_task_group() as tg:
+        actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock, state=store)
+        await _running(actor, bus, tg)
+        await _admin(bus, "limits", "set", kind="key", id="k-1", rpm=3)
+        gated.gates[SNAPSHOTS_BUCKET].clear()  # JetStream takes no write for now
+        answer: list[AdmitReply] = []
+        answered = anyio.Event()
+
+        async def admit() -> None:
+            answer.append(await _admit(bus, "r1"))
+            answered.set()
+
+        tg.start_soon(admit)
+        with anyio.move_on_after(NOT_YET):
+            await answered.wait()
+        unanswered = not answer
+        gated.gates[SNAPSHOTS_BUCKET].set()
+        with anyio.fail_after(WAIT):
+            await answered.wait()  # the write lands, then the answer
+        # Taken over at this instant by a host that sees host-a gone.
+        new_owners = Owners(await shared.key_value(OWNERS_BUCKET))
+        new_lease = await new_owners.claim("limits", "host-b", ["host-b"])
+        assert new_lease is not None
+        new_kv = await shared.key_value(SNAPSHOTS_BUCKET)
+        taken = FencedSnapshots(new_kv, new_owners, new_lease, on_lost=lambda: None)
+        loaded = await SnapshotLimits(taken).load(0.0)
+        actor.request_stop()
+    await taken.aclose()
+    await store.aclose()
+    await gated.aclose()
+    await shared.aclose()
+    await bus.aclose()
+
+    assert unanswered and answer[0].admitted
+    assert [lease.request_id for lease in loaded.leases] == ["r1"]
+    assert sum(n for _, n in loaded.counters["key:k-1"].requests) == 1
