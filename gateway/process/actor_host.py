@@ -26,7 +26,7 @@ from actors.cluster import ClusterHost
 from actors.strategies import validate_strategy
 from bus import BusClosedError
 from gateway.process.config import DEMO_CONFIG, load_config
-from gateway.process.control import EVENTS_STREAM, config_version, load_versioned
+from gateway.process.control import config_version, load_versioned
 from gateway.process.shared_database import require_shared_database
 from schemas import subjects
 
@@ -150,7 +150,7 @@ async def _ensure_events_stream(bus: Bus, config: GatewayConfig) -> None:
     if config.events.stream:
         try:
             await bus.ensure_stream(
-                EVENTS_STREAM,
+                subjects.EVENTS_STREAM,
                 [subjects.EVENTS_ANY],
                 max_age=config.events.stream_max_age_seconds,
                 max_msgs=config.events.stream_max_msgs,

@@ -26,7 +26,7 @@ from hypercorn.asyncio import serve as hypercorn_serve
 from gateway.ingress import http_edge
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, MutableMapping
+    from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
 
     from schemas.config import ServerConfig
 
@@ -171,3 +171,12 @@ async def _refuse(scope: Scope, send: Any, message: str) -> None:
     ]
     await send({"type": "http.response.start", "status": 400, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:
+    """Run ``main`` on uvloop (measured faster: tests/benchmarks/) or asyncio's own loop."""
+    if loop == "uvloop":
+        import uvloop
+
+        return uvloop.run(main)
+    return asyncio.run(main)

@@ -33,7 +33,7 @@ from gateway.telemetry.semconv import Semconv, capture_content
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)

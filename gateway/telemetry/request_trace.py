@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
     from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
     from gateway.telemetry.recorded_span import RecordedSpan

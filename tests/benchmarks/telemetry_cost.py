@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def _measure(requests: int) -> None:
     from gateway.adapters.base import UpstreamTarget
+    from gateway.http.request import HttpRequest
     from gateway.ingress.metrics import GatewayMetrics
-    from gateway.ingress.request import HttpRequest
     from gateway.telemetry import start_telemetry
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
     from schemas.config import GatewayConfig

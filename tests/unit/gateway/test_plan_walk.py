@@ -10,7 +10,6 @@ import pytest
 
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
 from gateway.ingress.plan_walk import PlanWalk
-from gateway.ingress.request_info import RequestInfo
 from schemas import (
     AllCircuitsOpenError,
     RouteCandidate,
@@ -55,11 +54,7 @@ class _Asker:
 
 
 def _walk(asker: _Asker, *ids: str) -> PlanWalk:
-    return PlanWalk(
-        _models(*ids),
-        asker,
-        RequestInfo(request_id="r", model="auto", surface="chat", stream=False),
-    )
+    return PlanWalk(_models(*ids), asker)
 
 
 async def test_walk_skips_a_model_that_cannot_plan(bus: InProcessBus) -> None:

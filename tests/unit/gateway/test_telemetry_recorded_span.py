@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.adapters.base import UpstreamTarget
-from gateway.ingress.request import HttpRequest
+from gateway.http.request import HttpRequest
 from gateway.telemetry import start_telemetry
 from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder
