@@ -76,7 +76,9 @@ class ActorHost:
             bus,
             node_id,
             config.cluster,
-            lambda snapshots: build_tree(config, snapshots=snapshots, request_log=True),
+            lambda snapshots: build_tree(
+                config, snapshots=snapshots, request_log=True, shared_state=True
+            ),
         )
         host = cls(cluster.root, None, cluster)
         try:
