@@ -57,7 +57,9 @@ class ClusterHost:
 
     ``build(snapshots)`` describes the whole tree with ``snapshots`` as every actor's store;
     the host runs only the units placed on it. ``reconcile`` raises nothing the bus raises
-    (a round that cannot reach JetStream is retried next round).
+    (a round that cannot reach JetStream is retried next round). ``on_units`` is shown the
+    units this host runs each time that changes, once the unit started or stopped (what feeds
+    a unit from outside the tree follows it there).
     """
 
     def __init__(
@@ -69,12 +71,14 @@ class ClusterHost:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_units: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.root = Supervisor("root", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0)
         self._bus = bus
         self._settings = settings
         self._build = build
+        self._on_units = on_units
         self._clock = clock
         self._sleep = sleep
         self._units = [s.name for s in build(None).specs]
@@ -266,10 +270,13 @@ class ClusterHost:
             await self._owners.release(lease)
             return
         logger.info("%s owns %s (revision %d)", self.node_id, unit, lease.revision)
+        self._units_changed()
 
     async def _drop(self, unit: str, *, release: bool) -> None:
         lease = self._leases.pop(unit)
         self._lost.discard(unit)
+        # Its feeders stop first: the next owner's start only after the release below.
+        self._units_changed()
         try:
             await self.root.remove_child(unit)  # its actors hand their last snapshots over
         except KeyError:
@@ -292,6 +299,10 @@ class ClusterHost:
             except BusClosedError:
                 logger.info("could not release %s: its entry lapses with our heartbeat", unit)
         logger.info("%s gave up %s", self.node_id, unit)
+
+    def _units_changed(self) -> None:
+        if self._on_units is not None:
+            self._on_units(self.units)
 
     async def _beating(self, sent: float) -> None:
         period = self._settings.heartbeat_seconds

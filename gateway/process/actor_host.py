@@ -66,9 +66,16 @@ class ActorHost:
         self._snapshots = snapshots
 
     @classmethod
-    async def start_cluster(cls, bus: Bus, config: GatewayConfig, node_id: str | None) -> ActorHost:
+    async def start_cluster(
+        cls,
+        bus: Bus,
+        config: GatewayConfig,
+        node_id: str | None,
+        on_units: Callable[[list[str]], None] | None = None,
+    ) -> ActorHost:
         """Join the actors hosts of the NATS cluster as ``node_id`` (default:
-        :func:`default_node_id`) and run this host's share. Raises BusClosedError when
+        :func:`default_node_id`) and run this host's share; ``on_units`` is shown the units
+        it runs whenever they change (see ``ClusterHost``). Raises BusClosedError when
         JetStream's buckets cannot be opened, SharedDatabaseRequiredError when other hosts
         run and the request log would be in this host's SQLite file."""
         node_id = node_id or default_node_id()
@@ -79,6 +86,7 @@ class ActorHost:
             lambda snapshots: build_tree(
                 config, snapshots=snapshots, request_log=True, shared_state=True
             ),
+            on_units=on_units,
         )
         host = cls(cluster.root, None, cluster)
         try:
