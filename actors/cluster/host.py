@@ -36,6 +36,7 @@ from actors.cluster.admin import ClusterAdminActor
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
 from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
+from actors.reconfigure import Change, apply, diff, same_spec, undo
 from actors.supervisor import ChildSpec, Strategy, Supervisor
 from bus import BusClosedError
 
@@ -169,6 +170,34 @@ class ClusterHost:
         placement."""
         if await self._heartbeat():
             await self._place_round()
+
+    async def reconfigure(self, build: Callable[[SnapshotStore | None], Supervisor]) -> list[str]:
+        """Run the units of the tree ``build`` describes from now on (a config reload): each
+        running unit is reconciled with its new description (``actors.reconfigure``: a
+        changed child replaced, an added one started, a removed one stopped), a unit the new
+        tree no longer has is released, and units started later (a takeover) are built by
+        ``build``. Returns the changes, as ``unit/child`` labels. Raises what a child's
+        start raises, after putting back what it had changed (the old tree keeps running)."""
+        async with self._changing:
+            units = [s.name for s in build(None).specs]
+            changes: list[Change] = []
+            for unit in self.units:
+                if unit in units:
+                    store = self._stores[unit]
+                    old = _spec_named(self._build(store), unit)
+                    changes += _unit_changes(old, _spec_named(build(store), unit))
+            early = [c for c in changes if c.kind != "remove"]
+            done: list[Change] = []
+            try:
+                await apply(self.root, early, done)
+            except Exception:
+                await undo(self.root, done)
+                raise
+            await apply(self.root, [c for c in reversed(changes) if c.kind == "remove"], done)
+            self._build, gone, self._units = build, set(self._units) - set(units), units
+            for unit in gone & set(self._leases):
+                await self._drop(unit, release=True)
+        return sorted(f"{c.kind} {c.label}" for c in done)
 
     async def _heartbeat(self) -> bool:
         """Beat; True when it landed. A beat that finds our id taken, or that fails with the
@@ -329,6 +358,15 @@ class ClusterHost:
                 await self._place_round()
             except Exception:
                 logger.exception("placement round failed on %s", self.node_id)
+
+
+def _unit_changes(old: ChildSpec | Supervisor, new: ChildSpec | Supervisor) -> list[Change]:
+    """What turns running unit ``old`` into ``new`` (a nested supervisor child by child)."""
+    if isinstance(old, Supervisor) and isinstance(new, Supervisor):
+        return diff(old, new, (old.name,))
+    # The tree's shape is code, not config: a unit is a supervisor in both or in neither.
+    assert isinstance(old, ChildSpec) and isinstance(new, ChildSpec)
+    return [] if same_spec(old, new) else [Change("replace", (), new.name, new, old=old)]
 
 
 def _spec_named(root: Supervisor, name: str) -> ChildSpec | Supervisor:
