@@ -18,9 +18,8 @@ from actors.cluster import OWNERS_BUCKET
 from bus import open_bus
 from gateway.process.config import load_config
 from gateway.process.sidecars import HEALTH_CHECKED_UNIT
+from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
 from tests.e2e.conftest import WAIT, config, model, route
-from tests.e2e.test_cluster_members_nats import own_nats  # noqa: F401 (a fixture)
-from tests.e2e.test_cluster_takeover_multiprocess_nats import _spawn, _until_owned, _write
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -49,7 +48,7 @@ async def _spread_of_next_checks(up: FakeUpstream) -> float:
 
 @pytest.mark.timeout(120)
 async def test_health_checks_run_beside_the_models_owner_only_and_follow_it_on_takeover(
-    own_nats: str,  # noqa: F811
+    own_nats: str,
     postgres_url: str,
     tmp_path: Path,
     fake_upstream: FakeUpstream,
@@ -61,7 +60,7 @@ async def test_health_checks_run_beside_the_models_owner_only_and_follow_it_on_t
         cluster=CLUSTER,
     )
     paths = {
-        node: _write(
+        node: write_config(
             tmp_path / f"{node}.yaml",
             {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
@@ -69,7 +68,7 @@ async def test_health_checks_run_beside_the_models_owner_only_and_follow_it_on_t
     }
     units = {s.name for s in build_tree(load_config(paths["n1"]), request_log=True).specs}
     hosts = {
-        node: await _spawn(
+        node: await spawn_serve(
             processes, "--config", path, "--bus", own_nats, "--role", "actors", "--node-id", node
         )
         for node, path in paths.items()
@@ -77,14 +76,14 @@ async def test_health_checks_run_beside_the_models_owner_only_and_follow_it_on_t
     watcher = await open_bus(own_nats, name="test-watcher")
     try:
         kv = await watcher.key_value(OWNERS_BUCKET)
-        owner = (await _until_owned(kv, units, set(NODES)))[HEALTH_CHECKED_UNIT]
+        owner = (await until_owned(kv, units, set(NODES)))[HEALTH_CHECKED_UNIT]
         shared = await _spread_of_next_checks(fake_upstream)
 
         proc = hosts[owner].proc
         assert proc is not None
         proc.kill()
         (survivor,) = set(NODES) - {owner}
-        await _until_owned(kv, units, {survivor})
+        await until_owned(kv, units, {survivor})
         taken_over = await _spread_of_next_checks(fake_upstream)
     finally:
         await watcher.aclose()

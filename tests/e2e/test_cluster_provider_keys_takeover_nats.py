@@ -23,13 +23,9 @@ from actors.cluster import OWNERS_BUCKET
 from bus import open_bus
 from gateway.process.config import load_config
 from schemas.config import credential_id
+from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
-from tests.e2e.test_cluster_takeover_multiprocess_nats import (
-    CLUSTER,
-    _spawn,
-    _until_owned,
-    _write,
-)
+from tests.e2e.test_cluster_takeover_multiprocess_nats import CLUSTER
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -75,7 +71,7 @@ async def test_provider_keys_and_reservations_outlive_a_killed_owner(
         model("m", route(fake_upstream, api_keys=[UP_KEY])), admin_key=ADMIN, cluster=CLUSTER
     )
     cfgs = {
-        node: _write(
+        node: write_config(
             tmp_path / f"{node}.yaml",
             {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
@@ -84,12 +80,12 @@ async def test_provider_keys_and_reservations_outlive_a_killed_owner(
     units = {s.name for s in build_tree(load_config(cfgs[NODES[0]]), request_log=True).specs}
     bus_url = ",".join(nats_cluster.urls)
     hosts = {
-        node: await _spawn(
+        node: await spawn_serve(
             processes, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
         )
         for node, path in cfgs.items()
     }
-    ingress = await _spawn(
+    ingress = await spawn_serve(
         processes, "--config", cfgs[NODES[0]], "--bus", bus_url, "--role", "ingress", "--port", "0"
     )
     watcher = await open_bus(nats_cluster.urls[1], name="test-watcher")
@@ -99,7 +95,7 @@ async def test_provider_keys_and_reservations_outlive_a_killed_owner(
     http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT)
     try:
         kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
-        victim = (await _until_owned(kv, units, set(NODES)))["keys"]
+        victim = (await until_owned(kv, units, set(NODES)))["keys"]
         (survivor,) = set(NODES) - {victim}
         made = await admin.post("/admin/keys", json={"org": "acme", "user": "u", "role": "free"})
         assert made.status_code == 201, made.text
@@ -117,7 +113,7 @@ async def test_provider_keys_and_reservations_outlive_a_killed_owner(
         proc = hosts[victim].proc
         assert proc is not None
         proc.kill()
-        await _until_owned(kv, units, {survivor})
+        await until_owned(kv, units, {survivor})
         after = await _served_with(http, caller, fake_upstream)
         listed = await admin.get("/admin/provider-keys")
     finally:

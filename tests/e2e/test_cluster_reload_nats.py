@@ -20,9 +20,8 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, owner_of
 from bus import open_bus
 from gateway.process.config import load_config
+from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
-from tests.e2e.test_cluster_members_nats import own_nats  # noqa: F401 (a fixture)
-from tests.e2e.test_cluster_takeover_multiprocess_nats import _spawn, _until_owned, _write
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -56,7 +55,7 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
 
 @pytest.mark.timeout(120)
 async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
-    own_nats: str,  # noqa: F811
+    own_nats: str,
     postgres_url: str,
     tmp_path: Path,
     fake_upstreams: UpstreamFactory,
@@ -73,14 +72,14 @@ async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
     for node, path in paths.items():
         body_of = body(model("m", route(up)))
         body_of["database"]["path"] = str(tmp_path / node)
-        _write(path, body_of)
+        write_config(path, body_of)
     units = {s.name for s in build_tree(load_config(str(paths[nodes[0]])), request_log=True).specs}
     for node in nodes:
-        await _spawn(
+        await spawn_serve(
             processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
             "--node-id", node,
         )  # fmt: skip
-    ingress = await _spawn(
+    ingress = await spawn_serve(
         processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
         "--port", "0",
     )  # fmt: skip
@@ -89,12 +88,12 @@ async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
     http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
     try:
         kv = await watcher.key_value(OWNERS_BUCKET)
-        owners = await _until_owned(kv, units, set(nodes))
+        owners = await until_owned(kv, units, set(nodes))
         assert owners["models"] != owners["health"]
         for node, path in paths.items():
             body_of = body(model("m", route(up)), model("m2", route(added)))
             body_of["database"]["path"] = str(tmp_path / node)
-            _write(path, body_of)
+            write_config(path, body_of)
 
         reloaded = await http.post("/admin/config/reload", json={})
         assert reloaded.status_code == 200, reloaded.text
