@@ -42,6 +42,7 @@ from actors.strategies.routewise.host import ProbeTick, RouteWiseHost
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     AllCircuitsOpenError,
+    AllRoutesCoolingError,
     CapacityState,
     EndpointState,
     ErrorCode,
@@ -428,7 +429,7 @@ class ModelActor(Actor):
         if cooling:
             routes = [r for r in routes if r.endpoint not in cooling]
             if not routes:
-                raise AllCircuitsOpenError(
+                raise AllRoutesCoolingError(
                     f"every route of model {self._model.id!r} is cooling after its "
                     "provider's rate limit",
                     retry_after=self._earliest_recovery(considered, now, (), cooling),

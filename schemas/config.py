@@ -408,11 +408,15 @@ class FailoverConfig(_Strict):
 
     No retry starts after ``budget_seconds`` (0 disables), and an attempt still waiting for its
     first byte when the budget expires is cancelled if another route could take over; the
-    first attempt and the first retry always run.
+    first attempt and the first retry always run. When every route is cooling after its
+    provider's 429, a request waits for the earliest reset and tries again if that is at most
+    ``cooling_wait_seconds`` away (in all, per request, and within the budget; 0 disables),
+    else it is answered 503 with ``Retry-After``.
     """
 
     max_attempts: int = Field(default=20, ge=1)
     budget_seconds: float = Field(default=45.0, ge=0)
+    cooling_wait_seconds: float = Field(default=2.0, ge=0)
 
 
 class LeaseConfig(_Strict):

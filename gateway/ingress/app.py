@@ -425,10 +425,10 @@ class GatewayApp:
     ) -> PlanWalk:
         """The models that may serve ``requested``, in order (the live path's, and explain's);
         for ``auto``, the first routing rule matching ``body`` picks the target. Raises
-        RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
-        chain)."""
+        RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty chain)."""
+        budget = self._dispatcher.budget(info)  # lets the walk wait for a cooling route
         if not is_steering(requested):
-            return PlanWalk((self._resolve(requested, req, info.record),), ask, info)
+            return PlanWalk((self._resolve(requested, req, info.record),), ask, info, None, budget)
         info.record.requested(requested)
         caller = caller_of(req)
         book = await self.steering.book_for(requested)
@@ -450,7 +450,7 @@ class GatewayApp:
             steered = dataclasses.replace(steered, rule=rule.name)
         info.record.steered(steered)
         models = tuple(m for m in map(book.model, steered.models) if m is not None)
-        return PlanWalk(models, ask, info, steered)
+        return PlanWalk(models, ask, info, steered, budget)
 
     def _served(self, walk: PlanWalk, info: RequestInfo, requested: str) -> str:
         """The model id the answer shows: the one asked for, or for a steered request the

@@ -110,6 +110,7 @@ async def explain(
             raise
 
     walked = await walk(requested, as_caller, info, ask, body=body)
+    walked.budget = None  # the decision as it stands: no wait for a cooling route
     first = await walked.first()
     return {
         "model_field": requested,
