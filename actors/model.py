@@ -566,6 +566,10 @@ class ModelActor(Actor):
             and getattr(self._strategy, "session_affinity", True)
         )
         if use_affinity:
+            back = await self._home(req, closed, probing)
+            if back is not None:
+                self._commit(req, back[0], uncached, now, use_affinity)
+                return back, "affinity_home" if not back[1] else "probe"
             pinned_id = self._affinity.get(req.caller, now)
             if pinned_id is not None:
                 pinned = next((r for r in closed if r.endpoint == pinned_id), None)
@@ -597,6 +601,28 @@ class ModelActor(Actor):
             if not closed and not probing:
                 break
         return None, reason
+
+    async def _home(
+        self, req: RouteRequest, closed: list[RouteEntry], probing: list[RouteEntry]
+    ) -> tuple[RouteEntry, bool] | None:
+        """The route ``req``'s caller was moved off, benched since and now back in rotation
+        (and whether it is the half-open probe, leased here); None when it has no such home
+        or it is still out."""
+        home, benched = self._affinity.home(req.caller)
+        if not home:
+            return None
+        if not benched:
+            entry = self._table.get(home)
+            if entry is not None and entry.benched(self._clock()) and not req.dry:
+                self._affinity.home_benched(req.caller)
+            return None
+        for entry in closed:
+            if entry.endpoint == home:
+                return entry, False
+        for entry in probing:
+            if entry.endpoint == home and await self._lease_probe(entry, req):
+                return entry, True
+        return None
 
     def _commit(
         self,

@@ -373,12 +373,15 @@ class BenchConfig(_Strict):
     """The model bench (spec "A failing model is benched"): ``failures`` retryable failures of
     one route inside ``window_seconds`` bench it for ``duration_seconds`` on every credential;
     background probes re-validate it, first after the circuit cooldown (or after
-    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps."""
+    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps of at
+    most ``probe_max_interval_seconds``, so a route back from an outage is probed and back in
+    rotation within that."""
 
     failures: int = Field(default=3, ge=1)
     window_seconds: float = Field(default=900.0, gt=0)
     duration_seconds: float = Field(default=600.0, gt=0)
     probe_after_fraction: float = Field(default=0.5, gt=0, lt=1)
+    probe_max_interval_seconds: float = Field(default=60.0, gt=0)
     model_breaker_failures: int = Field(default=0, ge=0)
 
 

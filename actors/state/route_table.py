@@ -123,6 +123,10 @@ class RouteTable:
         """Routes of a published model (empty when unpublished)."""
         return self.routes if self.model.published else []
 
+    def get(self, endpoint: str) -> RouteEntry | None:
+        """The route ``endpoint``, if this model has it."""
+        return self._by_endpoint.get(endpoint)
+
     def update_state(self, st: EndpointState) -> None:
         """Fold a newer endpoint state into the view (older ones are ignored)."""
         r = self._by_endpoint.get(st.endpoint)

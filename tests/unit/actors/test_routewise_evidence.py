@@ -107,3 +107,21 @@ def test_the_cost_envelope_stays_bounded_at_a_high_rate() -> None:
     low, high = envelope.bounds(100_000 * 0.036) or (0.0, 0.0)
     assert low == pytest.approx(0.0011, rel=0.05)  # the 10th and 90th percentiles survive
     assert high == pytest.approx(0.0019, rel=0.05)
+
+
+def test_the_failures_of_a_route_left_idle_stop_weighing_until_its_next_attempt() -> None:
+    evidence = LatencyEvidence(RouteWiseParams(latency_fast_half_life_sec=0.0))  # idle: 30 s
+    for i in range(60):
+        evidence.success("a", 50.0, float(i))
+    evidence.failure("a", "connect", 60.0)  # the route went down
+
+    assert evidence.estimate("a", 61.0) > 900.0  # (60 * 50 + 60,000) / 61: the LP moves off
+    # Thirty seconds on, nothing sent there since: its successes price it again, so the LP
+    # tries it (a recovered route is back). With the failure weighing the whole 15-minute
+    # window, nothing would ever be sent there again.
+    assert evidence.estimate("a", 90.5) == pytest.approx(50.0)
+    evidence.failure("a", "connect", 91.0)  # still down: both failures weigh again
+    assert evidence.estimate("a", 91.5) > 1800.0
+    # A route that keeps its traffic keeps its failures' weight.
+    evidence.success("a", 50.0, 120.0)
+    assert evidence.estimate("a", 121.0) > 1800.0

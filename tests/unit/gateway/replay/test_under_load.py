@@ -51,16 +51,17 @@ def _sent_to(run: RunResult, endpoint: str, since: float) -> int:
     )
 
 
-def test_every_route_cooling_at_once_is_waited_out_not_answered_503() -> None:
-    report, _ = _replay("ratelimited", ("equal",), 30.0)
-    equal = report["configs"]["equal"]
+def test_ratelimited_routes_are_back_at_their_reset_and_no_request_gets_a_needless_503() -> None:
+    report, runs = _replay("ratelimited", ("equal", "routewise-a1"), 30.0)
 
-    # Before: 6 of 907 were answered 429 or 503 in the moments every route was cooling after
-    # its 429 (Retry-After: 1); each now waits for the first reset instead (at most
-    # failover.cooling_wait_seconds), which the tail barely shows.
-    assert equal["served"] == equal["requests"]
-    assert equal["rate_limited_attempts"] > 0  # the providers did push back
-    assert equal["ttft_p99"] < 1.5
+    for run in runs:
+        summary = report["configs"][run.name]
+        # Before: 6 of 907 (equal) were answered 429 or 503 in the moments every route was
+        # cooling after its 429 (Retry-After: 1); each now waits for the first reset instead
+        # (at most failover.cooling_wait_seconds), which the tail barely shows.
+        assert summary["served"] == summary["requests"], run.name
+        assert summary["rate_limited_attempts"] > 0  # the providers did push back
+        assert summary["ttft_p99"] < 1.5
 
 
 def test_saturating_routes_are_not_queued_past_their_learned_limit() -> None:
@@ -89,6 +90,30 @@ def test_traffic_leaves_a_dead_route_within_two_seconds() -> None:
     for run in runs:
         assert _sent_to(run, FASTEST, since=0.0) > 0, run.name  # it was in use before
         assert _sent_to(run, FASTEST, since=10.0) == 0, run.name
+
+
+def test_traffic_comes_back_to_a_recovered_route_by_the_probe_schedule() -> None:
+    end = 100.0  # the route is down from 5 s to 100 s
+    _, runs = _replay(
+        "outage", ("equal", "routewise-a1"), 185.0, _moved_to("outage", at=5.0, end=end)
+    )
+    # Bench probes come at most bench.probe_max_interval_seconds apart (60 s), so one finds
+    # the route back within that of the outage's end. Before: the next doubled gap (the
+    # probe at 218 s), affinity kept every caller moved off it on its fallback for as long as
+    # it kept calling, and RouteWise weighed the failures for its whole 15-minute window.
+    back_by = end + 60.0 + 5.0
+
+    for run in runs:
+        first_back = min(
+            (
+                o.at
+                for o in run.outcomes
+                if o.at >= end and o.endpoint == FASTEST  # served there, not a probe
+            ),
+            default=None,
+        )
+        assert first_back is not None and first_back <= back_by, (run.name, first_back)
+        assert _sent_to(run, FASTEST, since=first_back) >= 5, run.name  # and it stays
 
 
 def test_routewise_leaves_a_slowed_route_within_two_seconds() -> None:
