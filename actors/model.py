@@ -166,6 +166,9 @@ class ModelActor(Actor):
         self._degraded = False
         self._streak = 0
         self._tripped_until = 0.0
+        # Routes a 429 took out of rotation, and when their cooling ends: each is given the
+        # first request it can take after that (see _back_from_cooling).
+        self._cooled: dict[str, float] = {}
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
         self._quota = KeyQuota(
@@ -301,6 +304,10 @@ class ModelActor(Actor):
         now = self._clock()
         if is_backpressure(obs):
             self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
+            until = self._keys.cooling_until(obs.endpoint, None, now)
+            entry = self._table.get(obs.endpoint)
+            if until is not None and entry is not None and entry.weight > 0:
+                self._cooled[obs.endpoint] = until
         elif obs.outcome == "success":
             self._keys.succeeded(obs.endpoint, obs.credential_id)
         event = self._load.observed(obs, now)
@@ -538,6 +545,10 @@ class ModelActor(Actor):
             r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens, now)
             for r in (*closed, *probing)
         }
+        cooled = self._back_from_cooling(closed, req, now)
+        if cooled is not None:
+            self._commit(req, cooled, uncached, now, use_affinity=False)
+            return (cooled, False), "cooled"
         if self._degraded:
             # Degraded mode: no exploration; keep to the configured order of what remains,
             # and probe a half-open route only when nothing closed is left.
@@ -601,6 +612,24 @@ class ModelActor(Actor):
             if not closed and not probing:
                 break
         return None, reason
+
+    def _back_from_cooling(
+        self, closed: list[RouteEntry], req: RouteRequest, now: float
+    ) -> RouteEntry | None:
+        """A route whose cooling after a 429 is over, given the first request it can take
+        (in rotation, under its learned limit): it is back in use at its provider's reset,
+        not whenever the draw next lands on it, and one request, not a herd, finds out
+        whether the provider takes traffic again."""
+        for entry in closed:
+            until = self._cooled.get(entry.endpoint)
+            if until is None or until > now:
+                continue
+            if self._keys.cooling_until(entry.endpoint, None, now) is not None:
+                continue  # cooling again, for longer
+            if not req.dry:
+                del self._cooled[entry.endpoint]
+            return entry
+        return None
 
     async def _home(
         self, req: RouteRequest, closed: list[RouteEntry], probing: list[RouteEntry]

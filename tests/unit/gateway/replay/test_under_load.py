@@ -15,6 +15,7 @@ from gateway.replay.synth import load_synth, synthesize
 
 if TYPE_CHECKING:
     from gateway.replay.outcome import RunResult
+    from schemas import Observation
 
 FASTEST = "m:p8"  # what the outage kills and the drift slows
 
@@ -51,6 +52,26 @@ def _sent_to(run: RunResult, endpoint: str, since: float) -> int:
     )
 
 
+def _longest_out_of_rotation(run: RunResult) -> float:
+    """The longest a route waited, after a 429, past its ``Retry-After`` for its next
+    attempt (virtual seconds; over the 429s that traffic kept coming a second after)."""
+    attempts: dict[str, list[tuple[float, Observation]]] = {}
+    for obs in (a for seen in run.observations.values() for a in seen if not a.probe):
+        attempts.setdefault(obs.endpoint, []).append((obs.ts - obs.latency_ms / 1000, obs))
+    last_sent = max(start for seen in attempts.values() for start, _ in seen)
+    longest = 0.0
+    for seen in attempts.values():
+        seen.sort(key=lambda a: a[0])
+        for obs in (o for _, o in seen if o.status == 429):
+            back = obs.ts + (obs.retry_after or 0.0)
+            if back + 1.0 > last_sent:
+                continue
+            later = (start for start, o in seen if o is not obs and start >= obs.ts)
+            nxt = min(later, default=last_sent)
+            longest = max(longest, nxt - back)
+    return longest
+
+
 def test_ratelimited_routes_are_back_at_their_reset_and_no_request_gets_a_needless_503() -> None:
     report, runs = _replay("ratelimited", ("equal", "routewise-a1"), 30.0)
 
@@ -62,6 +83,10 @@ def test_ratelimited_routes_are_back_at_their_reset_and_no_request_gets_a_needle
         assert summary["served"] == summary["requests"], run.name
         assert summary["rate_limited_attempts"] > 0  # the providers did push back
         assert summary["ttft_p99"] < 1.5
+        # A route a 429 cooled is given the first request it can take after its reset.
+        # Before: up to 2.4 s past it (equal) and 2.8 s (RouteWise), waiting for the draw
+        # or the LP to land on it again.
+        assert _longest_out_of_rotation(run) <= 1.0, run.name
 
 
 def test_saturating_routes_are_not_queued_past_their_learned_limit() -> None:
