@@ -60,8 +60,8 @@ class TtftWindow:
 
     def __init__(self, window_sec: float, budget: int, failure_idle: float = 0.0) -> None:
         self.window_sec = window_sec
-        # Once no attempt has gone to the route for this long (0: never), its failures stop
-        # weighing until the next one: the LP, which left it for them, tries it again on its
+        # Once no attempt has gone to the route for this long (0: never), its failures so
+        # far stop weighing, for good: the LP, which left it for them, tries it again on its
         # successes' evidence, so a route back from an outage gets its traffic back (one
         # still down fails again, and the fast mean moves off it at once). A route that
         # keeps its traffic keeps its failures' whole weight.
@@ -73,13 +73,13 @@ class TtftWindow:
 
     def success(self, ts: float, ttft_ms: float) -> None:
         """A first token ``ttft_ms`` after its attempt began, at ``ts``."""
-        self._last = max(self._last, ts)
+        self._seen(ts)
         if self._thinner.admit(ts):
             self.profile.add_sample(ts, ttft_ms)
 
     def failure(self, ts: float) -> None:
         """An attempt that failed before its first token, at ``ts``."""
-        self._last = max(self._last, ts)
+        self._seen(ts)
         if not self._thinner.admit(ts):
             return
         bisect.insort(self._errors, ts)
@@ -88,10 +88,19 @@ class TtftWindow:
         if self._errors[0] < horizon:
             del self._errors[: bisect.bisect_left(self._errors, horizon)]
 
+    def _seen(self, ts: float) -> None:
+        """An attempt at ``ts``: after an idle spell, the failures before it are forgotten."""
+        if self._idle(ts):
+            self._errors.clear()
+        self._last = max(self._last, ts)
+
+    def _idle(self, now: float) -> bool:
+        return 0 < self.failure_idle <= now - self._last
+
     def errors(self, now: float) -> int:
         """Failed attempts inside the window at ``now`` (none while the route is idle past
-        ``failure_idle``)."""
-        if 0 < self.failure_idle <= now - self._last:
+        ``failure_idle``: forgotten)."""
+        if self._idle(now):
             return 0
         lo = bisect.bisect_left(self._errors, now - self.window_sec)
         return bisect.bisect_right(self._errors, now) - lo

@@ -110,18 +110,20 @@ def test_the_cost_envelope_stays_bounded_at_a_high_rate() -> None:
 
 
 def test_the_failures_of_a_route_left_idle_stop_weighing_until_its_next_attempt() -> None:
-    evidence = LatencyEvidence(RouteWiseParams(latency_fast_half_life_sec=0.0))  # idle: 30 s
+    evidence = LatencyEvidence(RouteWiseParams(latency_fast_half_life_sec=0.0))  # idle: 60 s
     for i in range(60):
         evidence.success("a", 50.0, float(i))
     evidence.failure("a", "connect", 60.0)  # the route went down
 
     assert evidence.estimate("a", 61.0) > 900.0  # (60 * 50 + 60,000) / 61: the LP moves off
-    # Thirty seconds on, nothing sent there since: its successes price it again, so the LP
-    # tries it (a recovered route is back). With the failure weighing the whole 15-minute
-    # window, nothing would ever be sent there again.
-    assert evidence.estimate("a", 90.5) == pytest.approx(50.0)
-    evidence.failure("a", "connect", 91.0)  # still down: both failures weigh again
-    assert evidence.estimate("a", 91.5) > 1800.0
-    # A route that keeps its traffic keeps its failures' weight.
-    evidence.success("a", 50.0, 120.0)
-    assert evidence.estimate("a", 121.0) > 1800.0
+    assert evidence.estimate("a", 119.5) > 900.0  # idle, but not for long enough yet
+    # A minute on, nothing sent there since: its successes price it again, so the LP tries
+    # it (a recovered route is back). With the failure weighing the whole 15-minute window,
+    # nothing would ever be sent there again.
+    assert evidence.estimate("a", 120.5) == pytest.approx(50.0)
+    evidence.failure("a", "connect", 121.0)  # still down: the LP moves off again
+    assert evidence.estimate("a", 121.5) > 900.0
+    # The failure before the idle spell stays forgotten; a route that keeps its traffic
+    # keeps its failures' whole weight.
+    evidence.success("a", 50.0, 130.0)
+    assert evidence.estimate("a", 131.0) == pytest.approx((61 * 50 + 60_000) / 62)
