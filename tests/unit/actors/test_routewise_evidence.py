@@ -115,14 +115,16 @@ def test_the_failures_of_a_route_left_idle_stop_weighing_until_its_next_attempt(
         evidence.success("a", 50.0, float(i))
     evidence.failure("a", "connect", 60.0)  # the route went down
 
-    assert evidence.estimate("a", 61.0) > 900.0  # (60 * 50 + 60,000) / 61: the LP moves off
-    assert evidence.estimate("a", 119.5) > 900.0  # idle, but not for long enough yet
+    assert (
+        evidence.estimate("a", 61.0) or 0.0
+    ) > 900.0  # (60 * 50 + 60,000) / 61: the LP moves off
+    assert (evidence.estimate("a", 119.5) or 0.0) > 900.0  # idle, but not for long enough yet
     # A minute on, nothing sent there since: its successes price it again, so the LP tries
     # it (a recovered route is back). With the failure weighing the whole 15-minute window,
     # nothing would ever be sent there again.
     assert evidence.estimate("a", 120.5) == pytest.approx(50.0)
     evidence.failure("a", "connect", 121.0)  # still down: the LP moves off again
-    assert evidence.estimate("a", 121.5) > 900.0
+    assert (evidence.estimate("a", 121.5) or 0.0) > 900.0
     # The failure before the idle spell stays forgotten; a route that keeps its traffic
     # keeps its failures' whole weight.
     evidence.success("a", 50.0, 130.0)
