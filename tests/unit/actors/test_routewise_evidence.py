@@ -109,15 +109,14 @@ def test_the_cost_envelope_stays_bounded_at_a_high_rate() -> None:
     assert high == pytest.approx(0.0019, rel=0.05)
 
 
-def test_the_failures_of_a_route_left_idle_stop_weighing_until_its_next_attempt() -> None:
+def test_the_failures_of_a_route_left_idle_for_a_minute_are_forgotten() -> None:
     evidence = LatencyEvidence(RouteWiseParams(latency_fast_half_life_sec=0.0))  # idle: 60 s
     for i in range(60):
         evidence.success("a", 50.0, float(i))
     evidence.failure("a", "connect", 60.0)  # the route went down
 
-    assert (
-        evidence.estimate("a", 61.0) or 0.0
-    ) > 900.0  # (60 * 50 + 60,000) / 61: the LP moves off
+    # (60 * 50 + 60,000) / 61: the LP moves off
+    assert (evidence.estimate("a", 61.0) or 0.0) > 900.0
     assert (evidence.estimate("a", 119.5) or 0.0) > 900.0  # idle, but not for long enough yet
     # A minute on, nothing sent there since: its successes price it again, so the LP tries
     # it (a recovered route is back). With the failure weighing the whole 15-minute window,
