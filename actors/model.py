@@ -467,9 +467,11 @@ class ModelActor(Actor):
             primary, reason = await self._first_backup(backups, req, now), "fallback_only"
             closed = []
         if primary is None:
-            raise AllCircuitsOpenError(
+            # Some of them cooling: the request may wait for the first reset (back-pressure).
+            refusal = AllRoutesCoolingError if cooling else AllCircuitsOpenError
+            raise refusal(
                 f"every route of model {self._model.id!r} is unavailable (circuits open, "
-                "benched or probe in flight)",
+                "benched, probe in flight, cooling or at capacity)",
                 retry_after=self._earliest_recovery(considered, now, keys.refused, cooling),
             )
         entry, probe = primary

@@ -425,6 +425,20 @@ async def test_model_every_route_cooling_refuses_with_the_earliest_end(
     assert reply.cooling  # the ingress may wait for it: back-pressure, not sickness
 
 
+async def test_model_routes_out_partly_for_cooling_refuse_as_cooling_so_requests_may_wait(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1))
+    await set_state(bus, B, "open", open_until=1000.0 + 30)
+    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=1.0))
+
+    reply = await ask(bus)
+
+    assert not isinstance(reply, RoutePlan)
+    assert (reply.code, reply.retry_after) == ("all_circuits_open", 1.0)  # A's reset
+    assert reply.cooling  # before: a plain refusal, answered 503 at once
+
+
 async def test_model_counts_in_flight_until_the_attempt_ends_or_is_never_sent(
     bus: InProcessBus, start_model: Start
 ) -> None:
