@@ -77,7 +77,7 @@ class ChainActor(Actor):
             return None
         return await self._snapshots.load_as(snapshot_name(self.state.name), _Snapshot)
 
-    async def _save(self, seen: tuple[str, ...] | None = None) -> None:
+    async def _save(self, seen: tuple[str, ...] | None = None, *, durable: bool = False) -> None:
         if self._snapshots is None:
             return
         known = seen if seen is not None else tuple(m for m, _ in self._catalogue)
@@ -85,6 +85,7 @@ class ChainActor(Actor):
             snapshot_name(self.state.name),
             msgspec.json.encode(_Snapshot(state=self.state, seen=known)),
             self.ctx.clock(),
+            durable=durable,
         )
 
     async def _publish(self) -> None:
@@ -101,7 +102,7 @@ class ChainActor(Actor):
                 self.state = msgspec.structs.replace(
                     self.state, models=models, backfill=backfill, seq=self.state.seq + 1
                 )
-                await self._save()
+                await self._save(durable=True)  # an operator's answer means it is stored
                 await self._publish()
                 await env.respond(self.state)
 

@@ -222,7 +222,7 @@ class ModelActor(Actor):
         self._affinity.restore(snap.pins, self._clock())
         self._quota.restore(snap.quota)
 
-    async def _save(self) -> None:
+    async def _save(self, *, durable: bool = False) -> None:
         if self._snapshots is None:
             return
         now = self._clock()
@@ -231,7 +231,7 @@ class ModelActor(Actor):
             pins=self._affinity.snapshot(now),
             quota=self._quota.snapshot(),
         )
-        await self._snapshots.save(self.name, msgspec.json.encode(snap), now)
+        await self._snapshots.save(self.name, msgspec.json.encode(snap), now, durable=durable)
 
     def _pins_changed(self) -> None:
         if self._snapshots is not None and not self._flush_scheduled:
@@ -257,7 +257,7 @@ class ModelActor(Actor):
                 self._table.update_state(st)
             case SetWeight() as cmd:
                 self._table.set_weight(cmd.endpoint, cmd.weight)  # raises InvalidRequestError
-                await self._save()
+                await self._save(durable=True)  # an operator's answer means it is stored
                 logger.info(
                     "weight of %s set to %s",
                     cmd.endpoint,

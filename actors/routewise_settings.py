@@ -121,7 +121,9 @@ class RouteWiseSettingsActor(Actor):
         them for every other watcher."""
         settings = msgspec.structs.replace(settings, ts=self._clock())
         if self._snapshots is not None:
-            await self._snapshots.save(self.name, msgspec.json.encode(settings), settings.ts)
+            await self._snapshots.save(
+                self.name, msgspec.json.encode(settings), settings.ts, durable=True
+            )
         self.settings = settings
         for model in models:
             try:

@@ -135,7 +135,7 @@ class RulesActor(Actor):
         snap = StoredRules(rules=rules, version=version, updated=now)
         if self._snapshots is not None:
             await stored(
-                self._snapshots.save(SNAPSHOT_NAME, msgspec.json.encode(snap), now),
+                self._snapshots.save(SNAPSHOT_NAME, msgspec.json.encode(snap), now, durable=True),
                 "routing rules",
             )
         self._state = RulesState(rules=rules, version=version, updated=now)

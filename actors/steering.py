@@ -223,7 +223,7 @@ class SteeringActor(Actor):
         self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
         if self._state.active_chain not in self._chains:
             self._state = msgspec.structs.replace(self._state, active_chain=None)
-        await self._changed()
+        await self._changed(durable=False)
         await self._publish_evidence()
 
     def _configured_state(self) -> SteeringState:
@@ -267,7 +267,7 @@ class SteeringActor(Actor):
             return _Snapshot()
         return await self._snapshots.load_as(_SNAPSHOT, _Snapshot) or _Snapshot()
 
-    async def _save(self) -> None:
+    async def _save(self, *, durable: bool = False) -> None:
         if self._snapshots is None:
             return
         snap = _Snapshot(
@@ -276,13 +276,16 @@ class SteeringActor(Actor):
             deleted=tuple(sorted(self._deleted)),
             evidence=self._book.snapshot(),
         )
-        await self._snapshots.save(_SNAPSHOT, msgspec.json.encode(snap), self._clock())
+        await self._snapshots.save(
+            _SNAPSHOT, msgspec.json.encode(snap), self._clock(), durable=durable
+        )
 
-    async def _changed(self) -> None:
-        """Settings or the set of chains changed: save and publish."""
+    async def _changed(self, *, durable: bool = True) -> None:
+        """Settings or the set of chains changed: save (stored before an operator's command
+        answers, unless ``durable`` is off) and publish."""
         self._seq += 1
         self._state = msgspec.structs.replace(self._state, seq=self._seq)
-        await self._save()
+        await self._save(durable=durable)
         await self.ctx.publish(subjects.STEERING_STATE, self._state)
 
     # -- messages -----------------------------------------------------------------------

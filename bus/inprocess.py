@@ -253,6 +253,11 @@ class InProcessBus:
         """True after ``aclose``."""
         return self._closed
 
+    @property
+    def servers(self) -> int:
+        """1: the bus is this process."""
+        return 1
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Deliver ``msg`` to every matching subscriber; never waits. Raises BusClosedError."""
         if self._closed:

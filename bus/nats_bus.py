@@ -64,9 +64,10 @@ _CHECKED_MAX = 8192
 # A key-value write that JetStream has not acknowledged by then fails: a host cut off from
 # the cluster learns it within this, not at nats-py's default of 5 s.
 _KV_TIMEOUT_S = 2.0
-# Creating a replicated bucket waits for its peers to elect a leader, which a starved machine
-# (a host starting beside busy neighbours) can take well past 10 s to do; it happens once.
-_KV_CREATE_TIMEOUT_S = 30.0
+# Creating a replicated bucket or stream waits for its peers to elect a leader, which a
+# starved machine (a host starting beside busy neighbours) can take well past 10 s to do; it
+# happens once.
+_CREATE_TIMEOUT_S = 30.0
 _KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
 # JetStream's "wrong last sequence" codes: a conditional write lost its race.
 _WRONG_LAST_SEQUENCE = (10071, 10164)
@@ -180,6 +181,11 @@ class NatsBus:
         """True after ``aclose`` or once the connection is closed for good."""
         return self._closed
 
+    @property
+    def servers(self) -> int:
+        """The servers of the client's pool: those given, and those the cluster announced."""
+        return max(1, len(self._nc.servers))
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Send ``msg`` to every subscriber of ``subject``; buffered while reconnecting.
 
@@ -243,7 +249,7 @@ class NatsBus:
             discard=DiscardPolicy.OLD,
             num_replicas=replicas,
         )
-        js = self._nc.jetstream()
+        js = self._nc.jetstream(timeout=_CREATE_TIMEOUT_S)
         try:
             try:
                 await js.add_stream(config)
@@ -279,7 +285,7 @@ class NatsBus:
             bucket=bucket, ttl=ttl, replicas=replicas, history=1, storage=StorageType.FILE
         )
         # Creating a replicated bucket waits for its peers; reads and writes must not.
-        admin = self._nc.jetstream(timeout=_KV_CREATE_TIMEOUT_S)
+        admin = self._nc.jetstream(timeout=_CREATE_TIMEOUT_S)
         try:
             try:
                 await admin.create_key_value(config)

@@ -61,6 +61,12 @@ class Bus(Protocol):
     ``RequestTimeoutError`` when its reply is late, ``BusClosedError`` after ``aclose``.
     """
 
+    @property
+    def servers(self) -> int:
+        """How many servers the bus knows in its cluster (the ones given and the ones the
+        servers announced); 1 in one process."""
+        ...
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget ``msg`` to every subscriber of ``subject``."""
         ...

@@ -11,7 +11,7 @@ _T = TypeVar("_T")
 
 
 class ErrorCode(enum.StrEnum):
-    """Machine-readable error codes; ``gateway/ingress/errors.py`` maps each to an HTTP status."""
+    """Machine-readable error codes; ``gateway/http/errors.py`` maps each to an HTTP status."""
 
     INVALID_REQUEST = "invalid_request"
     ROUTE_NOT_FOUND = "route_not_found"

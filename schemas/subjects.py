@@ -304,6 +304,7 @@ ROUTEWISE_PROBE_DUE = f"{PREFIX}.routewise.probe"
 OBSERVATION_ANY = f"{PREFIX}.obs.*"
 ENDPOINT_STATE_ANY = f"{PREFIX}.endpoint.*.state"
 EVENTS_ANY = f"{PREFIX}.events.>"
+EVENTS_STREAM = "LLMGW_EVENTS"  # the kept history of llmgw.events.> (Bus.replay's stream)
 REQUEST_DONE_ANY = f"{PREFIX}.request.*.done"
 LOG_APPEND = f"{PREFIX}.log.append"
 ADMIN_ANY = f"{PREFIX}.admin.>"

@@ -1,8 +1,11 @@
 """ClusterHost: this actors host's share of the tree, kept in step with membership.
 
-Each round (every heartbeat) the host refreshes its heartbeat, reads the live hosts,
-computes the owner of each top-level child of the tree (a *unit*: ``endpoints``,
-``models``, ``limits``, ...) with :func:`owner_of`, and then:
+The host beats every heartbeat, on a fixed cadence of its own: starting and stopping units
+(loading snapshots, opening databases) takes long on a busy machine, and a beat queued
+behind that work would reach the lease deadline and stop every unit for nothing. After each
+beat that landed, a placement round reads the live hosts, computes the owner of each
+top-level child of the tree (a *unit*: ``endpoints``, ``models``, ``limits``, ...) with
+:func:`owner_of`, and then:
 
 - stops and releases a unit it runs but should not (another host joined: break before
   make, the new owner claims it only once the entry is gone) or whose lease it lost;
@@ -11,27 +14,35 @@ computes the owner of each top-level child of the tree (a *unit*: ``endpoints``,
 
 A host that cannot refresh its heartbeat stops every unit before its key can have lapsed
 (``ttl - heartbeat`` after the last acknowledged beat was sent), so the survivors' takeover
-never meets it still serving; its writes are fenced in any case.
+never meets it still serving; its writes are fenced in any case. From the host, a bucket
+electing a new leader (a NATS server died) looks like being cut off; the rule stays the
+same, and a ``ttl`` above the election time is what lets a host ride one out (see
+``schemas.config.ClusterConfig``): a host cannot tell on its own whether the others reach
+JetStream meanwhile, and one that kept serving past its key's lapse could meet its successor.
+
+A unit's snapshots are written behind its actors (``fenced.py``); a unit released (moved,
+handed back, the host stopping) has them written first, within the lease deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING
 
+from actors.cluster.admin import ClusterAdminActor
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
 from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
-from actors.supervisor import Strategy, Supervisor
+from actors.supervisor import ChildSpec, Strategy, Supervisor
 from bus import BusClosedError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from actors.stores.snapshots import SnapshotStore
-    from actors.supervisor import ChildSpec
     from bus import Bus, KeyValue
     from schemas.config import ClusterConfig
 
@@ -57,6 +68,7 @@ class ClusterHost:
         build: Callable[[SnapshotStore | None], Supervisor],
         *,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.node_id = node_id
         self.root = Supervisor("root", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0)
@@ -64,14 +76,19 @@ class ClusterHost:
         self._settings = settings
         self._build = build
         self._clock = clock
+        self._sleep = sleep
         self._units = [s.name for s in build(None).specs]
         self._leases: dict[str, Lease] = {}
+        self._stores: dict[str, FencedSnapshots] = {}  # each running unit's snapshot writer
         self._lost: set[str] = set()  # units whose fenced write was refused
         self._deadline = 0.0  # stop every unit past this (monotonic): the heartbeat lapsed
+        self._unacknowledged = False  # the last beat failed (logged once per outage)
         self._membership: Membership | None = None
         self._owners: Owners | None = None
         self._snapshots: KeyValue | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._changing = asyncio.Lock()  # one placement round or lapse at a time
+        self._landed = asyncio.Event()  # a beat landed: time for a placement round
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def units(self) -> list[str]:
@@ -79,19 +96,25 @@ class ClusterHost:
         return [u for u in self._units if u in self._leases]
 
     async def start(self, admit: Callable[[list[str]], None] | None = None) -> None:
-        """Open, run a first round, then a round every heartbeat in the background.
+        """Open, run a first round, then beat every heartbeat and place after each beat in
+        the background.
         ``admit`` is shown the live hosts before this one joins them and raises to refuse.
         Raises BusClosedError when the buckets cannot be opened, what ``admit`` raises."""
         await self.open()
         if admit is not None:
             assert self._membership is not None
             admit(await self._membership.live())
+        sent = self._clock()
         await self.reconcile()
-        self._task = asyncio.create_task(self._loop(), name=f"cluster:{self.node_id}")
+        self._tasks = [
+            asyncio.create_task(self._beating(sent), name=f"cluster-beat:{self.node_id}"),
+            asyncio.create_task(self._placing(), name=f"cluster-place:{self.node_id}"),
+        ]
 
     async def open(self) -> None:
-        """Open the buckets and start the (empty) root. Raises BusClosedError when
-        JetStream refuses the buckets for ``_OPEN_ATTEMPTS`` seconds."""
+        """Open the buckets and start the root with only the ``cluster`` admin area (every
+        host answers it, outside placement). Raises BusClosedError when JetStream refuses
+        the buckets for ``_OPEN_ATTEMPTS`` seconds."""
         for attempt in range(1, _OPEN_ATTEMPTS + 1):
             try:
                 await self._open_buckets()
@@ -103,9 +126,14 @@ class ClusterHost:
                 logger.warning("cluster buckets not ready (%s); retrying", exc.message)
                 await asyncio.sleep(1.0)
         await self.root.start(self._bus)
+        assert self._membership is not None and self._owners is not None
+        admin = functools.partial(
+            ClusterAdminActor, self.node_id, self._units, self._membership, self._owners
+        )
+        await self.root.add_child(ChildSpec("cluster_admin", admin))
 
     async def _open_buckets(self) -> None:
-        replicas = self._settings.replicas
+        replicas = self._settings.replicas_on(self._bus.servers)
         hosts = await self._bus.key_value(
             HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
         )
@@ -118,10 +146,11 @@ class ClusterHost:
         await self.root.wait()
 
     async def aclose(self) -> None:
-        """Stop the loop, stop and release every unit, leave the membership."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.wait({self._task})
+        """Stop the background tasks, stop and release every unit, leave the membership."""
+        for task in self._tasks:
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(self._tasks)
         for unit in reversed(self.units):
             await self._drop(unit, release=True)
         await self.root.stop()
@@ -132,8 +161,15 @@ class ClusterHost:
                 logger.info("left without removing the heartbeat: it lapses on its own")
 
     async def reconcile(self) -> None:
-        """One round: heartbeat, then start and stop units to match the placement."""
-        assert self._membership is not None and self._owners is not None
+        """One round: heartbeat, then, if it landed, start and stop units to match the
+        placement."""
+        if await self._heartbeat():
+            await self._place_round()
+
+    async def _heartbeat(self) -> bool:
+        """Beat; True when it landed. A beat that finds our id taken, or that fails with the
+        lease deadline reached, stops every unit (without releasing)."""
+        assert self._membership is not None
         sent = self._clock()
         # While it runs units, a beat may take only until the lease deadline: a host cut off
         # from JetStream must have stopped them before its key can lapse.
@@ -143,7 +179,6 @@ class ClusterHost:
                 raise TimeoutError
             async with asyncio.timeout(budget):
                 await self._membership.beat()
-                live = await self._membership.live()
         except NodeIdInUseError as exc:
             # Two processes under one id would each run "its" share: the one that finds its
             # key rewritten by the other stops everything at once and waits for it to lapse.
@@ -152,23 +187,46 @@ class ClusterHost:
                 "until it is gone",
                 exc,
             )
+            await self._stop_all()
+            return False
+        except (BusClosedError, TimeoutError) as exc:
+            why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
+            if self._leases and self._clock() >= self._deadline - _MARGIN_S:
+                logger.error("heartbeat lapsed (%s): stopping every unit", why)
+                await self._stop_all()
+            elif self._leases and not self._unacknowledged:
+                logger.warning(
+                    "heartbeat not acknowledged (%s): the units keep running for %.1f s more "
+                    "(a NATS leader election ends sooner; cut off, they stop then)",
+                    why,
+                    self._deadline - self._clock(),
+                )
+            self._unacknowledged = True
+            return False
+        if self._unacknowledged:
+            logger.info("heartbeat acknowledged again on %s", self.node_id)
+            self._unacknowledged = False
+        self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
+        return True
+
+    async def _place_round(self) -> None:
+        """Read the live hosts and start and stop units to match; a round that cannot reach
+        JetStream is cut short (the next beat brings another)."""
+        assert self._membership is not None
+        async with self._changing:
+            try:
+                live = await self._membership.live()
+                if self.node_id not in live:
+                    live.append(self.node_id)  # the beat landed; a lagging listing must not hide us
+                await self._place(live)
+            except BusClosedError as exc:
+                logger.warning("placement round cut short: %s", exc.message)
+
+    async def _stop_all(self) -> None:
+        """Stop every unit without releasing it (its entry is left to lapse or be taken)."""
+        async with self._changing:
             for unit in reversed(self.units):
                 await self._drop(unit, release=False)
-            return
-        except (BusClosedError, TimeoutError) as exc:
-            if self._leases and self._clock() >= self._deadline - _MARGIN_S:
-                why = exc.message if isinstance(exc, BusClosedError) else "no answer in time"
-                logger.error("heartbeat lapsed (%s): stopping every unit", why)
-                for unit in reversed(self.units):
-                    await self._drop(unit, release=False)
-            return
-        self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
-        if self.node_id not in live:
-            live.append(self.node_id)  # the beat landed; a lagging listing must not hide us
-        try:
-            await self._place(live)
-        except BusClosedError as exc:
-            logger.warning("placement round cut short: %s", exc.message)
 
     async def _place(self, live: list[str]) -> None:
         assert self._owners is not None
@@ -183,6 +241,8 @@ class ClusterHost:
         for unit in self._units:  # starts in tree order
             if unit in self._leases or owner_of(unit, live) != self.node_id:
                 continue
+            if self._clock() >= self._deadline:
+                return  # the beat this round followed is too old to start anything on
             lease = await self._owners.claim(unit, self.node_id, live)
             if lease is not None:
                 await self._run(unit, lease)
@@ -196,11 +256,13 @@ class ClusterHost:
         spec = _spec_named(self._build(store), unit)
         index = sum(1 for u in self.units if self._units.index(u) < self._units.index(unit))
         self._leases[unit] = lease
+        self._stores[unit] = store
         try:
             await self.root.add_child(spec, index=index)
         except Exception as exc:  # e.g. a peer unit it seeds from is not up yet: next round
             logger.warning("unit %s did not start on %s: %r", unit, self.node_id, exc)
             del self._leases[unit]
+            await self._stores.pop(unit).aclose()
             await self._owners.release(lease)
             return
         logger.info("%s owns %s (revision %d)", self.node_id, unit, lease.revision)
@@ -209,9 +271,21 @@ class ClusterHost:
         lease = self._leases.pop(unit)
         self._lost.discard(unit)
         try:
-            await self.root.remove_child(unit)
+            await self.root.remove_child(unit)  # its actors hand their last snapshots over
         except KeyError:
             pass  # it had exited
+        store = self._stores.pop(unit)
+        # Released, the unit is the next owner's, which loads its snapshots at once: they
+        # must be written first. The writes can land only while our heartbeat holds (after
+        # that they are fenced off), so waiting longer would only delay our next beat.
+        if release and not await store.drain(self._deadline - self._clock() - _MARGIN_S):
+            logger.error(
+                "%s releases %s with snapshots not written (JetStream did not take them before "
+                "the lease deadline): the next owner starts from the previous ones",
+                self.node_id,
+                unit,
+            )
+        await store.aclose()
         if release and self._owners is not None:
             try:
                 await self._owners.release(lease)
@@ -219,19 +293,31 @@ class ClusterHost:
                 logger.info("could not release %s: its entry lapses with our heartbeat", unit)
         logger.info("%s gave up %s", self.node_id, unit)
 
-    async def _loop(self) -> None:
+    async def _beating(self, sent: float) -> None:
         period = self._settings.heartbeat_seconds
         while True:
-            await asyncio.sleep(period)
+            # The cadence counts from each beat's start, so a slow beat is not followed by
+            # a full period more before the next one.
+            await self._sleep(max(0.0, sent + period - self._clock()))
+            sent = self._clock()
             try:
-                await self.reconcile()
+                if await self._heartbeat():
+                    self._landed.set()
             except Exception:
-                # A round that failed must not end the loop: without it this host would keep
-                # its units with no heartbeat, while the others take them over.
-                logger.exception("cluster round failed on %s", self.node_id)
+                # A failed beat must not end the loop: without it this host would keep its
+                # units with no heartbeat, while the others take them over.
+                logger.exception("heartbeat failed on %s", self.node_id)
                 if self._clock() >= self._deadline:
-                    for unit in reversed(self.units):
-                        await self._drop(unit, release=False)
+                    await self._stop_all()
+
+    async def _placing(self) -> None:
+        while True:
+            await self._landed.wait()
+            self._landed.clear()
+            try:
+                await self._place_round()
+            except Exception:
+                logger.exception("placement round failed on %s", self.node_id)
 
 
 def _spec_named(root: Supervisor, name: str) -> ChildSpec | Supervisor:

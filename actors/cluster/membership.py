@@ -1,19 +1,38 @@
 """Which actor hosts are alive: one key per host in a key-value bucket with a TTL.
 
 A host writes its key every heartbeat; a key no write refreshed for the bucket's TTL is gone,
-and with it the host. Live hosts are the keys present now.
+and with it the host. Live hosts are the keys present now. Each beat's value says what the
+host is (``HostBeat``: its role, since when this process is a member, when it beat), for
+operators (``cluster members``); placement reads only the keys.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from bus import KvConflictError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bus import KeyValue
 
 HOSTS_BUCKET = "llmgw_hosts"
+
+
+class HostBeat(msgspec.Struct, frozen=True, kw_only=True):
+    """The value of a host's key: its ``role``, since when it is a member and when it beat
+    (unix seconds, the host's wall clock)."""
+
+    role: str
+    since: float
+    at: float
+
+
+_decode_beat = msgspec.json.Decoder(HostBeat).decode
 
 
 class NodeIdInUseError(Exception):
@@ -26,9 +45,19 @@ class Membership:
     Raises BusClosedError when the bucket cannot be reached.
     """
 
-    def __init__(self, kv: KeyValue, node_id: str) -> None:
+    def __init__(
+        self,
+        kv: KeyValue,
+        node_id: str,
+        *,
+        role: str = "actors",
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.node_id = node_id
         self._kv = kv
+        self._role = role
+        self._wall = wall
+        self._since = wall()
         self._revision: int | None = None  # of our last beat
 
     async def beat(self) -> None:
@@ -38,17 +67,18 @@ class Membership:
         Raises NodeIdInUseError when the key is held by another writer: a second process
         under the same id (or, at the first beat, our previous incarnation, not lapsed yet).
         """
+        value = msgspec.json.encode(HostBeat(role=self._role, since=self._since, at=self._wall()))
         try:
             if self._revision is not None:
                 try:
                     self._revision = await self._kv.update(
-                        self.node_id, b"", revision=self._revision
+                        self.node_id, value, revision=self._revision
                     )
                     return
                 except KvConflictError:
                     if await self._kv.get(self.node_id) is not None:
                         raise
-            self._revision = await self._kv.create(self.node_id, b"")
+            self._revision = await self._kv.create(self.node_id, value)
         except KvConflictError:
             self._revision = None
             raise NodeIdInUseError(f"node id {self.node_id!r} is in use") from None
@@ -56,6 +86,19 @@ class Membership:
     async def live(self) -> list[str]:
         """The ids of the hosts whose key has not lapsed, sorted."""
         return sorted(await self._kv.keys())
+
+    async def members(self) -> dict[str, HostBeat | None]:
+        """Each live host's last beat (None for a value this version cannot read)."""
+        found: dict[str, HostBeat | None] = {}
+        for node in await self.live():
+            entry = await self._kv.get(node)
+            if entry is None:
+                continue  # lapsed since the listing
+            try:
+                found[node] = _decode_beat(entry.value)
+            except msgspec.DecodeError:
+                found[node] = None
+        return found
 
     async def leave(self) -> None:
         """Remove this host's key at once, so the others need not wait out its TTL (only if

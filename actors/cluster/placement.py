@@ -80,6 +80,15 @@ class Owners:
         entry = await self._kv.get(unit)
         return None if entry is None else entry.value.decode()
 
+    async def all(self) -> dict[str, str]:
+        """Every unit with an owner entry, and the node id recorded for it."""
+        found: dict[str, str] = {}
+        for unit in await self._kv.keys():
+            entry = await self._kv.get(unit)
+            if entry is not None:
+                found[unit] = entry.value.decode()
+        return found
+
     async def release(self, lease: Lease) -> None:
         """Delete the entry if it is still ``lease`` (a lost lease is left to its new owner)."""
         try:

@@ -64,8 +64,10 @@ class SnapshotStore:
             logger.warning("ignoring unreadable snapshot of %s", name)
             return None
 
-    async def save(self, name: str, data: bytes, now: float) -> None:
-        """Replace the snapshot of ``name``."""
+    async def save(self, name: str, data: bytes, now: float, *, durable: bool = False) -> None:
+        """Replace the snapshot of ``name``. Here every save is stored on return; a store
+        that writes behind (the cluster's) waits for the write only when ``durable`` (an
+        operator's command, which answers once its change is stored)."""
         await self._db.execute(
             "INSERT INTO actor_snapshots (name, data, updated) VALUES (?, ?, ?) "
             "ON CONFLICT(name) DO UPDATE SET data = excluded.data, updated = excluded.updated",

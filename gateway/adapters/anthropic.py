@@ -25,8 +25,10 @@ from gateway.adapters.base import (
     bad_response,
     error_from_status,
     json_answer,
+    json_event,
 )
 from gateway.adapters.sse import SSEParser
+from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
@@ -120,24 +122,16 @@ class AnthropicAdapter:
                 raise error_from_status(
                     target.endpoint, resp.status, resp.headers, await resp.read()
                 )
-            parser = SSEParser()
-            async for raw in resp.chunks():
-                batch: list[JSON] = []
-                failure = None
-                for event, data in parser.feed(raw):
-                    try:
-                        batch.extend(_translate(translator, target.endpoint, event, data))
-                    except UpstreamError as exc:
-                        failure = exc  # the chunks before it still reach the client
-                        break
-                    if translator.is_complete:
-                        break
-                if batch:
-                    yield Batch(batch, last=translator.is_complete)
-                if failure is not None:
-                    raise failure
-                if translator.is_complete:
-                    return
+            batches = translated_batches(
+                resp.chunks(),
+                SSEParser().feed,
+                lambda event: _translate(translator, target.endpoint, *event),
+                translator,
+            )
+            async for batch in batches:
+                yield batch
+            if translator.is_complete:
+                return
             raise UpstreamError(
                 "upstream stream ended before message_stop",
                 endpoint=target.endpoint,
@@ -157,12 +151,7 @@ class AnthropicAdapter:
 def _translate(
     translator: MessagesToChatStream, endpoint: str, event: str | None, data: bytes
 ) -> list[JSON]:
-    try:
-        decoded = _decode(data)
-    except msgspec.DecodeError:
-        raise bad_response(endpoint, "a stream event is not JSON") from None
-    if not isinstance(decoded, dict):
-        raise bad_response(endpoint, "a stream event is not an object")
+    decoded = json_event(endpoint, data)
     try:
         return translator.feed(event, decoded)
     except UpstreamStreamError as exc:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from gateway.adapters._anthropic_to_canonical import (
     JSON,
     MessagesToChatStream,
@@ -29,6 +27,7 @@ from gateway.adapters._anthropic_to_canonical import (
     chat_usage,
     from_messages_response,
 )
+from gateway.adapters.chat_message import answered_call, text_of, tool_calls
 from schemas import InvalidRequestError
 
 __all__ = [
@@ -54,7 +53,6 @@ _REFUSED = {
     "function_call": "function_call: the legacy functions API is not supported; use tool_choice",
 }
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
-_decoder = msgspec.json.Decoder()
 
 
 def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
@@ -111,26 +109,6 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     return req
 
 
-def _text_of(content: Any, path: str) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidRequestError(
-            f"{path}.content: must be a string or an array", param=f"{path}.content"
-        )
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
-            raise InvalidRequestError(
-                f"{path}.content[{j}]: only text parts are allowed here",
-                param=f"{path}.content[{j}]",
-            )
-        texts.append(part.get("text") or part.get("refusal") or "")
-    return "\n\n".join(texts)
-
-
 def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
     # Merging keeps roles alternating, and puts every tool_result of one assistant turn
     # into the single user turn that must follow it.
@@ -149,7 +127,7 @@ def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, lis
             raise InvalidRequestError(f"{path}: must be an object", param=path)
         role = msg.get("role")
         if role in ("system", "developer"):
-            text = _text_of(msg.get("content"), path)
+            text = text_of(msg.get("content"), path)
             if text:
                 system.append(text)
         elif role == "user":
@@ -253,46 +231,16 @@ def _document_block(file: Any, path: str) -> JSON:
 
 
 def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
-    text = _text_of(msg.get("content"), path)
+    text = text_of(msg.get("content"), path)
     blocks: list[JSON] = [{"type": "text", "text": text}] if text else []
-    for j, call in enumerate(msg.get("tool_calls") or ()):
-        cpath = f"{path}.tool_calls[{j}]"
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
-            raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
-        blocks.append(
-            {
-                "type": "tool_use",
-                "id": call["id"],
-                "name": function.get("name") or "",
-                "input": _arguments(function.get("arguments"), f"{cpath}.function"),
-            }
-        )
+    for call_id, name, arguments in tool_calls(msg, path):
+        blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
     return blocks
 
 
-def _arguments(arguments: Any, path: str) -> JSON:
-    if arguments is None or arguments == "":
-        return {}
-    try:
-        value = _decoder.decode(arguments) if isinstance(arguments, str) else arguments
-    except msgspec.DecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidRequestError(
-            f"{path}.arguments: must be a JSON object", param=f"{path}.arguments"
-        )
-    return value
-
-
 def _tool_result(msg: JSON, path: str) -> JSON:
-    call_id = msg.get("tool_call_id")
-    if not isinstance(call_id, str):
-        raise InvalidRequestError(
-            f"{path}.tool_call_id: must be a string", param=f"{path}.tool_call_id"
-        )
-    block: JSON = {"type": "tool_result", "tool_use_id": call_id}
-    text = _text_of(msg.get("content"), path)
+    block: JSON = {"type": "tool_result", "tool_use_id": answered_call(msg, path)}
+    text = text_of(msg.get("content"), path)
     if text:
         block["content"] = text
     return block

@@ -251,6 +251,18 @@ def json_answer(endpoint: str, body: bytes) -> Any:
         raise bad_response(endpoint, "the body is not JSON") from None
 
 
+def json_event(endpoint: str, data: bytes) -> JSON:
+    """One streamed event's data decoded as a JSON object. Raises UpstreamBadResponseError
+    when it is not JSON or not an object."""
+    try:
+        decoded = _decode_json(data)
+    except msgspec.DecodeError:
+        raise bad_response(endpoint, "a stream event is not JSON") from None
+    if not isinstance(decoded, dict):
+        raise bad_response(endpoint, "a stream event is not an object")
+    return decoded
+
+
 def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:
     """The upstream answered something that is not its API's answer."""
     return UpstreamBadResponseError(

@@ -32,6 +32,7 @@ from gateway.adapters.base import (
     UpstreamTarget,
     bad_response,
     json_answer,
+    json_event,
     retry_after_seconds,
 )
 from gateway.adapters.bedrock_auth import BedrockSigner, split_key
@@ -45,10 +46,11 @@ from gateway.adapters.bedrock_embed import (
 from gateway.adapters.bedrock_stream import ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.redaction import redacted
+from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
     from gateway.adapters.upstream_http import UpstreamHTTP
 
@@ -165,25 +167,24 @@ class BedrockAdapter:
                         target.endpoint, resp.status, resp.headers, await resp.read()
                     )
                 frames = EventStreamBuffer()
-                async for raw in resp.chunks():
+
+                def messages(raw: bytes) -> Iterator[Any]:
                     frames.add_data(raw)
-                    batch: list[JSON] = []
-                    failure: UpstreamError | None = None
                     try:
-                        for message in frames:
-                            batch.extend(_translate(translator, target.endpoint, message))
-                            if translator.is_complete:
-                                break
-                    except UpstreamError as exc:
-                        failure = exc  # the chunks before it still reach the client
+                        yield from frames
                     except ParserError:
-                        failure = bad_response(target.endpoint, "the event stream is corrupt")
-                    if batch:
-                        yield Batch(batch, last=translator.is_complete)
-                    if failure is not None:
-                        raise failure
-                    if translator.is_complete:
-                        return
+                        raise bad_response(target.endpoint, "the event stream is corrupt") from None
+
+                batches = translated_batches(
+                    resp.chunks(),
+                    messages,
+                    lambda message: _translate(translator, target.endpoint, message),
+                    translator,
+                )
+                async for batch in batches:
+                    yield batch
+                if translator.is_complete:
+                    return
                 tail = translator.finish()
                 if tail:
                     yield Batch(tail, last=True)
@@ -275,12 +276,7 @@ def _translate(translator: ConverseToChatStream, endpoint: str, message: Any) ->
     if kind == "error":
         name = str(headers.get(":error-code") or "")
         raise error_from_event(endpoint, name, str(headers.get(":error-message") or name))
-    try:
-        payload = _decode(message.payload)
-    except msgspec.DecodeError:
-        raise bad_response(endpoint, "a stream event is not JSON") from None
-    if not isinstance(payload, dict):
-        raise bad_response(endpoint, "a stream event is not an object")
+    payload = json_event(endpoint, message.payload)
     return translator.feed(str(headers.get(":event-type") or ""), payload)
 
 

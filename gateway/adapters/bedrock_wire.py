@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from gateway.adapters._anthropic_to_canonical import new_id
+from gateway.adapters.chat_message import answered_call, text_of, tool_calls
 from schemas import InvalidRequestError
 
 JSON = dict[str, Any]
@@ -56,7 +57,6 @@ _FINISH = {
 REFUSALS = frozenset({"guardrail_intervened", "content_filtered"})
 """Stop reasons that say a guardrail or filter refused: the text is the refusal."""
 _encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder().decode
 
 
 def to_converse_request(chat: JSON) -> JSON:
@@ -117,7 +117,7 @@ def _convert_messages(messages: list[Any]) -> tuple[list[str], list[JSON]]:
         path = f"messages[{i}]"
         role = msg.get("role") if isinstance(msg, dict) else None
         if role in ("system", "developer"):
-            text = _text_of(msg.get("content"), path)
+            text = text_of(msg.get("content"), path)
             if text:
                 system.append(text)
         elif role == "user":
@@ -141,25 +141,9 @@ def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
         out.append({"role": role, "content": blocks})
 
 
-def _text_of(content: Any, path: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise InvalidRequestError(f"{path}.content: must be a string or an array", param=path)
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
-            raise InvalidRequestError(
-                f"{path}.content[{j}]: only text parts are allowed here",
-                param=f"{path}.content[{j}]",
-            )
-        texts.append(part.get("text") or part.get("refusal") or "")
-    return "\n\n".join(texts)
-
-
 def _user_blocks(content: Any, path: str) -> list[JSON]:
     if not isinstance(content, list):
-        text = _text_of(content, path)
+        text = text_of(content, path)
         return [{"text": text}] if text else []
     blocks: list[JSON] = []
     for j, part in enumerate(content):
@@ -197,46 +181,16 @@ def _image_block(url: Any, path: str) -> JSON:
 
 
 def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
-    text = _text_of(msg.get("content"), path)
+    text = text_of(msg.get("content"), path)
     blocks: list[JSON] = [{"text": text}] if text else []
-    for j, call in enumerate(msg.get("tool_calls") or ()):
-        cpath = f"{path}.tool_calls[{j}]"
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
-            raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
-        blocks.append(
-            {
-                "toolUse": {
-                    "toolUseId": call["id"],
-                    "name": function.get("name") or "",
-                    "input": _arguments(function.get("arguments"), f"{cpath}.function"),
-                }
-            }
-        )
+    for call_id, name, arguments in tool_calls(msg, path):
+        blocks.append({"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}})
     return blocks
 
 
-def _arguments(arguments: Any, path: str) -> JSON:
-    if arguments is None or arguments == "":
-        return {}
-    try:
-        value = _decode(arguments) if isinstance(arguments, str) else arguments
-    except msgspec.DecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise InvalidRequestError(
-            f"{path}.arguments: must be a JSON object", param=f"{path}.arguments"
-        )
-    return value
-
-
 def _tool_result(msg: JSON, path: str) -> JSON:
-    call_id = msg.get("tool_call_id")
-    if not isinstance(call_id, str):
-        raise InvalidRequestError(
-            f"{path}.tool_call_id: must be a string", param=f"{path}.tool_call_id"
-        )
-    text = _text_of(msg.get("content"), path)
+    call_id = answered_call(msg, path)
+    text = text_of(msg.get("content"), path)
     return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": "success"}}
 
 

@@ -26,6 +26,7 @@ from gateway.adapters.base import (
     bad_response,
     error_from_status,
     json_answer,
+    json_event,
 )
 from gateway.adapters.gemini_wire import (
     GeminiToChatStream,
@@ -35,6 +36,7 @@ from gateway.adapters.gemini_wire import (
 )
 from gateway.adapters.platform_errors import google_duration
 from gateway.adapters.sse import SSEParser
+from gateway.adapters.stream_batches import translated_batches
 from schemas import QUOTA_EXHAUSTED, InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
@@ -137,24 +139,16 @@ class GeminiAdapter:
         ) as resp:
             if resp.status >= 300:
                 raise gemini_error(target.endpoint, resp.status, resp.headers, await resp.read())
-            parser = SSEParser()
-            async for raw in resp.chunks():
-                batch: list[JSON] = []
-                failure = None
-                for _event, data in parser.feed(raw):
-                    try:
-                        batch.extend(translator.feed(_event_of(target.endpoint, data)))
-                    except UpstreamError as exc:
-                        failure = exc  # the chunks before it still reach the client
-                        break
-                    if translator.is_complete:
-                        break
-                if batch:
-                    yield Batch(batch, last=translator.is_complete)
-                if failure is not None:
-                    raise failure
-                if translator.is_complete:
-                    return
+            batches = translated_batches(
+                resp.chunks(),
+                SSEParser().feed,
+                lambda event: translator.feed(_event_of(target.endpoint, event[1])),
+                translator,
+            )
+            async for batch in batches:
+                yield batch
+            if translator.is_complete:
+                return
             raise UpstreamError(
                 "upstream stream ended before a finish reason",
                 endpoint=target.endpoint,
@@ -193,12 +187,7 @@ class GeminiAdapter:
 
 def _event_of(endpoint: str, data: bytes) -> JSON:
     """One streamed answer. Raises UpstreamError (bad JSON, an in-band error)."""
-    try:
-        decoded = _decode(data)
-    except msgspec.DecodeError:
-        raise bad_response(endpoint, "a stream event is not JSON") from None
-    if not isinstance(decoded, dict):
-        raise bad_response(endpoint, "a stream event is not an object")
+    decoded = json_event(endpoint, data)
     err = decoded.get("error")
     if err is not None:
         code = err.get("code") if isinstance(err, dict) else None

@@ -14,7 +14,10 @@ from gateway.adapters.redaction import RedactingAdapter
 from gateway.adapters.upstream_http import UpstreamHTTP
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from gateway.adapters.base import Adapter
+    from schemas.config import GatewayConfig
 
 
 def make_http_client() -> UpstreamHTTP:
@@ -34,3 +37,29 @@ def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
         "bedrock": BedrockAdapter(http),
     }
     return {kind: RedactingAdapter(adapter) for kind, adapter in kinds.items()}
+
+
+class Upstreams:
+    """Owns the adapter of each upstream kind and the pooled client they share: opened at
+    start, closed at aclose. ``own`` adapters (the replay's simulated upstreams) serve in
+    place of the HTTP ones, and then no client is opened."""
+
+    def __init__(self, own: Mapping[str, Adapter] | None = None) -> None:
+        self.adapters: dict[str, Adapter] = {"echo": EchoAdapter(), **(own or {})}
+        self._own = own is not None
+        self._client: UpstreamHTTP | None = None
+
+    async def start(self) -> None:
+        """Open the pooled client and fill in the HTTP adapters (unless ``own`` serve)."""
+        if self._client is None and not self._own:
+            self._client = make_http_client()
+            self.adapters.update(make_adapters(self._client))
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Nothing to follow: no adapter depends on the config."""
+
+    async def aclose(self) -> None:
+        """Close the pooled client (connections in flight end)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()

@@ -28,7 +28,7 @@ from schemas import (
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
 
 PREFIX = "/admin/"
 ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)

@@ -29,7 +29,7 @@ import msgspec
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth.admin_access import requested_by
 from gateway.auth.gate import Authenticator, caller_of
-from gateway.ingress.request import HttpRequest
+from gateway.http.request import HttpRequest
 from schemas import (
     RouteNotFoundError,
 )
@@ -57,25 +57,6 @@ class AdminKeys:
     def __init__(self, bus: Bus, auth: Authenticator) -> None:
         self._bus = bus
         self._auth = auth
-
-    def routes(self) -> dict[tuple[str, str], Handler]:
-        """Exact (method, path) routes."""
-        return {
-            ("GET", "/admin/keys"): self.list_keys,
-            ("POST", "/admin/keys"): self.create_key,
-            ("GET", "/admin/provider-keys"): self.list_provider_keys,
-            ("POST", "/admin/provider-keys"): self.add_provider_key,
-            ("POST", "/admin/provider-keys/min-role-env"): self.reserve_env_key,
-        }
-
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """(method, path prefix) routes, for paths carrying an id."""
-        return {
-            ("POST", "/admin/keys/"): self.revoke_key,
-            ("DELETE", "/admin/keys/"): self.revoke_key,
-            ("POST", "/admin/provider-keys/"): self.set_min_role,
-            ("DELETE", "/admin/provider-keys/"): self.delete_provider_key,
-        }
 
     # -- gateway API keys ---------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from schemas import InvalidRequestError
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
 
 PATH = "/admin/limits"
 PREFIX = PATH + "/"

@@ -26,19 +26,18 @@ import msgspec
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 
+from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
-from gateway.ingress.errors import error_code, http_status
-from gateway.ingress.event_stream import kinds_of, since_of, stream_events
-from gateway.ingress.request import HttpRequest
+from gateway.http.errors import error_code, http_status
+from gateway.http.request import HttpRequest
 from schemas import GatewayError, RouteNotFoundError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bus import Bus
-    from gateway.ingress.app import GatewayApp
-    from gateway.ingress.request import Receive, Scope, Send
+    from gateway.http.request import Receive, Scope, Send
 
 logger = logging.getLogger(__name__)
 
@@ -141,11 +140,13 @@ class LocalAdmin:
         self._stop = stop
 
     @classmethod
-    def open(cls, bus: Bus, database_path: str, app: GatewayApp | None) -> LocalAdmin | None:
+    def open(
+        cls, bus: Bus, database_path: str, sync: Callable[[str | None], None] | None
+    ) -> LocalAdmin | None:
         """Listen beside ``database_path``; None (logged) when the socket cannot be made.
 
-        ``app``, when this process serves HTTP too, is told of a reload before it is answered,
-        as its own admin API does.
+        ``sync``, when this process serves HTTP too, brings its ingress to a reloaded config
+        version before the reload is answered, as its own admin API does.
         """
         if database_path == ":memory:":  # no file to sit beside, nor to share with others
             logger.info("no local admin socket for an in-memory database")
@@ -163,7 +164,7 @@ class LocalAdmin:
         hconf.errorlog = _SERVER_LOG
         hconf.graceful_timeout = 2
         stop = asyncio.Event()
-        local_app = LocalAdminApp(bus, _syncer(app))
+        local_app = LocalAdminApp(bus, sync)
         server = asyncio.create_task(
             serve(local_app, hconf, shutdown_trigger=stop.wait),  # type: ignore[arg-type]
             name="llmgw:local-admin",
@@ -181,17 +182,6 @@ class LocalAdmin:
         with contextlib.suppress(OSError):
             if self.path.stat().st_ino == self._inode:
                 self.path.unlink()
-
-
-def _syncer(app: GatewayApp | None) -> Callable[[str | None], None] | None:
-    if app is None:
-        return None
-
-    def sync(version: str | None) -> None:
-        if app.ops.follower is not None:
-            app.ops.follower.sync(version)
-
-    return sync
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -20,11 +20,12 @@ import msgspec
 
 from gateway.admin.http import admin_request, args_of
 from gateway.auth.admin_access import is_admin, requested_by
+from gateway.http.component import Component
 from schemas import InvalidRequestError, UnauthorizedError
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 MODEL_SETTINGS = "/admin/routewise/model-settings"
@@ -41,27 +42,16 @@ def _model_id(req: HttpRequest) -> str:
     return model_id
 
 
-class RouteWiseAdmin:
+class RouteWiseAdmin(Component):
     """The HTTP routes above, for the app's route tables."""
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self._config = config
 
-    def routes(self) -> dict[tuple[str, str], Any]:
-        """Exact ``(method, path)`` routes."""
-        return {
-            ("GET", MODEL_SETTINGS): self._model_settings,
-            ("GET", SETTINGS): self._settings,
-            ("PATCH", SETTINGS): self._settings,
-        }
-
-    def prefix_routes(self) -> dict[tuple[str, str], Any]:
-        """``(method, prefix)`` routes (the key is a path parameter)."""
-        return {
-            ("PATCH", KEY_PREFIX): self._model_setting,
-            ("DELETE", KEY_PREFIX): self._model_setting,
-        }
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Check the admin key and wait the decision timeout of ``config`` from now on."""
+        self._config = config
 
     def _check(self, req: HttpRequest) -> None:
         if not is_admin(req, self._config):
@@ -78,11 +68,13 @@ class RouteWiseAdmin:
         )
         await req.respond(200, _encode(result))
 
-    async def _model_settings(self, req: HttpRequest) -> None:
+    async def model_settings(self, req: HttpRequest) -> None:
+        """``GET`` of a model's settings."""
         self._check(req)
         await self._ask(req, "model_settings", {"model_id": _model_id(req)})
 
-    async def _model_setting(self, req: HttpRequest) -> None:
+    async def model_setting(self, req: HttpRequest) -> None:
+        """``PATCH``/``DELETE`` of one setting of a model (its key in the path)."""
         self._check(req)
         key = unquote(req.path[len(KEY_PREFIX) :])
         args: dict[str, Any] = {"model_id": _model_id(req), "key": key}
@@ -94,7 +86,8 @@ class RouteWiseAdmin:
             raise InvalidRequestError('the body must be {"value": ...}', param="value")
         await self._ask(req, "set_model_setting", {**args, "value": body["value"]})
 
-    async def _settings(self, req: HttpRequest) -> None:
+    async def settings(self, req: HttpRequest) -> None:
+        """``GET``/``PATCH`` of the global settings."""
         self._check(req)
         if req.method == "GET":
             await self._ask(req, "settings", {})

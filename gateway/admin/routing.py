@@ -18,7 +18,7 @@ from schemas import InvalidRequestError, RouteNotFoundError
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 PREFIX = "/admin/routing/weights/"

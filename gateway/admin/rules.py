@@ -14,14 +14,13 @@ import msgspec
 
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, too_deep
 from gateway.auth.admin_access import is_admin, requested_by
+from gateway.http.component import Component
 from schemas import InvalidRequestError, UnauthorizedError
 from schemas.rules import MAX_DEPTH
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 PATH = "/api/fallback/routing-rules"
@@ -32,29 +31,31 @@ _MAX_JSON_DEPTH = 64
 _encode = msgspec.json.Encoder().encode
 
 
-class RulesAdmin:
+class RulesAdmin(Component):
     """The two routes; holds the bus and the config (for the admin check) only."""
 
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
-        self.config = config
+        self._config = config
 
-    def routes(self) -> dict[tuple[str, str], Callable[[HttpRequest], Awaitable[None]]]:
-        """``(method, path) -> handler`` for the app's route table."""
-        return {("GET", PATH): self._get, ("PUT", PATH): self._put}
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Check the admin key of ``config`` from the next request on."""
+        self._config = config
 
     def _admin_only(self, req: HttpRequest) -> None:
-        if not is_admin(req, self.config):
+        if not is_admin(req, self._config):
             raise UnauthorizedError("admin endpoints need the admin key")
 
-    async def _get(self, req: HttpRequest) -> None:
+    async def get(self, req: HttpRequest) -> None:
+        """``GET``: the rule set."""
         self._admin_only(req)
         result = await admin_request(
             self._bus, "rules", "get", by=requested_by(req), timeout=ADMIN_TIMEOUT_S
         )
         await req.respond(200, _encode(result))
 
-    async def _put(self, req: HttpRequest) -> None:
+    async def put(self, req: HttpRequest) -> None:
+        """``PUT``: replace the rule set. Raises InvalidRequestError for a malformed set."""
         self._admin_only(req)
         try:
             body: Any = msgspec.json.decode(await req.body(_MAX_BODY))

@@ -11,7 +11,7 @@ import hmac
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 CALLER_SCOPE_KEY = "llmgw.caller"

@@ -3,9 +3,10 @@
 ``Callers`` owns the ingress's views of callers and credentials, each fed by its owner actor
 over the bus (never by the actors' database): the auth gate and its key cache (the
 ApiKeyAdminActor's keys), the grants of database keys' secrets (the KeyRegistryActor's), and
-the admin handlers for both. The app calls ``gate`` before every handler,
-``secrets.ensure`` on every plan, and ``details`` for the admin-only parts of ``/routing`` and
-``/health/deep`` (base URLs and credential ids; other callers see endpoint ids and states).
+the admin handlers for both. The app calls ``auth.gate`` before every handler, the target
+resolution ``secrets.ensure`` on every plan, and ``details`` serves the admin-only parts of
+``/routing`` and ``/health/deep`` (base URLs and credential ids; other callers see endpoint
+ids and states).
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from gateway.admin.keys import AdminKeys, Handler
 from gateway.auth.gate import Authenticator, caller_of
 from gateway.auth.provider_secrets import ProviderSecrets, configured_credentials
 from schemas import GatewayError, KeyPoolState, KeyPoolStateRequest, subjects
 
 if TYPE_CHECKING:
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ class Callers:
         self._bus = bus
         self.auth = Authenticator(bus, config)
         self.secrets = ProviderSecrets(bus, configured_credentials(config))
-        self.admin = AdminKeys(bus, self.auth)
         self._base_urls = _base_urls(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
@@ -41,14 +40,6 @@ class Callers:
         self.auth.reconfigure(config)
         self.secrets.reconfigure(configured_credentials(config))
         self._base_urls = _base_urls(config)
-
-    def routes(self) -> dict[tuple[str, str], Handler]:
-        """Exact admin routes."""
-        return self.admin.routes()
-
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """Admin routes carrying an id (they must be tried before any ``/admin/`` catch-all)."""
-        return self.admin.prefix_routes()
 
     async def start(self) -> None:
         """Learn the auth mode, follow key and declaration events."""
@@ -59,10 +50,6 @@ class Callers:
         """Stop following events; forget the grants."""
         await self.secrets.aclose()
         await self.auth.aclose()
-
-    async def gate(self, req: HttpRequest) -> None:
-        """Identify and admit ``req``'s caller. Raises UnauthorizedError, ForbiddenError."""
-        await self.auth.gate(req)
 
     async def details(self, req: HttpRequest, endpoint: str) -> dict[str, Any]:
         """For an admin caller: ``endpoint``'s base URL and its pool's credentials (ids,

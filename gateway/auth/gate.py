@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig, ModelConfig
 
 logger = logging.getLogger(__name__)

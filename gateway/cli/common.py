@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from gateway.admin.local_socket import socket_path
-from gateway.process.config import ConfigError, database_from_env, load_sections
+from gateway.process.config import ConfigError, database_from_env, load_sections, redacted
 from schemas.config import GatewayConfig
 from schemas.keys import parse_instant
 
@@ -183,11 +183,6 @@ def bus_url(args: argparse.Namespace) -> str:
             f"{hint} (an inproc:// bus lives inside one process)"
         )
     return str(url)
-
-
-def redacted(url: str) -> str:
-    """``url`` without the password of its credentials (``nats://user:***@host``)."""
-    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)
 
 
 def admin_key(args: argparse.Namespace) -> str:

@@ -21,6 +21,7 @@ import httpx
 
 from bus import BusClosedError, Subscription, open_bus
 from gateway.adapters.sse import SSEParser
+from gateway.admin.event_stream import event_json, event_kind, unknown_kinds
 from gateway.cli.common import (
     Target,
     UsageError,
@@ -28,11 +29,9 @@ from gateway.cli.common import (
     fail,
     http_client,
     parse_since,
-    redacted,
     target,
 )
-from gateway.ingress.event_stream import event_json, event_kind, unknown_kinds
-from gateway.process.control import EVENTS_STREAM
+from gateway.process.config import redacted
 from schemas import GatewayError, subjects
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ async def _over_bus(url: str, kinds: frozenset[str], since: float | None, count:
     subscribing: AbstractAsyncContextManager[Subscription]
     try:
         if since is not None:
-            subscribing = bus.replay(pattern, stream=EVENTS_STREAM, since=since)
+            subscribing = bus.replay(pattern, stream=subjects.EVENTS_STREAM, since=since)
         else:
             subscribing = bus.subscribe(pattern)
         async with contextlib.AsyncExitStack() as stack:

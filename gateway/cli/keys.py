@@ -45,9 +45,8 @@ from gateway.cli.common import (
     UsageError,
     admin_key,
     admin_over_http,
-    redacted,
 )
-from gateway.process.config import ConfigError, load_sections
+from gateway.process.config import ConfigError, load_sections, redacted
 from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError, Message, NoRespondersError, subjects
 from schemas.keys import ROLES, parse_duration, parse_instant
 from schemas.limits import spec_arg

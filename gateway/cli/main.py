@@ -8,17 +8,16 @@ and sets ``func``) so commands stay independent: ``serve`` here; others are list
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.process.config import ConfigError
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine, Sequence
+    from collections.abc import Sequence
 
 logger = logging.getLogger("llmgw")
 
@@ -100,7 +99,7 @@ def _configure_logging(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from gateway.process.embedded_nats import EmbeddedNatsError
-    from gateway.process.engines import EngineUnavailableError, check_engine
+    from gateway.process.engines import EngineUnavailableError, check_engine, run_loop
     from gateway.process.serve import (
         NODE_ID,
         NODE_ID_RULE,
@@ -173,15 +172,6 @@ def _workers(value: str) -> int:
     if count < 1:
         raise argparse.ArgumentTypeError("--workers must be at least 1")
     return count
-
-
-def run_loop(main: Coroutine[Any, Any, int], loop: str) -> int:
-    """Run ``main`` on uvloop (measured faster: tests/benchmarks/) or asyncio's own loop."""
-    if loop == "uvloop":
-        import uvloop
-
-        return uvloop.run(main)
-    return asyncio.run(main)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -145,12 +145,6 @@ class Dashboard:
     async def _on_ended(self, msg: object) -> None:
         if isinstance(msg, DashboardSessionEnded):
             self._signer.ended.end(msg.session, msg.expires, self._clock())
-
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """``(method, prefix) -> handler`` for the app's route table."""
-        if not self._config.dashboard.enabled:
-            return {}
-        return {(m, PREFIX): self.handle for m in ("GET", "POST", "PUT", "PATCH", "DELETE")}
 
     async def handle(self, req: HttpRequest) -> None:
         """One dashboard request. Raises UnauthorizedError / ForbiddenError (no session, bad

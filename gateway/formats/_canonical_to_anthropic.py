@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.formats._common import JSON, frame_prefix, new_id, parse_json, sse_frame
+from gateway.formats._common import JSON, first_choice, frame_prefix, new_id, parse_json, sse_frame
 from schemas import UpstreamBadResponseError
 
 _ERROR_TYPES: dict[int, str] = {
@@ -127,13 +127,7 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     Raises UpstreamBadResponseError when the completion has no message, or a tool call's
     arguments are not a JSON object (unless the answer was cut by the token limit).
     """
-    choices = chat.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise UpstreamBadResponseError("upstream answer has no choices", kind="bad_response")
-    choice = choices[0]
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise UpstreamBadResponseError("upstream choice has no message", kind="bad_response")
+    choice, message = first_choice(chat)
     finish = choice.get("finish_reason")
     content: list[JSON] = []
     text = _text_of(message.get("content"))

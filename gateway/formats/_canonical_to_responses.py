@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.formats._common import JSON, frame_prefix, json_text, new_id, sse_frame
+from gateway.formats._common import JSON, first_choice, frame_prefix, json_text, new_id, sse_frame
 from gateway.formats.openai_chat import error_type
 from schemas import UpstreamBadResponseError
 
@@ -106,13 +106,7 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
 
     Raises UpstreamBadResponseError when the completion has no message.
     """
-    choices = chat.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise UpstreamBadResponseError("upstream answer has no choices", kind="bad_response")
-    choice = choices[0]
-    message = choice.get("message")
-    if not isinstance(message, dict):
-        raise UpstreamBadResponseError("upstream choice has no message", kind="bad_response")
+    choice, message = first_choice(chat)
     created = chat.get("created")
     response = response_shell(
         model, request, created if isinstance(created, int) else int(time.time())

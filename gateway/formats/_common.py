@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from schemas import InvalidRequestError
+from schemas import InvalidRequestError, UpstreamBadResponseError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -18,6 +18,19 @@ JSON = dict[str, Any]
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _END = b"\n\n"
+
+
+def first_choice(chat: JSON) -> tuple[JSON, JSON]:
+    """A canonical chat completion's first choice and its message. Raises
+    UpstreamBadResponseError when it has none."""
+    choices = chat.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise UpstreamBadResponseError("upstream answer has no choices", kind="bad_response")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise UpstreamBadResponseError("upstream choice has no message", kind="bad_response")
+    return choice, message
 
 
 def json_text(value: Any) -> str:

@@ -28,14 +28,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
-from gateway.ingress.errors import error_code, http_status
+from gateway.http.errors import error_code, http_status
+from gateway.http.request import bounded
 from schemas import GatewayError, RequestCompleted, RouteDecided, subjects
 
 if TYPE_CHECKING:
     from bus import Bus
+    from gateway.http.request import HttpRequest
     from gateway.ingress.log_outbox import LogOutbox
     from gateway.ingress.metrics import GatewayMetrics
-    from gateway.ingress.request import HttpRequest
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
     from gateway.telemetry.request_trace import RequestTrace
@@ -46,17 +47,7 @@ logger = logging.getLogger(__name__)
 Handler = Callable[["HttpRequest"], Awaitable[None]]
 AccountedHandler = Callable[["HttpRequest", "RequestRecord"], Awaitable[None]]
 CLIENT_CLOSED = 499  # the client went away before the answer ended (nginx's convention)
-MAX_STORED_CHARS = 256
-"""The most of a client-chosen string (the model name asked for) that is stored or echoed."""
 _DECISION = subjects.event("decision")
-
-
-def bounded(text: str) -> str:
-    """``text``, or its first :data:`MAX_STORED_CHARS` characters ending in ``…`` when it is
-    longer: what a client sends must not grow the request log by what it likes."""
-    if len(text) <= MAX_STORED_CHARS:
-        return text
-    return text[: MAX_STORED_CHARS - 1] + "…"
 
 
 @dataclass(slots=True)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from gateway.auth.gate import follow, unfollow
-from gateway.ingress.errors import DEFAULT_RETRY_AFTER_S
+from gateway.http.errors import DEFAULT_RETRY_AFTER_S
 from schemas import (
     BudgetExceededError,
     GatewayError,
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
     from bus import Bus
     from gateway.auth.gate import Caller
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas import Observation
     from schemas.config import GatewayConfig, ModelConfig
     from schemas.limits import LimitSpec

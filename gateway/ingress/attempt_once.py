@@ -5,7 +5,7 @@ The failover loop runs it as its ``AttemptKind`` ``ONCE``."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 import anyio
 
@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from gateway.ingress.hedging import Declined
     from gateway.ingress.request_info import Attempt, RequestInfo
 
+    Operation: TypeAlias = Callable[[Adapter, UpstreamTarget, str], Awaitable[JSON]]
+    """One whole answer from ``adapter`` at ``target`` for the attempt's model (its plan's)."""
+
 
 class _Once:
     """Whole answers; stateless, one instance (``ONCE``)."""
@@ -34,7 +37,7 @@ class _Once:
         self,
         d: Dispatcher,
         info: RequestInfo,
-        payload: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+        payload: Operation,
         a: Attempt,
         budget: Budget,
         declined: Declined,
@@ -56,36 +59,33 @@ class _Once:
                     adapter = d.adapter(c)
                     if trace is not None:
                         adapter = trace.noting(adapter, attempt)
-                    body = await payload(adapter, target)
+                    body = await payload(adapter, target, a.model)
             except UpstreamError as err:
                 await d.leases.release(c, tokens_used_by_failure(err))
-                await d.observe(info, c, attempt, outcome_of(err), started, err=err)
+                await d.observe(info, a, outcome_of(err), started, err=err)
                 return err
             except TimeoutError:
                 timeout = timed_out(c, limit, by_budget)
                 outcome = "cancelled" if by_budget else "failure"
-                await d.observe(info, c, attempt, outcome, started, err=timeout)
+                await d.observe(info, a, outcome, started, err=timeout)
                 return timeout
             except (anyio.get_cancelled_exc_class(), RecursionError):
                 # RecursionError: a body nested just short of the decode limit cannot be
                 # encoded again for the upstream; the app refuses it (400), but the attempt
                 # must still end here, or its prefill and probe leases are never given back.
-                await d.observe(
-                    info, c, attempt, "cancelled", started, err=declined.error(c.endpoint)
-                )
+                await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
                 raise
             usage = usage_of(body)
             await d.observe(
                 info,
-                c,
-                attempt,
+                a,
                 "success",
                 started,
                 usage=usage,
                 sent_chars=0 if usage.reported else content_chars(body),
             )
             used = tokens(usage)
-            return Served(body, c, attempt)
+            return Served(body, c, attempt, a.model)
         finally:
             await d.leases.release(c, used)  # a no-op once released above
 

@@ -54,14 +54,14 @@ if TYPE_CHECKING:
     from collections.abc import (
         AsyncGenerator,
         AsyncIterator,
-        Awaitable,
         Callable,
         Mapping,
         Sequence,
     )
 
     from bus import Bus
-    from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+    from gateway.adapters.base import JSON, Adapter
+    from gateway.ingress.attempt_once import Operation
     from gateway.ingress.failover import AttemptKind
     from gateway.ingress.plan_walk import PlanWalk
     from gateway.ingress.request_info import RequestInfo, Served
@@ -131,7 +131,7 @@ class Dispatcher:
             self.leases.hold_plan(current)
             for i, c in enumerate(candidates):
                 if failures.rules_out(c):
-                    await self._release(info, c)
+                    await self._release(info, current.model, c)
                     continue
                 hedge_backup = (
                     current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
@@ -146,10 +146,11 @@ class Dispatcher:
                 attempt += 1
                 if not budget.may_start(attempt):
                     await self.leases.release(c)
-                    await self._release_all(info, candidates, i)
+                    await self._release_all(info, current, i)
                     return
                 more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
-                yield Attempt(attempt, c, more and attempt < self._failover.max_attempts, i == 0)
+                more = more and attempt < self._failover.max_attempts
+                yield Attempt(attempt, c, more, i == 0, current.model)
             if walk is None or current.pinned or not budget.may_start(attempt + 1):
                 return
             # Shielded: the next model's primary arrives leased; a client gone meanwhile must
@@ -161,21 +162,20 @@ class Dispatcher:
                 # Every route tried asked us to slow down: the first one back, if it is near.
                 current = await walk.after_cooling()
 
-    async def _release_all(
-        self, info: RequestInfo, candidates: tuple[RouteCandidate, ...], start: int
-    ) -> None:
-        """Release the leases of ``candidates[start:]``, which will not be attempted."""
-        for i in range(start, len(candidates)):
-            await self._release(info, candidates[i])
+    async def _release_all(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
+        """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
+        attempted."""
+        for i in range(start, len(plan.candidates)):
+            await self._release(info, plan.model, plan.candidates[i])
 
     async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
         """Give back the leases of a plan none of whose candidates will be attempted (the
         request was refused by its caller's limits after routing), its primary's capacity
         lease included (held first: the keeper releases only leases it holds)."""
         self.leases.hold_plan(plan)
-        await self._release_all(info, plan.candidates, 0)
+        await self._release_all(info, plan, 0)
 
-    async def _release(self, info: RequestInfo, c: RouteCandidate) -> None:
+    async def _release(self, info: RequestInfo, model: str, c: RouteCandidate) -> None:
         """Give back what a candidate that is never attempted holds: the probe lease (a
         cancelled probe observation, which releases the prefill lease too) or the model's
         prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
@@ -184,21 +184,20 @@ class Dispatcher:
         if c.probe:
             now = self._clock()
             pricing = self.targets.pricing(c.endpoint)
-            obs = observation(info, c, 0, "cancelled", now, now, self._wall(), pricing)
+            obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
             await self.publish(subjects.observation(c.endpoint), obs)
         elif not c.refusal:
             # Also ends the in-flight count the ModelActor may hold for it (after a failure
             # it counts the next candidate as sent).
             await self.publish(
-                subjects.model_first_token(info.model),
+                subjects.model_first_token(model),
                 FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
             )
 
     async def observe(
         self,
         info: RequestInfo,
-        c: RouteCandidate,
-        attempt: int,
+        a: Attempt,
         outcome: str,
         started: float,
         *,
@@ -207,12 +206,14 @@ class Dispatcher:
         usage: Usage = NO_USAGE,
         sent_chars: int = 0,
     ) -> None:
-        """Publish the Observation of one attempt (never raises: accounting must not fail a
+        """Publish the Observation of attempt ``a`` (never raises: accounting must not fail a
         request)."""
+        c = a.candidate
         obs = observation(
             info,
+            a.model,
             c,
-            attempt,
+            a.number,
             outcome,
             started,
             self._clock(),
@@ -244,11 +245,11 @@ class Dispatcher:
         self,
         info: RequestInfo,
         plan: RoutePlan,
-        op: Callable[[Adapter, UpstreamTarget], Awaitable[JSON]],
+        op: Operation,
         walk: PlanWalk | None = None,
     ) -> Served:
-        """Try each candidate with ``op`` until one answers (then the walk's next models').
-        Raises the deterministic error."""
+        """Try each candidate with ``op`` until one answers (then the walk's next models'),
+        handing it the model each attempt serves. Raises the deterministic error."""
         return await self._walk(info, plan, walk, ONCE, op)
 
     async def open_stream(
@@ -274,7 +275,7 @@ class Dispatcher:
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             async for planned in attempts:
                 if planned.candidate.refusal:
-                    await self._refused(info, planned.candidate, planned.number, failures)
+                    await self._refused(info, planned, failures)
                     continue
                 a = await self._leased_late(info, planned)
                 if a is None:
@@ -351,11 +352,10 @@ class Dispatcher:
             if isinstance(res, UpstreamError) and res.kind != NO_BACKUP:
                 failures.add(res, side.candidate)
 
-    async def _refused(
-        self, info: RequestInfo, c: RouteCandidate, attempt: int, failures: Failures
-    ) -> None:
+    async def _refused(self, info: RequestInfo, a: Attempt, failures: Failures) -> None:
         """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is
         the endpoint's failure; a reservation-only refusal is not observed at all."""
+        c = a.candidate
         cls = (
             KeyPoolRoleRestrictedError
             if c.refusal == KeyPoolRoleRestrictedError.code
@@ -368,7 +368,7 @@ class Dispatcher:
             kind=c.refusal,
         )
         if err.counts_against_endpoint:
-            await self.observe(info, c, attempt, "failure", self._clock(), err=err)
+            await self.observe(info, a, "failure", self._clock(), err=err)
         failures.add(err, c)
 
     def adapter(self, c: RouteCandidate) -> Adapter:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from gateway.ingress.errors import REQUEST_DESCRIBING
+from gateway.http.errors import REQUEST_DESCRIBING
 from schemas import (
     QUOTA_EXHAUSTED,
     ContentFilteredError,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 if TYPE_CHECKING:
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
 
 MAX_GRANT_CHARS = 128
 MAX_ADDRESS_CHARS = 64  # an IPv6 address with a zone id fits; garbage is cut

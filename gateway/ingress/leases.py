@@ -23,6 +23,7 @@ import anyio
 import msgspec
 
 from bus import Bus, NoRespondersError, RequestTimeoutError
+from gateway.http.component import Component
 from schemas import (
     CapacityAcquire,
     CapacityGrant,
@@ -37,6 +38,8 @@ from schemas import (
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +60,7 @@ def tokens_used_by_failure(err: UpstreamError) -> int | None:
     return None
 
 
-class LeaseKeeper:
+class LeaseKeeper(Component):
     """Holds, renews and releases one ingress's capacity leases (never raises: a lease that
     cannot be renewed or released expires at its owner)."""
 
@@ -79,6 +82,17 @@ class LeaseKeeper:
         self._clock = clock
         self._held: dict[str, tuple[str, float]] = {}  # lease id -> (pool, held since)
         self._task: asyncio.Task[None] | None = None
+
+    @staticmethod
+    def max_age_of(config: GatewayConfig) -> float:
+        """The longest a lease of any pool of ``config`` may live (renewal stops then)."""
+        return config.routing.leases.max_age(
+            route.timeout_seconds for m in config.models for route in m.route
+        )
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Follow ``config``'s lease TTL and maximum age (see :meth:`retune`)."""
+        self.retune(config.routing.leases.ttl_seconds, self.max_age_of(config))
 
     def retune(self, ttl: float, max_age: float | None = None) -> None:
         """Renew every ``ttl / 3`` from the next renewal on (a reload changed the TTL; the

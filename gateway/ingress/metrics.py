@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from bus import Bus
-    from gateway.telemetry.provider import GenAIInstruments
+    from gateway.telemetry.genai_metrics import GenAIInstruments
     from schemas import Message, Observation, RequestCompleted
     from schemas.config import GatewayConfig
 

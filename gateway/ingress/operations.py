@@ -11,31 +11,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 import msgspec
 
+from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
-from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting
-from gateway.ingress.event_stream import kinds_of, since_of, stream_events
 from gateway.ingress.log_outbox import LogOutbox
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.telemetry import start_telemetry
 from schemas import UnauthorizedError, subjects
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
-    from gateway.process.reload import ConfigFollower
+    from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[["HttpRequest"], Awaitable[None]]
+
+class ConfigFollower(Protocol):
+    """What keeps this ingress on the current config version (the process's reload
+    follower, ``gateway.process.reload.ConfigFollower``)."""
+
+    async def follow(self, bus: Bus) -> None:
+        """Follow config change events until cancelled."""
+        ...
+
+    def sync(self, announced: str | None = None) -> bool:
+        """Serve the announced version (re-read now); whether the config changed."""
+        ...
+
 
 # Operator events the metrics count; not ``decision`` (one per request, every ingress's).
 COUNTED_KINDS = (
@@ -87,14 +98,6 @@ class IngressOps:
         # area -> what this ingress does once a command of that area succeeded through it
         self.after_admin: dict[str, Callable[[], Awaitable[None]]] = {}
 
-    def routes(self) -> dict[tuple[str, str], Handler]:
-        """Exact operator routes: ``GET /metrics``, ``GET /events``."""
-        return {("GET", "/metrics"): self._metrics, ("GET", "/events"): self._events}
-
-    def prefix_routes(self) -> dict[tuple[str, str], Handler]:
-        """The ``/admin/<area>/<verb>`` catch-all (try every other admin prefix first)."""
-        return {("POST", ADMIN_PREFIX): self._admin, ("GET", ADMIN_PREFIX): self._admin}
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Follow a reloaded config."""
         self._config = config
@@ -103,7 +106,7 @@ class IngressOps:
         if self.log_outbox is not None:
             self.log_outbox.reconfigure(config.log)
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Start sending request-log rows to their owner."""
         if self.log_outbox is not None:
             self.log_outbox.start()
@@ -117,6 +120,12 @@ class IngressOps:
         self.accounting.telemetry = None
         if telemetry is not None:
             await asyncio.to_thread(telemetry.shutdown)
+
+    def sync_config(self, version: str | None = None) -> None:
+        """Serve config ``version`` (None: whatever the file holds now) before returning;
+        nothing before :meth:`run` gave this ingress its follower."""
+        if self.follower is not None:
+            self.follower.sync(version)
 
     async def run(self, follower: ConfigFollower) -> None:
         """Follow config changes with ``follower`` and count operator events, until
@@ -134,7 +143,8 @@ class IngressOps:
 
     # -- routes -------------------------------------------------------------------------
 
-    async def _metrics(self, req: HttpRequest) -> None:
+    async def serve_metrics(self, req: HttpRequest) -> None:
+        """``GET /metrics``: the Prometheus exposition."""
         body = await self.metrics.render(self._bus, _SCRAPE_TIMEOUT_S)
         await req.start(
             200,
@@ -149,11 +159,13 @@ class IngressOps:
         if not is_admin(req, self._config):
             raise UnauthorizedError("this endpoint needs the admin key (Authorization: Bearer)")
 
-    async def _events(self, req: HttpRequest) -> None:
+    async def serve_events(self, req: HttpRequest) -> None:
+        """``GET /events``: the event stream (admin)."""
         self._require_admin(req)
         await stream_events(req, self._bus, kinds_of(req), since_of(req))
 
-    async def _admin(self, req: HttpRequest) -> None:
+    async def serve_admin(self, req: HttpRequest) -> None:
+        """``GET``/``POST /admin/<area>/<verb>``: one admin command (admin)."""
         self._require_admin(req)
         area, verb = command_of(req)
         if area in _LOG_AREAS and self.log_outbox is not None:
@@ -165,10 +177,10 @@ class IngressOps:
         result = await admin_request(
             self._bus, area, verb, await args_of(req), by=requested_by(req), timeout=ADMIN_TIMEOUT_S
         )
-        if (area, verb) == ("config", "reload") and self.follower is not None:
+        if (area, verb) == ("config", "reload"):
             # Answer only once this ingress serves the new config, so a client that
             # reloads and then asks for a new model is never refused by this process.
-            self.follower.sync(str(result.get("version", "")) or None)
+            self.sync_config(str(result.get("version", "")) or None)
         follow_up = self.after_admin.get(area)
         if follow_up is not None:
             await follow_up()

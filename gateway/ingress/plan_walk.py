@@ -1,9 +1,13 @@
-"""PlanWalk: the public models one request may be served by, in order, and their plans.
+"""A request's target: the public models that may serve it, in order, and their plans.
 
-A plain model id is a walk of one. A steered request (``auto``, ``auto:<axis>``,
-``auto:<chain>``) walks its ordered models: the failover loop tries the first model's plan
-(its routes, weights, circuits, benches, key pools, affinity — the one bus round trip of the
-happy path), then asks the next model for its plan, and so on; the hop cap and the wall-clock
+``Targeting`` resolves the model field: a plain model id (or alias) is a walk of one; a
+steered request (``auto``, ``auto:<axis>``, ``auto:<chain>``) is resolved from the steering
+book and, for ``auto``, the first routing rule that matches. It asks each model's owner for
+its plan (one bus round trip).
+
+``PlanWalk`` walks the ordered models: the failover loop tries the first model's plan (its
+routes, weights, circuits, benches, key pools, affinity — the one bus round trip of the happy
+path), then asks the next model for its plan, and so on; the hop cap and the wall-clock
 budget count across the whole walk. A model that cannot plan (every circuit open, no route
 for the modality or the context, ...) is skipped; when none of them can, the first one's
 error is the answer, so the error a client sees is deterministic. A bus failure (no
@@ -11,53 +15,239 @@ responder, no reply in time, bus closed) is not skipped: it says the control pla
 not that one model cannot plan, and the next model would only wait as long again.
 
 A walk with a ``Budget`` (the live path's; explain's has none) waits rather than answer 503
-when all that holds a request out is back-pressure: every route cooling after its provider's
-429, the earliest reset within the request's cooling wait. It sleeps until that reset (a
-timer on the event loop's clock, no polling) and walks again from the first model.
+when what holds a request out is back-pressure: every route cooling after its provider's 429
+(or the rest out too: open, benched, at capacity), the earliest reset within the request's
+cooling wait. It sleeps until that reset (a timer on the event loop's clock, no polling) and
+walks again from the first model.
+
+Each plan a walk returns names its model (``RoutePlan.model``, stamped by the model's owner);
+the failover loop carries it into each attempt, so nothing about the request changes behind
+the loop's back while it walks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
 
 from bus import BusClosedError
-from schemas import AllRoutesCoolingError, BusTimeoutError, GatewayError, NoRespondersError
+from gateway.auth.admin_access import is_admin
+from gateway.auth.gate import caller_of, may_call
+from gateway.formats.openai_chat import input_modalities
+from gateway.http.request import bounded
+from gateway.ingress.identity import conversation_key
+from gateway.steering.resolver import Steerer, is_steering
+from schemas import (
+    AllRoutesCoolingError,
+    BusTimeoutError,
+    GatewayError,
+    NoRespondersError,
+    RouteNotFoundError,
+    RoutePlan,
+    RouteRequest,
+    raise_for_reply,
+    subjects,
+)
 
 if TYPE_CHECKING:
+    import random
+
+    from bus import Bus
+    from gateway.adapters.base import JSON
+    from gateway.auth.provider_secrets import ProviderSecrets
+    from gateway.http.request import HttpRequest
+    from gateway.ingress.accounting import RequestRecord
     from gateway.ingress.failover import Budget
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import Resolution
-    from schemas import RoutePlan
-    from schemas.config import ModelConfig
+    from gateway.steering.rules import RulesView
+    from gateway.steering.view import SteeringView
+    from schemas.config import GatewayConfig, ModelConfig
 
 Ask = Callable[["ModelConfig"], Awaitable["RoutePlan"]]
 
 _CONTROL_PLANE_DOWN = (BusTimeoutError, NoRespondersError, BusClosedError)
 
 
-class PlanWalk:
-    """Owns the position of one request in its ordered models; ``info.model`` follows the
-    model whose plan is being tried."""
+def models_by_name(config: GatewayConfig) -> dict[str, ModelConfig]:
+    """Every model of ``config`` under its id and each of its aliases."""
+    return {name: m for m in config.models for name in (m.id, *m.aliases)}
 
-    __slots__ = ("_ask", "_info", "_models", "_next", "budget", "steered")
+
+class Targeting:
+    """Resolves model fields against the config it serves (replaced on reload) and asks
+    models' owners for plans. Raises what resolution and planning raise (see the methods)."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        config: GatewayConfig,
+        *,
+        secrets: ProviderSecrets,
+        steering: SteeringView,
+        rules: RulesView,
+        lease_holder: str,
+        clock: Callable[[], float],
+        rng: random.Random | None = None,
+    ) -> None:
+        """``clock`` (monotonic seconds) ages affinity pins; ``rng`` draws exploration."""
+        self._bus = bus
+        self._secrets = secrets
+        self._steering = steering
+        self._rules = rules
+        self._holder = lease_holder
+        self._steerer = Steerer(
+            affinity=config.routing.affinity.enabled,
+            ttl=config.routing.affinity.ttl_seconds,
+            clock=clock,
+            rng=rng,
+        )
+        self.reconfigure(config)
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Resolve against ``config`` from the next request on."""
+        self._config = config
+        self.models = models_by_name(config)
+
+    def resolve(
+        self, name: str, req: HttpRequest, record: RequestRecord | None = None
+    ) -> ModelConfig:
+        """The model ``name`` (an id or alias) names for ``req``'s caller. Raises
+        RouteNotFoundError for an unknown, unpublished or forbidden model."""
+        if record is not None:
+            record.requested(name)
+        model = self.models.get(name)
+        # A model above the caller's role is "not found": its existence is not revealed.
+        if model is None or not model.published or not may_call(req, model):
+            quoted = bounded(name)  # a client's megabyte is not echoed back
+            raise RouteNotFoundError(f"the model {quoted!r} does not exist")
+        return model
+
+    async def walk(
+        self,
+        requested: str,
+        req: HttpRequest,
+        info: RequestInfo,
+        ask: Ask,
+        *,
+        explore: bool = True,
+        body: JSON | None = None,
+    ) -> PlanWalk:
+        """The models that may serve ``requested``, in order (the live path's, and explain's);
+        for ``auto``, the first routing rule matching ``body`` picks the target. Raises
+        RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
+        chain)."""
+        if not is_steering(requested):
+            return PlanWalk((self.resolve(requested, req, info.record),), ask)
+        info.record.requested(requested)
+        caller = caller_of(req)
+        book = await self._steering.book_for(requested)
+        rule = (
+            self._rules.for_request(body, req, info, book, caller.org)
+            if body is not None and self._rules.applies(requested)
+            else None
+        )
+        steered = self._steerer.resolve(
+            book,
+            rule.route if rule else requested,
+            org=caller.org,
+            role=caller.role,
+            caller=info.caller,
+            conversation=conversation_key(body),
+            explore=explore,
+        )
+        if rule is not None:
+            steered = dataclasses.replace(steered, rule=rule.name)
+        info.record.steered(steered)
+        models = tuple(m for m in map(book.model, steered.models) if m is not None)
+        return PlanWalk(models, ask, steered)
+
+    def served(self, walk: PlanWalk, model: str, requested: str) -> str:
+        """The model id the answer shows: the one asked for, or for a steered request the
+        public model that served it, ``model`` (which the caller stays on while it is
+        healthy)."""
+        if walk.steered is None:
+            return requested
+        self._steerer.served(walk.steered, model)
+        return model
+
+    def plan_for(
+        self,
+        model: ModelConfig,
+        body: JSON,
+        surface: str,
+        req: HttpRequest,
+        info: RequestInfo,
+        *,
+        dry: bool = False,
+    ) -> Awaitable[RoutePlan]:
+        """Ask ``model``'s owner for its plan for this request (``dry``: explain's, which
+        takes no lease and pins nothing). Raises what the owner's error reply carries."""
+        if surface == "embeddings":
+            route_req = RouteRequest(
+                model=model.id,
+                caller=info.caller,
+                surface=surface,
+                request_id=info.request_id,
+                role=info.role,
+                dry=dry,
+                lease_holder=self._holder,
+            )
+        else:
+            route_req = RouteRequest(
+                model=model.id,
+                caller=info.caller,
+                modalities=input_modalities(body),
+                prompt_tokens=info.prompt_estimate,
+                pin=self._pin(req),
+                surface=surface,
+                request_id=info.request_id,
+                role=info.role,
+                dry=dry,
+                lease_holder=self._holder,
+            )
+        return self._plan(model, route_req, info.record)
+
+    def _pin(self, req: HttpRequest) -> str | None:
+        """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid)."""
+        pin = req.header("x-route-pin")
+        return pin if pin and is_admin(req, self._config) else None
+
+    async def _plan(
+        self, model: ModelConfig, route_req: RouteRequest, record: RequestRecord
+    ) -> RoutePlan:
+        record.routing(route_req)
+        reply = await self._bus.request(
+            subjects.model_route(model.id),
+            route_req,
+            reply_type=RoutePlan,
+            timeout=self._config.routing.decision_timeout_seconds,
+        )
+        plan = raise_for_reply(reply)
+        await self._secrets.ensure(plan)
+        return record.routed(plan)
+
+
+class PlanWalk:
+    """Owns the position of one request in its ordered models."""
+
+    __slots__ = ("_ask", "_models", "_next", "budget", "steered")
 
     def __init__(
         self,
         models: Sequence[ModelConfig],
         ask: Ask,
-        info: RequestInfo,
         steered: Resolution | None = None,
         budget: Budget | None = None,
     ) -> None:
         self._models = models
         self._ask = ask
-        self._info = info
         self._next = 0
         self.steered = steered
-        self.budget = budget
+        self.budget = budget  # set by the live path: lets the walk wait for a cooling route
 
     @property
     def has_more(self) -> bool:
@@ -65,8 +255,8 @@ class PlanWalk:
         return self._next < len(self._models)
 
     async def first(self) -> RoutePlan:
-        """The first plan any model makes (once a cooling route is back, when that is all
-        that holds the request out and the budget lets it wait). Raises the first model's
+        """The first plan any model makes (once a cooling route is back, when that is what
+        holds the request out and the budget lets it wait). Raises the first model's
         GatewayError when none can plan."""
         while True:
             plan, errors = await self._first_of_all()
@@ -109,7 +299,7 @@ class PlanWalk:
     async def _waited(self, errors: list[GatewayError]) -> bool:
         """Sleep until the first route of the models that are cooling is back, and rewind
         the walk, when the budget lets the request wait that long; False when it does not
-        (or no model was only cooling)."""
+        (or no model was held out by cooling)."""
         waits = [e.retry_after for e in errors if isinstance(e, AllRoutesCoolingError)]
         known = [w for w in waits if w is not None]
         wait = self.budget.cooling_wait(min(known)) if known and self.budget else None
@@ -132,7 +322,6 @@ class PlanWalk:
     async def _take(self) -> RoutePlan:
         model = self._models[self._next]
         self._next += 1
-        self._info.model = model.id
         return await self._ask(model)
 
     def _skippable(self, err: GatewayError) -> bool:

@@ -22,7 +22,6 @@ class RequestInfo:
     the request's accounting fills (its attempts)."""
 
     request_id: str
-    model: str
     surface: str
     stream: bool
     caller: str = ""
@@ -36,19 +35,21 @@ class RequestInfo:
 
 class Attempt(NamedTuple):
     """One attempt to make: its number in the request, the candidate, whether another
-    candidate follows, and whether it is the first of its model's plan (the one holding
-    that model's prefill lease)."""
+    candidate follows, whether it is the first of its model's plan (the one holding that
+    model's prefill lease), and that model (the plan's)."""
 
     number: int
     candidate: RouteCandidate
     more: bool
     first_of_plan: bool
+    model: str
 
 
 @dataclass(slots=True)
 class Served:
-    """A successful non-streaming answer and the candidate that served it."""
+    """A successful non-streaming answer, the candidate that served it and its model."""
 
     body: JSON
     candidate: RouteCandidate
     attempts: int
+    model: str

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from gateway.ingress.failover import Budget
     from gateway.ingress.hedging import Declined
     from gateway.ingress.request_info import Attempt, RequestInfo
-    from schemas import RouteCandidate
 
 
 class _Stream:
@@ -45,7 +44,7 @@ class _Stream:
         """One observed stream attempt up to its first chunk (``hold``: up to its first
         token, see ``_first_token``): the open stream (which holds the capacity lease until
         its relay ends), or the error it failed with (the lease given back)."""
-        attempt, c, more, first_of_plan = a
+        attempt, c, more, first_of_plan, model = a
         started = d.now()
         target = d.targets.resolve(c)
         trace = info.record.trace
@@ -57,7 +56,7 @@ class _Stream:
                 adapter = trace.noting(adapter, attempt)
             chunks = adapter.stream(target, payload)
         except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
-            await d.observe(info, c, attempt, "failure", started, err=missing)
+            await d.observe(info, a, "failure", started, err=missing)
             await d.leases.release(c, tokens_used_by_failure(missing))
             return missing
         limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
@@ -80,7 +79,7 @@ class _Stream:
         except (anyio.get_cancelled_exc_class(), RecursionError):
             # RecursionError: see attempt_once (the body cannot be encoded for the upstream).
             await _aclose(chunks)
-            await d.observe(info, c, attempt, "cancelled", started, err=declined.error(c.endpoint))
+            await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
             await d.leases.release(c)
             raise
         else:
@@ -89,7 +88,7 @@ class _Stream:
                 trace.answered(attempt, first[0])
             if first_of_plan:  # only a plan's primary holds its model's prefill lease
                 await d.publish(
-                    subjects.model_first_token(info.model),
+                    subjects.model_first_token(model),
                     FirstToken(
                         endpoint=c.endpoint,
                         request_id=info.request_id,
@@ -101,9 +100,9 @@ class _Stream:
                     subjects.endpoint_probe_result(c.endpoint),
                     ProbeFirstByte(endpoint=c.endpoint, request_id=info.request_id),
                 )
-            return StreamAttempt(d, info, c, attempt, started, first, chunks, target.idle_timeout)
+            return StreamAttempt(d, info, a, started, first, chunks, target.idle_timeout)
         await _aclose(chunks)
-        await d.observe(info, c, attempt, outcome, started, err=err)
+        await d.observe(info, a, outcome, started, err=err)
         await d.leases.release(c, tokens_used_by_failure(err))
         return err
 
@@ -172,21 +171,22 @@ async def _aclose(gen: AsyncIterator[Any]) -> None:
 
 class StreamAttempt:
     """A committed stream: its first batch of chunks, the rest, and its observation when it
-    ends."""
+    ends. ``model`` is the model whose plan it belongs to."""
 
     def __init__(
         self,
         dispatcher: Dispatcher,
         info: RequestInfo,
-        candidate: RouteCandidate,
-        attempt: int,
+        a: Attempt,
         started: float,
         first: Batch,
         rest: AsyncIterator[Batch],
         idle_timeout: float,
     ) -> None:
-        self.candidate = candidate
-        self.attempt = attempt
+        self._attempt = a
+        self.candidate = a.candidate
+        self.attempt = a.number
+        self.model = a.model
         self.first = first
         self._rest = rest
         self._dispatcher = dispatcher
@@ -252,8 +252,7 @@ class StreamAttempt:
         await self._dispatcher.leases.release(self.candidate, tokens(self._usage))
         await self._dispatcher.observe(
             self._info,
-            self.candidate,
-            self.attempt,
+            self._attempt,
             outcome,
             self._started,
             err=err,

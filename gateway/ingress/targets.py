@@ -1,5 +1,6 @@
 """Credential resolution: a plan's candidate becomes an ``UpstreamTarget``, its secret from the
-config or, for keys added at runtime, from a ``SecretSource``."""
+config or, for keys added at runtime, from a ``SecretSource``. After a reload,
+``FallbackTargets`` still resolves what requests planned before it name."""
 
 from __future__ import annotations
 
@@ -71,3 +72,30 @@ class Targets:
             azure=route.azure,
             bedrock=route.bedrock,
         )
+
+
+class FallbackTargets(Targets):
+    """Targets of the new config that still resolve, from the previous one, the endpoints
+    and credentials a reload removed (for requests planned before the swap)."""
+
+    def __init__(
+        self, config: GatewayConfig, previous: Targets, runtime: SecretSource = NO_SECRETS
+    ) -> None:
+        super().__init__(config, runtime)
+        self._known = {e for m in config.models for e in m.endpoint_ids()}
+        self._previous = previous
+
+    def pricing(self, endpoint: str) -> Pricing | None:
+        """The route's pricing: from the new config, unless a reload removed the endpoint."""
+        if endpoint not in self._known:
+            return self._previous.pricing(endpoint)
+        return super().pricing(endpoint)
+
+    def resolve(self, c: RouteCandidate) -> UpstreamTarget:
+        """The target for ``c``: from the new config, unless it lost the endpoint or key."""
+        if c.endpoint not in self._known:
+            return self._previous.resolve(c)
+        target = super().resolve(c)
+        if c.credential_id and target.api_key is None:
+            return self._previous.resolve(c)
+        return target

@@ -73,6 +73,7 @@ def tokens(usage: Usage) -> int | None:
 
 def observation(
     info: RequestInfo,
+    model: str,
     c: RouteCandidate,
     attempt: int,
     outcome: str,
@@ -86,8 +87,8 @@ def observation(
     usage: Usage = NO_USAGE,
     sent_chars: int = 0,
 ) -> Observation:
-    """The Observation of one attempt that ended at ``now`` (``ts``: wall clock), priced by
-    ``pricing``; an answer without reported usage is billed on the estimate."""
+    """The Observation of one attempt at ``model`` that ended at ``now`` (``ts``: wall clock),
+    priced by ``pricing``; an answer without reported usage is billed on the estimate."""
     prompt, completion = usage.prompt, usage.completion
     estimated = not usage.reported and (outcome == "success" or sent_chars > 0)
     if estimated:
@@ -102,7 +103,7 @@ def observation(
     )
     return Observation(
         endpoint=c.endpoint,
-        model=info.model,
+        model=model,
         outcome=outcome,
         attempt=attempt,
         status=err.status if err is not None else 200,

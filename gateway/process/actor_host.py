@@ -26,7 +26,7 @@ from actors.cluster import ClusterHost
 from actors.strategies import validate_strategy
 from bus import BusClosedError
 from gateway.process.config import DEMO_CONFIG, load_config
-from gateway.process.control import EVENTS_STREAM, config_version, load_versioned
+from gateway.process.control import config_version, load_versioned
 from gateway.process.shared_database import require_shared_database
 from schemas import subjects
 
@@ -76,7 +76,9 @@ class ActorHost:
             bus,
             node_id,
             config.cluster,
-            lambda snapshots: build_tree(config, snapshots=snapshots, request_log=True),
+            lambda snapshots: build_tree(
+                config, snapshots=snapshots, request_log=True, shared_state=True
+            ),
         )
         host = cls(cluster.root, None, cluster)
         try:
@@ -148,11 +150,11 @@ async def _ensure_events_stream(bus: Bus, config: GatewayConfig) -> None:
     if config.events.stream:
         try:
             await bus.ensure_stream(
-                EVENTS_STREAM,
+                subjects.EVENTS_STREAM,
                 [subjects.EVENTS_ANY],
                 max_age=config.events.stream_max_age_seconds,
                 max_msgs=config.events.stream_max_msgs,
-                replicas=config.cluster.replicas if config.cluster.enabled else 1,
+                replicas=config.cluster.replicas_on(bus.servers) if config.cluster.enabled else 1,
             )
         except BusClosedError as exc:  # live events still flow; only catching up is lost
             logger.error(

@@ -274,3 +274,8 @@ def load_sections(path: str | Path | None, *sections: str) -> GatewayConfig:
     picked = {name: raw[name] for name in sections if name in raw}
     config = _validate(_expand(picked, (), source), source)
     return database_from_env(config, source) if "database" in sections else config
+
+
+def redacted(url: str) -> str:
+    """``url`` without the password of its credentials (``nats://user:***@host``)."""
+    return re.sub(r"(//[^:/@]+):[^@/]*@", r"\1:***@", url)

@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-EVENTS_STREAM = "LLMGW_EVENTS"
 _RELOAD_TIMEOUT_S = 30.0
 
 
@@ -111,7 +110,7 @@ def sighup_handler(bus: Bus, app: GatewayApp | None, *, actors: bool) -> Callabl
             task = asyncio.get_running_loop().create_task(reload())
             pending.add(task)
             task.add_done_callback(pending.discard)
-        elif app is not None and app.ops.follower is not None:
-            app.ops.follower.sync()
+        elif app is not None:
+            app.ops.sync_config()
 
     return on_signal

@@ -4,8 +4,8 @@ An ingress follows ``ConfigChanged`` (``llmgw.events.config``): it re-reads and 
 own config file, validated exactly as at startup, and swaps the app's config atomically
 (``GatewayApp.reconfigure``). A file that does not validate is refused whole — logged with
 startup's message — and the running config stays. Requests in flight keep the model and plan
-they started with; :class:`FallbackTargets` keeps resolving the endpoints and credentials a
-reload removed, so their attempts still reach the upstream.
+they started with; ``FallbackTargets`` keeps resolving the endpoints and credentials a
+reload removed (``gateway.ingress.targets``), so their attempts still reach the upstream.
 """
 
 from __future__ import annotations
@@ -13,46 +13,15 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from gateway.ingress.targets import NO_SECRETS, SecretSource, Targets
 from schemas import ConfigChanged, GatewayError, subjects
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from bus import Bus
-    from gateway.adapters.base import UpstreamTarget
-    from schemas import RouteCandidate
     from schemas.config import GatewayConfig
-    from schemas.pricing import Pricing
 
 logger = logging.getLogger(__name__)
-
-
-class FallbackTargets(Targets):
-    """Targets of the new config that still resolve, from the previous one, the endpoints
-    and credentials a reload removed (for requests planned before the swap)."""
-
-    def __init__(
-        self, config: GatewayConfig, previous: Targets, runtime: SecretSource = NO_SECRETS
-    ) -> None:
-        super().__init__(config, runtime)
-        self._known = {e for m in config.models for e in m.endpoint_ids()}
-        self._previous = previous
-
-    def pricing(self, endpoint: str) -> Pricing | None:
-        """The route's pricing: from the new config, unless a reload removed the endpoint."""
-        if endpoint not in self._known:
-            return self._previous.pricing(endpoint)
-        return super().pricing(endpoint)
-
-    def resolve(self, c: RouteCandidate) -> UpstreamTarget:
-        """The target for ``c``: from the new config, unless it lost the endpoint or key."""
-        if c.endpoint not in self._known:
-            return self._previous.resolve(c)
-        target = super().resolve(c)
-        if c.credential_id and target.api_key is None:
-            return self._previous.resolve(c)
-        return target
 
 
 class Reconfigurable(Protocol):

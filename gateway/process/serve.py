@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING
 
 from bus import BusClosedError, open_bus
 from gateway.admin.local_socket import LocalAdmin
-from gateway.cli.common import redacted
 from gateway.ingress.app import create_app
-from gateway.process.config import load_config
+from gateway.process.config import load_config, redacted
 from gateway.process.control import (
     config_version,
     install_sighup,
@@ -163,7 +162,7 @@ async def run(
         app = create_app(bus, config)
         ops = start_ingress_ops(bus, app, opts.config_path)
         if host is not None:
-            local = LocalAdmin.open(bus, config.database.path, app)
+            local = LocalAdmin.open(bus, config.database.path, app.ops.sync_config)
         if hup and host is None:
             install_sighup(sighup_handler(bus, app, actors=False))
         if config.admin_key is None:

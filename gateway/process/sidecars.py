@@ -19,11 +19,11 @@ from bus import BusClosedError
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.auth.provider_secrets import ProviderSecrets, configured_credentials
 from gateway.ingress.leases import LeaseKeeper
-from gateway.ingress.targets import Targets
+from gateway.ingress.targets import FallbackTargets, Targets
 from gateway.process.healthcheck import HealthChecker, local_targets
 from gateway.process.prober import BenchProber
 from gateway.process.quota_poller import QuotaPoller
-from gateway.process.reload import ConfigFollower, FallbackTargets
+from gateway.process.reload import ConfigFollower
 from gateway.process.routewise_prober import RouteWiseProber
 
 if TYPE_CHECKING:

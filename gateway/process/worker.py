@@ -37,7 +37,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 def main() -> int:
     """Read the spec from stdin and serve until told to stop; returns the exit code."""
-    from gateway.cli.main import run_loop
+    from gateway.process.engines import run_loop
     from gateway.process.serve import (
         BusUnreachableError,
         ListenError,

@@ -2,8 +2,9 @@
 
 ``resolver`` (``auto``, ``auto:<axis>``, ``auto:<chain>``), ``view`` (the steering
 owners' state as the ingress sees it), ``rules`` (the routing rule set's view and
-match), ``labels`` (the ``x-llmgw-metadata`` header the rules read) and ``explain``
-(``POST /admin/routing/explain``, the same path run dry).
+match) and ``labels`` (the ``x-llmgw-metadata`` header the rules read). Imports
+``auth``, ``formats`` and ``http`` of the gateway's wings, never the ingress (which runs
+``POST /admin/routing/explain``, the same path dry, in ``gateway.ingress.explain``).
 """
 
 from __future__ import annotations

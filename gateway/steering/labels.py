@@ -17,7 +17,7 @@ from schemas import InvalidRequestError
 from schemas.rules import MAX_LABEL_BYTES
 
 if TYPE_CHECKING:
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
 
 HEADER = "x-llmgw-metadata"
 MAX_BYTES = 4096

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gateway.ingress.accounting import bounded
+from gateway.http.request import bounded
 from schemas import ChainState, Evidence, InvalidRequestError, ModelEvidence, SteeringState
 from schemas.catalog import AUTO, AXES, AXIS_SYNONYMS, ascii_lower
 from schemas.keys import role_rank

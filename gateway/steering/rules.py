@@ -14,10 +14,11 @@ may use; ``None`` means no rule applies and the active chain serves.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.auth.gate import follow, unfollow
 from gateway.formats.openai_chat import input_modalities
+from gateway.http.component import Component
 from gateway.steering.labels import client_metadata
 from schemas import GatewayError, InvalidRequestError, RulesGet, RulesState, subjects
 from schemas.catalog import AUTO, ascii_lower
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from bus import Bus
-    from gateway.ingress.request import HttpRequest
-    from gateway.ingress.request_info import RequestInfo
+    from gateway.http.request import HttpRequest
     from gateway.steering.resolver import SteeringBook
 
 logger = logging.getLogger(__name__)
@@ -83,7 +83,18 @@ def usable_in(book: SteeringBook, org: str) -> Callable[[str], bool]:
     return usable
 
 
-class RulesView:
+class RequestFacts(Protocol):
+    """What a rule may test of a request beside its body (the ingress's ``RequestInfo``)."""
+
+    @property
+    def surface(self) -> str: ...
+    @property
+    def prompt_estimate(self) -> int: ...
+    @property
+    def role(self) -> str | None: ...
+
+
+class RulesView(Component):
     """Holds the compiled rule set of this ingress; owns the subscription that keeps it."""
 
     def __init__(self, bus: Bus) -> None:
@@ -149,12 +160,12 @@ class RulesView:
         request that named no target, and only while there are rules."""
         return bool(self.compiled.rules) and ascii_lower(requested) == AUTO
 
-    def _inputs(self, body: JSON, req: HttpRequest, info: RequestInfo) -> tuple[JSON, Any]:
+    def _inputs(self, body: JSON, req: HttpRequest, info: RequestFacts) -> tuple[JSON, Any]:
         role = info.role or ""
         return request_params(info.surface, body, info.prompt_estimate, role), client_metadata(req)
 
     def for_request(
-        self, body: JSON, req: HttpRequest, info: RequestInfo, book: SteeringBook, org: str
+        self, body: JSON, req: HttpRequest, info: RequestFacts, book: SteeringBook, org: str
     ) -> CompiledRule | None:
         """The rule routing this ``auto`` request (see :meth:`route_for`). Raises
         InvalidRequestError for a bad ``x-llmgw-metadata`` header."""
@@ -162,7 +173,7 @@ class RulesView:
         return self.route_for(params, metadata, usable_in(book, org))
 
     def explain_request(
-        self, body: JSON, req: HttpRequest, info: RequestInfo, book: SteeringBook, org: str
+        self, body: JSON, req: HttpRequest, info: RequestFacts, book: SteeringBook, org: str
     ) -> list[JSON]:
         """Every rule with its outcome for this request, as explain shows them."""
         params, metadata = self._inputs(body, req, info)

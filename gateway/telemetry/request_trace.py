@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from gateway.telemetry import content
 from gateway.telemetry.names import operation_name, provider_name
@@ -23,12 +23,13 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
     from opentelemetry.context import Context
-    from opentelemetry.trace import Span
+    from opentelemetry.trace import SpanContext
 
     from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
+    from gateway.telemetry.recorded_span import RecordedSpan
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
@@ -54,11 +55,11 @@ class RequestTrace:
     __slots__ = (
         "_admission",
         "_attempts",
-        "_ctx",
         "_hedge",
         "_outputs",
         "_routing",
         "_t",
+        "sampled",
         "server",
         "trace_id",
     )
@@ -88,14 +89,15 @@ class RequestTrace:
             }
             if server[1] is not None:
                 attributes["net.host.port"] = server[1]
-        self.server: Span = telemetry.tracer.start_span(
-            f"{req.method} {route}", context=parent, kind=SpanKind.SERVER, attributes=attributes
+        self.server: RecordedSpan = telemetry.spans.root(
+            f"{req.method} {route}", SpanKind.SERVER, parent, attributes
         )
-        self._ctx = set_span_in_context(self.server)
-        self.trace_id = format(self.server.get_span_context().trace_id, "032x")
-        self._attempts: dict[int, Span] = {}
-        self._routing: Span | None = None
-        self._admission: Span | None = None
+        self.trace_id = format(self.server.context.trace_id, "032x")
+        self.sampled: bool = self.server.context.trace_flags.sampled
+        """Whether the sampler kept this trace (else no child span is even built)."""
+        self._attempts: dict[int, RecordedSpan] = {}
+        self._routing: RecordedSpan | None = None
+        self._admission: RecordedSpan | None = None
         self._hedge: dict[int, str] = {}
         self._outputs: dict[int, dict[int, list[str | None]]] = {}
 
@@ -103,7 +105,8 @@ class RequestTrace:
 
     def admission_started(self) -> None:
         """The caller's limits were asked (a span until :meth:`admitted`)."""
-        self._admission = self._t.tracer.start_span("llmgw.admission", context=self._ctx)
+        if self.sampled:
+            self._admission = self.server.child("llmgw.admission", SpanKind.INTERNAL, {})
 
     def admitted(self, refusal: str = "") -> None:
         """The limits' verdict came (``refusal``: the error code of a refusal)."""
@@ -118,10 +121,12 @@ class RequestTrace:
     def routing(self, route: RouteRequest) -> None:
         """A routing request is about to go to the model's owner (one bus round trip)."""
         self._end_routing("abandoned")
-        self._routing = self._t.tracer.start_span(
+        if not self.sampled:
+            return
+        self._routing = self.server.child(
             "llmgw.routing",
-            context=self._ctx,
-            attributes={"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
+            SpanKind.INTERNAL,
+            {"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
         )
 
     def routed(self, plan: RoutePlan, res: Resolution | None) -> None:
@@ -163,7 +168,10 @@ class RequestTrace:
     def attempt(
         self, number: int, c: RouteCandidate, target: UpstreamTarget, surface: str, stream: bool
     ) -> UpstreamTarget:
-        """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``."""
+        """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``
+        (the SERVER span's when the trace is not sampled: no span is made)."""
+        if not self.sampled:
+            return dataclasses.replace(target, trace_headers=_trace_headers(self.server.context))
         operation = operation_name(surface)
         address, port = self._t.server_of(c.base_url)
         semconv = self._t.semconv
@@ -184,16 +192,9 @@ class RequestTrace:
                 attributes["net.peer.port"] = port
         if c.credential_id:
             attributes["llmgw.credential_id"] = c.credential_id
-        span = self._t.tracer.start_span(
-            f"{operation} {c.upstream_model}",
-            context=self._ctx,
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-        )
+        span = self.server.child(f"{operation} {c.upstream_model}", SpanKind.CLIENT, attributes)
         self._attempts[number] = span
-        carrier: dict[str, str] = {}
-        self._t.propagator.inject(carrier, context=set_span_in_context(span))
-        return dataclasses.replace(target, trace_headers=carrier)
+        return dataclasses.replace(target, trace_headers=_trace_headers(span.context))
 
     def noting(self, adapter: Adapter, number: int) -> Adapter:
         """``adapter``, noting its whole answers to attempt ``number`` (:meth:`answered`)
@@ -269,7 +270,7 @@ class RequestTrace:
                 if isinstance(choice.get("finish_reason"), str):
                     parts[0] = choice["finish_reason"]
 
-    def _output(self, span: Span, choices: list[tuple[str, str | None]]) -> None:
+    def _output(self, span: RecordedSpan, choices: list[tuple[str, str | None]]) -> None:
         messages = content.output_messages(choices, self._t.capture_max_chars)
         if self._t.semconv.genai_latest:
             span.set_attribute("gen_ai.output.messages", content.dumps(messages))
@@ -348,6 +349,14 @@ class RequestTrace:
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+def _trace_headers(ctx: SpanContext) -> dict[str, str]:
+    """W3C trace context headers of ``ctx``, as the SDK's propagator writes them."""
+    headers = {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"}
+    if ctx.trace_state:
+        headers["tracestate"] = ctx.trace_state.to_header()
+    return headers
 
 
 def _texts(streamed: dict[int, list[str | None]]) -> list[tuple[list[str], str | None]]:

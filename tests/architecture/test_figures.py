@@ -17,15 +17,19 @@ from tests.architecture.measure import (
 # Measured by ``python -m tests.architecture.measure``. Before the request path was taken
 # apart: 30 files, 75 switches, 4 calls into the app module, largest file 1048 lines, 34
 # near-duplicate pairs. Splitting dispatch.py along its jobs (credentials, usage and cost,
-# failover rules, once and stream attempts) adds the files and calls the loop now crosses;
-# the app's own pipeline (the next step) is what lowers them.
+# failover rules, once and stream attempts) added files and calls the loop crosses. Taking
+# app.py apart (composition root, pipeline, target resolution beside the plan walk,
+# introspection, admin routes; the request and errors a leaf wing) left it the ASGI entry
+# only: 34 files, 85 switches, 0 calls back into it, the largest file schemas/config.py
+# (701), 23 pairs, and no wing in a loop (the layers are tests/architecture/test_layers.py).
+# A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
     "files": 34,
-    "switches": 89,
-    "app_reentries": 4,
-    "largest_file": 1051,
-    "duplicate_pairs": 33,
-    "wings_in_loop": 9,
+    "switches": 85,
+    "app_reentries": 3,
+    "largest_file": 679,
+    "duplicate_pairs": 25,
+    "wings_in_loop": 0,
 }
 GOAL = {
     "files": 15,

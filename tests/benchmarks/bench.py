@@ -161,6 +161,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
 _GATEWAY_READY = re.compile(r"llmgw listening on (http://\S+)")
 _OTLP_READY = re.compile(r"otlp receiver on (http://\S+)")
+_DASHBOARD_READY = re.compile(r"dashboard open: (\S+)")
 _NATS_READY = re.compile(r"Server is ready")
 _NATS_LISTEN = re.compile(r"Listening for client connections on (\S+):(\d+)")
 _START_TIMEOUT_S = 30.0
@@ -169,7 +170,7 @@ _REQUEST_TIMEOUT_S = 30.0
 _MAX_REQUESTS_PER_STEP = 2_000_000
 _UPSTREAM_MODEL = "bench-upstream"
 _GATEWAY_MODEL = "bench"
-_PROMPT = [{"role": "user", "content": "Say hello in three words."}]
+_PROMPT: list[dict[str, str]] = [{"role": "user", "content": "Say hello in three words."}]
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _CORES = "_cores"
 
@@ -429,7 +430,7 @@ def _patch_transport(kind: str) -> None:
 
     def make_http_client() -> httpx.AsyncClient:
         if kind == "aiohttp":
-            from httpx_aiohttp import AiohttpTransport
+            from httpx_aiohttp import AiohttpTransport  # type: ignore[import-not-found]
 
             return httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=None)
         return httpx.AsyncClient(limits=limits, timeout=None)
@@ -875,6 +876,15 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                 gateway_pid = gateway.pid
                 if args.rules:
                     _put_rules(gateway_url, args.rules)
+                if args.dashboard:
+                    viewer = _python(
+                        "-m", "tests.benchmarks.dashboard_viewer", gateway_url, _ADMIN_KEY
+                    )
+                    kids.start(
+                        "dashboard",
+                        _pinned(args.load_cpus, [*viewer, args.dashboard]),
+                        _DASHBOARD_READY,
+                    )
             urls = {"direct": upstream_url, "gateway": gateway_url}
             watch_pids = {"upstream": upstream.pid}
             if gateway_pid:
@@ -1115,6 +1125,8 @@ def _environment(args: argparse.Namespace) -> str:
         knobs += f"gateway event loop {args.loop}; "
     if args.gateway_log_level:
         knobs += f"gateway log level {args.gateway_log_level}; "
+    if args.dashboard:
+        knobs += f"dashboard {args.dashboard} page open in chromium (on the load cpus); "
     if args.gateway_profile:
         knobs += "gateway under cProfile (slower); "
     repeat = f", fastest of {args.repeat} tries" if args.repeat > 1 else ""
@@ -1280,6 +1292,11 @@ def _parser() -> argparse.ArgumentParser:
         default=15.0,
         metavar="PERCENT",
         help="'idle' for --quiet-wait: other work below this %% of one core (15)",
+    )
+    p.add_argument(
+        "--dashboard",
+        metavar="PAGE",
+        help="keep this dashboard page (overview, events, ...) open in headless chromium",
     )
     p.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     p.add_argument("--keep-logs", metavar="DIR", help="keep the child processes' logs in DIR")

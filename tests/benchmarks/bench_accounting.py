@@ -25,7 +25,7 @@ from gateway.ingress.metrics import GatewayMetrics
 from schemas import Observation, RequestCompleted, RouteCandidate, RoutePlan, RouteRequest, subjects
 
 if TYPE_CHECKING:
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
 
 N = 10_000
 REPEATS = 7

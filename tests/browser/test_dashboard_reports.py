@@ -44,7 +44,7 @@ def _config_summary(served: float, ttft: float, cost: float) -> dict[str, Any]:
     }
 
 
-REPORT = {
+REPORT: dict[str, Any] = {
     "seed": 7,
     "oracle": {"ttft_mean": 0.4, "cost_usd": 0.5},
     "configs": {

@@ -542,6 +542,18 @@ async def test_kv_on_a_closed_bus_raises_bus_closed_error(any_bus: Bus, bucket: 
 
 
 @pytest.mark.nats
+async def test_a_bus_knows_how_many_servers_its_cluster_has(
+    nats_url: str, nats_cluster: NatsCluster
+) -> None:
+    # Given one URL of three, the cluster announces the others.
+    single, cluster = await open_bus(nats_url), await open_bus(nats_cluster.urls[0])
+    try:
+        assert (single.servers, cluster.servers, InProcessBus().servers) == (1, 3, 1)
+    finally:
+        await single.aclose()
+        await cluster.aclose()
+
+
 async def test_nats_streams_and_buckets_take_their_replicas_from_the_cluster(
     nats_url: str, nats_cluster: NatsCluster, bucket: str
 ) -> None:

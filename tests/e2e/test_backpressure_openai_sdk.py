@@ -132,8 +132,10 @@ async def test_every_route_cooling_answers_503_with_retry_after_to_the_earliest_
         after = time.time()
 
     assert first is not None and first.status_code == 429  # the primary's own answer
-    assert (a_cool.credential_id, a_cool.seconds) == (credential_id("sk-a"), pytest.approx(30))
-    assert (b_cool.credential_id, b_cool.seconds) == ("", pytest.approx(20))
+    assert a_cool.credential_id == credential_id("sk-a")
+    assert a_cool.seconds == pytest.approx(30)
+    assert b_cool.credential_id == ""
+    assert b_cool.seconds == pytest.approx(20)
     assert refused is not None
     assert_openai_error(refused.response, 503, "all_circuits_open")
     wait = int(refused.response.headers["retry-after"])
@@ -302,7 +304,6 @@ async def test_a_cooling_route_is_named_in_the_decision_with_when_it_is_back(
 
     assert decided.primary == eid("m", b)
     # The ModelActor marked a cooling from the observation itself, a moment after its owner.
-    assert [(s.endpoint, s.reason, s.until) for s in decided.skipped] == [
-        (eid("m", a), "cooling", pytest.approx(cooling.until, abs=1.0))
-    ]
+    assert [(s.endpoint, s.reason) for s in decided.skipped] == [(eid("m", a), "cooling")]
+    assert decided.skipped[0].until == pytest.approx(cooling.until, abs=1.0)
     assert len(a.requests) == 1

@@ -236,6 +236,7 @@ PINNED: dict[str, list[str]] = {
         "anthropic_messages",
         "openai_responses",
     ],
+    "gateway.http": [],
     "gateway.ingress": [],
     "gateway.steering": [],
     "gateway.telemetry": ["start_telemetry"],

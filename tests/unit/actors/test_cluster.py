@@ -4,14 +4,16 @@ make, the lapse of a cut-off host, and fenced snapshot writes. Rounds are driven
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from actors import ChildSpec, Supervisor
 from actors.cluster import (
+    HOSTS_BUCKET,
     OWNERS_BUCKET,
     SNAPSHOTS_BUCKET,
     ClusterHost,
@@ -19,17 +21,17 @@ from actors.cluster import (
     Owners,
     owner_of,
 )
-from bus import BusClosedError, InProcessBus, open_bus
-from schemas import RoutePlan, RouteRequest, subjects
+from bus import InProcessBus, open_bus
+from schemas import AdminCommand, AdminReply, RoutePlan, RouteRequest, raise_for_reply, subjects
 from schemas.config import ClusterConfig
-from tests.unit.actors import EchoActor, FakeClock, Journal
+from tests.unit.actors import WAIT, EchoActor, FakeClock, Journal
+from tests.unit.actors.cluster_support import CuttableBus
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
-    from contextlib import AbstractAsyncContextManager
 
     from actors import SnapshotStore
-    from bus import Bus, KeyValue, KvEntry
+    from bus import Bus, KvEntry
 
 UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
 SETTINGS = ClusterConfig(enabled=True, heartbeat_seconds=1.0, ttl_seconds=3.0)
@@ -127,6 +129,42 @@ async def test_a_host_whose_heartbeat_lapsed_loses_its_units_and_takes_them_back
     assert a.units == share_a
 
 
+async def _members(bus: Bus) -> dict[str, Any]:
+    reply = await bus.request(
+        subjects.admin("cluster", "members"),
+        AdminCommand(args={}, by="test"),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
+    return raise_for_reply(reply).result
+
+
+async def test_cluster_members_lists_the_live_hosts_their_units_and_the_units_nobody_owns(
+    hosts: list[ClusterHost], shared: InProcessBus, clock: FakeClock
+) -> None:
+    a, b = hosts
+    for host in (a, b, a, b):
+        await host.reconcile()
+    split = await _members(shared)
+    assert [m["node_id"] for m in split["members"]] == ["host-a", "host-b"]
+    for member, host in zip(split["members"], hosts, strict=True):
+        assert member["role"] == "actors" and member["units"] == host.units
+        assert member["since"] <= member["last_heartbeat"]
+    assert split["unowned"] == [] and split["answered_by"] in ("host-a", "host-b")
+
+    for _ in range(2):  # a stops beating; b beats every heartbeat
+        clock.now += SETTINGS.heartbeat_seconds
+        await b.reconcile()
+    clock.now += SETTINGS.heartbeat_seconds  # a's key lapses: its share is nobody's yet
+    lapsed = await _members(shared)
+    assert [m["node_id"] for m in lapsed["members"]] == ["host-b"]
+    assert lapsed["unowned"] == split["members"][0]["units"]
+    await b.reconcile()
+    taken = await _members(shared)
+    assert taken["members"][0]["units"] == list(UNITS) and taken["unowned"] == []
+    assert taken["members"][0]["since"] == split["members"][1]["since"]  # the same member
+
+
 async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_first_lapses(
     shared: InProcessBus, clock: FakeClock
 ) -> None:
@@ -150,57 +188,62 @@ async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_fi
             await host.aclose()
 
 
-class _CuttableKv:
-    """A bucket that raises BusClosedError once ``cut``: a host cut off from JetStream."""
+class _Ticks:
+    """The ``sleep`` of a host's background loop: a sleeper wakes once the test has moved
+    the fake clock to its time."""
 
-    def __init__(self, inner: KeyValue, cut: list[bool]) -> None:
-        self.bucket = inner.bucket
-        self._inner = inner
-        self._cut = cut
+    def __init__(self, clock: FakeClock) -> None:
+        self._clock = clock
+        self._moved = asyncio.Condition()
 
-    def _live(self) -> KeyValue:
-        if self._cut[0]:
-            raise BusClosedError("cut off")
-        return self._inner
+    async def sleep(self, seconds: float) -> None:
+        due = self._clock.now + seconds
+        async with self._moved:
+            await self._moved.wait_for(lambda: self._clock.now >= due)
 
-    async def get(self, key: str) -> KvEntry | None:
-        return await self._live().get(key)
-
-    async def put(self, key: str, value: bytes) -> int:
-        return await self._live().put(key, value)
-
-    async def create(self, key: str, value: bytes) -> int:
-        return await self._live().create(key, value)
-
-    async def update(self, key: str, value: bytes, *, revision: int) -> int:
-        return await self._live().update(key, value, revision=revision)
-
-    async def delete(self, key: str, *, revision: int | None = None) -> None:
-        await self._live().delete(key, revision=revision)
-
-    async def keys(self) -> list[str]:
-        return await self._live().keys()
-
-    def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
-        return self._live().watch()
+    async def advance(self, seconds: float) -> None:
+        self._clock.now += seconds
+        async with self._moved:
+            self._moved.notify_all()
 
 
-class _CuttableBus(InProcessBus):
-    def __init__(self, inner: InProcessBus) -> None:
-        super().__init__()
-        self.inner = inner
-        self.cut = [False]
-
-    async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
-    ) -> KeyValue:
-        return _CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut)
+async def test_a_placement_round_stuck_on_jetstream_never_holds_up_the_heartbeat(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    """Starting units (snapshots, databases) is slow on a busy machine: a beat queued behind
+    it would reach the lease deadline, and the host would stop every unit for nothing."""
+    cut_bus = CuttableBus(shared)
+    ticks = _Ticks(clock)
+    host = ClusterHost(
+        cut_bus,
+        "host-a",
+        SETTINGS,
+        functools.partial(tree, Journal()),
+        clock=clock,
+        sleep=ticks.sleep,
+    )
+    heartbeats = await shared.key_value(HOSTS_BUCKET, ttl=SETTINGS.ttl_seconds)
+    try:
+        async with heartbeats.watch() as beats:
+            await host.start()
+            assert host.units == list(UNITS)
+            await anext(beats)
+            cut_bus.gates[OWNERS_BUCKET].clear()  # every placement round now hangs
+            for _ in range(3 * round(SETTINGS.ttl_seconds / SETTINGS.heartbeat_seconds)):
+                await ticks.advance(SETTINGS.heartbeat_seconds)
+                async with asyncio.timeout(WAIT):
+                    await anext(beats)  # the beat landed all the same
+            assert host.units == list(UNITS)  # and the lease deadline moved with it
+    finally:
+        cut_bus.gates[OWNERS_BUCKET].set()
+        await host.aclose()
+        await cut_bus.aclose()
 
 
 async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(
     shared: InProcessBus, clock: FakeClock
 ) -> None:
-    cut_bus = _CuttableBus(shared)
+    cut_bus = CuttableBus(shared)
     host = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(tree, Journal()), clock=clock)
     await host.open()
     try:
@@ -252,14 +295,17 @@ async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
     assert old_lease is not None
     assert await owners.claim(unit, "host-b", ["host-a", "host-b"]) is None  # a is live
     old = FencedSnapshots(kv, owners, old_lease, on_lost=lambda: lost.append("a"))
-    await old.save(unit, b"v1", 0.0)
+    await old.save(unit, b"v1", 0.0, durable=True)
 
     new_lease = await new_owners.claim(unit, "host-b", ["host-b"])  # a's heartbeat lapsed
     assert new_lease is not None and new_lease.revision != old_lease.revision
     new = FencedSnapshots(new_kv, new_owners, new_lease, on_lost=lambda: lost.append("b"))
     assert await new.load(unit) == b"v1"  # the new owner starts from the last write
     await old.save(unit, b"stale", 1.0)
-    await new.save(unit, b"v2", 2.0)
+    assert await old.drain(WAIT)  # refused, not left pending
+    await new.save(unit, b"v2", 2.0, durable=True)
+    await old.aclose()
+    await new.aclose()
 
     assert (old.refused, new.refused, lost) == (1, 0, ["a"])
     entry: KvEntry | None = await kv.get(unit)
@@ -267,3 +313,16 @@ async def test_fenced_snapshot_write_of_an_owner_that_lost_its_lease_is_refused(
     assert not await owners.holds(old_lease)
     await owners.release(old_lease)  # a lost lease is not released from its new owner
     assert await owners.holds(new_lease)
+
+
+def test_the_default_heartbeat_lease_outlasts_a_nats_leader_election() -> None:
+    """While a bucket elects a leader (a NATS server died) no beat lands; a host must not stop
+    its units for that. NATS's Raft election timeout is at most 9 s (then a vote)."""
+    default = ClusterConfig(enabled=True)
+    assert default.ttl_seconds - default.heartbeat_seconds > 9.0 + 1.0
+
+
+def test_buckets_keep_as_many_copies_as_the_cluster_allows_unless_told() -> None:
+    default, told = ClusterConfig(enabled=True), ClusterConfig(enabled=True, replicas=2)
+    assert [default.replicas_on(n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert [told.replicas_on(n) for n in (1, 3)] == [2, 2]

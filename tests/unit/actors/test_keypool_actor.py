@@ -251,11 +251,13 @@ async def test_muted_key_is_probed_partway_and_the_probe_lifts_or_remutes_it(
             bus.subscribe(subjects.event("keypool")) as events,
         ):
             await bus.publish(subjects.observation(EID), fail(a))
+            due: ProbeDue | None = None
             with anyio.fail_after(WAIT):
                 async for env in dues:
+                    assert isinstance(env.message, ProbeDue)
                     due = env.message
-                    assert isinstance(due, ProbeDue)
                     break
+            assert due is not None
             assert (due.endpoint, due.credential_id) == (EID, a)
             await bus.publish(
                 subjects.endpoint_probe_result(EID),

@@ -129,13 +129,14 @@ async def test_store_commits_a_full_batch_without_waiting_for_the_timer(
     store = StoreActor(log_db.config, LogConfig(batch_rows=5, flush_ms=60_000))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        for i in range(5):
+        for i in range(4):
             await put(bus, i + 1, obs(i))
-        for _ in range(int(WAIT / 0.005)):  # bounded: another connection sees the commit
-            if len(await log_db.rows()) == 5:
-                break
-            await anyio.sleep(0.005)
+        # Answered once committed: the flush timer is a minute away, so only a full batch can.
+        fifth = await bus.request(
+            subjects.LOG_APPEND, batch(5, obs(4)), reply_type=LogAppended, timeout=WAIT
+        )
         store.request_stop()
+    assert fifth == LogAppended(seq=5)
     assert len(await log_db.rows()) == 5
 
 
@@ -268,16 +269,15 @@ async def test_store_with_unknown_verb_or_bad_args_replies_invalid_request(
     assert isinstance(bad, ErrorReply) and bad.code == "invalid_request"
 
 
-async def committed(bus: InProcessBus, rows: int) -> dict[str, Any]:
-    """``log/stats`` once ``rows`` rows are written by the store's own flusher (no flush
-    command), or the last answer after WAIT seconds (the caller asserts, after stopping the
-    store)."""
-    stats = await admin(bus, "stats")
-    with anyio.move_on_after(WAIT):
-        while stats["written"] < rows:
-            await anyio.sleep(0.005)  # polling the owner's answer, bounded by WAIT
-            stats = await admin(bus, "stats")
-    return stats
+async def committed(bus: InProcessBus, seq: int, *msgs: Observation) -> dict[str, Any]:
+    """``log/stats`` once the batch ``seq`` of ``msgs`` (and so every earlier one) is
+    committed by the store's own flusher (no flush command): the store answers a batch once
+    it is committed."""
+    answer = await bus.request(
+        subjects.LOG_APPEND, batch(seq, *msgs), reply_type=LogAppended, timeout=WAIT
+    )
+    assert answer == LogAppended(seq=seq)
+    return await admin(bus, "stats")
 
 
 @pytest.mark.parametrize("verb", ["query", "flush"])
@@ -287,16 +287,15 @@ async def test_store_keeps_committing_on_its_own_after_a_query_or_flush(
     store = StoreActor(log_db.config, LogConfig(batch_rows=4, flush_ms=20))
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
-        await put(bus, 1, obs(0))
-        await committed(bus, 1)  # the flusher is now waiting for the next row
+        await committed(bus, 1, obs(0))  # the flusher is now waiting for the next row
         await admin(bus, verb)
-        for i in range(1, 4):  # the flusher commits them as they come
+        for i in range(1, 3):  # the flusher commits them as they come
             await put(bus, i + 1, obs(i))
-        timer = await committed(bus, 4)
+        timer = await committed(bus, 4, obs(3))
         await admin(bus, verb)
-        for i in range(4, 12):  # two full batches
+        for i in range(4, 11):  # two full batches
             await put(bus, i + 1, obs(i))
-        batches = await committed(bus, 12)
+        batches = await committed(bus, 12, obs(11))
         store.request_stop()
     assert (timer["written"], timer["pending"]) == (4, 0)
     assert (batches["written"], batches["pending"]) == (12, 0)

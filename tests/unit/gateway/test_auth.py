@@ -21,7 +21,7 @@ from actors.stores.provider_keys import LazyDb
 from bus import InProcessBus, encode
 from gateway.admin.http import admin_request
 from gateway.auth.gate import ANONYMOUS, Authenticator, caller_of, may_call
-from gateway.ingress.request import HttpRequest
+from gateway.http.request import HttpRequest
 from schemas import (
     ApiKeyInfo,
     ApiKeyLookup,

@@ -13,7 +13,7 @@ import pytest
 
 from bus import Envelope, InProcessBus
 from gateway.auth.gate import LOOKUPS_MAX, Authenticator
-from gateway.ingress.errors import http_status, retry_after_header
+from gateway.http.errors import http_status, retry_after_header
 from schemas import ApiKeyInfo, ApiKeyLookup, AuthBusyError, UnauthorizedError, subjects
 from schemas.config import GatewayConfig
 from schemas.keys import hash_key

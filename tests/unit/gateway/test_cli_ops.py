@@ -8,7 +8,8 @@ import pytest
 
 from gateway.cli import main as cli
 from gateway.cli.admin import command_args
-from gateway.cli.common import UsageError, bus_url, parse_duration, redacted
+from gateway.cli.common import UsageError, bus_url, parse_duration
+from gateway.process.config import redacted
 
 if TYPE_CHECKING:
     import argparse

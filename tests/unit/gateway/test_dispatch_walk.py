@@ -89,7 +89,7 @@ async def _run(
     heard = _Heard()
     asked: list[str] = []
     endpoints = [c.endpoint for p in plans.values() for c in p.candidates]
-    info = RequestInfo(request_id="req", model="", surface="chat", stream=stream)
+    info = RequestInfo(request_id="req", surface="chat", stream=stream)
     if started is not None:
         info.started = started
 
@@ -98,7 +98,7 @@ async def _run(
         return plans[model.id]
 
     models = tuple(ModelConfig.model_validate({"id": m}) for m in plans)
-    walk = PlanWalk(models, ask, info)
+    walk = PlanWalk(models, ask)
     dispatcher = Dispatcher(bus, adapters, Targets(GatewayConfig.model_validate({})), failover)
     subs = [bus.subscribe(subjects.observation(e)) for e in endpoints]
     subs += [bus.subscribe(subjects.model_first_token(m)) for m in plans]
@@ -113,7 +113,7 @@ async def _run(
                 served = attempt.candidate.endpoint
             else:
 
-                async def op(adapter: Adapter, target: UpstreamTarget) -> Any:
+                async def op(adapter: Adapter, target: UpstreamTarget, model: str) -> Any:
                     return await adapter.complete(target, HI)
 
                 served = (await dispatcher.call(info, plan, op, walk)).candidate.endpoint

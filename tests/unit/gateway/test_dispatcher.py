@@ -298,7 +298,6 @@ class Harness:
     def info(self, *, stream: bool = False, started_ago: float = 0.0) -> RequestInfo:
         return RequestInfo(
             request_id="req-1",
-            model="m",
             surface="chat",
             stream=stream,
             started=self.clock() - started_ago,
@@ -309,7 +308,7 @@ class Harness:
     ) -> tuple[str, int]:
         """(endpoint that served, attempts) of a non-streaming request."""
 
-        async def op(a: Adapter, target: UpstreamTarget) -> JSON:
+        async def op(a: Adapter, target: UpstreamTarget, model: str) -> JSON:
             return await a.complete(target, HI)
 
         served = await self.dispatcher().call(info or self.info(), p, op, walk)
@@ -347,7 +346,7 @@ def walk_of(
         return plans[model.id]
 
     models = tuple(ModelConfig.model_validate({"id": m}) for m in plans)
-    return PlanWalk(models, ask, info)
+    return PlanWalk(models, ask)
 
 
 @pytest.fixture(params=[False, True], ids=["once", "stream"])
@@ -406,6 +405,23 @@ async def test_dispatcher_walks_to_the_next_models_plan_when_one_is_exhausted(
     served = await serve(h, await walk.first(), stream, walk=walk, info=info)
 
     assert (served, asked) == ("b", ["m", "n"])
+
+
+async def test_dispatcher_observes_each_attempt_under_the_model_whose_plan_it_came_from(
+    h: Harness, stream: bool
+) -> None:
+    # A hedge whose backup is the next model's route: fetching that plan mid-race must not
+    # relabel the primary, which is still the first model's attempt.
+    h.adapter.scripts = {"a": [Hang()], "b": [Answer()]}
+    info = h.info(stream=stream)
+    hedged = RoutePlan(model="m", candidates=(cand("a"),), hedge_after_ms=0.0)
+    walk = walk_of(h, {"m": hedged, "n": plan(cand("b"), model="n")}, [], info)
+
+    served = await serve(h, await walk.first(), stream, walk=walk, info=info)
+
+    assert served == "b"
+    heard = await h.heard.drain()
+    assert sorted((o.endpoint, o.model) for o in heard.observations()) == [("a", "m"), ("b", "n")]
 
 
 async def test_dispatcher_hop_cap_stops_after_max_attempts_and_gives_back_unattempted_probes(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.ingress.errors import DEFAULT_RETRY_AFTER, http_status, retry_after_header
+from gateway.http.errors import DEFAULT_RETRY_AFTER, http_status, retry_after_header
 from schemas import ErrorCode, ErrorReply, GatewayError
 from schemas.errors import error_from_reply
 

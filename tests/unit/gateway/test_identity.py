@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.http.request import HttpRequest
 from gateway.ingress.identity import affinity_key, conversation_key, fold_address
-from gateway.ingress.request import HttpRequest
 
 
 def _req(client: str, headers: dict[str, str] | None = None) -> HttpRequest:

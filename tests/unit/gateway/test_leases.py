@@ -152,7 +152,7 @@ async def test_a_stream_to_a_route_without_an_adapter_gives_its_lease_back(
         upstream_model="x",
     )
     plan = RoutePlan(model="m", candidates=(leased, RouteCandidate(endpoint="m:e", kind="echo")))
-    info = RequestInfo(request_id="r", model="m", surface="chat", stream=True)
+    info = RequestInfo(request_id="r", surface="chat", stream=True)
     try:
         async with bus.subscribe(subjects.capacity_release("a")) as releases:
             attempt = await dispatcher.open_stream(
@@ -249,7 +249,7 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
     fake_upstream.set_default(Reply(500))
     http = make_http_client()
     dispatcher = Dispatcher(bus, make_adapters(http), Targets(GatewayConfig()))
-    info = RequestInfo(request_id="r", model="", surface="chat", stream=False)
+    info = RequestInfo(request_id="r", surface="chat", stream=False)
     asked, answer = asyncio.Event(), asyncio.Event()
     failing = RouteCandidate(
         endpoint="a:x",
@@ -266,11 +266,11 @@ async def test_a_walked_plan_that_arrives_after_the_client_went_away_gives_its_l
         await answer.wait()  # the owner decides (and leases) while the client goes away
         return RoutePlan(model="b", candidates=(leased,))
 
-    walk = PlanWalk(tuple(ModelConfig.model_validate({"id": m}) for m in "ab"), ask, info)
+    walk = PlanWalk(tuple(ModelConfig.model_validate({"id": m}) for m in "ab"), ask)
     scope = anyio.CancelScope()
 
     async def serve() -> None:
-        async def op(adapter: Any, target: Any) -> Any:
+        async def op(adapter: Any, target: Any, model: str) -> Any:
             return await adapter.complete(
                 target, {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
             )
@@ -328,7 +328,7 @@ async def test_a_plan_refused_by_the_callers_limits_gives_its_primarys_lease_bac
     dispatcher = Dispatcher(bus, {}, Targets(GatewayConfig()))
     leased = RouteCandidate(endpoint="m:a", kind="echo", pool="a", lease_id="1")
     plan = RoutePlan(model="m", candidates=(leased, RouteCandidate(endpoint="m:e", kind="echo")))
-    info = RequestInfo(request_id="r", model="m", surface="chat", stream=False)
+    info = RequestInfo(request_id="r", surface="chat", stream=False)
     try:
         async with bus.subscribe(subjects.capacity_release("a")) as releases:
             await dispatcher.release_plan(info, plan)

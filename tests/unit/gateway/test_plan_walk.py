@@ -11,7 +11,6 @@ import pytest
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
 from gateway.ingress.failover import Budget
 from gateway.ingress.plan_walk import PlanWalk
-from gateway.ingress.request_info import RequestInfo
 from schemas import (
     AllCircuitsOpenError,
     AllRoutesCoolingError,
@@ -58,12 +57,7 @@ class _Asker:
 
 
 def _walk(asker: _Asker, *ids: str, budget: Budget | None = None) -> PlanWalk:
-    return PlanWalk(
-        _models(*ids),
-        asker,
-        RequestInfo(request_id="r", model="auto", surface="chat", stream=False),
-        budget=budget,
-    )
+    return PlanWalk(_models(*ids), asker, budget=budget)
 
 
 def _budget(cooling_wait: float) -> Budget:

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas.capacity import CapacityState, pool_of
-from schemas.config import RouteConfig
+from schemas.config import LocalQuotaSource, RouteConfig
 from schemas.pricing import Pricing, cost_usd
 
 
@@ -53,7 +53,8 @@ def test_quota_route_needs_a_source_and_a_limit() -> None:
         quota={"limit": 5},
         quota_source={"kind": "local", "window": 3600},
     )
-    assert route.quota_source is not None and route.quota_source.window == 3600
+    assert isinstance(route.quota_source, LocalQuotaSource)
+    assert route.quota_source.window == 3600
 
 
 def test_resource_fields_on_the_wrong_provider_type_are_refused() -> None:

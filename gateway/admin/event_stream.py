@@ -17,7 +17,6 @@ import anyio
 import msgspec
 
 from bus import BusClosedError
-from gateway.process.control import EVENTS_STREAM
 from schemas import InvalidRequestError, subjects
 
 if TYPE_CHECKING:
@@ -25,7 +24,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from bus import Bus, Subscription
-    from gateway.ingress.request import HttpRequest
+    from gateway.http.request import HttpRequest
     from schemas import Message
 
 _HEADERS = [
@@ -99,7 +98,7 @@ async def stream_events(
     subscribing: AbstractAsyncContextManager[Subscription] = (
         bus.subscribe(pattern)
         if since is None
-        else bus.replay(pattern, stream=EVENTS_STREAM, since=since)
+        else bus.replay(pattern, stream=subjects.EVENTS_STREAM, since=since)
     )
     async with contextlib.AsyncExitStack() as stack:
         try:

@@ -20,6 +20,18 @@ _CONNECTION_CLOSE = (b"connection", b"close")
 BODY_TIMEOUT = 30.0  # seconds, the default of ``server.body_timeout_seconds``
 _DRAIN_LIMIT = 256 * 1024 * 1024
 
+MAX_STORED_CHARS = 256
+"""The most of a client-chosen string (the model name asked for) that is stored or echoed."""
+
+
+def bounded(text: str) -> str:
+    """``text``, or its first :data:`MAX_STORED_CHARS` characters ending in ``…`` when it is
+    longer: what a client sends must not grow the request log by what it likes."""
+    if len(text) <= MAX_STORED_CHARS:
+        return text
+    return text[: MAX_STORED_CHARS - 1] + "…"
+
+
 # What an answer does to its connection once sent: keep it alive, close it, or first read
 # and discard the rest of a body the client is still sending (see HttpRequest._drain).
 _KEEP, _CLOSE, _LINGER = 0, 1, 2

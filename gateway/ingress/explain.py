@@ -4,7 +4,7 @@ The body is ``{"path": "/v1/chat/completions", "body": {...}, "headers": {...}}`
 names the surface: chat, Responses, Messages or embeddings; ``headers`` are the caller's,
 ``authorization`` included, so the answer is that caller's; with auth on and no credential in
 them, the asking admin's own, as the dashboard's "Try" sends it). It runs the live path's own
-code — the app's :meth:`~gateway.ingress.app.GatewayApp.walk` (target resolution from the views,
+code — :meth:`~gateway.ingress.plan_walk.Targeting.walk` (target resolution from the views,
 role filter, affinity) and the first model's plan (one bus round trip, like a request) — and
 calls no upstream. Exploration is reported as its probability, not drawn. The plans are
 asked dry: they report the half-open probe they would take without leasing it, take no
@@ -28,7 +28,7 @@ import msgspec
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
 from gateway.formats.openai_embeddings import validate_embeddings_request
-from gateway.ingress.request import HttpRequest
+from gateway.http.request import HttpRequest
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from schemas import (
     GatewayError,
@@ -58,7 +58,7 @@ _MAX_BYTES = 4 * 1024 * 1024
 
 
 class Walker(Protocol):
-    """The app's target resolution (``GatewayApp.walk``)."""
+    """The live path's target resolution (``Targeting.walk``)."""
 
     def __call__(
         self, requested: str, req: HttpRequest, info: RequestInfo, ask: Ask, *, body: Any
@@ -110,7 +110,6 @@ async def explain(
             raise
 
     walked = await walk(requested, as_caller, info, ask, body=body)
-    walked.budget = None  # the decision as it stands: no wait for a cooling route
     first = await walked.first()
     return {
         "model_field": requested,

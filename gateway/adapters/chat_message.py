@@ -1,0 +1,73 @@
+"""What the Anthropic and Bedrock request translations read out of an OpenAI chat message
+the same way: its text, its tool calls with their arguments, and the call a tool message
+answers. Each raises InvalidRequestError naming the field that is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from schemas import InvalidRequestError
+
+JSON = dict[str, Any]
+_decode = msgspec.json.Decoder().decode
+
+
+def text_of(content: Any, path: str) -> str:
+    """The text of a message's ``content`` (a string, or text and refusal parts joined by a
+    blank line); "" for none."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequestError(
+            f"{path}.content: must be a string or an array", param=f"{path}.content"
+        )
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in ("text", "refusal"):
+            raise InvalidRequestError(
+                f"{path}.content[{j}]: only text parts are allowed here",
+                param=f"{path}.content[{j}]",
+            )
+        texts.append(part.get("text") or part.get("refusal") or "")
+    return "\n\n".join(texts)
+
+
+def tool_calls(msg: JSON, path: str) -> list[tuple[str, str, JSON]]:
+    """An assistant message's tool calls as (call id, function name, arguments object)."""
+    calls = []
+    for j, call in enumerate(msg.get("tool_calls") or ()):
+        cpath = f"{path}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+            raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
+        arguments = _arguments(function.get("arguments"), f"{cpath}.function")
+        calls.append((call["id"], function.get("name") or "", arguments))
+    return calls
+
+
+def answered_call(msg: JSON, path: str) -> str:
+    """The id of the tool call a tool message answers."""
+    call_id = msg.get("tool_call_id")
+    if not isinstance(call_id, str):
+        raise InvalidRequestError(
+            f"{path}.tool_call_id: must be a string", param=f"{path}.tool_call_id"
+        )
+    return call_id
+
+
+def _arguments(arguments: Any, path: str) -> JSON:
+    if arguments is None or arguments == "":
+        return {}
+    try:
+        value = _decode(arguments) if isinstance(arguments, str) else arguments
+    except msgspec.DecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            f"{path}.arguments: must be a JSON object", param=f"{path}.arguments"
+        )
+    return value

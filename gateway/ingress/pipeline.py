@@ -1,0 +1,390 @@
+"""The inference pipeline: one request from its body to its answer, a step per line.
+
+For chat completions, Responses and Messages (one ``Surface`` each) and embeddings:
+
+1. read the body and decode it in the client's shape (``Surface.to_canonical``);
+2. who asks (``RequestInfo``: affinity key, role, prompt estimate) and their limits (a
+   ``Ticket``, asked now and answered while routing runs);
+3. the target (``Targeting.walk``) and the first model's plan, then the limits' verdict;
+4. the failover loop (``Dispatcher``) under a watch for the client going away, and the
+   answer (whole, streamed as SSE, or the embeddings) in the client's shape.
+
+``InferenceCall`` is what one request carries between those steps once it is routed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import msgspec
+
+from gateway.auth.gate import caller_of
+from gateway.formats import anthropic_messages
+from gateway.formats.openai_chat import estimate_prompt_tokens
+from gateway.formats.openai_embeddings import validate_embeddings_request
+from gateway.http.component import Component
+from gateway.http.errors import error_code
+from gateway.ingress.accounting import RequestRecord
+from gateway.ingress.dispatch import Dispatcher
+from gateway.ingress.identity import affinity_key
+from gateway.ingress.plan_walk import Targeting
+from gateway.ingress.request_info import RequestInfo
+from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+from gateway.ingress.targets import FallbackTargets, Targets
+from gateway.steering.labels import client_metadata
+from schemas import GatewayError, InvalidRequestError, UpstreamError
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from bus import Bus
+    from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+    from gateway.auth.provider_secrets import ProviderSecrets
+    from gateway.http.request import HttpRequest
+    from gateway.ingress.admission import Admission, Ticket
+    from gateway.ingress.clock import IngressClock
+    from gateway.ingress.leases import LeaseKeeper
+    from gateway.ingress.plan_walk import PlanWalk
+    from gateway.ingress.stream_attempt import StreamAttempt
+    from gateway.ingress.surfaces import StreamRenderer
+    from gateway.steering.rules import RulesView
+    from gateway.steering.view import SteeringView
+    from schemas import RoutePlan
+    from schemas.config import GatewayConfig
+
+logger = logging.getLogger(__name__)
+
+_decode = msgspec.json.Decoder().decode
+_encode = msgspec.json.Encoder().encode
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+def _too_deep() -> InvalidRequestError:
+    return InvalidRequestError("the request body is JSON nested too deeply")
+
+
+@dataclass(slots=True)
+class InferenceCall:
+    """One routed inference request: the exchange, the client's surface (chat's for
+    embeddings), its body as sent (``raw``) and canonical (``body``), the model field
+    (``requested``), who asks (``info``), its plan walk and the first plan."""
+
+    req: HttpRequest
+    surface: Surface
+    raw: JSON
+    body: JSON
+    requested: str
+    info: RequestInfo
+    walk: PlanWalk
+    plan: RoutePlan
+
+
+class Inference(Component):
+    """Serves the inference routes. Owns the failover loop of the config it serves (a new
+    one per reload: requests in flight keep theirs) and the target resolution. Handlers
+    raise GatewayError subclasses, which the app answers in the client's shape."""
+
+    def __init__(
+        self,
+        bus: Bus,
+        config: GatewayConfig,
+        *,
+        adapters: Mapping[str, Adapter],
+        secrets: ProviderSecrets,
+        leases: LeaseKeeper,
+        admission: Admission,
+        steering: SteeringView,
+        rules: RulesView,
+        clock: IngressClock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._bus = bus
+        self._config = config
+        self._adapters = adapters
+        self._secrets = secrets
+        self._leases = leases
+        self._admission = admission
+        self._clock = clock
+        self.targeting = Targeting(
+            bus,
+            config,
+            secrets=secrets,
+            steering=steering,
+            rules=rules,
+            lease_holder=leases.holder,
+            clock=clock.steady,
+            rng=rng,
+        )
+        self._dispatcher = self._dispatcher_for(config, Targets(config, secrets))
+
+    def _dispatcher_for(self, config: GatewayConfig, targets: Targets) -> Dispatcher:
+        return Dispatcher(
+            self._bus,
+            self._adapters,
+            targets,
+            config.routing.failover,
+            self._leases,
+            clock=self._clock.steady,
+            wall=self._clock.wall,
+        )
+
+    def reconfigure(self, config: GatewayConfig) -> None:
+        """Serve ``config`` from the next request on. Requests in flight keep the model and
+        plan they started with; their targets still resolve (the old config's, as a
+        fallback)."""
+        targets = FallbackTargets(config, Targets(self._config, self._secrets), self._secrets)
+        self._dispatcher = self._dispatcher_for(config, targets)
+        self._config = config
+        self.targeting.reconfigure(config)
+
+    # -- the routes ---------------------------------------------------------------------
+
+    async def chat(self, req: HttpRequest, record: RequestRecord) -> None:
+        """``POST /v1/chat/completions``."""
+        await self._inference(req, CHAT, record)
+
+    async def responses(self, req: HttpRequest, record: RequestRecord) -> None:
+        """``POST /v1/responses``."""
+        await self._inference(req, RESPONSES, record)
+
+    async def messages(self, req: HttpRequest, record: RequestRecord) -> None:
+        """``POST /v1/messages``."""
+        await self._inference(req, MESSAGES, record)
+
+    async def embeddings(self, req: HttpRequest, record: RequestRecord) -> None:
+        """``POST /v1/embeddings``."""
+        raw, size = await self._read_json(req)
+        body = validate_embeddings_request(raw)
+        requested = body["model"]
+        client_metadata(req)
+        info = self._info(req, "embeddings", False, record=record)
+        ticket = self._begin(req, info, requested, None, estimate_prompt_tokens(size))
+        try:
+            call = await self._routed(req, CHAT, body, body, requested, info, ticket)
+            await self._until_disconnect(call, self._serve_embeddings)
+        finally:
+            if ticket is not None:
+                await ticket.finish()
+
+    async def count_tokens(self, req: HttpRequest) -> None:
+        """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
+        its context-window check uses), not the model's tokenizer. Raises
+        InvalidRequestError, RouteNotFoundError."""
+        raw, size = await self._read_json(req)
+        body = anthropic_messages.to_chat_request(raw, counting=True)
+        self.targeting.resolve(str(body["model"]), req)
+        await req.respond(200, _encode({"input_tokens": estimate_prompt_tokens(size)}))
+
+    def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
+        """A new request's identity (explain uses the live path's)."""
+        return self._info(req, surface, stream)
+
+    # -- the steps ----------------------------------------------------------------------
+
+    async def _inference(self, req: HttpRequest, surface: Surface, record: RequestRecord) -> None:
+        raw, size = await self._read_json(req)
+        body = surface.to_canonical(raw)
+        client_metadata(req)  # refused early, whatever the model
+        requested = str(body["model"])
+        stream = bool(body.get("stream"))
+        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record)
+        ticket = self._begin(req, info, requested, body, info.prompt_estimate)
+        try:
+            call = await self._routed(req, surface, raw, body, requested, info, ticket)
+            await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
+        finally:
+            if ticket is not None:
+                await ticket.finish()
+
+    async def _read_json(self, req: HttpRequest) -> tuple[Any, int]:
+        """The body decoded, and its size. Raises InvalidRequestError, RequestTooLargeError."""
+        raw = await req.body(self._config.server.max_body_bytes)
+        try:
+            return _decode(raw), len(raw)
+        except msgspec.DecodeError:
+            raise InvalidRequestError("the request body is not valid JSON") from None
+        except RecursionError:  # nested past the stack: costs nothing until it happens
+            raise _too_deep() from None
+
+    def _info(
+        self,
+        req: HttpRequest,
+        surface: str,
+        stream: bool,
+        prompt_estimate: int = 0,
+        record: RequestRecord | None = None,
+    ) -> RequestInfo:
+        caller = caller_of(req)
+        return RequestInfo(
+            request_id=req.request_id,
+            surface=surface,
+            stream=stream,
+            caller=affinity_key(
+                req,
+                key_hash=caller.key_hash,
+                trust_proxy_headers=self._config.routing.trust_proxy_headers,
+            ),
+            prompt_estimate=prompt_estimate,
+            started=self._clock.steady(),
+            role=caller.role,
+            record=record if record is not None else RequestRecord(),
+        )
+
+    def _begin(
+        self,
+        req: HttpRequest,
+        info: RequestInfo,
+        requested: str,
+        body: JSON | None,
+        prompt_tokens: int,
+    ) -> Ticket | None:
+        """Ask the limits' owner now (answered while the routing request runs); None when
+        the caller has no limits."""
+        ticket = self._admission.begin(
+            req,
+            caller_of(req),
+            info.request_id,
+            self.targeting.models.get(requested),
+            body,
+            prompt_tokens,
+        )
+        if ticket is not None:
+            info.on_attempt = ticket.attempted
+            if info.record.trace is not None:
+                info.record.trace.admission_started()
+        return ticket
+
+    async def _routed(
+        self,
+        req: HttpRequest,
+        surface: Surface,
+        raw: JSON,
+        body: JSON,
+        requested: str,
+        info: RequestInfo,
+        ticket: Ticket | None,
+    ) -> InferenceCall:
+        """The request with its walk and first plan, admitted by its limits. Raises what
+        resolution and planning raise, and RateLimitedError, BudgetExceededError,
+        LimitsUnavailableError (a refusal gives the plan's leases back unused)."""
+        ask = functools.partial(
+            self.targeting.plan_for, body=body, surface=info.surface, req=req, info=info
+        )
+        walk = await self.targeting.walk(requested, req, info, ask, body=body)
+        walk.budget = self._dispatcher.budget(info)  # it may wait for a cooling route
+        plan = await walk.first()
+        if ticket is not None:
+            trace = info.record.trace
+            try:
+                await ticket.decide()
+            except GatewayError as err:
+                if trace is not None:
+                    trace.admitted(error_code(err))
+                await self._dispatcher.release_plan(info, plan)
+                raise
+            if trace is not None:
+                trace.admitted()
+        return InferenceCall(req, surface, raw, body, requested, info, walk, plan)
+
+    async def _until_disconnect(
+        self, call: InferenceCall, serve: Callable[[InferenceCall], Awaitable[None]]
+    ) -> None:
+        """Run ``serve`` but cancel it when the client goes away (not counted as a failure)."""
+        req = call.req
+        with anyio.CancelScope() as scope:
+
+            async def watch() -> None:
+                while (await req.receive())["type"] != "http.disconnect":
+                    pass
+                scope.cancel()
+
+            watcher = asyncio.create_task(watch())
+            try:
+                await serve(call)
+            except RecursionError:
+                # A body nested just short of what decoding refuses still cannot be encoded
+                # again deeper in the stack (for the upstream): the same refusal.
+                raise _too_deep() from None
+            finally:
+                watcher.cancel()
+
+    def _headers(self, call: InferenceCall, endpoint: str) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"x-routed-via", endpoint.encode()),
+            (b"x-request-id", call.info.request_id.encode()),
+            call.info.record.overhead_header(),
+        ]
+
+    async def _serve_once(self, call: InferenceCall) -> None:
+        rendered = b""
+        body, surface, raw, steered = call.body, call.surface, call.raw, call.walk.steered
+
+        async def complete(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
+            nonlocal rendered
+            answer = await adapter.complete(target, body)
+            # Rendered within the attempt: an answer the client's shape cannot express is
+            # this route's bad response, and the next route may still serve.
+            shown = call.requested if steered is None else model
+            rendered = surface.render(answer, shown, raw)
+            return answer
+
+        served = await self._dispatcher.call(call.info, call.plan, complete, call.walk)
+        self.targeting.served(call.walk, served.model, call.requested)
+        await call.req.respond(200, rendered, self._headers(call, served.candidate.endpoint))
+
+    async def _serve_embeddings(self, call: InferenceCall) -> None:
+        body = call.body
+
+        async def embed(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
+            return await adapter.embed(target, body)
+
+        served = await self._dispatcher.call(call.info, call.plan, embed, call.walk)
+        served.body["model"] = self.targeting.served(call.walk, served.model, call.requested)
+        await call.req.respond(
+            200, _encode(served.body), self._headers(call, served.candidate.endpoint)
+        )
+
+    async def _serve_stream(self, call: InferenceCall) -> None:
+        stream = await self._dispatcher.open_stream(call.info, call.plan, call.body, call.walk)
+        try:
+            shown = self.targeting.served(call.walk, stream.model, call.requested)
+            await self._relay(call, call.surface.stream(shown, call.raw), stream)
+        finally:  # however the relay ends, its capacity lease goes back (a no-op once closed)
+            await self._leases.release(stream.candidate)
+
+    async def _relay(
+        self, call: InferenceCall, renderer: StreamRenderer, stream: StreamAttempt
+    ) -> None:
+        req = call.req
+        outcome, failure = "success", None
+        unsent: list[bytes] = []  # rendered frames not yet written
+        try:
+            await req.start(200, [*_SSE_HEADERS, *self._headers(call, stream.candidate.endpoint)])
+            async for batch in stream.batches():
+                # One write per upstream read (a client send costs far more than the frames),
+                # and the last read's frames go out with the end of the answer.
+                for chunk in batch:
+                    unsent += renderer.feed(chunk)
+                if unsent and not batch.last:
+                    await req.chunk(b"".join(unsent))
+                    unsent.clear()
+            tail = renderer.finish()
+        except UpstreamError as err:
+            outcome, failure = "failure", err
+            logger.warning(
+                "stream from %s broke after commit: %s", stream.candidate.endpoint, err.message
+            )
+            tail = renderer.error(f"upstream stream broke: {err.message}")
+        except anyio.get_cancelled_exc_class():
+            await stream.close("cancelled")
+            raise
+        try:
+            await req.chunk(b"".join([*unsent, *tail]), more=False)
+        finally:
+            await stream.close(outcome, failure)

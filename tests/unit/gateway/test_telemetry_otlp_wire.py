@@ -1,0 +1,102 @@
+"""The span encoder (gateway.telemetry.otlp_wire): its bytes decode, with the official
+``opentelemetry-proto`` messages, to exactly the request the SDK's own encoder builds."""
+
+from __future__ import annotations
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    TraceState,
+    set_span_in_context,
+)
+
+from gateway.telemetry.otlp_wire import SpanEncoder
+
+
+def _spans() -> list[ReadableSpan]:
+    """Spans of two resources and three scopes, with every attribute type, events, error
+    status, a remote parent with trace state, and local children."""
+    finished = InMemorySpanExporter()
+    spans_by_provider = []
+    for service in ("llmgw", "other"):
+        provider = TracerProvider(
+            resource=Resource.create({"service.name": service, "deployment.id": 7}),
+        )
+        provider.add_span_processor(SimpleSpanProcessor(finished))
+        spans_by_provider.append(provider)
+    first, second = spans_by_provider
+    remote = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("vendor", "opaque"), ("llmgw", "x1")]),
+    )
+    tracer = first.get_tracer(
+        "llmgw", "1.2.3", schema_url="https://opentelemetry.io/schemas/1.26.0"
+    )
+    server = tracer.start_span(
+        "POST /v1/chat/completions",
+        context=set_span_in_context(NonRecordingSpan(remote)),
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": "POST", "server.port": 8080, "http.route": "/v1/x"},
+    )
+    child = tracer.start_span(
+        "chat up-model",
+        context=set_span_in_context(server),
+        kind=SpanKind.CLIENT,
+        attributes={
+            "gen_ai.request.stream": False,
+            "flag": True,
+            "llmgw.cost_usd": 0.000125,
+            "negative": -3,
+            "large": 2**62,
+            "empty": "",
+            "zero": 0,
+            "unicode": "モデル ✓",
+            "gen_ai.response.finish_reasons": ["stop", "length"],
+            "ints": [1, 2, 3],
+            "bools": [True, False],
+            "floats": [0.5],
+        },
+    )
+    child.add_event("gen_ai.choice", {"index": 0, "content": '{"a": 1}'})
+    child.add_event("bare")
+    child.set_status(Status(StatusCode.ERROR, "upstream said no"))
+    child.end()
+    tracer.start_span("llmgw.routing", context=set_span_in_context(server)).end()
+    server.set_status(Status(StatusCode.OK))
+    server.end()
+    first.get_tracer("second-scope").start_span("root", kind=SpanKind.INTERNAL).end()
+    second.get_tracer("llmgw").start_span("elsewhere", kind=SpanKind.PRODUCER).end()
+    return list(finished.get_finished_spans())
+
+
+def test_encoded_request_decodes_to_the_sdk_encoders_message() -> None:
+    spans = _spans()
+    encoder = SpanEncoder()
+
+    decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
+
+    assert decoded == encode_spans(spans)
+    assert len(decoded.resource_spans) == 2
+    assert [len(rs.scope_spans) for rs in decoded.resource_spans] == [2, 1]
+
+
+def test_cached_pairs_encode_a_second_batch_identically() -> None:
+    spans = _spans()
+    encoder = SpanEncoder()
+    first = encoder.encode(spans)
+
+    assert encoder.encode(spans) == first
+    assert ExportTraceServiceRequest.FromString(first) == encode_spans(spans)

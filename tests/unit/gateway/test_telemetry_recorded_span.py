@@ -1,0 +1,183 @@
+"""A request's recorded spans (gateway.telemetry.recorded_span): the sampler's one decision,
+trace continuation, parent links, and what reaches the exporter, decoded from the OTLP bytes
+the gateway sends."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from gateway.adapters.base import UpstreamTarget
+from gateway.http.request import HttpRequest
+from gateway.telemetry import start_telemetry
+from gateway.telemetry.otlp_wire import SpanEncoder
+from gateway.telemetry.recorded_span import SpanRecorder
+from schemas import RouteCandidate, RoutePlan, RouteRequest
+from schemas.config import GatewayConfig
+
+if TYPE_CHECKING:
+    import pytest
+
+    from tests.fixtures.otlp import OtlpReceiver
+
+_TRACE = "0af7651916cd43dd8448eb211c80319c"
+_PARENT = "b7ad6b7169203331"
+
+
+def _recorder(sampler: Sampler | None = None) -> tuple[SpanRecorder, InMemorySpanExporter]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "t"}), sampler=sampler)
+    exported = InMemorySpanExporter()
+    return SpanRecorder(
+        provider, SimpleSpanProcessor(exported), InstrumentationScope("llmgw")
+    ), exported
+
+
+def _decoded(exported: InMemorySpanExporter) -> list[Any]:
+    spans: Any = exported.get_finished_spans()
+    request = ExportTraceServiceRequest.FromString(SpanEncoder().encode(spans))
+    return [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
+
+
+def _remote(flags: str) -> Any:
+    carrier = {"traceparent": f"00-{_TRACE}-{_PARENT}-{flags}", "tracestate": "v=1"}
+    return TraceContextTextMapPropagator().extract(carrier)
+
+
+def test_a_sampled_client_trace_is_continued_and_children_hang_off_the_root() -> None:
+    recorder, exported = _recorder()
+    root = recorder.root("POST /v1/x", SpanKind.SERVER, _remote("01"), {"a": "b", "none": None})
+    child = root.child("chat m", SpanKind.CLIENT, {"n": 1})
+    child.set_attribute("dropped", None)
+    child.set_attributes({"ok": True, "gone": None})
+    child.add_event("gen_ai.choice", {"index": 0, "finish_reason": None})
+    child.set_status(Status(StatusCode.ERROR))
+    child.end()
+    child.end()  # a second end sends nothing more
+    root.end()
+
+    first, second = _decoded(exported)
+    assert first.trace_id.hex() == second.trace_id.hex() == _TRACE
+    assert first.parent_span_id == second.span_id
+    assert second.parent_span_id.hex() == _PARENT
+    assert second.trace_state == first.trace_state == "v=1"
+    assert (first.kind, second.kind) == (3, 2)  # CLIENT, SERVER
+    assert {a.key for a in first.attributes} == {"n", "ok"}
+    assert {a.key for a in second.attributes} == {"a"}
+    assert [(e.name, [a.key for a in e.attributes]) for e in first.events] == [
+        ("gen_ai.choice", ["index"])
+    ]
+    assert first.status.code == StatusCode.ERROR.value
+    assert second.flags == 0x300  # its parent was remote
+    assert first.flags == 0x100
+    assert first.end_time_unix_nano >= first.start_time_unix_nano > 0
+
+
+def test_an_unsampled_client_trace_exports_nothing_yet_keeps_its_ids() -> None:
+    recorder, exported = _recorder()  # the default: parent-based, always on
+    root = recorder.root("POST /v1/x", SpanKind.SERVER, _remote("00"), {})
+    child = root.child("chat m", SpanKind.CLIENT, {})
+    child.end()
+    root.end()
+
+    assert format(child.context.trace_id, "032x") == _TRACE
+    assert not child.context.trace_flags.sampled
+    assert exported.get_finished_spans() == ()
+
+
+def test_the_sampler_decides_once_for_a_new_trace() -> None:
+    recorder, exported = _recorder(ParentBased(ALWAYS_OFF))
+    root = recorder.root("POST /v1/x", SpanKind.SERVER, None, {})
+    root.child("llmgw.routing", SpanKind.INTERNAL, {}).end()
+    root.end()
+
+    assert root.context.trace_id != 0
+    assert root.parent is None
+    assert exported.get_finished_spans() == ()
+
+
+async def _never_receive() -> Any:
+    raise AssertionError("the trace never reads the body")
+
+
+async def _never_send(message: Any) -> None:
+    raise AssertionError("the trace never answers")
+
+
+async def _traced_attempt(
+    receiver: OtlpReceiver, ratio: float, traceparent: str | None
+) -> tuple[Any, dict[str, str]]:
+    """A request's trace under ``sampler_ratio: ratio`` and its first attempt's headers,
+    after the telemetry's shutdown flushed every span to ``receiver``."""
+    config = GatewayConfig.model_validate(
+        {
+            "telemetry": {"enabled": True, "sampler_ratio": ratio, "metrics": False},
+            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
+        }
+    )
+    telemetry = start_telemetry(config)
+    assert telemetry is not None
+    headers = [(b"traceparent", traceparent.encode())] if traceparent else []
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
+    req = HttpRequest(scope, _never_receive, _never_send, request_id="r-1")
+    trace = telemetry.request(req, req.path)
+    cand = RouteCandidate(
+        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
+    )
+    target = UpstreamTarget(
+        endpoint="m#0",
+        kind="echo",
+        base_url="http://e:81/v1",
+        upstream_model="m",
+        api_key=None,
+        timeout=1,
+        connect_timeout=1,
+    )
+    trace.routing(RouteRequest(model="m"))
+    trace.routed(RoutePlan(model="m", candidates=(cand,)), None)
+    sent = trace.attempt(1, cand, target, "chat", False).trace_headers
+    trace.finish(200, "")
+    await asyncio.to_thread(telemetry.shutdown)  # blocking: the export answers on this loop
+    assert sent is not None
+    return trace, sent
+
+
+async def test_an_unsampled_request_sends_its_server_spans_context_and_exports_nothing(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+
+    trace, sent = await _traced_attempt(otlp_receiver, 0.0, None)
+
+    assert not trace.sampled
+    server = trace.server.context
+    assert sent == {"traceparent": f"00-{trace.trace_id}-{server.span_id:016x}-00"}
+    assert otlp_receiver.spans == []
+
+
+async def test_a_sampled_client_parent_outranks_the_ratio_and_every_span_is_exported(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+
+    trace, sent = await _traced_attempt(otlp_receiver, 0.0, f"00-{_TRACE}-{_PARENT}-01")
+
+    assert trace.sampled
+    version, trace_id, span_id, flags = sent["traceparent"].split("-")
+    assert (version, trace_id, flags) == ("00", _TRACE, "01")
+    spans = {s.name: s for s in otlp_receiver.spans}
+    assert set(spans) == {"POST /v1/chat/completions", "llmgw.routing", "chat m"}
+    server = spans["POST /v1/chat/completions"]
+    assert server.parent_id == _PARENT
+    assert spans["llmgw.routing"].parent_id == spans["chat m"].parent_id == server.span_id
+    assert spans["chat m"].span_id == span_id
+    assert {s.trace_id for s in spans.values()} == {_TRACE}
