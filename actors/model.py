@@ -33,9 +33,10 @@ from actors.keypool_view import KeyViews
 from actors.model_load import ModelLoad
 from actors.state.affinity import AffinityTable
 from actors.state.circuit import CLOSED, HALF_OPEN, OPEN
+from actors.state.cooling import CooledRoutes
 from actors.state.prefill import PrefillLoad
 from actors.state.quota import KeyQuota, KeyUsage
-from actors.state.route_table import RouteEntry, RouteTable
+from actors.state.route_table import RouteEntry, RouteTable, earliest_recovery
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
 from actors.strategies.routewise.host import ProbeTick, RouteWiseHost
@@ -60,7 +61,6 @@ from schemas import (
     PinNotFoundError,
     ProbeGrant,
     ProbeRequest,
-    RouteCandidate,
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
@@ -80,7 +80,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _PROBE_LEASE_TIMEOUT = 2.0
-_UNKNOWN_RECOVERY_SECONDS = 1.0
 _PIN_FLUSH_SECONDS = 1.0
 
 
@@ -166,9 +165,7 @@ class ModelActor(Actor):
         self._degraded = False
         self._streak = 0
         self._tripped_until = 0.0
-        # Routes a 429 took out of rotation, and when their cooling ends: each is given the
-        # first request it can take after that (see _back_from_cooling).
-        self._cooled: dict[str, float] = {}
+        self._cooled = CooledRoutes()  # routes a 429 took out of rotation, until their reset
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
         self._quota = KeyQuota(
@@ -304,10 +301,9 @@ class ModelActor(Actor):
         now = self._clock()
         if is_backpressure(obs):
             self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
-            until = self._keys.cooling_until(obs.endpoint, None, now)
             entry = self._table.get(obs.endpoint)
-            if until is not None and entry is not None and entry.weight > 0:
-                self._cooled[obs.endpoint] = until
+            if entry is not None and entry.weight > 0:
+                self._cooled.cooled(obs.endpoint, self._keys.cooling_until(obs.endpoint, None, now))
         elif obs.outcome == "success":
             self._keys.succeeded(obs.endpoint, obs.credential_id)
         event = self._load.observed(obs, now)
@@ -439,7 +435,7 @@ class ModelActor(Actor):
                 raise AllRoutesCoolingError(
                     f"every route of model {self._model.id!r} is cooling after its "
                     "provider's rate limit",
-                    retry_after=self._earliest_recovery(considered, now, (), cooling),
+                    retry_after=earliest_recovery(considered, now, (), cooling),
                 )
         # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
         routes, keys = self._keys.screen(routes, req, now)
@@ -472,7 +468,7 @@ class ModelActor(Actor):
             raise refusal(
                 f"every route of model {self._model.id!r} is unavailable (circuits open, "
                 "benched, probe in flight, cooling or at capacity)",
-                retry_after=self._earliest_recovery(considered, now, keys.refused, cooling),
+                retry_after=earliest_recovery(considered, now, keys.refused, cooling),
             )
         entry, probe = primary
         spare = [r for r in backups if self._closed(r, now)]
@@ -547,7 +543,9 @@ class ModelActor(Actor):
             r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens, now)
             for r in (*closed, *probing)
         }
-        cooled = self._back_from_cooling(closed, req, now)
+        cooled = self._cooled.back(
+            closed, lambda e: self._keys.cooling_until(e, None, now), now, take=not req.dry
+        )
         if cooled is not None:
             self._commit(req, cooled, uncached, now, use_affinity=False)
             return (cooled, False), "cooled"
@@ -579,10 +577,12 @@ class ModelActor(Actor):
             and getattr(self._strategy, "session_affinity", True)
         )
         if use_affinity:
-            back = await self._home(req, closed, probing)
-            if back is not None:
-                self._commit(req, back[0], uncached, now, use_affinity)
-                return back, "affinity_home" if not back[1] else "probe"
+            # A caller moved off a route since benched goes back once it is in rotation.
+            home = self._affinity.returning(req.caller, self._table.benched(now), mark=not req.dry)
+            back = next((r for r in (*closed, *probing) if r.endpoint == home), None)
+            if back is not None and (back in closed or await self._lease_probe(back, req)):
+                self._commit(req, back, uncached, now, use_affinity)
+                return (back, back not in closed), "affinity_home"
             pinned_id = self._affinity.get(req.caller, now)
             if pinned_id is not None:
                 pinned = next((r for r in closed if r.endpoint == pinned_id), None)
@@ -614,46 +614,6 @@ class ModelActor(Actor):
             if not closed and not probing:
                 break
         return None, reason
-
-    def _back_from_cooling(
-        self, closed: list[RouteEntry], req: RouteRequest, now: float
-    ) -> RouteEntry | None:
-        """A route whose cooling after a 429 is over, given the first request it can take
-        (in rotation, under its learned limit): it is back in use at its provider's reset,
-        not whenever the draw next lands on it, and one request, not a herd, finds out
-        whether the provider takes traffic again."""
-        for entry in closed:
-            until = self._cooled.get(entry.endpoint)
-            if until is None or until > now:
-                continue
-            if self._keys.cooling_until(entry.endpoint, None, now) is not None:
-                continue  # cooling again, for longer
-            if not req.dry:
-                del self._cooled[entry.endpoint]
-            return entry
-        return None
-
-    async def _home(
-        self, req: RouteRequest, closed: list[RouteEntry], probing: list[RouteEntry]
-    ) -> tuple[RouteEntry, bool] | None:
-        """The route ``req``'s caller was moved off, benched since and now back in rotation
-        (and whether it is the half-open probe, leased here); None when it has no such home
-        or it is still out."""
-        home, benched = self._affinity.home(req.caller)
-        if not home:
-            return None
-        if not benched:
-            entry = self._table.get(home)
-            if entry is not None and entry.benched(self._clock()) and not req.dry:
-                self._affinity.home_benched(req.caller)
-            return None
-        for entry in closed:
-            if entry.endpoint == home:
-                return entry, False
-        for entry in probing:
-            if entry.endpoint == home and await self._lease_probe(entry, req):
-                return entry, True
-        return None
 
     def _commit(
         self,
@@ -709,29 +669,3 @@ class ModelActor(Actor):
             if until is not None:
                 out[r.endpoint] = until
         return out
-
-    @staticmethod
-    def _earliest_recovery(
-        routes: list[RouteEntry],
-        now: float,
-        refused: tuple[RouteCandidate, ...] = (),
-        cooling: dict[str, float] | None = None,
-    ) -> float:
-        """Seconds until the first of ``routes`` may serve again: when its circuit or bench
-        lets it (and its cooling ends), and for a route whose keys all refuse the caller, not
-        before one is back."""
-        key_waits = {c.endpoint: c.retry_after for c in refused}
-        cooling = cooling or {}
-        waits = []
-        for r in routes:
-            at = r.available_at(now)
-            if r.endpoint in cooling:
-                at = max(at or 0.0, cooling[r.endpoint])
-            wait = at - now if at is not None else None
-            if r.endpoint in key_waits:
-                key_wait = key_waits[r.endpoint]  # None: no key of this caller's comes back
-                wait = None if key_wait is None else max(wait or 0.0, key_wait)
-            if wait is not None:
-                waits.append(wait)
-        # A half-open endpoint whose probe is out has no open_until: ask again shortly.
-        return min(waits) if waits else _UNKNOWN_RECOVERY_SECONDS

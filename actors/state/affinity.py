@@ -15,6 +15,10 @@ error, an open circuit, a weight set to 0) keeps the spec's behaviour: the new p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 @dataclass(slots=True)
@@ -55,6 +59,15 @@ class AffinityTable:
         (then the caller returns to it once it is back)."""
         pin = self._pins.get(caller)
         return ("", False) if pin is None else (pin.home, pin.home_benched)
+
+    def returning(self, caller: str, benched: Callable[[str], bool], *, mark: bool) -> str:
+        """The home ``caller`` goes back to once it is in rotation: its home if it was benched
+        since, else "" (``benched`` says whether an endpoint is benched now; ``mark``: note
+        it, a dry run does not)."""
+        home, was_benched = self.home(caller)
+        if home and not was_benched and mark and benched(home):
+            self.home_benched(caller)
+        return home if was_benched else ""
 
     def home_benched(self, caller: str) -> None:
         """``caller``'s home is benched: it returns there once the bench is over."""

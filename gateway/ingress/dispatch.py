@@ -271,6 +271,8 @@ class Dispatcher:
         its backup) until one succeeds. Raises the deterministic error."""
         failures = Failures()
         budget = (walk.budget if walk is not None else None) or self.budget(info)
+        if walk is not None:
+            walk.budget = budget  # one allowance for the walk's cooling waits and the loop's
         hedge_after_ms = plan.hedge_after_ms
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             async for planned in attempts:

@@ -234,7 +234,7 @@ class Targeting:
 class PlanWalk:
     """Owns the position of one request in its ordered models."""
 
-    __slots__ = ("_ask", "_models", "_next", "budget", "steered")
+    __slots__ = ("_ask", "_models", "_next", "budget", "budget_for", "steered")
 
     def __init__(
         self,
@@ -247,7 +247,10 @@ class PlanWalk:
         self._ask = ask
         self._next = 0
         self.steered = steered
-        self.budget = budget  # set by the live path: lets the walk wait for a cooling route
+        self.budget = budget
+        # The live path's: makes the request's budget when the walk first needs one (the
+        # happy path never does: the failover loop makes it), so it may wait for cooling.
+        self.budget_for: Callable[[], Budget] | None = None
 
     @property
     def has_more(self) -> bool:
@@ -302,6 +305,8 @@ class PlanWalk:
         (or no model was held out by cooling)."""
         waits = [e.retry_after for e in errors if isinstance(e, AllRoutesCoolingError)]
         known = [w for w in waits if w is not None]
+        if self.budget is None and self.budget_for is not None:
+            self.budget = self.budget_for()
         wait = self.budget.cooling_wait(min(known)) if known and self.budget else None
         if wait is None:
             return False
