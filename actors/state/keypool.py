@@ -152,6 +152,13 @@ class KeyPool:
             keys.sort(key=lambda cid: prefer.get(cid, _UNRANKED))
         return keys
 
+    def spares(self, cid: str, role: str | None, now: float, limit: int) -> tuple[str, ...]:
+        """Up to ``limit`` usable keys other than ``cid``, in preference order: where a
+        request goes when the upstream refuses ``cid`` itself."""
+        if len(self._keys) < 2:
+            return ()
+        return tuple(k for k in self.usable(role, now) if k != cid)[:limit]
+
     def cooling_until(self, role: str | None, now: float) -> float | None:
         """When this route may serve ``role`` again if cooling is all that holds it out: the
         first end among its cooling keys while every key ``role`` may spend is cooling or

@@ -215,3 +215,11 @@ def test_probe_lift_never_ends_a_mute_before_the_providers_retry_after() -> None
     assert pool.lift("k2", now=5) == 5
     assert pool.muted_until("k2", 5) is None
     assert pool.remute("k2", now=6) == 16  # the period it was muted for, again
+
+
+def test_spares_are_the_other_usable_keys_in_order_bounded() -> None:
+    p = pool(("a", "free"), ("b", "free"), ("c", "free"), ("d", "free"))
+    fail(p, "c", 0, 401)
+    assert p.spares("a", "free", 1, 5) == ("b", "d")
+    assert p.spares("a", "free", 1, 1) == ("b",)
+    assert pool(("a", "free")).spares("a", "free", 0, 5) == ()
