@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from wsgiref.handlers import format_date_time
 
 import h11
 import hypercorn.protocol
@@ -35,6 +37,9 @@ from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -132,9 +137,30 @@ class _FramedConnection(h11.Connection):
 
 
 class EdgeConfig(HypercornConfig):
-    """Hypercorn's settings plus the edge's own (one object per server)."""
+    """Hypercorn's settings plus the edge's own (one object per server). Reads the wall
+    clock through ``wall``."""
 
     header_timeout: float = HEADER_TIMEOUT
+    wall: Callable[[], float] = staticmethod(time.time)
+    _stamped: tuple[int, str, list[tuple[bytes, bytes]]] | None = None
+
+    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        """Hypercorn's headers for every answer (``date``, ``server``), made once per second
+        and protocol: Hypercorn formats the date anew for each answer, yet it changes once
+        a second."""
+        second = int(self.wall())
+        stamped = self._stamped
+        if stamped is None or stamped[0] != second or stamped[1] != protocol:
+            headers = [
+                (name, value) if name != b"date" else (name, _http_date(second))
+                for name, value in super().response_headers(protocol)
+            ]
+            stamped = self._stamped = (second, protocol, headers)
+        return list(stamped[2])
+
+
+def _http_date(second: int) -> bytes:
+    return format_date_time(second).encode("ascii")
 
 
 class EdgeH11Protocol(H11Protocol):
