@@ -22,14 +22,14 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET
 from bus import open_bus
 from gateway.process.config import load_config
-from tests.e2e.conftest import CHAT, HI, WAIT, config, model, route
-from tests.e2e.test_cluster_takeover_multiprocess_nats import (
-    CLUSTER,
-    _pair_moving_together,
-    _spawn,
-    _until_owned,
-    _write,
+from tests.e2e.cluster_support import (
+    pair_moving_together,
+    spawn_serve,
+    until_owned,
+    write_config,
 )
+from tests.e2e.conftest import CHAT, HI, WAIT, config, model, route
+from tests.e2e.test_cluster_takeover_multiprocess_nats import CLUSTER
 from tests.fixtures.upstream import Held
 
 if TYPE_CHECKING:
@@ -105,9 +105,9 @@ async def test_keys_limits_and_budgets_outlive_a_killed_owner(
         cluster=CLUSTER,
         auth_cache_seconds=0,  # every request asks the keys' owner
     )
-    nodes = _pair_moving_together("api_keys", "limits")
+    nodes = pair_moving_together("api_keys", "limits")
     cfgs = {
-        node: _write(
+        node: write_config(
             tmp_path / f"{node}.yaml",
             {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
@@ -116,12 +116,12 @@ async def test_keys_limits_and_budgets_outlive_a_killed_owner(
     units = {s.name for s in build_tree(load_config(cfgs[nodes[0]]), request_log=True).specs}
     bus_url = ",".join(nats_cluster.urls)
     hosts = {
-        node: await _spawn(
+        node: await spawn_serve(
             processes, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
         )
         for node, path in cfgs.items()
     }
-    ingress = await _spawn(
+    ingress = await spawn_serve(
         processes, "--config", cfgs[nodes[0]], "--bus", bus_url, "--role", "ingress", "--port", "0"
     )
     watcher = await open_bus(nats_cluster.urls[1], name="test-watcher")
@@ -131,7 +131,7 @@ async def test_keys_limits_and_budgets_outlive_a_killed_owner(
     http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT)
     try:
         kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
-        split = await _until_owned(kv, units, set(nodes))
+        split = await until_owned(kv, units, set(nodes))
         victim = split["limits"]
         survivor = nodes[1] if victim == nodes[0] else nodes[0]
 
@@ -152,7 +152,7 @@ async def test_keys_limits_and_budgets_outlive_a_killed_owner(
         proc = hosts[victim].proc
         assert proc is not None
         proc.kill()
-        await _until_owned(kv, units, {survivor})
+        await until_owned(kv, units, {survivor})
 
         # The survivor answers with what the killed host saved: keys, limits, counts.
         async def until_answered(key: str, model_id: str = "m") -> httpx.Response:
