@@ -108,6 +108,7 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 
 from __future__ import annotations
 
+import functools
 import re
 
 PREFIX = "llmgw"
@@ -124,6 +125,11 @@ def token(raw: str) -> str:
     """
     if _ALL_SAFE.fullmatch(raw):
         return raw
+    return _escaped(raw)
+
+
+@functools.lru_cache(maxsize=4096)  # endpoint ids (``model#0``) are escaped on every attempt
+def _escaped(raw: str) -> str:
     out: list[str] = []
     for ch in raw:
         if ch in _SAFE:
