@@ -68,7 +68,9 @@ def build_tree(
     strategies' random draws repeatable (the replay's; production leaves both unset).
     ``shared_state`` (a cluster of actors hosts): the gateway API keys, the limits and the
     budgets live in ``snapshots`` (JetStream, which every host reads) instead of the SQLite
-    file at ``database.path``, which only the host that wrote it could read."""
+    file at ``database.path``, which only the host that wrote it could read; the
+    database-added provider keys (secrets) in the PostgreSQL database at ``database.url``
+    when one is configured."""
     circuit = config.routing.circuit
     endpoint_specs: list[ChildSpec | Supervisor] = []
     model_specs: list[ChildSpec | Supervisor] = []
@@ -153,7 +155,13 @@ def build_tree(
                 period=5.0,
                 children=endpoint_specs,
             ),
-            keys_supervisor(config, clock=clock, snapshots=snapshots),
+            keys_supervisor(
+                config,
+                clock=clock,
+                snapshots=snapshots,
+                # Not the snapshots: those are readable by any NATS user allowed on $JS.
+                shared_url=config.database.url if shared_state else None,
+            ),
             Supervisor(
                 "capacity",
                 strategy=Strategy.ONE_FOR_ONE,

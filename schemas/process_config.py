@@ -93,7 +93,9 @@ class DatabaseConfig(Strict):
 
     ``url`` (``postgresql://user:password@host:port/db``, or ``LLMGW_DATABASE_URL``): the
     request log and the spend aggregates live in that PostgreSQL database instead of the
-    SQLite file, where every actor host can reach them; everything else stays in ``path``.
+    SQLite file, where every actor host can reach them, and so do, in a cluster, the provider
+    keys added through the admin API (they move with a takeover); everything else stays in
+    ``path``.
     Never printed with its password (``repr`` leaves it out; logs show it redacted).
     """
 

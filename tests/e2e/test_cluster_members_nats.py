@@ -22,10 +22,8 @@ from gateway.process.config import load_config
 from tests.e2e.cluster_support import spawn_serve
 from tests.e2e.conftest import PROCESS_WAIT, WAIT, config, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
-from tests.fixtures.nats import start_nats_server
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.fixtures.upstream import FakeUpstream
@@ -35,14 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 ADMIN = "members-admin-key"
 CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5}
 NODES = ("n1", "n2")
-
-
-@pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[str]:
-    """A NATS server of this test's own (no other test's hosts in its buckets); requested
-    before ``processes`` so the processes stop before it does."""
-    with start_nats_server(tmp_path / "nats") as url:
-        yield url
 
 
 async def _settled(http: httpx.AsyncClient, units: set[str]) -> dict[str, Any]:

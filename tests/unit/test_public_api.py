@@ -164,6 +164,7 @@ PINNED: dict[str, list[str]] = {
         "open_bus",
     ],
     "actors.cluster": [
+        "ClusterConfigActor",
         "ClusterHost",
         "FencedSnapshots",
         "HOSTS_BUCKET",
