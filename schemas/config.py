@@ -415,12 +415,15 @@ class BenchConfig(Strict):
     """The model bench (spec "A failing model is benched"): ``failures`` retryable failures of
     one route inside ``window_seconds`` bench it for ``duration_seconds`` on every credential;
     background probes re-validate it, first after the circuit cooldown (or after
-    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps."""
+    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps of at
+    most ``probe_max_interval_seconds``, so a route back from an outage is probed and back in
+    rotation within that."""
 
     failures: int = Field(default=3, ge=1)
     window_seconds: float = Field(default=900.0, gt=0)
     duration_seconds: float = Field(default=600.0, gt=0)
     probe_after_fraction: float = Field(default=0.5, gt=0, lt=1)
+    probe_max_interval_seconds: float = Field(default=60.0, gt=0)
     model_breaker_failures: int = Field(default=0, ge=0)
 
 
@@ -450,11 +453,15 @@ class FailoverConfig(Strict):
 
     No retry starts after ``budget_seconds`` (0 disables), and an attempt still waiting for its
     first byte when the budget expires is cancelled if another route could take over; the
-    first attempt and the first retry always run.
+    first attempt and the first retry always run. When every route is cooling after its
+    provider's 429, a request waits for the earliest reset and tries again if that is at most
+    ``cooling_wait_seconds`` away (in all, per request, and within the budget; 0 disables),
+    else it is answered 503 with ``Retry-After``.
     """
 
     max_attempts: int = Field(default=20, ge=1)
     budget_seconds: float = Field(default=45.0, ge=0)
+    cooling_wait_seconds: float = Field(default=2.0, ge=0)
 
 
 class LeaseConfig(Strict):

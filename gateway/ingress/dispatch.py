@@ -108,6 +108,10 @@ class Dispatcher:
         """The dispatcher's clock."""
         return self._clock()
 
+    def budget(self, info: RequestInfo) -> Budget:
+        """A new budget for ``info``: its hop cap, deadline and wait for cooling routes."""
+        return Budget(self._failover, info.started, self._clock)
+
     async def _attempts(
         self,
         info: RequestInfo,
@@ -154,6 +158,9 @@ class Dispatcher:
             # the cancellation lands on its attempt, which releases it.
             with anyio.CancelScope(shield=True):
                 current = await walk.next()
+            if current is None and failures.rate_limited():
+                # Every route tried asked us to slow down: the first one back, if it is near.
+                current = await walk.after_cooling()
 
     async def _release_all(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
         """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
@@ -263,7 +270,9 @@ class Dispatcher:
         """The failover loop: each attempt of ``kind`` in turn (a hedged primary raced against
         its backup) until one succeeds. Raises the deterministic error."""
         failures = Failures()
-        budget = Budget(self._failover, info.started, self._clock)
+        budget = (walk.budget if walk is not None else None) or self.budget(info)
+        if walk is not None:
+            walk.budget = budget  # one allowance for the walk's cooling waits and the loop's
         hedge_after_ms = plan.hedge_after_ms
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             async for planned in attempts:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from gateway.http.errors import REQUEST_DESCRIBING
 from schemas import (
+    QUOTA_EXHAUSTED,
     ContentFilteredError,
     KeyPoolExhaustedError,
     KeyPoolRoleRestrictedError,
@@ -104,6 +105,13 @@ class Failures:
         refused = self._refused_window
         return refused is not None and c.context_window is not None and c.context_window <= refused
 
+    def rate_limited(self) -> bool:
+        """Whether every attempt so far met a provider's rate limit (a 429 that is not a
+        quota exhaustion): back-pressure, so each of those routes is cooling."""
+        return bool(self.errors) and all(
+            e.status == 429 and e.kind != QUOTA_EXHAUSTED for e in self.errors
+        )
+
     def final(self) -> UpstreamError:
         if self.errors and all(isinstance(e, KeyPoolExhaustedError) for e in self.errors):
             return merged_refusal(self.errors)
@@ -114,9 +122,10 @@ class Failures:
 
 
 class Budget:
-    """One request's hop cap and wall-clock budget (``routing.failover``), on ``clock``."""
+    """One request's hop cap, wall-clock budget and wait for cooling routes
+    (``routing.failover``), on ``clock``."""
 
-    __slots__ = ("_clock", "_deadline", "_max")
+    __slots__ = ("_clock", "_cooling_left", "_deadline", "_max")
 
     def __init__(
         self, settings: FailoverConfig, started: float, clock: Callable[[], float]
@@ -124,6 +133,19 @@ class Budget:
         self._clock = clock
         self._max = settings.max_attempts
         self._deadline = started + settings.budget_seconds if settings.budget_seconds else None
+        self._cooling_left = settings.cooling_wait_seconds
+
+    def cooling_wait(self, retry_after: float | None) -> float | None:
+        """Seconds to wait for the first cooling route to come back (``retry_after``), taken
+        from what is left of the request's ``cooling_wait_seconds``; None when that or the
+        budget cannot cover it (the client is then told when to come back)."""
+        if retry_after is None or retry_after > self._cooling_left:
+            return None
+        wait = max(0.0, retry_after)
+        if self._deadline is not None and self._clock() + wait >= self._deadline:
+            return None
+        self._cooling_left -= wait
+        return wait
 
     def may_start(self, attempt: int) -> bool:
         """Whether attempt number ``attempt`` may start now (the first two always may)."""

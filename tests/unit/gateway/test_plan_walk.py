@@ -9,16 +9,19 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
+from gateway.ingress.failover import Budget
 from gateway.ingress.plan_walk import PlanWalk
 from schemas import (
     AllCircuitsOpenError,
+    AllRoutesCoolingError,
+    Message,
     RouteCandidate,
     RoutePlan,
     RouteRequest,
     raise_for_reply,
     subjects,
 )
-from schemas.config import ModelConfig
+from schemas.config import FailoverConfig, ModelConfig
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -53,8 +56,24 @@ class _Asker:
         return raise_for_reply(reply)
 
 
-def _walk(asker: _Asker, *ids: str) -> PlanWalk:
-    return PlanWalk(_models(*ids), asker)
+def _walk(asker: _Asker, *ids: str, budget: Budget | None = None) -> PlanWalk:
+    return PlanWalk(_models(*ids), asker, budget=budget)
+
+
+def _budget(cooling_wait: float) -> Budget:
+    loop = asyncio.get_running_loop()
+    return Budget(FailoverConfig(cooling_wait_seconds=cooling_wait), loop.time(), loop.time)
+
+
+async def _answering(bus: InProcessBus, model: str, *answers: Message) -> list[float]:
+    """Answer ``model``'s plan requests with ``answers`` in turn; returns when each came."""
+    loop, asked_at = asyncio.get_running_loop(), []
+    async with bus.subscribe(subjects.model_route(model)) as sub:
+        for answer in answers:
+            req = await anext(aiter(sub))
+            asked_at.append(loop.time())
+            await req.respond(answer)
+    return asked_at
 
 
 async def test_walk_skips_a_model_that_cannot_plan(bus: InProcessBus) -> None:
@@ -95,3 +114,57 @@ async def test_walk_does_not_wait_out_one_decision_timeout_per_model(bus: InProc
         with pytest.raises(RequestTimeoutError):
             await walk.next()
     assert asker.asked == ["a", "b"]
+
+
+PLAN_A = RoutePlan(model="a", candidates=(RouteCandidate(endpoint="a/0", kind="echo"),))
+
+
+async def test_every_route_cooling_with_the_reset_near_waits_for_it_and_plans_again(
+    bus: InProcessBus,
+) -> None:
+    cooling = AllRoutesCoolingError("cooling", retry_after=0.05).to_reply()
+    answering = asyncio.create_task(_answering(bus, "a", cooling, PLAN_A))
+    await asyncio.sleep(0)  # the owner is subscribed
+    asker = _Asker(bus)
+
+    got = await _walk(asker, "a", budget=_budget(2.0)).first()
+
+    first, again = await answering
+    assert got.model == "a"
+    assert asker.asked == ["a", "a"]  # asked again once, at the reset: no polling
+    assert again - first >= 0.05
+
+
+async def test_a_reset_beyond_what_is_left_of_the_cooling_wait_is_answered_at_once(
+    bus: InProcessBus,
+) -> None:
+    cooling = AllRoutesCoolingError("cooling", retry_after=0.05).to_reply()
+    answering = asyncio.create_task(_answering(bus, "a", cooling, cooling))
+    await asyncio.sleep(0)
+    asker = _Asker(bus)
+
+    # 0.08 s in all: the first reset is waited for, the second would pass the allowance.
+    with pytest.raises(AllRoutesCoolingError) as refused:
+        await _walk(asker, "a", budget=_budget(0.08)).first()
+
+    await answering
+    assert isinstance(refused.value, AllCircuitsOpenError)  # what the client is shown
+    assert refused.value.retry_after == pytest.approx(0.05)
+    assert asker.asked == ["a", "a"]
+
+
+async def test_only_cooling_is_waited_for_and_only_with_a_budget(bus: InProcessBus) -> None:
+    open_ = AllCircuitsOpenError("open", retry_after=0.01).to_reply()
+    cooling = AllRoutesCoolingError("cooling", retry_after=0.01).to_reply()
+    answering = asyncio.create_task(_answering(bus, "a", open_, cooling))
+    await asyncio.sleep(0)
+    asker = _Asker(bus)
+
+    with pytest.raises(AllCircuitsOpenError) as sick:  # open circuits: sickness, no wait
+        await _walk(asker, "a", budget=_budget(2.0)).first()
+    with pytest.raises(AllRoutesCoolingError):  # explain's walk has no budget
+        await _walk(asker, "a").first()
+
+    await answering
+    assert type(sick.value) is AllCircuitsOpenError
+    assert asker.asked == ["a", "a"]
