@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.base import Serve
+from actors.stores.db import SharedDatabaseError
 from schemas import (
     AdminCommand,
     AdminExecuted,
@@ -67,7 +68,7 @@ async def stored(op: Awaitable[_T], what: str) -> _T:
     ``what`` (the state stays as it was: SQLite rolled the statement back)."""
     try:
         return await op
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, SharedDatabaseError) as exc:
         raise GatewayError(f"the {what} database failed: {exc}") from None
 
 

@@ -28,7 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea, role_arg, stored, text_arg
 from actors.base import Actor, ActorContext, Serve
-from actors.stores.api_keys import API_KEYS, ApiKeyStore, parse_duration, parse_instant
+from actors.stores.api_keys import (
+    API_KEYS,
+    ApiKeys,
+    ApiKeyStore,
+    parse_duration,
+    parse_instant,
+)
+from actors.stores.api_keys_snapshot import SnapshotApiKeyStore
 from actors.stores.provider_keys import LazyDb
 from schemas import (
     AdminCommand,
@@ -44,6 +51,7 @@ from schemas import (
 )
 
 if TYPE_CHECKING:
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
 
 _WHAT = "gateway API key"
@@ -66,11 +74,14 @@ def _expiry(cmd: AdminCommand, now: float) -> float | None:
 class ApiKeyAdminActor(Actor):
     """Owns the gateway API keys: answers key lookups, the auth state and the ``api_keys``
     admin area. A database failure refuses the lookup or command (GatewayError); nothing is
-    announced for a change not made."""
+    announced for a change not made. With ``state`` (a cluster: the unit's snapshots in
+    JetStream) the keys live there instead of the SQLite file, so the host that takes this
+    one over knows every key (``stores.api_keys_snapshot``)."""
 
-    def __init__(self, db_path: str) -> None:
+    def __init__(self, db_path: str, *, state: SnapshotStore | None = None) -> None:
         self.name = "api_keys"
         self._db_path = db_path
+        self._shared = state
         self.admin = AdminArea(
             "api_keys",
             {
@@ -90,13 +101,17 @@ class ApiKeyAdminActor(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         """Announce whether auth is on; the file is created only on the first key."""
         self.ctx = ctx
-        self._store = ApiKeyStore(LazyDb(self._db_path, [API_KEYS]))
+        self._store: ApiKeys = (
+            ApiKeyStore(LazyDb(self._db_path, [API_KEYS]))
+            if self._shared is None
+            else SnapshotApiKeyStore(self._shared)
+        )
         self._any_keys = await self._store.any_keys()
         await ctx.publish(subjects.AUTH_STATE, AuthState(any_keys=self._any_keys))
 
     async def on_stop(self) -> None:
         """Close the database."""
-        await self._store.db.aclose()
+        await self._store.aclose()
 
     async def handle(self, env: Envelope) -> None:
         """Key lookups, the auth state, and admin commands of area ``api_keys``."""

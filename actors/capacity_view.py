@@ -132,7 +132,9 @@ class CapacityViews:
                 wait = self._wait(skip, now)
                 if not self._all <= skip:  # other routes are out for other reasons too
                     wait = min(wait, exc.retry_after or wait)
-                raise AllCircuitsOpenError(
+                # Still the cooling refusal when the other routes are cooling: a request may
+                # wait for the first reset (capacity may free before it, never after).
+                raise type(exc)(
                     f"{exc}; no capacity left on {', '.join(sorted(skip))}", retry_after=wait
                 ) from None
             first = plan.candidates[0] if plan.candidates else None

@@ -252,12 +252,14 @@ class EndpointActor(Actor):
         )
 
     def _start_bench_probes(self, now: float, until: float) -> None:
-        """Re-validate a new bench first after the circuit cooldown, then with backoff."""
+        """Re-validate a new bench first after the circuit cooldown, then with backoff (at
+        most ``probe_max_interval_seconds`` apart)."""
         self._stop_bench_probes()
         self._probes = ProbeBackoff(
             first_probe_after(
                 self._settings.cooldown_seconds, self._bench.probe_after_fraction, until - now
-            )
+            ),
+            self._bench.probe_max_interval_seconds,
         )
         self._schedule_bench_probe(now)
 

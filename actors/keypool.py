@@ -32,6 +32,7 @@ from actors.state.route_table import candidate_for
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
+    QUOTA_EXHAUSTED,
     KeyAcquire,
     KeyCooling,
     KeyDeclarations,
@@ -290,6 +291,7 @@ class KeyPoolActor(Actor):
             role=obs.role,
             now=now,
             retry_after=obs.retry_after,
+            quota=obs.error_kind == QUOTA_EXHAUSTED,
         )
         if until is None:
             return
@@ -431,10 +433,12 @@ def keys_supervisor(
     *,
     clock: Callable[[], float] | None = None,
     snapshots: SnapshotStore | None = None,
+    shared_url: str | None = None,
 ) -> Supervisor:
     """The ``keys`` subtree: the registry, then one KeyPoolActor per endpoint. A pool's spec
     holds only what its declaration depends on, so a config reload that changes a route's
-    weight (say) keeps the pool and its mutes."""
+    weight (say) keeps the pool and its mutes. ``shared_url``: the registry keeps the
+    database-added keys in that PostgreSQL database (a cluster) instead of the SQLite file."""
     roles = tuple(sorted(config_roles(config).items()))
     pools = tuple(
         PoolRoute(eid, route.base_url, route.credential_ids)
@@ -445,7 +449,10 @@ def keys_supervisor(
     settings = config.routing.key_pool
     children: list[ChildSpec | Supervisor] = [
         ChildSpec(
-            "keys:registry", functools.partial(KeyRegistryActor, config.database.path, roles, pools)
+            "keys:registry",
+            functools.partial(
+                KeyRegistryActor, config.database.path, roles, pools, shared_url=shared_url
+            ),
         ),
     ]
     for model in config.models:

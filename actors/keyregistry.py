@@ -1,7 +1,9 @@
 """KeyRegistryActor: owns the provider-key declarations and the admin area ``provider_keys``.
 
-What it owns: the database-added provider keys and the reservations by hash (the shared
-SQLite file's ``provider_api_keys`` and ``provider_env_key_min_roles``), merged with the most
+What it owns: the database-added provider keys and the reservations by hash (the SQLite
+file's ``provider_api_keys`` and ``provider_env_key_min_roles``; in a cluster, the same tables
+in the PostgreSQL database every actors host shares, so the host that takes the ``keys``
+unit over knows every key), merged with the most
 restrictive configured tier of every credential, as ``KeyDeclarations``. It loads them at
 start and publishes them on ``llmgw.keys.registry.declarations`` (every KeyPoolActor and
 ingress follows that subject) after every change.
@@ -16,7 +18,7 @@ keys for a tier"):
 - ``set_min_role`` {id, min_role} · ``delete`` {id}: change or remove a database key.
 - ``reserve`` {key | credential_id, min_role}: reserve an environment or config key for a
   tier and above by its hash (``free`` lifts the reservation).
-- ``reload``: re-read the file (changed behind the gateway's back) and apply what it holds.
+- ``reload``: re-read the database (changed behind the gateway's back) and apply what it holds.
 
 Ingresses never open the file: ``llmgw.keys.registry.secret`` (ProviderSecretRequest ->
 ProviderSecretGrant) answers the secret of one database key by credential id, valid for
@@ -58,6 +60,7 @@ from schemas.config import credential_id
 from schemas.keys import most_restrictive
 
 if TYPE_CHECKING:
+    from actors.stores.provider_keys_postgres import PostgresProviderKeyStore
     from bus import Envelope
 
 logger = logging.getLogger(__name__)
@@ -99,9 +102,11 @@ class KeyRegistryActor(Actor):
         pools: tuple[PoolRoute, ...] = (),
         *,
         apply_timeout: float = 5.0,
+        shared_url: str | None = None,
     ) -> None:
         self.name = "keys:registry"
         self._db_path = db_path
+        self._shared_url = shared_url
         self._configured_roles = configured_roles
         self._pools = pools
         self._apply_timeout = apply_timeout
@@ -126,14 +131,22 @@ class KeyRegistryActor(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         """Load the declarations and announce them."""
         self.ctx = ctx
-        self._store = ProviderKeyStore(LazyDb(self._db_path, [PROVIDER_KEYS]))
+        self._store = self._open_store()
         self._decls = KeyDeclarations()
         db_keys, reservations = await self._store.declarations()
         await self._publish(db_keys, reservations)
 
+    def _open_store(self) -> ProviderKeyStore | PostgresProviderKeyStore:
+        if self._shared_url is None:
+            return ProviderKeyStore(LazyDb(self._db_path, [PROVIDER_KEYS]))
+        # Imported here only: asyncpg is needed by deployments that configure PostgreSQL.
+        from actors.stores.provider_keys_postgres import PostgresProviderKeyStore
+
+        return PostgresProviderKeyStore(self._shared_url)
+
     async def on_stop(self) -> None:
         """Close the database."""
-        await self._store.db.aclose()
+        await self._store.aclose()
 
     async def handle(self, env: Envelope) -> None:
         """Answer the current declarations, a secret grant, or an admin command."""

@@ -25,7 +25,10 @@ hold; a settle is acknowledged only once saved, so its ingress keeps it until th
 crash loses no settled usage (it loses at most ``snapshot_seconds`` of admissions'
 counting). Leases are not snapshotted: a restarted owner counts a request whose lease it
 forgot when it settles (its reservation, already in the window snapshot, may then count
-twice: the error is on the safe side). Publishes ``BudgetThreshold`` on
+twice: the error is on the safe side). In a cluster (``state``: the unit's snapshots in
+JetStream, ``stores.limits_snapshot``) the leases are saved too, and admissions and settles
+are answered once one save holds them, so a host taking this one over goes on exactly.
+Publishes ``BudgetThreshold`` on
 ``llmgw.events.budget`` when a soft threshold or a whole budget is crossed (once per period)
 and ``LeaseExpired`` on ``llmgw.events.limits`` when a lease's ingress stopped renewing it.
 """
@@ -53,16 +56,11 @@ from actors.state.limit_counters import (
     count_unleased,
     settle,
 )
+from actors.state.limit_leases import dump_lease, restore_lease
 from actors.state.limit_usage import subject_usage, usage_report
 from actors.stores.db import open_db
-from actors.stores.limits import (
-    LIMITS,
-    load_counters,
-    load_limits,
-    load_settled,
-    save_counters,
-    save_limit,
-)
+from actors.stores.limits import LIMITS, CountersSave, LimitsStorage, SqliteLimits
+from actors.stores.limits_snapshot import SnapshotLimits
 from schemas import (
     AdminCommand,
     ApiKeyInfo,
@@ -96,8 +94,7 @@ from schemas.limits import (
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    import aiosqlite
-
+    from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
 
 logger = logging.getLogger(__name__)
@@ -118,6 +115,11 @@ class _Sweep:
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     """Local timer: save changed counters."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Flush:
+    """Save what admissions and settles changed, then answer them (a cluster's owner)."""
 
 
 def subject_arg(cmd: AdminCommand) -> str:
@@ -145,13 +147,22 @@ def subject_arg(cmd: AdminCommand) -> str:
 
 class LimitsActor(Actor):
     """Owns the ``limits`` tables and every counter. A storage failure refuses the admin
-    command (GatewayError); admission never touches storage."""
+    command (GatewayError); admission never waits for storage on one host. With ``state``
+    (a cluster: the unit's snapshots in JetStream, see ``stores.limits_snapshot``) the
+    limits, counters and leases live there instead of the SQLite file, and an admission is
+    answered once saved, so the host taking this one over holds every limit exactly."""
 
     def __init__(
-        self, db_path: str, settings: LimitsConfig, *, clock: Callable[[], float] = time.time
+        self,
+        db_path: str,
+        settings: LimitsConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        state: SnapshotStore | None = None,
     ) -> None:
         self.name = "limits"
         self._path = db_path
+        self._shared = state
         self._settings = settings
         self._clock = clock
         self.admin = AdminArea(
@@ -170,23 +181,31 @@ class LimitsActor(Actor):
     async def on_start(self, ctx: ActorContext) -> None:
         """Load the limits and the last counters, publish the limits, start the timers."""
         self.ctx = ctx
-        self._db: aiosqlite.Connection = await open_db(self._path, [LIMITS])
+        self._storage: LimitsStorage = (
+            SqliteLimits(await open_db(self._path, [LIMITS]))
+            if self._shared is None
+            else SnapshotLimits(self._shared)
+        )
         now = self._clock()
-        self._specs = await load_limits(self._db)
-        self._counters = {
-            s: Counters.restore(snap, now) for s, snap in (await load_counters(self._db)).items()
-        }
+        loaded = await self._storage.load(now - _SETTLED_KEEP_S)
+        self._specs = loaded.specs
+        self._counters = {s: Counters.restore(snap, now) for s, snap in loaded.counters.items()}
         self._leases: dict[str, Lease] = {}
         self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
+        for snap in loaded.leases:
+            lease = self._leases[snap.request_id] = restore_lease(snap, self._counter)
+            heapq.heappush(self._deadlines, (lease.expires, lease.request_id))
         self._dirty: set[str] = set()
+        self._leases_dirty = False  # admitted, settled, renewed or expired since the save
         self._expired: list[LeaseExpired] = []
         # Request ids settled lately (insertion order is time order), so that a settle its
         # ingress sent again counts once; kept _SETTLED_KEEP_S, at most _SETTLED_MAX of them.
-        self._settled: OrderedDict[str, float] = OrderedDict(
-            await load_settled(self._db, now - _SETTLED_KEEP_S)
-        )
+        self._settled: OrderedDict[str, float] = OrderedDict(loaded.settled)
         self._unsaved_settled: list[tuple[str, float]] = []
         self._acks: list[Envelope] = []  # settles counted, to acknowledge once saved
+        # Verdicts to answer once a save holds what they took (when leases are saved).
+        self._held: list[tuple[Envelope, AdmitReply | AdmitBatchReply]] = []
+        self._flushing = False  # a _Flush is queued
         await self._publish_state()
         ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
         ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
@@ -196,30 +215,34 @@ class LimitsActor(Actor):
         try:
             await self._save()
         finally:
-            await self._db.close()
+            await self._storage.aclose()
 
     async def handle(self, env: Envelope) -> None:
         """Admission, settles, renewals, the limits' view and the admin area."""
         match env.message:
             case AdmitRequest() as req:
-                await env.respond(self._admit(req))
+                await self._verdict(env, self._admit(req))
             case AdmitBatch() as batch:
-                await env.respond(AdmitBatchReply(replies=tuple(map(self._admit, batch.requests))))
+                replies = tuple(map(self._admit, batch.requests))
+                await self._verdict(env, AdmitBatchReply(replies=replies))
             # Settles are requests: counted at once, acknowledged once the counters holding
             # them are saved (the ingress keeps a settle until then, and sends it again).
             case LimitSettle() as done:
                 await self._settle(done)
                 self._acks.append(env)
+                await self._flush_soon()
             case LimitSettleBatch() as settles:
                 for done in settles.settles:
                     await self._settle(done)
                 self._acks.append(env)
+                await self._flush_soon()
             case LimitRenew() as renew:
                 expires = self._clock() + self._settings.lease_ttl_seconds
                 for rid in renew.request_ids:
                     lease = self._leases.get(rid)
                     if lease is not None:
                         lease.expires = expires
+                        self._leases_dirty = True  # saved with the next snapshot
             case LimitsGet():
                 await env.respond(self._state())
             case _ if self.admin.owns(env):
@@ -234,6 +257,24 @@ class LimitsActor(Actor):
         elif isinstance(msg, _Snapshot):
             await self._save()
             self.ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
+        elif isinstance(msg, _Flush):
+            self._flushing = False
+            await self._save()
+
+    async def _verdict(self, env: Envelope, reply: AdmitReply | AdmitBatchReply) -> None:
+        """Answer an admission: at once, or (when leases are saved) once a lease it may
+        have taken is saved, with every other verdict given meanwhile (one save for all)."""
+        if self._storage.saves_leases and self._leases_dirty:
+            self._held.append((env, reply))
+            await self._flush_soon()
+        else:
+            await env.respond(reply)
+
+    async def _flush_soon(self) -> None:
+        """Queue one save behind what the mailbox holds now (when leases are saved)."""
+        if self._storage.saves_leases and not self._flushing:
+            self._flushing = True
+            await self.ctx.send_self(_Flush())
 
     # -- counting -----------------------------------------------------------------------
 
@@ -275,6 +316,7 @@ class LimitsActor(Actor):
             self._leases[req.request_id] = verdict
             heapq.heappush(self._deadlines, (verdict.expires, req.request_id))
             self._dirty.update(s for s, _ in holds)
+            self._leases_dirty = True
             return self._reply(pairs, now, None)
         return self._reply(pairs, now, verdict)
 
@@ -313,6 +355,7 @@ class LimitsActor(Actor):
         self._unsaved_settled.append((done.request_id, now))
         lease = self._leases.pop(done.request_id, None)
         if lease is not None:
+            self._leases_dirty = True
             settle(lease, done.tokens, done.cost_usd, now)
             touched: Holds = [(h.subject, h.spec, h.counters) for h in lease.holds]
         else:
@@ -350,6 +393,7 @@ class LimitsActor(Actor):
             dead.append(lease)
         for lease in dead:
             del self._leases[lease.request_id]
+            self._leases_dirty = True
             self._dirty.update(h.subject for h in lease.holds)
             logger.info("limits: lease of %s (ingress %s) expired", lease.request_id, lease.ingress)
             settle(lease, lease.tokens, lease.cost_usd, now)
@@ -404,27 +448,38 @@ class LimitsActor(Actor):
                 logger.warning("limits: budget event not published: %s", exc)
 
     async def _save(self) -> None:
-        """Save the changed counters with the ids of the settles they hold, then acknowledge
-        those settles (a failed save keeps them unacknowledged: their ingresses send them
-        again, and the next save retries)."""
-        if self._dirty or self._unsaved_settled:
+        """Save the changed counters with the ids of the settles they hold (and, where kept,
+        the leases), then acknowledge those settles and answer the verdicts held for it (a
+        failed save keeps them unanswered: their ingresses send settles again and time the
+        admissions out, and the next save retries)."""
+        leases_dirty = self._leases_dirty and self._storage.saves_leases
+        if self._dirty or self._unsaved_settled or leases_dirty:
             snaps = {s: self._counters[s].snapshot() for s in self._dirty if s in self._counters}
             settled, self._unsaved_settled = self._unsaved_settled, []
-            self._dirty = set()
+            leases = (
+                [dump_lease(lease) for lease in self._leases.values()] if leases_dirty else None
+            )
+            self._dirty, self._leases_dirty = set(), False
             now = self._clock()
             try:
-                await save_counters(self._db, snaps, now, settled, now - _SETTLED_KEEP_S)
+                batch = CountersSave(snaps, now, settled, now - _SETTLED_KEEP_S, leases)
+                await self._storage.save_counters(batch)
             except Exception as exc:  # the next change retries; counting goes on in memory
                 logger.error("limits: saving counters failed: %s", exc)
                 self._dirty.update(snaps)
                 self._unsaved_settled[:0] = settled
+                self._leases_dirty = self._leases_dirty or leases_dirty
                 return
         acks, self._acks = self._acks, []
-        for env in acks:
+        answers: list[tuple[Envelope, AdmitReply | AdmitBatchReply]]
+        answers = [(env, AdmitReply(admitted=True)) for env in acks]
+        answers += self._held
+        self._held = []
+        for env, reply in answers:
             try:
-                await env.respond(AdmitReply(admitted=True))
-            except GatewayError as exc:  # its ingress sends it again; counted once
-                logger.info("limits: settle not acknowledged: %s", exc)
+                await env.respond(reply)
+            except GatewayError as exc:  # a settle's ingress sends it again; counted once
+                logger.info("limits: answer not delivered: %s", exc)
 
     # -- the view and the admin area ----------------------------------------------------
 
@@ -485,7 +540,7 @@ class LimitsActor(Actor):
         spec = spec_arg(cmd.args)
         if subject.startswith("key:"):
             await self._check_key(subject[len("key:") :])
-        await stored(save_limit(self._db, subject, spec, self._clock()), "limits")
+        await stored(self._storage.save_limit(subject, spec, self._clock()), "limits")
         self._specs[subject] = spec
         await self._publish_state()
         return {"subject": subject, "limit": msgspec.to_builtins(spec)}
@@ -512,7 +567,7 @@ class LimitsActor(Actor):
 
     async def _clear(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd)
-        await stored(save_limit(self._db, subject, None, self._clock()), "limits")
+        await stored(self._storage.save_limit(subject, None, self._clock()), "limits")
         existed = self._specs.pop(subject, None) is not None
         await self._publish_state()
         return {"subject": subject, "cleared": existed}

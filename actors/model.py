@@ -33,15 +33,17 @@ from actors.keypool_view import KeyViews
 from actors.model_load import ModelLoad
 from actors.state.affinity import AffinityTable
 from actors.state.circuit import CLOSED, HALF_OPEN, OPEN
+from actors.state.cooling import CooledRoutes
 from actors.state.prefill import PrefillLoad
 from actors.state.quota import KeyQuota, KeyUsage
-from actors.state.route_table import RouteEntry, RouteTable
+from actors.state.route_table import RouteEntry, RouteTable, earliest_recovery
 from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
 from actors.strategies.routewise.host import ProbeTick, RouteWiseHost
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     AllCircuitsOpenError,
+    AllRoutesCoolingError,
     CapacityState,
     EndpointState,
     ErrorCode,
@@ -59,7 +61,6 @@ from schemas import (
     PinNotFoundError,
     ProbeGrant,
     ProbeRequest,
-    RouteCandidate,
     RouteNotFoundError,
     RoutePlan,
     RouteRequest,
@@ -79,7 +80,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _PROBE_LEASE_TIMEOUT = 2.0
-_UNKNOWN_RECOVERY_SECONDS = 1.0
 _PIN_FLUSH_SECONDS = 1.0
 
 
@@ -165,6 +165,7 @@ class ModelActor(Actor):
         self._degraded = False
         self._streak = 0
         self._tripped_until = 0.0
+        self._cooled = CooledRoutes()  # routes a 429 took out of rotation, until their reset
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
         self._quota = KeyQuota(
@@ -300,6 +301,9 @@ class ModelActor(Actor):
         now = self._clock()
         if is_backpressure(obs):
             self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
+            entry = self._table.get(obs.endpoint)
+            if entry is not None and entry.weight > 0:
+                self._cooled.cooled(obs.endpoint, self._keys.cooling_until(obs.endpoint, None, now))
         elif obs.outcome == "success":
             self._keys.succeeded(obs.endpoint, obs.credential_id)
         event = self._load.observed(obs, now)
@@ -428,10 +432,10 @@ class ModelActor(Actor):
         if cooling:
             routes = [r for r in routes if r.endpoint not in cooling]
             if not routes:
-                raise AllCircuitsOpenError(
+                raise AllRoutesCoolingError(
                     f"every route of model {self._model.id!r} is cooling after its "
                     "provider's rate limit",
-                    retry_after=self._earliest_recovery(considered, now, (), cooling),
+                    retry_after=earliest_recovery(considered, now, (), cooling),
                 )
         # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
         routes, keys = self._keys.screen(routes, req, now)
@@ -459,10 +463,12 @@ class ModelActor(Actor):
             primary, reason = await self._first_backup(backups, req, now), "fallback_only"
             closed = []
         if primary is None:
-            raise AllCircuitsOpenError(
+            # Some of them cooling: the request may wait for the first reset (back-pressure).
+            refusal = AllRoutesCoolingError if cooling else AllCircuitsOpenError
+            raise refusal(
                 f"every route of model {self._model.id!r} is unavailable (circuits open, "
-                "benched or probe in flight)",
-                retry_after=self._earliest_recovery(considered, now, keys.refused, cooling),
+                "benched, probe in flight, cooling or at capacity)",
+                retry_after=earliest_recovery(considered, now, keys.refused, cooling),
             )
         entry, probe = primary
         spare = [r for r in backups if self._closed(r, now)]
@@ -537,6 +543,12 @@ class ModelActor(Actor):
             r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens, now)
             for r in (*closed, *probing)
         }
+        cooled = self._cooled.back(
+            closed, lambda e: self._keys.cooling_until(e, None, now), now, take=not req.dry
+        )
+        if cooled is not None:
+            self._commit(req, cooled, uncached, now, use_affinity=False)
+            return (cooled, False), "cooled"
         if self._degraded:
             # Degraded mode: no exploration; keep to the configured order of what remains,
             # and probe a half-open route only when nothing closed is left.
@@ -565,6 +577,12 @@ class ModelActor(Actor):
             and getattr(self._strategy, "session_affinity", True)
         )
         if use_affinity:
+            # A caller moved off a route since benched goes back once it is in rotation.
+            home = self._affinity.returning(req.caller, self._table.benched(now), mark=not req.dry)
+            back = next((r for r in (*closed, *probing) if r.endpoint == home), None)
+            if back is not None and (back in closed or await self._lease_probe(back, req)):
+                self._commit(req, back, uncached, now, use_affinity)
+                return (back, back not in closed), "affinity_home"
             pinned_id = self._affinity.get(req.caller, now)
             if pinned_id is not None:
                 pinned = next((r for r in closed if r.endpoint == pinned_id), None)
@@ -651,29 +669,3 @@ class ModelActor(Actor):
             if until is not None:
                 out[r.endpoint] = until
         return out
-
-    @staticmethod
-    def _earliest_recovery(
-        routes: list[RouteEntry],
-        now: float,
-        refused: tuple[RouteCandidate, ...] = (),
-        cooling: dict[str, float] | None = None,
-    ) -> float:
-        """Seconds until the first of ``routes`` may serve again: when its circuit or bench
-        lets it (and its cooling ends), and for a route whose keys all refuse the caller, not
-        before one is back."""
-        key_waits = {c.endpoint: c.retry_after for c in refused}
-        cooling = cooling or {}
-        waits = []
-        for r in routes:
-            at = r.available_at(now)
-            if r.endpoint in cooling:
-                at = max(at or 0.0, cooling[r.endpoint])
-            wait = at - now if at is not None else None
-            if r.endpoint in key_waits:
-                key_wait = key_waits[r.endpoint]  # None: no key of this caller's comes back
-                wait = None if key_wait is None else max(wait or 0.0, key_wait)
-            if wait is not None:
-                waits.append(wait)
-        # A half-open endpoint whose probe is out has no open_until: ask again shortly.
-        return min(waits) if waits else _UNKNOWN_RECOVERY_SECONDS

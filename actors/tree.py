@@ -25,6 +25,7 @@ capacity pools start before the models, which seed their capacity views from the
 from __future__ import annotations
 
 import functools
+import time
 from typing import TYPE_CHECKING
 
 from actors.apikey_admin import ApiKeyAdminActor
@@ -59,16 +60,23 @@ def build_tree(
     clock: Callable[[], float] | None = None,
     request_log: bool = False,
     seed: int | None = None,
+    shared_state: bool = False,
 ) -> Supervisor:
     """The root supervisor for ``config``; start it with ``await root.start(bus)``.
 
     ``clock`` (Unix seconds) is every actor's and supervisor's time; ``seed`` makes the
-    strategies' random draws repeatable (the replay's; production leaves both unset)."""
+    strategies' random draws repeatable (the replay's; production leaves both unset).
+    ``shared_state`` (a cluster of actors hosts): the gateway API keys, the limits and the
+    budgets live in ``snapshots`` (JetStream, which every host reads) instead of the SQLite
+    file at ``database.path``, which only the host that wrote it could read; the
+    database-added provider keys (secrets) in the PostgreSQL database at ``database.url``
+    when one is configured."""
     circuit = config.routing.circuit
     endpoint_specs: list[ChildSpec | Supervisor] = []
     model_specs: list[ChildSpec | Supervisor] = []
     all_endpoints: list[str] = []
     extra = {"clock": clock} if clock is not None else {}
+    shared = snapshots if shared_state else None
     for model in config.models:
         for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
             all_endpoints.append(eid)
@@ -147,7 +155,13 @@ def build_tree(
                 period=5.0,
                 children=endpoint_specs,
             ),
-            keys_supervisor(config, clock=clock, snapshots=snapshots),
+            keys_supervisor(
+                config,
+                clock=clock,
+                snapshots=snapshots,
+                # Not the snapshots: those are readable by any NATS user allowed on $JS.
+                shared_url=config.database.url if shared_state else None,
+            ),
             Supervisor(
                 "capacity",
                 strategy=Strategy.ONE_FOR_ONE,
@@ -180,7 +194,10 @@ def build_tree(
                     RoutingAdminActor, tuple(m.id for m in config.models), tuple(all_endpoints)
                 ),
             ),
-            ChildSpec("api_keys", functools.partial(ApiKeyAdminActor, config.database.path)),
+            ChildSpec(
+                "api_keys",
+                functools.partial(ApiKeyAdminActor, config.database.path, state=shared),
+            ),
             # Only the owner's own settings: a reload that changes how ingresses ask
             # (fail_open, timeouts) must not replace the owner of every counter. Exclusive:
             # a replacement loads the counters the old owner saved when it stopped, and two
@@ -194,7 +211,8 @@ def build_tree(
                         lease_ttl_seconds=config.limits.lease_ttl_seconds,
                         snapshot_seconds=config.limits.snapshot_seconds,
                     ),
-                    **extra,
+                    clock=clock or time.time,
+                    state=shared,
                 ),
                 exclusive=True,
             ),

@@ -20,6 +20,7 @@ from schemas.capacity import (
 )
 from schemas.errors import (
     AllCircuitsOpenError,
+    AllRoutesCoolingError,
     AuthBusyError,
     BodyTimeoutError,
     BudgetExceededError,
@@ -247,6 +248,7 @@ __all__ = [
     "AdmitReply",
     "AdmitRequest",
     "AllCircuitsOpenError",
+    "AllRoutesCoolingError",
     "ApiKeyCreated",
     "ApiKeyInfo",
     "ApiKeyLookup",

@@ -16,19 +16,61 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from schemas.bedrock_settings import BedrockSettings
 from schemas.catalog import AllowanceConfig, CatalogConfig, ChainConfig, SteeringConfig
 from schemas.limits import LimitsConfig
 from schemas.pricing import Pricing
+from schemas.process_config import (
+    BusConfig,
+    ClusterConfig,
+    DashboardConfig,
+    DatabaseConfig,
+    EventsConfig,
+    LogConfig,
+    MetricsConfig,
+    ServerConfig,
+    Strict,
+    TelemetryConfig,
+)
+
+__all__ = [
+    "UPSTREAM_KINDS",
+    "AffinityConfig",
+    "ApiKeyConfig",
+    "AzureSettings",
+    "BenchConfig",
+    "BusConfig",
+    "CircuitConfig",
+    "ClusterConfig",
+    "ConcurrencyLimit",
+    "DashboardConfig",
+    "DatabaseConfig",
+    "DegradedConfig",
+    "EventsConfig",
+    "FailoverConfig",
+    "GatewayConfig",
+    "HealthCheckConfig",
+    "HttpJsonQuotaSource",
+    "KeyPoolConfig",
+    "LearnedCapacityConfig",
+    "LeaseConfig",
+    "LocalQuotaSource",
+    "LogConfig",
+    "MetricsConfig",
+    "ModelConfig",
+    "PrefillConfig",
+    "QuotaLimit",
+    "RouteConfig",
+    "RoutingConfig",
+    "ServerConfig",
+    "TelemetryConfig",
+    "credential_id",
+]
 
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "azure_openai", "gemini", "bedrock")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def credential_id(secret: str) -> str:
@@ -40,7 +82,7 @@ Role = Literal["free", "pro", "internal", "admin"]
 """A caller's tier, lowest first (``schemas.keys.ROLES`` ranks them)."""
 
 
-class ApiKeyConfig(_Strict):
+class ApiKeyConfig(Strict):
     """An upstream key with a reservation: only callers of ``min_role`` and above spend it."""
 
     key: str = Field(min_length=1)
@@ -53,19 +95,19 @@ class ApiKeyConfig(_Strict):
     __str__ = __repr__
 
 
-class QuotaLimit(_Strict):
+class QuotaLimit(Strict):
     """A quota route's allowance per window, in its quota source's unit."""
 
     limit: float = Field(gt=0)
 
 
-class ConcurrencyLimit(_Strict):
+class ConcurrencyLimit(Strict):
     """How many requests a concurrency route (or its pool) may have in flight at once."""
 
     limit: int = Field(ge=1)
 
 
-class LocalQuotaSource(_Strict):
+class LocalQuotaSource(Strict):
     """A counter the route's capacity owner keeps itself: exact across ingresses, persisted.
 
     ``window``: ``hourly`` / ``daily`` / ``monthly`` reset on the calendar in ``timezone``; a
@@ -87,7 +129,7 @@ class LocalQuotaSource(_Strict):
         return value
 
 
-class HttpJsonQuotaSource(_Strict):
+class HttpJsonQuotaSource(Strict):
     """A usage URL polled with the route's credential; ``used_path`` / ``limit_path`` are
     dotted paths into its JSON answer (``data.used``; a list index is a number: ``items.0``)."""
 
@@ -109,7 +151,7 @@ class HttpJsonQuotaSource(_Strict):
 QuotaSource = Annotated[LocalQuotaSource | HttpJsonQuotaSource, Field(discriminator="kind")]
 
 
-class AzureSettings(_Strict):
+class AzureSettings(Strict):
     """An ``azure_openai`` route's settings; ``base_url`` is the resource endpoint
     (``https://<resource>.openai.azure.com``).
 
@@ -132,7 +174,7 @@ class AzureSettings(_Strict):
         return value.isoformat() if isinstance(value, date) else value
 
 
-class RouteConfig(_Strict):
+class RouteConfig(Strict):
     """One way to serve a model: an upstream kind, where it lives, its weight and credential."""
 
     kind: Literal["openai_compat", "anthropic", "echo", "azure_openai", "gemini", "bedrock"]
@@ -285,7 +327,7 @@ def _is_local(host: str) -> bool:
 _ROLE_ORDER = ("free", "pro", "internal", "admin")
 
 
-class ModelConfig(_Strict):
+class ModelConfig(Strict):
     """A public model id and the routes that serve it (spec: the model-registry entry)."""
 
     id: str = Field(min_length=1)
@@ -311,7 +353,7 @@ class ModelConfig(_Strict):
         return tuple(out)
 
 
-class CircuitConfig(_Strict):
+class CircuitConfig(Strict):
     """Endpoint health knobs; the spec's environment variables override these."""
 
     failure_threshold: int = Field(default=3, ge=1)
@@ -320,7 +362,7 @@ class CircuitConfig(_Strict):
     ewma_alpha: float = Field(default=0.1, gt=0, le=1)
 
 
-class AffinityConfig(_Strict):
+class AffinityConfig(Strict):
     """Session affinity (spec "Session affinity"); env ROUTING_AFFINITY_ENABLED wins."""
 
     enabled: bool = True
@@ -328,7 +370,7 @@ class AffinityConfig(_Strict):
     sweep_threshold: int = Field(default=1000, ge=1)
 
 
-class PrefillConfig(_Strict):
+class PrefillConfig(Strict):
     """Prefill-aware selection (spec); the ROUTING_PREFILL_* environment variables win."""
 
     enabled: bool = True
@@ -339,7 +381,7 @@ class PrefillConfig(_Strict):
     hint_ttl_seconds: float = Field(default=1200.0, gt=0)
 
 
-class HealthCheckConfig(_Strict):
+class HealthCheckConfig(Strict):
     """The probe loop over local deployments' ``/health``; feeds the local/remote split."""
 
     enabled: bool = False
@@ -348,18 +390,22 @@ class HealthCheckConfig(_Strict):
     timeout_seconds: float = Field(default=2.0, gt=0)
 
 
-class KeyPoolConfig(_Strict):
+class KeyPoolConfig(Strict):
     """Upstream key pools (spec "Reserving upstream keys for a tier"): mute and binding times.
 
     A key-specific failure mutes a key for ``mute_seconds`` (a provider ``Retry-After`` is a
     floor); a caller's only key tolerates ``sole_key_tolerance`` consecutive failures, then
     mutes for ``sole_key_backoff_seconds`` doubling up to ``sole_key_backoff_max_seconds``.
+    A spent quota or billing mutes the key at once for ``mute_seconds`` doubling each time it
+    is found still spent (by a request or its probe) up to ``quota_mute_max_seconds``, or
+    until the reset the provider gave when that is later; a success resets the doubling.
     A provider's rate limit (a 429 that is not a quota exhaustion) does not mute: the key
     cools for the provider's ``Retry-After`` (or ``x-ratelimit-reset-*``), else for
     ``cooling_seconds`` doubling while 429s continue up to ``cooling_max_seconds``.
     """
 
     mute_seconds: float = Field(default=300.0, gt=0)
+    quota_mute_max_seconds: float = Field(default=86400.0, gt=0)
     cooling_seconds: float = Field(default=1.0, gt=0)
     cooling_max_seconds: float = Field(default=60.0, gt=0)
     binding_ttl_seconds: float = Field(default=300.0, gt=0)
@@ -369,20 +415,23 @@ class KeyPoolConfig(_Strict):
     sweep_threshold: int = Field(default=1000, ge=1)
 
 
-class BenchConfig(_Strict):
+class BenchConfig(Strict):
     """The model bench (spec "A failing model is benched"): ``failures`` retryable failures of
     one route inside ``window_seconds`` bench it for ``duration_seconds`` on every credential;
     background probes re-validate it, first after the circuit cooldown (or after
-    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps."""
+    ``probe_after_fraction`` of the bench when that is sooner), then with doubling gaps of at
+    most ``probe_max_interval_seconds``, so a route back from an outage is probed and back in
+    rotation within that."""
 
     failures: int = Field(default=3, ge=1)
     window_seconds: float = Field(default=900.0, gt=0)
     duration_seconds: float = Field(default=600.0, gt=0)
     probe_after_fraction: float = Field(default=0.5, gt=0, lt=1)
+    probe_max_interval_seconds: float = Field(default=60.0, gt=0)
     model_breaker_failures: int = Field(default=0, ge=0)
 
 
-class LearnedCapacityConfig(_Strict):
+class LearnedCapacityConfig(Strict):
     """Each route's learned concurrency limit (actors/state/route_load.py): AIMD cut by 429s
     and by a time to first token over ``ttft_inflation`` times its unloaded baseline, never
     under ``min_limit``; ``enabled: false`` counts and learns but never spills."""
@@ -392,7 +441,7 @@ class LearnedCapacityConfig(_Strict):
     ttft_inflation: float = Field(default=2.0, gt=1)
 
 
-class DegradedConfig(_Strict):
+class DegradedConfig(Strict):
     """Degraded mode: entered when the healthy-endpoint ratio stays under ``threshold`` for
     ``entry_seconds``; left when it stays at or above it for the longer ``exit_seconds``."""
 
@@ -403,19 +452,23 @@ class DegradedConfig(_Strict):
     pass_interval_seconds: float = Field(default=10.0, gt=0)
 
 
-class FailoverConfig(_Strict):
+class FailoverConfig(Strict):
     """The shared failover loop: a hop cap and one wall-clock budget per request.
 
     No retry starts after ``budget_seconds`` (0 disables), and an attempt still waiting for its
     first byte when the budget expires is cancelled if another route could take over; the
-    first attempt and the first retry always run.
+    first attempt and the first retry always run. When every route is cooling after its
+    provider's 429, a request waits for the earliest reset and tries again if that is at most
+    ``cooling_wait_seconds`` away (in all, per request, and within the budget; 0 disables),
+    else it is answered 503 with ``Retry-After``.
     """
 
     max_attempts: int = Field(default=20, ge=1)
     budget_seconds: float = Field(default=45.0, ge=0)
+    cooling_wait_seconds: float = Field(default=2.0, ge=0)
 
 
-class LeaseConfig(_Strict):
+class LeaseConfig(Strict):
     """Capacity leases (quota units, concurrency slots): the ingress renews a lease while its
     request runs; one it stops renewing (its ingress died) expires after ``ttl_seconds``.
     A lease renewed but never released (a forgotten release) expires at its maximum age:
@@ -432,7 +485,7 @@ class LeaseConfig(_Strict):
         return max(timeouts, default=0.0) + self.ttl_seconds
 
 
-class RoutingConfig(_Strict):
+class RoutingConfig(Strict):
     """The routing file's section: default strategy, health, affinity and prefill knobs."""
 
     default_router: str = "fixed"
@@ -451,183 +504,7 @@ class RoutingConfig(_Strict):
     learned_capacity: LearnedCapacityConfig = LearnedCapacityConfig()
 
 
-class ServerConfig(_Strict):
-    """Where the ingress listens and what it accepts."""
-
-    host: str = "127.0.0.1"
-    port: int = Field(default=8080, ge=0, le=65535)
-    max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
-    # The whole body must arrive this long after the request's head (a stalled or
-    # trickling upload would otherwise hold its connection open indefinitely).
-    body_timeout_seconds: float = Field(default=30.0, gt=0)
-    # The request's head must arrive this long after its first byte (else 408 and close;
-    # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
-    header_timeout_seconds: float = Field(default=10.0, gt=0)
-    # The HTTP server under the ASGI app: hypercorn (every framing defence, the default) or
-    # granian (faster; needs the `granian` extra; no stalled-head timeout, see the README).
-    engine: Literal["hypercorn", "granian"] = "hypercorn"
-
-
-class BusConfig(_Strict):
-    """Which bus the process joins: ``inproc://`` (embedded) or ``nats://host:port``.
-
-    ``inbox_prefix`` (NATS only): where replies to this process's requests arrive; by default
-    ``_INBOX_<user>`` for the user of ``url`` (``_INBOX`` with no user or a token), so the
-    NATS permissions can let each user subscribe to its own inbox only. Read by ``llmgw
-    serve``; the operator CLIs follow their URL's user.
-    """
-
-    url: str = "inproc://"
-    inbox_prefix: str | None = Field(default=None, pattern=r"^_INBOX[A-Za-z0-9_-]*$")
-
-    @field_validator("url")
-    @classmethod
-    def _scheme(cls, v: str) -> str:
-        if not (v.startswith(("inproc://", "nats://"))):
-            raise ValueError("bus url must start with inproc:// or nats://")
-        return v
-
-
-class ClusterConfig(_Strict):
-    """Several ``--role actors`` hosts sharing the actors on one NATS cluster (JetStream).
-
-    With ``enabled`` (and a ``nats://`` bus) each actors host heartbeats into the key-value
-    bucket ``llmgw_hosts`` every ``heartbeat_seconds``; a host whose key was not refreshed for
-    ``ttl_seconds`` is gone. The tree's top-level children are placed over the live hosts by
-    rendezvous hashing, each owned under a fencing revision (bucket ``llmgw_owners``), their
-    snapshots kept in ``llmgw_snapshots``; every bucket (and the events stream) has
-    ``replicas`` copies, by default as many as the cluster allows up to 3 (R3 on three or more
-    servers, R1 on one). Off: one actors host owns everything, snapshots in SQLite.
-
-    ``ttl_seconds - heartbeat_seconds`` is how long a host keeps running its units without
-    reaching JetStream (then it stops them, before another host may take them over): it must
-    outlast the leader election of a replicated bucket after a NATS server dies (2-7 s
-    measured; NATS's Raft election timeout is 4-9 s), or losing one NATS node stops units.
-    It also bounds how fast a dead host's share is taken over (about ``ttl_seconds``).
-    """
-
-    enabled: bool = False
-    heartbeat_seconds: float = Field(default=1.0, gt=0)
-    ttl_seconds: float = Field(default=12.0, gt=0)
-    replicas: int | None = Field(default=None, ge=1, le=5)
-
-    def replicas_on(self, servers: int) -> int:
-        """The copies each bucket and stream keeps on a cluster of ``servers``: ``replicas``
-        when set, else as many as the cluster allows up to 3."""
-        return self.replicas if self.replicas is not None else max(1, min(3, servers))
-
-    @model_validator(mode="after")
-    def _ttl_spans_beats(self) -> ClusterConfig:
-        if self.ttl_seconds < 2 * self.heartbeat_seconds:
-            raise ValueError("cluster.ttl_seconds must be at least twice heartbeat_seconds")
-        return self
-
-
-class DatabaseConfig(_Strict):
-    """The SQLite database (WAL) holding keys, request logs and state that outlives a restart.
-
-    ``url`` (``postgresql://user:password@host:port/db``, or ``LLMGW_DATABASE_URL``): the
-    request log and the spend aggregates live in that PostgreSQL database instead of the
-    SQLite file, where every actor host can reach them; everything else stays in ``path``.
-    Never printed with its password (``repr`` leaves it out; logs show it redacted).
-    """
-
-    path: str = "llmgw.sqlite3"
-    url: str | None = Field(default=None, repr=False)
-
-    @field_validator("url")
-    @classmethod
-    def _postgres(cls, v: str | None) -> str | None:
-        if v and not v.startswith(("postgresql://", "postgres://")):
-            raise ValueError("database.url must start with postgresql:// (or postgres://)")
-        return v or None
-
-
-class LogConfig(_Strict):
-    """The request log (StoreActor, in the database): batching, its bounded queues, retention.
-
-    Each ingress keeps its rows until the store acknowledges them committed, sending at most
-    ``batch_rows`` rows a batch; the store commits what arrived within the lesser of
-    ``flush_ms`` and 50 ms (group commit), and a batch not acknowledged within ``flush_ms`` +
-    5 s is sent again. At most ``queue_rows`` rows wait at an ingress (past that, a request's
-    rows are dropped and logged, never waited for) and at the store (past that, a batch is
-    refused and sent again).
-    A crash of the store loses no row; a clean shutdown loses none.
-    """
-
-    enabled: bool = True
-    batch_rows: int = Field(default=256, ge=1)
-    flush_ms: int = Field(default=250, ge=1)
-    queue_rows: int = Field(default=10_000, ge=1)
-    retention_days: float = Field(default=30.0, gt=0)
-
-    @model_validator(mode="after")
-    def _queue_holds_a_batch(self) -> LogConfig:
-        if self.queue_rows < self.batch_rows:
-            raise ValueError("queue_rows must be at least batch_rows")
-        return self
-
-
-class EventsConfig(_Strict):
-    """Operator events (``llmgw.events.<kind>``).
-
-    ``decisions`` publishes a ``decision`` event per request (one more bus message per
-    request). On NATS, ``stream`` keeps the events in the JetStream stream ``LLMGW_EVENTS``,
-    bounded by ``stream_max_age_seconds`` and ``stream_max_msgs``, so a consumer that was away
-    can catch up (``llmgw events --since``).
-    """
-
-    decisions: bool = True
-    stream: bool = True
-    stream_max_age_seconds: float = Field(default=86_400.0, gt=0)
-    stream_max_msgs: int = Field(default=100_000, ge=1)
-
-
-class MetricsConfig(_Strict):
-    """``GET /metrics``: with auth on it needs an ``internal`` or ``admin`` key (the metrics
-    name every model, hidden ones too); ``public`` opens it to scrapers without credentials."""
-
-    public: bool = False
-
-
-class TelemetryConfig(_Strict):
-    """OpenTelemetry (``gateway.telemetry``): traces and GenAI metrics over OTLP/HTTP.
-
-    Off by default; ``enabled: true`` plus ``OTEL_EXPORTER_OTLP_ENDPOINT`` turns it on (the
-    SDK's other ``OTEL_*`` variables are honoured: headers, resource attributes, batch
-    schedule, ``OTEL_TRACES_SAMPLER``/``_ARG`` when ``sampler_ratio`` is unset). Needs the
-    ``telemetry`` extra. ``capture_content`` (or
-    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true``) puts the messages on the
-    attempt spans, each value cut to ``capture_max_chars``. Read at start only.
-    """
-
-    enabled: bool = False
-    service_name: str = "llmgw"
-    sampler_ratio: float | None = Field(default=None, ge=0, le=1)
-    capture_content: bool = False
-    capture_max_chars: int = Field(default=16_384, ge=256, le=1_048_576)
-    metrics: bool = True
-    metrics_interval_seconds: float = Field(default=60.0, gt=0)
-
-
-class DashboardConfig(_Strict):
-    """The operator dashboard at ``/dashboard`` (``gateway.dashboard``).
-
-    A sign-in with an admin key makes a session: an HttpOnly, ``SameSite=Strict`` cookie
-    holding a token signed with ``secret`` (HMAC-SHA256) that expires after
-    ``session_seconds``. ``secret`` (or ``LLMGW_DASHBOARD_SECRET``) must be the same on every
-    ingress of a deployment for a session to hold on all of them; unset, it is derived from the
-    bootstrap ``admin_key``, else drawn at random per process (sessions then end on restart).
-    """
-
-    enabled: bool = True
-    session_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
-    secret: str | None = Field(default=None, repr=False)
-    # A folder of ``llmgw replay --out`` folders the Replay reports page lists (read-only).
-    reports_dir: str | None = None
-
-
-class GatewayConfig(_Strict):
+class GatewayConfig(Strict):
     """The whole configuration file."""
 
     server: ServerConfig = ServerConfig()

@@ -46,6 +46,7 @@ class ErrorReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     retryable: bool = False
     retry_after: float | None = None
     param: str | None = None
+    cooling: bool = False
 
 
 class GatewayError(Exception):
@@ -103,6 +104,15 @@ class AllCircuitsOpenError(GatewayError):
 
     code = ErrorCode.ALL_CIRCUITS_OPEN
     retryable = True
+
+
+class AllRoutesCoolingError(AllCircuitsOpenError):
+    """Every route of the model is cooling after its provider's 429 (back-pressure, not
+    sickness): ``retry_after`` is the earliest reset, which a request may wait for. The
+    client sees it as AllCircuitsOpenError."""
+
+    def to_reply(self) -> ErrorReply:
+        return msgspec.structs.replace(super().to_reply(), cooling=True)
 
 
 class NoRouteForModalityError(GatewayError):
@@ -300,6 +310,8 @@ _BY_CODE: dict[str, type[GatewayError]] = {
 def error_from_reply(reply: ErrorReply) -> GatewayError:
     """Turn an ErrorReply back into its GatewayError class (GatewayError when unknown)."""
     cls = _BY_CODE.get(reply.code, GatewayError)
+    if reply.cooling:
+        return AllRoutesCoolingError(reply.message, retry_after=reply.retry_after)
     if cls is GatewayError:
         return GatewayError(reply.message, retry_after=reply.retry_after)
     if issubclass(cls, UpstreamError):

@@ -36,6 +36,7 @@ from actors.cluster.admin import ClusterAdminActor
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
 from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
+from actors.reconfigure import Change, apply, diff, same_spec, undo
 from actors.supervisor import ChildSpec, Strategy, Supervisor
 from bus import BusClosedError
 
@@ -57,7 +58,9 @@ class ClusterHost:
 
     ``build(snapshots)`` describes the whole tree with ``snapshots`` as every actor's store;
     the host runs only the units placed on it. ``reconcile`` raises nothing the bus raises
-    (a round that cannot reach JetStream is retried next round).
+    (a round that cannot reach JetStream is retried next round). ``on_units`` is shown the
+    units this host runs each time that changes, once the unit started or stopped (what feeds
+    a unit from outside the tree follows it there).
     """
 
     def __init__(
@@ -69,12 +72,14 @@ class ClusterHost:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        on_units: Callable[[list[str]], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.root = Supervisor("root", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0)
         self._bus = bus
         self._settings = settings
         self._build = build
+        self._on_units = on_units
         self._clock = clock
         self._sleep = sleep
         self._units = [s.name for s in build(None).specs]
@@ -165,6 +170,34 @@ class ClusterHost:
         placement."""
         if await self._heartbeat():
             await self._place_round()
+
+    async def reconfigure(self, build: Callable[[SnapshotStore | None], Supervisor]) -> list[str]:
+        """Run the units of the tree ``build`` describes from now on (a config reload): each
+        running unit is reconciled with its new description (``actors.reconfigure``: a
+        changed child replaced, an added one started, a removed one stopped), a unit the new
+        tree no longer has is released, and units started later (a takeover) are built by
+        ``build``. Returns the changes, as ``unit/child`` labels. Raises what a child's
+        start raises, after putting back what it had changed (the old tree keeps running)."""
+        async with self._changing:
+            units = [s.name for s in build(None).specs]
+            changes: list[Change] = []
+            for unit in self.units:
+                if unit in units:
+                    store = self._stores[unit]
+                    old = _spec_named(self._build(store), unit)
+                    changes += _unit_changes(old, _spec_named(build(store), unit))
+            early = [c for c in changes if c.kind != "remove"]
+            done: list[Change] = []
+            try:
+                await apply(self.root, early, done)
+            except Exception:
+                await undo(self.root, done)
+                raise
+            await apply(self.root, [c for c in reversed(changes) if c.kind == "remove"], done)
+            self._build, gone, self._units = build, set(self._units) - set(units), units
+            for unit in gone & set(self._leases):
+                await self._drop(unit, release=True)
+        return sorted(f"{c.kind} {c.label}" for c in done)
 
     async def _heartbeat(self) -> bool:
         """Beat; True when it landed. A beat that finds our id taken, or that fails with the
@@ -266,10 +299,13 @@ class ClusterHost:
             await self._owners.release(lease)
             return
         logger.info("%s owns %s (revision %d)", self.node_id, unit, lease.revision)
+        self._units_changed()
 
     async def _drop(self, unit: str, *, release: bool) -> None:
         lease = self._leases.pop(unit)
         self._lost.discard(unit)
+        # Its feeders stop first: the next owner's start only after the release below.
+        self._units_changed()
         try:
             await self.root.remove_child(unit)  # its actors hand their last snapshots over
         except KeyError:
@@ -292,6 +328,10 @@ class ClusterHost:
             except BusClosedError:
                 logger.info("could not release %s: its entry lapses with our heartbeat", unit)
         logger.info("%s gave up %s", self.node_id, unit)
+
+    def _units_changed(self) -> None:
+        if self._on_units is not None:
+            self._on_units(self.units)
 
     async def _beating(self, sent: float) -> None:
         period = self._settings.heartbeat_seconds
@@ -318,6 +358,15 @@ class ClusterHost:
                 await self._place_round()
             except Exception:
                 logger.exception("placement round failed on %s", self.node_id)
+
+
+def _unit_changes(old: ChildSpec | Supervisor, new: ChildSpec | Supervisor) -> list[Change]:
+    """What turns running unit ``old`` into ``new`` (a nested supervisor child by child)."""
+    if isinstance(old, Supervisor) and isinstance(new, Supervisor):
+        return diff(old, new, (old.name,))
+    # The tree's shape is code, not config: a unit is a supervisor in both or in neither.
+    assert isinstance(old, ChildSpec) and isinstance(new, ChildSpec)
+    return [] if same_spec(old, new) else [Change("replace", (), new.name, new, old=old)]
 
 
 def _spec_named(root: Supervisor, name: str) -> ChildSpec | Supervisor:

@@ -5,7 +5,7 @@
 ``evidence_gate`` (when the evidence is published), ``route_table`` and
 ``steering_settings``. Each is fed and persisted by one actor.
 
-Also here: ``capacity_ledger``, ``limit_counters``, ``log_aggregates``.
+Also here: ``capacity_ledger``, ``limit_counters``, ``limit_leases``, ``log_aggregates``.
 """
 
 from __future__ import annotations

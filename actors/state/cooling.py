@@ -15,6 +15,10 @@ KeyPoolActor (owner) and the ModelActor's view of the pool both fold observation
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
 
 
 @dataclass(slots=True)
@@ -76,3 +80,46 @@ class Cooling:
         """Drop credentials no longer declared (``""``, the keyless route, always stays)."""
         for cid in [c for c in self._keys if c and c not in keep]:
             del self._keys[cid]
+
+
+class _Route(Protocol):
+    @property
+    def endpoint(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Route)
+
+
+class CooledRoutes:
+    """Owns when each route a 429 took out of rotation is back: it is then given the first
+    request it can take, so it is back in use at its provider's reset, not whenever the draw
+    next lands on it (and one request, not a herd, finds out whether it takes traffic)."""
+
+    __slots__ = ("_ends",)
+
+    def __init__(self) -> None:
+        self._ends: dict[str, float] = {}
+
+    def cooled(self, endpoint: str, until: float | None) -> None:
+        """``endpoint`` is cooling until ``until`` (None: it is not, another key is free)."""
+        if until is not None:
+            self._ends[endpoint] = until
+
+    def back(
+        self,
+        routes: Iterable[R],
+        cooling_until: Callable[[str], float | None],
+        now: float,
+        *,
+        take: bool,
+    ) -> R | None:
+        """The first of ``routes`` whose cooling is over (and not started again); ``take``
+        hands it its one request (a dry run does not)."""
+        for r in routes:
+            until = self._ends.get(r.endpoint)
+            if until is None or until > now or cooling_until(r.endpoint) is not None:
+                continue
+            if take:
+                del self._ends[r.endpoint]
+            return r
+        return None

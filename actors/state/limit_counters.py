@@ -122,6 +122,14 @@ class Window:
         self._expire(now)
         return _until_gone(self._entries[0], now) if self._entries else 0.0
 
+    def bucket_at(self, ts: float) -> _Bucket:
+        """The bucket stamped ``ts`` (a restored lease's hold on it); a detached one that
+        no correction reaches when it left the window."""
+        for entry in self._entries:
+            if entry.ts == ts:
+                return entry
+        return _Bucket(-math.inf, 0.0)
+
     def dump(self) -> list[tuple[float, float]]:
         """The buckets, for a snapshot."""
         return [(e.ts, e.amount) for e in self._entries]

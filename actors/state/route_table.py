@@ -24,6 +24,8 @@ from schemas import (
 from schemas.capacity import pool_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from schemas.config import ModelConfig, RouteConfig, RoutingConfig
 
 
@@ -123,6 +125,14 @@ class RouteTable:
         """Routes of a published model (empty when unpublished)."""
         return self.routes if self.model.published else []
 
+    def get(self, endpoint: str) -> RouteEntry | None:
+        """The route ``endpoint``, if this model has it."""
+        return self._by_endpoint.get(endpoint)
+
+    def benched(self, now: float) -> Callable[[str], bool]:
+        """Whether an endpoint of this model is benched at ``now``."""
+        return lambda e: (r := self._by_endpoint.get(e)) is not None and r.benched(now)
+
     def update_state(self, st: EndpointState) -> None:
         """Fold a newer endpoint state into the view (older ones are ignored)."""
         r = self._by_endpoint.get(st.endpoint)
@@ -211,3 +221,32 @@ class RouteTable:
                 for r in self.routes
             ),
         )
+
+
+# A half-open endpoint whose probe is out has no open_until: ask again shortly.
+_UNKNOWN_RECOVERY_SECONDS = 1.0
+
+
+def earliest_recovery(
+    routes: list[RouteEntry],
+    now: float,
+    refused: tuple[RouteCandidate, ...] = (),
+    cooling: dict[str, float] | None = None,
+) -> float:
+    """Seconds until the first of ``routes`` may serve again: when its circuit or bench lets
+    it (and its cooling ends), and for a route whose keys all refuse the caller, not before
+    one is back."""
+    key_waits = {c.endpoint: c.retry_after for c in refused}
+    cooling = cooling or {}
+    waits = []
+    for r in routes:
+        at = r.available_at(now)
+        if r.endpoint in cooling:
+            at = max(at or 0.0, cooling[r.endpoint])
+        wait = at - now if at is not None else None
+        if r.endpoint in key_waits:
+            key_wait = key_waits[r.endpoint]  # None: no key of this caller's comes back
+            wait = None if key_wait is None else max(wait or 0.0, key_wait)
+        if wait is not None:
+            waits.append(wait)
+    return min(waits) if waits else _UNKNOWN_RECOVERY_SECONDS

@@ -11,6 +11,7 @@ Only the ApiKeyAdminActor opens this table while a gateway runs (ingresses ask i
 from __future__ import annotations
 
 import secrets
+from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "KEY_PREFIX",
     "ApiKeyRecord",
     "ApiKeyStore",
+    "ApiKeys",
     "hash_key",
     "new_key",
     "parse_duration",
@@ -109,8 +111,76 @@ def _record(row: Sequence[Any]) -> ApiKeyRecord:
     return ApiKeyRecord(*row)
 
 
-class ApiKeyStore:
-    """Creates, finds, lists and revokes gateway API keys. Raises sqlite3.Error on storage
+class ApiKeys(ABC):
+    """Where the gateway API keys are kept: :class:`ApiKeyStore` (the SQLite file) or
+    ``api_keys_snapshot.SnapshotApiKeyStore`` (a cluster). Creates, finds, lists and
+    revokes keys; raises what its storage raises, ValueError for an unknown role or an
+    empty org/user name."""
+
+    async def create(
+        self,
+        *,
+        org: str,
+        user: str,
+        role: str,
+        now: float,
+        name: str = "",
+        expires: float | None = None,
+    ) -> tuple[str, ApiKeyRecord]:
+        """A new key for ``user`` of ``org`` (both created if missing): (the key, its row).
+
+        The key is returned here only; it cannot be recovered later.
+        """
+        role_rank(role)
+        if not org.strip() or not user.strip():
+            raise ValueError("org and user must be non-empty")
+        key = new_key()
+        record = ApiKeyRecord(
+            id="gk-" + secrets.token_hex(6),
+            key_hash=hash_key(key),
+            prefix=key[: len(KEY_PREFIX) + 6],
+            org=org,
+            user=user,
+            role=role,
+            name=name,
+            created=now,
+            expires=expires,
+            revoked=None,
+        )
+        return key, await self._add(record)
+
+    @abstractmethod
+    async def _add(self, record: ApiKeyRecord) -> ApiKeyRecord:
+        """Keep the new ``record``; the row as kept."""
+
+    @abstractmethod
+    async def any_keys(self) -> bool:
+        """Whether any key was ever created (revoked ones count: auth stays on)."""
+
+    @abstractmethod
+    async def lookup(self, key_hash: str) -> ApiKeyRecord | None:
+        """The key whose hash is ``key_hash``."""
+
+    @abstractmethod
+    async def lookup_id(self, key_id: str) -> ApiKeyRecord | None:
+        """The key whose id is ``key_id``."""
+
+    @abstractmethod
+    async def records(self) -> list[ApiKeyRecord]:
+        """Every key, oldest first."""
+
+    @abstractmethod
+    async def revoke(self, ref: str, now: float) -> ApiKeyRecord | None:
+        """Revoke the key whose id is ``ref`` (or which is ``ref`` itself); None if unknown.
+        Revoking twice keeps the first revocation time."""
+
+    @abstractmethod
+    async def aclose(self) -> None:
+        """Release what the storage holds."""
+
+
+class ApiKeyStore(ApiKeys):
+    """The gateway API keys in the shared SQLite file. Raises sqlite3.Error on storage
     failure, ValueError for an unknown role or an empty org/user name."""
 
     def __init__(self, db: LazyDb) -> None:
@@ -150,27 +220,10 @@ class ApiKeyStore:
         async with conn.execute(_SELECT + " ORDER BY k.created, k.id") as cur:
             return [_record(r) for r in await cur.fetchall()]
 
-    async def create(
-        self,
-        *,
-        org: str,
-        user: str,
-        role: str,
-        now: float,
-        name: str = "",
-        expires: float | None = None,
-    ) -> tuple[str, ApiKeyRecord]:
-        """A new key for ``user`` of ``org`` (both created if missing): (the key, its row).
-
-        The key is returned here only; it cannot be recovered later.
-        """
-        role_rank(role)
-        if not org.strip() or not user.strip():
-            raise ValueError("org and user must be non-empty")
+    async def _add(self, record: ApiKeyRecord) -> ApiKeyRecord:
         conn = await self.db.get(create=True)
         assert conn is not None
-        key = new_key()
-        key_id = "gk-" + secrets.token_hex(6)
+        org, user, now = record.org, record.user, record.created
         await conn.execute("INSERT OR IGNORE INTO orgs (name, created) VALUES (?, ?)", (org, now))
         await conn.execute(
             "INSERT OR IGNORE INTO users (org_id, name, created)"
@@ -182,21 +235,21 @@ class ApiKeyStore:
             " SELECT ?, ?, ?, u.id, ?, ?, ?, ? FROM users u JOIN orgs o ON o.id = u.org_id"
             " WHERE o.name = ? AND u.name = ?",
             (
-                key_id,
-                hash_key(key),
-                key[: len(KEY_PREFIX) + 6],
-                role,
-                name,
+                record.id,
+                record.key_hash,
+                record.prefix,
+                record.role,
+                record.name,
                 now,
-                expires,
+                record.expires,
                 org,
                 user,
             ),
         )
         await conn.commit()
-        record = await self.lookup(hash_key(key))
-        assert record is not None
-        return key, record
+        found = await self.lookup(record.key_hash)
+        assert found is not None
+        return found
 
     async def revoke(self, ref: str, now: float) -> ApiKeyRecord | None:
         """Revoke the key whose id is ``ref`` (or which is ``ref`` itself); None if unknown.
@@ -212,3 +265,7 @@ class ApiKeyStore:
         async with conn.execute(_SELECT + f" WHERE k.{column} = ?", (value,)) as cur:
             row = await cur.fetchone()
         return _record(row) if row else None
+
+    async def aclose(self) -> None:
+        """Close the database connection if open."""
+        await self.db.aclose()

@@ -27,6 +27,11 @@ _COMPANIONS = ("", "-wal", "-shm")
 _PRIVATE = 0o600
 
 
+class SharedDatabaseError(Exception):
+    """A statement on the database a cluster shares (PostgreSQL) failed; the message names
+    the database, never its password."""
+
+
 @dataclass(frozen=True, slots=True)
 class Migration:
     """``statements`` create one owner's tables and indexes idempotently."""

@@ -10,7 +10,8 @@ starts (as ``llmgw keys`` writes the key table).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
     import aiosqlite
 
+    from actors.state.limit_leases import LeaseSnapshot
+
 LIMITS = Migration(
     "limits",
     (
@@ -33,6 +36,77 @@ LIMITS = Migration(
         "CREATE TABLE IF NOT EXISTS limit_settled (request_id TEXT PRIMARY KEY, ts REAL NOT NULL)",
     ),
 )
+
+
+@dataclass(slots=True)
+class LimitsLoaded:
+    """What an owner of the limits starts from: the limits, the counters, the request ids
+    whose settles the counters hold, and (where saved) the leases still running."""
+
+    specs: dict[str, LimitSpec]
+    counters: dict[str, CountersSnapshot]
+    settled: list[tuple[str, float]]
+    leases: list[LeaseSnapshot] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class CountersSave:
+    """One save of the counters: ``snaps`` of the subjects that changed, the ``settled``
+    (request id, time) pairs they hold, ids settled before ``forget_before`` forgotten,
+    and the running ``leases`` (None: unchanged, or not kept by this storage)."""
+
+    snaps: dict[str, CountersSnapshot]
+    now: float
+    settled: Sequence[tuple[str, float]] = ()
+    forget_before: float = 0.0
+    leases: list[LeaseSnapshot] | None = None
+
+
+class LimitsStorage(Protocol):
+    """Where the LimitsActor keeps its state: :class:`SqliteLimits` (one host) or
+    ``limits_snapshot.SnapshotLimits`` (a cluster). ``saves_leases``: the leases are saved
+    with the counters, and an admission is answered only once saved (a new owner then holds
+    every limit exactly). Every method raises what its storage raises."""
+
+    saves_leases: bool
+
+    async def load(self, settled_since: float) -> LimitsLoaded: ...
+
+    async def save_limit(self, subject: str, spec: LimitSpec | None, now: float) -> None: ...
+
+    async def save_counters(self, batch: CountersSave) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class SqliteLimits:
+    """The limits' tables in the shared SQLite file (leases are not saved: see the actor)."""
+
+    saves_leases = False
+
+    def __init__(self, db: aiosqlite.Connection) -> None:
+        self._db = db
+
+    async def load(self, settled_since: float) -> LimitsLoaded:
+        """The limits, the counters and the ids settled since ``settled_since``."""
+        return LimitsLoaded(
+            await load_limits(self._db),
+            await load_counters(self._db),
+            await load_settled(self._db, settled_since),
+        )
+
+    async def save_limit(self, subject: str, spec: LimitSpec | None, now: float) -> None:
+        """Store (None: delete) ``subject``'s limit."""
+        await save_limit(self._db, subject, spec, now)
+
+    async def save_counters(self, batch: CountersSave) -> None:
+        """Save the counters with the ids they hold (leases are not kept here)."""
+        await save_counters(self._db, batch.snaps, batch.now, batch.settled, batch.forget_before)
+
+    async def aclose(self) -> None:
+        """Close the database."""
+        await self._db.close()
+
 
 _spec_decoder = msgspec.json.Decoder(LimitSpec)
 _counters_decoder = msgspec.json.Decoder(CountersSnapshot)

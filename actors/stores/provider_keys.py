@@ -1,4 +1,4 @@
-"""Provider keys in the shared SQLite file: database-added keys and reservations by hash.
+"""Provider keys in the SQLite file: database-added keys and reservations by hash.
 
 - ``provider_api_keys``: keys added through ``POST /admin/provider-keys``; each joins the pools
   of one endpoint id or of every route with one base URL, after the configured keys, in
@@ -7,7 +7,8 @@
 - ``provider_env_key_min_roles``: reservations of environment or config keys, keyed by the
   key's credential id (a hash), so a reservation outlives the key leaving rotation.
 
-The database is opened lazily: a process that never needs it never creates the file.
+The database is opened lazily: a process that never needs it never creates the file. The
+statements are shared with the PostgreSQL store a cluster uses (``provider_keys_postgres``).
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class LazyDb:
             await conn.close()
 
 
-def _decl(row: Sequence[object]) -> ProviderKeyDecl:
+def decl_of(row: Sequence[object]) -> ProviderKeyDecl:
+    """A declaration from a row of ``_COLUMNS``."""
     key_id, cid, endpoint, base_url, min_role, created = row
     return ProviderKeyDecl(
         key_id=str(key_id),
@@ -90,6 +92,53 @@ def _decl(row: Sequence[object]) -> ProviderKeyDecl:
 
 
 _COLUMNS = "id, credential_id, endpoint, base_url, min_role, created"
+SELECT_KEYS = f"SELECT {_COLUMNS} FROM provider_api_keys ORDER BY created, id"
+SELECT_KEY = f"SELECT {_COLUMNS} FROM provider_api_keys WHERE id = ?"
+SELECT_RESERVATIONS = "SELECT credential_id, min_role FROM provider_env_key_min_roles"
+SELECT_SECRET = (
+    "SELECT secret FROM provider_api_keys WHERE credential_id = ? ORDER BY created LIMIT 1"
+)
+INSERT_KEY = (
+    "INSERT INTO provider_api_keys (id, credential_id, secret, endpoint, base_url,"
+    " min_role, created) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+UPDATE_ROLE = "UPDATE provider_api_keys SET min_role = ? WHERE id = ?"
+DELETE_KEY = "DELETE FROM provider_api_keys WHERE id = ?"
+DELETE_RESERVATION = "DELETE FROM provider_env_key_min_roles WHERE credential_id = ?"
+UPSERT_RESERVATION = (
+    "INSERT INTO provider_env_key_min_roles (credential_id, min_role, updated)"
+    " VALUES (?, ?, ?) ON CONFLICT(credential_id) DO UPDATE SET"
+    " min_role = excluded.min_role, updated = excluded.updated"
+)
+
+
+def new_decl(
+    secret: str, *, endpoint: str, base_url: str, min_role: str, now: float
+) -> ProviderKeyDecl:
+    """The declaration of a key being added (a fresh id). Raises ValueError for an unknown
+    role."""
+    role_rank(min_role)
+    return ProviderKeyDecl(
+        key_id="pk-" + _secrets.token_hex(6),
+        credential_id=credential_id(secret),
+        endpoint=endpoint,
+        base_url=base_url.rstrip("/"),
+        min_role=min_role,
+        created=now,
+    )
+
+
+def decl_row(decl: ProviderKeyDecl, secret: object) -> tuple[object, ...]:
+    """INSERT_KEY's parameters for ``decl`` and its ``secret``."""
+    return (
+        decl.key_id,
+        decl.credential_id,
+        secret,
+        decl.endpoint,
+        decl.base_url,
+        decl.min_role,
+        decl.created,
+    )
 
 
 class ProviderKeyStore:
@@ -104,13 +153,9 @@ class ProviderKeyStore:
         conn = await self.db.get(create=False)
         if conn is None:
             return (), {}
-        async with conn.execute(
-            f"SELECT {_COLUMNS} FROM provider_api_keys ORDER BY created, id"
-        ) as cur:
-            keys = tuple(_decl(row) for row in await cur.fetchall())
-        async with conn.execute(
-            "SELECT credential_id, min_role FROM provider_env_key_min_roles"
-        ) as cur:
+        async with conn.execute(SELECT_KEYS) as cur:
+            keys = tuple(decl_of(row) for row in await cur.fetchall())
+        async with conn.execute(SELECT_RESERVATIONS) as cur:
             reservations = {str(cid): str(role) for cid, role in await cur.fetchall()}
         return keys, reservations
 
@@ -120,10 +165,7 @@ class ProviderKeyStore:
         conn = await self.db.get(create=False)
         if conn is None:
             return None
-        async with conn.execute(
-            "SELECT secret FROM provider_api_keys WHERE credential_id = ? ORDER BY created LIMIT 1",
-            (cid,),
-        ) as cur:
+        async with conn.execute(SELECT_SECRET, (cid,)) as cur:
             row = await cur.fetchone()
         return str(row[0]) if row else None
 
@@ -131,30 +173,10 @@ class ProviderKeyStore:
         self, secret: str, *, endpoint: str, base_url: str, min_role: str, now: float
     ) -> ProviderKeyDecl:
         """Store a new key; returns its declaration (never the secret)."""
-        role_rank(min_role)
+        decl = new_decl(secret, endpoint=endpoint, base_url=base_url, min_role=min_role, now=now)
         conn = await self.db.get(create=True)
         assert conn is not None
-        decl = ProviderKeyDecl(
-            key_id="pk-" + _secrets.token_hex(6),
-            credential_id=credential_id(secret),
-            endpoint=endpoint,
-            base_url=base_url.rstrip("/"),
-            min_role=min_role,
-            created=now,
-        )
-        await conn.execute(
-            "INSERT INTO provider_api_keys (id, credential_id, secret, endpoint, base_url,"
-            " min_role, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                decl.key_id,
-                decl.credential_id,
-                _Unlogged(secret),
-                decl.endpoint,
-                decl.base_url,
-                decl.min_role,
-                now,
-            ),
-        )
+        await conn.execute(INSERT_KEY, decl_row(decl, _Unlogged(secret)))
         await conn.commit()
         return decl
 
@@ -163,21 +185,17 @@ class ProviderKeyStore:
         role_rank(min_role)
         conn = await self.db.get(create=True)
         assert conn is not None
-        await conn.execute(
-            "UPDATE provider_api_keys SET min_role = ? WHERE id = ?", (min_role, key_id)
-        )
+        await conn.execute(UPDATE_ROLE, (min_role, key_id))
         await conn.commit()
-        async with conn.execute(
-            f"SELECT {_COLUMNS} FROM provider_api_keys WHERE id = ?", (key_id,)
-        ) as cur:
+        async with conn.execute(SELECT_KEY, (key_id,)) as cur:
             row = await cur.fetchone()
-        return _decl(row) if row else None
+        return decl_of(row) if row else None
 
     async def delete(self, key_id: str) -> bool:
         """Remove a database key; False when there was none."""
         conn = await self.db.get(create=True)
         assert conn is not None
-        cur = await conn.execute("DELETE FROM provider_api_keys WHERE id = ?", (key_id,))
+        cur = await conn.execute(DELETE_KEY, (key_id,))
         await conn.commit()
         return (cur.rowcount or 0) > 0
 
@@ -187,14 +205,11 @@ class ProviderKeyStore:
         conn = await self.db.get(create=True)
         assert conn is not None
         if min_role == "free":
-            await conn.execute(
-                "DELETE FROM provider_env_key_min_roles WHERE credential_id = ?", (cid,)
-            )
+            await conn.execute(DELETE_RESERVATION, (cid,))
         else:
-            await conn.execute(
-                "INSERT INTO provider_env_key_min_roles (credential_id, min_role, updated)"
-                " VALUES (?, ?, ?) ON CONFLICT(credential_id) DO UPDATE SET"
-                " min_role = excluded.min_role, updated = excluded.updated",
-                (cid, min_role, now),
-            )
+            await conn.execute(UPSERT_RESERVATION, (cid, min_role, now))
         await conn.commit()
+
+    async def aclose(self) -> None:
+        """Close the file if open."""
+        await self.db.aclose()

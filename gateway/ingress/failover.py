@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import msgspec
+
 from gateway.http.errors import REQUEST_DESCRIBING
 from schemas import (
+    QUOTA_EXHAUSTED,
     ContentFilteredError,
     KeyPoolExhaustedError,
     KeyPoolRoleRestrictedError,
@@ -78,17 +81,31 @@ def is_context_refusal(err: UpstreamError) -> bool:
     return any(marker in text for marker in _CONTEXT_MARKERS)
 
 
+_KEY_REFUSALS = frozenset({401, 402, 403})
+
+
+def is_key_refusal(err: UpstreamError) -> bool:
+    """Whether the upstream refused the attempt's key rather than the route or the request:
+    an authentication or permission refusal, or a spent quota or billing."""
+    if isinstance(err, ContentFilteredError):
+        return False
+    return err.kind == QUOTA_EXHAUSTED or err.status in _KEY_REFUSALS
+
+
 class Failures:
-    """The errors of a request's attempts, which one the client is shown, and which
-    remaining routes a context-length refusal rules out."""
+    """The errors of a request's attempts, which one the client is shown, which remaining
+    routes a context-length refusal rules out, and which key a route is retried on when the
+    upstream refused the last one's."""
 
     def __init__(self) -> None:
         self.errors: list[UpstreamError] = []
         self._refused_window: int | None = None
         self._filtered = False
+        self._last: tuple[UpstreamError, RouteCandidate] | None = None
 
     def add(self, err: UpstreamError, c: RouteCandidate) -> None:
         self.errors.append(err)
+        self._last = (err, c)
         if isinstance(err, ContentFilteredError):
             # The prompt itself was refused: it is the caller's answer, not another route's job.
             self._filtered = True
@@ -104,6 +121,30 @@ class Failures:
         refused = self._refused_window
         return refused is not None and c.context_window is not None and c.context_window <= refused
 
+    def rate_limited(self) -> bool:
+        """Whether every attempt so far met a provider's rate limit (a 429 that is not a
+        quota exhaustion): back-pressure, so each of those routes is cooling."""
+        return bool(self.errors) and all(
+            e.status == 429 and e.kind != QUOTA_EXHAUSTED for e in self.errors
+        )
+
+    def next_key(self, c: RouteCandidate) -> RouteCandidate | None:
+        """``c`` on its next spare key when the last failure was ``c``'s and the upstream
+        refused its key (one key's problem, not the route's: the same route serves on
+        another key, leased anew); else None."""
+        last = self._last
+        if last is None or not c.spare_credentials:
+            return None
+        err, failed = last
+        if failed.endpoint != c.endpoint or failed.credential_id != c.credential_id:
+            return None
+        if not is_key_refusal(err):
+            return None
+        cid, *rest = c.spare_credentials
+        return msgspec.structs.replace(
+            c, credential_id=cid, spare_credentials=tuple(rest), lease_id="", probe=False
+        )
+
     def final(self) -> UpstreamError:
         if self.errors and all(isinstance(e, KeyPoolExhaustedError) for e in self.errors):
             return merged_refusal(self.errors)
@@ -114,9 +155,10 @@ class Failures:
 
 
 class Budget:
-    """One request's hop cap and wall-clock budget (``routing.failover``), on ``clock``."""
+    """One request's hop cap, wall-clock budget and wait for cooling routes
+    (``routing.failover``), on ``clock``."""
 
-    __slots__ = ("_clock", "_deadline", "_max")
+    __slots__ = ("_clock", "_cooling_left", "_deadline", "_max")
 
     def __init__(
         self, settings: FailoverConfig, started: float, clock: Callable[[], float]
@@ -124,6 +166,19 @@ class Budget:
         self._clock = clock
         self._max = settings.max_attempts
         self._deadline = started + settings.budget_seconds if settings.budget_seconds else None
+        self._cooling_left = settings.cooling_wait_seconds
+
+    def cooling_wait(self, retry_after: float | None) -> float | None:
+        """Seconds to wait for the first cooling route to come back (``retry_after``), taken
+        from what is left of the request's ``cooling_wait_seconds``; None when that or the
+        budget cannot cover it (the client is then told when to come back)."""
+        if retry_after is None or retry_after > self._cooling_left:
+            return None
+        wait = max(0.0, retry_after)
+        if self._deadline is not None and self._clock() + wait >= self._deadline:
+            return None
+        self._cooling_left -= wait
+        return wait
 
     def may_start(self, attempt: int) -> bool:
         """Whether attempt number ``attempt`` may start now (the first two always may)."""

@@ -277,6 +277,7 @@ class Inference(Component):
             self.targeting.plan_for, body=body, surface=info.surface, req=req, info=info
         )
         walk = await self.targeting.walk(requested, req, info, ask, body=body)
+        walk.budget_for = functools.partial(self._dispatcher.budget, info)  # cooling waits
         plan = await walk.first()
         if ticket is not None:
             trace = info.record.trace

@@ -14,6 +14,12 @@ error is the answer, so the error a client sees is deterministic. A bus failure 
 responder, no reply in time, bus closed) is not skipped: it says the control plane is down,
 not that one model cannot plan, and the next model would only wait as long again.
 
+A walk with a ``Budget`` (the live path's; explain's has none) waits rather than answer 503
+when what holds a request out is back-pressure: every route cooling after its provider's 429
+(or the rest out too: open, benched, at capacity), the earliest reset within the request's
+cooling wait. It sleeps until that reset (a timer on the event loop's clock, no polling) and
+walks again from the first model.
+
 Each plan a walk returns names its model (``RoutePlan.model``, stamped by the model's owner);
 the failover loop carries it into each attempt, so nothing about the request changes behind
 the loop's back while it walks.
@@ -25,6 +31,8 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+import anyio
+
 from bus import BusClosedError
 from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
@@ -33,6 +41,7 @@ from gateway.http.request import bounded
 from gateway.ingress.identity import conversation_key
 from gateway.steering.resolver import Steerer, is_steering
 from schemas import (
+    AllRoutesCoolingError,
     BusTimeoutError,
     GatewayError,
     NoRespondersError,
@@ -51,6 +60,7 @@ if TYPE_CHECKING:
     from gateway.auth.provider_secrets import ProviderSecrets
     from gateway.http.request import HttpRequest
     from gateway.ingress.accounting import RequestRecord
+    from gateway.ingress.failover import Budget
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import Resolution
     from gateway.steering.rules import RulesView
@@ -224,15 +234,23 @@ class Targeting:
 class PlanWalk:
     """Owns the position of one request in its ordered models."""
 
-    __slots__ = ("_ask", "_models", "_next", "steered")
+    __slots__ = ("_ask", "_models", "_next", "budget", "budget_for", "steered")
 
     def __init__(
-        self, models: Sequence[ModelConfig], ask: Ask, steered: Resolution | None = None
+        self,
+        models: Sequence[ModelConfig],
+        ask: Ask,
+        steered: Resolution | None = None,
+        budget: Budget | None = None,
     ) -> None:
         self._models = models
         self._ask = ask
         self._next = 0
         self.steered = steered
+        self.budget = budget
+        # The live path's: makes the request's budget when the walk first needs one (the
+        # happy path never does: the failover loop makes it), so it may wait for cooling.
+        self.budget_for: Callable[[], Budget] | None = None
 
     @property
     def has_more(self) -> bool:
@@ -240,20 +258,61 @@ class PlanWalk:
         return self._next < len(self._models)
 
     async def first(self) -> RoutePlan:
-        """The first plan any model makes. Raises the first model's GatewayError when none
-        can plan."""
-        first_error: GatewayError | None = None
+        """The first plan any model makes (once a cooling route is back, when that is what
+        holds the request out and the budget lets it wait). Raises the first model's
+        GatewayError when none can plan."""
+        while True:
+            plan, errors = await self._first_of_all()
+            if plan is not None:
+                return plan
+            if not await self._waited(errors):
+                raise errors[0]
+
+    async def after_cooling(self) -> RoutePlan | None:
+        """Walk again from the first model, every attempt so far having met a 429: the
+        first plan, asked at once (routes the attempts did not reach may be free) and then
+        each time the earliest cooling route is back, while the budget lets the request
+        wait; None when it does not, or no model can plan for another reason."""
+        while True:
+            self._next = 0
+            # Shielded as the loop's own plan requests: a plan arrives with a lease.
+            with anyio.CancelScope(shield=True):
+                try:
+                    plan, errors = await self._first_of_all()
+                except GatewayError:
+                    return None  # the control plane is down: the attempts' errors stand
+            if plan is not None:
+                return plan
+            if not await self._waited(errors):
+                return None
+
+    async def _first_of_all(self) -> tuple[RoutePlan | None, list[GatewayError]]:
+        """The first plan a model makes from the walk's position, with the errors of the
+        models before it that could not plan. Raises a bus failure."""
+        errors: list[GatewayError] = []
         while self.has_more:
             try:
-                plan = await self._take()
+                return await self._take(), errors
+            except _CONTROL_PLANE_DOWN:
+                raise
             except GatewayError as err:
-                if not self._skippable(err):
-                    raise
-                first_error = first_error or err
-                continue
-            return plan
-        assert first_error is not None
-        raise first_error
+                errors.append(err)
+        return None, errors
+
+    async def _waited(self, errors: list[GatewayError]) -> bool:
+        """Sleep until the first route of the models that are cooling is back, and rewind
+        the walk, when the budget lets the request wait that long; False when it does not
+        (or no model was held out by cooling)."""
+        waits = [e.retry_after for e in errors if isinstance(e, AllRoutesCoolingError)]
+        known = [w for w in waits if w is not None]
+        if self.budget is None and self.budget_for is not None:
+            self.budget = self.budget_for()
+        wait = self.budget.cooling_wait(min(known)) if known and self.budget else None
+        if wait is None:
+            return False
+        await anyio.sleep(wait)
+        self._next = 0
+        return True
 
     async def next(self) -> RoutePlan | None:
         """The next model's plan (skipping models that cannot plan); None when none is left."""

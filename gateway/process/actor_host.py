@@ -8,7 +8,8 @@ events (JetStream on NATS; a bounded in-memory one in process) and attaches the 
 
 With ``cluster.enabled`` on ``--role actors`` the tree is shared by every actors host on the
 NATS cluster instead (``actors.cluster.ClusterHost``): this host runs only its placed share,
-with snapshots in JetStream; config reload is then a rolling restart of the hosts.
+with snapshots in JetStream, and a config reload reaches every host's share
+(``actors.cluster.ClusterConfigActor``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import socket
 from typing import TYPE_CHECKING
 
 from actors import ChildSpec, ConfigActor, ConfigState, SnapshotStore, Supervisor, build_tree
-from actors.cluster import ClusterHost
+from actors.cluster import ClusterConfigActor, ClusterHost
 from actors.strategies import validate_strategy
 from bus import BusClosedError
 from gateway.process.config import DEMO_CONFIG, load_config
@@ -66,23 +67,34 @@ class ActorHost:
         self._snapshots = snapshots
 
     @classmethod
-    async def start_cluster(cls, bus: Bus, config: GatewayConfig, node_id: str | None) -> ActorHost:
+    async def start_cluster(
+        cls,
+        bus: Bus,
+        config: GatewayConfig,
+        node_id: str | None,
+        on_units: Callable[[list[str]], None] | None = None,
+        config_path: str | None = None,
+    ) -> ActorHost:
         """Join the actors hosts of the NATS cluster as ``node_id`` (default:
-        :func:`default_node_id`) and run this host's share. Raises BusClosedError when
+        :func:`default_node_id`) and run this host's share; ``on_units`` is shown the units
+        it runs whenever they change (see ``ClusterHost``). Raises BusClosedError when
         JetStream's buckets cannot be opened, SharedDatabaseRequiredError when other hosts
         run and the request log would be in this host's SQLite file."""
         node_id = node_id or default_node_id()
-        cluster = ClusterHost(
-            bus,
-            node_id,
-            config.cluster,
-            lambda snapshots: build_tree(config, snapshots=snapshots, request_log=True),
-        )
+        cluster = ClusterHost(bus, node_id, config.cluster, _shared_tree(config), on_units=on_units)
         host = cls(cluster.root, None, cluster)
         try:
             # Refused before joining: a host whose request log is in its own SQLite file
             # would split the log and spend with the hosts already running.
             await cluster.start(functools.partial(require_shared_database, config, node_id=node_id))
+            reloads = ClusterConfigActor(
+                node_id,
+                config,
+                config_version(config_path),
+                load=functools.partial(load_versioned, config_path, routers=validate_strategy),
+                reconfigure=lambda new: cluster.reconfigure(_shared_tree(new)),
+            )
+            await cluster.root.add_child(ChildSpec("cluster_config", lambda: reloads))
             await _ensure_events_stream(bus, config)
         except BaseException:
             await host.aclose()
@@ -120,6 +132,13 @@ class ActorHost:
         finally:
             if self._snapshots is not None:
                 await self._snapshots.aclose()
+
+
+def _shared_tree(config: GatewayConfig) -> Callable[[SnapshotStore | None], Supervisor]:
+    """How a cluster host describes the whole tree of ``config`` for a unit's snapshots."""
+    return lambda snapshots: build_tree(
+        config, snapshots=snapshots, request_log=True, shared_state=True
+    )
 
 
 async def _start_control(

@@ -71,12 +71,13 @@ class QuotaPoller:
         """The pools with an http_json source being polled."""
         return [spec for (spec, _), _task in self._polling.values()]
 
-    def reconfigure(self, config: GatewayConfig) -> None:
-        """Poll the http_json sources of ``config`` from now on (see the class docstring)."""
+    def reconfigure(self, config: GatewayConfig, *, polling: bool = True) -> None:
+        """Poll the http_json sources of ``config`` from now on (see the class docstring);
+        none while ``polling`` is false (in a cluster, another host owns the pools)."""
         wanted = {
             p.pool: (p, _credential(config, p.endpoints[0]))
             for p in capacity_pools(config).values()
-            if isinstance(p.source, HttpJsonQuotaSource)
+            if polling and isinstance(p.source, HttpJsonQuotaSource)
         }
         for name, (key, task) in list(self._polling.items()):
             if wanted.get(name) != key:

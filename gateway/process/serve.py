@@ -138,7 +138,9 @@ async def run(
             # The probers listen before the actors start: a probe due at once is not lost.
             sidecars = Sidecars(bus, config)
             if opts.role == "actors" and config.cluster.enabled:
-                host = await ActorHost.start_cluster(bus, config, opts.node_id)
+                host = await ActorHost.start_cluster(
+                    bus, config, opts.node_id, sidecars.place, opts.config_path
+                )
             else:
                 host = await ActorHost.start(bus, config, opts.config_path)
             sidecars.actors_started()

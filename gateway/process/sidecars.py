@@ -7,6 +7,12 @@ A reload reaches them like it reaches an ingress (:meth:`Sidecars.follow`: on
 ``ConfigChanged`` the config file is re-read): the quota poller polls the pools the reload
 added or changed and stops polling the removed ones, the probers resolve routes from the new
 config, and the health-check loop restarts when its targets or settings changed.
+
+In a cluster (several actors hosts) the loops that feed one unit of the tree run only beside
+that unit's owner (:meth:`Sidecars.place`): the health checks feed the ``models`` unit, the
+quota polls the ``capacity`` unit, and N hosts must not send N times their traffic. The bench
+and RouteWise probers need no placement: each probe is asked for once, by the owning actor,
+and taken by one prober of the queue group.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# The units of the actor tree (actors/tree.py) the loops feed; a test pins the names.
+HEALTH_CHECKED_UNIT = "models"
+QUOTA_POLLED_UNIT = "capacity"
+
 
 class Sidecars:
     """Owns the sidecar tasks and the HTTP client they share; ``aclose`` stops them."""
@@ -60,13 +70,28 @@ class Sidecars:
         self.poller = QuotaPoller(bus, self._client)
         self._health: tuple[dict[str, str], HealthCheckConfig] | None = None
         self._checker: asyncio.Task[None] | None = None
+        self._here: frozenset[str] | None = None  # the units run here; None: the whole tree
+        self._feeding = False  # the actors started and we are not closed
 
     def actors_started(self) -> None:
         """Start what feeds the actors (quota readings, health checks): a reading published
         before its owner subscribed would be lost. The probers are listening already, so an
         actor's first probe request, sent as it starts, reaches one."""
-        self.poller.reconfigure(self._config)
-        self._check(self._config)
+        self._feeding = True
+        self._feed(self._config)
+
+    def place(self, units: list[str]) -> None:
+        """In a cluster: this host runs ``units`` of the tree now, and feeds only those."""
+        self._here = frozenset(units)
+        if self._feeding:
+            self._feed(self._config)
+
+    def _runs(self, unit: str) -> bool:
+        return self._here is None or unit in self._here
+
+    def _feed(self, config: GatewayConfig) -> None:
+        self.poller.reconfigure(config, polling=self._runs(QUOTA_POLLED_UNIT))
+        self._check(config)
 
     def reconfigure(self, config: GatewayConfig) -> None:
         """Work from ``config`` from now on (a reload)."""
@@ -74,8 +99,7 @@ class Sidecars:
         self.prober.retarget(targets)
         self.routewise.retarget(targets)
         self._leases.retune(config.routing.leases.ttl_seconds)
-        self.poller.reconfigure(config)
-        self._check(config)
+        self._feed(config)
         self._config = config
 
     def follow(self, load: Callable[[], tuple[GatewayConfig, str]], version: str) -> None:
@@ -91,10 +115,12 @@ class Sidecars:
             logger.error("sidecars no longer follow config reloads: %s", exc)
 
     def _check(self, config: GatewayConfig) -> None:
-        """(Re)start the health-check loop when its targets or settings changed."""
+        """(Re)start the health-check loop when its targets or settings changed, or its
+        unit came here or went elsewhere."""
         settings = config.routing.health_check
         targets = local_targets(config)
-        wanted = (targets, settings) if settings.enabled and targets else None
+        here = self._runs(HEALTH_CHECKED_UNIT)
+        wanted = (targets, settings) if here and settings.enabled and targets else None
         if wanted == self._health:
             return
         if self._checker is not None:
@@ -107,6 +133,7 @@ class Sidecars:
 
     async def aclose(self) -> None:
         """Cancel every task and close the client."""
+        self._feeding = False  # the host, stopping after us, reports its units going
         tasks = [*self._tasks, *([self._checker] if self._checker is not None else [])]
         for task in tasks:
             task.cancel()

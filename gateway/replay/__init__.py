@@ -2,9 +2,10 @@
 providers, compared across configs.
 
 Process wiring (it builds the actor tree, like ``gateway.process``): ``vloop`` (the virtual
-time loop), ``trace`` and ``synth`` (requests), ``providers`` and ``simulated`` (upstream
-behaviour behind the one ``Adapter`` seam), ``runner`` (one config through the real
-gateway), ``oracle``, ``report`` and ``plots``.
+time loop), ``trace`` and ``synth`` (requests), ``requests`` (a trace request on the wire),
+``callers`` (the trace's gateway API keys), ``providers``, ``simulated`` and ``answers``
+(upstream behaviour behind the one ``Adapter`` seam, and its wire shapes), ``runner`` (one
+config through the real gateway), ``oracle``, ``report`` and ``plots``.
 """
 
 from __future__ import annotations

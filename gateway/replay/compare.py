@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
     from gateway.replay.outcome import RunResult
     from gateway.replay.providers import ProvidersFile
-    from gateway.replay.trace import TraceRequest
+    from gateway.replay.trace import TraceKey, TraceRequest
     from schemas.config import GatewayConfig
 
 Progress = Callable[[str, int, int], None]
@@ -28,11 +28,13 @@ def compare(
     providers: ProvidersFile,
     *,
     seed: int,
+    keys: Sequence[TraceKey] = (),
     slo: float | None = None,
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], list[RunResult]]:
-    """Each config on a fresh gateway and a fresh virtual loop; the report (oracle from the
-    first config's routes and prices) and the runs. Raises what a replay raises."""
+    """Each config on a fresh gateway (with the trace's gateway API keys ``keys``) and a
+    fresh virtual loop; the report (oracle from the first config's routes and prices) and
+    the runs. Raises what a replay raises."""
     runs: list[RunResult] = []
     for name, config in configs:
 
@@ -41,7 +43,9 @@ def compare(
                 progress(name, done, len(trace))
 
         runs.append(
-            run_virtual(replay_config(name, config, trace, providers, seed=seed, progress=tick))
+            run_virtual(
+                replay_config(name, config, trace, providers, seed=seed, keys=keys, progress=tick)
+            )
         )
     oracle = oracle_for(configs[0][1], providers, trace)
     report = build_report(runs, oracle, slo or providers.slo_ttft_seconds, seed)

@@ -1,8 +1,10 @@
 """The oracle: what the providers allow a router at best, computed from the providers file.
 
 Each route can take a number of the trace's requests: its rate limit (requests, and tokens at
-the trace's mean tokens per request, per window) over the trace's span, and its capacity by
-Little's law (slots over the mean time a request holds one). The TTFT bound fills the fastest
+the trace's mean tokens per request, per window) over the trace's span, its capacity and its
+concurrency plan by Little's law (slots over the mean time a request holds one), and its
+quota plan's allowance in the periods the span reaches; a plan counts once per credential of
+the route the provider does not refuse. The TTFT bound fills the fastest
 routes (by unloaded mean TTFT) with the requests; the cost bound fills the cheapest ones (at
 the config's prices), where a capacity route may also work off a queue until the route's
 TTFT timeout after the last arrival (what a config that queues there gets served). Queueing
@@ -15,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gateway.replay.answers import refused
 from schemas.pricing import PER_MILLION
 
 if TYPE_CHECKING:
@@ -82,8 +85,9 @@ def oracle_for(
                 (prompt * price.prompt + output * price.completion) / PER_MILLION if price else 0.0
             )
             holding = ttft + generation
-            room = _room(p, holding, prompt + output, span)
-            queued = _room(p, holding, prompt + output, span + route.ttft_timeout_seconds)
+            keys = sum(1 for s in route.secrets or ("",) if not (s and refused(p.refused_keys, s)))
+            room = _room(p, holding, prompt + output, span, keys)
+            queued = _room(p, holding, prompt + output, span + route.ttft_timeout_seconds, keys)
             routes.append(_Route(eid, ttft + whole * generation, room, min(queued, n), cost))
     fastest = _fill(sorted(routes, key=lambda r: (r.ttft, r.endpoint)), n, queued=False)
     cheapest = _fill(sorted(routes, key=lambda r: (r.cost, r.endpoint)), n, queued=True)
@@ -101,12 +105,21 @@ def _mean_ttft(p: Provider, prompt: float) -> float:
     return median * math.exp(p.ttft.sigma**2 / 2)
 
 
-def _room(p: Provider, holding: float, tokens: float, seconds: float) -> float:
-    """Requests ``p`` can take in ``seconds`` (inf: unlimited); a rate limit's window also
-    admits its allowance at the edge."""
-    room = math.inf
+def _room(p: Provider, holding: float, tokens: float, seconds: float, keys: int) -> float:
+    """Requests ``p`` can take in ``seconds`` (inf: unlimited) with ``keys`` usable
+    credentials; a rate limit's window also admits its allowance at the edge."""
+    room = math.inf if keys else 0.0
     if p.capacity is not None:
         room = min(room, p.capacity * seconds / holding)
+    if p.concurrency is not None:
+        room = min(room, p.concurrency.limit * keys * seconds / holding)
+    quota = p.quota
+    if quota is not None:
+        periods = math.floor(seconds / quota.period_seconds) + 1
+        if quota.requests is not None:
+            room = min(room, quota.requests * keys * periods)
+        if quota.tokens is not None:
+            room = min(room, quota.tokens / tokens * keys * periods)
     limit = p.rate_limit
     if limit is not None and limit.requests is not None:
         room = min(room, limit.requests * (seconds / limit.per_seconds + 1))

@@ -9,7 +9,7 @@ trace's first arrival.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -64,6 +64,31 @@ class ErrorRates(_Strict):
     stall: float = Field(default=0.0, ge=0, le=1)
     empty: float = Field(default=0.0, ge=0, le=1)
     http_401: float = Field(default=0.0, ge=0, le=1)
+    http_403: float = Field(default=0.0, ge=0, le=1)  # last: earlier kinds keep their draws
+
+
+class QuotaPlan(_Strict):
+    """A subscription's allowance: ``requests`` and/or ``tokens`` (prompt plus output) per
+    ``period_seconds`` (a day), counted per credential in periods from the trace's start;
+    once spent, every attempt is a 429 ``insufficient_quota`` until the next period."""
+
+    requests: int | None = Field(default=None, ge=1)
+    tokens: int | None = Field(default=None, ge=1)
+    period_seconds: float = Field(default=86_400.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> QuotaPlan:
+        if self.requests is None and self.tokens is None:
+            raise ValueError("quota needs requests or tokens (or both) per period_seconds")
+        return self
+
+
+class ConcurrencyPlan(_Strict):
+    """A plan allowing ``limit`` requests in flight per credential: one more is refused at
+    once with a 429 (``Retry-After: retry_after`` when set)."""
+
+    limit: int = Field(ge=1)
+    retry_after: float | None = Field(default=None, ge=0)
 
 
 class Outage(_Strict):
@@ -95,6 +120,11 @@ class Provider(_Strict):
     capacity: int | None = Field(default=None, ge=1)
     """Requests served at once; more wait in a FIFO queue (their TTFT grows with it)."""
     rate_limit: RateLimit | None = None
+    quota: QuotaPlan | None = None
+    concurrency: ConcurrencyPlan | None = None
+    refused_keys: tuple[Annotated[str, Field(min_length=1)], ...] = ()
+    """Credentials answered 403 on every attempt: as the config writes them, or their id
+    (``k-…``, as events and logs show them)."""
     errors: ErrorRates = ErrorRates()
     outages: tuple[Outage, ...] = ()
     drift: tuple[Drift, ...] = ()

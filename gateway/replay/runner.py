@@ -13,12 +13,9 @@ import asyncio
 import contextlib
 import dataclasses
 import tempfile
-import zlib
 from pathlib import Path
 from random import Random
 from typing import TYPE_CHECKING, Any
-
-import msgspec
 
 from actors import build_tree
 from bus import InProcessBus
@@ -28,8 +25,10 @@ from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.targets import Targets
 from gateway.process.prober import BenchProber
 from gateway.process.routewise_prober import RouteWiseProber
+from gateway.replay.callers import create_keys, declared_keys
 from gateway.replay.outcome import Outcome, RunResult, Transition
-from gateway.replay.simulated import CHARS_PER_TOKEN, SimulatedAdapter
+from gateway.replay.requests import request_body, request_scope
+from gateway.replay.simulated import SimulatedAdapter
 from gateway.replay.vloop import VirtualTimeLoop
 from schemas import (
     BenchChanged,
@@ -47,13 +46,12 @@ if TYPE_CHECKING:
     from bus import Envelope
     from gateway.adapters.base import Adapter
     from gateway.replay.providers import ProvidersFile
-    from gateway.replay.trace import TraceRequest
+    from gateway.replay.trace import TraceKey, TraceRequest
     from schemas.config import GatewayConfig
 
 WALL_EPOCH = 1_800_000_000.0
 """Unix time of virtual second 0: fixed, so a replay never depends on today's date."""
 
-_encode = msgspec.json.Encoder().encode
 _SIMULATED_KINDS = ("openai_compat", "anthropic", "bedrock")
 _FOREVER = 1e12
 
@@ -65,9 +63,11 @@ async def replay_config(
     providers: ProvidersFile,
     *,
     seed: int,
+    keys: Sequence[TraceKey] = (),
     progress: Callable[[int], None] | None = None,
 ) -> RunResult:
-    """Replay ``trace`` through a fresh gateway for ``config``; ``progress`` is called with
+    """Replay ``trace`` through a fresh gateway for ``config``, its gateway API keys
+    (``keys``, and any other a request names) created first; ``progress`` is called with
     the number of requests finished so far. Raises RuntimeError when not on a
     VirtualTimeLoop, or when thread work ran while virtual time jumped (not repeatable)."""
     loop = asyncio.get_running_loop()
@@ -78,12 +78,15 @@ async def replay_config(
             update={
                 "database": config.database.model_copy(update={"path": str(Path(tmp) / "db")}),
                 "log": config.log.model_copy(update={"enabled": False}),
-                # Whether any gateway key exists is asked of its owner (SQLite, a thread)
-                # once before the traffic, not again while virtual time jumps.
+                # Whether any gateway key exists, and each key, is asked of its owner
+                # (SQLite, a thread) once before the traffic, not again while virtual
+                # time jumps; the limits' counters are saved when the replay stops.
                 "auth_cache_seconds": _FOREVER,
+                "limits": config.limits.model_copy(update={"snapshot_seconds": _FOREVER}),
             }
         )
-        return await _Run(name, isolated, providers, seed, loop).run(trace, progress)
+        run = _Run(name, isolated, providers, seed, loop)
+        return await run.run(trace, declared_keys(keys, trace), progress)
 
 
 class _Run:
@@ -114,13 +117,18 @@ class _Run:
         return round(self.loop.time() - self.sim.origin, 6)
 
     async def run(
-        self, trace: Sequence[TraceRequest], progress: Callable[[int], None] | None
+        self,
+        trace: Sequence[TraceRequest],
+        keys: Sequence[TraceKey],
+        progress: Callable[[int], None] | None,
     ) -> RunResult:
         loop = self.loop
         # Starting opens SQLite (a thread): real waits until the gateway is up.
         loop.jumping = False
         root = build_tree(self.config, clock=self.wall, seed=self.seed)
         await root.start(self.bus)
+        # Before the ingress starts, so its views load them (the limits, whether auth is on).
+        secrets = await create_keys(self.bus, keys)
         clock = IngressClock(steady=loop.time, wall=self.wall)
         app = GatewayApp(
             self.bus,
@@ -131,6 +139,8 @@ class _Run:
         )
         lifespan = _Lifespan(app)
         await lifespan.start()
+        for secret in secrets.values():  # each key's lookup answered before the traffic
+            await app.callers.auth.identify_key(secret, strict=True)
         await app.callers.auth.auth_on()
         prober_leases = LeaseKeeper(
             self.bus, self.config.routing.leases.ttl_seconds, "prober", clock=clock.steady
@@ -145,7 +155,7 @@ class _Run:
             wakeups = loop.thread_wakeups
             loop.jumping = True
             self.sim.origin = loop.time()
-            await self._feed(app, trace, progress)
+            await self._feed(app, trace, secrets, progress)
             await asyncio.sleep(1.0)  # the last observations and events arrive
             if loop.thread_wakeups != wakeups:
                 raise RuntimeError(
@@ -158,8 +168,11 @@ class _Run:
                 task.cancel()
             await asyncio.gather(*listeners, return_exceptions=True)
             await prober_leases.aclose()
-            await lifespan.stop()
+            # The actors first: the limits' owner saves its counters as it stops, which
+            # acknowledges the settles the ingress waits for (virtual timers stand still
+            # now, so a wait for them would never end).
             await root.stop()
+            await lifespan.stop()
             await self.bus.aclose()
         return RunResult(
             name=self.name,
@@ -192,14 +205,16 @@ class _Run:
         self,
         app: GatewayApp,
         trace: Sequence[TraceRequest],
+        secrets: dict[str, str],
         progress: Callable[[int], None] | None,
     ) -> None:
-        """Send each request at its arrival time; return when all have been answered."""
+        """Send each request at its arrival time, with its key's secret; return when all
+        have been answered."""
         done = 0
 
         async def one(r: TraceRequest) -> None:
             nonlocal done
-            self.outcomes.append(await self._send(app, r))
+            self.outcomes.append(await self._send(app, r, secrets.get(r.key)))
             done += 1
             if progress is not None:
                 progress(done)
@@ -211,11 +226,11 @@ class _Run:
                     await asyncio.sleep(delay)
                 tg.create_task(one(r))
 
-    async def _send(self, app: GatewayApp, r: TraceRequest) -> Outcome:
+    async def _send(self, app: GatewayApp, r: TraceRequest, secret: str | None) -> Outcome:
         """One trace request through the ASGI app, as its client sees it."""
         arrived = self.loop.time()
-        exchange = _Exchange(self.loop, _body(r))
-        await app(_scope(r), exchange.receive, exchange.send)
+        exchange = _Exchange(self.loop, request_body(r))
+        await app(request_scope(r, secret), exchange.receive, exchange.send)
         exchange.finished.set()
         return exchange.outcome(r, arrived, self.sim.origin)
 
@@ -314,38 +329,3 @@ class _Lifespan:
         if self._task is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-
-
-def _body(r: TraceRequest) -> bytes:
-    """The chat request ``r`` stands for: a prompt of its length, its answer's length."""
-    body: dict[str, Any] = {
-        "model": r.model,
-        "messages": [{"role": "user", "content": "x" * (r.prompt_tokens * CHARS_PER_TOKEN)}],
-        "max_tokens": r.output_tokens,
-        "stream": r.stream,
-    }
-    if r.stream:
-        body["stream_options"] = {"include_usage": True}
-    return _encode(body)
-
-
-def _scope(r: TraceRequest) -> dict[str, Any]:
-    """The ASGI scope of ``r``: its caller is its client address (affinity's key)."""
-    n = zlib.crc32(r.caller.encode())
-    headers = [(b"content-type", b"application/json")]
-    if r.labels:
-        headers.append((b"x-llmgw-metadata", _encode(r.labels)))
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": (f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}", 40000),
-        "server": ("127.0.0.1", 8080),
-    }

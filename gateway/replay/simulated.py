@@ -4,7 +4,10 @@
 Per route it keeps what a real provider keeps: requests in flight against its capacity (the
 rest wait in a FIFO queue, so their TTFT grows with it), a sliding rate-limit window
 (beyond it a 429 with ``Retry-After`` and ``x-ratelimit-*`` headers, through the same
-``error_from_status`` as a real HTTP answer), outage windows, drift and random failures.
+``error_from_status`` as a real HTTP answer), per credential a quota plan's use in its
+period (spent: 429 ``insufficient_quota``) and the attempts in flight against a concurrency
+plan (one more: 429 at once), the keys it refuses (403), outage windows, drift and random
+failures.
 Every random draw comes from one ``random.Random`` per route seeded from the replay's seed,
 so a replay is repeatable. What it bills (tokens per route) is kept in ``billed``, and what
 the gateway's background probes cost (``for_probes()``, the same routes) in ``probes``.
@@ -24,16 +27,25 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from gateway.adapters.base import JSON, Batch, UpstreamTarget, bad_response, error_from_status
+from gateway.replay.answers import (
+    arguments_delta,
+    called_tool,
+    failure,
+    output_tokens_of,
+    prompt_tokens_of,
+    quota_spent,
+    refused,
+    text_delta,
+    too_many,
+    tool_arguments,
+    usage,
+)
 from schemas import UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
     from gateway.replay.providers import ErrorRates, Provider, ProvidersFile
-
-CHARS_PER_TOKEN = 4
-"""The prompt a trace request carries is this many characters per token (the gateway's own
-estimate divides by the same)."""
 
 _encode = msgspec.json.Encoder().encode
 _STALL_SECONDS = 86_400.0
@@ -57,22 +69,10 @@ class _Route:
     in_flight: int = 0
     queue: deque[asyncio.Future[None]] = field(default_factory=deque)
     window: deque[tuple[float, int]] = field(default_factory=deque)  # (started, tokens)
-
-
-def prompt_tokens_of(body: JSON) -> int:
-    """The prompt tokens a request carries (its messages' text length / CHARS_PER_TOKEN)."""
-    chars = 0
-    for m in body.get("messages") or ():
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, str):
-            chars += len(content)
-    return max(1, chars // CHARS_PER_TOKEN)
-
-
-def output_tokens_of(body: JSON) -> int:
-    """The answer's length: the request's ``max_tokens`` (the trace sets it to the length)."""
-    n = body.get("max_tokens") or body.get("max_completion_tokens") or 1
-    return max(1, int(n))
+    # Per credential: (period index, requests, tokens) of its quota plan; attempts in flight
+    # against its concurrency plan.
+    quota_used: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    plan_in_flight: dict[str, int] = field(default_factory=dict)
 
 
 class SimulatedAdapter:
@@ -117,12 +117,18 @@ class SimulatedAdapter:
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """The whole answer once generated."""
         route, prompt, output, kind = self._admit(target, body)
-        async with self._slot(route):
+        async with self._slot(route, target.api_key or ""):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
                 raise bad_response(target.endpoint, "an empty body")
             await asyncio.sleep((output - 1) / route.provider.output_tps)
         self._bill(target.endpoint, prompt, output)
+        tool = called_tool(body)
+        message: dict[str, Any] = {"role": "assistant", "content": "x" * output}
+        if tool is not None:
+            function = {"name": tool, "arguments": tool_arguments(output)}
+            call = {"id": "call_sim", "type": "function", "function": function}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
         return {
             "id": "chatcmpl-sim",
             "object": "chat.completion",
@@ -131,23 +137,30 @@ class SimulatedAdapter:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": "x" * output},
-                    "finish_reason": "stop",
+                    "message": message,
+                    "finish_reason": "stop" if tool is None else "tool_calls",
                 }
             ],
-            "usage": _usage(prompt, output),
+            "usage": usage(prompt, output),
         }
 
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
-        """The first token after the TTFT, the rest at the route's output rate."""
+        """The first token after the TTFT, the rest at the route's output rate (a tool call's
+        arguments as a text's content)."""
         route, prompt, output, kind = self._admit(target, body)
         base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0}
         base["model"] = target.upstream_model
-        async with self._slot(route):
+        tool = called_tool(body)
+        delta = text_delta if tool is None else arguments_delta
+        async with self._slot(route, target.api_key or ""):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
                 return
-            first = {"index": 0, "delta": {"role": "assistant", "content": "x"}}
+            first: dict[str, Any] = {"index": 0, "delta": {"role": "assistant", "content": "x"}}
+            if tool is not None:
+                opening = {"name": tool, "arguments": '{"query": "'}
+                call = {"index": 0, "id": "call_sim", "type": "function", "function": opening}
+                first = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}
             yield Batch(
                 [{**base, "choices": [{**first, "finish_reason": None}]}],
                 spent_for=self._spent_for(route),
@@ -158,17 +171,19 @@ class SimulatedAdapter:
             while left > per_read:
                 await asyncio.sleep(per_read / tps)
                 left -= per_read
-                piece = {"index": 0, "delta": {"content": "x" * per_read}, "finish_reason": None}
+                piece = {"index": 0, "delta": delta("x" * per_read), "finish_reason": None}
                 yield Batch([{**base, "choices": [piece]}])
             await asyncio.sleep(left / tps)
-            rest = {"index": 0, "delta": {"content": "x" * left}, "finish_reason": None}
-            done = {"index": 0, "delta": {}, "finish_reason": "stop"}
+            tail = "x" * left if tool is None else "x" * left + '"}'
+            rest = {"index": 0, "delta": delta(tail), "finish_reason": None}
+            end = "stop" if tool is None else "tool_calls"
+            done = {"index": 0, "delta": {}, "finish_reason": end}
             self._bill(target.endpoint, prompt, output)
             yield Batch(
                 [
                     {**base, "choices": [rest]},
                     {**base, "choices": [done]},
-                    {**base, "choices": [], "usage": _usage(prompt, output)},
+                    {**base, "choices": [], "usage": usage(prompt, output)},
                 ],
                 last=True,
             )
@@ -194,12 +209,43 @@ class SimulatedAdapter:
         elif outage is not None and outage.kind == "stall":
             return route, prompt, output, "stall"
         elif outage is not None:
-            raise _failure(target.endpoint, outage.kind)
+            raise failure(target.endpoint, outage.kind)
+        credential = target.api_key or ""
+        if credential and refused(p.refused_keys, credential):
+            raise failure(target.endpoint, "http_403")
+        period = self._quota_left(route, target.endpoint, credential, now, prompt + output)
+        if p.concurrency is not None and route.plan_in_flight.get(credential, 0) >= (
+            p.concurrency.limit
+        ):
+            raise too_many(target.endpoint, p.concurrency.retry_after)
         self._rate_limit(route, target.endpoint, now, prompt + output)
         kind = _draw(route.rng, rates)
-        if kind in ("http_500", "http_503", "http_401", "reset"):
-            raise _failure(target.endpoint, kind)
+        if kind in ("http_500", "http_503", "http_401", "http_403", "reset"):
+            raise failure(target.endpoint, kind)
+        if p.quota is not None:
+            _, requests, tokens = route.quota_used.get(credential, (period, 0, 0))
+            route.quota_used[credential] = (period, requests + 1, tokens + prompt + output)
+        if p.concurrency is not None:  # released when its slot is (see _slot)
+            route.plan_in_flight[credential] = route.plan_in_flight.get(credential, 0) + 1
         return route, prompt, output, kind
+
+    def _quota_left(
+        self, route: _Route, endpoint: str, credential: str, now: float, tokens: int
+    ) -> int:
+        """The current period of the route's quota plan (0 without one); raises the 429
+        ``insufficient_quota`` a provider answers once ``credential`` spent it."""
+        plan = route.provider.quota
+        if plan is None:
+            return 0
+        period = int((now - self.origin) // plan.period_seconds)
+        used_period, requests, used_tokens = route.quota_used.get(credential, (period, 0, 0))
+        if used_period != period:
+            requests = used_tokens = 0
+        if (plan.requests is not None and requests >= plan.requests) or (
+            plan.tokens is not None and used_tokens + tokens > plan.tokens
+        ):
+            raise quota_spent(endpoint)
+        return period
 
     def _spent_for(self, route: _Route) -> float | None:
         """What the answer's ``x-ratelimit-remaining-requests`` of 0 would say: seconds until
@@ -250,7 +296,19 @@ class SimulatedAdapter:
         return sample * p.ttft_factor(self._now() - self.origin)
 
     @asynccontextmanager
-    async def _slot(self, route: _Route) -> AsyncIterator[None]:
+    async def _slot(self, route: _Route, credential: str) -> AsyncIterator[None]:
+        """Hold one of the route's capacity slots, waiting in FIFO order for one; on the way
+        out, give back the attempt's place in ``credential``'s concurrency plan (taken by
+        :meth:`_admit`)."""
+        try:
+            async with self._capacity(route):
+                yield
+        finally:
+            if route.provider.concurrency is not None:
+                route.plan_in_flight[credential] -= 1
+
+    @asynccontextmanager
+    async def _capacity(self, route: _Route) -> AsyncIterator[None]:
         """Hold one of the route's capacity slots, waiting in FIFO order for one."""
         cap = route.provider.capacity
         if cap is not None and (route.in_flight >= cap or route.queue):
@@ -297,20 +355,3 @@ def _draw(rng: Random, rates: ErrorRates) -> str | None:
             return str(kind)
         x -= p
     return None
-
-
-def _usage(prompt: int, output: int) -> dict[str, Any]:
-    return {"prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output}
-
-
-def _failure(endpoint: str, kind: str) -> UpstreamError:
-    """The UpstreamError a real adapter raises for ``kind``."""
-    if kind.startswith("http_"):
-        status = int(kind[5:])
-        body = _encode({"error": {"message": f"simulated {status}"}})
-        return error_from_status(endpoint, status, {}, body)
-    if kind == "connect":
-        return UpstreamError("upstream connection failed (simulated)", endpoint=endpoint, kind=kind)
-    return UpstreamError(
-        "upstream connection reset (simulated)", endpoint=endpoint, kind="transport"
-    )

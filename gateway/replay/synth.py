@@ -4,7 +4,11 @@ A synth spec (a scenario's ``synth.yaml``) gives the mean rate and its shape ove
 (``poisson``: constant; ``bursty``: ``burst.factor`` times the rate for ``burst.on_seconds``
 every ``burst.every_seconds``; ``diurnal``: a sine of ``diurnal.amplitude`` over
 ``diurnal.period_seconds``), lognormal prompt and output lengths, the share of streams, the
-number of callers and labels drawn by weight. The same spec and seed give the same trace.
+number of callers and labels drawn by weight; the share of requests carrying tool
+definitions (and of those, answered by a tool call) and images; and the gateway API keys
+the callers present, each caller holding one key drawn by weight. The same spec and seed
+give the same trace (the tool, image and key draws come from their own random sources, so
+a spec without them gives the trace it always gave).
 """
 
 from __future__ import annotations
@@ -13,10 +17,12 @@ import math
 from random import Random
 from typing import TYPE_CHECKING, Literal
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gateway.replay.trace import TraceRequest
+from gateway.replay.trace import TraceKey, TraceRequest
+from schemas.limits import LimitSpec, parse_budget
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,6 +62,66 @@ class Diurnal(_Strict):
     period_seconds: float = Field(default=86_400.0, gt=0)
 
 
+class Tools(_Strict):
+    """``share`` of the requests send ``count`` function definitions; ``call_share`` of those
+    ask for a tool call as their answer (``tool_choice: required``)."""
+
+    share: float = Field(default=0.0, ge=0, le=1)
+    count: int = Field(default=3, ge=1, le=128)
+    call_share: float = Field(default=0.5, ge=0, le=1)
+
+
+class Images(_Strict):
+    """``share`` of the requests carry ``count`` images after their text."""
+
+    share: float = Field(default=0.0, ge=0, le=1)
+    count: int = Field(default=1, ge=1, le=16)
+
+
+class KeyLimits(_Strict):
+    """A key's limits, as ``llmgw keys create`` takes them (``budget``: ``USD/period``)."""
+
+    rpm: int | None = Field(default=None, ge=1)
+    tpm: int | None = Field(default=None, ge=1)
+    concurrency: int | None = Field(default=None, ge=1)
+    budget: str | None = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> KeyLimits:
+        self.spec()  # raises ValueError naming what is wrong
+        return self
+
+    def spec(self) -> LimitSpec:
+        """The LimitSpec these limits stand for. Raises ValueError."""
+        usd, period = parse_budget(self.budget) if self.budget is not None else (None, "month")
+        spec = LimitSpec(
+            rpm=self.rpm,
+            tpm=self.tpm,
+            concurrency=self.concurrency,
+            budget_usd=usd,
+            budget_period=period,
+        )
+        problems = spec.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        return spec
+
+
+class Key(_Strict):
+    """A gateway API key: callers hold it in proportion to ``weight``."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    weight: float = Field(default=1.0, gt=0)
+    role: Literal["free", "pro", "internal", "admin"] = "free"
+    org: str = Field(default="replay", min_length=1, max_length=64)
+    limits: KeyLimits | None = None
+
+    def trace_key(self) -> TraceKey:
+        """The trace's declaration of this key."""
+        limits = self.limits.spec() if self.limits is not None else None
+        return TraceKey(name=self.name, role=self.role, org=self.org, limits=limits)
+
+
 class SynthSpec(_Strict):
     """How to make a trace (see the module docstring)."""
 
@@ -70,6 +136,21 @@ class SynthSpec(_Strict):
     stream_share: float = Field(default=1.0, ge=0, le=1)
     callers: int = Field(default=100, ge=1)
     labels: dict[str, dict[str, float]] = Field(default_factory=dict)
+    tools: Tools = Tools()
+    images: Images = Images()
+    keys: tuple[Key, ...] = ()
+
+    @model_validator(mode="after")
+    def _keys_named_once(self) -> SynthSpec:
+        names = [k.name for k in self.keys]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"keys: {name!r} is declared twice")
+        return self
+
+    def trace_keys(self) -> list[TraceKey]:
+        """The keys the trace declares (see :class:`~gateway.replay.trace.TraceKey`)."""
+        return [k.trace_key() for k in self.keys]
 
     def shape(self, t: float) -> float:
         """The rate's multiplier at ``t`` (its largest value is :meth:`peak`)."""
@@ -102,13 +183,14 @@ def synthesize(
     """The trace ``spec`` describes (``duration_seconds`` overrides its length), arrivals by
     thinning a Poisson process at the peak rate."""
     rng = Random(f"synth:{seed}")
+    mix = _Mix(spec, seed)
     duration = duration_seconds or spec.duration_seconds
     peak = spec.rate * spec.peak()
     out: list[TraceRequest] = []
     t = rng.expovariate(peak)
     while t < duration:
         if rng.random() * spec.peak() < spec.shape(t):
-            out.append(_request(spec, rng, len(out), t))
+            out.append(mix.dress(_request(spec, rng, len(out), t)))
         t += rng.expovariate(peak)
     return out
 
@@ -125,6 +207,30 @@ def _request(spec: SynthSpec, rng: Random, n: int, t: float) -> TraceRequest:
         caller=f"c{rng.randrange(spec.callers)}",
         labels=labels,
     )
+
+
+class _Mix:
+    """What a request carries besides its size: tools, images and its caller's key, drawn
+    from random sources of their own."""
+
+    def __init__(self, spec: SynthSpec, seed: int) -> None:
+        self._spec = spec
+        self._rng = Random(f"synth:{seed}:mix")
+        weights = {k.name: k.weight for k in spec.keys}
+        keys = Random(f"synth:{seed}:keys")
+        self._key_of = [_pick(keys, weights) for _ in range(spec.callers)] if weights else []
+
+    def dress(self, r: TraceRequest) -> TraceRequest:
+        spec, rng = self._spec, self._rng
+        changes: dict[str, object] = {}
+        if spec.tools.share and rng.random() < spec.tools.share:
+            changes["tools"] = spec.tools.count
+            changes["tool_call"] = rng.random() < spec.tools.call_share
+        if spec.images.share and rng.random() < spec.images.share:
+            changes["images"] = spec.images.count
+        if self._key_of:
+            changes["key"] = self._key_of[int(r.caller[1:])]
+        return msgspec.structs.replace(r, **changes) if changes else r
 
 
 def _pick(rng: Random, weights: dict[str, float]) -> str:

@@ -27,7 +27,7 @@ RATCHET = {
     "files": 34,
     "switches": 85,
     "app_reentries": 3,
-    "largest_file": 701,
+    "largest_file": 679,
     "duplicate_pairs": 25,
     "wings_in_loop": 0,
 }

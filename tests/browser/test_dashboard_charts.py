@@ -98,7 +98,8 @@ async def test_errors_and_a_circuit_interval_are_drawn_at_the_time_they_happened
             r, g, _, alpha = await figure.evaluate(_PIXEL, start)
             assert alpha > 0 and r > g, (name, r, g, alpha)
             r, g, _, alpha = await figure.evaluate(_PIXEL, start - 900)
-            assert alpha == 0, (name, r, g, alpha)
+            # Not red there: a grid line (grey) may cross that pixel when the axis' ticks do.
+            assert alpha == 0 or r <= g, (name, r, g, alpha)
 
         # The two errors in the minute they were sent, overall and for the endpoint.
         minutes = {before - before % 60, after - after % 60}

@@ -19,9 +19,11 @@ import gateway.process.actor_host
 from actors import build_tree
 from gateway.process.engines import ENGINES
 from schemas import CircuitTransition, EndpointState, subjects
+from tests.fixtures.nats import start_nats_server
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+    from pathlib import Path
 
     from bus import Bus, Subscription
     from tests.fixtures.gateway import GatewayProcess, RunningGateway
@@ -202,6 +204,14 @@ def actor_clock(monkeypatch: pytest.MonkeyPatch) -> SkewedClock:
     skewed = functools.partial(build_tree, clock=clock)
     monkeypatch.setattr(gateway.process.actor_host, "build_tree", skewed)
     return clock
+
+
+@pytest.fixture
+def own_nats(tmp_path: Path) -> Iterator[str]:
+    """A NATS server of this test's own (no other test's hosts in its buckets); requested
+    before ``processes`` so the processes stop before it does."""
+    with start_nats_server(tmp_path / "nats") as url:
+        yield url
 
 
 @pytest.fixture

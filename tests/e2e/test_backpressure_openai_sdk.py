@@ -143,6 +143,28 @@ async def test_every_route_cooling_answers_503_with_retry_after_to_the_earliest_
     assert (len(a.requests), len(b.requests)) == (1, 1)  # nothing sent while cooling
 
 
+async def test_every_route_cooling_with_the_reset_near_waits_for_it_and_serves(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    a.enqueue(Reply(429, headers={"Retry-After": "1"}))  # then it answers again
+    b.enqueue(Reply(429, headers={"Retry-After": "1"}))
+    gw = await gateway_factory(
+        config(model("m", route(a), route(b, fallback_only=True)), circuit=SPEC_CIRCUIT)
+    )
+
+    raw = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
+
+    # Both cooled at once; the request waited for the first reset (within
+    # failover.cooling_wait_seconds, 2 s) instead of answering 429 or 503, and a was back
+    # in rotation at its Retry-After: a second after its 429, well under a second more.
+    assert raw.headers["x-routed-via"] == eid("m", a)
+    assert (len(a.requests), len(b.requests)) == (2, 1)
+    back = a.requests[1].t - a.requests[0].t
+    assert 1.0 - 0.05 <= back <= 1.0 + 1.0
+
+
 async def test_429s_never_bench_a_route_and_5xx_sickness_still_does(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,

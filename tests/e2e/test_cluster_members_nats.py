@@ -19,12 +19,11 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, Owners
 from bus import open_bus
 from gateway.process.config import load_config
+from tests.e2e.cluster_support import spawn_serve
 from tests.e2e.conftest import PROCESS_WAIT, WAIT, config, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
-from tests.fixtures.nats import start_nats_server
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.fixtures.upstream import FakeUpstream
@@ -34,24 +33,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 ADMIN = "members-admin-key"
 CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5}
 NODES = ("n1", "n2")
-
-
-@pytest.fixture
-def own_nats(tmp_path: Path) -> Iterator[str]:
-    """A NATS server of this test's own (no other test's hosts in its buckets); requested
-    before ``processes`` so the processes stop before it does."""
-    with start_nats_server(tmp_path / "nats") as url:
-        yield url
-
-
-async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
-    proc = GatewayProcess(["serve", *args])
-    started.append(proc)
-    try:
-        async with asyncio.timeout(PROCESS_WAIT):
-            return await asyncio.to_thread(proc.start)
-    except TimeoutError:
-        raise AssertionError(f"serve {' '.join(args)} not ready in {PROCESS_WAIT} s") from None
 
 
 async def _settled(http: httpx.AsyncClient, units: set[str]) -> dict[str, Any]:
@@ -89,11 +70,11 @@ async def test_cluster_members_lists_each_actors_host_and_its_units_over_http_an
     units = {s.name for s in build_tree(load_config(str(paths["n1"])), request_log=True).specs}
     started = time.time()
     for node in NODES:
-        await _spawn(
+        await spawn_serve(
             processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
             "--node-id", node,
         )  # fmt: skip
-    ingress = await _spawn(
+    ingress = await spawn_serve(
         processes, "--config", str(paths["n1"]), "--bus", own_nats, "--role", "ingress",
         "--port", "0",
     )  # fmt: skip

@@ -26,8 +26,8 @@ from actors import build_tree
 from actors.cluster import HOSTS_BUCKET, OWNERS_BUCKET, SNAPSHOTS_BUCKET
 from bus import open_bus
 from gateway.process.config import load_config
-from tests.e2e.conftest import PROCESS_WAIT, WAIT, config, eid, model, route
-from tests.fixtures.gateway import GatewayProcess
+from tests.e2e.cluster_support import spawn_serve
+from tests.e2e.conftest import WAIT, config, eid, model, route
 from tests.fixtures.nats import start_nats_cluster
 
 if TYPE_CHECKING:
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from openai.types.chat import ChatCompletionMessageParam
 
+    from tests.fixtures.gateway import GatewayProcess
     from tests.fixtures.nats import NatsCluster
     from tests.fixtures.upstream import FakeUpstream
 
@@ -93,16 +94,6 @@ async def _one_leader_for_the_buckets(cluster: NatsCluster) -> int:
     finally:
         await nc.close()
     return int(target.removeprefix("n")) - 1
-
-
-async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
-    proc = GatewayProcess(["serve", *args])
-    started.append(proc)
-    try:
-        async with asyncio.timeout(PROCESS_WAIT):
-            return await asyncio.to_thread(proc.start)
-    except TimeoutError:
-        raise AssertionError(f"serve {' '.join(args)} not ready in {PROCESS_WAIT} s") from None
 
 
 async def _until(
@@ -175,13 +166,13 @@ async def test_a_killed_nats_node_leaves_the_gateway_serving_and_nothing_lost(
     victim = await _one_leader_for_the_buckets(own_cluster)
     via = own_cluster.urls[victim]  # every process knows only the node that will die
     hosts = [
-        await _spawn(
+        await spawn_serve(
             processes, "--config", str(paths[node]), "--bus", via, "--role", "actors",
             "--node-id", node,
         )
         for node in NODES
     ]  # fmt: skip
-    ingress = await _spawn(
+    ingress = await spawn_serve(
         processes, "--config", str(paths["a"]), "--bus", via, "--role", "ingress", "--port", "0"
     )
     headers = {"authorization": f"Bearer {ADMIN}"}

@@ -12,18 +12,23 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import openai
 import pytest
-import yaml
 
 from actors import build_tree
-from actors.cluster import OWNERS_BUCKET, owner_of
+from actors.cluster import OWNERS_BUCKET
 from bus import BusClosedError, open_bus
 from gateway.process.config import load_config
+from tests.e2e.cluster_support import (
+    owners_of,
+    pair_moving_together,
+    spawn_serve,
+    until_owned,
+    write_config,
+)
 from tests.e2e.conftest import PROCESS_WAIT, WAIT, config, eid, model, route
-from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import Held
 
 if TYPE_CHECKING:
@@ -32,6 +37,7 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
     from bus import KeyValue
+    from tests.fixtures.gateway import GatewayProcess
     from tests.fixtures.nats import NatsCluster
     from tests.fixtures.upstream import UpstreamFactory
 
@@ -41,59 +47,6 @@ ADMIN = "cluster-admin-key"
 CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5, "replicas": 3}
 SERVED_AFTER_S = 5.0  # every request sent this long after the kill must be answered
 HI: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hi"}]
-
-
-def _pair_moving_together(*units: str) -> tuple[str, str]:
-    """Two node ids under which ``units`` are all placed on the same host (the victim)."""
-    for n in range(1, 50):
-        pair = ("a", f"b{n}")
-        if len({owner_of(u, pair) for u in units}) == 1:
-            return pair
-    raise AssertionError("no such pair")
-
-
-async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
-    """A started ``serve`` process (stopped by the ``processes`` fixture, which also ends a
-    start still waiting for its ready line)."""
-    proc = GatewayProcess(["serve", *args])
-    started.append(proc)
-    try:
-        async with asyncio.timeout(PROCESS_WAIT):
-            return await asyncio.to_thread(proc.start)
-    except TimeoutError:
-        raise AssertionError(f"serve {' '.join(args)} not ready in {PROCESS_WAIT} s") from None
-
-
-async def _owners(kv: KeyValue) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for unit in await kv.keys():
-        entry = await kv.get(unit)
-        if entry is not None:
-            out[unit] = entry.value.decode()
-    return out
-
-
-async def _until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, str]:
-    """The owners once every unit has one and the owners are exactly ``by``. Raises
-    AssertionError naming the last owners seen when that takes over ``2 * WAIT``."""
-    owners: dict[str, str] = {}
-    try:
-        async with asyncio.timeout(WAIT * 2):
-            while True:
-                try:
-                    owners = await _owners(kv)
-                except BusClosedError:  # a node was lost: the bucket elects a new leader
-                    continue
-                if set(owners) == units and set(owners.values()) == by:
-                    return owners
-                await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
-    except TimeoutError:
-        raise AssertionError(f"units not owned by {by} in {WAIT * 2} s: {owners}") from None
-
-
-def _write(path: Path, body: dict[str, Any]) -> str:
-    path.write_text(yaml.safe_dump(body))
-    return str(path)
 
 
 # Three processes started, one killed and started again: on a loaded machine (CI runs four
@@ -112,9 +65,9 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     base = config(
         model("m", slot, route(two, fallback_only=True)), admin_key=ADMIN, cluster=CLUSTER
     )
-    nodes = _pair_moving_together("models", "capacity")
+    nodes = pair_moving_together("models", "capacity")
     cfgs = {
-        node: _write(
+        node: write_config(
             tmp_path / f"{node}.yaml",
             {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
@@ -124,12 +77,12 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     nats_cluster_urls = nats_cluster.urls
     bus_url = ",".join(nats_cluster_urls)
     hosts = {
-        node: await _spawn(
+        node: await spawn_serve(
             processes, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
         )
         for node, path in cfgs.items()
     }
-    ingress = await _spawn(
+    ingress = await spawn_serve(
         processes,
         "--config",
         cfgs[nodes[0]],
@@ -145,7 +98,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
     admin = {"authorization": f"Bearer {ADMIN}"}
     try:
         kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
-        split = await _until_owned(kv, units, set(nodes))
+        split = await until_owned(kv, units, set(nodes))
         # The host of the ModelActors (whose overrides must survive) and of the capacity pool.
         victim = split["models"]
         survivor = nodes[1] if victim == nodes[0] else nodes[0]
@@ -174,7 +127,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
                     (sent, resp.status_code, resp.text, resp.headers.get("retry-after"))
                 )
             await asyncio.sleep(0.1)  # the pace of the clients, not a wait for an outcome
-        taken = await _until_owned(kv, units, {survivor})
+        taken = await until_owned(kv, units, {survivor})
         weights = await client._client.get(
             f"{ingress.url}/admin/routing/weights",
             params={"model": "m"},
@@ -193,7 +146,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
         )
         await one.wait_for_requests(seen + 1, timeout=WAIT)
         handing_back = asyncio.create_task(
-            _spawn(
+            spawn_serve(
                 processes,
                 "--config",
                 cfgs[victim],
@@ -207,7 +160,7 @@ async def test_a_killed_actors_host_is_taken_over_from_jetstream_and_handed_back
         )
         during = await _requests_until_handed_back(client, kv, handing_back, split)
         hosts[victim] = await handing_back
-        back = await _owners(kv)
+        back = await owners_of(kv)
         after = await client.chat.completions.create(model="m", messages=HI, timeout=WAIT)
         one.release_held()
         first = await asyncio.wait_for(held, WAIT)
@@ -243,7 +196,7 @@ async def _requests_until_handed_back(
     owners: dict[str, str] = {}
     try:
         async with asyncio.timeout(PROCESS_WAIT + WAIT):
-            while not handing_back.done() or (owners := await _owners(kv)) != split:
+            while not handing_back.done() or (owners := await owners_of(kv)) != split:
                 try:
                     raw = await client.chat.completions.with_raw_response.create(
                         model="m", messages=HI, timeout=WAIT / 2
@@ -273,7 +226,7 @@ async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other
     up = await fake_upstreams("up")
     base = config(model("m", route(up)), cluster=CLUSTER)
     cfgs = {
-        node: _write(
+        node: write_config(
             tmp_path / f"{node}.yaml",
             {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
         )
@@ -283,7 +236,7 @@ async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other
     urls, frozen = nats_cluster.urls, nats_cluster.procs[2]
     # a reaches the cluster only through the third node; b through the other two.
     buses = {"a": urls[2], "b": ",".join(urls[:2])}
-    cut = await _spawn(
+    cut = await spawn_serve(
         processes,
         "--config",
         cfgs["a"],
@@ -294,7 +247,7 @@ async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other
         "--node-id",
         "a",
     )
-    await _spawn(
+    await spawn_serve(
         processes,
         "--config",
         cfgs["b"],
@@ -308,10 +261,10 @@ async def test_an_actors_host_cut_off_from_nats_stops_its_share_before_the_other
     watcher = await open_bus(urls[0], name="test-watcher")
     try:
         kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
-        await _until_owned(kv, units, {"a", "b"})
+        await until_owned(kv, units, {"a", "b"})
         frozen.send_signal(signal.SIGSTOP)  # a's process lives on; its NATS answers nothing
         try:
-            taken = await _until_owned(kv, units, {"b"})
+            taken = await until_owned(kv, units, {"b"})
             log = await asyncio.to_thread(cut.stop)
         finally:
             frozen.send_signal(signal.SIGCONT)

@@ -44,9 +44,10 @@ def bus_url() -> str:
     return "inproc://"
 
 
-async def _send(gw: RunningGateway, n: int) -> int:
-    """``n`` streamed chat requests one after another; how many were answered whole."""
-    client = gw.openai()
+async def send(gw: RunningGateway, n: int, api_key: str = "sk-test") -> int:
+    """``n`` streamed chat requests one after another (presenting ``api_key``); how many
+    were answered whole."""
+    client = gw.openai(api_key=api_key)
     served = 0
     for _ in range(n):
         try:
@@ -89,7 +90,7 @@ async def test_a_live_request_log_replays_with_the_same_route_and_attempts_per_r
             routing={"affinity": {"enabled": False}},
         )
     )
-    assert await _send(gw, 8) == 8
+    assert await send(gw, 8) == 8
     trace, rows = await _logged_trace(gw, tmp_path)
     run = await _replay(
         gw,
@@ -125,7 +126,7 @@ async def test_a_small_scenario_serves_the_same_share_at_the_same_ttft_live_and_
         )
     )
     n = 16
-    served_live = await _send(gw, n) / n
+    served_live = await send(gw, n) / n
     trace, rows = await _logged_trace(gw, tmp_path)
     ttft_live = [r["ttft_ms"] / 1000 for r in rows if r["status"] == 200]
     run = await _replay(

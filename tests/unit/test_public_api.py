@@ -26,6 +26,7 @@ PINNED: dict[str, list[str]] = {
         "AdmitReply",
         "AdmitRequest",
         "AllCircuitsOpenError",
+        "AllRoutesCoolingError",
         "ApiKeyCreated",
         "ApiKeyInfo",
         "ApiKeyLookup",
@@ -164,6 +165,7 @@ PINNED: dict[str, list[str]] = {
         "open_bus",
     ],
     "actors.cluster": [
+        "ClusterConfigActor",
         "ClusterHost",
         "FencedSnapshots",
         "HOSTS_BUCKET",

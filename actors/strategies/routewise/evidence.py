@@ -60,19 +60,28 @@ class TtftWindow:
     library would count those by scanning every one on each query), both thinned by one
     ``SampleThinner`` so the share of failures is kept."""
 
-    def __init__(self, window_sec: float, budget: int) -> None:
+    def __init__(self, window_sec: float, budget: int, failure_idle: float = 0.0) -> None:
         self.window_sec = window_sec
+        # Once no attempt has gone to the route for this long (0: never), its failures so
+        # far stop weighing, for good: the LP, which left it for them, tries it again on its
+        # successes' evidence, so a route back from an outage gets its traffic back (one
+        # still down fails again, and the fast mean moves off it at once). A route that
+        # keeps its traffic keeps its failures' whole weight.
+        self.failure_idle = failure_idle
         self.profile = RollingLatencyProfile(window_sec=window_sec)
         self._thinner = SampleThinner(budget, window_sec)
         self._errors: list[float] = []
+        self._last = float("-inf")  # the newest attempt seen, kept or thinned
 
     def success(self, ts: float, ttft_ms: float) -> None:
         """A first token ``ttft_ms`` after its attempt began, at ``ts``."""
+        self._seen(ts)
         if self._thinner.admit(ts):
             self.profile.add_sample(ts, ttft_ms)
 
     def failure(self, ts: float) -> None:
         """An attempt that failed before its first token, at ``ts``."""
+        self._seen(ts)
         if not self._thinner.admit(ts):
             return
         bisect.insort(self._errors, ts)
@@ -81,8 +90,20 @@ class TtftWindow:
         if self._errors[0] < horizon:
             del self._errors[: bisect.bisect_left(self._errors, horizon)]
 
+    def _seen(self, ts: float) -> None:
+        """An attempt at ``ts``: after an idle spell, the failures before it are forgotten."""
+        if self._idle(ts):
+            self._errors.clear()
+        self._last = max(self._last, ts)
+
+    def _idle(self, now: float) -> bool:
+        return 0 < self.failure_idle <= now - self._last
+
     def errors(self, now: float) -> int:
-        """Failed attempts inside the window at ``now``."""
+        """Failed attempts inside the window at ``now`` (none while the route is idle past
+        ``failure_idle``: forgotten)."""
+        if self._idle(now):
+            return 0
         lo = bisect.bisect_left(self._errors, now - self.window_sec)
         return bisect.bisect_right(self._errors, now) - lo
 
@@ -145,10 +166,11 @@ class LatencyEvidence:
     """Per-endpoint TTFT windows: the live one, and the long history as a prior, and a fast
     time-decayed mean of the last seconds (``latency_fast_half_life_sec``).
 
-    ``estimate`` is the live window's mean (failures counted at ERROR_PENALTY_MS), else the
-    history's, else ``latency_unprofiled_ttft_ms``; blended with the fast mean, the window
-    weighing ``latency_fast_prior_samples`` samples, so that a queue building up or a route
-    dying moves the estimate within seconds while a few samples cannot overturn the window.
+    ``estimate`` is the live window's mean (failures counted at ERROR_PENALTY_MS, until the
+    route has been idle ``latency_failure_idle_sec``), else the history's, else
+    ``latency_unprofiled_ttft_ms``; blended with the fast mean, the window weighing
+    ``latency_fast_prior_samples`` samples, so that a queue building up or a route dying
+    moves the estimate within seconds while a few samples cannot overturn the window.
     Each window keeps at most about ``latency_max_samples_per_profile`` samples, thinned
     evenly over time (``SampleThinner``): memory and the cost of a sample stay bounded at any
     request rate, and the window keeps following the endpoint instead of freezing once full.
@@ -169,8 +191,11 @@ class LatencyEvidence:
         self._cache: dict[str, tuple[int, int, float, bool]] = {}
 
     def retune(self, params: RouteWiseParams) -> None:
-        """Read thresholds from ``params`` from now on (windows apply to new endpoints)."""
+        """Read thresholds from ``params`` from now on (windows apply to new endpoints; the
+        failures' idle time to every one)."""
         self._params = params
+        for window in (*self._live.values(), *self._prior.values()):
+            window.failure_idle = params.latency_failure_idle_sec
         self._cache.clear()
 
     def _windows(self, endpoint: str) -> tuple[TtftWindow, TtftWindow]:
@@ -178,8 +203,9 @@ class LatencyEvidence:
         if live is None:
             p = self._params
             budget = p.latency_max_samples_per_profile
-            live = self._live[endpoint] = TtftWindow(p.latency_window_sec, budget)
-            self._prior[endpoint] = TtftWindow(p.latency_history_prior_window_sec, budget)
+            idle = p.latency_failure_idle_sec
+            live = self._live[endpoint] = TtftWindow(p.latency_window_sec, budget, idle)
+            self._prior[endpoint] = TtftWindow(p.latency_history_prior_window_sec, budget, idle)
         return live, self._prior[endpoint]
 
     def success(self, endpoint: str, ttft_ms: float, ts: float) -> None:

@@ -49,7 +49,9 @@ class RouteWiseParams(StrategyParams):
       as a prior when that window is empty, the estimate of a never-measured route, the SLO
       the hedging checkpoints are placed on, and ``latency_hedge_mode``; the fast mean of the
       last seconds (``latency_fast_half_life_sec``, 0 for the window alone) blended with the
-      window, which weighs ``latency_fast_prior_samples`` samples.
+      window, which weighs ``latency_fast_prior_samples`` samples; once a route had no attempt
+      for ``latency_failure_idle_sec`` (0: never), its failures so far stop weighing, so the
+      LP tries a route it left for them again on its successes' evidence.
     - ``output_*``: the output-length predictor (prompt-size bucket, then the model, then the
       model with its donors' rows; ``output_default_tokens`` before any evidence).
     - ``fallback_mode``: ``policy`` re-solves without a failed route (the plan's order);
@@ -83,6 +85,7 @@ class RouteWiseParams(StrategyParams):
     latency_hedge_mode: Literal["disabled", "probability_target"] = "disabled"
     latency_fast_half_life_sec: float = Field(default=2.0, ge=0)
     latency_fast_prior_samples: float = Field(default=3.0, ge=0)
+    latency_failure_idle_sec: float = Field(default=60.0, ge=0)
 
     fallback_mode: Literal["policy", "strict"] = "policy"
     explore_unprofiled_share: float = Field(default=0.05, ge=0.0, le=1.0)

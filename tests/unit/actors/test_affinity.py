@@ -44,3 +44,18 @@ def test_snapshot_restore_skips_expired_pins() -> None:
     fresh.restore(t.snapshot(now=1), now=12)
     assert fresh.get("a", now=12) is None
     assert fresh.get("b", now=12) == "m:b"
+
+
+def test_a_caller_moved_off_by_an_error_keeps_it_as_home_until_it_is_back_there() -> None:
+    t = AffinityTable(ttl=300)
+    t.pin("c", "m:a", now=0)
+    assert t.drop("c", "m:a")  # m:a failed
+    assert (t.get("c", now=1), t.home("c")) == (None, ("m:a", False))
+    t.pin("c", "m:b", now=1)  # the fresh pick
+    t.home_benched("c")  # m:a was benched since: the caller goes back once it is over
+    assert (t.get("c", now=2), t.home("c")) == ("m:b", ("m:a", True))
+    assert t.snapshot(now=2) == {"c": ("m:b", 301)}
+    assert t.drop("c", "m:b")  # m:b failed too: home is still the first
+    assert t.home("c") == ("m:a", True)
+    t.pin("c", "m:a", now=3)  # back home
+    assert (t.get("c", now=4), t.home("c")) == ("m:a", ("", False))

@@ -590,6 +590,18 @@ def test_probe_backoff_starts_at_the_cooldown_doubles_and_stops_before_the_end()
     assert first_probe_after(30.0, 0.5, 15.0) == 7.5  # a short mute: partway through it
 
 
+def test_probe_gaps_double_up_to_the_cap_so_a_long_outage_is_found_over_soon_after() -> None:
+    b = ProbeBackoff(30.0, cap=60.0)
+    delays = []
+    now = 0.0
+    while (d := b.next_delay(now, 600.0)) is not None:
+        now += d
+        delays.append(d)
+
+    # Uncapped, an outage ending at 300 s was found at 450 s; now by 330 s.
+    assert delays == [30.0, 60.0, *[60.0] * 8]
+
+
 async def test_endpoint_bench_is_probed_after_the_cooldown_again_after_a_failure_and_lifted_by_a_credential_probe(  # noqa: E501
     bus: InProcessBus,
     clock: FakeClock,

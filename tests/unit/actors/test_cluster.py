@@ -326,3 +326,53 @@ def test_buckets_keep_as_many_copies_as_the_cluster_allows_unless_told() -> None
     default, told = ClusterConfig(enabled=True), ClusterConfig(enabled=True, replicas=2)
     assert [default.replicas_on(n) for n in (1, 2, 3, 5)] == [1, 2, 3, 3]
     assert [told.replicas_on(n) for n in (1, 3)] == [2, 2]
+
+
+def _reloaded(journal: Journal, failing: str = "") -> Any:
+    """A new tree description: every unit's actor changed (another journal), ``failing``'s
+    unable to start."""
+
+    def build(snapshots: SnapshotStore | None) -> Supervisor:
+        children = [
+            ChildSpec(u, functools.partial(EchoActor, u, journal, fail_start=u == failing))
+            for u in UNITS
+        ]
+        return Supervisor("root", children=children)
+
+    return build
+
+
+async def test_a_reload_replaces_the_units_a_host_runs_and_a_later_takeover_starts_the_new_ones(
+    hosts: list[ClusterHost], clock: FakeClock
+) -> None:
+    a, b = hosts
+    for host in (a, b, a, b):
+        await host.reconcile()
+    share_a, share_b = list(a.units), list(b.units)
+    reloaded = Journal()
+
+    changes = await a.reconfigure(_reloaded(reloaded))
+
+    assert changes == sorted(f"replace {u}" for u in share_a)
+    assert sorted(reloaded.entries) == sorted(f"start:{u}#1" for u in share_a)
+    for _ in range(3):  # b stops beating: a takes its share over, built from the reload
+        clock.now += SETTINGS.heartbeat_seconds
+        await a.reconcile()
+    assert a.units == list(UNITS)
+    assert sorted(reloaded.entries) == sorted(f"start:{u}#1" for u in share_a + share_b)
+
+
+async def test_a_reload_whose_unit_fails_to_start_leaves_the_old_units_running(
+    hosts: list[ClusterHost],
+) -> None:
+    a, _ = hosts
+    await a.reconcile()  # alone: runs every unit
+    refused = Journal()
+
+    with pytest.raises(RuntimeError, match="cannot start"):
+        await a.reconfigure(_reloaded(refused, failing=UNITS[-1]))
+
+    assert a.units == list(UNITS)
+    running = [a.root.child(u) for u in UNITS]
+    assert all(isinstance(r, EchoActor) and r.journal is not refused for r in running)
+    assert [e for e in refused.entries if e.startswith("start:")] == [f"start:{u}#1" for u in UNITS]

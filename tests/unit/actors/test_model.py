@@ -395,6 +395,22 @@ async def test_model_a_429_it_observes_passes_over_the_route_on_the_next_plan(
     assert A in endpoints(back) and back.skipped == ()
 
 
+async def test_model_a_route_back_from_cooling_gets_the_next_request_whatever_the_draw(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 99))  # the draw all but never lands on A
+    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=1.0))
+    cooling = await plan(bus)
+    clock.now += 1
+
+    back = await plan(bus)
+    after = [await plan(bus) for _ in range(3)]
+
+    assert endpoints(cooling) == [B]
+    assert (endpoints(back)[0], back.reason) == (A, "cooled")  # at the reset
+    assert all(p.reason != "cooled" for p in after)  # one request, then the draw's again
+
+
 async def test_model_every_route_cooling_refuses_with_the_earliest_end(
     bus: InProcessBus, clock: FakeClock, start_model: Start
 ) -> None:
@@ -406,6 +422,21 @@ async def test_model_every_route_cooling_refuses_with_the_earliest_end(
 
     assert not isinstance(reply, RoutePlan)
     assert (reply.code, reply.retry_after) == ("all_circuits_open", 12.0)
+    assert reply.cooling  # the ingress may wait for it: back-pressure, not sickness
+
+
+async def test_model_routes_out_partly_for_cooling_refuse_as_cooling_so_requests_may_wait(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1))
+    await set_state(bus, B, "open", open_until=1000.0 + 30)
+    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=1.0))
+
+    reply = await ask(bus)
+
+    assert not isinstance(reply, RoutePlan)
+    assert (reply.code, reply.retry_after) == ("all_circuits_open", 1.0)  # A's reset
+    assert reply.cooling  # before: a plain refusal, answered 503 at once
 
 
 async def test_model_counts_in_flight_until_the_attempt_ends_or_is_never_sent(

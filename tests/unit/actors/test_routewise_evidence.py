@@ -107,3 +107,24 @@ def test_the_cost_envelope_stays_bounded_at_a_high_rate() -> None:
     low, high = envelope.bounds(100_000 * 0.036) or (0.0, 0.0)
     assert low == pytest.approx(0.0011, rel=0.05)  # the 10th and 90th percentiles survive
     assert high == pytest.approx(0.0019, rel=0.05)
+
+
+def test_the_failures_of_a_route_left_idle_for_a_minute_are_forgotten() -> None:
+    evidence = LatencyEvidence(RouteWiseParams(latency_fast_half_life_sec=0.0))  # idle: 60 s
+    for i in range(60):
+        evidence.success("a", 50.0, float(i))
+    evidence.failure("a", "connect", 60.0)  # the route went down
+
+    # (60 * 50 + 60,000) / 61: the LP moves off
+    assert (evidence.estimate("a", 61.0) or 0.0) > 900.0
+    assert (evidence.estimate("a", 119.5) or 0.0) > 900.0  # idle, but not for long enough yet
+    # A minute on, nothing sent there since: its successes price it again, so the LP tries
+    # it (a recovered route is back). With the failure weighing the whole 15-minute window,
+    # nothing would ever be sent there again.
+    assert evidence.estimate("a", 120.5) == pytest.approx(50.0)
+    evidence.failure("a", "connect", 121.0)  # still down: the LP moves off again
+    assert (evidence.estimate("a", 121.5) or 0.0) > 900.0
+    # The failure before the idle spell stays forgotten; a route that keeps its traffic
+    # keeps its failures' whole weight.
+    evidence.success("a", 50.0, 130.0)
+    assert evidence.estimate("a", 131.0) == pytest.approx((61 * 50 + 60_000) / 62)

@@ -16,6 +16,7 @@ from schemas.pricing import PER_MILLION
 
 NAMES = ("ratelimited", "saturating", "outage", "drift", "flaky", "paper")
 SHORT = {"outage": 60.0, "drift": 60.0}  # long enough to reach the outage / the drift
+BASELINES = {"greedy-cost": "greedy_cost", "greedy-latency": "greedy_latency"}
 _TOLERANCE = 0.02  # sampling noise of the measured means against the oracle's expectations
 
 
@@ -30,7 +31,9 @@ def test_scenario_report_is_complete_and_consistent(name: str) -> None:
     spec = load_synth(folder / "synth.yaml")
     trace = synthesize(spec, seed=5, duration_seconds=SHORT.get(name, 15.0))
     configs = [(p.stem, load_config(str(p))) for p in sorted((folder / "configs").glob("*.yaml"))]
-    assert len(configs) == 5
+    routers = {name: config.models[0].router for name, config in configs}
+    assert {name: routers[name] for name in BASELINES} == BASELINES  # from a file, like any
+    assert len(configs) == 7
     report, _ = compare(configs, trace, providers, seed=5)
     oracle = report["oracle"]
     assert oracle["ttft_mean"] is not None and oracle["cost_usd"] is not None

@@ -4,15 +4,19 @@ on a virtual loop, so every time here is exact."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from gateway.adapters.base import UpstreamTarget
 from gateway.replay.providers import ProvidersFile
 from gateway.replay.simulated import SimulatedAdapter
 from gateway.replay.vloop import run_virtual
-from schemas import UpstreamError
+from schemas import QUOTA_EXHAUSTED, UpstreamError
+from schemas.config import credential_id
 
 TARGET = UpstreamTarget(
     endpoint="m:p", kind="openai_compat", base_url="http://p/v1", upstream_model="x",
@@ -84,3 +88,106 @@ def test_in_an_outage_window_a_route_refuses_connections() -> None:
         return refused.value
 
     assert run_virtual(scenario()).kind == "connect"
+
+
+def _keyed(key: str) -> UpstreamTarget:
+    return dataclasses.replace(TARGET, api_key=key)
+
+
+def test_a_spent_quota_plan_answers_insufficient_quota_until_its_next_period() -> None:
+    async def scenario() -> UpstreamError:
+        sim, loop = _sim(quota={"requests": 2, "period_seconds": 60}), asyncio.get_running_loop()
+        start = loop.time()
+        for _ in range(2):
+            await sim.complete(_keyed("sk-a"), BODY)
+        with pytest.raises(UpstreamError) as spent:
+            await sim.complete(_keyed("sk-a"), BODY)
+        await sim.complete(_keyed("sk-b"), BODY)  # each credential has its own plan
+        await asyncio.sleep(start + 60 - loop.time())
+        await sim.complete(_keyed("sk-a"), BODY)  # the next period renews it
+        return spent.value
+
+    err = run_virtual(scenario())
+    assert (err.status, err.kind, err.retry_after) == (429, QUOTA_EXHAUSTED, None)
+
+
+def test_a_token_quota_refuses_the_attempt_that_would_overspend_it() -> None:
+    async def scenario() -> UpstreamError:
+        sim = _sim(quota={"tokens": 150})  # one attempt is 100 prompt + 11 output tokens
+        await sim.complete(TARGET, BODY)
+        with pytest.raises(UpstreamError) as spent:
+            await sim.complete(TARGET, BODY)
+        return spent.value
+
+    assert run_virtual(scenario()).kind == QUOTA_EXHAUSTED
+
+
+def test_a_concurrency_plan_refuses_one_more_in_flight_at_once_and_frees_with_the_answer() -> None:
+    async def scenario() -> tuple[UpstreamError, float]:
+        sim, loop = _sim(concurrency={"limit": 1, "retry_after": 2}), asyncio.get_running_loop()
+        start = loop.time()
+        first = asyncio.create_task(sim.complete(TARGET, BODY))
+        await asyncio.sleep(0)
+        with pytest.raises(UpstreamError) as refused:
+            await sim.complete(TARGET, BODY)
+        refused_at = loop.time() - start
+        await sim.complete(_keyed("sk-other"), BODY)  # another credential's plan
+        await first
+        await sim.complete(TARGET, BODY)  # its place is free again
+        return refused.value, refused_at
+
+    err, at = run_virtual(scenario())
+    assert (err.status, err.kind, err.retry_after, at) == (429, "http_429", 2.0, 0.0)
+
+
+def test_a_cancelled_attempt_gives_its_place_in_the_concurrency_plan_back() -> None:
+    async def scenario() -> None:
+        sim = _sim(concurrency={"limit": 1}, capacity=1)
+        stream = sim.stream(TARGET, BODY)
+        assert isinstance(stream, AsyncGenerator)
+        await anext(stream)
+        await stream.aclose()  # the client went away mid-stream
+        await sim.complete(TARGET, BODY)
+
+    run_virtual(scenario())
+
+
+def test_a_refused_key_is_answered_403_by_its_value_or_its_id() -> None:
+    async def scenario() -> list[int | None]:
+        sim = _sim(refused_keys=["sk-bad", credential_id("sk-worse")])
+        statuses = []
+        for key in ("sk-bad", "sk-worse"):
+            with pytest.raises(UpstreamError) as refused:
+                await sim.complete(_keyed(key), BODY)
+            statuses.append(refused.value.status)
+        await sim.complete(_keyed("sk-good"), BODY)
+        return statuses
+
+    assert run_virtual(scenario()) == [403, 403]
+
+
+def test_a_403_rate_draws_permission_refusals() -> None:
+    async def scenario() -> int | None:
+        with pytest.raises(UpstreamError) as refused:
+            await _sim(errors={"http_403": 1.0}).complete(TARGET, BODY)
+        return refused.value.status
+
+    assert run_virtual(scenario()) == 403
+
+
+@pytest.mark.parametrize(
+    ("provider", "named"),
+    [
+        ({"quota": {"period_seconds": 60}}, "providers.0.quota"),
+        ({"quota": {"requests": 0}}, "providers.0.quota.requests"),
+        ({"concurrency": {"limit": 0}}, "providers.0.concurrency.limit"),
+        ({"concurrency": {}}, "providers.0.concurrency.limit"),
+        ({"refused_keys": [""]}, "providers.0.refused_keys.0"),
+        ({"errors": {"http_403": 2}}, "providers.0.errors.http_403"),
+    ],
+)
+def test_a_bad_plan_is_refused_naming_its_field(provider: dict[str, Any], named: str) -> None:
+    spec = {"endpoint": "m:p", "ttft": {"median": 1.0, "p90": 1.0}, **provider}
+    with pytest.raises(ValidationError) as bad:
+        ProvidersFile.model_validate({"providers": [spec]})
+    assert named in str(bad.value)

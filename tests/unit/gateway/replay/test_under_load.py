@@ -15,6 +15,7 @@ from gateway.replay.synth import load_synth, synthesize
 
 if TYPE_CHECKING:
     from gateway.replay.outcome import RunResult
+    from schemas import Observation
 
 FASTEST = "m:p8"  # what the outage kills and the drift slows
 
@@ -49,6 +50,43 @@ def _sent_to(run: RunResult, endpoint: str, since: float) -> int:
         if arrived.get(rid, -1.0) >= since
         and any(a.endpoint == endpoint and not a.probe for a in attempts)
     )
+
+
+def _longest_out_of_rotation(run: RunResult) -> float:
+    """The longest a route waited, after a 429, past its ``Retry-After`` for its next
+    attempt (virtual seconds; over the 429s that traffic kept coming a second after)."""
+    attempts: dict[str, list[tuple[float, Observation]]] = {}
+    for obs in (a for seen in run.observations.values() for a in seen if not a.probe):
+        attempts.setdefault(obs.endpoint, []).append((obs.ts - obs.latency_ms / 1000, obs))
+    last_sent = max(start for seen in attempts.values() for start, _ in seen)
+    longest = 0.0
+    for seen in attempts.values():
+        seen.sort(key=lambda a: a[0])
+        for obs in (o for _, o in seen if o.status == 429):
+            back = obs.ts + (obs.retry_after or 0.0)
+            if back + 1.0 > last_sent:
+                continue
+            later = (start for start, o in seen if o is not obs and start >= obs.ts)
+            nxt = min(later, default=last_sent)
+            longest = max(longest, nxt - back)
+    return longest
+
+
+def test_ratelimited_routes_are_back_at_their_reset_and_no_request_gets_a_needless_503() -> None:
+    report, runs = _replay("ratelimited", ("equal", "routewise-a1"), 30.0)
+
+    for run in runs:
+        summary = report["configs"][run.name]
+        # Before: 6 of 907 (equal) were answered 429 or 503 in the moments every route was
+        # cooling after its 429 (Retry-After: 1); each now waits for the first reset instead
+        # (at most failover.cooling_wait_seconds), which the tail barely shows.
+        assert summary["served"] == summary["requests"], run.name
+        assert summary["rate_limited_attempts"] > 0  # the providers did push back
+        assert summary["ttft_p99"] < 1.5
+        # A route a 429 cooled is given the first request it can take after its reset.
+        # Before: up to 2.4 s past it (equal) and 2.8 s (RouteWise), waiting for the draw
+        # or the LP to land on it again.
+        assert _longest_out_of_rotation(run) <= 1.0, run.name
 
 
 def test_saturating_routes_are_not_queued_past_their_learned_limit() -> None:
@@ -96,6 +134,30 @@ def test_traffic_leaves_a_dead_route_within_two_seconds() -> None:
     for run in runs:
         assert _sent_to(run, FASTEST, since=0.0) > 0, run.name  # it was in use before
         assert _sent_to(run, FASTEST, since=10.0) == 0, run.name
+
+
+def test_traffic_comes_back_to_a_recovered_route_by_the_probe_schedule() -> None:
+    end = 100.0  # the route is down from 5 s to 100 s
+    _, runs = _replay(
+        "outage", ("equal", "routewise-a1"), 185.0, _moved_to("outage", at=5.0, end=end)
+    )
+    # Bench probes come at most bench.probe_max_interval_seconds apart (60 s), so one finds
+    # the route back within that of the outage's end. Before: the next doubled gap (the
+    # probe at 218 s), affinity kept every caller moved off it on its fallback for as long as
+    # it kept calling, and RouteWise weighed the failures for its whole 15-minute window.
+    back_by = end + 60.0 + 5.0
+
+    for run in runs:
+        first_back = min(
+            (
+                o.at
+                for o in run.outcomes
+                if o.at >= end and o.endpoint == FASTEST  # served there, not a probe
+            ),
+            default=None,
+        )
+        assert first_back is not None and first_back <= back_by, (run.name, first_back)
+        assert _sent_to(run, FASTEST, since=first_back) >= 5, run.name  # and it stays
 
 
 def test_routewise_leaves_a_slowed_route_within_two_seconds() -> None:

@@ -1,0 +1,73 @@
+"""What the multi-host e2e tests share: starting ``serve`` processes, writing their configs,
+choosing node ids that put given units on one host, and reading or awaiting the units' owners
+in JetStream."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from actors.cluster import owner_of
+from bus import BusClosedError
+from tests.e2e.conftest import PROCESS_WAIT, WAIT
+from tests.fixtures.gateway import GatewayProcess
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from bus import KeyValue
+
+
+def pair_moving_together(*units: str) -> tuple[str, str]:
+    """Two node ids under which ``units`` are all placed on the same host (the victim)."""
+    for n in range(1, 50):
+        pair = ("a", f"b{n}")
+        if len({owner_of(u, pair) for u in units}) == 1:
+            return pair
+    raise AssertionError("no such pair")
+
+
+async def spawn_serve(started: list[GatewayProcess], *args: str) -> GatewayProcess:
+    """A started ``serve`` process (stopped by the ``processes`` fixture, which also ends a
+    start still waiting for its ready line)."""
+    proc = GatewayProcess(["serve", *args])
+    started.append(proc)
+    try:
+        async with asyncio.timeout(PROCESS_WAIT):
+            return await asyncio.to_thread(proc.start)
+    except TimeoutError:
+        raise AssertionError(f"serve {' '.join(args)} not ready in {PROCESS_WAIT} s") from None
+
+
+async def owners_of(kv: KeyValue) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for unit in await kv.keys():
+        entry = await kv.get(unit)
+        if entry is not None:
+            out[unit] = entry.value.decode()
+    return out
+
+
+async def until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, str]:
+    """The owners once every unit has one and the owners are exactly ``by``. Raises
+    AssertionError naming the last owners seen when that takes over ``2 * WAIT``."""
+    owners: dict[str, str] = {}
+    try:
+        async with asyncio.timeout(WAIT * 2):
+            while True:
+                try:
+                    owners = await owners_of(kv)
+                except BusClosedError:  # a node was lost: the bucket elects a new leader
+                    continue
+                if set(owners) == units and set(owners.values()) == by:
+                    return owners
+                await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
+    except TimeoutError:
+        raise AssertionError(f"units not owned by {by} in {WAIT * 2} s: {owners}") from None
+
+
+def write_config(path: Path, body: dict[str, Any]) -> str:
+    path.write_text(yaml.safe_dump(body))
+    return str(path)

@@ -1,0 +1,117 @@
+"""A config reload reaches every actors host of a cluster, not only the one asked.
+
+Two ``--role actors`` hosts and an ingress on NATS, with node ids under which the ``models``
+and ``health`` units are placed on different hosts. Every process's file gains a model and
+one ``POST /admin/config/reload`` is sent: whichever host answers it, the other follows its
+``ConfigChanged``, so the new model is served (its ModelActor runs on one host) and
+``/health/deep`` lists its endpoint (the HealthActor runs on the other).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from actors import build_tree
+from actors.cluster import OWNERS_BUCKET, owner_of
+from bus import open_bus
+from gateway.process.config import load_config
+from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
+from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayProcess
+    from tests.fixtures.upstream import UpstreamFactory
+
+pytestmark = [pytest.mark.e2e, pytest.mark.nats]
+
+ADMIN = "reload-admin-key"
+CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 1.5}
+
+
+def _pair_splitting(a: str, b: str) -> tuple[str, str]:
+    """Two node ids under which units ``a`` and ``b`` are placed on different hosts."""
+    for n in range(1, 50):
+        pair = ("r1", f"r{n + 1}")
+        if owner_of(a, pair) != owner_of(b, pair):
+            return pair
+    raise AssertionError("no such pair")
+
+
+async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """Return once ``check()`` holds. Raises AssertionError naming ``what`` after ``WAIT``."""
+    deadline = time.monotonic() + WAIT
+    while not await check():
+        assert time.monotonic() < deadline, f"{what} not seen in {WAIT} s"
+        await asyncio.sleep(0.05)  # a host follows the reload on its own: poll its effect
+
+
+@pytest.mark.timeout(120)
+async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
+    own_nats: str,
+    postgres_url: str,
+    tmp_path: Path,
+    fake_upstreams: UpstreamFactory,
+    processes: list[GatewayProcess],
+) -> None:
+    up, added = await fake_upstreams("up"), await fake_upstreams("added")
+    nodes = _pair_splitting("models", "health")
+
+    def body(*models: dict[str, Any]) -> dict[str, Any]:
+        base = config(*models, admin_key=ADMIN, cluster=CLUSTER)
+        return {**base, "database": {"path": str(tmp_path / "db"), "url": postgres_url}}
+
+    paths = {node: tmp_path / f"{node}.yaml" for node in (*nodes, "ingress")}
+    for node, path in paths.items():
+        body_of = body(model("m", route(up)))
+        body_of["database"]["path"] = str(tmp_path / node)
+        write_config(path, body_of)
+    units = {s.name for s in build_tree(load_config(str(paths[nodes[0]])), request_log=True).specs}
+    for node in nodes:
+        await spawn_serve(
+            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
+            "--node-id", node,
+        )  # fmt: skip
+    ingress = await spawn_serve(
+        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
+        "--port", "0",
+    )  # fmt: skip
+    watcher = await open_bus(own_nats, name="test-watcher")
+    headers = {"authorization": f"Bearer {ADMIN}"}
+    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
+    try:
+        kv = await watcher.key_value(OWNERS_BUCKET)
+        owners = await until_owned(kv, units, set(nodes))
+        assert owners["models"] != owners["health"]
+        for node, path in paths.items():
+            body_of = body(model("m", route(up)), model("m2", route(added)))
+            body_of["database"]["path"] = str(tmp_path / node)
+            write_config(path, body_of)
+
+        reloaded = await http.post("/admin/config/reload", json={})
+        assert reloaded.status_code == 200, reloaded.text
+
+        async def served() -> bool:
+            ask = {"model": "m2", "messages": HI, "max_tokens": 5}
+            return (await http.post(CHAT, json=ask)).status_code == 200
+
+        async def listed() -> bool:
+            deep = await http.get("/health/deep")
+            return eid("m2", added) in deep.json().get("endpoints", {})
+
+        await _until(served, "m2 served")
+        await _until(listed, "m2's endpoint in /health/deep")
+    finally:
+        await http.aclose()
+        await watcher.aclose()
+
+    assert (reloaded.json()["added"], reloaded.json()["removed"]) == (["m2"], [])
+    assert reloaded.json()["node_id"] in nodes
+    assert len(added.requests) >= 1

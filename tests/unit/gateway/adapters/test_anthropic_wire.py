@@ -1,0 +1,628 @@
+"""gateway.adapters.anthropic_wire: canonical chat <-> the native Anthropic Messages wire.
+
+Requests are checked against the ``anthropic`` SDK's request types, answers and chunks
+against the ``openai`` SDK's models. Round trips through the Anthropic client surface show
+that ids, tool calls and stop reasons survive Anthropic client -> gateway -> Anthropic.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pydantic
+import pytest
+from anthropic.types.message_create_params import MessageCreateParamsStreaming
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from gateway.adapters.anthropic_wire import (
+    DEFAULT_MAX_TOKENS,
+    MessagesToChatStream,
+    UpstreamStreamError,
+    from_messages_response,
+    to_messages_request,
+)
+from gateway.formats import anthropic_messages
+from schemas import InvalidRequestError
+
+WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
+JSON = dict[str, Any]
+_MESSAGES_REQUEST = pydantic.TypeAdapter(MessageCreateParamsStreaming)
+
+
+def _load(name: str) -> JSON:
+    data: JSON = json.loads((WIRE / name).read_text())
+    return data
+
+
+def _drain(value: Any) -> Any:
+    """Force pydantic's lazy Iterable validation all the way down."""
+    if isinstance(value, dict):
+        return {k: _drain(v) for k, v in value.items()}
+    if isinstance(value, list | Iterator):
+        return [_drain(v) for v in value]
+    return value
+
+
+def _events(name: str) -> list[tuple[str, JSON]]:
+    out = []
+    for frame in (WIRE / name).read_text().split("\n\n"):
+        lines = frame.strip().splitlines()
+        if lines:
+            out.append(
+                (lines[0].removeprefix("event: "), json.loads(lines[1].removeprefix("data: ")))
+            )
+    return out
+
+
+def _chat(**extra: Any) -> JSON:
+    body: JSON = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    body.update(extra)
+    return body
+
+
+def _tool(name: str) -> JSON:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def test_to_messages_request_with_recorded_chat_body_is_a_valid_messages_request() -> None:
+    req = to_messages_request(
+        _load("chat_request_multiturn.json"), upstream_model="claude-sonnet-4-5-20250929"
+    )
+
+    _drain(_MESSAGES_REQUEST.validate_python(req))
+    assert req["model"] == "claude-sonnet-4-5-20250929"
+    assert req["system"] == [
+        {"type": "text", "text": "You are a helpful assistant."},
+        {"type": "text", "text": "Answer briefly."},
+    ]
+    assert [m["role"] for m in req["messages"]] == ["user", "assistant", "user"]
+    user = req["messages"][0]["content"]
+    assert user[1] == {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/jpeg",
+            "data": "/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAP",
+        },
+    }
+    assert user[2] == {
+        "type": "image",
+        "source": {
+            "type": "url",
+            "url": (
+                "https://upload.wikimedia.org/wikipedia/commons/a/a7/Camponotus_flavomarginatus_ant.jpg"
+            ),
+        },
+    }
+    assistant = req["messages"][1]["content"]
+    assert assistant == [
+        {"type": "text", "text": "An ant on a leaf. Let me check the weather too."},
+        {
+            "type": "tool_use",
+            "id": "toolu_01",
+            "name": "get_weather",
+            "input": {"location": "Paris"},
+        },
+        {
+            "type": "tool_use",
+            "id": "toolu_02",
+            "name": "get_weather",
+            "input": {"location": "Rome"},
+        },
+    ]
+    # both tool results and the two following user messages share one user turn, results first
+    assert req["messages"][2]["content"] == [
+        {"type": "tool_result", "tool_use_id": "toolu_01", "content": "18C, cloudy"},
+        {"type": "tool_result", "tool_use_id": "toolu_02", "content": "24C, sunny"},
+        {"type": "text", "text": "Thanks. Which is warmer?"},
+        {"type": "text", "text": "Answer in one word."},
+    ]
+
+
+def test_to_messages_request_maps_parameters() -> None:
+    req = to_messages_request(_load("chat_request_multiturn.json"), upstream_model="c")
+
+    assert req["max_tokens"] == 1024
+    assert req["stop_sequences"] == ["\n\nEND"]
+    assert (req["temperature"], req["top_p"]) == (0.2, 0.9)
+    assert req["metadata"] == {"user_id": "user-1234"}
+    assert req["stream"] is True
+    assert req["tools"] == [
+        {
+            "name": "get_weather",
+            "description": "Get the current weather for a city",
+            "input_schema": {
+                "type": "object",
+                "properties": {"location": {"type": "string"}},
+                "required": ["location"],
+            },
+        }
+    ]
+    assert req["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
+    for dropped in ("stream_options", "seed", "presence_penalty", "n", "user"):
+        assert dropped not in req
+
+
+def test_to_messages_request_without_max_tokens_uses_the_default() -> None:
+    req = to_messages_request(_chat(stop="END"), upstream_model="c")
+
+    assert req == {
+        "model": "c",
+        "max_tokens": DEFAULT_MAX_TOKENS,
+        "stop_sequences": ["END"],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    }
+
+
+def test_to_messages_request_prefers_max_completion_tokens() -> None:
+    req = to_messages_request(_chat(max_tokens=10, max_completion_tokens=20), upstream_model="c")
+
+    assert req["max_tokens"] == 20
+
+
+@pytest.mark.parametrize(
+    ("choice", "parallel", "expected"),
+    [
+        ("auto", None, {"type": "auto"}),
+        ("required", None, {"type": "any"}),
+        ("none", False, {"type": "none"}),
+        ({"type": "function", "function": {"name": "a"}}, None, {"type": "tool", "name": "a"}),
+        (None, False, {"type": "auto", "disable_parallel_tool_use": True}),
+        (None, None, None),
+    ],
+)
+def test_to_messages_request_maps_tool_choice(choice: Any, parallel: Any, expected: Any) -> None:
+    req = to_messages_request(
+        _chat(tools=[_tool("a")], tool_choice=choice, parallel_tool_calls=parallel),
+        upstream_model="c",
+    )
+
+    assert req.get("tool_choice") == expected
+
+
+def test_to_messages_request_with_allowed_tools_offers_only_those() -> None:
+    choice = {
+        "type": "allowed_tools",
+        "allowed_tools": {
+            "mode": "required",
+            "tools": [{"type": "function", "function": {"name": "b"}}],
+        },
+    }
+
+    req = to_messages_request(
+        _chat(tools=[_tool("a"), _tool("b")], tool_choice=choice), upstream_model="c"
+    )
+
+    assert [t["name"] for t in req["tools"]] == ["b"]
+    assert req["tool_choice"] == {"type": "any"}
+
+
+def test_to_messages_request_without_tools_drops_tool_choice() -> None:
+    assert "tool_choice" not in to_messages_request(_chat(tool_choice="none"), upstream_model="c")
+
+
+def test_to_messages_request_maps_json_schema_to_structured_output() -> None:
+    schema = {"type": "object", "properties": {}, "additionalProperties": False}
+    req = to_messages_request(
+        _chat(
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "r", "schema": schema, "strict": True},
+            }
+        ),
+        upstream_model="c",
+    )
+
+    assert req["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+
+
+def test_to_messages_request_sends_pdf_files_as_documents() -> None:
+    req = to_messages_request(
+        _chat(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "file",
+                            "file": {
+                                "file_data": "data:application/pdf;base64,JVBERi0x",
+                                "filename": "a.pdf",
+                            },
+                        }
+                    ],
+                }
+            ]
+        ),
+        upstream_model="c",
+    )
+
+    assert req["messages"][0]["content"] == [
+        {
+            "type": "document",
+            "title": "a.pdf",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0x"},
+        }
+    ]
+
+
+def _user_part(part: JSON) -> JSON:
+    return _chat(messages=[{"role": "user", "content": [part]}])
+
+
+@pytest.mark.parametrize(
+    ("chat", "param"),
+    [
+        (_chat(n=2), "n"),
+        (_chat(logprobs=True), "logprobs"),
+        (_chat(top_logprobs=3), "top_logprobs"),
+        (_chat(logit_bias={"50256": -100}), "logit_bias"),
+        (_chat(temperature=1.5), "temperature"),
+        (_chat(max_tokens=0), "max_tokens"),
+        (_chat(messages=[]), "messages"),
+        (_chat(functions=[{"name": "f"}]), "functions"),
+        (_chat(response_format={"type": "json_object"}), "response_format"),
+        (_chat(tools=[{"type": "custom", "custom": {"name": "grammar"}}]), "tools[0].type"),
+        (
+            _chat(tools=[_tool("a")], tool_choice={"type": "custom", "custom": {"name": "a"}}),
+            "tool_choice",
+        ),
+        (_chat(messages=[{"role": "function", "name": "f", "content": "x"}]), "messages[0].role"),
+        (
+            _user_part({"type": "input_audio", "input_audio": {"data": "", "format": "wav"}}),
+            "messages[0].content[0].type",
+        ),
+        (
+            _user_part({"type": "image_url", "image_url": {"url": "data:image/bmp;base64,Qk0="}}),
+            "messages[0].content[0].image_url.url",
+        ),
+        (
+            _user_part({"type": "image_url", "image_url": {"url": "ftp://x/a.png"}}),
+            "messages[0].content[0].image_url.url",
+        ),
+        (
+            _user_part({"type": "file", "file": {"file_id": "file-1"}}),
+            "messages[0].content[0].file.file_data",
+        ),
+        (
+            _chat(
+                messages=[
+                    {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "id": "t",
+                                "type": "function",
+                                "function": {"name": "f", "arguments": "[1]"},
+                            }
+                        ],
+                    }
+                ]
+            ),
+            "messages[0].tool_calls[0].function.arguments",
+        ),
+        (_chat(messages=[{"role": "tool", "content": "x"}]), "messages[0].tool_call_id"),
+    ],
+)
+def test_to_messages_request_refuses_what_it_cannot_honour(chat: JSON, param: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        to_messages_request(chat, upstream_model="c")
+
+    assert caught.value.param == param
+
+
+# --- answers --------------------------------------------------------------------------------
+
+
+def test_from_messages_response_with_recorded_tool_use_is_a_valid_chat_completion() -> None:
+    out = from_messages_response(_load("anthropic_message_tool_use.json"), model="gw-model")
+
+    completion = ChatCompletion.model_validate(out)
+    assert (completion.id, completion.model) == ("msg_01Aq9w938a90dw8q", "gw-model")
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == "I'll check the current weather in San Francisco."
+    assert choice.message.tool_calls is not None
+    call = choice.message.tool_calls[0]
+    assert call.type == "function" and call.id == "toolu_01A09q90qw90lq917835lq9"
+    assert json.loads(call.function.arguments) == {
+        "location": "San Francisco, CA",
+        "unit": "celsius",
+    }
+    assert completion.usage is not None
+    assert (
+        completion.usage.prompt_tokens,
+        completion.usage.completion_tokens,
+        completion.usage.total_tokens,
+    ) == (472 + 2048 + 1024, 89, 472 + 2048 + 1024 + 89)
+    details = completion.usage.prompt_tokens_details
+    assert details is not None
+    assert (details.cached_tokens, details.cache_write_tokens) == (2048, 1024)
+
+
+@pytest.mark.parametrize(
+    ("stop", "finish"),
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("pause_turn", "stop"),
+        ("max_tokens", "length"),
+        ("model_context_window_exceeded", "length"),
+        ("tool_use", "tool_calls"),
+        ("refusal", "content_filter"),
+        (None, "stop"),
+    ],
+)
+def test_from_messages_response_maps_stop_reason(stop: str | None, finish: str) -> None:
+    msg = {
+        "id": "msg_1",
+        "content": [{"type": "text", "text": "hi"}],
+        "stop_reason": stop,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+    completion = ChatCompletion.model_validate(from_messages_response(msg, model="m"))
+
+    assert completion.choices[0].finish_reason == finish
+
+
+def test_answer_round_trip_keeps_stop_sequence_and_tool_ids() -> None:
+    upstream = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "c",
+        "content": [{"type": "text", "text": "1, 2, 3"}],
+        "stop_reason": "stop_sequence",
+        "stop_sequence": "4",
+        "usage": {"input_tokens": 5, "output_tokens": 3, "cache_read_input_tokens": 2},
+    }
+
+    back = anthropic_messages.from_chat_response(
+        from_messages_response(upstream, model="c"), model="c"
+    )
+
+    assert (back["id"], back["stop_reason"], back["stop_sequence"]) == (
+        "msg_1",
+        "stop_sequence",
+        "4",
+    )
+    assert back["usage"]["input_tokens"] == 5 and back["usage"]["cache_read_input_tokens"] == 2
+    tooled = from_messages_response(_load("anthropic_message_tool_use.json"), model="c")
+    again = anthropic_messages.from_chat_response(tooled, model="c")
+    assert again["content"] == _load("anthropic_message_tool_use.json")["content"]
+
+
+def test_request_round_trip_through_the_anthropic_surface_keeps_ids_and_blocks() -> None:
+    original = _load("anthropic_request_claude_code.json")
+
+    req = to_messages_request(
+        anthropic_messages.to_chat_request(original), upstream_model="claude-sonnet-4-5"
+    )
+
+    _drain(_MESSAGES_REQUEST.validate_python(req))
+    sent_ids = [b["id"] for m in req["messages"] for b in m["content"] if b["type"] == "tool_use"]
+    result_ids = [
+        b["tool_use_id"]
+        for m in req["messages"]
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
+    assert (
+        sent_ids
+        == result_ids
+        == [
+            "toolu_01A09q90qw90lq917835lq9",
+            "toolu_01VkzYDXQ6gfZ1GCzn5D9gx4",
+            "toolu_01CmxHcbDQ7wBtWvUmHfQHSe",
+        ]
+    )
+    assert [m["role"] for m in req["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert req["messages"][0]["content"][2] == original["messages"][0]["content"][2]
+    assert req["tool_choice"] == {"type": "auto"}
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+def _feed_all(stream: MessagesToChatStream, events: list[tuple[str, JSON]]) -> list[JSON]:
+    chunks = []
+    for event, data in events:
+        chunks += stream.feed(event, data)
+    return chunks
+
+
+def test_stream_of_recorded_events_gives_valid_chunks_in_order() -> None:
+    stream = MessagesToChatStream("gw-model")
+    chunks = _feed_all(stream, _events("anthropic_stream_tool_use.sse"))
+
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+    assert stream.is_complete
+    assert chunks[0]["choices"][0]["delta"] == {"content": "Okay", "role": "assistant"}
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Okay, let's check the weather for San Francisco, CA:"
+    calls = [
+        tc
+        for c in chunks
+        if c["choices"]
+        for tc in c["choices"][0]["delta"].get("tool_calls") or ()
+    ]
+    assert calls[0] == {
+        "index": 0,
+        "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": ""},
+    }
+    assert json.loads("".join(tc["function"]["arguments"] for tc in calls)) == {
+        "location": "San Francisco, CA",
+        "unit": "fahrenheit",
+    }
+    assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+    assert chunks[-1]["choices"] == []
+    assert chunks[-1]["usage"] == {
+        "prompt_tokens": 472 + 1536,
+        "completion_tokens": 89,
+        "total_tokens": 472 + 1536 + 89,
+        "prompt_tokens_details": {"cached_tokens": 1536, "cache_write_tokens": 0},
+    }
+    assert {c["id"] for c in chunks} == {"msg_014p7gG3wDgGV9EUtLvnow3U"}
+
+
+def test_stream_accumulates_in_the_openai_sdk() -> None:
+    chunks = _feed_all(MessagesToChatStream("gw"), _events("anthropic_stream_tool_use.sse"))
+    body = b"".join(b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks)
+    body += b"data: [DONE]\n\n"
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = openai.OpenAI(
+        api_key="t",
+        base_url="http://gateway.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
+    with client.chat.completions.stream(
+        model="gw", messages=[{"role": "user", "content": "hi"}]
+    ) as s:
+        final = s.get_final_completion()
+
+    message = final.choices[0].message
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert message.content == "Okay, let's check the weather for San Francisco, CA:"
+    assert message.tool_calls is not None
+    assert message.tool_calls[0].function.arguments == (
+        '{"location": "San Francisco, CA", "unit": "fahrenheit"}'
+    )
+
+
+def test_stream_cut_before_message_stop_never_finishes() -> None:
+    stream = MessagesToChatStream("m")
+    chunks = _feed_all(stream, _events("anthropic_stream_tool_use.sse")[:-1])
+
+    assert not stream.is_complete
+    assert all(c["choices"][0]["finish_reason"] is None for c in chunks)
+    assert all(c["choices"] for c in chunks)
+
+
+def test_stream_gives_no_chunk_before_content() -> None:
+    stream = MessagesToChatStream("m")
+
+    assert _feed_all(stream, _events("anthropic_stream_tool_use.sse")[:3]) == []
+
+
+@pytest.mark.parametrize(
+    ("error_type", "status", "counts"),
+    [
+        ("overloaded_error", 529, True),
+        ("api_error", 500, True),
+        ("rate_limit_error", 429, True),
+        ("invalid_request_error", 400, False),
+        ("brand_new_error", None, True),
+    ],
+)
+def test_stream_error_event_raises_upstream_stream_error(
+    error_type: str, status: int | None, counts: bool
+) -> None:
+    stream = MessagesToChatStream("m")
+    _feed_all(stream, _events("anthropic_stream_tool_use.sse")[:4])
+
+    with pytest.raises(UpstreamStreamError, match="Overloaded") as caught:
+        stream.feed(
+            "error", {"type": "error", "error": {"type": error_type, "message": "Overloaded"}}
+        )
+
+    assert caught.value.error_type == error_type
+    assert caught.value.status == status
+    assert caught.value.counts_against_endpoint is counts
+    assert not stream.is_complete
+
+
+def test_stream_with_stop_sequence_reports_it_like_vllm() -> None:
+    stream = MessagesToChatStream("m", include_usage=False)
+    chunks = _feed_all(
+        stream,
+        [
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {"id": "msg_1", "usage": {"input_tokens": 3, "output_tokens": 1}},
+                },
+            ),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": "1, 2, 3"},
+                },
+            ),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "usage": {"output_tokens": 4},
+                    "delta": {"stop_reason": "stop_sequence", "stop_sequence": "4"},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ],
+    )
+
+    assert len(chunks) == 2
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"][0]["stop_reason"] == "4"
+    assert stream.usage["completion_tokens"] == 4 and stream.usage["prompt_tokens"] == 3
+
+
+def test_stream_round_trip_through_the_anthropic_surface_matches_upstream() -> None:
+    upstream = MessagesToChatStream("claude-x")
+    client_side = anthropic_messages.ChatToMessagesStream("claude-x")
+    frames: list[bytes] = []
+    for event, data in _events("anthropic_stream_tool_use.sse"):
+        for chunk in upstream.feed(event, data):
+            frames += client_side.feed(chunk)
+    frames += client_side.finish()
+
+    events = [(f.split(b"\n")[0][7:].decode(), json.loads(f.split(b"\n")[1][6:])) for f in frames]
+    blocks = [d["content_block"] for e, d in events if e == "content_block_start"]
+    assert blocks == [
+        {"type": "text", "text": ""},
+        {
+            "type": "tool_use",
+            "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+            "name": "get_weather",
+            "input": {},
+        },
+    ]
+    delta = next(d for e, d in events if e == "message_delta")
+    assert delta["delta"]["stop_reason"] == "tool_use"
+    assert (
+        delta["usage"]["input_tokens"],
+        delta["usage"]["cache_read_input_tokens"],
+        delta["usage"]["output_tokens"],
+    ) == (472, 1536, 89)

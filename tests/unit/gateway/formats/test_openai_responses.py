@@ -1,0 +1,599 @@
+"""gateway.formats.openai_responses: Responses requests in, chat answers and streams out.
+
+Shapes are proven with the official ``openai`` SDK: its pydantic models, and its own
+Responses stream accumulator fed our frames through an in-memory transport.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import openai
+import pydantic
+import pytest
+from openai.types.chat.completion_create_params import CompletionCreateParamsStreaming
+from openai.types.responses import Response, ResponseStreamEvent
+
+from gateway.formats.openai_responses import (
+    ChatToResponsesStream,
+    error_body,
+    from_chat_response,
+    to_chat_request,
+)
+from schemas import InvalidRequestError, UpstreamBadResponseError
+
+WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
+JSON = dict[str, Any]
+_STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
+_CHAT_REQUEST = pydantic.TypeAdapter(CompletionCreateParamsStreaming)
+
+
+def _load(name: str) -> JSON:
+    data: JSON = json.loads((WIRE / name).read_text())
+    return data
+
+
+def _drain(value: Any) -> Any:
+    """Force pydantic's lazy Iterable validation all the way down."""
+    if isinstance(value, dict):
+        return {k: _drain(v) for k, v in value.items()}
+    if isinstance(value, list | Iterator):
+        return [_drain(v) for v in value]
+    return value
+
+
+def _chat_chunks(name: str) -> list[JSON]:
+    return [
+        json.loads(line[6:])
+        for line in (WIRE / name).read_text().splitlines()
+        if line.startswith("data: ") and line != "data: [DONE]"
+    ]
+
+
+def _frames(raw: bytes) -> list[tuple[str, JSON]]:
+    out = []
+    for frame in raw.decode().split("\n\n"):
+        if frame:
+            event, data = frame.split("\n")
+            out.append((event.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
+    return out
+
+
+def _sdk_client(body: bytes) -> openai.OpenAI:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    return openai.OpenAI(
+        api_key="test",
+        base_url="http://gateway.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
+
+
+def _chunk(delta: JSON | None = None, finish: str | None = None) -> JSON:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "upstream",
+        "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}],
+    }
+
+
+def _completion(message: JSON, finish: str | None) -> JSON:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "up",
+        "choices": [
+            {"index": 0, "finish_reason": finish, "message": {"role": "assistant", **message}}
+        ],
+    }
+
+
+def _minimal(**extra: Any) -> JSON:
+    body: JSON = {"model": "gpt-x", "input": "hi"}
+    body.update(extra)
+    return body
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def test_to_chat_request_with_recorded_codex_body_gives_valid_chat_request() -> None:
+    chat = to_chat_request(_load("responses_request_codex.json"))
+
+    _drain(_CHAT_REQUEST.validate_python(chat))
+    roles = [m["role"] for m in chat["messages"]]
+    assert roles == ["system", "user", "user", "assistant", "tool", "tool"]
+    # instructions and the developer message become one system message
+    system = chat["messages"][0]["content"]
+    assert system.startswith("You are Codex")
+    assert system.endswith(
+        "\n\n<permissions instructions>sandbox_mode: workspace-write</permissions instructions>"
+    )
+    image = chat["messages"][2]["content"][1]
+    assert image == {
+        "type": "image_url",
+        "image_url": {
+            "url": _load("responses_request_codex.json")["input"][2]["content"][1]["image_url"],
+            "detail": "auto",
+        },
+    }
+    assistant = chat["messages"][3]
+    assert assistant["content"] == "Let me look at the build script."
+    assert [(c["id"], c["function"]["name"]) for c in assistant["tool_calls"]] == [
+        ("call_Zq1rT8", "shell"),
+        ("call_Zq2kP4", "shell"),
+    ]
+    assert chat["messages"][4] == {
+        "role": "tool",
+        "tool_call_id": "call_Zq1rT8",
+        "content": "all:\n\tgcc -o app main.c",
+    }
+    assert chat["messages"][5]["tool_call_id"] == "call_Zq2kP4"
+
+
+def test_to_chat_request_maps_parameters() -> None:
+    chat = to_chat_request(_load("responses_request_codex.json"))
+
+    assert chat["model"] == "gpt-5-codex"
+    assert chat["max_tokens"] == 8192
+    assert chat["tool_choice"] == "auto"
+    assert chat["parallel_tool_calls"] is False
+    assert chat["reasoning_effort"] == "medium"
+    assert chat["stream"] is True and chat["stream_options"] == {"include_usage": True}
+    assert chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "shell",
+                "description": "Runs a shell command and returns its output.",
+                "strict": False,
+                "parameters": _load("responses_request_codex.json")["tools"][0]["parameters"],
+            },
+        }
+    ]
+    for dropped in ("store", "include", "prompt_cache_key", "reasoning", "input"):
+        assert dropped not in chat
+
+
+def test_to_chat_request_with_string_input_and_store_true_is_accepted() -> None:
+    chat = to_chat_request(_minimal(instructions="Be terse.", store=True, temperature=0.3))
+
+    assert chat == {
+        "model": "gpt-x",
+        "temperature": 0.3,
+        "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hi"}],
+    }
+
+
+def test_to_chat_request_keeps_a_mid_conversation_developer_message_in_place() -> None:
+    chat = to_chat_request(
+        _minimal(
+            instructions="Base.",
+            input=[
+                {"role": "user", "content": "a"},
+                {"role": "developer", "content": "Now be brief."},
+                {"role": "user", "content": "b"},
+            ],
+        )
+    )
+
+    assert chat["messages"] == [
+        {"role": "system", "content": "Base."},
+        {"role": "user", "content": "a"},
+        {"role": "system", "content": "Now be brief."},
+        {"role": "user", "content": "b"},
+    ]
+
+
+def test_to_chat_request_puts_tool_output_images_after_the_tool_messages() -> None:
+    chat = to_chat_request(
+        _minimal(
+            input=[
+                {"type": "function_call", "call_id": "c1", "name": "view", "arguments": "{}"},
+                {"type": "function_call", "call_id": "c2", "name": "view", "arguments": "{}"},
+                {
+                    "type": "function_call_output",
+                    "call_id": "c1",
+                    "output": [
+                        {"type": "input_text", "text": "here"},
+                        {
+                            "type": "input_image",
+                            "image_url": "https://x.test/a.png",
+                            "detail": "low",
+                        },
+                    ],
+                },
+                {"type": "function_call_output", "call_id": "c2", "output": "ok"},
+                {"role": "user", "content": "next"},
+            ]
+        )
+    )
+
+    assert [m["role"] for m in chat["messages"]] == ["assistant", "tool", "tool", "user", "user"]
+    assert chat["messages"][1]["content"] == "here"
+    assert chat["messages"][3]["content"] == [
+        {"type": "image_url", "image_url": {"url": "https://x.test/a.png", "detail": "low"}}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("choice", "expected"),
+    [
+        ("required", "required"),
+        (
+            {"type": "function", "name": "shell"},
+            {"type": "function", "function": {"name": "shell"}},
+        ),
+        (
+            {
+                "type": "allowed_tools",
+                "mode": "auto",
+                "tools": [{"type": "function", "name": "shell"}],
+            },
+            {
+                "type": "allowed_tools",
+                "allowed_tools": {
+                    "mode": "auto",
+                    "tools": [{"type": "function", "function": {"name": "shell"}}],
+                },
+            },
+        ),
+    ],
+)
+def test_to_chat_request_maps_tool_choice(choice: Any, expected: Any) -> None:
+    body = _minimal(
+        tools=[{"type": "function", "name": "shell", "parameters": None, "strict": None}],
+        tool_choice=choice,
+    )
+
+    assert to_chat_request(body)["tool_choice"] == expected
+
+
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [
+        ({"type": "text"}, None),
+        ({"type": "json_object"}, {"type": "json_object"}),
+        (
+            {"type": "json_schema", "name": "r", "schema": {"type": "object"}, "strict": True},
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "r", "schema": {"type": "object"}, "strict": True},
+            },
+        ),
+    ],
+)
+def test_to_chat_request_maps_text_format(fmt: JSON, expected: Any) -> None:
+    chat = to_chat_request(_minimal(text={"format": fmt}))
+
+    assert chat.get("response_format") == expected
+
+
+def test_to_chat_request_with_previous_response_id_says_the_gateway_is_stateless() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        to_chat_request(_minimal(previous_response_id="resp_123"))
+
+    assert caught.value.param == "previous_response_id"
+    assert "stateless" in caught.value.message
+
+
+def test_to_chat_request_with_hosted_tools_names_them() -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        to_chat_request(
+            _minimal(
+                tools=[
+                    {"type": "function", "name": "f", "parameters": {}, "strict": True},
+                    {"type": "web_search"},
+                    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+                ]
+            )
+        )
+
+    assert caught.value.param == "tools[1].type"
+    assert "file_search" in caught.value.message and "web_search" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"input": "hi"}, "model"),
+        (_minimal(input=None), "input"),
+        (_minimal(input=[]), "input"),
+        (_minimal(conversation="conv_1"), "conversation"),
+        (_minimal(prompt={"id": "pmpt_1"}), "prompt"),
+        (_minimal(background=True), "background"),
+        (_minimal(top_logprobs=5), "top_logprobs"),
+        (_minimal(instructions=["x"]), "instructions"),
+        (_minimal(input=[{"type": "item_reference", "id": "msg_1"}]), "input[0].type"),
+        (_minimal(input=[{"type": "web_search_call", "id": "ws_1"}]), "input[0].type"),
+        (_minimal(input=[{"role": "tool", "content": "x"}]), "input[0].role"),
+        (
+            _minimal(
+                input=[{"role": "user", "content": [{"type": "input_image", "file_id": "f"}]}]
+            ),
+            "input[0].content[0].image_url",
+        ),
+        (
+            _minimal(input=[{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]),
+            "input[0].content[0].file_data",
+        ),
+        (
+            _minimal(
+                input=[
+                    {
+                        "role": "system",
+                        "content": [{"type": "input_image", "image_url": "https://x"}],
+                    }
+                ]
+            ),
+            "input[0].content[0].type",
+        ),
+        (
+            _minimal(input=[{"type": "function_call", "name": "f", "arguments": "{}"}]),
+            "input[0].call_id",
+        ),
+        (_minimal(input=[{"type": "function_call_output", "output": "x"}]), "input[0].call_id"),
+        (
+            _minimal(tools=[{"type": "function", "name": "f"}], tool_choice={"type": "web_search"}),
+            "tool_choice.type",
+        ),
+        (_minimal(text={"format": {"type": "yaml"}}), "text.format.type"),
+        (_minimal(max_output_tokens=0), "max_output_tokens"),
+        (_minimal(stream=1), "stream"),
+        (_minimal(temperature="hot"), "temperature"),
+        (_minimal(store="yes"), "store"),
+        (_minimal(metadata=["x"]), "metadata"),
+        (_minimal(user=7), "user"),
+        (_minimal(tool_choice=3), "tool_choice"),
+    ],
+)
+def test_to_chat_request_with_invalid_input_names_the_param(body: JSON, param: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        to_chat_request(body)
+
+    assert caught.value.param == param
+
+
+# --- answers --------------------------------------------------------------------------------
+
+
+def test_from_chat_response_with_recorded_tool_calls_is_a_valid_response() -> None:
+    request = _minimal(
+        instructions="Be terse.",
+        tools=[
+            {
+                "type": "function",
+                "name": "get_current_weather",
+                "parameters": {"type": "object"},
+                "strict": True,
+            }
+        ],
+        tool_choice="auto",
+        temperature=0.5,
+    )
+
+    out = from_chat_response(
+        _load("chat_completion_tool_calls.json"), model="gpt-x", request=request
+    )
+
+    resp = Response.model_validate(out)
+    assert resp.id.startswith("resp_") and resp.object == "response"
+    assert (resp.status, resp.model, resp.created_at) == ("completed", "gpt-x", 1699896916)
+    assert resp.output_text == "Let me look that up."
+    call = resp.output[1]
+    assert call.type == "function_call"
+    assert (call.call_id, call.name, call.status) == (
+        "call_abc123",
+        "get_current_weather",
+        "completed",
+    )
+    assert json.loads(call.arguments) == {"location": "Boston, MA"}
+    assert call.id is not None and call.id.startswith("fc_")
+    assert resp.instructions == "Be terse." and resp.temperature == 0.5
+    assert resp.tools[0].type == "function" and resp.tools[0].name == "get_current_weather"
+    assert resp.usage is not None
+    assert (
+        resp.usage.input_tokens,
+        resp.usage.output_tokens,
+        resp.usage.total_tokens,
+        resp.usage.input_tokens_details.cached_tokens,
+    ) == (2082, 17, 2099, 1920)
+    assert resp.usage.output_tokens_details.reasoning_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("finish", "status", "reason"),
+    [
+        ("stop", "completed", None),
+        ("tool_calls", "completed", None),
+        (None, "completed", None),
+        ("length", "incomplete", "max_output_tokens"),
+        ("content_filter", "incomplete", "content_filter"),
+    ],
+)
+def test_from_chat_response_maps_finish_reason_to_status(
+    finish: str | None, status: str, reason: str | None
+) -> None:
+    resp = Response.model_validate(
+        from_chat_response(_completion({"content": "hi"}, finish), model="m")
+    )
+
+    assert resp.status == status
+    assert (resp.incomplete_details.reason if resp.incomplete_details else None) == reason
+    assert resp.output[0].type == "message" and resp.output[0].status == (
+        "completed" if status == "completed" else "incomplete"
+    )
+
+
+def test_from_chat_response_with_refusal_gives_a_refusal_part() -> None:
+    out = from_chat_response(_completion({"content": None, "refusal": "No."}, "stop"), model="m")
+
+    resp = Response.model_validate(out)
+    assert resp.output[0].type == "message"
+    assert [p.type for p in resp.output[0].content] == ["refusal"]
+
+
+def test_from_chat_response_without_usage_has_no_usage() -> None:
+    assert from_chat_response(_completion({"content": "hi"}, "stop"), model="m")["usage"] is None
+
+
+def test_from_chat_response_without_message_raises_bad_response() -> None:
+    with pytest.raises(UpstreamBadResponseError):
+        from_chat_response({"choices": [{"index": 0}]}, model="m")
+
+
+# --- streams --------------------------------------------------------------------------------
+
+
+def _run(stream: ChatToResponsesStream, chunks: list[JSON]) -> bytes:
+    frames: list[bytes] = []
+    for chunk in chunks:
+        frames += stream.feed(chunk)
+    return b"".join(frames)
+
+
+def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None:
+    stream = ChatToResponsesStream("gpt-x", request=_minimal())
+    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
+
+    frames = _frames(raw)
+    for event, data in frames:
+        assert _STREAM_EVENT.validate_python(data).type == event
+    assert [d["sequence_number"] for _, d in frames] == list(range(len(frames)))
+    names = [e for e, _ in frames]
+    assert names[:4] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+    ]
+    assert names[-1] == "response.completed"
+    with _sdk_client(raw).responses.stream(model="gpt-x", input="hi") as s:
+        for _ in s:
+            pass
+        resp = s.get_final_response()
+    assert resp.output_text == "Checking both cities."
+    calls = [(o.call_id, json.loads(o.arguments)) for o in resp.output if o.type == "function_call"]
+    assert calls == [
+        ("call_DdmO9pD3xa9XTPNJ32zg2hcA", {"location": "Paris"}),
+        ("call_f3Ok4lj3cNXWc1qN2jWbZGxL", {"location": "Bogotá"}),
+    ]
+    assert resp.usage is not None
+    assert (
+        resp.usage.input_tokens,
+        resp.usage.input_tokens_details.cached_tokens,
+        resp.usage.output_tokens,
+    ) == (182, 128, 64)
+
+
+def test_stream_sends_argument_fragments_in_order_per_item() -> None:
+    stream = ChatToResponsesStream("m")
+    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse"))
+
+    deltas = [
+        (d["output_index"], d["delta"])
+        for e, d in _frames(raw)
+        if e == "response.function_call_arguments.delta"
+    ]
+    assert deltas == [(1, '{"lo'), (1, 'cation": "Paris"}'), (2, '{"location":'), (2, ' "Bogotá"}')]
+    done = [
+        (d["output_index"], d["arguments"])
+        for e, d in _frames(raw)
+        if e == "response.function_call_arguments.done"
+    ]
+    assert done == [(1, '{"location": "Paris"}')]  # the second closes at finish
+
+
+def test_stream_cut_by_length_ends_incomplete() -> None:
+    stream = ChatToResponsesStream("m")
+    raw = _run(stream, [_chunk({"content": "Once upon"}), _chunk(finish="length")])
+    raw += b"".join(stream.finish())
+
+    event, data = _frames(raw)[-1]
+    assert event == "response.incomplete"
+    resp = Response.model_validate(data["response"])
+    assert resp.status == "incomplete" and resp.incomplete_details is not None
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    assert resp.output[0].type == "message" and resp.output[0].status == "incomplete"
+
+
+def test_stream_with_refusal_streams_a_refusal_part() -> None:
+    stream = ChatToResponsesStream("m")
+    raw = _run(
+        stream,
+        [_chunk({"refusal": "I can't"}), _chunk({"refusal": " help."}), _chunk(finish="stop")],
+    ) + b"".join(stream.finish())
+
+    frames = _frames(raw)
+    for _, data in frames:
+        _STREAM_EVENT.validate_python(data)
+    done = next(d for e, d in frames if e == "response.refusal.done")
+    assert done["refusal"] == "I can't help."
+    final = Response.model_validate(frames[-1][1]["response"])
+    assert final.output[0].type == "message"
+    assert final.output[0].content[0].type == "refusal"
+
+
+def test_stream_cut_mid_answer_fails_and_never_completes() -> None:
+    stream = ChatToResponsesStream("m")
+    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse")[:5])
+    raw += b"".join(stream.error("upstream connection reset"))
+
+    frames = _frames(raw)
+    for _, data in frames:
+        _STREAM_EVENT.validate_python(data)
+    names = [e for e, _ in frames]
+    assert names[-2:] == ["error", "response.failed"]
+    assert "response.completed" not in names
+    failed = Response.model_validate(frames[-1][1]["response"])
+    assert failed.status == "failed" and failed.error is not None
+    assert (failed.error.code, failed.error.message) == (
+        "server_error",
+        "upstream connection reset",
+    )
+    assert failed.output[-1].type == "function_call"
+    assert failed.output[-1].status == "incomplete"
+    assert stream.finish() == [] and stream.feed(_chunk({"content": "x"})) == []
+    with _sdk_client(raw).responses.stream(model="m", input="hi") as s:
+        seen = [event.type for event in s]
+        with pytest.raises(RuntimeError, match=r"response\.completed"):
+            s.get_final_response()
+    assert seen[-1] == "response.failed"
+
+
+def test_stream_finished_without_chunks_is_a_complete_empty_response() -> None:
+    raw = b"".join(ChatToResponsesStream("m").finish())
+
+    frames = _frames(raw)
+    assert [e for e, _ in frames] == [
+        "response.created",
+        "response.in_progress",
+        "response.completed",
+    ]
+    assert Response.model_validate(frames[-1][1]["response"]).output == []
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_error_body_has_the_openai_shape() -> None:
+    assert error_body(400, "bad tools", "tools[0].type") == {
+        "error": {
+            "message": "bad tools",
+            "type": "invalid_request_error",
+            "param": "tools[0].type",
+            "code": None,
+        }
+    }
+    assert error_body(429, "slow down", code="rate_limit_exceeded")["error"]["type"] == (
+        "rate_limit_error"
+    )

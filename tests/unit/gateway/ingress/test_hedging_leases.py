@@ -1,0 +1,164 @@
+"""A RouteWise hedge whose backup is a capacity route, against a real CapacityActor on the
+in-process bus and the dispatcher tests' scripted adapter: the backup is leased only when the
+hedge fires (a primary that answers in time never holds its slot), a backup that loses the
+race gives its slot back, and a backup its pool refuses leaves the primary alone (its error,
+not the refusal, is the answer)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from actors import CapacityActor, ChildSpec, Supervisor
+from bus import InProcessBus
+from gateway.ingress.leases import LeaseKeeper
+from schemas import CapacityGet, CapacityState, Observation, RoutePlan, UpstreamError, subjects
+from schemas.capacity import PoolSpec
+from schemas.config import LeaseConfig
+from tests.unit.gateway.ingress.test_dispatcher import (
+    Answer,
+    Fail,
+    FakeClock,
+    Hang,
+    Harness,
+    Heard,
+    Script,
+    ScriptedAdapter,
+    cand,
+    serve,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from gateway.adapters.base import JSON, Batch, UpstreamTarget
+
+PRIMARY, SLOT = "m:a", "m:slot"
+
+
+@dataclass
+class BackupFirst(ScriptedAdapter):
+    """The scripted adapter, whose primary answers only once the backup was sent (so the
+    hedge has certainly fired and the backup holds its lease when it loses)."""
+
+    backup_sent: anyio.Event = field(default_factory=anyio.Event)
+
+    def _next(self, target: UpstreamTarget) -> Script:
+        script = super()._next(target)
+        if target.endpoint == SLOT:
+            self.backup_sent.set()
+        return script
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        if target.endpoint == PRIMARY:
+            await self.backup_sent.wait()
+        return await super().complete(target, body)
+
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        if target.endpoint == PRIMARY:
+            await self.backup_sent.wait()
+        async for batch in super().stream(target, body):
+            yield batch
+
+
+@pytest.fixture(params=[False, True], ids=["once", "stream"])
+def stream(request: pytest.FixtureRequest) -> bool:
+    return bool(request.param)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+async def bus() -> AsyncIterator[InProcessBus]:
+    b = InProcessBus()
+    yield b
+    await b.aclose()
+
+
+@pytest.fixture
+async def heard(bus: InProcessBus) -> AsyncIterator[Heard]:
+    h = Heard(bus)
+    async with bus.subscribe(subjects.PREFIX + ".>") as sub:
+        h._sub = sub
+        yield h
+
+
+@pytest.fixture
+async def pool(bus: InProcessBus) -> AsyncIterator[None]:
+    """The slot route's pool owner: one concurrency slot."""
+    spec = PoolSpec(SLOT, "concurrency", 1.0, None, (SLOT,))
+    root = Supervisor("t", children=[ChildSpec("cap", lambda: CapacityActor(spec, LeaseConfig()))])
+    await root.start(bus)
+    yield
+    await root.stop()
+
+
+async def used(bus: InProcessBus) -> float:
+    st = await bus.request(
+        subjects.capacity_get(SLOT), CapacityGet(pool=SLOT), reply_type=CapacityState, timeout=5.0
+    )
+    assert isinstance(st, CapacityState), st
+    return st.used
+
+
+def hedged(after_ms: float) -> RoutePlan:
+    return RoutePlan(
+        model="m", candidates=(cand(PRIMARY), cand(SLOT, pool=SLOT)), hedge_after_ms=after_ms
+    )
+
+
+async def test_a_primary_answering_in_time_never_leases_the_hedge_backup(
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+    stream: bool,
+) -> None:
+    h = Harness(bus, ScriptedAdapter(clock, scripts={PRIMARY: [Answer()]}), clock, heard)
+    assert await serve(h, hedged(60_000.0), stream) == PRIMARY
+    await heard.drain()
+    assert h.adapter.calls == [PRIMARY]
+    assert not [s for s, _ in heard.messages if s == subjects.capacity_acquire(SLOT)]
+    assert await used(bus) == 0
+
+
+async def test_a_hedge_backup_that_loses_the_race_gives_its_slot_back(
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+    stream: bool,
+) -> None:
+    adapter = BackupFirst(clock, scripts={PRIMARY: [Answer()], SLOT: [Hang()]})
+    h = Harness(bus, adapter, clock, heard)
+    assert await serve(h, hedged(0.0), stream) == PRIMARY
+    await heard.drain()
+    assert sorted(adapter.calls) == [PRIMARY, SLOT]  # each sent once
+    assert [s for s, _ in heard.messages if s == subjects.capacity_acquire(SLOT)]
+    declined = [o for o in heard.observations() if o.endpoint == SLOT]
+    assert [(o.outcome, o.error_kind) for o in declined] == [("cancelled", "hedge_declined")]
+    assert await used(bus) == 0
+
+
+async def test_a_hedge_backup_its_pool_refuses_leaves_the_primary_alone(
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+) -> None:
+    other = LeaseKeeper(bus, 30.0, "other-ingress")
+    assert await other.acquire(cand(SLOT, pool=SLOT), "elsewhere") is not None  # slot taken
+    h = Harness(bus, ScriptedAdapter(clock, scripts={PRIMARY: [Fail(500)]}), clock, heard)
+    with pytest.raises(UpstreamError) as failed:
+        await h.call(hedged(0.0))
+    await heard.drain()
+    assert failed.value.status == 500 and failed.value.endpoint == PRIMARY
+    assert h.adapter.calls == [PRIMARY]  # the refused backup was never sent
+    assert all(isinstance(o, Observation) and o.endpoint == PRIMARY for o in heard.observations())
+    assert await used(bus) == 1  # the other holder's slot, untouched

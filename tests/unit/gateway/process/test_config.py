@@ -1,0 +1,330 @@
+"""Config loading: one precise message naming the file, the key's path and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from actors.strategies import register_missing_strategy, validate_strategy
+from gateway.process.config import ConfigError, load_config, load_sections, parse_config
+from gateway.process.shared_database import SharedDatabaseRequiredError, require_shared_database
+
+
+def _error(text: str) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(text, source="gw.yaml", routers=validate_strategy)
+    return str(exc.value)
+
+
+def test_config_without_the_strategies_checks_only_the_router_fields_shape() -> None:
+    # The ingress loads configs without the actors' strategies: the actors process (which
+    # passes ``routers``) is the one that refuses an unknown router.
+    text = "models: [{id: a, router: fastest, router_params: {x: 1}, route: [{kind: echo}]}]"
+    assert parse_config(text).models[0].router == "fastest"
+    with pytest.raises(ConfigError):
+        parse_config("models: [{id: a, router: 7, route: [{kind: echo}]}]")
+
+
+def test_config_with_mistyped_weight_names_file_and_path() -> None:
+    msg = _error("""
+models:
+  - {id: a, route: [{kind: echo}]}
+  - {id: b, route: [{kind: echo}]}
+  - {id: c, route: [{kind: echo, weight: heavy}]}
+""")
+    assert msg.startswith("gw.yaml: models[2].route[0].weight: ")
+
+
+def test_config_with_unknown_key_is_refused() -> None:
+    assert "models[0].route[0].wieght: Extra inputs are not permitted" in _error(
+        "models: [{id: a, route: [{kind: echo, wieght: 1}]}]"
+    )
+
+
+def test_config_with_missing_env_var_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LLMGW_TEST_UNSET", raising=False)
+    msg = _error(
+        "models: [{id: a, route: [{kind: openai_compat, base_url: 'http://x/v1', "
+        "api_key: '${LLMGW_TEST_UNSET}'}]}]"
+    )
+    assert "models[0].route[0].api_key: environment variable LLMGW_TEST_UNSET is not set" in msg
+
+
+def test_config_env_var_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMGW_TEST_KEY", "sk-abc")
+    cfg = parse_config(
+        "models: [{id: a, route: [{kind: openai_compat, "
+        "base_url: 'http://x/v1', api_key: '${LLMGW_TEST_KEY}'}]}]"
+    )
+    assert cfg.models[0].route[0].secrets == ("sk-abc",)
+
+
+def test_config_with_unknown_kind_lists_known_kinds() -> None:
+    assert "'openai_compat', 'anthropic', 'echo', 'azure_openai', 'gemini' or 'bedrock'" in _error(
+        "models: [{id: a, route: [{kind: grpc}]}]"
+    )
+
+
+def test_config_bedrock_route_defaults_to_its_regions_endpoint() -> None:
+    cfg = parse_config(
+        "models: [{id: a, route: [{kind: bedrock, bedrock: {region: eu-west-3},"
+        " api_key: 'AKID:SECRET'}]}]"
+    )
+    (route,) = cfg.models[0].route
+    assert route.base_url == "https://bedrock-runtime.eu-west-3.amazonaws.com"
+    assert cfg.models[0].endpoint_ids() == ("a:bedrock-api",)
+
+
+@pytest.mark.parametrize(
+    ("route", "says"),
+    [
+        ("{kind: bedrock}", "bedrock: {region} is required"),
+        ("{kind: bedrock, bedrock: {region: Mars}}", "region"),
+        ("{kind: bedrock, bedrock: {region: us-east-1}, api_key: sk-1}", "ACCESS_KEY_ID"),
+        ("{kind: openai_compat, base_url: 'http://x', bedrock: {region: us-east-1}}", "only for"),
+    ],
+)
+def test_config_bedrock_settings_are_checked(route: str, says: str) -> None:
+    assert says in _error(f"models: [{{id: a, route: [{route}]}}]")
+
+
+def test_config_with_unknown_router_lists_known_routers() -> None:
+    msg = _error("models: [{id: a, router: fastest, route: [{kind: echo}]}]")
+    assert (
+        "models[0].router: unknown router 'fastest'; known routers: fixed, greedy_cost, "
+        "greedy_latency, round_robin, routewise"
+    ) in msg
+
+
+def test_config_with_unknown_router_param_is_refused() -> None:
+    msg = _error(
+        "models: [{id: a, router: round_robin, router_params: {strat: 1}, route: [{kind: echo}]}]"
+    )
+    assert "models[0].router_params" in msg and "strat" in msg
+
+
+def test_config_with_unavailable_router_gives_the_reason() -> None:
+    register_missing_strategy("needs_numpy_9", "numpy 9 is not installed")
+    assert "router 'needs_numpy_9' is not available: numpy 9" in _error(
+        "routing: {default_router: needs_numpy_9}"
+    )
+
+
+def test_config_routewise_as_default_router_is_accepted() -> None:
+    cfg = parse_config(
+        "routing: {default_router: routewise}\nmodels: [{id: a, route: [{kind: echo}]}]"
+    )
+    assert cfg.routing.default_router == "routewise"
+
+
+def test_config_routewise_resource_key_names_its_route_level_replacement() -> None:
+    msg = _error(
+        "models: [{id: a, router: routewise, router_params: {quota_limit: 5}, "
+        "route: [{kind: echo}]}]"
+    )
+    assert "models[0].router_params" in msg
+    assert "'quota_limit' is no longer a router_params key: set route `quota: {limit}`" in msg
+
+
+def test_config_routewise_concurrency_key_names_its_replacement() -> None:
+    msg = _error(
+        "models: [{id: a, router: routewise, router_params: {concurrency_limit: 2}, "
+        "route: [{kind: echo}]}]"
+    )
+    assert "route `concurrency: {limit}`" in msg
+
+
+def test_config_routewise_bad_param_value_is_refused_without_quoting_it() -> None:
+    msg = _error(
+        "models: [{id: a, router: routewise, router_params: "
+        "{budget_alpha: 1.7}, route: [{kind: echo}]}]"
+    )
+    assert "budget_alpha" in msg and "1.7" not in msg
+
+
+def test_config_routewise_model_of_quota_routes_only_fails_naming_the_fix() -> None:
+    msg = _error(
+        "models: [{id: subs, router: routewise, route: [{kind: openai_compat, "
+        "base_url: 'http://127.0.0.1:9/v1', provider_type: quota, quota: {limit: 5}, "
+        "quota_source: {kind: local}}]}]"
+    )
+    assert "model 'subs' has only quota routes" in msg
+    assert "envelope_bootstrap_donor_models" in msg and "on-demand route" in msg
+
+
+def test_config_routewise_quota_only_model_with_donors_starts() -> None:
+    cfg = parse_config(
+        "models: [{id: subs, router: routewise, router_params: "
+        "{envelope_bootstrap_donor_models: [other]}, route: [{kind: "
+        "openai_compat, base_url: 'http://127.0.0.1:9/v1', provider_type: quota, "
+        "quota: {limit: 5}, quota_source: {kind: local}}]}]"
+    )
+    assert cfg.models[0].router == "routewise"
+
+
+def test_config_with_duplicate_alias_is_refused() -> None:
+    assert "declared twice" in _error(
+        "models: [{id: a, route: [{kind: echo}]}, {id: b, aliases: [a], route: [{kind: echo}]}]"
+    )
+
+
+def test_config_circuit_env_vars_override_the_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CIRCUIT_FAILURE_THRESHOLD", "5")
+    monkeypatch.setenv("CIRCUIT_COOLDOWN_SECONDS", "2.5")
+    cfg = parse_config("routing: {circuit: {failure_threshold: 2}}")
+    assert cfg.routing.circuit.failure_threshold == 5
+    assert cfg.routing.circuit.cooldown_seconds == 2.5
+
+
+def test_config_invalid_circuit_env_var_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CIRCUIT_FAILURE_THRESHOLD", "many")
+    assert "environment override of routing.circuit.failure_threshold" in _error("{}")
+
+
+def test_config_file_that_does_not_exist_names_it(tmp_path: object) -> None:
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read"):
+        load_config("nope.yaml")
+
+
+def test_bundled_demo_config_serves_demo_on_echo() -> None:
+    cfg = load_config(None)
+    assert cfg.models[0].id == "demo"
+    assert cfg.models[0].endpoint_ids() == ("demo:echo",)
+
+
+@pytest.mark.parametrize(
+    ("base_url", "kind", "expected"),
+    [
+        ("http://localhost:8000/v1", "openai_compat", "m:local-8000"),
+        ("http://127.0.0.1:9000/v1", "openai_compat", "m:local-9000"),
+        ("https://api.minimax.io/v1", "openai_compat", "m:minimax-api"),
+        ("https://api.openai.com/v1", "openai_compat", "m:openai-api"),
+        ("https://api.anthropic.com", "anthropic", "m:anthropic-api"),
+    ],
+)
+def test_endpoint_id_follows_the_spec_rule(base_url: str, kind: str, expected: str) -> None:
+    cfg = parse_config(f"models: [{{id: m, route: [{{kind: {kind}, base_url: '{base_url}'}}]}}]")
+    assert cfg.models[0].endpoint_ids() == (expected,)
+
+
+def test_two_routes_at_one_place_get_distinct_endpoint_ids() -> None:
+    cfg = parse_config(
+        "models: [{id: m, route: [{kind: openai_compat, base_url: "
+        "'http://127.0.0.1:1/v1'}, {kind: openai_compat, "
+        "base_url: 'http://127.0.0.1:1/v1'}]}]"
+    )
+    assert cfg.models[0].endpoint_ids() == ("m:local-1", "m:local-1-2")
+
+
+SECRET = "sk-live-0123456789abcdef"
+_ROUTE = (
+    "models:\n  - id: m\n    route:\n      - kind: openai_compat\n        base_url: http://x/v1\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        (_ROUTE + f'        api_key: "{SECRET}\n', "line 7, column 1"),  # unterminated quote
+        (_ROUTE + f"        api_key: '{SECRET}\n", "line 7, column 1"),
+        (_ROUTE + f"        api_key: {SECRET}: x\n", "line 6, column "),
+        (_ROUTE + f'        api_key: "\\q{SECRET}"\n', "line 6, column "),  # unknown escape
+        (_ROUTE + f'        api_key: "\\x{SECRET}"\n', "line 6, column "),  # bad hex escape
+        (_ROUTE + f"        api_key: *{SECRET}\n", "line 6, column 18"),  # undefined alias
+        (_ROUTE + f"        api_key: !{SECRET} x\n", "line 6, column 18"),  # unknown tag
+        (_ROUTE + f"       api_key: {SECRET}\n", "line 6, column "),  # bad indentation
+        (f'admin_key: "{SECRET}\x07"\n', "line 1, column 37"),  # a control character
+    ],
+)
+def test_config_with_yaml_syntax_error_gives_line_and_column_never_the_text(
+    text: str, where: str
+) -> None:
+    msg = _error(text)
+    assert msg.startswith(f"gw.yaml: {where}") and ": not valid YAML: " in msg, msg
+    assert SECRET not in msg and SECRET[:8] not in msg and "api_key" not in msg, msg
+    assert "\n" not in msg and "^" not in msg, msg
+
+
+def test_config_yaml_error_names_the_problem_and_where_its_context_began() -> None:
+    msg = _error(_ROUTE + f'        api_key: "{SECRET}\n')
+    assert msg == (
+        "gw.yaml: line 7, column 1: not valid YAML: found unexpected end of stream "
+        "(while scanning a quoted scalar at line 6, column 18)"
+    )
+
+
+def test_config_yaml_error_keeps_the_syntax_tokens_it_expected() -> None:
+    msg = _error("{a: 1\n")
+    assert "expected ',' or '}', but got '<stream end>'" in msg, msg
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _ROUTE + f"        api_key: [{SECRET}]\n",
+        _ROUTE + f"        api_keys: [{{key: {SECRET}, min_role: {SECRET}}}]\n",
+        _ROUTE + f"        weight: {SECRET}\n",
+        _ROUTE + f"        timeout_seconds: {SECRET}\n",
+        _ROUTE + f"        kind: {SECRET}\n",
+        f"models: [{{id: m, route: [{{kind: openai_compat, base_url: {SECRET}}}]}}]",
+        f"bus: {{url: {SECRET}}}",
+        f"auth: {SECRET}",
+        f"server: {SECRET}",
+    ],
+)
+def test_config_validation_error_never_quotes_the_value(text: str) -> None:
+    msg = _error(text)
+    assert msg.startswith("gw.yaml: ") and SECRET not in msg, msg
+
+
+def test_config_env_override_error_never_quotes_the_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CIRCUIT_COOLDOWN_SECONDS", SECRET)
+    msg = _error("models: []")
+    assert "routing.circuit.cooldown_seconds" in msg and SECRET not in msg, msg
+
+
+def test_config_routewise_example_in_docs_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LLMGW_ADMIN_KEY", "adm-docs")
+    cfg = load_config(Path(__file__).resolve().parents[4] / "docs" / "routewise-example.yaml")
+    assert cfg.models[0].router == "routewise"
+    assert [r.provider_type for r in cfg.models[0].route] == ["on_demand", "on_demand", "quota"]
+
+
+def test_config_database_url_must_be_postgresql_and_never_shows_in_repr() -> None:
+    config = parse_config("database: {url: 'postgresql://gw:s3cret-pw@db:5432/llmgw'}")
+    assert config.database.url == "postgresql://gw:s3cret-pw@db:5432/llmgw"
+    assert "s3cret-pw" not in repr(config)
+    msg = _error("database: {url: 'mysql://gw:s3cret-pw@db/llmgw'}")
+    assert "database.url" in msg and "postgresql://" in msg and "s3cret-pw" not in msg
+
+
+def test_config_database_url_env_var_wins_and_reaches_the_operator_commands(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LLMGW_DATABASE_URL", "postgresql://gw:pw@db/from-env")
+    file = tmp_path / "gw.yaml"
+    file.write_text("database: {path: x.db, url: 'postgresql://gw:pw@db/from-file'}\n")
+    assert load_config(file).database.url == "postgresql://gw:pw@db/from-env"
+    picked = load_sections(file, "bus", "database").database
+    assert (picked.path, picked.url) == ("x.db", "postgresql://gw:pw@db/from-env")
+    monkeypatch.setenv("LLMGW_DATABASE_URL", "sqlite:///s3cret-pw")
+    with pytest.raises(ConfigError) as exc:
+        load_config(file)
+    assert "LLMGW_DATABASE_URL" in str(exc.value) and "s3cret-pw" not in str(exc.value)
+
+
+def test_a_second_actor_host_without_a_shared_database_is_refused_naming_the_remedy() -> None:
+    sqlite = parse_config("database: {path: /var/lib/llmgw/gw.db}")
+    require_shared_database(sqlite, {"node-a"}, node_id="node-a")  # alone: the file will do
+    with pytest.raises(SharedDatabaseRequiredError) as exc:
+        require_shared_database(sqlite, {"node-a", "node-b"}, node_id="node-a")
+    msg = str(exc.value)
+    assert "node-b" in msg and "/var/lib/llmgw/gw.db" in msg
+    assert "database.url: postgresql://" in msg and "LLMGW_DATABASE_URL" in msg
+    shared = parse_config("database: {url: 'postgresql://gw@db/llmgw'}")
+    require_shared_database(shared, {"node-a", "node-b"}, node_id="node-a")
+    no_log = parse_config("log: {enabled: false}")
+    require_shared_database(no_log, {"node-a", "node-b"}, node_id="node-a")
