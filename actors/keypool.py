@@ -32,6 +32,7 @@ from actors.state.route_table import candidate_for
 from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
+    QUOTA_EXHAUSTED,
     KeyAcquire,
     KeyCooling,
     KeyDeclarations,
@@ -290,6 +291,7 @@ class KeyPoolActor(Actor):
             role=obs.role,
             now=now,
             retry_after=obs.retry_after,
+            quota=obs.error_kind == QUOTA_EXHAUSTED,
         )
         if until is None:
             return

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _SEED_TIMEOUT = 1.0
+# A request that finds this many keys of one route refused in a row has learned that the pool
+# is broken, not one key: it moves on to the next route (the refusals mute those keys anyway).
+_MAX_SPARES = 3
 
 
 class _Routed(Protocol):
@@ -87,9 +90,11 @@ class Screened:
             except KeyPoolExhaustedError as err:
                 refused.append(_refused(c, err))
                 continue
-            out.append(
-                c if cid == c.credential_id else msgspec.structs.replace(c, credential_id=cid)
-            )
+            # A probe tests the route for its circuit: it is not retried on another key.
+            spares = () if c.probe else pool.spares(cid, self._req.role, self._now, _MAX_SPARES)
+            if cid != c.credential_id or spares:
+                c = msgspec.structs.replace(c, credential_id=cid, spare_credentials=spares)
+            out.append(c)
         return (*out, *refused)
 
     def plan(self, model: str) -> RoutePlan:

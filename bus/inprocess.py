@@ -223,10 +223,11 @@ class InProcessBus:
 
     Streams (:meth:`ensure_stream`) are bounded in-memory histories, gone with the process:
     the capability JetStream gives NATS, so code replaying events needs no bus of its own.
-    Every message is encoded and decoded by ``bus.codec`` (CodecError on a bad struct). Queue
-    groups take turns per subject. Raises ``NoRespondersError`` when a request matches no
-    subscriber, ``RequestTimeoutError`` when its reply is late, ``BusClosedError`` after
-    ``aclose`` (pending requests fail with it too), ValueError on a malformed subject.
+    Every message is encoded by ``bus.codec`` (CodecError on a bad struct) and decoded when
+    someone receives it. Queue groups take turns per subject. Raises ``NoRespondersError``
+    when a request matches no subscriber, ``RequestTimeoutError`` when its reply is late,
+    ``BusClosedError`` after ``aclose`` (pending requests fail with it too), ValueError on
+    a malformed subject.
     """
 
     def __init__(
@@ -266,9 +267,8 @@ class InProcessBus:
         data = encode(msg)
         if self._streams:
             self._keep(subject, data)
-        message = decode(data)
-        if route is not _NO_ROUTE:
-            route.deliver(Envelope(subject, message, None, None))
+        if route is not _NO_ROUTE:  # decoded only for a receiver: most events have none here
+            route.deliver(Envelope(subject, decode(data), None, None))
 
     async def request(
         self, subject: str, msg: Message, *, reply_type: type[T], timeout: float

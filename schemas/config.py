@@ -396,12 +396,16 @@ class KeyPoolConfig(Strict):
     A key-specific failure mutes a key for ``mute_seconds`` (a provider ``Retry-After`` is a
     floor); a caller's only key tolerates ``sole_key_tolerance`` consecutive failures, then
     mutes for ``sole_key_backoff_seconds`` doubling up to ``sole_key_backoff_max_seconds``.
+    A spent quota or billing mutes the key at once for ``mute_seconds`` doubling each time it
+    is found still spent (by a request or its probe) up to ``quota_mute_max_seconds``, or
+    until the reset the provider gave when that is later; a success resets the doubling.
     A provider's rate limit (a 429 that is not a quota exhaustion) does not mute: the key
     cools for the provider's ``Retry-After`` (or ``x-ratelimit-reset-*``), else for
     ``cooling_seconds`` doubling while 429s continue up to ``cooling_max_seconds``.
     """
 
     mute_seconds: float = Field(default=300.0, gt=0)
+    quota_mute_max_seconds: float = Field(default=86400.0, gt=0)
     cooling_seconds: float = Field(default=1.0, gt=0)
     cooling_max_seconds: float = Field(default=60.0, gt=0)
     binding_ttl_seconds: float = Field(default=300.0, gt=0)

@@ -35,6 +35,9 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     sendable candidate; ``retry_after`` is then when one of its keys unmutes. ``pool`` names
     the capacity pool of a quota or concurrency route; ``lease_id`` is the lease its owner
     granted for this request (empty: not leased yet; the ingress leases it before sending).
+    ``spare_credentials`` are the route's other usable keys, in the pool's order: an attempt
+    the upstream refuses for its key (401, 402, 403, a spent quota) is tried again at once on
+    the next of them, on the same route.
     """
 
     endpoint: str
@@ -48,6 +51,7 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
     retry_after: float | None = None
     pool: str = ""
     lease_id: str = ""
+    spare_credentials: tuple[str, ...] = ()
 
 
 class RouteSkip(msgspec.Struct, frozen=True, kw_only=True):

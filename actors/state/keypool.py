@@ -10,11 +10,14 @@ ModelActor (which decides plans from a view of them and owns the bindings) share
   the role that made it. A binding to a muted key survives (acquire picks around it); a
   declaration change drops every binding whose role's preferred key moved, or whose key the
   role can no longer spend.
-- Muting: a key-specific failure (no status, 401, 402, 403, 408, 425, a quota-exhausted
-  429, 5xx) mutes the key for ``mute_seconds``; a caller's only key tolerates
-  ``sole_key_tolerance`` consecutive failures, then mutes for ``sole_key_backoff_seconds``
-  doubling up to the max. A provider ``Retry-After`` is a floor, and a mute never shortens
-  one already running.
+- Muting: a key-specific failure (no status, 401, 402, 403, 408, 425, 5xx) mutes the key
+  for ``mute_seconds``; a caller's only key tolerates ``sole_key_tolerance`` consecutive
+  failures, then mutes for ``sole_key_backoff_seconds`` doubling up to the max. A spent quota
+  or billing (``quota``) mutes at once for ``mute_seconds`` doubling each time the key is
+  found still spent (a request or its probe) up to ``quota_mute_max_seconds``: it will not
+  come back in minutes, and every return would fail a request. A success (a request's or a
+  probe's) resets the doubling. A provider ``Retry-After`` (or quota reset) is a floor, and a
+  mute never shortens one already running.
 - Cooling: a provider's rate limit (a 429 that is not a quota exhaustion) does not mute:
   the key cools (actors/state/cooling.py) and selection picks around it; a route all of
   whose keys the caller may spend are cooling (or muted) is cooling, and passed over.
@@ -70,6 +73,7 @@ class KeyPool:
         self._periods: dict[str, float] = {}  # how long each key was last muted for
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
+        self._quota: set[str] = set()  # keys whose mute is a spent quota's
         self._bindings: dict[str, _Binding] = {}
         self.cooling = Cooling(settings.cooling_seconds, settings.cooling_max_seconds)
         # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
@@ -102,6 +106,7 @@ class KeyPool:
         for table in (self._mutes, self._streaks, self._levels):
             for cid in [c for c in table if c not in self._ids]:
                 del table[cid]
+        self._quota.intersection_update(self._ids)
         self.cooling.forget(self._ids)
         dropped = [
             c
@@ -151,6 +156,13 @@ class KeyPool:
             prefer = self.preference
             keys.sort(key=lambda cid: prefer.get(cid, _UNRANKED))
         return keys
+
+    def spares(self, cid: str, role: str | None, now: float, limit: int) -> tuple[str, ...]:
+        """Up to ``limit`` usable keys other than ``cid``, in preference order: where a
+        request goes when the upstream refuses ``cid`` itself."""
+        if len(self._keys) < 2:
+            return ()
+        return tuple(k for k in self.usable(role, now) if k != cid)[:limit]
 
     def cooling_until(self, role: str | None, now: float) -> float | None:
         """When this route may serve ``role`` again if cooling is all that holds it out: the
@@ -247,22 +259,36 @@ class KeyPool:
         role: str | None,
         now: float,
         retry_after: float | None = None,
+        quota: bool = False,
     ) -> float | None:
-        """Fold one attempt's result; returns the new mute end when this mutes ``cid``."""
+        """Fold one attempt's result (``quota``: it said the key's quota or billing is spent);
+        returns the new mute end when this mutes ``cid``."""
         if outcome == "success":
             self.cooling.succeeded(cid)
         if cid not in self._ids or outcome == "cancelled":
             return None
-        if outcome == "success" or not is_key_specific(status):
+        if outcome == "success" or not (quota or is_key_specific(status)):
             # The upstream accepted the key (a 400 is about the request, not the key).
             self._streaks.pop(cid, None)
             self._levels.pop(cid, None)
+            self._quota.discard(cid)
             return None
         streak = self._streaks.get(cid, 0) + 1
         self._streaks[cid] = streak
         s = self.settings
         sole = self.visible(role) == (cid,)
-        if sole:
+        if quota:
+            if cid in self._quota and self.muted_until(cid, now) is not None:
+                # The answer to a request sent before the mute: no news, no doubling.
+                if not retry_after or now + retry_after <= self._mutes[cid]:
+                    return None
+                seconds = retry_after
+            else:
+                if cid not in self._quota:
+                    self._levels.pop(cid, None)  # a sole key's backoff is another count
+                self._quota.add(cid)
+                seconds = self._quota_backoff(cid)
+        elif sole:
             if streak <= s.sole_key_tolerance:
                 return None
             level = self._levels.get(cid, 0)
@@ -298,6 +324,9 @@ class KeyPool:
         back = max(now, self._floors.get(cid, 0.0))
         self._mutes[cid] = back
         self._streaks.pop(cid, None)
+        if cid in self._quota:  # the quota is back: its next exhaustion starts short again
+            self._quota.discard(cid)
+            self._levels.pop(cid, None)
         return back
 
     def lift_all(self, now: float) -> list[str]:
@@ -310,11 +339,22 @@ class KeyPool:
 
     def remute(self, cid: str, now: float) -> float:
         """A background probe found ``cid`` still failing: mute it again for the period it
-        was muted for (a sole key's backoff, or ``mute_seconds``)."""
+        was muted for (a sole key's backoff, or ``mute_seconds``), or, a spent quota, for the
+        next, doubled one."""
+        if cid in self._quota:
+            self._periods[cid] = self._quota_backoff(cid)
         period = self._periods.get(cid, self.settings.mute_seconds)
         until = max(self._mutes.get(cid, 0.0), now + period)
         self._mutes[cid] = until
         return until
+
+    def _quota_backoff(self, cid: str) -> float:
+        """The next mute of a spent quota: ``mute_seconds`` doubling per time in a row the key
+        was found spent, up to ``quota_mute_max_seconds``."""
+        s = self.settings
+        level = self._levels.get(cid, 0)
+        self._levels[cid] = level + 1
+        return min(s.mute_seconds * 2.0**level, max(s.quota_mute_max_seconds, s.mute_seconds))
 
     def mutes(self, now: float) -> dict[str, float]:
         """Live mutes by credential id."""

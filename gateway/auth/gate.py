@@ -120,6 +120,9 @@ class Authenticator:
         self._outstanding = 0
         self._any_keys: bool | None = None  # None: the owner has not said yet
         self._any_checked = float("-inf")
+        # The one AuthStateRequest in flight: every request arriving while the answer is
+        # stale waits on it instead of asking again (64 callers must not ask 64 times).
+        self._checking: asyncio.Task[None] | None = None
         self._watchers: list[asyncio.Task[None]] = []
         self._settle(config)
 
@@ -176,32 +179,46 @@ class Authenticator:
         watchers, self._watchers = self._watchers, []
         for watcher in watchers:
             await unfollow(watcher)
+        checking, self._checking = self._checking, None
+        if checking is not None and not checking.done():
+            await unfollow(checking)
 
     async def auth_on(self) -> bool:
         """True with ``auth: required`` or once any key exists. Until one does, the owner is
-        asked at most once per ``auth_cache_seconds`` (its AuthState event says it at once).
-        Raises the bus's GatewayError when the owner has never answered and cannot now."""
+        asked at most once per ``auth_cache_seconds`` (its AuthState event says it at once),
+        and callers arriving while that question is out share its answer. Raises the bus's
+        GatewayError when the owner has never answered and cannot now."""
         if self._required or self._any_keys:
             return True
         now = time.monotonic()
         if self._any_keys is None or now - self._any_checked >= self._ttl:
-            try:
-                reply = raise_for_reply(
-                    await self._bus.request(
-                        subjects.AUTH_STATE_GET,
-                        AuthStateRequest(),
-                        reply_type=AuthState,
-                        timeout=self._timeout,
-                    )
+            checking = self._checking
+            if checking is None or checking.done():
+                checking = self._checking = asyncio.get_running_loop().create_task(
+                    self._check_auth_state(now)
                 )
-            except GatewayError:
-                if self._any_keys is None:
-                    raise
-                logger.warning("auth: the key owner did not answer; auth stays off")
-            else:
-                self._any_keys = self._any_keys or reply.any_keys
-            self._any_checked = now
+                checking.add_done_callback(_retrieved)
+            # Shielded: a caller that goes away must not cancel the others' question.
+            await asyncio.shield(checking)
         return bool(self._any_keys)
+
+    async def _check_auth_state(self, now: float) -> None:
+        try:
+            reply = raise_for_reply(
+                await self._bus.request(
+                    subjects.AUTH_STATE_GET,
+                    AuthStateRequest(),
+                    reply_type=AuthState,
+                    timeout=self._timeout,
+                )
+            )
+        except GatewayError:
+            if self._any_keys is None:
+                raise
+            logger.warning("auth: the key owner did not answer; auth stays off")
+        else:
+            self._any_keys = self._any_keys or reply.any_keys
+        self._any_checked = now
 
     def forget(self, key_hash: str) -> None:
         """Drop ``key_hash`` from this ingress's cache (revoked or created elsewhere)."""
@@ -397,3 +414,9 @@ async def unfollow(task: asyncio.Task[None] | None) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def _retrieved(task: asyncio.Task[None]) -> None:
+    """Mark a shared question's failure as seen: its waiters raise it, or none is left."""
+    if not task.cancelled():
+        task.exception()

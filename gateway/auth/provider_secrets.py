@@ -89,9 +89,12 @@ class ProviderSecrets:
         self._grants.clear()
 
     async def ensure(self, plan: RoutePlan) -> None:
-        """Make sure every database credential ``plan`` names holds a live grant here."""
+        """Make sure every database credential ``plan`` names (spare keys included) holds a
+        live grant here."""
         for c in plan.candidates:
             await self.ensure_credential(c.credential_id)
+            for spare in c.spare_credentials:
+                await self.ensure_credential(spare)
 
     async def ensure_credential(self, cid: str) -> None:
         """Make sure credential ``cid`` (a database one; others are skipped) holds a live

@@ -5,7 +5,7 @@ admin commands (``gateway.cli.keys``). The first admin key, though, must be made
 gateway (or admin key) exists, so when no gateway answers the command runs here, on the
 database file of ``--db`` / ``--config``, through the owner's own store. This module (an
 operator tool, never imported by the ingress) is on the documented allow-list of gateway
-modules that may import ``actors`` (``tests/unit/gateway/test_ingress_imports.py``).
+modules that may import ``actors`` (``tests/unit/gateway/ingress/test_ingress_imports.py``).
 Results have the shapes the owner answers with.
 """
 

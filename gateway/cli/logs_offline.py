@@ -6,7 +6,7 @@ The StoreActor owns the request log; while a gateway runs, ``llmgw logs`` asks i
 the rows are read here with the owner's own query: from the SQLite file (WAL lets this read
 while a gateway writes), or from PostgreSQL when the config names ``database.url``. An
 operator tool, never imported by the ingress: on the documented allow-list of gateway modules
-that may import ``actors`` (``tests/unit/gateway/test_ingress_imports.py``).
+that may import ``actors`` (``tests/unit/gateway/ingress/test_ingress_imports.py``).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ the same whatever API the client speaks. Rules:
 - the error a client sees when all fail is deterministic: the first request-describing one
   (400/404/413/422) if any attempt got one, else the primary's;
 - a client that goes away is not a failure: its attempt is observed as ``cancelled``;
+- an attempt the upstream refused for its key (401, 402, 403, a spent quota) is retried at
+  once on the same route's next spare key, before the next route: one key's problem is not
+  the route's;
 - a fallback on a capacity route is leased right before it is sent (refused: skipped); every
   attempt gives its lease back however it ends (a stream: when its relay ends);
 - a plan with ``hedge_after_ms`` (RouteWise) races its second candidate against a primary
@@ -121,36 +124,43 @@ class Dispatcher:
         walk: PlanWalk | None,
     ) -> AsyncGenerator[Attempt]:
         """The attempts to make, within the hop cap and budget, skipping routes a
-        context-length refusal ruled out. After the plan's candidates, the walk's next model's
-        plan (a pinned plan never falls back; no plan is fetched once the budget is spent). A
-        candidate handed out but never attempted has its leases released here."""
+        context-length refusal ruled out; a route whose key the upstream refused is tried
+        again at once on its next spare key (``Failures.next_key``). After the plan's
+        candidates, the walk's next model's plan (a pinned plan never falls back; no plan is
+        fetched once the budget is spent). A candidate handed out but never attempted has its
+        leases released here."""
         attempt = 0
         current: RoutePlan | None = plan
         while current is not None:
             candidates = current.candidates
             self.leases.hold_plan(current)
-            for i, c in enumerate(candidates):
-                if failures.rules_out(c):
-                    await self._release(info, current.model, c)
+            for i, planned in enumerate(candidates):
+                if failures.rules_out(planned):
+                    await self._release(info, current.model, planned)
                     continue
                 hedge_backup = (
                     current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
                 )
-                if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
-                    # A fallback on a capacity route: leased right before it is sent (a hedge
-                    # backup only if the hedge fires: the caller's ``_leased_late``).
-                    leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
-                    if leased is None:
-                        continue
-                    c = leased
-                attempt += 1
-                if not budget.may_start(attempt):
-                    await self.leases.release(c)
-                    await self._release_all(info, current, i)
-                    return
-                more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
-                more = more and attempt < self._failover.max_attempts
-                yield Attempt(attempt, c, more, i == 0, current.model)
+                c: RouteCandidate | None = planned
+                retry = False
+                while c is not None:  # the route, then its spare keys while they are refused
+                    if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
+                        # A fallback on a capacity route (or a retry on another key): leased
+                        # right before it is sent (a hedge backup only if the hedge fires: the
+                        # caller's ``_leased_late``).
+                        leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
+                        if leased is None:
+                            break
+                        c = leased
+                    attempt += 1
+                    if not budget.may_start(attempt):
+                        await self.leases.release(c)
+                        await self._release_all(info, current, i + retry)
+                        return
+                    more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
+                    more = more and attempt < self._failover.max_attempts
+                    yield Attempt(attempt, c, more, i == 0 and not retry, current.model)
+                    c, hedge_backup, retry = failures.next_key(c), False, True
             if walk is None or current.pinned or not budget.may_start(attempt + 1):
                 return
             # Shielded: the next model's primary arrives leased; a client gone meanwhile must

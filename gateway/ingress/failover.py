@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+import msgspec
+
 from gateway.http.errors import REQUEST_DESCRIBING
 from schemas import (
     QUOTA_EXHAUSTED,
@@ -79,17 +81,31 @@ def is_context_refusal(err: UpstreamError) -> bool:
     return any(marker in text for marker in _CONTEXT_MARKERS)
 
 
+_KEY_REFUSALS = frozenset({401, 402, 403})
+
+
+def is_key_refusal(err: UpstreamError) -> bool:
+    """Whether the upstream refused the attempt's key rather than the route or the request:
+    an authentication or permission refusal, or a spent quota or billing."""
+    if isinstance(err, ContentFilteredError):
+        return False
+    return err.kind == QUOTA_EXHAUSTED or err.status in _KEY_REFUSALS
+
+
 class Failures:
-    """The errors of a request's attempts, which one the client is shown, and which
-    remaining routes a context-length refusal rules out."""
+    """The errors of a request's attempts, which one the client is shown, which remaining
+    routes a context-length refusal rules out, and which key a route is retried on when the
+    upstream refused the last one's."""
 
     def __init__(self) -> None:
         self.errors: list[UpstreamError] = []
         self._refused_window: int | None = None
         self._filtered = False
+        self._last: tuple[UpstreamError, RouteCandidate] | None = None
 
     def add(self, err: UpstreamError, c: RouteCandidate) -> None:
         self.errors.append(err)
+        self._last = (err, c)
         if isinstance(err, ContentFilteredError):
             # The prompt itself was refused: it is the caller's answer, not another route's job.
             self._filtered = True
@@ -110,6 +126,23 @@ class Failures:
         quota exhaustion): back-pressure, so each of those routes is cooling."""
         return bool(self.errors) and all(
             e.status == 429 and e.kind != QUOTA_EXHAUSTED for e in self.errors
+        )
+
+    def next_key(self, c: RouteCandidate) -> RouteCandidate | None:
+        """``c`` on its next spare key when the last failure was ``c``'s and the upstream
+        refused its key (one key's problem, not the route's: the same route serves on
+        another key, leased anew); else None."""
+        last = self._last
+        if last is None or not c.spare_credentials:
+            return None
+        err, failed = last
+        if failed.endpoint != c.endpoint or failed.credential_id != c.credential_id:
+            return None
+        if not is_key_refusal(err):
+            return None
+        cid, *rest = c.spare_credentials
+        return msgspec.structs.replace(
+            c, credential_id=cid, spare_credentials=tuple(rest), lease_id="", probe=False
         )
 
     def final(self) -> UpstreamError:

@@ -25,8 +25,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from wsgiref.handlers import format_date_time
 
 import h11
 import hypercorn.protocol
@@ -35,6 +37,9 @@ from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -68,23 +73,26 @@ def refusal(request: h11.Request) -> tuple[int, str] | None:
 
 HEADER_TIMEOUT = 10.0  # seconds, the default of ``server.header_timeout_seconds``
 _HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (it takes a bare LF too)
-_BARE_LF = re.compile(rb"(?<!\r)\n")
+_FOLD = re.compile(rb"\r\n[ \t]")
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:", re.IGNORECASE)
 
 
 def head_refusal(head: bytes) -> str | None:
     """Why a request ``head`` (its bytes up to and including the blank line) is refused, or
     None: what h11 reads one way and another parser on the path may read another."""
-    if _BARE_LF.search(head):
+    # Counts and searches over the whole head, not a Python step per line: every request
+    # passes here. The first offending line names the refusal.
+    if head.count(b"\n") != head.count(b"\r\n"):
         return "a header line ended by a bare LF is refused: end lines with CRLF"
-    lengths = 0
-    for line in head.split(b"\r\n")[1:]:
-        if line[:1] in (b" ", b"\t"):
-            return "a header folded over several lines (obs-fold) is refused"
-        name, _, value = line.partition(b":")
-        if name.lower() == b"content-length":
-            lengths += 1
-            if lengths > 1 or b"," in value:
-                return "Content-Length must be given once, as a single number"
+    fold = _FOLD.search(head)
+    fold_at = fold.start() if fold is not None else len(head)
+    for n, name in enumerate(_CONTENT_LENGTH.finditer(head)):
+        if name.start() > fold_at:
+            break
+        if n or b"," in head[name.end() : head.find(b"\r\n", name.end())]:
+            return "Content-Length must be given once, as a single number"
+    if fold is not None:
+        return "a header folded over several lines (obs-fold) is refused"
     return None
 
 
@@ -132,9 +140,30 @@ class _FramedConnection(h11.Connection):
 
 
 class EdgeConfig(HypercornConfig):
-    """Hypercorn's settings plus the edge's own (one object per server)."""
+    """Hypercorn's settings plus the edge's own (one object per server). Reads the wall
+    clock through ``wall``."""
 
     header_timeout: float = HEADER_TIMEOUT
+    wall: Callable[[], float] = staticmethod(time.time)
+    _stamped: tuple[int, str, list[tuple[bytes, bytes]]] | None = None
+
+    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        """Hypercorn's headers for every answer (``date``, ``server``), made once per second
+        and protocol: Hypercorn formats the date anew for each answer, yet it changes once
+        a second."""
+        second = int(self.wall())
+        stamped = self._stamped
+        if stamped is None or stamped[0] != second or stamped[1] != protocol:
+            headers = [
+                (name, value) if name != b"date" else (name, _http_date(second))
+                for name, value in super().response_headers(protocol)
+            ]
+            stamped = self._stamped = (second, protocol, headers)
+        return list(stamped[2])
+
+
+def _http_date(second: int) -> bytes:
+    return format_date_time(second).encode("ascii")
 
 
 class EdgeH11Protocol(H11Protocol):

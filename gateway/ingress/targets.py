@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from schemas.pricing import Pricing
 
 _DEFAULT_ROUTE = RouteConfig(kind="echo")
+_RESOLVED_MAX = 4096
 
 
 class SecretSource(Protocol):
@@ -41,6 +42,8 @@ class Targets:
         self._runtime = runtime
         self._routes: dict[str, RouteConfig] = {}
         self._secrets: dict[str, str] = {}
+        # Made once per (route, secret): a frozen dataclass costs microseconds to build.
+        self._resolved: dict[tuple[str, str, str, str, str | None], UpstreamTarget] = {}
         for model in config.models:
             for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
                 self._routes[eid] = route
@@ -53,18 +56,30 @@ class Targets:
         return route.pricing if route is not None else None
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
-        """The target for candidate ``c`` (unknown endpoints get default timeouts)."""
+        """The target for candidate ``c`` (unknown endpoints get default timeouts); the same
+        object for the same route and secret (a target is immutable)."""
+        api_key = (
+            self._secrets.get(c.credential_id) or self._runtime.get(c.credential_id)
+            if c.credential_id
+            else None
+        )
+        key = (c.endpoint, c.kind, c.base_url, c.upstream_model, api_key)
+        target = self._resolved.get(key)
+        if target is None:
+            target = self._target(c, api_key)
+            if len(self._resolved) >= _RESOLVED_MAX:
+                self._resolved.clear()
+            self._resolved[key] = target
+        return target
+
+    def _target(self, c: RouteCandidate, api_key: str | None) -> UpstreamTarget:
         route = self._routes.get(c.endpoint, _DEFAULT_ROUTE)
         return UpstreamTarget(
             endpoint=c.endpoint,
             kind=c.kind,
             base_url=c.base_url,
             upstream_model=c.upstream_model,
-            api_key=(
-                self._secrets.get(c.credential_id) or self._runtime.get(c.credential_id)
-                if c.credential_id
-                else None
-            ),
+            api_key=api_key,
             timeout=route.timeout_seconds,
             connect_timeout=route.connect_timeout_seconds,
             ttft_timeout=route.ttft_timeout_seconds,

@@ -19,6 +19,7 @@ import logging
 
 import msgspec
 
+from gateway.ingress.failover import is_key_refusal
 from gateway.process.ping import NoAdapterError, Pinger
 from schemas import (
     QUOTA_EXHAUSTED,
@@ -55,9 +56,12 @@ class BenchProber(Pinger):
             return result(ok=False, detail="no adapter")
         except UpstreamError as err:
             # A 4xx still proves the route answers; so does a rate limit (back-pressure, not
-            # sickness: its pace is the key pool's to keep), but not an exhausted quota.
+            # sickness: its pace is the key pool's to keep), but not an exhausted quota. A
+            # muted key's probe asks about the key: the upstream refusing it says it is not back.
             limited = err.status == 429 and err.kind != QUOTA_EXHAUSTED
             ok = limited or not err.counts_against_endpoint
+            if cid and is_key_refusal(err):
+                ok = False
             return result(ok=ok, detail=err.message[:200])
         except TimeoutError:
             return result(ok=False, detail="timed out")

@@ -505,7 +505,12 @@ def gateway_main(argv: list[str]) -> int:
     import cProfile
 
     profiler = cProfile.Profile()
-    profiler.enable()
+    after = float(os.environ.get("LLMGW_PROFILE_AFTER", "0"))
+    if after > 0:  # profile only the steady state: from that many seconds after start
+        signal.signal(signal.SIGALRM, lambda *_: profiler.enable())
+        signal.setitimer(signal.ITIMER_REAL, after)
+    else:
+        profiler.enable()
     try:
         return gateway_cli(cli_args)
     finally:

@@ -5,7 +5,7 @@ and inter-chunk idle timeouts, and a client that goes away counted against nothi
 Upstreams are scripted fakes; timings are short settings (budget 0.3 s, TTFT and idle 0.3 s).
 These tests prove the behaviour end to end (which route served, what was observed); the
 timing itself (budget arithmetic, which limit bounds an attempt) is pinned on an injected
-clock in tests/unit/gateway/test_dispatcher.py, not by measuring elapsed time here.
+clock in tests/unit/gateway/ingress/test_dispatcher.py, not by measuring elapsed time here.
 Routes are declared primary first (weight 1) with fallbacks of weight 1e-6, so the draw picks
 the primary except with odds of about one in a million, and fallbacks follow declaration
 order. Tests wait on upstream requests and the gateway's own bus, never on sleeps. Runs on

@@ -265,7 +265,8 @@ async def test_quota_exhaustion_mutes_the_key(
         done = await gw.openai().chat.completions.create(model="m", messages=HI)
         muted = await key_events.next(KeyMuted, lambda e: e.pool == eid("m", up))
 
-    assert done.choices[0].message.content == spare.text
+    assert done.choices[0].message.content == up.text  # the same route, on its other key
+    assert up.requests[-1].credential == KEY + "-2" and not spare.requests
     assert muted.credential_id == credential_id(KEY)
     assert not [e for e in key_events.seen if isinstance(e, KeyCooling)]
 

@@ -26,6 +26,7 @@ PINNED: dict[str, list[str]] = {
         "AdmitReply",
         "AdmitRequest",
         "AllCircuitsOpenError",
+        "AllRoutesCoolingError",
         "ApiKeyCreated",
         "ApiKeyInfo",
         "ApiKeyLookup",

@@ -45,7 +45,7 @@ from actors.strategies.routewise.evidence import (
     TtftWindow,
 )
 from actors.strategies.routewise.host import RouteWiseHost
-from actors.strategies.routewise.solver import budget_for, solve
+from actors.strategies.routewise.solver import budget_for, lp_key, solve
 from schemas.pricing import Pricing, cost_usd
 
 if TYPE_CHECKING:
@@ -417,7 +417,7 @@ class RouteWiseStrategy(RoutingStrategy):
             raise NoProviderError(f"no feasible RouteWise candidate ({reasons})")
         costs = [float(cands[i].effective_cost or 0.0) for i in live]
         lat = [cands[i].latency_ms for i in live]
-        key = (self.params.budget_alpha, tuple(costs), tuple(lat))
+        key = lp_key(self.params.budget_alpha, costs, lat)
         weights = self._lp_cache.get(key)
         if weights is None:
             objective = cost_tiebroken_objective(lat, costs)

@@ -215,3 +215,49 @@ def test_probe_lift_never_ends_a_mute_before_the_providers_retry_after() -> None
     assert pool.lift("k2", now=5) == 5
     assert pool.muted_until("k2", 5) is None
     assert pool.remute("k2", now=6) == 16  # the period it was muted for, again
+
+
+def spent(p: KeyPool, cid: str, now: float, retry_after: float | None = None) -> float | None:
+    return p.record(
+        cid,
+        status=429,
+        outcome="failure",
+        role="free",
+        now=now,
+        retry_after=retry_after,
+        quota=True,
+    )
+
+
+def test_a_spent_quota_mute_doubles_while_found_spent_up_to_its_cap_and_a_success_resets() -> None:
+    p = KeyPool("p", KeyPoolConfig(mute_seconds=300, quota_mute_max_seconds=1000))
+    p.declare([("a", "free"), ("b", "free")])
+    assert spent(p, "a", 0) == 300
+    assert spent(p, "a", 10) is None  # an answer sent before the mute: no news
+    assert p.remute("a", 150) == 750  # its probe found it spent: twice as long
+    assert spent(p, "a", 750) == 750 + 1000  # capped
+    assert p.record("a", status=200, outcome="success", role="free", now=1750) is None
+    assert spent(p, "a", 2000) == 2300  # short again after a success
+
+
+def test_a_spent_quota_mutes_until_the_providers_reset_when_later_and_a_probe_success_resets() -> (
+    None
+):
+    p = KeyPool("p", KeyPoolConfig(mute_seconds=300))
+    p.declare([("a", "free"), ("b", "free")])
+    assert spent(p, "a", 0, retry_after=7200) == 7200
+    assert p.lift("a", 100) == 7200  # never before the provider's reset
+    assert spent(p, "a", 8000) == 8300  # the probe's success reset the doubling
+
+
+def test_a_sole_key_with_a_spent_quota_is_muted_at_once() -> None:
+    p = pool(("a", "free"))
+    assert spent(p, "a", 0) == 300  # no tolerance: a spent quota is not a hiccup
+
+
+def test_spares_are_the_other_usable_keys_in_order_bounded() -> None:
+    p = pool(("a", "free"), ("b", "free"), ("c", "free"), ("d", "free"))
+    fail(p, "c", 0, 401)
+    assert p.spares("a", "free", 1, 5) == ("b", "d")
+    assert p.spares("a", "free", 1, 1) == ("b",)
+    assert pool(("a", "free")).spares("a", "free", 0, 5) == ()

@@ -13,6 +13,7 @@ import pytest
 from actors.capacity_view import CapacityViews
 from actors.strategies import RouteView, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
+from actors.strategies.routewise.strategy import Candidate
 from schemas import Observation, RouteRequest
 from schemas.capacity import CapacityState
 from schemas.config import ModelConfig
@@ -148,6 +149,25 @@ def test_alpha_between_mixes_the_two_in_proportion(clock: FakeClock) -> None:
     assert 0.35 * DRAWS < counts[views[1].endpoint] < 0.65 * DRAWS
     weights = [c.weight for c in s.last]
     assert weights == pytest.approx([0.5, 0.5])
+
+
+def _lp_inputs(middle_cost: float, middle_ms: float = 200.0) -> list[Candidate]:
+    return [
+        Candidate("a", "on_demand", effective_cost=1.0, latency_ms=300.0, profiled=True),
+        Candidate(
+            "b", "on_demand", effective_cost=middle_cost, latency_ms=middle_ms, profiled=True
+        ),
+        Candidate("c", "on_demand", effective_cost=10.0, latency_ms=100.0, profiled=True),
+    ]
+
+
+def test_lp_solution_is_reused_until_an_input_moves_materially(clock: FakeClock) -> None:
+    s, _ = make(clock, route(8001), route(8002), route(8003), budget_alpha=0.5)
+    first = s.solve(_lp_inputs(2.0))  # budget 5.5 mixes b and c
+    assert first == pytest.approx({1: 1 - 3.5 / 8, 2: 3.5 / 8})
+    assert s.solve(_lp_inputs(2.001)) == first  # a 0.05 % move: the same solution
+    assert s.solve(_lp_inputs(2.0, 200.3)) == first
+    assert s.solve(_lp_inputs(3.0)) == pytest.approx({1: 1 - 2.5 / 7, 2: 2.5 / 7})
 
 
 def _calibrate(s: RouteWiseStrategy, endpoint: str, clock: FakeClock) -> None:

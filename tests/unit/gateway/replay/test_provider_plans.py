@@ -1,7 +1,7 @@
 """A provider's quota plan, concurrency plan and refused keys, met by the real routing: the
 gateway mutes the credential the provider refuses or whose quota is spent and serves on
-with the other (the request that met the refusal is not retried on the route's other key
-today: at most that one fails)."""
+with the other, the request that met the refusal included (retried at once on the route's
+next key)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ from tests.unit.gateway.replay import providers, two_routes
 STEADY = {"median": 0.2, "p90": 0.2}
 
 
-def _one_route_two_keys() -> GatewayConfig:
-    route = {"kind": "openai_compat", "base_url": "http://p/v1", "api_keys": ["sk-a", "sk-b"]}
+def _one_route_two_keys(*more: str) -> GatewayConfig:
+    keys = ["sk-a", "sk-b", *more]
+    route = {"kind": "openai_compat", "base_url": "http://p/v1", "api_keys": keys}
     return GatewayConfig.model_validate({"models": [{"id": "m", "route": [route]}]})
 
 
@@ -44,7 +45,7 @@ def test_a_spent_quota_mutes_its_key_and_the_other_key_serves_on() -> None:
     )
     kinds = Counter(ob.error_kind for obs in run.observations.values() for ob in obs)
     assert kinds[QUOTA_EXHAUSTED] == 1  # met once: then the key is muted
-    assert kinds[""] == 29 == sum(o.served for o in run.outcomes)
+    assert kinds[""] == 30 == sum(o.served for o in run.outcomes)  # that one on the other key
     assert ("key", "m:p", "muted") in {(t.kind, t.endpoint, t.state) for t in run.transitions}
 
 
@@ -56,8 +57,23 @@ def test_a_refused_key_is_muted_and_the_route_serves_with_the_other() -> None:
     )
     statuses = Counter(ob.status for obs in run.observations.values() for ob in obs)
     assert statuses[403] == 1  # met once: then the key is muted
-    assert sum(o.served for o in run.outcomes) == 29
+    assert sum(o.served for o in run.outcomes) == 30  # that one on the other key
     assert ("key", "m:p", "muted") in {(t.kind, t.endpoint, t.state) for t in run.transitions}
+
+
+def test_a_pool_with_a_refused_key_and_one_whose_quota_runs_out_serves_every_request() -> None:
+    # sk-a is refused from the start; sk-b spends its 20 requests a day; sk-c serves on.
+    config = _one_route_two_keys("sk-c")
+    plan = _provider(refused_keys=["sk-a"], quota={"requests": 20})
+    run = run_virtual(replay_config("pool", config, _trace(40), plan, seed=1))
+    assert all(o.served for o in run.outcomes)
+    failed = Counter(
+        (ob.status, ob.error_kind) for obs in run.observations.values() for ob in obs if ob.status
+    )
+    assert failed[(403, "http_403")] == 1 and failed[(429, QUOTA_EXHAUSTED)] == 1
+    # Neither key comes back: the refused key's probe (due after 30 s) is refused too.
+    keys = [(t.at, t.state) for t in run.transitions if t.kind == "key"]
+    assert keys == [(0.0, "muted"), (20.0, "muted"), (30.0, "muted")]
 
 
 def test_past_a_concurrency_plan_the_route_answers_429_and_the_gateway_fails_over() -> None:

@@ -18,7 +18,7 @@ from gateway.ingress.leases import LeaseKeeper
 from schemas import CapacityGet, CapacityState, Observation, RoutePlan, UpstreamError, subjects
 from schemas.capacity import PoolSpec
 from schemas.config import LeaseConfig
-from tests.unit.gateway.test_dispatcher import (
+from tests.unit.gateway.ingress.test_dispatcher import (
     Answer,
     Fail,
     FakeClock,

@@ -288,7 +288,7 @@ def test_config_env_override_error_never_quotes_the_value(
 
 def test_config_routewise_example_in_docs_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMGW_ADMIN_KEY", "adm-docs")
-    cfg = load_config(Path(__file__).resolve().parents[3] / "docs" / "routewise-example.yaml")
+    cfg = load_config(Path(__file__).resolve().parents[4] / "docs" / "routewise-example.yaml")
     assert cfg.models[0].router == "routewise"
     assert [r.provider_type for r in cfg.models[0].route] == ["on_demand", "on_demand", "quota"]
 

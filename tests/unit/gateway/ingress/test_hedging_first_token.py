@@ -14,7 +14,7 @@ import pytest
 from bus import InProcessBus
 from gateway.adapters.base import Batch
 from schemas import RoutePlan, subjects
-from tests.unit.gateway.test_dispatcher import (
+from tests.unit.gateway.ingress.test_dispatcher import (
     SHORT,
     Answer,
     Fail,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-GATEWAY = Path(__file__).resolve().parents[3] / "gateway"
+GATEWAY = Path(__file__).resolve().parents[4] / "gateway"
 
 WIRING = {
     "gateway.process.actor_host": "hosts the actor tree in a process of role all or actors",

@@ -208,3 +208,44 @@ async def test_a_walked_models_stream_releases_its_prefill_lease_at_the_first_ch
 
     assert served == "b/0"
     assert heard.first_tokens("b") == ["b/0"]
+
+
+def _keys_tried(heard: _Heard) -> list[tuple[str, str]]:
+    return [(m.endpoint, m.credential_id) for _, m in heard.messages if isinstance(m, Observation)]
+
+
+async def test_a_refused_key_is_retried_on_its_routes_spare_key_and_a_sick_route_is_not(
+    bus: InProcessBus, adapters: dict[str, Adapter], fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.enqueue(Reply(500), Reply(403))
+    up = fake_upstream
+    plans = {
+        "a": RoutePlan(
+            model="a",
+            candidates=(
+                _openai(up, "a/0", credential_id="k1", spare_credentials=("k2",)),
+                _openai(up, "a/1", credential_id="k3", spare_credentials=("k4",)),
+            ),
+        )
+    }
+
+    heard, _, served = await _run(bus, adapters, plans, stream=False)
+
+    assert served == "a/1"
+    # a/0's 500 says the route is sick whatever the key; a/1's 403 refused only k3.
+    assert _keys_tried(heard) == [("a/0", "k1"), ("a/1", "k3"), ("a/1", "k4")]
+
+
+async def test_spare_keys_are_tried_within_the_requests_attempt_cap(
+    bus: InProcessBus, adapters: dict[str, Adapter], fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.enqueue(Reply(401), Reply(403), Reply(401))
+    keyed = _openai(fake_upstream, "a/0", credential_id="k1", spare_credentials=("k2", "k3"))
+    plans = {"a": RoutePlan(model="a", candidates=(keyed, _echo("a/1")))}
+
+    heard, _, served = await _run(
+        bus, adapters, plans, stream=False, failover=FailoverConfig(max_attempts=2)
+    )
+
+    assert served == ""
+    assert _keys_tried(heard) == [("a/0", "k1"), ("a/0", "k2")]

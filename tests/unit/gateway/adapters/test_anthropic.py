@@ -25,7 +25,7 @@ from schemas import UpstreamBadResponseError, UpstreamError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
 
-WIRE = Path(__file__).parents[2] / "fixtures" / "wire"
+WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
 CHAT: JSON = {"model": "m", "messages": [{"role": "user", "content": "weather?"}]}
 SSE = {"content-type": "text/event-stream"}
 

@@ -26,7 +26,7 @@ from gateway.formats.openai_responses import (
 )
 from schemas import InvalidRequestError, UpstreamBadResponseError
 
-WIRE = Path(__file__).parents[2] / "fixtures" / "wire"
+WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
 JSON = dict[str, Any]
 _STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 _CHAT_REQUEST = pydantic.TypeAdapter(CompletionCreateParamsStreaming)

@@ -17,7 +17,7 @@ from gateway.http.errors import http_status, retry_after_header
 from schemas import ApiKeyInfo, ApiKeyLookup, AuthBusyError, UnauthorizedError, subjects
 from schemas.config import GatewayConfig
 from schemas.keys import hash_key
-from tests.unit.gateway.test_auth import request
+from tests.unit.gateway.auth.test_auth import request
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

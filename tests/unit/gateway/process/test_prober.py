@@ -1,6 +1,6 @@
 """The bench prober's verdict against a real fake upstream: an answer, a 4xx and a rate limit
 prove the route answers (a 429 is back-pressure, not sickness); a 5xx and an exhausted quota
-do not."""
+do not, nor, for a muted key's probe, the upstream refusing that key."""
 
 from __future__ import annotations
 
@@ -54,3 +54,33 @@ async def test_bench_probe_verdict(
 
     assert result.ok is ok
     assert len(fake_upstream.requests) == 1
+
+
+@pytest.mark.parametrize(("status", "key_probe"), [(403, True), (403, False), (402, True)])
+async def test_a_muted_keys_probe_fails_when_the_upstream_refuses_the_key(
+    fake_upstream: FakeUpstream, status: int, key_probe: bool
+) -> None:
+    bus = InProcessBus()
+    client = make_http_client()
+    prober = BenchProber(
+        bus, make_adapters(client), Targets(GatewayConfig()), LeaseKeeper(bus, 30.0, "prober")
+    )
+    fake_upstream.enqueue(Reply(status))
+    candidate = RouteCandidate(
+        endpoint="m:a",
+        kind="openai_compat",
+        base_url=fake_upstream.openai_base_url,
+        upstream_model="x",
+        credential_id="k-first",
+    )
+    due = ProbeDue(
+        endpoint="m:a", model="m", candidate=candidate, credential_id="k-muted" if key_probe else ""
+    )
+    try:
+        result = await prober.probe(due)
+    finally:
+        await client.aclose()
+        await bus.aclose()
+
+    # A route's probe learns the route answers; a key's probe learns the key is still refused.
+    assert result.ok is not key_probe

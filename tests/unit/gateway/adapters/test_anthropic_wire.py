@@ -29,7 +29,7 @@ from gateway.adapters.anthropic_wire import (
 from gateway.formats import anthropic_messages
 from schemas import InvalidRequestError
 
-WIRE = Path(__file__).parents[2] / "fixtures" / "wire"
+WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
 JSON = dict[str, Any]
 _MESSAGES_REQUEST = pydantic.TypeAdapter(MessageCreateParamsStreaming)
 

@@ -282,6 +282,18 @@ async def test_owner_announces_the_first_key_so_a_long_cached_open_gate_closes_a
         await gate.aclose()
 
 
+async def test_callers_arriving_while_auth_state_is_stale_share_one_question(
+    owner: InProcessBus,
+) -> None:
+    gate = auth(owner, auth_cache_seconds=3600)
+    async with owner.subscribe(subjects.AUTH_STATE_GET) as questions:
+        async with anyio.create_task_group() as tg:
+            for _ in range(20):
+                tg.start_soon(gate.gate, request("/v1/models", "sk-unknown"))
+        assert questions.pending == 1
+    await gate.aclose()
+
+
 async def test_a_revocation_through_the_owner_drops_the_cached_key_at_once(
     owner: InProcessBus,
 ) -> None:
