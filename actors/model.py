@@ -14,7 +14,9 @@ scarce half-open probe lease and, for a quota or concurrency primary, its capaci
 (routing explain) gets the plan a live one would, leasing nothing and pinning nothing.
 
 Selection follows the spec's order: published routes -> modality filter -> explicit pin ->
-context window -> weight and circuit admission -> session affinity -> prefill-aware draw.
+context window -> weight and circuit admission -> session affinity -> prefill-aware draw. The
+decision itself is the planner's (actors/state/planner.py, a function of these views, the
+request and the clock); this actor takes the leases it asks for and records what it chose.
 """
 
 from __future__ import annotations
