@@ -14,7 +14,9 @@ scarce half-open probe lease and, for a quota or concurrency primary, its capaci
 (routing explain) gets the plan a live one would, leasing nothing and pinning nothing.
 
 Selection follows the spec's order: published routes -> modality filter -> explicit pin ->
-context window -> weight and circuit admission -> session affinity -> prefill-aware draw.
+context window -> weight and circuit admission -> session affinity -> prefill-aware draw. The
+decision itself is the planner's (actors/state/planner.py, a function of these views, the
+request and the clock); this actor takes the leases it asks for and records what it chose.
 """
 
 from __future__ import annotations
@@ -32,23 +34,24 @@ from actors.capacity_view import CapacityViews
 from actors.keypool_view import KeyViews
 from actors.model_load import ModelLoad
 from actors.state.affinity import AffinityTable
-from actors.state.circuit import CLOSED, HALF_OPEN, OPEN
 from actors.state.cooling import CooledRoutes
+from actors.state.planner import Decision, RoutePlanner, serving
 from actors.state.prefill import PrefillLoad
 from actors.state.quota import KeyQuota, KeyUsage
-from actors.state.route_table import RouteEntry, RouteTable, earliest_recovery
-from actors.strategies import RoutingStrategy, StrategyDeps, build_strategy
-from actors.strategies.routewise import RouteWiseStrategy
-from actors.strategies.routewise.host import ProbeTick, RouteWiseHost
+from actors.state.route_table import RouteEntry, RouteTable
+from actors.strategies import (
+    ProbeTick,
+    RoutingStrategy,
+    StrategyDeps,
+    build_strategy,
+    strategy_serves,
+)
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
-    AllCircuitsOpenError,
-    AllRoutesCoolingError,
     CapacityState,
     EndpointState,
     ErrorCode,
     FirstToken,
-    InvalidRequestError,
     KeyPoolState,
     LocalHealth,
     ModeChanged,
@@ -56,15 +59,11 @@ from schemas import (
     ModelStatus,
     ModelStatusRequest,
     ModeRequest,
-    NoRouteForModalityError,
     Observation,
-    PinNotFoundError,
     ProbeGrant,
     ProbeRequest,
-    RouteNotFoundError,
     RoutePlan,
     RouteRequest,
-    RouteSkip,
     SetWeight,
     StateRequest,
     is_backpressure,
@@ -127,7 +126,7 @@ class ModelActor(Actor):
             Serve(subjects.event("mode")),
             *KeyViews.serves(model),
             *CapacityViews.serves(model),
-            *(RouteWiseHost.serves(model) if self._router == "routewise" else ()),
+            *strategy_serves(self._router, model),
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -159,12 +158,8 @@ class ModelActor(Actor):
         self._prefill = PrefillLoad(
             elephant_tokens=pre.elephant_tokens, hint_ttl=pre.hint_ttl_seconds
         )
-        # Spilling is the fixed router's (RouteWise and round_robin keep their own order).
-        self._spills = self._router == "fixed" and self._routing.learned_capacity.enabled
         self._flush_scheduled = False
-        self._degraded = False
         self._streak = 0
-        self._tripped_until = 0.0
         self._cooled = CooledRoutes()  # routes a 429 took out of rotation, until their reset
         self._keys = KeyViews(self._model, self._routing.key_pool)
         await self._keys.seed(ctx.bus)
@@ -173,13 +168,25 @@ class ModelActor(Actor):
         )
         await self._restore()
         self._prefer_by_quota()
-        self._routewise = (
-            RouteWiseHost(self._strategy, self._model, self._clock)
-            if isinstance(self._strategy, RouteWiseStrategy)
-            else None
+        self._host = self._strategy.host(self._model, self._clock)
+        self._planner = RoutePlanner(
+            self._model,
+            self._routing,
+            table=self._table,
+            keys=self._keys,
+            cooled=self._cooled,
+            affinity=self._affinity,
+            prefill=self._prefill,
+            load=self._load,
+            strategy=self._strategy,
+            host=self._host,
+            router=self._router,
+            # Spilling is the fixed router's (RouteWise and round_robin keep their own order).
+            spills=self._router == "fixed" and self._routing.learned_capacity.enabled,
+            pins_changed=self._pins_changed,
         )
-        if self._routewise is not None:
-            await self._routewise.start(ctx)
+        if self._host is not None:
+            await self._host.start(ctx)
         await self._seed_mode(ctx)
         for r in self._table.routes:
             try:
@@ -203,7 +210,7 @@ class ModelActor(Actor):
         except (NoRespondersError, RequestTimeoutError):
             return
         if isinstance(mode, ModeChanged):
-            self._degraded = mode.mode == "degraded"
+            self._planner.degraded = mode.mode == "degraded"
 
     async def on_stop(self) -> None:
         """Persist pins not yet flushed."""
@@ -267,11 +274,11 @@ class ModelActor(Actor):
                 self._keys.update(ks)
             case CapacityState() as cs:
                 self.capacity.update(cs)
-            case other if self._routewise is not None and self._routewise.feed(other):
+            case other if self._host is not None and self._host.feed(other):
                 if env.reply is not None:  # the settings hand-over waits until applied
                     await env.respond(self.status())
             case ModeChanged() as mode:
-                self._degraded = mode.mode == "degraded"
+                self._planner.degraded = mode.mode == "degraded"
             case ModelStatusRequest():
                 await env.respond(self.status())
 
@@ -280,14 +287,14 @@ class ModelActor(Actor):
         if isinstance(msg, _FlushSnapshot):
             self._flush_scheduled = False
             await self._save()
-        elif isinstance(msg, ProbeTick) and self._routewise is not None:
+        elif isinstance(msg, ProbeTick) and self._host is not None:
             now = self._clock()
-            await self._routewise.probe_round(
+            await self._host.probe_round(
                 self.ctx,
                 {
                     r.endpoint: r.candidate
                     for r in self._table.published()
-                    if r.weight > 0 and self._closed(r, now)
+                    if r.weight > 0 and serving(r, now)
                 },
             )
 
@@ -338,8 +345,8 @@ class ModelActor(Actor):
         if obs.error_kind == ErrorCode.KEY_POOL_EXHAUSTED.value or is_backpressure(obs):
             return  # a key-pool refusal sent nothing upstream; a 429 is back-pressure
         self._streak = 0 if obs.outcome == "success" else self._streak + 1
-        if self._streak >= limit and now >= self._tripped_until:
-            self._tripped_until = now + self._routing.circuit.cooldown_seconds
+        if self._streak >= limit and now >= self._planner.tripped_until:
+            self._planner.tripped_until = now + self._routing.circuit.cooldown_seconds
             self._streak = 0
             logger.warning(
                 "model %s breaker tripped after %d consecutive failures", self._model.id, limit
@@ -348,7 +355,10 @@ class ModelActor(Actor):
                 lambda: self.ctx.publish(
                     subjects.event("model_breaker"),
                     ModelBreakerTripped(
-                        model=self._model.id, failures=limit, until=self._tripped_until, ts=now
+                        model=self._model.id,
+                        failures=limit,
+                        until=self._planner.tripped_until,
+                        ts=now,
                     ),
                 )
             )
@@ -365,15 +375,15 @@ class ModelActor(Actor):
                 for r in st.routes
             ),
         )
-        if self._routewise is None:
+        if self._host is None:
             return st
         live = [
             r.view(self._prefill.backlog(r.endpoint))
             for r in self._table.published()
-            if r.weight > 0 and self._closed(r, now)
+            if r.weight > 0 and serving(r, now)
         ]
-        tokens = self._routewise.strategy.last_prompt_tokens
-        rows = self._routewise.rows(live, RouteRequest(model=self._model.id, prompt_tokens=tokens))
+        tokens = self._host.prompt_tokens
+        rows = self._host.rows(live, RouteRequest(model=self._model.id, prompt_tokens=tokens))
         return msgspec.structs.replace(st, routewise=rows, routewise_prompt_tokens=tokens)
 
     # -- the decision -------------------------------------------------------------------
@@ -387,268 +397,25 @@ class ModelActor(Actor):
         return plan
 
     async def _decide(self, req: RouteRequest, full: frozenset[str]) -> RoutePlan:
-        """The plan for ``req`` without the capacity routes in ``full``."""
+        """The planner's plan for ``req`` without the capacity routes in ``full``: this
+        takes the probe leases it asks for and records the primary's pin and prefill."""
         now = self._clock()
-        if now < self._tripped_until:
-            raise AllCircuitsOpenError(
-                f"model {self._model.id!r} is paused by its breaker after consecutive failures",
-                retry_after=self._tripped_until - now,
-            )
-        routes = self._table.published()
-        if not routes:
-            raise RouteNotFoundError(f"model {self._model.id!r} has no published route")
-        if req.modalities:
-            needed = set(req.modalities)
-            routes = [r for r in routes if needed <= r.modalities]
-            if not routes:
-                raise NoRouteForModalityError(
-                    f"no route of model {self._model.id!r} accepts input modalities "
-                    f"{', '.join(sorted(needed))}"
-                )
-        if req.pin:
-            pinned = next((r for r in routes if r.endpoint == req.pin), None)
-            if pinned is None:
-                raise PinNotFoundError(f"X-Route-Pin {req.pin!r} matches no route of this model")
-            return RoutePlan(
-                model=self._model.id,
-                pinned=True,
-                reason="pin",
-                candidates=(self._keys.pinned(pinned.candidate, req.role, now),),
-            )
-        if req.prompt_tokens:
-            fitting = [r for r in routes if r.fits(req.prompt_tokens)]
-            if not fitting:
-                widest = max(r.config.context_window or 0 for r in routes)
-                raise InvalidRequestError(
-                    f"the prompt (about {req.prompt_tokens} tokens) does not fit the context "
-                    f"window of any route of model {self._model.id!r} (widest: {widest})",
-                    param="messages",
-                )
-            routes = fitting
-        considered = routes
-        # A route whose provider asked us to slow down (every key the caller may spend is
-        # cooling after a 429) is passed over at once, like an open circuit: no attempt.
-        cooling = self._cooling(routes, req, now)
-        if cooling:
-            routes = [r for r in routes if r.endpoint not in cooling]
-            if not routes:
-                raise AllRoutesCoolingError(
-                    f"every route of model {self._model.id!r} is cooling after its "
-                    "provider's rate limit",
-                    retry_after=earliest_recovery(considered, now, (), cooling),
-                )
-        # Routes whose key pool refuses this caller leave the draw (and go last in the plan).
-        routes, keys = self._keys.screen(routes, req, now)
-        if not routes:
-            return keys.plan(self._model.id)
-        drawn = [
-            r
-            for r in routes
-            if r.weight > 0  # a fallback_only route has weight 0
-            and r.endpoint not in full
-        ]
-        backups = [r for r in routes if r.config.fallback_only and r.endpoint not in full]
-        spilled: list[RouteEntry] = []
-        if self._spills:
-            drawn, backups, spilled = self._load.spill(
-                drawn, backups, lambda r: self._closed(r, now)
-            )
-        closed = [r for r in drawn if self._closed(r, now)]
-        probing = [r for r in drawn if self._probe_eligible(r, now)]
-        primary, reason = None, "fallback_only"
-        if closed or probing:
-            primary, reason = await self._choose(req, closed, probing, now)
-        if primary is None:
-            # No drawn route can serve: the backups lead, in declaration order.
-            primary, reason = await self._first_backup(backups, req, now), "fallback_only"
-            closed = []
-        if primary is None:
-            # Some of them cooling: the request may wait for the first reset (back-pressure).
-            refusal = AllRoutesCoolingError if cooling else AllCircuitsOpenError
-            raise refusal(
-                f"every route of model {self._model.id!r} is unavailable (circuits open, "
-                "benched, probe in flight, cooling or at capacity)",
-                retry_after=earliest_recovery(considered, now, keys.refused, cooling),
-            )
-        entry, probe = primary
-        spare = [r for r in backups if self._closed(r, now)]
-        rest = [
-            r.candidate
-            for r in (*self._fallback_order(closed, entry, req), *spare, *spilled)
-            if r is not entry
-        ]
-        if getattr(self._strategy, "single_route", False):
-            rest = []  # routewise fallback_mode: strict
-        hedge = (
-            self._routewise.strategy.hedge_after_ms(entry.endpoint, rest[0].endpoint)
-            if self._routewise is not None and rest and not probe
-            else None
-        )
-        explained = (
-            self._routewise.rows(
-                [
-                    r.view(self._prefill.backlog(r.endpoint))
-                    for r in drawn
-                    if r in (*closed, *probing)
-                ],
-                req,
-            )
-            if req.dry and self._routewise is not None
-            else ()
-        )
-        return RoutePlan(
-            model=self._model.id,
-            candidates=keys.apply((entry.probe_candidate if probe else entry.candidate, *rest)),
-            reason=reason,
-            routewise=explained,
-            hedge_after_ms=hedge,
-            skipped=(
-                *(RouteSkip(endpoint=e, reason="cooling", until=u) for e, u in cooling.items()),
-                *(self._load.skipped(r) for r in spilled),
-            ),
-        )
-
-    def _fallback_order(
-        self, closed: list[RouteEntry], entry: RouteEntry, req: RouteRequest
-    ) -> list[RouteEntry]:
-        """The drawn routes after the primary: declaration order, or the strategy's own
-        order when it has one (routewise: the LP re-solved without the routes before)."""
-        order = getattr(self._strategy, "fallback_order", None)
-        others = [r for r in closed if r is not entry]
-        if order is None or len(others) <= 1:
-            return others
-        by_endpoint = {r.endpoint: r for r in others}
-        views = [r.view(self._prefill.backlog(r.endpoint)) for r in others]
-        return [by_endpoint[v.endpoint] for v in order(views, req)]
-
-    async def _first_backup(
-        self, backups: list[RouteEntry], req: RouteRequest, now: float
-    ) -> tuple[RouteEntry, bool] | None:
-        """The first ``fallback_only`` route that may serve (and whether it is a half-open
-        probe), in declaration order; None when none may."""
-        for r in backups:
-            if self._closed(r, now):
-                return r, False
-        for r in backups:
-            if self._probe_eligible(r, now) and await self._lease_probe(r, req):
-                return r, True
-        return None
-
-    async def _choose(
-        self, req: RouteRequest, closed: list[RouteEntry], probing: list[RouteEntry], now: float
-    ) -> tuple[tuple[RouteEntry, bool] | None, str]:
-        """The primary (and whether it is the half-open probe) and why it was chosen."""
-        pre = self._routing.prefill
-        uncached = {
-            r.endpoint: self._prefill.uncached(req.caller, r.endpoint, req.prompt_tokens, now)
-            for r in (*closed, *probing)
-        }
-        cooled = self._cooled.back(
-            closed, lambda e: self._keys.cooling_until(e, None, now), now, take=not req.dry
-        )
-        if cooled is not None:
-            self._commit(req, cooled, uncached, now, use_affinity=False)
-            return (cooled, False), "cooled"
-        if self._degraded:
-            # Degraded mode: no exploration; keep to the configured order of what remains,
-            # and probe a half-open route only when nothing closed is left.
-            for entry in closed:
-                self._commit(req, entry, uncached, now, use_affinity=False)
-                return (entry, False), "degraded"
-            closed = []
-        pool = [*closed, *probing]
-        if pre.enabled:
-            # Elephants skip endpoints already at their elephant limit, unless all are.
-            roomy = [
-                r
-                for r in pool
-                if not (
-                    self._prefill.is_elephant(uncached[r.endpoint])
-                    and self._prefill.elephants(r.endpoint) >= pre.elephant_limit
-                )
-            ]
-            pool = roomy or pool
-        reason = self._router
-        # Session affinity is the weighted draw's (the spec's FixedRouter's); a strategy that
-        # must see every request, like round_robin, opts out with session_affinity = False.
-        use_affinity = (
-            self._routing.affinity.enabled
-            and bool(req.caller)
-            and getattr(self._strategy, "session_affinity", True)
-        )
-        if use_affinity:
-            # A caller moved off a route since benched goes back once it is in rotation.
-            home = self._affinity.returning(req.caller, self._table.benched(now), mark=not req.dry)
-            back = next((r for r in (*closed, *probing) if r.endpoint == home), None)
-            if back is not None and (back in closed or await self._lease_probe(back, req)):
-                self._commit(req, back, uncached, now, use_affinity)
-                return (back, back not in closed), "affinity_home"
-            pinned_id = self._affinity.get(req.caller, now)
-            if pinned_id is not None:
-                pinned = next((r for r in closed if r.endpoint == pinned_id), None)
-                if pinned is None:
-                    if not req.dry:
-                        self._affinity.drop(req.caller)  # no longer admissible: fresh pick
-                        self._pins_changed()
-                elif pre.enabled and self._prefill.backlog(pinned_id) > pre.affinity_ceiling:
-                    pool = [r for r in pool if r is not pinned] or pool
-                    reason = "affinity_abandoned"
-                else:
-                    self._commit(req, pinned, uncached, now, use_affinity)
-                    return (pinned, False), "affinity"
-        # A half-open probe its owner refuses drops that route from the pool and the strategy
-        # chooses again without it. (A refused capacity lease re-decides from ``plan``: the
-        # refused route is in ``full`` then, so RouteWise re-solves without it.)
-        while pool:
-            views = [r.view(self._prefill.backlog(r.endpoint)) for r in pool]
-            pick = self._strategy.select(views, req)
-            entry = next(r for r in pool if r.endpoint == pick.endpoint)
-            if entry in closed:
-                self._commit(req, entry, uncached, now, use_affinity)
-                return (entry, False), reason
-            if await self._lease_probe(entry, req):
-                self._commit(req, entry, uncached, now, use_affinity)
-                return (entry, True), "probe"
-            pool = [r for r in pool if r is not entry]
-            probing = [r for r in probing if r is not entry]
-            if not closed and not probing:
-                break
-        return None, reason
-
-    def _commit(
-        self,
-        req: RouteRequest,
-        entry: RouteEntry,
-        uncached: dict[str, int],
-        now: float,
-        use_affinity: bool,
-    ) -> None:
-        if req.dry:
-            return
-        if use_affinity:
-            self._affinity.pin(req.caller, entry.endpoint, now)
+        planning = self._planner.decide(req, full, now)
+        try:
+            step = next(planning)
+            while True:
+                step = planning.send(await self._lease_probe(step.entry, req))
+        except StopIteration as done:
+            decision: Decision = done.value
+        if decision.pin is not None:
+            self._affinity.pin(decision.pin, decision.primary, now)
             self._pins_changed()
-        if self._routing.prefill.enabled:
-            self._prefill.acquire(req.request_id, entry.endpoint, uncached[entry.endpoint], now)
-
-    @staticmethod
-    def _closed(r: RouteEntry, now: float) -> bool:
-        return r.circuit == CLOSED and not r.benched(now)
-
-    @staticmethod
-    def _probe_eligible(r: RouteEntry, now: float) -> bool:
-        st = r.state
-        if st is None or st.circuit_state == CLOSED or r.benched(now):
-            return False
-        if st.circuit_state == OPEN:
-            return (st.open_until or 0) <= now
-        return st.circuit_state == HALF_OPEN and not st.probe_in_flight
+        if decision.prefill is not None:
+            self._prefill.acquire(req.request_id, decision.primary, decision.prefill, now)
+        return decision.plan
 
     async def _lease_probe(self, r: RouteEntry, req: RouteRequest) -> bool:
-        """Lease ``r``'s single half-open probe from its owner for ``req``; a dry request
-        only asks whether the probe is free (per the circuit view), leasing nothing."""
-        if req.dry:
-            return True  # _probe_eligible already saw no probe in flight
+        """Lease ``r``'s single half-open probe from its owner for ``req``."""
         try:
             grant = await self.ctx.bus.request(
                 subjects.endpoint_probe(r.endpoint),
@@ -660,12 +427,3 @@ class ModelActor(Actor):
             logger.warning("probe lease for %s not answered", r.endpoint)
             return False
         return isinstance(grant, ProbeGrant) and grant.granted
-
-    def _cooling(self, routes: list[RouteEntry], req: RouteRequest, now: float) -> dict[str, float]:
-        """The routes among ``routes`` that are cooling for ``req``'s caller, and until when."""
-        out: dict[str, float] = {}
-        for r in routes:
-            until = self._keys.cooling_until(r.endpoint, req.role, now)
-            if until is not None:
-                out[r.endpoint] = until
-        return out

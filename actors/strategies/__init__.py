@@ -14,28 +14,49 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from actors.strategies.base import RouteView, RoutingStrategy, StrategyDeps, StrategyParams
+from actors.strategies.base import (
+    ProbeTick,
+    RouteView,
+    RoutingStrategy,
+    StrategyDeps,
+    StrategyHost,
+    StrategyParams,
+)
 
 if TYPE_CHECKING:
+    from actors.base import Serve
     from schemas.config import ModelConfig
 
 StrategyFactory = Callable[[Any, StrategyDeps], RoutingStrategy]
 
 _REGISTRY: dict[str, tuple[StrategyFactory, type[StrategyParams]]] = {}
+_SERVES: dict[str, Callable[[ModelConfig], tuple[Serve, ...]]] = {}
 _MISSING: dict[str, str] = {}
 
 
 def register_strategy(
-    name: str, params: type[StrategyParams]
+    name: str,
+    params: type[StrategyParams],
+    *,
+    serves: Callable[[ModelConfig], tuple[Serve, ...]] | None = None,
 ) -> Callable[[StrategyFactory], StrategyFactory]:
-    """Decorator: register ``factory(params) -> RoutingStrategy`` under ``name``."""
+    """Decorator: register ``factory(params) -> RoutingStrategy`` under ``name``; ``serves``:
+    the extra subjects a hosting actor subscribes for it (its StrategyHost's)."""
 
     def deco(factory: StrategyFactory) -> StrategyFactory:
         _REGISTRY[name] = (factory, params)
+        if serves is not None:
+            _SERVES[name] = serves
         _MISSING.pop(name, None)
         return factory
 
     return deco
+
+
+def strategy_serves(name: str, model: ModelConfig) -> tuple[Serve, ...]:
+    """The extra subjects a ModelActor hosting strategy ``name`` for ``model`` serves."""
+    serves = _SERVES.get(name)
+    return () if serves is None else serves(model)
 
 
 def register_missing_strategy(name: str, reason: str) -> None:
@@ -110,15 +131,18 @@ else:
     from actors.strategies import routewise  # noqa: F401  (registration)
 
 __all__ = [
+    "ProbeTick",
     "RouteView",
     "RoutingStrategy",
     "StartupProblemError",
     "StrategyDeps",
+    "StrategyHost",
     "StrategyParams",
     "build_strategy",
     "known_strategies",
     "register_missing_strategy",
     "register_strategy",
     "startup_problem",
+    "strategy_serves",
     "validate_strategy",
 ]

@@ -12,9 +12,16 @@ from schemas.config import PrefillConfig, RouteConfig
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
-    from schemas import CapacityState, Observation, RouteRequest
+    from actors.base import ActorContext
+    from schemas import (
+        CapacityState,
+        Observation,
+        RouteCandidate,
+        RouteRequest,
+        RouteWiseCandidate,
+    )
     from schemas.config import ModelConfig
 
 
@@ -55,13 +62,74 @@ class StrategyDeps:
     """The strategy's random draws (seeded by the replay); None: a fresh unseeded one."""
 
 
+@dataclass(frozen=True, slots=True)
+class ProbeTick:
+    """Local timer message a StrategyHost arms on its actor: run a probe round."""
+
+
+class StrategyHost(Protocol):
+    """What the hosting ModelActor does for a strategy besides asking it to choose (a
+    strategy that needs nothing more has no host): its start, the view events it feeds it,
+    the timer's probe rounds and the candidate rows of status and explain."""
+
+    async def start(self, ctx: ActorContext) -> None: ...
+
+    def feed(self, msg: object) -> bool:
+        """Apply a view event meant for the strategy; False for any other message."""
+        ...
+
+    async def probe_round(self, ctx: ActorContext, live: Mapping[str, RouteCandidate]) -> None:
+        """On a :class:`ProbeTick`: one round of probes over ``live`` (closed, not benched
+        routes), then re-arm the timer."""
+        ...
+
+    def rows(self, views: Sequence[RouteView], req: RouteRequest) -> tuple[RouteWiseCandidate, ...]:
+        """Each route's priced row for ``req`` (status and explain)."""
+        ...
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The prompt size status prices its rows for (the last request's)."""
+        ...
+
+
 class RoutingStrategy(Protocol):
     """Picks the primary route among admissible ones; may learn from observations.
 
     ``select`` gets at least one route, all with weight > 0 and admitted by their circuits,
     in declaration order. It returns one of them.
+
+    The other members are optional hooks with defaults; a strategy subclasses this class to
+    inherit them and overrides the ones it needs, so its host never asks which strategy it
+    holds.
     """
+
+    session_affinity: bool = True
+    """Whether a caller's session pin may choose for it (False: the strategy must see every
+    request, as round_robin and RouteWise do)."""
+
+    orders_fallbacks: bool = False
+    """Whether :meth:`fallback_order` has an order of its own (else: declaration order)."""
 
     def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView: ...
 
     def observe(self, observation: Observation) -> None: ...
+
+    @property
+    def single_route(self) -> bool:
+        """Whether the plan holds the primary only (no fallbacks)."""
+        return False
+
+    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
+        """The plan's drawn routes after the primary, in the strategy's order (asked only
+        when :attr:`orders_fallbacks`)."""
+        return list(routes)
+
+    def hedge_after_ms(self, primary: str, backup: str) -> float | None:
+        """After how many ms a hedge to ``backup`` should start beside ``primary``; None:
+        no hedge."""
+        return None
+
+    def host(self, model: ModelConfig, clock: Callable[[], float]) -> StrategyHost | None:
+        """The hosting actor's extra duties for this strategy, or None when it has none."""
+        return None

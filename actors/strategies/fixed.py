@@ -11,7 +11,7 @@ import random
 from typing import TYPE_CHECKING
 
 from actors.strategies import register_strategy
-from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
+from actors.strategies.base import RouteView, RoutingStrategy, StrategyDeps, StrategyParams
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -25,7 +25,7 @@ class FixedParams(StrategyParams):
     local_fraction: float | None = None
 
 
-class FixedStrategy:
+class FixedStrategy(RoutingStrategy):
     """Weighted draw with the prefill tie-break."""
 
     def __init__(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from actors.strategies import register_strategy
-from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
+from actors.strategies.base import RouteView, RoutingStrategy, StrategyDeps, StrategyParams
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,7 +29,7 @@ class GreedyCostParams(StrategyParams):
     output_tokens: int = Field(default=256, ge=0)
 
 
-class GreedyCostStrategy:
+class GreedyCostStrategy(RoutingStrategy):
     """The cheapest admissible route for each request."""
 
     session_affinity = False  # the price decides, not the caller
@@ -55,7 +55,7 @@ class GreedyLatencyParams(StrategyParams):
     ewma_alpha: float = Field(default=0.2, gt=0, le=1)
 
 
-class GreedyLatencyStrategy:
+class GreedyLatencyStrategy(RoutingStrategy):
     """The admissible route with the lowest measured TTFT (unmeasured ones first)."""
 
     session_affinity = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actors.strategies import register_strategy
-from actors.strategies.base import RouteView, StrategyDeps, StrategyParams
+from actors.strategies.base import RouteView, RoutingStrategy, StrategyDeps, StrategyParams
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -19,7 +19,7 @@ class RoundRobinParams(StrategyParams):
     start: int = 0
 
 
-class RoundRobinStrategy:
+class RoundRobinStrategy(RoutingStrategy):
     """Cycle through admissible routes in declaration order, ignoring weights."""
 
     session_affinity = False  # every request advances the cycle, whoever sends it

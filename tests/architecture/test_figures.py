@@ -22,12 +22,14 @@ from tests.architecture.measure import (
 # introspection, admin routes; the request and errors a leaf wing) left it the ASGI entry
 # only: 34 files, 85 switches, 0 calls back into it, the largest file schemas/config.py
 # (701), 23 pairs, and no wing in a loop (the layers are tests/architecture/test_layers.py).
+# The ModelActor's decision moved to a planner (actors/state/planner.py): model.py 671 -> 427
+# lines, the largest file bus/nats_bus.py (595).
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
     "files": 34,
     "switches": 85,
     "app_reentries": 3,
-    "largest_file": 679,
+    "largest_file": 595,
     "duplicate_pairs": 25,
     "wings_in_loop": 0,
 }

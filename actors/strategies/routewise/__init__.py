@@ -9,6 +9,7 @@ decision a ModelActor hosts.
 from __future__ import annotations
 
 from actors.strategies import register_strategy
+from actors.strategies.routewise.host import RouteWiseHost
 from actors.strategies.routewise.params import RESOURCE_KEYS, RouteWiseParams
 from actors.strategies.routewise.strategy import (
     Candidate,
@@ -17,7 +18,7 @@ from actors.strategies.routewise.strategy import (
     startup_problem,
 )
 
-register_strategy("routewise", RouteWiseParams)(RouteWiseStrategy)
+register_strategy("routewise", RouteWiseParams, serves=RouteWiseHost.serves)(RouteWiseStrategy)
 
 __all__ = [
     "RESOURCE_KEYS",

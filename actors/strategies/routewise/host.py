@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from actors.base import ActorContext, Serve
+from actors.strategies.base import ProbeTick
 from actors.strategies.routewise import settings as rw_settings
 from bus import Bus, NoRespondersError, RequestTimeoutError
 from schemas import (
@@ -77,11 +77,6 @@ async def bootstrap(strategy: RouteWiseStrategy, bus: Bus, model: ModelConfig, n
     return used
 
 
-@dataclass(frozen=True, slots=True)
-class ProbeTick:
-    """Local timer message of the hosting actor: run a probe round."""
-
-
 class RouteWiseHost:
     """The ModelActor's side of a RouteWise model: its extra subjects, its start (settings,
     bootstrap, the probe timer), the events that feed the strategy's views, the probe rounds
@@ -93,6 +88,11 @@ class RouteWiseHost:
         self.strategy = strategy
         self._model = model
         self._clock = clock
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The last request's prompt size (status prices its rows for it)."""
+        return self.strategy.last_prompt_tokens
 
     @staticmethod
     def serves(model: ModelConfig) -> tuple[Serve, ...]:

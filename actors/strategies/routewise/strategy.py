@@ -38,19 +38,21 @@ from llm_routewise.core.hedging import (
 )
 from llm_routewise.core.lp import cost_tiebroken_objective
 
+from actors.strategies.base import RoutingStrategy
 from actors.strategies.routewise.evidence import (
     CostEnvelope,
     LatencyEvidence,
     OutputLengthPredictor,
     TtftWindow,
 )
+from actors.strategies.routewise.host import RouteWiseHost
 from actors.strategies.routewise.solver import budget_for, lp_key, solve
 from schemas.pricing import Pricing, cost_usd
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from actors.strategies.base import RouteView, StrategyDeps
+    from actors.strategies.base import RouteView, StrategyDeps, StrategyHost
     from actors.strategies.routewise.params import RouteWiseParams
     from schemas import Observation, RouteRequest
     from schemas.config import ModelConfig, RouteConfig
@@ -126,12 +128,13 @@ def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
     )
 
 
-class RouteWiseStrategy:
+class RouteWiseStrategy(RoutingStrategy):
     """The RouteWise policy of one model. Owns its evidence (latency profiles, output
     lengths, cost envelope) and a view of its routes' capacity pools. Never raises from
     ``select``: a cold burst falls back to the weighted draw."""
 
     session_affinity = False  # the LP's mix is the policy; a pin would override it
+    orders_fallbacks = True  # the LP re-solved without the routes before
 
     @staticmethod
     def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
@@ -168,6 +171,10 @@ class RouteWiseStrategy:
     def single_route(self) -> bool:
         """``fallback_mode: strict``: the plan holds the primary only."""
         return self.params.fallback_mode == "strict"
+
+    def host(self, model: ModelConfig, clock: Callable[[], float]) -> StrategyHost:
+        """Its host: settings, bootstrap, latency samples, probe rounds, candidate rows."""
+        return RouteWiseHost(self, model, clock)
 
     def retune(self, params: RouteWiseParams) -> None:
         """Apply changed settings (admin overrides) from the next decision on. Evidence is
