@@ -126,7 +126,8 @@ def test_after_a_delay_cut_each_calm_answer_at_the_limit_raises_it_by_one() -> N
     assert lim.limit == pytest.approx(10.0)
     # Before: a tenth of a slot per answer, ten seconds of four-second answers to regain one.
     for i in range(5):
-        lim.succeeded(110.0, at_send=int(lim.limit) - 1, now=12.0 + i)  # the route kept full
+        full = int(lim.limit or 0) - 1  # the route kept full
+        lim.succeeded(110.0, at_send=full, now=12.0 + i)
     assert lim.limit == pytest.approx(15.0) and lim.reason == "grew"
 
 
