@@ -117,7 +117,7 @@ class CapacityActor(Actor):
         now = self._clock()
         match env.message:
             case CapacityAcquire() as ask:
-                got = self.ledger.acquire(ask.holder, ask.endpoint, ask.units, now)
+                got = self.ledger.acquire(ask.holder, ask.endpoint, ask.units, now, ask.lease_id)
                 if isinstance(got, str):
                     await env.respond(
                         CapacityGrant(

@@ -67,6 +67,10 @@ class CapacityAcquire(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     request_id: str
     holder: str
     units: float = 1.0
+    # The id the holder proposes for the lease, so it can give back a grant whose answer it
+    # never got (its request timed out); asked again, the owner answers with the same lease.
+    # Empty: the owner picks one.
+    lease_id: str = ""
 
 
 class CapacityGrant(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -162,9 +162,14 @@ class CapacityLedger:
     # -- leases -------------------------------------------------------------------------
 
     def acquire(
-        self, holder: str, endpoint: str, units: float, now: float
+        self, holder: str, endpoint: str, units: float, now: float, lease_id: str = ""
     ) -> tuple[str, float] | str:
-        """Grant a lease: ``(lease_id, expires_at)``, or the reason it is refused."""
+        """Grant a lease: ``(lease_id, expires_at)``, or the reason it is refused.
+        ``lease_id``: the id the holder proposes (a lease already held under it is answered
+        again, not granted twice); empty: a new one."""
+        held = self._leases.get(lease_id) if lease_id else None
+        if held is not None:
+            return lease_id, held.expires_at
         self.roll(now)
         units = 1.0 if self.kind == "concurrency" or self.unit == "requests" else max(units, 1.0)
         used = self.used()
@@ -176,7 +181,7 @@ class CapacityLedger:
         # A token estimate may overshoot what is left; it is charged once anything is left.
         elif used >= self._limit or (self.unit == "requests" and used + units > self._limit):
             return f"quota pool {self.spec.pool!r} is spent ({used:g}/{self._limit:g} {self.unit})"
-        lease_id = secrets.token_hex(8)
+        lease_id = lease_id or secrets.token_hex(8)
         charged_in = now if self._rolling is not None else self._window_start
         deadline = math.inf if self.max_age is None else now + self.max_age
         self._leases[lease_id] = Lease(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
@@ -81,6 +82,7 @@ class LeaseKeeper(Component):
         self._sleep = sleep
         self._clock = clock
         self._held: dict[str, tuple[str, float]] = {}  # lease id -> (pool, held since)
+        self.acquire_timeout = _ACQUIRE_TIMEOUT
         self._task: asyncio.Task[None] | None = None
 
     @staticmethod
@@ -133,6 +135,7 @@ class LeaseKeeper(Component):
             request_id=request_id,
             holder=self.holder,
             units=float(max(1, tokens)),
+            lease_id=secrets.token_hex(8),
         )
         try:
             # Shielded: a grant that arrives after the client went away is still held (and
@@ -143,9 +146,17 @@ class LeaseKeeper(Component):
                     subjects.capacity_acquire(c.pool),
                     ask,
                     reply_type=CapacityGrant,
-                    timeout=_ACQUIRE_TIMEOUT,
+                    timeout=self.acquire_timeout,
                 )
-        except (NoRespondersError, RequestTimeoutError) as exc:
+        except RequestTimeoutError:
+            # The owner may have granted it and its answer be late (a NATS reconnect): give
+            # the proposed lease back, or it would hold a slot for a TTL serving no one.
+            logger.warning(
+                "capacity pool %s did not answer a lease for %s in time", c.pool, c.endpoint
+            )
+            await self._publish_release(c.pool, ask.lease_id, 0.0)
+            return None
+        except NoRespondersError as exc:
             logger.warning(
                 "capacity pool %s did not answer a lease for %s: %s",
                 c.pool,
@@ -165,10 +176,10 @@ class LeaseKeeper(Component):
         held = self._held.pop(c.lease_id, None) if c.lease_id else None
         if held is None:
             return
-        pool = held[0]
-        msg = CapacityRelease(
-            pool=pool, lease_id=c.lease_id, used_units=None if tokens is None else float(tokens)
-        )
+        await self._publish_release(held[0], c.lease_id, None if tokens is None else float(tokens))
+
+    async def _publish_release(self, pool: str, lease_id: str, used: float | None) -> None:
+        msg = CapacityRelease(pool=pool, lease_id=lease_id, used_units=used)
         try:
             with anyio.CancelScope(shield=True):  # a cancelled request still gives it back
                 await self._bus.publish(subjects.capacity_release(pool), msg)

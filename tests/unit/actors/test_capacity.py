@@ -71,6 +71,16 @@ def test_concurrency_grants_until_full_then_refuses_and_a_release_frees_a_slot()
     assert ledger.state(0).used == 2
 
 
+def test_a_lease_under_a_proposed_id_is_granted_once_and_given_back_by_that_id() -> None:
+    ledger = CapacityLedger(_concurrency(2), ttl=30, now=0)
+    first = ledger.acquire("ing1", "m:a", 1, 0, lease_id="P1")
+    again = ledger.acquire("ing1", "m:a", 1, 5, lease_id="P1")  # the same ask, asked again
+    assert first == again == ("P1", 30)
+    assert ledger.state(5).used == 1
+    assert ledger.release("P1", 0.0) is True  # its holder gave up waiting for the answer
+    assert ledger.state(5).used == 0
+
+
 def test_an_unrenewed_lease_expires_after_the_ttl_and_a_renewed_one_lives_on() -> None:
     ledger = CapacityLedger(_concurrency(2), ttl=30, now=0)
     kept = ledger.acquire("ing1", "m:a", 1, 0)

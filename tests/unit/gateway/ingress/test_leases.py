@@ -20,6 +20,7 @@ from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.targets import Targets
 from schemas import (
+    CapacityAcquire,
     CapacityGrant,
     CapacityRelease,
     CapacityRenew,
@@ -193,6 +194,28 @@ async def test_a_grant_that_arrives_after_the_client_went_away_is_still_held(
                 await task
         assert [c.lease_id if c else None for c in got] == ["L"]
         assert keeper.held() == 1  # held, so the ending attempt releases it
+    finally:
+        await keeper.aclose()
+
+
+async def test_a_lease_whose_answer_never_came_is_given_back_by_the_id_it_was_asked_under(
+    bus: InProcessBus,
+) -> None:
+    keeper = LeaseKeeper(bus, 30.0, "ing-1")
+    keeper.acquire_timeout = 0.05  # the owner's answer is late (a NATS reconnect, say)
+    bare = RouteCandidate(endpoint="m:p", kind="echo", pool="p")
+    try:
+        async with (
+            bus.subscribe(subjects.capacity_acquire("p")) as owner,
+            bus.subscribe(subjects.capacity_release("p")) as releases,
+        ):
+            got = await keeper.acquire(bare, "r1")
+            async with asyncio.timeout(WAIT):
+                asked = (await anext(aiter(owner))).message
+                released = (await anext(aiter(releases))).message
+        assert got is None and keeper.held() == 0
+        assert isinstance(asked, CapacityAcquire) and asked.lease_id
+        assert released == CapacityRelease(pool="p", lease_id=asked.lease_id, used_units=0.0)
     finally:
         await keeper.aclose()
 
