@@ -5,16 +5,20 @@ in JetStream."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from actors import build_tree
 from actors.cluster import owner_of
 from bus import BusClosedError
+from gateway.process.config import load_config
 from tests.e2e.conftest import PROCESS_WAIT, WAIT
 from tests.fixtures.gateway import GatewayProcess
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
     from bus import KeyValue
@@ -71,3 +75,46 @@ async def until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, 
 def write_config(path: Path, body: dict[str, Any]) -> str:
     path.write_text(yaml.safe_dump(body))
     return str(path)
+
+
+@dataclass
+class Deployment:
+    """Actors hosts (one per node id, each with its own SQLite folder and the shared
+    PostgreSQL) and one ingress on a NATS cluster."""
+
+    configs: dict[str, str]  # node id -> its config file
+    units: set[str]  # the placed units of the tree
+    hosts: dict[str, GatewayProcess]
+    ingress: GatewayProcess
+    bus_url: str
+
+
+async def deploy(
+    started: list[GatewayProcess],
+    folder: Path,
+    base: dict[str, Any],
+    nodes: Iterable[str],
+    nats_urls: list[str],
+    postgres_url: str,
+) -> Deployment:
+    """Start an actors host per node of ``nodes`` with ``base`` and an ingress beside them."""
+    configs = {
+        node: write_config(
+            folder / f"{node}.yaml",
+            {**base, "database": {"path": str(folder / node), "url": postgres_url}},
+        )
+        for node in nodes
+    }
+    first = next(iter(configs.values()))
+    units = {s.name for s in build_tree(load_config(first), request_log=True).specs}
+    bus_url = ",".join(nats_urls)
+    hosts = {
+        node: await spawn_serve(
+            started, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
+        )
+        for node, path in configs.items()
+    }
+    ingress = await spawn_serve(
+        started, "--config", first, "--bus", bus_url, "--role", "ingress", "--port", "0"
+    )
+    return Deployment(configs, units, hosts, ingress, bus_url)

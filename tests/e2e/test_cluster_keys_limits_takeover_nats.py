@@ -18,16 +18,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
-from actors import build_tree
 from actors.cluster import OWNERS_BUCKET
 from bus import open_bus
-from gateway.process.config import load_config
-from tests.e2e.cluster_support import (
-    pair_moving_together,
-    spawn_serve,
-    until_owned,
-    write_config,
-)
+from tests.e2e.cluster_support import deploy, pair_moving_together, until_owned
 from tests.e2e.conftest import CHAT, HI, WAIT, config, model, route
 from tests.e2e.test_cluster_takeover_multiprocess_nats import CLUSTER
 from tests.fixtures.upstream import Held
@@ -106,24 +99,8 @@ async def test_keys_limits_and_budgets_outlive_a_killed_owner(
         auth_cache_seconds=0,  # every request asks the keys' owner
     )
     nodes = pair_moving_together("api_keys", "limits")
-    cfgs = {
-        node: write_config(
-            tmp_path / f"{node}.yaml",
-            {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
-        )
-        for node in nodes
-    }
-    units = {s.name for s in build_tree(load_config(cfgs[nodes[0]]), request_log=True).specs}
-    bus_url = ",".join(nats_cluster.urls)
-    hosts = {
-        node: await spawn_serve(
-            processes, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
-        )
-        for node, path in cfgs.items()
-    }
-    ingress = await spawn_serve(
-        processes, "--config", cfgs[nodes[0]], "--bus", bus_url, "--role", "ingress", "--port", "0"
-    )
+    dep = await deploy(processes, tmp_path, base, nodes, nats_cluster.urls, postgres_url)
+    units, hosts, ingress = dep.units, dep.hosts, dep.ingress
     watcher = await open_bus(nats_cluster.urls[1], name="test-watcher")
     admin = httpx.AsyncClient(
         base_url=ingress.url, timeout=WAIT, headers={"authorization": f"Bearer {ADMIN}"}

@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from actors import build_tree
 from actors.cluster import OWNERS_BUCKET
 from bus import open_bus
-from gateway.process.config import load_config
 from schemas.config import credential_id
-from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
+from tests.e2e.cluster_support import deploy, until_owned
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
 from tests.e2e.test_cluster_takeover_multiprocess_nats import CLUSTER
 
@@ -70,24 +68,8 @@ async def test_provider_keys_and_reservations_outlive_a_killed_owner(
     base = config(
         model("m", route(fake_upstream, api_keys=[UP_KEY])), admin_key=ADMIN, cluster=CLUSTER
     )
-    cfgs = {
-        node: write_config(
-            tmp_path / f"{node}.yaml",
-            {**base, "database": {"path": str(tmp_path / node), "url": postgres_url}},
-        )
-        for node in NODES
-    }
-    units = {s.name for s in build_tree(load_config(cfgs[NODES[0]]), request_log=True).specs}
-    bus_url = ",".join(nats_cluster.urls)
-    hosts = {
-        node: await spawn_serve(
-            processes, "--config", path, "--bus", bus_url, "--role", "actors", "--node-id", node
-        )
-        for node, path in cfgs.items()
-    }
-    ingress = await spawn_serve(
-        processes, "--config", cfgs[NODES[0]], "--bus", bus_url, "--role", "ingress", "--port", "0"
-    )
+    dep = await deploy(processes, tmp_path, base, NODES, nats_cluster.urls, postgres_url)
+    units, hosts, ingress = dep.units, dep.hosts, dep.ingress
     watcher = await open_bus(nats_cluster.urls[1], name="test-watcher")
     admin = httpx.AsyncClient(
         base_url=ingress.url, timeout=WAIT, headers={"authorization": f"Bearer {ADMIN}"}
