@@ -96,7 +96,7 @@ def _row(n: int, seconds: float) -> str:
     cands = strategy.candidates(views, RouteRequest(model="m", prompt_tokens=100), time.time())
     costs = [c.effective_cost or 0.0 for c in cands]
     objective = cost_tiebroken_objective([c.latency_ms for c in cands], costs)
-    budget = budget_for(costs, 0.5)
+    budget = budget_for(costs, 0.5, [c.latency_ms for c in cands])
     decisions = _time(decide, seconds)
     hull = _time(lambda _i: solve_hull(costs, objective, budget), seconds / 4)
     library = _time(lambda _i: solve_with_library(costs, objective, budget), seconds / 4)

@@ -38,8 +38,9 @@ RESOURCE_KEYS: dict[str, str] = {
 class RouteWiseParams(StrategyParams):
     """Algorithm parameters of one RouteWise model (spec "RouteWise").
 
-    - ``budget_alpha``: the LP's cost budget is ``c_min + alpha * (c_max - c_min)`` over the
-      feasible candidates' effective costs: 0 buys the cheapest mix, 1 the fastest.
+    - ``budget_alpha``: the LP's cost budget is ``c_min + alpha * (c_fast - c_min)`` over the
+      feasible candidates' effective costs (``c_fast`` the fastest one's): 0 buys the
+      cheapest mix, 1 the fastest.
     - ``reference_api_price``: prices the cost envelope (what one request would cost on an
       on-demand API); default: the cheapest priced on-demand route of the model.
     - ``envelope_*``: the rolling distribution of request costs whose percentiles are the

@@ -29,10 +29,16 @@ LP_EPS = 1e-9
 _KEEP = (0xFFFFF << 44).to_bytes(8, sys.byteorder)
 
 
-def budget_for(costs: Sequence[float], alpha: float) -> float:
-    """The LP budget ``c_min + alpha * (c_max - c_min)``."""
-    lo, hi = min(costs), max(costs)
-    return lo + alpha * (hi - lo)
+def budget_for(costs: Sequence[float], alpha: float, latencies: Sequence[float]) -> float:
+    """The LP budget ``c_min + alpha * (c_fast - c_min)`` over the feasible routes: from the
+    cheapest one to the fastest one (its cost; the cheapest among equally fast ones), so
+    alpha 1 is the fastest choice and alpha 0.5 spends half of what that costs over the
+    cheapest. A dearer route than the fastest buys nothing; measuring from the dearest one
+    put the middle budgets above what the fastest choice spends (under load, when the
+    fastest routes are queueing, the LP at alpha 0.5 paid more than at alpha 1)."""
+    lo = min(costs)
+    fastest = min(range(len(costs)), key=lambda i: (latencies[i], costs[i]))
+    return lo + alpha * (costs[fastest] - lo)
 
 
 def lp_key(

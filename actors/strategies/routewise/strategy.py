@@ -8,7 +8,8 @@ not benched, key pool serves the caller, modality and context fit):
    used fraction between the cost envelope's ``L`` and ``U``; concurrency routes nothing
    while a slot is free. A quota route whose pool has not resolved, or whose envelope is not
    calibrated yet, is masked; a full pool (quota or slots) is infeasible.
-2. the LP at budget ``c_min + alpha * (c_max - c_min)``, objective the mean TTFT (live
+2. the LP at budget ``c_min + alpha * (c_fast - c_min)`` (``c_fast`` the fastest feasible
+   route's cost), objective the mean TTFT (live
    window, else history, else the unprofiled default; ties broken on cost).
 3. the primary sampled from the LP's mix; the fallbacks are the LP re-solved without the
    routes already placed (``fallback_order``), so a retryable failure moves on to what the
@@ -422,7 +423,7 @@ class RouteWiseStrategy(RoutingStrategy):
         weights = self._lp_cache.get(key)
         if weights is None:
             objective = cost_tiebroken_objective(lat, costs)
-            weights = solve(costs, objective, budget_for(costs, self.params.budget_alpha))
+            weights = solve(costs, objective, budget_for(costs, self.params.budget_alpha, lat))
             if not weights:  # cannot happen (c_min fits its own budget); stay safe
                 weights = {min(range(len(costs)), key=costs.__getitem__): 1.0}
             self._lp_cache[key] = weights

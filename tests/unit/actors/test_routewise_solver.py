@@ -30,7 +30,7 @@ def test_hull_solver_matches_the_library_lp_on_random_instances(
 ) -> None:
     costs = [c for c, _ in points]
     objective = cost_tiebroken_objective([lat for _, lat in points], costs)
-    budget = budget_for(costs, alpha)
+    budget = budget_for(costs, alpha, [lat for _, lat in points])
     ours = solve_hull(costs, objective, budget)
     theirs = solve_with_library(costs, objective, budget)
     assert bool(ours) == bool(theirs)
@@ -51,3 +51,14 @@ def test_hull_solver_mixes_the_two_hull_vertices_around_the_budget() -> None:
     weights = solve_hull([0.0, 0.5, 1.0], [1000.0, 900.0, 100.0], 0.25)
     assert set(weights) == {0, 2}
     assert abs(weights[2] - 0.25) < 1e-12
+
+
+def test_budget_runs_from_the_cheapest_route_to_the_fastest_not_to_the_dearest() -> None:
+    # cheap-slow, fast, and a dearer route slower than the fast one (a queueing one)
+    costs, latencies = [0.1, 0.5, 1.0], [300.0, 100.0, 200.0]
+    assert budget_for(costs, 0.0, latencies) == 0.1
+    assert budget_for(costs, 1.0, latencies) == 0.5
+    # Before: 0.55, above what the fastest choice spends, so alpha 0.5 bought it outright.
+    assert abs(budget_for(costs, 0.5, latencies) - 0.3) < 1e-12
+    # Equally fast: the cheaper one is the fastest choice.
+    assert budget_for([0.1, 0.9, 0.4], 1.0, [300.0, 100.0, 100.0]) == 0.4
