@@ -55,24 +55,24 @@ async def _over_http(where: Target, since: float) -> tuple[list[TraceRequest], l
 
 
 async def _collect(ask: Ask, since: float) -> tuple[list[TraceRequest], list[TraceKey]]:
-    rows = await _rows(ask, since)
+    rows = await logged_rows(ask, since)
     named = {str(row.get("key_id") or "") for row in rows} - {""}
     keys = await _keys(ask, named) if named else []
     return trace_from_log(rows), keys
 
 
-async def _rows(ask: Ask, since: float) -> list[dict[str, Any]]:
-    """The request rows since ``since``, a page at a time (the newest first)."""
+async def logged_rows(ask: Ask, since: float, page_rows: int = PAGE) -> list[dict[str, Any]]:
+    """The request rows since ``since``, ``page_rows`` at a time (the newest first)."""
     rows: dict[str, dict[str, Any]] = {}
     until: float | None = None
     while True:
-        query: dict[str, Any] = {"since": since, "kind": "request", "limit": PAGE}
+        query: dict[str, Any] = {"since": since, "kind": "request", "limit": page_rows}
         if until is not None:
             query["until"] = until
         page: list[dict[str, Any]] = (await ask("log", "query", query)).get("rows", [])
         for row in page:
             rows.setdefault(str(row.get("request_id")), row)
-        if len(page) < PAGE:
+        if len(page) < page_rows:
             break
         # Just past the oldest row's time: rows sharing it come again (once each, by id).
         until = min(float(row["ts"]) for row in page) + 1e-6
