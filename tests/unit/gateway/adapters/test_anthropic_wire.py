@@ -8,8 +8,6 @@ that ids, tool calls and stop reasons survive Anthropic client -> gateway -> Ant
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -28,24 +26,10 @@ from gateway.adapters.anthropic_wire import (
 )
 from gateway.formats import anthropic_messages
 from schemas import InvalidRequestError
+from tests.fixtures.wire_files import WIRE, drain, load_wire
 
-WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
 JSON = dict[str, Any]
 _MESSAGES_REQUEST = pydantic.TypeAdapter(MessageCreateParamsStreaming)
-
-
-def _load(name: str) -> JSON:
-    data: JSON = json.loads((WIRE / name).read_text())
-    return data
-
-
-def _drain(value: Any) -> Any:
-    """Force pydantic's lazy Iterable validation all the way down."""
-    if isinstance(value, dict):
-        return {k: _drain(v) for k, v in value.items()}
-    if isinstance(value, list | Iterator):
-        return [_drain(v) for v in value]
-    return value
 
 
 def _events(name: str) -> list[tuple[str, JSON]]:
@@ -74,10 +58,10 @@ def _tool(name: str) -> JSON:
 
 def test_to_messages_request_with_recorded_chat_body_is_a_valid_messages_request() -> None:
     req = to_messages_request(
-        _load("chat_request_multiturn.json"), upstream_model="claude-sonnet-4-5-20250929"
+        load_wire("chat_request_multiturn.json"), upstream_model="claude-sonnet-4-5-20250929"
     )
 
-    _drain(_MESSAGES_REQUEST.validate_python(req))
+    drain(_MESSAGES_REQUEST.validate_python(req))
     assert req["model"] == "claude-sonnet-4-5-20250929"
     assert req["system"] == [
         {"type": "text", "text": "You are a helpful assistant."},
@@ -128,7 +112,7 @@ def test_to_messages_request_with_recorded_chat_body_is_a_valid_messages_request
 
 
 def test_to_messages_request_maps_parameters() -> None:
-    req = to_messages_request(_load("chat_request_multiturn.json"), upstream_model="c")
+    req = to_messages_request(load_wire("chat_request_multiturn.json"), upstream_model="c")
 
     assert req["max_tokens"] == 1024
     assert req["stop_sequences"] == ["\n\nEND"]
@@ -323,7 +307,7 @@ def test_to_messages_request_refuses_what_it_cannot_honour(chat: JSON, param: st
 
 
 def test_from_messages_response_with_recorded_tool_use_is_a_valid_chat_completion() -> None:
-    out = from_messages_response(_load("anthropic_message_tool_use.json"), model="gw-model")
+    out = from_messages_response(load_wire("anthropic_message_tool_use.json"), model="gw-model")
 
     completion = ChatCompletion.model_validate(out)
     assert (completion.id, completion.model) == ("msg_01Aq9w938a90dw8q", "gw-model")
@@ -396,19 +380,19 @@ def test_answer_round_trip_keeps_stop_sequence_and_tool_ids() -> None:
         "4",
     )
     assert back["usage"]["input_tokens"] == 5 and back["usage"]["cache_read_input_tokens"] == 2
-    tooled = from_messages_response(_load("anthropic_message_tool_use.json"), model="c")
+    tooled = from_messages_response(load_wire("anthropic_message_tool_use.json"), model="c")
     again = anthropic_messages.from_chat_response(tooled, model="c")
-    assert again["content"] == _load("anthropic_message_tool_use.json")["content"]
+    assert again["content"] == load_wire("anthropic_message_tool_use.json")["content"]
 
 
 def test_request_round_trip_through_the_anthropic_surface_keeps_ids_and_blocks() -> None:
-    original = _load("anthropic_request_claude_code.json")
+    original = load_wire("anthropic_request_claude_code.json")
 
     req = to_messages_request(
         anthropic_messages.to_chat_request(original), upstream_model="claude-sonnet-4-5"
     )
 
-    _drain(_MESSAGES_REQUEST.validate_python(req))
+    drain(_MESSAGES_REQUEST.validate_python(req))
     sent_ids = [b["id"] for m in req["messages"] for b in m["content"] if b["type"] == "tool_use"]
     result_ids = [
         b["tool_use_id"]

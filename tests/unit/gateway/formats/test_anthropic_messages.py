@@ -7,8 +7,6 @@ accumulator fed our frames through an in-memory transport.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -26,33 +24,11 @@ from gateway.formats.anthropic_messages import (
     to_chat_request,
 )
 from schemas import InvalidRequestError, UpstreamBadResponseError
+from tests.fixtures.wire_files import chat_chunks, drain, load_wire
 
-WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
 JSON = dict[str, Any]
 _STREAM_EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 _CHAT_REQUEST = pydantic.TypeAdapter(CompletionCreateParamsStreaming)
-
-
-def _load(name: str) -> JSON:
-    data: JSON = json.loads((WIRE / name).read_text())
-    return data
-
-
-def _drain(value: Any) -> Any:
-    """Force pydantic's lazy Iterable validation all the way down."""
-    if isinstance(value, dict):
-        return {k: _drain(v) for k, v in value.items()}
-    if isinstance(value, list | Iterator):
-        return [_drain(v) for v in value]
-    return value
-
-
-def _chat_chunks(name: str) -> list[JSON]:
-    chunks = []
-    for line in (WIRE / name).read_text().splitlines():
-        if line.startswith("data: ") and line != "data: [DONE]":
-            chunks.append(json.loads(line[6:]))
-    return chunks
 
 
 def _frames(raw: bytes) -> list[tuple[str, JSON]]:
@@ -108,9 +84,9 @@ def _completion(message: JSON, finish: str | None, **choice_extra: Any) -> JSON:
 
 
 def test_to_chat_request_with_recorded_claude_code_body_gives_valid_chat_request() -> None:
-    chat = to_chat_request(_load("anthropic_request_claude_code.json"))
+    chat = to_chat_request(load_wire("anthropic_request_claude_code.json"))
 
-    _drain(_CHAT_REQUEST.validate_python(chat))
+    drain(_CHAT_REQUEST.validate_python(chat))
     messages = chat["messages"]
     assert messages[0] == {
         "role": "system",
@@ -161,7 +137,7 @@ def test_to_chat_request_with_recorded_claude_code_body_gives_valid_chat_request
 
 
 def test_to_chat_request_maps_parameters_and_drops_top_k_and_thinking() -> None:
-    chat = to_chat_request(_load("anthropic_request_claude_code.json"))
+    chat = to_chat_request(load_wire("anthropic_request_claude_code.json"))
 
     assert chat["model"] == "claude-sonnet-4-5"
     assert chat["max_tokens"] == 32000
@@ -177,7 +153,9 @@ def test_to_chat_request_maps_parameters_and_drops_top_k_and_thinking() -> None:
         "function": {
             "name": "Bash",
             "description": "Executes a given bash command in a persistent shell session.",
-            "parameters": _load("anthropic_request_claude_code.json")["tools"][0]["input_schema"],
+            "parameters": load_wire("anthropic_request_claude_code.json")["tools"][0][
+                "input_schema"
+            ],
         },
     }
 
@@ -328,7 +306,7 @@ def test_to_chat_request_with_invalid_input_names_the_param(body: JSON, param: s
 
 
 def test_from_chat_response_with_recorded_tool_calls_is_a_valid_message() -> None:
-    out = from_chat_response(_load("chat_completion_tool_calls.json"), model="claude-x")
+    out = from_chat_response(load_wire("chat_completion_tool_calls.json"), model="claude-x")
 
     msg = Message.model_validate(out)
     assert msg.model == "claude-x"
@@ -462,7 +440,7 @@ def _run(stream: ChatToMessagesStream, chunks: list[JSON]) -> bytes:
 
 def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None:
     stream = ChatToMessagesStream("claude-x")
-    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
+    raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
 
     frames = _frames(raw)
     for event, data in frames:
@@ -494,7 +472,7 @@ def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None
 
 def test_stream_sends_argument_fragments_in_order_on_one_block_per_call() -> None:
     stream = ChatToMessagesStream("m")
-    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse"))
+    raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse"))
 
     deltas = [
         (d["index"], d["delta"]["partial_json"])
@@ -553,7 +531,7 @@ def test_stream_maps_finish_reason(
 
 def test_stream_cut_mid_answer_ends_with_error_event_and_no_message_stop() -> None:
     stream = ChatToMessagesStream("m")
-    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse")[:5])
+    raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")[:5])
     raw += b"".join(stream.error("upstream connection reset", "overloaded_error"))
 
     frames = _frames(raw)

@@ -7,8 +7,6 @@ Responses stream accumulator fed our frames through an in-memory transport.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -25,33 +23,11 @@ from gateway.formats.openai_responses import (
     to_chat_request,
 )
 from schemas import InvalidRequestError, UpstreamBadResponseError
+from tests.fixtures.wire_files import chat_chunks, drain, load_wire
 
-WIRE = Path(__file__).parents[3] / "fixtures" / "wire"
 JSON = dict[str, Any]
 _STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 _CHAT_REQUEST = pydantic.TypeAdapter(CompletionCreateParamsStreaming)
-
-
-def _load(name: str) -> JSON:
-    data: JSON = json.loads((WIRE / name).read_text())
-    return data
-
-
-def _drain(value: Any) -> Any:
-    """Force pydantic's lazy Iterable validation all the way down."""
-    if isinstance(value, dict):
-        return {k: _drain(v) for k, v in value.items()}
-    if isinstance(value, list | Iterator):
-        return [_drain(v) for v in value]
-    return value
-
-
-def _chat_chunks(name: str) -> list[JSON]:
-    return [
-        json.loads(line[6:])
-        for line in (WIRE / name).read_text().splitlines()
-        if line.startswith("data: ") and line != "data: [DONE]"
-    ]
 
 
 def _frames(raw: bytes) -> list[tuple[str, JSON]]:
@@ -107,9 +83,9 @@ def _minimal(**extra: Any) -> JSON:
 
 
 def test_to_chat_request_with_recorded_codex_body_gives_valid_chat_request() -> None:
-    chat = to_chat_request(_load("responses_request_codex.json"))
+    chat = to_chat_request(load_wire("responses_request_codex.json"))
 
-    _drain(_CHAT_REQUEST.validate_python(chat))
+    drain(_CHAT_REQUEST.validate_python(chat))
     roles = [m["role"] for m in chat["messages"]]
     assert roles == ["system", "user", "user", "assistant", "tool", "tool"]
     # instructions and the developer message become one system message
@@ -122,7 +98,7 @@ def test_to_chat_request_with_recorded_codex_body_gives_valid_chat_request() -> 
     assert image == {
         "type": "image_url",
         "image_url": {
-            "url": _load("responses_request_codex.json")["input"][2]["content"][1]["image_url"],
+            "url": load_wire("responses_request_codex.json")["input"][2]["content"][1]["image_url"],
             "detail": "auto",
         },
     }
@@ -141,7 +117,7 @@ def test_to_chat_request_with_recorded_codex_body_gives_valid_chat_request() -> 
 
 
 def test_to_chat_request_maps_parameters() -> None:
-    chat = to_chat_request(_load("responses_request_codex.json"))
+    chat = to_chat_request(load_wire("responses_request_codex.json"))
 
     assert chat["model"] == "gpt-5-codex"
     assert chat["max_tokens"] == 8192
@@ -156,7 +132,7 @@ def test_to_chat_request_maps_parameters() -> None:
                 "name": "shell",
                 "description": "Runs a shell command and returns its output.",
                 "strict": False,
-                "parameters": _load("responses_request_codex.json")["tools"][0]["parameters"],
+                "parameters": load_wire("responses_request_codex.json")["tools"][0]["parameters"],
             },
         }
     ]
@@ -382,7 +358,7 @@ def test_from_chat_response_with_recorded_tool_calls_is_a_valid_response() -> No
     )
 
     out = from_chat_response(
-        _load("chat_completion_tool_calls.json"), model="gpt-x", request=request
+        load_wire("chat_completion_tool_calls.json"), model="gpt-x", request=request
     )
 
     resp = Response.model_validate(out)
@@ -463,7 +439,7 @@ def _run(stream: ChatToResponsesStream, chunks: list[JSON]) -> bytes:
 
 def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None:
     stream = ChatToResponsesStream("gpt-x", request=_minimal())
-    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
+    raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
 
     frames = _frames(raw)
     for event, data in frames:
@@ -497,7 +473,7 @@ def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None
 
 def test_stream_sends_argument_fragments_in_order_per_item() -> None:
     stream = ChatToResponsesStream("m")
-    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse"))
+    raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse"))
 
     deltas = [
         (d["output_index"], d["delta"])
@@ -545,7 +521,7 @@ def test_stream_with_refusal_streams_a_refusal_part() -> None:
 
 def test_stream_cut_mid_answer_fails_and_never_completes() -> None:
     stream = ChatToResponsesStream("m")
-    raw = _run(stream, _chat_chunks("chat_stream_tool_calls.sse")[:5])
+    raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")[:5])
     raw += b"".join(stream.error("upstream connection reset"))
 
     frames = _frames(raw)
