@@ -1,4 +1,5 @@
-"""The routing rule language: validate and compile a rule set, evaluate it per request.
+"""The routing rule language: validate a rule set and compile it to the match trees of
+``schemas.rule_match``, which evaluate it per request.
 
 Pure functions, no I/O: the RulesActor validates a set before storing it, every ingress
 compiles the published set once and evaluates it on each ``model: "auto"`` request.
