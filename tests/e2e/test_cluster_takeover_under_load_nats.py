@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -39,9 +40,10 @@ from gateway.process.config import load_config
 from tests.e2e.cluster_support import owners_of, spawn_serve, until_owned, write_config
 from tests.e2e.conftest import WAIT, assert_openai_error, config, eid, model, route
 from tests.e2e.test_cluster_takeover_multiprocess_nats import CLUSTER
-from tests.fixtures.upstream import Reply
+from tests.fixtures.upstream import FastUpstream, Reply
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
     from openai.types.chat import ChatCompletionMessageParam
@@ -63,10 +65,10 @@ SERVED_AFTER_S = 5.0  # every request sent this long after the kill must be serv
 SCHEDULE = tuple("cccmrmmbmmmmrmmbmmmm")
 PRICING = {"prompt": 2.0, "completion": 10.0}  # USD per million tokens
 COST = 70e-6  # 10 prompt and 5 completion tokens (the fake upstream's usage) at PRICING
-# The RPM and budget keys send 10 requests a second: about 30 admitted before the kill, the
-# rest of their limit after the takeover (at half the rate, later: still within AFTER_S).
-RPM = 35
-BUDGET = 35 * COST
+# The RPM and budget keys send 10 requests a second: spent out before the kill (at a quarter
+# of the rate, after the takeover). Had the new owner lost the count, more would get through.
+RPM = 20
+BUDGET = 20 * COST
 CONCURRENCY = 2  # model c's key, whose upstream takes HOLD_S to answer
 HOLD_S = 0.25
 # The units the killed host must own: everything the proof says is not lost.
@@ -144,6 +146,23 @@ async def _load(
     ]
 
 
+@pytest.fixture
+async def fast() -> AsyncIterator[dict[str, FastUpstream]]:
+    """The upstreams of models m, r and b: counting only, the cheap server (the load's client
+    shares this process's CPU with them)."""
+    async with AsyncExitStack() as stack:
+        yield {name: await stack.enter_async_context(FastUpstream(name)) for name in "mrb"}
+
+
+def _fast_route(up: FastUpstream) -> dict[str, Any]:
+    return {
+        "kind": "openai_compat",
+        "base_url": up.openai_base_url,
+        "provider_model_id": f"{up.name}-model",
+        "pricing": PRICING,
+    }
+
+
 async def _until_placed(kv: KeyValue, placement: dict[str, str]) -> None:
     """Return once the units' owners are ``placement`` (the hosts, started together, have
     handed each other their shares). Raises AssertionError after ``2 * WAIT``."""
@@ -199,15 +218,17 @@ async def test_a_killed_actors_host_at_100_requests_a_second_loses_nothing_and_l
     postgres_url: str,
     tmp_path: Path,
     fake_upstreams: UpstreamFactory,
+    fast: dict[str, FastUpstream],
     processes: list[GatewayProcess],
 ) -> None:
     ups: dict[str, FakeUpstream] = {
-        name: await fake_upstreams(name) for name in ("m", "r", "c", "b", "sick", "spare")
+        name: await fake_upstreams(name) for name in ("c", "sick", "spare")
     }
     ups["c"].set_default(Reply(delay=HOLD_S))
     ups["sick"].set_default(Reply(status=500))
     base = config(
-        *(model(name, route(ups[name], pricing=PRICING)) for name in ("m", "r", "c", "b")),
+        *(model(name, _fast_route(up)) for name, up in fast.items()),
+        model("c", route(ups["c"], pricing=PRICING)),
         model("sick", route(ups["sick"]), route(ups["spare"], fallback_only=True)),
         admin_key=ADMIN,
         cluster=CLUSTER,
@@ -265,7 +286,7 @@ async def test_a_killed_actors_host_at_100_requests_a_second_loses_nothing_and_l
         keys["r"], ids["r"] = await _make_key(admin, "rate", rpm=RPM)
         keys["c"], ids["c"] = await _make_key(admin, "slots", concurrency=CONCURRENCY)
         keys["b"], ids["b"] = await _make_key(admin, "spender", budget_usd=BUDGET)
-        endpoint = eid("m", ups["m"])
+        endpoint = f"m:local-{fast['m'].port}"
         await _admin(admin, "routing/set_weight", {"model": "m", "endpoint": endpoint, "weight": 4})
         await _admin(admin, "rules/put", {"rules": [RULE]})
         await _admin(admin, "chains/create", {"name": "duo", "models": ["m", "b"]})
@@ -327,10 +348,10 @@ async def test_a_killed_actors_host_at_100_requests_a_second_loses_nothing_and_l
         # In flight at the kill, or sent within SERVED_AFTER_S of it.
         assert o.ended > 0 and o.sent < SERVED_AFTER_S, (o, _by_second(outcomes))
     late = [o for o in outcomes if o.sent >= SERVED_AFTER_S]
-    # The load is open-loop at RATE; on a machine too busy to send that many, at least half
-    # of it (what the limits above are sized for; the figure is in the message).
+    # The load is open-loop at RATE; on a machine too busy to send that many, at least a
+    # quarter of it (what the limits above are sized for; the figure is in the message).
     sent_rate = len(late) / (AFTER_S - SERVED_AFTER_S)
-    assert sent_rate >= RATE / 2, (f"{sent_rate:.0f}/s sent late", _by_second(outcomes))
+    assert sent_rate >= RATE / 4, (f"{sent_rate:.0f}/s sent late", _by_second(outcomes))
     assert all(o.status == 200 for o in late if o.model == "m"), _by_second(outcomes)
 
     # Every answered request is in the log and the spend.
@@ -339,14 +360,15 @@ async def test_a_killed_actors_host_at_100_requests_a_second_loses_nothing_and_l
     assert spend["total_usd"] == pytest.approx(len(answered) * COST, rel=1e-6)
 
     # The limits held, counted where they matter.
-    counted = {name: len(ups[name].requests) for name in ("r", "c", "b")}
+    counted = {"c": len(ups["c"].requests), **{name: fast[name].requests for name in "rb"}}
     assert counted["r"] <= RPM, counted
     assert ups["c"].max_in_flight <= CONCURRENCY
     assert counted["b"] * COST <= BUDGET * (1 + 1e-9), counted
     for name in ("r", "c", "b"):  # each limit used before the kill, and in force after it
         assert any(o.status == 200 for o in outcomes if o.model == name and o.ended < 0), name
-        after = [o.status for o in outcomes if o.model == name and o.sent > 0]
-        assert 200 in after and 429 in after, (name, _by_second(outcomes))
+        late_statuses = {o.status for o in late if o.model == name}
+        assert 429 in late_statuses, (name, _by_second(outcomes))
+    assert 200 in {o.status for o in late if o.model == "c"}  # its slots were given back
 
     # Nothing set before the kill was lost.
     routes = {r["endpoint"]: r["weight"] for r in weights["models"][0]["routes"]}
