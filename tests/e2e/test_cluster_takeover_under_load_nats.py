@@ -163,9 +163,12 @@ def _fast_route(up: FastUpstream) -> dict[str, Any]:
     }
 
 
-async def _until_placed(kv: KeyValue, placement: dict[str, str]) -> None:
+async def _until_placed(
+    kv: KeyValue, placement: dict[str, str], hosts: dict[str, GatewayProcess]
+) -> None:
     """Return once the units' owners are ``placement`` (the hosts, started together, have
-    handed each other their shares). Raises AssertionError after ``2 * WAIT``."""
+    handed each other their shares). Raises AssertionError after ``2 * WAIT``, with what the
+    hosts logged (they are stopped for it)."""
     owners: dict[str, str] = {}
     try:
         async with asyncio.timeout(2 * WAIT):
@@ -175,7 +178,8 @@ async def _until_placed(kv: KeyValue, placement: dict[str, str]) -> None:
                     return
                 await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
     except TimeoutError:
-        raise AssertionError(f"owners {owners}, not {placement}") from None
+        logs = {node: await asyncio.to_thread(h.stop) for node, h in hosts.items()}
+        raise AssertionError(f"owners {owners}, not {placement}; logs {logs}") from None
 
 
 async def _make_key(admin: httpx.AsyncClient, user: str, **limit: Any) -> tuple[str, str]:
@@ -275,7 +279,7 @@ async def test_a_killed_actors_host_at_100_requests_a_second_loses_nothing_and_l
     began = time.time()
     try:
         kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
-        await _until_placed(kv, {u: owner_of(u, nodes) for u in units})
+        await _until_placed(kv, {u: owner_of(u, nodes) for u in units}, hosts)
         victim = owner_of("models", nodes)
         survivor = nodes[1] if victim == nodes[0] else nodes[0]
 
