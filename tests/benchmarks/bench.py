@@ -10,11 +10,16 @@ It starts the fast fake upstream (``tests.fixtures.upstream --mode fast``) and t
 gateway for a fixed time, and prints requests per second, p50/p99 latency, time to first
 byte (streaming) and errors, plus the latency the gateway adds at concurrency 1.
 
-Placement (two cores): the gateway (and a NATS server when it starts one) is pinned to
-``--gateway-cpus`` (default core 0) with ``taskset``; the upstream and the load generator
-share ``--load-cpus`` (default core 1). The load generator is a separate process: aiohttp,
-one keep-alive connection per concurrent worker, each worker looping for ``--warmup`` plus
-``--duration`` seconds; a request counts when it completes inside the measured window.
+Topology (``--roles``, ``--cluster``; see ``bench_topology.py``): one ``llmgw serve``, or on a
+NATS bus an actors host and an ingress apart, optionally in cluster mode; each gateway row
+names it, and the gateway's CPU sums every process of it.
+
+Placement (two cores): the gateway (every process of it, and a NATS server when it starts
+one) is pinned to ``--gateway-cpus`` (default core 0) with ``taskset``; the upstream and the
+load generator share ``--load-cpus`` (default core 1). The load generator is a separate
+process: aiohttp, one keep-alive connection per concurrent worker, each worker looping for
+``--warmup`` plus ``--duration`` seconds; a request counts when it completes inside the
+measured window.
 Loopback only; every child process is stopped on exit, Ctrl-C and errors included.
 
 On a shared machine, ``--quiet-wait`` holds each row until the cores are idle and
