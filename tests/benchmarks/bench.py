@@ -797,18 +797,46 @@ def _bench_key(where: list[str], *, limited: bool) -> str:
     return str(json.loads(done.stdout)["key"])
 
 
+def _start_postgres(services: contextlib.ExitStack, cpus: str | None) -> str:
+    """A throwaway PostgreSQL (the tests' ``start_postgres_server``, stopped when ``services``
+    closes) running on ``cpus``: its processes inherit this one's CPU affinity, set to
+    ``cpus`` for the start only. Returns the URL of a database made for the benchmark."""
+    from tests.fixtures.postgres import (
+        PostgresServerError,
+        create_database,
+        start_postgres_server,
+    )
+
+    before = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, _cpu_list(cpus))
+    try:
+        server = services.enter_context(start_postgres_server())
+    except PostgresServerError as exc:
+        raise RuntimeError(str(exc)) from None
+    finally:
+        os.sched_setaffinity(0, before)
+    return create_database(server, "llmgw_bench")
+
+
 def _start_gateway(
-    kids: Children, args: argparse.Namespace, tmp: Path, upstream_url: str, bus_url: str
+    kids: Children,
+    args: argparse.Namespace,
+    tmp: Path,
+    upstream_url: str,
+    bus_url: str,
+    database_url: str | None = None,
 ) -> tuple[str, dict[str, int]]:
-    """Start the gateway's processes of ``args.roles`` pinned to the gateway cpus; return the
-    URL serving HTTP and the pids whose CPU is the gateway's, by name. With ``--cluster``,
-    return once placement settled."""
+    """Start the gateway's processes of ``args.roles`` pinned to the gateway cpus, the request
+    log in the PostgreSQL at ``database_url`` if given; return the URL serving HTTP and the
+    pids whose CPU is the gateway's, by name. With ``--cluster``, return once placement
+    settled."""
     config = tmp / "gateway.yaml"
     config.write_text(
         _gateway_config(upstream_url)
         + ("telemetry: {enabled: true}\n" if args.telemetry else "")
         + f"server: {{engine: {args.engine}}}\n"
-        + topology_config(args.cluster)
+        + topology_config(args.cluster, database_url)
     )
     if (args.limit or args.key) and not args.cluster:
         args.bench_key = _bench_key(["--db", str(tmp / "llmgw.sqlite3")], limited=args.limit)
@@ -905,7 +933,10 @@ def _put_rules(gateway_url: str, n: int) -> None:
 def run(args: argparse.Namespace) -> list[StepResult]:
     """Start the upstream and the gateway, measure every step, return the results."""
     results: list[StepResult] = []
-    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="llmgw-bench-") as scratch,
+        contextlib.ExitStack() as services,  # closed after the children stopped
+    ):
         tmp = Path(scratch)
         kids = Children(Path(args.keep_logs) if args.keep_logs else tmp)
         kids.logdir.mkdir(parents=True, exist_ok=True)
@@ -934,7 +965,10 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             gateway_url = ""
             gateway_pids: dict[str, int] = {}
             if "gateway" in args.targets:
-                gateway_url, gateway_pids = _start_gateway(kids, args, tmp, upstream_url, bus_url)
+                database_url = _start_postgres(services, args.load_cpus) if args.postgres else None
+                gateway_url, gateway_pids = _start_gateway(
+                    kids, args, tmp, upstream_url, bus_url, database_url
+                )
                 if args.rules:
                     _put_rules(gateway_url, args.rules)
                 if args.dashboard:
@@ -1196,6 +1230,8 @@ def _environment(args: argparse.Namespace) -> str:
     if args.roles == "split":
         bus += "; topology split: one llmgw serve --role actors and one --role ingress"
         bus += ", cluster.enabled (one actors host, snapshots in JetStream)" if args.cluster else ""
+    if args.postgres:
+        bus += "; request log in PostgreSQL (database.url) on the load cpus"
     knobs = "".join(f"hypercorn {h}; " for h in args.hypercorn)
     knobs += f"engine {args.engine}; " if args.engine != "hypercorn" else ""
     knobs += f"--workers {args.workers}; " if args.workers != "1" else ""
@@ -1292,6 +1328,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with --roles split: cluster.enabled (the actors host heartbeats into JetStream, "
         "owns its units under fencing and keeps its snapshots there)",
+    )
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="keep the request log in a PostgreSQL the script starts (Debian's package) on "
+        "--load-cpus (database.url), as several actors hosts must; its CPU is not the "
+        "gateway's (it shows in the others' column)",
     )
     p.add_argument(
         "--rules",

@@ -10,7 +10,8 @@ split processes are ready to be measured.
   so the one actors host heartbeats into JetStream, owns its units under fencing revisions
   and keeps its snapshots in JetStream key-value buckets (heartbeat and TTL at their
   defaults, replicas as the one server allows: R1). One actors host may keep the request log
-  in its SQLite file (a second one would need ``database.url``), so it does.
+  in its SQLite file (a second one would need ``database.url``), so it does unless
+  ``--postgres`` puts it in PostgreSQL, as a cluster of several hosts must.
 
 The gateway's CPU figure of a row is the sum of every process of its topology (the ingress,
 the actors host, a nats-server the script started).
@@ -51,9 +52,11 @@ def topology_problem(*, roles: str, cluster: bool, bus: str, workers: str) -> st
     return None
 
 
-def topology_config(cluster: bool) -> str:
-    """The config lines the topology adds to the benchmark's gateway config (YAML)."""
-    return "cluster: {enabled: true}\n" if cluster else ""
+def topology_config(cluster: bool, database_url: str | None = None) -> str:
+    """The config lines the topology adds to the benchmark's gateway config (YAML): cluster
+    mode, and the request log in the PostgreSQL at ``database_url`` (None: SQLite)."""
+    text = "cluster: {enabled: true}\n" if cluster else ""
+    return text + (f"database: {{url: {json.dumps(database_url)}}}\n" if database_url else "")
 
 
 def role_args(role: str, bus_url: str) -> list[str]:

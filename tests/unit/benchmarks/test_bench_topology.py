@@ -68,6 +68,15 @@ def test_cluster_config_validates_as_the_actors_host_loads_it_with_defaults(
     assert config.database.url is None  # one actors host keeps the request log in SQLite
 
 
+def test_postgres_url_puts_the_request_log_in_postgresql(tmp_path: Path) -> None:
+    url = "postgresql://postgres@127.0.0.1:5432/llmgw_bench"
+    path = tmp_path / "gateway.yaml"
+    path.write_text(_gateway_config("http://127.0.0.1:9") + topology_config(True, url))
+    config = load_checked_config(str(path))
+    assert config.cluster.enabled
+    assert config.database.url == url
+
+
 def test_topology_config_without_cluster_adds_nothing() -> None:
     assert topology_config(cluster=False) == ""
 
