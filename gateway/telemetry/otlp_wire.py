@@ -19,6 +19,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.telemetry.recorded_span import RecordedSpan
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
@@ -150,17 +152,25 @@ class SpanEncoder:
             found = self._names[name] = _field(b"\x2a", name.encode())
         return found
 
-    def _span(self, span: ReadableSpan) -> bytes:
-        ctx = span.get_span_context()
-        assert ctx is not None  # an SDK span always has its context
-        parts = [b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"), b"\x12\x08"]
-        parts.append(ctx.span_id.to_bytes(8, "big"))
-        if ctx.trace_state:
-            state = ",".join(f"{k}={v}" for k, v in ctx.trace_state.items())
+    def _span(self, span: ReadableSpan | RecordedSpan) -> bytes:
+        if type(span) is RecordedSpan:  # its ids as they are: no SpanContext made
+            trace_id, span_id, trace_state = span.trace_id, span.span_id, span.trace_state
+            parent_id: int | None = span.parent_id or None
+            remote = span.remote_parent is not None
+        else:
+            ctx = span.get_span_context()
+            assert ctx is not None  # an SDK span always has its context
+            trace_id, span_id, trace_state = ctx.trace_id, ctx.span_id, ctx.trace_state
+            parent = span.parent
+            parent_id = parent.span_id if parent is not None else None
+            remote = parent is not None and parent.is_remote
+        parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08"]
+        parts.append(span_id.to_bytes(8, "big"))
+        if trace_state:
+            state = ",".join(f"{k}={v}" for k, v in trace_state.items())
             parts.append(_field(b"\x1a", state.encode()))
-        parent = span.parent
-        if parent is not None:
-            parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+        if parent_id is not None:
+            parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
         parts.append(self._name(span.name))
         parts.append(_KINDS[span.kind])
         parts += (b"\x39", _pack_u64(span.start_time or 0), b"\x41", _pack_u64(span.end_time or 0))
@@ -181,10 +191,10 @@ class SpanEncoder:
             parts.append(_field(b"\x7a", body + _STATUS_CODES[status.status_code]))
         else:
             parts.append(_STATUSES[status.status_code])
-        parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+        parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return b"".join(parts)
 
-    def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
+    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
         of first appearance). Raises ValueError for a span with links (this gateway makes none:
         the SDK's encoder serves those)."""
