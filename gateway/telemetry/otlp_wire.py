@@ -36,9 +36,12 @@ _pack_double = struct.Struct("<d").pack
 # SpanFlags: the context's remoteness is known (0x100), and the parent was remote (0x200).
 _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)
-_CACHED_TYPES = (str, bool, int, float)  # a tuple (1,) equals (True,): never cached
-_KINDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto's from 1
-_STATUS_CODES = {code: b"\x18" + bytes((code.value,)) if code.value else b"" for code in StatusCode}
+_CACHED_TYPES = (str, bool, int, float)  # a tuple (1,) equals (True,): only of strings
+# Keyed by the members' ids: an Enum member hashes in Python code (its name's hash), an int in C.
+_KINDS = {id(kind): b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto's from 1
+_STATUS_CODES = {
+    id(code): b"\x18" + bytes((code.value,)) if code.value else b"" for code in StatusCode
+}
 _STATUSES = {code: b"\x7a" + bytes((len(body),)) + body for code, body in _STATUS_CODES.items()}
 
 
@@ -59,7 +62,11 @@ def _varint(n: int) -> bytes:
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field (``tag`` is the field's key byte(s))."""
     n = len(payload)
-    return tag + (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + payload
+    if n < 0x80:
+        return tag + _ONE_BYTE[n] + payload
+    if n < 0x4000:  # a span's body: two length bytes
+        return tag + bytes(((n & 0x7F) | 0x80, n >> 7)) + payload
+    return tag + _varint(n) + payload
 
 
 def _any_value(value: Any) -> bytes:
@@ -107,8 +114,10 @@ class SpanEncoder:
         pairs = self._pairs
         for key, value in attributes.items():
             if not isinstance(value, _CACHED_TYPES):
-                parts.append(_field(tag, _key_value(key, value)))
-                continue
+                if type(value) is not list or not all(type(v) is str for v in value):
+                    parts.append(_field(tag, _key_value(key, value)))
+                    continue
+                value = tuple(value)  # strings (finish reasons): cached as a tuple
             cache_key = (key, type(value), value)
             found = pairs.get(cache_key)
             if found is None:
@@ -172,7 +181,7 @@ class SpanEncoder:
         if parent_id is not None:
             parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
         parts.append(self._name(span.name))
-        parts.append(_KINDS[span.kind])
+        parts.append(_KINDS[id(span.kind)])
         parts += (b"\x39", _pack_u64(span.start_time or 0), b"\x41", _pack_u64(span.end_time or 0))
         parts.append(self._attributes(b"\x4a", span.attributes))
         if span.dropped_attributes:
@@ -188,9 +197,9 @@ class SpanEncoder:
         status = span.status
         if status.description:
             body = _field(b"\x12", status.description.encode())
-            parts.append(_field(b"\x7a", body + _STATUS_CODES[status.status_code]))
+            parts.append(_field(b"\x7a", body + _STATUS_CODES[id(status.status_code)]))
         else:
-            parts.append(_STATUSES[status.status_code])
+            parts.append(_STATUSES[id(status.status_code)])
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return b"".join(parts)
 
