@@ -5,8 +5,8 @@ lookup, a sampler call, a locked and validated attribute mapping, the processor 
 request makes four. Here the sampler decides once per request, for its SERVER span (every
 built-in sampler gives the children the same answer: parent-based ones follow the parent,
 the others depend on the trace id alone), ids come from the provider's id generator, and a
-span is a slotted record whose attributes are a dict, handed at its end to the same
-BatchSpanProcessor an SDK span would reach. It offers what the batch processor and the
+span is a slotted record whose attributes are a dict, handed at its end to the provider's
+span processor (gateway.telemetry.span_batcher). It offers what a processor and the
 exporter read of a ReadableSpan (gateway.telemetry.otlp_wire encodes it). Values are the
 gateway's own (config ids, counts, bounded text): ``None`` values are dropped as the SDK
 drops them; no other validation or span limit applies.
