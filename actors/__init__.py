@@ -11,13 +11,14 @@ from __future__ import annotations
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext, Cancellable, Serve
 from actors.capacity import CapacityActor
+from actors.child_spec import ChildSpec, Restart, Strategy
 from actors.config_owner import ConfigActor, ConfigState
 from actors.endpoint import EndpointActor
 from actors.health import HealthActor
 from actors.model import ModelActor
 from actors.store import StoreActor
 from actors.stores.snapshots import SnapshotStore
-from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor, SupervisorGaveUpError
+from actors.supervisor import Supervisor, SupervisorGaveUpError
 from actors.tree import build_tree
 
 __all__ = [

@@ -25,11 +25,12 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.base import Actor, ActorContext, Cancellable, Serve
+from actors.child_spec import ChildSpec, Restart, Strategy
 from actors.keyregistry import KeyRegistryActor, PoolRoute
 from actors.state.backoff import ProbeBackoff, first_probe_after
 from actors.state.keypool import KeyPool, declaration_of
 from actors.state.route_table import candidate_for
-from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
+from actors.supervisor import Supervisor
 from bus import Envelope, NoRespondersError, RequestTimeoutError
 from schemas import (
     QUOTA_EXHAUSTED,

@@ -35,9 +35,7 @@ and ``LeaseExpired`` on ``llmgw.events.limits`` when a lease's ingress stopped r
 
 from __future__ import annotations
 
-import heapq
 import logging
-import math
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -51,13 +49,12 @@ from actors.state.limit_counters import (
     Counters,
     Holds,
     Lease,
-    Refusal,
     admit,
     count_unleased,
     settle,
 )
-from actors.state.limit_leases import dump_lease, restore_lease
-from actors.state.limit_usage import subject_usage, usage_report
+from actors.state.limit_leases import LeaseBook, dump_lease, restore_lease
+from actors.state.limit_usage import admit_reply, counters_now, subject_usage, usage_report
 from actors.stores.db import open_db
 from actors.stores.limits import LIMITS, CountersSave, LimitsStorage, SqliteLimits
 from actors.stores.limits_snapshot import SnapshotLimits
@@ -67,7 +64,6 @@ from schemas import (
     ApiKeyLookup,
     BusTimeoutError,
     GatewayError,
-    InvalidRequestError,
     NoRespondersError,
     RouteNotFoundError,
     raise_for_reply,
@@ -88,7 +84,7 @@ from schemas.limits import (
     LimitSpec,
     LimitsState,
     spec_arg,
-    subject_of,
+    subject_arg,
 )
 
 if TYPE_CHECKING:
@@ -120,29 +116,6 @@ class _Snapshot:
 @dataclass(frozen=True, slots=True)
 class _Flush:
     """Save what admissions and settles changed, then answer them (a cluster's owner)."""
-
-
-def subject_arg(cmd: AdminCommand) -> str:
-    """The subject an admin command names (``subject``, or ``kind`` and ``id``). Raises
-    InvalidRequestError."""
-    args = cmd.args
-    raw = args.get("subject")
-    if raw is None:
-        kind, ident = args.get("kind"), args.get("id")
-        if not isinstance(kind, str) or not isinstance(ident, str):
-            raise InvalidRequestError(
-                "name the subject: 'subject' (e.g. key:k-1a2b) or "
-                "'kind' (key, user, org, role) and 'id'",
-                param="subject",
-            )
-        raw = f"{kind}:{ident}"
-    if not isinstance(raw, str):
-        raise InvalidRequestError("'subject' must be a string", param="subject")
-    kind, _, ident = raw.partition(":")
-    try:
-        return subject_of(kind, ident)
-    except ValueError as exc:
-        raise InvalidRequestError(str(exc), param="subject") from None
 
 
 class LimitsActor(Actor):
@@ -190,11 +163,9 @@ class LimitsActor(Actor):
         loaded = await self._storage.load(now - _SETTLED_KEEP_S)
         self._specs = loaded.specs
         self._counters = {s: Counters.restore(snap, now) for s, snap in loaded.counters.items()}
-        self._leases: dict[str, Lease] = {}
-        self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
+        self._leases = LeaseBook()
         for snap in loaded.leases:
-            lease = self._leases[snap.request_id] = restore_lease(snap, self._counter)
-            heapq.heappush(self._deadlines, (lease.expires, lease.request_id))
+            self._leases.add(restore_lease(snap, self._counter))
         self._dirty: set[str] = set()
         self._leases_dirty = False  # admitted, settled, renewed or expired since the save
         self._expired: list[LeaseExpired] = []
@@ -238,11 +209,8 @@ class LimitsActor(Actor):
                 await self._flush_soon()
             case LimitRenew() as renew:
                 expires = self._clock() + self._settings.lease_ttl_seconds
-                for rid in renew.request_ids:
-                    lease = self._leases.get(rid)
-                    if lease is not None:
-                        lease.expires = expires
-                        self._leases_dirty = True  # saved with the next snapshot
+                if self._leases.renew(renew.request_ids, expires):
+                    self._leases_dirty = True  # saved with the next snapshot
             case LimitsGet():
                 await env.respond(self._state())
             case _ if self.admin.owns(env):
@@ -313,39 +281,11 @@ class LimitsActor(Actor):
             self._settings.lease_ttl_seconds,
         )
         if isinstance(verdict, Lease):
-            self._leases[req.request_id] = verdict
-            heapq.heappush(self._deadlines, (verdict.expires, req.request_id))
+            self._leases.add(verdict)
             self._dirty.update(s for s, _ in holds)
             self._leases_dirty = True
-            return self._reply(pairs, now, None)
-        return self._reply(pairs, now, verdict)
-
-    @staticmethod
-    def _reply(pairs: Holds, now: float, refusal: Refusal | None) -> AdmitReply:
-        """The verdict with the rate headers of the tightest subject on each axis."""
-        req_hdr: tuple[int, int, float] | None = None
-        tok_hdr: tuple[int, int, float] | None = None
-        for _, spec, c in pairs:
-            if spec.rpm is not None:
-                left = max(0, spec.rpm - int(c.requests.total(now)))
-                if req_hdr is None or left < req_hdr[1]:
-                    req_hdr = (spec.rpm, left, c.requests.reset_in(now))
-            if spec.tpm is not None:
-                left = max(0, spec.tpm - math.ceil(c.tokens.total(now)))
-                if tok_hdr is None or left < tok_hdr[1]:
-                    tok_hdr = (spec.tpm, left, c.tokens.reset_in(now))
-        return AdmitReply(
-            admitted=refusal is None,
-            code=refusal.code if refusal else "",
-            message=refusal.message if refusal else "",
-            retry_after=refusal.retry_after if refusal else None,
-            limit_requests=req_hdr[0] if req_hdr else None,
-            remaining_requests=req_hdr[1] if req_hdr else None,
-            reset_requests=req_hdr[2] if req_hdr else None,
-            limit_tokens=tok_hdr[0] if tok_hdr else None,
-            remaining_tokens=tok_hdr[1] if tok_hdr else None,
-            reset_tokens=tok_hdr[2] if tok_hdr else None,
-        )
+            return admit_reply(pairs, now, None)
+        return admit_reply(pairs, now, verdict)
 
     async def _settle(self, done: LimitSettle) -> None:
         now = self._clock()
@@ -353,7 +293,7 @@ class LimitsActor(Actor):
             return  # sent again: its answer was lost, or it was owed and sent twice
         self._settled[done.request_id] = now
         self._unsaved_settled.append((done.request_id, now))
-        lease = self._leases.pop(done.request_id, None)
+        lease = self._leases.pop(done.request_id)
         if lease is not None:
             self._leases_dirty = True
             settle(lease, done.tokens, done.cost_usd, now)
@@ -380,19 +320,7 @@ class LimitsActor(Actor):
     def _expire(self, now: float) -> None:
         """Settle every lease whose ingress stopped renewing it, at its reservation, and
         announce it (``LeaseExpired`` on ``llmgw.events.limits``)."""
-        dead = []
-        heap = self._deadlines
-        while heap and heap[0][0] <= now:  # cheap per admission: only what is due
-            _, rid = heapq.heappop(heap)
-            lease = self._leases.get(rid)
-            if lease is None:
-                continue  # settled already
-            if lease.expires > now:  # renewed since: due later
-                heapq.heappush(heap, (lease.expires, rid))
-                continue
-            dead.append(lease)
-        for lease in dead:
-            del self._leases[lease.request_id]
+        for lease in self._leases.expired(now):
             self._leases_dirty = True
             self._dirty.update(h.subject for h in lease.holds)
             logger.info("limits: lease of %s (ingress %s) expired", lease.request_id, lease.ingress)
@@ -420,23 +348,10 @@ class LimitsActor(Actor):
         budget = spec.budget_usd
         if budget is None:
             return
-        c.roll(spec, now)
-        period = c.period
-        crossed = []
-        if (
-            spec.soft_fraction is not None
-            and c.spent_usd >= budget * spec.soft_fraction
-            and c.warned != period
-        ):
-            c.warned = period
-            crossed.append(False)
-        if c.spent_usd >= budget and c.exhausted != period:
-            c.exhausted = period
-            crossed.append(True)
-        for exhausted in crossed:
+        for exhausted in c.budget_crossings(spec, now):
             event = BudgetThreshold(
                 subject=subject,
-                period=period,
+                period=c.period,
                 spent_usd=c.spent_usd,
                 budget_usd=budget,
                 exhausted=exhausted,
@@ -457,7 +372,7 @@ class LimitsActor(Actor):
             snaps = {s: self._counters[s].snapshot() for s in self._dirty if s in self._counters}
             settled, self._unsaved_settled = self._unsaved_settled, []
             leases = (
-                [dump_lease(lease) for lease in self._leases.values()] if leases_dirty else None
+                [dump_lease(lease) for lease in self._leases.leases()] if leases_dirty else None
             )
             self._dirty, self._leases_dirty = set(), False
             now = self._clock()
@@ -497,31 +412,16 @@ class LimitsActor(Actor):
             return {
                 "limits": {s: msgspec.to_builtins(spec) for s, spec in sorted(self._specs.items())}
             }
-        subject = subject_arg(cmd)
+        subject = subject_arg(cmd.args)
         spec = self._specs.get(subject)
         now = self._clock()
         c = self._counters.get(subject)
-        usage: dict[str, Any] = {
-            "requests_last_minute": 0,
-            "tokens_last_minute": 0,
-            "in_flight": 0,
-            "spent_usd": 0.0,
-            "period": "",
-        }
-        if c is not None:
-            if spec is not None and spec.budget_usd is not None:
-                c.roll(spec, now)
-            usage = {
-                "requests_last_minute": int(c.requests.total(now)),
-                "tokens_last_minute": int(c.tokens.total(now)),
-                "in_flight": c.in_flight,
-                "spent_usd": c.spent_usd,
-                "period": c.period,
-            }
+        if c is not None and spec is not None and spec.budget_usd is not None:
+            c.roll(spec, now)
         return {
             "subject": subject,
             "limit": msgspec.to_builtins(spec) if spec else None,
-            "usage": usage,
+            "usage": counters_now(c, now),
         }
 
     async def _usage(self, cmd: AdminCommand) -> dict[str, Any]:
@@ -536,7 +436,7 @@ class LimitsActor(Actor):
         return usage_report(rows)
 
     async def _set(self, cmd: AdminCommand) -> dict[str, Any]:
-        subject = subject_arg(cmd)
+        subject = subject_arg(cmd.args)
         spec = spec_arg(cmd.args)
         if subject.startswith("key:"):
             await self._check_key(subject[len("key:") :])
@@ -566,7 +466,7 @@ class LimitsActor(Actor):
             )
 
     async def _clear(self, cmd: AdminCommand) -> dict[str, Any]:
-        subject = subject_arg(cmd)
+        subject = subject_arg(cmd.args)
         await stored(self._storage.save_limit(subject, None, self._clock()), "limits")
         existed = self._specs.pop(subject, None) is not None
         await self._publish_state()

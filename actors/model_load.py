@@ -85,7 +85,7 @@ class ModelLoad:
             changed = limit.rate_limited(sent_with, now)
         elif obs.outcome == "success" and at_send >= 0 and not obs.probe:
             ttft = obs.ttft_ms if obs.ttft_ms is not None else obs.latency_ms
-            changed = self.load.succeeded(obs.endpoint, ttft, at_send, now)
+            changed = self.load.succeeded(obs.endpoint, ttft, at_send, now, obs.latency_ms)
         return self._event(obs.endpoint, now) if changed else None
 
     def _event(self, endpoint: str, now: float) -> RouteCapacity | None:

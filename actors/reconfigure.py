@@ -22,10 +22,12 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from actors.supervisor import ChildSpec, Supervisor
+from actors.child_spec import ChildSpec
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
+
+    from actors.supervisor import Supervisor
 
 logger = logging.getLogger(__name__)
 

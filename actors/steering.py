@@ -35,10 +35,12 @@ from actors.chain import Catalogue, ChainActor, check_models
 from actors.state.evidence_gate import EvidenceGate
 from actors.state.scoring import BookSnapshot, EvidenceBook
 from actors.state.steering_settings import (
-    bool_arg,
+    chain_edit_arg,
     chain_view,
-    entries_arg,
+    configured_state,
     fraction,
+    initial_chains,
+    new_chain_arg,
     settings_view,
     with_guardrails,
     with_profile,
@@ -46,11 +48,9 @@ from actors.state.steering_settings import (
 from schemas import (
     AdminCommand,
     ChainEdit,
-    ChainEntry,
     ChainState,
     EndpointState,
     Evidence,
-    Guardrails,
     InvalidRequestError,
     ModeChanged,
     Observation,
@@ -62,7 +62,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.catalog import PRESETS, PROFILE_WEIGHTS, ascii_lower, chain_name_problem
+from schemas.catalog import PRESETS, PROFILE_WEIGHTS, ascii_lower
 from schemas.scoring import capability_scores, orderings, preset_order
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
+    from actors.admin import AdminHandler
     from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
     from schemas.catalog import ChainConfig, SteeringConfig
@@ -155,11 +156,11 @@ class SteeringActor(Actor):
                 "get": self._get,
                 "create": self._create,
                 "delete": self._delete,
-                "set_models": self._set_models,
-                "move": self._move,
-                "set_enabled": self._set_enabled,
+                "set_models": self._editing("set_models"),
+                "move": self._editing("move"),
+                "set_enabled": self._editing("set_enabled"),
                 "preset": self._preset,
-                "set_backfill": self._set_backfill,
+                "set_backfill": self._editing("set_backfill"),
                 "activate": self._activate,
             },
             read_only=("list", "get"),
@@ -200,48 +201,17 @@ class SteeringActor(Actor):
         self._book.restore(snap.evidence)
         self._created = dict(snap.created)
         self._deleted = set(snap.deleted)
-        self._state = snap.state or self._configured_state()
+        self._state = snap.state or configured_state(self._steering)
         ready = anyio.Event()
         ctx.start_soon(lambda: self._host_chains(ready))
         await ready.wait()
-        configured = {c.name: c for c in self._configured_chains}
-        for name in (*configured, *self._created):
-            if name in self._chains or (
-                name in configured and name in self._deleted and name not in self._created
-            ):
-                continue
-            spec = configured.get(name)
-            initial = self._created.get(name) or ChainState(
-                name=name,
-                org=spec.org or "" if spec else "",
-                backfill=spec.backfill if spec else False,
-                models=tuple(ChainEntry(model=e.model, enabled=e.enabled) for e in spec.entries())
-                if spec
-                else (),
-            )
+        for initial in initial_chains(self._configured_chains, self._created, self._deleted):
             await self._start_chain(initial, fresh=False)
         self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
         if self._state.active_chain not in self._chains:
             self._state = msgspec.structs.replace(self._state, active_chain=None)
         await self._changed(durable=False)
         await self._publish_evidence()
-
-    def _configured_state(self) -> SteeringState:
-        s = self._steering
-        weights = s.weights or PROFILE_WEIGHTS.get(s.profile, PROFILE_WEIGHTS["balanced"])
-        g = s.guardrails
-        return SteeringState(
-            active_chain=s.active_chain,
-            profile=s.profile,
-            weights=weights,
-            exploration=s.exploration,
-            guardrails=Guardrails(
-                allowance_threshold=g.allowance_threshold,
-                allowance_floor=g.allowance_floor,
-                rate_limit_penalty=g.rate_limit_penalty,
-                rate_limit_decay_seconds=g.rate_limit_decay_seconds,
-            ),
-        )
 
     async def _host_chains(self, ready: anyio.Event) -> None:
         """The task group the ChainActors run in, for as long as this actor runs."""
@@ -432,20 +402,11 @@ class SteeringActor(Actor):
         return chain_view(self._chain(cmd).state)
 
     async def _create(self, cmd: AdminCommand) -> dict[str, Any]:
-        name = ascii_lower(text_arg(cmd, "name"))
-        problem = chain_name_problem(name)
-        if problem:
-            raise InvalidRequestError(f"'name': {problem}", param="name")
-        if name in self._chains:
-            raise InvalidRequestError(f"'name': chain {name!r} exists already", param="name")
-        org = text_arg(cmd, "org", required=False)
-        backfill = bool_arg(cmd, "backfill") if "backfill" in cmd.args else False
-        models = entries_arg(cmd.args["models"]) if "models" in cmd.args else ()
-        check_models(models, self._catalogue)
-        initial = ChainState(name=name, org=org, backfill=backfill, models=models)
+        initial = new_chain_arg(cmd, self._chains)
+        check_models(initial.models, self._catalogue)
         chain = await self._start_chain(initial, fresh=True)
-        self._created[name] = initial
-        self._deleted.discard(name)
+        self._created[initial.name] = initial
+        self._deleted.discard(initial.name)
         self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
         await self._changed()
         return chain_view(chain.state)
@@ -467,33 +428,13 @@ class SteeringActor(Actor):
         await self._changed()
         return {"deleted": name}
 
-    async def _set_models(self, cmd: AdminCommand) -> dict[str, Any]:
-        return await self._edit(
-            cmd, ChainEdit(verb="set_models", models=entries_arg(cmd.args.get("models")))
-        )
+    def _editing(self, verb: str) -> AdminHandler:
+        """The handler of ``chains <verb>``: the edit forwarded to the chain's owner."""
 
-    async def _move(self, cmd: AdminCommand) -> dict[str, Any]:
-        position = cmd.args.get("position")
-        if isinstance(position, bool) or not isinstance(position, int):
-            raise InvalidRequestError(
-                "'position' must be a whole number (from 1)", param="position"
-            )
-        return await self._edit(
-            cmd, ChainEdit(verb="move", model=text_arg(cmd, "model"), position=position)
-        )
+        async def edit(cmd: AdminCommand) -> dict[str, Any]:
+            return await self._edit(cmd, chain_edit_arg(verb, cmd))
 
-    async def _set_enabled(self, cmd: AdminCommand) -> dict[str, Any]:
-        return await self._edit(
-            cmd,
-            ChainEdit(
-                verb="set_enabled", model=text_arg(cmd, "model"), enabled=bool_arg(cmd, "enabled")
-            ),
-        )
-
-    async def _set_backfill(self, cmd: AdminCommand) -> dict[str, Any]:
-        return await self._edit(
-            cmd, ChainEdit(verb="set_backfill", backfill=bool_arg(cmd, "backfill"))
-        )
+        return edit
 
     async def _preset(self, cmd: AdminCommand) -> dict[str, Any]:
         preset = text_arg(cmd, "preset")

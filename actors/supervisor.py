@@ -1,19 +1,22 @@
-"""Supervisors (OTP vocabulary): start children in order, restart them, stop them in reverse."""
+"""Supervisors (OTP vocabulary): start children in order, restart them, stop them in reverse.
+
+What a supervisor is told about its children (``ChildSpec``, ``Restart``, ``Strategy``) is in
+``actors/child_spec.py``.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import math
 import time
 from collections import Counter, deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
 
+from actors.child_spec import ChildSpec, Restart, Strategy
 from schemas import ChildFailed, ChildRestarted, ChildStarted, SupervisorGaveUp, subjects
 
 if TYPE_CHECKING:
@@ -31,22 +34,6 @@ logger = logging.getLogger(__name__)
 _PUBLISH_TIMEOUT = 1.0  # a supervisor event is worth less than a supervisor stuck on the bus
 
 
-class Strategy(enum.Enum):
-    """Which children a supervisor restarts when one exits and must be restarted."""
-
-    ONE_FOR_ONE = "one_for_one"  # that child only
-    ONE_FOR_ALL = "one_for_all"  # every child
-    REST_FOR_ONE = "rest_for_one"  # that child and every child after it in the list
-
-
-class Restart(enum.Enum):
-    """When a child that exited is restarted."""
-
-    PERMANENT = "permanent"  # always
-    TRANSIENT = "transient"  # only after a crash
-    TEMPORARY = "temporary"  # never
-
-
 class SupervisorGaveUpError(Exception):
     """More than ``intensity`` restarts within ``period`` seconds; every child was stopped.
 
@@ -60,19 +47,6 @@ class SupervisorGaveUpError(Exception):
         self.supervisor = supervisor
         self.restarts = restarts
         self.period = period
-
-
-@dataclass(frozen=True)
-class ChildSpec:
-    """How to make a child (``factory`` returns a fresh Actor or Supervisor per start)."""
-
-    name: str
-    factory: Callable[[], Actor | Supervisor]
-    restart: Restart = Restart.PERMANENT
-    shutdown: float = 5.0  # seconds to stop cleanly before it is cancelled
-    # The one owner of a state that two incarnations must never answer for at once (a
-    # capacity pool: both would grant): replaced break before make, see replace_child.
-    exclusive: bool = False
 
 
 class _Child:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from actors.apikey_admin import ApiKeyAdminActor
 from actors.capacity import CapacityActor
+from actors.child_spec import ChildSpec, Restart, Strategy
 from actors.degraded import DegradedModeActor
 from actors.endpoint import EndpointActor
 from actors.health import HealthActor
@@ -42,7 +43,7 @@ from actors.rules import RulesActor
 from actors.state.route_table import candidate_for
 from actors.steering import SteeringActor
 from actors.store import StoreActor
-from actors.supervisor import ChildSpec, Restart, Strategy, Supervisor
+from actors.supervisor import Supervisor
 from schemas.capacity import capacity_pools
 from schemas.limits import LimitsConfig
 

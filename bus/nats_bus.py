@@ -1,4 +1,6 @@
-"""NatsBus: the ``Bus`` over a NATS server (nats-py). The only module that imports ``nats``.
+"""NatsBus: the ``Bus`` over a NATS server (nats-py): the connection, publish, request,
+subscribe, JetStream streams and replay. With ``nats_kv.py`` (its key-value buckets) the only
+module that imports ``nats``.
 
 Every nats-py failure is turned into a ``bus.errors`` type here; no nats type leaves it.
 """
@@ -35,16 +37,15 @@ from bus.inprocess import (
     check_queue,
     check_subject,
 )
-from bus.kv import KvConflictError, KvEntry, kv_key, kv_unkey
+from bus.nats_kv import NatsKeyValue
 from bus.protocol import Envelope
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription as _NatsSubscription
-    from nats.js.kv import KeyValue as _NatsKeyValue
 
     from schemas import ErrorReply, GatewayError, Message
 
@@ -68,9 +69,6 @@ _KV_TIMEOUT_S = 2.0
 # starved machine (a host starting beside busy neighbours) can take well past 10 s to do; it
 # happens once.
 _CREATE_TIMEOUT_S = 30.0
-_KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
-# JetStream's "wrong last sequence" codes: a conditional write lost its race.
-_WRONG_LAST_SEQUENCE = (10071, 10164)
 # Replies go to inboxes only: every inbox prefix is one token that starts with this.
 _INBOX_ROOT = "_INBOX"
 _INBOX_PREFIX = re.compile(r"_INBOX[A-Za-z0-9_-]*")
@@ -300,7 +298,7 @@ class NatsBus:
             raise ValueError(f"invalid key-value bucket name {bucket!r}") from exc
         except nats.errors.Error as exc:
             raise BusClosedError(f"JetStream key-value bucket {bucket}: {exc!r}") from exc
-        return NatsKeyValue(bucket, kv, self)
+        return NatsKeyValue(bucket, kv, self._check_open)
 
     def replay(
         self, subject: str, *, stream: str, since: float
@@ -407,107 +405,6 @@ class NatsBus:
             logger.error("NATS: connection closed for good")
         self._closed = True
         self._end_subscriptions()
-
-
-class NatsKeyValue:
-    """A JetStream key-value bucket as a ``bus.kv.KeyValue``: keys escaped by ``kv_key``,
-    revisions are the bucket stream's sequence numbers. Raises KvConflictError,
-    BusClosedError (the bus closed, or JetStream did not answer in time)."""
-
-    def __init__(self, bucket: str, kv: _NatsKeyValue, bus: NatsBus) -> None:
-        self.bucket = bucket
-        self._kv = kv
-        self._bus = bus
-
-    async def get(self, key: str) -> KvEntry | None:
-        """See ``bus.kv.KeyValue.get``."""
-        self._bus._check_open()
-        try:
-            entry = await self._kv.get(kv_key(key))
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        except nats.errors.Error as exc:
-            raise self._failed(exc, key) from exc
-        return KvEntry(key, entry.value or b"", entry.revision or 0)
-
-    async def put(self, key: str, value: bytes) -> int:
-        """See ``bus.kv.KeyValue.put``."""
-        self._bus._check_open()
-        try:
-            return await self._kv.put(kv_key(key), value)
-        except nats.errors.Error as exc:
-            raise self._failed(exc, key) from exc
-
-    async def create(self, key: str, value: bytes) -> int:
-        """See ``bus.kv.KeyValue.create``."""
-        self._bus._check_open()
-        try:
-            return await self._kv.create(kv_key(key), value)
-        except nats.errors.Error as exc:
-            raise self._failed(exc, key) from exc
-
-    async def update(self, key: str, value: bytes, *, revision: int) -> int:
-        """See ``bus.kv.KeyValue.update``."""
-        self._bus._check_open()
-        try:
-            return await self._kv.update(kv_key(key), value, last=revision)
-        except nats.errors.Error as exc:
-            raise self._failed(exc, key) from exc
-
-    async def delete(self, key: str, *, revision: int | None = None) -> None:
-        """See ``bus.kv.KeyValue.delete``."""
-        self._bus._check_open()
-        if revision is not None and revision <= 0:
-            raise KvConflictError(f"{self.bucket}/{key} is not at revision {revision}")
-        try:
-            await self._kv.delete(kv_key(key), last=revision)
-        except nats.errors.Error as exc:
-            raise self._failed(exc, key) from exc
-
-    async def keys(self) -> list[str]:
-        """See ``bus.kv.KeyValue.keys``."""
-        self._bus._check_open()
-        try:
-            found = await self._kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
-        except nats.errors.Error as exc:
-            raise self._failed(exc, "*") from exc
-        return [kv_unkey(k) for k in found]
-
-    @contextlib.asynccontextmanager
-    async def watch(self) -> AsyncIterator[AsyncIterator[KvEntry]]:
-        """See ``bus.kv.KeyValue.watch``. Raises BusClosedError."""
-        self._bus._check_open()
-        try:
-            watcher = await self._kv.watch(">")
-        except nats.errors.Error as exc:
-            raise self._failed(exc, ">") from exc
-
-        async def iterate() -> AsyncIterator[KvEntry]:
-            async for entry in watcher:
-                if entry is None:  # nats-py's "initial values done" marker
-                    continue
-                key = kv_unkey(entry.key)
-                if entry.operation in (_KV_DEL, _KV_PURGE):
-                    yield KvEntry(key, b"", entry.revision or 0, deleted=True)
-                else:
-                    yield KvEntry(key, entry.value or b"", entry.revision or 0)
-
-        try:
-            yield iterate()
-        finally:
-            with contextlib.suppress(nats.errors.Error):
-                await watcher.stop()  # type: ignore[no-untyped-call]
-
-    def _failed(self, exc: nats.errors.Error, key: str) -> Exception:
-        if isinstance(exc, nats.js.errors.KeyWrongLastSequenceError) or (
-            isinstance(exc, nats.js.errors.APIError) and exc.err_code in _WRONG_LAST_SEQUENCE
-        ):
-            return KvConflictError(f"{self.bucket}/{key}: {exc.description}")
-        if isinstance(exc, nats.js.errors.InvalidKeyError):
-            return ValueError(f"invalid key-value key {key!r}")
-        return BusClosedError(f"JetStream key-value {self.bucket}/{key}: {exc!r}")
 
 
 class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):

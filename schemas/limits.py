@@ -47,6 +47,28 @@ def subject_of(kind: str, ident: str) -> str:
     return text
 
 
+def subject_arg(args: dict[str, Any]) -> str:
+    """The subject an admin command's ``args`` name (``subject``, or ``kind`` and ``id``).
+    Raises InvalidRequestError."""
+    raw = args.get("subject")
+    if raw is None:
+        kind, ident = args.get("kind"), args.get("id")
+        if not isinstance(kind, str) or not isinstance(ident, str):
+            raise InvalidRequestError(
+                "name the subject: 'subject' (e.g. key:k-1a2b) or "
+                "'kind' (key, user, org, role) and 'id'",
+                param="subject",
+            )
+        raw = f"{kind}:{ident}"
+    if not isinstance(raw, str):
+        raise InvalidRequestError("'subject' must be a string", param="subject")
+    kind, _, ident = raw.partition(":")
+    try:
+        return subject_of(kind, ident)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="subject") from None
+
+
 class LimitSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What one subject may do; None: not limited on that axis."""
 

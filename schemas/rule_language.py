@@ -1,4 +1,5 @@
-"""The routing rule language: validate and compile a rule set, evaluate it per request.
+"""The routing rule language: validate a rule set and compile it to the match trees of
+``schemas.rule_match``, which evaluate it per request.
 
 Pure functions, no I/O: the RulesActor validates a set before storing it, every ingress
 compiles the published set once and evaluates it on each ``model: "auto"`` request.
@@ -21,14 +22,14 @@ matching work (``schemas.rule_cost``), each pattern within ``MAX_REGEX_PROGRAM``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import re2
 
 from schemas.errors import InvalidRequestError
 from schemas.rule_cost import NODE_UNITS, comparison_units, regex_units
+from schemas.rule_match import AllOf, AnyOf, CompiledRule, CompiledRules, Leaf, Node, leaf_match
 from schemas.rules import (
     MAX_CLAUSES,
     MAX_DEPTH,
@@ -42,8 +43,6 @@ from schemas.rules import (
     Rule,
 )
 
-Values = Mapping[str, Any]
-_MISSING = object()
 # A rule routes to ``auto:<chain>`` or ``auto:<axis>``; the name follows the chain-name rule.
 _ROUTE = re.compile(r"^auto:[a-z0-9][a-z0-9_-]{0,63}$")
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$regex")
@@ -55,9 +54,6 @@ _TYPES: dict[str, frozenset[type]] = {
     "number": frozenset({int, float}),
     "string": frozenset({str}),
 }
-# Fields whose value is a list: an operator holds when it holds for any element ($ne and
-# $nin: for none).
-_LIST_FIELDS = frozenset({"params.modalities"})
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.never_capture = True
@@ -74,232 +70,6 @@ class RuleSetError(InvalidRequestError):
     def __init__(self, path: str, problem: str) -> None:
         super().__init__(f"{path}: {problem}", param=path)
         self.path = path
-
-
-# -- the compiled form ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Failed:
-    """Why a rule did not match: the path of the first failing clause, its field's value."""
-
-    path: str
-    value: Any = None
-    missing: bool = False
-
-
-Match = Callable[[Values, Values], bool]  # (params, metadata) -> whether a condition holds
-
-
-class _Leaf:
-    """One comparison of one field. ``match`` is a closure built once per leaf, so the hot
-    path is a dictionary lookup and one test per clause."""
-
-    __slots__ = ("field", "match", "path", "pattern")
-    match: Match
-
-    def __init__(self, path: str, field: str, match: Match, pattern: object = None) -> None:
-        self.path = path
-        self.field = field
-        self.match = match
-        self.pattern = pattern  # the compiled RE2 program of a $regex
-
-    def failure(self, params: Values, metadata: Values) -> Failed | None:
-        if self.match(params, metadata):
-            return None
-        namespace, key = self.field.split(".", 1)
-        v = (params if namespace == "params" else metadata).get(key, _MISSING)
-        return Failed(self.path, missing=True) if v is _MISSING else Failed(self.path, v)
-
-
-class _All:
-    __slots__ = ("children", "match", "path")
-    match: Match
-
-    def __init__(self, path: str, children: tuple[_Node, ...]) -> None:
-        self.path = path
-        self.children = children
-        self.match = _all_of(tuple(c.match for c in children))
-
-    def failure(self, params: Values, metadata: Values) -> Failed | None:
-        for c in self.children:
-            failed = c.failure(params, metadata)
-            if failed is not None:
-                return failed
-        return None
-
-
-class _Any:
-    __slots__ = ("children", "match", "path")
-    match: Match
-
-    def __init__(self, path: str, children: tuple[_Node, ...]) -> None:
-        self.path = path
-        self.children = children
-        self.match = _any_of(tuple(c.match for c in children))
-
-    def failure(self, params: Values, metadata: Values) -> Failed | None:
-        # No single clause is to blame when every alternative failed: name the $or.
-        return None if self.match(params, metadata) else Failed(self.path)
-
-
-_Node = _Leaf | _All | _Any
-
-
-def _all_of(matches: tuple[Match, ...]) -> Match:
-    if len(matches) == 1:
-        return matches[0]
-
-    def match(p: Values, m: Values) -> bool:
-        for one in matches:
-            if not one(p, m):
-                return False
-        return True
-
-    return match
-
-
-def _any_of(matches: tuple[Match, ...]) -> Match:
-    if len(matches) == 1:
-        return matches[0]
-
-    def match(p: Values, m: Values) -> bool:
-        for one in matches:
-            if one(p, m):
-                return True
-        return False
-
-    return match
-
-
-def _leaf_match(field: str, test: Callable[[Any], bool], negated: bool) -> Match:
-    """The closure of one comparison: look ``field`` up and ``test`` it (any element of a
-    list-valued field), negated for ``$ne``/``$nin``, which alone match a missing field."""
-    namespace, key = field.split(".", 1)
-    if field in _LIST_FIELDS:
-        test = _any_element(test)
-    if negated:
-        positive = test
-        test = lambda v: not positive(v)  # noqa: E731 - one expression, bound once
-    missing = negated
-    if namespace == "params":
-
-        def in_params(p: Values, m: Values) -> bool:
-            v = p.get(key, _MISSING)
-            return missing if v is _MISSING else test(v)
-
-        return in_params
-
-    def in_metadata(p: Values, m: Values) -> bool:
-        v = m.get(key, _MISSING)
-        return missing if v is _MISSING else test(v)
-
-    return in_metadata
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledRule:
-    """One rule ready to evaluate: ``route`` is lower-cased (the model field is
-    case-insensitive); ``clauses`` counts its leaf comparisons."""
-
-    index: int
-    name: str
-    route: str
-    clauses: int
-    _root: _All
-
-    def matches(self, params: Values, metadata: Values) -> bool:
-        """Whether the condition holds. Never raises."""
-        return self._root.match(params, metadata)
-
-    def failure(self, params: Values, metadata: Values) -> Failed | None:
-        """None when the rule matches, else the first clause that failed."""
-        return self._root.failure(params, metadata)
-
-
-@dataclass(frozen=True, slots=True)
-class RuleTrace:
-    """One rule's outcome for explain: matched, usable by the caller, or the failed clause."""
-
-    name: str
-    route: str
-    matched: bool
-    usable: bool
-    failed: Failed | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form explain answers."""
-        out: dict[str, Any] = {"name": self.name, "route": self.route, "matched": self.matched}
-        if self.matched and not self.usable:
-            out["skipped"] = "the route is not available to the caller's organisation"
-        if self.failed is not None:
-            out["failed"] = {"path": self.failed.path}
-            if self.failed.missing:
-                out["failed"]["missing"] = True
-            elif self.failed.value is not None:
-                out["failed"]["value"] = self.failed.value
-        return out
-
-
-def _always(route: str) -> bool:
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledRules:
-    """An ordered, compiled rule set; empty when there are none (or they are disabled).
-    ``cost`` is the matching work of its worst request, in ``schemas.rule_cost`` units."""
-
-    rules: tuple[CompiledRule, ...] = ()
-    cost: int = 0
-
-    def first(
-        self, params: Values, metadata: Values, usable: Callable[[str], bool] = _always
-    ) -> CompiledRule | None:
-        """The first rule that matches and whose route ``usable`` accepts (a rule naming a
-        chain the caller's organisation may not use falls through to the next). Never
-        raises."""
-        for rule in self.rules:
-            if rule._root.match(params, metadata) and usable(rule.route):
-                return rule
-        return None
-
-    def patterns(self) -> list[Any]:
-        """Every ``$regex`` of the set, compiled (RE2 programs: ``pattern``, ``programsize``)."""
-        return [
-            leaf.pattern
-            for rule in self.rules
-            for leaf in _leaves(rule._root)
-            if leaf.pattern is not None
-        ]
-
-    def explain(
-        self, params: Values, metadata: Values, usable: Callable[[str], bool] = _always
-    ) -> list[RuleTrace]:
-        """Every rule in order with its outcome (the live path's :meth:`first` is the first
-        trace that is matched and usable)."""
-        traces = []
-        for rule in self.rules:
-            failed = rule.failure(params, metadata)
-            traces.append(
-                RuleTrace(
-                    rule.name,
-                    rule.route,
-                    failed is None,
-                    failed is None and usable(rule.route),
-                    failed,
-                )
-            )
-        return traces
-
-
-def _leaves(node: _Node) -> list[_Leaf]:
-    if isinstance(node, _Leaf):
-        return [node]
-    return [leaf for c in node.children for leaf in _leaves(c)]
-
-
-# -- validation and compilation -------------------------------------------------------------
 
 
 def parse_rule_set(raw: Any) -> tuple[Rule, ...]:
@@ -381,13 +151,13 @@ def compile_rules(rules: Sequence[Rule]) -> CompiledRules:
     return CompiledRules(tuple(out), tally.units)
 
 
-def _condition(cond: Any, path: str, depth: int, tally: _Tally) -> _All:
+def _condition(cond: Any, path: str, depth: int, tally: _Tally) -> AllOf:
     if depth > MAX_DEPTH:
         raise RuleSetError(path, f"nested deeper than {MAX_DEPTH} levels of $and/$or")
     if not isinstance(cond, dict):
         raise RuleSetError(path, "a condition is an object")
     tally.charge(NODE_UNITS, path)  # an empty {} costs a call too
-    nodes: list[_Node] = []
+    nodes: list[Node] = []
     for key, value in cond.items():
         if not isinstance(key, str):
             raise RuleSetError(path, "condition keys are strings")
@@ -398,7 +168,7 @@ def _condition(cond: Any, path: str, depth: int, tally: _Tally) -> _All:
             children = tuple(
                 _condition(c, f"{sub}[{j}]", depth + 1, tally) for j, c in enumerate(value)
             )
-            nodes.append(_All(sub, children) if key == "$and" else _Any(sub, children))
+            nodes.append(AllOf(sub, children) if key == "$and" else AnyOf(sub, children))
         elif key.startswith("$"):
             raise RuleSetError(
                 sub,
@@ -408,7 +178,7 @@ def _condition(cond: Any, path: str, depth: int, tally: _Tally) -> _All:
         else:
             _check_field(key, sub)
             nodes.extend(_field(key, value, sub, tally))
-    return _All(path, tuple(nodes))
+    return AllOf(path, tuple(nodes))
 
 
 def _check_field(key: str, path: str) -> None:
@@ -423,7 +193,7 @@ def _check_field(key: str, path: str) -> None:
     )
 
 
-def _field(key: str, value: Any, path: str, tally: _Tally) -> list[_Leaf]:
+def _field(key: str, value: Any, path: str, tally: _Tally) -> list[Leaf]:
     if isinstance(value, dict):
         if not value:
             raise RuleSetError(path, "an empty operator object")
@@ -439,12 +209,12 @@ def _field(key: str, value: Any, path: str, tally: _Tally) -> list[_Leaf]:
         if op == "$regex":
             pattern = _regex(operand, sub)
             tally.charge(regex_units(key, pattern.programsize), sub)
-            leaves.append(_Leaf(sub, key, _leaf_match(key, _searcher(pattern), False), pattern))
+            leaves.append(Leaf(sub, key, leaf_match(key, _searcher(pattern), False), pattern))
         else:
             test, negated = _operator(op, operand, sub)
             values = len(operand) if op in ("$in", "$nin") else 0
             tally.charge(comparison_units(key, values), sub)
-            leaves.append(_Leaf(sub, key, _leaf_match(key, test, negated)))
+            leaves.append(Leaf(sub, key, leaf_match(key, test, negated)))
     return leaves
 
 
@@ -481,17 +251,6 @@ _ORDER: dict[str, Callable[[Any, Any], bool]] = {
     "$lt": lambda a, b: a < b,
     "$lte": lambda a, b: a <= b,
 }
-
-
-def _any_element(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    """``test`` of a value, or of any element of a list value (``params.modalities``)."""
-
-    def run(v: Any) -> bool:
-        if isinstance(v, list | tuple):
-            return any(test(x) for x in v)
-        return test(v)
-
-    return run
 
 
 def _regex(pattern: Any, path: str) -> Any:

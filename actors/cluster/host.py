@@ -32,12 +32,13 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from actors.child_spec import ChildSpec, Strategy
 from actors.cluster.admin import ClusterAdminActor
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
 from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
 from actors.reconfigure import Change, apply, diff, same_spec, undo
-from actors.supervisor import ChildSpec, Strategy, Supervisor
+from actors.supervisor import Supervisor
 from bus import BusClosedError
 
 if TYPE_CHECKING:

@@ -205,6 +205,24 @@ class Counters:
             self.period, self.spent_usd = key, 0.0
         self._period_end, self._period_kind = period_end(kind, now), kind
 
+    def budget_crossings(self, spec: LimitSpec, now: float) -> list[bool]:
+        """The thresholds of ``spec``'s budget crossed in the current period (rolled first)
+        and not announced yet, marked announced now: False for the soft threshold, True for
+        the whole budget; none without a budget."""
+        budget = spec.budget_usd
+        if budget is None:
+            return []
+        self.roll(spec, now)
+        crossed = []
+        soft = spec.soft_fraction
+        if soft is not None and self.spent_usd >= budget * soft and self.warned != self.period:
+            self.warned = self.period
+            crossed.append(False)
+        if self.spent_usd >= budget and self.exhausted != self.period:
+            self.exhausted = self.period
+            crossed.append(True)
+        return crossed
+
     def snapshot(self) -> CountersSnapshot:
         """The durable part."""
         return CountersSnapshot(

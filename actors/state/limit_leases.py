@@ -6,11 +6,13 @@ reserved tokens, and a new owner that forgot them would let in more than the lim
 :func:`dump_lease` turns a :class:`~actors.state.limit_counters.Lease` into a
 :class:`LeaseSnapshot`; :func:`restore_lease` takes it back on counters restored from the
 same save, re-taking its slot and reservation and finding the window slices it counted in
-(so its settle corrects them as it would have on the old owner).
+(so its settle corrects them as it would have on the old owner). :class:`LeaseBook` holds
+the running leases by request id and finds those due to expire.
 """
 
 from __future__ import annotations
 
+import heapq
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -19,7 +21,7 @@ from actors.state.limit_counters import Hold, Lease
 from schemas.limits import LimitSpec
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from actors.state.limit_counters import Counters
 
@@ -80,3 +82,58 @@ def restore_lease(snap: LeaseSnapshot, counters_of: Callable[[str], Counters]) -
             )
         )
     return Lease(snap.request_id, snap.ingress, holds, snap.tokens, snap.cost_usd, snap.expires)
+
+
+class LeaseBook:
+    """The admitted requests' leases by request id, with a heap of their expiries: finding
+    the expired ones costs only what is due (it runs on every admission)."""
+
+    __slots__ = ("_deadlines", "_leases")
+
+    def __init__(self) -> None:
+        self._leases: dict[str, Lease] = {}
+        self._deadlines: list[tuple[float, str]] = []  # heap of (expiry, request id)
+
+    def __len__(self) -> int:
+        return len(self._leases)
+
+    def leases(self) -> Iterable[Lease]:
+        """Every running lease."""
+        return self._leases.values()
+
+    def add(self, lease: Lease) -> None:
+        """Hold ``lease`` until it is popped or expires."""
+        self._leases[lease.request_id] = lease
+        heapq.heappush(self._deadlines, (lease.expires, lease.request_id))
+
+    def pop(self, request_id: str) -> Lease | None:
+        """The lease of ``request_id``, no longer held (None: none is)."""
+        return self._leases.pop(request_id, None)
+
+    def renew(self, request_ids: Iterable[str], expires: float) -> bool:
+        """Move the expiry of the leases of ``request_ids`` to ``expires``; whether any was
+        held."""
+        renewed = False
+        for rid in request_ids:
+            lease = self._leases.get(rid)
+            if lease is not None:
+                lease.expires = expires
+                renewed = True
+        return renewed
+
+    def expired(self, now: float) -> list[Lease]:
+        """The leases whose expiry is past at ``now``, no longer held."""
+        dead = []
+        heap = self._deadlines
+        while heap and heap[0][0] <= now:
+            _, rid = heapq.heappop(heap)
+            lease = self._leases.get(rid)
+            if lease is None:
+                continue  # settled already
+            if lease.expires > now:  # renewed since: due later
+                heapq.heappush(heap, (lease.expires, rid))
+                continue
+            dead.append(lease)
+        for lease in dead:
+            del self._leases[lease.request_id]
+        return dead

@@ -21,9 +21,13 @@ A time to first token inflating above the route's own unloaded baseline (``infla
 times, and at least 100 ms over it; raised by the inflation the model's other routes share,
 the least of theirs, since a delay every route shows is the gateway's own or the network's,
 not this route's queue) cuts it once three answers in a row say so, each judged by its own
-time and sent with at least ``min_limit`` others in flight: to the median concurrency they
-were sent with (the route queued there, so it takes fewer) times the gradient ceiling /
-their median TTFT, between a tenth and a half off; at most one cut a second, and never for
+time and sent with at least ``min_limit`` others in flight: to the slots their queue shows
+(``slots``: each answer waited its TTFT over the baseline for a slot held as long as a calm
+answer holds one, with the others sent before it ahead in line; the median of the three),
+else, before any calm answer's hold is known, to the median concurrency they were sent with
+times the gradient ceiling / their median TTFT; between a tenth and a half off the median
+concurrency they were sent with (the route queued there, so it takes fewer); at most one
+cut a second, and never for
 an answer sent past the limit in force (sent before the last cut: its queue is already
 counted). An answer sent at the limit that came back calm (within half again the baseline:
 no queue at all, TCP HyStart's delay test) raises it by one (by ``1/limit`` after a 429,
@@ -69,6 +73,7 @@ class LearnedLimit:
     __slots__ = (
         "baseline_ms",
         "cap",
+        "hold_ms",
         "inflation",
         "last_cut",
         "limit",
@@ -90,6 +95,7 @@ class LearnedLimit:
         self.baseline_ms: float | None = None
         self.unloaded = 0  # answers the baseline has taken
         self.recent_ms: float | None = None
+        self.hold_ms: float | None = None  # how long a calm answer holds its slot
         self.last_cut = -math.inf
         self.streak: list[tuple[int, float]] = []  # inflated answers in a row (at_send, ms)
         self.reason = ""  # what last changed the limit
@@ -128,13 +134,19 @@ class LearnedLimit:
         return True
 
     def succeeded(
-        self, ttft_ms: float, at_send: int, now: float, shared: float | None = 1.0
+        self,
+        ttft_ms: float,
+        at_send: int,
+        now: float,
+        shared: float | None = 1.0,
+        held_ms: float | None = None,
     ) -> bool:
-        """An answer whose first token took ``ttft_ms``, for a request sent with ``at_send``
-        others in flight; True if the limit changed. ``shared``: the inflation every other
-        route of the model shows too (the gateway's or the network's delay, not this route's
-        queue), by which the threshold is raised; None when it is not known (no other route
-        measured yet): judged against its own baseline alone."""
+        """An answer whose first token took ``ttft_ms`` (and which held its slot
+        ``held_ms`` in all, when known), for a request sent with ``at_send`` others in
+        flight; True if the limit changed. ``shared``: the inflation every other route of
+        the model shows too (the gateway's or the network's delay, not this route's queue),
+        by which the threshold is raised; None when it is not known (no other route measured
+        yet): judged against its own baseline alone."""
         r = self.recent_ms
         self.recent_ms = ttft_ms if r is None else r + (ttft_ms - r) * _RECENT_ALPHA
         # A yardstick of fewer than a handful of answers judges nothing yet.
@@ -175,6 +187,9 @@ class LearnedLimit:
         # the baseline (TCP's HyStart leaves slow start on a small rise in delay, not on a
         # loss), so the limit stops rising a slot or two past the knee instead of at twice it.
         calm = base is None or ttft_ms <= base * _CALM * scale
+        if calm and held_ms is not None and held_ms > 0:
+            h = self.hold_ms
+            self.hold_ms = held_ms if h is None else h + (held_ms - h) * _BASELINE_ALPHA
         if self.limit is None and calm:
             self.window = max(self.window, _SLOW_START_GROWTH * (at_send + 1))
         if self.limit is not None and calm and at_send + 1 >= self.limit - 1:
@@ -191,14 +206,19 @@ class LearnedLimit:
 
     def _inflation_cut(self, ceiling: float, now: float) -> bool:
         """Three answers in a row queued, sent with (their median) ``sent`` others in flight:
-        the route takes fewer, so the cut starts there, not from the limit; the deeper the
-        queue they show the harder it is (a gradient, as Netflix's adaptive limits), at most
-        halving at once. Medians: one answer with a long prompt, or sent low by chance, is
-        not the queue."""
+        the route takes fewer, so the cut starts there, not from the limit, between a tenth
+        and a half off. How many fewer: where a calm answer's slot hold is known, the queue
+        each answer waited in says it (``slots``); else the deeper the queue the harder the
+        cut (a gradient, as Netflix's adaptive limits). Medians: one answer with a long
+        prompt, or sent low by chance, is not the queue."""
         sent = statistics.median(a for a, _ in self.streak)
-        slow = statistics.median(t for _, t in self.streak)
-        factor = min(_INFLATION_CUT, max(_RATE_LIMIT_CUT, ceiling / slow))
-        if not self._cut(sent * factor, now, "ttft_inflated"):
+        base, hold = self.baseline_ms, self.hold_ms
+        if base is not None and hold is not None:
+            target = statistics.median(slots(a, t - base, hold) for a, t in self.streak)
+        else:
+            target = sent * ceiling / statistics.median(t for _, t in self.streak)
+        target = min(sent * _INFLATION_CUT, max(sent * _RATE_LIMIT_CUT, target))
+        if not self._cut(target, now, "ttft_inflated"):
             return False
         self.refused = False
         self.streak.clear()
@@ -213,6 +233,16 @@ class LearnedLimit:
         self.last_cut = now
         self.reason = reason
         return True
+
+
+def slots(at_send: int, wait_ms: float, hold_ms: float) -> float:
+    """How many requests a route serves at once, from one answer that waited ``wait_ms``
+    for a slot when sent with ``at_send`` others in flight, each slot held ``hold_ms``: in
+    a first-come queue it had ``at_send + 1 - c`` ahead of it in line, served at ``c /
+    hold`` a millisecond, so ``wait = (at_send + 1 - c) * hold / c``. A queue's depth,
+    unlike the TTFT's ratio to its baseline, is read the same whether a slot is held for
+    a short answer or a long stream."""
+    return (at_send + 1) * hold_ms / (max(wait_ms, 0.0) + hold_ms)
 
 
 @dataclass(slots=True)
@@ -255,7 +285,14 @@ class RouteLoad:
         if lim is not None:
             lim.spent_until = max(lim.spent_until, until)
 
-    def succeeded(self, endpoint: str, ttft_ms: float, at_send: int, now: float) -> bool:
+    def succeeded(
+        self,
+        endpoint: str,
+        ttft_ms: float,
+        at_send: int,
+        now: float,
+        held_ms: float | None = None,
+    ) -> bool:
         """Feed an answer to ``endpoint``'s limit (see :meth:`LearnedLimit.succeeded`),
         judged against the inflation the model's other routes share; True if it changed."""
         lim = self.limits.get(endpoint)
@@ -266,7 +303,7 @@ class RouteLoad:
             for e, other in self.limits.items()
             if e != endpoint and other.recent_ms is not None and other.baseline_ms
         ]
-        return lim.succeeded(ttft_ms, at_send, now, min(ratios) if ratios else None)
+        return lim.succeeded(ttft_ms, at_send, now, min(ratios) if ratios else None, held_ms)
 
     def issued(self, request_id: str, endpoints: tuple[str, ...], now: float) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight."""

@@ -1,22 +1,109 @@
 """The steering admin commands' arguments and settings changes, as pure functions of the
-SteeringActor's state: each raises InvalidRequestError naming the refused field."""
+SteeringActor's state: each raises InvalidRequestError naming the refused field. Also what the
+configuration file gives before any admin change: the settings and the chains to start."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from actors.admin import text_arg
 from schemas import (
     AdminCommand,
+    ChainEdit,
     ChainEntry,
     ChainState,
     Guardrails,
     InvalidRequestError,
     SteeringState,
 )
-from schemas.catalog import PROFILE_WEIGHTS, PROFILES, weights_problem
+from schemas.catalog import (
+    PROFILE_WEIGHTS,
+    PROFILES,
+    ascii_lower,
+    chain_name_problem,
+    weights_problem,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Container, Iterable, Mapping
+
+    from schemas.catalog import ChainConfig, SteeringConfig
+
+
+def configured_state(steering: SteeringConfig) -> SteeringState:
+    """The settings the configuration's ``steering:`` gives (no chains listed yet)."""
+    weights = steering.weights or PROFILE_WEIGHTS.get(steering.profile, PROFILE_WEIGHTS["balanced"])
+    g = steering.guardrails
+    return SteeringState(
+        active_chain=steering.active_chain,
+        profile=steering.profile,
+        weights=weights,
+        exploration=steering.exploration,
+        guardrails=Guardrails(
+            allowance_threshold=g.allowance_threshold,
+            allowance_floor=g.allowance_floor,
+            rate_limit_penalty=g.rate_limit_penalty,
+            rate_limit_decay_seconds=g.rate_limit_decay_seconds,
+        ),
+    )
+
+
+def initial_chains(
+    configured: Iterable[ChainConfig], created: Mapping[str, ChainState], deleted: set[str]
+) -> list[ChainState]:
+    """The chains to start, configured ones first: each as an admin created it last, else as
+    configured; a configured chain an admin deleted (and did not create again) is left out."""
+    by_name = {c.name: c for c in configured}
+    out: dict[str, ChainState] = {}
+    for name in (*by_name, *created):
+        if name in out or (name in by_name and name in deleted and name not in created):
+            continue
+        spec = by_name.get(name)
+        out[name] = created.get(name) or ChainState(
+            name=name,
+            org=spec.org or "" if spec else "",
+            backfill=spec.backfill if spec else False,
+            models=tuple(ChainEntry(model=e.model, enabled=e.enabled) for e in spec.entries())
+            if spec
+            else (),
+        )
+    return list(out.values())
+
+
+def new_chain_arg(cmd: AdminCommand, existing: Container[str]) -> ChainState:
+    """The chain ``chains create {name, org?, backfill?, models?}`` asks for (its models not
+    checked against the catalogue yet); a name in ``existing`` is refused."""
+    name = ascii_lower(text_arg(cmd, "name"))
+    problem = chain_name_problem(name)
+    if problem:
+        raise InvalidRequestError(f"'name': {problem}", param="name")
+    if name in existing:
+        raise InvalidRequestError(f"'name': chain {name!r} exists already", param="name")
+    org = text_arg(cmd, "org", required=False)
+    backfill = bool_arg(cmd, "backfill") if "backfill" in cmd.args else False
+    models = entries_arg(cmd.args["models"]) if "models" in cmd.args else ()
+    return ChainState(name=name, org=org, backfill=backfill, models=models)
+
+
+def chain_edit_arg(verb: str, cmd: AdminCommand) -> ChainEdit:
+    """The ChainEdit of ``chains <verb>`` for ``set_models`` {models}, ``move`` {model,
+    position}, ``set_enabled`` {model, enabled} and ``set_backfill`` {backfill}."""
+    if verb == "set_models":
+        return ChainEdit(verb=verb, models=entries_arg(cmd.args.get("models")))
+    if verb == "move":
+        position = cmd.args.get("position")
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise InvalidRequestError(
+                "'position' must be a whole number (from 1)", param="position"
+            )
+        return ChainEdit(verb=verb, model=text_arg(cmd, "model"), position=position)
+    if verb == "set_enabled":
+        return ChainEdit(verb=verb, model=text_arg(cmd, "model"), enabled=bool_arg(cmd, "enabled"))
+    if verb == "set_backfill":
+        return ChainEdit(verb=verb, backfill=bool_arg(cmd, "backfill"))
+    raise ValueError(f"no chain edit {verb!r}")
 
 
 def entries_arg(raw: Any, param: str = "models") -> tuple[ChainEntry, ...]:

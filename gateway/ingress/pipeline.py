@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.auth.provider_secrets import ProviderSecrets
     from gateway.http.request import HttpRequest
-    from gateway.ingress.admission import Admission, Ticket
+    from gateway.ingress.admission import Admission
+    from gateway.ingress.admission_ticket import Ticket
     from gateway.ingress.clock import IngressClock
     from gateway.ingress.leases import LeaseKeeper
     from gateway.ingress.plan_walk import PlanWalk

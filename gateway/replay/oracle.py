@@ -9,6 +9,8 @@ routes (by unloaded mean TTFT) with the requests; the cost bound fills the cheap
 the config's prices), where a capacity route may also work off a queue until the route's
 TTFT timeout after the last arrival (what a config that queues there gets served). Queueing
 and bursts are otherwise ignored, so both are bounds no router reaches, not targets.
+``cost_unqueued_usd`` is the cheapest fill with no queue at all (each route's slots busy the
+whole span, never more): what a cost-first router that keeps TTFT near the SLO aims at.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ class _Route:
 @dataclass(frozen=True, slots=True)
 class Oracle:
     """The bounds for one trace: ``ttft_mean`` of the fastest fill of every request and
-    ``cost_usd`` of the cheapest (None when the routes cannot take them all)."""
+    ``cost_usd`` of the cheapest (None when the routes cannot take them all), queueing or
+    not (``cost_unqueued_usd``)."""
 
     routes: tuple[_Route, ...]
     requests: int
     ttft_mean: float | None
     cost_usd: float | None
+    cost_unqueued_usd: float | None = None
 
     def ttft_at(self, served: int) -> float | None:
         """The mean TTFT of the fastest fill of ``served`` requests (None: impossible)."""
@@ -57,6 +61,7 @@ class Oracle:
         return {
             "ttft_mean": None if self.ttft_mean is None else round(self.ttft_mean, 6),
             "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+            "cost_unqueued_usd": _rounded(self.cost_unqueued_usd),
             "requests": self.requests,
         }
 
@@ -90,13 +95,20 @@ def oracle_for(
             queued = _room(p, holding, prompt + output, span + route.ttft_timeout_seconds, keys)
             routes.append(_Route(eid, ttft + whole * generation, room, min(queued, n), cost))
     fastest = _fill(sorted(routes, key=lambda r: (r.ttft, r.endpoint)), n, queued=False)
-    cheapest = _fill(sorted(routes, key=lambda r: (r.cost, r.endpoint)), n, queued=True)
+    by_cost = sorted(routes, key=lambda r: (r.cost, r.endpoint))
+    cheapest = _fill(by_cost, n, queued=True)
+    unqueued = _fill(by_cost, n, queued=False)
     return Oracle(
         tuple(routes),
         n,
         None if fastest is None else sum(k * r.ttft for r, k in fastest) / n,
         None if cheapest is None else sum(k * r.cost for r, k in cheapest),
+        None if unqueued is None else sum(k * r.cost for r, k in unqueued),
     )
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _mean_ttft(p: Provider, prompt: float) -> float:

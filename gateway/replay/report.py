@@ -79,7 +79,7 @@ def to_json(report: dict[str, Any]) -> str:
 
 
 def to_markdown(report: dict[str, Any]) -> str:
-    """The comparison table (one row per config, the oracle last)."""
+    """The comparison table (one row per config, the oracle's bounds last)."""
     head = (
         "| config | served | errors | mean TTFT | p50 | p99 | SLO viol. | cost $ "
         "| attempts/req | 429s | benches | circuits opened |\n"
@@ -99,6 +99,10 @@ def to_markdown(report: dict[str, Any]) -> str:
     rows.append(
         f"| *oracle* | 100.0 % | | {_s(o['ttft_mean'])} | | | | {_usd(o['cost_usd'])} | | | | |"
     )
+    if o.get("cost_unqueued_usd") is not None:
+        rows.append(
+            f"| *cheapest fill, no queue* | | | | | | | {_usd(o['cost_unqueued_usd'])} | | | | |"
+        )
     return head + "\n".join(rows) + "\n"
 
 

@@ -22,8 +22,9 @@ from gateway.http.component import Component
 from gateway.steering.labels import client_metadata
 from schemas import GatewayError, InvalidRequestError, RulesGet, RulesState, subjects
 from schemas.catalog import AUTO, ascii_lower
-from schemas.rule_language import CompiledRule, CompiledRules, RuleSetError, RuleTrace
+from schemas.rule_language import RuleSetError
 from schemas.rule_language import compile_rules as _compile
+from schemas.rule_match import CompiledRule, CompiledRules, RuleTrace
 
 if TYPE_CHECKING:
     import asyncio

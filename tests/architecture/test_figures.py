@@ -23,13 +23,17 @@ from tests.architecture.measure import (
 # only: 34 files, 85 switches, 0 calls back into it, the largest file schemas/config.py
 # (701), 23 pairs, and no wing in a loop (the layers are tests/architecture/test_layers.py).
 # The ModelActor's decision moved to a planner (actors/state/planner.py): model.py 671 -> 427
-# lines, the largest file bus/nats_bus.py (595).
+# lines, the largest file bus/nats_bus.py (595). Eight files over 500 lines split along their
+# seams (NATS key-value buckets, a route's settings, a compiled rule set, the limits' lease
+# book and usage views, RouteWise's candidates, the supervisor's child specs, the admission
+# ticket, the steering settings from config): none over 500, the largest bus/nats_bus.py
+# (492), the request path unchanged (34 files, 84 switches).
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
     "files": 34,
     "switches": 85,
     "app_reentries": 3,
-    "largest_file": 595,
+    "largest_file": 500,
     "duplicate_pairs": 25,
     "wings_in_loop": 0,
 }

@@ -2,17 +2,18 @@
 ``llm-routewise`` library (its cost curves, LP, latency profiles and hedging math).
 
 ``params`` is the ``router_params:`` model, ``solver`` the exact O(n log n) LP, ``evidence``
-what the policy learns (TTFT profiles, output lengths, cost envelope) and ``strategy`` the
-decision a ModelActor hosts.
+what the policy learns (TTFT profiles, output lengths, cost envelope), ``candidates`` how one
+route looks to the LP (effective cost, latency) and ``strategy`` the decision a ModelActor
+hosts.
 """
 
 from __future__ import annotations
 
 from actors.strategies import register_strategy
+from actors.strategies.routewise.candidates import Candidate
 from actors.strategies.routewise.host import RouteWiseHost
 from actors.strategies.routewise.params import RESOURCE_KEYS, RouteWiseParams
 from actors.strategies.routewise.strategy import (
-    Candidate,
     RouteWiseStrategy,
     reference_pricing,
     startup_problem,

@@ -23,15 +23,13 @@ the same candidates; never an error to the client.
 from __future__ import annotations
 
 import logging
-import math
 import random
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llm_routewise import NoProviderError
 from llm_routewise.const import DISPATCH_OVERHEAD_MS, HEDGE_SUCCESS_TARGET
-from llm_routewise.core.cost import scarcity_price
 from llm_routewise.core.hedging import (
     EPS,
     combined_success_probability,
@@ -40,6 +38,7 @@ from llm_routewise.core.hedging import (
 from llm_routewise.core.lp import cost_tiebroken_objective
 
 from actors.strategies.base import RoutingStrategy
+from actors.strategies.routewise.candidates import Candidate, candidate, weighted
 from actors.strategies.routewise.evidence import (
     CostEnvelope,
     LatencyEvidence,
@@ -56,49 +55,15 @@ if TYPE_CHECKING:
     from actors.strategies.base import RouteView, StrategyDeps, StrategyHost
     from actors.strategies.routewise.params import RouteWiseParams
     from schemas import Observation, RouteRequest
-    from schemas.config import ModelConfig, RouteConfig
+    from schemas.config import ModelConfig
 
 logger = logging.getLogger(__name__)
 
 _LP_CACHE_SIZE = 256
-# A route at (or past) its learned limit is left out; near it, its queueing is priced as
-# if this share of its slots were still free at least.
-_MIN_HEADROOM = 0.1
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
 _RESOLVED_FALLBACKS = 3
 # Samples each route needs before hedging trusts its profile (the library's default).
 HEDGE_MIN_SAMPLES = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One route as the LP sees it (and as explain / health show it)."""
-
-    endpoint: str
-    provider_type: str
-    effective_cost: float | None  # None: masked or infeasible
-    latency_ms: float
-    profiled: bool
-    weight: float = 0.0
-    quota_used_fraction: float | None = None
-    free_slots: float | None = None
-    excluded: str = ""  # why it is not in the LP ("" when it is)
-    samples: int = 0  # live-window TTFT samples (successes and failures)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The row of explain and /health/deep."""
-        return {
-            "endpoint": self.endpoint,
-            "provider_type": self.provider_type,
-            "effective_cost_usd": self.effective_cost,
-            "latency_ms": self.latency_ms,
-            "profiled": self.profiled,
-            "lp_weight": self.weight,
-            "quota_used_fraction": self.quota_used_fraction,
-            "free_slots": self.free_slots,
-            "excluded": self.excluded,
-            "samples": self.samples,
-        }
 
 
 def reference_pricing(model: ModelConfig | None, params: RouteWiseParams) -> Pricing | None:
@@ -352,63 +317,21 @@ class RouteWiseStrategy(RoutingStrategy):
         out = []
         for r in routes:
             out.append(
-                self._candidate(r.endpoint, r.route, request.prompt_tokens, predicted, bounds, now)
+                candidate(
+                    r.endpoint,
+                    r.route,
+                    request.prompt_tokens,
+                    predicted,
+                    bounds,
+                    now,
+                    self.latency,
+                    self._deps,
+                )
             )
         return out
 
     def _one(self, route: RouteView, request: RouteRequest) -> Candidate:
         return self.candidates((route,), request, self._clock())[0]
-
-    def _candidate(
-        self,
-        endpoint: str,
-        route: RouteConfig,
-        prompt_tokens: int,
-        predicted: float,
-        bounds: tuple[float, float] | None,
-        now: float,
-    ) -> Candidate:
-        kind = route.provider_type
-        latency, profiled = self.latency.lp_latency(endpoint, now)
-        state = self._deps.capacity(endpoint)
-        free = state.free if state is not None else None
-        in_flight, limit = self._deps.load(endpoint)
-        if limit is not None and in_flight < limit:
-            # Queueing: a route holding a share of its learned limit (or slow-start window)
-            # makes the next request wait for a slot that often; priced as an M/M/c queue.
-            hold = self.latency.hold_ms(endpoint)
-            latency += queue_wait_ms(in_flight, limit, latency if hold is None else hold)
-
-        def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
-            return Candidate(
-                endpoint=endpoint,
-                provider_type=kind,
-                effective_cost=cost,
-                latency_ms=latency,
-                profiled=profiled,
-                excluded=why,
-                quota_used_fraction=fraction,
-                free_slots=free,
-            )
-
-        if limit is not None and in_flight >= limit:
-            return out(None, "capacity_full")
-        if kind == "quota":
-            if state is None or not state.resolved:
-                return out(None, "quota_unresolved")
-            fraction = state.used_fraction
-            if state.free <= 0:
-                return out(None, "quota_exhausted", fraction)
-            if bounds is None:
-                return out(None, "envelope_uncalibrated", fraction)
-            return out(scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1]), "", fraction)
-        if kind == "concurrency":
-            if state is not None and state.free <= 0:
-                return out(None, "concurrency_full")
-            return out(0.0)
-        return out(
-            cost_usd(route.pricing, prompt_tokens=prompt_tokens, completion_tokens=round(predicted))
-        )
 
     def solve(self, cands: Sequence[Candidate]) -> dict[int, float]:
         """LP weights by index into ``cands`` (only unmasked ones get weight). Raises
@@ -482,7 +405,7 @@ class RouteWiseStrategy(RoutingStrategy):
     @property
     def last(self) -> tuple[Candidate, ...]:
         """The candidates of the last ``select``, with their LP weights."""
-        return tuple(_weighted(self._last_cands, self._last_weights))
+        return tuple(weighted(self._last_cands, self._last_weights))
 
     def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
         """``routes`` (the plan's rest) in the order the LP would choose them, each one the
@@ -526,23 +449,9 @@ class RouteWiseStrategy(RoutingStrategy):
             for c in self.candidates(routes, request, now)
         ]
         try:
-            return _weighted(cands, self.solve(cands))
+            return weighted(cands, self.solve(cands))
         except NoProviderError:
             return cands
-
-
-def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:
-    """The mean wait for a slot of a route serving ``in_flight`` of ``slots`` at once, each
-    held ``hold_ms``: an M/M/c queue at utilisation ``in_flight / slots`` (Sakasegawa's
-    approximation, ``hold * rho^(sqrt(2(c+1)) - 1) / (c (1 - rho))``, with at least
-    ``_MIN_HEADROOM`` of the slots taken as free). Near nothing while many slots are free,
-    steep as the last ones fill: a route is filled toward its limit, not kept at half of it
-    as the squared headroom did; at the limit the route is left out of the LP."""
-    c = max(1.0, slots)
-    rho = min(in_flight / c, 1.0 - _MIN_HEADROOM)
-    if rho <= 0.0:
-        return 0.0
-    return hold_ms * math.pow(rho, math.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho))
 
 
 def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | None:
@@ -551,7 +460,3 @@ def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | 
     if ttft_ms is not None:
         return float(ttft_ms)
     return None if not latency_ms else float(latency_ms)
-
-
-def _weighted(cands: Sequence[Candidate], weights: Mapping[int, float]) -> list[Candidate]:
-    return [replace(c, weight=weights.get(i, 0.0)) for i, c in enumerate(cands)]

@@ -175,6 +175,33 @@ def test_a_mild_inflation_cuts_by_the_gradient_from_where_it_was_sent() -> None:
     assert lim.limit == pytest.approx(10 * 200 / 230)  # 200 over 230: under a seventh off
 
 
+def test_a_queue_for_long_held_slots_cuts_to_the_slots_it_shows_not_by_the_ttft_ratio() -> None:
+    # Twenty slots, each held 3 s by a streamed answer whose first token comes in 200 ms:
+    # sent with 24 in flight, an answer waits for 5 of 3 s / 20 slots = 750 ms, nearly five
+    # times its baseline. Before: the TTFT's ratio halved the limit (12 of the 20 the
+    # provider serves), and the cheap route's traffic went to dearer ones.
+    lim = LearnedLimit(cap=None, min_limit=2.0, inflation=2.0)
+    for i in range(5):
+        lim.succeeded(200.0, at_send=0, now=i / 100, held_ms=3000.0)
+    for i in range(3):
+        lim.succeeded(950.0, at_send=24, now=10.0 + i / 10, held_ms=3750.0)
+
+    assert lim.hold_ms == pytest.approx(3000.0)  # queued answers do not lengthen the hold
+    assert lim.reason == "ttft_inflated"
+    assert lim.limit == pytest.approx(20.0)
+
+
+def test_a_queue_read_as_slots_still_cuts_at_least_a_tenth_and_at_most_half() -> None:
+    shallow, deep = (LearnedLimit(cap=None, min_limit=2.0) for _ in range(2))
+    for lim, ms in ((shallow, 420.0), (deep, 9000.0)):
+        for i in range(5):
+            lim.succeeded(200.0, at_send=0, now=i / 100, held_ms=3000.0)
+        for i in range(3):
+            lim.succeeded(ms, at_send=20, now=10.0 + i / 10, held_ms=3000.0)
+
+    assert shallow.limit == pytest.approx(18.0) and deep.limit == pytest.approx(10.0)
+
+
 def test_an_unmeasured_route_takes_half_again_what_it_answered_calmly() -> None:
     lim = LearnedLimit(cap=None, min_limit=2.0)
 

@@ -13,7 +13,7 @@ import pytest
 from actors.capacity_view import CapacityViews
 from actors.strategies import RouteView, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
-from actors.strategies.routewise.strategy import Candidate
+from actors.strategies.routewise.candidates import Candidate
 from schemas import Observation, RouteRequest
 from schemas.capacity import CapacityState
 from schemas.config import ModelConfig

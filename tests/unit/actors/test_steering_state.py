@@ -10,7 +10,9 @@ import pytest
 from actors.chain import _backfill, apply_edit
 from actors.state.evidence_gate import EvidenceGate
 from actors.state.scoring import EvidenceBook, allowance_multiplier, rate_limit_multiplier
+from actors.state.steering_settings import initial_chains
 from schemas import ChainEdit, ChainEntry, ChainState, Guardrails, InvalidRequestError, Observation
+from schemas.catalog import ChainConfig
 from schemas.config import ModelConfig
 
 CATALOGUE = (("a", True), ("b", True), ("c", False))
@@ -152,3 +154,20 @@ def test_steering_checks_failures_and_allowance_use_for_flips_but_not_plain_succ
     assert not actor._may_flip(_obs("a", "success"))
     assert actor._may_flip(_obs("a", "failure", status=500))
     assert actor._may_flip(_obs("b", "success"))  # allowance use moves its multiplier
+
+
+def test_initial_chains_start_configured_then_created_and_leave_out_deleted_ones() -> None:
+    configured = (
+        ChainConfig(name="kept", models=("a",)),
+        ChainConfig(name="gone", org="acme", models=("b",)),
+        ChainConfig(name="edited", backfill=True, models=("a", "b")),
+    )
+    edited = ChainState(name="edited", models=_chain(("b", True)))
+    new = ChainState(name="new", models=_chain(("c", False)))
+
+    out = initial_chains(configured, {"edited": edited, "new": new}, {"gone", "edited"})
+
+    assert [c.name for c in out] == ["kept", "edited", "new"]
+    assert out[0] == ChainState(name="kept", org="", backfill=False, models=_chain(("a", True)))
+    assert out[1] is edited  # an admin deleted it, then created it again: as created
+    assert out[2] is new

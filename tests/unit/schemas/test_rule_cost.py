@@ -20,7 +20,8 @@ from schemas.rule_cost import (
     REGEX_STEP_UNITS,
     regex_units,
 )
-from schemas.rule_language import CompiledRules, RuleSetError, compile_rules
+from schemas.rule_language import RuleSetError, compile_rules
+from schemas.rule_match import CompiledRules
 from schemas.rules import (
     MAX_CLAUSES,
     MAX_LABEL_BYTES,

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import re2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas import rule_language
-from schemas.rule_language import CompiledRules, RuleSetError, compile_rules, parse_rule_set
+from schemas import rule_language, rule_match
+from schemas.rule_language import RuleSetError, compile_rules, parse_rule_set
 from schemas.rules import (
     MAX_CLAUSES,
     MAX_DEPTH,
@@ -20,6 +20,9 @@ from schemas.rules import (
     PARAMS,
     Rule,
 )
+
+if TYPE_CHECKING:
+    from schemas.rule_match import CompiledRules
 
 PARAMS_SAMPLE: dict[str, Any] = {
     "surface": "chat",
@@ -451,7 +454,7 @@ def test_evaluation_does_at_most_one_test_per_clause(
     metadata: dict[str, Any],
 ) -> None:
     calls = [0]
-    build = rule_language._leaf_match
+    build = rule_match.leaf_match
 
     def counting(*args: Any) -> Any:
         match = build(*args)
@@ -463,7 +466,7 @@ def test_evaluation_does_at_most_one_test_per_clause(
         return counted
 
     with monkeypatch.context() as patched:
-        patched.setattr(rule_language, "_leaf_match", counting)
+        patched.setattr(rule_language, "leaf_match", counting)
         try:
             rules = compile_rules(
                 [Rule(name=f"r{i}", when=w, route="auto:a") for i, w in enumerate(whens)]

@@ -13,7 +13,7 @@ import anyio
 from actors.limits import LimitsActor
 from bus import InProcessBus
 from gateway.auth.gate import Caller
-from gateway.ingress.admission import Admission, Ticket
+from gateway.ingress.admission import Admission
 from schemas import AdminCommand, AdminReply, RateLimitedError, subjects
 from schemas.config import GatewayConfig
 from schemas.limits import AdmitBatch, AdmitRequest, LimitsConfig, LimitSettle, LimitSettleBatch
@@ -21,6 +21,8 @@ from schemas.limits import AdmitBatch, AdmitRequest, LimitsConfig, LimitSettle, 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from pathlib import Path
+
+    from gateway.ingress.admission_ticket import Ticket
 
 WAIT = 5.0
 CALLER = Caller(key_hash="h", role="pro", key_id="k-1", org="acme", user="ann")

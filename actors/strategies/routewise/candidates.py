@@ -1,0 +1,132 @@
+"""How one route looks to RouteWise's LP: a :class:`Candidate` with its effective cost
+(on-demand: the price of the prompt and the predicted completion; quota: the shadow price of
+the pool's used fraction inside the cost envelope; concurrency: nothing while a slot is free)
+and its latency (the TTFT profile plus the wait for a slot, :func:`queue_wait_ms`), or why it
+is masked. Pure given the evidence and the capacity views the strategy hands in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from llm_routewise.core.cost import scarcity_price
+
+from schemas.pricing import cost_usd
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from actors.strategies.base import StrategyDeps
+    from actors.strategies.routewise.evidence import LatencyEvidence
+    from schemas.config import RouteConfig
+
+# A route at (or past) its learned limit is left out; near it, its queueing is priced as
+# if this share of its slots were still free at least.
+_MIN_HEADROOM = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One route as the LP sees it (and as explain / health show it)."""
+
+    endpoint: str
+    provider_type: str
+    effective_cost: float | None  # None: masked or infeasible
+    latency_ms: float
+    profiled: bool
+    weight: float = 0.0
+    quota_used_fraction: float | None = None
+    free_slots: float | None = None
+    excluded: str = ""  # why it is not in the LP ("" when it is)
+    samples: int = 0  # live-window TTFT samples (successes and failures)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row of explain and /health/deep."""
+        return {
+            "endpoint": self.endpoint,
+            "provider_type": self.provider_type,
+            "effective_cost_usd": self.effective_cost,
+            "latency_ms": self.latency_ms,
+            "profiled": self.profiled,
+            "lp_weight": self.weight,
+            "quota_used_fraction": self.quota_used_fraction,
+            "free_slots": self.free_slots,
+            "excluded": self.excluded,
+            "samples": self.samples,
+        }
+
+
+def candidate(
+    endpoint: str,
+    route: RouteConfig,
+    prompt_tokens: int,
+    predicted: float,
+    bounds: tuple[float, float] | None,
+    now: float,
+    latency_evidence: LatencyEvidence,
+    deps: StrategyDeps,
+) -> Candidate:
+    """How the route ``endpoint`` looks to the LP now: its latency (profile plus the wait
+    for a slot) and effective cost (``None`` with the reason when masked or infeasible)."""
+    kind = route.provider_type
+    latency, profiled = latency_evidence.lp_latency(endpoint, now)
+    state = deps.capacity(endpoint)
+    free = state.free if state is not None else None
+    in_flight, limit = deps.load(endpoint)
+    if limit is not None and in_flight < limit:
+        # Queueing: a route holding a share of its learned limit (or slow-start window)
+        # makes the next request wait for a slot that often; priced as an M/M/c queue.
+        hold = latency_evidence.hold_ms(endpoint)
+        latency += queue_wait_ms(in_flight, limit, latency if hold is None else hold)
+
+    def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
+        return Candidate(
+            endpoint=endpoint,
+            provider_type=kind,
+            effective_cost=cost,
+            latency_ms=latency,
+            profiled=profiled,
+            excluded=why,
+            quota_used_fraction=fraction,
+            free_slots=free,
+        )
+
+    if limit is not None and in_flight >= limit:
+        return out(None, "capacity_full")
+    if kind == "quota":
+        if state is None or not state.resolved:
+            return out(None, "quota_unresolved")
+        fraction = state.used_fraction
+        if state.free <= 0:
+            return out(None, "quota_exhausted", fraction)
+        if bounds is None:
+            return out(None, "envelope_uncalibrated", fraction)
+        return out(scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1]), "", fraction)
+    if kind == "concurrency":
+        if state is not None and state.free <= 0:
+            return out(None, "concurrency_full")
+        return out(0.0)
+    return out(
+        cost_usd(route.pricing, prompt_tokens=prompt_tokens, completion_tokens=round(predicted))
+    )
+
+
+def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:
+    """The mean wait for a slot of a route serving ``in_flight`` of ``slots`` at once, each
+    held ``hold_ms``: an M/M/c queue at utilisation ``in_flight / slots`` (Sakasegawa's
+    approximation, ``hold * rho^(sqrt(2(c+1)) - 1) / (c (1 - rho))``, with at least
+    ``_MIN_HEADROOM`` of the slots taken as free). Near nothing while many slots are free,
+    steep as the last ones fill: a route is filled toward its limit, not kept at half of it
+    as the squared headroom did; at the limit the route is left out of the LP."""
+    c = max(1.0, slots)
+    rho = min(in_flight / c, 1.0 - _MIN_HEADROOM)
+    if rho <= 0.0:
+        return 0.0
+    return hold_ms * math.pow(rho, math.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho))
+
+
+def weighted(cands: Sequence[Candidate], weights: Mapping[int, float]) -> list[Candidate]:
+    """``cands`` with their LP ``weights`` (by index; 0 for those without)."""
+    return [replace(c, weight=weights.get(i, 0.0)) for i, c in enumerate(cands)]
