@@ -87,6 +87,8 @@ class ClusterHost:
         self._leases: dict[str, Lease] = {}
         self._stores: dict[str, FencedSnapshots] = {}  # each running unit's snapshot writer
         self._lost: set[str] = set()  # units whose fenced write was refused
+        # Units stopped without release at a lapsed deadline, until the next placement round.
+        self._abandoned: dict[str, Lease] = {}
         self._deadline = 0.0  # stop every unit past this (monotonic): the heartbeat lapsed
         self._unacknowledged = False  # the last beat failed (logged once per outage)
         self._membership: Membership | None = None
@@ -257,13 +259,22 @@ class ClusterHost:
                 logger.warning("placement round cut short: %s", exc.message)
 
     async def _stop_all(self) -> None:
-        """Stop every unit without releasing it (its entry is left to lapse or be taken)."""
+        """Stop every unit without releasing it (its entry is left to lapse or be taken;
+        a unit not ours on our return is released then, see ``_place``)."""
         async with self._changing:
             for unit in reversed(self.units):
+                self._abandoned[unit] = self._leases[unit]
                 await self._drop(unit, release=False)
 
     async def _place(self, live: list[str]) -> None:
         assert self._owners is not None
+        # Units stopped at a lapsed deadline still name us while our key lives: the ones no
+        # longer ours are released, or their owner could never take them from a live host
+        # (ours are claimed again below, under a new revision).
+        for unit, lease in list(self._abandoned.items()):
+            if owner_of(unit, live) != self.node_id:
+                await self._owners.release(lease)  # a no-op once someone else took it
+            del self._abandoned[unit]
         for unit in reversed(self._units):  # stops in reverse tree order
             lease = self._leases.get(unit)
             if lease is None:

@@ -264,6 +264,41 @@ async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(
         await cut_bus.aclose()
 
 
+async def test_a_host_back_from_a_lapse_releases_the_units_it_stopped_that_are_not_its_share(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    # A host that took every unit (alone at first) and then missed its lease deadline stops
+    # them without releasing; back within its key's TTL it is still live, so the other host
+    # may not take its share from it. Before: neither ran those units again (an e2e run saw
+    # four units unowned for 20 s); now the host back releases what is not its share.
+    cut_bus = CuttableBus(shared)
+    journal = Journal()
+    a = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
+    b = ClusterHost(shared, "host-b", SETTINGS, functools.partial(tree, journal), clock=clock)
+    await a.open()
+    await b.open()
+    try:
+        await a.reconcile()
+        assert a.units == list(UNITS)
+        cut_bus.cut[0] = True
+        clock.now += SETTINGS.ttl_seconds - SETTINGS.heartbeat_seconds
+        await a.reconcile()
+        assert a.units == []  # past its lease deadline: stopped, entries left
+        cut_bus.cut[0] = False
+        await b.reconcile()  # a's key has not lapsed: b waits for a to release
+        assert b.units == []
+        for host in (a, b, a, b):
+            await host.reconcile()
+            assert_one_owner([a, b])
+        live = ["host-a", "host-b"]
+        assert a.units == [u for u in UNITS if owner_of(u, live) == "host-a"]
+        assert b.units == [u for u in UNITS if owner_of(u, live) == "host-b"]
+    finally:
+        await a.aclose()
+        await b.aclose()
+        await cut_bus.aclose()
+
+
 @pytest.fixture(params=["inprocess", pytest.param("nats", marks=pytest.mark.nats)])
 async def two_connections(
     request: pytest.FixtureRequest, shared: InProcessBus
