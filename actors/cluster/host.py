@@ -271,9 +271,9 @@ class ClusterHost:
         # Units stopped at a lapsed deadline still name us while our key lives: the ones no
         # longer ours are released, or their owner could never take them from a live host
         # (ours are claimed again below, under a new revision).
-        for unit, lease in list(self._abandoned.items()):
+        for unit, stale in list(self._abandoned.items()):
             if owner_of(unit, live) != self.node_id:
-                await self._owners.release(lease)  # a no-op once someone else took it
+                await self._owners.release(stale)  # a no-op once someone else took it
             del self._abandoned[unit]
         for unit in reversed(self._units):  # stops in reverse tree order
             lease = self._leases.get(unit)
