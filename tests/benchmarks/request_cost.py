@@ -5,7 +5,7 @@
     python -m tests.benchmarks.request_cost --callgrind [--requests 300] [--out-dir DIR]
 
 Runs, in one process, the actor tree and the ingress's ASGI app (``create_app``) on the
-in-process bus, as ``llmgw serve`` does, and drives the app's ASGI callable with a fake
+in-process bus and uvloop (``--loop asyncio``: asyncio's own), as ``llmgw serve`` does, and drives the app's ASGI callable with a fake
 receive/send (no HTTP server, no client sockets); the upstream is the benchmark's fast fake
 upstream (``tests.fixtures.upstream --mode fast``) in a child process on loopback, reached
 through the gateway's real HTTP client. The modes are those of ``bench.py``: chat to a model
@@ -173,7 +173,7 @@ def _callgrind(command: str, label: str = "") -> None:
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -> None:
+async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -> int:
     from bus import open_bus
     from gateway.ingress.app import create_app
     from gateway.process.actor_host import ActorHost
@@ -227,6 +227,7 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
         await life
         await host.aclose()
         await bus.aclose()
+    return 0
 
 
 def _summary(path: str) -> tuple[str, int]:
@@ -287,12 +288,23 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--modes", type=_modes, default=list(MODES))
-    parser.add_argument("--requests", type=int, default=None, help="per mode (2000; 300 "
-                        "with --callgrind)")
+    parser.add_argument(
+        "--requests", type=int, default=None, help="per mode (2000; 300 with --callgrind)"
+    )
     parser.add_argument("--concurrency", type=int, default=1)
+    parser.add_argument(
+        "--loop",
+        choices=("uvloop", "asyncio"),
+        default="uvloop",
+        help="event loop (default uvloop, as llmgw serve)",
+    )
     parser.add_argument("--callgrind", action="store_true")
-    parser.add_argument("--profile", metavar="FILE", help="cProfile each mode's measured "
-                        "requests into FILE.MODE (the Python functions callgrind cannot name)")
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="cProfile each mode's measured "
+        "requests into FILE.MODE (the Python functions callgrind cannot name)",
+    )
     parser.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "request_cost"))
     args = parser.parse_args(argv)
     if args.requests is None:
@@ -308,7 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _wait_listening(port, upstream)
         with tempfile.TemporaryDirectory() as tmp:
-            asyncio.run(_measure(f"http://127.0.0.1:{port}", args, f"{tmp}/llmgw.sqlite3"))
+            from gateway.process.engines import run_loop
+
+            url = f"http://127.0.0.1:{port}"
+            run_loop(_measure(url, args, f"{tmp}/llmgw.sqlite3"), args.loop)
     finally:
         upstream.terminate()
         upstream.wait()
