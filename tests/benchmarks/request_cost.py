@@ -5,10 +5,11 @@
     python -m tests.benchmarks.request_cost --callgrind [--requests 300] [--out-dir DIR]
 
 Runs, in one process, the actor tree and the ingress's ASGI app (``create_app``) on the
-in-process bus and uvloop (``--loop asyncio``: asyncio's own), as ``llmgw serve`` does, and drives the app's ASGI callable with a fake
-receive/send (no HTTP server, no client sockets); the upstream is the benchmark's fast fake
-upstream (``tests.fixtures.upstream --mode fast``) in a child process on loopback, reached
-through the gateway's real HTTP client. The modes are those of ``bench.py``: chat to a model
+in-process bus and uvloop (``--loop asyncio``: asyncio's own), as ``llmgw serve`` does, and
+drives the app's ASGI callable with a fake receive/send (no HTTP server, no client
+sockets); the upstream is the benchmark's fast fake upstream (``tests.fixtures.upstream
+--mode fast``) in a child process on loopback, reached through the gateway's real HTTP
+client. The modes are those of ``bench.py``: chat to a model
 of one route, plain and streamed, and plain chat to a model of five priced routes under the
 ``fixed`` draw and under ``routewise``. Each mode is warmed up first.
 
@@ -178,8 +179,9 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
     from gateway.ingress.app import create_app
     from gateway.process.actor_host import ActorHost
     from gateway.process.config import parse_config
-    from gateway.process.serve import settle_gc
+    from gateway.process.serve import declare_asyncio, settle_gc
 
+    declare_asyncio()  # as serve does, before the first task starts
     config = parse_config(json.dumps(_config(upstream_url, database)), source="<request_cost>")
     bus = await open_bus("inproc://")
     host = await ActorHost.start(bus, config, None)
