@@ -12,6 +12,7 @@ route's pool state through :meth:`CapacityViews.state_of`.
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,9 @@ from schemas import (
     CapacityAcquire,
     CapacityGet,
     CapacityGrant,
+    CapacityRelease,
     CapacityState,
+    GatewayError,
     Observation,
     RoutePlan,
     RouteRequest,
@@ -168,7 +171,8 @@ class CapacityViews:
     async def _acquire(
         self, bus: Bus, pool: str, endpoint: str, req: RouteRequest
     ) -> CapacityGrant:
-        """Ask ``pool``'s owner for a lease; an owner that does not answer refuses."""
+        """Ask ``pool``'s owner for a lease; an owner that does not answer refuses (and a lease
+        it may have granted meanwhile is given back by the id it was asked under)."""
         st = self._states.get(pool)
         units = float(max(1, req.prompt_tokens)) if st is not None and st.unit == "tokens" else 1.0
         ask = CapacityAcquire(
@@ -177,6 +181,7 @@ class CapacityViews:
             request_id=req.request_id,
             holder=req.lease_holder or self._holder,
             units=units,
+            lease_id=secrets.token_hex(8),
         )
         try:
             reply = await bus.request(
@@ -185,9 +190,23 @@ class CapacityViews:
                 reply_type=CapacityGrant,
                 timeout=_LEASE_TIMEOUT,
             )
-        except (NoRespondersError, RequestTimeoutError):
+        except (NoRespondersError, RequestTimeoutError) as exc:
             logger.warning("capacity pool %s did not answer a lease for %s", pool, endpoint)
+            if isinstance(exc, RequestTimeoutError):
+                # The owner may have granted it and its answer be lost or late (a NATS
+                # reconnect): unreleased, it would hold a slot for a TTL serving no one.
+                await self._give_back(bus, pool, ask.lease_id)
             return CapacityGrant(pool=pool, granted=False, reason="pool owner not answering")
         if not isinstance(reply, CapacityGrant):
             return CapacityGrant(pool=pool, granted=False, reason="unexpected reply")
         return reply
+
+    @staticmethod
+    async def _give_back(bus: Bus, pool: str, lease_id: str) -> None:
+        try:
+            await bus.publish(
+                subjects.capacity_release(pool),
+                CapacityRelease(pool=pool, lease_id=lease_id, used_units=0.0),
+            )
+        except GatewayError as exc:
+            logger.warning("capacity release on %s not published: %s", pool, exc)

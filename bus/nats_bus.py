@@ -293,12 +293,13 @@ class NatsBus:
                 info.config.duplicate_window = min(ttl, 120.0) if ttl else 120.0
                 info.config.num_replicas = replicas
                 await admin.update_stream(info.config)
-            kv = await self._nc.jetstream(timeout=_KV_TIMEOUT_S).key_value(bucket)
+            js = self._nc.jetstream(timeout=_KV_TIMEOUT_S)
+            kv = await js.key_value(bucket)
         except nats.js.errors.InvalidBucketNameError as exc:
             raise ValueError(f"invalid key-value bucket name {bucket!r}") from exc
         except nats.errors.Error as exc:
             raise BusClosedError(f"JetStream key-value bucket {bucket}: {exc!r}") from exc
-        return NatsKeyValue(bucket, kv, self._check_open)
+        return NatsKeyValue(bucket, kv, self._check_open, js)
 
     def replay(
         self, subject: str, *, stream: str, since: float

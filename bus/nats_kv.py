@@ -7,6 +7,7 @@ write lost its race), ValueError (a key JetStream refuses) or ``BusClosedError``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from bus.kv import KvConflictError, KvEntry, kv_key, kv_unkey
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
+    from nats.js import JetStreamContext
     from nats.js.kv import KeyValue as _NatsKeyValue
 
 _KV_DEL, _KV_PURGE = "DEL", "PURGE"  # a watched entry's operation header
@@ -31,10 +33,17 @@ class NatsKeyValue:
     revisions are the bucket stream's sequence numbers. Raises KvConflictError,
     BusClosedError (the bus closed, or JetStream did not answer in time)."""
 
-    def __init__(self, bucket: str, kv: _NatsKeyValue, check_open: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        kv: _NatsKeyValue,
+        check_open: Callable[[], None],
+        js: JetStreamContext,
+    ) -> None:
         self.bucket = bucket
         self._kv = kv
         self._check_open = check_open  # raises BusClosedError once the bus is closed
+        self._js = js
 
     async def get(self, key: str) -> KvEntry | None:
         """See ``bus.kv.KeyValue.get``."""
@@ -82,15 +91,30 @@ class NatsKeyValue:
             raise self._failed(exc, key) from exc
 
     async def keys(self) -> list[str]:
-        """See ``bus.kv.KeyValue.keys``."""
+        """See ``bus.kv.KeyValue.keys``.
+
+        Read from the bucket stream's subjects (one request), each then read by name, not
+        with nats-py's ``keys()``: its watcher may end the listing before the last keys
+        under concurrent writes (nats.py #842, #995), and a host's heartbeat key left out
+        of a listing would have its units taken from it while it lives."""
         self._check_open()
+        prefix = f"$KV.{self.bucket}."
         try:
-            found = await self._kv.keys()
-        except nats.js.errors.NoKeysError:
-            return []
+            info = await self._js.stream_info(f"KV_{self.bucket}", subjects_filter=f"{prefix}>")
+            listed = [subject[len(prefix) :] for subject in info.state.subjects or {}]
+            entries = await asyncio.gather(*(self._present(key) for key in listed))
         except nats.errors.Error as exc:
             raise self._failed(exc, "*") from exc
-        return [kv_unkey(k) for k in found]
+        return [kv_unkey(key) for key, present in zip(listed, entries, strict=True) if present]
+
+    async def _present(self, raw_key: str) -> bool:
+        """Whether the escaped ``raw_key``'s last entry is a value (not a delete or purge
+        marker, and not expired)."""
+        try:
+            await self._kv.get(raw_key)
+        except nats.js.errors.KeyNotFoundError:  # KeyDeletedError included
+            return False
+        return True
 
     @contextlib.asynccontextmanager
     async def watch(self) -> AsyncIterator[AsyncIterator[KvEntry]]:

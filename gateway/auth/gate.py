@@ -62,6 +62,11 @@ _CACHE_MAX = 10_000
 # answered 503 auth_busy (Retry-After) without a bus request, so a flood of made-up keys
 # costs the single owner at most this many requests in flight per ingress.
 LOOKUPS_MAX = 64
+# A miss joins a lookup of its hash asked at most this long ago. A lookup answers in
+# milliseconds; one older was most likely taken by an owner that died holding it (kill -9 of
+# its host), and it fails only at its timeout: a caller arriving later asks whoever owns the
+# keys now instead of inheriting that failure.
+JOIN_S = 1.0
 _BUSY_RETRY_AFTER_S = 1.0
 _KEYED = frozenset({"/routing", "/health/deep"})  # with auth on: a valid key, any role
 METRICS = "/metrics"
@@ -111,12 +116,16 @@ class Authenticator:
     the bus's GatewayError (no responders, timeout) when the owner cannot answer a miss.
     """
 
-    def __init__(self, bus: Bus, config: GatewayConfig) -> None:
+    def __init__(
+        self, bus: Bus, config: GatewayConfig, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._bus = bus
+        self._clock = clock  # monotonic seconds: the cache's age and a lookup's
         self._cache: dict[str, tuple[ApiKeyInfo, float]] = {}
-        # The lookup each hash's misses wait on; an entry forgotten while in flight (a key
-        # event, a reload) is answered to its waiters but never cached.
-        self._asking: dict[str, asyncio.Task[ApiKeyInfo]] = {}
+        # The lookup each hash's misses wait on and when it was asked; an entry forgotten
+        # while in flight (a key event, a reload, one older than JOIN_S) is answered to its
+        # waiters but never cached.
+        self._asking: dict[str, tuple[asyncio.Task[ApiKeyInfo], float]] = {}
         self._outstanding = 0
         self._any_keys: bool | None = None  # None: the owner has not said yet
         self._any_checked = float("-inf")
@@ -190,7 +199,7 @@ class Authenticator:
         GatewayError when the owner has never answered and cannot now."""
         if self._required or self._any_keys:
             return True
-        now = time.monotonic()
+        now = self._clock()
         if self._any_keys is None or now - self._any_checked >= self._ttl:
             checking = self._checking
             if checking is None or checking.done():
@@ -322,13 +331,17 @@ class Authenticator:
     async def _lookup(self, key_hash: str) -> ApiKeyInfo:
         """The owner's answer for ``key_hash``, from the cache while it is fresh (unknown keys
         are cached too, so a stream of bad keys costs one bus request each per TTL), else
-        from the lookup already asking for it, else from a new one. Raises AuthBusyError
-        when :data:`LOOKUPS_MAX` lookups are in flight, the bus's GatewayError."""
+        from the lookup already asking for it (asked within :data:`JOIN_S`), else from a new
+        one. Raises AuthBusyError when :data:`LOOKUPS_MAX` lookups are in flight, the bus's
+        GatewayError."""
+        now = self._clock()
         hit = self._cache.get(key_hash)
-        if hit is not None and time.monotonic() - hit[1] < self._ttl:
+        if hit is not None and now - hit[1] < self._ttl:
             return hit[0]
-        asking = self._asking.get(key_hash)
-        if asking is None:
+        joined = self._asking.get(key_hash)
+        if joined is not None and now - joined[1] <= JOIN_S:
+            asking = joined[0]
+        else:
             if self._outstanding >= LOOKUPS_MAX:
                 # Fail fast, not queue: waiting would hold the flood's connections open, and
                 # 401 would tell a caller whose valid key was not looked up that it is bad.
@@ -338,13 +351,13 @@ class Authenticator:
                 )
             asking = asyncio.create_task(self._ask(key_hash), name="auth-key-lookup")
             asking.add_done_callback(_retrieve)  # its waiters may all have gone
-            self._asking[key_hash] = asking
+            self._asking[key_hash] = (asking, now)
         # Shielded: a caller that goes away does not end the lookup the others wait on.
         return await asyncio.shield(asking)
 
     async def _ask(self, key_hash: str) -> ApiKeyInfo:
         self._outstanding += 1
-        mine, asked_at = asyncio.current_task(), time.monotonic()
+        mine, asked_at = asyncio.current_task(), self._clock()
         try:
             info = raise_for_reply(
                 await self._bus.request(
@@ -356,7 +369,7 @@ class Authenticator:
             )
         finally:
             self._outstanding -= 1
-            current = self._asking.get(key_hash) is mine
+            current = self._asking.get(key_hash, (None, 0.0))[0] is mine
             if current:
                 del self._asking[key_hash]
         if current and self._ttl > 0:

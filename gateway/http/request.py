@@ -44,6 +44,7 @@ class HttpRequest:
 
     __slots__ = (
         "_after",
+        "_body_read",
         "_headers",
         "body_timeout",
         "extra_headers",
@@ -73,6 +74,7 @@ class HttpRequest:
         """Headers every answer to this exchange carries (a limited key's rate headers)."""
         self._headers: dict[str, str] | None = None
         self._after = _KEEP
+        self._body_read = False
 
     @property
     def path(self) -> str:
@@ -136,7 +138,17 @@ class HttpRequest:
             parts.append(chunk)
             if not more:
                 break
+        self._body_read = True
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _body_unread(self) -> bool:
+        """Whether the client sends a body this exchange has not read."""
+        if self._body_read:
+            return False
+        declared = self.header("content-length")
+        if declared is not None:
+            return declared != "0"
+        return self.header("transfer-encoding") is not None
 
     async def _drain(self) -> None:
         # A client still uploading may read our answer only once it has sent its body, and a
@@ -166,9 +178,14 @@ class HttpRequest:
         await self.send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def respond(self, status: int, body: bytes, headers: Headers | None = None) -> None:
-        """A whole answer in one go. After a body refused unread, the answer closes the
-        connection, sent in full before the rest of the body is drained."""
+        """A whole answer in one go. After a body refused or left unread, the answer closes
+        the connection, sent in full before the rest of the body is drained."""
         head = [JSON_TYPE, (b"content-length", str(len(body)).encode()), *(headers or ())]
+        if self._after == _KEEP and self._body_unread():
+            # Answered before its body was read (an unknown path, a refused key): the server
+            # closes such a connection once the answer is out, so the answer says it will,
+            # or the client would send its next request on a connection being closed.
+            self._after = _LINGER
         if self._after == _KEEP:
             await self.start(status, head)
             await self.chunk(body, more=False)

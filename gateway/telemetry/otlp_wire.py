@@ -19,6 +19,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.telemetry.recorded_span import RecordedSpan
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
@@ -34,9 +36,12 @@ _pack_double = struct.Struct("<d").pack
 # SpanFlags: the context's remoteness is known (0x100), and the parent was remote (0x200).
 _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)
-_CACHED_TYPES = (str, bool, int, float)  # a tuple (1,) equals (True,): never cached
-_KINDS = {kind: b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto's from 1
-_STATUS_CODES = {code: b"\x18" + bytes((code.value,)) if code.value else b"" for code in StatusCode}
+_CACHED_TYPES = (str, bool, int, float)  # a tuple (1,) equals (True,): only of strings
+# Keyed by the members' ids: an Enum member hashes in Python code (its name's hash), an int in C.
+_KINDS = {id(kind): b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto's from 1
+_STATUS_CODES = {
+    id(code): b"\x18" + bytes((code.value,)) if code.value else b"" for code in StatusCode
+}
 _STATUSES = {code: b"\x7a" + bytes((len(body),)) + body for code, body in _STATUS_CODES.items()}
 
 
@@ -57,7 +62,11 @@ def _varint(n: int) -> bytes:
 def _field(tag: bytes, payload: bytes) -> bytes:
     """A length-delimited field (``tag`` is the field's key byte(s))."""
     n = len(payload)
-    return tag + (_ONE_BYTE[n] if n < 0x80 else _varint(n)) + payload
+    if n < 0x80:
+        return tag + _ONE_BYTE[n] + payload
+    if n < 0x4000:  # a span's body: two length bytes
+        return tag + bytes(((n & 0x7F) | 0x80, n >> 7)) + payload
+    return tag + _varint(n) + payload
 
 
 def _any_value(value: Any) -> bytes:
@@ -105,8 +114,10 @@ class SpanEncoder:
         pairs = self._pairs
         for key, value in attributes.items():
             if not isinstance(value, _CACHED_TYPES):
-                parts.append(_field(tag, _key_value(key, value)))
-                continue
+                if type(value) is not list or not all(type(v) is str for v in value):
+                    parts.append(_field(tag, _key_value(key, value)))
+                    continue
+                value = tuple(value)  # strings (finish reasons): cached as a tuple
             cache_key = (key, type(value), value)
             found = pairs.get(cache_key)
             if found is None:
@@ -150,19 +161,27 @@ class SpanEncoder:
             found = self._names[name] = _field(b"\x2a", name.encode())
         return found
 
-    def _span(self, span: ReadableSpan) -> bytes:
-        ctx = span.get_span_context()
-        assert ctx is not None  # an SDK span always has its context
-        parts = [b"\x0a\x10", ctx.trace_id.to_bytes(16, "big"), b"\x12\x08"]
-        parts.append(ctx.span_id.to_bytes(8, "big"))
-        if ctx.trace_state:
-            state = ",".join(f"{k}={v}" for k, v in ctx.trace_state.items())
+    def _span(self, span: ReadableSpan | RecordedSpan) -> bytes:
+        if type(span) is RecordedSpan:  # its ids as they are: no SpanContext made
+            trace_id, span_id, trace_state = span.trace_id, span.span_id, span.trace_state
+            parent_id: int | None = span.parent_id or None
+            remote = span.remote_parent is not None
+        else:
+            ctx = span.get_span_context()
+            assert ctx is not None  # an SDK span always has its context
+            trace_id, span_id, trace_state = ctx.trace_id, ctx.span_id, ctx.trace_state
+            parent = span.parent
+            parent_id = parent.span_id if parent is not None else None
+            remote = parent is not None and parent.is_remote
+        parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08"]
+        parts.append(span_id.to_bytes(8, "big"))
+        if trace_state:
+            state = ",".join(f"{k}={v}" for k, v in trace_state.items())
             parts.append(_field(b"\x1a", state.encode()))
-        parent = span.parent
-        if parent is not None:
-            parts += (b"\x22\x08", parent.span_id.to_bytes(8, "big"))
+        if parent_id is not None:
+            parts += (b"\x22\x08", parent_id.to_bytes(8, "big"))
         parts.append(self._name(span.name))
-        parts.append(_KINDS[span.kind])
+        parts.append(_KINDS[id(span.kind)])
         parts += (b"\x39", _pack_u64(span.start_time or 0), b"\x41", _pack_u64(span.end_time or 0))
         parts.append(self._attributes(b"\x4a", span.attributes))
         if span.dropped_attributes:
@@ -178,13 +197,13 @@ class SpanEncoder:
         status = span.status
         if status.description:
             body = _field(b"\x12", status.description.encode())
-            parts.append(_field(b"\x7a", body + _STATUS_CODES[status.status_code]))
+            parts.append(_field(b"\x7a", body + _STATUS_CODES[id(status.status_code)]))
         else:
-            parts.append(_STATUSES[status.status_code])
-        parts.append(_FLAGS_REMOTE if parent is not None and parent.is_remote else _FLAGS_LOCAL)
+            parts.append(_STATUSES[id(status.status_code)])
+        parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return b"".join(parts)
 
-    def encode(self, spans: Sequence[ReadableSpan]) -> bytes:
+    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
         of first appearance). Raises ValueError for a span with links (this gateway makes none:
         the SDK's encoder serves those)."""

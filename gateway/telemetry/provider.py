@@ -4,7 +4,7 @@ Imported only when ``telemetry.enabled`` (see :func:`gateway.telemetry.start_tel
 SDK reads the standard ``OTEL_*`` variables itself: ``OTEL_EXPORTER_OTLP_ENDPOINT`` and
 ``..._HEADERS``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_SERVICE_NAME`` (over
 ``telemetry.service_name``), ``OTEL_TRACES_SAMPLER``/``_ARG`` (unless ``sampler_ratio`` is
-set), ``OTEL_BSP_*`` (the batch span processor's schedule) and
+set), ``OTEL_BSP_*`` (the span batcher's schedule, as the SDK's batch processor reads them) and
 ``OTEL_METRIC_EXPORT_INTERVAL`` (over ``metrics_interval_seconds``),
 ``OTEL_SEMCONV_STABILITY_OPT_IN`` (gateway.telemetry.semconv) and
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (over ``capture_content``).
@@ -19,7 +19,6 @@ from urllib.parse import urlsplit
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -29,6 +28,7 @@ from gateway.telemetry.otlp_wire import WireSpanExporter
 from gateway.telemetry.recorded_span import SpanRecorder
 from gateway.telemetry.request_trace import RequestTrace
 from gateway.telemetry.semconv import Semconv, capture_content
+from gateway.telemetry.span_batcher import SpanBatcher
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -42,7 +42,7 @@ _MAX_SERVERS = 1024  # (address, port) per base URL; base URLs come from the con
 
 
 class Telemetry:
-    """Owns one TracerProvider (its sampler, ids and resource; BatchSpanProcessor -> OTLP/HTTP)
+    """Owns one TracerProvider (its sampler, ids and resource; SpanBatcher -> OTLP/HTTP)
     and the GenAI metrics (periodic OTLP/HTTP export); hands each request a RequestTrace."""
 
     def __init__(self, config: GatewayConfig) -> None:
@@ -57,7 +57,7 @@ class Telemetry:
             else None  # the SDK reads OTEL_TRACES_SAMPLER (default: parent-based, always on)
         )
         self._tracer_provider = TracerProvider(resource=resource, sampler=sampler)
-        processor = BatchSpanProcessor(WireSpanExporter())
+        processor = SpanBatcher(WireSpanExporter())
         self._tracer_provider.add_span_processor(processor)  # its shutdown flushes the batch
         self.spans = SpanRecorder(self._tracer_provider, processor, InstrumentationScope("llmgw"))
         self.propagator = TraceContextTextMapPropagator()

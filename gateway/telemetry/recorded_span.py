@@ -5,11 +5,16 @@ lookup, a sampler call, a locked and validated attribute mapping, the processor 
 request makes four. Here the sampler decides once per request, for its SERVER span (every
 built-in sampler gives the children the same answer: parent-based ones follow the parent,
 the others depend on the trace id alone), ids come from the provider's id generator, and a
-span is a slotted record whose attributes are a dict, handed at its end to the same
-BatchSpanProcessor an SDK span would reach. It offers what the batch processor and the
+span is a slotted record whose attributes are a dict, handed at its end to the provider's
+span processor (gateway.telemetry.span_batcher). It offers what a processor and the
 exporter read of a ReadableSpan (gateway.telemetry.otlp_wire encodes it). Values are the
 gateway's own (config ids, counts, bounded text): ``None`` values are dropped as the SDK
 drops them; no other validation or span limit applies.
+
+A span keeps its ids as plain ints (its ``SpanContext`` is made only when something asks for
+it), and the sampler's decision is taken without a call when the sampler is one of the SDK's
+stock ones (parent-based or not, always on or off, trace id ratio): the same decision,
+attributes and trace state as its ``should_sample`` (a test compares them).
 """
 
 from __future__ import annotations
@@ -17,6 +22,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk.trace.sampling import (
+    ParentBased,
+    Sampler,
+    StaticSampler,
+    TraceIdRatioBased,
+)
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, get_current_span
 
 if TYPE_CHECKING:
@@ -26,6 +37,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import TraceState
 
 __all__ = ["RecordedEvent", "RecordedSpan", "SpanRecorder"]
 
@@ -33,26 +45,90 @@ _UNSET = Status()
 _SAMPLED, _NOT_SAMPLED = TraceFlags(TraceFlags.SAMPLED), TraceFlags(TraceFlags.DEFAULT)
 
 
+_StaticDecision = bool | TraceIdRatioBased  # sampled or not, or the ratio that decides
+
+
+def _static(sampler: Sampler) -> _StaticDecision | None:
+    """The decision of a stock sampler that ignores its parent, else None."""
+    if isinstance(sampler, StaticSampler) and type(sampler).should_sample is (
+        StaticSampler.should_sample
+    ):
+        return bool(sampler._decision.is_sampled())  # type: ignore[no-untyped-call]
+    if type(sampler).should_sample is TraceIdRatioBased.should_sample:
+        return sampler  # type: ignore[return-value]  # a TraceIdRatioBased by its method
+    return None
+
+
+class _StockSampler:
+    """A stock sampler's decision without the call: for ``ParentBased`` over stock delegates,
+    the delegate the parent picks; for a stock sampler alone, its own."""
+
+    __slots__ = ("_local", "_remote", "_root")
+
+    def __init__(
+        self,
+        root: _StaticDecision,
+        remote: tuple[_StaticDecision, _StaticDecision],
+        local: tuple[_StaticDecision, _StaticDecision],
+    ) -> None:
+        self._root, self._remote, self._local = root, remote, local
+
+    @classmethod
+    def of(cls, sampler: Sampler) -> _StockSampler | None:
+        """The stand-in for ``sampler``, or None when only its ``should_sample`` can say."""
+        alone = _static(sampler)
+        if alone is not None:
+            return cls(alone, (alone, alone), (alone, alone))
+        if not isinstance(sampler, ParentBased) or (
+            type(sampler).should_sample is not ParentBased.should_sample
+        ):
+            return None
+        found = [
+            _static(s)
+            for s in (
+                sampler._root,
+                sampler._remote_parent_sampled,
+                sampler._remote_parent_not_sampled,
+                sampler._local_parent_sampled,
+                sampler._local_parent_not_sampled,
+            )
+        ]
+        if any(d is None for d in found):
+            return None
+        root, remote_on, remote_off, local_on, local_off = found
+        return cls(root, (remote_off, remote_on), (local_off, local_on))  # type: ignore[arg-type]
+
+    def sampled(self, trace_id: int, parent: SpanContext | None) -> bool:
+        if parent is None:
+            decision = self._root
+        else:
+            decision = (self._remote if parent.is_remote else self._local)[
+                parent.trace_flags.sampled
+            ]
+        if isinstance(decision, bool):
+            return decision
+        return trace_id & TraceIdRatioBased.TRACE_ID_LIMIT < decision.bound
+
+
 class SpanRecorder:
     """Makes a request's root span (the sampler's one decision) and takes every finished
     span to the batch processor; holds the provider's resource, sampler and id generator
     (owned by the Telemetry that made it)."""
 
-    __slots__ = ("_ids", "_provider", "_sampler", "processor", "scope")
+    __slots__ = ("_ids", "_provider", "_sampler", "_span_id", "_stock", "processor", "scope")
 
     def __init__(
         self, provider: TracerProvider, processor: SpanProcessor, scope: InstrumentationScope
     ) -> None:
         self._provider, self._sampler, self._ids = provider, provider.sampler, provider.id_generator
+        self._span_id = self._ids.generate_span_id
+        self._stock = _StockSampler.of(self._sampler)
         self.processor, self.scope = processor, scope
 
     @property
     def resource(self) -> Resource:
         """The provider's resource (the SDK may extend it, e.g. after a fork)."""
         return self._provider.resource
-
-    def new_span_id(self) -> int:
-        return self._ids.generate_span_id()
 
     def root(
         self, name: str, kind: SpanKind, parent: Context | None, attributes: dict[str, Any]
@@ -63,20 +139,22 @@ class SpanRecorder:
         if remote is None or not remote.is_valid:
             remote = None
             trace_id = self._ids.generate_trace_id()
+            trace_state = None
         else:
-            trace_id = remote.trace_id
-        decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
-        sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
-        if sampled and decision.attributes:
-            attributes = {**attributes, **decision.attributes}
-        context = SpanContext(
-            trace_id,
-            self._ids.generate_span_id(),
-            is_remote=False,
-            trace_flags=_SAMPLED if sampled else _NOT_SAMPLED,
-            trace_state=decision.trace_state,
-        )
-        return RecordedSpan(self, name, kind, context, remote, attributes)
+            trace_id, trace_state = remote.trace_id, remote.trace_state
+        stock = self._stock
+        if stock is not None:
+            sampled = stock.sampled(trace_id, remote)
+        else:
+            decision = self._sampler.should_sample(parent, trace_id, name, kind, attributes)
+            sampled = decision.decision.is_sampled()  # type: ignore[no-untyped-call]
+            if sampled and decision.attributes:
+                attributes = {**attributes, **decision.attributes}
+            trace_state = decision.trace_state
+        span = RecordedSpan(self, name, kind, trace_id, sampled, trace_state, attributes)
+        if remote is not None:
+            span.parent_id, span.remote_parent = remote.span_id, remote
+        return span
 
 
 class RecordedEvent:
@@ -91,19 +169,24 @@ class RecordedEvent:
 
 class RecordedSpan:
     """One span: started when made, sent to its sink's processor by :meth:`end` (once)
-    when its context is sampled."""
+    when sampled. Ids are ints (``parent_id`` 0: a root); ``context`` and ``parent`` are the
+    SDK's ``SpanContext``s, made when asked."""
 
     __slots__ = (
         "_recorder",
         "attributes",
-        "context",
         "end_time",
         "events",
         "kind",
         "name",
-        "parent",
+        "parent_id",
+        "remote_parent",
+        "sampled",
+        "span_id",
         "start_time",
         "status",
+        "trace_id",
+        "trace_state",
     )
     links = ()
     dropped_attributes = dropped_events = dropped_links = 0
@@ -113,19 +196,52 @@ class RecordedSpan:
         recorder: SpanRecorder,
         name: str,
         kind: SpanKind,
-        context: SpanContext,
-        parent: SpanContext | None,
+        trace_id: int,
+        sampled: bool,
+        trace_state: TraceState | None,
         attributes: dict[str, Any],
     ) -> None:
         self._recorder = recorder
-        self.name, self.kind, self.context, self.parent = name, kind, context, parent
+        self.name, self.kind, self.trace_id, self.span_id = (
+            name,
+            kind,
+            trace_id,
+            recorder._span_id(),
+        )
+        self.sampled, self.trace_state = sampled, trace_state
+        self.parent_id = 0
+        self.remote_parent: SpanContext | None = None
         if None in attributes.values():
             attributes = {k: v for k, v in attributes.items() if v is not None}
         self.attributes = attributes
-        self.events: list[RecordedEvent] = []
+        self.events: tuple[()] | list[RecordedEvent] = ()
         self.status = _UNSET
         self.start_time = time.time_ns()
         self.end_time: int | None = None
+
+    @property
+    def context(self) -> SpanContext:
+        return SpanContext(
+            self.trace_id,
+            self.span_id,
+            is_remote=False,
+            trace_flags=_SAMPLED if self.sampled else _NOT_SAMPLED,
+            trace_state=self.trace_state,
+        )
+
+    @property
+    def parent(self) -> SpanContext | None:
+        if self.remote_parent is not None:
+            return self.remote_parent
+        if not self.parent_id:
+            return None
+        return SpanContext(
+            self.trace_id,
+            self.parent_id,
+            is_remote=False,
+            trace_flags=_SAMPLED if self.sampled else _NOT_SAMPLED,
+            trace_state=self.trace_state,
+        )
 
     @property
     def resource(self) -> Resource:
@@ -140,21 +256,11 @@ class RecordedSpan:
 
     def child(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> RecordedSpan:
         """A span under this one (same trace, sampling and trace state; a fresh span id)."""
-        ctx = self.context
-        return RecordedSpan(
-            self._recorder,
-            name,
-            kind,
-            SpanContext(
-                ctx.trace_id,
-                self._recorder.new_span_id(),
-                is_remote=False,
-                trace_flags=ctx.trace_flags,
-                trace_state=ctx.trace_state,
-            ),
-            ctx,
-            attributes,
+        span = RecordedSpan(
+            self._recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
         )
+        span.parent_id = self.span_id
+        return span
 
     def set_attribute(self, key: str, value: Any) -> None:
         if value is not None:
@@ -170,11 +276,14 @@ class RecordedSpan:
 
     def add_event(self, name: str, attributes: Mapping[str, Any]) -> None:
         kept = {k: v for k, v in attributes.items() if v is not None}
-        self.events.append(RecordedEvent(name, kept))
+        events = self.events
+        if not isinstance(events, list):  # a span without events shares the empty tuple
+            events = self.events = []
+        events.append(RecordedEvent(name, kept))
 
     def end(self) -> None:
         if self.end_time is not None:
             return
         self.end_time = time.time_ns()
-        if self.context.trace_flags.sampled:
+        if self.sampled:
             self._recorder.processor.on_end(self)  # type: ignore[arg-type]  # read as a ReadableSpan

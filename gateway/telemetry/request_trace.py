@@ -11,7 +11,6 @@ its SDK bookkeeping and little more.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
 
     from opentelemetry.context import Context
-    from opentelemetry.trace import SpanContext
 
     from gateway.adapters.base import JSON, Adapter, Batch, UpstreamTarget
     from gateway.http.request import HttpRequest
@@ -92,8 +90,8 @@ class RequestTrace:
         self.server: RecordedSpan = telemetry.spans.root(
             f"{req.method} {route}", SpanKind.SERVER, parent, attributes
         )
-        self.trace_id = format(self.server.context.trace_id, "032x")
-        self.sampled: bool = self.server.context.trace_flags.sampled
+        self.trace_id = format(self.server.trace_id, "032x")
+        self.sampled: bool = self.server.sampled
         """Whether the sampler kept this trace (else no child span is even built)."""
         self._attempts: dict[int, RecordedSpan] = {}
         self._routing: RecordedSpan | None = None
@@ -171,7 +169,7 @@ class RequestTrace:
         """Start attempt ``number``'s CLIENT span; ``target`` carrying its ``traceparent``
         (the SERVER span's when the trace is not sampled: no span is made)."""
         if not self.sampled:
-            return dataclasses.replace(target, trace_headers=_trace_headers(self.server.context))
+            return target.traced(_trace_headers(self.server))
         operation = operation_name(surface)
         address, port = self._t.server_of(c.base_url)
         semconv = self._t.semconv
@@ -194,7 +192,7 @@ class RequestTrace:
             attributes["llmgw.credential_id"] = c.credential_id
         span = self.server.child(f"{operation} {c.upstream_model}", SpanKind.CLIENT, attributes)
         self._attempts[number] = span
-        return dataclasses.replace(target, trace_headers=_trace_headers(span.context))
+        return target.traced(_trace_headers(span))
 
     def noting(self, adapter: Adapter, number: int) -> Adapter:
         """``adapter``, noting its whole answers to attempt ``number`` (:meth:`answered`)
@@ -351,11 +349,12 @@ class RequestTrace:
         server.end()
 
 
-def _trace_headers(ctx: SpanContext) -> dict[str, str]:
-    """W3C trace context headers of ``ctx``, as the SDK's propagator writes them."""
-    headers = {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"}
-    if ctx.trace_state:
-        headers["tracestate"] = ctx.trace_state.to_header()
+def _trace_headers(span: RecordedSpan) -> dict[str, str]:
+    """W3C trace context headers of ``span``, as the SDK's propagator writes them."""
+    flags = "01" if span.sampled else "00"
+    headers = {"traceparent": f"00-{span.trace_id:032x}-{span.span_id:016x}-{flags}"}
+    if span.trace_state:
+        headers["tracestate"] = span.trace_state.to_header()
     return headers
 
 

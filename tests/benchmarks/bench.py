@@ -10,11 +10,16 @@ It starts the fast fake upstream (``tests.fixtures.upstream --mode fast``) and t
 gateway for a fixed time, and prints requests per second, p50/p99 latency, time to first
 byte (streaming) and errors, plus the latency the gateway adds at concurrency 1.
 
-Placement (two cores): the gateway (and a NATS server when it starts one) is pinned to
-``--gateway-cpus`` (default core 0) with ``taskset``; the upstream and the load generator
-share ``--load-cpus`` (default core 1). The load generator is a separate process: aiohttp,
-one keep-alive connection per concurrent worker, each worker looping for ``--warmup`` plus
-``--duration`` seconds; a request counts when it completes inside the measured window.
+Topology (``--roles``, ``--cluster``; see ``bench_topology.py``): one ``llmgw serve``, or on a
+NATS bus an actors host and an ingress apart, optionally in cluster mode; each gateway row
+names it, and the gateway's CPU sums every process of it.
+
+Placement (two cores): the gateway (every process of it, and a NATS server when it starts
+one) is pinned to ``--gateway-cpus`` (default core 0) with ``taskset``; the upstream and the
+load generator share ``--load-cpus`` (default core 1). The load generator is a separate
+process: aiohttp, one keep-alive connection per concurrent worker, each worker looping for
+``--warmup`` plus ``--duration`` seconds; a request counts when it completes inside the
+measured window.
 Loopback only; every child process is stopped on exit, Ctrl-C and errors included.
 
 On a shared machine, ``--quiet-wait`` holds each row until the cores are idle and
@@ -35,6 +40,7 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
+import functools
 import inspect
 import json
 import os
@@ -54,6 +60,18 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from tests.benchmarks.bench_topology import (
+    ACTORS_NODE_ID,
+    GATEWAY_PROCESSES,
+    ROLES,
+    role_args,
+    topology_config,
+    topology_label,
+    topology_problem,
+    until_served,
+    wait_cluster_settled,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -160,6 +178,7 @@ TARGETS = ("direct", "gateway")
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
 _GATEWAY_READY = re.compile(r"llmgw listening on (http://\S+)")
+_ACTORS_READY = re.compile(r"llmgw actors running on")
 _OTLP_READY = re.compile(r"otlp receiver on (http://\S+)")
 _DASHBOARD_READY = re.compile(r"dashboard open: (\S+)")
 _NATS_READY = re.compile(r"Server is ready")
@@ -198,6 +217,7 @@ class StepResult:
     ttfb_p99_ms: float | None
     cpu_pct: dict[str, float] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
+    topology: str = ""  # gateway rows: one, split or split+cluster (see bench_topology.py)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -688,8 +708,13 @@ def _cli_has_loop_flag() -> bool:
     return "--loop" in done.stdout
 
 
-def _gateway_cmd(args: argparse.Namespace, config: Path, bus_url: str) -> list[str]:
-    serve = ["serve", "--config", str(config), "--port", "0", "--bus", bus_url]
+def _gateway_cmd(
+    args: argparse.Namespace, config: Path, bus_url: str, role: str = "all"
+) -> list[str]:
+    """The command of one gateway process of ``role`` (``all``, ``ingress`` or ``actors``).
+    The measurement knobs of the HTTP side (transport, Hypercorn, profile) go to the process
+    that serves HTTP; an actors host gets the event loop and the log level only."""
+    serve = ["serve", "--config", str(config), *role_args(role, bus_url)]
     if args.workers != "1":
         serve += ["--workers", str(args.workers)]
     if args.gateway_log_level:
@@ -698,15 +723,17 @@ def _gateway_cmd(args: argparse.Namespace, config: Path, bus_url: str) -> list[s
     if loop != "as-is" and _cli_has_loop_flag():
         serve += ["--loop", loop]  # the CLI chooses its loop itself: ask it
         loop = "as-is"
-    patched = args.transport != "as-is" or loop != "as-is" or args.hypercorn
-    if not patched and not args.gateway_profile:
+    http = role != "actors"
+    patched = loop != "as-is" or (http and (args.transport != "as-is" or args.hypercorn))
+    if not patched and not (http and args.gateway_profile):
         return _python("-m", "gateway.cli.main", *serve)
-    launcher = ["-m", "tests.benchmarks.bench", "_gateway", "--transport", args.transport]
-    launcher += ["--loop", loop]
-    for item in args.hypercorn:
-        launcher += ["--hypercorn", item]
-    if args.gateway_profile:
-        launcher += ["--profile", str(Path(args.gateway_profile).resolve())]
+    launcher = ["-m", "tests.benchmarks.bench", "_gateway", "--loop", loop]
+    if http:
+        launcher += ["--transport", args.transport]
+        for item in args.hypercorn:
+            launcher += ["--hypercorn", item]
+        if args.gateway_profile:
+            launcher += ["--profile", str(Path(args.gateway_profile).resolve())]
     return _python(*launcher, "--", *serve)
 
 
@@ -737,19 +764,20 @@ _GENEROUS = (
 )
 
 
-def _bench_key(database: Path, *, limited: bool) -> str:
-    """A gateway API key made with ``llmgw keys create`` before the gateway starts: with a
-    limit no benchmark reaches (``--limit``; its owner loads the limit at start, and every
-    gateway request is then checked by it), or without (``--key``, the baseline: auth is on
-    in both, so the difference is the limit's)."""
+def _bench_key(where: list[str], *, limited: bool) -> str:
+    """A gateway API key made with ``llmgw keys create``: with a limit no benchmark reaches
+    (``--limit``; every gateway request is then checked by its owner), or without (``--key``,
+    the baseline: auth is on in both, so the difference is the limit's). ``where`` is
+    ``["--db", FILE]`` before the gateway starts (its owner loads them at start) or, in a
+    cluster (whose keys and limits are in JetStream, not the file), ``["--bus", URL]`` once
+    the owners run."""
     done = subprocess.run(
         _python(
             "-m",
             "gateway.cli.main",
             "keys",
             "create",
-            "--db",
-            str(database),
+            *where,
             "--org",
             "bench",
             "--user",
@@ -767,6 +795,77 @@ def _bench_key(database: Path, *, limited: bool) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"llmgw keys create failed: {done.stderr[-2000:]}")
     return str(json.loads(done.stdout)["key"])
+
+
+def _start_postgres(services: contextlib.ExitStack, cpus: str | None) -> str:
+    """A throwaway PostgreSQL (the tests' ``start_postgres_server``, stopped when ``services``
+    closes) running on ``cpus``: its processes inherit this one's CPU affinity, set to
+    ``cpus`` for the start only. Returns the URL of a database made for the benchmark."""
+    from tests.fixtures.postgres import (
+        PostgresServerError,
+        create_database,
+        start_postgres_server,
+    )
+
+    before = os.sched_getaffinity(0)
+    if cpus:
+        os.sched_setaffinity(0, _cpu_list(cpus))
+    try:
+        server = services.enter_context(start_postgres_server())
+    except PostgresServerError as exc:
+        raise RuntimeError(str(exc)) from None
+    finally:
+        os.sched_setaffinity(0, before)
+    return create_database(server, "llmgw_bench")
+
+
+def _start_gateway(
+    kids: Children,
+    args: argparse.Namespace,
+    tmp: Path,
+    upstream_url: str,
+    bus_url: str,
+    database_url: str | None = None,
+) -> tuple[str, dict[str, int]]:
+    """Start the gateway's processes of ``args.roles`` pinned to the gateway cpus, the request
+    log in the PostgreSQL at ``database_url`` if given; return the URL serving HTTP and the
+    pids whose CPU is the gateway's, by name. With ``--cluster``, return once placement
+    settled."""
+    config = tmp / "gateway.yaml"
+    config.write_text(
+        _gateway_config(upstream_url)
+        + ("telemetry: {enabled: true}\n" if args.telemetry else "")
+        + f"server: {{engine: {args.engine}}}\n"
+        + topology_config(args.cluster, database_url)
+    )
+    if (args.limit or args.key) and not args.cluster:
+        args.bench_key = _bench_key(["--db", str(tmp / "llmgw.sqlite3")], limited=args.limit)
+    pids: dict[str, int] = {}
+    role = "all"
+    if args.roles == "split":
+        actors, _ = kids.start(
+            "actors",
+            _pinned(args.gateway_cpus, _gateway_cmd(args, config, bus_url, "actors")),
+            _ACTORS_READY,
+            cwd=tmp,  # its database (default ./llmgw.sqlite3) stays out of the repo
+        )
+        pids["actors"] = actors.pid
+        role = "ingress"
+    gateway, m = kids.start(
+        "gateway",
+        _pinned(args.gateway_cpus, _gateway_cmd(args, config, bus_url, role)),
+        _GATEWAY_READY,
+        cwd=tmp,  # its database (default ./llmgw.sqlite3) stays out of the repo
+    )
+    pids["gateway"] = gateway.pid
+    url = m.group(1)
+    if args.cluster:
+        members = wait_cluster_settled(url, _ADMIN_KEY, _START_TIMEOUT_S)
+        owned = [u for member in members["members"] for u in member["units"]]
+        _log(f"cluster settled: {len(owned)} units owned by {ACTORS_NODE_ID}")
+        if args.limit or args.key:
+            args.bench_key = _bench_key(["--bus", bus_url], limited=args.limit)
+    return url, pids
 
 
 def _gateway_config(upstream_url: str) -> str:
@@ -834,7 +933,10 @@ def _put_rules(gateway_url: str, n: int) -> None:
 def run(args: argparse.Namespace) -> list[StepResult]:
     """Start the upstream and the gateway, measure every step, return the results."""
     results: list[StepResult] = []
-    with tempfile.TemporaryDirectory(prefix="llmgw-bench-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="llmgw-bench-") as scratch,
+        contextlib.ExitStack() as services,  # closed after the children stopped
+    ):
         tmp = Path(scratch)
         kids = Children(Path(args.keep_logs) if args.keep_logs else tmp)
         kids.logdir.mkdir(parents=True, exist_ok=True)
@@ -861,24 +963,12 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                 # The gateway's SDK reads these; the bench's children inherit its environment.
                 os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = m.group(1)
             gateway_url = ""
-            gateway_pid = 0
+            gateway_pids: dict[str, int] = {}
             if "gateway" in args.targets:
-                config = tmp / "gateway.yaml"
-                config.write_text(
-                    _gateway_config(upstream_url)
-                    + ("telemetry: {enabled: true}\n" if args.telemetry else "")
-                    + f"server: {{engine: {args.engine}}}\n"
+                database_url = _start_postgres(services, args.load_cpus) if args.postgres else None
+                gateway_url, gateway_pids = _start_gateway(
+                    kids, args, tmp, upstream_url, bus_url, database_url
                 )
-                if args.limit or args.key:
-                    args.bench_key = _bench_key(tmp / "llmgw.sqlite3", limited=args.limit)
-                gateway, m = kids.start(
-                    "gateway",
-                    _pinned(args.gateway_cpus, _gateway_cmd(args, config, bus_url)),
-                    _GATEWAY_READY,
-                    cwd=tmp,  # its database (default ./llmgw.sqlite3) stays out of the repo
-                )
-                gateway_url = m.group(1)
-                gateway_pid = gateway.pid
                 if args.rules:
                     _put_rules(gateway_url, args.rules)
                 if args.dashboard:
@@ -891,24 +981,28 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                         _DASHBOARD_READY,
                     )
             urls = {"direct": upstream_url, "gateway": gateway_url}
-            watch_pids = {"upstream": upstream.pid}
-            if gateway_pid:
-                watch_pids["gateway"] = gateway_pid
+            watch_pids = {"upstream": upstream.pid, **gateway_pids}
             if nats_pid:
                 watch_pids["nats"] = nats_pid
             watch_cpus = sorted(set(_cpu_list(args.gateway_cpus) + _cpu_list(args.load_cpus)))
+            topology = topology_label(args.roles, args.cluster)
             _log(
                 f"upstream {upstream_url} (cpus {args.load_cpus}); gateway {gateway_url} "
-                f"(cpus {args.gateway_cpus}, bus {bus_url}, transport {args.transport})"
+                f"(cpus {args.gateway_cpus}, bus {bus_url}, topology {topology}, transport "
+                f"{args.transport})"
             )
+            # An ingress apart answers 503 until the actors it asks run: wait for a served one.
+            patience = _START_TIMEOUT_S if args.roles == "split" else 0.0
             for mode in args.modes:
                 for target in args.targets:
-                    _check(
+                    check = functools.partial(
+                        _check,
                         urls[target],
                         _SURFACES[mode].model_for(target),
                         mode,
                         getattr(args, "bench_key", "sk-bench"),
                     )
+                    until_served(check, patience)
             for mode in args.modes:
                 for concurrency in args.concurrency:
                     for target in args.targets:
@@ -925,6 +1019,7 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                                 watch_pids,
                                 watch_cpus,
                             )
+                            r.topology = topology if target == "gateway" else ""
                             tries.append(r)
                             _log(
                                 f"{target:7} {mode:6} c={concurrency:<3} {r.rps:9.0f} req/s "
@@ -988,21 +1083,28 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
+def _gateway_pct(r: StepResult) -> float:
+    """CPU % of every process of the gateway's topology: the gateway (or the ingress), an
+    actors host apart and a nats-server the script started."""
+    return sum(r.cpu_pct.get(name, 0.0) for name in GATEWAY_PROCESSES)
+
+
 def _cpu_cell(r: StepResult) -> str:
-    gw = r.cpu_pct.get("gateway", 0.0) + r.cpu_pct.get("nats", 0.0)
+    gw = _gateway_pct(r)
     return "/".join(_fmt(v, 0) for v in (gw, r.cpu_pct.get("upstream"), r.cpu_pct.get("loadgen")))
 
 
 def server_cpu_us(r: StepResult) -> float | None:
-    """CPU microseconds the measured server spent per request: the gateway (plus a
-    nats-server the script started) for gateway rows, the upstream for direct rows.
+    """CPU microseconds the measured server spent per request: the gateway (plus an actors
+    host apart and a nats-server the script started) for gateway rows, the upstream for
+    direct rows.
 
     Unlike req/s this hardly moves when other work shares the core, and one core's worth
     of it (1e6 / value) is the throughput that core would reach on its own."""
     if r.target == "gateway":
         if "gateway" not in r.cpu_pct:
             return None
-        pct = r.cpu_pct["gateway"] + r.cpu_pct.get("nats", 0.0)
+        pct = _gateway_pct(r)
     else:
         if "upstream" not in r.cpu_pct:
             return None
@@ -1025,6 +1127,7 @@ def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) 
     """The results table, the added latency at concurrency 1 and the targets' verdicts."""
     head = [
         "target",
+        "topology",
         "mode",
         "conc",
         "req/s",
@@ -1039,6 +1142,7 @@ def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) 
     rows = [
         [
             r.target,
+            r.topology or "—",
             r.mode,
             str(r.concurrency),
             _fmt(r.rps, 0),
@@ -1055,7 +1159,7 @@ def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) 
     out: list[str] = []
     if markdown:
         out.append("| " + " | ".join(head) + " |")
-        out.append("|" + "|".join("---" if i < 2 else "---:" for i in range(len(head))) + "|")
+        out.append("|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|")
         out += ["| " + " | ".join(row) + " |" for row in rows]
     else:
         widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -1123,6 +1227,11 @@ def _environment(args: argparse.Namespace) -> str:
         ).stdout
         rev += " (uncommitted changes)" if dirty.strip() else ""
     bus = "nats (a nats-server started beside the gateway)" if args.bus == "nats" else args.bus
+    if args.roles == "split":
+        bus += "; topology split: one llmgw serve --role actors and one --role ingress"
+        bus += ", cluster.enabled (one actors host, snapshots in JetStream)" if args.cluster else ""
+    if args.postgres:
+        bus += "; request log in PostgreSQL (database.url) on the load cpus"
     knobs = "".join(f"hypercorn {h}; " for h in args.hypercorn)
     knobs += f"engine {args.engine}; " if args.engine != "hypercorn" else ""
     knobs += f"--workers {args.workers}; " if args.workers != "1" else ""
@@ -1206,6 +1315,26 @@ def _parser() -> argparse.ArgumentParser:
         default="inproc://",
         help="gateway bus: inproc:// (default), nats://HOST:PORT, or 'nats' to "
         "start a nats-server pinned beside the gateway",
+    )
+    p.add_argument(
+        "--roles",
+        choices=ROLES,
+        default="one",
+        help="one: a single llmgw serve (default); split (NATS bus only): one llmgw serve "
+        "--role actors and one --role ingress, both on --gateway-cpus, their CPU summed",
+    )
+    p.add_argument(
+        "--cluster",
+        action="store_true",
+        help="with --roles split: cluster.enabled (the actors host heartbeats into JetStream, "
+        "owns its units under fencing and keeps its snapshots there)",
+    )
+    p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="keep the request log in a PostgreSQL the script starts (Debian's package) on "
+        "--load-cpus (database.url), as several actors hosts must; its CPU is not the "
+        "gateway's (it shows in the others' column)",
     )
     p.add_argument(
         "--rules",
@@ -1330,6 +1459,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("taskset not found (util-linux); install it or pass --no-pin")
     if args.duration <= 0 or args.warmup < 0 or args.repeat < 1:
         raise SystemExit("--duration must be > 0, --warmup >= 0 and --repeat >= 1")
+    problem = topology_problem(
+        roles=args.roles, cluster=args.cluster, bus=args.bus, workers=args.workers
+    )
+    if problem:
+        raise SystemExit(problem)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     command = shlex.join(["python", "-m", "tests.benchmarks.bench", *argv])
     try:

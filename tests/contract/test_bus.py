@@ -504,6 +504,33 @@ async def test_kv_keys_lists_present_keys_whatever_their_characters(
     assert (entry.key, entry.value) == (names[0], names[0].encode())
 
 
+async def test_kv_keys_lists_every_present_key_while_others_are_being_written(
+    any_bus: Bus, bucket: str
+) -> None:
+    # Cluster members are the keys of a bucket every host writes each beat: a listing
+    # missing a live host's key hands its units away. nats-py's own keys() may end its
+    # listing early under concurrent writes (nats.py #842, #995).
+    kv = await any_bus.key_value(bucket)
+    names = [f"host-{i}" for i in range(20)]
+    for name in names:
+        await kv.put(name, b"beat")
+    stop = asyncio.Event()
+
+    async def beating(name: str) -> None:
+        while not stop.is_set():
+            await kv.put(name, b"beat")
+
+    writers = [asyncio.create_task(beating(n)) for n in names[:5]]
+    try:
+        listings = [sorted(await kv.keys()) for _ in range(30)]
+    finally:
+        stop.set()
+        await asyncio.gather(*writers)
+    assert all(listing == sorted(names) for listing in listings), [
+        sorted(set(names) - set(listing)) for listing in listings
+    ]
+
+
 async def test_kv_key_not_rewritten_within_ttl_expires_and_a_rewritten_one_lives(
     any_bus: Bus, bucket: str
 ) -> None:

@@ -47,9 +47,11 @@ ADMIN = "node-loss-admin-key"
 CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 12.0, "replicas": 3}
 NODES = ("a", "b")
 CLIENTS = 4
-# The reconnect (1 s between attempts) and the buckets' elections are over by then, on a
-# machine running the suite four workers to two cores too (5 s failed there, once in three).
-SERVED_AFTER_S = 8.0
+# The reconnect (1 s between attempts) and the buckets' elections are over by then. It was
+# loosened to 8 s after failures under the suite's load, but those requests came 10-13 s
+# after the kill: a host's key left out of nats-py's listing of the hosts bucket had its
+# units taken from it and handed back (the bucket's keys are now read from its stream).
+SERVED_AFTER_S = 5.0
 WATCH_S = 15.0  # traffic after the kill: past the longest election
 STALL_S = 1.5  # no request sent after the reconnect takes longer
 BUCKETS = (HOSTS_BUCKET, OWNERS_BUCKET, SNAPSHOTS_BUCKET)

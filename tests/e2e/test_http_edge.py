@@ -402,6 +402,66 @@ async def test_stalled_pipelined_head_after_an_answer_is_408(gw: RunningGateway)
     assert [a.status_code for a in answers] == [200, 408], answers
 
 
+async def test_an_answer_given_before_its_body_was_read_says_the_connection_closes(
+    gw: RunningGateway,
+) -> None:
+    # An unknown path is answered before its body is read, and the server closes such a
+    # connection once the answer is out. The answer used to say nothing of it, so a client
+    # sent its next request on the closing connection and met "server disconnected without
+    # sending a response" (two in 20,000 requests of a scanner's mix, on both engines).
+    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
+    try:
+        writer.write(
+            f"POST {MESSAGES}/unknown HTTP/1.1\r\nhost: llmgw\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(CHAT_BODY)}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        async with asyncio.timeout(WAIT):
+            head = await reader.readuntil(b"\r\n\r\n")
+        writer.write(CHAT_BODY)  # the body, once its answer has come
+        await writer.drain()
+        async with asyncio.timeout(WAIT):  # the rest of the answer, then the close
+            raw = head + await reader.read()
+    finally:
+        writer.close()
+
+    (answer,) = parse_answers(raw)
+    assert answer.status_code == 404
+    assert answer.headers["connection"] == "close"
+    assert answer.json()["type"] == "error"
+
+
+async def test_a_refused_method_answered_before_its_body_says_the_connection_closes(
+    gw: RunningGateway,
+) -> None:
+    # A method the path does not serve is answered before the body is read, like an
+    # unknown path (and a refused key).
+    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
+    try:
+        writer.write(
+            f"PUT {CHAT} HTTP/1.1\r\nhost: llmgw\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(CHAT_BODY)}\r\n\r\n".encode()
+            + CHAT_BODY
+        )
+        await writer.drain()
+        async with asyncio.timeout(WAIT):
+            raw = await reader.read()
+    finally:
+        writer.close()
+
+    (answer,) = parse_answers(raw)
+    assert answer.status_code == 405 and answer.headers["connection"] == "close"
+
+
+async def test_answers_to_bodiless_requests_keep_the_connection(gw: RunningGateway) -> None:
+    missing = b"GET /v1/models/none HTTP/1.1\r\nhost: llmgw\r\n\r\n"
+
+    answers = await converse(gw, missing + missing + LAST)
+
+    assert [a.status_code for a in answers] == [404, 404, 200]
+    assert "connection" not in answers[0].headers
+
+
 # -- bodies --------------------------------------------------------------------------------
 
 

@@ -1,9 +1,11 @@
 """CapacityActor and its ledger with an injected clock: leases granted until full, refused,
-released, renewed, expired; calendar windows in a time zone, rolling windows, token
+released, renewed, expired (and one a ModelActor asked for but heard nothing back about given
+back); calendar windows in a time zone, rolling windows, token
 reconciliation, persistence across a restart, and an http_json source's readings."""
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -12,8 +14,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from pydantic import ValidationError
 
+import actors.capacity_view
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
+from actors.capacity_view import CapacityViews
 from actors.state.capacity_ledger import CapacityLedger, window_bounds
 from actors.stores.snapshots import SnapshotStore
 from schemas import (
@@ -547,3 +551,34 @@ async def test_a_pool_whose_kind_changed_does_not_carry_the_old_leases(
     finally:
         await root.stop()
         await store.aclose()
+
+
+async def test_a_primary_lease_whose_answer_never_came_is_given_back_by_its_proposed_id(
+    bus: InProcessBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from schemas import RouteCandidate, RoutePlan, RouteRequest
+
+    monkeypatch.setattr(actors.capacity_view, "_LEASE_TIMEOUT", 0.05)  # the answer is late
+    config = _pooled(1).models[0]
+    pooled, spare = config.endpoint_ids()
+
+    async def decide(req: RouteRequest, skip: frozenset[str]) -> RoutePlan:
+        c = RouteCandidate(endpoint=spare, kind="echo")
+        if pooled not in skip:
+            c = RouteCandidate(endpoint=pooled, kind="echo", pool="team")
+        return RoutePlan(model="m", candidates=(c,))
+
+    async with (
+        bus.subscribe(subjects.capacity_acquire("team")) as owner,  # takes it, never answers
+        bus.subscribe(subjects.capacity_release("team")) as releases,
+    ):
+        plan = await CapacityViews(config, "model:m").decide(
+            RouteRequest(model="m", request_id="r"), decide, bus, 0.0
+        )
+        async with asyncio.timeout(WAIT):
+            asked = (await anext(aiter(owner))).message
+            released = (await anext(aiter(releases))).message
+
+    assert [c.endpoint for c in plan.candidates] == [spare]  # the pool counted as refusing
+    assert isinstance(asked, CapacityAcquire) and asked.lease_id
+    assert released == CapacityRelease(pool="team", lease_id=asked.lease_id, used_units=0.0)

@@ -4,11 +4,13 @@ and whether it is back-pressure or an exhausted quota."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gateway.adapters.base import (
+    UpstreamTarget,
     carries_token,
     duration_seconds,
     error_from_status,
@@ -135,3 +137,19 @@ def test_a_429_that_says_the_quota_is_exhausted_is_no_backpressure() -> None:
     assert is_backpressure(
         Observation(endpoint="m:a", model="m", outcome="failure", status=429, error_kind="http_429")
     )
+
+
+def test_a_traced_target_keeps_every_field_and_carries_the_headers() -> None:
+    fields = dataclasses.fields(UpstreamTarget)
+    # every field a value unlike its default, so a field the copy forgets shows
+    values: dict[str, Any] = {f.name: object() for f in fields}
+    target = UpstreamTarget(**values)
+    headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+    traced = target.traced(headers)
+
+    assert traced == dataclasses.replace(target, trace_headers=headers)
+    assert all(
+        getattr(traced, f.name) is values[f.name] for f in fields if f.name != "trace_headers"
+    )
+    assert traced.trace_headers is headers

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bus import Envelope, InProcessBus
-from gateway.auth.gate import LOOKUPS_MAX, Authenticator
+from gateway.auth.gate import JOIN_S, LOOKUPS_MAX, Authenticator
 from gateway.http.errors import http_status, retry_after_header
 from schemas import ApiKeyInfo, ApiKeyLookup, AuthBusyError, UnauthorizedError, subjects
 from schemas.config import GatewayConfig
@@ -54,10 +54,21 @@ async def held() -> AsyncIterator[tuple[InProcessBus, HeldOwner]]:
     await bus.aclose()
 
 
-def gate(bus: InProcessBus, cache_seconds: float = 3600) -> Authenticator:
-    return Authenticator(
-        bus, GatewayConfig.model_validate({"auth": "required", "auth_cache_seconds": cache_seconds})
-    )
+class Clock:
+    """Monotonic seconds the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gate(
+    bus: InProcessBus, cache_seconds: float = 3600, clock: Clock | None = None
+) -> Authenticator:
+    config = {"auth": "required", "auth_cache_seconds": cache_seconds}
+    return Authenticator(bus, GatewayConfig.model_validate(config), clock=clock or Clock())
 
 
 async def test_callers_missing_one_key_at_once_share_one_lookup(
@@ -139,3 +150,27 @@ async def test_a_caller_that_goes_away_does_not_end_the_lookup_others_wait_on(
 
     assert caller is not None and caller.key_id == "k1"
     assert leaving.cancelled() and owner.count == 1
+
+
+async def test_a_caller_does_not_join_a_lookup_older_than_join_s_and_asks_the_owner_again(
+    held: tuple[InProcessBus, HeldOwner],
+) -> None:
+    bus, owner = held
+    clock = Clock()
+    g = gate(bus, cache_seconds=0, clock=clock)
+    # Taken by an owner that then died: never answered, it would fail at its timeout.
+    stuck = asyncio.create_task(g.identify(request("/v1/models", "llmgw-k"), strict=True))
+    await owner.next()
+    clock.now += JOIN_S / 2
+    joining = asyncio.create_task(g.identify(request("/v1/models", "llmgw-k"), strict=True))
+    await asyncio.sleep(0)  # one turn of the loop: it reaches the lookup at this instant
+    clock.now += JOIN_S
+    later = asyncio.create_task(g.identify(request("/v1/models", "llmgw-k"), strict=True))
+    await (await owner.next()).respond(ACTIVE)  # the owner now (the takeover's)
+    caller = await later
+
+    assert caller is not None and caller.key_id == "k1"
+    assert owner.count == 2  # the one joining within JOIN_S asked nothing
+    assert not stuck.done() and not joining.done()
+    stuck.cancel()
+    joining.cancel()

@@ -5,29 +5,47 @@ the gateway sends."""
 from __future__ import annotations
 
 import asyncio
+import random
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
+from opentelemetry.sdk.trace.sampling import (
+    ALWAYS_OFF,
+    ALWAYS_ON,
+    Decision,
+    ParentBased,
+    ParentBasedTraceIdRatio,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    get_current_span,
+    set_span_in_context,
+)
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from gateway.adapters.base import UpstreamTarget
 from gateway.http.request import HttpRequest
 from gateway.telemetry import start_telemetry
 from gateway.telemetry.otlp_wire import SpanEncoder
-from gateway.telemetry.recorded_span import SpanRecorder
+from gateway.telemetry.recorded_span import SpanRecorder, _StockSampler
 from schemas import RouteCandidate, RoutePlan, RouteRequest
 from schemas.config import GatewayConfig
 
 if TYPE_CHECKING:
-    import pytest
-
     from tests.fixtures.otlp import OtlpReceiver
 
 _TRACE = "0af7651916cd43dd8448eb211c80319c"
@@ -181,3 +199,62 @@ async def test_a_sampled_client_parent_outranks_the_ratio_and_every_span_is_expo
     assert spans["llmgw.routing"].parent_id == spans["chat m"].parent_id == server.span_id
     assert spans["chat m"].span_id == span_id
     assert {s.trace_id for s in spans.values()} == {_TRACE}
+
+
+_STOCK_SAMPLERS: dict[str, Sampler] = {
+    "always_on": ALWAYS_ON,
+    "always_off": ALWAYS_OFF,
+    "traceidratio": TraceIdRatioBased(0.5),
+    "parentbased_always_on": ParentBased(ALWAYS_ON),
+    "parentbased_always_off": ParentBased(ALWAYS_OFF),
+    "parentbased_traceidratio": ParentBasedTraceIdRatio(0.25),
+    "parentbased_mixed": ParentBased(TraceIdRatioBased(0.75), ALWAYS_OFF, ALWAYS_ON, ALWAYS_OFF),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_STOCK_SAMPLERS))
+def test_a_stock_samplers_decision_is_its_should_sample(name: str) -> None:
+    sampler = _STOCK_SAMPLERS[name]
+    stock = _StockSampler.of(sampler)
+    assert stock is not None
+    local = SpanContext(int(_TRACE, 16), 1, is_remote=False, trace_flags=TraceFlags(1))
+    parents: list[Any] = [
+        None,
+        _remote("01"),
+        _remote("00"),
+        set_span_in_context(NonRecordingSpan(local)),
+        set_span_in_context(NonRecordingSpan(SpanContext(1, 1, False, TraceFlags(0)))),
+    ]
+    ids = [
+        0,
+        1,
+        2**63 - 1,
+        2**63,
+        2**63 + 1,
+        2**64 - 1,
+        *(random.getrandbits(128) for _ in range(200)),
+    ]
+    for parent in parents:
+        span_context = get_current_span(parent).get_span_context()
+        for trace_id in ids:
+            expected = sampler.should_sample(parent, trace_id, "n").decision.is_sampled()  # type: ignore[no-untyped-call]
+            assert stock.sampled(trace_id, span_context if span_context.is_valid else None) == (
+                expected
+            ), (name, parent, trace_id)
+
+
+def test_any_other_sampler_is_asked() -> None:
+    class Custom(Sampler):
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, {"sampler.said": "yes"})
+
+        def get_description(self) -> str:
+            return "custom"
+
+    assert _StockSampler.of(Custom()) is None
+    assert _StockSampler.of(ParentBased(Custom())) is None
+    recorder, exported = _recorder(ParentBased(Custom()))
+    recorder.root("POST /v1/x", SpanKind.SERVER, None, {"a": "b"}).end()
+
+    (span,) = _decoded(exported)
+    assert {a.key for a in span.attributes} == {"a", "sampler.said"}

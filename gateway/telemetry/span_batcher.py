@@ -1,0 +1,124 @@
+"""The span processor: ended spans queued, exported in batches from one thread.
+
+What the SDK's ``BatchSpanProcessor`` does, with the same ``OTEL_BSP_*`` settings and
+defaults (schedule delay 5 s, batches of 512, a queue of 2,048: past it spans are dropped
+and counted), for a fraction of the cost per span. The SDK's ``on_end`` asks the
+operating system for the process id (a system call, for its fork check), tests an Event and
+may set it, on every span; here a span is one ``deque.append`` and one length comparison,
+and the export thread is woken once per full batch (it exports full batches then, and
+whatever is queued when the delay passes, as the SDK does). The gateway never forks after
+starting its telemetry, so there is no fork check.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.sdk.trace import ReadableSpan, Span
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+__all__ = ["SpanBatcher"]
+
+logger = logging.getLogger(__name__)
+
+
+class SpanBatcher(SpanProcessor):
+    """Owns the queue of ended spans and the thread that hands them to ``exporter`` in
+    batches of at most ``max_export_batch_size``: when a batch is full, every
+    ``schedule_delay_millis`` otherwise, and all of them at :meth:`force_flush` and
+    :meth:`shutdown`. Settings left None come from ``OTEL_BSP_*`` as the SDK reads them."""
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        max_queue_size: int | None = None,
+        schedule_delay_millis: float | None = None,
+        max_export_batch_size: int | None = None,
+    ) -> None:
+        defaults: Any = BatchSpanProcessor  # its environment readers and checks, untyped
+        if max_queue_size is None:
+            max_queue_size = int(defaults._default_max_queue_size())
+        if schedule_delay_millis is None:
+            schedule_delay_millis = float(defaults._default_schedule_delay_millis())
+        if max_export_batch_size is None:
+            max_export_batch_size = int(defaults._default_max_export_batch_size())
+        defaults._validate_arguments(max_queue_size, schedule_delay_millis, max_export_batch_size)
+        self._exporter = exporter
+        self._max_queue = max_queue_size
+        self._batch = max_export_batch_size
+        self._delay = schedule_delay_millis / 1000
+        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self.dropped = 0
+        """Spans dropped because the queue was full."""
+        self._wake = threading.Event()
+        self._export_lock = threading.Lock()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="llmgw-spans", daemon=True)
+        self._thread.start()
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        pass
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue ``span`` (a sampled one: the recorder sends no other)."""
+        queue = self._queue
+        if len(queue) >= self._max_queue:
+            if not self.dropped:
+                logger.warning("span queue full (%d): dropping spans", self._max_queue)
+            self.dropped += 1
+            return
+        queue.append(span)
+        if len(queue) == self._batch:  # lengths grow by one: each full batch wakes once
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            woken = self._wake.wait(self._delay)
+            self._wake.clear()
+            if self._stopped:
+                break
+            # Woken by a full batch: the full batches only (the rest waits for the next);
+            # the delay passed: everything queued.
+            self._export(self._batch if woken else 1)
+
+    def _export(self, least: int = 1) -> None:
+        """Export queued spans a batch at a time (oldest first) while at least ``least``
+        are queued."""
+        with self._export_lock:
+            queue, size = self._queue, self._batch
+            while len(queue) >= least and queue:
+                take = queue.popleft
+                batch = [take() for _ in range(min(size, len(queue)))]
+                token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+                try:
+                    self._exporter.export(batch)
+                except Exception:  # an export must never end the thread: the next may succeed
+                    logger.exception("span export failed")
+                finally:
+                    detach(token)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Export every queued span now (blocking)."""
+        if self._stopped:
+            return False
+        self._export()
+        return True
+
+    def shutdown(self) -> None:
+        """Stop the thread, export what is queued, shut the exporter down (blocking)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._wake.set()
+        self._thread.join()
+        self._export()
+        self._exporter.shutdown()

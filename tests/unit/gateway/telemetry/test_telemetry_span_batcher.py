@@ -1,0 +1,116 @@
+"""The span processor (gateway.telemetry.span_batcher): a full batch wakes the export thread
+and only full batches go then; the schedule delay sends the rest; a full queue drops and
+counts; flush and shutdown send everything."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from gateway.telemetry.span_batcher import SpanBatcher
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+
+class _Exporter(SpanExporter):
+    """Keeps each batch; ``arrived`` is set at each export."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[Any]] = []
+        self.arrived = threading.Event()
+        self.shut = False
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        self.batches.append(list(spans))
+        self.arrived.set()
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.shut = True
+
+
+_HOUR_MS = 3_600_000  # a delay that never passes in a test
+
+
+def test_a_full_batch_is_exported_at_once_and_the_rest_waits() -> None:
+    exporter = _Exporter()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=4
+    )
+    for n in range(3):
+        batcher.on_end(n)  # type: ignore[arg-type]
+    assert exporter.batches == []  # three: not a batch (and the delay is an hour)
+    for n in range(3, 6):
+        batcher.on_end(n)  # type: ignore[arg-type]
+    assert exporter.arrived.wait(10)
+    batcher.force_flush()
+    batcher.shutdown()
+
+    assert exporter.batches[0] == [0, 1, 2, 3]  # the full batch, oldest first
+    assert [s for b in exporter.batches for s in b] == list(range(6))
+    assert exporter.shut
+
+
+def test_the_schedule_delay_sends_a_partial_batch() -> None:
+    exporter = _Exporter()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=1000, schedule_delay_millis=10, max_export_batch_size=512
+    )
+    batcher.on_end("a")  # type: ignore[arg-type]
+    assert exporter.arrived.wait(10)
+    batcher.shutdown()
+
+    assert exporter.batches == [["a"]]
+
+
+class _Held(_Exporter):
+    """Holds its first export until ``release`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        result = super().export(spans)
+        assert self.release.wait(10)
+        return result
+
+
+def test_a_full_queue_drops_and_counts(caplog: pytest.LogCaptureFixture) -> None:
+    exporter = _Held()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=3, schedule_delay_millis=_HOUR_MS, max_export_batch_size=3
+    )
+    for n in range(3):
+        batcher.on_end(n)  # type: ignore[arg-type]
+    assert exporter.arrived.wait(10)  # the batch of three left the queue; its export holds
+    for n in range(3, 8):
+        batcher.on_end(n)  # type: ignore[arg-type]
+    exporter.release.set()
+    batcher.shutdown()
+
+    assert batcher.dropped == 2
+    assert [s for b in exporter.batches for s in b] == [0, 1, 2, 3, 4, 5]
+    assert "span queue full" in caplog.text
+
+
+def test_settings_come_from_the_sdks_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "2")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", str(_HOUR_MS))
+    exporter = _Exporter()
+    batcher = SpanBatcher(exporter)
+    batcher.on_end("a")  # type: ignore[arg-type]
+    batcher.on_end("b")  # type: ignore[arg-type]
+    assert exporter.arrived.wait(10)
+    batcher.shutdown()
+
+    assert exporter.batches == [["a", "b"]]
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_export_batch_size"):
+        SpanBatcher(_Exporter(), max_queue_size=2, max_export_batch_size=3)
