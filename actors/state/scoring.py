@@ -10,6 +10,7 @@ one request plus its prompt and completion tokens) and whether any of its routes
 
 from __future__ import annotations
 
+import calendar
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -36,7 +37,20 @@ _REFUSALS = ("key_pool_exhausted", "key_pool_role_restricted")
 
 def month_of(now: float) -> str:
     """The calendar month (UTC) of ``now``: ``2026-12``."""
-    return time.strftime("%Y-%m", time.gmtime(now))
+    start, end, label = _last_month[0]
+    if start <= now < end:  # every observation asks: formatting a date each time is not free
+        return label
+    t = time.gmtime(now)
+    label = time.strftime("%Y-%m", t)
+    start = calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
+    end = calendar.timegm((t.tm_year + t.tm_mon // 12, t.tm_mon % 12 + 1, 1, 0, 0, 0))
+    _last_month[0] = (start, end, label)
+    return label
+
+
+# The month last asked for, as [start, end) in epoch seconds and its label (a replay's clock
+# may go anywhere: any other time is computed again).
+_last_month: list[tuple[float, float, str]] = [(0.0, 0.0, "")]
 
 
 class ModelRecord(msgspec.Struct):

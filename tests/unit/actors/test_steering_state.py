@@ -9,7 +9,12 @@ import pytest
 
 from actors.chain import _backfill, apply_edit
 from actors.state.evidence_gate import EvidenceGate
-from actors.state.scoring import EvidenceBook, allowance_multiplier, rate_limit_multiplier
+from actors.state.scoring import (
+    EvidenceBook,
+    allowance_multiplier,
+    month_of,
+    rate_limit_multiplier,
+)
 from actors.state.steering_settings import initial_chains
 from schemas import ChainEdit, ChainEntry, ChainState, Guardrails, InvalidRequestError, Observation
 from schemas.catalog import ChainConfig
@@ -171,3 +176,17 @@ def test_initial_chains_start_configured_then_created_and_leave_out_deleted_ones
     assert out[0] == ChainState(name="kept", org="", backfill=False, models=_chain(("a", True)))
     assert out[1] is edited  # an admin deleted it, then created it again: as created
     assert out[2] is new
+
+
+def test_month_of_names_the_utc_month_across_boundaries_in_any_order() -> None:
+    end_of_november = calendar.timegm((2026, 11, 30, 23, 59, 59))
+    new_year = calendar.timegm((2027, 1, 1, 0, 0, 0))
+    asked = [
+        (end_of_november, "2026-11"),
+        (end_of_november + 1, "2026-12"),
+        (new_year - 0.5, "2026-12"),
+        (new_year, "2027-01"),
+        (end_of_november, "2026-11"),  # a replay's clock may go back
+        (0.0, "1970-01"),
+    ]
+    assert [month_of(t) for t, _ in asked] == [label for _, label in asked]
