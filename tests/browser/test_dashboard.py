@@ -7,6 +7,7 @@ pause, and the request log filtered. Each page's screenshot is taken on the way
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import BrowserContext, Page, Request, expect
+from playwright.async_api import BrowserContext, Page, Request, Route, expect
 
 from gateway.dashboard.pages import PAGES
 from tests.browser.conftest import ready, screenshot, sign_in
@@ -257,6 +258,25 @@ async def test_a_change_made_elsewhere_shows_on_an_open_dashboard(
     await expect(page.locator('article[data-chain="night"]')).to_have_count(0)
     chains = await dep.admin("chains", "list")
     assert "night" not in [c["name"] for c in chains["chains"]]
+
+
+async def test_a_change_made_before_the_event_stream_connected_shows_once_it_does(
+    page: Page, dep: Deployment
+) -> None:
+    # The page loads its state, then opens its event stream: a change made in between came
+    # as no event (a loaded machine in CI: the chain never showed). The stream is held here
+    # until the change is made.
+    change_made = asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        await change_made.wait()
+        await route.continue_()
+
+    await page.route("**/dashboard/api/events*", hold)
+    await _open(page, dep, "chains")
+    await dep.admin("chains", "create", name="dawn", models=["c"])
+    change_made.set()
+    await expect(page.locator('article[data-chain="dawn"]')).to_be_visible()
 
 
 async def test_steering_settings_are_saved_through_the_admin_commands(

@@ -73,8 +73,10 @@ const ms = (v) => v === null || v === undefined ? "–" : `${Math.round(v)} ms`;
 
 // The page's one event stream. ``onEvent`` gets each event as its JSON object. With
 // ``since`` (unix seconds), the events the gateway kept from then on come first; a gateway
-// that keeps none refuses ``since``, and the stream is then opened live only.
-function stream(kinds, onEvent, since) {
+// that keeps none refuses ``since``, and the stream is then opened live only. ``onOpen``
+// runs each time the stream (re)connects: what changed before it was connected came as no
+// event, so a page that shows state reloads it then.
+function stream(kinds, onEvent, since, onOpen) {
   const params = new URLSearchParams();
   if (kinds && kinds.length) params.set("kind", kinds.join(","));
   if (since !== undefined) params.set("since", String(since));
@@ -86,10 +88,14 @@ function stream(kinds, onEvent, since) {
     "keypool", "auth_rejected", "admin", "config", "model_breaker", "rules"]) {
     source.addEventListener(kind, handle);
   }
-  source.addEventListener("open", () => { opened = true; document.body.dataset.live = "1"; });
+  source.addEventListener("open", () => {
+    opened = true;
+    document.body.dataset.live = "1";
+    if (onOpen) onOpen();
+  });
   source.addEventListener("error", () => {
     if (since !== undefined && !opened && source.readyState === EventSource.CLOSED) {
-      stream(kinds, onEvent);
+      stream(kinds, onEvent, undefined, onOpen);
     }
   });
   window.addEventListener("pagehide", () => source.close());
@@ -445,7 +451,7 @@ function chains() {
     }, `created ${f.name.value}`);
   });
   load().then(() => {
-    stream(["admin"], followAdmin(["chains", "steering", "config"], load));
+    stream(["admin"], followAdmin(["chains", "steering", "config"], load), undefined, load);
     ready();
   });
 }
@@ -645,7 +651,7 @@ function keys() {
     }, "provider key added");
   });
   load().then(() => {
-    stream(["admin"], followAdmin(["api_keys", "provider_keys"], load));
+    stream(["admin"], followAdmin(["api_keys", "provider_keys"], load), undefined, load);
     ready();
   });
 }
