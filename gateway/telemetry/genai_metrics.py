@@ -29,6 +29,8 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
+from gateway.telemetry.otlp_http import transport_for
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter
     from opentelemetry.sdk.resources import Resource
@@ -113,6 +115,12 @@ class _Instrument:
         )
 
 
+def _metric_exporter() -> OTLPMetricExporter:
+    """The SDK's OTLP/HTTP metric exporter, on a kept-alive connection where it can be."""
+    transport = transport_for("METRICS")
+    return OTLPMetricExporter() if transport is None else OTLPMetricExporter(_transport=transport)
+
+
 class GenAIInstruments:
     """The GenAI client metrics (``/metrics`` has the same in Prometheus naming,
     gateway/ingress/metrics.py); attribute values come from the config only. Owns the
@@ -147,7 +155,7 @@ class GenAIInstruments:
         )
         self._attributes: dict[_Key, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {}
         self._lock = threading.Lock()
-        self._exporter = exporter if exporter is not None else OTLPMetricExporter()
+        self._exporter = exporter if exporter is not None else _metric_exporter()
         self._interval = interval
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llmgw-genai-metrics", daemon=True)

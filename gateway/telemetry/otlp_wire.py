@@ -19,6 +19,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.telemetry.otlp_http import transport_for
 from gateway.telemetry.recorded_span import RecordedSpan
 
 if TYPE_CHECKING:
@@ -230,10 +231,15 @@ class SpanEncoder:
 
 class WireSpanExporter(OTLPSpanExporter):
     """The SDK's OTLP/HTTP span exporter (endpoint, headers, compression, timeout and
-    retries from the ``OTEL_EXPORTER_OTLP_*`` variables), encoding with :class:`SpanEncoder`."""
+    retries from the ``OTEL_EXPORTER_OTLP_*`` variables), encoding with :class:`SpanEncoder`
+    and posting on one kept-alive connection (gateway.telemetry.otlp_http)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        transport = transport_for("TRACES")
+        if transport is None:
+            super().__init__()
+        else:
+            super().__init__(_transport=transport)
         self._encoder = SpanEncoder()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
