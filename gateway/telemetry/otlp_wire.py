@@ -3,7 +3,11 @@
 The SDK's encoder builds a protobuf object per span, attribute and value (about 45 µs a span
 here, on the exporter thread but on the gateway's CPU). A gateway's spans repeat the same
 attribute pairs (method, route, model, endpoint, provider) request after request, so each
-``key=value`` pair is encoded once and its bytes reused; the resource and scope likewise.
+``key=value`` pair is encoded once and its bytes reused, looked up by key then value; a key
+whose values do not repeat (a request id) stops being cached once it has a few hundred, so
+unique values neither fill the cache nor evict the repeating ones. The resource and scope
+are encoded once, and a batch's gateway spans are grouped by their recorder, not by
+comparing scopes span by span.
 The bytes decode to the message ``encode_spans`` builds (a test compares them).
 Raises TypeError for an attribute value OTLP has no type for (the SDK never stores one).
 """
@@ -31,7 +35,9 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["SpanEncoder", "WireSpanExporter"]
 
-_MAX_CACHED = 8192  # encoded key=value pairs; unique values (request ids) only cycle it
+_MAX_CACHED = 8192  # span names
+_MAX_KEYS = 1024  # attribute keys with cached values (the gateway's own: a few dozen)
+_MAX_VALUES = 256  # cached values per key and kind of value; more are encoded each time
 _pack_u64 = struct.Struct("<Q").pack
 _pack_double = struct.Struct("<d").pack
 # SpanFlags: the context's remoteness is known (0x100), and the parent was remote (0x200).
@@ -97,35 +103,74 @@ def _key_value(key: str, value: Any) -> bytes:
     return _field(b"\x0a", key.encode()) + _field(b"\x12", _any_value(value))
 
 
+class _Key:
+    """One attribute key's encoded pairs (as repeated field ``tag``): string values by
+    value, others by (type, value) (``1``, ``1.0`` and ``True`` are three values)."""
+
+    __slots__ = ("head", "others", "strings", "tag")
+
+    def __init__(self, tag: bytes, key: str) -> None:
+        self.tag = tag
+        self.head = _field(b"\x0a", key.encode())  # the KeyValue's key field
+        self.strings: dict[str, bytes] = {}
+        self.others: dict[tuple[type, Any], bytes] = {}
+
+    def string(self, value: str) -> bytes:
+        """The pair of a string value not cached yet (cached while there is room)."""
+        found = _field(self.tag, self.head + _field(b"\x12", _field(b"\x0a", value.encode())))
+        if len(self.strings) < _MAX_VALUES:
+            self.strings[value] = found
+        return found
+
+    def other(self, value: Any) -> bytes:
+        """The pair of a value of another type (scalars and lists of strings cached)."""
+        cls = type(value)
+        if cls is list:
+            if not all(type(v) is str for v in value):
+                return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
+            cache_key: tuple[type, Any] = (cls, tuple(value))  # finish reasons
+        elif cls is int or cls is float or cls is bool:
+            cache_key = (cls, value)
+        else:
+            return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
+        others = self.others
+        found = others.get(cache_key)
+        if found is None:
+            found = _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
+            if len(others) < _MAX_VALUES:
+                others[cache_key] = found
+        return found
+
+
 class SpanEncoder:
     """Encodes export requests; owns the caches of encoded attribute pairs, resources and
     scopes (used from the span processor's export thread)."""
 
     def __init__(self) -> None:
-        self._pairs: dict[tuple[str, type, Any], bytes] = {}
+        self._keys: dict[bytes, dict[str, _Key]] = {}
         self._resources: dict[int, tuple[Resource, bytes]] = {}
         self._scopes: dict[InstrumentationScope | None, bytes] = {}
         self._names: dict[str, bytes] = {}
 
     def _attributes(self, tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
-        """Each attribute as a repeated KeyValue field ``tag``; scalar pairs cached."""
+        """Each attribute as a repeated KeyValue field ``tag``; pairs cached by key."""
         if not attributes:
             return b""
+        keys = self._keys.get(tag)
+        if keys is None:
+            keys = self._keys[tag] = {}
         parts = []
-        pairs = self._pairs
         for key, value in attributes.items():
-            if not isinstance(value, _CACHED_TYPES):
-                if type(value) is not list or not all(type(v) is str for v in value):
-                    parts.append(_field(tag, _key_value(key, value)))
-                    continue
-                value = tuple(value)  # strings (finish reasons): cached as a tuple
-            cache_key = (key, type(value), value)
-            found = pairs.get(cache_key)
-            if found is None:
-                if len(pairs) >= _MAX_CACHED:
-                    pairs.clear()
-                found = pairs[cache_key] = _field(tag, _key_value(key, value))
-            parts.append(found)
+            k = keys.get(key)
+            if k is None:
+                k = _Key(tag, key)
+                if len(keys) < _MAX_KEYS:
+                    keys[key] = k
+            if type(value) is str:
+                found = k.strings.get(value)
+                parts.append(k.string(value) if found is None else found)
+            else:
+                parts.append(k.other(value))
         return b"".join(parts)
 
     def _resource(self, resource: Resource) -> bytes:
@@ -163,6 +208,7 @@ class SpanEncoder:
         return found
 
     def _span(self, span: ReadableSpan | RecordedSpan) -> bytes:
+        """The ScopeSpans' field of one span."""
         if type(span) is RecordedSpan:  # its ids as they are: no SpanContext made
             trace_id, span_id, trace_state = span.trace_id, span.span_id, span.trace_state
             parent_id: int | None = span.parent_id or None
@@ -202,21 +248,28 @@ class SpanEncoder:
         else:
             parts.append(_STATUSES[id(status.status_code)])
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
-        return b"".join(parts)
+        return _field(b"\x12", b"".join(parts))
 
     def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
         of first appearance). Raises ValueError for a span with links (this gateway makes none:
         the SDK's encoder serves those)."""
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
+        recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
+        span_of = self._span
         for span in spans:
+            if type(span) is RecordedSpan:
+                recorder = span.recorder
+                encoded = recorded.get(id(recorder))
+                if encoded is None:
+                    encoded = recorded[id(recorder)] = self._group(
+                        grouped, recorder.resource, recorder.scope
+                    )
+                encoded.append(span_of(span))
+                continue
             if span.links:
                 raise ValueError("span links are not encoded here")
-            resource = span.resource
-            by_scope = grouped.setdefault(id(resource), (resource, {}))[1]
-            by_scope.setdefault(span.instrumentation_scope or None, []).append(
-                _field(b"\x12", self._span(span))
-            )
+            self._group(grouped, span.resource, span.instrumentation_scope).append(span_of(span))
         out = []
         for resource, by_scope in grouped.values():
             body = [self._resource(resource)]
@@ -227,6 +280,16 @@ class SpanEncoder:
                 body.append(_field(b"\x1a", resource.schema_url.encode()))
             out.append(_field(b"\x0a", b"".join(body)))
         return b"".join(out)
+
+    @staticmethod
+    def _group(
+        grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]],
+        resource: Resource,
+        scope: InstrumentationScope | None,
+    ) -> list[bytes]:
+        """The list of encoded spans of ``resource`` and ``scope`` in ``grouped``."""
+        by_scope = grouped.setdefault(id(resource), (resource, {}))[1]
+        return by_scope.setdefault(scope or None, [])
 
 
 class WireSpanExporter(OTLPSpanExporter):

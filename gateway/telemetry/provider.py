@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -65,6 +65,9 @@ class Telemetry:
         self.capture_content = capture_content(settings.capture_content)
         self.capture_max_chars = settings.capture_max_chars
         self._servers: dict[str, tuple[str, int | None]] = {}
+        self.attempt_shapes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+        """An attempt span's name and first attributes by candidate, surface, stream and hop
+        (each request's attempts copy them; owned by the RequestTraces, bounded there)."""
         self.metrics: GenAIInstruments | None = None
         if settings.metrics:
             interval_ms = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "").strip()

@@ -19,9 +19,12 @@ attributes and trace state as its ``should_sample`` (a test compares them).
 
 from __future__ import annotations
 
+import random
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import (
     ParentBased,
     Sampler,
@@ -115,13 +118,26 @@ class SpanRecorder:
     span to the batch processor; holds the provider's resource, sampler and id generator
     (owned by the Telemetry that made it)."""
 
-    __slots__ = ("_ids", "_provider", "_sampler", "_span_id", "_stock", "processor", "scope")
+    __slots__ = (
+        "_ids",
+        "_provider",
+        "_sampler",
+        "_span_id",
+        "_stock",
+        "_trace_id",
+        "processor",
+        "scope",
+    )
 
     def __init__(
         self, provider: TracerProvider, processor: SpanProcessor, scope: InstrumentationScope
     ) -> None:
         self._provider, self._sampler, self._ids = provider, provider.sampler, provider.id_generator
         self._span_id = self._ids.generate_span_id
+        self._trace_id = self._ids.generate_trace_id
+        if type(self._ids) is RandomIdGenerator:  # its draws, without its Python frames
+            self._span_id = partial(random.getrandbits, 64)
+            self._trace_id = partial(random.getrandbits, 128)
         self._stock = _StockSampler.of(self._sampler)
         self.processor, self.scope = processor, scope
 
@@ -138,7 +154,7 @@ class SpanRecorder:
         remote: SpanContext | None = get_current_span(parent).get_span_context()
         if remote is None or not remote.is_valid:
             remote = None
-            trace_id = self._ids.generate_trace_id()
+            trace_id = self._trace_id() or self._ids.generate_trace_id()  # never 0 (invalid)
             trace_state = None
         else:
             trace_id, trace_state = remote.trace_id, remote.trace_state
@@ -173,13 +189,13 @@ class RecordedSpan:
     SDK's ``SpanContext``s, made when asked."""
 
     __slots__ = (
-        "_recorder",
         "attributes",
         "end_time",
         "events",
         "kind",
         "name",
         "parent_id",
+        "recorder",
         "remote_parent",
         "sampled",
         "span_id",
@@ -201,12 +217,12 @@ class RecordedSpan:
         trace_state: TraceState | None,
         attributes: dict[str, Any],
     ) -> None:
-        self._recorder = recorder
+        self.recorder = recorder
         self.name, self.kind, self.trace_id, self.span_id = (
             name,
             kind,
             trace_id,
-            recorder._span_id(),
+            recorder._span_id() or recorder._ids.generate_span_id(),  # never 0 (invalid)
         )
         self.sampled, self.trace_state = sampled, trace_state
         self.parent_id = 0
@@ -245,11 +261,11 @@ class RecordedSpan:
 
     @property
     def resource(self) -> Resource:
-        return self._recorder.resource
+        return self.recorder.resource
 
     @property
     def instrumentation_scope(self) -> InstrumentationScope:
-        return self._recorder.scope
+        return self.recorder.scope
 
     def get_span_context(self) -> SpanContext:
         return self.context
@@ -257,7 +273,7 @@ class RecordedSpan:
     def child(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> RecordedSpan:
         """A span under this one (same trace, sampling and trace state; a fresh span id)."""
         span = RecordedSpan(
-            self._recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
+            self.recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
         )
         span.parent_id = self.span_id
         return span
@@ -267,6 +283,9 @@ class RecordedSpan:
             self.attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if None not in attributes.values():
+            self.attributes.update(attributes)
+            return
         for key, value in attributes.items():
             if value is not None:
                 self.attributes[key] = value
@@ -286,4 +305,4 @@ class RecordedSpan:
             return
         self.end_time = time.time_ns()
         if self.sampled:
-            self._recorder.processor.on_end(self)  # type: ignore[arg-type]  # read as a ReadableSpan
+            self.recorder.processor.on_end(self)  # type: ignore[arg-type]  # read as a ReadableSpan

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
 _DECLINED = "hedge_declined"
+_MAX_SHAPES = 4096  # attempt spans' first attributes, by candidate, surface and hop
 _V136_EVENTS = {
     "user": "gen_ai.user.message",
     "assistant": "gen_ai.assistant.message",
@@ -170,6 +171,23 @@ class RequestTrace:
         (the SERVER span's when the trace is not sampled: no span is made)."""
         if not self.sampled:
             return target.traced(_trace_headers(self.server))
+        key: tuple[Any, ...] = (c.endpoint, c.kind, c.base_url, c.upstream_model)
+        key += (c.credential_id, surface, stream, number)
+        shapes = self._t.attempt_shapes
+        found = shapes.get(key)
+        if found is None:
+            if len(shapes) >= _MAX_SHAPES:
+                shapes.clear()
+            found = shapes[key] = self._attempt(c, surface, stream, number)
+        name, attributes = found
+        span = self.server.child(name, SpanKind.CLIENT, dict(attributes))
+        self._attempts[number] = span
+        return target.traced(_trace_headers(span))
+
+    def _attempt(
+        self, c: RouteCandidate, surface: str, stream: bool, number: int
+    ) -> tuple[str, dict[str, Any]]:
+        """An attempt span's name and first attributes (all from the config and the plan)."""
         operation = operation_name(surface)
         address, port = self._t.server_of(c.base_url)
         semconv = self._t.semconv
@@ -190,9 +208,7 @@ class RequestTrace:
                 attributes["net.peer.port"] = port
         if c.credential_id:
             attributes["llmgw.credential_id"] = c.credential_id
-        span = self.server.child(f"{operation} {c.upstream_model}", SpanKind.CLIENT, attributes)
-        self._attempts[number] = span
-        return target.traced(_trace_headers(span))
+        return f"{operation} {c.upstream_model}", attributes
 
     def noting(self, adapter: Adapter, number: int) -> Adapter:
         """``adapter``, noting its whole answers to attempt ``number`` (:meth:`answered`)
