@@ -111,7 +111,7 @@ class _PerAttempt:
     """The GenAI children one (endpoint, operation, error type) updates per attempt, and
     the same labels as OTLP attributes."""
 
-    __slots__ = ("attributes", "duration", "input", "output", "ttfc")
+    __slots__ = ("attributes", "duration", "input", "otlp", "output", "ttfc")
 
     def __init__(
         self, m: GatewayMetrics, op: str, provider: str, model: str, endpoint: str, error: str
@@ -128,6 +128,7 @@ class _PerAttempt:
         }
         if error:
             self.attributes["error.type"] = error
+        self.otlp = m._otlp.series(self.attributes) if m._otlp is not None else None
 
 
 SPEND_CALLERS_MAX = 1000
@@ -347,10 +348,8 @@ class GatewayMetrics:
             per.output.observe(obs.completion_tokens)
         if ttfc is not None:
             per.ttfc.observe(ttfc)
-        if self._otlp is not None:
-            self._otlp.record(
-                per.attributes, seconds, obs.prompt_tokens, obs.completion_tokens, ttfc
-            )
+        if per.otlp is not None:
+            per.otlp.record(seconds, obs.prompt_tokens, obs.completion_tokens, ttfc)
 
     def _route(self, key: tuple[str, str, str]) -> _PerRoute:
         per = self._per_route[key] = _PerRoute(self, key)

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from gateway.telemetry.semconv import Semconv
 
-__all__ = ["GenAIInstruments"]
+__all__ = ["AttemptSeries", "GenAIInstruments"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,17 +50,30 @@ _Key = tuple[tuple[str, str], ...]
 
 
 class _Series:
-    """One attribute set's cumulative histogram."""
+    """One attribute set's cumulative histogram (reported from its first value, which
+    starts it)."""
 
-    __slots__ = ("attributes", "count", "counts", "max", "min", "start", "sum")
+    __slots__ = ("attributes", "bounds", "count", "counts", "max", "min", "start", "sum")
 
-    def __init__(self, attributes: dict[str, str], buckets: int) -> None:
-        self.attributes = attributes
-        self.counts = [0] * buckets
+    def __init__(self, attributes: dict[str, str], bounds: tuple[float, ...]) -> None:
+        self.attributes, self.bounds = attributes, bounds
+        self.counts = [0] * (len(bounds) + 1)
         self.count = 0
         self.sum: float = 0
         self.min, self.max = float("inf"), float("-inf")
-        self.start = time.time_ns()
+        self.start = 0
+
+    def add(self, value: float) -> None:
+        """Count ``value`` (under the instruments' lock)."""
+        if not self.count:
+            self.start = time.time_ns()
+        self.counts[bisect_left(self.bounds, value)] += 1  # buckets are (lower, upper]
+        self.count += 1
+        self.sum += value
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
 
 
 class _Instrument:
@@ -72,25 +85,18 @@ class _Instrument:
         self.name, self.unit, self.description, self.bounds = name, unit, description, bounds
         self.series: dict[_Key, _Series] = {}
 
-    def record(self, key: _Key, attributes: dict[str, str], value: float) -> None:
-        """Add ``value`` to the series of ``attributes`` (``key``: their items)."""
+    def series_of(self, key: _Key, attributes: dict[str, str]) -> _Series:
+        """The series of ``attributes`` (``key``: their items); past the bound, one that is
+        never reported."""
         series = self.series.get(key)
         if series is None:
-            if len(self.series) >= _MAX_SERIES:
-                return
-            series = self.series[key] = _Series(attributes, len(self.bounds) + 1)
-        series.counts[bisect_left(self.bounds, value)] += 1  # buckets are (lower, upper]
-        series.count += 1
-        series.sum += value
-        if value < series.min:
-            series.min = value
-        if value > series.max:
-            series.max = value
+            series = _Series(attributes, self.bounds)
+            if len(self.series) < _MAX_SERIES:
+                self.series[key] = series
+        return series
 
     def metric(self, now: int) -> Metric | None:
         """The instrument's points as of ``now`` (None before its first value)."""
-        if not self.series:
-            return None
         points = [
             HistogramDataPoint(
                 attributes=s.attributes,
@@ -104,7 +110,10 @@ class _Instrument:
                 max=s.max,
             )
             for s in self.series.values()
+            if s.count
         ]
+        if not points:
+            return None
         return Metric(
             name=self.name,
             description=self.description,
@@ -113,6 +122,38 @@ class _Instrument:
                 data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE
             ),
         )
+
+
+class AttemptSeries:
+    """The series one attribute set's attempts update, resolved once: the duration, input
+    and output tokens, and time to first chunk (owned by GenAIInstruments, which reports
+    them)."""
+
+    __slots__ = ("_duration", "_input", "_lock", "_output", "_ttfc")
+
+    def __init__(
+        self, lock: threading.Lock, duration: _Series, inp: _Series, out: _Series, ttfc: _Series
+    ) -> None:
+        self._lock, self._duration, self._input, self._output, self._ttfc = (
+            lock,
+            duration,
+            inp,
+            out,
+            ttfc,
+        )
+
+    def record(
+        self, seconds: float, input_tokens: int, output_tokens: int, ttfc: float | None
+    ) -> None:
+        """Record one attempt (zero token counts are not values: no point for them)."""
+        with self._lock:
+            self._duration.add(seconds)
+            if input_tokens:
+                self._input.add(input_tokens)
+            if output_tokens:
+                self._output.add(output_tokens)
+            if ttfc is not None:
+                self._ttfc.add(ttfc)
 
 
 def _metric_exporter() -> OTLPMetricExporter:
@@ -153,7 +194,7 @@ class GenAIInstruments:
             "Time to the first chunk of a streamed answer",
             SECONDS_BUCKETS,
         )
-        self._attributes: dict[_Key, tuple[dict[str, str], dict[str, str], dict[str, str]]] = {}
+        self._handles: dict[_Key, AttemptSeries] = {}
         self._lock = threading.Lock()
         self._exporter = exporter if exporter is not None else _metric_exporter()
         self._interval = interval
@@ -171,34 +212,30 @@ class GenAIInstruments:
     ) -> None:
         """Record one attempt (``labels``: the operation's bounded attributes, named as the
         latest conventions name them)."""
+        self.series(labels).record(seconds, input_tokens, output_tokens, ttfc)
+
+    def series(self, labels: dict[str, str]) -> AttemptSeries:
+        """The series one attempt of ``labels`` updates (kept: callers may keep it too)."""
         key = tuple(labels.items())
         with self._lock:
-            found = self._attributes.get(key)
+            found = self._handles.get(key)
             if found is None:
-                found = self._attribute_sets(key, labels)
-            attributes, as_input, as_output = found
-            self.duration.record(key, attributes, seconds)
-            if input_tokens:
-                self.tokens.record((*key, ("", "input")), as_input, input_tokens)
-            if output_tokens:
-                self.tokens.record((*key, ("", "output")), as_output, output_tokens)
-            if ttfc is not None:
-                self.ttfc.record(key, attributes, ttfc)
-
-    def _attribute_sets(
-        self, key: _Key, labels: dict[str, str]
-    ) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
-        """The attributes of ``labels``' series, and of its input and output token series."""
-        attributes = dict(labels)
-        if self._old_provider_key and "gen_ai.provider.name" in attributes:
-            attributes["gen_ai.system"] = attributes.pop("gen_ai.provider.name")
-        found = (
-            attributes,
-            {**attributes, "gen_ai.token.type": "input"},
-            {**attributes, "gen_ai.token.type": "output"},
-        )
-        if len(self._attributes) < _MAX_SERIES:
-            self._attributes[key] = found
+                attributes = dict(labels)
+                if self._old_provider_key and "gen_ai.provider.name" in attributes:
+                    attributes["gen_ai.system"] = attributes.pop("gen_ai.provider.name")
+                found = AttemptSeries(
+                    self._lock,
+                    self.duration.series_of(key, attributes),
+                    self.tokens.series_of(
+                        (*key, ("", "input")), {**attributes, "gen_ai.token.type": "input"}
+                    ),
+                    self.tokens.series_of(
+                        (*key, ("", "output")), {**attributes, "gen_ai.token.type": "output"}
+                    ),
+                    self.ttfc.series_of(key, attributes),
+                )
+                if len(self._handles) < _MAX_SERIES:
+                    self._handles[key] = found
         return found
 
     def collect(self) -> MetricsData | None:

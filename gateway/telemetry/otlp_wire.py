@@ -24,12 +24,13 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.telemetry.otlp_http import transport_for
-from gateway.telemetry.recorded_span import RecordedSpan
+from gateway.telemetry.recorded_span import UNSET, RecordedEvent, RecordedSpan
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import ReadableSpan
+    from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+    from opentelemetry.trace import Status
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,10 @@ _STATUS_CODES = {
     id(code): b"\x18" + bytes((code.value,)) if code.value else b"" for code in StatusCode
 }
 _STATUSES = {code: b"\x7a" + bytes((len(body),)) + body for code, body in _STATUS_CODES.items()}
+_UNSET_STATUS = _STATUSES[id(StatusCode.UNSET)]
+_TIMES = struct.Struct("<BQBQ").pack  # start and end: fixed64 fields 7 and 8
+_IDS = struct.Struct(">HQQHQ").pack  # trace id (two halves) and span id, with their keys
+_LOW = (1 << 64) - 1
 
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
@@ -207,19 +212,53 @@ class SpanEncoder:
             found = self._names[name] = _field(b"\x2a", name.encode())
         return found
 
-    def _span(self, span: ReadableSpan | RecordedSpan) -> bytes:
-        """The ScopeSpans' field of one span."""
-        if type(span) is RecordedSpan:  # its ids as they are: no SpanContext made
-            trace_id, span_id, trace_state = span.trace_id, span.span_id, span.trace_state
-            parent_id: int | None = span.parent_id or None
-            remote = span.remote_parent is not None
-        else:
-            ctx = span.get_span_context()
-            assert ctx is not None  # an SDK span always has its context
-            trace_id, span_id, trace_state = ctx.trace_id, ctx.span_id, ctx.trace_state
-            parent = span.parent
-            parent_id = parent.span_id if parent is not None else None
-            remote = parent is not None and parent.is_remote
+    def _recorded(self, span: RecordedSpan) -> bytes:
+        """The ScopeSpans' field of one gateway span (its ids as they are, no SpanContext
+        made; what it never has, dropped counts and links, not looked at)."""
+        trace_id = span.trace_id
+        parts = [_IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span.span_id)]
+        if span.trace_state:
+            state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
+            parts.append(_field(b"\x1a", state.encode()))
+        if span.parent_id:
+            parts += (b"\x22\x08", span.parent_id.to_bytes(8, "big"))
+        name = self._names.get(span.name)
+        parts += (
+            self._name(span.name) if name is None else name,
+            _KINDS[id(span.kind)],
+            _TIMES(0x39, span.start_time, 0x41, span.end_time or 0),
+            self._attributes(b"\x4a", span.attributes),
+        )
+        if span.events:
+            parts += [self._event(event) for event in span.events]
+        status = span.status
+        parts.append(_UNSET_STATUS if status is UNSET else self._status(status))
+        parts.append(_FLAGS_LOCAL if span.remote_parent is None else _FLAGS_REMOTE)
+        return _field(b"\x12", b"".join(parts))
+
+    def _event(self, event: Event | RecordedEvent) -> bytes:
+        """A span's field of one event."""
+        body = b"\x09" + _pack_u64(event.timestamp) + _field(b"\x12", event.name.encode())
+        body += self._attributes(b"\x1a", event.attributes)
+        if event.dropped_attributes:
+            body += b"\x20" + _varint(event.dropped_attributes)
+        return _field(b"\x5a", body)
+
+    @staticmethod
+    def _status(status: Status) -> bytes:
+        if status.description:
+            body = _field(b"\x12", status.description.encode())
+            return _field(b"\x7a", body + _STATUS_CODES[id(status.status_code)])
+        return _STATUSES[id(status.status_code)]
+
+    def _span(self, span: ReadableSpan) -> bytes:
+        """The ScopeSpans' field of one SDK span."""
+        ctx = span.get_span_context()
+        assert ctx is not None  # an SDK span always has its context
+        trace_id, span_id, trace_state = ctx.trace_id, ctx.span_id, ctx.trace_state
+        parent = span.parent
+        parent_id = parent.span_id if parent is not None else None
+        remote = parent is not None and parent.is_remote
         parts = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08"]
         parts.append(span_id.to_bytes(8, "big"))
         if trace_state:
@@ -233,20 +272,10 @@ class SpanEncoder:
         parts.append(self._attributes(b"\x4a", span.attributes))
         if span.dropped_attributes:
             parts += (b"\x50", _varint(span.dropped_attributes))
-        for event in span.events:
-            body = b"\x09" + _pack_u64(event.timestamp) + _field(b"\x12", event.name.encode())
-            body += self._attributes(b"\x1a", event.attributes)
-            if event.dropped_attributes:
-                body += b"\x20" + _varint(event.dropped_attributes)
-            parts.append(_field(b"\x5a", body))
+        parts += [self._event(event) for event in span.events]
         if span.dropped_events:
             parts += (b"\x60", _varint(span.dropped_events))
-        status = span.status
-        if status.description:
-            body = _field(b"\x12", status.description.encode())
-            parts.append(_field(b"\x7a", body + _STATUS_CODES[id(status.status_code)]))
-        else:
-            parts.append(_STATUSES[id(status.status_code)])
+        parts.append(self._status(span.status))
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return _field(b"\x12", b"".join(parts))
 
@@ -256,20 +285,20 @@ class SpanEncoder:
         the SDK's encoder serves those)."""
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
         recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
-        span_of = self._span
+        recorded_of = self._recorded
         for span in spans:
-            if type(span) is RecordedSpan:
+            if isinstance(span, RecordedSpan):  # a final class
                 recorder = span.recorder
                 encoded = recorded.get(id(recorder))
                 if encoded is None:
                     encoded = recorded[id(recorder)] = self._group(
                         grouped, recorder.resource, recorder.scope
                     )
-                encoded.append(span_of(span))
+                encoded.append(recorded_of(span))
                 continue
             if span.links:
                 raise ValueError("span links are not encoded here")
-            self._group(grouped, span.resource, span.instrumentation_scope).append(span_of(span))
+            self._group(grouped, span.resource, span.instrumentation_scope).append(self._span(span))
         out = []
         for resource, by_scope in grouped.values():
             body = [self._resource(resource)]

@@ -42,9 +42,10 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import TraceState
 
-__all__ = ["RecordedEvent", "RecordedSpan", "SpanRecorder"]
+__all__ = ["UNSET", "RecordedEvent", "RecordedSpan", "SpanRecorder"]
 
-_UNSET = Status()
+UNSET = Status()
+"""The status of a span whose status was never set (one object, compared by identity)."""
 _SAMPLED, _NOT_SAMPLED = TraceFlags(TraceFlags.SAMPLED), TraceFlags(TraceFlags.DEFAULT)
 
 
@@ -231,7 +232,7 @@ class RecordedSpan:
             attributes = {k: v for k, v in attributes.items() if v is not None}
         self.attributes = attributes
         self.events: tuple[()] | list[RecordedEvent] = ()
-        self.status = _UNSET
+        self.status = UNSET
         self.start_time = time.time_ns()
         self.end_time: int | None = None
 
