@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -21,6 +24,7 @@ from opentelemetry.trace import (
 )
 
 from gateway.telemetry.otlp_wire import SpanEncoder
+from gateway.telemetry.recorded_span import SpanRecorder
 
 
 def _spans() -> list[ReadableSpan]:
@@ -100,3 +104,61 @@ def test_cached_pairs_encode_a_second_batch_identically() -> None:
 
     assert encoder.encode(spans) == first
     assert ExportTraceServiceRequest.FromString(first) == encode_spans(spans)
+
+
+def test_values_that_never_repeat_stop_being_cached_and_still_encode() -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
+    finished = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(finished))
+    tracer = provider.get_tracer("llmgw")
+    for n in range(600):  # a unique request id each, and 1, 1.0, True under one key in turn
+        tracer.start_span(
+            "POST /v1/x",
+            attributes={
+                "llmgw.request_id": f"r-{n:016x}",
+                "http.route": "/v1/x",
+                "v": (1, 1.0, True)[n % 3],
+            },
+        ).end()
+    spans = list(finished.get_finished_spans())
+    encoder = SpanEncoder()
+
+    decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
+
+    assert decoded == encode_spans(spans)
+    ids = encoder._keys[b"\x4a"]["llmgw.request_id"]
+    assert len(ids.strings) == 256  # the bound: later ids are encoded, not kept
+    assert len(encoder._keys[b"\x4a"]["v"].others) == 3
+
+
+def test_recorded_spans_encode_to_the_sdk_encoders_message() -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
+    recorder = SpanRecorder(
+        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
+    )
+    remote = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("vendor", "opaque")]),
+    )
+    server = recorder.root(
+        "POST /v1/chat/completions",
+        SpanKind.SERVER,
+        set_span_in_context(NonRecordingSpan(remote)),
+        {"http.route": "/v1/chat/completions", "server.port": 8080},
+    )
+    child = server.child("chat up", SpanKind.CLIENT, {"gen_ai.request.stream": True})
+    child.set_attributes({"gen_ai.response.finish_reasons": ["stop"], "llmgw.cost_usd": 0.5})
+    child.add_event("gen_ai.choice", {"index": 0, "content": "{}"})
+    child.set_status(Status(StatusCode.ERROR, "upstream said no"))
+    child.end()
+    alone = recorder.root("GET /v1/models", SpanKind.SERVER, None, {})
+    alone.end()
+    server.end()
+    spans: Any = [child, alone, server]
+
+    decoded = ExportTraceServiceRequest.FromString(SpanEncoder().encode(spans))
+
+    assert decoded == encode_spans(spans)

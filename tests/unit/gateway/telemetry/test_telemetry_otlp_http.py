@@ -1,0 +1,138 @@
+"""The OTLP exporters' transport (gateway.telemetry.otlp_http), against the real OTLP/HTTP
+receiver: one kept-alive connection, the configured headers and gzip, the SDK's retry on a
+503 with ``Retry-After``; the SDK's ``requests`` transport where a proxy applies."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from opentelemetry.exporter.http.transport._requests import RequestsHTTPTransport
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanKind
+
+from gateway.telemetry.genai_metrics import _metric_exporter
+from gateway.telemetry.otlp_http import ConnectionTransport, transport_for
+from gateway.telemetry.otlp_wire import WireSpanExporter
+from gateway.telemetry.recorded_span import RecordedSpan, SpanRecorder
+
+if TYPE_CHECKING:
+    import pytest
+
+    from tests.fixtures.otlp import OtlpReceiver
+
+
+def _spans(count: int) -> list[RecordedSpan]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "t"}))
+    ended = InMemorySpanExporter()
+    recorder = SpanRecorder(provider, SimpleSpanProcessor(ended), InstrumentationScope("llmgw"))
+    spans = []
+    for n in range(count):
+        span = recorder.root(f"span {n}", SpanKind.SERVER, None, {"n": n})
+        span.end()
+        spans.append(span)
+    return spans
+
+
+async def test_exports_share_one_connection_with_the_configured_headers_and_gzip(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme,authorization=Bearer%20t0k")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    exporter = WireSpanExporter()
+    spans = _spans(3)
+
+    results = [await asyncio.to_thread(exporter.export, [span]) for span in spans]
+    exporter.shutdown()
+
+    assert isinstance(exporter._client._transport, ConnectionTransport)
+    assert results == [SpanExportResult.SUCCESS] * 3
+    assert len(set(otlp_receiver.peers)) == 1  # three posts, one connection
+    for headers in otlp_receiver.headers:
+        assert headers["x-tenant"] == "acme"
+        assert headers["authorization"] == "Bearer t0k"
+        assert headers["content-type"] == "application/x-protobuf"
+        assert headers["content-encoding"] == "gzip"
+    assert [s.name for s in otlp_receiver.spans] == ["span 0", "span 1", "span 2"]
+
+
+async def test_a_503_with_retry_after_is_retried_and_the_batch_arrives_once(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    otlp_receiver.refusals.append((503, {"Retry-After": "0"}))
+    exporter = WireSpanExporter()
+
+    result = await asyncio.to_thread(exporter.export, _spans(2))
+    exporter.shutdown()
+
+    assert result is SpanExportResult.SUCCESS
+    assert len(otlp_receiver.headers) == 2  # refused, then taken
+    assert [s.name for s in otlp_receiver.spans] == ["span 0", "span 1"]
+    decoded = ExportTraceServiceRequest.FromString(otlp_receiver.raw[0])
+    assert len(decoded.resource_spans[0].scope_spans[0].spans) == 2
+
+
+async def test_a_400_is_not_retried(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    otlp_receiver.refusals.append((400, {}))
+    exporter = WireSpanExporter()
+
+    result = await asyncio.to_thread(exporter.export, _spans(1))
+    exporter.shutdown()
+
+    assert result is SpanExportResult.FAILURE
+    assert len(otlp_receiver.headers) == 1
+    assert otlp_receiver.spans == []
+
+
+async def test_a_dropped_connection_is_reopened(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    exporter = WireSpanExporter()
+    transport = exporter._client._transport
+    assert isinstance(transport, ConnectionTransport)
+    first, second = _spans(2)
+
+    assert await asyncio.to_thread(exporter.export, [first]) is SpanExportResult.SUCCESS
+    conn = transport._conn
+    assert conn is not None and conn.sock is not None
+    conn.sock.close()  # as a collector's idle timeout would
+    assert await asyncio.to_thread(exporter.export, [second]) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+
+    assert [s.name for s in otlp_receiver.spans] == ["span 0", "span 1"]
+
+
+def test_a_proxy_from_the_environment_keeps_the_sdks_transport(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector.internal:4318")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    assert transport_for("TRACES") is None
+    exporter = WireSpanExporter()
+    assert isinstance(exporter._client._transport, RequestsHTTPTransport)
+    exporter.shutdown()
+
+    monkeypatch.setenv("NO_PROXY", "collector.internal")
+    assert isinstance(transport_for("TRACES"), ConnectionTransport)
+    assert isinstance(_metric_exporter()._client._transport, ConnectionTransport)
+
+
+def test_a_credential_provider_keeps_the_sdks_transport(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER", "vault")
+
+    assert transport_for("TRACES") is None
+    assert isinstance(transport_for("METRICS"), ConnectionTransport)
