@@ -5,7 +5,7 @@ receiver: one kept-alive connection, the configured headers and gzip, the SDK's 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.exporter.http.transport._requests import RequestsHTTPTransport
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -19,7 +19,7 @@ from opentelemetry.trace import SpanKind
 from gateway.telemetry.genai_metrics import _metric_exporter
 from gateway.telemetry.otlp_http import ConnectionTransport, transport_for
 from gateway.telemetry.otlp_wire import WireSpanExporter
-from gateway.telemetry.recorded_span import RecordedSpan, SpanRecorder
+from gateway.telemetry.recorded_span import SpanRecorder
 
 if TYPE_CHECKING:
     import pytest
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from tests.fixtures.otlp import OtlpReceiver
 
 
-def _spans(count: int) -> list[RecordedSpan]:
+def _spans(count: int) -> list[Any]:  # RecordedSpans, read as ReadableSpans
     provider = TracerProvider(resource=Resource.create({"service.name": "t"}))
     ended = InMemorySpanExporter()
     recorder = SpanRecorder(provider, SimpleSpanProcessor(ended), InstrumentationScope("llmgw"))
@@ -45,7 +45,7 @@ async def test_exports_share_one_connection_with_the_configured_headers_and_gzip
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme,authorization=Bearer%20t0k")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
-    exporter = WireSpanExporter()
+    exporter: Any = WireSpanExporter()
     spans = _spans(3)
 
     results = [await asyncio.to_thread(exporter.export, [span]) for span in spans]
@@ -67,7 +67,7 @@ async def test_a_503_with_retry_after_is_retried_and_the_batch_arrives_once(
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
     otlp_receiver.refusals.append((503, {"Retry-After": "0"}))
-    exporter = WireSpanExporter()
+    exporter: Any = WireSpanExporter()
 
     result = await asyncio.to_thread(exporter.export, _spans(2))
     exporter.shutdown()
@@ -84,7 +84,7 @@ async def test_a_400_is_not_retried(
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
     otlp_receiver.refusals.append((400, {}))
-    exporter = WireSpanExporter()
+    exporter: Any = WireSpanExporter()
 
     result = await asyncio.to_thread(exporter.export, _spans(1))
     exporter.shutdown()
@@ -98,7 +98,7 @@ async def test_a_dropped_connection_is_reopened(
     otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
-    exporter = WireSpanExporter()
+    exporter: Any = WireSpanExporter()
     transport = exporter._client._transport
     assert isinstance(transport, ConnectionTransport)
     first, second = _spans(2)
@@ -122,13 +122,14 @@ def test_a_proxy_from_the_environment_keeps_the_sdks_transport(
     monkeypatch.delenv("no_proxy", raising=False)
 
     assert transport_for("TRACES") is None
-    exporter = WireSpanExporter()
+    exporter: Any = WireSpanExporter()
     assert isinstance(exporter._client._transport, RequestsHTTPTransport)
     exporter.shutdown()
 
     monkeypatch.setenv("NO_PROXY", "collector.internal")
     assert isinstance(transport_for("TRACES"), ConnectionTransport)
-    assert isinstance(_metric_exporter()._client._transport, ConnectionTransport)
+    metrics: Any = _metric_exporter()
+    assert isinstance(metrics._client._transport, ConnectionTransport)
 
 
 def test_a_credential_provider_keeps_the_sdks_transport(monkeypatch: pytest.MonkeyPatch) -> None:
