@@ -37,6 +37,7 @@ class GatedBus:
         self._bus = bus
         self._lease = lease
         self.dropped = 0  # replies and publishes withheld past the lease
+        self.held = 0  # messages that waited for the lease
 
     @property
     def servers(self) -> int:
@@ -84,6 +85,17 @@ class GatedBus:
     async def aclose(self) -> None:
         """Nothing: the host closes ``bus``."""
 
+    async def _hold(self, subject: str) -> None:
+        self.held += 1
+        if self.held & (self.held - 1) == 0:  # 1, 2, 4, ...: visible but not a flood
+            logger.warning(
+                "past this host's serving lease: its actors hold their messages (%d so far, "
+                "this one on %s) until a beat lands",
+                self.held,
+                subject,
+            )
+        await self._lease.wait()
+
     def _withheld(self, subject: str) -> bool:
         if self._lease.valid():
             return False
@@ -115,7 +127,7 @@ class _GatedSubscription:
         respond = self._bus._respond
         async for env in self._inner:
             if not gate.valid():
-                await gate.wait()
+                await self._bus._hold(env.subject)
             if env.reply is None:
                 yield env
                 continue

@@ -20,6 +20,13 @@ same, and a ``ttl`` above the election time is what lets a host ride one out (se
 ``schemas.config.ClusterConfig``): a host cannot tell on its own whether the others reach
 JetStream meanwhile, and one that kept serving past its key's lapse could meet its successor.
 
+A dead host is not waited out: the hosts ask each other over core NATS whether they live
+(``liveness.py``); a round removes the key of a peer no process answered for long enough,
+by compare-and-set on its revision, and takes its units over. The host's actors see the bus
+through ``GatedBus``: they answer only within the host's serving lease, so a host taken for
+dead while it lived answers for nothing, and its next beat, finding its key gone, stops its
+units before it joins again.
+
 A unit's snapshots are written behind its actors (``fenced.py``); a unit released (moved,
 handed back, the host stopping) has them written first, within the lease deadline.
 """
