@@ -107,7 +107,7 @@ async def test_a_host_no_process_answers_for_is_taken_over_long_before_its_key_l
 
 
 async def test_a_host_that_answers_keeps_its_share_while_its_beats_do_not_land(
-    hosts: list[ClusterHost], clock: FakeClock
+    hosts: list[ClusterHost], shared: InProcessBus, clock: FakeClock
 ) -> None:
     a, b = hosts
     for _ in range(8):  # host-a beats nothing (JetStream electing, say), answers every ask
@@ -115,7 +115,7 @@ async def test_a_host_that_answers_keeps_its_share_while_its_beats_do_not_land(
         await a.ask_round()  # and hears host-b: its serving lease runs on
     assert b.units == share("host-b") and a.units == share("host-a")
     unit = a.units[0]
-    plan = await b._bus.request(  # still served by host-a
+    plan = await shared.request(  # still served by host-a
         subjects.model_route(unit), RouteRequest(model="m"), reply_type=RoutePlan, timeout=5
     )
     assert isinstance(plan, RoutePlan) and plan.reason.startswith(unit)
@@ -135,6 +135,7 @@ async def test_a_host_cut_off_past_its_lease_answers_nothing_and_stops_its_units
             await b.reconcile()
     assert b.units == list(UNITS)  # host-a taken for dead
     link.restore()  # host-a reconnects: its units' subscriptions are back on the bus
+    await a.ask_round()  # host-b answers, but too late to vouch for a lease that ran out
 
     # Two subscribers of each moved unit now: only the new owner may answer.
     for unit in moved:
