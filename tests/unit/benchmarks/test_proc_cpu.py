@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.benchmarks.proc_cpu import tree_cpu, tree_cpu_spent
+from tests.benchmarks.proc_cpu import TreeSample, tree_cpu, tree_cpu_spent
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -40,8 +41,19 @@ _SUPERVISOR = (
 )
 
 
+@dataclass(frozen=True)
+class _Window:
+    """Two samples of the supervisor's tree and what the burner says it spent: burning
+    (inside the window) and in all (its start included)."""
+
+    start: TreeSample
+    end: TreeSample
+    burned: float
+    burner_total: float
+
+
 class _Tree:
-    """The supervisor process and its pipes; one line at a time."""
+    """The supervisor process and its pipes."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
@@ -51,14 +63,33 @@ class _Tree:
             text=True,
         )
 
-    def say(self, line: str) -> None:
+    def _say(self, line: str) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
 
-    def hear(self) -> str:
+    def _hear(self) -> str:
         assert self.proc.stdout is not None
         return self.proc.stdout.readline().strip()
+
+    def _sample(self) -> TreeSample:
+        sample = tree_cpu(self.proc.pid)
+        assert sample is not None
+        return sample
+
+    def window(self, *, born_inside: bool) -> _Window:
+        """Sample the tree before and after the burn; the worker and the burner start
+        inside the window if ``born_inside``, else before it. Then let them all end."""
+        before = self._sample() if born_inside else None
+        self._say("start")
+        assert self._hear() == "ready"
+        start = before if before is not None else self._sample()
+        self._say("go")
+        burned, total = (float(v) for v in self._hear().split())
+        end = self._sample()
+        self._say("bye")
+        assert self.proc.wait() == 0
+        return _Window(start, end, burned, total)
 
 
 @pytest.fixture
@@ -69,43 +100,27 @@ def tree() -> Iterator[_Tree]:
     t.proc.communicate()
 
 
-def _own(sample: dict[tuple[int, int], float], pid: int) -> float:
+def _own(sample: TreeSample, pid: int) -> float:
     return next(seconds for (p, _), seconds in sample.items() if p == pid)
 
 
 def test_a_grandchild_alive_through_the_window_counts_by_what_it_spent_in_it(
     tree: _Tree,
 ) -> None:
-    tree.say("start")
-    assert tree.hear() == "ready"
-    start = tree_cpu(tree.proc.pid)
-    tree.say("go")
-    burned, _ = (float(v) for v in tree.hear().split())
-    end = tree_cpu(tree.proc.pid)
-    tree.say("bye")
-    assert tree.proc.wait() == 0
+    w = tree.window(born_inside=False)
 
-    assert start is not None and end is not None
-    spent = tree_cpu_spent(start, end)
-    assert burned - TICKS <= spent <= burned + TICKS
-    assert len(start) == len(end) == 3  # supervisor, worker, burner
+    spent = tree_cpu_spent(w.start, w.end)
+    assert w.burned - TICKS <= spent <= w.burned + TICKS
+    assert len(w.start) == len(w.end) == 3  # supervisor, worker, burner
     # The supervisor alone (what the benchmark used to read) waited through it all.
-    assert _own(end, tree.proc.pid) - _own(start, tree.proc.pid) <= TICKS
+    assert _own(w.end, tree.proc.pid) - _own(w.start, tree.proc.pid) <= TICKS
 
 
 def test_processes_born_inside_the_window_count_whole(tree: _Tree) -> None:
-    start = tree_cpu(tree.proc.pid)
-    tree.say("start")
-    assert tree.hear() == "ready"
-    tree.say("go")
-    _, burner_total = (float(v) for v in tree.hear().split())
-    end = tree_cpu(tree.proc.pid)
-    tree.say("bye")
-    assert tree.proc.wait() == 0
+    w = tree.window(born_inside=True)
 
-    assert start is not None and end is not None
-    assert tree_cpu_spent(start, end) >= burner_total - TICKS
-    assert len(start) == 1 and len(end) == 3
+    assert tree_cpu_spent(w.start, w.end) >= w.burner_total - TICKS
+    assert len(w.start) == 1 and len(w.end) == 3
 
 
 def test_a_process_gone_reads_as_none() -> None:
