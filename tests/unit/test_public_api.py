@@ -189,6 +189,7 @@ PINNED: dict[str, list[str]] = {
         "EndpointActor",
         "HealthActor",
         "ModelActor",
+        "MovedKeys",
         "Restart",
         "Serve",
         "SnapshotStore",
@@ -197,6 +198,7 @@ PINNED: dict[str, list[str]] = {
         "Supervisor",
         "SupervisorGaveUpError",
         "build_tree",
+        "move_provider_keys",
     ],
     "actors.strategies": [
         "ProbeTick",
