@@ -124,7 +124,10 @@ async def deploy(
 class Relay:
     """A loopback TCP relay to the NATS node at ``url`` whose connections can be cut (both
     ends closed, new ones refused) and restored: what a process sees when its link to its
-    server drops and comes back, while the process and the server live on."""
+    server drops and comes back, while the process and the server live on. While it holds
+    replies, the messages the server sends to the process's inboxes (the answers to its
+    requests: key-value writes, asks) wait, and every other message passes: JetStream slow
+    to answer the process, its subscribers served."""
 
     def __init__(self, url: str) -> None:
         target = urlsplit(url)
@@ -132,6 +135,8 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._pipes: set[asyncio.Task[None]] = set()
+        self._holding = False
+        self._held: list[tuple[asyncio.StreamWriter, bytes]] = []
         self.port = 0
 
     @property
@@ -154,6 +159,35 @@ class Relay:
         await asyncio.gather(*self._pipes, return_exceptions=True)
         self._writers.clear()
 
+    def hold_replies(self) -> None:
+        """Hold the messages to the relayed processes' inboxes until ``release_replies``."""
+        self._holding = True
+
+    def release_replies(self) -> None:
+        """Send the held inbox messages, in order, and hold no more."""
+        self._holding = False
+        for writer, frame in self._held:
+            if not writer.is_closing():
+                writer.write(frame)
+        self._held.clear()
+
+    async def _down(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        pending = b""
+        try:
+            while data := await src.read(65536):
+                pending += data
+                while (cut := _frame_end(pending)) is not None:
+                    frame, pending = pending[:cut], pending[cut:]
+                    if self._holding and _to_inbox(frame):
+                        self._held.append((dst, frame))
+                    else:
+                        dst.write(frame)
+                await dst.drain()
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
@@ -161,8 +195,10 @@ class Relay:
             writer.close()
             return
         self._writers |= {writer, up_writer}
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            pipe = asyncio.create_task(_pipe(src, dst))
+        for pipe in (
+            asyncio.create_task(_pipe(reader, up_writer)),
+            asyncio.create_task(self._down(up_reader, writer)),
+        ):
             self._pipes.add(pipe)
             pipe.add_done_callback(self._pipes.discard)
 
@@ -176,3 +212,21 @@ async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
         pass
     finally:
         dst.close()
+
+
+def _frame_end(data: bytes) -> int | None:
+    """Where the first whole NATS protocol frame of ``data`` ends (a ``MSG`` or ``HMSG`` with
+    its payload, or one line), None when it is not all there yet."""
+    line = data.find(b"\r\n")
+    if line < 0:
+        return None
+    head = data[:line].split()
+    if head and head[0] in (b"MSG", b"HMSG"):
+        end = line + 2 + int(head[-1]) + 2
+        return end if len(data) >= end else None
+    return line + 2
+
+
+def _to_inbox(frame: bytes) -> bool:
+    head = frame.split(b"\r\n", 1)[0].split()
+    return len(head) > 1 and head[0] in (b"MSG", b"HMSG") and head[1].startswith(b"_INBOX")
