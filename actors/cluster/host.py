@@ -119,6 +119,8 @@ class ClusterHost:
         self._lease = ServingLease(clock, dead_after(settings.heartbeat_seconds))
         self._gated = GatedBus(bus, self._lease)  # what this host's actors see
         self._answering: asyncio.Task[None] | None = None
+        self._beats = 0  # beats landed
+        self._listed_after = -1  # the beats landed when the last listing of the peers began
         self._exits = contextlib.AsyncExitStack()  # the subscription _answering serves
 
     @property
@@ -291,6 +293,7 @@ class ClusterHost:
             self._unacknowledged = False
         self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
         self._lease.renew(sent)
+        self._beats += 1
         return True
 
     async def _place_round(self) -> None:
@@ -299,9 +302,11 @@ class ClusterHost:
         assert self._membership is not None
         async with self._changing:
             try:
+                beats = self._beats
                 revisions = await self._membership.revisions()
                 revisions.pop(self.node_id, None)
                 self._suspects.listed(revisions)
+                self._listed_after = beats
                 for node, revision in self._suspects.dead(self._clock()).items():
                     if await self._remove_dead(node, revision):
                         del revisions[node]
@@ -327,19 +332,20 @@ class ClusterHost:
         return True
 
     async def ask_round(self) -> None:
-        """Ask every peer listed whether it lives: renew the serving lease when all answered,
-        and start a placement round when one is found dead."""
+        """Ask every peer listed whether it lives (or this host, with none): renew the
+        serving lease when all answered and the listing followed our last beat, and start a
+        placement round when one is found dead."""
         peers = self._suspects.peers
-        if not peers:
-            return
+        fresh = self._listed_after == self._beats
         sent = self._clock()
+        targets = peers or [self.node_id]
         answers = await asyncio.gather(
-            *(ask(self._bus, self.node_id, peer, self._ask_timeout) for peer in peers)
+            *(ask(self._bus, self.node_id, node, self._ask_timeout) for node in targets)
         )
         now = self._clock()
-        for peer, answer in zip(peers, answers, strict=True):
+        for peer, answer in zip(peers, answers, strict=False):
             self._suspects.heard(peer, silent=answer is False, now=now)
-        if all(answers):
+        if fresh and all(answers):
             self._lease.vouched(sent)
         if self._suspects.dead(now):
             self._landed.set()

@@ -23,7 +23,10 @@ leader) still answers it. So every host answers its own subject and asks each pe
   meanwhile win. Past its lease the host holds its units' messages until a beat lands under
   its own revision; when its key is gone instead, it stops its units and joins afresh.
 
-A host with no peer renews its lease by beats only: nobody could vouch that it is seen.
+Which peers must answer: those listed by a placement round that began after this host's
+last beat landed. A survivor counts a peer only once it saw the peer's key change, so the
+peer beat after the survivor joined, and the round after that beat lists the survivor. A
+host with no peer so listed asks itself (its own connection works).
 """
 
 from __future__ import annotations
@@ -106,6 +109,7 @@ class Suspects:
     def __init__(self, dead_after: float = DEAD_AFTER_S) -> None:
         self._dead_after = dead_after
         self._revisions: dict[str, int] = {}  # peer -> its key's revision, last listed
+        self._first: dict[str, int] = {}  # peer -> the revision it was first listed at
         self._silent: dict[str, tuple[int, float]] = {}  # peer -> (revision, since)
 
     @property
@@ -117,14 +121,17 @@ class Suspects:
         """The peers' key revisions as a placement round read them: a peer that beat since
         (or is gone) is no longer counted silent."""
         self._revisions = dict(revisions)
+        self._first = {node: self._first.get(node, rev) for node, rev in revisions.items()}
         for node, (revision, _) in list(self._silent.items()):
             if self._revisions.get(node) != revision:
                 del self._silent[node]
 
     def heard(self, node: str, *, silent: bool, now: float) -> None:
-        """The outcome of an ask of ``node``: ``silent`` for "no responders"."""
+        """The outcome of an ask of ``node``: ``silent`` for "no responders". A peer never
+        seen to beat (listed at one revision only) is not counted: the peer may not list
+        this host yet, so nothing it asks vouches for it (see ``ClusterHost.ask_round``)."""
         revision = self._revisions.get(node)
-        if not silent or revision is None:
+        if not silent or revision is None or self._first.get(node) == revision:
             self._silent.pop(node, None)
         elif self._silent.get(node, (None, 0.0))[0] != revision:
             self._silent[node] = (revision, now)

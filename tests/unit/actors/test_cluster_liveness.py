@@ -102,7 +102,7 @@ async def test_a_host_no_process_answers_for_is_taken_over_long_before_its_key_l
     link.drop()  # host-a's process is gone: its server closed its connection
     await steps(clock, b, 4.0)
     assert b.units == list(UNITS)  # a third of the 12 s TTL
-    hosts_kv = await shared.key_value(HOSTS_BUCKET)
+    hosts_kv = await shared.key_value(HOSTS_BUCKET, ttl=SETTINGS.ttl_seconds)
     assert sorted(await hosts_kv.keys()) == ["host-b"]  # its key removed, not lapsed
 
 
@@ -171,3 +171,46 @@ async def test_a_request_to_a_host_past_its_lease_waits_and_is_answered_once_a_b
         subjects.model_route(unit), RouteRequest(model="m"), reply_type=RoutePlan, timeout=5
     )
     assert isinstance(plan, RoutePlan)
+
+
+async def test_a_host_alone_answers_for_its_units_while_its_beats_do_not_land(
+    shared: InProcessBus, clock: FakeClock, journal: Journal
+) -> None:
+    host = ClusterHost(shared, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
+    await host.open()
+    try:
+        await host.reconcile()
+        for _ in range(32):  # 8 s without a beat (JetStream electing a leader): it asks itself
+            clock.now += ASK_S
+            await host.ask_round()
+        plan = await shared.request(
+            subjects.model_route("models"), RouteRequest(model="m"), reply_type=RoutePlan, timeout=5
+        )
+        assert isinstance(plan, RoutePlan)
+    finally:
+        await host.aclose()
+
+
+async def test_a_host_never_seen_to_beat_is_not_taken_for_dead_by_one_that_joined_after(
+    shared: InProcessBus, link: Link, clock: FakeClock, journal: Journal
+) -> None:
+    """The newcomer is in no listing of the silent host, which may still answer for its units
+    where it is (a split between NATS servers): only its key's TTL hands them over."""
+    build = functools.partial(tree, journal)
+    a = ClusterHost(link, "host-a", SETTINGS, build, clock=clock)
+    b = ClusterHost(shared, "host-b", SETTINGS, build, clock=clock)
+    await a.open()
+    await b.open()
+    try:
+        await a.reconcile()
+        link.drop()  # host-a unseen from here on, and its key never changes again
+        await steps(clock, b, 8.0)
+        hosts_kv = await shared.key_value(HOSTS_BUCKET, ttl=SETTINGS.ttl_seconds)
+        assert sorted(await hosts_kv.keys()) == ["host-a", "host-b"]
+        assert b.units == []  # all host-a's while its key lives
+        await steps(clock, b, 5.0)  # the key lapses
+        assert sorted(await hosts_kv.keys()) == ["host-b"], b.units
+        assert b.units == list(UNITS)
+    finally:
+        await b.aclose()
+        await a.aclose()
