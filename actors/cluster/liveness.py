@@ -6,18 +6,19 @@ once: from then on a request to the subject only that process answers
 (``subjects.cluster_alive``) gets "no responders" at once, through any server of the
 cluster. A host that lives but whose beats do not reach JetStream (a bucket electing a
 leader) still answers it. So every host answers its own subject and asks each peer's every
-``ask_seconds``:
+quarter heartbeat (``ClusterHost.ask_round``):
 
-- a survivor that got "no responders" from a peer on every ask for ``DEAD_AFTER_S`` (longer
-  than a live host takes to reconnect to another server), the peer's key at one revision all
-  along, takes it for dead (``Suspects``): it removes the peer's key by compare-and-set on
-  that revision and takes its units over, without waiting out the key's TTL. An answer, a
+- a survivor that got "no responders" from a peer on every ask for ``dead_after`` seconds
+  (``DEAD_AFTER_S`` by default: longer than a live host takes to reconnect to another
+  server), the peer's key at one revision all along, takes it for dead (``Suspects``): it
+  removes the peer's key by compare-and-set on that revision and takes its units over,
+  without waiting out the key's TTL. An answer, a
   timeout (alive but slow, or the asker cut off) or a newer beat starts the count again.
 - a host that was not dead (cut from its server longer than that, or on the far side of a
   split between servers) must not answer for its units once a survivor may have done so.
   It answers only within its serving lease (``ServingLease``, enforced by ``GatedBus``),
   renewed by each beat that landed and by each round of asks that every peer answered, sent
-  while the lease held, and lasting ``DEAD_AFTER_S - MARGIN_S`` from when that beat or round
+  while the lease held, and lasting ``dead_after - MARGIN_S`` from when that beat or round
   was sent. A survivor's count starts only once the host is unseen and at the revision of
   its last beat, so it ends after the lease; and the compare-and-set makes a beat that landed
   meanwhile win. Past its lease the host holds its units' messages until a beat lands under
