@@ -12,8 +12,8 @@ quarter heartbeat (``ClusterHost.ask_round``):
   (``DEAD_AFTER_S`` by default: longer than a live host takes to reconnect to another
   server), the peer's key at one revision all along, takes it for dead (``Suspects``): it
   removes the peer's key by compare-and-set on that revision and takes its units over,
-  without waiting out the key's TTL. An answer, a
-  timeout (alive but slow, or the asker cut off) or a newer beat starts the count again.
+  without waiting out the key's TTL. An answer, a timeout (alive but slow, or the asker
+  cut off) or a newer beat starts the count again.
 - a host that was not dead (cut from its server longer than that, or on the far side of a
   split between servers) must not answer for its units once a survivor may have done so.
   It answers only within its serving lease (``ServingLease``, enforced by ``GatedBus``),
