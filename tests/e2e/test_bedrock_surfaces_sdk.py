@@ -29,6 +29,7 @@ from tests.e2e._surface_clients import (
     TOOL_NAME,
     TOOL_SCHEMA,
     Answer,
+    refused,
 )
 from tests.e2e.conftest import CHAT, config, eid, endpoint_states, model, route, watch
 from tests.fixtures.upstream import Reply, ToolCall, UpstreamFactory
@@ -262,7 +263,7 @@ async def test_bedrock_guardrail_refusal_reaches_the_client_and_is_not_failed_ov
     bedrock.text, bedrock.stop_reason = REFUSAL, "guardrail_intervened"
 
     async with watch(gw, subjects.observation(eid("m", bedrock))) as obs:
-        raw = await _refused(gw, surface, stream)
+        raw = await refused(gw, surface, stream)
         seen = await obs.next(Observation)
 
     assert (
@@ -275,43 +276,6 @@ async def test_bedrock_guardrail_refusal_reaches_the_client_and_is_not_failed_ov
     )
     assert seen.outcome == "success" and seen.status == 200
     assert spare.requests == []
-
-
-async def _refused(gw: Any, surface: str, stream: bool) -> tuple[str, str]:
-    """What the client saw of a refusal: (stop reason, refusal text or reason)."""
-    args = {"model": "m", "max_tokens": MAX_TOKENS}
-    messages = [{"role": "user", "content": QUESTION}]
-    if surface == "chat":
-        client = gw.openai()
-        if not stream:
-            c = await client.chat.completions.create(messages=messages, **args)
-            return c.choices[0].finish_reason, c.choices[0].message.refusal or ""
-        text, finish = [], ""
-        async for chunk in await client.chat.completions.create(
-            messages=messages, stream=True, **args
-        ):
-            for choice in chunk.choices:
-                text.append(choice.delta.content or choice.delta.refusal or "")
-                finish = choice.finish_reason or finish
-        return finish, "".join(text)
-    if surface == "responses":
-        client = gw.openai()
-        kw = {"model": "m", "input": QUESTION, "max_output_tokens": MAX_TOKENS}
-        if stream:
-            async with client.responses.stream(**kw) as s:
-                # A refused answer ends in response.incomplete, never response.completed.
-                ends = [e.response async for e in s if e.type == "response.incomplete"]
-            r = ends[-1]
-        else:
-            r = await client.responses.create(**kw)
-        return r.status, r.incomplete_details.reason if r.incomplete_details else ""
-    client = gw.anthropic()
-    if stream:
-        async with client.messages.stream(messages=messages, **args) as s:
-            m = await s.get_final_message()
-    else:
-        m = await client.messages.create(messages=messages, **args)
-    return m.stop_reason, "".join(b.text for b in m.content if b.type == "text")
 
 
 async def test_bedrock_endpoint_has_a_health_deep_row_and_explain_names_its_kind(

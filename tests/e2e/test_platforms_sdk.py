@@ -40,6 +40,7 @@ from tests.e2e._surface_clients import (
     TOOL_NAME,
     TOOL_SCHEMA,
     Answer,
+    refused,
 )
 from tests.e2e.conftest import HI, config, eid, endpoint_states, model, route, watch
 from tests.fixtures.upstream import (
@@ -301,6 +302,71 @@ async def test_azure_content_filter_refusal_reaches_each_surface_and_is_never_fa
     up.set_default(Reply())
     served = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
     assert served.headers["x-routed-via"] == endpoint  # its circuit never opened
+
+
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_azure_content_filter_refusal_of_a_stream_reaches_the_client_as_its_400(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str
+) -> None:
+    up = await fake_upstreams("up1")
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(
+        config(model("m", platform_route("azure_openai", up), route(spare, weight=TINY)))
+    )
+    endpoint = eid("m", up)
+    up.set_default(Reply(400, body=azure_content_filter_error()))
+    driver = DRIVERS[surface](gw)
+
+    async with watch(gw, subjects.observation(endpoint)) as obs:
+        with pytest.raises(driver.bad_request) as err:
+            await driver.stream()
+        seen = await obs.next(Observation)
+
+    refusal = err.value
+    assert isinstance(refusal, openai.BadRequestError | anthropic.BadRequestError)
+    assert "content management policy" in refusal.message
+    if isinstance(refusal, openai.BadRequestError):  # chat, responses
+        assert refusal.code == "content_filter"
+    assert up.requests[0].json["stream"] is True
+    assert not spare.requests  # the prompt is the caller's: no other route gets it
+    assert (seen.outcome, seen.status) == ("client_error", 400)
+
+
+_BLOCKED = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 3}}
+_BLOCKED_TEXT = "the upstream's safety filter blocked the prompt (SAFETY)"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_gemini_blocked_prompt_reaches_each_surface_as_its_refusal_never_failed_over(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str, stream: bool
+) -> None:
+    up = await fake_upstreams("up1")
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(
+        config(model("m", platform_route("gemini", up), route(spare, weight=TINY)))
+    )
+    if stream:  # one event: the prompt's feedback, no candidate
+        sse = f"data: {json.dumps(_BLOCKED)}\n\n"
+        up.set_default(Reply(200, body=sse, headers={"content-type": "text/event-stream"}))
+    else:
+        up.set_default(Reply(200, body=_BLOCKED))
+
+    async with watch(gw, subjects.observation(eid("m", up))) as obs:
+        raw = await refused(gw, surface, stream)
+        seen = await obs.next(Observation)
+
+    assert (
+        raw
+        == {
+            "chat": ("content_filter", _BLOCKED_TEXT),
+            "responses": ("incomplete", "content_filter"),
+            "messages": ("refusal", _BLOCKED_TEXT),
+        }[surface]
+    )
+    assert up.requests[0].stream is stream
+    assert (seen.outcome, seen.status) == ("success", 200)  # never against the route
+    assert not spare.requests
 
 
 @pytest.mark.parametrize(
