@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -156,16 +157,31 @@ class SpanEncoder:
         self._resources: dict[int, tuple[Resource, bytes]] = {}
         self._scopes: dict[InstrumentationScope | None, bytes] = {}
         self._names: dict[str, bytes] = {}
+        self._shapes: dict[int, tuple[dict[str, Any], bytes]] = {}
 
     def _attributes(self, tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         """Each attribute as a repeated KeyValue field ``tag``; pairs cached by key."""
         if not attributes:
             return b""
+        return self._pairs(tag, attributes.items())
+
+    def _shaped(self, span: RecordedSpan, shape: dict[str, Any]) -> bytes:
+        """A span's attributes when they start with ``shape``'s (encoded once per shape,
+        held so its id is not reused)."""
+        found = self._shapes.get(id(shape))
+        if found is None or found[0] is not shape:
+            if len(self._shapes) >= _MAX_CACHED:
+                self._shapes.clear()
+            found = self._shapes[id(shape)] = (shape, self._attributes(b"\x4a", shape))
+        rest = islice(span.attributes.items(), len(shape), None)
+        return found[1] + self._pairs(b"\x4a", rest)
+
+    def _pairs(self, tag: bytes, items: Iterable[tuple[str, Any]]) -> bytes:
         keys = self._keys.get(tag)
         if keys is None:
             keys = self._keys[tag] = {}
         parts = []
-        for key, value in attributes.items():
+        for key, value in items:
             k = keys.get(key)
             if k is None:
                 k = _Key(tag, key)
@@ -227,7 +243,9 @@ class SpanEncoder:
             self._name(span.name) if name is None else name,
             _KINDS[id(span.kind)],
             _TIMES(0x39, span.start_time, 0x41, span.end_time or 0),
-            self._attributes(b"\x4a", span.attributes),
+            self._attributes(b"\x4a", span.attributes)
+            if span.shape is None
+            else self._shaped(span, span.shape),
         )
         if span.events:
             parts += [self._event(event) for event in span.events]

@@ -199,6 +199,7 @@ class RecordedSpan:
         "recorder",
         "remote_parent",
         "sampled",
+        "shape",
         "span_id",
         "start_time",
         "status",
@@ -231,6 +232,9 @@ class RecordedSpan:
         if None in attributes.values():
             attributes = {k: v for k, v in attributes.items() if v is not None}
         self.attributes = attributes
+        self.shape: dict[str, Any] | None = None
+        """Attributes this span began with, shared with other spans and never changed (its
+        ``attributes`` start with them while this is set: the encoder reuses their bytes)."""
         self.events: tuple[()] | list[RecordedEvent] = ()
         self.status = UNSET
         self.start_time = time.time_ns()
@@ -271,19 +275,34 @@ class RecordedSpan:
     def get_span_context(self) -> SpanContext:
         return self.context
 
-    def child(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> RecordedSpan:
-        """A span under this one (same trace, sampling and trace state; a fresh span id)."""
+    def child(
+        self,
+        name: str,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        shape: dict[str, Any] | None = None,
+    ) -> RecordedSpan:
+        """A span under this one (same trace, sampling and trace state; a fresh span id),
+        with ``attributes``, or a copy of ``shape`` (a dict the caller never changes)."""
+        if shape is not None:
+            attributes = dict(shape)
         span = RecordedSpan(
             self.recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
         )
         span.parent_id = self.span_id
+        if shape is not None and span.attributes is attributes:  # (no None value dropped)
+            span.shape = shape
         return span
 
     def set_attribute(self, key: str, value: Any) -> None:
         if value is not None:
+            if self.shape is not None and key in self.shape:
+                self.shape = None  # a shaped value changed: the encoder reads them all
             self.attributes[key] = value
 
     def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if self.shape is not None and not self.shape.keys().isdisjoint(attributes):
+            self.shape = None
         if None not in attributes.values():
             self.attributes.update(attributes)
             return

@@ -179,8 +179,8 @@ class RequestTrace:
             if len(shapes) >= _MAX_SHAPES:
                 shapes.clear()
             found = shapes[key] = self._attempt(c, surface, stream, number)
-        name, attributes = found
-        span = self.server.child(name, SpanKind.CLIENT, dict(attributes))
+        name, shape = found
+        span = self.server.child(name, SpanKind.CLIENT, shape, shape)
         self._attempts[number] = span
         return target.traced(_trace_headers(span))
 

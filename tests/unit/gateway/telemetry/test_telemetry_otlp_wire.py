@@ -162,3 +162,34 @@ def test_recorded_spans_encode_to_the_sdk_encoders_message() -> None:
     decoded = ExportTraceServiceRequest.FromString(SpanEncoder().encode(spans))
 
     assert decoded == encode_spans(spans)
+
+
+def test_spans_of_one_shape_encode_as_the_sdk_even_when_a_shaped_value_changes() -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
+    recorder = SpanRecorder(
+        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
+    )
+    server = recorder.root("POST /v1/x", SpanKind.SERVER, None, {})
+    shape = {"gen_ai.request.model": "up", "llmgw.attempt": 1, "gen_ai.request.stream": False}
+    kept = server.child("chat up", SpanKind.CLIENT, shape, shape)
+    kept.set_attributes({"gen_ai.usage.input_tokens": 3, "llmgw.outcome": "success"})
+    changed = server.child("chat up", SpanKind.CLIENT, shape, shape)
+    changed.set_attribute("llmgw.outcome", "failure")
+    changed.set_attribute("gen_ai.request.model", "other")  # a shaped key: encoded anew
+    both = server.child("chat up", SpanKind.CLIENT, shape, shape)
+    both.set_attributes({"llmgw.attempt": 2, "error.type": "x"})
+    for span in (kept, changed, both, server):
+        span.end()
+    spans: Any = [kept, changed, both, server]
+    encoder = SpanEncoder()
+
+    decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
+
+    assert decoded == encode_spans(spans)
+    assert kept.shape is shape and changed.shape is None and both.shape is None
+    assert shape == {
+        "gen_ai.request.model": "up",
+        "llmgw.attempt": 1,
+        "gen_ai.request.stream": False,
+    }
+    assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == decoded  # cached
