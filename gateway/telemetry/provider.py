@@ -65,6 +65,8 @@ class Telemetry:
         self.capture_content = capture_content(settings.capture_content)
         self.capture_max_chars = settings.capture_max_chars
         self._servers: dict[str, tuple[str, int | None]] = {}
+        self.server_shapes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
+        """A SERVER span's name and first attributes by method, route, scheme and server."""
         self.attempt_shapes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
         """An attempt span's name and first attributes by candidate, surface, stream and hop
         (each request's attempts copy them; owned by the RequestTraces, bounded there)."""

@@ -148,10 +148,17 @@ class SpanRecorder:
         return self._provider.resource
 
     def root(
-        self, name: str, kind: SpanKind, parent: Context | None, attributes: dict[str, Any]
+        self,
+        name: str,
+        kind: SpanKind,
+        parent: Context | None,
+        attributes: dict[str, Any],
+        shape: dict[str, Any] | None = None,
     ) -> RecordedSpan:
         """A request's first span: a child of ``parent``'s span when that is a valid
-        (remote) context, else the root of a new trace; sampled as the sampler says."""
+        (remote) context, else the root of a new trace; sampled as the sampler says.
+        ``shape``: a dict the caller never changes that ``attributes`` starts with."""
+        given = attributes
         remote: SpanContext | None = get_current_span(parent).get_span_context()
         if remote is None or not remote.is_valid:
             remote = None
@@ -169,6 +176,8 @@ class SpanRecorder:
                 attributes = {**attributes, **decision.attributes}
             trace_state = decision.trace_state
         span = RecordedSpan(self, name, kind, trace_id, sampled, trace_state, attributes)
+        if shape is not None and span.attributes is given:  # no sampler's, no None, added
+            span.shape = shape
         if remote is not None:
             span.parent_id, span.remote_parent = remote.span_id, remote
         return span

@@ -68,28 +68,21 @@ class RequestTrace:
     ) -> None:
         self._t = telemetry
         scope = req.scope
-        server = scope.get("server") or ("", None)
-        scheme = scope.get("scheme", "http")
-        attributes: dict[str, Any] = {
-            "http.request.method": req.method,
-            "http.route": route,
-            "url.scheme": scheme,
-            "server.address": server[0] or "",
-            "llmgw.request_id": req.request_id,
-        }
-        if server[1] is not None:
-            attributes["server.port"] = server[1]
-        if telemetry.semconv.http_old:  # http/dup: the old names too (the route, never the path)
-            attributes |= {
-                "http.method": req.method,
-                "http.target": route,
-                "http.scheme": scheme,
-                "net.host.name": server[0] or "",
-            }
-            if server[1] is not None:
-                attributes["net.host.port"] = server[1]
+        server = scope.get("server")
+        if server is not None and type(server) is not tuple:  # ASGI allows any iterable
+            server = tuple(server)
+        key = (req.method, route, scope.get("scheme", "http"), server)
+        shapes = telemetry.server_shapes
+        found = shapes.get(key)
+        if found is None:
+            if len(shapes) >= _MAX_SHAPES:
+                shapes.clear()
+            found = shapes[key] = _server(telemetry, *key)
+        name, shape = found
+        attributes = dict(shape)
+        attributes["llmgw.request_id"] = req.request_id
         self.server: RecordedSpan = telemetry.spans.root(
-            f"{req.method} {route}", SpanKind.SERVER, parent, attributes
+            name, SpanKind.SERVER, parent, attributes, shape
         )
         self.trace_id = format(self.server.trace_id, "032x")
         self.sampled: bool = self.server.sampled
@@ -363,6 +356,35 @@ class RequestTrace:
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+def _server(
+    telemetry: Telemetry,
+    method: str,
+    route: str,
+    scheme: str,
+    server: tuple[str, int | None] | None,
+) -> tuple[str, dict[str, Any]]:
+    """A SERVER span's name and first attributes (the route template, never the path)."""
+    address, port = server or ("", None)
+    attributes: dict[str, Any] = {
+        "http.request.method": method,
+        "http.route": route,
+        "url.scheme": scheme,
+        "server.address": address or "",
+    }
+    if port is not None:
+        attributes["server.port"] = port
+    if telemetry.semconv.http_old:  # http/dup: the old names too
+        attributes |= {
+            "http.method": method,
+            "http.target": route,
+            "http.scheme": scheme,
+            "net.host.name": address or "",
+        }
+        if port is not None:
+            attributes["net.host.port"] = port
+    return f"{method} {route}", attributes
 
 
 def _trace_headers(span: RecordedSpan) -> dict[str, str]:
