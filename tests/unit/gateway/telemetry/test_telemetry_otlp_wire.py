@@ -11,6 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     NonRecordingSpan,
@@ -193,3 +194,29 @@ def test_spans_of_one_shape_encode_as_the_sdk_even_when_a_shaped_value_changes()
         "gen_ai.request.stream": False,
     }
     assert ExportTraceServiceRequest.FromString(encoder.encode(spans)) == decoded  # cached
+
+
+class _Tagging(Sampler):
+    """Samples everything and sets one attribute (a sampler's right)."""
+
+    def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, {"http.route": "/sampled"})
+
+    def get_description(self) -> str:
+        return "tagging"
+
+
+def test_a_samplers_attribute_over_a_shaped_one_is_encoded() -> None:
+    provider = TracerProvider(resource=Resource.create({}), sampler=_Tagging())
+    recorder = SpanRecorder(
+        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
+    )
+    shape = {"http.route": "/v1/x", "url.scheme": "http"}
+    server = recorder.root("POST /v1/x", SpanKind.SERVER, None, {**shape, "id": "r-1"}, shape)
+    server.end()
+    spans: Any = [server]
+
+    decoded = ExportTraceServiceRequest.FromString(SpanEncoder().encode(spans))
+
+    assert server.shape is None
+    assert decoded == encode_spans(spans)
