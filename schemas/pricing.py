@@ -51,6 +51,11 @@ def cost_usd(
     unpriced)."""
     if pricing is None:
         return 0.0
+    if not cache_read_tokens and not cache_write_tokens:
+        # Nothing read from or written to a cache (RouteWise prices every route so, per
+        # request): the same sum without its two zero terms.
+        prompt, completion = max(0, prompt_tokens), max(0, completion_tokens)
+        return (prompt * pricing.prompt + completion * pricing.completion) / PER_MILLION
     cached = max(0, min(cache_read_tokens, prompt_tokens))
     written = max(0, min(cache_write_tokens, prompt_tokens - cached))
     uncached = max(0, prompt_tokens - cached - written)
