@@ -19,7 +19,7 @@ from llm_routewise.core.lp import cost_tiebroken_objective
 from actors.strategies.routewise.solver import budget_for, lp_key, solve
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Hashable, Sequence
 
 LP_CACHE_SIZE = 256
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
@@ -37,7 +37,7 @@ class Solutions:
     def __init__(self, alpha: float) -> None:
         self.alpha = alpha
         self._lp: OrderedDict[_Key, dict[int, float]] = OrderedDict()
-        self._orders: dict[_Key, _Memo] = {}
+        self._orders: dict[Hashable, _Memo] = {}
 
     def __len__(self) -> int:
         return len(self._lp)
@@ -54,7 +54,14 @@ class Solutions:
 
     def weights(self, costs: Sequence[float], latencies: Sequence[float]) -> dict[int, float]:
         """The LP's weights by position in ``costs`` (cached; see the module)."""
-        return self._solved(lp_key(self.alpha, costs, latencies), costs, latencies)
+        return self.keyed(costs, latencies)[1]
+
+    def keyed(
+        self, costs: Sequence[float], latencies: Sequence[float]
+    ) -> tuple[Hashable, dict[int, float]]:
+        """The LP's weights by position in ``costs``, and the key they are cached under."""
+        key = lp_key(self.alpha, costs, latencies)
+        return key, self._solved(key, costs, latencies)
 
     def _solved(
         self, key: _Key, costs: Sequence[float], latencies: Sequence[float]
@@ -72,11 +79,16 @@ class Solutions:
             self._lp.move_to_end(key)
         return weights
 
-    def order(self, costs: Sequence[float], latencies: Sequence[float]) -> list[int]:
+    def order(
+        self, costs: Sequence[float], latencies: Sequence[float], name: Hashable = None
+    ) -> list[int]:
         """Up to RESOLVED_FALLBACKS positions of ``costs``, each the heaviest (then fastest)
-        of the LP re-solved without the positions before it."""
-        key = lp_key(self.alpha, costs, latencies)
-        memo = self._orders.get(key)
+        of the LP re-solved without the positions before it. Memoised under ``name``, else
+        its first solve's key; a ``name`` must fix the inputs' keys as that key does (the
+        key of the problem they were cut from, with their positions in it)."""
+        key = lp_key(self.alpha, costs, latencies) if name is None else None
+        name = key if name is None else name
+        memo = self._orders.get(name)
         if memo is not None:
             solves, placed = memo
             lp = self._lp
@@ -91,7 +103,7 @@ class Solutions:
         while remaining and len(order) < RESOLVED_FALLBACKS:
             sub_costs = [costs[i] for i in remaining]
             sub_lat = [latencies[i] for i in remaining]
-            if order:
+            if order or key is None:
                 key = lp_key(self.alpha, sub_costs, sub_lat)
             weights = self._solved(key, sub_costs, sub_lat)
             solves_made.append((key, weights))
@@ -101,10 +113,10 @@ class Solutions:
             tied = tied or sum(w == weights[best] for w in weights.values()) > 1
             order.append(remaining.pop(best))
         if not tied:
-            self._remember(solves_made[0][0], (tuple(solves_made), tuple(order)))
+            self._remember(name, (tuple(solves_made), tuple(order)))
         return order
 
-    def _remember(self, key: _Key, memo: _Memo) -> None:
-        self._orders[key] = memo
+    def _remember(self, name: Hashable, memo: _Memo) -> None:
+        self._orders[name] = memo
         if len(self._orders) > LP_CACHE_SIZE:
             del self._orders[next(iter(self._orders))]

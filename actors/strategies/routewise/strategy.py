@@ -47,7 +47,7 @@ from actors.strategies.routewise.solutions import Solutions
 from schemas.pricing import Pricing, cost_usd
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
     from actors.strategies.base import RouteView, StrategyDeps, StrategyHost
     from actors.strategies.routewise.params import RouteWiseParams
@@ -124,6 +124,7 @@ class RouteWiseStrategy(RoutingStrategy):
         # The last decision (explain and tests read it; fallback_order reuses it).
         self._last_request: RouteRequest | None = None
         self._last_rows: list[Row] = []
+        self._last_lp: Hashable = None  # the last select's LP: its key and live positions
         self._last_weights: Mapping[int, float] = {}
         self.last_prompt_tokens = 0  # what /health/deep prices its candidate rows for
 
@@ -328,18 +329,19 @@ class RouteWiseStrategy(RoutingStrategy):
             [c.effective_cost for c in cands],
             [c.latency_ms for c in cands],
             lambda: ", ".join(f"{c.endpoint}: {c.excluded}" for c in cands),
-        )
+        )[1]
 
     def _solve(
         self, costs: Sequence[float | None], latencies: Sequence[float], why: Callable[[], str]
-    ) -> dict[int, float]:
+    ) -> tuple[Hashable, dict[int, float]]:
+        """(what names this LP: its key and the positions in it, its weights by position)."""
         live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
             raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
-        weights = self._solutions.weights(
+        key, weights = self._solutions.keyed(
             [float(costs[i] or 0.0) for i in live], [latencies[i] for i in live]
         )
-        return {live[k]: w for k, w in weights.items()}
+        return (key, tuple(live)), {live[k]: w for k, w in weights.items()}
 
     def _sample(self, weights: Mapping[int, float]) -> int:
         x = self._rng.random()
@@ -358,8 +360,9 @@ class RouteWiseStrategy(RoutingStrategy):
             return routes[0]
         rows = self._rows(routes, request, self._clock())
         self._last_request, self._last_rows, self._last_weights = request, rows, {}
+        self._last_lp = None
         try:
-            weights = self._solve(
+            self._last_lp, weights = self._solve(
                 [r[2] for r in rows], [r[3] for r in rows], lambda: _reasons(rows)
             )
         except NoProviderError as exc:
@@ -398,16 +401,24 @@ class RouteWiseStrategy(RoutingStrategy):
         declaration order."""
         if len(routes) <= 1:
             return list(routes)
+        name: Hashable = None
         if request is self._last_request:  # the plan's own select priced these already
-            by_endpoint = {r[0]: r for r in self._last_rows}
-            rows = [by_endpoint.get(r.endpoint) or self._one(r, request) for r in routes]
+            at = {r[0]: i for i, r in enumerate(self._last_rows)}
+            cut = tuple(at.get(r.endpoint, -1) for r in routes)
+            last = self._last_rows
+            rows = [
+                last[i] if i >= 0 else self._one(r, request)
+                for i, r in zip(cut, routes, strict=True)
+            ]
+            if -1 not in cut and self._last_lp is not None:
+                name = (self._last_lp, cut)  # the rest's inputs are cut from the select's LP
         else:
             rows = self._rows(routes, request, self._clock())
         live = [i for i, r in enumerate(rows) if r[2] is not None]
         order: list[int] = []
         if live:
             placed = self._solutions.order(
-                [float(rows[i][2] or 0.0) for i in live], [rows[i][3] for i in live]
+                [float(rows[i][2] or 0.0) for i in live], [rows[i][3] for i in live], name
             )
             order = [live[k] for k in placed]
         rest = [i for i in live if i not in order]

@@ -97,3 +97,37 @@ def test_fallback_order_puts_a_route_that_left_the_lp_last(clock: FakeClock) -> 
     assert [v.endpoint for v in s.fallback_order(views, req)] == [b, c, a]
     pool_state(s, CapacityState(pool=b, kind="concurrency", limit=2, used=2))
     assert [v.endpoint for v in s.fallback_order(views, req)] == [c, a, b]
+
+
+def test_select_then_fallback_order_decide_as_resolving_does(clock: FakeClock) -> None:
+    prices = [CHEAP, DEAR, {"prompt": 1.0, "completion": 5.0}, {"prompt": 0.5, "completion": 2}]
+    twins = [
+        make(clock, *(route(8001 + i, pricing=p) for i, p in enumerate(prices)), random_seed=5)
+        for _ in range(2)
+    ]
+    (s, views), (ref, _) = twins
+    rng = random.Random(3)
+    # The dearer the faster: the LP mixes two routes, so either can be the primary.
+    base = dict(zip((v.endpoint for v in views), (800.0, 200.0, 400.0, 600.0), strict=True))
+    for v in views:
+        for strategy, _ in twins:
+            ttft(strategy, v.endpoint, base[v.endpoint], clock, n=10)
+    primaries: set[str] = set()
+    for _ in range(400):
+        req = RouteRequest(model="m", prompt_tokens=1000)
+        primary = s.select(views, req)
+        assert ref.select(views, req) == primary
+        rest = [v for v in views if v is not primary]
+        cands = ref.candidates(rest, req, clock.now)
+        costs = [c.effective_cost or 0.0 for c in cands]
+        assert [v.endpoint for v in s.fallback_order(rest, req)][:RESOLVED_FALLBACKS] == [
+            rest[i].endpoint for i in resolved(ref._solutions, costs, [c.latency_ms for c in cands])
+        ]
+        assert s._solutions.cached() == ref._solutions.cached()
+        # Latencies move inside the tolerance mostly, past it now and then.
+        clock.now += 0.25
+        ms = base[primary.endpoint] * (1 + rng.choice((0.001, -0.001, 0.05, -0.05)))
+        for strategy, _ in twins:
+            ttft(strategy, primary.endpoint, ms, clock, n=1)
+        primaries.add(primary.endpoint)
+    assert len(primaries) >= 2
