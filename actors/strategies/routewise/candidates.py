@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_routewise.core.cost import scarcity_price
 
-from schemas.pricing import cost_usd
+from schemas.pricing import uncached_cost
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -129,9 +129,8 @@ def route_row(
         if state is not None and state.free <= 0:
             return (endpoint, kind, None, latency, profiled, 0.0, None, free, "concurrency_full")
         return (endpoint, kind, 0.0, latency, profiled, 0.0, None, free, "")
-    price = cost_usd(
-        route.pricing, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens
-    )
+    pricing = route.pricing  # no cache: the cold-cache price of the prompt
+    price = 0.0 if pricing is None else uncached_cost(pricing, prompt_tokens, completion_tokens)
     return (endpoint, kind, price, latency, profiled, 0.0, None, free, "")
 
 

@@ -335,6 +335,9 @@ class RouteWiseStrategy(RoutingStrategy):
         self, costs: Sequence[float | None], latencies: Sequence[float], why: Callable[[], str]
     ) -> tuple[Hashable, dict[int, float]]:
         """(what names this LP: its key and the positions in it, its weights by position)."""
+        if None not in costs:  # every route in the LP (the common case): no positions to map
+            key, weights = self._solutions.keyed([float(c or 0.0) for c in costs], latencies)
+            return (key, None), dict(weights)
         live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
             raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
@@ -404,7 +407,7 @@ class RouteWiseStrategy(RoutingStrategy):
         name: Hashable = None
         if request is self._last_request:  # the plan's own select priced these already
             at = {r[0]: i for i, r in enumerate(self._last_rows)}
-            cut = tuple(at.get(r.endpoint, -1) for r in routes)
+            cut = tuple([at.get(r.endpoint, -1) for r in routes])
             last = self._last_rows
             rows = [
                 last[i] if i >= 0 else self._one(r, request)
