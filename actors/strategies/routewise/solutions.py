@@ -27,7 +27,8 @@ RESOLVED_FALLBACKS = 3
 
 _Key = tuple[float, int, int]
 # The solves of one order, each (its key, the solution cached then), and the positions placed.
-_Memo = tuple[tuple[tuple[_Key, dict[int, float]], ...], tuple[int, ...]]
+# ... and what the caller made of them (``keep``), or None.
+_Memo = tuple[tuple[tuple[_Key, dict[int, float]], ...], tuple[int, ...], tuple[int, ...] | None]
 
 
 class Solutions:
@@ -90,12 +91,8 @@ class Solutions:
         name = key if name is None else name
         memo = self._orders.get(name)
         if memo is not None:
-            solves, placed = memo
-            lp = self._lp
-            if all(lp.get(k) is w for k, w in solves):
-                for k, _ in solves:
-                    lp.move_to_end(k)
-                return list(placed)
+            if self._current(memo):
+                return list(memo[1])
         remaining = list(range(len(costs)))
         order: list[int] = []
         solves_made: list[tuple[_Key, dict[int, float]]] = []
@@ -113,8 +110,33 @@ class Solutions:
             tied = tied or sum(w == weights[best] for w in weights.values()) > 1
             order.append(remaining.pop(best))
         if not tied:
-            self._remember(name, (tuple(solves_made), tuple(order)))
+            self._remember(name, (tuple(solves_made), tuple(order), None))
         return order
+
+    def recall(self, name: Hashable) -> tuple[int, ...] | None:
+        """What the caller kept beside the order memoised under ``name``, when that order
+        is still the answer (its solutions touched as re-solving would); else None."""
+        memo = self._orders.get(name)
+        if memo is None or memo[2] is None or not self._current(memo):
+            return None
+        return memo[2]
+
+    def keep(self, name: Hashable, made: tuple[int, ...]) -> None:
+        """Keep ``made`` beside the order memoised under ``name`` (it must follow from that
+        order and ``name`` alone)."""
+        memo = self._orders.get(name)
+        if memo is not None:
+            self._orders[name] = (memo[0], memo[1], made)
+
+    def _current(self, memo: _Memo) -> bool:
+        """Whether every solution ``memo`` was made of is still cached; if so they are
+        touched in the order the re-solves would have touched them."""
+        lp = self._lp
+        if not all(lp.get(k) is w for k, w in memo[0]):
+            return False
+        for k, _ in memo[0]:
+            lp.move_to_end(k)
+        return True
 
     def _remember(self, name: Hashable, memo: _Memo) -> None:
         self._orders[name] = memo

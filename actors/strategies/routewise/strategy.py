@@ -44,7 +44,7 @@ from actors.strategies.routewise.evidence import (
 )
 from actors.strategies.routewise.host import RouteWiseHost
 from actors.strategies.routewise.solutions import Solutions
-from schemas.pricing import Pricing, cost_usd
+from schemas.pricing import Pricing, uncached_cost
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -208,11 +208,7 @@ class RouteWiseStrategy(RoutingStrategy):
             self.output.update(prompt_tokens, completion_tokens, own=own)
             if self._reference is not None and (prompt_tokens or completion_tokens):
                 self.envelope.add(
-                    cost_usd(
-                        self._reference,
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens,
-                    ),
+                    uncached_cost(self._reference, prompt_tokens, completion_tokens),
                     ts,
                 )
         elif outcome == "failure" and own and endpoint in self._endpoints:
@@ -415,6 +411,9 @@ class RouteWiseStrategy(RoutingStrategy):
             ]
             if -1 not in cut and self._last_lp is not None:
                 name = (self._last_lp, cut)  # the rest's inputs are cut from the select's LP
+                made = self._solutions.recall(name)
+                if made is not None:
+                    return [routes[i] for i in made]
         else:
             rows = self._rows(routes, request, self._clock())
         live = [i for i, r in enumerate(rows) if r[2] is not None]
@@ -427,6 +426,10 @@ class RouteWiseStrategy(RoutingStrategy):
         rest = [i for i in live if i not in order]
         if len(rest) > 1:
             rest.sort(key=lambda i: (rows[i][3], rows[i][2] or 0.0))
+        elif name is not None:  # no exact latency orders the rest: the name fixes it all
+            self._solutions.keep(
+                name, (*order, *rest, *(i for i in range(len(routes)) if i not in live))
+            )
         order += rest
         if len(order) < len(routes):
             taken = set(order)
