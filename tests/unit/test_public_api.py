@@ -67,6 +67,7 @@ PINNED: dict[str, list[str]] = {
         "Guardrails",
         "HealthReport",
         "HealthRequest",
+        "HostAlive",
         "InvalidRequestError",
         "KeyAcquire",
         "KeyCooling",
@@ -188,6 +189,7 @@ PINNED: dict[str, list[str]] = {
         "EndpointActor",
         "HealthActor",
         "ModelActor",
+        "MovedKeys",
         "Restart",
         "Serve",
         "SnapshotStore",
@@ -196,6 +198,7 @@ PINNED: dict[str, list[str]] = {
         "Supervisor",
         "SupervisorGaveUpError",
         "build_tree",
+        "move_provider_keys",
     ],
     "actors.strategies": [
         "ProbeTick",
