@@ -14,7 +14,7 @@ import time
 from collections import deque
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
@@ -87,12 +87,14 @@ class BufferedSubscription:
     Delivery never blocks the publisher: past ``pending_limit`` queued messages, new ones are
     dropped and counted in ``dropped`` (NATS's slow-consumer rule). After ``close()`` the
     iterator ends and what was still queued is discarded, as NATS does on unsubscribe.
-    Iterating from two tasks at once raises RuntimeError.
+    Iterating from two tasks at once raises RuntimeError. :meth:`feed` moves the messages into
+    a consumer's queue instead, most of them straight from ``deliver``.
     """
 
     __slots__ = (
         "_closed",
         "_items",
+        "_sink",
         "_tokens",
         "_waiter",
         "dropped",
@@ -111,6 +113,7 @@ class BufferedSubscription:
         self._tokens = tuple(subject.split("."))
         self._items: deque[Envelope] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: asyncio.Queue[Any] | None = None
         self._closed = False
 
     @property
@@ -127,6 +130,13 @@ class BufferedSubscription:
         """Queue ``env`` for the consumer, or drop and count it when the queue is full."""
         if self._closed:
             return
+        sink = self._sink
+        if sink is not None and not self._items:  # nothing older waits: straight in
+            try:
+                sink.put_nowait(env)
+                return
+            except asyncio.QueueFull:
+                pass
         if len(self._items) >= self.pending_limit:
             self.dropped += 1
             if self.dropped & (self.dropped - 1) == 0:  # 1, 2, 4, ...: visible but not a flood
@@ -154,6 +164,8 @@ class BufferedSubscription:
         return self
 
     async def __anext__(self) -> Envelope:
+        if self._sink is not None:
+            raise RuntimeError(f"subscription {self.subject!r} is already being fed")
         while True:
             if self._closed:
                 raise StopAsyncIteration
@@ -167,6 +179,32 @@ class BufferedSubscription:
                 await self._waiter
             finally:
                 self._waiter = None
+
+    async def feed(self, sink: asyncio.Queue[Any]) -> None:
+        """Put every message into ``sink``, in order, until the subscription ends; never
+        loses one. While ``sink`` has room and nothing older waits here, ``deliver`` puts a
+        message straight in (no task switch); else it queues here and is put once ``sink``
+        has room (waiting: backpressure, as a consumer's ``put`` would). Raises RuntimeError
+        when the subscription is already being iterated or fed."""
+        if self._waiter is not None or self._sink is not None:
+            raise RuntimeError(f"subscription {self.subject!r} is already being iterated")
+        self._sink = sink
+        items = self._items
+        try:
+            while not self._closed:
+                if items:
+                    env = items[0]  # stays first while put waits: later ones queue behind it
+                    await sink.put(env)
+                    if items and items[0] is env:  # else close() discarded the queue meanwhile
+                        items.popleft()
+                    continue
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+        finally:
+            self._sink = None
 
     def __repr__(self) -> str:
         return f"BufferedSubscription({self.subject!r}, queue={self.queue!r})"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
+    import asyncio
     from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
@@ -50,6 +51,10 @@ class Subscription(Protocol):
     subject: str
 
     def __aiter__(self) -> AsyncIterator[Envelope]: ...
+
+    async def feed(self, sink: asyncio.Queue[Any]) -> None:
+        """Put every Envelope into ``sink``, in order, until the subscription is closed."""
+        ...
 
 
 class Bus(Protocol):
