@@ -14,12 +14,12 @@ import time
 from collections import deque
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.kv import KeyValue, MemoryKeyValue
-from bus.protocol import Envelope
+from bus.protocol import Envelope, Sink
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -113,7 +113,7 @@ class BufferedSubscription:
         self._tokens = tuple(subject.split("."))
         self._items: deque[Envelope] = deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._sink: asyncio.Queue[Any] | None = None
+        self._sink: Sink | None = None
         self._closed = False
 
     @property
@@ -180,7 +180,7 @@ class BufferedSubscription:
             finally:
                 self._waiter = None
 
-    async def feed(self, sink: asyncio.Queue[Any]) -> None:
+    async def feed(self, sink: Sink) -> None:
         """Put every message into ``sink``, in order, until the subscription ends; never
         loses one. While ``sink`` has room and nothing older waits here, ``deliver`` puts a
         message straight in (no task switch); else it queues here and is put once ``sink``

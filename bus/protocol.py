@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import AsyncIterator, Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
@@ -52,8 +51,20 @@ class Subscription(Protocol):
 
     def __aiter__(self) -> AsyncIterator[Envelope]: ...
 
-    async def feed(self, sink: asyncio.Queue[Any]) -> None:
+    async def feed(self, sink: Sink) -> None:
         """Put every Envelope into ``sink``, in order, until the subscription is closed."""
+        ...
+
+
+class Sink(Protocol):
+    """Where ``Subscription.feed`` puts Envelopes: an actor's mailbox, an asyncio.Queue."""
+
+    def put_nowait(self, item: Envelope, /) -> None:
+        """Queue ``item``. Raises asyncio.QueueFull when full."""
+        ...
+
+    async def put(self, item: Envelope, /) -> None:
+        """Queue ``item``, first waiting for room."""
         ...
 
 
