@@ -40,6 +40,7 @@ from gateway.ingress.failover import NO_BACKUP, Budget, Failures, no_backup
 from gateway.ingress.hedging import Declined
 from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.request_info import Attempt
+from gateway.ingress.shielded import shielded
 from gateway.ingress.stream_attempt import STREAM
 from gateway.ingress.usage import NO_USAGE, observation
 from schemas import (
@@ -246,8 +247,7 @@ class Dispatcher:
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
         try:
-            with anyio.CancelScope(shield=True):
-                await self._bus.publish(subject, msg)
+            await shielded(self._bus.publish(subject, msg))
         except GatewayError as exc:
             logger.warning("event on %s not published: %s", subject, exc)
 
