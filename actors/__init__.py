@@ -17,6 +17,7 @@ from actors.endpoint import EndpointActor
 from actors.health import HealthActor
 from actors.model import ModelActor
 from actors.store import StoreActor
+from actors.stores.provider_keys_move import MovedKeys, move_provider_keys
 from actors.stores.snapshots import SnapshotStore
 from actors.supervisor import Supervisor, SupervisorGaveUpError
 from actors.tree import build_tree
@@ -33,6 +34,7 @@ __all__ = [
     "EndpointActor",
     "HealthActor",
     "ModelActor",
+    "MovedKeys",
     "Restart",
     "Serve",
     "SnapshotStore",
@@ -41,4 +43,5 @@ __all__ = [
     "Supervisor",
     "SupervisorGaveUpError",
     "build_tree",
+    "move_provider_keys",
 ]

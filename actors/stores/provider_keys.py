@@ -95,12 +95,22 @@ _COLUMNS = "id, credential_id, endpoint, base_url, min_role, created"
 SELECT_KEYS = f"SELECT {_COLUMNS} FROM provider_api_keys ORDER BY created, id"
 SELECT_KEY = f"SELECT {_COLUMNS} FROM provider_api_keys WHERE id = ?"
 SELECT_RESERVATIONS = "SELECT credential_id, min_role FROM provider_env_key_min_roles"
+SELECT_KEY_ROWS = (
+    "SELECT id, credential_id, secret, endpoint, base_url, min_role, created"
+    " FROM provider_api_keys ORDER BY created, id"
+)
+SELECT_RESERVATION_ROWS = "SELECT credential_id, min_role, updated FROM provider_env_key_min_roles"
 SELECT_SECRET = (
     "SELECT secret FROM provider_api_keys WHERE credential_id = ? ORDER BY created LIMIT 1"
 )
 INSERT_KEY = (
     "INSERT INTO provider_api_keys (id, credential_id, secret, endpoint, base_url,"
     " min_role, created) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+ADOPT_KEY = INSERT_KEY + " ON CONFLICT (id) DO NOTHING"
+ADOPT_RESERVATION = (
+    "INSERT INTO provider_env_key_min_roles (credential_id, min_role, updated)"
+    " VALUES (?, ?, ?) ON CONFLICT (credential_id) DO NOTHING"
 )
 UPDATE_ROLE = "UPDATE provider_api_keys SET min_role = ? WHERE id = ?"
 DELETE_KEY = "DELETE FROM provider_api_keys WHERE id = ?"
@@ -208,6 +218,28 @@ class ProviderKeyStore:
             await conn.execute(DELETE_RESERVATION, (cid,))
         else:
             await conn.execute(UPSERT_RESERVATION, (cid, min_role, now))
+        await conn.commit()
+
+    async def rows(self) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+        """Every key as INSERT_KEY's parameters (the secret included: for moving the keys to
+        the cluster's database only, never logged) and every reservation as
+        UPSERT_RESERVATION's; empty when the file does not exist."""
+        conn = await self.db.get(create=False)
+        if conn is None:
+            return [], []
+        async with conn.execute(SELECT_KEY_ROWS) as cur:
+            keys = [(r[0], r[1], _Unlogged(r[2]), *r[3:]) for r in await cur.fetchall()]
+        async with conn.execute(SELECT_RESERVATION_ROWS) as cur:
+            reservations = [tuple(r) for r in await cur.fetchall()]
+        return keys, reservations
+
+    async def forget(self, key_ids: Sequence[str], cids: Sequence[str]) -> None:
+        """Remove the keys ``key_ids`` and the reservations of ``cids``, in one transaction."""
+        conn = await self.db.get(create=False)
+        if conn is None:
+            return
+        await conn.executemany(DELETE_KEY, [(k,) for k in key_ids])
+        await conn.executemany(DELETE_RESERVATION, [(c,) for c in cids])
         await conn.commit()
 
     async def aclose(self) -> None:

@@ -22,6 +22,8 @@ from actors.stores.db import SharedDatabaseError
 from actors.stores.log_postgres import DRIVER_ERRORS, display_url
 from actors.stores.log_storage import numbered
 from actors.stores.provider_keys import (
+    ADOPT_KEY,
+    ADOPT_RESERVATION,
     DELETE_KEY,
     DELETE_RESERVATION,
     INSERT_KEY,
@@ -38,6 +40,8 @@ from actors.stores.provider_keys import (
 from schemas.keys import role_rank
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from schemas.keys import ProviderKeyDecl
 
 _SCHEMA = (
@@ -135,6 +139,19 @@ class PostgresProviderKeyStore:
             await self._execute(DELETE_RESERVATION, cid)
         else:
             await self._execute(UPSERT_RESERVATION, cid, min_role, now)
+
+    async def adopt(
+        self, keys: Sequence[Sequence[object]], reservations: Sequence[Sequence[object]]
+    ) -> None:
+        """Insert ``keys`` (INSERT_KEY's parameters) and ``reservations``
+        (UPSERT_RESERVATION's) in one transaction, each only where this database has no row of
+        that key id or credential id: what is here is the cluster's newer word."""
+        try:
+            async with (await self._connected()).acquire() as con, con.transaction():
+                await con.executemany(numbered(ADOPT_KEY), [tuple(k) for k in keys])
+                await con.executemany(numbered(ADOPT_RESERVATION), [tuple(r) for r in reservations])
+        except DRIVER_ERRORS as exc:
+            raise self._error(exc) from None
 
     async def _execute(self, sql: str, *params: object) -> str:
         try:

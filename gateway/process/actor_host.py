@@ -22,14 +22,22 @@ import secrets
 import socket
 from typing import TYPE_CHECKING
 
-from actors import ChildSpec, ConfigActor, ConfigState, SnapshotStore, Supervisor, build_tree
+from actors import (
+    ChildSpec,
+    ConfigActor,
+    ConfigState,
+    SnapshotStore,
+    Supervisor,
+    build_tree,
+    move_provider_keys,
+)
 from actors.cluster import ClusterConfigActor, ClusterHost
 from actors.strategies import validate_strategy
-from bus import BusClosedError
+from bus import BusClosedError, NoRespondersError, RequestTimeoutError
 from gateway.process.config import DEMO_CONFIG, load_config
 from gateway.process.control import config_version, load_versioned
 from gateway.process.shared_database import require_shared_database
-from schemas import subjects
+from schemas import AdminCommand, AdminReply, subjects
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,6 +46,8 @@ if TYPE_CHECKING:
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
+
+_RELOAD_TIMEOUT_S = 10.0
 
 
 def load_checked_config(path: str | None) -> GatewayConfig:
@@ -79,8 +89,12 @@ class ActorHost:
         :func:`default_node_id`) and run this host's share; ``on_units`` is shown the units
         it runs whenever they change (see ``ClusterHost``). Raises BusClosedError when
         JetStream's buckets cannot be opened, SharedDatabaseRequiredError when other hosts
-        run and the request log would be in this host's SQLite file."""
+        run and the request log would be in this host's SQLite file, and what
+        ``move_provider_keys`` raises when this host's file holds provider keys."""
         node_id = node_id or default_node_id()
+        moved = None
+        if config.database.url:
+            moved = await move_provider_keys(config.database.path, config.database.url)
         cluster = ClusterHost(bus, node_id, config.cluster, _shared_tree(config), on_units=on_units)
         host = cls(cluster.root, None, cluster)
         try:
@@ -99,6 +113,8 @@ class ActorHost:
         except BaseException:
             await host.aclose()
             raise
+        if moved:
+            await _reload_provider_keys(bus, node_id)
         logger.info("cluster: %s runs %s", node_id, ", ".join(cluster.units) or "nothing yet")
         return host
 
@@ -132,6 +148,20 @@ class ActorHost:
         finally:
             if self._snapshots is not None:
                 await self._snapshots.aclose()
+
+
+async def _reload_provider_keys(bus: Bus, node_id: str) -> None:
+    """Ask the ``keys`` unit's owner, wherever it runs, to re-read the provider keys this
+    host just moved into PostgreSQL. No owner yet is fine: it reads them when it starts."""
+    try:
+        await bus.request(
+            subjects.admin("provider_keys", "reload"),
+            AdminCommand(by=f"cluster:{node_id}"),
+            reply_type=AdminReply,
+            timeout=_RELOAD_TIMEOUT_S,
+        )
+    except (RequestTimeoutError, NoRespondersError):
+        logger.info("cluster: no keys owner answered yet; it reads the moved keys when it starts")
 
 
 def _shared_tree(config: GatewayConfig) -> Callable[[SnapshotStore | None], Supervisor]:

@@ -1,5 +1,6 @@
 """What a trace request looks like on the wire: the chat body and the ASGI scope the replay
-sends through the gateway's ingress for it."""
+sends through the gateway's ingress for it (``chat_scope``, which the request-cost benchmark
+drives the ingress with too)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,13 @@ def request_scope(r: TraceRequest, secret: str | None) -> dict[str, Any]:
         headers.append((b"authorization", b"Bearer " + secret.encode()))
     if r.labels:
         headers.append((b"x-llmgw-metadata", _encode(r.labels)))
+    return chat_scope(headers, (f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}", 40000))
+
+
+def chat_scope(headers: list[tuple[bytes, bytes]], client: tuple[str, int]) -> dict[str, Any]:
+    """The ASGI scope an HTTP/1.1 server hands the ingress's app for a ``POST
+    /v1/chat/completions`` from ``client`` with ``headers``: for driving the app in-process
+    (the replay, and the request-cost benchmark)."""
     return {
         "type": "http",
         "asgi": {"version": "3.0"},
@@ -62,7 +70,7 @@ def request_scope(r: TraceRequest, secret: str | None) -> dict[str, Any]:
         "query_string": b"",
         "root_path": "",
         "headers": headers,
-        "client": (f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}", 40000),
+        "client": client,
         "server": ("127.0.0.1", 8080),
     }
 

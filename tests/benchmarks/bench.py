@@ -72,6 +72,7 @@ from tests.benchmarks.bench_topology import (
     until_served,
     wait_cluster_settled,
 )
+from tests.benchmarks.proc_cpu import TreeSample, tree_cpu, tree_cpu_spent
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -217,7 +218,8 @@ class StepResult:
     ttfb_p99_ms: float | None
     cpu_pct: dict[str, float] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
-    topology: str = ""  # gateway rows: one, split or split+cluster (see bench_topology.py)
+    topology: str = ""  # gateway rows: one, split, split+cluster or workers=N (bench_topology)
+    baseline: bool = False  # --workers N: the one-process row its scaling figure divides by
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -252,16 +254,6 @@ class LoadSpec:
     api_key: str = "sk-bench"
 
 
-def _proc_cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds of ``pid`` (Linux ``/proc``); None when unreadable."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
-
-
 def _self_cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -283,12 +275,20 @@ def _cores_busy_seconds(cpus: list[int]) -> float | None:
     return busy / _CLK_TCK
 
 
-def _cpu_sample(spec: LoadSpec) -> dict[str, float | None]:
-    sample: dict[str, float | None] = {"loadgen": _self_cpu_seconds()}
-    for name, pid in spec.watch_pids.items():
-        sample[name] = _proc_cpu_seconds(pid)
-    sample[_CORES] = _cores_busy_seconds(spec.watch_cpus)
-    return sample
+@dataclass(frozen=True, slots=True)
+class _CpuMark:
+    """CPU counters at one edge of the window: this process's and the watched cores' busy
+    seconds, and each watched server's process tree (see ``proc_cpu.py``)."""
+
+    seconds: dict[str, float | None]
+    trees: dict[str, TreeSample | None]
+
+
+def _cpu_sample(spec: LoadSpec) -> _CpuMark:
+    return _CpuMark(
+        seconds={"loadgen": _self_cpu_seconds(), _CORES: _cores_busy_seconds(spec.watch_cpus)},
+        trees={name: tree_cpu(pid) for name, pid in spec.watch_pids.items()},
+    )
 
 
 class _Window:
@@ -304,7 +304,7 @@ class _Window:
         self.error_kinds: Counter[str] = Counter()
         self.sent = 0
         self.max_requests = spec.max_requests
-        self.cpu_marks: dict[str, dict[str, float | None]] = {}
+        self.cpu_marks: dict[str, _CpuMark] = {}
 
 
 async def _worker(spec: LoadSpec, win: _Window, body: bytes) -> None:
@@ -365,22 +365,26 @@ async def _worker(spec: LoadSpec, win: _Window, body: bytes) -> None:
 
 
 async def _mark_cpu(spec: LoadSpec, win: _Window) -> None:
-    """Sample this process's and the watched server's CPU time at the window's edges."""
+    """Sample this process's and the watched servers' CPU time at the window's edges (each
+    server with every process under it: a supervisor's workers and nats-server too)."""
     for name, at in (("start", win.start), ("end", win.end)):
         await asyncio.sleep(max(0.0, at - time.perf_counter()))
         win.cpu_marks[name] = _cpu_sample(spec)
 
 
-def _cpu_percent(
-    start: dict[str, float | None], end: dict[str, float | None], duration: float
-) -> dict[str, float]:
-    """Per-process CPU % of one core over the window, plus ``others``: what the watched
-    cores spent on anything else (other processes, interrupts, steal)."""
+def _cpu_percent(start: _CpuMark, end: _CpuMark, duration: float) -> dict[str, float]:
+    """CPU % of one core over the window of this process and of each watched server (its
+    whole process tree), plus ``others``: what the watched cores spent on anything else
+    (other processes, interrupts, steal)."""
     pct: dict[str, float] = {}
-    for name, t0 in start.items():
-        t1 = end.get(name)
+    for name, t0 in start.seconds.items():
+        t1 = end.seconds.get(name)
         if t0 is not None and t1 is not None:
             pct[name] = 100.0 * (t1 - t0) / duration
+    for name, tree0 in start.trees.items():
+        tree1 = end.trees.get(name)
+        if tree0 is not None and tree1 is not None:
+            pct[name] = 100.0 * tree_cpu_spent(tree0, tree1) / duration
     cores = pct.pop(_CORES, None)
     if cores is not None:
         pct["others"] = max(0.0, cores - sum(pct.values()))
@@ -985,7 +989,7 @@ def run(args: argparse.Namespace) -> list[StepResult]:
             if nats_pid:
                 watch_pids["nats"] = nats_pid
             watch_cpus = sorted(set(_cpu_list(args.gateway_cpus) + _cpu_list(args.load_cpus)))
-            topology = topology_label(args.roles, args.cluster)
+            topology = topology_label(args.roles, args.cluster, args.workers)
             _log(
                 f"upstream {upstream_url} (cpus {args.load_cpus}); gateway {gateway_url} "
                 f"(cpus {args.gateway_cpus}, bus {bus_url}, topology {topology}, transport "
@@ -1112,6 +1116,47 @@ def server_cpu_us(r: StepResult) -> float | None:
     return 1e4 * pct / r.rps if r.rps else None
 
 
+def scaling_lines(results: list[StepResult]) -> list[str]:
+    """For each ``--workers N`` gateway row with its one-process baseline row: the scaling
+    figure, one process's gateway CPU per request over N workers' (≥ 0.8: the workers add
+    at most a quarter to a request's CPU, so N of them on N idle cores reach ≥ 0.8 N times
+    one process's throughput)."""
+    base = {(r.mode, r.concurrency): r for r in results if r.baseline}
+    lines: list[str] = []
+    for r in results:
+        b = base.get((r.mode, r.concurrency))
+        if r.target != "gateway" or r.baseline or b is None:
+            continue
+        one, many = server_cpu_us(b), server_cpu_us(r)
+        if not one or not many:
+            continue
+        scaling = one / many
+        verdict = "meets" if scaling >= 0.8 else "misses"
+        lines.append(
+            f"{r.topology} scaling, {r.mode} c={r.concurrency}: {scaling:.2f} (one process "
+            f"{one:,.0f} µs ÷ {r.topology} {many:,.0f} µs of gateway CPU per request; "
+            f"{verdict} the ≥ 0.8 target)"
+        )
+    return lines
+
+
+def with_baseline(results: list[StepResult], baseline: list[StepResult]) -> list[StepResult]:
+    """``results`` with each one-process ``baseline`` row (marked as such) just before the
+    ``--workers`` gateway row of its mode and concurrency."""
+    base = {(r.mode, r.concurrency): r for r in baseline}
+    out: list[StepResult] = []
+    for r in results:
+        b = base.pop((r.mode, r.concurrency), None) if r.target == "gateway" else None
+        if b is not None:
+            b.baseline = True
+            out.append(b)
+        out.append(r)
+    for b in base.values():
+        b.baseline = True
+        out.append(b)
+    return out
+
+
 def _cpu_list(spec: str | None) -> list[int]:
     """Core numbers of a taskset list like ``0``, ``0,2`` or ``0-3``; None: every core."""
     if not spec:
@@ -1166,7 +1211,7 @@ def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) 
         out.append("  ".join(h.rjust(w) for h, w in zip(head, widths, strict=True)))
         out += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
     out.append("")
-    by_key = {(r.target, r.mode, r.concurrency): r for r in results}
+    by_key = {(r.target, r.mode, r.concurrency): r for r in results if not r.baseline}
     bullet = "- " if markdown else ""
     for mode in args.modes:
         d, g = by_key.get(("direct", mode, 1)), by_key.get(("gateway", mode, 1))
@@ -1196,6 +1241,7 @@ def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) 
                     "on a whole idle core"
                 )
             out.append(line)
+    out += [bullet + line for line in scaling_lines(results)]
     errors = [r for r in results if r.error_samples]
     for r in errors:
         out.append(f"{bullet}{r.target} {r.mode} c={r.concurrency}: {', '.join(r.error_samples)}")
@@ -1397,8 +1443,9 @@ def _parser() -> argparse.ArgumentParser:
         "--workers",
         default="1",
         help="llmgw serve --workers N (auto: one per core it may use): the actors plus N "
-        "ingress processes on a private nats-server; the workers inherit --gateway-cpus, and "
-        "the CPU figures then count the supervisor only",
+        "ingress processes on a private nats-server; the workers inherit --gateway-cpus, the "
+        "CPU figures count every process of it, and the gateway rows are measured again on "
+        "one process (no --workers) for the scaling figure",
     )
     p.add_argument("--gateway-log-level", help="pass --log-level to the gateway")
     p.add_argument(
@@ -1468,6 +1515,9 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "tests.benchmarks.bench", *argv])
     try:
         results = run(args)
+        if args.workers != "1" and "gateway" in args.targets:  # what scaling divides by
+            one = argparse.Namespace(**{**vars(args), "workers": "1", "targets": ["gateway"]})
+            results = with_baseline(results, run(one))
     except KeyboardInterrupt:
         _log("interrupted; child processes stopped")
         return 130

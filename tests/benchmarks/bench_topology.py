@@ -13,8 +13,12 @@ split processes are ready to be measured.
   in its SQLite file (a second one would need ``database.url``), so it does unless
   ``--postgres`` puts it in PostgreSQL, as a cluster of several hosts must.
 
+- ``workers=N`` (``--workers N``): one ``llmgw serve --workers N``, a supervisor running the
+  actors with N ingress workers and (unless ``--bus`` names one) its own nats-server.
+
 The gateway's CPU figure of a row is the sum of every process of its topology (the ingress,
-the actors host, a nats-server the script started).
+the actors host, a nats-server the script started), each with every process under it (a
+supervisor's workers and nats-server).
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ ACTORS_NODE_ID = "bench-actors"
 _POLL_S = 0.1
 
 
-def topology_label(roles: str, cluster: bool) -> str:
-    """What a gateway row says it measured: ``one``, ``split`` or ``split+cluster``."""
+def topology_label(roles: str, cluster: bool, workers: str = "1") -> str:
+    """What a gateway row says it measured: ``one``, ``split``, ``split+cluster`` or, for
+    ``llmgw serve --workers N``, ``workers=N``."""
+    if workers != "1":
+        return f"workers={workers}"
     return f"{roles}+cluster" if cluster else roles
 
 

@@ -100,27 +100,17 @@ class _Exchange:
 
 
 def _exchange(mode: str) -> _Exchange:
+    from gateway.replay.requests import chat_scope  # as the ingress's replay drives it
+
     stream = mode == "stream"
     body = json.dumps({"model": _MODELS[mode], "messages": _PROMPT, "stream": stream}).encode()
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1:8080"),
-            (b"user-agent", b"request-cost/1"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 8080),
-    }
+    headers = [
+        (b"host", b"127.0.0.1:8080"),
+        (b"user-agent", b"request-cost/1"),
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = chat_scope(headers, ("127.0.0.1", 50000))
     return _Exchange(scope, body, stream)
 
 

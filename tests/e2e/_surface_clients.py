@@ -340,3 +340,41 @@ def error_body(exc: openai.APIStatusError | anthropic.APIStatusError) -> dict[st
 
 def _json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
+
+
+async def refused(gw: Any, surface: str, stream: bool) -> tuple[str, str]:
+    """What the client saw of a refusal on ``surface`` (the question to model ``m``): its
+    stop reason and the refusal's text (Responses: the incomplete reason)."""
+    args = {"model": "m", "max_tokens": MAX_TOKENS}
+    messages = [{"role": "user", "content": QUESTION}]
+    if surface == "chat":
+        client = gw.openai()
+        if not stream:
+            c = await client.chat.completions.create(messages=messages, **args)
+            return c.choices[0].finish_reason, c.choices[0].message.refusal or ""
+        text, finish = [], ""
+        async for chunk in await client.chat.completions.create(
+            messages=messages, stream=True, **args
+        ):
+            for choice in chunk.choices:
+                text.append(choice.delta.content or choice.delta.refusal or "")
+                finish = choice.finish_reason or finish
+        return finish, "".join(text)
+    if surface == "responses":
+        client = gw.openai()
+        kw = {"model": "m", "input": QUESTION, "max_output_tokens": MAX_TOKENS}
+        if stream:
+            async with client.responses.stream(**kw) as s:
+                # A refused answer ends in response.incomplete, never response.completed.
+                ends = [e.response async for e in s if e.type == "response.incomplete"]
+            r = ends[-1]
+        else:
+            r = await client.responses.create(**kw)
+        return r.status, r.incomplete_details.reason if r.incomplete_details else ""
+    client = gw.anthropic()
+    if stream:
+        async with client.messages.stream(messages=messages, **args) as s:
+            m = await s.get_final_message()
+    else:
+        m = await client.messages.create(messages=messages, **args)
+    return m.stop_reason, "".join(b.text for b in m.content if b.type == "text")

@@ -4,8 +4,9 @@ The official openai (chat, responses) and anthropic (messages) SDKs talk to the 
 ``bedrock`` route sends Converse/ConverseStream to :class:`FakeBedrock`, which validates each
 body against botocore's service model and verifies each SigV4 signature. Covered: a chat, a
 stream, a tool call round trip and a failover hop to bedrock on every surface; a throttled
-answer is observed as a rate limit with its retry-after; a guardrail refusal reaches the
-client in its surface's refusal form and is neither failed over nor counted as a failure.
+answer is a rate limit that cools the key for its retry-after, never the circuit or a bench,
+and a billing refusal mutes the key; a guardrail refusal reaches the client in its surface's
+refusal form and is neither failed over nor counted as a failure.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from schemas import Observation, subjects
+from schemas import BenchChanged, CircuitTransition, KeyCooling, KeyMuted, Observation, subjects
+from schemas.config import credential_id
 from tests.e2e._surface_clients import (
     DRIVERS,
     MAX_TOKENS,
@@ -27,8 +29,9 @@ from tests.e2e._surface_clients import (
     TOOL_NAME,
     TOOL_SCHEMA,
     Answer,
+    refused,
 )
-from tests.e2e.conftest import CHAT, config, eid, model, route, watch
+from tests.e2e.conftest import CHAT, config, eid, endpoint_states, model, route, watch
 from tests.fixtures.upstream import Reply, ToolCall, UpstreamFactory
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
 
@@ -46,6 +49,14 @@ NEW_CALL = "tooluse_new1"
 NEW_ARGS = '{"city":"Paris","unit":"c"}'
 USAGE = (10, 5, 4)  # prompt tokens (4 of them cache reads), completion tokens, cached
 REFUSAL = "Sorry, the model cannot answer this question."
+SECOND_KEY = "AKIDFAKEBEDROCK2:fake-bedrock-secret-2"
+TINY = 1e-6
+# AccessDeniedException is how Bedrock refuses an account whose billing cannot pay the model.
+BILLING_REFUSAL = Reply(
+    403,
+    body={"message": "INVALID_PAYMENT_INSTRUMENT:A valid payment instrument must be provided."},
+    headers={"x-amzn-ErrorType": "AccessDeniedException:http://internal.amazon.com/coral/"},
+)
 _PREV_USE = {"toolUseId": PREV_CALL, "name": TOOL_NAME, "input": PREV_ARGS}
 
 
@@ -164,28 +175,76 @@ async def test_failover_hops_from_a_failing_route_to_bedrock(
     assert len(broken.requests) == 2 and len(bedrock.requests) == 2
 
 
-async def test_bedrock_throttle_is_observed_as_a_rate_limit_with_its_retry_after(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, bedrock: FakeBedrock
+async def test_bedrock_throttle_cools_the_key_for_its_retry_after_never_the_circuit_or_bench(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
 ) -> None:
-    spare = await fake_upstreams("spare")
-    gw = await gateway_factory(
-        config(model("m", bedrock_route(bedrock), route(spare, fallback_only=True)))
-    )
-    bedrock.enqueue(Reply(429, headers={"Retry-After": "7"}))  # a ThrottlingException
+    bedrock = FakeBedrock("bedrock1", keys=(BEDROCK_KEY, SECOND_KEY))
+    await bedrock.start()
+    try:
+        spare = await fake_upstreams("spare")
+        keys = {"api_key": None, "api_keys": [BEDROCK_KEY, SECOND_KEY]}
+        gw = await gateway_factory(
+            config(model("m", bedrock_route(bedrock, **keys), route(spare, weight=TINY)))
+        )
+        endpoint = eid("m", bedrock)
+        bedrock.enqueue(Reply(429, headers={"Retry-After": "7"}), Reply(500))  # Throttling, then
 
-    async with watch(gw, subjects.OBSERVATION_ANY) as obs:
-        got = await DRIVERS["chat"](gw).plain()
-        throttled = await obs.next(Observation, lambda o: o.endpoint == eid("m", bedrock))
-        served = await obs.next(Observation, lambda o: o.endpoint == eid("m", spare))
+        async with (
+            watch(gw, subjects.observation(endpoint)) as obs,
+            watch(gw, subjects.event("keypool")) as key_events,
+            watch(gw, subjects.event("bench")) as benches,
+            watch(gw, subjects.event("circuit")) as circuits,
+            endpoint_states(gw, endpoint) as states,
+        ):
+            got = await DRIVERS["chat"](gw).plain()
+            throttled = await obs.next(Observation)
+            cooled = await key_events.next(KeyCooling, lambda e: e.pool == endpoint)
+            # A barrier: the other key is free, so the route still serves, and fails for real;
+            # observations of one endpoint are handled in order, so this state has the 429.
+            await DRIVERS["chat"](gw).plain()
+            state = await states.state(lambda s: s.consecutive_failures > 0)
+    finally:
+        await bedrock.close()
 
-    assert got.text == spare.text
+    assert got.text == spare.text  # passed over, not waited for
     assert (throttled.status, throttled.retry_after, throttled.error_kind) == (
         429,
         7.0,
         "rate_limited",
     )
     assert not throttled.auth_rejection
-    assert served.outcome == "success"
+    assert cooled.hinted and cooled.seconds == pytest.approx(7.0, abs=0.5)
+    assert (state.circuit_state, state.consecutive_failures) == ("closed", 1)  # the 500 only
+    assert not [e for e in circuits.seen if isinstance(e, CircuitTransition)]
+    assert not [e for e in benches.seen if isinstance(e, BenchChanged)]
+    assert not [e for e in key_events.seen if isinstance(e, KeyMuted)]
+    assert [r.credential for r in bedrock.requests] == [BEDROCK_KEY, SECOND_KEY]
+
+
+async def test_bedrock_billing_refusal_mutes_the_key_and_the_route_serves_on_the_other(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    bedrock = FakeBedrock("bedrock1", keys=(BEDROCK_KEY, SECOND_KEY))
+    await bedrock.start()
+    try:
+        spare = await fake_upstreams("spare")
+        keys = {"api_key": None, "api_keys": [BEDROCK_KEY, SECOND_KEY]}
+        gw = await gateway_factory(
+            config(model("m", bedrock_route(bedrock, **keys), route(spare, weight=TINY)))
+        )
+        bedrock.enqueue(BILLING_REFUSAL)
+
+        async with watch(gw, subjects.event("keypool")) as key_events:
+            got = await DRIVERS["chat"](gw).plain()
+            muted = await key_events.next(KeyMuted, lambda e: e.pool == eid("m", bedrock))
+    finally:
+        await bedrock.close()
+
+    assert got.text == bedrock.text  # the same route, on its other key
+    assert [r.credential for r in bedrock.requests] == [BEDROCK_KEY, SECOND_KEY]
+    assert not spare.requests
+    assert muted.credential_id == credential_id(BEDROCK_KEY)
+    assert not [e for e in key_events.seen if isinstance(e, KeyCooling)]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
@@ -204,7 +263,7 @@ async def test_bedrock_guardrail_refusal_reaches_the_client_and_is_not_failed_ov
     bedrock.text, bedrock.stop_reason = REFUSAL, "guardrail_intervened"
 
     async with watch(gw, subjects.observation(eid("m", bedrock))) as obs:
-        raw = await _refused(gw, surface, stream)
+        raw = await refused(gw, surface, stream)
         seen = await obs.next(Observation)
 
     assert (
@@ -217,43 +276,6 @@ async def test_bedrock_guardrail_refusal_reaches_the_client_and_is_not_failed_ov
     )
     assert seen.outcome == "success" and seen.status == 200
     assert spare.requests == []
-
-
-async def _refused(gw: Any, surface: str, stream: bool) -> tuple[str, str]:
-    """What the client saw of a refusal: (stop reason, refusal text or reason)."""
-    args = {"model": "m", "max_tokens": MAX_TOKENS}
-    messages = [{"role": "user", "content": QUESTION}]
-    if surface == "chat":
-        client = gw.openai()
-        if not stream:
-            c = await client.chat.completions.create(messages=messages, **args)
-            return c.choices[0].finish_reason, c.choices[0].message.refusal or ""
-        text, finish = [], ""
-        async for chunk in await client.chat.completions.create(
-            messages=messages, stream=True, **args
-        ):
-            for choice in chunk.choices:
-                text.append(choice.delta.content or choice.delta.refusal or "")
-                finish = choice.finish_reason or finish
-        return finish, "".join(text)
-    if surface == "responses":
-        client = gw.openai()
-        kw = {"model": "m", "input": QUESTION, "max_output_tokens": MAX_TOKENS}
-        if stream:
-            async with client.responses.stream(**kw) as s:
-                # A refused answer ends in response.incomplete, never response.completed.
-                ends = [e.response async for e in s if e.type == "response.incomplete"]
-            r = ends[-1]
-        else:
-            r = await client.responses.create(**kw)
-        return r.status, r.incomplete_details.reason if r.incomplete_details else ""
-    client = gw.anthropic()
-    if stream:
-        async with client.messages.stream(messages=messages, **args) as s:
-            m = await s.get_final_message()
-    else:
-        m = await client.messages.create(messages=messages, **args)
-    return m.stop_reason, "".join(b.text for b in m.content if b.type == "text")
 
 
 async def test_bedrock_endpoint_has_a_health_deep_row_and_explain_names_its_kind(

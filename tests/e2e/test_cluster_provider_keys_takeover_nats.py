@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from actors.cluster import OWNERS_BUCKET
+from actors.cluster import OWNERS_BUCKET, owner_of
+from actors.stores.provider_keys import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from bus import open_bus
 from schemas.config import credential_id
 from tests.e2e.cluster_support import deploy, until_owned
@@ -111,3 +112,51 @@ async def test_provider_keys_and_reservations_outlive_a_killed_owner(
     assert [(r["credential_id"], r["min_role"]) for r in body["reservations"]] == [
         (credential_id(UP_KEY), "pro")
     ]
+
+
+@pytest.mark.timeout(120)
+async def test_a_host_joining_a_cluster_moves_the_keys_of_its_own_file_into_postgres(
+    nats_cluster: NatsCluster,
+    postgres_url: str,
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    processes: list[GatewayProcess],
+) -> None:
+    # The second host ran alone before: its SQLite file holds a provider key added through the
+    # admin API and a reservation of the configured key. The first host starts first and keeps
+    # the keys unit once both run, so it must re-read them when the second has moved them.
+    keeper = owner_of("keys", NODES)
+    nodes = (keeper, *(n for n in NODES if n != keeper))
+    legacy = ProviderKeyStore(LazyDb(str(tmp_path / nodes[1]), [PROVIDER_KEYS]))
+    added = await legacy.add(
+        DB_KEY, endpoint=eid("m", fake_upstream), base_url="", min_role="free", now=1.0
+    )
+    await legacy.reserve(credential_id(UP_KEY), "pro", 1.0)
+    await legacy.aclose()
+    base = config(
+        model("m", route(fake_upstream, api_keys=[UP_KEY])), admin_key=ADMIN, cluster=CLUSTER
+    )
+    dep = await deploy(processes, tmp_path, base, nodes, nats_cluster.urls, postgres_url)
+    watcher = await open_bus(nats_cluster.urls[1], name="test-watcher")
+    admin = httpx.AsyncClient(
+        base_url=dep.ingress.url, timeout=WAIT, headers={"authorization": f"Bearer {ADMIN}"}
+    )
+    http = httpx.AsyncClient(base_url=dep.ingress.url, timeout=WAIT)
+    try:
+        kv = await watcher.key_value(OWNERS_BUCKET, replicas=3)
+        await until_owned(kv, dep.units, set(NODES))
+        made = await admin.post("/admin/keys", json={"org": "acme", "user": "u", "role": "free"})
+        assert made.status_code == 201, made.text
+        served = await _served_with(http, made.json()["key"], fake_upstream)
+        listed = await admin.get("/admin/provider-keys")
+    finally:
+        await admin.aclose()
+        await http.aclose()
+        await watcher.aclose()
+
+    assert served == DB_KEY  # the moved key, and the moved reservation keeps UP_KEY from free
+    assert listed.status_code == 200, listed.text
+    assert [k["id"] for k in listed.json()["database"]] == [added.key_id]
+    left = ProviderKeyStore(LazyDb(str(tmp_path / nodes[1]), [PROVIDER_KEYS]))
+    assert await left.declarations() == ((), {})
+    await left.aclose()

@@ -11,6 +11,7 @@ Runs on ``inproc://`` only: nothing here crosses the bus.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -99,16 +100,43 @@ def port_of(gw: RunningGateway) -> int:
     return int(gw.url.rsplit(":", 1)[-1])
 
 
-async def converse(gw: RunningGateway, data: bytes) -> list[Answer]:
-    """Send ``data`` on one connection and read until the gateway closes it; every answer."""
+@contextlib.asynccontextmanager
+async def connection(
+    gw: RunningGateway, data: bytes
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A raw connection to ``gw`` that has sent ``data``; closed on every path (a socket
+    left open would fail a later test that counts them)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
     try:
         writer.write(data)
         await writer.drain()
-        async with asyncio.timeout(WAIT):  # a gateway that keeps the connection fails here
-            raw = await reader.read()
+        yield reader, writer
     finally:
         writer.close()
+
+
+@contextlib.asynccontextmanager
+async def answered_before_body(
+    gw: RunningGateway, path: str, content_length: int
+) -> AsyncIterator[tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A connection that has sent the head of a JSON ``POST path`` declaring
+    ``content_length`` bytes of body (none of them yet) and read the head of its answer:
+    yields that answer head and the connection."""
+    request_head = (
+        f"POST {path} HTTP/1.1\r\nhost: llmgw\r\ncontent-type: application/json\r\n"
+        f"content-length: {content_length}\r\n\r\n"
+    )
+    async with connection(gw, request_head.encode()) as (reader, writer):
+        async with asyncio.timeout(WAIT):
+            head = await reader.readuntil(b"\r\n\r\n")
+        yield head, reader, writer
+
+
+async def converse(gw: RunningGateway, data: bytes) -> list[Answer]:
+    """Send ``data`` on one connection and read until the gateway closes it; every answer."""
+    async with connection(gw, data) as (reader, _):
+        async with asyncio.timeout(WAIT):  # a gateway that keeps the connection fails here
+            raw = await reader.read()
     return parse_answers(raw)
 
 
@@ -290,14 +318,9 @@ async def test_lower_case_method_is_refused_not_upgraded_to_h2c(gw: RunningGatew
 
 
 async def test_http2_with_prior_knowledge_is_still_spoken(gw: RunningGateway) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-    try:
-        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-        await writer.drain()
+    async with connection(gw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") as (reader, _):
         async with asyncio.timeout(WAIT):
             frame_head = await reader.readexactly(9)
-    finally:
-        writer.close()
 
     assert frame_head[3] == 0x4  # the server's SETTINGS frame opens its HTTP/2 side
 
@@ -409,21 +432,12 @@ async def test_an_answer_given_before_its_body_was_read_says_the_connection_clos
     # connection once the answer is out. The answer used to say nothing of it, so a client
     # sent its next request on the closing connection and met "server disconnected without
     # sending a response" (two in 20,000 requests of a scanner's mix, on both engines).
-    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-    try:
-        writer.write(
-            f"POST {MESSAGES}/unknown HTTP/1.1\r\nhost: llmgw\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(CHAT_BODY)}\r\n\r\n".encode()
-        )
-        await writer.drain()
-        async with asyncio.timeout(WAIT):
-            head = await reader.readuntil(b"\r\n\r\n")
+    unknown = f"{MESSAGES}/unknown"
+    async with answered_before_body(gw, unknown, len(CHAT_BODY)) as (head, reader, writer):
         writer.write(CHAT_BODY)  # the body, once its answer has come
         await writer.drain()
         async with asyncio.timeout(WAIT):  # the rest of the answer, then the close
             raw = head + await reader.read()
-    finally:
-        writer.close()
 
     (answer,) = parse_answers(raw)
     assert answer.status_code == 404
@@ -436,20 +450,12 @@ async def test_a_refused_method_answered_before_its_body_says_the_connection_clo
 ) -> None:
     # A method the path does not serve is answered before the body is read, like an
     # unknown path (and a refused key).
-    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-    try:
-        writer.write(
-            f"PUT {CHAT} HTTP/1.1\r\nhost: llmgw\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(CHAT_BODY)}\r\n\r\n".encode()
-            + CHAT_BODY
-        )
-        await writer.drain()
-        async with asyncio.timeout(WAIT):
-            raw = await reader.read()
-    finally:
-        writer.close()
-
-    (answer,) = parse_answers(raw)
+    (answer,) = await converse(
+        gw,
+        f"PUT {CHAT} HTTP/1.1\r\nhost: llmgw\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(CHAT_BODY)}\r\n\r\n".encode()
+        + CHAT_BODY,
+    )
     assert answer.status_code == 405 and answer.headers["connection"] == "close"
 
 
@@ -472,20 +478,11 @@ def test_body_timeout_defaults_to_30_seconds() -> None:
 async def test_declared_10_gb_body_is_413_before_a_byte_of_it_is_sent(
     gw: RunningGateway,
 ) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-    try:
-        writer.write(
-            f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\ncontent-type: application/json"
-            f"\r\ncontent-length: {10 * 1024**3}\r\n\r\n".encode()
-        )
-        await writer.drain()
+    async with answered_before_body(gw, CHAT, 10 * 1024**3) as (head, reader, _):
+        (answer,) = parse_answers(head)  # the head alone: its body is still to come
         async with asyncio.timeout(WAIT):
-            head = await reader.readuntil(b"\r\n\r\n")
-            (answer,) = parse_answers(head)  # the head alone: its body is still to come
             body = await reader.readexactly(int(answer.headers["content-length"]))
             rest = await reader.read()  # then the gateway closes the connection
-    finally:
-        writer.close()
 
     answer.body = body
     err = assert_openai_error(answer, 413, "request_too_large")
@@ -547,17 +544,13 @@ async def test_keep_alive_connections_the_client_ends_are_closed_by_the_server_a
     gw: RunningGateway,
 ) -> None:
     async def one_connection() -> bytes:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port_of(gw))
-        try:  # closed on every path: a socket left open would fail the next test too
-            writer.write(b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n")  # keep-alive
-            await writer.drain()
+        keep_alive = b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n"
+        async with connection(gw, keep_alive) as (reader, writer):
             head = await reader.readuntil(b"\r\n\r\n")
             (answer,) = parse_answers(head)
             await reader.readexactly(int(answer.headers["content-length"]))
             writer.write_eof()  # the client is done: the server sees end of stream
             return await reader.read()  # b"" once the server has closed its side
-        finally:
-            writer.close()
 
     async with asyncio.timeout(WAIT):  # the keep-alive timeout (75 s) would end them later
         rests = await asyncio.gather(*(one_connection() for _ in range(100)))

@@ -8,7 +8,8 @@ deployment URL, api-version and ``api-key``; Gemini's ``systemInstruction``,
 failing route fails over to a route of the new kind. A throttled answer is a rate limit with
 the platform's retry-after that cools the key, never the circuit or a bench, and a quota
 exhaustion mutes it; a content-filter refusal reaches the client in its own API's
-shape, is never failed over and never counts against the route.
+shape, is never failed over and never counts against the route. Each platform kind (bedrock
+too) is priced from its usage, cache reads included.
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ from tests.e2e._surface_clients import (
     TOOL_NAME,
     TOOL_SCHEMA,
     Answer,
+    refused,
 )
 from tests.e2e.conftest import HI, config, eid, endpoint_states, model, route, watch
+from tests.e2e.keys_support import admin_http, keys_config
 from tests.fixtures.upstream import (
     FakeUpstream,
     Recorded,
@@ -51,8 +54,11 @@ from tests.fixtures.upstream import (
     azure_content_filter_error,
     google_error_body,
 )
+from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
@@ -303,6 +309,71 @@ async def test_azure_content_filter_refusal_reaches_each_surface_and_is_never_fa
     assert served.headers["x-routed-via"] == endpoint  # its circuit never opened
 
 
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_azure_content_filter_refusal_of_a_stream_reaches_the_client_as_its_400(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str
+) -> None:
+    up = await fake_upstreams("up1")
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(
+        config(model("m", platform_route("azure_openai", up), route(spare, weight=TINY)))
+    )
+    endpoint = eid("m", up)
+    up.set_default(Reply(400, body=azure_content_filter_error()))
+    driver = DRIVERS[surface](gw)
+
+    async with watch(gw, subjects.observation(endpoint)) as obs:
+        with pytest.raises(driver.bad_request) as err:
+            await driver.stream()
+        seen = await obs.next(Observation)
+
+    refusal = err.value
+    assert isinstance(refusal, openai.BadRequestError | anthropic.BadRequestError)
+    assert "content management policy" in refusal.message
+    if isinstance(refusal, openai.BadRequestError):  # chat, responses
+        assert refusal.code == "content_filter"
+    assert up.requests[0].json["stream"] is True
+    assert not spare.requests  # the prompt is the caller's: no other route gets it
+    assert (seen.outcome, seen.status) == ("client_error", 400)
+
+
+_BLOCKED = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 3}}
+_BLOCKED_TEXT = "the upstream's safety filter blocked the prompt (SAFETY)"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_gemini_blocked_prompt_reaches_each_surface_as_its_refusal_never_failed_over(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str, stream: bool
+) -> None:
+    up = await fake_upstreams("up1")
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(
+        config(model("m", platform_route("gemini", up), route(spare, weight=TINY)))
+    )
+    if stream:  # one event: the prompt's feedback, no candidate
+        sse = f"data: {json.dumps(_BLOCKED)}\n\n"
+        up.set_default(Reply(200, body=sse, headers={"content-type": "text/event-stream"}))
+    else:
+        up.set_default(Reply(200, body=_BLOCKED))
+
+    async with watch(gw, subjects.observation(eid("m", up))) as obs:
+        raw = await refused(gw, surface, stream)
+        seen = await obs.next(Observation)
+
+    assert (
+        raw
+        == {
+            "chat": ("content_filter", _BLOCKED_TEXT),
+            "responses": ("incomplete", "content_filter"),
+            "messages": ("refusal", _BLOCKED_TEXT),
+        }[surface]
+    )
+    assert up.requests[0].stream is stream
+    assert (seen.outcome, seen.status) == ("success", 200)  # never against the route
+    assert not spare.requests
+
+
 @pytest.mark.parametrize(
     ("kind", "finish"), [("azure_openai", "content_filter"), ("gemini", "SAFETY")]
 )
@@ -336,6 +407,51 @@ async def test_filtered_completion_reaches_chat_as_content_filter_and_messages_a
     assert chat.choices[0].finish_reason == "content_filter"
     assert message.stop_reason == "refusal"
     assert len(up.requests) == 2
+
+
+PRICING = {"prompt": 2.0, "completion": 10.0, "input_cache_reads": 0.5}
+COST = (6 * 2.0 + 4 * 0.5 + 5 * 10.0) / 1e6  # USAGE: 6 uncached and 4 cached prompt tokens
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "bedrock"])
+async def test_platform_route_is_priced_from_its_usage_cache_reads_included(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path, kind: str
+) -> None:
+    if kind == "bedrock":
+        up: FakeUpstream = FakeBedrock("up1", cached_tokens=USAGE[2])
+        await up.start()
+        platform = {
+            "kind": "bedrock",
+            "base_url": up.base_url,
+            "bedrock": {"region": BEDROCK_REGION},
+            "provider_model_id": "amazon.nova-lite-v1:0",
+            "api_key": BEDROCK_KEY,
+        }
+    else:
+        up = await fake_upstreams("up1", cached_tokens=USAGE[2])
+        platform = platform_route(kind, up)
+    try:
+        gw = await gateway_factory(
+            keys_config(tmp_path, model("m", {**platform, "pricing": PRICING}))
+        )
+        plain = await gw.openai().chat.completions.create(model="m", messages=HI)
+        streamed = await gw.openai().chat.completions.create(
+            model="m", messages=HI, stream=True, stream_options={"include_usage": True}
+        )
+        usage = [c.usage async for c in streamed if c.usage is not None]
+        log = await admin_http(gw).post("/admin/log/query", json={"kind": "request"})
+    finally:
+        if kind == "bedrock":
+            await up.close()
+
+    assert plain.usage is not None and usage
+    for got in (plain.usage, usage[-1]):
+        assert got.prompt_tokens_details is not None
+        cached = got.prompt_tokens_details.cached_tokens
+        assert (got.prompt_tokens, got.completion_tokens, cached) == USAGE
+    rows = log.json()["rows"]
+    assert [(r["stream"], r["cached_tokens"]) for r in rows] == [(0, 4), (1, 4)]
+    assert all(r["cost_usd"] == pytest.approx(COST) and not r["cost_estimated"] for r in rows)
 
 
 async def test_health_deep_routing_and_explain_show_the_platform_routes(

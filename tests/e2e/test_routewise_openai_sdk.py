@@ -15,6 +15,7 @@ import pytest
 from schemas import ModelStatus, ModelStatusRequest, Observation, RouteDecided, subjects
 from tests.e2e.conftest import HI, WAIT, config, eid, gateway_bus, model, route, watch
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Stream, UpstreamFactory
+from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
@@ -269,17 +270,22 @@ HEDGED = 5  # samples per route before hedging trusts the profiles (the library'
 
 
 async def _hedging_gateway(
-    gateway_factory: GatewayFactory, slow: FakeUpstream, fast: FakeUpstream, **slow_route: Any
+    gateway_factory: GatewayFactory,
+    slow: FakeUpstream,
+    fast: FakeUpstream,
+    slow_kind: dict[str, Any] | None = None,
+    **slow_route: Any,
 ) -> RunningGateway:
     """Alpha 0 makes the cheap ``slow`` route the primary; its history misses the 0.3 s SLO
     every time, the dear ``fast`` one never does, so plans carry a hedge checkpoint.
+    ``slow_kind``: the slow route's kind and its settings (default: ``openai_compat``);
     ``slow_route``: more settings of the slow route."""
     slow.set_default(Reply(delay=0.4))
     gw = await gateway_factory(
         config(
             model(
                 "m",
-                route(slow, pricing=CHEAP, **slow_route),
+                {**route(slow, pricing=CHEAP, **slow_route), **(slow_kind or {})},
                 route(fast, pricing=DEAR),
                 aliases=["m-alias"],
                 router="routewise",
@@ -340,6 +346,47 @@ async def test_routewise_hedge_serves_from_the_backup_when_the_primary_stalls(
 
     assert text and finishes == ["stop"]  # one clean answer, from one upstream
     assert len(slow.requests) == sent_slow + 1 and len(fast.requests) == sent_fast + 1
+    assert declined.outcome == "cancelled"
+
+
+@pytest.mark.parametrize("kind", ["gemini", "bedrock"])
+async def test_routewise_hedges_a_stalled_platform_primary_and_lets_its_stream_go(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, kind: str
+) -> None:
+    """A platform route is hedged like any: its stalled stream loses the race, is declined
+    (never a failure) and its upstream sees the client go."""
+    fast = await fake_upstreams("fast")
+    if kind == "bedrock":
+        slow: FakeUpstream = await FakeBedrock("slow").start()
+        settings = {"kind": "bedrock", "bedrock": {"region": BEDROCK_REGION}}
+        settings |= {"provider_model_id": "amazon.nova-lite-v1:0", "api_key": BEDROCK_KEY}
+        settings["base_url"] = slow.base_url
+    else:
+        slow = await fake_upstreams("slow")
+        settings = {"kind": "gemini", "provider_model_id": "slow-model", "api_key": "g-key"}
+        settings["base_url"] = slow.gemini_base_url
+    try:
+        gw = await _hedging_gateway(gateway_factory, slow, fast, slow_kind=settings)
+        slow.set_default(Stream(first_byte_delay=60.0))
+        sent_slow, sent_fast = len(slow.requests), len(fast.requests)
+
+        async with watch(gw, subjects.observation(eid("m", slow))) as slow_obs:
+            chunks = [
+                c
+                async for c in await gw.openai().chat.completions.create(
+                    model="m", messages=HI, stream=True
+                )
+            ]
+            declined = await slow_obs.next(Observation, lambda o: o.error_kind == "hedge_declined")
+        await slow.wait_for_disconnects(1)
+    finally:
+        if kind == "bedrock":
+            await slow.close()
+
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == fast.text  # one clean answer, from the backup
+    assert len(slow.requests) == sent_slow + 1 and len(fast.requests) == sent_fast + 1
+    assert slow.requests[-1].stream
     assert declined.outcome == "cancelled"
 
 

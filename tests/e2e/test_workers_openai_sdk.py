@@ -2,11 +2,11 @@
 workers on one port, joined by the supervisor's private nats-server.
 
 Both workers answer (each answer's ``x-request-id`` and ``/health`` name the process); state is
-shared (a concurrency limit holds exactly across them, a circuit opened through one refuses
-traffic through the other) and ``/metrics`` sums the requests of both; ``llmgw admin reload``
-reaches both through the supervisor's local socket; a worker killed with
-SIGKILL is restarted while the other serves; SIGTERM stops everything (no worker or
-nats-server left, the local admin socket removed).
+shared (a route's concurrency limit and a key's rate limit hold exactly across them, a circuit
+opened through one refuses traffic through the other) and ``/metrics`` sums the requests of
+both; ``llmgw admin reload`` reaches both through the supervisor's local socket; a worker
+killed with SIGKILL is restarted while the other serves; SIGTERM stops everything (no worker
+or nats-server left, the local admin socket removed).
 Each request that must be free to land on either worker goes on a fresh connection: the kernel
 spreads connections over the workers' SO_REUSEPORT sockets by their source port.
 """
@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,6 +43,8 @@ from tests.e2e.conftest import (
     model,
     route,
 )
+from tests.e2e.keys_support import keys_config
+from tests.e2e.limits_support import new_key
 from tests.fixtures.gateway import REPO
 from tests.fixtures.upstream import FakeUpstream, Held, Reply, UpstreamFactory
 
@@ -53,6 +56,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
 ADMIN = "sk-admin-workers-test"
 LIMIT = 3
+RPM = 5  # the key's requests a minute in the rate-limit test, out of LOAD sent at once
+LOAD = 32
 # Fresh connections until both workers have answered: the chance that this many all land on
 # one of two SO_REUSEPORT sockets is 2**-63.
 TRIES = 64
@@ -279,6 +284,33 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
     assert len(slots.requests) == LIMIT
     # /metrics, whichever worker answers it, counts every worker's requests.
     assert counted == {eid("m", slots): LIMIT, eid("m", spare): total - LIMIT}
+
+
+async def test_a_key_rate_limit_holds_exactly_across_two_workers(
+    tmp_path: Path,
+    fake_upstream: FakeUpstream,
+    supervisors: list[Supervisor],
+) -> None:
+    # The key's counter lives in the supervisor's actors: whichever worker admits, the
+    # minute's allowance is spent once.
+    key, _ = await new_key(tmp_path, extra=("--rpm", str(RPM), "--tpm", "1000000"))
+    sup = await _start(
+        supervisors, tmp_path, keys_config(tmp_path, model("m", route(fake_upstream)))
+    )
+
+    async def ask() -> httpx.Response:
+        auth = {"authorization": f"Bearer {key}"}
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=auth) as fresh:
+            return await fresh.post(CHAT, json=chat("m"))  # a fresh connection: either worker
+
+    answers = await asyncio.gather(*(ask() for _ in range(LOAD)))
+
+    assert Counter(r.status_code for r in answers) == {200: RPM, 429: LOAD - RPM}
+    assert len(fake_upstream.requests) == RPM
+    refused = [r for r in answers if r.status_code == 429]
+    assert_openai_error(refused[0], 429, "rate_limited")
+    # Both workers answered (the chance that 32 fresh connections all land on one is 2**-31).
+    assert {_pid(r.headers) for r in answers} == sup.worker_pids()
 
 
 async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(

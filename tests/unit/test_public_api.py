@@ -188,6 +188,7 @@ PINNED: dict[str, list[str]] = {
         "EndpointActor",
         "HealthActor",
         "ModelActor",
+        "MovedKeys",
         "Restart",
         "Serve",
         "SnapshotStore",
@@ -196,6 +197,7 @@ PINNED: dict[str, list[str]] = {
         "Supervisor",
         "SupervisorGaveUpError",
         "build_tree",
+        "move_provider_keys",
     ],
     "actors.strategies": [
         "ProbeTick",

@@ -10,6 +10,7 @@ import pytest
 
 from actors.stores.db import SharedDatabaseError
 from actors.stores.provider_keys import PROVIDER_KEYS, LazyDb, ProviderKeyStore
+from actors.stores.provider_keys_move import move_provider_keys
 from actors.stores.provider_keys_postgres import PostgresProviderKeyStore
 from schemas.config import credential_id
 
@@ -66,3 +67,42 @@ async def test_an_unreachable_postgres_is_a_shared_database_error_without_the_pa
         await store.declarations()
     assert "127.0.0.1:1" in str(raised.value) and "hunter2" not in str(raised.value)
     await store.aclose()
+
+
+async def test_a_hosts_file_moves_into_postgres_without_overriding_the_clusters_word(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    path = str(tmp_path / "llmgw.sqlite3")
+    local = ProviderKeyStore(LazyDb(path, [PROVIDER_KEYS]))
+    shared = PostgresProviderKeyStore(postgres_url)
+    try:
+        a = await local.add("sk-a", endpoint="m:a", base_url="", min_role="free", now=1.0)
+        b = await local.add("sk-b", endpoint="", base_url="http://b/v1", min_role="pro", now=2.0)
+        await local.reserve(credential_id("sk-env"), "pro", 1.0)
+        await local.reserve(credential_id("sk-both"), "internal", 1.0)
+        await shared.reserve(credential_id("sk-both"), "pro", 5.0)  # the cluster's newer word
+        rows = await local.rows()
+
+        moved = await move_provider_keys(path, postgres_url)
+
+        assert moved.key_ids == (a.key_id, b.key_id)
+        assert set(moved.reservations) == {credential_id("sk-env"), credential_id("sk-both")}
+        keys, reservations = await shared.declarations()
+        assert keys == (a, b)
+        assert await shared.secret(a.credential_id) == "sk-a"
+        assert reservations == {credential_id("sk-env"): "pro", credential_id("sk-both"): "pro"}
+        assert await local.declarations() == ((), {})  # gone from the file: cannot come back
+        assert not await move_provider_keys(path, postgres_url)  # nothing left to move
+        await shared.adopt(*rows)  # a move cut short and run again changes nothing
+        assert await shared.declarations() == (keys, reservations)
+    finally:
+        await local.aclose()
+        await shared.aclose()
+
+
+async def test_a_host_without_a_file_moves_nothing_and_creates_none(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    path = tmp_path / "never.sqlite3"
+    assert not await move_provider_keys(str(path), postgres_url)
+    assert not path.exists()

@@ -14,7 +14,9 @@ from tests.benchmarks.bench import (
     _gateway_config,
     _parser,
     report,
+    scaling_lines,
     server_cpu_us,
+    with_baseline,
 )
 from tests.benchmarks.bench_topology import (
     ACTORS_NODE_ID,
@@ -87,6 +89,10 @@ def test_topology_config_without_cluster_adds_nothing() -> None:
 )
 def test_topology_label_names_roles_and_cluster(roles: str, cluster: bool, label: str) -> None:
     assert topology_label(roles, cluster) == label
+
+
+def test_topology_label_names_the_workers() -> None:
+    assert topology_label("one", False, "2") == "workers=2"
 
 
 @pytest.mark.parametrize(
@@ -180,3 +186,31 @@ def test_report_rows_name_their_topology() -> None:
     table = report([_row({"gateway": 50.0}, "split+cluster")], _args(), markdown=True)
     assert "| gateway | split+cluster | plain | 64 |" in table
     assert table.splitlines()[0].startswith("| target | topology | mode |")
+
+
+def test_workers_rows_get_their_one_process_baseline_and_scaling_figure() -> None:
+    direct = _row({"upstream": 40.0})
+    direct.target, direct.topology = "direct", ""
+    many = [direct, _row({"gateway": 90.0}, "workers=2")]  # 9,000 µs a request
+    one = [_row({"gateway": 72.0}, "one")]  # 7,200 µs a request
+
+    rows = with_baseline(many, one)
+    table = report(rows, _args("--workers", "2"), markdown=False)
+
+    assert [(r.topology, r.baseline) for r in rows] == [
+        ("", False),
+        ("one", True),
+        ("workers=2", False),
+    ]
+    assert scaling_lines(rows) == [
+        "workers=2 scaling, plain c=64: 0.80 (one process 7,200 µs ÷ workers=2 9,000 µs of "
+        "gateway CPU per request; meets the ≥ 0.8 target)"
+    ]
+    assert scaling_lines(rows)[0] in table
+    # The verdicts speak of the workers' row, not of its baseline.
+    assert "9,000 µs of gateway CPU per request, i.e." in table
+    assert "7,200 µs of gateway CPU per request, i.e." not in table
+
+
+def test_no_scaling_figure_without_a_baseline() -> None:
+    assert scaling_lines([_row({"gateway": 90.0}, "workers=2")]) == []

@@ -1,13 +1,16 @@
 """The ``bedrock`` adapter against the fake Bedrock: error classification by exception name,
-exception events mid-stream, and signing from botocore's credential chain."""
+exception events mid-stream, and signing from botocore's credential chain (the environment,
+a named profile of the shared credentials file, a container role's temporary credentials)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import pytest
+from aiohttp import web
 
 from gateway.adapters.base import UpstreamTarget
 from gateway.adapters.bedrock import BedrockAdapter
@@ -20,6 +23,7 @@ from tests.fixtures.upstream_bedrock import exception as exception_frame
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from pathlib import Path
 
     from gateway.adapters.base import Adapter
 
@@ -125,6 +129,97 @@ async def test_route_without_a_key_signs_with_botocores_credential_chain(
 
     assert answer["choices"][0]["message"]["content"] == fake_bedrock.text
     assert fake_bedrock.requests[-1].credential == BEDROCK_KEY  # signed by the env's key
+
+
+def _no_ambient_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """An environment where botocore's chain finds nothing unless a test puts it there."""
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
+async def test_route_with_a_profile_signs_with_that_profiles_credentials(
+    fake_bedrock: FakeBedrock,
+    adapter: Adapter,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    _no_ambient_credentials(monkeypatch, tmp_path)
+    key_id, secret = BEDROCK_KEY.split(":")
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        "[default]\naws_access_key_id = AKIDNOTTHISONE\naws_secret_access_key = nope\n"
+        f"[bedrock-prod]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    target = dataclasses.replace(
+        _target(fake_bedrock, api_key=None),
+        bedrock=BedrockSettings(region=BEDROCK_REGION, profile="bedrock-prod"),
+    )
+
+    answer = await adapter.complete(target, HI)
+
+    assert answer["choices"][0]["message"]["content"] == fake_bedrock.text
+    assert fake_bedrock.requests[-1].credential == BEDROCK_KEY  # the profile's, not default's
+
+
+async def test_route_in_a_container_signs_with_its_roles_temporary_credentials(
+    fake_bedrock: FakeBedrock,
+    adapter: Adapter,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    # The container credential endpoint (ECS task roles, EKS pod identity) on loopback, which
+    # botocore's chain allows: the role's temporary key, with its session token.
+    _no_ambient_credentials(monkeypatch, tmp_path)
+    key_id, secret = BEDROCK_KEY.split(":")
+    expires = datetime.now(UTC) + timedelta(hours=1)
+    role = {
+        "AccessKeyId": key_id,
+        "SecretAccessKey": secret,
+        "Token": "role-session-token",
+        "Expiration": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    asked: list[str] = []
+
+    async def credentials(request: web.Request) -> web.Response:
+        asked.append(request.headers.get("Authorization", ""))
+        return web.json_response(role)
+
+    app = web.Application()
+    app.router.add_get("/role", credentials)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", f"http://127.0.0.1:{port}/role")
+        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", "container-auth")
+
+        answer = await adapter.complete(_target(fake_bedrock, api_key=None), HI)
+        await adapter.complete(_target(fake_bedrock, api_key=None), HI)
+    finally:
+        await runner.cleanup()
+
+    assert answer["choices"][0]["message"]["content"] == fake_bedrock.text
+    assert asked == ["container-auth"]  # resolved once, reused until it nears expiry
+    for rec in fake_bedrock.requests:
+        assert rec.credential == BEDROCK_KEY  # verified with the token signed in
+        assert rec.headers["x-amz-security-token"] == "role-session-token"
 
 
 async def test_route_whose_profile_does_not_exist_fails_as_no_credentials_sending_nothing(
