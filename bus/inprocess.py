@@ -7,12 +7,12 @@ Also owns what both buses share: subject validation and matching, and
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import re
 import time
 from collections import deque
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,10 +20,11 @@ from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.kv import KeyValue, MemoryKeyValue
 from bus.protocol import Envelope, Sink
+from bus.subscribing import Subscribing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
+    from contextlib import AbstractAsyncContextManager
 
     from schemas import ErrorReply, Message
 
@@ -340,7 +341,7 @@ class InProcessBus:
         """Subscribe for the duration of an ``async with``. Raises ValueError, BusClosedError."""
         check_pattern(subject)
         check_queue(queue)
-        return _Subscribing(self, subject, queue)
+        return Subscribing(functools.partial(self._add, subject, queue), self._remove)
 
     async def ensure_stream(
         self,
@@ -383,7 +384,9 @@ class InProcessBus:
         messages, in order and without a gap. Raises ValueError, BusClosedError (also on
         entry when the stream does not exist)."""
         check_pattern(subject)
-        return _Subscribing(self, subject, None, replay=(stream, since))
+        return Subscribing(
+            functools.partial(self._add, subject, None, (stream, since)), self._remove
+        )
 
     async def key_value(
         self, bucket: str, *, ttl: float | None = None, replicas: int = 1
@@ -488,35 +491,3 @@ class InProcessBus:
 def _expire(reply: asyncio.Future[bytes], subject: str, timeout: float) -> None:
     if not reply.done():
         reply.set_exception(RequestTimeoutError(f"no reply on {subject} within {timeout:g}s"))
-
-
-class _Subscribing(AbstractAsyncContextManager[BufferedSubscription]):
-    __slots__ = ("_bus", "_queue", "_replay", "_sub", "_subject")
-
-    def __init__(
-        self,
-        bus: InProcessBus,
-        subject: str,
-        queue: str | None,
-        *,
-        replay: tuple[str, float] | None = None,
-    ) -> None:
-        self._bus = bus
-        self._subject = subject
-        self._queue = queue
-        self._replay = replay
-        self._sub: BufferedSubscription | None = None
-
-    async def __aenter__(self) -> BufferedSubscription:
-        self._sub = self._bus._add(self._subject, self._queue, self._replay)
-        return self._sub
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._sub is not None:
-            self._bus._remove(self._sub)
-            self._sub = None
