@@ -157,6 +157,13 @@ class AdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     message: str = ""
 
 
+class HostAlive(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """An actors host asking another whether its process lives (``node``: the asker), and
+    the answer (``node``: the one answering); core NATS only, see ``actors.cluster``."""
+
+    node: str = ""
+
+
 class AdminExecuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Audit: an admin command that changes state was executed (or refused).
 

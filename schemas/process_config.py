@@ -68,7 +68,9 @@ class ClusterConfig(Strict):
     reaching JetStream (then it stops them, before another host may take them over): it must
     outlast the leader election of a replicated bucket after a NATS server dies (2-7 s
     measured; NATS's Raft election timeout is 4-9 s), or losing one NATS node stops units.
-    It also bounds how fast a dead host's share is taken over (about ``ttl_seconds``).
+    It bounds the takeover of a host that lives but is cut off; a dead host (no process
+    answers for it over core NATS) is taken over sooner, after ``2 * heartbeat_seconds +
+    0.5`` s or 2.5 s, whichever is longer (``actors.cluster.liveness``).
     """
 
     enabled: bool = False

@@ -102,6 +102,8 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     LatencyProbeDue (idle or cold route)
 - ``llmgw.model.<id>.latency``      event          RouteWise prober -> ModelActor:
                                                     LatencySample
+- ``llmgw.cluster.alive.<node>``    req/reply      actors host -> actors host ``node``:
+                                                    HostAlive -> HostAlive (is it alive)
 - ``llmgw.sys.supervisor.<name>.event`` event      supervisors -> operators: ChildStarted,
                                                     ChildFailed, ChildRestarted, SupervisorGaveUp
 """
@@ -271,6 +273,11 @@ def keypool_get(pool: str) -> str:
 def keypool_acquire(pool: str) -> str:
     """Request/reply: KeyAcquire -> KeyGrant | ErrorReply (key_pool_exhausted, ...)."""
     return f"{PREFIX}.keypool.{token(pool)}.acquire"
+
+
+def cluster_alive(node: str) -> str:
+    """Request/reply: HostAlive -> HostAlive, answered by actors host ``node`` itself."""
+    return f"{PREFIX}.cluster.alive.{token(node)}"
 
 
 def supervisor_event(name: str) -> str:

@@ -2,10 +2,11 @@
 
 ``ClusterHost`` (host.py) runs this host's share of the tree; ``Membership`` (heartbeats in
 a bucket with a TTL), ``owner_of``/``Owners`` (rendezvous placement, leases by
-compare-and-set) and ``FencedSnapshots`` (snapshots in JetStream, written only under a held
-lease) are its parts; ``ClusterConfigActor`` carries a config reload to every host. Used
-only when ``cluster.enabled`` and the bus is NATS; the
-embedded default (in-process bus, SQLite snapshots) never loads it.
+compare-and-set), ``FencedSnapshots`` (snapshots in JetStream, written only under a held
+lease) and ``liveness``/``GatedBus`` (a dead host told from a slow one over core NATS, and
+a host answering only within its serving lease) are its parts; ``ClusterConfigActor``
+carries a config reload to every host. Used only when ``cluster.enabled`` and the bus is
+NATS; the embedded default (in-process bus, SQLite snapshots) never loads it.
 """
 
 from __future__ import annotations

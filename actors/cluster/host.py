@@ -20,6 +20,13 @@ same, and a ``ttl`` above the election time is what lets a host ride one out (se
 ``schemas.config.ClusterConfig``): a host cannot tell on its own whether the others reach
 JetStream meanwhile, and one that kept serving past its key's lapse could meet its successor.
 
+A dead host is not waited out: the hosts ask each other over core NATS whether they live
+(``liveness.py``); a round removes the key of a peer no process answered for long enough,
+by compare-and-set on its revision, and takes its units over. The host's actors see the bus
+through ``GatedBus``: they answer only within the host's serving lease, so a host taken for
+dead while it lived answers for nothing, and its next beat, finding its key gone, stops its
+units before it joins again.
+
 A unit's snapshots are written behind its actors (``fenced.py``); a unit released (moved,
 handed back, the host stopping) has them written first, within the lease deadline.
 """
@@ -27,6 +34,7 @@ handed back, the host stopping) has them written first, within the lease deadlin
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -35,11 +43,19 @@ from typing import TYPE_CHECKING
 from actors.child_spec import ChildSpec, Strategy
 from actors.cluster.admin import ClusterAdminActor
 from actors.cluster.fenced import SNAPSHOTS_BUCKET, FencedSnapshots
-from actors.cluster.membership import HOSTS_BUCKET, Membership, NodeIdInUseError
+from actors.cluster.gated import GatedBus
+from actors.cluster.liveness import ServingLease, Suspects, answer_alive, ask, dead_after
+from actors.cluster.membership import (
+    HOSTS_BUCKET,
+    Membership,
+    MembershipLostError,
+    NodeIdInUseError,
+)
 from actors.cluster.placement import OWNERS_BUCKET, Lease, Owners, owner_of
 from actors.reconfigure import Change, apply, diff, same_spec, undo
 from actors.supervisor import Supervisor
 from bus import BusClosedError
+from schemas import subjects
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -77,6 +93,7 @@ class ClusterHost:
     ) -> None:
         self.node_id = node_id
         self.root = Supervisor("root", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0)
+        self._outside = Supervisor("cluster", strategy=Strategy.ONE_FOR_ONE, intensity=10)
         self._bus = bus
         self._settings = settings
         self._build = build
@@ -97,6 +114,14 @@ class ClusterHost:
         self._changing = asyncio.Lock()  # one placement round or lapse at a time
         self._landed = asyncio.Event()  # a beat landed: time for a placement round
         self._tasks: list[asyncio.Task[None]] = []
+        # Whether each peer lives, asked over core NATS: a dead one is removed at once.
+        self._suspects = Suspects(dead_after(settings.heartbeat_seconds))
+        self._lease = ServingLease(clock, dead_after(settings.heartbeat_seconds))
+        self._gated = GatedBus(bus, self._lease)  # what this host's actors see
+        self._answering: asyncio.Task[None] | None = None
+        self._beats = 0  # beats landed
+        self._listed_after = -1  # the beats landed when the last listing of the peers began
+        self._exits = contextlib.AsyncExitStack()  # the subscription _answering serves
 
     @property
     def units(self) -> list[str]:
@@ -117,12 +142,20 @@ class ClusterHost:
         self._tasks = [
             asyncio.create_task(self._beating(sent), name=f"cluster-beat:{self.node_id}"),
             asyncio.create_task(self._placing(), name=f"cluster-place:{self.node_id}"),
+            asyncio.create_task(self._asking(), name=f"cluster-ask:{self.node_id}"),
         ]
 
     async def open(self) -> None:
-        """Open the buckets and start the root with only the ``cluster`` admin area (every
-        host answers it, outside placement). Raises BusClosedError when JetStream refuses
-        the buckets for ``_OPEN_ATTEMPTS`` seconds."""
+        """Open the buckets, start the (empty) root and the ``cluster`` admin area (every
+        host answers it, outside placement); answer whether this host lives from then on.
+        Raises BusClosedError when JetStream refuses the buckets for ``_OPEN_ATTEMPTS``
+        seconds, or the bus the subscription."""
+        alive = await self._exits.enter_async_context(
+            self._bus.subscribe(subjects.cluster_alive(self.node_id))
+        )
+        self._answering = asyncio.create_task(
+            answer_alive(alive, self.node_id), name=f"cluster-alive:{self.node_id}"
+        )
         for attempt in range(1, _OPEN_ATTEMPTS + 1):
             try:
                 await self._open_buckets()
@@ -133,12 +166,14 @@ class ClusterHost:
                     raise
                 logger.warning("cluster buckets not ready (%s); retrying", exc.message)
                 await asyncio.sleep(1.0)
-        await self.root.start(self._bus)
+        await self.root.start(self._gated)
         assert self._membership is not None and self._owners is not None
         admin = functools.partial(
             ClusterAdminActor, self.node_id, self._units, self._membership, self._owners
         )
-        await self.root.add_child(ChildSpec("cluster_admin", admin))
+        # Outside the serving lease: it reads JetStream only, and answers when we cannot.
+        await self._outside.start(self._bus)
+        await self._outside.add_child(ChildSpec("cluster_admin", admin))
 
     async def _open_buckets(self) -> None:
         replicas = self._settings.replicas_on(self._bus.servers)
@@ -155,13 +190,16 @@ class ClusterHost:
 
     async def aclose(self) -> None:
         """Stop the background tasks, stop and release every unit, leave the membership."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._answering] if self._answering else [])]
+        for task in tasks:
             task.cancel()
-        if self._tasks:
-            await asyncio.wait(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks)
+        await self._exits.aclose()
         for unit in reversed(self.units):
             await self._drop(unit, release=True)
         await self.root.stop()
+        await self._outside.stop()
         if self._membership is not None:
             try:
                 await self._membership.leave()
@@ -215,6 +253,17 @@ class ClusterHost:
                 raise TimeoutError
             async with asyncio.timeout(budget):
                 await self._membership.beat()
+        except MembershipLostError:
+            # A peer took us for dead (or our key lapsed): what we ran under it may be
+            # another host's now. Stop it all, then join afresh.
+            if self._leases:
+                logger.error(
+                    "%s: our membership is gone (a peer took this host for dead, or it "
+                    "lapsed): stopping every unit and joining again",
+                    self.node_id,
+                )
+            await self._stop_all()
+            return await self._heartbeat()  # joins afresh (it has no revision left to lose)
         except NodeIdInUseError as exc:
             # Two processes under one id would each run "its" share: the one that finds its
             # key rewritten by the other stops everything at once and waits for it to lapse.
@@ -243,6 +292,8 @@ class ClusterHost:
             logger.info("heartbeat acknowledged again on %s", self.node_id)
             self._unacknowledged = False
         self._deadline = sent + self._settings.ttl_seconds - self._settings.heartbeat_seconds
+        self._lease.renew(sent)
+        self._beats += 1
         return True
 
     async def _place_round(self) -> None:
@@ -251,16 +302,72 @@ class ClusterHost:
         assert self._membership is not None
         async with self._changing:
             try:
-                live = await self._membership.live()
-                if self.node_id not in live:
-                    live.append(self.node_id)  # the beat landed; a lagging listing must not hide us
-                await self._place(live)
+                beats = self._beats
+                revisions = await self._membership.revisions()
+                revisions.pop(self.node_id, None)
+                self._suspects.listed(revisions)
+                self._listed_after = beats
+                for node, revision in self._suspects.dead(self._clock()).items():
+                    if await self._remove_dead(node, revision):
+                        del revisions[node]
+                # The beat landed; a lagging listing must not hide us.
+                await self._place(sorted([*revisions, self.node_id]))
             except BusClosedError as exc:
                 logger.warning("placement round cut short: %s", exc.message)
+
+    async def _remove_dead(self, node: str, revision: int) -> bool:
+        """Remove the key of ``node``, silent for long enough, if a last ask still finds no
+        process answering for it and its key is still at ``revision``."""
+        assert self._membership is not None
+        if await ask(self._bus, self.node_id, node, self._ask_timeout) is not False:
+            return False
+        if not await self._membership.remove(node, revision):
+            return False
+        logger.warning(
+            "%s: host %s is gone (no process answers for it): removed its membership to take "
+            "its units over",
+            self.node_id,
+            node,
+        )
+        return True
+
+    async def ask_round(self) -> None:
+        """Ask every peer listed whether it lives (or this host, with none): renew the
+        serving lease when all answered and the listing followed our last beat, and start a
+        placement round when one is found dead."""
+        peers = self._suspects.peers
+        fresh = self._listed_after == self._beats
+        sent = self._clock()
+        targets = peers or [self.node_id]
+        answers = await asyncio.gather(
+            *(ask(self._bus, self.node_id, node, self._ask_timeout) for node in targets)
+        )
+        now = self._clock()
+        for peer, answer in zip(peers, answers, strict=False):
+            self._suspects.heard(peer, silent=answer is False, now=now)
+        if fresh and all(answers):
+            self._lease.vouched(sent)
+        if self._suspects.dead(now):
+            self._landed.set()
+
+    @property
+    def _ask_timeout(self) -> float:
+        return min(1.0, self._settings.heartbeat_seconds)
+
+    async def _asking(self) -> None:
+        period = self._settings.heartbeat_seconds / 4
+        while True:
+            started = self._clock()
+            try:
+                await self.ask_round()
+            except Exception:
+                logger.exception("asking the peers failed on %s", self.node_id)
+            await self._sleep(max(0.0, started + period - self._clock()))
 
     async def _stop_all(self) -> None:
         """Stop every unit without releasing it (its entry is left to lapse or be taken;
         a unit not ours on our return is released then, see ``_place``)."""
+        self._lease.end()
         async with self._changing:
             for unit in reversed(self.units):
                 self._abandoned[unit] = self._leases[unit]

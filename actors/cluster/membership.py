@@ -39,6 +39,11 @@ class NodeIdInUseError(Exception):
     """Another live process heartbeats under this host's node id."""
 
 
+class MembershipLostError(Exception):
+    """This host's key is gone while it still beat under it: it lapsed, or a peer removed
+    it (it took this host for dead). The next beat joins afresh."""
+
+
 class Membership:
     """This host's heartbeat in ``kv`` (the hosts bucket) and the view of who else is alive.
 
@@ -65,7 +70,9 @@ class Membership:
         announce it when we have none or it lapsed.
 
         Raises NodeIdInUseError when the key is held by another writer: a second process
-        under the same id (or, at the first beat, our previous incarnation, not lapsed yet).
+        under the same id (or, at the first beat, our previous incarnation, not lapsed yet);
+        MembershipLostError when our key is gone (nothing written: the host must stop what
+        it ran under it before it joins again).
         """
         value = msgspec.json.encode(HostBeat(role=self._role, since=self._since, at=self._wall()))
         try:
@@ -78,6 +85,10 @@ class Membership:
                 except KvConflictError:
                     if await self._kv.get(self.node_id) is not None:
                         raise
+                    self._revision = None
+                    raise MembershipLostError(
+                        f"the membership of {self.node_id!r} is gone"
+                    ) from None
             self._revision = await self._kv.create(self.node_id, value)
         except KvConflictError:
             self._revision = None
@@ -86,6 +97,25 @@ class Membership:
     async def live(self) -> list[str]:
         """The ids of the hosts whose key has not lapsed, sorted."""
         return sorted(await self._kv.keys())
+
+    async def revisions(self) -> dict[str, int]:
+        """Each live host's id and the revision of its last beat (a host whose key lapsed
+        since the listing is left out)."""
+        found: dict[str, int] = {}
+        for node in await self.live():
+            entry = await self._kv.get(node)
+            if entry is not None:
+                found[node] = entry.revision
+        return found
+
+    async def remove(self, node: str, revision: int) -> bool:
+        """Remove host ``node``'s key while its last beat is still ``revision`` (a host taken
+        for dead); False when it beat since (it lives) or is gone already."""
+        try:
+            await self._kv.delete(node, revision=revision)
+        except KvConflictError:
+            return False
+        return True
 
     async def members(self) -> dict[str, HostBeat | None]:
         """Each live host's last beat (None for a value this version cannot read)."""

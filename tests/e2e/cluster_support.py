@@ -1,12 +1,13 @@
 """What the multi-host e2e tests share: starting ``serve`` processes, writing their configs,
-choosing node ids that put given units on one host, and reading or awaiting the units' owners
-in JetStream."""
+choosing node ids that put given units on one host, reading or awaiting the units' owners
+in JetStream, and a relay whose connections to a NATS node can be cut."""
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -118,3 +119,114 @@ async def deploy(
         started, "--config", first, "--bus", bus_url, "--role", "ingress", "--port", "0"
     )
     return Deployment(configs, units, hosts, ingress, bus_url)
+
+
+class Relay:
+    """A loopback TCP relay to the NATS node at ``url`` whose connections can be cut (both
+    ends closed, new ones refused) and restored: what a process sees when its link to its
+    server drops and comes back, while the process and the server live on. While it holds
+    replies, the messages the server sends to the process's inboxes (the answers to its
+    requests: key-value writes, asks) wait, and every other message passes: JetStream slow
+    to answer the process, its subscribers served."""
+
+    def __init__(self, url: str) -> None:
+        target = urlsplit(url)
+        self._target = (target.hostname or "127.0.0.1", target.port or 4222)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._pipes: set[asyncio.Task[None]] = set()
+        self._holding = False
+        self._held: list[tuple[asyncio.StreamWriter, bytes]] = []
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        """Listen (on the port it had, after a ``cut``)."""
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def cut(self) -> None:
+        """Close every relayed connection and refuse new ones until ``start``."""
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        for pipe in self._pipes:
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        self._writers.clear()
+
+    def hold_replies(self) -> None:
+        """Hold the messages to the relayed processes' inboxes until ``release_replies``."""
+        self._holding = True
+
+    def release_replies(self) -> None:
+        """Send the held inbox messages, in order, and hold no more."""
+        self._holding = False
+        for writer, frame in self._held:
+            if not writer.is_closing():
+                writer.write(frame)
+        self._held.clear()
+
+    async def _down(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        pending = b""
+        try:
+            while data := await src.read(65536):
+                pending += data
+                while (cut := _frame_end(pending)) is not None:
+                    frame, pending = pending[:cut], pending[cut:]
+                    if self._holding and _to_inbox(frame):
+                        self._held.append((dst, frame))
+                    else:
+                        dst.write(frame)
+                await dst.drain()
+        except OSError:
+            pass
+        finally:
+            dst.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+        for pipe in (
+            asyncio.create_task(_pipe(reader, up_writer)),
+            asyncio.create_task(self._down(up_reader, writer)),
+        ):
+            self._pipes.add(pipe)
+            pipe.add_done_callback(self._pipes.discard)
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    except OSError:
+        pass
+    finally:
+        dst.close()
+
+
+def _frame_end(data: bytes) -> int | None:
+    """Where the first whole NATS protocol frame of ``data`` ends (a ``MSG`` or ``HMSG`` with
+    its payload, or one line), None when it is not all there yet."""
+    line = data.find(b"\r\n")
+    if line < 0:
+        return None
+    head = data[:line].split()
+    if head and head[0] in (b"MSG", b"HMSG"):
+        end = line + 2 + int(head[-1]) + 2
+        return end if len(data) >= end else None
+    return line + 2
+
+
+def _to_inbox(frame: bytes) -> bool:
+    head = frame.split(b"\r\n", 1)[0].split()
+    return len(head) > 1 and head[0] in (b"MSG", b"HMSG") and head[1].startswith(b"_INBOX")

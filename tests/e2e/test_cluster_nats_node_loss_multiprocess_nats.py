@@ -43,8 +43,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
 ADMIN = "node-loss-admin-key"
-# ttl - heartbeat (11.5 s) outlasts a bucket's leader election (NATS: 4-9 s).
-CLUSTER = {"enabled": True, "heartbeat_seconds": 0.5, "ttl_seconds": 12.0, "replicas": 3}
+# The defaults: ttl - heartbeat (11 s) outlasts a bucket's leader election (NATS: 4-9 s), and
+# the hosts, each answering the other's asks once reconnected, keep their serving leases.
+CLUSTER = {"enabled": True, "heartbeat_seconds": 1.0, "ttl_seconds": 12.0, "replicas": 3}
 NODES = ("a", "b")
 CLIENTS = 4
 # The reconnect (1 s between attempts) and the buckets' elections are over by then. It was

@@ -39,7 +39,6 @@ from bus import open_bus
 from gateway.process.config import load_config
 from tests.e2e.cluster_support import owners_of, spawn_serve, until_owned, write_config
 from tests.e2e.conftest import WAIT, assert_openai_error, config, eid, model, route
-from tests.e2e.test_cluster_takeover_multiprocess_nats import CLUSTER
 from tests.fixtures.upstream import FastUpstream, Reply
 
 if TYPE_CHECKING:
@@ -56,6 +55,9 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
 ADMIN = "takeover-load-admin-key"
+# The defaults (beats every 1 s, a 12 s TTL): a killed host is taken for dead once no process
+# answers for it, long before its key lapses.
+CLUSTER = {"enabled": True, "replicas": 3}
 RATE = 100  # requests a second, over both ingresses
 BEFORE_S = 3.0  # load before the kill
 AFTER_S = 8.0  # load after it

@@ -67,6 +67,7 @@ PINNED: dict[str, list[str]] = {
         "Guardrails",
         "HealthReport",
         "HealthRequest",
+        "HostAlive",
         "InvalidRequestError",
         "KeyAcquire",
         "KeyCooling",

@@ -1,18 +1,24 @@
 """A bus whose key-value buckets can be cut off from JetStream, or left unanswered, for the
-cluster tests: what a host sees when NATS is partitioned from it or elects a leader."""
+cluster tests: what a host sees when NATS is partitioned from it or elects a leader; and a
+link to a shared bus that can be cut and restored (a process dead, or reconnecting)."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+import contextlib
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from bus import BusClosedError, InProcessBus
+from bus import BusClosedError, InProcessBus, RequestTimeoutError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
 
     from bus import KeyValue, KvEntry
+    from bus.inprocess import BufferedSubscription
+    from schemas import ErrorReply, Message
+
+T = TypeVar("T")
 
 
 class CuttableKv:
@@ -69,3 +75,78 @@ class CuttableBus(InProcessBus):
         gate = self.gates.setdefault(bucket, asyncio.Event())
         gate.set()
         return CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut, gate)
+
+
+class Link:
+    """One process's connection to a shared in-process bus, which ``cut`` takes from it (what
+    the server does when the process dies or its connection drops) and ``restore`` gives back
+    with every subscription (a reconnect): while cut, no request reaches its subscribers,
+    its own requests fail and its buckets are cut off."""
+
+    def __init__(self, inner: InProcessBus) -> None:
+        self.inner = inner
+        self.cut = [False]
+        self._subs: list[BufferedSubscription] = []
+        self._gate = asyncio.Event()
+        self._gate.set()
+
+    @property
+    def servers(self) -> int:
+        return 1
+
+    def drop(self) -> None:
+        """Cut the connection: its subscriptions leave the bus's routes."""
+        self.cut[0] = True
+        for sub in self._subs:
+            if sub in self.inner._subs:
+                self.inner._subs.remove(sub)
+        self.inner._routes.clear()
+
+    def restore(self) -> None:
+        """Reconnect: every subscription still open is routed to again."""
+        self.cut[0] = False
+        self.inner._subs.extend(s for s in self._subs if not s.closed)
+        self.inner._routes.clear()
+
+    async def publish(self, subject: str, msg: Message) -> None:
+        if not self.cut[0]:
+            await self.inner.publish(subject, msg)
+
+    async def request(
+        self, subject: str, msg: Message, *, reply_type: type[T], timeout: float
+    ) -> T | ErrorReply:
+        if self.cut[0]:
+            raise RequestTimeoutError(f"cut off: {subject}")
+        return await self.inner.request(subject, msg, reply_type=reply_type, timeout=timeout)
+
+    @contextlib.asynccontextmanager
+    async def subscribe(
+        self, subject: str, *, queue: str | None = None
+    ) -> AsyncIterator[BufferedSubscription]:
+        async with self.inner.subscribe(subject, queue=queue) as sub:
+            self._subs.append(sub)
+            if self.cut[0]:
+                self.drop()
+            try:
+                yield sub
+            finally:
+                self._subs.remove(sub)
+
+    def replay(
+        self, subject: str, *, stream: str, since: float
+    ) -> AbstractAsyncContextManager[BufferedSubscription]:
+        return self.inner.replay(subject, stream=stream, since=since)
+
+    async def ensure_stream(self, name: str, subjects: list[str], **kept: Any) -> None:
+        await self.inner.ensure_stream(name, subjects, **kept)
+
+    async def delete_stream(self, name: str) -> None:
+        await self.inner.delete_stream(name)
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+    ) -> KeyValue:
+        return CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut, self._gate)
+
+    async def aclose(self) -> None:
+        """Nothing: the shared bus outlives the link."""
