@@ -253,8 +253,9 @@ class Actor:
     async def _forward(
         self, sub: Subscription, mailbox: asyncio.Queue[Envelope | _Local | _Wake]
     ) -> None:
-        async for env in sub:
-            await mailbox.put(env)  # waits while the mailbox is full: backpressure, not loss
+        # Straight into the mailbox while it has room; when full, the subscription queues and
+        # waits for room: backpressure, not loss.
+        await sub.feed(mailbox)
         raise BusClosedError(f"actor {self.name}: subscription to {sub.subject} ended")
 
     async def _loop(self, mailbox: asyncio.Queue[Envelope | _Local | _Wake]) -> None:

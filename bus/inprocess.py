@@ -7,23 +7,24 @@ Also owns what both buses share: subject validation and matching, and
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import re
 import time
 from collections import deque
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.kv import KeyValue, MemoryKeyValue
-from bus.protocol import Envelope
+from bus.protocol import Envelope, Sink
+from bus.subscribing import Subscribing
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
+    from contextlib import AbstractAsyncContextManager
 
     from schemas import ErrorReply, Message
 
@@ -87,12 +88,14 @@ class BufferedSubscription:
     Delivery never blocks the publisher: past ``pending_limit`` queued messages, new ones are
     dropped and counted in ``dropped`` (NATS's slow-consumer rule). After ``close()`` the
     iterator ends and what was still queued is discarded, as NATS does on unsubscribe.
-    Iterating from two tasks at once raises RuntimeError.
+    Iterating from two tasks at once raises RuntimeError. :meth:`feed` moves the messages into
+    a consumer's queue instead, most of them straight from ``deliver``.
     """
 
     __slots__ = (
         "_closed",
         "_items",
+        "_sink",
         "_tokens",
         "_waiter",
         "dropped",
@@ -111,6 +114,7 @@ class BufferedSubscription:
         self._tokens = tuple(subject.split("."))
         self._items: deque[Envelope] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._sink: Sink | None = None
         self._closed = False
 
     @property
@@ -127,6 +131,13 @@ class BufferedSubscription:
         """Queue ``env`` for the consumer, or drop and count it when the queue is full."""
         if self._closed:
             return
+        sink = self._sink
+        if sink is not None and not self._items:  # nothing older waits: straight in
+            try:
+                sink.put_nowait(env)
+                return
+            except asyncio.QueueFull:
+                pass
         if len(self._items) >= self.pending_limit:
             self.dropped += 1
             if self.dropped & (self.dropped - 1) == 0:  # 1, 2, 4, ...: visible but not a flood
@@ -154,6 +165,8 @@ class BufferedSubscription:
         return self
 
     async def __anext__(self) -> Envelope:
+        if self._sink is not None:
+            raise RuntimeError(f"subscription {self.subject!r} is already being fed")
         while True:
             if self._closed:
                 raise StopAsyncIteration
@@ -167,6 +180,32 @@ class BufferedSubscription:
                 await self._waiter
             finally:
                 self._waiter = None
+
+    async def feed(self, sink: Sink) -> None:
+        """Put every message into ``sink``, in order, until the subscription ends; never
+        loses one. While ``sink`` has room and nothing older waits here, ``deliver`` puts a
+        message straight in (no task switch); else it queues here and is put once ``sink``
+        has room (waiting: backpressure, as a consumer's ``put`` would). Raises RuntimeError
+        when the subscription is already being iterated or fed."""
+        if self._waiter is not None or self._sink is not None:
+            raise RuntimeError(f"subscription {self.subject!r} is already being iterated")
+        self._sink = sink
+        items = self._items
+        try:
+            while not self._closed:
+                if items:
+                    env = items[0]  # stays first while put waits: later ones queue behind it
+                    await sink.put(env)
+                    if items and items[0] is env:  # else close() discarded the queue meanwhile
+                        items.popleft()
+                    continue
+                self._waiter = asyncio.get_running_loop().create_future()
+                try:
+                    await self._waiter
+                finally:
+                    self._waiter = None
+        finally:
+            self._sink = None
 
     def __repr__(self) -> str:
         return f"BufferedSubscription({self.subject!r}, queue={self.queue!r})"
@@ -302,7 +341,7 @@ class InProcessBus:
         """Subscribe for the duration of an ``async with``. Raises ValueError, BusClosedError."""
         check_pattern(subject)
         check_queue(queue)
-        return _Subscribing(self, subject, queue)
+        return Subscribing(functools.partial(self._add, subject, queue), self._remove)
 
     async def ensure_stream(
         self,
@@ -345,7 +384,9 @@ class InProcessBus:
         messages, in order and without a gap. Raises ValueError, BusClosedError (also on
         entry when the stream does not exist)."""
         check_pattern(subject)
-        return _Subscribing(self, subject, None, replay=(stream, since))
+        return Subscribing(
+            functools.partial(self._add, subject, None, (stream, since)), self._remove
+        )
 
     async def key_value(
         self, bucket: str, *, ttl: float | None = None, replicas: int = 1
@@ -450,35 +491,3 @@ class InProcessBus:
 def _expire(reply: asyncio.Future[bytes], subject: str, timeout: float) -> None:
     if not reply.done():
         reply.set_exception(RequestTimeoutError(f"no reply on {subject} within {timeout:g}s"))
-
-
-class _Subscribing(AbstractAsyncContextManager[BufferedSubscription]):
-    __slots__ = ("_bus", "_queue", "_replay", "_sub", "_subject")
-
-    def __init__(
-        self,
-        bus: InProcessBus,
-        subject: str,
-        queue: str | None,
-        *,
-        replay: tuple[str, float] | None = None,
-    ) -> None:
-        self._bus = bus
-        self._subject = subject
-        self._queue = queue
-        self._replay = replay
-        self._sub: BufferedSubscription | None = None
-
-    async def __aenter__(self) -> BufferedSubscription:
-        self._sub = self._bus._add(self._subject, self._queue, self._replay)
-        return self._sub
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._sub is not None:
-            self._bus._remove(self._sub)
-            self._sub = None

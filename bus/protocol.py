@@ -51,6 +51,22 @@ class Subscription(Protocol):
 
     def __aiter__(self) -> AsyncIterator[Envelope]: ...
 
+    async def feed(self, sink: Sink) -> None:
+        """Put every Envelope into ``sink``, in order, until the subscription is closed."""
+        ...
+
+
+class Sink(Protocol):
+    """Where ``Subscription.feed`` puts Envelopes: an actor's mailbox, an asyncio.Queue."""
+
+    def put_nowait(self, item: Envelope, /) -> None:
+        """Queue ``item``. Raises asyncio.QueueFull when full."""
+        ...
+
+    async def put(self, item: Envelope, /) -> None:
+        """Queue ``item``, first waiting for room."""
+        ...
+
 
 class Bus(Protocol):
     """Publish/subscribe and request/reply with NATS subject semantics, and kept history.

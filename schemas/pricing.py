@@ -51,6 +51,8 @@ def cost_usd(
     unpriced)."""
     if pricing is None:
         return 0.0
+    if not cache_read_tokens and not cache_write_tokens:
+        return uncached_cost(pricing, prompt_tokens, completion_tokens)
     cached = max(0, min(cache_read_tokens, prompt_tokens))
     written = max(0, min(cache_write_tokens, prompt_tokens - cached))
     uncached = max(0, prompt_tokens - cached - written)
@@ -61,3 +63,11 @@ def cost_usd(
         + max(0, completion_tokens) * pricing.completion
     )
     return total / PER_MILLION
+
+
+def uncached_cost(pricing: Pricing, prompt_tokens: int, completion_tokens: int) -> float:
+    """What an attempt that read and wrote no cache cost: :func:`cost_usd`'s sum without its
+    two zero terms (RouteWise prices every route so, per request)."""
+    prompt = prompt_tokens if prompt_tokens > 0 else 0
+    completion = completion_tokens if completion_tokens > 0 else 0
+    return (prompt * pricing.prompt + completion * pricing.completion) / PER_MILLION

@@ -231,26 +231,32 @@ def _operator(op: str, operand: Any, path: str) -> tuple[Callable[[Any], bool], 
     if op in ("$in", "$nin"):
         if not isinstance(operand, list) or len(operand) > MAX_IN_VALUES:
             raise RuleSetError(path, f"must be a list of at most {MAX_IN_VALUES} values")
-        keys = frozenset((_scalar(v, f"{path}[{j}]"), v) for j, v in enumerate(operand))
+        kinds = [_scalar(v, f"{path}[{j}]") for j, v in enumerate(operand)]
+        # One set per value type, so True never matches 1 and a test builds no key (a
+        # (kind, value) tuple built and hashed per test was most of the clause's cost).
+        by_type = {
+            t: frozenset(v for k, v in zip(kinds, operand, strict=True) if k == kind)
+            for t, kind in _KINDS.items()
+        }
 
         def member(v: Any) -> bool:
-            kind = _KINDS.get(type(v))
-            return kind is not None and (kind, v) in keys  # (never hashes a list)
+            values = by_type.get(type(v))
+            return values is not None and v in values  # (never hashes a list)
 
         return member, op == "$nin"
     types = _TYPES[_scalar(operand, path)]
-    if op in ("$eq", "$ne"):
-        return (lambda v: type(v) in types and v == operand), op == "$ne"
-    compare = _ORDER[op]
-    return (lambda v: type(v) in types and compare(v, operand)), False
-
-
-_ORDER: dict[str, Callable[[Any, Any], bool]] = {
-    "$gt": lambda a, b: a > b,
-    "$gte": lambda a, b: a >= b,
-    "$lt": lambda a, b: a < b,
-    "$lte": lambda a, b: a <= b,
-}
+    # One expression per operator: a comparison function called from the test was a second
+    # Python call per clause (about a fifth more per budget unit than the rest).
+    match op:
+        case "$eq" | "$ne":
+            return (lambda v: type(v) in types and v == operand), op == "$ne"
+        case "$gt":
+            return (lambda v: type(v) in types and v > operand), False
+        case "$gte":
+            return (lambda v: type(v) in types and v >= operand), False
+        case "$lt":
+            return (lambda v: type(v) in types and v < operand), False
+    return (lambda v: type(v) in types and v <= operand), False  # $lte
 
 
 def _regex(pattern: Any, path: str) -> Any:

@@ -19,6 +19,7 @@ _MISSING = object()
 # Fields whose value is a list: an operator holds when it holds for any element ($ne and
 # $nin: for none).
 _LIST_FIELDS = frozenset({"params.modalities"})
+_SEQUENCES = (list, tuple)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,21 +121,33 @@ def leaf_match(field: str, test: Callable[[Any], bool], negated: bool) -> Match:
     namespace, key = field.split(".", 1)
     if field in _LIST_FIELDS:
         test = _any_element(test)
-    if negated:
-        positive = test
-        test = lambda v: not positive(v)  # noqa: E731 - one expression, bound once
-    missing = negated
+    # One closure per case, so a clause costs its lookup and one call of ``test``: a
+    # negation wrapped around ``test`` was a second call per clause, about a fifth more.
     if namespace == "params":
+        if negated:
+
+            def not_in_params(p: Values, m: Values) -> bool:
+                v = p.get(key, _MISSING)
+                return v is _MISSING or not test(v)
+
+            return not_in_params
 
         def in_params(p: Values, m: Values) -> bool:
             v = p.get(key, _MISSING)
-            return missing if v is _MISSING else test(v)
+            return v is not _MISSING and test(v)
 
         return in_params
+    if negated:
+
+        def not_in_metadata(p: Values, m: Values) -> bool:
+            v = m.get(key, _MISSING)
+            return v is _MISSING or not test(v)
+
+        return not_in_metadata
 
     def in_metadata(p: Values, m: Values) -> bool:
         v = m.get(key, _MISSING)
-        return missing if v is _MISSING else test(v)
+        return v is not _MISSING and test(v)
 
     return in_metadata
 
@@ -245,8 +258,13 @@ def _any_element(test: Callable[[Any], bool]) -> Callable[[Any], bool]:
     """``test`` of a value, or of any element of a list value (``params.modalities``)."""
 
     def run(v: Any) -> bool:
-        if isinstance(v, list | tuple):
-            return any(test(x) for x in v)
+        if isinstance(v, _SEQUENCES):
+            # A loop, not any() over a generator: building the generator cost more than
+            # testing the four elements a request may list.
+            for x in v:
+                if test(x):
+                    return True
+            return False
         return test(v)
 
     return run

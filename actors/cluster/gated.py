@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from actors.cluster.liveness import ServingLease
     from bus import Bus, KeyValue, Subscription
+    from bus.protocol import Sink
     from schemas import ErrorReply, Message
 
 logger = logging.getLogger(__name__)
@@ -137,3 +138,9 @@ class _GatedSubscription:
                 await respond(original, msg)
 
             yield Envelope(env.subject, env.message, env.reply, responder)
+
+    async def feed(self, sink: Sink) -> None:
+        """Put each message into ``sink`` once the lease lets it through, waiting for room
+        (no message goes in straight from delivery: the gate comes first)."""
+        async for env in self:
+            await sink.put(env)

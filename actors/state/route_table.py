@@ -48,6 +48,7 @@ class RouteEntry:
     """One route: config, endpoint id, effective weight and last known circuit state."""
 
     __slots__ = (
+        "_view",
         "candidate",
         "config",
         "endpoint",
@@ -73,6 +74,7 @@ class RouteEntry:
         self.local_healthy = True
         self.candidate = candidate_for(endpoint, config)
         self.probe_candidate = candidate_for(endpoint, config, probe=True)
+        self._view: RouteView | None = None
 
     @property
     def circuit(self) -> str:
@@ -103,8 +105,12 @@ class RouteEntry:
         return window is None or prompt_tokens <= window
 
     def view(self, backlog: int) -> RouteView:
-        """What a strategy sees of this route."""
-        return RouteView(self.index, self.endpoint, self.weight, self.config, backlog)
+        """What a strategy sees of this route: the last view while its weight and
+        ``backlog`` are the same (a decision reads every route once or twice)."""
+        v = self._view
+        if v is None or v.backlog != backlog or v.weight != self.weight:
+            v = self._view = RouteView(self.index, self.endpoint, self.weight, self.config, backlog)
+        return v
 
 
 class RouteTable:

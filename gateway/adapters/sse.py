@@ -21,6 +21,19 @@ class SSEParser:
         buf = self._buf + chunk if self._buf else chunk
         out: list[tuple[str | None, bytes]] = []
         start = 0
+        if not self._data and self._event is None:
+            # What LLM APIs send: whole frames of one ``data:`` line each, taken a frame at a
+            # time; anything else (and a frame's unfinished rest) goes line by line below.
+            while True:
+                end = buf.find(b"\n\n", start)
+                if end < 0:
+                    break
+                frame = buf[start:end]
+                if frame[:5] != b"data:" or b"\n" in frame or b"\r" in frame:
+                    break
+                value = frame[5:]
+                out.append((None, value[1:] if value[:1] == b" " else value))
+                start = end + 2
         while True:
             end = buf.find(b"\n", start)
             if end < 0:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
@@ -18,6 +19,7 @@ import msgspec
 
 from bus import BusClosedError
 from schemas import InvalidRequestError, subjects
+from schemas.keys import parse_since
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -74,17 +76,21 @@ def kinds_of(req: HttpRequest) -> frozenset[str]:
 
 
 def since_of(req: HttpRequest) -> float | None:
-    """The ``since`` of the query string (unix seconds): replay the kept events from then
-    on first. Raises InvalidRequestError."""
+    """The ``since`` of the query string as unix seconds (given as unix seconds, an ISO 8601
+    time or a duration ago such as ``10m``, as every ``since`` is): replay the kept events
+    from then on first. Raises InvalidRequestError."""
     values = _query(req).get("since")
     if not values:
         return None
     try:
-        since = float(values[-1])
+        since = parse_since(values[-1], time.time())
     except ValueError:
         since = math.nan
     if not math.isfinite(since):
-        raise InvalidRequestError("'since' is unix time in seconds", param="since")
+        raise InvalidRequestError(
+            "'since' is a time (unix seconds or ISO 8601) or a duration ago (10m, 2h, 1d)",
+            param="since",
+        )
     return since
 
 

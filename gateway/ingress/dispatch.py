@@ -30,7 +30,7 @@ import functools
 import logging
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
 
@@ -58,6 +58,8 @@ if TYPE_CHECKING:
         AsyncGenerator,
         AsyncIterator,
         Callable,
+        Coroutine,
+        Generator,
         Mapping,
         Sequence,
     )
@@ -77,6 +79,7 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 P = TypeVar("P")
+T = TypeVar("T")
 
 
 class Dispatcher:
@@ -246,8 +249,7 @@ class Dispatcher:
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
         try:
-            with anyio.CancelScope(shield=True):
-                await self._bus.publish(subject, msg)
+            await shielded(self._bus.publish(subject, msg))
         except GatewayError as exc:
             logger.warning("event on %s not published: %s", subject, exc)
 
@@ -391,3 +393,45 @@ class Dispatcher:
                 f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint, kind="no_adapter"
             )
         return adapter
+
+
+async def shielded(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``'s result, ``coro`` shielded from cancellation from its first suspension on
+    (before it, none can land). Raises what ``coro`` raises. An anyio shield costs about
+    5 µs to enter and leave, and an in-process publish never suspends: it needs none."""
+    try:
+        first = coro.send(None)
+    except StopIteration as done:
+        return cast("T", done.value)
+    with anyio.CancelScope(shield=True):
+        result = await _Rest(coro, first)
+    return result
+
+
+class _Rest(Generic[T]):
+    """The rest of a coroutine that already yielded ``first`` to the event loop."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: passed on to the coroutine
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return cast("T", done.value)
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return cast("T", done.value)

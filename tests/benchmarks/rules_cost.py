@@ -20,9 +20,7 @@ import time
 
 from schemas.rule_language import RuleSetError, compile_rules
 from schemas.rules import MAX_CLAUSES, MAX_RULE_SET_UNITS, MAX_RULES, Rule
-from tests.fixtures.rule_sets import ALPHABETS, KINDS, labels, worst_set
-
-PARAMS = {"surface": "chat", "stream": False, "prompt_tokens": 10, "role": "user"}
+from tests.fixtures.rule_sets import ALPHABETS, KINDS, PARAMS, labels, worst_set
 
 
 def _issue_set(distinct: bool) -> list[Rule]:

@@ -1,6 +1,7 @@
 """More of what an operator's command line meets, each run as the venv's ``llmgw`` script: a
 gateway started at a NATS nobody serves, ``llmgw events`` given a kind that does not exist
-or asked to catch up without NATS, and ``spend report`` given a duration."""
+or asked to catch up without NATS, ``GET /events?since=`` and ``spend report`` given a
+duration."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
+from gateway.adapters.sse import SSEParser
 from tests.e2e.conftest import CHAT, WAIT, assert_openai_error, chat, config, model
 from tests.e2e.test_cli_operator import llmgw, one_line_error
 from tests.fixtures.gateway import GatewayProcess
@@ -59,6 +61,38 @@ async def test_the_event_stream_refuses_a_kind_no_event_has(
     resp = await gw.http().get("/events?kind=bogus", headers={"authorization": f"Bearer {ADMIN}"})
 
     assert assert_openai_error(resp, 400, "invalid_request")["param"] == "kind"
+
+
+async def test_the_event_stream_takes_since_as_a_duration_or_a_time(
+    gateway_factory: GatewayFactory,
+) -> None:
+    """``GET /events?since=`` reads a duration ago and an ISO 8601 time as every ``since``
+    does (unix seconds too); anything else is a 400 naming the parameter."""
+    gw = await gateway_factory(config(model("m", {"kind": "echo"}), admin_key=ADMIN))
+    auth = {"authorization": f"Bearer {ADMIN}"}
+    http = gw.http()
+    changed = await http.post(
+        "/admin/steering/set_profile", json={"profile": "priority"}, headers=auth
+    )
+    assert changed.status_code == 200, changed.text
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+
+    replayed = []
+    for since in ("10m", an_hour_ago.strftime("%Y-%m-%dT%H:%M:%S"), str(an_hour_ago.timestamp())):
+        params = {"kind": "admin", "since": since}
+        async with http.stream("GET", "/events", params=params, headers=auth) as resp:
+            assert resp.status_code == 200, await resp.aread()
+            parser, frames = SSEParser(), []
+            async with asyncio.timeout(WAIT):
+                async for chunk in resp.aiter_bytes():
+                    frames += [json.loads(data) for _, data in parser.feed(chunk)]
+                    if frames:
+                        break
+        replayed.append((frames[0]["area"], frames[0]["verb"]))
+    refused = await http.get("/events", params={"since": "ten minutes"}, headers=auth)
+
+    assert replayed == [("steering", "set_profile")] * 3
+    assert assert_openai_error(refused, 400, "invalid_request")["param"] == "since"
 
 
 async def test_events_since_and_spend_and_logs_take_durations_and_times_on_the_local_socket(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_routewise.core.cost import scarcity_price
 
-from schemas.pricing import cost_usd
+from schemas.pricing import uncached_cost
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -58,6 +58,11 @@ class Candidate:
         }
 
 
+# One route as the decision prices it: a :class:`Candidate`'s fields up to ``excluded``, in
+# their order (``Candidate(*row)``). The hot path keeps rows and builds no Candidate.
+Row = tuple[str, str, float | None, float, bool, float, float | None, float | None, str]
+
+
 def candidate(
     endpoint: str,
     route: RouteConfig,
@@ -68,49 +73,65 @@ def candidate(
     latency_evidence: LatencyEvidence,
     deps: StrategyDeps,
 ) -> Candidate:
+    """How the route ``endpoint`` looks to the LP now (see :func:`route_row`)."""
+    return Candidate(
+        *route_row(
+            endpoint,
+            route,
+            prompt_tokens,
+            round(predicted),
+            bounds,
+            now,
+            latency_evidence,
+            deps,
+        )
+    )
+
+
+def route_row(
+    endpoint: str,
+    route: RouteConfig,
+    prompt_tokens: int,
+    completion_tokens: int,
+    bounds: tuple[float, float] | None,
+    now: float,
+    latency_evidence: LatencyEvidence,
+    deps: StrategyDeps,
+) -> Row:
     """How the route ``endpoint`` looks to the LP now: its latency (profile plus the wait
-    for a slot) and effective cost (``None`` with the reason when masked or infeasible)."""
+    for a slot) and effective cost (``None`` with the reason when masked or infeasible),
+    for a prompt of ``prompt_tokens`` and ``completion_tokens`` predicted."""
     kind = route.provider_type
     latency, profiled = latency_evidence.lp_latency(endpoint, now)
     state = deps.capacity(endpoint)
     free = state.free if state is not None else None
     in_flight, limit = deps.load(endpoint)
-    if limit is not None and in_flight < limit:
+    if limit is not None:
+        if in_flight >= limit:
+            return (endpoint, kind, None, latency, profiled, 0.0, None, free, "capacity_full")
         # Queueing: a route holding a share of its learned limit (or slow-start window)
         # makes the next request wait for a slot that often; priced as an M/M/c queue.
         hold = latency_evidence.hold_ms(endpoint)
         latency += queue_wait_ms(in_flight, limit, latency if hold is None else hold)
-
-    def out(cost: float | None, why: str = "", fraction: float | None = None) -> Candidate:
-        return Candidate(
-            endpoint=endpoint,
-            provider_type=kind,
-            effective_cost=cost,
-            latency_ms=latency,
-            profiled=profiled,
-            excluded=why,
-            quota_used_fraction=fraction,
-            free_slots=free,
-        )
-
-    if limit is not None and in_flight >= limit:
-        return out(None, "capacity_full")
     if kind == "quota":
         if state is None or not state.resolved:
-            return out(None, "quota_unresolved")
+            return (endpoint, kind, None, latency, profiled, 0.0, None, free, "quota_unresolved")
         fraction = state.used_fraction
         if state.free <= 0:
-            return out(None, "quota_exhausted", fraction)
+            why = "quota_exhausted"
+            return (endpoint, kind, None, latency, profiled, 0.0, fraction, free, why)
         if bounds is None:
-            return out(None, "envelope_uncalibrated", fraction)
-        return out(scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1]), "", fraction)
+            why = "envelope_uncalibrated"
+            return (endpoint, kind, None, latency, profiled, 0.0, fraction, free, why)
+        price = scarcity_price("exp_lu", fraction, L=bounds[0], U=bounds[1])
+        return (endpoint, kind, price, latency, profiled, 0.0, fraction, free, "")
     if kind == "concurrency":
         if state is not None and state.free <= 0:
-            return out(None, "concurrency_full")
-        return out(0.0)
-    return out(
-        cost_usd(route.pricing, prompt_tokens=prompt_tokens, completion_tokens=round(predicted))
-    )
+            return (endpoint, kind, None, latency, profiled, 0.0, None, free, "concurrency_full")
+        return (endpoint, kind, 0.0, latency, profiled, 0.0, None, free, "")
+    pricing = route.pricing  # no cache: the cold-cache price of the prompt
+    price = 0.0 if pricing is None else uncached_cost(pricing, prompt_tokens, completion_tokens)
+    return (endpoint, kind, price, latency, profiled, 0.0, None, free, "")
 
 
 def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:

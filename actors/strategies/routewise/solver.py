@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 LP_EPS = 1e-9
 # A double (native byte order) with the low 44 of its 52 mantissa bits cleared.
 _KEEP = (0xFFFFF << 44).to_bytes(8, sys.byteorder)
+_MASKS: dict[int, int] = {}  # how many values -> _KEEP over each of them, as one integer
 
 
 def budget_for(costs: Sequence[float], alpha: float, latencies: Sequence[float]) -> float:
@@ -51,8 +52,11 @@ def lp_key(
     materially. One integer operation over all the inputs' bits, not a step per value."""
     values = array("d", costs)
     values.extend(latencies)
-    bits = int.from_bytes(values.tobytes(), sys.byteorder)
-    return (alpha, len(costs), bits & int.from_bytes(_KEEP * len(values), sys.byteorder))
+    n = len(values)
+    mask = _MASKS.get(n)
+    if mask is None:
+        mask = _MASKS[n] = int.from_bytes(_KEEP * n, sys.byteorder)
+    return (alpha, len(costs), int.from_bytes(values.tobytes(), sys.byteorder) & mask)
 
 
 def solve(costs: Sequence[float], objective: Sequence[float], budget: float) -> dict[int, float]:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections import OrderedDict
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llm_routewise import NoProviderError
@@ -35,10 +33,9 @@ from llm_routewise.core.hedging import (
     combined_success_probability,
     hedge_checkpoints_for_slo,
 )
-from llm_routewise.core.lp import cost_tiebroken_objective
 
 from actors.strategies.base import RoutingStrategy
-from actors.strategies.routewise.candidates import Candidate, candidate, weighted
+from actors.strategies.routewise.candidates import Candidate, Row, route_row, weighted
 from actors.strategies.routewise.evidence import (
     CostEnvelope,
     LatencyEvidence,
@@ -46,11 +43,11 @@ from actors.strategies.routewise.evidence import (
     TtftWindow,
 )
 from actors.strategies.routewise.host import RouteWiseHost
-from actors.strategies.routewise.solver import budget_for, lp_key, solve
-from schemas.pricing import Pricing, cost_usd
+from actors.strategies.routewise.solutions import Solutions
+from schemas.pricing import Pricing, uncached_cost
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
     from actors.strategies.base import RouteView, StrategyDeps, StrategyHost
     from actors.strategies.routewise.params import RouteWiseParams
@@ -59,9 +56,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_LP_CACHE_SIZE = 256
-# Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
-_RESOLVED_FALLBACKS = 3
 # Samples each route needs before hedging trusts its profile (the library's default).
 HEDGE_MIN_SAMPLES = 5
 
@@ -125,11 +119,12 @@ class RouteWiseStrategy(RoutingStrategy):
         self._reference = reference_pricing(deps.model, params)
         self._endpoints = set(deps.model.endpoint_ids()) if deps.model else set()
         self._probing: dict[str, float] = {}  # endpoint -> when its probe counts as lost
-        self._lp_cache: OrderedDict[tuple[Any, ...], dict[int, float]] = OrderedDict()
+        self._solutions = Solutions(params.budget_alpha)
         self.fallback_draws = 0
         # The last decision (explain and tests read it; fallback_order reuses it).
         self._last_request: RouteRequest | None = None
-        self._last_cands: list[Candidate] = []
+        self._last_rows: list[Row] = []
+        self._last_lp: Hashable = None  # the last select's LP: its key and live positions
         self._last_weights: Mapping[int, float] = {}
         self.last_prompt_tokens = 0  # what /health/deep prices its candidate rows for
 
@@ -154,7 +149,7 @@ class RouteWiseStrategy(RoutingStrategy):
         for part in (self.latency, self.output, self.envelope):
             part.retune(params)
         self._reference = reference_pricing(self._deps.model, params)
-        self._lp_cache.clear()
+        self._solutions.retune(params.budget_alpha)
 
     # -- views fed by the host ---------------------------------------------------------
 
@@ -213,11 +208,7 @@ class RouteWiseStrategy(RoutingStrategy):
             self.output.update(prompt_tokens, completion_tokens, own=own)
             if self._reference is not None and (prompt_tokens or completion_tokens):
                 self.envelope.add(
-                    cost_usd(
-                        self._reference,
-                        prompt_tokens=prompt_tokens,
-                        completion_tokens=completion_tokens,
-                    ),
+                    uncached_cost(self._reference, prompt_tokens, completion_tokens),
                     ts,
                 )
         elif outcome == "failure" and own and endpoint in self._endpoints:
@@ -312,49 +303,44 @@ class RouteWiseStrategy(RoutingStrategy):
         self, routes: Sequence[RouteView], request: RouteRequest, now: float
     ) -> list[Candidate]:
         """Effective cost and latency of every route (masked ones with ``excluded``)."""
-        predicted = self.output.predict(request.prompt_tokens)
-        bounds = self.envelope.bounds(now)
-        out = []
-        for r in routes:
-            out.append(
-                candidate(
-                    r.endpoint,
-                    r.route,
-                    request.prompt_tokens,
-                    predicted,
-                    bounds,
-                    now,
-                    self.latency,
-                    self._deps,
-                )
-            )
-        return out
+        return [Candidate(*r) for r in self._rows(routes, request, now)]
 
-    def _one(self, route: RouteView, request: RouteRequest) -> Candidate:
-        return self.candidates((route,), request, self._clock())[0]
+    def _rows(self, routes: Sequence[RouteView], request: RouteRequest, now: float) -> list[Row]:
+        prompt = request.prompt_tokens
+        completion = round(self.output.predict(prompt))
+        bounds = self.envelope.bounds(now)
+        latency, deps = self.latency, self._deps
+        return [
+            route_row(r.endpoint, r.route, prompt, completion, bounds, now, latency, deps)
+            for r in routes
+        ]
+
+    def _one(self, route: RouteView, request: RouteRequest) -> Row:
+        return self._rows((route,), request, self._clock())[0]
 
     def solve(self, cands: Sequence[Candidate]) -> dict[int, float]:
         """LP weights by index into ``cands`` (only unmasked ones get weight). Raises
         NoProviderError when every candidate is masked or infeasible."""
-        live = [i for i, c in enumerate(cands) if c.effective_cost is not None]
+        return self._solve(
+            [c.effective_cost for c in cands],
+            [c.latency_ms for c in cands],
+            lambda: ", ".join(f"{c.endpoint}: {c.excluded}" for c in cands),
+        )[1]
+
+    def _solve(
+        self, costs: Sequence[float | None], latencies: Sequence[float], why: Callable[[], str]
+    ) -> tuple[Hashable, dict[int, float]]:
+        """(what names this LP: its key and the positions in it, its weights by position)."""
+        if None not in costs:  # every route in the LP (the common case): no positions to map
+            key, weights = self._solutions.keyed([float(c or 0.0) for c in costs], latencies)
+            return (key, None), dict(weights)
+        live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
-            reasons = ", ".join(f"{c.endpoint}: {c.excluded}" for c in cands)
-            raise NoProviderError(f"no feasible RouteWise candidate ({reasons})")
-        costs = [float(cands[i].effective_cost or 0.0) for i in live]
-        lat = [cands[i].latency_ms for i in live]
-        key = lp_key(self.params.budget_alpha, costs, lat)
-        weights = self._lp_cache.get(key)
-        if weights is None:
-            objective = cost_tiebroken_objective(lat, costs)
-            weights = solve(costs, objective, budget_for(costs, self.params.budget_alpha, lat))
-            if not weights:  # cannot happen (c_min fits its own budget); stay safe
-                weights = {min(range(len(costs)), key=costs.__getitem__): 1.0}
-            self._lp_cache[key] = weights
-            if len(self._lp_cache) > _LP_CACHE_SIZE:
-                self._lp_cache.popitem(last=False)
-        else:
-            self._lp_cache.move_to_end(key)
-        return {live[k]: w for k, w in weights.items()}
+            raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
+        key, weights = self._solutions.keyed(
+            [float(costs[i] or 0.0) for i in live], [latencies[i] for i in live]
+        )
+        return (key, tuple(live)), {live[k]: w for k, w in weights.items()}
 
     def _sample(self, weights: Mapping[int, float]) -> int:
         x = self._rng.random()
@@ -371,22 +357,24 @@ class RouteWiseStrategy(RoutingStrategy):
         self.last_prompt_tokens = request.prompt_tokens
         if len(routes) == 1:
             return routes[0]
-        now = self._clock()
-        cands = self.candidates(routes, request, now)
-        self._last_request, self._last_cands, self._last_weights = request, cands, {}
+        rows = self._rows(routes, request, self._clock())
+        self._last_request, self._last_rows, self._last_weights = request, rows, {}
+        self._last_lp = None
         try:
-            weights = self.solve(cands)
+            self._last_lp, weights = self._solve(
+                [r[2] for r in rows], [r[3] for r in rows], lambda: _reasons(rows)
+            )
         except NoProviderError as exc:
             self.fallback_draws += 1
             logger.debug("routewise cold burst, weighted draw: %s", exc)
             return self._draw(routes)
         self._last_weights = weights
-        explore = self._explore(cands)
+        explore = self._explore(rows)
         if explore is not None:
             return routes[explore]
         return routes[self._sample(weights)]
 
-    def _explore(self, cands: Sequence[Candidate]) -> int | None:
+    def _explore(self, rows: Sequence[Row]) -> int | None:
         """In-band exploration: with ``explore_unprofiled_share`` probability, one admissible
         route never measured (priced at the unprofiled default, which the LP would avoid
         forever) serves this real request, so every route gets profiled without a paid
@@ -394,9 +382,7 @@ class RouteWiseStrategy(RoutingStrategy):
         share = self.params.explore_unprofiled_share
         if share <= 0:
             return None
-        unknown = [
-            i for i, c in enumerate(cands) if not c.profiled and c.effective_cost is not None
-        ]
+        unknown = [i for i, r in enumerate(rows) if not r[4] and r[2] is not None]
         if not unknown or self._explore_rng.random() >= share:
             return None
         self.explored += 1
@@ -405,30 +391,49 @@ class RouteWiseStrategy(RoutingStrategy):
     @property
     def last(self) -> tuple[Candidate, ...]:
         """The candidates of the last ``select``, with their LP weights."""
-        return tuple(weighted(self._last_cands, self._last_weights))
+        return tuple(weighted([Candidate(*r) for r in self._last_rows], self._last_weights))
 
     def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
         """``routes`` (the plan's rest) in the order the LP would choose them, each one the
-        heaviest of the LP re-solved without those placed before it; masked routes last in
+        heaviest of the LP re-solved without those placed before it (the first
+        RESOLVED_FALLBACKS; the rest by latency, then cost); masked routes last in
         declaration order."""
         if len(routes) <= 1:
             return list(routes)
+        name: Hashable = None
         if request is self._last_request:  # the plan's own select priced these already
-            by_endpoint = {c.endpoint: c for c in self._last_cands}
-            cands = [by_endpoint.get(r.endpoint) or self._one(r, request) for r in routes]
+            at = {r[0]: i for i, r in enumerate(self._last_rows)}
+            cut = tuple([at.get(r.endpoint, -1) for r in routes])
+            last = self._last_rows
+            rows = [
+                last[i] if i >= 0 else self._one(r, request)
+                for i, r in zip(cut, routes, strict=True)
+            ]
+            if -1 not in cut and self._last_lp is not None:
+                name = (self._last_lp, cut)  # the rest's inputs are cut from the select's LP
+                made = self._solutions.recall(name)
+                if made is not None:
+                    return [routes[i] for i in made]
         else:
-            cands = self.candidates(routes, request, self._clock())
-        remaining = [i for i, c in enumerate(cands) if c.effective_cost is not None]
+            rows = self._rows(routes, request, self._clock())
+        live = [i for i, r in enumerate(rows) if r[2] is not None]
         order: list[int] = []
-        while remaining and len(order) < _RESOLVED_FALLBACKS:
-            sub = [cands[i] for i in remaining]
-            weights = self.solve(sub)
-            best = max(weights, key=lambda k: (weights[k], -sub[k].latency_ms))
-            order.append(remaining.pop(best))
-        remaining.sort(key=lambda i: (cands[i].latency_ms, cands[i].effective_cost or 0.0))
-        order += remaining
-        placed = set(order)
-        order += [i for i in range(len(routes)) if i not in placed]
+        if live:
+            placed = self._solutions.order(
+                [float(rows[i][2] or 0.0) for i in live], [rows[i][3] for i in live], name
+            )
+            order = [live[k] for k in placed]
+        rest = [i for i in live if i not in order]
+        if len(rest) > 1:
+            rest.sort(key=lambda i: (rows[i][3], rows[i][2] or 0.0))
+        elif name is not None:  # no exact latency orders the rest: the name fixes it all
+            self._solutions.keep(
+                name, (*order, *rest, *(i for i in range(len(routes)) if i not in live))
+            )
+        order += rest
+        if len(order) < len(routes):
+            taken = set(order)
+            order += [i for i in range(len(routes)) if i not in taken]
         return [routes[i] for i in order]
 
     def _draw(self, routes: Sequence[RouteView]) -> RouteView:
@@ -445,13 +450,17 @@ class RouteWiseStrategy(RoutingStrategy):
         sampling (what explain and /health/deep show)."""
         now = self._clock()
         cands = [
-            replace(c, samples=self.latency.samples(c.endpoint, now))
-            for c in self.candidates(routes, request, now)
+            Candidate(*r, samples=self.latency.samples(r[0], now))
+            for r in self._rows(routes, request, now)
         ]
         try:
             return weighted(cands, self.solve(cands))
         except NoProviderError:
             return cands
+
+
+def _reasons(rows: Sequence[Row]) -> str:
+    return ", ".join(f"{r[0]}: {r[8]}" for r in rows)
 
 
 def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | None:

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from schemas.capacity import CapacityState, pool_of
 from schemas.config import LocalQuotaSource, RouteConfig
-from schemas.pricing import Pricing, cost_usd
+from schemas.pricing import Pricing, cost_usd, uncached_cost
 
 
 def test_cost_bills_cached_and_written_tokens_at_their_own_prices() -> None:
@@ -35,6 +35,22 @@ def test_unpriced_route_costs_nothing_and_reports_never_go_negative() -> None:
     assert cost_usd(
         Pricing(prompt=1.0), prompt_tokens=10, completion_tokens=-5, cache_read_tokens=50
     ) == pytest.approx(10 / 1e6)
+
+
+@pytest.mark.parametrize(
+    "cache_prices", [{}, {"input_cache_reads": 0.25, "input_cache_writes": 7.5}]
+)
+def test_an_uncached_attempt_costs_the_whole_sum_to_the_bit(cache_prices: dict[str, float]) -> None:
+    pricing = Pricing(prompt=0.3, completion=1.7, **cache_prices)
+    for prompt, completion in [(0, 0), (1, 3), (12, 9), (123_457, 4_321), (-5, 7), (9, -2)]:
+        whole = (
+            max(0, prompt) * pricing.prompt
+            + 0 * pricing.cache_read_price
+            + 0 * pricing.cache_write_price
+            + max(0, completion) * pricing.completion
+        ) / 1_000_000.0
+        assert uncached_cost(pricing, prompt, completion) == whole
+        assert cost_usd(pricing, prompt_tokens=prompt, completion_tokens=completion) == whole
 
 
 def test_negative_price_is_refused() -> None:

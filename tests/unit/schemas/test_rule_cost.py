@@ -30,12 +30,10 @@ from schemas.rules import (
     MAX_RULES,
     Rule,
 )
-from tests.fixtures.rule_sets import ALPHABETS, KINDS, labels, worst_set
+from tests.fixtures.rule_sets import ALPHABETS, KINDS, PARAMS, labels, worst_set
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-PARAMS = {"surface": "chat", "stream": False, "prompt_tokens": 10, "role": "user"}
 
 
 def _set(*whens: dict[str, Any]) -> list[Rule]:

@@ -21,3 +21,20 @@ def test_sse_parser_fed_byte_by_byte_yields_the_same_frames() -> None:
     for i in range(len(STREAM)):
         out.extend(p.feed(STREAM[i : i + 1]))
     assert out == SSEParser().feed(STREAM)
+
+
+def test_sse_parser_takes_plain_data_frames_whole_and_the_rest_line_by_line() -> None:
+    stream = (
+        b'data: {"a": 1}\n\ndata:{"b": 2}\n\nevent: e\ndata: x\n\ndata: cr\r\n\r\ndata: [DONE]\n\n'
+    )
+    expected = [
+        (None, b'{"a": 1}'),
+        (None, b'{"b": 2}'),
+        ("e", b"x"),
+        (None, b"cr"),
+        (None, b"[DONE]"),
+    ]
+    assert SSEParser().feed(stream) == expected
+    for cut in range(len(stream) + 1):
+        p = SSEParser()
+        assert p.feed(stream[:cut]) + p.feed(stream[cut:]) == expected, cut
