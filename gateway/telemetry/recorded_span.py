@@ -154,10 +154,12 @@ class SpanRecorder:
         parent: Context | None,
         attributes: dict[str, Any],
         shape: dict[str, Any] | None = None,
+        clean: bool = False,
     ) -> RecordedSpan:
         """A request's first span: a child of ``parent``'s span when that is a valid
         (remote) context, else the root of a new trace; sampled as the sampler says.
-        ``shape``: a dict the caller never changes that ``attributes`` starts with."""
+        ``shape``: a dict the caller never changes that ``attributes`` starts with;
+        ``clean``: no value of ``attributes`` is None."""
         given = attributes
         remote: SpanContext | None = (
             None if parent is None else get_current_span(parent).get_span_context()
@@ -177,7 +179,8 @@ class SpanRecorder:
             if sampled and decision.attributes:
                 attributes = {**attributes, **decision.attributes}
             trace_state = decision.trace_state
-        span = RecordedSpan(self, name, kind, trace_id, sampled, trace_state, attributes)
+        clean = clean and attributes is given  # a sampler's attributes are not checked
+        span = RecordedSpan(self, name, kind, trace_id, sampled, trace_state, attributes, clean)
         if shape is not None and span.attributes is given:  # no sampler's, no None, added
             span.shape = shape
         if remote is not None:

@@ -82,7 +82,7 @@ class RequestTrace:
         attributes = dict(shape)
         attributes["llmgw.request_id"] = req.request_id
         self.server: RecordedSpan = telemetry.spans.root(
-            name, SpanKind.SERVER, parent, attributes, shape
+            name, SpanKind.SERVER, parent, attributes, shape, clean=True
         )
         self.trace_id = self.server.trace_id.to_bytes(16, "big").hex()  # format(): 3x the cost
         self.sampled: bool = self.server.sampled
@@ -215,17 +215,18 @@ class RequestTrace:
         if span is None:
             return
         rid, model = body.get("id"), body.get("model")
+        attributes = span.attributes  # none of these keys is shaped, no value None
         if isinstance(rid, str) and rid:
-            span.set_attribute("gen_ai.response.id", rid)
+            attributes["gen_ai.response.id"] = rid
         if isinstance(model, str) and model:
-            span.set_attribute("gen_ai.response.model", model)
+            attributes["gen_ai.response.model"] = model
         reasons = [
             ch["finish_reason"]
             for ch in body.get("choices") or ()
             if isinstance(ch, dict) and isinstance(ch.get("finish_reason"), str)
         ]
         if reasons:
-            span.set_attribute("gen_ai.response.finish_reasons", reasons)
+            attributes["gen_ai.response.finish_reasons"] = reasons
 
     # -- content capture (only when opted in: see Telemetry.capture_content) --------------
 
@@ -348,11 +349,12 @@ class RequestTrace:
             span.end()
         self._attempts.clear()
         server = self.server
-        server.set_attribute("http.response.status_code", status)
+        attributes = server.attributes  # none of these keys is shaped, no value None
+        attributes["http.response.status_code"] = status
         if self._t.semconv.http_old:
-            server.set_attribute("http.status_code", status)
+            attributes["http.status_code"] = status
         if kind:
-            server.set_attribute("error.type", kind)
+            attributes["error.type"] = kind
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
