@@ -135,7 +135,7 @@ class _Key:
             if not all(type(v) is str for v in value):
                 return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
             cache_key: tuple[type, Any] = (cls, tuple(value))  # finish reasons
-        elif cls is int or cls is float or cls is bool:
+        elif cls is int or cls is bool or (cls is float and value):  # -0.0 equals 0.0
             cache_key = (cls, value)
         else:
             return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))

@@ -154,12 +154,16 @@ class SpanRecorder:
         parent: Context | None,
         attributes: dict[str, Any],
         shape: dict[str, Any] | None = None,
+        clean: bool = False,
     ) -> RecordedSpan:
         """A request's first span: a child of ``parent``'s span when that is a valid
         (remote) context, else the root of a new trace; sampled as the sampler says.
-        ``shape``: a dict the caller never changes that ``attributes`` starts with."""
+        ``shape``: a dict the caller never changes that ``attributes`` starts with;
+        ``clean``: no value of ``attributes`` is None."""
         given = attributes
-        remote: SpanContext | None = get_current_span(parent).get_span_context()
+        remote: SpanContext | None = (
+            None if parent is None else get_current_span(parent).get_span_context()
+        )
         if remote is None or not remote.is_valid:
             remote = None
             trace_id = self._trace_id() or self._ids.generate_trace_id()  # never 0 (invalid)
@@ -175,7 +179,8 @@ class SpanRecorder:
             if sampled and decision.attributes:
                 attributes = {**attributes, **decision.attributes}
             trace_state = decision.trace_state
-        span = RecordedSpan(self, name, kind, trace_id, sampled, trace_state, attributes)
+        clean = clean and attributes is given  # a sampler's attributes are not checked
+        span = RecordedSpan(self, name, kind, trace_id, sampled, trace_state, attributes, clean)
         if shape is not None and span.attributes is given:  # no sampler's, no None, added
             span.shape = shape
         if remote is not None:
@@ -227,7 +232,9 @@ class RecordedSpan:
         sampled: bool,
         trace_state: TraceState | None,
         attributes: dict[str, Any],
+        clean: bool = False,
     ) -> None:
+        """``clean``: no value of ``attributes`` is None (else those are dropped)."""
         self.recorder = recorder
         self.name, self.kind, self.trace_id, self.span_id = (
             name,
@@ -238,7 +245,7 @@ class RecordedSpan:
         self.sampled, self.trace_state = sampled, trace_state
         self.parent_id = 0
         self.remote_parent: SpanContext | None = None
-        if None in attributes.values():
+        if not clean and None in attributes.values():  # a scan comparing every value
             attributes = {k: v for k, v in attributes.items() if v is not None}
         self.attributes = attributes
         self.shape: dict[str, Any] | None = None
@@ -292,15 +299,25 @@ class RecordedSpan:
         shape: dict[str, Any] | None = None,
     ) -> RecordedSpan:
         """A span under this one (same trace, sampling and trace state; a fresh span id),
-        with ``attributes``, or a copy of ``shape`` (a dict the caller never changes)."""
-        if shape is not None:
-            attributes = dict(shape)
-        span = RecordedSpan(
-            self.recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
-        )
-        span.parent_id = self.span_id
-        if shape is not None and span.attributes is attributes:  # (no None value dropped)
+        with ``attributes``, or a copy of ``shape`` (a dict the caller never changes, holding no
+        None)."""
+        if shape is None:
+            span = RecordedSpan(
+                self.recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
+            )
+        else:  # a shape holds no None
+            span = RecordedSpan(
+                self.recorder,
+                name,
+                kind,
+                self.trace_id,
+                self.sampled,
+                self.trace_state,
+                dict(shape),
+                clean=True,
+            )
             span.shape = shape
+        span.parent_id = self.span_id
         return span
 
     def set_attribute(self, key: str, value: Any) -> None:
@@ -318,6 +335,11 @@ class RecordedSpan:
         for key, value in attributes.items():
             if value is not None:
                 self.attributes[key] = value
+
+    def extend(self, attributes: dict[str, Any]) -> None:
+        """Add ``attributes``, none of them None nor a key of the span's shape (the caller
+        knows: :meth:`set_attributes` checks both, a scan of every value)."""
+        self.attributes.update(attributes)
 
     def set_status(self, status: Status) -> None:
         self.status = status

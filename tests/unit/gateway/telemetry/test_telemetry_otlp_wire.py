@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -220,3 +221,17 @@ def test_a_samplers_attribute_over_a_shaped_one_is_encoded() -> None:
 
     assert server.shape is None
     assert decoded == encode_spans(spans)
+
+
+def test_a_negative_zero_is_not_given_a_cached_zeros_bytes() -> None:
+    provider = TracerProvider(resource=Resource.create({}))
+    finished = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(finished))
+    tracer = provider.get_tracer("llmgw")
+    for value in (0.0, -0.0):  # equal as floats (and as protobuf compares them), not as bytes
+        tracer.start_span("s", attributes={"llmgw.cost_usd": value}).end()
+    encoder = SpanEncoder()
+    first, second = (encoder.encode([span]) for span in finished.get_finished_spans())
+
+    assert struct.pack("<d", 0.0) in first
+    assert struct.pack("<d", -0.0) in second
