@@ -180,15 +180,16 @@ async def test_bench_probe_success_never_lifts_a_bench_before_the_providers_retr
     fake_upstream: FakeUpstream,
 ) -> None:
     up = fake_upstream
-    # Three failures bench for 0.6 s (probe due after 0.15 s); a fourth, in flight, says
-    # Retry-After: 1. The probe then succeeds, but the provider asked for a second.
-    up.enqueue(Reply(500), Reply(500), Reply(500), retry_after(1))
+    # Three failures bench for 2.4 s (probe due after 0.6 s: the fourth request must reach
+    # the upstream before the probe does, even on a loaded machine); the fourth says
+    # Retry-After: 3. The probe then succeeds, but the provider asked for three seconds.
+    up.enqueue(Reply(500), Reply(500), Reply(500), retry_after(3))
     gw = await gateway_factory(
         config(
             model("m", route(up)),
             circuit=CALM,
             admin_key=ADMIN,
-            routing=bench(failures=3, duration_seconds=0.6, probe_after_fraction=0.25),
+            routing=bench(failures=3, duration_seconds=2.4, probe_after_fraction=0.25),
         )
     )
     client = gw.openai(api_key=ADMIN)
