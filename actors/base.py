@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
-from bus import BusClosedError
+from bus import BusClosedError, Mailbox
 from schemas import GatewayError
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ class ActorContext:
         name: str,
         clock: Callable[[], float],
         task_group: TaskGroup,
-        mailbox: asyncio.Queue[Envelope | _Local | _Wake],
+        mailbox: Mailbox[Envelope | _Local | _Wake],
     ) -> None:
         self.bus = bus
         self.name = name
@@ -161,7 +161,7 @@ class Actor:
     ctx: ActorContext
 
     _stop_requested: bool = False
-    _mailbox: asyncio.Queue[Envelope | _Local | _Wake] | None = None
+    _mailbox: Mailbox[Envelope | _Local | _Wake] | None = None
 
     async def on_start(self, ctx: ActorContext) -> None:
         """Build state before any message arrives; ``self.ctx`` is already set."""
@@ -203,7 +203,7 @@ class Actor:
 
         Raises the exception that crashed the actor (see the class docstring).
         """
-        mailbox: asyncio.Queue[Envelope | _Local | _Wake] = asyncio.Queue(self.mailbox_size)
+        mailbox: Mailbox[Envelope | _Local | _Wake] = Mailbox(self.mailbox_size)
         self._mailbox = mailbox
         started = False
         try:
@@ -234,7 +234,7 @@ class Actor:
     async def _serve(
         self,
         bus: Bus,
-        mailbox: asyncio.Queue[Envelope | _Local | _Wake],
+        mailbox: Mailbox[Envelope | _Local | _Wake],
         task_status: TaskStatus[None],
     ) -> None:
         async with AsyncExitStack() as subscriptions:
@@ -251,14 +251,14 @@ class Actor:
                 forwarders.cancel_scope.cancel()
 
     async def _forward(
-        self, sub: Subscription, mailbox: asyncio.Queue[Envelope | _Local | _Wake]
+        self, sub: Subscription, mailbox: Mailbox[Envelope | _Local | _Wake]
     ) -> None:
         # Straight into the mailbox while it has room; when full, the subscription queues and
         # waits for room: backpressure, not loss.
         await sub.feed(mailbox)
         raise BusClosedError(f"actor {self.name}: subscription to {sub.subject} ended")
 
-    async def _loop(self, mailbox: asyncio.Queue[Envelope | _Local | _Wake]) -> None:
+    async def _loop(self, mailbox: Mailbox[Envelope | _Local | _Wake]) -> None:
         in_a_row = 0
         while not self._stop_requested:
             if mailbox.empty():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bus.codec import CodecError, decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
-from bus.inprocess import InProcessBus
+from bus.inprocess import InProcessBus, Mailbox
 from bus.kv import KeyValue, KvConflictError, KvEntry
 from bus.nats_bus import NatsBus
 from bus.protocol import Bus, Envelope, Subscription
@@ -51,6 +51,7 @@ __all__ = [
     "KeyValue",
     "KvConflictError",
     "KvEntry",
+    "Mailbox",
     "NatsBus",
     "NoRespondersError",
     "RequestTimeoutError",

@@ -1,7 +1,8 @@
 """InProcessBus: the embedded default bus, with NATS subject semantics and no server.
 
 Also owns what both buses share: subject validation and matching, and
-:class:`BufferedSubscription`, the per-subscription queue with NATS's slow-consumer limit.
+:class:`BufferedSubscription`, the per-subscription queue with NATS's slow-consumer limit; and
+the actor's :class:`Mailbox` it feeds.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from bus.codec import decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.kv import KeyValue, MemoryKeyValue
 from bus.protocol import Envelope, Sink
-from bus.subscribing import Subscribing
+from bus.subscribing import Subscribing, SubscriptionConsumer, check_pattern, check_queue
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -47,26 +48,6 @@ def check_subject(subject: str) -> None:
             raise ValueError(f"invalid subject {subject!r}: empty token or wildcard")
 
 
-def check_pattern(pattern: str) -> None:
-    """Validate a subscription subject (``*``/``>`` allowed). Raises ValueError."""
-    if not pattern or _BAD_CHARS.search(pattern):
-        raise ValueError(f"invalid subject {pattern!r}: empty or contains whitespace")
-    toks = pattern.split(".")
-    for i, tok in enumerate(toks):
-        if not tok:
-            raise ValueError(f"invalid subject {pattern!r}: empty token")
-        if tok == ">" and i != len(toks) - 1:
-            raise ValueError(f"invalid subject {pattern!r}: '>' must be the last token")
-        if tok not in ("*", ">") and ("*" in tok or ">" in tok):
-            raise ValueError(f"invalid subject {pattern!r}: a wildcard must be a whole token")
-
-
-def check_queue(queue: str | None) -> None:
-    """Validate a queue group name (None: no group). Raises ValueError."""
-    if queue is not None and (not queue or _BAD_CHARS.search(queue)):
-        raise ValueError(f"invalid queue group {queue!r}: empty or contains whitespace")
-
-
 def subject_matches(pattern: str, subject: str) -> bool:
     """True when literal ``subject`` matches ``pattern`` (``*`` one token, ``>`` one or more)."""
     return _tokens_match(tuple(pattern.split(".")), subject.split("."))
@@ -82,7 +63,7 @@ def _tokens_match(pattern: tuple[str, ...], subject: list[str]) -> bool:
     return len(pattern) == n
 
 
-class BufferedSubscription:
+class BufferedSubscription(SubscriptionConsumer):
     """One subscription's queue of Envelopes, iterated by a single consumer.
 
     Delivery never blocks the publisher: past ``pending_limit`` queued messages, new ones are
@@ -92,17 +73,7 @@ class BufferedSubscription:
     a consumer's queue instead, most of them straight from ``deliver``.
     """
 
-    __slots__ = (
-        "_closed",
-        "_items",
-        "_sink",
-        "_tokens",
-        "_waiter",
-        "dropped",
-        "pending_limit",
-        "queue",
-        "subject",
-    )
+    __slots__ = ()  # the consumer's half declares them
 
     def __init__(
         self, subject: str, queue: str | None, *, pending_limit: int = DEFAULT_PENDING_LIMIT
@@ -153,63 +124,6 @@ class BufferedSubscription:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def close(self) -> None:
-        """End iteration; queued messages are discarded."""
-        self._closed = True
-        self._items.clear()
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def __aiter__(self) -> BufferedSubscription:
-        return self
-
-    async def __anext__(self) -> Envelope:
-        if self._sink is not None:
-            raise RuntimeError(f"subscription {self.subject!r} is already being fed")
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._items:
-                return self._items.popleft()
-            if self._waiter is not None:
-                raise RuntimeError(f"subscription {self.subject!r} is already being iterated")
-            # A bare future, not a task: waking the consumer costs one loop callback.
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-
-    async def feed(self, sink: Sink) -> None:
-        """Put every message into ``sink``, in order, until the subscription ends; never
-        loses one. While ``sink`` has room and nothing older waits here, ``deliver`` puts a
-        message straight in (no task switch); else it queues here and is put once ``sink``
-        has room (waiting: backpressure, as a consumer's ``put`` would). Raises RuntimeError
-        when the subscription is already being iterated or fed."""
-        if self._waiter is not None or self._sink is not None:
-            raise RuntimeError(f"subscription {self.subject!r} is already being iterated")
-        self._sink = sink
-        items = self._items
-        try:
-            while not self._closed:
-                if items:
-                    env = items[0]  # stays first while put waits: later ones queue behind it
-                    await sink.put(env)
-                    if items and items[0] is env:  # else close() discarded the queue meanwhile
-                        items.popleft()
-                    continue
-                self._waiter = asyncio.get_running_loop().create_future()
-                try:
-                    await self._waiter
-                finally:
-                    self._waiter = None
-        finally:
-            self._sink = None
-
-    def __repr__(self) -> str:
-        return f"BufferedSubscription({self.subject!r}, queue={self.queue!r})"
-
 
 class _Route:
     """Who gets a message on one literal subject: every plain subscriber, one per group."""
@@ -235,6 +149,75 @@ class _Route:
 
 
 _NO_ROUTE = _Route((), ())
+
+
+class Mailbox(Generic[T]):
+    """A bounded FIFO with one consumer task (an actor's loop) and any number of producers:
+    the part of ``asyncio.Queue`` an actor uses (``put_nowait``, ``put``, ``get``, ``empty``)
+    at about half its cost per message (no getter list, no task accounting). Owns its items
+    and its waiters. ``put_nowait`` raises asyncio.QueueFull when ``maxsize`` items wait;
+    ``put`` waits for room; ``get`` from two tasks at once raises RuntimeError."""
+
+    __slots__ = ("_items", "_maxsize", "_putters", "_waiter")
+
+    def __init__(self, maxsize: int) -> None:
+        self._items: deque[T] = deque()
+        self._maxsize = maxsize
+        self._waiter: asyncio.Future[None] | None = None  # the consumer's, while it waits
+        self._putters: deque[asyncio.Future[None]] = deque()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+    def put_nowait(self, item: T) -> None:
+        if len(self._items) >= self._maxsize:
+            raise asyncio.QueueFull
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def put(self, item: T) -> None:
+        while len(self._items) >= self._maxsize:
+            putter = asyncio.get_running_loop().create_future()
+            self._putters.append(putter)
+            woken = False
+            try:
+                await putter
+                woken = True
+            finally:
+                if not woken:
+                    putter.cancel()
+                    if putter in self._putters:
+                        self._putters.remove(putter)
+                    elif not putter.cancelled() and len(self._items) < self._maxsize:
+                        self._wake_putter()  # woken, then cancelled: the room goes on
+        self.put_nowait(item)
+
+    async def get(self) -> T:
+        items = self._items
+        while not items:
+            if self._waiter is not None:
+                raise RuntimeError("a mailbox has one consumer")
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        item = items.popleft()
+        if self._putters:
+            self._wake_putter()
+        return item
+
+    def _wake_putter(self) -> None:
+        while self._putters:
+            putter = self._putters.popleft()
+            if not putter.done():
+                putter.set_result(None)
+                return
 
 
 @dataclass(slots=True)

@@ -33,12 +33,11 @@ from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.inprocess import (
     DEFAULT_PENDING_LIMIT,
     BufferedSubscription,
-    check_pattern,
-    check_queue,
     check_subject,
 )
 from bus.nats_kv import NatsKeyValue
 from bus.protocol import Envelope
+from bus.subscribing import check_pattern, check_queue
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

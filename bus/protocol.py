@@ -57,7 +57,7 @@ class Subscription(Protocol):
 
 
 class Sink(Protocol):
-    """Where ``Subscription.feed`` puts Envelopes: an actor's mailbox, an asyncio.Queue."""
+    """Where ``Subscription.feed`` puts Envelopes: an actor's ``Mailbox``, an asyncio.Queue."""
 
     def put_nowait(self, item: Envelope, /) -> None:
         """Queue ``item``. Raises asyncio.QueueFull when full."""

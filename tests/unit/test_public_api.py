@@ -156,6 +156,7 @@ PINNED: dict[str, list[str]] = {
         "KeyValue",
         "KvConflictError",
         "KvEntry",
+        "Mailbox",
         "NatsBus",
         "NoRespondersError",
         "RequestTimeoutError",

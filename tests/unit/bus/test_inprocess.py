@@ -15,13 +15,8 @@ from bus import (
     RequestTimeoutError,
     open_bus,
 )
-from bus.inprocess import (
-    STREAM_MAX_MSGS,
-    check_pattern,
-    check_queue,
-    check_subject,
-    subject_matches,
-)
+from bus.inprocess import STREAM_MAX_MSGS, check_subject, subject_matches
+from bus.subscribing import check_pattern, check_queue
 from schemas import ConfigChanged, ProbeGrant, ProbeRequest, RouteCandidate, StateRequest
 
 if TYPE_CHECKING:
