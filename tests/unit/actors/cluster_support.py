@@ -6,19 +6,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from actors import ChildSpec, Supervisor
 from bus import BusClosedError, InProcessBus, RequestTimeoutError
+from tests.unit.actors import EchoActor
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
 
+    from actors import SnapshotStore
     from bus import KeyValue, KvEntry
     from bus.inprocess import BufferedSubscription
     from schemas import ErrorReply, Message
+    from tests.unit.actors import Journal
 
 T = TypeVar("T")
+
+# The tree's top-level children as the cluster places them (a unit each).
+UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
+
+
+def echo_tree(journal: Journal, snapshots: SnapshotStore | None) -> Supervisor:
+    """A tree of one EchoActor per unit, each writing what it handles to ``journal``."""
+    return Supervisor(
+        "root",
+        children=[ChildSpec(u, functools.partial(EchoActor, u, journal)) for u in UNITS],
+    )
 
 
 class CuttableKv:

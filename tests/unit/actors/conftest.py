@@ -32,6 +32,14 @@ def clock() -> FakeClock:
     return c
 
 
+@pytest.fixture
+async def shared(clock: FakeClock) -> AsyncIterator[InProcessBus]:
+    """An in-process bus on the fake clock (the NATS cluster several hosts share)."""
+    b = InProcessBus(clock=clock)
+    yield b
+    await b.aclose()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def log_db(request: pytest.FixtureRequest, tmp_path: Path) -> LogDatabase:
     """The request log's database, once SQLite (the default) and once PostgreSQL

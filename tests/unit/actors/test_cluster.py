@@ -25,7 +25,7 @@ from bus import InProcessBus, open_bus
 from schemas import AdminCommand, AdminReply, RoutePlan, RouteRequest, raise_for_reply, subjects
 from schemas.config import ClusterConfig
 from tests.unit.actors import WAIT, EchoActor, FakeClock, Journal
-from tests.unit.actors.cluster_support import CuttableBus
+from tests.unit.actors.cluster_support import UNITS, CuttableBus, echo_tree
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -33,36 +33,14 @@ if TYPE_CHECKING:
     from actors import SnapshotStore
     from bus import Bus, KvEntry
 
-UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
 SETTINGS = ClusterConfig(enabled=True, heartbeat_seconds=1.0, ttl_seconds=3.0)
-
-
-def tree(journal: Journal, snapshots: SnapshotStore | None) -> Supervisor:
-    return Supervisor(
-        "root",
-        children=[ChildSpec(u, functools.partial(EchoActor, u, journal)) for u in UNITS],
-    )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
-
-
-@pytest.fixture
-async def shared(clock: FakeClock) -> AsyncIterator[InProcessBus]:
-    b = InProcessBus(clock=clock)
-    yield b
-    await b.aclose()
 
 
 @pytest.fixture
 async def hosts(shared: InProcessBus, clock: FakeClock) -> AsyncIterator[list[ClusterHost]]:
     journal = Journal()
     made = [
-        ClusterHost(shared, node, SETTINGS, functools.partial(tree, journal), clock=clock)
+        ClusterHost(shared, node, SETTINGS, functools.partial(echo_tree, journal), clock=clock)
         for node in ("host-a", "host-b")
     ]
     for host in made:
@@ -170,7 +148,7 @@ async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_fi
 ) -> None:
     journal = Journal()
     first, second = (
-        ClusterHost(shared, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
+        ClusterHost(shared, "host-a", SETTINGS, functools.partial(echo_tree, journal), clock=clock)
         for _ in range(2)
     )
     for host in (first, second):
@@ -218,7 +196,7 @@ async def test_a_placement_round_stuck_on_jetstream_never_holds_up_the_heartbeat
         cut_bus,
         "host-a",
         SETTINGS,
-        functools.partial(tree, Journal()),
+        functools.partial(echo_tree, Journal()),
         clock=clock,
         sleep=ticks.sleep,
     )
@@ -244,7 +222,9 @@ async def test_a_cut_off_host_stops_its_units_before_its_heartbeat_can_lapse(
     shared: InProcessBus, clock: FakeClock
 ) -> None:
     cut_bus = CuttableBus(shared)
-    host = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(tree, Journal()), clock=clock)
+    host = ClusterHost(
+        cut_bus, "host-a", SETTINGS, functools.partial(echo_tree, Journal()), clock=clock
+    )
     await host.open()
     try:
         await host.reconcile()
@@ -273,8 +253,8 @@ async def test_a_host_back_from_a_lapse_releases_the_units_it_stopped_that_are_n
     # four units unowned for 20 s); now the host back releases what is not its share.
     cut_bus = CuttableBus(shared)
     journal = Journal()
-    a = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
-    b = ClusterHost(shared, "host-b", SETTINGS, functools.partial(tree, journal), clock=clock)
+    a = ClusterHost(cut_bus, "host-a", SETTINGS, functools.partial(echo_tree, journal), clock=clock)
+    b = ClusterHost(shared, "host-b", SETTINGS, functools.partial(echo_tree, journal), clock=clock)
     await a.open()
     await b.open()
     try:

@@ -11,49 +11,25 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from actors import ChildSpec, Supervisor
 from actors.cluster import HOSTS_BUCKET, ClusterHost, owner_of
 from bus import InProcessBus, RequestTimeoutError
 from schemas import RoutePlan, RouteRequest, subjects
 from schemas.config import ClusterConfig
-from tests.unit.actors import EchoActor, FakeClock, Journal
-from tests.unit.actors.cluster_support import Link
+from tests.unit.actors import FakeClock, Journal
+from tests.unit.actors.cluster_support import UNITS, Link, echo_tree
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from actors import SnapshotStore
     from bus import Bus
 
-UNITS = ("store", "endpoints", "keys", "models", "limits", "rules", "steering")
 SETTINGS = ClusterConfig(enabled=True)  # beats every 1 s, keys lapse after 12 s
 ASK_S = SETTINGS.heartbeat_seconds / 4  # the asking cadence of a host
-
-
-def tree(journal: Journal, snapshots: SnapshotStore | None) -> Supervisor:
-    return Supervisor(
-        "root",
-        children=[ChildSpec(u, functools.partial(EchoActor, u, journal)) for u in UNITS],
-    )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
 
 
 @pytest.fixture
 def journal() -> Journal:
     return Journal()
-
-
-@pytest.fixture
-async def shared(clock: FakeClock) -> AsyncIterator[InProcessBus]:
-    b = InProcessBus(clock=clock)
-    yield b
-    await b.aclose()
 
 
 @pytest.fixture
@@ -68,7 +44,7 @@ async def hosts(
     """host-a on ``link`` (its connection can be cut), host-b on the bus itself, split."""
     buses: list[Bus] = [link, shared]
     made = [
-        ClusterHost(bus, node, SETTINGS, functools.partial(tree, journal), clock=clock)
+        ClusterHost(bus, node, SETTINGS, functools.partial(echo_tree, journal), clock=clock)
         for bus, node in zip(buses, ("host-a", "host-b"), strict=True)
     ]
     for host in made:
@@ -176,7 +152,9 @@ async def test_a_request_to_a_host_past_its_lease_waits_and_is_answered_once_a_b
 async def test_a_host_alone_answers_for_its_units_while_its_beats_do_not_land(
     shared: InProcessBus, clock: FakeClock, journal: Journal
 ) -> None:
-    host = ClusterHost(shared, "host-a", SETTINGS, functools.partial(tree, journal), clock=clock)
+    host = ClusterHost(
+        shared, "host-a", SETTINGS, functools.partial(echo_tree, journal), clock=clock
+    )
     await host.open()
     try:
         await host.reconcile()
@@ -196,7 +174,7 @@ async def test_a_host_never_seen_to_beat_is_not_taken_for_dead_by_one_that_joine
 ) -> None:
     """The newcomer is in no listing of the silent host, which may still answer for its units
     where it is (a split between NATS servers): only its key's TTL hands them over."""
-    build = functools.partial(tree, journal)
+    build = functools.partial(echo_tree, journal)
     a = ClusterHost(link, "host-a", SETTINGS, build, clock=clock)
     b = ClusterHost(shared, "host-b", SETTINGS, build, clock=clock)
     await a.open()

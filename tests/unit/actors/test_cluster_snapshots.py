@@ -21,7 +21,6 @@ from actors.cluster import (
     owner_of,
 )
 from actors.cluster.fenced import DURABLE_WAIT_SECONDS
-from bus import InProcessBus
 from schemas import BusTimeoutError, RoutePlan, RouteRequest, subjects
 from schemas.config import ClusterConfig
 from tests.unit.actors import WAIT, FakeClock
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from actors import SnapshotStore
-    from bus import Envelope
+    from bus import Envelope, InProcessBus
 
 UNITS = ("endpoints", "keys", "models", "limits", "rules", "steering")
 SETTINGS = ClusterConfig(enabled=True, heartbeat_seconds=1.0, ttl_seconds=3.0)
@@ -71,20 +70,6 @@ def counters(snapshots: SnapshotStore | None) -> Supervisor:
         "root",
         children=[ChildSpec(u, functools.partial(CountingActor, u, snapshots)) for u in UNITS],
     )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    c = FakeClock()
-    c.now = 1000.0
-    return c
-
-
-@pytest.fixture
-async def shared(clock: FakeClock) -> AsyncIterator[InProcessBus]:
-    b = InProcessBus(clock=clock)
-    yield b
-    await b.aclose()
 
 
 @pytest.fixture
