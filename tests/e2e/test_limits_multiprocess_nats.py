@@ -18,7 +18,7 @@ import yaml
 
 from bus import open_bus
 from schemas import subjects
-from schemas.limits import LeaseExpired
+from schemas.limits import LeaseExpired, LimitSettle, LimitSettleBatch
 from tests.e2e.conftest import CHAT, HI, WAIT, model, route
 from tests.e2e.keys_support import ADMIN, keys_config
 from tests.e2e.limits_support import new_key
@@ -26,6 +26,7 @@ from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Hang
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
@@ -48,6 +49,15 @@ async def _spawn(started: list[GatewayProcess], *args: str) -> GatewayProcess:
     return await asyncio.to_thread(proc.start)
 
 
+async def _settled(settles: AsyncIterator[Any], count: int) -> None:
+    """Wait until ``count`` distinct requests were settled on the bus (singly or batched)."""
+    seen: set[str] = set()
+    while len(seen) < count:
+        message = (await anext(settles)).message
+        batch = message.settles if isinstance(message, LimitSettleBatch) else (message,)
+        seen.update(s.request_id for s in batch if isinstance(s, LimitSettle))
+
+
 async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
     nats_url: str,
     tmp_path: Path,
@@ -65,7 +75,11 @@ async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
         _spawn(processes, *common, "--role", "ingress", "--port", "0"),
     )
     auth = {"authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(timeout=WAIT, headers=auth) as client:
+    watch = await open_bus(nats_url, name="test-settles")
+    async with (
+        watch.subscribe(subjects.LIMITS_SETTLE) as settles,
+        httpx.AsyncClient(timeout=WAIT, headers=auth) as client,
+    ):
 
         async def ask(url: str) -> httpx.Response:
             return await client.post(f"{url}{CHAT}", json={"model": "m", "messages": HI})
@@ -77,8 +91,13 @@ async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
         refused = [r for r in answers if r.status_code == 429]
         assert all(r.json()["error"]["code"] == "rate_limited" for r in refused)
         assert all(1 <= int(r.headers["retry-after"]) <= 60 for r in refused)
+        # An ingress settles a lease after its answer went out: the owner's in-flight count
+        # is exact once every admitted request's settle has reached it.
+        with anyio.fail_after(WAIT):
+            await _settled(aiter(settles), LIMIT)
         admin = {"authorization": f"Bearer {ADMIN}"}
         got = (await client.get(f"{one.url}/admin/limits/key/{key_id}", headers=admin)).json()
+    await watch.aclose()
     assert got["limit"]["rpm"] == LIMIT
     assert got["usage"]["requests_last_minute"] == LIMIT
     assert got["usage"]["in_flight"] == 0
