@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.admin.local_socket import answers, socket_path
+from gateway.cli import keys_offline
 from schemas import (
     EndpointState,
     KeyPoolState,
@@ -22,8 +25,6 @@ from tests.e2e.conftest import HI, WAIT, config, gateway_bus
 from tests.fixtures.gateway import REPO, RunningGateway
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from tests.fixtures.upstream import FakeUpstream
 
 ADMIN = "boot-admin-key-for-tests"
@@ -83,14 +84,26 @@ async def cli(
 
 
 async def create_keys(tmp_path: Path, *roles: str, org: str = "acme") -> list[str]:
-    """One gateway API key per role, created with the CLI (concurrently)."""
-    made = await asyncio.gather(
-        *(
-            cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
-            for i, role in enumerate(roles)
+    """One gateway API key per role (concurrently), as ``llmgw keys create --db`` makes it: in
+    this process through the CLI's own offline path when no gateway serves the database (a
+    Python start per key proves nothing the CLI tests do not), else with the CLI itself,
+    which then goes through the running owner."""
+    path = db_path(tmp_path)
+    if answers(socket_path(str(Path(path).resolve()))):
+        made = await asyncio.gather(
+            *(
+                cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
+                for i, role in enumerate(roles)
+            )
         )
-    )
-    return [m["key"] for m in made]
+        return [m["key"] for m in made]
+    keys = []
+    for i, role in enumerate(roles):  # one writer at a time, as separate processes would be
+        row, _ = await keys_offline.create(
+            path, org=org, user=f"user{i}", role=role, name="", expires=None
+        )
+        keys.append(str(row["key"]))
+    return keys
 
 
 async def pool_state(gw: RunningGateway, endpoint: str) -> KeyPoolState:
