@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.admin.local_socket import answers, socket_path
@@ -25,6 +24,8 @@ from tests.e2e.conftest import HI, WAIT, config, gateway_bus
 from tests.fixtures.gateway import REPO, RunningGateway
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from tests.fixtures.upstream import FakeUpstream
 
 ADMIN = "boot-admin-key-for-tests"
@@ -89,7 +90,7 @@ async def create_keys(tmp_path: Path, *roles: str, org: str = "acme") -> list[st
     Python start per key proves nothing the CLI tests do not), else with the CLI itself,
     which then goes through the running owner."""
     path = db_path(tmp_path)
-    if answers(socket_path(str(Path(path).resolve()))):
+    if await asyncio.to_thread(answers, socket_path(path)):  # tmp_path is absolute
         made = await asyncio.gather(
             *(
                 cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
