@@ -81,6 +81,8 @@ R = TypeVar("R")
 P = TypeVar("P")
 T = TypeVar("T")
 
+_SUBJECTS_MAX = 4096
+
 
 class Dispatcher:
     """Runs attempts against adapters and publishes their observations. Raises GatewayError.
@@ -109,6 +111,16 @@ class Dispatcher:
         self.leases = leases or LeaseKeeper(bus, 30.0, "ingress")
         self._clock = clock
         self._wall = wall
+        self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
+
+    def _observed_on(self, endpoint: str) -> str:
+        """The subject of ``endpoint``'s observations, built once per endpoint."""
+        subject = self._subjects.get(endpoint)
+        if subject is None:
+            if len(self._subjects) >= _SUBJECTS_MAX:
+                self._subjects.clear()
+            subject = self._subjects[endpoint] = subjects.observation(endpoint)
+        return subject
 
     def now(self) -> float:
         """The dispatcher's clock."""
@@ -198,7 +210,7 @@ class Dispatcher:
             now = self._clock()
             pricing = self.targets.pricing(c.endpoint)
             obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
-            await self.publish(subjects.observation(c.endpoint), obs)
+            await self.publish(self._observed_on(c.endpoint), obs)
         elif not c.refusal:
             # Also ends the in-flight count the ModelActor may hold for it (after a failure
             # it counts the next candidate as sent).
@@ -244,7 +256,7 @@ class Dispatcher:
             record.trace.attempt_done(obs)
         if info.on_attempt is not None:
             info.on_attempt(obs)
-        await self.publish(subjects.observation(c.endpoint), obs)
+        await self.publish(self._observed_on(c.endpoint), obs)
 
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""

@@ -111,6 +111,8 @@ class Targeting:
         """Resolve against ``config`` from the next request on."""
         self._config = config
         self.models = models_by_name(config)
+        # Built once per model, not per request.
+        self._subjects = {m.id: subjects.model_route(m.id) for m in config.models}
 
     def resolve(
         self, name: str, req: HttpRequest, record: RequestRecord | None = None
@@ -140,7 +142,8 @@ class Targeting:
         for ``auto``, the first routing rule matching ``body`` picks the target. Raises
         RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
         chain)."""
-        if not is_steering(requested):
+        # A model id or alias is never a steering name (the config refuses ``auto…`` ones).
+        if requested in self.models or not is_steering(requested):
             return PlanWalk((self.resolve(requested, req, info.record),), ask)
         info.record.requested(requested)
         caller = caller_of(req)
@@ -221,12 +224,12 @@ class Targeting:
     ) -> RoutePlan:
         record.routing(route_req)
         reply = await self._bus.request(
-            subjects.model_route(model.id),
+            self._subjects.get(model.id) or subjects.model_route(model.id),
             route_req,
             reply_type=RoutePlan,
             timeout=self._config.routing.decision_timeout_seconds,
         )
-        plan = raise_for_reply(reply)
+        plan = reply if isinstance(reply, RoutePlan) else raise_for_reply(reply)
         await self._secrets.ensure(plan)
         return record.routed(plan)
 
