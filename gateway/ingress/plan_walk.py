@@ -38,7 +38,7 @@ from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
 from gateway.formats.openai_chat import input_modalities
 from gateway.http.request import bounded
-from gateway.ingress.identity import conversation_key
+from gateway.steering.labels import conversation_key
 from gateway.steering.resolver import Steerer, is_steering
 from schemas import (
     AllRoutesCoolingError,
