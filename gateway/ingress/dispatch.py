@@ -110,6 +110,8 @@ class Dispatcher:
         self._failover = failover or FailoverConfig()
         self.leases = leases or LeaseKeeper(bus, 30.0, "ingress")
         self._clock = clock
+        self.now = clock
+        """The dispatcher's clock (the callable itself: an attempt reads it directly)."""
         self._wall = wall
         self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
 
@@ -121,10 +123,6 @@ class Dispatcher:
                 self._subjects.clear()
             subject = self._subjects[endpoint] = subjects.observation(endpoint)
         return subject
-
-    def now(self) -> float:
-        """The dispatcher's clock."""
-        return self._clock()
 
     def budget(self, info: RequestInfo) -> Budget:
         """A new budget for ``info``: its hop cap, deadline and wait for cooling routes."""

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+    from gateway.auth.gate import Caller
     from gateway.auth.provider_secrets import ProviderSecrets
     from gateway.http.request import HttpRequest
     from gateway.ingress.admission import Admission
@@ -163,8 +164,9 @@ class Inference(Component):
         body = validate_embeddings_request(raw)
         requested = body["model"]
         client_metadata(req)
-        info = self._info(req, "embeddings", False, record=record)
-        ticket = self._begin(req, info, requested, None, estimate_prompt_tokens(size))
+        caller = caller_of(req)
+        info = self._info(req, "embeddings", False, record=record, caller=caller)
+        ticket = self._begin(req, caller, info, requested, None, estimate_prompt_tokens(size))
         try:
             call = await self._routed(req, CHAT, body, body, requested, info, ticket)
             await self._until_disconnect(call, self._serve_embeddings)
@@ -193,8 +195,9 @@ class Inference(Component):
         client_metadata(req)  # refused early, whatever the model
         requested = str(body["model"])
         stream = bool(body.get("stream"))
-        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record)
-        ticket = self._begin(req, info, requested, body, info.prompt_estimate)
+        caller = caller_of(req)
+        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record, caller)
+        ticket = self._begin(req, caller, info, requested, body, info.prompt_estimate)
         try:
             call = await self._routed(req, surface, raw, body, requested, info, ticket)
             await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
@@ -219,8 +222,10 @@ class Inference(Component):
         stream: bool,
         prompt_estimate: int = 0,
         record: RequestRecord | None = None,
+        caller: Caller | None = None,
     ) -> RequestInfo:
-        caller = caller_of(req)
+        if caller is None:
+            caller = caller_of(req)
         return RequestInfo(
             request_id=req.request_id,
             surface=surface,
@@ -239,6 +244,7 @@ class Inference(Component):
     def _begin(
         self,
         req: HttpRequest,
+        caller: Caller,
         info: RequestInfo,
         requested: str,
         body: JSON | None,
@@ -248,7 +254,7 @@ class Inference(Component):
         the caller has no limits."""
         ticket = self._admission.begin(
             req,
-            caller_of(req),
+            caller,
             info.request_id,
             self.targeting.models.get(requested),
             body,

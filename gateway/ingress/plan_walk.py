@@ -216,7 +216,7 @@ class Targeting:
 
     def _pin(self, req: HttpRequest) -> str | None:
         """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid)."""
-        pin = req.header("x-route-pin")
+        pin = req.headers.get("x-route-pin")
         return pin if pin and is_admin(req, self._config) else None
 
     async def _plan(
@@ -230,7 +230,8 @@ class Targeting:
             timeout=self._config.routing.decision_timeout_seconds,
         )
         plan = reply if isinstance(reply, RoutePlan) else raise_for_reply(reply)
-        await self._secrets.ensure(plan)
+        if any(c.credential_id or c.spare_credentials for c in plan.candidates):
+            await self._secrets.ensure(plan)  # a keyless plan (local servers) needs no grant
         return record.routed(plan)
 
 

@@ -56,7 +56,7 @@ def client_metadata(req: HttpRequest) -> Labels:
     """The labels ``req`` declares ({} without the header; never to be mutated). Raises
     InvalidRequestError (param ``x-llmgw-metadata``) for a header that is not a JSON object
     of string, number or boolean values within the bounds."""
-    raw = req.header(HEADER)
+    raw = req.headers.get(HEADER)
     return _NONE if raw is None else parse_metadata(raw)
 
 
@@ -114,7 +114,7 @@ def fold_address(addr: str) -> str:
 def client_address(req: HttpRequest, *, trust_proxy_headers: bool) -> str:
     """The caller's address: the first X-Forwarded-For hop if trusted, else the peer."""
     if trust_proxy_headers:
-        forwarded = req.header("x-forwarded-for")
+        forwarded = req.headers.get("x-forwarded-for")
         if forwarded:
             first = forwarded.split(",", 1)[0].strip()
             if first:
@@ -126,7 +126,7 @@ def affinity_key(req: HttpRequest, *, key_hash: str | None, trust_proxy_headers:
     """The affinity key of this request (see the module docstring)."""
     if key_hash:
         return f"key:{key_hash}"
-    grant = req.header("x-inference-grant")
+    grant = req.headers.get("x-inference-grant")
     if grant:
         return f"grant:{grant.strip()[:MAX_GRANT_CHARS]}"
     return f"ip:{fold_address(client_address(req, trust_proxy_headers=trust_proxy_headers))}"
