@@ -148,7 +148,7 @@ class Dispatcher:
             candidates = current.candidates
             self.leases.hold_plan(current)
             for i, planned in enumerate(candidates):
-                if failures.rules_out(planned):
+                if failures.errors and failures.rules_out(planned):  # none before a failure
                     await self._release(info, current.model, planned)
                     continue
                 hedge_backup = (
@@ -206,7 +206,7 @@ class Dispatcher:
         await self.leases.release(c)
         if c.probe:
             now = self._clock()
-            pricing = self.targets.pricing(c.endpoint)
+            pricing = self.targets.prices.get(c.endpoint)
             obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
             await self.publish(self._observed_on(c.endpoint), obs)
         elif not c.refusal:
@@ -241,15 +241,14 @@ class Dispatcher:
             started,
             self._clock(),
             self._wall(),
-            self.targets.pricing(c.endpoint),
+            self.targets.prices.get(c.endpoint),
             err=err,
             ttft=ttft,
             usage=usage,
             sent_chars=sent_chars,
         )
         record = info.record
-        record.attempted(obs)
-        record.upstream(started, started + obs.latency_ms / 1000)
+        record.attempted(obs, started)
         if record.trace is not None:
             record.trace.attempt_done(obs)
         if info.on_attempt is not None:
