@@ -334,7 +334,8 @@ class Inference(Component):
             return answer
 
         served = await self._dispatcher.call(call.info, call.plan, complete, call.walk)
-        self.targeting.served(call.walk, served.model, call.requested)
+        if steered is not None:  # the answer shows ``shown`` already; the caller stays on it
+            self.targeting.served(call.walk, served.model, call.requested)
         await call.req.respond(200, rendered, self._headers(call, served.candidate.endpoint))
 
     async def _serve_embeddings(self, call: InferenceCall) -> None:
