@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from schemas.rules import MAX_LABEL_BYTES
 
-NODE_UNITS = 100
+NODE_UNITS = 150
 COMPARISON_UNITS = 200
 IN_VALUE_UNITS = 25
 REGEX_CALL_UNITS = 2_000
