@@ -152,6 +152,11 @@ def test_many_empty_conditions_are_charged_like_any_part() -> None:
     )
 
 
+def test_one_pattern_at_the_program_bound_on_a_label_fits_the_budget() -> None:
+    # Else the program bound would promise what the budget refuses.
+    assert NODE_UNITS + regex_units("metadata.a", MAX_REGEX_PROGRAM) <= MAX_RULE_SET_UNITS
+
+
 def test_a_pattern_past_the_program_bound_is_refused() -> None:
     within, past = f"x{{{MAX_REGEX_PROGRAM - 8}}}", f"x{{{MAX_REGEX_PROGRAM}}}"
 
