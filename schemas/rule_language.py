@@ -66,10 +66,13 @@ _TYPES: dict[str, frozenset[type]] = {
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.never_capture = True
-# Per pattern; a pattern needing more is refused. It also bounds what compiling an oversized
-# pattern costs before its size is known (``\PN{90}`` is refused in under a millisecond, where
-# compiling it took 14 ms).
-_RE2_OPTIONS.max_mem = 64 << 10
+# Per pattern; a pattern needing more is refused. It bounds what compiling an oversized pattern
+# costs before its size is known (``\PN{90}`` is refused in under a millisecond, where compiling
+# it took 14 ms), and leaves RE2 no room for its DFA, so every search runs the automaton whose
+# time is linear in program and text, as ``schemas.rule_cost`` charges: with 64 KiB the DFA
+# filled its cache and gave up on each search of some mid-sized patterns before that ran,
+# which cost three times their charge per unit (``\b(?:\C|\b){14}x``: 106 us, now 38).
+_RE2_OPTIONS.max_mem = 8 << 10
 
 
 class RuleSetError(InvalidRequestError):
