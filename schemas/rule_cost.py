@@ -16,18 +16,17 @@ comparison it has. The charge of a set is the sum over its parts of:
   fallback engine visits each instruction at most once per input byte, so its time is linear
   in both, whatever the pattern and the label;
 
-times the most elements a list-valued field holds (``params.modalities``). A unit is about a
-nanosecond on the reference machine (2 shared cores) for the costliest set of each kind
-(``tests/fixtures/rule_sets.py``), which ``tests/benchmarks/rules_cost.py`` times. Under
-callgrind the costliest kinds take 5.3 to 7.6 instructions per unit (small regexes and
-``$in`` lists far fewer); a condition object is charged 150 (at 100 it took 9.7 instructions
-per unit once a comparison became one closure call), a regex step 15 (at 12 the heaviest
-pattern took as many instructions per unit as the interpreter-bound kinds but a third more
-time on a busy machine). The budget ``MAX_RULE_SET_UNITS`` (300,000) holds the worst
-admissible set to about a quarter of a millisecond per request at the median, so its 99th
-percentile stays under 0.7 ms on a noisy machine: under the issue's millisecond with margin.
-A single ``$regex`` at ``MAX_REGEX_PROGRAM`` on a label (2,000 + 15 x 150 x 128 = 290,000)
-still fits.
+times the most elements a list-valued field holds (``params.modalities``). A unit is at most
+about a nanosecond on the reference machine (2 shared cores) for the costliest set of each
+kind (``tests/fixtures/rule_sets.py``), which ``tests/benchmarks/rules_cost.py`` times: the
+interpreter-bound kinds cost the most per unit, the heaviest regexes about two thirds of that
+(RE2 runs no DFA, see ``rule_language``), small regexes and ``$in`` lists far less. Under
+callgrind the costliest kinds take 5.3 to 7.6 instructions per unit; a condition object is
+charged 150 (at 100 it took 9.7 once a comparison became one closure call). The budget
+``MAX_RULE_SET_UNITS`` (300,000) holds the worst admissible set to about a quarter of a
+millisecond per request at the median, so its 99th percentile stays under 0.7 ms on a noisy
+machine: under the issue's millisecond with margin. A single ``$regex`` at
+``MAX_REGEX_PROGRAM`` on a label (2,000 + 12 x 192 x 128 = 296,912) still fits.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ NODE_UNITS = 150
 COMPARISON_UNITS = 200
 IN_VALUE_UNITS = 25
 REGEX_CALL_UNITS = 2_000
-REGEX_STEP_UNITS = 15
+REGEX_STEP_UNITS = 12
 # The most elements a list-valued field holds: "text" plus image, audio and file.
 LIST_ELEMENTS = {"params.modalities": 4}
 # The longest string a ``params.*`` field holds (surface, role, modality names).

@@ -39,7 +39,7 @@ MAX_NAME_CHARS = 64
 # $regex's compiled size, and the longest string a comparison can be handed (a client label;
 # every ``params.*`` string is shorter).
 MAX_RULE_SET_UNITS = 300_000
-MAX_REGEX_PROGRAM = 150  # RE2 instructions (``programsize``) of one $regex
+MAX_REGEX_PROGRAM = 192  # RE2 instructions (``programsize``) of one $regex
 MAX_LABEL_BYTES = 128  # UTF-8 bytes of one string label in ``x-llmgw-metadata``
 
 

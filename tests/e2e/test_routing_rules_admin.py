@@ -167,10 +167,10 @@ INVALID: dict[str, tuple[Any, str]] = {
         _regex_rules(lambda n: rf"\PN{{90}}\d{n}"),
         "rules[0].when.$or[0].metadata.k0.$regex",
     ),
-    # Small patterns, but past the set's matching budget at the 31st.
+    # Small patterns, but past the set's matching budget at the 37th.
     "over_the_budget": (
         _regex_rules(lambda n: f"^q{n:04d}z"),
-        "rules[0].when.$or[30].metadata.k30.$regex",
+        "rules[0].when.$or[36].metadata.k36.$regex",
     ),
 }
 
