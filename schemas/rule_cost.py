@@ -21,7 +21,7 @@ about a nanosecond on the reference machine (2 shared cores) for the costliest s
 kind (``tests/fixtures/rule_sets.py``), which ``tests/benchmarks/rules_cost.py`` times: the
 interpreter-bound kinds cost the most per unit, the heaviest regexes about two thirds of that
 (RE2 runs no DFA, see ``rule_language``), small regexes and ``$in`` lists far less. Under
-callgrind the costliest kinds take 5.3 to 7.6 instructions per unit; a condition object is
+callgrind the costliest kinds take 4.6 to 7.3 instructions per unit; a condition object is
 charged 150 (at 100 it took 9.7 once a comparison became one closure call). The budget
 ``MAX_RULE_SET_UNITS`` (300,000) holds the worst admissible set to about a quarter of a
 millisecond per request at the median, so its 99th percentile stays under 0.7 ms on a noisy
