@@ -56,10 +56,19 @@ def _issue_set(pattern: Callable[[int], str]) -> list[Rule]:
     )
 
 
+class _WorstSets(dict[str, list[Rule]]):
+    """Each worst set, built when a test first asks for it (a test needs one or two, and
+    under xdist each worker builds only what its own tests read)."""
+
+    def __missing__(self, kind: str) -> list[Rule]:
+        built = self[kind] = worst_set(kind)
+        return built
+
+
 @pytest.fixture(scope="module")
 def worst() -> dict[str, list[Rule]]:
-    """Every worst set, built once for the module."""
-    return {kind: worst_set(kind) for kind in KINDS}
+    """The worst sets, each built once for the module."""
+    return _WorstSets()
 
 
 @pytest.mark.parametrize("name", KINDS)
