@@ -207,7 +207,12 @@ class Mailbox(Generic[T]):
                 await self._waiter
             finally:
                 self._waiter = None
-        item = items.popleft()
+        return self.take()
+
+    def take(self) -> T:
+        """The oldest item, without waiting (what ``get`` does once one is there): for a
+        consumer that saw ``empty()`` return False. Raises IndexError when empty."""
+        item = self._items.popleft()
         if self._putters:
             self._wake_putter()
         return item
