@@ -10,7 +10,6 @@ a bus message on the happy path; a limit change is published as ``RouteCapacity`
 from __future__ import annotations
 
 import math
-
 from typing import TYPE_CHECKING
 
 import msgspec

@@ -39,7 +39,7 @@ def budget_for(costs: Sequence[float], alpha: float, latencies: Sequence[float])
     fastest routes are queueing, the LP at alpha 0.5 paid more than at alpha 1)."""
     lo = min(costs)
     # (latency, cost, position): the first of the fastest, cheapest first; no key calls.
-    fastest = min(zip(latencies, costs, range(len(costs))))[2]
+    fastest = min(zip(latencies, costs, range(len(costs)), strict=True))[2]
     return lo + alpha * (costs[fastest] - lo)
 
 
