@@ -200,7 +200,9 @@ class KeyPool:
         """
         if not self._keys:
             return ""
-        usable = self.usable(role, now)
+        # Quiet and no preference: the usable keys are the visible ones, as they are.
+        quiet = self.preference is None and self._quiet(now)
+        usable = self.visible(role) if quiet else self.usable(role, now)
         if not usable:
             raise self.refusal(role, now)
         b = self._bindings.get(caller)
