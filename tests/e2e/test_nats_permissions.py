@@ -126,11 +126,14 @@ async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins
 
     async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as client:
         served = await client.post(CHAT, json=chat("m"))
-    by_admin = await asyncio.to_thread(
-        _llmgw, "admin", "show", "--bus", as_user(secured_nats, "admin")
-    )
-    by_ingress = await asyncio.to_thread(
-        _llmgw, "admin", "show", "--timeout", "2", "--bus", as_user(secured_nats, "ingress")
+    # Side by side: the ingress user's command ends only by its --timeout (the server's
+    # refusal reaches a client as an asynchronous error, not as the request's answer), and
+    # the admin's command runs meanwhile.
+    by_admin, by_ingress = await asyncio.gather(
+        asyncio.to_thread(_llmgw, "admin", "show", "--bus", as_user(secured_nats, "admin")),
+        asyncio.to_thread(
+            _llmgw, "admin", "show", "--timeout", "2", "--bus", as_user(secured_nats, "ingress")
+        ),
     )
 
     refusals: asyncio.Queue[Exception] = asyncio.Queue()
@@ -316,19 +319,27 @@ async def test_a_user_cannot_read_another_users_inbox_so_grants_and_new_keys_sta
         rogue_refused = await rogue.refused(3 + len(OWNER_SIDE))
 
         admin = as_user(secured_nats, "admin")
-        added = await asyncio.to_thread(
-            _admin_command,
-            admin,
-            "provider_keys",
-            "add",
-            f"key={DATABASE_KEY}",
-            f"endpoint={eid('m', fake_upstream)}",
-        )
-        await asyncio.to_thread(
-            _admin_command, admin, "provider_keys", "reserve", f"key={CONFIG_KEY}", "min_role=admin"
-        )
-        made = await asyncio.to_thread(
-            _admin_command, admin, "api_keys", "create", "org=acme", "user=ops", "role=free"
+        # Three independent admin commands, each its own CLI process: run side by side.
+        added, _, made = await asyncio.gather(
+            asyncio.to_thread(
+                _admin_command,
+                admin,
+                "provider_keys",
+                "add",
+                f"key={DATABASE_KEY}",
+                f"endpoint={eid('m', fake_upstream)}",
+            ),
+            asyncio.to_thread(
+                _admin_command,
+                admin,
+                "provider_keys",
+                "reserve",
+                f"key={CONFIG_KEY}",
+                "min_role=admin",
+            ),
+            asyncio.to_thread(
+                _admin_command, admin, "api_keys", "create", "org=acme", "user=ops", "role=free"
+            ),
         )
         # The new key is looked up by the ingress, the database key granted to it, both as
         # replies on the ingress's inbox.

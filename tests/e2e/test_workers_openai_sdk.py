@@ -9,6 +9,8 @@ killed with SIGKILL is restarted while the other serves; SIGTERM stops everythin
 or nats-server left, the local admin socket removed).
 Each request that must be free to land on either worker goes on a fresh connection: the kernel
 spreads connections over the workers' SO_REUSEPORT sockets by their source port.
+The tests that neither kill, stop nor need keys share one module-wide gateway (``shared``), each
+on its own model and fake upstreams so they do not see each other's traffic or limits.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import subprocess
 import sys
 import threading
 from collections import Counter
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import httpx
 import openai
 import pytest
+import pytest_asyncio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -46,7 +50,7 @@ from tests.e2e.conftest import (
 from tests.e2e.keys_support import keys_config
 from tests.e2e.limits_support import new_key
 from tests.fixtures.gateway import REPO
-from tests.fixtures.upstream import FakeUpstream, Held, Reply, UpstreamFactory
+from tests.fixtures.upstream import FakeUpstream, Held, Reply
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -68,6 +72,7 @@ class Supervisor:
     """``llmgw serve --workers N`` as a child process, its stderr followed line by line."""
 
     def __init__(self, cfg: Path, workers: int = 2) -> None:
+        self.cfg = cfg
         self._args = ["serve", "--workers", str(workers), "--port", "0", "--config", str(cfg)]
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
@@ -151,6 +156,49 @@ async def supervisors() -> AsyncIterator[list[Supervisor]]:
     yield started
     for sup in started:
         await sup.close()
+
+
+@dataclass
+class Shared:
+    """The module's one running gateway and the fake upstreams behind its models: ``slots``
+    and ``spare`` behind model ``conc``, ``failing`` behind ``circ``, ``plain`` behind ``a``."""
+
+    sup: Supervisor
+    slots: FakeUpstream
+    spare: FakeUpstream
+    failing: FakeUpstream
+    plain: FakeUpstream
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
+    """One ``llmgw serve --workers 2`` for the tests that do not own the process: starting one
+    takes seconds, and each of these tests has its own model and upstreams on it."""
+    tmp_path = tmp_path_factory.mktemp("shared")
+    async with (
+        FakeUpstream("slots") as slots,
+        FakeUpstream("spare") as spare,
+        FakeUpstream("failing") as failing,
+        FakeUpstream("plain") as plain,
+    ):
+        cfg = config(
+            model(
+                "conc",
+                route(slots, provider_type="concurrency", concurrency={"limit": LIMIT}),
+                route(spare, fallback_only=True),
+            ),
+            model("circ", route(failing)),
+            model("a", route(plain)),
+            circuit=STAYS_OPEN,
+            admin_key=ADMIN,
+        )
+        started: list[Supervisor] = []
+        try:
+            sup = await _start(started, tmp_path, cfg)
+            yield Shared(sup, slots, spare, failing, plain)
+        finally:
+            for sup in started:
+                await sup.close()
 
 
 async def _start(supervisors: list[Supervisor], tmp_path: Path, cfg: dict[str, Any]) -> Supervisor:
@@ -240,25 +288,16 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
     assert not any("nats://llmgw:" in line and "***" not in line for line in sup.lines)
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_sum_them(
-    tmp_path: Path,
-    fake_upstreams: UpstreamFactory,
-    supervisors: list[Supervisor],
+    shared: Shared,
 ) -> None:
-    slots, spare = await fake_upstreams("slots"), await fake_upstreams("spare")
+    sup, slots, spare = shared.sup, shared.slots, shared.spare
     slots.set_default(Held())
-    cfg = config(
-        model(
-            "m",
-            route(slots, provider_type="concurrency", concurrency={"limit": LIMIT}),
-            route(spare, fallback_only=True),
-        )
-    )
-    sup = await _start(supervisors, tmp_path, cfg)
     total = 3 * LIMIT
     clients = [httpx.AsyncClient(base_url=sup.url, timeout=WAIT * 3) for _ in range(total)]
     try:
-        load = [asyncio.create_task(c.post(CHAT, json=chat("m"))) for c in clients]
+        load = [asyncio.create_task(c.post(CHAT, json=chat("conc"))) for c in clients]
         await slots.wait_for_requests(LIMIT, timeout=WAIT)
         await spare.wait_for_requests(total - LIMIT, timeout=WAIT)
         held_at_once = slots.max_in_flight
@@ -275,7 +314,7 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
         sample.labels["endpoint"]: sample.value
         for family in text_string_to_metric_families(scraped)
         for sample in family.samples
-        if sample.name == "llmgw_requests_total" and sample.labels["model"] == "m"
+        if sample.name == "llmgw_requests_total" and sample.labels["model"] == "conc"
     }
 
     assert [a.status_code for a in answers] == [200] * total
@@ -283,7 +322,7 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
     assert held_at_once == LIMIT and slots.max_in_flight == LIMIT
     assert len(slots.requests) == LIMIT
     # /metrics, whichever worker answers it, counts every worker's requests.
-    assert counted == {eid("m", slots): LIMIT, eid("m", spare): total - LIMIT}
+    assert counted == {eid("conc", slots): LIMIT, eid("conc", spare): total - LIMIT}
 
 
 async def test_a_key_rate_limit_holds_exactly_across_two_workers(
@@ -313,14 +352,12 @@ async def test_a_key_rate_limit_holds_exactly_across_two_workers(
     assert {_pid(r.headers) for r in answers} == sup.worker_pids()
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
-    tmp_path: Path,
-    fake_upstream: FakeUpstream,
-    supervisors: list[Supervisor],
+    shared: Shared,
 ) -> None:
-    cfg = config(model("m", route(fake_upstream)), circuit=STAYS_OPEN, admin_key=ADMIN)
-    sup = await _start(supervisors, tmp_path, cfg)
-    fake_upstream.set_default(Reply(500))
+    sup, failing = shared.sup, shared.failing
+    failing.set_default(Reply(500))
     admin = {"authorization": f"Bearer {ADMIN}"}
     async with (
         httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as events_client,
@@ -329,7 +366,7 @@ async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
     ):
         lines = events.aiter_lines()
         assert (await anext(lines)).startswith(":")  # subscribed
-        failed = [await one.post(CHAT, json=chat("m")) for _ in range(2)]
+        failed = [await one.post(CHAT, json=chat("circ")) for _ in range(2)]
         async with asyncio.timeout(WAIT):
             async for line in lines:
                 if line.startswith("data:") and '"open"' in line:
@@ -338,26 +375,24 @@ async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
         refused: httpx.Response | None = None
         for _ in range(TRIES):
             async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
-                resp = await fresh.post(CHAT, json=chat("m"))
+                resp = await fresh.post(CHAT, json=chat("circ"))
             if _pid(resp.headers) not in opened_by:
                 refused = resp
                 break
-    await sup.stop()
 
     assert [r.status_code for r in failed] == [502, 502] and len(opened_by) == 1
     assert refused is not None
     assert_openai_error(refused, 503, "all_circuits_open")
-    assert len(fake_upstream.requests) == 2
+    assert len(failing.requests) == 2
 
 
+@pytest.mark.asyncio(loop_scope="module")
 async def test_llmgw_admin_reload_through_the_local_socket_reaches_every_worker(
-    tmp_path: Path,
-    fake_upstream: FakeUpstream,
-    supervisors: list[Supervisor],
+    shared: Shared, tmp_path: Path
 ) -> None:
-    cfg = config(model("a", route(fake_upstream)))
-    sup = await _start(supervisors, tmp_path, cfg)
-    path = tmp_path / "gw.yaml"
+    # The reload only adds model "b": the other tests' models on the shared gateway stay.
+    sup = shared.sup
+    path = sup.cfg
     grown = {**yaml.safe_load(path.read_text())}
     grown["models"] = [*grown["models"], {"id": "b", "route": [{"kind": "echo"}]}]
     path.write_text(yaml.safe_dump(grown))
