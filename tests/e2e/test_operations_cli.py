@@ -197,10 +197,22 @@ async def test_llmgw_admin_reload_over_nats_refuses_a_broken_file_as_startup_doe
                 break
             await asyncio.sleep(0.01)
         served = await client.post(CHAT, json=chat("b"))
-    logs = await asyncio.to_thread(_llmgw, "logs", "--bus", nats_url, "--model", "b", "--json")
-    # A consumer that was away catches up from the JetStream stream.
-    replayed = await asyncio.to_thread(
-        _llmgw, "events", "--since", "10m", "--filter", "config", "--count", "1", "--bus", nats_url
+    # Two read-only CLI processes, side by side; the second is a consumer that was away and
+    # catches up from the JetStream stream.
+    logs, replayed = await asyncio.gather(
+        asyncio.to_thread(_llmgw, "logs", "--bus", nats_url, "--model", "b", "--json"),
+        asyncio.to_thread(
+            _llmgw,
+            "events",
+            "--since",
+            "10m",
+            "--filter",
+            "config",
+            "--count",
+            "1",
+            "--bus",
+            nats_url,
+        ),
     )
 
     message = str(startup.value)
