@@ -9,8 +9,8 @@ killed with SIGKILL is restarted while the other serves; SIGTERM stops everythin
 or nats-server left, the local admin socket removed).
 Each request that must be free to land on either worker goes on a fresh connection: the kernel
 spreads connections over the workers' SO_REUSEPORT sockets by their source port.
-The tests that neither kill, stop nor need keys share one module-wide gateway (``shared``), each
-on its own model and fake upstreams so they do not see each other's traffic or limits.
+The tests that neither kill nor stop the gateway share one module-wide gateway (``shared``), each
+on its own model, fake upstreams and gateway key, so none sees another's traffic or limits.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from tests.e2e.conftest import (
     model,
     route,
 )
-from tests.e2e.keys_support import keys_config
+from tests.e2e.keys_support import db_path
 from tests.e2e.limits_support import new_key
 from tests.fixtures.gateway import REPO
 from tests.fixtures.upstream import FakeUpstream, Held, Reply
@@ -161,13 +161,18 @@ async def supervisors() -> AsyncIterator[list[Supervisor]]:
 @dataclass
 class Shared:
     """The module's one running gateway and the fake upstreams behind its models: ``slots``
-    and ``spare`` behind model ``conc``, ``failing`` behind ``circ``, ``plain`` behind ``a``."""
+    and ``spare`` behind model ``conc``, ``failing`` behind ``circ``, ``plain`` behind ``a``,
+    ``counted`` behind ``rl``. Keys are on (auth ``auto``, keys exist): ``auth`` presents a
+    key no test exhausts, ``limited`` holds the rate-limit test's ``RPM``."""
 
     sup: Supervisor
     slots: FakeUpstream
     spare: FakeUpstream
     failing: FakeUpstream
     plain: FakeUpstream
+    counted: FakeUpstream
+    auth: dict[str, str]
+    limited: str
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -180,7 +185,13 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shar
         FakeUpstream("spare") as spare,
         FakeUpstream("failing") as failing,
         FakeUpstream("plain") as plain,
+        FakeUpstream("counted") as counted,
     ):
+        # Made in the database before the start, one writer at a time.
+        key, _ = await new_key(
+            tmp_path, user="bob", extra=("--rpm", "100000", "--tpm", "1000000000")
+        )
+        limited, _ = await new_key(tmp_path, extra=("--rpm", str(RPM), "--tpm", "1000000"))
         cfg = config(
             model(
                 "conc",
@@ -189,13 +200,16 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shar
             ),
             model("circ", route(failing)),
             model("a", route(plain)),
+            model("rl", route(counted)),
             circuit=STAYS_OPEN,
             admin_key=ADMIN,
+            database={"path": db_path(tmp_path)},
         )
         started: list[Supervisor] = []
         try:
             sup = await _start(started, tmp_path, cfg)
-            yield Shared(sup, slots, spare, failing, plain)
+            auth = {"authorization": f"Bearer {key}"}
+            yield Shared(sup, slots, spare, failing, plain, counted, auth, limited)
         finally:
             for sup in started:
                 await sup.close()
@@ -295,7 +309,10 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
     sup, slots, spare = shared.sup, shared.slots, shared.spare
     slots.set_default(Held())
     total = 3 * LIMIT
-    clients = [httpx.AsyncClient(base_url=sup.url, timeout=WAIT * 3) for _ in range(total)]
+    clients = [
+        httpx.AsyncClient(base_url=sup.url, timeout=WAIT * 3, headers=shared.auth)
+        for _ in range(total)
+    ]
     try:
         load = [asyncio.create_task(c.post(CHAT, json=chat("conc"))) for c in clients]
         await slots.wait_for_requests(LIMIT, timeout=WAIT)
@@ -305,7 +322,8 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
         answers = await asyncio.gather(*load)
         # A next request on each connection: its worker has finished (and counted) the first.
         await asyncio.gather(*(c.get("/health") for c in clients))
-        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+        admin = {"authorization": f"Bearer {ADMIN}"}  # keys are on: /metrics is for operators
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=admin) as fresh:
             scraped = (await fresh.get("/metrics")).text
     finally:
         for c in clients:
@@ -325,27 +343,21 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
     assert counted == {eid("conc", slots): LIMIT, eid("conc", spare): total - LIMIT}
 
 
-async def test_a_key_rate_limit_holds_exactly_across_two_workers(
-    tmp_path: Path,
-    fake_upstream: FakeUpstream,
-    supervisors: list[Supervisor],
-) -> None:
+@pytest.mark.asyncio(loop_scope="module")
+async def test_a_key_rate_limit_holds_exactly_across_two_workers(shared: Shared) -> None:
     # The key's counter lives in the supervisor's actors: whichever worker admits, the
     # minute's allowance is spent once.
-    key, _ = await new_key(tmp_path, extra=("--rpm", str(RPM), "--tpm", "1000000"))
-    sup = await _start(
-        supervisors, tmp_path, keys_config(tmp_path, model("m", route(fake_upstream)))
-    )
+    sup, counted = shared.sup, shared.counted
 
     async def ask() -> httpx.Response:
-        auth = {"authorization": f"Bearer {key}"}
+        auth = {"authorization": f"Bearer {shared.limited}"}
         async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=auth) as fresh:
-            return await fresh.post(CHAT, json=chat("m"))  # a fresh connection: either worker
+            return await fresh.post(CHAT, json=chat("rl"))  # a fresh connection: either worker
 
     answers = await asyncio.gather(*(ask() for _ in range(LOAD)))
 
     assert Counter(r.status_code for r in answers) == {200: RPM, 429: LOAD - RPM}
-    assert len(fake_upstream.requests) == RPM
+    assert len(counted.requests) == RPM
     refused = [r for r in answers if r.status_code == 429]
     assert_openai_error(refused[0], 429, "rate_limited")
     # Both workers answered (the chance that 32 fresh connections all land on one is 2**-31).
@@ -362,7 +374,7 @@ async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
     async with (
         httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as events_client,
         events_client.stream("GET", "/events?kind=circuit", headers=admin) as events,
-        httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as one,  # one connection: one worker
+        httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=shared.auth) as one,  # one worker
     ):
         lines = events.aiter_lines()
         assert (await anext(lines)).startswith(":")  # subscribed
@@ -374,8 +386,8 @@ async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
         opened_by = {_pid(r.headers) for r in failed}
         refused: httpx.Response | None = None
         for _ in range(TRIES):
-            async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
-                resp = await fresh.post(CHAT, json=chat("circ"))
+            async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=shared.auth) as f:
+                resp = await f.post(CHAT, json=chat("circ"))
             if _pid(resp.headers) not in opened_by:
                 refused = resp
                 break
@@ -410,7 +422,7 @@ async def test_llmgw_admin_reload_through_the_local_socket_reaches_every_worker(
     # from each of them, so: bounded polling, on fresh connections, until both serve "b".
     served: set[int] = set()
     for _ in range(int(WAIT / 0.01)):
-        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=shared.auth) as fresh:
             resp = await fresh.post(CHAT, json=chat("b"))
         if resp.status_code == 200:
             served.add(_pid(resp.headers))
