@@ -53,9 +53,12 @@ _STATUS_CODES = {
 }
 _STATUSES = {code: b"\x7a" + bytes((len(body),)) + body for code, body in _STATUS_CODES.items()}
 _UNSET_STATUS = _STATUSES[id(StatusCode.UNSET)]
-_TIMES = struct.Struct("<BQBQ").pack  # start and end: fixed64 fields 7 and 8
+_UNSET_LOCAL, _UNSET_REMOTE = _UNSET_STATUS + _FLAGS_LOCAL, _UNSET_STATUS + _FLAGS_REMOTE
+_KIND_VALUES = {id(kind): kind.value + 1 for kind in SpanKind}
+_KIND_TIMES = struct.Struct("<BBBQBQ").pack  # kind, then start and end (fixed64 fields 7, 8)
 _IDS = struct.Struct(">HQQHQ").pack  # trace id (two halves) and span id, with their keys
-_LOW = (1 << 64) - 1
+_IDS_PARENT = struct.Struct(">HQQHQHQ").pack  # the same, then the parent span id (field 4)
+_LOW = _U64 = (1 << 64) - 1
 
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
@@ -113,12 +116,13 @@ class _Key:
     """One attribute key's encoded pairs (as repeated field ``tag``): string values by
     value, others by (type, value) (``1``, ``1.0`` and ``True`` are three values)."""
 
-    __slots__ = ("head", "others", "strings", "tag")
+    __slots__ = ("head", "ints", "others", "strings", "tag")
 
     def __init__(self, tag: bytes, key: str) -> None:
         self.tag = tag
         self.head = _field(b"\x0a", key.encode())  # the KeyValue's key field
         self.strings: dict[str, bytes] = {}
+        self.ints: dict[int, bytes] = {}  # by value: type(v) is int, never a bool
         self.others: dict[tuple[type, Any], bytes] = {}
 
     def string(self, value: str) -> bytes:
@@ -131,11 +135,16 @@ class _Key:
     def other(self, value: Any) -> bytes:
         """The pair of a value of another type (scalars and lists of strings cached)."""
         cls = type(value)
+        if cls is int:
+            found = _field(self.tag, self.head + _field(b"\x12", b"\x18" + _varint(value & _U64)))
+            if len(self.ints) < _MAX_VALUES:
+                self.ints[value] = found
+            return found
         if cls is list:
             if not all(type(v) is str for v in value):
                 return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
             cache_key: tuple[type, Any] = (cls, tuple(value))  # finish reasons
-        elif cls is int or cls is bool or (cls is float and value):  # -0.0 equals 0.0
+        elif cls is bool or (cls is float and value):  # -0.0 equals 0.0
             cache_key = (cls, value)
         else:
             return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
@@ -173,8 +182,10 @@ class SpanEncoder:
             if len(self._shapes) >= _MAX_CACHED:
                 self._shapes.clear()
             found = self._shapes[id(shape)] = (shape, self._attributes(b"\x4a", shape))
-        rest = islice(span.attributes.items(), len(shape), None)
-        return found[1] + self._pairs(b"\x4a", rest)
+        attributes, n = span.attributes, len(shape)
+        if len(attributes) == n:  # nothing added
+            return found[1]
+        return found[1] + self._pairs(b"\x4a", islice(attributes.items(), n, None))
 
     def _pairs(self, tag: bytes, items: Iterable[tuple[str, Any]]) -> bytes:
         keys = self._keys.get(tag)
@@ -187,9 +198,13 @@ class SpanEncoder:
                 k = _Key(tag, key)
                 if len(keys) < _MAX_KEYS:
                     keys[key] = k
-            if type(value) is str:
+            cls = type(value)
+            if cls is str:
                 found = k.strings.get(value)
                 parts.append(k.string(value) if found is None else found)
+            elif cls is int:
+                found = k.ints.get(value)
+                parts.append(k.other(value) if found is None else found)
             else:
                 parts.append(k.other(value))
         return b"".join(parts)
@@ -231,27 +246,37 @@ class SpanEncoder:
     def _recorded(self, span: RecordedSpan) -> bytes:
         """The ScopeSpans' field of one gateway span (its ids as they are, no SpanContext
         made; what it never has, dropped counts and links, not looked at)."""
-        trace_id = span.trace_id
-        parts = [_IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span.span_id)]
-        if span.trace_state:
-            state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
-            parts.append(_field(b"\x1a", state.encode()))
-        if span.parent_id:
-            parts += (b"\x22\x08", span.parent_id.to_bytes(8, "big"))
+        trace_id, parent_id = span.trace_id, span.parent_id
+        if parent_id and not span.trace_state:  # a child: ids and parent id in one pack
+            low = trace_id & _LOW
+            ids = _IDS_PARENT(0x0A10, trace_id >> 64, low, 0x1208, span.span_id, 0x2208, parent_id)
+        else:
+            ids = _IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span.span_id)
+            if span.trace_state:
+                state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
+                ids += _field(b"\x1a", state.encode())
+            if parent_id:
+                ids += b"\x22\x08" + parent_id.to_bytes(8, "big")
         name = self._names.get(span.name)
-        parts += (
+        shape = span.shape
+        parts = [
+            ids,
             self._name(span.name) if name is None else name,
-            _KINDS[id(span.kind)],
-            _TIMES(0x39, span.start_time, 0x41, span.end_time or 0),
+            _KIND_TIMES(
+                0x30, _KIND_VALUES[id(span.kind)], 0x39, span.start_time, 0x41, span.end_time or 0
+            ),
             self._attributes(b"\x4a", span.attributes)
-            if span.shape is None
-            else self._shaped(span, span.shape),
-        )
+            if shape is None
+            else self._shaped(span, shape),
+        ]
         if span.events:
             parts += [self._event(event) for event in span.events]
         status = span.status
-        parts.append(_UNSET_STATUS if status is UNSET else self._status(status))
-        parts.append(_FLAGS_LOCAL if span.remote_parent is None else _FLAGS_REMOTE)
+        if status is UNSET:
+            parts.append(_UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE)
+        else:
+            parts.append(self._status(status))
+            parts.append(_FLAGS_LOCAL if span.remote_parent is None else _FLAGS_REMOTE)
         return _field(b"\x12", b"".join(parts))
 
     def _event(self, event: Event | RecordedEvent) -> bytes:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
+# The members, read once: SpanKind.X is an attribute lookup through the Enum's metaclass.
+_SERVER, _INTERNAL, _CLIENT = SpanKind.SERVER, SpanKind.INTERNAL, SpanKind.CLIENT
 _DECLINED = "hedge_declined"
 _MAX_SHAPES = 4096  # attempt spans' first attributes, by candidate, surface and hop
 _V136_EVENTS = {
@@ -82,7 +84,7 @@ class RequestTrace:
         attributes = dict(shape)
         attributes["llmgw.request_id"] = req.request_id
         self.server: RecordedSpan = telemetry.spans.root(
-            name, SpanKind.SERVER, parent, attributes, shape, clean=True
+            name, _SERVER, parent, attributes, shape, clean=True
         )
         self.trace_id = self.server.trace_id.to_bytes(16, "big").hex()  # format(): 3x the cost
         self.sampled: bool = self.server.sampled
@@ -98,7 +100,7 @@ class RequestTrace:
     def admission_started(self) -> None:
         """The caller's limits were asked (a span until :meth:`admitted`)."""
         if self.sampled:
-            self._admission = self.server.child("llmgw.admission", SpanKind.INTERNAL, {})
+            self._admission = self.server.child("llmgw.admission", _INTERNAL, {})
 
     def admitted(self, refusal: str = "") -> None:
         """The limits' verdict came (``refusal``: the error code of a refusal)."""
@@ -117,7 +119,7 @@ class RequestTrace:
             return
         self._routing = self.server.child(
             "llmgw.routing",
-            SpanKind.INTERNAL,
+            _INTERNAL,
             {"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
         )
 
@@ -126,21 +128,21 @@ class RequestTrace:
         span, self._routing = self._routing, None
         if span is None:
             return
-        attrs: dict[str, Any] = {
-            "llmgw.routing.strategy": plan.reason,
-            "llmgw.routing.candidates": len(plan.candidates),
-            "llmgw.routing.primary": plan.candidates[0].endpoint if plan.candidates else "",
-            "llmgw.routing.pinned": plan.pinned,
-        }
+        # Every value comes from the config and the plan: the span's whole attribute set is
+        # one of few, made once and shared (the encoder reuses its bytes).
+        candidates = plan.candidates
+        primary = candidates[0].endpoint if candidates else ""
+        key: tuple[Any, ...] = (span.attributes["llmgw.model"], plan.reason, len(candidates))
+        key += (primary, plan.pinned)
         if res is not None:
-            attrs["llmgw.routing.target"] = res.target
-            if res.chain:
-                attrs["llmgw.routing.chain"] = res.chain
-            if res.axis:
-                attrs["llmgw.routing.axis"] = res.axis
-            if res.rule:
-                attrs["llmgw.routing.rule"] = res.rule
-        span.extend(attrs)
+            key += (res.target, res.chain, res.axis, res.rule)
+        shapes = self._t.routing_shapes
+        shape = shapes.get(key)
+        if shape is None:
+            if len(shapes) >= _MAX_SHAPES:
+                shapes.clear()
+            shape = shapes[key] = _routed(span.attributes, plan, primary, res)
+        span.reshape(shape)
         span.end()
 
     def _end_routing(self, error: str) -> None:
@@ -164,8 +166,7 @@ class RequestTrace:
         (the SERVER span's when the trace is not sampled: no span is made)."""
         if not self.sampled:
             return target.traced(_trace_headers(self.server, self.trace_id))
-        key: tuple[Any, ...] = (c.endpoint, c.kind, c.base_url, c.upstream_model)
-        key += (c.credential_id, surface, stream, number)
+        key = (c.endpoint, c.kind, c.base_url, c.upstream_model, c.credential_id, surface, stream, number)
         shapes = self._t.attempt_shapes
         found = shapes.get(key)
         if found is None:
@@ -173,7 +174,7 @@ class RequestTrace:
                 shapes.clear()
             found = shapes[key] = self._attempt(c, surface, stream, number)
         name, shape = found
-        span = self.server.child(name, SpanKind.CLIENT, shape, shape)
+        span = self.server.child(name, _CLIENT, shape, shape)
         self._attempts[number] = span
         return target.traced(_trace_headers(span, self.trace_id))
 
@@ -358,6 +359,28 @@ class RequestTrace:
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+def _routed(
+    started: dict[str, Any], plan: RoutePlan, primary: str, res: Resolution | None
+) -> dict[str, Any]:
+    """A routing span's attributes once answered: ``started``'s, then the decision's."""
+    attrs: dict[str, Any] = {
+        **started,
+        "llmgw.routing.strategy": plan.reason,
+        "llmgw.routing.candidates": len(plan.candidates),
+        "llmgw.routing.primary": primary,
+        "llmgw.routing.pinned": plan.pinned,
+    }
+    if res is not None:
+        attrs["llmgw.routing.target"] = res.target
+        if res.chain:
+            attrs["llmgw.routing.chain"] = res.chain
+        if res.axis:
+            attrs["llmgw.routing.axis"] = res.axis
+        if res.rule:
+            attrs["llmgw.routing.rule"] = res.rule
+    return attrs
 
 
 def _server(
