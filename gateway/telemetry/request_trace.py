@@ -19,7 +19,7 @@ from gateway.telemetry import content
 from gateway.telemetry.names import operation_name, provider_name
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Iterable, Iterator
 
     from opentelemetry.context import Context
 
@@ -221,11 +221,7 @@ class RequestTrace:
             attributes["gen_ai.response.id"] = rid
         if isinstance(model, str) and model:
             attributes["gen_ai.response.model"] = model
-        reasons = [
-            ch["finish_reason"]
-            for ch in body.get("choices") or ()
-            if isinstance(ch, dict) and isinstance(ch.get("finish_reason"), str)
-        ]
+        reasons = tuple(_reasons(body.get("choices")))  # a tuple, as the SDK keeps a list
         if reasons:
             attributes["gen_ai.response.finish_reasons"] = reasons
 
@@ -298,20 +294,19 @@ class RequestTrace:
         """A streamed attempt said why it stopped."""
         span = self._attempts.get(number)
         if span is not None:
-            span.set_attribute("gen_ai.response.finish_reasons", [reason])
+            span.set_attribute("gen_ai.response.finish_reasons", (reason,))
 
     def attempt_done(self, obs: Observation) -> None:
         """End attempt ``obs.attempt``'s span with what its Observation says."""
         span = self._attempts.pop(obs.attempt, None)
         if span is None:
             return
-        attrs: dict[str, Any] = {
-            "llmgw.model": obs.model,
-            "llmgw.outcome": obs.outcome,
-            "gen_ai.usage.input_tokens": obs.prompt_tokens,
-            "gen_ai.usage.output_tokens": obs.completion_tokens,
-            "llmgw.cost_usd": obs.cost_usd,
-        }
+        attrs = span.attributes  # none of these keys is shaped, no value None
+        attrs["llmgw.model"] = obs.model
+        attrs["llmgw.outcome"] = obs.outcome
+        attrs["gen_ai.usage.input_tokens"] = obs.prompt_tokens
+        attrs["gen_ai.usage.output_tokens"] = obs.completion_tokens
+        attrs["llmgw.cost_usd"] = obs.cost_usd
         if obs.cached_tokens:
             attrs["gen_ai.usage.cache_read.input_tokens"] = obs.cached_tokens
         if obs.cache_write_tokens:
@@ -334,7 +329,6 @@ class RequestTrace:
             attrs["error.type"] = obs.error_kind
             if obs.outcome != "cancelled":
                 span.set_status(Status(StatusCode.ERROR))
-        span.extend(attrs)
         span.end()
 
     # -- the end ------------------------------------------------------------------------
@@ -420,6 +414,15 @@ def _trace_headers(span: RecordedSpan, trace_id: str) -> dict[str, str]:
     if span.trace_state:
         headers["tracestate"] = span.trace_state.to_header()
     return headers
+
+
+def _reasons(choices: Any) -> Iterator[str]:
+    """The finish reasons of an answer's ``choices`` (those that are strings)."""
+    for choice in choices or ():
+        if isinstance(choice, dict):
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                yield reason
 
 
 def _texts(streamed: dict[int, list[str | None]]) -> list[tuple[list[str], str | None]]:

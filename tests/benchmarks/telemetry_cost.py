@@ -10,7 +10,9 @@ spans to a local OTLP sink (``tests.fixtures.otlp --sink`` in a child process). 
 microseconds per request on the calling thread's CPU clock and on the process's (the batch
 span processor's export thread included, after a flush), less the Prometheus-only metrics
 the gateway records with telemetry off. No HTTP server is involved: this is the telemetry's
-own share of the gateway's CPU per request, measurable on a busy machine.
+own share of the gateway's CPU per request, measurable on a busy machine. The garbage
+collector is set up as the gateway sets it once started (``settle_gc``: what exists is frozen,
+and the thresholds are the gateway's).
 
 With ``--callgrind`` it runs itself again under ``valgrind --tool=callgrind`` and prints the
 instructions per request instead (every thread's, the export thread's included: each window
@@ -143,6 +145,7 @@ def _measure(requests: int) -> None:
     from gateway.adapters.base import UpstreamTarget
     from gateway.http.request import HttpRequest
     from gateway.ingress.metrics import GatewayMetrics
+    from gateway.process.serve import settle_gc
     from gateway.telemetry import start_telemetry
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
     from schemas.config import GatewayConfig
@@ -208,6 +211,7 @@ def _measure(requests: int) -> None:
         telemetry._tracer_provider.force_flush()
 
     _per_request(traced, requests // 10, flush)  # warm the caches and the connection
+    settle_gc()  # the collector tuned as ``llmgw serve`` tunes it once started
     _per_request(lambda: None, 1, flush, "empty")  # what zeroing and dumping cost
     on_thread, on_process = _per_request(traced, requests, flush, "on")
     off_thread, off_process = _per_request(untraced, requests, flush, "off")

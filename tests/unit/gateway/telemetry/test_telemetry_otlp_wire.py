@@ -128,10 +128,10 @@ def test_values_that_never_repeat_stop_being_cached_and_still_encode() -> None:
     decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
 
     assert decoded == encode_spans(spans)
-    ids = encoder._keys[b"\x4a"]["llmgw.request_id"]
-    assert len(ids.strings) == 256  # the bound: later ids are encoded, not kept
-    v = encoder._keys[b"\x4a"]["v"]
-    assert (v.ints, len(v.others)) == ({1: v.ints[1]}, 2)  # 1, 1.0 and True: three pairs
+    keys = encoder._keys[b"\x4a"]
+    assert keys["llmgw.request_id"].cached == 256  # the bound: later ids are encoded, not kept
+    assert keys["v"].cached == 3  # 1, 1.0 and True: three pairs
+    assert len(encoder._cached[b"\x4a"]) == 256 + 1 + 3  # the route too
 
 
 def test_recorded_spans_encode_to_the_sdk_encoders_message() -> None:
