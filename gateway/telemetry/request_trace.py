@@ -166,7 +166,16 @@ class RequestTrace:
         (the SERVER span's when the trace is not sampled: no span is made)."""
         if not self.sampled:
             return target.traced(_trace_headers(self.server, self.trace_id))
-        key = (c.endpoint, c.kind, c.base_url, c.upstream_model, c.credential_id, surface, stream, number)
+        key = (
+            c.endpoint,
+            c.kind,
+            c.base_url,
+            c.upstream_model,
+            c.credential_id,
+            surface,
+            stream,
+            number,
+        )
         shapes = self._t.attempt_shapes
         found = shapes.get(key)
         if found is None:
