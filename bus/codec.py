@@ -1,17 +1,22 @@
-"""The one wire format of the bus: msgspec JSON over the tagged union ``schemas.Message``.
+"""What crosses the bus: the one wire format (msgspec JSON over the tagged union
+``schemas.Message``) and the ``Envelope`` a subscriber receives a decoded message in.
 
-Pure functions, no I/O. Both buses send every message through here, so a struct that does not
-round-trip fails the first unit test that publishes it.
+The codec is pure functions, no I/O. Both buses send every message through here and deliver
+it in an Envelope, so a struct that does not round-trip fails the first unit test that
+publishes it.
 """
 
 from __future__ import annotations
 
 import typing
-from typing import Any, TypeVar, Union
+from typing import TYPE_CHECKING, Any, TypeVar, Union
 
 import msgspec
 
 from schemas import ErrorReply, Message
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
 
 T = TypeVar("T")
 
@@ -76,3 +81,33 @@ def _reply_decoder(reply_type: Any) -> msgspec.json.Decoder[Any]:
 
 def _name(tp: Any) -> str:
     return getattr(tp, "__qualname__", None) or repr(tp)
+
+
+class Envelope:
+    """One delivered message: its subject, the decoded struct, and how to answer it.
+
+    ``respond`` raises ``BusClosedError`` when the bus is gone; calling it on a message that
+    was published (no reply subject) is a no-op.
+    """
+
+    __slots__ = ("_responder", "message", "reply", "subject")
+
+    def __init__(
+        self,
+        subject: str,
+        message: Message,
+        reply: str | None,
+        responder: Callable[[str, Message], Awaitable[None]] | None,
+    ) -> None:
+        self.subject = subject
+        self.message = message
+        self.reply = reply
+        self._responder = responder
+
+    async def respond(self, msg: Message) -> None:
+        """Send ``msg`` to the requester, if this envelope came from a request."""
+        if self.reply is not None and self._responder is not None:
+            await self._responder(self.reply, msg)
+
+    def __repr__(self) -> str:
+        return f"Envelope({self.subject!r}, {type(self.message).__name__})"

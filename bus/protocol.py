@@ -1,11 +1,14 @@
-"""The Bus protocol every implementation satisfies, and the Envelope subscribers receive."""
+"""The Bus protocol every implementation satisfies; the Envelope subscribers receive lives
+with the wire format (``bus.codec``) and is named here for the protocol's signatures."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from bus.codec import Envelope
+
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator
     from contextlib import AbstractAsyncContextManager
 
     from bus.kv import KeyValue
@@ -13,35 +16,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-
-class Envelope:
-    """One delivered message: its subject, the decoded struct, and how to answer it.
-
-    ``respond`` raises ``BusClosedError`` when the bus is gone; calling it on a message that
-    was published (no reply subject) is a no-op.
-    """
-
-    __slots__ = ("_responder", "message", "reply", "subject")
-
-    def __init__(
-        self,
-        subject: str,
-        message: Message,
-        reply: str | None,
-        responder: Callable[[str, Message], Awaitable[None]] | None,
-    ) -> None:
-        self.subject = subject
-        self.message = message
-        self.reply = reply
-        self._responder = responder
-
-    async def respond(self, msg: Message) -> None:
-        """Send ``msg`` to the requester, if this envelope came from a request."""
-        if self.reply is not None and self._responder is not None:
-            await self._responder(self.reply, msg)
-
-    def __repr__(self) -> str:
-        return f"Envelope({self.subject!r}, {type(self.message).__name__})"
+__all__ = ["Bus", "Envelope", "Sink", "Subscription"]
 
 
 class Subscription(Protocol):

@@ -20,10 +20,9 @@ from urllib.parse import quote
 
 import msgspec
 
-from gateway.adapters.base import error_from_status
+from gateway.adapters.base import error_from_status, redacted
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.platform_errors import CONTENT_FILTER
-from gateway.adapters.redaction import redacted
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
 from schemas.config import AzureSettings
 

@@ -33,6 +33,7 @@ from gateway.adapters.base import (
     bad_response,
     json_answer,
     json_event,
+    redacted,
     retry_after_seconds,
 )
 from gateway.adapters.bedrock_auth import BedrockSigner, split_key
@@ -45,7 +46,6 @@ from gateway.adapters.bedrock_embed import (
 )
 from gateway.adapters.bedrock_stream import ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
-from gateway.adapters.redaction import redacted
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 

@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 from gateway.adapters.anthropic import AnthropicAdapter
 from gateway.adapters.azure_openai import AzureOpenAIAdapter
+from gateway.adapters.base import RedactingAdapter
 from gateway.adapters.bedrock import BedrockAdapter
 from gateway.adapters.echo import EchoAdapter
 from gateway.adapters.gemini import GeminiAdapter
 from gateway.adapters.openai_compat import OpenAICompatAdapter
-from gateway.adapters.redaction import RedactingAdapter
 from gateway.adapters.upstream_http import UpstreamHTTP
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ def make_http_client() -> UpstreamHTTP:
 
 def make_adapters(http: UpstreamHTTP) -> dict[str, Adapter]:
     """One adapter per upstream kind, all on ``upstream_http``, each redacting what its
-    upstream says of the credential it was sent (see ``redaction``)."""
+    upstream says of the credential it was sent (see ``base.RedactingAdapter``)."""
     kinds: dict[str, Adapter] = {
         "echo": EchoAdapter(),
         "openai_compat": OpenAICompatAdapter(http),

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
-from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
 
 from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
@@ -158,6 +156,11 @@ class LocalAdmin:
         except OSError as exc:
             logger.warning("no local admin socket (use --bus or --url to administer): %s", exc)
             return None
+        # Here, not at the top: the CLI imports this module for socket_path and answers, and
+        # hypercorn costs each command about 0.1 s of start-up it never uses.
+        from hypercorn.asyncio import serve
+        from hypercorn.config import Config as HypercornConfig
+
         hconf = HypercornConfig()
         hconf.bind = [f"fd://{sock.detach()}"]  # Hypercorn closes it at shutdown
         hconf.accesslog = None

@@ -249,7 +249,7 @@ class Authenticator:
 
     async def gate(self, req: HttpRequest) -> None:
         """Identify ``req``'s caller into its scope, enforcing the rules of its path."""
-        path = req.path
+        path = req.scope["path"]
         if path.startswith("/v1/"):
             caller = await self.identify(req, strict=True)
             if caller is None:

@@ -1,17 +1,15 @@
-"""Helpers shared by the client formats: JSON text, SSE framing, id minting, field checks."""
+"""Helpers shared by the client formats: JSON text, SSE framing, id minting, the ``want_*``
+checks of one field. The documented fields' types (``Kind``, ``check_types``) live with the
+canonical shape, ``gateway.formats.openai_chat``."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from schemas import InvalidRequestError, UpstreamBadResponseError
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 JSON = dict[str, Any]
 
@@ -56,45 +54,6 @@ def sse_frame(prefix: bytes, data: JSON) -> bytes:
 def new_id(prefix: str) -> str:
     """A fresh random id such as ``msg_3f2a...`` (24 hex digits after ``prefix``)."""
     return prefix + os.urandom(12).hex()
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """The JSON type a documented request field must have; ``name`` reads in an error
-    ("must be a number"). JSON ``true``/``false`` are never numbers."""
-
-    name: str
-    types: tuple[type, ...]
-
-    def accepts(self, value: Any) -> bool:
-        """Whether ``value`` (not null) has this type."""
-        if isinstance(value, bool):
-            return bool in self.types
-        return isinstance(value, self.types)
-
-
-NUMBER = Kind("a number", (int, float))
-INTEGER = Kind("an integer", (int,))
-BOOLEAN = Kind("a boolean", (bool,))
-STRING = Kind("a string", (str,))
-OBJECT = Kind("an object", (dict,))
-ARRAY = Kind("an array", (list,))
-STRING_OR_ARRAY = Kind("a string or an array", (str, list))
-STRING_OR_OBJECT = Kind("a string or an object", (str, dict))
-
-
-def check_types(obj: JSON, kinds: Mapping[str, Kind], path: str = "") -> None:
-    """Check each field of ``obj`` (at ``path``; top level when empty) that ``kinds``
-    documents; null passes, and so does any field ``kinds`` does not name (providers have
-    extensions). Raises InvalidRequestError naming the first mistyped field.
-
-    Cost: one dict lookup per field the client sent (a few, usually).
-    """
-    for key, value in obj.items():
-        kind = kinds.get(key)
-        if kind is not None and value is not None and not kind.accepts(value):
-            param = f"{path}.{key}" if path else key
-            raise InvalidRequestError(f"{param}: must be {kind.name}", param=param)
 
 
 def want_dict(value: Any, param: str) -> JSON:

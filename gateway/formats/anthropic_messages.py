@@ -22,23 +22,25 @@ from gateway.formats._canonical_to_anthropic import (
     from_chat_response,
 )
 from gateway.formats._common import (
-    ARRAY,
-    BOOLEAN,
-    INTEGER,
     JSON,
-    NUMBER,
-    OBJECT,
-    STRING,
-    STRING_OR_ARRAY,
-    STRING_OR_OBJECT,
     append_system,
-    check_types,
     json_text,
     want_dict,
     want_list,
     want_number,
     want_positive_int,
     want_str,
+)
+from gateway.formats.openai_chat import (
+    ARRAY,
+    BOOLEAN,
+    INTEGER,
+    NUMBER,
+    OBJECT,
+    STRING,
+    STRING_OR_ARRAY,
+    STRING_OR_OBJECT,
+    check_types,
 )
 from schemas import InvalidRequestError
 

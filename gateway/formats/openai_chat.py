@@ -1,30 +1,64 @@
 """OpenAI Chat Completions, the client surface whose shape is also the canonical form.
 
-Validation here is what every chat-shaped request must pass before routing; the answer and
-the stream pass through with ``model`` set to the id the client asked for.
+Validation here is what every chat-shaped request must pass before routing (with the field
+types every client format checks its documented fields by: ``Kind``, ``check_types``); the
+answer and the stream pass through with ``model`` set to the id the client asked for.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.formats._common import (
-    ARRAY,
-    BOOLEAN,
-    INTEGER,
-    NUMBER,
-    OBJECT,
-    STRING,
-    STRING_OR_ARRAY,
-    STRING_OR_OBJECT,
-    check_types,
-)
 from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 JSON = dict[str, Any]
 _encode = msgspec.json.Encoder().encode
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """The JSON type a documented request field must have; ``name`` reads in an error
+    ("must be a number"). JSON ``true``/``false`` are never numbers."""
+
+    name: str
+    types: tuple[type, ...]
+
+    def accepts(self, value: Any) -> bool:
+        """Whether ``value`` (not null) has this type."""
+        if isinstance(value, bool):
+            return bool in self.types
+        return isinstance(value, self.types)
+
+
+NUMBER = Kind("a number", (int, float))
+INTEGER = Kind("an integer", (int,))
+BOOLEAN = Kind("a boolean", (bool,))
+STRING = Kind("a string", (str,))
+OBJECT = Kind("an object", (dict,))
+ARRAY = Kind("an array", (list,))
+STRING_OR_ARRAY = Kind("a string or an array", (str, list))
+STRING_OR_OBJECT = Kind("a string or an object", (str, dict))
+
+
+def check_types(obj: JSON, kinds: Mapping[str, Kind], path: str = "") -> None:
+    """Check each field of ``obj`` (at ``path``; top level when empty) that ``kinds``
+    documents; null passes, and so does any field ``kinds`` does not name (providers have
+    extensions). Raises InvalidRequestError naming the first mistyped field.
+
+    Cost: one dict lookup per field the client sent (a few, usually).
+    """
+    for key, value in obj.items():
+        kind = kinds.get(key)
+        if kind is not None and value is not None and not kind.accepts(value):
+            param = f"{path}.{key}" if path else key
+            raise InvalidRequestError(f"{param}: must be {kind.name}", param=param)
+
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 # The documented request fields (openai's CompletionCreateParams) and their JSON types; the
@@ -132,8 +166,9 @@ def estimate_prompt_tokens(raw_body_len: int) -> int:
     return raw_body_len // 4
 
 
-def render_response(chat: JSON, model: str) -> bytes:
-    """The answer as the client receives it: unchanged but for ``model``."""
+def render_response(chat: JSON, model: str, request: JSON | None = None) -> bytes:
+    """The answer as the client receives it: unchanged but for ``model`` (``request``, the
+    client's body, is the ``Surface.render`` signature's: a chat answer echoes none of it)."""
     chat["model"] = model
     return _encode(chat)
 

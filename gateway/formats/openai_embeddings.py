@@ -8,8 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.formats._common import INTEGER, JSON, STRING, check_types
-from gateway.formats.openai_chat import require_object_with_model
+from gateway.formats.openai_chat import (
+    INTEGER,
+    JSON,
+    STRING,
+    check_types,
+    require_object_with_model,
+)
 from schemas import InvalidRequestError
 
 # The documented fields (openai's EmbeddingCreateParams) besides model and input.

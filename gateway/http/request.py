@@ -38,16 +38,17 @@ _KEEP, _CLOSE, _LINGER = 0, 1, 2
 
 
 class HttpRequest:
-    """One HTTP exchange: the scope, lazily decoded headers, whether the answer started, and
-    the id the gateway gave the exchange (its answers' ``x-request-id``; "" until given).
-    ``body_timeout`` bounds the wait for the request body (seconds)."""
+    """One HTTP exchange: the scope, its headers decoded (``headers``: lower-case name ->
+    value, the last one wins), whether the answer started, and the id the gateway gave the
+    exchange (its answers' ``x-request-id``; "" until given). ``body_timeout`` bounds the wait
+    for the request body (seconds)."""
 
     __slots__ = (
         "_after",
         "_body_read",
-        "_headers",
         "body_timeout",
         "extra_headers",
+        "headers",
         "receive",
         "request_id",
         "scope",
@@ -72,7 +73,10 @@ class HttpRequest:
         self.request_id = request_id
         self.extra_headers: list[tuple[bytes, bytes]] = []
         """Headers every answer to this exchange carries (a limited key's rate headers)."""
-        self._headers: dict[str, str] | None = None
+        # Decoded at once: every request the gateway serves reads one (its key, at least).
+        self.headers: dict[str, str] = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())
+        }
         self._after = _KEEP
         self._body_read = False
 
@@ -86,11 +90,7 @@ class HttpRequest:
 
     def header(self, name: str) -> str | None:
         """A request header by lower-case name (the last one wins)."""
-        if self._headers is None:
-            self._headers = {
-                k.decode("latin-1").lower(): v.decode("latin-1") for k, v in self.scope["headers"]
-            }
-        return self._headers.get(name)
+        return self.headers.get(name)
 
     def bearer_token(self) -> str | None:
         """The credential presented: ``Authorization: Bearer <token>``, else ``x-api-key``,

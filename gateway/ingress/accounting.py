@@ -115,9 +115,12 @@ class RequestRecord:
         """Note how a steered request's target was resolved (for the decision event)."""
         self.resolution = res
 
-    def attempted(self, obs: Observation) -> None:
-        """Note one attempt's Observation."""
+    def attempted(self, obs: Observation, began: float | None = None) -> None:
+        """Note one attempt's Observation; with ``began`` (seconds, the clock of
+        :meth:`upstream`), that it was in flight from then for its latency."""
         self.attempts.append(obs)
+        if began is not None:
+            self.in_flight.append((began, began + obs.latency_ms / 1000))
 
 
 def _steering_brief(res: Resolution | None) -> dict[str, Any]:

@@ -287,8 +287,9 @@ class GatewayApp:
     # -- one request ----------------------------------------------------------------------
 
     async def _http(self, req: HttpRequest) -> None:
-        path = req.path
-        handler = self._routes.find(req.method, path)
+        scope = req.scope  # what ``req.path`` and ``req.method`` read
+        path, method = scope["path"], scope["method"]
+        handler = self._routes.find(method, path)
         surface = _SURFACES.get(path) or (MESSAGES if path.startswith("/v1/messages/") else CHAT)
         try:
             if handler is None:
@@ -303,7 +304,7 @@ class GatewayApp:
             if not req.started:
                 await _send_gateway_error(req, surface, err)
         except Exception:
-            logger.exception("unhandled error serving %s %s", req.method, path)
+            logger.exception("unhandled error serving %s %s", method, path)
             if not req.started:
                 await _send_error(req, surface, 500, "internal gateway error", "internal")
 

@@ -21,32 +21,38 @@ the same whatever API the client speaks. Rules:
 - an attempt's TTFT is when its first token arrived (hedged or not), not its first chunk.
 
 The loop is one (``Dispatcher._walk``) over the ``failover.AttemptKind`` seam: a whole answer
-(``attempt_once``) and a stream (``stream_attempt``) differ only in the attempt itself.
+(``ONCE``, here: one call of the adapter under the attempt's first-byte limit, observed, its
+lease given back however it ends) and a stream (``stream_attempt.STREAM``) differ only in the
+attempt itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
 
 import anyio
 
 from gateway.ingress import hedging
-from gateway.ingress.attempt_once import ONCE
-from gateway.ingress.failover import NO_BACKUP, Budget, Failures, no_backup
+from gateway.ingress.failover import (
+    Budget,
+    Failures,
+    key_pool_refusal,
+    outcome_of,
+    timed_out,
+)
 from gateway.ingress.hedging import Declined
-from gateway.ingress.leases import LeaseKeeper
-from gateway.ingress.request_info import Attempt
+from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
+from gateway.ingress.request_info import Attempt, Served
 from gateway.ingress.stream_attempt import STREAM
-from gateway.ingress.usage import NO_USAGE, observation
+from gateway.ingress.usage import NO_USAGE, content_chars, observation, tokens, usage_of
 from schemas import (
     FirstToken,
     GatewayError,
-    KeyPoolExhaustedError,
-    KeyPoolRoleRestrictedError,
     Message,
     UpstreamError,
     subjects,
@@ -56,30 +62,33 @@ from schemas.config import FailoverConfig
 if TYPE_CHECKING:
     from collections.abc import (
         AsyncGenerator,
-        AsyncIterator,
+        Awaitable,
         Callable,
         Coroutine,
         Generator,
         Mapping,
-        Sequence,
     )
 
     from bus import Bus
-    from gateway.adapters.base import JSON, Adapter
-    from gateway.ingress.attempt_once import Operation
+    from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.ingress.failover import AttemptKind
     from gateway.ingress.plan_walk import PlanWalk
-    from gateway.ingress.request_info import RequestInfo, Served
+    from gateway.ingress.request_info import RequestInfo
     from gateway.ingress.stream_attempt import StreamAttempt
     from gateway.ingress.targets import Targets
     from gateway.ingress.usage import Usage
     from schemas import RouteCandidate, RoutePlan
+
+    Operation: TypeAlias = Callable[[Adapter, UpstreamTarget, str], Awaitable[JSON]]
+    """One whole answer from ``adapter`` at ``target`` for the attempt's model (its plan's)."""
 
 logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 P = TypeVar("P")
 T = TypeVar("T")
+
+_SUBJECTS_MAX = 4096
 
 
 class Dispatcher:
@@ -108,11 +117,19 @@ class Dispatcher:
         self._failover = failover or FailoverConfig()
         self.leases = leases or LeaseKeeper(bus, 30.0, "ingress")
         self._clock = clock
+        self.now = clock
+        """The dispatcher's clock (the callable itself: an attempt reads it directly)."""
         self._wall = wall
+        self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
 
-    def now(self) -> float:
-        """The dispatcher's clock."""
-        return self._clock()
+    def _observed_on(self, endpoint: str) -> str:
+        """The subject of ``endpoint``'s observations, built once per endpoint."""
+        subject = self._subjects.get(endpoint)
+        if subject is None:
+            if len(self._subjects) >= _SUBJECTS_MAX:
+                self._subjects.clear()
+            subject = self._subjects[endpoint] = subjects.observation(endpoint)
+        return subject
 
     def budget(self, info: RequestInfo) -> Budget:
         """A new budget for ``info``: its hop cap, deadline and wait for cooling routes."""
@@ -138,7 +155,7 @@ class Dispatcher:
             candidates = current.candidates
             self.leases.hold_plan(current)
             for i, planned in enumerate(candidates):
-                if failures.rules_out(planned):
+                if failures.errors and failures.rules_out(planned):  # none before a failure
                     await self._release(info, current.model, planned)
                     continue
                 hedge_backup = (
@@ -150,7 +167,7 @@ class Dispatcher:
                     if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
                         # A fallback on a capacity route (or a retry on another key): leased
                         # right before it is sent (a hedge backup only if the hedge fires: the
-                        # caller's ``_leased_late``).
+                        # caller's ``leased_late``).
                         leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
                         if leased is None:
                             break
@@ -196,9 +213,9 @@ class Dispatcher:
         await self.leases.release(c)
         if c.probe:
             now = self._clock()
-            pricing = self.targets.pricing(c.endpoint)
+            pricing = self.targets.prices.get(c.endpoint)
             obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
-            await self.publish(subjects.observation(c.endpoint), obs)
+            await self.publish(self._observed_on(c.endpoint), obs)
         elif not c.refusal:
             # Also ends the in-flight count the ModelActor may hold for it (after a failure
             # it counts the next candidate as sent).
@@ -231,20 +248,19 @@ class Dispatcher:
             started,
             self._clock(),
             self._wall(),
-            self.targets.pricing(c.endpoint),
+            self.targets.prices.get(c.endpoint),
             err=err,
             ttft=ttft,
             usage=usage,
             sent_chars=sent_chars,
         )
         record = info.record
-        record.attempted(obs)
-        record.upstream(started, started + obs.latency_ms / 1000)
+        record.attempted(obs, started)
         if record.trace is not None:
             record.trace.attempt_done(obs)
         if info.on_attempt is not None:
             info.on_attempt(obs)
-        await self.publish(subjects.observation(c.endpoint), obs)
+        await self.publish(self._observed_on(c.endpoint), obs)
 
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
@@ -291,10 +307,12 @@ class Dispatcher:
                 if planned.candidate.refusal:
                     await self._refused(info, planned, failures)
                     continue
-                a = await self._leased_late(info, planned)
+                a = await self.leased_late(info, planned)
                 if a is None:
                     continue
-                backup = await self._hedge_backup(a, hedge_after_ms, attempts)
+                backup = (
+                    await hedging.backup_for(a, attempts) if hedge_after_ms is not None else None
+                )
                 if backup is None:
                     result = await kind.attempt(self, info, payload, a, budget, Declined(), False)
                     if not isinstance(result, UpstreamError):
@@ -306,7 +324,9 @@ class Dispatcher:
                     info.record.trace.hedged(a.number, backup.number)
                 raced = await hedging.race(
                     functools.partial(kind.attempt, self, info, payload, a, budget, hold=True),
-                    functools.partial(self._backup, kind, info, payload, backup, budget),
+                    functools.partial(
+                        hedging.backup_side, self, kind, info, payload, backup, budget
+                    ),
                     hedge_after_ms or 0.0,
                     discard=kind.discard,
                 )
@@ -314,40 +334,10 @@ class Dispatcher:
                     won = raced.results[raced.winner]
                     assert won is not None and not isinstance(won, UpstreamError)
                     return won
-                self._raced_failures(pair, raced.results, failures)
+                hedging.raced_failures(pair, raced.results, failures)
         raise failures.final()
 
-    async def _backup(
-        self,
-        kind: AttemptKind[R, P],
-        info: RequestInfo,
-        payload: P,
-        a: Attempt,
-        budget: Budget,
-        declined: Declined,
-    ) -> R | UpstreamError:
-        """The hedge's backup side: leased as it starts (refused: the primary races
-        alone), then one ordinary attempt (held to its first token, as the primary)."""
-        leased = await self._leased_late(info, a)
-        if leased is None:
-            return no_backup(a.candidate)
-        return await kind.attempt(self, info, payload, leased, budget, declined, True)
-
-    async def _hedge_backup(
-        self, a: Attempt, hedge_after_ms: float | None, attempts: AsyncIterator[Attempt]
-    ) -> Attempt | None:
-        """The attempt to race against ``a`` (the plan's second candidate), when the plan
-        asks for a hedge and ``a`` is the request's very first attempt; else None. A backup
-        on a capacity route arrives unleased (see ``_attempts``): its side leases it when
-        the hedge fires, so a primary that answers in time never holds a lease for it."""
-        if hedge_after_ms is None or a.number != 1 or not a.first_of_plan or not a.more:
-            return None
-        backup = await anext(attempts, None)
-        if backup is None or backup.candidate.refusal:
-            return None  # a refused route is accounted by the loop's next turn, not raced
-        return backup
-
-    async def _leased_late(self, info: RequestInfo, a: Attempt) -> Attempt | None:
+    async def leased_late(self, info: RequestInfo, a: Attempt) -> Attempt | None:
         """``a`` with its capacity lease. Only a plan's hedge backup arrives unleased from
         ``_attempts``; leased here like any fallback, right before it is sent. None when
         its pool refuses (the route is skipped)."""
@@ -357,33 +347,13 @@ class Dispatcher:
         leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
         return None if leased is None else a._replace(candidate=leased)
 
-    @staticmethod
-    def _raced_failures(
-        pair: tuple[Attempt, Attempt], results: Sequence[object], failures: Failures
-    ) -> None:
-        """Record the errors of a race nobody won (a backup its pool refused is none)."""
-        for side, res in zip(pair, results, strict=True):
-            if isinstance(res, UpstreamError) and res.kind != NO_BACKUP:
-                failures.add(res, side.candidate)
-
     async def _refused(self, info: RequestInfo, a: Attempt, failures: Failures) -> None:
         """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is
         the endpoint's failure; a reservation-only refusal is not observed at all."""
-        c = a.candidate
-        cls = (
-            KeyPoolRoleRestrictedError
-            if c.refusal == KeyPoolRoleRestrictedError.code
-            else KeyPoolExhaustedError
-        )
-        err = cls(
-            f"no upstream key of {c.endpoint} is available to this caller",
-            endpoint=c.endpoint,
-            retry_after=c.retry_after,
-            kind=c.refusal,
-        )
+        err = key_pool_refusal(a.candidate)
         if err.counts_against_endpoint:
             await self.observe(info, a, "failure", self._clock(), err=err)
-        failures.add(err, c)
+        failures.add(err, a.candidate)
 
     def adapter(self, c: RouteCandidate) -> Adapter:
         """The adapter of ``c``'s kind. Raises UpstreamError when none serves it."""
@@ -393,6 +363,78 @@ class Dispatcher:
                 f"no adapter for upstream kind {c.kind!r}", endpoint=c.endpoint, kind="no_adapter"
             )
         return adapter
+
+
+# ---------------------------------------------------------------------------- a whole answer
+
+
+class _Once:
+    """Whole answers; stateless, one instance (``ONCE``)."""
+
+    __slots__ = ()
+
+    async def attempt(
+        self,
+        d: Dispatcher,
+        info: RequestInfo,
+        payload: Operation,
+        a: Attempt,
+        budget: Budget,
+        declined: Declined,
+        hold: bool,
+    ) -> Served | UpstreamError:
+        """One observed attempt: the answer, or the error it failed with. Its capacity
+        lease is given back however it ends (with the reported tokens when known)."""
+        attempt, c, more = a.number, a.candidate, a.more
+        used: int | None = None
+        trace = info.record.trace
+        try:
+            started = d.now()
+            target = d.targets.resolve(c)
+            if trace is not None:
+                target = trace.attempt(attempt, c, target, info.surface, info.stream)
+            limit, by_budget = budget.first_byte_limit(attempt, target.timeout, more)
+            try:
+                async with asyncio.timeout(limit):
+                    adapter = d.adapter(c)
+                    if trace is not None:
+                        adapter = trace.noting(adapter, attempt)
+                    body = await payload(adapter, target, a.model)
+            except UpstreamError as err:
+                await d.leases.release(c, tokens_used_by_failure(err))
+                await d.observe(info, a, outcome_of(err), started, err=err)
+                return err
+            except TimeoutError:
+                timeout = timed_out(c, limit, by_budget)
+                outcome = "cancelled" if by_budget else "failure"
+                await d.observe(info, a, outcome, started, err=timeout)
+                return timeout
+            except (anyio.get_cancelled_exc_class(), RecursionError):
+                # RecursionError: a body nested just short of the decode limit cannot be
+                # encoded again for the upstream; the app refuses it (400), but the attempt
+                # must still end here, or its prefill and probe leases are never given back.
+                await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
+                raise
+            usage = usage_of(body)
+            await d.observe(
+                info,
+                a,
+                "success",
+                started,
+                usage=usage,
+                sent_chars=0 if usage.reported else content_chars(body),
+            )
+            used = tokens(usage)
+            return Served(body, c, attempt, a.model)
+        finally:
+            await d.leases.release(c, used)  # a no-op once released above
+
+    async def discard(self, result: Served) -> None:
+        """A whole answer that lost a hedge race holds nothing to release."""
+
+
+ONCE = _Once()
+"""The whole-answer ``AttemptKind``."""
 
 
 async def shielded(coro: Coroutine[Any, Any, T]) -> T:

@@ -4,7 +4,7 @@ an attempt.
 ``Failures`` keeps a request's errors, picks the one the client sees and says which routes a
 refusal rules out; ``Budget`` holds the hop cap and the wall-clock budget; ``AttemptKind`` is
 what the loop (``dispatch.Dispatcher``) runs per attempt: a whole answer
-(``attempt_once.ONCE``) or a stream up to its first chunk (``stream_attempt.STREAM``).
+(``dispatch.ONCE``) or a stream up to its first chunk (``stream_attempt.STREAM``).
 """
 
 from __future__ import annotations
@@ -205,6 +205,22 @@ def no_backup(c: RouteCandidate) -> UpstreamError:
         "hedge backup not sent: its capacity pool refused a lease",
         endpoint=c.endpoint,
         kind=NO_BACKUP,
+    )
+
+
+def key_pool_refusal(c: RouteCandidate) -> UpstreamError:
+    """The error of a route whose key pool refused the caller (``c.refusal``): nothing was
+    sent."""
+    cls = (
+        KeyPoolRoleRestrictedError
+        if c.refusal == KeyPoolRoleRestrictedError.code
+        else KeyPoolExhaustedError
+    )
+    return cls(
+        f"no upstream key of {c.endpoint} is available to this caller",
+        endpoint=c.endpoint,
+        retry_after=c.retry_after,
+        kind=c.refusal,
     )
 
 

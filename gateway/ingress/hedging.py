@@ -16,9 +16,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+from gateway.ingress.failover import NO_BACKUP, no_backup
 from schemas import UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Sequence
+
+    from gateway.ingress.dispatch import Dispatcher
+    from gateway.ingress.failover import AttemptKind, Budget, Failures
+    from gateway.ingress.request_info import Attempt, RequestInfo
+
+R = TypeVar("R")
+P = TypeVar("P")
 
 T = TypeVar("T")
 
@@ -107,3 +118,44 @@ async def _end(
     if not isinstance(late, UpstreamError):
         await discard(late)
         results[side] = None
+
+
+async def backup_for(a: Attempt, attempts: AsyncIterator[Attempt]) -> Attempt | None:
+    """The attempt to race against ``a`` (the plan's second candidate, the next of
+    ``attempts``) in a plan that asks for a hedge, when ``a`` is the request's very first
+    attempt; else None. A backup on a capacity route arrives unleased (see
+    ``Dispatcher._attempts``): its side leases it when the hedge fires, so a primary that
+    answers in time never holds a lease for it."""
+    if a.number != 1 or not a.first_of_plan or not a.more:
+        return None
+    backup = await anext(attempts, None)
+    if backup is None or backup.candidate.refusal:
+        return None  # a refused route is accounted by the loop's next turn, not raced
+    return backup
+
+
+def raced_failures(
+    pair: tuple[Attempt, Attempt], results: Sequence[object], failures: Failures
+) -> None:
+    """Record the errors of a race nobody won in ``failures`` (a backup its pool refused is
+    none)."""
+    for side, res in zip(pair, results, strict=True):
+        if isinstance(res, UpstreamError) and res.kind != NO_BACKUP:
+            failures.add(res, side.candidate)
+
+
+async def backup_side(
+    d: Dispatcher,
+    kind: AttemptKind[R, P],
+    info: RequestInfo,
+    payload: P,
+    a: Attempt,
+    budget: Budget,
+    declined: Declined,
+) -> R | UpstreamError:
+    """The race's backup side: ``a`` leased as it starts (refused: the primary races alone),
+    then one ordinary attempt of ``kind`` (held to its first token, as the primary)."""
+    leased = await d.leased_late(info, a)
+    if leased is None:
+        return no_backup(a.candidate)
+    return await kind.attempt(d, info, payload, leased, budget, declined, True)

@@ -31,12 +31,11 @@ from gateway.http.component import Component
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.identity import affinity_key
 from gateway.ingress.plan_walk import Targeting
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.ingress.targets import FallbackTargets, Targets
-from gateway.steering.labels import client_metadata
+from gateway.steering.labels import affinity_key, client_metadata
 from schemas import GatewayError, InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
 
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
+    from gateway.auth.gate import Caller
     from gateway.auth.provider_secrets import ProviderSecrets
     from gateway.http.request import HttpRequest
     from gateway.ingress.admission import Admission
@@ -164,8 +164,9 @@ class Inference(Component):
         body = validate_embeddings_request(raw)
         requested = body["model"]
         client_metadata(req)
-        info = self._info(req, "embeddings", False, record=record)
-        ticket = self._begin(req, info, requested, None, estimate_prompt_tokens(size))
+        caller = caller_of(req)
+        info = self._info(req, "embeddings", False, record=record, caller=caller)
+        ticket = self._begin(req, caller, info, requested, None, estimate_prompt_tokens(size))
         try:
             call = await self._routed(req, CHAT, body, body, requested, info, ticket)
             await self._until_disconnect(call, self._serve_embeddings)
@@ -194,8 +195,9 @@ class Inference(Component):
         client_metadata(req)  # refused early, whatever the model
         requested = str(body["model"])
         stream = bool(body.get("stream"))
-        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record)
-        ticket = self._begin(req, info, requested, body, info.prompt_estimate)
+        caller = caller_of(req)
+        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record, caller)
+        ticket = self._begin(req, caller, info, requested, body, info.prompt_estimate)
         try:
             call = await self._routed(req, surface, raw, body, requested, info, ticket)
             await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
@@ -220,8 +222,10 @@ class Inference(Component):
         stream: bool,
         prompt_estimate: int = 0,
         record: RequestRecord | None = None,
+        caller: Caller | None = None,
     ) -> RequestInfo:
-        caller = caller_of(req)
+        if caller is None:
+            caller = caller_of(req)
         return RequestInfo(
             request_id=req.request_id,
             surface=surface,
@@ -240,6 +244,7 @@ class Inference(Component):
     def _begin(
         self,
         req: HttpRequest,
+        caller: Caller,
         info: RequestInfo,
         requested: str,
         body: JSON | None,
@@ -249,7 +254,7 @@ class Inference(Component):
         the caller has no limits."""
         ticket = self._admission.begin(
             req,
-            caller_of(req),
+            caller,
             info.request_id,
             self.targeting.models.get(requested),
             body,
@@ -329,7 +334,8 @@ class Inference(Component):
             return answer
 
         served = await self._dispatcher.call(call.info, call.plan, complete, call.walk)
-        self.targeting.served(call.walk, served.model, call.requested)
+        if steered is not None:  # the answer shows ``shown`` already; the caller stays on it
+            self.targeting.served(call.walk, served.model, call.requested)
         await call.req.respond(200, rendered, self._headers(call, served.candidate.endpoint))
 
     async def _serve_embeddings(self, call: InferenceCall) -> None:

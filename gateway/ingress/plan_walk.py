@@ -38,7 +38,7 @@ from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
 from gateway.formats.openai_chat import input_modalities
 from gateway.http.request import bounded
-from gateway.ingress.identity import conversation_key
+from gateway.steering.labels import conversation_key
 from gateway.steering.resolver import Steerer, is_steering
 from schemas import (
     AllRoutesCoolingError,
@@ -111,6 +111,8 @@ class Targeting:
         """Resolve against ``config`` from the next request on."""
         self._config = config
         self.models = models_by_name(config)
+        # Built once per model, not per request.
+        self._subjects = {m.id: subjects.model_route(m.id) for m in config.models}
 
     def resolve(
         self, name: str, req: HttpRequest, record: RequestRecord | None = None
@@ -140,7 +142,8 @@ class Targeting:
         for ``auto``, the first routing rule matching ``body`` picks the target. Raises
         RouteNotFoundError (a plain model) or InvalidRequestError (an unknown or empty
         chain)."""
-        if not is_steering(requested):
+        # A model id or alias is never a steering name (the config refuses ``auto…`` ones).
+        if requested in self.models or not is_steering(requested):
             return PlanWalk((self.resolve(requested, req, info.record),), ask)
         info.record.requested(requested)
         caller = caller_of(req)
@@ -213,7 +216,7 @@ class Targeting:
 
     def _pin(self, req: HttpRequest) -> str | None:
         """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid)."""
-        pin = req.header("x-route-pin")
+        pin = req.headers.get("x-route-pin")
         return pin if pin and is_admin(req, self._config) else None
 
     async def _plan(
@@ -221,13 +224,14 @@ class Targeting:
     ) -> RoutePlan:
         record.routing(route_req)
         reply = await self._bus.request(
-            subjects.model_route(model.id),
+            self._subjects.get(model.id) or subjects.model_route(model.id),
             route_req,
             reply_type=RoutePlan,
             timeout=self._config.routing.decision_timeout_seconds,
         )
-        plan = raise_for_reply(reply)
-        await self._secrets.ensure(plan)
+        plan = reply if isinstance(reply, RoutePlan) else raise_for_reply(reply)
+        if any(c.credential_id or c.spare_credentials for c in plan.candidates):
+            await self._secrets.ensure(plan)  # a keyless plan (local servers) needs no grant
         return record.routed(plan)
 
 

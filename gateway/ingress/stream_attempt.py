@@ -77,7 +77,7 @@ class _Stream:
             err = timed_out(c, limit, by_budget)
             outcome = "cancelled" if by_budget else "failure"
         except (anyio.get_cancelled_exc_class(), RecursionError):
-            # RecursionError: see attempt_once (the body cannot be encoded for the upstream).
+            # RecursionError: see dispatch.ONCE (the body cannot be encoded for the upstream).
             await _aclose(chunks)
             await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
             await d.leases.release(c)

@@ -48,10 +48,6 @@ def _chat_error(status: int, message: str, code: str, param: str | None) -> byte
     return openai_chat.error_body(status, message, code=code, param=param)
 
 
-def _chat_render(chat: JSON, model: str, request: JSON) -> bytes:
-    return openai_chat.render_response(chat, model)
-
-
 def _chat_stream(model: str, request: JSON) -> StreamRenderer:
     return openai_chat.ChatStream(model)
 
@@ -59,7 +55,7 @@ def _chat_stream(model: str, request: JSON) -> StreamRenderer:
 CHAT = Surface(
     name="chat",
     to_canonical=openai_chat.validate_chat_request,
-    render=_chat_render,
+    render=openai_chat.render_response,
     stream=_chat_stream,
     error_body=_chat_error,
 )

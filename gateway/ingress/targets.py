@@ -41,19 +41,17 @@ class Targets:
     def __init__(self, config: GatewayConfig, runtime: SecretSource = NO_SECRETS) -> None:
         self._runtime = runtime
         self._routes: dict[str, RouteConfig] = {}
+        self.prices: dict[str, Pricing | None] = {}
+        """Each endpoint's route's ``pricing:`` (None: unpriced; absent: unknown)."""
         self._secrets: dict[str, str] = {}
         # Made once per (route, secret): a frozen dataclass costs microseconds to build.
         self._resolved: dict[tuple[str, str, str, str, str | None], UpstreamTarget] = {}
         for model in config.models:
             for eid, route in zip(model.endpoint_ids(), model.route, strict=True):
                 self._routes[eid] = route
+                self.prices[eid] = route.pricing
                 for cid, secret in zip(route.credential_ids, route.secrets, strict=True):
                     self._secrets[cid] = secret
-
-    def pricing(self, endpoint: str) -> Pricing | None:
-        """The ``pricing:`` of ``endpoint``'s route (None: unpriced or unknown)."""
-        route = self._routes.get(endpoint)
-        return route.pricing if route is not None else None
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
         """The target for candidate ``c`` (unknown endpoints get default timeouts); the same
@@ -99,12 +97,8 @@ class FallbackTargets(Targets):
         super().__init__(config, runtime)
         self._known = {e for m in config.models for e in m.endpoint_ids()}
         self._previous = previous
-
-    def pricing(self, endpoint: str) -> Pricing | None:
-        """The route's pricing: from the new config, unless a reload removed the endpoint."""
-        if endpoint not in self._known:
-            return self._previous.pricing(endpoint)
-        return super().pricing(endpoint)
+        # A route's pricing from the new config, unless a reload removed the endpoint.
+        self.prices = {**previous.prices, **self.prices}
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
         """The target for ``c``: from the new config, unless it lost the endpoint or key."""

@@ -94,12 +94,16 @@ def observation(
     if estimated:
         prompt = info.prompt_estimate
         completion = -(-sent_chars // CHARS_PER_TOKEN)
-    cost = cost_usd(
-        pricing,
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cache_read_tokens=usage.cached,
-        cache_write_tokens=usage.cache_written,
+    cost = (
+        0.0  # an unpriced route costs nothing, as ``cost_usd`` says: no need to ask it
+        if pricing is None
+        else cost_usd(
+            pricing,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cache_read_tokens=usage.cached,
+            cache_write_tokens=usage.cache_written,
+        )
     )
     return Observation(
         endpoint=c.endpoint,

@@ -29,7 +29,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from gateway.telemetry.otlp_http import transport_for
+from gateway.telemetry.otlp_http import stop_retrying, transport_for
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter
@@ -269,6 +269,7 @@ class GenAIInstruments:
     def shutdown(self) -> None:
         """Export a last time and stop (blocking: call from a worker thread)."""
         self._stopped.set()
+        stop_retrying(self._exporter)  # a gone collector must not hold the stop
         self._thread.join()
         self._export()
         self._exporter.shutdown()

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from email.message import Message
 
-__all__ = ["ConnectionTransport", "transport_for"]
+__all__ = ["ConnectionTransport", "stop_retrying", "transport_for"]
 
 _CONNECTION_ERRORS = (OSError, http.client.HTTPException)  # socket, TLS, a dropped keep-alive
 
@@ -186,3 +186,17 @@ def transport_for(signal: _Signal) -> ConnectionTransport | None:
         return ConnectionTransport(endpoint, verify=verify, cert=cert)
     except ValueError:
         return None
+
+
+def stop_retrying(exporter: object) -> None:
+    """Make ``exporter`` (an SDK OTLP/HTTP exporter) try each export once from now on: a retry
+    it is waiting for is abandoned and a failed post is not retried, though the exporter still
+    takes exports. Called when the gateway stops, so that a collector that is gone or refusing
+    cannot hold the stop for the exporter's whole timeout (10 s by default, once for the export
+    in flight and once more for the last one). The SDK's own ``shutdown`` does the same but
+    also refuses the last export; its client's shutdown event is what its retry loop checks.
+    An exporter without that client is left as it is."""
+    client = getattr(exporter, "_client", None)  # the SDK's HTTP client, since 1.4x
+    event = getattr(client, "_shutdown_event", None)
+    if isinstance(event, threading.Event):
+        event.set()

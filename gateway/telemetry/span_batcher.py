@@ -21,6 +21,8 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from gateway.telemetry.otlp_http import stop_retrying
+
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span
@@ -119,6 +121,7 @@ class SpanBatcher(SpanProcessor):
             return
         self._stopped = True
         self._wake.set()
+        stop_retrying(self._exporter)  # a gone collector must not hold the stop
         self._thread.join()
         self._export()
         self._exporter.shutdown()

@@ -28,10 +28,17 @@ from tests.architecture.measure import (
 # book and usage views, RouteWise's candidates, the supervisor's child specs, the admission
 # ticket, the steering settings from config): none over 500, the largest bus/nats_bus.py
 # (492), the request path unchanged (34 files, 84 switches).
+# Taking off the request path what need not run per request (subjects built once per model
+# and endpoint, the steering check skipped for a plain model id, an error reply checked inline,
+# no grant check for a keyless plan, headers decoded once, the caller looked up once, the
+# clock and the route prices read directly, no cost computed for an unpriced route) and
+# merging along seams (Envelope with the wire format, the field checks with the canonical
+# format, redaction into the adapter seam, identity with the client labels, the whole-answer
+# attempt with the failover loop): 22 files, 59 switches.
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
-    "files": 34,
-    "switches": 85,
+    "files": 22,
+    "switches": 59,
     "app_reentries": 3,
     "largest_file": 500,
     "duplicate_pairs": 25,

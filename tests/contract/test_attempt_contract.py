@@ -1,4 +1,4 @@
-"""One behaviour suite that every ``AttemptKind`` passes (``attempt_once.ONCE`` and
+"""One behaviour suite that every ``AttemptKind`` passes (``dispatch.ONCE`` and
 ``stream_attempt.STREAM``), as tests/contract/test_adapter_contract.py does for adapters.
 
 What the seam promises the failover loop (gateway/ingress/failover.py): an attempt returns
@@ -23,8 +23,7 @@ import anyio
 import pytest
 
 from bus import InProcessBus
-from gateway.ingress.attempt_once import ONCE
-from gateway.ingress.dispatch import Dispatcher
+from gateway.ingress.dispatch import ONCE, Dispatcher
 from gateway.ingress.hedging import DECLINED, Declined
 from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.request_info import Attempt, RequestInfo, Served

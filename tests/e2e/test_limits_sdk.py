@@ -121,7 +121,10 @@ async def test_concurrency_refuses_while_one_runs_and_a_cancellation_releases_it
     fake_upstream: FakeUpstream,
     tmp_path: Path,
 ) -> None:
-    gw = await gateway_factory(_config(tmp_path, fake_upstream))
+    # Not about the owner's answer time: a loaded machine must not turn a 429 into a 503.
+    gw = await gateway_factory(
+        _config(tmp_path, fake_upstream, limits={"decision_timeout_seconds": 30})
+    )
     key, key_id = await new_key(tmp_path)
     await set_limit(gw, "key", key_id, concurrency=1)
     fake_upstream.enqueue(Hang())

@@ -7,6 +7,7 @@ routing on another at once. Runs on ``inproc://`` and on NATS."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -88,8 +89,9 @@ async def setup(
 ) -> tuple[RunningGateway, str, str]:
     """(gateway with the rules put, an acme caller's key, another organisation's key)."""
     a, b, c = [await fake_upstreams(n) for n in "abc"]
-    acme = (await create_keys(tmp_path, "free", org="acme"))[0]
-    other = (await create_keys(tmp_path, "free", org="other"))[0]
+    (acme,), (other,) = await asyncio.gather(
+        create_keys(tmp_path, "free", org="acme"), create_keys(tmp_path, "free", org="other")
+    )
     gw = await gateway_factory(_config(tmp_path, a, b, c))
     put = await gw.http().put(
         "/api/fallback/routing-rules", json={"rules": RULES}, headers=ADMIN_AUTH

@@ -205,6 +205,7 @@ class FixedTargets(Targets):
         self._timeout = timeout
         self._ttft = ttft
         self._idle = idle
+        self.prices: dict[str, Pricing | None] = {}  # unpriced: every attempt costs 0
 
     def resolve(self, c: RouteCandidate) -> UpstreamTarget:
         return UpstreamTarget(
@@ -218,9 +219,6 @@ class FixedTargets(Targets):
             ttft_timeout=self._ttft,
             idle_timeout=self._idle,
         )
-
-    def pricing(self, endpoint: str) -> Pricing | None:
-        return None  # unpriced: every attempt costs 0
 
 
 # -- the harness ------------------------------------------------------------------------------

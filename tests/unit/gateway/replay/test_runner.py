@@ -35,7 +35,7 @@ def test_replay_of_an_hour_long_trace_runs_the_hour_on_virtual_time_and_answers_
 
 
 def test_replays_with_the_same_seed_give_byte_identical_json_reports() -> None:
-    trace = synthesize(SynthSpec(model="m", rate=2.0, duration_seconds=300, callers=5), seed=3)
+    trace = synthesize(SynthSpec(model="m", rate=2.0, duration_seconds=120, callers=5), seed=3)
     configs = [("fixed", two_routes()), ("fixed-affinity", two_routes(affinity={"enabled": True}))]
     sim = providers(capacity=2, rate_limit={"requests": 60}, errors={"http_500": 0.02})
     first, _ = compare(configs, trace, sim, seed=11)

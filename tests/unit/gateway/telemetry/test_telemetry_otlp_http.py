@@ -1,6 +1,7 @@
 """The OTLP exporters' transport (gateway.telemetry.otlp_http), against the real OTLP/HTTP
 receiver: one kept-alive connection, the configured headers and gzip, the SDK's retry on a
-503 with ``Retry-After``; the SDK's ``requests`` transport where a proxy applies."""
+503 with ``Retry-After`` (but not once the gateway stops); the SDK's ``requests`` transport
+where a proxy applies."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind
 
-from gateway.telemetry.genai_metrics import _metric_exporter
+from gateway.telemetry.genai_metrics import GenAIInstruments, _metric_exporter
 from gateway.telemetry.otlp_http import ConnectionTransport, transport_for
 from gateway.telemetry.otlp_wire import WireSpanExporter
 from gateway.telemetry.recorded_span import SpanRecorder
+from gateway.telemetry.semconv import Semconv
+from gateway.telemetry.span_batcher import SpanBatcher
 
 if TYPE_CHECKING:
     import pytest
@@ -77,6 +80,39 @@ async def test_a_503_with_retry_after_is_retried_and_the_batch_arrives_once(
     assert [s.name for s in otlp_receiver.spans] == ["span 0", "span 1"]
     decoded = ExportTraceServiceRequest.FromString(otlp_receiver.raw[0])
     assert len(decoded.resource_spans[0].scope_spans[0].spans) == 2
+
+
+_HOUR_MS = 3_600_000  # a schedule that never comes round in a test: only the stop exports
+_REFUSING = (503, {"Retry-After": "1"})  # retried until the exporter's 10 s timeout, if let
+
+
+async def test_a_stop_posts_the_last_spans_once_to_a_refusing_collector(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    otlp_receiver.refusals.extend([_REFUSING] * 20)
+    batcher = SpanBatcher(WireSpanExporter(), schedule_delay_millis=_HOUR_MS)
+    for span in _spans(2):
+        batcher.on_end(span)
+
+    await asyncio.to_thread(batcher.shutdown)
+
+    assert len(otlp_receiver.headers) == 1  # one try, no retry to hold the stop
+    assert otlp_receiver.spans == []
+
+
+async def test_a_stop_posts_the_last_metrics_once_to_a_refusing_collector(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    otlp_receiver.refusals.extend([_REFUSING] * 20)
+    instruments = GenAIInstruments(Resource.create({}), Semconv(), 3600.0, _metric_exporter())
+    instruments.record({"gen_ai.operation.name": "chat"}, 0.5, 10, 5, None)
+
+    await asyncio.to_thread(instruments.shutdown)
+
+    assert len(otlp_receiver.headers) == 1
+    assert otlp_receiver.metric_names == set()
 
 
 async def test_a_400_is_not_retried(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.http.request import HttpRequest
-from gateway.ingress.identity import affinity_key, conversation_key, fold_address
+from gateway.steering.labels import affinity_key, conversation_key, fold_address
 
 
 def _req(client: str, headers: dict[str, str] | None = None) -> HttpRequest:
