@@ -93,6 +93,19 @@ def _admin_command(bus: str, area: str, verb: str, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
+async def _start_actors_and_ingress(
+    processes: list[GatewayProcess], cfg: Path, where: tuple[str, int]
+) -> None:
+    """An ``actors`` and an ``ingress`` process on their own users, started side by side (each
+    start waits for its ready line); the ingress is appended last."""
+    for role, extra in (("actors", []), ("ingress", ["--port", "0"])):
+        bus = as_user(where, role)
+        processes.append(
+            GatewayProcess(["serve", "--config", str(cfg), "--role", role, "--bus", bus, *extra])
+        )
+    await asyncio.gather(*(asyncio.to_thread(p.start) for p in processes[-2:]))
+
+
 async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins(
     secured_nats: tuple[str, int],
     fake_upstream: FakeUpstream,
@@ -107,21 +120,7 @@ async def test_documented_nats_accounts_run_the_gateway_and_keep_admin_to_admins
             )
         )
     )
-    for role, user, extra in (("actors", "actors", []), ("ingress", "ingress", ["--port", "0"])):
-        proc = GatewayProcess(
-            [
-                "serve",
-                "--config",
-                str(cfg),
-                "--role",
-                role,
-                "--bus",
-                as_user(secured_nats, user),
-                *extra,
-            ]
-        )
-        processes.append(proc)
-        await asyncio.to_thread(proc.start)
+    await _start_actors_and_ingress(processes, cfg, secured_nats)
     ingress = processes[-1]
 
     async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as client:
@@ -282,21 +281,7 @@ async def test_a_user_cannot_read_another_users_inbox_so_grants_and_new_keys_sta
             )
         )
     )
-    for role, user, extra in (("actors", "actors", []), ("ingress", "ingress", ["--port", "0"])):
-        proc = GatewayProcess(
-            [
-                "serve",
-                "--config",
-                str(cfg),
-                "--role",
-                role,
-                "--bus",
-                as_user(secured_nats, user),
-                *extra,
-            ]
-        )
-        processes.append(proc)
-        await asyncio.to_thread(proc.start)
+    await _start_actors_and_ingress(processes, cfg, secured_nats)
     ingress = processes[-1]
     # An observability consumer on the admin user, and a rogue client on the ingress user.
     observer, rogue = _Spy(), _Spy()
