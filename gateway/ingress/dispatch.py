@@ -46,10 +46,17 @@ from gateway.ingress.failover import (
     timed_out,
 )
 from gateway.ingress.hedging import Declined
-from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
+from gateway.ingress.leases import (
+    NO_USAGE,
+    LeaseKeeper,
+    content_chars,
+    observation,
+    tokens,
+    tokens_used_by_failure,
+    usage_of,
+)
 from gateway.ingress.request_info import Attempt, Served
 from gateway.ingress.stream_attempt import STREAM
-from gateway.ingress.usage import NO_USAGE, content_chars, observation, tokens, usage_of
 from schemas import (
     FirstToken,
     GatewayError,
@@ -72,11 +79,11 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.ingress.failover import AttemptKind
+    from gateway.ingress.leases import Usage
     from gateway.ingress.plan_walk import PlanWalk
     from gateway.ingress.request_info import RequestInfo
     from gateway.ingress.stream_attempt import StreamAttempt
     from gateway.ingress.targets import Targets
-    from gateway.ingress.usage import Usage
     from schemas import RouteCandidate, RoutePlan
 
     Operation: TypeAlias = Callable[[Adapter, UpstreamTarget, str], Awaitable[JSON]]
