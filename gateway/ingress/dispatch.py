@@ -80,10 +80,9 @@ if TYPE_CHECKING:
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.ingress.failover import AttemptKind
     from gateway.ingress.leases import Usage
-    from gateway.ingress.plan_walk import PlanWalk
+    from gateway.ingress.plan_walk import PlanWalk, Targets
     from gateway.ingress.request_info import RequestInfo
     from gateway.ingress.stream_attempt import StreamAttempt
-    from gateway.ingress.targets import Targets
     from schemas import RouteCandidate, RoutePlan
 
     Operation: TypeAlias = Callable[[Adapter, UpstreamTarget, str], Awaitable[JSON]]
