@@ -33,10 +33,11 @@ import functools
 import logging
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import anyio
 
+from gateway.formats.openai_chat import content_chars
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
     Budget,
@@ -44,25 +45,19 @@ from gateway.ingress.failover import (
     key_pool_refusal,
     outcome_of,
     timed_out,
+    tokens_used_by_failure,
 )
 from gateway.ingress.hedging import Declined
 from gateway.ingress.leases import (
-    NO_USAGE,
     LeaseKeeper,
-    content_chars,
-    observation,
+    Settler,
     tokens,
-    tokens_used_by_failure,
     usage_of,
 )
 from gateway.ingress.request_info import Attempt, Served
 from gateway.ingress.stream_attempt import STREAM
 from schemas import (
-    FirstToken,
-    GatewayError,
-    Message,
     UpstreamError,
-    subjects,
 )
 from schemas.config import FailoverConfig
 
@@ -71,15 +66,12 @@ if TYPE_CHECKING:
         AsyncGenerator,
         Awaitable,
         Callable,
-        Coroutine,
-        Generator,
         Mapping,
     )
 
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.ingress.failover import AttemptKind
-    from gateway.ingress.leases import Usage
     from gateway.ingress.plan_walk import PlanWalk, Targets
     from gateway.ingress.request_info import RequestInfo
     from gateway.ingress.stream_attempt import StreamAttempt
@@ -92,9 +84,6 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 P = TypeVar("P")
-T = TypeVar("T")
-
-_SUBJECTS_MAX = 4096
 
 
 class Dispatcher:
@@ -125,17 +114,11 @@ class Dispatcher:
         self._clock = clock
         self.now = clock
         """The dispatcher's clock (the callable itself: an attempt reads it directly)."""
-        self._wall = wall
-        self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
-
-    def _observed_on(self, endpoint: str) -> str:
-        """The subject of ``endpoint``'s observations, built once per endpoint."""
-        subject = self._subjects.get(endpoint)
-        if subject is None:
-            if len(self._subjects) >= _SUBJECTS_MAX:
-                self._subjects.clear()
-            subject = self._subjects[endpoint] = subjects.observation(endpoint)
-        return subject
+        self.settle = Settler(bus, self.leases, targets, clock, wall)
+        """Publishes the attempts' observations, gives back what unattempted ones hold."""
+        self.observe = self.settle.observe
+        self.publish = self.settle.publish
+        self.release_plan = self.settle.release_plan
 
     def budget(self, info: RequestInfo) -> Budget:
         """A new budget for ``info``: its hop cap, deadline and wait for cooling routes."""
@@ -162,7 +145,7 @@ class Dispatcher:
             self.leases.hold_plan(current)
             for i, planned in enumerate(candidates):
                 if failures.errors and failures.rules_out(planned):  # none before a failure
-                    await self._release(info, current.model, planned)
+                    await self.settle.give_back(info, current.model, planned)
                     continue
                 hedge_backup = (
                     current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
@@ -181,7 +164,7 @@ class Dispatcher:
                     attempt += 1
                     if not budget.may_start(attempt):
                         await self.leases.release(c)
-                        await self._release_all(info, current, i + retry)
+                        await self.settle.give_back_from(info, current, i + retry)
                         return
                     more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
                     more = more and attempt < self._failover.max_attempts
@@ -197,83 +180,6 @@ class Dispatcher:
             if current is None and failures.rate_limited():
                 # Every route tried asked us to slow down: the first one back, if it is near.
                 current = await walk.after_cooling()
-
-    async def _release_all(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
-        """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
-        attempted."""
-        for i in range(start, len(plan.candidates)):
-            await self._release(info, plan.model, plan.candidates[i])
-
-    async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
-        """Give back the leases of a plan none of whose candidates will be attempted (the
-        request was refused by its caller's limits after routing), its primary's capacity
-        lease included (held first: the keeper releases only leases it holds)."""
-        self.leases.hold_plan(plan)
-        await self._release_all(info, plan, 0)
-
-    async def _release(self, info: RequestInfo, model: str, c: RouteCandidate) -> None:
-        """Give back what a candidate that is never attempted holds: the probe lease (a
-        cancelled probe observation, which releases the prefill lease too) or the model's
-        prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
-        capacity lease. Not an attempt: the request's accounting does not count it."""
-        await self.leases.release(c)
-        if c.probe:
-            now = self._clock()
-            pricing = self.targets.prices.get(c.endpoint)
-            obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
-            await self.publish(self._observed_on(c.endpoint), obs)
-        elif not c.refusal:
-            # Also ends the in-flight count the ModelActor may hold for it (after a failure
-            # it counts the next candidate as sent).
-            await self.publish(
-                subjects.model_first_token(model),
-                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
-            )
-
-    async def observe(
-        self,
-        info: RequestInfo,
-        a: Attempt,
-        outcome: str,
-        started: float,
-        *,
-        err: UpstreamError | None = None,
-        ttft: float | None = None,
-        usage: Usage = NO_USAGE,
-        sent_chars: int = 0,
-    ) -> None:
-        """Publish the Observation of attempt ``a`` (never raises: accounting must not fail a
-        request)."""
-        c = a.candidate
-        obs = observation(
-            info,
-            a.model,
-            c,
-            a.number,
-            outcome,
-            started,
-            self._clock(),
-            self._wall(),
-            self.targets.prices.get(c.endpoint),
-            err=err,
-            ttft=ttft,
-            usage=usage,
-            sent_chars=sent_chars,
-        )
-        record = info.record
-        record.attempted(obs, started)
-        if record.trace is not None:
-            record.trace.attempt_done(obs)
-        if info.on_attempt is not None:
-            info.on_attempt(obs)
-        await self.publish(self._observed_on(c.endpoint), obs)
-
-    async def publish(self, subject: str, msg: Message) -> None:
-        """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
-        try:
-            await shielded(self._bus.publish(subject, msg))
-        except GatewayError as exc:
-            logger.warning("event on %s not published: %s", subject, exc)
 
     async def call(
         self,
@@ -441,45 +347,3 @@ class _Once:
 
 ONCE = _Once()
 """The whole-answer ``AttemptKind``."""
-
-
-async def shielded(coro: Coroutine[Any, Any, T]) -> T:
-    """``coro``'s result, ``coro`` shielded from cancellation from its first suspension on
-    (before it, none can land). Raises what ``coro`` raises. An anyio shield costs about
-    5 µs to enter and leave, and an in-process publish never suspends: it needs none."""
-    try:
-        first = coro.send(None)
-    except StopIteration as done:
-        return cast("T", done.value)
-    with anyio.CancelScope(shield=True):
-        result = await _Rest(coro, first)
-    return result
-
-
-class _Rest(Generic[T]):
-    """The rest of a coroutine that already yielded ``first`` to the event loop."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro, value = self._coro, self._first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: passed on to the coroutine
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return cast("T", done.value)
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return cast("T", done.value)

@@ -59,6 +59,21 @@ class AttemptKind(Protocol[R, P]):
         ...
 
 
+# Failures where the upstream generated nothing: it answered with an error status, the
+# connection was never made, or the gateway never sent the request.
+_REFUSED_BEFORE_SENDING = frozenset({"connect", "no_adapter", "unsupported_parameter"})
+
+
+def tokens_used_by_failure(err: UpstreamError) -> int | None:
+    """The tokens a failed attempt is known to have used, for its lease's release: 0 when
+    the upstream refused it before generating (a non-2xx answer, no connection, never sent);
+    None when unknown (a timeout, a broken or empty stream, a garbled answer: the upstream
+    may have generated, so a token quota keeps the estimate it reserved)."""
+    if err.kind.startswith("http_") or err.kind in _REFUSED_BEFORE_SENDING:
+        return 0
+    return None
+
+
 def outcome_of(err: UpstreamError) -> str:
     """How an attempt that failed with ``err`` is observed."""
     return "failure" if err.counts_against_endpoint else "client_error"

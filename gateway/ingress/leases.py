@@ -2,8 +2,7 @@
 it gives back.
 
 Usage and cost: the tokens an upstream reported (or the estimate when it reported none),
-their price, and the ``Observation`` that carries them (:func:`observation`); the tokens a
-failed attempt is known to have used (:func:`tokens_used_by_failure`).
+their price, and the ``Observation`` that carries them (:func:`observation`).
 
 :class:`LeaseKeeper`: the capacity leases this ingress holds for requests in flight.
 
@@ -16,6 +15,9 @@ ingress stops renewing (it died) expires at its owner after the TTL. Releasing t
 harmless: only a held lease is released, once. A lease held past ``max_age`` (a path that
 forgot to release it; its owner has expired it by then) is dropped with a warning, so it is
 not renewed forever.
+
+:class:`Settler`: publishes each attempt's ``Observation`` (shielded: a client gone must not
+cancel it, :func:`shielded`) and gives back what a candidate never attempted holds.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 import anyio
 import msgspec
@@ -37,7 +39,9 @@ from schemas import (
     CapacityGrant,
     CapacityRelease,
     CapacityRenew,
+    FirstToken,
     GatewayError,
+    Message,
     Observation,
     RouteCandidate,
     RoutePlan,
@@ -47,20 +51,20 @@ from schemas import (
 from schemas.pricing import cost_usd
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Coroutine, Generator
 
     from gateway.adapters.base import JSON
-    from gateway.ingress.request_info import RequestInfo
+    from gateway.ingress.plan_walk import Targets
+    from gateway.ingress.request_info import Attempt, RequestInfo
     from schemas.config import GatewayConfig
     from schemas.pricing import Pricing
 
 logger = logging.getLogger(__name__)
 
-_ACQUIRE_TIMEOUT = 2.0
+T = TypeVar("T")
+_SUBJECTS_MAX = 4096
 
-# Failures where the upstream generated nothing: it answered with an error status, the
-# connection was never made, or the gateway never sent the request.
-_REFUSED_BEFORE_SENDING = frozenset({"connect", "no_adapter", "unsupported_parameter"})
+_ACQUIRE_TIMEOUT = 2.0
 
 
 class Usage(NamedTuple):
@@ -95,22 +99,6 @@ def usage_of(body: JSON) -> Usage:
         int(written),
         True,
     )
-
-
-def content_chars(body: JSON) -> int:
-    """Characters of a chat answer's content and tool arguments (what the estimate prices
-    when the upstream reports no usage)."""
-    total = 0
-    for choice in body.get("choices") or ():
-        message = choice.get("message") or {} if isinstance(choice, dict) else {}
-        content = message.get("content")
-        if isinstance(content, str):
-            total += len(content)
-        for call in message.get("tool_calls") or ():
-            args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
-            if isinstance(args, str):
-                total += len(args)
-    return total
 
 
 def tokens(usage: Usage) -> int | None:
@@ -183,16 +171,6 @@ def observation(
         role=info.role,
         trace_id=info.record.trace.trace_id if info.record.trace is not None else "",
     )
-
-
-def tokens_used_by_failure(err: UpstreamError) -> int | None:
-    """The tokens a failed attempt is known to have used, for its lease's release: 0 when
-    the upstream refused it before generating (a non-2xx answer, no connection, never sent);
-    None when unknown (a timeout, a broken or empty stream, a garbled answer: the upstream
-    may have generated, so a token quota keeps the estimate it reserved)."""
-    if err.kind.startswith("http_") or err.kind in _REFUSED_BEFORE_SENDING:
-        return 0
-    return None
 
 
 class LeaseKeeper(Component):
@@ -357,3 +335,159 @@ class LeaseKeeper(Component):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+
+
+# ---------------------------------------------------------------------------- settling
+
+
+class Settler:
+    """Settles the attempts of one dispatcher's requests: publishes each attempt's priced
+    ``Observation`` (noted on its request's record first) and gives back what a candidate that
+    is never attempted holds. Never raises: accounting must not fail a request.
+
+    ``clock`` (seconds, monotonic: the dispatcher's) times attempts; ``wall`` stamps
+    observations; ``targets`` knows each endpoint's price.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        leases: LeaseKeeper,
+        targets: Targets,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self._bus = bus
+        self.leases = leases
+        self.targets = targets
+        self._clock = clock
+        self._wall = wall
+        self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
+
+    def _observed_on(self, endpoint: str) -> str:
+        """The subject of ``endpoint``'s observations, built once per endpoint."""
+        subject = self._subjects.get(endpoint)
+        if subject is None:
+            if len(self._subjects) >= _SUBJECTS_MAX:
+                self._subjects.clear()
+            subject = self._subjects[endpoint] = subjects.observation(endpoint)
+        return subject
+
+    async def give_back_from(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
+        """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
+        attempted."""
+        for i in range(start, len(plan.candidates)):
+            await self.give_back(info, plan.model, plan.candidates[i])
+
+    async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
+        """Give back the leases of a plan none of whose candidates will be attempted (the
+        request was refused by its caller's limits after routing), its primary's capacity
+        lease included (held first: the keeper releases only leases it holds)."""
+        self.leases.hold_plan(plan)
+        await self.give_back_from(info, plan, 0)
+
+    async def give_back(self, info: RequestInfo, model: str, c: RouteCandidate) -> None:
+        """Give back what a candidate that is never attempted holds: the probe lease (a
+        cancelled probe observation, which releases the prefill lease too) or the model's
+        prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
+        capacity lease. Not an attempt: the request's accounting does not count it."""
+        await self.leases.release(c)
+        if c.probe:
+            now = self._clock()
+            pricing = self.targets.prices.get(c.endpoint)
+            obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
+            await self.publish(self._observed_on(c.endpoint), obs)
+        elif not c.refusal:
+            # Also ends the in-flight count the ModelActor may hold for it (after a failure
+            # it counts the next candidate as sent).
+            await self.publish(
+                subjects.model_first_token(model),
+                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
+            )
+
+    async def observe(
+        self,
+        info: RequestInfo,
+        a: Attempt,
+        outcome: str,
+        started: float,
+        *,
+        err: UpstreamError | None = None,
+        ttft: float | None = None,
+        usage: Usage = NO_USAGE,
+        sent_chars: int = 0,
+    ) -> None:
+        """Publish the Observation of attempt ``a`` (never raises: accounting must not fail a
+        request)."""
+        c = a.candidate
+        obs = observation(
+            info,
+            a.model,
+            c,
+            a.number,
+            outcome,
+            started,
+            self._clock(),
+            self._wall(),
+            self.targets.prices.get(c.endpoint),
+            err=err,
+            ttft=ttft,
+            usage=usage,
+            sent_chars=sent_chars,
+        )
+        record = info.record
+        record.attempted(obs, started)
+        if record.trace is not None:
+            record.trace.attempt_done(obs)
+        if info.on_attempt is not None:
+            info.on_attempt(obs)
+        await self.publish(self._observed_on(c.endpoint), obs)
+
+    async def publish(self, subject: str, msg: Message) -> None:
+        """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
+        try:
+            await shielded(self._bus.publish(subject, msg))
+        except GatewayError as exc:
+            logger.warning("event on %s not published: %s", subject, exc)
+
+
+async def shielded(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``'s result, ``coro`` shielded from cancellation from its first suspension on
+    (before it, none can land). Raises what ``coro`` raises. An anyio shield costs about
+    5 µs to enter and leave, and an in-process publish never suspends: it needs none."""
+    try:
+        first = coro.send(None)
+    except StopIteration as done:
+        return cast("T", done.value)
+    with anyio.CancelScope(shield=True):
+        result = await _Rest(coro, first)
+    return result
+
+
+class _Rest(Generic[T]):
+    """The rest of a coroutine that already yielded ``first`` to the event loop."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: passed on to the coroutine
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return cast("T", done.value)
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return cast("T", done.value)
