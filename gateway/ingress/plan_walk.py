@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from gateway.auth.provider_secrets import ProviderSecrets
     from gateway.http.request import HttpRequest
     from gateway.ingress.accounting import RequestRecord
-    from gateway.ingress.failover import Budget
+    from gateway.ingress.dispatch import Budget
     from gateway.ingress.request_info import RequestInfo
     from gateway.steering.resolver import Resolution
     from gateway.steering.rules import RulesView

@@ -19,8 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from gateway.adapters.base import JSON
-    from gateway.ingress.dispatch import Dispatcher
-    from gateway.ingress.failover import Budget
+    from gateway.ingress.dispatch import Budget, Dispatcher
     from gateway.ingress.hedging import Declined
     from gateway.ingress.request_info import Attempt, RequestInfo
 
