@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, TypeAlias, TypeVar
 import anyio
 import msgspec
 
-from gateway.formats.openai_chat import content_chars
 from gateway.http.errors import REQUEST_DESCRIBING
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
@@ -55,12 +54,7 @@ from gateway.ingress.failover import (
     tokens_used_by_failure,
 )
 from gateway.ingress.hedging import Declined
-from gateway.ingress.leases import (
-    LeaseKeeper,
-    Settler,
-    tokens,
-    usage_of,
-)
+from gateway.ingress.leases import LeaseKeeper, Settler
 from gateway.ingress.request_info import Attempt, Served
 from gateway.ingress.stream_attempt import STREAM
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
@@ -407,7 +401,7 @@ class _Once:
         """One observed attempt: the answer, or the error it failed with. Its capacity
         lease is given back however it ends (with the reported tokens when known)."""
         attempt, c, more = a.number, a.candidate, a.more
-        used: int | None = None
+        settled = False
         trace = info.record.trace
         try:
             started = d.now()
@@ -436,19 +430,12 @@ class _Once:
                 # must still end here, or its prefill and probe leases are never given back.
                 await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
                 raise
-            usage = usage_of(body)
-            await d.observe(
-                info,
-                a,
-                "success",
-                started,
-                usage=usage,
-                sent_chars=0 if usage.reported else content_chars(body),
-            )
-            used = tokens(usage)
+            await d.settle.answered(info, a, started, body)
+            settled = True
             return Served(body, c, attempt, a.model)
         finally:
-            await d.leases.release(c, used)  # a no-op once released above
+            if not settled:  # else released with the tokens the answer reported
+                await d.leases.release(c)  # a no-op once released above
 
     async def discard(self, result: Served) -> None:
         """A whole answer that lost a hedge race holds nothing to release."""

@@ -1,22 +1,18 @@
-"""Settling an attempt: what it used (tokens, cost, its ``Observation``) and the capacity lease
-it gives back.
+"""Settling an attempt: what it used (the tokens an upstream reported, or the estimate when it
+reported none, their price, the ``Observation`` that carries them) and the capacity lease it
+gives back.
 
-Usage and cost: the tokens an upstream reported (or the estimate when it reported none),
-their price, and the ``Observation`` that carries them (:func:`observation`).
+:class:`LeaseKeeper` holds the leases of the requests in flight. A plan's primary arrives
+already leased (its ModelActor asked the pool's owner); a fallback on a capacity route is
+leased here right before it is dispatched (refused: it is skipped). While a request runs, one
+task per ingress renews every held lease with one batched ``CapacityRenew`` per pool every
+``ttl / 3``; the attempt's end (success, failure, cancellation, a stream's relay ending
+however it ends) releases its lease. A lease this ingress stops renewing (it died) expires at
+its owner after the TTL. Releasing twice is harmless: only a held lease is released, once. A
+lease held past ``max_age`` (a path that forgot to release it; its owner has expired it by
+then) is dropped with a warning, so it is not renewed forever.
 
-:class:`LeaseKeeper`: the capacity leases this ingress holds for requests in flight.
-
-A plan's primary arrives already leased (its ModelActor asked the pool's owner); a fallback
-on a capacity route is leased here right before it is dispatched (refused: it is skipped).
-While a request runs, one task per ingress renews every held lease with one batched
-``CapacityRenew`` per pool every ``ttl / 3``; the attempt's end (success, failure,
-cancellation, a stream's relay ending however it ends) releases its lease. A lease this
-ingress stops renewing (it died) expires at its owner after the TTL. Releasing twice is
-harmless: only a held lease is released, once. A lease held past ``max_age`` (a path that
-forgot to release it; its owner has expired it by then) is dropped with a warning, so it is
-not renewed forever.
-
-:class:`Settler`: publishes each attempt's ``Observation`` (shielded: a client gone must not
+:class:`Settler` publishes each attempt's ``Observation`` (shielded: a client gone must not
 cancel it, :func:`shielded`) and gives back what a candidate never attempted holds.
 """
 
@@ -33,6 +29,7 @@ import anyio
 import msgspec
 
 from bus import Bus, NoRespondersError, RequestTimeoutError
+from gateway.formats.openai_chat import content_chars
 from gateway.http.component import Component
 from schemas import (
     CapacityAcquire,
@@ -404,6 +401,15 @@ class Settler:
                 subjects.model_first_token(model),
                 FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
             )
+
+    async def answered(self, info: RequestInfo, a: Attempt, started: float, body: JSON) -> None:
+        """Settle attempt ``a``, which answered ``body`` whole: its success observed with the
+        usage the upstream reported (or the estimate), then its lease given back with the
+        reported tokens."""
+        usage = usage_of(body)
+        sent = 0 if usage.reported else content_chars(body)
+        await self.observe(info, a, "success", started, usage=usage, sent_chars=sent)
+        await self.leases.release(a.candidate, tokens(usage))
 
     async def observe(
         self,
