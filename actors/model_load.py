@@ -9,6 +9,7 @@ a bus message on the happy path; a limit change is published as ``RouteCapacity`
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -57,7 +58,8 @@ class ModelLoad:
         in_flight = self.load.in_flight(endpoint)
         if lim is None:
             return in_flight, None
-        if self._clock() < lim.spent_until:
+        # The clock only when a provider ever said its limit was spent (-inf: never).
+        if lim.spent_until != -math.inf and self._clock() < lim.spent_until:
             return in_flight, float(in_flight)
         return in_flight, lim.bound()
 

@@ -22,14 +22,23 @@ matching work (``schemas.rule_cost``), each pattern within ``MAX_REGEX_PROGRAM``
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import re2
 
 from schemas.errors import InvalidRequestError
 from schemas.rule_cost import NODE_UNITS, comparison_units, regex_units
-from schemas.rule_match import AllOf, AnyOf, CompiledRule, CompiledRules, Leaf, Node, leaf_match
+from schemas.rule_match import (
+    AllOf,
+    AnyOf,
+    Comparison,
+    CompiledRule,
+    CompiledRules,
+    Leaf,
+    Node,
+    leaf_match,
+)
 from schemas.rules import (
     MAX_CLAUSES,
     MAX_DEPTH,
@@ -57,10 +66,13 @@ _TYPES: dict[str, frozenset[type]] = {
 _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 _RE2_OPTIONS.never_capture = True
-# Per pattern; a pattern needing more is refused. It also bounds what compiling an oversized
-# pattern costs before its size is known (``\PN{90}`` is refused in under a millisecond, where
-# compiling it took 14 ms).
-_RE2_OPTIONS.max_mem = 64 << 10
+# Per pattern; a pattern needing more is refused. It bounds what compiling an oversized pattern
+# costs before its size is known (``\PN{90}`` is refused in under a millisecond, where compiling
+# it took 14 ms), and leaves RE2 no room for its DFA, so every search runs the automaton whose
+# time is linear in program and text, as ``schemas.rule_cost`` charges: with 64 KiB the DFA
+# filled its cache and gave up on each search of some mid-sized patterns before that ran,
+# which cost three times their charge per unit (``\b(?:\C|\b){14}x``: 106 us, now 38).
+_RE2_OPTIONS.max_mem = 8 << 10
 
 
 class RuleSetError(InvalidRequestError):
@@ -207,14 +219,15 @@ def _field(key: str, value: Any, path: str, tally: _Tally) -> list[Leaf]:
             raise RuleSetError(sub, f"unknown operator; use one of {', '.join(_OPERATORS)}")
         tally.comparison(sub)
         if op == "$regex":
-            pattern = _regex(operand, sub)
-            tally.charge(regex_units(key, pattern.programsize), sub)
-            leaves.append(Leaf(sub, key, leaf_match(key, _searcher(pattern), False), pattern))
+            program = _regex(operand, sub)
+            tally.charge(regex_units(key, program.programsize), sub)
+            comparison, negated = Comparison("$regex", program), False
         else:
-            test, negated = _operator(op, operand, sub)
+            comparison, negated = _operator(op, operand, sub)
             values = len(operand) if op in ("$in", "$nin") else 0
             tally.charge(comparison_units(key, values), sub)
-            leaves.append(Leaf(sub, key, leaf_match(key, test, negated)))
+        pattern = comparison.operand if op == "$regex" else None
+        leaves.append(Leaf(sub, key, leaf_match(key, comparison, negated), pattern))
     return leaves
 
 
@@ -225,38 +238,22 @@ def _scalar(value: Any, path: str) -> str:
     return kind
 
 
-def _operator(op: str, operand: Any, path: str) -> tuple[Callable[[Any], bool], bool]:
-    """(test of a present value, whether the operator is its negation) of one comparison:
-    ``$ne`` is not ``$eq``, ``$nin`` is not ``$in``."""
+def _operator(op: str, operand: Any, path: str) -> tuple[Comparison, bool]:
+    """(the comparison, whether the operator is its negation) of one operator other than
+    ``$regex``: ``$ne`` is not ``$eq``, ``$nin`` is not ``$in``."""
     if op in ("$in", "$nin"):
         if not isinstance(operand, list) or len(operand) > MAX_IN_VALUES:
             raise RuleSetError(path, f"must be a list of at most {MAX_IN_VALUES} values")
         kinds = [_scalar(v, f"{path}[{j}]") for j, v in enumerate(operand)]
-        # One set per value type, so True never matches 1 and a test builds no key (a
-        # (kind, value) tuple built and hashed per test was most of the clause's cost).
         by_type = {
             t: frozenset(v for k, v in zip(kinds, operand, strict=True) if k == kind)
             for t, kind in _KINDS.items()
         }
-
-        def member(v: Any) -> bool:
-            values = by_type.get(type(v))
-            return values is not None and v in values  # (never hashes a list)
-
-        return member, op == "$nin"
+        return Comparison("$in", by_type), op == "$nin"
     types = _TYPES[_scalar(operand, path)]
-    # One expression per operator: a comparison function called from the test was a second
-    # Python call per clause (about a fifth more per budget unit than the rest).
-    match op:
-        case "$eq" | "$ne":
-            return (lambda v: type(v) in types and v == operand), op == "$ne"
-        case "$gt":
-            return (lambda v: type(v) in types and v > operand), False
-        case "$gte":
-            return (lambda v: type(v) in types and v >= operand), False
-        case "$lt":
-            return (lambda v: type(v) in types and v < operand), False
-    return (lambda v: type(v) in types and v <= operand), False  # $lte
+    if op in ("$eq", "$ne"):
+        return Comparison("$eq", operand, types), op == "$ne"
+    return Comparison(op, operand, types), False
 
 
 def _regex(pattern: Any, path: str) -> Any:
@@ -281,10 +278,3 @@ def _regex(pattern: Any, path: str) -> Any:
             f"multiply them)",
         )
     return compiled
-
-
-def _searcher(compiled: Any) -> Callable[[Any], bool]:
-    search = compiled.search
-    # Searched as UTF-8 bytes: the same match, and the binding then maps no offsets back to
-    # characters, which costs a matching search more than the match itself.
-    return lambda v: type(v) is str and search(v.encode()) is not None

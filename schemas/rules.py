@@ -32,14 +32,14 @@ PARAMS: tuple[str, ...] = (
 MAX_RULES = 100
 MAX_DEPTH = 8  # levels of $and/$or, the rule's top level being 1
 MAX_CLAUSES = 64  # leaf comparisons per rule
-MAX_REGEX_CHARS = 256
+MAX_REGEX_CHARS = 128
 MAX_IN_VALUES = 256  # values in one $in/$nin list
 MAX_NAME_CHARS = 64
 # What one request may cost: the whole set's matching work (``schemas.rule_cost``), each
 # $regex's compiled size, and the longest string a comparison can be handed (a client label;
 # every ``params.*`` string is shorter).
-MAX_RULE_SET_UNITS = 600_000
-MAX_REGEX_PROGRAM = 384  # RE2 instructions (``programsize``) of one $regex
+MAX_RULE_SET_UNITS = 300_000
+MAX_REGEX_PROGRAM = 192  # RE2 instructions (``programsize``) of one $regex
 MAX_LABEL_BYTES = 128  # UTF-8 bytes of one string label in ``x-llmgw-metadata``
 
 

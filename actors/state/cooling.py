@@ -30,12 +30,15 @@ class _Key:
 class Cooling:
     """Owns the cooling ends and backoff levels of one pool's credentials."""
 
-    __slots__ = ("_cap", "_initial", "_keys")
+    __slots__ = ("_cap", "_initial", "_keys", "latest")
 
     def __init__(self, initial: float = 1.0, cap: float = 60.0) -> None:
         self._initial = initial
         self._cap = cap
         self._keys: dict[str, _Key] = {}
+        # No cooling ends after this (it only grows): from then on nothing cools, and the
+        # pool's selection skips asking key by key.
+        self.latest = 0.0
 
     def until(self, cid: str, now: float) -> float | None:
         """When ``cid``'s cooling ends, or None when it is not cooling."""
@@ -57,6 +60,7 @@ class Cooling:
         if until <= k.until or seconds <= 0:
             return None
         k.until = until
+        self.latest = max(self.latest, until)
         return until
 
     def succeeded(self, cid: str) -> None:
@@ -75,6 +79,7 @@ class Cooling:
         for cid, until in ends.items():
             k = self._keys.setdefault(cid, _Key())
             k.until = max(k.until, until)
+            self.latest = max(self.latest, k.until)
 
     def forget(self, keep: frozenset[str]) -> None:
         """Drop credentials no longer declared (``""``, the keyless route, always stays)."""

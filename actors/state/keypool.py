@@ -68,7 +68,10 @@ class KeyPool:
         self._keys: tuple[tuple[str, str], ...] = ()
         self._ids: frozenset[str] = frozenset()
         self._order: dict[int, tuple[str, ...]] = {}
+        self._by_role: dict[str | None, tuple[str, ...]] = {}  # the same, by role name
         self._mutes: dict[str, float] = {}
+        # No mute ends after this (it only grows; see _quiet): every write to _mutes raises it.
+        self._mutes_end = 0.0
         self._floors: dict[str, float] = {}  # Retry-After: no probe lifts a mute before it
         self._periods: dict[str, float] = {}  # how long each key was last muted for
         self._streaks: dict[str, int] = {}
@@ -103,6 +106,7 @@ class KeyPool:
         self._keys = new
         self._ids = frozenset(cid for cid, _ in new)
         self._order.clear()
+        self._by_role.clear()
         for table in (self._mutes, self._streaks, self._levels):
             for cid in [c for c in table if c not in self._ids]:
                 del table[cid]
@@ -120,6 +124,9 @@ class KeyPool:
 
     def visible(self, role: str | None) -> tuple[str, ...]:
         """The keys ``role`` may spend, most reserved first, then in declared order."""
+        known = self._by_role.get(role)
+        if known is not None:
+            return known
         rank = role_rank(role)
         order = self._order.get(rank)
         if order is None:
@@ -130,6 +137,7 @@ class KeyPool:
             ]
             order = tuple(cid for _, cid, _ in sorted(indexed, key=lambda t: (-t[2], t[0])))
             self._order[rank] = order
+        self._by_role[role] = order
         return order
 
     def preferred(self, role: str | None) -> str | None:
@@ -146,6 +154,8 @@ class KeyPool:
 
     def usable(self, role: str | None, now: float) -> list[str]:
         """Visible keys that are neither muted nor cooling, in preference order."""
+        if self.preference is None and self._quiet(now):
+            return list(self.visible(role))
         cooling = self.cooling
         keys = [
             cid
@@ -171,6 +181,8 @@ class KeyPool:
         or when only mutes hold it out (a refusal)."""
         if not self._keys:
             return self.cooling.until("", now)
+        if self._quiet(now):
+            return None  # a key is free (or the role sees none: a refusal, not cooling)
         ends = []
         for cid in self.visible(role):
             until = self.cooling.until(cid, now)
@@ -188,7 +200,9 @@ class KeyPool:
         """
         if not self._keys:
             return ""
-        usable = self.usable(role, now)
+        # Quiet and no preference: the usable keys are the visible ones, as they are.
+        quiet = self.preference is None and self._quiet(now)
+        usable = self.visible(role) if quiet else self.usable(role, now)
         if not usable:
             raise self.refusal(role, now)
         b = self._bindings.get(caller)
@@ -298,7 +312,7 @@ class KeyPool:
             seconds = s.mute_seconds
         seconds = max(seconds, retry_after or 0.0)
         until = max(self._mutes.get(cid, 0.0), now + seconds)
-        self._mutes[cid] = until
+        self._mute(cid, until)
         self._periods[cid] = seconds
         if retry_after:
             self._floors[cid] = max(self._floors.get(cid, 0.0), now + retry_after)
@@ -322,7 +336,7 @@ class KeyPool:
         if self.muted_until(cid, now) is None:
             return None
         back = max(now, self._floors.get(cid, 0.0))
-        self._mutes[cid] = back
+        self._mute(cid, back)
         self._streaks.pop(cid, None)
         if cid in self._quota:  # the quota is back: its next exhaustion starts short again
             self._quota.discard(cid)
@@ -345,7 +359,7 @@ class KeyPool:
             self._periods[cid] = self._quota_backoff(cid)
         period = self._periods.get(cid, self.settings.mute_seconds)
         until = max(self._mutes.get(cid, 0.0), now + period)
-        self._mutes[cid] = until
+        self._mute(cid, until)
         return until
 
     def _quota_backoff(self, cid: str) -> float:
@@ -382,7 +396,7 @@ class KeyPool:
         for cid, (until, floor, period, level) in mutes.items():
             if cid not in self._ids or until <= now:
                 continue
-            self._mutes[cid] = until
+            self._mute(cid, until)
             if floor > now:
                 self._floors[cid] = floor
             self._periods[cid] = period
@@ -394,6 +408,16 @@ class KeyPool:
     def set_mutes(self, mutes: Mapping[str, float]) -> None:
         """Replace the mutes (a view folding its owner's state)."""
         self._mutes = dict(mutes)
+        self._mutes_end = max(self._mutes_end, *self._mutes.values(), 0.0)
+
+    def _mute(self, cid: str, until: float) -> None:
+        self._mutes[cid] = until
+        self._mutes_end = max(self._mutes_end, until)
+
+    def _quiet(self, now: float) -> bool:
+        """Whether no key is muted or cooling at ``now`` (the common case: then every
+        visible key is usable, without a look at each one's mute and cooling)."""
+        return now >= self._mutes_end and now >= self.cooling.latest
 
     def expire(self, now: float) -> list[str]:
         """Forget mutes that have ended; returns their credential ids."""

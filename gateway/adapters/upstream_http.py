@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from yarl import URL
 
 _READ_CHUNK = 64 * 1024
+# Distinct (read, connect) timeout pairs seen; a route's pair is fixed by its config, so a
+# handful. Past this many (configs churned by reloads), the memo starts over.
+_TIMEOUTS_MAX = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +83,8 @@ class UpstreamHTTP:
         self._limit = limit
         self._keepalive = keepalive_seconds
         self._session: aiohttp.ClientSession | None = None
+        # Building a ClientTimeout (an attrs class) per request cost more than the lookup.
+        self._timeouts: dict[tuple[float, float], aiohttp.ClientTimeout] = {}
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None:
@@ -90,9 +95,17 @@ class UpstreamHTTP:
             )
         return self._session
 
-    @staticmethod
-    def _timeout(timeout: float, connect_timeout: float) -> aiohttp.ClientTimeout:
-        return aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=timeout)
+    def _timeout(self, timeout: float, connect_timeout: float) -> aiohttp.ClientTimeout:
+        """The (immutable, so shared) ClientTimeout of one (read, connect) pair."""
+        found = self._timeouts.get((timeout, connect_timeout))
+        if found is None:
+            if len(self._timeouts) >= _TIMEOUTS_MAX:
+                self._timeouts.clear()
+            found = aiohttp.ClientTimeout(
+                total=None, sock_connect=connect_timeout, sock_read=timeout
+            )
+            self._timeouts[(timeout, connect_timeout)] = found
+        return found
 
     async def post(
         self,

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from schemas.config import GatewayConfig
 
 PATH = "/api/fallback/routing-rules"
-_MAX_BODY = 512 * 1024  # 100 rules of 64 clauses with 256-character patterns fit
+_MAX_BODY = 512 * 1024  # room for any set within the budget (at most 1,500 comparisons)
 # JSON levels of the deepest valid set: {"rules": [{"when": ...}]} around MAX_DEPTH levels of
 # {"$and": [...]} and a comparison's own object and list, with room to spare.
 _MAX_JSON_DEPTH = 64

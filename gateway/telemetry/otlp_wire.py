@@ -3,7 +3,8 @@
 The SDK's encoder builds a protobuf object per span, attribute and value (about 45 µs a span
 here, on the exporter thread but on the gateway's CPU). A gateway's spans repeat the same
 attribute pairs (method, route, model, endpoint, provider) request after request, so each
-``key=value`` pair is encoded once and its bytes reused, looked up by key then value; a key
+``key=value`` pair is encoded once and its bytes reused, looked up by (key, value, type of
+value) in one dict (``1``, ``1.0`` and ``True`` are three values); a key
 whose values do not repeat (a request id) stops being cached once it has a few hundred, so
 unique values neither fill the cache nor evict the repeating ones. The resource and scope
 are encoded once, and a batch's gateway spans are grouped by their recorder, not by
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +46,6 @@ _pack_double = struct.Struct("<d").pack
 # SpanFlags: the context's remoteness is known (0x100), and the parent was remote (0x200).
 _FLAGS_LOCAL = b"\x85\x01" + struct.pack("<I", 0x100)
 _FLAGS_REMOTE = b"\x85\x01" + struct.pack("<I", 0x300)
-_CACHED_TYPES = (str, bool, int, float)  # a tuple (1,) equals (True,): only of strings
 # Keyed by the members' ids: an Enum member hashes in Python code (its name's hash), an int in C.
 _KINDS = {id(kind): b"\x30" + bytes((kind.value + 1,)) for kind in SpanKind}  # the proto's from 1
 _STATUS_CODES = {
@@ -53,9 +53,12 @@ _STATUS_CODES = {
 }
 _STATUSES = {code: b"\x7a" + bytes((len(body),)) + body for code, body in _STATUS_CODES.items()}
 _UNSET_STATUS = _STATUSES[id(StatusCode.UNSET)]
-_TIMES = struct.Struct("<BQBQ").pack  # start and end: fixed64 fields 7 and 8
+_UNSET_LOCAL, _UNSET_REMOTE = _UNSET_STATUS + _FLAGS_LOCAL, _UNSET_STATUS + _FLAGS_REMOTE
+_KIND_VALUES = {id(kind): kind.value + 1 for kind in SpanKind}
+_KIND_TIMES = struct.Struct("<BBBQBQ").pack  # kind, then start and end (fixed64 fields 7, 8)
 _IDS = struct.Struct(">HQQHQ").pack  # trace id (two halves) and span id, with their keys
-_LOW = (1 << 64) - 1
+_IDS_PARENT = struct.Struct(">HQQHQHQ").pack  # the same, then the parent span id (field 4)
+_LOW = _U64 = (1 << 64) - 1
 
 
 _ONE_BYTE = [bytes((n,)) for n in range(0x80)]
@@ -110,42 +113,31 @@ def _key_value(key: str, value: Any) -> bytes:
 
 
 class _Key:
-    """One attribute key's encoded pairs (as repeated field ``tag``): string values by
-    value, others by (type, value) (``1``, ``1.0`` and ``True`` are three values)."""
+    """One attribute key's encoding (as repeated field ``tag``) and how many of its pairs
+    the encoder's cache holds (at most ``_MAX_VALUES``)."""
 
-    __slots__ = ("head", "others", "strings", "tag")
+    __slots__ = ("cached", "head", "tag")
 
     def __init__(self, tag: bytes, key: str) -> None:
         self.tag = tag
         self.head = _field(b"\x0a", key.encode())  # the KeyValue's key field
-        self.strings: dict[str, bytes] = {}
-        self.others: dict[tuple[type, Any], bytes] = {}
+        self.cached = 0
 
-    def string(self, value: str) -> bytes:
-        """The pair of a string value not cached yet (cached while there is room)."""
-        found = _field(self.tag, self.head + _field(b"\x12", _field(b"\x0a", value.encode())))
-        if len(self.strings) < _MAX_VALUES:
-            self.strings[value] = found
-        return found
+    def pair(self, value: Any) -> bytes:
+        """The KeyValue field of ``value``."""
+        return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
 
-    def other(self, value: Any) -> bytes:
-        """The pair of a value of another type (scalars and lists of strings cached)."""
-        cls = type(value)
-        if cls is list:
-            if not all(type(v) is str for v in value):
-                return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
-            cache_key: tuple[type, Any] = (cls, tuple(value))  # finish reasons
-        elif cls is int or cls is bool or (cls is float and value):  # -0.0 equals 0.0
-            cache_key = (cls, value)
-        else:
-            return _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
-        others = self.others
-        found = others.get(cache_key)
-        if found is None:
-            found = _field(self.tag, self.head + _field(b"\x12", _any_value(value)))
-            if len(others) < _MAX_VALUES:
-                others[cache_key] = found
-        return found
+
+def _cacheable(cls: type, value: Any) -> bool:
+    """Whether a pair may be found again by (key, value, type): scalars, and sequences of
+    strings only (a tuple ``(1,)`` equals ``(True,)``); never a float zero (-0.0 equals 0.0)."""
+    if cls is str or cls is int or cls is bool:
+        return True
+    if cls is float:
+        return bool(value)
+    if cls is tuple:
+        return all(type(v) is str for v in value)
+    return False
 
 
 class SpanEncoder:
@@ -154,16 +146,20 @@ class SpanEncoder:
 
     def __init__(self) -> None:
         self._keys: dict[bytes, dict[str, _Key]] = {}
+        # Encoded pairs by (key, value, type of value), per tag: one lookup a pair.
+        self._cached: dict[bytes, dict[tuple[str, Any, type], bytes]] = {}
         self._resources: dict[int, tuple[Resource, bytes]] = {}
         self._scopes: dict[InstrumentationScope | None, bytes] = {}
         self._names: dict[str, bytes] = {}
         self._shapes: dict[int, tuple[dict[str, Any], bytes]] = {}
+        self._local: dict[int, tuple[dict[str, Any], str, bytes]] = {}  # blocks of shapes
+        self._remote: dict[int, tuple[dict[str, Any], str, bytes]] = {}  # the same, remote parent
 
     def _attributes(self, tag: bytes, attributes: Mapping[str, Any] | None) -> bytes:
         """Each attribute as a repeated KeyValue field ``tag``; pairs cached by key."""
         if not attributes:
             return b""
-        return self._pairs(tag, attributes.items())
+        return self._pairs(tag, attributes)
 
     def _shaped(self, span: RecordedSpan, shape: dict[str, Any]) -> bytes:
         """A span's attributes when they start with ``shape``'s (encoded once per shape,
@@ -173,26 +169,50 @@ class SpanEncoder:
             if len(self._shapes) >= _MAX_CACHED:
                 self._shapes.clear()
             found = self._shapes[id(shape)] = (shape, self._attributes(b"\x4a", shape))
-        rest = islice(span.attributes.items(), len(shape), None)
-        return found[1] + self._pairs(b"\x4a", rest)
+        attributes, n = span.attributes, len(shape)
+        if len(attributes) == n:  # nothing added
+            return found[1]
+        return found[1] + self._pairs(b"\x4a", attributes, n)
 
-    def _pairs(self, tag: bytes, items: Iterable[tuple[str, Any]]) -> bytes:
+    def _pairs(self, tag: bytes, attributes: Mapping[str, Any], start: int = 0) -> bytes:
+        """``attributes``' pairs from the ``start``-th on, as repeated field ``tag``."""
+        cached = self._cached.get(tag)
+        if cached is None:
+            cached = self._cached[tag] = {}
+        items = attributes.items()
+        get = cached.get
+        parts = []
+        try:
+            for k, v in items if not start else islice(items, start, None):
+                found = get((k, v, type(v)))
+                parts.append(self._miss(tag, k, v) if found is None else found)
+        except TypeError:  # an unhashable value (a list): no lookup for any
+            pairs = islice(items, start, None)
+            return b"".join([self._key(tag, k).pair(v) for k, v in pairs])
+        return b"".join(parts)
+
+    def _miss(self, tag: bytes, key: str, value: Any) -> bytes:
+        """A pair not cached yet (cached now when it can be, while its key has room)."""
+        k = self._key(tag, key)
+        found = k.pair(value)
+        cls = type(value)
+        if k.cached < _MAX_VALUES and _cacheable(cls, value):
+            self._cached[tag][key, value, cls] = found
+            k.cached += 1
+        return found
+
+    def _key(self, tag: bytes, key: str) -> _Key:
         keys = self._keys.get(tag)
         if keys is None:
             keys = self._keys[tag] = {}
-        parts = []
-        for key, value in items:
-            k = keys.get(key)
-            if k is None:
-                k = _Key(tag, key)
-                if len(keys) < _MAX_KEYS:
-                    keys[key] = k
-            if type(value) is str:
-                found = k.strings.get(value)
-                parts.append(k.string(value) if found is None else found)
-            else:
-                parts.append(k.other(value))
-        return b"".join(parts)
+        k = keys.get(key)
+        if k is None:
+            k = _Key(tag, key)
+            if len(keys) < _MAX_KEYS:
+                keys[key] = k
+            else:  # a key past the bound: its pairs are never cached
+                k.cached = _MAX_VALUES
+        return k
 
     def _resource(self, resource: Resource) -> bytes:
         """The ResourceSpans' resource field (a Resource hashes as JSON: cached by identity,
@@ -231,28 +251,61 @@ class SpanEncoder:
     def _recorded(self, span: RecordedSpan) -> bytes:
         """The ScopeSpans' field of one gateway span (its ids as they are, no SpanContext
         made; what it never has, dropped counts and links, not looked at)."""
-        trace_id = span.trace_id
-        parts = [_IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span.span_id)]
-        if span.trace_state:
-            state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
-            parts.append(_field(b"\x1a", state.encode()))
-        if span.parent_id:
-            parts += (b"\x22\x08", span.parent_id.to_bytes(8, "big"))
-        name = self._names.get(span.name)
-        parts += (
-            self._name(span.name) if name is None else name,
-            _KINDS[id(span.kind)],
-            _TIMES(0x39, span.start_time, 0x41, span.end_time or 0),
-            self._attributes(b"\x4a", span.attributes)
-            if span.shape is None
-            else self._shaped(span, span.shape),
+        trace_id, parent_id = span.trace_id, span.parent_id
+        if parent_id and not span.trace_state:  # a child: ids and parent id in one pack
+            low = trace_id & _LOW
+            ids = _IDS_PARENT(0x0A10, trace_id >> 64, low, 0x1208, span.span_id, 0x2208, parent_id)
+        else:
+            ids = _IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span.span_id)
+            if span.trace_state:
+                state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
+                ids += _field(b"\x1a", state.encode())
+            if parent_id:
+                ids += b"\x22\x08" + parent_id.to_bytes(8, "big")
+        timing = _KIND_TIMES(
+            0x30, _KIND_VALUES[id(span.kind)], 0x39, span.start_time, 0x41, span.end_time or 0
         )
+        shape = span.shape
+        if shape is not None and span.status is UNSET and not span.events:
+            # Fields in any order are valid protobuf: what the span shares with every span of
+            # its shape (name, the shape's attributes, status, flags) is one cached block.
+            attributes, n = span.attributes, len(shape)
+            parts = [ids, timing, self._block(span, shape)]
+            if len(attributes) != n:
+                parts.append(self._pairs(b"\x4a", attributes, n))
+            return _field(b"\x12", b"".join(parts))
+        name = self._names.get(span.name)
+        parts = [
+            ids,
+            self._name(span.name) if name is None else name,
+            timing,
+            self._attributes(b"\x4a", span.attributes)
+            if shape is None
+            else self._shaped(span, shape),
+        ]
         if span.events:
             parts += [self._event(event) for event in span.events]
         status = span.status
-        parts.append(_UNSET_STATUS if status is UNSET else self._status(status))
-        parts.append(_FLAGS_LOCAL if span.remote_parent is None else _FLAGS_REMOTE)
+        if status is UNSET:
+            parts.append(_UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE)
+        else:
+            parts.append(self._status(status))
+            parts.append(_FLAGS_LOCAL if span.remote_parent is None else _FLAGS_REMOTE)
         return _field(b"\x12", b"".join(parts))
+
+    def _block(self, span: RecordedSpan, shape: dict[str, Any]) -> bytes:
+        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``
+        (cached by shape and remoteness of the parent, held so the shape's id is not reused;
+        a shape has one span name, checked)."""
+        blocks = self._local if span.remote_parent is None else self._remote
+        found = blocks.get(id(shape))
+        if found is None or found[0] is not shape or found[1] != span.name:
+            if len(blocks) >= _MAX_CACHED:
+                blocks.clear()
+            tail = _UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE
+            block = self._name(span.name) + self._attributes(b"\x4a", shape) + tail
+            found = blocks[id(shape)] = (shape, span.name, block)
+        return found[2]
 
     def _event(self, event: Event | RecordedEvent) -> bytes:
         """A span's field of one event."""

@@ -67,6 +67,9 @@ class Telemetry:
         self._servers: dict[str, tuple[str, int | None]] = {}
         self.server_shapes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
         """A SERVER span's name and first attributes by method, route, scheme and server."""
+        self.routing_shapes: dict[tuple[Any, ...], dict[str, Any]] = {}
+        """A routing span's attributes once answered, by model and decision (owned by the
+        RequestTraces, bounded there)."""
         self.attempt_shapes: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
         """An attempt span's name and first attributes by candidate, surface, stream and hop
         (each request's attempts copy them; owned by the RequestTraces, bounded there)."""

@@ -47,6 +47,8 @@ __all__ = ["UNSET", "RecordedEvent", "RecordedSpan", "SpanRecorder"]
 UNSET = Status()
 """The status of a span whose status was never set (one object, compared by identity)."""
 _SAMPLED, _NOT_SAMPLED = TraceFlags(TraceFlags.SAMPLED), TraceFlags(TraceFlags.DEFAULT)
+_now = time.time_ns
+_new = object.__new__
 
 
 _StaticDecision = bool | TraceIdRatioBased  # sampled or not, or the ratio that decides
@@ -253,7 +255,7 @@ class RecordedSpan:
         ``attributes`` start with them while this is set: the encoder reuses their bytes)."""
         self.events: tuple[()] | list[RecordedEvent] = ()
         self.status = UNSET
-        self.start_time = time.time_ns()
+        self.start_time = _now()
         self.end_time: int | None = None
 
     @property
@@ -299,26 +301,28 @@ class RecordedSpan:
         shape: dict[str, Any] | None = None,
     ) -> RecordedSpan:
         """A span under this one (same trace, sampling and trace state; a fresh span id),
-        with ``attributes``, or a copy of ``shape`` (a dict the caller never changes, holding no
-        None)."""
+        with ``attributes`` (holding no None), or a copy of ``shape`` (a dict the caller
+        never changes, holding no None)."""
+        # What __init__ does, without calling the class: a Python __init__ reached through
+        # type.__call__ costs more than the stores themselves.
+        span: RecordedSpan = _new(RecordedSpan)
+        recorder = span.recorder = self.recorder
+        span.name, span.kind, span.trace_id = name, kind, self.trace_id
+        span.span_id = recorder._span_id() or recorder._ids.generate_span_id()  # never 0
+        span.sampled, span.trace_state = self.sampled, self.trace_state
+        span.parent_id, span.remote_parent = self.span_id, None
         if shape is None:
-            span = RecordedSpan(
-                self.recorder, name, kind, self.trace_id, self.sampled, self.trace_state, attributes
-            )
-        else:  # a shape holds no None
-            span = RecordedSpan(
-                self.recorder,
-                name,
-                kind,
-                self.trace_id,
-                self.sampled,
-                self.trace_state,
-                dict(shape),
-                clean=True,
-            )
-            span.shape = shape
-        span.parent_id = self.span_id
+            span.attributes, span.shape = attributes, None
+        else:
+            span.attributes, span.shape = dict(shape), shape
+        span.events, span.status, span.end_time = (), UNSET, None
+        span.start_time = _now()
         return span
+
+    def reshape(self, shape: dict[str, Any]) -> None:
+        """Take a copy of ``shape`` (a dict the caller never changes, holding no None) as the
+        span's attributes, in place of those it has."""
+        self.attributes, self.shape = dict(shape), shape
 
     def set_attribute(self, key: str, value: Any) -> None:
         if value is not None:
@@ -354,6 +358,6 @@ class RecordedSpan:
     def end(self) -> None:
         if self.end_time is not None:
             return
-        self.end_time = time.time_ns()
+        self.end_time = _now()
         if self.sampled:
             self.recorder.processor.on_end(self)  # type: ignore[arg-type]  # read as a ReadableSpan

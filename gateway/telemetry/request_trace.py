@@ -19,7 +19,7 @@ from gateway.telemetry import content
 from gateway.telemetry.names import operation_name, provider_name
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable
+    from collections.abc import AsyncIterator, Iterable, Iterator
 
     from opentelemetry.context import Context
 
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
+# The members, read once: SpanKind.X is an attribute lookup through the Enum's metaclass.
+_SERVER, _INTERNAL, _CLIENT = SpanKind.SERVER, SpanKind.INTERNAL, SpanKind.CLIENT
 _DECLINED = "hedge_declined"
 _MAX_SHAPES = 4096  # attempt spans' first attributes, by candidate, surface and hop
 _V136_EVENTS = {
@@ -82,7 +84,7 @@ class RequestTrace:
         attributes = dict(shape)
         attributes["llmgw.request_id"] = req.request_id
         self.server: RecordedSpan = telemetry.spans.root(
-            name, SpanKind.SERVER, parent, attributes, shape, clean=True
+            name, _SERVER, parent, attributes, shape, clean=True
         )
         self.trace_id = self.server.trace_id.to_bytes(16, "big").hex()  # format(): 3x the cost
         self.sampled: bool = self.server.sampled
@@ -98,7 +100,7 @@ class RequestTrace:
     def admission_started(self) -> None:
         """The caller's limits were asked (a span until :meth:`admitted`)."""
         if self.sampled:
-            self._admission = self.server.child("llmgw.admission", SpanKind.INTERNAL, {})
+            self._admission = self.server.child("llmgw.admission", _INTERNAL, {})
 
     def admitted(self, refusal: str = "") -> None:
         """The limits' verdict came (``refusal``: the error code of a refusal)."""
@@ -117,7 +119,7 @@ class RequestTrace:
             return
         self._routing = self.server.child(
             "llmgw.routing",
-            SpanKind.INTERNAL,
+            _INTERNAL,
             {"llmgw.routing.subject_kind": "model.route", "llmgw.model": route.model},
         )
 
@@ -126,21 +128,21 @@ class RequestTrace:
         span, self._routing = self._routing, None
         if span is None:
             return
-        attrs: dict[str, Any] = {
-            "llmgw.routing.strategy": plan.reason,
-            "llmgw.routing.candidates": len(plan.candidates),
-            "llmgw.routing.primary": plan.candidates[0].endpoint if plan.candidates else "",
-            "llmgw.routing.pinned": plan.pinned,
-        }
+        # Every value comes from the config and the plan: the span's whole attribute set is
+        # one of few, made once and shared (the encoder reuses its bytes).
+        candidates = plan.candidates
+        primary = candidates[0].endpoint if candidates else ""
+        key: tuple[Any, ...] = (span.attributes["llmgw.model"], plan.reason, len(candidates))
+        key += (primary, plan.pinned)
         if res is not None:
-            attrs["llmgw.routing.target"] = res.target
-            if res.chain:
-                attrs["llmgw.routing.chain"] = res.chain
-            if res.axis:
-                attrs["llmgw.routing.axis"] = res.axis
-            if res.rule:
-                attrs["llmgw.routing.rule"] = res.rule
-        span.extend(attrs)
+            key += (res.target, res.chain, res.axis, res.rule)
+        shapes = self._t.routing_shapes
+        shape = shapes.get(key)
+        if shape is None:
+            if len(shapes) >= _MAX_SHAPES:
+                shapes.clear()
+            shape = shapes[key] = _routed(span.attributes, plan, primary, res)
+        span.reshape(shape)
         span.end()
 
     def _end_routing(self, error: str) -> None:
@@ -164,8 +166,16 @@ class RequestTrace:
         (the SERVER span's when the trace is not sampled: no span is made)."""
         if not self.sampled:
             return target.traced(_trace_headers(self.server, self.trace_id))
-        key: tuple[Any, ...] = (c.endpoint, c.kind, c.base_url, c.upstream_model)
-        key += (c.credential_id, surface, stream, number)
+        key = (
+            c.endpoint,
+            c.kind,
+            c.base_url,
+            c.upstream_model,
+            c.credential_id,
+            surface,
+            stream,
+            number,
+        )
         shapes = self._t.attempt_shapes
         found = shapes.get(key)
         if found is None:
@@ -173,7 +183,7 @@ class RequestTrace:
                 shapes.clear()
             found = shapes[key] = self._attempt(c, surface, stream, number)
         name, shape = found
-        span = self.server.child(name, SpanKind.CLIENT, shape, shape)
+        span = self.server.child(name, _CLIENT, shape, shape)
         self._attempts[number] = span
         return target.traced(_trace_headers(span, self.trace_id))
 
@@ -220,11 +230,7 @@ class RequestTrace:
             attributes["gen_ai.response.id"] = rid
         if isinstance(model, str) and model:
             attributes["gen_ai.response.model"] = model
-        reasons = [
-            ch["finish_reason"]
-            for ch in body.get("choices") or ()
-            if isinstance(ch, dict) and isinstance(ch.get("finish_reason"), str)
-        ]
+        reasons = tuple(_reasons(body.get("choices")))  # a tuple, as the SDK keeps a list
         if reasons:
             attributes["gen_ai.response.finish_reasons"] = reasons
 
@@ -297,20 +303,19 @@ class RequestTrace:
         """A streamed attempt said why it stopped."""
         span = self._attempts.get(number)
         if span is not None:
-            span.set_attribute("gen_ai.response.finish_reasons", [reason])
+            span.set_attribute("gen_ai.response.finish_reasons", (reason,))
 
     def attempt_done(self, obs: Observation) -> None:
         """End attempt ``obs.attempt``'s span with what its Observation says."""
         span = self._attempts.pop(obs.attempt, None)
         if span is None:
             return
-        attrs: dict[str, Any] = {
-            "llmgw.model": obs.model,
-            "llmgw.outcome": obs.outcome,
-            "gen_ai.usage.input_tokens": obs.prompt_tokens,
-            "gen_ai.usage.output_tokens": obs.completion_tokens,
-            "llmgw.cost_usd": obs.cost_usd,
-        }
+        attrs = span.attributes  # none of these keys is shaped, no value None
+        attrs["llmgw.model"] = obs.model
+        attrs["llmgw.outcome"] = obs.outcome
+        attrs["gen_ai.usage.input_tokens"] = obs.prompt_tokens
+        attrs["gen_ai.usage.output_tokens"] = obs.completion_tokens
+        attrs["llmgw.cost_usd"] = obs.cost_usd
         if obs.cached_tokens:
             attrs["gen_ai.usage.cache_read.input_tokens"] = obs.cached_tokens
         if obs.cache_write_tokens:
@@ -333,7 +338,6 @@ class RequestTrace:
             attrs["error.type"] = obs.error_kind
             if obs.outcome != "cancelled":
                 span.set_status(Status(StatusCode.ERROR))
-        span.extend(attrs)
         span.end()
 
     # -- the end ------------------------------------------------------------------------
@@ -358,6 +362,28 @@ class RequestTrace:
         if status >= 500:
             server.set_status(Status(StatusCode.ERROR))
         server.end()
+
+
+def _routed(
+    started: dict[str, Any], plan: RoutePlan, primary: str, res: Resolution | None
+) -> dict[str, Any]:
+    """A routing span's attributes once answered: ``started``'s, then the decision's."""
+    attrs: dict[str, Any] = {
+        **started,
+        "llmgw.routing.strategy": plan.reason,
+        "llmgw.routing.candidates": len(plan.candidates),
+        "llmgw.routing.primary": primary,
+        "llmgw.routing.pinned": plan.pinned,
+    }
+    if res is not None:
+        attrs["llmgw.routing.target"] = res.target
+        if res.chain:
+            attrs["llmgw.routing.chain"] = res.chain
+        if res.axis:
+            attrs["llmgw.routing.axis"] = res.axis
+        if res.rule:
+            attrs["llmgw.routing.rule"] = res.rule
+    return attrs
 
 
 def _server(
@@ -397,6 +423,15 @@ def _trace_headers(span: RecordedSpan, trace_id: str) -> dict[str, str]:
     if span.trace_state:
         headers["tracestate"] = span.trace_state.to_header()
     return headers
+
+
+def _reasons(choices: Any) -> Iterator[str]:
+    """The finish reasons of an answer's ``choices`` (those that are strings)."""
+    for choice in choices or ():
+        if isinstance(choice, dict):
+            reason = choice.get("finish_reason")
+            if isinstance(reason, str):
+                yield reason
 
 
 def _texts(streamed: dict[int, list[str | None]]) -> list[tuple[list[str], str | None]]:

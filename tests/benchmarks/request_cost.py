@@ -1,7 +1,7 @@
 """What one request costs the gateway's own process, measured in instructions or CPU time.
 
     python -m tests.benchmarks.request_cost [--modes plain,stream,fixed-5,routewise-5]
-        [--requests 2000] [--concurrency 1]
+        [--requests 2000] [--concurrency 1] [--telemetry]
     python -m tests.benchmarks.request_cost --callgrind [--requests 300] [--out-dir DIR]
 
 Runs, in one process, the actor tree and the ingress's ASGI app (``create_app``) on the
@@ -20,6 +20,12 @@ instructions per request, which do not depend on what else the machine runs: eac
 measured requests are one callgrind dump (``DIR/callgrind.out.<mode>``, less an empty
 window's cost), to read with ``callgrind_annotate --inclusive=yes``. The HTTP server's own
 share (Hypercorn's or granian's framing) is not in these figures; ``bench.py`` measures that.
+
+``--telemetry`` runs the same requests with ``telemetry: {enabled: true}`` exporting to a
+local OTLP sink (``tests.fixtures.otlp --sink`` in a child process); each mode's measured
+window then ends with a flush of the queued spans, so the export thread's share of exactly
+those requests is in the figure. The difference from a run without it is what the request
+path and the export cost only because telemetry is on.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ _WARMUP = 50
 _ENV_WINDOW = "LLMGW_REQUEST_COST_CALLGRIND"  # set in the run under valgrind: dump per mode
 
 
-def _config(upstream_url: str, database: str) -> dict[str, Any]:
+def _config(upstream_url: str, database: str, telemetry: bool = False) -> dict[str, Any]:
     def route(i: int, priced: bool) -> dict[str, Any]:
         out: dict[str, Any] = {
             "kind": "openai_compat",
@@ -69,7 +75,10 @@ def _config(upstream_url: str, database: str) -> dict[str, Any]:
     for router in ("fixed", "routewise"):
         routes = [route(i, True) for i in range(5)]
         models.append({"id": f"bench-{router}-5", "router": router, "route": routes})
-    return {"models": models, "database": {"path": database}}
+    out: dict[str, Any] = {"models": models, "database": {"path": database}}
+    if telemetry:
+        out["telemetry"] = {"enabled": True}
+    return out
 
 
 def _free_port() -> int:
@@ -78,7 +87,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen[bytes], what: str = "fake upstream") -> None:
     deadline = time.monotonic() + 30
     while True:
         try:
@@ -86,7 +95,7 @@ def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the fake upstream did not start") from None
+                raise RuntimeError(f"the {what} did not start") from None
             time.sleep(0.05)  # a child process's listen: no event to await
 
 
@@ -172,7 +181,8 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
     from gateway.process.serve import declare_asyncio, settle_gc
 
     declare_asyncio()  # as serve does, before the first task starts
-    config = parse_config(json.dumps(_config(upstream_url, database)), source="<request_cost>")
+    raw = _config(upstream_url, database, args.telemetry)
+    config = parse_config(json.dumps(raw), source="<request_cost>")
     bus = await open_bus("inproc://")
     host = await ActorHost.start(bus, config, None)
     app = create_app(bus, config)
@@ -187,6 +197,12 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
     life = asyncio.create_task(app({"type": "lifespan"}, lifespan.get, life_send))
     await started.wait()
     windowed = os.environ.get(_ENV_WINDOW) == "1"
+    telemetry = app.ops.telemetry
+
+    def flush() -> None:  # the spans of the requests so far, exported now (blocking)
+        if telemetry is not None:
+            telemetry._tracer_provider.force_flush()
+
     try:
         settle_gc()
         if windowed:  # what zeroing and dumping cost by themselves, subtracted per mode
@@ -195,6 +211,7 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
         for mode in args.modes:
             ex = _exchange(mode)
             await _run(app, ex, _WARMUP, args.concurrency)
+            flush()
             if windowed:
                 _callgrind("-z")
             profiler = cProfile.Profile() if args.profile else None
@@ -205,7 +222,9 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
             if profiler is not None:
                 profiler.disable()
                 profiler.dump_stats(f"{args.profile}.{mode}")
-            thread1, process1 = time.thread_time(), time.process_time()
+            thread1 = time.thread_time()
+            flush()
+            process1 = time.process_time()
             if windowed:
                 _callgrind("-d", mode)
             n = args.requests
@@ -292,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument(
+        "--telemetry",
+        action="store_true",
+        help="telemetry on, exporting to a local OTLP sink (each window ends with a flush)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="cProfile each mode's measured "
@@ -309,17 +333,36 @@ def main(argv: list[str] | None = None) -> int:
         [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(port), "--mode", "fast"],
         stdout=subprocess.DEVNULL,
     )
+    sink = _otlp_sink(args.requests) if args.telemetry else None
     try:
         _wait_listening(port, upstream)
+        if sink is not None:
+            _wait_listening(sink[1], sink[0], "OTLP sink")
         with tempfile.TemporaryDirectory() as tmp:
             from gateway.process.engines import run_loop
 
             url = f"http://127.0.0.1:{port}"
             run_loop(_measure(url, args, f"{tmp}/llmgw.sqlite3"), args.loop)
     finally:
-        upstream.terminate()
-        upstream.wait()
+        for child in (upstream, *(sink[:1] if sink is not None else ())):
+            child.terminate()
+            child.wait()
     return 0
+
+
+def _otlp_sink(requests: int) -> tuple[subprocess.Popen[bytes], int]:
+    """A local OTLP collector that discards what it gets, named by the ``OTEL_*`` variables
+    the telemetry reads (a queue that never drops a measured span; the metrics' periodic
+    export left out of the windows: once a minute, it is no per-request cost)."""
+    port = _free_port()
+    sink = subprocess.Popen(
+        [sys.executable, "-m", "tests.fixtures.otlp", "--port", str(port), "--sink"],
+        stdout=subprocess.DEVNULL,
+    )
+    os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    os.environ.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(8 * (requests + _WARMUP)))
+    os.environ.setdefault("OTEL_METRIC_EXPORT_INTERVAL", str(3_600_000))
+    return sink, port
 
 
 if __name__ == "__main__":

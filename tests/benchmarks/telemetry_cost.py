@@ -1,6 +1,7 @@
 """What the telemetry hooks of one plain request cost, export included.
 
     python -m tests.benchmarks.telemetry_cost [--requests 5000]
+    python -m tests.benchmarks.telemetry_cost --callgrind [--requests 2000]
 
 Runs, in one process, the hooks a plain chat request with one attempt calls when telemetry
 is on (the SERVER span, the routing span, the attempt's CLIENT span with its answer noted and
@@ -9,16 +10,25 @@ spans to a local OTLP sink (``tests.fixtures.otlp --sink`` in a child process). 
 microseconds per request on the calling thread's CPU clock and on the process's (the batch
 span processor's export thread included, after a flush), less the Prometheus-only metrics
 the gateway records with telemetry off. No HTTP server is involved: this is the telemetry's
-own share of the gateway's CPU per request, measurable on a busy machine.
+own share of the gateway's CPU per request, measurable on a busy machine. The garbage
+collector is set up as the gateway sets it once started (``settle_gc``: what exists is frozen,
+and the thresholds are the gateway's).
+
+With ``--callgrind`` it runs itself again under ``valgrind --tool=callgrind`` and prints the
+instructions per request instead (every thread's, the export thread's included: each window
+ends with a flush), which do not depend on what else the machine runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -53,23 +63,38 @@ def _free_port() -> int:
 
 
 def _per_request(
-    run: Callable[[], None], requests: int, flush: Callable[[], Any]
+    run: Callable[[], None], requests: int, flush: Callable[[], Any], window: str = ""
 ) -> tuple[float, float]:
-    """(thread, process) CPU µs per call of ``run``."""
+    """(thread, process) CPU µs per call of ``run``; under callgrind, the calls and the
+    flush are one dump labelled ``window`` (when given)."""
+    from tests.benchmarks.request_cost import _ENV_WINDOW, _callgrind
+
+    windowed = bool(window) and os.environ.get(_ENV_WINDOW) == "1"
     flush()
+    if windowed:
+        _callgrind("-z")
     thread0, process0 = time.thread_time(), time.process_time()
     for _ in range(requests):
         run()
     thread1 = time.thread_time()
     flush()
     process1 = time.process_time()
+    if windowed:
+        _callgrind("-d", window)
     return 1e6 * (thread1 - thread0) / requests, 1e6 * (process1 - process0) / requests
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--requests", type=int, default=None, help="5000; 2000 with --callgrind")
+    parser.add_argument("--callgrind", action="store_true", help="instructions, not CPU time")
     args = parser.parse_args(argv)
+    if args.requests is None:
+        args.requests = 2000 if args.callgrind else 5000
+    if args.callgrind:
+        _under_callgrind(args.requests)
+        return
     port = _free_port()
     sink = subprocess.Popen(
         [sys.executable, "-m", "tests.fixtures.otlp", "--port", str(port), "--sink"],
@@ -93,10 +118,34 @@ def main(argv: list[str] | None = None) -> None:
         sink.wait()
 
 
+def _under_callgrind(requests: int) -> None:
+    """Run the measurement under callgrind; print instructions per request."""
+    from tests.benchmarks.request_cost import _ENV_WINDOW, _summary
+
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("--callgrind needs valgrind (callgrind_control) on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        stem = os.path.join(tmp, "callgrind.out")
+        cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={stem}", sys.executable]
+        cmd += ["-m", "tests.benchmarks.telemetry_cost", "--requests", str(requests)]
+        done = subprocess.run(
+            cmd, env={**os.environ, _ENV_WINDOW: "1"}, check=False, stdout=subprocess.DEVNULL
+        )
+        if done.returncode != 0:
+            raise SystemExit(done.returncode)
+        dumps = dict(_summary(p) for p in glob.glob(f"{stem}.*"))
+    empty = dumps["empty"]
+    on, off = ((dumps[w] - empty) / requests for w in ("on", "off"))
+    print(f"telemetry on:  {on:10,.0f} instructions/request, all threads")
+    print(f"telemetry off: {off:10,.0f} instructions/request")
+    print(f"added:         {on - off:10,.0f} instructions/request")
+
+
 def _measure(requests: int) -> None:
     from gateway.adapters.base import UpstreamTarget
     from gateway.http.request import HttpRequest
     from gateway.ingress.metrics import GatewayMetrics
+    from gateway.process.serve import settle_gc
     from gateway.telemetry import start_telemetry
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
     from schemas.config import GatewayConfig
@@ -162,8 +211,10 @@ def _measure(requests: int) -> None:
         telemetry._tracer_provider.force_flush()
 
     _per_request(traced, requests // 10, flush)  # warm the caches and the connection
-    on_thread, on_process = _per_request(traced, requests, flush)
-    off_thread, off_process = _per_request(untraced, requests, flush)
+    settle_gc()  # the collector tuned as ``llmgw serve`` tunes it once started
+    _per_request(lambda: None, 1, flush, "empty")  # what zeroing and dumping cost
+    on_thread, on_process = _per_request(traced, requests, flush, "on")
+    off_thread, off_process = _per_request(untraced, requests, flush, "off")
     print(
         f"telemetry on:  {on_thread:7.1f} µs/request on the thread, {on_process:7.1f} all threads"
     )

@@ -10,6 +10,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from gateway.admin.local_socket import answers, socket_path
+from gateway.cli import keys_offline
 from schemas import (
     EndpointState,
     KeyPoolState,
@@ -83,14 +85,26 @@ async def cli(
 
 
 async def create_keys(tmp_path: Path, *roles: str, org: str = "acme") -> list[str]:
-    """One gateway API key per role, created with the CLI (concurrently)."""
-    made = await asyncio.gather(
-        *(
-            cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
-            for i, role in enumerate(roles)
+    """One gateway API key per role (concurrently), as ``llmgw keys create --db`` makes it: in
+    this process through the CLI's own offline path when no gateway serves the database (a
+    Python start per key proves nothing the CLI tests do not), else with the CLI itself,
+    which then goes through the running owner."""
+    path = db_path(tmp_path)
+    if await asyncio.to_thread(answers, socket_path(path)):  # tmp_path is absolute
+        made = await asyncio.gather(
+            *(
+                cli(tmp_path, "create", "--org", org, "--user", f"user{i}", "--role", role)
+                for i, role in enumerate(roles)
+            )
         )
-    )
-    return [m["key"] for m in made]
+        return [m["key"] for m in made]
+    keys = []
+    for i, role in enumerate(roles):  # one writer at a time, as separate processes would be
+        row, _ = await keys_offline.create(
+            path, org=org, user=f"user{i}", role=role, name="", expires=None
+        )
+        keys.append(str(row["key"]))
+    return keys
 
 
 async def pool_state(gw: RunningGateway, endpoint: str) -> KeyPoolState:

@@ -17,11 +17,21 @@ import msgspec
 import pytest
 
 from schemas import RulesState, subjects
-from schemas.rules import MAX_CLAUSES, MAX_DEPTH, MAX_REGEX_CHARS, MAX_REGEX_PROGRAM, MAX_RULES
+from schemas.rule_cost import NODE_UNITS
+from schemas.rules import (
+    MAX_CLAUSES,
+    MAX_DEPTH,
+    MAX_REGEX_CHARS,
+    MAX_REGEX_PROGRAM,
+    MAX_RULE_SET_UNITS,
+    MAX_RULES,
+    Rule,
+    StoredRules,
+)
 from tests.e2e.conftest import CHAT, assert_openai_error, chat, config, model, route, watch
 from tests.e2e.test_cli_operator import llmgw
+from tests.fixtures.rule_sets import KINDS, worst_set
 from tests.fixtures.rule_sets import labels as worst_labels
-from tests.fixtures.rule_sets import worst_set
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -157,10 +167,10 @@ INVALID: dict[str, tuple[Any, str]] = {
         _regex_rules(lambda n: rf"\PN{{90}}\d{n}"),
         "rules[0].when.$or[0].metadata.k0.$regex",
     ),
-    # Small patterns, but past the set's matching budget at the 73rd.
+    # Small patterns, but past the set's matching budget at the 37th.
     "over_the_budget": (
         _regex_rules(lambda n: f"^q{n:04d}z"),
-        "rules[1].when.$or[8].metadata.k8.$regex",
+        "rules[0].when.$or[36].metadata.k36.$regex",
     ),
 }
 
@@ -180,14 +190,15 @@ async def test_an_invalid_put_is_a_400_naming_the_path_and_changes_nothing(
     assert after["rules"] == [TOOLS] and after["version"] == 1
 
 
-async def test_a_set_at_the_budget_is_stored_and_auto_is_served_with_the_longest_labels(
-    gw: RunningGateway,
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_worst_set_of_each_kind_is_stored_and_auto_is_served_with_the_longest_labels(
+    gw: RunningGateway, kind: str
 ) -> None:
-    heavy = worst_set("regex_heavy")  # distinct patterns of the most work per unit
+    worst = worst_set(kind)  # fills the budget with distinct parts of one kind
     labels = worst_labels(random.Random(22))
     used = {k: labels[k] for k in ("k0", "k1", "k2", "k3")}
 
-    put = await _put(gw, {"rules": [msgspec.to_builtins(r) for r in heavy]})
+    put = await _put(gw, {"rules": [msgspec.to_builtins(r) for r in worst]})
     served = await gw.http().post(
         CHAT, json=chat("auto"), headers={"x-llmgw-metadata": json.dumps(used)}
     )
@@ -195,6 +206,24 @@ async def test_a_set_at_the_budget_is_stored_and_auto_is_served_with_the_longest
     assert put.status_code == 200, put.text
     assert served.status_code == 200, served.text  # no rule matches: the active chain serves
     assert served.json()["model"] == "m"
+
+
+async def test_one_part_past_the_budget_is_a_400_naming_it_and_the_budget(
+    gw: RunningGateway,
+) -> None:
+    full = [msgspec.to_builtins(r) for r in worst_set("regex_calls_no_match")]
+    more = _rule({"metadata.k0": {"$regex": "^more$"}}, "more")
+    path = f"rules[{len(full)}].when.metadata.k0.$regex"
+
+    at_budget = await _put(gw, {"rules": full})
+    past = await _put(gw, {"rules": [*full, more]})
+
+    assert at_budget.status_code == 200, at_budget.text
+    err = assert_openai_error(past, 400, "invalid_request")
+    assert err["param"] == path
+    assert err["message"].startswith(f"{path}: ")
+    assert f"budget of {MAX_RULE_SET_UNITS:,} units" in err["message"]
+    assert (await _get(gw))["version"] == 1  # the set at the budget is still the one stored
 
 
 async def test_validate_checks_a_set_without_storing_it(gw: RunningGateway) -> None:
@@ -268,6 +297,37 @@ async def test_a_corrupt_stored_set_reads_as_disabled_and_requests_are_still_ser
     assert served.status_code == 200
     assert repaired.status_code == 200 and repaired.json()["status"] == "ok"
     assert await _health_rules(gw) == {"status": "ok", "rules": 1, "version": 1}
+
+
+def _store_past_the_budget(gw: RunningGateway) -> None:
+    """A set each part of which reads, stored as an earlier, larger budget let it be."""
+    empties: dict[str, Any] = {"$and": [{}] * (MAX_RULE_SET_UNITS // NODE_UNITS + 1)}
+    past = StoredRules(rules=(Rule(name="old", when=empties, route="auto:a"),), version=3)
+    with sqlite3.connect(gw.config.database.path) as db:
+        db.execute(
+            "INSERT INTO actor_snapshots (name, data, updated) VALUES ('rules', ?, 0) "
+            "ON CONFLICT(name) DO UPDATE SET data = excluded.data",
+            (msgspec.json.encode(past),),
+        )
+
+
+async def test_a_stored_set_past_a_lowered_budget_is_disabled_and_auto_is_still_served(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    cfg = _config(fake_upstream)
+    gw = await gateway_factory(cfg)
+    assert (await _put(gw, {"rules": [TOOLS]})).status_code == 200
+    assert await gw.stop() == 0
+    await asyncio.to_thread(_store_past_the_budget, gw)
+
+    gw = await gateway_factory(cfg)
+    health = await _health_rules(gw)
+    served = await gw.http().post(CHAT, json=chat("auto"))
+
+    assert health["status"] == "disabled" and health["rules"] == 0
+    assert f"budget of {MAX_RULE_SET_UNITS:,} units" in health["reason"]
+    assert served.status_code == 200, served.text
+    assert served.json()["model"] == "m"  # no rules: the active chain serves
 
 
 async def test_a_set_corrupted_while_running_is_disabled_on_reload_with_an_event(

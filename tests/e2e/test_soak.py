@@ -1,4 +1,4 @@
-"""Soak: 3,000 requests through routes that fail at random, on the in-process bus.
+"""Soak: 1,000 requests through routes that fail at random, on the in-process bus.
 
 Two models, one streamed and one not, each with three flaky routes (two upstream keys each)
 and one healthy route, all of equal weight. Each flaky upstream answers from a seeded script
@@ -45,7 +45,10 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.e2e
 
-REQUESTS = 3_000
+# 1,000 requests already fail every scripted way dozens of times (the rarest, a reset, about
+# 25); 3,000 proved nothing more and took three times as long.
+REQUESTS = 1_000
+MANY = 10  # failures of each scripted kind a run must see, not merely one
 CONCURRENCY = 32
 FAILURE_SHARE = 0.3
 SEED = 20_240_601
@@ -243,7 +246,8 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
         if outcome == "failure"
     )
     assert sum(failure_kinds.values()) > REQUESTS * 0.05, failure_kinds
-    assert {"http_429", "http_500", "http_503", "transport", "ttft"} <= set(failure_kinds)
+    scripted = ("http_429", "http_500", "http_503", "transport", "ttft")
+    assert all(failure_kinds[kind] >= MANY for kind in scripted), failure_kinds
     # Flaky routes kept coming back (benches lifted, circuits closed, degraded mode left):
     # every one of them still took attempts in the last fifth of the run.
     flaky_endpoints = {f"{kind}:local-{up.port}" for kind, group in ups.items() for up in group[:3]}

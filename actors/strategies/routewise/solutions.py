@@ -104,10 +104,13 @@ class Solutions:
                 key = lp_key(self.alpha, sub_costs, sub_lat)
             weights = self._solved(key, sub_costs, sub_lat)
             solves_made.append((key, weights))
-            best = max(weights, key=lambda k: (weights[k], -sub_lat[k]))
-            # Equal weights are told apart by exact latencies, which the key rounds: such an
-            # order is not memoised.
-            tied = tied or sum(w == weights[best] for w in weights.values()) > 1
+            if len(weights) == 1:  # one route takes it all (the common case): no tie
+                best = next(iter(weights))
+            else:
+                best = max(weights, key=lambda k: (weights[k], -sub_lat[k]))
+                # Equal weights are told apart by exact latencies, which the key rounds:
+                # such an order is not memoised.
+                tied = tied or sum(w == weights[best] for w in weights.values()) > 1
             order.append(remaining.pop(best))
         if not tied:
             self._remember(name, (tuple(solves_made), tuple(order), None))

@@ -38,7 +38,8 @@ def budget_for(costs: Sequence[float], alpha: float, latencies: Sequence[float])
     put the middle budgets above what the fastest choice spends (under load, when the
     fastest routes are queueing, the LP at alpha 0.5 paid more than at alpha 1)."""
     lo = min(costs)
-    fastest = min(range(len(costs)), key=lambda i: (latencies[i], costs[i]))
+    # (latency, cost, position): the first of the fastest, cheapest first; no key calls.
+    fastest = min(zip(latencies, costs, range(len(costs)), strict=True))[2]
     return lo + alpha * (costs[fastest] - lo)
 
 
@@ -93,7 +94,7 @@ def solve_hull(
     if not costs:
         return {}
     # For equal cost keep the lowest objective (then the lowest index): sorting does both.
-    points = sorted((c, o, i) for i, (c, o) in enumerate(zip(costs, objective, strict=True)))
+    points = sorted(zip(costs, objective, range(len(costs)), strict=True))
     if points[0][0] > budget + LP_EPS:
         return {}
     hull: list[tuple[float, float, int]] = []
@@ -104,7 +105,10 @@ def solve_hull(
             hull.pop()
         hull.append(p)
     # The hull falls until its lowest vertex (the first one, on ties: the cheapest).
-    best = min(range(len(hull)), key=lambda k: (hull[k][1], hull[k][0]))
+    best = 0
+    for k in range(1, len(hull)):
+        if (hull[k][1], hull[k][0]) < (hull[best][1], hull[best][0]):
+            best = k
     if hull[best][0] <= budget + LP_EPS:
         return {hull[best][2]: 1.0}
     # The budget cuts a falling edge left of the lowest vertex: mix its two ends.

@@ -261,3 +261,33 @@ def test_spares_are_the_other_usable_keys_in_order_bounded() -> None:
     assert p.spares("a", "free", 1, 5) == ("b", "d")
     assert p.spares("a", "free", 1, 1) == ("b",)
     assert pool(("a", "free")).spares("a", "free", 0, 5) == ()
+
+
+def test_quiet_only_while_no_mute_or_cooling_set_by_any_path_is_running() -> None:
+    """The selection's fast path (no key muted or cooling: every visible key usable) holds
+    only while every mute and cooling end, however it was set, lies in the past."""
+    p = pool(("a", "free"), ("b", "free"))
+    assert p._quiet(0) and p.usable("free", 0) == ["a", "b"]
+    assert p.cooling_until("free", 0) is None
+
+    fail(p, "a", 10, status=500)  # a key-specific failure: muted for mute_seconds
+    assert not p._quiet(10) and p.usable("free", 10) == ["b"]
+    assert p._quiet(310) and p.usable("free", 310) == ["a", "b"]
+
+    p.rate_limited("b", 400, retry_after=30)  # a 429: cooling, not a mute
+    assert not p._quiet(400) and p.usable("free", 400) == ["a"]
+    p.rate_limited("a", 400, retry_after=30)
+    assert p.cooling_until("free", 400) == 430  # every key cooling: the route cools
+    assert p._quiet(430) and p.cooling_until("free", 430) is None
+
+    view = pool(("a", "free"), ("b", "free"))  # a model's copy, folding its owner's state
+    view.set_mutes({"a": 600.0})
+    assert not view._quiet(500) and view.usable("free", 500) == ["b"]
+    view.cooling.merge({"b": 700.0})
+    assert view.usable("free", 650) == ["a"] and view.usable("free", 700) == ["a", "b"]
+
+    restored = pool(("a", "free"), ("b", "free"))
+    assert restored.restore({"b": (900.0, 0.0, 300.0, 0)}, 800) == ["b"]
+    assert not restored._quiet(800) and restored.usable("free", 800) == ["a"]
+    assert restored.remute("b", 950) == 1250  # found still failing: muted again
+    assert restored.usable("free", 1000) == ["a"] and restored._quiet(1250)

@@ -72,3 +72,16 @@ async def test_a_second_consumer_at_once_raises_runtime_error() -> None:
         await box.get()
     box.put_nowait(1)
     assert await first == 1
+
+
+async def test_take_hands_over_the_oldest_item_at_once_and_wakes_a_putter() -> None:
+    box: Mailbox[str] = Mailbox(1)
+    with pytest.raises(IndexError):
+        box.take()  # only for a consumer that saw an item there
+    box.put_nowait("a")
+    putter = asyncio.create_task(box.put("b"))
+    await asyncio.sleep(0)
+    assert not putter.done()  # full: the producer waits for room
+    assert box.take() == "a"  # no coroutine, no wait
+    await putter  # the room went to the waiting producer
+    assert box.take() == "b" and box.empty()

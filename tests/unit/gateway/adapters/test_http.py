@@ -120,3 +120,18 @@ async def test_upstream_cookies_are_never_replayed_to_later_requests(
     await http.post("e", url, BODY, JSON_HEADERS, timeout=5, connect_timeout=1)
 
     assert "cookie" not in fake_upstream.requests[1].headers
+
+
+async def test_each_timeout_pair_is_built_once_and_kept_apart_from_the_others(
+    http: UpstreamHTTP, fake_upstream: FakeUpstream
+) -> None:
+    url = fake_upstream.openai_base_url + "/chat/completions"
+    answer = await http.post("e", url, BODY, JSON_HEADERS, timeout=5, connect_timeout=1)
+    assert answer.status == 200
+    fake_upstream.enqueue(Hang())
+    with pytest.raises(UpstreamTimeoutError):  # not the 5 s of the pair before
+        await http.post("e", url, BODY, JSON_HEADERS, timeout=0.2, connect_timeout=1)
+    # One ClientTimeout per (read, connect) pair, shared by the requests that use it.
+    assert http._timeout(5, 1) is http._timeout(5, 1)
+    assert http._timeout(0.2, 1) is not http._timeout(5, 1)
+    assert (http._timeout(0.2, 1).sock_read, http._timeout(0.2, 1).sock_connect) == (0.2, 1)

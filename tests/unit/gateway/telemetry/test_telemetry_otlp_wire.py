@@ -128,9 +128,10 @@ def test_values_that_never_repeat_stop_being_cached_and_still_encode() -> None:
     decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
 
     assert decoded == encode_spans(spans)
-    ids = encoder._keys[b"\x4a"]["llmgw.request_id"]
-    assert len(ids.strings) == 256  # the bound: later ids are encoded, not kept
-    assert len(encoder._keys[b"\x4a"]["v"].others) == 3
+    keys = encoder._keys[b"\x4a"]
+    assert keys["llmgw.request_id"].cached == 256  # the bound: later ids are encoded, not kept
+    assert keys["v"].cached == 3  # 1, 1.0 and True: three pairs
+    assert len(encoder._cached[b"\x4a"]) == 256 + 1 + 3  # the route too
 
 
 def test_recorded_spans_encode_to_the_sdk_encoders_message() -> None:
@@ -235,3 +236,29 @@ def test_a_negative_zero_is_not_given_a_cached_zeros_bytes() -> None:
 
     assert struct.pack("<d", 0.0) in first
     assert struct.pack("<d", -0.0) in second
+
+
+def test_shaped_roots_under_a_remote_parent_and_none_encode_as_the_sdk() -> None:
+    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
+    recorder = SpanRecorder(
+        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
+    )
+    remote = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    shape = {"http.request.method": "POST", "http.route": "/v1/x"}
+    spans: Any = []
+    for parent in (set_span_in_context(NonRecordingSpan(remote)), None, None):
+        span = recorder.root("POST /v1/x", SpanKind.SERVER, parent, dict(shape), shape, clean=True)
+        span.attributes["http.response.status_code"] = 200
+        span.end()
+        spans.append(span)
+    spans[2].set_status(Status(StatusCode.ERROR))  # not the shape's unset status
+    encoder = SpanEncoder()
+
+    for _ in range(2):  # the blocks made, then the blocks reused
+        decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
+        assert decoded == encode_spans(spans)

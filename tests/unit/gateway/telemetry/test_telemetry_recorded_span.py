@@ -39,6 +39,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway.adapters.base import UpstreamTarget
 from gateway.http.request import HttpRequest
+from gateway.steering.resolver import Ordering, Resolution
 from gateway.telemetry import start_telemetry
 from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder, _StockSampler
@@ -258,3 +259,67 @@ def test_any_other_sampler_is_asked() -> None:
 
     (span,) = _decoded(exported)
     assert {a.key for a in span.attributes} == {"a", "sampler.said"}
+
+
+def _steered(chain: str | None, axis: str | None, rule: str) -> Resolution:
+    ordering = Ordering(how="priority", scored=False, weights=None, candidates=())
+    return Resolution("auto", "auto", chain, axis, ordering, ("m",), (), rule=rule)
+
+
+async def test_routing_spans_of_one_decision_share_its_attribute_set(
+    otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
+    config = GatewayConfig.model_validate(
+        {
+            "telemetry": {"enabled": True, "metrics": False},
+            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
+        }
+    )
+    telemetry = start_telemetry(config)
+    assert telemetry is not None
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    cand = RouteCandidate(
+        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
+    )
+    plan = RoutePlan(model="m", candidates=(cand,), reason="weighted")
+    decisions: list[Resolution | None] = [
+        None,
+        None,
+        _steered("c", None, "r1"),
+        _steered(None, "x", ""),
+    ]
+    spans = []
+    for n, res in enumerate(decisions):
+        trace = telemetry.request(
+            HttpRequest(scope, _never_receive, _never_send, request_id=f"r-{n}"), "/x"
+        )
+        trace.routing(RouteRequest(model="m"))
+        span = trace._routing
+        trace.routed(plan, res)
+        spans.append(span)
+
+    assert spans[0] is not None and spans[1] is not None
+    assert spans[0].shape is not None and spans[0].shape is spans[1].shape  # one set, shared
+    decided = {
+        "llmgw.routing.subject_kind": "model.route",
+        "llmgw.model": "m",
+        "llmgw.routing.strategy": "weighted",
+        "llmgw.routing.candidates": 1,
+        "llmgw.routing.primary": "m#0",
+        "llmgw.routing.pinned": False,
+    }
+    assert [s.attributes if s is not None else None for s in spans] == [
+        decided,
+        decided,
+        {
+            **decided,
+            "llmgw.routing.target": "auto",
+            "llmgw.routing.chain": "c",
+            "llmgw.routing.rule": "r1",
+        },
+        {**decided, "llmgw.routing.target": "auto", "llmgw.routing.axis": "x"},
+    ]
+    await asyncio.to_thread(telemetry.shutdown)  # blocking: the export answers on this loop
+    exported = [s.attributes for s in otlp_receiver.spans if s.name == "llmgw.routing"]
+    assert exported == [s.attributes for s in spans if s is not None]
