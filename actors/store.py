@@ -3,7 +3,7 @@
 
 Each ingress sends it the rows of the requests it served as ``LogAppend`` batches on
 ``llmgw.log.append`` (its own subscription, queue group ``store``; see
-``gateway.ingress.log_outbox``): one row per client request (``RequestCompleted``) and one per
+``gateway.ingress.accounting``): one row per client request (``RequestCompleted``) and one per
 upstream attempt (``Observation``). A background flusher commits what arrived within a
 short window (group commit: the lesser of ``log.flush_ms`` and 50 ms; what arrives during a
 write goes in the next), so within ``log.flush_ms``; each ingress sends at most
@@ -209,7 +209,7 @@ class StoreActor(Actor):
         # Group commit: each write takes every batch that arrived, and what arrives during
         # it goes in the next one, so a batch waits for at most one write before its commit
         # (well under flush_ms) and busy ingresses get large writes. The batching itself is
-        # done by each ingress (one batch in flight; see gateway.ingress.log_outbox). The
+        # done by each ingress (one batch in flight; see gateway.ingress.accounting). The
         # event is replaced only here, after checking, with no await in between, so a flush
         # by a query or an admin command cannot leave this task waiting on a stale one.
         #

@@ -216,3 +216,19 @@ def error_type(status: int) -> str:
     if status >= 500:
         return "server_error" if status == 500 else "api_error"
     return "invalid_request_error"
+
+
+def content_chars(body: JSON) -> int:
+    """Characters of a chat answer's content and tool arguments (what the estimate prices
+    when the upstream reports no usage)."""
+    total = 0
+    for choice in body.get("choices") or ():
+        message = choice.get("message") or {} if isinstance(choice, dict) else {}
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        for call in message.get("tool_calls") or ():
+            args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+            if isinstance(args, str):
+                total += len(args)
+    return total

@@ -20,6 +20,10 @@ the same whatever API the client speaks. Rules:
   chunk does not): what came before is held and relayed with it, from the same upstream;
 - an attempt's TTFT is when its first token arrived (hedged or not), not its first chunk.
 
+``Failures`` keeps a request's errors, picks the one the client sees and says which routes a
+refusal rules out (the rules it applies, needed only once an attempt failed, are
+``failover.py``'s); ``Budget`` holds the hop cap and the wall-clock budget.
+
 The loop is one (``Dispatcher._walk``) over the ``failover.AttemptKind`` seam: a whole answer
 (``ONCE``, here: one call of the adapter under the attempt's first-byte limit, observed, its
 lease given back however it ends) and a stream (``stream_attempt.STREAM``) differ only in the
@@ -33,30 +37,27 @@ import functools
 import logging
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, TypeAlias, TypeVar
 
 import anyio
+import msgspec
 
+from gateway.http.errors import REQUEST_DESCRIBING
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
-    Budget,
-    Failures,
+    is_context_refusal,
+    is_key_refusal,
     key_pool_refusal,
+    merged_refusal,
     outcome_of,
     timed_out,
+    tokens_used_by_failure,
 )
 from gateway.ingress.hedging import Declined
-from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
+from gateway.ingress.leases import LeaseKeeper, Settler
 from gateway.ingress.request_info import Attempt, Served
 from gateway.ingress.stream_attempt import STREAM
-from gateway.ingress.usage import NO_USAGE, content_chars, observation, tokens, usage_of
-from schemas import (
-    FirstToken,
-    GatewayError,
-    Message,
-    UpstreamError,
-    subjects,
-)
+from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
 from schemas.config import FailoverConfig
 
 if TYPE_CHECKING:
@@ -64,19 +65,15 @@ if TYPE_CHECKING:
         AsyncGenerator,
         Awaitable,
         Callable,
-        Coroutine,
-        Generator,
         Mapping,
     )
 
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.ingress.failover import AttemptKind
-    from gateway.ingress.plan_walk import PlanWalk
+    from gateway.ingress.plan_walk import PlanWalk, Targets
     from gateway.ingress.request_info import RequestInfo
     from gateway.ingress.stream_attempt import StreamAttempt
-    from gateway.ingress.targets import Targets
-    from gateway.ingress.usage import Usage
     from schemas import RouteCandidate, RoutePlan
 
     Operation: TypeAlias = Callable[[Adapter, UpstreamTarget, str], Awaitable[JSON]]
@@ -86,9 +83,110 @@ logger = logging.getLogger(__name__)
 
 R = TypeVar("R")
 P = TypeVar("P")
-T = TypeVar("T")
 
-_SUBJECTS_MAX = 4096
+
+class Failures:
+    """The errors of a request's attempts, which one the client is shown, which remaining
+    routes a context-length refusal rules out, and which key a route is retried on when the
+    upstream refused the last one's."""
+
+    def __init__(self) -> None:
+        self.errors: list[UpstreamError] = []
+        self._refused_window: int | None = None
+        self._filtered = False
+        self._last: tuple[UpstreamError, RouteCandidate] | None = None
+
+    def add(self, err: UpstreamError, c: RouteCandidate) -> None:
+        self.errors.append(err)
+        self._last = (err, c)
+        if isinstance(err, ContentFilteredError):
+            # The prompt itself was refused: it is the caller's answer, not another route's job.
+            self._filtered = True
+        if c.context_window is not None and is_context_refusal(err):
+            # A refusal says something about every route no wider than this one.
+            self._refused_window = max(self._refused_window or 0, c.context_window)
+
+    def rules_out(self, c: RouteCandidate) -> bool:
+        """True for a route whose window is no wider than one that refused the prompt, and
+        for every route once a content filter refused it."""
+        if self._filtered:
+            return True
+        refused = self._refused_window
+        return refused is not None and c.context_window is not None and c.context_window <= refused
+
+    def rate_limited(self) -> bool:
+        """Whether every attempt so far met a provider's rate limit (a 429 that is not a
+        quota exhaustion): back-pressure, so each of those routes is cooling."""
+        return bool(self.errors) and all(
+            e.status == 429 and e.kind != QUOTA_EXHAUSTED for e in self.errors
+        )
+
+    def next_key(self, c: RouteCandidate) -> RouteCandidate | None:
+        """``c`` on its next spare key when the last failure was ``c``'s and the upstream
+        refused its key (one key's problem, not the route's: the same route serves on
+        another key, leased anew); else None."""
+        last = self._last
+        if last is None or not c.spare_credentials:
+            return None
+        err, failed = last
+        if failed.endpoint != c.endpoint or failed.credential_id != c.credential_id:
+            return None
+        if not is_key_refusal(err):
+            return None
+        cid, *rest = c.spare_credentials
+        return msgspec.structs.replace(
+            c, credential_id=cid, spare_credentials=tuple(rest), lease_id="", probe=False
+        )
+
+    def final(self) -> UpstreamError:
+        if self.errors and all(isinstance(e, KeyPoolExhaustedError) for e in self.errors):
+            return merged_refusal(self.errors)
+        for err in self.errors:
+            if err.status in REQUEST_DESCRIBING:
+                return err
+        return self.errors[0]
+
+
+class Budget:
+    """One request's hop cap, wall-clock budget and wait for cooling routes
+    (``routing.failover``), on ``clock``."""
+
+    __slots__ = ("_clock", "_cooling_left", "_deadline", "_max")
+
+    def __init__(
+        self, settings: FailoverConfig, started: float, clock: Callable[[], float]
+    ) -> None:
+        self._clock = clock
+        self._max = settings.max_attempts
+        self._deadline = started + settings.budget_seconds if settings.budget_seconds else None
+        self._cooling_left = settings.cooling_wait_seconds
+
+    def cooling_wait(self, retry_after: float | None) -> float | None:
+        """Seconds to wait for the first cooling route to come back (``retry_after``), taken
+        from what is left of the request's ``cooling_wait_seconds``; None when that or the
+        budget cannot cover it (the client is then told when to come back)."""
+        if retry_after is None or retry_after > self._cooling_left:
+            return None
+        wait = max(0.0, retry_after)
+        if self._deadline is not None and self._clock() + wait >= self._deadline:
+            return None
+        self._cooling_left -= wait
+        return wait
+
+    def may_start(self, attempt: int) -> bool:
+        """Whether attempt number ``attempt`` may start now (the first two always may)."""
+        if attempt > self._max:
+            return False
+        return attempt <= 2 or self._deadline is None or self._clock() < self._deadline
+
+    def first_byte_limit(self, attempt: int, own_limit: float, more: bool) -> tuple[float, bool]:
+        """Seconds this attempt may wait for its first byte, and whether the budget (not the
+        route's own limit) is what bounds it. The budget only cuts an attempt short when
+        another route could take over, and never the first retry."""
+        if self._deadline is None or attempt == 2 or not more:
+            return own_limit, False
+        left = max(0.0, self._deadline - self._clock())
+        return (left, True) if left < own_limit else (own_limit, False)
 
 
 class Dispatcher:
@@ -119,17 +217,11 @@ class Dispatcher:
         self._clock = clock
         self.now = clock
         """The dispatcher's clock (the callable itself: an attempt reads it directly)."""
-        self._wall = wall
-        self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
-
-    def _observed_on(self, endpoint: str) -> str:
-        """The subject of ``endpoint``'s observations, built once per endpoint."""
-        subject = self._subjects.get(endpoint)
-        if subject is None:
-            if len(self._subjects) >= _SUBJECTS_MAX:
-                self._subjects.clear()
-            subject = self._subjects[endpoint] = subjects.observation(endpoint)
-        return subject
+        self.settle = Settler(bus, self.leases, targets, clock, wall)
+        """Publishes the attempts' observations, gives back what unattempted ones hold."""
+        self.observe = self.settle.observe
+        self.publish = self.settle.publish
+        self.release_plan = self.settle.release_plan
 
     def budget(self, info: RequestInfo) -> Budget:
         """A new budget for ``info``: its hop cap, deadline and wait for cooling routes."""
@@ -156,7 +248,7 @@ class Dispatcher:
             self.leases.hold_plan(current)
             for i, planned in enumerate(candidates):
                 if failures.errors and failures.rules_out(planned):  # none before a failure
-                    await self._release(info, current.model, planned)
+                    await self.settle.give_back(info, current.model, planned)
                     continue
                 hedge_backup = (
                     current is plan and i == 1 and attempt == 1 and plan.hedge_after_ms is not None
@@ -175,7 +267,7 @@ class Dispatcher:
                     attempt += 1
                     if not budget.may_start(attempt):
                         await self.leases.release(c)
-                        await self._release_all(info, current, i + retry)
+                        await self.settle.give_back_from(info, current, i + retry)
                         return
                     more = i + 1 < len(candidates) or (walk is not None and walk.has_more)
                     more = more and attempt < self._failover.max_attempts
@@ -191,83 +283,6 @@ class Dispatcher:
             if current is None and failures.rate_limited():
                 # Every route tried asked us to slow down: the first one back, if it is near.
                 current = await walk.after_cooling()
-
-    async def _release_all(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
-        """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
-        attempted."""
-        for i in range(start, len(plan.candidates)):
-            await self._release(info, plan.model, plan.candidates[i])
-
-    async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
-        """Give back the leases of a plan none of whose candidates will be attempted (the
-        request was refused by its caller's limits after routing), its primary's capacity
-        lease included (held first: the keeper releases only leases it holds)."""
-        self.leases.hold_plan(plan)
-        await self._release_all(info, plan, 0)
-
-    async def _release(self, info: RequestInfo, model: str, c: RouteCandidate) -> None:
-        """Give back what a candidate that is never attempted holds: the probe lease (a
-        cancelled probe observation, which releases the prefill lease too) or the model's
-        prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
-        capacity lease. Not an attempt: the request's accounting does not count it."""
-        await self.leases.release(c)
-        if c.probe:
-            now = self._clock()
-            pricing = self.targets.prices.get(c.endpoint)
-            obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
-            await self.publish(self._observed_on(c.endpoint), obs)
-        elif not c.refusal:
-            # Also ends the in-flight count the ModelActor may hold for it (after a failure
-            # it counts the next candidate as sent).
-            await self.publish(
-                subjects.model_first_token(model),
-                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
-            )
-
-    async def observe(
-        self,
-        info: RequestInfo,
-        a: Attempt,
-        outcome: str,
-        started: float,
-        *,
-        err: UpstreamError | None = None,
-        ttft: float | None = None,
-        usage: Usage = NO_USAGE,
-        sent_chars: int = 0,
-    ) -> None:
-        """Publish the Observation of attempt ``a`` (never raises: accounting must not fail a
-        request)."""
-        c = a.candidate
-        obs = observation(
-            info,
-            a.model,
-            c,
-            a.number,
-            outcome,
-            started,
-            self._clock(),
-            self._wall(),
-            self.targets.prices.get(c.endpoint),
-            err=err,
-            ttft=ttft,
-            usage=usage,
-            sent_chars=sent_chars,
-        )
-        record = info.record
-        record.attempted(obs, started)
-        if record.trace is not None:
-            record.trace.attempt_done(obs)
-        if info.on_attempt is not None:
-            info.on_attempt(obs)
-        await self.publish(self._observed_on(c.endpoint), obs)
-
-    async def publish(self, subject: str, msg: Message) -> None:
-        """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
-        try:
-            await shielded(self._bus.publish(subject, msg))
-        except GatewayError as exc:
-            logger.warning("event on %s not published: %s", subject, exc)
 
     async def call(
         self,
@@ -386,7 +401,7 @@ class _Once:
         """One observed attempt: the answer, or the error it failed with. Its capacity
         lease is given back however it ends (with the reported tokens when known)."""
         attempt, c, more = a.number, a.candidate, a.more
-        used: int | None = None
+        settled = False
         trace = info.record.trace
         try:
             started = d.now()
@@ -415,19 +430,12 @@ class _Once:
                 # must still end here, or its prefill and probe leases are never given back.
                 await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
                 raise
-            usage = usage_of(body)
-            await d.observe(
-                info,
-                a,
-                "success",
-                started,
-                usage=usage,
-                sent_chars=0 if usage.reported else content_chars(body),
-            )
-            used = tokens(usage)
+            await d.settle.answered(info, a, started, body)
+            settled = True
             return Served(body, c, attempt, a.model)
         finally:
-            await d.leases.release(c, used)  # a no-op once released above
+            if not settled:  # else released with the tokens the answer reported
+                await d.leases.release(c)  # a no-op once released above
 
     async def discard(self, result: Served) -> None:
         """A whole answer that lost a hedge race holds nothing to release."""
@@ -435,45 +443,3 @@ class _Once:
 
 ONCE = _Once()
 """The whole-answer ``AttemptKind``."""
-
-
-async def shielded(coro: Coroutine[Any, Any, T]) -> T:
-    """``coro``'s result, ``coro`` shielded from cancellation from its first suspension on
-    (before it, none can land). Raises what ``coro`` raises. An anyio shield costs about
-    5 µs to enter and leave, and an in-process publish never suspends: it needs none."""
-    try:
-        first = coro.send(None)
-    except StopIteration as done:
-        return cast("T", done.value)
-    with anyio.CancelScope(shield=True):
-        result = await _Rest(coro, first)
-    return result
-
-
-class _Rest(Generic[T]):
-    """The rest of a coroutine that already yielded ``first`` to the event loop."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro, value = self._coro, self._first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: passed on to the coroutine
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return cast("T", done.value)
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return cast("T", done.value)

@@ -24,8 +24,8 @@ from schemas import UpstreamError
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
 
-    from gateway.ingress.dispatch import Dispatcher
-    from gateway.ingress.failover import AttemptKind, Budget, Failures
+    from gateway.ingress.dispatch import Budget, Dispatcher, Failures
+    from gateway.ingress.failover import AttemptKind
     from gateway.ingress.request_info import Attempt, RequestInfo
 
 R = TypeVar("R")

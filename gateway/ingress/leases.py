@@ -1,14 +1,19 @@
-"""LeaseKeeper: the capacity leases this ingress holds for requests in flight.
+"""Settling an attempt: what it used (the tokens an upstream reported, or the estimate when it
+reported none, their price, the ``Observation`` that carries them) and the capacity lease it
+gives back.
 
-A plan's primary arrives already leased (its ModelActor asked the pool's owner); a fallback
-on a capacity route is leased here right before it is dispatched (refused: it is skipped).
-While a request runs, one task per ingress renews every held lease with one batched
-``CapacityRenew`` per pool every ``ttl / 3``; the attempt's end (success, failure,
-cancellation, a stream's relay ending however it ends) releases its lease. A lease this
-ingress stops renewing (it died) expires at its owner after the TTL. Releasing twice is
-harmless: only a held lease is released, once. A lease held past ``max_age`` (a path that
-forgot to release it; its owner has expired it by then) is dropped with a warning, so it is
-not renewed forever.
+:class:`LeaseKeeper` holds the leases of the requests in flight. A plan's primary arrives
+already leased (its ModelActor asked the pool's owner); a fallback on a capacity route is
+leased here right before it is dispatched (refused: it is skipped). While a request runs, one
+task per ingress renews every held lease with one batched ``CapacityRenew`` per pool every
+``ttl / 3``; the attempt's end (success, failure, cancellation, a stream's relay ending
+however it ends) releases its lease. A lease this ingress stops renewing (it died) expires at
+its owner after the TTL. Releasing twice is harmless: only a held lease is released, once. A
+lease held past ``max_age`` (a path that forgot to release it; its owner has expired it by
+then) is dropped with a warning, so it is not renewed forever.
+
+:class:`Settler` publishes each attempt's ``Observation`` (shielded: a client gone must not
+cancel it, :func:`shielded`) and gives back what a candidate never attempted holds.
 """
 
 from __future__ import annotations
@@ -18,47 +23,151 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
 
 import anyio
 import msgspec
 
 from bus import Bus, NoRespondersError, RequestTimeoutError
+from gateway.formats.openai_chat import content_chars
 from gateway.http.component import Component
 from schemas import (
     CapacityAcquire,
     CapacityGrant,
     CapacityRelease,
     CapacityRenew,
+    FirstToken,
     GatewayError,
+    Message,
+    Observation,
     RouteCandidate,
     RoutePlan,
     UpstreamError,
     subjects,
 )
+from schemas.pricing import cost_usd
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Coroutine, Generator
 
+    from gateway.adapters.base import JSON
+    from gateway.ingress.plan_walk import Targets
+    from gateway.ingress.request_info import Attempt, RequestInfo
     from schemas.config import GatewayConfig
+    from schemas.pricing import Pricing
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+_SUBJECTS_MAX = 4096
+
 _ACQUIRE_TIMEOUT = 2.0
 
-# Failures where the upstream generated nothing: it answered with an error status, the
-# connection was never made, or the gateway never sent the request.
-_REFUSED_BEFORE_SENDING = frozenset({"connect", "no_adapter", "unsupported_parameter"})
+
+class Usage(NamedTuple):
+    """Tokens an upstream reported (``reported`` False: it reported none)."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+    cache_written: int = 0
+    reported: bool = False
 
 
-def tokens_used_by_failure(err: UpstreamError) -> int | None:
-    """The tokens a failed attempt is known to have used, for its lease's release: 0 when
-    the upstream refused it before generating (a non-2xx answer, no connection, never sent);
-    None when unknown (a timeout, a broken or empty stream, a garbled answer: the upstream
-    may have generated, so a token quota keeps the estimate it reserved)."""
-    if err.kind.startswith("http_") or err.kind in _REFUSED_BEFORE_SENDING:
-        return 0
-    return None
+NO_USAGE = Usage()
+CHARS_PER_TOKEN = 4  # the estimate's ratio, as the prompt estimate's
+
+
+def usage_of(body: JSON) -> Usage:
+    """The tokens of an OpenAI-shaped ``usage`` (Anthropic's cache writes arrive in
+    ``prompt_tokens_details.cache_write_tokens``, see adapters/_anthropic_to_canonical.py)."""
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        return NO_USAGE
+    details = usage.get("prompt_tokens_details")
+    cached = written = 0
+    if isinstance(details, dict):
+        cached = details.get("cached_tokens") or 0
+        written = details.get("cache_write_tokens") or 0
+    return Usage(
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        int(cached),
+        int(written),
+        True,
+    )
+
+
+def tokens(usage: Usage) -> int | None:
+    """Prompt plus completion tokens an upstream reported; None when it reported none."""
+    total = usage.prompt + usage.completion
+    return total or None
+
+
+def observation(
+    info: RequestInfo,
+    model: str,
+    c: RouteCandidate,
+    attempt: int,
+    outcome: str,
+    started: float,
+    now: float,
+    ts: float,
+    pricing: Pricing | None,
+    *,
+    err: UpstreamError | None = None,
+    ttft: float | None = None,
+    usage: Usage = NO_USAGE,
+    sent_chars: int = 0,
+) -> Observation:
+    """The Observation of one attempt at ``model`` that ended at ``now`` (``ts``: wall clock),
+    priced by ``pricing``; an answer without reported usage is billed on the estimate."""
+    prompt, completion = usage.prompt, usage.completion
+    estimated = not usage.reported and (outcome == "success" or sent_chars > 0)
+    if estimated:
+        prompt = info.prompt_estimate
+        completion = -(-sent_chars // CHARS_PER_TOKEN)
+    cost = (
+        0.0  # an unpriced route costs nothing, as ``cost_usd`` says: no need to ask it
+        if pricing is None
+        else cost_usd(
+            pricing,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cache_read_tokens=usage.cached,
+            cache_write_tokens=usage.cache_written,
+        )
+    )
+    return Observation(
+        endpoint=c.endpoint,
+        model=model,
+        outcome=outcome,
+        attempt=attempt,
+        status=err.status if err is not None else 200,
+        error_kind=err.kind if err is not None else "",
+        auth_rejection=bool(err is not None and err.is_auth_rejection),
+        probe=c.probe,
+        stream=info.stream,
+        fallback=attempt > 1,
+        ttft_ms=(ttft - started) * 1000 if ttft is not None else None,
+        latency_ms=(now - started) * 1000,
+        prompt_tokens=usage.prompt,
+        completion_tokens=usage.completion,
+        cached_tokens=usage.cached,
+        cache_write_tokens=usage.cache_written,
+        cost_usd=cost,
+        cost_estimated=estimated,
+        billed_tokens=prompt + completion,
+        retry_after=err.retry_after if err is not None else None,
+        caller=info.caller,
+        request_id=info.request_id,
+        surface=info.surface,
+        credential_id=c.credential_id,
+        ts=ts,
+        prompt_estimate=info.prompt_estimate,
+        role=info.role,
+        trace_id=info.record.trace.trace_id if info.record.trace is not None else "",
+    )
 
 
 class LeaseKeeper(Component):
@@ -223,3 +332,168 @@ class LeaseKeeper(Component):
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+
+
+# ---------------------------------------------------------------------------- settling
+
+
+class Settler:
+    """Settles the attempts of one dispatcher's requests: publishes each attempt's priced
+    ``Observation`` (noted on its request's record first) and gives back what a candidate that
+    is never attempted holds. Never raises: accounting must not fail a request.
+
+    ``clock`` (seconds, monotonic: the dispatcher's) times attempts; ``wall`` stamps
+    observations; ``targets`` knows each endpoint's price.
+    """
+
+    def __init__(
+        self,
+        bus: Bus,
+        leases: LeaseKeeper,
+        targets: Targets,
+        clock: Callable[[], float],
+        wall: Callable[[], float],
+    ) -> None:
+        self._bus = bus
+        self.leases = leases
+        self.targets = targets
+        self._clock = clock
+        self._wall = wall
+        self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
+
+    def _observed_on(self, endpoint: str) -> str:
+        """The subject of ``endpoint``'s observations, built once per endpoint."""
+        subject = self._subjects.get(endpoint)
+        if subject is None:
+            if len(self._subjects) >= _SUBJECTS_MAX:
+                self._subjects.clear()
+            subject = self._subjects[endpoint] = subjects.observation(endpoint)
+        return subject
+
+    async def give_back_from(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
+        """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
+        attempted."""
+        for i in range(start, len(plan.candidates)):
+            await self.give_back(info, plan.model, plan.candidates[i])
+
+    async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
+        """Give back the leases of a plan none of whose candidates will be attempted (the
+        request was refused by its caller's limits after routing), its primary's capacity
+        lease included (held first: the keeper releases only leases it holds)."""
+        self.leases.hold_plan(plan)
+        await self.give_back_from(info, plan, 0)
+
+    async def give_back(self, info: RequestInfo, model: str, c: RouteCandidate) -> None:
+        """Give back what a candidate that is never attempted holds: the probe lease (a
+        cancelled probe observation, which releases the prefill lease too) or the model's
+        prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
+        capacity lease. Not an attempt: the request's accounting does not count it."""
+        await self.leases.release(c)
+        if c.probe:
+            now = self._clock()
+            pricing = self.targets.prices.get(c.endpoint)
+            obs = observation(info, model, c, 0, "cancelled", now, now, self._wall(), pricing)
+            await self.publish(self._observed_on(c.endpoint), obs)
+        elif not c.refusal:
+            # Also ends the in-flight count the ModelActor may hold for it (after a failure
+            # it counts the next candidate as sent).
+            await self.publish(
+                subjects.model_first_token(model),
+                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
+            )
+
+    async def answered(self, info: RequestInfo, a: Attempt, started: float, body: JSON) -> None:
+        """Settle attempt ``a``, which answered ``body`` whole: its success observed with the
+        usage the upstream reported (or the estimate), then its lease given back with the
+        reported tokens."""
+        usage = usage_of(body)
+        sent = 0 if usage.reported else content_chars(body)
+        await self.observe(info, a, "success", started, usage=usage, sent_chars=sent)
+        await self.leases.release(a.candidate, tokens(usage))
+
+    async def observe(
+        self,
+        info: RequestInfo,
+        a: Attempt,
+        outcome: str,
+        started: float,
+        *,
+        err: UpstreamError | None = None,
+        ttft: float | None = None,
+        usage: Usage = NO_USAGE,
+        sent_chars: int = 0,
+    ) -> None:
+        """Publish the Observation of attempt ``a`` (never raises: accounting must not fail a
+        request)."""
+        c = a.candidate
+        obs = observation(
+            info,
+            a.model,
+            c,
+            a.number,
+            outcome,
+            started,
+            self._clock(),
+            self._wall(),
+            self.targets.prices.get(c.endpoint),
+            err=err,
+            ttft=ttft,
+            usage=usage,
+            sent_chars=sent_chars,
+        )
+        record = info.record
+        record.attempted(obs, started)
+        if record.trace is not None:
+            record.trace.attempt_done(obs)
+        if info.on_attempt is not None:
+            info.on_attempt(obs)
+        await self.publish(self._observed_on(c.endpoint), obs)
+
+    async def publish(self, subject: str, msg: Message) -> None:
+        """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
+        try:
+            await shielded(self._bus.publish(subject, msg))
+        except GatewayError as exc:
+            logger.warning("event on %s not published: %s", subject, exc)
+
+
+async def shielded(coro: Coroutine[Any, Any, T]) -> T:
+    """``coro``'s result, ``coro`` shielded from cancellation from its first suspension on
+    (before it, none can land). Raises what ``coro`` raises. An anyio shield costs about
+    5 µs to enter and leave, and an in-process publish never suspends: it needs none."""
+    try:
+        first = coro.send(None)
+    except StopIteration as done:
+        return cast("T", done.value)
+    with anyio.CancelScope(shield=True):
+        result = await _Rest(coro, first)
+    return result
+
+
+class _Rest(Generic[T]):
+    """The rest of a coroutine that already yielded ``first`` to the event loop."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # thrown in by the task: passed on to the coroutine
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as done:
+                    return cast("T", done.value)
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as done:
+                    return cast("T", done.value)

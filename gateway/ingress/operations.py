@@ -19,8 +19,7 @@ import msgspec
 from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.auth.admin_access import is_admin, requested_by
-from gateway.ingress.accounting import Accounting
-from gateway.ingress.log_outbox import LogOutbox
+from gateway.ingress.accounting import Accounting, LogOutbox
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.telemetry import start_telemetry
 from schemas import UnauthorizedError, subjects

@@ -31,10 +31,9 @@ from gateway.http.component import Component
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.plan_walk import Targeting
+from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
-from gateway.ingress.targets import FallbackTargets, Targets
 from gateway.steering.labels import affinity_key, client_metadata
 from schemas import GatewayError, InvalidRequestError, UpstreamError
 

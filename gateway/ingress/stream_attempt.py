@@ -11,17 +11,15 @@ import anyio
 
 from gateway.adapters.base import Batch, carries_token
 from gateway.ingress import hedging
-from gateway.ingress.failover import outcome_of, timed_out
-from gateway.ingress.leases import tokens_used_by_failure
-from gateway.ingress.usage import NO_USAGE, tokens, usage_of
+from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure
+from gateway.ingress.leases import NO_USAGE, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from gateway.adapters.base import JSON
-    from gateway.ingress.dispatch import Dispatcher
-    from gateway.ingress.failover import Budget
+    from gateway.ingress.dispatch import Budget, Dispatcher
     from gateway.ingress.hedging import Declined
     from gateway.ingress.request_info import Attempt, RequestInfo
 

@@ -22,7 +22,7 @@ from bus import InProcessBus
 from gateway.ingress.app import GatewayApp
 from gateway.ingress.clock import IngressClock
 from gateway.ingress.leases import LeaseKeeper
-from gateway.ingress.targets import Targets
+from gateway.ingress.plan_walk import Targets
 from gateway.process.prober import BenchProber
 from gateway.process.routewise_prober import RouteWiseProber
 from gateway.replay.callers import create_keys, declared_keys

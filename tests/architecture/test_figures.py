@@ -35,10 +35,16 @@ from tests.architecture.measure import (
 # merging along seams (Envelope with the wire format, the field checks with the canonical
 # format, redaction into the adapter seam, identity with the client labels, the whole-answer
 # attempt with the failover loop): 22 files, 59 switches.
+# Second round, merging what one job owns: the request-log outbox into accounting.py (what a
+# request leaves behind), usage and cost into leases.py with the observation publishing
+# (Settler: settling an attempt, a whole answer in one call), Targets beside the plan walk
+# (targets.py only re-exports it for gateway.process), the loop's state (Failures, Budget)
+# into dispatch.py so failover.py holds only what a failure needs, off the success path:
+# 18 files, 51 switches, the largest file 499 lines (ingress/leases.py).
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
-    "files": 22,
-    "switches": 59,
+    "files": 18,
+    "switches": 51,
     "app_reentries": 3,
     "largest_file": 500,
     "duplicate_pairs": 25,

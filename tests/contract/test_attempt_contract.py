@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
     from gateway.ingress.failover import AttemptKind
-    from gateway.ingress.targets import Targets
+    from gateway.ingress.plan_walk import Targets
 
 POOL, LEASE = "pool-a", "lease-a"
 

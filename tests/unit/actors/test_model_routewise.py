@@ -132,7 +132,7 @@ async def test_routewise_model_bootstraps_latency_from_the_request_log(
     async with anyio.create_task_group() as tg:
         await tg.start(store.run, bus)
         seen = [success(8001, 2500.0, clock.now - 120), success(8002, 200.0, clock.now - 60)] * 3
-        # the rows an ingress sends the store (see gateway.ingress.log_outbox)
+        # the rows an ingress sends the store (see gateway.ingress.accounting)
         await bus.publish(
             subjects.LOG_APPEND, LogAppend(sender="ingress-1", seq=1, attempts=tuple(seen))
         )

@@ -14,7 +14,7 @@ from actors.keyregistry import SECRET_GRANT_TTL_S, KeyRegistryActor, PoolRoute
 from bus import InProcessBus, Subscription
 from gateway.admin.http import admin_request
 from gateway.auth.provider_secrets import ProviderSecrets
-from gateway.ingress.targets import Targets
+from gateway.ingress.plan_walk import Targets
 from schemas import (
     KeyDeclarations,
     ProviderSecretGrant,

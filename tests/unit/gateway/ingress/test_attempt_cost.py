@@ -8,9 +8,10 @@ import pytest
 
 from gateway.adapters._anthropic_to_canonical import chat_usage
 from gateway.auth.gate import ANONYMOUS, BOOTSTRAP_ADMIN, Caller
+from gateway.formats.openai_chat import content_chars
 from gateway.ingress.admission import caller_subjects, reservation
 from gateway.ingress.admission_ticket import rate_headers
-from gateway.ingress.usage import content_chars, usage_of
+from gateway.ingress.leases import usage_of
 from schemas.config import ModelConfig
 from schemas.limits import AdmitReply, LimitSpec, parse_budget
 from schemas.pricing import Pricing, cost_usd

@@ -12,9 +12,8 @@ import pytest
 from bus import InProcessBus
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.plan_walk import PlanWalk
+from gateway.ingress.plan_walk import PlanWalk, Targets
 from gateway.ingress.request_info import RequestInfo
-from gateway.ingress.targets import Targets
 from schemas import FirstToken, Message, Observation, RouteCandidate, RoutePlan, subjects
 from schemas.config import FailoverConfig, GatewayConfig, ModelConfig
 from tests.fixtures.upstream import FakeUpstream, Reply

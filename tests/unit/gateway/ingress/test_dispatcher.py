@@ -22,9 +22,8 @@ import pytest
 from bus import InProcessBus
 from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.plan_walk import PlanWalk
+from gateway.ingress.plan_walk import PlanWalk, Targets
 from gateway.ingress.request_info import RequestInfo
-from gateway.ingress.targets import Targets
 from schemas import (
     FirstToken,
     KeyPoolExhaustedError,

@@ -16,9 +16,10 @@ from gateway.adapters.base import error_from_status
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.adapters.upstream_http import transport_error
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.leases import LeaseKeeper, tokens_used_by_failure
+from gateway.ingress.failover import tokens_used_by_failure
+from gateway.ingress.leases import LeaseKeeper
+from gateway.ingress.plan_walk import Targets
 from gateway.ingress.request_info import RequestInfo
-from gateway.ingress.targets import Targets
 from schemas import (
     CapacityAcquire,
     CapacityGrant,

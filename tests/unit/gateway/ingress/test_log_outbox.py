@@ -11,7 +11,7 @@ import anyio
 
 from actors import StoreActor
 from bus import InProcessBus
-from gateway.ingress.log_outbox import LogOutbox
+from gateway.ingress.accounting import LogOutbox
 from gateway.ingress.metrics import GatewayMetrics
 from schemas import Observation, RequestCompleted
 from schemas.config import LogConfig

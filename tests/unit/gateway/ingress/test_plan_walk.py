@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
-from gateway.ingress.failover import Budget
+from gateway.ingress.dispatch import Budget
 from gateway.ingress.plan_walk import PlanWalk
 from schemas import (
     AllCircuitsOpenError,

@@ -3,7 +3,7 @@ route and secret stay, and a new one when the secret changes."""
 
 from __future__ import annotations
 
-from gateway.ingress.targets import Targets
+from gateway.ingress.plan_walk import Targets
 from schemas import RouteCandidate
 from schemas.config import GatewayConfig
 
