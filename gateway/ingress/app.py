@@ -42,9 +42,9 @@ from gateway.ingress.admin_routes import AdminRoutes
 from gateway.ingress.admission import Admission
 from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
 from gateway.ingress.introspection import MODELS_PREFIX, Introspection
-from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.operations import IngressOps
 from gateway.ingress.pipeline import Inference
+from gateway.ingress.settling import LeaseKeeper
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.steering.rules import RulesView
 from gateway.steering.view import SteeringView

@@ -54,8 +54,8 @@ from gateway.ingress.failover import (
     tokens_used_by_failure,
 )
 from gateway.ingress.hedging import Declined
-from gateway.ingress.leases import LeaseKeeper, Settler
 from gateway.ingress.request_info import Attempt, Served
+from gateway.ingress.settling import LeaseKeeper, Settler
 from gateway.ingress.stream_attempt import STREAM
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
 from schemas.config import FailoverConfig

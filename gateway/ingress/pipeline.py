@@ -49,8 +49,8 @@ if TYPE_CHECKING:
     from gateway.ingress.admission import Admission
     from gateway.ingress.admission_ticket import Ticket
     from gateway.ingress.clock import IngressClock
-    from gateway.ingress.leases import LeaseKeeper
     from gateway.ingress.plan_walk import PlanWalk
+    from gateway.ingress.settling import LeaseKeeper
     from gateway.ingress.stream_attempt import StreamAttempt
     from gateway.ingress.surfaces import StreamRenderer
     from gateway.steering.rules import RulesView

@@ -12,7 +12,7 @@ import anyio
 from gateway.adapters.base import Batch, carries_token
 from gateway.ingress import hedging
 from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure
-from gateway.ingress.leases import NO_USAGE, tokens, usage_of
+from gateway.ingress.settling import NO_USAGE, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 
 if TYPE_CHECKING:

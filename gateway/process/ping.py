@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, TypeVar
 
 from gateway.ingress.clock import SYSTEM_CLOCK, IngressClock
-from gateway.ingress.leases import LeaseKeeper
+from gateway.ingress.settling import LeaseKeeper
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from bus import Bus
     from gateway.adapters.base import Adapter
     from gateway.auth.provider_secrets import ProviderSecrets
-    from gateway.ingress.targets import Targets
+    from gateway.ingress.plan_walk import Targets
     from schemas import RouteCandidate
 
 T = TypeVar("T")

@@ -5,7 +5,7 @@ own config file, validated exactly as at startup, and swaps the app's config ato
 (``GatewayApp.reconfigure``). A file that does not validate is refused whole — logged with
 startup's message — and the running config stays. Requests in flight keep the model and plan
 they started with; ``FallbackTargets`` keeps resolving the endpoints and credentials a
-reload removed (``gateway.ingress.targets``), so their attempts still reach the upstream.
+reload removed (``gateway.ingress.plan_walk``), so their attempts still reach the upstream.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from bus import BusClosedError
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.auth.provider_secrets import ProviderSecrets, configured_credentials
-from gateway.ingress.leases import LeaseKeeper
-from gateway.ingress.targets import FallbackTargets, Targets
+from gateway.ingress.plan_walk import FallbackTargets, Targets
+from gateway.ingress.settling import LeaseKeeper
 from gateway.process.healthcheck import HealthChecker, local_targets
 from gateway.process.prober import BenchProber
 from gateway.process.quota_poller import QuotaPoller

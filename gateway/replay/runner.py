@@ -21,8 +21,8 @@ from actors import build_tree
 from bus import InProcessBus
 from gateway.ingress.app import GatewayApp
 from gateway.ingress.clock import IngressClock
-from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.plan_walk import Targets
+from gateway.ingress.settling import LeaseKeeper
 from gateway.process.prober import BenchProber
 from gateway.process.routewise_prober import RouteWiseProber
 from gateway.replay.callers import create_keys, declared_keys

@@ -40,7 +40,7 @@ from tests.architecture.measure import (
 # (Settler: settling an attempt, a whole answer in one call), Targets beside the plan walk
 # (targets.py only re-exports it for gateway.process), the loop's state (Failures, Budget)
 # into dispatch.py so failover.py holds only what a failure needs, off the success path:
-# 18 files, 51 switches, the largest file 499 lines (ingress/leases.py).
+# 18 files, 51 switches, the largest file 499 lines (ingress/settling.py).
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
     "files": 18,

@@ -25,8 +25,8 @@ import pytest
 from bus import InProcessBus
 from gateway.ingress.dispatch import ONCE, Dispatcher
 from gateway.ingress.hedging import DECLINED, Declined
-from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.request_info import Attempt, RequestInfo, Served
+from gateway.ingress.settling import LeaseKeeper
 from gateway.ingress.stream_attempt import STREAM, StreamAttempt
 from schemas import CapacityRelease, Observation, UpstreamError, UpstreamTimeoutError, subjects
 from schemas.config import FailoverConfig

@@ -11,7 +11,7 @@ from gateway.auth.gate import ANONYMOUS, BOOTSTRAP_ADMIN, Caller
 from gateway.formats.openai_chat import content_chars
 from gateway.ingress.admission import caller_subjects, reservation
 from gateway.ingress.admission_ticket import rate_headers
-from gateway.ingress.leases import usage_of
+from gateway.ingress.settling import usage_of
 from schemas.config import ModelConfig
 from schemas.limits import AdmitReply, LimitSpec, parse_budget
 from schemas.pricing import Pricing, cost_usd

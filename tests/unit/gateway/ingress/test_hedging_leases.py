@@ -14,7 +14,7 @@ import pytest
 
 from actors import CapacityActor, ChildSpec, Supervisor
 from bus import InProcessBus
-from gateway.ingress.leases import LeaseKeeper
+from gateway.ingress.settling import LeaseKeeper
 from schemas import CapacityGet, CapacityState, Observation, RoutePlan, UpstreamError, subjects
 from schemas.capacity import PoolSpec
 from schemas.config import LeaseConfig

@@ -17,9 +17,9 @@ from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.adapters.upstream_http import transport_error
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.failover import tokens_used_by_failure
-from gateway.ingress.leases import LeaseKeeper
 from gateway.ingress.plan_walk import Targets
 from gateway.ingress.request_info import RequestInfo
+from gateway.ingress.settling import LeaseKeeper
 from schemas import (
     CapacityAcquire,
     CapacityGrant,

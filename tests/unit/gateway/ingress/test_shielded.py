@@ -7,7 +7,7 @@ import asyncio
 import anyio
 import pytest
 
-from gateway.ingress.leases import shielded
+from gateway.ingress.settling import shielded
 
 
 async def test_a_coroutine_that_never_suspends_gives_its_result_and_its_error() -> None:

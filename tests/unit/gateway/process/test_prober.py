@@ -10,8 +10,8 @@ import pytest
 
 from bus import InProcessBus
 from gateway.adapters.registry import make_adapters, make_http_client
-from gateway.ingress.leases import LeaseKeeper
-from gateway.ingress.targets import Targets
+from gateway.ingress.plan_walk import Targets
+from gateway.ingress.settling import LeaseKeeper
 from gateway.process.prober import BenchProber
 from schemas import ProbeDue, RouteCandidate
 from schemas.config import GatewayConfig

@@ -9,8 +9,8 @@ from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor
 from bus import InProcessBus
 from gateway.adapters.registry import make_adapters, make_http_client
-from gateway.ingress.leases import LeaseKeeper
-from gateway.ingress.targets import Targets
+from gateway.ingress.plan_walk import Targets
+from gateway.ingress.settling import LeaseKeeper
 from gateway.process.prober import BenchProber
 from schemas import CapacityGet, CapacityState, ProbeDue, RouteCandidate, subjects
 from schemas.capacity import PoolSpec

@@ -11,7 +11,7 @@ import pytest
 
 from bus import InProcessBus
 from gateway.adapters.registry import make_adapters, make_http_client
-from gateway.ingress.targets import Targets
+from gateway.ingress.plan_walk import Targets
 from gateway.process.prober import BenchProber
 from schemas import ProbeDue, RouteCandidate
 from schemas.config import GatewayConfig, credential_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.ingress.targets import FallbackTargets, Targets
+from gateway.ingress.plan_walk import FallbackTargets, Targets
 from gateway.process.reload import ConfigFollower
 from schemas import InvalidRequestError, RouteCandidate
 from schemas.config import GatewayConfig, credential_id
