@@ -267,25 +267,34 @@ async def test_a_change_reaches_a_second_ingress_at_once_and_survives_a_restart(
     assert await _health_rules(again) == {"status": "ok", "rules": 2, "version": 1}
 
 
-def _corrupt(gw: RunningGateway) -> None:
+CORRUPT = b'{"rules": [{"name": 1'  # a stored set that no longer reads
+
+
+def _store_snapshot(gw: RunningGateway, data: bytes) -> None:
+    """Write the RulesActor's snapshot behind a stopped gateway's back."""
     with sqlite3.connect(gw.config.database.path) as db:
         db.execute(
             "INSERT INTO actor_snapshots (name, data, updated) VALUES ('rules', ?, 0) "
             "ON CONFLICT(name) DO UPDATE SET data = excluded.data",
-            (b'{"rules": [{"name": 1',),
+            (data,),
         )
+
+
+async def _restarted_over(
+    gateway_factory: GatewayFactory, cfg: dict[str, Any], snapshot: bytes
+) -> RunningGateway:
+    """A gateway that stored a valid set, stopped, had its snapshot replaced, and started."""
+    gw = await gateway_factory(cfg)
+    assert (await _put(gw, {"rules": [TOOLS]})).status_code == 200
+    assert await gw.stop() == 0
+    await asyncio.to_thread(_store_snapshot, gw, snapshot)
+    return await gateway_factory(cfg)
 
 
 async def test_a_corrupt_stored_set_reads_as_disabled_and_requests_are_still_served(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
 ) -> None:
-    cfg = _config(fake_upstream)
-    gw = await gateway_factory(cfg)
-    assert (await _put(gw, {"rules": [TOOLS]})).status_code == 200
-    assert await gw.stop() == 0
-    await asyncio.to_thread(_corrupt, gw)
-
-    gw = await gateway_factory(cfg)
+    gw = await _restarted_over(gateway_factory, _config(fake_upstream), CORRUPT)
     health = await _health_rules(gw)
     got = await _get(gw)
     served = await gw.http().post(CHAT, json=chat("m"))
@@ -299,28 +308,17 @@ async def test_a_corrupt_stored_set_reads_as_disabled_and_requests_are_still_ser
     assert await _health_rules(gw) == {"status": "ok", "rules": 1, "version": 1}
 
 
-def _store_past_the_budget(gw: RunningGateway) -> None:
+def _past_the_budget() -> bytes:
     """A set each part of which reads, stored as an earlier, larger budget let it be."""
     empties: dict[str, Any] = {"$and": [{}] * (MAX_RULE_SET_UNITS // NODE_UNITS + 1)}
     past = StoredRules(rules=(Rule(name="old", when=empties, route="auto:a"),), version=3)
-    with sqlite3.connect(gw.config.database.path) as db:
-        db.execute(
-            "INSERT INTO actor_snapshots (name, data, updated) VALUES ('rules', ?, 0) "
-            "ON CONFLICT(name) DO UPDATE SET data = excluded.data",
-            (msgspec.json.encode(past),),
-        )
+    return msgspec.json.encode(past)
 
 
 async def test_a_stored_set_past_a_lowered_budget_is_disabled_and_auto_is_still_served(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
 ) -> None:
-    cfg = _config(fake_upstream)
-    gw = await gateway_factory(cfg)
-    assert (await _put(gw, {"rules": [TOOLS]})).status_code == 200
-    assert await gw.stop() == 0
-    await asyncio.to_thread(_store_past_the_budget, gw)
-
-    gw = await gateway_factory(cfg)
+    gw = await _restarted_over(gateway_factory, _config(fake_upstream), _past_the_budget())
     health = await _health_rules(gw)
     served = await gw.http().post(CHAT, json=chat("auto"))
 
@@ -335,7 +333,7 @@ async def test_a_set_corrupted_while_running_is_disabled_on_reload_with_an_event
 ) -> None:
     gw = await gateway_factory(_config(fake_upstream), config_path=tmp_path / "gw.yaml")
     assert (await _put(gw, {"rules": [TOOLS]})).status_code == 200
-    await asyncio.to_thread(_corrupt, gw)
+    await asyncio.to_thread(_store_snapshot, gw, CORRUPT)
 
     async with watch(gw, subjects.event("rules")) as events:
         reload = await gw.http(headers=ADMIN_AUTH).post("/admin/config/reload")
