@@ -29,6 +29,25 @@ from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder
 
 
+def _recorder(provider: TracerProvider | None = None) -> SpanRecorder:
+    """A recorder over a provider of its own, its spans kept nowhere (the tests encode them)."""
+    provider = provider or TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
+    return SpanRecorder(
+        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
+    )
+
+
+def _remote(state: TraceState | None = None) -> SpanContext:
+    """A sampled remote parent (a client's traceparent), with ``state`` as its tracestate."""
+    return SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=state,
+    )
+
+
 def _spans() -> list[ReadableSpan]:
     """Spans of two resources and three scopes, with every attribute type, events, error
     status, a remote parent with trace state, and local children."""
@@ -41,13 +60,7 @@ def _spans() -> list[ReadableSpan]:
         provider.add_span_processor(SimpleSpanProcessor(finished))
         spans_by_provider.append(provider)
     first, second = spans_by_provider
-    remote = SpanContext(
-        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
-        span_id=0xB7AD6B7169203331,
-        is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
-        trace_state=TraceState([("vendor", "opaque"), ("llmgw", "x1")]),
-    )
+    remote = _remote(TraceState([("vendor", "opaque"), ("llmgw", "x1")]))
     tracer = first.get_tracer(
         "llmgw", "1.2.3", schema_url="https://opentelemetry.io/schemas/1.26.0"
     )
@@ -135,17 +148,8 @@ def test_values_that_never_repeat_stop_being_cached_and_still_encode() -> None:
 
 
 def test_recorded_spans_encode_to_the_sdk_encoders_message() -> None:
-    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
-    recorder = SpanRecorder(
-        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
-    )
-    remote = SpanContext(
-        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
-        span_id=0xB7AD6B7169203331,
-        is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
-        trace_state=TraceState([("vendor", "opaque")]),
-    )
+    recorder = _recorder()
+    remote = _remote(TraceState([("vendor", "opaque")]))
     server = recorder.root(
         "POST /v1/chat/completions",
         SpanKind.SERVER,
@@ -168,10 +172,7 @@ def test_recorded_spans_encode_to_the_sdk_encoders_message() -> None:
 
 
 def test_spans_of_one_shape_encode_as_the_sdk_even_when_a_shaped_value_changes() -> None:
-    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
-    recorder = SpanRecorder(
-        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
-    )
+    recorder = _recorder()
     server = recorder.root("POST /v1/x", SpanKind.SERVER, None, {})
     shape = {"gen_ai.request.model": "up", "llmgw.attempt": 1, "gen_ai.request.stream": False}
     kept = server.child("chat up", SpanKind.CLIENT, shape, shape)
@@ -209,10 +210,7 @@ class _Tagging(Sampler):
 
 
 def test_a_samplers_attribute_over_a_shaped_one_is_encoded() -> None:
-    provider = TracerProvider(resource=Resource.create({}), sampler=_Tagging())
-    recorder = SpanRecorder(
-        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
-    )
+    recorder = _recorder(TracerProvider(resource=Resource.create({}), sampler=_Tagging()))
     shape = {"http.route": "/v1/x", "url.scheme": "http"}
     server = recorder.root("POST /v1/x", SpanKind.SERVER, None, {**shape, "id": "r-1"}, shape)
     server.end()
@@ -239,16 +237,8 @@ def test_a_negative_zero_is_not_given_a_cached_zeros_bytes() -> None:
 
 
 def test_shaped_roots_under_a_remote_parent_and_none_encode_as_the_sdk() -> None:
-    provider = TracerProvider(resource=Resource.create({"service.name": "llmgw"}))
-    recorder = SpanRecorder(
-        provider, SimpleSpanProcessor(InMemorySpanExporter()), InstrumentationScope("llmgw")
-    )
-    remote = SpanContext(
-        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
-        span_id=0xB7AD6B7169203331,
-        is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    )
+    recorder = _recorder()
+    remote = _remote()
     shape = {"http.request.method": "POST", "http.route": "/v1/x"}
     spans: Any = []
     for parent in (set_span_in_context(NonRecordingSpan(remote)), None, None):
