@@ -36,10 +36,11 @@ from tests.architecture.measure import (
 # format, redaction into the adapter seam, identity with the client labels, the whole-answer
 # attempt with the failover loop): 22 files, 59 switches.
 # Second round, merging what one job owns: the request-log outbox into accounting.py (what a
-# request leaves behind), usage and cost into leases.py (now settling.py) with the observation publishing
-# (Settler: settling an attempt, a whole answer in one call), Targets beside the plan walk
-# (targets.py gone: gateway.process imports it from plan_walk), the loop's state (Failures, Budget)
-# into dispatch.py so failover.py holds only what a failure needs, off the success path:
+# request leaves behind), usage and cost into leases.py (now settling.py) with the observation
+# publishing (Settler: settling an attempt, a whole answer in one call), Targets beside the
+# plan walk (targets.py gone: gateway.process imports it from plan_walk), the loop's state
+# (Failures, Budget) into dispatch.py so failover.py holds only what a failure needs, off the
+# success path:
 # 18 files, 51 switches, the largest file 499 lines (ingress/settling.py).
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
