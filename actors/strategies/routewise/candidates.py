@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from llm_routewise.core.cost import scarcity_price
 
-from schemas.pricing import uncached_cost
+from schemas.pricing import PER_MILLION, uncached_cost
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from actors.strategies.base import StrategyDeps
+    from actors.strategies.base import RouteView, StrategyDeps
     from actors.strategies.routewise.evidence import LatencyEvidence
     from schemas.config import RouteConfig
 
@@ -101,11 +101,35 @@ def route_row(
     """How the route ``endpoint`` looks to the LP now: its latency (profile plus the wait
     for a slot) and effective cost (``None`` with the reason when masked or infeasible),
     for a prompt of ``prompt_tokens`` and ``completion_tokens`` predicted."""
+    return _row(
+        endpoint,
+        route,
+        prompt_tokens,
+        completion_tokens,
+        bounds,
+        latency_evidence.lp_latency(endpoint, now),
+        deps.load(endpoint),
+        latency_evidence,
+        deps,
+    )
+
+
+def _row(
+    endpoint: str,
+    route: RouteConfig,
+    prompt_tokens: int,
+    completion_tokens: int,
+    bounds: tuple[float, float] | None,
+    latency_now: tuple[float, bool],
+    load: tuple[int, float | None],
+    latency_evidence: LatencyEvidence,
+    deps: StrategyDeps,
+) -> Row:
     kind = route.provider_type
-    latency, profiled = latency_evidence.lp_latency(endpoint, now)
+    latency, profiled = latency_now
     state = deps.capacity(endpoint)
     free = state.free if state is not None else None
-    in_flight, limit = deps.load(endpoint)
+    in_flight, limit = load
     if limit is not None:
         if in_flight >= limit:
             return (endpoint, kind, None, latency, profiled, 0.0, None, free, "capacity_full")
@@ -132,6 +156,54 @@ def route_row(
     pricing = route.pricing  # no cache: the cold-cache price of the prompt
     price = 0.0 if pricing is None else uncached_cost(pricing, prompt_tokens, completion_tokens)
     return (endpoint, kind, price, latency, profiled, 0.0, None, free, "")
+
+
+def route_rows(
+    routes: Sequence[RouteView],
+    prompt_tokens: int,
+    completion_tokens: int,
+    bounds: tuple[float, float] | None,
+    now: float,
+    latency_evidence: LatencyEvidence,
+    deps: StrategyDeps,
+) -> list[Row]:
+    """:func:`route_row` of every route of ``routes``, the same rows in one pass: the common
+    route (on demand, no request waiting for its slots) takes its capacity, load and latency
+    look-ups and its price, and no call per route beyond them."""
+    capacity, load = deps.capacity, deps.load
+    latencies = latency_evidence.lp_latencies([r.endpoint for r in routes], now)
+    rows: list[Row] = []
+    for r, (latency, profiled) in zip(routes, latencies, strict=True):
+        endpoint, route = r.endpoint, r.route
+        kind = route.provider_type
+        in_flight, limit = load(endpoint)
+        if kind == "on_demand" and in_flight == 0 and (limit is None or limit > 0):
+            # Nothing in flight: no queue to wait in (queue_wait_ms is 0.0, the latency as is).
+            state = capacity(endpoint)
+            free = state.free if state is not None else None
+            pricing = route.pricing
+            if pricing is None:
+                price = 0.0
+            else:  # uncached_cost, inline
+                prompt = prompt_tokens if prompt_tokens > 0 else 0
+                completion = completion_tokens if completion_tokens > 0 else 0
+                price = (prompt * pricing.prompt + completion * pricing.completion) / PER_MILLION
+            rows.append((endpoint, kind, price, latency, profiled, 0.0, None, free, ""))
+        else:
+            rows.append(
+                _row(
+                    endpoint,
+                    route,
+                    prompt_tokens,
+                    completion_tokens,
+                    bounds,
+                    (latency, profiled),
+                    (in_flight, limit),
+                    latency_evidence,
+                    deps,
+                )
+            )
+    return rows
 
 
 def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:

@@ -4,9 +4,11 @@
 steps under 0.4 %), least recently used first out, and memoises each fallback order (the LP
 re-solved without the routes already placed, once per placed route) under the key of its
 first solve. A memoised order is answered only while every solution it was made of is still
-the one cached under its key, and answering it touches those solutions in the order the
-re-solves would have: the cache ends in the state the re-solves would have left, so an
-answer from the memo is the answer, and the cache the state, of solving again.
+the one cached under its key and every tie it broke (routes of equal weight, told apart by
+their exact latencies, which the key rounds) still breaks the same way; answering it touches
+those solutions in the order the re-solves would have: the cache ends in the state the
+re-solves would have left, so an answer from the memo is the answer, and the cache the
+state, of solving again.
 """
 
 from __future__ import annotations
@@ -26,9 +28,17 @@ LP_CACHE_SIZE = 256
 RESOLVED_FALLBACKS = 3
 
 _Key = tuple[float, int, int]
-# The solves of one order, each (its key, the solution cached then), and the positions placed.
-# ... and what the caller made of them (``keep``), or None.
-_Memo = tuple[tuple[tuple[_Key, dict[int, float]], ...], tuple[int, ...], tuple[int, ...] | None]
+# A tie one re-solve broke: the positions of equal weight (in the solution's order) and the
+# one placed (the first of the fastest).
+_Tie = tuple[tuple[int, ...], int]
+# The solves of one order, each (its key, the solution cached then), the positions placed,
+# the ties broken, and what the caller made of them (``keep``), or None.
+_Memo = tuple[
+    tuple[tuple[_Key, dict[int, float]], ...],
+    tuple[int, ...],
+    tuple[_Tie, ...],
+    tuple[int, ...] | None,
+]
 
 
 class Solutions:
@@ -80,27 +90,35 @@ class Solutions:
             self._lp.move_to_end(key)
         return weights
 
+    def key(self, costs: Sequence[float], latencies: Sequence[float]) -> _Key:
+        """What the LP over ``costs`` and ``latencies`` is cached under."""
+        return lp_key(self.alpha, costs, latencies)
+
     def order(
-        self, costs: Sequence[float], latencies: Sequence[float], name: Hashable = None
+        self,
+        costs: Sequence[float],
+        latencies: Sequence[float],
+        name: Hashable = None,
+        key: _Key | None = None,
     ) -> list[int]:
         """Up to RESOLVED_FALLBACKS positions of ``costs``, each the heaviest (then fastest)
         of the LP re-solved without the positions before it. Memoised under ``name``, else
-        its first solve's key; a ``name`` must fix the inputs' keys as that key does (the
-        key of the problem they were cut from, with their positions in it)."""
-        key = lp_key(self.alpha, costs, latencies) if name is None else None
+        its first solve's key (``key``: that key, when the caller has it already); a
+        ``name`` must fix the inputs' keys as that key does (the key itself, or the key of
+        the problem they were cut from, with their positions in it)."""
+        key = lp_key(self.alpha, costs, latencies) if key is None else key
         name = key if name is None else name
         memo = self._orders.get(name)
-        if memo is not None:
-            if self._current(memo):
-                return list(memo[1])
+        if memo is not None and self._current(memo, latencies):
+            return list(memo[1])
         remaining = list(range(len(costs)))
         order: list[int] = []
         solves_made: list[tuple[_Key, dict[int, float]]] = []
-        tied = False
+        ties: list[_Tie] = []
         while remaining and len(order) < RESOLVED_FALLBACKS:
             sub_costs = [costs[i] for i in remaining]
             sub_lat = [latencies[i] for i in remaining]
-            if order or key is None:
+            if order:
                 key = lp_key(self.alpha, sub_costs, sub_lat)
             weights = self._solved(key, sub_costs, sub_lat)
             solves_made.append((key, weights))
@@ -108,35 +126,41 @@ class Solutions:
                 best = next(iter(weights))
             else:
                 best = max(weights, key=lambda k: (weights[k], -sub_lat[k]))
-                # Equal weights are told apart by exact latencies, which the key rounds:
-                # such an order is not memoised.
-                tied = tied or sum(w == weights[best] for w in weights.values()) > 1
+                top = weights[best]
+                tied = tuple(remaining[k] for k, w in weights.items() if w == top)
+                if len(tied) > 1:  # told apart by exact latencies: checked on each answer
+                    ties.append((tied, remaining[best]))
             order.append(remaining.pop(best))
-        if not tied:
-            self._remember(name, (tuple(solves_made), tuple(order), None))
+        self._remember(name, (tuple(solves_made), tuple(order), tuple(ties), None))
         return order
 
-    def recall(self, name: Hashable) -> tuple[int, ...] | None:
+    def recall(self, name: Hashable, latencies: Sequence[float]) -> tuple[int, ...] | None:
         """What the caller kept beside the order memoised under ``name``, when that order
-        is still the answer (its solutions touched as re-solving would); else None."""
+        is still the answer for ``latencies`` (its solutions touched as re-solving would);
+        else None."""
         memo = self._orders.get(name)
-        if memo is None or memo[2] is None or not self._current(memo):
+        if memo is None or memo[3] is None or not self._current(memo, latencies):
             return None
-        return memo[2]
+        return memo[3]
 
     def keep(self, name: Hashable, made: tuple[int, ...]) -> None:
         """Keep ``made`` beside the order memoised under ``name`` (it must follow from that
         order and ``name`` alone)."""
         memo = self._orders.get(name)
         if memo is not None:
-            self._orders[name] = (memo[0], memo[1], made)
+            self._orders[name] = (*memo[:3], made)
 
-    def _current(self, memo: _Memo) -> bool:
-        """Whether every solution ``memo`` was made of is still cached; if so they are
-        touched in the order the re-solves would have touched them."""
+    def _current(self, memo: _Memo, latencies: Sequence[float]) -> bool:
+        """Whether every solution ``memo`` was made of is still cached and each of its ties
+        breaks as it did at ``latencies``; if so the solutions are touched in the order the
+        re-solves would have touched them."""
         lp = self._lp
         if not all(lp.get(k) is w for k, w in memo[0]):
             return False
+        for tied, placed in memo[2]:
+            # max's pick among equal weights: the first (in the solution's order) fastest.
+            if max(tied, key=lambda i: -latencies[i]) != placed:
+                return False
         for k, _ in memo[0]:
             lp.move_to_end(k)
         return True

@@ -35,7 +35,7 @@ from llm_routewise.core.hedging import (
 )
 
 from actors.strategies.base import RoutingStrategy
-from actors.strategies.routewise.candidates import Candidate, Row, route_row, weighted
+from actors.strategies.routewise.candidates import Candidate, Row, route_rows, weighted
 from actors.strategies.routewise.evidence import (
     CostEnvelope,
     LatencyEvidence,
@@ -309,11 +309,7 @@ class RouteWiseStrategy(RoutingStrategy):
         prompt = request.prompt_tokens
         completion = round(self.output.predict(prompt))
         bounds = self.envelope.bounds(now)
-        latency, deps = self.latency, self._deps
-        return [
-            route_row(r.endpoint, r.route, prompt, completion, bounds, now, latency, deps)
-            for r in routes
-        ]
+        return route_rows(routes, prompt, completion, bounds, now, self.latency, self._deps)
 
     def _one(self, route: RouteView, request: RouteRequest) -> Row:
         return self._rows((route,), request, self._clock())[0]
@@ -400,33 +396,33 @@ class RouteWiseStrategy(RoutingStrategy):
         declaration order."""
         if len(routes) <= 1:
             return list(routes)
-        name: Hashable = None
         if request is self._last_request:  # the plan's own select priced these already
-            at = {r[0]: i for i, r in enumerate(self._last_rows)}
-            cut = tuple([at.get(r.endpoint, -1) for r in routes])
             last = self._last_rows
+            at = {r[0]: i for i, r in enumerate(last)}
             rows = [
-                last[i] if i >= 0 else self._one(r, request)
-                for i, r in zip(cut, routes, strict=True)
+                last[i] if i is not None else self._one(r, request)
+                for i, r in zip([at.get(r.endpoint) for r in routes], routes, strict=True)
             ]
-            if -1 not in cut and self._last_lp is not None:
-                name = (self._last_lp, cut)  # the rest's inputs are cut from the select's LP
-                made = self._solutions.recall(name)
-                if made is not None:
-                    return [routes[i] for i in made]
         else:
             rows = self._rows(routes, request, self._clock())
         live = [i for i, r in enumerate(rows) if r[2] is not None]
-        order: list[int] = []
-        if live:
-            placed = self._solutions.order(
-                [float(rows[i][2] or 0.0) for i in live], [rows[i][3] for i in live], name
-            )
-            order = [live[k] for k in placed]
+        if not live:
+            return list(routes)
+        costs = [float(rows[i][2] or 0.0) for i in live]
+        latencies = [rows[i][3] for i in live]
+        key = self._solutions.key(costs, latencies)
+        # The whole order follows from the rest's LP (its key) and where its routes sit
+        # among ``routes``; keyed so, it holds while the rest's inputs do, whatever the
+        # primary's did (the select's LP moves with every answer of the primary).
+        name = (key, None if len(live) == len(rows) else tuple(live), len(rows))
+        made = self._solutions.recall(name, latencies)
+        if made is not None:
+            return [routes[i] for i in made]
+        order = [live[k] for k in self._solutions.order(costs, latencies, name, key)]
         rest = [i for i in live if i not in order]
         if len(rest) > 1:
             rest.sort(key=lambda i: (rows[i][3], rows[i][2] or 0.0))
-        elif name is not None:  # no exact latency orders the rest: the name fixes it all
+        else:  # no exact latency orders the rest: the name fixes it all
             self._solutions.keep(
                 name, (*order, *rest, *(i for i in range(len(routes)) if i not in live))
             )

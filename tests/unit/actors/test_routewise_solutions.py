@@ -5,11 +5,13 @@ cache's tolerance, a retune or a route leaving the LP changes it."""
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from actors.strategies.routewise import solutions
 from actors.strategies.routewise.solutions import RESOLVED_FALLBACKS, Solutions
+from actors.strategies.routewise.solver import lp_key
 from schemas import RouteRequest
 from schemas.capacity import CapacityState
 from tests.unit.actors.test_routewise import CHEAP, DEAR, make, pool_state, route, ttft
@@ -52,6 +54,27 @@ def test_a_memoised_order_is_what_resolving_gives_and_leaves_the_same_cache() ->
         assert memo.cached() == fresh.cached()
         hits += len(memo) == before
     assert hits > 3000  # the memo answered most of them
+
+
+def test_an_even_mix_is_answered_from_the_memo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Routes priced in exact multiples (as the request-cost benchmark's five) put the budget
+    on even mixes, two routes of equal weight told apart by exact latency; such an order is
+    memoised too (its tie checked again on each answer), not re-solved for every request."""
+    costs, lat = [2.0, 4.0, 3.0], [300.0, 100.0, 500.0]
+    expected = resolved(Solutions(0.5), costs, lat)
+    s = Solutions(0.5)
+    assert sorted(s.weights(costs, lat).values()) == [0.5, 0.5]  # the first solve ties
+    assert s.order(costs, lat) == expected == [1, 0, 2]
+    keys: list[object] = []
+
+    def counted(*args: Any) -> object:
+        keys.append(args)
+        return lp_key(*args)
+
+    monkeypatch.setattr(solutions, "lp_key", counted)
+    for _ in range(3):
+        assert s.order(costs, lat) == expected
+    assert len(keys) == 3  # each answer keys its problem once; nothing is re-solved
 
 
 def test_fallback_order_moves_when_a_latency_moves_past_the_tolerance(clock: FakeClock) -> None:
