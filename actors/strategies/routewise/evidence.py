@@ -25,6 +25,7 @@ ERROR_PENALTY_MS = 60_000.0
 _HOLD_ALPHA = 0.05
 # What the cost envelope keeps per window at most: its percentiles need no more.
 ENVELOPE_MAX_SAMPLES = 10_000
+_NEVER = float("-inf")
 
 
 class SampleThinner:
@@ -42,12 +43,12 @@ class SampleThinner:
         self._burst = max(1.0, budget / 20.0)
         self._rate = max(budget - self._burst, 1.0) / window_sec
         self._tokens = self._burst
-        self._last = float("-inf")
+        self._last = _NEVER
 
     def admit(self, ts: float) -> bool:
         """Whether the sample at ``ts`` is kept (and takes a token)."""
         if ts > self._last:
-            if self._last != float("-inf"):
+            if self._last != _NEVER:
                 self._tokens = min(self._burst, self._tokens + (ts - self._last) * self._rate)
             self._last = ts
         if self._tokens < 1.0:
@@ -73,11 +74,15 @@ class TtftWindow:
         self.profile = RollingLatencyProfile(window_sec=window_sec)
         self._thinner = SampleThinner(budget, window_sec)
         self._errors: list[float] = []
-        self._last = float("-inf")  # the newest attempt seen, kept or thinned
+        self._last = _NEVER  # the newest attempt seen, kept or thinned
 
     def success(self, ts: float, ttft_ms: float) -> None:
         """A first token ``ttft_ms`` after its attempt began, at ``ts``."""
-        self._seen(ts)
+        # _seen, inline (once per answer and window)
+        if 0 < self.failure_idle <= ts - self._last:
+            self._errors.clear()
+        if ts > self._last:
+            self._last = ts
         if self._thinner.admit(ts):
             self.profile.add_sample(ts, ttft_ms)
 
@@ -143,7 +148,7 @@ class FastMean:
         self.tau = tau
         self.mean = 0.0
         self.weight = 0.0
-        self.ts = float("-inf")
+        self.ts = _NEVER
 
     def _decay(self, now: float) -> float:
         if now <= self.ts:
@@ -243,7 +248,9 @@ class LatencyEvidence:
         fast.add(ts, value)
 
     def _touch(self, endpoint: str, ts: float) -> None:
-        self.last_seen[endpoint] = max(ts, self.last_seen.get(endpoint, ts))
+        seen = self.last_seen.get(endpoint)
+        if seen is None or ts > seen:
+            self.last_seen[endpoint] = ts
         self._versions[endpoint] = self._versions.get(endpoint, 0) + 1
         self.version += 1
 
@@ -335,11 +342,14 @@ class OutputLengthPredictor:
         """Learn one finished request's completion length (``own``: this model's row)."""
         if completion_tokens <= 0:
             return
-        self._global = _add(self._global, completion_tokens)
+        n, total = self._global
+        self._global = (n + 1, total + completion_tokens)
         if own:
-            self._model = _add(self._model, completion_tokens)
+            n, total = self._model
+            self._model = (n + 1, total + completion_tokens)
             b = _bucket(prompt_tokens)
-            self._buckets[b] = _add(self._buckets.get(b, (0, 0.0)), completion_tokens)
+            n, total = self._buckets.get(b, (0, 0.0))
+            self._buckets[b] = (n + 1, total + completion_tokens)
 
     def predict(self, prompt_tokens: int) -> float:
         """Expected completion tokens for a prompt of ``prompt_tokens``."""
@@ -354,10 +364,6 @@ class OutputLengthPredictor:
             if n >= need:
                 return total / n
         return p.output_default_tokens
-
-
-def _add(acc: tuple[int, float], value: float) -> tuple[int, float]:
-    return acc[0] + 1, acc[1] + value
 
 
 class CostEnvelope:

@@ -64,15 +64,8 @@ class Solutions:
         self._orders.clear()
 
     def weights(self, costs: Sequence[float], latencies: Sequence[float]) -> dict[int, float]:
-        """The LP's weights by position in ``costs`` (cached; see the module)."""
-        return self.keyed(costs, latencies)[1]
-
-    def keyed(
-        self, costs: Sequence[float], latencies: Sequence[float]
-    ) -> tuple[Hashable, dict[int, float]]:
-        """The LP's weights by position in ``costs``, and the key they are cached under."""
-        key = lp_key(self.alpha, costs, latencies)
-        return key, self._solved(key, costs, latencies)
+        """The LP's weights by position in ``costs`` (cached, read only; see the module)."""
+        return self._solved(lp_key(self.alpha, costs, latencies), costs, latencies)
 
     def _solved(
         self, key: _Key, costs: Sequence[float], latencies: Sequence[float]

@@ -47,7 +47,7 @@ from actors.strategies.routewise.solutions import Solutions
 from schemas.pricing import Pricing, uncached_cost
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from actors.strategies.base import RouteView, StrategyDeps, StrategyHost
     from actors.strategies.routewise.params import RouteWiseParams
@@ -124,7 +124,6 @@ class RouteWiseStrategy(RoutingStrategy):
         # The last decision (explain and tests read it; fallback_order reuses it).
         self._last_request: RouteRequest | None = None
         self._last_rows: list[Row] = []
-        self._last_lp: Hashable = None  # the last select's LP: its key and live positions
         self._last_weights: Mapping[int, float] = {}
         self.last_prompt_tokens = 0  # what /health/deep prices its candidate rows for
 
@@ -321,22 +320,22 @@ class RouteWiseStrategy(RoutingStrategy):
             [c.effective_cost for c in cands],
             [c.latency_ms for c in cands],
             lambda: ", ".join(f"{c.endpoint}: {c.excluded}" for c in cands),
-        )[1]
+        )
 
     def _solve(
         self, costs: Sequence[float | None], latencies: Sequence[float], why: Callable[[], str]
-    ) -> tuple[Hashable, dict[int, float]]:
-        """(what names this LP: its key and the positions in it, its weights by position)."""
+    ) -> dict[int, float]:
+        """The LP's weights by position (the cached solution itself when every route is in
+        the LP: read only)."""
         if None not in costs:  # every route in the LP (the common case): no positions to map
-            key, weights = self._solutions.keyed([float(c or 0.0) for c in costs], latencies)
-            return (key, None), dict(weights)
+            return self._solutions.weights([c or 0.0 for c in costs], latencies)
         live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
             raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
-        key, weights = self._solutions.keyed(
+        weights = self._solutions.weights(
             [float(costs[i] or 0.0) for i in live], [latencies[i] for i in live]
         )
-        return (key, tuple(live)), {live[k]: w for k, w in weights.items()}
+        return {live[k]: w for k, w in weights.items()}
 
     def _sample(self, weights: Mapping[int, float]) -> int:
         x = self._rng.random()
@@ -355,9 +354,8 @@ class RouteWiseStrategy(RoutingStrategy):
             return routes[0]
         rows = self._rows(routes, request, self._clock())
         self._last_request, self._last_rows, self._last_weights = request, rows, {}
-        self._last_lp = None
         try:
-            self._last_lp, weights = self._solve(
+            weights = self._solve(
                 [r[2] for r in rows], [r[3] for r in rows], lambda: _reasons(rows)
             )
         except NoProviderError as exc:
