@@ -167,42 +167,35 @@ def route_rows(
     latency_evidence: LatencyEvidence,
     deps: StrategyDeps,
 ) -> list[Row]:
-    """:func:`route_row` of every route of ``routes``, the same rows in one pass: the common
-    route (on demand, no request waiting for its slots) takes its capacity, load and latency
-    look-ups and its price, and no call per route beyond them."""
-    capacity, load = deps.capacity, deps.load
+    """:func:`route_row` of every route of ``routes``, the same rows in one pass: an
+    on-demand route with a free slot takes its capacity, load and latency look-ups, its
+    queueing when requests are in flight, and its price inline."""
+    capacity, load, hold_ms = deps.capacity, deps.load, latency_evidence.hold_ms
     latencies = latency_evidence.lp_latencies([r.endpoint for r in routes], now)
+    prompt = prompt_tokens if prompt_tokens > 0 else 0  # as uncached_cost
+    completion = completion_tokens if completion_tokens > 0 else 0
     rows: list[Row] = []
     for r, (latency, profiled) in zip(routes, latencies, strict=True):
         endpoint, route = r.endpoint, r.route
         kind = route.provider_type
         in_flight, limit = load(endpoint)
-        if kind == "on_demand" and in_flight == 0 and (limit is None or limit > 0):
-            # Nothing in flight: no queue to wait in (queue_wait_ms is 0.0, the latency as is).
-            state = capacity(endpoint)
-            free = state.free if state is not None else None
-            pricing = route.pricing
-            if pricing is None:
-                price = 0.0
-            else:  # uncached_cost, inline
-                prompt = prompt_tokens if prompt_tokens > 0 else 0
-                completion = completion_tokens if completion_tokens > 0 else 0
-                price = (prompt * pricing.prompt + completion * pricing.completion) / PER_MILLION
-            rows.append((endpoint, kind, price, latency, profiled, 0.0, None, free, ""))
-        else:
-            rows.append(
-                _row(
-                    endpoint,
-                    route,
-                    prompt_tokens,
-                    completion_tokens,
-                    bounds,
-                    (latency, profiled),
-                    (in_flight, limit),
-                    latency_evidence,
-                    deps,
-                )
-            )
+        if kind != "on_demand" or (limit is not None and in_flight >= limit):
+            lp = (latency, profiled)
+            args = (prompt_tokens, completion_tokens, bounds, lp, (in_flight, limit))
+            rows.append(_row(endpoint, route, *args, latency_evidence, deps))
+            continue
+        if in_flight and limit is not None:  # none in flight: no wait (it would add 0.0)
+            hold = hold_ms(endpoint)
+            latency += queue_wait_ms(in_flight, limit, latency if hold is None else hold)
+        state = capacity(endpoint)
+        pricing = route.pricing
+        price = (
+            0.0
+            if pricing is None
+            else (prompt * pricing.prompt + completion * pricing.completion) / PER_MILLION
+        )
+        free = state.free if state is not None else None
+        rows.append((endpoint, kind, price, latency, profiled, 0.0, None, free, ""))
     return rows
 
 

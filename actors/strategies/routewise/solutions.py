@@ -148,8 +148,9 @@ class Solutions:
         breaks as it did at ``latencies``; if so the solutions are touched in the order the
         re-solves would have touched them."""
         lp = self._lp
-        if not all(lp.get(k) is w for k, w in memo[0]):
-            return False
+        for k, w in memo[0]:
+            if lp.get(k) is not w:
+                return False
         for tied, placed in memo[2]:
             # max's pick among equal weights: the first (in the solution's order) fastest.
             if max(tied, key=lambda i: -latencies[i]) != placed:

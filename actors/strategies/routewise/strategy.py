@@ -395,19 +395,21 @@ class RouteWiseStrategy(RoutingStrategy):
         if len(routes) <= 1:
             return list(routes)
         if request is self._last_request:  # the plan's own select priced these already
-            last = self._last_rows
-            at = {r[0]: i for i, r in enumerate(last)}
-            rows = [
-                last[i] if i is not None else self._one(r, request)
-                for i, r in zip([at.get(r.endpoint) for r in routes], routes, strict=True)
-            ]
+            at = {r[0]: r for r in self._last_rows}
+            rows = [at.get(r.endpoint) or self._one(r, request) for r in routes]
         else:
             rows = self._rows(routes, request, self._clock())
-        live = [i for i, r in enumerate(rows) if r[2] is not None]
-        if not live:
-            return list(routes)
-        costs = [float(rows[i][2] or 0.0) for i in live]
-        latencies = [rows[i][3] for i in live]
+        given = [r[2] for r in rows]
+        if None in given:
+            live = [i for i, c in enumerate(given) if c is not None]
+            if not live:
+                return list(routes)
+            given = [given[i] for i in live]
+            latencies = [rows[i][3] for i in live]
+        else:  # every route in the LP (the common case)
+            live = list(range(len(rows)))
+            latencies = [r[3] for r in rows]
+        costs = [float(c or 0.0) for c in given]
         key = self._solutions.key(costs, latencies)
         # The whole order follows from the rest's LP (its key) and where its routes sit
         # among ``routes``; keyed so, it holds while the rest's inputs do, whatever the
