@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from actors.state.cooling import CooledRoutes
     from actors.state.prefill import PrefillLoad
     from actors.state.route_table import RouteTable
-    from actors.strategies import RoutingStrategy, StrategyHost
+    from actors.strategies import RouteView, RoutingStrategy, StrategyHost
     from schemas.config import ModelConfig, RoutingConfig
 
 
@@ -87,13 +87,16 @@ def probe_eligible(r: RouteEntry, now: float) -> bool:
 @dataclass(slots=True)
 class _Pick:
     """The chosen primary: the route, whether it is the half-open probe, why, whether the
-    caller's session pins it, and whether it takes its prefill share (a backup does not)."""
+    caller's session pins it, whether it takes its prefill share (a backup does not), and
+    the views the strategy chose it from when they are the closed routes', in their order
+    (the fallback order reads them again)."""
 
     entry: RouteEntry
     probe: bool
     reason: str
     pin: bool
     share: bool = True
+    views: list[RouteView] | None = None  # the strategy's views of every closed route
 
 
 class RoutePlanner:
@@ -229,7 +232,7 @@ class RoutePlanner:
         spare = [r for r in backups if serving(r, now)]
         rest = [
             r.candidate
-            for r in (*self._fallback_order(closed, entry, req), *spare, *spilled)
+            for r in (*self._fallback_order(closed, entry, req, pick.views), *spare, *spilled)
             if r is not entry
         ]
         if self._strategy.single_route:
@@ -272,15 +275,23 @@ class RoutePlanner:
         )
 
     def _fallback_order(
-        self, closed: list[RouteEntry], entry: RouteEntry, req: RouteRequest
+        self,
+        closed: list[RouteEntry],
+        entry: RouteEntry,
+        req: RouteRequest,
+        seen: list[RouteView] | None = None,
     ) -> list[RouteEntry]:
         """The drawn routes after the primary: declaration order, or the strategy's own
-        order when it has one (routewise: the LP re-solved without the routes before)."""
+        order when it has one (routewise: the LP re-solved without the routes before).
+        ``seen``: the views of ``closed`` the primary was chosen from, if so."""
         others = [r for r in closed if r is not entry]
         if not self._strategy.orders_fallbacks or len(others) <= 1:
             return others
         by_endpoint = {r.endpoint: r for r in others}
-        views = [r.view(self._prefill.backlog(r.endpoint)) for r in others]
+        if seen is not None:  # the same decision, no await since: the same views
+            views = [v for v in seen if v.endpoint != entry.endpoint]
+        else:
+            views = [r.view(self._prefill.backlog(r.endpoint)) for r in others]
         return [by_endpoint[v.endpoint] for v in self._strategy.fallback_order(views, req)]
 
     def _first_backup(
@@ -357,12 +368,14 @@ class RoutePlanner:
         # A half-open probe its owner refuses drops that route from the pool and the strategy
         # chooses again without it. (A refused capacity lease re-decides from the actor: the
         # refused route is in ``full`` then, so RouteWise re-solves without it.)
+        # The views are the closed routes' while nothing but closed ones is in the pool.
+        whole = not probing and len(pool) == len(closed)
         while pool:
             views = [r.view(self._prefill.backlog(r.endpoint)) for r in pool]
             pick = self._strategy.select(views, req)
             entry = next(r for r in pool if r.endpoint == pick.endpoint)
             if entry in closed:
-                return _Pick(entry, False, reason, use_affinity)
+                return _Pick(entry, False, reason, use_affinity, views=views if whole else None)
             if (yield from self._lease(entry, req)):
                 return _Pick(entry, True, "probe", use_affinity)
             pool = [r for r in pool if r is not entry]
