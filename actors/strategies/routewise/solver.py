@@ -15,8 +15,8 @@ is ~10x faster already at 5 candidates (3 µs against 34 µs), 100x at 20, 4,000
 
 from __future__ import annotations
 
+import struct
 import sys
-from array import array
 from typing import TYPE_CHECKING
 
 from llm_routewise.core.lp import BudgetLPCandidate, solve_budget_lp
@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 LP_EPS = 1e-9
 # A double (native byte order) with the low 44 of its 52 mantissa bits cleared.
 _KEEP = (0xFFFFF << 44).to_bytes(8, sys.byteorder)
-_MASKS: dict[int, int] = {}  # how many values -> _KEEP over each of them, as one integer
+# how many values -> their packer (doubles, native byte order) and _KEEP over each of them,
+# as one integer
+_PACKERS: dict[int, tuple[struct.Struct, int]] = {}
 
 
 def budget_for(costs: Sequence[float], alpha: float, latencies: Sequence[float]) -> float:
@@ -51,13 +53,16 @@ def lp_key(
     estimate (and the predicted output moves a cost) a little, so exact inputs would
     re-solve for nearly every request; a solution is reused until an input moves
     materially. One integer operation over all the inputs' bits, not a step per value."""
-    values = array("d", costs)
-    values.extend(latencies)
-    n = len(values)
-    mask = _MASKS.get(n)
-    if mask is None:
-        mask = _MASKS[n] = int.from_bytes(_KEEP * n, sys.byteorder)
-    return (alpha, len(costs), int.from_bytes(values.tobytes(), sys.byteorder) & mask)
+    n = len(costs) + len(latencies)
+    known = _PACKERS.get(n)
+    if known is None:
+        known = _PACKERS[n] = (
+            struct.Struct(f"={n}d"),  # native order, as the mask
+            int.from_bytes(_KEEP * n, sys.byteorder),
+        )
+    packer, mask = known
+    bits = int.from_bytes(packer.pack(*costs, *latencies), sys.byteorder)
+    return (alpha, len(costs), bits & mask)
 
 
 def solve(costs: Sequence[float], objective: Sequence[float], budget: float) -> dict[int, float]:
