@@ -86,12 +86,6 @@ def solve_with_library(
     return {int(name): w for name, w in result.weights.items()}
 
 
-def _cross(
-    o: tuple[float, float, int], a: tuple[float, float, int], b: tuple[float, float, int]
-) -> float:
-    return (a[0] - o[0]) * (b[1] - o[1]) - (a[1] - o[1]) * (b[0] - o[0])
-
-
 def solve_hull(
     costs: Sequence[float], objective: Sequence[float], budget: float
 ) -> dict[int, float]:
@@ -106,7 +100,11 @@ def solve_hull(
     for p in points:
         if hull and abs(hull[-1][0] - p[0]) <= LP_EPS:
             continue  # same cost, not better (sorted by objective within a cost)
-        while len(hull) >= 2 and _cross(hull[-2], hull[-1], p) <= 0:
+        while len(hull) >= 2:
+            o, a = hull[-2], hull[-1]
+            cross = (a[0] - o[0]) * (p[1] - o[1]) - (a[1] - o[1]) * (p[0] - o[0])
+            if not cross <= 0:  # o->a->p turns counter-clockwise: a stays on the hull
+                break
             hull.pop()
         hull.append(p)
     # The hull falls until its lowest vertex (the first one, on ties: the cheapest).
