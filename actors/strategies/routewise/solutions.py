@@ -16,9 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from llm_routewise.core.lp import cost_tiebroken_objective
-
-from actors.strategies.routewise.solver import budget_for, lp_key, solve
+from actors.strategies.routewise.solver import budget_for, lp_key, solve, tiebroken
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
@@ -72,7 +70,7 @@ class Solutions:
     ) -> dict[int, float]:
         weights = self._lp.get(key)
         if weights is None:
-            objective = cost_tiebroken_objective(latencies, costs)
+            objective = tiebroken(latencies, costs)
             weights = solve(costs, objective, budget_for(costs, self.alpha, latencies))
             if not weights:  # cannot happen (c_min fits its own budget); stay safe
                 weights = {min(range(len(costs)), key=costs.__getitem__): 1.0}

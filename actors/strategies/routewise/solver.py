@@ -19,7 +19,11 @@ import struct
 import sys
 from typing import TYPE_CHECKING
 
-from llm_routewise.core.lp import BudgetLPCandidate, solve_budget_lp
+from llm_routewise.core.lp import (
+    _COST_TIEBREAK_MS,  # what tiebroken adds at most
+    BudgetLPCandidate,
+    solve_budget_lp,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -43,6 +47,21 @@ def budget_for(costs: Sequence[float], alpha: float, latencies: Sequence[float])
     # (latency, cost, position): the first of the fastest, cheapest first; no key calls.
     fastest = min(zip(latencies, costs, range(len(costs)), strict=True))[2]
     return lo + alpha * (costs[fastest] - lo)
+
+
+def tiebroken(latencies: Sequence[float], costs: Sequence[float]) -> Sequence[float]:
+    """The library's ``cost_tiebroken_objective`` (the same values): each latency plus a
+    fraction of a millisecond by where its cost sits between the cheapest and the dearest,
+    so equal latencies go to the cheaper route; the latencies as they are when every cost
+    is the same."""
+    lo = min(costs)
+    span = max(costs) - lo
+    if span <= LP_EPS:
+        return latencies
+    return [
+        latency + _COST_TIEBREAK_MS * ((cost - lo) / span)
+        for latency, cost in zip(latencies, costs, strict=True)
+    ]
 
 
 def lp_key(
@@ -110,7 +129,8 @@ def solve_hull(
     # The hull falls until its lowest vertex (the first one, on ties: the cheapest).
     best = 0
     for k in range(1, len(hull)):
-        if (hull[k][1], hull[k][0]) < (hull[best][1], hull[best][0]):
+        ok, ob = hull[k][1], hull[best][1]  # (objective, cost) below the best's
+        if ok < ob or (ok == ob and hull[k][0] < hull[best][0]):
             best = k
     if hull[best][0] <= budget + LP_EPS:
         return {hull[best][2]: 1.0}

@@ -10,6 +10,7 @@ from actors.strategies.routewise.solver import (
     budget_for,
     solve_hull,
     solve_with_library,
+    tiebroken,
 )
 
 _cost = st.floats(min_value=0.0, max_value=1.0, allow_nan=False).map(lambda x: round(x, 4))
@@ -62,3 +63,11 @@ def test_budget_runs_from_the_cheapest_route_to_the_fastest_not_to_the_dearest()
     assert abs(budget_for(costs, 0.5, latencies) - 0.3) < 1e-12
     # Equally fast: the cheaper one is the fastest choice.
     assert budget_for([0.1, 0.9, 0.4], 1.0, [300.0, 100.0, 100.0]) == 0.4
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_cost, _lat), min_size=1, max_size=12))
+def test_tiebroken_is_the_library_objective_to_the_bit(points: list[tuple[float, float]]) -> None:
+    costs = [c for c, _ in points]
+    latencies = [lat for _, lat in points]
+    assert list(tiebroken(latencies, costs)) == cost_tiebroken_objective(latencies, costs)
