@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from actors.strategies.routewise.solver import budget_for, lp_key, solve, tiebroken
+from actors.strategies.routewise.solver import budget_for, lp_key, solve_hull, tiebroken
 
 if TYPE_CHECKING:
     from collections.abc import Hashable, Sequence
@@ -71,7 +71,7 @@ class Solutions:
         weights = self._lp.get(key)
         if weights is None:
             objective = tiebroken(latencies, costs)
-            weights = solve(costs, objective, budget_for(costs, self.alpha, latencies))
+            weights = solve_hull(costs, objective, budget_for(costs, self.alpha, latencies))
             if not weights:  # cannot happen (c_min fits its own budget); stay safe
                 weights = {min(range(len(costs)), key=costs.__getitem__): 1.0}
             self._lp[key] = weights
@@ -103,12 +103,12 @@ class Solutions:
         if memo is not None and self._current(memo, latencies):
             return list(memo[1])
         remaining = list(range(len(costs)))
+        # The inputs of the positions remaining, cut down with them.
+        sub_costs, sub_lat = list(costs), list(latencies)
         order: list[int] = []
         solves_made: list[tuple[_Key, dict[int, float]]] = []
         ties: list[_Tie] = []
         while remaining and len(order) < RESOLVED_FALLBACKS:
-            sub_costs = [costs[i] for i in remaining]
-            sub_lat = [latencies[i] for i in remaining]
             if order:
                 key = lp_key(self.alpha, sub_costs, sub_lat)
             weights = self._solved(key, sub_costs, sub_lat)
@@ -122,6 +122,7 @@ class Solutions:
                 if len(tied) > 1:  # told apart by exact latencies: checked on each answer
                     ties.append((tied, remaining[best]))
             order.append(remaining.pop(best))
+            del sub_costs[best], sub_lat[best]
         self._remember(name, (tuple(solves_made), tuple(order), tuple(ties), None))
         return order
 
