@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 # A route at (or past) its learned limit is left out; near it, its queueing is priced as
 # if this share of its slots were still free at least.
 _MIN_HEADROOM = 0.1
+_MAX_RHO = 1.0 - _MIN_HEADROOM
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +207,10 @@ def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:
     ``_MIN_HEADROOM`` of the slots taken as free). Near nothing while many slots are free,
     steep as the last ones fill: a route is filled toward its limit, not kept at half of it
     as the squared headroom did; at the limit the route is left out of the LP."""
-    c = max(1.0, slots)
-    rho = min(in_flight / c, 1.0 - _MIN_HEADROOM)
+    c = slots if slots > 1.0 else 1.0  # max(1.0, slots), min(..., _MAX_RHO): no calls
+    rho = in_flight / c
+    if _MAX_RHO < rho:
+        rho = _MAX_RHO
     if rho <= 0.0:
         return 0.0
     return hold_ms * math.pow(rho, math.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho))

@@ -115,9 +115,9 @@ def solve_hull(
     points = sorted(zip(costs, objective, range(len(costs)), strict=True))
     if points[0][0] > budget + LP_EPS:
         return {}
-    hull: list[tuple[float, float, int]] = []
-    for p in points:
-        if hull and abs(hull[-1][0] - p[0]) <= LP_EPS:
+    hull = [points[0]]
+    for p in points[1:]:
+        if abs(hull[-1][0] - p[0]) <= LP_EPS:
             continue  # same cost, not better (sorted by objective within a cost)
         while len(hull) >= 2:
             o, a = hull[-2], hull[-1]
