@@ -13,7 +13,7 @@ import pytest
 from actors.capacity_view import CapacityViews
 from actors.strategies import RouteView, StrategyDeps, build_strategy
 from actors.strategies.routewise import RouteWiseStrategy
-from actors.strategies.routewise.candidates import Candidate
+from actors.strategies.routewise.candidates import Candidate, route_row, route_rows
 from schemas import Observation, RouteRequest
 from schemas.capacity import CapacityState
 from schemas.config import ModelConfig
@@ -519,3 +519,33 @@ def test_exploration_off_never_sends_to_an_unprofiled_route(clock: FakeClock) ->
     ttft(s, views[0].endpoint, 100.0, clock)
 
     assert picks(s, views)[views[1].endpoint] == 0
+
+
+def test_the_rows_of_one_pass_are_route_rows_own(clock: FakeClock) -> None:
+    """``route_rows`` (the decision's one pass) gives each route the row ``route_row`` does:
+    on demand idle, queueing, full and unpriced, a concurrency route, a quota route."""
+    load: dict[str, tuple[int, float | None]] = {}
+    conc = route(8005, provider_type="concurrency", concurrency={"limit": 2})
+    s, views = make_loaded(
+        clock,
+        load,
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        route(8003, pricing=CHEAP),
+        route(8004),
+        conc,
+    )
+    a, b, c, d, e = (v.endpoint for v in views)
+    for endpoint, ms in ((a, 900.0), (b, 300.0), (d, 500.0)):
+        held(s, endpoint, ms, ms * 2)
+    for state in ((0, None), (0, 4.0), (3, 4.0), (4, 4.0), (7, 12.0)):
+        load.update({a: state, b: state, c: (1, 8.0), d: state, e: state})
+        bounds = s.envelope.bounds(clock.now)
+        for prompt, completion in ((1000, 0), (0, 40), (-3, 12)):
+            rows = route_rows(views, prompt, completion, bounds, clock.now, s.latency, s._deps)
+            assert rows == [
+                route_row(
+                    v.endpoint, v.route, prompt, completion, bounds, clock.now, s.latency, s._deps
+                )
+                for v in views
+            ]
