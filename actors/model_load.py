@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from schemas.config import ModelConfig, RoutingConfig
 
 _GROWTH_EVENT_SECONDS = 1.0
+_NEVER = -math.inf
 
 
 class ModelLoad:
@@ -59,9 +60,9 @@ class ModelLoad:
         if lim is None:
             return in_flight, None
         # The clock only when a provider ever said its limit was spent (-inf: never).
-        if lim.spent_until != -math.inf and self._clock() < lim.spent_until:
+        if lim.spent_until != _NEVER and self._clock() < lim.spent_until:
             return in_flight, float(in_flight)
-        return in_flight, lim.bound()
+        return in_flight, lim.window if lim.limit is None else lim.limit  # lim.bound(), inline
 
     def spent(self, endpoint: str, seconds: float) -> None:
         """An answer's ``x-ratelimit-remaining-*`` said ``endpoint``'s limit is spent for

@@ -409,7 +409,7 @@ class RouteWiseStrategy(RoutingStrategy):
         else:  # every route in the LP (the common case)
             live = list(range(len(rows)))
             latencies = [r[3] for r in rows]
-        costs = [float(c or 0.0) for c in given]
+        costs = [c or 0.0 for c in given]
         key = self._solutions.key(costs, latencies)
         # The whole order follows from the rest's LP (its key) and where its routes sit
         # among ``routes``; keyed so, it holds while the rest's inputs do, whatever the
