@@ -42,10 +42,14 @@ from tests.architecture.measure import (
 # (Failures, Budget) into dispatch.py so failover.py holds only what a failure needs, off the
 # success path:
 # 18 files, 51 switches, the largest file 499 lines (ingress/settling.py).
+# The in-process bus calls msgspec's encoder and decoder (C methods bound once) with the
+# codec's checks inline, and Envelope is a msgspec struct (a C constructor): bus/codec.py
+# off the path (the subject rules moved to bus/subscribing.py beside the others): 17 files,
+# 42 switches.
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
-    "files": 18,
-    "switches": 51,
+    "files": 17,
+    "switches": 42,
     "app_reentries": 3,
     "largest_file": 500,
     "duplicate_pairs": 25,
