@@ -124,9 +124,11 @@ class _Refused(H11WSConnection):
 
 
 class _FramedConnection(h11.Connection):
-    """h11's server side, refusing a head :func:`head_refusal` refuses before parsing it."""
+    """h11's server side, refusing a head :func:`head_refusal` refuses before parsing it, and
+    telling ``head_begun`` (with the bytes so far) when a head has begun but not ended."""
 
     refusal: str | None = None
+    head_begun: Callable[[bytes], None] | None = None
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         if self.their_state is h11.IDLE and self.refusal is None:
@@ -136,6 +138,10 @@ class _FramedConnection(h11.Connection):
                 self.refusal = head_refusal(pending[: end.end()])
                 if self.refusal is not None:
                     raise h11.RemoteProtocolError(self.refusal, error_status_hint=400)
+            elif pending and self.head_begun is not None:
+                # Part of a head is here, whether it came alone or behind an answered
+                # request (pipelined): its time runs.
+                self.head_begun(pending)
         return super().next_event()
 
 
@@ -181,6 +187,7 @@ class EdgeH11Protocol(H11Protocol):
         self.connection = _FramedConnection(
             h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
         )
+        self.connection.head_begun = self._head_begun
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, RawData):
@@ -188,7 +195,6 @@ class EdgeH11Protocol(H11Protocol):
                 return
             if self.stream is None and self._head is None:
                 self._head = event.data
-                self._arm_head_timer()
         elif isinstance(event, Closed):
             self._disarm_head_timer()
             if self.stream is None:
@@ -197,6 +203,12 @@ class EdgeH11Protocol(H11Protocol):
                 await self.send(Closed())
                 return
         await super().handle(event)
+
+    def _head_begun(self, pending: bytes) -> None:
+        """A head has begun and not ended (the connection's reading found it so): time it.
+        A head that arrives whole is parsed at once and never timed."""
+        self._head = self._head or pending
+        self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None and isinstance(self.connection, h11.Connection):
@@ -234,17 +246,6 @@ class EdgeH11Protocol(H11Protocol):
             await self._answer_error(408, message, "request_timeout", self._target())
         self.connection = _Refused()
         await self.send(Closed())
-
-    async def _maybe_recycle(self) -> None:
-        await super()._maybe_recycle()
-        # Part of the next (pipelined) head may have come with this request: its time runs.
-        conn = self.connection
-        if self.stream is not None or not isinstance(conn, h11.Connection):
-            return
-        pending = conn.trailing_data[0]
-        if conn.our_state is h11.IDLE and pending and not _HEAD_END.search(pending):
-            self._head = self._head or pending
-            self._arm_head_timer()
 
     async def _check_protocol(self, event: h11.Request) -> None:
         # Hypercorn calls this, then _create_stream, for each request: a refused request is
@@ -308,7 +309,6 @@ def install() -> None:
         "_check_protocol",
         "_create_stream",
         "_send_error_response",
-        "_maybe_recycle",
     )
     for hook in (*hooks, "_send_h11_event"):
         if not hasattr(H11Protocol, hook):

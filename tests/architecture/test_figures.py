@@ -45,11 +45,12 @@ from tests.architecture.measure import (
 # The in-process bus calls msgspec's encoder and decoder (C methods bound once) with the
 # codec's checks inline, and Envelope is a msgspec struct (a C constructor): bus/codec.py
 # off the path (the subject rules moved to bus/subscribing.py beside the others): 17 files,
-# 42 switches.
+# 42 switches. The edge times a head where the connection reads it (only one still arriving,
+# alone or pipelined behind an answer), not from a hook after each answer: 41 switches.
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
     "files": 17,
-    "switches": 42,
+    "switches": 41,
     "app_reentries": 3,
     "largest_file": 500,
     "duplicate_pairs": 25,
