@@ -147,25 +147,81 @@ class _FramedConnection(h11.Connection):
 
 class EdgeConfig(HypercornConfig):
     """Hypercorn's settings plus the edge's own (one object per server). Reads the wall
-    clock through ``wall``."""
+    clock through ``wall``.
+
+    ``response_headers(protocol)``, Hypercorn's headers for every answer (``date``,
+    ``server``), is a lookup in :attr:`stamped` (:class:`StampedHeaders`): Hypercorn formats
+    the date anew for each answer, yet it changes once a second. The list is shared: callers
+    must not change it (Hypercorn's copy or extend their own). The server's owner calls
+    ``stamped.stop()`` once the server is done."""
 
     header_timeout: float = HEADER_TIMEOUT
     wall: Callable[[], float] = staticmethod(time.time)
-    _stamped: tuple[int, str, list[tuple[bytes, bytes]]] | None = None
 
-    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
-        """Hypercorn's headers for every answer (``date``, ``server``), made once per second
-        and protocol: Hypercorn formats the date anew for each answer, yet it changes once
-        a second."""
-        second = int(self.wall())
-        stamped = self._stamped
-        if stamped is None or stamped[0] != second or stamped[1] != protocol:
-            headers = [
-                (name, value) if name != b"date" else (name, _http_date(second))
-                for name, value in super().response_headers(protocol)
-            ]
-            stamped = self._stamped = (second, protocol, headers)
-        return list(stamped[2])
+    def __init__(self) -> None:
+        self.stamped = StampedHeaders(self._headers_at, self._now)
+        # An instance attribute over the method: the dict's own lookup (C), no Python frame.
+        self.response_headers = self.stamped.__getitem__  # type: ignore[method-assign,assignment]
+
+    def _now(self) -> float:
+        return self.wall()
+
+    def _headers_at(self, protocol: str, second: int) -> list[tuple[bytes, bytes]]:
+        return [
+            (name, value) if name != b"date" else (name, _http_date(second))
+            for name, value in HypercornConfig.response_headers(self, protocol)
+        ]
+
+
+class StampedHeaders(dict[str, list[tuple[bytes, bytes]]]):
+    """protocol -> the headers of every answer in the current second (``make(protocol,
+    second)``, the second read from ``wall``). The first answer for a protocol makes them (a
+    miss) and starts a timer that makes them again at the turn of each second (:meth:`tick`)
+    until :meth:`stop`: one timer a second while the server runs, none per answer. Outside a
+    running event loop, or once stopped, a miss makes them and keeps nothing."""
+
+    __slots__ = ("_make", "_stopped", "_ticker", "_wall")
+
+    def __init__(
+        self,
+        make: Callable[[str, int], list[tuple[bytes, bytes]]],
+        wall: Callable[[], float],
+    ) -> None:
+        super().__init__()
+        self._make = make
+        self._wall = wall
+        self._ticker: asyncio.TimerHandle | None = None
+        self._stopped = False
+
+    def __missing__(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        now = self._wall()
+        headers = self._make(protocol, int(now))
+        if self._stopped:
+            return headers
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return headers
+        self[protocol] = headers
+        if self._ticker is None:
+            self._ticker = loop.call_later(int(now) + 1 - now, self.tick)
+        return headers
+
+    def tick(self) -> None:
+        """The second turned: make every protocol's headers for the new one, and wait for
+        the next turn (what the timer runs; needs a running event loop)."""
+        now = self._wall()
+        for protocol in self:
+            self[protocol] = self._make(protocol, int(now))
+        self._ticker = asyncio.get_running_loop().call_later(int(now) + 1 - now, self.tick)
+
+    def stop(self) -> None:
+        """Stop the timer and keep nothing from now on (idempotent)."""
+        self._stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        self.clear()
 
 
 def _http_date(second: int) -> bytes:
