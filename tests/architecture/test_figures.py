@@ -49,10 +49,11 @@ from tests.architecture.measure import (
 # alone or pipelined behind an answer), not from a hook after each answer: 41 switches. The
 # date and server headers Hypercorn adds are made at the turn of each second (a timer) and
 # read by a dict lookup, not a method per answer: http_edge.py off the path, 16 files, 40
-# switches.
+# switches. An anonymous caller (no limit attaches to it) skips the admission step: 15 files,
+# 39 switches.
 # A figure already under its goal keeps the goal as its ratchet.
 RATCHET = {
-    "files": 16,
+    "files": 15,
     "switches": 40,
     "app_reentries": 3,
     "largest_file": 500,
