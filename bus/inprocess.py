@@ -1,8 +1,8 @@
 """InProcessBus: the embedded default bus, with NATS subject semantics and no server.
 
-Also owns what both buses share: subject validation and matching, and
-:class:`BufferedSubscription`, the per-subscription queue with NATS's slow-consumer limit; and
-the actor's :class:`Mailbox` it feeds.
+Also owns what both buses share: :class:`BufferedSubscription`, the per-subscription queue
+with NATS's slow-consumer limit; and the actor's :class:`Mailbox` it feeds. The subject rules
+are ``bus.subscribing``'s.
 """
 
 from __future__ import annotations
@@ -11,17 +11,36 @@ import asyncio
 import functools
 import itertools
 import logging
-import re
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from bus.codec import decode, decode_reply, encode
+import msgspec
+
+from bus.codec import (
+    MESSAGE_TYPES,
+    WIRE_ERRORS,
+    decode,
+    decode_message,
+    encode,
+    encode_message,
+    not_a_message,
+    reply_decoder,
+    reply_error,
+    wire_error,
+)
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.kv import KeyValue, MemoryKeyValue
 from bus.protocol import Envelope, Sink
-from bus.subscribing import Subscribing, SubscriptionConsumer, check_pattern, check_queue
+from bus.subscribing import (
+    Subscribing,
+    SubscriptionConsumer,
+    check_pattern,
+    check_queue,
+    check_subject,
+    tokens_match,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,31 +55,6 @@ T = TypeVar("T")
 DEFAULT_PENDING_LIMIT = 65536
 STREAM_MAX_MSGS = 10_000  # in process, a stream keeps at most this many (memory, not disk)
 _ROUTE_CACHE_MAX = 8192
-_BAD_CHARS = re.compile(r"\s")
-
-
-def check_subject(subject: str) -> None:
-    """Validate a literal subject (publish/request). Raises ValueError naming the problem."""
-    if not subject or _BAD_CHARS.search(subject):
-        raise ValueError(f"invalid subject {subject!r}: empty or contains whitespace")
-    for tok in subject.split("."):
-        if not tok or "*" in tok or ">" in tok:
-            raise ValueError(f"invalid subject {subject!r}: empty token or wildcard")
-
-
-def subject_matches(pattern: str, subject: str) -> bool:
-    """True when literal ``subject`` matches ``pattern`` (``*`` one token, ``>`` one or more)."""
-    return _tokens_match(tuple(pattern.split(".")), subject.split("."))
-
-
-def _tokens_match(pattern: tuple[str, ...], subject: list[str]) -> bool:
-    n = len(subject)
-    for i, tok in enumerate(pattern):
-        if tok == ">":
-            return n > i
-        if i >= n or (tok != "*" and tok != subject[i]):
-            return False
-    return len(pattern) == n
 
 
 class BufferedSubscription(SubscriptionConsumer):
@@ -293,11 +287,20 @@ class InProcessBus:
         if self._closed:
             raise BusClosedError("bus is closed")
         route = self._routes.get(subject) or self._route(subject)
-        data = encode(msg)
+        # The codec's encode and decode inlined (their C methods, their checks and errors):
+        # this runs for every event a request leaves.
+        if type(msg) not in MESSAGE_TYPES:
+            raise not_a_message(msg)
+        try:
+            data = encode_message(msg)
+            # Decoded only for a receiver: most events have none here.
+            message = decode_message(data) if route is not _NO_ROUTE else None
+        except WIRE_ERRORS as exc:
+            raise wire_error(msg, exc) from exc
         if self._streams:
             self._keep(subject, data)
-        if route is not _NO_ROUTE:  # decoded only for a receiver: most events have none here
-            route.deliver(Envelope(subject, decode(data), None, None))
+        if message is not None:
+            route.deliver(Envelope(subject, message, None, None))
 
     async def request(
         self, subject: str, msg: Message, *, reply_type: type[T], timeout: float
@@ -309,7 +312,12 @@ class InProcessBus:
         if self._closed:
             raise BusClosedError("bus is closed")
         route = self._routes.get(subject) or self._route(subject)
-        message = decode(encode(msg))
+        if type(msg) not in MESSAGE_TYPES:  # the codec inlined, as in publish
+            raise not_a_message(msg)
+        try:
+            message = decode_message(encode_message(msg))
+        except WIRE_ERRORS as exc:
+            raise wire_error(msg, exc) from exc
         if route is _NO_ROUTE:
             raise NoRespondersError(f"no responders on {subject}")
         loop = asyncio.get_running_loop()
@@ -323,7 +331,11 @@ class InProcessBus:
         finally:
             expiry.cancel()
             del self._replies[inbox]
-        return decode_reply(data, reply_type)
+        try:
+            reply_message: T | ErrorReply = reply_decoder(reply_type).decode(data)
+        except msgspec.DecodeError as exc:
+            raise reply_error(reply_type, data, exc) from exc
+        return reply_message
 
     def subscribe(
         self, subject: str, *, queue: str | None = None
@@ -421,7 +433,7 @@ class InProcessBus:
         plain: list[BufferedSubscription] = []
         groups: dict[str, list[BufferedSubscription]] = {}
         for sub in self._subs:
-            if _tokens_match(sub._tokens, toks):
+            if tokens_match(sub._tokens, toks):
                 if sub.queue is None:
                     plain.append(sub)
                 else:
@@ -441,7 +453,7 @@ class InProcessBus:
         if streams is None:
             toks = subject.split(".")
             streams = tuple(
-                h for h in self._streams.values() if any(_tokens_match(p, toks) for p in h.patterns)
+                h for h in self._streams.values() if any(tokens_match(p, toks) for p in h.patterns)
             )
             if len(self._kept) >= _ROUTE_CACHE_MAX:
                 self._kept.clear()
@@ -465,7 +477,7 @@ class InProcessBus:
             # Queued before the subscription joins the routes, with no await in between: the
             # kept messages come first, then live ones, none twice and none missed.
             for ts, kept_subject, data in tuple(history.entries):
-                if ts >= since and _tokens_match(sub._tokens, kept_subject.split(".")):
+                if ts >= since and tokens_match(sub._tokens, kept_subject.split(".")):
                     sub.deliver(Envelope(kept_subject, decode(data), None, None))
         self._subs.append(sub)
         self._routes.clear()

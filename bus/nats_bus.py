@@ -30,14 +30,10 @@ from nats.js.api import (
 
 from bus.codec import CodecError, decode, decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
-from bus.inprocess import (
-    DEFAULT_PENDING_LIMIT,
-    BufferedSubscription,
-    check_subject,
-)
+from bus.inprocess import DEFAULT_PENDING_LIMIT, BufferedSubscription
 from bus.nats_kv import NatsKeyValue
 from bus.protocol import Envelope
-from bus.subscribing import check_pattern, check_queue
+from bus.subscribing import check_pattern, check_queue, check_subject
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

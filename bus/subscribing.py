@@ -1,5 +1,6 @@
 """Subscribing: the in-process bus's subscription for the length of an ``async with``, and
-the validation of what a subscription names (NATS's rules, for both buses)."""
+the subject rules both buses share (NATS's): what a subscription, a queue group and a literal
+subject may be, and which subjects a pattern matches."""
 
 from __future__ import annotations
 
@@ -149,3 +150,28 @@ class SubscriptionConsumer:
 
     def __repr__(self) -> str:
         return f"BufferedSubscription({self.subject!r}, queue={self.queue!r})"
+
+
+def check_subject(subject: str) -> None:
+    """Validate a literal subject (publish/request). Raises ValueError naming the problem."""
+    if not subject or _BAD_CHARS.search(subject):
+        raise ValueError(f"invalid subject {subject!r}: empty or contains whitespace")
+    for tok in subject.split("."):
+        if not tok or "*" in tok or ">" in tok:
+            raise ValueError(f"invalid subject {subject!r}: empty token or wildcard")
+
+
+def subject_matches(pattern: str, subject: str) -> bool:
+    """True when literal ``subject`` matches ``pattern`` (``*`` one token, ``>`` one or more)."""
+    return tokens_match(tuple(pattern.split(".")), subject.split("."))
+
+
+def tokens_match(pattern: tuple[str, ...], subject: list[str]) -> bool:
+    """:func:`subject_matches` on subjects already split into tokens."""
+    n = len(subject)
+    for i, tok in enumerate(pattern):
+        if tok == ">":
+            return n > i
+        if i >= n or (tok != "*" and tok != subject[i]):
+            return False
+    return len(pattern) == n

@@ -124,9 +124,11 @@ class _Refused(H11WSConnection):
 
 
 class _FramedConnection(h11.Connection):
-    """h11's server side, refusing a head :func:`head_refusal` refuses before parsing it."""
+    """h11's server side, refusing a head :func:`head_refusal` refuses before parsing it, and
+    telling ``head_begun`` (with the bytes so far) when a head has begun but not ended."""
 
     refusal: str | None = None
+    head_begun: Callable[[bytes], None] | None = None
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         if self.their_state is h11.IDLE and self.refusal is None:
@@ -136,30 +138,90 @@ class _FramedConnection(h11.Connection):
                 self.refusal = head_refusal(pending[: end.end()])
                 if self.refusal is not None:
                     raise h11.RemoteProtocolError(self.refusal, error_status_hint=400)
+            elif pending and self.head_begun is not None:
+                # Part of a head is here, whether it came alone or behind an answered
+                # request (pipelined): its time runs.
+                self.head_begun(pending)
         return super().next_event()
 
 
 class EdgeConfig(HypercornConfig):
     """Hypercorn's settings plus the edge's own (one object per server). Reads the wall
-    clock through ``wall``."""
+    clock through ``wall``.
+
+    ``response_headers(protocol)``, Hypercorn's headers for every answer (``date``,
+    ``server``), is a lookup in :attr:`stamped` (:class:`StampedHeaders`): Hypercorn formats
+    the date anew for each answer, yet it changes once a second. The list is shared: callers
+    must not change it (Hypercorn's copy or extend their own). The server's owner calls
+    ``stamped.stop()`` once the server is done."""
 
     header_timeout: float = HEADER_TIMEOUT
     wall: Callable[[], float] = staticmethod(time.time)
-    _stamped: tuple[int, str, list[tuple[bytes, bytes]]] | None = None
 
-    def response_headers(self, protocol: str) -> list[tuple[bytes, bytes]]:
-        """Hypercorn's headers for every answer (``date``, ``server``), made once per second
-        and protocol: Hypercorn formats the date anew for each answer, yet it changes once
-        a second."""
-        second = int(self.wall())
-        stamped = self._stamped
-        if stamped is None or stamped[0] != second or stamped[1] != protocol:
-            headers = [
-                (name, value) if name != b"date" else (name, _http_date(second))
-                for name, value in super().response_headers(protocol)
-            ]
-            stamped = self._stamped = (second, protocol, headers)
-        return list(stamped[2])
+    def __init__(self) -> None:
+        self.stamped = StampedHeaders(self._headers_at, self._now)
+        # An instance attribute over the method: the dict's own lookup (C), no Python frame.
+        self.response_headers = self.stamped.__getitem__  # type: ignore[method-assign,assignment]
+
+    def _now(self) -> float:
+        return self.wall()
+
+    def _headers_at(self, protocol: str, second: int) -> list[tuple[bytes, bytes]]:
+        return [
+            (name, value) if name != b"date" else (name, _http_date(second))
+            for name, value in HypercornConfig.response_headers(self, protocol)
+        ]
+
+
+class StampedHeaders(dict[str, list[tuple[bytes, bytes]]]):
+    """protocol -> the headers of every answer in the current second (``make(protocol,
+    second)``, the second read from ``wall``). The first answer for a protocol makes them (a
+    miss) and starts a timer that makes them again at the turn of each second (:meth:`tick`)
+    until :meth:`stop`: one timer a second while the server runs, none per answer. Outside a
+    running event loop, or once stopped, a miss makes them and keeps nothing."""
+
+    __slots__ = ("_make", "_stopped", "_ticker", "_wall")
+
+    def __init__(
+        self,
+        make: Callable[[str, int], list[tuple[bytes, bytes]]],
+        wall: Callable[[], float],
+    ) -> None:
+        super().__init__()
+        self._make = make
+        self._wall = wall
+        self._ticker: asyncio.TimerHandle | None = None
+        self._stopped = False
+
+    def __missing__(self, protocol: str) -> list[tuple[bytes, bytes]]:
+        now = self._wall()
+        headers = self._make(protocol, int(now))
+        if self._stopped:
+            return headers
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return headers
+        self[protocol] = headers
+        if self._ticker is None:
+            self._ticker = loop.call_later(int(now) + 1 - now, self.tick)
+        return headers
+
+    def tick(self) -> None:
+        """The second turned: make every protocol's headers for the new one, and wait for
+        the next turn (what the timer runs; needs a running event loop)."""
+        now = self._wall()
+        for protocol in self:
+            self[protocol] = self._make(protocol, int(now))
+        self._ticker = asyncio.get_running_loop().call_later(int(now) + 1 - now, self.tick)
+
+    def stop(self) -> None:
+        """Stop the timer and keep nothing from now on (idempotent)."""
+        self._stopped = True
+        if self._ticker is not None:
+            self._ticker.cancel()
+            self._ticker = None
+        self.clear()
 
 
 def _http_date(second: int) -> bytes:
@@ -181,6 +243,7 @@ class EdgeH11Protocol(H11Protocol):
         self.connection = _FramedConnection(
             h11.SERVER, max_incomplete_event_size=self.config.h11_max_incomplete_size
         )
+        self.connection.head_begun = self._head_begun
 
     async def handle(self, event: Event) -> None:
         if isinstance(event, RawData):
@@ -188,7 +251,6 @@ class EdgeH11Protocol(H11Protocol):
                 return
             if self.stream is None and self._head is None:
                 self._head = event.data
-                self._arm_head_timer()
         elif isinstance(event, Closed):
             self._disarm_head_timer()
             if self.stream is None:
@@ -197,6 +259,12 @@ class EdgeH11Protocol(H11Protocol):
                 await self.send(Closed())
                 return
         await super().handle(event)
+
+    def _head_begun(self, pending: bytes) -> None:
+        """A head has begun and not ended (the connection's reading found it so): time it.
+        A head that arrives whole is parsed at once and never timed."""
+        self._head = self._head or pending
+        self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is None and isinstance(self.connection, h11.Connection):
@@ -234,17 +302,6 @@ class EdgeH11Protocol(H11Protocol):
             await self._answer_error(408, message, "request_timeout", self._target())
         self.connection = _Refused()
         await self.send(Closed())
-
-    async def _maybe_recycle(self) -> None:
-        await super()._maybe_recycle()
-        # Part of the next (pipelined) head may have come with this request: its time runs.
-        conn = self.connection
-        if self.stream is not None or not isinstance(conn, h11.Connection):
-            return
-        pending = conn.trailing_data[0]
-        if conn.our_state is h11.IDLE and pending and not _HEAD_END.search(pending):
-            self._head = self._head or pending
-            self._arm_head_timer()
 
     async def _check_protocol(self, event: h11.Request) -> None:
         # Hypercorn calls this, then _create_stream, for each request: a refused request is
@@ -308,7 +365,6 @@ def install() -> None:
         "_check_protocol",
         "_create_stream",
         "_send_error_response",
-        "_maybe_recycle",
     )
     for hook in (*hooks, "_send_h11_event"):
         if not hasattr(H11Protocol, hook):

@@ -251,6 +251,8 @@ class Inference(Component):
     ) -> Ticket | None:
         """Ask the limits' owner now (answered while the routing request runs); None when
         the caller has no limits."""
+        if caller.key_hash is None:
+            return None  # no limit attaches to an anonymous caller (admission.caller_subjects)
         ticket = self._admission.begin(
             req,
             caller,

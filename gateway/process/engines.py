@@ -85,7 +85,10 @@ async def _serve_hypercorn(
     hconf.keep_alive_timeout = 75
     hconf.graceful_timeout = 10
     http_edge.install()
-    await hypercorn_serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+    try:
+        await hypercorn_serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+    finally:
+        hconf.stamped.stop()
 
 
 async def _serve_granian(

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Status
 
+    from gateway.telemetry.recorded_span import SpanRecorder
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["SpanEncoder", "WireSpanExporter"]
@@ -148,6 +150,7 @@ class SpanEncoder:
         self._keys: dict[bytes, dict[str, _Key]] = {}
         # Encoded pairs by (key, value, type of value), per tag: one lookup a pair.
         self._cached: dict[bytes, dict[tuple[str, Any, type], bytes]] = {}
+        self._span_pairs = self._cached[b"\x4a"] = {}  # a span's attributes: looked up most
         self._resources: dict[int, tuple[Resource, bytes]] = {}
         self._scopes: dict[InstrumentationScope | None, bytes] = {}
         self._names: dict[str, bytes] = {}
@@ -248,9 +251,10 @@ class SpanEncoder:
             found = self._names[name] = _field(b"\x2a", name.encode())
         return found
 
-    def _recorded(self, span: RecordedSpan) -> bytes:
+    def recorded(self, span: RecordedSpan) -> bytes:
         """The ScopeSpans' field of one gateway span (its ids as they are, no SpanContext
-        made; what it never has, dropped counts and links, not looked at)."""
+        made; what it never has, dropped counts and links, not looked at). Raises TypeError
+        for an attribute value OTLP has no type for."""
         trace_id, parent_id = span.trace_id, span.parent_id
         if parent_id and not span.trace_state:  # a child: ids and parent id in one pack
             low = trace_id & _LOW
@@ -269,11 +273,33 @@ class SpanEncoder:
         if shape is not None and span.status is UNSET and not span.events:
             # Fields in any order are valid protobuf: what the span shares with every span of
             # its shape (name, the shape's attributes, status, flags) is one cached block.
+            blocks = self._local if span.remote_parent is None else self._remote
+            found = blocks.get(id(shape))
+            if found is None or found[0] is not shape or found[1] != span.name:
+                block = self._block(span, shape)
+            else:
+                block = found[2]
             attributes, n = span.attributes, len(shape)
-            parts = [ids, timing, self._block(span, shape)]
-            if len(attributes) != n:
-                parts.append(self._pairs(b"\x4a", attributes, n))
-            return _field(b"\x12", b"".join(parts))
+            if len(attributes) == n:
+                body = ids + timing + block
+            else:  # the pairs added after the shape, each looked up once (as _pairs does)
+                get, parts = self._span_pairs.get, [ids, timing, block]
+                try:
+                    for k, v in islice(attributes.items(), n, None):
+                        found_pair = get((k, v, type(v)))
+                        parts.append(
+                            self._miss(b"\x4a", k, v) if found_pair is None else found_pair
+                        )
+                except TypeError:  # an unhashable value (a list): no lookup for any
+                    del parts[3:]
+                    parts.append(self._pairs(b"\x4a", attributes, n))
+                body = b"".join(parts)
+            size = len(body)
+            if size < 0x4000:  # a span's body: at most two length bytes
+                if size < 0x80:
+                    return b"\x12" + _ONE_BYTE[size] + body
+                return b"\x12" + bytes(((size & 0x7F) | 0x80, size >> 7)) + body
+            return b"\x12" + _varint(size) + body
         name = self._names.get(span.name)
         parts = [
             ids,
@@ -294,18 +320,16 @@ class SpanEncoder:
         return _field(b"\x12", b"".join(parts))
 
     def _block(self, span: RecordedSpan, shape: dict[str, Any]) -> bytes:
-        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``
-        (cached by shape and remoteness of the parent, held so the shape's id is not reused;
-        a shape has one span name, checked)."""
+        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``,
+        encoded and cached (by shape and remoteness of the parent, held so the shape's id is
+        not reused; a shape has one span name, checked where the cache is read)."""
         blocks = self._local if span.remote_parent is None else self._remote
-        found = blocks.get(id(shape))
-        if found is None or found[0] is not shape or found[1] != span.name:
-            if len(blocks) >= _MAX_CACHED:
-                blocks.clear()
-            tail = _UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE
-            block = self._name(span.name) + self._attributes(b"\x4a", shape) + tail
-            found = blocks[id(shape)] = (shape, span.name, block)
-        return found[2]
+        if len(blocks) >= _MAX_CACHED:
+            blocks.clear()
+        tail = _UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE
+        block = self._name(span.name) + self._attributes(b"\x4a", shape) + tail
+        blocks[id(shape)] = (shape, span.name, block)
+        return block
 
     def _event(self, event: Event | RecordedEvent) -> bytes:
         """A span's field of one event."""
@@ -350,14 +374,29 @@ class SpanEncoder:
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return _field(b"\x12", b"".join(parts))
 
-    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
+    def encode(
+        self,
+        spans: Sequence[ReadableSpan | RecordedSpan | bytes],
+        encoded_by: SpanRecorder | None = None,
+    ) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
-        of first appearance). Raises ValueError for a span with links (this gateway makes none:
-        the SDK's encoder serves those)."""
+        of first appearance). A ``bytes`` item is a span of ``encoded_by`` already encoded
+        (:meth:`recorded`). Raises ValueError for a span with links (this gateway makes none:
+        the SDK's encoder serves those) and for bytes without ``encoded_by``."""
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
         recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
-        recorded_of = self._recorded
+        recorded_of = self.recorded
         for span in spans:
+            if type(span) is bytes:
+                if encoded_by is None:
+                    raise ValueError("an encoded span without its recorder")
+                encoded = recorded.get(id(encoded_by))
+                if encoded is None:
+                    encoded = recorded[id(encoded_by)] = self._group(
+                        grouped, encoded_by.resource, encoded_by.scope
+                    )
+                encoded.append(span)
+                continue
             if isinstance(span, RecordedSpan):  # a final class
                 recorder = span.recorder
                 encoded = recorded.get(id(recorder))
@@ -367,6 +406,7 @@ class SpanEncoder:
                     )
                 encoded.append(recorded_of(span))
                 continue
+            assert not isinstance(span, bytes)
             if span.links:
                 raise ValueError("span links are not encoded here")
             self._group(grouped, span.resource, span.instrumentation_scope).append(self._span(span))
@@ -395,7 +435,13 @@ class SpanEncoder:
 class WireSpanExporter(OTLPSpanExporter):
     """The SDK's OTLP/HTTP span exporter (endpoint, headers, compression, timeout and
     retries from the ``OTEL_EXPORTER_OTLP_*`` variables), encoding with :class:`SpanEncoder`
-    and posting on one kept-alive connection (gateway.telemetry.otlp_http)."""
+    and posting on one kept-alive connection (gateway.telemetry.otlp_http).
+
+    The spans of one recorder (the gateway's own) are encoded as they end
+    (:meth:`encode_early`, on the thread that ends them, with an encoder of its own), so the
+    queue holds bytes, which the garbage collector never visits, rather than span records and
+    their attribute dicts kept alive for a whole batch; the export thread encodes only the
+    rest."""
 
     def __init__(self) -> None:
         transport = transport_for("TRACES")
@@ -403,15 +449,42 @@ class WireSpanExporter(OTLPSpanExporter):
             super().__init__()
         else:
             super().__init__(_transport=transport)
-        self._encoder = SpanEncoder()
+        self._encoder = SpanEncoder()  # the export thread's
+        self._early = SpanEncoder()  # the thread's that ends the spans
+        self._early_of: SpanRecorder | None = None
+        self._client_ok = getattr(self, "_client", None) is not None  # the SDK's, since 1.4x
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def encode_early(self, span: ReadableSpan | RecordedSpan) -> bytes | None:
+        """``span``'s bytes now when it is a span of the recorder this exporter encodes early
+        (the first recorder whose span it is given), else None: the span is queued as it is.
+        Raises TypeError for an attribute value OTLP has no type for, UnicodeEncodeError for
+        text that is not Unicode (a lone surrogate)."""
+        if type(span) is not RecordedSpan or not self._client_ok:
+            return None
+        recorder = span.recorder
+        if recorder is not self._early_of:
+            if self._early_of is not None:
+                return None
+            self._early_of = recorder
+        return self._early.recorded(span)
+
+    def export(self, spans: Sequence[ReadableSpan | bytes]) -> SpanExportResult:
         """Send ``spans`` in one request (the SDK's own path for what is not encoded here)."""
-        client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
-        if self._shutdown or client is None or any(span.links for span in spans):
-            return super().export(spans)
+        if self._shutdown:
+            logger.warning("Exporter already shutdown, ignoring batch")  # as the SDK's
+            return SpanExportResult.FAILURE
+        client = getattr(self, "_client", None)
+        if client is None:  # no bytes here: encode_early needs the client
+            return super().export(spans)  # type: ignore[arg-type]
+        linked = [s for s in spans if not isinstance(s, bytes) and s.links]
+        if linked:  # another tracer's spans with links: the SDK's encoder serves those
+            if super().export(linked) is not SpanExportResult.SUCCESS:
+                return SpanExportResult.FAILURE
+            spans = [s for s in spans if isinstance(s, bytes) or not s.links]
+            if not spans:
+                return SpanExportResult.SUCCESS
         try:
-            data = self._encoder.encode(spans)
+            data = self._encoder.encode(spans, self._early_of)
         except (TypeError, ValueError):
             logger.exception("span batch not encoded")
             return SpanExportResult.FAILURE

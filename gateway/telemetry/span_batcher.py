@@ -7,7 +7,8 @@ operating system for the process id (a system call, for its fork check), tests a
 may set it, on every span; here a span is one ``deque.append`` and one length comparison,
 and the export thread is woken once per full batch (it exports full batches then, and
 whatever is queued when the delay passes, as the SDK does). The gateway never forks after
-starting its telemetry, so there is no fork check.
+starting its telemetry, so there is no fork check. Given an ``early`` encoder, a span is queued
+as its encoded bytes where the encoder takes it (the exporter then gets bytes for those).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from gateway.telemetry.otlp_http import stop_retrying
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -45,7 +48,11 @@ class SpanBatcher(SpanProcessor):
         max_queue_size: int | None = None,
         schedule_delay_millis: float | None = None,
         max_export_batch_size: int | None = None,
+        early: Callable[[ReadableSpan], bytes | None] | None = None,
     ) -> None:
+        """``early``: encodes an ended span at once (its bytes are queued) or returns None
+        (the span is queued); raises TypeError or ValueError for a span it cannot encode
+        (dropped, logged)."""
         defaults: Any = BatchSpanProcessor  # its environment readers and checks, untyped
         if max_queue_size is None:
             max_queue_size = int(defaults._default_max_queue_size())
@@ -58,7 +65,8 @@ class SpanBatcher(SpanProcessor):
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
         self._delay = schedule_delay_millis / 1000
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._early = early
+        self._queue: collections.deque[ReadableSpan | bytes] = collections.deque()
         self.dropped = 0
         """Spans dropped because the queue was full."""
         self._wake = threading.Event()
@@ -78,7 +86,16 @@ class SpanBatcher(SpanProcessor):
                 logger.warning("span queue full (%d): dropping spans", self._max_queue)
             self.dropped += 1
             return
-        queue.append(span)
+        early = self._early
+        if early is not None:
+            try:
+                encoded = early(span)
+            except (TypeError, ValueError):  # a value OTLP cannot carry: this span only is lost
+                logger.exception("span not encoded")
+                return
+            queue.append(span if encoded is None else encoded)
+        else:
+            queue.append(span)
         if len(queue) == self._batch:  # lengths grow by one: each full batch wakes once
             self._wake.set()
 
@@ -102,7 +119,7 @@ class SpanBatcher(SpanProcessor):
                 batch = [take() for _ in range(min(size, len(queue)))]
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
-                    self._exporter.export(batch)
+                    self._exporter.export(batch)  # type: ignore[arg-type]  # bytes: early's
                 except Exception:  # an export must never end the thread: the next may succeed
                     logger.exception("span export failed")
                 finally:

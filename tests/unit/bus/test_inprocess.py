@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import TYPE_CHECKING
 
 import pytest
@@ -13,14 +14,16 @@ from bus import (
     InProcessBus,
     NoRespondersError,
     RequestTimeoutError,
+    codec,
     open_bus,
 )
-from bus.inprocess import STREAM_MAX_MSGS, check_subject, subject_matches
-from bus.subscribing import check_pattern, check_queue
+from bus.inprocess import STREAM_MAX_MSGS
+from bus.subscribing import check_pattern, check_queue, check_subject, subject_matches
 from schemas import ConfigChanged, ProbeGrant, ProbeRequest, RouteCandidate, StateRequest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
+    from types import FrameType
 
     from bus import Envelope
 
@@ -170,6 +173,36 @@ async def test_reply_of_unexpected_type_raises_codec_error_at_the_requester(
             await bus.request("s", probe("x"), reply_type=ProbeGrant, timeout=5)
 
 
+async def test_publish_and_request_run_no_python_code_of_the_codec(bus: InProcessBus) -> None:
+    # The bus calls msgspec's encoder and decoder directly and the Envelope is built by
+    # msgspec's C constructor: on the sender's side no frame of bus/codec.py runs (the
+    # calls one request makes, issue #30). The responder's side is another task.
+    me = asyncio.current_task()
+    ran: list[str] = []
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename == codec.__file__:
+            if asyncio.current_task() is me:
+                ran.append(code.co_name)
+
+    async with (
+        asyncio.TaskGroup() as tg,
+        bus.subscribe("events") as events,
+        bus.subscribe("s") as sub,
+    ):
+        tg.create_task(_answer_once(sub, ProbeGrant(granted=True)))
+        sys.setprofile(profile)
+        try:
+            await bus.publish("events", probe("event"))
+            reply = await bus.request("s", probe("x"), reply_type=ProbeGrant, timeout=5)
+        finally:
+            sys.setprofile(None)
+        assert [_rid(e) async for e in _take(events, 1)] == ["event"]
+    assert reply == ProbeGrant(granted=True)
+    assert ran == []
+
+
 async def test_request_pending_when_bus_closes_raises_bus_closed(bus: InProcessBus) -> None:
     async with bus.subscribe("s") as sub:
         pending = asyncio.create_task(
@@ -217,7 +250,7 @@ async def _take(sub: AsyncIterator[Envelope], n: int) -> AsyncIterator[Envelope]
             yield await anext(sub)
 
 
-async def _answer_once(sub: AsyncIterator[Envelope], reply: StateRequest) -> None:
+async def _answer_once(sub: AsyncIterator[Envelope], reply: StateRequest | ProbeGrant) -> None:
     env = await anext(sub)
     await env.respond(reply)
 

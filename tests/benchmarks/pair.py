@@ -1,0 +1,210 @@
+"""Two gateways served side by side on one core: what one difference between them costs.
+
+    python -m tests.benchmarks.pair telemetry [--rounds 10] [--concurrency 64]
+    python -m tests.benchmarks.pair mode --a plain --b routewise-5
+    python -m tests.benchmarks.pair tree --a-tree /path/to/other/checkout
+    python -m tests.benchmarks.pair telemetry --control      # the same gateway twice (A/A)
+
+Alternating runs of one gateway (``bench.py``) compare sittings that differ by whatever else
+the machine did meanwhile: on the shared 2-core machine fifteen alternated pairs of telemetry
+on and off gave +140 µs a request with a standard error of 46. Here both gateways run at once,
+pinned to the same core (``--gateway-cpus``), each loaded by its own load generator at the same
+concurrency on the other core (where the fast fake upstream and, for telemetry, the OTLP sink
+run too). Each round measures both over the same window, so what slows the machine slows both,
+and the difference of their CPU per request (each gateway's whole process tree, every thread
+included) is what the one difference costs. Which load generator starts first alternates by
+round, so neither gateway gets a head start. What is compared:
+
+* ``telemetry``: ``telemetry: {enabled: true}`` (B) against off (A), plain chat;
+* ``mode``: two of bench.py's modes (``--a``, ``--b``) on one config, e.g. ``fixed-5`` against
+  ``routewise-5``;
+* ``tree``: another checkout's code (``--a-tree``, e.g. a ``git worktree`` of an older commit)
+  against this one (B), the same config and mode.
+
+``--control`` runs A twice: the method's own bias and spread, which a figure is read against.
+Each gateway gets about half the core, so each runs at about half its throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tests.benchmarks.bench import (
+    _GATEWAY_READY,
+    _OTLP_READY,
+    _REQUEST_TIMEOUT_S,
+    _SURFACES,
+    _UPSTREAM_READY,
+    REPO,
+    Children,
+    LoadSpec,
+    StepResult,
+    _check,
+    _gateway_cmd,
+    _gateway_config,
+    _parser,
+    _pinned,
+    _python,
+    server_cpu_us,
+)
+
+__all__ = ["Side", "main"]
+
+
+@dataclass(frozen=True)
+class Side:
+    """One of the two gateways: its name, the checkout whose code it runs, whether its
+    telemetry is on, and the bench mode its load sends."""
+
+    name: str
+    tree: Path = REPO
+    telemetry: bool = False
+    mode: str = "plain"
+
+
+def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
+    if args.compare == "telemetry":
+        a, b = Side("off"), Side("on", telemetry=True)
+    elif args.compare == "mode":
+        a, b = Side(args.a, mode=args.a), Side(args.b, mode=args.b)
+    else:
+        if args.a_tree is None:
+            raise SystemExit("tree: --a-tree names the other checkout")
+        a = Side("a-tree", tree=Path(args.a_tree).resolve(), mode=args.a)
+        b = Side("b-tree", mode=args.a)
+    if args.control:
+        b = Side(a.name + "-2", tree=a.tree, telemetry=a.telemetry, mode=a.mode)
+    return a, b
+
+
+def _start_gateway(
+    kids: Children, bench_args: argparse.Namespace, tmp: Path, side: Side, upstream: str
+) -> tuple[str, int]:
+    """One gateway on the gateway cpus in its own directory, running ``side.tree``'s code;
+    its URL and pid."""
+    home = tmp / side.name
+    home.mkdir()
+    config = home / "gateway.yaml"
+    telemetry = "telemetry: {enabled: true}\n" if side.telemetry else ""
+    config.write_text(_gateway_config(upstream) + telemetry + "server: {engine: hypercorn}\n")
+    cmd = _pinned(bench_args.gateway_cpus, _gateway_cmd(bench_args, config, "inproc://"))
+    if side.tree != REPO:  # the other checkout's code first on the path (Children adds ours)
+        cmd = ["env", f"PYTHONPATH={side.tree}", *cmd]
+    proc, m = kids.start(side.name, cmd, _GATEWAY_READY, cwd=home)
+    return m.group(1), proc.pid
+
+
+def _round(
+    kids: Children,
+    args: argparse.Namespace,
+    order: tuple[Side, Side],
+    gateways: dict[str, tuple[str, int]],
+) -> dict[str, StepResult]:
+    """Load both gateways at once over the same window (their load generators started in
+    ``order``); each one's StepResult."""
+    procs = {}
+    for side in order:
+        url, pid = gateways[side.name]
+        surface = _SURFACES[side.mode]
+        spec = LoadSpec(
+            url=f"{url}{surface.path}",
+            model=surface.model_for("gateway"),
+            mode=side.mode,
+            concurrency=args.concurrency,
+            warmup=args.warmup,
+            duration=args.duration,
+            watch_pids={"gateway": pid},
+        )
+        load = _python("-m", "tests.benchmarks.bench", "_loadgen", json.dumps(asdict(spec)))
+        procs[side.name] = kids.spawn(f"loadgen-{side.name}", _pinned(args.load_cpus, load))
+    results = {}
+    for name, (proc, log) in procs.items():
+        try:
+            proc.wait(args.warmup + args.duration + _REQUEST_TIMEOUT_S + 60.0)
+        finally:
+            kids.stop(proc)
+        lines = log.read_text(errors="replace").strip().splitlines()
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"load generator {name} failed:\n" + "\n".join(lines[-20:]))
+        result = StepResult(**json.loads(lines[-1]))
+        result.target = "gateway"
+        results[name] = result
+    return results
+
+
+def summary(label: str, diffs: list[float]) -> str:
+    """The mean difference with its standard error, and the median."""
+    mean = statistics.fmean(diffs)
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    return (
+        f"{label}: mean {mean:+.1f} µs a request (standard error {se:.1f}), "
+        f"median {statistics.median(diffs):+.1f}, over {len(diffs)} rounds"
+    )
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m tests.benchmarks.pair")
+    p.add_argument("compare", choices=("telemetry", "mode", "tree"))
+    p.add_argument("--a", default="plain", help="mode of A (mode; tree: of both)")
+    p.add_argument("--b", default="plain", help="mode of B (mode)")
+    p.add_argument("--a-tree", help="tree: the checkout A runs")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--concurrency", type=int, default=64, help="per gateway (64)")
+    p.add_argument("--duration", type=float, default=4.0, help="measured seconds a round (4)")
+    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--gateway-cpus", default="0")
+    p.add_argument("--load-cpus", default="1")
+    p.add_argument("--control", action="store_true", help="A against itself (A/A)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    a, b = _sides(args)
+    bench_args = _parser().parse_args(["--gateway-cpus", args.gateway_cpus])
+    with tempfile.TemporaryDirectory(prefix="llmgw-pair-") as scratch:
+        tmp = Path(scratch)
+        kids = Children(tmp)
+        try:
+            upstream_cmd = _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast")
+            _, m = kids.start("upstream", _pinned(args.load_cpus, upstream_cmd), _UPSTREAM_READY)
+            upstream = m.group(1)
+            if a.telemetry or b.telemetry:
+                sink = _pinned(args.load_cpus, _python("-m", "tests.fixtures.otlp", "--sink"))
+                _, m = kids.start("otlp", sink, _OTLP_READY)
+                os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = m.group(1)  # the gateways inherit it
+            gateways = {s.name: _start_gateway(kids, bench_args, tmp, s, upstream) for s in (a, b)}
+            for side in (a, b):
+                url = gateways[side.name][0]
+                _check(url, _SURFACES[side.mode].model_for("gateway"), side.mode)
+            diffs = []
+            print(f"| round | {a.name} µs/req | {b.name} µs/req | B - A | req/s A / B |")
+            print("|---:|---:|---:|---:|---:|")
+            for n in range(1, args.rounds + 1):
+                results = _round(kids, args, (a, b) if n % 2 else (b, a), gateways)
+                ra, rb = results[a.name], results[b.name]
+                cpu_a, cpu_b = server_cpu_us(ra), server_cpu_us(rb)
+                if cpu_a is None or cpu_b is None or ra.errors or rb.errors:
+                    raise RuntimeError(f"round {n}: no CPU figure or errors: {results}")
+                diffs.append(cpu_b - cpu_a)
+                print(
+                    f"| {n} | {cpu_a:,.0f} | {cpu_b:,.0f} | {cpu_b - cpu_a:+,.0f} | "
+                    f"{ra.rps:,.0f} / {rb.rps:,.0f} |",
+                    flush=True,
+                )
+            print(summary(f"{b.name} - {a.name}", diffs))
+        finally:
+            kids.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
