@@ -457,8 +457,7 @@ class WireSpanExporter(OTLPSpanExporter):
     def encode_early(self, span: ReadableSpan | RecordedSpan) -> bytes | None:
         """``span``'s bytes now when it is a span of the recorder this exporter encodes early
         (the first recorder whose span it is given), else None: the span is queued as it is.
-        Raises TypeError for an attribute value OTLP has no type for, UnicodeEncodeError for
-        text that is not Unicode (a lone surrogate)."""
+        Raises TypeError for an attribute value OTLP has no type for."""
         if type(span) is not RecordedSpan or not self._client_ok:
             return None
         recorder = span.recorder

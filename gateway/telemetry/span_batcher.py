@@ -51,8 +51,7 @@ class SpanBatcher(SpanProcessor):
         early: Callable[[ReadableSpan], bytes | None] | None = None,
     ) -> None:
         """``early``: encodes an ended span at once (its bytes are queued) or returns None
-        (the span is queued); raises TypeError or ValueError for a span it cannot encode
-        (dropped, logged)."""
+        (the span is queued); raises TypeError for a span it cannot encode (dropped, logged)."""
         defaults: Any = BatchSpanProcessor  # its environment readers and checks, untyped
         if max_queue_size is None:
             max_queue_size = int(defaults._default_max_queue_size())
@@ -90,7 +89,7 @@ class SpanBatcher(SpanProcessor):
         if early is not None:
             try:
                 encoded = early(span)
-            except (TypeError, ValueError):  # a value OTLP cannot carry: this span only is lost
+            except TypeError:  # a value OTLP has no type for: this span only is lost
                 logger.exception("span not encoded")
                 return
             queue.append(span if encoded is None else encoded)
