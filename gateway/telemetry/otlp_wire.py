@@ -34,8 +34,6 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
     from opentelemetry.trace import Status
 
-    from gateway.telemetry.recorded_span import SpanRecorder
-
 logger = logging.getLogger(__name__)
 
 __all__ = ["SpanEncoder", "WireSpanExporter"]
@@ -250,10 +248,9 @@ class SpanEncoder:
             found = self._names[name] = _field(b"\x2a", name.encode())
         return found
 
-    def recorded(self, span: RecordedSpan) -> bytes:
+    def _recorded(self, span: RecordedSpan) -> bytes:
         """The ScopeSpans' field of one gateway span (its ids as they are, no SpanContext
-        made; what it never has, dropped counts and links, not looked at). Raises TypeError
-        for an attribute value OTLP has no type for."""
+        made; what it never has, dropped counts and links, not looked at)."""
         trace_id, parent_id = span.trace_id, span.parent_id
         if parent_id and not span.trace_state:  # a child: ids and parent id in one pack
             low = trace_id & _LOW
@@ -353,29 +350,14 @@ class SpanEncoder:
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return _field(b"\x12", b"".join(parts))
 
-    def encode(
-        self,
-        spans: Sequence[ReadableSpan | RecordedSpan | bytes],
-        encoded_by: SpanRecorder | None = None,
-    ) -> bytes:
+    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
-        of first appearance). A ``bytes`` item is a span of ``encoded_by`` already encoded
-        (:meth:`recorded`). Raises ValueError for a span with links (this gateway makes none:
-        the SDK's encoder serves those) and for bytes without ``encoded_by``."""
+        of first appearance). Raises ValueError for a span with links (this gateway makes none:
+        the SDK's encoder serves those)."""
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
         recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
-        recorded_of = self.recorded
+        recorded_of = self._recorded
         for span in spans:
-            if type(span) is bytes:
-                if encoded_by is None:
-                    raise ValueError("an encoded span without its recorder")
-                encoded = recorded.get(id(encoded_by))
-                if encoded is None:
-                    encoded = recorded[id(encoded_by)] = self._group(
-                        grouped, encoded_by.resource, encoded_by.scope
-                    )
-                encoded.append(span)
-                continue
             if isinstance(span, RecordedSpan):  # a final class
                 recorder = span.recorder
                 encoded = recorded.get(id(recorder))
@@ -385,7 +367,6 @@ class SpanEncoder:
                     )
                 encoded.append(recorded_of(span))
                 continue
-            assert not isinstance(span, bytes)
             if span.links:
                 raise ValueError("span links are not encoded here")
             self._group(grouped, span.resource, span.instrumentation_scope).append(self._span(span))
@@ -414,13 +395,7 @@ class SpanEncoder:
 class WireSpanExporter(OTLPSpanExporter):
     """The SDK's OTLP/HTTP span exporter (endpoint, headers, compression, timeout and
     retries from the ``OTEL_EXPORTER_OTLP_*`` variables), encoding with :class:`SpanEncoder`
-    and posting on one kept-alive connection (gateway.telemetry.otlp_http).
-
-    The spans of one recorder (the gateway's own) are encoded as they end
-    (:meth:`encode_early`, on the thread that ends them, with an encoder of its own), so the
-    queue holds bytes, which the garbage collector never visits, rather than span records and
-    their attribute dicts kept alive for a whole batch; the export thread encodes only the
-    rest."""
+    and posting on one kept-alive connection (gateway.telemetry.otlp_http)."""
 
     def __init__(self) -> None:
         transport = transport_for("TRACES")
@@ -428,41 +403,15 @@ class WireSpanExporter(OTLPSpanExporter):
             super().__init__()
         else:
             super().__init__(_transport=transport)
-        self._encoder = SpanEncoder()  # the export thread's
-        self._early = SpanEncoder()  # the thread's that ends the spans
-        self._early_of: SpanRecorder | None = None
-        self._client_ok = getattr(self, "_client", None) is not None  # the SDK's, since 1.4x
+        self._encoder = SpanEncoder()
 
-    def encode_early(self, span: ReadableSpan | RecordedSpan) -> bytes | None:
-        """``span``'s bytes now when it is a span of the recorder this exporter encodes early
-        (the first recorder whose span it is given), else None: the span is queued as it is.
-        Raises TypeError for an attribute value OTLP has no type for."""
-        if type(span) is not RecordedSpan or not self._client_ok:
-            return None
-        recorder = span.recorder
-        if recorder is not self._early_of:
-            if self._early_of is not None:
-                return None
-            self._early_of = recorder
-        return self._early.recorded(span)
-
-    def export(self, spans: Sequence[ReadableSpan | bytes]) -> SpanExportResult:
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Send ``spans`` in one request (the SDK's own path for what is not encoded here)."""
-        if self._shutdown:
-            logger.warning("Exporter already shutdown, ignoring batch")  # as the SDK's
-            return SpanExportResult.FAILURE
-        client = getattr(self, "_client", None)
-        if client is None:  # no bytes here: encode_early needs the client
-            return super().export(spans)  # type: ignore[arg-type]
-        linked = [s for s in spans if not isinstance(s, bytes) and s.links]
-        if linked:  # another tracer's spans with links: the SDK's encoder serves those
-            if super().export(linked) is not SpanExportResult.SUCCESS:
-                return SpanExportResult.FAILURE
-            spans = [s for s in spans if isinstance(s, bytes) or not s.links]
-            if not spans:
-                return SpanExportResult.SUCCESS
+        client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
+        if self._shutdown or client is None or any(span.links for span in spans):
+            return super().export(spans)
         try:
-            data = self._encoder.encode(spans, self._early_of)
+            data = self._encoder.encode(spans)
         except (TypeError, ValueError):
             logger.exception("span batch not encoded")
             return SpanExportResult.FAILURE

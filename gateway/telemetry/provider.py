@@ -57,8 +57,7 @@ class Telemetry:
             else None  # the SDK reads OTEL_TRACES_SAMPLER (default: parent-based, always on)
         )
         self._tracer_provider = TracerProvider(resource=resource, sampler=sampler)
-        exporter = WireSpanExporter()
-        processor = SpanBatcher(exporter, early=exporter.encode_early)
+        processor = SpanBatcher(WireSpanExporter())
         self._tracer_provider.add_span_processor(processor)  # its shutdown flushes the batch
         self.spans = SpanRecorder(self._tracer_provider, processor, InstrumentationScope("llmgw"))
         self.propagator = TraceContextTextMapPropagator()

@@ -7,8 +7,7 @@ operating system for the process id (a system call, for its fork check), tests a
 may set it, on every span; here a span is one ``deque.append`` and one length comparison,
 and the export thread is woken once per full batch (it exports full batches then, and
 whatever is queued when the delay passes, as the SDK does). The gateway never forks after
-starting its telemetry, so there is no fork check. Given an ``early`` encoder, a span is queued
-as its encoded bytes where the encoder takes it (the exporter then gets bytes for those).
+starting its telemetry, so there is no fork check.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from gateway.telemetry.otlp_http import stop_retrying
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -48,10 +45,7 @@ class SpanBatcher(SpanProcessor):
         max_queue_size: int | None = None,
         schedule_delay_millis: float | None = None,
         max_export_batch_size: int | None = None,
-        early: Callable[[ReadableSpan], bytes | None] | None = None,
     ) -> None:
-        """``early``: encodes an ended span at once (its bytes are queued) or returns None
-        (the span is queued); raises TypeError for a span it cannot encode (dropped, logged)."""
         defaults: Any = BatchSpanProcessor  # its environment readers and checks, untyped
         if max_queue_size is None:
             max_queue_size = int(defaults._default_max_queue_size())
@@ -64,8 +58,7 @@ class SpanBatcher(SpanProcessor):
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
         self._delay = schedule_delay_millis / 1000
-        self._early = early
-        self._queue: collections.deque[ReadableSpan | bytes] = collections.deque()
+        self._queue: collections.deque[ReadableSpan] = collections.deque()
         self.dropped = 0
         """Spans dropped because the queue was full."""
         self._wake = threading.Event()
@@ -85,16 +78,7 @@ class SpanBatcher(SpanProcessor):
                 logger.warning("span queue full (%d): dropping spans", self._max_queue)
             self.dropped += 1
             return
-        early = self._early
-        if early is not None:
-            try:
-                encoded = early(span)
-            except TypeError:  # a value OTLP has no type for: this span only is lost
-                logger.exception("span not encoded")
-                return
-            queue.append(span if encoded is None else encoded)
-        else:
-            queue.append(span)
+        queue.append(span)
         if len(queue) == self._batch:  # lengths grow by one: each full batch wakes once
             self._wake.set()
 
@@ -118,7 +102,7 @@ class SpanBatcher(SpanProcessor):
                 batch = [take() for _ in range(min(size, len(queue)))]
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
-                    self._exporter.export(batch)  # type: ignore[arg-type]  # bytes: early's
+                    self._exporter.export(batch)
                 except Exception:  # an export must never end the thread: the next may succeed
                     logger.exception("span export failed")
                 finally:
