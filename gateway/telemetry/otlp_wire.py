@@ -148,6 +148,7 @@ class SpanEncoder:
         self._keys: dict[bytes, dict[str, _Key]] = {}
         # Encoded pairs by (key, value, type of value), per tag: one lookup a pair.
         self._cached: dict[bytes, dict[tuple[str, Any, type], bytes]] = {}
+        self._span_pairs = self._cached[b"\x4a"] = {}  # a span's attributes: looked up most
         self._resources: dict[int, tuple[Resource, bytes]] = {}
         self._scopes: dict[InstrumentationScope | None, bytes] = {}
         self._names: dict[str, bytes] = {}
@@ -269,11 +270,33 @@ class SpanEncoder:
         if shape is not None and span.status is UNSET and not span.events:
             # Fields in any order are valid protobuf: what the span shares with every span of
             # its shape (name, the shape's attributes, status, flags) is one cached block.
+            blocks = self._local if span.remote_parent is None else self._remote
+            found = blocks.get(id(shape))
+            if found is None or found[0] is not shape or found[1] != span.name:
+                block = self._block(span, shape)
+            else:
+                block = found[2]
             attributes, n = span.attributes, len(shape)
-            parts = [ids, timing, self._block(span, shape)]
-            if len(attributes) != n:
-                parts.append(self._pairs(b"\x4a", attributes, n))
-            return _field(b"\x12", b"".join(parts))
+            if len(attributes) == n:
+                body = ids + timing + block
+            else:  # the pairs added after the shape, each looked up once (as _pairs does)
+                get, parts = self._span_pairs.get, [ids, timing, block]
+                try:
+                    for k, v in islice(attributes.items(), n, None):
+                        found_pair = get((k, v, type(v)))
+                        parts.append(
+                            self._miss(b"\x4a", k, v) if found_pair is None else found_pair
+                        )
+                except TypeError:  # an unhashable value (a list): no lookup for any
+                    del parts[3:]
+                    parts.append(self._pairs(b"\x4a", attributes, n))
+                body = b"".join(parts)
+            size = len(body)
+            if size < 0x4000:  # a span's body: at most two length bytes
+                if size < 0x80:
+                    return b"\x12" + _ONE_BYTE[size] + body
+                return b"\x12" + bytes(((size & 0x7F) | 0x80, size >> 7)) + body
+            return b"\x12" + _varint(size) + body
         name = self._names.get(span.name)
         parts = [
             ids,
@@ -294,18 +317,16 @@ class SpanEncoder:
         return _field(b"\x12", b"".join(parts))
 
     def _block(self, span: RecordedSpan, shape: dict[str, Any]) -> bytes:
-        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``
-        (cached by shape and remoteness of the parent, held so the shape's id is not reused;
-        a shape has one span name, checked)."""
+        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``,
+        encoded and cached (by shape and remoteness of the parent, held so the shape's id is
+        not reused; a shape has one span name, checked where the cache is read)."""
         blocks = self._local if span.remote_parent is None else self._remote
-        found = blocks.get(id(shape))
-        if found is None or found[0] is not shape or found[1] != span.name:
-            if len(blocks) >= _MAX_CACHED:
-                blocks.clear()
-            tail = _UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE
-            block = self._name(span.name) + self._attributes(b"\x4a", shape) + tail
-            found = blocks[id(shape)] = (shape, span.name, block)
-        return found[2]
+        if len(blocks) >= _MAX_CACHED:
+            blocks.clear()
+        tail = _UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE
+        block = self._name(span.name) + self._attributes(b"\x4a", shape) + tail
+        blocks[id(shape)] = (shape, span.name, block)
+        return block
 
     def _event(self, event: Event | RecordedEvent) -> bytes:
         """A span's field of one event."""
