@@ -281,7 +281,9 @@ async def _until_serving(url: str) -> None:
     """Return once JetStream answers a key-value read through the node at ``url``."""
     bus = await open_bus(url, name="test-node-check")
     try:
-        async with asyncio.timeout(WAIT * 2):
+        # A node resumed after SIGSTOP catches its JetStream up before it answers: under a
+        # loaded suite (CI runs four workers) that took over 20 s once.
+        async with asyncio.timeout(WAIT * 6):
             while True:
                 try:
                     await (await bus.key_value(OWNERS_BUCKET, replicas=3)).get("models")
