@@ -20,10 +20,8 @@ from urllib.parse import unquote, urlsplit
 
 import nats.errors
 import nats.js.errors
-from nats.aio.client import NO_RESPONDERS_STATUS, Client
+from nats.aio.client import NO_RESPONDERS_STATUS
 from nats.js.api import (
-    ConsumerConfig,
-    DeliverPolicy,
     DiscardPolicy,
     Header,
     KeyValueConfig,
@@ -31,20 +29,14 @@ from nats.js.api import (
     StreamConfig,
 )
 
-from bus.codec import CodecError, decode, decode_reply, encode
+from bus.codec import decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.inprocess import DEFAULT_PENDING_LIMIT, BufferedSubscription
 from bus.nats_kv import NatsKeyValue
-from bus.protocol import Envelope
+from bus.nats_subscribing import DirectClient, NatsSubscribing, Shared
 from bus.subscribing import check_pattern, check_queue, check_subject
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
-    from types import TracebackType
-
-    from nats.aio.msg import Msg
-    from nats.aio.subscription import Subscription as _NatsSubscription
-
     from schemas import ErrorReply, GatewayError, Message
 
 logger = logging.getLogger(__name__)
@@ -118,16 +110,16 @@ class NatsBus:
     """
 
     def __init__(self, *, pending_limit: int = DEFAULT_PENDING_LIMIT) -> None:
-        self._nc = Client()
+        self._nc = DirectClient()
         self._pending_limit = pending_limit
         self._subs: set[BufferedSubscription] = set()
         self._checked: set[str] = set()  # subjects already validated; bounded below
         # Plain subscriptions by subject: one NATS subscription each, however many local
-        # subscribers share it (see _Shared).
-        self._shared: dict[str, _Shared] = {}
+        # subscribers share it (nats_subscribing.Shared).
+        self._shared: dict[str, Shared] = {}
         # Requests in flight by reply token; the replies arrive on one subscription,
         # ``<inbox prefix>.<random>.*``, opened in connect().
-        self._replies: dict[str, asyncio.Future[Msg]] = {}
+        self._replies: dict[str, asyncio.Future[bytes]] = {}
         self._reply_root = ""
         self._reply_ids = itertools.count()
         self._closed = False
@@ -176,7 +168,7 @@ class NatsBus:
                     skip_subject_validation=True,
                 )
                 bus._reply_root = f"{prefix}.{secrets.token_hex(11)}."
-                await bus._nc.subscribe(bus._reply_root + "*", cb=bus._on_reply)
+                await bus._nc.subscribe_direct(bus._reply_root + "*", bus._on_reply)
         except (TimeoutError, OSError, nats.errors.Error) as exc:
             bus._closed = True
             await bus._close_client()
@@ -222,7 +214,7 @@ class NatsBus:
         # one timer ends the wait (about a tenth of a worker's bus cost per request).
         token = str(next(self._reply_ids))
         loop = asyncio.get_running_loop()
-        reply: asyncio.Future[Msg] = loop.create_future()
+        reply: asyncio.Future[bytes] = loop.create_future()
         self._replies[token] = reply
         expiry = loop.call_later(timeout, _expire, reply)
         try:
@@ -233,17 +225,18 @@ class NatsBus:
         finally:
             expiry.cancel()
             del self._replies[token]
-        return decode_reply(answer.data, reply_type)
+        return decode_reply(answer, reply_type)
 
-    async def _on_reply(self, msg: Msg) -> None:
-        reply = self._replies.get(msg.subject[len(self._reply_root) :])
+    def _on_reply(
+        self, subject: str, _reply: str, data: bytes, headers: dict[str, str] | None
+    ) -> None:
+        reply = self._replies.get(subject[len(self._reply_root) :])
         if reply is None or reply.done():
             return  # too late: the request timed out
-        headers = msg.headers
         if headers and headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
             reply.set_exception(nats.errors.NoRespondersError())
         else:
-            reply.set_result(msg)
+            reply.set_result(data)
 
     def subscribe(
         self, subject: str, *, queue: str | None = None
@@ -254,7 +247,7 @@ class NatsBus:
         """
         check_pattern(subject)
         check_queue(queue)
-        return _NatsSubscribing(self, subject, queue)
+        return NatsSubscribing(self, subject, queue)
 
     async def ensure_stream(
         self,
@@ -343,7 +336,7 @@ class NatsBus:
         (also when the stream does not exist)."""
         check_pattern(subject)
         start = datetime.datetime.fromtimestamp(since, tz=datetime.UTC)
-        return _NatsSubscribing(self, subject, None, replay=(stream, start))
+        return NatsSubscribing(self, subject, None, replay=(stream, start))
 
     async def aclose(self) -> None:
         """End every subscription and close the connection (flushing what is buffered)."""
@@ -443,147 +436,7 @@ class NatsBus:
         self._end_subscriptions()
 
 
-class _NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
-    def __init__(
-        self,
-        bus: NatsBus,
-        subject: str,
-        queue: str | None,
-        *,
-        replay: tuple[str, datetime.datetime] | None = None,
-    ) -> None:
-        self._bus = bus
-        self._subject = subject
-        self._queue = queue
-        self._replay = replay
-        self._sub: BufferedSubscription | None = None
-        self._nats_sub: _NatsSubscription | None = None
-
-    async def __aenter__(self) -> BufferedSubscription:
-        bus = self._bus
-        bus._check_open()
-        sub = BufferedSubscription(self._subject, self._queue, pending_limit=bus._pending_limit)
-        if self._queue is None and self._replay is None:
-            await self._join(sub)
-        else:
-            await self._open_own(sub)
-        bus._subs.add(sub)
-        self._sub = sub
-        return sub
-
-    async def _open_own(self, sub: BufferedSubscription) -> None:
-        try:
-            self._nats_sub = await self._open(_receiver(self._bus, (sub,)))
-            await self._bus._barrier()
-        except nats.errors.Error as exc:
-            await self._unsubscribe()
-            raise BusClosedError(f"cannot subscribe to {self._subject}: {exc!r}") from exc
-
-    async def _join(self, sub: BufferedSubscription) -> None:
-        """Add ``sub`` to the subject's shared NATS subscription, opening that first if
-        there is none; returns once the server has the interest."""
-        bus = self._bus
-        while (shared := bus._shared.get(self._subject)) is not None:
-            await asyncio.shield(shared.ready)  # raises BusClosedError when its opening failed
-            if bus._shared.get(self._subject) is shared:  # not closed meanwhile by its last
-                shared.subs = (*shared.subs, sub)
-                return
-        bus._check_open()
-        shared = bus._shared[self._subject] = _Shared((sub,))
-        try:
-            shared.nats_sub = await self._open(_receiver(bus, shared))
-            await bus._barrier()
-        except nats.errors.Error as exc:
-            bus._shared.pop(self._subject, None)
-            error = BusClosedError(f"cannot subscribe to {self._subject}: {exc!r}")
-            shared.ready.set_exception(error)
-            shared.ready.exception()  # retrieved: no "never retrieved" warning without joiners
-            if shared.nats_sub is not None:
-                self._nats_sub = shared.nats_sub
-                await self._unsubscribe()
-            raise error from exc
-        shared.ready.set_result(None)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        sub, self._sub = self._sub, None
-        if sub is not None:
-            sub.close()
-            self._bus._subs.discard(sub)
-            shared = self._bus._shared.get(self._subject)
-            if shared is not None and sub in shared.subs:
-                shared.subs = tuple(s for s in shared.subs if s is not sub)
-                if shared.subs:
-                    return  # others still listen on the shared NATS subscription
-                del self._bus._shared[self._subject]
-                self._nats_sub = shared.nats_sub
-        await self._unsubscribe()
-
-    async def _open(self, cb: Callable[[Msg], Awaitable[None]]) -> _NatsSubscription:
-        nc = self._bus._nc
-        if self._replay is None:
-            return await nc.subscribe(self._subject, queue=self._queue or "", cb=cb)
-        stream, start = self._replay
-        # An ordered consumer: ephemeral, in order, re-created by nats-py on a gap.
-        return await nc.jetstream().subscribe(
-            self._subject,
-            stream=stream,
-            cb=cb,
-            ordered_consumer=True,
-            deliver_policy=DeliverPolicy.BY_START_TIME,
-            config=ConsumerConfig(opt_start_time=start),
-        )
-
-    async def _unsubscribe(self) -> None:
-        nats_sub, self._nats_sub = self._nats_sub, None
-        if nats_sub is None or self._bus._nc.is_closed:
-            return
-        try:
-            await nats_sub.unsubscribe()
-        except nats.errors.Error as exc:
-            logger.debug("unsubscribe from %s failed: %r", self._subject, exc)
-
-
-class _Shared:
-    """One plain NATS subscription and the local subscribers of its subject: a message is
-    received and decoded once and given to each of them (as the in-process bus does), where
-    one NATS subscription per subscriber had the server send, and this process parse and
-    decode, a copy per subscriber (an observation reaches three actors of a host)."""
-
-    __slots__ = ("nats_sub", "ready", "subs")
-
-    def __init__(self, subs: tuple[BufferedSubscription, ...]) -> None:
-        self.subs = subs
-        self.nats_sub: _NatsSubscription | None = None
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-
-def _receiver(
-    bus: NatsBus, to: _Shared | tuple[BufferedSubscription, ...]
-) -> Callable[[Msg], Awaitable[None]]:
-    """The nats-py callback that decodes a message once and delivers it to ``to``'s
-    subscribers (a shared subscription's, read at each message: they come and go)."""
-    respond = bus._respond
-
-    async def on_msg(msg: Msg) -> None:
-        try:
-            message = decode(msg.data)
-        except CodecError as exc:
-            logger.error("dropped an undecodable message on %s: %s", msg.subject, exc)
-            return
-        reply = msg.reply or None
-        env = Envelope(msg.subject, message, reply, respond if reply else None)
-        for sub in to.subs if isinstance(to, _Shared) else to:
-            sub.deliver(env)
-
-    return on_msg
-
-
-def _expire(reply: asyncio.Future[Msg]) -> None:
+def _expire(reply: asyncio.Future[bytes]) -> None:
     if not reply.done():
         reply.set_exception(nats.errors.TimeoutError())
 

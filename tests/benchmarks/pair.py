@@ -26,7 +26,8 @@ round, so neither gateway gets a head start. What is compared:
   one ``llmgw serve`` (A, the in-process bus), plain chat (``--a``). Each round also prints
   the scaling figure, A's CPU per request over B's (≥ 0.8 is issue #30's goal: N workers on
   N cores then serve at least 0.8 N times what one process serves), and N times it, the
-  "equivalent workers".
+  "equivalent workers". ``--a-tree`` runs both on another checkout's code (its figure
+  before a change, in the same sitting).
 
 ``--control`` runs A twice: the method's own bias and spread, which a figure is read against.
 Each gateway gets about half the core, so each runs at about half its throughput.
@@ -86,8 +87,9 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     elif args.compare == "workers":
         if args.b_workers < 2:
             raise SystemExit("workers: --b-workers is at least 2")
-        a = Side("one", mode=args.a)
-        b = Side(f"workers={args.b_workers}", mode=args.a, workers=args.b_workers)
+        tree = REPO if args.a_tree is None else Path(args.a_tree).resolve()
+        a = Side("one", tree=tree, mode=args.a)
+        b = Side(f"workers={args.b_workers}", tree=tree, mode=args.a, workers=args.b_workers)
     else:
         if args.a_tree is None:
             raise SystemExit("tree: --a-tree names the other checkout")
@@ -181,7 +183,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("compare", choices=("telemetry", "mode", "tree", "workers"))
     p.add_argument("--a", default="plain", help="mode of A (mode; tree: of both)")
     p.add_argument("--b", default="plain", help="mode of B (mode)")
-    p.add_argument("--a-tree", help="tree: the checkout A runs")
+    p.add_argument("--a-tree", help="tree: the checkout A runs (workers: both run)")
     p.add_argument("--b-workers", type=int, default=2, help="workers: B's --workers N (2)")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=64, help="per gateway (64)")
