@@ -1,6 +1,7 @@
 """NatsBus: the ``Bus`` over a NATS server (nats-py): the connection, publish, request,
-subscribe, JetStream streams and replay. With ``nats_kv.py`` (its key-value buckets) the only
-module that imports ``nats``.
+subscribe, JetStream streams and replay. With ``nats_kv.py`` (its key-value buckets) and
+``nats_subscribing.py`` (how a message reaches a subscriber) the only modules that import
+``nats``.
 
 Every nats-py failure is turned into a ``bus.errors`` type here; no nats type leaves it.
 """
