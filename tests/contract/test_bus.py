@@ -586,7 +586,8 @@ async def test_kv_key_not_rewritten_within_ttl_expires_and_a_rewritten_one_lives
     kv = await any_bus.key_value(bucket, ttl=1.0)
     await kv.put("lapsing", b"x")
     async with asyncio.timeout(WAIT_S):
-        # The bucket expires on its own clock (JetStream's on NATS): poll the outcome.
+        # The bucket expires on its own clock (JetStream's on NATS) and a lapse reaches no
+        # watcher: poll the outcome, rewriting "fresh" well within its TTL each round.
         while await kv.get("lapsing") is not None:
             await kv.put("fresh", b"beat")
             await asyncio.sleep(0.1)
