@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, get_current_span
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from opentelemetry.context import Context
     from opentelemetry.sdk.resources import Resource
@@ -130,6 +130,7 @@ class SpanRecorder:
         "_trace_id",
         "processor",
         "scope",
+        "take_notes",
     )
 
     def __init__(
@@ -143,6 +144,9 @@ class SpanRecorder:
             self._trace_id = partial(random.getrandbits, 128)
         self._stock = _StockSampler.of(self._sampler)
         self.processor, self.scope = processor, scope
+        self.take_notes: Callable[[Any], None] | None = getattr(processor, "on_trace", None)
+        """The processor's taker of a finished request's notes (the span batcher's), if it
+        has one (gateway.telemetry.request_trace)."""
 
     @property
     def resource(self) -> Resource:

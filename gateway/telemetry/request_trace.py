@@ -20,7 +20,7 @@ from gateway.telemetry import content
 from gateway.telemetry.trace_replay import Replay, replay, server_shape
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+    from collections.abc import AsyncIterator, Iterable, Iterator
 
     from opentelemetry.context import Context
 
@@ -142,10 +142,15 @@ class RequestTrace:
     def answered(self, number: int, body: dict[str, Any]) -> None:
         """Note the upstream's answer (or first chunk) to attempt ``number``: response id,
         model and finish reasons (never its content)."""
-        if self.sampled:
-            reasons = tuple(_reasons(body.get("choices")))
-            note = (Replay.answered, 0, number, body.get("id"), body.get("model"), reasons)
-            self.notes.append(note)
+        if not self.sampled:
+            return
+        choices = body.get("choices")
+        first = choices[0] if type(choices) is list and len(choices) == 1 else None
+        reason = first.get("finish_reason") if type(first) is dict else None
+        # One choice with its reason (nearly every answer): the loop below without its frame.
+        reasons = (reason,) if type(reason) is str else tuple(_reasons(choices))
+        note = (Replay.answered, 0, number, body.get("id"), body.get("model"), reasons)
+        self.notes.append(note)
 
     # -- content capture (only when opted in: see Telemetry.capture_content) --------------
 
@@ -210,13 +215,12 @@ class RequestTrace:
         if not self.sampled:
             return
         self.notes.append((Replay.finish, _now(), status, kind))
-        processor = self.telemetry.spans.processor
-        take: Callable[[RequestTrace], None] | None = getattr(processor, "on_trace", None)
-        if take is not None:
-            take(self)
+        recorder = self.telemetry.spans
+        if recorder.take_notes is not None:
+            recorder.take_notes(self)
             return
         for span in replay(self):
-            processor.on_end(span)  # type: ignore[arg-type]  # read as a ReadableSpan
+            recorder.processor.on_end(span)  # type: ignore[arg-type]  # read as a ReadableSpan
 
 
 def _trace_headers(trace: RequestTrace, span_id: int, flags: str) -> dict[str, str]:
