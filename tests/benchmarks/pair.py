@@ -83,7 +83,8 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     if args.compare == "telemetry":
         a, b = Side("off"), Side("on", telemetry=True)
     elif args.compare == "mode":
-        a, b = Side(args.a, mode=args.a), Side(args.b, mode=args.b)
+        on = args.telemetry
+        a, b = Side(args.a, mode=args.a, telemetry=on), Side(args.b, mode=args.b, telemetry=on)
     elif args.compare == "workers":
         if args.b_workers < 2:
             raise SystemExit("workers: --b-workers is at least 2")
@@ -93,8 +94,9 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     else:
         if args.a_tree is None:
             raise SystemExit("tree: --a-tree names the other checkout")
-        a = Side("a-tree", tree=Path(args.a_tree).resolve(), mode=args.a)
-        b = Side("b-tree", mode=args.a)
+        tree = Path(args.a_tree).resolve()
+        a = Side("a-tree", tree=tree, mode=args.a, telemetry=args.telemetry)
+        b = Side("b-tree", mode=args.a, telemetry=args.telemetry)
     if args.control:
         b = Side(a.name + "-2", tree=a.tree, telemetry=a.telemetry, mode=a.mode, workers=a.workers)
     return a, b
@@ -192,6 +194,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gateway-cpus", default="0")
     p.add_argument("--load-cpus", default="1")
     p.add_argument("--control", action="store_true", help="A against itself (A/A)")
+    p.add_argument("--telemetry", action="store_true", help="mode, tree: telemetry on for both")
     return p.parse_args(argv)
 
 
