@@ -29,13 +29,15 @@ async def open_bus(
     name: str | None = None,
     connect_timeout: float = 5.0,
     inbox_prefix: str | None = None,
+    families: tuple[str, ...] = (),
 ) -> Bus:
     """Open the bus ``url`` names: ``inproc://`` (or empty) or ``nats://host:port[,...]``.
 
     On NATS, replies come back under ``inbox_prefix`` (default ``_INBOX_<user>`` for the URL's
     user, see ``bus.nats_bus.inbox_prefix_for``). Raises ValueError for any other scheme or an
     unusable inbox prefix, BusClosedError when no NATS server accepts within
-    ``connect_timeout`` seconds.
+    ``connect_timeout`` seconds. ``families``: see ``NatsBus.connect`` (the in-process bus
+    needs none: it hands a message to each local subscriber once anyway).
     """
     if not url or url.startswith("inproc://"):
         return InProcessBus()
@@ -43,7 +45,11 @@ async def open_bus(
         from bus.nats_bus import NatsBus
 
         return await NatsBus.connect(
-            url, name=name, connect_timeout=connect_timeout, inbox_prefix=inbox_prefix
+            url,
+            name=name,
+            connect_timeout=connect_timeout,
+            inbox_prefix=inbox_prefix,
+            families=families,
         )
     raise ValueError(f"unsupported bus url {url!r}: expected one of {', '.join(_SCHEMES)}")
 

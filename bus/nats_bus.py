@@ -34,7 +34,7 @@ from bus.codec import decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
 from bus.inprocess import DEFAULT_PENDING_LIMIT, BufferedSubscription
 from bus.nats_kv import NatsKeyValue
-from bus.nats_subscribing import DirectClient, NatsSubscribing, Shared
+from bus.nats_subscribing import DirectClient, Feed, NatsSubscribing, Shared
 from bus.subscribing import check_pattern, check_queue, check_subject
 
 if TYPE_CHECKING:
@@ -110,7 +110,9 @@ class NatsBus:
     timeout with BusClosedError.
     """
 
-    def __init__(self, *, pending_limit: int = DEFAULT_PENDING_LIMIT) -> None:
+    def __init__(
+        self, *, pending_limit: int = DEFAULT_PENDING_LIMIT, families: tuple[str, ...] = ()
+    ) -> None:
         self._nc = DirectClient()
         self._pending_limit = pending_limit
         self._subs: set[BufferedSubscription] = set()
@@ -118,6 +120,10 @@ class NatsBus:
         # Plain subscriptions by subject: one NATS subscription each, however many local
         # subscribers share it (nats_subscribing.Shared).
         self._shared: dict[str, Shared] = {}
+        # Families (``<prefix>.*``) whose plain subscriptions share one NATS subscription to
+        # the wildcard (nats_subscribing.Feed), by their prefix with its dot.
+        self._families = {_family_prefix(f): f for f in families}
+        self._feeds: dict[str, Feed] = {}
         # Requests in flight by reply token; the replies arrive on one subscription,
         # ``<inbox prefix>.<random>.*``, opened in connect().
         self._replies: dict[str, asyncio.Future[bytes]] = {}
@@ -137,15 +143,22 @@ class NatsBus:
         connect_timeout: float = 5.0,
         pending_limit: int = DEFAULT_PENDING_LIMIT,
         inbox_prefix: str | None = None,
+        families: tuple[str, ...] = (),
     ) -> NatsBus:
         """Connect to ``url`` (comma-separated for a cluster); replies to this connection's
         requests arrive under :func:`inbox_prefix_for` ``(url, inbox_prefix)``.
+
+        ``families``: event subjects ``<prefix>.*`` this process takes (nearly) all of, such
+        as ``llmgw.obs.*`` on an actors host: every plain subscription to one or to one of its
+        subjects is served by one NATS subscription to the wildcard, so a message reaches this
+        process once however many of them match it. Not for request subjects: a request to
+        any subject of a family here finds a responder (the wildcard), and times out.
 
         Raises BusClosedError when no server accepts within ``connect_timeout`` seconds,
         ValueError for an unusable inbox prefix.
         """
         prefix = inbox_prefix_for(url, inbox_prefix)
-        bus = cls(pending_limit=pending_limit)
+        bus = cls(pending_limit=pending_limit, families=families)
         servers = [s.strip() for s in url.split(",") if s.strip()]
         try:
             async with asyncio.timeout(connect_timeout):
@@ -347,6 +360,17 @@ class NatsBus:
         self._end_subscriptions()
         await self._close_client()
 
+    def _family_of(self, subject: str) -> str | None:
+        """The family (``<prefix>.*``) whose feed serves plain subscriptions to ``subject``:
+        the wildcard itself or one subject under it, not a deeper one nor another wildcard."""
+        if not self._families:
+            return None
+        prefix, dot, last = subject.rpartition(".")
+        family = self._families.get(prefix + dot)
+        if family is None or (last != "*" and ("*" in last or ">" in last)):
+            return None
+        return family
+
     def _check_subject(self, subject: str) -> None:
         if subject not in self._checked:
             check_subject(subject)
@@ -406,6 +430,7 @@ class NatsBus:
             sub.close()
         self._subs.clear()
         self._shared.clear()
+        self._feeds.clear()
 
     async def _close_client(self) -> None:
         try:
@@ -435,6 +460,15 @@ class NatsBus:
             logger.error("NATS: connection closed for good")
         self._closed = True
         self._end_subscriptions()
+
+
+def _family_prefix(family: str) -> str:
+    """``family``'s prefix with its dot. Raises ValueError unless it reads ``<prefix>.*``."""
+    check_pattern(family)
+    prefix, dot, star = family.rpartition(".")
+    if not dot or star != "*" or "*" in prefix or ">" in prefix:
+        raise ValueError(f"a family is <prefix>.* without other wildcards, not {family!r}")
+    return prefix + dot
 
 
 def _expire(reply: asyncio.Future[bytes]) -> None:

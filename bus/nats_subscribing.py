@@ -8,7 +8,13 @@ hold (every message a request sends crosses them, several per request on an acto
   function from its read loop (each function only decodes and queues, it never waits);
 - NATS sends a copy per subscription, so each subscriber of a subject cost this process a
   parse and a decode; :class:`Shared` is one NATS subscription per subject, the message
-  decoded once and given to every local subscriber (as the in-process bus does).
+  decoded once and given to every local subscriber (as the in-process bus does);
+- a ``<prefix>.*`` subscription and one to ``<prefix>.<id>`` each got a copy of a message to
+  ``<prefix>.<id>`` (the steering actor's ``llmgw.obs.*`` beside an endpoint's actors'
+  ``llmgw.obs.<endpoint>``); for a *family* the bus was opened with, every plain subscription
+  to the family's wildcard or to one of its subjects is served by one NATS subscription to
+  the wildcard (:class:`Feed`), each message decoded once for the subscribers of its subject
+  and of the wildcard, and not decoded when this process has none.
 
 Replay subscriptions (a JetStream ordered consumer) and queue groups keep their own NATS
 subscription; replay ones keep nats-py's delivery, which the consumer's flow control needs.
@@ -135,12 +141,20 @@ class NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
                 return
         bus._check_open()
         shared = bus._shared[self._subject] = Shared((sub,))
+        family = bus._family_of(self._subject)
         try:
-            shared.nats_sub = await self._open(receiver(bus, shared))
-            await bus._barrier()
-        except nats.errors.Error as exc:
+            if family is None:
+                shared.nats_sub = await self._open(receiver(bus, shared))
+                await bus._barrier()
+            else:
+                await self._use_feed(family)
+        except (nats.errors.Error, BusClosedError) as exc:
             bus._shared.pop(self._subject, None)
-            error = BusClosedError(f"cannot subscribe to {self._subject}: {exc!r}")
+            error = (
+                exc
+                if isinstance(exc, BusClosedError)
+                else BusClosedError(f"cannot subscribe to {self._subject}: {exc!r}")
+            )
             shared.ready.set_exception(error)
             shared.ready.exception()  # retrieved: no "never retrieved" warning without joiners
             if shared.nats_sub is not None:
@@ -148,6 +162,31 @@ class NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
                 await self._unsubscribe()
             raise error from exc
         shared.ready.set_result(None)
+
+    async def _use_feed(self, family: str) -> None:
+        """Count one more subject of ``family`` on its :class:`Feed`, opening the feed first
+        if there is none; returns once the server has the interest. Raises BusClosedError."""
+        bus = self._bus
+        while (feed := bus._feeds.get(family)) is not None:
+            await asyncio.shield(feed.ready)  # raises BusClosedError when its opening failed
+            if bus._feeds.get(family) is feed:  # not closed meanwhile by its last subject
+                feed.subjects += 1
+                return
+        bus._check_open()
+        feed = bus._feeds[family] = Feed()
+        try:
+            feed.nats_sub = await bus._nc.subscribe_direct(family, feed_receiver(bus, family))
+            await bus._barrier()
+        except nats.errors.Error as exc:
+            bus._feeds.pop(family, None)
+            error = BusClosedError(f"cannot subscribe to {family}: {exc!r}")
+            feed.ready.set_exception(error)
+            feed.ready.exception()
+            if feed.nats_sub is not None:
+                self._nats_sub = feed.nats_sub
+                await self._unsubscribe()
+            raise error from exc
+        feed.ready.set_result(None)
 
     async def __aexit__(
         self,
@@ -166,6 +205,12 @@ class NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
                     return  # others still listen on the shared NATS subscription
                 del self._bus._shared[self._subject]
                 self._nats_sub = shared.nats_sub
+                family = self._bus._family_of(self._subject)
+                if family is not None and (feed := self._bus._feeds.get(family)) is not None:
+                    feed.subjects -= 1
+                    if feed.subjects == 0:  # the family's last subject here: close the feed
+                        del self._bus._feeds[family]
+                        self._nats_sub = feed.nats_sub
         await self._unsubscribe()
 
     async def _open(
@@ -211,6 +256,47 @@ class Shared:
         self.subs = subs
         self.nats_sub: _NatsSubscription | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+class Feed:
+    """One NATS subscription to a family's wildcard, serving the plain subscriptions to it
+    and to its subjects (``subjects``: how many of those subjects have subscribers here)."""
+
+    __slots__ = ("nats_sub", "ready", "subjects")
+
+    def __init__(self) -> None:
+        self.subjects = 1
+        self.nats_sub: _NatsSubscription | None = None
+        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+
+def feed_receiver(
+    bus: NatsBus, family: str
+) -> Callable[[str, str, bytes, dict[str, str] | None], None]:
+    """The function that decodes a message of ``family`` once and delivers it to the local
+    subscribers of its subject and of the family's wildcard (none: not decoded)."""
+    shared = bus._shared
+    respond = bus._respond
+
+    def on_msg(subject: str, reply: str, data: bytes, _headers: dict[str, str] | None) -> None:
+        own = shared.get(subject)
+        wild = shared.get(family)
+        if own is None and wild is None:
+            return
+        try:
+            message = decode(data)
+        except CodecError as exc:
+            logger.error("dropped an undecodable message on %s: %s", subject, exc)
+            return
+        env = Envelope(subject, message, reply or None, respond if reply else None)
+        if own is not None:
+            for sub in own.subs:
+                sub.deliver(env)
+        if wild is not None:
+            for sub in wild.subs:
+                sub.deliver(env)
+
+    return on_msg
 
 
 def receiver(

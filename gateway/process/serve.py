@@ -32,6 +32,7 @@ from gateway.process.control import (
 )
 from gateway.process.engines import serve_http
 from gateway.process.sidecars import Sidecars
+from schemas import subjects
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -106,6 +107,14 @@ def announce(line: str) -> None:
     sys.stdout.flush()
 
 
+def _families(opts: ServeOptions, config: GatewayConfig) -> tuple[str, ...]:
+    # The whole actor tree takes every observation (the steering actor's llmgw.obs.*): one
+    # NATS subscription brings each once, not once more for its endpoint's actors (a
+    # cluster host holds only its units' endpoints, so it keeps a subscription per subject).
+    whole_tree = opts.role == "all" or (opts.role == "actors" and not config.cluster.enabled)
+    return (subjects.OBSERVATION_ANY,) if whole_tree else ()
+
+
 async def run(
     config: GatewayConfig,
     opts: ServeOptions,
@@ -136,7 +145,9 @@ async def run(
     sidecars: Sidecars | None = None
     local: LocalAdmin | None = None
     try:
-        bus = await open_bus(opts.bus_url, inbox_prefix=config.bus.inbox_prefix)
+        bus = await open_bus(
+            opts.bus_url, inbox_prefix=config.bus.inbox_prefix, families=_families(opts, config)
+        )
     except BusClosedError as exc:
         if sock is not None:
             sock.close()

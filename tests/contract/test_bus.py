@@ -412,6 +412,60 @@ async def test_nats_subscribers_of_one_subject_on_one_bus_share_one_server_subsc
 
 
 @pytest.mark.nats
+async def test_nats_family_serves_its_wildcard_and_its_subjects_with_one_server_subscription(
+    tmp_path: Path, prefix: str
+) -> None:
+    # An actors host's steering actor (llmgw.obs.*) and an endpoint's actors (llmgw.obs.<id>)
+    # each got a copy of every observation: with the family, the server sends one, given to
+    # the subscribers of its subject and of the wildcard, in order, each once.
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'http: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    monitor = f"http://127.0.0.1:{port}"
+    family = f"{prefix}.obs.*"
+    one, other = f"{prefix}.obs.a", f"{prefix}.obs.b"
+    with start_nats_server(config_file=conf) as url:
+        bus = await NatsBus.connect(url, name="family", families=(family,))
+        try:
+            a_cm, wild_cm, b_cm = bus.subscribe(one), bus.subscribe(family), bus.subscribe(other)
+            a, wild, b = await asyncio.gather(
+                a_cm.__aenter__(), wild_cm.__aenter__(), b_cm.__aenter__()
+            )
+            assert _connection(monitor, "family")["subscriptions_list"].count(family) == 1
+            sent = _connection(monitor, "family")["out_msgs"]
+            await bus.publish(one, probe("1"))
+            await bus.publish(other, probe("2"))
+            await bus.publish(one, probe("3"))
+            assert [rid_of(env) for env in await take(a, 2)] == ["1", "3"]
+            assert [rid_of(env) for env in await take(b, 1)] == ["2"]
+            assert [(env.subject, rid_of(env)) for env in await take(wild, 3)] == [
+                (one, "1"),
+                (other, "2"),
+                (one, "3"),
+            ]
+            conn = _connection(monitor, "family")
+            assert conn["out_msgs"] - sent == 3
+            assert not {one, other} & set(conn["subscriptions_list"])
+            # The wildcard's subscriber leaves: its subjects' subscribers still get theirs.
+            await wild_cm.__aexit__(None, None, None)
+            await bus.publish(other, probe("4"))
+            assert [rid_of(env) for env in await take(b, 1)] == ["4"]
+            await a_cm.__aexit__(None, None, None)
+            await b_cm.__aexit__(None, None, None)
+            with pytest.raises(NoRespondersError):  # a round trip: the server read the UNSUB
+                await bus.request(
+                    f"{prefix}.nobody", probe("x"), reply_type=ProbeGrant, timeout=WAIT_S
+                )
+            assert family not in _connection(monitor, "family").get("subscriptions_list", [])
+            # Opened again by the next subscriber of the family.
+            async with bus.subscribe(one) as again:
+                await bus.publish(one, probe("5"))
+                assert [rid_of(env) for env in await take(again, 1)] == ["5"]
+        finally:
+            await bus.aclose()
+
+
+@pytest.mark.nats
 async def test_nats_connect_to_unreachable_server_raises_bus_closed() -> None:
     with pytest.raises(BusClosedError, match="cannot connect"):
         await NatsBus.connect("nats://127.0.0.1:1", connect_timeout=0.5)
