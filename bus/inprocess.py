@@ -353,12 +353,13 @@ class InProcessBus:
         max_age: float,
         max_msgs: int,
         replicas: int = 1,
+        memory: bool = False,
     ) -> None:
         """Keep what is published on ``subjects`` (patterns) in memory as stream ``name``,
         for ``max_age`` seconds and at most ``max_msgs`` messages; an existing stream takes
         the new config and keeps its messages. ``max_msgs`` is capped at
-        :data:`STREAM_MAX_MSGS`; ``replicas`` has no meaning in one process. Raises ValueError,
-        BusClosedError."""
+        :data:`STREAM_MAX_MSGS`; ``replicas`` has no meaning in one process, ``memory`` none
+        here (always in memory). Raises ValueError, BusClosedError."""
         if self._closed:
             raise BusClosedError("bus is closed")
         for pattern in subjects:

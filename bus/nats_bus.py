@@ -271,10 +271,11 @@ class NatsBus:
         max_age: float,
         max_msgs: int,
         replicas: int = 1,
+        memory: bool = False,
     ) -> None:
         """Create (or update to this config) the JetStream stream ``name`` keeping what is
         published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages, in
-        ``replicas`` copies.
+        ``replicas`` copies, in the servers' memory with ``memory`` (else in their files).
 
         Raises BusClosedError when JetStream is unavailable or refuses the stream.
         """
@@ -284,7 +285,7 @@ class NatsBus:
             subjects=subjects,
             max_age=max_age,
             max_msgs=max_msgs,
-            storage=StorageType.FILE,
+            storage=StorageType.MEMORY if memory else StorageType.FILE,
             discard=DiscardPolicy.OLD,
             num_replicas=replicas,
         )

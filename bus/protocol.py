@@ -82,10 +82,12 @@ class Bus(Protocol):
         max_age: float,
         max_msgs: int,
         replicas: int = 1,
+        memory: bool = False,
     ) -> None:
         """Keep what is published on ``subjects`` as the stream ``name``, for ``max_age``
         seconds and at most ``max_msgs`` messages, in ``replicas`` copies on a JetStream
-        cluster (create it, or update it to this config).
+        cluster (create it, or update it to this config); ``memory``: in the servers' memory
+        rather than their files (a stream that need not outlive the servers).
         Raises BusClosedError when the bus cannot keep it."""
         ...
 

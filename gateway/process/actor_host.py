@@ -119,8 +119,16 @@ class ActorHost:
         return host
 
     @classmethod
-    async def start(cls, bus: Bus, config: GatewayConfig, config_path: str | None) -> ActorHost:
-        """Start the tree for ``config`` on ``bus`` and attach the ConfigActor. Raises what
+    async def start(
+        cls,
+        bus: Bus,
+        config: GatewayConfig,
+        config_path: str | None,
+        *,
+        events_in_memory: bool = False,
+    ) -> ActorHost:
+        """Start the tree for ``config`` on ``bus`` and attach the ConfigActor; the events
+        stream is kept in the bus servers' memory with ``events_in_memory``. Raises what
         opening the snapshots, starting the tree or ``add_child`` raises (after stopping
         whatever had started)."""
         snapshots = await SnapshotStore.open(config.database.path)
@@ -128,7 +136,7 @@ class ActorHost:
         host = cls(build(config), snapshots)
         try:
             await host.root.start(bus)
-            await _start_control(host.root, bus, config, config_path, build)
+            await _start_control(host.root, bus, config, config_path, build, events_in_memory)
         except BaseException:
             await host.aclose()
             raise
@@ -177,13 +185,15 @@ async def _start_control(
     config: GatewayConfig,
     config_path: str | None,
     build: Callable[[GatewayConfig], Supervisor],
+    events_in_memory: bool,
 ) -> None:
-    """Ensure the events stream (on any bus) and attach the ConfigActor to the running
-    ``root``; ``build`` makes a tree description the way ``root`` was built.
+    """Ensure the events stream (on any bus; in its servers' memory with
+    ``events_in_memory``) and attach the ConfigActor to the running ``root``; ``build``
+    makes a tree description the way ``root`` was built.
 
     Raises what ``add_child`` raises; a stream the bus refuses is logged, not raised.
     """
-    await _ensure_events_stream(bus, config)
+    await _ensure_events_stream(bus, config, memory=events_in_memory)
     source = config_path or f"<bundled {DEMO_CONFIG}>"
     state = ConfigState(config, config_version(config_path), build(config), source)
     load = functools.partial(load_versioned, config_path, routers=validate_strategy)
@@ -192,8 +202,9 @@ async def _start_control(
     )
 
 
-async def _ensure_events_stream(bus: Bus, config: GatewayConfig) -> None:
-    """Keep operator events for replay when configured; a refusal is logged, not raised."""
+async def _ensure_events_stream(bus: Bus, config: GatewayConfig, *, memory: bool = False) -> None:
+    """Keep operator events for replay when configured (in the bus servers' memory with
+    ``memory``); a refusal is logged, not raised."""
     if config.events.stream:
         try:
             await bus.ensure_stream(
@@ -202,6 +213,7 @@ async def _ensure_events_stream(bus: Bus, config: GatewayConfig) -> None:
                 max_age=config.events.stream_max_age_seconds,
                 max_msgs=config.events.stream_max_msgs,
                 replicas=config.cluster.replicas_on(bus.servers) if config.cluster.enabled else 1,
+                memory=memory,
             )
         except BusClosedError as exc:  # live events still flow; only catching up is lost
             logger.error(

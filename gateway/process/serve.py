@@ -56,6 +56,9 @@ class ServeOptions:
     config_path: str | None = None  # re-read on reload (None: the bundled demo config)
     reuse_port: bool = False  # SO_REUSEPORT: one of several processes serving one port
     node_id: str | None = None  # an actors host's id in a cluster (None: one made up)
+    # The bus is this run's own nats-server (--workers), its files gone with it: the events
+    # stream is kept in its memory (a file store cost it tens of µs more per event).
+    private_bus: bool = False
 
 
 NODE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -167,7 +170,9 @@ async def run(
                     bus, config, opts.node_id, sidecars.place, opts.config_path
                 )
             else:
-                host = await ActorHost.start(bus, config, opts.config_path)
+                host = await ActorHost.start(
+                    bus, config, opts.config_path, events_in_memory=opts.private_bus
+                )
             sidecars.actors_started()
             if hup:
                 install_sighup(sighup_handler(bus, None, actors=True))

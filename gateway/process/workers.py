@@ -206,7 +206,9 @@ async def run_workers(
         actors = asyncio.create_task(
             run(
                 config,
-                dataclasses.replace(opts, bus_url=bus_url, role="actors"),
+                dataclasses.replace(
+                    opts, bus_url=bus_url, role="actors", private_bus=nats is not None
+                ),
                 shutdown=actors_stop,
                 on_ready=actors_ready,
                 own_process=True,

@@ -25,16 +25,21 @@ import sys
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import nats
 import openai
 import pytest
 import pytest_asyncio
 import yaml
+from nats.js.api import StorageType
 from prometheus_client.parser import text_string_to_metric_families
 
+from bus import decode
 from gateway.admin.local_socket import socket_path
+from schemas import RouteDecided, subjects
 from tests.e2e.conftest import (
     CHAT,
     HI,
@@ -54,7 +59,6 @@ from tests.fixtures.upstream import FakeUpstream, Held, Reply
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
-    from pathlib import Path
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
@@ -435,3 +439,45 @@ async def test_llmgw_admin_reload_through_the_local_socket_reaches_every_worker(
 
     assert reload.returncode == 0, reload.stderr
     assert served == sup.worker_pids()
+
+
+def _private_nats_url(sup: Supervisor) -> str:
+    """The URL of ``sup``'s embedded nats-server, with the password from its config file (this
+    user's own, mode 0600; named on the server's command line)."""
+    found = sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\) on (\S+):(\d+)"))
+    args = Path(f"/proc/{found.group(1)}/cmdline").read_bytes().decode().split("\0")
+    conf = Path(args[args.index("-c") + 1]).read_text()
+    password = re.search(r'password: "([^"]+)"', conf)
+    assert password is not None
+    return f"nats://llmgw:{password.group(1)}@{found.group(2)}:{found.group(3)}"
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_the_events_stream_on_the_private_nats_server_is_in_memory_and_keeps_decisions(
+    shared: Shared,
+) -> None:
+    # The private server's files die with the run, so a file store bought nothing and cost it
+    # tens of µs per event (every request's decision): the stream is in its memory, and an
+    # observability consumer replaying it still finds each request's decision.
+    sup = shared.sup
+    nc = await nats.connect(_private_nats_url(sup))
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(subjects.EVENTS_STREAM)
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=shared.auth) as c:
+            resp = await c.post(CHAT, json=chat("a"))
+        assert resp.status_code == 200
+        rid = resp.headers["x-request-id"]
+        kept = await js.subscribe(
+            subjects.event("decision"), stream=subjects.EVENTS_STREAM, ordered_consumer=True
+        )
+        async with asyncio.timeout(WAIT):
+            while True:
+                decided = decode((await kept.next_msg(timeout=WAIT)).data)
+                if isinstance(decided, RouteDecided) and decided.request_id == rid:
+                    break
+    finally:
+        await nc.close()
+
+    assert info.config.storage == StorageType.MEMORY
+    assert decided.model == "a"
