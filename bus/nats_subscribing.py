@@ -38,13 +38,14 @@ from bus.protocol import Envelope
 
 if TYPE_CHECKING:
     import datetime
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from nats.aio.msg import Msg
     from nats.aio.subscription import Subscription as _NatsSubscription
 
     from bus.nats_bus import NatsBus
+    from schemas import Message
 
 logger = logging.getLogger(__name__)
 
@@ -283,17 +284,9 @@ def feed_receiver(
         wild = shared.get(family)
         if own is None and wild is None:
             return
-        try:
-            message = decode(data)
-        except CodecError as exc:
-            logger.error("dropped an undecodable message on %s: %s", subject, exc)
-            return
-        env = Envelope(subject, message, reply or None, respond if reply else None)
-        if own is not None:
-            for sub in own.subs:
-                sub.deliver(env)
-        if wild is not None:
-            for sub in wild.subs:
+        env = _envelope(subject, reply, data, respond)
+        if env is not None:
+            for sub in (*(own.subs if own else ()), *(wild.subs if wild else ())):
                 sub.deliver(env)
 
     return on_msg
@@ -307,13 +300,21 @@ def receiver(
     respond = bus._respond
 
     def on_msg(subject: str, reply: str, data: bytes, _headers: dict[str, str] | None) -> None:
-        try:
-            message = decode(data)
-        except CodecError as exc:
-            logger.error("dropped an undecodable message on %s: %s", subject, exc)
-            return
-        env = Envelope(subject, message, reply or None, respond if reply else None)
-        for sub in to.subs if isinstance(to, Shared) else to:
-            sub.deliver(env)
+        env = _envelope(subject, reply, data, respond)
+        if env is not None:
+            for sub in to.subs if isinstance(to, Shared) else to:
+                sub.deliver(env)
 
     return on_msg
+
+
+def _envelope(
+    subject: str, reply: str, data: bytes, respond: Callable[[str, Message], Awaitable[None]]
+) -> Envelope | None:
+    """The message ``data`` decoded, as delivered; None (logged) when it does not decode."""
+    try:
+        message = decode(data)
+    except CodecError as exc:
+        logger.error("dropped an undecodable message on %s: %s", subject, exc)
+        return None
+    return Envelope(subject, message, reply or None, respond if reply else None)
