@@ -24,15 +24,21 @@ class SSEParser:
         if not self._data and self._event is None:
             # What LLM APIs send: whole frames of one ``data:`` line each, taken a frame at a
             # time; anything else (and a frame's unfinished rest) goes line by line below.
+            # (``find``, not ``in``: ``bytes in bytes`` first tries the needle as an integer
+            # and raises and clears a TypeError each time, thousands of instructions.)
             while True:
                 end = buf.find(b"\n\n", start)
-                if end < 0:
+                if (
+                    end < 0
+                    or not buf.startswith(b"data:", start, end)
+                    or buf.find(b"\n", start, end) >= 0
+                    or buf.find(b"\r", start, end) >= 0
+                ):
                     break
-                frame = buf[start:end]
-                if frame[:5] != b"data:" or b"\n" in frame or b"\r" in frame:
-                    break
-                value = frame[5:]
-                out.append((None, value[1:] if value[:1] == b" " else value))
+                value = start + 5
+                if value < end and buf[value] == 0x20:  # the one space after the colon
+                    value += 1
+                out.append((None, buf[value:end]))
                 start = end + 2
         while True:
             end = buf.find(b"\n", start)
