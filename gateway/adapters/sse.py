@@ -35,10 +35,10 @@ class SSEParser:
                     or buf.find(b"\r", start, end) >= 0
                 ):
                     break
-                value = start + 5
-                if value < end and buf[value] == 0x20:  # the one space after the colon
-                    value += 1
-                out.append((None, buf[value:end]))
+                at = start + 5
+                if at < end and buf[at] == 0x20:  # the one space after the colon
+                    at += 1
+                out.append((None, buf[at:end]))
                 start = end + 2
         while True:
             end = buf.find(b"\n", start)
