@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.sampling import (
 from opentelemetry.trace import SpanContext, SpanKind, Status, TraceFlags, get_current_span
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from opentelemetry.context import Context
     from opentelemetry.sdk.resources import Resource
@@ -130,6 +130,7 @@ class SpanRecorder:
         "_trace_id",
         "processor",
         "scope",
+        "take_notes",
     )
 
     def __init__(
@@ -143,11 +144,35 @@ class SpanRecorder:
             self._trace_id = partial(random.getrandbits, 128)
         self._stock = _StockSampler.of(self._sampler)
         self.processor, self.scope = processor, scope
+        self.take_notes: Callable[[Any], None] | None = getattr(processor, "on_trace", None)
+        """The processor's taker of a finished request's notes (the span batcher's), if it
+        has one (gateway.telemetry.request_trace)."""
 
     @property
     def resource(self) -> Resource:
         """The provider's resource (the SDK may extend it, e.g. after a fork)."""
         return self._provider.resource
+
+    def new_span_id(self) -> int:
+        """A fresh span id (never 0, the invalid one)."""
+        return self._span_id() or self._ids.generate_span_id()
+
+    def decide(
+        self, parent: Context | None
+    ) -> tuple[int, TraceState | None, SpanContext | None, bool] | None:
+        """A new request's trace id, trace state, remote parent and whether it is sampled,
+        when the sampler is a stock one (its decision needs no span name nor attributes);
+        None otherwise (:meth:`root` asks the sampler)."""
+        stock = self._stock
+        if stock is None:
+            return None
+        remote: SpanContext | None = (
+            None if parent is None else get_current_span(parent).get_span_context()
+        )
+        if remote is None or not remote.is_valid:
+            trace_id = self._trace_id() or self._ids.generate_trace_id()  # never 0 (invalid)
+            return trace_id, None, None, stock.sampled(trace_id, None)
+        return remote.trace_id, remote.trace_state, remote, stock.sampled(remote.trace_id, remote)
 
     def root(
         self,
@@ -257,6 +282,38 @@ class RecordedSpan:
         self.status = UNSET
         self.start_time = _now()
         self.end_time: int | None = None
+
+    @classmethod
+    def restored(
+        cls,
+        recorder: SpanRecorder,
+        name: str,
+        kind: SpanKind,
+        trace_id: int,
+        span_id: int,
+        trace_state: TraceState | None,
+        remote_parent: SpanContext | None,
+        attributes: dict[str, Any],
+        shape: dict[str, Any] | None,
+        start_time: int,
+    ) -> RecordedSpan:
+        """A sampled span whose ids, parent and start were decided earlier (a request's
+        SERVER span, made from its notes): ``attributes`` hold no None and start with
+        ``shape``'s when it is given."""
+        span: RecordedSpan = _new(RecordedSpan)
+        span.recorder, span.name, span.kind = recorder, name, kind
+        span.trace_id, span.span_id, span.sampled, span.trace_state = (
+            trace_id,
+            span_id,
+            True,
+            trace_state,
+        )
+        span.remote_parent = remote_parent
+        span.parent_id = remote_parent.span_id if remote_parent is not None else 0
+        span.attributes, span.shape = attributes, shape
+        span.events, span.status, span.end_time = (), UNSET, None
+        span.start_time = start_time
+        return span
 
     @property
     def context(self) -> SpanContext:

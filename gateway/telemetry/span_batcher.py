@@ -2,11 +2,15 @@
 
 What the SDK's ``BatchSpanProcessor`` does, with the same ``OTEL_BSP_*`` settings and
 defaults (schedule delay 5 s, batches of 512, a queue of 2,048: past it spans are dropped
-and counted), for a fraction of the cost per span. The SDK's ``on_end`` asks the
-operating system for the process id (a system call, for its fork check), tests an Event and
-may set it, on every span; here a span is one ``deque.append`` and one length comparison,
-and the export thread is woken once per full batch (it exports full batches then, and
-whatever is queued when the delay passes, as the SDK does). The gateway never forks after
+and counted), for a fraction of the cost per span. The gateway's requests come whole, as
+their notes (gateway.telemetry.request_trace): their spans are made here, on the export
+thread, as their batch is taken (sizes and limits count the spans they make).
+
+The SDK's ``on_end`` asks the operating system for the process id (a system call, for its
+fork check), tests an Event and may set it, on every span; here a span (or a request) is one
+``deque.append`` and two counts compared, and the export thread is woken once per full
+batch (it exports full batches then, and whatever is queued when the delay passes, as the
+SDK does). The gateway never forks after
 starting its telemetry, so there is no fork check.
 """
 
@@ -22,6 +26,8 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from gateway.telemetry.otlp_http import stop_retrying
+from gateway.telemetry.request_trace import RequestTrace
+from gateway.telemetry.trace_replay import replay
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -58,7 +64,9 @@ class SpanBatcher(SpanProcessor):
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
         self._delay = schedule_delay_millis / 1000
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._queue: collections.deque[ReadableSpan | RequestTrace] = collections.deque()
+        # Spans queued = added - taken; each count written by one thread only.
+        self._added = self._taken = 0
         self.dropped = 0
         """Spans dropped because the queue was full."""
         self._wake = threading.Event()
@@ -72,14 +80,22 @@ class SpanBatcher(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """Queue ``span`` (a sampled one: the recorder sends no other)."""
-        queue = self._queue
-        if len(queue) >= self._max_queue:
+        self._add(span, 1)
+
+    def on_trace(self, trace: RequestTrace) -> None:
+        """Queue a finished request's notes (a sampled one), its spans made when taken."""
+        self._add(trace, trace.span_count)
+
+    def _add(self, item: ReadableSpan | RequestTrace, spans: int) -> None:
+        queued = self._added - self._taken
+        if queued + spans > self._max_queue:
             if not self.dropped:
                 logger.warning("span queue full (%d): dropping spans", self._max_queue)
-            self.dropped += 1
+            self.dropped += spans
             return
-        queue.append(span)
-        if len(queue) == self._batch:  # lengths grow by one: each full batch wakes once
+        self._queue.append(item)
+        self._added += spans
+        if queued < self._batch <= queued + spans:  # each full batch wakes the thread once
             self._wake.set()
 
     def _run(self) -> None:
@@ -97,16 +113,35 @@ class SpanBatcher(SpanProcessor):
         are queued."""
         with self._export_lock:
             queue, size = self._queue, self._batch
-            while len(queue) >= least and queue:
-                take = queue.popleft
-                batch = [take() for _ in range(min(size, len(queue)))]
+            while queue and self._added - self._taken >= least:
+                batch = self._take(size)
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
-                    self._exporter.export(batch)
+                    for start in range(0, len(batch), size):
+                        self._exporter.export(batch[start : start + size])
                 except Exception:  # an export must never end the thread: the next may succeed
                     logger.exception("span export failed")
                 finally:
                     detach(token)
+
+    def _take(self, size: int) -> list[ReadableSpan]:
+        """The oldest queued items' spans, about ``size`` of them (a request's spans are
+        never split between two takes; the exporter is handed ``size`` at most at once)."""
+        queue, taken = self._queue, 0
+        spans: list[Any] = []
+        while queue and taken < size:
+            item = queue.popleft()
+            if type(item) is RequestTrace:
+                taken += item.span_count
+                try:
+                    spans += replay(item)
+                except Exception:  # one request's notes must not lose the batch
+                    logger.exception("spans of request %s not made", item.request_id)
+            else:
+                taken += 1
+                spans.append(item)
+        self._taken += taken
+        return spans  # RecordedSpans among them, read as ReadableSpans
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export every queued span now (blocking)."""

@@ -3,6 +3,7 @@
     python -m tests.benchmarks.pair telemetry [--rounds 10] [--concurrency 64]
     python -m tests.benchmarks.pair mode --a plain --b routewise-5
     python -m tests.benchmarks.pair tree --a-tree /path/to/other/checkout
+    python -m tests.benchmarks.pair workers [--b-workers 2]   # one process against workers
     python -m tests.benchmarks.pair telemetry --control      # the same gateway twice (A/A)
 
 Alternating runs of one gateway (``bench.py``) compare sittings that differ by whatever else
@@ -19,7 +20,14 @@ round, so neither gateway gets a head start. What is compared:
 * ``mode``: two of bench.py's modes (``--a``, ``--b``) on one config, e.g. ``fixed-5`` against
   ``routewise-5``;
 * ``tree``: another checkout's code (``--a-tree``, e.g. a ``git worktree`` of an older commit)
-  against this one (B), the same config and mode.
+  against this one (B), the same config and mode;
+* ``workers``: ``llmgw serve --workers N`` (B, ``--b-workers``, 2 by default: the supervisor
+  with the actors, N ingress workers and its private nats-server, one process tree) against
+  one ``llmgw serve`` (A, the in-process bus), plain chat (``--a``). Each round also prints
+  the scaling figure, A's CPU per request over B's (≥ 0.8 is issue #30's goal: N workers on
+  N cores then serve at least 0.8 N times what one process serves), and N times it, the
+  "equivalent workers". ``--a-tree`` runs both on another checkout's code (its figure
+  before a change, in the same sitting).
 
 ``--control`` runs A twice: the method's own bias and spread, which a figure is read against.
 Each gateway gets about half the core, so each runs at about half its throughput.
@@ -68,20 +76,29 @@ class Side:
     tree: Path = REPO
     telemetry: bool = False
     mode: str = "plain"
+    workers: int = 1
 
 
 def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     if args.compare == "telemetry":
         a, b = Side("off"), Side("on", telemetry=True)
     elif args.compare == "mode":
-        a, b = Side(args.a, mode=args.a), Side(args.b, mode=args.b)
+        on = args.telemetry
+        a, b = Side(args.a, mode=args.a, telemetry=on), Side(args.b, mode=args.b, telemetry=on)
+    elif args.compare == "workers":
+        if args.b_workers < 2:
+            raise SystemExit("workers: --b-workers is at least 2")
+        tree = REPO if args.a_tree is None else Path(args.a_tree).resolve()
+        a = Side("one", tree=tree, mode=args.a)
+        b = Side(f"workers={args.b_workers}", tree=tree, mode=args.a, workers=args.b_workers)
     else:
         if args.a_tree is None:
             raise SystemExit("tree: --a-tree names the other checkout")
-        a = Side("a-tree", tree=Path(args.a_tree).resolve(), mode=args.a)
-        b = Side("b-tree", mode=args.a)
+        tree = Path(args.a_tree).resolve()
+        a = Side("a-tree", tree=tree, mode=args.a, telemetry=args.telemetry)
+        b = Side("b-tree", mode=args.a, telemetry=args.telemetry)
     if args.control:
-        b = Side(a.name + "-2", tree=a.tree, telemetry=a.telemetry, mode=a.mode)
+        b = Side(a.name + "-2", tree=a.tree, telemetry=a.telemetry, mode=a.mode, workers=a.workers)
     return a, b
 
 
@@ -89,13 +106,14 @@ def _start_gateway(
     kids: Children, bench_args: argparse.Namespace, tmp: Path, side: Side, upstream: str
 ) -> tuple[str, int]:
     """One gateway on the gateway cpus in its own directory, running ``side.tree``'s code;
-    its URL and pid."""
+    its URL and pid (with workers: the supervisor's, whose process tree is measured)."""
     home = tmp / side.name
     home.mkdir()
     config = home / "gateway.yaml"
     telemetry = "telemetry: {enabled: true}\n" if side.telemetry else ""
     config.write_text(_gateway_config(upstream) + telemetry + "server: {engine: hypercorn}\n")
-    cmd = _pinned(bench_args.gateway_cpus, _gateway_cmd(bench_args, config, "inproc://"))
+    serve_args = argparse.Namespace(**{**vars(bench_args), "workers": str(side.workers)})
+    cmd = _pinned(bench_args.gateway_cpus, _gateway_cmd(serve_args, config, "inproc://"))
     if side.tree != REPO:  # the other checkout's code first on the path (Children adds ours)
         cmd = ["env", f"PYTHONPATH={side.tree}", *cmd]
     proc, m = kids.start(side.name, cmd, _GATEWAY_READY, cwd=home)
@@ -150,12 +168,25 @@ def summary(label: str, diffs: list[float]) -> str:
     )
 
 
+def scaling_summary(workers: int, ratios: list[float]) -> str:
+    """The median of the rounds' scaling figures (one process's CPU per request over the
+    workers'), N times it, and the verdict against issue #30's ≥ 0.8."""
+    scaling = statistics.median(ratios)
+    verdict = "meets" if scaling >= 0.8 else "misses"
+    return (
+        f"scaling: median {scaling:.2f} (range {min(ratios):.2f}-{max(ratios):.2f}), "
+        f"{workers} workers ≈ {workers * scaling:.2f} one-process equivalents; "
+        f"{verdict} the ≥ 0.8 goal"
+    )
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.benchmarks.pair")
-    p.add_argument("compare", choices=("telemetry", "mode", "tree"))
+    p.add_argument("compare", choices=("telemetry", "mode", "tree", "workers"))
     p.add_argument("--a", default="plain", help="mode of A (mode; tree: of both)")
     p.add_argument("--b", default="plain", help="mode of B (mode)")
-    p.add_argument("--a-tree", help="tree: the checkout A runs")
+    p.add_argument("--a-tree", help="tree: the checkout A runs (workers: both run)")
+    p.add_argument("--b-workers", type=int, default=2, help="workers: B's --workers N (2)")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=64, help="per gateway (64)")
     p.add_argument("--duration", type=float, default=4.0, help="measured seconds a round (4)")
@@ -163,6 +194,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gateway-cpus", default="0")
     p.add_argument("--load-cpus", default="1")
     p.add_argument("--control", action="store_true", help="A against itself (A/A)")
+    p.add_argument("--telemetry", action="store_true", help="mode, tree: telemetry on for both")
     return p.parse_args(argv)
 
 
@@ -185,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
             for side in (a, b):
                 url = gateways[side.name][0]
                 _check(url, _SURFACES[side.mode].model_for("gateway"), side.mode)
-            diffs = []
-            print(f"| round | {a.name} µs/req | {b.name} µs/req | B - A | req/s A / B |")
-            print("|---:|---:|---:|---:|---:|")
+            diffs: list[float] = []
+            ratios: list[float] = []
+            scaled = b.workers > 1
+            extra = " scaling A / B | equivalent workers |" if scaled else ""
+            print(f"| round | {a.name} µs/req | {b.name} µs/req | B - A | req/s A / B |{extra}")
+            print("|---:|---:|---:|---:|---:|" + ("---:|---:|" if scaled else ""))
             for n in range(1, args.rounds + 1):
                 results = _round(kids, args, (a, b) if n % 2 else (b, a), gateways)
                 ra, rb = results[a.name], results[b.name]
@@ -195,12 +230,16 @@ def main(argv: list[str] | None = None) -> int:
                 if cpu_a is None or cpu_b is None or ra.errors or rb.errors:
                     raise RuntimeError(f"round {n}: no CPU figure or errors: {results}")
                 diffs.append(cpu_b - cpu_a)
+                ratios.append(cpu_a / cpu_b)
+                cells = f" {cpu_a / cpu_b:.2f} | {b.workers * cpu_a / cpu_b:.2f} |"
                 print(
                     f"| {n} | {cpu_a:,.0f} | {cpu_b:,.0f} | {cpu_b - cpu_a:+,.0f} | "
-                    f"{ra.rps:,.0f} / {rb.rps:,.0f} |",
+                    f"{ra.rps:,.0f} / {rb.rps:,.0f} |" + (cells if scaled else ""),
                     flush=True,
                 )
             print(summary(f"{b.name} - {a.name}", diffs))
+            if scaled:
+                print(scaling_summary(b.workers, ratios))
         finally:
             kids.close()
     return 0

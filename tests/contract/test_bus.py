@@ -8,9 +8,11 @@ the same subscription arrives first (delivery keeps publish order per subscripti
 from __future__ import annotations
 
 import asyncio
+import json
 import time
+import urllib.request
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import nats
 import pytest
@@ -39,9 +41,11 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+from tests.fixtures.nats import free_port, start_nats_server
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
 
     from bus import Envelope, Subscription
     from schemas import Message
@@ -362,6 +366,51 @@ async def test_nats_reply_goes_only_to_an_inbox_never_to_a_subject_others_read(
         await responder.aclose()
 
 
+def _connection(monitor: str, name: str) -> dict[str, Any]:
+    """The monitoring endpoint's view of the client connection named ``name``."""
+    with urllib.request.urlopen(f"{monitor}/connz?subs=1", timeout=WAIT_S) as answer:
+        connz = json.loads(answer.read())
+    (conn,) = (c for c in connz["connections"] if c.get("name") == name)
+    return cast("dict[str, Any]", conn)
+
+
+@pytest.mark.nats
+async def test_nats_subscribers_of_one_subject_on_one_bus_share_one_server_subscription(
+    tmp_path: Path, prefix: str
+) -> None:
+    # Each server subscription costs a copy of every message, parsed and decoded apart (an
+    # observation reached three actors of a host): the server sends one, the bus gives it to
+    # every local subscriber, and the subscription lasts while any of them listens.
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'http: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    monitor = f"http://127.0.0.1:{port}"
+    subject = f"{prefix}.shared"
+    with start_nats_server(config_file=conf) as url:
+        bus = await NatsBus.connect(url, name="sharer")
+        try:
+            first, second = bus.subscribe(subject), bus.subscribe(subject)
+            # Entered at once: the second waits for the first's server subscription.
+            one, two = await asyncio.gather(first.__aenter__(), second.__aenter__())
+            sent = _connection(monitor, "sharer")["out_msgs"]
+            await bus.publish(subject, probe("1"))
+            assert [rid_of(env) for sub in (one, two) for env in await take(sub, 1)] == ["1"] * 2
+            conn = _connection(monitor, "sharer")
+            assert conn["out_msgs"] - sent == 1
+            assert conn["subscriptions_list"].count(subject) == 1
+            await first.__aexit__(None, None, None)
+            await bus.publish(subject, probe("2"))
+            assert [rid_of(env) for env in await take(two, 1)] == ["2"]
+            await second.__aexit__(None, None, None)
+            with pytest.raises(NoRespondersError):  # a round trip: the server read the UNSUB
+                await bus.request(
+                    f"{prefix}.nobody", probe("x"), reply_type=ProbeGrant, timeout=WAIT_S
+                )
+            assert subject not in _connection(monitor, "sharer").get("subscriptions_list", [])
+        finally:
+            await bus.aclose()
+
+
 @pytest.mark.nats
 async def test_nats_connect_to_unreachable_server_raises_bus_closed() -> None:
     with pytest.raises(BusClosedError, match="cannot connect"):
@@ -537,7 +586,8 @@ async def test_kv_key_not_rewritten_within_ttl_expires_and_a_rewritten_one_lives
     kv = await any_bus.key_value(bucket, ttl=1.0)
     await kv.put("lapsing", b"x")
     async with asyncio.timeout(WAIT_S):
-        # The bucket expires on its own clock (JetStream's on NATS): poll the outcome.
+        # The bucket expires on its own clock (JetStream's on NATS) and a lapse reaches no
+        # watcher: poll the outcome, rewriting "fresh" well within its TTL each round.
         while await kv.get("lapsing") is not None:
             await kv.put("fresh", b"beat")
             await asyncio.sleep(0.1)

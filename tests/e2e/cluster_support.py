@@ -57,7 +57,10 @@ async def owners_of(kv: KeyValue) -> dict[str, str]:
 
 async def until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, str]:
     """The owners once every unit has one and the owners are exactly ``by``. Raises
-    AssertionError naming the last owners seen when that takes over ``2 * WAIT``."""
+    AssertionError naming the last owners seen when that takes over ``2 * WAIT``.
+
+    Polled, not watched: the callers cut NATS nodes and hosts meanwhile, and nats-py's KV
+    watcher is what ``bus/nats_kv.py`` avoids for listings (nats.py #842, #995)."""
     owners: dict[str, str] = {}
     try:
         async with asyncio.timeout(WAIT * 2):
@@ -65,9 +68,10 @@ async def until_owned(kv: KeyValue, units: set[str], by: set[str]) -> dict[str, 
                 try:
                     owners = await owners_of(kv)
                 except BusClosedError:  # a node was lost: the bucket elects a new leader
-                    continue
-                if set(owners) == units and set(owners.values()) == by:
-                    return owners
+                    pass  # asked again at the poll's pace, not in a tight loop
+                else:
+                    if set(owners) == units and set(owners.values()) == by:
+                        return owners
                 await asyncio.sleep(0.1)  # the owners are in JetStream: poll the outcome
     except TimeoutError:
         raise AssertionError(f"units not owned by {by} in {WAIT * 2} s: {owners}") from None

@@ -162,17 +162,20 @@ async def test_store_with_full_queue_refuses_a_batch_never_blocking_and_takes_it
                 )
             )
 
-        async with anyio.create_task_group() as sending:
+        async with (
+            bus.subscribe(subjects.LOG_APPEND) as appends,  # sees it; the store answers
+            anyio.create_task_group() as sending,
+        ):
             sending.start_soon(resend)
+            with anyio.fail_after(WAIT):
+                await anext(aiter(appends))
+            # In the store's mailbox now, so handled before the requests below.
             taken = await admin(bus, "stats")
-            with anyio.move_on_after(WAIT):
-                while taken["pending"] < 1:
-                    await anyio.sleep(0.005)  # polling the owner's answer, bounded by WAIT
-                    taken = await admin(bus, "stats")
             await admin(bus, "flush")
         store.request_stop()
     assert stats["written"] == 10
     assert stats["refused_queue_full"] == 15 and stats["dropped"] == 0
+    assert taken["pending"] == 1
     assert again == [LogAppended(seq=25)]  # a refused batch sent again is taken
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -17,6 +18,7 @@ from gateway.ingress.admission import Admission
 from schemas import AdminCommand, AdminReply, RateLimitedError, subjects
 from schemas.config import GatewayConfig
 from schemas.limits import AdmitBatch, AdmitRequest, LimitsConfig, LimitSettle, LimitSettleBatch
+from tests.fixtures.logs import log_lines
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -159,16 +161,20 @@ async def test_settles_no_owner_acknowledged_are_kept_and_counted_once_it_is_bac
     await admission.start()
     done = LimitSettle(request_id="r1", subjects=("key:k-1",), role="pro", cost_usd=0.25)
     try:
-        admission.settle(done)  # the owner is away (killed, restarting)
-        with anyio.fail_after(WAIT):
-            while admission.owed == 0:  # noqa: ASYNC110 - nothing to await but the send
-                await asyncio.sleep(0.01)
+        with log_lines("gateway.ingress.admission", logging.INFO) as lines:
+            admission.settle(done)  # the owner is away (killed, restarting)
+            await lines.wait_for("settles not acknowledged", 1, WAIT)
+        assert admission.owed == 1
         actor = LimitsActor(str(tmp_path / "limits.db"), LimitsConfig(snapshot_seconds=0.05))
-        async with anyio.create_task_group() as tg:
+        async with (
+            bus.subscribe(subjects.LIMITS_SETTLE) as settles,  # sees it; the owner answers
+            anyio.create_task_group() as tg,
+        ):
             await tg.start(actor.run, bus)
-            with anyio.fail_after(WAIT):
-                while admission.owed:  # noqa: ASYNC110 - paid at the next renewal tick
-                    await asyncio.sleep(0.01)
+            with anyio.fail_after(WAIT):  # paid at the next renewal tick
+                paid = (await anext(aiter(settles))).message
+            assert paid == done
+            assert admission.owed == 0
             usage = await _usage(bus)
             actor.request_stop()
     finally:

@@ -3,6 +3,7 @@ sends them again while no store answers, and bounds what it keeps."""
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import time
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from gateway.ingress.accounting import LogOutbox
 from gateway.ingress.metrics import GatewayMetrics
 from schemas import Observation, RequestCompleted
 from schemas.config import LogConfig
+from tests.fixtures.logs import LogLines, log_lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -35,13 +37,11 @@ def _kinds(path: Path) -> list[tuple[str, str]]:
         )
 
 
-async def _failed_twice(outbox: LogOutbox) -> None:
-    """Return once the outbox sent its batch and got no answer twice; fail after WAIT."""
-    with anyio.fail_after(WAIT):
-        # The outbox offers no event for a failed send (nothing in it waits for one): poll
-        # its counter, bounded by WAIT.
-        while outbox.failures < 2:  # noqa: ASYNC110
-            await anyio.sleep(0.01)
+async def _failed_twice(outbox: LogOutbox, lines: LogLines) -> None:
+    """Return once the outbox sent its batch and got no answer twice (it warns at the first
+    and second failure); fail after WAIT."""
+    await lines.wait_for("rows kept for the store until it answers", 2, WAIT)
+    assert outbox.failures >= 2
 
 
 async def _drained(outbox: LogOutbox) -> None:
@@ -54,10 +54,11 @@ async def test_rows_kept_while_no_store_runs_are_committed_once_one_starts(tmp_p
     outbox = LogOutbox(bus, LogConfig(flush_ms=10))
     path = tmp_path / "log.db"
     try:
-        outbox.start()
-        for i in range(3):
-            outbox.add(*_request(i))
-        await _failed_twice(outbox)
+        with log_lines("gateway.ingress.accounting", logging.WARNING) as lines:
+            outbox.start()
+            for i in range(3):
+                outbox.add(*_request(i))
+            await _failed_twice(outbox, lines)
         kept = outbox.waiting
         store = StoreActor(str(path), LogConfig(flush_ms=10))
         async with anyio.create_task_group() as tg:

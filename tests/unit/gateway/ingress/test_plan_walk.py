@@ -65,10 +65,14 @@ def _budget(cooling_wait: float) -> Budget:
     return Budget(FailoverConfig(cooling_wait_seconds=cooling_wait), loop.time(), loop.time)
 
 
-async def _answering(bus: InProcessBus, model: str, *answers: Message) -> list[float]:
-    """Answer ``model``'s plan requests with ``answers`` in turn; returns when each came."""
+async def _answering(
+    bus: InProcessBus, model: str, subscribed: asyncio.Event, *answers: Message
+) -> list[float]:
+    """Answer ``model``'s plan requests with ``answers`` in turn, setting ``subscribed`` once
+    it listens; returns when each request came."""
     loop, asked_at = asyncio.get_running_loop(), []
     async with bus.subscribe(subjects.model_route(model)) as sub:
+        subscribed.set()
         for answer in answers:
             req = await anext(aiter(sub))
             asked_at.append(loop.time())
@@ -123,8 +127,9 @@ async def test_every_route_cooling_with_the_reset_near_waits_for_it_and_plans_ag
     bus: InProcessBus,
 ) -> None:
     cooling = AllRoutesCoolingError("cooling", retry_after=0.05).to_reply()
-    answering = asyncio.create_task(_answering(bus, "a", cooling, PLAN_A))
-    await asyncio.sleep(0)  # the owner is subscribed
+    subscribed = asyncio.Event()
+    answering = asyncio.create_task(_answering(bus, "a", subscribed, cooling, PLAN_A))
+    await subscribed.wait()
     asker = _Asker(bus)
 
     got = await _walk(asker, "a", budget=_budget(2.0)).first()
@@ -139,8 +144,9 @@ async def test_a_reset_beyond_what_is_left_of_the_cooling_wait_is_answered_at_on
     bus: InProcessBus,
 ) -> None:
     cooling = AllRoutesCoolingError("cooling", retry_after=0.05).to_reply()
-    answering = asyncio.create_task(_answering(bus, "a", cooling, cooling))
-    await asyncio.sleep(0)
+    subscribed = asyncio.Event()
+    answering = asyncio.create_task(_answering(bus, "a", subscribed, cooling, cooling))
+    await subscribed.wait()
     asker = _Asker(bus)
 
     # 0.08 s in all: the first reset is waited for, the second would pass the allowance.
@@ -156,8 +162,9 @@ async def test_a_reset_beyond_what_is_left_of_the_cooling_wait_is_answered_at_on
 async def test_only_cooling_is_waited_for_and_only_with_a_budget(bus: InProcessBus) -> None:
     open_ = AllCircuitsOpenError("open", retry_after=0.01).to_reply()
     cooling = AllRoutesCoolingError("cooling", retry_after=0.01).to_reply()
-    answering = asyncio.create_task(_answering(bus, "a", open_, cooling))
-    await asyncio.sleep(0)
+    subscribed = asyncio.Event()
+    answering = asyncio.create_task(_answering(bus, "a", subscribed, open_, cooling))
+    await subscribed.wait()
     asker = _Asker(bus)
 
     with pytest.raises(AllCircuitsOpenError) as sick:  # open circuits: sickness, no wait

@@ -54,7 +54,7 @@ async def test_an_error_thrown_into_the_rest_reaches_the_coroutine() -> None:
 
     async def publish() -> None:
         try:
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # a wait that only the cancellation ends
         except asyncio.CancelledError:
             caught.append("cancelled")
             raise

@@ -53,7 +53,7 @@ def test_a_cancelled_queued_request_gives_its_turn_to_the_next() -> None:
         start = loop.time()
         first = asyncio.create_task(sim.complete(TARGET, BODY))
         second = asyncio.create_task(sim.complete(TARGET, BODY))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # virtual time: the second is queued behind the first
         second.cancel()
         await sim.complete(TARGET, BODY)  # third: waits for the first only
         await first
@@ -83,7 +83,7 @@ def test_in_an_outage_window_a_route_refuses_connections() -> None:
         sim = _sim(outages=[{"start": 0, "end": 10, "kind": "connect"}])
         with pytest.raises(UpstreamError) as refused:
             await sim.complete(TARGET, BODY)
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # virtual time: the outage passes, the behaviour under test
         await sim.complete(TARGET, BODY)  # the window is over
         return refused.value
 
@@ -103,7 +103,7 @@ def test_a_spent_quota_plan_answers_insufficient_quota_until_its_next_period() -
         with pytest.raises(UpstreamError) as spent:
             await sim.complete(_keyed("sk-a"), BODY)
         await sim.complete(_keyed("sk-b"), BODY)  # each credential has its own plan
-        await asyncio.sleep(start + 60 - loop.time())
+        await asyncio.sleep(start + 60 - loop.time())  # virtual time: to the next period
         await sim.complete(_keyed("sk-a"), BODY)  # the next period renews it
         return spent.value
 
@@ -127,7 +127,7 @@ def test_a_concurrency_plan_refuses_one_more_in_flight_at_once_and_frees_with_th
         sim, loop = _sim(concurrency={"limit": 1, "retry_after": 2}), asyncio.get_running_loop()
         start = loop.time()
         first = asyncio.create_task(sim.complete(TARGET, BODY))
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: the first is in flight
         with pytest.raises(UpstreamError) as refused:
             await sim.complete(TARGET, BODY)
         refused_at = loop.time() - start

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -43,6 +43,7 @@ from gateway.steering.resolver import Ordering, Resolution
 from gateway.telemetry import start_telemetry
 from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder, _StockSampler
+from gateway.telemetry.trace_replay import replay
 from schemas import RouteCandidate, RoutePlan, RouteRequest
 from schemas.config import GatewayConfig
 
@@ -178,8 +179,7 @@ async def test_an_unsampled_request_sends_its_server_spans_context_and_exports_n
     trace, sent = await _traced_attempt(otlp_receiver, 0.0, None)
 
     assert not trace.sampled
-    server = trace.server.context
-    assert sent == {"traceparent": f"00-{trace.trace_id}-{server.span_id:016x}-00"}
+    assert sent == {"traceparent": f"00-{trace.trace_id}-{trace.span_id:016x}-00"}
     assert otlp_receiver.spans == []
 
 
@@ -295,8 +295,9 @@ async def test_routing_spans_of_one_decision_share_its_attribute_set(
             HttpRequest(scope, _never_receive, _never_send, request_id=f"r-{n}"), "/x"
         )
         trace.routing(RouteRequest(model="m"))
-        span = trace._routing
         trace.routed(plan, res)
+        trace.finish(200, "")
+        (span,) = [s for s in replay(trace) if s.name == "llmgw.routing"]
         spans.append(span)
 
     assert spans[0] is not None and spans[1] is not None
@@ -323,3 +324,50 @@ async def test_routing_spans_of_one_decision_share_its_attribute_set(
     await asyncio.to_thread(telemetry.shutdown)  # blocking: the export answers on this loop
     exported = [s.attributes for s in otlp_receiver.spans if s.name == "llmgw.routing"]
     assert exported == [s.attributes for s in spans if s is not None]
+
+
+async def test_a_request_under_another_sampler_asks_it_once_with_the_server_spans_attributes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Custom(Sampler):
+        seen: ClassVar[list[dict[str, Any]]] = []
+
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            Custom.seen.append(dict(kwargs.get("attributes") or args[4]))
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, {"sampler.said": "yes"})
+
+        def get_description(self) -> str:
+            return "custom"
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    config = GatewayConfig.model_validate(
+        {
+            "telemetry": {"enabled": True, "metrics": False},
+            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
+        }
+    )
+    telemetry = start_telemetry(config)
+    assert telemetry is not None
+    recorder, exported = _recorder(Custom())
+    telemetry.spans = recorder  # the request's spans go to the in-memory exporter
+    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+    req = HttpRequest(scope, _never_receive, _never_send, request_id="r-1")
+    trace = telemetry.request(req, "/v1/chat/completions")
+    assert trace.eager_server is not None  # asked at once, with the SERVER span's attributes
+    (asked,) = Custom.seen
+    assert asked["http.route"] == "/v1/chat/completions"
+    assert asked["llmgw.request_id"] == "r-1"
+    cand = RouteCandidate(
+        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
+    )
+    trace.routing(RouteRequest(model="m"))
+    trace.routed(RoutePlan(model="m", candidates=(cand,)), None)
+    trace.finish(200, "")
+    await asyncio.to_thread(telemetry.shutdown)
+
+    spans = {s.name: s for s in _decoded(exported)}
+    assert set(spans) == {"POST /v1/chat/completions", "llmgw.routing"}
+    server = spans["POST /v1/chat/completions"]
+    assert {a.key: a.value.string_value for a in server.attributes}["sampler.said"] == "yes"
+    assert spans["llmgw.routing"].parent_span_id == server.span_id
+    assert len(Custom.seen) == 1  # the children follow the request's one decision

@@ -1,6 +1,7 @@
 """The span processor (gateway.telemetry.span_batcher): a full batch wakes the export thread
 and only full batches go then; the schedule delay sends the rest; a full queue drops and
-counts; flush and shutdown send everything."""
+counts; flush and shutdown send everything; a request's notes count as the spans they make,
+made on the export thread."""
 
 from __future__ import annotations
 
@@ -10,10 +11,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from gateway.adapters.base import UpstreamTarget
+from gateway.http.request import HttpRequest
+from gateway.telemetry import start_telemetry
+from gateway.telemetry.recorded_span import RecordedSpan
 from gateway.telemetry.span_batcher import SpanBatcher
+from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
+from schemas.config import GatewayConfig
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from gateway.telemetry.request_trace import RequestTrace
 
 
 class _Exporter(SpanExporter):
@@ -114,3 +123,104 @@ def test_settings_come_from_the_sdks_variables(monkeypatch: pytest.MonkeyPatch) 
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="max_export_batch_size"):
         SpanBatcher(_Exporter(), max_queue_size=2, max_export_batch_size=3)
+
+
+def _notes_of_requests(
+    batcher: SpanBatcher, monkeypatch: pytest.MonkeyPatch, count: int
+) -> list[RequestTrace]:
+    """``count`` finished requests (SERVER, routing and one attempt span each), their notes
+    handed to ``batcher`` as the gateway's telemetry hands them to its own."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    config = GatewayConfig.model_validate(
+        {
+            "telemetry": {"enabled": True, "metrics": False},
+            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
+        }
+    )
+    telemetry = start_telemetry(config)
+    assert telemetry is not None
+    telemetry.spans.take_notes = batcher.on_trace
+    cand = RouteCandidate(
+        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
+    )
+    target = UpstreamTarget(
+        endpoint="m#0",
+        kind="echo",
+        base_url="http://e:81/v1",
+        upstream_model="m",
+        api_key=None,
+        timeout=1,
+        connect_timeout=1,
+    )
+    traces = []
+    for n in range(count):
+        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
+        trace = telemetry.request(
+            HttpRequest(scope, _never_receive, _never_send, request_id=f"r-{n}"), "/x"
+        )
+        trace.routing(RouteRequest(model="m"))
+        trace.routed(RoutePlan(model="m", candidates=(cand,)), None)
+        trace.attempt(1, cand, target, "chat", False)
+        trace.attempt_done(Observation(endpoint="m#0", model="m", outcome="success"))
+        # The hooks only noted: no span exists before the batcher takes the notes.
+        assert trace.eager_server is None
+        assert not [x for note in trace.notes for x in note if isinstance(x, RecordedSpan)]
+        trace.finish(200, "")
+        traces.append(trace)
+    telemetry.shutdown()
+    return traces
+
+
+async def _never_receive() -> Any:
+    raise AssertionError("the trace never reads")
+
+
+async def _never_send(message: Any) -> None:
+    raise AssertionError("the trace never answers")
+
+
+def test_a_requests_spans_count_toward_the_batch_and_are_made_on_the_export_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exporter = _Threads()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=4
+    )
+    traces = _notes_of_requests(batcher, monkeypatch, 1)
+    assert exporter.batches == []  # three spans: not a batch
+    traces += _notes_of_requests(batcher, monkeypatch, 1)  # six: a batch, woken at once
+    assert exporter.arrived.wait(10)
+    batcher.shutdown()
+
+    assert [len(b) for b in exporter.batches] == [4, 2]  # never more than a batch at once
+    spans = [s for b in exporter.batches for s in b]
+    assert [s.name for s in spans] == ["llmgw.routing", "chat m", "POST /x"] * 2
+    assert [s.attributes["llmgw.request_id"] for s in spans[2::3]] == ["r-0", "r-0"]
+    assert exporter.threads == {"llmgw-spans"}
+
+
+def test_a_full_queue_drops_a_requests_spans_whole(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter = _Exporter()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=5, schedule_delay_millis=_HOUR_MS, max_export_batch_size=5
+    )
+    _notes_of_requests(batcher, monkeypatch, 2)  # 3 + 3 spans: the second does not fit
+    batcher.shutdown()
+
+    assert batcher.dropped == 3
+    assert [s.name for b in exporter.batches for s in b] == ["llmgw.routing", "chat m", "POST /x"]
+    assert "span queue full" in caplog.text
+
+
+class _Threads(_Exporter):
+    """Also notes the threads that export (and so made the spans of the batches)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        self.threads.add(threading.current_thread().name)
+        return super().export(spans)
