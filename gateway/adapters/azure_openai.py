@@ -14,13 +14,14 @@ the filter cut keeps ``finish_reason: content_filter`` and passes through as an 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import msgspec
 
-from gateway.adapters.base import error_from_status, redacted
+from gateway.adapters.base import MappedBatches, error_from_status, redacted
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.platform_errors import CONTENT_FILTER
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
@@ -117,19 +118,12 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
         except UpstreamError as err:
             raise self._redacted(err, target) from None
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """The deployment's chat stream (see the base class). Raises UpstreamError, token
         redacted."""
-        batches = super().stream(target, body)
-        try:
-            async for batch in batches:
-                yield batch
-        except UpstreamError as err:
-            raise self._redacted(err, target) from None
-        finally:
-            aclose = getattr(batches, "aclose", None)
-            if aclose is not None:  # closing this stream closes the upstream's at once
-                await aclose()
+        return MappedBatches(
+            super().stream(target, body), functools.partial(self._redacted, target=target)
+        )
 
     def _redacted(self, err: UpstreamError, target: UpstreamTarget) -> UpstreamError:
         settings = target.azure

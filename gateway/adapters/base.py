@@ -11,6 +11,7 @@ answers, a stream broken mid-answer, hedged twins and both background probers al
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,7 +21,7 @@ import msgspec
 from schemas import QUOTA_EXHAUSTED, ErrorCode, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
     from schemas.bedrock_settings import BedrockSettings
     from schemas.config import AzureSettings
@@ -334,6 +335,38 @@ def redacted(err: UpstreamError, secret: str | None) -> UpstreamError:
     return err
 
 
+class MappedBatches:
+    """``inner``'s batches, each UpstreamError that ends them passed through ``mapped`` (which
+    returns the error to raise). Closing it closes ``inner`` at once. A class, not an async
+    generator: a stream's relay pays for each layer of generator it goes through."""
+
+    __slots__ = ("_inner", "_mapped")
+
+    def __init__(
+        self, inner: AsyncIterator[Batch], mapped: Callable[[UpstreamError], UpstreamError]
+    ) -> None:
+        self._inner = inner
+        self._mapped = mapped
+
+    def __aiter__(self) -> MappedBatches:
+        return self
+
+    async def __anext__(self) -> Batch:
+        try:
+            return await self._inner.__anext__()
+        except UpstreamError as err:
+            mapped = self._mapped(err)
+            if mapped is err:
+                raise
+            raise mapped from None
+
+    async def aclose(self) -> None:
+        """Close the wrapped stream (its upstream connection goes with it)."""
+        aclose = getattr(self._inner, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 class RedactingAdapter:
     """Wraps one adapter; every UpstreamError it raises leaves with the attempt's
     credential redacted (see the module docstring). Raises what the wrapped adapter raises."""
@@ -351,19 +384,11 @@ class RedactingAdapter:
             redacted(err, target.api_key)
             raise
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """The wrapped adapter's batches, up to the error that ends them, redacted."""
-        batches = self._inner.stream(target, body)
-        try:
-            async for batch in batches:
-                yield batch
-        except UpstreamError as err:
-            redacted(err, target.api_key)
-            raise
-        finally:
-            aclose = getattr(batches, "aclose", None)
-            if aclose is not None:  # closing this stream closes the upstream's at once
-                await aclose()
+        return MappedBatches(
+            self._inner.stream(target, body), functools.partial(redacted, secret=target.api_key)
+        )
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
         """The wrapped adapter's answer."""

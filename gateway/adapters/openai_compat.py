@@ -24,8 +24,9 @@ from schemas import UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
+    from contextlib import AbstractAsyncContextManager
 
-    from gateway.adapters.upstream_http import UpstreamHTTP
+    from gateway.adapters.upstream_http import StreamAnswer, UpstreamHTTP
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -93,50 +94,126 @@ class OpenAICompatAdapter:
         """POST /embeddings. Raises UpstreamError."""
         return await self._post_json(target, "/embeddings", body, "data")
 
-    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+    def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """POST /chat/completions with stream; yields the chunk dicts of each read until
-        ``[DONE]``.
+        ``[DONE]`` (nothing is sent before the first ``__anext__``).
 
         Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
         a stream that ends without ``[DONE]`` (a silent truncation is never a success).
         """
-        data, headers = await self._payload(target, body)
-        async with self._http.stream(
+        return _ChatStream(self, target, body)
+
+
+class _ChatStream:
+    """The batches of one :meth:`OpenAICompatAdapter.stream`, the upstream's answer held
+    open from the first ``__anext__`` until the stream ends, fails or is closed
+    (``aclose``). A class, not an async generator: every stream paid for the generator's
+    creation, the event loop's hooks and its closing, each request once more per layer."""
+
+    __slots__ = (
+        "_adapter",
+        "_body",
+        "_context",
+        "_done",
+        "_failure",
+        "_parser",
+        "_pieces",
+        "_spent_for",
+        "_target",
+    )
+
+    def __init__(self, adapter: OpenAICompatAdapter, target: UpstreamTarget, body: JSON) -> None:
+        self._adapter = adapter
+        self._target = target
+        self._body: JSON | None = body
+        self._context: AbstractAsyncContextManager[StreamAnswer] | None = None
+        self._pieces: AsyncIterator[bytes] | None = None
+        self._parser = SSEParser()
+        self._spent_for: float | None = None
+        self._done = False  # ``[DONE]`` came: nothing follows the batch it came with
+        self._failure: UpstreamError | None = None  # raised after the chunks before it
+
+    def __aiter__(self) -> _ChatStream:
+        return self
+
+    async def __anext__(self) -> Batch:
+        try:
+            if self._pieces is None:
+                if self._body is None:  # ended, or closed before it began
+                    raise StopAsyncIteration
+                await self._open()
+                assert self._pieces is not None
+            while True:
+                if self._failure is not None:
+                    raise self._failure
+                if self._done:
+                    raise StopAsyncIteration
+                try:
+                    raw = await anext(self._pieces)
+                except StopAsyncIteration:
+                    raise UpstreamError(
+                        "upstream stream ended before [DONE]",
+                        endpoint=self._target.endpoint,
+                        kind="truncated",
+                    ) from None
+                batch = self._batch(raw)
+                if batch is not None:
+                    return batch
+        except BaseException:
+            # Whatever ends the stream (its end, its error, a cancellation) releases it.
+            await self.aclose()
+            raise
+
+    async def _open(self) -> None:
+        adapter, target, body = self._adapter, self._target, self._body
+        assert body is not None
+        self._body = None
+        data, headers = await adapter._payload(target, body)
+        context = adapter._http.stream(
             target.endpoint,
-            self._url(target, "/chat/completions"),
+            adapter._url(target, "/chat/completions"),
             data,
             headers,
             timeout=target.timeout,
             connect_timeout=target.connect_timeout,
-        ) as resp:
-            if resp.status >= 300:
-                raise self._error(target, resp.status, resp.headers, await resp.read())
-            parser = SSEParser()
-            spent_for = rate_limit_spent_seconds(resp.headers)
-            async for raw in resp.chunks():
-                batch: list[JSON] = []
-                done, failure = False, None
-                for _event, event_data in parser.feed(raw):
-                    if event_data == _DONE:
-                        done = True
-                        break
-                    try:
-                        chunk = _chunk(target, event_data)
-                    except UpstreamError as exc:
-                        failure = exc  # the chunks before it still reach the client
-                        break
-                    if self._relayed(chunk):
-                        batch.append(chunk)
-                if batch:
-                    yield Batch(batch, last=done, spent_for=spent_for)
-                    spent_for = None  # said once, with the first batch
-                if failure is not None:
-                    raise failure
-                if done:
-                    return
-            raise UpstreamError(
-                "upstream stream ended before [DONE]", endpoint=target.endpoint, kind="truncated"
-            )
+        )
+        resp = await context.__aenter__()
+        self._context = context
+        if resp.status >= 300:
+            raise adapter._error(target, resp.status, resp.headers, await resp.read())
+        self._spent_for = rate_limit_spent_seconds(resp.headers)
+        self._pieces = resp.chunks()
+
+    def _batch(self, raw: bytes) -> Batch | None:
+        """The chunks of one read (None if it completed none); notes ``[DONE]`` and an
+        in-band failure."""
+        batch: list[JSON] = []
+        relayed = self._adapter._relayed
+        for _event, event_data in self._parser.feed(raw):
+            if event_data == _DONE:
+                self._done = True
+                break
+            try:
+                chunk = _chunk(self._target, event_data)
+            except UpstreamError as exc:
+                self._failure = exc  # the chunks before it still reach the client
+                break
+            if relayed(chunk):
+                batch.append(chunk)
+        if not batch:
+            return None
+        spent_for, self._spent_for = self._spent_for, None  # said once, with the first batch
+        return Batch(batch, last=self._done, spent_for=spent_for)
+
+    async def aclose(self) -> None:
+        """Release the upstream's answer (idempotent): a fully read connection goes back to
+        the pool, a half-read one is closed, so the upstream sees its client go away."""
+        self._body = None
+        self._done = True
+        self._failure = None
+        context, self._context = self._context, None
+        if context is not None:
+            await context.__aexit__(None, None, None)
 
 
 def _chunk(target: UpstreamTarget, data: bytes) -> JSON:

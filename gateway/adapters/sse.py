@@ -22,18 +22,28 @@ class SSEParser:
         out: list[tuple[str | None, bytes]] = []
         start = 0
         if not self._data and self._event is None:
-            # What LLM APIs send: whole frames of one ``data:`` line each, taken a frame at a
-            # time; anything else (and a frame's unfinished rest) goes line by line below.
-            while True:
-                end = buf.find(b"\n\n", start)
-                if end < 0:
-                    break
-                frame = buf[start:end]
-                if frame[:5] != b"data:" or b"\n" in frame or b"\r" in frame:
-                    break
-                value = frame[5:]
-                out.append((None, value[1:] if value[:1] == b" " else value))
-                start = end + 2
+            # What LLM APIs send: whole frames of one ``data:`` line each. Taken all at once
+            # when every frame of ``buf`` is one (a few calls for the read, not a few per
+            # frame), else a frame at a time up to the first that is not; anything else (and
+            # a frame's unfinished rest) goes line by line below.
+            plain = _plain_frames(buf)
+            if plain is not None:
+                out, buf = plain
+            else:
+                while True:
+                    end = buf.find(b"\n\n", start)
+                    if (
+                        end < 0
+                        or not buf.startswith(b"data:", start, end)
+                        or buf.find(b"\n", start, end) >= 0
+                        or buf.find(b"\r", start, end) >= 0
+                    ):
+                        break
+                    at = start + 5
+                    if at < end and buf[at] == 0x20:  # the one space after the colon
+                        at += 1
+                    out.append((None, buf[at:end]))
+                    start = end + 2
         while True:
             end = buf.find(b"\n", start)
             if end < 0:
@@ -59,3 +69,21 @@ class SSEParser:
                 self._event = value.decode("utf-8", "replace")
         self._buf = buf[start:]
         return out
+
+
+def _plain_frames(buf: bytes) -> tuple[list[tuple[str | None, bytes]], bytes] | None:
+    """Every frame ``buf`` completes, when each is a single ``data:`` line, and the rest after
+    them; None when one is not. (``find`` and ``count``, never ``in``: ``bytes in bytes``
+    first tries the needle as an integer, raising and clearing a TypeError each time.)"""
+    frames = buf.split(b"\n\n")
+    rest = frames.pop()
+    done = len(buf) - len(rest)
+    # Exactly two line ends per frame: none has a second line (nor an empty one before it).
+    if buf.count(b"\n", 0, done) != 2 * len(frames) or buf.find(b"\r", 0, done) >= 0:
+        return None
+    out: list[tuple[str | None, bytes]] = []
+    for frame in frames:
+        if frame[:5] != b"data:":
+            return None
+        out.append((None, frame[6:] if frame[5:6] == b" " else frame[5:]))
+    return out, rest

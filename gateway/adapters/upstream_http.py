@@ -9,17 +9,20 @@ gateway's hot path that difference was a quarter of its CPU. Transport failures 
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
+from aiohttp.streams import EofStream
 
 from schemas import UpstreamError, UpstreamTimeoutError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
+    from contextlib import AbstractAsyncContextManager
 
+    from aiohttp import ClientResponse
     from yarl import URL
 
 _READ_CHUNK = 64 * 1024
@@ -53,13 +56,35 @@ class StreamAnswer:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(self._endpoint, exc) from None
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives. Raises UpstreamError when the connection breaks."""
+        return _Pieces(self._endpoint, self._resp.content)
+
+
+class _Pieces:
+    """The pieces of a body as they arrive, as an async iterator. Not an async generator: a
+    generator left unfinished (a stream ends at its ``[DONE]``, before the body's end) is
+    closed by the event loop's finalizer hook, a task scheduled per stream."""
+
+    __slots__ = ("_content", "_endpoint")
+
+    def __init__(self, endpoint: str, content: aiohttp.StreamReader) -> None:
+        self._endpoint = endpoint
+        self._content = content
+
+    def __aiter__(self) -> _Pieces:
+        return self
+
+    async def __anext__(self) -> bytes:
         try:
-            async for piece in self._resp.content.iter_any():
-                yield piece
+            piece = await self._content.readany()
+        except EofStream:
+            raise StopAsyncIteration from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(self._endpoint, exc) from None
+        if not piece:  # what ``iter_any`` ends on, as on EofStream
+            raise StopAsyncIteration
+        return piece
 
 
 def transport_error(endpoint: str, exc: BaseException) -> UpstreamError:
@@ -130,8 +155,7 @@ class UpstreamHTTP:
         except (TimeoutError, aiohttp.ClientError) as exc:
             raise transport_error(endpoint, exc) from None
 
-    @asynccontextmanager
-    async def stream(
+    def stream(
         self,
         endpoint: str,
         url: str | URL,
@@ -140,26 +164,20 @@ class UpstreamHTTP:
         *,
         timeout: float,
         connect_timeout: float,
-    ) -> AsyncIterator[StreamAnswer]:
+    ) -> AbstractAsyncContextManager[StreamAnswer]:
         """POST and yield the answer as it arrives; the connection is released on exit.
         Raises UpstreamError for transport failures."""
-        try:
-            cm = self._client().post(
+        return _Streaming(
+            endpoint,
+            functools.partial(
+                self._client().post,
                 url,
                 data=body,
                 headers=headers,
                 allow_redirects=False,
                 timeout=self._timeout(timeout, connect_timeout),
-            )
-            resp = await cm.__aenter__()
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise transport_error(endpoint, exc) from None
-        try:
-            yield StreamAnswer(endpoint, resp)
-        finally:
-            # Releases a fully read connection to the pool; closes a half-read one, so an
-            # abandoned stream's upstream sees its client go away.
-            await cm.__aexit__(None, None, None)
+            ),
+        )
 
     async def get_status(self, url: str, *, timeout: float) -> int | None:
         """GET ``url``; its status, or None when it did not answer."""
@@ -192,3 +210,32 @@ class UpstreamHTTP:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+class _Streaming:
+    """:meth:`UpstreamHTTP.stream`'s context (a class, not ``@asynccontextmanager``: no
+    generator per stream). ``post`` sends the request. Raises UpstreamError for transport
+    failures on entry."""
+
+    __slots__ = ("_cm", "_endpoint", "_post")
+
+    def __init__(
+        self, endpoint: str, post: Callable[[], AbstractAsyncContextManager[ClientResponse]]
+    ) -> None:
+        self._endpoint = endpoint
+        self._post = post
+        self._cm: AbstractAsyncContextManager[ClientResponse] | None = None
+
+    async def __aenter__(self) -> StreamAnswer:
+        try:
+            self._cm = self._post()
+            resp = await self._cm.__aenter__()
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise transport_error(self._endpoint, exc) from None
+        return StreamAnswer(self._endpoint, resp)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Releases a fully read connection to the pool; closes a half-read one, so an
+        # abandoned stream's upstream sees its client go away.
+        if self._cm is not None:
+            await self._cm.__aexit__(None, None, None)

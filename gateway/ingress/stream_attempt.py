@@ -5,6 +5,7 @@ by the failover loop's ``AttemptKind`` ``STREAM``, then relayed as a committed
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -163,8 +164,15 @@ async def _first_token(
 async def _aclose(gen: AsyncIterator[Any]) -> None:
     aclose = getattr(gen, "aclose", None)
     if aclose is not None:
-        with anyio.CancelScope(shield=True):
+        with _scope_class()(shield=True):
             await aclose()
+
+
+@functools.cache
+def _scope_class() -> type[anyio.CancelScope]:
+    """The running backend's cancel scope class: ``anyio.CancelScope()`` looks the backend up
+    on every call; the gateway runs on asyncio only (as ``pipeline._scope_class``)."""
+    return type(anyio.CancelScope())
 
 
 class StreamAttempt:
@@ -195,28 +203,47 @@ class StreamAttempt:
         self._chars = 0  # content sent, for the estimate when no usage is reported
         self._finished = False
         self._idle = idle_timeout
+        self._pending: Batch | None = first  # what ``__anext__`` gives next, unread
+        self._more = not first.last  # whether ``rest`` may hold more
+        self._over = False  # the batches ended (their end, or the error that ended them)
         self._note(first)
 
-    async def batches(self) -> AsyncIterator[Batch]:
+    def batches(self) -> AsyncIterator[Batch]:
         """Every batch of chunks (what one upstream read carried), the first included, up to
-        the ``last`` one. Raises UpstreamError if the stream breaks, stalls for the idle
-        timeout, or ends without a finish reason."""
-        yield self.first
-        batch = self.first
-        while not batch.last:
+        the ``last`` one (iterate once). Raises UpstreamError if the stream breaks, stalls
+        for the idle timeout, or ends without a finish reason."""
+        return self
+
+    def __aiter__(self) -> StreamAttempt:
+        return self
+
+    async def __anext__(self) -> Batch:
+        # An iterator over itself, not an async generator: a stream pays for each layer of
+        # generator between the upstream's reads and the client.
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            return pending
+        if self._over:
+            raise StopAsyncIteration
+        self._over = True  # unless another batch comes
+        if self._more:
             try:
                 async with asyncio.timeout(self._idle):
                     batch = await anext(self._rest)
             except StopAsyncIteration:
-                break
+                pass
             except TimeoutError:
                 raise UpstreamTimeoutError(
                     f"upstream stream stalled: no chunk for {self._idle:g} s",
                     endpoint=self.candidate.endpoint,
                     kind="idle",
                 ) from None
-            self._note(batch)
-            yield batch
+            else:
+                self._over = False
+                self._more = not batch.last
+                self._note(batch)
+                return batch
         if not self._finished:
             # A clean end that never said why the answer stopped may be cut short.
             raise UpstreamError(
@@ -224,6 +251,7 @@ class StreamAttempt:
                 endpoint=self.candidate.endpoint,
                 kind="truncated",
             )
+        raise StopAsyncIteration
 
     def _note(self, batch: Batch) -> None:
         """Keep the latest usage, the characters sent, whether a choice has said why it

@@ -1,7 +1,7 @@
 """What one request costs the gateway's own process, measured in instructions or CPU time.
 
     python -m tests.benchmarks.request_cost [--modes plain,stream,fixed-5,routewise-5]
-        [--requests 2000] [--concurrency 1] [--telemetry]
+        [--requests 2000] [--concurrency 1] [--telemetry] [--no-request-log]
     python -m tests.benchmarks.request_cost --callgrind [--requests 300] [--out-dir DIR]
 
 Runs, in one process, the actor tree and the ingress's ASGI app (``create_app``) on the
@@ -59,7 +59,9 @@ _WARMUP = 50
 _ENV_WINDOW = "LLMGW_REQUEST_COST_CALLGRIND"  # set in the run under valgrind: dump per mode
 
 
-def _config(upstream_url: str, database: str, telemetry: bool = False) -> dict[str, Any]:
+def _config(
+    upstream_url: str, database: str, telemetry: bool = False, request_log: bool = True
+) -> dict[str, Any]:
     def route(i: int, priced: bool) -> dict[str, Any]:
         out: dict[str, Any] = {
             "kind": "openai_compat",
@@ -78,6 +80,8 @@ def _config(upstream_url: str, database: str, telemetry: bool = False) -> dict[s
     out: dict[str, Any] = {"models": models, "database": {"path": database}}
     if telemetry:
         out["telemetry"] = {"enabled": True}
+    if not request_log:
+        out["log"] = {"enabled": False}
     return out
 
 
@@ -181,7 +185,7 @@ async def _measure(upstream_url: str, args: argparse.Namespace, database: str) -
     from gateway.process.serve import declare_asyncio, settle_gc
 
     declare_asyncio()  # as serve does, before the first task starts
-    raw = _config(upstream_url, database, args.telemetry)
+    raw = _config(upstream_url, database, args.telemetry, not args.no_request_log)
     config = parse_config(json.dumps(raw), source="<request_cost>")
     bus = await open_bus("inproc://")
     host = await ActorHost.start(bus, config, None)
@@ -314,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
         "--telemetry",
         action="store_true",
         help="telemetry on, exporting to a local OTLP sink (each window ends with a flush)",
+    )
+    parser.add_argument(
+        "--no-request-log",
+        action="store_true",
+        help="log.enabled: false (under valgrind the store's timed commits and resends move "
+        "each figure by up to about 4 %%; without them, a path's cut can be read)",
     )
     parser.add_argument(
         "--profile",

@@ -38,3 +38,26 @@ def test_sse_parser_takes_plain_data_frames_whole_and_the_rest_line_by_line() ->
     for cut in range(len(stream) + 1):
         p = SSEParser()
         assert p.feed(stream[:cut]) + p.feed(stream[cut:]) == expected, cut
+
+
+def test_sse_parser_reads_a_read_of_plain_frames_as_the_line_by_line_path_does() -> None:
+    # Each read is taken whole when all its frames are single ``data:`` lines; the edges
+    # (no space, two spaces, empty data, a third line end, a CR, a trailing partial line)
+    # must come out as the line-by-line reading gives them.
+    cases = {
+        b"data:x\n\ndata:  two\n\ndata:\n\n": [(None, b"x"), (None, b" two"), (None, b"")],
+        b"data: a\n\n\ndata: b\n\n": [(None, b"a"), (None, b"b")],
+        b"data: a\n\n\n\n": [(None, b"a")],
+        b"data: a\r\n\r\ndata: b\n\n": [(None, b"a"), (None, b"b")],
+        b"data: a\n\ndata: b\ndata: c\n\n": [(None, b"a"), (None, b"b\nc")],
+        b"data: a\n\nevent: e\ndata: b\n\n": [(None, b"a"), ("e", b"b")],
+        b"data: a\n\ndata\n\n": [(None, b"a"), (None, b"")],
+    }
+    for stream, expected in cases.items():
+        assert SSEParser().feed(stream) == expected, stream
+        for cut in range(len(stream) + 1):
+            p = SSEParser()
+            assert p.feed(stream[:cut]) + p.feed(stream[cut:]) == expected, (stream, cut)
+    p = SSEParser()
+    assert p.feed(b"data: a\n\ndata: b\n") == [(None, b"a")]  # b's line read, its frame open
+    assert p.feed(b"data: c\n\n") == [(None, b"b\nc")]

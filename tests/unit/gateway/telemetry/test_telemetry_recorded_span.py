@@ -37,15 +37,17 @@ from opentelemetry.trace import (
 )
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.adapters.base import UpstreamTarget
-from gateway.http.request import HttpRequest
 from gateway.steering.resolver import Ordering, Resolution
-from gateway.telemetry import start_telemetry
 from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder, _StockSampler
 from gateway.telemetry.trace_replay import replay
 from schemas import RouteCandidate, RoutePlan, RouteRequest
-from schemas.config import GatewayConfig
+from tests.unit.gateway.telemetry.echo_requests import (
+    CANDIDATE,
+    TARGET,
+    chat_request,
+    echo_telemetry,
+)
 
 if TYPE_CHECKING:
     from tests.fixtures.otlp import OtlpReceiver
@@ -125,43 +127,15 @@ def test_the_sampler_decides_once_for_a_new_trace() -> None:
     assert exported.get_finished_spans() == ()
 
 
-async def _never_receive() -> Any:
-    raise AssertionError("the trace never reads the body")
-
-
-async def _never_send(message: Any) -> None:
-    raise AssertionError("the trace never answers")
-
-
 async def _traced_attempt(
     receiver: OtlpReceiver, ratio: float, traceparent: str | None
 ) -> tuple[Any, dict[str, str]]:
     """A request's trace under ``sampler_ratio: ratio`` and its first attempt's headers,
     after the telemetry's shutdown flushed every span to ``receiver``."""
-    config = GatewayConfig.model_validate(
-        {
-            "telemetry": {"enabled": True, "sampler_ratio": ratio, "metrics": False},
-            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
-        }
-    )
-    telemetry = start_telemetry(config)
-    assert telemetry is not None
+    telemetry = echo_telemetry(sampler_ratio=ratio)
     headers = [(b"traceparent", traceparent.encode())] if traceparent else []
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": headers}
-    req = HttpRequest(scope, _never_receive, _never_send, request_id="r-1")
-    trace = telemetry.request(req, req.path)
-    cand = RouteCandidate(
-        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
-    )
-    target = UpstreamTarget(
-        endpoint="m#0",
-        kind="echo",
-        base_url="http://e:81/v1",
-        upstream_model="m",
-        api_key=None,
-        timeout=1,
-        connect_timeout=1,
-    )
+    trace = chat_request(telemetry, headers=headers)
+    cand, target = CANDIDATE, TARGET
     trace.routing(RouteRequest(model="m"))
     trace.routed(RoutePlan(model="m", candidates=(cand,)), None)
     sent = trace.attempt(1, cand, target, "chat", False).trace_headers
@@ -270,18 +244,8 @@ async def test_routing_spans_of_one_decision_share_its_attribute_set(
     otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.endpoint)
-    config = GatewayConfig.model_validate(
-        {
-            "telemetry": {"enabled": True, "metrics": False},
-            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
-        }
-    )
-    telemetry = start_telemetry(config)
-    assert telemetry is not None
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    cand = RouteCandidate(
-        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
-    )
+    telemetry = echo_telemetry()
+    cand = CANDIDATE
     plan = RoutePlan(model="m", candidates=(cand,), reason="weighted")
     decisions: list[Resolution | None] = [
         None,
@@ -291,9 +255,7 @@ async def test_routing_spans_of_one_decision_share_its_attribute_set(
     ]
     spans = []
     for n, res in enumerate(decisions):
-        trace = telemetry.request(
-            HttpRequest(scope, _never_receive, _never_send, request_id=f"r-{n}"), "/x"
-        )
+        trace = chat_request(telemetry, f"r-{n}", route="/x")
         trace.routing(RouteRequest(model="m"))
         trace.routed(plan, res)
         trace.finish(200, "")
@@ -340,19 +302,10 @@ async def test_a_request_under_another_sampler_asks_it_once_with_the_server_span
             return "custom"
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
-    config = GatewayConfig.model_validate(
-        {
-            "telemetry": {"enabled": True, "metrics": False},
-            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
-        }
-    )
-    telemetry = start_telemetry(config)
-    assert telemetry is not None
+    telemetry = echo_telemetry()
     recorder, exported = _recorder(Custom())
     telemetry.spans = recorder  # the request's spans go to the in-memory exporter
-    scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-    req = HttpRequest(scope, _never_receive, _never_send, request_id="r-1")
-    trace = telemetry.request(req, "/v1/chat/completions")
+    trace = chat_request(telemetry)
     assert trace.eager_server is not None  # asked at once, with the SERVER span's attributes
     (asked,) = Custom.seen
     assert asked["http.route"] == "/v1/chat/completions"

@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from gateway.adapters.base import UpstreamTarget
-from gateway.http.request import HttpRequest
-from gateway.telemetry import start_telemetry
 from gateway.telemetry.recorded_span import RecordedSpan
 from gateway.telemetry.span_batcher import SpanBatcher
-from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
-from schemas.config import GatewayConfig
+from schemas import Observation, RoutePlan, RouteRequest
+from tests.unit.gateway.telemetry.echo_requests import (
+    CANDIDATE,
+    TARGET,
+    chat_request,
+    echo_telemetry,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -131,36 +133,15 @@ def _notes_of_requests(
     """``count`` finished requests (SERVER, routing and one attempt span each), their notes
     handed to ``batcher`` as the gateway's telemetry hands them to its own."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
-    config = GatewayConfig.model_validate(
-        {
-            "telemetry": {"enabled": True, "metrics": False},
-            "models": [{"id": "m", "route": [{"kind": "echo", "base_url": "http://e:81/v1"}]}],
-        }
-    )
-    telemetry = start_telemetry(config)
-    assert telemetry is not None
+    telemetry = echo_telemetry()
     telemetry.spans.take_notes = batcher.on_trace
-    cand = RouteCandidate(
-        endpoint="m#0", kind="echo", base_url="http://e:81/v1", upstream_model="m"
-    )
-    target = UpstreamTarget(
-        endpoint="m#0",
-        kind="echo",
-        base_url="http://e:81/v1",
-        upstream_model="m",
-        api_key=None,
-        timeout=1,
-        connect_timeout=1,
-    )
+    cand = CANDIDATE
     traces = []
     for n in range(count):
-        scope = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
-        trace = telemetry.request(
-            HttpRequest(scope, _never_receive, _never_send, request_id=f"r-{n}"), "/x"
-        )
+        trace = chat_request(telemetry, f"r-{n}", route="/x")
         trace.routing(RouteRequest(model="m"))
         trace.routed(RoutePlan(model="m", candidates=(cand,)), None)
-        trace.attempt(1, cand, target, "chat", False)
+        trace.attempt(1, cand, TARGET, "chat", False)
         trace.attempt_done(Observation(endpoint="m#0", model="m", outcome="success"))
         # The hooks only noted: no span exists before the batcher takes the notes.
         assert trace.eager_server is None
@@ -169,14 +150,6 @@ def _notes_of_requests(
         traces.append(trace)
     telemetry.shutdown()
     return traces
-
-
-async def _never_receive() -> Any:
-    raise AssertionError("the trace never reads")
-
-
-async def _never_send(message: Any) -> None:
-    raise AssertionError("the trace never answers")
 
 
 def test_a_requests_spans_count_toward_the_batch_and_are_made_on_the_export_thread(
