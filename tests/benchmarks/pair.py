@@ -111,7 +111,8 @@ def _start_gateway(
     home.mkdir()
     config = home / "gateway.yaml"
     telemetry = "telemetry: {enabled: true}\n" if side.telemetry else ""
-    config.write_text(_gateway_config(upstream) + telemetry + "server: {engine: hypercorn}\n")
+    engine = f"server: {{engine: {bench_args.pair_engine}}}\n"
+    config.write_text(_gateway_config(upstream) + telemetry + engine)
     serve_args = argparse.Namespace(**{**vars(bench_args), "workers": str(side.workers)})
     cmd = _pinned(bench_args.gateway_cpus, _gateway_cmd(serve_args, config, "inproc://"))
     if side.tree != REPO:  # the other checkout's code first on the path (Children adds ours)
@@ -195,6 +196,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-cpus", default="1")
     p.add_argument("--control", action="store_true", help="A against itself (A/A)")
     p.add_argument("--telemetry", action="store_true", help="mode, tree: telemetry on for both")
+    p.add_argument("--engine", choices=("hypercorn", "granian"), default="hypercorn")
     return p.parse_args(argv)
 
 
@@ -202,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     a, b = _sides(args)
     bench_args = _parser().parse_args(["--gateway-cpus", args.gateway_cpus])
+    bench_args.pair_engine = args.engine
     with tempfile.TemporaryDirectory(prefix="llmgw-pair-") as scratch:
         tmp = Path(scratch)
         kids = Children(tmp)
