@@ -8,6 +8,7 @@ the same subscription arrives first (delivery keeps publish order per subscripti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.request
@@ -44,7 +45,7 @@ from schemas import (
 from tests.fixtures.nats import free_port, start_nats_server
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Iterator
     from pathlib import Path
 
     from bus import Envelope, Subscription
@@ -366,6 +367,16 @@ async def test_nats_reply_goes_only_to_an_inbox_never_to_a_subject_others_read(
         await responder.aclose()
 
 
+@contextlib.contextmanager
+def _monitored_nats(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A nats-server of its own with its monitoring endpoint on: (its URL, the monitor's)."""
+    port = free_port()
+    conf = tmp_path / "nats.conf"
+    conf.write_text(f'http: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
+    with start_nats_server(config_file=conf) as url:
+        yield url, f"http://127.0.0.1:{port}"
+
+
 def _connection(monitor: str, name: str) -> dict[str, Any]:
     """The monitoring endpoint's view of the client connection named ``name``."""
     with urllib.request.urlopen(f"{monitor}/connz?subs=1", timeout=WAIT_S) as answer:
@@ -381,12 +392,8 @@ async def test_nats_subscribers_of_one_subject_on_one_bus_share_one_server_subsc
     # Each server subscription costs a copy of every message, parsed and decoded apart (an
     # observation reached three actors of a host): the server sends one, the bus gives it to
     # every local subscriber, and the subscription lasts while any of them listens.
-    port = free_port()
-    conf = tmp_path / "nats.conf"
-    conf.write_text(f'http: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
-    monitor = f"http://127.0.0.1:{port}"
     subject = f"{prefix}.shared"
-    with start_nats_server(config_file=conf) as url:
+    with _monitored_nats(tmp_path) as (url, monitor):
         bus = await NatsBus.connect(url, name="sharer")
         try:
             first, second = bus.subscribe(subject), bus.subscribe(subject)
@@ -418,13 +425,9 @@ async def test_nats_family_serves_its_wildcard_and_its_subjects_with_one_server_
     # An actors host's steering actor (llmgw.obs.*) and an endpoint's actors (llmgw.obs.<id>)
     # each got a copy of every observation: with the family, the server sends one, given to
     # the subscribers of its subject and of the wildcard, in order, each once.
-    port = free_port()
-    conf = tmp_path / "nats.conf"
-    conf.write_text(f'http: "127.0.0.1:{port}"\njetstream {{ store_dir: "{tmp_path / "js"}" }}\n')
-    monitor = f"http://127.0.0.1:{port}"
     family = f"{prefix}.obs.*"
     one, other = f"{prefix}.obs.a", f"{prefix}.obs.b"
-    with start_nats_server(config_file=conf) as url:
+    with _monitored_nats(tmp_path) as (url, monitor):
         bus = await NatsBus.connect(url, name="family", families=(family,))
         try:
             a_cm, wild_cm, b_cm = bus.subscribe(one), bus.subscribe(family), bus.subscribe(other)
