@@ -1,0 +1,295 @@
+"""One upstream HTTP/1.1 connection: an ``asyncio.Protocol`` framing the answers that arrive.
+
+Its callbacks run in the event loop, outside any request's task: they parse the status line
+and headers, take the body off Content-Length, chunked or close-delimited framing (none for
+HEAD, 204 and 304), inflate gzip and deflate, apply the read timeout (the longest gap between
+arrivals) and wake the task waiting on ``waiter``. What a request does with a connection
+(writing it, taking the body, pooling) is ``upstream_http``'s, so that a request's own code
+runs in that one module. A malformed answer ends in ``error`` (a ``MalformedAnswerError``),
+never in an exception out of a callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import zlib
+
+from multidict import CIMultiDict, CIMultiDictProxy
+
+__all__ = ["IDLE", "WAITING_HEAD", "Http1Connection", "MalformedAnswerError"]
+
+WAITING_HEAD, _LENGTH, _SIZE, _DATA, _CRLF, _TRAILER, _UNTIL_CLOSE, IDLE = range(8)
+_HEAD_MAX = 64 * 1024  # a longer answer head (or chunk framing line) is malformed
+_HIGH_WATER = 256 * 1024  # a stream buffering more than this stops reading until it is read
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+
+
+class MalformedAnswerError(Exception):
+    """An answer that cannot be framed (bad status line, header, length or chunk)."""
+
+
+class Http1Connection(asyncio.Protocol):
+    """Owns one transport and the state of the answer arriving on it. ``closed``: it must
+    not be reused (closed by either side, or out of step); ``complete``: the answer is all
+    in; ``error``: why it ended early (TimeoutError, ConnectionResetError,
+    MalformedAnswerError, zlib.error); ``pieces``: body bytes not yet taken."""
+
+    __slots__ = (
+        "_conns", "_inflate", "_left", "_loop", "_paused", "buf", "closed", "complete",
+        "encoding", "error", "headers", "keep_alive", "last", "no_body", "origin", "pieces",
+        "state", "status", "timeout", "timer", "timer_at", "transport", "waiter", "whole",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        origin: tuple[str, str, int],
+        conns: set[Http1Connection],
+    ) -> None:
+        self._loop = loop
+        self._conns = conns  # the client's open connections: in it while open
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.state = IDLE
+        self.buf = b""  # a head or framing line not yet whole
+        self._left = 0  # bytes left of the Content-Length body, or of the chunk
+        self.encoding: str | None = None
+        self._inflate: zlib._Decompress | None = None
+        self._paused = False
+        self.whole = True  # wake the waiter at the answer's end, not at its head
+        self.timeout = 0.0
+        self.last = 0.0  # when data last arrived (or the request went out)
+        self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0.0
+        self.closed = self.complete = self.keep_alive = self.no_body = False
+        self.error: BaseException | None = None
+        self.status = 0
+        self.headers = NO_HEADERS
+        self.pieces: list[bytes] = []
+        self.waiter: asyncio.Future[None] | None = None
+
+    def resume(self) -> None:
+        """Read again after the buffered pieces were taken."""
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        """Close the connection (idempotent): never reused, its upstream sees it go."""
+        self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.transport is not None:
+            self.transport.close()
+
+    def on_timer(self) -> None:
+        """The read timeout's check, armed by the sender: fail after a silent gap."""
+        self.timer = None
+        if self.state == IDLE or self.closed:
+            return  # the answer is in: the timer lapses until the next request arms it
+        now = self._loop.time()
+        due = now + self.timeout if self._paused else self.last + self.timeout
+        if now < due:  # data came within the gap: wait for the rest of the next one
+            self.timer_at = due
+            self.timer = self._loop.call_at(due, self.on_timer)
+        else:
+            self._fail(TimeoutError(f"nothing arrived for {self.timeout} s"))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self._conns.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._conns.discard(self)
+        self.eof_received()
+        self.close()
+
+    def eof_received(self) -> None:
+        self.closed = True
+        if self.state == _UNTIL_CLOSE:
+            self._finish(b"")
+        else:
+            self._fail(ConnectionResetError("the upstream closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        state = self.state
+        if state == IDLE:  # bytes nobody asked for: the connection is out of step
+            self.close()
+            return
+        self.last = self._loop.time()
+        if self.buf:
+            data, self.buf = self.buf + data, b""
+        try:
+            if state == WAITING_HEAD:
+                rest = self._head(data)
+                if rest is None:
+                    return
+                data, state = rest, self.state
+            if state == _LENGTH:
+                self._length(data)
+            elif state == _UNTIL_CLOSE:
+                self._piece(data)
+            elif state != IDLE:
+                self._chunked(data)
+        except (MalformedAnswerError, zlib.error) as exc:
+            self._fail(exc)
+
+    def _head(self, data: bytes) -> bytes | None:
+        """Parse the answer's head; the bytes after it, or None (the answer ended, or its
+        head is not all in)."""
+        end = data.find(b"\r\n\r\n")
+        if end < 0:
+            if len(data) > _HEAD_MAX:
+                raise MalformedAnswerError("answer head too long")
+            self.buf = data
+            return None
+        lines = data[:end].decode("utf-8", "surrogateescape").split("\r\n")
+        rest = data[end + 4 :]
+        version, _, status_reason = lines[0].partition(" ")
+        code = status_reason[:3]
+        if (
+            version not in ("HTTP/1.1", "HTTP/1.0")
+            or not (code.isascii() and code.isdigit())
+            or status_reason[3:4] not in ("", " ")
+        ):
+            raise MalformedAnswerError(f"bad status line {lines[0][:40]!r}")
+        status = int(code)
+        if status < 200:  # an interim answer (100 Continue, 103 Early Hints): the next follows
+            if status == 101 or status < 100:
+                raise MalformedAnswerError(f"unexpected status {status}")
+            return self._head(rest) if rest else None
+        pairs = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep or not name or name[-1] in " \t" or name[0] in " \t":
+                raise MalformedAnswerError(f"bad header line {line[:40]!r}")
+            pairs.append((name, value.strip(" \t")))
+        headers = self.headers = CIMultiDictProxy(CIMultiDict(pairs))
+        self.status = status
+        connection = headers.get("connection", "").lower()
+        self.keep_alive = "close" not in connection and (
+            version == "HTTP/1.1" or "keep-alive" in connection
+        )
+        encoding = headers.get("content-encoding", "").lower().strip()
+        if encoding in ("gzip", "x-gzip", "deflate"):
+            self.encoding = encoding
+        if not self.whole:
+            self._wake()
+        return self._framing(headers, status, rest)
+
+    def _framing(self, headers: CIMultiDictProxy[str], status: int, rest: bytes) -> bytes | None:
+        transfer = headers.get("transfer-encoding")
+        length = headers.get("content-length")
+        if self.no_body or status in (204, 304):
+            self._finish(rest)
+            return None
+        if transfer is not None:
+            chunked = transfer.lower().rstrip(" \t").endswith("chunked")
+            self.state = _SIZE if chunked else _UNTIL_CLOSE
+            self.keep_alive = self.keep_alive and chunked
+        elif length is not None:
+            if not (length.isascii() and length.isdigit()):
+                raise MalformedAnswerError(f"bad Content-Length {length[:20]!r}")
+            self._left, self.state = int(length), _LENGTH
+            if not self._left:
+                self._finish(rest)
+                return None
+        else:
+            self.state, self.keep_alive = _UNTIL_CLOSE, False
+        return rest
+
+    def _length(self, data: bytes) -> None:
+        left = self._left
+        if len(data) < left:
+            self._left = left - len(data)
+            self._piece(data)
+        else:
+            self._piece(data[:left] if len(data) > left else data)
+            self._finish(data[left:])
+
+    def _chunked(self, data: bytes) -> None:
+        pos, end = 0, len(data)
+        while pos < end:
+            state = self.state
+            if state == _DATA:
+                left = self._left
+                if end - pos < left:
+                    self._left = left - (end - pos)
+                    self._piece(data[pos:])
+                    return
+                self._piece(data[pos : pos + left])
+                pos, self.state = pos + left, _CRLF
+                continue
+            if state == _CRLF:
+                if end - pos < 2:
+                    break
+                if data[pos : pos + 2] != b"\r\n":
+                    raise MalformedAnswerError("chunk not followed by CRLF")
+                pos, self.state = pos + 2, _SIZE
+                continue
+            eol = data.find(b"\r\n", pos)
+            if eol < 0:
+                break
+            line, pos = data[pos:eol], eol + 2
+            if state == _TRAILER:  # trailer fields, ignored, up to an empty line
+                if not line:
+                    self._finish(data[pos:])
+                    return
+                continue
+            size = line.partition(b";")[0].rstrip(b" \t")
+            if _HEX.fullmatch(size) is None:
+                raise MalformedAnswerError(f"bad chunk size {size[:20]!r}")
+            self._left = int(size, 16)
+            self.state = _DATA if self._left else _TRAILER
+        if end - pos > _HEAD_MAX:
+            raise MalformedAnswerError("chunk framing line too long")
+        self.buf = data[pos:]
+
+    def _piece(self, data: bytes) -> None:
+        if self.encoding is not None:
+            data = self._inflated(data)
+        if not data:
+            return
+        pieces = self.pieces
+        pieces.append(data)
+        if not self.whole:
+            self._wake()
+            if len(pieces) > 1 and sum(map(len, pieces)) > _HIGH_WATER and self.transport:
+                self._paused = True
+                self.transport.pause_reading()
+
+    def _inflated(self, data: bytes) -> bytes:
+        if self._inflate is None:
+            if self.encoding == "deflate":  # zlib-wrapped as the RFC says, or raw as some send
+                wbits = zlib.MAX_WBITS if data and data[0] & 0x0F == 8 else -zlib.MAX_WBITS
+            else:
+                wbits = 16 + zlib.MAX_WBITS
+            self._inflate = zlib.decompressobj(wbits)
+        return self._inflate.decompress(data)
+
+    def _finish(self, rest: bytes) -> None:
+        if self._inflate is not None:
+            tail = self._inflate.flush()
+            if tail:
+                self.pieces.append(tail)
+            self._inflate = None
+        self.state, self.complete = IDLE, True
+        if rest:  # bytes past the answer: nothing was pipelined, so the stream is out of step
+            self.keep_alive = False
+        self._wake()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.state == IDLE:
+            return
+        self.state, self.error = IDLE, exc
+        self.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
