@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 pytest_plugins = [
     "tests.fixtures.nats",
     "tests.fixtures.upstream",
+    "tests.fixtures.raw_upstream",
     "tests.fixtures.upstream_bedrock",
     "tests.fixtures.gateway",
     "tests.fixtures.otlp",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import zlib
+from typing import cast
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
@@ -99,8 +100,7 @@ class Http1Connection(asyncio.Protocol):
             self._fail(TimeoutError(f"nothing arrived for {self.timeout} s"))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast("asyncio.Transport", transport)  # uvloop's is not a subclass
         self._conns.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
