@@ -212,39 +212,44 @@ class Http1Connection(asyncio.Protocol):
             self._finish(data[left:])
 
     def _chunked(self, data: bytes) -> None:
-        pos, end = 0, len(data)
+        """Take the chunks' data out of ``data`` as one piece; keep a framing line not yet
+        whole for the next arrival."""
+        out: list[bytes] = []
+        pos, end, state = 0, len(data), self.state
         while pos < end:
-            state = self.state
             if state == _DATA:
                 left = self._left
                 if end - pos < left:
                     self._left = left - (end - pos)
-                    self._piece(data[pos:])
-                    return
-                self._piece(data[pos : pos + left])
-                pos, self.state = pos + left, _CRLF
-                continue
-            if state == _CRLF:
+                    out.append(data[pos:])
+                    pos = end
+                    break
+                out.append(data[pos : pos + left])
+                pos, state = pos + left, _CRLF
+            elif state == _CRLF:
                 if end - pos < 2:
                     break
                 if data[pos : pos + 2] != b"\r\n":
                     raise MalformedAnswerError("chunk not followed by CRLF")
-                pos, self.state = pos + 2, _SIZE
-                continue
-            eol = data.find(b"\r\n", pos)
-            if eol < 0:
-                break
-            line, pos = data[pos:eol], eol + 2
-            if state == _TRAILER:  # trailer fields, ignored, up to an empty line
-                if not line:
+                pos, state = pos + 2, _SIZE
+            else:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line, pos = data[pos:eol], eol + 2
+                if state == _SIZE:
+                    size = line.partition(b";")[0].rstrip(b" \t")
+                    if _HEX.fullmatch(size) is None:
+                        raise MalformedAnswerError(f"bad chunk size {size[:20]!r}")
+                    self._left = int(size, 16)
+                    state = _DATA if self._left else _TRAILER
+                elif not line:  # the empty line ending the trailer fields (ignored)
+                    self._piece(out[0] if len(out) == 1 else b"".join(out))
                     self._finish(data[pos:])
                     return
-                continue
-            size = line.partition(b";")[0].rstrip(b" \t")
-            if _HEX.fullmatch(size) is None:
-                raise MalformedAnswerError(f"bad chunk size {size[:20]!r}")
-            self._left = int(size, 16)
-            self.state = _DATA if self._left else _TRAILER
+        self.state = state
+        if out:
+            self._piece(out[0] if len(out) == 1 else b"".join(out))
         if end - pos > _HEAD_MAX:
             raise MalformedAnswerError("chunk framing line too long")
         self.buf = data[pos:]

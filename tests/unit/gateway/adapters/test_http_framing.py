@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 import uvloop
 
+from gateway.adapters.http1 import WAITING_HEAD, Http1Connection
 from gateway.adapters.upstream_http import UpstreamHTTP
 from schemas import UpstreamError, UpstreamTimeoutError
 from tests.fixtures.raw_upstream import RawReply, RawUpstream, ok
@@ -111,6 +112,32 @@ async def test_each_framing_yields_the_whole_body(
 ) -> None:
     raw_upstream.enqueue(RawReply(reply, close=b"until" in reply))
     assert (await post(http, raw_upstream.url))[1] == body
+
+
+@pytest.mark.parametrize(
+    ("reply", "body"),
+    [
+        (ok(b"hello"), b"hello"),
+        (
+            CHUNKED + b"5\r\nhello\r\n1;ext=1\r\n \r\n5\r\nworld\r\n0\r\nx-t: 1\r\n\r\n",
+            b"hello world",
+        ),
+        (b"HTTP/1.1 100 Continue\r\n\r\n" + ok(b"after"), b"after"),
+        (ok(gzip.compress(b"zipped" * 50), "Content-Encoding: gzip"), b"zipped" * 50),
+        (b"HTTP/1.1 200 OK\r\n\r\nuntil the end", b"until the end"),
+    ],
+    ids=["content-length", "chunked", "interim", "gzip", "close-delimited"],
+)
+async def test_an_answer_arriving_one_byte_at_a_time_is_framed_the_same(
+    reply: bytes, body: bytes
+) -> None:
+    conn = Http1Connection(asyncio.get_running_loop(), ("http", "h", 80), set())
+    conn.state = WAITING_HEAD  # as a request sent on it leaves it
+    for at in range(len(reply)):
+        conn.data_received(reply[at : at + 1])
+    if not conn.complete:
+        conn.eof_received()  # the close that ends a close-delimited answer
+    assert (conn.error, conn.complete, b"".join(conn.pieces)) == (None, True, body)
 
 
 def _deflated(data: bytes, wbits: int) -> bytes:
