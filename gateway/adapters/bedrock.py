@@ -3,7 +3,7 @@
 ``POST {base_url}/model/{modelId}/converse`` (JSON) and ``/converse-stream`` (the AWS binary
 event-stream, ``application/vnd.amazon.eventstream``), SigV4-signed by ``bedrock_auth``. The
 stream is decoded incrementally by botocore's ``EventStreamBuffer`` (which checks both CRCs)
-as aiohttp hands the body over.
+as the upstream client hands the body over.
 
 Errors keep the caller's and the provider's view apart: ``ThrottlingException`` and
 ``ServiceQuotaExceededException`` are rate limits (429, with any ``Retry-After``);

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 def make_http_client() -> UpstreamHTTP:
-    """The pooled upstream client (aiohttp; see gateway/adapters/upstream_http.py for why)."""
+    """The pooled upstream client (our own HTTP/1.1; adapters/upstream_http.py says why)."""
     return UpstreamHTTP(limit=1000, keepalive_seconds=30.0)
 
 

@@ -19,7 +19,7 @@ import ssl
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from gateway.adapters.http1 import NO_HEADERS, WAITING_HEAD, Http1Connection, MalformedAnswerError
 from schemas import UpstreamError, UpstreamTimeoutError
@@ -41,7 +41,8 @@ _DEFAULTS = (
     ("\naccept-encoding:", "Accept-Encoding: gzip, deflate\r\n"),
     ("\nuser-agent:", "User-Agent: llmgw\r\n"),
 )
-_TARGET_OK = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?%]+")  # else requoted as yarl does
+_TARGET_SAFE = "-._~!$&'()*+,;=:@/?%"  # what a request target may hold besides letters and digits
+_TARGET_OK = re.compile(rf"[A-Za-z0-9{re.escape(_TARGET_SAFE)}]+")
 
 
 class _ConnectError(OSError):
@@ -401,10 +402,8 @@ class UpstreamHTTP:
         if port is not None and port != default:
             where = f"{where}:{port}"
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        if _TARGET_OK.fullmatch(path) is None:
-            from yarl import URL  # a path or query to percent-encode: rare, so imported here
-
-            path = URL(text).raw_path_qs
+        if _TARGET_OK.fullmatch(path) is None:  # a space, a non-ASCII letter: percent-encoded
+            path = quote(path, safe=_TARGET_SAFE)
         if len(self._targets) >= _TARGETS_MAX:
             self._targets.clear()
         found = self._targets[url] = (
