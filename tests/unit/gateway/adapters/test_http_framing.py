@@ -16,10 +16,11 @@ import uvloop
 from gateway.adapters.http1 import WAITING_HEAD, Http1Connection
 from gateway.adapters.upstream_http import UpstreamHTTP
 from schemas import UpstreamError, UpstreamTimeoutError
-from tests.fixtures.raw_upstream import RawReply, RawUpstream, ok
+from tests.fixtures.raw_upstream import RawReply, RawUpstream, ok, self_signed_tls
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
 
 BODY = b'{"model": "m"}'
 HEADERS = {"content-type": "application/json", "authorization": "Bearer sk-1"}
@@ -274,6 +275,30 @@ async def test_a_cancelled_request_closes_its_connection(
     with pytest.raises(asyncio.CancelledError):
         await task
     await raw_upstream.closed.acquire()
+
+
+async def test_an_https_upstream_is_reached_over_tls_with_its_certificate_verified(
+    http: UpstreamHTTP, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls, cert = self_signed_tls(tmp_path)
+    server = await RawUpstream().start(tls)
+    try:
+        server.enqueue(ok(b"over tls"), ok(b"again"))
+        url = f"https://localhost:{server.port}/v1/chat/completions"
+        with pytest.raises(UpstreamError) as exc:  # the default trust store does not know it
+            await post(http, url)
+        assert exc.value.kind == "connect"
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # read when a context is made
+        trusting = UpstreamHTTP()
+        try:
+            assert await post(trusting, url) == (200, b"over tls")
+            assert await post(trusting, url) == (200, b"again")
+        finally:
+            await trusting.aclose()
+        assert server.requests[0].split("\r\n")[1] == f"Host: localhost:{server.port}"
+        assert server.connections == 1  # kept alive (a failed handshake is never counted)
+    finally:
+        await server.close()
 
 
 def test_on_uvloop_the_client_keeps_alive_streams_and_times_out() -> None:
