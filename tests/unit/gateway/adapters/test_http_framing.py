@@ -85,6 +85,33 @@ async def test_an_idle_connection_the_upstream_closed_is_not_reused(
     assert raw_upstream.connections == 2
 
 
+async def test_at_the_connection_limit_a_request_waits_for_one_in_use(
+    raw_upstream: RawUpstream,
+) -> None:
+    raw_upstream.enqueue(ok(b"a"), ok(b"b"), ok(b"c"))
+    http = UpstreamHTTP(limit=1)
+    try:
+        answers = await asyncio.gather(*(post(http, raw_upstream.url) for _ in range(3)))
+    finally:
+        await http.aclose()
+    assert sorted(body for _, body in answers) == [b"a", b"b", b"c"]
+    assert raw_upstream.connections == 1  # without the limit, three opened at once
+
+
+async def test_an_idle_connection_past_its_keep_alive_is_closed(
+    raw_upstream: RawUpstream,
+) -> None:
+    raw_upstream.enqueue(ok(b"a"), ok(b"b"))
+    http = UpstreamHTTP(keepalive_seconds=0.0)
+    try:
+        assert await post(http, raw_upstream.url) == (200, b"a")
+        await raw_upstream.closed.acquire()  # the sweep closed it, with no request waiting
+        assert await post(http, raw_upstream.url) == (200, b"b")
+    finally:
+        await http.aclose()
+    assert raw_upstream.connections == 2
+
+
 async def test_an_answer_saying_connection_close_is_not_pooled(
     http: UpstreamHTTP, raw_upstream: RawUpstream
 ) -> None:
