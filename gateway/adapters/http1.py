@@ -38,7 +38,7 @@ class Http1Connection(asyncio.Protocol):
     MalformedAnswerError, zlib.error); ``pieces``: body bytes not yet taken."""
 
     __slots__ = (
-        "_conns", "_inflate", "_left", "_loop", "_paused", "buf", "closed", "complete",
+        "_buffered", "_conns", "_inflate", "_left", "_loop", "_paused", "buf", "closed", "complete",
         "encoding", "error", "headers", "keep_alive", "last", "no_body", "origin", "pieces",
         "state", "status", "timeout", "timer", "timer_at", "transport", "waiter", "whole",
     )  # fmt: skip
@@ -59,6 +59,7 @@ class Http1Connection(asyncio.Protocol):
         self.encoding: str | None = None
         self._inflate: zlib._Decompress | None = None
         self._paused = False
+        self._buffered = 0  # bytes in ``pieces`` (of a stream: a whole answer never stops)
         self.whole = True  # wake the waiter at the answer's end, not at its head
         self.timeout = 0.0
         self.last = 0.0  # when data last arrived (or the request went out)
@@ -71,8 +72,9 @@ class Http1Connection(asyncio.Protocol):
         self.pieces: list[bytes] = []
         self.waiter: asyncio.Future[None] | None = None
 
-    def resume(self) -> None:
-        """Read again after the buffered pieces were taken."""
+    def taken(self) -> None:
+        """The buffered pieces were taken: read again if it had stopped."""
+        self._buffered = 0
         if self._paused and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
@@ -263,7 +265,8 @@ class Http1Connection(asyncio.Protocol):
         pieces.append(data)
         if not self.whole:
             self._wake()
-            if len(pieces) > 1 and sum(map(len, pieces)) > _HIGH_WATER and self.transport:
+            self._buffered += len(data)
+            if self._buffered > _HIGH_WATER and self.transport and not self._paused:
                 self._paused = True
                 self.transport.pause_reading()
 
@@ -283,6 +286,11 @@ class Http1Connection(asyncio.Protocol):
                 self.pieces.append(tail)
             self._inflate = None
         self.state, self.complete = IDLE, True
+        self._buffered = 0
+        if self._paused:  # nothing more is due: a pooled connection must be reading
+            self._paused = False
+            assert self.transport is not None
+            self.transport.resume_reading()
         if rest:  # bytes past the answer: nothing was pipelined, so the stream is out of step
             self.keep_alive = False
         self._wake()

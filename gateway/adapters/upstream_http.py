@@ -97,7 +97,7 @@ def _take(conn: Http1Connection) -> bytes:
     """The body bytes ``conn`` received and nobody took yet, as one piece."""
     pieces, conn.pieces = conn.pieces, []
     if not conn.whole:
-        conn.resume()
+        conn.taken()
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 

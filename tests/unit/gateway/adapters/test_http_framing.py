@@ -205,6 +205,20 @@ async def test_a_gzip_stream_is_decompressed_as_it_arrives(
     assert (resp.status, body) == (200, b"data: 1\n\n" * 100)
 
 
+async def test_a_stream_larger_than_its_buffer_arrives_whole_and_its_connection_is_reused(
+    http: UpstreamHTTP, raw_upstream: RawUpstream
+) -> None:
+    big = bytes(range(256)) * 8192  # 2 MiB, over the 256 KiB a stream buffers unread
+    raw_upstream.enqueue(ok(big), ok(b"next"))
+    async with http.stream(
+        "e", raw_upstream.url, BODY, HEADERS, timeout=5, connect_timeout=1
+    ) as resp:
+        body = b"".join([piece async for piece in resp.chunks()])
+    assert body == big
+    assert await post(http, raw_upstream.url) == (200, b"next")
+    assert raw_upstream.connections == 1
+
+
 async def test_an_abandoned_stream_closes_its_connection_and_the_next_request_opens_one(
     http: UpstreamHTTP, raw_upstream: RawUpstream
 ) -> None:
