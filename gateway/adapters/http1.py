@@ -24,11 +24,21 @@ WAITING_HEAD, _LENGTH, _SIZE, _DATA, _CRLF, _TRAILER, _UNTIL_CLOSE, IDLE = range
 _HEAD_MAX = 64 * 1024  # a longer answer head (or chunk framing line) is malformed
 _HIGH_WATER = 256 * 1024  # a stream buffering more than this stops reading until it is read
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
+_STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: [^\r\n]*)?")
 NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 
 
 class MalformedAnswerError(Exception):
     """An answer that cannot be framed (bad status line, header, length or chunk)."""
+
+
+def _size(line: bytes) -> int:
+    """A chunk size line's size, its extensions and padding dropped. Raises
+    MalformedAnswerError."""
+    size = line.partition(b";")[0].strip(b" \t")
+    if _HEX.fullmatch(size) is None:
+        raise MalformedAnswerError(f"bad chunk size {size[:20]!r}")
+    return int(size, 16)
 
 
 class Http1Connection(asyncio.Protocol):
@@ -139,6 +149,8 @@ class Http1Connection(asyncio.Protocol):
                 self._chunked(data)
         except (MalformedAnswerError, zlib.error) as exc:
             self._fail(exc)
+        except ValueError:  # int() of a chunk size that is not hex
+            self._fail(MalformedAnswerError("bad chunk size"))
 
     def _head(self, data: bytes) -> bytes | None:
         """Parse the answer's head; the bytes after it, or None (the answer ended, or its
@@ -151,15 +163,10 @@ class Http1Connection(asyncio.Protocol):
             return None
         lines = data[:end].decode("utf-8", "surrogateescape").split("\r\n")
         rest = data[end + 4 :]
-        version, _, status_reason = lines[0].partition(" ")
-        code = status_reason[:3]
-        if (
-            version not in ("HTTP/1.1", "HTTP/1.0")
-            or not (code.isascii() and code.isdigit())
-            or status_reason[3:4] not in ("", " ")
-        ):
+        match = _STATUS_LINE.fullmatch(lines[0])
+        if match is None:
             raise MalformedAnswerError(f"bad status line {lines[0][:40]!r}")
-        status = int(code)
+        status = int(match[2])
         if status < 200:  # an interim answer (100 Continue, 103 Early Hints): the next follows
             if status == 101 or status < 100:
                 raise MalformedAnswerError(f"unexpected status {status}")
@@ -174,7 +181,7 @@ class Http1Connection(asyncio.Protocol):
         self.status = status
         connection = headers.get("connection", "").lower()
         self.keep_alive = "close" not in connection and (
-            version == "HTTP/1.1" or "keep-alive" in connection
+            match[1] == "1" or "keep-alive" in connection
         )
         encoding = headers.get("content-encoding", "").lower().strip()
         if encoding in ("gzip", "x-gzip", "deflate"):
@@ -219,7 +226,22 @@ class Http1Connection(asyncio.Protocol):
         out: list[bytes] = []
         pos, end, state = 0, len(data), self.state
         while pos < end:
-            if state == _DATA:
+            if state == _SIZE:
+                eol = data.find(b"\r\n", pos)
+                if eol < 0:
+                    break
+                line, pos = data[pos:eol], eol + 2
+                # The usual line is bare hex digits; else extensions or padding to strip.
+                size = int(line, 16) if line.isalnum() and len(line) <= 16 else _size(line)
+                if not size:
+                    state = _TRAILER
+                elif pos + size + 2 <= end:  # the whole chunk is here: taken in one step
+                    out.append(data[pos : pos + size])
+                    pos += size
+                    state = _CRLF
+                else:
+                    self._left, state = size, _DATA
+            elif state == _DATA:
                 left = self._left
                 if end - pos < left:
                     self._left = left - (end - pos)
@@ -234,21 +256,15 @@ class Http1Connection(asyncio.Protocol):
                 if data[pos : pos + 2] != b"\r\n":
                     raise MalformedAnswerError("chunk not followed by CRLF")
                 pos, state = pos + 2, _SIZE
-            else:
+            else:  # the trailer fields (ignored), up to an empty line
                 eol = data.find(b"\r\n", pos)
                 if eol < 0:
                     break
-                line, pos = data[pos:eol], eol + 2
-                if state == _SIZE:
-                    size = line.partition(b";")[0].rstrip(b" \t")
-                    if _HEX.fullmatch(size) is None:
-                        raise MalformedAnswerError(f"bad chunk size {size[:20]!r}")
-                    self._left = int(size, 16)
-                    state = _DATA if self._left else _TRAILER
-                elif not line:  # the empty line ending the trailer fields (ignored)
+                if eol == pos:
                     self._piece(out[0] if len(out) == 1 else b"".join(out))
-                    self._finish(data[pos:])
+                    self._finish(data[pos + 2 :])
                     return
+                pos = eol + 2
         self.state = state
         if out:
             self._piece(out[0] if len(out) == 1 else b"".join(out))
