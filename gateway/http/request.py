@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from typing import Any
+from typing import Any, cast
 
+from gateway.http.deadline import Resumed, deadline
 from schemas import BodyTimeoutError, RequestTooLargeError
 
 Scope = MutableMapping[str, Any]
@@ -112,9 +113,16 @@ class HttpRequest:
         if declared is not None and declared.isdigit() and int(declared) > limit:
             self._after = _LINGER
             raise RequestTooLargeError(f"request body is over the {limit}-byte limit")
+        reading = self._read(limit)
         try:
-            async with asyncio.timeout(self.body_timeout):
-                return await self._read(limit)
+            # Nearly every body is there with the request: read without arming a timer, and
+            # only a body still arriving waits under the deadline.
+            first = reading.send(None)
+        except StopIteration as done:
+            return cast("bytes", done.value)
+        try:
+            with deadline(self.body_timeout):
+                return await Resumed(reading, first)
         except TimeoutError:
             self._after = _CLOSE
             raise BodyTimeoutError(

@@ -23,7 +23,7 @@ import logging
 import secrets
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 import anyio
 import msgspec
@@ -31,6 +31,7 @@ import msgspec
 from bus import Bus, NoRespondersError, RequestTimeoutError
 from gateway.formats.openai_chat import content_chars
 from gateway.http.component import Component
+from gateway.http.deadline import Resumed
 from schemas import (
     CapacityAcquire,
     CapacityGrant,
@@ -48,7 +49,7 @@ from schemas import (
 from schemas.pricing import cost_usd
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine, Generator
+    from collections.abc import Awaitable, Callable, Coroutine
 
     from gateway.adapters.base import JSON
     from gateway.ingress.plan_walk import Targets
@@ -466,34 +467,5 @@ async def shielded(coro: Coroutine[Any, Any, T]) -> T:
     except StopIteration as done:
         return cast("T", done.value)
     with anyio.CancelScope(shield=True):
-        result = await _Rest(coro, first)
+        result = await Resumed(coro, first)
     return result
-
-
-class _Rest(Generic[T]):
-    """The rest of a coroutine that already yielded ``first`` to the event loop."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, T], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro, value = self._coro, self._first
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # thrown in by the task: passed on to the coroutine
-                try:
-                    value = coro.throw(exc)
-                except StopIteration as done:
-                    return cast("T", done.value)
-            else:
-                try:
-                    value = coro.send(sent)
-                except StopIteration as done:
-                    return cast("T", done.value)

@@ -4,13 +4,13 @@ by the failover loop's ``AttemptKind`` ``STREAM``, then relayed as a committed
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from gateway.adapters.base import Batch, carries_token
+from gateway.http.deadline import deadline
 from gateway.ingress import hedging
 from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure
 from gateway.ingress.settling import NO_USAGE, tokens, usage_of
@@ -61,7 +61,7 @@ class _Stream:
         limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
         outcome = "failure"
         try:
-            async with asyncio.timeout(limit):
+            with deadline(limit):
                 first = await anext(chunks)
                 if hold:
                     first = await _first_token(first, chunks, target.idle_timeout, c.endpoint)
@@ -145,7 +145,7 @@ async def _first_token(
     batch = first
     while not _answers(batch):
         try:
-            async with asyncio.timeout(idle):
+            with deadline(idle):
                 batch = await anext(rest)
         except StopAsyncIteration:
             raise UpstreamError(
@@ -229,7 +229,7 @@ class StreamAttempt:
         self._over = True  # unless another batch comes
         if self._more:
             try:
-                async with asyncio.timeout(self._idle):
+                with deadline(self._idle):
                     batch = await anext(self._rest)
             except StopAsyncIteration:
                 pass
