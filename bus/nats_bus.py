@@ -208,8 +208,11 @@ class NatsBus:
         """
         self._check_open()
         self._check_subject(subject)
+        data = encode(msg)
+        if self._nc.publish_now(subject, data):
+            return
         try:
-            await self._nc.publish(subject, encode(msg))
+            await self._nc.publish(subject, data)
         except nats.errors.Error as exc:
             raise self._mapped(exc, f"publish to {subject}") from exc
 
@@ -231,8 +234,10 @@ class NatsBus:
         reply: asyncio.Future[bytes] = loop.create_future()
         self._replies[token] = reply
         expiry = loop.call_later(timeout, _expire, reply)
+        inbox = self._reply_root + token
         try:
-            await self._nc.publish(subject, data, reply=self._reply_root + token)
+            if not self._nc.publish_now(subject, data, inbox):
+                await self._nc.publish(subject, data, reply=inbox)
             answer = await reply
         except nats.errors.Error as exc:
             raise self._mapped(exc, f"request on {subject} ({timeout:g}s)") from exc
@@ -390,8 +395,11 @@ class NatsBus:
             # subscribe to (llmgw.events.>) would hand them the answer, a secret grant even.
             logger.warning("dropped a reply to %s: not an inbox", reply)
             return
+        data = encode(msg)
+        if self._nc.publish_now(reply, data):
+            return
         try:
-            await self._nc.publish(reply, encode(msg))
+            await self._nc.publish(reply, data)
         except nats.errors.Error as exc:
             raise self._mapped(exc, "reply") from exc
 

@@ -18,6 +18,12 @@ hold (every message a request sends crosses them, several per request on an acto
 
 Replay subscriptions (a JetStream ordered consumer) and queue groups keep their own NATS
 subscription; replay ones keep nats-py's delivery, which the consumer's flow control needs.
+
+Sending, :meth:`DirectClient.publish_now` spares a publish nats-py's flush machinery (a future
+put on a queue for its flusher task, that task's wake-up and its ``drain``, per loop
+iteration that publishes): the command joins nats-py's own outgoing buffer (so its order with
+every other command holds) and one callback at the end of the loop iteration writes that
+buffer to the socket.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import nats.errors
 from nats.aio.client import Client
+from nats.aio.transport import TcpTransport
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from bus.codec import CodecError, decode
@@ -49,6 +56,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Past this many bytes not yet taken by the socket, writes go back to nats-py's flusher, which
+# waits for the socket to drain (the flow control publish_now's plain write lacks).
+_WRITE_BUFFER_HIGH = 1024 * 1024
+
 
 class DirectClient(Client):
     """nats-py's client whose read loop hands a message for a subscription in :attr:`direct`
@@ -58,6 +69,42 @@ class DirectClient(Client):
     def __init__(self) -> None:
         super().__init__()
         self.direct: dict[int, Callable[[str, str, bytes, dict[str, str] | None], None]] = {}
+        self._write_due = False
+
+    def publish_now(self, subject: str, payload: bytes, reply: str = "") -> bool:
+        """Queue a PUB of ``payload`` on ``subject`` (subject and reply already checked) for
+        the write at the end of this loop iteration. False, queueing nothing, when the
+        connection is not up or the payload is over the server's limit: the caller then uses
+        ``publish``, which buffers while reconnecting and raises what nats-py raises."""
+        if (
+            self._status != Client.CONNECTED
+            or len(payload) > self._max_payload
+            or type(self._transport) is not TcpTransport
+        ):
+            return False
+        cmd = b"".join((f"PUB {subject} {reply} {len(payload)}\r\n".encode(), payload, b"\r\n"))
+        self._pending.append(cmd)
+        self._pending_data_size += len(cmd)
+        self.stats["out_msgs"] += 1
+        self.stats["out_bytes"] += len(payload)
+        if not self._write_due:
+            self._write_due = True
+            asyncio.get_running_loop().call_soon(self._write_pending)
+        return True
+
+    def _write_pending(self) -> None:
+        self._write_due = False
+        transport = self._transport
+        if not self._pending_data_size or self._status != Client.CONNECTED:
+            return  # written by nats-py's flusher meanwhile, or kept for after a reconnect
+        assert isinstance(transport, TcpTransport) and transport._io_writer is not None
+        writer = transport._io_writer
+        if writer.transport.get_write_buffer_size() > _WRITE_BUFFER_HIGH:
+            if self._flush_queue is not None and self._flush_queue.empty():
+                self._flush_queue.put_nowait(asyncio.get_running_loop().create_future())
+            return
+        pending, self._pending, self._pending_data_size = self._pending, [], 0
+        writer.writelines(pending)
 
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
