@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gateway.ingress.metrics_sum import SummedRegistry, multiprocess_dir
+from gateway.ingress.metrics_sum import SummedRegistry, defer_writes, multiprocess_dir
 from gateway.telemetry.names import operation_name, provider_name
 from schemas import (
     AdminCommand,
@@ -142,6 +142,9 @@ class GatewayMetrics:
     def __init__(
         self, config: GatewayConfig | None = None, otlp: GenAIInstruments | None = None
     ) -> None:
+        shared = multiprocess_dir()
+        if shared is not None:
+            defer_writes()  # before any value is made
         r = self.registry = CollectorRegistry()
         route = ["model", "endpoint", "surface"]
         self.requests = Counter("llmgw_requests", "Client requests", route, registry=r)
@@ -235,7 +238,6 @@ class GatewayMetrics:
         summed: list[Counter | Histogram] = [self.requests, self.errors, self.duration]
         summed += [self.ttft, self.tokens, self.attempts, self.fallbacks, self.bus_rtt]
         summed += [self.spend, self.genai_duration, self.genai_tokens, self.genai_ttfc]
-        shared = multiprocess_dir()
         self._exposed: CollectorRegistry | SummedRegistry = r
         if shared is not None:
             names = frozenset(family.name for m in summed for family in m.describe())

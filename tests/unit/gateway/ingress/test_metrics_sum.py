@@ -1,0 +1,73 @@
+"""A worker's metric values under ``--workers`` (gateway.ingress.metrics_sum): written to its
+file once per loop iteration, and whole in what a scrape reads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Run apart: prometheus-client picks its value class from the environment when imported.
+_WORKER = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+    from gateway.ingress.metrics import GatewayMetrics
+
+    def on_file():
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, sys.argv[1])
+        return registry.get_sample_value("llmgw_requests_total", LABELS)
+
+    LABELS = {"model": "m", "endpoint": "e", "surface": "chat"}
+
+    async def main():
+        metrics = GatewayMetrics()
+        counter = metrics.requests.labels("m", "e", "chat")
+        out = {}
+        for _ in range(100):
+            counter.inc()
+        out["same_iteration"] = on_file()
+        await asyncio.sleep(0)
+        out["next_iteration"] = on_file()
+        counter.inc()
+        scraped = generate_latest(metrics._exposed).decode()
+        out["scraped"] = [
+            line for line in scraped.splitlines() if line.startswith("llmgw_requests_total{")
+        ]
+        print(json.dumps(out))
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_workers_values_reach_its_file_once_per_iteration_and_a_scrape_sees_them_all(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    shared = tmp_path / "metrics"
+    shared.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(shared), "PATH": "/usr/bin:/bin"}
+    env["PYTHONPATH"] = ":".join(sys.path)
+    done = subprocess.run(
+        [sys.executable, str(script), str(shared)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["same_iteration"] in (None, 0.0)  # not written yet: one write per iteration
+    assert out["next_iteration"] == 100.0
+    assert out["scraped"] == ['llmgw_requests_total{endpoint="e",model="m",surface="chat"} 101.0']
