@@ -14,12 +14,13 @@ updates of a request. :func:`defer_writes` makes this process's values written o
 loop iteration instead: an update changes the value in memory and marks it, and one callback
 at the end of the iteration writes every marked value. A scrape sees every request a worker
 had finished one iteration earlier (the scraped worker writes its own first); a worker killed
-loses at most its last iteration's updates.
+by a signal it cannot handle loses at most its last iteration's updates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,7 @@ def _deferred(base: Any) -> Any:
             marked.append(self)
 
     DeferredValue.write_marked = staticmethod(write_marked)
+    atexit.register(write_marked)  # a clean stop keeps its last iteration's updates
     return DeferredValue
 
 
