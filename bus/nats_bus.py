@@ -209,7 +209,7 @@ class NatsBus:
         self._check_open()
         self._check_subject(subject)
         data = encode(msg)
-        if self._nc.publish_now(subject, data, event=True):
+        if self._nc.publish_now(subject, data):
             return
         try:
             await self._nc.publish(subject, data)

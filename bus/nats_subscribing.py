@@ -23,11 +23,10 @@ Sending, :meth:`DirectClient.publish_now` spares a publish nats-py's flush machi
 put on a queue for its flusher task, that task's wake-up and its ``drain``, per loop
 iteration that publishes): the command joins nats-py's own outgoing buffer (so its order with
 every other command holds) and one callback at the end of the loop iteration writes that
-buffer to the socket (a published event's within :data:`EVENT_WRITE_DELAY_S`). Receiving,
-:class:`MsgParser` reads the plain ``MSG`` lines (all that a host's subscriptions get but
-replies with a status) with one ``find`` and ``split`` each and hands a direct
-subscription's message on without a coroutine per message; anything else goes to nats-py's
-parser.
+buffer to the socket. Receiving, :class:`MsgParser` reads the plain ``MSG`` lines (all that a
+host's subscriptions get but replies with a status) with one ``find`` and ``split`` each and
+hands a direct subscription's message on without a coroutine per message; anything else goes
+to nats-py's parser.
 """
 
 from __future__ import annotations
@@ -64,10 +63,6 @@ logger = logging.getLogger(__name__)
 # Past this many bytes not yet taken by the socket, writes go back to nats-py's flusher, which
 # waits for the socket to drain (the flow control publish_now's plain write lacks).
 _WRITE_BUFFER_HIGH = 1024 * 1024
-EVENT_WRITE_DELAY_S = 0.002
-"""How long a published event may wait for a request or reply to share its write (and the
-server's and the receivers' wake-ups): an ingress's observation and request summary then
-mostly leave with its next routing request."""
 
 
 class DirectClient(Client):
@@ -79,18 +74,13 @@ class DirectClient(Client):
         super().__init__()
         self.direct: dict[int, Callable[[str, str, bytes, dict[str, str] | None], None]] = {}
         self._write_due = False
-        self._event_write_due = False
         self._ps = MsgParser(self)
 
-    def publish_now(
-        self, subject: str, payload: bytes, reply: str = "", *, event: bool = False
-    ) -> bool:
+    def publish_now(self, subject: str, payload: bytes, reply: str = "") -> bool:
         """Queue a PUB of ``payload`` on ``subject`` (subject and reply already checked) for
-        the write at the end of this loop iteration; an ``event`` (nobody waits for it) may
-        wait up to :data:`EVENT_WRITE_DELAY_S` for a request or reply to go with it. False,
-        queueing nothing, when the connection is not up or the payload is over the server's
-        limit: the caller then uses ``publish``, which buffers while reconnecting and raises
-        what nats-py raises."""
+        the write at the end of this loop iteration. False, queueing nothing, when the
+        connection is not up or the payload is over the server's limit: the caller then uses
+        ``publish``, which buffers while reconnecting and raises what nats-py raises."""
         if (
             self._status != Client.CONNECTED
             or len(payload) > self._max_payload
@@ -102,20 +92,10 @@ class DirectClient(Client):
         self._pending_data_size += len(cmd)
         self.stats["out_msgs"] += 1
         self.stats["out_bytes"] += len(payload)
-        if self._write_due:
-            return True
-        if not event:
+        if not self._write_due:
             self._write_due = True
             asyncio.get_running_loop().call_soon(self._write_pending)
-        elif not self._event_write_due:  # never cancelled: at most one per delay
-            self._event_write_due = True
-            asyncio.get_running_loop().call_later(EVENT_WRITE_DELAY_S, self._write_events)
         return True
-
-    def _write_events(self) -> None:
-        self._event_write_due = False
-        if not self._write_due:
-            self._write_pending()
 
     def _write_pending(self) -> None:
         self._write_due = False
