@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import TYPE_CHECKING
 
 import nats
 import pytest
@@ -13,6 +14,9 @@ from nats.js.api import Header
 from bus import NatsBus
 from bus.nats_subscribing import DirectClient
 from schemas import AdminCommand
+
+if TYPE_CHECKING:
+    from nats.aio.msg import Msg
 
 Delivered = tuple[str, str, bytes, dict[str, str] | None]
 
@@ -73,7 +77,7 @@ async def test_publishes_keep_their_order_among_nats_py_commands_and_past_a_full
     done = asyncio.Event()
     total = 6 * 400
 
-    async def on_msg(msg: nats.aio.msg.Msg) -> None:
+    async def on_msg(msg: Msg) -> None:
         got.append(msg.data.decode().split('"request_id":"', 1)[1].split('"', 1)[0])
         if len(got) == total:
             done.set()
