@@ -57,17 +57,9 @@ def test_a_workers_values_reach_its_file_once_per_iteration_and_a_scrape_sees_th
     shared.mkdir()
     env = {"PROMETHEUS_MULTIPROC_DIR": str(shared), "PATH": "/usr/bin:/bin"}
     env["PYTHONPATH"] = ":".join(sys.path)
-    done = subprocess.run(
-        [sys.executable, str(script), str(shared)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    # Its stderr goes to this test's output, where pytest shows it on failure.
+    printed = subprocess.check_output([sys.executable, script, shared], env=env, timeout=60)
+    out = json.loads(printed.decode().strip().splitlines()[-1])
     assert out["same_iteration"] in (None, 0.0)  # not written yet: one write per iteration
     assert out["next_iteration"] == 100.0
     assert out["scraped"] == ['llmgw_requests_total{endpoint="e",model="m",surface="chat"} 101.0']
