@@ -27,6 +27,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.telemetry.otlp_http import transport_for
 from gateway.telemetry.recorded_span import UNSET, RecordedEvent, RecordedSpan
+from gateway.telemetry.request_trace import RequestTrace
+from gateway.telemetry.trace_replay import replay_logged
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
@@ -371,14 +373,26 @@ class SpanEncoder:
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return _field(b"\x12", b"".join(parts))
 
-    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
+    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan | RequestTrace]) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
-        of first appearance). Raises ValueError for a span with links (this gateway makes none:
-        the SDK's encoder serves those)."""
+        of first appearance); a request's notes among them are its spans, each made and
+        encoded in turn (only one request's span objects exist at a time). Raises ValueError
+        for a span with links (this gateway makes none: the SDK's encoder serves those)."""
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
         recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
         recorded_of = self._recorded
         for span in spans:
+            if isinstance(span, RequestTrace):
+                made = replay_logged(span)
+                if made:
+                    recorder = made[0].recorder
+                    encoded = recorded.get(id(recorder))
+                    if encoded is None:
+                        encoded = recorded[id(recorder)] = self._group(
+                            grouped, recorder.resource, recorder.scope
+                        )
+                    encoded += [recorded_of(s) for s in made]
+                continue
             if isinstance(span, RecordedSpan):  # a final class
                 recorder = span.recorder
                 encoded = recorded.get(id(recorder))
@@ -426,6 +440,21 @@ class WireSpanExporter(OTLPSpanExporter):
             super().__init__(_transport=transport)
         self._encoder = SpanEncoder()
 
+    def export_notes(self, items: Sequence[ReadableSpan | RequestTrace]) -> SpanExportResult:
+        """Send the spans of ``items`` (spans, and requests' notes made into their spans here,
+        one request at a time) in one request."""
+        client = getattr(self, "_client", None)
+        if self._shutdown or client is None or any(_linked(item) for item in items):
+            return self.export(
+                [s for item in items for s in _made(item)]  # the SDK's path, with the spans
+            )
+        try:
+            data = self._encoder.encode(items)
+        except (TypeError, ValueError):
+            logger.exception("span batch not encoded")
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Send ``spans`` in one request (the SDK's own path for what is not encoded here)."""
         client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
@@ -437,3 +466,15 @@ class WireSpanExporter(OTLPSpanExporter):
             logger.exception("span batch not encoded")
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
+
+
+def _linked(item: ReadableSpan | RequestTrace) -> bool:
+    """Whether ``item`` is a span with links (a request's spans never have any)."""
+    return not isinstance(item, RequestTrace) and bool(item.links)
+
+
+def _made(item: ReadableSpan | RequestTrace) -> Sequence[ReadableSpan]:
+    """``item``'s spans: itself, or a request's made from its notes."""
+    if isinstance(item, RequestTrace):
+        return replay_logged(item)  # type: ignore[return-value]  # read as ReadableSpans
+    return (item,)

@@ -16,6 +16,7 @@ objects and code evicted from the caches each time) as done a batch at a time he
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -28,9 +29,19 @@ if TYPE_CHECKING:
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
     from gateway.telemetry.request_trace import RequestTrace
-    from schemas import Observation, RouteCandidate, RoutePlan
+    from schemas import Observation, RouteCandidate
 
-__all__ = ["HEDGE_BACKUP", "HEDGE_PRIMARY", "Replay", "ServerKey", "replay", "server_shape"]
+__all__ = [
+    "HEDGE_BACKUP",
+    "HEDGE_PRIMARY",
+    "Replay",
+    "ServerKey",
+    "replay",
+    "replay_logged",
+    "server_shape",
+]
+
+logger = logging.getLogger(__name__)
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
 # The members, read once: SpanKind.X is an attribute lookup through the Enum's metaclass.
@@ -47,11 +58,25 @@ _V136_EVENTS = {
 }
 
 
+def replay_logged(trace: RequestTrace) -> list[RecordedSpan]:
+    """:func:`replay`, or no spans (the error logged) when the notes cannot be replayed: one
+    request's notes must not lose its batch."""
+    try:
+        return replay(trace)
+    except Exception:
+        logger.exception("spans of request %s not made", trace.request_id)
+        return []
+
+
 def replay(trace: RequestTrace) -> list[RecordedSpan]:
     """The finished request ``trace``'s sampled spans, in the order they ended."""
     r = Replay(trace)
-    for note in trace.notes:
-        note[0](r, *note[1:])
+    notes, at, end = trace.notes, 0, len(trace.notes)
+    while at < end:  # each note: a Replay method, then as many values as it takes
+        step = notes[at]
+        after = at + 1 + _TAKES[step]
+        step(r, *notes[at + 1 : after])
+        at = after
     return r.ended
 
 
@@ -112,16 +137,23 @@ class Replay:
         span = self._routing = self.server.child("llmgw.routing", _INTERNAL, attributes)
         span.start_time = at
 
-    def routed(self, at: int, plan: RoutePlan, res: Resolution | None) -> None:
+    def routed(
+        self,
+        at: int,
+        reason: str,
+        candidates: int,
+        primary: str,
+        pinned: bool,
+        res: Resolution | None,
+    ) -> None:
+        """The plan's strategy, number of candidates, first endpoint and pin came."""
         span, self._routing = self._routing, None
         if span is None:
             return
         # Every value comes from the config and the plan: the span's whole attribute set is
         # one of few, made once and shared (the encoder reuses its bytes).
-        candidates = plan.candidates
-        primary = candidates[0].endpoint if candidates else ""
-        key: tuple[Any, ...] = (span.attributes["llmgw.model"], plan.reason, len(candidates))
-        key += (primary, plan.pinned)
+        key: tuple[Any, ...] = (span.attributes["llmgw.model"], reason, candidates, primary)
+        key += (pinned,)
         if res is not None:
             key += (res.target, res.chain, res.axis, res.rule)
         shapes = self._t.routing_shapes
@@ -129,7 +161,13 @@ class Replay:
         if shape is None:
             if len(shapes) >= _MAX_SHAPES:
                 shapes.clear()
-            shape = shapes[key] = _routed(span.attributes, plan, primary, res)
+            decided = {
+                "llmgw.routing.strategy": reason,
+                "llmgw.routing.candidates": candidates,
+                "llmgw.routing.primary": primary,
+                "llmgw.routing.pinned": pinned,
+            }
+            shape = shapes[key] = _routed(span.attributes, decided, res)
         span.reshape(shape)
         self._end(span, at)
 
@@ -171,7 +209,7 @@ class Replay:
         self._attempts[number] = span
 
     def answered(
-        self, at: int, number: int, rid: Any, model: Any, reasons: tuple[str, ...]
+        self, at: int, number: int, rid: Any, model: Any, reasons: str | tuple[str, ...]
     ) -> None:
         span = self._attempts.get(number)
         if span is None:
@@ -181,8 +219,10 @@ class Replay:
             attributes["gen_ai.response.id"] = rid
         if isinstance(model, str) and model:
             attributes["gen_ai.response.model"] = model
-        if reasons:
-            attributes["gen_ai.response.finish_reasons"] = reasons  # a tuple, as the SDK keeps
+        if type(reasons) is str:  # the one choice's
+            attributes["gen_ai.response.finish_reasons"] = (reasons,)  # a tuple, as the SDK
+        elif reasons:
+            attributes["gen_ai.response.finish_reasons"] = reasons
 
     def finished(self, at: int, number: int, reason: str) -> None:
         span = self._attempts.get(number)
@@ -283,6 +323,14 @@ class Replay:
         self._end(server, at)
 
 
+_TAKES: dict[Any, int] = {
+    method: method.__code__.co_argcount - 1  # its values: all but self
+    for method in vars(Replay).values()
+    if callable(method) and not method.__name__.startswith("_")
+}
+"""How many values each note's method takes from the notes after it."""
+
+
 def _event(span: RecordedSpan, at: int, name: str, attributes: dict[str, Any]) -> None:
     event = RecordedEvent(name, attributes)
     event.timestamp = at
@@ -301,16 +349,11 @@ def _hedge_outcome(obs: Observation) -> str:
 
 
 def _routed(
-    started: dict[str, Any], plan: RoutePlan, primary: str, res: Resolution | None
+    started: dict[str, Any], decided: dict[str, Any], res: Resolution | None
 ) -> dict[str, Any]:
-    """A routing span's attributes once answered: ``started``'s, then the decision's."""
-    attrs: dict[str, Any] = {
-        **started,
-        "llmgw.routing.strategy": plan.reason,
-        "llmgw.routing.candidates": len(plan.candidates),
-        "llmgw.routing.primary": primary,
-        "llmgw.routing.pinned": plan.pinned,
-    }
+    """A routing span's attributes once answered: ``started``'s, the plan's ``decided``,
+    then how a steered request was resolved."""
+    attrs: dict[str, Any] = {**started, **decided}
     if res is not None:
         attrs["llmgw.routing.target"] = res.target
         if res.chain:
