@@ -133,8 +133,8 @@ class Replay:
 
     def routing(self, at: int, model: str) -> None:
         self._end_routing(at, "abandoned")
-        attributes = {"llmgw.routing.subject_kind": "model.route", "llmgw.model": model}
-        span = self._routing = self.server.child("llmgw.routing", _INTERNAL, attributes)
+        started = _routing_started(model)
+        span = self._routing = self.server.child("llmgw.routing", _INTERNAL, started)
         span.start_time = at
 
     def routed(
@@ -150,24 +150,8 @@ class Replay:
         span, self._routing = self._routing, None
         if span is None:
             return
-        # Every value comes from the config and the plan: the span's whole attribute set is
-        # one of few, made once and shared (the encoder reuses its bytes).
-        key: tuple[Any, ...] = (span.attributes["llmgw.model"], reason, candidates, primary)
-        key += (pinned,)
-        if res is not None:
-            key += (res.target, res.chain, res.axis, res.rule)
-        shapes = self._t.routing_shapes
-        shape = shapes.get(key)
-        if shape is None:
-            if len(shapes) >= _MAX_SHAPES:
-                shapes.clear()
-            decided = {
-                "llmgw.routing.strategy": reason,
-                "llmgw.routing.candidates": candidates,
-                "llmgw.routing.primary": primary,
-                "llmgw.routing.pinned": pinned,
-            }
-            shape = shapes[key] = _routed(span.attributes, decided, res)
+        model = span.attributes["llmgw.model"]
+        shape = routing_shape(self._t, model, reason, candidates, primary, pinned, res)
         span.reshape(shape)
         self._end(span, at)
 
@@ -187,25 +171,9 @@ class Replay:
     def attempt(
         self, at: int, number: int, c: RouteCandidate, surface: str, stream: bool, span_id: int
     ) -> None:
-        key = (
-            c.endpoint,
-            c.kind,
-            c.base_url,
-            c.upstream_model,
-            c.credential_id,
-            surface,
-            stream,
-            number,
-        )
-        shapes = self._t.attempt_shapes
-        found = shapes.get(key)
-        if found is None:
-            if len(shapes) >= _MAX_SHAPES:
-                shapes.clear()
-            found = shapes[key] = _attempt_shape(self._t, c, surface, stream, number)
-        name, shape = found
-        span = self.server.child(name, _CLIENT, shape, shape)
-        span.span_id, span.start_time = span_id, at
+        name, shape = attempt_shape(self._t, c, surface, stream, number)
+        span = self.server.child(name, _CLIENT, shape, shape, span_id)
+        span.start_time = at
         self._attempts[number] = span
 
     def answered(
@@ -214,15 +182,7 @@ class Replay:
         span = self._attempts.get(number)
         if span is None:
             return
-        attributes = span.attributes  # none of these keys is shaped, no value None
-        if isinstance(rid, str) and rid:
-            attributes["gen_ai.response.id"] = rid
-        if isinstance(model, str) and model:
-            attributes["gen_ai.response.model"] = model
-        if type(reasons) is str:  # the one choice's
-            attributes["gen_ai.response.finish_reasons"] = (reasons,)  # a tuple, as the SDK
-        elif reasons:
-            attributes["gen_ai.response.finish_reasons"] = reasons
+        span.attributes.update(answer_pairs(rid, model, reasons))  # none of these is shaped
 
     def finished(self, at: int, number: int, reason: str) -> None:
         span = self._attempts.get(number)
@@ -272,23 +232,8 @@ class Replay:
         span = self._attempts.pop(obs.attempt, None)
         if span is None:
             return
-        attrs = span.attributes  # none of these keys is shaped, no value None
-        attrs["llmgw.model"] = obs.model
-        attrs["llmgw.outcome"] = obs.outcome
-        attrs["gen_ai.usage.input_tokens"] = obs.prompt_tokens
-        attrs["gen_ai.usage.output_tokens"] = obs.completion_tokens
-        attrs["llmgw.cost_usd"] = obs.cost_usd
-        if obs.cached_tokens:
-            attrs["gen_ai.usage.cache_read.input_tokens"] = obs.cached_tokens
-        if obs.cache_write_tokens:
-            attrs["gen_ai.usage.cache_creation.input_tokens"] = obs.cache_write_tokens
-            attrs["gen_ai.usage.cache_write.input_tokens"] = obs.cache_write_tokens
-        if obs.ttft_ms is not None:
-            attrs["gen_ai.response.time_to_first_chunk"] = obs.ttft_ms / 1000
-        if obs.status is not None:
-            attrs["http.response.status_code"] = obs.status
-            if self._t.semconv.http_old:
-                attrs["http.status_code"] = obs.status
+        attrs = span.attributes
+        attrs.update(done_pairs(obs, self._t.semconv.http_old))  # none of these is shaped
         if streamed is not None:
             self._output(span, at, streamed)
         role = self._hedge.get(obs.attempt)
@@ -312,12 +257,7 @@ class Replay:
             self._end(span, at)
         self._attempts.clear()
         server = self.server
-        attributes = server.attributes  # none of these keys is shaped, no value None
-        attributes["http.response.status_code"] = status
-        if self._t.semconv.http_old:
-            attributes["http.status_code"] = status
-        if kind:
-            attributes["error.type"] = kind
+        server.attributes.update(finish_pairs(status, kind, self._t.semconv.http_old))
         if status >= 500:
             server.status = _ERROR
         self._end(server, at)
@@ -329,6 +269,104 @@ _TAKES: dict[Any, int] = {
     if callable(method) and not method.__name__.startswith("_")
 }
 """How many values each note's method takes from the notes after it."""
+
+
+def routing_shape(
+    telemetry: Telemetry,
+    model: str,
+    reason: str,
+    candidates: int,
+    primary: str,
+    pinned: bool,
+    res: Resolution | None,
+) -> dict[str, Any]:
+    """A routing span's whole attribute set once answered: every value comes from the config
+    and the plan, so it is one of few, made once and shared (the encoder reuses its bytes)."""
+    key: tuple[Any, ...] = (model, reason, candidates, primary, pinned)
+    if res is not None:
+        key += (res.target, res.chain, res.axis, res.rule)
+    shapes = telemetry.routing_shapes
+    shape = shapes.get(key)
+    if shape is None:
+        if len(shapes) >= _MAX_SHAPES:
+            shapes.clear()
+        decided = {
+            "llmgw.routing.strategy": reason,
+            "llmgw.routing.candidates": candidates,
+            "llmgw.routing.primary": primary,
+            "llmgw.routing.pinned": pinned,
+        }
+        shape = shapes[key] = _routed(_routing_started(model), decided, res)
+    return shape
+
+
+def _routing_started(model: str) -> dict[str, Any]:
+    """A routing span's attributes as it starts."""
+    return {"llmgw.routing.subject_kind": "model.route", "llmgw.model": model}
+
+
+def attempt_shape(
+    telemetry: Telemetry, c: RouteCandidate, surface: str, stream: bool, number: int
+) -> tuple[str, dict[str, Any]]:
+    """An attempt span's name and first attributes, shared by every attempt of its candidate,
+    surface, streaming and hop."""
+    key: tuple[Any, ...] = (c.endpoint, c.kind, c.base_url, c.upstream_model, c.credential_id)
+    key += (surface, stream, number)
+    shapes = telemetry.attempt_shapes
+    found = shapes.get(key)
+    if found is None:
+        if len(shapes) >= _MAX_SHAPES:
+            shapes.clear()
+        found = shapes[key] = _attempt_shape(telemetry, c, surface, stream, number)
+    return found
+
+
+def answer_pairs(rid: Any, model: Any, reasons: str | tuple[str, ...]) -> list[tuple[str, Any]]:
+    """An attempt span's attributes read from the upstream's answer (``reasons``: the one
+    choice's finish reason, or a tuple of them)."""
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(rid, str) and rid:
+        pairs.append(("gen_ai.response.id", rid))
+    if isinstance(model, str) and model:
+        pairs.append(("gen_ai.response.model", model))
+    if type(reasons) is str:
+        pairs.append(("gen_ai.response.finish_reasons", (reasons,)))  # a tuple, as the SDK
+    elif reasons:
+        pairs.append(("gen_ai.response.finish_reasons", reasons))
+    return pairs
+
+
+def done_pairs(obs: Observation, http_old: bool) -> list[tuple[str, Any]]:
+    """An attempt span's attributes from its Observation (no value None)."""
+    pairs: list[tuple[str, Any]] = [
+        ("llmgw.model", obs.model),
+        ("llmgw.outcome", obs.outcome),
+        ("gen_ai.usage.input_tokens", obs.prompt_tokens),
+        ("gen_ai.usage.output_tokens", obs.completion_tokens),
+        ("llmgw.cost_usd", obs.cost_usd),
+    ]
+    if obs.cached_tokens:
+        pairs.append(("gen_ai.usage.cache_read.input_tokens", obs.cached_tokens))
+    if obs.cache_write_tokens:
+        pairs.append(("gen_ai.usage.cache_creation.input_tokens", obs.cache_write_tokens))
+        pairs.append(("gen_ai.usage.cache_write.input_tokens", obs.cache_write_tokens))
+    if obs.ttft_ms is not None:
+        pairs.append(("gen_ai.response.time_to_first_chunk", obs.ttft_ms / 1000))
+    if obs.status is not None:
+        pairs.append(("http.response.status_code", obs.status))
+        if http_old:
+            pairs.append(("http.status_code", obs.status))
+    return pairs
+
+
+def finish_pairs(status: int, kind: str, http_old: bool) -> list[tuple[str, Any]]:
+    """The SERVER span's attributes as the request ends (``kind``: its error, or "")."""
+    pairs: list[tuple[str, Any]] = [("http.response.status_code", status)]
+    if http_old:
+        pairs.append(("http.status_code", status))
+    if kind:
+        pairs.append(("error.type", kind))
+    return pairs
 
 
 def _event(span: RecordedSpan, at: int, name: str, attributes: dict[str, Any]) -> None:

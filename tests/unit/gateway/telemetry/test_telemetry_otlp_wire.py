@@ -7,6 +7,7 @@ import random
 import struct
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -26,6 +27,7 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from gateway.telemetry.notes_wire import plain_spans
 from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder
 from gateway.telemetry.trace_replay import replay
@@ -38,8 +40,6 @@ from tests.unit.gateway.telemetry.echo_requests import (
 )
 
 if TYPE_CHECKING:
-    import pytest
-
     from gateway.telemetry.provider import Telemetry
     from gateway.telemetry.request_trace import RequestTrace
 
@@ -333,3 +333,66 @@ def test_requests_notes_encode_as_the_spans_they_make(monkeypatch: pytest.Monkey
         "POST /v1/chat/completions",
         *("llmgw.routing", "POST /v1/chat/completions"),
     ]
+
+
+def _plain_requests(telemetry: Telemetry) -> list[RequestTrace]:
+    """Plain requests (routed once, served by the first attempt) in every variation the
+    notes' direct encoding handles: a client's traceparent with a tracestate or none,
+    answers with and without id, model or reasons, several reasons, cache tokens, a TTFT, a
+    status unknown, and the same candidate at another hop number."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    variations: list[tuple[list[tuple[bytes, bytes]], dict[str, Any], dict[str, Any]]] = [
+        ([], {"id": "c-1", "model": "m", "choices": [{"finish_reason": "stop"}]}, {}),
+        ([(b"traceparent", traceparent.encode())], {"choices": []}, {"status": None}),
+        (
+            [(b"traceparent", traceparent.encode()), (b"tracestate", b"v=1,w=2")],
+            {"id": "", "model": 7, "choices": [{"finish_reason": "stop"}, {"finish_reason": 3}]},
+            {"cached_tokens": 40, "cache_write_tokens": 8, "ttft_ms": 12.5},
+        ),
+        ([], {"id": "c-4", "choices": [{"finish_reason": "length"}]}, {"cost_usd": 0.25}),
+    ]
+    traces = []
+    for n, (headers, answer, observed) in enumerate(variations):
+        trace = chat_request(telemetry, f"r-{n}", headers=headers)
+        trace.routing(RouteRequest(model="m"))
+        trace.routed(RoutePlan(model="m", candidates=(CANDIDATE,), pinned=n == 2), None)
+        number = 1 + n % 2
+        trace.attempt(number, CANDIDATE, TARGET, "chat", False)
+        trace.answered(number, answer)
+        fields: dict[str, Any] = {"status": 200, **observed}
+        obs = Observation(endpoint="m#0", model="m", outcome="success", attempt=number, **fields)
+        trace.attempt_done(obs)
+        trace.finish(200 + n, "")
+        traces.append(trace)
+    return traces
+
+
+@pytest.mark.parametrize("opt_in", ["", "http/dup"])
+def test_plain_requests_are_encoded_from_their_notes_as_their_replayed_spans(
+    monkeypatch: pytest.MonkeyPatch, opt_in: str
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+    telemetry = echo_telemetry()
+    telemetry.spans.take_notes = lambda trace: None  # kept here, not handed to the batcher
+    traces = _plain_requests(telemetry)
+    encoder = SpanEncoder()
+    random.seed(3)  # the routing spans' ids are drawn as the notes are encoded or replayed
+    direct = [plain_spans(encoder, trace) for trace in traces]
+    random.seed(3)
+    spans = [span for trace in traces for span in replay(trace)]
+    telemetry.shutdown()
+
+    assert all(fields is not None for fields in direct)  # each taken the direct way
+    replayed = SpanEncoder()
+    assert [f for fields in direct for f in fields or ()] == [replayed._recorded(s) for s in spans]
+    random.seed(3)
+    decoded = ExportTraceServiceRequest.FromString(SpanEncoder().encode(traces))
+    assert decoded == encode_spans(spans)  # type: ignore[arg-type]  # read as ReadableSpans
+
+
+def test_requests_that_are_not_plain_are_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    telemetry, traces = _requests_notes(monkeypatch)
+    telemetry.shutdown()
+
+    assert [plain_spans(SpanEncoder(), trace) is None for trace in traces] == [False, True, True]
