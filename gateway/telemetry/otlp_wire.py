@@ -25,14 +25,17 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 from opentelemetry.trace import SpanKind, StatusCode
 
+from gateway.telemetry.notes_wire import plain_spans
 from gateway.telemetry.otlp_http import transport_for
 from gateway.telemetry.recorded_span import UNSET, RecordedEvent, RecordedSpan
+from gateway.telemetry.request_trace import RequestTrace
+from gateway.telemetry.trace_replay import replay_logged
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import Event, ReadableSpan
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-    from opentelemetry.trace import Status
+    from opentelemetry.trace import Status, TraceState
 
 logger = logging.getLogger(__name__)
 
@@ -252,51 +255,16 @@ class SpanEncoder:
     def _recorded(self, span: RecordedSpan) -> bytes:
         """The ScopeSpans' field of one gateway span (its ids as they are, no SpanContext
         made; what it never has, dropped counts and links, not looked at)."""
-        trace_id, parent_id = span.trace_id, span.parent_id
-        if parent_id and not span.trace_state:  # a child: ids and parent id in one pack
-            low = trace_id & _LOW
-            ids = _IDS_PARENT(0x0A10, trace_id >> 64, low, 0x1208, span.span_id, 0x2208, parent_id)
-        else:
-            ids = _IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span.span_id)
-            if span.trace_state:
-                state = ",".join(f"{k}={v}" for k, v in span.trace_state.items())
-                ids += _field(b"\x1a", state.encode())
-            if parent_id:
-                ids += b"\x22\x08" + parent_id.to_bytes(8, "big")
+        ids = self.ids(span.trace_id, span.span_id, span.parent_id, span.trace_state)
         timing = _KIND_TIMES(
             0x30, _KIND_VALUES[id(span.kind)], 0x39, span.start_time, 0x41, span.end_time or 0
         )
         shape = span.shape
         if shape is not None and span.status is UNSET and not span.events:
-            # Fields in any order are valid protobuf: what the span shares with every span of
-            # its shape (name, the shape's attributes, status, flags) is one cached block.
-            blocks = self._local if span.remote_parent is None else self._remote
-            found = blocks.get(id(shape))
-            if found is None or found[0] is not shape or found[1] != span.name:
-                block = self._block(span, shape)
-            else:
-                block = found[2]
+            block = self.block(shape, span.name, span.remote_parent is not None)
             attributes, n = span.attributes, len(shape)
-            if len(attributes) == n:
-                body = ids + timing + block
-            else:  # the pairs added after the shape, each looked up once (as _pairs does)
-                get, parts = self._span_pairs.get, [ids, timing, block]
-                try:
-                    for k, v in islice(attributes.items(), n, None):
-                        found_pair = get((k, v, type(v)))
-                        parts.append(
-                            self._miss(b"\x4a", k, v) if found_pair is None else found_pair
-                        )
-                except TypeError:  # an unhashable value (a list): no lookup for any
-                    del parts[3:]
-                    parts.append(self._pairs(b"\x4a", attributes, n))
-                body = b"".join(parts)
-            size = len(body)
-            if size < 0x4000:  # a span's body: at most two length bytes
-                if size < 0x80:
-                    return b"\x12" + _ONE_BYTE[size] + body
-                return b"\x12" + bytes(((size & 0x7F) | 0x80, size >> 7)) + body
-            return b"\x12" + _varint(size) + body
+            added = list(islice(attributes.items(), n, None)) if len(attributes) > n else []
+            return self.shaped(ids, timing, block, added)
         name = self._names.get(span.name)
         parts = [
             ids,
@@ -316,16 +284,64 @@ class SpanEncoder:
             parts.append(_FLAGS_LOCAL if span.remote_parent is None else _FLAGS_REMOTE)
         return _field(b"\x12", b"".join(parts))
 
-    def _block(self, span: RecordedSpan, shape: dict[str, Any]) -> bytes:
-        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``,
-        encoded and cached (by shape and remoteness of the parent, held so the shape's id is
-        not reused; a shape has one span name, checked where the cache is read)."""
-        blocks = self._local if span.remote_parent is None else self._remote
+    @staticmethod
+    def ids(trace_id: int, span_id: int, parent_id: int, trace_state: TraceState | None) -> bytes:
+        """A span's trace id, span id, trace state and parent span id (0: none) fields."""
+        if parent_id and not trace_state:  # a child: ids and parent id in one pack
+            low = trace_id & _LOW
+            return _IDS_PARENT(0x0A10, trace_id >> 64, low, 0x1208, span_id, 0x2208, parent_id)
+        ids = _IDS(0x0A10, trace_id >> 64, trace_id & _LOW, 0x1208, span_id)
+        if trace_state:
+            state = ",".join(f"{k}={v}" for k, v in trace_state.items())
+            ids += _field(b"\x1a", state.encode())
+        if parent_id:
+            ids += b"\x22\x08" + parent_id.to_bytes(8, "big")
+        return ids
+
+    @staticmethod
+    def timing(kind: SpanKind, start: int, end: int) -> bytes:
+        """A span's kind, start and end time fields."""
+        return _KIND_TIMES(0x30, _KIND_VALUES[id(kind)], 0x39, start, 0x41, end)
+
+    def shaped(
+        self, ids: bytes, timing: bytes, block: bytes, added: list[tuple[str, Any]]
+    ) -> bytes:
+        """The ScopeSpans' field of a span of unset status and no events whose attributes
+        are its shape's (``block``, see :meth:`block`) and then the pairs ``added``."""
+        # Fields in any order are valid protobuf: what the span shares with every span of
+        # its shape (name, the shape's attributes, status, flags) is one cached block.
+        if not added:
+            body = ids + timing + block
+        else:  # each pair looked up once (as _pairs does)
+            get, parts = self._span_pairs.get, [ids, timing, block]
+            try:
+                for k, v in added:
+                    found = get((k, v, type(v)))
+                    parts.append(self._miss(b"\x4a", k, v) if found is None else found)
+            except TypeError:  # an unhashable value (a list): no lookup for any
+                del parts[3:]
+                parts += [self._key(b"\x4a", k).pair(v) for k, v in added]
+            body = b"".join(parts)
+        size = len(body)
+        if size < 0x4000:  # a span's body: at most two length bytes
+            if size < 0x80:
+                return b"\x12" + _ONE_BYTE[size] + body
+            return b"\x12" + bytes(((size & 0x7F) | 0x80, size >> 7)) + body
+        return b"\x12" + _varint(size) + body
+
+    def block(self, shape: dict[str, Any], name: str, remote: bool) -> bytes:
+        """The name, ``shape``'s attributes, unset status and flags of a span of ``shape``
+        (``remote``: its parent is remote), encoded once and cached (by shape and remoteness
+        of the parent, held so the shape's id is not reused; a shape has one span name)."""
+        blocks = self._remote if remote else self._local
+        found = blocks.get(id(shape))
+        if found is not None and found[0] is shape and found[1] == name:
+            return found[2]
         if len(blocks) >= _MAX_CACHED:
             blocks.clear()
-        tail = _UNSET_LOCAL if span.remote_parent is None else _UNSET_REMOTE
-        block = self._name(span.name) + self._attributes(b"\x4a", shape) + tail
-        blocks[id(shape)] = (shape, span.name, block)
+        tail = _UNSET_REMOTE if remote else _UNSET_LOCAL
+        block = self._name(name) + self._attributes(b"\x4a", shape) + tail
+        blocks[id(shape)] = (shape, name, block)
         return block
 
     def _event(self, event: Event | RecordedEvent) -> bytes:
@@ -371,14 +387,27 @@ class SpanEncoder:
         parts.append(_FLAGS_REMOTE if remote else _FLAGS_LOCAL)
         return _field(b"\x12", b"".join(parts))
 
-    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan]) -> bytes:
+    def encode(self, spans: Sequence[ReadableSpan | RecordedSpan | RequestTrace]) -> bytes:
         """An ExportTraceServiceRequest of ``spans`` (grouped by resource, then scope, in order
-        of first appearance). Raises ValueError for a span with links (this gateway makes none:
-        the SDK's encoder serves those)."""
+        of first appearance); a request's notes among them are its spans, each made and
+        encoded in turn (only one request's span objects exist at a time). Raises ValueError
+        for a span with links (this gateway makes none: the SDK's encoder serves those)."""
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
         recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
         recorded_of = self._recorded
         for span in spans:
+            if isinstance(span, RequestTrace):
+                fields = plain_spans(self, span)
+                if fields is None:
+                    fields = [recorded_of(s) for s in replay_logged(span)]
+                recorder = span.telemetry.spans
+                encoded = recorded.get(id(recorder))
+                if encoded is None:
+                    encoded = recorded[id(recorder)] = self._group(
+                        grouped, recorder.resource, recorder.scope
+                    )
+                encoded += fields
+                continue
             if isinstance(span, RecordedSpan):  # a final class
                 recorder = span.recorder
                 encoded = recorded.get(id(recorder))
@@ -426,6 +455,21 @@ class WireSpanExporter(OTLPSpanExporter):
             super().__init__(_transport=transport)
         self._encoder = SpanEncoder()
 
+    def export_notes(self, items: Sequence[ReadableSpan | RequestTrace]) -> SpanExportResult:
+        """Send the spans of ``items`` (spans, and requests' notes made into their spans here,
+        one request at a time) in one request."""
+        client = getattr(self, "_client", None)
+        if self._shutdown or client is None or any(_linked(item) for item in items):
+            return self.export(
+                [s for item in items for s in _made(item)]  # the SDK's path, with the spans
+            )
+        try:
+            data = self._encoder.encode(items)
+        except (TypeError, ValueError):
+            logger.exception("span batch not encoded")
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Send ``spans`` in one request (the SDK's own path for what is not encoded here)."""
         client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
@@ -437,3 +481,15 @@ class WireSpanExporter(OTLPSpanExporter):
             logger.exception("span batch not encoded")
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
+
+
+def _linked(item: ReadableSpan | RequestTrace) -> bool:
+    """Whether ``item`` is a span with links (a request's spans never have any)."""
+    return not isinstance(item, RequestTrace) and bool(item.links)
+
+
+def _made(item: ReadableSpan | RequestTrace) -> Sequence[ReadableSpan]:
+    """``item``'s spans: itself, or a request's made from its notes."""
+    if isinstance(item, RequestTrace):
+        return replay_logged(item)  # type: ignore[return-value]  # read as ReadableSpans
+    return (item,)

@@ -356,16 +356,17 @@ class RecordedSpan:
         kind: SpanKind,
         attributes: dict[str, Any],
         shape: dict[str, Any] | None = None,
+        span_id: int = 0,
     ) -> RecordedSpan:
-        """A span under this one (same trace, sampling and trace state; a fresh span id),
-        with ``attributes`` (holding no None), or a copy of ``shape`` (a dict the caller
-        never changes, holding no None)."""
+        """A span under this one (same trace, sampling and trace state; ``span_id``, or a
+        fresh one), with ``attributes`` (holding no None), or a copy of ``shape`` (a dict the
+        caller never changes, holding no None)."""
         # What __init__ does, without calling the class: a Python __init__ reached through
         # type.__call__ costs more than the stores themselves.
         span: RecordedSpan = _new(RecordedSpan)
         recorder = span.recorder = self.recorder
         span.name, span.kind, span.trace_id = name, kind, self.trace_id
-        span.span_id = recorder._span_id() or recorder._ids.generate_span_id()  # never 0
+        span.span_id = span_id or recorder._span_id() or recorder._ids.generate_span_id()
         span.sampled, span.trace_state = self.sampled, self.trace_state
         span.parent_id, span.remote_parent = self.span_id, None
         if shape is None:

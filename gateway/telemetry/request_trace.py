@@ -1,12 +1,12 @@
 """One request's trace: the hooks the ingress calls as the request goes.
 
-A hook notes what happened, when, and a reference to what decided it (the plan, the
-candidate, the Observation): a tuple appended to a list. When the request ends its notes
-go to the span batcher whole, and the export thread builds the spans from them
-(gateway.telemetry.trace_replay) a batch at a time. What must be known at once is decided at
-once: the sampler's decision, the ids, the ``traceparent`` an attempt sends upstream, and
-what is read from an answer that is not kept (its id, model and finish reasons; the content
-an operator opted in to capture, bounded).
+A hook notes what happened, when, and what decided it (the plan's decision, the candidate,
+the Observation): the replay step and its arguments added to one flat list. When the
+request ends its notes go to the span batcher whole, and the export thread builds the spans
+from them (gateway.telemetry.trace_replay) a batch at a time. What must be known at once is
+decided at once: the sampler's decision, the ids, the ``traceparent`` an attempt sends
+upstream, and what is read from an answer that is not kept (its id, model and finish
+reasons; the content an operator opted in to capture, bounded).
 """
 
 from __future__ import annotations
@@ -68,8 +68,12 @@ class RequestTrace:
             server = tuple(server)
         self.server_key: ServerKey = (req.method, route, scope.get("scheme", "http"), server)
         self.request_id = req.request_id
-        self.notes: list[tuple[Any, ...]] = []
-        """(Replay method, time in ns, its arguments...) in the order they happened."""
+        self.notes: list[Any] = []
+        """Replay method, time in ns, its other arguments; the next method... in the order
+        they happened. Flat, and holding no container made for the request (a RoutePlan
+        holds tuples): the notes wait for their batch, and objects the collector tracks
+        waiting that long cost collections while they wait (those of the Observation and
+        candidate, msgspec structs of plain values, are not tracked)."""
         self.span_count = 1
         """The spans the notes will make (the SERVER span and each one started)."""
         self._outputs: dict[int, dict[int, list[str | None]]] | None = None
@@ -97,30 +101,33 @@ class RequestTrace:
         """The caller's limits were asked (a span until :meth:`admitted`)."""
         if self.sampled:
             self.span_count += 1
-            self.notes.append((Replay.admission_started, _now()))
+            self.notes += (Replay.admission_started, _now())
 
     def admitted(self, refusal: str = "") -> None:
         """The limits' verdict came (``refusal``: the error code of a refusal)."""
         if self.sampled:
-            self.notes.append((Replay.admitted, _now(), refusal))
+            self.notes += (Replay.admitted, _now(), refusal)
 
     def routing(self, route: RouteRequest) -> None:
         """A routing request is about to go to the model's owner (one bus round trip)."""
         if self.sampled:
             self.span_count += 1
-            self.notes.append((Replay.routing, _now(), route.model))
+            self.notes += (Replay.routing, _now(), route.model)
 
     def routed(self, plan: RoutePlan, res: Resolution | None) -> None:
         """The owner answered ``plan`` (``res``: how a steered request was resolved)."""
         if self.sampled:
-            self.notes.append((Replay.routed, _now(), plan, res))
+            candidates = plan.candidates
+            primary = candidates[0].endpoint if candidates else ""
+            reason, count, pinned = plan.reason, len(candidates), plan.pinned
+            self.notes += (Replay.routed, _now(), reason, count, primary, pinned, res)
 
     # -- attempts -----------------------------------------------------------------------
 
     def hedged(self, primary: int, backup: int) -> None:
         """Attempts ``primary`` and ``backup`` race (a hedge)."""
         if self.sampled:
-            self.notes.append((Replay.hedged, 0, primary, backup))
+            self.notes += (Replay.hedged, 0, primary, backup)
 
     def attempt(
         self, number: int, c: RouteCandidate, target: UpstreamTarget, surface: str, stream: bool
@@ -131,7 +138,7 @@ class RequestTrace:
             return target.traced(_trace_headers(self, self.span_id, "-00"))
         span_id = self.telemetry.spans.new_span_id()
         self.span_count += 1
-        self.notes.append((Replay.attempt, _now(), number, c, surface, stream, span_id))
+        self.notes += (Replay.attempt, _now(), number, c, surface, stream, span_id)
         return target.traced(_trace_headers(self, span_id, "-01"))
 
     def noting(self, adapter: Adapter, number: int) -> Adapter:
@@ -147,10 +154,10 @@ class RequestTrace:
         choices = body.get("choices")
         first = choices[0] if type(choices) is list and len(choices) == 1 else None
         reason = first.get("finish_reason") if type(first) is dict else None
-        # One choice with its reason (nearly every answer): the loop below without its frame.
-        reasons = (reason,) if type(reason) is str else tuple(_reasons(choices))
-        note = (Replay.answered, 0, number, body.get("id"), body.get("model"), reasons)
-        self.notes.append(note)
+        # One choice with its reason (nearly every answer): the string itself, no tuple made
+        # (nor the loop below's frame).
+        reasons = reason if type(reason) is str else tuple(_reasons(choices))
+        self.notes += (Replay.answered, 0, number, body.get("id"), body.get("model"), reasons)
 
     # -- content capture (only when opted in: see Telemetry.capture_content) --------------
 
@@ -163,12 +170,12 @@ class RequestTrace:
         """Put the request's messages on attempt ``number``'s span."""
         if self.sampled:
             system, messages = content.input_messages(body, self.telemetry.capture_max_chars)
-            self.notes.append((Replay.prompt, _now(), number, system, messages))
+            self.notes += (Replay.prompt, _now(), number, system, messages)
 
     def completed(self, number: int, body: dict[str, Any]) -> None:
         """Put a whole answer's text on attempt ``number``'s span."""
         if self.sampled:
-            self.notes.append((Replay.output, _now(), number, content.answer_choices(body)))
+            self.notes += (Replay.output, _now(), number, content.answer_choices(body))
 
     def streamed(self, number: int, batch: Iterable[dict[str, Any]]) -> None:
         """Add a streamed batch's text to attempt ``number``'s answer (put on the span as
@@ -192,7 +199,7 @@ class RequestTrace:
     def finished(self, number: int, reason: str) -> None:
         """A streamed attempt said why it stopped."""
         if self.sampled:
-            self.notes.append((Replay.finished, 0, number, reason))
+            self.notes += (Replay.finished, 0, number, reason)
 
     def attempt_done(self, obs: Observation) -> None:
         """End attempt ``obs.attempt``'s span with what its Observation says."""
@@ -203,7 +210,7 @@ class RequestTrace:
             streamed = self._outputs.pop(obs.attempt, None)
             if streamed is not None:
                 text = [("".join(parts), reason) for parts, reason in _texts(streamed)]
-        self.notes.append((Replay.attempt_done, _now(), obs, text))
+        self.notes += (Replay.attempt_done, _now(), obs, text)
 
     # -- the end ------------------------------------------------------------------------
 
@@ -214,7 +221,7 @@ class RequestTrace:
         gateway's batcher, here otherwise)."""
         if not self.sampled:
             return
-        self.notes.append((Replay.finish, _now(), status, kind))
+        self.notes += (Replay.finish, _now(), status, kind)
         recorder = self.telemetry.spans
         if recorder.take_notes is not None:
             recorder.take_notes(self)

@@ -27,9 +27,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from gateway.telemetry.otlp_http import stop_retrying
 from gateway.telemetry.request_trace import RequestTrace
-from gateway.telemetry.trace_replay import replay
+from gateway.telemetry.trace_replay import replay_logged
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -61,6 +63,11 @@ class SpanBatcher(SpanProcessor):
             max_export_batch_size = int(defaults._default_max_export_batch_size())
         defaults._validate_arguments(max_queue_size, schedule_delay_millis, max_export_batch_size)
         self._exporter = exporter
+        self._export_notes: Callable[[list[Any]], Any] | None = getattr(
+            exporter, "export_notes", None
+        )
+        """The exporter's taker of requests' notes as they are (it makes and encodes each
+        request's spans in turn, so a batch never holds them all), if it has one."""
         self._max_queue = max_queue_size
         self._batch = max_export_batch_size
         self._delay = schedule_delay_millis / 1000
@@ -114,34 +121,35 @@ class SpanBatcher(SpanProcessor):
         with self._export_lock:
             queue, size = self._queue, self._batch
             while queue and self._added - self._taken >= least:
-                batch = self._take(size)
+                items, spans = self._take(size)
                 token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
                 try:
-                    for start in range(0, len(batch), size):
-                        self._exporter.export(batch[start : start + size])
+                    if self._export_notes is not None and spans <= size:
+                        self._export_notes(items)
+                        continue
+                    made = _spans(items)
+                    for start in range(0, len(made), size):
+                        self._exporter.export(made[start : start + size])
                 except Exception:  # an export must never end the thread: the next may succeed
                     logger.exception("span export failed")
                 finally:
                     detach(token)
 
-    def _take(self, size: int) -> list[ReadableSpan]:
-        """The oldest queued items' spans, about ``size`` of them (a request's spans are
-        never split between two takes; the exporter is handed ``size`` at most at once)."""
+    def _take(self, size: int) -> tuple[list[Any], int]:
+        """The oldest queued items (spans and requests' notes) and the spans they make: at
+        most ``size``, unless the oldest request alone makes more (a request's spans are
+        never split between two takes)."""
         queue, taken = self._queue, 0
-        spans: list[Any] = []
-        while queue and taken < size:
-            item = queue.popleft()
-            if type(item) is RequestTrace:
-                taken += item.span_count
-                try:
-                    spans += replay(item)
-                except Exception:  # one request's notes must not lose the batch
-                    logger.exception("spans of request %s not made", item.request_id)
-            else:
-                taken += 1
-                spans.append(item)
+        items: list[Any] = []
+        while queue:
+            item = queue[0]
+            spans = item.span_count if type(item) is RequestTrace else 1
+            if taken and taken + spans > size:
+                break
+            items.append(queue.popleft())
+            taken += spans
         self._taken += taken
-        return spans  # RecordedSpans among them, read as ReadableSpans
+        return items, taken
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Export every queued span now (blocking)."""
@@ -160,3 +168,14 @@ class SpanBatcher(SpanProcessor):
         self._thread.join()
         self._export()
         self._exporter.shutdown()
+
+
+def _spans(items: list[Any]) -> list[ReadableSpan]:
+    """The spans of taken ``items`` (requests' notes replayed), in order."""
+    spans: list[Any] = []
+    for item in items:
+        if type(item) is RequestTrace:
+            spans += replay_logged(item)
+        else:
+            spans.append(item)
+    return spans  # RecordedSpans among them, read as ReadableSpans

@@ -16,6 +16,7 @@ objects and code evicted from the caches each time) as done a batch at a time he
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -28,9 +29,19 @@ if TYPE_CHECKING:
     from gateway.steering.resolver import Resolution
     from gateway.telemetry.provider import Telemetry
     from gateway.telemetry.request_trace import RequestTrace
-    from schemas import Observation, RouteCandidate, RoutePlan
+    from schemas import Observation, RouteCandidate
 
-__all__ = ["HEDGE_BACKUP", "HEDGE_PRIMARY", "Replay", "ServerKey", "replay", "server_shape"]
+__all__ = [
+    "HEDGE_BACKUP",
+    "HEDGE_PRIMARY",
+    "Replay",
+    "ServerKey",
+    "replay",
+    "replay_logged",
+    "server_shape",
+]
+
+logger = logging.getLogger(__name__)
 
 HEDGE_PRIMARY, HEDGE_BACKUP = "primary", "backup"
 # The members, read once: SpanKind.X is an attribute lookup through the Enum's metaclass.
@@ -47,11 +58,25 @@ _V136_EVENTS = {
 }
 
 
+def replay_logged(trace: RequestTrace) -> list[RecordedSpan]:
+    """:func:`replay`, or no spans (the error logged) when the notes cannot be replayed: one
+    request's notes must not lose its batch."""
+    try:
+        return replay(trace)
+    except Exception:
+        logger.exception("spans of request %s not made", trace.request_id)
+        return []
+
+
 def replay(trace: RequestTrace) -> list[RecordedSpan]:
     """The finished request ``trace``'s sampled spans, in the order they ended."""
     r = Replay(trace)
-    for note in trace.notes:
-        note[0](r, *note[1:])
+    notes, at, end = trace.notes, 0, len(trace.notes)
+    while at < end:  # each note: a Replay method, then as many values as it takes
+        step = notes[at]
+        after = at + 1 + _TAKES[step]
+        step(r, *notes[at + 1 : after])
+        at = after
     return r.ended
 
 
@@ -108,28 +133,25 @@ class Replay:
 
     def routing(self, at: int, model: str) -> None:
         self._end_routing(at, "abandoned")
-        attributes = {"llmgw.routing.subject_kind": "model.route", "llmgw.model": model}
-        span = self._routing = self.server.child("llmgw.routing", _INTERNAL, attributes)
+        started = _routing_started(model)
+        span = self._routing = self.server.child("llmgw.routing", _INTERNAL, started)
         span.start_time = at
 
-    def routed(self, at: int, plan: RoutePlan, res: Resolution | None) -> None:
+    def routed(
+        self,
+        at: int,
+        reason: str,
+        candidates: int,
+        primary: str,
+        pinned: bool,
+        res: Resolution | None,
+    ) -> None:
+        """The plan's strategy, number of candidates, first endpoint and pin came."""
         span, self._routing = self._routing, None
         if span is None:
             return
-        # Every value comes from the config and the plan: the span's whole attribute set is
-        # one of few, made once and shared (the encoder reuses its bytes).
-        candidates = plan.candidates
-        primary = candidates[0].endpoint if candidates else ""
-        key: tuple[Any, ...] = (span.attributes["llmgw.model"], plan.reason, len(candidates))
-        key += (primary, plan.pinned)
-        if res is not None:
-            key += (res.target, res.chain, res.axis, res.rule)
-        shapes = self._t.routing_shapes
-        shape = shapes.get(key)
-        if shape is None:
-            if len(shapes) >= _MAX_SHAPES:
-                shapes.clear()
-            shape = shapes[key] = _routed(span.attributes, plan, primary, res)
+        model = span.attributes["llmgw.model"]
+        shape = routing_shape(self._t, model, reason, candidates, primary, pinned, res)
         span.reshape(shape)
         self._end(span, at)
 
@@ -149,40 +171,18 @@ class Replay:
     def attempt(
         self, at: int, number: int, c: RouteCandidate, surface: str, stream: bool, span_id: int
     ) -> None:
-        key = (
-            c.endpoint,
-            c.kind,
-            c.base_url,
-            c.upstream_model,
-            c.credential_id,
-            surface,
-            stream,
-            number,
-        )
-        shapes = self._t.attempt_shapes
-        found = shapes.get(key)
-        if found is None:
-            if len(shapes) >= _MAX_SHAPES:
-                shapes.clear()
-            found = shapes[key] = _attempt_shape(self._t, c, surface, stream, number)
-        name, shape = found
-        span = self.server.child(name, _CLIENT, shape, shape)
-        span.span_id, span.start_time = span_id, at
+        name, shape = attempt_shape(self._t, c, surface, stream, number)
+        span = self.server.child(name, _CLIENT, shape, shape, span_id)
+        span.start_time = at
         self._attempts[number] = span
 
     def answered(
-        self, at: int, number: int, rid: Any, model: Any, reasons: tuple[str, ...]
+        self, at: int, number: int, rid: Any, model: Any, reasons: str | tuple[str, ...]
     ) -> None:
         span = self._attempts.get(number)
         if span is None:
             return
-        attributes = span.attributes  # none of these keys is shaped, no value None
-        if isinstance(rid, str) and rid:
-            attributes["gen_ai.response.id"] = rid
-        if isinstance(model, str) and model:
-            attributes["gen_ai.response.model"] = model
-        if reasons:
-            attributes["gen_ai.response.finish_reasons"] = reasons  # a tuple, as the SDK keeps
+        span.attributes.update(answer_pairs(rid, model, reasons))  # none of these is shaped
 
     def finished(self, at: int, number: int, reason: str) -> None:
         span = self._attempts.get(number)
@@ -232,23 +232,8 @@ class Replay:
         span = self._attempts.pop(obs.attempt, None)
         if span is None:
             return
-        attrs = span.attributes  # none of these keys is shaped, no value None
-        attrs["llmgw.model"] = obs.model
-        attrs["llmgw.outcome"] = obs.outcome
-        attrs["gen_ai.usage.input_tokens"] = obs.prompt_tokens
-        attrs["gen_ai.usage.output_tokens"] = obs.completion_tokens
-        attrs["llmgw.cost_usd"] = obs.cost_usd
-        if obs.cached_tokens:
-            attrs["gen_ai.usage.cache_read.input_tokens"] = obs.cached_tokens
-        if obs.cache_write_tokens:
-            attrs["gen_ai.usage.cache_creation.input_tokens"] = obs.cache_write_tokens
-            attrs["gen_ai.usage.cache_write.input_tokens"] = obs.cache_write_tokens
-        if obs.ttft_ms is not None:
-            attrs["gen_ai.response.time_to_first_chunk"] = obs.ttft_ms / 1000
-        if obs.status is not None:
-            attrs["http.response.status_code"] = obs.status
-            if self._t.semconv.http_old:
-                attrs["http.status_code"] = obs.status
+        attrs = span.attributes
+        attrs.update(done_pairs(obs, self._t.semconv.http_old))  # none of these is shaped
         if streamed is not None:
             self._output(span, at, streamed)
         role = self._hedge.get(obs.attempt)
@@ -272,15 +257,116 @@ class Replay:
             self._end(span, at)
         self._attempts.clear()
         server = self.server
-        attributes = server.attributes  # none of these keys is shaped, no value None
-        attributes["http.response.status_code"] = status
-        if self._t.semconv.http_old:
-            attributes["http.status_code"] = status
-        if kind:
-            attributes["error.type"] = kind
+        server.attributes.update(finish_pairs(status, kind, self._t.semconv.http_old))
         if status >= 500:
             server.status = _ERROR
         self._end(server, at)
+
+
+_TAKES: dict[Any, int] = {
+    method: method.__code__.co_argcount - 1  # its values: all but self
+    for method in vars(Replay).values()
+    if callable(method) and not method.__name__.startswith("_")
+}
+"""How many values each note's method takes from the notes after it."""
+
+
+def routing_shape(
+    telemetry: Telemetry,
+    model: str,
+    reason: str,
+    candidates: int,
+    primary: str,
+    pinned: bool,
+    res: Resolution | None,
+) -> dict[str, Any]:
+    """A routing span's whole attribute set once answered: every value comes from the config
+    and the plan, so it is one of few, made once and shared (the encoder reuses its bytes)."""
+    key: tuple[Any, ...] = (model, reason, candidates, primary, pinned)
+    if res is not None:
+        key += (res.target, res.chain, res.axis, res.rule)
+    shapes = telemetry.routing_shapes
+    shape = shapes.get(key)
+    if shape is None:
+        if len(shapes) >= _MAX_SHAPES:
+            shapes.clear()
+        decided = {
+            "llmgw.routing.strategy": reason,
+            "llmgw.routing.candidates": candidates,
+            "llmgw.routing.primary": primary,
+            "llmgw.routing.pinned": pinned,
+        }
+        shape = shapes[key] = _routed(_routing_started(model), decided, res)
+    return shape
+
+
+def _routing_started(model: str) -> dict[str, Any]:
+    """A routing span's attributes as it starts."""
+    return {"llmgw.routing.subject_kind": "model.route", "llmgw.model": model}
+
+
+def attempt_shape(
+    telemetry: Telemetry, c: RouteCandidate, surface: str, stream: bool, number: int
+) -> tuple[str, dict[str, Any]]:
+    """An attempt span's name and first attributes, shared by every attempt of its candidate,
+    surface, streaming and hop."""
+    key: tuple[Any, ...] = (c.endpoint, c.kind, c.base_url, c.upstream_model, c.credential_id)
+    key += (surface, stream, number)
+    shapes = telemetry.attempt_shapes
+    found = shapes.get(key)
+    if found is None:
+        if len(shapes) >= _MAX_SHAPES:
+            shapes.clear()
+        found = shapes[key] = _attempt_shape(telemetry, c, surface, stream, number)
+    return found
+
+
+def answer_pairs(rid: Any, model: Any, reasons: str | tuple[str, ...]) -> list[tuple[str, Any]]:
+    """An attempt span's attributes read from the upstream's answer (``reasons``: the one
+    choice's finish reason, or a tuple of them)."""
+    pairs: list[tuple[str, Any]] = []
+    if isinstance(rid, str) and rid:
+        pairs.append(("gen_ai.response.id", rid))
+    if isinstance(model, str) and model:
+        pairs.append(("gen_ai.response.model", model))
+    if type(reasons) is str:
+        pairs.append(("gen_ai.response.finish_reasons", (reasons,)))  # a tuple, as the SDK
+    elif reasons:
+        pairs.append(("gen_ai.response.finish_reasons", reasons))
+    return pairs
+
+
+def done_pairs(obs: Observation, http_old: bool) -> list[tuple[str, Any]]:
+    """An attempt span's attributes from its Observation (no value None)."""
+    pairs: list[tuple[str, Any]] = [
+        ("llmgw.model", obs.model),
+        ("llmgw.outcome", obs.outcome),
+        ("gen_ai.usage.input_tokens", obs.prompt_tokens),
+        ("gen_ai.usage.output_tokens", obs.completion_tokens),
+        ("llmgw.cost_usd", obs.cost_usd),
+    ]
+    if obs.cached_tokens:
+        pairs.append(("gen_ai.usage.cache_read.input_tokens", obs.cached_tokens))
+    if obs.cache_write_tokens:
+        pairs.append(("gen_ai.usage.cache_creation.input_tokens", obs.cache_write_tokens))
+        pairs.append(("gen_ai.usage.cache_write.input_tokens", obs.cache_write_tokens))
+    if obs.ttft_ms is not None:
+        pairs.append(("gen_ai.response.time_to_first_chunk", obs.ttft_ms / 1000))
+    if obs.status is not None:
+        pairs.append(("http.response.status_code", obs.status))
+        if http_old:
+            pairs.append(("http.status_code", obs.status))
+    return pairs
+
+
+def finish_pairs(status: int, kind: str, http_old: bool) -> list[tuple[str, Any]]:
+    """The SERVER span's attributes as the request ends (``kind``: its error, or "")."""
+    pairs: list[tuple[str, Any]] = [("http.response.status_code", status)]
+    if http_old:
+        pairs.append(("http.status_code", status))
+    if kind:
+        pairs.append(("error.type", kind))
+    return pairs
 
 
 def _event(span: RecordedSpan, at: int, name: str, attributes: dict[str, Any]) -> None:
@@ -301,16 +387,11 @@ def _hedge_outcome(obs: Observation) -> str:
 
 
 def _routed(
-    started: dict[str, Any], plan: RoutePlan, primary: str, res: Resolution | None
+    started: dict[str, Any], decided: dict[str, Any], res: Resolution | None
 ) -> dict[str, Any]:
-    """A routing span's attributes once answered: ``started``'s, then the decision's."""
-    attrs: dict[str, Any] = {
-        **started,
-        "llmgw.routing.strategy": plan.reason,
-        "llmgw.routing.candidates": len(plan.candidates),
-        "llmgw.routing.primary": primary,
-        "llmgw.routing.pinned": plan.pinned,
-    }
+    """A routing span's attributes once answered: ``started``'s, the plan's ``decided``,
+    then how a steered request was resolved."""
+    attrs: dict[str, Any] = {**started, **decided}
     if res is not None:
         attrs["llmgw.routing.target"] = res.target
         if res.chain:

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import random
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import pytest
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
@@ -25,8 +27,21 @@ from opentelemetry.trace import (
     set_span_in_context,
 )
 
+from gateway.telemetry.notes_wire import plain_spans
 from gateway.telemetry.otlp_wire import SpanEncoder
 from gateway.telemetry.recorded_span import SpanRecorder
+from gateway.telemetry.trace_replay import replay
+from schemas import Observation, RoutePlan, RouteRequest
+from tests.unit.gateway.telemetry.echo_requests import (
+    CANDIDATE,
+    TARGET,
+    chat_request,
+    echo_telemetry,
+)
+
+if TYPE_CHECKING:
+    from gateway.telemetry.provider import Telemetry
+    from gateway.telemetry.request_trace import RequestTrace
 
 
 def _recorder(provider: TracerProvider | None = None) -> SpanRecorder:
@@ -252,3 +267,132 @@ def test_shaped_roots_under_a_remote_parent_and_none_encode_as_the_sdk() -> None
     for _ in range(2):  # the blocks made, then the blocks reused
         decoded = ExportTraceServiceRequest.FromString(encoder.encode(spans))
         assert decoded == encode_spans(spans)
+
+
+def _requests_notes(monkeypatch: pytest.MonkeyPatch) -> tuple[Telemetry, list[RequestTrace]]:
+    """Three finished requests' notes: a plain one, one admitted that failed over from a
+    503 to a hedged pair, and one whose routing was abandoned (its client gone)."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    telemetry = echo_telemetry()
+    telemetry.spans.take_notes = lambda trace: None  # kept here, not handed to the batcher
+    plan = RoutePlan(model="m", candidates=(CANDIDATE, CANDIDATE), reason="affinity")
+    answer = {"id": "c-1", "model": "m", "choices": [{"finish_reason": "stop"}]}
+    ok = Observation(endpoint="m#0", model="m", outcome="success", status=200, attempt=1)
+
+    plain = chat_request(telemetry, "r-plain")
+    plain.routing(RouteRequest(model="m"))
+    plain.routed(plan, None)
+    plain.attempt(1, CANDIDATE, TARGET, "chat", False)
+    plain.answered(1, answer)
+    plain.attempt_done(ok)
+    plain.finish(200, "")
+
+    hops = chat_request(telemetry, "r-hops")
+    hops.admission_started()
+    hops.admitted()
+    hops.routing(RouteRequest(model="m"))
+    hops.routed(plan, None)
+    hops.attempt(1, CANDIDATE, TARGET, "chat", False)
+    failed = Observation(
+        endpoint="m#0", model="m", outcome="failure", status=503, error_kind="upstream_5xx"
+    )
+    hops.attempt_done(failed)
+    hops.hedged(2, 3)
+    hops.attempt(2, CANDIDATE, TARGET, "chat", True)
+    hops.attempt(3, CANDIDATE, TARGET, "chat", True)
+    hops.answered(2, {"id": "c-2", "choices": [{"finish_reason": "stop"}, {"x": 1}]})
+    hops.finished(2, "length")
+    declined = Observation(
+        endpoint="m#0", model="m", outcome="cancelled", error_kind="hedge_declined", attempt=3
+    )
+    hops.attempt_done(declined)
+    hops.attempt_done(Observation(endpoint="m#0", model="m", outcome="success", attempt=2))
+    hops.finish(200, "")
+
+    gone = chat_request(telemetry, "r-gone")
+    gone.routing(RouteRequest(model="m"))
+    gone.finish(499, "client_closed")
+    return telemetry, [plain, hops, gone]
+
+
+def test_requests_notes_encode_as_the_spans_they_make(monkeypatch: pytest.MonkeyPatch) -> None:
+    telemetry, traces = _requests_notes(monkeypatch)
+    random.seed(7)  # the routing and admission spans' ids are drawn as the notes are replayed
+    spans = [span for trace in traces for span in replay(trace)]
+    random.seed(7)
+    from_notes = SpanEncoder().encode(traces)
+    telemetry.shutdown()
+
+    assert from_notes == SpanEncoder().encode(spans)
+    decoded = ExportTraceServiceRequest.FromString(from_notes)
+    assert decoded == encode_spans(spans)  # type: ignore[arg-type]  # read as ReadableSpans
+    names = [s.name for s in decoded.resource_spans[0].scope_spans[0].spans]
+    assert names == [
+        *("llmgw.routing", "chat m", "POST /v1/chat/completions"),
+        *("llmgw.admission", "llmgw.routing", "chat m", "chat m", "chat m"),
+        "POST /v1/chat/completions",
+        *("llmgw.routing", "POST /v1/chat/completions"),
+    ]
+
+
+def _plain_requests(telemetry: Telemetry) -> list[RequestTrace]:
+    """Plain requests (routed once, served by the first attempt) in every variation the
+    notes' direct encoding handles: a client's traceparent with a tracestate or none,
+    answers with and without id, model or reasons, several reasons, cache tokens, a TTFT, a
+    status unknown, and the same candidate at another hop number."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    variations: list[tuple[list[tuple[bytes, bytes]], dict[str, Any], dict[str, Any]]] = [
+        ([], {"id": "c-1", "model": "m", "choices": [{"finish_reason": "stop"}]}, {}),
+        ([(b"traceparent", traceparent.encode())], {"choices": []}, {"status": None}),
+        (
+            [(b"traceparent", traceparent.encode()), (b"tracestate", b"v=1,w=2")],
+            {"id": "", "model": 7, "choices": [{"finish_reason": "stop"}, {"finish_reason": 3}]},
+            {"cached_tokens": 40, "cache_write_tokens": 8, "ttft_ms": 12.5},
+        ),
+        ([], {"id": "c-4", "choices": [{"finish_reason": "length"}]}, {"cost_usd": 0.25}),
+    ]
+    traces = []
+    for n, (headers, answer, observed) in enumerate(variations):
+        trace = chat_request(telemetry, f"r-{n}", headers=headers)
+        trace.routing(RouteRequest(model="m"))
+        trace.routed(RoutePlan(model="m", candidates=(CANDIDATE,), pinned=n == 2), None)
+        number = 1 + n % 2
+        trace.attempt(number, CANDIDATE, TARGET, "chat", False)
+        trace.answered(number, answer)
+        fields: dict[str, Any] = {"status": 200, **observed}
+        obs = Observation(endpoint="m#0", model="m", outcome="success", attempt=number, **fields)
+        trace.attempt_done(obs)
+        trace.finish(200 + n, "")
+        traces.append(trace)
+    return traces
+
+
+@pytest.mark.parametrize("opt_in", ["", "http/dup"])
+def test_plain_requests_are_encoded_from_their_notes_as_their_replayed_spans(
+    monkeypatch: pytest.MonkeyPatch, opt_in: str
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", opt_in)
+    telemetry = echo_telemetry()
+    telemetry.spans.take_notes = lambda trace: None  # kept here, not handed to the batcher
+    traces = _plain_requests(telemetry)
+    encoder = SpanEncoder()
+    random.seed(3)  # the routing spans' ids are drawn as the notes are encoded or replayed
+    direct = [plain_spans(encoder, trace) for trace in traces]
+    random.seed(3)
+    spans = [span for trace in traces for span in replay(trace)]
+    telemetry.shutdown()
+
+    assert all(fields is not None for fields in direct)  # each taken the direct way
+    replayed = SpanEncoder()
+    assert [f for fields in direct for f in fields or ()] == [replayed._recorded(s) for s in spans]
+    random.seed(3)
+    decoded = ExportTraceServiceRequest.FromString(SpanEncoder().encode(traces))
+    assert decoded == encode_spans(spans)  # type: ignore[arg-type]  # read as ReadableSpans
+
+
+def test_requests_that_are_not_plain_are_replayed(monkeypatch: pytest.MonkeyPatch) -> None:
+    telemetry, traces = _requests_notes(monkeypatch)
+    telemetry.shutdown()
+
+    assert [plain_spans(SpanEncoder(), trace) is None for trace in traces] == [False, True, True]

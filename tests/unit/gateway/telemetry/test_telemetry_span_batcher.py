@@ -145,7 +145,7 @@ def _notes_of_requests(
         trace.attempt_done(Observation(endpoint="m#0", model="m", outcome="success"))
         # The hooks only noted: no span exists before the batcher takes the notes.
         assert trace.eager_server is None
-        assert not [x for note in trace.notes for x in note if isinstance(x, RecordedSpan)]
+        assert not [x for x in trace.notes if isinstance(x, RecordedSpan)]
         trace.finish(200, "")
         traces.append(trace)
     telemetry.shutdown()
@@ -157,7 +157,7 @@ def test_a_requests_spans_count_toward_the_batch_and_are_made_on_the_export_thre
 ) -> None:
     exporter = _Threads()
     batcher = SpanBatcher(
-        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=4
+        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=5
     )
     traces = _notes_of_requests(batcher, monkeypatch, 1)
     assert exporter.batches == []  # three spans: not a batch
@@ -165,11 +165,13 @@ def test_a_requests_spans_count_toward_the_batch_and_are_made_on_the_export_thre
     assert exporter.arrived.wait(10)
     batcher.shutdown()
 
-    assert [len(b) for b in exporter.batches] == [4, 2]  # never more than a batch at once
+    # Never more than a batch at once, and a request's spans never split: the second
+    # request's three would make the first batch six, so they wait (then the stop sends them).
+    assert [len(b) for b in exporter.batches] == [3, 3]
     spans = [s for b in exporter.batches for s in b]
     assert [s.name for s in spans] == ["llmgw.routing", "chat m", "POST /x"] * 2
     assert [s.attributes["llmgw.request_id"] for s in spans[2::3]] == ["r-0", "r-0"]
-    assert exporter.threads == {"llmgw-spans"}
+    assert exporter.threads == ["llmgw-spans", "MainThread"]
 
 
 def test_a_full_queue_drops_a_requests_spans_whole(
@@ -192,8 +194,67 @@ class _Threads(_Exporter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.threads: set[str] = set()
+        self.threads: list[str] = []
 
     def export(self, spans: Sequence[Any]) -> SpanExportResult:
-        self.threads.add(threading.current_thread().name)
+        self.threads.append(threading.current_thread().name)
         return super().export(spans)
+
+
+class _NotesExporter(_Exporter):
+    """An exporter that takes requests' notes as they are (as the gateway's OTLP one does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.taken: list[list[Any]] = []
+
+    def export_notes(self, items: Sequence[Any]) -> SpanExportResult:
+        self.taken.append(list(items))
+        self.arrived.set()
+        return SpanExportResult.SUCCESS
+
+
+def test_an_exporter_taking_notes_gets_whole_requests_never_more_than_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exporter = _NotesExporter()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=6
+    )
+    traces = _notes_of_requests(batcher, monkeypatch, 3)  # 3 spans each: two make a batch
+    batcher.shutdown()
+
+    assert exporter.taken == [traces[:2], traces[2:]]
+    assert exporter.batches == []  # no span was made here: the exporter makes them
+
+
+def test_a_request_making_more_than_a_batch_is_sent_as_spans_split_in_batches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    exporter = _NotesExporter()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=2
+    )
+    _notes_of_requests(batcher, monkeypatch, 1)  # three spans, a batch is two
+    batcher.shutdown()
+
+    assert exporter.taken == []
+    assert [[s.name for s in b] for b in exporter.batches] == [
+        ["llmgw.routing", "chat m"],
+        ["POST /x"],
+    ]
+
+
+def test_notes_that_cannot_be_replayed_lose_only_their_request(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter = _Exporter()
+    batcher = SpanBatcher(
+        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=10
+    )
+    broken = _notes_of_requests(batcher, monkeypatch, 2)[0]
+    del broken.notes[-3:]  # its SERVER span's end: a step missing its values
+    batcher.shutdown()
+
+    assert [s.name for b in exporter.batches for s in b] == ["llmgw.routing", "chat m", "POST /x"]
+    assert "spans of request r-0 not made" in caplog.text
