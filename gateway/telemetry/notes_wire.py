@@ -1,13 +1,14 @@
 """A plain request's spans encoded straight from its notes, no span object made.
 
 Nearly every request a gateway serves is routed once and served by its first attempt: its
-notes (gateway.telemetry.request_trace) are always the same six steps. For those, the export
+notes (gateway.telemetry.request_trace) are always the same six steps (seven for a stream
+that said why it stopped). For those, the export
 thread writes the three spans' OTLP fields from the notes themselves, with the same shapes,
 attribute pairs and cached bytes as the replay (gateway.telemetry.trace_replay) and the
 encoder (gateway.telemetry.otlp_wire) would use, so the bytes are the same (a test compares
 them); making the span objects and their attribute dicts only to read them back cost about
 as much as encoding them. Any other request (admitted by limits, failed over, hedged,
-streamed, refused, captured, answered 5xx, its SERVER span made at once) is replayed.
+refused, captured, answered 5xx, its SERVER span made at once) is replayed.
 """
 
 from __future__ import annotations
@@ -44,12 +45,19 @@ _STEPS = (
     (27, Replay.finish),
 )
 _LENGTH = 31
+_FINISHED = 23  # where a stream's finish reason is noted, between the answer and the end
+_REASONS = "gen_ai.response.finish_reasons"
 
 
 def plain_spans(encoder: SpanEncoder, trace: RequestTrace) -> list[bytes] | None:
     """The ScopeSpans' fields of ``trace``'s spans (routing, attempt, SERVER, in the order
     they ended) when it is a plain request; None for any other (replay it)."""
     notes = trace.notes
+    finished: tuple[Any, ...] = ()
+    if len(notes) == _LENGTH + 4 and notes[_FINISHED] is Replay.finished:
+        # A stream that said why it stopped: the plain steps around its finish reason.
+        finished = tuple(notes[_FINISHED + 2 : _FINISHED + 4])  # (attempt, reason)
+        notes = notes[:_FINISHED] + notes[_FINISHED + 4 :]
     if len(notes) != _LENGTH or trace.eager_server is not None:
         return None
     for at, step in _STEPS:
@@ -89,7 +97,8 @@ def plain_spans(encoder: SpanEncoder, trace: RequestTrace) -> list[bytes] | None
         kind,
     ) = notes
     if (
-        answered_number != number
+        (finished and finished[0] != number)
+        or answered_number != number
         or obs.attempt != number
         or obs.outcome != "success"
         or streamed is not None
@@ -112,6 +121,10 @@ def plain_spans(encoder: SpanEncoder, trace: RequestTrace) -> list[bytes] | None
     )
     name, shape = attempt_shape(telemetry, candidate, surface, stream, number)
     added: list[tuple[str, Any]] = answer_pairs(rid, answered_model, reasons)
+    if finished:  # as the replay sets it: in the answer's place, or after its pairs
+        answered = dict(added)
+        answered[_REASONS] = (finished[1],)
+        added = list(answered.items())
     attempt = shaped(
         ids(trace_id, attempt_id, server_id, state),
         timing(_CLIENT, attempt_at, done_at),

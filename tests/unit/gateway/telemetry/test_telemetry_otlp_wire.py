@@ -339,7 +339,8 @@ def _plain_requests(telemetry: Telemetry) -> list[RequestTrace]:
     """Plain requests (routed once, served by the first attempt) in every variation the
     notes' direct encoding handles: a client's traceparent with a tracestate or none,
     answers with and without id, model or reasons, several reasons, cache tokens, a TTFT, a
-    status unknown, and the same candidate at another hop number."""
+    status unknown, the same candidate at another hop number, and streams with and without
+    a finish reason noted as they relay."""
     traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     variations: list[tuple[list[tuple[bytes, bytes]], dict[str, Any], dict[str, Any]]] = [
         ([], {"id": "c-1", "model": "m", "choices": [{"finish_reason": "stop"}]}, {}),
@@ -351,14 +352,25 @@ def _plain_requests(telemetry: Telemetry) -> list[RequestTrace]:
         ),
         ([], {"id": "c-4", "choices": [{"finish_reason": "length"}]}, {"cost_usd": 0.25}),
     ]
+    streams: list[str | None] = [None] * len(variations)
+    # Streams: the first chunk without a reason then one, the first chunk's reason replaced
+    # by the last's, a stream that never said why it stopped.
+    first_chunk = {"id": "s-1", "model": "m", "choices": [{"delta": {"content": "Hi"}}]}
+    variations += [([], first_chunk, {"ttft_ms": 3.0})] * 2
+    variations.append(([], {"id": "s-3", "choices": [{"finish_reason": "stop"}]}, {}))
+    variations.append(([], first_chunk, {}))
+    streams += ["stop", "length", "length", ""]
     traces = []
-    for n, (headers, answer, observed) in enumerate(variations):
+    for n, (variation, stream) in enumerate(zip(variations, streams, strict=True)):
+        headers, answer, observed = variation
         trace = chat_request(telemetry, f"r-{n}", headers=headers)
         trace.routing(RouteRequest(model="m"))
         trace.routed(RoutePlan(model="m", candidates=(CANDIDATE,), pinned=n == 2), None)
         number = 1 + n % 2
-        trace.attempt(number, CANDIDATE, TARGET, "chat", False)
+        trace.attempt(number, CANDIDATE, TARGET, "chat", stream is not None)
         trace.answered(number, answer)
+        if stream:
+            trace.finished(number, stream)
         fields: dict[str, Any] = {"status": 200, **observed}
         obs = Observation(endpoint="m#0", model="m", outcome="success", attempt=number, **fields)
         trace.attempt_done(obs)
