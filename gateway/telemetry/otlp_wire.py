@@ -457,12 +457,11 @@ class WireSpanExporter(OTLPSpanExporter):
 
     def export_notes(self, items: Sequence[ReadableSpan | RequestTrace]) -> SpanExportResult:
         """Send the spans of ``items`` (spans, and requests' notes made into their spans here,
-        one request at a time) in one request."""
-        client = getattr(self, "_client", None)
+        one request at a time) in one request; what is not encoded here (a span with links,
+        no HTTP client of the SDK's) goes the SDK's own way."""
+        client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
         if self._shutdown or client is None or any(_linked(item) for item in items):
-            return self.export(
-                [s for item in items for s in _made(item)]  # the SDK's path, with the spans
-            )
+            return super().export([s for item in items for s in _made(item)])
         try:
             data = self._encoder.encode(items)
         except (TypeError, ValueError):
@@ -471,16 +470,8 @@ class WireSpanExporter(OTLPSpanExporter):
         return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Send ``spans`` in one request (the SDK's own path for what is not encoded here)."""
-        client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
-        if self._shutdown or client is None or any(span.links for span in spans):
-            return super().export(spans)
-        try:
-            data = self._encoder.encode(spans)
-        except (TypeError, ValueError):
-            logger.exception("span batch not encoded")
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS if client.export(data).success else SpanExportResult.FAILURE
+        """Send ``spans`` in one request (see :meth:`export_notes`)."""
+        return self.export_notes(spans)
 
 
 def _linked(item: ReadableSpan | RequestTrace) -> bool:

@@ -47,11 +47,17 @@ class _Exporter(SpanExporter):
 _HOUR_MS = 3_600_000  # a delay that never passes in a test
 
 
+def _held(exporter: SpanExporter, queue: int, batch: int) -> SpanBatcher:
+    """A batcher whose schedule delay never passes: only full batches, flush and shutdown
+    send."""
+    return SpanBatcher(
+        exporter, max_queue_size=queue, schedule_delay_millis=_HOUR_MS, max_export_batch_size=batch
+    )
+
+
 def test_a_full_batch_is_exported_at_once_and_the_rest_waits() -> None:
     exporter = _Exporter()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=4
-    )
+    batcher = _held(exporter, queue=100, batch=4)
     for n in range(3):
         batcher.on_end(n)  # type: ignore[arg-type]
     assert exporter.batches == []  # three: not a batch (and the delay is an hour)
@@ -93,9 +99,7 @@ class _Held(_Exporter):
 
 def test_a_full_queue_drops_and_counts(caplog: pytest.LogCaptureFixture) -> None:
     exporter = _Held()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=3, schedule_delay_millis=_HOUR_MS, max_export_batch_size=3
-    )
+    batcher = _held(exporter, queue=3, batch=3)
     for n in range(3):
         batcher.on_end(n)  # type: ignore[arg-type]
     assert exporter.arrived.wait(10)  # the batch of three left the queue; its export holds
@@ -156,9 +160,7 @@ def test_a_requests_spans_count_toward_the_batch_and_are_made_on_the_export_thre
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     exporter = _Threads()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=5
-    )
+    batcher = _held(exporter, queue=100, batch=5)
     traces = _notes_of_requests(batcher, monkeypatch, 1)
     assert exporter.batches == []  # three spans: not a batch
     traces += _notes_of_requests(batcher, monkeypatch, 1)  # six: a batch, woken at once
@@ -178,9 +180,7 @@ def test_a_full_queue_drops_a_requests_spans_whole(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     exporter = _Exporter()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=5, schedule_delay_millis=_HOUR_MS, max_export_batch_size=5
-    )
+    batcher = _held(exporter, queue=5, batch=5)
     _notes_of_requests(batcher, monkeypatch, 2)  # 3 + 3 spans: the second does not fit
     batcher.shutdown()
 
@@ -218,9 +218,7 @@ def test_an_exporter_taking_notes_gets_whole_requests_never_more_than_a_batch(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     exporter = _NotesExporter()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=6
-    )
+    batcher = _held(exporter, queue=100, batch=6)
     traces = _notes_of_requests(batcher, monkeypatch, 3)  # 3 spans each: two make a batch
     batcher.shutdown()
 
@@ -232,9 +230,7 @@ def test_a_request_making_more_than_a_batch_is_sent_as_spans_split_in_batches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     exporter = _NotesExporter()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=2
-    )
+    batcher = _held(exporter, queue=100, batch=2)
     _notes_of_requests(batcher, monkeypatch, 1)  # three spans, a batch is two
     batcher.shutdown()
 
@@ -249,9 +245,7 @@ def test_notes_that_cannot_be_replayed_lose_only_their_request(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     exporter = _Exporter()
-    batcher = SpanBatcher(
-        exporter, max_queue_size=100, schedule_delay_millis=_HOUR_MS, max_export_batch_size=10
-    )
+    batcher = _held(exporter, queue=100, batch=10)
     broken = _notes_of_requests(batcher, monkeypatch, 2)[0]
     del broken.notes[-3:]  # its SERVER span's end: a step missing its values
     batcher.shutdown()
