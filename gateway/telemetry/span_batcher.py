@@ -3,8 +3,9 @@
 What the SDK's ``BatchSpanProcessor`` does, with the same ``OTEL_BSP_*`` settings and
 defaults (schedule delay 5 s, batches of 512, a queue of 2,048: past it spans are dropped
 and counted), for a fraction of the cost per span. The gateway's requests come whole, as
-their notes (gateway.telemetry.request_trace): their spans are made here, on the export
-thread, as their batch is taken (sizes and limits count the spans they make).
+their notes (gateway.telemetry.request_trace), and their spans are made on the export thread
+as their batch goes: by the exporter when it takes notes (the gateway's OTLP one, which
+encodes a request at a time), here otherwise. Sizes and limits count the spans they make.
 
 The SDK's ``on_end`` asks the operating system for the process id (a system call, for its
 fork check), tests an Event and may set it, on every span; here a span (or a request) is one
