@@ -27,8 +27,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.telemetry.notes_wire import plain_spans
 from gateway.telemetry.otlp_http import transport_for
-from gateway.telemetry.recorded_span import UNSET, RecordedEvent, RecordedSpan
+from gateway.telemetry.recorded_span import UNSET, RecordedEvent, RecordedSpan, SpanRecorder
 from gateway.telemetry.request_trace import RequestTrace
+from gateway.telemetry.span_batcher import spans_of
 from gateway.telemetry.trace_replay import replay_logged
 
 if TYPE_CHECKING:
@@ -395,27 +396,25 @@ class SpanEncoder:
         grouped: dict[int, tuple[Resource, dict[InstrumentationScope | None, list[bytes]]]] = {}
         recorded: dict[int, list[bytes]] = {}  # a recorder's spans: its resource and scope
         recorded_of = self._recorded
+
+        def of_recorder(recorder: SpanRecorder) -> list[bytes]:
+            """The encoded spans of a gateway recorder's resource and scope."""
+            encoded = recorded.get(id(recorder))
+            if encoded is None:
+                encoded = recorded[id(recorder)] = self._group(
+                    grouped, recorder.resource, recorder.scope
+                )
+            return encoded
+
         for span in spans:
-            if isinstance(span, RequestTrace):
+            if isinstance(span, RequestTrace):  # a request's spans, from its notes
                 fields = plain_spans(self, span)
                 if fields is None:
                     fields = [recorded_of(s) for s in replay_logged(span)]
-                recorder = span.telemetry.spans
-                encoded = recorded.get(id(recorder))
-                if encoded is None:
-                    encoded = recorded[id(recorder)] = self._group(
-                        grouped, recorder.resource, recorder.scope
-                    )
-                encoded += fields
+                of_recorder(span.telemetry.spans).extend(fields)
                 continue
             if isinstance(span, RecordedSpan):  # a final class
-                recorder = span.recorder
-                encoded = recorded.get(id(recorder))
-                if encoded is None:
-                    encoded = recorded[id(recorder)] = self._group(
-                        grouped, recorder.resource, recorder.scope
-                    )
-                encoded.append(recorded_of(span))
+                of_recorder(span.recorder).append(recorded_of(span))
                 continue
             if span.links:
                 raise ValueError("span links are not encoded here")
@@ -461,7 +460,7 @@ class WireSpanExporter(OTLPSpanExporter):
         no HTTP client of the SDK's) goes the SDK's own way."""
         client = getattr(self, "_client", None)  # the SDK's HTTP client, since 1.4x
         if self._shutdown or client is None or any(_linked(item) for item in items):
-            return super().export([s for item in items for s in _made(item)])
+            return super().export(spans_of(items))
         try:
             data = self._encoder.encode(items)
         except (TypeError, ValueError):
@@ -477,10 +476,3 @@ class WireSpanExporter(OTLPSpanExporter):
 def _linked(item: ReadableSpan | RequestTrace) -> bool:
     """Whether ``item`` is a span with links (a request's spans never have any)."""
     return not isinstance(item, RequestTrace) and bool(item.links)
-
-
-def _made(item: ReadableSpan | RequestTrace) -> Sequence[ReadableSpan]:
-    """``item``'s spans: itself, or a request's made from its notes."""
-    if isinstance(item, RequestTrace):
-        return replay_logged(item)  # type: ignore[return-value]  # read as ReadableSpans
-    return (item,)

@@ -31,13 +31,13 @@ from gateway.telemetry.request_trace import RequestTrace
 from gateway.telemetry.trace_replay import replay_logged
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import ReadableSpan, Span
     from opentelemetry.sdk.trace.export import SpanExporter
 
-__all__ = ["SpanBatcher"]
+__all__ = ["SpanBatcher", "spans_of"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class SpanBatcher(SpanProcessor):
                     if self._export_notes is not None and spans <= size:
                         self._export_notes(items)
                         continue
-                    made = _spans(items)
+                    made = spans_of(items)
                     for start in range(0, len(made), size):
                         self._exporter.export(made[start : start + size])
                 except Exception:  # an export must never end the thread: the next may succeed
@@ -171,8 +171,8 @@ class SpanBatcher(SpanProcessor):
         self._exporter.shutdown()
 
 
-def _spans(items: list[Any]) -> list[ReadableSpan]:
-    """The spans of taken ``items`` (requests' notes replayed), in order."""
+def spans_of(items: Sequence[Any]) -> list[ReadableSpan]:
+    """The spans of ``items`` (spans, and requests' notes replayed), in order."""
     spans: list[Any] = []
     for item in items:
         if type(item) is RequestTrace:
