@@ -28,6 +28,7 @@ from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import estimate_prompt_tokens
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http.component import Component
+from gateway.http.deadline import TICK, on_tick
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
@@ -400,14 +401,23 @@ def _scope_class() -> type[anyio.CancelScope]:
 
 class _DisconnectWatch:
     """Cancels ``scope`` once the client's ASGI receive says ``http.disconnect``: a task on
-    the receive itself (no coroutine of its own), armed again on any other message. Owns that
-    task; ``cancel`` ends it."""
+    the receive itself (no coroutine of its own), armed again on any other message. It
+    starts on the loop's shared tick once the request has run for a tick (10 to 20 ms): a
+    receive that waits costs two or three round trips between the server's threads and this
+    loop under granian (its first answer after the body is an empty ``http.request``), and
+    an answer ready sooner never needs one; a client gone in that time is heard as the watch
+    starts. Owns that task; ``cancel`` ends it, or calls off its start."""
 
-    __slots__ = ("_receive", "_scope", "_task")
+    __slots__ = ("_receive", "_scope", "_start", "_task")
 
     def __init__(self, req: HttpRequest, scope: anyio.CancelScope) -> None:
         self._receive = req.receive
         self._scope = scope
+        self._task: asyncio.Future[Any] | None = None
+        self._start = on_tick(self, TICK)
+
+    def expire(self) -> None:
+        """The request's first tick passed: start watching (called by the shared timer)."""
         self._task = self._arm()
 
     def _arm(self) -> asyncio.Future[Any]:
@@ -424,4 +434,6 @@ class _DisconnectWatch:
             self._task = self._arm()
 
     def cancel(self) -> None:
-        self._task.cancel()
+        self._start.discard(self)
+        if self._task is not None:
+            self._task.cancel()
