@@ -13,24 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Generator
 
-__all__ = ["TICK", "Deadline", "Expiring", "Resumed", "deadline", "on_tick"]
+__all__ = ["TICK", "Deadline", "Resumed", "deadline"]
 
 T = TypeVar("T")
 
 TICK = 0.01
 """Seconds between the instants the shared timer can fire at."""
 _NEVER = float("inf")
-
-
-class Expiring(Protocol):
-    """What the shared timer calls when its tick comes."""
-
-    def expire(self) -> None: ...
 
 
 class _Wheel:
@@ -41,12 +35,12 @@ class _Wheel:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._buckets: dict[int, set[Expiring]] = {}
+        self._buckets: dict[int, set[Deadline]] = {}
         self._ticks: list[int] = []  # the keys of _buckets, a heap
         self._timer: asyncio.TimerHandle | None = None
         self._armed: float = _NEVER  # the tick the timer is set for
 
-    def join(self, scope: Expiring, when: float) -> set[Expiring]:
+    def join(self, scope: Deadline, when: float) -> set[Deadline]:
         """Put ``scope`` in the set of the first tick at or after loop time ``when``; that
         set (the scope leaves by discarding itself from it)."""
         tick = int(when / TICK) + 1
@@ -141,14 +135,6 @@ class Deadline:
     def expired(self) -> bool:
         """Whether the deadline passed while the block ran."""
         return self._expired
-
-
-def on_tick(item: Expiring, seconds: float) -> set[Expiring]:
-    """Call ``item.expire()`` on the running loop's shared timer at its first tick at least
-    ``seconds`` from now. The set returned holds ``item`` until then: discarding it from
-    that set calls it off."""
-    loop = asyncio.get_running_loop()
-    return _wheel_of(loop).join(item, loop.time() + seconds)
 
 
 def deadline(seconds: float) -> Deadline:

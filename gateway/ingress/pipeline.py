@@ -28,7 +28,6 @@ from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import estimate_prompt_tokens
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http.component import Component
-from gateway.http.deadline import TICK, on_tick
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
@@ -392,6 +391,10 @@ class Inference(Component):
             await stream.close(outcome, failure)
 
 
+WATCH_AFTER = 0.01
+"""Seconds a request runs before its disconnect watch starts."""
+
+
 @functools.cache
 def _scope_class() -> type[anyio.CancelScope]:
     """The running backend's cancel scope class: ``anyio.CancelScope()`` looks the backend up
@@ -402,11 +405,11 @@ def _scope_class() -> type[anyio.CancelScope]:
 class _DisconnectWatch:
     """Cancels ``scope`` once the client's ASGI receive says ``http.disconnect``: a task on
     the receive itself (no coroutine of its own), armed again on any other message. It
-    starts on the loop's shared tick once the request has run for a tick (10 to 20 ms): a
-    receive that waits costs two or three round trips between the server's threads and this
-    loop under granian (its first answer after the body is an empty ``http.request``), and
-    an answer ready sooner never needs one; a client gone in that time is heard as the watch
-    starts. Owns that task; ``cancel`` ends it, or calls off its start."""
+    starts once the request has run for :data:`WATCH_AFTER`: a receive that waits costs two
+    or three round trips between the server's threads and this loop under granian (its
+    first answer after the body is an empty ``http.request``), and an answer ready sooner
+    never needs one; a client gone in that time is heard as the watch starts. Owns that
+    task and the timer that starts it; ``cancel`` ends both."""
 
     __slots__ = ("_receive", "_scope", "_start", "_task")
 
@@ -414,10 +417,9 @@ class _DisconnectWatch:
         self._receive = req.receive
         self._scope = scope
         self._task: asyncio.Future[Any] | None = None
-        self._start = on_tick(self, TICK)
+        self._start = asyncio.get_running_loop().call_later(WATCH_AFTER, self._begin)
 
-    def expire(self) -> None:
-        """The request's first tick passed: start watching (called by the shared timer)."""
+    def _begin(self) -> None:
         self._task = self._arm()
 
     def _arm(self) -> asyncio.Future[Any]:
@@ -434,6 +436,6 @@ class _DisconnectWatch:
             self._task = self._arm()
 
     def cancel(self) -> None:
-        self._start.discard(self)
+        self._start.cancel()
         if self._task is not None:
             self._task.cancel()

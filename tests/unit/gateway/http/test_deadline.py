@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from gateway.http import deadline as deadline_module
-from gateway.http.deadline import TICK, deadline, on_tick
+from gateway.http.deadline import TICK, deadline
 
 
 def _wheel(loop: asyncio.AbstractEventLoop) -> deadline_module._Wheel:
@@ -101,32 +101,3 @@ def test_a_deadline_outside_a_task_is_refused() -> None:
     finally:
         loop.close()
     assert refused and "task" in str(refused[0])
-
-
-async def test_on_tick_calls_its_item_at_the_first_tick_after_its_delay_never_before() -> None:
-    loop = asyncio.get_running_loop()
-    called = asyncio.Event()
-    started = loop.time()
-
-    class Item:
-        def expire(self) -> None:
-            called.set()
-
-    on_tick(Item(), 0.03)
-    await called.wait()
-    assert loop.time() - started >= 0.03
-
-
-async def test_on_tick_called_off_by_discarding_its_item_never_calls_it() -> None:
-    loop = asyncio.get_running_loop()
-    calls: list[str] = []
-
-    class Item:
-        def expire(self) -> None:
-            calls.append("expired")
-
-    item = Item()
-    on_tick(item, TICK).discard(item)
-    await asyncio.sleep(4 * TICK)  # its tick has gone by
-    assert calls == []
-    assert _wheel(loop).pending == 0
