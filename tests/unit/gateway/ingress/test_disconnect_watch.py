@@ -26,13 +26,13 @@ class _Client:
         return await self.answers.get()
 
 
-async def test_a_request_done_within_its_first_tick_never_calls_receive() -> None:
+async def test_a_request_done_before_its_watch_starts_never_calls_receive() -> None:
     client = _Client()
     with anyio.CancelScope() as scope:
         watch = _DisconnectWatch(client, scope)  # type: ignore[arg-type]
         await asyncio.sleep(0)
         watch.cancel()
-    await asyncio.sleep(4 * WATCH_AFTER)  # past the tick it would have started on
+    await asyncio.sleep(4 * WATCH_AFTER)  # past the time it would have started at
     assert client.calls == 0
     assert not scope.cancel_called
 
