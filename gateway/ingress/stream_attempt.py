@@ -4,7 +4,6 @@ by the failover loop's ``AttemptKind`` ``STREAM``, then relayed as a committed
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -13,7 +12,7 @@ from gateway.adapters.base import Batch, carries_token
 from gateway.http.deadline import deadline
 from gateway.ingress import hedging
 from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure
-from gateway.ingress.settling import NO_USAGE, tokens, usage_of
+from gateway.ingress.settling import NO_USAGE, shielded, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 
 if TYPE_CHECKING:
@@ -162,17 +161,10 @@ async def _first_token(
 
 
 async def _aclose(gen: AsyncIterator[Any]) -> None:
+    """Close ``gen`` however its caller is cancelled (shielded only if closing suspends)."""
     aclose = getattr(gen, "aclose", None)
     if aclose is not None:
-        with _scope_class()(shield=True):
-            await aclose()
-
-
-@functools.cache
-def _scope_class() -> type[anyio.CancelScope]:
-    """The running backend's cancel scope class: ``anyio.CancelScope()`` looks the backend up
-    on every call; the gateway runs on asyncio only (as ``pipeline._scope_class``)."""
-    return type(anyio.CancelScope())
+        await shielded(aclose())
 
 
 class StreamAttempt:
