@@ -17,7 +17,8 @@ then closing the connection:
 It answers those refusals and the server's own errors (h11's 400, 431, 501) in the caller's
 API shape, Anthropic's on ``/v1/messages…`` and OpenAI's elsewhere, with an ``x-request-id``.
 And it closes a keep-alive connection as soon as the client ends it: Hypercorn alone leaves
-it in CLOSE-WAIT until ``keep_alive_timeout``.
+it in CLOSE-WAIT until ``keep_alive_timeout``. :class:`EdgeTCPServer` waits out a connection's
+keep-alive idle time on one task and the loop's shared deadline timer.
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.handlers import format_date_time
 
 import h11
+import hypercorn.asyncio.run
 import hypercorn.protocol
+from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
+from gateway.http.deadline import deadline
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 
 if TYPE_CHECKING:
@@ -357,6 +361,23 @@ class EdgeH11Protocol(H11Protocol):
         await self._send_h11_event(h11.EndOfMessage())
 
 
+class EdgeTCPServer(TCPServer):
+    """Hypercorn's asyncio connection, waiting out its keep-alive idle time more cheaply.
+    Hypercorn restarts that wait each time an answer ends and cancels it when the next
+    request begins. Its wait is ``asyncio.wait_for`` on the server's termination: a second
+    task and a loop timer for every request. Here the wait is the idle task alone, bounded
+    by a deadline on the loop's shared timer (at most one 10 ms tick late, on a timeout of
+    seconds). The connection still closes when the server terminates or the time is up."""
+
+    async def _idle_timeout(self) -> None:
+        try:
+            with deadline(self.config.keep_alive_timeout):
+                await self.context.terminated.wait()
+        except TimeoutError:
+            pass
+        await asyncio.shield(self._initiate_server_close())
+
+
 def install() -> None:
     """Serve HTTP/1.1 with :class:`EdgeH11Protocol` from now on, in this process. Raises
     RuntimeError if this Hypercorn's protocol lacks what the subclass hooks into."""
@@ -369,5 +390,10 @@ def install() -> None:
     for hook in (*hooks, "_send_h11_event"):
         if not hasattr(H11Protocol, hook):
             raise RuntimeError(f"unsupported Hypercorn version: H11Protocol has no {hook}")
-    # ProtocolWrapper picks the HTTP/1.1 protocol by this module-level name per connection.
+    for hook in ("_idle_timeout", "_initiate_server_close"):
+        if not hasattr(TCPServer, hook):
+            raise RuntimeError(f"unsupported Hypercorn version: TCPServer has no {hook}")
+    # ProtocolWrapper picks the HTTP/1.1 protocol by this module-level name per connection,
+    # and Hypercorn's asyncio server its connection class by this one.
     hypercorn.protocol.H11Protocol = EdgeH11Protocol  # type: ignore[attr-defined]
+    hypercorn.asyncio.run.TCPServer = EdgeTCPServer  # type: ignore[attr-defined]
