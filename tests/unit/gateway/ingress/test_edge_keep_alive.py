@@ -48,13 +48,9 @@ async def _served(keep_alive: float, shutdown: asyncio.Event) -> AsyncIterator[i
 
 
 async def _answered(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection that has had one answer, now idle."""
-    for _ in range(100):  # the server binds as its task starts
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            break
-        except ConnectionRefusedError:
-            await asyncio.sleep(0.01)
+    """A connection that has had one answer, now idle (the socket listens from the start:
+    the kernel queues it until the server accepts)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(_REQUEST)
     assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200")
     return reader, writer
