@@ -146,8 +146,8 @@ class HttpRequest:
                 raise RequestTooLargeError(f"request body is over the {limit}-byte limit")
             parts.append(chunk)
             # All the declared bytes are here: done, without waiting for the empty message
-            # that ends the body under granian (a round trip between its threads and this
-            # loop; the server has read the body whole, so the connection stays usable).
+            # granian and Hypercorn end a body with (under granian a round trip between its
+            # threads and this loop; the server has read the body whole either way).
             if not more or size == expected:
                 break
         self._body_read = True

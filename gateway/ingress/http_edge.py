@@ -379,8 +379,9 @@ class EdgeTCPServer(TCPServer):
 
 
 def install() -> None:
-    """Serve HTTP/1.1 with :class:`EdgeH11Protocol` from now on, in this process. Raises
-    RuntimeError if this Hypercorn's protocol lacks what the subclass hooks into."""
+    """Serve HTTP/1.1 with :class:`EdgeH11Protocol` on :class:`EdgeTCPServer` connections
+    from now on, in this process. Raises RuntimeError if this Hypercorn's protocol or
+    connection lacks what the subclasses hook into."""
     hooks = (
         "handle",
         "_check_protocol",

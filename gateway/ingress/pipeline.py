@@ -405,11 +405,11 @@ def _scope_class() -> type[anyio.CancelScope]:
 class _DisconnectWatch:
     """Cancels ``scope`` once the client's ASGI receive says ``http.disconnect``: a task on
     the receive itself (no coroutine of its own), armed again on any other message. It
-    starts once the request has run for :data:`WATCH_AFTER`: under granian a receive is a
-    round trip between the server's threads and this loop, and the watch takes two (its
-    first answer is the empty ``http.request`` that ends the body), and an answer ready sooner
-    never needs one; a client gone in that time is heard as the watch starts. Owns that
-    task and the timer that starts it; ``cancel`` ends both."""
+    starts once the request has run for :data:`WATCH_AFTER`, so an answer ready sooner never
+    pays for it: under granian each receive is a round trip between the server's threads and
+    this loop, and the watch takes two (its first answer is the empty ``http.request`` that
+    ends the body). A client gone in that time is heard as the watch starts. Owns that task
+    and the timer that starts it; ``cancel`` ends both."""
 
     __slots__ = ("_receive", "_scope", "_start", "_task")
 
