@@ -83,6 +83,7 @@ def _config(routes: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
                 "window_seconds": 1.0,
                 "duration_seconds": 0.4,
                 "probe_after_fraction": 0.5,
+                "probe_max_interval_seconds": 0.5,  # a benched route's probes stay close
             },
             "key_pool": {"mute_seconds": 0.2},
             "degraded": {
@@ -249,7 +250,10 @@ async def test_soak_random_upstream_failures_no_client_error_and_log_accounts_ev
     scripted = ("http_429", "http_500", "http_503", "transport", "ttft")
     assert all(failure_kinds[kind] >= MANY for kind in scripted), failure_kinds
     # Flaky routes kept coming back (benches lifted, circuits closed, degraded mode left):
-    # every one of them still took attempts in the last fifth of the run.
+    # every one of them still took attempts in the last third of the run. A route can be out
+    # for about a second at a time as designed (a circuit open 0.5 s, then a probe that fails
+    # 30 % of the time opens it again), and the run is about four seconds: a fifth of it
+    # missed such an outage now and then under a loaded CI.
     flaky_endpoints = {f"{kind}:local-{up.port}" for kind, group in ups.items() for up in group[:3]}
-    late = {endpoint for _, _, _, endpoint, _ in attempts[-len(attempts) // 5 :]}
+    late = {endpoint for _, _, _, endpoint, _ in attempts[-len(attempts) // 3 :]}
     assert late >= flaky_endpoints, late
