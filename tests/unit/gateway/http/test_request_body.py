@@ -1,6 +1,6 @@
 """HttpRequest.body: the whole body, read from as many ASGI messages as the server sends, and
-no further than the declared length (granian ends a body with an empty message that costs a
-round trip between its threads and the loop)."""
+no further than the declared length (granian and Hypercorn end a body with an empty message;
+under granian reading it costs a round trip between its threads and the loop)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _part(body: bytes, more: bool) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("messages", "headers"),
     [
-        # All the declared bytes in one message: granian's closing empty one is not awaited.
+        # All the declared bytes in one message: the server's closing empty one is not awaited.
         ([_part(_BODY, True)], _LENGTH),
         # In parts, up to the declared length.
         ([_part(b'{"a"', True), _part(b": 1}", True)], _LENGTH),
