@@ -28,9 +28,10 @@ class ServerConfig(Strict):
     # The request's head must arrive this long after its first byte (else 408 and close;
     # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
     header_timeout_seconds: float = Field(default=10.0, gt=0)
-    # The HTTP server under the ASGI app: hypercorn (every framing defence, the default) or
-    # granian (faster; needs the `granian` extra; no stalled-head timeout, see the README).
-    engine: Literal["hypercorn", "granian"] = "hypercorn"
+    # The HTTP server under the ASGI app: hypercorn (every framing defence, HTTP/2, the
+    # default), builtin (the gateway's own HTTP/1.1 server: the same defences, fastest) or
+    # granian (needs the `granian` extra; no stalled-head timeout, see the README).
+    engine: Literal["hypercorn", "granian", "builtin"] = "hypercorn"
 
 
 class BusConfig(Strict):

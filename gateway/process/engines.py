@@ -5,6 +5,9 @@ listening socket becomes a server for it:
 
 - ``hypercorn`` (the default): HTTP/1.1 and h2c, with the connection-layer defences of
   ``gateway.ingress.http_edge`` installed under it.
+- ``builtin``: the gateway's own HTTP/1.1 server on this event loop (``gateway.process.h1``,
+  with llhttp via ``httptools`` as its parser): the same refusals as Hypercorn's edge, in the
+  caller's API shape; no HTTP/2.
 - ``granian`` (the optional extra ``granian``): a Rust server (hyper) run embedded in this
   event loop. Its parser refuses a ``Content-Length`` list, an obs-fold, garbage and an
   unknown HTTP version (bodiless 400), reads a request with both ``Content-Length`` and
@@ -39,7 +42,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ENGINES = ("hypercorn", "granian")
+ENGINES = ("hypercorn", "granian", "builtin")
 _BACKLOG = 1024
 _MISSING_GRANIAN = "server.engine granian needs the granian extra: pip install 'llmgw[granian]'"
 
@@ -68,6 +71,16 @@ async def serve_http(
     until ``shutdown`` is set. Raises EngineUnavailableError, and what the server raises."""
     if engine == "granian":
         await _serve_granian(app, sock, server, shutdown)
+        return
+    if engine == "builtin":
+        from gateway.process.h1.server import serve as serve_builtin
+
+        await serve_builtin(
+            app,
+            without_nagle(sock),
+            header_timeout=server.header_timeout_seconds,
+            shutdown=shutdown,
+        )
         return
     await _serve_hypercorn(app, sock, server, shutdown)
 

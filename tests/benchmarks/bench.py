@@ -61,6 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gateway.process.engines import ENGINES
 from tests.benchmarks.bench_topology import (
     ACTORS_NODE_ID,
     GATEWAY_PROCESSES,
@@ -1435,7 +1436,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--engine",
-        choices=("hypercorn", "granian"),
+        choices=ENGINES,
         default="hypercorn",
         help="the gateway's HTTP server (server.engine; granian needs the granian extra)",
     )

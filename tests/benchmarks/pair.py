@@ -45,6 +45,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from gateway.process.engines import ENGINES
 from tests.benchmarks.bench import (
     _GATEWAY_READY,
     _OTLP_READY,
@@ -196,7 +197,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-cpus", default="1")
     p.add_argument("--control", action="store_true", help="A against itself (A/A)")
     p.add_argument("--telemetry", action="store_true", help="mode, tree: telemetry on for both")
-    p.add_argument("--engine", choices=("hypercorn", "granian"), default="hypercorn")
+    p.add_argument("--engine", choices=ENGINES, default="hypercorn")
     return p.parse_args(argv)
 
 

@@ -35,10 +35,10 @@ BODY_TIMEOUT = 0.3  # seconds; the stalled-body tests wait this long for their a
 HEADER_TIMEOUT = 0.3  # seconds; the stalled-head tests wait this long for their answer
 MESSAGES = "/v1/messages"
 CHAT_BODY = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
-# Defences only Hypercorn's edge (gateway/ingress/http_edge.py) gives; granian's parser (hyper)
-# acts before the ASGI app and cannot be hooked. Each test so marked says what granian does
-# instead; the README lists these as why Hypercorn stays the default engine.
-HYPERCORN_ONLY = pytest.mark.parametrize("engine", ["hypercorn"], indirect=True)
+# Defences Hypercorn's edge (gateway/ingress/http_edge.py) and the builtin engine
+# (gateway/process/h1) give; granian's parser (hyper) acts before the ASGI app and cannot be
+# hooked. Each test so marked says what granian does instead; the README lists these.
+EDGE_DEFENCES = pytest.mark.parametrize("engine", ["hypercorn", "builtin"], indirect=True)
 
 
 @pytest.fixture
@@ -180,7 +180,7 @@ TE_CL = [b"Transfer-Encoding: chunked", b"Content-Length: {n}"]
 
 # granian: hyper drops the Content-Length, reads the body as chunked and closes the
 # connection after answering (no smuggled request is read, but no 400 either).
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 @pytest.mark.parametrize("framing", [CL_TE, TE_CL], ids=["cl-te", "te-cl"])
 async def test_content_length_with_chunked_is_400_and_the_hidden_request_gets_no_answer(
     gw: RunningGateway,
@@ -212,7 +212,7 @@ async def test_granian_reads_content_length_with_chunked_as_chunked_and_answers_
 
 
 # granian: as above, hyper reads it as chunked and closes; it is not refused.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_smuggling_on_messages_is_refused_in_anthropic_shape(gw: RunningGateway) -> None:
     answers = await converse(gw, smuggling(MESSAGES, CL_TE))
 
@@ -254,7 +254,7 @@ LENIENT_FRAMING = {
 
 # granian: hyper refuses a Content-Length list and obs-fold with a bodiless 400, merges
 # a Content-Length repeated with one value (RFC 9112 allows it) and accepts a bare LF.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 @pytest.mark.parametrize("case", list(LENIENT_FRAMING))
 async def test_leniently_framed_head_is_400_and_never_served(
     gw: RunningGateway,
@@ -273,7 +273,7 @@ async def test_leniently_framed_head_is_400_and_never_served(
 
 
 # granian: hyper's refusal is a bodiless 400, not in the caller's API shape.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_leniently_framed_head_on_messages_is_refused_in_anthropic_shape(
     gw: RunningGateway,
 ) -> None:
@@ -283,7 +283,7 @@ async def test_leniently_framed_head_on_messages_is_refused_in_anthropic_shape(
 
 
 # granian: hyper refuses an unknown version with a bodiless 400 (not 505 in the API shape).
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 @pytest.mark.parametrize(
     ("request_line", "words"),
     [(b"GET /health HTTP/9.9", "HTTP/9.9"), (b"GET /health HTTP/2.0", "HTTP/2.0")],
@@ -317,12 +317,21 @@ async def test_lower_case_method_is_refused_not_upgraded_to_h2c(gw: RunningGatew
     assert "upper-case" in assert_refused(await converse(gw, upgrade), 400)["message"]
 
 
+# builtin: HTTP/1.1 only (the test below).
+@pytest.mark.parametrize("engine", ["hypercorn", "granian"], indirect=True)
 async def test_http2_with_prior_knowledge_is_still_spoken(gw: RunningGateway) -> None:
     async with connection(gw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") as (reader, _):
         async with asyncio.timeout(WAIT):
             frame_head = await reader.readexactly(9)
 
     assert frame_head[3] == 0x4  # the server's SETTINGS frame opens its HTTP/2 side
+
+
+@pytest.mark.parametrize("engine", ["builtin"], indirect=True)
+async def test_builtin_engine_refuses_http2_with_prior_knowledge(gw: RunningGateway) -> None:
+    answers = await converse(gw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+    assert "HTTP/2" in assert_refused(answers, 505)["message"]
 
 
 async def test_http_1_0_and_upper_case_methods_are_still_served(gw: RunningGateway) -> None:
@@ -350,7 +359,7 @@ async def test_keep_alive_requests_on_one_connection_are_still_served(
 
 
 # granian: hyper answers an oversized head with a bodiless 431, not in the API shape.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_headers_too_large_on_messages_is_431_in_anthropic_shape(
     gw: RunningGateway,
 ) -> None:
@@ -363,7 +372,7 @@ async def test_headers_too_large_on_messages_is_431_in_anthropic_shape(
 
 
 # granian: hyper's parse errors are bodiless 400s, not in the API shape.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_malformed_header_is_400_in_openai_shape(gw: RunningGateway) -> None:
     answers = await converse(
         gw, f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\nno colon here\r\n\r\n".encode()
@@ -373,7 +382,7 @@ async def test_malformed_header_is_400_in_openai_shape(gw: RunningGateway) -> No
 
 
 # granian: hyper's parse errors are bodiless 400s, not in the API shape.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_garbage_instead_of_a_request_is_400_in_openai_shape(gw: RunningGateway) -> None:
     assert_refused(await converse(gw, b"\x16\x03\x01 not http at all\r\n\r\n"), 400)
 
@@ -387,7 +396,7 @@ def test_header_timeout_defaults_to_10_seconds() -> None:
 
 # granian: hyper's header_read_timeout closes a stalled head's connection without an
 # answer (no 408); the head timeout still bounds it.
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 @pytest.mark.parametrize(
     "stalled",
     [b"POST /v1/chat/completions HTTP/1.1\r\nhost: llmgw\r\n", b"GET /hea"],
@@ -407,7 +416,7 @@ async def test_stalled_head_is_408_and_the_connection_closes(
 
 
 # granian: no 408 for a stalled head (see above).
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_stalled_head_on_messages_is_408_in_anthropic_shape(gw: RunningGateway) -> None:
     answers = await converse(gw, f"POST {MESSAGES} HTTP/1.1\r\nhost: llmgw\r\n".encode())
 
@@ -416,7 +425,7 @@ async def test_stalled_head_on_messages_is_408_in_anthropic_shape(gw: RunningGat
 
 
 # granian: no 408 for a stalled head (see above).
-@HYPERCORN_ONLY
+@EDGE_DEFENCES
 async def test_stalled_pipelined_head_after_an_answer_is_408(gw: RunningGateway) -> None:
     health = b"GET /health HTTP/1.1\r\nhost: llmgw\r\n\r\n"
 

@@ -252,6 +252,7 @@ PINNED: dict[str, list[str]] = {
     "gateway.auth": [],
     "gateway.admin": [],
     "gateway.process": [],
+    "gateway.process.h1": [],
     "gateway.cli": [],
     "gateway.replay": [],
     "actors.state": [],

@@ -1,0 +1,191 @@
+"""The builtin engine's server: a listening socket's connections served on this event loop,
+the ASGI lifespan around them, and the clock they share.
+
+:func:`serve` owns the server and its :class:`ServerState`: the app's lifespan (startup
+before the first connection is accepted, shutdown after the last answer), a tick each second
+that stamps the ``date`` header every answer carries and closes connections idle past the
+keep-alive timeout, and the graceful stop (no new connections, idle ones closed at once,
+answers under way given :data:`GRACE_SECONDS`, then every connection closed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any, cast
+from wsgiref.handlers import format_date_time
+
+from gateway.process.h1.connection import Connection
+
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+
+    Message = MutableMapping[str, Any]
+    ASGIApp = Callable[..., Awaitable[None]]
+
+logger = logging.getLogger(__name__)
+
+KEEP_ALIVE_SECONDS = 75.0  # as Hypercorn's is set for the gateway
+GRACE_SECONDS = 10.0  # as Hypercorn's graceful_timeout for the gateway
+_BACKLOG = 1024
+
+
+class LifespanError(RuntimeError):
+    """The app refused to start (``lifespan.startup.failed``)."""
+
+
+class ServerState:
+    """What every connection of one server shares."""
+
+    __slots__ = (
+        "app",
+        "connections",
+        "date_header",
+        "emptied",
+        "header_timeout",
+        "keep_alive_timeout",
+        "loop",
+        "stopping",
+    )
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        header_timeout: float,
+        keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
+    ) -> None:
+        self.app = app
+        self.loop = loop
+        self.header_timeout = header_timeout
+        self.keep_alive_timeout = keep_alive_timeout
+        self.connections: set[Connection] = set()
+        self.stopping = False
+        self.emptied = asyncio.Event()  # set once stopping and no connection is left
+        self.date_header = b""
+        self.tick()
+
+    def forget(self, conn: Connection) -> None:
+        """``conn`` has ended."""
+        self.connections.discard(conn)
+        if self.stopping and not self.connections:
+            self.emptied.set()
+
+    def tick(self) -> None:
+        """Stamp the date header anew and close the connections idle too long."""
+        self.date_header = b"date: " + format_date_time(time.time()).encode("ascii") + b"\r\n"
+        limit = self.loop.time() - self.keep_alive_timeout
+        for conn in list(self.connections):
+            if conn.idle_since is not None and conn.idle_since < limit:
+                conn.close_if_idle()
+
+
+async def serve(
+    app: ASGIApp,
+    sock: socket.socket,
+    *,
+    header_timeout: float,
+    shutdown: asyncio.Event,
+    keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
+) -> None:
+    """Serve ``app`` on the listening ``sock`` (this call owns and closes it) until
+    ``shutdown`` is set. Raises LifespanError if the app fails its startup."""
+    loop = asyncio.get_running_loop()
+    state = ServerState(
+        app, loop, header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout
+    )
+    lifespan = _Lifespan(app)
+    await lifespan.startup()
+    ticker = _Ticker(state)
+    try:
+        server = await loop.create_server(lambda: Connection(state), sock=sock, backlog=_BACKLOG)
+        try:
+            await shutdown.wait()
+        finally:
+            server.close()
+            await _drain(state)
+            await server.wait_closed()
+    finally:
+        ticker.stop()
+        await lifespan.shutdown()
+
+
+async def _drain(state: ServerState) -> None:
+    """Close idle connections now and the rest once their answers are out, or after
+    GRACE_SECONDS."""
+    state.stopping = True
+    for conn in list(state.connections):
+        conn.close_if_idle()  # one under way closes when its answer is out
+    if state.connections:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(GRACE_SECONDS):
+                await state.emptied.wait()
+    for conn in list(state.connections):
+        conn.close()
+
+
+class _Ticker:
+    """Calls ``state.tick`` at the turn of each second until stopped."""
+
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self._handle = self._next()
+
+    def _next(self) -> asyncio.TimerHandle:
+        now = time.time()
+        return self._state.loop.call_later(int(now) + 1 - now, self._fire)
+
+    def _fire(self) -> None:
+        self._state.tick()
+        self._handle = self._next()
+
+    def stop(self) -> None:
+        self._handle.cancel()
+
+
+class _Lifespan:
+    """The app's ASGI lifespan, run on a task of its own."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._replies: asyncio.Queue[Message] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    async def startup(self) -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
+        running = self._app(scope, self._inbox.get, self._replies.put)
+        call = cast("Coroutine[Any, Any, None]", running)
+        self._task = asyncio.get_running_loop().create_task(call, name="llmgw:lifespan")
+        await self._inbox.put({"type": "lifespan.startup"})
+        reply = await self._reply()
+        if reply.get("type") == "lifespan.startup.failed":
+            raise LifespanError(str(reply.get("message", "the app failed to start")))
+
+    async def shutdown(self) -> None:
+        if self._task is None or self._task.done():
+            return
+        await self._inbox.put({"type": "lifespan.shutdown"})
+        with contextlib.suppress(Exception):
+            await self._reply()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._task
+
+    async def _reply(self) -> Message:
+        assert self._task is not None
+        get = asyncio.ensure_future(self._replies.get())
+        await asyncio.wait({get, self._task}, return_when=asyncio.FIRST_COMPLETED)
+        if get.done():
+            return get.result()
+        get.cancel()
+        failure = self._task.exception() if not self._task.cancelled() else None
+        if failure is not None:
+            raise LifespanError(f"the app's lifespan raised {failure!r}") from failure
+        return {"type": "lifespan.startup.complete"}  # an app without lifespan support
+
+
+__all__ = ["GRACE_SECONDS", "KEEP_ALIVE_SECONDS", "LifespanError", "ServerState", "serve"]

@@ -1,0 +1,345 @@
+"""The builtin engine (gateway/process/h1) under small ASGI apps, over real loopback sockets:
+answers framed by length or chunked, pipelined requests served one at a time in order, bodies
+(chunked, ``Expect: 100-continue``), the client going away, the app failing, idle
+connections closed, and a graceful stop that finishes the answer under way.
+
+The framing refusals (smuggling, lenient heads, versions, timeouts) are the e2e suite's
+(tests/e2e/test_http_edge.py), run on every engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gateway.process.h1.server import serve
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+
+    Message = MutableMapping[str, Any]
+    Receive = Callable[[], Awaitable[Message]]
+    Send = Callable[[Message], Awaitable[None]]
+
+WAIT = 5.0
+
+
+class Served:
+    """A running builtin server: its port, its stop, and what its app saw."""
+
+    def __init__(self, port: int, shutdown: asyncio.Event, task: asyncio.Task[None]) -> None:
+        self.port = port
+        self.shutdown = shutdown
+        self.task = task
+
+    async def stop(self) -> None:
+        self.shutdown.set()
+        async with asyncio.timeout(WAIT):
+            await self.task
+
+
+@contextlib.asynccontextmanager
+async def served(app: Any, **kwargs: Any) -> AsyncIterator[Served]:
+    """``app`` served by the builtin engine on a free loopback port until the block ends."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    shutdown = asyncio.Event()
+    task = asyncio.create_task(serve(app, sock, header_timeout=5.0, shutdown=shutdown, **kwargs))
+    running = Served(port, shutdown, task)
+    try:
+        async with asyncio.timeout(WAIT):
+            while True:  # the server listens once its lifespan has started
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    await asyncio.sleep(0.005)
+                    continue
+                writer.close()
+                break
+        yield running
+    finally:
+        if not task.done():
+            await running.stop()
+
+
+async def exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` on a new connection and read until the server closes it."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(data)
+        async with asyncio.timeout(WAIT):
+            return await reader.read()
+    finally:
+        writer.close()
+
+
+def lifespan_aware(handler: Callable[[Any, Receive, Send], Awaitable[None]]) -> Any:
+    async def app(scope: Any, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        await handler(scope, receive, send)
+
+    return app
+
+
+async def read_body(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+@lifespan_aware
+async def echo(scope: Any, receive: Receive, send: Send) -> None:
+    """Answers the request's method, path and body, with a length."""
+    body = await read_body(receive)
+    answer = f"{scope['method']} {scope['path']} ".encode() + body
+    headers = [(b"content-length", str(len(answer)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@lifespan_aware
+async def streamed(scope: Any, receive: Receive, send: Send) -> None:
+    """Answers three parts without a length."""
+    await read_body(receive)
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    for part in (b"one", b"two", b"three"):
+        await send({"type": "http.response.body", "body": part, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+CLOSE = b"connection: close\r\n"
+
+
+def get(path: str, *extra: bytes) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nhost: t\r\n".encode() + b"".join(extra) + b"\r\n"
+
+
+def post(path: str, body: bytes, *extra: bytes) -> bytes:
+    head = f"POST {path} HTTP/1.1\r\nhost: t\r\ncontent-length: {len(body)}\r\n".encode()
+    return head + b"".join(extra) + b"\r\n" + body
+
+
+# -- answers -------------------------------------------------------------------------------
+
+
+async def test_an_answer_with_a_length_keeps_the_connection_and_carries_a_date() -> None:
+    async with served(echo) as server:
+        raw = await exchange(server.port, post("/a", b"hi") + get("/b", CLOSE))
+
+    first, second = raw.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert first.endswith(b"\r\n\r\nPOST /a hi")
+    assert b"connection" not in first and b"date: " in first
+    assert b"connection: close\r\n" in second and second.endswith(b"GET /b ")
+
+
+async def test_an_answer_without_a_length_is_chunked() -> None:
+    async with served(streamed) as server:
+        raw = await exchange(server.port, get("/", CLOSE))
+
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head
+    assert body == b"3\r\none\r\n3\r\ntwo\r\n5\r\nthree\r\n0\r\n\r\n"
+
+
+async def test_http_1_0_answer_without_a_length_ends_with_the_connection() -> None:
+    async with served(streamed) as server:
+        raw = await exchange(server.port, b"GET / HTTP/1.0\r\n\r\n")
+
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"chunked" not in head and b"connection: close" in head
+    assert body == b"onetwothree"
+
+
+async def test_a_head_request_gets_the_head_alone() -> None:
+    async with served(echo) as server:
+        raw = await exchange(server.port, b"HEAD /x HTTP/1.1\r\nhost: t\r\n" + CLOSE + b"\r\n")
+
+    assert raw.startswith(b"HTTP/1.1 200 OK\r\n") and raw.endswith(b"\r\n\r\n")
+    assert b"content-length: 8\r\n" in raw  # the length of "HEAD /x ", not sent
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+async def test_pipelined_requests_are_served_one_at_a_time_in_order() -> None:
+    serving = 0
+    most = 0
+
+    @lifespan_aware
+    async def counted(scope: Any, receive: Receive, send: Send) -> None:
+        nonlocal serving, most
+        serving += 1
+        most = max(most, serving)
+        await asyncio.sleep(0)  # lets a wrongly concurrent second request start
+        serving -= 1
+        await echo(scope, receive, send)
+
+    requests = post("/1", b"a") + post("/2", b"bb") + post("/3", b"", CLOSE)
+    async with served(counted) as server:
+        raw = await exchange(server.port, requests)
+
+    assert raw.count(b"HTTP/1.1 200 OK") == 3
+    assert raw.index(b"POST /1 a") < raw.index(b"POST /2 bb") < raw.index(b"POST /3 ")
+    assert most == 1
+
+
+async def test_a_request_refused_behind_one_being_served_is_refused_after_its_answer() -> None:
+    async with served(echo) as server:
+        raw = await exchange(server.port, get("/first") + b"GARBAGE\r\n\r\n")
+
+    first, refusal = raw.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200 OK") and first.endswith(b"GET /first ")
+    assert refusal.startswith(b"400 ") and b"malformed HTTP request" in refusal
+
+
+async def test_a_chunked_body_arrives_decoded() -> None:
+    body = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
+    head = b"POST /c HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n" + CLOSE + b"\r\n"
+    async with served(echo) as server:
+        raw = await exchange(server.port, head + body)
+
+    assert raw.endswith(b"POST /c hello world")
+
+
+async def test_expect_continue_is_answered_when_the_app_reads_the_body() -> None:
+    async with served(echo) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        head = b"POST /e HTTP/1.1\r\nhost: t\r\ncontent-length: 2\r\nexpect: 100-continue\r\n"
+        writer.write(head + CLOSE + b"\r\n")
+        async with asyncio.timeout(WAIT):
+            interim = await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"ok")
+            rest = await reader.read()
+        writer.close()
+
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert rest.startswith(b"HTTP/1.1 200 OK") and rest.endswith(b"POST /e ok")
+
+
+async def test_a_percent_encoded_path_is_decoded_and_its_raw_form_kept() -> None:
+    seen: list[tuple[str, bytes, bytes]] = []
+
+    @lifespan_aware
+    async def paths(scope: Any, receive: Receive, send: Send) -> None:
+        seen.append((scope["path"], scope["raw_path"], scope["query_string"]))
+        await echo(scope, receive, send)
+
+    async with served(paths) as server:
+        await exchange(server.port, get("/a%20b?x=1", CLOSE))
+
+    assert seen == [("/a b", b"/a%20b", b"x=1")]
+
+
+# -- the client and the app failing --------------------------------------------------------
+
+
+async def test_the_app_hears_the_client_go_and_its_later_sends_do_nothing() -> None:
+    gone = asyncio.Event()
+    sent_after = asyncio.Event()
+
+    @lifespan_aware
+    async def waits(scope: Any, receive: Receive, send: Send) -> None:
+        await read_body(receive)
+        assert (await receive())["type"] == "http.disconnect"
+        gone.set()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"late"})
+        sent_after.set()
+
+    async with served(waits) as server:
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(post("/w", b"x"))
+        await writer.drain()
+        writer.close()
+        async with asyncio.timeout(WAIT):
+            await gone.wait()
+            await sent_after.wait()
+
+
+async def test_an_app_failing_before_its_answer_gives_a_500_in_the_api_shape() -> None:
+    @lifespan_aware
+    async def fails(scope: Any, receive: Receive, send: Send) -> None:
+        raise RuntimeError("boom")
+
+    async with served(fails) as server:
+        raw = await exchange(server.port, get("/v1/messages"))
+
+    assert raw.startswith(b"HTTP/1.1 500 ")
+    assert b"connection: close" in raw and b'"type":"error"' in raw.replace(b" ", b"")
+    assert b"boom" not in raw
+
+
+async def test_an_answer_the_app_leaves_unfinished_closes_the_connection() -> None:
+    @lifespan_aware
+    async def stops(scope: Any, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"part", "more_body": True})
+
+    async with served(stops) as server:
+        raw = await exchange(server.port, get("/"))  # returns: the server closed it
+
+    assert raw.endswith(b"4\r\npart\r\n")  # no last chunk: the client sees it cut short
+
+
+# -- connections ---------------------------------------------------------------------------
+
+
+async def test_an_idle_connection_closes_after_the_keep_alive_time() -> None:
+    async with served(echo, keep_alive_timeout=0.05) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(get("/"))
+        async with asyncio.timeout(WAIT):  # the idle check runs once a second
+            raw = await reader.read()
+        writer.close()
+
+    assert raw.count(b"HTTP/1.1 200 OK") == 1
+
+
+async def test_a_stop_finishes_the_answer_under_way_and_closes_idle_connections() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @lifespan_aware
+    async def slow(scope: Any, receive: Receive, send: Send) -> None:
+        if scope["path"] == "/slow":
+            started.set()
+            await release.wait()
+        await echo(scope, receive, send)
+
+    async with served(slow) as server:
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", server.port)
+        idle_writer.write(get("/idle"))
+        async with asyncio.timeout(WAIT):
+            await idle_reader.readuntil(b"GET /idle ")
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(get("/slow"))
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+            server.shutdown.set()
+            assert await idle_reader.read() == b""  # the idle one closes at once
+            assert not server.task.done()
+            release.set()
+            answer = await reader.read()
+            await server.task
+        idle_writer.close()
+        writer.close()
+
+    assert answer.startswith(b"HTTP/1.1 200 OK") and b"connection: close" in answer
+    assert answer.endswith(b"GET /slow ")
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", server.port)
