@@ -4,6 +4,7 @@
     python -m tests.benchmarks.pair mode --a plain --b routewise-5
     python -m tests.benchmarks.pair tree --a-tree /path/to/other/checkout
     python -m tests.benchmarks.pair workers [--b-workers 2]   # one process against workers
+    python -m tests.benchmarks.pair engines --a-engine granian --b-engine builtin
     python -m tests.benchmarks.pair telemetry --control      # the same gateway twice (A/A)
 
 Alternating runs of one gateway (``bench.py``) compare sittings that differ by whatever else
@@ -21,6 +22,8 @@ round, so neither gateway gets a head start. What is compared:
   ``routewise-5``;
 * ``tree``: another checkout's code (``--a-tree``, e.g. a ``git worktree`` of an older commit)
   against this one (B), the same config and mode;
+* ``engines``: two HTTP servers (``server.engine``, ``--a-engine`` and ``--b-engine``) under
+  the same gateway, mode ``--a``;
 * ``workers``: ``llmgw serve --workers N`` (B, ``--b-workers``, 2 by default: the supervisor
   with the actors, N ingress workers and its private nats-server, one process tree) against
   one ``llmgw serve`` (A, the in-process bus), plain chat (``--a``). Each round also prints
@@ -42,7 +45,7 @@ import os
 import statistics
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from gateway.process.engines import ENGINES
@@ -78,6 +81,7 @@ class Side:
     telemetry: bool = False
     mode: str = "plain"
     workers: int = 1
+    engine: str | None = None  # None: --engine
 
 
 def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
@@ -86,6 +90,9 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     elif args.compare == "mode":
         on = args.telemetry
         a, b = Side(args.a, mode=args.a, telemetry=on), Side(args.b, mode=args.b, telemetry=on)
+    elif args.compare == "engines":
+        a = Side(args.a_engine, mode=args.a, telemetry=args.telemetry, engine=args.a_engine)
+        b = Side(args.b_engine, mode=args.a, telemetry=args.telemetry, engine=args.b_engine)
     elif args.compare == "workers":
         if args.b_workers < 2:
             raise SystemExit("workers: --b-workers is at least 2")
@@ -99,7 +106,7 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
         a = Side("a-tree", tree=tree, mode=args.a, telemetry=args.telemetry)
         b = Side("b-tree", mode=args.a, telemetry=args.telemetry)
     if args.control:
-        b = Side(a.name + "-2", tree=a.tree, telemetry=a.telemetry, mode=a.mode, workers=a.workers)
+        b = replace(a, name=a.name + "-2")
     return a, b
 
 
@@ -112,7 +119,7 @@ def _start_gateway(
     home.mkdir()
     config = home / "gateway.yaml"
     telemetry = "telemetry: {enabled: true}\n" if side.telemetry else ""
-    engine = f"server: {{engine: {bench_args.pair_engine}}}\n"
+    engine = f"server: {{engine: {side.engine or bench_args.pair_engine}}}\n"
     config.write_text(_gateway_config(upstream) + telemetry + engine)
     serve_args = argparse.Namespace(**{**vars(bench_args), "workers": str(side.workers)})
     cmd = _pinned(bench_args.gateway_cpus, _gateway_cmd(serve_args, config, "inproc://"))
@@ -184,7 +191,7 @@ def scaling_summary(workers: int, ratios: list[float]) -> str:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m tests.benchmarks.pair")
-    p.add_argument("compare", choices=("telemetry", "mode", "tree", "workers"))
+    p.add_argument("compare", choices=("telemetry", "mode", "tree", "workers", "engines"))
     p.add_argument("--a", default="plain", help="mode of A (mode; tree: of both)")
     p.add_argument("--b", default="plain", help="mode of B (mode)")
     p.add_argument("--a-tree", help="tree: the checkout A runs (workers: both run)")
@@ -198,6 +205,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--control", action="store_true", help="A against itself (A/A)")
     p.add_argument("--telemetry", action="store_true", help="mode, tree: telemetry on for both")
     p.add_argument("--engine", choices=ENGINES, default="hypercorn")
+    p.add_argument("--a-engine", choices=ENGINES, default="granian", help="engines: A's")
+    p.add_argument("--b-engine", choices=ENGINES, default="builtin", help="engines: B's")
     return p.parse_args(argv)
 
 
