@@ -95,6 +95,9 @@ class Connection(asyncio.Protocol):
             # An Upgrade (h2c, websocket) is not taken: the request is served as HTTP/1.1
             # (RFC 9110 §7.8 lets a server ignore it) and the connection closes after it.
             self._last_request = True
+            upgrading = self._queued[-1] if self._queued else self._serving
+            if upgrading is not None:
+                upgrading.keep_alive = False  # its answer says the connection closes
             self._closing_after_answer()
         except httptools.HttpParserCallbackError as exc:
             if not isinstance(exc.__context__, _HeadTooLargeError):

@@ -207,6 +207,16 @@ async def test_a_request_refused_behind_one_being_served_is_refused_after_its_an
     assert refusal.startswith(b"400 ") and b"malformed HTTP request" in refusal
 
 
+async def test_an_upgrade_is_not_taken_the_request_is_answered_and_the_connection_closes() -> None:
+    upgrade = get("/u", b"connection: Upgrade, HTTP2-Settings\r\n", b"upgrade: h2c\r\n")
+    async with served(echo) as server:
+        raw = await exchange(server.port, upgrade + get("/never"))
+
+    assert raw.startswith(b"HTTP/1.1 200 OK") and raw.endswith(b"GET /u ")
+    assert b"connection: close\r\n" in raw
+    assert b"/never" not in raw  # nothing after an upgrade request is read as HTTP/1.1
+
+
 async def test_a_chunked_body_arrives_decoded() -> None:
     body = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
     head = b"POST /c HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n" + CLOSE + b"\r\n"
