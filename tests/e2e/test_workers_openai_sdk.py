@@ -6,7 +6,8 @@ shared (a route's concurrency limit and a key's rate limit hold exactly across t
 opened through one refuses traffic through the other) and ``/metrics`` sums the requests of
 both; ``llmgw admin reload`` reaches both through the supervisor's local socket; a worker
 killed with SIGKILL is restarted while the other serves; SIGTERM stops everything (no worker
-or nats-server left, the local admin socket removed).
+or nats-server left, the local admin socket removed). Serving, the kill and the stop are proven
+on every HTTP engine (``server.engine``).
 Each request that must be free to land on either worker goes on a fresh connection: the kernel
 spreads connections over the workers' SO_REUSEPORT sockets by their source port.
 The tests that neither kill nor stop the gateway share one module-wide gateway (``shared``), each
@@ -270,8 +271,10 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
     tmp_path: Path,
     fake_upstream: FakeUpstream,
     supervisors: list[Supervisor],
+    engine: str,
 ) -> None:
-    sup = await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+    cfg = config(model("m", route(fake_upstream)), server={"engine": engine})
+    sup = await _start(supervisors, tmp_path, cfg)
     nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
     workers = sup.worker_pids()
     seen = {await _health_pid(sup.url) for _ in range(TRIES)}
