@@ -217,6 +217,43 @@ async def test_an_upgrade_is_not_taken_the_request_is_answered_and_the_connectio
     assert b"/never" not in raw  # nothing after an upgrade request is read as HTTP/1.1
 
 
+async def test_requests_split_anywhere_are_answered_as_if_sent_whole() -> None:
+    chunked = (
+        b"POST /c HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n\r\n"
+        b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
+    )
+    stream = post("/1", b"hello") + chunked + get("/2") + post("/3", b"x", CLOSE)
+
+    async def split_at(cuts: list[int]) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        try:
+            start = 0
+            for cut in [*cuts, len(stream)]:
+                writer.write(stream[start:cut])
+                await writer.drain()
+                await asyncio.sleep(0)  # lets the server read each piece on its own
+                start = cut
+            async with asyncio.timeout(WAIT):
+                return await reader.read()
+        finally:
+            writer.close()
+
+    async with served(echo) as server:
+        whole = await split_at([])
+        # Every single cut, and runs of one-byte pieces through the first head and body.
+        pieces = [await split_at([cut]) for cut in range(1, len(stream))]
+        pieces.append(await split_at(list(range(1, 90))))
+
+    answers = [part.split(b"\r\n\r\n", 1)[1] for part in whole.split(b"HTTP/1.1 200 OK")[1:]]
+    assert answers == [b"POST /1 hello", b"POST /c abcde", b"GET /2 ", b"POST /3 x"]
+    strip = _without_dates
+    assert all(strip(piece) == strip(whole) for piece in pieces)
+
+
+def _without_dates(raw: bytes) -> bytes:
+    return b"".join(line for line in raw.splitlines(keepends=True) if not line.startswith(b"date:"))
+
+
 async def test_a_chunked_body_arrives_decoded() -> None:
     body = b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"
     head = b"POST /c HTTP/1.1\r\nhost: t\r\ntransfer-encoding: chunked\r\n" + CLOSE + b"\r\n"
