@@ -100,6 +100,24 @@ def head_refusal(head: bytes) -> str | None:
     return None
 
 
+def refusal_answer(
+    status: int, message: str, code: str, target: bytes
+) -> tuple[list[tuple[bytes, bytes]], bytes]:
+    """The headers and body of the server's own answer refusing a request for ``target``
+    (every engine's): in the caller's API shape, with an ``x-request-id``, saying the
+    connection closes."""
+    request_id = f"edge-{uuid.uuid4().hex[:16]}"
+    logger.debug("refused a request (%d %s) as %s", status, message, request_id)
+    body = surface_of(target).error_body(status, message, code, None)
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"connection", b"close"),
+        (b"x-request-id", request_id.encode()),
+    ]
+    return headers, body
+
+
 def surface_of(target: bytes) -> Surface:
     """The API shape an answer to a request for ``target`` takes."""
     if target.startswith(b"/v1/messages"):
@@ -342,21 +360,9 @@ class EdgeH11Protocol(H11Protocol):
         return parts[1] if len(parts) > 1 else b""
 
     async def _answer_error(self, status: int, message: str, code: str, target: bytes) -> None:
-        request_id = f"edge-{uuid.uuid4().hex[:16]}"
-        logger.debug("refused a request (%d %s) as %s", status, message, request_id)
-        body = surface_of(target).error_body(status, message, code, None)
-        await self._send_h11_event(
-            h11.Response(
-                status_code=status,
-                headers=[
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                    (b"x-request-id", request_id.encode()),
-                    *self.config.response_headers("h11"),
-                ],
-            )
-        )
+        headers, body = refusal_answer(status, message, code, target)
+        headers += self.config.response_headers("h11")
+        await self._send_h11_event(h11.Response(status_code=status, headers=headers))
         await self._send_h11_event(h11.Data(data=body))
         await self._send_h11_event(h11.EndOfMessage())
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from hypercorn.asyncio import serve as hypercorn_serve
@@ -178,13 +177,7 @@ def edge_guard(app: ASGIApp) -> ASGIApp:
 
 async def _refuse(scope: Scope, send: Any, message: str) -> None:
     target = scope.get("raw_path") or str(scope.get("path", "")).encode()
-    body = http_edge.surface_of(bytes(target)).error_body(400, message, "invalid_request", None)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        (b"x-request-id", f"edge-{uuid.uuid4().hex[:16]}".encode()),
-    ]
+    headers, body = http_edge.refusal_answer(400, message, "invalid_request", bytes(target))
     await send({"type": "http.response.start", "status": 400, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

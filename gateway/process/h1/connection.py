@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import unquote
 
 import httptools
 
-from gateway.ingress.http_edge import head_refusal, surface_of
+from gateway.ingress.http_edge import head_refusal, refusal_answer
 from gateway.process.h1.cycle import Exchange
 
 if TYPE_CHECKING:
@@ -365,17 +364,10 @@ class Connection(asyncio.Protocol):
             self._head_timer = None
 
     def _answer_error(self, status: int, message: str, code: str) -> None:
-        request_id = f"edge-{uuid.uuid4().hex[:16]}"
-        logger.debug("refused a request (%d %s) as %s", status, message, request_id)
-        body = surface_of(self._url).error_body(status, message, code, None)
-        head = (
-            f"HTTP/1.1 {status} {_PHRASES.get(status, '')}\r\n"
-            "content-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n"
-            "connection: close\r\n"
-            f"x-request-id: {request_id}\r\n"
-        ).encode("ascii")
-        self.write(head + self.state.date_header + b"\r\n" + body)
+        headers, body = refusal_answer(status, message, code, self._url)
+        lines = [f"HTTP/1.1 {status} {_PHRASES.get(status, '')}\r\n".encode("ascii")]
+        lines += [b"%b: %b\r\n" % header for header in headers]
+        self.write(b"".join(lines) + self.state.date_header + b"\r\n" + body)
 
 
 def _address(name: Any) -> tuple[str, int] | None:
