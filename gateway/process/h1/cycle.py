@@ -26,12 +26,9 @@ _STATUS_LINES = {
     s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n".encode("ascii") for s in http.HTTPStatus
 }
 _BODILESS = frozenset({204, 304})
-_CHUNKED = (b"transfer-encoding", b"chunked")
-_CLOSE = (b"connection", b"close")
 _LAST_CHUNK = b"0\r\n\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _EMPTY: Message = {"type": "http.request", "body": b"", "more_body": False}
-_DISCONNECT: Message = {"type": "http.disconnect"}
 _BODY_HIGH_WATER = 256 * 1024  # bytes of request body held before the connection stops reading
 
 
@@ -125,7 +122,7 @@ class Exchange:
                 self._end_given = not more
                 return {"type": "http.request", "body": body, "more_body": more}
             if self.disconnected or self.response_complete:
-                return _DISCONNECT
+                return {"type": "http.disconnect"}
             if self.body_complete and not self._end_given:
                 self._end_given = True  # the empty closing message is given once
                 return dict(_EMPTY)
@@ -137,15 +134,16 @@ class Exchange:
 
     async def send(self, message: Message) -> None:
         """Write the app's answer: its head (held until the first body part), its body
-        parts, and the end. Raises RuntimeError on a message out of order."""
+        parts, and the end. Raises RuntimeError on a message out of order, ValueError on a
+        header that holds CR, LF or NUL (the app then fails and the server answers 500)."""
         if self.disconnected:
             return
         kind = message["type"]
         if kind == "http.response.start":
             if self.response_started:
                 raise RuntimeError("http.response.start sent twice")
-            self.response_started = True
             self._head = self._make_head(int(message["status"]), message.get("headers", ()))
+            self.response_started = True
             return
         if kind != "http.response.body":
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
@@ -200,8 +198,12 @@ class Exchange:
         if not self.keep_alive and not said_connection:
             lines.append(b"connection: close\r\n")
         lines.append(self.conn.state.date_header)
-        lines.append(b"\r\n")
-        return b"".join(lines)
+        head = b"".join(lines)
+        # Each line ends in the one CRLF put there: a CR, LF or NUL inside a name or value
+        # would end the head early and let what follows be read as headers or an answer.
+        if head.count(b"\n") != len(lines) or head.count(b"\r") != len(lines) or b"\0" in head:
+            raise ValueError("a response header holds CR, LF or NUL")
+        return head + b"\r\n"
 
 
 __all__ = ["Exchange"]

@@ -331,6 +331,20 @@ async def test_an_app_failing_before_its_answer_gives_a_500_in_the_api_shape() -
     assert b"boom" not in raw
 
 
+@pytest.mark.parametrize("value", [b"v\r\nx-evil: 1", b"v\nx-evil: 1", b"v\x00"])
+async def test_a_header_that_would_split_the_answer_is_never_written(value: bytes) -> None:
+    @lifespan_aware
+    async def splits(scope: Any, receive: Receive, send: Send) -> None:
+        headers = [(b"content-length", b"2"), (b"x-note", value)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async with served(splits) as server:
+        raw = await exchange(server.port, get("/"))
+
+    assert raw.startswith(b"HTTP/1.1 500 ") and b"x-evil" not in raw and b"x-note" not in raw
+
+
 async def test_an_answer_the_app_leaves_unfinished_closes_the_connection() -> None:
     @lifespan_aware
     async def stops(scope: Any, receive: Receive, send: Send) -> None:
