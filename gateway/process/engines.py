@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from hypercorn.asyncio import serve as hypercorn_serve
 
 from gateway.ingress import http_edge
+from gateway.process.h1.server import serve as serve_builtin
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
@@ -72,8 +73,6 @@ async def serve_http(
         await _serve_granian(app, sock, server, shutdown)
         return
     if engine == "builtin":
-        from gateway.process.h1.server import serve as serve_builtin
-
         await serve_builtin(
             app,
             without_nagle(sock),
