@@ -357,6 +357,37 @@ async def test_an_answer_the_app_leaves_unfinished_closes_the_connection() -> No
     assert raw.endswith(b"4\r\npart\r\n")  # no last chunk: the client sees it cut short
 
 
+async def test_a_client_that_does_not_read_holds_a_streaming_app_back() -> None:
+    part = b"x" * (256 * 1024)
+    parts = 64  # 16 MiB: more than the transport's buffer and both sockets' hold
+    sent = 0
+    finished = asyncio.Event()
+
+    @lifespan_aware
+    async def floods(scope: Any, receive: Receive, send: Send) -> None:
+        nonlocal sent
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(parts):
+            await send({"type": "http.response.body", "body": part, "more_body": True})
+            sent += 1
+        await send({"type": "http.response.body", "body": b""})
+        finished.set()
+
+    async with served(floods) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(get("/", CLOSE))
+        for _ in range(200):  # turns of the loop for the app to run as far as it may
+            await asyncio.sleep(0)
+        held_at = sent
+        async with asyncio.timeout(WAIT):
+            raw = await reader.read()  # now the client reads: the app goes on to the end
+            await finished.wait()
+        writer.close()
+
+    assert 0 < held_at < parts  # waited on the client, not buffered whole
+    assert raw.count(part) == parts and raw.endswith(b"0\r\n\r\n")
+
+
 # -- connections ---------------------------------------------------------------------------
 
 
