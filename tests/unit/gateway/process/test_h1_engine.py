@@ -47,20 +47,12 @@ async def served(app: Any, **kwargs: Any) -> AsyncIterator[Served]:
     """``app`` served by the builtin engine on a free loopback port until the block ends."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen()  # connections made before the server accepts wait in the backlog
     port = sock.getsockname()[1]
     shutdown = asyncio.Event()
     task = asyncio.create_task(serve(app, sock, header_timeout=5.0, shutdown=shutdown, **kwargs))
     running = Served(port, shutdown, task)
     try:
-        async with asyncio.timeout(WAIT):
-            while True:  # the server listens once its lifespan has started
-                try:
-                    _, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    await asyncio.sleep(0.005)
-                    continue
-                writer.close()
-                break
         yield running
     finally:
         if not task.done():
