@@ -10,7 +10,6 @@ replay's. It must run on a :class:`~gateway.replay.vloop.VirtualTimeLoop`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import tempfile
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors import build_tree
 from bus import InProcessBus
+from gateway.http.lifespan import Lifespan
 from gateway.ingress.app import GatewayApp
 from gateway.ingress.clock import IngressClock
 from gateway.ingress.plan_walk import Targets
@@ -137,8 +137,8 @@ class _Run:
             adapters=dict.fromkeys(_SIMULATED_KINDS, self.sim),
             rng=Random(f"{self.seed}:steering"),
         )
-        lifespan = _Lifespan(app)
-        await lifespan.start()
+        lifespan = Lifespan(app)
+        await lifespan.startup()
         for secret in secrets.values():  # each key's lookup answered before the traffic
             await app.callers.auth.identify_key(secret, strict=True)
         await app.callers.auth.auth_on()
@@ -172,7 +172,7 @@ class _Run:
             # acknowledges the settles the ingress waits for (virtual timers stand still
             # now, so a wait for them would never end).
             await root.stop()
-            await lifespan.stop()
+            await lifespan.shutdown()
             await self.bus.aclose()
         return RunResult(
             name=self.name,
@@ -306,26 +306,3 @@ class _Exchange:
             ttft=(self.first_byte - arrived) if ok and self.first_byte is not None else None,
             at=arrived - origin,
         )
-
-
-class _Lifespan:
-    """The ASGI lifespan protocol, driven by hand (startup, then shutdown on request)."""
-
-    def __init__(self, app: GatewayApp) -> None:
-        self._app = app
-        self._inbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
-        self._outbox: asyncio.Queue[MutableMapping[str, Any]] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        scope = {"type": "lifespan", "asgi": {"version": "3.0"}}
-        self._task = asyncio.create_task(self._app(scope, self._inbox.get, self._outbox.put))
-        await self._inbox.put({"type": "lifespan.startup"})
-        await self._outbox.get()
-
-    async def stop(self) -> None:
-        await self._inbox.put({"type": "lifespan.shutdown"})
-        await self._outbox.get()
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task

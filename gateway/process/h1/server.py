@@ -14,14 +14,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from wsgiref.handlers import format_date_time
 
+from gateway.http.lifespan import Lifespan
 from gateway.process.h1.connection import Connection
 
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Awaitable, Callable, Coroutine, MutableMapping
+    from collections.abc import Awaitable, Callable, MutableMapping
 
     Message = MutableMapping[str, Any]
     ASGIApp = Callable[..., Awaitable[None]]
@@ -31,10 +32,6 @@ logger = logging.getLogger(__name__)
 KEEP_ALIVE_SECONDS = 75.0  # as Hypercorn's is set for the gateway
 GRACE_SECONDS = 10.0  # as Hypercorn's graceful_timeout for the gateway
 _BACKLOG = 1024
-
-
-class LifespanError(RuntimeError):
-    """The app refused to start (``lifespan.startup.failed``)."""
 
 
 class ServerState:
@@ -93,12 +90,13 @@ async def serve(
     keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` (this call owns and closes it) until
-    ``shutdown`` is set. Raises LifespanError if the app fails its startup."""
+    ``shutdown`` is set. Raises gateway.http.lifespan.LifespanError if the app fails its
+    startup."""
     loop = asyncio.get_running_loop()
     state = ServerState(
         app, loop, header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout
     )
-    lifespan = _Lifespan(app)
+    lifespan = Lifespan(app)
     await lifespan.startup()
     ticker = _Ticker(state)
     try:
@@ -147,45 +145,4 @@ class _Ticker:
         self._handle.cancel()
 
 
-class _Lifespan:
-    """The app's ASGI lifespan, run on a task of its own."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
-        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
-        self._replies: asyncio.Queue[Message] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    async def startup(self) -> None:
-        scope = {"type": "lifespan", "asgi": {"version": "3.0", "spec_version": "2.0"}}
-        running = self._app(scope, self._inbox.get, self._replies.put)
-        call = cast("Coroutine[Any, Any, None]", running)
-        self._task = asyncio.get_running_loop().create_task(call, name="llmgw:lifespan")
-        await self._inbox.put({"type": "lifespan.startup"})
-        reply = await self._reply()
-        if reply.get("type") == "lifespan.startup.failed":
-            raise LifespanError(str(reply.get("message", "the app failed to start")))
-
-    async def shutdown(self) -> None:
-        if self._task is None or self._task.done():
-            return
-        await self._inbox.put({"type": "lifespan.shutdown"})
-        with contextlib.suppress(Exception):
-            await self._reply()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
-
-    async def _reply(self) -> Message:
-        assert self._task is not None
-        get = asyncio.ensure_future(self._replies.get())
-        await asyncio.wait({get, self._task}, return_when=asyncio.FIRST_COMPLETED)
-        if get.done():
-            return get.result()
-        get.cancel()
-        failure = self._task.exception() if not self._task.cancelled() else None
-        if failure is not None:
-            raise LifespanError(f"the app's lifespan raised {failure!r}") from failure
-        return {"type": "lifespan.startup.complete"}  # an app without lifespan support
-
-
-__all__ = ["GRACE_SECONDS", "KEEP_ALIVE_SECONDS", "LifespanError", "ServerState", "serve"]
+__all__ = ["GRACE_SECONDS", "KEEP_ALIVE_SECONDS", "ServerState", "serve"]
