@@ -19,6 +19,10 @@ API shape, Anthropic's on ``/v1/messages…`` and OpenAI's elsewhere, with an ``
 And it closes a keep-alive connection as soon as the client ends it: Hypercorn alone leaves
 it in CLOSE-WAIT until ``keep_alive_timeout``. :class:`EdgeTCPServer` waits out a connection's
 keep-alive idle time on one task and the loop's shared deadline timer.
+
+On HTTP/2, :class:`EdgeH2Protocol` keeps a connection up when a stream's request data arrives
+after its answer is complete (the app may answer once the declared body is in, or refuse it
+at once): Hypercorn alone fails on that data and tears down every stream of the connection.
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ import uuid
 from typing import TYPE_CHECKING, Any
 from wsgiref.handlers import format_date_time
 
+import h2.events
 import h11
 import hypercorn.asyncio.run
 import hypercorn.protocol
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, RawData
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
 from gateway.http.deadline import deadline
@@ -384,10 +390,32 @@ class EdgeTCPServer(TCPServer):
         await asyncio.shield(self._initiate_server_close())
 
 
+class EdgeH2Protocol(H2Protocol):
+    """Hypercorn's HTTP/2 protocol, taking request data for a stream it has already closed.
+
+    The client may still be sending a stream's body (or the empty frame that ends it) when
+    the stream's answer is complete: the gateway answers once the declared ``Content-Length``
+    is in, and refuses an oversized body before reading it. Hypercorn ignores such a stream's
+    end but looks the stream up for its data, fails, and closes the connection with all its
+    other streams. Here that data is acknowledged (its flow-control credit given back) and
+    dropped."""
+
+    async def _handle_events(self, events: list[h2.events.Event]) -> None:
+        # One at a time: a stream is created by an event of the same batch as its data.
+        for event in events:
+            if isinstance(event, h2.events.DataReceived) and event.stream_id not in self.streams:
+                if event.flow_controlled_length:
+                    self.connection.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
+                continue
+            await super()._handle_events([event])
+
+
 def install() -> None:
-    """Serve HTTP/1.1 with :class:`EdgeH11Protocol` on :class:`EdgeTCPServer` connections
-    from now on, in this process. Raises RuntimeError if this Hypercorn's protocol or
-    connection lacks what the subclasses hook into."""
+    """Serve HTTP/1.1 with :class:`EdgeH11Protocol` and HTTP/2 with :class:`EdgeH2Protocol` on
+    :class:`EdgeTCPServer` connections from now on, in this process. Raises RuntimeError if
+    this Hypercorn's protocols or connection lack what the subclasses hook into."""
     hooks = (
         "handle",
         "_check_protocol",
@@ -397,10 +425,13 @@ def install() -> None:
     for hook in (*hooks, "_send_h11_event"):
         if not hasattr(H11Protocol, hook):
             raise RuntimeError(f"unsupported Hypercorn version: H11Protocol has no {hook}")
+    if not hasattr(H2Protocol, "_handle_events"):
+        raise RuntimeError("unsupported Hypercorn version: H2Protocol has no _handle_events")
     for hook in ("_idle_timeout", "_initiate_server_close"):
         if not hasattr(TCPServer, hook):
             raise RuntimeError(f"unsupported Hypercorn version: TCPServer has no {hook}")
-    # ProtocolWrapper picks the HTTP/1.1 protocol by this module-level name per connection,
-    # and Hypercorn's asyncio server its connection class by this one.
+    # ProtocolWrapper picks each protocol by these module-level names per connection, and
+    # Hypercorn's asyncio server its connection class by the last one.
     hypercorn.protocol.H11Protocol = EdgeH11Protocol  # type: ignore[attr-defined]
+    hypercorn.protocol.H2Protocol = EdgeH2Protocol  # type: ignore[attr-defined]
     hypercorn.asyncio.run.TCPServer = EdgeTCPServer  # type: ignore[attr-defined]

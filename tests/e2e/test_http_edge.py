@@ -317,21 +317,12 @@ async def test_lower_case_method_is_refused_not_upgraded_to_h2c(gw: RunningGatew
     assert "upper-case" in assert_refused(await converse(gw, upgrade), 400)["message"]
 
 
-# builtin: HTTP/1.1 only (the test below).
-@pytest.mark.parametrize("engine", ["hypercorn", "granian"], indirect=True)
 async def test_http2_with_prior_knowledge_is_still_spoken(gw: RunningGateway) -> None:
     async with connection(gw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") as (reader, _):
         async with asyncio.timeout(WAIT):
             frame_head = await reader.readexactly(9)
 
     assert frame_head[3] == 0x4  # the server's SETTINGS frame opens its HTTP/2 side
-
-
-@pytest.mark.parametrize("engine", ["builtin"], indirect=True)
-async def test_builtin_engine_refuses_http2_with_prior_knowledge(gw: RunningGateway) -> None:
-    answers = await converse(gw, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-
-    assert "HTTP/2" in assert_refused(answers, 505)["message"]
 
 
 async def test_http_1_0_and_upper_case_methods_are_still_served(gw: RunningGateway) -> None:

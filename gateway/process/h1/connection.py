@@ -8,7 +8,8 @@ runs it refuses, in the caller's API shape (``gateway.ingress.http_edge.surface_
 ``Content-Length`` and ``Transfer-Encoding``, a repeated or listed ``Content-Length``,
 obs-fold, a bare LF, a malformed or lower-case method, garbage), an HTTP version other than
 1.x (505), a transfer coding other than chunked (501), a head over :data:`MAX_HEAD_BYTES`
-(431) and a head not all arrived within the header timeout (408). HTTP/2 is not spoken.
+(431) and a head not all arrived within the header timeout (408). A connection that opens
+with HTTP/2's preface is handed to ``gateway.process.h1.h2_handoff``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import httptools
 
 from gateway.ingress.http_edge import head_refusal, refusal_answer
 from gateway.process.h1.cycle import Exchange
+from gateway.process.h1.h2_handoff import PREFACE
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -71,6 +73,7 @@ class Connection(asyncio.Protocol):
         self._last_request = False  # the client ended its side or asked to upgrade
         self._head_began_alone = True  # no request's bytes came before the head's in its data
         self._refusal: tuple[int, str, str] | None = None  # to answer once the one ahead is
+        self._opening: bytes | None = b""  # the first bytes, until HTTP/2's preface is ruled out
 
     # -- asyncio.Protocol -----------------------------------------------------------------
 
@@ -85,6 +88,18 @@ class Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
+        if self._opening is not None:
+            data = self._opening + data
+            if len(data) < len(PREFACE) and PREFACE.startswith(data):
+                self._opening = data  # maybe HTTP/2: wait for the whole preface
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(self.state.header_timeout, self.close)
+                return
+            self._opening = None
+            self._cancel_head_timer()
+            if data.startswith(PREFACE) and self.state.h2 is not None:
+                self._hand_over(data)
+                return
         continued = self._reading  # a head begun in earlier data goes on in this
         if continued:
             self._head_data += data
@@ -268,6 +283,13 @@ class Connection(asyncio.Protocol):
         else:
             self.idle_since = self.loop.time()
             self.resume_reading()
+
+    def _hand_over(self, data: bytes) -> None:
+        # HTTP/2: the handoff serves the transport from here; this protocol is done with it.
+        assert self._transport is not None and self.state.h2 is not None
+        self._closing = True
+        self.state.forget(self)
+        self.state.h2.take(self._transport, data)
 
     def _closing_after_answer(self) -> None:
         if self._serving is None and self._parsing is None:

@@ -5,7 +5,8 @@ the ASGI lifespan around them, and the clock they share.
 before the first connection is accepted, shutdown after the last answer), a tick each second
 that stamps the ``date`` header every answer carries and closes connections idle past the
 keep-alive timeout, and the graceful stop (no new connections, idle ones closed at once,
-answers under way given :data:`GRACE_SECONDS`, then every connection closed).
+answers under way given :data:`GRACE_SECONDS`, then every connection closed). Connections
+that open with HTTP/2's preface are served by its :class:`H2Handoff`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from wsgiref.handlers import format_date_time
 
 from gateway.http.lifespan import Lifespan
 from gateway.process.h1.connection import Connection
+from gateway.process.h1.h2_handoff import H2Handoff
 
 if TYPE_CHECKING:
     import socket
@@ -42,6 +44,7 @@ class ServerState:
         "connections",
         "date_header",
         "emptied",
+        "h2",
         "header_timeout",
         "keep_alive_timeout",
         "loop",
@@ -63,6 +66,7 @@ class ServerState:
         self.connections: set[Connection] = set()
         self.stopping = False
         self.emptied = asyncio.Event()  # set once stopping and no connection is left
+        self.h2: H2Handoff | None = None  # serves the connections that speak HTTP/2
         self.date_header = b""
         self.tick()
 
@@ -96,6 +100,9 @@ async def serve(
     state = ServerState(
         app, loop, header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout
     )
+    state.h2 = H2Handoff(
+        app, loop, keep_alive_timeout=keep_alive_timeout, graceful_timeout=GRACE_SECONDS
+    )
     lifespan = Lifespan(app)
     await lifespan.startup()
     ticker = _Ticker(state)
@@ -114,8 +121,15 @@ async def serve(
 
 async def _drain(state: ServerState) -> None:
     """Close idle connections now and the rest once their answers are out, or after
-    GRACE_SECONDS."""
+    GRACE_SECONDS; the HTTP/2 connections alike, at the same time."""
     state.stopping = True
+    if state.h2 is None:
+        await _drain_http1(state)
+    else:
+        await asyncio.gather(_drain_http1(state), state.h2.stop(GRACE_SECONDS))
+
+
+async def _drain_http1(state: ServerState) -> None:
     for conn in list(state.connections):
         conn.close_if_idle()  # one under way closes when its answer is out
     if state.connections:

@@ -1,7 +1,8 @@
 """The builtin engine (gateway/process/h1) under small ASGI apps, over real loopback sockets:
 answers framed by length or chunked, pipelined requests served one at a time in order, bodies
 (chunked, ``Expect: 100-continue``), the client going away, the app failing, idle
-connections closed, and a graceful stop that finishes the answer under way.
+connections closed, and a graceful stop that finishes the answer under way; HTTP/2 with prior
+knowledge (multiplexed streams, a preface in pieces, a stop).
 
 The framing refusals (smuggling, lenient heads, versions, timeouts) are the e2e suite's
 (tests/e2e/test_http_edge.py), run on every engine.
@@ -14,8 +15,10 @@ import contextlib
 import socket
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import pytest
 
+from gateway.process.h1.h2_handoff import PREFACE
 from gateway.process.h1.server import serve
 
 if TYPE_CHECKING:
@@ -427,3 +430,80 @@ async def test_a_stop_finishes_the_answer_under_way_and_closes_idle_connections(
     assert answer.endswith(b"GET /slow ")
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", server.port)
+
+
+# -- HTTP/2 (prior knowledge), handed to Hypercorn's protocol -------------------------------
+
+
+def h2_client(port: int) -> httpx.AsyncClient:
+    """An HTTP/2-only client (h2c with prior knowledge) on ``port``."""
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", http1=False, http2=True)
+
+
+async def test_http2_requests_are_served_multiplexed_on_one_connection() -> None:
+    arrived: list[str] = []
+    all_in = asyncio.Event()
+
+    @lifespan_aware
+    async def gathering(scope: Any, receive: Receive, send: Send) -> None:
+        # Each answer waits for all five requests: only one connection carrying five streams
+        # at once answers at all.
+        arrived.append(scope["http_version"])
+        if len(arrived) == 5:
+            all_in.set()
+        await all_in.wait()
+        await echo(scope, receive, send)
+
+    async with served(gathering) as server, h2_client(server.port) as client:
+        async with asyncio.timeout(WAIT):
+            answers = await asyncio.gather(
+                *(client.post(f"/n{i}", content=b"x" * i) for i in range(5))
+            )
+
+    assert [a.http_version for a in answers] == ["HTTP/2"] * 5
+    assert [a.text for a in answers] == [f"POST /n{i} " + "x" * i for i in range(5)]
+    assert arrived == ["2"] * 5
+
+
+async def test_a_preface_arriving_in_pieces_is_still_http2() -> None:
+    async with served(echo) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        for piece in (PREFACE[:3], PREFACE[3:10], PREFACE[10:]):
+            writer.write(piece)
+            await writer.drain()
+        async with asyncio.timeout(WAIT):
+            frame_head = await reader.readexactly(9)
+        writer.close()
+
+    assert frame_head[3] == 0x4  # the server's SETTINGS frame opens its HTTP/2 side
+
+
+async def test_http2_like_bytes_that_are_not_the_preface_are_refused_as_http1() -> None:
+    async with served(echo) as server:
+        raw = await exchange(server.port, b"PRI * HTTP/2.0\r\n\r\nXX\r\n\r\n")
+
+    assert raw.startswith(b"HTTP/1.1 400 ")  # llhttp: not a request line it can frame
+
+
+async def test_a_stop_finishes_the_http2_stream_under_way_then_closes() -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    @lifespan_aware
+    async def slow(scope: Any, receive: Receive, send: Send) -> None:
+        started.set()
+        await release.wait()
+        await echo(scope, receive, send)
+
+    async with served(slow) as server, h2_client(server.port) as client:
+        pending = asyncio.create_task(client.get("/slow"))
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+            server.shutdown.set()
+            await asyncio.sleep(0)  # the stop has begun: the stream under way is not cut
+            assert not server.task.done()
+            release.set()
+            answer = await pending
+            await server.task
+
+    assert answer.status_code == 200 and answer.text == "GET /slow "
