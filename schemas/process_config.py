@@ -28,10 +28,11 @@ class ServerConfig(Strict):
     # The request's head must arrive this long after its first byte (else 408 and close;
     # Hypercorn alone holds a stalled head until its keep-alive timeout, then closes silently).
     header_timeout_seconds: float = Field(default=10.0, gt=0)
-    # The HTTP server under the ASGI app: hypercorn (every framing defence, HTTP/2, the
-    # default), builtin (the gateway's own HTTP/1.1 server: the same defences, fastest) or
-    # granian (needs the `granian` extra; no stalled-head timeout, see the README).
-    engine: Literal["hypercorn", "granian", "builtin"] = "hypercorn"
+    # The HTTP server under the ASGI app: builtin (the default: the gateway's own HTTP/1.1
+    # server, HTTP/2 handed to Hypercorn's, every framing defence, fastest), hypercorn (the
+    # same defences and HTTP/2, all in Hypercorn) or granian (needs the `granian` extra; no
+    # stalled-head timeout, see the README).
+    engine: Literal["hypercorn", "granian", "builtin"] = "builtin"
 
 
 class BusConfig(Strict):

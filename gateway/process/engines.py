@@ -3,11 +3,12 @@
 The app (``gateway.ingress.app.create_app``) is a plain ASGI app; this module owns how a
 listening socket becomes a server for it:
 
-- ``hypercorn`` (the default): HTTP/1.1 and h2c, with the connection-layer defences of
+- ``builtin`` (the default): the gateway's own HTTP/1.1 server on this event loop
+  (``gateway.process.h1``, with llhttp via ``httptools`` as its parser): the same refusals as
+  Hypercorn's edge, in the caller's API shape; HTTP/2 (prior knowledge) handed to Hypercorn's
+  protocol.
+- ``hypercorn``: HTTP/1.1 and h2c, with the connection-layer defences of
   ``gateway.ingress.http_edge`` installed under it.
-- ``builtin``: the gateway's own HTTP/1.1 server on this event loop (``gateway.process.h1``,
-  with llhttp via ``httptools`` as its parser): the same refusals as Hypercorn's edge, in the
-  caller's API shape; HTTP/2 (prior knowledge) handed to Hypercorn's protocol.
 - ``granian`` (the optional extra ``granian``): a Rust server (hyper) run embedded in this
   event loop. Its parser refuses a ``Content-Length`` list, an obs-fold, garbage and an
   unknown HTTP version (bodiless 400), reads a request with both ``Content-Length`` and

@@ -1,10 +1,13 @@
 """The architecture figures of issue #25, measured: ``python -m tests.architecture.measure``.
 
-* a run-time trace of one non-streamed chat completion through the real server (Hypercorn on
-  loopback, the in-process bus, a fake upstream): ``sys.setprofile`` restricted to the task that
-  runs the ASGI app for that request counts the production files it runs through, the calls
-  from one production file into another (file switches) and the calls into
-  ``gateway/ingress/app.py`` from another file (control re-entering the app module);
+* a run-time trace of one non-streamed chat completion through the real server (the default
+  engine on loopback, the in-process bus, a fake upstream): ``sys.setprofile`` restricted to
+  the task that runs the ASGI app for that request counts the production files it runs
+  through, the calls from one production file into another (file switches) and the calls into
+  ``gateway/ingress/app.py`` from another file (control re-entering the app module). The HTTP
+  server under the app's ASGI ``receive`` and ``send`` is not the app's path and is not
+  counted, whichever engine it is: Hypercorn and granian are libraries, and the builtin
+  engine's package (:data:`SERVER_PACKAGE`) is traced as one;
 * the largest production files (lines);
 * production pairs of near-duplicate code of :data:`DUP_LINES`\\ + lines (normalised line
   windows hashed, runs of matching windows merged into one pair);
@@ -37,6 +40,7 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTION = ("actors", "bus", "gateway", "schemas")
 APP_MODULE = "gateway/ingress/app.py"
+SERVER_PACKAGE = "gateway/process/h1"
 DUP_LINES = 6
 
 __all__ = [
@@ -230,6 +234,7 @@ class _Tracer:
 
     def __init__(self, root: Path) -> None:
         self._prefixes = tuple(str(root / p) + "/" for p in PRODUCTION)
+        self._server = str(root / SERVER_PACKAGE) + "/"
         self._root = str(root) + "/"
         self._app = str(root / APP_MODULE)
         self._task: asyncio.Task[Any] | None = None
@@ -241,7 +246,9 @@ class _Tracer:
     def _ours(self, filename: str) -> bool:
         hit = self._cache.get(filename)
         if hit is None:
-            hit = self._cache[filename] = filename.startswith(self._prefixes)
+            hit = self._cache[filename] = filename.startswith(
+                self._prefixes
+            ) and not filename.startswith(self._server)
         return hit
 
     def __call__(self, frame: FrameType, event: str, arg: object) -> None:

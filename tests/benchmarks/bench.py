@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gateway.process.engines import ENGINES
+from schemas.process_config import ServerConfig
 from tests.benchmarks.bench_topology import (
     ACTORS_NODE_ID,
     GATEWAY_PROCESSES,
@@ -1437,8 +1438,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--engine",
         choices=ENGINES,
-        default="hypercorn",
-        help="the gateway's HTTP server (server.engine; granian needs the granian extra)",
+        default=ServerConfig().engine,
+        help="the gateway's HTTP server (server.engine, its default unless given; granian "
+        "needs the granian extra)",
     )
     p.add_argument(
         "--workers",

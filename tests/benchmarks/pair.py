@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from gateway.process.engines import ENGINES
+from schemas.process_config import ServerConfig
 from tests.benchmarks.bench import (
     _GATEWAY_READY,
     _OTLP_READY,
@@ -204,7 +205,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--load-cpus", default="1")
     p.add_argument("--control", action="store_true", help="A against itself (A/A)")
     p.add_argument("--telemetry", action="store_true", help="mode, tree: telemetry on for both")
-    p.add_argument("--engine", choices=ENGINES, default="hypercorn")
+    p.add_argument("--engine", choices=ENGINES, default=ServerConfig().engine)
     p.add_argument("--a-engine", choices=ENGINES, default="granian", help="engines: A's")
     p.add_argument("--b-engine", choices=ENGINES, default="builtin", help="engines: B's")
     return p.parse_args(argv)
