@@ -91,9 +91,11 @@ class Connection(asyncio.Protocol):
         if self._opening is not None:
             data = self._opening + data
             if len(data) < len(PREFACE) and PREFACE.startswith(data):
-                self._opening = data  # maybe HTTP/2: wait for the whole preface
+                self._opening = data  # maybe HTTP/2: wait for the whole preface (or a head)
                 if self._head_timer is None:
-                    self._head_timer = self.loop.call_later(self.state.header_timeout, self.close)
+                    self._head_timer = self.loop.call_later(
+                        self.state.header_timeout, self._head_expired
+                    )
                 return
             self._opening = None
             self._cancel_head_timer()
@@ -374,7 +376,7 @@ class Connection(asyncio.Protocol):
 
     def _head_expired(self) -> None:
         self._head_timer = None
-        if not self._reading or self._closing:
+        if not (self._reading or self._opening) or self._closing:
             return
         timeout = self.state.header_timeout
         message = f"the request head did not arrive within {timeout:g} seconds"

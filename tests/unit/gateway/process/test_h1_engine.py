@@ -46,14 +46,16 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served(app: Any, **kwargs: Any) -> AsyncIterator[Served]:
+async def served(app: Any, header_timeout: float = 5.0, **kwargs: Any) -> AsyncIterator[Served]:
     """``app`` served by the builtin engine on a free loopback port until the block ends."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen()  # connections made before the server accepts wait in the backlog
     port = sock.getsockname()[1]
     shutdown = asyncio.Event()
-    task = asyncio.create_task(serve(app, sock, header_timeout=5.0, shutdown=shutdown, **kwargs))
+    task = asyncio.create_task(
+        serve(app, sock, header_timeout=header_timeout, shutdown=shutdown, **kwargs)
+    )
     running = Served(port, shutdown, task)
     try:
         yield running
@@ -476,6 +478,13 @@ async def test_a_preface_arriving_in_pieces_is_still_http2() -> None:
         writer.close()
 
     assert frame_head[3] == 0x4  # the server's SETTINGS frame opens its HTTP/2 side
+
+
+async def test_a_preface_that_stalls_is_refused_like_a_stalled_head() -> None:
+    async with served(echo, header_timeout=0.2) as server:
+        raw = await exchange(server.port, PREFACE[:5])  # also the start of a method "PRI"
+
+    assert raw.startswith(b"HTTP/1.1 408 ")
 
 
 async def test_http2_like_bytes_that_are_not_the_preface_are_refused_as_http1() -> None:
