@@ -3,7 +3,7 @@
 ``Targeting`` resolves the model field: a plain model id (or alias) is a walk of one; a
 steered request (``auto``, ``auto:<axis>``, ``auto:<chain>``) is resolved from the steering
 book and, for ``auto``, the first routing rule that matches. It asks each model's owner for
-its plan (one bus round trip).
+its plan (one bus round trip; a moment without an owner is waited out: ``owner_wait``).
 
 ``PlanWalk`` walks the ordered models: the failover loop tries the first model's plan (its
 routes, weights, circuits, benches, key pools, affinity — the one bus round trip of the happy
@@ -43,6 +43,7 @@ from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
 from gateway.formats.openai_chat import input_modalities
 from gateway.http.request import bounded
+from gateway.ingress.owner_wait import OwnerWait
 from gateway.steering.labels import conversation_key
 from gateway.steering.resolver import Steerer, is_steering
 from schemas import (
@@ -103,6 +104,7 @@ class Targeting:
     ) -> None:
         """``clock`` (monotonic seconds) ages affinity pins; ``rng`` draws exploration."""
         self._bus = bus
+        self._owners = OwnerWait(bus)
         self._secrets = secrets
         self._steering = steering
         self._rules = rules
@@ -231,12 +233,16 @@ class Targeting:
         self, model: ModelConfig, route_req: RouteRequest, record: RequestRecord
     ) -> RoutePlan:
         record.routing(route_req)
-        reply = await self._bus.request(
-            self._subjects.get(model.id) or subjects.model_route(model.id),
-            route_req,
-            reply_type=RoutePlan,
-            timeout=self._config.routing.decision_timeout_seconds,
-        )
+        subject = self._subjects.get(model.id) or subjects.model_route(model.id)
+        timeout = self._config.routing.decision_timeout_seconds
+        try:
+            reply = await self._bus.request(
+                subject, route_req, reply_type=RoutePlan, timeout=timeout
+            )
+        except NoRespondersError:  # its owner restarting or moving: wait a moment for it
+            reply = await self._owners.ask_again(subject, route_req, timeout)
+        if self._owners.gone:
+            self._owners.answered(subject)
         plan = reply if isinstance(reply, RoutePlan) else raise_for_reply(reply)
         if any(c.credential_id or c.spare_credentials for c in plan.candidates):
             await self._secrets.ensure(plan)  # a keyless plan (local servers) needs no grant
