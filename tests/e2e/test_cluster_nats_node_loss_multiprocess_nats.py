@@ -120,10 +120,15 @@ async def _until(
 
 
 def _settled(units: int) -> Any:
+    """Both hosts are members, every unit is owned, and each host owns a share: the split.
+    (All units on the first host is not settled yet: the second takes its share on a later
+    beat, and a kill before that would see units move for the balance, not the kill.)"""
+
     def check(answer: dict[str, Any]) -> bool:
         members = answer["members"]
         owned = sum(len(m["units"]) for m in members)
-        return len(members) == len(NODES) and owned == units and not answer["unowned"]
+        split = all(m["units"] for m in members)
+        return len(members) == len(NODES) and owned == units and split and not answer["unowned"]
 
     return check
 
