@@ -638,6 +638,13 @@ def _python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
+def start_fast_upstream(kids: Children, cpus: str | None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start the fast fake upstream (pinned to ``cpus`` if given); its process and URL."""
+    cmd = _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast")
+    proc, m = kids.start("upstream", _pinned(cpus, cmd), _UPSTREAM_READY)
+    return proc, m.group(1)
+
+
 # --------------------------------------------------------------------------------------------
 # The benchmark
 # --------------------------------------------------------------------------------------------
@@ -947,15 +954,7 @@ def run(args: argparse.Namespace) -> list[StepResult]:
         kids = Children(Path(args.keep_logs) if args.keep_logs else tmp)
         kids.logdir.mkdir(parents=True, exist_ok=True)
         try:
-            upstream, m = kids.start(
-                "upstream",
-                _pinned(
-                    args.load_cpus,
-                    _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast"),
-                ),
-                _UPSTREAM_READY,
-            )
-            upstream_url = m.group(1)
+            upstream, upstream_url = start_fast_upstream(kids, args.load_cpus)
             bus_url = args.bus
             nats_pid = 0
             if bus_url == "nats":

@@ -28,10 +28,10 @@ import nats
 
 from tests.benchmarks.bench import (
     _GATEWAY_READY,
-    _UPSTREAM_READY,
     Children,
     _gateway_config,
     _python,
+    start_fast_upstream,
 )
 from tests.fixtures.nats import find_nats_server, free_port
 
@@ -131,10 +131,9 @@ def main(argv: list[str] | None = None) -> int:
             cmd = [find_nats_server(), "-a", "127.0.0.1", "-p", "-1", "-c", str(conf)]
             _, m = kids.start("nats-server", cmd, _NATS_READY)
             nats_url = f"nats://127.0.0.1:{m.group(1)}"
-            upstream = _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast")
-            _, m = kids.start("upstream", upstream, _UPSTREAM_READY)
+            _, upstream = start_fast_upstream(kids, None)
             config = tmp / "gateway.yaml"
-            config.write_text(_gateway_config(m.group(1)) + "server: {engine: hypercorn}\n")
+            config.write_text(_gateway_config(upstream) + "server: {engine: hypercorn}\n")
             serve = ["serve", "--config", str(config), "--bus", nats_url, "--port", "0"]
             serve += ["--workers", args.workers]
             gateway = _python("-m", "gateway.cli.main", *serve)

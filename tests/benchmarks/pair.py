@@ -55,7 +55,6 @@ from tests.benchmarks.bench import (
     _OTLP_READY,
     _REQUEST_TIMEOUT_S,
     _SURFACES,
-    _UPSTREAM_READY,
     REPO,
     Children,
     LoadSpec,
@@ -67,6 +66,7 @@ from tests.benchmarks.bench import (
     _pinned,
     _python,
     server_cpu_us,
+    start_fast_upstream,
 )
 
 __all__ = ["Side", "main"]
@@ -220,9 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(scratch)
         kids = Children(tmp)
         try:
-            upstream_cmd = _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast")
-            _, m = kids.start("upstream", _pinned(args.load_cpus, upstream_cmd), _UPSTREAM_READY)
-            upstream = m.group(1)
+            _, upstream = start_fast_upstream(kids, args.load_cpus)
             if a.telemetry or b.telemetry:
                 sink = _pinned(args.load_cpus, _python("-m", "tests.fixtures.otlp", "--sink"))
                 _, m = kids.start("otlp", sink, _OTLP_READY)

@@ -37,11 +37,11 @@ from gateway.process.engines import ENGINES
 from schemas.process_config import ServerConfig
 from tests.benchmarks.bench import (
     _GATEWAY_READY,
-    _UPSTREAM_READY,
     Children,
     _gateway_config,
     _pinned,
     _python,
+    start_fast_upstream,
 )
 
 __all__ = ["SEAMS", "main"]
@@ -170,10 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(scratch)
         kids = Children(tmp)
         try:
-            upstream = _python("-m", "tests.fixtures.upstream", "--port", "0", "--mode", "fast")
-            _, m = kids.start("upstream", _pinned(args.load_cpus, upstream), _UPSTREAM_READY)
+            _, upstream = start_fast_upstream(kids, args.load_cpus)
             config = tmp / "gateway.yaml"
-            config.write_text(_gateway_config(m.group(1)) + f"server: {{engine: {args.engine}}}\n")
+            config.write_text(_gateway_config(upstream) + f"server: {{engine: {args.engine}}}\n")
             serve = ["serve", "--config", str(config), "--port", "0"]
             launcher = _python("-m", "tests.benchmarks.timeline", "_gateway", *serve)
             gateway, m = kids.start(
