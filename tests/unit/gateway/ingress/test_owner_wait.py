@@ -5,16 +5,21 @@ back is noted gone and answered at once from then on, until it answers again."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import time
+from typing import Any, cast
 
 import pytest
 
 from bus import InProcessBus
 from gateway.ingress.owner_wait import OwnerWait
+from gateway.ingress.plan_walk import Targeting
+from gateway.ingress.request_info import RequestInfo
 from schemas import NoRespondersError, RouteCandidate, RoutePlan, RouteRequest, subjects
+from schemas.config import GatewayConfig
 
 SUBJECT = subjects.model_route("m")
 ASK = RouteRequest(model="m")
+WAIT = 5.0  # seconds a test waits for what it expects before it fails
 PLAN = RoutePlan(model="m", candidates=(RouteCandidate(endpoint="m/0", kind="echo"),))
 
 
@@ -40,8 +45,8 @@ async def test_the_owner_back_in_time_answers_the_request() -> None:
     owners = OwnerWait(bus, wait=5.0, every=0.01)
     asking = asyncio.create_task(owners.ask_again(SUBJECT, ASK, timeout=5.0))
     await bus.missed.wait()  # asked again while nobody owns the model
-    async with bus.subscribe(SUBJECT) as sub:
-        await (await anext(aiter(sub))).respond(PLAN)
+    async with asyncio.timeout(WAIT), bus.subscribe(SUBJECT) as sub:
+        await (await anext(aiter(sub))).respond(PLAN)  # a request that gave up never comes
         plan = await asking
 
     assert plan == PLAN
@@ -80,3 +85,36 @@ async def test_the_wait_never_outlasts_the_decision_timeout() -> None:
             await owners.ask_again(SUBJECT, ASK, timeout=0.05)
 
     assert owners.gone == {SUBJECT}
+
+
+class _Req:
+    """What planning reads of a request: its headers (no ``X-Route-Pin``)."""
+
+    headers: dict[str, str] = {}
+
+
+async def test_a_routed_request_waits_for_its_models_owner() -> None:
+    # The live path: Targeting asks the model's owner, finds none, and waits for it.
+    bus = CountingBus()
+    config = GatewayConfig.model_validate({"models": [{"id": "m", "route": [{"kind": "echo"}]}]})
+    none: Any = None  # steering, rules and secrets: not read by a plain model's plan
+    targeting = Targeting(
+        bus,
+        config,
+        secrets=none,
+        steering=none,
+        rules=none,
+        lease_holder="test",
+        clock=time.monotonic,
+    )
+    info = RequestInfo(request_id="r1", surface="chat", stream=False)
+    model = targeting.models["m"]
+    asking = asyncio.ensure_future(
+        targeting.plan_for(model, {"messages": []}, "chat", cast("Any", _Req()), info)
+    )
+    await bus.missed.wait()  # the owner is not there: the request waits
+    async with asyncio.timeout(WAIT), bus.subscribe(SUBJECT) as sub:
+        await (await anext(aiter(sub))).respond(PLAN)  # a request that gave up never comes
+        plan = await asking
+
+    assert plan == PLAN
