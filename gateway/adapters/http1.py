@@ -233,12 +233,14 @@ class Http1Connection(asyncio.Protocol):
                 line, pos = data[pos:eol], eol + 2
                 # The usual line is bare hex digits; else extensions or padding to strip.
                 size = int(line, 16) if line.isalnum() and len(line) <= 16 else _size(line)
+                stop = pos + size
                 if not size:
                     state = _TRAILER
-                elif pos + size + 2 <= end:  # the whole chunk is here: taken in one step
-                    out.append(data[pos : pos + size])
-                    pos += size
-                    state = _CRLF
+                elif data[stop : stop + 2] == b"\r\n":  # the whole chunk and its CRLF: one step
+                    out.append(data[pos:stop])
+                    pos = stop + 2
+                elif stop + 2 <= end:
+                    raise MalformedAnswerError("chunk not followed by CRLF")
                 else:
                     self._left, state = size, _DATA
             elif state == _DATA:

@@ -293,10 +293,11 @@ async def test_a_connection_that_is_not_accepted_in_time_is_a_connect_timeout(
         b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nbad header\r\n\r\n",
         CHUNKED + b"zz\r\nhello\r\n0\r\n\r\n",
+        CHUNKED + b"5\r\nhelloXX0\r\n\r\n",
         ok(b"not gzip", "Content-Encoding: gzip"),
         b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
     ],
-    ids=["status", "protocol", "length", "header", "chunk-size", "gzip", "cut-short"],
+    ids=["status", "protocol", "length", "header", "chunk-size", "chunk-end", "gzip", "cut-short"],
 )
 async def test_a_malformed_or_cut_answer_is_a_transport_error(
     http: UpstreamHTTP, raw_upstream: RawUpstream, reply: bytes
