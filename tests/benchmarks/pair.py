@@ -21,7 +21,8 @@ round, so neither gateway gets a head start. What is compared:
 * ``mode``: two of bench.py's modes (``--a``, ``--b``) on one config, e.g. ``fixed-5`` against
   ``routewise-5``;
 * ``tree``: another checkout's code (``--a-tree``, e.g. a ``git worktree`` of an older commit)
-  against this one (B), the same config and mode;
+  against this one (B), the same config and mode (``--tree-workers N``: both under
+  ``llmgw serve --workers N``);
 * ``engines``: two HTTP servers (``server.engine``, ``--a-engine`` and ``--b-engine``) under
   the same gateway, mode ``--a``;
 * ``workers``: ``llmgw serve --workers N`` (B, ``--b-workers``, 2 by default: the supervisor
@@ -104,8 +105,9 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
         if args.a_tree is None:
             raise SystemExit("tree: --a-tree names the other checkout")
         tree = Path(args.a_tree).resolve()
-        a = Side("a-tree", tree=tree, mode=args.a, telemetry=args.telemetry)
-        b = Side("b-tree", mode=args.a, telemetry=args.telemetry)
+        on, n = args.telemetry, args.tree_workers
+        a = Side("a-tree", tree=tree, mode=args.a, telemetry=on, workers=n)
+        b = Side("b-tree", mode=args.a, telemetry=on, workers=n)
     if args.control:
         b = replace(a, name=a.name + "-2")
     return a, b
@@ -197,6 +199,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--b", default="plain", help="mode of B (mode)")
     p.add_argument("--a-tree", help="tree: the checkout A runs (workers: both run)")
     p.add_argument("--b-workers", type=int, default=2, help="workers: B's --workers N (2)")
+    p.add_argument("--tree-workers", type=int, default=1, help="tree: both sides' --workers N (1)")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=64, help="per gateway (64)")
     p.add_argument("--duration", type=float, default=4.0, help="measured seconds a round (4)")
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 _check(url, _SURFACES[side.mode].model_for("gateway"), side.mode)
             diffs: list[float] = []
             ratios: list[float] = []
-            scaled = b.workers > 1
+            scaled = b.workers > a.workers  # one process against workers
             extra = " scaling A / B | equivalent workers |" if scaled else ""
             print(f"| round | {a.name} µs/req | {b.name} µs/req | B - A | req/s A / B |{extra}")
             print("|---:|---:|---:|---:|---:|" + ("---:|---:|" if scaled else ""))
