@@ -55,7 +55,7 @@ from gateway.ingress.failover import (
 )
 from gateway.ingress.hedging import Declined
 from gateway.ingress.request_info import Attempt, Served
-from gateway.ingress.settling import LeaseKeeper, Settler
+from gateway.ingress.settling import LeaseKeeper, Settler, shielded
 from gateway.ingress.stream_attempt import STREAM
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
 from schemas.config import FailoverConfig
@@ -290,10 +290,27 @@ class Dispatcher:
         plan: RoutePlan,
         op: Operation,
         walk: PlanWalk | None = None,
+        then: Callable[[Served], Awaitable[None]] | None = None,
     ) -> Served:
         """Try each candidate with ``op`` until one answers (then the walk's next models'),
-        handing it the model each attempt serves. Raises the deterministic error."""
-        return await self._walk(info, plan, walk, ONCE, op)
+        handing it the model each attempt serves; then ``then`` (the answer's write) before
+        the serving attempt is settled, so the client does not wait on its bookkeeping (it is
+        settled however ``then`` ends). Raises the deterministic error, and what ``then``
+        raises."""
+        served = await self._walk(info, plan, walk, ONCE, op)
+        settle, served.settle = served.settle, None
+        if settle is None:  # settled in its hedge race
+            if then is not None:
+                await then(served)
+            return served
+        try:
+            if then is not None:
+                await then(served)
+        except BaseException:  # a write cancelled or broken: the attempt still settles
+            await shielded(settle())
+            raise
+        await settle()
+        return served
 
     async def open_stream(
         self, info: RequestInfo, plan: RoutePlan, body: JSON, walk: PlanWalk | None = None
@@ -430,15 +447,22 @@ class _Once:
                 # must still end here, or its prefill and probe leases are never given back.
                 await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
                 raise
-            await d.settle.answered(info, a, started, body)
-            settled = True
-            return Served(body, c, attempt, a.model)
+            if hold:  # a side of a hedge race, which may drop it: settled now
+                await d.settle.answered(info, a, started, body)
+                settled = True
+                return Served(body, c, attempt, a.model)
+            # Noted now (not with the settling), so the overhead header the write carries
+            # counts it; a list append rather than a call into the record's module.
+            info.record.in_flight.append((started, ended := d.now()))
+            settled = True  # by ``Served.settle``, which ``Dispatcher.call`` runs
+            settle = functools.partial(d.settle.answered, info, a, started, body, ended)
+            return Served(body, c, attempt, a.model, settle)
         finally:
             if not settled:  # else released with the tokens the answer reported
                 await d.leases.release(c)  # a no-op once released above
 
     async def discard(self, result: Served) -> None:
-        """A whole answer that lost a hedge race holds nothing to release."""
+        """A whole answer that lost a hedge race was settled as it came (``hold``)."""
 
 
 ONCE = _Once()

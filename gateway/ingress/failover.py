@@ -46,8 +46,9 @@ class AttemptKind(Protocol[R, P]):
         declined: Declined,
         hold: bool,
     ) -> R | UpstreamError:
-        """One observed attempt (``hold``: as the primary of a hedge race): its success, or the
-        error it failed with, its capacity lease given back. Raises only cancellation."""
+        """One observed attempt (``hold``: as a side of a hedge race): its success, or the
+        error it failed with, its capacity lease given back (a whole answer's success outside
+        a race leaves that to ``Served.settle``). Raises only cancellation."""
         ...
 
     async def discard(self, result: R) -> None:

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from gateway.ingress.admission_ticket import Ticket
     from gateway.ingress.clock import IngressClock
     from gateway.ingress.plan_walk import PlanWalk
+    from gateway.ingress.request_info import Served
     from gateway.ingress.settling import LeaseKeeper
     from gateway.ingress.stream_attempt import StreamAttempt
     from gateway.ingress.surfaces import StreamRenderer
@@ -334,10 +335,12 @@ class Inference(Component):
             rendered = surface.render(answer, shown, raw)
             return answer
 
-        served = await self._dispatcher.call(call.info, call.plan, complete, call.walk)
-        if steered is not None:  # the answer shows ``shown`` already; the caller stays on it
-            self.targeting.served(call.walk, served.model, call.requested)
-        await call.req.respond(200, rendered, self._headers(call, served.candidate.endpoint))
+        async def write(served: Served) -> None:
+            if steered is not None:  # the answer shows ``shown`` already; the caller stays on it
+                self.targeting.served(call.walk, served.model, call.requested)
+            await call.req.respond(200, rendered, self._headers(call, served.candidate.endpoint))
+
+        await self._dispatcher.call(call.info, call.plan, complete, call.walk, write)
 
     async def _serve_embeddings(self, call: InferenceCall) -> None:
         body = call.body
@@ -345,11 +348,13 @@ class Inference(Component):
         async def embed(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
             return await adapter.embed(target, body)
 
-        served = await self._dispatcher.call(call.info, call.plan, embed, call.walk)
-        served.body["model"] = self.targeting.served(call.walk, served.model, call.requested)
-        await call.req.respond(
-            200, _encode(served.body), self._headers(call, served.candidate.endpoint)
-        )
+        async def write(served: Served) -> None:
+            served.body["model"] = self.targeting.served(call.walk, served.model, call.requested)
+            await call.req.respond(
+                200, _encode(served.body), self._headers(call, served.candidate.endpoint)
+            )
+
+        await self._dispatcher.call(call.info, call.plan, embed, call.walk, write)
 
     async def _serve_stream(self, call: InferenceCall) -> None:
         stream = await self._dispatcher.open_stream(call.info, call.plan, call.body, call.walk)

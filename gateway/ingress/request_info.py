@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from gateway.ingress.accounting import RequestRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from gateway.adapters.base import JSON
     from schemas import Observation, RouteCandidate
@@ -47,9 +47,12 @@ class Attempt(NamedTuple):
 
 @dataclass(slots=True)
 class Served:
-    """A successful non-streaming answer, the candidate that served it and its model."""
+    """A successful non-streaming answer, the candidate that served it and its model.
+    ``settle``: the attempt's settling (its observation, its lease given back), left for
+    ``Dispatcher.call`` to run once the answer is written; None once settled."""
 
     body: JSON
     candidate: RouteCandidate
     attempts: int
     model: str
+    settle: Callable[[], Coroutine[Any, Any, None]] | None = None

@@ -403,13 +403,15 @@ class Settler:
                 FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
             )
 
-    async def answered(self, info: RequestInfo, a: Attempt, started: float, body: JSON) -> None:
-        """Settle attempt ``a``, which answered ``body`` whole: its success observed with the
-        usage the upstream reported (or the estimate), then its lease given back with the
-        reported tokens."""
+    async def answered(
+        self, info: RequestInfo, a: Attempt, started: float, body: JSON, ended: float | None = None
+    ) -> None:
+        """Settle attempt ``a``, which answered ``body`` whole (at ``ended``, default now, on
+        ``started``'s clock): its success observed with the usage the upstream reported (or
+        the estimate), then its lease given back with the reported tokens."""
         usage = usage_of(body)
         sent = 0 if usage.reported else content_chars(body)
-        await self.observe(info, a, "success", started, usage=usage, sent_chars=sent)
+        await self.observe(info, a, "success", started, usage=usage, sent_chars=sent, ended=ended)
         await self.leases.release(a.candidate, tokens(usage))
 
     async def observe(
@@ -423,10 +425,14 @@ class Settler:
         ttft: float | None = None,
         usage: Usage = NO_USAGE,
         sent_chars: int = 0,
+        ended: float | None = None,
     ) -> None:
-        """Publish the Observation of attempt ``a`` (never raises: accounting must not fail a
-        request)."""
+        """Publish the Observation of attempt ``a``, which ended at ``ended`` (default now,
+        on ``started``'s clock; never raises: accounting must not fail a request)."""
         c = a.candidate
+        now, wall = self._clock(), self._wall()
+        if ended is not None:  # settled after the fact: stamped when it ended
+            now, wall = ended, wall - (now - ended)
         obs = observation(
             info,
             a.model,
@@ -434,8 +440,8 @@ class Settler:
             a.number,
             outcome,
             started,
-            self._clock(),
-            self._wall(),
+            now,
+            wall,
             self.targets.prices.get(c.endpoint),
             err=err,
             ttft=ttft,
@@ -445,7 +451,7 @@ class Settler:
         record = info.record
         record.attempted(obs, started)
         if record.trace is not None:
-            record.trace.attempt_done(obs)
+            record.trace.attempt_done(obs, None if ended is None else int(wall * 1e9))
         if info.on_attempt is not None:
             info.on_attempt(obs)
         await self.publish(self._observed_on(c.endpoint), obs)

@@ -201,8 +201,9 @@ class RequestTrace:
         if self.sampled:
             self.notes += (Replay.finished, 0, number, reason)
 
-    def attempt_done(self, obs: Observation) -> None:
-        """End attempt ``obs.attempt``'s span with what its Observation says."""
+    def attempt_done(self, obs: Observation, at: int | None = None) -> None:
+        """End attempt ``obs.attempt``'s span with what its Observation says, at ``at`` (ns
+        since the epoch; default now)."""
         if not self.sampled:
             return
         text = None
@@ -210,7 +211,7 @@ class RequestTrace:
             streamed = self._outputs.pop(obs.attempt, None)
             if streamed is not None:
                 text = [("".join(parts), reason) for parts, reason in _texts(streamed)]
-        self.notes += (Replay.attempt_done, _now(), obs, text)
+        self.notes += (Replay.attempt_done, _now() if at is None else at, obs, text)
 
     # -- the end ------------------------------------------------------------------------
 

@@ -1,17 +1,17 @@
 """One behaviour suite that every ``AttemptKind`` passes (``dispatch.ONCE`` and
 ``stream_attempt.STREAM``), as tests/contract/test_adapter_contract.py does for adapters.
 
-What the seam promises the failover loop (gateway/ingress/failover.py): an attempt returns
-the kind's result on success and is observed once as a success with its latency and usage;
-a failure is returned, never raised, and observed once with the outcome its error earns; the
-attempt's capacity lease is given back exactly once on every path (a success: once its
-result is consumed, or ``discard``-ed after losing a hedge race); a cancellation propagates
-and still gives the lease back; no first byte within the limit (the route's own, or the
-request's budget) is an ``UpstreamTimeoutError``. Only what both kinds share is asserted here;
-what is one kind's own (a stream's commitment, idle limit, first token) is in
-tests/unit/gateway/ingress/test_dispatcher.py, whose scripted in-process adapter (a stand-in
-for the upstream seam, see its docstring) and injected clock drive these rows too. Leases are
-held by a real LeaseKeeper and given back over the in-process bus.
+What the seam promises the failover loop (gateway/ingress/failover.py): an attempt returns the
+kind's result on success and is observed once as a success with its latency and usage; a
+failure is returned, never raised, and observed once with the outcome its error earns; the
+attempt's capacity lease is given back exactly once on every path (a success: once its result
+is consumed, or ``discard``-ed after losing a hedge race), and a success is observed by then; a
+cancellation propagates and still gives the lease back; no first byte within the limit (the
+route's own, or the request's budget) is an ``UpstreamTimeoutError``. Only what both kinds
+share is asserted here; what is one kind's own (a stream's commitment, idle limit, first token)
+is in tests/unit/gateway/ingress/test_dispatcher.py, whose scripted in-process adapter (a
+stand-in for the upstream seam, see its docstring) and injected clock drive these rows too.
+Leases are held by a real LeaseKeeper and given back over the in-process bus.
 """
 
 from __future__ import annotations
@@ -70,11 +70,14 @@ class Kind:
     stream: bool
 
     async def consume(self, result: Any) -> None:
-        """What the caller does with a success once it is served."""
+        """What the caller does with a success once it is served (a whole answer outside a
+        hedge race is settled once written, as ``Dispatcher.call`` does)."""
         if isinstance(result, StreamAttempt):
             async for _ in result.batches():
                 pass
             await result.close("success")
+        elif result.settle is not None:
+            await result.settle()
 
     def opened(self, adapter: ScriptedAdapter) -> list[str]:
         """The upstream streams the attempts opened (a whole answer opens none)."""

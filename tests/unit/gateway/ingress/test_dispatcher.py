@@ -12,6 +12,7 @@ tests/e2e/test_failover_openai_sdk.py.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,9 @@ from bus import InProcessBus
 from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.plan_walk import PlanWalk, Targets
-from gateway.ingress.request_info import RequestInfo
+from gateway.ingress.request_info import RequestInfo, Served
 from schemas import (
+    CapacityRelease,
     FirstToken,
     KeyPoolExhaustedError,
     KeyPoolRoleRestrictedError,
@@ -747,6 +749,66 @@ async def test_dispatcher_observation_carries_usage_and_latency_on_the_injected_
     assert (obs.prompt_tokens, obs.completion_tokens) == (11, 7)
     assert obs.latency_ms == pytest.approx(250.0)
     assert obs.ttft_ms is None
+
+
+async def test_dispatcher_writes_a_whole_answer_before_settling_it(h: Harness) -> None:
+    # The client is not kept waiting on the attempt's bookkeeping: ``then`` (the answer's
+    # write) runs first, and the observation and the lease's return follow it, the attempt
+    # still timed to its answer (not to the end of the write).
+    h.adapter.scripts = {"a": [Answer(takes=0.25, usage=(11, 7))]}
+    info = h.info()
+    heard_at_write: list[Message] = []
+    in_flight_at_write: list[float] = []
+
+    async def write(served: Served) -> None:
+        heard_at_write.extend(m for _, m in (await h.heard.drain()).messages)
+        in_flight_at_write.append(info.record.upstream_s)
+        h.clock.advance(5.0)  # a slow client
+
+    async def op(a: Adapter, target: UpstreamTarget, model: str) -> JSON:
+        return await a.complete(target, HI)
+
+    leased = cand("a", pool="p", lease_id="l-1")
+    d = h.dispatcher()
+    d.leases.hold_plan(plan(leased))
+    served = await d.call(info, plan(leased), op, None, write)
+
+    assert served.settle is None
+    assert heard_at_write == []
+    assert in_flight_at_write == [pytest.approx(0.25)]  # the overhead header counts it
+    (obs,) = (await h.heard.drain()).observations()
+    assert (obs.outcome, obs.prompt_tokens, obs.latency_ms) == ("success", 11, 250.0)
+    assert obs.ts < time.time() - 4.0  # stamped when the answer came, not after the write
+    released = [m for _, m in h.heard.messages if isinstance(m, CapacityRelease)]
+    assert released == [CapacityRelease(pool="p", lease_id="l-1", used_units=18.0)]
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+async def test_dispatcher_settles_a_whole_answer_however_its_write_ends(
+    h: Harness, ending: str
+) -> None:
+    async def write(served: Served) -> None:
+        if ending == "failed":
+            raise OSError("the client's socket broke")
+        await anyio.sleep_forever()
+
+    async def op(a: Adapter, target: UpstreamTarget, model: str) -> JSON:
+        return await a.complete(target, HI)
+
+    async def call() -> None:
+        await h.dispatcher().call(h.info(), plan(cand("a")), op, None, write)
+
+    if ending == "failed":
+        with pytest.raises(OSError, match="socket broke"):
+            await call()
+    else:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            await anyio.wait_all_tasks_blocked()  # the answer is in, its write hangs
+            tg.cancel_scope.cancel()
+
+    (obs,) = (await h.heard.drain()).observations()
+    assert (obs.endpoint, obs.outcome) == ("a", "success")
 
 
 async def test_dispatcher_stream_observation_has_time_to_first_token_and_final_usage(
