@@ -51,7 +51,9 @@ from schemas import (
     CapacityState,
     EndpointState,
     ErrorCode,
+    ErrorReply,
     FirstToken,
+    GatewayError,
     KeyPoolState,
     LocalHealth,
     ModeChanged,
@@ -62,6 +64,8 @@ from schemas import (
     Observation,
     ProbeGrant,
     ProbeRequest,
+    RouteBatch,
+    RouteBatchReply,
     RoutePlan,
     RouteRequest,
     SetWeight,
@@ -249,6 +253,10 @@ class ModelActor(Actor):
         match env.message:
             case RouteRequest() as req:
                 await env.respond(await self.plan(req))
+            case RouteBatch() as batch:
+                await env.respond(
+                    RouteBatchReply(replies=tuple([await self._answer(r) for r in batch.requests]))
+                )
             case Observation() as obs:
                 self._observed(obs)
             case FirstToken() as ft:
@@ -395,6 +403,13 @@ class ModelActor(Actor):
         if not req.dry:
             self._load.issued(req.request_id, plan, self._clock())
         return plan
+
+    async def _answer(self, req: RouteRequest) -> RoutePlan | ErrorReply:
+        """One request of a RouteBatch: its plan, or the error it alone met."""
+        try:
+            return await self.plan(req)
+        except GatewayError as err:
+            return err.to_reply()
 
     async def _decide(self, req: RouteRequest, full: frozenset[str]) -> RoutePlan:
         """The planner's plan for ``req`` without the capacity routes in ``full``: this

@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 
+from schemas.errors import ErrorReply
+
 
 class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Ingress asks a ModelActor which routes should serve one request."""
@@ -79,6 +81,21 @@ class RoutePlan(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # ingress also sends the plan's second candidate; the first to answer serves.
     hedge_after_ms: float | None = None
     skipped: tuple[RouteSkip, ...] = ()
+
+
+class RouteBatch(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> ModelActor over NATS: the route requests for one model that one ingress
+    began in one turn of its event loop (answered with RouteBatchReply, one answer per
+    request, in order): one message and one round trip for many concurrent requests."""
+
+    requests: tuple[RouteRequest, ...]
+
+
+class RouteBatchReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The ModelActor's answers to a RouteBatch, in its order: each request's plan, or the
+    error that request alone met."""
+
+    replies: tuple[RoutePlan | ErrorReply, ...]
 
 
 class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -118,6 +118,8 @@ PINNED: dict[str, list[str]] = {
         "RateLimitedError",
         "RequestCompleted",
         "RequestTooLargeError",
+        "RouteBatch",
+        "RouteBatchReply",
         "RouteCandidate",
         "RouteCapacity",
         "RouteDecided",

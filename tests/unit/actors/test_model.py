@@ -24,6 +24,8 @@ from schemas import (
     Observation,
     ProbeGrant,
     ProbeRequest,
+    RouteBatch,
+    RouteBatchReply,
     RoutePlan,
     RouteRequest,
     RouteSkip,
@@ -338,6 +340,32 @@ async def test_model_plan_with_pin_of_no_route_answers_pin_not_found(
     reply = await ask(bus, pin="m:local-1")
 
     assert isinstance(reply, ErrorReply) and reply.code == ErrorCode.PIN_NOT_FOUND
+
+
+async def test_model_answers_a_batch_of_route_requests_each_with_its_own_plan_or_error(
+    bus: InProcessBus,
+    start_model: Start,
+) -> None:
+    await start_model((8001, 1), (8002, 1))
+    batch = RouteBatch(
+        requests=(
+            RouteRequest(model="m", request_id="r-1", pin=B),
+            RouteRequest(model="m", request_id="r-2", pin="m:local-1"),  # no such route
+            RouteRequest(model="m", request_id="r-3"),
+        )
+    )
+
+    reply = await bus.request(
+        subjects.model_route("m"), batch, reply_type=RouteBatchReply, timeout=WAIT
+    )
+
+    assert isinstance(reply, RouteBatchReply)
+    pinned, refused, drawn = reply.replies
+    assert isinstance(pinned, RoutePlan) and [c.endpoint for c in pinned.candidates] == [B]
+    assert isinstance(refused, ErrorReply) and refused.code == ErrorCode.PIN_NOT_FOUND
+    assert isinstance(drawn, RoutePlan) and {c.endpoint for c in drawn.candidates} == {A, B}
+    in_flight = {r.endpoint: r.in_flight for r in (await status(bus)).routes}
+    assert sum(in_flight.values()) == 2  # the two plans are issued, as if asked one by one
 
 
 async def test_model_status_reports_effective_weights_and_the_circuits_it_sees(
