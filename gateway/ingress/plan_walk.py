@@ -44,6 +44,7 @@ from gateway.auth.gate import caller_of, may_call
 from gateway.formats.openai_chat import input_modalities
 from gateway.http.request import bounded
 from gateway.ingress.owner_wait import OwnerWait
+from gateway.ingress.route_batch import route_asker
 from gateway.steering.labels import conversation_key
 from gateway.steering.resolver import Steerer, is_steering
 from schemas import (
@@ -104,6 +105,7 @@ class Targeting:
     ) -> None:
         """``clock`` (monotonic seconds) ages affinity pins; ``rng`` draws exploration."""
         self._bus = bus
+        self._ask_route = route_asker(bus)
         self._owners = OwnerWait(bus)
         self._secrets = secrets
         self._steering = steering
@@ -236,9 +238,7 @@ class Targeting:
         subject = self._subjects.get(model.id) or subjects.model_route(model.id)
         timeout = self._config.routing.decision_timeout_seconds
         try:
-            reply = await self._bus.request(
-                subject, route_req, reply_type=RoutePlan, timeout=timeout
-            )
+            reply = await self._ask_route(subject, route_req, timeout=timeout)
         except NoRespondersError:  # its owner restarting or moving: wait a moment for it
             reply = await self._owners.ask_again(subject, route_req, timeout)
         if self._owners.gone:
