@@ -24,7 +24,11 @@ if TYPE_CHECKING:
     from bus import Bus
     from schemas import RouteRequest
 
-__all__ = ["AskRoute", "RouteBatcher", "route_asker"]
+__all__ = ["BATCH_MAX", "AskRoute", "RouteBatcher", "route_asker"]
+
+BATCH_MAX = 64
+"""The most route requests one RouteBatch carries: its reply (a plan of a few candidates is
+well under 2 KB) stays far below NATS's 1 MB message limit."""
 
 
 class AskRoute(Protocol):
@@ -81,9 +85,10 @@ class RouteBatcher:
         timeout, self._timeout = self._timeout, 0.0
         loop = asyncio.get_running_loop()
         for subject, asking in pending.items():
-            task = loop.create_task(self._send(subject, asking, timeout))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
+            for at in range(0, len(asking), BATCH_MAX):
+                task = loop.create_task(self._send(subject, asking[at : at + BATCH_MAX], timeout))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
 
     async def _send(self, subject: str, asking: _Asking, timeout: float) -> None:
         try:

@@ -14,7 +14,7 @@ import pytest
 
 from actors import ChildSpec, ModelActor, Supervisor
 from bus import InProcessBus, NatsBus
-from gateway.ingress.route_batch import RouteBatcher, route_asker
+from gateway.ingress.route_batch import BATCH_MAX, RouteBatcher, route_asker
 from schemas import (
     ErrorCode,
     ErrorReply,
@@ -129,6 +129,20 @@ async def test_a_turns_only_route_request_goes_as_it_is_and_each_model_gets_its_
     assert endpoint_of(alone) == "r-1" and [endpoint_of(a) for a in both] == ["r-2", "r-3"]
     assert [type(m) for m in owners[M].got] == [RouteRequest, RouteRequest]
     assert [type(m) for m in owners[N].got] == [RouteRequest]
+
+
+async def test_a_turn_of_more_requests_than_a_batch_holds_goes_in_several(
+    bus: InProcessBus, owners: dict[str, Owner]
+) -> None:
+    batcher = RouteBatcher(bus)
+    ids = [f"r-{i}" for i in range(BATCH_MAX + 2)]
+
+    async with asyncio.timeout(WAIT):
+        answers = await asyncio.gather(*(ask(batcher, M, rid) for rid in ids))
+
+    assert [endpoint_of(a) for a in answers] == ids
+    sizes = [len(m.requests) if isinstance(m, RouteBatch) else 1 for m in owners[M].got]
+    assert sizes == [BATCH_MAX, 2]
 
 
 async def test_a_batch_without_an_owner_fails_each_of_its_requests_with_no_responders(
