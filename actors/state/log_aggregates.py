@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.state.log_series import RANGES, TimeSeries
+from actors.state.log_series import RANGES, TimeSeries, ttft_bin
 from actors.stores.request_log import COLUMNS, Row
 
 WINDOW_MINUTES = 60
@@ -40,8 +40,9 @@ class _Series:
     ttft: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=TTFT_SAMPLES))
     over_time: TimeSeries = field(default_factory=TimeSeries)
 
-    def add(self, ts: float, error: bool, ttft_ms: float | None) -> None:
-        self.over_time.add(ts, error, ttft_ms)
+    def add(self, ts: float, error: bool, ttft_ms: float | None, ttft: int | None) -> None:
+        """Count one row at ``ts`` (``ttft``: its first-token time's ``ttft_bin``)."""
+        self.over_time.add(ts, error, ttft)
         minute = int(ts // 60)
         counts = self.minutes.get(minute)
         if counts is None:
@@ -93,14 +94,15 @@ class LogAggregates:
     def add(self, row: Row) -> None:
         """Count one request-log row (as :func:`actors.stores.request_log.attempt_row` makes)."""
         error = row[_OUTCOME] not in ("success", "cancelled")
+        ttft = ttft_bin(row[_TTFT])
         if row[_KIND] == "request":
-            self._requests.add(row[_TS], error, row[_TTFT])
+            self._requests.add(row[_TS], error, row[_TTFT], ttft)
             model = str(row[_MODEL])
             per_model = self._models.get(model)
             if per_model is None and model and len(self._models) < MAX_MODELS:
                 per_model = self._models[model] = TimeSeries()
             if per_model is not None:
-                per_model.add(row[_TS], error, row[_TTFT])
+                per_model.add(row[_TS], error, ttft)
             return
         endpoint = str(row[_ENDPOINT])
         series = self._endpoints.get(endpoint)
@@ -108,7 +110,7 @@ class LogAggregates:
             if len(self._endpoints) >= MAX_ENDPOINTS:
                 return
             series = self._endpoints[endpoint] = _Series()
-        series.add(row[_TS], error, row[_TTFT])
+        series.add(row[_TS], error, row[_TTFT], ttft)
 
     def view(self, now: float, over: str | None = None, by: str = "model") -> dict[str, Any]:
         """``requests`` (the whole deployment) and ``endpoints`` (by id), each with its rates

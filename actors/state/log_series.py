@@ -37,7 +37,12 @@ class _Bucket:
         return None  # unreachable: the bins add up to ``samples``
 
 
-def _bin(ttft_ms: float) -> int:
+def ttft_bin(ttft_ms: float | None) -> int | None:
+    """The histogram bin of a first-token time (None: the row has none). A row is counted
+    in several series (the deployment, its model, its endpoint; each at every resolution):
+    its bin is found once and handed to each."""
+    if ttft_ms is None:
+        return None
     return math.floor(math.log(max(ttft_ms, 1.0)) / _GROWTH)
 
 
@@ -47,7 +52,7 @@ class _Resolution:
     count: int
     buckets: dict[int, _Bucket] = field(default_factory=dict)  # bucket number -> counts
 
-    def add(self, ts: float, error: bool, ttft_ms: float | None) -> None:
+    def add(self, ts: float, error: bool, b: int | None) -> None:
         n = int(ts // self.width)
         bucket = self.buckets.get(n)
         if bucket is None:
@@ -57,8 +62,7 @@ class _Resolution:
                 del self.buckets[old]
         bucket.rows += 1
         bucket.errors += int(error)
-        if ttft_ms is not None:
-            b = _bin(ttft_ms)
+        if b is not None:
             bucket.ttft_bins[b] = bucket.ttft_bins.get(b, 0) + 1
             bucket.samples += 1
 
@@ -81,10 +85,10 @@ class TimeSeries:
         default_factory=lambda: {name: _Resolution(w, c) for name, (w, c) in RANGES.items()}
     )
 
-    def add(self, ts: float, error: bool, ttft_ms: float | None) -> None:
-        """Count one row at ``ts``."""
+    def add(self, ts: float, error: bool, ttft: int | None) -> None:
+        """Count one row at ``ts`` with its first-token time's :func:`ttft_bin`."""
         for r in self.resolutions.values():
-            r.add(ts, error, ttft_ms)
+            r.add(ts, error, ttft)
 
     def points(self, range_name: str, now: float) -> list[list[float | int | None]]:
         """``[bucket_start_ts, rows, errors, ttft_p50_ms, ttft_p95_ms]`` per bucket of the
