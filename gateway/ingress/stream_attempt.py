@@ -84,7 +84,12 @@ class _Stream:
             info.record.upstream(started, d.now())
             if trace is not None and first:
                 trace.answered(attempt, first[0])
-            if first_of_plan:  # only a plan's primary holds its model's prefill lease
+            # Only a plan's primary holds its model's prefill lease. A stream whose first
+            # read is its whole answer ends here: its observation, right after the relay,
+            # releases that lease too, so it needs no message of its own (unless it carries
+            # a spent provider limit, which only this message says).
+            whole = isinstance(first, Batch) and first.last and first.spent_for is None
+            if first_of_plan and not whole:
                 await d.publish(
                     subjects.model_first_token(model),
                     FirstToken(

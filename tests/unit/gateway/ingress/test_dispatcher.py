@@ -103,7 +103,15 @@ class StreamThen:
     then: Fail | Hang | None = None
 
 
-Script = Answer | Fail | Hang | StreamThen
+@dataclass(frozen=True)
+class Whole:
+    """Stream the whole answer in one read (one batch, the last), ``spent_for`` with it."""
+
+    text: str = "ok"
+    spent_for: float | None = None
+
+
+Script = Answer | Fail | Hang | StreamThen | Whole
 
 
 def _chunk(text: str, *, finish: str | None = None, usage: tuple[int, int] | None = None) -> JSON:
@@ -184,6 +192,9 @@ class ScriptedAdapter:
                     raise _error(target.endpoint, f)
                 case Hang():
                     await anyio.sleep_forever()
+                case Whole(text=text, spent_for=spent_for):
+                    chunks = [_chunk(text), _chunk("", finish="stop", usage=(1, 1))]
+                    yield Batch(chunks, last=True, spent_for=spent_for)
                 case StreamThen(chunks=n, then=then):
                     for i in range(n):
                         yield Batch([_chunk(f"part{i} ")])
@@ -630,6 +641,23 @@ async def test_dispatcher_stream_publishes_first_token_for_the_primary_and_the_p
         subjects.endpoint_probe_result("a"),
         ProbeFirstByte(endpoint="a", request_id="req-1"),
     ) in heard.messages
+
+
+async def test_dispatcher_stream_read_whole_at_once_leaves_the_prefill_lease_to_its_observation(
+    h: Harness,
+) -> None:
+    # A stream whose first read is its whole answer is observed right after its relay, and
+    # the observation releases the prefill lease: no FirstToken message is needed for it,
+    # unless it says a provider limit is spent (which only that message carries).
+    h.adapter.scripts = {"a": [Whole(), Whole(spent_for=3.0)]}
+
+    await h.stream(plan(cand("a")))
+    await h.stream(plan(cand("a")))
+
+    heard = await h.heard.drain()
+    said = [m for _, m in heard.messages if isinstance(m, FirstToken)]
+    assert said == [FirstToken(endpoint="a", request_id="req-1", spent_for=3.0)]
+    assert [o.outcome for o in heard.observations()] == ["success", "success"]
 
 
 # -- which error the client sees --------------------------------------------------------------
