@@ -26,7 +26,8 @@ refusal rules out (the rules it applies, needed only once an attempt failed, are
 
 The loop is one (``Dispatcher._walk``) over the ``failover.AttemptKind`` seam: a whole answer
 (``ONCE``, here: one call of the adapter under the attempt's first-byte limit, observed, its
-lease given back however it ends) and a stream (``stream_attempt.STREAM``) differ only in the
+lease given back however it ends; a success outside a hedge race once ``Dispatcher.call`` has
+written it) and a stream (``stream_attempt.STREAM``) differ only in the
 attempt itself.
 """
 
@@ -37,11 +38,12 @@ import functools
 import logging
 import time
 from contextlib import aclosing
-from typing import TYPE_CHECKING, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 import anyio
 import msgspec
 
+from gateway.http.deadline import Resumed
 from gateway.http.errors import REQUEST_DESCRIBING
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
         AsyncGenerator,
         Awaitable,
         Callable,
+        Coroutine,
         Mapping,
     )
 
@@ -290,26 +293,37 @@ class Dispatcher:
         plan: RoutePlan,
         op: Operation,
         walk: PlanWalk | None = None,
-        then: Callable[[Served], Awaitable[None]] | None = None,
+        then: Callable[[Served], Coroutine[Any, Any, None]] | None = None,
     ) -> Served:
         """Try each candidate with ``op`` until one answers (then the walk's next models'),
         handing it the model each attempt serves; then ``then`` (the answer's write) before
-        the serving attempt is settled, so the client does not wait on its bookkeeping (it is
-        settled however ``then`` ends). Raises the deterministic error, and what ``then``
-        raises."""
+        the serving attempt is settled, so the client does not wait on its bookkeeping. It is
+        settled however ``then`` ends, and as soon as the write waits on the client (a full
+        socket, HTTP/2 flow control): what the attempt holds never waits on a slow reader.
+        Raises the deterministic error, and what ``then`` raises."""
         served = await self._walk(info, plan, walk, ONCE, op)
         settle, served.settle = served.settle, None
-        if settle is None:  # settled in its hedge race
+        if then is None or settle is None:  # nothing to write, or settled in its hedge race
+            if settle is not None:
+                await settle()
             if then is not None:
                 await then(served)
             return served
+        write = then(served)
         try:
-            if then is not None:
-                await then(served)
-        except BaseException:  # a write cancelled or broken: the attempt still settles
+            waiting = write.send(None)
+        except StopIteration:  # written at once, as an answer that fits the socket is
+            await settle()
+            return served
+        except BaseException:  # a write broken: the attempt still settles
             await shielded(settle())
             raise
-        await settle()
+        try:
+            await shielded(settle())
+        except BaseException:  # cancelled meanwhile: the write is given up with the request
+            write.close()
+            raise
+        await Resumed(write, waiting)
         return served
 
     async def open_stream(
@@ -416,7 +430,8 @@ class _Once:
         hold: bool,
     ) -> Served | UpstreamError:
         """One observed attempt: the answer, or the error it failed with. Its capacity
-        lease is given back however it ends (with the reported tokens when known)."""
+        lease is given back however it ends (with the reported tokens when known): a failure
+        here, a success outside a hedge race by its ``Served.settle``."""
         attempt, c, more = a.number, a.candidate, a.more
         settled = False
         trace = info.record.trace

@@ -81,7 +81,9 @@ CHARS_PER_TOKEN = 4  # the estimate's ratio, as the prompt estimate's
 
 def usage_of(body: JSON) -> Usage:
     """The tokens of an OpenAI-shaped ``usage`` (Anthropic's cache writes arrive in
-    ``prompt_tokens_details.cache_write_tokens``, see adapters/_anthropic_to_canonical.py)."""
+    ``prompt_tokens_details.cache_write_tokens``, see adapters/_anthropic_to_canonical.py).
+    A ``usage`` whose counts are not numbers (``"n/a"``, a list, infinity) is none reported:
+    an upstream's odd bookkeeping never fails the answer it came with."""
     usage = body.get("usage")
     if not isinstance(usage, dict):
         return NO_USAGE
@@ -90,13 +92,16 @@ def usage_of(body: JSON) -> Usage:
     if isinstance(details, dict):
         cached = details.get("cached_tokens") or 0
         written = details.get("cache_write_tokens") or 0
-    return Usage(
-        int(usage.get("prompt_tokens") or 0),
-        int(usage.get("completion_tokens") or 0),
-        int(cached),
-        int(written),
-        True,
-    )
+    try:
+        return Usage(
+            int(usage.get("prompt_tokens") or 0),
+            int(usage.get("completion_tokens") or 0),
+            int(cached),
+            int(written),
+            True,
+        )
+    except (TypeError, ValueError, OverflowError):
+        return NO_USAGE
 
 
 def tokens(usage: Usage) -> int | None:
@@ -409,10 +414,15 @@ class Settler:
         """Settle attempt ``a``, which answered ``body`` whole (at ``ended``, default now, on
         ``started``'s clock): its success observed with the usage the upstream reported (or
         the estimate), then its lease given back with the reported tokens."""
-        usage = usage_of(body)
-        sent = 0 if usage.reported else content_chars(body)
-        await self.observe(info, a, "success", started, usage=usage, sent_chars=sent, ended=ended)
-        await self.leases.release(a.candidate, tokens(usage))
+        usage = NO_USAGE
+        try:
+            usage = usage_of(body)
+            sent = 0 if usage.reported else content_chars(body)
+            await self.observe(
+                info, a, "success", started, usage=usage, sent_chars=sent, ended=ended
+            )
+        finally:  # the lease goes back whatever the bookkeeping met
+            await self.leases.release(a.candidate, tokens(usage))
 
     async def observe(
         self,
