@@ -33,7 +33,8 @@ well under 2 KB) stays far below NATS's 1 MB message limit."""
 
 class AskRoute(Protocol):
     """Send a route request to its model's owner (``subject``); the owner's answer. Raises
-    what ``Bus.request`` raises (NoRespondersError, RequestTimeoutError, BusClosedError)."""
+    what ``Bus.request`` raises (NoRespondersError, RequestTimeoutError, BusClosedError,
+    CodecError)."""
 
     async def __call__(
         self, subject: str, route_req: RouteRequest, *, timeout: float
@@ -84,7 +85,8 @@ class RouteBatcher:
         pending, self._pending = self._pending, {}
         timeout, self._timeout = self._timeout, 0.0
         loop = asyncio.get_running_loop()
-        for subject, asking in pending.items():
+        for subject, asked in pending.items():
+            asking = [(r, answer) for r, answer in asked if not answer.done()]  # not gone
             for at in range(0, len(asking), BATCH_MAX):
                 task = loop.create_task(self._send(subject, asking[at : at + BATCH_MAX], timeout))
                 self._sending.add(task)

@@ -175,6 +175,24 @@ async def test_a_request_gone_from_its_batch_leaves_the_others_answered(
     assert [type(m) for m in owners[M].got] == [RouteBatch]
 
 
+async def test_a_request_gone_before_its_batch_leaves_is_not_sent(
+    bus: InProcessBus, owners: dict[str, Owner]
+) -> None:
+    # No plan (and no lease with it) is made for a request nobody waits for any more.
+    batcher = RouteBatcher(bus)
+    gone, kept = ask(batcher, M, "r-1"), ask(batcher, M, "r-2")
+    await asyncio.sleep(0)  # both asked, the batch not yet sent
+    gone.cancel()
+
+    async with asyncio.timeout(WAIT):
+        answer = await kept
+
+    assert endpoint_of(answer) == "r-2"
+    assert [(type(m), getattr(m, "request_id", None)) for m in owners[M].got] == [
+        (RouteRequest, "r-2")
+    ]
+
+
 async def test_the_ingress_batches_route_requests_on_nats_only(bus: InProcessBus) -> None:
     assert not isinstance(getattr(route_asker(bus), "__self__", None), RouteBatcher)
 
