@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
+from gateway.adapters.base import bad_response
 from gateway.auth.gate import caller_of
 from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import estimate_prompt_tokens
@@ -323,22 +324,23 @@ class Inference(Component):
         ]
 
     async def _serve_once(self, call: InferenceCall) -> None:
-        rendered = b""
+        # Each answer's rendering, by the answer: both sides of a hedge race may render one.
+        rendered: dict[int, bytes] = {}
         body, surface, raw, steered = call.body, call.surface, call.raw, call.walk.steered
 
         async def complete(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
-            nonlocal rendered
             answer = await adapter.complete(target, body)
             # Rendered within the attempt: an answer the client's shape cannot express is
             # this route's bad response, and the next route may still serve.
             shown = call.requested if steered is None else model
-            rendered = surface.render(answer, shown, raw)
+            rendered[id(answer)] = surface.render(answer, shown, raw)
             return answer
 
         async def write(served: Served) -> None:
             if steered is not None:  # the answer shows ``shown`` already; the caller stays on it
                 self.targeting.served(call.walk, served.model, call.requested)
-            await call.req.respond(200, rendered, self._headers(call, served.candidate.endpoint))
+            answer = rendered[id(served.body)]
+            await call.req.respond(200, answer, self._headers(call, served.candidate.endpoint))
 
         await self._dispatcher.call(call.info, call.plan, complete, call.walk, write)
 
@@ -389,6 +391,10 @@ class Inference(Component):
             tail = renderer.error(f"upstream stream broke: {err.message}")
         except anyio.get_cancelled_exc_class():
             await stream.close("cancelled")
+            raise
+        except Exception as exc:  # a chunk the client's shape cannot express, a failed write
+            what = f"the relay failed ({type(exc).__name__})"
+            await stream.close("failure", bad_response(stream.candidate.endpoint, what))
             raise
         try:
             await req.chunk(b"".join([*unsent, *tail]), more=False)

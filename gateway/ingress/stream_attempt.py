@@ -162,7 +162,9 @@ async def _first_token(
                 kind="idle",
             ) from None
         held += batch
-    return first if len(held) == len(first) else Batch(held, last=batch.last)
+    if len(held) == len(first):
+        return first
+    return Batch(held, last=batch.last, spent_for=first.spent_for)
 
 
 async def _aclose(gen: AsyncIterator[Any]) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -23,6 +24,7 @@ import pytest
 from bus import InProcessBus
 from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.ingress.dispatch import Dispatcher
+from gateway.ingress.pipeline import Inference
 from gateway.ingress.plan_walk import PlanWalk, Targets
 from gateway.ingress.request_info import RequestInfo, Served
 from schemas import (
@@ -660,6 +662,52 @@ async def test_dispatcher_stream_read_whole_at_once_leaves_the_prefill_lease_to_
     assert [o.outcome for o in heard.observations()] == ["success", "success"]
 
 
+class _Unrenderable:
+    """A client shape that cannot express the upstream's chunks."""
+
+    def feed(self, chunk: JSON) -> list[bytes]:
+        raise KeyError("choices")
+
+    def finish(self) -> list[bytes]:
+        return []
+
+    def error(self, message: str, kind: str = "upstream_error") -> list[bytes]:
+        return []
+
+
+class _Client:
+    """The ASGI side of a streamed answer: what was written."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    async def start(self, status: int, headers: Any) -> None:
+        pass
+
+    async def chunk(self, data: bytes, *, more: bool = True) -> None:
+        self.sent.append(data)
+
+
+async def test_a_relay_that_fails_otherwise_still_ends_its_stream_and_observes_it(
+    h: Harness,
+) -> None:
+    # Not only an upstream error or a cancellation: whatever ends a relay closes the stream
+    # and observes it, which gives back its leases (the prefill one too: a stream read whole
+    # at once sends no FirstToken).
+    h.adapter.scripts = {"a": [Whole()]}
+    info = h.info(stream=True)
+    attempt = await h.dispatcher().open_stream(info, plan(cand("a")), HI)
+    call = SimpleNamespace(req=_Client(), info=info)
+    inference = SimpleNamespace(_headers=lambda call, endpoint: [])
+
+    with pytest.raises(KeyError):
+        await Inference._relay(inference, call, _Unrenderable(), attempt)  # type: ignore[arg-type]
+
+    assert h.adapter.closed == ["a"]
+    (obs,) = (await h.heard.drain()).observations()
+    assert (obs.outcome, obs.error_kind) == ("failure", "bad_response")
+
+
 # -- which error the client sees --------------------------------------------------------------
 
 
@@ -811,6 +859,17 @@ async def test_dispatcher_writes_a_whole_answer_before_settling_it(h: Harness) -
     assert released == [CapacityRelease(pool="p", lease_id="l-1", used_units=18.0)]
 
 
+def _leased(h: Harness, d: Dispatcher) -> RoutePlan:
+    """A plan of one candidate holding a capacity lease ``d``'s keeper holds."""
+    p = plan(cand("a", pool="p", lease_id="l-1"))
+    d.leases.hold_plan(p)
+    return p
+
+
+async def _released(h: Harness) -> list[CapacityRelease]:
+    return [m for _, m in (await h.heard.drain()).messages if isinstance(m, CapacityRelease)]
+
+
 @pytest.mark.parametrize("ending", ["cancelled", "failed"])
 async def test_dispatcher_settles_a_whole_answer_however_its_write_ends(
     h: Harness, ending: str
@@ -823,8 +882,10 @@ async def test_dispatcher_settles_a_whole_answer_however_its_write_ends(
     async def op(a: Adapter, target: UpstreamTarget, model: str) -> JSON:
         return await a.complete(target, HI)
 
+    d = h.dispatcher()
+
     async def call() -> None:
-        await h.dispatcher().call(h.info(), plan(cand("a")), op, None, write)
+        await d.call(h.info(), _leased(h, d), op, None, write)
 
     if ending == "failed":
         with pytest.raises(OSError, match="socket broke"):
@@ -835,8 +896,52 @@ async def test_dispatcher_settles_a_whole_answer_however_its_write_ends(
             await anyio.wait_all_tasks_blocked()  # the answer is in, its write hangs
             tg.cancel_scope.cancel()
 
-    (obs,) = (await h.heard.drain()).observations()
+    (obs,) = h.heard.observations() or (await h.heard.drain()).observations()
     assert (obs.endpoint, obs.outcome) == ("a", "success")
+    assert [r.lease_id for r in await _released(h)] == ["l-1"]
+
+
+async def test_dispatcher_settles_a_whole_answer_while_its_write_waits_on_the_client(
+    h: Harness,
+) -> None:
+    # A write that waits (a full socket, HTTP/2 flow control) does not hold the attempt's
+    # lease and observation until a slow client reads: they are settled meanwhile.
+    client_read = anyio.Event()
+    settled_before_read: list[bool] = []
+
+    async def write(served: Served) -> None:
+        await client_read.wait()
+
+    async def op(a: Adapter, target: UpstreamTarget, model: str) -> JSON:
+        return await a.complete(target, HI)
+
+    d = h.dispatcher()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(d.call, h.info(), _leased(h, d), op, None, write)
+        await anyio.wait_all_tasks_blocked()  # the write waits
+        settled_before_read.append(bool(await _released(h)) and bool(h.heard.observations()))
+        client_read.set()
+
+    assert settled_before_read == [True]
+
+
+async def test_dispatcher_gives_a_lease_back_when_the_answers_usage_is_not_numbers(
+    h: Harness,
+) -> None:
+    async def op(a: Adapter, target: UpstreamTarget, model: str) -> JSON:
+        answer = await a.complete(target, HI)
+        answer["usage"] = {"prompt_tokens": "n/a", "completion_tokens": [1]}
+        return answer
+
+    async def write(served: Served) -> None:
+        pass
+
+    d = h.dispatcher()
+    await d.call(h.info(), _leased(h, d), op, None, write)
+
+    (obs,) = h.heard.observations() or (await h.heard.drain()).observations()
+    assert (obs.outcome, obs.cost_estimated) == ("success", True)  # priced on the estimate
+    assert [r.lease_id for r in await _released(h)] == ["l-1"]
 
 
 async def test_dispatcher_stream_observation_has_time_to_first_token_and_final_usage(
