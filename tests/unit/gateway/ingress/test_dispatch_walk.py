@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from bus import InProcessBus
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.plan_walk import PlanWalk, Targets
@@ -21,19 +20,13 @@ from tests.fixtures.upstream import FakeUpstream, Reply
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from bus import InProcessBus
     from gateway.adapters.base import Adapter, UpstreamTarget
 
 HI = {"model": "x", "messages": [{"role": "user", "content": "hi"}]}
 _CONTEXT_REFUSAL = {
     "error": {"message": "maximum context length exceeded", "code": "context_length_exceeded"}
 }
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from bus import InProcessBus
 from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.pipeline import Inference
@@ -46,6 +45,7 @@ from schemas.config import FailoverConfig, ModelConfig
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from bus import InProcessBus
     from gateway.adapters.base import JSON, Adapter
     from schemas.pricing import Pricing
 
@@ -246,13 +246,6 @@ def clock() -> FakeClock:
 @pytest.fixture
 def adapter(clock: FakeClock) -> ScriptedAdapter:
     return ScriptedAdapter(clock)
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 class Heard:

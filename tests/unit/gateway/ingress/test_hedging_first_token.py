@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from bus import InProcessBus
 from gateway.adapters.base import Batch
 from schemas import RoutePlan, subjects
 from tests.unit.gateway.ingress.test_dispatcher import (
@@ -31,6 +30,7 @@ from tests.unit.gateway.ingress.test_dispatcher import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from bus import InProcessBus
     from gateway.adapters.base import JSON, UpstreamTarget
 
 
@@ -60,13 +60,6 @@ def adapter(clock: FakeClock) -> ScriptedAdapter:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import anyio
 import pytest
 
 from actors import CapacityActor, ChildSpec, Supervisor
-from bus import InProcessBus
 from gateway.ingress.settling import LeaseKeeper
 from schemas import CapacityGet, CapacityState, Observation, RoutePlan, UpstreamError, subjects
 from schemas.capacity import PoolSpec
@@ -34,6 +33,7 @@ from tests.unit.gateway.ingress.test_dispatcher import (
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from bus import InProcessBus
     from gateway.adapters.base import JSON, Batch, UpstreamTarget
 
 PRIMARY, SLOT = "m:a", "m:slot"
@@ -72,13 +72,6 @@ def stream(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import pytest
 
 from actors import ChildSpec, Supervisor
 from actors.capacity import CapacityActor
-from bus import InProcessBus
 from gateway.adapters.base import error_from_status
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.adapters.upstream_http import transport_error
@@ -36,9 +34,11 @@ from schemas.config import GatewayConfig, LeaseConfig
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
+    import pytest
+
+    from bus import InProcessBus
     from tests.fixtures.upstream import FakeUpstream
 
 WAIT = 5.0
@@ -53,13 +53,6 @@ class _Ticks:
     async def __call__(self, seconds: float) -> None:
         assert seconds == 10.0  # ttl / 3
         await self.queue.get()
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 def _leased(pool: str, lease_id: str) -> RouteCandidate:

@@ -4,7 +4,6 @@ in-process bus."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,16 +21,6 @@ from schemas import (
     subjects,
 )
 from schemas.config import FailoverConfig, ModelConfig
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 def _models(*ids: str) -> tuple[ModelConfig, ...]:

@@ -72,13 +72,6 @@ class Owner:
 
 
 @pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
 async def owners(bus: InProcessBus) -> AsyncIterator[dict[str, Owner]]:
     found = {M: Owner(), N: Owner()}
     tasks = [asyncio.create_task(o.serve(bus, s)) for s, o in found.items()]
