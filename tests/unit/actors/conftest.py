@@ -17,14 +17,6 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    """A fresh in-process bus, closed after the test."""
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
 def clock() -> FakeClock:
     """A fake clock at t=1000 s; tests move it by hand."""
     c = FakeClock()

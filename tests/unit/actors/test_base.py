@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -11,16 +10,6 @@ import pytest
 from bus import BusClosedError, InProcessBus
 from schemas import ErrorCode, ErrorReply, RoutePlan, RouteRequest, subjects
 from tests.unit.actors import EchoActor, Journal, ask
-
-if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 async def test_actor_when_start_returns_answers_a_request_sent_at_once(bus: InProcessBus) -> None:

@@ -27,15 +27,7 @@ from tests.unit.actors import WAIT
 from tests.unit.actors.log_databases import LogDatabase
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
-
-
-@pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
 
 
 async def admin(bus: InProcessBus, verb: str, **args: Any) -> dict[str, Any]:

@@ -27,13 +27,6 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
 async def supervisors() -> AsyncIterator[list[Supervisor]]:
     """Roots a test started; each is stopped when the test ends, even when it failed."""
     roots: list[Supervisor] = []

@@ -17,13 +17,6 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-async def bus() -> AsyncIterator[InProcessBus]:
-    b = InProcessBus()
-    yield b
-    await b.aclose()
-
-
-@pytest.fixture
 async def root(bus: InProcessBus) -> AsyncIterator[Supervisor]:
     sup = Supervisor("root", children=[Supervisor("group", children=[])])
     await sup.start(bus)

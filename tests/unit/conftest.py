@@ -1,4 +1,4 @@
-"""Fixtures the ingress's unit tests share."""
+"""Fixtures every unit test may use."""
 
 from __future__ import annotations
 
