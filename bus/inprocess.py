@@ -13,7 +13,6 @@ import itertools
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 import msgspec
@@ -31,6 +30,7 @@ from bus.codec import (
     wire_error,
 )
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
+from bus.history import KeptStream
 from bus.kv import KeyValue, MemoryKeyValue
 from bus.protocol import Envelope, Sink
 from bus.subscribing import (
@@ -54,6 +54,7 @@ T = TypeVar("T")
 
 DEFAULT_PENDING_LIMIT = 65536
 STREAM_MAX_MSGS = 10_000  # in process, a stream keeps at most this many (memory, not disk)
+STREAM_MAX_MSGS_PER_SUBJECT = 1_000  # and at most this many of one subject, when it bounds one
 _ROUTE_CACHE_MAX = 8192
 
 
@@ -221,26 +222,6 @@ class Mailbox(Generic[T]):
                 return
 
 
-@dataclass(slots=True)
-class _History:
-    """One kept stream: its subject patterns, its bounds, and (time, subject, data) entries."""
-
-    patterns: tuple[tuple[str, ...], ...]
-    max_age: float
-    max_msgs: int
-    entries: deque[tuple[float, str, bytes]] = field(default_factory=deque)
-
-    def keep(self, now: float, subject: str, data: bytes) -> None:
-        self.entries.append((now, subject, data))
-        self.trim(now)
-
-    def trim(self, now: float) -> None:
-        while len(self.entries) > self.max_msgs:
-            self.entries.popleft()
-        while self.entries and self.entries[0][0] < now - self.max_age:
-            self.entries.popleft()
-
-
 class InProcessBus:
     """The ``Bus`` for one process: NATS subject semantics, queue groups and request/reply.
 
@@ -267,9 +248,9 @@ class InProcessBus:
         self._routes: dict[str, _Route] = {}
         self._replies: dict[str, asyncio.Future[bytes]] = {}
         self._inbox_ids = itertools.count(1)
-        self._streams: dict[str, _History] = {}
+        self._streams: dict[str, KeptStream] = {}
         # Literal subject -> the streams keeping it; rebuilt lazily after a stream changes.
-        self._kept: dict[str, tuple[_History, ...]] = {}
+        self._kept: dict[str, tuple[KeptStream, ...]] = {}
         self._closed = False
 
     @property
@@ -352,26 +333,31 @@ class InProcessBus:
         *,
         max_age: float,
         max_msgs: int,
+        max_msgs_per_subject: int | None = None,
         replicas: int = 1,
         memory: bool = False,
     ) -> None:
         """Keep what is published on ``subjects`` (patterns) in memory as stream ``name``,
-        for ``max_age`` seconds and at most ``max_msgs`` messages; an existing stream takes
-        the new config and keeps its messages. ``max_msgs`` is capped at
-        :data:`STREAM_MAX_MSGS`; ``replicas`` has no meaning in one process, ``memory`` none
-        here (always in memory). Raises ValueError, BusClosedError."""
+        for ``max_age`` seconds and at most ``max_msgs`` messages (``max_msgs_per_subject``
+        of one subject; see bus/history.py); an existing stream takes the new config and
+        keeps its messages. The counts are capped at :data:`STREAM_MAX_MSGS` and
+        :data:`STREAM_MAX_MSGS_PER_SUBJECT`; ``replicas`` has no meaning in one process,
+        ``memory`` none here (always in memory). Raises ValueError, BusClosedError."""
         if self._closed:
             raise BusClosedError("bus is closed")
         for pattern in subjects:
             check_pattern(pattern)
         kept = self._streams.get(name)
-        history = _History(
+        history = KeptStream(
             tuple(tuple(p.split(".")) for p in subjects),
             max_age,
             min(max_msgs, STREAM_MAX_MSGS),
-            kept.entries if kept is not None else deque(),
+            None
+            if max_msgs_per_subject is None
+            else min(max_msgs_per_subject, STREAM_MAX_MSGS_PER_SUBJECT),
         )
-        history.trim(time.time())
+        if kept is not None:
+            history.takes_over(kept, time.time())
         self._streams[name] = history
         self._kept.clear()
 
@@ -461,8 +447,18 @@ class InProcessBus:
             self._kept[subject] = streams
         if streams:
             now = time.time()
-            for history in streams:
-                history.keep(now, subject, data)
+            for history in streams:  # see bus/history.py: appended here, trimmed there
+                kept = history.by_subject.get(subject)
+                if kept is None:
+                    kept = history.by_subject[subject] = deque()
+                kept.append((history.next, now, subject, data))
+                history.next += 1
+                if len(kept) > history.max_per_subject:
+                    kept.popleft()  # the subject's own oldest: it never crowds the others out
+                else:
+                    history.count += 1
+                    if history.count > history.max_msgs:
+                        history.trim()
 
     def _add(
         self, subject: str, queue: str | None, replay: tuple[str, float] | None = None
@@ -477,7 +473,7 @@ class InProcessBus:
                 raise BusClosedError(f"no stream {stream!r} on this bus")
             # Queued before the subscription joins the routes, with no await in between: the
             # kept messages come first, then live ones, none twice and none missed.
-            for ts, kept_subject, data in tuple(history.entries):
+            for ts, kept_subject, data in tuple(history.entries(time.time())):
                 if ts >= since and tokens_match(sub._tokens, kept_subject.split(".")):
                     sub.deliver(Envelope(kept_subject, decode(data), None, None))
         self._subs.append(sub)

@@ -275,12 +275,14 @@ class NatsBus:
         *,
         max_age: float,
         max_msgs: int,
+        max_msgs_per_subject: int | None = None,
         replicas: int = 1,
         memory: bool = False,
     ) -> None:
         """Create (or update to this config) the JetStream stream ``name`` keeping what is
-        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages, in
-        ``replicas`` copies, in the servers' memory with ``memory`` (else in their files).
+        published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages
+        (``max_msgs_per_subject`` of one subject), in ``replicas`` copies, in the servers'
+        memory with ``memory`` (else in their files).
 
         Raises BusClosedError when JetStream is unavailable or refuses the stream.
         """
@@ -290,6 +292,7 @@ class NatsBus:
             subjects=subjects,
             max_age=max_age,
             max_msgs=max_msgs,
+            max_msgs_per_subject=-1 if max_msgs_per_subject is None else max_msgs_per_subject,
             storage=StorageType.MEMORY if memory else StorageType.FILE,
             discard=DiscardPolicy.OLD,
             num_replicas=replicas,

@@ -81,14 +81,16 @@ class Bus(Protocol):
         *,
         max_age: float,
         max_msgs: int,
+        max_msgs_per_subject: int | None = None,
         replicas: int = 1,
         memory: bool = False,
     ) -> None:
         """Keep what is published on ``subjects`` as the stream ``name``, for ``max_age``
-        seconds and at most ``max_msgs`` messages, in ``replicas`` copies on a JetStream
-        cluster (create it, or update it to this config); ``memory``: in the servers' memory
-        rather than their files (a stream that need not outlive the servers).
-        Raises BusClosedError when the bus cannot keep it."""
+        seconds and at most ``max_msgs`` messages (``max_msgs_per_subject`` of one subject:
+        its oldest go first), in ``replicas`` copies on a JetStream cluster (create it, or
+        update it to this config); ``memory``: in the servers' memory rather than their files
+        (a stream that need not outlive the servers). Raises BusClosedError when the bus
+        cannot keep it."""
         ...
 
     async def delete_stream(self, name: str) -> None:

@@ -145,13 +145,16 @@ class EventsConfig(Strict):
     ``decisions`` publishes a ``decision`` event per request (one more bus message per
     request). On NATS, ``stream`` keeps the events in the JetStream stream ``LLMGW_EVENTS``,
     bounded by ``stream_max_age_seconds`` and ``stream_max_msgs``, so a consumer that was away
-    can catch up (``llmgw events --since``).
+    can catch up (``llmgw events --since``). ``stream_max_msgs_per_kind`` bounds each kind
+    apart: a busy gateway's one ``decision`` per request would otherwise push every rarer
+    event (a circuit, a bench, a reload) out of the stream within a minute.
     """
 
     decisions: bool = True
     stream: bool = True
     stream_max_age_seconds: float = Field(default=86_400.0, gt=0)
     stream_max_msgs: int = Field(default=100_000, ge=1)
+    stream_max_msgs_per_kind: int = Field(default=10_000, ge=1)
 
 
 class MetricsConfig(Strict):

@@ -212,6 +212,7 @@ async def _ensure_events_stream(bus: Bus, config: GatewayConfig, *, memory: bool
                 [subjects.EVENTS_ANY],
                 max_age=config.events.stream_max_age_seconds,
                 max_msgs=config.events.stream_max_msgs,
+                max_msgs_per_subject=config.events.stream_max_msgs_per_kind,
                 replicas=config.cluster.replicas_on(bus.servers) if config.cluster.enabled else 1,
                 memory=memory,
             )

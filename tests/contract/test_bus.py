@@ -540,6 +540,25 @@ async def test_replay_keeps_at_most_max_msgs_and_nothing_before_since(
         assert await _versions(sub, 1) == ["live"]  # nothing kept is that recent
 
 
+async def test_a_busy_subject_keeps_at_most_its_own_bound_and_leaves_the_others_kept(
+    any_bus: Bus,
+    prefix: str,
+    stream: str,
+) -> None:
+    # The events stream's case: one event per request on one subject must not push out the
+    # rarer events of the others (the stream's whole bound would let it).
+    busy, rare = _history_subject(prefix, "busy"), _history_subject(prefix, "rare")
+    await any_bus.ensure_stream(
+        stream, [_history_subject(prefix, "*")], max_age=60, max_msgs=10, max_msgs_per_subject=3
+    )
+    await any_bus.publish(rare, ConfigChanged(version="rare"))
+    for i in range(8):
+        await any_bus.publish(busy, ConfigChanged(version=f"b{i}"))
+
+    async with any_bus.replay(_history_subject(prefix, "*"), stream=stream, since=0) as sub:
+        assert await _versions(sub, 4) == ["rare", "b5", "b6", "b7"]
+
+
 async def test_replay_of_a_missing_stream_raises_bus_closed_error(any_bus: Bus) -> None:
     with pytest.raises(BusClosedError):
         async with any_bus.replay(subjects.event("x"), stream="NO_SUCH_STREAM", since=0):

@@ -41,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bus import decode
 from gateway.admin.local_socket import socket_path
 from schemas import RouteDecided, subjects
+from schemas.process_config import EventsConfig
 from tests.e2e.conftest import (
     CHAT,
     HI,
@@ -483,4 +484,6 @@ async def test_the_events_stream_on_the_private_nats_server_is_in_memory_and_kee
         await nc.close()
 
     assert info.config.storage == StorageType.MEMORY
+    # Each kind bounded apart: the per-request decisions cannot push the rarer events out.
+    assert info.config.max_msgs_per_subject == EventsConfig().stream_max_msgs_per_kind
     assert decided.model == "a"
