@@ -295,6 +295,20 @@ async def test_steering_settings_are_saved_through_the_admin_commands(
     await expect(page.locator("#flash")).to_have_text("exploration 0")
 
 
+async def test_a_refresh_keeps_what_the_operator_is_typing_in_a_form(
+    page: Page, dep: Deployment
+) -> None:
+    # The page refreshes its forms from the gateway when another operator changes something
+    # (and when its live stream reconnects); the form being typed in keeps what was typed.
+    await _open(page, dep, "chains")
+    await page.fill("#exploration input[name=exploration]", "0.05")  # typed, not yet saved
+    await dep.admin("steering", "set_profile", profile="fastest")  # someone else's change
+
+    await expect(page.locator("#profile [name=profile]")).to_have_value("fastest")  # refreshed
+    await expect(page.locator("#exploration input[name=exploration]")).to_have_value("0.05")
+    await dep.admin("steering", "set_profile", profile="balanced")
+
+
 # -- rules ----------------------------------------------------------------------------------
 
 

@@ -123,6 +123,8 @@ function followAdmin(areas, reload) {
 }
 
 function ready() { document.body.dataset.ready = "1"; }
+/** Whether the operator is in ``form`` (its field or button has the focus). */
+function editing(form) { return form.contains(document.activeElement); }
 
 // -- Overview -----------------------------------------------------------------------------
 
@@ -412,14 +414,20 @@ function chains() {
     const [list, steer] = await Promise.all([admin("chains", "list"), admin("steering", "get")]);
     document.getElementById("active-chain").textContent = list.active_chain || "none (built-in)";
     box.replaceChildren(...list.chains.map((c) => show(c, c.name === list.active_chain)));
-    profile.elements.profile.value = steer.profile;
-    document.getElementById("weights").replaceChildren(el("legend", {text: "Custom weights"}),
-      ...AXES.map((a, i) => el("label", {}, `${a} `, el("input", {name: a, type: "number", step: "0.05",
-        min: "0", max: "1", value: String(steer.weights[i])}))));
-    guard.querySelector("fieldset").replaceChildren(el("legend", {text: "Guardrails"}),
-      ...Object.entries(steer.guardrails).map(([k, v]) => el("label", {}, `${k} `,
-        el("input", {name: k, type: "number", step: "any", value: String(v)}))));
-    explore.elements.exploration.value = steer.exploration;
+    // A form the operator is in (typing, or pressing its button) keeps what they typed: a
+    // refresh (the live stream reconnecting, another operator's change) must not undo it.
+    if (!editing(profile)) {
+      profile.elements.profile.value = steer.profile;
+      document.getElementById("weights").replaceChildren(el("legend", {text: "Custom weights"}),
+        ...AXES.map((a, i) => el("label", {}, `${a} `, el("input", {name: a, type: "number", step: "0.05",
+          min: "0", max: "1", value: String(steer.weights[i])}))));
+    }
+    if (!editing(guard)) {
+      guard.querySelector("fieldset").replaceChildren(el("legend", {text: "Guardrails"}),
+        ...Object.entries(steer.guardrails).map(([k, v]) => el("label", {}, `${k} `,
+          el("input", {name: k, type: "number", step: "any", value: String(v)}))));
+    }
+    if (!editing(explore)) explore.elements.exploration.value = steer.exploration;
   });
   profile.addEventListener("submit", (e) => {
     e.preventDefault();
