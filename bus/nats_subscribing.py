@@ -46,6 +46,7 @@ from bus.codec import CodecError, decode
 from bus.errors import BusClosedError
 from bus.inprocess import BufferedSubscription
 from bus.protocol import Envelope
+from schemas import ObservationBatch
 
 if TYPE_CHECKING:
     import datetime
@@ -398,8 +399,7 @@ def feed_receiver(
         wild = shared.get(family)
         if own is None and wild is None:
             return
-        env = _envelope(subject, reply, data, respond)
-        if env is not None:
+        for env in _envelopes(subject, reply, data, respond):
             for sub in (*(own.subs if own else ()), *(wild.subs if wild else ())):
                 sub.deliver(env)
 
@@ -414,21 +414,24 @@ def receiver(
     respond = bus._respond
 
     def on_msg(subject: str, reply: str, data: bytes, _headers: dict[str, str] | None) -> None:
-        env = _envelope(subject, reply, data, respond)
-        if env is not None:
+        for env in _envelopes(subject, reply, data, respond):
             for sub in to.subs if isinstance(to, Shared) else to:
                 sub.deliver(env)
 
     return on_msg
 
 
-def _envelope(
+def _envelopes(
     subject: str, reply: str, data: bytes, respond: Callable[[str, Message], Awaitable[None]]
-) -> Envelope | None:
-    """The message ``data`` decoded, as delivered; None (logged) when it does not decode."""
+) -> tuple[Envelope, ...]:
+    """The message ``data`` decoded, as delivered: an ObservationBatch (an ingress's
+    observations of one turn, gateway/ingress/observation_batch.py) as each of its
+    observations; none (logged) when it does not decode."""
     try:
         message = decode(data)
     except CodecError as exc:
         logger.error("dropped an undecodable message on %s: %s", subject, exc)
-        return None
-    return Envelope(subject, message, reply or None, respond if reply else None)
+        return ()
+    if type(message) is ObservationBatch:
+        return tuple(Envelope(subject, obs, None, None) for obs in message.observations)
+    return (Envelope(subject, message, reply or None, respond if reply else None),)

@@ -166,6 +166,14 @@ class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     spent_for: float | None = None
 
 
+class ObservationBatch(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ingress -> the observations' subscribers over NATS: the observations of one endpoint
+    that one ingress made in one turn of its event loop, on that endpoint's subject (the
+    receiving bus delivers each as its own Observation: subscribers never see a batch)."""
+
+    observations: tuple[Observation, ...]
+
+
 class SetWeight(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Admin: set a route's weight (``weight=None`` restores the configured one)."""
 

@@ -102,6 +102,7 @@ PINNED: dict[str, list[str]] = {
         "NoRespondersError",
         "NoRouteForModalityError",
         "Observation",
+        "ObservationBatch",
         "PinNotFoundError",
         "PoolKey",
         "ProbeDue",
