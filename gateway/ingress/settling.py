@@ -32,6 +32,7 @@ from bus import Bus, NoRespondersError, RequestTimeoutError
 from gateway.formats.openai_chat import content_chars
 from gateway.http.component import Component
 from gateway.http.deadline import Resumed
+from gateway.ingress.observation_batch import observation_sender
 from schemas import (
     CapacityAcquire,
     CapacityGrant,
@@ -366,6 +367,7 @@ class Settler:
         self._clock = clock
         self._wall = wall
         self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
+        self._send_observation = observation_sender(bus, self.publish)
 
     def _observed_on(self, endpoint: str) -> str:
         """The subject of ``endpoint``'s observations, built once per endpoint."""
@@ -464,7 +466,7 @@ class Settler:
             record.trace.attempt_done(obs, None if ended is None else int(wall * 1e9))
         if info.on_attempt is not None:
             info.on_attempt(obs)
-        await self.publish(self._observed_on(c.endpoint), obs)
+        await self._send_observation(self._observed_on(c.endpoint), obs)
 
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget; accounting must never fail (or be cancelled out of) a request."""
