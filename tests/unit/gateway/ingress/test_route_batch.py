@@ -52,11 +52,13 @@ class Owner:
 
     def __init__(self) -> None:
         self.got: list[Message] = []
+        self.subscribed = asyncio.Event()
         self.arrived = asyncio.Event()
         self.answering = asyncio.Event()  # cleared: messages wait unanswered
 
     async def serve(self, bus: InProcessBus, subject: str) -> None:
         async with bus.subscribe(subject) as sub:
+            self.subscribed.set()
             async for env in sub:
                 self.got.append(env.message)
                 self.arrived.set()
@@ -77,7 +79,8 @@ async def owners(bus: InProcessBus) -> AsyncIterator[dict[str, Owner]]:
     tasks = [asyncio.create_task(o.serve(bus, s)) for s, o in found.items()]
     for o in found.values():
         o.answering.set()
-    await asyncio.sleep(0)  # the subscriptions are made in the tasks' first step
+    for o in found.values():
+        await o.subscribed.wait()
     yield found
     for t in tasks:
         t.cancel()
