@@ -303,11 +303,12 @@ class Dispatcher:
         Raises the deterministic error, and what ``then`` raises."""
         served = await self._walk(info, plan, walk, ONCE, op)
         settle, served.settle = served.settle, None
-        if then is None or settle is None:  # nothing to write, or settled in its hedge race
-            if settle is not None:
-                await settle()
+        if settle is None:  # settled in its hedge race
             if then is not None:
                 await then(served)
+            return served
+        if then is None:
+            await settle()
             return served
         write = then(served)
         try:
