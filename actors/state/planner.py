@@ -287,12 +287,13 @@ class RoutePlanner:
         others = [r for r in closed if r is not entry]
         if not self._strategy.orders_fallbacks or len(others) <= 1:
             return others
-        by_endpoint = {r.endpoint: r for r in others}
         if seen is not None:  # the same decision, no await since: the same views
             views = [v for v in seen if v.endpoint != entry.endpoint]
         else:
             views = [r.view(self._prefill.backlog(r.endpoint)) for r in others]
-        return [by_endpoint[v.endpoint] for v in self._strategy.fallback_order(views, req)]
+        ordered = self._strategy.fallback_order(views, req, after_select=seen is not None)
+        routes = self._table.routes  # a view's index is its route's place there
+        return [routes[v.index] for v in ordered]
 
     def _first_backup(
         self, backups: list[RouteEntry], req: RouteRequest, now: float

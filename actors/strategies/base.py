@@ -120,9 +120,12 @@ class RoutingStrategy(Protocol):
         """Whether the plan holds the primary only (no fallbacks)."""
         return False
 
-    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
+    def fallback_order(
+        self, routes: Sequence[RouteView], request: RouteRequest, *, after_select: bool = False
+    ) -> list[RouteView]:
         """The plan's drawn routes after the primary, in the strategy's order (asked only
-        when :attr:`orders_fallbacks`)."""
+        when :attr:`orders_fallbacks`). ``after_select``: ``routes`` are the views the last
+        :meth:`select` for ``request`` chose from, without its choice, in their order."""
         return list(routes)
 
     def hedge_after_ms(self, primary: str, backup: str) -> float | None:

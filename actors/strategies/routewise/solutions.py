@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from actors.strategies.routewise.solver import budget_for, lp_key, solve_hull, tiebroken
 
 if TYPE_CHECKING:
-    from collections.abc import Hashable, Sequence
+    from collections.abc import Callable, Hashable, Sequence
 
 LP_CACHE_SIZE = 256
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
@@ -47,6 +47,7 @@ class Solutions:
         self.alpha = alpha
         self._lp: OrderedDict[_Key, dict[int, float]] = OrderedDict()
         self._orders: dict[Hashable, _Memo] = {}
+        self.last_key: _Key | None = None  # what the last ``weights`` was cached under
 
     def __len__(self) -> int:
         return len(self._lp)
@@ -62,8 +63,10 @@ class Solutions:
         self._orders.clear()
 
     def weights(self, costs: Sequence[float], latencies: Sequence[float]) -> dict[int, float]:
-        """The LP's weights by position in ``costs`` (cached, read only; see the module)."""
-        return self._solved(lp_key(self.alpha, costs, latencies), costs, latencies)
+        """The LP's weights by position in ``costs`` (cached, read only; see the module);
+        its key is kept as :attr:`last_key`."""
+        key = self.last_key = lp_key(self.alpha, costs, latencies)
+        return self._solved(key, costs, latencies)
 
     def _solved(
         self, key: _Key, costs: Sequence[float], latencies: Sequence[float]
@@ -100,7 +103,7 @@ class Solutions:
         key = lp_key(self.alpha, costs, latencies) if key is None else key
         name = key if name is None else name
         memo = self._orders.get(name)
-        if memo is not None and self._current(memo, latencies):
+        if memo is not None and self._current(memo, lambda: latencies):
             return list(memo[1])
         remaining = list(range(len(costs)))
         # The inputs of the positions remaining, cut down with them.
@@ -126,10 +129,12 @@ class Solutions:
         self._remember(name, (tuple(solves_made), tuple(order), tuple(ties), None))
         return order
 
-    def recall(self, name: Hashable, latencies: Sequence[float]) -> tuple[int, ...] | None:
+    def recall(
+        self, name: Hashable, latencies: Callable[[], Sequence[float]]
+    ) -> tuple[int, ...] | None:
         """What the caller kept beside the order memoised under ``name``, when that order
-        is still the answer for ``latencies`` (its solutions touched as re-solving would);
-        else None."""
+        is still the answer for the inputs' exact ``latencies()`` (asked only when the order
+        broke a tie; its solutions touched as re-solving would); else None."""
         memo = self._orders.get(name)
         if memo is None or memo[3] is None or not self._current(memo, latencies):
             return None
@@ -142,18 +147,20 @@ class Solutions:
         if memo is not None:
             self._orders[name] = (*memo[:3], made)
 
-    def _current(self, memo: _Memo, latencies: Sequence[float]) -> bool:
+    def _current(self, memo: _Memo, latencies: Callable[[], Sequence[float]]) -> bool:
         """Whether every solution ``memo`` was made of is still cached and each of its ties
-        breaks as it did at ``latencies``; if so the solutions are touched in the order the
+        breaks as it did at ``latencies()``; if so the solutions are touched in the order the
         re-solves would have touched them."""
         lp = self._lp
         for k, w in memo[0]:
             if lp.get(k) is not w:
                 return False
-        for tied, placed in memo[2]:
-            # max's pick among equal weights: the first (in the solution's order) fastest.
-            if max(tied, key=lambda i: -latencies[i]) != placed:
-                return False
+        if memo[2]:
+            exact = latencies()
+            for tied, placed in memo[2]:
+                # max's pick among equal weights: the first (in the solution's order) fastest.
+                if max(tied, key=lambda i: -exact[i]) != placed:
+                    return False
         for k, _ in memo[0]:
             lp.move_to_end(k)
         return True

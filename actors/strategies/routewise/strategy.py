@@ -47,7 +47,7 @@ from actors.strategies.routewise.solutions import Solutions
 from schemas.pricing import Pricing, uncached_cost
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
     from actors.strategies.base import RouteView, StrategyDeps, StrategyHost
     from actors.strategies.routewise.params import RouteWiseParams
@@ -121,10 +121,15 @@ class RouteWiseStrategy(RoutingStrategy):
         self._probing: dict[str, float] = {}  # endpoint -> when its probe counts as lost
         self._solutions = Solutions(params.budget_alpha)
         self.fallback_draws = 0
-        # The last decision (explain and tests read it; fallback_order reuses it).
+        # The last decision (explain and tests read it; fallback_order reuses it): its
+        # request, rows and weights, the key its LP was cached under (None: no LP, a cold
+        # burst's draw), which rows were in that LP (None: all) and the row it chose.
         self._last_request: RouteRequest | None = None
         self._last_rows: list[Row] = []
         self._last_weights: Mapping[int, float] = {}
+        self._last_key: Hashable | None = None
+        self._last_live: tuple[int, ...] | None = None
+        self._last_pick = 0
         self.last_prompt_tokens = 0  # what /health/deep prices its candidate rows for
 
     @property
@@ -328,10 +333,12 @@ class RouteWiseStrategy(RoutingStrategy):
         """The LP's weights by position (the cached solution itself when every route is in
         the LP: read only)."""
         if None not in costs:  # every route in the LP (the common case): no positions to map
+            self._last_live = None
             return self._solutions.weights([c or 0.0 for c in costs], latencies)
         live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
             raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
+        self._last_live = tuple(live)
         weights = self._solutions.weights(
             [float(costs[i] or 0.0) for i in live], [latencies[i] for i in live]
         )
@@ -354,6 +361,7 @@ class RouteWiseStrategy(RoutingStrategy):
             return routes[0]
         rows = self._rows(routes, request, self._clock())
         self._last_request, self._last_rows, self._last_weights = request, rows, {}
+        self._last_key = None
         try:
             weights = self._solve(
                 [r[2] for r in rows], [r[3] for r in rows], lambda: _reasons(rows)
@@ -363,10 +371,10 @@ class RouteWiseStrategy(RoutingStrategy):
             logger.debug("routewise cold burst, weighted draw: %s", exc)
             return self._draw(routes)
         self._last_weights = weights
+        self._last_key = self._solutions.last_key
         explore = self._explore(rows)
-        if explore is not None:
-            return routes[explore]
-        return routes[self._sample(weights)]
+        pick = self._last_pick = self._sample(weights) if explore is None else explore
+        return routes[pick]
 
     def _explore(self, rows: Sequence[Row]) -> int | None:
         """In-band exploration: with ``explore_unprofiled_share`` probability, one admissible
@@ -387,18 +395,41 @@ class RouteWiseStrategy(RoutingStrategy):
         """The candidates of the last ``select``, with their LP weights."""
         return tuple(weighted([Candidate(*r) for r in self._last_rows], self._last_weights))
 
-    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
+    def fallback_order(
+        self, routes: Sequence[RouteView], request: RouteRequest, *, after_select: bool = False
+    ) -> list[RouteView]:
         """``routes`` (the plan's rest) in the order the LP would choose them, each one the
         heaviest of the LP re-solved without those placed before it (the first
         RESOLVED_FALLBACKS; the rest by latency, then cost); masked routes last in
-        declaration order."""
+        declaration order. ``after_select``: ``routes`` are the last ``select``'s for
+        ``request`` without the one it chose, in their order."""
         if len(routes) <= 1:
             return list(routes)
-        if request is self._last_request:  # the plan's own select priced these already
-            at = {r[0]: r for r in self._last_rows}
+        if request is not self._last_request:
+            return self._ordered(routes, self._rows(routes, request, self._clock()))
+        if not after_select or self._last_key is None:
+            at = {r[0]: r for r in self._last_rows}  # the plan's own select priced these
             rows = [at.get(r.endpoint) or self._one(r, request) for r in routes]
-        else:
-            rows = self._rows(routes, request, self._clock())
+            return self._ordered(routes, rows)
+        # The rest's inputs are the select's without its pick, so the select's LP key and the
+        # pick fix the rest's keys (each input is cut on its own): the name to memoise under.
+        pick, rows = self._last_pick, self._last_rows
+        name = ("after", self._last_key, pick, self._last_live)
+        made = self._solutions.recall(name, lambda: self._rest_latencies(rows, pick))
+        if made is not None:
+            return [routes[i] for i in made]
+        return self._ordered(routes, [*rows[:pick], *rows[pick + 1 :]], name)
+
+    @staticmethod
+    def _rest_latencies(rows: Sequence[Row], pick: int) -> list[float]:
+        """The LP's latencies of ``rows`` without ``pick``, in the LP's positions."""
+        return [r[3] for i, r in enumerate(rows) if i != pick and r[2] is not None]
+
+    def _ordered(
+        self, routes: Sequence[RouteView], rows: Sequence[Row], name: Hashable = None
+    ) -> list[RouteView]:
+        """``routes`` (priced as ``rows``) in fallback order (see :meth:`fallback_order`),
+        memoised under ``name`` (else one made of the LP key of ``rows``)."""
         given = [r[2] for r in rows]
         if None in given:
             live = [i for i, c in enumerate(given) if c is not None]
@@ -411,13 +442,14 @@ class RouteWiseStrategy(RoutingStrategy):
             latencies = [r[3] for r in rows]
         costs = [c or 0.0 for c in given]
         key = self._solutions.key(costs, latencies)
-        # The whole order follows from the rest's LP (its key) and where its routes sit
-        # among ``routes``; keyed so, it holds while the rest's inputs do, whatever the
-        # primary's did (the select's LP moves with every answer of the primary).
-        name = (key, None if len(live) == len(rows) else tuple(live), len(rows))
-        made = self._solutions.recall(name, latencies)
-        if made is not None:
-            return [routes[i] for i in made]
+        if name is None:
+            # The whole order follows from the rest's LP (its key) and where its routes sit
+            # among ``routes``; keyed so, it holds while the rest's inputs do, whatever the
+            # primary's did (the select's LP moves with every answer of the primary).
+            name = (key, None if len(live) == len(rows) else tuple(live), len(rows))
+            made = self._solutions.recall(name, lambda: latencies)
+            if made is not None:
+                return [routes[i] for i in made]
         order = [live[k] for k in self._solutions.order(costs, latencies, name, key)]
         rest = [i for i in live if i not in order]
         if len(rest) > 1:

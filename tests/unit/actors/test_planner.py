@@ -232,7 +232,9 @@ class _LastFirst(RoutingStrategy):
     def observe(self, observation: Observation) -> None:
         """Learns nothing."""
 
-    def fallback_order(self, routes: Sequence[RouteView], request: RouteRequest) -> list[RouteView]:
+    def fallback_order(
+        self, routes: Sequence[RouteView], request: RouteRequest, *, after_select: bool = False
+    ) -> list[RouteView]:
         return list(reversed(routes))
 
     def hedge_after_ms(self, primary: str, backup: str) -> float | None:

@@ -122,7 +122,13 @@ def test_fallback_order_puts_a_route_that_left_the_lp_last(clock: FakeClock) -> 
     assert [v.endpoint for v in s.fallback_order(views, req)] == [c, a, b]
 
 
-def test_select_then_fallback_order_decide_as_resolving_does(clock: FakeClock) -> None:
+@pytest.mark.parametrize("after_select", [False, True])
+def test_select_then_fallback_order_decide_as_resolving_does(
+    clock: FakeClock, after_select: bool
+) -> None:
+    """Whether the rest is priced again or named after the select's LP and its pick (what
+    the planner asks, ``after_select``), its order is the LP re-solved, and the cache the
+    same as re-solving leaves it."""
     prices = [CHEAP, DEAR, {"prompt": 1.0, "completion": 5.0}, {"prompt": 0.5, "completion": 2}]
     twins = [
         make(clock, *(route(8001 + i, pricing=p) for i, p in enumerate(prices)), random_seed=5)
@@ -145,7 +151,7 @@ def test_select_then_fallback_order_decide_as_resolving_does(clock: FakeClock) -
         costs = [c.effective_cost or 0.0 for c in cands]
         placed = resolved(ref._solutions, costs, [c.latency_ms for c in cands])
         tail = sorted(set(range(len(rest))) - set(placed), key=lambda i: cands[i].latency_ms)
-        assert [v.endpoint for v in s.fallback_order(rest, req)] == [
+        assert [v.endpoint for v in s.fallback_order(rest, req, after_select=after_select)] == [
             rest[i].endpoint for i in (*placed, *tail)
         ]
         assert s._solutions.cached() == ref._solutions.cached()
