@@ -50,13 +50,16 @@ class ModelLoad:
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
         self._clock = clock
+        # ``of`` is read for every route of every RouteWise decision: its look-ups, bound once
+        self._limits = self.load.limits
+        self._in_flight = self.load.counts.get
 
     def of(self, endpoint: str) -> tuple[int, float | None]:
         """(in flight, the concurrency it takes now or None) of ``endpoint`` (what a strategy
         reads): its learned limit, else its slow-start window; what is in flight while its
         provider said its limit is spent."""
-        lim = self.load.limits.get(endpoint)
-        in_flight = self.load.in_flight(endpoint)
+        lim = self._limits.get(endpoint)
+        in_flight = self._in_flight(endpoint, 0)
         if lim is None:
             return in_flight, None
         # The clock only when a provider ever said its limit was spent (-inf: never).

@@ -265,19 +265,19 @@ class RouteLoad:
         inflation: float = 2.0,
     ) -> None:
         self.limits = {e: LearnedLimit(cap, min_limit, inflation) for e, cap in caps.items()}
-        self._counts = dict.fromkeys(caps, 0)
+        self.counts = dict.fromkeys(caps, 0)  # endpoint -> in flight (read only outside)
         self._flights: OrderedDict[str, _Flight] = OrderedDict()
         self._ttl = ttl
 
     def in_flight(self, endpoint: str) -> int:
         """Requests counted on ``endpoint`` now."""
-        return self._counts.get(endpoint, 0)
+        return self.counts.get(endpoint, 0)
 
     def saturated(self, endpoint: str, now: float = -math.inf) -> bool:
         """Whether ``endpoint`` is at its learned limit (or its provider's spent one) at
         ``now``."""
         lim = self.limits.get(endpoint)
-        return lim is not None and not lim.admits(self._counts.get(endpoint, 0), now)
+        return lim is not None and not lim.admits(self.counts.get(endpoint, 0), now)
 
     def spent(self, endpoint: str, until: float) -> None:
         """``endpoint``'s provider said a limit of it is spent until ``until``."""
@@ -311,10 +311,10 @@ class RouteLoad:
         if not request_id or not endpoints or request_id in self._flights:
             return
         first, rest = endpoints[0], endpoints[1:]
-        if first not in self._counts:
+        if first not in self.counts:
             return
-        self._flights[request_id] = _Flight(first, now, self._counts[first], rest)
-        self._counts[first] += 1
+        self._flights[request_id] = _Flight(first, now, self.counts[first], rest)
+        self.counts[first] += 1
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send the candidate ``endpoint`` of ``request_id``."""
@@ -343,18 +343,18 @@ class RouteLoad:
         return at_send, False
 
     def _move(self, f: _Flight, endpoint: str, now: float) -> None:
-        if f.endpoint in self._counts:
-            self._counts[f.endpoint] -= 1
+        if f.endpoint in self.counts:
+            self.counts[f.endpoint] -= 1
         f.rest = f.rest[f.rest.index(endpoint) + 1 :]
         f.endpoint = endpoint
-        f.at_send = self._counts.get(endpoint, 0)
-        if endpoint in self._counts:
-            self._counts[endpoint] += 1
+        f.at_send = self.counts.get(endpoint, 0)
+        if endpoint in self.counts:
+            self.counts[endpoint] += 1
 
     def _end(self, request_id: str, f: _Flight) -> None:
         del self._flights[request_id]
-        if f.endpoint in self._counts:
-            self._counts[f.endpoint] -= 1
+        if f.endpoint in self.counts:
+            self.counts[f.endpoint] -= 1
 
     def expire(self, now: float) -> int:
         """Forget flights issued more than ``ttl`` ago; returns how many."""

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 # if this share of its slots were still free at least.
 _MIN_HEADROOM = 0.1
 _MAX_RHO = 1.0 - _MIN_HEADROOM
+# Sakasegawa's exponent by slot count: a route's limit moves in whole steps mostly, so a few
+# hundred counts cover every limit a gateway's routes take.
+_EXPONENTS: dict[float, float] = {}
+_EXPONENTS_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +175,7 @@ def route_rows(
     """:func:`route_row` of every route of ``routes``, the same rows in one pass: an
     on-demand route with a free slot takes its capacity, load and latency look-ups, its
     queueing when requests are in flight, and its price inline."""
-    capacity, load, hold_ms = deps.capacity, deps.load, latency_evidence.hold_ms
+    load, holds = deps.load, latency_evidence.holds
     latencies = latency_evidence.lp_latencies([r.endpoint for r in routes], now)
     prompt = prompt_tokens if prompt_tokens > 0 else 0  # as uncached_cost
     completion = completion_tokens if completion_tokens > 0 else 0
@@ -186,17 +190,16 @@ def route_rows(
             rows.append(_row(endpoint, route, *args, latency_evidence, deps))
             continue
         if in_flight and limit is not None:  # none in flight: no wait (it would add 0.0)
-            hold = hold_ms(endpoint)
+            hold = holds.get(endpoint)
             latency += queue_wait_ms(in_flight, limit, latency if hold is None else hold)
-        state = capacity(endpoint)
         pricing = route.pricing
         price = (
             0.0
             if pricing is None
             else (prompt * pricing.prompt + completion * pricing.completion) / PER_MILLION
         )
-        free = state.free if state is not None else None
-        rows.append((endpoint, kind, price, latency, profiled, 0.0, None, free, ""))
+        # An on-demand route draws on no capacity pool: no free slots to show.
+        rows.append((endpoint, kind, price, latency, profiled, 0.0, None, None, ""))
     return rows
 
 
@@ -213,7 +216,12 @@ def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:
         rho = _MAX_RHO
     if rho <= 0.0:
         return 0.0
-    return hold_ms * math.pow(rho, math.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho))
+    exponent = _EXPONENTS.get(c)
+    if exponent is None:
+        exponent = math.sqrt(2.0 * (c + 1.0)) - 1.0
+        if len(_EXPONENTS) < _EXPONENTS_KEPT:
+            _EXPONENTS[c] = exponent
+    return hold_ms * math.pow(rho, exponent) / (c * (1.0 - rho))
 
 
 def weighted(cands: Sequence[Candidate], weights: Mapping[int, float]) -> list[Candidate]:

@@ -75,20 +75,24 @@ class TtftWindow:
         self._thinner = SampleThinner(budget, window_sec)
         self._errors: list[float] = []
         self._last = _NEVER  # the newest attempt seen, kept or thinned
+        self.changes = 0  # counts what it kept or forgot (not what it thinned away)
 
     def success(self, ts: float, ttft_ms: float) -> None:
         """A first token ``ttft_ms`` after its attempt began, at ``ts``."""
         # _seen, inline (once per answer and window)
-        if 0 < self.failure_idle <= ts - self._last:
+        if 0 < self.failure_idle <= ts - self._last and self._errors:
             self._errors.clear()
+            self.changes += 1
         if ts > self._last:
             self._last = ts
         if self._thinner.admit(ts):
             self.profile.add_sample(ts, ttft_ms)
+            self.changes += 1
 
     def failure(self, ts: float) -> None:
         """An attempt that failed before its first token, at ``ts``."""
         self._seen(ts)
+        self.changes += 1
         if not self._thinner.admit(ts):
             return
         bisect.insort(self._errors, ts)
@@ -157,8 +161,10 @@ class FastMean:
 
     def add(self, ts: float, value: float) -> None:
         """One sample at ``ts`` (an older one counts as if at the newest seen)."""
-        w = self._decay(ts)
-        self.ts = max(self.ts, ts)
+        w = self.weight
+        if ts > self.ts:  # _decay, inline (once per answer)
+            w *= math.pow(0.5, (ts - self.ts) / self.tau)
+            self.ts = ts
         self.mean = (self.mean * w + value) / (w + 1.0)
         self.weight = w + 1.0
 
@@ -188,14 +194,19 @@ class LatencyEvidence:
         self._live: dict[str, TtftWindow] = {}
         self._prior: dict[str, TtftWindow] = {}
         self._fast: dict[str, FastMean] = {}
-        # endpoint -> a moving mean of how long a successful attempt held its slot (ms)
-        self._hold: dict[str, float] = {}
+        # endpoint -> a moving mean of how long a successful attempt held its slot (ms);
+        # read only outside (``hold_ms``, or the whole map on the hot path)
+        self.holds: dict[str, float] = {}
         self.last_seen: dict[str, float] = {}
         self.version = 0
         self._versions: dict[str, int] = {}
         # endpoint -> (its version, whole second, LP latency, profiled): the hot path reads
         # each estimate once per sample or per second, not once per request.
         self._cache: dict[str, tuple[int, int, float, bool]] = {}
+        # endpoint -> (whole second, its windows' changes, their mean): most samples only move
+        # the fast mean (the windows thin them away), so the windows' part of an estimate is
+        # read once per kept sample or per second.
+        self._means: dict[str, tuple[int, int, int, float | None]] = {}
 
     def retune(self, params: RouteWiseParams) -> None:
         """Read thresholds from ``params`` from now on (windows apply to new endpoints; the
@@ -204,6 +215,7 @@ class LatencyEvidence:
         for window in (*self._live.values(), *self._prior.values()):
             window.failure_idle = params.latency_failure_idle_sec
         self._cache.clear()
+        self._means.clear()
 
     def _windows(self, endpoint: str) -> tuple[TtftWindow, TtftWindow]:
         live = self._live.get(endpoint)
@@ -217,26 +229,40 @@ class LatencyEvidence:
 
     def success(self, endpoint: str, ttft_ms: float, ts: float) -> None:
         """A first token arrived ``ttft_ms`` after the attempt began, at ``ts``."""
-        if not math.isfinite(ttft_ms) or ttft_ms < 0:
-            return
-        for window in self._windows(endpoint):
-            window.success(ts, ttft_ms)
-        self._add_fast(endpoint, ts, ttft_ms)
-        self._touch(endpoint, ts)
+        self.answered(endpoint, ttft_ms, None, ts)
 
-    def held(self, endpoint: str, latency_ms: float) -> None:
-        """A successful attempt on ``endpoint`` held its slot ``latency_ms`` (first byte to
-        last); what a queue there makes the next one wait for, per slot."""
-        if not math.isfinite(latency_ms) or latency_ms <= 0:
+    def answered(
+        self, endpoint: str, ttft_ms: float | None, held_ms: float | None, ts: float
+    ) -> None:
+        """An attempt answered at ``ts``: its first token ``ttft_ms`` after it began (None:
+        unknown), and it held its slot ``held_ms`` (first byte to last; None: unknown), what
+        a queue there makes the next one wait for, per slot. One call per answer: the hot
+        path of every observation."""
+        if held_ms is not None and held_ms > 0 and math.isfinite(held_ms):
+            mean = self.holds.get(endpoint)
+            self.holds[endpoint] = (
+                held_ms if mean is None else mean + (held_ms - mean) * _HOLD_ALPHA
+            )
+        if ttft_ms is None or not math.isfinite(ttft_ms) or ttft_ms < 0:
             return
-        mean = self._hold.get(endpoint)
-        self._hold[endpoint] = (
-            latency_ms if mean is None else mean + (latency_ms - mean) * _HOLD_ALPHA
-        )
+        live = self._live.get(endpoint)
+        if live is None:
+            live, prior = self._windows(endpoint)
+        else:
+            prior = self._prior[endpoint]
+        live.success(ts, ttft_ms)
+        prior.success(ts, ttft_ms)
+        self._add_fast(endpoint, ts, ttft_ms)
+        # _touch, inline (once per answer)
+        seen = self.last_seen.get(endpoint)
+        if seen is None or ts > seen:
+            self.last_seen[endpoint] = ts
+        self._versions[endpoint] = self._versions.get(endpoint, 0) + 1
+        self.version += 1
 
     def hold_ms(self, endpoint: str) -> float | None:
         """The mean time a successful attempt holds a slot on ``endpoint`` (None: unseen)."""
-        return self._hold.get(endpoint)
+        return self.holds.get(endpoint)
 
     def _add_fast(self, endpoint: str, ts: float, value: float) -> None:
         half_life = self._params.latency_fast_half_life_sec
@@ -276,14 +302,26 @@ class LatencyEvidence:
         live = self._live.get(endpoint)
         if live is None:
             return None
-        for window in (live, self._prior[endpoint]):
-            mean = window.mean_with_errors(now)
-            if mean is not None:
-                fast = self._fast.get(endpoint)
-                if fast is None:
-                    return mean
-                return fast.blend(mean, self._params.latency_fast_prior_samples, now)
-        return None
+        prior, second = self._prior[endpoint], int(now)
+        hit = self._means.get(endpoint)
+        if (
+            hit is not None
+            and hit[0] == second
+            and hit[1] == live.changes
+            and hit[2] == prior.changes
+        ):
+            mean = hit[3]
+        else:
+            mean = live.mean_with_errors(now)
+            if mean is None:
+                mean = prior.mean_with_errors(now)
+            self._means[endpoint] = (second, live.changes, prior.changes, mean)
+        if mean is None:
+            return None
+        fast = self._fast.get(endpoint)
+        if fast is None:
+            return mean
+        return fast.blend(mean, self._params.latency_fast_prior_samples, now)
 
     def lp_latency(self, endpoint: str, now: float) -> tuple[float, bool]:
         """(the LP's latency, whether measured) for ``endpoint``, cached until its next
@@ -347,7 +385,7 @@ class OutputLengthPredictor:
         if own:
             n, total = self._model
             self._model = (n + 1, total + completion_tokens)
-            b = _bucket(prompt_tokens)
+            b = int(prompt_tokens).bit_length() if prompt_tokens > 0 else 0  # _bucket, inline
             n, total = self._buckets.get(b, (0, 0.0))
             self._buckets[b] = (n + 1, total + completion_tokens)
 

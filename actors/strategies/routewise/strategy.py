@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import random
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from llm_routewise import NoProviderError
 from llm_routewise.const import DISPATCH_OVERHEAD_MS, HEDGE_SUCCESS_TARGET
@@ -160,18 +160,14 @@ class RouteWiseStrategy(RoutingStrategy):
     def observe(self, obs: Observation) -> None:
         """Learn TTFT, success and output length from one attempt of this model."""
         ts = obs.ts or self._clock()
-        if obs.outcome == "success" and obs.endpoint in self._endpoints:
-            self.latency.held(obs.endpoint, obs.latency_ms)
-        self._learn(
-            obs.endpoint,
-            obs.outcome,
-            _first_token_ms(obs.ttft_ms, obs.latency_ms),
-            obs.error_kind,
-            obs.prompt_tokens,
-            obs.completion_tokens,
-            ts,
-            own=True,
-        )
+        outcome = obs.outcome
+        if outcome == "success":
+            if obs.endpoint in self._endpoints:
+                first = _first_token_ms(obs.ttft_ms, obs.latency_ms)
+                self.latency.answered(obs.endpoint, first, obs.latency_ms, ts)
+            self._answered(obs.prompt_tokens, obs.completion_tokens, ts, own=True)
+        elif outcome == "failure" and obs.endpoint in self._endpoints:
+            self.latency.failure(obs.endpoint, obs.error_kind, ts)
 
     def bootstrap(self, rows: Iterable[Mapping[str, Any]], *, own: bool = True) -> int:
         """Replay request-log attempt rows (the StoreActor's ``log query`` answer) with their
@@ -209,14 +205,15 @@ class RouteWiseStrategy(RoutingStrategy):
         if outcome == "success":
             if own and ttft_ms is not None and endpoint in self._endpoints:
                 self.latency.success(endpoint, float(ttft_ms), ts)
-            self.output.update(prompt_tokens, completion_tokens, own=own)
-            if self._reference is not None and (prompt_tokens or completion_tokens):
-                self.envelope.add(
-                    uncached_cost(self._reference, prompt_tokens, completion_tokens),
-                    ts,
-                )
+            self._answered(prompt_tokens, completion_tokens, ts, own=own)
         elif outcome == "failure" and own and endpoint in self._endpoints:
             self.latency.failure(endpoint, error_kind, ts)
+
+    def _answered(self, prompt_tokens: int, completion_tokens: int, ts: float, own: bool) -> None:
+        """Learn an answer's output length and what it cost at on-demand prices."""
+        self.output.update(prompt_tokens, completion_tokens, own=own)
+        if self._reference is not None and (prompt_tokens or completion_tokens):
+            self.envelope.add(uncached_cost(self._reference, prompt_tokens, completion_tokens), ts)
 
     def sample(self, endpoint: str, ok: bool, ttft_ms: float | None, ts: float) -> None:
         """A prober's measurement (LatencySample) of one of this model's routes."""
@@ -334,7 +331,7 @@ class RouteWiseStrategy(RoutingStrategy):
         the LP: read only)."""
         if None not in costs:  # every route in the LP (the common case): no positions to map
             self._last_live = None
-            return self._solutions.weights([c or 0.0 for c in costs], latencies)
+            return self._solutions.weights(cast("Sequence[float]", costs), latencies)
         live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
             raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
