@@ -288,7 +288,7 @@ class RoutePlanner:
         if not self._strategy.orders_fallbacks or len(others) <= 1:
             return others
         if seen is not None:  # the same decision, no await since: the same views
-            views = [v for v in seen if v.endpoint != entry.endpoint]
+            views = [v for v in seen if v.index != entry.index]
         else:
             views = [r.view(self._prefill.backlog(r.endpoint)) for r in others]
         ordered = self._strategy.fallback_order(views, req, after_select=seen is not None)
@@ -374,7 +374,7 @@ class RoutePlanner:
         while pool:
             views = [r.view(self._prefill.backlog(r.endpoint)) for r in pool]
             pick = self._strategy.select(views, req)
-            entry = next(r for r in pool if r.endpoint == pick.endpoint)
+            entry = self._table.routes[pick.index]  # a view's index is its route's place
             if entry in closed:
                 return _Pick(entry, False, reason, use_affinity, views=views if whole else None)
             if (yield from self._lease(entry, req)):

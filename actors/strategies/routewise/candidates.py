@@ -173,15 +173,20 @@ def route_rows(
     deps: StrategyDeps,
 ) -> list[Row]:
     """:func:`route_row` of every route of ``routes``, the same rows in one pass: an
-    on-demand route with a free slot takes its capacity, load and latency look-ups, its
-    queueing when requests are in flight, and its price inline."""
+    on-demand route with a free slot takes its latency (from ``lp_latency``'s cache), its
+    load, its queueing when requests are in flight and its price inline, and no capacity
+    look-up (it draws on no pool)."""
     load, holds = deps.load, latency_evidence.holds
-    latencies = latency_evidence.lp_latencies([r.endpoint for r in routes], now)
+    cached, lp_latency, second = latency_evidence.lp_cache, latency_evidence.lp_latency, int(now)
     prompt = prompt_tokens if prompt_tokens > 0 else 0  # as uncached_cost
     completion = completion_tokens if completion_tokens > 0 else 0
     rows: list[Row] = []
-    for r, (latency, profiled) in zip(routes, latencies, strict=True):
+    for r in routes:
         endpoint, route = r.endpoint, r.route
+        hit = cached.get(endpoint)  # lp_latency's cache, read inline (once per route)
+        latency, profiled = (
+            hit[1] if hit is not None and hit[0] == second else lp_latency(endpoint, now)
+        )
         kind = route.provider_type
         in_flight, limit = load(endpoint)
         if kind != "on_demand" or (limit is not None and in_flight >= limit):

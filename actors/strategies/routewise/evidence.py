@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 from llm_routewise.core.latency_profile import RollingLatencyProfile
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from actors.strategies.routewise.params import RouteWiseParams
 
 # A failed attempt weighs in the mean TTFT as this (the library's default penalty).
@@ -35,8 +33,12 @@ class SampleThinner:
     cold route learns from its first requests, and then at most ``budget`` per ``window``
     seconds, evenly over time. The kept samples stay an even draw over the window, so their
     mean and distribution track those of every sample; a window never holds more than about
-    ``budget`` of them. O(1) per sample. A sample older than the newest one seen (replayed
+    ``budget`` of them. O(1) per sample. A sample older than the newest one weighed (replayed
     rows, another ingress's clock) refills nothing.
+
+    ``due``: before it no sample is kept, so a caller on a hot path may skip ``admit`` for a
+    sample older than it (the bucket fills in a straight line: weighing it later gives the
+    same count).
     """
 
     def __init__(self, budget: int, window_sec: float) -> None:
@@ -44,17 +46,24 @@ class SampleThinner:
         self._rate = max(budget - self._burst, 1.0) / window_sec
         self._tokens = self._burst
         self._last = _NEVER
+        self.due = _NEVER
 
     def admit(self, ts: float) -> bool:
         """Whether the sample at ``ts`` is kept (and takes a token)."""
+        if ts < self.due:
+            return False
         if ts > self._last:
             if self._last != _NEVER:
                 self._tokens = min(self._burst, self._tokens + (ts - self._last) * self._rate)
             self._last = ts
-        if self._tokens < 1.0:
-            return False
-        self._tokens -= 1.0
-        return True
+        kept = self._tokens >= 1.0
+        if kept:
+            self._tokens -= 1.0
+        # When the next token is whole (now, while one is left).
+        self.due = (
+            _NEVER if self._tokens >= 1.0 else (self._last + (1.0 - self._tokens) / self._rate)
+        )
+        return kept
 
 
 class TtftWindow:
@@ -85,7 +94,7 @@ class TtftWindow:
             self.changes += 1
         if ts > self._last:
             self._last = ts
-        if self._thinner.admit(ts):
+        if ts >= self._thinner.due and self._thinner.admit(ts):
             self.profile.add_sample(ts, ttft_ms)
             self.changes += 1
 
@@ -198,11 +207,10 @@ class LatencyEvidence:
         # read only outside (``hold_ms``, or the whole map on the hot path)
         self.holds: dict[str, float] = {}
         self.last_seen: dict[str, float] = {}
-        self.version = 0
-        self._versions: dict[str, int] = {}
-        # endpoint -> (its version, whole second, LP latency, profiled): the hot path reads
-        # each estimate once per sample or per second, not once per request.
-        self._cache: dict[str, tuple[int, int, float, bool]] = {}
+        # endpoint -> (whole second, (LP latency, profiled)), dropped at its next sample: the
+        # hot path reads each estimate once per sample or per second, not once per request.
+        # Read only outside (``lp_latency``, or the whole map on the hot path).
+        self.lp_cache: dict[str, tuple[int, tuple[float, bool]]] = {}
         # endpoint -> (whole second, its windows' changes, their mean): most samples only move
         # the fast mean (the windows thin them away), so the windows' part of an estimate is
         # read once per kept sample or per second.
@@ -214,7 +222,7 @@ class LatencyEvidence:
         self._params = params
         for window in (*self._live.values(), *self._prior.values()):
             window.failure_idle = params.latency_failure_idle_sec
-        self._cache.clear()
+        self.lp_cache.clear()
         self._means.clear()
 
     def _windows(self, endpoint: str) -> tuple[TtftWindow, TtftWindow]:
@@ -257,8 +265,7 @@ class LatencyEvidence:
         seen = self.last_seen.get(endpoint)
         if seen is None or ts > seen:
             self.last_seen[endpoint] = ts
-        self._versions[endpoint] = self._versions.get(endpoint, 0) + 1
-        self.version += 1
+        self.lp_cache.pop(endpoint, None)
 
     def hold_ms(self, endpoint: str) -> float | None:
         """The mean time a successful attempt holds a slot on ``endpoint`` (None: unseen)."""
@@ -277,8 +284,7 @@ class LatencyEvidence:
         seen = self.last_seen.get(endpoint)
         if seen is None or ts > seen:
             self.last_seen[endpoint] = ts
-        self._versions[endpoint] = self._versions.get(endpoint, 0) + 1
-        self.version += 1
+        self.lp_cache.pop(endpoint, None)
 
     def failure(self, endpoint: str, kind: str, ts: float) -> None:
         """An attempt failed before its first token (``kind`` is not weighed: every failure
@@ -326,26 +332,14 @@ class LatencyEvidence:
     def lp_latency(self, endpoint: str, now: float) -> tuple[float, bool]:
         """(the LP's latency, whether measured) for ``endpoint``, cached until its next
         sample or the next whole second."""
-        version, second = self._versions.get(endpoint, 0), int(now)
-        hit = self._cache.get(endpoint)
-        if hit is not None and hit[0] == version and hit[1] == second:
-            return hit[2], hit[3]
+        second = int(now)
+        hit = self.lp_cache.get(endpoint)
+        if hit is not None and hit[0] == second:
+            return hit[1]
         est = self.estimate(endpoint, now)
         value = (self._params.latency_unprofiled_ttft_ms if est is None else est, est is not None)
-        self._cache[endpoint] = (version, second, *value)
+        self.lp_cache[endpoint] = (second, value)
         return value
-
-    def lp_latencies(self, endpoints: Sequence[str], now: float) -> list[tuple[float, bool]]:
-        """:meth:`lp_latency` of each of ``endpoints``, in one call."""
-        versions, cache, second = self._versions, self._cache, int(now)
-        out: list[tuple[float, bool]] = []
-        for endpoint in endpoints:
-            hit = cache.get(endpoint)
-            if hit is not None and hit[1] == second and hit[0] == versions.get(endpoint, 0):
-                out.append((hit[2], hit[3]))
-            else:
-                out.append(self.lp_latency(endpoint, now))
-        return out
 
     def objective(self, endpoint: str, now: float) -> float:
         """The LP's latency for ``endpoint``: the estimate, or the unprofiled default."""
@@ -432,7 +426,8 @@ class CostEnvelope:
 
     def add(self, cost: float, ts: float) -> None:
         """One request's on-demand cost at ``ts``."""
-        if not math.isfinite(cost) or cost < 0 or not self._thinner.admit(ts):
+        thinner = self._thinner
+        if ts < thinner.due or not math.isfinite(cost) or cost < 0 or not thinner.admit(ts):
             return
         self._rows.append((ts, cost))
         bisect.insort(self._sorted, cost)

@@ -25,7 +25,7 @@ LP_CACHE_SIZE = 256
 # Fallbacks placed by re-solving the LP; the rest follow by (latency, cost).
 RESOLVED_FALLBACKS = 3
 
-_Key = tuple[float, int, int]
+_Key = bytes
 # A tie one re-solve broke: the positions of equal weight (in the solution's order) and the
 # one placed (the first of the fastest).
 _Tie = tuple[tuple[int, ...], int]
@@ -65,7 +65,7 @@ class Solutions:
     def weights(self, costs: Sequence[float], latencies: Sequence[float]) -> dict[int, float]:
         """The LP's weights by position in ``costs`` (cached, read only; see the module);
         its key is kept as :attr:`last_key`."""
-        key = self.last_key = lp_key(self.alpha, costs, latencies)
+        key = self.last_key = lp_key(costs, latencies)
         return self._solved(key, costs, latencies)
 
     def _solved(
@@ -86,7 +86,7 @@ class Solutions:
 
     def key(self, costs: Sequence[float], latencies: Sequence[float]) -> _Key:
         """What the LP over ``costs`` and ``latencies`` is cached under."""
-        return lp_key(self.alpha, costs, latencies)
+        return lp_key(costs, latencies)
 
     def order(
         self,
@@ -100,7 +100,7 @@ class Solutions:
         its first solve's key (``key``: that key, when the caller has it already); a
         ``name`` must fix the inputs' keys as that key does (the key itself, or the key of
         the problem they were cut from, with their positions in it)."""
-        key = lp_key(self.alpha, costs, latencies) if key is None else key
+        key = lp_key(costs, latencies) if key is None else key
         name = key if name is None else name
         memo = self._orders.get(name)
         if memo is not None and self._current(memo, lambda: latencies):
@@ -113,7 +113,7 @@ class Solutions:
         ties: list[_Tie] = []
         while remaining and len(order) < RESOLVED_FALLBACKS:
             if order:
-                key = lp_key(self.alpha, sub_costs, sub_lat)
+                key = lp_key(sub_costs, sub_lat)
             weights = self._solved(key, sub_costs, sub_lat)
             solves_made.append((key, weights))
             if len(weights) == 1:  # one route takes it all (the common case): no tie

@@ -64,14 +64,13 @@ def tiebroken(latencies: Sequence[float], costs: Sequence[float]) -> Sequence[fl
     ]
 
 
-def lp_key(
-    alpha: float, costs: Sequence[float], latencies: Sequence[float]
-) -> tuple[float, int, int]:
-    """What an LP solution is cached under: its inputs cut to the top 8 bits of their
-    mantissas (steps under 0.4 % of each value). Every observation moves a latency
-    estimate (and the predicted output moves a cost) a little, so exact inputs would
-    re-solve for nearly every request; a solution is reused until an input moves
-    materially. One integer operation over all the inputs' bits, not a step per value."""
+def lp_key(costs: Sequence[float], latencies: Sequence[float]) -> bytes:
+    """What an LP solution is cached under (by the solutions of one ``budget_alpha``): its
+    inputs cut to the top 8 bits of their mantissas (steps under 0.4 % of each value). Every
+    observation moves a latency estimate (and the predicted output moves a cost) a little,
+    so exact inputs would re-solve for nearly every request; a solution is reused until an
+    input moves materially. One integer operation over all the inputs' bits, not a step per
+    value; bytes, whose hash is computed once however often the key is looked up."""
     n = len(costs) + len(latencies)
     known = _PACKERS.get(n)
     if known is None:
@@ -80,8 +79,8 @@ def lp_key(
             int.from_bytes(_KEEP * n, sys.byteorder),
         )
     packer, mask = known
-    bits = int.from_bytes(packer.pack(*costs, *latencies), sys.byteorder)
-    return (alpha, len(costs), bits & mask)
+    bits = int.from_bytes(packer.pack(*costs, *latencies), sys.byteorder) & mask
+    return bits.to_bytes(8 * n, sys.byteorder)
 
 
 def solve(costs: Sequence[float], objective: Sequence[float], budget: float) -> dict[int, float]:
