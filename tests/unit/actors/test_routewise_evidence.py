@@ -66,6 +66,33 @@ def test_the_thinner_takes_a_burst_at_once_then_its_rate() -> None:
     assert not thinner.admit(50.0)  # a replayed older sample refills nothing
 
 
+def test_the_thinner_says_when_its_next_token_is_whole() -> None:
+    """``due`` lets a hot path skip ``admit`` for a sample before it: none is kept there, and
+    the first sample at it is."""
+    thinner = SampleThinner(budget=1000, window_sec=100.0)  # burst 50, then 9.5 a second
+    assert thinner.due == float("-inf")  # a token is whole: any sample may be kept
+    assert sum(thinner.admit(0.0) for _ in range(50)) == 50
+    assert thinner.due == pytest.approx(1 / 9.5)
+    assert not thinner.admit(thinner.due * 0.999)
+    assert thinner.admit(thinner.due)
+
+
+def test_a_sample_moves_the_estimate_within_its_second_kept_or_thinned() -> None:
+    """The windows' mean is read once per kept sample or second: a kept sample moves the
+    estimate at once; a thinned one moves it through the fast mean only."""
+    alone = LatencyEvidence(RouteWiseParams(latency_fast_half_life_sec=0.0))
+    alone.success("a", 100.0, 10.0)
+    assert alone.lp_latency("a", 10.1) == (100.0, True)
+    alone.success("a", 300.0, 10.2)  # kept (the burst), the same second
+    assert alone.lp_latency("a", 10.3) == (200.0, True)
+    blended = LatencyEvidence(RouteWiseParams(latency_max_samples_per_profile=20))  # burst 1
+    blended.success("a", 100.0, 10.0)
+    before = blended.estimate("a", 10.1)
+    blended.success("a", 900.0, 10.2)  # thinned away: the window still says 100
+    assert blended.estimate("a", 10.3) != before
+    assert blended._means["a"][3] == 100.0
+
+
 def test_a_slow_feed_is_never_thinned() -> None:
     thinner = SampleThinner(budget=5000, window_sec=900.0)
     assert all(thinner.admit(float(t)) for t in range(10_000))  # one a second
