@@ -111,6 +111,10 @@ class RoutingStrategy(Protocol):
     orders_fallbacks: bool = False
     """Whether :meth:`fallback_order` has an order of its own (else: declaration order)."""
 
+    reads_backlog: bool = True
+    """Whether it reads a view's ``backlog`` (False: its views carry 0, which spares the
+    host a look-up per route and decision)."""
+
     def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView: ...
 
     def observe(self, observation: Observation) -> None: ...

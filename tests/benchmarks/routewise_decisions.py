@@ -4,9 +4,10 @@
 
 For each N it builds a RouteWise strategy over N priced routes with latency evidence, then
 times, in this process on the calling core, the work the ModelActor does per request: the
-primary (``select``) and the LP-ordered fallbacks (``fallback_order``). Every request has a
-new prompt size, so the LP cache never answers; it prints p50/p99 in microseconds, and
-the library's own pair-enumerating LP at the same N for comparison.
+primary (``select``) and the LP-ordered fallbacks of the rest (``fallback_order``, asked as
+the planner asks it: after that select). Every request has a new prompt size, so the LP
+cache never answers; it prints p50/p99 in microseconds, and the library's own
+pair-enumerating LP at the same N for comparison.
 """
 
 from __future__ import annotations
@@ -90,8 +91,10 @@ def _row(n: int, seconds: float) -> str:
 
     def decide(i: int) -> None:
         req = RouteRequest(model="m", prompt_tokens=100 + i)
-        strategy.select(views, req)
-        strategy.fallback_order(views, req)
+        primary = strategy.select(views, req)
+        # As the planner asks: the rest of the select's views, in their order.
+        rest = [v for v in views if v is not primary]
+        strategy.fallback_order(rest, req, after_select=True)
 
     cands = strategy.candidates(views, RouteRequest(model="m", prompt_tokens=100), time.time())
     costs = [c.effective_cost or 0.0 for c in cands]

@@ -163,15 +163,10 @@ class FastMean:
         self.weight = 0.0
         self.ts = _NEVER
 
-    def _decay(self, now: float) -> float:
-        if now <= self.ts:
-            return self.weight
-        return self.weight * math.pow(0.5, (now - self.ts) / self.tau)
-
     def add(self, ts: float, value: float) -> None:
         """One sample at ``ts`` (an older one counts as if at the newest seen)."""
         w = self.weight
-        if ts > self.ts:  # _decay, inline (once per answer)
+        if ts > self.ts:  # the weight so far, decayed to ts
             w *= math.pow(0.5, (ts - self.ts) / self.tau)
             self.ts = ts
         self.mean = (self.mean * w + value) / (w + 1.0)
@@ -180,7 +175,9 @@ class FastMean:
     def blend(self, prior: float, prior_weight: float, now: float) -> float:
         """``prior`` (the long window's mean) weighing ``prior_weight`` samples, moved by
         what the last seconds said."""
-        w = self._decay(now)
+        w = self.weight
+        if now > self.ts:  # the weight so far, decayed to now
+            w *= math.pow(0.5, (now - self.ts) / self.tau)
         return (self.mean * w + prior * prior_weight) / (w + prior_weight)
 
 
@@ -351,14 +348,11 @@ class LatencyEvidence:
         return self._live.get(endpoint)
 
 
-def _bucket(prompt_tokens: int) -> int:
-    return max(0, int(prompt_tokens)).bit_length()  # powers of two: 0, 1, 2-3, 4-7, ...
-
-
 class OutputLengthPredictor:
-    """Predicts completion tokens from the prompt size: the mean of the prompt-size bucket,
-    else of this model's observations, else of every row seen (donor models' bootstrap rows
-    included), else ``output_default_tokens``; each level needs its minimum samples."""
+    """Predicts completion tokens from the prompt size: the mean of the prompt-size bucket
+    (powers of two: 0, 1, 2-3, 4-7, ..., the size's bit length), else of this model's
+    observations, else of every row seen (donor models' bootstrap rows included), else
+    ``output_default_tokens``; each level needs its minimum samples."""
 
     def __init__(self, params: RouteWiseParams) -> None:
         self._params = params
@@ -379,14 +373,15 @@ class OutputLengthPredictor:
         if own:
             n, total = self._model
             self._model = (n + 1, total + completion_tokens)
-            b = int(prompt_tokens).bit_length() if prompt_tokens > 0 else 0  # _bucket, inline
+            b = int(prompt_tokens).bit_length() if prompt_tokens > 0 else 0  # its bucket
             n, total = self._buckets.get(b, (0, 0.0))
             self._buckets[b] = (n + 1, total + completion_tokens)
 
     def predict(self, prompt_tokens: int) -> float:
         """Expected completion tokens for a prompt of ``prompt_tokens``."""
         p = self._params
-        n, total = self._buckets.get(_bucket(prompt_tokens), (0, 0.0))
+        bucket = int(prompt_tokens).bit_length() if prompt_tokens > 0 else 0  # its bucket
+        n, total = self._buckets.get(bucket, (0, 0.0))
         if n >= p.output_min_bucket_samples:
             return total / n
         for (n, total), need in (

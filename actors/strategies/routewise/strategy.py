@@ -95,6 +95,7 @@ class RouteWiseStrategy(RoutingStrategy):
 
     session_affinity = False  # the LP's mix is the policy; a pin would override it
     orders_fallbacks = True  # the LP re-solved without the routes before
+    reads_backlog = False  # queueing is priced from the load's in-flight counts
 
     @staticmethod
     def startup_problem(model: ModelConfig, params: RouteWiseParams) -> str | None:
@@ -163,7 +164,8 @@ class RouteWiseStrategy(RoutingStrategy):
         outcome = obs.outcome
         if outcome == "success":
             if obs.endpoint in self._endpoints:
-                first = _first_token_ms(obs.ttft_ms, obs.latency_ms)
+                # _first_token_ms, inline (once per answer)
+                first = obs.ttft_ms if obs.ttft_ms is not None else (obs.latency_ms or None)
                 self.latency.answered(obs.endpoint, first, obs.latency_ms, ts)
             self._answered(obs.prompt_tokens, obs.completion_tokens, ts, own=True)
         elif outcome == "failure" and obs.endpoint in self._endpoints:
