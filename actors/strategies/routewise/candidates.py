@@ -172,10 +172,10 @@ def route_rows(
     latency_evidence: LatencyEvidence,
     deps: StrategyDeps,
 ) -> list[Row]:
-    """:func:`route_row` of every route of ``routes``, the same rows in one pass: an
-    on-demand route with a free slot takes its latency (from ``lp_latency``'s cache), its
-    load, its queueing when requests are in flight and its price inline, and no capacity
-    look-up (it draws on no pool)."""
+    """:func:`route_row` of every route of ``routes``, the same rows in one pass: every
+    route's latency read from ``lp_latency``'s cache inline, and an on-demand route with a
+    free slot takes its load, its queueing when requests are in flight and its price inline,
+    and no capacity look-up (it draws on no pool)."""
     load, holds = deps.load, latency_evidence.holds
     cached, lp_latency, second = latency_evidence.lp_cache, latency_evidence.lp_latency, int(now)
     prompt = prompt_tokens if prompt_tokens > 0 else 0  # as uncached_cost

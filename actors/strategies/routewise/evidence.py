@@ -84,7 +84,9 @@ class TtftWindow:
         self._thinner = SampleThinner(budget, window_sec)
         self._errors: list[float] = []
         self._last = _NEVER  # the newest attempt seen, kept or thinned
-        self.changes = 0  # counts what it kept or forgot (not what it thinned away)
+        # Counts what may move its mean: every kept success, every failure, the failures
+        # forgotten after an idle spell (not the successes it thinned away).
+        self.changes = 0
 
     def success(self, ts: float, ttft_ms: float) -> None:
         """A first token ``ttft_ms`` after its attempt began, at ``ts``."""
@@ -210,7 +212,9 @@ class LatencyEvidence:
         self.lp_cache: dict[str, tuple[int, tuple[float, bool]]] = {}
         # endpoint -> (whole second, its windows' changes, their mean): most samples only move
         # the fast mean (the windows thin them away), so the windows' part of an estimate is
-        # read once per kept sample or per second.
+        # read once per kept sample or per second. A sample ageing out of a window is seen at
+        # the next second then (as between samples by ``lp_cache``), not at once: windows of
+        # minutes, a second's lag.
         self._means: dict[str, tuple[int, int, int, float | None]] = {}
 
     def retune(self, params: RouteWiseParams) -> None:
@@ -328,7 +332,9 @@ class LatencyEvidence:
 
     def lp_latency(self, endpoint: str, now: float) -> tuple[float, bool]:
         """(the LP's latency, whether measured) for ``endpoint``, cached until its next
-        sample or the next whole second."""
+        sample or the next whole second. Within a second the windows' part of it moves only
+        with a kept sample (see ``_means``): what leaves a window by age that second counts
+        from the next one."""
         second = int(now)
         hit = self.lp_cache.get(endpoint)
         if hit is not None and hit[0] == second:

@@ -3,12 +3,13 @@
 :class:`Solutions` caches each LP solution under :func:`~.solver.lp_key` (its inputs cut to
 steps under 0.4 %), least recently used first out, and memoises each fallback order (the LP
 re-solved without the routes already placed, once per placed route) under the key of its
-first solve. A memoised order is answered only while every solution it was made of is still
-the one cached under its key and every tie it broke (routes of equal weight, told apart by
-their exact latencies, which the key rounds) still breaks the same way; answering it touches
-those solutions in the order the re-solves would have: the cache ends in the state the
-re-solves would have left, so an answer from the memo is the answer, and the cache the
-state, of solving again.
+first solve, or under a name its caller gives that fixes the same inputs' keys (RouteWise's
+order after a select: the select's key, its pick and its rows). A memoised order is answered
+only while every solution it was made of is still the one cached under its key and every tie
+it broke (routes of equal weight, told apart by their exact latencies, which the key rounds)
+still breaks the same way; answering it touches those solutions in the order the re-solves
+would have: the cache ends in the state the re-solves would have left, so an answer from the
+memo is the answer, and the cache the state, of solving again.
 """
 
 from __future__ import annotations

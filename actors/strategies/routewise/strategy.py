@@ -124,7 +124,8 @@ class RouteWiseStrategy(RoutingStrategy):
         self.fallback_draws = 0
         # The last decision (explain and tests read it; fallback_order reuses it): its
         # request, rows and weights, the key its LP was cached under (None: no LP, a cold
-        # burst's draw), which rows were in that LP (None: all) and the row it chose.
+        # burst's draw), which rows were in that LP (None: all) and the row it chose: set
+        # by ``select`` alone.
         self._last_request: RouteRequest | None = None
         self._last_rows: list[Row] = []
         self._last_weights: Mapping[int, float] = {}
@@ -332,12 +333,10 @@ class RouteWiseStrategy(RoutingStrategy):
         """The LP's weights by position (the cached solution itself when every route is in
         the LP: read only)."""
         if None not in costs:  # every route in the LP (the common case): no positions to map
-            self._last_live = None
             return self._solutions.weights(cast("Sequence[float]", costs), latencies)
         live = [i for i, c in enumerate(costs) if c is not None]
         if not live:
             raise NoProviderError(f"no feasible RouteWise candidate ({why()})")
-        self._last_live = tuple(live)
         weights = self._solutions.weights(
             [float(costs[i] or 0.0) for i in live], [latencies[i] for i in live]
         )
@@ -361,16 +360,18 @@ class RouteWiseStrategy(RoutingStrategy):
         rows = self._rows(routes, request, self._clock())
         self._last_request, self._last_rows, self._last_weights = request, rows, {}
         self._last_key = None
+        costs = [r[2] for r in rows]
         try:
-            weights = self._solve(
-                [r[2] for r in rows], [r[3] for r in rows], lambda: _reasons(rows)
-            )
+            weights = self._solve(costs, [r[3] for r in rows], lambda: _reasons(rows))
         except NoProviderError as exc:
             self.fallback_draws += 1
             logger.debug("routewise cold burst, weighted draw: %s", exc)
             return self._draw(routes)
         self._last_weights = weights
         self._last_key = self._solutions.last_key
+        self._last_live = (
+            None if None not in costs else tuple(i for i, c in enumerate(costs) if c is not None)
+        )
         explore = self._explore(rows)
         pick = self._last_pick = self._sample(weights) if explore is None else explore
         return routes[pick]
@@ -410,10 +411,11 @@ class RouteWiseStrategy(RoutingStrategy):
             at = {r[0]: r for r in self._last_rows}  # the plan's own select priced these
             rows = [at.get(r.endpoint) or self._one(r, request) for r in routes]
             return self._ordered(routes, rows)
-        # The rest's inputs are the select's without its pick, so the select's LP key and the
-        # pick fix the rest's keys (each input is cut on its own): the name to memoise under.
+        # The rest's inputs are the select's without its pick, so the select's LP key, which
+        # rows were in it and the pick fix the rest's keys (each input is cut on its own), and
+        # with the number of rows (the masked ones go last) the whole order: the memo's name.
         pick, rows = self._last_pick, self._last_rows
-        name = ("after", self._last_key, pick, self._last_live)
+        name = ("after", self._last_key, pick, self._last_live, len(rows))
         made = self._solutions.recall(name, lambda: self._rest_latencies(rows, pick))
         if made is not None:
             return [routes[i] for i in made]

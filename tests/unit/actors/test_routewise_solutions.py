@@ -14,7 +14,15 @@ from actors.strategies.routewise.solutions import RESOLVED_FALLBACKS, Solutions
 from actors.strategies.routewise.solver import lp_key
 from schemas import RouteRequest
 from schemas.capacity import CapacityState
-from tests.unit.actors.test_routewise import CHEAP, DEAR, make, pool_state, route, ttft
+from tests.unit.actors.test_routewise import (
+    CHEAP,
+    DEAR,
+    make,
+    pool_state,
+    quota_route,
+    route,
+    ttft,
+)
 
 if TYPE_CHECKING:
     from tests.unit.actors import FakeClock
@@ -162,3 +170,30 @@ def test_select_then_fallback_order_decide_as_resolving_does(
             ttft(strategy, primary.endpoint, ms, clock, n=1)
         primaries.add(primary.endpoint)
     assert len(primaries) >= 2
+
+
+@pytest.mark.parametrize("counts", [(4, 5), (5, 4)])
+def test_an_order_memoised_after_a_select_holds_for_its_number_of_routes(
+    clock: FakeClock, counts: tuple[int, int]
+) -> None:
+    """Masked routes (quota routes whose pool has not resolved) go last, so the same LP and
+    pick with one masked route more or less is another order: the one re-solving gives,
+    never the memo of the other count's."""
+    s, views = make(
+        clock,
+        route(8001, pricing=CHEAP),
+        route(8002, pricing=DEAR),
+        route(8003, pricing={"prompt": 1.0, "completion": 5.0}),
+        quota_route(8004),
+        quota_route(8005),
+        budget_alpha=0.0,
+    )
+    for v, ms in zip(views, (800.0, 200.0, 400.0, 300.0, 300.0), strict=True):
+        ttft(s, v.endpoint, ms, clock, n=10)
+    for n in counts:
+        req = RouteRequest(model="m", prompt_tokens=1000)
+        primary = s.select(views[:n], req)
+        rest = [v for v in views[:n] if v is not primary]
+        again = RouteRequest(model="m", prompt_tokens=1000)  # not the select's: re-solved
+        assert s.fallback_order(rest, req, after_select=True) == s.fallback_order(rest, again)
+        assert len(s.fallback_order(rest, req, after_select=True)) == n - 1
