@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 # if this share of its slots were still free at least.
 _MIN_HEADROOM = 0.1
 _MAX_RHO = 1.0 - _MIN_HEADROOM
-# Sakasegawa's exponent by slot count: a route's limit moves in whole steps mostly, so a few
-# hundred counts cover every limit a gateway's routes take.
+# Sakasegawa's exponent by slot count: a steady route's limit keeps its value between its
+# rare moves, so the exponent is worked out once per value (a sqrt and a call fewer a queued
+# route and decision); the map stops growing at _EXPONENTS_KEPT values.
 _EXPONENTS: dict[float, float] = {}
 _EXPONENTS_KEPT = 1024
 
