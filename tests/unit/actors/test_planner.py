@@ -248,6 +248,40 @@ def test_the_strategy_hooks_order_the_fallbacks_and_set_the_hedge() -> None:
     assert decision.plan.hedge_after_ms == 250.0
 
 
+class _Seen(_LastFirst):
+    """Records the views it is shown: what it was asked to choose from, and to order."""
+
+    def __init__(self, *, reads_backlog: bool) -> None:
+        super().__init__()
+        self.reads_backlog = reads_backlog
+        self.shown: list[list[RouteView]] = []
+
+    def select(self, routes: Sequence[RouteView], request: RouteRequest) -> RouteView:
+        self.shown.append(list(routes))
+        return super().select(routes, request)
+
+    def fallback_order(
+        self, routes: Sequence[RouteView], request: RouteRequest, *, after_select: bool = False
+    ) -> list[RouteView]:
+        self.shown.append(list(routes))
+        assert after_select  # the rest of the select's own views
+        return super().fallback_order(routes, request, after_select=after_select)
+
+
+@pytest.mark.parametrize("reads_backlog", [True, False])
+def test_a_strategy_that_reads_no_backlog_is_shown_none(reads_backlog: bool) -> None:
+    """A route's prefill backlog reaches a strategy that reads it; one that does not
+    (RouteWise) is shown 0, and its fallbacks are asked after its select."""
+    strategy = _Seen(reads_backlog=reads_backlog)
+    p = _Planned(1.0, 1.0, 1.0, strategy=strategy)
+    p.planner._prefill.acquire("earlier", B, 5_000, NOW)
+    decision, _ = _run(p.planner.decide(RouteRequest(model="m"), frozenset(), NOW))
+    assert _endpoints(decision) == [C, B, A]
+    backlogs = [{v.endpoint: v.backlog for v in views} for views in strategy.shown]
+    expected = 5_000 if reads_backlog else 0
+    assert backlogs == [{A: 0, B: expected, C: 0}, {A: 0, B: expected}]
+
+
 def test_a_strict_strategy_plans_its_primary_alone_and_the_default_hooks_do_nothing() -> None:
     strict = _Planned(1.0, 1.0, 1.0, strategy=_LastFirst(strict=True))
     decision, _ = _run(strict.planner.decide(RouteRequest(model="m"), frozenset(), NOW))
