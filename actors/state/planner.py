@@ -68,11 +68,6 @@ class Decision:
     pins_changed: bool = False
 
 
-def _no_backlog(_endpoint: str) -> int:
-    """The backlog a strategy that does not read it is shown."""
-    return 0
-
-
 def serving(r: RouteEntry, now: float) -> bool:
     """Whether ``r``'s circuit admits traffic now (closed, not benched)."""
     return r.circuit == CLOSED and not r.benched(now)
@@ -295,11 +290,18 @@ class RoutePlanner:
         if seen is not None:  # the same decision, no await since: the same views
             views = [v for v in seen if v.index != entry.index]
         else:
-            backlog = self._prefill.backlog if self._strategy.reads_backlog else _no_backlog
-            views = [r.view(backlog(r.endpoint)) for r in others]
+            views = self._views(others)
         ordered = self._strategy.fallback_order(views, req, after_select=seen is not None)
         routes = self._table.routes  # a view's index is its route's place there
         return [routes[v.index] for v in ordered]
+
+    def _views(self, routes: list[RouteEntry]) -> list[RouteView]:
+        """What the strategy is shown of ``routes``: with their prefill backlog when it reads
+        it, else with 0 (each route's view then stays the same object between decisions)."""
+        if not self._strategy.reads_backlog:
+            return [r.view(0) for r in routes]
+        backlog = self._prefill.backlog
+        return [r.view(backlog(r.endpoint)) for r in routes]
 
     def _first_backup(
         self, backups: list[RouteEntry], req: RouteRequest, now: float
@@ -377,9 +379,8 @@ class RoutePlanner:
         # refused route is in ``full`` then, so RouteWise re-solves without it.)
         # The views are the closed routes' while nothing but closed ones is in the pool.
         whole = not probing and len(pool) == len(closed)
-        backlog = self._prefill.backlog if self._strategy.reads_backlog else _no_backlog
         while pool:
-            views = [r.view(backlog(r.endpoint)) for r in pool]
+            views = self._views(pool)
             pick = self._strategy.select(views, req)
             entry = self._table.routes[pick.index]  # a view's index is its route's place
             if entry in closed:
