@@ -503,6 +503,17 @@ async def _versions(sub: Subscription, n: int) -> list[str]:
     return got
 
 
+async def _stored(bus: Bus, subject: str, stream: str, last: str) -> None:
+    """Returns once ``stream`` holds the message of version ``last`` (published last): NATS's
+    JetStream stores a plain publish after the publisher sent it, so a replay started at once
+    could meet messages its limits are about to drop. Replays until that message arrives."""
+    async with bus.replay(subject, stream=stream, since=0) as sub:
+        async with asyncio.timeout(WAIT_S):
+            async for env in sub:
+                if isinstance(env.message, ConfigChanged) and env.message.version == last:
+                    return
+
+
 async def test_replay_delivers_what_the_stream_kept_then_live_messages_in_order(
     any_bus: Bus,
     prefix: str,
@@ -533,6 +544,7 @@ async def test_replay_keeps_at_most_max_msgs_and_nothing_before_since(
     await any_bus.ensure_stream(stream, [subject], max_age=60, max_msgs=2)
     for v in ("v1", "v2", "v3"):
         await any_bus.publish(subject, ConfigChanged(version=v))
+    await _stored(any_bus, subject, stream, "v3")
     async with any_bus.replay(subject, stream=stream, since=0) as sub:
         assert await _versions(sub, 2) == ["v2", "v3"]
     async with any_bus.replay(subject, stream=stream, since=time.time() + 3600) as sub:
@@ -554,6 +566,7 @@ async def test_a_busy_subject_keeps_at_most_its_own_bound_and_leaves_the_others_
     await any_bus.publish(rare, ConfigChanged(version="rare"))
     for i in range(8):
         await any_bus.publish(busy, ConfigChanged(version=f"b{i}"))
+    await _stored(any_bus, busy, stream, "b7")
 
     async with any_bus.replay(_history_subject(prefix, "*"), stream=stream, since=0) as sub:
         assert await _versions(sub, 4) == ["rare", "b5", "b6", "b7"]
