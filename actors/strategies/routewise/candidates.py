@@ -26,11 +26,6 @@ if TYPE_CHECKING:
 # if this share of its slots were still free at least.
 _MIN_HEADROOM = 0.1
 _MAX_RHO = 1.0 - _MIN_HEADROOM
-# Sakasegawa's exponent by slot count: a steady route's limit keeps its value between its
-# rare moves, so the exponent is worked out once per value (a sqrt and a call fewer a queued
-# route and decision); the map stops growing at _EXPONENTS_KEPT values.
-_EXPONENTS: dict[float, float] = {}
-_EXPONENTS_KEPT = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,12 +217,7 @@ def queue_wait_ms(in_flight: int, slots: float, hold_ms: float) -> float:
         rho = _MAX_RHO
     if rho <= 0.0:
         return 0.0
-    exponent = _EXPONENTS.get(c)
-    if exponent is None:
-        exponent = math.sqrt(2.0 * (c + 1.0)) - 1.0
-        if len(_EXPONENTS) < _EXPONENTS_KEPT:
-            _EXPONENTS[c] = exponent
-    return hold_ms * math.pow(rho, exponent) / (c * (1.0 - rho))
+    return hold_ms * math.pow(rho, math.sqrt(2.0 * (c + 1.0)) - 1.0) / (c * (1.0 - rho))
 
 
 def weighted(cands: Sequence[Candidate], weights: Mapping[int, float]) -> list[Candidate]:

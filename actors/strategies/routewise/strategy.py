@@ -129,7 +129,7 @@ class RouteWiseStrategy(RoutingStrategy):
         self._last_request: RouteRequest | None = None
         self._last_rows: list[Row] = []
         self._last_weights: Mapping[int, float] = {}
-        self._last_key: Hashable | None = None
+        self._last_key: bytes | None = None
         self._last_live: tuple[int, ...] | None = None
         self._last_pick = 0
         self.last_prompt_tokens = 0  # what /health/deep prices its candidate rows for
@@ -165,8 +165,7 @@ class RouteWiseStrategy(RoutingStrategy):
         outcome = obs.outcome
         if outcome == "success":
             if obs.endpoint in self._endpoints:
-                # _first_token_ms, inline (once per answer)
-                first = obs.ttft_ms if obs.ttft_ms is not None else (obs.latency_ms or None)
+                first = _first_token_ms(obs.ttft_ms, obs.latency_ms)
                 self.latency.answered(obs.endpoint, first, obs.latency_ms, ts)
             self._answered(obs.prompt_tokens, obs.completion_tokens, ts, own=True)
         elif outcome == "failure" and obs.endpoint in self._endpoints:
