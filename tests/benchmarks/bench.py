@@ -177,11 +177,13 @@ _SURFACES: dict[str, _Surface] = {
 }
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
 LOOPS = ("as-is", "asyncio", "uvloop")
-TARGETS = ("direct", "gateway")
+TARGETS = ("direct", "floor", "gateway")
+_DEFAULT_TARGETS = ["direct", "gateway"]
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
 _GATEWAY_READY = re.compile(r"llmgw listening on (http://\S+)")
 _ACTORS_READY = re.compile(r"llmgw actors running on")
+_RELAY_READY = re.compile(r"relay listening on (http://\S+)")
 _OTLP_READY = re.compile(r"otlp receiver on (http://\S+)")
 _DASHBOARD_READY = re.compile(r"dashboard open: (\S+)")
 _NATS_READY = re.compile(r"Server is ready")
@@ -987,6 +989,10 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                     )
             urls = {"direct": upstream_url, "gateway": gateway_url}
             watch_pids = {"upstream": upstream.pid, **gateway_pids}
+            if "floor" in args.targets:
+                relay = _python("-m", "tests.benchmarks.relay", "--upstream", upstream_url)
+                floor, m = kids.start("floor", _pinned(args.gateway_cpus, relay), _RELAY_READY)
+                urls["floor"], watch_pids["floor"] = m.group(1), floor.pid
             if nats_pid:
                 watch_pids["nats"] = nats_pid
             watch_cpus = sorted(set(_cpu_list(args.gateway_cpus) + _cpu_list(args.load_cpus)))
@@ -1095,14 +1101,14 @@ def _gateway_pct(r: StepResult) -> float:
 
 
 def _cpu_cell(r: StepResult) -> str:
-    gw = _gateway_pct(r)
+    gw = r.cpu_pct.get("floor") if r.target == "floor" else _gateway_pct(r)
     return "/".join(_fmt(v, 0) for v in (gw, r.cpu_pct.get("upstream"), r.cpu_pct.get("loadgen")))
 
 
 def server_cpu_us(r: StepResult) -> float | None:
     """CPU microseconds the measured server spent per request: the gateway (plus an actors
-    host apart and a nats-server the script started) for gateway rows, the upstream for
-    direct rows.
+    host apart and a nats-server the script started) for gateway rows, the relay for floor
+    rows, the upstream for direct rows.
 
     Unlike req/s this hardly moves when other work shares the core, and one core's worth
     of it (1e6 / value) is the throughput that core would reach on its own."""
@@ -1110,6 +1116,10 @@ def server_cpu_us(r: StepResult) -> float | None:
         if "gateway" not in r.cpu_pct:
             return None
         pct = _gateway_pct(r)
+    elif r.target == "floor":
+        if "floor" not in r.cpu_pct:
+            return None
+        pct = r.cpu_pct["floor"]
     else:
         if "upstream" not in r.cpu_pct:
             return None
@@ -1226,6 +1236,12 @@ def report(results: list[StepResult], args: argparse.Namespace, markdown: bool) 
             )
             if g.ttfb_p50_ms is not None and d.ttfb_p50_ms is not None:
                 line += f"; added TTFB p50 {g.ttfb_p50_ms - d.ttfb_p50_ms:.2f} ms"
+            f = by_key.get(("floor", mode, 1))
+            if f:
+                line += (
+                    f"; a byte relay in its place adds {f.p50_ms - d.p50_ms:.2f} ms (floor "
+                    f"{f.p50_ms:.2f}), so {g.p50_ms - f.p50_ms:.2f} ms is the gateway's own"
+                )
             out.append(line)
     for mode in args.modes:
         g64 = by_key.get(("gateway", mode, 64))
@@ -1354,8 +1370,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--targets",
         type=_csv(TARGETS),
-        default=list(TARGETS),
-        help="comma list of direct,gateway (both)",
+        default=_DEFAULT_TARGETS,
+        help="comma list of direct,gateway (both), and floor: a byte relay in the gateway's "
+        "place (tests/benchmarks/relay.py), what any process in the path costs",
     )
     p.add_argument(
         "--bus",
