@@ -27,6 +27,7 @@ from tests.benchmarks.bench_topology import (
     topology_problem,
     until_served,
 )
+from tests.unit.benchmarks.rows import step_row
 
 if TYPE_CHECKING:
     import argparse
@@ -40,22 +41,7 @@ def _args(*argv: str) -> argparse.Namespace:
 
 
 def _row(cpu: dict[str, float], topology: str = "split") -> StepResult:
-    return StepResult(
-        target="gateway",
-        mode="plain",
-        concurrency=64,
-        duration=2.0,
-        requests=200,
-        errors=0,
-        rps=100.0,
-        p50_ms=1.0,
-        p99_ms=2.0,
-        mean_ms=1.0,
-        ttfb_p50_ms=None,
-        ttfb_p99_ms=None,
-        cpu_pct=cpu,
-        topology=topology,
-    )
+    return step_row(cpu_pct=cpu, topology=topology)
 
 
 def test_cluster_config_validates_as_the_actors_host_loads_it_with_defaults(

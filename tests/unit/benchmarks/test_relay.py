@@ -14,6 +14,7 @@ import pytest
 
 from tests.benchmarks.bench import StepResult, report
 from tests.benchmarks.relay import serve
+from tests.unit.benchmarks.rows import step_row
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -133,20 +134,7 @@ async def test_only_a_loopback_upstream_is_relayed() -> None:
 
 
 def _row(target: str, p50_ms: float) -> StepResult:
-    return StepResult(
-        target=target,
-        mode="plain",
-        concurrency=1,
-        duration=5.0,
-        requests=5000,
-        errors=0,
-        rps=1000.0,
-        p50_ms=p50_ms,
-        p99_ms=p50_ms,
-        mean_ms=p50_ms,
-        ttfb_p50_ms=None,
-        ttfb_p99_ms=None,
-    )
+    return step_row(target=target, concurrency=1, p50_ms=p50_ms)
 
 
 def test_the_added_p50_line_splits_the_floor_from_the_gateways_own() -> None:
