@@ -2,7 +2,9 @@
 
 A rate-limit answer is back-pressure, not sickness: the credential that got it cools for
 what the provider said (``Retry-After``, or its ``x-ratelimit-reset-*`` headers, folded into
-the observation's ``retry_after`` by the adapter), else for an adaptive backoff that starts
+the observation's ``retry_after`` by the adapter), else (no hint, or a wait of 0: a 429 that
+let the next request go at once would be met again at once, as often as a request's
+attempts allow) for an adaptive backoff that starts
 at ``initial`` seconds and doubles while 429s continue, up to ``cap``; a success resets the
 backoff. A cooling never shortens one already running. Only a 429 that arrives when the
 credential is not cooling doubles the backoff: the answers of a burst already in flight when
@@ -49,8 +51,8 @@ class Cooling:
         """Fold one 429 for ``cid``; returns the new end of its cooling when this starts or
         lengthens one, else None."""
         k = self._keys.setdefault(cid, _Key())
-        if retry_after is not None:
-            seconds = retry_after  # 0: the provider asks for no pause at all
+        if retry_after is not None and retry_after > 0:
+            seconds = retry_after
         elif k.until > now:
             return None  # an echo of the burst that started this cooling
         else:

@@ -12,6 +12,7 @@ answers, a stream broken mid-answer, hedged twins and both background probers al
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -143,13 +144,23 @@ class UnsupportedParameterError(UpstreamError):
         self.param = param
 
 
+def _wait_hint(seconds: float | None) -> float | None:
+    """A provider's wait as a hint: a positive, finite number of seconds; None for anything
+    else. ``0`` or less says nothing usable: a request that took it at its word would send
+    the refused request again at once, as often as its attempts allow (the refusal is still
+    back-pressure: the caller's own backoff applies). NaN and infinity are malformed."""
+    if seconds is None or not 0.0 < seconds < math.inf:
+        return None
+    return seconds
+
+
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The ``Retry-After`` header in seconds (delta form), or None."""
+    """The ``Retry-After`` header in seconds (delta form) when it asks for a wait, or None."""
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        return _wait_hint(float(value))
     except ValueError:
         return None
 
@@ -164,9 +175,11 @@ def duration_seconds(value: str) -> float | None:
     it is neither."""
     text = value.strip().lower()
     try:
-        return max(0.0, float(text))
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     total, pos = 0.0, 0
     for m in _DURATION_PART.finditer(text):
         if m.start() != pos:
@@ -179,16 +192,19 @@ def duration_seconds(value: str) -> float | None:
 def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
     """How long a 429 asks the caller to wait: ``Retry-After``, else ``retry-after-ms``, else
     the ``x-ratelimit-reset-*`` header of the limit that ran out (``x-ratelimit-remaining-*``
-    at 0; when none says so, the shortest reset given). None when the answer says nothing."""
+    at 0; when none says so, the shortest reset given). None when the answer says nothing,
+    or no wait (0 or less) or a malformed one (:func:`_wait_hint`)."""
     after = retry_after_seconds(headers)
     if after is not None:
         return after
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:
-            return max(0.0, float(ms) / 1000.0)
+            after = _wait_hint(float(ms) / 1000.0)
         except ValueError:
             pass
+        if after is not None:
+            return after
     resets: dict[str, float] = {}
     for limit in ("requests", "tokens"):
         raw = headers.get(f"x-ratelimit-reset-{limit}")
@@ -199,8 +215,8 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
         s for limit, s in resets.items() if headers.get(f"x-ratelimit-remaining-{limit}") == "0"
     ]
     if spent:
-        return max(spent)
-    return min(resets.values()) if resets else None
+        return _wait_hint(max(spent))
+    return _wait_hint(min(resets.values())) if resets else None
 
 
 def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:

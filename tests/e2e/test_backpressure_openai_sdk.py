@@ -165,6 +165,25 @@ async def test_every_route_cooling_with_the_reset_near_waits_for_it_and_serves(
     assert 1.0 - 0.05 <= back <= 1.0 + 1.0
 
 
+@pytest.mark.parametrize("retry_after", ["0", "-5", "nan"])
+async def test_a_429_asking_for_no_wait_is_not_sent_again_at_once_by_the_request_that_met_it(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    retry_after: str,
+) -> None:
+    # Taken at its word, "Retry-After: 0" left the key in rotation, so the request's walk
+    # found the route free again at once: 20 calls in 16 ms to a provider refusing, up to the
+    # attempt cap. Now it cools the key as a 429 without a hint does.
+    a = await fake_upstreams("a", default=Reply(429, headers={"Retry-After": retry_after}))
+    no_wait = {"failover": {"cooling_wait_seconds": 0}}
+    gw = await gateway_factory(config(model("m", route(a)), routing=no_wait))
+
+    err = await _status(gw.openai().chat.completions.create(model="m", messages=HI))
+
+    assert err is not None and err.status_code == 429
+    assert len(a.requests) == 1
+
+
 async def test_429s_never_bench_a_route_and_5xx_sickness_still_does(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,
@@ -231,12 +250,13 @@ async def test_fixed_spills_past_a_route_at_its_learned_limit_and_says_so(
     fake_upstreams: UpstreamFactory,
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
-    # A 429 asking for no pause cools nothing but teaches a's limit: the floor, 2 in flight.
-    a.enqueue(Reply(429, headers={"Retry-After": "0"}), Held(), Held())
+    # A 429 cooling its key for a microsecond teaches a's limit: the floor, 2 in flight.
+    a.enqueue(Reply(429), Held(), Held())
     gw = await gateway_factory(
         config(
             model("m", route(a), route(b, fallback_only=True)),
             circuit=SPEC_CIRCUIT,
+            routing={"key_pool": {"cooling_seconds": TINY}},
             admin_key=ADMIN,
         )
     )

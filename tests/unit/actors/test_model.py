@@ -488,17 +488,21 @@ async def test_model_counts_in_flight_until_the_attempt_ends_or_is_never_sent(
 
 
 async def test_model_fixed_spills_past_a_route_at_its_learned_limit_unless_all_are_full(
-    bus: InProcessBus, start_model: Start
+    bus: InProcessBus, clock: FakeClock, start_model: Start
 ) -> None:
     await start_model((8001, 1), (8002, 1e-9))
-    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=0))  # limit 2
+    await bus.publish(subjects.observation(A), rate_limited(A, retry_after=1))  # limit 2
+    await plan(bus, dry=True)  # the 429 is folded in
+    clock.now += 1  # its cooling is over, the learned limit stays
     held = [await plan(bus, request_id=f"r{i}") for i in range(2)]
     assert [p.candidates[0].endpoint for p in held] == [A, A]
 
     spilled = await plan(bus, request_id="r2")
     after_spill = await loads(bus)
     # B is at a learned limit too now: nothing is left to spill to, the draw decides.
-    await bus.publish(subjects.observation(B), rate_limited(B, retry_after=0))
+    await bus.publish(subjects.observation(B), rate_limited(B, retry_after=1))
+    await plan(bus, dry=True)
+    clock.now += 1
     for i in range(3, 5):
         await plan(bus, request_id=f"r{i}")
     unspilled = await plan(bus, dry=True)

@@ -72,6 +72,8 @@ def test_carries_token_only_for_answer_text_tool_calls_refusals_or_reasoning(
         ("soon", None),
         ("1s2", None),
         ("", None),
+        ("nan", None),
+        ("inf", None),
     ],
 )
 def test_duration_seconds_reads_openais_reset_forms(text: str, seconds: float | None) -> None:
@@ -93,6 +95,17 @@ def test_duration_seconds_reads_openais_reset_forms(text: str, seconds: float | 
         ),
         ({"x-ratelimit-reset-requests": "2s", "x-ratelimit-reset-tokens": "6m0s"}, 2.0),
         ({}, None),
+        # No wait, or a malformed one, is no hint (the key's own backoff applies) ...
+        ({"retry-after": "0"}, None),
+        ({"retry-after": "-5"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after": "inf"}, None),
+        ({"retry-after": "1e400"}, None),
+        ({"retry-after-ms": "0"}, None),
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "0s"}, None),
+        # ... and the next header that says something is read instead.
+        ({"retry-after": "0", "retry-after-ms": "250"}, 0.25),
+        ({"retry-after": "nan", "x-ratelimit-reset-requests": "2s"}, 2.0),
     ],
 )
 def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
