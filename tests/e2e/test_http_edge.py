@@ -346,6 +346,52 @@ async def test_keep_alive_requests_on_one_connection_are_still_served(
     assert [a.status_code for a in answers] == [200, 200, 200]
 
 
+UPGRADES = {
+    # curl --http2 on a plain-HTTP URL; a WebSocket handshake's headers; a protocol unknown
+    "h2c": [
+        b"connection: Upgrade, HTTP2-Settings",
+        b"upgrade: h2c",
+        b"http2-settings: AAMAAABkAAQCAAAAAAIAAAAA",
+    ],
+    "websocket": [b"connection: Upgrade", b"upgrade: websocket", b"sec-websocket-version: 13"],
+    "foo": [b"connection: upgrade", b"upgrade: foo"],
+}
+
+
+def chunked(body: bytes) -> bytes:
+    """``body`` in the chunked coding, in two chunks."""
+    half = len(body) // 2
+    return b"%x\r\n%b\r\n%x\r\n%b\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:])
+
+
+def chat_upgrade_request(upgrade: str, framing: str) -> bytes:
+    """The chat request, asking to upgrade to ``upgrade``, its body framed by ``framing``."""
+    if framing == "chunked":
+        request = chat_request([b"transfer-encoding: chunked", *UPGRADES[upgrade]])
+        return request.removesuffix(CHAT_BODY) + chunked(CHAT_BODY)
+    return chat_request([b"content-length: {n}", *UPGRADES[upgrade]])
+
+
+# Hypercorn takes an h2c upgrade (101, then HTTP/2), and h11 reads nothing as HTTP/1.1 after
+# a request asking to upgrade (its answer closes the connection): the builtin engine and
+# granian answer the request in HTTP/1.1, ignoring the upgrade (RFC 9110 §7.8).
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+@pytest.mark.parametrize("upgrade", list(UPGRADES))
+async def test_a_request_asking_to_upgrade_is_served_over_http_1_1_body_and_all(
+    gw: RunningGateway, fake_upstream: FakeUpstream, upgrade: str, framing: str
+) -> None:
+    # The builtin engine used to drop its body (llhttp stops at the end of an upgrade's
+    # head): a 400 "the request body is not valid JSON" where the same request without the
+    # header was served, and the connection closed. Now every engine serves it and reads on.
+    answers = await converse(gw, chat_upgrade_request(upgrade, framing) + LAST)
+
+    assert [a.status_code for a in answers] == [200, 200], answers
+    assert answers[0].json()["object"] == "chat.completion"
+    assert answers[1].json()["status"] == "ok"  # the request after it, read as HTTP/1.1
+    sent = json.loads(CHAT_BODY)["messages"]
+    assert [r.json["messages"] for r in fake_upstream.requests] == [sent]
+
+
 # -- the server's own errors ---------------------------------------------------------------
 
 

@@ -8,8 +8,10 @@ runs it refuses, in the caller's API shape (``gateway.ingress.http_edge.surface_
 ``Content-Length`` and ``Transfer-Encoding``, a repeated or listed ``Content-Length``,
 obs-fold, a bare LF, a malformed or lower-case method, garbage), an HTTP version other than
 1.x (505), a transfer coding other than chunked (501), a head over :data:`MAX_HEAD_BYTES`
-(431) and a head not all arrived within the header timeout (408). A connection that opens
-with HTTP/2's preface is handed to ``gateway.process.h1.h2_handoff``.
+(431) and a head not all arrived within the header timeout (408). An ``Upgrade`` is not
+taken: the request, its body included, is served as HTTP/1.1 (RFC 9110 §7.8) on a connection
+kept as any other. A connection that opens with HTTP/2's preface is handed to
+``gateway.process.h1.h2_handoff``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ _MALFORMED = (400, "malformed HTTP request", "invalid_request")
 _TOO_LARGE = "the request's header fields are too large"
 _BOTH_FRAMINGS = "a request with both Content-Length and Transfer-Encoding is refused"
 _ONLY_CHUNKED = (501, "only Transfer-Encoding: chunked is supported", "invalid_request")
+_FRAMING = (b"content-length", b"transfer-encoding")
 
 
 class _HeadTooLargeError(Exception):
@@ -70,7 +73,7 @@ class Connection(asyncio.Protocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self._read_paused = False
         self._closing = False
-        self._last_request = False  # the client ended its side or asked to upgrade
+        self._framing_only = False  # the head being parsed is one made to read a body
         self._head_began_alone = True  # no request's bytes came before the head's in its data
         self._refusal: tuple[int, str, str] | None = None  # to answer once the one ahead is
         self._opening: bytes | None = b""  # the first bytes, until HTTP/2's preface is ruled out
@@ -106,15 +109,7 @@ class Connection(asyncio.Protocol):
         if continued:
             self._head_data += data
         try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            # An Upgrade (h2c, websocket) is not taken: the request is served as HTTP/1.1
-            # (RFC 9110 §7.8 lets a server ignore it) and the connection closes after it.
-            self._last_request = True
-            upgrading = self._queued[-1] if self._queued else self._serving
-            if upgrading is not None:
-                upgrading.keep_alive = False  # its answer says the connection closes
-            self._closing_after_answer()
+            self._feed(data)
         except httptools.HttpParserCallbackError as exc:
             if not isinstance(exc.__context__, _HeadTooLargeError):
                 raise
@@ -134,6 +129,26 @@ class Connection(asyncio.Protocol):
                 self._head_timer = self.loop.call_later(
                     self.state.header_timeout, self._head_expired
                 )
+
+    def _feed(self, data: bytes) -> None:
+        """Parse ``data``. Raises httptools.HttpParserError (a callback's failure, too)."""
+        while True:
+            try:
+                self._parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as upgrade:
+                # llhttp stops at the end of the head of a request asking to upgrade (h2c,
+                # websocket) and httptools skips its body. The upgrade is not taken (RFC
+                # 9110 §7.8 lets a server ignore it): a fresh parser reads on as HTTP/1.1,
+                # first that body as the request's own framing headers say, then whatever
+                # follows it, as on any connection.
+                data = data[int(upgrade.args[0]) :]
+                self._parser = httptools.HttpRequestParser(self)
+                if self._closing or self._parsing is None:
+                    return  # refused (its answer closes the connection): read no more
+                framing = [b"%b: %b\r\n" % h for h in self._headers if h[0] in _FRAMING]
+                self._framing_only = True  # on_message_begin .. on_headers_complete skip it
+                self._parser.feed_data(b"POST / HTTP/1.1\r\n%b\r\n" % b"".join(framing))
 
     def eof_received(self) -> bool | None:
         # The client is done sending: it will not read an answer either (HTTP clients do not
@@ -166,6 +181,8 @@ class Connection(asyncio.Protocol):
     # -- llhttp's callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self._framing_only:
+            return
         self._head_began_alone = self._parsing is None and self._serving is None
         self._reading = True
         self.idle_since = None
@@ -174,10 +191,14 @@ class Connection(asyncio.Protocol):
         self._head_size = 0
 
     def on_url(self, url: bytes) -> None:
+        if self._framing_only:
+            return
         self._url += url
         self._grow_head(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._framing_only:
+            return
         self._headers.append((name.lower(), value))
         self._grow_head(len(name) + len(value))
 
@@ -187,6 +208,9 @@ class Connection(asyncio.Protocol):
             raise _HeadTooLargeError
 
     def on_headers_complete(self) -> None:
+        if self._framing_only:
+            self._framing_only = False  # the body that follows is the upgrade request's
+            return
         if self._closing:
             return
         self._reading = False
@@ -241,7 +265,8 @@ class Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         exchange = self._parsing
-        if exchange is not None:
+        if exchange is not None and not self._parser.should_upgrade():
+            # (A request asking to upgrade ends here without its body: see _feed.)
             self._parsing = None
             exchange.body_ended()
 
@@ -280,8 +305,6 @@ class Connection(asyncio.Protocol):
         if self._refusal is not None:  # a request behind this one was refused
             self._answer_error(*self._refusal)
             self.close()
-        elif self._last_request:
-            self.close()
         else:
             self.idle_since = self.loop.time()
             self.resume_reading()
@@ -292,10 +315,6 @@ class Connection(asyncio.Protocol):
         self._closing = True
         self.state.forget(self)
         self.state.h2.take(self._transport, data)
-
-    def _closing_after_answer(self) -> None:
-        if self._serving is None and self._parsing is None:
-            self.close()
 
     # -- writing and flow control ---------------------------------------------------------
 
