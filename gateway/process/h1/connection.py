@@ -8,10 +8,10 @@ runs it refuses, in the caller's API shape (``gateway.ingress.http_edge.surface_
 ``Content-Length`` and ``Transfer-Encoding``, a repeated or listed ``Content-Length``,
 obs-fold, a bare LF, a malformed or lower-case method, garbage), an HTTP version other than
 1.x (505), a transfer coding other than chunked (501), a head over :data:`MAX_HEAD_BYTES`
-(431) and a head not all arrived within the header timeout (408). An ``Upgrade`` is not
-taken: the request, its body included, is served as HTTP/1.1 (RFC 9110 §7.8) on a connection
-kept as any other. A connection that opens with HTTP/2's preface is handed to
-``gateway.process.h1.h2_handoff``.
+(431) and a head not all arrived within the header timeout (408), and a chunked body that
+breaks its framing (400). An ``Upgrade`` is not taken: the request, its body included, is
+served as HTTP/1.1 (RFC 9110 §7.8) on a connection kept as any other. A connection that opens
+with HTTP/2's preface is handed to ``gateway.process.h1.h2_handoff``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ _MALFORMED = (400, "malformed HTTP request", "invalid_request")
 _TOO_LARGE = "the request's header fields are too large"
 _BOTH_FRAMINGS = "a request with both Content-Length and Transfer-Encoding is refused"
 _ONLY_CHUNKED = (501, "only Transfer-Encoding: chunked is supported", "invalid_request")
+_BAD_CHUNKS = "the request body's chunked framing is malformed"
 _FRAMING = (b"content-length", b"transfer-encoding")
 
 
@@ -116,7 +117,10 @@ class Connection(asyncio.Protocol):
             self._refuse(431, _TOO_LARGE, "request_too_large")
             return
         except httptools.HttpParserError as exc:
-            self._refuse(*self._why_refused(data, exc))
+            if self._parsing is not None:  # the head was whole: its body broke the framing
+                self._refuse(400, _BAD_CHUNKS, "invalid_request")
+            else:
+                self._refuse(*self._why_refused(data, exc))
             return
         if self._reading:
             if not continued:
@@ -384,8 +388,17 @@ class Connection(asyncio.Protocol):
         """Refuse the request being read and close; a request ahead of it is answered
         first (its answer, then the refusal)."""
         self._reading = False
-        self._parsing = None
+        broken, self._parsing = self._parsing, None  # a request whose body was being read
         self._cancel_head_timer()
+        if broken is not None and self._queued and self._queued[-1] is broken:
+            self._queued.pop()  # never served: its body will not end
+        elif broken is not None and broken is self._serving and not broken.response_started:
+            # The app has it, waiting for its body: the refusal is the answer (the app hears
+            # the client go, and what it sends is dropped).
+            broken.body_refused()
+            self._answer_error(status, message, code)
+            self.close()
+            return
         if self._serving is not None:
             self._closing = True  # read nothing more
             self._refusal = (status, message, code)

@@ -93,6 +93,13 @@ class Exchange:
         self.body_complete = True
         self._wake()
 
+    def body_refused(self) -> None:
+        """The body broke its framing and the server answers the refusal: what of it is
+        held is dropped, then as :meth:`client_gone`."""
+        self._body.clear()
+        self._body_size = 0
+        self.client_gone()
+
     def client_gone(self) -> None:
         """The connection ended: ``receive`` says ``http.disconnect``, ``send`` does nothing."""
         self.disconnected = True

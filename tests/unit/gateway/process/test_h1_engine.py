@@ -264,6 +264,18 @@ async def test_an_upgrade_is_not_taken_the_request_is_served_body_and_all_and_th
     await assert_answered_alike_split_anywhere(stream, answers)
 
 
+async def test_a_malformed_chunked_body_behind_a_request_served_is_refused_after_it() -> None:
+    # It used to wait behind that answer, then be served with a body that never ends.
+    broken = CHUNKED.replace(b"{upgrade}", b"").replace(b"2\r\nde", b"zz\r\nde")
+    async with served(echo) as server:
+        raw = await exchange(server.port, get("/first") + broken)
+
+    first, refusal = raw.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200 OK") and first.endswith(b"GET /first ")
+    assert refusal.startswith(b"400 ") and b"connection: close" in refusal
+    assert b"chunked framing is malformed" in refusal
+
+
 def _without_dates(raw: bytes) -> bytes:
     return b"".join(line for line in raw.splitlines(keepends=True) if not line.startswith(b"date:"))
 
