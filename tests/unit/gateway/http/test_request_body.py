@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.http.request import HttpRequest
+from schemas import InvalidRequestError
 
 
 def _request(messages: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]) -> HttpRequest:
@@ -52,3 +53,19 @@ async def test_a_body_is_read_to_its_end_and_no_further(
     messages: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]
 ) -> None:
     assert await _request(messages, headers).body(1000) == _BODY
+
+
+@pytest.mark.parametrize(
+    ("messages", "headers"),
+    [
+        ([_part(b'{"a"', True), {"type": "http.disconnect"}], _LENGTH),
+        # A whole JSON object, then the client gone before the chunked body's end.
+        ([_part(_BODY, True), {"type": "http.disconnect"}], _CHUNKED),
+    ],
+    ids=["short-of-its-length", "chunked-unended"],
+)
+async def test_a_body_the_client_left_unfinished_is_refused_not_served_in_part(
+    messages: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]
+) -> None:
+    with pytest.raises(InvalidRequestError, match="went away"):
+        await _request(messages, headers).body(1000)
