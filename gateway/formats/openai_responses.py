@@ -87,6 +87,11 @@ _FIELDS = {
     "user": STRING,
 }
 
+# A function tool's and ``text.format``'s documented fields: those forwarded upstream must
+# have their type here, not fail there.
+_TOOL_FIELDS = {"description": STRING, "parameters": OBJECT, "strict": BOOLEAN}
+_FORMAT_FIELDS = {"description": STRING, "name": STRING, "schema": OBJECT, "strict": BOOLEAN}
+
 
 def to_chat_request(body: JSON) -> JSON:
     """Translate a Responses request into a canonical chat request.
@@ -291,11 +296,8 @@ def _function_output(item: JSON, path: str, pending: list[JSON]) -> JSON:
 
 
 def _convert_tools(tools: list[Any]) -> list[JSON]:
-    hosted = [
-        (i, t.get("type"))
-        for i, t in enumerate(tools)
-        if not isinstance(t, dict) or t.get("type") != "function"
-    ]
+    checked = [want_dict(t, f"tools[{i}]") for i, t in enumerate(tools)]
+    hosted = [(i, t.get("type")) for i, t in enumerate(checked) if t.get("type") != "function"]
     if hosted:
         names = ", ".join(sorted({str(kind) for _, kind in hosted}))
         raise InvalidRequestError(
@@ -303,8 +305,9 @@ def _convert_tools(tools: list[Any]) -> list[JSON]:
             param=f"tools[{hosted[0][0]}].type",
         )
     out = []
-    for i, tool in enumerate(tools):
+    for i, tool in enumerate(checked):
         path = f"tools[{i}]"
+        check_types(tool, _TOOL_FIELDS, path)
         function: JSON = {"name": want_str(tool, "name", path)}
         if tool.get("parameters") is not None:
             function["parameters"] = want_dict(tool["parameters"], f"{path}.parameters")
@@ -349,6 +352,7 @@ def _convert_text(text: Any, chat: JSON) -> None:
     if fmt is None:
         return
     kind = want_dict(fmt, "text.format").get("type")
+    check_types(fmt, _FORMAT_FIELDS, "text.format")
     if kind == "json_schema":
         schema: JSON = {
             "name": want_str(fmt, "name", "text.format"),

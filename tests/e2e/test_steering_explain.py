@@ -147,6 +147,11 @@ async def test_explain_refuses_what_the_live_path_refuses_and_needs_an_admin(
         },
     )
     bad = await http.post("/admin/routing/explain", headers=AUTH, json={"body": "nope"})
+    bad_tool = await http.post(
+        "/admin/routing/explain",
+        headers=AUTH,
+        json={"path": "/v1/responses", "body": {"model": "a", "input": "hi", "tools": ["x"]}},
+    )
     not_admin = await http.post(
         "/admin/routing/explain",
         json={"body": {"model": "a", "messages": HI}},
@@ -155,6 +160,7 @@ async def test_explain_refuses_what_the_live_path_refuses_and_needs_an_admin(
 
     assert "'team'" in assert_openai_error(foreign, 400, "invalid_request")["message"]
     assert assert_openai_error(bad, 400, "invalid_request")["param"] == "body"
+    assert assert_openai_error(bad_tool, 400, "invalid_request")["param"] == "tools[0]"
     assert not_admin.status_code in (401, 403)
     assert len(a.requests) == 0
 

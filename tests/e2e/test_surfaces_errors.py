@@ -68,6 +68,13 @@ BAD: dict[str, tuple[str, Any, int, str, str]] = {
         "tools[0].type",
         "web_search",
     ),
+    "responses_tool_not_an_object": (
+        RESPONSES,
+        {"model": "m", "input": "hi", "tools": ["x"]},
+        400,
+        "tools[0]",
+        "must be an object",
+    ),
     "responses_unknown_model": (RESPONSES, {"model": "nope", "input": "hi"}, 404, "", "nope"),
     "messages_not_json": (MESSAGES, NOT_JSON, 400, "invalid_request_error", "JSON"),
     "messages_no_max_tokens": (

@@ -330,6 +330,19 @@ def test_to_chat_request_with_hosted_tools_names_them() -> None:
         (_minimal(metadata=["x"]), "metadata"),
         (_minimal(user=7), "user"),
         (_minimal(tool_choice=3), "tool_choice"),
+        (_minimal(tools=["x"]), "tools[0]"),
+        (_minimal(tools=[{"type": "function", "name": "f"}, None]), "tools[1]"),
+        (_minimal(tools=[{"type": "function", "name": "f", "strict": "yes"}]), "tools[0].strict"),
+        (
+            _minimal(tools=[{"type": "function", "name": "f", "description": 5}]),
+            "tools[0].description",
+        ),
+        (
+            _minimal(
+                text={"format": {"type": "json_schema", "name": "r", "schema": {}, "strict": 1}}
+            ),
+            "text.format.strict",
+        ),
     ],
 )
 def test_to_chat_request_with_invalid_input_names_the_param(body: JSON, param: str) -> None:
