@@ -55,6 +55,15 @@ def text_arg(cmd: AdminCommand, name: str, *, required: bool = True) -> str:
     return value.strip()
 
 
+def number_arg(cmd: AdminCommand, name: str, *, low: float, high: float) -> float:
+    """Argument ``name`` as a number from ``low`` to ``high`` (so never NaN, an infinity or an
+    integer too large for a float). Raises InvalidRequestError naming it."""
+    value = cmd.args.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise InvalidRequestError(f"'{name}' must be a number from {low:g} to {high:g}", param=name)
+    return float(value)
+
+
 def role_arg(cmd: AdminCommand, name: str, default: str | None = None) -> str:
     """Argument ``name`` as a role (``free`` ... ``admin``). Raises InvalidRequestError."""
     value = cmd.args.get(name, default)

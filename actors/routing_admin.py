@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from actors.admin import AdminArea, text_arg
+from actors.admin import AdminArea, number_arg, text_arg
 from actors.base import Actor, ActorContext
+from actors.state.route_table import MAX_WEIGHT
 from schemas import (
     AdminCommand,
-    InvalidRequestError,
     ModelStatus,
     ModelStatusRequest,
     ProbeResult,
@@ -93,13 +93,11 @@ class RoutingAdminActor(Actor):
         return raise_for_reply(reply)
 
     async def _set_weight(self, cmd: AdminCommand) -> dict[str, Any]:
-        weight = cmd.args.get("weight")
-        if isinstance(weight, bool) or not isinstance(weight, int | float):
-            raise InvalidRequestError("'weight' must be a number", param="weight")
+        weight = number_arg(cmd, "weight", low=0, high=MAX_WEIGHT)
         return _status(
             await self._ask_model(
                 text_arg(cmd, "model"),
-                SetWeight(endpoint=text_arg(cmd, "endpoint"), weight=float(weight)),
+                SetWeight(endpoint=text_arg(cmd, "endpoint"), weight=weight),
             )
         )
 

@@ -36,12 +36,18 @@ def hash_key(key: str) -> str:
 
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+# Every time or duration an argument names lies in what a datetime can show (years 1 to 9999):
+# NaN, infinities and the like would otherwise reach a store's int() or an SQLite INTEGER.
+MIN_INSTANT_S = -62_135_596_800.0  # 0001-01-01T00:00:00Z
+MAX_INSTANT_S = 253_402_300_799.0  # 9999-12-31T23:59:59Z
+MAX_DURATION_S = MAX_INSTANT_S
 
 
 def parse_duration(value: str | float) -> float:
-    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"12h"`` or ``"30d"``. Raises ValueError."""
+    """Seconds from ``90``, ``"90s"``, ``"15m"``, ``"12h"`` or ``"30d"``: positive and at most
+    :data:`MAX_DURATION_S`. Raises ValueError."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
+        seconds = _as_float(value)
     elif isinstance(value, str) and value.strip():
         text = value.strip().lower()
         unit = _UNITS.get(text[-1])
@@ -49,44 +55,72 @@ def parse_duration(value: str | float) -> float:
             seconds = float(text[:-1]) * unit if unit else float(text)
         except ValueError:
             raise ValueError(
-                f"not a duration: {value!r} (e.g. 3600, 90m, 12h, 30d; "
+                f"not a duration: {shown(value)} (e.g. 3600, 90m, 12h, 30d; "
                 "a key without one never expires)"
             ) from None
     else:
-        raise ValueError(f"not a duration: {value!r}")
-    if seconds <= 0:
+        raise ValueError(f"not a duration: {shown(value)}")
+    if not seconds > 0:  # NaN too
         raise ValueError("a duration must be positive")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"a duration must be at most {MAX_DURATION_S:.0f} seconds")
     return seconds
 
 
 def parse_instant(value: str | float) -> float:
-    """Unix seconds from a number or an ISO 8601 time (UTC when no offset). Raises ValueError."""
+    """Unix seconds from a number or an ISO 8601 time (UTC when no offset), between years 1
+    and 9999. Raises ValueError."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        return _bounded_instant(_as_float(value))
     if not isinstance(value, str):
-        raise ValueError(f"not a time: {value!r}")
+        raise ValueError(f"not a time: {shown(value)}")
     moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+    return _bounded_instant(moment.timestamp())
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for an error message (an integer of
+    thousands of digits has no repr at all)."""
+    if isinstance(value, int) and not -(10**limit) < value < 10**limit:
+        return f"an integer of more than {limit} digits"
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _as_float(value: float) -> float:
+    """``value`` as a float. Raises ValueError for an integer too large for one."""
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"out of range: {shown(value)}") from None
+
+
+def _bounded_instant(seconds: float) -> float:
+    """``seconds`` if it is a time between years 1 and 9999. Raises ValueError."""
+    if not MIN_INSTANT_S <= seconds <= MAX_INSTANT_S:  # NaN too
+        raise ValueError(f"not a time between the years 1 and 9999: {shown(seconds)}")
+    return seconds
 
 
 def parse_since(value: str | float, now: float) -> float:
     """Unix seconds from a time (epoch seconds, ISO 8601) or from a duration with its unit
-    before ``now`` (``90s``, ``10m``, ``12h``, ``30d``). Raises ValueError."""
+    before ``now`` (``90s``, ``10m``, ``12h``, ``30d``), between years 1 and 9999. Raises
+    ValueError (NaN, infinities and out-of-range numbers too)."""
     if isinstance(value, str):
         text = value.strip().lower()
         if text[-1:] in _UNITS and text[:-1].replace(".", "", 1).isdigit():
-            return now - parse_duration(text)
+            return _bounded_instant(now - parse_duration(text))
         try:
-            return float(text)
+            return _bounded_instant(float(text))
         except ValueError:
             pass
     try:
         return parse_instant(value)
     except ValueError:
         raise ValueError(
-            f"not a time: {value!r} (epoch seconds, ISO 8601, or a duration ago: 10m, 2h, 30d)"
+            f"not a time: {shown(value)} (epoch seconds, ISO 8601, or a duration ago: 10m, 2h, 30d)"
         ) from None
 
 

@@ -28,9 +28,13 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.errors import InvalidRequestError
+from schemas.keys import shown
 
 SUBJECT_KINDS = ("key", "user", "org", "role")
 PERIODS = ("day", "week", "month")
+# Far past any real limit, and inside what a float holds exactly and an SQLite INTEGER holds.
+MAX_COUNT = 10**12
+MAX_BUDGET_USD = 1e12
 _SUBJECT = re.compile(r"^(key|user|org|role):[^\s]{1,256}$")
 
 
@@ -86,8 +90,10 @@ class LimitSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < 1):
                 out.append(f"'{name}' must be a positive integer")
-        if self.budget_usd is not None and self.budget_usd <= 0:
-            out.append("'budget_usd' must be positive")
+            elif value is not None and value > MAX_COUNT:
+                out.append(f"'{name}' must be at most {MAX_COUNT}")
+        if self.budget_usd is not None and not 0 < self.budget_usd <= MAX_BUDGET_USD:  # NaN too
+            out.append(f"'budget_usd' must be positive and at most {MAX_BUDGET_USD:.0f}")
         if self.budget_period not in PERIODS:
             out.append(f"'budget_period' must be one of {', '.join(PERIODS)}")
         if self.soft_fraction is not None and not 0 < self.soft_fraction < 1:
@@ -105,7 +111,7 @@ def parse_budget(text: str) -> tuple[float, str]:
     except ValueError:
         raise ValueError(f"a budget is USD/period, e.g. 10/month, not {text!r}") from None
     period = period.strip() or "month"
-    if usd <= 0 or period not in PERIODS:
+    if not 0 < usd <= MAX_BUDGET_USD or period not in PERIODS:  # NaN and infinities too
         raise ValueError(
             f"a budget is a positive USD amount per {'|'.join(PERIODS)}, "
             f"e.g. 10/month, not {text!r}"
@@ -132,7 +138,10 @@ def spec_arg(args: dict[str, Any]) -> LimitSpec:
         raise _type_error(values) from None
     problems = spec.problems()
     if problems:
-        raise InvalidRequestError("; ".join(problems))
+        # Each problem but the last ("a limit needs ...") opens with the field's name in quotes.
+        first = problems[0]
+        param = first.split("'")[1] if first.startswith("'") else None
+        raise InvalidRequestError("; ".join(problems), param=param)
     return spec
 
 
@@ -152,10 +161,8 @@ def _type_error(values: dict[str, Any]) -> InvalidRequestError:
         try:
             msgspec.convert({name: value}, LimitSpec)
         except msgspec.ValidationError:
-            shown = repr(value)
-            shown = shown if len(shown) <= 40 else shown[:37] + "..."
             return InvalidRequestError(
-                f"'{name}' must be {_EXPECTED[name]}, not {shown}", param=name
+                f"'{name}' must be {_EXPECTED[name]}, not {shown(value)}", param=name
             )
     return InvalidRequestError("bad limit")
 

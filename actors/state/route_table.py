@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
     from schemas.config import ModelConfig, RouteConfig, RoutingConfig
 
+# An operator's weight is relative to its siblings; past this it only risks an infinite sum.
+MAX_WEIGHT = 1e6
+
 
 def candidate_for(endpoint: str, config: RouteConfig, *, probe: bool = False) -> RouteCandidate:
     """The plan entry for a route, with its first declared credential."""
@@ -148,14 +151,15 @@ class RouteTable:
     def set_weight(self, endpoint: str, weight: float | None) -> None:
         """Override (or with None restore) a route's weight.
 
-        Raises RouteNotFoundError for an unknown endpoint; InvalidRequestError for a negative
-        weight or one that would leave no route with a non-zero weight.
+        Raises RouteNotFoundError for an unknown endpoint; InvalidRequestError for a weight
+        outside 0 to MAX_WEIGHT (or NaN) or one that would leave no route with a non-zero
+        weight.
         """
         r = self._by_endpoint.get(endpoint)
         if r is None:
             raise RouteNotFoundError(f"model {self.model.id!r} has no route {endpoint!r}")
-        if weight is not None and weight < 0:
-            raise InvalidRequestError("weight must be >= 0", param="weight")
+        if weight is not None and not 0 <= weight <= MAX_WEIGHT:  # NaN too
+            raise InvalidRequestError(f"weight must be from 0 to {MAX_WEIGHT:g}", param="weight")
         restored = r.config.weight if weight is None else weight
         after = [restored if x is r else x.base_weight for x in self.routes]
         if not any(w > 0 for w in after):

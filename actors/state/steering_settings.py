@@ -25,6 +25,7 @@ from schemas.catalog import (
     chain_name_problem,
     weights_problem,
 )
+from schemas.keys import MAX_DURATION_S
 
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Mapping
@@ -183,10 +184,12 @@ def with_profile(state: SteeringState, cmd: AdminCommand) -> SteeringState:
     if (
         not isinstance(raw, list)
         or len(raw) != 3
-        or any(isinstance(w, bool) or not isinstance(w, int | float) for w in raw)
+        or any(
+            isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= 1 for w in raw
+        )
     ):
         raise InvalidRequestError(
-            "'weights' must be [capability, speed, reliability]", param="weights"
+            "'weights' must be [capability, speed, reliability], each in [0, 1]", param="weights"
         )
     weights = (float(raw[0]), float(raw[1]), float(raw[2]))
     problem = weights_problem(weights)
@@ -204,8 +207,14 @@ def with_guardrails(state: SteeringState, cmd: AdminCommand) -> SteeringState:
                 f"unknown guardrail {key!r}; known: {', '.join(fields)}", param=key
             )
         if key == "rate_limit_decay_seconds":
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise InvalidRequestError(f"'{key}' must be a positive number", param=key)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 < value <= MAX_DURATION_S  # NaN and huge integers too
+            ):
+                raise InvalidRequestError(
+                    f"'{key}' must be a positive number of seconds", param=key
+                )
             fields[key] = float(value)
         else:
             fields[key] = fraction(value, key)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
+from schemas import InvalidRequestError
 from schemas.keys import parse_since
 
 if TYPE_CHECKING:
@@ -194,14 +195,18 @@ def request_row(done: RequestCompleted) -> Row:
 
 
 def _moment(value: Any, name: str, now: float | None) -> float | None:
+    """``value`` (None: absent) as unix seconds between years 1 and 9999. Raises
+    InvalidRequestError naming ``name``."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ValueError(f"'{name}' must be epoch seconds, an ISO 8601 time or a duration ago")
+        raise InvalidRequestError(
+            f"'{name}' must be epoch seconds, an ISO 8601 time or a duration ago", param=name
+        )
     try:
         return parse_since(value, time.time() if now is None else now)
     except ValueError as exc:
-        raise ValueError(f"'{name}': {exc}") from None
+        raise InvalidRequestError(f"'{name}': {exc}", param=name) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,22 +230,27 @@ class LogQuery:
     @classmethod
     def from_args(cls, args: dict[str, Any], now: float | None = None) -> LogQuery:
         """Build from admin-command arguments (``since``/``until``: epoch seconds, ISO 8601,
-        or a duration before ``now``, default the current time). Raises ValueError on a bad
-        one."""
+        or a duration before ``now``, default the current time). Raises InvalidRequestError
+        naming a bad one."""
         since, until = (_moment(args.get(name), name, now) for name in ("since", "until"))
         limit = args.get("limit", 100)
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-            raise ValueError("'limit' must be a positive integer")
+            raise InvalidRequestError("'limit' must be a positive integer", param="limit")
         kind = args.get("kind")
         if kind not in (None, "request", "attempt"):
-            raise ValueError("'kind' must be 'request' or 'attempt'")
+            raise InvalidRequestError("'kind' must be 'request' or 'attempt'", param="kind")
         status = args.get("status")
-        if status is not None and (isinstance(status, bool) or not isinstance(status, int)):
-            raise ValueError("'status' must be an HTTP status code")
+        # Bounded: an SQLite INTEGER parameter overflows past 2**63 - 1.
+        if status is not None and (
+            isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599
+        ):
+            raise InvalidRequestError(
+                "'status' must be an HTTP status code (100 to 599)", param="status"
+            )
         texts = {name: args.get(name) for name in ("model", "request_id", "outcome", "caller_id")}
         for name, value in texts.items():
             if value is not None and not isinstance(value, str):
-                raise ValueError(f"'{name}' must be a string")
+                raise InvalidRequestError(f"'{name}' must be a string", param=name)
         return cls(
             since=since,
             model=texts["model"],

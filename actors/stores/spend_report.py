@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
 from actors.stores.request_log import COLUMNS, Row
+from schemas import InvalidRequestError
 from schemas.keys import parse_since
 
 if TYPE_CHECKING:
@@ -104,14 +105,16 @@ def hourly_upserts(rows: Iterable[Row]) -> list[tuple[Any, ...]]:
 
 
 def _instant(value: Any, name: str, now: float) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
+    """``value`` as unix seconds between years 1 and 9999. Raises InvalidRequestError naming
+    ``name``."""
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
         try:
             return parse_since(value, now)
         except ValueError as exc:
-            raise ValueError(f"'{name}': {exc}") from None
-    raise ValueError(f"'{name}' must be epoch seconds, an ISO 8601 time or a duration ago")
+            raise InvalidRequestError(f"'{name}': {exc}", param=name) from None
+    raise InvalidRequestError(
+        f"'{name}' must be epoch seconds, an ISO 8601 time or a duration ago", param=name
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,10 +128,12 @@ class SpendQuery:
 
     @classmethod
     def from_args(cls, args: dict[str, Any], now: float) -> SpendQuery:
-        """Build from admin-command arguments. Raises ValueError on a bad one."""
+        """Build from admin-command arguments. Raises InvalidRequestError naming a bad one."""
         group = args.get("group_by", "model")
-        if group not in GROUPS:
-            raise ValueError(f"'group_by' must be one of {', '.join(GROUPS)}")
+        if not isinstance(group, str) or group not in GROUPS:
+            raise InvalidRequestError(
+                f"'group_by' must be one of {', '.join(GROUPS)}", param="group_by"
+            )
         until = _instant(args["until"], "until", now) if args.get("until") is not None else now
         since = (
             _instant(args["since"], "since", now)
@@ -136,10 +141,10 @@ class SpendQuery:
             else until - _DEFAULT_SPAN_S
         )
         if since >= until:
-            raise ValueError("'since' must be before 'until'")
+            raise InvalidRequestError("'since' must be before 'until'", param="since")
         per_day = args.get("per_day", False)
         if not isinstance(per_day, bool):
-            raise ValueError("'per_day' must be true or false")
+            raise InvalidRequestError("'per_day' must be true or false", param="per_day")
         return cls(since, until, str(group), per_day)
 
     def queries(self) -> list[tuple[str, list[Any]]]:

@@ -103,8 +103,36 @@ def too_deep(value: Any, max_depth: int) -> bool:
     return False
 
 
+_INT64 = 2**63 - 1  # what an SQLite INTEGER (and a msgpack or Go peer) holds
+
+
+def too_large(args: dict[str, Any]) -> str | None:
+    """The path (``weight``, ``models[2].position``) of the first integer in ``args`` an int64
+    cannot hold, or None. No admin argument needs one, and a store would overflow on it."""
+    stack: list[tuple[Any, str]] = [(args, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, int) and not -_INT64 - 1 <= item <= _INT64:
+            return path
+        if isinstance(item, dict):
+            stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(item))
+    return None
+
+
+def refuse_too_large(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` unless an integer in them is out of int64 range. Raises InvalidRequestError
+    naming it."""
+    path = too_large(args)
+    if path is not None:
+        raise InvalidRequestError(f"'{path}' is out of range", param=path)
+    return args
+
+
 async def args_of(req: HttpRequest) -> dict[str, Any]:
-    """The command's arguments. Raises InvalidRequestError."""
+    """The command's arguments. Raises InvalidRequestError (not JSON, not an object, an
+    integer out of int64 range)."""
     if req.method == "GET":
         query = bytes(req.scope.get("query_string", b"")).decode("latin-1")
         return dict(parse_qsl(query))
@@ -119,4 +147,4 @@ async def args_of(req: HttpRequest) -> dict[str, Any]:
         ) from None
     if not isinstance(args, dict):
         raise InvalidRequestError("the request body must be a JSON object of arguments")
-    return args
+    return refuse_too_large(args)

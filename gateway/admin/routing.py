@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 import msgspec
 
-from gateway.admin.http import admin_request
+from gateway.admin.http import admin_request, refuse_too_large
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError, RouteNotFoundError
 
@@ -50,6 +50,7 @@ async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout:
                 "the request body is not valid JSON or is nested too deeply"
             ) from None
         args["weight"] = body.get("weight") if isinstance(body, dict) else None
+        refuse_too_large(args)
         verb = "set_weight"
     result = await admin_request(bus, "routing", verb, args, by=requested_by(req), timeout=timeout)
     await req.respond(200, _encode(result))

@@ -1,6 +1,8 @@
 """The admin API's refusals through the real server: a method a limit subject has no verb
-for, JSON nested too deeply for explain and the routing rules, an unknown admin area (404,
-not "no responders"), and what a client reads while the actors are down (no bus subject)."""
+for, JSON nested too deeply for explain and the routing rules, numbers no argument can hold
+(NaN, infinities, integers past int64: a 400 naming the field, over HTTP and over the bus as
+``llmgw admin`` sends them, and the owner keeps answering), an unknown admin area (404, not
+"no responders"), and what a client reads while the actors are down (no bus subject)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,27 @@ from typing import TYPE_CHECKING, Any
 import openai
 import pytest
 
-from tests.e2e.conftest import CHAT, HI, assert_openai_error, chat, config, model
+from gateway.admin.http import admin_request
+from schemas import InvalidRequestError
+from tests.e2e.conftest import (
+    CHAT,
+    HI,
+    WAIT,
+    assert_openai_error,
+    chat,
+    config,
+    eid,
+    gateway_bus,
+    model,
+    route,
+)
 from tests.fixtures.gateway import start_gateway
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 
@@ -95,6 +111,124 @@ async def test_a_deeply_nested_rule_set_is_400_and_changes_nothing(
         assert "nested" in assert_openai_error(resp, 400, "invalid_request")["message"]
     assert after.status_code == 200 and after.json()["rules"] == []
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+HUGE = 10**400  # a JSON integer literal: msgspec decodes it to an int no float can hold
+WEIGHT = "/admin/routing/weights/m/"
+# id: (method, path or "" for the model's weight, body, the param named)
+BAD_NUMBERS: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "spend_since_nan": ("POST", "/admin/spend/report", {"since": "nan"}, "since"),
+    "spend_since_inf": ("POST", "/admin/spend/report", {"since": "-inf"}, "since"),
+    "spend_since_ages_ago": (
+        "POST",
+        "/admin/spend/report",
+        {"since": "99999999999999999999d"},
+        "since",
+    ),
+    "spend_until_1e400": ("POST", "/admin/spend/report", {"until": "1e400"}, "until"),
+    "spend_since_huge": ("POST", "/admin/spend/report", {"since": HUGE}, "since"),
+    "log_since_nan": ("POST", "/admin/log/query", {"since": "NaN"}, "since"),
+    "log_status_huge": ("POST", "/admin/log/query", {"status": 10**30}, "status"),
+    "weight_huge": ("PUT", "", {"weight": HUGE}, "weight"),
+    "weight_too_big": ("PUT", "", {"weight": 1e300}, "weight"),
+    "limit_rpm_huge": ("PUT", "/admin/limits/org/o1", {"rpm": 10**30}, "rpm"),
+    "limit_budget_inf": ("PUT", "/admin/limits/org/o1", {"budget": "inf/month"}, "budget"),
+    "limit_budget_usd_huge": ("PUT", "/admin/limits/org/o1", {"budget_usd": HUGE}, "budget_usd"),
+    "key_expires_in_nan": (
+        "POST",
+        "/admin/keys",
+        {"role": "free", "org": "o", "user": "u", "expires_in": "nan"},
+        "expires_in",
+    ),
+    "decay_huge": (
+        "POST",
+        "/admin/steering/set_guardrails",
+        {"rate_limit_decay_seconds": HUGE},
+        "rate_limit_decay_seconds",
+    ),
+}
+
+
+@pytest.fixture
+async def routed_gw(gateway_factory: GatewayFactory, fake_upstream: FakeUpstream) -> RunningGateway:
+    """A gateway with model ``m`` on the fake upstream and an admin key."""
+    return await gateway_factory(config(model("m", route(fake_upstream)), admin_key=ADMIN))
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "param"), BAD_NUMBERS.values(), ids=BAD_NUMBERS.keys()
+)
+async def test_an_admin_number_no_argument_can_hold_is_400_naming_it_and_the_owner_lives_on(
+    routed_gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    param: str,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    http = routed_gw.http()
+    path = path or WEIGHT + eid("m", fake_upstream).removeprefix("m:")
+
+    resp = await http.request(method, path, content=json.dumps(body), headers=AUTH)
+    report = await http.post("/admin/spend/report", json={"since": "1h"}, headers=AUTH)
+    weights = await http.post("/admin/routing/weights", json={}, headers=AUTH)
+    limits = await http.get("/admin/limits", headers=AUTH)
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param and param in err["message"], err
+    assert len(err["message"]) < 300
+    for after in (report, weights, limits):
+        assert after.status_code == 200, after.text
+    assert limits.json()["limits"] == {}
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# What ``llmgw admin`` may put on the bus that the HTTP edge never passes on (an integer past
+# int64): the owner refuses it itself. id: (area, verb, args, the param named)
+BAD_ON_THE_BUS: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "spend_since_huge": ("spend", "report", {"since": HUGE}, "since"),
+    "spend_since_nan": ("spend", "report", {"since": "nan"}, "since"),
+    "log_status_huge": ("log", "query", {"status": HUGE}, "status"),
+    "weight_huge": ("routing", "set_weight", {"model": "m", "weight": HUGE}, "weight"),
+    "limit_rpm_huge": ("limits", "set", {"subject": "org:o1", "rpm": HUGE}, "rpm"),
+    "profile_weights_huge": (
+        "steering",
+        "set_profile",
+        {"profile": "custom", "weights": [HUGE, 0, 0]},
+        "weights",
+    ),
+    "decay_huge": (
+        "steering",
+        "set_guardrails",
+        {"rate_limit_decay_seconds": HUGE},
+        "rate_limit_decay_seconds",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("area", "verb", "args", "param"), BAD_ON_THE_BUS.values(), ids=BAD_ON_THE_BUS.keys()
+)
+async def test_an_admin_command_on_the_bus_with_a_number_out_of_range_is_refused_naming_it(
+    routed_gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    area: str,
+    verb: str,
+    args: dict[str, Any],
+    param: str,
+) -> None:
+    bus = gateway_bus(routed_gw)
+    if area == "routing":
+        args = {**args, "endpoint": eid("m", fake_upstream)}
+
+    with pytest.raises(InvalidRequestError) as caught:
+        await admin_request(bus, area, verb, args, by="test", timeout=WAIT)
+    after = await admin_request(bus, "spend", "report", {"since": "1h"}, by="test", timeout=WAIT)
+
+    assert caught.value.param == param, caught.value.message
+    assert after["groups"] == []  # the owner still answers
 
 
 @pytest.mark.parametrize("method", ["GET", "POST"])
