@@ -290,7 +290,7 @@ class GatewayApp:
         scope = req.scope  # what ``req.path`` and ``req.method`` read
         path, method = scope["path"], scope["method"]
         handler = self._routes.find(method, path)
-        surface = _SURFACES.get(path) or (MESSAGES if path.startswith("/v1/messages/") else CHAT)
+        surface = _surface_for(req, path)
         try:
             if handler is None:
                 if self._routes.knows(path):
@@ -315,6 +315,21 @@ class GatewayApp:
         if handler is None or req.path.startswith(DASHBOARD_PREFIX):
             raise RouteNotFoundError(f"no such path {req.path}")
         await handler(req)
+
+
+def _surface_for(req: HttpRequest, path: str) -> Surface:
+    """The shape an error to ``req`` takes: its surface's, and for ``/v1/models`` Anthropic's
+    when the caller sends ``anthropic-version`` (as its successful answers are)."""
+    surface = _SURFACES.get(path)
+    if surface is not None:
+        return surface
+    if path.startswith("/v1/messages/"):
+        return MESSAGES
+    if (path == MODELS_PREFIX.rstrip("/") or path.startswith(MODELS_PREFIX)) and req.header(
+        "anthropic-version"
+    ) is not None:
+        return MESSAGES
+    return CHAT
 
 
 async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayError) -> None:

@@ -111,6 +111,28 @@ async def test_models_retrieve_of_a_model_hidden_by_role_reads_as_not_found(
     assert seen.id == "premium"
 
 
+async def test_anthropic_sdk_models_errors_are_in_its_own_shape(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    (key,) = await create_keys(tmp_path, "free")
+    gw = await gateway_factory(keys_config(tmp_path, model("m", route(fake_upstream))))
+
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        await gw.anthropic(key).models.retrieve("zz")
+    with pytest.raises(anthropic.AuthenticationError) as wrong_key:
+        await gw.anthropic("llmgw-wrong").models.list()
+    openai_caller = await gw.http().get("/v1/models/zz", headers={"authorization": f"Bearer {key}"})
+
+    for caught, kind in ((unknown, "not_found_error"), (wrong_key, "authentication_error")):
+        body = error_body(caught.value)
+        assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, body
+        assert body["error"]["type"] == kind, body
+    assert "zz" in error_body(unknown.value)["error"]["message"]
+    assert_openai_error(openai_caller, 404, "route_not_found")
+
+
 # -- messages.count_tokens ------------------------------------------------------------------
 
 
