@@ -106,6 +106,19 @@ _MESSAGE_FIELDS = {
     "tool_calls": ARRAY,
     "tool_call_id": STRING,
 }
+# What the translating adapters (anthropic, gemini, bedrock) read inside those fields: an
+# item of another type is refused here, where the caller's path names it, instead of
+# failing in an adapter (a 500) or going upstream.
+_PART_FIELDS = {"type": STRING, "text": STRING, "image_url": STRING_OR_OBJECT}
+_TOOL_CALL_FIELDS = {"id": STRING, "type": STRING, "function": OBJECT}
+_CALLED_FIELDS = {"name": STRING, "arguments": STRING}
+_TOOL_FIELDS = {"type": STRING, "function": OBJECT}
+_FUNCTION_FIELDS = {"name": STRING, "description": STRING, "parameters": OBJECT, "strict": BOOLEAN}
+_CHOICE_FIELDS = {"type": STRING, "function": OBJECT, "allowed_tools": OBJECT}
+_ALLOWED_FIELDS = {"mode": STRING, "tools": ARRAY}
+_NAMED_FIELDS = {"name": STRING}
+_FORMAT_FIELDS = {"type": STRING, "json_schema": OBJECT}
+_SCHEMA_FIELDS = {"name": STRING, "description": STRING, "schema": OBJECT, "strict": BOOLEAN}
 _DONE_FRAME = b"data: [DONE]\n\n"
 
 
@@ -140,8 +153,52 @@ def validate_chat_request(raw: Any) -> JSON:
                 param=f"messages[{i}].role",
             )
         check_types(m, _MESSAGE_FIELDS, f"messages[{i}]")
+        if isinstance(content := m.get("content"), list):
+            check_items(content, f"messages[{i}].content", _PART_FIELDS)
+        if tool_calls := m.get("tool_calls"):
+            for j, call in check_items(tool_calls, f"messages[{i}].tool_calls", _TOOL_CALL_FIELDS):
+                if function := call.get("function"):
+                    check_types(function, _CALLED_FIELDS, f"messages[{i}].tool_calls[{j}].function")
     check_types(body, _FIELDS)
+    if tools := body.get("tools"):
+        for i, tool in check_items(tools, "tools", _TOOL_FIELDS):
+            if function := tool.get("function"):
+                check_types(function, _FUNCTION_FIELDS, f"tools[{i}].function")
+    if isinstance(choice := body.get("tool_choice"), dict):
+        _check_tool_choice(choice)
+    if isinstance(fmt := body.get("response_format"), dict):
+        check_types(fmt, _FORMAT_FIELDS, "response_format")
+        if schema := fmt.get("json_schema"):
+            check_types(schema, _SCHEMA_FIELDS, "response_format.json_schema")
     return body
+
+
+def check_items(items: list[Any], path: str, kinds: Mapping[str, Kind]) -> list[tuple[int, JSON]]:
+    """``items`` (at ``path``) as ``(index, object)`` pairs, each object's fields checked by
+    ``kinds`` (:func:`check_types`). Raises InvalidRequestError naming the first item that is
+    not an object, or its first mistyped field."""
+    checked = []
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise InvalidRequestError(f"{path}[{i}]: must be an object", param=f"{path}[{i}]")
+        check_types(item, kinds, f"{path}[{i}]")
+        checked.append((i, item))
+    return checked
+
+
+def _check_tool_choice(choice: JSON) -> None:
+    check_types(choice, _CHOICE_FIELDS, "tool_choice")
+    if function := choice.get("function"):
+        check_types(function, _NAMED_FIELDS, "tool_choice.function")
+    if allowed := choice.get("allowed_tools"):
+        check_types(allowed, _ALLOWED_FIELDS, "tool_choice.allowed_tools")
+        for i, tool in check_items(
+            allowed.get("tools") or [], "tool_choice.allowed_tools.tools", _TOOL_FIELDS
+        ):
+            if function := tool.get("function"):
+                check_types(
+                    function, _NAMED_FIELDS, f"tool_choice.allowed_tools.tools[{i}].function"
+                )
 
 
 def input_modalities(body: JSON) -> tuple[str, ...]:

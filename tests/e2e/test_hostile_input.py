@@ -19,6 +19,7 @@ from tests.e2e.conftest import (
     CHAT,
     HALF_OPEN_SOON,
     HI,
+    anthropic_route,
     assert_openai_error,
     chat,
     circuit_events,
@@ -257,6 +258,70 @@ async def test_sdks_sending_a_mistyped_documented_field_get_a_400_naming_it(
     assert messages["messages system role"].startswith("messages[0].role:")
     assert "system" in messages["messages system role"]
     assert fake_upstream.requests == []
+
+
+# What the translating adapters read inside documented chat fields: each item mistyped.
+_TOOL = {"type": "function", "function": {"name": "f"}}
+MISTYPED_ITEMS: dict[str, tuple[dict[str, Any], str]] = {
+    "tools item": ({"tools": ["x"]}, "tools[0]"),
+    "tools function": ({"tools": [{"type": "function", "function": "x"}]}, "tools[0].function"),
+    "tools parameters": (
+        {"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]},
+        "tools[0].function.parameters",
+    ),
+    "tool_choice function": (
+        {"tools": [_TOOL], "tool_choice": {"type": "function", "function": "f"}},
+        "tool_choice.function",
+    ),
+    "allowed tools item": (
+        {
+            "tools": [_TOOL],
+            "tool_choice": {"type": "allowed_tools", "allowed_tools": {"tools": ["f"]}},
+        },
+        "tool_choice.allowed_tools.tools[0]",
+    ),
+    "response_format schema": (
+        {"response_format": {"type": "json_schema", "json_schema": "x"}},
+        "response_format.json_schema",
+    ),
+    "content part": ({"messages": [{"role": "user", "content": ["x"]}]}, "messages[0].content[0]"),
+    "tool call arguments": (
+        {
+            "messages": [
+                *HI,
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": "c", "type": "function", "function": {"name": "f", "arguments": 5}}
+                    ],
+                },
+            ]
+        },
+        "messages[1].tool_calls[0].function.arguments",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MISTYPED_ITEMS))
+async def test_a_mistyped_item_of_a_documented_chat_field_is_400_naming_it_on_every_route(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+    case: str,
+) -> None:
+    # An anthropic route translates the request: a tool_choice whose function was a string
+    # failed there with a 500 (AttributeError), an openai_compat one forwarded it upstream.
+    gw = await gateway_factory(
+        config(model("m", route(fake_upstream)), model("c", anthropic_route(fake_upstream)))
+    )
+    extra, param = MISTYPED_ITEMS[case]
+
+    for model_id in ("m", "c"):
+        resp = await gw.http().post(CHAT, json={**chat(model_id), **extra})
+        err = assert_openai_error(resp, 400, "invalid_request")
+        assert err["param"] == param, (model_id, err)
+    assert fake_upstream.requests == []
+    assert "Traceback" not in caplog.text
 
 
 async def test_unknown_extra_fields_still_pass_through_to_the_upstream(
