@@ -27,5 +27,42 @@ def validate_embeddings_request(raw: Any) -> JSON:
     inp = body.get("input")
     if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
         raise InvalidRequestError("'input' must be a string or a non-empty array", param="input")
+    if isinstance(inp, list):
+        _check_inputs(inp)
     check_types(body, _FIELDS)
     return body
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_tokens(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(map(_is_token, value))
+
+
+# An array ``input`` holds one of these kinds throughout (with a string, the API's 4 forms).
+_INPUT_KINDS = (
+    (_is_text, "a string"),
+    (_is_token, "a token id (an integer from 0)"),
+    (_is_tokens, "a non-empty array of token ids"),
+)
+
+
+def _check_inputs(inputs: list[Any]) -> None:
+    """Raise InvalidRequestError naming the first item of ``inputs`` not of ``input[0]``'s
+    kind (or ``input[0]`` when it is of none)."""
+    found = next(((f, k) for f, k in _INPUT_KINDS if f(inputs[0])), None)
+    if found is None:
+        kinds = ", ".join(k for _, k in _INPUT_KINDS)
+        raise InvalidRequestError(f"input[0]: must be one of {kinds}", param="input[0]")
+    fits, kind = found
+    for i, item in enumerate(inputs):
+        if not fits(item):
+            raise InvalidRequestError(
+                f"input[{i}]: must be {kind}, as the first item is", param=f"input[{i}]"
+            )

@@ -324,6 +324,24 @@ async def test_a_mistyped_item_of_a_documented_chat_field_is_400_naming_it_on_ev
     assert "Traceback" not in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("inputs", "param"),
+    [
+        (["a", 5, None], "input[1]"),
+        ([5, "a"], "input[1]"),
+        ([[1], "x"], "input[1]"),
+        ([None], "input[0]"),
+    ],
+)
+async def test_an_embeddings_input_array_of_mixed_kinds_is_400_naming_the_item(
+    gw: RunningGateway, fake_upstream: FakeUpstream, inputs: list[Any], param: str
+) -> None:
+    resp = await gw.http().post(EMBEDDINGS, json={"model": "m", "input": inputs})
+
+    assert assert_openai_error(resp, 400, "invalid_request")["param"] == param
+    assert fake_upstream.requests == []
+
+
 async def test_unknown_extra_fields_still_pass_through_to_the_upstream(
     gw: RunningGateway,
     fake_upstream: FakeUpstream,
