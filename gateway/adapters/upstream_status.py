@@ -1,0 +1,160 @@
+"""What an upstream's status and headers say: the UpstreamError of a non-2xx answer, and how
+long it asks to be left alone (``Retry-After``, the ``x-ratelimit-*`` headers OpenAI-style
+providers send). Pure functions; ``adapters.base`` re-exports them for the adapters.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from schemas import QUOTA_EXHAUSTED, UpstreamError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+def _wait_hint(seconds: float | None) -> float | None:
+    """A provider's wait as a hint: a positive, finite number of seconds; None for anything
+    else. ``0`` or less says nothing usable: a request that took it at its word would send
+    the refused request again at once, as often as its attempts allow (the refusal is still
+    back-pressure: the caller's own backoff applies). NaN and infinity are malformed."""
+    if seconds is None or not 0.0 < seconds < math.inf:
+        return None
+    return seconds
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """The ``Retry-After`` header in seconds (delta form) when it asks for a wait, or None."""
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return _wait_hint(float(value))
+    except ValueError:
+        return None
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_seconds(value: str) -> float | None:
+    """Seconds from a Go-style duration as OpenAI's ``x-ratelimit-reset-*`` headers send it
+    (``"1s"``, ``"6m0s"``, ``"20ms"``, ``"1h2m3.5s"``) or a bare number of seconds; None when
+    it is neither."""
+    text = value.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
+    total, pos = 0.0, 0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    return total if pos == len(text) and pos > 0 else None
+
+
+def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
+    """How long a 429 asks the caller to wait: ``Retry-After``, else ``retry-after-ms``, else
+    the ``x-ratelimit-reset-*`` header of the limit that ran out (``x-ratelimit-remaining-*``
+    at 0; when none says so, the shortest reset given). None when the answer says nothing,
+    or no wait (0 or less) or a malformed one (:func:`_wait_hint`)."""
+    after = retry_after_seconds(headers)
+    if after is not None:
+        return after
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            after = _wait_hint(float(ms) / 1000.0)
+        except ValueError:
+            pass
+        if after is not None:
+            return after
+    resets: dict[str, float] = {}
+    for limit in ("requests", "tokens"):
+        raw = headers.get(f"x-ratelimit-reset-{limit}")
+        seconds = duration_seconds(raw) if raw is not None else None
+        if seconds is not None:
+            resets[limit] = seconds
+    spent = [
+        s for limit, s in resets.items() if headers.get(f"x-ratelimit-remaining-{limit}") == "0"
+    ]
+    if spent:
+        return _wait_hint(max(spent))
+    return _wait_hint(min(resets.values())) if resets else None
+
+
+def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:
+    """How long a successful answer's provider will refuse the next request: a limit whose
+    ``x-ratelimit-remaining-*`` is 0, until its ``x-ratelimit-reset-*`` (a second when that
+    says nothing); None when no limit is spent (or the provider sends no such headers)."""
+    spent: list[float] = []
+    for limit in ("requests", "tokens"):
+        remaining = headers.get(f"x-ratelimit-remaining-{limit}")
+        if remaining is None or remaining.strip() != "0":
+            continue
+        raw = headers.get(f"x-ratelimit-reset-{limit}")
+        seconds = duration_seconds(raw) if raw is not None else None
+        spent.append(1.0 if seconds is None else seconds)
+    return max(spent) if spent else None
+
+
+# A 429 that says the account is out of money or quota, not that it goes too fast: the key is
+# muted like any key-specific failure instead of cooling for seconds.
+_QUOTA_MARKERS = (
+    b"insufficient_quota",
+    b"exceeded your current quota",
+    b"billing_hard_limit",
+    b"billing_not_active",
+    b"credit balance",
+)
+
+
+def error_from_status(
+    endpoint: str, status: int, headers: Mapping[str, str], body: bytes
+) -> UpstreamError:
+    """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one.
+
+    A 429 carries when to come back (:func:`rate_limit_reset_seconds`); one that says a quota
+    or the billing is exhausted has kind :data:`schemas.QUOTA_EXHAUSTED`."""
+    message = _upstream_message(body) or f"upstream answered HTTP {status}"
+    kind = f"http_{status}"
+    if status == 429:
+        retry_after = rate_limit_reset_seconds(headers)
+        lowered = body.lower()
+        if any(marker in lowered for marker in _QUOTA_MARKERS):
+            kind = QUOTA_EXHAUSTED
+    else:
+        retry_after = retry_after_seconds(headers)
+    return UpstreamError(
+        message,
+        endpoint=endpoint,
+        status=status,
+        body=body,
+        retry_after=retry_after,
+        kind=kind,
+    )
+
+
+def _upstream_message(body: bytes) -> str | None:
+    try:
+        data = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return None
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+        if isinstance(data.get("message"), str):
+            return str(data["message"])
+    return None
