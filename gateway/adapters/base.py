@@ -1,5 +1,21 @@
 """The adapter seam: canonical (OpenAI chat shape) requests in, canonical answers out, and
-the one place what an upstream says is redacted.
+the one place what an upstream says is redacted and checked.
+
+Checking: every answer and stream chunk leaves the seam with its usage sanitised and its
+``choices`` in shape, or as an UpstreamBadResponseError, so the renderers, the accounting,
+the limits and the request log may rely on them instead of each guarding against them.
+
+- ``usage``: its token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+  ``prompt_tokens_details.cached_tokens`` / ``cache_write_tokens``,
+  ``completion_tokens_details.reasoning_tokens``) are integers in ``[0, MAX_TOKENS]`` or
+  absent/null. A ``usage`` that breaks this (a string, a negative, a boolean, a float that
+  is not whole, ``10**30``) is unknown: replaced by ``None``, as an answer that reported
+  none, so the attempt is billed on the estimate. Odd bookkeeping never fails an answer.
+- ``choices``: a list (or absent/null) of objects. In a stream chunk each ``delta`` is an
+  object or null, its text fields strings or null, its ``tool_calls`` a list of objects
+  whose ``index`` is an integer, ``id``/``type`` strings, ``function`` an object whose
+  ``name`` and ``arguments`` are strings. Anything else is the upstream's bad response: a
+  502 (the next route is tried), or the dialect's stream error once a stream began.
 
 Redaction: some upstreams echo the credential they were sent (``Incorrect API key: sk-…``,
 ``stream aborted for key Bearer sk-…``) in an error body, an in-band stream error or a 401.
@@ -181,6 +197,146 @@ def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:
     )
 
 
+# ---------------------------------------------------------------------------- checking
+# The shapes of the module docstring. Here, not in a module of their own: one request's
+# path crosses no more files (tests/architecture/test_figures.py).
+
+MAX_TOKENS = 10**12
+"""No answer uses more tokens: a count above it is nonsense (and must not reach a 64-bit
+database column or a spend total)."""
+
+_COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
+_DETAILS = {
+    "prompt_tokens_details": ("cached_tokens", "cache_write_tokens"),
+    "completion_tokens_details": ("reasoning_tokens",),
+}
+_DELTA_TEXT = ("role", "content", "refusal", "reasoning_content", "reasoning")
+
+
+def _count_ok(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return value.is_integer() and 0 <= value <= MAX_TOKENS
+    return isinstance(value, int) and 0 <= value <= MAX_TOKENS
+
+
+def _usage_ok(usage: Any) -> bool:
+    if not isinstance(usage, dict):
+        return False
+    if not all(_count_ok(usage.get(k)) for k in _COUNTS):
+        return False
+    for name, counts in _DETAILS.items():
+        details = usage.get(name)
+        if details is None:
+            continue
+        if not isinstance(details, dict) or not all(_count_ok(details.get(k)) for k in counts):
+            return False
+    return True
+
+
+def _whole_counts(usage: JSON) -> None:
+    """Whole floats (``12.0``) as ints, so sums and the log see integers."""
+    for key in _COUNTS:
+        if isinstance(value := usage.get(key), float):
+            usage[key] = int(value)
+    for name, counts in _DETAILS.items():
+        details = usage.get(name)
+        if isinstance(details, dict):
+            for key in counts:
+                if isinstance(value := details.get(key), float):
+                    details[key] = int(value)
+
+
+def sanitise_usage(body: JSON) -> None:
+    """Replace ``body["usage"]`` by None when its counts are not sane (in place)."""
+    usage = body.get("usage")
+    if usage is None:
+        return
+    if _usage_ok(usage):
+        _whole_counts(usage)
+    else:
+        body["usage"] = None
+
+
+def answer_problem(body: JSON) -> str | None:
+    """Sanitise the usage of ``body`` (a non-streamed answer) in place; what is wrong with
+    its ``choices`` (not a list of objects, a ``message`` not an object), or None."""
+    sanitise_usage(body)
+    choices = body.get("choices")
+    if choices is None:
+        return None
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        return "'choices' is not a list of objects"
+    for choice in choices:
+        message = choice.get("message")
+        if message is not None and not isinstance(message, dict):
+            return "a choice's 'message' is not an object"
+    return None
+
+
+def _tool_call_problem(call: Any) -> str | None:
+    if not isinstance(call, dict):
+        return "a tool call delta is not an object"
+    index = call.get("index")
+    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+        return "a tool call's 'index' is not an integer"
+    for key in ("id", "type"):
+        if not isinstance(call.get(key), str | None):
+            return f"a tool call's {key!r} is not a string"
+    function = call.get("function")
+    if function is None:
+        return None
+    if not isinstance(function, dict):
+        return "a tool call's 'function' is not an object"
+    for key in ("name", "arguments"):
+        if not isinstance(function.get(key), str | None):
+            return f"a tool call's function {key!r} is not a string"
+    return None
+
+
+def _choice_problem(choice: Any) -> str | None:
+    if not isinstance(choice, dict):
+        return "a choice is not an object"
+    if not isinstance(choice.get("finish_reason"), str | None):
+        return "a choice's 'finish_reason' is not a string"
+    delta = choice.get("delta")
+    if delta is None:
+        return None
+    if not isinstance(delta, dict):
+        return "a choice's 'delta' is not an object"
+    for key in _DELTA_TEXT:
+        if not isinstance(delta.get(key), str | None):
+            return f"a delta's {key!r} is not a string"
+    calls = delta.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, list):
+        return "a delta's 'tool_calls' is not a list"
+    for call in calls:
+        if (problem := _tool_call_problem(call)) is not None:
+            return problem
+    return None
+
+
+def chunk_problem(chunk: JSON) -> str | None:
+    """Sanitise the usage of ``chunk`` (one streamed ``chat.completion.chunk``) in place;
+    how its ``choices`` break the shapes in the module docstring, or None."""
+    if "usage" in chunk:
+        sanitise_usage(chunk)
+    choices = chunk.get("choices")
+    if choices is None:
+        return None
+    if not isinstance(choices, list):
+        return "a stream chunk's 'choices' is not a list"
+    for choice in choices:
+        if (problem := _choice_problem(choice)) is not None:
+            return problem
+    return None
+
+
 # ---------------------------------------------------------------------------- redaction
 
 REDACTED = "[redacted]"
@@ -217,28 +373,46 @@ def redacted(err: UpstreamError, secret: str | None) -> UpstreamError:
 
 class MappedBatches:
     """``inner``'s batches, each UpstreamError that ends them passed through ``mapped`` (which
-    returns the error to raise). Closing it closes ``inner`` at once. A class, not an async
+    returns the error to raise); with ``checked_for`` (an endpoint), each chunk checked
+    (:func:`chunk_problem`): the chunks before a bad one are given, then an
+    UpstreamBadResponseError. Closing it closes ``inner`` at once. A class, not an async
     generator: a stream's relay pays for each layer of generator it goes through."""
 
-    __slots__ = ("_inner", "_mapped")
+    __slots__ = ("_checked_for", "_failure", "_inner", "_mapped")
 
     def __init__(
-        self, inner: AsyncIterator[Batch], mapped: Callable[[UpstreamError], UpstreamError]
+        self,
+        inner: AsyncIterator[Batch],
+        mapped: Callable[[UpstreamError], UpstreamError],
+        checked_for: str | None = None,
     ) -> None:
         self._inner = inner
         self._mapped = mapped
+        self._checked_for = checked_for
+        self._failure: UpstreamError | None = None  # raised after the chunks before it
 
     def __aiter__(self) -> MappedBatches:
         return self
 
     async def __anext__(self) -> Batch:
+        if self._failure is not None:
+            raise self._failure
         try:
-            return await self._inner.__anext__()
+            batch = await self._inner.__anext__()
         except UpstreamError as err:
             mapped = self._mapped(err)
             if mapped is err:
                 raise
             raise mapped from None
+        if self._checked_for is not None:
+            for i, chunk in enumerate(batch):
+                if (problem := chunk_problem(chunk)) is not None:
+                    failure = bad_response(self._checked_for, problem)
+                    if i == 0:
+                        raise failure
+                    self._failure = failure
+                    return Batch(batch[:i], spent_for=batch.spent_for)
+        return batch
 
     async def aclose(self) -> None:
         """Close the wrapped stream (its upstream connection goes with it)."""
@@ -249,7 +423,8 @@ class MappedBatches:
 
 class RedactingAdapter:
     """Wraps one adapter; every UpstreamError it raises leaves with the attempt's
-    credential redacted (see the module docstring). Raises what the wrapped adapter raises."""
+    credential redacted, every answer and chunk checked (see the module docstring). Raises
+    what the wrapped adapter raises, and UpstreamBadResponseError for a misshapen answer."""
 
     __slots__ = ("_inner",)
 
@@ -257,23 +432,30 @@ class RedactingAdapter:
         self._inner = inner
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """The wrapped adapter's answer."""
+        """The wrapped adapter's answer, checked."""
         try:
-            return await self._inner.complete(target, body)
+            answer = await self._inner.complete(target, body)
         except UpstreamError as err:
             redacted(err, target.api_key)
             raise
+        if (problem := answer_problem(answer)) is not None:
+            raise bad_response(target.endpoint, problem)
+        return answer
 
     def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
-        """The wrapped adapter's batches, up to the error that ends them, redacted."""
+        """The wrapped adapter's batches, checked, up to the error that ends them, redacted."""
         return MappedBatches(
-            self._inner.stream(target, body), functools.partial(redacted, secret=target.api_key)
+            self._inner.stream(target, body),
+            functools.partial(redacted, secret=target.api_key),
+            checked_for=target.endpoint,
         )
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """The wrapped adapter's answer."""
+        """The wrapped adapter's answer, its usage sanitised."""
         try:
-            return await self._inner.embed(target, body)
+            answer = await self._inner.embed(target, body)
         except UpstreamError as err:
             redacted(err, target.api_key)
             raise
+        sanitise_usage(answer)
+        return answer

@@ -15,6 +15,7 @@ from gateway.adapters.base import (
     duration_seconds,
     error_from_status,
     rate_limit_spent_seconds,
+    sanitise_usage,
 )
 from schemas import QUOTA_EXHAUSTED, Observation, is_backpressure
 
@@ -166,3 +167,27 @@ def test_a_traced_target_keeps_every_field_and_carries_the_headers() -> None:
         getattr(traced, f.name) is values[f.name] for f in fields if f.name != "trace_headers"
     )
     assert traced.trace_headers is headers
+
+
+@pytest.mark.parametrize(
+    ("usage", "kept"),
+    [
+        ({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}, True),
+        ({"prompt_tokens": 3.0, "completion_tokens": None, "queue_time": 0.5}, True),
+        ({"prompt_tokens": 10**30}, False),
+        ({"prompt_tokens": "a", "completion_tokens": -5, "total_tokens": None}, False),
+        ({"prompt_tokens": True}, False),
+        ({"prompt_tokens": 1.5}, False),
+        ({"prompt_tokens": 1, "prompt_tokens_details": {"cached_tokens": -1}}, False),
+        ({"prompt_tokens": 1, "completion_tokens_details": "x"}, False),
+        ("x", False),
+    ],
+)
+def test_sanitise_usage_keeps_sane_counts_makes_the_rest_unknown(usage: Any, kept: bool) -> None:
+    body: JSON = {"usage": usage}
+    sanitise_usage(body)
+    if kept:
+        counts = [v for k, v in body["usage"].items() if k.endswith("tokens") and v is not None]
+        assert counts and all(type(v) is int for v in counts), body
+    else:
+        assert body["usage"] is None

@@ -1,0 +1,162 @@
+"""An upstream's misshapen answer is the upstream's bad response, on every surface.
+
+Usage whose counts are not sane (``10**30``, ``"a"``, ``-5``, null) is unknown: the answer
+still reaches the client, and its request log row is written (the store once crash-looped on
+a count SQLite cannot hold). Malformed ``choices`` or tool-call deltas in a stream are a 502
+before the first byte (another route is tried) and the dialect's stream error after it:
+never a 500 or a torn connection. Raw httpx on loopback, against a scripted fake upstream.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.e2e.conftest import HI, config, model, route
+from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "adm-bad-answers"
+TINY = 1e-6  # a fallback's weight: the draw picks the primary first
+SSE = {"content-type": "text/event-stream"}
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+BASE = {"id": "chatcmpl-1", "created": 1, "model": "x"}
+HUGE = '{"prompt_tokens": 1000000000000000000000000000000, "completion_tokens": 2}'
+NONSENSE = '{"prompt_tokens": "a", "completion_tokens": -5, "total_tokens": null}'
+
+
+def _request(surface: str, stream: bool) -> dict[str, Any]:
+    if surface == "chat":
+        return {"model": "m", "messages": HI, "stream": stream}
+    if surface == "responses":
+        return {"model": "m", "input": "hi", "stream": stream}
+    return {"model": "m", "max_tokens": 16, "messages": HI, "stream": stream}
+
+
+def _answer(usage: str) -> Reply:
+    message = {"role": "assistant", "content": "fine"}
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = json.dumps({**BASE, "object": "chat.completion", "choices": [choice]})
+    body = body[:-1] + f', "usage": {usage}}}'
+    return Reply(body=body, headers={"content-type": "application/json"})
+
+
+def _sse(*events: str) -> Reply:
+    return Reply(body="".join(f"data: {e}\n\n" for e in events), headers=SSE)
+
+
+def _chunk(delta: Any, finish: str | None = None) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return json.dumps({**BASE, "object": "chat.completion.chunk", "choices": [choice]})
+
+
+OPENING = _chunk({"role": "assistant", "content": "Hel"})
+CLOSING = (_chunk({}, "stop"), "[DONE]")
+BAD_CHOICES = ('{"choices":[{"delta":"x"}]}', '{"choices":"x"}')
+BAD_TOOL_CALL = _chunk(
+    {"tool_calls": [{"index": "a", "id": 5, "function": {"name": None, "arguments": 5}}]}
+)
+
+
+async def _gateway(gateway_factory: GatewayFactory, *routes: dict[str, Any]) -> RunningGateway:
+    return await gateway_factory(config(model("m", *routes), admin_key=ADMIN))
+
+
+async def _post(gw: RunningGateway, surface: str, stream: bool) -> tuple[int, str]:
+    """Status and whole body of one request; a torn connection fails the test."""
+    async with (
+        gw.http() as client,
+        client.stream("POST", PATHS[surface], json=_request(surface, stream)) as resp,
+    ):
+        return resp.status_code, (await resp.aread()).decode()
+
+
+def _ended_cleanly(surface: str, body: str) -> bool:
+    end = {"chat": "data: [DONE]", "responses": "response.completed", "messages": "message_stop"}
+    return end[surface] in body and not _ended_in_error(surface, body.replace(end[surface], ""))
+
+
+def _ended_in_error(surface: str, body: str) -> bool:
+    if surface == "chat":
+        return '"error"' in body and "[DONE]" not in body
+    if surface == "responses":
+        return "response.failed" in body and "response.completed" not in body
+    return "event: error" in body and "message_stop" not in body
+
+
+@pytest.mark.parametrize("usage", [HUGE, NONSENSE], ids=["huge", "nonsense"])
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_insane_usage_is_unknown_and_the_answer_and_its_log_row_land(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, usage: str
+) -> None:
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+    fake_upstream.enqueue(_answer(usage))
+    status, body = await _post(gw, surface, stream=False)
+    assert status == 200, body
+    assert "fine" in body
+
+    admin = gw.http(headers={"authorization": f"Bearer {ADMIN}"})
+    rows = (await admin.post("/admin/log/query", json={"kind": "request"})).json()["rows"]
+    assert [(r["status"], r["prompt_tokens"]) for r in rows] == [(200, 0)]
+    stats = (await admin.post("/admin/log/stats", json={})).json()
+    assert stats["refused_write_failed"] == 0, stats
+
+
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_stream_with_insane_usage_ends_cleanly(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str
+) -> None:
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+    usage = json.dumps({**BASE, "choices": [], "usage": {"prompt_tokens": "x"}})
+    fake_upstream.enqueue(_sse(OPENING, CLOSING[0], usage, CLOSING[1]))
+    status, body = await _post(gw, surface, stream=True)
+    assert status == 200 and _ended_cleanly(surface, body), body
+
+
+FIRST = pytest.mark.parametrize(
+    "bad", [*BAD_CHOICES, BAD_TOOL_CALL], ids=["delta", "choices", "tool"]
+)
+
+
+@FIRST
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_first_chunk_is_a_502_in_the_surface_shape(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, bad: str
+) -> None:
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+    fake_upstream.set_default(_sse(bad, *CLOSING))
+    status, body = await _post(gw, surface, stream=True)
+    assert status == 502 and "invalid response" in body, body
+    assert ('"type":"error"' in body) == (surface == "messages"), body
+
+
+@FIRST
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_first_chunk_fails_over_to_the_next_route(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str, bad: str
+) -> None:
+    evil, good = await fake_upstreams("evil"), await fake_upstreams("good")
+    evil.set_default(_sse(bad, *CLOSING))
+    gw = await _gateway(gateway_factory, route(evil), route(good, TINY))
+    status, body = await _post(gw, surface, stream=True)
+    assert status == 200 and _ended_cleanly(surface, body), body
+    assert len(evil.requests) == 1 and len(good.requests) == 1
+
+
+@pytest.mark.parametrize("bad", [BAD_CHOICES[1], BAD_TOOL_CALL], ids=["choices", "tool"])
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_chunk_mid_stream_ends_in_the_dialect_stream_error(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, bad: str
+) -> None:
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+    fake_upstream.set_default(_sse(OPENING, bad, *CLOSING))
+    status, body = await _post(gw, surface, stream=True)
+    assert status == 200 and "Hel" in body, body
+    assert _ended_in_error(surface, body), body
+    assert "invalid response" in body, body
