@@ -20,6 +20,9 @@ Guarantees (the README's "request log" section):
   synchronous=NORMAL; or PostgreSQL's commit) and nothing unacknowledged either: each
   ingress keeps those rows and sends them again until a store commits them. A failed
   write is logged and its batches refused, so they come back too.
+- A row no database can hold (a count past 64 bits, a NaN) is left out of its batch, counted
+  (``refused_unwritable_rows``) and logged; the rest of the batch is committed and answered,
+  so the row is not sent again forever and never stops the rows after it.
 - A clean stop commits what it took before the database closes.
 
 Admin area ``log``: ``stats``, ``query`` (args of :class:`LogQuery`), ``flush``, ``prune``,
@@ -43,7 +46,15 @@ from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
 from actors.state.log_aggregates import SEED_ROWS, SEED_SECONDS, SEED_SQL, LogAggregates
 from actors.stores.log_storage import LogStorageError, log_storage
-from actors.stores.request_log import LogQuery, Row, as_dicts, attempt_row, request_row
+from actors.stores.request_log import (
+    COLUMNS,
+    LogQuery,
+    Row,
+    as_dicts,
+    attempt_row,
+    request_row,
+    unwritable,
+)
 from actors.stores.spend_report import SpendQuery
 from bus import BusClosedError
 from schemas import (
@@ -132,6 +143,7 @@ class StoreActor(Actor):
         self._duplicates = 0
         self._refused_full = 0
         self._refused_failed = 0
+        self._unwritable = 0
         self._aggregates = LogAggregates()
         await self._seed_aggregates()
         self._lock = anyio.Lock()
@@ -186,7 +198,9 @@ class StoreActor(Actor):
         batch = env.message
         if not isinstance(batch, LogAppend):
             return
-        rows = [request_row(d) for d in batch.requests] + [attempt_row(o) for o in batch.attempts]
+        rows = self._writable(
+            [request_row(d) for d in batch.requests] + [attempt_row(o) for o in batch.attempts]
+        )
         waiting = self._pending_rows + self._writing
         if waiting and waiting + len(rows) > self._settings.queue_rows:
             self._refused_full += 1
@@ -204,6 +218,27 @@ class StoreActor(Actor):
         self._pending.append(_Batch(batch.sender, batch.seq, rows, [env]))
         self._pending_rows += len(rows)
         self._rows_ready.set()
+
+    def _writable(self, rows: list[Row]) -> list[Row]:
+        """``rows`` without those no database can hold (counted and logged)."""
+        kept = []
+        for row in rows:
+            column = unwritable(row)
+            if column is None:
+                kept.append(row)
+                continue
+            self._unwritable += 1
+            if self._unwritable & (self._unwritable - 1) == 0:  # 1, 2, 4, ...
+                logger.error(
+                    "request log: a %s row of request %s left out: its %s (%.40r) cannot be "
+                    "stored (%d rows so far)",
+                    row[1],
+                    row[2],
+                    column,
+                    row[COLUMNS.index(column)],
+                    self._unwritable,
+                )
+        return kept
 
     async def _flusher(self) -> None:
         # Group commit: each write takes every batch that arrived, and what arrives during
@@ -294,8 +329,10 @@ class StoreActor(Actor):
 
     def stats(self) -> dict[str, Any]:
         """Counters of the log: rows written and waiting; batches refused (by cause; their
-        ingresses send them again) and taken twice. Rows are dropped only by an ingress whose
-        own buffer is full (its log says so), never here: the ``dropped`` keys stay 0."""
+        ingresses send them again) and taken twice; rows left out as no database can hold
+        them (``refused_unwritable_rows``: answered, never sent again). Otherwise rows are
+        dropped only by an ingress whose own buffer is full (its log says so): the
+        ``dropped`` keys stay 0."""
         return {
             "written": self._written,
             "dropped": 0,
@@ -304,6 +341,7 @@ class StoreActor(Actor):
             "dropped_by_bus": 0,
             "refused_queue_full": self._refused_full,
             "refused_write_failed": self._refused_failed,
+            "refused_unwritable_rows": self._unwritable,
             "duplicate_batches": self._duplicates,
             "pending": self._pending_rows + self._writing,
             "queue_rows": self._settings.queue_rows,

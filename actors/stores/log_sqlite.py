@@ -91,10 +91,12 @@ class SqliteLogStorage:
             await db.executemany(UPSERT, hourly_upserts(rows))
             await db.executemany(SENDER_UPSERT, [(s, q, now) for s, q in last.items()])
             await db.commit()
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OverflowError, ValueError, TypeError) as exc:
             # All or nothing: the batches come again, and must not find half of them here.
+            # A value the driver cannot bind (OverflowError, ...) is a failed write too, never
+            # the actor's crash (the StoreActor leaves such rows out before they get here).
             await db.rollback()
-            raise LogStorageError(str(exc)) from None
+            raise LogStorageError(f"{type(exc).__name__}: {exc}") from None
         return fresh
 
     async def fetch(self, sql: str, params: Sequence[Any]) -> list[Row]:

@@ -8,6 +8,7 @@ query. Callers are stored as ``c-…`` hashes; credentials only ever as their ``
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,25 @@ INSERT = (
 PRUNE = "DELETE FROM request_log WHERE ts < ?"
 
 Row = tuple[Any, ...]
+
+
+_INT64 = 2**63
+
+
+def unwritable(row: Row) -> str | None:
+    """The first column of ``row`` neither database can hold (an integer past 64 bits, a
+    float that is not finite, anything but text, numbers and null), or None. Such a row
+    would fail its whole batch's write every time it is sent."""
+    for name, value in zip(COLUMNS, row, strict=True):
+        if value is None or isinstance(value, str | bool):
+            continue
+        if isinstance(value, int):
+            ok = -_INT64 <= value < _INT64
+        else:
+            ok = isinstance(value, float) and math.isfinite(value)
+        if not ok:
+            return name
+    return None
 
 
 def caller_id(caller: str) -> str:

@@ -320,6 +320,30 @@ async def test_store_with_a_failed_write_refuses_the_batch_and_commits_it_once_w
     ]
 
 
+async def test_store_leaves_out_a_row_no_database_holds_and_commits_the_rest_of_its_batch(
+    bus: InProcessBus, log_db: LogDatabase
+) -> None:
+    poisoned = RequestCompleted(request_id="r1", model="m", prompt_tokens=10**30, ts=time.time())
+    huge = obs(2, completion_tokens=2**63)
+    store = StoreActor(log_db.config, LogConfig())
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        first = await bus.request(
+            subjects.LOG_APPEND, batch(1, obs(1), poisoned), reply_type=LogAppended, timeout=WAIT
+        )
+        second = await bus.request(
+            subjects.LOG_APPEND, batch(2, huge, obs(3)), reply_type=LogAppended, timeout=WAIT
+        )
+        stats = await admin(bus, "stats")
+        store.request_stop()
+    assert (first, second) == (LogAppended(seq=1), LogAppended(seq=2))
+    assert stats["refused_unwritable_rows"] == 2 and stats["refused_write_failed"] == 0
+    assert [(r["kind"], r["request_id"]) for r in await log_db.rows()] == [
+        ("attempt", "r1"),
+        ("attempt", "r3"),
+    ]
+
+
 async def test_two_stores_on_one_postgres_given_the_same_batches_at_once_commit_each_once(
     postgres_url: str, tmp_path: Path
 ) -> None:
