@@ -210,44 +210,39 @@ _DETAILS = {
     "prompt_tokens_details": ("cached_tokens", "cache_write_tokens"),
     "completion_tokens_details": ("reasoning_tokens",),
 }
-_DELTA_TEXT = ("role", "content", "refusal", "reasoning_content", "reasoning")
+_DELTA_TEXT = frozenset({"role", "content", "refusal", "reasoning_content", "reasoning"})
 
 
 def _count_ok(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, bool):
-        return False
+    if type(value) is int:  # the usual case first (a bool's type is bool, not int)
+        return 0 <= value <= MAX_TOKENS
     if isinstance(value, float):
         return value.is_integer() and 0 <= value <= MAX_TOKENS
-    return isinstance(value, int) and 0 <= value <= MAX_TOKENS
+    return value is None
 
 
-def _usage_ok(usage: Any) -> bool:
-    if not isinstance(usage, dict):
-        return False
-    if not all(_count_ok(usage.get(k)) for k in _COUNTS):
-        return False
-    for name, counts in _DETAILS.items():
-        details = usage.get(name)
-        if details is None:
-            continue
-        if not isinstance(details, dict) or not all(_count_ok(details.get(k)) for k in counts):
+def _counts_ok(counts: JSON, keys: tuple[str, ...]) -> bool:
+    for key in keys:
+        if key in counts and not _count_ok(counts[key]):
             return False
     return True
 
 
-def _whole_counts(usage: JSON) -> None:
-    """Whole floats (``12.0``) as ints, so sums and the log see integers."""
-    for key in _COUNTS:
-        if isinstance(value := usage.get(key), float):
-            usage[key] = int(value)
-    for name, counts in _DETAILS.items():
+def _usage_ok(usage: Any) -> bool:
+    if type(usage) is not dict or not _counts_ok(usage, _COUNTS):
+        return False
+    for name, keys in _DETAILS.items():
         details = usage.get(name)
-        if isinstance(details, dict):
-            for key in counts:
-                if isinstance(value := details.get(key), float):
-                    details[key] = int(value)
+        if details is not None and (type(details) is not dict or not _counts_ok(details, keys)):
+            return False
+    return True
+
+
+def _whole_counts(counts: JSON, keys: tuple[str, ...]) -> None:
+    """Whole floats (``12.0``) as ints, so sums and the log see integers."""
+    for key in keys:
+        if type(value := counts.get(key)) is float:
+            counts[key] = int(value)
 
 
 def sanitise_usage(body: JSON) -> None:
@@ -255,24 +250,30 @@ def sanitise_usage(body: JSON) -> None:
     usage = body.get("usage")
     if usage is None:
         return
-    if _usage_ok(usage):
-        _whole_counts(usage)
-    else:
+    if not _usage_ok(usage):
         body["usage"] = None
+        return
+    _whole_counts(usage, _COUNTS)
+    for name, keys in _DETAILS.items():
+        if (details := usage.get(name)) is not None:
+            _whole_counts(details, keys)
 
 
 def answer_problem(body: JSON) -> str | None:
     """Sanitise the usage of ``body`` (a non-streamed answer) in place; what is wrong with
     its ``choices`` (not a list of objects, a ``message`` not an object), or None."""
-    sanitise_usage(body)
+    if "usage" in body:
+        sanitise_usage(body)
     choices = body.get("choices")
     if choices is None:
         return None
-    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+    if type(choices) is not list:
         return "'choices' is not a list of objects"
     for choice in choices:
+        if type(choice) is not dict:
+            return "'choices' is not a list of objects"
         message = choice.get("message")
-        if message is not None and not isinstance(message, dict):
+        if message is not None and type(message) is not dict:
             return "a choice's 'message' is not an object"
     return None
 
@@ -281,7 +282,7 @@ def _tool_call_problem(call: Any) -> str | None:
     if not isinstance(call, dict):
         return "a tool call delta is not an object"
     index = call.get("index")
-    if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+    if index is not None and type(index) is not int:
         return "a tool call's 'index' is not an integer"
     for key in ("id", "type"):
         if not isinstance(call.get(key), str | None):
@@ -297,27 +298,19 @@ def _tool_call_problem(call: Any) -> str | None:
     return None
 
 
-def _choice_problem(choice: Any) -> str | None:
-    if not isinstance(choice, dict):
-        return "a choice is not an object"
-    if not isinstance(choice.get("finish_reason"), str | None):
-        return "a choice's 'finish_reason' is not a string"
-    delta = choice.get("delta")
-    if delta is None:
-        return None
-    if not isinstance(delta, dict):
-        return "a choice's 'delta' is not an object"
-    for key in _DELTA_TEXT:
-        if not isinstance(delta.get(key), str | None):
+def _delta_problem(delta: JSON) -> str | None:
+    # A delta's own keys (one or two, usually), not every text key it might have.
+    for key, value in delta.items():
+        if value is None:
+            continue
+        if key == "tool_calls":
+            if type(value) is not list:
+                return "a delta's 'tool_calls' is not a list"
+            for call in value:
+                if (problem := _tool_call_problem(call)) is not None:
+                    return problem
+        elif type(value) is not str and key in _DELTA_TEXT:
             return f"a delta's {key!r} is not a string"
-    calls = delta.get("tool_calls")
-    if calls is None:
-        return None
-    if not isinstance(calls, list):
-        return "a delta's 'tool_calls' is not a list"
-    for call in calls:
-        if (problem := _tool_call_problem(call)) is not None:
-            return problem
     return None
 
 
@@ -329,11 +322,20 @@ def chunk_problem(chunk: JSON) -> str | None:
     choices = chunk.get("choices")
     if choices is None:
         return None
-    if not isinstance(choices, list):
+    if type(choices) is not list:
         return "a stream chunk's 'choices' is not a list"
     for choice in choices:
-        if (problem := _choice_problem(choice)) is not None:
-            return problem
+        if type(choice) is not dict:
+            return "a choice is not an object"
+        reason = choice.get("finish_reason")
+        if reason is not None and type(reason) is not str:
+            return "a choice's 'finish_reason' is not a string"
+        delta = choice.get("delta")
+        if delta is not None:
+            if type(delta) is not dict:
+                return "a choice's 'delta' is not an object"
+            if (problem := _delta_problem(delta)) is not None:
+                return problem
     return None
 
 
