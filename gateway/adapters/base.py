@@ -260,22 +260,9 @@ def sanitise_usage(body: JSON) -> None:
 
 
 def answer_problem(body: JSON) -> str | None:
-    """Sanitise the usage of ``body`` (a non-streamed answer) in place; what is wrong with
-    its ``choices`` (not a list of objects, a ``message`` not an object), or None."""
-    if "usage" in body:
-        sanitise_usage(body)
-    choices = body.get("choices")
-    if choices is None:
-        return None
-    if type(choices) is not list:
-        return "'choices' is not a list of objects"
-    for choice in choices:
-        if type(choice) is not dict:
-            return "'choices' is not a list of objects"
-        message = choice.get("message")
-        if message is not None and type(message) is not dict:
-            return "a choice's 'message' is not an object"
-    return None
+    """Sanitise the usage of ``body`` (a non-streamed answer) in place; how its ``choices``
+    break the shapes in the module docstring (a ``message`` not an object, ...), or None."""
+    return _choices_problem(body, "message", None)
 
 
 def _tool_call_problem(call: Any) -> str | None:
@@ -317,24 +304,30 @@ def _delta_problem(delta: JSON) -> str | None:
 def chunk_problem(chunk: JSON) -> str | None:
     """Sanitise the usage of ``chunk`` (one streamed ``chat.completion.chunk``) in place;
     how its ``choices`` break the shapes in the module docstring, or None."""
-    if "usage" in chunk:
-        sanitise_usage(chunk)
-    choices = chunk.get("choices")
+    return _choices_problem(chunk, "delta", _delta_problem)
+
+
+def _choices_problem(
+    body: JSON, part: str, part_problem: Callable[[JSON], str | None] | None
+) -> str | None:
+    if "usage" in body:
+        sanitise_usage(body)
+    choices = body.get("choices")
     if choices is None:
         return None
     if type(choices) is not list:
-        return "a stream chunk's 'choices' is not a list"
+        return "'choices' is not a list"
     for choice in choices:
         if type(choice) is not dict:
             return "a choice is not an object"
         reason = choice.get("finish_reason")
         if reason is not None and type(reason) is not str:
             return "a choice's 'finish_reason' is not a string"
-        delta = choice.get("delta")
-        if delta is not None:
-            if type(delta) is not dict:
-                return "a choice's 'delta' is not an object"
-            if (problem := _delta_problem(delta)) is not None:
+        inner = choice.get(part)
+        if inner is not None:
+            if type(inner) is not dict:
+                return f"a choice's {part!r} is not an object"
+            if part_problem is not None and (problem := part_problem(inner)) is not None:
                 return problem
     return None
 
