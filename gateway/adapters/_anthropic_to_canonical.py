@@ -51,14 +51,46 @@ def finish_reason(stop_reason: Any) -> str:
     return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
 
 
-def chat_usage(usage: Any) -> JSON:
-    """Chat usage from Anthropic usage: the chat prompt total includes cache reads and writes."""
+def provider_counts(usage: Any, *keys: str) -> list[int] | None:
+    """A provider's token counts under ``keys``, in order (absent or null: 0); None when one
+    is not a whole number from 0: the answer's usage is then unknown (summing a string
+    failed the request). How large is the adapter seam's to judge (``base.MAX_TOKENS``)."""
     if not isinstance(usage, dict):
         usage = {}
-    read = usage.get("cache_read_input_tokens") or 0
-    written = usage.get("cache_creation_input_tokens") or 0
-    prompt = (usage.get("input_tokens") or 0) + read + written
-    completion = usage.get("output_tokens") or 0
+    counts = []
+    for key in keys:
+        value = usage.get(key)
+        if value is None:
+            counts.append(0)
+        elif type(value) is int and value >= 0:
+            counts.append(value)
+        elif type(value) is float and value.is_integer() and value >= 0:
+            counts.append(int(value))
+        else:
+            return None
+    return counts
+
+
+def chat_usage(usage: Any) -> JSON | None:
+    """Chat usage from Anthropic usage (None when a count is not a number)."""
+    return cached_usage(
+        provider_counts(
+            usage,
+            "input_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens",
+        )
+    )
+
+
+def cached_usage(counts: list[int] | None) -> JSON | None:
+    """Chat usage from a provider's (fresh input, cache reads, cache writes, output) counts:
+    the chat prompt total includes cache reads and writes. None for None."""
+    if counts is None:
+        return None
+    fresh, read, written, completion = counts
+    prompt = fresh + read + written
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -122,8 +154,8 @@ class MessagesToChatStream:
         return self._complete
 
     @property
-    def usage(self) -> JSON:
-        """Usage so far, in the chat shape."""
+    def usage(self) -> JSON | None:
+        """Usage so far, in the chat shape (None: unknown)."""
         return chat_usage(self._usage)
 
     def feed(self, event: str | None, data: JSON) -> list[JSON]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_to_canonical import new_id
+from gateway.adapters._anthropic_to_canonical import new_id, provider_counts
 
 JSON = dict[str, Any]
 
@@ -32,19 +32,26 @@ def finish_reason(reason: Any, has_calls: bool) -> str:
     return "tool_calls" if has_calls else "stop"
 
 
-def chat_usage(meta: Any) -> JSON:
+def chat_usage(meta: Any) -> JSON | None:
     """Chat usage from ``usageMetadata``: the prompt count includes the cached tokens, and the
-    completion counts the thinking tokens Gemini bills as output."""
-    if not isinstance(meta, dict):
-        meta = {}
-    prompt = int(meta.get("promptTokenCount") or 0)
-    thoughts = int(meta.get("thoughtsTokenCount") or 0)
-    completion = int(meta.get("candidatesTokenCount") or 0) + thoughts
+    completion counts the thinking tokens Gemini bills as output. None when a count is not
+    a number (:func:`provider_counts`)."""
+    counts = provider_counts(
+        meta,
+        "promptTokenCount",
+        "thoughtsTokenCount",
+        "candidatesTokenCount",
+        "cachedContentTokenCount",
+    )
+    if counts is None:
+        return None
+    prompt, thoughts, candidates, cached = counts
+    completion = candidates + thoughts
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": int(meta.get("cachedContentTokenCount") or 0)},
+        "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens_details": {"reasoning_tokens": thoughts},
     }
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_to_canonical import new_id
+from gateway.adapters._anthropic_to_canonical import cached_usage, new_id, provider_counts
 from gateway.adapters.chat_message import answered_call, text_of, tool_calls
 from schemas import InvalidRequestError
 
@@ -256,21 +256,14 @@ def _output_config(fmt: Any) -> JSON | None:
     )
 
 
-def chat_usage(usage: Any) -> JSON:
-    """Chat usage from Converse ``TokenUsage``: the prompt total includes cache reads and
-    writes (Converse counts them apart from ``inputTokens``)."""
-    if not isinstance(usage, dict):
-        usage = {}
-    read = usage.get("cacheReadInputTokens") or 0
-    written = usage.get("cacheWriteInputTokens") or 0
-    prompt = (usage.get("inputTokens") or 0) + read + written
-    completion = usage.get("outputTokens") or 0
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
-    }
+def chat_usage(usage: Any) -> JSON | None:
+    """Chat usage from Converse ``TokenUsage`` (Converse counts cache reads and writes apart
+    from ``inputTokens``); None when a count is not a number."""
+    return cached_usage(
+        provider_counts(
+            usage, "inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens", "outputTokens"
+        )
+    )
 
 
 def finish_reason(stop_reason: Any) -> str:

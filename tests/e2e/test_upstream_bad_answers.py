@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.conftest import HI, config, model, route
+from tests.e2e.conftest import HI, anthropic_route, config, model, route
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
 if TYPE_CHECKING:
@@ -160,3 +160,21 @@ async def test_a_malformed_chunk_mid_stream_ends_in_the_dialect_stream_error(
     assert status == 200 and "Hel" in body, body
     assert _ended_in_error(surface, body), body
     assert "invalid response" in body, body
+
+
+async def test_a_count_an_anthropic_upstream_gives_that_is_not_a_number_leaves_usage_unknown(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # The adapter summed the provider's counts into the chat shape: "a" + 0 failed the
+    # answer with a 500 before the seam could judge them.
+    text = [{"type": "text", "text": "fine"}]
+    message = {"content": text, "usage": {"input_tokens": "a", "output_tokens": 2}}
+    json_type = {"content-type": "application/json"}
+    fake_upstream.enqueue(Reply(body=json.dumps(message), headers=json_type))
+    gw = await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
+
+    async with gw.http() as client:
+        resp = await client.post(PATHS["chat"], json=_request("chat", False))
+
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == "fine"

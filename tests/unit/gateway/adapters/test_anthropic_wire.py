@@ -580,7 +580,9 @@ def test_stream_with_stop_sequence_reports_it_like_vllm() -> None:
     assert len(chunks) == 2
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert chunks[-1]["choices"][0]["stop_reason"] == "4"
-    assert stream.usage["completion_tokens"] == 4 and stream.usage["prompt_tokens"] == 3
+    usage = stream.usage
+    assert usage is not None
+    assert usage["completion_tokens"] == 4 and usage["prompt_tokens"] == 3
 
 
 def test_stream_round_trip_through_the_anthropic_surface_matches_upstream() -> None:
