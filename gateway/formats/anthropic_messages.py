@@ -76,6 +76,9 @@ _FIELDS = {
     "top_k": INTEGER,
     "top_p": NUMBER,
 }
+# Inside them: what an anthropic upstream reads (passed through to it) or this module does.
+_THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER}
+_CHOICE_FIELDS = {"type": STRING, "name": STRING, "disable_parallel_tool_use": BOOLEAN}
 
 
 def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
@@ -90,6 +93,14 @@ def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
     if not isinstance(model, str) or not model:
         raise InvalidRequestError("model: a non-empty string is required", param="model")
     check_types(body, _FIELDS)
+    if (thinking := body.get("thinking")) is not None:
+        check_types(thinking, _THINKING_FIELDS, "thinking")
+    if (choice := body.get("tool_choice")) is not None:
+        check_types(choice, _CHOICE_FIELDS, "tool_choice")
+        if choice.get("type") not in (*_TOOL_CHOICE, "tool"):
+            raise InvalidRequestError(
+                "tool_choice.type: must be auto, any, tool or none", param="tool_choice.type"
+            )
     if body.get("max_tokens") is None and not counting:
         raise InvalidRequestError("max_tokens: required by the Messages API", param="max_tokens")
     max_tokens = want_positive_int(body, "max_tokens")

@@ -342,6 +342,23 @@ async def test_an_embeddings_input_array_of_mixed_kinds_is_400_naming_the_item(
     assert fake_upstream.requests == []
 
 
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"thinking": {"type": "enabled", "budget_tokens": "x"}}, "thinking.budget_tokens"),
+        ({"tool_choice": {"type": "zzz"}}, "tool_choice.type"),  # with no tools, too
+        ({"tool_choice": {"type": "auto", "disable_parallel_tool_use": "y"}}, "tool_choice."),
+    ],
+)
+async def test_a_messages_request_with_a_mistyped_nested_field_is_400_naming_it(
+    gw: RunningGateway, fake_upstream: FakeUpstream, extra: dict[str, Any], field: str
+) -> None:
+    resp = await gw.http().post(MESSAGES, json={**BASE[MESSAGES], **extra})
+
+    assert assert_refused(MESSAGES, resp).startswith(field)
+    assert fake_upstream.requests == []
+
+
 async def test_unknown_extra_fields_still_pass_through_to_the_upstream(
     gw: RunningGateway,
     fake_upstream: FakeUpstream,
