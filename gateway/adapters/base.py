@@ -11,8 +11,9 @@ the limits and the request log may rely on them instead of each guarding against
   absent/null. A ``usage`` that breaks this (a string, a negative, a boolean, a float that
   is not whole, ``10**30``) is unknown: replaced by ``None``, as an answer that reported
   none, so the attempt is billed on the estimate. Odd bookkeeping never fails an answer.
-- ``choices``: a list (or absent/null) of objects. In a stream chunk each ``delta`` is an
-  object or null, its text fields strings or null, its ``tool_calls`` a list of objects
+- ``choices``: a list (or absent/null) of objects. A stream chunk's ``delta`` and a whole
+  answer's ``message`` are objects or null, their text fields strings or null (a message's
+  ``content`` may be an array of parts), their ``tool_calls`` lists of objects
   whose ``index`` is an integer, ``id``/``type`` strings, ``function`` an object whose
   ``name`` and ``arguments`` are strings. Anything else is the upstream's bad response: a
   502 (the next route is tried), or the dialect's stream error once a stream began.
@@ -262,42 +263,45 @@ def sanitise_usage(body: JSON) -> None:
 def answer_problem(body: JSON) -> str | None:
     """Sanitise the usage of ``body`` (a non-streamed answer) in place; how its ``choices``
     break the shapes in the module docstring (a ``message`` not an object, ...), or None."""
-    return _choices_problem(body, "message", None)
+    return _choices_problem(body, "message", _delta_problem)
 
 
 def _tool_call_problem(call: Any) -> str | None:
-    if not isinstance(call, dict):
-        return "a tool call delta is not an object"
+    if type(call) is not dict:
+        return "a tool call is not an object"
     index = call.get("index")
     if index is not None and type(index) is not int:
         return "a tool call's 'index' is not an integer"
     for key in ("id", "type"):
-        if not isinstance(call.get(key), str | None):
+        if (value := call.get(key)) is not None and type(value) is not str:
             return f"a tool call's {key!r} is not a string"
     function = call.get("function")
     if function is None:
         return None
-    if not isinstance(function, dict):
+    if type(function) is not dict:
         return "a tool call's 'function' is not an object"
     for key in ("name", "arguments"):
-        if not isinstance(function.get(key), str | None):
+        if (value := function.get(key)) is not None and type(value) is not str:
             return f"a tool call's function {key!r} is not a string"
     return None
 
 
 def _delta_problem(delta: JSON) -> str | None:
-    # A delta's own keys (one or two, usually), not every text key it might have.
+    """What is wrong with a stream chunk's ``delta`` or a whole answer's ``message`` (the
+    same fields), or None. A ``content`` may also be an array of parts (a message's)."""
+    # Its own keys (one or two, usually), not every text key it might have.
     for key, value in delta.items():
         if value is None:
             continue
         if key == "tool_calls":
             if type(value) is not list:
-                return "a delta's 'tool_calls' is not a list"
+                return "'tool_calls' is not a list"
             for call in value:
                 if (problem := _tool_call_problem(call)) is not None:
                     return problem
         elif type(value) is not str and key in _DELTA_TEXT:
-            return f"a delta's {key!r} is not a string"
+            if key != "content" or type(value) is not list:
+                return f"a {key!r} is not a string"
     return None
 
 

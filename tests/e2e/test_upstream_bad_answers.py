@@ -162,6 +162,27 @@ async def test_a_malformed_chunk_mid_stream_ends_in_the_dialect_stream_error(
     assert "invalid response" in body, body
 
 
+@pytest.mark.parametrize(
+    "calls", [[{"id": "c", "function": "x"}], 5, [{"id": 5}]], ids=["function", "list", "id"]
+)
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_whole_answer_with_malformed_tool_calls_is_a_502_in_the_surface_shape(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, calls: Any
+) -> None:
+    # Only the message's being an object was checked: the Messages renderer then failed on
+    # a tool call whose function was a string (a 500), the accounting on tool_calls: 5.
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
+    body = json.dumps({**BASE, "object": "chat.completion", "choices": [choice]})
+    fake_upstream.set_default(Reply(body=body, headers={"content-type": "application/json"}))
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+
+    status, text = await _post(gw, surface, stream=False)
+
+    assert status == 502 and "invalid response" in text, text
+    assert ('"type":"error"' in text) == (surface == "messages"), text
+
+
 async def test_a_count_an_anthropic_upstream_gives_that_is_not_a_number_leaves_usage_unknown(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
 ) -> None:
