@@ -217,33 +217,37 @@ class StoreActor(Actor):
         self._pending_rows += len(rows)
         self._rows_ready.set()
 
-    def _left_out_unwritable(self, batches: list[_Batch]) -> int:
-        """Take the rows no database can hold out of ``batches`` (counted and logged);
-        how many. Looked for only once a write failed: a check of every row cost about 3 µs
-        a row, and the adapters already keep the upstream's numbers sane."""
-        left_out = 0
+    @staticmethod
+    def _without_unwritable(batches: list[_Batch]) -> list[tuple[Row, str]]:
+        """Take the rows a database may refuse out of ``batches``; each with its column.
+        Looked for only once a write failed: a check of every row cost about 3 µs a row, and
+        the adapters already keep the upstream's numbers sane."""
+        left_out: list[tuple[Row, str]] = []
         for b in batches:
-            kept = [row for row in b.rows if not self._unwritable_row(row)]
-            left_out += len(b.rows) - len(kept)
+            kept = []
+            for row in b.rows:
+                column = unwritable(row)
+                if column is None:
+                    kept.append(row)
+                else:
+                    left_out.append((row, column))
             b.rows = kept
         return left_out
 
-    def _unwritable_row(self, row: Row) -> bool:
-        column = unwritable(row)
-        if column is None:
-            return False
-        self._unwritable += 1
-        if self._unwritable & (self._unwritable - 1) == 0:  # 1, 2, 4, ...
-            logger.error(
-                "request log: a %s row of request %s left out: its %s (%.40r) cannot be "
-                "stored (%d rows so far)",
-                row[1],
-                row[2],
-                column,
-                row[COLUMNS.index(column)],
-                self._unwritable,
-            )
-        return True
+    def _count_left_out(self, left_out: list[tuple[Row, str]]) -> None:
+        """Count and log rows left out of a write that then committed."""
+        for row, column in left_out:
+            self._unwritable += 1
+            if self._unwritable & (self._unwritable - 1) == 0:  # 1, 2, 4, ...
+                logger.error(
+                    "request log: a %s row of request %s left out: its %s (%.40r) cannot be "
+                    "stored (%d rows so far)",
+                    row[1],
+                    row[2],
+                    column,
+                    row[COLUMNS.index(column)],
+                    self._unwritable,
+                )
 
     async def _flusher(self) -> None:
         # Group commit: each write takes every batch that arrived, and what arrives during
@@ -283,9 +287,11 @@ class StoreActor(Actor):
                 try:
                     fresh = await self._append(batches)
                 except LogStorageError:
-                    if not self._left_out_unwritable(batches):
+                    left_out = self._without_unwritable(batches)
+                    if not left_out:
                         raise
                     fresh = await self._append(batches)  # the rest, once
+                    self._count_left_out(left_out)  # (if that failed too, all come again)
             except LogStorageError as exc:
                 self._refused_failed += len(batches)
                 logger.error(

@@ -124,11 +124,15 @@ _INT64 = 2**63
 
 
 def unwritable(row: Row) -> str | None:
-    """The first column of ``row`` neither database can hold (an integer past 64 bits, a
-    float that is not finite, anything but text, numbers and null), or None. Such a row
-    would fail its whole batch's write every time it is sent."""
+    """The first column of ``row`` a database may refuse (an integer past 64 bits, a float
+    that is not finite, text with a NUL, which PostgreSQL refuses, anything but text, numbers
+    and null), or None. Such a row would fail its whole batch's write every time it is sent."""
     for name, value in zip(COLUMNS, row, strict=True):
-        if value is None or isinstance(value, str | bool):
+        if value is None or isinstance(value, bool):
+            continue
+        if isinstance(value, str):
+            if "\x00" in value:
+                return name
             continue
         if isinstance(value, int):
             ok = -_INT64 <= value < _INT64

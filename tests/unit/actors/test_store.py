@@ -344,6 +344,29 @@ async def test_store_leaves_out_a_row_no_database_holds_and_commits_the_rest_of_
     ]
 
 
+async def test_store_a_nul_in_text_is_left_out_where_the_database_refuses_it(
+    bus: InProcessBus, log_db: LogDatabase
+) -> None:
+    # Any caller may name a model "x\x00": PostgreSQL refuses a NUL in text, and the batch
+    # carrying it failed every write, the ingress sending it again forever.
+    nul = RequestCompleted(request_id="r1", model="x\x00", ts=time.time())
+    store = StoreActor(log_db.config, LogConfig())
+    async with anyio.create_task_group() as tg:
+        await tg.start(store.run, bus)
+        answer = await bus.request(
+            subjects.LOG_APPEND, batch(1, obs(1), nul), reply_type=LogAppended, timeout=WAIT
+        )
+        stats = await admin(bus, "stats")
+        store.request_stop()
+    refused = log_db.kind == "postgres"  # SQLite stores it as it is
+    assert answer == LogAppended(seq=1)
+    assert stats["refused_unwritable_rows"] == int(refused) and stats["refused_write_failed"] == 0
+    kept = [(r["kind"], r["request_id"]) for r in await log_db.rows()]
+    assert sorted(kept) == (
+        [("attempt", "r1")] if refused else [("attempt", "r1"), ("request", "r1")]
+    )
+
+
 async def test_two_stores_on_one_postgres_given_the_same_batches_at_once_commit_each_once(
     postgres_url: str, tmp_path: Path
 ) -> None:
