@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
+LONGEST_WAIT = 86_400.0
+"""Seconds: no provider's window is longer than a day; a longer wait counts as a day (a
+Retry-After of 1e300 kept the key cooling for good)."""
+
+
 def _wait_hint(seconds: float | None) -> float | None:
     """A provider's wait as a hint: a positive, finite number of seconds; None for anything
     else. ``0`` or less says nothing usable: a request that took it at its word would send
@@ -24,7 +29,7 @@ def _wait_hint(seconds: float | None) -> float | None:
     back-pressure: the caller's own backoff applies). NaN and infinity are malformed."""
     if seconds is None or not 0.0 < seconds < math.inf:
         return None
-    return seconds
+    return min(seconds, LONGEST_WAIT)
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
@@ -59,7 +64,7 @@ def duration_seconds(value: str) -> float | None:
             return None
         total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
         pos = m.end()
-    return total if pos == len(text) and pos > 0 else None
+    return total if pos == len(text) and pos > 0 and math.isfinite(total) else None
 
 
 def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
@@ -103,7 +108,7 @@ def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:
             continue
         raw = headers.get(f"x-ratelimit-reset-{limit}")
         seconds = duration_seconds(raw) if raw is not None else None
-        spent.append(1.0 if seconds is None else seconds)
+        spent.append(1.0 if seconds is None else min(seconds, LONGEST_WAIT))
     return max(spent) if spent else None
 
 

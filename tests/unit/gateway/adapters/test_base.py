@@ -75,6 +75,7 @@ def test_carries_token_only_for_answer_text_tool_calls_refusals_or_reasoning(
         ("", None),
         ("nan", None),
         ("inf", None),
+        ("9" * 400 + "s", None),  # a Go-style form adding up to infinity
     ],
 )
 def test_duration_seconds_reads_openais_reset_forms(text: str, seconds: float | None) -> None:
@@ -107,6 +108,8 @@ def test_duration_seconds_reads_openais_reset_forms(text: str, seconds: float | 
         # ... and the next header that says something is read instead.
         ({"retry-after": "0", "retry-after-ms": "250"}, 0.25),
         ({"retry-after": "nan", "x-ratelimit-reset-requests": "2s"}, 2.0),
+        # ... and no wait lasts longer than a day.
+        ({"retry-after": "1e300"}, 86400.0),
     ],
 )
 def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
@@ -124,6 +127,7 @@ def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
         ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1.5s"}, 1.5),
         ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "6m0s"}, 360.0),
         ({"x-ratelimit-remaining-requests": "0"}, 1.0),  # no reset said: a second
+        ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1e300"}, 86400.0),
         ({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "1s"}, None),
         ({}, None),
     ],
