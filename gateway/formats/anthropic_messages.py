@@ -53,6 +53,7 @@ _JOIN = "\n\n"
 _TOOL_ERROR_PREFIX = "Error: "
 _REFUSED_TOP_LEVEL = ("container",)
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
+_TOOL_CHOICE_TYPES = frozenset({*_TOOL_CHOICE, "tool"})
 # The documented request fields (anthropic's MessageCreateParams, with the sampling ones
 # older API versions take) and their JSON types, also those this module drops.
 _FIELDS = {
@@ -97,7 +98,7 @@ def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
         check_types(thinking, _THINKING_FIELDS, "thinking")
     if (choice := body.get("tool_choice")) is not None:
         check_types(choice, _CHOICE_FIELDS, "tool_choice")
-        if choice.get("type") not in (*_TOOL_CHOICE, "tool"):
+        if choice.get("type") not in _TOOL_CHOICE_TYPES:
             raise InvalidRequestError(
                 "tool_choice.type: must be auto, any, tool or none", param="tool_choice.type"
             )
@@ -317,18 +318,15 @@ def _convert_tools(tools: list[Any]) -> list[JSON]:
 
 
 def _convert_tool_choice(choice: JSON, chat: JSON) -> None:
-    kind = choice.get("type")
+    """``choice``, its type already one of :data:`_TOOL_CHOICE_TYPES`, in the chat shape."""
+    kind = choice["type"]
     if kind == "tool":
         chat["tool_choice"] = {
             "type": "function",
             "function": {"name": want_str(choice, "name", "tool_choice")},
         }
-    elif isinstance(kind, str) and kind in _TOOL_CHOICE:
-        chat["tool_choice"] = _TOOL_CHOICE[kind]
     else:
-        raise InvalidRequestError(
-            "tool_choice.type: must be auto, any, tool or none", param="tool_choice.type"
-        )
+        chat["tool_choice"] = _TOOL_CHOICE[kind]
     if choice.get("disable_parallel_tool_use") is True and kind != "none":
         chat["parallel_tool_calls"] = False
 
