@@ -6,7 +6,9 @@ check here is all the translation there is.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+import msgspec
 
 from gateway.formats.openai_chat import (
     INTEGER,
@@ -45,22 +47,33 @@ def _is_tokens(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(map(_is_token, value))
 
 
-# An array ``input`` holds one of these kinds throughout (with a string, the API's 4 forms).
+_Token = Annotated[int, msgspec.Meta(ge=0)]
+_Tokens = Annotated[list[_Token], msgspec.Meta(min_length=1)]
+# An array ``input`` holds one of these kinds throughout (with a string, the API's 4 forms):
+# the first item's is found in Python, the whole array checked in msgspec's C (a Python call
+# per token cost about 11 ms for 16 inputs of 8,000 tokens), and only an array that fails it
+# walked again to name the item.
 _INPUT_KINDS = (
-    (_is_text, "a string"),
-    (_is_token, "a token id (an integer from 0)"),
-    (_is_tokens, "a non-empty array of token ids"),
+    (_is_text, list[str], "a string"),
+    (_is_token, list[_Token], "a token id (an integer from 0)"),
+    (_is_tokens, list[_Tokens], "a non-empty array of token ids"),
 )
 
 
 def _check_inputs(inputs: list[Any]) -> None:
     """Raise InvalidRequestError naming the first item of ``inputs`` not of ``input[0]``'s
     kind (or ``input[0]`` when it is of none)."""
-    found = next(((f, k) for f, k in _INPUT_KINDS if f(inputs[0])), None)
+    found = next(((f, t, k) for f, t, k in _INPUT_KINDS if f(inputs[0])), None)
     if found is None:
-        kinds = ", ".join(k for _, k in _INPUT_KINDS)
+        kinds = ", ".join(k for _, _, k in _INPUT_KINDS)
         raise InvalidRequestError(f"input[0]: must be one of {kinds}", param="input[0]")
-    fits, kind = found
+    fits, array, kind = found
+    try:
+        msgspec.convert(inputs, array)
+    except msgspec.ValidationError:
+        pass
+    else:
+        return
     for i, item in enumerate(inputs):
         if not fits(item):
             raise InvalidRequestError(
