@@ -113,9 +113,11 @@ def parse_since(value: str | float, now: float) -> float:
         if text[-1:] in _UNITS and text[:-1].replace(".", "", 1).isdigit():
             return _bounded_instant(now - parse_duration(text))
         try:
-            return _bounded_instant(float(text))
+            seconds = float(text)
         except ValueError:
             pass
+        else:
+            return _bounded_instant(seconds)  # its own error, not the generic one below
     try:
         return parse_instant(value)
     except ValueError:

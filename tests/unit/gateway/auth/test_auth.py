@@ -34,7 +34,7 @@ from schemas import (
     subjects,
 )
 from schemas.config import GatewayConfig, ModelConfig
-from schemas.keys import hash_key
+from schemas.keys import hash_key, parse_since
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -124,6 +124,12 @@ def test_durations_and_instants() -> None:
     for bad in ("", "-1", "abc", "0"):
         with pytest.raises(ValueError):
             parse_duration(bad)
+
+
+@pytest.mark.parametrize("since", ["1e20", "nan", "-1e300"])
+def test_a_since_of_epoch_seconds_out_of_range_says_so(since: str) -> None:
+    with pytest.raises(ValueError, match="between the years 1 and 9999"):
+        parse_since(since, 1.7e9)
 
 
 async def test_gate_is_open_without_keys_and_closes_once_one_exists(
