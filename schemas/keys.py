@@ -80,6 +80,12 @@ def parse_instant(value: str | float) -> float:
     return _bounded_instant(moment.timestamp())
 
 
+def fits_int64(value: int) -> bool:
+    """Whether ``value`` fits a signed 64-bit integer: an SQLite INTEGER, a PostgreSQL
+    BIGINT, a msgpack or Go peer's int (larger ones overflow there)."""
+    return -(2**63) <= value < 2**63
+
+
 def shown(value: object, limit: int = 40) -> str:
     """``repr(value)`` cut to ``limit`` characters, for an error message (an integer of
     thousands of digits has no repr at all)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
 from schemas import InvalidRequestError
-from schemas.keys import parse_since
+from schemas.keys import fits_int64, parse_since
 
 if TYPE_CHECKING:
     from schemas import Observation, RequestCompleted
@@ -120,9 +120,6 @@ PRUNE = "DELETE FROM request_log WHERE ts < ?"
 Row = tuple[Any, ...]
 
 
-_INT64 = 2**63
-
-
 def unwritable(row: Row) -> str | None:
     """The first column of ``row`` a database may refuse (an integer past 64 bits, a float
     that is not finite, text with a NUL, which PostgreSQL refuses, anything but text, numbers
@@ -135,7 +132,7 @@ def unwritable(row: Row) -> str | None:
                 return name
             continue
         if isinstance(value, int):
-            ok = -_INT64 <= value < _INT64
+            ok = fits_int64(value)
         else:
             ok = isinstance(value, float) and math.isfinite(value)
         if not ok:

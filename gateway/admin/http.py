@@ -25,6 +25,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+from schemas.keys import fits_int64
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -103,16 +104,13 @@ def too_deep(value: Any, max_depth: int) -> bool:
     return False
 
 
-_INT64 = 2**63 - 1  # what an SQLite INTEGER (and a msgpack or Go peer) holds
-
-
 def too_large(args: dict[str, Any]) -> str | None:
     """The path (``weight``, ``models[2].position``) of the first integer in ``args`` an int64
     cannot hold, or None. No admin argument needs one, and a store would overflow on it."""
     stack: list[tuple[Any, str]] = [(args, "")]
     while stack:
         item, path = stack.pop()
-        if isinstance(item, int) and not -_INT64 - 1 <= item <= _INT64:
+        if isinstance(item, int) and not fits_int64(item):
             return path
         if isinstance(item, dict):
             stack.extend((v, f"{path}.{k}" if path else str(k)) for k, v in item.items())
