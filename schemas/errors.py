@@ -27,6 +27,7 @@ class ErrorCode(enum.StrEnum):
     BUS_TIMEOUT = "bus_timeout"
     REQUEST_TOO_LARGE = "request_too_large"
     REQUEST_TIMEOUT = "request_timeout"
+    CANCELLED = "cancelled"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     AUTH_BUSY = "auth_busy"
@@ -91,6 +92,13 @@ class BodyTimeoutError(GatewayError):
     """The request body did not arrive within ``server.body_timeout_seconds``."""
 
     code = ErrorCode.REQUEST_TIMEOUT
+
+
+class ClientClosedError(GatewayError):
+    """The client went away before its request ended (its body cut short): no one reads an
+    answer, and the request log counts it with the other requests the client left."""
+
+    code = ErrorCode.CANCELLED
 
 
 class RouteNotFoundError(GatewayError):
@@ -286,6 +294,7 @@ _BY_CODE: dict[str, type[GatewayError]] = {
         InvalidRequestError,
         RequestTooLargeError,
         BodyTimeoutError,
+        ClientClosedError,
         RouteNotFoundError,
         AllCircuitsOpenError,
         NoRouteForModalityError,

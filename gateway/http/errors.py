@@ -20,6 +20,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.REQUEST_TOO_LARGE: 413,
     ErrorCode.REQUEST_TIMEOUT: 408,
+    ErrorCode.CANCELLED: 499,  # nginx's convention; the client is gone and reads nothing
     ErrorCode.UPSTREAM_RATE_LIMITED: 429,
     ErrorCode.RATE_LIMITED: 429,
     ErrorCode.BUDGET_EXCEEDED: 429,

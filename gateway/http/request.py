@@ -8,7 +8,11 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, cast
 
 from gateway.http.deadline import Resumed, deadline
-from schemas import BodyTimeoutError, InvalidRequestError, RequestTooLargeError
+from schemas import (
+    BodyTimeoutError,
+    ClientClosedError,
+    RequestTooLargeError,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -108,7 +112,7 @@ class HttpRequest:
     async def body(self, limit: int) -> bytes:
         """The whole body. Raises RequestTooLargeError past ``limit`` bytes (at once when the
         declared Content-Length is over it), BodyTimeoutError when it has not all arrived
-        within ``body_timeout`` seconds and InvalidRequestError when the client went away
+        within ``body_timeout`` seconds and ClientClosedError when the client went away
         before it ended; the answer to any of them closes the connection."""
         declared = self.header("content-length")
         expected = int(declared) if declared is not None and declared.isdigit() else None
@@ -140,7 +144,7 @@ class HttpRequest:
                 # The client went away with its body unfinished: what arrived may still parse
                 # (a whole JSON chunk before a broken one), but it is not the request.
                 self._after = _CLOSE
-                raise InvalidRequestError("the client went away before its request body ended")
+                raise ClientClosedError("the client went away before its request body ended")
             chunk = msg.get("body", b"")
             size += len(chunk)
             more = msg.get("more_body", False)

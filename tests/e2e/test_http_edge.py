@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from schemas import RequestCompleted, subjects
 from schemas.config import ServerConfig
-from tests.e2e.conftest import CHAT, WAIT, assert_openai_error, config, model, route
+from tests.e2e.conftest import CHAT, WAIT, assert_openai_error, config, model, route, watch
 from tests.fixtures.gateway import RunningGateway, start_gateway
 
 if TYPE_CHECKING:
@@ -556,6 +557,30 @@ async def test_stalled_body_is_408_and_the_connection_closes(
     err = assert_openai_error(answers[0], 408, "request_timeout")
     assert f"{BODY_TIMEOUT:g}" in err["message"]
     assert answers[0].headers["connection"] == "close"
+    assert fake_upstream.requests == []
+
+
+# granian: hyper ends the exchange itself when its client goes away mid-body; the app sees
+# no request to log.
+@EDGE_DEFENCES
+@pytest.mark.parametrize(
+    "cut",
+    [
+        b"transfer-encoding: chunked\r\n\r\n%x\r\n%b\r\n" % (len(CHAT_BODY), CHAT_BODY),
+        b'content-length: 100\r\n\r\n{"model": ',
+    ],
+    ids=["chunked-after-a-whole-json-chunk", "short-content-length"],
+)
+async def test_a_body_cut_short_by_the_client_leaving_is_logged_as_cancelled(
+    gw: RunningGateway, fake_upstream: FakeUpstream, cut: bytes
+) -> None:
+    # It was logged as the client's malformed request: a 400 invalid_request.
+    async with watch(gw, subjects.request_done("")) as done:
+        async with connection(gw, f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\n".encode() + cut):
+            pass  # the client leaves as soon as it has sent this much
+        completed = await done.next(RequestCompleted)
+
+    assert (completed.status, completed.error_kind) == (499, "cancelled")
     assert fake_upstream.requests == []
 
 

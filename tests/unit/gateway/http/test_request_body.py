@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.http.request import HttpRequest
-from schemas import InvalidRequestError
+from schemas import ClientClosedError
 
 
 def _request(messages: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]) -> HttpRequest:
@@ -67,5 +67,5 @@ async def test_a_body_is_read_to_its_end_and_no_further(
 async def test_a_body_the_client_left_unfinished_is_refused_not_served_in_part(
     messages: list[dict[str, Any]], headers: list[tuple[bytes, bytes]]
 ) -> None:
-    with pytest.raises(InvalidRequestError, match="went away"):
+    with pytest.raises(ClientClosedError, match="went away"):
         await _request(messages, headers).body(1000)
