@@ -85,21 +85,27 @@ class LimitSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     def problems(self) -> list[str]:
         """Why this spec is not valid (empty when it is)."""
-        out = []
+        return [text for _, text in self.faults()]
+
+    def faults(self) -> list[tuple[str | None, str]]:
+        """Each problem with the field it is about (None: about the spec as a whole)."""
+        out: list[tuple[str | None, str]] = []
         for name in ("rpm", "tpm", "concurrency"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value < 1):
-                out.append(f"'{name}' must be a positive integer")
+                out.append((name, f"'{name}' must be a positive integer"))
             elif value is not None and value > MAX_COUNT:
-                out.append(f"'{name}' must be at most {MAX_COUNT}")
+                out.append((name, f"'{name}' must be at most {MAX_COUNT}"))
         if self.budget_usd is not None and not 0 < self.budget_usd <= MAX_BUDGET_USD:  # NaN too
-            out.append(f"'budget_usd' must be positive and at most {MAX_BUDGET_USD:.0f}")
+            out.append(
+                ("budget_usd", f"'budget_usd' must be positive and at most {MAX_BUDGET_USD:.0f}")
+            )
         if self.budget_period not in PERIODS:
-            out.append(f"'budget_period' must be one of {', '.join(PERIODS)}")
+            out.append(("budget_period", f"'budget_period' must be one of {', '.join(PERIODS)}"))
         if self.soft_fraction is not None and not 0 < self.soft_fraction < 1:
-            out.append("'soft_fraction' must be between 0 and 1")
+            out.append(("soft_fraction", "'soft_fraction' must be between 0 and 1"))
         if self.rpm is self.tpm is self.concurrency is self.budget_usd is None:
-            out.append("a limit needs at least one of rpm, tpm, concurrency, budget_usd")
+            out.append((None, "a limit needs at least one of rpm, tpm, concurrency, budget_usd"))
         return out
 
 
@@ -136,12 +142,9 @@ def spec_arg(args: dict[str, Any]) -> LimitSpec:
         spec = msgspec.convert(values, LimitSpec)
     except msgspec.ValidationError:
         raise _type_error(values) from None
-    problems = spec.problems()
-    if problems:
-        # Each problem but the last ("a limit needs ...") opens with the field's name in quotes.
-        first = problems[0]
-        param = first.split("'")[1] if first.startswith("'") else None
-        raise InvalidRequestError("; ".join(problems), param=param)
+    faults = spec.faults()
+    if faults:
+        raise InvalidRequestError("; ".join(text for _, text in faults), param=faults[0][0])
     return spec
 
 
