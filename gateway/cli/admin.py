@@ -36,7 +36,7 @@ from gateway.cli.common import (
     settings,
     target,
 )
-from schemas import GatewayError
+from schemas import GatewayError, InvalidRequestError
 
 if TYPE_CHECKING:
     import argparse
@@ -129,7 +129,10 @@ def run(args: argparse.Namespace) -> int:
             # Imported here only: the offline reader needs the actors' package.
             from gateway.cli.logs_offline import spend_report
 
-            report = spend_report(offline, values)
+            try:
+                report = spend_report(offline, values)
+            except InvalidRequestError as exc:  # as the owner would refuse it, not "not delivered"
+                raise RefusedError(exc.message) from None
             sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
             return 0
         where = target(args)

@@ -161,3 +161,39 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
     assert row["cost_usd"] == pytest.approx((10 * 2.0 + 5 * 10.0) / 1e6)
     got = await llmgw("limits", "get", "--arg", f"subject=key:{key_id}")
     assert got["usage"]["requests_last_minute"] == 1
+
+
+async def test_the_cli_reports_spend_from_a_stopped_gateways_database(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    cfg = keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
+    gw = await gateway_factory(cfg)
+    key, key_id = await new_key(tmp_path, org="acme", user="alice")
+    assert (await call(gw, "chat", key)).status == 200
+    assert await gw.stop() == 0  # the request log is written out on the way down
+    conf = tmp_path / "cli.yaml"
+    conf.write_text(yaml.safe_dump({"database": cfg["database"]}))
+
+    async def report(*args: str) -> tuple[int, str, str]:
+        proc = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "gateway.cli.main", "admin", "spend", "report"),
+            *(*args, "--config", str(conf)),
+            cwd=REPO,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), PROCESS_WAIT)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode(), err.decode()
+
+    code, out, err = await report("--arg", "group_by=key")
+    assert code == 0, err
+    (row,) = json.loads(out)["groups"]
+    assert (row["key"], row["requests"]) == (key_id, 1)
+
+    # It was "spend report not delivered: ...", as if no gateway had answered.
+    code, out, err = await report("--arg", "since=nan")
+    assert (code, out) == (1, "")
+    assert "spend report refused: 'since'" in err, err
