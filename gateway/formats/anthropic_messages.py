@@ -14,7 +14,7 @@ type this module does not know.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.formats._canonical_to_anthropic import (
     ChatToMessagesStream,
@@ -43,6 +43,9 @@ from gateway.formats.openai_chat import (
     check_types,
 )
 from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from gateway.formats.client_paths import Origins
 
 __all__ = ["ChatToMessagesStream", "error_body", "from_chat_response", "to_chat_request"]
 
@@ -80,10 +83,20 @@ _FIELDS = {
 # Inside them: what an anthropic upstream reads (passed through to it) or this module does.
 _THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER}
 _CHOICE_FIELDS = {"type": STRING, "name": STRING, "disable_parallel_tool_use": BOOLEAN}
+# Canonical fields whose Messages names differ, whatever the request holds.
+_RENAMED: Origins = {
+    "stop": "stop_sequences",
+    "user": "metadata.user_id",
+    "tool_choice.function": "tool_choice",
+    "response_format": "output_config.format",
+    "response_format.json_schema": "output_config.format",
+    "stream_options": "stream",
+}
 
 
-def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
-    """Translate an Anthropic Messages request into a canonical chat request.
+def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | None = None) -> JSON:
+    """Translate an Anthropic Messages request into a canonical chat request; with
+    ``origins``, note there which field of ``body`` each renamed canonical part came from.
 
     ``counting``: ``body`` is a ``count_tokens`` request, which has no ``max_tokens``.
     Raises InvalidRequestError (``param`` names the field) for a malformed request or one
@@ -113,11 +126,13 @@ def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
     system = body.get("system")
     if system is not None:
         append_system(messages, _system_text(system, "system"))
+        if origins is not None and messages:
+            origins["messages[0]"] = "system"
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
     for i, msg in enumerate(raw):
-        _convert_message(msg, f"messages[{i}]", messages)
+        _convert_message(msg, f"messages[{i}]", messages, origins)
 
     chat: JSON = {"model": model, "messages": messages, "max_tokens": max_tokens}
     stops = body.get("stop_sequences")
@@ -147,7 +162,20 @@ def to_chat_request(body: JSON, *, counting: bool = False) -> JSON:
         chat["stream"] = True
         # The Messages stream reports usage in message_delta; chat only sends it when asked.
         chat["stream_options"] = {"include_usage": True}
+    if origins is not None:
+        origins.update(_RENAMED)
+        for i in range(len(chat.get("tools", ()))):
+            origins[f"tools[{i}].function.parameters"] = f"tools[{i}].input_schema"
+            origins[f"tools[{i}].function"] = f"tools[{i}]"
     return chat
+
+
+def origins_of(body: JSON) -> Origins:
+    """Where each renamed canonical part of ``body``'s translation came from (``body``
+    translated before, without error)."""
+    origins: Origins = {}
+    to_chat_request(body, counting=True, origins=origins)
+    return origins
 
 
 def _system_text(system: Any, param: str) -> str:
@@ -164,7 +192,7 @@ def _system_text(system: Any, param: str) -> str:
     return _JOIN.join(texts)
 
 
-def _convert_message(msg: Any, path: str, out: list[JSON]) -> None:
+def _convert_message(msg: Any, path: str, out: list[JSON], origins: Origins | None) -> None:
     want_dict(msg, path)
     role = msg.get("role")
     if role not in ("user", "assistant"):
@@ -175,6 +203,8 @@ def _convert_message(msg: Any, path: str, out: list[JSON]) -> None:
             param=f"{path}.role",
         )
     content = msg.get("content")
+    if origins is not None:
+        origins[f"messages[{len(out)}]"] = path
     if isinstance(content, str):
         out.append({"role": role, "content": content})
         return
@@ -183,9 +213,9 @@ def _convert_message(msg: Any, path: str, out: list[JSON]) -> None:
             f"{path}.content: must be a string or an array of blocks", param=f"{path}.content"
         )
     if role == "assistant":
-        out.append(_assistant_message(content, path))
+        out.append(_assistant_message(content, path, len(out), origins))
     else:
-        _user_messages(content, path, out)
+        _user_messages(content, path, out, origins)
 
 
 def _block_type(block: Any, path: str) -> str:
@@ -201,7 +231,8 @@ def _unsupported(kind: str, path: str) -> InvalidRequestError:
     )
 
 
-def _assistant_message(content: list[Any], path: str) -> JSON:
+def _assistant_message(content: list[Any], path: str, index: int, origins: Origins | None) -> JSON:
+    """The chat message of an assistant turn, the ``index``-th of the chat request."""
     texts: list[str] = []
     calls: list[JSON] = []
     for j, block in enumerate(content):
@@ -221,6 +252,10 @@ def _assistant_message(content: list[Any], path: str) -> JSON:
                     },
                 }
             )
+            if origins is not None:
+                call = f"messages[{index}].tool_calls[{len(calls) - 1}]"
+                origins[call] = origins[f"{call}.function"] = bpath
+                origins[f"{call}.function.arguments"] = f"{bpath}.input"
         elif kind not in ("thinking", "redacted_thinking"):
             raise _unsupported(kind, bpath)
     message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
@@ -229,10 +264,11 @@ def _assistant_message(content: list[Any], path: str) -> JSON:
     return message
 
 
-def _user_messages(content: list[Any], path: str, out: list[JSON]) -> None:
+def _user_messages(content: list[Any], path: str, out: list[JSON], origins: Origins | None) -> None:
     # Chat wants tool answers as separate `tool` messages right after the assistant turn, so
     # tool_result blocks are emitted first and the rest of the turn follows as one user message.
     parts: list[JSON] = []
+    part_paths: list[str] | None = None if origins is None else []  # each part's block
     for j, block in enumerate(content):
         bpath = f"{path}.content[{j}]"
         kind = _block_type(block, bpath)
@@ -241,9 +277,22 @@ def _user_messages(content: list[Any], path: str, out: list[JSON]) -> None:
         elif kind == "image":
             parts.append(_image_part(block, bpath))
         elif kind == "tool_result":
-            out.append(_tool_message(block, bpath, parts))
+            if origins is not None:
+                origins[f"messages[{len(out)}]"] = bpath
+                origins[f"messages[{len(out)}].tool_call_id"] = f"{bpath}.tool_use_id"
+            out.append(_tool_message(block, bpath, parts, part_paths))
         else:
             raise _unsupported(kind, bpath)
+        if part_paths is not None and len(part_paths) < len(parts):
+            part_paths.append(bpath)
+    if origins is not None and part_paths:
+        # The turn's other blocks, after its tool results: one user message.
+        at = f"messages[{len(out)}]"
+        origins[at] = path
+        origins[f"{at}.content"] = f"{path}.content"
+        for p, block_path in enumerate(part_paths):
+            origins[f"{at}.content[{p}]"] = block_path
+            origins[f"{at}.content[{p}].image_url.url"] = f"{block_path}.source"
     if len(parts) == 1 and parts[0]["type"] == "text":
         out.append({"role": "user", "content": parts[0]["text"]})
     elif parts:
@@ -252,9 +301,11 @@ def _user_messages(content: list[Any], path: str, out: list[JSON]) -> None:
         raise InvalidRequestError(f"{path}.content: must not be empty", param=f"{path}.content")
 
 
-def _tool_message(block: JSON, path: str, user_parts: list[JSON]) -> JSON:
+def _tool_message(
+    block: JSON, path: str, user_parts: list[JSON], part_paths: list[str] | None
+) -> JSON:
     """A chat tool message; images of the result go to ``user_parts`` (chat tool messages
-    carry text only)."""
+    carry text only), and their paths to ``part_paths`` when that is kept."""
     call_id = want_str(block, "tool_use_id", path)
     raw = block.get("content", "")
     if isinstance(raw, str):
@@ -268,6 +319,8 @@ def _tool_message(block: JSON, path: str, user_parts: list[JSON]) -> JSON:
                 texts.append(want_str(item, "text", ipath))
             elif kind == "image":
                 user_parts.append(_image_part(item, ipath))
+                if part_paths is not None:
+                    part_paths.append(ipath)
             else:
                 raise _unsupported(kind, ipath)
         text = _JOIN.join(texts)

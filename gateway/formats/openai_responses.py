@@ -17,7 +17,7 @@ items and tool choices, ``top_logprobs``, and file ids (nothing is stored to ref
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.formats._canonical_to_responses import (
     ChatToResponsesStream,
@@ -45,6 +45,9 @@ from gateway.formats.openai_chat import (
     check_types,
 )
 from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from gateway.formats.client_paths import Origins
 
 __all__ = ["ChatToResponsesStream", "error_body", "from_chat_response", "to_chat_request"]
 
@@ -93,8 +96,22 @@ _TOOL_FIELDS = {"description": STRING, "parameters": OBJECT, "strict": BOOLEAN}
 _FORMAT_FIELDS = {"description": STRING, "name": STRING, "schema": OBJECT, "strict": BOOLEAN}
 
 
-def to_chat_request(body: JSON) -> JSON:
-    """Translate a Responses request into a canonical chat request.
+# Canonical fields whose Responses names differ, whatever the request holds.
+_RENAMED: Origins = {
+    "messages": "input",
+    "max_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "response_format.json_schema": "text.format",
+    "reasoning_effort": "reasoning.effort",
+    "tool_choice.function": "tool_choice",
+    "tool_choice.allowed_tools": "tool_choice",
+    "stream_options": "stream",
+}
+
+
+def to_chat_request(body: JSON, origins: Origins | None = None) -> JSON:
+    """Translate a Responses request into a canonical chat request; with ``origins``, note
+    there which field of ``body`` each renamed canonical part came from.
 
     Raises InvalidRequestError (``param`` names the field) for a malformed request, a
     stateful feature, or a hosted tool.
@@ -122,11 +139,15 @@ def to_chat_request(body: JSON) -> JSON:
         if not isinstance(instructions, str):
             raise InvalidRequestError("instructions: must be a string", param="instructions")
         append_system(messages, instructions)
+        if origins is not None and messages:
+            origins["messages[0]"] = "instructions"
     raw = body.get("input")
     if isinstance(raw, str):
+        if origins is not None:
+            origins[f"messages[{len(messages)}]"] = "input"
         messages.append({"role": "user", "content": raw})
     elif isinstance(raw, list) and raw:
-        _convert_items(raw, messages)
+        _convert_items(raw, messages, origins)
     else:
         raise InvalidRequestError(
             "input: a string or a non-empty array of items is required", param="input"
@@ -142,6 +163,10 @@ def to_chat_request(body: JSON) -> JSON:
             chat[key] = value
     if body.get("tools"):
         chat["tools"] = _convert_tools(want_list(body["tools"], "tools"))
+        if origins is not None:
+            origins.update(
+                {f"tools[{i}].function": f"tools[{i}]" for i in range(len(chat["tools"]))}
+            )
         if body.get("tool_choice") is not None:
             chat["tool_choice"] = _convert_tool_choice(body["tool_choice"])
         if isinstance(body.get("parallel_tool_calls"), bool):
@@ -160,20 +185,32 @@ def to_chat_request(body: JSON) -> JSON:
         chat["stream"] = True
         # response.completed carries usage; chat only streams it when asked.
         chat["stream_options"] = {"include_usage": True}
+    if origins is not None:
+        origins.update(_RENAMED)
     return chat
 
 
-def _convert_items(items: list[Any], out: list[JSON]) -> None:
+def origins_of(body: JSON) -> Origins:
+    """Where each renamed canonical part of ``body``'s translation came from (``body``
+    translated before, without error)."""
+    origins: Origins = {}
+    to_chat_request(body, origins)
+    return origins
+
+
+def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -> None:
     # Images returned by a tool wait here until the run of tool messages ends: chat tool
     # messages carry text only, and nothing may come between them.
     pending: list[JSON] = []
+    outputs = ""  # the first tool output whose images wait in ``pending``
     for i, item in enumerate(items):
         path = f"input[{i}]"
         want_dict(item, path)
         kind = item.get("type", "message")
         if pending and kind != "function_call_output":
-            out.append({"role": "user", "content": pending})
+            _flush(pending, out, origins, outputs)
             pending = []
+        size = len(out)
         if kind == "message":
             message = _message(item, path)
             if message["role"] == "system":
@@ -181,9 +218,13 @@ def _convert_items(items: list[Any], out: list[JSON]) -> None:
             else:
                 out.append(message)
         elif kind == "function_call":
-            _function_call(item, path, out)
+            _function_call(item, path, out, origins)
         elif kind == "function_call_output":
+            outputs = outputs if pending else f"{path}.output"
             out.append(_function_output(item, path, pending))
+            if origins is not None:
+                origins[f"messages[{size}].tool_call_id"] = f"{path}.call_id"
+                origins[f"messages[{size}].content"] = f"{path}.output"
         elif kind == "item_reference":
             raise InvalidRequestError(
                 f"{path}: {_STATELESS} items instead of references", param=f"{path}.type"
@@ -193,8 +234,29 @@ def _convert_items(items: list[Any], out: list[JSON]) -> None:
                 f"{path}.type: '{kind}' items are not supported by this gateway",
                 param=f"{path}.type",
             )
+        if origins is not None:
+            if len(out) > size:
+                origins[f"messages[{size}]"] = path
+            if kind == "message" and isinstance(item.get("content"), list):
+                _part_origins(f"messages[{size}]", item["content"], f"{path}.content", origins)
     if pending:
-        out.append({"role": "user", "content": pending})
+        _flush(pending, out, origins, outputs)
+
+
+def _flush(pending: list[JSON], out: list[JSON], origins: Origins | None, source: str) -> None:
+    if origins is not None:
+        origins[f"messages[{len(out)}].content"] = source
+    out.append({"role": "user", "content": pending})
+
+
+def _part_origins(message: str, parts: list[Any], path: str, origins: Origins) -> None:
+    # A user part keeps its index; its image URL and file data sit a level shallower here.
+    for j, part in enumerate(parts):
+        kind = part.get("type")
+        if kind == "input_image":
+            origins[f"{message}.content[{j}].image_url.url"] = f"{path}[{j}].image_url"
+        elif kind == "input_file":
+            origins[f"{message}.content[{j}].file"] = f"{path}[{j}]"
 
 
 def _message(item: JSON, path: str) -> JSON:
@@ -258,7 +320,7 @@ def _user_part(part: Any, path: str) -> JSON:
     )
 
 
-def _function_call(item: JSON, path: str, out: list[JSON]) -> None:
+def _function_call(item: JSON, path: str, out: list[JSON], origins: Origins | None) -> None:
     arguments = item.get("arguments", "")
     if isinstance(arguments, dict):
         arguments = json_text(arguments)
@@ -276,6 +338,9 @@ def _function_call(item: JSON, path: str, out: list[JSON]) -> None:
         last.setdefault("tool_calls", []).append(call)
     else:
         out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+    if origins is not None:
+        at = f"messages[{len(out) - 1}].tool_calls[{len(out[-1]['tool_calls']) - 1}]"
+        origins[at] = origins[f"{at}.function"] = path
 
 
 def _function_output(item: JSON, path: str, pending: list[JSON]) -> JSON:

@@ -36,7 +36,7 @@ from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.steering.labels import affinity_key, client_metadata
-from schemas import GatewayError, InvalidRequestError, UpstreamError
+from schemas import ErrorCode, GatewayError, InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
     import random
@@ -202,6 +202,10 @@ class Inference(Component):
         try:
             call = await self._routed(req, surface, raw, body, requested, info, ticket)
             await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
+        except GatewayError as err:
+            if err.code is ErrorCode.INVALID_REQUEST:  # refused after translation
+                surface.client_terms(raw, err)  # named in the client's terms
+            raise
         finally:
             if ticket is not None:
                 await ticket.finish()

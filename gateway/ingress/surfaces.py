@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from gateway.formats import anthropic_messages, openai_chat, openai_responses
+from gateway.formats.client_paths import in_client_terms
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from schemas import GatewayError
 
 JSON = dict[str, Any]
 _encode = msgspec.json.Encoder().encode
@@ -35,6 +38,8 @@ class Surface:
 
     ``render(answer, model, request)`` and ``stream(model, request)`` get the model id the
     client asked for and the client's original body (a Responses answer echoes its settings).
+    ``client_terms(request, err)`` rewrites ``err``, a refusal after translation, to name the
+    field of the client's original body instead of the canonical one.
     """
 
     name: str
@@ -42,10 +47,15 @@ class Surface:
     render: Callable[[JSON, str, JSON], bytes]
     stream: Callable[[str, JSON], StreamRenderer]
     error_body: Callable[[int, str, str, str | None], bytes]
+    client_terms: Callable[[JSON, GatewayError], None]
 
 
 def _chat_error(status: int, message: str, code: str, param: str | None) -> bytes:
     return openai_chat.error_body(status, message, code=code, param=param)
+
+
+def _as_it_is(request: JSON, err: GatewayError) -> None:
+    return None
 
 
 def _chat_stream(model: str, request: JSON) -> StreamRenderer:
@@ -58,6 +68,7 @@ CHAT = Surface(
     render=openai_chat.render_response,
     stream=_chat_stream,
     error_body=_chat_error,
+    client_terms=_as_it_is,
 )
 
 
@@ -79,6 +90,7 @@ RESPONSES = Surface(
     render=_responses_render,
     stream=_responses_stream,
     error_body=_responses_error,
+    client_terms=lambda request, err: in_client_terms(err, openai_responses.origins_of(request)),
 )
 
 
@@ -101,4 +113,5 @@ MESSAGES = Surface(
     render=_messages_render,
     stream=_messages_stream,
     error_body=_messages_error,
+    client_terms=lambda request, err: in_client_terms(err, anthropic_messages.origins_of(request)),
 )

@@ -359,6 +359,48 @@ async def test_a_messages_request_with_a_mistyped_nested_field_is_400_naming_it(
     assert fake_upstream.requests == []
 
 
+async def test_a_request_an_anthropic_route_refuses_after_translation_names_the_callers_field(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Both named chat's fields (messages[2].tool_calls[0].function.arguments and
+    # messages[2].content[2].image_url.url), which the callers never sent.
+    images = anthropic_route(fake_upstream, input_modalities=["text", "image"])
+    gw = await gateway_factory(config(model("c", images)))
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{oops"}
+    answer = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    use = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
+    image = {"type": "image", "source": {"type": "url", "url": "ftp://example.com/cat.png"}}
+
+    with pytest.raises(openai.BadRequestError) as responses:
+        await gw.openai().responses.create(
+            model="c", instructions="be brief", input=[HI[0], call, answer]
+        )
+    with pytest.raises(anthropic.BadRequestError) as messages:
+        await gw.anthropic().messages.create(
+            model="c",
+            max_tokens=5,
+            messages=[
+                HI[0],
+                {"role": "assistant", "content": [use]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                        {"type": "text", "text": "and this"},
+                        image,
+                    ],
+                },
+            ],
+        )
+
+    err = error_body(responses.value)  # the SDK keeps the "error" object
+    assert err["param"] == "input[1].arguments"
+    assert err["message"].startswith("input[1].arguments: ")
+    refusal = error_body(messages.value)["error"]["message"]
+    assert refusal.startswith("messages[2].content[2].source: "), refusal
+    assert fake_upstream.requests == []
+
+
 async def test_unknown_extra_fields_still_pass_through_to_the_upstream(
     gw: RunningGateway,
     fake_upstream: FakeUpstream,
