@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from schemas import InvalidRequestError
+from schemas.keys import fits_int64, shown
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,13 +52,24 @@ def check_types(obj: JSON, kinds: Mapping[str, Kind], path: str = "") -> None:
     documents; null passes, and so does any field ``kinds`` does not name (providers have
     extensions). Raises InvalidRequestError naming the first mistyped field.
 
+    An integer must fit in 64 bits, as every provider's does: JSON has no bound, and a
+    400-digit ``max_tokens`` would otherwise reach the limits' arithmetic and the upstream.
+
     Cost: one dict lookup per field the client sent (a few, usually).
     """
     for key, value in obj.items():
         kind = kinds.get(key)
-        if kind is not None and value is not None and not kind.accepts(value):
+        if kind is None or value is None:
+            continue
+        if not kind.accepts(value):
             param = f"{path}.{key}" if path else key
             raise InvalidRequestError(f"{param}: must be {kind.name}", param=param)
+        if type(value) is int and not fits_int64(value):
+            param = f"{path}.{key}" if path else key
+            raise InvalidRequestError(
+                f"{param}: must be {kind.name} that fits in 64 bits, not {shown(value)}",
+                param=param,
+            )
 
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})

@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.conftest import HI, model, route
 from tests.e2e.keys_support import ADMIN, admin_http, keys_config
-from tests.e2e.limits_support import new_key, set_limit
+from tests.e2e.limits_support import call, new_key, set_limit
 from tests.fixtures.gateway import REPO
 
 if TYPE_CHECKING:
@@ -99,3 +99,49 @@ async def test_a_limit_value_of_the_wrong_type_is_refused_naming_the_field(
     assert "Expected" not in body["message"] and "$." not in body["message"]
     assert proc.returncode == 1
     assert err.count("\n") == 1 and f"'{name}' must be" in err and repr(value) in err, err
+
+
+HUGE = int("9" * 400)  # JSON has no bound on an integer
+REQUESTS: dict[str, dict[str, Any]] = {
+    "chat": {"model": "m", "messages": HI},
+    "responses": {"model": "m", "input": "hi"},
+    "messages": {"model": "m", "max_tokens": 5, "messages": HI},
+}
+
+
+@pytest.mark.parametrize(
+    ("surface", "field"),
+    [
+        ("chat", "max_tokens"),
+        ("chat", "max_completion_tokens"),
+        ("responses", "max_output_tokens"),
+        ("messages", "max_tokens"),
+    ],
+)
+async def test_a_token_count_past_64_bits_is_400_naming_it_and_the_limits_hold(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    surface: str,
+    field: str,
+) -> None:
+    # It reached the limits' owner, whose arithmetic overflowed: the actor crash-looped, a
+    # 503 limits_unavailable for every limited caller while it restarted.
+    gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
+    key, key_id = await new_key(tmp_path)
+    await set_limit(gw, "key", key_id, tpm=1_000_000)
+
+    # Raw: the anthropic SDK cannot send it (it derives a timeout from max_tokens).
+    body = {**REQUESTS[surface], field: HUGE}
+    refused = await gw.http().post(
+        f"/v1/{surface}".replace("chat", "chat/completions"),
+        json=body,
+        headers={"authorization": f"Bearer {key}"},
+    )
+    served = await call(gw, surface, key)
+
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["error"]["message"]
+    assert message.startswith(f"{field}: must be an integer that fits in 64 bits"), message
+    assert served.status == 200, served.body
+    assert len(fake_upstream.requests) == 1
