@@ -54,6 +54,7 @@ PINNED: dict[str, list[str]] = {
         "ChildRestarted",
         "ChildStarted",
         "CircuitTransition",
+        "ClientClosedError",
         "ConfigChanged",
         "ContentFilteredError",
         "DashboardSessionEnded",
