@@ -265,6 +265,7 @@ class LimitsActor(Actor):
         return c
 
     def _admit(self, req: AdmitRequest) -> AdmitReply:
+        tokens, cost = _bounded(req.tokens, req.cost_usd)
         now = self._clock()
         self._expire(now)
         holds = self._holds(req.subjects, req.role)
@@ -275,8 +276,8 @@ class LimitsActor(Actor):
             pairs,
             req.request_id,
             req.ingress,
-            req.tokens,
-            req.cost_usd,
+            tokens,
+            cost,
             now,
             self._settings.lease_ttl_seconds,
         )
@@ -288,6 +289,7 @@ class LimitsActor(Actor):
         return admit_reply(pairs, now, verdict)
 
     async def _settle(self, done: LimitSettle) -> None:
+        tokens, cost = _bounded(done.tokens, done.cost_usd)
         now = self._clock()
         if done.request_id in self._settled:
             return  # sent again: its answer was lost, or it was owed and sent twice
@@ -296,13 +298,13 @@ class LimitsActor(Actor):
         lease = self._leases.pop(done.request_id)
         if lease is not None:
             self._leases_dirty = True
-            settle(lease, done.tokens, done.cost_usd, now)
+            settle(lease, tokens, cost, now)
             touched: Holds = [(h.subject, h.spec, h.counters) for h in lease.holds]
         else:
             touched = [
                 (s, spec, self._counter(s)) for s, spec in self._holds(done.subjects, done.role)
             ]
-            count_unleased(touched, done.tokens, done.cost_usd, now, request=done.unadmitted)
+            count_unleased(touched, tokens, cost, now, request=done.unadmitted)
         for subject, spec, c in touched:
             self._dirty.add(subject)
             await self._budget_events(subject, spec, c, now)
@@ -471,3 +473,14 @@ class LimitsActor(Actor):
         existed = self._specs.pop(subject, None) is not None
         await self._publish_state()
         return {"subject": subject, "cleared": existed}
+
+
+_MOST_TOKENS = 2**53  # past every limit (MAX_COUNT), and exact as a float
+_MOST_USD = 1e15  # past every budget (MAX_BUDGET_USD)
+
+
+def _bounded(tokens: int, cost_usd: float) -> tuple[int, float]:
+    """A message's amounts as the counters can hold them: a count too large for a float
+    (a caller's 400-digit ``max_tokens``) crashed the actor. One past every limit stays past
+    it; a negative one, which would pay spend back, counts nothing."""
+    return min(max(tokens, 0), _MOST_TOKENS), min(max(cost_usd, 0.0), _MOST_USD)

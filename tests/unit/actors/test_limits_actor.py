@@ -123,6 +123,32 @@ async def test_settle_reconciles_tokens_and_budget_events_fire_once_per_period(
         actor.request_stop()
 
 
+async def test_amounts_no_counter_can_hold_are_refused_or_ignored_and_the_actor_lives(
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
+) -> None:
+    # A 10**400-token reservation overflowed the counters' float arithmetic: the actor
+    # crashed on every such request.
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+    async with anyio.create_task_group() as tg:
+        await tg.start(actor.run, bus)
+        await _admin(bus, "set", kind="org", id="acme", budget="1/day", tpm=1000)
+
+        huge = await _admit(bus, "huge", tokens=10**400)
+        assert not huge.admitted and huge.code == "rate_limited"
+        assert (await _admit(bus, "r1", tokens=10, cost=0.1)).admitted
+        await bus.publish(
+            subjects.LIMITS_SETTLE,
+            LimitSettle(request_id="r1", tokens=-(10**400), cost_usd=-1.0),
+        )
+        # Read after the settle: one mailbox, in order.
+        usage = (await _admin(bus, "get", subject="org:acme"))["usage"]
+        assert usage["spent_usd"] == 0.0 and usage["tokens_last_minute"] == 0
+        assert (await _admit(bus, "r2", tokens=900, cost=0.9)).admitted
+        actor.request_stop()
+
+
 async def test_limits_and_counters_outlive_the_actor(
     bus: InProcessBus,
     tmp_path: Path,
