@@ -23,6 +23,10 @@ __all__ = ["IDLE", "WAITING_HEAD", "Http1Connection", "MalformedAnswerError"]
 WAITING_HEAD, _LENGTH, _SIZE, _DATA, _CRLF, _TRAILER, _UNTIL_CLOSE, IDLE = range(8)
 _HEAD_MAX = 64 * 1024  # a longer answer head (or chunk framing line) is malformed
 _HIGH_WATER = 256 * 1024  # a stream buffering more than this stops reading until it is read
+# Interim (1xx) answers accepted before an answer's final head. Nothing we send asks for one
+# (no ``Expect: 100-continue``); servers send at most a 100 and a 103 or two, and Go's client
+# refuses a sixth. More is an upstream looping or hostile, not an answer.
+_INTERIM_MAX = 8
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: [^\r\n]*)?")
 NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
@@ -48,9 +52,10 @@ class Http1Connection(asyncio.Protocol):
     MalformedAnswerError, zlib.error); ``pieces``: body bytes not yet taken."""
 
     __slots__ = (
-        "_buffered", "_conns", "_inflate", "_left", "_loop", "_paused", "buf", "closed", "complete",
-        "encoding", "error", "headers", "keep_alive", "last", "no_body", "origin", "pieces",
-        "state", "status", "timeout", "timer", "timer_at", "transport", "waiter", "whole",
+        "_buffered", "_conns", "_inflate", "_interim", "_left", "_loop", "_paused", "buf",
+        "closed", "complete", "encoding", "error", "headers", "keep_alive", "last", "no_body",
+        "origin", "pieces", "state", "status", "timeout", "timer", "timer_at", "transport",
+        "waiter", "whole",
     )  # fmt: skip
 
     def __init__(
@@ -66,6 +71,7 @@ class Http1Connection(asyncio.Protocol):
         self.state = IDLE
         self.buf = b""  # a head or framing line not yet whole
         self._left = 0  # bytes left of the Content-Length body, or of the chunk
+        self._interim = 0  # interim answers received before this answer's final head
         self.encoding: str | None = None
         self._inflate: zlib._Decompress | None = None
         self._paused = False
@@ -154,23 +160,33 @@ class Http1Connection(asyncio.Protocol):
 
     def _head(self, data: bytes) -> bytes | None:
         """Parse the answer's head; the bytes after it, or None (the answer ended, or its
-        head is not all in)."""
-        end = data.find(b"\r\n\r\n")
-        if end < 0:
-            if len(data) > _HEAD_MAX:
-                raise MalformedAnswerError("answer head too long")
-            self.buf = data
-            return None
-        lines = data[:end].decode("utf-8", "surrogateescape").split("\r\n")
-        rest = data[end + 4 :]
-        match = _STATUS_LINE.fullmatch(lines[0])
-        if match is None:
-            raise MalformedAnswerError(f"bad status line {lines[0][:40]!r}")
-        status = int(match[2])
-        if status < 200:  # an interim answer (100 Continue, 103 Early Hints): the next follows
+        head is not all in). Interim answers before it are skipped, in a loop: an upstream
+        sending thousands in one read once recursed past Python's stack limit."""
+        while True:
+            end = data.find(b"\r\n\r\n")
+            if end < 0:
+                if len(data) > _HEAD_MAX:
+                    raise MalformedAnswerError("answer head too long")
+                self.buf = data
+                return None
+            lines = data[:end].decode("utf-8", "surrogateescape").split("\r\n")
+            data = data[end + 4 :]
+            match = _STATUS_LINE.fullmatch(lines[0])
+            if match is None:
+                raise MalformedAnswerError(f"bad status line {lines[0][:40]!r}")
+            status = int(match[2])
+            if status >= 200:
+                break
+            # An interim answer (100 Continue, 103 Early Hints): the next follows.
             if status == 101 or status < 100:
                 raise MalformedAnswerError(f"unexpected status {status}")
-            return self._head(rest) if rest else None
+            self._interim += 1
+            if self._interim > _INTERIM_MAX:
+                raise MalformedAnswerError(f"more than {_INTERIM_MAX} interim answers")
+            if not data:
+                return None
+        self._interim = 0  # the final head: the connection's next answer counts anew
+        rest = data
         pairs = []
         for line in lines[1:]:
             name, sep, value = line.partition(":")
