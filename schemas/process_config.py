@@ -9,6 +9,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+MAX_UPSTREAM_ANSWER_BYTES = 256 * 1024 * 1024
+"""The default of ``server.max_upstream_answer_bytes``. The largest legitimate whole answer
+is an embeddings answer: 2048 inputs (OpenAI's most per request) of 3072 floats as JSON is
+about 130 MB written compactly, about 195 MB as OpenAI writes it (a float per indented
+line); chat answers are at most a few MiB."""
+
 
 class Strict(BaseModel):
     """A settings block: unknown keys refused, frozen once read."""
@@ -22,6 +28,9 @@ class ServerConfig(Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=32 * 1024 * 1024, gt=0)
+    # A whole (not streamed) upstream answer's body, as received and as inflated: past it
+    # the attempt is the upstream's bad response (502, the next route tried), never read on.
+    max_upstream_answer_bytes: int = Field(default=MAX_UPSTREAM_ANSWER_BYTES, gt=0)
     # The whole body must arrive this long after the request's head (a stalled or
     # trickling upload would otherwise hold its connection open indefinitely).
     body_timeout_seconds: float = Field(default=30.0, gt=0)

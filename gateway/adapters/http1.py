@@ -7,6 +7,13 @@ arrivals) and wake the task waiting on ``waiter``. What a request does with a co
 (writing it, taking the body, pooling) is ``upstream_http``'s, so that a request's own code
 runs in that one module. A malformed answer ends in ``error`` (a ``MalformedAnswerError``),
 never in an exception out of a callback.
+
+Bounds: a body is never taken past its bound, as received nor as inflated (zlib's
+``max_length``, so a gzip bomb stops being inflated at the bound): ``limit`` (the sender's,
+for a whole answer) and :data:`ERROR_BODY_MAX` for an error answer's; past it the answer
+ends in an ``AnswerTooLargeError``. A stream has no bound on its whole body (its events are
+bounded where they are parsed), but one read of it inflates to at most
+:data:`STREAM_INFLATE_MAX`.
 """
 
 from __future__ import annotations
@@ -18,7 +25,15 @@ from typing import cast
 
 from multidict import CIMultiDict, CIMultiDictProxy
 
-__all__ = ["IDLE", "WAITING_HEAD", "Http1Connection", "MalformedAnswerError"]
+__all__ = [
+    "ERROR_BODY_MAX",
+    "IDLE",
+    "STREAM_INFLATE_MAX",
+    "WAITING_HEAD",
+    "AnswerTooLargeError",
+    "Http1Connection",
+    "MalformedAnswerError",
+]
 
 WAITING_HEAD, _LENGTH, _SIZE, _DATA, _CRLF, _TRAILER, _UNTIL_CLOSE, IDLE = range(8)
 _HEAD_MAX = 64 * 1024  # a longer answer head (or chunk framing line) is malformed
@@ -27,6 +42,14 @@ _HIGH_WATER = 256 * 1024  # a stream buffering more than this stops reading unti
 # (no ``Expect: 100-continue``); servers send at most a 100 and a 103 or two, and Go's client
 # refuses a sixth. More is an upstream looping or hostile, not an answer.
 _INTERIM_MAX = 8
+ERROR_BODY_MAX = 1024 * 1024
+"""Bytes of an error answer's body (status 300 and above), as received and as inflated.
+Providers' error bodies are a few hundred bytes of JSON, a proxy's HTML page some kB; only
+the message and a few markers in it are used (the client sees at most 2,000 characters)."""
+STREAM_INFLATE_MAX = 16 * 1024 * 1024
+"""Bytes one read of a compressed stream may inflate to. A read is at most 256 KiB (asyncio's
+and uvloop's), and compressed events inflate 10-30 times, so this leaves room to spare; a
+gzip bomb inflates a thousand times."""
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _STATUS_LINE = re.compile(r"HTTP/1\.([01]) ([0-9]{3})(?: [^\r\n]*)?")
 NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
@@ -34,6 +57,10 @@ NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
 
 class MalformedAnswerError(Exception):
     """An answer that cannot be framed (bad status line, header, length or chunk)."""
+
+
+class AnswerTooLargeError(MalformedAnswerError):
+    """An answer whose body is over its bound, as received or as inflated."""
 
 
 def _size(line: bytes) -> int:
@@ -52,10 +79,10 @@ class Http1Connection(asyncio.Protocol):
     MalformedAnswerError, zlib.error); ``pieces``: body bytes not yet taken."""
 
     __slots__ = (
-        "_buffered", "_conns", "_inflate", "_interim", "_left", "_loop", "_paused", "buf",
-        "closed", "complete", "encoding", "error", "headers", "keep_alive", "last", "no_body",
-        "origin", "pieces", "state", "status", "timeout", "timer", "timer_at", "transport",
-        "waiter", "whole",
+        "_bound", "_buffered", "_conns", "_inflate", "_inflated", "_interim", "_left", "_loop",
+        "_paused", "_received", "buf", "closed", "complete", "encoding", "error", "headers",
+        "keep_alive", "last", "limit", "no_body", "origin", "pieces", "state", "status",
+        "timeout", "timer", "timer_at", "transport", "waiter", "whole",
     )  # fmt: skip
 
     def __init__(
@@ -72,6 +99,10 @@ class Http1Connection(asyncio.Protocol):
         self.buf = b""  # a head or framing line not yet whole
         self._left = 0  # bytes left of the Content-Length body, or of the chunk
         self._interim = 0  # interim answers received before this answer's final head
+        self.limit = 0  # the sender's bound on a whole answer's body (0: a stream's, none)
+        self._bound = 0  # this answer's bound on its body (0: none)
+        self._received = 0  # body bytes received of this answer (counted when bound)
+        self._inflated = 0  # bytes its body inflated to (counted when bound)
         self.encoding: str | None = None
         self._inflate: zlib._Decompress | None = None
         self._paused = False
@@ -186,6 +217,11 @@ class Http1Connection(asyncio.Protocol):
             if not data:
                 return None
         self._interim = 0  # the final head: the connection's next answer counts anew
+        self._received = self._inflated = 0
+        limit = self.limit
+        if status >= 300:
+            limit = min(limit, ERROR_BODY_MAX) if limit else ERROR_BODY_MAX
+        self._bound = limit
         rest = data
         pairs = []
         for line in lines[1:]:
@@ -220,6 +256,8 @@ class Http1Connection(asyncio.Protocol):
             if not (length.isascii() and length.isdigit()):
                 raise MalformedAnswerError(f"bad Content-Length {length[:20]!r}")
             self._left, self.state = int(length), _LENGTH
+            if self._bound and self._left > self._bound:  # refused before it is read
+                raise AnswerTooLargeError(f"the body is over {self._bound} bytes")
             if not self._left:
                 self._finish(rest)
                 return None
@@ -291,8 +329,12 @@ class Http1Connection(asyncio.Protocol):
         self.buf = data[pos:]
 
     def _piece(self, data: bytes) -> None:
+        if self._bound:
+            self._received += len(data)
+            if self._received > self._bound:
+                raise AnswerTooLargeError(f"the body is over {self._bound} bytes")
         if self.encoding is not None:
-            data = self._inflated(data)
+            data = self._inflate_piece(data)
         if not data:
             return
         pieces = self.pieces
@@ -304,21 +346,36 @@ class Http1Connection(asyncio.Protocol):
                 self._paused = True
                 self.transport.pause_reading()
 
-    def _inflated(self, data: bytes) -> bytes:
-        if self._inflate is None:
+    def _inflate_piece(self, data: bytes) -> bytes:
+        """``data`` inflated, never past the bound (one byte over says it is over). Raises
+        AnswerTooLargeError, zlib.error."""
+        inflate = self._inflate
+        if inflate is None:
             if self.encoding == "deflate":  # zlib-wrapped as the RFC says, or raw as some send
                 wbits = zlib.MAX_WBITS if data and data[0] & 0x0F == 8 else -zlib.MAX_WBITS
             else:
                 wbits = 16 + zlib.MAX_WBITS
-            self._inflate = zlib.decompressobj(wbits)
-        return self._inflate.decompress(data)
+            inflate = self._inflate = zlib.decompressobj(wbits)
+        bound = self._bound
+        room = bound - self._inflated if bound else STREAM_INFLATE_MAX
+        # Short of ``room + 1`` bytes out, zlib took all of ``data`` (no unconsumed_tail).
+        out = inflate.decompress(data, room + 1)
+        if len(out) > room:
+            if bound:
+                raise AnswerTooLargeError(f"the body inflates to over {bound} bytes")
+            raise AnswerTooLargeError(f"one read inflates to over {STREAM_INFLATE_MAX} bytes")
+        self._inflated += len(out)
+        return out
 
     def _finish(self, rest: bytes) -> None:
         if self._inflate is not None:
-            tail = self._inflate.flush()
-            if tail:
-                self.pieces.append(tail)
+            tail = self._inflate.flush()  # all input was taken: at most what zlib held back
             self._inflate = None
+            if tail:
+                if self._bound and self._inflated + len(tail) > self._bound:
+                    self._fail(AnswerTooLargeError(f"the body is over {self._bound} bytes"))
+                    return
+                self.pieces.append(tail)
         self.state, self.complete = IDLE, True
         self._buffered = 0
         if self._paused:  # nothing more is due: a pooled connection must be reading

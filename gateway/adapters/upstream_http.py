@@ -9,7 +9,9 @@ keep-alive pool per origin (a total limit of connections in use, idle ones close
 between arrivals, Content-Length, chunked and close-delimited answers, gzip and deflate. It
 sends no cookies, follows no redirects and reads no proxy from the environment. Transport
 failures come out as ``UpstreamError`` (timeouts as ``UpstreamTimeoutError``); a malformed
-answer is a ``transport`` failure.
+answer is a ``transport`` failure. A whole answer's body is bounded (``max_answer_bytes``, as
+received and as inflated), an error answer's by ``http1.ERROR_BODY_MAX``: one over its bound
+is the upstream's bad response (``UpstreamBadResponseError``), read no further.
 """
 
 from __future__ import annotations
@@ -22,8 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit
 
-from gateway.adapters.http1 import NO_HEADERS, WAITING_HEAD, Http1Connection, MalformedAnswerError
-from schemas import UpstreamError, UpstreamTimeoutError
+from gateway.adapters.http1 import (
+    NO_HEADERS,
+    WAITING_HEAD,
+    AnswerTooLargeError,
+    Http1Connection,
+    MalformedAnswerError,
+)
+from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
+from schemas.process_config import MAX_UPSTREAM_ANSWER_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -60,7 +69,15 @@ class Answer:
 
 
 def transport_error(endpoint: str, exc: BaseException) -> UpstreamError:
-    """Map a transport failure (timeout, refused, reset, malformed) to an UpstreamError."""
+    """Map a transport failure (timeout, refused, reset, malformed) to an UpstreamError; an
+    answer over its bound to an UpstreamBadResponseError (no HTTP answer is one that big)."""
+    if isinstance(exc, AnswerTooLargeError):
+        return UpstreamBadResponseError(
+            f"upstream returned an invalid response: {exc}",
+            endpoint=endpoint,
+            status=None,
+            kind="bad_response",
+        )
     if isinstance(exc, TimeoutError):
         return UpstreamTimeoutError(
             f"upstream did not answer in time ({type(exc).__name__})",
@@ -75,11 +92,15 @@ def transport_error(endpoint: str, exc: BaseException) -> UpstreamError:
     return UpstreamError(f"upstream connection failed ({detail})", endpoint=endpoint, kind=kind)
 
 
-def _send(conn: Http1Connection, data: bytes, timeout: float, whole: bool) -> asyncio.Future[None]:
-    """Write one request on ``conn``; the future its answer wakes (see ``Http1Connection``)."""
+def _send(
+    conn: Http1Connection, data: bytes, timeout: float, whole: bool, limit: int
+) -> asyncio.Future[None]:
+    """Write one request on ``conn``; the future its answer wakes (see ``Http1Connection``).
+    ``limit``: the bound on a whole answer's body (0: none)."""
     loop = asyncio.get_running_loop()
     conn.last = now = loop.time()
     conn.state, conn.whole, conn.timeout, conn.complete = WAITING_HEAD, whole, timeout, False
+    conn.limit = limit
     conn.error, conn.status, conn.encoding, conn.pieces, conn.buf = None, 0, None, [], b""
     # One timer per connection, kept armed across requests: it re-arms itself while data
     # keeps arriving and lapses on an idle connection. Re-armed here only when sooner.
@@ -147,7 +168,8 @@ class StreamAnswer:
             self._http._release(conn)
 
     async def read(self) -> bytes:
-        """The rest of the body. Raises UpstreamError."""
+        """The rest of the body (of an error answer: bounded by ``http1.ERROR_BODY_MAX``).
+        Raises UpstreamError (UpstreamBadResponseError past the bound)."""
         return b"".join([piece async for piece in self])
 
     def chunks(self) -> StreamAnswer:
@@ -173,11 +195,20 @@ class StreamAnswer:
 
 class UpstreamHTTP:
     """Owns the pooled connections to every upstream origin (opened inside the running event
-    loop), the TLS context and a memo of the URLs it was asked for."""
+    loop), the TLS context and a memo of the URLs it was asked for. ``max_answer_bytes``: the
+    bound on a whole (not streamed) answer's body, as received and as inflated (settable: a
+    reload changes it for the next request)."""
 
-    def __init__(self, *, limit: int = 1000, keepalive_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        limit: int = 1000,
+        keepalive_seconds: float = 30.0,
+        max_answer_bytes: int = MAX_UPSTREAM_ANSWER_BYTES,
+    ) -> None:
         self._limit = limit
         self._keepalive = keepalive_seconds
+        self.max_answer_bytes = max_answer_bytes
         self._idle: dict[_Origin, list[Http1Connection]] = {}
         self._conns: set[Http1Connection] = set()  # every open one, to close them all
         self._busy = 0  # connections in use or being opened, at most ``limit``
@@ -290,7 +321,7 @@ class UpstreamHTTP:
             conn = await self._connect(endpoint, loop, origin, connect_timeout)
         conn.no_body = data.startswith(b"HEAD ")
         try:
-            await _send(conn, data, timeout, whole)
+            await _send(conn, data, timeout, whole, self.max_answer_bytes if whole else 0)
         except BaseException:  # cancelled: the upstream must see its client go
             self._release(conn)
             raise

@@ -125,7 +125,7 @@ class GatewayApp:
         self._config = config
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid():x}-"
-        upstreams = Upstreams(adapters)
+        upstreams = Upstreams(adapters, max_answer_bytes=config.server.max_upstream_answer_bytes)
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(
             bus,

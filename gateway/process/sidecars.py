@@ -51,7 +51,7 @@ class Sidecars:
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self._config = config
-        self._client = make_http_client()
+        self._client = make_http_client(config.server.max_upstream_answer_bytes)
         self._tasks: list[asyncio.Task[None]] = []
         self._leases = LeaseKeeper(bus, config.routing.leases.ttl_seconds, "prober")
         # Database keys' secrets by grant from their owner, as the ingress gets them (this
@@ -99,6 +99,7 @@ class Sidecars:
         self.prober.retarget(targets)
         self.routewise.retarget(targets)
         self._leases.retune(config.routing.leases.ttl_seconds)
+        self._client.max_answer_bytes = config.server.max_upstream_answer_bytes
         self._feed(config)
         self._config = config
 

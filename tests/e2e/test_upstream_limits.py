@@ -8,12 +8,22 @@ logged.
 
 from __future__ import annotations
 
+import json
 import logging
+import zlib
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.conftest import CHAT, chat, config, model, route
+from tests.e2e.conftest import (
+    CHAT,
+    assert_openai_error,
+    chat,
+    config,
+    endpoint_states,
+    model,
+    route,
+)
 from tests.fixtures.raw_upstream import RawReply, ok
 
 if TYPE_CHECKING:
@@ -24,6 +34,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 TINY = 1e-6  # a fallback's weight: the draw picks the raw upstream first
+BOUND = 1024 * 1024  # server.max_upstream_answer_bytes in these tests (default 256 MiB)
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ANSWER = (
     b'{"id": "c", "object": "chat.completion", "created": 1, "model": "x", "choices": '
@@ -78,3 +89,80 @@ async def test_a_handful_of_interim_answers_precede_the_answer_that_is_served(
         resp = await client.post(CHAT, json=chat())
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["message"]["content"] == "raw"
+
+
+def gzipped(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=16 + zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+def gzip_bomb() -> bytes:
+    """A 200 whose gzip body (8 kB) inflates to a valid answer padded to 8 MiB with spaces,
+    eight times the bound (unbounded, it was served)."""
+    padded = ANSWER[:-1] + b" " * (8 * BOUND) + b"}"
+    return ok(gzipped(padded), "Content-Type: application/json", "Content-Encoding: gzip")
+
+
+def giant_500() -> bytes:
+    """A 500 whose JSON error message is 2 MiB, twice an error body's bound (1 MiB)."""
+    body = json.dumps({"error": {"message": "m" * (2 * BOUND), "type": "server_error"}})
+    return ok(body.encode(), "Content-Type: application/json").replace(b"200 OK", b"500 Oops")
+
+
+SERVER = {"max_upstream_answer_bytes": BOUND}
+
+
+@pytest.mark.parametrize("reply", [gzip_bomb(), giant_500()], ids=["gzip-bomb", "giant-500"])
+async def test_an_answer_over_its_bound_is_a_502_bad_response_that_counts_against_the_route(
+    gateway_factory: GatewayFactory,
+    raw_upstream: RawUpstream,
+    caplog: pytest.LogCaptureFixture,
+    reply: bytes,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    raw_upstream.enqueue(RawReply(reply, close=True))
+    gw = await _gateway(gateway_factory, raw_route(raw_upstream), server=SERVER)
+    async with endpoint_states(gw, f"m:local-{raw_upstream.port}") as states, gw.http() as client:
+        resp = await client.post(CHAT, json=chat())
+        state = await states.state(lambda s: s.consecutive_failures > 0)
+    err = assert_openai_error(resp, 502, "upstream_bad_response")
+    assert "invalid response" in err["message"] and "bytes" in err["message"], err
+    assert len(resp.content) < 1000
+    assert state.consecutive_failures == 1  # the upstream's failure, not the client's
+    _no_traceback(caplog)
+
+
+@pytest.mark.parametrize("reply", [gzip_bomb(), giant_500()], ids=["gzip-bomb", "giant-500"])
+async def test_an_answer_over_its_bound_fails_over_to_the_next_route(
+    gateway_factory: GatewayFactory,
+    raw_upstream: RawUpstream,
+    fake_upstream: FakeUpstream,
+    reply: bytes,
+) -> None:
+    raw_upstream.enqueue(RawReply(reply, close=True))
+    gw = await _gateway(
+        gateway_factory,
+        raw_route(raw_upstream),
+        route(fake_upstream, TINY),
+        server=SERVER,
+    )
+    async with gw.http() as client:
+        resp = await client.post(CHAT, json=chat())
+    assert resp.status_code == 200, resp.text
+    assert len(raw_upstream.requests) == 1 and len(fake_upstream.requests) == 1
+
+
+async def test_an_answer_of_the_bound_compressed_or_not_is_served(
+    gateway_factory: GatewayFactory, raw_upstream: RawUpstream
+) -> None:
+    padded = ANSWER[:-1] + b" " * (BOUND - len(ANSWER)) + b"}"  # exactly the bound
+    raw_upstream.enqueue(
+        ok(padded, "Content-Type: application/json"),
+        ok(gzipped(padded), "Content-Type: application/json", "Content-Encoding: gzip"),
+    )
+    gw = await _gateway(gateway_factory, raw_route(raw_upstream), server=SERVER)
+    async with gw.http() as client:
+        for _ in range(2):
+            resp = await client.post(CHAT, json=chat())
+            assert resp.status_code == 200, resp.text[:200]
+            assert resp.json()["choices"][0]["message"]["content"] == "raw"
