@@ -23,7 +23,9 @@ Redaction: some upstreams echo the credential they were sent (``Incorrect API ke
 Every adapter ``make_adapters`` hands out is a :class:`RedactingAdapter`, so each
 ``UpstreamError`` leaves the adapter seam with the attempt's key (and any ``Bearer`` token)
 replaced by ``[redacted]``, before anything can answer, log, observe or publish it: plain
-answers, a stream broken mid-answer, hedged twins and both background probers alike.
+answers, a stream broken mid-answer, hedged twins and both background probers alike. Its
+message is then clipped to ``upstream_status.MESSAGE_MAX`` characters (:func:`sealed`: last,
+after every secret was redacted, so none is cut in two before it is found).
 """
 
 from __future__ import annotations
@@ -370,6 +372,18 @@ def redacted(err: UpstreamError, secret: str | None) -> UpstreamError:
     return err
 
 
+def sealed(err: UpstreamError, secret: str | None) -> UpstreamError:
+    """:func:`redacted`, then its message clipped (``upstream_status.clipped``): the seam's
+    last step, after an adapter redacted its own secrets (a secret cut in two by an earlier
+    clip would no longer be found)."""
+    redacted(err, secret)
+    message = upstream_status.clipped(err.message)
+    if message != err.message:
+        err.message = message
+        err.args = (message,)
+    return err
+
+
 class MappedBatches:
     """``inner``'s batches, each UpstreamError that ends them passed through ``mapped`` (which
     returns the error to raise); with ``checked_for`` (an endpoint), each chunk checked
@@ -435,7 +449,7 @@ class RedactingAdapter:
         try:
             answer = await self._inner.complete(target, body)
         except UpstreamError as err:
-            redacted(err, target.api_key)
+            sealed(err, target.api_key)
             raise
         if (problem := answer_problem(answer)) is not None:
             raise bad_response(target.endpoint, problem)
@@ -445,7 +459,7 @@ class RedactingAdapter:
         """The wrapped adapter's batches, checked, up to the error that ends them, redacted."""
         return MappedBatches(
             self._inner.stream(target, body),
-            functools.partial(redacted, secret=target.api_key),
+            functools.partial(sealed, secret=target.api_key),
             checked_for=target.endpoint,
         )
 
@@ -454,7 +468,7 @@ class RedactingAdapter:
         try:
             answer = await self._inner.embed(target, body)
         except UpstreamError as err:
-            redacted(err, target.api_key)
+            sealed(err, target.api_key)
             raise
         sanitise_usage(answer)
         return answer

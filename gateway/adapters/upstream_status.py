@@ -1,6 +1,7 @@
 """What an upstream's status and headers say: the UpstreamError of a non-2xx answer, and how
 long it asks to be left alone (``Retry-After``, the ``x-ratelimit-*`` headers OpenAI-style
-providers send). Pure functions; ``adapters.base`` re-exports them for the adapters.
+providers send), and how much of its message a client's error carries (:func:`clipped`).
+Pure functions; ``adapters.base`` re-exports them for the adapters.
 """
 
 from __future__ import annotations
@@ -20,6 +21,19 @@ if TYPE_CHECKING:
 LONGEST_WAIT = 86_400.0
 """Seconds: no provider's window is longer than a day; a longer wait counts as a day (a
 Retry-After of 1e300 kept the key cooling for good)."""
+
+
+MESSAGE_MAX = 2000
+"""Characters of an upstream's message a client's error carries. A provider's message is a
+sentence or two; an upstream once sent a 64 MiB one, which the client got verbatim."""
+
+
+def clipped(message: str) -> str:
+    """``message`` cut to :data:`MESSAGE_MAX` characters, an ellipsis ending a cut one. Clip
+    after redacting: a credential cut in two would no longer be found."""
+    if len(message) <= MESSAGE_MAX:
+        return message
+    return message[: MESSAGE_MAX - 1] + "\u2026"
 
 
 def _wait_hint(seconds: float | None) -> float | None:
@@ -126,7 +140,8 @@ _QUOTA_MARKERS = (
 def error_from_status(
     endpoint: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> UpstreamError:
-    """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one.
+    """An UpstreamError for a non-2xx answer, keeping the upstream's message when it has one
+    (whole: the adapter seam clips it once it is redacted, ``base.redacted``).
 
     A 429 carries when to come back (:func:`rate_limit_reset_seconds`); one that says a quota
     or the billing is exhausted has kind :data:`schemas.QUOTA_EXHAUSTED`."""

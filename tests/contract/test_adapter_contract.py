@@ -436,6 +436,29 @@ async def test_adapter_error_echoing_the_credential_it_was_sent_is_redacted(
     assert err.value.status == 401 and err.value.is_auth_rejection
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+async def test_adapter_error_with_a_long_message_is_clipped_after_its_credential_is_redacted(
+    http_adapter: Under, stream: bool
+) -> None:
+    # A 5xx carrying a 64 MiB message went to the client whole. The key sits across the
+    # 2,000th character: clipped before redacting, its first characters would leak.
+    u = http_adapter
+    key = _key(u.kind)
+    echo = "x" * 1980 + f" key {key} " + "y" * 5000
+    u.script(Reply(401, body={"error": {"message": echo}, "type": "error"}))
+
+    with pytest.raises(UpstreamError) as err:
+        if stream:
+            await _batches(u, {**HI, "stream": True})
+        else:
+            await u.adapter.complete(u.target, HI)
+
+    message = err.value.message
+    assert message == ("x" * 1980 + " key [redacted] " + "y" * 5000)[:1999] + "\u2026"
+    assert key[:3] not in message and str(err.value) == message
+    assert key.encode() not in err.value.body  # the body is redacted, never clipped
+
+
 async def test_adapter_in_band_stream_error_echoing_the_credential_is_redacted(
     http_adapter: Under,
 ) -> None:

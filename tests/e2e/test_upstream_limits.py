@@ -35,6 +35,7 @@ pytestmark = pytest.mark.e2e
 
 TINY = 1e-6  # a fallback's weight: the draw picks the raw upstream first
 BOUND = 1024 * 1024  # server.max_upstream_answer_bytes in these tests (default 256 MiB)
+SECRET = "sk-route-secret-0123456789"
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 ANSWER = (
     b'{"id": "c", "object": "chat.completion", "created": 1, "model": "x", "choices": '
@@ -166,3 +167,18 @@ async def test_an_answer_of_the_bound_compressed_or_not_is_served(
             resp = await client.post(CHAT, json=chat())
             assert resp.status_code == 200, resp.text[:200]
             assert resp.json()["choices"][0]["message"]["content"] == "raw"
+
+
+async def test_a_long_upstream_error_message_reaches_the_client_clipped_and_redacted(
+    gateway_factory: GatewayFactory, raw_upstream: RawUpstream
+) -> None:
+    message = "x" * 1985 + f" {SECRET} " + "y" * 200_000  # the key across the cut
+    body = json.dumps({"error": {"message": message, "type": "server_error"}})
+    raw_upstream.enqueue(ok(body.encode()).replace(b"200 OK", b"500 Oops"))
+    gw = await _gateway(gateway_factory, raw_route(raw_upstream, api_key=SECRET))
+    async with gw.http() as client:
+        resp = await client.post(CHAT, json=chat())
+    err = assert_openai_error(resp, 502)
+    assert len(err["message"]) <= 2100 and err["message"].endswith("y\u2026"), err["message"]
+    assert "x [redacted] y" in err["message"]
+    assert SECRET[:5] not in resp.text and len(resp.content) < 3000
