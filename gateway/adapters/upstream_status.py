@@ -6,8 +6,11 @@ Pure functions; ``adapters.base`` re-exports them for the adapters.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import math
 import re
+import time
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -47,14 +50,22 @@ def _wait_hint(seconds: float | None) -> float | None:
 
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The ``Retry-After`` header in seconds (delta form) when it asks for a wait, or None."""
+    """The ``Retry-After`` header in seconds when it asks for a wait, or None: a number of
+    seconds, or an HTTP date (RFC 9110 allows both) counted from now."""
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
         return _wait_hint(float(value))
     except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:  # an HTTP date is GMT; an obsolete form may not say so
+        when = when.replace(tzinfo=datetime.UTC)
+    return _wait_hint(when.timestamp() - time.time())
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from schemas import BudgetExceededError, ErrorCode, GatewayError, UpstreamError
+from schemas import QUOTA_EXHAUSTED, BudgetExceededError, ErrorCode, GatewayError, UpstreamError
 
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
@@ -39,6 +39,8 @@ _STATUS: dict[ErrorCode, int] = {
 # time an actors process takes to restart.
 DEFAULT_RETRY_AFTER_S = 5
 DEFAULT_RETRY_AFTER = str(DEFAULT_RETRY_AFTER_S).encode()
+# An upstream's 429 without a wait it could use: the key pool's own first cooling (1 s).
+PACED_RETRY_AFTER = b"1"
 
 # Upstream statuses that describe the client's request; relayed as they are.
 REQUEST_DESCRIBING = frozenset({400, 404, 413, 422})
@@ -83,7 +85,14 @@ def client_message(err: GatewayError) -> str:
 
 def retry_after_header(err: GatewayError) -> bytes | None:
     """``Retry-After`` in whole seconds (rounded up, at least 1) when the error has one; for
-    a 503 without one, :data:`DEFAULT_RETRY_AFTER_S` (a 503 always says when to come back)."""
+    a 503 without one, :data:`DEFAULT_RETRY_AFTER_S` (a 503 always says when to come back);
+    for an upstream's 429 that gave no usable wait, :data:`PACED_RETRY_AFTER` (a pace, not
+    a spent quota: worth trying again soon)."""
     if err.retry_after is not None:
         return str(max(1, math.ceil(err.retry_after))).encode()
-    return DEFAULT_RETRY_AFTER if http_status(err) == 503 else None
+    status = http_status(err)
+    if status == 503:
+        return DEFAULT_RETRY_AFTER
+    if status == 429 and isinstance(err, UpstreamError) and err.kind != QUOTA_EXHAUSTED:
+        return PACED_RETRY_AFTER
+    return None

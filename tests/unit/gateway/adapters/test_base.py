@@ -5,6 +5,8 @@ and whether it is back-pressure or an exhausted quota."""
 from __future__ import annotations
 
 import dataclasses
+import email.utils
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -110,6 +112,9 @@ def test_duration_seconds_reads_openais_reset_forms(text: str, seconds: float | 
         ({"retry-after": "nan", "x-ratelimit-reset-requests": "2s"}, 2.0),
         # ... and no wait lasts longer than a day.
         ({"retry-after": "1e300"}, 86400.0),
+        # An HTTP date already past, or not a date, is no wait either.
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, None),
+        ({"retry-after": "Sunday, 32-Nov-94 08:49:37 GMT"}, None),
     ],
 )
 def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
@@ -119,6 +124,21 @@ def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
 
     assert err.retry_after == (pytest.approx(seconds) if seconds is not None else None)
     assert err.kind == "http_429"
+
+
+@pytest.mark.parametrize("form", ["IMF-fixdate", "rfc850", "asctime"])
+def test_a_429s_retry_after_as_an_http_date_is_the_wait_until_then(form: str) -> None:
+    # It was no hint: RFC 9110 allows a date as well as seconds.
+    when = time.time() + 120
+    stamp = email.utils.formatdate(when, usegmt=True)
+    if form == "rfc850":
+        stamp = time.strftime("%A, %d-%b-%y %H:%M:%S GMT", time.gmtime(when))
+    elif form == "asctime":
+        stamp = time.asctime(time.gmtime(when))
+
+    err = error_from_status("m:a", 429, {"retry-after": stamp}, b"{}")
+
+    assert err.retry_after is not None and 115 < err.retry_after <= 120
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.http.errors import DEFAULT_RETRY_AFTER, http_status, retry_after_header
-from schemas import ErrorCode, ErrorReply, GatewayError
+from gateway.http.errors import (
+    DEFAULT_RETRY_AFTER,
+    PACED_RETRY_AFTER,
+    http_status,
+    retry_after_header,
+)
+from schemas import QUOTA_EXHAUSTED, ErrorCode, ErrorReply, GatewayError, UpstreamError
 from schemas.errors import error_from_reply
 
 _ERRORS = [error_from_reply(ErrorReply(code=code.value, message="x")) for code in ErrorCode]
@@ -29,3 +34,12 @@ def test_a_503_with_a_known_end_says_that_end_rounded_up() -> None:
 @pytest.mark.parametrize("code", ["invalid_request", "route_not_found", "upstream_error"])
 def test_errors_that_are_not_503_carry_no_retry_after_of_their_own(code: str) -> None:
     assert retry_after_header(error_from_reply(ErrorReply(code=code, message="x"))) is None
+
+
+def test_an_upstreams_429_without_a_usable_wait_still_says_when_to_retry() -> None:
+    # The relayed 429 carried no Retry-After when the provider's was malformed or absent.
+    paced = UpstreamError("slow down", endpoint="m:a", status=429, kind="http_429")
+    spent = UpstreamError("no quota", endpoint="m:a", status=429, kind=QUOTA_EXHAUSTED)
+
+    assert retry_after_header(paced) == PACED_RETRY_AFTER
+    assert retry_after_header(spent) is None  # a spent quota does not come back in a second
