@@ -46,6 +46,14 @@ def new_id(prefix: str) -> str:
     return prefix + os.urandom(12).hex()
 
 
+def bad_answer(what: str) -> UpstreamBadResponseError:
+    """The upstream's answer breaks the Anthropic API's shapes (its ``endpoint`` is set by
+    the adapter that called)."""
+    return UpstreamBadResponseError(
+        f"upstream returned an invalid response: {what}", kind="bad_response"
+    )
+
+
 def finish_reason(stop_reason: Any) -> str:
     """The chat ``finish_reason`` for an Anthropic ``stop_reason`` (unknown ones: ``stop``)."""
     return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
@@ -53,10 +61,13 @@ def finish_reason(stop_reason: Any) -> str:
 
 def provider_counts(usage: Any, *keys: str) -> list[int] | None:
     """A provider's token counts under ``keys``, in order (absent or null: 0); None when one
-    is not a whole number from 0: the answer's usage is then unknown (summing a string
-    failed the request). How large is the adapter seam's to judge (``base.MAX_TOKENS``)."""
-    if not isinstance(usage, dict):
+    is not a whole number from 0, or ``usage`` is neither an object nor absent: the answer's
+    usage is then unknown (summing a string failed the request). How large is the adapter
+    seam's to judge (``base.MAX_TOKENS``)."""
+    if usage is None:
         usage = {}
+    elif type(usage) is not dict:
+        return None
     counts = []
     for key in keys:
         value = usage.get(key)
@@ -120,7 +131,8 @@ class MessagesToChatStream:
     producing anything yields no chunk at all (and may still fall back). The finish chunk and
     the usage chunk come only at ``message_stop``: a stream cut before it never looks done,
     and one that never gave a ``stop_reason`` ends with none.
-    Raises UpstreamStreamError on an ``error`` event.
+    Raises UpstreamStreamError on an ``error`` event, UpstreamBadResponseError on an event
+    that breaks the API's shapes (see :meth:`feed`).
     """
 
     __slots__ = (
@@ -144,7 +156,7 @@ class MessagesToChatStream:
         self._role_sent = False
         self._complete = False
         self._tools: dict[int, int] = {}  # Anthropic block index -> chat tool_calls index
-        self._usage: JSON = {}
+        self._usage: JSON | None = {}  # the provider's counts so far; None: unknown
         self._stop_reason: Any = None
         self._stop_sequence: Any = None
 
@@ -156,10 +168,14 @@ class MessagesToChatStream:
     @property
     def usage(self) -> JSON | None:
         """Usage so far, in the chat shape (None: unknown)."""
-        return chat_usage(self._usage)
+        return None if self._usage is None else chat_usage(self._usage)
 
     def feed(self, event: str | None, data: JSON) -> list[JSON]:
-        """Chunks for one event (possibly none). Raises UpstreamStreamError on ``error``."""
+        """Chunks for one event (possibly none). Raises UpstreamStreamError on ``error``, and
+        UpstreamBadResponseError for an event that breaks the API's shapes: a ``message``,
+        ``content_block``, ``delta`` or ``error`` that is not an object, a block ``index``
+        that is not an integer, a text, stop reason or tool id that is not a string. (Absent
+        or null is as if empty; a usage that is not an object leaves usage unknown.)"""
         if self._complete:
             return []
         kind = data.get("type") or event
@@ -168,29 +184,37 @@ class MessagesToChatStream:
         if kind == "content_block_start":
             return self._block_start(data)
         if kind == "message_start":
-            message = data.get("message") or {}
-            if isinstance(message.get("id"), str):
+            message = _object(data, "message", "a message_start")
+            if type(message.get("id")) is str:
                 self._id = message["id"]
-            self._usage.update(message.get("usage") or {})
+            self._add_usage(message.get("usage"))
             return []
         if kind == "message_delta":
-            delta = data.get("delta") or {}
-            self._stop_reason = delta.get("stop_reason")
-            self._stop_sequence = delta.get("stop_sequence")
-            # message_delta usage counts are cumulative totals: they replace, not add.
-            self._usage.update(
-                {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
-            )
+            delta = _object(data, "delta", "a message_delta")
+            self._stop_reason = _text(delta, "stop_reason", "a message_delta")
+            self._stop_sequence = _text(delta, "stop_sequence", "a message_delta")
+            self._add_usage(data.get("usage"))
             return []
         if kind == "message_stop":
             return self._stop()
         if kind == "error":
-            error = data.get("error") or {}
+            error = _object(data, "error", "an error event")
             raise UpstreamStreamError(
-                f"upstream stream error: {error.get('message') or 'unknown error'}",
-                error_type=str(error.get("type") or "api_error"),
+                f"upstream stream error: {_text(error, 'message', 'an error') or 'unknown error'}",
+                error_type=_text(error, "type", "an error") or "api_error",
             )
+        if kind is not None and type(kind) is not str:
+            raise bad_answer("an event's 'type' is not a string")
         return []  # ping, content_block_stop, and events newer than this module
+
+    def _add_usage(self, usage: Any) -> None:
+        # Counts are totals so far (message_delta's are cumulative): they replace, not add.
+        if usage is None or self._usage is None:
+            return
+        if type(usage) is not dict:
+            self._usage = None  # unknown for good: the attempt is billed on the estimate
+            return
+        self._usage.update({k: v for k, v in usage.items() if v is not None})
 
     def _chunk(self, delta: JSON, finish: str | None = None) -> JSON:
         if not self._role_sent:
@@ -205,23 +229,26 @@ class MessagesToChatStream:
         }
 
     def _block_start(self, data: JSON) -> list[JSON]:
-        block = data.get("content_block") or {}
+        block = _object(data, "content_block", "a content_block_start")
         kind = block.get("type")
-        if kind == "text" and block.get("text"):
-            return [self._chunk({"content": block["text"]})]
+        if kind == "text":
+            text = _text(block, "text", "a text block")
+            return [self._chunk({"content": text})] if text else []
         if kind != "tool_use":
             return []  # thinking and server-tool blocks have no chat form
-        position = self._tools[data.get("index", 0)] = len(self._tools)
-        arguments = _encoder.encode(block["input"]).decode() if block.get("input") else ""
+        index = _block_index(data)
+        call_id, name, tool_input = _tool_use(block)
+        position = self._tools[index] = len(self._tools)
+        arguments = _encoder.encode(tool_input).decode() if tool_input else ""
         return [
             self._chunk(
                 {
                     "tool_calls": [
                         {
                             "index": position,
-                            "id": block.get("id"),
+                            "id": call_id,
                             "type": "function",
-                            "function": {"name": block.get("name"), "arguments": arguments},
+                            "function": {"name": name, "arguments": arguments},
                         }
                     ]
                 }
@@ -229,14 +256,23 @@ class MessagesToChatStream:
         ]
 
     def _delta(self, data: JSON) -> list[JSON]:
-        delta = data.get("delta") or {}
+        # The hot path (one event per token): exact type tests, only the keys it reads.
+        delta = data.get("delta")
+        if type(delta) is not dict:
+            if delta is None:
+                return []
+            raise bad_answer("a content_block_delta's 'delta' is not an object")
         kind = delta.get("type")
         if kind == "text_delta":
             text = delta.get("text")
+            if type(text) is not str:
+                raise bad_answer("a text_delta's 'text' is not a string")
             return [self._chunk({"content": text})] if text else []
         if kind == "input_json_delta":
-            position = self._tools.get(data.get("index", 0))
             fragment = delta.get("partial_json")
+            if type(fragment) is not str:
+                raise bad_answer("an input_json_delta's 'partial_json' is not a string")
+            position = self._tools.get(_block_index(data))
             if position is None or not fragment:
                 return []
             return [
@@ -273,26 +309,31 @@ class MessagesToChatStream:
 def from_messages_response(msg: JSON, *, model: str) -> JSON:
     """Translate an Anthropic ``message`` into a canonical chat completion.
 
-    Raises UpstreamBadResponseError when ``msg`` has no content list.
+    Raises UpstreamBadResponseError when ``msg`` breaks the Messages API's shapes: no
+    ``content`` list, a content block that is not an object, a text block whose ``text`` is
+    not a string, a tool_use block whose ``id`` or ``name`` is not a string or whose
+    ``input`` is not an object, a ``stop_reason`` or ``stop_sequence`` that is not a string.
+    A ``usage`` that is not an object leaves the usage unknown (None).
     """
     content = msg.get("content")
-    if not isinstance(content, list):
-        raise UpstreamBadResponseError("anthropic answer has no content", kind="bad_response")
+    if type(content) is not list:
+        raise bad_answer("the answer has no 'content' list")
     texts: list[str] = []
     calls: list[JSON] = []
     for block in content:
-        kind = block.get("type") if isinstance(block, dict) else None
+        if type(block) is not dict:
+            raise bad_answer("a content block is not an object")
+        kind = block.get("type")
         if kind == "text":
-            texts.append(block.get("text") or "")
+            texts.append(_text(block, "text", "a text block") or "")
         elif kind == "tool_use":
+            call_id, name, tool_input = _tool_use(block)
+            arguments = _encoder.encode(tool_input or {}).decode()
             calls.append(
                 {
-                    "id": block.get("id"),
+                    "id": call_id,
                     "type": "function",
-                    "function": {
-                        "name": block.get("name"),
-                        "arguments": _encoder.encode(block.get("input") or {}).decode(),
-                    },
+                    "function": {"name": name, "arguments": arguments},
                 }
             )
     message: JSON = {
@@ -302,20 +343,61 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
     }
     if calls:
         message["tool_calls"] = calls
-    stop = msg.get("stop_reason")
+    stop = _text(msg, "stop_reason", "the answer")
+    sequence = _text(msg, "stop_sequence", "the answer")
     choice: JSON = {
         "index": 0,
         "message": message,
         "finish_reason": finish_reason(stop),
         "logprobs": None,
     }
-    if stop == "stop_sequence" and isinstance(msg.get("stop_sequence"), str):
-        choice["stop_reason"] = msg["stop_sequence"]  # vLLM's field for the matched stop
+    if stop == "stop_sequence" and sequence is not None:
+        choice["stop_reason"] = sequence  # vLLM's field for the matched stop
+    answer_id = msg.get("id")
     return {
-        "id": msg.get("id") or new_id("chatcmpl-"),
+        "id": answer_id if type(answer_id) is str and answer_id else new_id("chatcmpl-"),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
         "usage": chat_usage(msg.get("usage")),
     }
+
+
+def _object(data: JSON, key: str, where: str) -> JSON:
+    """``data[key]``, an object (absent or null: an empty one). Raises
+    UpstreamBadResponseError when it is anything else."""
+    value = data.get(key)
+    if type(value) is dict:
+        return value
+    if value is None:
+        return {}
+    raise bad_answer(f"{where}'s {key!r} is not an object")
+
+
+def _text(data: JSON, key: str, where: str) -> str | None:
+    """``data[key]``, a string or None. Raises UpstreamBadResponseError when it is neither."""
+    value = data.get(key)
+    if value is None or type(value) is str:
+        return value
+    raise bad_answer(f"{where}'s {key!r} is not a string")
+
+
+def _block_index(data: JSON) -> int:
+    """An event's content block ``index`` (absent: 0). Raises UpstreamBadResponseError when
+    it is not an integer."""
+    index = data.get("index", 0)
+    if type(index) is not int:
+        raise bad_answer("a content block's 'index' is not an integer")
+    return index
+
+
+def _tool_use(block: JSON) -> tuple[str, str, JSON | None]:
+    """A tool_use block's ``id``, ``name`` and ``input``. Raises UpstreamBadResponseError when
+    the id or name is not a string or the input is not an object (or absent)."""
+    call_id, name, tool_input = block.get("id"), block.get("name"), block.get("input")
+    if type(call_id) is not str or type(name) is not str:
+        raise bad_answer("a tool_use block's 'id' or 'name' is not a string")
+    if tool_input is not None and type(tool_input) is not dict:
+        raise bad_answer("a tool_use block's 'input' is not an object")
+    return call_id, name, tool_input

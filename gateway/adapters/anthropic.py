@@ -13,7 +13,6 @@ import msgspec
 
 from gateway.adapters.anthropic_wire import (
     MessagesToChatStream,
-    UpstreamStreamError,
     from_messages_response,
     to_messages_request,
 )
@@ -80,7 +79,8 @@ class AnthropicAdapter:
         return _encode(payload), headers
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """POST /v1/messages; the answer as a canonical chat completion. Raises UpstreamError."""
+        """POST /v1/messages; the answer as a canonical chat completion. Raises UpstreamError
+        (UpstreamBadResponseError for an answer that breaks the API's shapes)."""
         payload, headers = self._request(target, body, stream=False)
         answer = await self._http.post(
             target.endpoint,
@@ -95,14 +95,21 @@ class AnthropicAdapter:
         data = json_answer(target.endpoint, answer.body)
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise bad_response(target.endpoint, "the JSON has no 'content' list")
-        return from_messages_response(data, model=target.upstream_model or str(data.get("model")))
+        try:
+            return from_messages_response(
+                data, model=target.upstream_model or str(data.get("model"))
+            )
+        except UpstreamError as exc:  # the translation knows the shapes, not the endpoint
+            exc.endpoint = target.endpoint
+            raise
 
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """POST /v1/messages with stream; yields the canonical chunks of each read until
         ``message_stop``.
 
         Raises UpstreamError on a non-2xx answer, a broken connection, an ``error`` event, or
-        a stream that ends without ``message_stop`` (a silent truncation is never a success).
+        a stream that ends without ``message_stop`` (a silent truncation is never a success);
+        UpstreamBadResponseError on an event that breaks the API's shapes.
         """
         payload, headers = self._request(target, body, stream=True)
         options = body.get("stream_options")
@@ -154,6 +161,6 @@ def _translate(
     decoded = json_event(endpoint, data)
     try:
         return translator.feed(event, decoded)
-    except UpstreamStreamError as exc:
+    except UpstreamError as exc:  # an error event, or one the API's shapes do not allow
         exc.endpoint = endpoint
         raise

@@ -2,14 +2,17 @@
 
 Usage whose counts are not sane (``10**30``, ``"a"``, ``-5``, null) is unknown: the answer
 still reaches the client, and its request log row is written (the store once crash-looped on
-a count SQLite cannot hold). Malformed ``choices`` or tool-call deltas in a stream are a 502
-before the first byte (another route is tried) and the dialect's stream error after it:
-never a 500 or a torn connection. Raw httpx on loopback, against a scripted fake upstream.
+a count SQLite cannot hold). Malformed ``choices`` or tool-call deltas in a stream, or an
+``anthropic`` upstream's event whose parts are not the Messages API's (a string where an
+object belongs, a list as a block index), are a 502 before the first byte (another route is
+tried) and the dialect's stream error after it: never a 500, a logged traceback or a torn
+connection. Raw httpx on loopback, against a scripted fake upstream.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -199,3 +202,131 @@ async def test_a_count_an_anthropic_upstream_gives_that_is_not_a_number_leaves_u
 
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["message"]["content"] == "fine"
+
+
+# -- an anthropic upstream's events and answers ------------------------------------------------
+
+
+def _anthropic_sse(*events: dict[str, Any]) -> Reply:
+    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    return Reply(body=body, headers=SSE)
+
+
+def _no_traceback(caplog: pytest.LogCaptureFixture) -> None:
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+AN_OPENING: tuple[dict[str, Any], ...] = (
+    {"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 3}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}},
+)
+AN_CLOSING: tuple[dict[str, Any], ...] = (
+    {"type": "content_block_stop", "index": 0},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+    {"type": "message_stop"},
+)
+_TOOL = {"type": "tool_use", "id": "toolu_1", "name": "f"}
+AN_BAD: dict[str, dict[str, Any]] = {
+    "message": {"type": "message_start", "message": "str"},
+    "block": {"type": "content_block_start", "index": 1, "content_block": "str"},
+    "delta": {"type": "content_block_delta", "index": 0, "delta": "str"},
+    "index": {"type": "content_block_start", "index": [1], "content_block": _TOOL},
+    "error": {"type": "error", "error": "str"},
+    "stop_reason": {"type": "message_delta", "delta": {"stop_reason": 5}},
+}
+AN_FIRST = pytest.mark.parametrize("bad", AN_BAD.values(), ids=AN_BAD.keys())
+
+
+@AN_FIRST
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_anthropic_event_before_the_first_chunk_is_a_502(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+    surface: str,
+    bad: dict[str, Any],
+) -> None:
+    # A string where an object belongs raised AttributeError in the translation: a 500
+    # "internal gateway error" and a logged traceback.
+    caplog.set_level(logging.WARNING)
+    fake_upstream.set_default(_anthropic_sse(bad, *AN_OPENING, *AN_CLOSING))
+    gw = await _gateway(gateway_factory, anthropic_route(fake_upstream))
+
+    status, body = await _post(gw, surface, stream=True)
+
+    assert status == 502 and "invalid response" in body, body
+    assert ('"type":"error"' in body) == (surface == "messages"), body
+    _no_traceback(caplog)
+
+
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_anthropic_event_before_the_first_chunk_fails_over(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str
+) -> None:
+    evil, good = await fake_upstreams("evil"), await fake_upstreams("good")
+    evil.set_default(_anthropic_sse(AN_BAD["delta"], *AN_OPENING, *AN_CLOSING))
+    gw = await _gateway(gateway_factory, anthropic_route(evil), route(good, TINY))
+
+    status, body = await _post(gw, surface, stream=True)
+
+    assert status == 200 and _ended_cleanly(surface, body), body
+    assert len(evil.requests) == 1 and len(good.requests) == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [v for k, v in AN_BAD.items() if k != "message"],
+    ids=[k for k in AN_BAD if k != "message"],
+)
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_anthropic_event_mid_stream_ends_in_the_dialect_stream_error(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+    surface: str,
+    bad: dict[str, Any],
+) -> None:
+    # The same AttributeError after the first chunk tore the connection mid-body: the
+    # client read an incomplete chunked body and no error event.
+    caplog.set_level(logging.WARNING)
+    fake_upstream.set_default(_anthropic_sse(*AN_OPENING, bad, *AN_CLOSING))
+    gw = await _gateway(gateway_factory, anthropic_route(fake_upstream))
+
+    status, body = await _post(gw, surface, stream=True)
+
+    assert status == 200 and "Hel" in body, body
+    assert _ended_in_error(surface, body), body
+    assert "invalid response" in body, body
+    _no_traceback(caplog)
+
+
+AN_BAD_ANSWERS = {
+    "text int": [{"type": "text", "text": 5}],
+    "block str": ["hello", {"type": "text", "text": "a"}],
+    "tool input str": [{**_TOOL, "input": "str"}],
+}
+
+
+@pytest.mark.parametrize("content", AN_BAD_ANSWERS.values(), ids=AN_BAD_ANSWERS.keys())
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_malformed_anthropic_answer_is_a_502_in_the_surface_shape(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    caplog: pytest.LogCaptureFixture,
+    surface: str,
+    content: list[Any],
+) -> None:
+    # A text of 5 failed "".join (a 500 and a traceback); a block that was not an object was
+    # skipped, its text silently lost from a 200.
+    caplog.set_level(logging.WARNING)
+    message = {"id": "msg_1", "content": content, "stop_reason": "end_turn"}
+    json_type = {"content-type": "application/json"}
+    fake_upstream.set_default(Reply(body=json.dumps(message), headers=json_type))
+    gw = await _gateway(gateway_factory, anthropic_route(fake_upstream))
+
+    status, text = await _post(gw, surface, stream=False)
+
+    assert status == 502 and "invalid response" in text, text
+    assert ('"type":"error"' in text) == (surface == "messages"), text
+    _no_traceback(caplog)

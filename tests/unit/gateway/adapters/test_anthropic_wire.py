@@ -25,7 +25,7 @@ from gateway.adapters.anthropic_wire import (
     to_messages_request,
 )
 from gateway.formats import anthropic_messages
-from schemas import InvalidRequestError
+from schemas import InvalidRequestError, UpstreamBadResponseError
 from tests.fixtures.wire_files import WIRE, drain, load_wire
 
 JSON = dict[str, Any]
@@ -358,6 +358,41 @@ def test_from_messages_response_maps_stop_reason(stop: str | None, finish: str) 
     assert completion.choices[0].finish_reason == finish
 
 
+MALFORMED_ANSWERS = {
+    "text int": {"content": [{"type": "text", "text": 5}]},
+    "text object": {"content": [{"type": "text", "text": {"a": 1}}]},
+    "content not a list": {"content": "hello"},
+    "block not an object": {"content": ["hello", 5, None]},
+    "tool id int": {"content": [{"type": "tool_use", "id": 5, "name": "f", "input": {}}]},
+    "tool input str": {"content": [{"type": "tool_use", "id": "t", "name": "f", "input": "s"}]},
+    "stop_reason list": {"content": [], "stop_reason": ["x"]},
+    "stop_sequence int": {"content": [], "stop_reason": "stop_sequence", "stop_sequence": 5},
+}
+
+
+@pytest.mark.parametrize("msg", MALFORMED_ANSWERS.values(), ids=MALFORMED_ANSWERS.keys())
+def test_from_messages_response_breaking_the_api_shapes_raises_bad_response(msg: JSON) -> None:
+    # A text of 5 once failed "".join with a TypeError (a 500); a block that was not an
+    # object was skipped, its text silently lost.
+    with pytest.raises(UpstreamBadResponseError, match="invalid response") as caught:
+        from_messages_response(msg, model="m")
+
+    assert caught.value.kind == "bad_response"
+
+
+@pytest.mark.parametrize("usage", [[1], "lots", {"input_tokens": "a"}])
+def test_from_messages_response_with_usage_not_an_object_of_counts_has_usage_unknown(
+    usage: Any,
+) -> None:
+    msg = {"id": {"a": 1}, "content": [{"type": "text", "text": "hi"}], "usage": usage}
+
+    completion = ChatCompletion.model_validate(from_messages_response(msg, model="m"))
+
+    assert completion.usage is None
+    assert completion.choices[0].message.content == "hi"
+    assert completion.id.startswith("chatcmpl-")  # an id that is not a string is not shown
+
+
 def test_answer_round_trip_keeps_stop_sequence_and_tool_ids() -> None:
     upstream = {
         "id": "msg_1",
@@ -418,6 +453,9 @@ def test_request_round_trip_through_the_anthropic_surface_keeps_ids_and_blocks()
     ]
     assert req["messages"][0]["content"][2] == original["messages"][0]["content"][2]
     assert req["tool_choice"] == {"type": "auto"}
+
+
+TEXT_DELTA = {"type": "text_delta", "text": "hi"}
 
 
 # --- streams --------------------------------------------------------------------------------
@@ -535,6 +573,72 @@ def test_stream_error_event_raises_upstream_stream_error(
     assert caught.value.status == status
     assert caught.value.counts_against_endpoint is counts
     assert not stream.is_complete
+
+
+_TEXT_START = {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}}
+_TOOL = {"type": "tool_use", "id": "toolu_1", "name": "f"}
+MALFORMED_EVENTS = {
+    "message str": {"type": "message_start", "message": "str"},
+    "block str": {"type": "content_block_start", "index": 0, "content_block": "str"},
+    "block text int": {**_TEXT_START, "content_block": {"type": "text", "text": 5}},
+    "tool index list": {"type": "content_block_start", "index": [1], "content_block": _TOOL},
+    "tool name int": {"type": "content_block_start", "content_block": {**_TOOL, "name": 7}},
+    "tool input str": {"type": "content_block_start", "content_block": {**_TOOL, "input": "x"}},
+    "delta str": {"type": "content_block_delta", "index": 0, "delta": "str"},
+    "delta text int": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": 5}},
+    "json delta index list": {
+        "type": "content_block_delta",
+        "index": [0],
+        "delta": {"type": "input_json_delta", "partial_json": "{}"},
+    },
+    "json delta int": {
+        "type": "content_block_delta",
+        "delta": {"type": "input_json_delta", "partial_json": 5},
+    },
+    "message_delta str": {"type": "message_delta", "delta": "x", "usage": 5},
+    "stop_reason int": {"type": "message_delta", "delta": {"stop_reason": 5}},
+    "error str": {"type": "error", "error": "str"},
+    "error list": {"type": "error", "error": [1, 2]},
+    "error type object": {"type": "error", "error": {"type": {"x": 1}, "message": "m"}},
+    "type int": {"type": 5, "index": 0},
+}
+
+
+@pytest.mark.parametrize("event", MALFORMED_EVENTS.values(), ids=MALFORMED_EVENTS.keys())
+def test_stream_event_breaking_the_api_shapes_raises_bad_response(event: JSON) -> None:
+    # A string where an object belongs once raised AttributeError (a 500, or a connection
+    # torn mid-stream), a list as a block index TypeError.
+    stream = MessagesToChatStream("m")
+    stream.feed("message_start", {"type": "message_start", "message": {"id": "msg_1"}})
+    stream.feed("content_block_start", _TEXT_START | {"index": 1, "content_block": _TOOL})
+
+    with pytest.raises(UpstreamBadResponseError, match="invalid response") as caught:
+        stream.feed(None, event)
+
+    assert caught.value.kind == "bad_response"
+
+
+@pytest.mark.parametrize(
+    ("start_usage", "delta_usage"),
+    [([1, 2], {"output_tokens": 5}), ({"input_tokens": 3}, [1]), ({"input_tokens": "x"}, None)],
+    ids=["start list", "delta list", "start count str"],
+)
+def test_stream_usage_that_is_not_an_object_of_counts_leaves_usage_unknown(
+    start_usage: Any, delta_usage: Any
+) -> None:
+    # Odd bookkeeping never fails an answer (the adapter seam's rule): billed on the estimate.
+    stream = MessagesToChatStream("m")
+    events = [
+        ("message_start", {"type": "message_start", "message": {"usage": start_usage}}),
+        ("content_block_delta", {"type": "content_block_delta", "delta": TEXT_DELTA}),
+        ("message_delta", {"type": "message_delta", "delta": {}, "usage": delta_usage}),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+    chunks = _feed_all(stream, events)
+
+    assert stream.is_complete and stream.usage is None
+    assert chunks[0]["choices"][0]["delta"]["content"] == "hi"
 
 
 def test_stream_with_stop_sequence_reports_it_like_vllm() -> None:
