@@ -376,6 +376,7 @@ class Inference(Component):
         req = call.req
         outcome, failure = "success", None
         unsent: list[bytes] = []  # rendered frames not yet written
+        internal = False  # the relay itself failed (logged already)
         try:
             await req.start(200, [*_SSE_HEADERS, *self._headers(call, stream.candidate.endpoint)])
             async for batch in stream.batches():
@@ -396,12 +397,24 @@ class Inference(Component):
         except anyio.get_cancelled_exc_class():
             await stream.close("cancelled")
             raise
-        except Exception as exc:  # a chunk the client's shape cannot express, a failed write
-            what = f"the relay failed ({type(exc).__name__})"
-            await stream.close("failure", bad_response(stream.candidate.endpoint, what))
-            raise
+        except Exception as exc:  # a chunk the client's shape cannot express, a gateway bug
+            # The answer has begun: a torn connection would read as the network's fault, so
+            # it ends in the dialect's error like a broken upstream (logged once, here).
+            endpoint = stream.candidate.endpoint
+            logger.exception("internal error relaying the stream from %s", endpoint)
+            outcome, internal = "failure", True
+            failure = bad_response(endpoint, f"the relay failed ({type(exc).__name__})")
+            try:
+                tail = renderer.error("internal gateway error")
+            except BaseException:
+                await stream.close(outcome, failure)
+                raise
         try:
             await req.chunk(b"".join([*unsent, *tail]), more=False)
+        except Exception:
+            if not internal:
+                raise
+            # The end cannot be written either (what failed was a write): nothing more to do.
         finally:
             await stream.close(outcome, failure)
 

@@ -665,7 +665,7 @@ class _Unrenderable:
         return []
 
     def error(self, message: str, kind: str = "upstream_error") -> list[bytes]:
-        return []
+        return [f"error: {message}".encode()]
 
 
 class _Client:
@@ -681,24 +681,27 @@ class _Client:
         self.sent.append(data)
 
 
-async def test_a_relay_that_fails_otherwise_still_ends_its_stream_and_observes_it(
-    h: Harness,
+async def test_a_relay_that_fails_otherwise_ends_the_answer_in_its_error_and_observes_it(
+    h: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Not only an upstream error or a cancellation: whatever ends a relay closes the stream
     # and observes it, which gives back its leases (the prefill one too: a stream read whole
-    # at once sends no FirstToken).
+    # at once sends no FirstToken). Its answer has begun: it ends in the dialect's error,
+    # not a connection torn mid-body, and the failure is logged once, with its traceback.
     h.adapter.scripts = {"a": [Whole()]}
     info = h.info(stream=True)
     attempt = await h.dispatcher().open_stream(info, plan(cand("a")), HI)
     call = SimpleNamespace(req=_Client(), info=info)
     inference = SimpleNamespace(_headers=lambda call, endpoint: [])
 
-    with pytest.raises(KeyError):
-        await Inference._relay(inference, call, _Unrenderable(), attempt)  # type: ignore[arg-type]
+    await Inference._relay(inference, call, _Unrenderable(), attempt)  # type: ignore[arg-type]
 
+    assert call.req.sent == [b"error: internal gateway error"]
     assert h.adapter.closed == ["a"]
     (obs,) = (await h.heard.drain()).observations()
     assert (obs.outcome, obs.error_kind) == ("failure", "bad_response")
+    logged = [r for r in caplog.records if r.exc_info]
+    assert len(logged) == 1 and isinstance(logged[0].exc_info[1], KeyError)  # type: ignore[index]
 
 
 # -- which error the client sees --------------------------------------------------------------
