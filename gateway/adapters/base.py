@@ -11,9 +11,13 @@ the limits and the request log may rely on them instead of each guarding against
   absent/null. A ``usage`` that breaks this (a string, a negative, a boolean, a float that
   is not whole, ``10**30``) is unknown: replaced by ``None``, as an answer that reported
   none, so the attempt is billed on the estimate. Odd bookkeeping never fails an answer.
-- ``choices``: a list (or absent/null) of objects. A stream chunk's ``delta`` and a whole
-  answer's ``message`` are objects or null, their text fields strings or null (a message's
-  ``content`` may be an array of parts), their ``tool_calls`` lists of objects
+- ``choices``: a list (or absent/null) of objects, each ``index`` (when present) an integer
+  below the ``n`` choices the request asked for (1 unless it said): a stream with ``n`` 1
+  has only choice 0. A whole answer has at least one choice, each with a ``message``
+  object; a stream chunk's ``delta`` is an object or absent/null (Azure's asynchronous
+  content filter sends choices without one: nothing of the answer). Their text fields are
+  strings or null (a ``content`` may be an array of parts), their ``tool_calls`` lists of
+  objects
   whose ``index`` is an integer, ``id``/``type`` strings, ``function`` an object whose
   ``name`` and ``arguments`` are strings. Anything else is the upstream's bad response: a
   502 (the next route is tried), or the dialect's stream error once a stream began.
@@ -262,10 +266,26 @@ def sanitise_usage(body: JSON) -> None:
             _whole_counts(details, keys)
 
 
-def answer_problem(body: JSON) -> str | None:
-    """Sanitise the usage of ``body`` (a non-streamed answer) in place; how its ``choices``
-    break the shapes in the module docstring (a ``message`` not an object, ...), or None."""
-    return _choices_problem(body, "message", _delta_problem)
+def choices_asked(body: JSON) -> int:
+    """How many choices a canonical request asks for (its ``n``; 1 when it says none)."""
+    n = body.get("n")
+    return n if type(n) is int and n > 0 else 1
+
+
+def answer_problem(body: JSON, n: int = 1) -> str | None:
+    """Sanitise the usage of ``body`` (a non-streamed answer to a request for ``n`` choices)
+    in place; how its ``choices`` break the shapes in the module docstring (none, a
+    ``message`` not an object, ...), or None."""
+    problem = _choices_problem(body, "message", _delta_problem, n)
+    if problem is not None:
+        return problem
+    choices = body.get("choices")
+    if not choices:  # the OpenAI API's answer has one per n (ChatCompletion.choices)
+        return "the answer has no choice"
+    for choice in choices:
+        if choice.get("message") is None:
+            return "a choice has no 'message'"
+    return None
 
 
 def _tool_call_problem(call: Any) -> str | None:
@@ -307,14 +327,15 @@ def _delta_problem(delta: JSON) -> str | None:
     return None
 
 
-def chunk_problem(chunk: JSON) -> str | None:
-    """Sanitise the usage of ``chunk`` (one streamed ``chat.completion.chunk``) in place;
-    how its ``choices`` break the shapes in the module docstring, or None."""
-    return _choices_problem(chunk, "delta", _delta_problem)
+def chunk_problem(chunk: JSON, n: int = 1) -> str | None:
+    """Sanitise the usage of ``chunk`` (one streamed ``chat.completion.chunk`` of a request
+    for ``n`` choices) in place; how its ``choices`` break the shapes in the module
+    docstring, or None."""
+    return _choices_problem(chunk, "delta", _delta_problem, n)
 
 
 def _choices_problem(
-    body: JSON, part: str, part_problem: Callable[[JSON], str | None] | None
+    body: JSON, part: str, part_problem: Callable[[JSON], str | None], n: int
 ) -> str | None:
     if "usage" in body:
         sanitise_usage(body)
@@ -326,6 +347,11 @@ def _choices_problem(
     for choice in choices:
         if type(choice) is not dict:
             return "a choice is not an object"
+        # A choice the client's shape has no place for was silently dropped from it. (The
+        # usual 0 is settled by the first test; False reads as 0 to the renderers too.)
+        index = choice.get("index")
+        if index != 0 and index is not None and (type(index) is not int or not 0 < index < n):
+            return f"a choice's 'index' is not one of the {n} asked for"
         reason = choice.get("finish_reason")
         if reason is not None and type(reason) is not str:
             return "a choice's 'finish_reason' is not a string"
@@ -333,7 +359,7 @@ def _choices_problem(
         if inner is not None:
             if type(inner) is not dict:
                 return f"a choice's {part!r} is not an object"
-            if part_problem is not None and (problem := part_problem(inner)) is not None:
+            if (problem := part_problem(inner)) is not None:
                 return problem
     return None
 
@@ -387,21 +413,23 @@ def sealed(err: UpstreamError, secret: str | None) -> UpstreamError:
 class MappedBatches:
     """``inner``'s batches, each UpstreamError that ends them passed through ``mapped`` (which
     returns the error to raise); with ``checked_for`` (an endpoint), each chunk checked
-    (:func:`chunk_problem`): the chunks before a bad one are given, then an
+    (:func:`chunk_problem`, for ``choices`` asked): the chunks before a bad one are given, then an
     UpstreamBadResponseError. Closing it closes ``inner`` at once. A class, not an async
     generator: a stream's relay pays for each layer of generator it goes through."""
 
-    __slots__ = ("_checked_for", "_failure", "_inner", "_mapped")
+    __slots__ = ("_checked_for", "_choices", "_failure", "_inner", "_mapped")
 
     def __init__(
         self,
         inner: AsyncIterator[Batch],
         mapped: Callable[[UpstreamError], UpstreamError],
         checked_for: str | None = None,
+        choices: int = 1,
     ) -> None:
         self._inner = inner
         self._mapped = mapped
         self._checked_for = checked_for
+        self._choices = choices
         self._failure: UpstreamError | None = None  # raised after the chunks before it
 
     def __aiter__(self) -> MappedBatches:
@@ -419,7 +447,7 @@ class MappedBatches:
             raise mapped from None
         if self._checked_for is not None:
             for i, chunk in enumerate(batch):
-                if (problem := chunk_problem(chunk)) is not None:
+                if (problem := chunk_problem(chunk, self._choices)) is not None:
                     failure = bad_response(self._checked_for, problem)
                     if i == 0:
                         raise failure
@@ -451,7 +479,7 @@ class RedactingAdapter:
         except UpstreamError as err:
             sealed(err, target.api_key)
             raise
-        if (problem := answer_problem(answer)) is not None:
+        if (problem := answer_problem(answer, choices_asked(body))) is not None:
             raise bad_response(target.endpoint, problem)
         return answer
 
@@ -461,6 +489,7 @@ class RedactingAdapter:
             self._inner.stream(target, body),
             functools.partial(sealed, secret=target.api_key),
             checked_for=target.endpoint,
+            choices=choices_asked(body),
         )
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:

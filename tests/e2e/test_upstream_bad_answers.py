@@ -54,11 +54,12 @@ def _sse(*events: str) -> Reply:
     return Reply(body="".join(f"data: {e}\n\n" for e in events), headers=SSE)
 
 
-def _chunk(delta: Any, finish: str | None = None) -> str:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+def _chunk(delta: Any, finish: str | None = None, index: Any = 0) -> str:
+    choice = {"index": index, "delta": delta, "finish_reason": finish}
     return json.dumps({**BASE, "object": "chat.completion.chunk", "choices": [choice]})
 
 
+NOT_ASKED: dict[str, Any] = {"str": "zero", "negative": -1, "huge": 10**12}
 OPENING = _chunk({"role": "assistant", "content": "Hel"})
 CLOSING = (_chunk({}, "stop"), "[DONE]")
 BAD_CHOICES = ('{"choices":[{"delta":"x"}]}', '{"choices":"x"}')
@@ -122,8 +123,13 @@ async def test_a_stream_with_insane_usage_ends_cleanly(
     assert status == 200 and _ended_cleanly(surface, body), body
 
 
+# A stream for one choice has only choice 0: the Responses and Messages renderers dropped
+# any other, so its content was lost from a "completed" answer (chat clients got it).
+BAD_INDEX = {i: _chunk({"content": "Hel"}, "stop", index) for i, index in NOT_ASKED.items()}
 FIRST = pytest.mark.parametrize(
-    "bad", [*BAD_CHOICES, BAD_TOOL_CALL], ids=["delta", "choices", "tool"]
+    "bad",
+    [*BAD_CHOICES, BAD_TOOL_CALL, *BAD_INDEX.values()],
+    ids=["delta", "choices", "tool", *(f"index {i}" for i in BAD_INDEX)],
 )
 
 
@@ -152,7 +158,9 @@ async def test_a_malformed_first_chunk_fails_over_to_the_next_route(
     assert len(evil.requests) == 1 and len(good.requests) == 1
 
 
-@pytest.mark.parametrize("bad", [BAD_CHOICES[1], BAD_TOOL_CALL], ids=["choices", "tool"])
+@pytest.mark.parametrize(
+    "bad", [BAD_CHOICES[1], BAD_TOOL_CALL, BAD_INDEX["str"]], ids=["choices", "tool", "index"]
+)
 @pytest.mark.parametrize("surface", list(PATHS))
 async def test_a_malformed_chunk_mid_stream_ends_in_the_dialect_stream_error(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, bad: str
@@ -177,6 +185,45 @@ async def test_a_whole_answer_with_malformed_tool_calls_is_a_502_in_the_surface_
     message = {"role": "assistant", "content": None, "tool_calls": calls}
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
     body = json.dumps({**BASE, "object": "chat.completion", "choices": [choice]})
+    fake_upstream.set_default(Reply(body=body, headers={"content-type": "application/json"}))
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+
+    status, text = await _post(gw, surface, stream=False)
+
+    assert status == 502 and "invalid response" in text, text
+    assert ('"type":"error"' in text) == (surface == "messages"), text
+
+
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_chunk_choice_without_a_delta_carries_nothing_and_the_stream_ends_cleanly(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str
+) -> None:
+    # Azure's asynchronous content filter sends choices with no delta (the openai SDK reads
+    # it as None): nothing of the answer, on every surface alike, and no bad response.
+    annotation = json.dumps({**BASE, "choices": [{"index": 0, "delta": None}]})
+    fake_upstream.set_default(_sse(OPENING, annotation, *CLOSING))
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+
+    status, body = await _post(gw, surface, stream=True)
+
+    assert status == 200 and "Hel" in body and _ended_cleanly(surface, body), body
+
+
+NO_CHOICE = {
+    "empty choices": [],
+    "null message": [{"index": 0, "message": None, "finish_reason": "stop"}],
+    "index not asked": [{"index": 1, "message": {"content": "a"}, "finish_reason": "stop"}],
+}
+
+
+@pytest.mark.parametrize("choices", NO_CHOICE.values(), ids=NO_CHOICE.keys())
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_whole_answer_with_no_choice_to_show_is_a_502_on_every_surface(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, choices: Any
+) -> None:
+    # Chat clients were relayed these as a 200 with nothing to read; Responses and Messages
+    # clients got a 502 (the OpenAI API answers one choice per n, each with its message).
+    body = json.dumps({**BASE, "object": "chat.completion", "choices": choices})
     fake_upstream.set_default(Reply(body=body, headers={"content-type": "application/json"}))
     gw = await _gateway(gateway_factory, route(fake_upstream))
 

@@ -1,6 +1,6 @@
 """``carries_token``: which canonical chunks carry part of the answer (what decides a hedged
 stream's race and its time to first token); what a 429 says: how long to wait (its headers)
-and whether it is back-pressure or an exhausted quota."""
+and whether it is back-pressure or an exhausted quota; which choices the seam lets through."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ import pytest
 
 from gateway.adapters.base import (
     UpstreamTarget,
+    answer_problem,
     carries_token,
+    choices_asked,
+    chunk_problem,
     duration_seconds,
     error_from_status,
     rate_limit_spent_seconds,
@@ -215,3 +218,60 @@ def test_sanitise_usage_keeps_sane_counts_makes_the_rest_unknown(usage: Any, kep
         assert counts and all(type(v) is int for v in counts), body
     else:
         assert body["usage"] is None
+
+
+def _choice(index: Any = 0, **part: Any) -> JSON:
+    return {"index": index, "finish_reason": None, **part}
+
+
+@pytest.mark.parametrize(
+    ("choice", "n", "bad"),
+    [
+        (_choice(0, delta={"content": "a"}), 1, False),
+        (_choice(1, delta={"content": "a"}), 2, False),
+        ({"delta": {"content": "a"}}, 1, False),  # no index: choice 0, as the renderers read it
+        (_choice(0, delta=None), 1, False),  # Azure's asynchronous content filter
+        ({"index": 0, "content_filter_offsets": {"check_offset": 4}}, 1, False),
+        (_choice("zero", delta={"content": "a"}), 1, True),
+        (_choice(-1, delta={"content": "a"}), 1, True),
+        (_choice(10**12, delta={"content": "a"}), 1, True),
+        (_choice(1, delta={"content": "a"}), 1, True),
+        (_choice(True, delta={"content": "a"}), 1, True),
+    ],
+)
+def test_a_chunk_choice_whose_index_was_not_asked_for_is_a_problem(
+    choice: JSON, n: int, bad: bool
+) -> None:
+    # The Responses and Messages renderers show choice 0 only: any other was dropped from a
+    # "completed" answer, while chat clients got it.
+    problem = chunk_problem({"choices": [choice]}, n)
+    assert (problem is not None) == bad, problem
+
+
+MESSAGE = {"role": "assistant", "content": "a"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "n", "bad"),
+    [
+        ({"choices": [_choice(0, message=MESSAGE)]}, 1, False),
+        ({"choices": [_choice(0, message=MESSAGE), _choice(1, message=MESSAGE)]}, 2, False),
+        ({"choices": []}, 1, True),
+        ({"choices": None}, 1, True),
+        ({"choices": [_choice(0, message=None)]}, 1, True),
+        ({"choices": [{"index": 0, "finish_reason": "stop"}]}, 1, True),
+        ({"choices": [_choice("zero", message=MESSAGE)]}, 1, True),
+        ({"choices": [_choice(1, message=MESSAGE)]}, 1, True),
+    ],
+)
+def test_a_whole_answer_without_a_choice_to_show_is_a_problem(
+    answer: JSON, n: int, bad: bool
+) -> None:
+    # Chat clients were relayed a 200 with nothing in it; Responses and Messages got a 502.
+    problem = answer_problem(answer, n)
+    assert (problem is not None) == bad, problem
+
+
+@pytest.mark.parametrize(("n", "asked"), [(None, 1), (3, 3), (0, 1), ("2", 1), (True, 1)])
+def test_choices_asked_is_the_requests_n_else_one(n: Any, asked: int) -> None:
+    assert choices_asked({} if n is None else {"n": n}) == asked
