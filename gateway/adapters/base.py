@@ -35,13 +35,12 @@ after every secret was redacted, so none is cut in two before it is found).
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from gateway.adapters import upstream_status
+from gateway.adapters import redaction, upstream_status
 from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
@@ -56,6 +55,11 @@ retry_after_seconds = upstream_status.retry_after_seconds
 duration_seconds = upstream_status.duration_seconds
 rate_limit_reset_seconds = upstream_status.rate_limit_reset_seconds
 rate_limit_spent_seconds = upstream_status.rate_limit_spent_seconds
+REDACTED = redaction.REDACTED
+redact = redaction.redact
+redact_bytes = redaction.redact_bytes
+redacted = redaction.redacted
+sealed = redaction.sealed
 
 JSON = dict[str, Any]
 _decode_json = msgspec.json.Decoder().decode
@@ -362,52 +366,6 @@ def _choices_problem(
             if (problem := part_problem(inner)) is not None:
                 return problem
     return None
-
-
-# ---------------------------------------------------------------------------- redaction
-
-REDACTED = "[redacted]"
-# A bearer token the upstream repeats need not be this attempt's key (a proxy in front of
-# it may hold its own): whatever follows ``Bearer`` is a credential.
-_BEARER = re.compile(r"(?i)(bearer\s+)[^\s\"',;]+")
-_BEARER_BYTES = re.compile(rb"(?i)(bearer\s+)[^\s\"',;]+")
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with ``secret`` and every ``Bearer`` token replaced by ``[redacted]``."""
-    if secret:
-        text = text.replace(secret, REDACTED)
-    return _BEARER.sub(rf"\g<1>{REDACTED}", text)
-
-
-def redact_bytes(body: bytes, secret: str | None) -> bytes:
-    """:func:`redact` for a raw upstream body."""
-    if secret:
-        body = body.replace(secret.encode(), REDACTED.encode())
-    return _BEARER_BYTES.sub(rb"\g<1>" + REDACTED.encode(), body)
-
-
-def redacted(err: UpstreamError, secret: str | None) -> UpstreamError:
-    """``err`` with its message and body redacted (in place, so its type is kept)."""
-    message = redact(err.message, secret)
-    if message != err.message:
-        err.message = message
-        err.args = (message,)
-    if err.body:
-        err.body = redact_bytes(err.body, secret)
-    return err
-
-
-def sealed(err: UpstreamError, secret: str | None) -> UpstreamError:
-    """:func:`redacted`, then its message clipped (``upstream_status.clipped``): the seam's
-    last step, after an adapter redacted its own secrets (a secret cut in two by an earlier
-    clip would no longer be found)."""
-    redacted(err, secret)
-    message = upstream_status.clipped(err.message)
-    if message != err.message:
-        err.message = message
-        err.args = (message,)
-    return err
 
 
 class MappedBatches:
