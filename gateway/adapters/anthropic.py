@@ -131,7 +131,7 @@ class AnthropicAdapter:
                 )
             batches = translated_batches(
                 resp.chunks(),
-                SSEParser().feed,
+                SSEParser(target.endpoint).feed,
                 lambda event: _translate(translator, target.endpoint, *event),
                 translator,
             )

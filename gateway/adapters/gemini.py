@@ -141,7 +141,7 @@ class GeminiAdapter:
                 raise gemini_error(target.endpoint, resp.status, resp.headers, await resp.read())
             batches = translated_batches(
                 resp.chunks(),
-                SSEParser().feed,
+                SSEParser(target.endpoint).feed,
                 lambda event: translator.feed(_event_of(target.endpoint, event[1])),
                 translator,
             )

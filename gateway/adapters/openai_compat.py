@@ -128,7 +128,7 @@ class _ChatStream:
         self._body: JSON | None = body
         self._context: AbstractAsyncContextManager[StreamAnswer] | None = None
         self._pieces: AsyncIterator[bytes] | None = None
-        self._parser = SSEParser()
+        self._parser = SSEParser(target.endpoint)
         self._spent_for: float | None = None
         self._done = False  # ``[DONE]`` came: nothing follows the batch it came with
         self._failure: UpstreamError | None = None  # raised after the chunks before it

@@ -6,7 +6,8 @@ a count SQLite cannot hold). Malformed ``choices`` or tool-call deltas in a stre
 ``anthropic`` upstream's event whose parts are not the Messages API's (a string where an
 object belongs, a list as a block index), are a 502 before the first byte (another route is
 tried) and the dialect's stream error after it: never a 500, a logged traceback or a torn
-connection. Raw httpx on loopback, against a scripted fake upstream.
+connection; so is an SSE event that outgrows the parser's bound. Raw httpx on loopback,
+against a scripted fake upstream (or one writing raw bytes).
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gateway.adapters.sse import MAX_EVENT_BYTES
 from tests.e2e.conftest import HI, anthropic_route, config, model, route
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.raw_upstream import RawUpstream
 
 pytestmark = pytest.mark.e2e
 
@@ -377,3 +380,52 @@ async def test_a_malformed_anthropic_answer_is_a_502_in_the_surface_shape(
     assert status == 502 and "invalid response" in text, text
     assert ('"type":"error"' in text) == (surface == "messages"), text
     _no_traceback(caplog)
+
+
+@pytest.mark.parametrize(
+    ("kind", "opening"),
+    [
+        ("openai_compat", b""),
+        ("anthropic", b""),
+        ("openai_compat", b"data: %s\n\n" % OPENING.encode()),
+    ],
+    ids=["first", "anthropic-first", "mid-stream"],
+)
+async def test_an_event_past_the_sse_bound_is_a_bad_response_not_a_wait(
+    gateway_factory: GatewayFactory, raw_upstream: RawUpstream, kind: str, opening: bytes
+) -> None:
+    # An upstream whose line never ends, and whose answer never completes either: the
+    # attempt ends once the event outgrows the bound, not at the route's timeout (the whole
+    # pending line was copied and split again on every read: seconds of a blocked loop).
+    body = opening + b"data: " + b"y" * MAX_EVENT_BYTES
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: %d\r\n\r\n"
+    raw_upstream.enqueue(head % (len(body) + 1) + body)
+    path = "/v1" if kind == "openai_compat" else ""  # the Anthropic adapter adds /v1 itself
+    raw_route = {
+        "kind": kind,
+        "base_url": f"http://127.0.0.1:{raw_upstream.port}{path}",
+        "provider_model_id": "raw-model",
+        "timeout_seconds": 5,  # far below the client's: without the bound, the attempt's end
+    }
+    gw = await _gateway(gateway_factory, raw_route)
+
+    status, text = await _post(gw, "chat", stream=True)
+
+    assert "invalid response" in text and str(MAX_EVENT_BYTES) in text, text[:500]
+    if opening:
+        assert status == 200 and "Hel" in text and _ended_in_error("chat", text), text[:500]
+    else:
+        assert status == 502 and json.loads(text)["error"]["code"] == "upstream_bad_response"
+
+
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_stream_framed_with_cr_alone_is_read_as_one_framed_with_lf(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str
+) -> None:
+    # SSE lets a line end with CR alone: such a stream was read as one endless line, and
+    # failed as "ended before [DONE]".
+    gw = await _gateway(gateway_factory, route(fake_upstream))
+    frames = "".join(f"data: {e}\r\r" for e in (OPENING, *CLOSING))
+    fake_upstream.set_default(Reply(body=frames, headers=SSE))
+    status, body = await _post(gw, surface, stream=True)
+    assert status == 200 and "Hel" in body and _ended_cleanly(surface, body), body
