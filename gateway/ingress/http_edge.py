@@ -85,6 +85,9 @@ HEADER_TIMEOUT = 10.0  # seconds, the default of ``server.header_timeout_seconds
 _HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (it takes a bare LF too)
 _FOLD = re.compile(rb"\r\n[ \t]")
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:", re.IGNORECASE)
+# RFC 9112 6.3: any other framing leaves the body's length unknown, so the request is malformed.
+CHUNKED_LAST = "Transfer-Encoding must end with chunked, applied once"
+_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding:([^\r]*)", re.IGNORECASE)
 
 
 def head_refusal(head: bytes) -> str | None:
@@ -103,6 +106,18 @@ def head_refusal(head: bytes) -> str | None:
             return "Content-Length must be given once, as a single number"
     if fold is not None:
         return "a header folded over several lines (obs-fold) is refused"
+    if b"ransfer-" in head or b"RANSFER-" in head:  # rare: most bodies say their length
+        return _coding_refusal(head)
+    return None
+
+
+def _coding_refusal(head: bytes) -> str | None:
+    # h11 answers 501 to any coding but a lone chunked; chunked applied twice, or not last,
+    # is a framing error instead (RFC 9112 6.3: 400), as the builtin engine's parser says.
+    codings = b",".join(m.group(1) for m in _TRANSFER_ENCODING.finditer(head)).lower()
+    named = [c.strip() for c in codings.split(b",")] if codings else []
+    if named and (named.count(b"chunked") > 1 or named[-1] != b"chunked"):
+        return CHUNKED_LAST
     return None
 
 

@@ -273,6 +273,37 @@ async def test_leniently_framed_head_is_400_and_never_served(
     assert [a.status_code for a in await converse(gw, served + LAST)] == [200, 200]
 
 
+# granian: hyper refuses both with a bodiless 400 of its own.
+@EDGE_DEFENCES
+@pytest.mark.parametrize(
+    "codings",
+    [[b"transfer-encoding: chunked, chunked"], [b"transfer-encoding: chunked"] * 2],
+    ids=["listed-twice", "two-fields"],
+)
+async def test_chunked_applied_twice_is_400_not_an_unknown_coding(
+    gw: RunningGateway, fake_upstream: FakeUpstream, codings: list[bytes]
+) -> None:
+    # It was a 501 (an unknown coding, server_error's type with invalid_request's code): a
+    # sender must not apply chunked twice (RFC 9112 6.1), so the request is malformed.
+    head = f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\n".encode() + b"\r\n".join(codings)
+    answers = await converse(gw, head + b"\r\n\r\n" + chunked(CHAT_BODY))
+
+    err = assert_refused(answers, 400)
+    assert err["code"] == "invalid_request" and err["type"] == "invalid_request_error"
+    assert fake_upstream.requests == []
+
+
+@EDGE_DEFENCES
+async def test_a_coding_other_than_chunked_is_501(
+    gw: RunningGateway, fake_upstream: FakeUpstream
+) -> None:
+    head = f"POST {CHAT} HTTP/1.1\r\nhost: llmgw\r\ntransfer-encoding: gzip, chunked\r\n"
+    answers = await converse(gw, head.encode() + b"\r\n" + chunked(CHAT_BODY))
+
+    assert "chunked" in assert_refused(answers, 501)["message"]
+    assert fake_upstream.requests == []
+
+
 # granian: hyper's refusal is a bodiless 400, not in the caller's API shape.
 @EDGE_DEFENCES
 async def test_leniently_framed_head_on_messages_is_refused_in_anthropic_shape(

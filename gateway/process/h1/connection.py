@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from gateway.ingress.http_edge import head_refusal, refusal_answer
+from gateway.ingress.http_edge import CHUNKED_LAST, head_refusal, refusal_answer
 from gateway.process.h1.cycle import Exchange
 from gateway.process.h1.h2_handoff import PREFACE
 
@@ -367,8 +367,8 @@ class Connection(asyncio.Protocol):
         text = str(exc)
         if "Content-Length" in text and "Transfer-Encoding" in text:
             return 400, _BOTH_FRAMINGS, "invalid_request"
-        if "Transfer-Encoding" in text:
-            return _ONLY_CHUNKED
+        if "Transfer-Encoding" in text:  # llhttp takes what ends in chunked, applied once
+            return 400, CHUNKED_LAST, "invalid_request"
         if isinstance(exc, httptools.HttpParserInvalidMethodError):
             token = (self._head_data or data).split(b" ", 1)[0][:32]
             if token.isalpha() and token.isascii() and not token.isupper():
