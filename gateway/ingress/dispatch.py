@@ -47,6 +47,7 @@ from gateway.http.deadline import Resumed
 from gateway.http.errors import REQUEST_DESCRIBING
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
+    internal,
     is_context_refusal,
     is_key_refusal,
     key_pool_refusal,
@@ -462,6 +463,9 @@ class _Once:
                 # encoded again for the upstream; the app refuses it (400), but the attempt
                 # must still end here, or its prefill and probe leases are never given back.
                 await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
+                raise
+            except Exception as exc:  # the gateway's own fault: not the route's, but it ends
+                await d.observe(info, a, "cancelled", started, err=internal(c.endpoint, exc))
                 raise
             if hold:  # a side of a hedge race, which may drop it: settled now
                 await d.settle.answered(info, a, started, body)

@@ -147,6 +147,12 @@ def merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
     )
 
 
+def internal(endpoint: str, exc: Exception) -> UpstreamError:
+    """What an attempt cut short by the gateway's own unexpected error is observed as (the
+    client gets a 500): ended, its leases given back, not held against the route."""
+    return UpstreamError(f"gateway error: {type(exc).__name__}", endpoint=endpoint, kind="internal")
+
+
 def timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:
     """The error of an attempt that had no first byte within ``limit`` (or the budget)."""
     why = "the request's failover budget ran out" if by_budget else f"no answer in {limit:g} s"

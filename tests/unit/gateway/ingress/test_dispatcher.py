@@ -113,7 +113,12 @@ class Whole:
     spent_for: float | None = None
 
 
-Script = Answer | Fail | Hang | StreamThen | Whole
+@dataclass(frozen=True)
+class Bug:
+    """Raise an error no upstream causes (the gateway's own bug) before any answer."""
+
+
+Script = Answer | Fail | Hang | StreamThen | Whole | Bug
 
 
 def _chunk(text: str, *, finish: str | None = None, usage: tuple[int, int] | None = None) -> JSON:
@@ -175,6 +180,8 @@ class ScriptedAdapter:
             case Fail(takes=takes) as f:
                 self.clock.advance(takes)
                 raise _error(target.endpoint, f)
+            case Bug():
+                raise KeyError("bug")
             case _:
                 await anyio.sleep_forever()
                 raise AssertionError("unreachable")
@@ -194,6 +201,8 @@ class ScriptedAdapter:
                     raise _error(target.endpoint, f)
                 case Hang():
                     await anyio.sleep_forever()
+                case Bug():
+                    raise KeyError("bug")
                 case Whole(text=text, spent_for=spent_for):
                     chunks = [_chunk(text), _chunk("", finish="stop", usage=(1, 1))]
                     yield Batch(chunks, last=True, spent_for=spent_for)
@@ -966,6 +975,23 @@ async def test_dispatcher_client_going_away_is_observed_as_cancelled_not_failed(
     assert h.adapter.calls == ["a"]
     (obs,) = (await h.heard.drain()).observations()
     assert (obs.endpoint, obs.outcome, obs.error_kind) == ("a", "cancelled", "")
+    if stream:
+        assert h.adapter.closed == ["a"]
+
+
+async def test_an_attempt_the_gateways_own_error_cuts_short_still_ends_and_is_not_held_against_it(
+    h: Harness, stream: bool
+) -> None:
+    # It raised past the attempt: not observed (the model's prefill and probe leases, which
+    # the observation gives back, were held until they expired), a stream left open.
+    h.adapter.scripts = {"a": [Bug()]}
+
+    with pytest.raises(KeyError):
+        await serve(h, plan(cand("a"), cand("b")), stream)
+
+    assert h.adapter.calls == ["a"]  # a bug is not failed over: the client gets a 500
+    (obs,) = (await h.heard.drain()).observations()
+    assert (obs.endpoint, obs.outcome, obs.error_kind) == ("a", "cancelled", "internal")
     if stream:
         assert h.adapter.closed == ["a"]
 
