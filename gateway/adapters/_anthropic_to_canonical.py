@@ -47,8 +47,9 @@ def new_id(prefix: str) -> str:
 
 
 def bad_answer(what: str) -> UpstreamBadResponseError:
-    """The upstream's answer breaks the Anthropic API's shapes (its ``endpoint`` is set by
-    the adapter that called)."""
+    """The upstream's answer breaks its provider API's shapes (Anthropic's, Gemini's,
+    Bedrock's: the translators share it; its ``endpoint`` is set by the adapter that
+    called)."""
     return UpstreamBadResponseError(
         f"upstream returned an invalid response: {what}", kind="bad_response"
     )
@@ -184,24 +185,25 @@ class MessagesToChatStream:
         if kind == "content_block_start":
             return self._block_start(data)
         if kind == "message_start":
-            message = _object(data, "message", "a message_start")
+            message = object_field(data, "message", "a message_start")
             if type(message.get("id")) is str:
                 self._id = message["id"]
             self._add_usage(message.get("usage"))
             return []
         if kind == "message_delta":
-            delta = _object(data, "delta", "a message_delta")
-            self._stop_reason = _text(delta, "stop_reason", "a message_delta")
-            self._stop_sequence = _text(delta, "stop_sequence", "a message_delta")
+            delta = object_field(data, "delta", "a message_delta")
+            self._stop_reason = text_field(delta, "stop_reason", "a message_delta")
+            self._stop_sequence = text_field(delta, "stop_sequence", "a message_delta")
             self._add_usage(data.get("usage"))
             return []
         if kind == "message_stop":
             return self._stop()
         if kind == "error":
-            error = _object(data, "error", "an error event")
+            error = object_field(data, "error", "an error event")
+            said = text_field(error, "message", "an error") or "unknown error"
             raise UpstreamStreamError(
-                f"upstream stream error: {_text(error, 'message', 'an error') or 'unknown error'}",
-                error_type=_text(error, "type", "an error") or "api_error",
+                f"upstream stream error: {said}",
+                error_type=text_field(error, "type", "an error") or "api_error",
             )
         if kind is not None and type(kind) is not str:
             raise bad_answer("an event's 'type' is not a string")
@@ -229,10 +231,10 @@ class MessagesToChatStream:
         }
 
     def _block_start(self, data: JSON) -> list[JSON]:
-        block = _object(data, "content_block", "a content_block_start")
+        block = object_field(data, "content_block", "a content_block_start")
         kind = block.get("type")
         if kind == "text":
-            text = _text(block, "text", "a text block")
+            text = text_field(block, "text", "a text block")
             return [self._chunk({"content": text})] if text else []
         if kind != "tool_use":
             return []  # thinking and server-tool blocks have no chat form
@@ -325,7 +327,7 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
             raise bad_answer("a content block is not an object")
         kind = block.get("type")
         if kind == "text":
-            texts.append(_text(block, "text", "a text block") or "")
+            texts.append(text_field(block, "text", "a text block") or "")
         elif kind == "tool_use":
             call_id, name, tool_input = _tool_use(block)
             arguments = _encoder.encode(tool_input or {}).decode()
@@ -343,8 +345,8 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
     }
     if calls:
         message["tool_calls"] = calls
-    stop = _text(msg, "stop_reason", "the answer")
-    sequence = _text(msg, "stop_sequence", "the answer")
+    stop = text_field(msg, "stop_reason", "the answer")
+    sequence = text_field(msg, "stop_sequence", "the answer")
     choice: JSON = {
         "index": 0,
         "message": message,
@@ -364,7 +366,7 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
     }
 
 
-def _object(data: JSON, key: str, where: str) -> JSON:
+def object_field(data: JSON, key: str, where: str) -> JSON:
     """``data[key]``, an object (absent or null: an empty one). Raises
     UpstreamBadResponseError when it is anything else."""
     value = data.get(key)
@@ -375,12 +377,23 @@ def _object(data: JSON, key: str, where: str) -> JSON:
     raise bad_answer(f"{where}'s {key!r} is not an object")
 
 
-def _text(data: JSON, key: str, where: str) -> str | None:
+def text_field(data: JSON, key: str, where: str) -> str | None:
     """``data[key]``, a string or None. Raises UpstreamBadResponseError when it is neither."""
     value = data.get(key)
     if value is None or type(value) is str:
         return value
     raise bad_answer(f"{where}'s {key!r} is not a string")
+
+
+def list_field(data: JSON, key: str, where: str) -> list[Any]:
+    """``data[key]``, a list (absent or null: an empty one). Raises UpstreamBadResponseError
+    when it is anything else."""
+    value = data.get(key)
+    if type(value) is list:
+        return value
+    if value is None:
+        return []
+    raise bad_answer(f"{where}'s {key!r} is not a list")
 
 
 def _block_index(data: JSON) -> int:
