@@ -1,7 +1,10 @@
 """Gemini answers -> canonical chat: a ``GenerateContentResponse``, and the stream of them
 ``streamGenerateContent?alt=sse`` sends, as chunk dicts.
 
-Public names are re-exported by ``gateway.adapters.gemini_wire``.
+Public names are re-exported by ``gateway.adapters.gemini_wire``. What breaks the shapes of
+google-genai's ``GenerateContentResponse`` among the fields read here (a string where the
+candidates' list belongs, a text of 5, a function call's args as a list) is an
+UpstreamBadResponseError, absent or null being as if empty; usage that is not sane is unknown.
 """
 
 from __future__ import annotations
@@ -11,7 +14,14 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_to_canonical import new_id, provider_counts
+from gateway.adapters._anthropic_to_canonical import (
+    bad_answer,
+    list_field,
+    new_id,
+    object_field,
+    provider_counts,
+    text_field,
+)
 
 JSON = dict[str, Any]
 
@@ -79,66 +89,125 @@ def split_call_id(value: str) -> tuple[str, str | None]:
 
 
 def block_reason(data: JSON) -> str | None:
-    """Why Gemini refused the prompt itself (``promptFeedback.blockReason``), if it did."""
+    """Why Gemini refused the prompt itself (``promptFeedback.blockReason``), if it did.
+    Raises UpstreamBadResponseError when the feedback is not an object or the reason not a
+    string."""
     feedback = data.get("promptFeedback")
-    reason = feedback.get("blockReason") if isinstance(feedback, dict) else None
-    return str(reason) if reason else None
+    if feedback is None:
+        return None
+    if type(feedback) is not dict:
+        raise bad_answer("the answer's 'promptFeedback' is not an object")
+    return text_field(feedback, "blockReason", "the promptFeedback") or None
 
 
 def _refusal(reason: str) -> str:
     return f"the upstream's safety filter blocked the prompt ({reason})"
 
 
-def _split(parts: Any, first_call: int) -> tuple[str, str, list[JSON]]:
-    """(answer text, thought text, tool calls numbered from ``first_call``) of ``parts``."""
+def _candidate(cand: Any, position: int) -> tuple[int, JSON | None, str | None]:
+    """A candidate's index (absent, as Gemini leaves a 0 out: its position), ``content``
+    and ``finishReason``. Raises UpstreamBadResponseError when the candidate is not an object,
+    its index not an integer, its content not an object or its finish reason not a string."""
+    if type(cand) is not dict:
+        raise bad_answer("a candidate is not an object")
+    index = cand.get("index")
+    if index is None:
+        index = position
+    elif type(index) is not int:
+        raise bad_answer("a candidate's 'index' is not an integer")
+    content = cand.get("content")
+    if content is not None and type(content) is not dict:
+        raise bad_answer("a candidate's 'content' is not an object")
+    return index, content, text_field(cand, "finishReason", "a candidate")
+
+
+def _split(content: JSON | None, first_call: int) -> tuple[str, str, list[JSON]]:
+    """(answer text, thought text, tool calls numbered from ``first_call``) of a candidate's
+    ``content``. Raises UpstreamBadResponseError for ``parts`` that break the API's shapes:
+    not a list, a part not an object, a text not a string, a thought not a boolean, a
+    function call as :func:`_function_call` says."""
+    # The hot path (one chunk per few tokens): exact type tests, only the keys it reads.
     text: list[str] = []
     thoughts: list[str] = []
     calls: list[JSON] = []
-    for part in parts if isinstance(parts, list) else ():
-        if not isinstance(part, dict):
-            continue
+    parts = content.get("parts") if content is not None else None
+    if parts is None:
+        return "", "", calls
+    if type(parts) is not list:
+        raise bad_answer("a content's 'parts' is not a list")
+    for part in parts:
+        if type(part) is not dict:
+            raise bad_answer("a part is not an object")
         call = part.get("functionCall")
-        if isinstance(call, dict):
-            n = first_call + len(calls)
-            base = str(call.get("id") or f"call_{n}")
+        if call is not None:
             calls.append(
-                {
-                    "id": call_id(base, part.get("thoughtSignature")),
-                    "type": "function",
-                    "function": {
-                        "name": str(call.get("name", "")),
-                        "arguments": _encode(call.get("args") or {}).decode(),
-                    },
-                }
+                _function_call(call, part.get("thoughtSignature"), first_call + len(calls))
             )
-        elif isinstance(part.get("text"), str):
-            (thoughts if part.get("thought") else text).append(part["text"])
+            continue
+        value = part.get("text")
+        if value is None:
+            continue  # inline data, executable code...: no chat form
+        if type(value) is not str:
+            raise bad_answer("a part's 'text' is not a string")
+        thought = part.get("thought")
+        if thought is None or thought is False:
+            text.append(value)
+        elif thought is True:
+            thoughts.append(value)
+        else:
+            raise bad_answer("a part's 'thought' is not a boolean")
     return "".join(text), "".join(thoughts), calls
+
+
+def _function_call(call: Any, signature: Any, n: int) -> JSON:
+    """The chat tool call for a part's ``functionCall`` (the ``n``th of its candidate).
+    Raises UpstreamBadResponseError when it is not an object, its ``name`` or ``id`` not a
+    string, its ``args`` not an object, or the part's ``thoughtSignature`` not a string.
+    (A name may be absent in the types: it is then empty.)"""
+    if type(call) is not dict:
+        raise bad_answer("a part's 'functionCall' is not an object")
+    name = text_field(call, "name", "a functionCall") or ""
+    base = text_field(call, "id", "a functionCall") or f"call_{n}"
+    args = object_field(call, "args", "a functionCall")
+    if signature is not None and type(signature) is not str:
+        raise bad_answer("a part's 'thoughtSignature' is not a string")
+    return {
+        "id": call_id(base, signature),
+        "type": "function",
+        "function": {"name": name, "arguments": _encode(args).decode()},
+    }
 
 
 def from_gemini_response(data: JSON, *, model: str) -> JSON:
     """A canonical chat completion from a ``GenerateContentResponse``. A blocked prompt is an
-    answer with a ``refusal`` and ``finish_reason: content_filter``."""
+    answer with a ``refusal`` and ``finish_reason: content_filter``.
+
+    Raises UpstreamBadResponseError when ``data`` breaks the API's shapes: ``candidates`` not
+    a list, a candidate, its ``content`` or a part not an object, a text, finish reason,
+    block reason or function call id or name not a string, function call ``args`` not an
+    object. A ``usageMetadata`` that is not an object, or a count in it that is not a whole
+    number, leaves the usage unknown (None)."""
     choices: list[JSON] = []
-    for i, cand in enumerate(data.get("candidates") or ()):
-        content = cand.get("content") if isinstance(cand.get("content"), dict) else {}
-        text, thoughts, calls = _split(content.get("parts"), 0)
+    for i, cand in enumerate(list_field(data, "candidates", "the answer")):
+        index, content, reason = _candidate(cand, i)
+        text, thoughts, calls = _split(content, 0)
         message: JSON = {"role": "assistant", "content": text if text or not calls else None}
         if thoughts:
             message["reasoning_content"] = thoughts
         if calls:
             message["tool_calls"] = calls
-        finish = finish_reason(cand.get("finishReason"), bool(calls))
-        choices.append({"index": cand.get("index", i), "message": message, "finish_reason": finish})
-    reason = block_reason(data)
-    if not choices and reason:
-        message = {"role": "assistant", "content": None, "refusal": _refusal(reason)}
+        finish = finish_reason(reason, bool(calls))
+        choices.append({"index": index, "message": message, "finish_reason": finish})
+    blocked = block_reason(data)
+    if not choices and blocked:
+        message = {"role": "assistant", "content": None, "refusal": _refusal(blocked)}
         choices.append({"index": 0, "message": message, "finish_reason": "content_filter"})
+    answer_id, version = data.get("responseId"), data.get("modelVersion")
     return {
-        "id": "chatcmpl-" + str(data.get("responseId") or new_id("")),
+        "id": "chatcmpl-" + (answer_id if type(answer_id) is str and answer_id else new_id("")),
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": str(data.get("modelVersion") or model),
+        "model": version if type(version) is str and version else model,
         "choices": choices,
         "usage": chat_usage(data.get("usageMetadata")),
     }
@@ -180,13 +249,14 @@ class GeminiToChatStream:
         return out
 
     def feed(self, data: JSON) -> list[JSON]:
-        """The chunks one streamed ``GenerateContentResponse`` says."""
+        """The chunks one streamed ``GenerateContentResponse`` says. Raises
+        UpstreamBadResponseError when it breaks the API's shapes (as for
+        :func:`from_gemini_response`)."""
         out: list[JSON] = []
-        for i, cand in enumerate(data.get("candidates") or ()):
-            index = int(cand.get("index", i))
-            content = cand.get("content") if isinstance(cand.get("content"), dict) else {}
+        for i, cand in enumerate(list_field(data, "candidates", "a chunk")):
+            index, content, reason = _candidate(cand, i)
             sent = self._calls.get(index, 0)
-            text, thoughts, calls = _split(content.get("parts"), sent)
+            text, thoughts, calls = _split(content, sent)
             delta: JSON = {}
             if index not in self._open:
                 self._open[index] = None
@@ -200,13 +270,11 @@ class GeminiToChatStream:
                 self._calls[index] = sent + len(calls)
             if delta:
                 out.append(self._chunk([{"index": index, "delta": delta, "finish_reason": None}]))
-            if cand.get("finishReason"):
-                self._open[index] = finish_reason(
-                    cand["finishReason"], bool(self._calls.get(index))
-                )
-        reason = block_reason(data)
-        if reason and not self._open:
-            delta = {"role": "assistant", "refusal": _refusal(reason)}
+            if reason:
+                self._open[index] = finish_reason(reason, bool(self._calls.get(index)))
+        blocked = block_reason(data)
+        if blocked and not self._open:
+            delta = {"role": "assistant", "refusal": _refusal(blocked)}
             out.append(self._chunk([{"index": 0, "delta": delta, "finish_reason": None}]))
             self._open[0] = "content_filter"
         if self._open and all(self._open.values()):

@@ -37,7 +37,7 @@ from gateway.adapters.gemini_wire import (
 from gateway.adapters.platform_errors import google_duration
 from gateway.adapters.sse import SSEParser
 from gateway.adapters.stream_batches import translated_batches
-from schemas import QUOTA_EXHAUSTED, InvalidRequestError, UpstreamError
+from schemas import QUOTA_EXHAUSTED, InvalidRequestError, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -107,11 +107,15 @@ class GeminiAdapter:
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """POST :generateContent; the answer as a canonical chat completion. Raises
-        UpstreamError."""
+        UpstreamError (UpstreamBadResponseError for an answer that breaks the API's shapes)."""
         model = self._model(target, body)
         url = model_url(target.base_url, model, "generateContent")
         data = await self._post(target, url, self._translate(target, body))
-        answer = from_gemini_response(data, model=model)
+        try:
+            answer = from_gemini_response(data, model=model)
+        except UpstreamError as exc:  # the translation knows the shapes, not the endpoint
+            exc.endpoint = target.endpoint
+            raise
         if not answer["choices"]:
             raise bad_response(target.endpoint, "the answer has no candidates")
         return answer
@@ -121,7 +125,8 @@ class GeminiAdapter:
         every candidate finished.
 
         Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
-        a stream that ends before a finish reason (a silent truncation is never a success).
+        a stream that ends before a finish reason (a silent truncation is never a success);
+        UpstreamBadResponseError on a chunk that breaks the API's shapes.
         """
         model = self._model(target, body)
         payload = self._translate(target, body)
@@ -142,7 +147,7 @@ class GeminiAdapter:
             batches = translated_batches(
                 resp.chunks(),
                 SSEParser(target.endpoint).feed,
-                lambda event: translator.feed(_event_of(target.endpoint, event[1])),
+                lambda event: _translate(translator, target.endpoint, event[1]),
                 translator,
             )
             async for batch in batches:
@@ -172,9 +177,13 @@ class GeminiAdapter:
         as_base64 = body.get("encoding_format") == "base64"
         items = []
         for index, item in enumerate(vectors):
-            values = item.get("values") if isinstance(item, dict) else None
-            if not isinstance(values, list):
-                raise bad_response(target.endpoint, "an embedding has no values")
+            values = item.get("values") if type(item) is dict else None
+            try:  # ContentEmbedding.values: list[float] ("a" or a true is no vector's)
+                values = msgspec.convert(values, list[float])
+            except msgspec.ValidationError:
+                raise bad_response(
+                    target.endpoint, "an embedding's values are not numbers"
+                ) from None
             vector = (
                 base64.b64encode(array.array("f", values).tobytes()).decode()
                 if as_base64
@@ -183,6 +192,14 @@ class GeminiAdapter:
             items.append({"object": "embedding", "index": index, "embedding": vector})
         usage = {"prompt_tokens": 0, "total_tokens": 0}  # batchEmbedContents reports none
         return {"object": "list", "data": items, "model": model, "usage": usage}
+
+
+def _translate(translator: GeminiToChatStream, endpoint: str, data: bytes) -> list[JSON]:
+    try:
+        return translator.feed(_event_of(endpoint, data))
+    except UpstreamBadResponseError as exc:  # the translation knows the shapes, not the endpoint
+        exc.endpoint = endpoint
+        raise
 
 
 def _event_of(endpoint: str, data: bytes) -> JSON:

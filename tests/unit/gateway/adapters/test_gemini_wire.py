@@ -14,7 +14,7 @@ from gateway.adapters.gemini_wire import (
     from_gemini_response,
     to_gemini_request,
 )
-from schemas import InvalidRequestError
+from schemas import InvalidRequestError, UpstreamBadResponseError
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 WEATHER: dict[str, Any] = {
@@ -247,3 +247,113 @@ def test_thought_signature_of_a_call_comes_back_on_that_call_in_the_next_turn() 
     part = types.Part.model_validate(sent)
     assert part.thought_signature is not None and part.function_call is not None
     assert req["contents"][2]["parts"][0]["functionResponse"]["response"] == {"sky": "sunny"}
+
+
+# -- answers that break GenerateContentResponse's shapes ------------------------------------
+# Each raised AttributeError, TypeError or ValueError in the translation (a 500 with a logged
+# traceback, or a torn stream), or was relayed as nonsense (a name of 5 as "5", a list of
+# args as arguments "[1]"), or silently dropped (a part that was not an object).
+
+_CALL = {"name": "f", "args": {"a": 1}}
+MALFORMED: dict[str, dict[str, Any]] = {
+    "candidates str": {"candidates": "str"},
+    "candidates object": {"candidates": {"content": {}}},
+    "candidate str": {"candidates": ["str"]},
+    "index str": {"candidates": [{"index": "zero", "finishReason": "STOP"}]},
+    "content str": {"candidates": [{"content": "str", "finishReason": "STOP"}]},
+    "parts str": {"candidates": [{"content": {"parts": "hi"}, "finishReason": "STOP"}]},
+    "part str": {"candidates": [{"content": {"parts": ["hi"]}, "finishReason": "STOP"}]},
+    "text int": {"candidates": [{"content": {"parts": [{"text": 5}]}, "finishReason": "STOP"}]},
+    "thought str": {
+        "candidates": [{"content": {"parts": [{"text": "a", "thought": "yes"}]}}],
+    },
+    "finishReason int": {
+        "candidates": [{"content": {"parts": [{"text": "a"}]}, "finishReason": 5}]
+    },
+    "functionCall str": {"candidates": [{"content": {"parts": [{"functionCall": "f"}]}}]},
+    "name int": {"candidates": [{"content": {"parts": [{"functionCall": {"name": 5}}]}}]},
+    "args list": {
+        "candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": [1]}}]}}],
+    },
+    "call id int": {"candidates": [{"content": {"parts": [{"functionCall": {**_CALL, "id": 7}}]}}]},
+    "signature int": {
+        "candidates": [{"content": {"parts": [{"functionCall": _CALL, "thoughtSignature": 1}]}}],
+    },
+    "promptFeedback str": {"promptFeedback": "blocked"},
+    "blockReason list": {"promptFeedback": {"blockReason": ["SAFETY"]}},
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_an_answer_that_breaks_the_types_is_a_bad_response(body: dict[str, Any]) -> None:
+    with pytest.raises(UpstreamBadResponseError) as caught:
+        from_gemini_response(body, model="m")
+
+    assert caught.value.kind == "bad_response"
+    assert "invalid response" in caught.value.message
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_stream_chunk_that_breaks_the_types_is_a_bad_response_after_the_ones_before(
+    body: dict[str, Any],
+) -> None:
+    translator = GeminiToChatStream("m", include_usage=True)
+    before = translator.feed(_response(None, [{"text": "Hel"}]))
+
+    with pytest.raises(UpstreamBadResponseError):
+        translator.feed(body)
+
+    assert before[0]["choices"][0]["delta"]["content"] == "Hel"
+    assert not translator.is_complete
+
+
+ABSENT: dict[str, dict[str, Any]] = {
+    "no candidates": {"candidates": None, "promptFeedback": {"blockReason": "SAFETY"}},
+    "null content": {"candidates": [{"content": None, "finishReason": "SAFETY"}]},
+    "null parts": {"candidates": [{"content": {"parts": None}, "finishReason": "STOP"}]},
+    "null index and text": {
+        "candidates": [
+            {"index": None, "content": {"parts": [{"text": None}]}, "finishReason": "STOP"}
+        ]
+    },
+    "nameless call": {"candidates": [{"content": {"parts": [{"functionCall": {"args": None}}]}}]},
+}
+
+
+@pytest.mark.parametrize("body", ABSENT.values(), ids=ABSENT.keys())
+def test_what_the_types_leave_out_or_null_is_as_if_empty(body: dict[str, Any]) -> None:
+    types.GenerateContentResponse.model_validate(body)  # Gemini may send these
+
+    answer = from_gemini_response(body, model="m")
+
+    (choice,) = answer["choices"]
+    assert choice["index"] == 0 and choice["finish_reason"] in {
+        "stop",
+        "content_filter",
+        "tool_calls",
+    }
+
+
+@pytest.mark.parametrize(
+    "meta", ["str", [1], {"promptTokenCount": "a"}, {"promptTokenCount": True}]
+)
+def test_usage_metadata_that_is_not_sane_leaves_the_usage_unknown(meta: Any) -> None:
+    body = _response("STOP", [{"text": "fine"}], usageMetadata=None)
+    body["usageMetadata"] = meta
+
+    answer = from_gemini_response(body, model="m")
+
+    assert answer["usage"] is None
+    assert answer["choices"][0]["message"]["content"] == "fine"
+
+
+def test_an_answer_id_or_model_version_that_is_not_a_string_is_replaced() -> None:
+    body = {**_response("STOP", [{"text": "fine"}]), "responseId": 5, "modelVersion": [1]}
+
+    answer = from_gemini_response(body, model="m")
+
+    assert (
+        answer["model"] == "m"
+        and answer["id"].startswith("chatcmpl-")
+        and answer["id"] != "chatcmpl-5"
+    )
