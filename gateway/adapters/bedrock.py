@@ -116,7 +116,8 @@ class BedrockAdapter:
         return URL(url, encoded=True), payload, signed
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """Converse; the answer as a canonical chat completion. Raises UpstreamError."""
+        """Converse; the answer as a canonical chat completion. Raises UpstreamError
+        (UpstreamBadResponseError for an answer that breaks the service model's shapes)."""
         try:
             url, payload, headers = await self._request(target, body, stream=False)
             answer = await self._http.post(
@@ -143,7 +144,8 @@ class BedrockAdapter:
         """ConverseStream; yields the canonical chunks of each read until the answer ends.
 
         Raises UpstreamError on a non-2xx answer, a broken connection or framing (a CRC that
-        does not match), an exception event, or a stream that ends before ``messageStop``.
+        does not match), an exception event, or a stream that ends before ``messageStop``;
+        UpstreamBadResponseError on an event that breaks the service model's shapes.
         """
         from botocore.eventstream import EventStreamBuffer, ParserError
 
@@ -217,13 +219,14 @@ class BedrockAdapter:
         except UpstreamError as err:
             raise _redacted(err, target) from None
         vectors: list[list[float]] = []
-        tokens = 0
+        tokens: int | None = 0
         for call, (data, headers) in zip(calls, answers, strict=True):
             found = vectors_of(data, call)
             if found is None:
                 raise bad_response(target.endpoint, "the answer has not one embedding per input")
             vectors.extend(found)
-            tokens += tokens_of(data, headers)
+            count = tokens_of(data, headers)
+            tokens = None if tokens is None or count is None else tokens + count
         as_base64 = body.get("encoding_format") == "base64"
         return embedding_answer(vectors, model=model, tokens=tokens, as_base64=as_base64)
 
@@ -327,6 +330,8 @@ def _message_of(body: bytes) -> str:
 
 
 def _redacted(err: UpstreamError, target: UpstreamTarget) -> UpstreamError:
+    # The translation raises for misshapen answers knowing the shapes, not the endpoint.
+    err.endpoint = err.endpoint or target.endpoint
     # The route key is ID:SECRET[:TOKEN]; an upstream could echo any part of it.
     if target.api_key:
         try:

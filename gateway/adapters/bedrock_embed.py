@@ -12,6 +12,8 @@ import array
 import base64
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from schemas import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -86,8 +88,8 @@ def invoke_calls(body: JSON, model: str) -> list[InvokeCall]:
 
 def vectors_of(answer: Any, call: InvokeCall) -> list[list[float]] | None:
     """The vectors one InvokeModel answer carries for ``call``, or None when the answer is
-    not the family's shape (or has not one vector per input)."""
-    if not isinstance(answer, dict):
+    not the family's shape (or has not one vector of numbers per input)."""
+    if type(answer) is not dict:
         return None
     if "inputText" in call.body:
         vector = answer.get("embedding")
@@ -99,28 +101,31 @@ def vectors_of(answer: Any, call: InvokeCall) -> list[list[float]] | None:
         vectors = found if isinstance(found, list) else None
     if vectors is None or len(vectors) != call.count:
         return None
-    if not all(isinstance(v, list) for v in vectors):
+    try:  # a "0.1" or a true among the numbers is no vector (and failed the base64 packing)
+        return msgspec.convert(vectors, list[list[float]])
+    except msgspec.ValidationError:
         return None
-    return vectors
 
 
-def tokens_of(answer: Any, headers: Mapping[str, str]) -> int:
+def tokens_of(answer: Any, headers: Mapping[str, str]) -> int | None:
     """The input tokens one answer reports: Titan's ``inputTextTokenCount``, else Bedrock's
-    ``X-Amzn-Bedrock-Input-Token-Count`` header, else 0."""
-    count = answer.get("inputTextTokenCount") if isinstance(answer, dict) else None
-    if isinstance(count, int):
-        return count
-    try:
-        return int(headers.get(TOKEN_COUNT_HEADER, "0"))
-    except ValueError:
-        return 0
+    ``X-Amzn-Bedrock-Input-Token-Count`` header, else 0; None (unknown) when the one it
+    reports is not a whole number from 0."""
+    count = answer.get("inputTextTokenCount") if type(answer) is dict else None
+    if count is None:
+        try:
+            count = int(headers.get(TOKEN_COUNT_HEADER, "0"))
+        except ValueError:
+            return None
+    return count if type(count) is int and count >= 0 else None
 
 
 def embedding_answer(
-    vectors: list[list[float]], *, model: str, tokens: int, as_base64: bool
+    vectors: list[list[float]], *, model: str, tokens: int | None, as_base64: bool
 ) -> JSON:
     """The canonical (OpenAI) embeddings answer; ``as_base64`` packs each vector as
-    little-endian float32, as OpenAI's ``encoding_format: base64`` does."""
+    little-endian float32, as OpenAI's ``encoding_format: base64`` does. ``tokens`` None:
+    the usage is unknown."""
     data = [
         {
             "object": "embedding",
@@ -133,7 +138,7 @@ def embedding_answer(
         }
         for index, vector in enumerate(vectors)
     ]
-    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    usage = None if tokens is None else {"prompt_tokens": tokens, "total_tokens": tokens}
     return {"object": "list", "data": data, "model": model, "usage": usage}
 
 

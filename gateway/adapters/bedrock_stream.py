@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.adapters._anthropic_to_canonical import new_id
-from gateway.adapters.bedrock_wire import JSON, chat_usage, finish_reason
+from gateway.adapters._anthropic_to_canonical import bad_answer, new_id, object_field, text_field
+from gateway.adapters.bedrock_wire import JSON, chat_usage, finish_reason, tool_use
 
 
 class ConverseToChatStream:
@@ -31,25 +31,29 @@ class ConverseToChatStream:
         self.is_complete = False
 
     def feed(self, event: str, payload: JSON) -> list[JSON]:
-        """The chunks ``event`` yields (often none)."""
+        """The chunks ``event`` yields (often none). Raises UpstreamBadResponseError for an
+        event that breaks ``ConverseStreamOutput``'s shapes: a ``start``, ``delta``,
+        ``toolUse`` or ``reasoningContent`` that is not an object, a ``contentBlockIndex``
+        that is not an integer, a text, tool input, tool use id or name or ``stopReason``
+        that is not a string. (Absent or null is as if empty; a ``usage`` that is not an
+        object leaves the usage unknown.)"""
         if event == "contentBlockDelta":
             return self._delta(payload)
         if event == "contentBlockStart":
-            start = payload.get("start")
-            use = start.get("toolUse") if isinstance(start, dict) else None
-            if isinstance(use, dict):
-                index = self._tools.setdefault(_index(payload), len(self._tools))
-                call = {
-                    "index": index,
-                    "id": use.get("toolUseId"),
-                    "type": "function",
-                    "function": {"name": use.get("name"), "arguments": ""},
-                }
-                return [self._chunk({"tool_calls": [call]})]
-            return []
+            use = object_field(payload, "start", "a contentBlockStart").get("toolUse")
+            if use is None:
+                return []
+            call_id, name, _ = tool_use(use, "a contentBlockStart")
+            index = self._tools.setdefault(_index(payload), len(self._tools))
+            call = {
+                "index": index,
+                "id": call_id,
+                "type": "function",
+                "function": {"name": name, "arguments": ""},
+            }
+            return [self._chunk({"tool_calls": [call]})]
         if event == "messageStop":
-            stop = payload.get("stopReason")
-            self._stop = stop if isinstance(stop, str) else "end_turn"
+            self._stop = text_field(payload, "stopReason", "a messageStop") or "end_turn"
             return []
         if event == "metadata":
             return self._end(payload.get("usage"))
@@ -63,20 +67,28 @@ class ConverseToChatStream:
         return self._end(None)
 
     def _delta(self, payload: JSON) -> list[JSON]:
+        # The hot path (one event per few tokens): exact type tests, only the keys it reads.
         delta = payload.get("delta")
-        if not isinstance(delta, dict):
-            return []
-        if isinstance(delta.get("text"), str):
-            return [self._chunk({"content": delta["text"]})] if delta["text"] else []
+        if type(delta) is not dict:
+            if delta is None:
+                return []
+            raise bad_answer("a contentBlockDelta's 'delta' is not an object")
+        text = delta.get("text")
+        if text is not None:
+            if type(text) is not str:
+                raise bad_answer("a contentBlockDelta's 'text' is not a string")
+            return [self._chunk({"content": text})] if text else []
         use = delta.get("toolUse")
-        if isinstance(use, dict) and isinstance(use.get("input"), str):
+        if use is not None:
+            fragment = object_field(delta, "toolUse", "a contentBlockDelta").get("input")
+            if type(fragment) is not str:
+                raise bad_answer("a contentBlockDelta's tool use 'input' is not a string")
             index = self._tools.setdefault(_index(payload), len(self._tools))
-            call = {"index": index, "function": {"arguments": use["input"]}}
+            call = {"index": index, "function": {"arguments": fragment}}
             return [self._chunk({"tool_calls": [call]})]
-        reasoning = delta.get("reasoningContent")
-        if isinstance(reasoning, dict) and isinstance(reasoning.get("text"), str):
-            return [self._chunk({"reasoning_content": reasoning["text"]})]
-        return []
+        reasoning = object_field(delta, "reasoningContent", "a contentBlockDelta")
+        thought = text_field(reasoning, "text", "a reasoningContent delta")
+        return [self._chunk({"reasoning_content": thought})] if thought else []
 
     def _end(self, usage: Any) -> list[JSON]:
         self.is_complete = True
@@ -104,5 +116,11 @@ class ConverseToChatStream:
 
 
 def _index(payload: JSON) -> int:
+    """An event's ``contentBlockIndex`` (absent: 0). Raises UpstreamBadResponseError when it
+    is not an integer."""
     index = payload.get("contentBlockIndex")
-    return index if isinstance(index, int) else 0
+    if type(index) is int:
+        return index
+    if index is None:
+        return 0
+    raise bad_answer("an event's 'contentBlockIndex' is not an integer")

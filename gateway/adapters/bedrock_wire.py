@@ -6,6 +6,10 @@ model id rides in the URL). Answers: :func:`from_converse_response`; streams:
 service model for ``bedrock-runtime`` (``ConverseRequest``, ``ConverseResponse``,
 ``ConverseStreamOutput``).
 
+An answer or stream event whose fields read here break those shapes (a string where an
+object belongs, a text of 5) is an UpstreamBadResponseError, absent or null being as if
+empty where the service model allows; usage that is not sane is unknown.
+
 A guardrail or content filter that stops the answer (``guardrail_intervened``,
 ``content_filtered``) is an answer, not a failure: it becomes a refusal with finish reason
 ``content_filter``, which every client surface renders as its own refusal.
@@ -25,7 +29,14 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_to_canonical import cached_usage, new_id, provider_counts
+from gateway.adapters._anthropic_to_canonical import (
+    bad_answer,
+    cached_usage,
+    new_id,
+    object_field,
+    provider_counts,
+    text_field,
+)
 from gateway.adapters.chat_message import answered_call, text_of, tool_calls
 from schemas import InvalidRequestError
 
@@ -272,24 +283,35 @@ def finish_reason(stop_reason: Any) -> str:
 
 
 def from_converse_response(data: JSON, *, model: str) -> JSON:
-    """A canonical chat completion from a Converse answer (``output.message`` must exist)."""
-    message = data["output"]["message"]
+    """A canonical chat completion from a Converse answer (``output.message`` must exist).
+
+    Raises UpstreamBadResponseError when it breaks ``ConverseResponse``'s shapes: the
+    message's ``content`` not a list, a content block not an object, a ``text``,
+    ``stopReason``, tool use id or name not a string, a ``toolUse`` or ``reasoningContent``
+    not an object, a tool use's ``input`` not an object (the tool's schema is one). A
+    ``usage`` that is not an object, or a count that is not a whole number, leaves the usage
+    unknown (None)."""
+    content = data["output"]["message"].get("content")
+    if type(content) is not list:
+        raise bad_answer("the answer's message has no 'content' list")
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[JSON] = []
-    for block in message.get("content") or ():
-        if not isinstance(block, dict):
-            continue
-        if isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif isinstance(block.get("toolUse"), dict):
-            use = block["toolUse"]
-            calls.append(_call(use.get("toolUseId"), use.get("name"), use.get("input") or {}))
-        elif isinstance(block.get("reasoningContent"), dict):
-            text = (block["reasoningContent"].get("reasoningText") or {}).get("text")
-            if isinstance(text, str):
-                reasoning.append(text)
-    stop = data.get("stopReason")
+    for block in content:
+        if type(block) is not dict:
+            raise bad_answer("a content block is not an object")
+        text = text_field(block, "text", "a content block")
+        if text is not None:
+            texts.append(text)
+        elif (use := block.get("toolUse")) is not None:
+            calls.append(_call(use))
+        elif (thinking := block.get("reasoningContent")) is not None:
+            if type(thinking) is not dict:
+                raise bad_answer("a content block's 'reasoningContent' is not an object")
+            said = object_field(thinking, "reasoningText", "a reasoningContent")
+            if (thought := text_field(said, "text", "a reasoningText")) is not None:
+                reasoning.append(thought)  # not when redactedContent: nothing to show
+    stop = text_field(data, "stopReason", "the answer")
     text = "".join(texts)
     out: JSON = {"role": "assistant", "content": text if texts or not calls else None}
     out["refusal"] = None
@@ -311,9 +333,24 @@ def from_converse_response(data: JSON, *, model: str) -> JSON:
     }
 
 
-def _call(call_id: Any, name: Any, arguments: JSON) -> JSON:
+def tool_use(use: Any, where: str) -> tuple[str, str, Any]:
+    """A ``toolUse``'s ``toolUseId``, ``name`` and ``input`` (Converse's and ConverseStream's
+    start). Raises UpstreamBadResponseError when it is not an object, or its id or name is
+    not a string."""
+    if type(use) is not dict:
+        raise bad_answer(f"{where}'s 'toolUse' is not an object")
+    call_id, name = use.get("toolUseId"), use.get("name")
+    if type(call_id) is not str or type(name) is not str:
+        raise bad_answer(f"{where}'s tool use 'toolUseId' or 'name' is not a string")
+    return call_id, name, use.get("input")
+
+
+def _call(use: Any) -> JSON:
+    call_id, name, arguments = tool_use(use, "a content block")
+    if arguments is not None and type(arguments) is not dict:
+        raise bad_answer("a tool use's 'input' is not an object")
     return {
         "id": call_id,
         "type": "function",
-        "function": {"name": name, "arguments": _encode(arguments).decode()},
+        "function": {"name": name, "arguments": _encode(arguments or {}).decode()},
     }

@@ -396,3 +396,64 @@ async def test_throttled_invoke_is_a_rate_limit_for_the_whole_batch(
         await adapter.embed(_embed_target(fake_bedrock, TITAN), {"model": "m", "input": ["a", "b"]})
 
     assert (err.value.status, err.value.kind, err.value.retry_after) == (429, "rate_limited", 3.0)
+
+
+# -- answers and events that break the service model's shapes: the endpoint's bad response --
+
+
+@pytest.mark.parametrize(
+    "content", ["hi", [{"text": 5}], [{"toolUse": "f"}]], ids=["content", "text", "toolUse"]
+)
+async def test_a_converse_answer_that_breaks_its_shapes_is_the_endpoints_bad_response(
+    fake_bedrock: FakeBedrock, adapter: Adapter, content: object
+) -> None:
+    body = {"output": {"message": {"role": "assistant", "content": content}}}
+    fake_bedrock.enqueue(Reply(200, body={**body, "stopReason": "end_turn"}))
+
+    with pytest.raises(UpstreamBadResponseError) as err:
+        await adapter.complete(_target(fake_bedrock), HI)
+
+    assert (err.value.endpoint, err.value.kind) == ("m:bedrock", "bad_response")
+
+
+async def test_a_stream_event_that_breaks_its_shapes_ends_the_stream_after_the_text_before_it(
+    fake_bedrock: FakeBedrock, adapter: Adapter
+) -> None:
+    body = event("contentBlockDelta", {"delta": {"text": "Hel"}, "contentBlockIndex": 0}) + event(
+        "contentBlockDelta", {"delta": "lo", "contentBlockIndex": 0}
+    )
+    fake_bedrock.enqueue(Reply(200, body=body))
+    got: list[str] = []
+
+    with pytest.raises(UpstreamBadResponseError) as err:
+        async for batch in adapter.stream(_target(fake_bedrock), {**HI, "stream": True}):
+            got += [c["choices"][0]["delta"].get("content") or "" for c in batch]
+
+    assert "".join(got) == "Hel" and err.value.endpoint == "m:bedrock"
+
+
+@pytest.mark.parametrize("vector", [["a"], [True, 0.5], [None]], ids=["str", "bool", "null"])
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+async def test_an_embedding_that_is_not_numbers_is_a_bad_response(
+    fake_bedrock: FakeBedrock, adapter: Adapter, vector: list[object], encoding: str
+) -> None:
+    # Packing "a" as float32 raised TypeError (a 500); as floats it was relayed as given.
+    fake_bedrock.enqueue(Reply(200, body={"embedding": vector, "inputTextTokenCount": 1}))
+    body = {"model": "m", "input": "a", "encoding_format": encoding}
+
+    with pytest.raises(UpstreamBadResponseError):
+        await adapter.embed(_embed_target(fake_bedrock, TITAN), body)
+
+
+@pytest.mark.parametrize("count", ["3", -3, True, 2.5])
+async def test_an_embedding_token_count_that_is_not_sane_leaves_the_usage_unknown(
+    fake_bedrock: FakeBedrock, adapter: Adapter, count: object
+) -> None:
+    fake_bedrock.enqueue(Reply(200, body={"embedding": [0.5, 1], "inputTextTokenCount": count}))
+    fake_bedrock.enqueue(Reply(200, body={"embedding": [0.25, 2], "inputTextTokenCount": 4}))
+    body = {"model": "m", "input": ["a", "b"]}
+
+    answer = await adapter.embed(_embed_target(fake_bedrock, TITAN), body)
+
+    assert answer["usage"] is None
+    assert sorted(item["embedding"][0] for item in answer["data"]) == [0.25, 0.5]

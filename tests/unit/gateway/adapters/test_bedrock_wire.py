@@ -9,7 +9,7 @@ import pytest
 
 from gateway.adapters.bedrock_stream import ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
-from schemas import InvalidRequestError
+from schemas import InvalidRequestError, UpstreamBadResponseError
 
 PNG = "iVBORw0KGgo="
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -202,3 +202,106 @@ def test_stream_ending_after_message_stop_without_metadata_still_finishes() -> N
     (last,) = t.finish()
 
     assert last["choices"][0]["finish_reason"] == "length" and t.is_complete
+
+
+# -- answers and events that break the service model's shapes -------------------------------
+# Each raised AttributeError or TypeError in the translation (a 500 with a logged traceback,
+# or a torn stream), or was silently dropped or relayed as nonsense (a block that was not an
+# object skipped, a tool name of None, a stopReason of 5 read as end_turn).
+
+
+def _converse(content: Any, stop: Any = "end_turn", **extra: Any) -> dict[str, Any]:
+    message = {"role": "assistant", "content": content}
+    return {"output": {"message": message}, "stopReason": stop, **extra}
+
+
+_USE = {"toolUseId": "t1", "name": "f", "input": {"a": 1}}
+BAD_ANSWERS: dict[str, dict[str, Any]] = {
+    "content str": _converse("hi"),
+    "content object": _converse({"text": "hi"}),
+    "content null": _converse(None),
+    "block str": _converse(["hi", {"text": "a"}]),
+    "text int": _converse([{"text": 5}]),
+    "toolUse str": _converse([{"toolUse": "f"}]),
+    "toolUse name null": _converse([{"toolUse": {**_USE, "name": None}}]),
+    "toolUse id int": _converse([{"toolUse": {**_USE, "toolUseId": 1}}]),
+    "toolUse input str": _converse([{"toolUse": {**_USE, "input": "a"}}]),
+    "reasoning str": _converse([{"reasoningContent": "hmm"}]),
+    "reasoningText str": _converse([{"reasoningContent": {"reasoningText": "hmm"}}]),
+    "reasoning text int": _converse([{"reasoningContent": {"reasoningText": {"text": 1}}}]),
+    "stopReason list": _converse([{"text": "a"}], ["end_turn"]),
+}
+
+
+@pytest.mark.parametrize("data", BAD_ANSWERS.values(), ids=BAD_ANSWERS.keys())
+def test_an_answer_that_breaks_the_service_model_is_a_bad_response(data: dict[str, Any]) -> None:
+    with pytest.raises(UpstreamBadResponseError) as caught:
+        from_converse_response(data, model="m")
+
+    assert caught.value.kind == "bad_response"
+
+
+@pytest.mark.parametrize("usage", ["str", [1], {"inputTokens": "a"}, {"outputTokens": -1}])
+def test_answer_usage_that_is_not_sane_leaves_the_usage_unknown(usage: Any) -> None:
+    answer = from_converse_response(_converse([{"text": "fine"}], usage=usage), model="m")
+
+    assert answer["usage"] is None
+    assert answer["choices"][0]["message"]["content"] == "fine"
+
+
+def test_answer_blocks_the_translation_has_no_chat_form_for_are_skipped() -> None:
+    content = [
+        {"reasoningContent": {"redactedContent": "AAAA"}},
+        {"image": {"format": "png", "source": {"bytes": PNG}}},
+        {"text": "fine"},
+    ]
+
+    message = from_converse_response(_converse(content, None), model="m")["choices"][0]
+
+    assert message["message"]["content"] == "fine" and "reasoning_content" not in message["message"]
+    assert message["finish_reason"] == "stop"
+
+
+_OPENING = ("contentBlockDelta", {"delta": {"text": "Hel"}, "contentBlockIndex": 0})
+BAD_EVENTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "delta str": ("contentBlockDelta", {"delta": "Hel", "contentBlockIndex": 0}),
+    "text int": ("contentBlockDelta", {"delta": {"text": 5}, "contentBlockIndex": 0}),
+    "index str": (
+        "contentBlockDelta",
+        {"delta": {"toolUse": {"input": "{"}}, "contentBlockIndex": "0"},
+    ),
+    "toolUse delta str": ("contentBlockDelta", {"delta": {"toolUse": "{}"}}),
+    "tool input object": ("contentBlockDelta", {"delta": {"toolUse": {"input": {"a": 1}}}}),
+    "reasoning str": ("contentBlockDelta", {"delta": {"reasoningContent": "hmm"}}),
+    "reasoning text int": ("contentBlockDelta", {"delta": {"reasoningContent": {"text": 1}}}),
+    "start str": ("contentBlockStart", {"start": "toolUse", "contentBlockIndex": 1}),
+    "start toolUse str": ("contentBlockStart", {"start": {"toolUse": "f"}}),
+    "start name int": ("contentBlockStart", {"start": {"toolUse": {"toolUseId": "t", "name": 5}}}),
+    "start index list": (
+        "contentBlockStart",
+        {"start": {"toolUse": {"toolUseId": "t", "name": "f"}}, "contentBlockIndex": [1]},
+    ),
+    "stopReason int": ("messageStop", {"stopReason": 5}),
+}
+
+
+@pytest.mark.parametrize(("event", "payload"), BAD_EVENTS.values(), ids=BAD_EVENTS.keys())
+def test_a_stream_event_that_breaks_the_service_model_is_a_bad_response(
+    event: str, payload: dict[str, Any]
+) -> None:
+    t = ConverseToChatStream("m", include_usage=True)
+    before = t.feed(*_OPENING)
+
+    with pytest.raises(UpstreamBadResponseError):
+        t.feed(event, payload)
+
+    assert before[0]["choices"][0]["delta"]["content"] == "Hel" and not t.is_complete
+
+
+def test_stream_usage_that_is_not_sane_leaves_the_usage_unknown() -> None:
+    t = ConverseToChatStream("m", include_usage=True)
+    t.feed("messageStop", {"stopReason": None})
+
+    finish, usage = t.feed("metadata", {"usage": "lots"})
+
+    assert finish["choices"][0]["finish_reason"] == "stop" and usage["usage"] is None
