@@ -19,30 +19,30 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gateway.adapters.sse import MAX_EVENT_BYTES
-from tests.e2e.conftest import HI, anthropic_route, config, model, route
+from tests.e2e.bad_answers_support import (
+    ADMIN,
+    PATHS,
+    SSE,
+    TINY,
+    ended_cleanly,
+    ended_in_error,
+    no_traceback,
+    post,
+    start_gateway,
+    surface_request,
+)
+from tests.e2e.conftest import anthropic_route, config, model, route
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
 if TYPE_CHECKING:
-    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.gateway import GatewayFactory
     from tests.fixtures.raw_upstream import RawUpstream
 
 pytestmark = pytest.mark.e2e
 
-ADMIN = "adm-bad-answers"
-TINY = 1e-6  # a fallback's weight: the draw picks the primary first
-SSE = {"content-type": "text/event-stream"}
-PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
 BASE = {"id": "chatcmpl-1", "created": 1, "model": "x"}
 HUGE = '{"prompt_tokens": 1000000000000000000000000000000, "completion_tokens": 2}'
 NONSENSE = '{"prompt_tokens": "a", "completion_tokens": -5, "total_tokens": null}'
-
-
-def _request(surface: str, stream: bool) -> dict[str, Any]:
-    if surface == "chat":
-        return {"model": "m", "messages": HI, "stream": stream}
-    if surface == "responses":
-        return {"model": "m", "input": "hi", "stream": stream}
-    return {"model": "m", "max_tokens": 16, "messages": HI, "stream": stream}
 
 
 def _answer(usage: str) -> Reply:
@@ -71,40 +71,14 @@ BAD_TOOL_CALL = _chunk(
 )
 
 
-async def _gateway(gateway_factory: GatewayFactory, *routes: dict[str, Any]) -> RunningGateway:
-    return await gateway_factory(config(model("m", *routes), admin_key=ADMIN))
-
-
-async def _post(gw: RunningGateway, surface: str, stream: bool) -> tuple[int, str]:
-    """Status and whole body of one request; a torn connection fails the test."""
-    async with (
-        gw.http() as client,
-        client.stream("POST", PATHS[surface], json=_request(surface, stream)) as resp,
-    ):
-        return resp.status_code, (await resp.aread()).decode()
-
-
-def _ended_cleanly(surface: str, body: str) -> bool:
-    end = {"chat": "data: [DONE]", "responses": "response.completed", "messages": "message_stop"}
-    return end[surface] in body and not _ended_in_error(surface, body.replace(end[surface], ""))
-
-
-def _ended_in_error(surface: str, body: str) -> bool:
-    if surface == "chat":
-        return '"error"' in body and "[DONE]" not in body
-    if surface == "responses":
-        return "response.failed" in body and "response.completed" not in body
-    return "event: error" in body and "message_stop" not in body
-
-
 @pytest.mark.parametrize("usage", [HUGE, NONSENSE], ids=["huge", "nonsense"])
 @pytest.mark.parametrize("surface", list(PATHS))
 async def test_insane_usage_is_unknown_and_the_answer_and_its_log_row_land(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, usage: str
 ) -> None:
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
     fake_upstream.enqueue(_answer(usage))
-    status, body = await _post(gw, surface, stream=False)
+    status, body = await post(gw, surface, stream=False)
     assert status == 200, body
     assert "fine" in body
 
@@ -119,11 +93,11 @@ async def test_insane_usage_is_unknown_and_the_answer_and_its_log_row_land(
 async def test_a_stream_with_insane_usage_ends_cleanly(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str
 ) -> None:
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
     usage = json.dumps({**BASE, "choices": [], "usage": {"prompt_tokens": "x"}})
     fake_upstream.enqueue(_sse(OPENING, CLOSING[0], usage, CLOSING[1]))
-    status, body = await _post(gw, surface, stream=True)
-    assert status == 200 and _ended_cleanly(surface, body), body
+    status, body = await post(gw, surface, stream=True)
+    assert status == 200 and ended_cleanly(surface, body), body
 
 
 # A stream for one choice has only choice 0: the Responses and Messages renderers dropped
@@ -141,9 +115,9 @@ FIRST = pytest.mark.parametrize(
 async def test_a_malformed_first_chunk_is_a_502_in_the_surface_shape(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, bad: str
 ) -> None:
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
     fake_upstream.set_default(_sse(bad, *CLOSING))
-    status, body = await _post(gw, surface, stream=True)
+    status, body = await post(gw, surface, stream=True)
     assert status == 502 and "invalid response" in body, body
     assert ('"type":"error"' in body) == (surface == "messages"), body
 
@@ -155,9 +129,9 @@ async def test_a_malformed_first_chunk_fails_over_to_the_next_route(
 ) -> None:
     evil, good = await fake_upstreams("evil"), await fake_upstreams("good")
     evil.set_default(_sse(bad, *CLOSING))
-    gw = await _gateway(gateway_factory, route(evil), route(good, TINY))
-    status, body = await _post(gw, surface, stream=True)
-    assert status == 200 and _ended_cleanly(surface, body), body
+    gw = await start_gateway(gateway_factory, route(evil), route(good, TINY))
+    status, body = await post(gw, surface, stream=True)
+    assert status == 200 and ended_cleanly(surface, body), body
     assert len(evil.requests) == 1 and len(good.requests) == 1
 
 
@@ -168,11 +142,11 @@ async def test_a_malformed_first_chunk_fails_over_to_the_next_route(
 async def test_a_malformed_chunk_mid_stream_ends_in_the_dialect_stream_error(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, bad: str
 ) -> None:
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
     fake_upstream.set_default(_sse(OPENING, bad, *CLOSING))
-    status, body = await _post(gw, surface, stream=True)
+    status, body = await post(gw, surface, stream=True)
     assert status == 200 and "Hel" in body, body
-    assert _ended_in_error(surface, body), body
+    assert ended_in_error(surface, body), body
     assert "invalid response" in body, body
 
 
@@ -189,9 +163,9 @@ async def test_a_whole_answer_with_malformed_tool_calls_is_a_502_in_the_surface_
     choice = {"index": 0, "message": message, "finish_reason": "tool_calls"}
     body = json.dumps({**BASE, "object": "chat.completion", "choices": [choice]})
     fake_upstream.set_default(Reply(body=body, headers={"content-type": "application/json"}))
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
 
-    status, text = await _post(gw, surface, stream=False)
+    status, text = await post(gw, surface, stream=False)
 
     assert status == 502 and "invalid response" in text, text
     assert ('"type":"error"' in text) == (surface == "messages"), text
@@ -205,11 +179,11 @@ async def test_a_chunk_choice_without_a_delta_carries_nothing_and_the_stream_end
     # it as None): nothing of the answer, on every surface alike, and no bad response.
     annotation = json.dumps({**BASE, "choices": [{"index": 0, "delta": None}]})
     fake_upstream.set_default(_sse(OPENING, annotation, *CLOSING))
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
 
-    status, body = await _post(gw, surface, stream=True)
+    status, body = await post(gw, surface, stream=True)
 
-    assert status == 200 and "Hel" in body and _ended_cleanly(surface, body), body
+    assert status == 200 and "Hel" in body and ended_cleanly(surface, body), body
 
 
 NO_CHOICE = {
@@ -228,9 +202,9 @@ async def test_a_whole_answer_with_no_choice_to_show_is_a_502_on_every_surface(
     # clients got a 502 (the OpenAI API answers one choice per n, each with its message).
     body = json.dumps({**BASE, "object": "chat.completion", "choices": choices})
     fake_upstream.set_default(Reply(body=body, headers={"content-type": "application/json"}))
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
 
-    status, text = await _post(gw, surface, stream=False)
+    status, text = await post(gw, surface, stream=False)
 
     assert status == 502 and "invalid response" in text, text
     assert ('"type":"error"' in text) == (surface == "messages"), text
@@ -248,7 +222,7 @@ async def test_a_count_an_anthropic_upstream_gives_that_is_not_a_number_leaves_u
     gw = await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
 
     async with gw.http() as client:
-        resp = await client.post(PATHS["chat"], json=_request("chat", False))
+        resp = await client.post(PATHS["chat"], json=surface_request("chat", False))
 
     assert resp.status_code == 200, resp.text
     assert resp.json()["choices"][0]["message"]["content"] == "fine"
@@ -260,10 +234,6 @@ async def test_a_count_an_anthropic_upstream_gives_that_is_not_a_number_leaves_u
 def _anthropic_sse(*events: dict[str, Any]) -> Reply:
     body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
     return Reply(body=body, headers=SSE)
-
-
-def _no_traceback(caplog: pytest.LogCaptureFixture) -> None:
-    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
 
 
 AN_OPENING: tuple[dict[str, Any], ...] = (
@@ -301,13 +271,13 @@ async def test_a_malformed_anthropic_event_before_the_first_chunk_is_a_502(
     # "internal gateway error" and a logged traceback.
     caplog.set_level(logging.WARNING)
     fake_upstream.set_default(_anthropic_sse(bad, *AN_OPENING, *AN_CLOSING))
-    gw = await _gateway(gateway_factory, anthropic_route(fake_upstream))
+    gw = await start_gateway(gateway_factory, anthropic_route(fake_upstream))
 
-    status, body = await _post(gw, surface, stream=True)
+    status, body = await post(gw, surface, stream=True)
 
     assert status == 502 and "invalid response" in body, body
     assert ('"type":"error"' in body) == (surface == "messages"), body
-    _no_traceback(caplog)
+    no_traceback(caplog)
 
 
 @pytest.mark.parametrize("surface", list(PATHS))
@@ -316,11 +286,11 @@ async def test_a_malformed_anthropic_event_before_the_first_chunk_fails_over(
 ) -> None:
     evil, good = await fake_upstreams("evil"), await fake_upstreams("good")
     evil.set_default(_anthropic_sse(AN_BAD["delta"], *AN_OPENING, *AN_CLOSING))
-    gw = await _gateway(gateway_factory, anthropic_route(evil), route(good, TINY))
+    gw = await start_gateway(gateway_factory, anthropic_route(evil), route(good, TINY))
 
-    status, body = await _post(gw, surface, stream=True)
+    status, body = await post(gw, surface, stream=True)
 
-    assert status == 200 and _ended_cleanly(surface, body), body
+    assert status == 200 and ended_cleanly(surface, body), body
     assert len(evil.requests) == 1 and len(good.requests) == 1
 
 
@@ -341,14 +311,14 @@ async def test_a_malformed_anthropic_event_mid_stream_ends_in_the_dialect_stream
     # client read an incomplete chunked body and no error event.
     caplog.set_level(logging.WARNING)
     fake_upstream.set_default(_anthropic_sse(*AN_OPENING, bad, *AN_CLOSING))
-    gw = await _gateway(gateway_factory, anthropic_route(fake_upstream))
+    gw = await start_gateway(gateway_factory, anthropic_route(fake_upstream))
 
-    status, body = await _post(gw, surface, stream=True)
+    status, body = await post(gw, surface, stream=True)
 
     assert status == 200 and "Hel" in body, body
-    assert _ended_in_error(surface, body), body
+    assert ended_in_error(surface, body), body
     assert "invalid response" in body, body
-    _no_traceback(caplog)
+    no_traceback(caplog)
 
 
 AN_BAD_ANSWERS = {
@@ -373,13 +343,13 @@ async def test_a_malformed_anthropic_answer_is_a_502_in_the_surface_shape(
     message = {"id": "msg_1", "content": content, "stop_reason": "end_turn"}
     json_type = {"content-type": "application/json"}
     fake_upstream.set_default(Reply(body=json.dumps(message), headers=json_type))
-    gw = await _gateway(gateway_factory, anthropic_route(fake_upstream))
+    gw = await start_gateway(gateway_factory, anthropic_route(fake_upstream))
 
-    status, text = await _post(gw, surface, stream=False)
+    status, text = await post(gw, surface, stream=False)
 
     assert status == 502 and "invalid response" in text, text
     assert ('"type":"error"' in text) == (surface == "messages"), text
-    _no_traceback(caplog)
+    no_traceback(caplog)
 
 
 @pytest.mark.parametrize(
@@ -407,13 +377,13 @@ async def test_an_event_past_the_sse_bound_is_a_bad_response_not_a_wait(
         "provider_model_id": "raw-model",
         "timeout_seconds": 5,  # far below the client's: without the bound, the attempt's end
     }
-    gw = await _gateway(gateway_factory, raw_route)
+    gw = await start_gateway(gateway_factory, raw_route)
 
-    status, text = await _post(gw, "chat", stream=True)
+    status, text = await post(gw, "chat", stream=True)
 
     assert "invalid response" in text and str(MAX_EVENT_BYTES) in text, text[:500]
     if opening:
-        assert status == 200 and "Hel" in text and _ended_in_error("chat", text), text[:500]
+        assert status == 200 and "Hel" in text and ended_in_error("chat", text), text[:500]
     else:
         assert status == 502 and json.loads(text)["error"]["code"] == "upstream_bad_response"
 
@@ -424,8 +394,8 @@ async def test_a_stream_framed_with_cr_alone_is_read_as_one_framed_with_lf(
 ) -> None:
     # SSE lets a line end with CR alone: such a stream was read as one endless line, and
     # failed as "ended before [DONE]".
-    gw = await _gateway(gateway_factory, route(fake_upstream))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
     frames = "".join(f"data: {e}\r\r" for e in (OPENING, *CLOSING))
     fake_upstream.set_default(Reply(body=frames, headers=SSE))
-    status, body = await _post(gw, surface, stream=True)
-    assert status == 200 and "Hel" in body and _ended_cleanly(surface, body), body
+    status, body = await post(gw, surface, stream=True)
+    assert status == 200 and "Hel" in body and ended_cleanly(surface, body), body
