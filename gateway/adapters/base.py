@@ -16,11 +16,13 @@ the limits and the request log may rely on them instead of each guarding against
   has only choice 0. A whole answer has at least one choice, each with a ``message``
   object; a stream chunk's ``delta`` is an object or absent/null (Azure's asynchronous
   content filter sends choices without one: nothing of the answer). Their text fields are
-  strings or null (a ``content`` may be an array of parts), their ``tool_calls`` lists of
-  objects
-  whose ``index`` is an integer, ``id``/``type`` strings, ``function`` an object whose
-  ``name`` and ``arguments`` are strings. Anything else is the upstream's bad response: a
-  502 (the next route is tried), or the dialect's stream error once a stream began.
+  strings or null, their ``tool_calls`` lists of objects whose ``index`` is an integer,
+  ``id``/``type`` strings, ``function`` an object whose ``name`` and ``arguments`` are
+  strings. A ``content`` may also be a list of part objects (the OpenAI API's ``text`` and
+  ``refusal`` parts, Mistral's ``thinking``, whose ``thinking`` is a string or a list of
+  ``text`` parts): each known part's text a string or null; a part of another type is
+  relayed, unread. Anything else is the upstream's bad response: a 502 (the next route is
+  tried), or the dialect's stream error once a stream began.
 
 Redaction: some upstreams echo the credential they were sent (``Incorrect API key: sk-…``,
 ``stream aborted for key Bearer sk-…``) in an error body, an in-band stream error or a 401.
@@ -92,13 +94,16 @@ when it refuses, and the reasoning text upstreams stream before it (vLLM and Dee
 
 def carries_token(chunk: JSON) -> bool:
     """Whether a canonical chunk carries part of the answer: non-empty text in a
-    ``_TOKEN_TEXT`` field, a tool-call (or legacy function-call) delta, or audio. A chunk
-    with only a role, an empty string, a finish reason or usage carries none."""
+    ``_TOKEN_TEXT`` field, a ``content`` of parts, a tool-call (or legacy function-call)
+    delta, or audio. A chunk with only a role, an empty string, a finish reason or usage
+    carries none."""
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if not isinstance(delta, dict):
             continue
         if any(isinstance(text := delta.get(k), str) and text for k in _TOKEN_TEXT):
+            return True
+        if type(parts := delta.get("content")) is list and parts:
             return True
         if delta.get("tool_calls") or delta.get("function_call") or delta.get("audio"):
             return True
@@ -328,6 +333,28 @@ def _delta_problem(delta: JSON) -> str | None:
         elif type(value) is not str and key in _DELTA_TEXT:
             if key != "content" or type(value) is not list:
                 return f"a {key!r} is not a string"
+            if (problem := _parts_problem(value)) is not None:
+                return problem
+    return None
+
+
+def _parts_problem(parts: list[Any], inner: bool = False) -> str | None:
+    """What is wrong with a ``content`` given as parts (or, ``inner``, with the parts of a
+    ``thinking`` part), or None. Only a list pays for this: a string never comes here."""
+    for part in parts:
+        if type(part) is not dict:
+            return "a content part is not an object"
+        kind = part.get("type")
+        if kind == "text" or (kind == "refusal" and not inner):
+            if (text := part.get(kind)) is not None and type(text) is not str:
+                return f"a {kind!r} content part's {kind!r} is not a string"
+        elif kind == "thinking" and not inner:
+            thinking = part.get("thinking")
+            if type(thinking) is list:
+                if (problem := _parts_problem(thinking, inner=True)) is not None:
+                    return problem
+            elif thinking is not None and type(thinking) is not str:
+                return "a 'thinking' content part's 'thinking' is not a string or a list"
     return None
 
 
