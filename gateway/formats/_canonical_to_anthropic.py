@@ -9,7 +9,15 @@ from typing import Any
 
 import msgspec
 
-from gateway.formats._common import JSON, first_choice, frame_prefix, new_id, parse_json, sse_frame
+from gateway.formats._common import (
+    JSON,
+    first_choice,
+    frame_prefix,
+    new_id,
+    parse_json,
+    plain_content,
+    sse_frame,
+)
 from schemas import UpstreamBadResponseError
 
 _ERROR_TYPES: dict[int, str] = {
@@ -93,14 +101,6 @@ def _message_id(chat_id: Any) -> str:
     return new_id("msg_")
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # some servers answer with text parts
-        return "".join(p.get("text") or "" for p in content if isinstance(p, dict))
-    return ""
-
-
 def _tool_input(arguments: Any, finish: Any) -> JSON:
     if arguments is None or arguments == "":
         return {}
@@ -130,8 +130,10 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     choice, message = first_choice(chat)
     finish = choice.get("finish_reason")
     content: list[JSON] = []
-    text = _text_of(message.get("content"))
-    if text:
+    if type(message.get("content")) is list:  # parts (Mistral's, say)
+        message = plain_content(message)
+    text = message.get("content")
+    if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
@@ -223,6 +225,9 @@ class ChatToMessagesStream:
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content")
+            if text and type(text) is not str:  # parts (Mistral's, say)
+                delta = plain_content(delta)
+                text = delta["content"]
             if text:
                 self._text(out, text)
             refusal = delta.get("refusal")

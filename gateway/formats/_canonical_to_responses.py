@@ -9,7 +9,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.formats._common import JSON, first_choice, frame_prefix, json_text, new_id, sse_frame
+from gateway.formats._common import (
+    JSON,
+    first_choice,
+    frame_prefix,
+    json_text,
+    new_id,
+    plain_content,
+    sse_frame,
+)
 from gateway.formats.openai_chat import error_type
 from schemas import UpstreamBadResponseError
 
@@ -114,10 +122,10 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
     finish = choice.get("finish_reason")
     _finalise(response, finish, chat.get("usage"))
     item_status = "completed" if response["status"] == "completed" else "incomplete"
+    if type(message.get("content")) is list:  # parts (Mistral's, say)
+        message = plain_content(message)
     text = message.get("content")
-    if isinstance(text, list):  # some servers answer with text parts
-        text = "".join(p.get("text") or "" for p in text if isinstance(p, dict))
-    elif not isinstance(text, str):
+    if not isinstance(text, str):
         text = ""
     refusal = message.get("refusal")
     calls = message.get("tool_calls") or []
@@ -200,8 +208,12 @@ class ChatToResponsesStream:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self._text(out, "output_text", delta["content"])
+            text = delta.get("content")
+            if text and type(text) is not str:  # parts (Mistral's, say)
+                delta = plain_content(delta)
+                text = delta["content"]
+            if text:
+                self._text(out, "output_text", text)
             if delta.get("refusal"):
                 self._text(out, "refusal", delta["refusal"])
             for call in delta.get("tool_calls") or ():

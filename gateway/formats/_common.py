@@ -31,6 +31,45 @@ def first_choice(chat: JSON) -> tuple[JSON, JSON]:
     return choice, message
 
 
+def plain_content(message: JSON) -> JSON:
+    """A canonical ``message`` or ``delta`` whose ``content`` is a list of parts, as the
+    translating surfaces read it: a copy whose ``content`` is its ``text`` parts joined, with
+    its ``refusal`` parts added to ``refusal`` and Mistral's ``thinking`` parts (reasoning)
+    to ``reasoning_content``, the canonical reasoning channel. A part of another type (an
+    image, a reference) has no place in those surfaces' text: it is not shown. The adapter
+    seam has refused a list holding anything but objects (``adapters.base``); this still
+    never raises. The chat surface relays the parts as the upstream sent them."""
+    text: list[str] = []
+    refusal: list[str] = []
+    reasoning: list[str] = []
+    for part in message["content"]:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            _add(text, part.get("text"))
+        elif kind == "refusal":
+            _add(refusal, part.get("refusal"))
+        elif kind == "thinking":
+            thinking = part.get("thinking")
+            if isinstance(thinking, list):
+                for inner in thinking:
+                    if isinstance(inner, dict) and inner.get("type") == "text":
+                        _add(reasoning, inner.get("text"))
+            else:
+                _add(reasoning, thinking)
+    plain = dict(message)
+    plain["content"] = "".join(text)
+    for key, found in (("refusal", refusal), ("reasoning_content", reasoning)):
+        if found:
+            before = plain.get(key)
+            plain[key] = (before if isinstance(before, str) else "") + "".join(found)
+    return plain
+
+
+def _add(texts: list[str], text: Any) -> None:
+    if isinstance(text, str):
+        texts.append(text)
+
+
 def json_text(value: Any) -> str:
     """``value`` as compact JSON text."""
     return _encoder.encode(value).decode()
