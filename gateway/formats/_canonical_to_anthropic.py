@@ -248,7 +248,6 @@ class ChatToMessagesStream:
         """
         if self._done:
             return []
-        self._done = True
         out: list[bytes] = []
         if not self._started:
             self._start(out, {})
@@ -265,6 +264,7 @@ class ChatToMessagesStream:
             )
         )
         out.append(_MESSAGE_STOP)
+        self._done = True  # only now: had making the frames failed, ``error`` still ends it
         return out
 
     def error(self, message: str, type: str = "api_error") -> list[bytes]:

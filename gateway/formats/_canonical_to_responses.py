@@ -224,10 +224,12 @@ class ChatToResponsesStream:
         return out
 
     def finish(self) -> list[bytes]:
-        """The clean end: close open items and send the final response with usage."""
+        """The clean end: close open items and send the final response with usage.
+
+        Done only once its frames are made: should making them fail, ``error`` still ends
+        the stream (with ``response.failed``), as the relay then calls it."""
         if self._done:
             return []
-        self._done = True
         out: list[bytes] = []
         if not self._started:
             self._start(out)
@@ -238,6 +240,7 @@ class ChatToResponsesStream:
             item["arguments"] = "".join(chunks)
         response["output"] = self._items
         self._emit(out, f"response.{response['status']}", {"response": response})
+        self._done = True
         return out
 
     def error(self, message: str, code: str = "server_error") -> list[bytes]:
@@ -250,19 +253,29 @@ class ChatToResponsesStream:
             self._start(out)
         code = code if code in _FAILURE_CODES else "server_error"
         self._emit(out, "error", {"code": code, "message": message, "param": None})
-        if self._open is not None:  # keep what was produced, marked as cut
+        response = self._response
+        response["status"] = "failed"
+        response["error"] = {"code": code, "message": message}
+        response["usage"] = usage(self._usage)
+        try:
+            self._keep_cut()
+            response["output"] = self._items
+            self._emit(out, "response.failed", {"response": response})
+        except Exception:
+            # What made ``finish`` fail (a gateway bug) may fail here too: the client still
+            # learns that the answer failed, without what was produced of it.
+            response["output"] = []
+            self._emit(out, "response.failed", {"response": response})
+        return out
+
+    def _keep_cut(self) -> None:
+        """Keep the open item's output so far, marked as cut."""
+        if self._open is not None:
             self._open["status"] = "incomplete"
             if self._part is not None:
                 self._open["content"].append(self._done_part())
             elif self._open["type"] == "function_call":
                 self._open["arguments"] = "".join(self._chunks)
-        response = self._response
-        response["status"] = "failed"
-        response["error"] = {"code": code, "message": message}
-        response["output"] = self._items
-        response["usage"] = usage(self._usage)
-        self._emit(out, "response.failed", {"response": response})
-        return out
 
     def _emit(self, out: list[bytes], kind: str, payload: JSON) -> None:
         payload["type"] = kind
