@@ -48,6 +48,9 @@ CALL = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f"
         (chunk({"reasoning_content": "Let me think"}), True),
         (chunk({"reasoning": "Let me think"}), True),
         (chunk({"audio": {"id": "a1", "transcript": "Hi"}}), True),
+        (chunk({"content": [{"type": "text", "text": "Hi"}]}), True),  # parts (Mistral's)
+        (chunk({"content": [{"type": "thinking", "thinking": "Let me think"}]}), True),
+        (chunk({"role": "assistant", "content": []}), False),
         (chunk({"role": "assistant"}), False),
         (chunk({"role": "assistant", "content": "", "refusal": None}), False),
         (chunk({"role": "assistant", "content": None, "tool_calls": []}), False),
@@ -275,3 +278,35 @@ def test_a_whole_answer_without_a_choice_to_show_is_a_problem(
 @pytest.mark.parametrize(("n", "asked"), [(None, 1), (3, 3), (0, 1), ("2", 1), (True, 1)])
 def test_choices_asked_is_the_requests_n_else_one(n: Any, asked: int) -> None:
     assert choices_asked({} if n is None else {"n": n}) == asked
+
+
+TEXT = {"type": "text", "text": "Hi"}
+THINKING = {"type": "thinking", "thinking": [TEXT, {"type": "reference", "reference_ids": [1]}]}
+
+
+@pytest.mark.parametrize(
+    ("parts", "bad"),
+    [
+        ([TEXT, {"type": "refusal", "refusal": "No."}, {"type": "text", "text": None}], False),
+        ([THINKING, {"type": "thinking", "thinking": "Hmm"}, {"type": "thinking"}], False),
+        ([{"type": "image_url", "image_url": 5}, {"text": 5}, {"type": 7}], False),  # unread
+        ([], False),
+        (["Hi"], True),
+        ([TEXT, None], True),
+        ([{"type": "text", "text": 5}], True),
+        ([{"type": "refusal", "refusal": ["No."]}], True),
+        ([{"type": "thinking", "thinking": 5}], True),
+        ([{"type": "thinking", "thinking": ["Hmm"]}], True),
+        ([{"type": "thinking", "thinking": [{"type": "text", "text": {}}]}], True),
+    ],
+)
+def test_a_content_of_parts_must_hold_objects_whose_known_texts_are_strings(
+    parts: list[Any], bad: bool
+) -> None:
+    # A list of anything was let through: relayed to chat clients, a TypeError in the
+    # Responses and Messages renderers.
+    for problem in (
+        chunk_problem(chunk({"content": parts})),
+        answer_problem({"choices": [_choice(0, message={"content": parts})]}),
+    ):
+        assert (problem is not None) == bad, problem
