@@ -225,11 +225,11 @@ class ChatToMessagesStream:
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content")
-            if text and type(text) is not str:  # parts (Mistral's, say)
-                delta = plain_content(delta)
-                text = delta["content"]
             if text:
-                self._text(out, text)
+                if type(text) is str:
+                    self._text(out, text)
+                elif text := (delta := plain_content(delta))["content"]:  # parts (Mistral's)
+                    self._text(out, text)
             refusal = delta.get("refusal")
             if refusal:
                 self._text(out, refusal)

@@ -209,11 +209,11 @@ class ChatToResponsesStream:
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content")
-            if text and type(text) is not str:  # parts (Mistral's, say)
-                delta = plain_content(delta)
-                text = delta["content"]
             if text:
-                self._text(out, "output_text", text)
+                if type(text) is str:
+                    self._text(out, "output_text", text)
+                elif text := (delta := plain_content(delta))["content"]:  # parts (Mistral's)
+                    self._text(out, "output_text", text)
             if delta.get("refusal"):
                 self._text(out, "refusal", delta["refusal"])
             for call in delta.get("tool_calls") or ():
