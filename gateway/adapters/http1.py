@@ -10,9 +10,11 @@ never in an exception out of a callback.
 
 Bounds: a body is never taken past its bound, as received nor as inflated (zlib's
 ``max_length``, so a gzip bomb stops being inflated at the bound): ``limit`` (the sender's,
-for a whole answer) and :data:`ERROR_BODY_MAX` for an error answer's; past it the answer
-ends in an ``AnswerTooLargeError``. A stream has no bound on its whole body (its events are
-bounded where they are parsed), but one read of it inflates to at most
+for a whole answer), past which the answer ends in an ``AnswerTooLargeError``; and
+:data:`ERROR_BODY_MAX` for an error answer's, past which its body is cut and the connection
+closed (its status still says what went wrong: a 422 echoing a large request stays the
+client's error, not the upstream's bad answer). A stream has no bound on its whole body (its
+events are bounded where they are parsed), but one read of it inflates to at most
 :data:`STREAM_INFLATE_MAX`.
 """
 
@@ -63,6 +65,10 @@ class AnswerTooLargeError(MalformedAnswerError):
     """An answer whose body is over its bound, as received or as inflated."""
 
 
+class _Cut(Exception):  # noqa: N818 - not an error: an error answer's body ends at its bound
+    """An error answer's body reached :data:`ERROR_BODY_MAX`: what fits is kept."""
+
+
 def _size(line: bytes) -> int:
     """A chunk size line's size, its extensions and padding dropped. Raises
     MalformedAnswerError."""
@@ -79,8 +85,8 @@ class Http1Connection(asyncio.Protocol):
     MalformedAnswerError, zlib.error); ``pieces``: body bytes not yet taken."""
 
     __slots__ = (
-        "_bound", "_buffered", "_conns", "_inflate", "_inflated", "_interim", "_left", "_loop",
-        "_paused", "_received", "buf", "closed", "complete", "encoding", "error", "headers",
+        "_bound", "_buffered", "_conns", "_cut", "_inflate", "_inflated", "_interim", "_left",
+        "_loop", "_paused", "_received", "buf", "closed", "complete", "encoding", "error", "headers",
         "keep_alive", "last", "limit", "no_body", "origin", "pieces", "state", "status",
         "timeout", "timer", "timer_at", "transport", "waiter", "whole",
     )  # fmt: skip
@@ -101,6 +107,7 @@ class Http1Connection(asyncio.Protocol):
         self._interim = 0  # interim answers received before this answer's final head
         self.limit = 0  # the sender's bound on a whole answer's body (0: a stream's, none)
         self._bound = 0  # this answer's bound on its body (0: none)
+        self._cut = False  # past the bound, cut the body (an error answer) rather than fail
         self._received = 0  # body bytes received of this answer (counted when bound)
         self._inflated = 0  # bytes its body inflated to (counted when bound)
         self.encoding: str | None = None
@@ -184,6 +191,8 @@ class Http1Connection(asyncio.Protocol):
                 self._piece(data)
             elif state != IDLE:
                 self._chunked(data)
+        except _Cut:
+            self._end_cut()
         except (MalformedAnswerError, zlib.error) as exc:
             self._fail(exc)
         except ValueError:  # int() of a chunk size that is not hex
@@ -219,7 +228,8 @@ class Http1Connection(asyncio.Protocol):
         self._interim = 0  # the final head: the connection's next answer counts anew
         self._received = self._inflated = 0
         limit = self.limit
-        if status >= 300:
+        self._cut = status >= 300
+        if self._cut:
             limit = min(limit, ERROR_BODY_MAX) if limit else ERROR_BODY_MAX
         self._bound = limit
         rest = data
@@ -256,7 +266,7 @@ class Http1Connection(asyncio.Protocol):
             if not (length.isascii() and length.isdigit()):
                 raise MalformedAnswerError(f"bad Content-Length {length[:20]!r}")
             self._left, self.state = int(length), _LENGTH
-            if self._bound and self._left > self._bound:  # refused before it is read
+            if self._bound and self._left > self._bound and not self._cut:  # before reading
                 raise AnswerTooLargeError(f"the body is over {self._bound} bytes")
             if not self._left:
                 self._finish(rest)
@@ -329,12 +339,18 @@ class Http1Connection(asyncio.Protocol):
         self.buf = data[pos:]
 
     def _piece(self, data: bytes) -> None:
+        cut = False
         if self._bound:
             self._received += len(data)
             if self._received > self._bound:
-                raise AnswerTooLargeError(f"the body is over {self._bound} bytes")
+                if not self._cut:
+                    raise AnswerTooLargeError(f"the body is over {self._bound} bytes")
+                data, cut = data[: len(data) - (self._received - self._bound)], True
         if self.encoding is not None:
             data = self._inflate_piece(data)
+        if cut:
+            self.pieces.append(data)
+            raise _Cut
         if not data:
             return
         pieces = self.pieces
@@ -351,6 +367,8 @@ class Http1Connection(asyncio.Protocol):
         AnswerTooLargeError, zlib.error."""
         inflate = self._inflate
         if inflate is None:
+            if not data:  # the first byte decides the kind of deflate: wait for it
+                return b""
             if self.encoding == "deflate":  # zlib-wrapped as the RFC says, or raw as some send
                 wbits = zlib.MAX_WBITS if data and data[0] & 0x0F == 8 else -zlib.MAX_WBITS
             else:
@@ -361,6 +379,9 @@ class Http1Connection(asyncio.Protocol):
         # Short of ``room + 1`` bytes out, zlib took all of ``data`` (no unconsumed_tail).
         out = inflate.decompress(data, room + 1)
         if len(out) > room:
+            if self._cut:
+                self.pieces.append(out[:room])
+                raise _Cut
             if bound:
                 raise AnswerTooLargeError(f"the body inflates to over {bound} bytes")
             raise AnswerTooLargeError(f"one read inflates to over {STREAM_INFLATE_MAX} bytes")
@@ -372,10 +393,11 @@ class Http1Connection(asyncio.Protocol):
             tail = self._inflate.flush()  # all input was taken: at most what zlib held back
             self._inflate = None
             if tail:
-                if self._bound and self._inflated + len(tail) > self._bound:
+                room = self._bound - self._inflated if self._bound else len(tail)
+                if len(tail) > room and not self._cut:
                     self._fail(AnswerTooLargeError(f"the body is over {self._bound} bytes"))
                     return
-                self.pieces.append(tail)
+                self.pieces.append(tail[:room])
         self.state, self.complete = IDLE, True
         self._buffered = 0
         if self._paused:  # nothing more is due: a pooled connection must be reading
@@ -384,6 +406,15 @@ class Http1Connection(asyncio.Protocol):
             self.transport.resume_reading()
         if rest:  # bytes past the answer: nothing was pipelined, so the stream is out of step
             self.keep_alive = False
+        self._wake()
+
+    def _end_cut(self) -> None:
+        """An error answer cut at its bound: complete with what was kept; the rest of it is
+        still on the connection, which closes."""
+        self._inflate = None
+        self.keep_alive = False
+        self.state, self.complete = IDLE, True
+        self.close()
         self._wake()
 
     def _fail(self, exc: BaseException) -> None:
