@@ -47,7 +47,6 @@ from gateway.http.deadline import Resumed
 from gateway.http.errors import REQUEST_DESCRIBING
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
-    internal,
     is_context_refusal,
     is_key_refusal,
     key_pool_refusal,
@@ -55,6 +54,7 @@ from gateway.ingress.failover import (
     outcome_of,
     timed_out,
     tokens_used_by_failure,
+    unexpected,
 )
 from gateway.ingress.hedging import Declined
 from gateway.ingress.request_info import Attempt, Served
@@ -464,8 +464,9 @@ class _Once:
                 # must still end here, or its prefill and probe leases are never given back.
                 await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
                 raise
-            except Exception as exc:  # the gateway's own fault: not the route's, but it ends
-                await d.observe(info, a, "cancelled", started, err=internal(c.endpoint, exc))
+            except Exception as exc:  # not the route's fault, but the attempt ends
+                how, why = unexpected(c.endpoint, exc)
+                await d.observe(info, a, how, started, err=why)
                 raise
             if hold:  # a side of a hedge race, which may drop it: settled now
                 await d.settle.answered(info, a, started, body)

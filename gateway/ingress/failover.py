@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from schemas import (
     QUOTA_EXHAUSTED,
     ContentFilteredError,
+    GatewayError,
     KeyPoolExhaustedError,
     KeyPoolRoleRestrictedError,
     UpstreamError,
@@ -147,10 +148,15 @@ def merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
     )
 
 
-def internal(endpoint: str, exc: Exception) -> UpstreamError:
-    """What an attempt cut short by the gateway's own unexpected error is observed as (the
-    client gets a 500): ended, its leases given back, not held against the route."""
-    return UpstreamError(f"gateway error: {type(exc).__name__}", endpoint=endpoint, kind="internal")
+def unexpected(endpoint: str, exc: Exception) -> tuple[str, UpstreamError]:
+    """How an attempt an error other than an upstream's ended is observed (it then reaches
+    the client): the caller's own (an adapter refusing the request) as ``client_error``, the
+    gateway's own bug as ``cancelled`` of kind ``internal``; neither held against the route."""
+    if isinstance(exc, GatewayError):
+        return "client_error", UpstreamError(exc.message, endpoint=endpoint, kind=exc.code.value)
+    return "cancelled", UpstreamError(
+        f"gateway error: {type(exc).__name__}", endpoint=endpoint, kind="internal"
+    )
 
 
 def timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:

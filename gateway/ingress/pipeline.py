@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import msgspec
 
-from gateway.adapters.base import bad_response
 from gateway.auth.gate import caller_of
 from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import estimate_prompt_tokens
@@ -32,6 +31,7 @@ from gateway.http.component import Component
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
+from gateway.ingress.failover import unexpected
 from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
@@ -397,13 +397,14 @@ class Inference(Component):
         except anyio.get_cancelled_exc_class():
             await stream.close("cancelled")
             raise
-        except Exception as exc:  # a chunk the client's shape cannot express, a gateway bug
+        except Exception as exc:  # a gateway bug (what a shape cannot express is an UpstreamError)
             # The answer has begun: a torn connection would read as the network's fault, so
-            # it ends in the dialect's error like a broken upstream (logged once, here).
+            # it ends in the dialect's error like a broken upstream (logged once, here); the
+            # route is not charged with the gateway's own fault.
             endpoint = stream.candidate.endpoint
             logger.exception("internal error relaying the stream from %s", endpoint)
-            outcome, internal = "failure", True
-            failure = bad_response(endpoint, f"the relay failed ({type(exc).__name__})")
+            internal = True
+            outcome, failure = unexpected(endpoint, exc)
             try:
                 tail = renderer.error("internal gateway error")
             except BaseException:

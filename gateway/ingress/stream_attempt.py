@@ -11,7 +11,7 @@ import anyio
 from gateway.adapters.base import Batch, carries_token
 from gateway.http.deadline import deadline
 from gateway.ingress import hedging
-from gateway.ingress.failover import internal, outcome_of, timed_out, tokens_used_by_failure
+from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure, unexpected
 from gateway.ingress.settling import NO_USAGE, shielded, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 
@@ -80,9 +80,10 @@ class _Stream:
             await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
             await d.leases.release(c)
             raise
-        except Exception as exc:  # the gateway's own fault: not the route's, but it ends
+        except Exception as exc:  # not the route's fault, but the attempt ends
             await _aclose(chunks)
-            await d.observe(info, a, "cancelled", started, err=internal(c.endpoint, exc))
+            how, why = unexpected(c.endpoint, exc)
+            await d.observe(info, a, how, started, err=why)
             await d.leases.release(c)
             raise
         else:

@@ -29,6 +29,7 @@ from gateway.ingress.request_info import RequestInfo, Served
 from schemas import (
     CapacityRelease,
     FirstToken,
+    InvalidRequestError,
     KeyPoolExhaustedError,
     KeyPoolRoleRestrictedError,
     Message,
@@ -118,7 +119,13 @@ class Bug:
     """Raise an error no upstream causes (the gateway's own bug) before any answer."""
 
 
-Script = Answer | Fail | Hang | StreamThen | Whole | Bug
+@dataclass(frozen=True)
+class Refuse:
+    """Refuse the request as the client's (an adapter that cannot translate it) before any
+    answer."""
+
+
+Script = Answer | Fail | Hang | StreamThen | Whole | Bug | Refuse
 
 
 def _chunk(text: str, *, finish: str | None = None, usage: tuple[int, int] | None = None) -> JSON:
@@ -182,6 +189,8 @@ class ScriptedAdapter:
                 raise _error(target.endpoint, f)
             case Bug():
                 raise KeyError("bug")
+            case Refuse():
+                raise InvalidRequestError("tools[0]: not for this upstream", param="tools[0]")
             case _:
                 await anyio.sleep_forever()
                 raise AssertionError("unreachable")
@@ -203,6 +212,8 @@ class ScriptedAdapter:
                     await anyio.sleep_forever()
                 case Bug():
                     raise KeyError("bug")
+                case Refuse():
+                    raise InvalidRequestError("tools[0]: not for this upstream", param="tools[0]")
                 case Whole(text=text, spent_for=spent_for):
                     chunks = [_chunk(text), _chunk("", finish="stop", usage=(1, 1))]
                     yield Batch(chunks, last=True, spent_for=spent_for)
@@ -696,7 +707,8 @@ async def test_a_relay_that_fails_otherwise_ends_the_answer_in_its_error_and_obs
     # Not only an upstream error or a cancellation: whatever ends a relay closes the stream
     # and observes it, which gives back its leases (the prefill one too: a stream read whole
     # at once sends no FirstToken). Its answer has begun: it ends in the dialect's error,
-    # not a connection torn mid-body, and the failure is logged once, with its traceback.
+    # not a connection torn mid-body, and the failure is logged once, with its traceback;
+    # a gateway bug is not held against the route.
     h.adapter.scripts = {"a": [Whole()]}
     info = h.info(stream=True)
     attempt = await h.dispatcher().open_stream(info, plan(cand("a")), HI)
@@ -708,7 +720,7 @@ async def test_a_relay_that_fails_otherwise_ends_the_answer_in_its_error_and_obs
     assert call.req.sent == [b"error: internal gateway error"]
     assert h.adapter.closed == ["a"]
     (obs,) = (await h.heard.drain()).observations()
-    assert (obs.outcome, obs.error_kind) == ("failure", "bad_response")
+    assert (obs.outcome, obs.error_kind) == ("cancelled", "internal")  # not the route's fault
     logged = [r for r in caplog.records if r.exc_info]
     assert len(logged) == 1 and isinstance(logged[0].exc_info[1], KeyError)  # type: ignore[index]
 
@@ -979,19 +991,27 @@ async def test_dispatcher_client_going_away_is_observed_as_cancelled_not_failed(
         assert h.adapter.closed == ["a"]
 
 
-async def test_an_attempt_the_gateways_own_error_cuts_short_still_ends_and_is_not_held_against_it(
-    h: Harness, stream: bool
+@pytest.mark.parametrize(
+    ("script", "raised", "outcome", "kind"),
+    [
+        (Bug(), KeyError, "cancelled", "internal"),
+        (Refuse(), InvalidRequestError, "client_error", "invalid_request"),
+    ],
+    ids=["gateway-bug", "client-refused"],
+)
+async def test_an_attempt_ended_by_an_error_no_upstream_gave_is_observed_not_held_against_it(
+    h: Harness, stream: bool, script: Script, raised: type[Exception], outcome: str, kind: str
 ) -> None:
     # It raised past the attempt: not observed (the model's prefill and probe leases, which
     # the observation gives back, were held until they expired), a stream left open.
-    h.adapter.scripts = {"a": [Bug()]}
+    h.adapter.scripts = {"a": [script]}
 
-    with pytest.raises(KeyError):
+    with pytest.raises(raised):
         await serve(h, plan(cand("a"), cand("b")), stream)
 
-    assert h.adapter.calls == ["a"]  # a bug is not failed over: the client gets a 500
+    assert h.adapter.calls == ["a"]  # not failed over: the client gets a 500, or its 400
     (obs,) = (await h.heard.drain()).observations()
-    assert (obs.endpoint, obs.outcome, obs.error_kind) == ("a", "cancelled", "internal")
+    assert (obs.endpoint, obs.outcome, obs.error_kind) == ("a", outcome, kind)
     if stream:
         assert h.adapter.closed == ["a"]
 
