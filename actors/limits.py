@@ -483,4 +483,6 @@ def _bounded(tokens: int, cost_usd: float) -> tuple[int, float]:
     """A message's amounts as the counters can hold them: a count too large for a float
     (a caller's 400-digit ``max_tokens``) crashed the actor. One past every limit stays past
     it; a negative one, which would pay spend back, counts nothing."""
-    return min(max(tokens, 0), _MOST_TOKENS), min(max(cost_usd, 0.0), _MOST_USD)
+    if not 0.0 <= cost_usd <= _MOST_USD:  # NaN too (max() would keep it)
+        cost_usd = _MOST_USD if cost_usd > _MOST_USD else 0.0
+    return min(max(tokens, 0), _MOST_TOKENS), cost_usd

@@ -202,14 +202,14 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
     # Images returned by a tool wait here until the run of tool messages ends: chat tool
     # messages carry text only, and nothing may come between them.
     pending: list[JSON] = []
-    outputs = ""  # the first tool output whose images wait in ``pending``
+    pending_at: list[str] | None = None if origins is None else []  # where each came from
     for i, item in enumerate(items):
         path = f"input[{i}]"
         want_dict(item, path)
         kind = item.get("type", "message")
         if pending and kind != "function_call_output":
-            _flush(pending, out, origins, outputs)
-            pending = []
+            _flush(pending, out, origins, pending_at)
+            pending, pending_at = [], None if origins is None else []
         size = len(out)
         if kind == "message":
             message = _message(item, path)
@@ -220,8 +220,7 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
         elif kind == "function_call":
             _function_call(item, path, out, origins)
         elif kind == "function_call_output":
-            outputs = outputs if pending else f"{path}.output"
-            out.append(_function_output(item, path, pending))
+            out.append(_function_output(item, path, pending, pending_at))
             if origins is not None:
                 origins[f"messages[{size}].tool_call_id"] = f"{path}.call_id"
                 origins[f"messages[{size}].content"] = f"{path}.output"
@@ -240,12 +239,20 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
             if kind == "message" and isinstance(item.get("content"), list):
                 _part_origins(f"messages[{size}]", item["content"], f"{path}.content", origins)
     if pending:
-        _flush(pending, out, origins, outputs)
+        _flush(pending, out, origins, pending_at)
 
 
-def _flush(pending: list[JSON], out: list[JSON], origins: Origins | None, source: str) -> None:
-    if origins is not None:
-        origins[f"messages[{len(out)}].content"] = source
+def _flush(
+    pending: list[JSON], out: list[JSON], origins: Origins | None, paths: list[str] | None
+) -> None:
+    """The images tool outputs returned, as one user message; ``paths``: each one's."""
+    if origins is not None and paths is not None:
+        at = f"messages[{len(out)}]"
+        origins[at] = paths[0]
+        for k, path in enumerate(paths):
+            origins[f"{at}.content[{k}]"] = path
+            origins[f"{at}.content[{k}].image_url.url"] = f"{path}.image_url"
+            origins[f"{at}.content[{k}].file"] = path
     out.append({"role": "user", "content": pending})
 
 
@@ -341,9 +348,12 @@ def _function_call(item: JSON, path: str, out: list[JSON], origins: Origins | No
     if origins is not None:
         at = f"messages[{len(out) - 1}].tool_calls[{len(out[-1]['tool_calls']) - 1}]"
         origins[at] = origins[f"{at}.function"] = path
+        origins[f"{at}.id"] = f"{path}.call_id"
 
 
-def _function_output(item: JSON, path: str, pending: list[JSON]) -> JSON:
+def _function_output(
+    item: JSON, path: str, pending: list[JSON], pending_at: list[str] | None
+) -> JSON:
     call_id = want_str(item, "call_id", path)
     output = item.get("output")
     if isinstance(output, str):
@@ -356,6 +366,8 @@ def _function_output(item: JSON, path: str, pending: list[JSON]) -> JSON:
                 texts.append(converted["text"])
             else:
                 pending.append(converted)
+                if pending_at is not None:
+                    pending_at.append(f"{path}.output[{j}]")
         text = _JOIN.join(texts)
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 

@@ -34,12 +34,16 @@ def refusal(surface: Any, body: JSON, upstream: str) -> InvalidRequestError:
     with pytest.raises(InvalidRequestError) as refused:
         UPSTREAMS[upstream](surface.to_chat_request(body))
     in_client_terms(refused.value, surface.origins_of(body))
+    refused.value.upstream = upstream  # type: ignore[attr-defined]
     return refused.value
 
 
 def assert_names(err: InvalidRequestError, path: str) -> None:
     assert err.message.startswith(f"{path}: "), err.message
-    assert err.param in (path, path.partition("[")[0])  # gemini names the array alone
+    if getattr(err, "upstream", "") == "gemini":
+        assert err.param == path.partition("[")[0]  # gemini's param names the array alone
+    else:
+        assert err.param == path
 
 
 @pytest.mark.parametrize("upstream", list(UPSTREAMS))
@@ -71,6 +75,37 @@ def test_a_responses_image_url_is_named_as_the_input_part(upstream: str) -> None
     }
 
     assert_names(refusal(openai_responses, body, upstream), "input[1].content[1].image_url")
+
+
+def tool_output(call_id: str, *parts: JSON) -> JSON:
+    return {"type": "function_call_output", "call_id": call_id, "output": list(parts)}
+
+
+BAD_IMAGE = {"type": "input_image", "image_url": "ftp://example.com/cat.png"}
+GOOD_IMAGE = {"type": "input_image", "image_url": "https://example.com/cat.png"}
+SEEN = {"type": "input_text", "text": "seen"}
+
+
+@pytest.mark.parametrize(
+    ("outputs", "path"),
+    [
+        # The image waits for the run of tool messages to end, then is a user message's part.
+        ([tool_output("c1", SEEN, BAD_IMAGE)], "input[2].output[1].image_url"),
+        (
+            [tool_output("c1", GOOD_IMAGE), tool_output("c2", SEEN, BAD_IMAGE)],
+            "input[4].output[1].image_url",
+        ),
+    ],
+    ids=["one-output", "second-output"],
+)
+def test_a_responses_tool_outputs_image_is_named_where_it_sits(
+    outputs: list[JSON], path: str
+) -> None:
+    calls = [{**CALL, "call_id": f"c{n}", "arguments": "{}"} for n in (1, 2)][: len(outputs)]
+    body = {"model": "m", "input": [HI, *calls, *outputs]}
+
+    # It named input[2].output[0].image_url.url: the first output, an index among images.
+    assert_names(refusal(openai_responses, body, "anthropic"), path)
 
 
 def test_a_messages_image_url_is_named_as_its_block_after_tool_results() -> None:
@@ -137,10 +172,10 @@ def test_a_field_no_translation_renamed_is_left_as_it_is() -> None:
 
 
 def test_a_path_is_matched_at_a_boundary_not_inside_a_longer_index() -> None:
-    origins = {"messages[1]": "input[0]", "messages": "input"}
+    origins = {"messages[1]": "input[0]", "messages[12]": "input[9]"}
     err = InvalidRequestError("messages[12].content: bad", param="messages[12].content")
 
     in_client_terms(err, origins)
 
-    # messages[12] is not under messages[1]: only the array's own name is translated.
-    assert (err.param, err.message) == ("input[12].content", "input[12].content: bad")
+    # messages[12] is not under messages[1] (which would read input[0]2].content).
+    assert (err.param, err.message) == ("input[9].content", "input[9].content: bad")
