@@ -86,9 +86,9 @@ class Http1Connection(asyncio.Protocol):
 
     __slots__ = (
         "_bound", "_buffered", "_conns", "_cut", "_inflate", "_inflated", "_interim", "_left",
-        "_loop", "_paused", "_received", "buf", "closed", "complete", "encoding", "error", "headers",
-        "keep_alive", "last", "limit", "no_body", "origin", "pieces", "state", "status",
-        "timeout", "timer", "timer_at", "transport", "waiter", "whole",
+        "_loop", "_paused", "_received", "buf", "closed", "complete", "encoding", "error",
+        "headers", "keep_alive", "last", "limit", "no_body", "origin", "pieces", "state",
+        "status", "timeout", "timer", "timer_at", "transport", "waiter", "whole",
     )  # fmt: skip
 
     def __init__(

@@ -296,8 +296,19 @@ def content_chars(body: JSON) -> int:
         content = message.get("content")
         if isinstance(content, str):
             total += len(content)
+        elif isinstance(content, list):
+            total += parts_chars(content)
         for call in message.get("tool_calls") or ():
             args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
             if isinstance(args, str):
                 total += len(args)
     return total
+
+
+def parts_chars(parts: list[Any]) -> int:
+    """Characters of the text in a content given as parts (some providers' answers)."""
+    return sum(
+        len(text)
+        for part in parts
+        if isinstance(part, dict) and isinstance(text := part.get("text"), str)
+    )

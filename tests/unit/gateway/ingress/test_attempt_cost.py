@@ -8,7 +8,7 @@ import pytest
 
 from gateway.adapters._anthropic_to_canonical import chat_usage
 from gateway.auth.gate import ANONYMOUS, BOOTSTRAP_ADMIN, Caller
-from gateway.formats.openai_chat import content_chars
+from gateway.formats.openai_chat import content_chars, parts_chars
 from gateway.ingress.admission import caller_subjects, reservation
 from gateway.ingress.admission_ticket import rate_headers
 from gateway.ingress.settling import usage_of
@@ -55,6 +55,15 @@ def test_no_usage_is_not_reported_and_the_answer_is_measured_for_the_estimate() 
     }
     assert not usage_of(body).reported
     assert content_chars(body) == 4 + 7
+
+
+def test_content_given_as_parts_is_measured_by_its_text() -> None:
+    # A list content counted nothing in a whole answer, and its number of parts in a stream.
+    parts = [{"type": "text", "text": "abcd"}, {"type": "thinking", "thinking": []}, "junk"]
+    body = {"choices": [{"message": {"content": parts}}]}
+
+    assert content_chars(body) == 4
+    assert parts_chars(parts) == 4
 
 
 def test_the_reservation_is_prompt_plus_max_tokens_at_the_dearest_route() -> None:
