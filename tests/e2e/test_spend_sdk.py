@@ -29,6 +29,25 @@ PRICING = {"prompt": 2.0, "completion": 10.0, "input_cache_reads": 0.5}
 COST = (6 * 2.0 + 4 * 0.5 + 5 * 10.0) / 1e6
 
 
+async def admin_cli(conf: Path, *args: str) -> tuple[int, str, str]:
+    """``llmgw admin ARGS --config CONF`` in a child process: its exit code, out and err."""
+    proc = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "gateway.cli.main", "admin", *args, "--config", str(conf)),
+        cwd=REPO,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    # A whole interpreter starts (about 1 s of imports alone): not an event's WAIT.
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), PROCESS_WAIT)
+    finally:
+        if proc.returncode is None:  # never left holding the socket past the test
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
 async def _admin(gw: RunningGateway, area: str, verb: str, **args: Any) -> Any:
     resp = await admin_http(gw).post(f"/admin/{area}/{verb}", json=args)
     assert resp.status_code == 200, resp.text
@@ -130,26 +149,8 @@ async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
     conf.write_text(yaml.safe_dump({"database": cfg["database"]}))
 
     async def llmgw(*args: str) -> Any:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gateway.cli.main",
-            "admin",
-            *args,
-            "--config",
-            str(conf),
-            cwd=REPO,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        # A whole interpreter starts (about 1 s of imports alone): not an event's WAIT.
-        try:
-            out, err = await asyncio.wait_for(proc.communicate(), PROCESS_WAIT)
-        finally:
-            if proc.returncode is None:  # never left holding the socket past the test
-                proc.kill()
-                await proc.wait()
-        assert proc.returncode == 0, err.decode()
+        code, out, err = await admin_cli(conf, *args)
+        assert code == 0, err
         return json.loads(out)
 
     await llmgw("limits", "set", "--arg", f"subject=key:{key_id}", "--arg", "rpm=1")
@@ -176,17 +177,8 @@ async def test_the_cli_reports_spend_from_a_stopped_gateways_database(
     conf = tmp_path / "cli.yaml"
     conf.write_text(yaml.safe_dump({"database": cfg["database"]}))
 
-    async def report(*args: str) -> tuple[int, str, str]:
-        proc = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "gateway.cli.main", "admin", "spend", "report"),
-            *(*args, "--config", str(conf)),
-            cwd=REPO,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), PROCESS_WAIT)
-        assert proc.returncode is not None
-        return proc.returncode, out.decode(), err.decode()
+    def report(*args: str) -> Any:
+        return admin_cli(conf, "spend", "report", *args)
 
     code, out, err = await report("--arg", "group_by=key")
     assert code == 0, err
