@@ -134,6 +134,5 @@ class LeaseBook:
                 heapq.heappush(heap, (lease.expires, rid))
                 continue
             dead.append(lease)
-        for lease in dead:
-            del self._leases[lease.request_id]
+            del self._leases[rid]  # a lease added twice has two deadlines: it expires once
         return dead

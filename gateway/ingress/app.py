@@ -124,7 +124,10 @@ class GatewayApp:
         (steering's exploration draws) are the replay's: production leaves them unset."""
         self._config = config
         self._ids = itertools.count(1)
-        self._id_prefix = f"{os.getpid():x}-"
+        # The pid says which process answered; the random part keeps ids apart where pids
+        # repeat (ingresses in containers are all pid 1): the limits' owner keys leases and
+        # settles by request id, and a shared one leaked a concurrency slot.
+        self._id_prefix = f"{os.getpid():x}-{secrets.token_hex(4)}-"
         upstreams = Upstreams(adapters, max_answer_bytes=config.server.max_upstream_answer_bytes)
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(

@@ -228,3 +228,18 @@ async def test_every_error_answer_carries_an_x_request_id_that_the_request_log_k
     ).json()["rows"]
     [row] = rows
     assert (row["status"], row["error_kind"]) == (400, "invalid_request")
+
+
+async def test_two_ingresses_of_one_process_id_never_share_a_request_id(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Ids were the process id and a count: ingresses in containers are all pid 1 (and the
+    # two gateways here share this test's), so both answered 1-1, 1-2, ...; the limits'
+    # owner keys its leases and settles by request id, and leaked a concurrency slot.
+    first = await gateway_factory(config(model("m", route(fake_upstream))))
+    second = await gateway_factory(config(model("m", route(fake_upstream))))
+    ids = [
+        (await gw.http().post(CHAT, json=chat("m"))).headers["x-request-id"]
+        for gw in (first, second, first, second)
+    ]
+    assert len(set(ids)) == 4, ids

@@ -42,6 +42,17 @@ def test_lease_book_never_expires_a_popped_lease() -> None:
     assert book.expired(T0 + 60) == [] and list(book.leases()) == []
 
 
+def test_lease_book_expires_a_lease_added_twice_once() -> None:
+    # Two ingresses sharing request ids (both pid 1) added one id twice: its two deadlines
+    # both found it, and dropping it a second time crashed the actor (KeyError).
+    book = LeaseBook()
+    book.add(_lease("a", T0 + 10))
+    book.add(_lease("a", T0 + 10))
+
+    assert [lease.request_id for lease in book.expired(T0 + 10)] == ["a"]
+    assert len(book) == 0 and book.expired(T0 + 60) == []
+
+
 def test_budget_crossings_announce_the_soft_threshold_then_the_budget_once_per_period() -> None:
     spec = LimitSpec(budget_usd=10.0, budget_period="day", soft_fraction=0.5)
     c = Counters()
