@@ -163,6 +163,11 @@ def _over_http(where: Target, query: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+# A caller chooses the model name it asks for: its control characters are shown escaped, so
+# it can neither forge a row (a newline) nor drive the operator's terminal (an escape).
+_CONTROL = {c: repr(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
 def _print(rows: list[dict[str, Any]], *, as_json: bool) -> None:
     out = sys.stdout
     if as_json:
@@ -185,7 +190,7 @@ def _print(rows: list[dict[str, Any]], *, as_json: bool) -> None:
         }
         out.write(
             "  ".join(
-                str(cells[name] if cells[name] is not None else "").ljust(width)
+                str(cells[name] if cells[name] is not None else "").translate(_CONTROL).ljust(width)
                 for name, width in _TABLE
             ).rstrip()
             + "\n"
