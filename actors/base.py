@@ -159,6 +159,8 @@ class Actor:
     serves: tuple[Serve, ...] = ()
     mailbox_size: int = 1024
     ctx: ActorContext
+    # Set by ``request_stop(retire=True)``: see there; ``on_stop`` reads it.
+    retired: bool = False
 
     _stop_requested: bool = False
     _mailbox: Mailbox[Envelope | _Local | _Wake] | None = None
@@ -183,8 +185,15 @@ class Actor:
         past its shutdown time).
         """
 
-    def request_stop(self) -> None:
-        """Ask ``run`` to return cleanly once the message in hand is handled; never waits."""
+    def request_stop(self, *, retire: bool = False) -> None:
+        """Ask ``run`` to return cleanly once the message in hand is handled; never waits.
+
+        ``retire``: it stops because the running config no longer has it (a reload removed
+        it), not to be restarted, replaced or moved to another host; ``on_stop`` may then
+        drop what only the callers of the moment needed (a capacity pool's leases, whose
+        releases can no longer reach an owner), keeping what outlives them.
+        """
+        self.retired = self.retired or retire
         self._stop_requested = True
         if self._mailbox is not None:
             try:  # an idle actor waits on an empty mailbox; a busy one sees the flag next

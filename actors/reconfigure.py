@@ -12,7 +12,11 @@ time (not in either description) are never touched.
 (endpoints before the models that read them), removals in reverse. Replacement is make
 before break (``Supervisor.replace_child``), so a changed model is never unanswered; an
 ``exclusive`` child (a capacity pool's owner) is replaced break before make, so two owners
-never answer at once and the new one starts from the old one's final state.
+never answer at once and the new one starts from the old one's final state. A removed child
+is stopped *retired* (``Actor.request_stop``): the config no longer has it, so it may drop
+what only its callers of the moment needed (a capacity pool's leases: the pool added back
+later starts with none of them), unlike a restart, a replacement or a unit moving hosts,
+which keep everything.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ async def apply(root: Supervisor, changes: Iterable[Change], done: list[Change])
             assert isinstance(c.new, ChildSpec)
             await sup.replace_child(c.new)
         else:
-            await sup.remove_child(c.name)
+            await sup.remove_child(c.name, retire=True)
         logger.info("reload: %s %s", c.kind, c.label)
         done.append(c)
 
@@ -115,7 +119,7 @@ async def undo(root: Supervisor, done: list[Change]) -> None:
         try:
             sup = _at(root, c.path)
             if c.kind == "add":
-                await sup.remove_child(c.name)
+                await sup.remove_child(c.name, retire=True)  # the config that stays lacks it
             elif c.kind == "replace" and c.old is not None:
                 await sup.replace_child(c.old)
         except Exception:  # reverting is best effort; the reload already failed loudly

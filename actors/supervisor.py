@@ -124,6 +124,7 @@ class Supervisor:
         self._restarts: deque[float] = deque()
         self._restart_counts: Counter[str] = Counter()
         self._stop_requested = False
+        self._retiring = False  # this stop is a retirement (request_stop), passed down
         self._task: asyncio.Task[None] | None = None
         # Serialises changes to the children: exits, restarts, add/remove/replace, stop.
         self._lock = anyio.Lock()
@@ -212,10 +213,12 @@ class Supervisor:
                 raise error
         await self._publish(ChildStarted(supervisor=self.name, child=spec.name))
 
-    async def remove_child(self, name: str) -> None:
+    async def remove_child(self, name: str, *, retire: bool = False) -> None:
         """Stop child ``name`` (within its shutdown time) and forget it.
 
-        Raises KeyError when there is no such child.
+        ``retire``: the config no longer has it (a reload removed it), as opposed to a unit
+        moving to another host: the child (every actor below it) stops retired, see
+        ``Actor.request_stop``. Raises KeyError when there is no such child.
         """
         async with self._lock:
             spec = self._spec_named(name)
@@ -224,7 +227,7 @@ class Supervisor:
             self._finished.discard(name)
             child = self._children.pop(name, None)
             if child is not None:
-                await self._stop_child(child)
+                await self._stop_child(child, retire=retire)
 
     async def replace_child(self, spec: ChildSpec) -> None:
         """Start ``spec`` in place of the child of the same name, then stop the old one.
@@ -278,8 +281,10 @@ class Supervisor:
 
     # -- the child interface --------------------------------------------------------------
 
-    def request_stop(self) -> None:
-        """Ask ``run`` to stop every child (reverse order) and return; never waits."""
+    def request_stop(self, *, retire: bool = False) -> None:
+        """Ask ``run`` to stop every child (reverse order) and return; never waits.
+        ``retire``: each child is stopped retired (``Actor.request_stop``)."""
+        self._retiring = self._retiring or retire
         self._stop_requested = True
         if self._inbox is not None:
             self._inbox.send_nowait(None)
@@ -316,7 +321,7 @@ class Supervisor:
         finally:
             self._inbox = None
             self._tg = None
-            self._stop_requested = False
+            self._stop_requested = self._retiring = False
         if failure is not None:
             raise failure
 
@@ -432,12 +437,12 @@ class Supervisor:
         child.settled.set()
         self._inbox.send_nowait(child)
 
-    async def _stop_child(self, child: _Child) -> None:
+    async def _stop_child(self, child: _Child, *, retire: bool = False) -> None:
         child.stopping = True
         if child.done.is_set():
             return
         if child.instance is not None:
-            child.instance.request_stop()
+            child.instance.request_stop(retire=retire)
         with anyio.move_on_after(child.spec.shutdown):
             await child.done.wait()
         if not child.done.is_set():
@@ -454,7 +459,7 @@ class Supervisor:
         for spec in reversed(self._specs):
             child = self._children.pop(spec.name, None)
             if child is not None:
-                await self._stop_child(child)
+                await self._stop_child(child, retire=self._retiring)
 
     async def _publish(self, msg: Message) -> None:
         assert self._bus is not None

@@ -47,7 +47,8 @@ class Journal:
 
 class EchoActor(Actor):
     """Answers ``RouteRequest(model=m)`` on ``model_route(name)`` with ``RoutePlan(reason=
-    "<name>#<serial>")`` and journals ``msg:<m>``; special models script its behaviour.
+    "<name>#<serial>")`` and journals ``msg:<m>``; special models script its behaviour. Its
+    stop is journalled ``stop:<label>``, or ``retire:<label>`` when it stopped retired.
 
     Bus models: ``crash`` raises RuntimeError, ``missing`` raises RouteNotFoundError,
     ``exit`` stops the actor cleanly, ``hang`` blocks forever, ``block`` waits for
@@ -119,7 +120,7 @@ class EchoActor(Actor):
             self.journal.add(f"local:{msg}")
 
     async def on_stop(self) -> None:
-        self.journal.add(f"stop:{self.label}")
+        self.journal.add(f"{'retire' if self.retired else 'stop'}:{self.label}")
 
     async def _explode(self) -> None:
         raise RuntimeError("background boom")

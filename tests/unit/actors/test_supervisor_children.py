@@ -77,6 +77,21 @@ async def test_remove_child_stops_it_and_its_subjects_go_unanswered(
         await root.remove_child("a")
 
 
+async def test_remove_child_retiring_it_retires_every_actor_below_it_and_nothing_else(
+    bus: InProcessBus, root: Supervisor
+) -> None:
+    journal = Journal()
+    group = root.nested("group")
+    assert group is not None
+    await group.add_child(echo("a", journal))
+    await root.add_child(Supervisor("unit", children=[echo("b", journal), echo("c", journal)]))
+    await root.add_child(Supervisor("moved", children=[echo("d", journal)]))
+    await group.remove_child("a", retire=True)  # a reload removed it
+    await root.remove_child("unit", retire=True)  # a reload removed the whole group
+    await root.remove_child("moved")  # a unit handed to another host: not retired
+    assert journal.entries[-4:] == ["retire:a#1", "retire:c#1", "retire:b#1", "stop:d#1"]
+
+
 async def test_replace_child_starts_the_new_one_before_stopping_the_old(
     bus: InProcessBus, root: Supervisor
 ) -> None:
