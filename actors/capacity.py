@@ -3,8 +3,9 @@
 One per pool (``capacity:<pool>``), shared by every route naming that ``quota_pool:`` /
 ``concurrency_pool:`` (else a pool of the route's own). It grants, renews, releases and
 expires leases (:class:`~actors.state.capacity_ledger.CapacityLedger` holds the state), counts the
-quota window, persists its leases and a ``local`` quota's count (a restart keeps both), and
-publishes ``CapacityState`` on every change. For an ``http_json`` source it applies the
+quota window, persists its leases and a ``local`` quota's count (a restart keeps both; a
+reload that removes the pool, the count only: see ``on_stop``), and publishes
+``CapacityState`` on every change. For an ``http_json`` source it applies the
 quota poller's readings and reports, as a ``quota`` event and a warning log, a source that
 does not resolve within its first refresh.
 """
@@ -109,7 +110,21 @@ class CapacityActor(Actor):
         await self._changed()
 
     async def on_stop(self) -> None:
-        """Persist the quota count."""
+        """Persist the leases and the quota count; retired (a reload removed the pool), the
+        count only."""
+        if self.retired:
+            # Crashed, restarted, replaced or moved, the owner keeps its leases: they are
+            # requests still running, renewed and released by their ingresses. Removed, the
+            # pool has no owner for their releases; kept, the pool added back would start
+            # with those slots held until their TTL, refusing every request meanwhile.
+            dropped = self.ledger.drop_leases()
+            if dropped:
+                logger.info(
+                    "capacity pool %s removed by a reload: %d lease(s) of requests in flight "
+                    "dropped (a quota keeps their charge)",
+                    self._spec.pool,
+                    dropped,
+                )
         await self._save()
 
     async def handle(self, env: Envelope) -> None:

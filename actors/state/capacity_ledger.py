@@ -236,6 +236,13 @@ class CapacityLedger:
         gone = [i for i, lease in self._leases.items() if lease.expires_at <= now]
         return [self._leases.pop(i) for i in gone]
 
+    def drop_leases(self) -> int:
+        """Forget every lease at once, as if each expired now (a quota lease keeps its charge:
+        the request was sent); how many there were."""
+        n = len(self._leases)
+        self._leases.clear()
+        return n
+
     def lease_count(self) -> int:
         """How many leases are held now."""
         return len(self._leases)

@@ -2,7 +2,8 @@
 quota route stops receiving traffic at its limit (the other route takes it) and resumes when
 its window has passed; an ``http_json`` quota source that does not resolve is reported (the
 ``quota`` event, a ``/health/deep`` line, a warning log) and its route is not drawn; a
-reload that adds or changes an ``http_json`` source has it polled without a restart.
+reload that adds or changes an ``http_json`` source has it polled without a restart; a pool
+a reload removed while its slots were held comes back with none of them held.
 
 The actors run on a skewed clock (``actor_clock``): the test jumps it past the quota window
 and awaits the pool's CapacityState event instead of sleeping.
@@ -10,6 +11,7 @@ and awaits the pool's CapacityState event instead of sleeping.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +20,7 @@ import pytest
 import yaml
 
 from gateway.admin.http import admin_request
-from schemas import CapacityGet, CapacityState, QuotaSourceStatus, subjects
+from schemas import CapacityGet, CapacityRelease, CapacityState, QuotaSourceStatus, subjects
 from tests.e2e.conftest import (
     HI,
     WAIT,
@@ -31,7 +33,7 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
-from tests.fixtures.upstream import Reply, Stream, UpstreamFactory
+from tests.fixtures.upstream import Held, Reply, Stream, UpstreamFactory
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -290,6 +292,69 @@ async def test_a_reload_reaches_the_quota_poller_without_a_restart(
     assert (added.used, added.limit) == (3, 10)
     assert changed.limit == 10
     assert [r.credential for r in plan.requests_to("/usage")] == ["sk-first", "sk-second"]
+
+
+async def test_a_pool_a_reload_removed_while_its_slots_were_held_comes_back_with_none_held(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
+) -> None:
+    slot, other = await fake_upstreams("slot"), await fake_upstreams("other")
+    path, key = tmp_path / "gw.yaml", "adm-test-key"
+    admin = {"authorization": f"Bearer {key}"}
+    pooled = model(
+        "m",
+        route(slot, provider_type="concurrency", concurrency={"limit": 2}, concurrency_pool="box"),
+    )
+
+    def declared(*models: dict[str, Any]) -> dict[str, Any]:
+        database = {"path": str(tmp_path / "gw.sqlite3")}
+        return config(model("o", route(other)), *models, admin_key=key, database=database)
+
+    gw = await gateway_factory(declared(pooled), config_path=path)
+    client, http = gw.openai(), gw.http()
+
+    async def reload(to: dict[str, Any]) -> list[str]:
+        # Over HTTP: answered once this ingress serves the new config.
+        path.write_text(yaml.safe_dump(to))
+        reply = await http.post("/admin/config/reload", json={}, headers=admin)
+        assert reply.status_code == 200, reply.text
+        return list(reply.json()["children"])
+
+    slot.set_default(Held())
+    async with (
+        watch(gw, subjects.capacity_state("box")) as states,
+        watch(gw, subjects.capacity_release("box")) as releases,
+    ):
+        calls = [
+            asyncio.create_task(
+                client.chat.completions.with_raw_response.create(model="m", messages=HI)
+            )
+            for _ in range(2)
+        ]
+        await slot.wait_for_requests(2)
+        await states.next(CapacityState, lambda s: s.used == 2)  # both slots held
+        removed = await reload(declared())
+        slot.release_held()
+        answered = [(await call).status_code for call in calls]
+        for _ in calls:  # each release sent, with no owner left to take it
+            await releases.next(CapacityRelease)
+        added = await reload(declared(pooled))
+        state = await gateway_bus(gw).request(
+            subjects.capacity_get("box"),
+            CapacityGet(pool="box"),
+            reply_type=CapacityState,
+            timeout=WAIT,
+        )
+        served = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+        deep = (await http.get("/health/deep", headers=admin)).json()
+
+    assert "remove capacity/capacity:box" in removed
+    assert "add capacity/capacity:box" in added
+    assert answered == [200, 200]
+    assert isinstance(state, CapacityState) and state.used == 0  # no slot held by the past
+    assert served.headers["x-routed-via"] == eid("m", slot)  # not 503 until the leases' TTL
+    assert deep["capacity"]["box"]["used"] == 0
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["call", "stream"])

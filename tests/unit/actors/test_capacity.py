@@ -553,6 +553,82 @@ async def test_a_pool_whose_kind_changed_does_not_carry_the_old_leases(
         await store.aclose()
 
 
+def _unpooled() -> GatewayConfig:
+    return GatewayConfig.model_validate({"models": [{"id": "m", "route": [{"kind": "echo"}]}]})
+
+
+async def test_a_pool_a_reload_removed_comes_back_without_the_leases_of_its_past_requests(
+    bus: InProcessBus,
+    tmp_path: Path,
+) -> None:
+    from actors import build_tree
+
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    root = build_tree(_team(1), snapshots=store)
+    await root.start(bus)
+    try:
+        held = await _acquire(bus, "team")  # a request in flight holds the only slot
+        assert held.granted
+        assert "remove capacity/capacity:team" in await _reload(root, _team(1), _unpooled(), store)
+        # The request ends: its release finds no owner (nor does a renewal).
+        await bus.publish(
+            subjects.capacity_release("team"), CapacityRelease(pool="team", lease_id=held.lease_id)
+        )
+        assert "add capacity/capacity:team" in await _reload(root, _unpooled(), _team(1), store)
+        assert (await _get(bus, "team")).used == 0  # not held until the lease's TTL
+        assert (await _acquire(bus, "team")).granted
+    finally:
+        await root.stop()
+        await store.aclose()
+
+
+async def test_a_quota_pool_a_reload_removed_comes_back_with_its_count(
+    bus: InProcessBus,
+    tmp_path: Path,
+) -> None:
+    from actors import build_tree
+
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    quota = _team(2, kind="quota")
+    root = build_tree(quota, snapshots=store)
+    await root.start(bus)
+    try:
+        assert (await _acquire(bus, "team")).granted  # its lease is dropped, its charge not
+        assert "remove capacity/capacity:team" in await _reload(root, quota, _unpooled(), store)
+        assert "add capacity/capacity:team" in await _reload(root, _unpooled(), quota, store)
+        assert (await _get(bus, "team")).used == 1  # the provider counted that request
+        assert (await _acquire(bus, "team")).granted
+        assert not (await _acquire(bus, "team")).granted
+    finally:
+        await root.stop()
+        await store.aclose()
+
+
+async def test_a_pool_unit_moved_to_another_host_keeps_the_leases_in_use(
+    bus: InProcessBus,
+    tmp_path: Path,
+) -> None:
+    from actors import build_tree
+
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    root = build_tree(_team(1), snapshots=store)
+    await root.start(bus)
+    try:
+        assert (await _acquire(bus, "team")).granted
+        # As a cluster host hands the unit over (ClusterHost._drop) and the next one starts
+        # it from the unit's snapshots: stopped, not retired.
+        index = [s.name for s in root.specs].index("capacity")
+        await root.remove_child("capacity")
+        unit = build_tree(_team(1), snapshots=store).nested("capacity")
+        assert unit is not None
+        await root.add_child(unit, index=index)
+        assert (await _get(bus, "team")).used == 1  # the request still runs: its slot held
+        assert not (await _acquire(bus, "team")).granted
+    finally:
+        await root.stop()
+        await store.aclose()
+
+
 async def test_a_primary_lease_whose_answer_never_came_is_given_back_by_its_proposed_id(
     bus: InProcessBus, monkeypatch: pytest.MonkeyPatch
 ) -> None:
