@@ -445,10 +445,13 @@ class NatsBus:
         self._feeds.clear()
 
     async def _close_client(self) -> None:
+        # Closed while reconnecting to a server that is gone, nats-py flushes what it buffered
+        # into the transport it lost and uvloop raises RuntimeError: the client is closed for
+        # good by then, and what it buffered could never have been delivered.
         try:
             await self._nc.close()
-        except (nats.errors.Error, OSError) as exc:
-            logger.warning("error while closing the NATS connection: %r", exc)
+        except (nats.errors.Error, OSError, RuntimeError) as exc:
+            logger.warning("closing the NATS connection: %r (what it buffered is dropped)", exc)
 
     async def _on_error(self, exc: Exception) -> None:
         if not self._joined:

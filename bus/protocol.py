@@ -53,6 +53,11 @@ class Bus(Protocol):
     """
 
     @property
+    def closed(self) -> bool:
+        """True after ``aclose`` (or once the bus is closed for good): no call succeeds again."""
+        ...
+
+    @property
     def servers(self) -> int:
         """How many servers the bus knows in its cluster (the ones given and the ones the
         servers announced); 1 in one process."""

@@ -41,6 +41,11 @@ class GatedBus:
         self.held = 0  # messages that waited for the lease
 
     @property
+    def closed(self) -> bool:
+        """See ``Bus.closed``."""
+        return self._bus.closed
+
+    @property
     def servers(self) -> int:
         """See ``Bus.servers``."""
         return self._bus.servers

@@ -33,7 +33,9 @@ crashed or is restarting (a kill -9 of the actors process) loses none of it.
 Bounded: at most ``log.queue_rows`` rows wait here; past that a new request's rows are
 dropped, counted (:attr:`LogOutbox.dropped`) and logged. A clean stop sends what is left
 before the bus closes (for at most :data:`CLOSE_WAIT_S`); an ingress killed with rows still
-unacknowledged loses those (at most its last ``flush_ms`` or so of traffic).
+unacknowledged loses those (at most its last ``flush_ms`` or so of traffic). Once the bus is
+closed (a ``--workers`` worker whose supervisor died took its private nats-server and the store
+with it) nothing is sent or kept for later: the stop logs the rows lost.
 """
 
 from __future__ import annotations
@@ -393,8 +395,9 @@ class LogOutbox:
             self._task = asyncio.create_task(self._run(), name="log-outbox")
 
     async def aclose(self, wait: float = CLOSE_WAIT_S) -> None:
-        """Send what is left (for at most ``wait`` seconds, and not past the first send the
-        store does not acknowledge), then stop; rows still here are logged as lost."""
+        """Send what is left (for at most ``wait`` seconds, not past the first send the store
+        does not acknowledge, and not at all once the bus is closed), then stop; rows still
+        here are logged as lost."""
         task, self._task = self._task, None
         if task is None:
             return
@@ -404,8 +407,20 @@ class LogOutbox:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        if self.waiting:
-            logger.error("request log: %d rows not acknowledged by the store at stop", self.waiting)
+        if not self.waiting:
+            return
+        # Rows never sent are lost for sure. A batch sent and not acknowledged is lost too
+        # unless the store committed it and its answer was what got lost (then it is in the
+        # log): no one can say which once the store is out of reach.
+        unsent, sent = self._queued_rows, self.waiting - self._queued_rows
+        parts = [f"{unsent} never sent: lost"] if unsent else []
+        if sent:
+            parts.append(f"{sent} sent: lost unless the store committed them before it went")
+        logger.error(
+            "request log: %d rows not acknowledged by the store at stop (%s)",
+            self.waiting,
+            "; ".join(parts),
+        )
 
     async def _run(self) -> None:
         while True:
@@ -417,11 +432,13 @@ class LogOutbox:
                     self._wake.clear()
                     await self._wake.wait()
                     continue
+                if self._bus.closed:
+                    return  # nothing reaches a store any more: aclose counts the rows lost
                 self._batch = self._next_batch()
             if await self._send(self._batch):
                 self._batch = None
-            elif self._closing:
-                return  # stopping, and no store takes the rows now
+            elif self._closing or self._bus.closed:
+                return  # stopping, or the bus is gone: no store takes the rows now
             else:
                 await asyncio.sleep(RETRY_S)
 
@@ -454,6 +471,8 @@ class LogOutbox:
                 )
             )
         except Exception as exc:  # kept and sent again: the outbox must outlive any failure
+            if self._bus.closed:
+                return False  # not kept for later: no later comes (aclose counts them)
             if not isinstance(exc, GatewayError):
                 logger.exception("request log: sending a batch failed")
             self.failures += 1

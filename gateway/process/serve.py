@@ -37,6 +37,7 @@ from schemas import subjects
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from bus import Bus
     from gateway.process.actor_host import ActorHost
     from schemas.config import GatewayConfig
 
@@ -126,12 +127,15 @@ async def run(
     on_ready: Callable[[str], None] = announce,
     own_process: bool = False,
     sighup: bool | None = None,
+    bus_lost: asyncio.Event | None = None,
 ) -> int:
     """Run until ``shutdown`` is set (default: SIGINT/SIGTERM) or the actor tree gives up.
 
     ``on_ready`` gets the ready line once the gateway answers. With ``own_process`` (the
     CLI) the gateway owns the interpreter and tunes its collector (:func:`settle_gc`) before
     it announces itself. ``sighup`` (default: as for SIGINT/SIGTERM) reloads on SIGHUP.
+    ``bus_lost``, once set, says the bus's server is gone for good: the bus is closed at
+    once, so the requests still in flight and the stop wait on no reconnect.
     Returns the exit code. Raises ListenError (the port) and
     BusUnreachableError (the bus) before anything has started.
     """
@@ -159,6 +163,7 @@ async def run(
         if sock is not None:
             sock.close()
         raise
+    closer = None if bus_lost is None else asyncio.create_task(_close_when(bus_lost, bus))
     try:
         if opts.role in ("all", "actors"):
             from gateway.process.actor_host import ActorHost
@@ -220,7 +225,16 @@ async def run(
             await sidecars.aclose()
         if host is not None:
             await host.aclose()
+        if closer is not None:
+            closer.cancel()
         await bus.aclose()
+
+
+async def _close_when(lost: asyncio.Event, bus: Bus) -> None:
+    # Left open, a bus whose server is gone reconnects forever: its requests wait their
+    # timeouts, and the request log's outbox its retries, for an answer that cannot come.
+    await lost.wait()
+    await bus.aclose()
 
 
 class ListenError(Exception):

@@ -5,6 +5,16 @@ Started only by :mod:`gateway.process.workers`, which writes one JSON line to it
 command line, and where to listen) and keeps the pipe open. The worker serves the ingress
 role on the shared port (SO_REUSEPORT), writes ``ready <pid>`` on stdout once it answers, and
 stops on SIGTERM/SIGINT or when its stdin ends (the supervisor is gone, even by SIGKILL).
+
+Why the pipe tells a worker its supervisor died: its write end is held by the supervisor
+alone (pipes are close-on-exec, children started with ``close_fds``), so the kernel ends it
+the moment that process dies, however it dies, on every POSIX system, and the event loop sees
+it at once. ``prctl(PR_SET_PDEATHSIG)`` is Linux-only and fires when the *thread* that forked
+the worker ends, not the process; polling ``os.getppid()`` notices only at its next tick.
+An orphaned worker drains as on SIGTERM. Its supervisor's private nats-server (the default)
+died with it, so the worker closes the bus at once rather than reconnect to nothing: requests
+in flight finish without it, and the request-log rows no store can acknowledge any more are
+logged as lost.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from gateway.process.config import ConfigError
+
+logger = logging.getLogger("llmgw")
 
 if TYPE_CHECKING:
     from gateway.process.serve import ServeOptions
@@ -33,6 +45,7 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     config_path: str | None
     loop: str = "uvloop"
     log_level: str = "INFO"
+    private_bus: bool = False  # the supervisor's own nats-server: it dies with the supervisor
 
 
 def main() -> int:
@@ -63,6 +76,7 @@ def main() -> int:
         role="ingress",
         config_path=spec.config_path,
         reuse_port=True,
+        private_bus=spec.private_bus,
     )
     try:
         return run_loop(_serve(config, opts), spec.loop)
@@ -76,6 +90,7 @@ async def _serve(config: GatewayConfig, opts: ServeOptions) -> int:
 
     shutdown = asyncio.Event()
     install_shutdown(shutdown)
+    orphaned = asyncio.Event()
     loop = asyncio.get_running_loop()
     stdin = sys.stdin.fileno()
     os.set_blocking(stdin, False)
@@ -86,9 +101,18 @@ async def _serve(config: GatewayConfig, opts: ServeOptions) -> int:
             ended = not os.read(stdin, 4096)
         except BlockingIOError:
             return
-        if ended:
-            loop.remove_reader(stdin)
-            shutdown.set()
+        if not ended:
+            return
+        loop.remove_reader(stdin)
+        if not shutdown.is_set():  # not when the supervisor stops us: it sends SIGTERM first
+            logger.warning(
+                "the supervisor is gone: finishing the requests in flight, then stopping%s",
+                " (its nats-server went with it: the bus is closed now)"
+                if opts.private_bus
+                else "",
+            )
+        orphaned.set()
+        shutdown.set()
 
     loop.add_reader(stdin, on_stdin)
     try:
@@ -99,6 +123,7 @@ async def _serve(config: GatewayConfig, opts: ServeOptions) -> int:
             on_ready=_ready,
             own_process=True,
             sighup=False,  # the supervisor reloads through the actors; every worker follows
+            bus_lost=orphaned if opts.private_bus else None,
         )
     finally:
         loop.remove_reader(stdin)

@@ -226,6 +226,7 @@ async def run_workers(
             config_path=opts.config_path,
             loop=loop,
             log_level=log_level,
+            private_bus=nats is not None,
         )
         # Each worker's metrics go to files here; the one scraped sums them (metrics_sum).
         metrics = tempfile.mkdtemp(prefix="llmgw-metrics-")

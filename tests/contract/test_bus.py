@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import urllib.request
 import uuid
 from typing import TYPE_CHECKING, Any, cast
 
+import anyio
 import nats
 import pytest
+import uvloop
 
 from bus import (
     Bus,
@@ -42,6 +45,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+from tests.fixtures.logs import log_lines
 from tests.fixtures.nats import free_port, start_nats_server
 
 if TYPE_CHECKING:
@@ -472,6 +476,29 @@ async def test_nats_family_serves_its_wildcard_and_its_subjects_with_one_server_
 async def test_nats_connect_to_unreachable_server_raises_bus_closed() -> None:
     with pytest.raises(BusClosedError, match="cannot connect"):
         await NatsBus.connect("nats://127.0.0.1:1", connect_timeout=0.5)
+
+
+@pytest.mark.nats
+def test_nats_close_while_reconnecting_to_a_dead_server_closes_and_raises_nothing(
+    prefix: str,
+) -> None:
+    """On uvloop (what ``llmgw serve`` runs), nats-py's close flushes what it buffered while
+    reconnecting into the transport it lost, and uvloop raises RuntimeError: a ``--workers``
+    worker whose supervisor (and so its nats-server) died ended on that traceback."""
+    uvloop.run(_close_after_the_server_died(prefix))
+
+
+async def _close_after_the_server_died(prefix: str) -> None:
+    with log_lines("bus.nats_bus", logging.WARNING) as lines:
+        with start_nats_server() as url:
+            bus = await NatsBus.connect(url)
+        await lines.wait_for("disconnected; reconnecting", 1, WAIT_S)
+        # Buffered for a reconnect that never comes.
+        await bus.publish(f"{prefix}.x", Observation(endpoint="e", model="m", outcome="success"))
+        with anyio.fail_after(WAIT_S):  # no waiting on the reconnects
+            await bus.aclose()
+        assert bus.closed
+        assert await lines.wait_for("closing the NATS connection: RuntimeError", 1, 0)
 
 
 # -- kept history: ensure_stream / replay (JetStream on NATS, bounded memory in process) ----

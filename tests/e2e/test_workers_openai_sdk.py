@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bus import decode
 from gateway.admin.local_socket import socket_path
+from gateway.ingress import metrics_sum
 from schemas import RouteDecided, subjects
 from schemas.process_config import EventsConfig
 from tests.e2e.conftest import (
@@ -72,6 +74,11 @@ LOAD = 32
 # one of two SO_REUSEPORT sockets is 2**-63.
 TRIES = 64
 _SERVING = re.compile(r"worker (\d+) serving \(pid (\d+)\)")
+_ORPHANED = re.compile(r"the supervisor is gone: finishing the requests in flight")
+IN_FLIGHT = 8  # requests held at the upstream when the supervisor is killed
+# A worker whose supervisor died exits this soon after its last answer: less than the request
+# log's wait for a store at stop (CLOSE_WAIT_S, 5 s), which it must not spend on a dead one.
+ORPHAN_EXIT_S = 3.0
 
 
 class Supervisor:
@@ -123,6 +130,12 @@ class Supervisor:
                 match = pattern.search(line)
                 if match:
                     return match
+
+    async def rest(self) -> None:
+        """Read stderr to its end (every process writing it gone) into ``lines``."""
+        async with asyncio.timeout(WAIT * 3):
+            while (line := await self._new.get()) is not None:
+                self.lines.append(line)
 
     def seen(self, pattern: re.Pattern[str]) -> re.Match[str]:
         """The first stderr line read so far that matches ``pattern``."""
@@ -308,6 +321,59 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
     assert not any(_alive(pid) for pid in (survivor, replacement, nats))
     assert not socket_path(tmp_path / "gw.sqlite3").exists()
     assert not any("nats://llmgw:" in line and "***" not in line for line in sup.lines)
+
+
+async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests_and_exit_clean(
+    tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
+) -> None:
+    # kill -9 of the supervisor takes its actors and (PR_SET_PDEATHSIG) its nats-server along;
+    # each worker sees its stdin end, finishes what it holds, says which request-log rows it
+    # lost (no store is left to take them) and exits: no reconnecting to the dead server, no
+    # waiting for the store, no traceback.
+    sup = await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+    assert sup.proc is not None
+    nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
+    scratch = _scratch_dirs(nats, *sup.worker_pids())
+    fake_upstream.set_default(Held())
+    clients = [httpx.AsyncClient(base_url=sup.url, timeout=WAIT) for _ in range(IN_FLIGHT)]
+    try:
+        load = [asyncio.create_task(c.post(CHAT, json=chat("m"))) for c in clients]
+        await fake_upstream.wait_for_requests(IN_FLIGHT, timeout=WAIT)
+        sup.proc.kill()
+        for _ in sup.worker_pids():
+            await sup.line(_ORPHANED)
+        fake_upstream.release_held()
+        answers = await asyncio.gather(*load)
+        async with asyncio.timeout(ORPHAN_EXIT_S):
+            for pid in sup.worker_pids():
+                await _dead(pid)
+        await sup.rest()  # every worker's stderr, to its end
+    finally:
+        for c in clients:
+            await c.aclose()
+        for each in scratch:  # the supervisor, killed, could not remove them
+            shutil.rmtree(each, ignore_errors=True)
+    lost = [
+        re.search(r"(\d+) rows not acknowledged .* \((\d+) never sent: lost\)", line)
+        for line in sup.lines
+    ]
+
+    assert [a.status_code for a in answers] == [200] * IN_FLIGHT
+    assert not any(_alive(pid) for pid in (*sup.worker_pids(), nats))
+    assert not any("Traceback" in line for line in sup.lines), "\n".join(sup.lines)
+    # Each answered request left its row and its attempt's, and no store could take them.
+    assert sum(int(m.group(2)) for m in lost if m) == 2 * IN_FLIGHT
+
+
+def _scratch_dirs(nats: int, *workers: int) -> list[Path]:
+    """The run's temporary directories: the nats-server's (its config file's) and the
+    workers' metrics directory."""
+    args = Path(f"/proc/{nats}/cmdline").read_bytes().decode().split("\0")
+    dirs = [Path(args[args.index("-c") + 1]).parent]
+    for pid in workers:
+        env = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        dirs += [Path(v.split("=", 1)[1]) for v in env if v.startswith(f"{metrics_sum.ENV}=")]
+    return dirs
 
 
 @pytest.mark.asyncio(loop_scope="module")

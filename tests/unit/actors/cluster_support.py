@@ -107,6 +107,10 @@ class Link:
         self._gate.set()
 
     @property
+    def closed(self) -> bool:
+        return self.inner.closed
+
+    @property
     def servers(self) -> int:
         return 1
 

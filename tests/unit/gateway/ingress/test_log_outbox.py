@@ -14,7 +14,7 @@ from actors import StoreActor
 from bus import InProcessBus
 from gateway.ingress.accounting import LogOutbox
 from gateway.ingress.metrics import GatewayMetrics
-from schemas import Observation, RequestCompleted
+from schemas import Observation, RequestCompleted, subjects
 from schemas.config import LogConfig
 from tests.fixtures.logs import LogLines, log_lines
 
@@ -114,3 +114,39 @@ async def test_rows_a_full_outbox_dropped_are_exported_as_a_metric() -> None:
         for s in family.samples
     }
     assert samples[("llmgw_log_rows_dropped_total", (("cause", "ingress_full"),))] == 2
+
+
+async def test_once_the_bus_is_closed_rows_are_not_kept_and_the_stop_logs_them_lost() -> None:
+    # A --workers worker whose supervisor died: its private nats-server and the store are gone.
+    bus = InProcessBus()
+    outbox = LogOutbox(bus, LogConfig(flush_ms=10))
+    with log_lines("gateway.ingress.accounting", logging.WARNING) as lines:
+        outbox.start()
+        await bus.aclose()
+        outbox.add(*_request(1))
+        with anyio.fail_after(WAIT):
+            await outbox.aclose(wait=60.0)  # nothing to wait for on a closed bus
+    assert outbox.waiting == 2
+    assert lines.messages == [
+        "request log: 2 rows not acknowledged by the store at stop (2 never sent: lost)"
+    ]
+
+
+async def test_a_stop_with_a_batch_sent_and_unanswered_says_the_store_may_hold_it() -> None:
+    bus = InProcessBus()
+    outbox = LogOutbox(bus, LogConfig(flush_ms=10))
+    try:
+        async with bus.subscribe(subjects.LOG_APPEND) as silent:  # takes it, never answers
+            with log_lines("gateway.ingress.accounting", logging.WARNING) as lines:
+                outbox.start()
+                outbox.add(*_request(1))
+                with anyio.fail_after(WAIT):
+                    await anext(aiter(silent))
+                outbox.add(*_request(2))  # waits for the batch in flight
+                await outbox.aclose(wait=0.0)
+    finally:
+        await bus.aclose()
+    assert lines.messages == [
+        "request log: 4 rows not acknowledged by the store at stop (2 never sent: lost; "
+        "2 sent: lost unless the store committed them before it went)"
+    ]
