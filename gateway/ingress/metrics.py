@@ -27,7 +27,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gateway.ingress.metrics_sum import SummedRegistry, defer_writes, multiprocess_dir
@@ -105,6 +105,30 @@ class _LogStats:
             "Request log rows not yet committed",
             value=float(st.get("pending", 0)),
         )
+
+
+class _Health:
+    """Collector of every endpoint's circuit state and availability, as last reported by the
+    HealthActor. A collector, not two Gauges: an endpoint a reload removed must leave the
+    exposition, and a Gauge's labels cannot be cleared in prometheus-client's multiprocess mode
+    (``--workers``: it warns, and its files keep every child ever made)."""
+
+    def __init__(self) -> None:
+        self.report: HealthReport | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        labels = ["model", "endpoint"]
+        circuit = GaugeMetricFamily(
+            "llmgw_circuit_state", "Circuit: 0 closed, 1 half-open, 2 open", labels=labels
+        )
+        availability = GaugeMetricFamily(
+            "llmgw_endpoint_availability", "Availability EWMA", labels=labels
+        )
+        for st in self.report.endpoints if self.report is not None else ():
+            circuit.add_metric([st.model, st.endpoint], _CIRCUIT_VALUE.get(st.circuit_state, -1.0))
+            availability.add_metric([st.model, st.endpoint], st.availability)
+        yield circuit
+        yield availability
 
 
 class _PerAttempt:
@@ -190,15 +214,8 @@ class GatewayMetrics:
             buckets=_RTT_BUCKETS,
             registry=r,
         )
-        self.circuit = Gauge(
-            "llmgw_circuit_state",
-            "Circuit: 0 closed, 1 half-open, 2 open",
-            ["model", "endpoint"],
-            registry=r,
-        )
-        self.availability = Gauge(
-            "llmgw_endpoint_availability", "Availability EWMA", ["model", "endpoint"], registry=r
-        )
+        self._health_view = _Health()
+        r.register(self._health_view)
         self.events = Counter("llmgw_events", "Operator events seen", ["kind", "type"], registry=r)
         self.transitions = Counter(
             "llmgw_circuit_transitions", "Circuit transitions", ["endpoint", "to"], registry=r
@@ -385,13 +402,7 @@ class GatewayMetrics:
         self.bus_rtt.labels("health").observe(time.perf_counter() - started)
         if not isinstance(report, HealthReport):
             return
-        self.circuit.clear()  # endpoints removed by a reload disappear
-        self.availability.clear()
-        for st in report.endpoints:
-            self.circuit.labels(st.model, st.endpoint).set(
-                _CIRCUIT_VALUE.get(st.circuit_state, -1.0)
-            )
-            self.availability.labels(st.model, st.endpoint).set(st.availability)
+        self._health_view.report = report  # endpoints removed by a reload disappear
 
     async def _log_stats(self, bus: Bus, timeout: float) -> None:
         try:
