@@ -210,12 +210,34 @@ class RouteConfig(Strict):
             )
         return self
 
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_shape(cls, value: str) -> str:
+        # Checked here, not where the endpoint id is made from it, so a refusal names the
+        # field's path; never quoting the value (it may carry a credential).
+        if not value:
+            return value  # needed or not by kind: _needs_base_url
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https"):
+            raise ValueError("must be an http:// or https:// URL")
+        if not parts.hostname:
+            raise ValueError("names no host (expected http[s]://HOST[:PORT][/PATH])")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:  # an explicit :0, or out of range, or not a number
+            raise ValueError("has an invalid port (expected 1-65535)")
+        if "?" in value or "#" in value:
+            # Every adapter appends its API's path to base_url, which would land in the query
+            # or fragment; an Azure route's api-version is set as azure: {api_version}.
+            raise ValueError("must not have a query (?...) or a fragment (#...)")
+        return value
+
     @model_validator(mode="after")
     def _needs_base_url(self) -> RouteConfig:
         if self.kind != "echo" and not self.base_url:
             raise ValueError(f"a route of kind {self.kind!r} needs a base_url")
-        if self.base_url and urlsplit(self.base_url).scheme not in ("http", "https"):
-            raise ValueError("base_url must be an http:// or https:// URL")
         return self
 
     @property

@@ -208,6 +208,42 @@ def test_endpoint_id_follows_the_spec_rule(base_url: str, kind: str, expected: s
     assert cfg.models[0].endpoint_ids() == (expected,)
 
 
+@pytest.mark.parametrize(
+    ("base_url", "says"),
+    [
+        ("http://", "names no host"),
+        ("https:///v1", "names no host"),
+        ("http://:8000/v1", "names no host"),
+        ("http://127.0.0.1:99999/v1", "has an invalid port"),
+        ("http://127.0.0.1:0/v1", "has an invalid port"),
+        ("http://127.0.0.1:http/v1", "has an invalid port"),
+        ("http://host/v1?a=b#frag", "must not have a query"),
+        ("http://host/v1?", "must not have a query"),
+        ("http://host/v1#frag", "must not have a query (?...) or a fragment (#...)"),
+        ("ftp://host/v1", "must be an http:// or https:// URL"),
+    ],
+)
+def test_config_with_an_unusable_base_url_is_refused_naming_its_path(
+    base_url: str, says: str
+) -> None:
+    msg = _error(
+        "models: [{id: a, route: [{kind: echo}]}, "
+        f"{{id: m, route: [{{kind: echo}}, {{kind: openai_compat, base_url: '{base_url}'}}]}}]"
+    )
+    assert msg.startswith("gw.yaml: models[1].route[1].base_url: "), msg
+    assert says in msg and base_url not in msg, msg
+
+
+@pytest.mark.parametrize(
+    "base_url", ["http://[::1]:8000/v1", "https://host:443", "http://host:/v1", "http://h/v1/"]
+)
+def test_config_base_url_with_a_host_and_port_or_none_is_accepted(base_url: str) -> None:
+    cfg = parse_config(
+        f"models: [{{id: m, route: [{{kind: openai_compat, base_url: '{base_url}'}}]}}]"
+    )
+    assert cfg.models[0].route[0].base_url == base_url
+
+
 def test_two_routes_at_one_place_get_distinct_endpoint_ids() -> None:
     cfg = parse_config(
         "models: [{id: m, route: [{kind: openai_compat, base_url: "
