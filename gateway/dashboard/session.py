@@ -156,7 +156,7 @@ class SessionSigner:
 
     def csrf_ok(self, session: Session, presented: str | None) -> bool:
         """Whether ``presented`` is ``session``'s CSRF token."""
-        return presented is not None and hmac.compare_digest(presented, self.csrf(session))
+        return presented is not None and _same(presented, self.csrf(session))
 
     def signin_csrf(self, cookie: str) -> str:
         """The sign-in form's token for the pre-session cookie value ``cookie``."""
@@ -167,5 +167,13 @@ class SessionSigner:
         return (
             bool(cookie)
             and presented is not None
-            and hmac.compare_digest(presented, self.signin_csrf(cookie or ""))
+            and _same(presented, self.signin_csrf(cookie or ""))
         )
+
+
+def _same(presented: str, expected: str) -> bool:
+    """``presented`` (the client's) equals ``expected``, compared in constant time as bytes:
+    ``hmac.compare_digest`` refuses text that is not ASCII, and a client chooses this text."""
+    return hmac.compare_digest(
+        presented.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )

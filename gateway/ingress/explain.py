@@ -159,13 +159,14 @@ async def _as_caller(req: HttpRequest, headers: Any, path: str, auth: Authentica
         headers = {}
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise InvalidRequestError("'headers' must be an object of strings", param="headers")
-    scope = {
-        **req.scope,
-        "path": path,
-        "headers": [
-            (str(k).lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
-        ],
-    }
+    try:
+        # As a live client sends them: ASCII names, values in UTF-8 (a label may be any text).
+        described = [(str(k).lower().encode("ascii"), v.encode()) for k, v in headers.items()]
+    except UnicodeError:
+        raise InvalidRequestError(
+            "'headers' names must be ASCII and values text", param="headers"
+        ) from None
+    scope = {**req.scope, "path": path, "headers": described}
     asking = scope.pop(CALLER_SCOPE_KEY, None)
     fake = HttpRequest(scope, req.receive, req.send)
     if asking is not None and fake.bearer_token() is None and await auth.auth_on():

@@ -101,6 +101,33 @@ async def test_a_sign_in_without_its_form_token_is_refused(
     assert await _status(gw, await sign_in(gw, ADMIN)) == 200
 
 
+async def test_a_token_that_is_not_ascii_is_refused_not_a_500(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+) -> None:
+    # hmac.compare_digest refuses text that is not ASCII: anyone, signed in or not, got a 500
+    # and a logged traceback with one accented letter.
+    gw = await gateway_factory(_cfg(fake_upstream))
+    session = await sign_in(gw, ADMIN)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as http:
+        signin = await http.post(
+            "/dashboard/signin",
+            content=b"key=x&csrf=%C3%A9",
+            headers={
+                "cookie": "llmgw_signin=anything",
+                "content-type": "application/x-www-form-urlencoded",
+            },
+        )
+        raw = [
+            (b"cookie", f"llmgw_dashboard={session.cookie}".encode()),
+            (b"x-csrf-token", "\u00e9".encode()),  # its UTF-8 bytes, as a client sends them
+        ]
+        command = await http.post(CHAINS, headers=raw)
+
+    assert signin.status_code == 403, signin.text
+    assert command.status_code == 403, command.text
+
+
 async def test_sign_out_ends_the_session_on_every_ingress(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,

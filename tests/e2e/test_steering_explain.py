@@ -6,6 +6,7 @@ caller's headers (organisation, role), and is for admins only. On ``inproc://`` 
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -163,6 +164,26 @@ async def test_explain_refuses_what_the_live_path_refuses_and_needs_an_admin(
     assert assert_openai_error(bad_tool, 400, "invalid_request")["param"] == "tools[0]"
     assert not_admin.status_code in (401, 403)
     assert len(a.requests) == 0
+
+
+@pytest.mark.parametrize("label", ["\u65e5\u672c", "\u00e9\u00e9"], ids=["cjk", "accented"])
+async def test_explain_takes_a_described_header_in_utf8_as_a_live_client_sends_it(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, label: str
+) -> None:
+    # The described headers were encoded as Latin-1: a label outside it was a 500 (and a
+    # logged traceback); with a routing rule reading labels, an accented one was "not valid
+    # JSON" where the live request served (here it pins that both still answer).
+    a = await fake_upstreams("a")
+    gw = await gateway_factory(config(model("a", route(a)), admin_key=ADMIN))
+    metadata = json.dumps({"t": label}, ensure_ascii=False)
+
+    explained = await _explain(gw, chat("a"), headers={"x-llmgw-metadata": metadata})
+    live = await gw.http().post(
+        CHAT, json=chat("a"), headers=[(b"x-llmgw-metadata", metadata.encode())]
+    )
+
+    assert explained["plan"]["model"] == "a", explained
+    assert live.status_code == 200, live.text
 
 
 async def test_explain_of_a_half_open_route_reports_its_probe_without_taking_it(
