@@ -58,10 +58,12 @@ _WHAT = "gateway API key"
 
 
 def _expiry(cmd: AdminCommand, now: float) -> float | None:
-    """Unix seconds from ``expires_in`` (a duration) or ``expires_at`` (a time); None: never."""
-    for name in ("expires_in", "expires_at"):
-        if name not in cmd.args:
-            continue
+    """Unix seconds from ``expires_in`` (a duration) or ``expires_at`` (a time); None: never.
+    Raises InvalidRequestError for both, or a bad one."""
+    given = [name for name in ("expires_in", "expires_at") if name in cmd.args]
+    if len(given) > 1:
+        raise InvalidRequestError("give one of 'expires_in' and 'expires_at'", param=given[1])
+    for name in given:
         try:
             if name == "expires_in":
                 return now + parse_duration(cmd.args[name])
@@ -69,6 +71,29 @@ def _expiry(cmd: AdminCommand, now: float) -> float | None:
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(f"bad '{name}': {exc}", param=name) from None
     return None
+
+
+_CREATE_ARGS = frozenset({"org", "user", "role", "name", "expires_in", "expires_at"})
+_LIMIT_ARGS = frozenset({"rpm", "tpm", "concurrency", "budget", "budget_usd", "budget_period"})
+
+
+def _refuse_unknown(cmd: AdminCommand) -> None:
+    """Raise InvalidRequestError for an argument ``create`` does not take: one silently
+    dropped (a limit above all) reads as set when it is not."""
+    unknown = sorted(set(cmd.args) - _CREATE_ARGS)
+    if not unknown:
+        return
+    first = unknown[0]
+    if first in _LIMIT_ARGS:
+        raise InvalidRequestError(
+            f"'{first}' is a limit, not a key's field: set it with PUT /admin/limits/key/{{id}} "
+            "once the key exists (or llmgw keys create --rpm ...)",
+            param=first,
+        )
+    raise InvalidRequestError(
+        f"'{first}' is not an argument of create (it takes {', '.join(sorted(_CREATE_ARGS))})",
+        param=first,
+    )
 
 
 class ApiKeyAdminActor(Actor):
@@ -132,6 +157,7 @@ class ApiKeyAdminActor(Actor):
         return {"data": [r.public(now) for r in await stored(self._store.records(), _WHAT)]}
 
     async def _create(self, cmd: AdminCommand) -> dict[str, Any]:
+        _refuse_unknown(cmd)
         org, user = text_arg(cmd, "org"), text_arg(cmd, "user")
         name = text_arg(cmd, "name", required=False)
         role = role_arg(cmd, "role")

@@ -264,3 +264,31 @@ async def test_with_the_actors_down_a_client_is_told_to_retry_not_a_bus_subject(
         assert "llmgw." not in err["message"] and "responders" not in err["message"]
         assert "retry" in err["message"].lower()
         assert int(resp.headers["retry-after"]) >= 1
+
+
+KEY = {"role": "free", "org": "o", "user": "u"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "says"),
+    [
+        ({"rpm": 5}, "rpm", "PUT /admin/limits/key/"),
+        ({"budget": "10/month"}, "budget", "PUT /admin/limits/key/"),
+        ({"colour": "red"}, "colour", "not an argument of create"),
+        ({"expires_in": "1h", "expires_at": 4102444800}, "expires_at", "one of"),
+    ],
+    ids=["a-limit", "a-budget", "unknown", "both-expiries"],
+)
+async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
+    routed_gw: RunningGateway, extra: dict[str, Any], param: str, says: str
+) -> None:
+    # Each was a 201: a limit silently dropped (the key unlimited, its creator thinking
+    # otherwise), expires_in silently beating expires_at.
+    http = routed_gw.http()
+
+    resp = await http.post("/admin/keys", json={**KEY, **extra}, headers=AUTH)
+    listed = (await http.get("/admin/keys", headers=AUTH)).json()["data"]
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param and says in err["message"], err
+    assert listed == []
