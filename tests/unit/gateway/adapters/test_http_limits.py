@@ -29,6 +29,9 @@ from schemas.config import GatewayConfig
 from schemas.process_config import MAX_UPSTREAM_ANSWER_BYTES
 from tests.fixtures.raw_upstream import RawReply, RawUpstream, ok
 
+# Loopback, but under a loaded machine (the whole suite beside): 1 s to connect once timed out.
+WAIT = 10.0
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -45,7 +48,7 @@ async def http() -> AsyncIterator[UpstreamHTTP]:
 
 
 async def post(http: UpstreamHTTP, url: str) -> tuple[int, bytes]:
-    answer = await http.post("e", url, BODY, HEADERS, timeout=5, connect_timeout=1)
+    answer = await http.post("e", url, BODY, HEADERS, timeout=WAIT, connect_timeout=WAIT)
     return answer.status, answer.body
 
 
@@ -203,7 +206,7 @@ async def test_an_error_answers_body_is_cut_at_its_bound_and_its_status_kept(
 
     whole = await post(http, raw_upstream.url)
     async with http.stream(
-        "e", raw_upstream.url, BODY, HEADERS, timeout=5, connect_timeout=1
+        "e", raw_upstream.url, BODY, HEADERS, timeout=WAIT, connect_timeout=WAIT
     ) as resp:
         streamed = (resp.status, await resp.read())
 
@@ -240,7 +243,9 @@ async def test_an_error_answer_under_its_bound_is_read_whole(
 ) -> None:
     body = b"e" * (ERROR_BODY_MAX // 2)
     raw_upstream.enqueue(ok(body).replace(b"200 OK", b"503 Busy"))
-    answer = await http.post("e", raw_upstream.url, BODY, HEADERS, timeout=5, connect_timeout=1)
+    answer = await http.post(
+        "e", raw_upstream.url, BODY, HEADERS, timeout=WAIT, connect_timeout=WAIT
+    )
     assert (answer.status, answer.body) == (503, body)
 
 
@@ -272,7 +277,7 @@ async def test_a_gzip_stream_whose_read_is_a_bomb_fails_as_a_bad_response(
     raw_upstream.enqueue(RawReply(head + chunked(gzipped(bytes(8 * 1024 * 1024))), close=True))
     with pytest.raises(UpstreamBadResponseError) as exc:
         async with http.stream(
-            "e", raw_upstream.url, BODY, HEADERS, timeout=5, connect_timeout=1
+            "e", raw_upstream.url, BODY, HEADERS, timeout=WAIT, connect_timeout=WAIT
         ) as resp:
             await resp.read()
     assert exc.value.kind == "bad_response"
@@ -301,7 +306,7 @@ async def test_the_configured_bound_reaches_the_adapters_and_follows_a_reload(
         upstream_model="m",
         api_key=None,
         timeout=5,
-        connect_timeout=1,
+        connect_timeout=WAIT,
     )
     adapter = upstreams.adapters["openai_compat"]
     try:
