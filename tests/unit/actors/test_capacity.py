@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 import actors.capacity_view
-from actors import ChildSpec, Supervisor
+from actors import ChildSpec, Supervisor, build_tree
 from actors.capacity import CapacityActor, _FirstRefreshDue, _Sweep
 from actors.capacity_view import CapacityViews
 from actors.state.capacity_ledger import CapacityLedger, window_bounds
@@ -379,7 +379,6 @@ def _pooled(limit: int) -> GatewayConfig:
 
 
 def test_a_reload_replaces_a_pool_owner_only_when_its_declaration_changed() -> None:
-    from actors import build_tree
     from actors.reconfigure import diff
 
     same = diff(build_tree(_pooled(1)), build_tree(_pooled(1)))
@@ -391,7 +390,6 @@ def test_a_reload_replaces_a_pool_owner_only_when_its_declaration_changed() -> N
 async def test_the_decision_leases_the_primary_and_a_full_pool_leaves_the_draw(
     bus: InProcessBus,
 ) -> None:
-    from actors import build_tree
     from schemas import RoutePlan, RouteRequest
 
     root = build_tree(_pooled(1))
@@ -444,7 +442,6 @@ async def test_a_restarted_owner_keeps_the_leases_in_use(
 async def test_a_lease_refused_behind_a_stale_view_drops_the_route_and_decides_again(
     bus: InProcessBus,
 ) -> None:
-    from actors import build_tree
     from schemas import RoutePlan, RouteRequest
 
     root = build_tree(_pooled(1))
@@ -495,7 +492,6 @@ def _team(limit: int, *, extra_route: bool = False, kind: str = "concurrency") -
 async def _reload(
     root: Supervisor, old: GatewayConfig, new: GatewayConfig, store: SnapshotStore
 ) -> list[str]:
-    from actors import build_tree
     from actors.reconfigure import apply, diff
 
     changes = diff(build_tree(old, snapshots=store), build_tree(new, snapshots=store))
@@ -504,16 +500,27 @@ async def _reload(
     return [f"{c.kind} {c.label}" for c in done]
 
 
+@asynccontextmanager
+async def _built(
+    bus: InProcessBus, tmp_path: Path, config: GatewayConfig
+) -> AsyncIterator[tuple[Supervisor, SnapshotStore]]:
+    """The actor tree of ``config`` started on ``bus`` over a snapshot store in ``tmp_path``;
+    stopped, and the store closed, on the way out."""
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    root = build_tree(config, snapshots=store)
+    await root.start(bus)
+    try:
+        yield root, store
+    finally:
+        await root.stop()
+        await store.aclose()
+
+
 async def test_a_reloaded_pool_owner_takes_over_the_leases_granted_just_before_it(
     bus: InProcessBus,
     tmp_path: Path,
 ) -> None:
-    from actors import build_tree
-
-    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
-    root = build_tree(_team(1), snapshots=store)
-    await root.start(bus)
-    try:
+    async with _built(bus, tmp_path, _team(1)) as (root, store):
         held = await _acquire(bus, "team")  # granted well within the owner's flush delay
         assert held.granted
         # The pool gains a route: its declaration changed, so its owner is replaced.
@@ -527,30 +534,19 @@ async def test_a_reloaded_pool_owner_takes_over_the_leases_granted_just_before_i
             subjects.capacity_release("team"), CapacityRelease(pool="team", lease_id=held.lease_id)
         )
         assert (await _get(bus, "team")).used == 0  # the carried lease is the new owner's
-    finally:
-        await root.stop()
-        await store.aclose()
 
 
 async def test_a_pool_whose_kind_changed_does_not_carry_the_old_leases(
     bus: InProcessBus,
     tmp_path: Path,
 ) -> None:
-    from actors import build_tree
-
-    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
     quota = _team(5, kind="quota")
-    root = build_tree(quota, snapshots=store)
-    await root.start(bus)
-    try:
+    async with _built(bus, tmp_path, quota) as (root, store):
         assert (await _acquire(bus, "team")).granted
         assert "replace capacity/capacity:team" in await _reload(root, quota, _team(1), store)
         state = await _get(bus, "team")
         assert (state.kind, state.used) == ("concurrency", 0)  # a quota unit is no slot
         assert (await _acquire(bus, "team")).granted
-    finally:
-        await root.stop()
-        await store.aclose()
 
 
 def _unpooled() -> GatewayConfig:
@@ -561,12 +557,7 @@ async def test_a_pool_a_reload_removed_comes_back_without_the_leases_of_its_past
     bus: InProcessBus,
     tmp_path: Path,
 ) -> None:
-    from actors import build_tree
-
-    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
-    root = build_tree(_team(1), snapshots=store)
-    await root.start(bus)
-    try:
+    async with _built(bus, tmp_path, _team(1)) as (root, store):
         held = await _acquire(bus, "team")  # a request in flight holds the only slot
         assert held.granted
         assert "remove capacity/capacity:team" in await _reload(root, _team(1), _unpooled(), store)
@@ -577,43 +568,27 @@ async def test_a_pool_a_reload_removed_comes_back_without_the_leases_of_its_past
         assert "add capacity/capacity:team" in await _reload(root, _unpooled(), _team(1), store)
         assert (await _get(bus, "team")).used == 0  # not held until the lease's TTL
         assert (await _acquire(bus, "team")).granted
-    finally:
-        await root.stop()
-        await store.aclose()
 
 
 async def test_a_quota_pool_a_reload_removed_comes_back_with_its_count(
     bus: InProcessBus,
     tmp_path: Path,
 ) -> None:
-    from actors import build_tree
-
-    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
     quota = _team(2, kind="quota")
-    root = build_tree(quota, snapshots=store)
-    await root.start(bus)
-    try:
+    async with _built(bus, tmp_path, quota) as (root, store):
         assert (await _acquire(bus, "team")).granted  # its lease is dropped, its charge not
         assert "remove capacity/capacity:team" in await _reload(root, quota, _unpooled(), store)
         assert "add capacity/capacity:team" in await _reload(root, _unpooled(), quota, store)
         assert (await _get(bus, "team")).used == 1  # the provider counted that request
         assert (await _acquire(bus, "team")).granted
         assert not (await _acquire(bus, "team")).granted
-    finally:
-        await root.stop()
-        await store.aclose()
 
 
 async def test_a_pool_unit_moved_to_another_host_keeps_the_leases_in_use(
     bus: InProcessBus,
     tmp_path: Path,
 ) -> None:
-    from actors import build_tree
-
-    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
-    root = build_tree(_team(1), snapshots=store)
-    await root.start(bus)
-    try:
+    async with _built(bus, tmp_path, _team(1)) as (root, store):
         assert (await _acquire(bus, "team")).granted
         # As a cluster host hands the unit over (ClusterHost._drop) and the next one starts
         # it from the unit's snapshots: stopped, not retired.
@@ -624,9 +599,6 @@ async def test_a_pool_unit_moved_to_another_host_keeps_the_leases_in_use(
         await root.add_child(unit, index=index)
         assert (await _get(bus, "team")).used == 1  # the request still runs: its slot held
         assert not (await _acquire(bus, "team")).granted
-    finally:
-        await root.stop()
-        await store.aclose()
 
 
 async def test_a_primary_lease_whose_answer_never_came_is_given_back_by_its_proposed_id(
