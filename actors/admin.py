@@ -33,6 +33,7 @@ from schemas import (
     subjects,
 )
 from schemas.keys import ROLES
+from schemas.names import has_unprintable
 
 if TYPE_CHECKING:
     from actors.base import ActorContext
@@ -44,15 +45,34 @@ AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
 _T = TypeVar("_T")
 
 
-def text_arg(cmd: AdminCommand, name: str, *, required: bool = True) -> str:
-    """Argument ``name`` as a stripped non-empty string ("" when absent and not required).
-    Raises InvalidRequestError naming it."""
+TEXT_ARG_MAX_CHARS = 256
+"""Longest name or id an admin argument may be: every one is echoed in lists, logs, events
+and errors, so none may be a 10,000-character line."""
+SECRET_ARG_MAX_CHARS = 8192
+"""Longest upstream secret or URL an argument may be (a cloud token runs to a few KiB)."""
+
+
+def text_arg(
+    cmd: AdminCommand, name: str, *, required: bool = True, max_chars: int = TEXT_ARG_MAX_CHARS
+) -> str:
+    """Argument ``name`` as a stripped non-empty string ("" when absent and not required), of
+    at most ``max_chars`` printable characters. Raises InvalidRequestError naming it (never
+    quoting the value, which may be a secret)."""
     value = cmd.args.get(name)
     if value is None and not required:
         return ""
     if not isinstance(value, str) or not value.strip():
         raise InvalidRequestError(f"'{name}' must be a non-empty string", param=name)
-    return value.strip()
+    value = value.strip()
+    if len(value) > max_chars:
+        raise InvalidRequestError(
+            f"'{name}' must be at most {max_chars} characters (got {len(value)})", param=name
+        )
+    if has_unprintable(value):
+        raise InvalidRequestError(
+            f"'{name}' must not contain control characters or line separators", param=name
+        )
+    return value
 
 
 def number_arg(cmd: AdminCommand, name: str, *, low: float, high: float) -> float:

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from actors.admin import AdminArea, role_arg, stored, text_arg
+from actors.admin import SECRET_ARG_MAX_CHARS, AdminArea, role_arg, stored, text_arg
 from actors.base import Actor, ActorContext, Serve
 from actors.stores.provider_keys import PROVIDER_KEYS, LazyDb, ProviderKeyStore
 from schemas import (
@@ -203,9 +203,11 @@ class KeyRegistryActor(Actor):
         }
 
     async def _add(self, cmd: AdminCommand) -> dict[str, Any]:
-        secret = text_arg(cmd, "key")
+        secret = text_arg(cmd, "key", max_chars=SECRET_ARG_MAX_CHARS)
         endpoint = text_arg(cmd, "endpoint", required=False)
-        base_url = text_arg(cmd, "base_url", required=False).rstrip("/")
+        base_url = text_arg(cmd, "base_url", required=False, max_chars=SECRET_ARG_MAX_CHARS).rstrip(
+            "/"
+        )
         if bool(endpoint) == bool(base_url):
             raise InvalidRequestError(
                 "give exactly one of 'endpoint' and 'base_url'", param="endpoint"
@@ -238,7 +240,7 @@ class KeyRegistryActor(Actor):
 
     async def _reserve(self, cmd: AdminCommand) -> dict[str, Any]:
         if "key" in cmd.args:
-            cid = credential_id(text_arg(cmd, "key"))
+            cid = credential_id(text_arg(cmd, "key", max_chars=SECRET_ARG_MAX_CHARS))
         else:
             cid = text_arg(cmd, "credential_id")
         role = role_arg(cmd, "min_role")

@@ -15,6 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.names import shown
+
 AUTO = "auto"
 AXES = ("smartest", "fastest", "cheapest", "reliable")
 """The axis ids a client may name as ``auto:<axis>`` (``GET /v1/models`` lists these)."""
@@ -56,7 +58,7 @@ def chain_name_problem(name: str) -> str | None:
     """Why ``name`` (already lower case) cannot name a chain, or None when it can."""
     if not _CHAIN_NAME.match(name):
         return (
-            f"chain name {name!r} must be 1-64 of a-z, 0-9, '_' and '-', starting with a "
+            f"chain name {shown(name)} must be 1-64 of a-z, 0-9, '_' and '-', starting with a "
             "letter or digit"
         )
     if name == AUTO or name in AXIS_SYNONYMS:

@@ -28,6 +28,7 @@ from typing import Any
 import re2
 
 from schemas.errors import InvalidRequestError
+from schemas.names import has_unprintable
 from schemas.rule_cost import NODE_UNITS, comparison_units, regex_units
 from schemas.rule_match import (
     AllOf,
@@ -151,6 +152,8 @@ def compile_rules(rules: Sequence[Rule]) -> CompiledRules:
         name = rule.name.strip()
         if not name or len(name) > MAX_NAME_CHARS:
             raise RuleSetError(f"{path}.name", f"1 to {MAX_NAME_CHARS} characters")
+        if has_unprintable(name):
+            raise RuleSetError(f"{path}.name", "no control characters or line separators")
         if name in seen:
             raise RuleSetError(f"{path}.name", f"another rule is already named {name!r}")
         seen.add(name)

@@ -292,3 +292,47 @@ async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
     err = assert_openai_error(resp, 400, "invalid_request")
     assert err["param"] == param and says in err["message"], err
     assert listed == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "says"),
+    [
+        ({"name": "ci\nAUDIT ok: key revoked"}, "name", "control characters"),
+        ({"name": "x" * 10_000}, "name", "at most 256 characters"),
+        ({"org": "acme\x1b[2J"}, "org", "control characters"),
+        ({"user": "eve\u202egnp.exe"}, "user", "control characters"),
+    ],
+    ids=["a-forged-log-line", "ten-thousand-chars", "an-escape-sequence", "a-bidi-override"],
+)
+async def test_a_key_named_with_what_no_name_may_hold_is_400_and_no_key(
+    routed_gw: RunningGateway, extra: dict[str, Any], param: str, says: str
+) -> None:
+    # Each was a 201: the name came back whole in every list, log line and event after.
+    http = routed_gw.http()
+
+    resp = await http.post("/admin/keys", json={**KEY, **extra}, headers=AUTH)
+    listed = (await http.get("/admin/keys", headers=AUTH)).json()["data"]
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param and says in err["message"], err
+    assert extra[param] not in err["message"]
+    assert listed == []
+
+
+async def test_a_chain_name_no_chain_can_have_is_quoted_clipped_and_a_rule_name_checked(
+    routed_gw: RunningGateway,
+) -> None:
+    http = routed_gw.http()
+    rules = "/api/fallback/routing-rules"
+    bad_rule = {"name": "r\r\nx", "when": {"metadata.job": "batch"}, "route": "auto:cheapest"}
+
+    long_chain = await http.post(
+        "/admin/chains/create", json={"name": "Z" * 200, "models": []}, headers=AUTH
+    )
+    rule = await http.put(rules, json={"rules": [bad_rule]}, headers=AUTH)
+    after = await http.get(rules, headers=AUTH)
+
+    message = assert_openai_error(long_chain, 400, "invalid_request")["message"]
+    assert "(200 characters)" in message and len(message) < 300, message
+    assert "control characters" in assert_openai_error(rule, 400, "invalid_request")["message"]
+    assert after.json()["rules"] == []

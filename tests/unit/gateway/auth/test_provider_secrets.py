@@ -4,6 +4,7 @@ one credential id per request, short-lived, dropped when the registry no longer 
 from __future__ import annotations
 
 import functools
+import json
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,6 +17,7 @@ from gateway.admin.http import admin_request
 from gateway.auth.provider_secrets import ProviderSecrets
 from gateway.ingress.plan_walk import Targets
 from schemas import (
+    InvalidRequestError,
     KeyDeclarations,
     ProviderSecretGrant,
     ProviderSecretRequest,
@@ -158,3 +160,20 @@ async def test_ingress_asks_once_per_grant_lifetime_and_forgets_a_deleted_key(
         assert targets.resolve(plan(cid).candidates[0]).api_key is None
     finally:
         await secrets.aclose()
+
+
+async def test_registry_takes_a_secret_of_kilobytes_but_no_name_of_more_than_a_line(
+    bus: InProcessBus,
+) -> None:
+    # A cloud token runs to a few KiB: the cap on names must not refuse it.
+    token = "ya29." + "t" * 3000
+    added = await admin_request(
+        bus, "provider_keys", "add", {"key": token, "endpoint": EID}, by="test", timeout=WAIT
+    )
+    with pytest.raises(InvalidRequestError) as refused:
+        await admin_request(
+            bus, "provider_keys", "delete", {"id": "k" * 300}, by="test", timeout=WAIT
+        )
+
+    assert added["id"].startswith("pk-") and token not in json.dumps(added)
+    assert refused.value.param == "id" and "k" * 300 not in str(refused.value)
