@@ -20,8 +20,9 @@ import secrets
 import shutil
 import signal
 import sys
-import tempfile
 from pathlib import Path
+
+from gateway.process.scratch import NATS_PREFIX, make_scratch
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class EmbeddedNats:
     async def start(cls, timeout: float = _START_TIMEOUT_S) -> EmbeddedNats:
         """Start the server and return once it accepts clients. Raises EmbeddedNatsError."""
         binary = find_nats_server()
-        scratch = Path(tempfile.mkdtemp(prefix="llmgw-nats-"))  # mode 0700
+        scratch = make_scratch(NATS_PREFIX)  # mode 0700
         password = secrets.token_urlsafe(24)
         conf = scratch / "nats-server.conf"
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -21,7 +21,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ import msgspec
 
 from gateway.ingress import metrics_sum
 from gateway.process.embedded_nats import EmbeddedNats
+from gateway.process.scratch import METRICS_PREFIX, make_scratch, sweep_dead_runs
 from gateway.process.serve import ListenError, bind_socket, install_shutdown, run
 from gateway.process.worker import WorkerSpec
 
@@ -192,6 +192,7 @@ async def run_workers(
     pool: WorkerPool | None = None
     metrics: str | None = None
     try:
+        sweep_dead_runs()
         if opts.bus_url.startswith("nats://"):
             bus_url = opts.bus_url
         else:
@@ -229,7 +230,7 @@ async def run_workers(
             private_bus=nats is not None,
         )
         # Each worker's metrics go to files here; the one scraped sums them (metrics_sum).
-        metrics = tempfile.mkdtemp(prefix="llmgw-metrics-")
+        metrics = str(make_scratch(METRICS_PREFIX))
         pool = WorkerPool(spec, workers, {**os.environ, metrics_sum.ENV: metrics})
         try:
             await pool.start()

@@ -348,10 +348,13 @@ async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests
             for pid in sup.worker_pids():
                 await _dead(pid)
         await sup.rest()  # every worker's stderr, to its end
+        left = [each for each in scratch if each.exists()]  # the supervisor could not
+        await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+        swept = [each for each in scratch if not each.exists()]
     finally:
         for c in clients:
             await c.aclose()
-        for each in scratch:  # the supervisor, killed, could not remove them
+        for each in scratch:
             shutil.rmtree(each, ignore_errors=True)
     lost = [
         re.search(r"(\d+) rows not acknowledged .* \((\d+) never sent: lost\)", line)
@@ -360,6 +363,8 @@ async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests
 
     assert [a.status_code for a in answers] == [200] * IN_FLIGHT
     assert not any(_alive(pid) for pid in (*sup.worker_pids(), nats))
+    # Its scratch (this run's bus password among them) is removed by the next run.
+    assert left == scratch and swept == scratch
     assert not any("Traceback" in line for line in sup.lines), "\n".join(sup.lines)
     # Each answered request left its row and its attempt's, and no store could take them.
     assert sum(int(m.group(2)) for m in lost if m) == 2 * IN_FLIGHT
