@@ -79,8 +79,11 @@ class KeyValue(Protocol):
         ...
 
     def watch(self) -> AbstractAsyncContextManager[AsyncIterator[KvEntry]]:
-        """For an ``async with``: iterate each present key's entry, then every later write
-        and deletion, in order. A key lapsing by TTL is not reported."""
+        """For an ``async with``: iterate each present key's entry, then later writes and
+        deletions, in order. A key's entries come newest-wins: on NATS the bucket keeps one
+        message a key, so a write that a later write to the same key replaced before it
+        reached the watcher is not reported (the later one is). A key lapsing by TTL is not
+        reported."""
         ...
 
 
