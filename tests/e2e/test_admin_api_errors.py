@@ -276,8 +276,22 @@ KEY = {"role": "free", "org": "o", "user": "u"}
         ({"budget": "10/month"}, "budget", "PUT /admin/limits/key/"),
         ({"colour": "red"}, "colour", "not an argument of create"),
         ({"expires_in": "1h", "expires_at": 4102444800}, "expires_at", "one of"),
+        ({"name": "ci\nAUDIT ok: key revoked"}, "name", "control characters"),
+        ({"name": "x" * 10_000}, "name", "at most 256 characters"),
+        ({"org": "acme\x1b[2J"}, "org", "control characters"),
+        ({"user": "eve\u202egnp.exe"}, "user", "control characters"),
     ],
-    ids=["a-limit", "a-budget", "unknown", "both-expiries"],
+    ids=[
+        "a-limit",
+        "a-budget",
+        "unknown",
+        "both-expiries",
+        # Each was a 201: the name came back whole in every list, log line and event after.
+        "a-forged-log-line",
+        "ten-thousand-chars",
+        "an-escape-sequence",
+        "a-bidi-override",
+    ],
 )
 async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
     routed_gw: RunningGateway, extra: dict[str, Any], param: str, says: str
@@ -291,31 +305,7 @@ async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
 
     err = assert_openai_error(resp, 400, "invalid_request")
     assert err["param"] == param and says in err["message"], err
-    assert listed == []
-
-
-@pytest.mark.parametrize(
-    ("extra", "param", "says"),
-    [
-        ({"name": "ci\nAUDIT ok: key revoked"}, "name", "control characters"),
-        ({"name": "x" * 10_000}, "name", "at most 256 characters"),
-        ({"org": "acme\x1b[2J"}, "org", "control characters"),
-        ({"user": "eve\u202egnp.exe"}, "user", "control characters"),
-    ],
-    ids=["a-forged-log-line", "ten-thousand-chars", "an-escape-sequence", "a-bidi-override"],
-)
-async def test_a_key_named_with_what_no_name_may_hold_is_400_and_no_key(
-    routed_gw: RunningGateway, extra: dict[str, Any], param: str, says: str
-) -> None:
-    # Each was a 201: the name came back whole in every list, log line and event after.
-    http = routed_gw.http()
-
-    resp = await http.post("/admin/keys", json={**KEY, **extra}, headers=AUTH)
-    listed = (await http.get("/admin/keys", headers=AUTH)).json()["data"]
-
-    err = assert_openai_error(resp, 400, "invalid_request")
-    assert err["param"] == param and says in err["message"], err
-    assert extra[param] not in err["message"]
+    assert str(extra[param]) not in err["message"]  # no value is quoted back
     assert listed == []
 
 
