@@ -16,6 +16,7 @@ from gateway.formats._common import (
     new_id,
     parse_json,
     plain_content,
+    reasoning_text,
     sse_frame,
 )
 from schemas import UpstreamBadResponseError
@@ -44,6 +45,13 @@ _P_MESSAGE_DELTA = frame_prefix("message_delta")
 _P_ERROR = frame_prefix("error")
 _PING = sse_frame(frame_prefix("ping"), {"type": "ping"})
 _MESSAGE_STOP = sse_frame(frame_prefix("message_stop"), {"type": "message_stop"})
+# A thinking block's signature is Anthropic's proof that Claude wrote it; none exists for
+# another provider's reasoning, and forging one would be a lie a Claude upstream rejects. The
+# SDK requires the field: an empty string, as other gateways send. A client replaying the
+# block to this gateway is fine (``to_chat_request`` drops thinking blocks in history).
+_NO_SIGNATURE = ""
+_EMPTY_TEXT = {"type": "text", "text": ""}
+_EMPTY_THINKING = {"type": "thinking", "thinking": "", "signature": _NO_SIGNATURE}
 
 
 def error_body(status: int, message: str) -> JSON:
@@ -132,6 +140,8 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     content: list[JSON] = []
     if type(message.get("content")) is list:  # parts (Mistral's, say)
         message = plain_content(message)
+    if thought := reasoning_text(message):  # first, as Claude's thinking comes
+        content.append({"type": "thinking", "thinking": thought, "signature": _NO_SIGNATURE})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
@@ -173,9 +183,11 @@ class ChatToMessagesStream:
 
     ``feed`` each chunk, then exactly one of ``finish`` (the upstream ended cleanly, ``[DONE]``
     seen) or ``error`` (the stream broke: the client gets an ``error`` event and never a
-    ``message_stop``). Text and each tool call (by chat ``index``) get their own content block,
-    opened in order of first appearance. A chunk for a tool call whose block was already
-    closed (servers that interleave calls) is still sent on that block's index.
+    ``message_stop``). Reasoning (a ``thinking`` block, its signature empty: see
+    ``_NO_SIGNATURE``), text and each tool call (by chat ``index``) get their own content
+    block, opened in order of first appearance; reasoning after text opens a new thinking
+    block, as Claude's interleaved thinking does. A chunk for a tool call whose block was
+    already closed (servers that interleave calls) is still sent on that block's index.
     """
 
     media_type = b"text/event-stream"
@@ -187,7 +199,7 @@ class ChatToMessagesStream:
         "_model",
         "_next",
         "_open",
-        "_open_text",
+        "_open_kind",
         "_started",
         "_tools",
         "_usage",
@@ -200,7 +212,7 @@ class ChatToMessagesStream:
         self._done = False
         self._next = 0
         self._open: int | None = None
-        self._open_text = False
+        self._open_kind: str | None = None  # "text" or "thinking": the open block takes more
         self._tools: dict[int, int] = {}
         self._finish: Any = None
         self._matched: Any = None
@@ -225,14 +237,16 @@ class ChatToMessagesStream:
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content")
+            if text and type(text) is not str:  # parts (Mistral's)
+                text = (delta := plain_content(delta))["content"]
+            # reasoning_text's rule inline: the hot path, one chunk per token
+            if thought := delta.get("reasoning_content") or delta.get("reasoning"):
+                self._block_delta(out, "thinking", thought)
             if text:
-                if type(text) is str:
-                    self._text(out, text)
-                elif text := (delta := plain_content(delta))["content"]:  # parts (Mistral's)
-                    self._text(out, text)
+                self._block_delta(out, "text", text)
             refusal = delta.get("refusal")
             if refusal:
-                self._text(out, refusal)
+                self._block_delta(out, "text", refusal)
             for call in delta.get("tool_calls") or ():
                 if isinstance(call, dict):
                     self._tool(out, call)
@@ -321,22 +335,23 @@ class ChatToMessagesStream:
                 sse_frame(_P_BLOCK_STOP, {"type": "content_block_stop", "index": self._open})
             )
             self._open = None
-            self._open_text = False
+            self._open_kind = None
 
-    def _text(self, out: list[bytes], text: str) -> None:
-        if not self._open_text:
-            index = self._open_block(out, {"type": "text", "text": ""})
-            self._open_text = True
+    def _block_delta(self, out: list[bytes], kind: str, text: str) -> None:
+        """``text`` on the open block of ``kind`` ("text" or "thinking"), opened if need be."""
+        if self._open_kind != kind:
+            index = self._open_block(out, _EMPTY_THINKING if kind == "thinking" else _EMPTY_TEXT)
+            self._open_kind = kind
         else:
             index = self._next - 1
+        if kind == "thinking":
+            delta = {"type": "thinking_delta", "thinking": text}
+        else:
+            delta = {"type": "text_delta", "text": text}
         out.append(
             sse_frame(
                 _P_BLOCK_DELTA,
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {"type": "text_delta", "text": text},
-                },
+                {"type": "content_block_delta", "index": index, "delta": delta},
             )
         )
 

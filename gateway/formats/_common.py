@@ -65,6 +65,16 @@ def plain_content(message: JSON) -> JSON:
     return plain
 
 
+def reasoning_text(message: JSON) -> str | None:
+    """The reasoning of a canonical ``message`` or ``delta`` (parts already made plain):
+    ``reasoning_content`` (vLLM, DeepSeek, and where every adapter puts Gemini's thoughts
+    and Bedrock's ``reasoningContent``), else OpenRouter's ``reasoning``; None when it has
+    none. Never both: servers moving from one name to the other send the same text under
+    each. The adapter seam has made both strings or null; this never raises."""
+    text = message.get("reasoning_content") or message.get("reasoning")
+    return text if type(text) is str else None
+
+
 def _add(texts: list[str], text: Any) -> None:
     if isinstance(text, str):
         texts.append(text)

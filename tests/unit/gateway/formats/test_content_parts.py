@@ -108,10 +108,10 @@ def test_a_messages_stream_of_parts_gives_text_deltas_and_stops() -> None:
     for event in events:
         if event["type"] != "ping":  # not one of the SDK's message events
             _MESSAGES_EVENT.validate_python(event)
-    texts = [e["delta"]["text"] for e in events if e["type"] == "content_block_delta"]
-    assert texts == ["Hel", "lo", "No."]
+    deltas = [e["delta"] for e in events if e["type"] == "content_block_delta"]
+    assert [d.get("text", d.get("thinking")) for d in deltas] == [THOUGHT, "Hel", "lo", "No."]
+    assert deltas[0]["type"] == "thinking_delta"  # the thinking part: reasoning
     assert events[-1]["type"] == "message_stop"
-    assert THOUGHT not in json.dumps(events)
 
 
 def _answer(content: Any) -> JSON:
