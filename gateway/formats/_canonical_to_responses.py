@@ -16,6 +16,7 @@ from gateway.formats._common import (
     json_text,
     new_id,
     plain_content,
+    reasoning_text,
     sse_frame,
 )
 from gateway.formats.openai_chat import error_type
@@ -25,6 +26,13 @@ from schemas import UpstreamBadResponseError
 _FAILURE_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
 _INCOMPLETE = {"length": "max_output_tokens", "content_filter": "content_filter"}
 _PREFIX: dict[str, bytes] = {}
+# Per content part type: the type of the output item holding it, its delta event's name.
+_ITEM_OF = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
+_DELTA_EVENT = {
+    "output_text": "response.output_text.delta",
+    "refusal": "response.refusal.delta",
+    "reasoning_text": "response.reasoning_text.delta",
+}
 
 
 def error_body(
@@ -109,6 +117,29 @@ def _text_part(text: str) -> JSON:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+def _part(kind: str, text: str) -> JSON:
+    """A content part of ``kind`` (a key of :data:`_ITEM_OF`) holding ``text``."""
+    if kind == "output_text":
+        return _text_part(text)
+    if kind == "refusal":
+        return {"type": "refusal", "refusal": text}
+    return {"type": "reasoning_text", "text": text}
+
+
+def _reasoning_item(content: list[JSON], status: str) -> JSON:
+    """A ``reasoning`` output item: the upstream's reasoning text as ``reasoning_text``
+    content (what OpenAI's open-weight models give), no summary (nothing wrote one), and no
+    ``encrypted_content``: there is nothing to carry to a later turn, which drops
+    ``reasoning`` input items anyway."""
+    return {
+        "id": new_id("rs_"),
+        "type": "reasoning",
+        "summary": [],
+        "content": content,
+        "status": status,
+    }
+
+
 def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -> JSON:
     """Translate a canonical chat completion into a Responses ``response`` object.
 
@@ -130,6 +161,8 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
     refusal = message.get("refusal")
     calls = message.get("tool_calls") or []
     output: list[JSON] = []
+    if thought := reasoning_text(message):  # before the answer, as OpenAI's models give it
+        output.append(_reasoning_item([_part("reasoning_text", thought)], item_status))
     if text or refusal or not calls:
         content = [_text_part(text)] if text or not refusal else []
         if refusal:
@@ -170,8 +203,10 @@ class ChatToResponsesStream:
     ``feed`` each chunk, then exactly one of ``finish`` (clean end: ``response.completed``, or
     ``response.incomplete`` when the token limit or a content filter cut the answer) or
     ``error`` (an ``error`` event then ``response.failed``: a cut stream never looks
-    complete). Text goes in one message item; each tool call (by chat ``index``) gets its own
-    ``function_call`` item, in order of first appearance.
+    complete). Reasoning goes in a ``reasoning`` item (its text as ``reasoning_text``
+    content), text in a message item (reasoning coming after text opens another item of each,
+    in turn); each tool call (by chat ``index``) gets its own ``function_call`` item, in order
+    of first appearance.
     """
 
     media_type = b"text/event-stream"
@@ -184,7 +219,7 @@ class ChatToResponsesStream:
         self._done = False
         self._items: list[JSON] = []
         self._open: JSON | None = None  # the output item being streamed
-        self._part: JSON | None = None  # its open content part (messages only)
+        self._part: JSON | None = None  # its open content part (not for function calls)
         self._chunks: list[str] = []  # text of the open part, or arguments of the open call
         self._calls: dict[int, tuple[int, JSON, list[str]]] = {}
         self._finish: Any = None
@@ -209,11 +244,13 @@ class ChatToResponsesStream:
                 continue
             delta = choice.get("delta") or {}
             text = delta.get("content")
+            if text and type(text) is not str:  # parts (Mistral's)
+                text = (delta := plain_content(delta))["content"]
+            # reasoning_text's rule inline: the hot path, one chunk per token
+            if thought := delta.get("reasoning_content") or delta.get("reasoning"):
+                self._text(out, "reasoning_text", thought)
             if text:
-                if type(text) is str:
-                    self._text(out, "output_text", text)
-                elif text := (delta := plain_content(delta))["content"]:  # parts (Mistral's)
-                    self._text(out, "output_text", text)
+                self._text(out, "output_text", text)
             if delta.get("refusal"):
                 self._text(out, "refusal", delta["refusal"])
             for call in delta.get("tool_calls") or ():
@@ -304,7 +341,7 @@ class ChatToResponsesStream:
         if item is None:
             return
         index = len(self._items) - 1
-        if item["type"] == "message":
+        if item["type"] != "function_call":
             self._close_part(out)
         else:
             arguments = item["arguments"] = "".join(self._chunks)
@@ -318,13 +355,8 @@ class ChatToResponsesStream:
         self._open = None
 
     def _done_part(self) -> JSON:
-        text = "".join(self._chunks)
         assert self._part is not None
-        return (
-            _text_part(text)
-            if self._part["type"] == "output_text"
-            else {"type": "refusal", "refusal": text}
-        )
+        return _part(self._part["type"], "".join(self._chunks))
 
     def _close_part(self, out: list[bytes]) -> None:
         if self._part is None or self._open is None:
@@ -339,24 +371,31 @@ class ChatToResponsesStream:
             self._emit(
                 out, "response.output_text.done", {**where, "text": part["text"], "logprobs": []}
             )
-        else:
+        elif part["type"] == "refusal":
             self._emit(out, "response.refusal.done", {**where, "refusal": part["refusal"]})
+        else:
+            self._emit(out, "response.reasoning_text.done", {**where, "text": part["text"]})
         self._emit(out, "response.content_part.done", {**where, "part": part})
         self._open["content"].append(part)
         self._part = None
 
     def _text(self, out: list[bytes], kind: str, text: str) -> None:
-        if self._open is None or self._open["type"] != "message":
-            self._add_item(
-                out,
-                {
-                    "id": new_id("msg_"),
-                    "type": "message",
-                    "role": "assistant",
-                    "status": "in_progress",
-                    "content": [],
-                },
-            )
+        """``text`` on the open part of ``kind`` (a key of :data:`_ITEM_OF`), its item and
+        part opened if need be."""
+        if self._open is None or self._open["type"] != _ITEM_OF[kind]:
+            if kind == "reasoning_text":
+                self._add_item(out, _reasoning_item([], "in_progress"))
+            else:
+                self._add_item(
+                    out,
+                    {
+                        "id": new_id("msg_"),
+                        "type": "message",
+                        "role": "assistant",
+                        "status": "in_progress",
+                        "content": [],
+                    },
+                )
         item = self._open
         assert item is not None
         where = {
@@ -367,16 +406,13 @@ class ChatToResponsesStream:
         if self._part is None or self._part["type"] != kind:
             self._close_part(out)
             where["content_index"] = len(item["content"])
-            self._part = (
-                _text_part("") if kind == "output_text" else {"type": "refusal", "refusal": ""}
-            )
+            self._part = _part(kind, "")
             self._chunks = []
             self._emit(out, "response.content_part.added", {**where, "part": self._part})
         self._chunks.append(text)
         if kind == "output_text":
-            self._emit(out, "response.output_text.delta", {**where, "delta": text, "logprobs": []})
-        else:
-            self._emit(out, "response.refusal.delta", {**where, "delta": text})
+            where["logprobs"] = []
+        self._emit(out, _DELTA_EVENT[kind], {**where, "delta": text})
 
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)

@@ -1,10 +1,11 @@
 """An upstream's reasoning (``reasoning_content``) reaches the translating surfaces' clients.
 
 The Anthropic Messages client gets a ``thinking`` block (its signature empty: no Anthropic
-signature exists for another provider's reasoning) before the text; streamed, the SDK's own
-stream helper accumulates the same answer as the plain one. A client sending that block
-back in a later turn is answered, the reasoning not passed on. The official SDK over
-loopback HTTP, against a scripted fake upstream.
+signature exists for another provider's reasoning) before the text, the Responses client a
+``reasoning`` item (the text as ``reasoning_text`` content) before the message; streamed,
+each SDK's own stream helper accumulates the same answer as the plain one. Either client
+sending that block or item back in a later turn is answered, the reasoning not passed on.
+Each surface's official SDK over loopback HTTP, against a scripted fake upstream.
 """
 
 from __future__ import annotations
@@ -95,3 +96,48 @@ async def test_a_messages_client_sending_its_thinking_block_back_is_answered(
     assert again.content  # answered (the fake's default answer)
     sent = fake_upstream.requests[-1].json["messages"]
     assert sent[1] == {"role": "assistant", "content": "".join(TEXT)}  # the thinking dropped
+
+
+async def test_a_responses_client_gets_the_reasoning_as_a_reasoning_item_plain_and_streamed(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Dropped: the output held the message item only, plain and streamed.
+    client = (await _gateway(gateway_factory, fake_upstream, _sse())).openai()
+
+    plain = await client.responses.create(model="m", input="hi")
+    async with client.responses.stream(model="m", input="hi") as stream:
+        deltas = [e.delta async for e in stream if e.type == "response.reasoning_text.delta"]
+        streamed = await stream.get_final_response()
+
+    assert [item.type for item in plain.output] == ["reasoning", "message"]
+    reasoning = plain.output[0]
+    assert reasoning.id.startswith("rs_") and reasoning.summary == []
+    assert [(c.type, c.text) for c in reasoning.content] == [("reasoning_text", "".join(THOUGHT))]
+    assert plain.output_text == "".join(TEXT) and plain.status == "completed"
+    assert plain.usage.output_tokens_details.reasoning_tokens == 7
+    assert deltas == THOUGHT
+    assert _without_ids(streamed.output) == _without_ids(plain.output)
+    assert streamed.usage == plain.usage
+
+
+async def test_a_responses_client_sending_its_reasoning_item_back_is_answered(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    client = (await _gateway(gateway_factory, fake_upstream)).openai()
+    plain = await client.responses.create(model="m", input="hi")
+    assert plain.output[0].type == "reasoning"
+
+    items = [item.model_dump(exclude_none=True) for item in plain.output]
+    turn = [{"role": "user", "content": "hi"}, *items, {"role": "user", "content": "?"}]
+    again = await client.responses.create(model="m", input=turn)
+
+    assert again.output_text  # answered (the fake's default answer)
+    sent = fake_upstream.requests[-1].json["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user"]
+    assert sent[1] == {"role": "assistant", "content": "".join(TEXT)}  # the reasoning dropped
+
+
+def _without_ids(items: list[Any]) -> list[Any]:
+    """Output items without their minted ids, nor the fields the stream helper's parsed
+    types add unset (``parsed``)."""
+    return [item.model_dump(exclude={"id"}, exclude_none=True) for item in items]

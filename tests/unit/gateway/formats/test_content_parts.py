@@ -2,8 +2,9 @@
 
 ``plain_content`` is the one rule (text parts the text, refusal parts the refusal, thinking
 parts the reasoning, other parts not shown); the Responses and Messages renderers, streamed
-and whole, apply it. Their frames are checked against the official SDKs' event types. Also:
-a renderer whose ``finish`` fails still ends the stream through ``error``.
+and whole, apply it (how they render the reasoning: ``test_reasoning.py``). Their frames are
+checked against the official SDKs' event types. Also: a renderer whose ``finish`` fails still
+ends the stream through ``error``.
 """
 
 from __future__ import annotations
@@ -92,14 +93,15 @@ def test_a_responses_stream_of_parts_gives_text_and_refusal_deltas_and_completes
         _RESPONSES_EVENT.validate_python(event)
     deltas = [(e["type"], e["delta"]) for e in events if e["type"].endswith(".delta")]
     assert deltas == [
+        ("response.reasoning_text.delta", THOUGHT),  # the thinking part: reasoning
         ("response.output_text.delta", "Hel"),
         ("response.output_text.delta", "lo"),
         ("response.refusal.delta", "No."),
     ]
     assert events[-1]["type"] == "response.completed"
-    content = events[-1]["response"]["output"][0]["content"]
-    assert [p.get("text", p.get("refusal")) for p in content] == ["Hello", "No."]
-    assert THOUGHT not in json.dumps(events)
+    reasoning, message = events[-1]["response"]["output"]
+    assert reasoning["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
+    assert [p.get("text", p.get("refusal")) for p in message["content"]] == ["Hello", "No."]
 
 
 def test_a_messages_stream_of_parts_gives_text_deltas_and_stops() -> None:
@@ -125,7 +127,8 @@ def _answer(content: Any) -> JSON:
 def test_a_whole_answer_of_parts_gives_responses_its_text_and_refusal() -> None:
     # Refusal parts were dropped: an empty output_text, "completed".
     response = to_response(_answer([THINKING, TEXT, REFUSAL]), model="m")
-    assert response["output"][0]["content"] == [
+    assert response["output"][0]["content"] == [{"type": "reasoning_text", "text": THOUGHT}]
+    assert response["output"][1]["content"] == [
         {"type": "output_text", "text": "Hel", "annotations": [], "logprobs": []},
         {"type": "refusal", "refusal": "No."},
     ]
