@@ -5,7 +5,8 @@ Mistral's Magistral models stream ``delta.content`` as ``[{"type": "thinking", "
 ``text`` and ``refusal`` parts in an assistant message. The chat surface relays the parts as
 the upstream sent them (its client speaks that provider's dialect); the Responses and
 Messages surfaces show the text parts as text, the refusal parts as the refusal, the
-thinking parts as reasoning (which they do not render), and other parts not at all. A list
+thinking parts as reasoning (rendered as such: test_reasoning_surfaces_sdk.py), and other
+parts not at all. A list
 holding anything but objects is the upstream's bad response on every surface. Each surface's
 official SDK, against a scripted fake upstream.
 """
