@@ -9,7 +9,7 @@ callers only (:func:`gateway.auth.admin_access.is_admin`).
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 import msgspec
 
@@ -86,7 +86,7 @@ def command_of(req: HttpRequest) -> tuple[str, str]:
         raise RouteNotFoundError(
             f"no such path {req.path}; admin commands are /admin/<area>/<verb>"
         )
-    return unquote(parts[0]), unquote(parts[1])
+    return parts[0], parts[1]  # decoded once by the server, as every path
 
 
 def too_deep(value: Any, max_depth: int) -> bool:

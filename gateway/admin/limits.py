@@ -11,7 +11,6 @@ the generic admin command.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 import msgspec
 
@@ -31,7 +30,8 @@ _VERBS = {"GET": "get", "PUT": "set", "DELETE": "clear"}
 
 async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
     """Answer one limits request. Raises GatewayError (the owner's refusal, bad JSON)."""
-    rest = unquote(req.path[len(PREFIX) :]) if req.path.startswith(PREFIX) else ""
+    # Decoded once by the server: decoding again would turn an org ``a%2541`` into ``aA``.
+    rest = req.path[len(PREFIX) :] if req.path.startswith(PREFIX) else ""
     kind, _, ident = rest.partition("/")
     if rest and not ident:  # /admin/limits/<verb>: the generic admin command
         verb, args = kind, await args_of(req)

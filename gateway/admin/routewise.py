@@ -14,7 +14,7 @@ each change, so every ingress and ModelActor applies it on the next request.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl
 
 import msgspec
 
@@ -76,7 +76,7 @@ class RouteWiseAdmin(Component):
     async def model_setting(self, req: HttpRequest) -> None:
         """``PATCH``/``DELETE`` of one setting of a model (its key in the path)."""
         self._check(req)
-        key = unquote(req.path[len(KEY_PREFIX) :])
+        key = req.path[len(KEY_PREFIX) :]  # decoded once by the server
         args: dict[str, Any] = {"model_id": _model_id(req), "key": key}
         if req.method == "DELETE":
             await self._ask(req, "unset_model_setting", args)

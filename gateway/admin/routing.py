@@ -8,7 +8,6 @@ once for every ingress on the bus and is kept in the ModelActor's snapshot acros
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 import msgspec
 
@@ -28,7 +27,7 @@ _encode = msgspec.json.Encoder().encode
 def _target(path: str, config: GatewayConfig) -> tuple[str, str]:
     """(model id, endpoint id) from ``.../{model}/{endpoint}``; ids may contain ``/``, so the
     model is the longest configured id that prefixes the rest. Raises RouteNotFoundError."""
-    rest = unquote(path[len(PREFIX) :])
+    rest = path[len(PREFIX) :]  # decoded once by the server: again would read %25 as %
     for m in sorted(config.models, key=lambda m: len(m.id), reverse=True):
         for name in (m.id, *m.aliases):
             if rest.startswith(name + "/"):

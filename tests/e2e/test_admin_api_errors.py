@@ -242,6 +242,23 @@ async def test_an_unknown_admin_area_is_404_without_retry_after(
     assert "retry-after" not in resp.headers
 
 
+async def test_an_admin_path_is_percent_decoded_once_so_an_escaped_percent_stays_a_percent(
+    gw: RunningGateway,
+) -> None:
+    # The server decodes the path; the handlers decoded it again, so ``a%2541`` (the org
+    # ``a%41``) set the limit of the org ``aA``, and ``li%2573t`` ran ``list``.
+    client = gw.http()
+    resp = await client.put("/admin/limits/org/a%2541", headers=AUTH, json={"rpm": 5})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["subject"] == "org:a%41"
+    other = await client.get("/admin/limits/org/aA", headers=AUTH)
+    assert other.status_code == 200 and other.json()["limit"] is None
+
+    resp = await client.post("/admin/chains/li%2573t", headers=AUTH, json={})
+    err = assert_openai_error(resp, 400)
+    assert "li%73t" in err["message"]
+
+
 @pytest.mark.nats
 async def test_with_the_actors_down_a_client_is_told_to_retry_not_a_bus_subject(
     nats_url: str, tmp_path: Path
