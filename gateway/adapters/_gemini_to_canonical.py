@@ -26,7 +26,16 @@ from gateway.adapters._anthropic_to_canonical import (
 JSON = dict[str, Any]
 
 _FILTERED = frozenset(
-    {"SAFETY", "PROHIBITED_CONTENT", "BLOCKLIST", "SPII", "RECITATION", "IMAGE_SAFETY"}
+    {
+        "SAFETY",
+        "PROHIBITED_CONTENT",
+        "BLOCKLIST",
+        "SPII",
+        "RECITATION",
+        "IMAGE_SAFETY",
+        "IMAGE_PROHIBITED_CONTENT",
+        "IMAGE_RECITATION",
+    }
 )
 _encode = msgspec.json.Encoder().encode
 
@@ -188,6 +197,7 @@ def from_gemini_response(data: JSON, *, model: str) -> JSON:
     object. A ``usageMetadata`` that is not an object, or a count in it that is not a whole
     number, leaves the usage unknown (None)."""
     choices: list[JSON] = []
+    blocked = block_reason(data)
     for i, cand in enumerate(list_field(data, "candidates", "the answer")):
         index, content, reason = _candidate(cand, i)
         text, thoughts, calls = _split(content, 0)
@@ -196,9 +206,9 @@ def from_gemini_response(data: JSON, *, model: str) -> JSON:
             message["reasoning_content"] = thoughts
         if calls:
             message["tool_calls"] = calls
-        finish = finish_reason(reason, bool(calls))
+        # A blocked prompt ends a candidate that gave no reason of its own: filtered.
+        finish = "content_filter" if blocked and not reason else finish_reason(reason, bool(calls))
         choices.append({"index": index, "message": message, "finish_reason": finish})
-    blocked = block_reason(data)
     if not choices and blocked:
         message = {"role": "assistant", "content": None, "refusal": _refusal(blocked)}
         choices.append({"index": 0, "message": message, "finish_reason": "content_filter"})
@@ -273,10 +283,15 @@ class GeminiToChatStream:
             if reason:
                 self._open[index] = finish_reason(reason, bool(self._calls.get(index)))
         blocked = block_reason(data)
-        if blocked and not self._open:
-            delta = {"role": "assistant", "refusal": _refusal(blocked)}
-            out.append(self._chunk([{"index": 0, "delta": delta, "finish_reason": None}]))
-            self._open[0] = "content_filter"
+        if blocked:
+            # The prompt was refused: nothing more comes, whatever candidate began (waiting
+            # for its finish turned the refusal into a stream ending without one).
+            if not self._open:
+                delta = {"role": "assistant", "refusal": _refusal(blocked)}
+                out.append(self._chunk([{"index": 0, "delta": delta, "finish_reason": None}]))
+                self._open[0] = None
+            for index, finish in self._open.items():
+                self._open[index] = finish or "content_filter"
         if self._open and all(self._open.values()):
             self._complete = True
             for index, finish in self._open.items():

@@ -223,6 +223,32 @@ def test_stream_of_a_blocked_prompt_ends_with_a_refusal() -> None:
     assert out[-1]["choices"][0]["finish_reason"] == "content_filter"
 
 
+def test_a_blocked_prompt_ends_a_candidate_that_began_without_a_finish_as_filtered() -> None:
+    # A block beside a candidate with no finish reason: the stream waited for a finish that
+    # never comes, ending "without a finish reason" (an error, not the refusal), and the
+    # whole answer said "stop" with nothing in it.
+    blocked: dict[str, Any] = {
+        "candidates": [{"content": {"role": "model", "parts": []}, "index": 0}],
+        "promptFeedback": {"blockReason": "SAFETY"},
+    }
+    types.GenerateContentResponse.model_validate(blocked)
+    translator = GeminiToChatStream("m", include_usage=False)
+
+    out = translator.feed(blocked)
+    answer = from_gemini_response(blocked, model="m")
+
+    assert translator.is_complete
+    assert out[-1]["choices"][0]["finish_reason"] == "content_filter"
+    assert answer["choices"][0]["finish_reason"] == "content_filter"
+
+
+@pytest.mark.parametrize("reason", ["IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"])
+def test_an_image_filter_finish_is_content_filter(reason: str) -> None:
+    answer = from_gemini_response(_response(reason, []), model="m")
+
+    assert answer["choices"][0]["finish_reason"] == "content_filter"
+
+
 def test_thought_signature_of_a_call_comes_back_on_that_call_in_the_next_turn() -> None:
     signature = "CqQBAe/+8Z3d4Q=="  # base64 with + / and padding, as Gemini sends it
     call = {
