@@ -35,15 +35,24 @@ _FILTERED = frozenset(
         "IMAGE_SAFETY",
         "IMAGE_PROHIBITED_CONTENT",
         "IMAGE_RECITATION",
+        "MODEL_ARMOR",
     }
 )
+_FAILED = frozenset(
+    {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "MALFORMED_RESPONSE"}
+)
+"""Finish reasons saying the model's answer broke: no answer to hand on (as ``stop`` it was
+an empty success), so the attempt fails and, with nothing sent yet, another route serves."""
 _encode = msgspec.json.Encoder().encode
 
 
 def finish_reason(reason: Any, has_calls: bool) -> str:
     """The chat ``finish_reason`` for a Gemini ``finishReason``: ``MAX_TOKENS`` is
     ``length``, a safety, blocklist, PII or recitation stop is ``content_filter``, a stop
-    with function calls is ``tool_calls``, anything else ``stop``."""
+    with function calls is ``tool_calls``, anything else ``stop``. Raises
+    UpstreamBadResponseError for a reason saying the answer broke (:data:`_FAILED`)."""
+    if reason in _FAILED:
+        raise bad_answer(f"the model's answer ended with finishReason {reason}")
     if reason == "MAX_TOKENS":
         return "length"
     if reason in _FILTERED:

@@ -242,11 +242,24 @@ def test_a_blocked_prompt_ends_a_candidate_that_began_without_a_finish_as_filter
     assert answer["choices"][0]["finish_reason"] == "content_filter"
 
 
-@pytest.mark.parametrize("reason", ["IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION"])
-def test_an_image_filter_finish_is_content_filter(reason: str) -> None:
+@pytest.mark.parametrize("reason", ["IMAGE_PROHIBITED_CONTENT", "IMAGE_RECITATION", "MODEL_ARMOR"])
+def test_an_image_or_model_armor_filter_finish_is_content_filter(reason: str) -> None:
     answer = from_gemini_response(_response(reason, []), model="m")
 
     assert answer["choices"][0]["finish_reason"] == "content_filter"
+
+
+@pytest.mark.parametrize("reason", ["MALFORMED_FUNCTION_CALL", "TOO_MANY_TOOL_CALLS"])
+def test_a_finish_saying_the_answer_broke_is_a_bad_response_not_an_empty_stop(
+    reason: str,
+) -> None:
+    broken = _response(reason, [])
+    translator = GeminiToChatStream("m", include_usage=False)
+
+    with pytest.raises(UpstreamBadResponseError, match=reason):
+        from_gemini_response(broken, model="m")
+    with pytest.raises(UpstreamBadResponseError, match=reason):
+        translator.feed(broken)
 
 
 def test_thought_signature_of_a_call_comes_back_on_that_call_in_the_next_turn() -> None:
