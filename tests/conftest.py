@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tests.fixtures.tls_context import share_default_tls_context
+
 if TYPE_CHECKING:
     import pytest
 
@@ -30,6 +32,11 @@ _LONGEST_FIRST = (
     "tests/e2e/test_selection_openai_sdk.py",
     "tests/browser/",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every httpx client shares one default TLS context (tests/fixtures/tls_context.py)."""
+    share_default_tls_context()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

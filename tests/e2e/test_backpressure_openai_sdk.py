@@ -190,7 +190,10 @@ async def test_429s_never_bench_a_route_and_5xx_sickness_still_does(
 ) -> None:
     a, b = await fake_upstreams("a"), await fake_upstreams("b")
     keys = [f"sk-{i}" for i in range(6)]  # each 429 cools one key, each 500 mutes one
-    a.enqueue(*(Reply(429) for _ in range(3)), *(Reply(500) for _ in range(3)))
+    # Cooling for as long as the test: without a hint a key cools for a second, which a
+    # busy machine can spend between two of the requests below (sk-0 was back for the 2nd).
+    slow = {"Retry-After": "600"}
+    a.enqueue(*(Reply(429, headers=slow) for _ in range(3)), *(Reply(500) for _ in range(3)))
     gw = await gateway_factory(
         config(
             model("m", route(a, api_keys=keys), route(b, TINY)),
