@@ -247,12 +247,18 @@ class ChatStream:
 
     media_type = b"text/event-stream"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, *, usage: bool = True) -> None:
         self._model = model
+        self._usage = usage
 
     def feed(self, chunk: JSON) -> list[bytes]:
-        """One ``data:`` frame for ``chunk``."""
+        """One ``data:`` frame for ``chunk`` (none for a usage chunk the client did not ask
+        for: see :func:`asking_usage`)."""
         chunk["model"] = self._model
+        if not self._usage and "usage" in chunk:
+            if not chunk.get("choices"):
+                return []
+            chunk = {k: v for k, v in chunk.items() if k != "usage"}
         return [b"data: " + _encode(chunk) + b"\n\n"]
 
     def finish(self) -> list[bytes]:
@@ -263,6 +269,23 @@ class ChatStream:
         """An in-band error frame for a stream cut mid-answer; no ``[DONE]`` follows."""
         body = {"error": {"message": message, "type": "server_error", "param": None, "code": kind}}
         return [b"data: " + _encode(body) + b"\n\n"]
+
+
+def wants_usage(request: JSON) -> bool:
+    """Whether a streamed chat request asked for the usage chunk itself."""
+    options = request.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def asking_usage(body: JSON) -> JSON:
+    """``body`` as sent upstream: a stream asks for its usage chunk whatever the client asked
+    (``stream_options.include_usage``), so that what it used is billed as the upstream
+    reported it rather than estimated; :class:`ChatStream` drops that chunk again for a
+    client that did not ask. Other bodies are returned as they are."""
+    if body.get("stream") is not True or wants_usage(body):
+        return body
+    options = body.get("stream_options")
+    return {**body, "stream_options": {**(options or {}), "include_usage": True}}
 
 
 def error_body(status: int, message: str, *, code: str, param: str | None = None) -> bytes:
@@ -302,6 +325,20 @@ def content_chars(body: JSON) -> int:
             args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
             if isinstance(args, str):
                 total += len(args)
+    return total
+
+
+def delta_chars(delta: JSON) -> int:
+    """Characters of one streamed choice's ``delta``: its content and tool arguments, as
+    :func:`content_chars` counts a whole answer's."""
+    total = 0
+    content = delta.get("content")
+    if content:  # a string, or (some providers) a list of parts
+        total += len(content) if type(content) is str else parts_chars(content)
+    for call in delta.get("tool_calls") or ():
+        args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        if isinstance(args, str):
+            total += len(args)
     return total
 
 

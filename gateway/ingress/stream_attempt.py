@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from gateway.adapters.base import Batch, carries_token
-from gateway.formats.openai_chat import parts_chars
+from gateway.formats.openai_chat import delta_chars
 from gateway.http.deadline import deadline
 from gateway.ingress import hedging
 from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure, unexpected
@@ -269,9 +269,9 @@ class StreamAttempt:
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
             for choice in chunk.get("choices") or ():
-                content = (choice.get("delta") or {}).get("content")
-                if content:  # a string, or (some providers) a list of parts
-                    self._chars += len(content) if type(content) is str else parts_chars(content)
+                delta = choice.get("delta")
+                if delta:
+                    self._chars += delta_chars(delta)
                 if not self._finished and choice.get("finish_reason"):
                     self._finished = True
                     if self._info.record.trace is not None:

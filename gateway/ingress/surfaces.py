@@ -59,12 +59,16 @@ def _as_it_is(request: JSON, err: GatewayError) -> None:
 
 
 def _chat_stream(model: str, request: JSON) -> StreamRenderer:
-    return openai_chat.ChatStream(model)
+    return openai_chat.ChatStream(model, usage=openai_chat.wants_usage(request))
+
+
+def _chat_canonical(raw: Any) -> JSON:
+    return openai_chat.asking_usage(openai_chat.validate_chat_request(raw))
 
 
 CHAT = Surface(
     name="chat",
-    to_canonical=openai_chat.validate_chat_request,
+    to_canonical=_chat_canonical,
     render=openai_chat.render_response,
     stream=_chat_stream,
     error_body=_chat_error,

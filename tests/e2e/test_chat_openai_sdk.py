@@ -192,7 +192,8 @@ async def test_chat_streaming_relays_upstream_chunks_unchanged_but_model(
     fake_upstream.enqueue(Reply(body=sse, headers={"content-type": "text/event-stream"}))
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
 
-    async with gw.http().stream("POST", CHAT, json=chat("m", stream=True)) as resp:
+    asked = chat("m", stream=True, stream_options={"include_usage": True})
+    async with gw.http().stream("POST", CHAT, json=asked) as resp:
         body = (await resp.aread()).decode()
 
     frames = [f.removeprefix("data: ") for f in body.split("\n\n") if f]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from tests.e2e.conftest import PROCESS_WAIT, model, route
+from tests.e2e.conftest import HI, PROCESS_WAIT, model, route
 from tests.e2e.keys_support import admin_http, keys_config
-from tests.e2e.limits_support import call, new_key
+from tests.e2e.limits_support import call, new_key, set_limit
 from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
 from tests.fixtures.upstream import FakeUpstream, Reply
 
@@ -132,6 +132,74 @@ async def test_an_answer_without_usage_is_priced_from_the_estimate_and_marked(
     assert row["prompt_tokens"] == 0  # what the upstream reported: nothing
     # 8 characters answered: 2 completion tokens, plus the prompt's size estimate.
     assert row["cost_usd"] > 2 * 10.0 / 1e6
+
+
+async def test_a_stream_is_billed_on_reported_usage_though_its_client_did_not_ask_for_it(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
+) -> None:
+    # It was billed on the estimate (body bytes / 4, content characters / 4, no cache
+    # price): the gateway never asked the upstream for the usage it would have reported.
+    up: FakeUpstream = await fake_upstreams(
+        "up1", prompt_tokens=10, completion_tokens=5, cached_tokens=4
+    )
+    gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING))))
+    key, key_id = await new_key(tmp_path)
+    await set_limit(gw, "key", key_id, tpm=100_000)
+    chunks = [
+        c
+        async for c in await gw.openai(key).chat.completions.create(
+            model="m", messages=HI, stream=True
+        )
+    ]
+    assert up.requests[-1].json["stream_options"] == {"include_usage": True}
+    # The client, which did not ask, gets no usage chunk (nor a usage field).
+    assert all(c.choices and c.usage is None for c in chunks)
+    (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
+    assert (row["prompt_tokens"], row["completion_tokens"], row["cost_estimated"]) == (
+        10,
+        5,
+        False,
+    )
+    assert row["cost_usd"] == pytest.approx(COST)
+    got = await admin_http(gw).get(f"/admin/limits/key/{key_id}")
+    assert got.json()["usage"]["tokens_last_minute"] == 15
+
+
+async def test_a_streamed_tool_call_without_usage_is_estimated_on_its_arguments(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # The stream's estimate counted content only: a tool call's arguments were 0 tokens
+    # (an answer given whole counted them).
+    gw = await gateway_factory(
+        keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
+    )
+    key, _ = await new_key(tmp_path)
+    base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    call_delta = {
+        "index": 0,
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "f", "arguments": json.dumps({"x": "y" * 400})},
+    }
+    frames = [
+        {
+            **base,
+            "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [call_delta]}}],
+        },
+        {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
+    ]
+    sse = "".join(f"data: {json.dumps(f)}\n\n" for f in frames) + "data: [DONE]\n\n"
+    fake_upstream.enqueue(Reply(body=sse, headers={"content-type": "text/event-stream"}))
+    stream = await gw.openai(key).chat.completions.create(model="m", messages=HI, stream=True)
+    assert [c async for c in stream]
+    (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
+    assert row["cost_estimated"] is True
+    # Over 400 characters of arguments: over 100 completion tokens at 10 USD a million.
+    assert row["cost_usd"] > 100 * 10.0 / 1e6
 
 
 async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
