@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig, ModelConfig
     from schemas.limits import LimitSpec
+    from schemas.pricing import Pricing
 
 logger = logging.getLogger(__name__)
 
@@ -91,25 +92,38 @@ def reservation(
     body: dict[str, object] | None,
     prompt_tokens: int,
     default_max_tokens: int,
+    steered: tuple[Pricing | None, ...] = (),
 ) -> tuple[int, float]:
     """(tokens, USD) to reserve: the prompt estimate plus ``max_tokens`` (or the default;
     none without a ``body``: embeddings complete nothing), priced at the model's dearest
-    route (0 USD when the model is not known yet: a steered request's model is chosen
-    later)."""
+    route; for a model not known yet (a steered request's is chosen later, among any of the
+    catalogue's) at the dearest of ``steered`` (:func:`dearest_prices`)."""
     completion = 0
     if body is not None:
         asked = body.get("max_completion_tokens") or body.get("max_tokens")
         completion = asked if isinstance(asked, int) and asked > 0 else default_max_tokens
-    cost = 0.0
-    if model is not None:
-        cost = max(
-            (
-                cost_usd(r.pricing, prompt_tokens=prompt_tokens, completion_tokens=completion)
-                for r in model.route
-            ),
-            default=0.0,
-        )
+    prices = steered if model is None else tuple(r.pricing for r in model.route)
+    cost = max(
+        (cost_usd(p, prompt_tokens=prompt_tokens, completion_tokens=completion) for p in prices),
+        default=0.0,
+    )
     return prompt_tokens + completion, cost
+
+
+def dearest_prices(config: GatewayConfig) -> tuple[Pricing, ...]:
+    """The prices of the routes of ``config`` that no other route's prices exceed on both
+    prompt and completion (any reservation's dearest route is among them: usually a few)."""
+    prices = {r.pricing for m in config.models for r in m.route if r.pricing is not None}
+    return tuple(
+        p
+        for p in prices
+        if not any(
+            (q.prompt, q.completion) != (p.prompt, p.completion)
+            and q.prompt >= p.prompt
+            and q.completion >= p.completion
+            for q in prices
+        )
+    )
 
 
 class Admission:
@@ -119,6 +133,7 @@ class Admission:
     def __init__(self, bus: Bus, config: GatewayConfig) -> None:
         self._bus = bus
         self.settings = config.limits
+        self._steered = dearest_prices(config)
         self._limits: dict[str, LimitSpec] = {}
         self._roles: frozenset[str] = frozenset()
         self._loaded = False
@@ -136,8 +151,9 @@ class Admission:
         self._sending: set[asyncio.Task[None]] = set()
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        """Use ``config``'s ``limits:`` settings from the next request on."""
+        """Use ``config``'s ``limits:`` settings (and prices) from the next request on."""
         self.settings = config.limits
+        self._steered = dearest_prices(config)
 
     async def start(self) -> None:
         """Follow the owner's limits and start renewing leases."""
@@ -211,7 +227,9 @@ class Admission:
         found = self.limited(caller)
         if not found:
             return None
-        tokens, cost = reservation(model, body, prompt_tokens, self.settings.default_max_tokens)
+        tokens, cost = reservation(
+            model, body, prompt_tokens, self.settings.default_max_tokens, self._steered
+        )
         return Ticket(
             self,
             req,

@@ -20,7 +20,7 @@ from schemas.limits import BudgetThreshold, LimitSettle
 from tests.e2e.conftest import HI, WAIT, eid, model, route, watch
 from tests.e2e.keys_support import admin_http, cli, keys_config
 from tests.e2e.limits_support import SURFACES, call, new_key, set_limit
-from tests.fixtures.upstream import FakeUpstream, Hang, Stream
+from tests.fixtures.upstream import FakeUpstream, Hang, Held, Stream
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -374,3 +374,33 @@ async def test_a_role_default_limits_each_key_of_that_role_on_its_own(
     assert (await call(gw, "chat", one)).status == 200
     assert (await call(gw, "chat", one)).status == 429
     assert (await call(gw, "chat", two)).status == 200  # its own counters
+
+
+async def test_steered_requests_in_flight_together_overshoot_a_budget_by_one_reservation(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # A steered name's model is chosen after admission: it reserved $0, so every request
+    # sent at once was admitted against a budget one of them nearly spends (4 of 4 here).
+    gw = await gateway_factory(_config(tmp_path, fake_upstream))
+    key, key_id = await new_key(tmp_path)
+    # About 17 prompt tokens and 1000 to complete at PRICING: $0.01 reserved each.
+    await set_limit(gw, "key", key_id, budget="0.015/month")
+    fake_upstream.set_default(Held())
+    tasks = [
+        asyncio.create_task(call(gw, "chat", key, model="auto:cheapest", max_tokens=1000))
+        for _ in range(4)
+    ]
+    await fake_upstream.wait_for_requests(1)
+    refused: list[asyncio.Task[Any]] = []
+    with anyio.fail_after(WAIT):  # the other three are refused while the first one runs
+        while len(refused) < 3:
+            done, _ = await asyncio.wait(
+                [t for t in tasks if t not in refused], return_when=asyncio.FIRST_COMPLETED
+            )
+            refused += done
+    assert {(t.result().status, t.result().code) for t in refused} == {(429, "budget_exceeded")}
+    fake_upstream.release_held()
+    assert [o.status for o in await asyncio.gather(*tasks)].count(200) == 1
+    assert len(fake_upstream.requests) == 1
