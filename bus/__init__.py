@@ -34,7 +34,7 @@ async def open_bus(
     """Open the bus ``url`` names: ``inproc://`` (or empty) or ``nats://host:port[,...]``.
 
     On NATS, replies come back under ``inbox_prefix`` (default ``_INBOX_<user>`` for the URL's
-    user, see ``bus.nats_bus.inbox_prefix_for``). Raises ValueError for any other scheme or an
+    user, see ``bus.inbox.inbox_prefix_for``). Raises ValueError for any other scheme or an
     unusable inbox prefix, BusClosedError when no NATS server accepts within
     ``connect_timeout`` seconds. ``families``: see ``NatsBus.connect`` (the in-process bus
     needs none: it hands a message to each local subscriber once anyway).

@@ -263,6 +263,10 @@ class InProcessBus:
         """1: the bus is this process."""
         return 1
 
+    async def reconnected(self) -> None:
+        """Never returns: the bus is this process, there is no connection to lose."""
+        await asyncio.Event().wait()
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Deliver ``msg`` to every matching subscriber; never waits. Raises BusClosedError."""
         if self._closed:

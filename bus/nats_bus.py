@@ -13,11 +13,9 @@ import contextlib
 import datetime
 import itertools
 import logging
-import re
 import secrets
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, TypeVar
-from urllib.parse import unquote, urlsplit
 
 import nats.errors
 import nats.js.errors
@@ -32,6 +30,7 @@ from nats.js.api import (
 
 from bus.codec import decode_reply, encode
 from bus.errors import BusClosedError, NoRespondersError, RequestTimeoutError
+from bus.inbox import INBOX_ROOT, inbox_prefix_for
 from bus.inprocess import DEFAULT_PENDING_LIMIT, BufferedSubscription
 from bus.nats_kv import NatsKeyValue
 from bus.nats_subscribing import DirectClient, Feed, NatsSubscribing, Shared
@@ -60,45 +59,10 @@ _KV_TIMEOUT_S = 2.0
 # starved machine (a host starting beside busy neighbours) can take well past 10 s to do; it
 # happens once.
 _CREATE_TIMEOUT_S = 30.0
-# Replies go to inboxes only: every inbox prefix is one token that starts with this.
-_INBOX_ROOT = "_INBOX"
-_INBOX_PREFIX = re.compile(r"_INBOX[A-Za-z0-9_-]*")
-_USER_TOKEN = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def inbox_prefix_for(url: str, explicit: str | None = None) -> str:
-    """The inbox prefix a connection to ``url`` uses: ``explicit`` if given, else
-    ``_INBOX_<user>`` for the user name in the (first) URL, else ``_INBOX`` (no user, or a
-    token: ``nats://TOKEN@host``).
-
-    A per-user prefix lets the NATS permissions give each user subscribe rights on its own
-    inbox only (``_INBOX_<user>.>``), so no user can read the replies another asked for
-    (a secret grant, a new gateway key). Raises ValueError for an explicit prefix that is not
-    one subject token starting with ``_INBOX``, or a user name that is not one (set the
-    prefix explicitly then).
-    """
-    if explicit is not None:
-        if not _INBOX_PREFIX.fullmatch(explicit):
-            raise ValueError(
-                f"inbox prefix {explicit!r}: expected _INBOX followed by letters, "
-                "digits, '_' or '-' (one subject token)"
-            )
-        return explicit
-    parts = urlsplit(url.split(",", 1)[0].strip())
-    user = parts.username
-    if not user or parts.password is None:
-        return _INBOX_ROOT  # no user, or a token (nats://TOKEN@host): never put it in subjects
-    user = unquote(user)
-    if not _USER_TOKEN.fullmatch(user):
-        raise ValueError(
-            "the NATS user name cannot form an inbox prefix (letters, digits, "
-            "'_' and '-' only): set bus.inbox_prefix"
-        )
-    return f"{_INBOX_ROOT}_{user}"
 
 
 def _is_inbox(subject: str) -> bool:
-    return subject.split(".", 1)[0].startswith(_INBOX_ROOT)
+    return subject.split(".", 1)[0].startswith(INBOX_ROOT)
 
 
 class NatsBus:
@@ -133,6 +97,7 @@ class NatsBus:
         # Until the first connection, failed attempts are summed up by connect()'s one error.
         self._joined = False
         self._last_error: Exception | None = None
+        self._back = asyncio.Event()  # set (and replaced) each time the connection is back
 
     @classmethod
     async def connect(
@@ -464,7 +429,14 @@ class NatsBus:
         if not self._closed:
             logger.warning("NATS: disconnected; reconnecting")
 
+    async def reconnected(self) -> None:
+        """Return the next time the connection is back after a loss (subscriptions live
+        again; what was published to them meanwhile never arrives)."""
+        await self._back.wait()
+
     async def _on_reconnected(self) -> None:
+        back, self._back = self._back, asyncio.Event()
+        back.set()
         url = self._nc.connected_url  # netloc would carry the password: host and port only
         logger.info(
             "NATS: reconnected to %s:%s", url.hostname if url else "?", url.port if url else "?"

@@ -63,6 +63,12 @@ class Bus(Protocol):
         servers announced); 1 in one process."""
         ...
 
+    async def reconnected(self) -> None:
+        """Return the next time the connection to the server is back after a loss: its
+        subscriptions hear again, but what was published meanwhile is lost, so a view fed by
+        events asks its owner again. Never returns on a bus that cannot lose one."""
+        ...
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget ``msg`` to every subscriber of ``subject``."""
         ...

@@ -50,6 +50,10 @@ class GatedBus:
         """See ``Bus.servers``."""
         return self._bus.servers
 
+    async def reconnected(self) -> None:
+        """See ``Bus.reconnected``."""
+        await self._bus.reconnected()
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Publish through ``bus`` while the lease holds; else drop."""
         if self._withheld(subject):

@@ -13,6 +13,7 @@ may use; ``None`` means no rule applies and the active chain serves.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,7 +28,6 @@ from schemas.rule_language import compile_rules as _compile
 from schemas.rule_match import CompiledRule, CompiledRules, RuleTrace
 
 if TYPE_CHECKING:
-    import asyncio
     from collections.abc import Callable, Mapping
 
     from bus import Bus
@@ -103,6 +103,7 @@ class RulesView(Component):
         self.state: RulesState | None = None  # None until the owner answered or published
         self.compiled = CompiledRules()
         self._task: asyncio.Task[None] | None = None
+        self._resyncing: asyncio.Task[None] | None = None
         self._events = 0
 
     async def start(self) -> None:
@@ -111,6 +112,10 @@ class RulesView(Component):
         self._task = await follow(
             self._bus, subjects.RULES_STATE, self._on_event, name="routing-rules"
         )
+        self._resyncing = asyncio.create_task(self._resync(), name="routing-rules-back")
+        await self._ask()
+
+    async def _ask(self) -> bool:
         seen = self._events
         try:
             reply = await self._bus.request(
@@ -118,14 +123,26 @@ class RulesView(Component):
             )
         except GatewayError as exc:
             logger.info("routing rules not known yet (%s); waiting for the owner", exc.message)
-            return
+            return False
         if isinstance(reply, RulesState) and self._events == seen:
             self.apply(reply)
+        return True
+
+    async def _resync(self) -> None:
+        # The events sent while the bus's connection was down never arrive: ask again once
+        # it is back (until the owner answers, or an event says it all first).
+        while True:
+            await self._bus.reconnected()
+            seen = self._events
+            while not await self._ask() and self._events == seen:  # noqa: ASYNC110
+                await asyncio.sleep(_GET_TIMEOUT_S)
 
     async def aclose(self) -> None:
         """Stop following the owner."""
         task, self._task = self._task, None
         await unfollow(task)
+        resyncing, self._resyncing = self._resyncing, None
+        await unfollow(resyncing)
 
     async def _on_event(self, msg: object) -> None:
         if isinstance(msg, RulesState):

@@ -5,7 +5,8 @@ from the moment it starts, then asks ``llmgw.steering.get`` for the whole pictur
 heard before that answer wins over it. A chain the view does not know yet (created a moment
 ago, its event still on the way) is asked of its owner once, on ``llmgw.chain.<name>.resolve``.
 When no owner answers at start (an ingress started before the actors), it asks again in the
-background until one does.
+background until one does; and so each time the bus's connection is back after a loss (the
+events sent meanwhile never arrive: a chain changed then would be routed stale for good).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ class SteeringView:
             self._tasks.append(
                 asyncio.create_task(self._ask_until_answered(), name="llmgw:steering-view:get")
             )
+        self._tasks.append(asyncio.create_task(self._resync(), name="llmgw:steering-view:back"))
 
     async def aclose(self) -> None:
         """Stop following."""
@@ -89,10 +91,15 @@ class SteeringView:
             await unfollow(task)
         self._tasks.clear()
 
-    async def _ask_until_answered(self) -> None:
+    async def _ask_until_answered(self, *, force: bool = False) -> None:
         # Nothing to wait on: no owner answers yet, so ask again a moment later.
-        while not await self._ask():  # noqa: ASYNC110
+        while not await self._ask(force=force):  # noqa: ASYNC110
             await asyncio.sleep(_RETRY_SECONDS)
+
+    async def _resync(self) -> None:
+        while True:
+            await self._bus.reconnected()
+            await self._ask_until_answered(force=True)
 
     async def refresh(self) -> None:
         """Take the owners' whole picture now (after an admin change through this ingress,

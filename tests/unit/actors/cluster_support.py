@@ -105,6 +105,7 @@ class Link:
         self._subs: list[BufferedSubscription] = []
         self._gate = asyncio.Event()
         self._gate.set()
+        self._back = asyncio.Event()
 
     @property
     def closed(self) -> bool:
@@ -127,6 +128,11 @@ class Link:
         self.cut[0] = False
         self.inner._subs.extend(s for s in self._subs if not s.closed)
         self.inner._routes.clear()
+        back, self._back = self._back, asyncio.Event()
+        back.set()
+
+    async def reconnected(self) -> None:
+        await self._back.wait()
 
     async def publish(self, subject: str, msg: Message) -> None:
         if not self.cut[0]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from bus.nats_bus import inbox_prefix_for
+from bus.inbox import inbox_prefix_for
 from schemas.config import BusConfig
 
 
