@@ -68,6 +68,9 @@ LOOKUPS_MAX = 64
 # keys now instead of inheriting that failure.
 JOIN_S = 1.0
 _BUSY_RETRY_AFTER_S = 1.0
+MEND_WAIT_S = 0.25
+"""How long a caller waits for the owner's word on whether auth is on, once it has said it
+(the owner answers in a millisecond; one that does not is down or the bus is)."""
 _KEYED = frozenset({"/routing", "/health/deep"})  # with auth on: a valid key, any role
 METRICS = "/metrics"
 METRICS_ROLE = "internal"  # and above: /metrics with auth on (unless metrics.public)
@@ -195,8 +198,11 @@ class Authenticator:
     async def auth_on(self) -> bool:
         """True with ``auth: required`` or once any key exists. Until one does, the owner is
         asked at most once per ``auth_cache_seconds`` (its AuthState event says it at once),
-        and callers arriving while that question is out share its answer. Raises the bus's
-        GatewayError when the owner has never answered and cannot now."""
+        and callers arriving while that question is out share its answer; once the owner
+        has answered, that question only mends a lost event: a caller waits for it at most
+        :data:`MEND_WAIT_S`, then goes on with what is known (a silent owner would cost each
+        anonymous request the decision timeout twice, here and in routing). Raises the
+        bus's GatewayError when the owner has never answered and cannot now."""
         if self._required or self._any_keys:
             return True
         now = self._clock()
@@ -207,8 +213,11 @@ class Authenticator:
                     self._check_auth_state(now)
                 )
                 checking.add_done_callback(_retrieved)
-            # Shielded: a caller that goes away must not cancel the others' question.
-            await asyncio.shield(checking)
+            if self._any_keys is None:
+                # Shielded: a caller that goes away must not cancel the others' question.
+                await asyncio.shield(checking)
+            else:
+                await asyncio.wait({checking}, timeout=MEND_WAIT_S)
         return bool(self._any_keys)
 
     async def _check_auth_state(self, now: float) -> None:

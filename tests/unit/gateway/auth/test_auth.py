@@ -300,6 +300,27 @@ async def test_callers_arriving_while_auth_state_is_stale_share_one_question(
     await gate.aclose()
 
 
+async def test_once_auth_is_known_off_its_recheck_keeps_no_caller_waiting() -> None:
+    # The owner answered once, then went silent (the bus down): an anonymous caller goes on
+    # with what is known rather than wait out the decision timeout before routing's own.
+    bus = InProcessBus()
+    now = [0.0]
+    gate = Authenticator(bus, GatewayConfig.model_validate({}), clock=lambda: now[0])
+    async with bus.subscribe(subjects.AUTH_STATE_GET) as questions:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(gate.gate, request("/v1/models"))
+            async for env in questions:
+                await env.respond(AuthState(any_keys=False))
+                break
+        now[0] += 3600.0
+        with anyio.fail_after(2.0):  # the decision timeout is 5 s
+            await gate.gate(anonymous := request("/v1/models"))
+        assert caller_of(anonymous) == ANONYMOUS
+        assert questions.pending == 1  # the recheck is asked all the same
+    await gate.aclose()
+    await bus.aclose()
+
+
 async def test_a_revocation_through_the_owner_drops_the_cached_key_at_once(
     owner: InProcessBus,
 ) -> None:
