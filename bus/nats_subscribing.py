@@ -61,6 +61,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# A replay's consumer sends a heartbeat when idle this often; two missed and nats-py makes a
+# new one (a NATS restart costs a replay 2-3 s of waiting, not its events).
+_REPLAY_HEARTBEAT_S = 1.0
+
 # Past this many bytes not yet taken by the socket, writes go back to nats-py's flusher, which
 # waits for the socket to drain (the flow control publish_now's plain write lacks).
 _WRITE_BUFFER_HIGH = 1024 * 1024
@@ -340,14 +344,16 @@ class NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
         async def cb(msg: Msg) -> None:
             handle(msg.subject, msg.reply, msg.data, msg.headers)
 
-        # An ordered consumer: ephemeral, in order, re-created by nats-py on a gap.
+        # An ordered consumer: ephemeral, in order, re-created by nats-py on a gap and when
+        # two heartbeats are missed (the server restarted, its consumer gone with it).
         return await nc.jetstream().subscribe(
             self._subject,
             stream=stream,
             cb=cb,
             ordered_consumer=True,
             deliver_policy=DeliverPolicy.BY_START_TIME,
-            config=ConsumerConfig(opt_start_time=start),
+            config=_StartTime(opt_start_time=start),
+            idle_heartbeat=_REPLAY_HEARTBEAT_S,
         )
 
     async def _unsubscribe(self) -> None:
@@ -361,6 +367,25 @@ class NatsSubscribing(AbstractAsyncContextManager[BufferedSubscription]):
             await nats_sub.unsubscribe()
         except nats.errors.Error as exc:
             logger.debug("unsubscribe from %s failed: %r", self._subject, exc)
+
+
+class _StartTime(ConsumerConfig):
+    """A consumer from a time that nats-py can re-create from the next stream sequence.
+
+    nats-py re-creates an ordered consumer by setting ``deliver_policy`` and
+    ``opt_start_seq`` on this config; with ``opt_start_time`` still set the server refused
+    it (both starts given), so a replay went silent for good after a NATS restart. The time
+    gives way to the sequence here, unless nothing was delivered yet (sequence 1: the time
+    still says where to start)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name == "opt_start_seq" and value is not None and self.opt_start_time is not None:
+            if value == 1:
+                super().__setattr__("deliver_policy", DeliverPolicy.BY_START_TIME)
+                value = None
+            else:
+                super().__setattr__("opt_start_time", None)
+        super().__setattr__(name, value)
 
 
 class Shared:
