@@ -68,9 +68,10 @@ LOOKUPS_MAX = 64
 # keys now instead of inheriting that failure.
 JOIN_S = 1.0
 _BUSY_RETRY_AFTER_S = 1.0
-MEND_WAIT_S = 0.25
+MEND_WAIT_S = 1.0
 """How long a caller waits for the owner's word on whether auth is on, once it has said it
-(the owner answers in a millisecond; one that does not is down or the bus is)."""
+(the owner answers in a millisecond, a busy one well within this; one that does not is down or
+the bus is, and routing will say so)."""
 _KEYED = frozenset({"/routing", "/health/deep"})  # with auth on: a valid key, any role
 METRICS = "/metrics"
 METRICS_ROLE = "internal"  # and above: /metrics with auth on (unless metrics.public)
