@@ -288,6 +288,12 @@ def asking_usage(body: JSON) -> JSON:
     return {**body, "stream_options": {**(options or {}), "include_usage": True}}
 
 
+def upstream_request(raw: Any) -> JSON:
+    """The chat surface's request as sent upstream: validated (:func:`validate_chat_request`)
+    and asking for usage (:func:`asking_usage`). Raises InvalidRequestError."""
+    return asking_usage(validate_chat_request(raw))
+
+
 def error_body(status: int, message: str, *, code: str, param: str | None = None) -> bytes:
     """OpenAI-shaped ``{"error": {"message", "type", "param", "code"}}``."""
     return _encode(

@@ -62,13 +62,9 @@ def _chat_stream(model: str, request: JSON) -> StreamRenderer:
     return openai_chat.ChatStream(model, usage=openai_chat.wants_usage(request))
 
 
-def _chat_canonical(raw: Any) -> JSON:
-    return openai_chat.asking_usage(openai_chat.validate_chat_request(raw))
-
-
 CHAT = Surface(
     name="chat",
-    to_canonical=_chat_canonical,
+    to_canonical=openai_chat.upstream_request,
     render=openai_chat.render_response,
     stream=_chat_stream,
     error_body=_chat_error,
