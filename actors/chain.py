@@ -7,6 +7,12 @@ is saved in its snapshot and published on ``llmgw.chain.<name>.state``.
 Backfill: the snapshot remembers which catalogue models the chain has seen. A chain that
 backfills appends each model the catalogue gained since (a reload) at the next priority,
 inheriting that model's own enabled state.
+
+The file and the snapshot: a chain an admin command created or edited is the admin's, and its
+snapshot wins over the config file after a restart or a reload. A chain only the file ever
+shaped follows the file: the snapshot remembers the file's version it started from, and when
+the file says otherwise now, the file's chain is taken (with the models backfill had added,
+when it still backfills). A snapshot written before it recorded this counts as the admin's.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ Catalogue = tuple[tuple[str, bool], ...]
 class _Snapshot(msgspec.Struct):
     state: ChainState
     seen: tuple[str, ...] = ()
+    edited: bool = True  # by an admin command (older snapshots: assume so, they won before)
+    file: ChainState | None = None  # the chain as the config file gave it, when not edited
 
 
 def snapshot_name(chain: str) -> str:
@@ -52,9 +60,11 @@ class ChainActor(Actor):
     ) -> None:
         self.name = f"chain:{initial.name}"
         self.state = initial
+        self._initial = initial
         self._catalogue = catalogue
         self._snapshots = snapshots
         self._fresh = fresh
+        self._edited = fresh  # a chain an admin command creates is the admin's from the start
         self.serves = (
             Serve(subjects.chain_resolve(initial.name)),
             Serve(subjects.chain_edit(initial.name)),
@@ -66,7 +76,11 @@ class ChainActor(Actor):
         seen: tuple[str, ...] = tuple(m for m, _ in self._catalogue)
         snap = None if self._fresh else await self._load()
         if snap is not None:
-            self.state = snap.state
+            self._edited = snap.edited or snap.file is None
+            if self._edited or _same_chain(snap.file, self._initial):
+                self.state = snap.state
+            else:
+                self.state = _file_changed(snap, self._initial)
             if self.state.backfill:
                 self.state = _backfill(self.state, self._catalogue, set(snap.seen))
         await self._save(seen)
@@ -83,7 +97,14 @@ class ChainActor(Actor):
         known = seen if seen is not None else tuple(m for m, _ in self._catalogue)
         await self._snapshots.save(
             snapshot_name(self.state.name),
-            msgspec.json.encode(_Snapshot(state=self.state, seen=known)),
+            msgspec.json.encode(
+                _Snapshot(
+                    state=self.state,
+                    seen=known,
+                    edited=self._edited,
+                    file=None if self._edited else self._initial,
+                )
+            ),
             self.ctx.clock(),
             durable=durable,
         )
@@ -102,9 +123,27 @@ class ChainActor(Actor):
                 self.state = msgspec.structs.replace(
                     self.state, models=models, backfill=backfill, seq=self.state.seq + 1
                 )
+                self._edited = True
                 await self._save(durable=True)  # an operator's answer means it is stored
                 await self._publish()
                 await env.respond(self.state)
+
+
+def _same_chain(a: ChainState | None, b: ChainState) -> bool:
+    return a is not None and (a.org, a.backfill, a.models) == (b.org, b.backfill, b.models)
+
+
+def _file_changed(snap: _Snapshot, file: ChainState) -> ChainState:
+    """The chain the config file gives now, for a chain no admin command touched: the
+    file's models, then (when it backfills) the ones backfill had added and the file does
+    not name."""
+    assert snap.file is not None
+    logger.info("chain %s follows the config file's change", file.name)
+    models = file.models
+    if file.backfill:
+        given = {e.model for e in (*snap.file.models, *file.models)}
+        models = (*models, *(e for e in snap.state.models if e.model not in given))
+    return msgspec.structs.replace(file, models=models, seq=snap.state.seq + 1)
 
 
 def _backfill(state: ChainState, catalogue: Catalogue, seen: set[str]) -> ChainState:

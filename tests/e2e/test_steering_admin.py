@@ -222,6 +222,27 @@ async def test_chains_and_settings_survive_a_restart(
     assert served == "b"
 
 
+async def test_after_a_restart_a_chain_only_the_file_shaped_follows_the_file_an_edited_one_not(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    # The snapshot every chain saved at start won over the file for good: a chain edited in
+    # the config file kept its old models after a restart, though no admin had touched it.
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    before = [{"name": "filed", "models": ["a"]}, {"name": "edited", "models": ["a"]}]
+    gw = await gateway_factory(_config(a, b, c, chains=before))
+    await _ok(gw, "chains", "set_models", name="edited", models=["c"])
+    await gw.stop()
+
+    after = [{"name": "filed", "models": ["b", "c"]}, {"name": "edited", "models": ["b"]}]
+    again = await gateway_factory(_config(a, b, c, chains=after))
+    chains = {ch["name"]: _order(ch) for ch in (await _ok(again, "chains", "list"))["chains"]}
+    served = [await _model(again, "auto:filed"), await _model(again, "auto:edited")]
+
+    assert chains == {"filed": [("b", True), ("c", True)], "edited": [("c", True)]}
+    assert served == ["b", "c"]
+
+
 async def test_a_backfilling_chain_gains_a_reloaded_model_and_a_plain_one_does_not(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,
