@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from schemas import AdminExecuted, subjects
 from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, model, route, watch
@@ -241,6 +242,28 @@ async def test_after_a_restart_a_chain_only_the_file_shaped_follows_the_file_an_
 
     assert chains == {"filed": [("b", True), ("c", True)], "edited": [("c", True)]}
     assert served == ["b", "c"]
+
+
+async def test_a_reload_changes_a_chain_only_the_file_shaped(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    tmp_path: Path,
+) -> None:
+    a, b, c = [await fake_upstreams(n) for n in "abc"]
+    path = tmp_path / "gw.yaml"
+    gw = await gateway_factory(
+        _config(a, b, c, chains=[{"name": "filed", "models": ["a"]}]), config_path=path
+    )
+    path.write_text(
+        yaml.safe_dump(_config(a, b, c, chains=[{"name": "filed", "models": ["c", "a"]}]))
+    )
+
+    reload = await gw.http().post("/admin/config/reload", headers=AUTH)
+    chain = await _ok(gw, "chains", "get", name="filed")
+    served = await _model(gw, "auto:filed")
+
+    assert reload.status_code == 200, reload.text
+    assert (_order(chain), served) == ([("c", True), ("a", True)], "c")
 
 
 async def test_a_backfilling_chain_gains_a_reloaded_model_and_a_plain_one_does_not(
