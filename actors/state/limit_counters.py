@@ -256,6 +256,26 @@ class Refusal:
     retry_after: float
 
 
+def _budget_refusal(spec: LimitSpec, c: Counters, cost: float) -> str:
+    """Why ``spec``'s budget refuses a request reserving ``cost``: spent, too little left for
+    this request (a smaller ``max_tokens`` may fit), or too little once the reservations of
+    requests still running are counted."""
+    assert spec.budget_usd is not None
+    whole = f"the {_ADJECTIVE[spec.budget_period]} budget of ${spec.budget_usd:g}"
+    left = spec.budget_usd - c.spent_usd
+    if left <= 0:
+        return f"{whole} is spent"
+    if cost > left:
+        return (
+            f"this request may cost up to ${cost:.3g} (its max_tokens at its model's price), "
+            f"more than the ${left:.3g} left of {whole}: ask for fewer tokens"
+        )
+    return (
+        f"requests still running hold ${c.reserved_usd:.3g} of the ${left:.3g} left of "
+        f"{whole}, too much for this request's ${cost:.3g}"
+    )
+
+
 def check(spec: LimitSpec, c: Counters, tokens: int, cost: float, now: float) -> Refusal | None:
     """Whether one more request reserving ``tokens`` and ``cost`` fits ``spec``."""
     if spec.budget_usd is not None:
@@ -264,7 +284,7 @@ def check(spec: LimitSpec, c: Counters, tokens: int, cost: float, now: float) ->
         if c.spent_usd >= spec.budget_usd or (cost > 0 and committed + cost > spec.budget_usd):
             return Refusal(
                 "budget_exceeded",
-                f"the {_ADJECTIVE[spec.budget_period]} budget of ${spec.budget_usd:g} is spent",
+                _budget_refusal(spec, c, cost),
                 period_end(spec.budget_period, now) - now,
             )
     if spec.concurrency is not None and c.in_flight >= spec.concurrency:

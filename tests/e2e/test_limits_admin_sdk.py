@@ -34,7 +34,7 @@ async def _gateway(
 
 
 @pytest.mark.parametrize(("period", "word"), [("day", "daily"), ("week", "weekly")])
-async def test_a_spent_budget_names_its_period_in_words(
+async def test_a_budget_refusal_names_its_period_in_words_and_why(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
     tmp_path: Path,
@@ -50,7 +50,9 @@ async def test_a_spent_budget_names_its_period_in_words(
         await gw.openai(key).chat.completions.create(model="m", messages=HI, max_tokens=5)
 
     message = refused.value.body["message"]  # type: ignore[index]
-    assert f"the {word} budget of $5e-05 is spent" in message, message
+    # Nothing is spent yet: the request's reservation alone does not fit, and it says so.
+    assert f"more than the $5e-05 left of the {word} budget of $5e-05" in message, message
+    assert "fewer tokens" in message and "is spent" not in message, message
 
 
 async def test_a_limit_on_a_key_that_does_not_exist_is_refused(

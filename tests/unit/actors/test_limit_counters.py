@@ -95,6 +95,28 @@ def test_budget_is_calendar_monthly_and_refuses_once_spent() -> None:
     assert c.spent_usd == 0
 
 
+def test_a_budget_refusal_says_whether_it_is_spent_too_small_for_the_request_or_held() -> None:
+    # Each said "the monthly budget of $1 is spent", though only one of them was.
+    spec, c = LimitSpec(budget_usd=1.0, budget_period="month"), Counters()
+    holds = [("org:a", spec, c)]
+    lease = admit(holds, "r1", "i", 0, 0.4, T0, 30)
+    assert isinstance(lease, Lease)
+    held = admit(holds, "r2", "i", 0, 0.7, T0, 30)
+    too_big = admit(holds, "r3", "i", 0, 1.5, T0, 30)
+    settle(lease, 0, 1.0, T0 + 1)
+    spent = admit(holds, "r4", "i", 0, 0.1, T0 + 2, 30)
+
+    assert isinstance(held, Refusal) and isinstance(too_big, Refusal)
+    assert isinstance(spent, Refusal)
+    assert held.message == (
+        "requests still running hold $0.4 of the $1 left of the monthly budget of $1, "
+        "too much for this request's $0.7"
+    )
+    assert too_big.message.startswith("this request may cost up to $1.5 (its max_tokens")
+    assert "more than the $1 left of the monthly budget of $1" in too_big.message
+    assert spent.message == "the monthly budget of $1 is spent"
+
+
 def test_admission_is_all_or_nothing_across_subjects() -> None:
     key, org = Counters(), Counters()
     holds = [("key:k", LimitSpec(rpm=10), key), ("org:a", LimitSpec(rpm=1), org)]
