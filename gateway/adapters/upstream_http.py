@@ -31,6 +31,7 @@ from gateway.adapters.http1 import (
     Http1Connection,
     MalformedAnswerError,
 )
+from gateway.http import busy_poll
 from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
 from schemas.process_config import MAX_UPSTREAM_ANSWER_BYTES
 
@@ -112,6 +113,9 @@ def _send(
     conn.waiter = waiter = loop.create_future()
     assert conn.transport is not None
     conn.transport.write(data)
+    poller = busy_poll.current
+    if poller is not None:  # the answer may come before an idle core would wake
+        poller.hold()
     return waiter
 
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypercorn.asyncio import serve as hypercorn_serve
 
+from gateway.http import busy_poll
 from gateway.ingress import http_edge
 from gateway.process.h1.server import serve as serve_builtin
 
@@ -69,7 +70,24 @@ async def serve_http(
     shutdown: asyncio.Event,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` (this call owns and closes it) with ``engine``
-    until ``shutdown`` is set. Raises EngineUnavailableError, and what the server raises."""
+    until ``shutdown`` is set, busy polling after each write if ``server.busy_poll_us`` says
+    so. Raises EngineUnavailableError, and what the server raises."""
+    poller = busy_poll.install(asyncio.get_running_loop(), server.busy_poll_us)
+    try:
+        await _serve(
+            engine, app if poller is None else polling(app, poller), sock, server, shutdown
+        )
+    finally:
+        busy_poll.uninstall(poller)
+
+
+async def _serve(
+    engine: str,
+    app: ASGIApp,
+    sock: socket.socket,
+    server: ServerConfig,
+    shutdown: asyncio.Event,
+) -> None:
     if engine == "granian":
         await _serve_granian(app, sock, server, shutdown)
         return
@@ -140,6 +158,20 @@ async def _serve_granian(
         await runner.serve()
     finally:
         stopper.cancel()
+
+
+def polling(app: ASGIApp, poller: busy_poll.BusyPoll) -> ASGIApp:
+    """``app`` holding ``poller``'s window after each part of an answer it sends: the client's
+    next request (or its stream's next read) may come before an idle core would wake."""
+
+    async def polled(scope: Scope, receive: Any, send: Any) -> None:
+        async def sent(message: Message) -> None:
+            await send(message)
+            poller.hold()
+
+        await app(scope, receive, sent)
+
+    return polled
 
 
 def without_nagle(sock: socket.socket) -> socket.socket:

@@ -850,7 +850,7 @@ def _start_gateway(
     config.write_text(
         _gateway_config(upstream_url)
         + ("telemetry: {enabled: true}\n" if args.telemetry else "")
-        + f"server: {{engine: {args.engine}}}\n"
+        + f"server: {{engine: {args.engine}, busy_poll_us: {args.busy_poll_us}}}\n"
         + topology_config(args.cluster, database_url)
     )
     if (args.limit or args.key) and not args.cluster:
@@ -1298,6 +1298,7 @@ def _environment(args: argparse.Namespace) -> str:
     knobs = "".join(f"hypercorn {h}; " for h in args.hypercorn)
     knobs += f"engine {args.engine}; " if args.engine != "hypercorn" else ""
     knobs += f"--workers {args.workers}; " if args.workers != "1" else ""
+    knobs += f"busy_poll_us {args.busy_poll_us}; " if args.busy_poll_us else ""
     if args.loop != "as-is":
         knobs += f"gateway event loop {args.loop}; "
     if args.gateway_log_level:
@@ -1457,6 +1458,13 @@ def _parser() -> argparse.ArgumentParser:
         default=ServerConfig().engine,
         help="the gateway's HTTP server (server.engine, its default unless given; granian "
         "needs the granian extra)",
+    )
+    p.add_argument(
+        "--busy-poll-us",
+        type=int,
+        default=0,
+        metavar="US",
+        help="server.busy_poll_us: the loop polls this long after each write (0: off)",
     )
     p.add_argument(
         "--workers",

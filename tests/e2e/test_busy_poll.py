@@ -1,0 +1,62 @@
+"""``server.busy_poll_us`` on every engine: the loop holds its polling window after the write to
+the upstream and after each part of the answer, the gateway answers as ever, and the poller
+goes with the server. Off by default. Refused out of its bounds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from pydantic import ValidationError
+
+from gateway.http import busy_poll
+from schemas.process_config import ServerConfig
+from tests.e2e.conftest import HI, config, model, route
+from tests.fixtures.gateway import start_gateway
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.upstream import FakeUpstream
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_each_engine_polls_after_its_writes_and_the_poller_goes_with_the_server(
+    fake_upstream: FakeUpstream, tmp_path: Path, engine: str
+) -> None:
+    gw = await start_gateway(
+        config(model("m", route(fake_upstream)), server={"engine": engine, "busy_poll_us": 2000}),
+        data_dir=tmp_path,
+    )
+    try:
+        poller = busy_poll.current
+        assert poller is not None
+        assert poller.window == pytest.approx(0.002)
+        before = poller.holds
+        answer = await gw.openai().chat.completions.create(model="m", messages=HI)
+        assert answer.choices[0].message.content
+        # One hold after the request went upstream, one after each of the answer's two parts
+        # (its head, its body): without either hold point this is 2 or 1.
+        assert poller.holds - before >= 3
+        assert poller.spins > 0
+    finally:
+        await gw.stop()
+    assert busy_poll.current is None
+
+
+async def test_busy_polling_is_off_by_default(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
+    assert ServerConfig().busy_poll_us == 0
+    gw = await start_gateway(config(model("m", route(fake_upstream))), data_dir=tmp_path)
+    try:
+        assert busy_poll.current is None
+        answer = await gw.openai().chat.completions.create(model="m", messages=HI)
+        assert answer.choices[0].message.content
+    finally:
+        await gw.stop()
+
+
+@pytest.mark.parametrize("window_us", [-1, 10_001])
+def test_a_window_out_of_bounds_is_a_config_error(window_us: int) -> None:
+    with pytest.raises(ValidationError, match="busy_poll_us"):
+        ServerConfig(busy_poll_us=window_us)
