@@ -2,8 +2,8 @@
 layers (any import: lazy and typing-only ones too), so no two wings can ever form a loop.
 
 A new wing must be given its layer here. ``http`` (the request, the error table, the
-component lifetime) sits at the bottom with the formats and adapters: every wing may import
-it, and it imports none.
+component lifetime, busy polling) sits at the bottom, under the formats and adapters: every
+wing may import it, and it imports none.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"dashboard", "admin", "telemetry"}),  # parts the ingress serves or feeds
     frozenset({"steering"}),  # auto and its rules, from views
     frozenset({"auth"}),  # who is calling
-    frozenset({"formats", "adapters", "http"}),  # leaves
+    frozenset({"formats", "adapters"}),  # leaves
+    frozenset({"http"}),  # under every wing (the upstream client polls through it)
 )
 """Top first."""
 
