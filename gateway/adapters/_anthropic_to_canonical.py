@@ -1,5 +1,12 @@
 """Anthropic answers -> canonical chat: the message, and SSE events as chunk dicts.
 
+Claude's thinking is kept as LiteLLM carries it on chat: its text as ``reasoning_content``
+(what every surface renders as reasoning), and each ``thinking`` block (with its signature)
+or ``redacted_thinking`` block (its ``data``) in ``thinking_blocks``, in order, unchanged: the
+signature is what lets a client send the block back on its next turn. Streamed, the text
+comes as ``reasoning_content`` deltas and each block whole, in a ``thinking_blocks`` delta, when
+it ends (a ``thinking`` block at its ``content_block_stop``, a redacted one at its start).
+
 Public names are re-exported by ``gateway.adapters.anthropic_wire``.
 """
 
@@ -145,6 +152,7 @@ class MessagesToChatStream:
         "_role_sent",
         "_stop_reason",
         "_stop_sequence",
+        "_thinking",
         "_tools",
         "_usage",
     )
@@ -157,6 +165,8 @@ class MessagesToChatStream:
         self._role_sent = False
         self._complete = False
         self._tools: dict[int, int] = {}  # Anthropic block index -> chat tool_calls index
+        # Anthropic block index -> an open thinking block's text pieces and its signature
+        self._thinking: dict[int, tuple[list[str], list[str]]] = {}
         self._usage: JSON | None = {}  # the provider's counts so far; None: unknown
         self._stop_reason: Any = None
         self._stop_sequence: Any = None
@@ -175,7 +185,8 @@ class MessagesToChatStream:
         """Chunks for one event (possibly none). Raises UpstreamStreamError on ``error``, and
         UpstreamBadResponseError for an event that breaks the API's shapes: a ``message``,
         ``content_block``, ``delta`` or ``error`` that is not an object, a block ``index``
-        that is not an integer, a text, stop reason or tool id that is not a string. (Absent
+        that is not an integer, a text, thinking, signature, redacted data, stop reason or
+        tool id that is not a string. (Absent
         or null is as if empty; a usage that is not an object leaves usage unknown.)"""
         if self._complete:
             return []
@@ -198,6 +209,8 @@ class MessagesToChatStream:
             return []
         if kind == "message_stop":
             return self._stop()
+        if kind == "content_block_stop":
+            return self._block_stop(data)
         if kind == "error":
             error = object_field(data, "error", "an error event")
             said = text_field(error, "message", "an error") or "unknown error"
@@ -207,7 +220,7 @@ class MessagesToChatStream:
             )
         if kind is not None and type(kind) is not str:
             raise bad_answer("an event's 'type' is not a string")
-        return []  # ping, content_block_stop, and events newer than this module
+        return []  # ping, and events newer than this module
 
     def _add_usage(self, usage: Any) -> None:
         # Counts are totals so far (message_delta's are cumulative): they replace, not add.
@@ -236,8 +249,15 @@ class MessagesToChatStream:
         if kind == "text":
             text = text_field(block, "text", "a text block")
             return [self._chunk({"content": text})] if text else []
+        if kind == "thinking":
+            text = text_field(block, "thinking", "a thinking block")
+            signature = text_field(block, "signature", "a thinking block")
+            self._thinking[_block_index(data)] = ([text] if text else [], [signature or ""])
+            return [self._chunk({"reasoning_content": text})] if text else []
+        if kind == "redacted_thinking":
+            return [self._chunk({"thinking_blocks": [_redacted(block)]})]
         if kind != "tool_use":
-            return []  # thinking and server-tool blocks have no chat form
+            return []  # server-tool blocks have no chat form
         index = _block_index(data)
         call_id, name, tool_input = _tool_use(block)
         position = self._tools[index] = len(self._tools)
@@ -282,7 +302,30 @@ class MessagesToChatStream:
                     {"tool_calls": [{"index": position, "function": {"arguments": fragment}}]}
                 )
             ]
+        if kind == "thinking_delta":
+            text = delta.get("thinking")
+            if type(text) is not str:
+                raise bad_answer("a thinking_delta's 'thinking' is not a string")
+            if (open_block := self._thinking.get(_block_index(data))) is None or not text:
+                return []
+            open_block[0].append(text)
+            return [self._chunk({"reasoning_content": text})]
+        if kind == "signature_delta":
+            signature = delta.get("signature")
+            if type(signature) is not str:
+                raise bad_answer("a signature_delta's 'signature' is not a string")
+            if (open_block := self._thinking.get(_block_index(data))) is not None:
+                open_block[1][0] = signature  # the SDK's rule: the last one stands
         return []
+
+    def _block_stop(self, data: JSON) -> list[JSON]:
+        """A thinking block's end: the whole block, signed, as a ``thinking_blocks`` delta."""
+        open_block = self._thinking.pop(_block_index(data), None)
+        if open_block is None:
+            return []
+        pieces, (signature,) = open_block
+        block = {"type": "thinking", "thinking": "".join(pieces), "signature": signature}
+        return [self._chunk({"thinking_blocks": [block]})]
 
     def _stop(self) -> list[JSON]:
         if self._complete:
@@ -312,8 +355,9 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
     """Translate an Anthropic ``message`` into a canonical chat completion.
 
     Raises UpstreamBadResponseError when ``msg`` breaks the Messages API's shapes: no
-    ``content`` list, a content block that is not an object, a text block whose ``text`` is
-    not a string, a tool_use block whose ``id`` or ``name`` is not a string or whose
+    ``content`` list, a content block that is not an object, a text, thinking or
+    redacted_thinking block whose ``text``, ``thinking``, ``signature`` or ``data`` is not a
+    string, a tool_use block whose ``id`` or ``name`` is not a string or whose
     ``input`` is not an object, a ``stop_reason`` or ``stop_sequence`` that is not a string.
     A ``usage`` that is not an object leaves the usage unknown (None).
     """
@@ -322,12 +366,20 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
         raise bad_answer("the answer has no 'content' list")
     texts: list[str] = []
     calls: list[JSON] = []
+    thoughts: list[str] = []
+    thinking: list[JSON] = []
     for block in content:
         if type(block) is not dict:
             raise bad_answer("a content block is not an object")
         kind = block.get("type")
         if kind == "text":
             texts.append(text_field(block, "text", "a text block") or "")
+        elif kind == "thinking":
+            thoughts.append(text_field(block, "thinking", "a thinking block") or "")
+            signature = text_field(block, "signature", "a thinking block") or ""
+            thinking.append({"type": "thinking", "thinking": thoughts[-1], "signature": signature})
+        elif kind == "redacted_thinking":
+            thinking.append(_redacted(block))
         elif kind == "tool_use":
             call_id, name, tool_input = _tool_use(block)
             arguments = _encoder.encode(tool_input or {}).decode()
@@ -345,6 +397,10 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
     }
     if calls:
         message["tool_calls"] = calls
+    if thinking:
+        if thought := "".join(thoughts):
+            message["reasoning_content"] = thought
+        message["thinking_blocks"] = thinking
     stop = text_field(msg, "stop_reason", "the answer")
     sequence = text_field(msg, "stop_sequence", "the answer")
     choice: JSON = {
@@ -403,6 +459,13 @@ def _block_index(data: JSON) -> int:
     if type(index) is not int:
         raise bad_answer("a content block's 'index' is not an integer")
     return index
+
+
+def _redacted(block: JSON) -> JSON:
+    """A redacted_thinking block as kept: its opaque ``data``. Raises
+    UpstreamBadResponseError when that is not a string."""
+    data = text_field(block, "data", "a redacted_thinking block")
+    return {"type": "redacted_thinking", "data": data or ""}
 
 
 def _tool_use(block: JSON) -> tuple[str, str, JSON | None]:

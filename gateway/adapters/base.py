@@ -21,8 +21,10 @@ the limits and the request log may rely on them instead of each guarding against
   strings. A ``content`` may also be a list of part objects (the OpenAI API's ``text`` and
   ``refusal`` parts, Mistral's ``thinking``, whose ``thinking`` is a string or a list of
   ``text`` parts): each known part's text a string or null; a part of another type is
-  relayed, unread. Anything else is the upstream's bad response: a 502 (the next route is
-  tried), or the dialect's stream error once a stream began.
+  relayed, unread. A ``thinking_blocks`` (Claude's signed thinking, as LiteLLM carries it) is
+  a list of objects whose ``type``, ``thinking``, ``signature``, ``data`` are strings or null.
+  Anything else is the upstream's bad response: a 502 (the next route is tried), or the
+  dialect's stream error once a stream began.
 
 Redaction: some upstreams echo the credential they were sent (``Incorrect API key: sk-…``,
 ``stream aborted for key Bearer sk-…``) in an error body, an in-band stream error or a 401.
@@ -214,8 +216,7 @@ def bad_response(endpoint: str, what: str) -> UpstreamBadResponseError:
 
 
 # ---------------------------------------------------------------------------- checking
-# The shapes of the module docstring. Here, not in a module of their own: one request's
-# path crosses no more files (tests/architecture/test_figures.py).
+# The docstring's shapes, here so a request's path crosses no more files (architecture tests).
 
 MAX_TOKENS = 10**12
 """No answer uses more tokens: a count above it is nonsense (and must not reach a 64-bit
@@ -335,6 +336,17 @@ def _delta_problem(delta: JSON) -> str | None:
                 return f"a {key!r} is not a string"
             if (problem := _parts_problem(value)) is not None:
                 return problem
+        elif key == "thinking_blocks" and (problem := _thinking_problem(value)) is not None:
+            return problem
+    return None
+
+
+def _thinking_problem(blocks: Any) -> str | None:
+    if type(blocks) is not list or any(type(block) is not dict for block in blocks):
+        return "'thinking_blocks' is not a list of objects"
+    for key in ("type", "thinking", "signature", "data"):
+        if any(type(block.get(key)) not in (str, type(None)) for block in blocks):
+            return f"a thinking block's {key!r} is not a string"
     return None
 
 

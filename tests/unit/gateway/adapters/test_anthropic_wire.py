@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic.types
 import httpx2
 import openai
 import pydantic
@@ -367,6 +368,9 @@ MALFORMED_ANSWERS = {
     "tool input str": {"content": [{"type": "tool_use", "id": "t", "name": "f", "input": "s"}]},
     "stop_reason list": {"content": [], "stop_reason": ["x"]},
     "stop_sequence int": {"content": [], "stop_reason": "stop_sequence", "stop_sequence": 5},
+    "thinking int": {"content": [{"type": "thinking", "thinking": 5, "signature": "s"}]},
+    "signature list": {"content": [{"type": "thinking", "thinking": "t", "signature": [1]}]},
+    "redacted data int": {"content": [{"type": "redacted_thinking", "data": 5}]},
 }
 
 
@@ -391,6 +395,40 @@ def test_from_messages_response_with_usage_not_an_object_of_counts_has_usage_unk
     assert completion.usage is None
     assert completion.choices[0].message.content == "hi"
     assert completion.id.startswith("chatcmpl-")  # an id that is not a string is not shown
+
+
+THINKING_MESSAGE = "anthropic_message_thinking.json"  # shaped as the SDK's Message (checked)
+THINKING_STREAM = "anthropic_stream_thinking.sse"  # the same answer, streamed
+
+
+def _thinking_blocks() -> list[JSON]:
+    content = load_wire(THINKING_MESSAGE)["content"]
+    return [b for b in content if b["type"] in ("thinking", "redacted_thinking")]
+
+
+def test_from_messages_response_keeps_thinking_blocks_with_their_signatures() -> None:
+    # Dropped before: the message held no reasoning, and the signatures were lost.
+    raw = load_wire(THINKING_MESSAGE)
+    anthropic.types.Message.model_validate(raw)
+
+    out = from_messages_response(raw, model="gw")
+
+    message = ChatCompletion.model_validate(out).choices[0].message
+    thought = raw["content"][0]["thinking"]
+    assert out["choices"][0]["message"]["reasoning_content"] == thought
+    assert (message.model_extra or {})["thinking_blocks"] == _thinking_blocks()
+    assert message.content == "Let me check the weather in Paris."
+    assert message.tool_calls is not None
+    assert out["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_from_messages_response_with_only_redacted_thinking_has_no_reasoning_text() -> None:
+    redacted = {"type": "redacted_thinking", "data": "opaque"}
+    msg = {"content": [redacted, {"type": "text", "text": "hi"}], "stop_reason": "end_turn"}
+
+    message = from_messages_response(msg, model="m")["choices"][0]["message"]
+
+    assert message["thinking_blocks"] == [redacted] and "reasoning_content" not in message
 
 
 def test_answer_round_trip_keeps_stop_sequence_and_tool_ids() -> None:
@@ -533,6 +571,53 @@ def test_stream_accumulates_in_the_openai_sdk() -> None:
     )
 
 
+def _accumulated(chunks: list[JSON]) -> JSON:
+    """What a chat client accumulates of canonical chunks: texts joined, thinking blocks
+    (each whole in one delta) appended, tool call fragments joined by index."""
+    message: JSON = {"content": "", "reasoning_content": "", "thinking_blocks": []}
+    calls: dict[int, JSON] = {}
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            for key in ("content", "reasoning_content"):
+                message[key] += delta.get(key) or ""
+            message["thinking_blocks"] += delta.get("thinking_blocks") or []
+            for call in delta.get("tool_calls") or ():
+                known = calls.setdefault(call["index"], {"arguments": ""})
+                known.update({k: v for k, v in call.items() if k in ("id", "type")})
+                known["name"] = call.get("function", {}).get("name") or known.get("name")
+                known["arguments"] += call["function"].get("arguments") or ""
+    message["tool_calls"] = list(calls.values())
+    return message
+
+
+def test_stream_with_thinking_accumulates_to_the_plain_answer() -> None:
+    # Dropped before: no reasoning delta, no signature; the client could not send it back.
+    events = _events(THINKING_STREAM)
+    for _, data in events:
+        if data["type"] != "ping":  # the SDK's union has no ping
+            pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent).validate_python(data)
+
+    chunks = _feed_all(MessagesToChatStream("gw"), events)
+
+    for chunk in chunks:
+        ChatCompletionChunk.model_validate(chunk)
+    got = _accumulated(chunks)
+    plain = from_messages_response(load_wire(THINKING_MESSAGE), model="gw")["choices"][0]
+    assert got["reasoning_content"] == plain["message"]["reasoning_content"]
+    assert got["thinking_blocks"] == plain["message"]["thinking_blocks"] == _thinking_blocks()
+    assert got["content"] == plain["message"]["content"]
+    (call,) = got["tool_calls"]
+    assert json.loads(call["arguments"]) == {"city": "Paris"}
+    thinking = [c["choices"][0]["delta"] for c in chunks[:4]]
+    assert [d.get("reasoning_content") for d in thinking[:3]] == [
+        "The user asks for the weather in Paris.",
+        " I should call get_weather",
+        " with the city.",
+    ]
+    assert thinking[3] == {"thinking_blocks": [_thinking_blocks()[0]]}  # at the block's stop
+
+
 def test_stream_cut_before_message_stop_never_finishes() -> None:
     stream = MessagesToChatStream("m")
     chunks = _feed_all(stream, _events("anthropic_stream_tool_use.sse")[:-1])
@@ -596,6 +681,18 @@ MALFORMED_EVENTS = {
         "delta": {"type": "input_json_delta", "partial_json": 5},
     },
     "message_delta str": {"type": "message_delta", "delta": "x", "usage": 5},
+    "thinking int": {
+        "type": "content_block_delta",
+        "delta": {"type": "thinking_delta", "thinking": 5},
+    },
+    "signature int": {
+        "type": "content_block_delta",
+        "delta": {"type": "signature_delta", "signature": 5},
+    },
+    "redacted data list": {
+        "type": "content_block_start",
+        "content_block": {"type": "redacted_thinking", "data": [1]},
+    },
     "stop_reason int": {"type": "message_delta", "delta": {"stop_reason": 5}},
     "error str": {"type": "error", "error": "str"},
     "error list": {"type": "error", "error": [1, 2]},

@@ -310,3 +310,27 @@ def test_a_content_of_parts_must_hold_objects_whose_known_texts_are_strings(
         answer_problem({"choices": [_choice(0, message={"content": parts})]}),
     ):
         assert (problem is not None) == bad, problem
+
+
+SIGNED = {"type": "thinking", "thinking": "Hmm", "signature": "sig"}
+
+
+@pytest.mark.parametrize(
+    ("blocks", "bad"),
+    [
+        ([SIGNED, {"type": "redacted_thinking", "data": "x"}, {"type": "thinking"}], False),
+        ([], False),
+        ({"type": "thinking"}, True),
+        ([SIGNED, "sig"], True),
+        ([{"type": "thinking", "thinking": "Hmm", "signature": 5}], True),
+        ([{"type": "redacted_thinking", "data": ["x"]}], True),
+        ([{"type": 5}], True),
+    ],
+)
+def test_thinking_blocks_must_be_objects_whose_texts_are_strings(blocks: Any, bad: bool) -> None:
+    # Unchecked, a signature of 5 reached the Messages renderer and the client's SDK.
+    for problem in (
+        chunk_problem(chunk({"thinking_blocks": blocks})),
+        answer_problem({"choices": [_choice(0, message={"thinking_blocks": blocks})]}),
+    ):
+        assert (problem is not None) == bad, problem
