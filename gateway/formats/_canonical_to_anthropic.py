@@ -1,5 +1,10 @@
 """Canonical chat answers -> Anthropic Messages answers: the message, the SSE stream, errors.
 
+Reasoning becomes thinking: Claude's own blocks (a canonical ``thinking_blocks``, as the
+anthropic adapter keeps them) as they came, with their real signatures, and redacted ones as
+such; another provider's reasoning text (``reasoning_content``) as one thinking block whose
+signature is empty (``_NO_SIGNATURE``).
+
 Public names are re-exported by ``gateway.formats.anthropic_messages``.
 """
 
@@ -48,7 +53,8 @@ _MESSAGE_STOP = sse_frame(frame_prefix("message_stop"), {"type": "message_stop"}
 # A thinking block's signature is Anthropic's proof that Claude wrote it; none exists for
 # another provider's reasoning, and forging one would be a lie a Claude upstream rejects. The
 # SDK requires the field: an empty string, as other gateways send. A client replaying the
-# block to this gateway is fine (``to_chat_request`` drops thinking blocks in history).
+# block to this gateway is fine (the anthropic adapter drops unsigned thinking blocks, and no
+# other upstream kind is sent any).
 _NO_SIGNATURE = ""
 _EMPTY_TEXT = {"type": "text", "text": ""}
 _EMPTY_THINKING = {"type": "thinking", "thinking": "", "signature": _NO_SIGNATURE}
@@ -129,6 +135,23 @@ def _tool_input(arguments: Any, finish: Any) -> JSON:
     )
 
 
+def _thinking_blocks(blocks: Any) -> list[JSON]:
+    """The Messages blocks of a canonical ``thinking_blocks`` (the adapter seam made it a list
+    of objects with string or null fields): thinking and redacted_thinking blocks with only
+    the fields the API defines, in order; those of another type are not shown."""
+    out: list[JSON] = []
+    for block in blocks or ():
+        kind = block.get("type")
+        if kind == "thinking":
+            thought = block.get("thinking") or ""
+            out.append(
+                {"type": kind, "thinking": thought, "signature": block.get("signature") or ""}
+            )
+        elif kind == "redacted_thinking":
+            out.append({"type": kind, "data": block.get("data") or ""})
+    return out
+
+
 def from_chat_response(chat: JSON, *, model: str) -> JSON:
     """Translate a canonical chat completion into an Anthropic ``message``.
 
@@ -140,7 +163,9 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     content: list[JSON] = []
     if type(message.get("content")) is list:  # parts (Mistral's, say)
         message = plain_content(message)
-    if thought := reasoning_text(message):  # first, as Claude's thinking comes
+    if native := _thinking_blocks(message.get("thinking_blocks")):  # first, as Claude's come
+        content += native
+    elif thought := reasoning_text(message):
         content.append({"type": "thinking", "thinking": thought, "signature": _NO_SIGNATURE})
     text = message.get("content")
     if isinstance(text, str) and text:
@@ -183,10 +208,13 @@ class ChatToMessagesStream:
 
     ``feed`` each chunk, then exactly one of ``finish`` (the upstream ended cleanly, ``[DONE]``
     seen) or ``error`` (the stream broke: the client gets an ``error`` event and never a
-    ``message_stop``). Reasoning (a ``thinking`` block, its signature empty: see
-    ``_NO_SIGNATURE``), text and each tool call (by chat ``index``) get their own content
-    block, opened in order of first appearance; reasoning after text opens a new thinking
-    block, as Claude's interleaved thinking does. A chunk for a tool call whose block was
+    ``message_stop``). Reasoning (a ``thinking`` block), text and each tool call (by chat
+    ``index``) get their own content block, opened in order of first appearance; reasoning
+    after text opens a new thinking block, as Claude's interleaved thinking does. A thinking
+    block's signature stays empty (``_NO_SIGNATURE``) unless a ``thinking_blocks`` delta brings
+    Claude's: its ``signature_delta`` then ends the block (its text came as reasoning, and is
+    only sent from the entry when no thinking block is open); a redacted_thinking entry is a
+    block of its own, opened and closed at once. A chunk for a tool call whose block was
     already closed (servers that interleave calls) is still sent on that block's index.
     """
 
@@ -242,6 +270,9 @@ class ChatToMessagesStream:
             # reasoning_text's rule inline: the hot path, one chunk per token
             if thought := delta.get("reasoning_content") or delta.get("reasoning"):
                 self._block_delta(out, "thinking", thought)
+            if signed := delta.get("thinking_blocks"):
+                for block in _thinking_blocks(signed):
+                    self._thinking(out, block)
             if text:
                 self._block_delta(out, "text", text)
             refusal = delta.get("refusal")
@@ -354,6 +385,28 @@ class ChatToMessagesStream:
                 {"type": "content_block_delta", "index": index, "delta": delta},
             )
         )
+
+    def _thinking(self, out: list[bytes], block: JSON) -> None:
+        """Claude's ``block``, whole: a redacted one on its own, a thinking one's signature
+        (and its text, when no thinking block is open to have had it) on the open block."""
+        if block["type"] == "redacted_thinking":
+            self._open_block(out, block)
+            self._close(out)
+            return
+        if self._open_kind != "thinking":
+            self._open_block(out, _EMPTY_THINKING)
+            self._open_kind = "thinking"
+            if block["thinking"]:
+                self._block_delta(out, "thinking", block["thinking"])
+        if block["signature"]:
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+            out.append(
+                sse_frame(
+                    _P_BLOCK_DELTA,
+                    {"type": "content_block_delta", "index": self._next - 1, "delta": delta},
+                )
+            )
+            self._close(out)
 
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)

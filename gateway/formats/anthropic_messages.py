@@ -3,8 +3,14 @@
 Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat_response`,
 :class:`ChatToMessagesStream`, :func:`error_body` (in ``_canonical_to_anthropic``, re-exported).
 
+Claude's thinking is carried as LiteLLM carries it on chat: the ``thinking`` config as the
+canonical ``thinking``, and an assistant turn's thinking and redacted_thinking blocks (signed,
+as Claude gave them) in its ``thinking_blocks``, in order. An ``anthropic`` route sends both
+on unchanged (but for a thinking block without a signature, another provider's reasoning as
+this gateway rendered it, which Claude would refuse); every other upstream kind drops them.
+
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
-``top_k``, ``thinking`` (and thinking blocks in history), ``cache_control`` marks,
+``top_k``, ``cache_control`` marks,
 ``service_tier``, ``speed``, ``inference_geo``, ``diagnostics``, ``output_config.effort``,
 citations on text blocks. Refused (InvalidRequestError), because ignoring them would answer
 a different question: server tools (``web_search_*``, ``bash_*``, ``code_execution_*``...),
@@ -81,8 +87,9 @@ _FIELDS = {
     "top_p": NUMBER,
 }
 # Inside them: what an anthropic upstream reads (passed through to it) or this module does.
-_THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER}
+_THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER, "display": STRING}
 _CHOICE_FIELDS = {"type": STRING, "name": STRING, "disable_parallel_tool_use": BOOLEAN}
+_THINKING_BLOCK_FIELDS = {"thinking": STRING, "signature": STRING, "data": STRING}
 # Canonical fields whose Messages names differ, whatever the request holds.
 _RENAMED: Origins = {
     "stop": "stop_sequences",
@@ -109,6 +116,8 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
     check_types(body, _FIELDS)
     if (thinking := body.get("thinking")) is not None:
         check_types(thinking, _THINKING_FIELDS, "thinking")
+        if not isinstance(thinking.get("type"), str):
+            raise InvalidRequestError("thinking.type: a string is required", param="thinking.type")
     if (choice := body.get("tool_choice")) is not None:
         check_types(choice, _CHOICE_FIELDS, "tool_choice")
         if choice.get("type") not in _TOOL_CHOICE_TYPES:
@@ -155,6 +164,8 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
         if isinstance(user, str) and user:
             chat["user"] = user
     _convert_output_format(body.get("output_config"), chat)
+    if thinking is not None:
+        chat["thinking"] = thinking
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequestError("stream: must be a boolean", param="stream")
@@ -235,6 +246,7 @@ def _assistant_message(content: list[Any], path: str, index: int, origins: Origi
     """The chat message of an assistant turn, the ``index``-th of the chat request."""
     texts: list[str] = []
     calls: list[JSON] = []
+    thinking: list[JSON] = []
     for j, block in enumerate(content):
         bpath = f"{path}.content[{j}]"
         kind = _block_type(block, bpath)
@@ -256,11 +268,22 @@ def _assistant_message(content: list[Any], path: str, index: int, origins: Origi
                 call = f"messages[{index}].tool_calls[{len(calls) - 1}]"
                 origins[call] = origins[f"{call}.function"] = bpath
                 origins[f"{call}.function.arguments"] = f"{bpath}.input"
-        elif kind not in ("thinking", "redacted_thinking"):
+        elif kind in ("thinking", "redacted_thinking"):
+            # Absent is empty: such a block was always let through, and one with no
+            # signature or data only ever reaches a route that drops it.
+            check_types(block, _THINKING_BLOCK_FIELDS, bpath)
+            if kind == "thinking":
+                thought, signature = block.get("thinking") or "", block.get("signature") or ""
+                thinking.append({"type": kind, "thinking": thought, "signature": signature})
+            else:
+                thinking.append({"type": kind, "data": block.get("data") or ""})
+        else:
             raise _unsupported(kind, bpath)
     message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
     if calls:
         message["tool_calls"] = calls
+    if thinking:
+        message["thinking_blocks"] = thinking
     return message
 
 

@@ -136,7 +136,7 @@ def test_to_chat_request_with_recorded_claude_code_body_gives_valid_chat_request
     assert len(messages) == 8
 
 
-def test_to_chat_request_maps_parameters_and_drops_top_k_and_thinking() -> None:
+def test_to_chat_request_maps_parameters_drops_top_k_and_carries_thinking() -> None:
     chat = to_chat_request(load_wire("anthropic_request_claude_code.json"))
 
     assert chat["model"] == "claude-sonnet-4-5"
@@ -147,7 +147,17 @@ def test_to_chat_request_maps_parameters_and_drops_top_k_and_thinking() -> None:
     assert chat["tool_choice"] == "auto"
     assert chat["stream"] is True
     assert chat["stream_options"] == {"include_usage": True}
-    assert "top_k" not in chat and "thinking" not in chat
+    assert "top_k" not in chat
+    # Dropped before: Claude never thought, and Anthropic refused the history's tool_use
+    # turn for the thinking block it lacked.
+    assert chat["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+    assert chat["messages"][2]["thinking_blocks"] == [
+        {
+            "type": "thinking",
+            "thinking": "The user wants a description and a listing.",
+            "signature": "EqQBCkgIBxABGAIqQL0jNBfUAm9ZpyvPM4hwmzsgGsdsYhgZ3",
+        }
+    ]
     assert chat["tools"][0] == {
         "type": "function",
         "function": {
@@ -193,6 +203,26 @@ def _minimal(**extra: Any) -> JSON:
     }
     body.update(extra)
     return body
+
+
+def test_to_chat_request_keeps_thinking_and_redacted_blocks_in_order() -> None:
+    blocks = [
+        {"type": "redacted_thinking", "data": "EmwKAhgB"},
+        {"type": "thinking", "thinking": "Then...", "signature": "EqQB"},
+        {"type": "thinking", "thinking": "Old reasoning"},  # absent is empty, as before
+    ]
+    turn = {"role": "assistant", "content": [*blocks, {"type": "text", "text": "Done."}]}
+    body = _minimal(thinking={"type": "adaptive", "display": "omitted"})
+    body["messages"] += [turn, {"role": "user", "content": "ok"}]
+
+    chat = to_chat_request(body)
+
+    assert chat["thinking"] == {"type": "adaptive", "display": "omitted"}
+    assert chat["messages"][1] == {
+        "role": "assistant",
+        "content": "Done.",
+        "thinking_blocks": [*blocks[:2], {**blocks[2], "signature": ""}],
+    }
 
 
 def test_to_chat_request_with_plain_strings_keeps_them_as_strings() -> None:
@@ -290,6 +320,21 @@ def test_to_chat_request_maps_structured_output_to_strict_json_schema() -> None:
         (_minimal(system=5), "system"),
         (_minimal(tool_choice="auto"), "tool_choice"),
         (_minimal(thinking=True), "thinking"),
+        (_minimal(thinking={"budget_tokens": 1024}), "thinking.type"),
+        (
+            _minimal(
+                messages=[{"role": "assistant", "content": [{"type": "thinking", "signature": 5}]}]
+            ),
+            "messages[0].content[0].signature",
+        ),
+        (
+            _minimal(
+                messages=[
+                    {"role": "assistant", "content": [{"type": "redacted_thinking", "data": {}}]}
+                ]
+            ),
+            "messages[0].content[0].data",
+        ),
         (_minimal(container="container_1"), "container"),
         (_minimal(stream="yes"), "stream"),
     ],
@@ -603,3 +648,70 @@ def test_error_body_picks_the_type_by_status(status: int, kind: str) -> None:
 def test_error_body_for_413_uses_documented_request_too_large() -> None:
     # Anthropic documents 413 as request_too_large; SDK 2.x's ErrorObject union omits it.
     assert error_body(413, "too big")["error"]["type"] == "request_too_large"
+
+
+# --- Claude's thinking ---------------------------------------------------------------------
+
+SIGNED = {"type": "thinking", "thinking": "Paris: call get_weather.", "signature": "EqQBCgIYAh"}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3"}
+
+
+def test_from_chat_response_renders_claudes_thinking_blocks_with_their_signatures() -> None:
+    # Before: one thinking block of the reasoning text, its signature empty, the redacted
+    # block lost; Claude refused it when the client sent it back.
+    message = {
+        "content": "Sunny.",
+        "reasoning_content": SIGNED["thinking"],
+        "thinking_blocks": [SIGNED, REDACTED, {"type": "unknown"}],
+    }
+
+    out = from_chat_response(_completion(message, "stop"), model="claude-x")
+
+    Message.model_validate(out)
+    assert out["content"] == [SIGNED, REDACTED, {"type": "text", "text": "Sunny."}]
+
+
+def _signed_stream() -> list[JSON]:
+    return [
+        _chunk({"role": "assistant", "reasoning_content": "Paris: "}),
+        _chunk({"reasoning_content": "call get_weather."}),
+        _chunk({"thinking_blocks": [SIGNED]}),
+        _chunk({"thinking_blocks": [REDACTED]}),
+        _chunk({"content": "Sunny."}),
+        _chunk({}, "stop"),
+    ]
+
+
+def test_stream_sends_claudes_signature_and_redacted_blocks_as_the_sdk_accumulates_them() -> None:
+    stream = ChatToMessagesStream("claude-x")
+    raw = _run(stream, _signed_stream()) + b"".join(stream.finish())
+
+    frames = _frames(raw)
+    for event, data in frames:
+        if event != "ping":
+            _STREAM_EVENT.validate_python(data)
+    deltas = [d["delta"] for e, d in frames if e == "content_block_delta"]
+    assert deltas[:3] == [
+        {"type": "thinking_delta", "thinking": "Paris: "},
+        {"type": "thinking_delta", "thinking": "call get_weather."},
+        {"type": "signature_delta", "signature": SIGNED["signature"]},
+    ]
+    with _sdk_client(raw).messages.stream(
+        model="claude-x", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+    ) as s:
+        message = s.get_final_message()
+    plain = {"content": "Sunny.", "thinking_blocks": [SIGNED, REDACTED]}
+    expected = from_chat_response(_completion(plain, "stop"), model="claude-x")["content"]
+    assert [b.model_dump(exclude_none=True) for b in message.content] == expected
+
+
+def test_stream_with_a_thinking_block_only_given_whole_sends_its_text_then_signature() -> None:
+    # Claude's display "omitted" thinking, or an upstream that sends blocks whole.
+    stream = ChatToMessagesStream("claude-x")
+    raw = _run(stream, [_chunk({"thinking_blocks": [SIGNED]}), _chunk({}, "stop")])
+
+    deltas = [d["delta"] for e, d in _frames(raw) if e == "content_block_delta"]
+    assert deltas == [
+        {"type": "thinking_delta", "thinking": SIGNED["thinking"]},
+        {"type": "signature_delta", "signature": SIGNED["signature"]},
+    ]
