@@ -6,8 +6,13 @@ Requests: :func:`to_messages_request`. Answers and streams: :func:`from_messages
 Dropped, because Anthropic has no equivalent and leaving them out changes no answer's
 validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``store``, ``metadata``,
 ``service_tier``, ``prediction``, ``reasoning_effort``, ``verbosity``, ``prompt_cache_*``,
-``stream_options``, message ``name``s. System (and developer) messages anywhere in the
-conversation are hoisted into ``system``, in order. Refused (InvalidRequestError), because
+``stream_options``, message ``name``s, and ``thinking_blocks`` entries Anthropic would
+refuse: a ``thinking`` block with no signature (the Messages surface renders another
+provider's reasoning so) and blocks of other types. System (and developer) messages anywhere
+in the conversation are hoisted into ``system``, in order. Claude's own ``thinking`` config
+goes as it is, and an assistant message's signed ``thinking_blocks`` (LiteLLM's field: what
+the Messages surface and ``from_messages_response`` put there) go back unchanged, first in
+that turn, as Anthropic requires when thinking is on. Refused (InvalidRequestError), because
 the answer would silently differ from what was asked: ``n`` > 1, ``logprobs``,
 ``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is 0-1), audio,
 ``web_search_options``, legacy ``functions``/``function_call``, custom (non-function) tools,
@@ -104,6 +109,8 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     user = chat.get("user") or chat.get("safety_identifier")
     if isinstance(user, str) and user:
         req["metadata"] = {"user_id": user}
+    if isinstance(thinking := chat.get("thinking"), dict):
+        req["thinking"] = thinking
     if chat.get("stream"):
         req["stream"] = True
     return req
@@ -231,11 +238,27 @@ def _document_block(file: Any, path: str) -> JSON:
 
 
 def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
+    blocks = _signed_thinking(msg.get("thinking_blocks"))
     text = text_of(msg.get("content"), path)
-    blocks: list[JSON] = [{"type": "text", "text": text}] if text else []
+    if text:
+        blocks.append({"type": "text", "text": text})
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
     return blocks
+
+
+def _signed_thinking(blocks: Any) -> list[JSON]:
+    """The blocks of ``blocks`` Anthropic takes back: thinking blocks with their signature,
+    redacted ones with their data, each only with the fields the API knows."""
+    kept: list[JSON] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "thinking" and block.get("signature"):
+            thinking = block.get("thinking") or ""
+            kept.append({"type": kind, "thinking": thinking, "signature": block["signature"]})
+        elif kind == "redacted_thinking" and block.get("data"):
+            kept.append({"type": kind, "data": block["data"]})
+    return kept
 
 
 def _tool_result(msg: JSON, path: str) -> JSON:

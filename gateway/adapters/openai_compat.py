@@ -1,7 +1,10 @@
 """``openai_compat`` upstreams: OpenAI, vLLM, SGLang, Ollama, OpenRouter-style servers.
 
 The canonical shape *is* this wire shape, so requests pass through with only ``model``
-replaced by the route's ``provider_model_id``.
+replaced by the route's ``provider_model_id``, and without Claude's thinking: the top-level
+``thinking`` config and assistant messages' signed ``thinking_blocks`` (what the Messages
+surface carries for an ``anthropic`` route) are Anthropic's, and the OpenAI API refuses an
+argument it does not know.
 """
 
 from __future__ import annotations
@@ -62,6 +65,15 @@ class OpenAICompatAdapter:
 
     async def _payload(self, target: UpstreamTarget, body: JSON) -> tuple[bytes, dict[str, str]]:
         payload = dict(body)
+        payload.pop("thinking", None)
+        messages = payload.get("messages")
+        if type(messages) is list and any(
+            type(m) is dict and "thinking_blocks" in m for m in messages
+        ):
+            payload["messages"] = [
+                {k: v for k, v in m.items() if k != "thinking_blocks"} if type(m) is dict else m
+                for m in messages
+            ]
         if target.upstream_model:
             payload["model"] = target.upstream_model
         headers = {"content-type": "application/json", **await self._auth(target)}

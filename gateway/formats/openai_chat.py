@@ -104,6 +104,7 @@ _FIELDS = {
     "stream": BOOLEAN,
     "stream_options": OBJECT,
     "temperature": NUMBER,
+    "thinking": OBJECT,  # not OpenAI's: Claude's, as LiteLLM carries it (and thinking_blocks)
     "tool_choice": STRING_OR_OBJECT,
     "tools": ARRAY,
     "top_logprobs": INTEGER,
@@ -115,6 +116,7 @@ _FIELDS = {
 _MESSAGE_FIELDS = {
     "content": STRING_OR_ARRAY,
     "name": STRING,
+    "thinking_blocks": ARRAY,
     "tool_calls": ARRAY,
     "tool_call_id": STRING,
 }
@@ -122,6 +124,7 @@ _MESSAGE_FIELDS = {
 # item of another type is refused here, where the caller's path names it, instead of
 # failing in an adapter (a 500) or going upstream.
 _PART_FIELDS = {"type": STRING, "text": STRING, "image_url": STRING_OR_OBJECT}
+_THINKING_FIELDS = {"type": STRING, "thinking": STRING, "signature": STRING, "data": STRING}
 _TOOL_CALL_FIELDS = {"id": STRING, "type": STRING, "function": OBJECT}
 _CALLED_FIELDS = {"name": STRING, "arguments": STRING}
 _TOOL_FIELDS = {"type": STRING, "function": OBJECT}
@@ -167,6 +170,8 @@ def validate_chat_request(raw: Any) -> JSON:
         check_types(m, _MESSAGE_FIELDS, f"messages[{i}]")
         if isinstance(content := m.get("content"), list):
             check_items(content, f"messages[{i}].content", _PART_FIELDS)
+        if thinking := m.get("thinking_blocks"):
+            check_items(thinking, f"messages[{i}].thinking_blocks", _THINKING_FIELDS)
         if tool_calls := m.get("tool_calls"):
             for j, call in check_items(tool_calls, f"messages[{i}].tool_calls", _TOOL_CALL_FIELDS):
                 if function := call.get("function"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import anthropic.types
 import httpx2
 import openai
@@ -134,6 +135,53 @@ def test_to_messages_request_maps_parameters() -> None:
     assert req["tool_choice"] == {"type": "any", "disable_parallel_tool_use": True}
     for dropped in ("stream_options", "seed", "presence_penalty", "n", "user"):
         assert dropped not in req
+
+
+SIGNED = {"type": "thinking", "thinking": "Paris, so get_weather.", "signature": "EqQBCgIYAh"}
+REDACTED = {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3p"}
+
+
+@pytest.mark.parametrize(
+    "thinking",
+    [
+        {"type": "enabled", "budget_tokens": 2048},
+        {"type": "disabled"},
+        {"type": "adaptive", "display": "omitted"},
+    ],
+)
+def test_to_messages_request_sends_the_thinking_config_as_it_is(thinking: JSON) -> None:
+    # Dropped before: Claude never thought, whatever the client asked.
+    req = to_messages_request(
+        _chat(max_tokens=4096, thinking=thinking, stream=True), upstream_model="c"
+    )
+
+    drain(_MESSAGES_REQUEST.validate_python(req))
+    assert req["thinking"] == thinking
+
+
+def test_to_messages_request_sends_signed_thinking_blocks_back_first_in_their_turn() -> None:
+    # Dropped before: Anthropic refuses a tool_use turn without its thinking when it is on.
+    unsigned = {"type": "thinking", "thinking": "another provider's", "signature": ""}
+    call = {"id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    assistant = {
+        "role": "assistant",
+        "content": "Let me look.",
+        "tool_calls": [call],
+        "thinking_blocks": [SIGNED | {"extra": 1}, unsigned, REDACTED, {"type": "other"}],
+    }
+    result = {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"}
+    chat = _chat(thinking={"type": "enabled", "budget_tokens": 1024}, stream=True)
+    chat["messages"] += [assistant, result]
+
+    req = to_messages_request(chat, upstream_model="c")
+
+    drain(_MESSAGES_REQUEST.validate_python(req))
+    assert req["messages"][1]["content"] == [
+        SIGNED,
+        REDACTED,
+        {"type": "text", "text": "Let me look."},
+        {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}},
+    ]
 
 
 def test_to_messages_request_without_max_tokens_uses_the_default() -> None:
@@ -813,3 +861,35 @@ def test_stream_round_trip_through_the_anthropic_surface_matches_upstream() -> N
         delta["usage"]["cache_read_input_tokens"],
         delta["usage"]["output_tokens"],
     ) == (472, 1536, 89)
+
+
+def test_thinking_round_trip_through_the_anthropic_surface_is_claudes_answer() -> None:
+    # Claude -> gateway -> Messages client: the same blocks, signatures and order, plain and
+    # streamed (the stream as the anthropic SDK accumulates it).
+    original = load_wire(THINKING_MESSAGE)
+    plain = anthropic_messages.from_chat_response(
+        from_messages_response(original, model="claude-x"), model="claude-x"
+    )
+    upstream = MessagesToChatStream("claude-x")
+    client_side = anthropic_messages.ChatToMessagesStream("claude-x")
+    frames: list[bytes] = []
+    for event, data in _events(THINKING_STREAM):
+        for chunk in upstream.feed(event, data):
+            frames += client_side.feed(chunk)
+    frames += client_side.finish()
+    body = b"".join(frames)
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = anthropic.Anthropic(
+        api_key="t",
+        base_url="http://gateway.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
+    with client.messages.stream(model="claude-x", max_tokens=9, messages=[]) as s:
+        streamed = s.get_final_message()
+
+    assert plain["content"] == original["content"]
+    assert [b.model_dump(exclude_none=True) for b in streamed.content] == original["content"]
