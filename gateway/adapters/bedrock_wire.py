@@ -16,10 +16,13 @@ A guardrail or content filter that stops the answer (``guardrail_intervened``,
 
 Dropped, because Converse has no equivalent and leaving them out changes no answer's
 validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``user``, ``metadata``,
-``store``, ``service_tier``, ``stream_options``, ``parallel_tool_calls``, message ``name``s.
-Refused (InvalidRequestError): ``n`` > 1, ``logprobs``, ``logit_bias``, audio, legacy
-``functions``, non-function tools, ``response_format`` ``json_object``, images that are not
-base64 data URLs of png/jpeg/gif/webp, tool arguments that are not a JSON object.
+``store``, ``service_tier``, ``stream_options``, ``parallel_tool_calls``, message ``name``s,
+Claude's ``thinking`` config and an assistant message's ``thinking_blocks`` (the Anthropic
+API's: Converse takes thinking in ``additionalModelRequestFields`` and ``reasoningContent``,
+not mapped here). Refused (InvalidRequestError): ``n`` > 1, ``logprobs``, ``logit_bias``,
+audio, legacy ``functions``, non-function tools, ``response_format`` ``json_object``, images
+that are not base64 data URLs of png/jpeg/gif/webp, tool arguments that are not a JSON
+object.
 """
 
 from __future__ import annotations

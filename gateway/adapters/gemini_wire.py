@@ -11,10 +11,12 @@ call they answer), images ``inlineData``; ``max_tokens``, ``temperature``, ``top
 ``responseJsonSchema``) go in ``generationConfig``. Dropped, because Gemini has no
 equivalent and leaving them out changes no answer's validity: ``user``, ``metadata``,
 ``store``, ``service_tier``, ``parallel_tool_calls``, ``stream_options``, ``reasoning_effort``,
-``prompt_cache_*``, message ``name``s. Refused (InvalidRequestError naming the field), because
-the answer would differ from what was asked: ``logprobs``, ``top_logprobs``, ``logit_bias``,
-audio, ``web_search_options``, legacy ``functions``/``function_call``, custom tools, images
-that are not ``data:`` URLs, and tool-call arguments that are not a JSON object.
+``prompt_cache_*``, message ``name``s, Claude's ``thinking`` config and an assistant
+message's ``thinking_blocks`` (Anthropic's, signed for Claude alone). Refused
+(InvalidRequestError naming the field), because the answer would differ from what was asked:
+``logprobs``, ``top_logprobs``, ``logit_bias``, audio, ``web_search_options``, legacy
+``functions``/``function_call``, custom tools, images that are not ``data:`` URLs, and
+tool-call arguments that are not a JSON object.
 """
 
 from __future__ import annotations
