@@ -5,14 +5,19 @@ Requests: :func:`to_messages_request`. Answers and streams: :func:`from_messages
 
 Dropped, because Anthropic has no equivalent and leaving them out changes no answer's
 validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``store``, ``metadata``,
-``service_tier``, ``prediction``, ``reasoning_effort``, ``verbosity``, ``prompt_cache_*``,
-``stream_options``, message ``name``s, and ``thinking_blocks`` entries Anthropic would
+``service_tier``, ``prediction``, ``verbosity``, ``prompt_cache_*``, ``stream_options``,
+message ``name``s, and ``thinking_blocks`` entries Anthropic would
 refuse: a ``thinking`` block with no signature (the Messages surface renders another
 provider's reasoning so) and blocks of other types. System (and developer) messages anywhere
 in the conversation are hoisted into ``system``, in order. Claude's own ``thinking`` config
 goes as it is, and an assistant message's signed ``thinking_blocks`` (LiteLLM's field: what
 the Messages surface and ``from_messages_response`` put there) go back unchanged, first in
-that turn, as Anthropic requires when thinking is on. Refused (InvalidRequestError), because
+that turn, as Anthropic requires when thinking is on. Without a ``thinking`` config, a
+``reasoning_effort`` becomes one (:data:`THINKING_BUDGETS`, LiteLLM's budgets): ``none``
+disables thinking, the others enable it with that many tokens, and an unknown effort is
+dropped. Anthropic wants ``max_tokens`` above the budget: a request that set none gets the
+budget on top of :data:`DEFAULT_MAX_TOKENS`; one whose own is not above it is refused (the
+cap covers the thinking, as OpenAI's does the reasoning). Refused (InvalidRequestError), because
 the answer would silently differ from what was asked: ``n`` > 1, ``logprobs``,
 ``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is 0-1), audio,
 ``web_search_options``, legacy ``functions``/``function_call``, custom (non-function) tools,
@@ -37,6 +42,7 @@ from schemas import InvalidRequestError
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
+    "THINKING_BUDGETS",
     "MessagesToChatStream",
     "UpstreamStreamError",
     "chat_usage",
@@ -47,6 +53,16 @@ __all__ = [
 # Anthropic requires max_tokens; chat does not. 4096 fits every current Claude model's
 # output limit while leaving room for long answers.
 DEFAULT_MAX_TOKENS = 4096
+THINKING_BUDGETS = {
+    "minimal": 1024,
+    "low": 1024,
+    "medium": 2048,
+    "high": 4096,
+    "xhigh": 8192,
+    "max": 16384,
+}
+"""The ``budget_tokens`` a chat ``reasoning_effort`` thinks with on an anthropic route (1024,
+Anthropic's least, for ``minimal`` too)."""
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _REFUSED = {
     "logprobs": "logprobs: not available from anthropic upstreams",
@@ -74,8 +90,12 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     max_tokens = chat.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = chat.get("max_tokens")
+    thinking = chat.get("thinking")
+    if not isinstance(thinking, dict):
+        thinking = _effort_thinking(chat.get("reasoning_effort"), max_tokens)
     if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
+        budget = (thinking or {}).get("budget_tokens")
+        max_tokens = DEFAULT_MAX_TOKENS + (budget if type(budget) is int and budget > 0 else 0)
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise InvalidRequestError("max_tokens: must be an integer >= 1", param="max_tokens")
     messages = chat.get("messages")
@@ -109,11 +129,28 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     user = chat.get("user") or chat.get("safety_identifier")
     if isinstance(user, str) and user:
         req["metadata"] = {"user_id": user}
-    if isinstance(thinking := chat.get("thinking"), dict):
+    if thinking is not None:
         req["thinking"] = thinking
     if chat.get("stream"):
         req["stream"] = True
     return req
+
+
+def _effort_thinking(effort: Any, max_tokens: Any) -> JSON | None:
+    """The thinking config for a chat ``reasoning_effort`` (None: none to send). Raises
+    InvalidRequestError when ``max_tokens`` (the client's) is not above its budget."""
+    if effort == "none":
+        return {"type": "disabled"}
+    budget = THINKING_BUDGETS.get(effort) if isinstance(effort, str) else None
+    if budget is None:
+        return None
+    if type(max_tokens) is int and max_tokens <= budget:
+        raise InvalidRequestError(
+            f"reasoning_effort: '{effort}' thinks with a budget of {budget} tokens on "
+            f"anthropic upstreams, which must be less than max_tokens ({max_tokens})",
+            param="reasoning_effort",
+        )
+    return {"type": "enabled", "budget_tokens": budget}
 
 
 def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:

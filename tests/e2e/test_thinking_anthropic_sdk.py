@@ -205,3 +205,34 @@ async def test_a_responses_client_gets_claudes_thinking_as_a_reasoning_item(
     assert reasoning.type == "reasoning"
     assert [(c.type, c.text) for c in reasoning.content or ()] == [("reasoning_text", THOUGHT)]
     assert answer.output[1].type == "function_call"
+
+
+async def test_a_reasoning_effort_makes_claude_think_with_its_budget(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Dropped before: reasoning_effort never reached an anthropic route in any form.
+    client = (await _claude(gateway_factory, fake_upstream)).openai()
+
+    await client.chat.completions.create(model="m", messages=HI, reasoning_effort="high")
+    await client.responses.create(model="m", input="hi", reasoning={"effort": "low"})
+
+    chat, responses = (r.json for r in fake_upstream.requests)
+    assert (chat["thinking"], chat["max_tokens"]) == (
+        {"type": "enabled", "budget_tokens": 4096},
+        4096 + 4096,
+    )
+    assert responses["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+
+
+async def test_a_reasoning_effort_above_max_tokens_is_refused_naming_it(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    client = (await gateway_factory(config(model("m", anthropic_route(fake_upstream))))).openai()
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(
+            model="m", messages=HI, reasoning_effort="medium", max_tokens=2048
+        )
+
+    assert caught.value.param == "reasoning_effort"
+    assert not fake_upstream.requests

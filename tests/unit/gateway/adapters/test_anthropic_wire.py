@@ -893,3 +893,41 @@ def test_thinking_round_trip_through_the_anthropic_surface_is_claudes_answer() -
 
     assert plain["content"] == original["content"]
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == original["content"]
+
+
+@pytest.mark.parametrize(
+    ("effort", "max_tokens", "thinking", "sent_max"),
+    [
+        ("low", None, {"type": "enabled", "budget_tokens": 1024}, DEFAULT_MAX_TOKENS + 1024),
+        ("minimal", 2000, {"type": "enabled", "budget_tokens": 1024}, 2000),
+        ("medium", 8000, {"type": "enabled", "budget_tokens": 2048}, 8000),
+        ("high", None, {"type": "enabled", "budget_tokens": 4096}, DEFAULT_MAX_TOKENS + 4096),
+        ("none", 100, {"type": "disabled"}, 100),
+        ("ultra", 100, None, 100),
+    ],
+)
+def test_to_messages_request_thinks_as_hard_as_the_reasoning_effort_asks(
+    effort: str, max_tokens: int | None, thinking: JSON | None, sent_max: int
+) -> None:
+    # Dropped before: a chat or Responses client's reasoning_effort never made Claude think.
+    chat = _chat(reasoning_effort=effort, max_tokens=max_tokens, stream=True)
+
+    req = to_messages_request(chat, upstream_model="c")
+
+    drain(_MESSAGES_REQUEST.validate_python(req))
+    assert (req.get("thinking"), req["max_tokens"]) == (thinking, sent_max)
+
+
+def test_to_messages_request_with_max_tokens_not_above_the_efforts_budget_is_refused() -> None:
+    with pytest.raises(InvalidRequestError, match="4096") as caught:
+        to_messages_request(_chat(reasoning_effort="high", max_tokens=4096), upstream_model="c")
+
+    assert caught.value.param == "reasoning_effort"
+
+
+def test_to_messages_request_prefers_the_thinking_config_to_the_effort() -> None:
+    thinking = {"type": "enabled", "budget_tokens": 9000}
+
+    req = to_messages_request(_chat(thinking=thinking, reasoning_effort="low"), upstream_model="c")
+
+    assert (req["thinking"], req["max_tokens"]) == (thinking, DEFAULT_MAX_TOKENS + 9000)
