@@ -10,12 +10,12 @@ on unchanged (but for a thinking block without a signature, another provider's r
 this gateway rendered it, which Claude would refuse); every other upstream kind drops them.
 
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
-``top_k``, ``cache_control`` marks,
-``service_tier``, ``speed``, ``inference_geo``, ``diagnostics``, ``output_config.effort``,
-citations on text blocks. Refused (InvalidRequestError), because ignoring them would answer
-a different question: server tools (``web_search_*``, ``bash_*``, ``code_execution_*``...),
-``container``, ``document``/``search_result`` blocks, file-id image sources, and any block
-type this module does not know.
+``top_k``, ``cache_control`` marks, ``service_tier``, ``speed``, ``inference_geo``,
+``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
+(InvalidRequestError), because ignoring them would answer a different question: server tools
+(``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``,
+``document``/``search_result`` blocks, file-id image sources, and any block type this module
+does not know.
 """
 
 from __future__ import annotations
