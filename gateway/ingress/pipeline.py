@@ -3,9 +3,11 @@
 For chat completions, Responses and Messages (one ``Surface`` each) and embeddings:
 
 1. read the body and decode it in the client's shape (``Surface.to_canonical``);
-2. who asks (``RequestInfo``: affinity key, role, prompt estimate) and their limits (a
-   ``Ticket``, asked now and answered while routing runs);
-3. the target (``Targeting.walk``) and the first model's plan, then the limits' verdict;
+2. who asks (``RequestInfo``: affinity key, role, prompt estimate);
+3. the target (``Targeting.walk``: a model or chain that does not exist is refused here,
+   before the limits are asked, so it never counts against them), then the caller's limits
+   (a ``Ticket``, asked now and answered while the first model's plan is asked), the plan,
+   then the limits' verdict;
 4. the failover loop (``Dispatcher``) under a watch for the client going away, and the
    answer (whole, streamed as SSE, or the embeddings) in the client's shape.
 
@@ -167,9 +169,11 @@ class Inference(Component):
         client_metadata(req)
         caller = caller_of(req)
         info = self._info(req, "embeddings", False, record=record, caller=caller)
-        ticket = self._begin(req, caller, info, requested, None, estimate_prompt_tokens(size))
+        ticket: Ticket | None = None
         try:
-            call = await self._routed(req, CHAT, body, body, requested, info, ticket)
+            walk = await self._walk(req, body, requested, info)
+            ticket = self._begin(req, caller, info, requested, None, estimate_prompt_tokens(size))
+            call = await self._routed(req, CHAT, body, body, requested, info, walk, ticket)
             await self._until_disconnect(call, self._serve_embeddings)
         finally:
             if ticket is not None:
@@ -198,9 +202,11 @@ class Inference(Component):
         stream = bool(body.get("stream"))
         caller = caller_of(req)
         info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record, caller)
-        ticket = self._begin(req, caller, info, requested, body, info.prompt_estimate)
+        ticket: Ticket | None = None
         try:
-            call = await self._routed(req, surface, raw, body, requested, info, ticket)
+            walk = await self._walk(req, body, requested, info)
+            ticket = self._begin(req, caller, info, requested, body, info.prompt_estimate)
+            call = await self._routed(req, surface, raw, body, requested, info, walk, ticket)
             await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
         except GatewayError as err:
             if err.code is ErrorCode.INVALID_REQUEST:  # refused after translation
@@ -273,6 +279,17 @@ class Inference(Component):
                 info.record.trace.admission_started()
         return ticket
 
+    async def _walk(
+        self, req: HttpRequest, body: JSON, requested: str, info: RequestInfo
+    ) -> PlanWalk:
+        """The models that may serve ``requested``, resolved before the limits are asked: a
+        model or chain that does not exist is refused without counting against them.
+        Raises RouteNotFoundError, InvalidRequestError."""
+        ask = functools.partial(
+            self.targeting.plan_for, body=body, surface=info.surface, req=req, info=info
+        )
+        return await self.targeting.walk(requested, req, info, ask, body=body)
+
     async def _routed(
         self,
         req: HttpRequest,
@@ -281,15 +298,12 @@ class Inference(Component):
         body: JSON,
         requested: str,
         info: RequestInfo,
+        walk: PlanWalk,
         ticket: Ticket | None,
     ) -> InferenceCall:
-        """The request with its walk and first plan, admitted by its limits. Raises what
-        resolution and planning raise, and RateLimitedError, BudgetExceededError,
-        LimitsUnavailableError (a refusal gives the plan's leases back unused)."""
-        ask = functools.partial(
-            self.targeting.plan_for, body=body, surface=info.surface, req=req, info=info
-        )
-        walk = await self.targeting.walk(requested, req, info, ask, body=body)
+        """The request with its first plan, admitted by its limits. Raises what planning
+        raises, and RateLimitedError, BudgetExceededError, LimitsUnavailableError (a refusal
+        gives the plan's leases back unused)."""
         walk.budget_for = functools.partial(self._dispatcher.budget, info)  # cooling waits
         plan = await walk.first()
         if ticket is not None:

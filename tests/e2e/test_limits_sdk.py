@@ -71,6 +71,30 @@ async def test_rpm_refuses_the_request_over_the_limit_on_every_surface(
     assert health["endpoints"][eid("m", fake_upstream)]["consecutive_failures"] == 0
 
 
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_a_request_refused_before_routing_does_not_count_against_rpm(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    surface: str,
+) -> None:
+    gw = await gateway_factory(_config(tmp_path, fake_upstream))
+    key, key_id = await new_key(tmp_path)
+    await set_limit(gw, "key", key_id, rpm=2)
+
+    # A typo in the model, and a chain that does not exist: refused before any routing.
+    typo = await call(gw, surface, key, model="mm")
+    chain = await call(gw, surface, key, model="auto:no-such-chain")
+    first = await call(gw, surface, key)
+    second = await call(gw, surface, key)
+
+    assert (typo.status, chain.status) == (404, 400)
+    assert not any(h.startswith("x-ratelimit") for h in typo.headers)
+    assert (first.status, second.status) == (200, 200), second.body
+    assert first.headers["x-ratelimit-remaining-requests"] == "1"
+    assert (await admin_usage(gw, f"key:{key_id}"))["requests_last_minute"] == 2
+
+
 async def test_a_key_without_limits_gets_no_rate_headers(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
