@@ -418,6 +418,9 @@ class LimitsActor(Actor):
         spec = self._specs.get(subject)
         now = self._clock()
         c = self._counters.get(subject)
+        if spec is None and c is None and subject.startswith("key:"):
+            # Zero usage of a key that does not exist would read as a real key's, idle.
+            await self._check_key(subject[len("key:") :])
         if c is not None and spec is not None and spec.budget_usd is not None:
             c.roll(spec, now)
         return {

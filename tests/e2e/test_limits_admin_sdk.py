@@ -71,6 +71,24 @@ async def test_a_limit_on_a_key_that_does_not_exist_is_refused(
     assert (await http.get("/admin/limits")).json()["limits"] == {f"key:{key_id}": {"rpm": 5}}
 
 
+async def test_the_limit_of_a_key_that_does_not_exist_is_a_404(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
+    _, key_id = await new_key(tmp_path)
+    http = admin_http(gw)
+
+    missing = await http.get("/admin/limits/key/gk-000000000000")
+    known = await http.get(f"/admin/limits/key/{key_id}")  # no limit, no use yet
+
+    assert missing.status_code == 404, missing.text
+    assert missing.json()["error"]["type"] == "not_found_error", missing.text
+    assert "gk-000000000000" in missing.json()["error"]["message"]
+    assert known.status_code == 200, known.text
+    assert known.json()["limit"] is None
+    assert known.json()["usage"]["requests_last_minute"] == 0
+
+
 @pytest.mark.parametrize(("name", "value"), [("tpm", "abc"), ("rpm", 1.5), ("soft_fraction", "x")])
 async def test_a_limit_value_of_the_wrong_type_is_refused_naming_the_field(
     gateway_factory: GatewayFactory,
