@@ -138,6 +138,7 @@ from schemas.routing import (
     SetWeight,
     StateRequest,
     is_backpressure,
+    priced_tokens,
 )
 from schemas.rules import Rule, RulesGet, RulesState
 from schemas.steering import (
@@ -378,6 +379,7 @@ __all__ = [
     "UpstreamTimeoutError",
     "error_from_reply",
     "is_backpressure",
+    "priced_tokens",
     "raise_for_reply",
     "subjects",
 ]

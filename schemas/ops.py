@@ -30,6 +30,8 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``ttft_ms`` is client-perceived (from the request's arrival), streams only.
     ``cost_usd`` is the sum of its attempts' costs (``cost_estimated``: one of them priced
     the gateway's estimate); ``key_id`` and ``user`` name the caller's gateway key and user.
+    ``prompt_tokens`` and ``completion_tokens`` are the last attempt's priced tokens
+    (``schemas.priced_tokens``: the estimate when it reported no usage).
     """
 
     request_id: str = ""

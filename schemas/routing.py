@@ -105,10 +105,12 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     (the caller's request was refused; does not count) or ``cancelled`` (the client went away;
     does not count).
 
-    ``prompt_tokens`` ... ``cache_write_tokens`` are what the upstream reported.
+    ``prompt_tokens`` ... ``cache_write_tokens`` are what the upstream reported (what
+    RouteWise, scoring, quotas and ``gen_ai.usage`` learn from: never a guess).
     ``cost_usd`` prices the attempt with its route's ``pricing:``; ``billed_tokens`` is the
     prompt plus completion tokens that were priced. ``cost_estimated``: the upstream reported
-    no usage, so the gateway's estimate (prompt size, characters sent) was priced instead.
+    no usage, so the gateway's estimate (prompt size, characters sent) was priced instead:
+    ``prompt_estimate`` and the rest of ``billed_tokens`` (:func:`priced_tokens`).
     ``trace_id``: the request's OpenTelemetry trace (32 hex digits; "" when telemetry is off).
     """
 
@@ -144,6 +146,14 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 QUOTA_EXHAUSTED = "quota_exhausted"
 """The error kind of a 429 that says a quota or the billing is exhausted (not a pace)."""
+
+
+def priced_tokens(obs: Observation) -> tuple[int, int]:
+    """The (prompt, completion) tokens ``obs``'s cost was computed from: the reported usage,
+    or, when ``cost_estimated``, the gateway's estimate (what the request log shows)."""
+    if obs.cost_estimated:
+        return obs.prompt_estimate, max(0, obs.billed_tokens - obs.prompt_estimate)
+    return obs.prompt_tokens, obs.completion_tokens
 
 
 def is_backpressure(obs: Observation) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
-from schemas import InvalidRequestError
+from schemas import InvalidRequestError, priced_tokens
 from schemas.keys import fits_int64, parse_since
 
 if TYPE_CHECKING:
@@ -147,6 +147,7 @@ def caller_id(caller: str) -> str:
 
 def attempt_row(obs: Observation) -> Row:
     """The row of one upstream attempt."""
+    prompt, completion = priced_tokens(obs)  # the estimate when it was priced on one
     return (
         obs.ts,
         "attempt",
@@ -165,8 +166,8 @@ def attempt_row(obs: Observation) -> Row:
         obs.attempt,
         obs.ttft_ms,
         obs.latency_ms,
-        obs.prompt_tokens,
-        obs.completion_tokens,
+        prompt,
+        completion,
         obs.cached_tokens,
         int(obs.stream),
         obs.cost_usd,

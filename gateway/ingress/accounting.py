@@ -63,6 +63,7 @@ from schemas import (
     LogAppended,
     RequestCompleted,
     RouteDecided,
+    priced_tokens,
     raise_for_reply,
     subjects,
 )
@@ -250,6 +251,7 @@ class Accounting:
         if last is not None and last.ttft_ms is not None:
             began = last.ts - last.latency_ms / 1000  # the attempt's start, wall clock
             ttft = (began - rec.wall) * 1000 + last.ttft_ms
+        priced = priced_tokens(last) if last is not None else (0, 0)
         done = RequestCompleted(
             request_id=req.request_id,
             ts=time.time(),
@@ -268,8 +270,8 @@ class Accounting:
             attempts=len(attempts),
             ttft_ms=ttft,
             latency_ms=(time.perf_counter() - rec.started) * 1000,
-            prompt_tokens=last.prompt_tokens if last is not None else 0,
-            completion_tokens=last.completion_tokens if last is not None else 0,
+            prompt_tokens=priced[0],
+            completion_tokens=priced[1],
             cached_tokens=last.cached_tokens if last is not None else 0,
             stream=last.stream if last is not None else False,
             cost_usd=sum(a.cost_usd for a in attempts),

@@ -292,9 +292,11 @@ class GatewayMetrics:
         per.duration.observe(done.latency_ms / 1000)
         if done.ttft_ms is not None:
             per.ttft.observe(done.ttft_ms / 1000)
-        if done.prompt_tokens:
+        # Reported tokens only: an estimated request's are the gateway's guess (its cost,
+        # estimated too, is in llmgw_spend_usd_total).
+        if done.prompt_tokens and not done.cost_estimated:
             per.prompt.inc(done.prompt_tokens)
-        if done.completion_tokens:
+        if done.completion_tokens and not done.cost_estimated:
             per.completion.inc(done.completion_tokens)
         if done.cached_tokens:
             per.cached.inc(done.cached_tokens)

@@ -127,11 +127,20 @@ async def test_an_answer_without_usage_is_priced_from_the_estimate_and_marked(
         )
     )
     assert (await call(gw, "chat", key)).status == 200
-    (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
-    assert row["cost_estimated"] is True
-    assert row["prompt_tokens"] == 0  # what the upstream reported: nothing
-    # 8 characters answered: 2 completion tokens, plus the prompt's size estimate.
-    assert row["cost_usd"] > 2 * 10.0 / 1e6
+    rows = (await _admin(gw, "log", "query"))["rows"]
+    assert {r["kind"] for r in rows} == {"request", "attempt"}
+    for row in rows:  # the request and its one attempt
+        assert row["cost_estimated"] is True
+        # The tokens the cost was computed from (they showed 0 and 0 beside that cost):
+        # 8 characters answered, 2 completion tokens; the prompt's size estimate.
+        assert row["completion_tokens"] == 2
+        assert row["prompt_tokens"] > 0
+        priced = row["prompt_tokens"] * 2.0 + row["completion_tokens"] * 10.0
+        assert row["cost_usd"] == pytest.approx(priced / 1e6)
+    # /metrics counts tokens upstreams reported: this request's were guessed.
+    text = (await admin_http(gw).get("/metrics")).text
+    counted = [ln for ln in text.splitlines() if ln.startswith("llmgw_tokens_total{")]
+    assert counted and all(ln.endswith(" 0.0") for ln in counted), counted
 
 
 async def test_a_stream_is_billed_on_reported_usage_though_its_client_did_not_ask_for_it(

@@ -148,6 +148,7 @@ PINNED: dict[str, list[str]] = {
         "UpstreamTimeoutError",
         "error_from_reply",
         "is_backpressure",
+        "priced_tokens",
         "raise_for_reply",
         "subjects",
     ],
