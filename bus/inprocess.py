@@ -259,6 +259,11 @@ class InProcessBus:
         return self._closed
 
     @property
+    def connected(self) -> bool:
+        """Until ``aclose``: there is no connection to lose."""
+        return not self._closed
+
+    @property
     def servers(self) -> int:
         """1: the bus is this process."""
         return 1

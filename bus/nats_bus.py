@@ -162,6 +162,12 @@ class NatsBus:
         return self._closed
 
     @property
+    def connected(self) -> bool:
+        """See ``Bus.connected``: False while nats-py reconnects (a request then waits in
+        its buffer until its timeout)."""
+        return not self._closed and self._nc.is_connected
+
+    @property
     def servers(self) -> int:
         """The servers of the client's pool: those given, and those the cluster announced."""
         return max(1, len(self._nc.servers))

@@ -58,6 +58,12 @@ class Bus(Protocol):
         ...
 
     @property
+    def connected(self) -> bool:
+        """True while a message sent now reaches the servers; False while the connection is
+        lost and being re-established (what is sent meanwhile waits, or is lost) or closed."""
+        ...
+
+    @property
     def servers(self) -> int:
         """How many servers the bus knows in its cluster (the ones given and the ones the
         servers announced); 1 in one process."""

@@ -163,6 +163,11 @@ class NoRespondersError(GatewayError):
     retryable = True
 
 
+class BusDisconnectedError(NoRespondersError):
+    """This process lost its connection to the bus (NATS) and is reconnecting: nothing it
+    asks can be heard until it is back (a 503 the caller retries)."""
+
+
 class BusTimeoutError(GatewayError):
     """The control plane did not answer in time."""
 

@@ -46,6 +46,11 @@ class GatedBus:
         return self._bus.closed
 
     @property
+    def connected(self) -> bool:
+        """See ``Bus.connected``."""
+        return self._bus.connected
+
+    @property
     def servers(self) -> int:
         """See ``Bus.servers``."""
         return self._bus.servers

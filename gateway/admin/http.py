@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
+import anyio
 import msgspec
 
 from schemas import (
     AdminCommand,
     AdminReply,
+    BusDisconnectedError,
     GatewayError,
     InvalidRequestError,
     ModeChanged,
@@ -35,6 +37,9 @@ PREFIX = "/admin/"
 ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
 _MAX_ARGS_BYTES = 1024 * 1024
 _PROBE_TIMEOUT_S = 1.0  # are the actors up at all, once an area found no responders
+RECONNECT_GRACE_S = 2.0
+"""How long an admin command waits for a lost bus connection to come back before it is
+refused (503): a command sent meanwhile would wait out its whole timeout unheard."""
 
 
 async def admin_request(
@@ -50,8 +55,11 @@ async def admin_request(
 
     Raises the GatewayError the owner answered, RouteNotFoundError when the actors run but
     none owns ``area``, NoRespondersError when the actors are down, BusTimeoutError when the
-    owner does not answer in time.
+    owner does not answer in time, BusDisconnectedError when the bus connection is lost and
+    not back within :data:`RECONNECT_GRACE_S`.
     """
+    if not bus.connected:
+        await _reconnected(bus)
     try:
         reply = await bus.request(
             subjects.admin(area, verb),
@@ -66,6 +74,20 @@ async def admin_request(
             f"nobody answers admin area {area!r}: the actors are not running"
         ) from None
     return raise_for_reply(reply).result
+
+
+async def _reconnected(bus: Bus) -> None:
+    """Return once ``bus`` is connected again. Raises BusDisconnectedError when it is not
+    within :data:`RECONNECT_GRACE_S` (or it is closed)."""
+    with anyio.move_on_after(RECONNECT_GRACE_S):
+        while not bus.connected and not bus.closed:
+            with anyio.move_on_after(0.1):  # connected may flip without a reconnect event
+                await bus.reconnected()
+    if not bus.connected:
+        raise BusDisconnectedError(
+            "the gateway has lost its connection to its message bus (NATS) and is "
+            "reconnecting; admin commands cannot reach their owners until it is back"
+        )
 
 
 async def _actors_answer(bus: Bus) -> bool:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import math
 
-from schemas import QUOTA_EXHAUSTED, BudgetExceededError, ErrorCode, GatewayError, UpstreamError
+from schemas import (
+    QUOTA_EXHAUSTED,
+    BudgetExceededError,
+    BusDisconnectedError,
+    ErrorCode,
+    GatewayError,
+    UpstreamError,
+)
 
 _STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
@@ -76,10 +83,12 @@ def client_message(err: GatewayError) -> str:
     subject and timeout the bus reported."""
     if err.code in (ErrorCode.NO_RESPONDERS, ErrorCode.BUS_TIMEOUT):
         seconds = retry_after_header(err) or DEFAULT_RETRY_AFTER
-        return (
-            "the gateway's routing service is not answering (restarting or down); "
-            f"retry in {seconds.decode()} s"
+        what = (
+            "has lost its connection to its message bus (reconnecting)"
+            if isinstance(err, BusDisconnectedError)
+            else "'s routing service is not answering (restarting or down)"
         )
+        return f"the gateway{what}; retry in {seconds.decode()} s"
     return err.message
 
 

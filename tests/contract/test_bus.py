@@ -272,6 +272,7 @@ async def test_close_while_subscribed_ends_iterator_and_later_calls_raise_bus_cl
             first.set()
         return count
 
+    assert any_bus.connected
     async with any_bus.subscribe(subject) as sub:
         consumer = asyncio.create_task(consume(sub))
         await any_bus.publish(subject, probe("1"))
@@ -279,6 +280,8 @@ async def test_close_while_subscribed_ends_iterator_and_later_calls_raise_bus_cl
             await first.wait()
             await any_bus.aclose()
             assert await consumer == 1
+
+    assert not any_bus.connected
 
     with pytest.raises(BusClosedError):
         await any_bus.publish(subject, probe("2"))

@@ -39,6 +39,7 @@ PINNED: dict[str, list[str]] = {
         "BodyTimeoutError",
         "BudgetExceededError",
         "BudgetThreshold",
+        "BusDisconnectedError",
         "BusTimeoutError",
         "CapacityAcquire",
         "CapacityGet",

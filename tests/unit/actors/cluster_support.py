@@ -112,6 +112,10 @@ class Link:
         return self.inner.closed
 
     @property
+    def connected(self) -> bool:
+        return not (self.cut[0] or self.inner.closed)
+
+    @property
     def servers(self) -> int:
         return 1
 
