@@ -454,7 +454,7 @@ class _Once:
                 await d.observe(info, a, outcome_of(err), started, err=err)
                 return err
             except TimeoutError:
-                timeout = timed_out(c, limit, by_budget)
+                timeout = timed_out(c, limit, by_budget, stream=False)
                 outcome = "cancelled" if by_budget else "failure"
                 await d.observe(info, a, outcome, started, err=timeout)
                 return timeout

@@ -159,11 +159,16 @@ def unexpected(endpoint: str, exc: Exception) -> tuple[str, UpstreamError]:
     )
 
 
-def timed_out(c: RouteCandidate, limit: float, by_budget: bool) -> UpstreamTimeoutError:
-    """The error of an attempt that had no first byte within ``limit`` (or the budget)."""
-    why = "the request's failover budget ran out" if by_budget else f"no answer in {limit:g} s"
+def timed_out(
+    c: RouteCandidate, limit: float, by_budget: bool, *, stream: bool
+) -> UpstreamTimeoutError:
+    """The error of an attempt that had no answer (a stream: no first event) within ``limit``
+    (or the budget). Bytes may have come: headers, a body begun, SSE comments such as
+    ``: keep-alive``, which are not events."""
+    what = "its stream's first event" if stream else "its answer"
+    why = "the request's failover budget ran out" if by_budget else f"none in {limit:g} s"
     return UpstreamTimeoutError(
-        f"upstream timed out before its first byte: {why}",
+        f"upstream timed out before {what}: {why}",
         endpoint=c.endpoint,
         kind="budget" if by_budget else "ttft",
     )

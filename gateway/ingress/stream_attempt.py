@@ -73,7 +73,7 @@ class _Stream:
             err = exc
             outcome = outcome_of(err)
         except TimeoutError:
-            err = timed_out(c, limit, by_budget)
+            err = timed_out(c, limit, by_budget, stream=True)
             outcome = "cancelled" if by_budget else "failure"
         except (anyio.get_cancelled_exc_class(), RecursionError):
             # RecursionError: see dispatch.ONCE (the body cannot be encoded for the upstream).

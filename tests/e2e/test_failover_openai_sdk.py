@@ -15,6 +15,7 @@ order. Tests wait on upstream requests and the gateway's own bus, never on sleep
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import openai
@@ -210,6 +211,54 @@ async def test_stream_silent_before_its_first_byte_fails_over_at_the_ttft_timeou
     assert (text, via) == ("Hello from b.", eid("m", b))
     assert (timed_out.outcome, timed_out.error_kind) == ("failure", "ttft")
     assert charged.consecutive_failures == 1
+
+
+async def _keep_alive_only(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, done: asyncio.Event
+) -> None:
+    """An SSE upstream that sends its headers and ``: keep-alive`` comments, never an event."""
+    await reader.readuntil(b"\r\n\r\n")  # the body is never read: the answer never comes
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    writer.write(head + b"transfer-encoding: chunked\r\n\r\n")
+    comment = b": keep-alive\n\n"
+    try:
+        while not done.is_set():
+            writer.write(b"%x\r\n%s\r\n" % (len(comment), comment))
+            await writer.drain()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), 0.05)
+    except ConnectionError:
+        pass  # the gateway gave up on it
+    finally:
+        writer.close()
+
+
+async def test_stream_of_only_comments_times_out_before_its_first_event_not_byte(
+    gateway_factory: GatewayFactory,
+) -> None:
+    done = asyncio.Event()
+    server = await asyncio.start_server(lambda r, w: _keep_alive_only(r, w, done), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    comments = {
+        "kind": "openai_compat",
+        "base_url": f"http://127.0.0.1:{port}/v1",
+        "provider_model_id": "comments-model",
+        "ttft_timeout_seconds": 0.3,
+    }
+    try:
+        gw = await gateway_factory(config(model("m", comments), circuit=CALM, routing=failover()))
+        with pytest.raises(openai.APIStatusError) as failed:
+            await _stream_text(gw.openai())
+    finally:
+        done.set()
+        server.close()
+        await server.wait_closed()
+
+    assert failed.value.status_code == 504
+    message = failed.value.body["message"]  # type: ignore[index]
+    # Bytes came (headers, comments): what never came is an event.
+    assert "timed out before its stream's first event: none in 0.3 s" in message, message
+    assert "first byte" not in message
 
 
 async def test_stream_silent_after_its_first_chunk_ends_with_an_error_event_at_idle_timeout(
