@@ -39,7 +39,13 @@ _FILTERED = frozenset(
     }
 )
 _FAILED = frozenset(
-    {"MALFORMED_FUNCTION_CALL", "UNEXPECTED_TOOL_CALL", "TOO_MANY_TOOL_CALLS", "MALFORMED_RESPONSE"}
+    {
+        "MALFORMED_FUNCTION_CALL",
+        "UNEXPECTED_TOOL_CALL",
+        "TOO_MANY_TOOL_CALLS",
+        "MALFORMED_RESPONSE",
+        "MISSING_THOUGHT_SIGNATURE",  # a call in the history lacks its signature: no answer
+    }
 )
 """Finish reasons saying the model's answer broke: no answer to hand on (as ``stop`` it was
 an empty success), so the attempt fails and, with nothing sent yet, another route serves."""

@@ -238,6 +238,28 @@ async def test_a_malformed_answer_before_the_first_byte_fails_over_to_the_next_r
     assert len(evil.requests) == 1 and len(good.requests) == 1
 
 
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("surface", SURFACES)
+async def test_a_gemini_answer_missing_a_thought_signature_fails_over_not_an_empty_stop(
+    gateway_factory: GatewayFactory,
+    upstreams: Callable[[str], Awaitable[FakeUpstream]],
+    surface: str,
+    stream: bool,
+) -> None:
+    # finishReason MISSING_THOUGHT_SIGNATURE was a "stop": the client took an empty answer
+    # as complete, and no other route was tried.
+    missing = _gemini([], "MISSING_THOUGHT_SIGNATURE")
+    gemini, good = await upstreams("gemini"), await upstreams("openai")
+    gemini.set_default(_stream("gemini", _sse(missing)) if stream else Reply(body=missing))
+    gw = await start_gateway(gateway_factory, _route("gemini", gemini), route(good, TINY))
+
+    status, body = await post(gw, surface, stream=stream)
+
+    assert status == 200, body
+    assert not stream or ended_cleanly(surface, body), body
+    assert len(gemini.requests) == 1 and len(good.requests) == 1
+
+
 # -- embeddings ----------------------------------------------------------------------------------
 
 EMBEDDINGS = {

@@ -249,7 +249,9 @@ def test_an_image_or_model_armor_filter_finish_is_content_filter(reason: str) ->
     assert answer["choices"][0]["finish_reason"] == "content_filter"
 
 
-@pytest.mark.parametrize("reason", ["MALFORMED_FUNCTION_CALL", "TOO_MANY_TOOL_CALLS"])
+@pytest.mark.parametrize(
+    "reason", ["MALFORMED_FUNCTION_CALL", "TOO_MANY_TOOL_CALLS", "MISSING_THOUGHT_SIGNATURE"]
+)
 def test_a_finish_saying_the_answer_broke_is_a_bad_response_not_an_empty_stop(
     reason: str,
 ) -> None:
