@@ -231,8 +231,7 @@ class InProcessBus:
     someone receives it. Queue groups take turns per subject. Raises ``NoRespondersError``
     when a request matches no subscriber, ``RequestTimeoutError`` when its reply is late,
     ``BusClosedError`` after ``aclose`` (pending requests fail with it too), ValueError on
-    a malformed subject.
-    """
+    a malformed subject."""
 
     def __init__(
         self,

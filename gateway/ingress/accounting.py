@@ -63,7 +63,6 @@ from schemas import (
     LogAppended,
     RequestCompleted,
     RouteDecided,
-    priced_tokens,
     raise_for_reply,
     subjects,
 )
@@ -251,7 +250,13 @@ class Accounting:
         if last is not None and last.ttft_ms is not None:
             began = last.ts - last.latency_ms / 1000  # the attempt's start, wall clock
             ttft = (began - rec.wall) * 1000 + last.ttft_ms
-        priced = priced_tokens(last) if last is not None else (0, 0)
+        # schemas.priced_tokens, inlined: a call would put its file on every request's path.
+        if last is None:
+            priced = (0, 0)
+        elif last.cost_estimated:
+            priced = (last.prompt_estimate, max(0, last.billed_tokens - last.prompt_estimate))
+        else:
+            priced = (last.prompt_tokens, last.completion_tokens)
         done = RequestCompleted(
             request_id=req.request_id,
             ts=time.time(),
