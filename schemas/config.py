@@ -320,6 +320,17 @@ class GatewayConfig(Strict):
         capacity_pools(self)  # raises ValueError naming a pool declared two ways
         return self
 
+    def unpriced_endpoints(self) -> tuple[str, ...]:
+        """Endpoint ids of the routes with no ``pricing:``: billed $0, so no budget counts
+        them (an explicit ``pricing: {prompt: 0, completion: 0}`` is a priced, free route;
+        the built-in ``echo`` upstream answers locally, with nothing to bill)."""
+        return tuple(
+            eid
+            for m in self.models
+            for eid, route in zip(m.endpoint_ids(), m.route, strict=True)
+            if route.pricing is None and route.kind != "echo"
+        )
+
     def model(self, name: str) -> ModelConfig | None:
         """The model whose id or alias is ``name``."""
         for m in self.models:

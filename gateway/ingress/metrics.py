@@ -229,6 +229,13 @@ class GatewayMetrics:
             ["model", "endpoint", "org", "key"],
             registry=r,
         )
+        self.unpriced = Counter(
+            "llmgw_unpriced_attempts",
+            "Upstream attempts that used tokens on a route with no pricing: "
+            "(billed $0: no budget counts them)",
+            ["model", "endpoint"],
+            registry=r,
+        )
         genai = ["gen_ai_operation_name", "gen_ai_provider_name", "gen_ai_request_model"]
         self.genai_duration = Histogram(
             "gen_ai_client_operation_duration_seconds",
@@ -254,7 +261,8 @@ class GatewayMetrics:
         # Per-request families: under `--workers`, summed over every worker (metrics_sum).
         summed: list[Counter | Histogram] = [self.requests, self.errors, self.duration]
         summed += [self.ttft, self.tokens, self.attempts, self.fallbacks, self.bus_rtt]
-        summed += [self.spend, self.genai_duration, self.genai_tokens, self.genai_ttfc]
+        summed += [self.spend, self.unpriced, self.genai_duration, self.genai_tokens]
+        summed.append(self.genai_ttfc)
         self._exposed: CollectorRegistry | SummedRegistry = r
         if shared is not None:
             names = frozenset(family.name for m in summed for family in m.describe())
@@ -262,6 +270,7 @@ class GatewayMetrics:
         self._otlp = otlp
         self._upstreams: dict[str, tuple[str, str]] = {}
         self._per_attempt: dict[tuple[str, str, str], _PerAttempt] = {}
+        self._unpriced_routes: dict[str, Any] = {}  # endpoint id -> its counter
         if config is not None:
             self.reconfigure(config)
         self._spend: dict[tuple[str, str, str, str], Any] = {}
@@ -319,6 +328,8 @@ class GatewayMetrics:
                 child = self._attempts[akey] = self.attempts.labels(*akey)
             child.inc()
             self._genai(obs)
+            if obs.billed_tokens and obs.endpoint in self._unpriced_routes:
+                self._unpriced_routes[obs.endpoint].inc()
         if decision_s is not None:
             self._route_rtt.observe(decision_s)
         if done.cost_usd:
@@ -340,7 +351,15 @@ class GatewayMetrics:
                 child.inc(obs.cost_usd)
 
     def reconfigure(self, config: GatewayConfig) -> None:
-        """Take the endpoints (and their provider and upstream model) from ``config``."""
+        """Take the endpoints (their provider and upstream model, which are unpriced) from
+        ``config``."""
+        unpriced = set(config.unpriced_endpoints())
+        self._unpriced_routes = {  # labels from the config alone
+            eid: self.unpriced.labels(m.id, eid)
+            for m in config.models
+            for eid in m.endpoint_ids()
+            if eid in unpriced
+        }
         self._upstreams = {
             eid: (provider_name(route.kind), route.provider_model_id or m.id)
             for m in config.models

@@ -52,8 +52,32 @@ _RELOAD_TIMEOUT_S = 10.0
 
 def load_checked_config(path: str | None) -> GatewayConfig:
     """The config at ``path`` validated whole, routers and their params included (the
-    strategies are the actors'). Raises ConfigError."""
-    return load_config(path, routers=validate_strategy)
+    strategies are the actors'); warns of its unpriced routes. Raises ConfigError."""
+    config = load_config(path, routers=validate_strategy)
+    warn_unpriced(config)
+    return config
+
+
+def _load_checked_versioned(path: str | None) -> tuple[GatewayConfig, str]:
+    """What a config reload loads: :func:`load_checked_config` with the file's version.
+    Raises InvalidRequestError carrying startup's message."""
+    config, version = load_versioned(path, routers=validate_strategy)
+    warn_unpriced(config)
+    return config, version
+
+
+def warn_unpriced(config: GatewayConfig) -> None:
+    """Log once per load the routes with no ``pricing:``: the budgets are set at run time
+    (keys, admin), so any of them may be spent through these routes without limit."""
+    unpriced = config.unpriced_endpoints()
+    if unpriced:
+        logger.warning(
+            "%d route(s) have no pricing: and are billed $0, so no budget counts their requests"
+            " (llmgw_unpriced_attempts_total counts their use; declare pricing: {prompt: 0,"
+            " completion: 0} for a route that is free): %s",
+            len(unpriced),
+            ", ".join(unpriced),
+        )
 
 
 def default_node_id() -> str:
@@ -105,7 +129,7 @@ class ActorHost:
                 node_id,
                 config,
                 config_version(config_path),
-                load=functools.partial(load_versioned, config_path, routers=validate_strategy),
+                load=functools.partial(_load_checked_versioned, config_path),
                 reconfigure=lambda new: cluster.reconfigure(_shared_tree(new)),
             )
             await cluster.root.add_child(ChildSpec("cluster_config", lambda: reloads))
@@ -196,7 +220,7 @@ async def _start_control(
     await _ensure_events_stream(bus, config, memory=events_in_memory)
     source = config_path or f"<bundled {DEMO_CONFIG}>"
     state = ConfigState(config, config_version(config_path), build(config), source)
-    load = functools.partial(load_versioned, config_path, routers=validate_strategy)
+    load = functools.partial(_load_checked_versioned, config_path)
     await root.add_child(
         ChildSpec("config", functools.partial(ConfigActor, root, state, load=load, build=build))
     )

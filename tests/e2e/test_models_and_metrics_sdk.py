@@ -85,8 +85,15 @@ async def test_a_chain_name_matches_ascii_case_insensitively_only(
 async def test_every_metric_the_readme_names_is_exported(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
 ) -> None:
-    gw = await _gateway(gateway_factory, fake_upstream)
-    await gw.openai().chat.completions.create(model="m", messages=HI, max_tokens=5)
+    gw = await gateway_factory(
+        config(
+            model("m", route(fake_upstream, pricing=PRICING)),
+            model("u", route(fake_upstream)),  # unpriced: llmgw_unpriced_attempts_total
+            admin_key=ADMIN,
+        )
+    )
+    for name in ("m", "u"):
+        await gw.openai().chat.completions.create(model=name, messages=HI, max_tokens=5)
     readme = (REPO / "README.md").read_text()
 
     text = (await gw.http().get("/metrics", headers={"authorization": f"Bearer {ADMIN}"})).text
@@ -97,3 +104,10 @@ async def test_every_metric_the_readme_names_is_exported(
     samples = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert "llmgw_spend_usd_total" in named
     assert named <= samples, named - samples
+    unpriced = [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "llmgw_unpriced_attempts_total"
+    ]
+    assert [(s.labels["model"], s.value) for s in unpriced] == [("u", 1.0)]

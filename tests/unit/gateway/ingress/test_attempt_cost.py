@@ -138,3 +138,25 @@ def test_spend_metrics_keep_their_label_cardinality_bounded(
         )
         == 3.0
     )
+
+
+def test_unpriced_route_attempts_are_counted_and_a_priced_free_route_is_not() -> None:
+    from gateway.ingress.metrics import GatewayMetrics
+    from gateway.process.config import parse_config
+    from schemas import Observation, RequestCompleted
+
+    config = parse_config(
+        "models: [{id: m, route: [{kind: echo}, {kind: openai_compat, base_url: 'http://a'},"
+        " {kind: openai_compat, base_url: 'http://b', pricing: {prompt: 0, completion: 0}}]}]"
+    )
+    _echo, unpriced, free = config.models[0].endpoint_ids()
+    assert config.unpriced_endpoints() == (unpriced,)
+    m = GatewayMetrics(config)
+    value = m.registry.get_sample_value
+    labels = {"model": "m", "endpoint": unpriced}
+    assert value("llmgw_unpriced_attempts_total", labels) == 0.0  # listed before any use
+    for endpoint, billed in ((unpriced, 12), (unpriced, 0), (free, 12)):
+        obs = Observation(endpoint=endpoint, model="m", outcome="success", billed_tokens=billed)
+        m.request(RequestCompleted(model="m", endpoint=endpoint), [obs], None)
+    assert value("llmgw_unpriced_attempts_total", labels) == 1.0  # the attempt that used tokens
+    assert value("llmgw_unpriced_attempts_total", {"model": "m", "endpoint": free}) is None

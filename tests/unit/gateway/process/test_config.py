@@ -364,3 +364,20 @@ def test_a_second_actor_host_without_a_shared_database_is_refused_naming_the_rem
     require_shared_database(shared, {"node-a", "node-b"}, node_id="node-a")
     no_log = parse_config("log: {enabled: false}")
     require_shared_database(no_log, {"node-a", "node-b"}, node_id="node-a")
+
+
+def test_config_load_warns_once_naming_the_unpriced_routes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from gateway.process.actor_host import load_checked_config
+
+    path = tmp_path / "gw.yaml"
+    path.write_text(
+        "models: [{id: m, route: [{kind: echo}, {kind: openai_compat, base_url: 'http://a'},"
+        " {kind: openai_compat, base_url: 'http://b', pricing: {prompt: 0, completion: 0}},"
+        " {kind: openai_compat, base_url: 'http://c', pricing: {prompt: 1, completion: 2}}]}]"
+    )
+    unpriced = load_checked_config(str(path)).models[0].endpoint_ids()[1]  # echo: nothing to bill
+    warnings = [r for r in caplog.records if "no pricing" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
+    assert warnings[0].getMessage().endswith(f": {unpriced}")  # the priced ones are not named
