@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, segments_after
 from gateway.auth.admin_access import requested_by
 from gateway.auth.gate import Authenticator, caller_of
 from gateway.http.request import HttpRequest
@@ -45,8 +45,8 @@ Handler = Callable[[HttpRequest], Awaitable[None]]
 _encode = msgspec.json.Encoder().encode
 
 
-def _segments(path: str, prefix: str) -> list[str]:
-    return [s for s in path[len(prefix) :].split("/") if s]
+def _segments(req: HttpRequest, prefix: str) -> list[str]:
+    return [s for s in segments_after(req, prefix) if s]
 
 
 class AdminKeys:
@@ -69,10 +69,10 @@ class AdminKeys:
         await req.respond(201, _encode(made))
 
     async def revoke_key(self, req: HttpRequest) -> None:
-        parts = _segments(req.path, "/admin/keys/")
+        parts = _segments(req, "/admin/keys/")
         revoke = req.method == "POST" and len(parts) == 2 and parts[1] == "revoke"
         if not (revoke or (req.method == "DELETE" and len(parts) == 1)):
-            raise RouteNotFoundError(f"no such path {req.path}")
+            raise RouteNotFoundError(f"no such path {req.split_path()}")
         revoked = await self._command(req, "api_keys", "revoke", {"id": parts[0]})
         self._auth.forget_key_id(str(revoked["id"]))
         await req.respond(200, _encode(revoked))
@@ -87,17 +87,17 @@ class AdminKeys:
         await req.respond(201, _encode(result))
 
     async def set_min_role(self, req: HttpRequest) -> None:
-        parts = _segments(req.path, "/admin/provider-keys/")
+        parts = _segments(req, "/admin/provider-keys/")
         if len(parts) != 2 or parts[1] != "min-role":
-            raise RouteNotFoundError(f"no such path {req.path}")
+            raise RouteNotFoundError(f"no such path {req.split_path()}")
         args = {**await args_of(req), "id": parts[0]}
         changed = await self._command(req, "provider_keys", "set_min_role", args)
         await req.respond(200, _encode(changed))
 
     async def delete_provider_key(self, req: HttpRequest) -> None:
-        parts = _segments(req.path, "/admin/provider-keys/")
+        parts = _segments(req, "/admin/provider-keys/")
         if len(parts) != 1:
-            raise RouteNotFoundError(f"no such path {req.path}")
+            raise RouteNotFoundError(f"no such path {req.split_path()}")
         await req.respond(
             200, _encode(await self._command(req, "provider_keys", "delete", {"id": parts[0]}))
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, args_of
+from gateway.admin.http import admin_request, args_of, segments_after
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError
 
@@ -30,9 +30,11 @@ _VERBS = {"GET": "get", "PUT": "set", "DELETE": "clear"}
 
 async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
     """Answer one limits request. Raises GatewayError (the owner's refusal, bad JSON)."""
-    # Decoded once by the server: decoding again would turn an org ``a%2541`` into ``aA``.
-    rest = req.path[len(PREFIX) :] if req.path.startswith(PREFIX) else ""
-    kind, _, ident = rest.partition("/")
+    # Split before decoding, each segment once: ``a%2541`` is the org ``a%41``, never ``aA``,
+    # and ``%2F`` a ``/`` inside an id (a user's ``org/user`` may come either way).
+    parts = segments_after(req, PREFIX)
+    rest = parts != [] and parts != [""]
+    kind, ident = (parts[0], "/".join(parts[1:])) if rest else ("", "")
     if rest and not ident:  # /admin/limits/<verb>: the generic admin command
         verb, args = kind, await args_of(req)
     else:

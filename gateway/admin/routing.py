@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, refuse_too_large
+from gateway.admin.http import admin_request, refuse_too_large, segments_after
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError, RouteNotFoundError
 
@@ -24,10 +24,11 @@ PREFIX = "/admin/routing/weights/"
 _encode = msgspec.json.Encoder().encode
 
 
-def _target(path: str, config: GatewayConfig) -> tuple[str, str]:
-    """(model id, endpoint id) from ``.../{model}/{endpoint}``; ids may contain ``/``, so the
-    model is the longest configured id that prefixes the rest. Raises RouteNotFoundError."""
-    rest = path[len(PREFIX) :]  # decoded once by the server: again would read %25 as %
+def _target(req: HttpRequest, config: GatewayConfig) -> tuple[str, str]:
+    """(model id, endpoint id) from ``.../{model}/{endpoint}``; ids may contain ``/`` (sent
+    as is or as ``%2F``), so the model is the longest configured id that prefixes the rest.
+    Raises RouteNotFoundError."""
+    rest = "/".join(segments_after(req, PREFIX))  # each decoded once: %25 stays a %
     for m in sorted(config.models, key=lambda m: len(m.id), reverse=True):
         for name in (m.id, *m.aliases):
             if rest.startswith(name + "/"):
@@ -38,7 +39,7 @@ def _target(path: str, config: GatewayConfig) -> tuple[str, str]:
 async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout: float) -> None:
     """PUT sets ``{"weight": w}``; DELETE restores the configured weight. A thin client of the
     admin commands ``routing.set_weight`` / ``routing.reset_weight``."""
-    model, endpoint = _target(req.path, config)
+    model, endpoint = _target(req, config)
     args: dict[str, Any] = {"model": model, "endpoint": endpoint}
     verb = "reset_weight"
     if req.method == "PUT":

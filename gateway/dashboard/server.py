@@ -277,6 +277,11 @@ class Dashboard:
             raise _not_found(req.path)
         if not (req.method == "GET" and inner == "/events"):
             self._check_csrf(req, session)
+        raw = req.scope.get("raw_path")
+        if raw is not None:  # the admin path is split on its raw form (%2F is no separator)
+            if not bytes(raw).startswith(API.encode()):
+                raise _not_found(req.path)
+            req.scope["raw_path"] = bytes(raw)[len(API) :]
         req.scope["path"] = inner
         req.scope[CALLER_SCOPE_KEY] = caller
         req.scope[BY_SCOPE_KEY] = f"dashboard:{session.key_id}"

@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, cast
+from urllib.parse import unquote_to_bytes
 
 from gateway.http.deadline import Resumed, deadline
 from schemas import (
     BodyTimeoutError,
     ClientClosedError,
+    InvalidRequestError,
     RequestTooLargeError,
 )
 
@@ -27,6 +29,13 @@ _DRAIN_LIMIT = 256 * 1024 * 1024
 
 MAX_STORED_CHARS = 256
 """The most of a client-chosen string (the model name asked for) that is stored or echoed."""
+
+
+def _segment(raw: bytes) -> str:
+    try:
+        return unquote_to_bytes(raw).decode("utf-8") if b"%" in raw else raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidRequestError("the path is not percent-encoded UTF-8") from None
 
 
 def bounded(text: str) -> str:
@@ -92,6 +101,25 @@ class HttpRequest:
     @property
     def method(self) -> str:
         return str(self.scope["method"])
+
+    def segments(self) -> list[str]:
+        """The path's segments after its leading ``/``: the raw path (ASGI ``raw_path``, else
+        ``path``) split on ``/`` first, then each segment percent-decoded once, so ``%2F``
+        stays a ``/`` inside its segment. Raises InvalidRequestError for a segment that
+        is not UTF-8 or holds a NUL."""
+        raw = self.scope.get("raw_path")
+        if raw is None:  # the server gives only the decoded path
+            parts = self.path.split("/")
+        else:
+            parts = [_segment(part) for part in bytes(raw).split(b"/")]
+        if any("\x00" in part for part in parts):
+            raise InvalidRequestError("the path holds a NUL (%00)")
+        return parts[1:]
+
+    def split_path(self) -> str:
+        """The path as :meth:`segments` splits it, a ``/`` inside a segment shown as ``%2F``
+        (what admin routes match and their errors name). Raises InvalidRequestError."""
+        return "/" + "/".join(part.replace("/", "%2F") for part in self.segments())
 
     def header(self, name: str) -> str | None:
         """A request header by lower-case name (the last one wins)."""

@@ -292,9 +292,11 @@ class GatewayApp:
     async def _http(self, req: HttpRequest) -> None:
         scope = req.scope  # what ``req.path`` and ``req.method`` read
         path, method = scope["path"], scope["method"]
-        handler = self._routes.find(method, path)
         surface = _surface_for(req, path)
         try:
+            if path.startswith(_ADMIN_ROOT):
+                path = req.split_path()  # ``/admin/chains%2Flist`` is no chains/list
+            handler = self._routes.find(method, path)
             if handler is None:
                 if self._routes.knows(path):
                     await _send_error(req, surface, 405, "method not allowed", "invalid_request")
@@ -314,10 +316,14 @@ class GatewayApp:
     async def _admin_route(self, req: HttpRequest) -> None:
         """Serve ``req`` with the handler its (admin) path has; the dashboard's API. Raises
         RouteNotFoundError for a path no route serves."""
-        handler = self._routes.find(req.method, req.path)
-        if handler is None or req.path.startswith(DASHBOARD_PREFIX):
-            raise RouteNotFoundError(f"no such path {req.path}")
+        path = req.split_path()
+        handler = self._routes.find(req.method, path)
+        if handler is None or path.startswith(DASHBOARD_PREFIX):
+            raise RouteNotFoundError(f"no such path {path}")
         await handler(req)
+
+
+_ADMIN_ROOT = "/admin"  # its paths are routed as split on the raw path
 
 
 def _surface_for(req: HttpRequest, path: str) -> Surface:
