@@ -3,9 +3,12 @@
 Claude's thinking is kept as LiteLLM carries it on chat: its text as ``reasoning_content``
 (what every surface renders as reasoning), and each ``thinking`` block (with its signature)
 or ``redacted_thinking`` block (its ``data``) in ``thinking_blocks``, in order, unchanged: the
-signature is what lets a client send the block back on its next turn. Streamed, the text
-comes as ``reasoning_content`` deltas and each block whole, in a ``thinking_blocks`` delta, when
-it ends (a ``thinking`` block at its ``content_block_stop``, a redacted one at its start).
+signature is what lets a client send the block back on its next turn. A block that Claude's
+interleaved thinking gave after the message's text or a tool call has ``after``: how many of
+the message's items (its text, then each tool call) came before it (absent: none). Streamed,
+the text comes as ``reasoning_content`` deltas and each block whole, in a ``thinking_blocks``
+delta, when it ends (a ``thinking`` block at its ``content_block_stop``, a redacted one at
+its start).
 
 Public names are re-exported by ``gateway.adapters.anthropic_wire``.
 """
@@ -152,6 +155,7 @@ class MessagesToChatStream:
         "_role_sent",
         "_stop_reason",
         "_stop_sequence",
+        "_texted",
         "_thinking",
         "_tools",
         "_usage",
@@ -167,6 +171,7 @@ class MessagesToChatStream:
         self._tools: dict[int, int] = {}  # Anthropic block index -> chat tool_calls index
         # Anthropic block index -> an open thinking block's text pieces and its signature
         self._thinking: dict[int, tuple[list[str], list[str]]] = {}
+        self._texted = False  # a text block began: a thinking block after it is interleaved
         self._usage: JSON | None = {}  # the provider's counts so far; None: unknown
         self._stop_reason: Any = None
         self._stop_sequence: Any = None
@@ -247,6 +252,7 @@ class MessagesToChatStream:
         block = object_field(data, "content_block", "a content_block_start")
         kind = block.get("type")
         if kind == "text":
+            self._texted = True
             text = text_field(block, "text", "a text block")
             return [self._chunk({"content": text})] if text else []
         if kind == "thinking":
@@ -255,7 +261,8 @@ class MessagesToChatStream:
             self._thinking[_block_index(data)] = ([text] if text else [], [signature or ""])
             return [self._chunk({"reasoning_content": text})] if text else []
         if kind == "redacted_thinking":
-            return [self._chunk({"thinking_blocks": [_redacted(block)]})]
+            redacted = _place(_redacted(block), self._texted + len(self._tools))
+            return [self._chunk({"thinking_blocks": [redacted]})]
         if kind != "tool_use":
             return []  # server-tool blocks have no chat form
         index = _block_index(data)
@@ -325,6 +332,7 @@ class MessagesToChatStream:
             return []
         pieces, (signature,) = open_block
         block = {"type": "thinking", "thinking": "".join(pieces), "signature": signature}
+        _place(block, self._texted + len(self._tools))
         return [self._chunk({"thinking_blocks": [block]})]
 
     def _stop(self) -> list[JSON]:
@@ -378,8 +386,9 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
             thoughts.append(text_field(block, "thinking", "a thinking block") or "")
             signature = text_field(block, "signature", "a thinking block") or ""
             thinking.append({"type": "thinking", "thinking": thoughts[-1], "signature": signature})
+            _place(thinking[-1], any(texts) + len(calls))
         elif kind == "redacted_thinking":
-            thinking.append(_redacted(block))
+            thinking.append(_place(_redacted(block), any(texts) + len(calls)))
         elif kind == "tool_use":
             call_id, name, tool_input = _tool_use(block)
             arguments = _encoder.encode(tool_input or {}).decode()
@@ -459,6 +468,14 @@ def _block_index(data: JSON) -> int:
     if type(index) is not int:
         raise bad_answer("a content block's 'index' is not an integer")
     return index
+
+
+def _place(block: JSON, after: int) -> JSON:
+    """``block`` marked, when Claude's interleaved thinking gave it after ``after`` of the
+    message's items (its text, then each tool call), so the turn can be rebuilt in order."""
+    if after:
+        block["after"] = after
+    return block
 
 
 def _redacted(block: JSON) -> JSON:

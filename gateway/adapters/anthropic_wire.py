@@ -12,7 +12,10 @@ provider's reasoning so) and blocks of other types. System (and developer) messa
 in the conversation are hoisted into ``system``, in order. Claude's own ``thinking`` config
 goes as it is, and an assistant message's signed ``thinking_blocks`` (LiteLLM's field: what
 the Messages surface and ``from_messages_response`` put there) go back unchanged, first in
-that turn, as Anthropic requires when thinking is on. Without a ``thinking`` config, a
+that turn, as Anthropic requires when thinking is on, but for a block whose ``after`` says
+Claude's interleaved thinking gave it after the turn's text or tool calls (it goes back
+there); a turn sent as two assistant messages has the second one's leading thinking moved
+up to the turn's. Without a ``thinking`` config, a
 ``reasoning_effort`` becomes one (:data:`THINKING_BUDGETS`, LiteLLM's budgets): ``none``
 disables thinking, the others enable it with that many tokens, and an unknown effort is
 dropped. Anthropic wants ``max_tokens`` above the budget: a request that set none gets the
@@ -37,7 +40,7 @@ from gateway.adapters._anthropic_to_canonical import (
     chat_usage,
     from_messages_response,
 )
-from gateway.adapters.chat_message import answered_call, text_of, tool_calls
+from gateway.adapters.chat_message import answered_call, interleave, text_of, tool_calls
 from schemas import InvalidRequestError
 
 __all__ = [
@@ -74,6 +77,7 @@ _REFUSED = {
     "function_call": "function_call: the legacy functions API is not supported; use tool_choice",
 }
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+_THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
 
 
 def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
@@ -156,10 +160,19 @@ def _effort_thinking(effort: Any, max_tokens: Any) -> JSON | None:
 def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
     # Merging keeps roles alternating, and puts every tool_result of one assistant turn
     # into the single user turn that must follow it.
-    if out and out[-1]["role"] == role:
-        out[-1]["content"].extend(blocks)
-    else:
+    if not out or out[-1]["role"] != role:
         out.append({"role": role, "content": blocks})
+        return
+    turn = out[-1]["content"]
+    if role == "assistant" and blocks and blocks[0]["type"] in _THINKING_TYPES:
+        # One turn sent as two messages (text, then tool calls): the second one's leading
+        # thinking joins the turn's, which Anthropic wants first when thinking is on.
+        lead = next((i for i, b in enumerate(turn) if b["type"] not in _THINKING_TYPES), None)
+        cut = next((i for i, b in enumerate(blocks) if b["type"] not in _THINKING_TYPES), None)
+        if lead is not None:
+            turn[lead:lead] = blocks[:cut]
+            blocks = blocks[len(blocks) if cut is None else cut :]
+    turn.extend(blocks)
 
 
 def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, list[JSON]]:
@@ -275,13 +288,11 @@ def _document_block(file: Any, path: str) -> JSON:
 
 
 def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
-    blocks = _signed_thinking(msg.get("thinking_blocks"))
     text = text_of(msg.get("content"), path)
-    if text:
-        blocks.append({"type": "text", "text": text})
+    blocks: list[JSON] = [{"type": "text", "text": text}] if text else []
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
-    return blocks
+    return interleave(_signed_thinking(msg.get("thinking_blocks")), blocks)
 
 
 def _signed_thinking(blocks: Any) -> list[JSON]:
@@ -295,6 +306,10 @@ def _signed_thinking(blocks: Any) -> list[JSON]:
             kept.append({"type": kind, "thinking": thinking, "signature": block["signature"]})
         elif kind == "redacted_thinking" and block.get("data"):
             kept.append({"type": kind, "data": block["data"]})
+        else:
+            continue
+        if type(after := block.get("after")) is int and after > 0:
+            kept[-1]["after"] = after  # for interleave, which takes it off
     return kept
 
 

@@ -71,3 +71,28 @@ def _arguments(arguments: Any, path: str) -> JSON:
             f"{path}.arguments: must be a JSON object", param=f"{path}.arguments"
         )
     return value
+
+
+def interleave(thinking: list[JSON], rest: list[JSON]) -> list[JSON]:
+    """An assistant turn's blocks in Claude's order: each of ``thinking`` (whose ``after``, an
+    int when present, counts the items of ``rest`` that came before it: the text, then each
+    tool call) put back where it was, without its ``after``; first when it has none."""
+    if not any(block.get("after") for block in thinking):  # Claude's usual turn: thinking first
+        return [*thinking, *rest] if thinking else rest
+    out: list[JSON] = []
+    pending = iter(thinking)
+    block = next(pending, None)
+    for position, item in enumerate(rest):
+        while block is not None and _after(block) <= position:
+            out.append({k: v for k, v in block.items() if k != "after"})
+            block = next(pending, None)
+        out.append(item)
+    while block is not None:
+        out.append({k: v for k, v in block.items() if k != "after"})
+        block = next(pending, None)
+    return out
+
+
+def _after(block: JSON) -> int:
+    after = block.get("after")
+    return after if type(after) is int else 0

@@ -135,21 +135,35 @@ def _tool_input(arguments: Any, finish: Any) -> JSON:
     )
 
 
-def _thinking_blocks(blocks: Any) -> list[JSON]:
+def _thinking_blocks(blocks: Any) -> list[tuple[int, JSON]]:
     """The Messages blocks of a canonical ``thinking_blocks`` (the adapter seam made it a list
     of objects with string or null fields): thinking and redacted_thinking blocks with only
-    the fields the API defines, in order; those of another type are not shown."""
-    out: list[JSON] = []
+    the fields the API defines, in order, each with its ``after`` (0 if none: see
+    ``_interleave``); those of another type are not shown."""
+    out: list[tuple[int, JSON]] = []
     for block in blocks or ():
         kind = block.get("type")
         if kind == "thinking":
             thought = block.get("thinking") or ""
-            out.append(
-                {"type": kind, "thinking": thought, "signature": block.get("signature") or ""}
-            )
+            signature = block.get("signature") or ""
+            shown: JSON = {"type": kind, "thinking": thought, "signature": signature}
         elif kind == "redacted_thinking":
-            out.append({"type": kind, "data": block.get("data") or ""})
+            shown = {"type": kind, "data": block.get("data") or ""}
+        else:
+            continue
+        after = block.get("after")
+        out.append((after if type(after) is int else 0, shown))
     return out
+
+
+def _interleave(thinking: list[tuple[int, JSON]], rest: list[JSON]) -> list[JSON]:
+    """Claude's order: each thinking block before the others, or after as many of ``rest``
+    (the text, then each tool call) as its ``after`` says, as interleaved thinking gave it."""
+    out = [block for after, block in thinking if after <= 0]
+    for position, item in enumerate(rest, 1):
+        out.append(item)
+        out += [block for after, block in thinking if after == position]
+    return out + [block for after, block in thinking if after > len(rest)]
 
 
 def from_chat_response(chat: JSON, *, model: str) -> JSON:
@@ -163,9 +177,8 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     content: list[JSON] = []
     if type(message.get("content")) is list:  # parts (Mistral's, say)
         message = plain_content(message)
-    if native := _thinking_blocks(message.get("thinking_blocks")):  # first, as Claude's come
-        content += native
-    elif thought := reasoning_text(message):
+    native = _thinking_blocks(message.get("thinking_blocks"))
+    if not native and (thought := reasoning_text(message)):
         content.append({"type": "thinking", "thinking": thought, "signature": _NO_SIGNATURE})
     text = message.get("content")
     if isinstance(text, str) and text:
@@ -188,6 +201,8 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
                 "input": _tool_input(function.get("arguments"), finish),
             }
         )
+    if native:  # first, as Claude's come, but for those its interleaved thinking put later
+        content = _interleave(native, content)
     reason, sequence = stop_reason(finish, choice.get("stop_reason"), bool(calls))
     if reason == "end_turn" and refusal:
         reason = "refusal"
@@ -271,7 +286,7 @@ class ChatToMessagesStream:
             if thought := delta.get("reasoning_content") or delta.get("reasoning"):
                 self._block_delta(out, "thinking", thought)
             if signed := delta.get("thinking_blocks"):
-                for block in _thinking_blocks(signed):
+                for _, block in _thinking_blocks(signed):  # in stream order: no ``after``
                     self._thinking(out, block)
             if text:
                 self._block_delta(out, "text", text)

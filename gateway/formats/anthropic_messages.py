@@ -277,6 +277,8 @@ def _assistant_message(content: list[Any], path: str, index: int, origins: Origi
                 thinking.append({"type": kind, "thinking": thought, "signature": signature})
             else:
                 thinking.append({"type": kind, "data": block.get("data") or ""})
+            if after := any(texts) + len(calls):  # interleaved: where it was, for the adapter
+                thinking[-1]["after"] = after
         else:
             raise _unsupported(kind, bpath)
     message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}

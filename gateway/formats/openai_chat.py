@@ -124,7 +124,13 @@ _MESSAGE_FIELDS = {
 # item of another type is refused here, where the caller's path names it, instead of
 # failing in an adapter (a 500) or going upstream.
 _PART_FIELDS = {"type": STRING, "text": STRING, "image_url": STRING_OR_OBJECT}
-_THINKING_FIELDS = {"type": STRING, "thinking": STRING, "signature": STRING, "data": STRING}
+_THINKING_FIELDS = {
+    "type": STRING,
+    "thinking": STRING,
+    "signature": STRING,
+    "data": STRING,
+    "after": INTEGER,
+}
 _TOOL_CALL_FIELDS = {"id": STRING, "type": STRING, "function": OBJECT}
 _CALLED_FIELDS = {"name": STRING, "arguments": STRING}
 _TOOL_FIELDS = {"type": STRING, "function": OBJECT}

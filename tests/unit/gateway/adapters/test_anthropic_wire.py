@@ -931,3 +931,122 @@ def test_to_messages_request_prefers_the_thinking_config_to_the_effort() -> None
     req = to_messages_request(_chat(thinking=thinking, reasoning_effort="low"), upstream_model="c")
 
     assert (req["thinking"], req["max_tokens"]) == (thinking, DEFAULT_MAX_TOKENS + 9000)
+
+
+# --- interleaved thinking: Claude's order survives ------------------------------------------
+
+INTERLEAVED: list[JSON] = [
+    {"type": "thinking", "thinking": "Which city?", "signature": "sig-1"},
+    {"type": "text", "text": "Checking Paris."},
+    {"type": "thinking", "thinking": "Call the tool.", "signature": "sig-2"},
+    {"type": "redacted_thinking", "data": "opaque"},
+    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+]
+
+
+def _claude_events(content: list[JSON]) -> list[tuple[str, JSON]]:
+    """Claude's stream of a message holding ``content``, as the API sends it."""
+    start = {"id": "msg_1", "type": "message", "role": "assistant", "content": []}
+    events: list[tuple[str, JSON]] = [
+        ("message_start", {"type": "message_start", "message": start})
+    ]
+    for i, block in enumerate(content):
+        empty: JSON = {
+            "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+            "text": {"type": "text", "text": ""},
+            "tool_use": {**block, "input": {}},
+            "redacted_thinking": block,
+        }[block["type"]]
+        events.append(("content_block_start", {"index": i, "content_block": empty}))
+        deltas: dict[str, list[JSON]] = {
+            "thinking": [
+                {"type": "thinking_delta", "thinking": block.get("thinking")},
+                {"type": "signature_delta", "signature": block.get("signature")},
+            ],
+            "text": [{"type": "text_delta", "text": block.get("text")}],
+            "tool_use": [{"type": "input_json_delta", "partial_json": json.dumps(block["input"])}]
+            if block["type"] == "tool_use"
+            else [],
+            "redacted_thinking": [],
+        }
+        for delta in deltas[block["type"]]:
+            events.append(("content_block_delta", {"index": i, "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": i}))
+    stop = {"stop_reason": "tool_use", "stop_sequence": None}
+    events.append(("message_delta", {"delta": stop, "usage": {"output_tokens": 9}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def test_interleaved_thinking_keeps_claudes_order_plain_streamed_and_sent_back() -> None:
+    # Before: the plain answer and the history sent back put every thinking block first
+    # ([thinking, thinking, redacted, text, tool_use]) while the stream kept Claude's order.
+    message: JSON = {"id": "msg_1", "type": "message", "role": "assistant"}
+    message["content"] = INTERLEAVED
+    message |= {"stop_reason": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 9}}
+    canonical = from_messages_response(message, model="claude-x")
+    upstream = MessagesToChatStream("claude-x")
+    client_side = anthropic_messages.ChatToMessagesStream("claude-x")
+    frames: list[bytes] = []
+    streamed_blocks: list[JSON] = []
+    for event, data in _claude_events(INTERLEAVED):
+        for chunk in upstream.feed(event, data):
+            for choice in chunk["choices"]:
+                streamed_blocks += choice["delta"].get("thinking_blocks") or []
+            frames += client_side.feed(chunk)
+    frames += client_side.finish()
+    events = [json.loads(f.split(b"\n")[1][6:]) for f in frames]
+    streamed = [e["content_block"]["type"] for e in events if e["type"] == "content_block_start"]
+    history: JSON = {
+        "model": "claude-x",
+        "max_tokens": 9000,
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": INTERLEAVED},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+        ],
+    }
+
+    plain = anthropic_messages.from_chat_response(canonical, model="claude-x")
+    sent = to_messages_request(anthropic_messages.to_chat_request(history), upstream_model="c")
+
+    assert plain["content"] == INTERLEAVED
+    assert streamed == [block["type"] for block in INTERLEAVED]
+    assert streamed_blocks == canonical["choices"][0]["message"]["thinking_blocks"]
+    assert sent["messages"][1]["content"] == INTERLEAVED
+    resent = to_messages_request(
+        _chat(
+            messages=[
+                history["messages"][0],
+                {"role": "assistant", **canonical["choices"][0]["message"]},
+            ]
+        ),
+        upstream_model="c",
+    )
+    assert resent["messages"][1]["content"] == INTERLEAVED
+
+
+def test_to_messages_request_merging_two_assistant_messages_keeps_thinking_first() -> None:
+    # Before: the second message's thinking went mid-turn, after the first one's text, and
+    # Anthropic refuses a thinking turn that does not start with its thinking.
+    signed = {"type": "thinking", "thinking": "Call the tool.", "signature": "sig-1"}
+    call = {"id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    chat = _chat(
+        messages=[
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Checking."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [call],
+                "thinking_blocks": [signed],
+            },
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+        ]
+    )
+
+    req = to_messages_request(chat, upstream_model="c")
+
+    assert [b["type"] for b in req["messages"][1]["content"]] == ["thinking", "text", "tool_use"]
+    assert req["messages"][1]["content"][0] == signed
