@@ -25,8 +25,10 @@ the answer would silently differ from what was asked: ``n`` > 1, ``logprobs``,
 ``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is 0-1), audio,
 ``web_search_options``, legacy ``functions``/``function_call``, custom (non-function) tools,
 ``response_format`` ``json_object`` (Anthropic has no schema-less JSON mode), images that are
-not jpeg/png/gif/webp, files that are not base64 PDFs, and tool-call arguments that are not a
-JSON object.
+not jpeg/png/gif/webp, files that are not base64 PDFs, tool-call arguments that are not a
+JSON object, and, while thinking is on (by ``thinking`` or ``reasoning_effort``), what Claude
+refuses then: ``temperature`` other than 1, ``top_p`` below 0.95, a ``tool_choice`` forcing a
+call (refused here in the caller's terms, not changed unasked nor sent to fail upstream).
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ from gateway.adapters._anthropic_to_canonical import (
     chat_usage,
     from_messages_response,
 )
-from gateway.adapters.chat_message import answered_call, interleave, text_of, tool_calls
+from gateway.adapters.chat_message import (
+    answered_call,
+    interleave,
+    refuse_sampling_with_thinking,
+    text_of,
+    tool_calls,
+)
 from schemas import InvalidRequestError
 
 __all__ = [
@@ -95,8 +103,11 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     if max_tokens is None:
         max_tokens = chat.get("max_tokens")
     thinking = chat.get("thinking")
+    why = "thinking"
     if not isinstance(thinking, dict):
         thinking = _effort_thinking(chat.get("reasoning_effort"), max_tokens)
+        why = "reasoning_effort"
+    refuse_sampling_with_thinking(chat, thinking, why)
     if max_tokens is None:
         budget = (thinking or {}).get("budget_tokens")
         max_tokens = DEFAULT_MAX_TOKENS + (budget if type(budget) is int and budget > 0 else 0)

@@ -1050,3 +1050,46 @@ def test_to_messages_request_merging_two_assistant_messages_keeps_thinking_first
 
     assert [b["type"] for b in req["messages"][1]["content"]] == ["thinking", "text", "tool_use"]
     assert req["messages"][1]["content"][0] == signed
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"temperature": 0.2}, "temperature"),
+        ({"temperature": 0}, "temperature"),
+        ({"top_p": 0.5}, "top_p"),
+        ({"tools": [_tool("f")], "tool_choice": "required"}, "tool_choice"),
+        (
+            {"tools": [_tool("f")], "tool_choice": {"type": "function", "function": {"name": "f"}}},
+            "tool_choice",
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "on", [{"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"reasoning_effort": "low"}]
+)
+def test_to_messages_request_refuses_what_claude_refuses_while_thinking(
+    extra: JSON, param: str, on: JSON
+) -> None:
+    # Before: sent on, for Anthropic to answer 400 ("temperature may only be set to 1 when
+    # thinking is enabled") after the route was chosen, and the next route tried.
+    with pytest.raises(InvalidRequestError) as caught:
+        to_messages_request(_chat(**extra, **on), upstream_model="c")
+
+    assert caught.value.param == param
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"temperature": 1, "top_p": 0.95, "thinking": {"type": "enabled", "budget_tokens": 1024}},
+        {"tools": [_tool("f")], "tool_choice": "auto", "reasoning_effort": "low"},
+        {"temperature": 0.2, "thinking": {"type": "disabled"}},
+        {"temperature": 0.2, "reasoning_effort": "none"},
+        {"temperature": 0.2, "top_p": 0.5, "tool_choice": "required", "tools": [_tool("f")]},
+    ],
+)
+def test_to_messages_request_takes_sampling_claude_allows(extra: JSON) -> None:
+    req = to_messages_request(_chat(**extra, stream=True), upstream_model="c")
+
+    drain(_MESSAGES_REQUEST.validate_python(req))
