@@ -1093,3 +1093,36 @@ def test_to_messages_request_takes_sampling_claude_allows(extra: JSON) -> None:
     req = to_messages_request(_chat(**extra, stream=True), upstream_model="c")
 
     drain(_MESSAGES_REQUEST.validate_python(req))
+
+
+def test_stream_of_consecutive_thinking_blocks_signs_each_one_as_claude_did() -> None:
+    # Each signature on its own block, a redacted block between them kept whole.
+    content: list[JSON] = [
+        {"type": "thinking", "thinking": "First.", "signature": "sig-1"},
+        {"type": "thinking", "thinking": "", "signature": "sig-2"},
+        {"type": "redacted_thinking", "data": "opaque"},
+        {"type": "thinking", "thinking": "Third.", "signature": "sig-3"},
+        {"type": "text", "text": "Done."},
+    ]
+    upstream = MessagesToChatStream("claude-x")
+    client_side = anthropic_messages.ChatToMessagesStream("claude-x")
+    frames: list[bytes] = []
+    for event, data in _claude_events(content):
+        for chunk in upstream.feed(event, data):
+            frames += client_side.feed(chunk)
+    frames += client_side.finish()
+    body = b"".join(frames)
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+    client = anthropic.Anthropic(
+        api_key="t",
+        base_url="http://gateway.test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
+    with client.messages.stream(model="claude-x", max_tokens=9, messages=[]) as s:
+        streamed = s.get_final_message()
+
+    assert [b.model_dump(exclude_none=True) for b in streamed.content] == content
