@@ -261,7 +261,7 @@ class MessagesToChatStream:
             self._thinking[_block_index(data)] = ([text] if text else [], [signature or ""])
             return [self._chunk({"reasoning_content": text})] if text else []
         if kind == "redacted_thinking":
-            redacted = _place(_redacted(block), self._texted + len(self._tools))
+            redacted = place_thinking(_redacted(block), self._texted + len(self._tools))
             return [self._chunk({"thinking_blocks": [redacted]})]
         if kind != "tool_use":
             return []  # server-tool blocks have no chat form
@@ -332,7 +332,7 @@ class MessagesToChatStream:
             return []
         pieces, (signature,) = open_block
         block = {"type": "thinking", "thinking": "".join(pieces), "signature": signature}
-        _place(block, self._texted + len(self._tools))
+        place_thinking(block, self._texted + len(self._tools))
         return [self._chunk({"thinking_blocks": [block]})]
 
     def _stop(self) -> list[JSON]:
@@ -386,9 +386,9 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
             thoughts.append(text_field(block, "thinking", "a thinking block") or "")
             signature = text_field(block, "signature", "a thinking block") or ""
             thinking.append({"type": "thinking", "thinking": thoughts[-1], "signature": signature})
-            _place(thinking[-1], any(texts) + len(calls))
+            place_thinking(thinking[-1], any(texts) + len(calls))
         elif kind == "redacted_thinking":
-            thinking.append(_place(_redacted(block), any(texts) + len(calls)))
+            thinking.append(place_thinking(_redacted(block), any(texts) + len(calls)))
         elif kind == "tool_use":
             call_id, name, tool_input = _tool_use(block)
             arguments = _encoder.encode(tool_input or {}).decode()
@@ -470,7 +470,7 @@ def _block_index(data: JSON) -> int:
     return index
 
 
-def _place(block: JSON, after: int) -> JSON:
+def place_thinking(block: JSON, after: int) -> JSON:
     """``block`` marked, when Claude's interleaved thinking gave it after ``after`` of the
     message's items (its text, then each tool call), so the turn can be rebuilt in order."""
     if after:

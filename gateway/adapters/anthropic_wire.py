@@ -45,6 +45,7 @@ from gateway.adapters._anthropic_to_canonical import (
 from gateway.adapters.chat_message import (
     answered_call,
     interleave,
+    join_turn,
     refuse_sampling_with_thinking,
     text_of,
     tool_calls,
@@ -58,6 +59,7 @@ __all__ = [
     "UpstreamStreamError",
     "chat_usage",
     "from_messages_response",
+    "thinking_for_effort",
     "to_messages_request",
 ]
 
@@ -105,7 +107,7 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     thinking = chat.get("thinking")
     why = "thinking"
     if not isinstance(thinking, dict):
-        thinking = _effort_thinking(chat.get("reasoning_effort"), max_tokens)
+        thinking = thinking_for_effort(chat.get("reasoning_effort"), max_tokens)
         why = "reasoning_effort"
     refuse_sampling_with_thinking(chat, thinking, why)
     if max_tokens is None:
@@ -151,7 +153,7 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     return req
 
 
-def _effort_thinking(effort: Any, max_tokens: Any) -> JSON | None:
+def thinking_for_effort(effort: Any, max_tokens: Any) -> JSON | None:
     """The thinking config for a chat ``reasoning_effort`` (None: none to send). Raises
     InvalidRequestError when ``max_tokens`` (the client's) is not above its budget."""
     if effort == "none":
@@ -161,8 +163,8 @@ def _effort_thinking(effort: Any, max_tokens: Any) -> JSON | None:
         return None
     if type(max_tokens) is int and max_tokens <= budget:
         raise InvalidRequestError(
-            f"reasoning_effort: '{effort}' thinks with a budget of {budget} tokens on "
-            f"anthropic upstreams, which must be less than max_tokens ({max_tokens})",
+            f"reasoning_effort: '{effort}' has Claude think with a budget of {budget} "
+            f"tokens, which must be less than max_tokens ({max_tokens})",
             param="reasoning_effort",
         )
     return {"type": "enabled", "budget_tokens": budget}
@@ -174,16 +176,14 @@ def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
     if not out or out[-1]["role"] != role:
         out.append({"role": role, "content": blocks})
         return
-    turn = out[-1]["content"]
-    if role == "assistant" and blocks and blocks[0]["type"] in _THINKING_TYPES:
-        # One turn sent as two messages (text, then tool calls): the second one's leading
-        # thinking joins the turn's, which Anthropic wants first when thinking is on.
-        lead = next((i for i, b in enumerate(turn) if b["type"] not in _THINKING_TYPES), None)
-        cut = next((i for i, b in enumerate(blocks) if b["type"] not in _THINKING_TYPES), None)
-        if lead is not None:
-            turn[lead:lead] = blocks[:cut]
-            blocks = blocks[len(blocks) if cut is None else cut :]
-    turn.extend(blocks)
+    if role == "assistant":
+        join_turn(out[-1]["content"], blocks, _is_thinking)
+    else:
+        out[-1]["content"].extend(blocks)
+
+
+def _is_thinking(block: JSON) -> bool:
+    return block["type"] in _THINKING_TYPES
 
 
 def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, list[JSON]]:

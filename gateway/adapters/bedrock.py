@@ -45,7 +45,7 @@ from gateway.adapters.bedrock_embed import (
     vectors_of,
 )
 from gateway.adapters.bedrock_stream import ConverseToChatStream
-from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
+from gateway.adapters.bedrock_wire import from_converse_response, is_claude, to_converse_request
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 
@@ -102,12 +102,12 @@ class BedrockAdapter:
         self, target: UpstreamTarget, body: JSON, *, stream: bool
     ) -> tuple[URL, bytes, dict[str, str]]:
         try:
-            payload = _encode(to_converse_request(body))
+            model = target.upstream_model or str(body.get("model", ""))
+            payload = _encode(to_converse_request(body, claude=is_claude(model)))
         except InvalidRequestError as exc:
             raise UnsupportedParameterError(
                 exc.message, endpoint=target.endpoint, param=exc.param
             ) from None
-        model = target.upstream_model or str(body.get("model", ""))
         url = converse_url(target.base_url, model, stream=stream)
         accept = "application/vnd.amazon.eventstream" if stream else "application/json"
         headers = {"content-type": "application/json", "accept": accept}

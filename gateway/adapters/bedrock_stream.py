@@ -6,6 +6,8 @@ anything yields no chunk at all (and may still fall back). ``messageStop`` says 
 answer ended and ``metadata`` (which follows it) carries usage: the finish chunk comes with
 ``metadata``, or at :meth:`ConverseToChatStream.finish` when the body ends after
 ``messageStop`` without it. A stream that ends before ``messageStop`` never looks done.
+Reasoning text comes as ``reasoning_content`` deltas; Claude's signed or redacted block also
+comes whole, in a ``thinking_blocks`` delta, at its ``contentBlockStop``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,20 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.adapters._anthropic_to_canonical import bad_answer, new_id, object_field, text_field
-from gateway.adapters.bedrock_wire import JSON, chat_usage, finish_reason, tool_use
+from gateway.adapters._anthropic_to_canonical import (
+    bad_answer,
+    new_id,
+    object_field,
+    place_thinking,
+    text_field,
+)
+from gateway.adapters.bedrock_wire import (
+    JSON,
+    chat_usage,
+    finish_reason,
+    reasoning_block,
+    tool_use,
+)
 
 
 class ConverseToChatStream:
@@ -28,6 +42,9 @@ class ConverseToChatStream:
         self._role_sent = False
         self._tools: dict[int, int] = {}  # contentBlockIndex -> tool_calls index
         self._stop: str | None = None
+        self._texted = False  # text came: a reasoning block after it is interleaved
+        # contentBlockIndex -> a reasoning block's text pieces, signature, redacted pieces
+        self._reasoning: dict[int, tuple[list[str], list[str], list[str]]] = {}
         self.is_complete = False
 
     def feed(self, event: str, payload: JSON) -> list[JSON]:
@@ -57,7 +74,9 @@ class ConverseToChatStream:
             return []
         if event == "metadata":
             return self._end(payload.get("usage"))
-        return []  # messageStart, contentBlockStop, and events this gateway does not use
+        if event == "contentBlockStop" and self._reasoning:
+            return self._reasoning_stop(payload)
+        return []  # messageStart, other blocks' stops, and events this gateway does not use
 
     def finish(self) -> list[JSON]:
         """The closing chunks when the body ended after ``messageStop`` without
@@ -77,6 +96,7 @@ class ConverseToChatStream:
         if text is not None:
             if type(text) is not str:
                 raise bad_answer("a contentBlockDelta's 'text' is not a string")
+            self._texted = True
             return [self._chunk({"content": text})] if text else []
         use = delta.get("toolUse")
         if use is not None:
@@ -88,7 +108,29 @@ class ConverseToChatStream:
             return [self._chunk({"tool_calls": [call]})]
         reasoning = object_field(delta, "reasoningContent", "a contentBlockDelta")
         thought = text_field(reasoning, "text", "a reasoningContent delta")
+        signature = text_field(reasoning, "signature", "a reasoningContent delta")
+        redacted = text_field(reasoning, "redactedContent", "a reasoningContent delta")
+        if thought or signature or redacted:  # kept until the block ends, for Claude's
+            block = self._reasoning.setdefault(_index(payload), ([], [""], []))
+            if thought:
+                block[0].append(thought)
+            if signature:
+                block[1][0] = signature
+            if redacted:
+                block[2].append(redacted)
         return [self._chunk({"reasoning_content": thought})] if thought else []
+
+    def _reasoning_stop(self, payload: JSON) -> list[JSON]:
+        """A reasoning block's end: Claude's, signed or redacted, whole (other models' none)."""
+        pieces = self._reasoning.pop(_index(payload), None)
+        if pieces is None:
+            return []
+        thought, (signature,), redacted = pieces
+        block = reasoning_block("".join(thought), signature, "".join(redacted))
+        if block is None:
+            return []
+        place_thinking(block, self._texted + len(self._tools))
+        return [self._chunk({"thinking_blocks": [block]})]
 
     def _end(self, usage: Any) -> list[JSON]:
         self.is_complete = True

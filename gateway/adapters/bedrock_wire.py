@@ -17,12 +17,21 @@ A guardrail or content filter that stops the answer (``guardrail_intervened``,
 Dropped, because Converse has no equivalent and leaving them out changes no answer's
 validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``user``, ``metadata``,
 ``store``, ``service_tier``, ``stream_options``, ``parallel_tool_calls``, message ``name``s,
-Claude's ``thinking`` config and an assistant message's ``thinking_blocks`` (the Anthropic
-API's: Converse takes thinking in ``additionalModelRequestFields`` and ``reasoningContent``,
-not mapped here). Refused (InvalidRequestError): ``n`` > 1, ``logprobs``, ``logit_bias``,
-audio, legacy ``functions``, non-function tools, ``response_format`` ``json_object``, images
-that are not base64 data URLs of png/jpeg/gif/webp, tool arguments that are not a JSON
-object.
+and, for models other than Claude, the ``thinking`` config and an assistant message's
+``thinking_blocks`` (Claude's, signed for Claude alone). Refused (InvalidRequestError):
+``n`` > 1, ``logprobs``, ``logit_bias``, audio, legacy ``functions``, non-function tools,
+``response_format`` ``json_object``, images that are not base64 data URLs of
+png/jpeg/gif/webp, tool arguments that are not a JSON object.
+
+Claude on Bedrock (a model id ``anthropic.*`` or ``<region>.anthropic.*``, as ``claude=``
+says) thinks as on the Anthropic API: the ``thinking`` config (or one made from
+``reasoning_effort``, with the anthropic adapter's budgets and its ``max_tokens`` rule) goes
+in ``additionalModelRequestFields``, what Claude refuses while thinking is refused here, and
+an assistant message's signed ``thinking_blocks`` go back as ``reasoningContent`` blocks
+(``reasoningText`` with its ``signature``, or ``redactedContent``), first in that turn or
+where ``after`` puts them. Answers and streams: every ``reasoningContent`` text is
+``reasoning_content``; a signed or redacted one is also a ``thinking_blocks`` entry, as
+from the anthropic adapter (streamed: at its ``contentBlockStop``).
 """
 
 from __future__ import annotations
@@ -37,10 +46,19 @@ from gateway.adapters._anthropic_to_canonical import (
     cached_usage,
     new_id,
     object_field,
+    place_thinking,
     provider_counts,
     text_field,
 )
-from gateway.adapters.chat_message import answered_call, text_of, tool_calls
+from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS, thinking_for_effort
+from gateway.adapters.chat_message import (
+    answered_call,
+    interleave,
+    join_turn,
+    refuse_sampling_with_thinking,
+    text_of,
+    tool_calls,
+)
 from schemas import InvalidRequestError
 
 JSON = dict[str, Any]
@@ -73,8 +91,14 @@ REFUSALS = frozenset({"guardrail_intervened", "content_filtered"})
 _encode = msgspec.json.Encoder().encode
 
 
-def to_converse_request(chat: JSON) -> JSON:
-    """The Converse request body for a canonical chat request.
+def is_claude(model_id: str) -> bool:
+    """Whether a Bedrock model id (or an ARN ending in one) names an Anthropic model."""
+    return model_id.startswith("anthropic.") or ".anthropic." in model_id
+
+
+def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
+    """The Converse request body for a canonical chat request (``claude``: for a Claude
+    model, which thinks as the module docstring says).
 
     Raises InvalidRequestError (``param`` names the field) for what Converse cannot honour.
     """
@@ -86,11 +110,13 @@ def to_converse_request(chat: JSON) -> JSON:
     messages = chat.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
-    system, converted = _convert_messages(messages)
+    system, converted = _convert_messages(messages, claude)
     req: JSON = {"messages": converted}
     if system:
         req["system"] = [{"text": text} for text in system]
     inference = _inference_config(chat)
+    if claude:
+        _claude_thinking(chat, req, inference)
     if inference:
         req["inferenceConfig"] = inference
     if chat.get("tools"):
@@ -124,7 +150,23 @@ def _inference_config(chat: JSON) -> JSON:
     return out
 
 
-def _convert_messages(messages: list[Any]) -> tuple[list[str], list[JSON]]:
+def _claude_thinking(chat: JSON, req: JSON, inference: JSON) -> None:
+    """Claude's thinking config in ``additionalModelRequestFields``. Raises
+    InvalidRequestError as the anthropic adapter does (max_tokens, sampling)."""
+    thinking, why = chat.get("thinking"), "thinking"
+    if not isinstance(thinking, dict):
+        thinking = thinking_for_effort(chat.get("reasoning_effort"), inference.get("maxTokens"))
+        why = "reasoning_effort"
+    if thinking is None:
+        return
+    refuse_sampling_with_thinking(chat, thinking, why)
+    budget = thinking.get("budget_tokens")
+    if "maxTokens" not in inference and type(budget) is int and budget > 0:
+        inference["maxTokens"] = DEFAULT_MAX_TOKENS + budget  # Claude wants it above the budget
+    req["additionalModelRequestFields"] = {"thinking": thinking}
+
+
+def _convert_messages(messages: list[Any], claude: bool) -> tuple[list[str], list[JSON]]:
     system: list[str] = []
     out: list[JSON] = []
     for i, msg in enumerate(messages):
@@ -137,7 +179,7 @@ def _convert_messages(messages: list[Any]) -> tuple[list[str], list[JSON]]:
         elif role == "user":
             _append(out, "user", _user_blocks(msg.get("content"), path))
         elif role == "assistant":
-            _append(out, "assistant", _assistant_blocks(msg, path))
+            _append(out, "assistant", _assistant_blocks(msg, path, claude))
         elif role == "tool":
             _append(out, "user", [_tool_result(msg, path)])
         else:
@@ -150,7 +192,7 @@ def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
     if not blocks:
         return
     if out and out[-1]["role"] == role:
-        out[-1]["content"].extend(blocks)
+        join_turn(out[-1]["content"], blocks, _is_reasoning)
     else:
         out.append({"role": role, "content": blocks})
 
@@ -194,12 +236,36 @@ def _image_block(url: Any, path: str) -> JSON:
     return {"image": {"format": image_format, "source": {"bytes": data}}}
 
 
-def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
+def _is_reasoning(block: JSON) -> bool:
+    return "reasoningContent" in block
+
+
+def _assistant_blocks(msg: JSON, path: str, claude: bool) -> list[JSON]:
     text = text_of(msg.get("content"), path)
     blocks: list[JSON] = [{"text": text}] if text else []
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}})
+    if claude and (signed := msg.get("thinking_blocks")):
+        return interleave(_reasoning_blocks(signed), blocks)
     return blocks
+
+
+def _reasoning_blocks(blocks: Any) -> list[JSON]:
+    """Claude's signed thinking and redacted blocks as Converse ``reasoningContent`` blocks
+    (with the ``after`` that ``interleave`` reads); unsigned or other ones are not sent."""
+    kept: list[JSON] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "thinking" and block.get("signature"):
+            said = {"text": block.get("thinking") or "", "signature": block["signature"]}
+            kept.append({"reasoningContent": {"reasoningText": said}})
+        elif kind == "redacted_thinking" and block.get("data"):
+            kept.append({"reasoningContent": {"redactedContent": block["data"]}})
+        else:
+            continue
+        if type(after := block.get("after")) is int and after > 0:
+            kept[-1]["after"] = after
+    return kept
 
 
 def _tool_result(msg: JSON, path: str) -> JSON:
@@ -300,6 +366,7 @@ def from_converse_response(data: JSON, *, model: str) -> JSON:
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[JSON] = []
+    signed: list[JSON] = []
     for block in content:
         if type(block) is not dict:
             raise bad_answer("a content block is not an object")
@@ -314,6 +381,13 @@ def from_converse_response(data: JSON, *, model: str) -> JSON:
             said = object_field(thinking, "reasoningText", "a reasoningContent")
             if (thought := text_field(said, "text", "a reasoningText")) is not None:
                 reasoning.append(thought)  # not when redactedContent: nothing to show
+            claudes = reasoning_block(
+                thought,
+                text_field(said, "signature", "a reasoningText"),
+                text_field(thinking, "redactedContent", "a reasoningContent"),
+            )
+            if claudes is not None:
+                signed.append(place_thinking(claudes, any(texts) + len(calls)))
     stop = text_field(data, "stopReason", "the answer")
     text = "".join(texts)
     out: JSON = {"role": "assistant", "content": text if texts or not calls else None}
@@ -324,6 +398,8 @@ def from_converse_response(data: JSON, *, model: str) -> JSON:
         out["reasoning_content"] = "".join(reasoning)
     if calls:
         out["tool_calls"] = calls
+    if signed:
+        out["thinking_blocks"] = signed
     return {
         "id": new_id("chatcmpl-"),
         "object": "chat.completion",
@@ -334,6 +410,18 @@ def from_converse_response(data: JSON, *, model: str) -> JSON:
         ],
         "usage": chat_usage(data.get("usage")),
     }
+
+
+def reasoning_block(
+    thought: str | None, signature: str | None, redacted: str | None
+) -> JSON | None:
+    """The ``thinking_blocks`` entry of a ``reasoningContent``: Claude's, signed or redacted
+    (on the JSON wire its blob is base64, kept as the ``data``); None for other models'."""
+    if redacted:
+        return {"type": "redacted_thinking", "data": redacted}
+    if signature:
+        return {"type": "thinking", "thinking": thought or "", "signature": signature}
+    return None
 
 
 def tool_use(use: Any, where: str) -> tuple[str, str, Any]:

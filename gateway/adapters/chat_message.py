@@ -4,11 +4,14 @@ answers. Each raises InvalidRequestError naming the field that is wrong."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from schemas import InvalidRequestError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 JSON = dict[str, Any]
 _decode = msgspec.json.Decoder().decode
@@ -130,3 +133,15 @@ def refuse_sampling_with_thinking(chat: JSON, thinking: Any, why: str) -> None:
             "turns thinking on (use auto or none)",
             param="tool_choice",
         )
+
+
+def join_turn(turn: list[JSON], blocks: list[JSON], thinking: Callable[[JSON], bool]) -> None:
+    """Add an assistant message's ``blocks`` to the assistant ``turn`` before it (one turn sent
+    as two messages: text, then tool calls). Its leading ``thinking`` blocks join the turn's,
+    which Claude wants first while it thinks, rather than land mid-turn."""
+    lead = next((i for i, block in enumerate(turn) if not thinking(block)), None)
+    cut = next((i for i, block in enumerate(blocks) if not thinking(block)), len(blocks))
+    if lead is not None and cut:
+        turn[lead:lead] = blocks[:cut]
+        blocks = blocks[cut:]
+    turn.extend(blocks)

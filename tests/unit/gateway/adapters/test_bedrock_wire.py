@@ -249,7 +249,7 @@ def test_answer_usage_that_is_not_sane_leaves_the_usage_unknown(usage: Any) -> N
     assert answer["choices"][0]["message"]["content"] == "fine"
 
 
-def test_answer_blocks_the_translation_has_no_chat_form_for_are_skipped() -> None:
+def test_answer_blocks_without_chat_text_are_skipped_a_redacted_one_kept_whole() -> None:
     content = [
         {"reasoningContent": {"redactedContent": "AAAA"}},
         {"image": {"format": "png", "source": {"bytes": PNG}}},
@@ -259,6 +259,7 @@ def test_answer_blocks_the_translation_has_no_chat_form_for_are_skipped() -> Non
     message = from_converse_response(_converse(content, None), model="m")["choices"][0]
 
     assert message["message"]["content"] == "fine" and "reasoning_content" not in message["message"]
+    assert message["message"]["thinking_blocks"] == [{"type": "redacted_thinking", "data": "AAAA"}]
     assert message["finish_reason"] == "stop"
 
 
