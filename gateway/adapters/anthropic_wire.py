@@ -47,6 +47,7 @@ from gateway.adapters.chat_message import (
     interleave,
     join_turn,
     refuse_sampling_with_thinking,
+    signed_thinking,
     text_of,
     tool_calls,
 )
@@ -303,25 +304,15 @@ def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
     blocks: list[JSON] = [{"type": "text", "text": text}] if text else []
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
-    return interleave(_signed_thinking(msg.get("thinking_blocks")), blocks)
+    return interleave(signed_thinking(msg.get("thinking_blocks"), _thinking, _redacted), blocks)
 
 
-def _signed_thinking(blocks: Any) -> list[JSON]:
-    """The blocks of ``blocks`` Anthropic takes back: thinking blocks with their signature,
-    redacted ones with their data, each only with the fields the API knows."""
-    kept: list[JSON] = []
-    for block in blocks if isinstance(blocks, list) else ():
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "thinking" and block.get("signature"):
-            thinking = block.get("thinking") or ""
-            kept.append({"type": kind, "thinking": thinking, "signature": block["signature"]})
-        elif kind == "redacted_thinking" and block.get("data"):
-            kept.append({"type": kind, "data": block["data"]})
-        else:
-            continue
-        if type(after := block.get("after")) is int and after > 0:
-            kept[-1]["after"] = after  # for interleave, which takes it off
-    return kept
+def _thinking(text: str, signature: str) -> JSON:
+    return {"type": "thinking", "thinking": text, "signature": signature}
+
+
+def _redacted(data: str) -> JSON:
+    return {"type": "redacted_thinking", "data": data}
 
 
 def _tool_result(msg: JSON, path: str) -> JSON:

@@ -56,6 +56,7 @@ from gateway.adapters.chat_message import (
     interleave,
     join_turn,
     refuse_sampling_with_thinking,
+    signed_thinking,
     text_of,
     tool_calls,
 )
@@ -246,26 +247,16 @@ def _assistant_blocks(msg: JSON, path: str, claude: bool) -> list[JSON]:
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}})
     if claude and (signed := msg.get("thinking_blocks")):
-        return interleave(_reasoning_blocks(signed), blocks)
+        return interleave(signed_thinking(signed, _reasoning_text, _redacted_content), blocks)
     return blocks
 
 
-def _reasoning_blocks(blocks: Any) -> list[JSON]:
-    """Claude's signed thinking and redacted blocks as Converse ``reasoningContent`` blocks
-    (with the ``after`` that ``interleave`` reads); unsigned or other ones are not sent."""
-    kept: list[JSON] = []
-    for block in blocks if isinstance(blocks, list) else ():
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind == "thinking" and block.get("signature"):
-            said = {"text": block.get("thinking") or "", "signature": block["signature"]}
-            kept.append({"reasoningContent": {"reasoningText": said}})
-        elif kind == "redacted_thinking" and block.get("data"):
-            kept.append({"reasoningContent": {"redactedContent": block["data"]}})
-        else:
-            continue
-        if type(after := block.get("after")) is int and after > 0:
-            kept[-1]["after"] = after
-    return kept
+def _reasoning_text(text: str, signature: str) -> JSON:
+    return {"reasoningContent": {"reasoningText": {"text": text, "signature": signature}}}
+
+
+def _redacted_content(data: str) -> JSON:
+    return {"reasoningContent": {"redactedContent": data}}  # base64, as a blob goes in JSON
 
 
 def _tool_result(msg: JSON, path: str) -> JSON:

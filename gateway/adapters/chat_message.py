@@ -145,3 +145,24 @@ def join_turn(turn: list[JSON], blocks: list[JSON], thinking: Callable[[JSON], b
         turn[lead:lead] = blocks[:cut]
         blocks = blocks[cut:]
     turn.extend(blocks)
+
+
+def signed_thinking(
+    blocks: Any, thought: Callable[[str, str], JSON], redacted: Callable[[str], JSON]
+) -> list[JSON]:
+    """An assistant message's ``thinking_blocks`` as Claude takes them back, each made by
+    ``thought(text, signature)`` or ``redacted(data)``, with the ``after`` that
+    :func:`interleave` reads; an unsigned thinking block (another provider's reasoning as
+    the Messages surface renders it, which Claude refuses) and other types are left out."""
+    kept: list[JSON] = []
+    for block in blocks if isinstance(blocks, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if kind == "thinking" and block.get("signature"):
+            kept.append(thought(block.get("thinking") or "", block["signature"]))
+        elif kind == "redacted_thinking" and block.get("data"):
+            kept.append(redacted(block["data"]))
+        else:
+            continue
+        if type(after := block.get("after")) is int and after > 0:
+            kept[-1]["after"] = after
+    return kept
