@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anthropic
 import openai
 import pytest
 
@@ -235,4 +236,24 @@ async def test_a_reasoning_effort_above_max_tokens_is_refused_naming_it(
         )
 
     assert caught.value.param == "reasoning_effort"
+    assert not fake_upstream.requests
+
+
+async def test_a_messages_client_thinking_at_a_low_temperature_is_refused_naming_it(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Before: sent on, for Anthropic to refuse ("temperature may only be set to 1 when
+    # thinking is enabled") after a route was spent on it.
+    client = (await gateway_factory(config(model("m", anthropic_route(fake_upstream))))).anthropic()
+
+    with pytest.raises(anthropic.BadRequestError) as caught:  # this SDK has no temperature
+        await client.messages.create(
+            model="m",
+            max_tokens=2048,
+            messages=HI,
+            thinking=CONFIG,
+            extra_body={"temperature": 0.2},
+        )
+
+    assert "temperature" in caught.value.message
     assert not fake_upstream.requests
