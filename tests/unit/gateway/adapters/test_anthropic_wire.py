@@ -27,6 +27,7 @@ from gateway.adapters.anthropic_wire import (
     to_messages_request,
 )
 from gateway.formats import anthropic_messages
+from gateway.formats.openai_chat import validate_chat_request
 from schemas import InvalidRequestError, UpstreamBadResponseError
 from tests.fixtures.wire_files import WIRE, drain, load_wire
 
@@ -1126,3 +1127,18 @@ def test_stream_of_consecutive_thinking_blocks_signs_each_one_as_claude_did() ->
         streamed = s.get_final_message()
 
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == content
+
+
+def test_a_chat_clients_thinking_blocks_with_after_are_checked_and_put_back_in_place() -> None:
+    blocks = [INTERLEAVED[0], {**INTERLEAVED[2], "after": 1}]
+    call = {"id": "toolu_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    said = {"role": "assistant", "content": "Checking.", "tool_calls": [call]}
+    body = _chat(messages=[{"role": "user", "content": "hi"}, {**said, "thinking_blocks": blocks}])
+
+    req = to_messages_request(validate_chat_request(body), upstream_model="c")
+    broken = _chat(messages=[{**said, "thinking_blocks": [{**blocks[1], "after": "1"}]}])
+
+    kinds = [b["type"] for b in req["messages"][1]["content"]]
+    assert kinds == ["thinking", "text", "thinking", "tool_use"]
+    with pytest.raises(InvalidRequestError, match="after"):
+        validate_chat_request(broken)
