@@ -15,20 +15,21 @@ the Messages surface and ``from_messages_response`` put there) go back unchanged
 that turn, as Anthropic requires when thinking is on, but for a block whose ``after`` says
 Claude's interleaved thinking gave it after the turn's text or tool calls (it goes back
 there); a turn sent as two assistant messages has the second one's leading thinking moved
-up to the turn's. Without a ``thinking`` config, a
-``reasoning_effort`` becomes one (:data:`THINKING_BUDGETS`, LiteLLM's budgets): ``none``
-disables thinking, the others enable it with that many tokens, and an unknown effort is
-dropped. Anthropic wants ``max_tokens`` above the budget: a request that set none gets the
-budget on top of :data:`DEFAULT_MAX_TOKENS`; one whose own is not above it is refused (the
-cap covers the thinking, as OpenAI's does the reasoning). Refused (InvalidRequestError), because
-the answer would silently differ from what was asked: ``n`` > 1, ``logprobs``,
-``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is 0-1), audio,
-``web_search_options``, legacy ``functions``/``function_call``, custom (non-function) tools,
-``response_format`` ``json_object`` (Anthropic has no schema-less JSON mode), images that are
-not jpeg/png/gif/webp, files that are not base64 PDFs, tool-call arguments that are not a
-JSON object, and, while thinking is on (by ``thinking`` or ``reasoning_effort``), what Claude
-refuses then: ``temperature`` other than 1, ``top_p`` below 0.95, a ``tool_choice`` forcing a
-call (refused here in the caller's terms, not changed unasked nor sent to fail upstream).
+up to the turn's. Without a ``thinking`` config, a ``reasoning_effort`` becomes one
+(:data:`THINKING_BUDGETS`, LiteLLM's budgets): ``none`` disables thinking, the others enable
+it with that many tokens, and an unknown effort is dropped. Anthropic wants ``max_tokens``
+above the budget: a request that set none gets the budget on top of
+:data:`DEFAULT_MAX_TOKENS`; one whose own is not above it, or whose sampling Claude refuses
+while thinking, is sent without thinking, as before efforts were mapped. Refused
+(InvalidRequestError), because the answer would silently differ from what was asked: ``n`` >
+1, ``logprobs``, ``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is
+0-1), audio, ``web_search_options``, legacy ``functions``/``function_call``, custom
+(non-function) tools, ``response_format`` ``json_object`` (Anthropic has no schema-less JSON
+mode), images that are not jpeg/png/gif/webp, files that are not base64 PDFs, tool-call
+arguments that are not a JSON object, and, while a ``thinking`` config turns thinking on,
+what Claude refuses then: ``temperature`` other than 1, ``top_p`` below 0.95, a
+``tool_choice`` forcing a call (refused here in the caller's terms, not changed unasked nor
+sent to fail upstream).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from gateway.adapters.chat_message import (
     interleave,
     join_turn,
     refuse_sampling_with_thinking,
+    sampling_conflict,
     signed_thinking,
     text_of,
     tool_calls,
@@ -106,11 +108,10 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     if max_tokens is None:
         max_tokens = chat.get("max_tokens")
     thinking = chat.get("thinking")
-    why = "thinking"
-    if not isinstance(thinking, dict):
-        thinking = thinking_for_effort(chat.get("reasoning_effort"), max_tokens)
-        why = "reasoning_effort"
-    refuse_sampling_with_thinking(chat, thinking, why)
+    if isinstance(thinking, dict):
+        refuse_sampling_with_thinking(chat, thinking, "thinking")
+    else:
+        thinking = thinking_for_effort(chat, max_tokens)
     if max_tokens is None:
         budget = (thinking or {}).get("budget_tokens")
         max_tokens = DEFAULT_MAX_TOKENS + (budget if type(budget) is int and budget > 0 else 0)
@@ -154,20 +155,21 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     return req
 
 
-def thinking_for_effort(effort: Any, max_tokens: Any) -> JSON | None:
-    """The thinking config for a chat ``reasoning_effort`` (None: none to send). Raises
-    InvalidRequestError when ``max_tokens`` (the client's) is not above its budget."""
+def thinking_for_effort(chat: JSON, max_tokens: Any) -> JSON | None:
+    """The thinking config ``chat``'s ``reasoning_effort`` asks of Claude (None: none to send).
+    An effort Claude cannot think with as asked (``max_tokens`` not above its budget, or
+    sampling it refuses while thinking) sends none, as before efforts were mapped: the chat
+    dialect's hint is not worth a refusal no other provider's route would give."""
+    effort = chat.get("reasoning_effort")
     if effort == "none":
         return {"type": "disabled"}
     budget = THINKING_BUDGETS.get(effort) if isinstance(effort, str) else None
     if budget is None:
         return None
     if type(max_tokens) is int and max_tokens <= budget:
-        raise InvalidRequestError(
-            f"reasoning_effort: '{effort}' has Claude think with a budget of {budget} "
-            f"tokens, which must be less than max_tokens ({max_tokens})",
-            param="reasoning_effort",
-        )
+        return None
+    if sampling_conflict(chat, "reasoning_effort") is not None:
+        return None
     return {"type": "enabled", "budget_tokens": budget}
 
 

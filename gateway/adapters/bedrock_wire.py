@@ -25,8 +25,9 @@ png/jpeg/gif/webp, tool arguments that are not a JSON object.
 
 Claude on Bedrock (a model id ``anthropic.*`` or ``<region>.anthropic.*``, as ``claude=``
 says) thinks as on the Anthropic API: the ``thinking`` config (or one made from
-``reasoning_effort``, with the anthropic adapter's budgets and its ``max_tokens`` rule) goes
-in ``additionalModelRequestFields``, what Claude refuses while thinking is refused here, and
+``reasoning_effort``, with the anthropic adapter's budgets and rules) goes in
+``additionalModelRequestFields``, what Claude refuses while a config has it think is refused
+here, and
 an assistant message's signed ``thinking_blocks`` go back as ``reasoningContent`` blocks
 (``reasoningText`` with its ``signature``, or ``redactedContent``), first in that turn or
 where ``after`` puts them. Answers and streams: every ``reasoningContent`` text is
@@ -153,14 +154,14 @@ def _inference_config(chat: JSON) -> JSON:
 
 def _claude_thinking(chat: JSON, req: JSON, inference: JSON) -> None:
     """Claude's thinking config in ``additionalModelRequestFields``. Raises
-    InvalidRequestError as the anthropic adapter does (max_tokens, sampling)."""
-    thinking, why = chat.get("thinking"), "thinking"
-    if not isinstance(thinking, dict):
-        thinking = thinking_for_effort(chat.get("reasoning_effort"), inference.get("maxTokens"))
-        why = "reasoning_effort"
+    InvalidRequestError as the anthropic adapter does (sampling refused while thinking)."""
+    thinking = chat.get("thinking")
+    if isinstance(thinking, dict):
+        refuse_sampling_with_thinking(chat, thinking, "thinking")
+    else:
+        thinking = thinking_for_effort(chat, inference.get("maxTokens"))
     if thinking is None:
         return
-    refuse_sampling_with_thinking(chat, thinking, why)
     budget = thinking.get("budget_tokens")
     if "maxTokens" not in inference and type(budget) is int and budget > 0:
         inference["maxTokens"] = DEFAULT_MAX_TOKENS + budget  # Claude wants it above the budget

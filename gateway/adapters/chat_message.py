@@ -102,22 +102,29 @@ def _after(block: JSON) -> int:
 
 
 def refuse_sampling_with_thinking(chat: JSON, thinking: Any, why: str) -> None:
-    """Raise InvalidRequestError for what Claude refuses while it thinks (``thinking`` a
-    config other than ``disabled``; ``why`` names what turned it on): a ``temperature`` other
-    than 1, a ``top_p`` below 0.95, a ``tool_choice`` that forces a tool call. Refused here,
-    in the caller's terms, rather than sent to be refused upstream (and the next route tried)
-    or changed unasked."""
+    """Raise :func:`sampling_conflict`'s InvalidRequestError when ``thinking`` (a config other
+    than ``disabled``; ``why`` names what turned it on) meets sampling Claude refuses then.
+    Refused here, in the caller's terms, rather than sent to be refused upstream (and the next
+    route tried) or changed unasked."""
     if not isinstance(thinking, dict) or thinking.get("type") == "disabled":
         return
+    if (conflict := sampling_conflict(chat, why)) is not None:
+        raise conflict
+
+
+def sampling_conflict(chat: JSON, why: str) -> InvalidRequestError | None:
+    """What in ``chat`` Claude refuses while it thinks (``why`` turns thinking on): a
+    ``temperature`` other than 1, a ``top_p`` below 0.95, a ``tool_choice`` that forces a tool
+    call; None when nothing."""
     temperature = chat.get("temperature")
     if temperature is not None and temperature != 1:
-        raise InvalidRequestError(
+        return InvalidRequestError(
             f"temperature: Claude thinks only at temperature 1, and {why} turns thinking on",
             param="temperature",
         )
     top_p = chat.get("top_p")
     if isinstance(top_p, int | float) and not isinstance(top_p, bool) and top_p < 0.95:
-        raise InvalidRequestError(
+        return InvalidRequestError(
             f"top_p: Claude thinks only with top_p from 0.95 to 1, and {why} turns thinking on",
             param="top_p",
         )
@@ -128,11 +135,12 @@ def refuse_sampling_with_thinking(chat: JSON, thinking: Any, why: str) -> None:
         if kind == "allowed_tools":
             kind = (choice.get("allowed_tools") or {}).get("mode")
     if kind in ("required", "function"):
-        raise InvalidRequestError(
+        return InvalidRequestError(
             f"tool_choice: Claude cannot be made to call a tool while it thinks, and {why} "
             "turns thinking on (use auto or none)",
             param="tool_choice",
         )
+    return None
 
 
 def join_turn(turn: list[JSON], blocks: list[JSON], thinking: Callable[[JSON], bool]) -> None:

@@ -171,18 +171,28 @@ def test_claude_request_thinks_as_hard_as_the_reasoning_effort_asks(
     [
         ({"temperature": 0.3}, "temperature"),
         ({"top_p": 0.5}, "top_p"),
-        ({"reasoning_effort": "high", "max_tokens": 4096}, "reasoning_effort"),
     ],
 )
 def test_claude_request_refuses_what_claude_refuses_while_thinking(extra: JSON, param: str) -> None:
     chat: JSON = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
-    if "reasoning_effort" not in extra:
-        chat["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    chat["thinking"] = {"type": "enabled", "budget_tokens": 1024}
 
     with pytest.raises(InvalidRequestError) as caught:
         to_converse_request(chat, claude=True)
 
     assert caught.value.param == param
+
+
+@pytest.mark.parametrize("extra", [{"max_tokens": 4096}, {"temperature": 0.3}, {"top_p": 0.5}])
+def test_claude_request_sends_no_thinking_for_an_effort_claude_cannot_think_with(
+    extra: JSON,
+) -> None:
+    chat: JSON = {"model": "m", "messages": [{"role": "user", "content": "hi"}], **extra}
+    chat["reasoning_effort"] = "high"
+
+    req = _valid(to_converse_request(chat, claude=True))
+
+    assert "additionalModelRequestFields" not in req
 
 
 # --- answers and streams --------------------------------------------------------------------
