@@ -1,6 +1,6 @@
 """Where a request's time goes at concurrency 1: the gateway's request path timed at its seams.
 
-    python -m tests.benchmarks.timeline [--requests 6000] [--engine builtin]
+    python -m tests.benchmarks.timeline [--requests 6000] [--engine builtin] [--busy-poll-us 0]
 
 A script, not a test. It starts the fast fake upstream (on ``--load-cpus``) and ``llmgw
 serve`` with bench.py's config (on ``--gateway-cpus``) under a launcher that wraps the
@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.benchmarks.timeline")
     p.add_argument("--requests", type=int, default=6000)
     p.add_argument("--engine", choices=ENGINES, default=ServerConfig().engine)
+    p.add_argument("--busy-poll-us", type=int, default=0, help="server.busy_poll_us (0: off)")
     p.add_argument("--gateway-cpus", default="0")
     p.add_argument("--load-cpus", default="1")
     args = p.parse_args(argv)
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             _, upstream = start_fast_upstream(kids, args.load_cpus)
             config = tmp / "gateway.yaml"
-            config.write_text(_gateway_config(upstream) + f"server: {{engine: {args.engine}}}\n")
+            server = f"server: {{engine: {args.engine}, busy_poll_us: {args.busy_poll_us}}}\n"
+            config.write_text(_gateway_config(upstream) + server)
             serve = ["serve", "--config", str(config), "--port", "0"]
             launcher = _python("-m", "tests.benchmarks.timeline", "_gateway", *serve)
             gateway, m = kids.start(
