@@ -113,7 +113,7 @@ def _send(
     conn.waiter = waiter = loop.create_future()
     assert conn.transport is not None
     conn.transport.write(data)
-    poller = busy_poll.current
+    poller = busy_poll.pollers.get(loop)
     if poller is not None:  # the answer may come before an idle core would wake
         poller.hold()
     return waiter

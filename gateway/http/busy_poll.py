@@ -13,9 +13,11 @@ The cost is CPU: while a window is open the loop's core is busy (CPU figures, a 
 quota and an autoscaler reading them all see it), and under load nothing changes (the loop has
 work anyway). A window never delays work: each poll returns what is ready at once.
 
-:data:`current` is the process's poller while a server runs with it (one event loop serves
-per process), else None: a call site reads it and holds only when it is set, so with busy
-polling off nothing on the request path runs here.
+:func:`on` (or :data:`pollers`) gives a loop's poller while a server on it runs with one,
+else None: a call site asks for its own loop's and holds only when there is one, so with busy
+polling off nothing on the request path runs here, and a gateway never holds (nor takes away)
+another loop's poller: several gateways may run in one process (tests, an embedding), each
+with its own setting.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from schemas.process_config import MAX_BUSY_POLL_US
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["BusyPoll", "current", "install", "uninstall"]
+__all__ = ["BusyPoll", "install", "on", "pollers", "uninstall"]
 
 
 class BusyPoll:
@@ -68,21 +70,40 @@ class BusyPoll:
             self._spinning = False
 
 
-current: BusyPoll | None = None
+_installed: list[BusyPoll] = []  # every server's, in the order they were installed
+pollers: dict[asyncio.AbstractEventLoop, BusyPoll] = {}
+"""Each loop's poller (the first installed there still installed): what :func:`on` gives.
+Read, never written, outside this module: the request path's ``pollers.get(loop)`` runs no
+code here (a function of this module would be one more file on its path)."""
+
+
+def on(loop: asyncio.AbstractEventLoop) -> BusyPoll | None:
+    """The poller a server running on ``loop`` installed (the first still there), or None."""
+    return pollers.get(loop)
 
 
 def install(loop: asyncio.AbstractEventLoop, window_us: int) -> BusyPoll | None:
-    """Make a poller of ``window_us`` (0: none) on ``loop`` the process's :data:`current`;
-    the poller, or None when off. Raises ValueError past :data:`MAX_BUSY_POLL_US`."""
-    global current
+    """A poller of ``window_us`` (0: none) on ``loop``, until :func:`uninstall`; the poller,
+    or None when off (another server's poller stays as it was). Raises ValueError past
+    :data:`MAX_BUSY_POLL_US`."""
     if not 0 <= window_us <= MAX_BUSY_POLL_US:
         raise ValueError(f"a busy-poll window is 0 to {MAX_BUSY_POLL_US} µs, not {window_us}")
-    current = BusyPoll(loop, window_us) if window_us else None
-    return current
+    if not window_us:
+        return None
+    poller = BusyPoll(loop, window_us)
+    _installed.append(poller)
+    pollers.setdefault(loop, poller)
+    return poller
 
 
 def uninstall(poller: BusyPoll | None) -> None:
-    """Stop ``poller`` holding the loop: :data:`current` is None again if it was this one."""
-    global current
-    if poller is not None and current is poller:
-        current = None
+    """Stop ``poller`` holding its loop: :func:`on` gives the loop's next installed poller,
+    if another server on it has one, else None. Others' pollers stay."""
+    if poller is None or poller not in _installed:
+        return
+    _installed.remove(poller)
+    loop = poller._loop
+    if pollers.get(loop) is poller:
+        del pollers[loop]
+        if (heir := next((p for p in _installed if p._loop is loop), None)) is not None:
+            pollers[loop] = heir

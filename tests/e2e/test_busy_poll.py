@@ -4,6 +4,7 @@ goes with the server. Off by default. Refused out of its bounds."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 import pytest
@@ -30,7 +31,7 @@ async def test_each_engine_polls_after_its_writes_and_the_poller_goes_with_the_s
         data_dir=tmp_path,
     )
     try:
-        poller = busy_poll.current
+        poller = busy_poll.on(asyncio.get_running_loop())
         assert poller is not None
         assert poller.window == pytest.approx(0.002)
         before = poller.holds
@@ -42,18 +43,47 @@ async def test_each_engine_polls_after_its_writes_and_the_poller_goes_with_the_s
         assert poller.spins > 0
     finally:
         await gw.stop()
-    assert busy_poll.current is None
+    assert busy_poll.on(asyncio.get_running_loop()) is None
 
 
 async def test_busy_polling_is_off_by_default(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     assert ServerConfig().busy_poll_us == 0
     gw = await start_gateway(config(model("m", route(fake_upstream))), data_dir=tmp_path)
     try:
-        assert busy_poll.current is None
+        assert busy_poll.on(asyncio.get_running_loop()) is None
         answer = await gw.openai().chat.completions.create(model="m", messages=HI)
         assert answer.choices[0].message.content
     finally:
         await gw.stop()
+
+
+async def test_another_gateway_in_the_process_leaves_a_polling_gateways_poller_alone(
+    fake_upstream: FakeUpstream, tmp_path: Path
+) -> None:
+    """A gateway started without busy polling, or with it and stopped first, must not take
+    the upstream hold away from one that polls (one module-wide poller did)."""
+    polled = await start_gateway(
+        config(model("m", route(fake_upstream)), server={"busy_poll_us": 2000}),
+        data_dir=tmp_path / "a",
+    )
+    try:
+        poller = busy_poll.on(asyncio.get_running_loop())
+        assert poller is not None
+        for server in ({}, {"busy_poll_us": 500}):  # off, then on and stopped before
+            other = await start_gateway(
+                config(model("m", route(fake_upstream)), server=server),
+                data_dir=tmp_path / f"b{len(server)}",
+            )
+            await other.stop()
+            before = poller.holds
+            answer = await polled.openai().chat.completions.create(model="m", messages=HI)
+            assert answer.choices[0].message.content
+            # The upstream write's hold as well as the answer's two: else 2.
+            assert poller.holds - before >= 3
+            assert busy_poll.on(asyncio.get_running_loop()) is poller
+    finally:
+        await polled.stop()
+    assert busy_poll.on(asyncio.get_running_loop()) is None
 
 
 @pytest.mark.parametrize("window_us", [-1, 10_001])
