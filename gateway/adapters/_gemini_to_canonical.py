@@ -10,7 +10,7 @@ UpstreamBadResponseError, absent or null being as if empty; usage that is not sa
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -22,6 +22,9 @@ from gateway.adapters._anthropic_to_canonical import (
     provider_counts,
     text_field,
 )
+
+if TYPE_CHECKING:
+    from schemas import UpstreamBadResponseError
 
 JSON = dict[str, Any]
 
@@ -44,11 +47,14 @@ _FAILED = frozenset(
         "UNEXPECTED_TOOL_CALL",
         "TOO_MANY_TOOL_CALLS",
         "MALFORMED_RESPONSE",
-        "MISSING_THOUGHT_SIGNATURE",  # a call in the history lacks its signature: no answer
     }
 )
 """Finish reasons saying the model's answer broke: no answer to hand on (as ``stop`` it was
 an empty success), so the attempt fails and, with nothing sent yet, another route serves."""
+_UNSIGNED = "MISSING_THOUGHT_SIGNATURE"
+"""Gemini's "the request has at least one thought signature missing": no answer either, but
+the request's doing (a tool call in its history that another provider made, or that lost its
+signature), not the endpoint's: see :func:`_unsigned`."""
 _encode = msgspec.json.Encoder().encode
 
 
@@ -56,14 +62,31 @@ def finish_reason(reason: Any, has_calls: bool) -> str:
     """The chat ``finish_reason`` for a Gemini ``finishReason``: ``MAX_TOKENS`` is
     ``length``, a safety, blocklist, PII or recitation stop is ``content_filter``, a stop
     with function calls is ``tool_calls``, anything else ``stop``. Raises
-    UpstreamBadResponseError for a reason saying the answer broke (:data:`_FAILED`)."""
+    UpstreamBadResponseError for a reason saying the answer broke (:data:`_FAILED`), or
+    that the request lacked a thought signature (:data:`_UNSIGNED`, a 400)."""
     if reason in _FAILED:
         raise bad_answer(f"the model's answer ended with finishReason {reason}")
+    if reason == _UNSIGNED:
+        raise _unsigned()
     if reason == "MAX_TOKENS":
         return "length"
     if reason in _FILTERED:
         return "content_filter"
     return "tool_calls" if has_calls else "stop"
+
+
+def _unsigned() -> UpstreamBadResponseError:
+    """The error of an answer ended by :data:`_UNSIGNED`: status 400, the request's, as if
+    Gemini had refused it so (it does, for the current turn): it never counts against the
+    endpoint (one client's history must not open the route's circuit for every caller), the
+    next route may still serve, and with none the client gets the 400."""
+    err = bad_answer(
+        f"the model's answer ended with finishReason {_UNSIGNED}: a tool call in the "
+        "request's history lacks the thought signature Gemini gave it (one made by another "
+        "provider, or whose id lost it)"
+    )
+    err.status = 400
+    return err
 
 
 def chat_usage(meta: Any) -> JSON | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from schemas import Observation, subjects
 from tests.e2e.bad_answers_support import (
     SSE,
     TINY,
@@ -25,7 +26,7 @@ from tests.e2e.bad_answers_support import (
     post,
     start_gateway,
 )
-from tests.e2e.conftest import route
+from tests.e2e.conftest import eid, route, watch
 from tests.fixtures.upstream import FakeUpstream, Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
 
@@ -258,6 +259,36 @@ async def test_a_gemini_answer_missing_a_thought_signature_fails_over_not_an_emp
     assert status == 200, body
     assert not stream or ended_cleanly(surface, body), body
     assert len(gemini.requests) == 1 and len(good.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_missing_thought_signature_is_the_requests_never_the_gemini_routes_failure(
+    gateway_factory: GatewayFactory,
+    upstreams: Callable[[str], Awaitable[FakeUpstream]],
+    stream: bool,
+) -> None:
+    # Gemini says the request's history lacks a thought signature (a conversation begun on
+    # another provider's route, say): the caller's request, as a 400 would be. It counted as
+    # the endpoint's failure, so one client's history could open the route's circuit for all.
+    missing = _gemini([], "MISSING_THOUGHT_SIGNATURE")
+    gemini = await upstreams("gemini")
+    gemini.set_default(_stream("gemini", _sse(missing)) if stream else Reply(body=missing))
+    gw = await start_gateway(gateway_factory, _route("gemini", gemini))
+
+    async with watch(gw, subjects.observation(eid("m", gemini))) as obs:
+        answers = [await post(gw, "chat", stream=stream) for _ in range(3)]
+        seen = [await obs.next(Observation) for _ in range(3)]
+
+    assert [(o.outcome, o.status) for o in seen] == [("client_error", 400)] * 3
+    for status, body in answers:
+        assert status == 400, body
+        assert "MISSING_THOUGHT_SIGNATURE" in body and "thought signature" in body, body
+    gemini.set_default(
+        _stream("gemini", GM_OPENING + GM_CLOSING)
+        if stream
+        else Reply(body=_gemini([{"text": "hi"}], "STOP"))
+    )
+    assert (await post(gw, "chat", stream=stream))[0] == 200  # its circuit never opened
 
 
 # -- embeddings ----------------------------------------------------------------------------------
