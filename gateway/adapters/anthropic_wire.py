@@ -19,8 +19,10 @@ up to the turn's. Without a ``thinking`` config, a ``reasoning_effort`` becomes 
 (:data:`THINKING_BUDGETS`, LiteLLM's budgets): ``none`` disables thinking, the others enable
 it with that many tokens, and an unknown effort is dropped. Anthropic wants ``max_tokens``
 above the budget: a request that set none gets the budget on top of
-:data:`DEFAULT_MAX_TOKENS`; one whose own is not above it, or whose sampling Claude refuses
-while thinking, is sent without thinking, as before efforts were mapped. Refused
+:data:`DEFAULT_MAX_TOKENS`; one whose own is not above it, whose sampling Claude refuses
+while thinking, or whose last assistant turn calls a tool without Claude's signed thinking
+(Claude refuses that tool loop while it thinks), is sent without thinking, as before efforts
+were mapped. Refused
 (InvalidRequestError), because the answer would silently differ from what was asked: ``n`` >
 1, ``logprobs``, ``top_logprobs``, ``logit_bias``, ``temperature`` > 1 (Anthropic's range is
 0-1), audio, ``web_search_options``, legacy ``functions``/``function_call``, custom
@@ -52,6 +54,7 @@ from gateway.adapters.chat_message import (
     signed_thinking,
     text_of,
     tool_calls,
+    unsigned_tool_turn,
 )
 from schemas import InvalidRequestError
 
@@ -157,9 +160,11 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
 
 def thinking_for_effort(chat: JSON, max_tokens: Any) -> JSON | None:
     """The thinking config ``chat``'s ``reasoning_effort`` asks of Claude (None: none to send).
-    An effort Claude cannot think with as asked (``max_tokens`` not above its budget, or
-    sampling it refuses while thinking) sends none, as before efforts were mapped: the chat
-    dialect's hint is not worth a refusal no other provider's route would give."""
+    An effort Claude cannot think with as asked (``max_tokens`` not above its budget,
+    sampling it refuses while thinking, or a tool loop whose last assistant turn came back
+    without Claude's signed thinking, as most chat clients send it) sends none, as before
+    efforts were mapped: the chat dialect's hint is not worth a refusal no other provider's
+    route would give."""
     effort = chat.get("reasoning_effort")
     if effort == "none":
         return {"type": "disabled"}
@@ -168,7 +173,7 @@ def thinking_for_effort(chat: JSON, max_tokens: Any) -> JSON | None:
         return None
     if type(max_tokens) is int and max_tokens <= budget:
         return None
-    if sampling_conflict(chat, "reasoning_effort") is not None:
+    if sampling_conflict(chat, "reasoning_effort") is not None or unsigned_tool_turn(chat):
         return None
     return {"type": "enabled", "budget_tokens": budget}
 

@@ -174,3 +174,29 @@ def signed_thinking(
         if type(after := block.get("after")) is int and after > 0:
             kept[-1]["after"] = after
     return kept
+
+
+def unsigned_tool_turn(chat: JSON) -> bool:
+    """Whether ``chat``'s last assistant turn (its last run of assistant messages) calls a tool
+    without Claude's signed thinking (a ``thinking_blocks`` entry :func:`signed_thinking`
+    keeps). With thinking on, Claude refuses such a conversation: its final assistant turn
+    must begin with the thinking that preceded its tool use."""
+    messages = chat.get("messages")
+    calls = signed = seen = False
+    for message in reversed(messages) if type(messages) is list else ():
+        if type(message) is not dict or message.get("role") != "assistant":
+            if seen:
+                break
+            continue
+        seen = True
+        calls = calls or bool(message.get("tool_calls"))
+        signed = signed or bool(signed_thinking(message.get("thinking_blocks"), _kept, _gone))
+    return calls and not signed
+
+
+def _kept(text: str, signature: str) -> JSON:
+    return {}
+
+
+def _gone(data: str) -> JSON:
+    return {}

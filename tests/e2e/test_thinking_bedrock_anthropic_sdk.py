@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.conftest import HI, config, model
+from tests.e2e.conftest import HI, anthropic_route, config, model
 from tests.fixtures.upstream import Thinking, ToolCall
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import FakeUpstream
 
 pytestmark = pytest.mark.e2e
 
@@ -112,3 +113,48 @@ async def test_a_messages_client_sending_claudes_thinking_back_reaches_bedrock_f
             {"toolUse": {"toolUseId": "tu_1", "name": "get_weather", "input": {"city": "Paris"}}},
         ],
     }
+
+
+@pytest.mark.parametrize("kind", ["bedrock", "anthropic"])
+async def test_a_reasoning_effort_in_a_tool_loop_without_claudes_blocks_is_answered(
+    gateway_factory: GatewayFactory,
+    bedrock: FakeBedrock,
+    fake_upstream: FakeUpstream,
+    kind: str,
+) -> None:
+    # A chat client that sets reasoning_effort and sends its tool calls back as the OpenAI API
+    # has them (no thinking_blocks, as most agents do): Claude refuses a tool-use turn that
+    # does not begin with its thinking when thinking is on ("a final `assistant` message must
+    # start with a thinking block"), so the hint turned every tool loop's second turn into a
+    # 400. It is sent without thinking, as an effort Claude cannot think with is.
+    claude = (
+        await _claude(gateway_factory, bedrock)
+        if kind == "bedrock"
+        else await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
+    )
+    call = {"id": "tu_1", "type": "function", "function": {"name": "get_weather"}}
+    call["function"]["arguments"] = '{"city": "Paris"}'  # type: ignore[index]
+    loop: list[Any] = [
+        *HI,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "tu_1", "content": "18C"},
+    ]
+    tools: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    client = claude.openai()
+
+    answer = await client.chat.completions.create(
+        model="m", messages=loop, tools=tools, reasoning_effort="high"
+    )
+    plain = await client.chat.completions.create(model="m", messages=HI, reasoning_effort="high")
+
+    assert answer.choices[0].finish_reason in ("stop", "tool_calls")
+    assert plain.choices[0].message is not None
+    if kind == "bedrock":
+        sent = [r.json.get("additionalModelRequestFields") for r in bedrock.requests[-2:]]
+    else:
+        sent = [
+            r.json.get("thinking") and {"thinking": r.json["thinking"]}
+            for r in fake_upstream.requests
+        ]
+    # Outside a tool loop the effort still makes Claude think.
+    assert sent == [None, {"thinking": {"type": "enabled", "budget_tokens": 4096}}]
