@@ -2,9 +2,11 @@
 
 The canonical shape *is* this wire shape, so requests pass through with only ``model``
 replaced by the route's ``provider_model_id``, and without Claude's thinking: the top-level
-``thinking`` config and assistant messages' signed ``thinking_blocks`` (what the Messages
-surface carries for an ``anthropic`` route) are Anthropic's, and the OpenAI API refuses an
-argument it does not know.
+``thinking`` config the Messages surface marks as Claude's (``_CLAUDE_THINKING``) and
+assistant messages' signed ``thinking_blocks`` (what it carries for an ``anthropic`` route)
+are Anthropic's, and the OpenAI API refuses an argument it does not know. A chat client's
+own ``thinking`` (GLM's, DeepSeek's, Volcengine Ark's extension) passes through, as any
+field this gateway does not read.
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ class OpenAICompatAdapter:
 
     async def _payload(self, target: UpstreamTarget, body: JSON) -> tuple[bytes, dict[str, str]]:
         payload = dict(body)
-        payload.pop("thinking", None)
+        if payload.pop(_CLAUDE_THINKING, None):  # a chat client's own thinking goes on
+            payload.pop("thinking", None)
         if target.upstream_model:
             payload["model"] = target.upstream_model
         messages: Any = payload.get("messages")
@@ -243,6 +246,9 @@ def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
             f"upstream stream error: {msg}", endpoint=target.endpoint, kind="stream_error"
         )
     return chunk
+
+
+_CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.anthropic_messages.CLAUDE_THINKING
 
 
 def _without_thinking(message: Any) -> Any:

@@ -7,7 +7,8 @@ Claude's thinking is carried as LiteLLM carries it on chat: the ``thinking`` con
 canonical ``thinking``, and an assistant turn's thinking and redacted_thinking blocks (signed,
 as Claude gave them) in its ``thinking_blocks``, in order. An ``anthropic`` route sends both
 on unchanged (but for a thinking block without a signature, another provider's reasoning as
-this gateway rendered it, which Claude would refuse); every other upstream kind drops them.
+this gateway rendered it, which Claude would refuse); every other upstream kind drops them
+(the config marked as Claude's: :data:`CLAUDE_THINKING`).
 
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
 ``top_k``, ``cache_control`` marks, ``service_tier``, ``speed``, ``inference_geo``,
@@ -86,6 +87,11 @@ _FIELDS = {
     "top_k": INTEGER,
     "top_p": NUMBER,
 }
+CLAUDE_THINKING = "_claude_thinking"
+"""Set on a canonical request whose ``thinking`` is Claude's (this surface's), not a chat
+client's own provider extension (GLM's, DeepSeek's ``thinking``), which passes through as any
+unknown field: ``openai_compat`` drops the config it marks (and the mark) before sending,
+where OpenAI would refuse an argument it does not know. The same literal is read there."""
 # Inside them: what an anthropic upstream reads (passed through to it) or this module does.
 _THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER, "display": STRING}
 _CHOICE_FIELDS = {"type": STRING, "name": STRING, "disable_parallel_tool_use": BOOLEAN}
@@ -166,6 +172,7 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
     _convert_output_format(body.get("output_config"), chat)
     if thinking is not None:
         chat["thinking"] = thinking
+        chat[CLAUDE_THINKING] = True  # Claude's config: an openai_compat route drops both
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequestError("stream: must be a boolean", param="stream")

@@ -145,6 +145,24 @@ async def test_an_openai_compat_upstream_gets_neither_the_config_nor_the_blocks(
     assert sent["messages"][1] == {"role": "assistant", "content": "Hi!"}
 
 
+async def test_a_chat_clients_own_thinking_still_reaches_an_openai_compat_upstream(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # A chat client's ``thinking`` is a provider extension (GLM's, DeepSeek's, Volcengine
+    # Ark's ``{"type": "enabled" | "disabled"}``), passed through as every unknown field is;
+    # dropping Claude's (the Messages surface's) for openai_compat had dropped it too.
+    client = (await gateway_factory(config(model("m", route(fake_upstream))))).openai()
+    off = {"type": "disabled"}
+
+    await client.chat.completions.create(model="m", messages=HI, extra_body={"thinking": off})
+    await client.chat.completions.create(
+        model="m", messages=HI, stream=True, extra_body={"thinking": off}
+    )
+
+    assert [r.json.get("thinking") for r in fake_upstream.requests] == [off, off]
+    assert not [r for r in fake_upstream.requests if "_claude_thinking" in r.json]
+
+
 async def test_a_chat_client_gets_claudes_thinking_blocks_and_sends_them_back(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
 ) -> None:
