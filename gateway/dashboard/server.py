@@ -279,9 +279,12 @@ class Dashboard:
             self._check_csrf(req, session)
         raw = req.scope.get("raw_path")
         if raw is not None:  # the admin path is split on its raw form (%2F is no separator)
-            if not bytes(raw).startswith(API.encode()):
+            forwarded = bytes(raw)[len(API) :]
+            # After the API's own raw prefix, a raw "/" (not "%2F", whose segment the split
+            # would drop): the path forwarded is then the one ``inner`` checked.
+            if not bytes(raw).startswith(API.encode()) or not forwarded.startswith(b"/"):
                 raise _not_found(req.path)
-            req.scope["raw_path"] = bytes(raw)[len(API) :]
+            req.scope["raw_path"] = forwarded
         req.scope["path"] = inner
         req.scope[CALLER_SCOPE_KEY] = caller
         req.scope[BY_SCOPE_KEY] = f"dashboard:{session.key_id}"

@@ -95,3 +95,26 @@ async def test_limit_and_routewise_changes_from_the_dashboard_are_audited_as_its
             routewise_set = await audit.next(AdminExecuted, lambda e: e.area == "routewise")
 
     assert limit_set.by == routewise_set.by == "dashboard:bootstrap-admin"
+
+
+async def test_the_dashboard_forwards_the_admin_path_it_checked_never_another(
+    gw: RunningGateway,
+) -> None:
+    # ``/dashboard/api%2Fadmin%2Fkeys/admin/chains/list`` decodes to an admin path under
+    # ``/admin/keys`` (the one the dashboard checks), but its raw form, split after the API's
+    # prefix, dropped its first segment and ran ``/admin/chains/list``: a path the checks
+    # (``/admin/dashboard`` refused, say) never saw.
+    session = await sign_in(gw, ADMIN)
+    async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as http:
+        smuggled = await http.get(
+            "/dashboard/api%2Fadmin%2Fkeys/admin/chains/list", headers=session.headers()
+        )
+        listed = await http.get("/dashboard/api/admin/chains/list", headers=session.headers())
+        escaped = await http.get(
+            "/dashboard/api/admin/limits/user/acme%2Fbob", headers=session.headers()
+        )
+
+    assert smuggled.status_code == 404, smuggled.text
+    assert listed.status_code == 200, listed.text
+    assert escaped.status_code == 200 and escaped.json()["subject"] == "user:acme/bob"
+    _assert_locked_down(smuggled)
