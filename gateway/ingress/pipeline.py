@@ -302,8 +302,8 @@ class Inference(Component):
         ticket: Ticket | None,
     ) -> InferenceCall:
         """The request with its first plan, admitted by its limits. Raises what planning
-        raises, and RateLimitedError, BudgetExceededError, LimitsUnavailableError (a refusal
-        gives the plan's leases back unused)."""
+        raises, and RateLimitedError, BudgetExceededError, LimitsUnavailableError (a refusal,
+        or a cancellation while the verdict is awaited, gives the plan's leases back)."""
         walk.budget_for = functools.partial(self._dispatcher.budget, info)  # cooling waits
         plan = await walk.first()
         if ticket is not None:
@@ -314,6 +314,10 @@ class Inference(Component):
                 if trace is not None:
                     trace.admitted(error_code(err))
                 await self._dispatcher.release_plan(info, plan)
+                raise
+            except BaseException:  # cancelled while the verdict is awaited: leases back too
+                with _scope_class()(shield=True):
+                    await self._dispatcher.release_plan(info, plan)
                 raise
             if trace is not None:
                 trace.admitted()
