@@ -10,11 +10,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 MAX_UPSTREAM_ANSWER_BYTES = 256 * 1024 * 1024
-MAX_BUSY_POLL_US = 10_000  # a longer window is spinning, not polling
 """The default of ``server.max_upstream_answer_bytes``. The largest legitimate whole answer
 is an embeddings answer: 2048 inputs (OpenAI's most per request) of 3072 floats as JSON is
 about 130 MB written compactly, about 195 MB as OpenAI writes it (a float per indented
 line); chat answers are at most a few MiB."""
+MAX_BUSY_POLL_US = 10_000
+"""The most ``server.busy_poll_us`` may be: a longer window is spinning, not polling."""
 
 
 class Strict(BaseModel):
