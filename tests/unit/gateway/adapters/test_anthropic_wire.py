@@ -29,6 +29,7 @@ from gateway.adapters.anthropic_wire import (
 from gateway.formats import anthropic_messages
 from gateway.formats.openai_chat import validate_chat_request
 from schemas import InvalidRequestError, UpstreamBadResponseError
+from tests.fixtures.anthropic_sdk import accumulated_message
 from tests.fixtures.wire_files import WIRE, drain, load_wire
 
 JSON = dict[str, Any]
@@ -880,17 +881,7 @@ def test_thinking_round_trip_through_the_anthropic_surface_is_claudes_answer() -
     frames += client_side.finish()
     body = b"".join(frames)
 
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    client = anthropic.Anthropic(
-        api_key="t",
-        base_url="http://gateway.test",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-    )
-    with client.messages.stream(model="claude-x", max_tokens=9, messages=[]) as s:
-        streamed = s.get_final_message()
+    streamed = accumulated_message(body)
 
     assert plain["content"] == original["content"]
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == original["content"]
@@ -1124,17 +1115,7 @@ def test_stream_of_consecutive_thinking_blocks_signs_each_one_as_claude_did() ->
     frames += client_side.finish()
     body = b"".join(frames)
 
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    client = anthropic.Anthropic(
-        api_key="t",
-        base_url="http://gateway.test",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-    )
-    with client.messages.stream(model="claude-x", max_tokens=9, messages=[]) as s:
-        streamed = s.get_final_message()
+    streamed = accumulated_message(body)
 
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == content
 

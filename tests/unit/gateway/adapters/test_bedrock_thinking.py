@@ -11,8 +11,6 @@ import base64
 import copy
 from typing import Any
 
-import anthropic
-import httpx2
 import pytest
 from botocore.loaders import Loader
 from botocore.model import ServiceModel
@@ -23,6 +21,7 @@ from gateway.adapters.bedrock_stream import ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, is_claude, to_converse_request
 from gateway.formats import anthropic_messages
 from schemas import InvalidRequestError
+from tests.fixtures.anthropic_sdk import accumulated_message
 
 JSON = dict[str, Any]
 _SERVICE = ServiceModel(Loader().load_service_model("bedrock-runtime", "service-2"))
@@ -274,19 +273,7 @@ def test_claude_stream_accumulates_in_the_anthropic_sdk_to_the_plain_answer() ->
         for chunk in upstream.feed(name, payload):
             frames += client_side.feed(chunk)
     frames += client_side.finish()
-    body = b"".join(frames)
-
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
-    client = anthropic.Anthropic(
-        api_key="t",
-        base_url="http://gateway.test",
-        max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
-    )
-    with client.messages.stream(model="m", max_tokens=9, messages=[]) as s:
-        streamed = s.get_final_message()
+    streamed = accumulated_message(b"".join(frames))
 
     assert upstream.is_complete
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == MESSAGES_CONTENT
