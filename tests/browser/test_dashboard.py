@@ -490,8 +490,10 @@ async def test_no_page_logs_a_console_error_or_fails_a_request_and_tab_reaches_e
     )
 
     def failed(r: Request) -> None:
-        # Leaving a page aborts its event stream, which never ends by itself.
-        if not ("/dashboard/api/events" in r.url and r.failure == "net::ERR_ABORTED"):
+        # Leaving a page aborts what it still has in flight: its event stream, which never
+        # ends by itself, and on a busy machine a read not answered yet (the server's own
+        # failures are statuses, and a page that mishandles an abort logs a console error).
+        if not ("/dashboard/api/" in r.url and r.failure == "net::ERR_ABORTED"):
             problems.append(f"failed {r.url}: {r.failure}")
 
     page.on("requestfailed", failed)

@@ -13,6 +13,7 @@ on NATS.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import TYPE_CHECKING
 
 import anyio
@@ -107,6 +108,7 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
             while (await http.get("/health")).json()["healthy_ratio"] < 1:
                 pass
         # Now a real outage: the probes keep failing.
+        outage_began = time.time()
         for up in flaky:
             up.set_default(Reply(500))
         outage = await _bench_all(gw, benches, flaky)
@@ -142,7 +144,10 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
     assert (started["mode"], after["mode"]) == ("normal", "normal")
     # The dip changed nothing; the outage entered once it had lasted the entry period.
     assert entered.mode == "degraded"
-    assert entered.since >= max(b.ts for b in outage) + ENTRY
+    # Against when the failures began, not the bench events' stamps: on a busy machine an
+    # endpoint's event is stamped after its state has already reached the mode's owner.
+    assert entered.since >= outage_began + ENTRY
+    assert len(outage) == len(flaky)
     assert entered.ratio == pytest.approx(0.4)
     assert (health["mode"], health["mode_since"]) == ("degraded", entered.since)
     assert (deep["status"], deep["mode"], deep["mode_since"]) == (
