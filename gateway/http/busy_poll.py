@@ -13,7 +13,7 @@ The cost is CPU: while a window is open the loop's core is busy (CPU figures, a 
 quota and an autoscaler reading them all see it), and under load nothing changes (the loop has
 work anyway). A window never delays work: each poll returns what is ready at once.
 
-:func:`on` (or :data:`pollers`) gives a loop's poller while a server on it runs with one,
+:data:`pollers` gives a loop's poller while a server on it runs with one,
 else None: a call site asks for its own loop's and holds only when there is one, so with busy
 polling off nothing on the request path runs here, and a gateway never holds (nor takes away)
 another loop's poller: several gateways may run in one process (tests, an embedding), each
@@ -30,7 +30,7 @@ from schemas.process_config import MAX_BUSY_POLL_US
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["BusyPoll", "install", "on", "pollers", "uninstall"]
+__all__ = ["BusyPoll", "install", "pollers", "uninstall"]
 
 
 class BusyPoll:
@@ -72,14 +72,9 @@ class BusyPoll:
 
 _installed: list[BusyPoll] = []  # every server's, in the order they were installed
 pollers: dict[asyncio.AbstractEventLoop, BusyPoll] = {}
-"""Each loop's poller (the first installed there still installed): what :func:`on` gives.
+"""Each loop's poller (the first installed there still installed), or none.
 Read, never written, outside this module: the request path's ``pollers.get(loop)`` runs no
 code here (a function of this module would be one more file on its path)."""
-
-
-def on(loop: asyncio.AbstractEventLoop) -> BusyPoll | None:
-    """The poller a server running on ``loop`` installed (the first still there), or None."""
-    return pollers.get(loop)
 
 
 def install(loop: asyncio.AbstractEventLoop, window_us: int) -> BusyPoll | None:
@@ -97,8 +92,8 @@ def install(loop: asyncio.AbstractEventLoop, window_us: int) -> BusyPoll | None:
 
 
 def uninstall(poller: BusyPoll | None) -> None:
-    """Stop ``poller`` holding its loop: :func:`on` gives the loop's next installed poller,
-    if another server on it has one, else None. Others' pollers stay."""
+    """Stop ``poller`` holding its loop: :data:`pollers` gives the loop's next installed
+    poller, if another server on it has one, else none. Others' pollers stay."""
     if poller is None or poller not in _installed:
         return
     _installed.remove(poller)

@@ -328,8 +328,8 @@ class GatewayMetrics:
                 child = self._attempts[akey] = self.attempts.labels(*akey)
             child.inc()
             self._genai(obs)
-            if obs.billed_tokens and obs.endpoint in self._unpriced_routes:
-                self._unpriced_routes[obs.endpoint].inc()
+            if obs.billed_tokens and (unpriced := self._unpriced_routes.get(obs.endpoint)):
+                unpriced.inc()
         if decision_s is not None:
             self._route_rtt.observe(decision_s)
         if done.cost_usd:

@@ -31,7 +31,7 @@ async def test_each_engine_polls_after_its_writes_and_the_poller_goes_with_the_s
         data_dir=tmp_path,
     )
     try:
-        poller = busy_poll.on(asyncio.get_running_loop())
+        poller = busy_poll.pollers.get(asyncio.get_running_loop())
         assert poller is not None
         assert poller.window == pytest.approx(0.002)
         before = poller.holds
@@ -43,14 +43,14 @@ async def test_each_engine_polls_after_its_writes_and_the_poller_goes_with_the_s
         assert poller.spins > 0
     finally:
         await gw.stop()
-    assert busy_poll.on(asyncio.get_running_loop()) is None
+    assert busy_poll.pollers.get(asyncio.get_running_loop()) is None
 
 
 async def test_busy_polling_is_off_by_default(fake_upstream: FakeUpstream, tmp_path: Path) -> None:
     assert ServerConfig().busy_poll_us == 0
     gw = await start_gateway(config(model("m", route(fake_upstream))), data_dir=tmp_path)
     try:
-        assert busy_poll.on(asyncio.get_running_loop()) is None
+        assert busy_poll.pollers.get(asyncio.get_running_loop()) is None
         answer = await gw.openai().chat.completions.create(model="m", messages=HI)
         assert answer.choices[0].message.content
     finally:
@@ -67,7 +67,7 @@ async def test_another_gateway_in_the_process_leaves_a_polling_gateways_poller_a
         data_dir=tmp_path / "a",
     )
     try:
-        poller = busy_poll.on(asyncio.get_running_loop())
+        poller = busy_poll.pollers.get(asyncio.get_running_loop())
         assert poller is not None
         for server in ({}, {"busy_poll_us": 500}):  # off, then on and stopped before
             other = await start_gateway(
@@ -80,10 +80,10 @@ async def test_another_gateway_in_the_process_leaves_a_polling_gateways_poller_a
             assert answer.choices[0].message.content
             # The upstream write's hold as well as the answer's two: else 2.
             assert poller.holds - before >= 3
-            assert busy_poll.on(asyncio.get_running_loop()) is poller
+            assert busy_poll.pollers.get(asyncio.get_running_loop()) is poller
     finally:
         await polled.stop()
-    assert busy_poll.on(asyncio.get_running_loop()) is None
+    assert busy_poll.pollers.get(asyncio.get_running_loop()) is None
 
 
 @pytest.mark.parametrize("window_us", [-1, 10_001])

@@ -51,16 +51,16 @@ async def test_holds_within_a_window_extend_it_on_one_callback() -> None:
 async def test_install_makes_the_loops_poller_and_uninstall_forgets_only_its_own() -> None:
     loop = asyncio.get_running_loop()
     assert busy_poll.install(loop, 0) is None
-    assert busy_poll.on(loop) is None
+    assert busy_poll.pollers.get(loop) is None
     mine = busy_poll.install(loop, 200)
     try:
-        assert mine is not None and busy_poll.on(loop) is mine
+        assert mine is not None and busy_poll.pollers.get(loop) is mine
         assert mine.window == pytest.approx(0.0002)
         busy_poll.uninstall(BusyPoll(loop, 200))  # another poller: not the loop's
-        assert busy_poll.on(loop) is mine
+        assert busy_poll.pollers.get(loop) is mine
     finally:
         busy_poll.uninstall(mine)
-    assert busy_poll.on(loop) is None
+    assert busy_poll.pollers.get(loop) is None
 
 
 async def test_servers_sharing_a_loop_or_a_process_keep_their_pollers() -> None:
@@ -68,23 +68,23 @@ async def test_servers_sharing_a_loop_or_a_process_keep_their_pollers() -> None:
     first = busy_poll.install(loop, 200)
     try:
         assert busy_poll.install(loop, 0) is None  # a server that does not poll
-        assert busy_poll.on(loop) is first
+        assert busy_poll.pollers.get(loop) is first
         second = busy_poll.install(loop, 300)
         busy_poll.uninstall(first)
-        assert busy_poll.on(loop) is second  # the one still serving holds the loop now
+        assert busy_poll.pollers.get(loop) is second  # the one still serving holds the loop now
         other = asyncio.new_event_loop()  # another thread's loop: none of this one's
         try:
-            assert busy_poll.on(other) is None
+            assert busy_poll.pollers.get(other) is None
         finally:
             other.close()
         busy_poll.uninstall(second)
     finally:
         busy_poll.uninstall(first)
-    assert busy_poll.on(loop) is None
+    assert busy_poll.pollers.get(loop) is None
 
 
 @pytest.mark.parametrize("window_us", [-1, 10_001])
 async def test_a_window_out_of_bounds_is_refused(window_us: int) -> None:
     with pytest.raises(ValueError, match="0 to 10000"):
         busy_poll.install(asyncio.get_running_loop(), window_us)
-    assert busy_poll.on(asyncio.get_running_loop()) is None
+    assert busy_poll.pollers.get(asyncio.get_running_loop()) is None
