@@ -45,10 +45,13 @@ def keys_config(
     **extra: Any,
 ) -> dict[str, Any]:
     """A config whose database lives in ``tmp_path``, keys uncached (so a CLI change shows at
-    once), a breaker and a model bench that stay out of the way, ``key_pool`` settings and
-    other ``routing`` keys."""
+    once), a breaker and a model bench that stay out of the way, limits counters saved every
+    0.1 s, ``key_pool`` settings and other ``routing`` keys."""
     extra.setdefault("auth_cache_seconds", 0)
     extra.setdefault("admin_key", ADMIN)
+    # The limits owner acknowledges settles when its next snapshot holds them, and a stopping
+    # gateway waits for its acknowledgements: a short period keeps each test's stop short.
+    extra["limits"] = {"snapshot_seconds": 0.1, **extra.get("limits", {})}
     return config(
         *models,
         circuit=SLOW_CIRCUIT,

@@ -32,15 +32,20 @@ class Outcome:
 
 
 async def new_key(
-    tmp_path: Path,
-    *,
-    org: str = "acme",
-    user: str = "alice",
-    role: str = "pro",
-    extra: tuple[str, ...] = (),
+    gw: RunningGateway, *, org: str = "acme", user: str = "alice", role: str = "pro"
 ) -> tuple[str, str]:
-    """(key, key id) of a new gateway API key made with ``llmgw keys create``."""
-    made = await cli(tmp_path, "create", "--org", org, "--user", user, "--role", role, *extra)
+    """(key, key id) of a new gateway API key, made by the running gateway's keys owner through
+    ``POST /admin/keys``: the owner ``llmgw keys create`` reaches too, without a Python start
+    per key (the CLI's own tests, and :func:`cli_key`, start it)."""
+    made = await admin_http(gw).post("/admin/keys", json={"org": org, "user": user, "role": role})
+    assert made.status_code == 201, made.text
+    return made.json()["key"], made.json()["id"]
+
+
+async def cli_key(tmp_path: Path, *options: str, user: str = "alice") -> tuple[str, str]:
+    """(key, key id) of a new key of ``user`` at acme made with ``llmgw keys create
+    <options>`` (its limit flags, say)."""
+    made = await cli(tmp_path, "create", "--org", "acme", "--user", user, "--role", "pro", *options)
     return made["key"], made["id"]
 
 

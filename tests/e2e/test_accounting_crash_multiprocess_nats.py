@@ -21,7 +21,7 @@ import yaml
 
 from tests.e2e.conftest import HI, WAIT, model, route
 from tests.e2e.keys_support import ADMIN, keys_config
-from tests.e2e.limits_support import new_key
+from tests.e2e.limits_support import cli_key
 from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Held
 
@@ -101,7 +101,7 @@ async def test_answered_requests_reach_the_log_and_the_spend_across_a_kill_of_th
     )
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    key, key_id = await new_key(tmp_path, extra=("--budget", "1000/month"))
+    key, key_id = await cli_key(tmp_path, "--budget", "1000/month")
     common = ["--config", str(path), "--bus", nats_url]
     actors = await _spawn(processes, *common, "--role", "actors")
     ingresses = await asyncio.gather(

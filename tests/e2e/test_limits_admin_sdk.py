@@ -42,7 +42,7 @@ async def test_a_budget_refusal_names_its_period_in_words_and_why(
     word: str,
 ) -> None:
     gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
-    key, _ = await new_key(tmp_path, org="acme")
+    key, _ = await new_key(gw, org="acme")
     # A request reserves about 70 micro-USD; the org may spend 50.
     await set_limit(gw, "org", "acme", budget=f"0.00005/{period}")
 
@@ -59,7 +59,7 @@ async def test_a_limit_on_a_key_that_does_not_exist_is_refused(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
-    _, key_id = await new_key(tmp_path)
+    _, key_id = await new_key(gw)
     http = admin_http(gw)
 
     missing = await http.put("/admin/limits/key/gk-000000000000", json={"rpm": 5})
@@ -75,7 +75,7 @@ async def test_the_limit_of_a_key_that_does_not_exist_is_a_404(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, tmp_path: Path
 ) -> None:
     gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
-    _, key_id = await new_key(tmp_path)
+    _, key_id = await new_key(gw)
     http = admin_http(gw)
 
     missing = await http.get("/admin/limits/key/gk-000000000000")
@@ -148,7 +148,7 @@ async def test_a_token_count_past_64_bits_is_400_naming_it_and_the_limits_hold(
     # It reached the limits' owner, whose arithmetic overflowed: the actor crash-looped, a
     # 503 limits_unavailable for every limited caller while it restarted.
     gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, tpm=1_000_000)
 
     # Raw: the anthropic SDK cannot send it (it derives a timeout from max_tokens).

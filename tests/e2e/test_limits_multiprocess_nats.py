@@ -21,7 +21,7 @@ from schemas import subjects
 from schemas.limits import LeaseExpired, LimitSettle, LimitSettleBatch
 from tests.e2e.conftest import CHAT, HI, WAIT, model, route
 from tests.e2e.keys_support import ADMIN, keys_config
-from tests.e2e.limits_support import new_key
+from tests.e2e.limits_support import cli_key
 from tests.fixtures.gateway import GatewayProcess
 from tests.fixtures.upstream import FakeUpstream, Hang
 
@@ -67,7 +67,7 @@ async def test_two_ingresses_under_load_never_admit_more_than_the_key_limit(
     cfg = keys_config(tmp_path, model("m", route(fake_upstream)), bus={"url": nats_url})
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    key, key_id = await new_key(tmp_path, extra=("--rpm", str(LIMIT), "--tpm", "1000000"))
+    key, key_id = await cli_key(tmp_path, "--rpm", str(LIMIT), "--tpm", "1000000")
     common = ["--config", str(path), "--bus", nats_url]
     await _spawn(processes, *common, "--role", "actors")
     one, two = await asyncio.gather(
@@ -117,7 +117,7 @@ async def test_the_lease_of_a_killed_ingress_is_released_by_its_ttl(
     )
     path = tmp_path / "gw.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    key, _ = await new_key(tmp_path, extra=("--concurrency", "1"))
+    key, _ = await cli_key(tmp_path, "--concurrency", "1")
     common = ["--config", str(path), "--bus", nats_url]
     await _spawn(processes, *common, "--role", "actors")
     one, two = await asyncio.gather(

@@ -50,7 +50,7 @@ async def test_rpm_refuses_the_request_over_the_limit_on_every_surface(
     surface: str,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, rpm=2)
 
     first = await call(gw, surface, key)
@@ -79,7 +79,7 @@ async def test_a_request_refused_before_routing_does_not_count_against_rpm(
     surface: str,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, rpm=2)
 
     # A typo in the model, and a chain that does not exist: refused before any routing.
@@ -101,7 +101,7 @@ async def test_a_key_without_limits_gets_no_rate_headers(
     tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, _ = await new_key(tmp_path)
+    key, _ = await new_key(gw)
     out = await call(gw, "chat", key)
     assert out.status == 200
     assert not any(h.startswith("x-ratelimit") for h in out.headers)
@@ -113,7 +113,7 @@ async def test_tpm_reserves_max_tokens_and_reconciles_to_the_reported_usage(
     tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, tpm=300)
 
     # The reservation (prompt estimate + max_tokens) must fit: 500 never will.
@@ -149,7 +149,7 @@ async def test_concurrency_refuses_while_one_runs_and_a_cancellation_releases_it
     gw = await gateway_factory(
         _config(tmp_path, fake_upstream, limits={"decision_timeout_seconds": 30})
     )
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, concurrency=1)
     fake_upstream.enqueue(Hang())
     async with watch(gw, subjects.LIMITS_SETTLE) as settles:
@@ -173,7 +173,7 @@ async def test_streams_reconcile_to_usage_or_to_what_was_sent_when_cut(
     tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, tpm=100_000)
     client = gw.openai(key)
     async with watch(gw, subjects.LIMITS_SETTLE) as settles:
@@ -211,7 +211,7 @@ async def test_an_exhausted_budget_refuses_with_budget_exceeded_and_a_soft_event
     status: int,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream, limits={"budget_status": status}))
-    key, _ = await new_key(tmp_path, org="acme")
+    key, _ = await new_key(gw, org="acme")
     # One request costs (10 * 2 + 5 * 10) / 1e6 = 70 micro-USD; the org may spend 100.
     await set_limit(gw, "org", "acme", budget="0.0001/day", soft_fraction=0.5)
     async with watch(gw, subjects.event("budget")) as events:
@@ -235,7 +235,7 @@ async def test_limits_and_counters_survive_a_restart_of_their_owner(
     tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, rpm=1)
     assert (await call(gw, "chat", key)).status == 200
     await gw.stop()
@@ -272,7 +272,7 @@ async def test_with_the_owner_stopped_a_limited_key_fails_closed_with_503(
     gw = await gateway_factory(
         _config(tmp_path, fake_upstream, limits={"decision_timeout_seconds": 0.5})
     )
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, rpm=100)
     await roots[0].remove_child("limits")
     for surface in ("chat", "messages"):
@@ -281,7 +281,7 @@ async def test_with_the_owner_stopped_a_limited_key_fails_closed_with_503(
         assert out.code == ("overloaded_error" if surface == "messages" else "limits_unavailable")
         assert int(out.headers["retry-after"]) >= 1
     assert fake_upstream.requests == []
-    other, _ = await new_key(tmp_path, user="bob")  # no limit: served as usual
+    other, _ = await new_key(gw, user="bob")  # no limit: served as usual
     assert (await call(gw, "chat", other)).status == 200
 
 
@@ -298,7 +298,7 @@ async def test_with_the_owner_stopped_fail_open_admits_and_counts_when_it_is_bac
             limits={"fail_open": True, "decision_timeout_seconds": 0.5, "lease_ttl_seconds": 0.6},
         )
     )
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, rpm=100)
     root = roots[0]
     spec = next(s for s in root.specs if s.name == "limits")
@@ -392,8 +392,8 @@ async def test_a_role_default_limits_each_key_of_that_role_on_its_own(
     tmp_path: Path,
 ) -> None:
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    one, _ = await new_key(tmp_path, user="u1", role="free")
-    two, _ = await new_key(tmp_path, user="u2", role="free")
+    one, _ = await new_key(gw, user="u1", role="free")
+    two, _ = await new_key(gw, user="u2", role="free")
     await set_limit(gw, "role", "free", rpm=1)
     assert (await call(gw, "chat", one)).status == 200
     assert (await call(gw, "chat", one)).status == 429
@@ -408,7 +408,7 @@ async def test_steered_requests_in_flight_together_overshoot_a_budget_by_one_res
     # A steered name's model is chosen after admission: it reserved $0, so every request
     # sent at once was admitted against a budget one of them nearly spends (4 of 4 here).
     gw = await gateway_factory(_config(tmp_path, fake_upstream))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     # About 17 prompt tokens and 1000 to complete at PRICING: $0.01 reserved each.
     await set_limit(gw, "key", key_id, budget="0.015/month")
     fake_upstream.set_default(Held())

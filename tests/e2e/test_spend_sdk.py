@@ -63,8 +63,8 @@ async def test_costs_in_the_log_match_pricing_and_usage_and_the_report_sums_them
         "up1", prompt_tokens=10, completion_tokens=5, cached_tokens=4
     )
     gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING))))
-    alice, alice_id = await new_key(tmp_path, org="acme", user="alice")
-    bob, bob_id = await new_key(tmp_path, org="beta", user="bob")
+    alice, alice_id = await new_key(gw, org="acme", user="alice")
+    bob, bob_id = await new_key(gw, org="beta", user="bob")
     for surface in ("chat", "responses", "messages"):
         assert (await call(gw, "chat" if surface == "chat" else surface, alice)).status == 200
     assert (await call(gw, "chat", bob)).status == 200
@@ -108,7 +108,7 @@ async def test_an_answer_without_usage_is_priced_from_the_estimate_and_marked(
     gw = await gateway_factory(
         keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
     )
-    key, _ = await new_key(tmp_path)
+    key, _ = await new_key(gw)
     fake_upstream.enqueue(
         Reply(
             body={
@@ -154,7 +154,7 @@ async def test_a_stream_is_billed_on_reported_usage_though_its_client_did_not_as
         "up1", prompt_tokens=10, completion_tokens=5, cached_tokens=4
     )
     gw = await gateway_factory(keys_config(tmp_path, model("m", route(up, pricing=PRICING))))
-    key, key_id = await new_key(tmp_path)
+    key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, tpm=100_000)
     chunks = [
         c
@@ -186,7 +186,7 @@ async def test_a_streamed_tool_call_without_usage_is_estimated_on_its_arguments(
     gw = await gateway_factory(
         keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
     )
-    key, _ = await new_key(tmp_path)
+    key, _ = await new_key(gw)
     base = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
     call_delta = {
         "index": 0,
@@ -248,7 +248,7 @@ async def test_the_cli_reports_spend_from_a_stopped_gateways_database(
 ) -> None:
     cfg = keys_config(tmp_path, model("m", route(fake_upstream, pricing=PRICING)))
     gw = await gateway_factory(cfg)
-    key, key_id = await new_key(tmp_path, org="acme", user="alice")
+    key, key_id = await new_key(gw, org="acme", user="alice")
     assert (await call(gw, "chat", key)).status == 200
     assert await gw.stop() == 0  # the request log is written out on the way down
     conf = tmp_path / "cli.yaml"

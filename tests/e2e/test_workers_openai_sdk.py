@@ -57,7 +57,7 @@ from tests.e2e.conftest import (
     route,
 )
 from tests.e2e.keys_support import db_path
-from tests.e2e.limits_support import new_key
+from tests.e2e.limits_support import cli_key
 from tests.fixtures.gateway import REPO
 from tests.fixtures.upstream import FakeUpstream, Held, Reply
 
@@ -207,10 +207,8 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shar
         FakeUpstream("counted") as counted,
     ):
         # Made in the database before the start, one writer at a time.
-        key, _ = await new_key(
-            tmp_path, user="bob", extra=("--rpm", "100000", "--tpm", "1000000000")
-        )
-        limited, _ = await new_key(tmp_path, extra=("--rpm", str(RPM), "--tpm", "1000000"))
+        key, _ = await cli_key(tmp_path, "--rpm", "100000", "--tpm", "1000000000", user="bob")
+        limited, _ = await cli_key(tmp_path, "--rpm", str(RPM), "--tpm", "1000000")
         cfg = config(
             model(
                 "conc",
