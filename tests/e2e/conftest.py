@@ -31,6 +31,13 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+ONE_BUS = pytest.mark.parametrize("bus_url", ["inproc"], indirect=True)
+"""For a module whose subject is what one request's bytes become on their way through (a
+surface's or a platform's translation, an upstream's malformed answer): its tests run on the
+in-process bus only. That bus encodes and decodes every message with NATS's codec, and what
+NATS adds (transport, reconnects, queue groups, payload limits) is proven by the bus contract
+suite and by every test of state, admin, limits, events and failover, which run on both."""
+
 WAIT = 10.0  # seconds a test waits for an event before it fails
 PROCESS_WAIT = 30.0  # seconds a CLI child may take: Python starting on a loaded machine
 CHAT = "/v1/chat/completions"

@@ -20,14 +20,14 @@ import anthropic
 import openai
 import pytest
 
-from tests.e2e.conftest import HI, config, model, route
+from tests.e2e.conftest import HI, ONE_BUS, config, model, route
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
     from tests.fixtures.upstream import FakeUpstream, UpstreamFactory
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, ONE_BUS]
 
 SURFACES = ("chat", "responses", "messages")
 BASE: dict[str, Any] = {"id": "chatcmpl-1", "created": 1, "model": "x"}

@@ -14,13 +14,13 @@ import openai
 import pytest
 
 from schemas.rules import MAX_LABEL_BYTES
-from tests.e2e.conftest import HI, assert_openai_error, config, model, route
+from tests.e2e.conftest import HI, ONE_BUS, assert_openai_error, config, model, route
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
     from tests.fixtures.upstream import FakeUpstream
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, ONE_BUS]
 
 HEADER = "x-llmgw-metadata"
 GOOD = json.dumps({"team": "search", "batch": True, "priority": 3, "ratio": 0.5})

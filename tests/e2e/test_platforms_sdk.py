@@ -43,7 +43,7 @@ from tests.e2e._surface_clients import (
     Answer,
     refused,
 )
-from tests.e2e.conftest import HI, config, eid, endpoint_states, model, route, watch
+from tests.e2e.conftest import HI, ONE_BUS, config, eid, endpoint_states, model, route, watch
 from tests.e2e.keys_support import admin_http, keys_config
 from tests.fixtures.upstream import (
     FakeUpstream,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, ONE_BUS]
 
 SURFACES = ("chat", "responses", "messages")
 KINDS = ("azure_openai", "gemini")

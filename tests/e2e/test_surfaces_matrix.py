@@ -28,7 +28,7 @@ from tests.e2e._surface_clients import (
     TOOL_SCHEMA,
     Answer,
 )
-from tests.e2e.conftest import HI, anthropic_route, config, eid, model, route
+from tests.e2e.conftest import HI, ONE_BUS, anthropic_route, config, eid, model, route
 from tests.fixtures.upstream import (
     FakeUpstream,
     Recorded,
@@ -41,7 +41,7 @@ from tests.fixtures.upstream import (
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, ONE_BUS]
 
 SURFACES = ("chat", "responses", "messages")
 KINDS = {"openai_compat": route, "anthropic": anthropic_route}

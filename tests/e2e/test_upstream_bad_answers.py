@@ -31,14 +31,14 @@ from tests.e2e.bad_answers_support import (
     start_gateway,
     surface_request,
 )
-from tests.e2e.conftest import anthropic_route, config, model, route
+from tests.e2e.conftest import ONE_BUS, anthropic_route, config, model, route
 from tests.fixtures.upstream import FakeUpstream, Reply, UpstreamFactory
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory
     from tests.fixtures.raw_upstream import RawUpstream
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, ONE_BUS]
 
 BASE = {"id": "chatcmpl-1", "created": 1, "model": "x"}
 HUGE = '{"prompt_tokens": 1000000000000000000000000000000, "completion_tokens": 2}'

@@ -26,7 +26,7 @@ from tests.e2e.bad_answers_support import (
     post,
     start_gateway,
 )
-from tests.e2e.conftest import eid, route, watch
+from tests.e2e.conftest import ONE_BUS, eid, route, watch
 from tests.fixtures.upstream import FakeUpstream, Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
 
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from tests.fixtures.gateway import GatewayFactory
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, ONE_BUS]
 
 SURFACES = ("chat", "responses", "messages")
 TITAN = "amazon.titan-embed-text-v2:0"
