@@ -19,6 +19,7 @@ from gateway.formats._common import (
     reasoning_text,
     sse_frame,
 )
+from gateway.formats._responses_reasoning import seal, wants_sealed
 from gateway.formats.openai_chat import error_type
 from schemas import UpstreamBadResponseError
 
@@ -128,9 +129,9 @@ def _part(kind: str, text: str) -> JSON:
 
 def _reasoning_item(content: list[JSON], status: str) -> JSON:
     """A ``reasoning`` output item: the upstream's reasoning text as ``reasoning_text``
-    content (what OpenAI's open-weight models give), no summary (nothing wrote one), and no
-    ``encrypted_content``: there is nothing to carry to a later turn, which drops
-    ``reasoning`` input items anyway."""
+    content (what OpenAI's open-weight models give), no summary (nothing wrote one). Its
+    ``encrypted_content``, when the request includes it, is set by the caller: Claude's
+    signed blocks (``_responses_reasoning.seal``), else null."""
     return {
         "id": new_id("rs_"),
         "type": "reasoning",
@@ -161,8 +162,14 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
     refusal = message.get("refusal")
     calls = message.get("tool_calls") or []
     output: list[JSON] = []
-    if thought := reasoning_text(message):  # before the answer, as OpenAI's models give it
-        output.append(_reasoning_item([_part("reasoning_text", thought)], item_status))
+    sealing = wants_sealed(request)
+    sealed = seal(message.get("thinking_blocks")) if sealing else None
+    thought = reasoning_text(message)
+    if thought or sealed:  # before the answer, as OpenAI's models give it
+        parts = [_part("reasoning_text", thought)] if thought else []
+        output.append(_reasoning_item(parts, item_status))
+        if sealing:  # Claude's blocks, all of them: each block's ``after`` places it
+            output[-1]["encrypted_content"] = sealed
     if text or refusal or not calls:
         content = [_text_part(text)] if text or not refusal else []
         if refusal:
@@ -206,7 +213,10 @@ class ChatToResponsesStream:
     complete). Reasoning goes in a ``reasoning`` item (its text as ``reasoning_text``
     content), text in a message item (reasoning coming after text opens another item of each,
     in turn); each tool call (by chat ``index``) gets its own ``function_call`` item, in order
-    of first appearance.
+    of first appearance. When the request includes ``reasoning.encrypted_content``, Claude's
+    signed blocks (``thinking_blocks`` deltas) are sealed into the ``encrypted_content`` of
+    the reasoning item open when they came (opened for them if none is) at its
+    ``output_item.done``.
     """
 
     media_type = b"text/event-stream"
@@ -224,6 +234,8 @@ class ChatToResponsesStream:
         self._calls: dict[int, tuple[int, JSON, list[str]]] = {}
         self._finish: Any = None
         self._usage: Any = None
+        self._sealing = wants_sealed(request)
+        self._signed: list[JSON] = []  # Claude's blocks for the open reasoning item
 
     @property
     def done(self) -> bool:
@@ -249,6 +261,8 @@ class ChatToResponsesStream:
             # reasoning_text's rule inline: the hot path, one chunk per token
             if thought := delta.get("reasoning_content") or delta.get("reasoning"):
                 self._text(out, "reasoning_text", thought)
+            if self._sealing and (signed := delta.get("thinking_blocks")):
+                self._keep_signed(out, signed)
             if text:
                 self._text(out, "output_text", text)
             if delta.get("refusal"):
@@ -309,6 +323,7 @@ class ChatToResponsesStream:
         """Keep the open item's output so far, marked as cut."""
         if self._open is not None:
             self._open["status"] = "incomplete"
+            self._seal(self._open)
             if self._part is not None:
                 self._open["content"].append(self._done_part())
             elif self._open["type"] == "function_call":
@@ -351,8 +366,22 @@ class ChatToResponsesStream:
                 {"item_id": item["id"], "output_index": index, "arguments": arguments},
             )
         item["status"] = status
+        self._seal(item)
         self._emit(out, "response.output_item.done", {"output_index": index, "item": item})
         self._open = None
+
+    def _keep_signed(self, out: list[bytes], blocks: Any) -> None:
+        """Claude's signed ``blocks`` for the open reasoning item, opened if need be (a
+        redacted block comes with no text)."""
+        if self._open is None or self._open["type"] != "reasoning":
+            self._add_item(out, _reasoning_item([], "in_progress"))
+        self._signed.extend(blocks)
+
+    def _seal(self, item: JSON) -> None:
+        """A closing reasoning ``item``'s ``encrypted_content``, when the request asked."""
+        if self._sealing and item["type"] == "reasoning":
+            item["encrypted_content"] = seal(self._signed)
+            self._signed = []
 
     def _done_part(self) -> JSON:
         assert self._part is not None

@@ -6,9 +6,14 @@ Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat
 The gateway is stateless: ``previous_response_id``, ``conversation``, ``item_reference``
 items, ``background`` and stored ``prompt`` templates are refused, and ``store: true`` is
 accepted but nothing is stored (a later ``previous_response_id`` naming the answer is
-refused). Dropped, because chat has no equivalent and leaving them out changes no answer's
-validity: ``reasoning`` input items (encrypted reasoning cannot be replayed to another
-model), ``include``, ``truncation`` (an over-long input fails instead of being cut),
+refused). A ``reasoning`` input item whose ``encrypted_content`` is this gateway's (Claude's
+signed thinking, ``_responses_reasoning``) gives its blocks, in order, to the assistant
+message of its turn: the one the next ``message`` or ``function_call`` item builds or joins,
+else (its turn ends first) the one just before it. Dropped, because chat has no equivalent
+and leaving them out changes no answer's validity: other ``reasoning`` input items (another
+provider's encrypted reasoning cannot be replayed to another model, and unsigned text is
+what Claude refuses), ``include`` (but for ``reasoning.encrypted_content``, read by the
+answer), ``truncation`` (an over-long input fails instead of being cut),
 ``max_tool_calls``, ``service_tier``, ``prompt_cache_*``, ``safety_identifier``,
 ``text.verbosity``, ``metadata`` (echoed back, not sent upstream). Refused: hosted tools
 (``web_search``, ``file_search``, ``code_interpreter``, ``mcp``, ``computer_use``...), their
@@ -34,6 +39,7 @@ from gateway.formats._common import (
     want_positive_int,
     want_str,
 )
+from gateway.formats._responses_reasoning import unseal
 from gateway.formats.openai_chat import (
     ARRAY,
     BOOLEAN,
@@ -203,6 +209,7 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
     # messages carry text only, and nothing may come between them.
     pending: list[JSON] = []
     pending_at: list[str] | None = None if origins is None else []  # where each came from
+    thought: list[JSON] | None = None  # Claude's blocks waiting for their assistant message
     for i, item in enumerate(items):
         path = f"input[{i}]"
         want_dict(item, path)
@@ -210,6 +217,9 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
         if pending and kind != "function_call_output":
             _flush(pending, out, origins, pending_at)
             pending, pending_at = [], None if origins is None else []
+        if thought is not None and kind != "reasoning" and kind != "function_call":
+            if kind != "message" or item.get("role") != "assistant":  # the turn ended
+                thought = _give(thought, out)
         size = len(out)
         if kind == "message":
             message = _message(item, path)
@@ -217,8 +227,15 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
                 append_system(out, message["content"])
             else:
                 out.append(message)
+                if thought is not None:
+                    thought = _give(thought, out)
         elif kind == "function_call":
             _function_call(item, path, out, origins)
+            if thought is not None:
+                thought = _give(thought, out)
+        elif kind == "reasoning":
+            if signed := unseal(item.get("encrypted_content"), f"{path}.encrypted_content"):
+                thought = [*(thought or ()), *signed]
         elif kind == "function_call_output":
             out.append(_function_output(item, path, pending, pending_at))
             if origins is not None:
@@ -228,7 +245,7 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
             raise InvalidRequestError(
                 f"{path}: {_STATELESS} items instead of references", param=f"{path}.type"
             )
-        elif kind != "reasoning":
+        else:
             raise InvalidRequestError(
                 f"{path}.type: '{kind}' items are not supported by this gateway",
                 param=f"{path}.type",
@@ -240,6 +257,16 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
                 _part_origins(f"messages[{size}]", item["content"], f"{path}.content", origins)
     if pending:
         _flush(pending, out, origins, pending_at)
+    if thought is not None:
+        _give(thought, out)
+
+
+def _give(thought: list[JSON], out: list[JSON]) -> list[JSON] | None:
+    """Give Claude's blocks to the last message, if it is an assistant's (else they are
+    dropped: no turn of Claude's holds them); nothing is left waiting (None)."""
+    if out and out[-1]["role"] == "assistant":
+        out[-1].setdefault("thinking_blocks", []).extend(thought)
+    return None
 
 
 def _flush(
