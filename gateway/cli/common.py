@@ -133,7 +133,12 @@ class RefusedError(Exception):
 
 
 class NotDeliveredError(Exception):
-    """Nobody answered the command."""
+    """Nobody answered the command. ``code`` is the gateway's error code when one answered for
+    the owner (``no_responders``, ``bus_timeout``: then the owner may have applied it)."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def http_client(where: Target, timeout: float | None) -> httpx.Client:
@@ -167,7 +172,7 @@ def admin_over_http(
         except (ValueError, KeyError, TypeError):
             message, code = resp.text[:500], ""
         if code in ("no_responders", "bus_timeout"):
-            raise NotDeliveredError(message)
+            raise NotDeliveredError(message, code=code)
         raise RefusedError(f"HTTP {resp.status_code}: {message}")
     result: dict[str, Any] = resp.json()
     return result

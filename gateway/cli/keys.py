@@ -1,14 +1,17 @@
 """``llmgw keys create|list|revoke``: gateway API keys, through their owner when it runs.
 
 The keys belong to the ApiKeyAdminActor. When a gateway runs, the command is an ``api_keys``
-admin command sent to it: over the bus when the config (``--config``) names a NATS bus, else
-through the local socket beside the database (``--db PATH`` or the config's
-``database.path``; see ``gateway.admin.local_socket``); the owner announces the change so every
-ingress drops its cached copy at once. When no gateway answers (the first admin key is made
-before any gateway runs), the command writes the database file itself
-(``gateway.cli.keys_offline``, the one isolated direct path) and announces on the NATS bus
-if there is one. The key is printed once, at creation, with where it went (the gateway that
-took it, or the database file written).
+admin command sent to it: over the bus when the config (``--config``) names a NATS bus and an
+owner answers there, else through the local socket beside the database (``--db PATH`` or the
+config's ``database.path``; see ``gateway.admin.local_socket``); the owner announces the change
+so every ingress drops its cached copy at once (``gateway.cli.keys_owner``). Only when nothing
+answers, neither on the bus nor on the socket (the first admin key is made before any gateway
+runs), does the command write the database file itself (``gateway.cli.keys_offline``, the one
+isolated direct path) and announce on the NATS bus if there is one. When the socket answers, a
+gateway runs on the file and its keys are its owner's: a command it cannot deliver (its bus
+reconnecting, the owner silent) fails (exit 2, one line: retry; after a timeout the outcome is
+unknown, check with ``llmgw keys list``) and the file is left alone. The key is printed once,
+at creation, with where it went (the gateway that took it, or the database file written).
 
 ``--url http://HOST:PORT`` (with the admin key) or ``--bus nats://HOST:PORT`` name the owner,
 as ``llmgw admin`` does: the command goes there and nowhere else; when it is not delivered
@@ -19,9 +22,10 @@ command uses ``./llmgw.sqlite3`` (``llmgw serve``'s default) only when that file
 otherwise refuses (exit 2) rather than create a stray file no gateway reads.
 
 ``create --rpm/--tpm/--concurrency/--budget 10/month`` also gives the key a limit: sent to
-its owner (admin ``limits set``) the same way, else stored in the owner's ``limits`` table
-(offline), which the LimitsActor loads when it starts (so a first key made before any
-gateway runs keeps its limit).
+its owner (admin ``limits set``) the same way, else, with no gateway running, stored in the
+owner's ``limits`` table (offline), which the LimitsActor loads when it starts (so a first key
+made before any gateway runs keeps its limit). A key a gateway made whose limit it then does not
+take is still printed (it exists), and the command fails naming the key's id.
 """
 
 from __future__ import annotations
@@ -36,8 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
-from gateway.admin.local_socket import answers, socket_path
+from gateway.admin.http import ADMIN_TIMEOUT_S
 from gateway.cli.common import (
     NotDeliveredError,
     RefusedError,
@@ -46,8 +49,15 @@ from gateway.cli.common import (
     admin_key,
     admin_over_http,
 )
+from gateway.cli.keys_owner import (
+    NoGatewayError,
+    OwnerUnreachableError,
+    announce,
+    not_reached,
+    reach_owner,
+)
 from gateway.process.config import ConfigError, load_sections, redacted
-from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError, Message, NoRespondersError, subjects
+from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError
 from schemas.keys import ROLES, parse_duration, parse_instant
 from schemas.limits import spec_arg
 
@@ -56,14 +66,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_ANNOUNCE_TIMEOUT = 3.0
-_CONNECT_TIMEOUT = 3.0
-_BY = "cli:keys"
 _LIST_ROW = "{:16}  {:14}  {:24}  {:8}  {}"
-
-
-class _NoGatewayError(Exception):
-    """No gateway owning the keys answered: the offline path applies."""
 
 
 def register(sub: Any) -> None:
@@ -108,15 +111,26 @@ def _run(fn: Any) -> Any:
         except (ConfigError, ValueError, UsageError) as exc:
             sys.stderr.write(f"llmgw keys: {exc}\n")
             return 2
-        except (NotDeliveredError, httpx.HTTPError) as exc:
-            sys.stderr.write(f"llmgw keys: not delivered: {redacted(str(exc))}\n")
-            return 2
-        except (RefusedError, GatewayError) as exc:
-            message = exc.message if isinstance(exc, GatewayError) else str(exc)
-            sys.stderr.write(f"llmgw keys: {message}\n")
-            return 1
+        except _FAILURES as exc:
+            return _failed(exc)
 
     return func
+
+
+_FAILURES = (OwnerUnreachableError, NotDeliveredError, httpx.HTTPError, RefusedError, GatewayError)
+
+
+def _failed(exc: Exception, before: str = "") -> int:
+    """Report a command that failed (``before`` it what was done); its exit code: 2 when it was
+    not delivered, 1 when the owner refused it."""
+    if isinstance(exc, OwnerUnreachableError):
+        line, code = str(exc), 2
+    elif isinstance(exc, NotDeliveredError | httpx.HTTPError):
+        line, code = f"not delivered: {exc}", 2
+    else:
+        line, code = (exc.message if isinstance(exc, GatewayError) else str(exc)), 1
+    sys.stderr.write(f"llmgw keys: {before}{redacted(line)}\n")
+    return code
 
 
 def _target(args: argparse.Namespace) -> tuple[str, str]:
@@ -139,71 +153,28 @@ def _print(args: argparse.Namespace, data: Any, text: str) -> None:
     sys.stdout.write((json.dumps(data) if args.json else text) + "\n")
 
 
-async def _owner(
-    path: str, bus_url: str, verb: str, values: dict[str, Any], *, area: str = "api_keys"
-) -> dict[str, Any]:
-    """The running owner's answer to ``<area> <verb>``. Raises _NoGatewayError when none
-    answers, RefusedError / GatewayError when it refuses."""
-    if bus_url:
-        from bus import BusClosedError, open_bus
-
-        try:
-            bus = await open_bus(bus_url, name="llmgw-keys-cli", connect_timeout=_CONNECT_TIMEOUT)
-        except BusClosedError as exc:
-            raise _NoGatewayError(exc.message) from None
-        try:
-            return await admin_request(bus, area, verb, values, by=_BY, timeout=ADMIN_TIMEOUT_S)
-        except NoRespondersError as exc:
-            raise _NoGatewayError(exc.message) from None
-        finally:
-            await bus.aclose()
-    sock = socket_path(path)
-    if not answers(sock):
-        raise _NoGatewayError(f"no gateway answers on {sock}")
-    try:
-        return await asyncio.to_thread(
-            admin_over_http, Target(socket=str(sock)), area, verb, values, ADMIN_TIMEOUT_S
-        )
-    except NotDeliveredError as exc:
-        raise _NoGatewayError(str(exc)) from None
-
-
 async def _named(
     args: argparse.Namespace, verb: str, values: dict[str, Any], *, area: str = "api_keys"
 ) -> dict[str, Any] | None:
     """The answer of the owner ``--url`` or ``--bus`` names; None when neither is given.
     Raises NotDeliveredError / httpx.HTTPError when it is not reached (never the file),
-    RefusedError / GatewayError when it refuses, UsageError without an admin key for --url."""
+    OwnerUnreachableError when the gateway there does not reach the owner, RefusedError /
+    GatewayError when it refuses, UsageError without an admin key for --url."""
     if args.url:
         where = Target(url=args.url, key=admin_key(args))
-        return await asyncio.to_thread(admin_over_http, where, area, verb, values, ADMIN_TIMEOUT_S)
+        try:
+            return await asyncio.to_thread(
+                admin_over_http, where, area, verb, values, ADMIN_TIMEOUT_S
+            )
+        except NotDeliveredError as exc:
+            url, timed_out = redacted(args.url), exc.code == "bus_timeout"
+            raise not_reached(url, area, verb, str(exc), timed_out=timed_out) from None
     if args.bus:
         try:
-            return await _owner("", args.bus, verb, values, area=area)
-        except _NoGatewayError as exc:
+            return (await reach_owner("", args.bus, verb, values, area=area))[0]
+        except NoGatewayError as exc:
             raise NotDeliveredError(str(exc)) from None
     return None
-
-
-async def _announce(bus_url: str, msg: Message) -> None:
-    """After an offline change: tell ingresses on the NATS bus (if any) to drop the key."""
-    if not bus_url:
-        return
-    from bus import open_bus
-
-    try:
-        async with asyncio.timeout(_ANNOUNCE_TIMEOUT):
-            bus = await open_bus(bus_url, name="llmgw-keys-cli")
-            try:
-                await bus.publish(subjects.AUTH_KEYS_CHANGED, msg)
-            finally:
-                await bus.aclose()
-    except Exception as exc:  # the database change stands; the caches expire on their own
-        logger.warning(
-            "could not announce on %s (%s); ingresses apply it within their auth_cache_seconds",
-            redacted(bus_url),
-            exc,
-        )
 
 
 def _limit_args(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -225,19 +196,19 @@ def _limit_args(args: argparse.Namespace) -> dict[str, Any] | None:
 
 async def _deliver_limit(path: str, bus_url: str, values: dict[str, Any], *, online: bool) -> str:
     """Give the new key's limit to its owner (``online``: a gateway answered the key's
-    creation); how it went ("bus", "socket", "stored"). Raises RefusedError / GatewayError
-    when the owner refuses it."""
+    creation); how it went ("bus", "socket", "stored": no gateway runs). Raises
+    OwnerUnreachableError when a gateway runs but its limits owner is not reached (never the
+    file then), RefusedError / GatewayError when the owner refuses it, httpx.HTTPError."""
     try:
         if not online:
-            raise _NoGatewayError("no gateway answered the key's creation")
-        await _owner(path, bus_url, "set", values, area="limits")
-    except _NoGatewayError as exc:
-        logger.info("limits owner not reached (%s); storing the limit", exc)
+            raise NoGatewayError("no gateway answered the key's creation")
+        return (await reach_owner(path, bus_url, "set", values, area="limits"))[1]
+    except NoGatewayError as exc:
+        logger.info("no gateway runs (%s); storing the limit", exc)
         from gateway.cli import keys_offline as cli_keys_offline
 
         await cli_keys_offline.store_limit(path, values)
         return "stored"
-    return "bus" if bus_url else "socket"
 
 
 async def _create(args: argparse.Namespace) -> int:
@@ -252,37 +223,43 @@ async def _create(args: argparse.Namespace) -> int:
     if named is not None:
         return await _created_by_named(args, named, limit)
     path, bus = _target(args)
-    online = True
     try:
-        made = await _owner(path, bus, "create", values)
-        served = redacted(bus) if bus else f"serving {path}"
-        where = f"through the gateway {'on ' if bus else ''}{served}"
-    except _NoGatewayError:
+        made, via = await reach_owner(path, bus, "create", values)
+        served = redacted(bus) if via == "bus" else f"serving {path}"
+        where = f"through the gateway {'on ' if via == 'bus' else ''}{served}"
+    except NoGatewayError:
         from gateway.cli import keys_offline as cli_keys_offline
 
-        online = False
+        via = "file"
         made, key_hash = await cli_keys_offline.create(
             path, org=args.org, user=args.user, role=args.role, name=args.name, expires=expires
         )
-        await _announce(bus, ApiKeyCreated(key_hash=key_hash))
+        await announce(bus, ApiKeyCreated(key_hash=key_hash))
         where = f"into {path} (no gateway answered; one serving this file uses it)"
-    made = {**made, "via": "bus" if bus and online else "socket" if online else "file"}
-    made["database"] = "" if bus and online else path
+    made = {**made, "via": via, "database": "" if via == "bus" else path}
+    failure: Exception | None = None
     if limit is not None:
-        made = {
-            **made,
-            "limit": limit,
-            "limit_delivered": await _deliver_limit(
-                path, bus, {**limit, "kind": "key", "id": made["id"]}, online=online
-            ),
-        }
+        try:
+            delivered = await _deliver_limit(
+                path, bus, {**limit, "kind": "key", "id": made["id"]}, online=via != "file"
+            )
+        except _FAILURES as exc:  # the key exists all the same: show it, then say so
+            delivered, failure = "", exc
+        made = {**made, "limit": limit, "limit_delivered": delivered}
     _print(
         args,
         made,
         f"created {made['id']} for {made['user']}@{made['org']} (role {made['role']}) {where}\n"
         f"{made['key']}\n(this is the only time the key is shown)",
     )
-    return 0
+    return 0 if failure is None else _failed(failure, _limit_not_set(made["id"]))
+
+
+def _limit_not_set(key_id: str) -> str:
+    return (
+        f"key {key_id} was created but its limit was not set (set it with `llmgw admin limits "
+        f"set --arg kind=key --arg id={key_id} ...`, or revoke the key): "
+    )
 
 
 async def _created_by_named(
@@ -291,9 +268,13 @@ async def _created_by_named(
     """Report a key the owner named by ``--url`` / ``--bus`` made, its limit sent there too."""
     via = "url" if args.url else "bus"
     made = {**made, "via": via, "database": ""}
+    failure: Exception | None = None
     if limit is not None:
-        await _named(args, "set", {**limit, "kind": "key", "id": made["id"]}, area="limits")
-        made = {**made, "limit": limit, "limit_delivered": via}
+        try:
+            await _named(args, "set", {**limit, "kind": "key", "id": made["id"]}, area="limits")
+        except _FAILURES as exc:  # the key exists all the same: show it, then say so
+            failure = exc
+        made = {**made, "limit": limit, "limit_delivered": "" if failure else via}
     where = redacted(args.url or args.bus)
     _print(
         args,
@@ -302,7 +283,7 @@ async def _created_by_named(
         f"through the gateway on {where}\n"
         f"{made['key']}\n(this is the only time the key is shown)",
     )
-    return 0
+    return 0 if failure is None else _failed(failure, _limit_not_set(made["id"]))
 
 
 def _expiry(args: argparse.Namespace, now: float) -> float | None:
@@ -338,8 +319,8 @@ async def _listed_locally(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The keys from the gateway serving the named database, else from the file."""
     path, bus = _target(args)
     try:
-        rows: list[dict[str, Any]] = (await _owner(path, bus, "list", {}))["data"]
-    except _NoGatewayError:
+        rows: list[dict[str, Any]] = (await reach_owner(path, bus, "list", {}))[0]["data"]
+    except NoGatewayError:
         from gateway.cli import keys_offline as cli_keys_offline
 
         rows = await cli_keys_offline.listing(path)
@@ -353,8 +334,8 @@ async def _revoke(args: argparse.Namespace) -> int:
         return 0
     path, bus = _target(args)
     try:
-        revoked = await _owner(path, bus, "revoke", {"id": args.key_id})
-    except _NoGatewayError:
+        revoked = (await reach_owner(path, bus, "revoke", {"id": args.key_id}))[0]
+    except NoGatewayError:
         from gateway.cli import keys_offline as cli_keys_offline
 
         found = await cli_keys_offline.revoke(path, args.key_id)
@@ -362,6 +343,6 @@ async def _revoke(args: argparse.Namespace) -> int:
             sys.stderr.write(f"llmgw keys: no key {args.key_id!r}\n")
             return 1
         revoked, key_hash = found
-        await _announce(bus, ApiKeyRevoked(key_hash=key_hash))
+        await announce(bus, ApiKeyRevoked(key_hash=key_hash))
     _print(args, revoked, f"revoked {revoked['id']}")
     return 0

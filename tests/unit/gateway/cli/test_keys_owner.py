@@ -1,0 +1,164 @@
+"""``llmgw keys`` beside a gateway that answers its local socket but does not deliver the
+command to the keys' owner (its bus reconnecting: 503 ``no_responders``; the owner silent: 504
+``bus_timeout``): the command fails in one line and never writes the database behind the
+running owner. With nothing on the socket, the offline path still writes the file.
+
+The gateway here is a real HTTP server on the real Unix socket beside the database, answering
+each admin command as a gateway in that state does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socketserver
+import threading
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gateway.admin.local_socket import socket_path
+from gateway.cli import keys_offline
+from gateway.cli import main as cli
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+WHO = ("--org", "acme", "--user", "ann", "--role", "admin")
+LOST = "the gateway has lost its connection to its message bus (NATS) and is reconnecting"
+SILENT = "the control plane did not answer within 30s"
+
+
+class _Gateway(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    answer: tuple[int, str, str]
+    made: dict[str, Any] | None  # when set, create answers with it; the rest as ``answer``
+    paths: list[str]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Gateway
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length", "0")))
+        self.server.paths.append(self.path)
+        status, code, message = self.server.answer
+        body = json.dumps({"error": {"message": message, "code": code}}).encode()
+        if self.server.made is not None and self.path == "/admin/api_keys/create":
+            status, body = 200, json.dumps(self.server.made).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[_Gateway]:
+    """A gateway on ``tmp_path/gw.sqlite3``'s socket that refuses every admin command as one
+    whose bus is lost does (set ``answer`` for another refusal)."""
+    server = _Gateway(str(socket_path(tmp_path / "gw.sqlite3")), _Handler)
+    server.answer, server.made, server.paths = (503, "no_responders", LOST), None, []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _keys(tmp_path: Path, *args: str) -> int:
+    return cli.main(["keys", *args, "--db", str(tmp_path / "gw.sqlite3"), "--json"])
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    out, err = capsys.readouterr()
+    assert out == ""  # no JSON result, so nothing a script could take for a key
+    (line,) = err.splitlines()
+    return line
+
+
+def test_keys_create_beside_a_gateway_whose_bus_is_lost_fails_and_writes_no_file(
+    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = _keys(tmp_path, "create", *WHO, "--rpm", "5")
+
+    line = _error_line(capsys)
+    assert code == 2
+    db = tmp_path / "gw.sqlite3"
+    assert line == (
+        f"llmgw keys: the gateway on {db} is running but could not reach its keys owner "
+        f"({LOST}); nothing was written: retry in a moment"
+    )
+    assert gateway.paths == ["/admin/api_keys/create"]  # asked once, the limit never sent
+    assert not db.exists()  # neither the key nor its limit written behind the owner
+
+
+def test_keys_create_whose_owner_timed_out_says_the_outcome_is_unknown(
+    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gateway.answer = (504, "bus_timeout", SILENT)
+
+    code = _keys(tmp_path, "create", *WHO)
+
+    line = _error_line(capsys)
+    assert code == 2
+    assert "is running but its keys owner did not answer in time" in line, line
+    assert "the outcome of create is unknown; check with `llmgw keys list`" in line, line
+    assert not (tmp_path / "gw.sqlite3").exists()  # a second key would duplicate the first
+
+
+def test_keys_revoke_and_list_beside_a_gateway_whose_bus_is_lost_fail_and_name_no_key(
+    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = "gk-live-0123456789abcdef0123456789abcdef"  # revoke takes the key itself too
+
+    revoked = _keys(tmp_path, "revoke", secret)
+    revoke_line = _error_line(capsys)
+    listed = _keys(tmp_path, "list")
+    list_line = _error_line(capsys)
+
+    assert (revoked, listed) == (2, 2)
+    assert "could not reach its keys owner" in revoke_line, revoke_line
+    assert secret not in revoke_line and "0123456789abcdef" not in revoke_line
+    assert "could not reach its keys owner" in list_line, list_line
+    assert gateway.paths == ["/admin/api_keys/revoke", "/admin/api_keys/list"]
+    assert not (tmp_path / "gw.sqlite3").exists()
+
+
+def test_a_key_the_gateway_made_is_shown_when_its_limit_is_not_delivered(
+    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    key = "gk-made-by-the-owner-0123456789abcdef"
+    gateway.made = {"id": "gk-1a2b", "key": key, "org": "acme", "user": "ann", "role": "admin"}
+
+    code = _keys(tmp_path, "create", *WHO, "--rpm", "5")
+
+    out, err = capsys.readouterr()
+    made = json.loads(out)
+    (line,) = err.splitlines()
+    assert code == 2
+    assert (made["key"], made["via"], made["limit_delivered"]) == (key, "socket", "")
+    assert line.startswith("llmgw keys: key gk-1a2b was created but its limit was not set"), line
+    assert "could not reach its limits owner" in line and key not in line, line
+    assert gateway.paths == ["/admin/api_keys/create", "/admin/limits/set"]
+    assert not (tmp_path / "gw.sqlite3").exists()  # the limit not stored behind the owner
+
+
+async def test_keys_create_with_nothing_on_the_socket_writes_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "gw.sqlite3"
+
+    code = await asyncio.to_thread(_keys, tmp_path, "create", *WHO, "--rpm", "5")
+
+    made = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert (made["via"], made["database"], made["limit_delivered"]) == ("file", str(db), "stored")
+    assert [row["id"] for row in await keys_offline.listing(str(db))] == [made["id"]]
