@@ -104,24 +104,12 @@ async def _actors_answer(bus: Bus) -> bool:
 def command_of(req: HttpRequest) -> tuple[str, str]:
     """(area, verb) of ``/admin/<area>/<verb>``. Raises RouteNotFoundError, or
     InvalidRequestError for a path that does not decode."""
-    parts = segments_after(req, PREFIX)
+    parts = req.segments_after(PREFIX)
     if len(parts) != 2 or not all(parts):
         raise RouteNotFoundError(
             f"no such path {req.split_path()}; admin commands are /admin/<area>/<verb>"
         )
     return parts[0], parts[1]
-
-
-def segments_after(req: HttpRequest, prefix: str) -> list[str]:
-    """The path's segments after those of ``prefix`` (``/admin/keys/``), each decoded once
-    after the split: ``%2F`` is a ``/`` inside a segment, never a separator, and ``%25`` a
-    ``%``. Raises RouteNotFoundError when the path does not begin with ``prefix``'s
-    segments (``/admin/keys%2Fid``), InvalidRequestError for a path that does not decode."""
-    head = prefix.strip("/").split("/")
-    parts = req.segments()
-    if parts[: len(head)] != head:
-        raise RouteNotFoundError(f"no such path {req.split_path()}")
-    return parts[len(head) :]
 
 
 def too_deep(value: Any, max_depth: int) -> bool:

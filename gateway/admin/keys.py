@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, segments_after
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of
 from gateway.auth.admin_access import requested_by
 from gateway.auth.gate import Authenticator, caller_of
 from gateway.http.request import HttpRequest
@@ -46,7 +46,7 @@ _encode = msgspec.json.Encoder().encode
 
 
 def _segments(req: HttpRequest, prefix: str) -> list[str]:
-    return [s for s in segments_after(req, prefix) if s]
+    return [s for s in req.segments_after(prefix) if s]
 
 
 class AdminKeys:

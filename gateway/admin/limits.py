@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, args_of, segments_after
+from gateway.admin.http import admin_request, args_of
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError
 
@@ -32,7 +32,7 @@ async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
     """Answer one limits request. Raises GatewayError (the owner's refusal, bad JSON)."""
     # Split before decoding, each segment once: ``a%2541`` is the org ``a%41``, never ``aA``,
     # and ``%2F`` a ``/`` inside an id (a user's ``org/user`` may come either way).
-    parts = segments_after(req, PREFIX)
+    parts = req.segments_after(PREFIX)
     rest = parts != [] and parts != [""]
     kind, ident = (parts[0], "/".join(parts[1:])) if rest else ("", "")
     if rest and not ident:  # /admin/limits/<verb>: the generic admin command

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from gateway.admin.http import admin_request, args_of, segments_after
+from gateway.admin.http import admin_request, args_of
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.http.component import Component
 from schemas import InvalidRequestError, UnauthorizedError
@@ -76,7 +76,7 @@ class RouteWiseAdmin(Component):
     async def model_setting(self, req: HttpRequest) -> None:
         """``PATCH``/``DELETE`` of one setting of a model (its key in the path)."""
         self._check(req)
-        key = "/".join(segments_after(req, KEY_PREFIX))  # each segment decoded once
+        key = "/".join(req.segments_after(KEY_PREFIX))  # each segment decoded once
         args: dict[str, Any] = {"model_id": _model_id(req), "key": key}
         if req.method == "DELETE":
             await self._ask(req, "unset_model_setting", args)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, refuse_too_large, segments_after
+from gateway.admin.http import admin_request, refuse_too_large
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError, RouteNotFoundError
 
@@ -28,7 +28,7 @@ def _target(req: HttpRequest, config: GatewayConfig) -> tuple[str, str]:
     """(model id, endpoint id) from ``.../{model}/{endpoint}``; ids may contain ``/`` (sent
     as is or as ``%2F``), so the model is the longest configured id that prefixes the rest.
     Raises RouteNotFoundError."""
-    rest = "/".join(segments_after(req, PREFIX))  # each decoded once: %25 stays a %
+    rest = "/".join(req.segments_after(PREFIX))  # each decoded once: %25 stays a %
     for m in sorted(config.models, key=lambda m: len(m.id), reverse=True):
         for name in (m.id, *m.aliases):
             if rest.startswith(name + "/"):

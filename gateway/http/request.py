@@ -14,6 +14,7 @@ from schemas import (
     ClientClosedError,
     InvalidRequestError,
     RequestTooLargeError,
+    RouteNotFoundError,
 )
 
 Scope = MutableMapping[str, Any]
@@ -115,6 +116,17 @@ class HttpRequest:
         if any("\x00" in part for part in parts):
             raise InvalidRequestError("the path holds a NUL (%00)")
         return parts[1:]
+
+    def segments_after(self, prefix: str) -> list[str]:
+        """The path's segments after those of ``prefix`` (``/admin/keys/``), as
+        :meth:`segments` decodes them. Raises RouteNotFoundError when the path does not begin
+        with ``prefix``'s segments (``/admin/keys%2Fid``), InvalidRequestError for a path that
+        does not decode."""
+        head = prefix.strip("/").split("/")
+        parts = self.segments()
+        if parts[: len(head)] != head:
+            raise RouteNotFoundError(f"no such path {self.split_path()}")
+        return parts[len(head) :]
 
     def split_path(self) -> str:
         """The path as :meth:`segments` splits it, a ``/`` inside a segment shown as ``%2F``

@@ -104,8 +104,12 @@ class Introspection(Component):
 
     async def retrieve_model(self, req: HttpRequest) -> None:
         """``GET /v1/models/{id}``: one model as ``/v1/models`` lists it; an alias answers
-        as its model. Raises RouteNotFoundError as inference would (hidden = absent)."""
-        name = req.path[len(MODELS_PREFIX) :]
+        as its model. The id is the rest of the raw path, each segment decoded once, so
+        ``openai/gpt-4o`` answers sent as it is or as ``openai%2Fgpt-4o`` (what OpenAI's SDK
+        sends) on every HTTP engine, and ``%25`` stays a ``%``. Raises RouteNotFoundError as
+        inference would (hidden = absent), InvalidRequestError for a path that does not
+        decode."""
+        name = "/".join(req.segments_after(MODELS_PREFIX))
         anthropic = req.header("anthropic-version") is not None
         if is_steering(name):
             # auto, auto:<axis> and auto:<chain> answer as /v1/models lists them.

@@ -1,5 +1,5 @@
-"""HttpRequest.segments: the raw path split on ``/`` before each segment is decoded once, the
-decoded ``path`` where a server gives no ``raw_path``."""
+"""HttpRequest.segments (and those after a prefix): the raw path split on ``/`` before each
+segment is decoded once, the decoded ``path`` where a server gives no ``raw_path``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from gateway.http.request import HttpRequest
-from schemas import InvalidRequestError
+from schemas import InvalidRequestError, RouteNotFoundError
 
 
 def _request(path: str, raw_path: bytes | None) -> HttpRequest:
@@ -43,3 +43,14 @@ def test_a_segment_that_does_not_decode_is_invalid(raw: bytes, says: str) -> Non
         _request("/admin/x", raw).segments()
     with pytest.raises(InvalidRequestError, match="NUL"):
         _request("/admin/a\x00b", None).segments()
+
+
+def test_segments_after_a_prefix_are_what_follows_its_segments() -> None:
+    req = _request("/v1/models/openai/gpt-4o", b"/v1/models/openai%2Fgpt-4o/x")
+    assert req.segments_after("/v1/models/") == ["openai/gpt-4o", "x"]
+
+
+@pytest.mark.parametrize("raw", [b"/v1%2Fmodels/m", b"/v1/models%2Fm", b"/v2/models/m"])
+def test_segments_after_a_prefix_the_path_does_not_begin_with_are_not_found(raw: bytes) -> None:
+    with pytest.raises(RouteNotFoundError, match="no such path"):
+        _request("/v1/models/m", raw).segments_after("/v1/models/")
