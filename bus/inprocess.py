@@ -271,6 +271,8 @@ class InProcessBus:
         """Never returns: the bus is this process, there is no connection to lose."""
         await asyncio.Event().wait()
 
+    disconnected = reconnected  # nor does this: a loss never comes
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Deliver ``msg`` to every matching subscriber; never waits. Raises BusClosedError."""
         if self._closed:
@@ -433,11 +435,8 @@ class InProcessBus:
                     plain.append(sub)
                 else:
                     groups.setdefault(sub.queue, []).append(sub)
-        route = (
-            _Route(tuple(plain), tuple(tuple(m) for m in groups.values()))
-            if plain or groups
-            else _NO_ROUTE
-        )
+        members = tuple(tuple(m) for m in groups.values())
+        route = _Route(tuple(plain), members) if plain or groups else _NO_ROUTE
         if len(self._routes) >= _ROUTE_CACHE_MAX:
             self._routes.clear()
         self._routes[subject] = route

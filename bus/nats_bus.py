@@ -98,6 +98,7 @@ class NatsBus:
         self._joined = False
         self._last_error: Exception | None = None
         self._back = asyncio.Event()  # set (and replaced) each time the connection is back
+        self._gone = asyncio.Event()  # set (and replaced) each time it is lost or closed
 
     @classmethod
     async def connect(
@@ -338,6 +339,7 @@ class NatsBus:
             return
         self._closed = True
         self._end_subscriptions()
+        self._lost()
         await self._close_client()
 
     def _family_of(self, subject: str) -> str | None:
@@ -432,8 +434,20 @@ class NatsBus:
         logger.warning("NATS: %r", exc)
 
     async def _on_disconnected(self) -> None:
+        self._lost()
         if not self._closed:
             logger.warning("NATS: disconnected; reconnecting")
+
+    async def disconnected(self) -> None:
+        """Return once the connection is lost: at once while it is (or the bus is closed),
+        else at the next loss. nats-py fails no request in flight then: its reply may have
+        been sent into the lost connection."""
+        if self.connected:  # nats-py marks it lost before it calls _on_disconnected
+            await self._gone.wait()
+
+    def _lost(self) -> None:
+        gone, self._gone = self._gone, asyncio.Event()
+        gone.set()
 
     async def reconnected(self) -> None:
         """Return the next time the connection is back after a loss (subscriptions live
@@ -453,6 +467,7 @@ class NatsBus:
             logger.error("NATS: connection closed for good")
         self._closed = True
         self._end_subscriptions()
+        self._lost()
 
 
 def _family_prefix(family: str) -> str:

@@ -75,6 +75,14 @@ class Bus(Protocol):
         events asks its owner again. Never returns on a bus that cannot lose one."""
         ...
 
+    async def disconnected(self) -> None:
+        """Return once the connection to the server is lost: at once while it is lost (or
+        closed for good), else at the next loss. A request then waiting for its reply may
+        never get it (a reply sent meanwhile is lost) and waits out its timeout: a caller
+        with a long one races its request with this. Never returns on a bus that cannot lose
+        one (in one process, where ``aclose`` fails pending requests itself)."""
+        ...
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Fire-and-forget ``msg`` to every subscriber of ``subject``."""
         ...

@@ -59,6 +59,10 @@ class GatedBus:
         """See ``Bus.reconnected``."""
         await self._bus.reconnected()
 
+    async def disconnected(self) -> None:
+        """See ``Bus.disconnected``."""
+        await self._bus.disconnected()
+
     async def publish(self, subject: str, msg: Message) -> None:
         """Publish through ``bus`` while the lease holds; else drop."""
         if self._withheld(subject):

@@ -293,6 +293,24 @@ async def test_close_while_subscribed_ends_iterator_and_later_calls_raise_bus_cl
     await any_bus.aclose()  # idempotent
 
 
+async def test_disconnected_does_not_return_while_the_bus_is_connected(
+    any_bus: Bus, prefix: str
+) -> None:
+    subject = f"{prefix}.ask"
+    lost = asyncio.create_task(any_bus.disconnected())
+    try:
+        async with asyncio.TaskGroup() as tg, any_bus.subscribe(subject) as sub:
+            tg.create_task(answer(sub, lambda env: ProbeGrant(granted=True)))
+            # A round trip after the wait began: had it returned, it would be done by now.
+            reply = await any_bus.request(
+                subject, probe("1"), reply_type=ProbeGrant, timeout=WAIT_S
+            )
+        assert reply == ProbeGrant(granted=True)
+        assert any_bus.connected and not lost.done()
+    finally:
+        lost.cancel()
+
+
 @pytest.mark.parametrize("raw", ["org/qwen2.5:7b", "a.b.c", "*", ">", "sp ace", "ünï", ""])
 async def test_ids_escaped_by_token_round_trip_through_a_wildcard_subscription(
     any_bus: Bus, raw: str
@@ -502,6 +520,47 @@ async def _close_after_the_server_died(prefix: str) -> None:
             await bus.aclose()
         assert bus.closed
         assert await lines.wait_for("closing the NATS connection: RuntimeError", 1, 0)
+
+
+@pytest.mark.nats
+async def test_nats_disconnected_returns_when_the_connection_is_lost_and_waits_once_back(
+    tmp_path: Path, prefix: str
+) -> None:
+    subject = f"{prefix}.ask"
+    with start_nats_server(tmp_path / "nats") as url:
+        bus = await NatsBus.connect(url)
+        port = int(url.rsplit(":", 1)[1])
+        lost = asyncio.create_task(bus.disconnected())
+        # What it is for: a request whose reply cannot come (its responder is silent here;
+        # on a lost connection, a reply sent meanwhile is lost) waits while the loss is told.
+        async with bus.subscribe(subject) as silent:
+            pending = asyncio.create_task(
+                bus.request(subject, probe("1"), reply_type=ProbeGrant, timeout=60)
+            )
+            await take(silent, 1)
+    try:
+        with anyio.fail_after(WAIT_S):
+            await lost
+        assert not bus.connected and not pending.done()
+        with anyio.fail_after(WAIT_S):
+            await bus.disconnected()  # at once while it is lost
+        with start_nats_server(tmp_path / "nats", port=port):
+            with anyio.fail_after(WAIT_S):
+                while not bus.connected:
+                    await bus.reconnected()
+            again = asyncio.create_task(bus.disconnected())
+            # Back: a round trip on the restored connection, and the wait still waits.
+            with pytest.raises(NoRespondersError):
+                await bus.request(
+                    f"{prefix}.nobody", probe("2"), reply_type=ProbeGrant, timeout=WAIT_S
+                )
+            assert not again.done()
+            await bus.aclose()
+            with anyio.fail_after(WAIT_S):
+                await again  # closing is a loss too
+    finally:
+        pending.cancel()
+        await bus.aclose()
 
 
 # -- kept history: ensure_stream / replay (JetStream on NATS, bounded memory in process) ----

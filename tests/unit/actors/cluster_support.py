@@ -106,6 +106,7 @@ class Link:
         self._gate = asyncio.Event()
         self._gate.set()
         self._back = asyncio.Event()
+        self._gone = asyncio.Event()
 
     @property
     def closed(self) -> bool:
@@ -122,6 +123,8 @@ class Link:
     def drop(self) -> None:
         """Cut the connection: its subscriptions leave the bus's routes."""
         self.cut[0] = True
+        gone, self._gone = self._gone, asyncio.Event()
+        gone.set()
         for sub in self._subs:
             if sub in self.inner._subs:
                 self.inner._subs.remove(sub)
@@ -137,6 +140,10 @@ class Link:
 
     async def reconnected(self) -> None:
         await self._back.wait()
+
+    async def disconnected(self) -> None:
+        if self.connected:
+            await self._gone.wait()
 
     async def publish(self, subject: str, msg: Message) -> None:
         if not self.cut[0]:
