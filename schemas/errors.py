@@ -175,6 +175,12 @@ class BusTimeoutError(GatewayError):
     retryable = True
 
 
+class OutcomeUnknownError(BusTimeoutError):
+    """This process lost its connection to the bus while a command waited for its reply,
+    and it was not back in time: unlike BusDisconnectedError (not sent), the command may
+    have reached its owner and been applied, so the caller checks before sending it again."""
+
+
 class UpstreamError(GatewayError):
     """An upstream attempt failed; ``status`` is its HTTP status (None: no answer at all).
 

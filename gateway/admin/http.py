@@ -8,7 +8,7 @@ callers only (:func:`gateway.auth.admin_access.is_admin`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl
 
 import anyio
@@ -23,6 +23,7 @@ from schemas import (
     ModeChanged,
     ModeRequest,
     NoRespondersError,
+    OutcomeUnknownError,
     RouteNotFoundError,
     raise_for_reply,
     subjects,
@@ -30,16 +31,21 @@ from schemas import (
 from schemas.keys import fits_int64
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from bus import Bus
     from gateway.http.request import HttpRequest
+
+T = TypeVar("T")
 
 PREFIX = "/admin/"
 ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
 _MAX_ARGS_BYTES = 1024 * 1024
 _PROBE_TIMEOUT_S = 1.0  # are the actors up at all, once an area found no responders
 RECONNECT_GRACE_S = 2.0
-"""How long an admin command waits for a lost bus connection to come back before it is
-refused (503): a command sent meanwhile would wait out its whole timeout unheard."""
+"""How long an admin command waits for a lost bus connection to come back before it gives
+up (503): one sent meanwhile would wait out its whole timeout unheard, and one already
+waiting for its reply would wait it out for a reply the lost connection dropped."""
 
 
 async def admin_request(
@@ -55,17 +61,19 @@ async def admin_request(
 
     Raises the GatewayError the owner answered, RouteNotFoundError when the actors run but
     none owns ``area``, NoRespondersError when the actors are down, BusTimeoutError when the
-    owner does not answer in time, BusDisconnectedError when the bus connection is lost and
-    not back within :data:`RECONNECT_GRACE_S`.
+    owner does not answer in time; when the bus connection is lost and not back within
+    :data:`RECONNECT_GRACE_S`: BusDisconnectedError before the command is sent,
+    OutcomeUnknownError while it waits for its reply (it may have been applied).
     """
     if not bus.connected:
         await _reconnected(bus)
+    command = AdminCommand(args=args or {}, by=by)
     try:
-        reply = await bus.request(
-            subjects.admin(area, verb),
-            AdminCommand(args=args or {}, by=by),
-            reply_type=AdminReply,
-            timeout=timeout,
+        reply = await _unless_lost(
+            bus,
+            bus.request(
+                subjects.admin(area, verb), command, reply_type=AdminReply, timeout=timeout
+            ),
         )
     except NoRespondersError:
         if await _actors_answer(bus):
@@ -76,14 +84,58 @@ async def admin_request(
     return raise_for_reply(reply).result
 
 
-async def _reconnected(bus: Bus) -> None:
-    """Return once ``bus`` is connected again. Raises BusDisconnectedError when it is not
-    within :data:`RECONNECT_GRACE_S` (or it is closed)."""
+async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T:
+    """What ``request`` (a bus request) returns, unless the bus connection is lost while it
+    waits and is not back within :data:`RECONNECT_GRACE_S`: nats-py fails no request then,
+    and a reply sent into the lost connection never comes, so it is abandoned. Raises
+    OutcomeUnknownError then, else what ``request`` raises.
+
+    Here and not in ``Bus.request``: an admin command waits up to 30 s and its caller can
+    check what it did; the ingress's requests wait a few seconds at most, make no task per
+    request, and their callers decide for themselves what an unanswered request means."""
+    answer: list[T] = []
+    failed: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_cancel_when_lost, bus, tg.cancel_scope)
+        try:
+            answer.append(await request)
+        except Exception as exc:  # raised below as it is, not in the task group's group
+            failed.append(exc)
+        tg.cancel_scope.cancel()
+    if failed:
+        raise failed[0]
+    if not answer:
+        raise OutcomeUnknownError(
+            "the gateway lost its connection to its message bus (NATS) while the command "
+            "waited for its answer, and it is not back: the command may have reached its "
+            "owner and been applied, so its outcome is unknown; check before sending it again"
+        )
+    return answer[0]
+
+
+async def _cancel_when_lost(bus: Bus, scope: anyio.CancelScope) -> None:
+    """Cancel ``scope`` once ``bus`` loses its connection for longer than the grace."""
+    while True:
+        await bus.disconnected()
+        if not await _back_within_grace(bus):
+            scope.cancel()
+            return
+
+
+async def _back_within_grace(bus: Bus) -> bool:
+    """Whether ``bus`` is connected, waiting up to :data:`RECONNECT_GRACE_S` for it (False
+    at once when it is closed)."""
     with anyio.move_on_after(RECONNECT_GRACE_S):
         while not bus.connected and not bus.closed:
             with anyio.move_on_after(0.1):  # connected may flip without a reconnect event
                 await bus.reconnected()
-    if not bus.connected:
+    return bus.connected
+
+
+async def _reconnected(bus: Bus) -> None:
+    """Return once ``bus`` is connected again. Raises BusDisconnectedError when it is not
+    within :data:`RECONNECT_GRACE_S` (or it is closed)."""
+    if not await _back_within_grace(bus):
         raise BusDisconnectedError(
             "the gateway has lost its connection to its message bus (NATS) and is "
             "reconnecting; admin commands cannot reach their owners until it is back"

@@ -10,6 +10,7 @@ from schemas import (
     BusDisconnectedError,
     ErrorCode,
     GatewayError,
+    OutcomeUnknownError,
     UpstreamError,
 )
 
@@ -79,10 +80,12 @@ def error_param(err: GatewayError) -> str | None:
 
 def client_message(err: GatewayError) -> str:
     """The message a client reads: the error's own, except that the control plane being
-    unreachable is told as what the client can do about it (retry), never as the bus
-    subject and timeout the bus reported."""
+    unreachable is told as what the client can do about it (retry; check first when a
+    command's outcome is unknown), never as the bus subject and timeout the bus reported."""
     if err.code in (ErrorCode.NO_RESPONDERS, ErrorCode.BUS_TIMEOUT):
         seconds = retry_after_header(err) or DEFAULT_RETRY_AFTER
+        if isinstance(err, OutcomeUnknownError):  # not "retry": it may have been applied
+            return f"{err.message}; the bus may be back in {seconds.decode()} s"
         what = (
             "has lost its connection to its message bus (reconnecting)"
             if isinstance(err, BusDisconnectedError)

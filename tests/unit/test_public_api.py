@@ -105,6 +105,7 @@ PINNED: dict[str, list[str]] = {
         "NoRouteForModalityError",
         "Observation",
         "ObservationBatch",
+        "OutcomeUnknownError",
         "PinNotFoundError",
         "PoolKey",
         "ProbeDue",
