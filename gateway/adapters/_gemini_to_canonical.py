@@ -55,6 +55,9 @@ _UNSIGNED = "MISSING_THOUGHT_SIGNATURE"
 """Gemini's "the request has at least one thought signature missing": no answer either, but
 the request's doing (a tool call in its history that another provider made, or that lost its
 signature), not the endpoint's: see :func:`_unsigned`."""
+_PLAIN_STOP = frozenset({None, "STOP"})
+"""Finish reasons (``None``: a whole answer's candidate that gave none) after which a candidate
+holding no text and no function call is an empty answer (:func:`_empty`), not a ``stop``."""
 _encode = msgspec.json.Encoder().encode
 
 
@@ -87,6 +90,16 @@ def _unsigned() -> UpstreamBadResponseError:
     )
     err.status = 400
     return err
+
+
+def _empty(thoughts: bool) -> UpstreamBadResponseError:
+    """The error of a candidate that stopped with no text and no function call (thinking
+    models do, now and then): no answer to hand on, as for :data:`_FAILED`, so the attempt
+    fails and, with nothing sent yet, another route serves. ``thoughts``: it thought, and
+    said nothing. (A ``MAX_TOKENS`` or filtered finish with no text is an answer: ``length``,
+    ``content_filter``.)"""
+    said = "only thoughts, no text or function call" if thoughts else "no text or function call"
+    return bad_answer(f"the model returned an empty answer ({said})")
 
 
 def chat_usage(meta: Any) -> JSON | None:
@@ -246,6 +259,8 @@ def from_gemini_response(data: JSON, *, model: str) -> JSON:
             message["tool_calls"] = calls
         # A blocked prompt ends a candidate that gave no reason of its own: filtered.
         finish = "content_filter" if blocked and not reason else finish_reason(reason, bool(calls))
+        if finish == "stop" and not text and reason in _PLAIN_STOP:
+            raise _empty(bool(thoughts))
         choices.append({"index": index, "message": message, "finish_reason": finish})
     if not choices and blocked:
         message = {"role": "assistant", "content": None, "refusal": _refusal(blocked)}
@@ -266,9 +281,19 @@ class GeminiToChatStream:
 
     Gemini's stream has no terminator event: it is complete once every candidate it named
     gave a ``finishReason`` (or the prompt was blocked). Only then come the finish chunk and,
-    when asked, the usage chunk, so a stream cut before never looks done."""
+    when asked, the usage chunk, so a stream cut before never looks done. A candidate that
+    stops having carried no text and no function call is an empty answer (:func:`_empty`)."""
 
-    __slots__ = ("_calls", "_complete", "_created", "_id", "_include_usage", "_model", "_open")
+    __slots__ = (
+        "_calls",
+        "_complete",
+        "_created",
+        "_id",
+        "_include_usage",
+        "_model",
+        "_open",
+        "_shown",
+    )
 
     def __init__(self, model: str, *, include_usage: bool = True) -> None:
         self._model = model
@@ -278,6 +303,7 @@ class GeminiToChatStream:
         self._complete = False
         self._calls: dict[int, int] = {}  # candidate index -> tool calls sent
         self._open: dict[int, str | None] = {}  # candidate index -> its finish, once given
+        self._shown: dict[int, bool] = {}  # candidate index -> carried text (else thoughts)
 
     @property
     def is_complete(self) -> bool:
@@ -311,15 +337,20 @@ class GeminiToChatStream:
                 delta["role"] = "assistant"
             if text:
                 delta["content"] = text
+                self._shown[index] = True
             if thoughts:
                 delta["reasoning_content"] = thoughts
+                self._shown.setdefault(index, False)
             if calls:
                 delta["tool_calls"] = [{"index": sent + k, **c} for k, c in enumerate(calls)]
                 self._calls[index] = sent + len(calls)
             if delta:
                 out.append(self._chunk([{"index": index, "delta": delta, "finish_reason": None}]))
             if reason:
-                self._open[index] = finish_reason(reason, bool(self._calls.get(index)))
+                ended = finish_reason(reason, bool(self._calls.get(index)))
+                if ended == "stop" and reason in _PLAIN_STOP and not self._shown.get(index):
+                    raise _empty(index in self._shown)
+                self._open[index] = ended
         blocked = block_reason(data)
         if blocked:
             # The prompt was refused: nothing more comes, whatever candidate began (waiting

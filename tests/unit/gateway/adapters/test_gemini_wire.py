@@ -264,6 +264,74 @@ def test_a_finish_saying_the_answer_broke_is_a_bad_response_not_an_empty_stop(
         translator.feed(broken)
 
 
+_THOUGHT = {"text": "let me think", "thought": True}
+EMPTY: dict[str, tuple[str | None, list[dict[str, Any]]]] = {
+    "no parts": ("STOP", []),
+    "empty text": ("STOP", [{"text": ""}]),
+    "signed empty text": ("STOP", [{"text": "", "thoughtSignature": "c2ln"}]),
+    "only thoughts": ("STOP", [_THOUGHT]),
+    "no finishReason": (None, []),
+}
+
+
+@pytest.mark.parametrize(("finish", "parts"), EMPTY.values(), ids=EMPTY.keys())
+def test_a_stop_with_no_text_and_no_call_is_an_empty_answer_not_an_empty_success(
+    finish: str | None, parts: list[dict[str, Any]]
+) -> None:
+    # Gemini's thinking models now and then stop having said nothing: that was relayed as a
+    # successful answer whose content was "" (finish_reason stop), and no other route served.
+    with pytest.raises(UpstreamBadResponseError) as caught:
+        from_gemini_response(_response(finish, parts), model="m")
+
+    assert caught.value.kind == "bad_response" and caught.value.status is None
+    assert "invalid response" in caught.value.message and "empty answer" in caught.value.message
+    assert ("only thoughts" in caught.value.message) == (parts == [_THOUGHT])
+
+
+def test_a_whole_answer_with_no_content_at_all_is_an_empty_answer() -> None:
+    body: dict[str, Any] = {"candidates": [{"finishReason": "STOP", "index": 0}]}
+    types.GenerateContentResponse.model_validate(body)
+
+    with pytest.raises(UpstreamBadResponseError, match="empty answer"):
+        from_gemini_response(body, model="m")
+
+
+@pytest.mark.parametrize("parts", [[], [_THOUGHT]], ids=["no parts", "only thoughts"])
+def test_a_stream_that_stops_having_carried_no_text_or_call_is_an_empty_answer(
+    parts: list[dict[str, Any]],
+) -> None:
+    alone = GeminiToChatStream("m", include_usage=True)
+    after = GeminiToChatStream("m", include_usage=True)
+    before = after.feed(_response(None, parts))  # a role (and thoughts), no answer yet
+
+    with pytest.raises(UpstreamBadResponseError, match="empty answer"):
+        alone.feed(_response("STOP", parts))
+    with pytest.raises(UpstreamBadResponseError, match="empty answer") as caught:
+        after.feed(_response("STOP", [{"text": ""}]))
+
+    assert before[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert ("only thoughts" in caught.value.message) == bool(parts)
+    assert not alone.is_complete and not after.is_complete
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"), [("MAX_TOKENS", "length"), ("SAFETY", "content_filter")]
+)
+def test_a_length_or_filtered_finish_with_no_text_stays_an_answer(
+    reason: str, expected: str
+) -> None:
+    # max_tokens spent on thinking, or a filter: the client's answer, not a broken one.
+    body = _response(reason, [_THOUGHT])
+    translator = GeminiToChatStream("m", include_usage=False)
+
+    answer = from_gemini_response(body, model="m")
+    out = translator.feed(body)
+
+    assert answer["choices"][0]["finish_reason"] == expected
+    assert answer["choices"][0]["message"]["content"] == ""
+    assert translator.is_complete and out[-1]["choices"][0]["finish_reason"] == expected
+
+
 def test_thought_signature_of_a_call_comes_back_on_that_call_in_the_next_turn() -> None:
     signature = "CqQBAe/+8Z3d4Q=="  # base64 with + / and padding, as Gemini sends it
     call = {
@@ -351,10 +419,14 @@ def test_a_stream_chunk_that_breaks_the_types_is_a_bad_response_after_the_ones_b
 ABSENT: dict[str, dict[str, Any]] = {
     "no candidates": {"candidates": None, "promptFeedback": {"blockReason": "SAFETY"}},
     "null content": {"candidates": [{"content": None, "finishReason": "SAFETY"}]},
-    "null parts": {"candidates": [{"content": {"parts": None}, "finishReason": "STOP"}]},
+    "null parts": {"candidates": [{"content": {"parts": None}, "finishReason": "MAX_TOKENS"}]},
     "null index and text": {
         "candidates": [
-            {"index": None, "content": {"parts": [{"text": None}]}, "finishReason": "STOP"}
+            {
+                "index": None,
+                "content": {"parts": [{"text": None}, {"text": "a"}]},
+                "finishReason": "STOP",
+            }
         ]
     },
     "nameless call": {"candidates": [{"content": {"parts": [{"functionCall": {"args": None}}]}}]},
@@ -370,6 +442,7 @@ def test_what_the_types_leave_out_or_null_is_as_if_empty(body: dict[str, Any]) -
     (choice,) = answer["choices"]
     assert choice["index"] == 0 and choice["finish_reason"] in {
         "stop",
+        "length",
         "content_filter",
         "tool_calls",
     }
