@@ -231,6 +231,18 @@ class UpstreamBadResponseError(UpstreamError):
     code = ErrorCode.UPSTREAM_BAD_RESPONSE
 
 
+class EmptyAnswerError(UpstreamBadResponseError):
+    """The model stopped with nothing to hand on (no text, no tool call): the next route is
+    tried and, when none answers, the caller gets the 502. Never the endpoint's failure: some
+    conversations make a model answer empty every time, and one caller's conversation must
+    not bench the route or open its circuit for every caller."""
+
+    @property
+    def counts_against_endpoint(self) -> bool:
+        """Never: the endpoint answered; the model had nothing to say to this request."""
+        return False
+
+
 class ContentFilteredError(UpstreamError):
     """The upstream's content filter refused the prompt (Azure's ``content_filter`` 400).
 

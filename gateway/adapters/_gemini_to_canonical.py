@@ -22,6 +22,7 @@ from gateway.adapters._anthropic_to_canonical import (
     provider_counts,
     text_field,
 )
+from schemas.errors import EmptyAnswerError
 
 if TYPE_CHECKING:
     from schemas import UpstreamBadResponseError
@@ -92,14 +93,18 @@ def _unsigned() -> UpstreamBadResponseError:
     return err
 
 
-def _empty(thoughts: bool) -> UpstreamBadResponseError:
+def _empty(thoughts: bool) -> EmptyAnswerError:
     """The error of a candidate that stopped with no text and no function call (thinking
-    models do, now and then): no answer to hand on, as for :data:`_FAILED`, so the attempt
-    fails and, with nothing sent yet, another route serves. ``thoughts``: it thought, and
-    said nothing. (A ``MAX_TOKENS`` or filtered finish with no text is an answer: ``length``,
+    models do, now and then, and some conversation shapes every time): no answer to hand on,
+    so the attempt fails and, with nothing sent yet, another route serves; never the
+    endpoint's failure (:class:`EmptyAnswerError`). ``thoughts``: it thought, and said
+    nothing. (A ``MAX_TOKENS`` or filtered finish with no text is an answer: ``length``,
     ``content_filter``.)"""
     said = "only thoughts, no text or function call" if thoughts else "no text or function call"
-    return bad_answer(f"the model returned an empty answer ({said})")
+    return EmptyAnswerError(
+        f"upstream returned an invalid response: the model returned an empty answer ({said})",
+        kind="bad_response",
+    )
 
 
 def chat_usage(meta: Any) -> JSON | None:

@@ -112,8 +112,8 @@ async def test_an_empty_gemini_stop_with_no_other_route_is_a_502_in_the_surface_
     assert "empty answer" in error["message"] and "only thoughts" in error["message"], body
     if surface != "messages":
         assert error["code"] == "upstream_bad_response", body
-    # As a MALFORMED_* finish: the endpoint's failure, not the caller's.
-    assert (seen.outcome, seen.error_kind) == ("failure", "bad_response"), seen
+    # Not the endpoint's failure: a conversation can make a model answer empty every time.
+    assert (seen.outcome, seen.error_kind) == ("client_error", "bad_response"), seen
 
 
 @pytest.mark.parametrize("surface", SURFACES)
