@@ -294,8 +294,13 @@ class GatewayApp:
         path, method = scope["path"], scope["method"]
         surface = _surface_for(req, path)
         try:
-            if path.startswith(_ADMIN_ROOT):
-                path = req.split_path()  # ``/admin/chains%2Flist`` is no chains/list
+            raw = scope.get("raw_path")  # absent where a server gives only the decoded path
+            if raw is not None and b"%" in raw:
+                # Routed on the raw path split first, each segment decoded once: an escaped
+                # "/" is no separator (``/v1%2Fmodels``, ``/admin/chains%2Flist`` are no
+                # route). Without a "%" that is the decoded path: no work for nearly every
+                # request.
+                path = req.split_path()
             handler = self._routes.find(method, path)
             if handler is None:
                 if self._routes.knows(path):
@@ -321,9 +326,6 @@ class GatewayApp:
         if handler is None or path.startswith(DASHBOARD_PREFIX):
             raise RouteNotFoundError(f"no such path {path}")
         await handler(req)
-
-
-_ADMIN_ROOT = "/admin"  # its paths are routed as split on the raw path
 
 
 def _surface_for(req: HttpRequest, path: str) -> Surface:
