@@ -27,7 +27,7 @@ import msgspec
 from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
-from gateway.http.errors import error_code, http_status
+from gateway.http.errors import error_code, error_headers, http_status
 from gateway.http.request import HttpRequest
 from schemas import GatewayError, RouteNotFoundError
 
@@ -106,8 +106,9 @@ class LocalAdminApp:
             try:
                 await self._handle(req)
             except GatewayError as err:
+                # Its headers the HTTP admin API's (a 503's Retry-After); no request id here.
                 body = {"error": {"message": err.message, "code": error_code(err)}}
-                await req.respond(http_status(err), _encode(body))
+                await req.respond(http_status(err), _encode(body), error_headers(err))
 
     async def _handle(self, req: HttpRequest) -> None:
         if (req.method, req.path) == ("GET", "/events"):

@@ -1,4 +1,5 @@
-"""The one table from error to HTTP status, and the ``Retry-After`` an answer carries."""
+"""The one table from error to HTTP status, and the headers (``Retry-After``) an error answer
+carries: the ingress's, in each surface's shape, and the local admin socket's alike."""
 
 from __future__ import annotations
 
@@ -108,3 +109,13 @@ def retry_after_header(err: GatewayError) -> bytes | None:
     if status == 429 and isinstance(err, UpstreamError) and err.kind != QUOTA_EXHAUSTED:
         return PACED_RETRY_AFTER
     return None
+
+
+def error_headers(err: GatewayError, request_id: str = "") -> list[tuple[bytes, bytes]]:
+    """The headers of an answer to ``err``: ``x-request-id`` when the exchange has one, and
+    ``Retry-After`` when :func:`retry_after_header` gives one."""
+    headers = [(b"x-request-id", request_id.encode())] if request_id else []
+    retry = retry_after_header(err)
+    if retry is not None:
+        headers.append((b"retry-after", retry))
+    return headers

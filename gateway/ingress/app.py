@@ -32,9 +32,9 @@ from gateway.dashboard.server import PREFIX as DASHBOARD_PREFIX
 from gateway.http.errors import (
     client_message,
     error_code,
+    error_headers,
     error_param,
     http_status,
-    retry_after_header,
 )
 from gateway.http.request import HttpRequest, Receive, Scope, Send
 from gateway.ingress import explain
@@ -345,14 +345,10 @@ def _surface_for(req: HttpRequest, path: str) -> Surface:
 
 async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayError) -> None:
     status = http_status(err)
-    headers = [(b"x-request-id", req.request_id.encode())]
-    retry = retry_after_header(err)
-    if retry is not None:
-        headers.append((b"retry-after", retry))
     await req.respond(
         status,
         surface.error_body(status, client_message(err), error_code(err), error_param(err)),
-        headers,
+        error_headers(err, req.request_id),
     )
 
 
