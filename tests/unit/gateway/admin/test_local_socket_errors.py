@@ -1,37 +1,29 @@
 """The local admin socket answers an error with the headers the HTTP admin API gives it: a 503
 (no actors answer, the bus connection lost) says when to come back (``Retry-After``), a
 refusal that waiting does not change (a 404) says nothing of the kind. Served on the real
-Unix socket beside a database, over an in-process bus (cut as a NATS connection is)."""
+Unix socket beside a database, over the in-process ``bus`` fixture (cut as a NATS connection is)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import httpx
-import pytest
 
-from bus import InProcessBus
 from gateway.admin import http as admin_http
 from gateway.admin.local_socket import LocalAdmin
 from gateway.http.errors import DEFAULT_RETRY_AFTER_S
 from tests.unit.actors.cluster_support import Link
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
     from pathlib import Path
 
-    from bus import Bus
+    import pytest
+
+    from bus import Bus, InProcessBus
 
 
-@pytest.fixture
-async def inner() -> AsyncIterator[InProcessBus]:
-    bus = InProcessBus()
-    yield bus
-    await bus.aclose()
-
-
-async def _post(bus: Bus, tmp_path: Path, path: str) -> httpx.Response:
-    local = LocalAdmin.open(bus, str(tmp_path / "gw.sqlite3"), None)
+async def _post(to: Bus, tmp_path: Path, path: str) -> httpx.Response:
+    local = LocalAdmin.open(to, str(tmp_path / "gw.sqlite3"), None)
     assert local is not None
     try:
         transport = httpx.AsyncHTTPTransport(uds=str(local.path))
@@ -42,9 +34,9 @@ async def _post(bus: Bus, tmp_path: Path, path: str) -> httpx.Response:
 
 
 async def test_no_actors_answering_is_a_503_with_retry_after(
-    inner: InProcessBus, tmp_path: Path
+    bus: InProcessBus, tmp_path: Path
 ) -> None:
-    resp = await _post(inner, tmp_path, "/admin/config/show")
+    resp = await _post(bus, tmp_path, "/admin/config/show")
 
     assert resp.status_code == 503, resp.text
     assert resp.json()["error"]["code"] == "no_responders"
@@ -52,10 +44,10 @@ async def test_no_actors_answering_is_a_503_with_retry_after(
 
 
 async def test_a_lost_bus_connection_is_a_503_with_retry_after(
-    inner: InProcessBus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bus: InProcessBus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(admin_http, "RECONNECT_GRACE_S", 0.1)
-    link = Link(inner)
+    link = Link(bus)
     link.drop()
 
     resp = await _post(link, tmp_path, "/admin/config/show")
@@ -66,9 +58,9 @@ async def test_a_lost_bus_connection_is_a_503_with_retry_after(
 
 
 async def test_an_unknown_path_is_a_404_without_retry_after(
-    inner: InProcessBus, tmp_path: Path
+    bus: InProcessBus, tmp_path: Path
 ) -> None:
-    resp = await _post(inner, tmp_path, "/nowhere")
+    resp = await _post(bus, tmp_path, "/nowhere")
 
     assert resp.status_code == 404, resp.text
     assert "retry-after" not in resp.headers
