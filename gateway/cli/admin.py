@@ -8,7 +8,8 @@ JSON. ``spend report`` with neither, and no gateway answering here, is read from
 log's database itself (``gateway.cli.logs_offline``: the config's ``database.url``, else its
 file). Shortcuts:
 ``llmgw admin reload`` is ``config reload``, ``llmgw admin show`` is ``config show``.
-Exit status: 0 done, 1 refused by the owner (its message on stderr), 2 not delivered.
+Exit status: 0 done, 1 refused by the owner (its message on stderr), 2 not delivered, or
+not answered in time (a change then says its outcome is unknown: check before sending it again).
 """
 
 from __future__ import annotations
@@ -29,13 +30,16 @@ from gateway.cli.common import (
     LogFileError,
     NotDeliveredError,
     RefusedError,
+    Target,
     UsageError,
     add_target_args,
     admin_over_http,
     fail,
+    not_reached,
     settings,
     target,
 )
+from gateway.process.config import redacted
 from schemas import GatewayError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -122,6 +126,7 @@ def _json_object(text: str, what: str) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Send the command; print its result."""
+    where = Target()
     try:
         area, verb, values = command_args(args)
         offline = _offline_database(args) if (area, verb) == ("spend", "report") else None
@@ -149,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
     except RefusedError as exc:
         return fail("admin", f"{area} {verb} refused: {exc}", 1)
     except (GatewayError, httpx.HTTPError, NotDeliveredError) as exc:
+        if _timed_out(exc):  # sent, and the owner may have applied it: not "not delivered"
+            line = not_reached(_place(where), area, verb, _message(exc), timed_out=True)
+            return fail("admin", str(line))
         return fail("admin", f"{area} {verb} not delivered: {_message(exc)}")
     sys.stdout.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
     return 0
@@ -167,9 +175,26 @@ def _offline_database(args: argparse.Namespace) -> DatabaseConfig | None:
     return None
 
 
+def _timed_out(exc: Exception) -> bool:
+    """Whether ``exc`` says the command was sent but not answered in time: the gateway's
+    ``bus_timeout``, or no answer from the ingress or the socket within ``--timeout``."""
+    if isinstance(exc, GatewayError):
+        return exc.code.value == "bus_timeout"
+    if isinstance(exc, NotDeliveredError):
+        return exc.code == "bus_timeout"
+    return isinstance(exc, httpx.ReadTimeout)
+
+
+def _place(where: Target) -> str:
+    """Where the gateway answering the command is: its bus, ingress or local socket."""
+    return redacted(where.bus or where.url) or where.socket
+
+
 def _message(exc: Exception) -> str:
     if isinstance(exc, GatewayError):
         return exc.message
+    if isinstance(exc, httpx.ReadTimeout):
+        return "no answer within the --timeout"
     return str(exc) if isinstance(exc, NotDeliveredError) else f"{type(exc).__name__}: {exc}"
 
 

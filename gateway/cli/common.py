@@ -141,6 +141,56 @@ class NotDeliveredError(Exception):
         self.code = code
 
 
+class OwnerUnreachableError(Exception):
+    """A gateway runs (it answered) but the command did not reach the owner, or its outcome is
+    unknown: the file is that owner's and is never written by the CLI."""
+
+
+_OWNER = {"api_keys": "keys owner", "limits": "limits owner"}
+# The admin verbs that change nothing (``read_only`` of each AdminArea in actors/): one that
+# timed out is sent again as it is; any other may have been applied, so it is checked first.
+_READ_ONLY = frozenset(
+    {"aggregate", "flush", "get", "list", "members", "model_settings", "query", "report"}
+    | {"settings", "show", "stats", "usage", "validate", "weights"}
+)
+# What shows an area's state: where to check whether a change that timed out was applied.
+_CHECK = {
+    "api_keys": "`llmgw keys list`",
+    "chains": "`llmgw admin chains list`",
+    "config": "`llmgw admin show`",
+    "limits": "`llmgw admin limits get`",
+    "provider_keys": "`llmgw admin provider_keys list`",
+    "routewise": "`llmgw admin routewise settings`",
+    "routing": "`llmgw admin routing weights`",
+    "rules": "`llmgw admin rules get`",
+    "steering": "`llmgw admin steering get`",
+}
+
+
+def not_reached(
+    where: str, area: str, verb: str, reason: str, *, timed_out: bool
+) -> OwnerUnreachableError:
+    """The one line for a command ``where`` (the gateway on …) could not deliver (``reason``,
+    the gateway's own words; never a key): retry, or for a change that timed out, check."""
+    owner = _OWNER.get(area, f"{area} owner")
+    said = redacted(reason).rstrip(".")
+    if not timed_out:
+        return OwnerUnreachableError(
+            f"the gateway on {where} is running but could not reach its {owner} ({said}); "
+            "nothing was written: retry in a moment"
+        )
+    if verb in _READ_ONLY:
+        return OwnerUnreachableError(
+            f"the gateway on {where} is running but its {owner} did not answer in time "
+            f"({said}): retry in a moment"
+        )
+    check = f"with {_CHECK[area]}" if area in _CHECK else "its state"
+    return OwnerUnreachableError(
+        f"the gateway on {where} is running but its {owner} did not answer in time "
+        f"({said}): the outcome of {verb} is unknown; check {check} before retrying"
+    )
+
+
 def http_client(where: Target, timeout: float | None) -> httpx.Client:
     """An HTTP client for ``where``'s admin API (``url`` with its key, or the socket)."""
     if where.socket:

@@ -43,19 +43,15 @@ import httpx
 from gateway.admin.http import ADMIN_TIMEOUT_S
 from gateway.cli.common import (
     NotDeliveredError,
+    OwnerUnreachableError,
     RefusedError,
     Target,
     UsageError,
     admin_key,
     admin_over_http,
-)
-from gateway.cli.keys_owner import (
-    NoGatewayError,
-    OwnerUnreachableError,
-    announce,
     not_reached,
-    reach_owner,
 )
+from gateway.cli.keys_owner import NoGatewayError, announce, reach_owner
 from gateway.process.config import ConfigError, load_sections, redacted
 from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError
 from schemas.keys import ROLES, parse_duration, parse_instant

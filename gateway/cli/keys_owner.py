@@ -24,7 +24,7 @@ import httpx
 
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request
 from gateway.admin.local_socket import answers, socket_path
-from gateway.cli.common import NotDeliveredError, Target, admin_over_http
+from gateway.cli.common import NotDeliveredError, Target, admin_over_http, not_reached
 from gateway.process.config import redacted
 from schemas import BusTimeoutError, Message, NoRespondersError, subjects
 
@@ -35,40 +35,10 @@ _CONNECT_TIMEOUT = 3.0
 # Past the gateway's own admin timeout, so that its answer (bus_timeout) arrives first.
 _SOCKET_TIMEOUT = ADMIN_TIMEOUT_S + 5.0
 _BY = "cli:keys"
-_OWNER = {"api_keys": "keys owner", "limits": "limits owner"}
 
 
 class NoGatewayError(Exception):
     """No gateway answered, on the bus nor on the database's socket: the offline path applies."""
-
-
-class OwnerUnreachableError(Exception):
-    """A gateway runs (it answered) but the command did not reach the owner, or its outcome is
-    unknown: the file is that owner's and is never written by the CLI."""
-
-
-def not_reached(
-    where: str, area: str, verb: str, reason: str, *, timed_out: bool
-) -> OwnerUnreachableError:
-    """The one line for a command ``where`` (the gateway on …) could not deliver (``reason``,
-    the gateway's own words; never a key): retry, or for a change that timed out, check."""
-    owner = _OWNER.get(area, f"{area} owner")
-    said = redacted(reason).rstrip(".")
-    if not timed_out:
-        return OwnerUnreachableError(
-            f"the gateway on {where} is running but could not reach its {owner} ({said}); "
-            "nothing was written: retry in a moment"
-        )
-    if verb in ("list", "get", "usage"):
-        return OwnerUnreachableError(
-            f"the gateway on {where} is running but its {owner} did not answer in time "
-            f"({said}): retry in a moment"
-        )
-    check = "`llmgw keys list`" if area == "api_keys" else f"`llmgw admin {area} get`"
-    return OwnerUnreachableError(
-        f"the gateway on {where} is running but its {owner} did not answer in time "
-        f"({said}): the outcome of {verb} is unknown; check with {check} before retrying"
-    )
 
 
 async def reach_owner(

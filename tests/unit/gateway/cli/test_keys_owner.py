@@ -3,74 +3,27 @@ command to the keys' owner (its bus reconnecting: 503 ``no_responders``; the own
 ``bus_timeout``): the command fails in one line and never writes the database behind the
 running owner. With nothing on the socket, the offline path still writes the file.
 
-The gateway here is a real HTTP server on the real Unix socket beside the database, answering
-each admin command as a gateway in that state does."""
+The gateway here is the ``gateway`` fixture: a real HTTP server on the real Unix socket beside
+the database, answering each admin command as a gateway in that state does."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socketserver
-import threading
-from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import pytest
-
-from gateway.admin.local_socket import socket_path
 from gateway.cli import keys_offline
 from gateway.cli import main as cli
+from tests.unit.gateway.cli.socket_gateway import LOST, SILENT
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
+    import pytest
+
+    from tests.unit.gateway.cli.socket_gateway import FakeGateway
+
 WHO = ("--org", "acme", "--user", "ann", "--role", "admin")
-LOST = "the gateway has lost its connection to its message bus (NATS) and is reconnecting"
-SILENT = "the control plane did not answer within 30s"
-
-
-class _Gateway(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-    answer: tuple[int, str, str]
-    made: dict[str, Any] | None  # when set, create answers with it; the rest as ``answer``
-    paths: list[str]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Gateway
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length", "0")))
-        self.server.paths.append(self.path)
-        status, code, message = self.server.answer
-        body = json.dumps({"error": {"message": message, "code": code}}).encode()
-        if self.server.made is not None and self.path == "/admin/api_keys/create":
-            status, body = 200, json.dumps(self.server.made).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[_Gateway]:
-    """A gateway on ``tmp_path/gw.sqlite3``'s socket that refuses every admin command as one
-    whose bus is lost does (set ``answer`` for another refusal)."""
-    server = _Gateway(str(socket_path(tmp_path / "gw.sqlite3")), _Handler)
-    server.answer, server.made, server.paths = (503, "no_responders", LOST), None, []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def _keys(tmp_path: Path, *args: str) -> int:
@@ -85,7 +38,7 @@ def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
 
 
 def test_keys_create_beside_a_gateway_whose_bus_is_lost_fails_and_writes_no_file(
-    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = _keys(tmp_path, "create", *WHO, "--rpm", "5")
 
@@ -101,7 +54,7 @@ def test_keys_create_beside_a_gateway_whose_bus_is_lost_fails_and_writes_no_file
 
 
 def test_keys_create_whose_owner_timed_out_says_the_outcome_is_unknown(
-    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
     gateway.answer = (504, "bus_timeout", SILENT)
 
@@ -115,7 +68,7 @@ def test_keys_create_whose_owner_timed_out_says_the_outcome_is_unknown(
 
 
 def test_keys_revoke_and_list_beside_a_gateway_whose_bus_is_lost_fail_and_name_no_key(
-    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
     secret = "gk-live-0123456789abcdef0123456789abcdef"  # revoke takes the key itself too
 
@@ -133,7 +86,7 @@ def test_keys_revoke_and_list_beside_a_gateway_whose_bus_is_lost_fail_and_name_n
 
 
 def test_a_key_the_gateway_made_is_shown_when_its_limit_is_not_delivered(
-    tmp_path: Path, gateway: _Gateway, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
     key = "gk-made-by-the-owner-0123456789abcdef"
     gateway.made = {"id": "gk-1a2b", "key": key, "org": "acme", "user": "ann", "role": "admin"}
