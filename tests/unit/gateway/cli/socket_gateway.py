@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socketserver
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
@@ -25,11 +26,18 @@ class FakeGateway(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     to ``api_keys create``; ``paths`` those asked; nothing is answered while ``hold`` is
     clear."""
 
-    daemon_threads = True
+    # Each command's thread is joined at close, so none writes into the next test's output.
+    daemon_threads = False
+    block_on_close = True
     answer: tuple[int, str, str]
     made: dict[str, Any] | None
     paths: list[str]
     hold: threading.Event
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A command held past the client's timeout is answered into a connection it closed.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
