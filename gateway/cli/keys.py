@@ -129,11 +129,16 @@ def _failed(exc: Exception, before: str = "") -> int:
     return code
 
 
-def _target(args: argparse.Namespace) -> tuple[str, str]:
-    """(absolute database path, NATS bus url or ""). Raises ValueError when neither ``--config`` nor
-    ``--db`` names the database and the default file does not exist."""
+def _target(args: argparse.Namespace) -> tuple[str, str, bool]:
+    """(absolute database path, NATS bus url or "", whether the config runs a cluster). Raises
+    ValueError when neither ``--config`` nor ``--db`` names the database and the default file
+    does not exist."""
     # Only the sections needed: the models' ${VAR}s need not be set to manage keys.
-    config = load_sections(args.config, "database", "bus") if args.config or not args.db else None
+    config = (
+        load_sections(args.config, "database", "bus", "cluster")
+        if args.config or not args.db
+        else None
+    )
     path = args.db or (config.database.path if config else "")
     if not args.config and not args.db and not Path(path).exists():
         # A key written to a file no gateway reads is a key that silently does nothing.
@@ -142,7 +147,20 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
             "--config FILE (its database.path) or --db PATH"
         )
     bus = config.bus.url if config is not None and config.bus.url.startswith("nats://") else ""
-    return str(Path(path).resolve()), bus
+    clustered = config is not None and config.cluster.enabled
+    return str(Path(path).resolve()), bus, clustered
+
+
+def _offline(path: str, bus: str, clustered: bool) -> None:
+    """Allow the offline path on ``path`` (no gateway answered). Raises ValueError for a
+    cluster's config: its keys are the cluster's (JetStream), and no host reads the file, so
+    a key written there would be shown as made and refused everywhere."""
+    if clustered:
+        raise ValueError(
+            f"no gateway of the cluster answered on {redacted(bus) or 'its bus'} and a cluster "
+            f"never reads keys from {path}: start an actors host, or name a running gateway "
+            "with --url or --bus"
+        )
 
 
 def _print(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -218,12 +236,13 @@ async def _create(args: argparse.Namespace) -> int:
     named = await _named(args, "create", values)
     if named is not None:
         return await _created_by_named(args, named, limit)
-    path, bus = _target(args)
+    path, bus, clustered = _target(args)
     try:
         made, via = await reach_owner(path, bus, "create", values)
         served = redacted(bus) if via == "bus" else f"serving {path}"
         where = f"through the gateway {'on ' if via == 'bus' else ''}{served}"
     except NoGatewayError:
+        _offline(path, bus, clustered)
         from gateway.cli import keys_offline as cli_keys_offline
 
         via = "file"
@@ -313,10 +332,11 @@ async def _list(args: argparse.Namespace) -> int:
 
 async def _listed_locally(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The keys from the gateway serving the named database, else from the file."""
-    path, bus = _target(args)
+    path, bus, clustered = _target(args)
     try:
         rows: list[dict[str, Any]] = (await reach_owner(path, bus, "list", {}))[0]["data"]
     except NoGatewayError:
+        _offline(path, bus, clustered)
         from gateway.cli import keys_offline as cli_keys_offline
 
         rows = await cli_keys_offline.listing(path)
@@ -328,10 +348,11 @@ async def _revoke(args: argparse.Namespace) -> int:
     if named is not None:
         _print(args, named, f"revoked {named['id']}")
         return 0
-    path, bus = _target(args)
+    path, bus, clustered = _target(args)
     try:
         revoked = (await reach_owner(path, bus, "revoke", {"id": args.key_id}))[0]
     except NoGatewayError:
+        _offline(path, bus, clustered)
         from gateway.cli import keys_offline as cli_keys_offline
 
         found = await cli_keys_offline.revoke(path, args.key_id)

@@ -115,3 +115,25 @@ async def test_keys_create_with_nothing_on_the_socket_writes_the_file(
     assert code == 0
     assert (made["via"], made["database"], made["limit_delivered"]) == ("file", str(db), "stored")
     assert [row["id"] for row in await keys_offline.listing(str(db))] == [made["id"]]
+
+
+def test_keys_create_for_a_cluster_no_host_answers_writes_no_file_nobody_reads(
+    tmp_path: Path, nats_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A cluster keeps its keys in JetStream: a key written to the file would be shown as made
+    # and refused by every host.
+    db = tmp_path / "gw.sqlite3"
+    config = tmp_path / "cluster.yaml"
+    config.write_text(
+        json.dumps(
+            {"database": {"path": str(db)}, "bus": {"url": nats_url}, "cluster": {"enabled": True}}
+        )
+    )
+
+    code = cli.main(["keys", "create", *WHO, "--config", str(config), "--json"])
+
+    line = _error_line(capsys)
+    assert code == 2
+    assert line.startswith("llmgw keys: no gateway of the cluster answered on "), line
+    assert f"a cluster never reads keys from {db}" in line
+    assert not db.exists()
