@@ -56,9 +56,6 @@ _UNSIGNED = "MISSING_THOUGHT_SIGNATURE"
 """Gemini's "the request has at least one thought signature missing": no answer either, but
 the request's doing (a tool call in its history that another provider made, or that lost its
 signature), not the endpoint's: see :func:`_unsigned`."""
-_PLAIN_STOP = frozenset({None, "STOP"})
-"""Finish reasons (``None``: a whole answer's candidate that gave none) after which a candidate
-holding no text and no function call is an empty answer (:func:`_empty`), not a ``stop``."""
 _encode = msgspec.json.Encoder().encode
 
 
@@ -94,8 +91,9 @@ def _unsigned() -> UpstreamBadResponseError:
 
 
 def _empty(thoughts: bool) -> EmptyAnswerError:
-    """The error of a candidate that stopped with no text and no function call (thinking
-    models do, now and then, and some conversation shapes every time): no answer to hand on,
+    """The error of a candidate whose finish is a plain ``stop`` (``STOP``, none, ``OTHER``,
+    ``LANGUAGE``...) with no text and no function call (thinking models do, now and then,
+    and some conversation shapes every time): no answer to hand on,
     so the attempt fails and, with nothing sent yet, another route serves; never the
     endpoint's failure (:class:`EmptyAnswerError`). ``thoughts``: it thought, and said
     nothing. (A ``MAX_TOKENS`` or filtered finish with no text is an answer: ``length``,
@@ -264,7 +262,9 @@ def from_gemini_response(data: JSON, *, model: str) -> JSON:
             message["tool_calls"] = calls
         # A blocked prompt ends a candidate that gave no reason of its own: filtered.
         finish = "content_filter" if blocked and not reason else finish_reason(reason, bool(calls))
-        if finish == "stop" and not text and reason in _PLAIN_STOP:
+        # Every finish that is a plain stop (STOP, none, OTHER, LANGUAGE, one Gemini adds):
+        # with no text and no call it handed nothing on.
+        if finish == "stop" and not text:
             raise _empty(bool(thoughts))
         choices.append({"index": index, "message": message, "finish_reason": finish})
     if not choices and blocked:
@@ -353,7 +353,7 @@ class GeminiToChatStream:
                 out.append(self._chunk([{"index": index, "delta": delta, "finish_reason": None}]))
             if reason:
                 ended = finish_reason(reason, bool(self._calls.get(index)))
-                if ended == "stop" and reason in _PLAIN_STOP and not self._shown.get(index):
+                if ended == "stop" and not self._shown.get(index):
                     raise _empty(index in self._shown)
                 self._open[index] = ended
         blocked = block_reason(data)

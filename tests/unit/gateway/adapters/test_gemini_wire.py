@@ -271,6 +271,9 @@ EMPTY: dict[str, tuple[str | None, list[dict[str, Any]]]] = {
     "signed empty text": ("STOP", [{"text": "", "thoughtSignature": "c2ln"}]),
     "only thoughts": ("STOP", [_THOUGHT]),
     "no finishReason": (None, []),
+    "other": ("OTHER", []),
+    "unsupported language": ("LANGUAGE", [{"text": ""}]),
+    "unspecified": ("FINISH_REASON_UNSPECIFIED", [_THOUGHT]),
 }
 
 
@@ -297,15 +300,16 @@ def test_a_whole_answer_with_no_content_at_all_is_an_empty_answer() -> None:
 
 
 @pytest.mark.parametrize("parts", [[], [_THOUGHT]], ids=["no parts", "only thoughts"])
+@pytest.mark.parametrize("reason", ["STOP", "OTHER"])
 def test_a_stream_that_stops_having_carried_no_text_or_call_is_an_empty_answer(
-    parts: list[dict[str, Any]],
+    parts: list[dict[str, Any]], reason: str
 ) -> None:
     alone = GeminiToChatStream("m", include_usage=True)
     after = GeminiToChatStream("m", include_usage=True)
     before = after.feed(_response(None, parts))  # a role (and thoughts), no answer yet
 
     with pytest.raises(UpstreamBadResponseError, match="empty answer"):
-        alone.feed(_response("STOP", parts))
+        alone.feed(_response(reason, parts))
     with pytest.raises(UpstreamBadResponseError, match="empty answer") as caught:
         after.feed(_response("STOP", [{"text": ""}]))
 
