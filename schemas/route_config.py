@@ -155,7 +155,7 @@ class RouteConfig(Strict):
     quota_pool: str | None = Field(default=None, min_length=1)
     concurrency_pool: str | None = Field(default=None, min_length=1)
     azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
-    bedrock: BedrockSettings | None = None  # kind bedrock: region and credential profile
+    bedrock: BedrockSettings | None = None  # kind bedrock: region, credentials, model family
 
     @model_validator(mode="after")
     def _azure_settings_on_azure_routes(self) -> RouteConfig:
@@ -178,6 +178,10 @@ class RouteConfig(Strict):
     def _bedrock_settings(self) -> RouteConfig:
         if (self.kind == "bedrock") != (self.bedrock is not None):
             raise ValueError("bedrock: {region} is required by, and only for, kind: bedrock")
+        if self.bedrock is not None and (
+            problem := self.bedrock.contradiction(self.provider_model_id)
+        ):
+            raise ValueError(problem)
         if self.kind == "bedrock":
             for secret in self.secrets:
                 if len(secret.split(":")) not in (2, 3) or not all(secret.split(":")[:2]):

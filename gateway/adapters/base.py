@@ -126,7 +126,7 @@ class UpstreamTarget:
     ttft_timeout: float = 120.0
     idle_timeout: float = 60.0
     azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
-    bedrock: BedrockSettings | None = None  # kind bedrock: region, credential profile
+    bedrock: BedrockSettings | None = None  # kind bedrock: region, credentials, model family
     trace_headers: dict[str, str] | None = None
     """The attempt's trace context (``traceparent``/``tracestate``) when telemetry is on."""
 

@@ -90,6 +90,12 @@ def model_url(base_url: str, model_id: str, op: str) -> str:
     return f"{base_url.rstrip('/')}/model/{quote(model_id, safe='')}/{op}"
 
 
+def _claude(target: UpstreamTarget, model: str) -> bool:
+    # An application inference profile's ARN does not show its model: the route says.
+    settings = target.bedrock
+    return (settings is not None and settings.model_family == "anthropic") or is_claude(model)
+
+
 class BedrockAdapter:
     """Calls Converse/ConverseStream, and InvokeModel for embeddings, on the pooled client."""
 
@@ -103,7 +109,7 @@ class BedrockAdapter:
     ) -> tuple[URL, bytes, dict[str, str]]:
         try:
             model = target.upstream_model or str(body.get("model", ""))
-            payload = _encode(to_converse_request(body, claude=is_claude(model)))
+            payload = _encode(to_converse_request(body, claude=_claude(target, model)))
         except InvalidRequestError as exc:
             raise UnsupportedParameterError(
                 exc.message, endpoint=target.endpoint, param=exc.param

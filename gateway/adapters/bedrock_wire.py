@@ -23,16 +23,16 @@ and, for models other than Claude, the ``thinking`` config and an assistant mess
 ``response_format`` ``json_object``, images that are not base64 data URLs of
 png/jpeg/gif/webp, tool arguments that are not a JSON object.
 
-Claude on Bedrock (a model id ``anthropic.*`` or ``<region>.anthropic.*``, as ``claude=``
-says) thinks as on the Anthropic API: the ``thinking`` config (or one made from
-``reasoning_effort``, with the anthropic adapter's budgets and rules) goes in
-``additionalModelRequestFields``, what Claude refuses while a config has it think is refused
-here, and
-an assistant message's signed ``thinking_blocks`` go back as ``reasoningContent`` blocks
-(``reasoningText`` with its ``signature``, or ``redactedContent``), first in that turn or
-where ``after`` puts them. Answers and streams: every ``reasoningContent`` text is
-``reasoning_content``; a signed or redacted one is also a ``thinking_blocks`` entry, as
-from the anthropic adapter (streamed: at its ``contentBlockStop``).
+Claude on Bedrock (a model id ``anthropic.*`` or ``<region>.anthropic.*``, or a route's
+``bedrock.model_family: anthropic`` for an opaque id, as ``claude=`` says) thinks as on the
+Anthropic API: the ``thinking`` config (or one made from ``reasoning_effort``, with the
+anthropic adapter's budgets and rules) goes in ``additionalModelRequestFields``, what Claude
+refuses while a config has it think is refused here, and an assistant message's signed
+``thinking_blocks`` go back as ``reasoningContent`` blocks (``reasoningText`` with its
+``signature``, or ``redactedContent``), first in that turn or where ``after`` puts them.
+Answers and streams: every ``reasoningContent`` text is ``reasoning_content``; a signed or
+redacted one is also a ``thinking_blocks`` entry, as from the anthropic adapter (streamed: at
+its ``contentBlockStop``).
 """
 
 from __future__ import annotations

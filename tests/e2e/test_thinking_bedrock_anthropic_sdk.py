@@ -1,8 +1,10 @@
 """Claude's extended thinking through the gateway to a ``bedrock`` route (Converse), and back.
 
 A Messages client (the official ``anthropic`` SDK) asking for ``thinking`` on a model whose
-route is Claude on Bedrock gets Claude's signed thinking and redacted_thinking blocks, plain
-and streamed (the stream accumulating to the plain answer), and sending them back in a
+route is Claude on Bedrock (by its model id, or an application inference profile's ARN with
+``bedrock.model_family: anthropic``) gets Claude's signed thinking and redacted_thinking
+blocks, plain and streamed (the stream accumulating to the plain answer), and sending them
+back in a
 tool-use turn reaches Bedrock as ``reasoningContent`` first in that turn, which
 :class:`FakeBedrock` (like Bedrock) requires while thinking is on, after checking every body
 against botocore's service model.
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 MODEL_ID = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+APP_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
 THOUGHT = "The user wants the weather in Paris, so I call get_weather."
 SIGNED = {"type": "thinking", "thinking": THOUGHT, "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3h"}
 REDACTED = {"type": "redacted_thinking", "data": base64.b64encode(b"redacted by Claude").decode()}
@@ -39,7 +42,7 @@ TOOL_USE = {"type": "tool_use", "id": "tu_1", "name": "get_weather", "input": {"
 
 @pytest.fixture
 async def bedrock() -> AsyncIterator[FakeBedrock]:
-    up = FakeBedrock("bedrock1", chunks=3)
+    up = FakeBedrock("bedrock1", chunks=3, profiles={APP_PROFILE: MODEL_ID})
     await up.start()
     try:
         yield up
@@ -47,24 +50,34 @@ async def bedrock() -> AsyncIterator[FakeBedrock]:
         await up.close()
 
 
-async def _claude(gateway_factory: GatewayFactory, up: FakeBedrock) -> RunningGateway:
-    """A gateway whose model ``m`` is Claude on the Bedrock ``up``, thinking twice."""
+async def _claude(
+    gateway_factory: GatewayFactory, up: FakeBedrock, settings: dict[str, str] | None = None
+) -> RunningGateway:
+    """A gateway whose model ``m`` is Claude on the Bedrock ``up``, thinking twice
+    (``settings``: the route's ``bedrock:`` settings besides the region)."""
     up.enqueue(CLAUDE, CLAUDE)
     route = {
         "kind": "bedrock",
         "base_url": up.base_url,
-        "bedrock": {"region": BEDROCK_REGION},
-        "provider_model_id": MODEL_ID,
+        "bedrock": {"region": BEDROCK_REGION, **(settings or {})},
+        "provider_model_id": APP_PROFILE if settings else MODEL_ID,
         "api_key": BEDROCK_KEY,
     }
     return await gateway_factory(config(model("m", route)))
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [None, {"model_family": "anthropic"}],
+    ids=["claude_model_id", "application_inference_profile"],
+)
 async def test_a_messages_client_gets_claudes_signed_thinking_from_bedrock(
-    gateway_factory: GatewayFactory, bedrock: FakeBedrock
+    gateway_factory: GatewayFactory, bedrock: FakeBedrock, settings: dict[str, str] | None
 ) -> None:
-    # Before: Bedrock was never asked to think, and the answer held the tool_use block only.
-    client = (await _claude(gateway_factory, bedrock)).anthropic()
+    # Before: Bedrock was never asked to think, and the answer held the tool_use block only;
+    # so it stayed for an application inference profile's ARN, which does not show Claude,
+    # until its route said model_family: anthropic.
+    client = (await _claude(gateway_factory, bedrock, settings)).anthropic()
     ask: dict[str, Any] = {"model": "m", "max_tokens": 2048, "messages": HI, "tools": TOOLS}
 
     plain = await client.messages.create(**ask, thinking=CONFIG)
@@ -74,6 +87,7 @@ async def test_a_messages_client_gets_claudes_signed_thinking_from_bedrock(
 
     sent = [r.json["additionalModelRequestFields"] for r in bedrock.requests]
     assert sent == [{"thinking": CONFIG}, {"thinking": CONFIG}]
+    assert {r.model for r in bedrock.requests} == {APP_PROFILE if settings else MODEL_ID}
     content = [b.model_dump(exclude_none=True) for b in plain.content]
     assert content == [SIGNED, REDACTED, TOOL_USE]
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == content

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.loaders import Loader
@@ -17,17 +17,25 @@ from botocore.model import ServiceModel
 from botocore.validate import ParamValidator
 
 from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS
+from gateway.adapters.base import UpstreamTarget
 from gateway.adapters.bedrock_stream import ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, is_claude, to_converse_request
+from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.formats import anthropic_messages
 from schemas import InvalidRequestError
+from schemas.bedrock_settings import BedrockSettings
 from tests.fixtures.anthropic_sdk import accumulated_message
+from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION
+
+if TYPE_CHECKING:
+    from tests.fixtures.upstream_bedrock import FakeBedrock
 
 JSON = dict[str, Any]
 _SERVICE = ServiceModel(Loader().load_service_model("bedrock-runtime", "service-2"))
 SIGNED = {"type": "thinking", "thinking": "Paris: call get_weather.", "signature": "EqQBsig"}
 REDACTED = {"type": "redacted_thinking", "data": base64.b64encode(b"opaque").decode()}
 CALL = {"id": "tooluse_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+APP_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
 
 
 CLAUDE_CONTENT: list[JSON] = [
@@ -277,3 +285,40 @@ def test_claude_stream_accumulates_in_the_anthropic_sdk_to_the_plain_answer() ->
 
     assert upstream.is_complete
     assert [b.model_dump(exclude_none=True) for b in streamed.content] == MESSAGES_CONTENT
+
+
+@pytest.mark.parametrize(
+    ("family", "thinking", "blocks"),
+    [
+        ("anthropic", {"thinking": {"type": "enabled", "budget_tokens": 2048}}, 2),
+        (None, None, 0),
+    ],
+)
+async def test_application_inference_profile_thinks_as_claude_when_its_route_says_anthropic(
+    fake_bedrock: FakeBedrock, family: Any, thinking: JSON | None, blocks: int
+) -> None:
+    # Before: the ARN does not show Claude, so thinking and its signed blocks were dropped.
+    settings = BedrockSettings(region=BEDROCK_REGION, model_family=family)
+    target = UpstreamTarget(
+        endpoint="m:bedrock",
+        kind="bedrock",
+        base_url=fake_bedrock.base_url,
+        upstream_model=APP_PROFILE,
+        api_key=BEDROCK_KEY,
+        timeout=10.0,
+        connect_timeout=5.0,
+        bedrock=settings,
+    )
+    assistant = {"role": "assistant", "content": "Checking.", "tool_calls": [CALL]}
+    http = make_http_client()
+    try:
+        chat = _history({**assistant, "thinking_blocks": [SIGNED, REDACTED]})
+        await make_adapters(http)["bedrock"].complete(target, chat)
+    finally:
+        await http.aclose()
+
+    (sent,) = fake_bedrock.requests
+    assert sent.model == APP_PROFILE
+    assert sent.json.get("additionalModelRequestFields") == thinking
+    kinds = [next(iter(b)) for b in sent.json["messages"][1]["content"]]
+    assert kinds == ["reasoningContent"] * blocks + ["text", "toolUse"]

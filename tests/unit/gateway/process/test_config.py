@@ -89,6 +89,40 @@ def test_config_bedrock_settings_are_checked(route: str, says: str) -> None:
     assert says in _error(f"models: [{{id: a, route: [{route}]}}]")
 
 
+_APP_PROFILE = "arn:aws:bedrock:us-east-1:123456789012:application-inference-profile/a1b2c3d4e5f6"
+
+
+@pytest.mark.parametrize("model_id", [_APP_PROFILE, "us.anthropic.claude-sonnet-4-5-v1:0"])
+def test_config_bedrock_model_family_is_read_for_an_opaque_or_claude_id(model_id: str) -> None:
+    cfg = parse_config(
+        f"models: [{{id: a, route: [{{kind: bedrock, provider_model_id: '{model_id}',"
+        " bedrock: {region: us-east-1, model_family: anthropic}}]}]"
+    )
+    settings = cfg.models[0].route[0].bedrock
+    assert settings is not None and settings.model_family == "anthropic"
+
+
+@pytest.mark.parametrize(
+    ("model_id", "family", "says"),
+    [
+        ("meta.llama3-8b-instruct-v1:0", "anthropic", "model_family: anthropic contradicts"),
+        (
+            "arn:aws:bedrock:us-east-1::foundation-model/amazon.nova-pro-v1:0",
+            "anthropic",
+            "model_family: anthropic contradicts",
+        ),
+        (_APP_PROFILE, "meta", "route[0].bedrock.model_family: Input should be 'anthropic'"),
+    ],
+)
+def test_config_bedrock_model_family_against_the_id_is_refused(
+    model_id: str, family: str, says: str
+) -> None:
+    assert says in _error(
+        f"models: [{{id: a, route: [{{kind: bedrock, provider_model_id: '{model_id}',"
+        f" bedrock: {{region: us-east-1, model_family: {family}}}}}]}}]"
+    )
+
+
 def test_config_with_unknown_router_lists_known_routers() -> None:
     msg = _error("models: [{id: a, router: fastest, route: [{kind: echo}]}]")
     assert (
