@@ -35,7 +35,7 @@ class BedrockSettings(BaseModel):
         """Why ``model_family`` contradicts a model id that names another family, or None."""
         if self.model_family is None or not _names_its_family(model_id):
             return None
-        if model_id.startswith("anthropic.") or ".anthropic." in model_id:
+        if is_claude(model_id):
             return None
         return (
             f"bedrock.model_family: {self.model_family} contradicts provider_model_id "
@@ -48,3 +48,8 @@ def _names_its_family(model_id: str) -> bool:
     if model_id.startswith("arn:"):
         return model_id.split(":", 5)[-1].startswith(_NAMING_ARN_RESOURCES)
     return "." in model_id
+
+
+def is_claude(model_id: str) -> bool:
+    """Whether a Bedrock model id (or an ARN ending in one) names an Anthropic model."""
+    return model_id.startswith("anthropic.") or ".anthropic." in model_id

@@ -45,9 +45,10 @@ from gateway.adapters.bedrock_embed import (
     vectors_of,
 )
 from gateway.adapters.bedrock_stream import ConverseToChatStream
-from gateway.adapters.bedrock_wire import from_converse_response, is_claude, to_converse_request
+from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
+from schemas.bedrock_settings import is_claude
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping

@@ -93,11 +93,6 @@ REFUSALS = frozenset({"guardrail_intervened", "content_filtered"})
 _encode = msgspec.json.Encoder().encode
 
 
-def is_claude(model_id: str) -> bool:
-    """Whether a Bedrock model id (or an ARN ending in one) names an Anthropic model."""
-    return model_id.startswith("anthropic.") or ".anthropic." in model_id
-
-
 def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
     """The Converse request body for a canonical chat request (``claude``: for a Claude
     model, which thinks as the module docstring says).

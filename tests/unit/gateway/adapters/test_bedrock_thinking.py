@@ -19,11 +19,11 @@ from botocore.validate import ParamValidator
 from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS
 from gateway.adapters.base import UpstreamTarget
 from gateway.adapters.bedrock_stream import ConverseToChatStream
-from gateway.adapters.bedrock_wire import from_converse_response, is_claude, to_converse_request
+from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.registry import make_adapters, make_http_client
 from gateway.formats import anthropic_messages
 from schemas import InvalidRequestError
-from schemas.bedrock_settings import BedrockSettings
+from schemas.bedrock_settings import BedrockSettings, is_claude
 from tests.fixtures.anthropic_sdk import accumulated_message
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION
 
