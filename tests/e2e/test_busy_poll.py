@@ -5,6 +5,7 @@ goes with the server. Off by default. Refused out of its bounds."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 import pytest
@@ -90,3 +91,22 @@ async def test_another_gateway_in_the_process_leaves_a_polling_gateways_poller_a
 def test_a_window_out_of_bounds_is_a_config_error(window_us: int) -> None:
     with pytest.raises(ValidationError, match="busy_poll_us"):
         ServerConfig(busy_poll_us=window_us)
+
+
+@pytest.mark.parametrize("engine_name", ["granian", "builtin"])
+async def test_polling_beside_granian_is_warned_against_at_start(
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    engine_name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Granian's threads wait for the GIL the polling loop holds: it only slows answers there.
+    server = {"engine": engine_name, "busy_poll_us": 300}
+    with caplog.at_level(logging.WARNING, logger="gateway.process.engines"):
+        gw = await start_gateway(
+            config(model("m", route(fake_upstream)), server=server), data_dir=tmp_path
+        )
+        await gw.stop()
+
+    warned = [r.getMessage() for r in caplog.records if "busy_poll_us" in r.getMessage()]
+    assert bool(warned) == (engine_name == "granian"), warned
