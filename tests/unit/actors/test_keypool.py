@@ -67,6 +67,23 @@ def test_key_specific_statuses() -> None:
     ] == [None, 401, 402, 403, 408, 425, 429, 500, 599]
 
 
+def test_a_client_error_with_no_status_never_mutes_a_sole_key() -> None:
+    # A model's unusable answer (a 200 with nothing to hand on: empty, a malformed tool
+    # call) has no status: it was read as "no answer", so three of one caller's requests
+    # muted the route's only key for every caller. A 403 stays the key's.
+    p = pool(("a", "free"))
+    seen = [
+        p.record("a", status=None, outcome="client_error", role="free", now=float(t))
+        for t in range(10)
+    ]
+    assert seen == [None] * 10 and p.acquire("c", "free", 10) == "a"
+    forbidden = [
+        p.record("a", status=403, outcome="client_error", role="free", now=float(t))
+        for t in range(11, 21)
+    ]
+    assert any(until is not None for until in forbidden)
+
+
 def test_retry_after_is_a_floor_and_a_mute_never_shortens() -> None:
     p = pool(("a", "free"), ("b", "free"))
     assert fail(p, "a", 0, retry_after=900) == 900
