@@ -231,15 +231,18 @@ class UpstreamBadResponseError(UpstreamError):
     code = ErrorCode.UPSTREAM_BAD_RESPONSE
 
 
-class EmptyAnswerError(UpstreamBadResponseError):
-    """The model stopped with nothing to hand on (no text, no tool call): the next route is
-    tried and, when none answers, the caller gets the 502. Never the endpoint's failure: some
-    conversations make a model answer empty every time, and one caller's conversation must
-    not bench the route or open its circuit for every caller."""
+class UnusableAnswerError(UpstreamBadResponseError):
+    """The model answered this request with nothing to hand on: it stopped with no text and
+    no tool call, or its answer ended broken (a malformed or unexpected tool call, malformed
+    output: Gemini's ``MALFORMED_FUNCTION_CALL``, Bedrock's ``malformed_tool_use``). The next
+    route is tried and, when none answers, the caller gets the 502. Never the endpoint's
+    failure: the request's conversation and tools are what make a model answer so, some of
+    them every time, and one caller's request must not bench the route or open its circuit
+    for every caller."""
 
     @property
     def counts_against_endpoint(self) -> bool:
-        """Never: the endpoint answered; the model had nothing to say to this request."""
+        """Never: the endpoint answered; the model had nothing usable to say to this request."""
         return False
 
 

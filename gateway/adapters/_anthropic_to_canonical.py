@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from schemas import UpstreamBadResponseError, UpstreamError
+from schemas.errors import UnusableAnswerError
 
 JSON = dict[str, Any]
 
@@ -56,13 +57,13 @@ def new_id(prefix: str) -> str:
     return prefix + os.urandom(12).hex()
 
 
-def bad_answer(what: str) -> UpstreamBadResponseError:
+def bad_answer(what: str, *, unusable: bool = False) -> UpstreamBadResponseError:
     """The upstream's answer breaks its provider API's shapes (Anthropic's, Gemini's,
     Bedrock's: the translators share it; its ``endpoint`` is set by the adapter that
-    called)."""
-    return UpstreamBadResponseError(
-        f"upstream returned an invalid response: {what}", kind="bad_response"
-    )
+    called). ``unusable``: the model's answer had nothing to hand on (empty, or broken by a
+    malformed tool call), never the route's failure (:class:`UnusableAnswerError`)."""
+    error = UnusableAnswerError if unusable else UpstreamBadResponseError
+    return error(f"upstream returned an invalid response: {what}", kind="bad_response")
 
 
 def finish_reason(stop_reason: Any) -> str:

@@ -22,7 +22,6 @@ from gateway.adapters._anthropic_to_canonical import (
     provider_counts,
     text_field,
 )
-from schemas.errors import EmptyAnswerError
 
 if TYPE_CHECKING:
     from schemas import UpstreamBadResponseError
@@ -51,7 +50,9 @@ _FAILED = frozenset(
     }
 )
 """Finish reasons saying the model's answer broke: no answer to hand on (as ``stop`` it was
-an empty success), so the attempt fails and, with nothing sent yet, another route serves."""
+an empty success), so the attempt fails and, with nothing sent yet, another route serves. The
+request's tools and conversation make a model answer so, not a sick endpoint: never counted
+against the route (:class:`UnusableAnswerError`)."""
 _UNSIGNED = "MISSING_THOUGHT_SIGNATURE"
 """Gemini's "the request has at least one thought signature missing": no answer either, but
 the request's doing (a tool call in its history that another provider made, or that lost its
@@ -66,7 +67,7 @@ def finish_reason(reason: Any, has_calls: bool) -> str:
     UpstreamBadResponseError for a reason saying the answer broke (:data:`_FAILED`), or
     that the request lacked a thought signature (:data:`_UNSIGNED`, a 400)."""
     if reason in _FAILED:
-        raise bad_answer(f"the model's answer ended with finishReason {reason}")
+        raise bad_answer(f"the model's answer ended with finishReason {reason}", unusable=True)
     if reason == _UNSIGNED:
         raise _unsigned()
     if reason == "MAX_TOKENS":
@@ -90,19 +91,16 @@ def _unsigned() -> UpstreamBadResponseError:
     return err
 
 
-def _empty(thoughts: bool) -> EmptyAnswerError:
+def _empty(thoughts: bool) -> UpstreamBadResponseError:
     """The error of a candidate whose finish is a plain ``stop`` (``STOP``, none, ``OTHER``,
     ``LANGUAGE``...) with no text and no function call (thinking models do, now and then,
     and some conversation shapes every time): no answer to hand on,
     so the attempt fails and, with nothing sent yet, another route serves; never the
-    endpoint's failure (:class:`EmptyAnswerError`). ``thoughts``: it thought, and said
+    endpoint's failure (:class:`UnusableAnswerError`). ``thoughts``: it thought, and said
     nothing. (A ``MAX_TOKENS`` or filtered finish with no text is an answer: ``length``,
     ``content_filter``.)"""
     said = "only thoughts, no text or function call" if thoughts else "no text or function call"
-    return EmptyAnswerError(
-        f"upstream returned an invalid response: the model returned an empty answer ({said})",
-        kind="bad_response",
-    )
+    return bad_answer(f"the model returned an empty answer ({said})", unusable=True)
 
 
 def chat_usage(meta: Any) -> JSON | None:

@@ -41,7 +41,7 @@ class ConverseToChatStream:
         self._include_usage = include_usage
         self._role_sent = False
         self._tools: dict[int, int] = {}  # contentBlockIndex -> tool_calls index
-        self._stop: str | None = None
+        self._finish: str | None = None  # from messageStop
         self._texted = False  # text came: a reasoning block after it is interleaved
         # contentBlockIndex -> a reasoning block's text pieces, signature, redacted pieces
         self._reasoning: dict[int, tuple[list[str], list[str], list[str]]] = {}
@@ -70,7 +70,8 @@ class ConverseToChatStream:
             }
             return [self._chunk({"tool_calls": [call]})]
         if event == "messageStop":
-            self._stop = text_field(payload, "stopReason", "a messageStop") or "end_turn"
+            stop = text_field(payload, "stopReason", "a messageStop") or "end_turn"
+            self._finish = finish_reason(stop)
             return []
         if event == "metadata":
             return self._end(payload.get("usage"))
@@ -81,7 +82,7 @@ class ConverseToChatStream:
     def finish(self) -> list[JSON]:
         """The closing chunks when the body ended after ``messageStop`` without
         ``metadata``; None-equivalent (empty, not complete) when it ended before."""
-        if self._stop is None or self.is_complete:
+        if self._finish is None or self.is_complete:
             return []
         return self._end(None)
 
@@ -134,7 +135,7 @@ class ConverseToChatStream:
 
     def _end(self, usage: Any) -> list[JSON]:
         self.is_complete = True
-        out = [self._chunk({}, finish_reason(self._stop))]
+        out = [self._chunk({}, self._finish)]
         if self._include_usage:
             out.append(self._base([], usage=chat_usage(usage)))
         return out

@@ -90,6 +90,9 @@ _FINISH = {
 }
 REFUSALS = frozenset({"guardrail_intervened", "content_filtered"})
 """Stop reasons that say a guardrail or filter refused: the text is the refusal."""
+_BROKEN = frozenset({"malformed_model_output", "malformed_tool_use"})
+"""Stop reasons that say the model's answer broke: nothing to hand on (as ``stop`` a client
+took a cut answer, or one without its tool call, for a whole one)."""
 _encode = msgspec.json.Encoder().encode
 
 
@@ -334,7 +337,11 @@ def chat_usage(usage: Any) -> JSON | None:
 
 
 def finish_reason(stop_reason: Any) -> str:
-    """The chat finish reason for a Converse ``stopReason``."""
+    """The chat finish reason for a Converse ``stopReason`` (unknown ones: ``stop``). Raises
+    UnusableAnswerError for one saying the answer broke (:data:`_BROKEN`): the attempt fails
+    and, with nothing sent yet, another route serves; never the endpoint's failure."""
+    if stop_reason in _BROKEN:
+        raise bad_answer(f"the model's answer ended with stopReason {stop_reason}", unusable=True)
     return _FINISH.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
 
 

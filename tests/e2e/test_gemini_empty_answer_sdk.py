@@ -3,7 +3,8 @@ function call: no parts, an empty text, or only thoughts; a flake of Gemini's th
 is no answer, end to end: through the official openai SDK (chat, responses) and anthropic SDK
 (messages) against the fake Gemini API, the next route serves, plain and streamed; with no
 other route, the client gets a 502 in its API's shape (never a 500, never an empty success),
-and the attempt counts against the Gemini route as a ``MALFORMED_*`` finish does. A stream
+and the attempt never counts against the Gemini route (one caller's conversation must not
+open its circuit). A stream
 that already relayed something (its thoughts) ends in the dialect's stream error.
 """
 

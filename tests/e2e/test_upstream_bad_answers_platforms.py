@@ -291,6 +291,71 @@ async def test_a_missing_thought_signature_is_the_requests_never_the_gemini_rout
     assert (await post(gw, "chat", stream=stream))[0] == 200  # its circuit never opened
 
 
+BROKEN_ANSWERS = {
+    "gemini MALFORMED_FUNCTION_CALL": _gemini([], "MALFORMED_FUNCTION_CALL"),
+    "gemini UNEXPECTED_TOOL_CALL": _gemini([], "UNEXPECTED_TOOL_CALL"),
+    "bedrock malformed_tool_use": _converse([{"text": "Let me call"}], "malformed_tool_use"),
+    "bedrock malformed_model_output": _converse([{"text": "Hel"}], "malformed_model_output"),
+}
+
+
+def _broken(case: str, stream: bool) -> Reply:
+    """``case``'s answer, whole or as its stream (Bedrock's: its start, then the stop)."""
+    kind, reason = case.split()
+    answer = BROKEN_ANSWERS[case]
+    if not stream:
+        return Reply(body=answer)
+    if kind == "gemini":
+        return _stream(kind, _sse(answer))
+    start, stop = (
+        event("messageStart", {"role": "assistant"}),
+        event("messageStop", {"stopReason": reason}),
+    )
+    return _stream(kind, start, stop, event("metadata", {"usage": {"inputTokens": 1}}))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("case", BROKEN_ANSWERS)
+async def test_a_broken_answer_fails_over_and_is_never_the_routes_failure(
+    gateway_factory: GatewayFactory,
+    upstreams: Callable[[str], Awaitable[FakeUpstream]],
+    case: str,
+    stream: bool,
+) -> None:
+    # An answer the model broke (a malformed or unexpected tool call, malformed output) has
+    # nothing to hand on: Bedrock's was relayed as a finished "stop" (a cut text, the tool
+    # call lost), and Gemini's counted as the endpoint's failure, though the request's tools
+    # are what make a model answer so: one caller's tools could open the route's circuit.
+    kind, reason = case.split()
+    broken, good = await upstreams(kind), await upstreams("openai")
+    broken.set_default(_broken(case, stream))
+    two = await start_gateway(gateway_factory, _route(kind, broken), route(good, TINY))
+
+    status, body = await post(two, "chat", stream=stream)
+
+    assert status == 200 and len(good.requests) == 1, body
+    assert not stream or ended_cleanly("chat", body), body
+    await two.stop()
+
+    alone = await start_gateway(gateway_factory, _route(kind, broken))
+    async with watch(alone, subjects.observation(eid("m", broken))) as obs:
+        answers = [await post(alone, "chat", stream=stream) for _ in range(3)]
+        seen = [await obs.next(Observation) for _ in range(3)]
+
+    assert [(o.outcome, o.error_kind) for o in seen] == [("client_error", "bad_response")] * 3
+    for status, body in answers:
+        assert is_bad_response("chat", status, body) and reason in body, body
+    broken.set_default(
+        _stream(kind, *(STREAMS[kind][:2])) if stream else Reply(body=_healthy(kind))
+    )
+    last = await post(alone, "chat", stream=stream)
+    assert last[0] == 200, last  # its circuit never opened
+
+
+def _healthy(kind: str) -> dict[str, Any]:
+    return _gemini([{"text": "hi"}], "STOP") if kind == "gemini" else _converse([{"text": "hi"}])
+
+
 # -- embeddings ----------------------------------------------------------------------------------
 
 EMBEDDINGS = {

@@ -204,6 +204,27 @@ def test_stream_ending_after_message_stop_without_metadata_still_finishes() -> N
     assert last["choices"][0]["finish_reason"] == "length" and t.is_complete
 
 
+@pytest.mark.parametrize("stop", ["malformed_tool_use", "malformed_model_output"])
+def test_a_stop_saying_the_answer_broke_is_an_unusable_answer_never_the_routes(
+    stop: str,
+) -> None:
+    # Both were read as "stop": a cut text, or one whose tool call was lost, went to the
+    # client as a whole answer.
+    data = {"output": {"message": {"role": "assistant", "content": [{"text": "Let me"}]}}}
+    t = ConverseToChatStream("m", include_usage=False)
+    t.feed("contentBlockDelta", {"delta": {"text": "Let me"}, "contentBlockIndex": 0})
+
+    with pytest.raises(UpstreamBadResponseError, match=stop) as whole:
+        from_converse_response({**data, "stopReason": stop}, model="m")
+    with pytest.raises(UpstreamBadResponseError, match=stop) as streamed:
+        t.feed("messageStop", {"stopReason": stop})
+
+    for caught in (whole, streamed):
+        assert caught.value.kind == "bad_response" and caught.value.status is None
+        assert not caught.value.counts_against_endpoint
+    assert not t.is_complete and t.finish() == []
+
+
 # -- answers and events that break the service model's shapes -------------------------------
 # Each raised AttributeError or TypeError in the translation (a 500 with a logged traceback,
 # or a torn stream), or was silently dropped or relayed as nonsense (a block that was not an

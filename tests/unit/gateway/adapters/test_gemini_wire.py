@@ -258,10 +258,14 @@ def test_a_finish_saying_the_answer_broke_is_a_bad_response_not_an_empty_stop(
     broken = _response(reason, [])
     translator = GeminiToChatStream("m", include_usage=False)
 
-    with pytest.raises(UpstreamBadResponseError, match=reason):
+    with pytest.raises(UpstreamBadResponseError, match=reason) as whole:
         from_gemini_response(broken, model="m")
-    with pytest.raises(UpstreamBadResponseError, match=reason):
+    with pytest.raises(UpstreamBadResponseError, match=reason) as streamed:
         translator.feed(broken)
+
+    # The request's tools or history make a model answer so, not a sick endpoint.
+    assert not whole.value.counts_against_endpoint
+    assert not streamed.value.counts_against_endpoint
 
 
 _THOUGHT = {"text": "let me think", "thought": True}
