@@ -380,7 +380,7 @@ def chunk_problem(chunk: JSON, n: int = 1) -> str | None:
 def _choices_problem(
     body: JSON, part: str, part_problem: Callable[[JSON], str | None], n: int
 ) -> str | None:
-    if "usage" in body:
+    if body.get("usage") is not None:  # a stream's chunks carry null but for the last
         sanitise_usage(body)
     choices = body.get("choices")
     if choices is None:

@@ -269,7 +269,10 @@ class ChatStream:
         if not self._usage and "usage" in chunk:
             if not chunk.get("choices"):
                 return []
-            chunk = {k: v for k, v in chunk.items() if k != "usage"}
+            if chunk["usage"] is None:  # every chunk's, once asked: read by nothing after
+                del chunk["usage"]
+            else:  # a provider's usage on a content chunk: the attempt may still read it
+                chunk = {k: v for k, v in chunk.items() if k != "usage"}
         return [b"data: " + _encode(chunk) + b"\n\n"]
 
     def finish(self) -> list[bytes]:
