@@ -63,6 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 from gateway.process.engines import ENGINES
 from schemas.process_config import ServerConfig
+from tests.benchmarks import litellm_target
 from tests.benchmarks.bench_topology import (
     ACTORS_NODE_ID,
     GATEWAY_PROCESSES,
@@ -111,7 +112,9 @@ class _Surface:
     gateway_model: str = ""  # the model field sent to the gateway ("": the plain model)
 
     def model_for(self, target: str) -> str:
-        """The model field this mode sends to ``target``."""
+        """The model field this mode sends to ``target`` (LiteLLM serves the plain model)."""
+        if target == "litellm":
+            return _GATEWAY_MODEL
         if target != "gateway":
             return _UPSTREAM_MODEL
         return self.gateway_model or _GATEWAY_MODEL
@@ -177,8 +180,9 @@ _SURFACES: dict[str, _Surface] = {
 }
 TRANSPORTS = ("as-is", "aiohttp", "httpx")
 LOOPS = ("as-is", "asyncio", "uvloop")
-TARGETS = ("direct", "floor", "gateway")
+TARGETS = ("direct", "floor", "gateway", "litellm")
 _DEFAULT_TARGETS = ["direct", "gateway"]
+_IN_GATEWAYS_PLACE = ("floor", "litellm")  # a process measured on the gateway's cores
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
 _UPSTREAM_READY = re.compile(r"fake upstream listening on (http://\S+)")
 _GATEWAY_READY = re.compile(r"llmgw listening on (http://\S+)")
@@ -993,6 +997,18 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                 relay = _python("-m", "tests.benchmarks.relay", "--upstream", upstream_url)
                 floor, m = kids.start("floor", _pinned(args.gateway_cpus, relay), _RELAY_READY)
                 urls["floor"], watch_pids["floor"] = m.group(1), floor.pid
+            if "litellm" in args.targets:
+                if not args.litellm:
+                    raise RuntimeError("--targets litellm needs --litellm BIN")
+                urls["litellm"], watch_pids["litellm"] = litellm_target.start(
+                    kids.start,
+                    args.litellm,
+                    litellm_target.config(
+                        upstream_url, _GATEWAY_MODEL, _UPSTREAM_MODEL, "sk-bench"
+                    ),
+                    tmp,
+                    functools.partial(_pinned, args.gateway_cpus),
+                )
             if nats_pid:
                 watch_pids["nats"] = nats_pid
             watch_cpus = sorted(set(_cpu_list(args.gateway_cpus) + _cpu_list(args.load_cpus)))
@@ -1101,14 +1117,14 @@ def _gateway_pct(r: StepResult) -> float:
 
 
 def _cpu_cell(r: StepResult) -> str:
-    gw = r.cpu_pct.get("floor") if r.target == "floor" else _gateway_pct(r)
+    gw = r.cpu_pct.get(r.target) if r.target in _IN_GATEWAYS_PLACE else _gateway_pct(r)
     return "/".join(_fmt(v, 0) for v in (gw, r.cpu_pct.get("upstream"), r.cpu_pct.get("loadgen")))
 
 
 def server_cpu_us(r: StepResult) -> float | None:
     """CPU microseconds the measured server spent per request: the gateway (plus an actors
     host apart and a nats-server the script started) for gateway rows, the relay for floor
-    rows, the upstream for direct rows.
+    rows, LiteLLM for litellm rows, the upstream for direct rows.
 
     Unlike req/s this hardly moves when other work shares the core, and one core's worth
     of it (1e6 / value) is the throughput that core would reach on its own."""
@@ -1116,10 +1132,10 @@ def server_cpu_us(r: StepResult) -> float | None:
         if "gateway" not in r.cpu_pct:
             return None
         pct = _gateway_pct(r)
-    elif r.target == "floor":
-        if "floor" not in r.cpu_pct:
+    elif r.target in _IN_GATEWAYS_PLACE:
+        if r.target not in r.cpu_pct:
             return None
-        pct = r.cpu_pct["floor"]
+        pct = r.cpu_pct[r.target]
     else:
         if "upstream" not in r.cpu_pct:
             return None
@@ -1373,7 +1389,13 @@ def _parser() -> argparse.ArgumentParser:
         type=_csv(TARGETS),
         default=_DEFAULT_TARGETS,
         help="comma list of direct,gateway (both), and floor: a byte relay in the gateway's "
-        "place (tests/benchmarks/relay.py), what any process in the path costs",
+        "place (tests/benchmarks/relay.py), what any process in the path costs; litellm: "
+        "the LiteLLM proxy in the gateway's place (needs --litellm)",
+    )
+    p.add_argument(
+        "--litellm",
+        metavar="BIN",
+        help="the litellm script of a venv of its own (tests/benchmarks/litellm_target.py)",
     )
     p.add_argument(
         "--bus",
