@@ -3,11 +3,11 @@
 Every admin action is an ``AdminCommand`` on ``llmgw.admin.<area>.<verb>``. The one actor
 owning ``<area>`` puts ``area.serve`` in its ``serves`` and hands matching envelopes to
 :meth:`AdminArea.answer`, which runs the verb's handler, replies ``AdminReply`` (or
-``ErrorReply`` for a GatewayError) and, for verbs that change state, publishes an
-``AdminExecuted`` audit event on ``llmgw.events.admin``::
+``ErrorReply`` for a GatewayError) and, for verbs that change state (all but the area's
+``schemas.READ_ONLY_ADMIN_VERBS``), publishes an ``AdminExecuted`` audit event on
+``llmgw.events.admin``::
 
-    self.admin = AdminArea("config", {"reload": self._reload, "show": self._show},
-                           read_only=("show",))
+    self.admin = AdminArea("config", {"reload": self._reload, "show": self._show})
     self.serves = (self.admin.serve, ...)
     ...
     if self.admin.owns(env):
@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.base import Serve
@@ -30,6 +30,7 @@ from schemas import (
     AdminReply,
     GatewayError,
     InvalidRequestError,
+    is_read_only_admin_verb,
     subjects,
 )
 from schemas.keys import ROLES
@@ -108,12 +109,9 @@ class AdminArea:
     GatewayError (``InvalidRequestError`` for bad arguments) to refuse.
     """
 
-    def __init__(
-        self, area: str, verbs: Mapping[str, AdminHandler], *, read_only: Iterable[str] = ()
-    ) -> None:
+    def __init__(self, area: str, verbs: Mapping[str, AdminHandler]) -> None:
         self.area = area
         self._verbs = dict(verbs)
-        self._read_only = frozenset(read_only)
         self.serve = Serve(subjects.admin_area(area))
 
     @property
@@ -143,7 +141,7 @@ class AdminArea:
                 f"unknown admin command {self.area!r} {verb!r}; "
                 f"known: {', '.join(self.verbs) or 'none'}"
             )
-        audited = verb not in self._read_only
+        audited = not is_read_only_admin_verb(self.area, verb)
         try:
             result = await handler(cmd)
         except GatewayError as err:

@@ -114,7 +114,6 @@ class ApiKeyAdminActor(Actor):
                 "create": self._create,
                 "revoke": self._revoke,
             },
-            read_only=("list",),
         )
         self.serves = (
             Serve(subjects.AUTH_KEYS_LOOKUP),

@@ -79,9 +79,7 @@ class ConfigActor(Actor):
         self._state = state
         self._load = load
         self._build = build
-        self.admin = AdminArea(
-            "config", {"reload": self._reload, "show": self._show}, read_only=("show",)
-        )
+        self.admin = AdminArea("config", {"reload": self._reload, "show": self._show})
         self.serves = (self.admin.serve,)
 
     async def on_start(self, ctx: ActorContext) -> None:

@@ -120,7 +120,6 @@ class KeyRegistryActor(Actor):
                 "reserve": self._reserve,
                 "reload": self._reload,
             },
-            read_only=("list",),
         )
         self.serves = (
             Serve(subjects.KEYS_REGISTRY_GET),

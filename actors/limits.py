@@ -141,7 +141,6 @@ class LimitsActor(Actor):
         self.admin = AdminArea(
             "limits",
             {"get": self._get, "set": self._set, "clear": self._clear, "usage": self._usage},
-            read_only=("get", "usage"),
         )
         self.serves = (
             Serve(subjects.LIMITS_ADMIT, queue=_QUEUE),

@@ -73,7 +73,6 @@ class RouteWiseSettingsActor(Actor):
                 "settings": self._fallback,
                 "set_settings": self._set_fallback,
             },
-            read_only=("model_settings", "settings"),
         )
         self.serves = (self.admin.serve, Serve(subjects.ROUTEWISE_SETTINGS_GET))
 

@@ -64,7 +64,6 @@ class RoutingAdminActor(Actor):
                 "reset_weight": self._reset_weight,
                 "weights": self._weights,
             },
-            read_only=("weights",),
         )
         self.bench = AdminArea("bench", {"lift": self._lift})
         self.serves = (self.routing.serve, self.bench.serve)

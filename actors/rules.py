@@ -64,9 +64,7 @@ class RulesActor(Actor):
         self._snapshots = snapshots
         self._clock = clock
         self.admin = AdminArea(
-            "rules",
-            {"get": self._get, "put": self._put, "validate": self._validate},
-            read_only=("get", "validate"),
+            "rules", {"get": self._get, "put": self._put, "validate": self._validate}
         )
         self.serves = (
             self.admin.serve,

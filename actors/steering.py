@@ -163,7 +163,6 @@ class SteeringActor(Actor):
                 "set_backfill": self._editing("set_backfill"),
                 "activate": self._activate,
             },
-            read_only=("list", "get"),
         )
         self.steering_admin = AdminArea(
             "steering",
@@ -173,7 +172,6 @@ class SteeringActor(Actor):
                 "set_guardrails": self._set_guardrails,
                 "set_exploration": self._set_exploration,
             },
-            read_only=("get",),
         )
         self.serves = (
             self.chains_admin.serve,

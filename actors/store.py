@@ -125,9 +125,8 @@ class StoreActor(Actor):
                 "prune": self._prune_cmd,
                 "aggregate": self._aggregate,
             },
-            read_only=("stats", "query", "flush", "aggregate"),
         )
-        self.spend = AdminArea("spend", {"report": self._spend_report}, read_only=("report",))
+        self.spend = AdminArea("spend", {"report": self._spend_report})
         self.serves = (self.admin.serve, self.spend.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:

@@ -1,4 +1,5 @@
-"""Everything that crosses the bus: message structs, subject names, errors.
+"""Everything that crosses the bus: message structs, subject names, errors, and which admin
+verbs change nothing (``READ_ONLY_ADMIN_VERBS``, read by their owners and the CLI).
 
 ``Message`` is the tagged union of every struct on the bus; the codec decodes into it.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 from typing import Union
 
 from schemas import subjects
+from schemas.admin_areas import READ_ONLY_ADMIN_VERBS, is_read_only_admin_verb
 from schemas.capacity import (
     CapacityAcquire,
     CapacityGet,
@@ -252,6 +254,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
 
 __all__ = [
     "QUOTA_EXHAUSTED",
+    "READ_ONLY_ADMIN_VERBS",
     "AdminCommand",
     "AdminExecuted",
     "AdminReply",
@@ -383,6 +386,7 @@ __all__ = [
     "UpstreamTimeoutError",
     "error_from_reply",
     "is_backpressure",
+    "is_read_only_admin_verb",
     "priced_tokens",
     "raise_for_reply",
     "subjects",

@@ -56,9 +56,7 @@ class ClusterConfigActor(Actor):
         self._version = version
         self._load = load
         self._reconfigure = reconfigure
-        self.admin = AdminArea(
-            "config", {"reload": self._reload, "show": self._show}, read_only=("show",)
-        )
+        self.admin = AdminArea("config", {"reload": self._reload, "show": self._show})
         self.serves = (
             Serve(self.admin.serve.subject, queue=_QUEUE),
             Serve(subjects.event("config")),

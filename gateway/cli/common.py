@@ -22,6 +22,7 @@ import httpx
 
 from gateway.admin.local_socket import socket_path
 from gateway.process.config import ConfigError, database_from_env, load_sections, redacted
+from schemas import is_read_only_admin_verb
 from schemas.config import GatewayConfig
 from schemas.keys import parse_instant
 
@@ -147,12 +148,6 @@ class OwnerUnreachableError(Exception):
 
 
 _OWNER = {"api_keys": "keys owner", "limits": "limits owner"}
-# The admin verbs that change nothing (``read_only`` of each AdminArea in actors/): one that
-# timed out is sent again as it is; any other may have been applied, so it is checked first.
-_READ_ONLY = frozenset(
-    {"aggregate", "flush", "get", "list", "members", "model_settings", "query", "report"}
-    | {"settings", "show", "stats", "usage", "validate", "weights"}
-)
 # What shows an area's state: where to check whether a change that timed out was applied.
 _CHECK = {
     "api_keys": "`llmgw keys list`",
@@ -179,7 +174,8 @@ def not_reached(
             f"the gateway on {where} is running but could not reach its {owner} ({said}); "
             "nothing was written: retry in a moment"
         )
-    if verb in _READ_ONLY:
+    # A verb that changes nothing is sent again as it is; any other may have been applied.
+    if is_read_only_admin_verb(area, verb):
         return OwnerUnreachableError(
             f"the gateway on {where} is running but its {owner} did not answer in time "
             f"({said}): retry in a moment"

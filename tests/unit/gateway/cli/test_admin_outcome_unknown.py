@@ -6,6 +6,7 @@ which stays for a command that did not reach an owner. Exit 2 either way."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -15,7 +16,8 @@ from bus import InProcessBus
 from gateway.admin.local_socket import socket_path
 from gateway.cli import admin
 from gateway.cli import main as cli
-from schemas import OutcomeUnknownError
+from gateway.cli.common import not_reached
+from schemas import READ_ONLY_ADMIN_VERBS, OutcomeUnknownError
 from tests.unit.gateway.cli.socket_gateway import LOST, SILENT
 
 if TYPE_CHECKING:
@@ -117,3 +119,54 @@ def test_a_change_whose_answer_the_bus_lost_has_an_unknown_outcome(
         "for its answer): the outcome of reload is unknown; check with `llmgw admin show` "
         "before retrying"
     ), line
+
+
+def test_a_verb_read_only_in_another_area_that_timed_out_has_an_unknown_outcome(
+    gateway: FakeGateway, config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gateway.answer = (503, "bus_timeout", SILENT)
+
+    code, line = _admin(capsys, "routing", "get", "--config", config)  # read-only in rules
+
+    assert code == 2
+    assert line.endswith(
+        "the outcome of get is unknown; check with `llmgw admin routing weights` before retrying"
+    ), line
+
+
+def _advice(area: str, verb: str) -> str:
+    return str(not_reached("here", area, verb, "no answer", timed_out=True))
+
+
+@pytest.mark.parametrize(
+    ("area", "verb"),
+    sorted((area, verb) for area, verbs in READ_ONLY_ADMIN_VERBS.items() for verb in verbs),
+)
+def test_every_read_only_verb_of_its_area_that_timed_out_is_retried(area: str, verb: str) -> None:
+    assert _advice(area, verb).endswith("retry in a moment")
+
+
+@pytest.mark.parametrize(
+    ("area", "verb"),
+    sorted(
+        (area, verb)
+        for area in [*READ_ONLY_ADMIN_VERBS, "bench"]
+        for verb in set().union(*READ_ONLY_ADMIN_VERBS.values())
+        if verb not in READ_ONLY_ADMIN_VERBS.get(area, ())
+    ),
+)
+def test_a_verb_read_only_only_in_other_areas_that_timed_out_has_an_unknown_outcome(
+    area: str, verb: str
+) -> None:
+    assert f"the outcome of {verb} is unknown" in _advice(area, verb)
+
+
+@pytest.mark.parametrize("area", sorted(READ_ONLY_ADMIN_VERBS))
+def test_what_a_change_says_to_check_is_a_read_only_verb_of_its_area(area: str) -> None:
+    advice = _advice(area, "set")
+    check = re.search(r"check with `([^`]+)`", advice)
+    if check is None:  # an area without a command that shows its state
+        assert advice.endswith("check its state before retrying"), advice
+        return
+    verb = check.group(1).split()[-1]  # `llmgw admin rules get`, `llmgw keys list`
+    assert verb in READ_ONLY_ADMIN_VERBS[area], check.group(1)
