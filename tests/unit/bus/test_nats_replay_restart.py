@@ -30,20 +30,25 @@ def _mode(name: str) -> ModeChanged:
     return ModeChanged(mode=name, since=0.0, ratio=1.0)
 
 
-async def _collect(sub: Subscription, into: list[str]) -> None:
+async def _collect(sub: Subscription, into: list[str], arrived: asyncio.Event) -> None:
     async for env in sub:
         assert isinstance(env.message, ModeChanged)
         into.append(env.message.mode)
+        arrived.set()
 
 
-async def _until(check: list[str], pub: NatsBus, sent: list[str]) -> None:
-    # Publishes a new event every 0.2 s until ``check`` holds one of them.
+async def _until(check: list[str], arrived: asyncio.Event, pub: NatsBus, sent: list[str]) -> None:
+    # Publishes a new event every 0.2 s (one sent while the server is down may be lost)
+    # until ``check`` holds one of them: its arrival ends the wait at once.
     async with asyncio.timeout(WAIT_S):
         while not set(check) & set(sent):
+            arrived.clear()
             sent.append(f"new-{len(sent)}")
             with contextlib.suppress(Exception):  # refused while pub's connection is down
                 await pub.publish(subjects.event("mode"), _mode(sent[-1]))
-            await asyncio.sleep(0.2)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.2):
+                    await arrived.wait()
 
 
 async def test_a_replay_goes_on_after_its_server_restarted(tmp_path: Path) -> None:
@@ -64,22 +69,23 @@ async def test_a_replay_goes_on_after_its_server_restarted(tmp_path: Path) -> No
             sub = await stack.enter_async_context(
                 bus.replay(subjects.EVENTS_ANY, stream=stream, since=since)
             )
+            first_in, late_in = asyncio.Event(), asyncio.Event()
             async with asyncio.TaskGroup() as tg:
-                readers = [tg.create_task(_collect(sub, first))]
+                readers = [tg.create_task(_collect(sub, first, first_in))]
                 async with asyncio.timeout(WAIT_S):
-                    while first != ["old"]:  # noqa: ASYNC110 (a list filled by the reader)
-                        await asyncio.sleep(0.02)
+                    await first_in.wait()
+                assert first == ["old"]
                 # Kept before now: a replay from now on has delivered nothing at the restart.
                 late_sub = await stack.enter_async_context(
                     bus.replay(subjects.EVENTS_ANY, stream=stream, since=time.time())
                 )
-                readers.append(tg.create_task(_collect(late_sub, late)))
+                readers.append(tg.create_task(_collect(late_sub, late, late_in)))
 
                 server.close()
                 server.enter_context(start_nats_server(store, port=int(url.rsplit(":", 1)[1])))
                 sent: list[str] = []
-                await _until(first, pub, sent)
-                await _until(late, pub, sent)
+                await _until(first, first_in, pub, sent)
+                await _until(late, late_in, pub, sent)
                 for reader in readers:
                     reader.cancel()
 
