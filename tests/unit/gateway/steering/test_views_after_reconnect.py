@@ -19,9 +19,6 @@ from gateway.steering.view import SteeringView
 from schemas import (
     ChainEntry,
     ChainState,
-    GatewayError,
-    RulesGet,
-    SteeringGet,
     SteeringSnapshot,
     SteeringState,
     subjects,
@@ -46,8 +43,11 @@ def _snapshot(model: str) -> SteeringSnapshot:
     return SteeringSnapshot(state=SteeringState(chains=("kx",)), chains=(chain,))
 
 
-async def _answer(bus: NatsBus, subject: str, reply: Callable[[], Message]) -> None:
-    async with bus.subscribe(subject) as sub:
+async def _answer(
+    bus: NatsBus, subject: str, reply: Callable[[], Message], live: asyncio.Event
+) -> None:
+    async with bus.subscribe(subject) as sub:  # live at the server once entered
+        live.set()
         async for env in sub:
             await env.respond(reply())
 
@@ -82,17 +82,20 @@ async def test_views_ask_their_owners_again_once_the_connection_is_back(tmp_path
             stack.push_async_callback(owner.aclose)
             ingress = await NatsBus.connect(url, name="ingress")
             stack.push_async_callback(ingress.aclose)
+            live: list[asyncio.Event] = []
             for subject, reply in (
                 (subjects.STEERING_GET, lambda: _snapshot(now.model)),
                 (subjects.RULES_GET, lambda: RulesState(version=now.rules)),
             ):
-                answering = asyncio.create_task(_answer(owner, subject, reply))
+                live.append(ready := asyncio.Event())
+                answering = asyncio.create_task(_answer(owner, subject, reply, ready))
                 stack.push_async_callback(_stop, answering)
             steering, rules = SteeringView(ingress, config), RulesView(ingress)
             stack.push_async_callback(steering.aclose)
             stack.push_async_callback(rules.aclose)
-            # The owners' subscriptions are live once both answer.
-            await _until_answered(ingress)
+            async with asyncio.timeout(WAIT_S):
+                for ready in live:
+                    await ready.wait()
             await steering.start()
             await rules.start()
             assert steering.book.chains["kx"].models == (ChainEntry(model="m"),)
@@ -104,15 +107,3 @@ async def test_views_ask_their_owners_again_once_the_connection_is_back(tmp_path
 
             await _until(lambda: rules.state == RulesState(version=2))
             await _until(lambda: steering.book.chains["kx"].models == (ChainEntry(model="m2"),))
-
-
-async def _until_answered(bus: NatsBus) -> None:
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            with contextlib.suppress(GatewayError):
-                await bus.request(
-                    subjects.STEERING_GET, SteeringGet(), reply_type=SteeringSnapshot, timeout=1
-                )
-                await bus.request(subjects.RULES_GET, RulesGet(), reply_type=RulesState, timeout=1)
-                return
-            await asyncio.sleep(0.02)
