@@ -35,8 +35,11 @@ PROCESS_WAIT = 60.0  # a CLI process starting Python on a loaded machine
 
 async def _until_connected(bus: Bus, connected: bool) -> None:
     with anyio.fail_after(WAIT):
-        while bus.connected is not connected:  # noqa: ASYNC110 (no event says a loss)
-            await anyio.sleep(0.02)
+        if not connected:
+            await bus.disconnected()  # returns at once while it is lost
+            return
+        while not bus.connected:
+            await bus.reconnected()
 
 
 def _keys(*args: str) -> subprocess.CompletedProcess[str]:
