@@ -161,7 +161,7 @@ async def busy(gw: RunningGateway) -> AsyncIterator[None]:
                     ts=time.time(),
                 ),
             )
-            await asyncio.sleep(1 / EVENTS_PER_SECOND)
+            await asyncio.sleep(1 / EVENTS_PER_SECOND)  # the load's pace, not a wait
 
     task = asyncio.create_task(publish())
     yield

@@ -95,7 +95,7 @@ async def test_publishes_keep_their_order_among_nats_py_commands_and_past_a_full
                 else:
                     await bus.publish(subject, AdminCommand(args={"request_id": f"{n}"}, by=pad))
                 n += 1
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn between bursts: the next meets a flusher part way
         async with asyncio.timeout(30):
             await done.wait()
         await sub.unsubscribe()

@@ -28,7 +28,7 @@ async def test_a_block_that_overruns_leaves_by_timeout_error_never_before_its_de
 async def test_a_block_done_in_time_leaves_nothing_behind_and_the_timer_stops() -> None:
     loop = asyncio.get_running_loop()
     with deadline(0.02) as scope:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the block suspends, and is done long before its deadline
     assert not scope.expired
     # Past the deadline the task is not cancelled, and once its tick has gone by no
     # deadline is pending and the shared timer is no longer set.

@@ -34,7 +34,7 @@ _WORKER = textwrap.dedent(
         for _ in range(100):
             counter.inc()
         out["same_iteration"] = on_file()
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one loop iteration: the write it scheduled runs first
         out["next_iteration"] = on_file()
         counter.inc()
         scraped = generate_latest(metrics._exposed).decode()
