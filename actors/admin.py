@@ -12,6 +12,12 @@ owning ``<area>`` puts ``area.serve`` in its ``serves`` and hands matching envel
     ...
     if self.admin.owns(env):
         await self.admin.answer(self.ctx, env)
+
+A verb that must ask another actor before it may run (does this key exist?) names a check
+(``checks={"set": self._check_set}``): the check runs in the mailbox and returns the question,
+which is asked off the mailbox (``ctx.start_soon``), so the owner's other messages are not
+held behind another actor's answer; the verb then runs in the mailbox, handed back as an
+``AdminChecked`` the actor passes from ``handle_local`` to :meth:`AdminArea.resume`.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import logging
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from actors.base import Serve
@@ -43,6 +51,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
+AdminQuestion = Callable[[], Awaitable[None]]
+AdminCheck = Callable[[AdminCommand], AdminQuestion | None]
+"""A verb's check: runs in the mailbox (it may read the owner's state and raise GatewayError
+to refuse) and returns the question to await off the mailbox (raising GatewayError to
+refuse), or None when there is nothing to ask."""
 _T = TypeVar("_T")
 
 
@@ -102,6 +115,13 @@ async def stored(op: Awaitable[_T], what: str) -> _T:
         raise GatewayError(f"the {what} database failed: {exc}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class AdminChecked:
+    """Local message: a command whose check passed, to run in the mailbox."""
+
+    env: Envelope
+
+
 class AdminArea:
     """Routes one admin area's verbs to handlers; owns nothing but that table.
 
@@ -109,9 +129,16 @@ class AdminArea:
     GatewayError (``InvalidRequestError`` for bad arguments) to refuse.
     """
 
-    def __init__(self, area: str, verbs: Mapping[str, AdminHandler]) -> None:
+    def __init__(
+        self,
+        area: str,
+        verbs: Mapping[str, AdminHandler],
+        *,
+        checks: Mapping[str, AdminCheck] | None = None,
+    ) -> None:
         self.area = area
         self._verbs = dict(verbs)
+        self._checks = dict(checks or {})
         self.serve = Serve(subjects.admin_area(area))
 
     @property
@@ -130,8 +157,31 @@ class AdminArea:
         return area == self.area
 
     async def answer(self, ctx: ActorContext, env: Envelope) -> None:
-        """Run the verb and reply. Raises GatewayError (answered as ErrorReply by the actor
-        base) for an unknown verb or a refused command."""
+        """Run the verb and reply, or start its check's question and reply once answered.
+        Raises GatewayError (answered as ErrorReply by the actor base) for an unknown verb or
+        a refused command."""
+        cmd, verb, handler = self._command(env)
+        check = self._checks.get(verb)
+        try:
+            question = check(cmd) if check is not None else None
+        except GatewayError as err:
+            await self._refused(ctx, verb, cmd, err)
+            raise
+        if question is None:
+            await self._run(ctx, env, verb, cmd, handler)
+        else:
+            ctx.start_soon(partial(self._ask, ctx, env, verb, cmd, question))
+
+    async def resume(self, ctx: ActorContext, checked: AdminChecked) -> None:
+        """Run a checked command's verb and reply (a refusal too: ``handle_local`` answers
+        no one). Raises what the verb raises other than GatewayError."""
+        cmd, verb, handler = self._command(checked.env)
+        try:
+            await self._run(ctx, checked.env, verb, cmd, handler)
+        except GatewayError as err:
+            await checked.env.respond(err.to_reply())
+
+    def _command(self, env: Envelope) -> tuple[AdminCommand, str, AdminHandler]:
         cmd = env.message
         assert isinstance(cmd, AdminCommand)
         _, verb = subjects.admin_parts(env.subject)
@@ -141,16 +191,42 @@ class AdminArea:
                 f"unknown admin command {self.area!r} {verb!r}; "
                 f"known: {', '.join(self.verbs) or 'none'}"
             )
-        audited = not is_read_only_admin_verb(self.area, verb)
+        return cmd, verb, handler
+
+    async def _run(
+        self, ctx: ActorContext, env: Envelope, verb: str, cmd: AdminCommand, handler: AdminHandler
+    ) -> None:
         try:
             result = await handler(cmd)
         except GatewayError as err:
-            if audited:
-                await self._audit(ctx, verb, cmd, ok=False, message=err.message)
+            await self._refused(ctx, verb, cmd, err)
             raise
         await env.respond(AdminReply(result=result))
-        if audited:
+        if not is_read_only_admin_verb(self.area, verb):
             await self._audit(ctx, verb, cmd, ok=True)
+
+    async def _ask(
+        self,
+        ctx: ActorContext,
+        env: Envelope,
+        verb: str,
+        cmd: AdminCommand,
+        question: AdminQuestion,
+    ) -> None:
+        # Off the mailbox: it touches no state, and only hands the command back to it.
+        try:
+            await question()
+        except GatewayError as err:
+            await self._refused(ctx, verb, cmd, err)
+            await env.respond(err.to_reply())
+            return
+        await ctx.send_self(AdminChecked(env))
+
+    async def _refused(
+        self, ctx: ActorContext, verb: str, cmd: AdminCommand, err: GatewayError
+    ) -> None:
+        if not is_read_only_admin_verb(self.area, verb):
+            await self._audit(ctx, verb, cmd, ok=False, message=err.message)
 
     async def _audit(
         self, ctx: ActorContext, verb: str, cmd: AdminCommand, *, ok: bool, message: str = ""

@@ -16,7 +16,8 @@ LimitsState, also published on ``llmgw.limits.state`` on every change) and the a
 - ``get`` {subject? | kind?, id?}: every limit, or one subject's limit and its counters now;
 - ``set`` {subject | kind, id, rpm?, tpm?, concurrency?, budget? ("10/month") | budget_usd?,
   budget_period?, soft_fraction?}: replace the subject's limit (a ``key:`` subject must name
-  a key the ApiKeyAdminActor knows, asked on ``llmgw.auth.keys.lookup``);
+  a key the ApiKeyAdminActor knows, asked on ``llmgw.auth.keys.lookup`` off the mailbox, so
+  admissions never wait for that answer);
 - ``clear`` {subject | kind, id}: remove it (its counters stay until they age out).
 
 Limits are stored in the ``limits`` table at once; counters are snapshotted every
@@ -43,8 +44,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actors.admin import AdminArea, stored
+from actors.admin import AdminArea, AdminChecked, AdminQuestion, stored
 from actors.base import Actor, ActorContext, Serve
+from actors.key_check import key_question
 from actors.state.limit_counters import (
     Counters,
     Holds,
@@ -60,13 +62,7 @@ from actors.stores.limits import LIMITS, CountersSave, LimitsStorage, SqliteLimi
 from actors.stores.limits_snapshot import SnapshotLimits
 from schemas import (
     AdminCommand,
-    ApiKeyInfo,
-    ApiKeyLookup,
-    BusTimeoutError,
     GatewayError,
-    NoRespondersError,
-    RouteNotFoundError,
-    raise_for_reply,
     subjects,
 )
 from schemas.limits import (
@@ -100,7 +96,6 @@ _SETTLED_KEEP_S = 600.0  # an ingress sends an unacknowledged settle again withi
 _SETTLED_MAX = 500_000
 _BUDGET_EVENT = subjects.event("budget")
 _LIMITS_EVENT = subjects.event("limits")
-_KEY_CHECK_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +136,7 @@ class LimitsActor(Actor):
         self.admin = AdminArea(
             "limits",
             {"get": self._get, "set": self._set, "clear": self._clear, "usage": self._usage},
+            checks={"get": self._check_get, "set": self._check_set},
         )
         self.serves = (
             Serve(subjects.LIMITS_ADMIT, queue=_QUEUE),
@@ -216,7 +212,7 @@ class LimitsActor(Actor):
                 await self.admin.answer(self.ctx, env)
 
     async def handle_local(self, msg: object) -> None:
-        """The lease sweep and the snapshot timer."""
+        """The lease sweep, the snapshot timer and the admin commands whose key was checked."""
         if isinstance(msg, _Sweep):
             self._expire(self._clock())
             self._forget_settled(self._clock())
@@ -227,6 +223,8 @@ class LimitsActor(Actor):
         elif isinstance(msg, _Flush):
             self._flushing = False
             await self._save()
+        elif isinstance(msg, AdminChecked):
+            await self.admin.resume(self.ctx, msg)
 
     async def _verdict(self, env: Envelope, reply: AdmitReply | AdmitBatchReply) -> None:
         """Answer an admission: at once, or (when leases are saved) once a lease it may
@@ -417,9 +415,6 @@ class LimitsActor(Actor):
         spec = self._specs.get(subject)
         now = self._clock()
         c = self._counters.get(subject)
-        if spec is None and c is None and subject.startswith("key:"):
-            # Zero usage of a key that does not exist would read as a real key's, idle.
-            await self._check_key(subject[len("key:") :])
         if c is not None and spec is not None and spec.budget_usd is not None:
             c.roll(spec, now)
         return {
@@ -442,32 +437,27 @@ class LimitsActor(Actor):
     async def _set(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd.args)
         spec = spec_arg(cmd.args)
-        if subject.startswith("key:"):
-            await self._check_key(subject[len("key:") :])
         await stored(self._storage.save_limit(subject, spec, self._clock()), "limits")
         self._specs[subject] = spec
         await self._publish_state()
         return {"subject": subject, "limit": msgspec.to_builtins(spec)}
 
-    async def _check_key(self, key_id: str) -> None:
-        """Refuse a limit on a key its owner does not know (a typo would limit nothing).
-        Raises RouteNotFoundError. A key owner that cannot be asked (not running, e.g. a
-        lone LimitsActor) lets the limit through: it can only ever limit that id."""
-        try:
-            reply = await self.ctx.bus.request(
-                subjects.AUTH_KEYS_LOOKUP,
-                ApiKeyLookup(key_hash="", key_id=key_id),
-                reply_type=ApiKeyInfo,
-                timeout=_KEY_CHECK_TIMEOUT_S,
-            )
-        except (NoRespondersError, BusTimeoutError) as exc:
-            logger.warning("limits: key %s not checked (%s)", key_id, exc.message)
-            return
-        info = raise_for_reply(reply)
-        if not info.found:
-            raise RouteNotFoundError(
-                f"no gateway API key {key_id!r} (`llmgw keys list` shows the ids)"
-            )
+    def _check_get(self, cmd: AdminCommand) -> AdminQuestion | None:
+        """Ask whether a key with neither a limit nor counters exists (zero usage of a key
+        that does not exist would read as a real key's, idle). Raises InvalidRequestError."""
+        if "subject" not in cmd.args and "kind" not in cmd.args:
+            return None
+        subject = subject_arg(cmd.args)
+        if self._specs.get(subject) is not None or self._counters.get(subject) is not None:
+            return None
+        return key_question(self.ctx.bus, subject)
+
+    def _check_set(self, cmd: AdminCommand) -> AdminQuestion | None:
+        """Ask whether a ``key:`` subject's key exists, once the arguments are valid.
+        Raises InvalidRequestError."""
+        subject = subject_arg(cmd.args)
+        spec_arg(cmd.args)
+        return key_question(self.ctx.bus, subject)
 
     async def _clear(self, cmd: AdminCommand) -> dict[str, Any]:
         subject = subject_arg(cmd.args)

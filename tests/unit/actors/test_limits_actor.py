@@ -13,7 +13,15 @@ import pytest
 from actors import ChildSpec, build_tree
 from actors.limits import LimitsActor
 from actors.reconfigure import apply, diff
-from schemas import AdminCommand, AdminReply, subjects
+from schemas import (
+    AdminCommand,
+    AdminExecuted,
+    AdminReply,
+    ApiKeyInfo,
+    ApiKeyLookup,
+    ErrorReply,
+    subjects,
+)
 from schemas.config import GatewayConfig
 from schemas.limits import (
     AdmitReply,
@@ -30,7 +38,7 @@ from tests.unit.actors import WAIT, FakeClock
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from bus import InProcessBus
+    from bus import Envelope, InProcessBus
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
 SETTINGS = LimitsConfig(lease_ttl_seconds=30, snapshot_seconds=3600)
@@ -245,3 +253,69 @@ async def test_a_settle_sent_again_is_acknowledged_once_saved_and_counted_once(
             actor.request_stop()
     assert acks == [AdmitReply(admitted=True)] * 4
     assert spent == [pytest.approx(0.75)] * 2
+
+
+@pytest.mark.parametrize("found", [True, False])
+async def test_admissions_are_answered_while_a_key_limit_waits_for_the_keys_owner(
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
+    found: bool,
+) -> None:
+    """The key check of ``limits set key:<id>`` asked the keys' owner inside the mailbox: a
+    slow owner (its SQLite busy) held every admission of the gateway for up to 2 s."""
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+    answered: list[str] = []
+    asked: list[Envelope] = []
+    lookup_pending, admin_answered = anyio.Event(), anyio.Event()
+    set_reply: list[object] = []
+
+    async def keys_owner() -> None:  # the test answers, once it has been admitted
+        asked.append(await anext(aiter(owner)))
+        lookup_pending.set()
+
+    async def set_limit() -> None:
+        set_reply.append(
+            await bus.request(
+                subjects.admin("limits", "set"),
+                AdminCommand(args={"kind": "key", "id": "k-1", "rpm": 1}, by="t"),
+                reply_type=AdminReply,
+                timeout=WAIT,
+            )
+        )
+        answered.append("set")
+        admin_answered.set()
+
+    async with (
+        anyio.create_task_group() as tg,
+        bus.subscribe(subjects.AUTH_KEYS_LOOKUP) as owner,
+        bus.subscribe(subjects.event("admin")) as audit,
+    ):
+        await tg.start(actor.run, bus)
+        tg.start_soon(keys_owner)
+        tg.start_soon(set_limit)
+        with anyio.fail_after(WAIT):
+            await lookup_pending.wait()  # the actor took the command and asked
+        assert (await _admit(bus, "before")).admitted  # no limit yet
+        answered.append("admit")
+        (lookup,) = asked
+        assert isinstance(lookup.message, ApiKeyLookup) and lookup.message.key_id == "k-1"
+        await lookup.respond(ApiKeyInfo(found=found, key_id="k-1" if found else ""))
+        with anyio.fail_after(WAIT):
+            await admin_answered.wait()
+            event = (await anext(aiter(audit))).message
+        limits = (await _admin(bus, "get"))["limits"]
+        second, third = await _admit(bus, "second"), await _admit(bus, "third")
+        actor.request_stop()
+
+    assert answered == ["admit", "set"]
+    assert isinstance(event, AdminExecuted) and (event.area, event.verb) == ("limits", "set")
+    if found:
+        assert set_reply == [AdminReply(result={"subject": "key:k-1", "limit": {"rpm": 1}})]
+        assert limits == {"key:k-1": {"rpm": 1}} and event.ok
+        assert second.admitted and not third.admitted
+    else:
+        message = "no gateway API key 'k-1' (`llmgw keys list` shows the ids)"
+        assert set_reply == [ErrorReply(code="route_not_found", message=message)]
+        assert limits == {} and (event.ok, event.message) == (False, message)
+        assert second.admitted and third.admitted
