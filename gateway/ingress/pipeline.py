@@ -33,7 +33,7 @@ from gateway.http.component import Component
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.failover import unexpected
+from gateway.ingress.failover import outcome_of, unexpected
 from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
@@ -407,7 +407,7 @@ class Inference(Component):
                     unsent.clear()
             tail = renderer.finish()
         except UpstreamError as err:
-            outcome, failure = "failure", err
+            outcome, failure = outcome_of(err), err  # an unusable answer: the request's
             logger.warning(
                 "stream from %s broke after commit: %s", stream.candidate.endpoint, err.message
             )

@@ -132,8 +132,11 @@ async def test_a_gemini_stream_that_relayed_its_thoughts_then_stopped_empty_ends
     gemini.set_default(Reply(body=sse.encode(), headers=SSE))
     gw = await start_gateway(gateway_factory, _gemini_route(gemini), route(good, TINY))
 
-    status, body = await post(gw, surface, stream=True)
+    async with watch(gw, subjects.observation(eid("m", gemini))) as obs:
+        status, body = await post(gw, surface, stream=True)
+        seen = await obs.next(Observation)
 
     assert status == 200 and "the user wants the weather" in body, body
     assert ended_in_error(surface, body) and "empty answer" in body, body
     assert not good.requests
+    assert (seen.outcome, seen.error_kind) == ("client_error", "bad_response"), seen

@@ -352,6 +352,39 @@ async def test_a_broken_answer_fails_over_and_is_never_the_routes_failure(
     assert last[0] == 200, last  # its circuit never opened
 
 
+BROKEN_AFTER_TEXT = {
+    "gemini": _sse(_gemini([{"text": "Hel"}]), _gemini([], "MALFORMED_FUNCTION_CALL")),
+    "bedrock": BR_OPENING
+    + event("messageStop", {"stopReason": "malformed_tool_use"})
+    + event("metadata", {"usage": {"inputTokens": 1}}),
+}
+
+
+@pytest.mark.parametrize("kind", BROKEN_AFTER_TEXT)
+async def test_a_stream_the_model_broke_after_its_text_is_never_the_routes_failure(
+    gateway_factory: GatewayFactory,
+    upstreams: Callable[[str], Awaitable[FakeUpstream]],
+    kind: str,
+) -> None:
+    # Its text reached the client, so the stream ends in the dialect's error; the relay
+    # counted every error after the first byte against the route and the key (no status:
+    # "no answer"), so three of one caller's streams muted the route's only key.
+    up = await upstreams(kind)
+    up.set_default(_stream(kind, BROKEN_AFTER_TEXT[kind]))
+    gw = await start_gateway(gateway_factory, _route(kind, up))
+
+    async with watch(gw, subjects.observation(eid("m", up))) as obs:
+        answers = [await post(gw, "chat", stream=True) for _ in range(3)]
+        seen = [await obs.next(Observation) for _ in range(3)]
+
+    assert [(o.outcome, o.error_kind) for o in seen] == [("client_error", "bad_response")] * 3
+    for status, body in answers:
+        assert status == 200 and "Hel" in body and ended_in_error("chat", body), body
+    up.set_default(_stream(kind, *STREAMS[kind][:2]))
+    status, body = await post(gw, "chat", stream=True)
+    assert status == 200 and ended_cleanly("chat", body), body  # never benched nor muted
+
+
 def _healthy(kind: str) -> dict[str, Any]:
     return _gemini([{"text": "hi"}], "STOP") if kind == "gemini" else _converse([{"text": "hi"}])
 
