@@ -42,15 +42,9 @@ if TYPE_CHECKING:
 _KEY_SPECIFIC = frozenset({401, 402, 403, 408, 425, 429})
 
 
-def is_key_specific(status: int | None, outcome: str = "failure") -> bool:
-    """Whether a failed attempt with ``status`` says something about the key: a key-specific
-    or server status, or no answer at all (a ``failure`` without one: no connection, a
-    timeout). A ``client_error`` without a status is the request's, whatever the key: the
-    upstream answered, but the model's answer had nothing to hand on (empty, or a malformed
-    tool call); counted, one caller's requests would mute a route's only key for everyone."""
-    if status is None:
-        return outcome == "failure"
-    return status in _KEY_SPECIFIC or status >= 500
+def is_key_specific(status: int | None) -> bool:
+    """Whether a failure with ``status`` says something about the key (None: no answer)."""
+    return status is None or status in _KEY_SPECIFIC or status >= 500
 
 
 @dataclass(slots=True)
@@ -287,7 +281,12 @@ class KeyPool:
             self.cooling.succeeded(cid)
         if cid not in self._ids or outcome == "cancelled":
             return None
-        if outcome == "success" or not (quota or is_key_specific(status, outcome)):
+        if outcome == "client_error" and status is None:
+            # The request's, whatever the key: an adapter refused it unsent, or the model's
+            # answer had nothing to hand on (empty, a malformed tool call). Read as "no
+            # answer", three of one caller's muted a route's only key for every caller.
+            return None
+        if outcome == "success" or not (quota or is_key_specific(status)):
             # The upstream accepted the key (a 400 is about the request, not the key).
             self._streaks.pop(cid, None)
             self._levels.pop(cid, None)

@@ -84,6 +84,15 @@ def test_a_client_error_with_no_status_never_mutes_a_sole_key() -> None:
     assert any(until is not None for until in forbidden)
 
 
+def test_a_client_error_with_no_status_leaves_a_failing_keys_streak_alone() -> None:
+    # It says nothing of the key either way (an adapter's refusal sent nothing): a sole key
+    # failing now and then must not have its streak wiped by other callers' refusals.
+    p = pool(("a", "free"))
+    assert fail(p, "a", 0, status=None) is None and fail(p, "a", 1, status=None) is None
+    p.record("a", status=None, outcome="client_error", role="free", now=2.0)
+    assert fail(p, "a", 3, status=None) is not None  # the third failure in a row mutes
+
+
 def test_retry_after_is_a_floor_and_a_mute_never_shortens() -> None:
     p = pool(("a", "free"), ("b", "free"))
     assert fail(p, "a", 0, retry_after=900) == 900
