@@ -139,6 +139,8 @@ class AdminArea:
         self.area = area
         self._verbs = dict(verbs)
         self._checks = dict(checks or {})
+        if unknown := set(self._checks) - set(self._verbs):
+            raise ValueError(f"admin area {area!r}: checks for no verb: {sorted(unknown)}")
         self.serve = Serve(subjects.admin_area(area))
 
     @property
@@ -174,7 +176,10 @@ class AdminArea:
 
     async def resume(self, ctx: ActorContext, checked: AdminChecked) -> None:
         """Run a checked command's verb and reply (a refusal too: ``handle_local`` answers
-        no one). Raises what the verb raises other than GatewayError."""
+        no one). Raises what the verb raises other than GatewayError, and ValueError for a
+        command of another area (an actor with two areas hands each back to its own)."""
+        if not self.owns(checked.env):
+            raise ValueError(f"admin area {self.area!r} was handed {checked.env.subject!r}")
         cmd, verb, handler = self._command(checked.env)
         try:
             await self._run(ctx, checked.env, verb, cmd, handler)

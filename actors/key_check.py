@@ -47,7 +47,7 @@ async def check_key(bus: Bus, key_id: str) -> None:
             timeout=_KEY_CHECK_TIMEOUT_S,
         )
     except (NoRespondersError, BusTimeoutError) as exc:
-        logger.warning("limits: key %s not checked (%s)", key_id, exc.message)
+        logger.warning("key %s not checked: its owner did not answer (%s)", key_id, exc.message)
         return
     info = raise_for_reply(reply)
     if not info.found:

@@ -18,6 +18,7 @@ import logging
 
 from gateway.process.ping import NoAdapterError, Pinger
 from schemas import GatewayError, LatencyProbeDue, LatencySample, UpstreamError, subjects
+from schemas.errors import UnusableAnswerError
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class RouteWiseProber(Pinger):
             await self.ping(due.candidate, due.model, due.timeout)
         except NoAdapterError:
             return sample(ok=False, detail="no adapter", ts=wall())
+        except UnusableAnswerError:
+            pass  # it answered (empty, as a one-token ask may be): its time is a latency
         except UpstreamError as err:
             return sample(ok=False, detail=err.message[:200], ts=wall())
         except TimeoutError:

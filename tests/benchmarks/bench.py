@@ -1004,7 +1004,10 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                     kids.start,
                     args.litellm,
                     litellm_target.config(
-                        upstream_url, _GATEWAY_MODEL, _UPSTREAM_MODEL, "sk-bench"
+                        upstream_url,
+                        _GATEWAY_MODEL,
+                        _UPSTREAM_MODEL,
+                        getattr(args, "bench_key", "sk-bench"),
                     ),
                     tmp,
                     functools.partial(_pinned, args.gateway_cpus),

@@ -10,8 +10,9 @@ pass that venv's ``litellm`` script.
 from __future__ import annotations
 
 import re
-import socket
 from typing import TYPE_CHECKING
+
+from tests.fixtures.nats import free_port
 
 if TYPE_CHECKING:
     import subprocess
@@ -49,9 +50,6 @@ def start(
     pid. Raises RuntimeError when it does not come up."""
     path = scratch / "litellm.yaml"
     path.write_text(config_text)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    cmd = [binary, "--config", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [binary, "--config", str(path), "--host", "127.0.0.1", "--port", str(free_port())]
     proc, match = launch("litellm", pinned([*cmd, "--num_workers", "1"]), READY, timeout=STARTUP_S)
     return match.group(1), proc.pid

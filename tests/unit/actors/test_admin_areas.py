@@ -98,3 +98,11 @@ async def test_an_area_audits_the_verbs_its_table_entry_does_not_call_read_only(
     area: str, verb: str, audited: bool
 ) -> None:
     assert await _audited(area, verb) is audited
+
+
+def test_a_check_for_a_verb_the_area_does_not_answer_is_refused_when_built() -> None:
+    async def get(cmd: AdminCommand) -> dict[str, Any]:
+        return {}
+
+    with pytest.raises(ValueError, match=r"checks for no verb: \['set'\]"):
+        AdminArea("limits", {"get": get}, checks={"set": lambda cmd: None})
