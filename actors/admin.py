@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
+
 from actors.base import Serve
 from actors.stores.db import SharedDatabaseError
 from schemas import (
@@ -38,6 +40,7 @@ from schemas import (
     AdminReply,
     GatewayError,
     InvalidRequestError,
+    NoRespondersError,
     is_read_only_admin_verb,
     subjects,
 )
@@ -225,6 +228,15 @@ class AdminArea:
             await self._refused(ctx, verb, cmd, err)
             await env.respond(err.to_reply())
             return
+        except anyio.get_cancelled_exc_class():
+            # The owner is stopping (a reload, a restart, a unit moving): nothing was written,
+            # so say so now rather than leave the caller to its timeout's "outcome unknown".
+            stopping = NoRespondersError(
+                f"the {self.area} owner stopped before running {verb}: nothing was changed; retry"
+            )
+            with anyio.CancelScope(shield=True):
+                await env.respond(stopping.to_reply())
+            raise
         await ctx.send_self(AdminChecked(env))
 
     async def _refused(

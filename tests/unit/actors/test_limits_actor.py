@@ -319,3 +319,34 @@ async def test_admissions_are_answered_while_a_key_limit_waits_for_the_keys_owne
         assert set_reply == [ErrorReply(code="route_not_found", message=message)]
         assert limits == {} and (event.ok, event.message) == (False, message)
         assert second.admitted and third.admitted
+
+
+async def test_a_key_limit_waiting_on_its_check_is_answered_when_the_owner_stops(
+    bus: InProcessBus, tmp_path: Path, clock: FakeClock
+) -> None:
+    """Its check runs off the mailbox: an owner stopping meanwhile (a reload, a unit moving)
+    cancelled it unanswered, and the caller waited out its timeout for "outcome unknown"."""
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+    replies: list[object] = []
+    answered = anyio.Event()
+
+    async def set_limit() -> None:
+        command = AdminCommand(args={"kind": "key", "id": "k-1", "rpm": 1}, by="t")
+        replies.append(
+            await bus.request(
+                subjects.admin("limits", "set"), command, reply_type=AdminReply, timeout=WAIT
+            )
+        )
+        answered.set()
+
+    async with anyio.create_task_group() as tg, bus.subscribe(subjects.AUTH_KEYS_LOOKUP) as owner:
+        await tg.start(actor.run, bus)
+        tg.start_soon(set_limit)
+        with anyio.fail_after(WAIT):
+            await anext(aiter(owner))  # asked, and never answered
+            actor.request_stop()
+            await answered.wait()
+
+    (reply,) = replies
+    assert isinstance(reply, ErrorReply) and reply.code == "no_responders", reply
+    assert "stopped before running set: nothing was changed" in reply.message
