@@ -54,6 +54,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
+MAX_CHECKS_IN_FLIGHT = 64
+"""An area's commands whose check's question may be out at once; more are refused."""
 AdminQuestion = Callable[[], Awaitable[None]]
 AdminCheck = Callable[[AdminCommand], AdminQuestion | None]
 """A verb's check: runs in the mailbox (it may read the owner's state and raise GatewayError
@@ -142,6 +144,7 @@ class AdminArea:
         self.area = area
         self._verbs = dict(verbs)
         self._checks = dict(checks or {})
+        self._asking = 0  # checks whose question is out
         if unknown := set(self._checks) - set(self._verbs):
             raise ValueError(f"admin area {area!r}: checks for no verb: {sorted(unknown)}")
         self.serve = Serve(subjects.admin_area(area))
@@ -174,7 +177,13 @@ class AdminArea:
             raise
         if question is None:
             await self._run(ctx, env, verb, cmd, handler)
+        elif self._asking >= MAX_CHECKS_IN_FLIGHT:  # a bound on the tasks, as on any set
+            raise NoRespondersError(
+                f"the {self.area} owner has {self._asking} admin commands waiting on their "
+                "checks: retry in a moment"
+            )
         else:
+            self._asking += 1
             ctx.start_soon(partial(self._ask, ctx, env, verb, cmd, question))
 
     async def resume(self, ctx: ActorContext, checked: AdminChecked) -> None:
@@ -225,6 +234,7 @@ class AdminArea:
         try:
             await question()
         except GatewayError as err:
+            self._asking -= 1
             await self._refused(ctx, verb, cmd, err)
             await env.respond(err.to_reply())
             return
@@ -237,6 +247,7 @@ class AdminArea:
             with anyio.CancelScope(shield=True):
                 await env.respond(stopping.to_reply())
             raise
+        self._asking -= 1
         await ctx.send_self(AdminChecked(env))
 
     async def _refused(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 
-from actors import ChildSpec, build_tree
+from actors import ChildSpec, admin, build_tree
 from actors.limits import LimitsActor
 from actors.reconfigure import apply, diff
 from schemas import (
@@ -350,3 +350,39 @@ async def test_a_key_limit_waiting_on_its_check_is_answered_when_the_owner_stops
     (reply,) = replies
     assert isinstance(reply, ErrorReply) and reply.code == "no_responders", reply
     assert "stopped before running set: nothing was changed" in reply.message
+
+
+async def test_key_limits_waiting_on_their_checks_are_bounded(
+    bus: InProcessBus, tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each check's question is a task: past the bound, a command is refused (retry), never
+    one more task held on a keys' owner that does not answer."""
+    monkeypatch.setattr(admin, "MAX_CHECKS_IN_FLIGHT", 1)
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+
+    async def set_limit(key_id: str) -> object:
+        command = AdminCommand(args={"kind": "key", "id": key_id, "rpm": 1}, by="t")
+        return await bus.request(
+            subjects.admin("limits", "set"), command, reply_type=AdminReply, timeout=WAIT
+        )
+
+    first: list[object] = []
+    first_answered = anyio.Event()
+
+    async def set_first() -> None:
+        first.append(await set_limit("k-1"))
+        first_answered.set()
+
+    async with anyio.create_task_group() as tg, bus.subscribe(subjects.AUTH_KEYS_LOOKUP) as owner:
+        await tg.start(actor.run, bus)
+        tg.start_soon(set_first)
+        with anyio.fail_after(WAIT):
+            lookup = await anext(aiter(owner))  # k-1's question is out
+            refused = await set_limit("k-2")
+            await lookup.respond(ApiKeyInfo(found=True, key_id="k-1"))
+            await first_answered.wait()
+        actor.request_stop()
+
+    assert isinstance(refused, ErrorReply) and refused.code == "no_responders", refused
+    assert "1 admin commands waiting on their checks" in refused.message
+    assert first == [AdminReply(result={"subject": "key:k-1", "limit": {"rpm": 1}})]
