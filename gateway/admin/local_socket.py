@@ -5,8 +5,9 @@ A process running the actors listens on a Unix socket beside its database,
 ``<database.path>.sock``, of mode 0600: only the user owning the gateway (who can read its
 database anyway) may connect, so the file permission is the credential. It speaks the HTTP
 admin API (``GET|POST /admin/<area>/<verb>``, ``GET /events``) as a thin client of the bus
-commands, like an ingress's admin API; the CLI finds it from ``--config``'s
-``database.path`` (default ``llmgw.sqlite3``) when it is given no ``--bus`` or ``--url``.
+commands, like an ingress's admin API, and each of its answers carries an ``x-request-id``
+made as the ingress makes its own; the CLI finds it from ``--config``'s ``database.path``
+(default ``llmgw.sqlite3``) when it is given no ``--bus`` or ``--url``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gateway.admin.event_stream import kinds_of, since_of, stream_events
 from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.http.errors import error_code, error_headers, http_status
-from gateway.http.request import HttpRequest
+from gateway.http.request import HttpRequest, request_ids
 from schemas import GatewayError, RouteNotFoundError
 
 if TYPE_CHECKING:
@@ -97,18 +98,29 @@ class LocalAdminApp:
     def __init__(self, bus: Bus, after_reload: Callable[[str | None], None] | None) -> None:
         self._bus = bus
         self._after_reload = after_reload
+        self._ids = request_ids()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
         elif scope["type"] == "http":
-            req = HttpRequest(scope, receive, send)
+            req = HttpRequest(scope, receive, send, request_id=next(self._ids))
+            # Every answer names its exchange, as the ingress's do: the answer, the event
+            # stream and each error alike, so an operator can find the command in the logs.
+            req.extra_headers = [(b"x-request-id", req.request_id.encode())]
             try:
                 await self._handle(req)
             except GatewayError as err:
-                # Its headers the HTTP admin API's (a 503's Retry-After); no request id here.
+                # Its headers the HTTP admin API's (a 503's Retry-After; the id is above).
                 body = {"error": {"message": err.message, "code": error_code(err)}}
                 await req.respond(http_status(err), _encode(body), error_headers(err))
+            except Exception:
+                logger.exception(
+                    "unhandled error serving %s %s (%s)", req.method, req.path, req.request_id
+                )
+                if not req.started:
+                    body = {"error": {"message": "internal gateway error", "code": "internal"}}
+                    await req.respond(500, _encode(body))
 
     async def _handle(self, req: HttpRequest) -> None:
         if (req.method, req.path) == ("GET", "/events"):

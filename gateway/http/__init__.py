@@ -1,7 +1,7 @@
-"""What every wing that serves HTTP shares, and nothing above it: the request and its answer
-(``request``), the one table from error to HTTP status (``errors``) and the lifetime of a
-part of the ingress (``component``). Imports only ``schemas`` and the standard library; any
-gateway wing may import it.
+"""What every wing that serves HTTP shares, and nothing above it: the request, its answer and
+the id the answer carries (``request``), the one table from error to HTTP status (``errors``)
+and the lifetime of a part of the ingress (``component``). Imports only ``schemas`` and the
+standard library; any gateway wing may import it.
 """
 
 from __future__ import annotations

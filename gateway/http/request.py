@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+import itertools
+import os
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
@@ -45,6 +48,17 @@ def bounded(text: str) -> str:
     if len(text) <= MAX_STORED_CHARS:
         return text
     return text[: MAX_STORED_CHARS - 1] + "…"
+
+
+def request_ids() -> Iterator[str]:
+    """The ids a maker gives the exchanges it answers (their ``x-request-id``), one per
+    ``next()``: ``<pid, hex>-<8 random hex digits>-<count>``, none repeated in its process."""
+    # The pid says which process answered; the random part keeps ids apart where pids repeat
+    # (ingresses in containers are all pid 1) and between the makers of one process (the
+    # ingress, the local admin socket): the limits' owner keys leases and settles by request
+    # id, and a shared one leaked a concurrency slot. All C: no Python frame per request.
+    prefix = f"{os.getpid():x}-{secrets.token_hex(4)}-"
+    return map(f"{prefix}{{}}".format, itertools.count(1))
 
 
 # What an answer does to its connection once sent: keep it alive, close it, or first read

@@ -10,7 +10,6 @@ and the admin API in ``operations``.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import secrets
@@ -36,7 +35,7 @@ from gateway.http.errors import (
     error_param,
     http_status,
 )
-from gateway.http.request import HttpRequest, Receive, Scope, Send
+from gateway.http.request import HttpRequest, Receive, Scope, Send, request_ids
 from gateway.ingress import explain
 from gateway.ingress.admin_routes import AdminRoutes
 from gateway.ingress.admission import Admission
@@ -123,11 +122,7 @@ class GatewayApp:
         """``clock``, ``adapters`` (by upstream kind, in place of the HTTP ones) and ``rng``
         (steering's exploration draws) are the replay's: production leaves them unset."""
         self._config = config
-        self._ids = itertools.count(1)
-        # The pid says which process answered; the random part keeps ids apart where pids
-        # repeat (ingresses in containers are all pid 1): the limits' owner keys leases and
-        # settles by request id, and a shared one leaked a concurrency slot.
-        self._id_prefix = f"{os.getpid():x}-{secrets.token_hex(4)}-"
+        self._ids = request_ids()
         upstreams = Upstreams(adapters, max_answer_bytes=config.server.max_upstream_answer_bytes)
         # One holder id per ingress: its capacity leases are renewed and released under it.
         self.leases = LeaseKeeper(
@@ -256,7 +251,7 @@ class GatewayApp:
                     receive,
                     send,
                     self._config.server.body_timeout_seconds,
-                    request_id=f"{self._id_prefix}{next(self._ids)}",
+                    request_id=next(self._ids),
                 )
             )
         elif scope["type"] == "lifespan":
@@ -314,7 +309,7 @@ class GatewayApp:
             if not req.started:
                 await _send_gateway_error(req, surface, err)
         except Exception:
-            logger.exception("unhandled error serving %s %s", method, path)
+            logger.exception("unhandled error serving %s %s (%s)", method, path, req.request_id)
             if not req.started:
                 await _send_error(req, surface, 500, "internal gateway error", "internal")
 

@@ -1,15 +1,18 @@
 """The local admin socket answers an error with the headers the HTTP admin API gives it: a 503
 (no actors answer, the bus connection lost) says when to come back (``Retry-After``), a
-refusal that waiting does not change (a 404) says nothing of the kind. Served on the real
-Unix socket beside a database, over the in-process ``bus`` fixture (cut as a NATS connection is)."""
+refusal that waiting does not change (a 404) says nothing of the kind; a failure of its own
+is a 500 whose ``x-request-id`` the log line naming it carries. Served on the real Unix socket
+beside a database, over the in-process ``bus`` fixture (cut as a NATS connection is)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from gateway.admin import http as admin_http
+from gateway.admin import local_socket
 from gateway.admin.local_socket import LocalAdmin
 from gateway.http.errors import DEFAULT_RETRY_AFTER_S
 from tests.unit.actors.cluster_support import Link
@@ -64,3 +67,25 @@ async def test_an_unknown_path_is_a_404_without_retry_after(
 
     assert resp.status_code == 404, resp.text
     assert "retry-after" not in resp.headers
+
+
+async def test_a_failure_of_its_own_is_a_500_whose_request_id_the_log_line_names(
+    bus: InProcessBus,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def broken(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(local_socket, "admin_request", broken)
+
+    with caplog.at_level(logging.ERROR, logger=local_socket.__name__):
+        resp = await _post(bus, tmp_path, "/admin/config/show")
+
+    assert resp.status_code == 500, resp.text
+    assert resp.json()["error"]["code"] == "internal"
+    rid = resp.headers["x-request-id"]
+    [record] = [r for r in caplog.records if r.name == local_socket.__name__]
+    assert record.exc_info is not None
+    assert record.getMessage() == f"unhandled error serving POST /admin/config/show ({rid})"
