@@ -240,12 +240,46 @@ def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
     if not isinstance(chunk, dict):
         raise bad_response(target.endpoint, "a stream event is not an object")
     if "error" in chunk:
-        err = chunk["error"]
+        raise _in_band_error(target, chunk["error"], data)
+    return chunk
+
+
+# The HTTP status an in-band error's OpenAI-style ``type`` stands for (vLLM's exception name,
+# lower-cased, too); a type not here (``server_error``...) says nothing.
+_ERROR_TYPES = {
+    "invalid_request_error": 400,
+    "badrequesterror": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "rate_limit_error": 429,
+    "insufficient_quota": 429,
+}
+
+
+def _in_band_error(target: UpstreamTarget, err: Any, data: bytes) -> UpstreamError:
+    """The UpstreamError of an in-band ``error`` event, classified by the status its ``code``
+    (vLLM's ``400``, LiteLLM's ``"400"``) or its ``type`` names, as that HTTP answer would be:
+    vLLM refuses an overlong prompt this way once its stream began, and without a status it
+    read as "no answer", so one caller's prompts opened the route's circuit and muted its
+    only key for everyone. None says nothing known (the route's failure, as before)."""
+    code = err.get("code") if isinstance(err, dict) else None
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    if isinstance(code, str) and code.isdigit():
+        status = int(code)
+    if status is None and isinstance(err, dict) and isinstance(err.get("type"), str):
+        status = _ERROR_TYPES.get(err["type"].lower())
+    if status is None or not 400 <= status <= 599:
         msg = err.get("message") if isinstance(err, dict) else str(err)
-        raise UpstreamError(
+        return UpstreamError(
             f"upstream stream error: {msg}", endpoint=target.endpoint, kind="stream_error"
         )
-    return chunk
+    failure = error_from_status(target.endpoint, status, {}, data)
+    failure.message = f"upstream stream error: {failure.message}"
+    failure.args = (failure.message,)
+    if failure.kind.startswith("http_"):  # a quota's kind says more than where it came
+        failure.kind = "stream_error"
+    return failure
 
 
 _CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.anthropic_messages.CLAUDE_THINKING
