@@ -1,11 +1,12 @@
 """EvidenceBook: the scoring evidence one owner (the SteeringActor) learns from observations.
 
 Per public model: EWMA time to first token (streams), EWMA output tokens per second (every
-answer), EWMA success of its attempts (from a neutral 0.5 prior), the time of its last
-rate-limit answer (back-pressure: a 429 that is not a quota exhaustion),
-its free-allowance usage this calendar month (UTC; every attempt sent upstream counts once:
-one request plus its prompt and completion tokens) and whether any of its routes can serve
-(from EndpointState events). Pure state: the owner feeds it and persists :meth:`snapshot`.
+answer), EWMA success of its attempts (from a neutral 0.5 prior; a rate-limit answer is
+none), the time of its last rate-limit answer (back-pressure: a 429 that is not a quota
+exhaustion), its free-allowance usage this calendar month (UTC; every attempt sent upstream
+counts once: one request plus its prompt and completion tokens) and whether any of its routes
+can serve (from EndpointState events). Pure state: the owner feeds it and persists
+:meth:`snapshot`.
 """
 
 from __future__ import annotations
@@ -108,9 +109,11 @@ class EvidenceBook:
         self._count_usage(rec, obs, now)
         # The same back-pressure signal that cools a credential: a quota or billing exhaustion
         # is no pace to slow down to (its key is muted), and a refusal sent nothing.
+        # It is the rate-limit penalty's alone: a pace, not unreliability (nor, as for the
+        # circuit and the bench, sickness).
         if is_backpressure(obs):
             rec.last_429 = now
-        if obs.outcome in ("success", "failure"):
+        elif obs.outcome in ("success", "failure"):
             rec.attempts += 1
             rec.reliability = rec.reliability + _ALPHA * (
                 (1.0 if obs.outcome == "success" else 0.0) - rec.reliability

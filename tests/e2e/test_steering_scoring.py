@@ -182,6 +182,37 @@ async def test_a_429_penalises_a_model_until_its_penalty_decays(
     assert back == "p"
 
 
+async def test_a_429_is_back_pressure_never_a_models_unreliability(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    # The rate-limit penalty is what a 429 costs a model's score; its reliability fell as
+    # for a 5xx as well, so a burst (one caller's, say) that a provider pushed back on
+    # ranked the model down for everyone long after the penalty wore off.
+    p, q, sick = [await fake_upstreams(n) for n in ("p", "q", "sick")]
+    sick.set_default(Reply(500))
+    gw = await gateway_factory(
+        _config(
+            model("p", route(p), catalog={"tier": 3}),
+            model("q", route(q), catalog={"tier": 2}),
+            model("ill", route(sick), catalog={"tier": 1}),
+            steering={"profile": "smartest", "guardrails": {"rate_limit_penalty": 0.4}},
+        )
+    )
+    http = gw.http()
+    p.enqueue(Reply(429))
+
+    over = await _serve(http, "auto")  # p answers 429: the walk goes on to q
+    penalised = await _until(gw, "auto", lambda e: e["order"][0] == "q")
+    await _serve(http, "ill", 502)  # a 5xx, for comparison
+    sickly = await _until(gw, "auto", lambda e: _cand(e, "ill")["scores"]["reliability"] < 0.5)
+
+    assert over == "q"
+    assert _cand(penalised, "p")["multipliers"]["rate_limit"] < 1.0
+    assert _cand(penalised, "p")["scores"]["reliability"] == pytest.approx(0.5)
+    assert _cand(sickly, "ill")["scores"]["reliability"] == pytest.approx(0.4)
+
+
 async def test_exploration_is_off_while_degraded(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,
