@@ -265,8 +265,8 @@ def _in_band_error(target: UpstreamTarget, err: Any, data: bytes) -> UpstreamErr
     only key for everyone. None says nothing known (the route's failure, as before)."""
     code = err.get("code") if isinstance(err, dict) else None
     status = code if isinstance(code, int) and not isinstance(code, bool) else None
-    if isinstance(code, str) and code.isdigit():
-        status = int(code)
+    if isinstance(code, str) and len(code) == 3 and code.isascii() and code.isdigit():
+        status = int(code)  # not int() of any digits: "²" or 5,000 of them raise
     if status is None and isinstance(err, dict) and isinstance(err.get("type"), str):
         status = _ERROR_TYPES.get(err["type"].lower())
     if status is None or not 400 <= status <= 599:

@@ -67,10 +67,16 @@ async def test_an_in_band_error_naming_the_callers_request_is_never_the_routes_f
     assert last[0] == 200, last  # neither its circuit opened nor its only key was muted
 
 
+# A code naming no status: none at all, digits int() refuses ("²", 5,000 of them: a
+# ValueError out of the adapter), a number outside 400-599.
+NO_STATUS = {"none": None, "superscript": "²", "huge": "9" * 5000, "200": 200}
+
+
+@pytest.mark.parametrize("code", NO_STATUS.values(), ids=NO_STATUS.keys())
 async def test_an_in_band_server_error_is_still_the_routes_failure(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, code: object
 ) -> None:
-    error = {"message": "overloaded", "type": "server_error", "param": None, "code": None}
+    error = {"message": "overloaded", "type": "server_error", "param": None, "code": code}
     fake_upstream.set_default(_in_band(error))
     gw = await gateway_factory(config(model("m", route(fake_upstream)), circuit=SPEC_CIRCUIT))
 
