@@ -45,6 +45,7 @@ from actors.strategies.routewise.evidence import (
 from actors.strategies.routewise.host import RouteWiseHost
 from actors.strategies.routewise.solutions import Solutions
 from schemas.pricing import Pricing, uncached_cost
+from schemas.routing import QUOTA_EXHAUSTED, is_backpressure
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -168,7 +169,9 @@ class RouteWiseStrategy(RoutingStrategy):
                 first = _first_token_ms(obs.ttft_ms, obs.latency_ms)
                 self.latency.answered(obs.endpoint, first, obs.latency_ms, ts)
             self._answered(obs.prompt_tokens, obs.completion_tokens, ts, own=True)
-        elif outcome == "failure" and obs.endpoint in self._endpoints:
+        elif outcome == "failure" and obs.endpoint in self._endpoints and not is_backpressure(obs):
+            # A rate limit says "slower", not "sick": its key cools and the capacity view
+            # prices the wait; charged as a failure's TTFT it would drive the LP off the route.
             self.latency.failure(obs.endpoint, obs.error_kind, ts)
 
     def bootstrap(self, rows: Iterable[Mapping[str, Any]], *, own: bool = True) -> int:
@@ -177,7 +180,7 @@ class RouteWiseStrategy(RoutingStrategy):
         length only). Returns how many rows were used."""
         used = 0
         for row in rows:
-            if row.get("kind", "attempt") != "attempt":
+            if row.get("kind", "attempt") != "attempt" or _rate_limited(row):
                 continue
             self._learn(
                 str(row.get("endpoint", "")),
@@ -497,3 +500,13 @@ def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | 
     if ttft_ms is not None:
         return float(ttft_ms)
     return None if not latency_ms else float(latency_ms)
+
+
+def _rate_limited(row: Mapping[str, Any]) -> bool:
+    """Whether a request-log row is a provider's rate-limit answer (``is_backpressure``'s
+    test on the row's columns): learned as nothing, as it is live."""
+    return (
+        row.get("status") == 429
+        and row.get("outcome") == "failure"
+        and row.get("error_kind") != QUOTA_EXHAUSTED
+    )

@@ -8,6 +8,7 @@ import weakref
 from collections import Counter
 from typing import Any
 
+import msgspec
 import pytest
 
 from actors.capacity_view import CapacityViews
@@ -344,6 +345,31 @@ def test_failures_weigh_in_the_latency_estimate(clock: FakeClock) -> None:
     ttft(s, a, 100.0, clock, n=1)
     s.observe(Observation(endpoint=a, model="m", outcome="failure", ts=clock.now))
     assert s.latency.estimate(a, clock.now) == pytest.approx((100.0 + 60_000.0) / 2)
+
+
+def test_a_rate_limit_is_back_pressure_never_a_failures_latency(clock: FakeClock) -> None:
+    # A 429 was charged the 60 s failure penalty, so a burst a provider pushed back on drove
+    # the LP off the route (the key cools and the capacity view prices the wait instead).
+    s, views = make(clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR))
+    a = views[0].endpoint
+    ttft(s, a, 100.0, clock, n=1)
+    limited = Observation(endpoint=a, model="m", outcome="failure", status=429, ts=clock.now)
+    s.observe(limited)
+    assert s.latency.estimate(a, clock.now) == pytest.approx(100.0)
+    quota = msgspec.structs.replace(limited, error_kind="quota_exhausted")
+    s.observe(quota)  # a spent quota is no pace to slow down to: the route's failure
+    assert s.latency.estimate(a, clock.now) == pytest.approx((100.0 + 60_000.0) / 2)
+
+
+def test_a_logged_rate_limit_is_not_replayed_as_a_failure(clock: FakeClock) -> None:
+    s, views = make(clock, route(8001, pricing=CHEAP), route(8002, pricing=DEAR))
+    a = views[0].endpoint
+    answered = {"kind": "attempt", "endpoint": a, "outcome": "success", "ttft_ms": 100.0}
+    limited = {"kind": "attempt", "endpoint": a, "outcome": "failure", "status": 429}
+    rows = [{**answered, "ts": clock.now - 2}, {**limited, "ts": clock.now - 1}]
+
+    assert s.bootstrap(rows) == 1
+    assert s.latency.estimate(a, clock.now) == pytest.approx(100.0)
 
 
 def test_strict_fallback_mode_sends_one_route(clock: FakeClock) -> None:
