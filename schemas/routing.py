@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from schemas.errors import ErrorReply
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -161,6 +164,16 @@ def is_backpressure(obs: Observation) -> bool:
     exhaustion): back-pressure that cools the credential, never sickness that counts toward a
     circuit or a bench."""
     return obs.status == 429 and obs.outcome == "failure" and obs.error_kind != QUOTA_EXHAUSTED
+
+
+def is_backpressure_row(row: Mapping[str, Any]) -> bool:
+    """:func:`is_backpressure` of a request-log row (its ``status``, ``outcome`` and
+    ``error_kind`` columns)."""
+    return (
+        row.get("status") == 429
+        and row.get("outcome") == "failure"
+        and row.get("error_kind") != QUOTA_EXHAUSTED
+    )
 
 
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):

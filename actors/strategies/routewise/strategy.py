@@ -9,8 +9,8 @@ not benched, key pool serves the caller, modality and context fit):
    while a slot is free. A quota route whose pool has not resolved, or whose envelope is not
    calibrated yet, is masked; a full pool (quota or slots) is infeasible.
 2. the LP at budget ``c_min + alpha * (c_fast - c_min)`` (``c_fast`` the fastest feasible
-   route's cost), objective the mean TTFT (live
-   window, else history, else the unprofiled default; ties broken on cost).
+   route's cost), objective the mean TTFT (live window, else history, else the unprofiled
+   default; ties broken on cost; a 429 is back-pressure, not a failure's TTFT).
 3. the primary sampled from the LP's mix; the fallbacks are the LP re-solved without the
    routes already placed (``fallback_order``), so a retryable failure moves on to what the
    policy would choose without the failed endpoint.
@@ -45,7 +45,7 @@ from actors.strategies.routewise.evidence import (
 from actors.strategies.routewise.host import RouteWiseHost
 from actors.strategies.routewise.solutions import Solutions
 from schemas.pricing import Pricing, uncached_cost
-from schemas.routing import QUOTA_EXHAUSTED, is_backpressure
+from schemas.routing import is_backpressure, is_backpressure_row
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -170,9 +170,7 @@ class RouteWiseStrategy(RoutingStrategy):
                 self.latency.answered(obs.endpoint, first, obs.latency_ms, ts)
             self._answered(obs.prompt_tokens, obs.completion_tokens, ts, own=True)
         elif outcome == "failure" and obs.endpoint in self._endpoints and not is_backpressure(obs):
-            # A rate limit says "slower", not "sick": its key cools and the capacity view
-            # prices the wait; charged as a failure's TTFT it would drive the LP off the route.
-            self.latency.failure(obs.endpoint, obs.error_kind, ts)
+            self.latency.failure(obs.endpoint, obs.error_kind, ts)  # a 429 cools, not sickens
 
     def bootstrap(self, rows: Iterable[Mapping[str, Any]], *, own: bool = True) -> int:
         """Replay request-log attempt rows (the StoreActor's ``log query`` answer) with their
@@ -180,7 +178,7 @@ class RouteWiseStrategy(RoutingStrategy):
         length only). Returns how many rows were used."""
         used = 0
         for row in rows:
-            if row.get("kind", "attempt") != "attempt" or _rate_limited(row):
+            if row.get("kind", "attempt") != "attempt" or is_backpressure_row(row):
                 continue
             self._learn(
                 str(row.get("endpoint", "")),
@@ -500,13 +498,3 @@ def _first_token_ms(ttft_ms: float | None, latency_ms: float | None) -> float | 
     if ttft_ms is not None:
         return float(ttft_ms)
     return None if not latency_ms else float(latency_ms)
-
-
-def _rate_limited(row: Mapping[str, Any]) -> bool:
-    """Whether a request-log row is a provider's rate-limit answer (``is_backpressure``'s
-    test on the row's columns): learned as nothing, as it is live."""
-    return (
-        row.get("status") == 429
-        and row.get("outcome") == "failure"
-        and row.get("error_kind") != QUOTA_EXHAUSTED
-    )
