@@ -19,12 +19,11 @@ from gateway.admin.local_socket import socket_path
 from schemas import subjects
 from tests.e2e.conftest import WAIT, config, model
 from tests.fixtures.gateway import start_gateway
-from tests.fixtures.nats import start_nats_server
+from tests.fixtures.nats import start_nats_server, until_connected
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from bus import Bus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
@@ -35,15 +34,6 @@ ABANDONED_WITHIN_S = 20.0  # the same for a command in flight; within the test's
 # one that waits out its 30 s timeout fails here instead of passing slowly
 
 
-async def _until_connected(bus: Bus, connected: bool) -> None:
-    with anyio.fail_after(WAIT):
-        if not connected:
-            await bus.disconnected()  # returns at once while it is lost
-            return
-        while not bus.connected:
-            await bus.reconnected()
-
-
 async def test_admin_commands_refuse_with_503_while_the_bus_is_lost(tmp_path: Path) -> None:
     cfg = config(model("m", {"kind": "echo"}), admin_key=ADMIN)
     with start_nats_server(tmp_path / "nats") as url:
@@ -52,7 +42,7 @@ async def test_admin_commands_refuse_with_503_while_the_bus_is_lost(tmp_path: Pa
     stopped = False
     try:
         assert gw.bus is not None
-        await _until_connected(gw.bus, False)  # the server is gone; nats-py reconnects
+        await until_connected(gw.bus, False)  # the server is gone; nats-py reconnects
         sock = socket_path(tmp_path / "llmgw.sqlite3")
         local = httpx.AsyncHTTPTransport(uds=str(sock))
         async with (
@@ -73,7 +63,7 @@ async def test_admin_commands_refuse_with_503_while_the_bus_is_lost(tmp_path: Pa
             assert "message bus (NATS)" in over_socket.json()["error"]["message"]
 
             with start_nats_server(tmp_path / "nats", port=port):
-                await _until_connected(gw.bus, True)
+                await until_connected(gw.bus, True)
                 back = await http.get("/admin/config/show")
                 assert back.status_code == 200, back.text
                 assert back.json()["models"] == ["m"]
@@ -127,7 +117,7 @@ async def test_an_admin_command_waiting_when_the_bus_is_lost_ends_with_503_outco
             assert "outcome is unknown" in over_socket.json()["error"]["message"]
 
             with start_nats_server(tmp_path / "nats", port=port):
-                await _until_connected(gw.bus, True)
+                await until_connected(gw.bus, True)
                 stopped = True
                 await gw.stop()  # while NATS is up: a gateway stops cleanly
         finally:

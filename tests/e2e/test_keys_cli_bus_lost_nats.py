@@ -12,34 +12,23 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-import anyio
 import pytest
 import yaml
 
 from gateway.cli import keys_offline
-from tests.e2e.conftest import WAIT, model
+from tests.e2e.conftest import model
 from tests.e2e.keys_support import db_path, keys_config
 from tests.fixtures.gateway import REPO, start_gateway
-from tests.fixtures.nats import start_nats_server
+from tests.fixtures.nats import start_nats_server, until_connected
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from bus import Bus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
 
 WHO = ("--org", "acme", "--user", "ann", "--role", "admin", "--rpm", "5", "--json")
 PROCESS_WAIT = 60.0  # a CLI process starting Python on a loaded machine
-
-
-async def _until_connected(bus: Bus, connected: bool) -> None:
-    with anyio.fail_after(WAIT):
-        if not connected:
-            await bus.disconnected()  # returns at once while it is lost
-            return
-        while not bus.connected:
-            await bus.reconnected()
 
 
 def _keys(*args: str) -> subprocess.CompletedProcess[str]:
@@ -65,7 +54,7 @@ async def test_keys_create_beside_a_gateway_that_lost_its_bus_fails_and_writes_n
     stopped = False
     try:
         assert gw.bus is not None
-        await _until_connected(gw.bus, False)  # the server is gone; nats-py reconnects
+        await until_connected(gw.bus, False)  # the server is gone; nats-py reconnects
 
         by_db, by_config = await asyncio.gather(
             asyncio.to_thread(_keys, "create", "--db", db, *WHO),
@@ -85,7 +74,7 @@ async def test_keys_create_beside_a_gateway_that_lost_its_bus_fails_and_writes_n
         assert await keys_offline.listing(db) == []  # nothing written behind the owner
 
         with start_nats_server(tmp_path / "nats", port=port):
-            await _until_connected(gw.bus, True)
+            await until_connected(gw.bus, True)
             again = await asyncio.to_thread(_keys, "create", "--db", db, *WHO)
             assert again.returncode == 0, again.stderr
             made = json.loads(again.stdout)
