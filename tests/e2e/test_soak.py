@@ -45,10 +45,13 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.e2e
 
-# 1,000 requests already fail every scripted way dozens of times (the rarest, a reset, about
-# 25); 3,000 proved nothing more and took three times as long.
+# 1,000 requests already fail every scripted way dozens of times when run alone (each kind
+# 20 to 40 times); 3,000 proved nothing more and took three times as long. Under CI's four
+# workers on two cores fewer attempts reach the flaky routes (one run saw a kind only 9
+# times), so a run must see each kind a few times, not merely once, and not a count that
+# only an idle machine reaches.
 REQUESTS = 1_000
-MANY = 10  # failures of each scripted kind a run must see, not merely one
+MANY = 3  # failures of each scripted kind a run must see
 CONCURRENCY = 32
 FAILURE_SHARE = 0.3
 SEED = 20_240_601
