@@ -104,14 +104,13 @@ class LocalAdminApp:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
         elif scope["type"] == "http":
+            # Every answer names its exchange (HttpRequest.start), as the ingress's do: the
+            # answer, the event stream and each error alike.
             req = HttpRequest(scope, receive, send, request_id=next(self._ids))
-            # Every answer names its exchange, as the ingress's do: the answer, the event
-            # stream and each error alike, so an operator can find the command in the logs.
-            req.extra_headers = [(b"x-request-id", req.request_id.encode())]
             try:
                 await self._handle(req)
             except GatewayError as err:
-                # Its headers the HTTP admin API's (a 503's Retry-After; the id is above).
+                # Its headers the HTTP admin API's (a 503's Retry-After).
                 body = {"error": {"message": err.message, "code": error_code(err)}}
                 await req.respond(http_status(err), _encode(body), error_headers(err))
             except Exception:

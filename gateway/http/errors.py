@@ -111,11 +111,8 @@ def retry_after_header(err: GatewayError) -> bytes | None:
     return None
 
 
-def error_headers(err: GatewayError, request_id: str = "") -> list[tuple[bytes, bytes]]:
-    """The headers of an answer to ``err``: ``x-request-id`` when the exchange has one, and
+def error_headers(err: GatewayError) -> list[tuple[bytes, bytes]]:
+    """The headers of an answer to ``err`` (beside the ``x-request-id`` every answer has):
     ``Retry-After`` when :func:`retry_after_header` gives one."""
-    headers = [(b"x-request-id", request_id.encode())] if request_id else []
     retry = retry_after_header(err)
-    if retry is not None:
-        headers.append((b"retry-after", retry))
-    return headers
+    return [] if retry is None else [(b"retry-after", retry)]

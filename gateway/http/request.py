@@ -240,9 +240,12 @@ class HttpRequest:
                         return
 
     async def start(self, status: int, headers: Iterable[tuple[bytes, bytes]]) -> None:
-        """Send the status line and headers."""
+        """Send the status line and headers, the exchange's ``x-request-id`` among them (every
+        answer names its exchange, so that a caller can find it in the logs and events)."""
         self.started = True
         head = list(headers)
+        if self.request_id:
+            head.append((b"x-request-id", self.request_id.encode()))
         if self.extra_headers:
             head += self.extra_headers
         await self.send({"type": "http.response.start", "status": status, "headers": head})

@@ -343,18 +343,14 @@ async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayEr
     await req.respond(
         status,
         surface.error_body(status, client_message(err), error_code(err), error_param(err)),
-        error_headers(err, req.request_id),
+        error_headers(err),
     )
 
 
 async def _send_error(
     req: HttpRequest, surface: Surface, status: int, message: str, code: str
 ) -> None:
-    await req.respond(
-        status,
-        surface.error_body(status, message, code, None),
-        [(b"x-request-id", req.request_id.encode())],
-    )
+    await req.respond(status, surface.error_body(status, message, code, None))
 
 
 def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:

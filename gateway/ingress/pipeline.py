@@ -341,7 +341,6 @@ class Inference(Component):
     def _headers(self, call: InferenceCall, endpoint: str) -> list[tuple[bytes, bytes]]:
         return [
             (b"x-routed-via", endpoint.encode()),
-            (b"x-request-id", call.info.request_id.encode()),
             call.info.record.overhead_header(),
         ]
 
