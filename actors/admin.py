@@ -260,15 +260,22 @@ class AdminArea:
         self, ctx: ActorContext, verb: str, cmd: AdminCommand, *, ok: bool, message: str = ""
     ) -> None:
         logger.info(
-            "admin %s %s by %s: %s%s",
+            "admin %s %s by %s (%s): %s%s",
             self.area,
             verb,
             cmd.by or "?",
+            cmd.request_id or "no request id",
             "ok" if ok else "refused",
             f" ({message})" if message else "",
         )
         event = AdminExecuted(
-            area=self.area, verb=verb, by=cmd.by, ok=ok, message=message, ts=time.time()
+            area=self.area,
+            verb=verb,
+            by=cmd.by,
+            ok=ok,
+            message=message,
+            ts=time.time(),
+            request_id=cmd.request_id,
         )
         try:
             await ctx.publish(subjects.event("admin"), event)

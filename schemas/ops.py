@@ -145,11 +145,13 @@ class AdminCommand(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """An admin action; its area and verb are the subject's last two tokens.
 
     ``args`` are the verb's JSON arguments; ``by`` says who asked (``cli``, ``http``,
-    ``sighup``, ``dashboard:<admin key id>``), for the audit event.
+    ``sighup``, ``dashboard:<admin key id>``), for the audit event; ``request_id`` names the
+    exchange that sent it (over HTTP, its answer's ``x-request-id``), for the audit event too.
     """
 
     args: dict[str, Any] = {}
     by: str = ""
+    request_id: str = ""
 
 
 class AdminReply(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -178,3 +180,5 @@ class AdminExecuted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ok: bool = True
     message: str = ""
     ts: float = 0.0
+    request_id: str = ""
+    """The command's ``request_id``: over HTTP, the ``x-request-id`` of the answer to it."""

@@ -14,6 +14,7 @@ from urllib.parse import parse_qsl
 import anyio
 import msgspec
 
+from gateway.http.request import request_ids
 from schemas import (
     AdminCommand,
     AdminReply,
@@ -42,6 +43,7 @@ PREFIX = "/admin/"
 ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying keys)
 _MAX_ARGS_BYTES = 1024 * 1024
 _PROBE_TIMEOUT_S = 1.0  # are the actors up at all, once an area found no responders
+_COMMAND_IDS = request_ids()  # for the commands no HTTP exchange sends (the CLI, SIGHUP)
 RECONNECT_GRACE_S = 2.0
 """How long an admin command waits for a lost bus connection to come back before it gives
 up (503): one sent meanwhile would wait out its whole timeout unheard, and one already
@@ -56,8 +58,11 @@ async def admin_request(
     *,
     by: str,
     timeout: float,
+    request_id: str = "",
 ) -> dict[str, Any]:
-    """Send one admin command and return its result.
+    """Send one admin command and return its result. ``request_id`` names the exchange that
+    asked (an HTTP answer's ``x-request-id``): the audit event carries it; a command sent
+    without one is given its own, shaped as the ingress's.
 
     Raises the GatewayError the owner answered, RouteNotFoundError when the actors run but
     none owns ``area``, NoRespondersError when the actors are down, BusTimeoutError when the
@@ -67,7 +72,7 @@ async def admin_request(
     """
     if not bus.connected:
         await _reconnected(bus)
-    command = AdminCommand(args=args or {}, by=by)
+    command = AdminCommand(args=args or {}, by=by, request_id=request_id or next(_COMMAND_IDS))
     try:
         reply = await _unless_lost(
             bus,

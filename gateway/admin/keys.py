@@ -116,4 +116,6 @@ class AdminKeys:
     ) -> dict[str, Any]:
         """One admin command on the bus, sent on behalf of ``req``'s admin caller."""
         by = requested_by(req, f"http:{caller_of(req).key_id or 'admin'}")
-        return await admin_request(self._bus, area, verb, args, by=by, timeout=ADMIN_TIMEOUT_S)
+        return await admin_request(
+            self._bus, area, verb, args, by=by, timeout=ADMIN_TIMEOUT_S, request_id=req.request_id
+        )

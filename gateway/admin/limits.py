@@ -50,6 +50,6 @@ async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
         elif req.method != "GET":
             raise InvalidRequestError("name the subject: /admin/limits/{kind}/{id}")
     result: dict[str, Any] = await admin_request(
-        bus, "limits", verb, args, by=requested_by(req), timeout=timeout
+        bus, "limits", verb, args, by=requested_by(req), timeout=timeout, request_id=req.request_id
     )
     await req.respond(200, _encode(result))

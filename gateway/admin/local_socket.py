@@ -131,7 +131,13 @@ class LocalAdminApp:
             )
         area, verb = command_of(req)
         result = await admin_request(
-            self._bus, area, verb, await args_of(req), by=_BY, timeout=ADMIN_TIMEOUT_S
+            self._bus,
+            area,
+            verb,
+            await args_of(req),
+            by=_BY,
+            timeout=ADMIN_TIMEOUT_S,
+            request_id=req.request_id,
         )
         if (area, verb) == ("config", "reload") and self._after_reload is not None:
             self._after_reload(str(result.get("version", "")) or None)

@@ -65,6 +65,7 @@ class RouteWiseAdmin(Component):
             args,
             by=requested_by(req),
             timeout=self._config.routing.decision_timeout_seconds,
+            request_id=req.request_id,
         )
         await req.respond(200, _encode(result))
 

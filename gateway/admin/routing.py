@@ -52,5 +52,7 @@ async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout:
         args["weight"] = body.get("weight") if isinstance(body, dict) else None
         refuse_too_large(args)
         verb = "set_weight"
-    result = await admin_request(bus, "routing", verb, args, by=requested_by(req), timeout=timeout)
+    result = await admin_request(
+        bus, "routing", verb, args, by=requested_by(req), timeout=timeout, request_id=req.request_id
+    )
     await req.respond(200, _encode(result))

@@ -50,7 +50,12 @@ class RulesAdmin(Component):
         """``GET``: the rule set."""
         self._admin_only(req)
         result = await admin_request(
-            self._bus, "rules", "get", by=requested_by(req), timeout=ADMIN_TIMEOUT_S
+            self._bus,
+            "rules",
+            "get",
+            by=requested_by(req),
+            timeout=ADMIN_TIMEOUT_S,
+            request_id=req.request_id,
         )
         await req.respond(200, _encode(result))
 
@@ -73,6 +78,12 @@ class RulesAdmin(Component):
         if not isinstance(body, dict):
             raise InvalidRequestError('the body is a rule set {"rules": [...]}', param="rules")
         result = await admin_request(
-            self._bus, "rules", "put", body, by=requested_by(req), timeout=ADMIN_TIMEOUT_S
+            self._bus,
+            "rules",
+            "put",
+            body,
+            by=requested_by(req),
+            timeout=ADMIN_TIMEOUT_S,
+            request_id=req.request_id,
         )
         await req.respond(200, _encode(result))

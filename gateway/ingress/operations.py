@@ -174,7 +174,13 @@ class IngressOps:
                 async with asyncio.timeout(_DRAIN_S):
                     await self.log_outbox.drained()
         result = await admin_request(
-            self._bus, area, verb, await args_of(req), by=requested_by(req), timeout=ADMIN_TIMEOUT_S
+            self._bus,
+            area,
+            verb,
+            await args_of(req),
+            by=requested_by(req),
+            timeout=ADMIN_TIMEOUT_S,
+            request_id=req.request_id,
         )
         if (area, verb) == ("config", "reload"):
             # Answer only once this ingress serves the new config, so a client that
