@@ -18,6 +18,10 @@ A verb that must ask another actor before it may run (does this key exist?) name
 which is asked off the mailbox (``ctx.start_soon``), so the owner's other messages are not
 held behind another actor's answer; the verb then runs in the mailbox, handed back as an
 ``AdminChecked`` the actor passes from ``handle_local`` to :meth:`AdminArea.resume`.
+
+A state-changing command runs once per ``request_id``: the same command sent again (its
+sender lost the connection its answer went to, and asks again once back) is answered with the
+first one's answer, or, while that one still runs, with it when it ends.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -38,6 +43,7 @@ from schemas import (
     AdminCommand,
     AdminExecuted,
     AdminReply,
+    ErrorReply,
     GatewayError,
     InvalidRequestError,
     NoRespondersError,
@@ -56,6 +62,9 @@ logger = logging.getLogger(__name__)
 AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
 MAX_CHECKS_IN_FLIGHT = 64
 """An area's commands whose check's question may be out at once; more are refused."""
+ANSWERS_KEPT = 256
+"""State-changing commands whose answer an area keeps by request id, to answer the same
+command sent again rather than run it twice (a sender asks again within seconds)."""
 AdminQuestion = Callable[[], Awaitable[None]]
 AdminCheck = Callable[[AdminCommand], AdminQuestion | None]
 """A verb's check: runs in the mailbox (it may read the owner's state and raise GatewayError
@@ -145,6 +154,10 @@ class AdminArea:
         self._verbs = dict(verbs)
         self._checks = dict(checks or {})
         self._asking = 0  # checks whose question is out
+        # By request id: the answers of the last state-changing commands, and the copies of
+        # each one still running that wait for its answer.
+        self._answered: OrderedDict[str, AdminReply | ErrorReply] = OrderedDict()
+        self._running: dict[str, list[Envelope]] = {}
         if unknown := set(self._checks) - set(self._verbs):
             raise ValueError(f"admin area {area!r}: checks for no verb: {sorted(unknown)}")
         self.serve = Serve(subjects.admin_area(area))
@@ -169,15 +182,26 @@ class AdminArea:
         Raises GatewayError (answered as ErrorReply by the actor base) for an unknown verb or
         a refused command."""
         cmd, verb, handler = self._command(env)
+        once = self._once_id(verb, cmd)
+        if once:
+            if (answered := self._answered.get(once)) is not None:
+                await env.respond(answered)  # sent again: the first one's answer
+                return
+            if (copies := self._running.get(once)) is not None:
+                copies.append(env)  # sent again while it runs: answered when it ends
+                return
+            self._running[once] = []
         check = self._checks.get(verb)
         try:
             question = check(cmd) if check is not None else None
         except GatewayError as err:
             await self._refused(ctx, verb, cmd, err)
+            await self._settle(once, err.to_reply())
             raise
         if question is None:
             await self._run(ctx, env, verb, cmd, handler)
         elif self._asking >= MAX_CHECKS_IN_FLIGHT:  # a bound on the tasks, as on any set
+            await self._settle(once, None)  # not run: sent again, it may be
             raise NoRespondersError(
                 f"the {self.area} owner has {self._asking} admin commands waiting on their "
                 "checks: retry in a moment"
@@ -210,15 +234,40 @@ class AdminArea:
             )
         return cmd, verb, handler
 
+    def _once_id(self, verb: str, cmd: AdminCommand) -> str:
+        """The id a command runs once under ("" for a read-only verb: it just runs again)."""
+        return "" if is_read_only_admin_verb(self.area, verb) else cmd.request_id
+
+    async def _settle(self, once: str, answer: AdminReply | ErrorReply | None) -> None:
+        """The command run once under ``once`` ended with ``answer`` (None: it did not run,
+        and may when sent again): its copies waiting get ``answer``, which is kept."""
+        if not once:
+            return
+        copies = self._running.pop(once, [])
+        if answer is None:
+            return
+        self._answered[once] = answer
+        if len(self._answered) > ANSWERS_KEPT:
+            self._answered.popitem(last=False)
+        for copy in copies:
+            await copy.respond(answer)
+
     async def _run(
         self, ctx: ActorContext, env: Envelope, verb: str, cmd: AdminCommand, handler: AdminHandler
     ) -> None:
+        once = self._once_id(verb, cmd)
         try:
             result = await handler(cmd)
         except GatewayError as err:
             await self._refused(ctx, verb, cmd, err)
+            await self._settle(once, err.to_reply())
             raise
-        await env.respond(AdminReply(result=result))
+        except BaseException:  # a bug or a cancellation: the copies are not left waiting
+            self._running.pop(once, None)
+            raise
+        answer = AdminReply(result=result)
+        await env.respond(answer)
+        await self._settle(once, answer)
         if not is_read_only_admin_verb(self.area, verb):
             await self._audit(ctx, verb, cmd, ok=True)
 
@@ -231,21 +280,24 @@ class AdminArea:
         question: AdminQuestion,
     ) -> None:
         # Off the mailbox: it touches no state, and only hands the command back to it.
+        once = self._once_id(verb, cmd)
         try:
             await question()
         except GatewayError as err:
             self._asking -= 1
             await self._refused(ctx, verb, cmd, err)
             await env.respond(err.to_reply())
+            await self._settle(once, err.to_reply())
             return
         except anyio.get_cancelled_exc_class():
             # The owner is stopping (a reload, a restart, a unit moving): nothing was written,
             # so say so now rather than leave the caller to its timeout's "outcome unknown".
             stopping = NoRespondersError(
                 f"the {self.area} owner stopped before running {verb}: nothing was changed; retry"
-            )
+            ).to_reply()
             with anyio.CancelScope(shield=True):
-                await env.respond(stopping.to_reply())
+                for waiting in [env, *self._running.pop(once, [])]:
+                    await waiting.respond(stopping)
             raise
         self._asking -= 1
         await ctx.send_self(AdminChecked(env))

@@ -64,6 +64,11 @@ async def admin_request(
     asked (an HTTP answer's ``x-request-id``): the audit event carries it; a command sent
     without one is given its own, shaped as the ingress's.
 
+    A connection lost while the command waits for its answer and back within
+    :data:`RECONNECT_GRACE_S` may have lost that answer: the command is sent again, under the
+    same id, and its owner (``actors.admin``) answers it with the first one's answer rather
+    than run it twice.
+
     Raises the GatewayError the owner answered, RouteNotFoundError when the actors run but
     none owns ``area``, NoRespondersError when the actors are down, BusTimeoutError when the
     owner does not answer in time; when the bus connection is lost and not back within
@@ -73,35 +78,49 @@ async def admin_request(
     if not bus.connected:
         await _reconnected(bus)
     command = AdminCommand(args=args or {}, by=by, request_id=request_id or next(_COMMAND_IDS))
+    subject = subjects.admin(area, verb)
+    until = anyio.current_time() + timeout
     try:
-        reply = await _unless_lost(
-            bus,
-            bus.request(
-                subjects.admin(area, verb), command, reply_type=AdminReply, timeout=timeout
-            ),
-        )
+        while True:
+            ask = bus.request(
+                subject,
+                command,
+                reply_type=AdminReply,
+                timeout=max(until - anyio.current_time(), 0.001),
+            )
+            reply = await _unless_lost(bus, ask)
+            if not isinstance(reply, _SendAgain):
+                return raise_for_reply(reply).result
     except NoRespondersError:
         if await _actors_answer(bus):
             raise RouteNotFoundError(f"no admin area {area!r}") from None
         raise NoRespondersError(
             f"nobody answers admin area {area!r}: the actors are not running"
         ) from None
-    return raise_for_reply(reply).result
 
 
-async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T:
+class _SendAgain:
+    """What :func:`_unless_lost` returns for a request to send again."""
+
+
+_SEND_AGAIN = _SendAgain()
+
+
+async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T | _SendAgain:
     """What ``request`` (a bus request) returns, unless the bus connection is lost while it
-    waits and is not back within :data:`RECONNECT_GRACE_S`: nats-py fails no request then,
-    and a reply sent into the lost connection never comes, so it is abandoned. Raises
-    OutcomeUnknownError then, else what ``request`` raises.
+    waits: nats-py fails no request then, and a reply sent into the lost connection never
+    comes, so it is abandoned. :data:`_SEND_AGAIN` when the connection is back within
+    :data:`RECONNECT_GRACE_S`; else raises OutcomeUnknownError. Raises what ``request``
+    raises.
 
     Here and not in ``Bus.request``: an admin command waits up to 30 s and its caller can
     check what it did; the ingress's requests wait a few seconds at most, make no task per
     request, and their callers decide for themselves what an unanswered request means."""
     answer: list[T] = []
     failed: list[Exception] = []
+    back: list[bool] = []
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_when_lost, bus, tg.cancel_scope)
+        tg.start_soon(_cancel_when_lost, bus, tg.cancel_scope, back)
         try:
             answer.append(await request)
         except Exception as exc:  # raised below as it is, not in the task group's group
@@ -109,22 +128,23 @@ async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T:
         tg.cancel_scope.cancel()
     if failed:
         raise failed[0]
-    if not answer:
-        raise OutcomeUnknownError(
-            "the gateway lost its connection to its message bus (NATS) while the command "
-            "waited for its answer, and it is not back: the command may have reached its "
-            "owner and been applied, so its outcome is unknown; check before sending it again"
-        )
-    return answer[0]
+    if answer:
+        return answer[0]
+    if back == [True]:
+        return _SEND_AGAIN
+    raise OutcomeUnknownError(
+        "the gateway lost its connection to its message bus (NATS) while the command "
+        "waited for its answer, and it is not back: the command may have reached its "
+        "owner and been applied, so its outcome is unknown; check before sending it again"
+    )
 
 
-async def _cancel_when_lost(bus: Bus, scope: anyio.CancelScope) -> None:
-    """Cancel ``scope`` once ``bus`` loses its connection for longer than the grace."""
-    while True:
-        await bus.disconnected()
-        if not await _back_within_grace(bus):
-            scope.cancel()
-            return
+async def _cancel_when_lost(bus: Bus, scope: anyio.CancelScope, back: list[bool]) -> None:
+    """Cancel ``scope`` once ``bus`` loses its connection, noting in ``back`` whether it
+    came back within the grace."""
+    await bus.disconnected()
+    back.append(await _back_within_grace(bus))
+    scope.cancel()
 
 
 async def _back_within_grace(bus: Bus) -> bool:
