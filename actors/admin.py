@@ -19,9 +19,10 @@ which is asked off the mailbox (``ctx.start_soon``), so the owner's other messag
 held behind another actor's answer; the verb then runs in the mailbox, handed back as an
 ``AdminChecked`` the actor passes from ``handle_local`` to :meth:`AdminArea.resume`.
 
-A state-changing command runs once per ``request_id``: the same command sent again (its
-sender lost the connection its answer went to, and asks again once back) is answered with the
-first one's answer, or, while that one still runs, with it when it ends.
+A state-changing command runs once per verb and ``request_id`` (``actors.admin_once``): the
+same command sent again (its sender lost the connection its answer went to, and asks again
+once back) is answered with the first one's answer, or, while that one still runs, with it
+when it ends.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
+from actors.admin_once import CommandKey, RunOnce
 from actors.base import Serve
 from actors.stores.db import SharedDatabaseError
 from schemas import (
@@ -62,15 +63,16 @@ logger = logging.getLogger(__name__)
 AdminHandler = Callable[[AdminCommand], Awaitable[dict[str, Any]]]
 MAX_CHECKS_IN_FLIGHT = 64
 """An area's commands whose check's question may be out at once; more are refused."""
-ANSWERS_KEPT = 256
-"""State-changing commands whose answer an area keeps by request id, to answer the same
-command sent again rather than run it twice (a sender asks again within seconds)."""
+
 AdminQuestion = Callable[[], Awaitable[None]]
 AdminCheck = Callable[[AdminCommand], AdminQuestion | None]
 """A verb's check: runs in the mailbox (it may read the owner's state and raise GatewayError
 to refuse) and returns the question to await off the mailbox (raising GatewayError to
 refuse), or None when there is nothing to ask."""
 _T = TypeVar("_T")
+_FAILED = GatewayError("the admin command failed in its owner (logged there)").to_reply()
+"""What the copies of a command that failed with a bug are told (not kept: sent again, a copy
+runs)."""
 
 
 TEXT_ARG_MAX_CHARS = 256
@@ -154,10 +156,7 @@ class AdminArea:
         self._verbs = dict(verbs)
         self._checks = dict(checks or {})
         self._asking = 0  # checks whose question is out
-        # By request id: the answers of the last state-changing commands, and the copies of
-        # each one still running that wait for its answer.
-        self._answered: OrderedDict[str, AdminReply | ErrorReply] = OrderedDict()
-        self._running: dict[str, list[Envelope]] = {}
+        self._once = RunOnce()
         if unknown := set(self._checks) - set(self._verbs):
             raise ValueError(f"admin area {area!r}: checks for no verb: {sorted(unknown)}")
         self.serve = Serve(subjects.admin_area(area))
@@ -182,30 +181,24 @@ class AdminArea:
         Raises GatewayError (answered as ErrorReply by the actor base) for an unknown verb or
         a refused command."""
         cmd, verb, handler = self._command(env)
-        once = self._once_id(verb, cmd)
-        if once:
-            if (answered := self._answered.get(once)) is not None:
-                await env.respond(answered)  # sent again: the first one's answer
-                return
-            if (copies := self._running.get(once)) is not None:
-                copies.append(env)  # sent again while it runs: answered when it ends
-                return
-            self._running[once] = []
+        key = self._key(verb, cmd)
+        if key is not None and await self._once.seen(key, env):
+            return  # a copy: answered, or to be when the command it copies ends
         check = self._checks.get(verb)
         try:
             question = check(cmd) if check is not None else None
-        except GatewayError as err:
-            await self._refused(ctx, verb, cmd, err)
-            await self._settle(once, err.to_reply())
+        except Exception as exc:
+            await self._failed(ctx, verb, cmd, key, exc)
             raise
         if question is None:
             await self._run(ctx, env, verb, cmd, handler)
         elif self._asking >= MAX_CHECKS_IN_FLIGHT:  # a bound on the tasks, as on any set
-            await self._settle(once, None)  # not run: sent again, it may be
-            raise NoRespondersError(
+            refusal = NoRespondersError(
                 f"the {self.area} owner has {self._asking} admin commands waiting on their "
                 "checks: retry in a moment"
             )
+            await self._end(key, refusal.to_reply(), keep=False)  # not run: sent again, it may
+            raise refusal
         else:
             self._asking += 1
             ctx.start_soon(partial(self._ask, ctx, env, verb, cmd, question))
@@ -234,40 +227,52 @@ class AdminArea:
             )
         return cmd, verb, handler
 
-    def _once_id(self, verb: str, cmd: AdminCommand) -> str:
-        """The id a command runs once under ("" for a read-only verb: it just runs again)."""
-        return "" if is_read_only_admin_verb(self.area, verb) else cmd.request_id
+    def _key(self, verb: str, cmd: AdminCommand) -> CommandKey | None:
+        """What a command runs once under: None for a read-only verb (it just runs again)
+        and for a command with no request id."""
+        if not cmd.request_id or is_read_only_admin_verb(self.area, verb):
+            return None
+        return verb, cmd.request_id
 
-    async def _settle(self, once: str, answer: AdminReply | ErrorReply | None) -> None:
-        """The command run once under ``once`` ended with ``answer`` (None: it did not run,
-        and may when sent again): its copies waiting get ``answer``, which is kept."""
-        if not once:
-            return
-        copies = self._running.pop(once, [])
-        if answer is None:
-            return
-        self._answered[once] = answer
-        if len(self._answered) > ANSWERS_KEPT:
-            self._answered.popitem(last=False)
-        for copy in copies:
-            await copy.respond(answer)
+    async def _end(
+        self, key: CommandKey | None, answer: AdminReply | ErrorReply, *, keep: bool
+    ) -> None:
+        if key is not None:
+            await self._once.end(key, answer, keep=keep)
+
+    async def _failed(
+        self,
+        ctx: ActorContext,
+        verb: str,
+        cmd: AdminCommand,
+        key: CommandKey | None,
+        exc: Exception,
+    ) -> None:
+        """A command ended by ``exc`` before its answer: a refusal (a GatewayError) is
+        audited and kept for its copies; after a bug its copies are told, and a copy sent
+        later runs again."""
+        if isinstance(exc, GatewayError):
+            await self._refused(ctx, verb, cmd, exc)
+            await self._end(key, exc.to_reply(), keep=True)
+        else:
+            await self._end(key, _FAILED, keep=False)
 
     async def _run(
         self, ctx: ActorContext, env: Envelope, verb: str, cmd: AdminCommand, handler: AdminHandler
     ) -> None:
-        once = self._once_id(verb, cmd)
+        key = self._key(verb, cmd)
         try:
             result = await handler(cmd)
-        except GatewayError as err:
-            await self._refused(ctx, verb, cmd, err)
-            await self._settle(once, err.to_reply())
-            raise
-        except BaseException:  # a bug or a cancellation: the copies are not left waiting
-            self._running.pop(once, None)
+        except Exception as exc:
+            await self._failed(ctx, verb, cmd, key, exc)
             raise
         answer = AdminReply(result=result)
-        await env.respond(answer)
-        await self._settle(once, answer)
+        # Kept, and the copies answered, before the reply that may fail (a connection lost).
+        await self._end(key, answer, keep=True)
+        try:
+            await env.respond(answer)
+        except GatewayError as exc:
+            logger.warning("admin %s %s: answer not sent: %s", self.area, verb, exc.message)
         if not is_read_only_admin_verb(self.area, verb):
             await self._audit(ctx, verb, cmd, ok=True)
 
@@ -280,14 +285,13 @@ class AdminArea:
         question: AdminQuestion,
     ) -> None:
         # Off the mailbox: it touches no state, and only hands the command back to it.
-        once = self._once_id(verb, cmd)
+        key = self._key(verb, cmd)
         try:
             await question()
         except GatewayError as err:
             self._asking -= 1
-            await self._refused(ctx, verb, cmd, err)
+            await self._failed(ctx, verb, cmd, key, err)
             await env.respond(err.to_reply())
-            await self._settle(once, err.to_reply())
             return
         except anyio.get_cancelled_exc_class():
             # The owner is stopping (a reload, a restart, a unit moving): nothing was written,
@@ -295,8 +299,9 @@ class AdminArea:
             stopping = NoRespondersError(
                 f"the {self.area} owner stopped before running {verb}: nothing was changed; retry"
             ).to_reply()
+            copies = self._once.abandon(key) if key is not None else []
             with anyio.CancelScope(shield=True):
-                for waiting in [env, *self._running.pop(once, [])]:
+                for waiting in [env, *copies]:
                     await waiting.respond(stopping)
             raise
         self._asking -= 1

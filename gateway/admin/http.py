@@ -44,6 +44,9 @@ ADMIN_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applying
 _MAX_ARGS_BYTES = 1024 * 1024
 _PROBE_TIMEOUT_S = 1.0  # are the actors up at all, once an area found no responders
 _COMMAND_IDS = request_ids()  # for the commands no HTTP exchange sends (the CLI, SIGHUP)
+RESEND_PAUSE_S = 0.25
+"""Between two copies of a command that found no owner after a reconnect (its owner's
+process reconnecting too)."""
 RECONNECT_GRACE_S = 2.0
 """How long an admin command waits for a lost bus connection to come back before it gives
 up (503): one sent meanwhile would wait out its whole timeout unheard, and one already
@@ -66,8 +69,9 @@ async def admin_request(
 
     A connection lost while the command waits for its answer and back within
     :data:`RECONNECT_GRACE_S` may have lost that answer: the command is sent again, under the
-    same id, and its owner (``actors.admin``) answers it with the first one's answer rather
-    than run it twice.
+    same id, and its owner (``actors.admin_once``) answers it with the first one's answer
+    rather than run it twice; a copy that finds no owner (its process not back yet) is sent
+    again every :data:`RESEND_PAUSE_S` until the deadline, then OutcomeUnknownError.
 
     Raises the GatewayError the owner answered, RouteNotFoundError when the actors run but
     none owns ``area``, NoRespondersError when the actors are down, BusTimeoutError when the
@@ -75,28 +79,49 @@ async def admin_request(
     :data:`RECONNECT_GRACE_S`: BusDisconnectedError before the command is sent,
     OutcomeUnknownError while it waits for its reply (it may have been applied).
     """
+    until = anyio.current_time() + timeout  # one deadline, whatever the connection does
     if not bus.connected:
         await _reconnected(bus)
     command = AdminCommand(args=args or {}, by=by, request_id=request_id or next(_COMMAND_IDS))
     subject = subjects.admin(area, verb)
-    until = anyio.current_time() + timeout
-    try:
-        while True:
-            ask = bus.request(
-                subject,
-                command,
-                reply_type=AdminReply,
-                timeout=max(until - anyio.current_time(), 0.001),
+    sent_before = False  # a copy is being sent: the command may already have been applied
+    while True:
+        try:
+            reply = await _unless_lost(
+                bus,
+                bus.request(
+                    subject,
+                    command,
+                    reply_type=AdminReply,
+                    timeout=max(until - anyio.current_time(), 0.001),
+                ),
             )
-            reply = await _unless_lost(bus, ask)
-            if not isinstance(reply, _SendAgain):
-                return raise_for_reply(reply).result
-    except NoRespondersError:
-        if await _actors_answer(bus):
-            raise RouteNotFoundError(f"no admin area {area!r}") from None
-        raise NoRespondersError(
-            f"nobody answers admin area {area!r}: the actors are not running"
-        ) from None
+        except NoRespondersError:
+            if not sent_before:
+                raise await _nobody_answers(bus, area) from None
+            # The owner's process reconnects too, maybe after this one: ask until it is back.
+            if anyio.current_time() + RESEND_PAUSE_S >= until:
+                raise OutcomeUnknownError(_SENT_NOT_ANSWERED) from None
+            await anyio.sleep(RESEND_PAUSE_S)
+            continue
+        if not isinstance(reply, _SendAgain):
+            return raise_for_reply(reply).result
+        sent_before = True
+
+
+_SENT_NOT_ANSWERED = (
+    "the gateway lost its connection to its message bus (NATS) while the command waited for "
+    "its answer, and the command's owner has not answered it since: it may have been "
+    "applied, so its outcome is unknown; check before sending it again"
+)
+
+
+async def _nobody_answers(bus: Bus, area: str) -> GatewayError:
+    """The error for a command no owner took: RouteNotFoundError when the actors run (none
+    owns ``area``), else NoRespondersError."""
+    if await _actors_answer(bus):
+        return RouteNotFoundError(f"no admin area {area!r}")
+    return NoRespondersError(f"nobody answers admin area {area!r}: the actors are not running")
 
 
 class _SendAgain:

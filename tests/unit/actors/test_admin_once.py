@@ -1,9 +1,9 @@
-"""A state-changing admin command runs once per request id (``actors.admin``): the same command
-sent again, as its sender does when it lost the connection its answer went to, gets the first
-one's answer, done or refused, and does not run twice; a copy sent while the first still runs
-is answered when it ends; a read-only verb, or a command with no id, just runs again; a
-command that did not run (refused before running) runs when sent again; the answers kept
-are bounded."""
+"""A state-changing admin command runs once per verb and request id (``actors.admin``,
+``actors.admin_once``): the same command sent again, as its sender does when it lost the
+connection its answer went to, gets the first one's answer, done or refused, and does not run
+twice; a copy sent while the first still runs (or awaits its check) is answered when it ends,
+also when the answer to the first cannot be sent; a read-only verb, a command with no id, or
+another verb under the same id just runs; the answers kept are bounded in number and age."""
 
 from __future__ import annotations
 
@@ -12,10 +12,18 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 import pytest
 
-import actors.admin
+import actors.admin_once
 from actors.admin import AdminArea, AdminChecked
+from bus import BusClosedError
 from bus.codec import Envelope
-from schemas import AdminCommand, AdminReply, ErrorReply, InvalidRequestError, subjects
+from schemas import (
+    AdminCommand,
+    AdminExecuted,
+    AdminReply,
+    ErrorReply,
+    InvalidRequestError,
+    subjects,
+)
 
 if TYPE_CHECKING:
     from actors.base import ActorContext
@@ -132,7 +140,7 @@ async def test_what_changes_nothing_or_has_no_id_runs_again(verb: str, request_i
 async def test_other_request_ids_run_each_and_the_answers_kept_are_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(actors.admin, "ANSWERS_KEPT", 2)
+    monkeypatch.setattr(actors.admin_once, "ANSWERS_KEPT", 2)
     widgets, replies = _Widgets(), _Replies()
     for n in (1, 2, 3):
         await _answer(widgets, replies.env(f"c{n}", request_id=f"r-{n}"))
@@ -184,3 +192,55 @@ async def test_a_copy_sent_while_the_first_awaits_its_check_is_answered_when_it_
 
     assert runs == 1
     assert replies.to["again"] == replies.to["first"] == [AdminReply(result={"runs": 1})]
+
+
+async def test_an_answer_kept_past_its_age_is_forgotten_and_the_copy_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(actors.admin_once, "ANSWERS_KEPT_SECONDS", -1.0)  # all already old
+    widgets, replies = _Widgets(), _Replies()
+    await _answer(widgets, replies.env("first"))
+    await _answer(widgets, replies.env("again"))
+
+    assert widgets.runs == 2
+
+
+async def test_another_verb_under_the_same_request_id_runs() -> None:
+    runs: list[str] = []
+
+    async def verb(cmd: AdminCommand, name: str = "") -> dict[str, Any]:
+        runs.append(name)
+        return {"verb": name}
+
+    async def put(cmd: AdminCommand) -> dict[str, Any]:
+        return await verb(cmd, "put")
+
+    async def delete(cmd: AdminCommand) -> dict[str, Any]:
+        return await verb(cmd, "delete")
+
+    replies = _Replies()
+    area = AdminArea("rules", {"put": put, "delete": delete})
+    for name in ("put", "delete"):
+        await area.answer(cast("ActorContext", _Ctx()), replies.env(name, name, "r-1"))
+
+    assert runs == ["put", "delete"]
+    assert replies.to["delete"] == [AdminReply(result={"verb": "delete"})]
+
+
+async def test_a_copy_is_answered_and_the_command_audited_when_the_first_answer_is_lost() -> None:
+    widgets, replies = _Widgets(), _Replies()
+    ctx = _Ctx()
+
+    async def lost(reply: str, msg: Message) -> None:
+        raise BusClosedError("the connection's reconnect buffer is full")
+
+    cmd = AdminCommand(by="test", request_id="r-1")
+    first = Envelope(subjects.admin("rules", "put"), cmd, "first", lost)
+    await widgets.area.answer(cast("ActorContext", ctx), first)  # its answer is not sent
+    await widgets.area.answer(cast("ActorContext", ctx), replies.env("again"))
+
+    assert widgets.runs == 1
+    assert replies.to["again"] == [AdminReply(result={"runs": 1})]
+    assert [(e.verb, e.ok) for e in ctx.published if isinstance(e, AdminExecuted)] == [
+        ("put", True)
+    ]
