@@ -265,7 +265,8 @@ class Dispatcher:
                         # right before it is sent (a hedge backup only if the hedge fires: the
                         # caller's ``leased_late``).
                         leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
-                        if leased is None:
+                        if leased is None:  # never sent: the ModelActor must not count it
+                            await self.settle.give_back(info, current.model, c)
                             break
                         c = leased
                     attempt += 1
@@ -393,7 +394,10 @@ class Dispatcher:
         if not c.pool or c.lease_id or c.refusal:
             return a
         leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
-        return None if leased is None else a._replace(candidate=leased)
+        if leased is None:  # never sent: the ModelActor must not count it in flight
+            await self.settle.give_back(info, a.model, c)
+            return None
+        return a._replace(candidate=leased)
 
     async def _refused(self, info: RequestInfo, a: Attempt, failures: Failures) -> None:
         """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is
