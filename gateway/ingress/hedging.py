@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+import anyio
+
 from gateway.ingress.failover import NO_BACKUP, no_backup
 from schemas import UpstreamError
 
@@ -69,13 +71,18 @@ async def race(
 ) -> Raced[T]:
     """Run ``primary``; after ``after_ms`` without its result (or once it failed) also
     ``backup``; the first success wins and the other side is cancelled (or, finished too
-    late, ``discard``-ed). Cancelling the race cancels both sides."""
+    late, ``discard``-ed). Cancelling the race cancels both sides, and discards a side that
+    had already succeeded (nobody will read it: a stream's lease and connection would
+    leak)."""
     flags = (Declined(), Declined())
     tasks = [asyncio.ensure_future(primary(flags[0]))]
     results: list[T | UpstreamError | None] = [None, None]
+    gone: set[int] = set()  # the sides already discarded
+    handed = False  # the outcome went to the caller
     try:
         done, _ = await asyncio.wait(tasks, timeout=after_ms / 1000.0)
         if done and not isinstance(first := tasks[0].result(), UpstreamError):
+            handed = True
             return Raced(winner=0, results=[first, None])  # no hedge was needed
         # The primary is slow (hedge now) or failed early (the backup is next in line anyway).
         tasks.append(asyncio.ensure_future(backup(flags[1])))
@@ -90,14 +97,31 @@ async def race(
             ]
             if winners:
                 won = winners[0]
-                await _end(tasks[1 - won], flags[1 - won], results, 1 - won, discard)
+                await _end(tasks[1 - won], flags[1 - won], results, 1 - won, discard, gone)
+                handed = True
                 return Raced(winner=won, results=results)
+        handed = True
         return Raced(winner=None, results=results)
     finally:
         for task in tasks:
             if not task.done():
                 task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Shielded: a race stopped by its request's cancel scope still waits for its sides
+        # to end, and discards what nobody will read.
+        with anyio.CancelScope(shield=True):
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if not handed:
+                for side, task in enumerate(tasks):
+                    if side not in gone and (unread := _success(task)) is not None:
+                        await discard(unread)
+
+
+def _success(task: asyncio.Future[T | UpstreamError]) -> T | None:
+    """What ``task`` ended with, unless it was cancelled, raised or failed (None then)."""
+    if not task.done() or task.cancelled() or task.exception() is not None:
+        return None
+    result = task.result()
+    return None if isinstance(result, UpstreamError) else result
 
 
 async def _end(
@@ -106,8 +130,10 @@ async def _end(
     results: list[T | UpstreamError | None],
     side: int,
     discard: Callable[[T], Awaitable[None]],
+    gone: set[int],
 ) -> None:
-    """Stop the losing side: cancel it, or discard what it produced meanwhile."""
+    """Stop the losing side: cancel it, or discard what it produced meanwhile (noted in
+    ``gone``)."""
     if not task.done():
         flag.declined = True
         task.cancel()
@@ -116,6 +142,7 @@ async def _end(
         return
     late = task.result()
     if not isinstance(late, UpstreamError):
+        gone.add(side)
         await discard(late)
         results[side] = None
 
