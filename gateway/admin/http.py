@@ -81,7 +81,7 @@ async def admin_request(
     """
     until = anyio.current_time() + timeout  # one deadline, whatever the connection does
     if not bus.connected:
-        await _reconnected(bus)
+        await _reconnected(bus, until)
     command = AdminCommand(args=args or {}, by=by, request_id=request_id or next(_COMMAND_IDS))
     subject = subjects.admin(area, verb)
     sent_before = False  # a copy is being sent: the command may already have been applied
@@ -89,6 +89,7 @@ async def admin_request(
         try:
             reply = await _unless_lost(
                 bus,
+                until,
                 bus.request(
                     subject,
                     command,
@@ -131,12 +132,12 @@ class _SendAgain:
 _SEND_AGAIN = _SendAgain()
 
 
-async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T | _SendAgain:
+async def _unless_lost(bus: Bus, until: float, request: Awaitable[T]) -> T | _SendAgain:
     """What ``request`` (a bus request) returns, unless the bus connection is lost while it
     waits: nats-py fails no request then, and a reply sent into the lost connection never
     comes, so it is abandoned. :data:`_SEND_AGAIN` when the connection is back within
-    :data:`RECONNECT_GRACE_S`; else raises OutcomeUnknownError. Raises what ``request``
-    raises.
+    :data:`RECONNECT_GRACE_S` (and before ``until``, the command's deadline); else raises
+    OutcomeUnknownError. Raises what ``request`` raises.
 
     Here and not in ``Bus.request``: an admin command waits up to 30 s and its caller can
     check what it did; the ingress's requests wait a few seconds at most, make no task per
@@ -145,7 +146,7 @@ async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T | _SendAgain:
     failed: list[Exception] = []
     back: list[bool] = []
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_cancel_when_lost, bus, tg.cancel_scope, back)
+        tg.start_soon(_cancel_when_lost, bus, until, tg.cancel_scope, back)
         try:
             answer.append(await request)
         except Exception as exc:  # raised below as it is, not in the task group's group
@@ -164,28 +165,30 @@ async def _unless_lost(bus: Bus, request: Awaitable[T]) -> T | _SendAgain:
     )
 
 
-async def _cancel_when_lost(bus: Bus, scope: anyio.CancelScope, back: list[bool]) -> None:
+async def _cancel_when_lost(
+    bus: Bus, until: float, scope: anyio.CancelScope, back: list[bool]
+) -> None:
     """Cancel ``scope`` once ``bus`` loses its connection, noting in ``back`` whether it
-    came back within the grace."""
+    came back within the grace (and before ``until``)."""
     await bus.disconnected()
-    back.append(await _back_within_grace(bus))
+    back.append(await _back_within_grace(bus, until))
     scope.cancel()
 
 
-async def _back_within_grace(bus: Bus) -> bool:
-    """Whether ``bus`` is connected, waiting up to :data:`RECONNECT_GRACE_S` for it (False
-    at once when it is closed)."""
-    with anyio.move_on_after(RECONNECT_GRACE_S):
+async def _back_within_grace(bus: Bus, until: float) -> bool:
+    """Whether ``bus`` is connected, waiting up to :data:`RECONNECT_GRACE_S` for it, and not
+    past ``until`` (False at once when it is closed)."""
+    with anyio.move_on_after(min(RECONNECT_GRACE_S, until - anyio.current_time())):
         while not bus.connected and not bus.closed:
             with anyio.move_on_after(0.1):  # connected may flip without a reconnect event
                 await bus.reconnected()
     return bus.connected
 
 
-async def _reconnected(bus: Bus) -> None:
+async def _reconnected(bus: Bus, until: float) -> None:
     """Return once ``bus`` is connected again. Raises BusDisconnectedError when it is not
     within :data:`RECONNECT_GRACE_S` (or it is closed)."""
-    if not await _back_within_grace(bus):
+    if not await _back_within_grace(bus, until):
         raise BusDisconnectedError(
             "the gateway has lost its connection to its message bus (NATS) and is "
             "reconnecting; admin commands cannot reach their owners until it is back"
