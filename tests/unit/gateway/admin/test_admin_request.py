@@ -17,7 +17,14 @@ import pytest
 from bus import InProcessBus
 from gateway.admin import http as admin_http
 from gateway.admin.http import admin_request
-from schemas import AdminCommand, AdminReply, NoRespondersError, OutcomeUnknownError, subjects
+from schemas import (
+    AdminCommand,
+    AdminReply,
+    BusDisconnectedError,
+    NoRespondersError,
+    OutcomeUnknownError,
+    subjects,
+)
 from tests.unit.actors.cluster_support import Link
 
 if TYPE_CHECKING:
@@ -138,3 +145,13 @@ async def test_a_command_whose_connection_stays_lost_ends_with_outcome_unknown(
         tg.start_soon(lose_it)
         with anyio.fail_after(BOUND_S), pytest.raises(OutcomeUnknownError, match="unknown"):
             await admin_request(link, "a", "v", by="t", timeout=TIMEOUT_S)
+
+
+async def test_the_wait_for_a_lost_connection_before_sending_ends_at_the_deadline(
+    inner: InProcessBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(admin_http, "RECONNECT_GRACE_S", 60.0)  # past the bound below
+    link = Link(inner)
+    link.drop()
+    with anyio.fail_after(BOUND_S), pytest.raises(BusDisconnectedError):
+        await admin_request(link, "a", "v", by="t", timeout=0.5)
