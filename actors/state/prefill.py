@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-_SWEEP_EVERY = 1024  # acquisitions between sweeps of leases lost with their ingress
+_SWEEP_EVERY = 1024  # acquisitions (or hints) between sweeps of leases and stale hints
+HINTS_MAX = 100_000
+"""(caller, endpoint) hints kept: callers are affinity keys, so a client's addresses or grant
+headers make them; past this the oldest hint goes first."""
 
 
 @dataclass(slots=True)
@@ -33,6 +36,12 @@ class PrefillLoad:
         self._leases: dict[str, _Lease] = {}
         self._hints: dict[tuple[str, str], tuple[int, float]] = {}
         self._acquired = 0
+        self._remembered = 0
+
+    @property
+    def hint_count(self) -> int:
+        """(caller, endpoint) hints held now (stale ones until the next sweep)."""
+        return len(self._hints)
 
     def backlog(self, endpoint: str) -> int:
         """Un-cached prompt tokens currently in prefill on ``endpoint``."""
@@ -79,8 +88,18 @@ class PrefillLoad:
 
     def remember(self, caller: str, endpoint: str, prompt_tokens: int, now: float) -> None:
         """Record a completed prompt's size for the (caller, endpoint) hint."""
-        if caller and prompt_tokens > 0:
-            self._hints[(caller, endpoint)] = (prompt_tokens, now + self.hint_ttl)
+        if not caller or prompt_tokens <= 0:
+            return
+        # Swept here too, not only on acquisitions: with prefill off (or every prompt
+        # cached) none is taken, and the hints of callers gone would stay for ever.
+        self._remembered += 1
+        if self._remembered % _SWEEP_EVERY == 0:
+            self.expire(now)
+        hints = self._hints
+        hints.pop((caller, endpoint), None)  # re-inserted: the oldest stays first
+        hints[(caller, endpoint)] = (prompt_tokens, now + self.hint_ttl)
+        if len(hints) > HINTS_MAX:
+            del hints[next(iter(hints))]
 
     def expire(self, now: float) -> None:
         """Drop leases whose owner never reported back (a lost ingress) and stale hints."""
