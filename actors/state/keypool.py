@@ -107,7 +107,9 @@ class KeyPool:
         self._ids = frozenset(cid for cid, _ in new)
         self._order.clear()
         self._by_role.clear()
-        for table in (self._mutes, self._streaks, self._levels):
+        # Everything kept per key goes with it: a removed key's floor or period would stay
+        # for good (and a key re-added under its id would inherit them).
+        for table in (self._mutes, self._streaks, self._levels, self._floors, self._periods):
             for cid in [c for c in table if c not in self._ids]:
                 del table[cid]
         self._quota.intersection_update(self._ids)

@@ -317,3 +317,25 @@ def test_quiet_only_while_no_mute_or_cooling_set_by_any_path_is_running() -> Non
     assert not restored._quiet(800) and restored.usable("free", 800) == ["a"]
     assert restored.remute("b", 950) == 1250  # found still failing: muted again
     assert restored.usable("free", 1000) == ["a"] and restored._quiet(1250)
+
+
+def test_a_removed_key_leaves_nothing_behind_for_its_return() -> None:
+    # Provider keys come and go (admin deletes, reloads); what a removed key's mutes left
+    # (its Retry-After floor, its last mute period) must go with it: kept, they grew with
+    # every key ever muted, and a key re-added under its id inherited an hour-long floor.
+    p = pool(("a", "free"), ("b", "free"))
+    assert fail(p, "a", 0, 401, retry_after=3600) == 3600
+    p.declare([("b", "free")])
+    p.declare([("a", "free"), ("b", "free")])  # a new secret under the same id
+    assert fail(p, "a", 10, 401) == 310
+    assert p.lift("a", 20) == 20  # the old key's Retry-After is not this one's
+    assert p.mute_period("a") == S.mute_seconds
+
+
+def test_keys_muted_then_removed_do_not_accumulate() -> None:
+    p = pool(("keep", "free"))
+    for i in range(1000):
+        p.declare([("keep", "free"), (f"k{i}", "free")])
+        fail(p, f"k{i}", i, 401, retry_after=5000.0)
+    p.declare([("keep", "free")])
+    assert all(p.mute_period(f"k{i}") == S.mute_seconds for i in range(1000))
