@@ -2,7 +2,9 @@
 
 Spec: five-minute sliding TTL; dropped the moment the pinned endpoint errors; a fresh pick
 when the pinned endpoint is inadmissible; expired entries swept lazily once the table is past
-the sweep threshold. Times are wall-clock seconds so a snapshot survives a restart.
+the sweep threshold (then once it has doubled, at most ``expiring.CAP`` pins, the least
+recently pinned out first: ``actors.state.expiring``). Times are wall-clock seconds so a
+snapshot survives a restart.
 
 Beyond the spec, a caller moved off its endpoint by an error (or because it left rotation)
 keeps it as its *home* while its pin lives; if the home is then benched (sickness that
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from actors.state import expiring
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,7 +43,8 @@ class AffinityTable:
     def __init__(self, ttl: float, sweep_threshold: int = 1000) -> None:
         self.ttl = ttl
         self.sweep_threshold = sweep_threshold
-        self._pins: dict[str, Pin] = {}
+        self._next_sweep = sweep_threshold  # the size past which expired pins are swept
+        self._pins: dict[str, Pin] = {}  # least recently pinned first
 
     def __len__(self) -> int:
         return len(self._pins)
@@ -78,12 +83,12 @@ class AffinityTable:
     def pin(self, caller: str, endpoint: str, now: float) -> None:
         """Pin (or re-pin, refreshing the TTL) ``caller`` to ``endpoint``; its home is kept
         until it is back there."""
-        old = self._pins.get(caller)
+        old = self._pins.pop(caller, None)  # re-inserted: the table's order is the pins' age
         if old is None or old.home == endpoint:
             self._pins[caller] = Pin(endpoint, now + self.ttl)
         else:
             self._pins[caller] = Pin(endpoint, now + self.ttl, old.home, old.home_benched)
-        if len(self._pins) > self.sweep_threshold:
+        if len(self._pins) > self._next_sweep:
             self.sweep(now)
 
     def drop(self, caller: str, endpoint: str | None = None) -> bool:
@@ -97,11 +102,10 @@ class AffinityTable:
         return True
 
     def sweep(self, now: float) -> int:
-        """Remove every expired pin; returns how many."""
-        dead = [c for c, p in self._pins.items() if p.expires <= now]
-        for c in dead:
-            del self._pins[c]
-        return len(dead)
+        """Remove every expired pin (and the oldest past ``expiring.CAP``); returns how many
+        expired."""
+        dead, self._next_sweep = expiring.sweep(self._pins, now, self.sweep_threshold)
+        return dead
 
     def snapshot(self, now: float) -> dict[str, tuple[str, float]]:
         """Live pins as ``{caller: (endpoint, expires)}``."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from actors.state import expiring
 from actors.state.cooling import Cooling
 from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.keys import role_rank
@@ -77,7 +78,8 @@ class KeyPool:
         self._streaks: dict[str, int] = {}
         self._levels: dict[str, int] = {}
         self._quota: set[str] = set()  # keys whose mute is a spent quota's
-        self._bindings: dict[str, _Binding] = {}
+        self._bindings: dict[str, _Binding] = {}  # least recently used first
+        self._next_sweep = settings.sweep_threshold  # the size past which it is swept
         self.cooling = Cooling(settings.cooling_seconds, settings.cooling_max_seconds)
         # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
         # keys without one after those ranked finite); None keeps the declared preference.
@@ -223,13 +225,15 @@ class KeyPool:
         cid = self.peek(caller, role, now)
         if not cid:
             return cid
-        b = self._bindings.get(caller)
+        bindings = self._bindings
+        b = bindings.pop(caller, None)  # re-inserted: the table's order is the bindings' age
         if b is not None and b.role == role and b.expires > now:
             if b.credential_id == cid:
                 b.expires = now + self.settings.binding_ttl_seconds
+            bindings[caller] = b
             return cid  # a binding to a merely muted key survives
-        self._bindings[caller] = _Binding(cid, role, now + self.settings.binding_ttl_seconds)
-        if len(self._bindings) > self.settings.sweep_threshold:
+        bindings[caller] = _Binding(cid, role, now + self.settings.binding_ttl_seconds)
+        if len(bindings) > self._next_sweep:
             self.sweep(now)
         return cid
 
@@ -239,11 +243,11 @@ class KeyPool:
         return (b.credential_id, b.role) if b is not None and b.expires > now else None
 
     def sweep(self, now: float) -> int:
-        """Drop expired bindings; returns how many."""
-        dead = [c for c, b in self._bindings.items() if b.expires <= now]
-        for c in dead:
-            del self._bindings[c]
-        return len(dead)
+        """Drop expired bindings (and the oldest past ``expiring.CAP``: see
+        ``actors.state.expiring``); returns how many expired."""
+        threshold = self.settings.sweep_threshold
+        dead, self._next_sweep = expiring.sweep(self._bindings, now, threshold)
+        return dead
 
     def refusal(self, role: str | None, now: float) -> KeyPoolExhaustedError:
         """Why ``role`` gets no key now: KeyPoolRoleRestrictedError when an unrestricted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from actors.state import expiring
 from actors.state.keypool import KeyPool, declaration_of, is_key_specific
 from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.config import KeyPoolConfig
@@ -339,3 +340,34 @@ def test_keys_muted_then_removed_do_not_accumulate() -> None:
         fail(p, f"k{i}", i, 401, retry_after=5000.0)
     p.declare([("keep", "free")])
     assert all(p.mute_period(f"k{i}") == S.mute_seconds for i in range(1000))
+
+
+class _Counted(KeyPool):
+    """A KeyPool counting its sweeps of bindings."""
+
+    sweeps = 0
+
+    def sweep(self, now: float) -> int:
+        self.sweeps += 1
+        return super().sweep(now)
+
+
+def test_a_pool_bound_to_many_live_callers_is_not_swept_on_every_binding() -> None:
+    p = _Counted("p", KeyPoolConfig(sweep_threshold=1000), [("a", "free")])
+    for n in range(20_000):
+        p.acquire(f"key:{n}", "free", n / 1000)
+    assert p.sweeps <= 5  # at 1,000, 2,000, 4,000, 8,000 and 16,000 bindings
+    assert p.bound("key:0", 20) == ("a", "free")
+
+
+def test_a_flood_of_callers_keeps_the_most_recent_bindings_within_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(expiring, "CAP", 500)
+    p = KeyPool("p", KeyPoolConfig(sweep_threshold=100), [("a", "free")])
+    for n in range(5_000):
+        p.acquire(f"grant:{n}", "free", 0)
+        p.acquire("key:regular", "free", 0)  # a caller that keeps calling stays bound
+    assert p.bound("key:regular", 1) == ("a", "free")
+    assert p.bound("grant:4999", 1) == ("a", "free")
+    assert p.bound("grant:0", 1) is None
