@@ -30,6 +30,8 @@ from tests.unit.actors.cluster_support import Link
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from anyio.abc import TaskGroup
+
     from schemas import Message
 
 TIMEOUT_S = 45.0  # past the test's own bound: a command that waits it out fails the test
@@ -43,17 +45,23 @@ async def inner() -> AsyncIterator[InProcessBus]:
     await bus.aclose()
 
 
+def _command(tg: TaskGroup, bus: Link) -> list[dict[str, object]]:
+    """Start a command to area ``a`` on ``bus`` in ``tg``; the list its result goes into."""
+    answers: list[dict[str, object]] = []
+
+    async def command() -> None:
+        answers.append(await admin_request(bus, "a", "v", by="t", timeout=TIMEOUT_S))
+
+    tg.start_soon(command)
+    return answers
+
+
 async def test_a_command_whose_connection_is_back_within_the_grace_is_sent_again(
     inner: InProcessBus,
 ) -> None:
     link = Link(inner)
     async with inner.subscribe(subjects.admin_area("a")) as owner, anyio.create_task_group() as tg:
-        answers: list[dict[str, object]] = []
-
-        async def command() -> None:
-            answers.append(await admin_request(link, "a", "v", by="t", timeout=TIMEOUT_S))
-
-        tg.start_soon(command)
+        answers = _command(tg, link)
         with anyio.fail_after(BOUND_S):
             commands = aiter(owner)
             first = await anext(commands)
@@ -96,12 +104,7 @@ async def test_a_copy_that_finds_no_owner_is_sent_again_until_the_owner_is_back(
         owner_link.subscribe(subjects.admin_area("a")) as owner,
         anyio.create_task_group() as tg,
     ):
-        answers: list[dict[str, object]] = []
-
-        async def command() -> None:
-            answers.append(await admin_request(ingress, "a", "v", by="t", timeout=TIMEOUT_S))
-
-        tg.start_soon(command)
+        answers = _command(tg, ingress)
         with anyio.fail_after(BOUND_S):
             commands = aiter(owner)
             await anext(commands)
