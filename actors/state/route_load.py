@@ -5,7 +5,9 @@ limit (pure state, no I/O; times in seconds on the owner's clock).
 each route is serving without another bus message: a plan's primary counts from the moment
 the plan is issued; an observation of that attempt ends it, or (a failure) moves it to the
 next candidate of the plan, which the failover loop tries next; an observation naming a later
-candidate moves it there (a candidate skipped between). A primary the ingress never sends
+candidate moves it there (a candidate skipped between); an answer from one it moved on from
+(retried on its next key, a hedge's primary outliving its backup) ends it. A primary the
+ingress never sends
 (``FirstToken.unsent``) ends at once. Whatever is still counted after ``ttl`` seconds (its
 ingress died, an observation was lost) expires, so a count that drifts heals by itself.
 
@@ -251,6 +253,7 @@ class _Flight:
     issued: float
     at_send: int  # others in flight on ``endpoint`` when it was counted
     rest: tuple[str, ...]  # the plan's later candidates, in order
+    passed: tuple[str, ...] = ()  # the candidates it moved on from
 
 
 class RouteLoad:
@@ -332,6 +335,11 @@ class RouteLoad:
         if f is None:
             return -1, False
         if endpoint != f.endpoint:
+            if endpoint in f.passed and outcome != "failure":
+                # A route it moved on from answered after all (retried on its next key, or a
+                # hedge's primary outliving its failed backup): the request ends there.
+                self._end(request_id, f)
+                return -1, False
             if endpoint not in f.rest:
                 return -1, False  # a hedge's other side, or another plan's route
             self._move(f, endpoint, now)
@@ -346,6 +354,7 @@ class RouteLoad:
         if f.endpoint in self.counts:
             self.counts[f.endpoint] -= 1
         f.rest = f.rest[f.rest.index(endpoint) + 1 :]
+        f.passed = (*f.passed, f.endpoint)
         f.endpoint = endpoint
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:

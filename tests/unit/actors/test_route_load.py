@@ -64,6 +64,18 @@ def test_an_unsent_candidate_ends_its_count_and_a_hedges_other_side_is_ignored()
     assert rl.in_flight("a") == 1
 
 
+def test_an_answer_from_a_route_the_count_moved_past_ends_it() -> None:
+    rl = load()
+    rl.issued("key", ("a", "b"), 0.0)
+    rl.observed("key", "a", "failure", 1.0)  # a refused key: retried on a's next key
+    rl.issued("hedge", ("a", "b", "c"), 0.0)
+    rl.observed("hedge", "b", "failure", 1.0)  # the hedge's backup failed while a runs
+
+    assert rl.observed("key", "a", "success", 2.0) == (-1, False)
+    assert rl.observed("hedge", "a", "success", 2.0) == (-1, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
 def test_counts_whose_observation_never_comes_expire_after_the_ttl() -> None:
     rl = load()
     rl.issued("lost", ("a",), 0.0)

@@ -1,0 +1,66 @@
+"""The ModelActor's count of each route's requests in flight (load-aware selection) after
+requests that end on a route the count had already moved past: nothing may stay counted on a
+candidate that was never sent (it would stay there until the count's TTL, minutes, and steer
+traffic away from an idle route)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+import pytest
+
+from schemas import ModelStatus, ModelStatusRequest, subjects
+from tests.e2e.conftest import HI, WAIT, eid, gateway_bus, model, route
+from tests.e2e.keys_support import keys_config
+from tests.fixtures.upstream import Reply
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.upstream import UpstreamFactory
+
+pytestmark = pytest.mark.e2e
+
+A, B = "sk-upstream-aaaa", "sk-upstream-bbbb"
+
+
+async def _in_flight(gw: RunningGateway) -> dict[str, int]:
+    reply = await gateway_bus(gw).request(
+        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
+    )
+    assert isinstance(reply, ModelStatus), reply
+    return {r.endpoint: r.in_flight for r in reply.routes}
+
+
+async def _settled(gw: RunningGateway) -> dict[str, int]:
+    """The counts once none is left (or as they stand after ``WAIT``)."""
+    counted = await _in_flight(gw)
+    with anyio.move_on_after(WAIT):  # a bounded loop of awaited status requests
+        while any(counted.values()):
+            counted = await _in_flight(gw)
+    return counted
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+async def test_a_request_served_on_its_routes_next_key_leaves_no_fallback_counted(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path, stream: bool
+) -> None:
+    up, spare = await fake_upstreams("up"), await fake_upstreams("spare")
+    up.key_behaviours[A] = Reply(401)
+    gw = await gateway_factory(
+        keys_config(
+            tmp_path, model("m", route(up, api_keys=[A, B]), route(spare, fallback_only=True))
+        )
+    )
+    client = gw.openai()
+    if stream:
+        chunks = await client.chat.completions.create(model="m", messages=HI, stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+    else:
+        answer = await client.chat.completions.create(model="m", messages=HI)
+        text = answer.choices[0].message.content or ""
+    assert text == up.text and not spare.requests  # served by the route's other key
+
+    assert await _settled(gw) == {eid("m", up): 0, eid("m", spare): 0}
