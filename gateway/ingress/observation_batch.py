@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from bus import Bus
 
-__all__ = ["BATCH_MAX", "ObservationBatcher", "observation_sender"]
+__all__ = ["BATCH_MAX", "ObservationBatcher", "observation_batcher", "observation_sender"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +37,13 @@ def observation_sender(
 ) -> Callable[[str, Observation], Awaitable[None]]:
     """How this ingress sends an observation on ``bus``: ``publish`` in process, batched per
     turn over NATS."""
-    if isinstance(bus, InProcessBus):
-        return publish
-    return ObservationBatcher(bus).publish
+    batcher = observation_batcher(bus)
+    return publish if batcher is None else batcher.publish
+
+
+def observation_batcher(bus: Bus) -> ObservationBatcher | None:
+    """This ingress's batcher of observations on ``bus``; None in process (none is held)."""
+    return None if isinstance(bus, InProcessBus) else ObservationBatcher(bus)
 
 
 class ObservationBatcher:
@@ -61,9 +65,11 @@ class ObservationBatcher:
         pending.append(obs)
         if not self._flush_due:
             self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send the observations held now (the end of the turn, or a message that must not
+        overtake them)."""
         self._flush_due = False
         pending, self._pending = self._pending, {}
         for subject, made in pending.items():

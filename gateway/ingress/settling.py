@@ -32,7 +32,7 @@ from bus import Bus, NoRespondersError, RequestTimeoutError
 from gateway.formats.openai_chat import content_chars
 from gateway.http.component import Component
 from gateway.http.deadline import Resumed
-from gateway.ingress.observation_batch import observation_sender
+from gateway.ingress.observation_batch import observation_batcher
 from schemas import (
     CapacityAcquire,
     CapacityGrant,
@@ -367,7 +367,8 @@ class Settler:
         self._clock = clock
         self._wall = wall
         self._subjects: dict[str, str] = {}  # endpoint -> its observations' subject
-        self._send_observation = observation_sender(bus, self.publish)
+        self._batcher = observation_batcher(bus)
+        self._send_observation = self.publish if self._batcher is None else self._batcher.publish
 
     def _observed_on(self, endpoint: str) -> str:
         """The subject of ``endpoint``'s observations, built once per endpoint."""
@@ -397,6 +398,9 @@ class Settler:
         prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
         capacity lease. Not an attempt: the request's accounting does not count it."""
         await self.leases.release(c)
+        if self._batcher is not None:
+            # The failure observed last moves the ModelActor's count to ``c``: it goes first.
+            self._batcher.flush()
         if c.probe:
             now = self._clock()
             pricing = self.targets.prices.get(c.endpoint)

@@ -8,11 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import anyio
+import openai
 import pytest
 
 from schemas import ModelStatus, ModelStatusRequest, subjects
-from tests.e2e.conftest import HI, WAIT, eid, gateway_bus, model, route
-from tests.e2e.keys_support import keys_config
+from tests.e2e.conftest import HI, WAIT, config, eid, gateway_bus, model, route
+from tests.e2e.keys_support import SLOW_CIRCUIT, keys_config
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
@@ -64,3 +65,23 @@ async def test_a_request_served_on_its_routes_next_key_leaves_no_fallback_counte
     assert text == up.text and not spare.requests  # served by the route's other key
 
     assert await _settled(gw) == {eid("m", up): 0, eid("m", spare): 0}
+
+
+async def test_a_candidate_the_spent_budget_never_sends_is_not_left_counted(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    a, b, c = await fake_upstreams("a"), await fake_upstreams("b"), await fake_upstreams("c")
+    a.set_default(Reply(500))
+    b.set_default(Reply(503, delay=0.5))  # the first retry ends after the 0.3 s budget
+    gw = await gateway_factory(
+        config(
+            model("m", route(a), route(b, fallback_only=True), route(c, fallback_only=True)),
+            circuit=SLOW_CIRCUIT,
+            routing={"bench": {"failures": 50}, "failover": {"budget_seconds": 0.3}},
+        )
+    )
+    with pytest.raises(openai.APIStatusError):
+        await gw.openai().chat.completions.create(model="m", messages=HI)
+    assert not c.requests  # the budget ran out: c is given back, never sent
+
+    assert await _settled(gw) == {eid("m", a): 0, eid("m", b): 0, eid("m", c): 0}
