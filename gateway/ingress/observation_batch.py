@@ -6,7 +6,7 @@ endpoint in one turn, and each observation was a NATS message of its own (writte
 nats-server, read and decoded on the actors host). The receiving bus delivers a batch's
 observations one by one (bus/nats_subscribing.py), so no subscriber sees a batch. They leave
 at the end of the turn they were made in. In process an observation is handed to its
-subscribers' mailboxes: nothing to save, so none is held (see :func:`observation_sender`).
+subscribers' mailboxes: nothing to save, so none is held (see :func:`observation_batcher`).
 """
 
 from __future__ import annotations
@@ -20,25 +20,16 @@ from gateway.http.deadline import Resumed
 from schemas import GatewayError, Observation, ObservationBatch
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Coroutine
 
     from bus import Bus
 
-__all__ = ["BATCH_MAX", "ObservationBatcher", "observation_batcher", "observation_sender"]
+__all__ = ["BATCH_MAX", "ObservationBatcher", "observation_batcher"]
 
 logger = logging.getLogger(__name__)
 
 BATCH_MAX = 64
 """The most observations one batch carries (far below NATS's 1 MB message limit)."""
-
-
-def observation_sender(
-    bus: Bus, publish: Callable[[str, Observation], Awaitable[None]]
-) -> Callable[[str, Observation], Awaitable[None]]:
-    """How this ingress sends an observation on ``bus``: ``publish`` in process, batched per
-    turn over NATS."""
-    batcher = observation_batcher(bus)
-    return publish if batcher is None else batcher.publish
 
 
 def observation_batcher(bus: Bus) -> ObservationBatcher | None:

@@ -13,7 +13,7 @@ import pytest
 
 from bus import NatsBus
 from bus.codec import decode
-from gateway.ingress.observation_batch import ObservationBatcher, observation_sender
+from gateway.ingress.observation_batch import ObservationBatcher, observation_batcher
 from schemas import Observation, ObservationBatch, subjects
 
 if TYPE_CHECKING:
@@ -29,9 +29,7 @@ def _obs(request_id: str, endpoint: str = "m:e") -> Observation:
 
 
 async def test_in_process_an_observation_is_published_as_it_comes(bus: InProcessBus) -> None:
-    async def publish(subject: str, obs: Observation) -> None: ...
-
-    assert observation_sender(bus, publish) is publish
+    assert observation_batcher(bus) is None  # none held: the settler publishes each at once
 
 
 @pytest.mark.nats
@@ -58,8 +56,9 @@ async def test_a_turns_observations_of_an_endpoint_go_as_one_message_and_arrive_
             plain.subscribe(subject) as one,
             family.subscribe(subjects.OBSERVATION_ANY) as every,
         ):
-            sender = observation_sender(ingress, ingress.publish)
-            assert isinstance(getattr(sender, "__self__", None), ObservationBatcher)
+            batcher = observation_batcher(ingress)
+            assert isinstance(batcher, ObservationBatcher)
+            sender = batcher.publish
             for rid in ("r-1", "r-2", "r-3"):
                 await sender(subject, _obs(rid))
             await sender(other, _obs("r-4", "m:f"))
