@@ -320,10 +320,16 @@ class RouteLoad:
         self.counts[first] += 1
 
     def unsent(self, request_id: str, endpoint: str) -> None:
-        """The ingress will not send the candidate ``endpoint`` of ``request_id``."""
+        """The ingress will not send the candidate ``endpoint`` of ``request_id``: the count
+        ends if it is there, and a failure no longer moves it there if it is still ahead (a
+        hedge's backup its pool refused while the primary runs)."""
         f = self._flights.get(request_id)
-        if f is not None and f.endpoint == endpoint:
+        if f is None:
+            return
+        if f.endpoint == endpoint:
             self._end(request_id, f)
+        elif endpoint in f.rest:
+            f.rest = tuple(e for e in f.rest if e != endpoint)
 
     def observed(
         self, request_id: str, endpoint: str, outcome: str, now: float

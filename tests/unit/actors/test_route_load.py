@@ -351,3 +351,12 @@ def test_one_other_route_queueing_does_not_hide_this_routes_queue() -> None:
     # Before: the others' median inflation (b's and c's, 5.5 times) raised the ceiling over
     # a's queue.
     assert cut == [False, False, True] and rl.limits["a"].reason == "ttft_inflated"
+
+
+def test_a_failure_does_not_move_the_count_to_a_candidate_already_given_back() -> None:
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0)
+    rl.unsent("h", "b")  # the hedge's backup, refused by its pool while a runs
+    rl.observed("h", "a", "failure", 1.0)  # the loop goes on to c
+
+    assert (rl.in_flight("a"), rl.in_flight("b"), rl.in_flight("c")) == (0, 0, 1)
