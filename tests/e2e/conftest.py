@@ -18,7 +18,7 @@ import pytest
 import gateway.process.actor_host
 from actors import build_tree
 from gateway.process.engines import ENGINES
-from schemas import CircuitTransition, EndpointState, subjects
+from schemas import CircuitTransition, EndpointState, ModelStatus, ModelStatusRequest, subjects
 from tests.fixtures.nats import start_nats_server
 
 if TYPE_CHECKING:
@@ -170,6 +170,25 @@ def gateway_bus(gw: RunningGateway) -> Bus:
     """The bus ``gw`` serves on."""
     assert gw.bus is not None, "the gateway fixture did not record its bus"
     return gw.bus
+
+
+async def model_status(gw: RunningGateway, model_id: str = "m") -> ModelStatus:
+    """What ``model_id``'s ModelActor says of its routes (``llmgw.model.<id>.status``)."""
+    reply = await gateway_bus(gw).request(
+        subjects.model_status(model_id), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
+    )
+    assert isinstance(reply, ModelStatus), reply
+    return reply
+
+
+async def settled_in_flight(gw: RunningGateway, model_id: str = "m") -> dict[str, int]:
+    """Each route's requests in flight once none is left (or as they stand after ``WAIT``):
+    a bounded loop of awaited status requests, since nothing publishes the count."""
+    counted = {r.endpoint: r.in_flight for r in (await model_status(gw, model_id)).routes}
+    with anyio.move_on_after(WAIT):
+        while any(counted.values()):
+            counted = {r.endpoint: r.in_flight for r in (await model_status(gw, model_id)).routes}
+    return counted
 
 
 @asynccontextmanager

@@ -7,41 +7,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import anyio
 import openai
 import pytest
 
-from schemas import ModelStatus, ModelStatusRequest, subjects
-from tests.e2e.conftest import HI, WAIT, config, eid, gateway_bus, model, route
+from tests.e2e.conftest import HI, config, eid, model, route, settled_in_flight
 from tests.e2e.keys_support import SLOW_CIRCUIT, keys_config
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.gateway import GatewayFactory
     from tests.fixtures.upstream import UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 
 A, B = "sk-upstream-aaaa", "sk-upstream-bbbb"
-
-
-async def _in_flight(gw: RunningGateway) -> dict[str, int]:
-    reply = await gateway_bus(gw).request(
-        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
-    )
-    assert isinstance(reply, ModelStatus), reply
-    return {r.endpoint: r.in_flight for r in reply.routes}
-
-
-async def _settled(gw: RunningGateway) -> dict[str, int]:
-    """The counts once none is left (or as they stand after ``WAIT``)."""
-    counted = await _in_flight(gw)
-    with anyio.move_on_after(WAIT):  # a bounded loop of awaited status requests
-        while any(counted.values()):
-            counted = await _in_flight(gw)
-    return counted
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
@@ -64,7 +45,7 @@ async def test_a_request_served_on_its_routes_next_key_leaves_no_fallback_counte
         text = answer.choices[0].message.content or ""
     assert text == up.text and not spare.requests  # served by the route's other key
 
-    assert await _settled(gw) == {eid("m", up): 0, eid("m", spare): 0}
+    assert await settled_in_flight(gw) == {eid("m", up): 0, eid("m", spare): 0}
 
 
 async def test_a_candidate_the_spent_budget_never_sends_is_not_left_counted(
@@ -84,4 +65,4 @@ async def test_a_candidate_the_spent_budget_never_sends_is_not_left_counted(
         await gw.openai().chat.completions.create(model="m", messages=HI)
     assert not c.requests  # the budget ran out: c is given back, never sent
 
-    assert await _settled(gw) == {eid("m", a): 0, eid("m", b): 0, eid("m", c): 0}
+    assert await settled_in_flight(gw) == {eid("m", a): 0, eid("m", b): 0, eid("m", c): 0}

@@ -18,28 +18,28 @@ from schemas import (
     CapacityAcquire,
     CapacityGrant,
     CapacityState,
-    ModelStatus,
-    ModelStatusRequest,
     subjects,
 )
-from tests.e2e.conftest import HI, WAIT, config, eid, gateway_bus, model, route, watch
+from tests.e2e.conftest import (
+    HI,
+    WAIT,
+    config,
+    eid,
+    gateway_bus,
+    model,
+    route,
+    settled_in_flight,
+    watch,
+)
 from tests.fixtures.upstream import Hang
 
 if TYPE_CHECKING:
-    from tests.fixtures.gateway import GatewayFactory, RunningGateway
+    from tests.fixtures.gateway import GatewayFactory
     from tests.fixtures.upstream import UpstreamFactory
 
 pytestmark = pytest.mark.e2e
 
 PRIMARY_TIMEOUT = 2.0  # long enough for the test to take the fallback's slot first
-
-
-async def _in_flight(gw: RunningGateway) -> dict[str, int]:
-    reply = await gateway_bus(gw).request(
-        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
-    )
-    assert isinstance(reply, ModelStatus), reply
-    return {r.endpoint: r.in_flight for r in reply.routes}
 
 
 async def test_a_fallback_its_pool_refuses_is_not_left_counted_in_flight(
@@ -84,8 +84,4 @@ async def test_a_fallback_its_pool_refuses_is_not_left_counted_in_flight(
         await states.next(CapacityState, lambda s: s.used == 1)
     assert len(failed) == 1 and not slot.requests  # the fallback was skipped, never sent
 
-    counted = await _in_flight(gw)
-    with anyio.move_on_after(WAIT):  # a bounded loop of awaited status requests
-        while any(counted.values()):
-            counted = await _in_flight(gw)
-    assert counted == {eid("m", first): 0, pool: 0}
+    assert await settled_in_flight(gw) == {eid("m", first): 0, pool: 0}

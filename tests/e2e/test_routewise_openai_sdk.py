@@ -12,8 +12,17 @@ import anyio
 import httpx
 import pytest
 
-from schemas import ModelStatus, ModelStatusRequest, Observation, RouteDecided, subjects
-from tests.e2e.conftest import HI, WAIT, config, eid, gateway_bus, model, route, watch
+from schemas import ModelStatus, Observation, RouteDecided, subjects
+from tests.e2e.conftest import (
+    HI,
+    WAIT,
+    config,
+    eid,
+    model,
+    model_status,
+    route,
+    watch,
+)
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Stream, UpstreamFactory
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
 
@@ -29,20 +38,12 @@ SEED = 3  # pinned requests per route before the policy has evidence
 SERVED = 12
 
 
-async def _routewise_status(gw: RunningGateway) -> ModelStatus:
-    reply = await gateway_bus(gw).request(
-        subjects.model_status("m"), ModelStatusRequest(), reply_type=ModelStatus, timeout=WAIT
-    )
-    assert isinstance(reply, ModelStatus), reply
-    return reply
-
-
 async def _profiled(gw: RunningGateway, count: int) -> ModelStatus:
     """The model's status once ``count`` candidates have latency evidence (a bounded loop of
     status requests, each awaited, while the actor takes in the observations)."""
     with anyio.fail_after(WAIT):
         while True:
-            st = await _routewise_status(gw)
+            st = await model_status(gw)
             if sum(c.profiled for c in st.routewise) >= count:
                 return st
 
@@ -306,7 +307,7 @@ async def _hedging_gateway(
                 model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
             )
     with anyio.fail_after(WAIT):
-        while min(c.samples for c in (await _routewise_status(gw)).routewise) < HEDGED:
+        while min(c.samples for c in (await model_status(gw)).routewise) < HEDGED:
             pass
     return gw
 
@@ -421,7 +422,7 @@ async def test_routewise_hedges_a_stalled_primary_whose_every_past_answer_was_fa
                 model="m", messages=HI, extra_headers={"X-Route-Pin": eid("m", up)}
             )
     with anyio.fail_after(WAIT):
-        while min(c.samples for c in (await _routewise_status(gw)).routewise) < HEDGED:
+        while min(c.samples for c in (await model_status(gw)).routewise) < HEDGED:
             pass
     cheap.set_default(Stream(first_byte_delay=60.0) if stream else Hang())
 
