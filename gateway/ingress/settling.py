@@ -200,6 +200,7 @@ class LeaseKeeper(Component):
         self._held: dict[str, tuple[str, float]] = {}  # lease id -> (pool, held since)
         self.acquire_timeout = _ACQUIRE_TIMEOUT
         self._task: asyncio.Task[None] | None = None
+        self._late: set[asyncio.Future[None]] = set()  # releases of grants nobody awaits
 
     @staticmethod
     def max_age_of(config: GatewayConfig) -> float:
@@ -253,17 +254,22 @@ class LeaseKeeper(Component):
             units=float(max(1, tokens)),
             lease_id=secrets.token_hex(8),
         )
+        subject, timeout = subjects.capacity_acquire(c.pool), self.acquire_timeout
+        asking = asyncio.ensure_future(
+            self._bus.request(subject, ask, reply_type=CapacityGrant, timeout=timeout)
+        )
         try:
             # Shielded: a grant that arrives after the client went away is still held (and
             # so released by the attempt the cancellation then ends), never lost at its
-            # owner until the TTL (a quota unit lost so would stay charged).
+            # owner until the TTL (a quota unit lost so would stay charged). A plain
+            # ``task.cancel()`` (a hedge race stopping its loser) goes through an anyio
+            # shield, not ``asyncio.shield``: the grant is then released as it comes.
             with anyio.CancelScope(shield=True):
-                grant = await self._bus.request(
-                    subjects.capacity_acquire(c.pool),
-                    ask,
-                    reply_type=CapacityGrant,
-                    timeout=self.acquire_timeout,
-                )
+                grant = await asyncio.shield(asking)
+        except asyncio.CancelledError:
+            self._late.add(late := asyncio.ensure_future(self._release_late(asking, ask)))
+            late.add_done_callback(self._late.discard)
+            raise
         except RequestTimeoutError:
             # The owner may have granted it and its answer be late (a NATS reconnect): give
             # the proposed lease back, or it would hold a slot for a TTL serving no one.
@@ -272,19 +278,18 @@ class LeaseKeeper(Component):
             )
             await self._publish_release(c.pool, ask.lease_id, 0.0)
             return None
-        except NoRespondersError as exc:
-            logger.warning(
-                "capacity pool %s did not answer a lease for %s: %s",
-                c.pool,
-                c.endpoint,
-                type(exc).__name__,
-            )
+        except NoRespondersError:
+            logger.warning("capacity pool %s has no owner to lease %s from", c.pool, c.endpoint)
             return None
         if not isinstance(grant, CapacityGrant) or not grant.granted:
             return None
         leased = msgspec.structs.replace(c, lease_id=grant.lease_id)
         self._hold(leased)
         return leased
+
+    async def _release_late(self, asking: asyncio.Future[Any], ask: CapacityAcquire) -> None:
+        await asyncio.wait([asking])  # a release of a lease never granted is ignored
+        await self._publish_release(ask.pool, ask.lease_id, 0.0)
 
     async def release(self, c: RouteCandidate, tokens: int | None = None) -> None:
         """Give ``c``'s lease back, with the tokens the upstream reported (None: unknown).

@@ -2,12 +2,13 @@
 in-process bus and the dispatcher tests' scripted adapter: the backup is leased only when the
 hedge fires (a primary that answers in time never holds its slot), a backup that loses the
 race gives its slot back, and a backup its pool refuses leaves the primary alone (its error,
-not the refusal, is the answer)."""
+not the refusal, is the answer). A backup stopped while its pool's grant is on its way
+back gives the slot back all the same."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from bus import InProcessBus
     from gateway.adapters.base import JSON, Batch, UpstreamTarget
+    from schemas import Message
 
 PRIMARY, SLOT = "m:a", "m:slot"
 
@@ -60,6 +62,24 @@ class BackupFirst(ScriptedAdapter):
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         if target.endpoint == PRIMARY:
             await self.backup_sent.wait()
+        async for batch in super().stream(target, body):
+            yield batch
+
+
+@dataclass
+class AnswersWhileLeasing(ScriptedAdapter):
+    """The scripted adapter, whose primary answers once the backup is leasing its slot."""
+
+    leasing: anyio.Event = field(default_factory=anyio.Event)
+
+    async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
+        if target.endpoint == PRIMARY:
+            await self.leasing.wait()
+        return await super().complete(target, body)
+
+    async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
+        if target.endpoint == PRIMARY:
+            await self.leasing.wait()
         async for batch in super().stream(target, body):
             yield batch
 
@@ -155,3 +175,43 @@ async def test_a_hedge_backup_its_pool_refuses_leaves_the_primary_alone(
     assert h.adapter.calls == [PRIMARY]  # the refused backup was never sent
     assert all(isinstance(o, Observation) and o.endpoint == PRIMARY for o in heard.observations())
     assert await used(bus) == 1  # the other holder's slot, untouched
+
+
+async def test_a_hedge_backup_stopped_while_its_grant_is_on_its_way_gives_the_slot_back(
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+    stream: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The pool grants the backup's lease; its answer is on its way back (a NATS round trip)
+    # when the primary wins and the race cancels the backup with a plain ``task.cancel()``.
+    adapter = AnswersWhileLeasing(clock, scripts={PRIMARY: [Answer()], SLOT: [Answer()]})
+    answer_back = anyio.Event()
+    ask = bus.request
+
+    async def request(subject: str, msg: Message, *, reply_type: Any, timeout: float) -> Any:
+        reply = await ask(subject, msg, reply_type=reply_type, timeout=timeout)
+        if subject == subjects.capacity_acquire(SLOT):
+            adapter.leasing.set()
+            await answer_back.wait()
+        return reply
+
+    monkeypatch.setattr(bus, "request", request)
+    h = Harness(bus, adapter, clock, heard)
+    served: list[str] = []
+
+    async def run() -> None:
+        served.append(await serve(h, hedged(0.0), stream))
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await adapter.leasing.wait()
+            await anyio.wait_all_tasks_blocked()  # the primary won, the backup was stopped
+            answer_back.set()
+        await anyio.wait_all_tasks_blocked()  # what the late answer sets off has run
+    assert served == [PRIMARY]
+    assert adapter.calls == [PRIMARY]  # the backup was never sent
+    assert await used(bus) == 0  # before: the slot stayed taken until the lease's TTL
