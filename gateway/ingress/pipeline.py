@@ -383,7 +383,12 @@ class Inference(Component):
         stream = await self._dispatcher.open_stream(call.info, call.plan, call.body, call.walk)
         try:
             shown = self.targeting.served(call.walk, stream.model, call.requested)
-            await self._relay(call, call.surface.stream(shown, call.raw), stream)
+            renderer = call.surface.stream(shown, call.raw)
+        except Exception as exc:  # a gateway bug before the relay: the attempt ends all the same
+            await stream.close(*unexpected(stream.candidate.endpoint, exc))
+            raise
+        try:
+            await self._relay(call, renderer, stream)
         finally:  # however the relay ends, its capacity lease goes back (a no-op once closed)
             await self._leases.release(stream.candidate)
 

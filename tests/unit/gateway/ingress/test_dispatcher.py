@@ -12,6 +12,7 @@ tests/e2e/test_failover_openai_sdk.py.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -26,6 +27,7 @@ from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.pipeline import Inference
 from gateway.ingress.plan_walk import PlanWalk, Targets
 from gateway.ingress.request_info import RequestInfo, Served
+from gateway.ingress.surfaces import CHAT
 from schemas import (
     CapacityRelease,
     FirstToken,
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 
     from bus import InProcessBus
     from gateway.adapters.base import JSON, Adapter
+    from gateway.ingress.surfaces import StreamRenderer
     from schemas.pricing import Pricing
 
 HI: JSON = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -723,6 +726,43 @@ async def test_a_relay_that_fails_otherwise_ends_the_answer_in_its_error_and_obs
     assert (obs.outcome, obs.error_kind) == ("cancelled", "internal")  # not the route's fault
     logged = [r for r in caplog.records if r.exc_info]
     assert len(logged) == 1 and isinstance(logged[0].exc_info[1], KeyError)  # type: ignore[index]
+
+
+async def test_a_stream_whose_renderer_cannot_be_built_is_closed_and_observed_once(
+    h: Harness,
+) -> None:
+    # Nothing reached the client yet (the app answers the error), but the upstream stream is
+    # closed and the attempt observed: the observation ends the ModelActor's in-flight count
+    # for the route, which otherwise stayed until its TTL.
+    h.adapter.scripts = {"a": [Answer()]}
+    d = h.dispatcher()
+
+    def unbuildable(model: str, request: JSON) -> StreamRenderer:
+        raise KeyError("stream_options")
+
+    call = SimpleNamespace(
+        req=_Client(),
+        info=h.info(stream=True),
+        plan=plan(cand("a")),
+        body=HI,
+        walk=None,
+        requested="m",
+        raw={},
+        surface=dataclasses.replace(CHAT, stream=unbuildable),
+    )
+
+    async def relay(*args: Any) -> None:
+        raise AssertionError("no renderer, no relay")
+
+    targeting = SimpleNamespace(served=lambda walk, model, requested: requested)
+    inference = SimpleNamespace(_dispatcher=d, _leases=d.leases, targeting=targeting, _relay=relay)
+
+    with pytest.raises(KeyError):
+        await Inference._serve_stream(inference, call)  # type: ignore[arg-type]
+
+    assert h.adapter.closed == ["a"]
+    (obs,) = (await h.heard.drain()).observations()
+    assert (obs.outcome, obs.error_kind) == ("cancelled", "internal")  # not the route's fault
 
 
 # -- which error the client sees --------------------------------------------------------------
