@@ -9,7 +9,10 @@ validity: ``frequency_penalty``, ``presence_penalty``, ``seed``, ``store``, ``me
 message ``name``s, and ``thinking_blocks`` entries Anthropic would
 refuse: a ``thinking`` block with no signature (the Messages surface renders another
 provider's reasoning so) and blocks of other types. System (and developer) messages anywhere
-in the conversation are hoisted into ``system``, in order. Claude's own ``thinking`` config
+in the conversation are hoisted into ``system``, in order. Prompt-caching ``cache_control``
+marks go on where LiteLLM carries them on chat: a content part's (of any message, the system's
+included) on its block, a tool message's last marked part's on its ``tool_result``, a tool's and
+the request's as they are. Claude's own ``thinking`` config
 goes as it is, and an assistant message's signed ``thinking_blocks`` (LiteLLM's field: what
 the Messages surface and ``from_messages_response`` put there) go back unchanged, first in
 that turn, as Anthropic requires when thinking is on, but for a block whose ``after`` says
@@ -127,6 +130,8 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     req: JSON = {"model": upstream_model, "max_tokens": max_tokens, "messages": converted}
     if system is not None:
         req["system"] = system
+    if isinstance(chat.get("cache_control"), dict):
+        req["cache_control"] = chat["cache_control"]
     stop = chat.get("stop")
     if isinstance(stop, str):
         req["stop_sequences"] = [stop]
@@ -194,8 +199,31 @@ def _is_thinking(block: JSON) -> bool:
     return block["type"] in _THINKING_TYPES
 
 
+def _mark(block: JSON, part: Any) -> JSON:
+    """``block`` with chat ``part``'s ``cache_control`` mark, when it has one."""
+    if type(part) is dict and type(part.get("cache_control")) is dict:
+        block["cache_control"] = part["cache_control"]
+    return block
+
+
+def _last_mark(block: JSON, content: Any) -> JSON:
+    """``block`` with the mark of the last marked part of ``content``, if any."""
+    for part in content if type(content) is list else ():
+        _mark(block, part)
+    return block
+
+
+def _system_blocks(content: Any, path: str) -> list[JSON]:
+    """A system message's text blocks: one, or one per part when a part is marked."""
+    if type(content) is list and any(type(p) is dict and "cache_control" in p for p in content):
+        text_of(content, path)  # the same refusal of a part that is not text
+        return [_mark({"type": "text", "text": p["text"]}, p) for p in content if p.get("text")]
+    text = text_of(content, path)
+    return [{"type": "text", "text": text}] if text else []
+
+
 def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, list[JSON]]:
-    system: list[str] = []
+    system: list[JSON] = []
     out: list[JSON] = []
     for i, msg in enumerate(messages):
         path = f"messages[{i}]"
@@ -203,9 +231,7 @@ def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, lis
             raise InvalidRequestError(f"{path}: must be an object", param=path)
         role = msg.get("role")
         if role in ("system", "developer"):
-            text = text_of(msg.get("content"), path)
-            if text:
-                system.append(text)
+            system.extend(_system_blocks(msg.get("content"), path))
         elif role == "user":
             blocks = _user_blocks(msg.get("content"), path)
             if blocks:
@@ -223,9 +249,9 @@ def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, lis
             )
     if not system:
         return None, out
-    if len(system) == 1:
-        return system[0], out
-    return [{"type": "text", "text": text} for text in system], out
+    if len(system) == 1 and "cache_control" not in system[0]:
+        return system[0]["text"], out
+    return system, out
 
 
 def _user_blocks(content: Any, path: str) -> list[JSON]:
@@ -241,13 +267,13 @@ def _user_blocks(content: Any, path: str) -> list[JSON]:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
             if part.get("text"):
-                blocks.append({"type": "text", "text": part["text"]})
+                blocks.append(_mark({"type": "text", "text": part["text"]}, part))
         elif kind == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
-            blocks.append(_image_block(url, f"{ppath}.image_url.url"))
+            blocks.append(_mark(_image_block(url, f"{ppath}.image_url.url"), part))
         elif kind == "file":
-            blocks.append(_document_block(part.get("file"), f"{ppath}.file"))
+            blocks.append(_mark(_document_block(part.get("file"), f"{ppath}.file"), part))
         else:
             raise InvalidRequestError(
                 f"{ppath}.type: '{kind}' parts are not supported by anthropic upstreams",
@@ -308,7 +334,9 @@ def _document_block(file: Any, path: str) -> JSON:
 
 def _assistant_blocks(msg: JSON, path: str) -> list[JSON]:
     text = text_of(msg.get("content"), path)
-    blocks: list[JSON] = [{"type": "text", "text": text}] if text else []
+    blocks: list[JSON] = (
+        [_last_mark({"type": "text", "text": text}, msg.get("content"))] if text else []
+    )
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"type": "tool_use", "id": call_id, "name": name, "input": arguments})
     return interleave(signed_thinking(msg.get("thinking_blocks"), _thinking, _redacted), blocks)
@@ -324,6 +352,7 @@ def _redacted(data: str) -> JSON:
 
 def _tool_result(msg: JSON, path: str) -> JSON:
     block: JSON = {"type": "tool_result", "tool_use_id": answered_call(msg, path)}
+    _last_mark(block, msg.get("content"))
     text = text_of(msg.get("content"), path)
     if text:
         block["content"] = text
@@ -352,7 +381,7 @@ def _convert_tools(chat: JSON, req: JSON) -> None:
             out["description"] = function["description"]
         if function.get("strict") is True:
             out["strict"] = True
-        tools[name] = out
+        tools[name] = _mark(out, tool)
     choice = chat.get("tool_choice")
     converted: JSON | None = None
     if isinstance(choice, str) and choice in _TOOL_CHOICE:

@@ -4,9 +4,10 @@ The canonical shape *is* this wire shape, so requests pass through with only ``m
 replaced by the route's ``provider_model_id``, and without Claude's thinking: the top-level
 ``thinking`` config the Messages surface marks as Claude's (``_CLAUDE_THINKING``) and
 assistant messages' signed ``thinking_blocks`` (what it carries for an ``anthropic`` route)
-are Anthropic's, and the OpenAI API refuses an argument it does not know. A chat client's
-own ``thinking`` (GLM's, DeepSeek's, Volcengine Ark's extension) passes through, as any
-field this gateway does not read.
+are Anthropic's, and the OpenAI API refuses an argument it does not know; so are the
+``cache_control`` marks the Messages surface keeps for Claude (``_CLAUDE_CACHE``: on the
+request, its tools and content parts). A chat client's own ``thinking`` (GLM's, DeepSeek's,
+Volcengine Ark's extension) and marks pass through, as any field this gateway does not read.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class OpenAICompatAdapter:
         payload = dict(body)
         if payload.pop(_CLAUDE_THINKING, None):  # a chat client's own thinking goes on
             payload.pop("thinking", None)
+        if payload.pop(_CLAUDE_CACHE, None):  # a chat client's own marks go on
+            _drop_cache_marks(payload)
         if target.upstream_model:
             payload["model"] = target.upstream_model
         messages: Any = payload.get("messages")
@@ -283,6 +286,40 @@ def _in_band_error(target: UpstreamTarget, err: Any, data: bytes) -> UpstreamErr
 
 
 _CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.anthropic_messages.CLAUDE_THINKING
+_CLAUDE_CACHE = "_claude_cache"  # gateway.formats.anthropic_messages.CLAUDE_CACHE
+
+
+def _unmarked(item: Any) -> Any:
+    """``item`` without a ``cache_control`` key (a copy when it has one)."""
+    if type(item) is not dict or "cache_control" not in item:
+        return item
+    return {k: v for k, v in item.items() if k != "cache_control"}
+
+
+def _drop_cache_marks(payload: JSON) -> None:
+    """Take the Messages surface's prompt-caching marks off ``payload`` (a shallow copy of
+    the request: what it holds is replaced, never changed)."""
+    payload.pop("cache_control", None)
+    if type(payload.get("tools")) is list:
+        payload["tools"] = [_unmarked(tool) for tool in payload["tools"]]
+    if type(payload.get("messages")) is list:
+        payload["messages"] = [_unmarked_message(m) for m in payload["messages"]]
+
+
+# How the Messages surface joins a role's text blocks when no mark keeps them apart.
+_TEXT_JOINS = {"assistant": "", "system": "\n\n", "tool": "\n\n"}
+
+
+def _unmarked_message(message: Any) -> Any:
+    """``message`` without marks, its text as the surface gives it unmarked (a string)."""
+    content = message.get("content") if type(message) is dict else None
+    if type(content) is not list or not any(_unmarked(p) is not p for p in content):
+        return message
+    parts = [_unmarked(p) for p in content]
+    join = _TEXT_JOINS.get(message.get("role"), None if len(parts) > 1 else "")
+    if join is not None and all(type(p) is dict and p.get("type") == "text" for p in parts):
+        return {**message, "content": join.join(p.get("text") or "" for p in parts)}
+    return {**message, "content": parts}
 
 
 def _without_thinking(message: Any) -> Any:

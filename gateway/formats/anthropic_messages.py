@@ -10,8 +10,12 @@ on unchanged (but for a thinking block without a signature, another provider's r
 this gateway rendered it, which Claude would refuse); every other upstream kind drops them
 (the config marked as Claude's: :data:`CLAUDE_THINKING`).
 
+Prompt-caching ``cache_control`` marks (on the request, system and text blocks, images, tool
+results and tools) are kept where LiteLLM keeps them on chat: on the content part, the tool,
+the request; an ``anthropic`` route sends them on (Claude caches only what is marked), and the
+request is marked (:data:`CLAUDE_CACHE`) so an ``openai_compat`` route drops them.
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
-``top_k``, ``cache_control`` marks, ``service_tier``, ``speed``, ``inference_geo``,
+``top_k``, ``service_tier``, ``speed``, ``inference_geo``,
 ``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
 (InvalidRequestError), because ignoring them would answer a different question: server tools
 (``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``,
@@ -92,6 +96,10 @@ CLAUDE_THINKING = "_claude_thinking"
 client's own provider extension (GLM's, DeepSeek's ``thinking``), which passes through as any
 unknown field: ``openai_compat`` drops the config it marks (and the mark) before sending,
 where OpenAI would refuse an argument it does not know. The same literal is read there."""
+CLAUDE_CACHE = "_claude_cache"
+"""Set on a canonical request carrying this surface's ``cache_control`` marks: an
+``openai_compat`` route drops them (and the mark), as OpenAI refuses fields it does not know.
+The same literal is read there."""
 # Inside them: what an anthropic upstream reads (passed through to it) or this module does.
 _THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER, "display": STRING}
 _CHOICE_FIELDS = {"type": STRING, "name": STRING, "disable_parallel_tool_use": BOOLEAN}
@@ -140,7 +148,11 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
     messages: list[JSON] = []
     system = body.get("system")
     if system is not None:
-        append_system(messages, _system_text(system, "system"))
+        prompt = _system_prompt(system, "system")
+        if isinstance(prompt, str):
+            append_system(messages, prompt)
+        else:  # marked for caching: one part per block, each keeping its mark
+            messages.append({"role": "system", "content": prompt})
         if origins is not None and messages:
             origins["messages[0]"] = "system"
     raw = body.get("messages")
@@ -173,6 +185,14 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
     if thinking is not None:
         chat["thinking"] = thinking
         chat[CLAUDE_THINKING] = True  # Claude's config: an openai_compat route drops both
+    if body.get("cache_control") is not None:  # an object: check_types saw to it
+        chat["cache_control"] = body["cache_control"]
+    if (
+        "cache_control" in chat
+        or any(map(_marked, messages))
+        or any(map(_marked_part, chat.get("tools", ())))
+    ):
+        chat[CLAUDE_CACHE] = True  # an openai_compat route drops the marks
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequestError("stream: must be a boolean", param="stream")
@@ -196,18 +216,40 @@ def origins_of(body: JSON) -> Origins:
     return origins
 
 
-def _system_text(system: Any, param: str) -> str:
+def _system_prompt(system: Any, param: str) -> str | list[JSON]:
+    """The system prompt as one string, or as text parts when a block is marked for
+    caching (where the mark sits decides what Claude caches)."""
     if isinstance(system, str):
         return system
-    texts = []
+    parts = []
     for j, block in enumerate(want_list(system, param)):
         path = f"{param}[{j}]"
         if want_dict(block, path).get("type") != "text":
             raise InvalidRequestError(
                 f"{path}.type: only text blocks are allowed here", param=f"{path}.type"
             )
-        texts.append(want_str(block, "text", path))
-    return _JOIN.join(texts)
+        parts.append(_cached({"type": "text", "text": want_str(block, "text", path)}, block, path))
+    if any(map(_marked_part, parts)):
+        return parts
+    return _JOIN.join(part["text"] for part in parts)
+
+
+def _cached(part: JSON, block: JSON, path: str) -> JSON:
+    """``part`` with ``block``'s ``cache_control`` mark, when it has one."""
+    mark = block.get("cache_control")
+    if mark is not None:
+        part["cache_control"] = want_dict(mark, f"{path}.cache_control")
+    return part
+
+
+def _marked_part(part: Any) -> bool:
+    return type(part) is dict and "cache_control" in part
+
+
+def _marked(message: JSON) -> bool:
+    """Whether a canonical message holds a part marked for caching."""
+    content = message.get("content")
+    return type(content) is list and any(map(_marked_part, content))
 
 
 def _convert_message(msg: Any, path: str, out: list[JSON], origins: Origins | None) -> None:
@@ -252,6 +294,7 @@ def _unsupported(kind: str, path: str) -> InvalidRequestError:
 def _assistant_message(content: list[Any], path: str, index: int, origins: Origins | None) -> JSON:
     """The chat message of an assistant turn, the ``index``-th of the chat request."""
     texts: list[str] = []
+    parts: list[JSON] = []  # the text blocks as chat parts, for their cache marks
     calls: list[JSON] = []
     thinking: list[JSON] = []
     for j, block in enumerate(content):
@@ -259,6 +302,7 @@ def _assistant_message(content: list[Any], path: str, index: int, origins: Origi
         kind = _block_type(block, bpath)
         if kind == "text":
             texts.append(want_str(block, "text", bpath))
+            parts.append(_cached({"type": "text", "text": texts[-1]}, block, bpath))
         elif kind == "tool_use":
             tool_input = want_dict(block.get("input"), f"{bpath}.input")
             calls.append(
@@ -289,6 +333,8 @@ def _assistant_message(content: list[Any], path: str, index: int, origins: Origi
         else:
             raise _unsupported(kind, bpath)
     message: JSON = {"role": "assistant", "content": "".join(texts) if texts or not calls else None}
+    if any(map(_marked_part, parts)):
+        message["content"] = parts
     if calls:
         message["tool_calls"] = calls
     if thinking:
@@ -305,9 +351,11 @@ def _user_messages(content: list[Any], path: str, out: list[JSON], origins: Orig
         bpath = f"{path}.content[{j}]"
         kind = _block_type(block, bpath)
         if kind == "text":
-            parts.append({"type": "text", "text": want_str(block, "text", bpath)})
+            parts.append(
+                _cached({"type": "text", "text": want_str(block, "text", bpath)}, block, bpath)
+            )
         elif kind == "image":
-            parts.append(_image_part(block, bpath))
+            parts.append(_cached(_image_part(block, bpath), block, bpath))
         elif kind == "tool_result":
             if origins is not None:
                 origins[f"messages[{len(out)}]"] = bpath
@@ -325,7 +373,7 @@ def _user_messages(content: list[Any], path: str, out: list[JSON], origins: Orig
         for p, block_path in enumerate(part_paths):
             origins[f"{at}.content[{p}]"] = block_path
             origins[f"{at}.content[{p}].image_url.url"] = f"{block_path}.source"
-    if len(parts) == 1 and parts[0]["type"] == "text":
+    if len(parts) == 1 and parts[0]["type"] == "text" and not _marked_part(parts[0]):
         out.append({"role": "user", "content": parts[0]["text"]})
     elif parts:
         out.append({"role": "user", "content": parts})
@@ -340,6 +388,7 @@ def _tool_message(
     carry text only), and their paths to ``part_paths`` when that is kept."""
     call_id = want_str(block, "tool_use_id", path)
     raw = block.get("content", "")
+    result = _cached({"type": "text"}, block, path)  # the mark of the block or its last text
     if isinstance(raw, str):
         text = raw
     else:
@@ -349,8 +398,9 @@ def _tool_message(
             kind = _block_type(item, ipath)
             if kind == "text":
                 texts.append(want_str(item, "text", ipath))
+                _cached(result, item, ipath)
             elif kind == "image":
-                user_parts.append(_image_part(item, ipath))
+                user_parts.append(_cached(_image_part(item, ipath), item, ipath))
                 if part_paths is not None:
                     part_paths.append(ipath)
             else:
@@ -358,6 +408,8 @@ def _tool_message(
         text = _JOIN.join(texts)
     if block.get("is_error") is True:
         text = _TOOL_ERROR_PREFIX + text
+    if _marked_part(result):
+        return {"role": "tool", "tool_call_id": call_id, "content": [{**result, "text": text}]}
     return {"role": "tool", "tool_call_id": call_id, "content": text}
 
 
@@ -398,7 +450,7 @@ def _convert_tools(tools: list[Any]) -> list[JSON]:
             function["description"] = description
         if isinstance(tool.get("strict"), bool):
             function["strict"] = tool["strict"]
-        out.append({"type": "function", "function": function})
+        out.append(_cached({"type": "function", "function": function}, tool, path))
     return out
 
 

@@ -88,12 +88,22 @@ def test_to_chat_request_with_recorded_claude_code_body_gives_valid_chat_request
 
     drain(_CHAT_REQUEST.validate_python(chat))
     messages = chat["messages"]
+    mark = {"cache_control": {"type": "ephemeral"}}  # kept: Claude caches what is marked
     assert messages[0] == {
         "role": "system",
-        "content": (
-            "You are Claude Code, Anthropic's official CLI for Claude.\n\n"
-            "You are an interactive CLI tool that helps users with software engineering tasks."
-        ),
+        "content": [
+            {
+                "type": "text",
+                "text": "You are Claude Code, Anthropic's official CLI for Claude.",
+                **mark,
+            },
+            {
+                "type": "text",
+                "text": "You are an interactive CLI tool that helps users with software "
+                "engineering tasks.",
+                **mark,
+            },
+        ],
     }
     user = messages[1]
     assert user["role"] == "user"
@@ -125,7 +135,7 @@ def test_to_chat_request_with_recorded_claude_code_body_gives_valid_chat_request
     assert messages[5]["role"] == "user"
     assert messages[5]["content"] == [
         {"type": "image_url", "image_url": {"url": "https://example.com/repo/docs/logo.png"}},
-        {"type": "text", "text": "Now show me the Makefile."},
+        {"type": "text", "text": "Now show me the Makefile.", **mark},
     ]
     assert messages[6]["tool_calls"][0]["id"] == "toolu_01CmxHcbDQ7wBtWvUmHfQHSe"
     assert messages[7] == {
