@@ -4,6 +4,9 @@ carries: the ingress's, in each surface's shape, and the local admin socket's al
 from __future__ import annotations
 
 import math
+import re
+
+import msgspec
 
 from schemas import (
     QUOTA_EXHAUSTED,
@@ -70,6 +73,28 @@ def error_code(err: GatewayError) -> str:
     if isinstance(err, UpstreamError) and err.status == 429:
         return ErrorCode.UPSTREAM_RATE_LIMITED.value
     return err.code.value
+
+
+# An upstream's own OpenAI error ``code`` is an identifier (``context_length_exceeded``,
+# ``invalid_value``), never prose, nor a redacted body's ``[redacted]``.
+_UPSTREAM_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+def client_code(err: GatewayError) -> str:
+    """The ``code`` a client's error answer shows: :func:`error_code`, but for an upstream's
+    refusal of the request relayed as it is (a 400, 404, 413, 422), the upstream's own OpenAI
+    ``error.code`` when it gave one: what clients act on (Codex compacts its history on
+    ``context_length_exceeded``), as they would calling the provider."""
+    if isinstance(err, UpstreamError) and err.status in REQUEST_DESCRIBING and err.body:
+        try:
+            body = msgspec.json.decode(err.body)
+        except msgspec.DecodeError:
+            body = None
+        inner = body.get("error") if isinstance(body, dict) else None
+        code = inner.get("code") if isinstance(inner, dict) else None
+        if isinstance(code, str) and _UPSTREAM_CODE.fullmatch(code):
+            return code
+    return error_code(err)
 
 
 def error_param(err: GatewayError) -> str | None:

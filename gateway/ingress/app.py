@@ -29,8 +29,8 @@ from gateway.auth.callers import Callers
 from gateway.dashboard import Dashboard
 from gateway.dashboard.server import PREFIX as DASHBOARD_PREFIX
 from gateway.http.errors import (
+    client_code,
     client_message,
-    error_code,
     error_headers,
     error_param,
     http_status,
@@ -342,7 +342,7 @@ async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayEr
     status = http_status(err)
     await req.respond(
         status,
-        surface.error_body(status, client_message(err), error_code(err), error_param(err)),
+        surface.error_body(status, client_message(err), client_code(err), error_param(err)),
         error_headers(err),
     )
 

@@ -1,0 +1,62 @@
+"""An upstream's refusal of the request reaches an OpenAI client with the upstream's own
+``error.code``, as calling the provider directly would give it: clients act on it (Codex
+compacts its history on ``context_length_exceeded``, others retry with a smaller prompt).
+A code that is not an identifier (prose, a redacted credential) is not shown. Against the
+scriptable fake upstream, through the official openai SDK, on the in-process bus.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import openai
+import pytest
+
+from tests.e2e.conftest import HI, ONE_BUS, assert_openai_error, config, model, route
+from tests.fixtures.upstream import Reply
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
+    from tests.fixtures.upstream import FakeUpstream
+
+pytestmark = [pytest.mark.e2e, ONE_BUS]
+
+TOO_LONG = "This model's maximum context length is 8000 tokens."
+
+
+def _refusal(code: str, message: str = TOO_LONG) -> Reply:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": code}
+    return Reply(400, body={"error": error})
+
+
+async def test_context_length_refusal_keeps_its_code_on_chat_and_responses(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.enqueue(_refusal("context_length_exceeded"), _refusal("context_length_exceeded"))
+    gw = await gateway_factory(config(model("m", route(fake_upstream))))
+    client = gw.openai()
+
+    with pytest.raises(openai.BadRequestError) as chat:
+        await client.chat.completions.create(model="m", messages=HI)
+    with pytest.raises(openai.BadRequestError) as responses:
+        await client.responses.create(model="m", input="hi")
+
+    for refused in (chat.value, responses.value):
+        assert refused.code == "context_length_exceeded"
+        err = assert_openai_error(refused.response, 400, "context_length_exceeded")
+        assert err["message"] == TOO_LONG
+
+
+async def test_upstream_code_that_is_not_an_identifier_is_not_shown(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    fake_upstream.enqueue(
+        _refusal("bad request: see the docs"), _refusal("Bearer sk-upstream-secret")
+    )
+    gw = await gateway_factory(config(model("m", route(fake_upstream))))
+
+    for _ in range(2):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await gw.openai().chat.completions.create(model="m", messages=HI)
+        assert_openai_error(refused.value.response, 400, "upstream_error")
+        assert "sk-upstream-secret" not in refused.value.response.text
