@@ -23,6 +23,7 @@ from gateway.formats._common import (
     plain_content,
     reasoning_text,
     sse_frame,
+    whole_json,
 )
 from schemas import UpstreamBadResponseError
 
@@ -229,15 +230,21 @@ class ChatToMessagesStream:
     block's signature stays empty (``_NO_SIGNATURE``) unless a ``thinking_blocks`` delta brings
     Claude's: its ``signature_delta`` then ends the block (its text came as reasoning, and is
     only sent from the entry when no thinking block is open); a redacted_thinking entry is a
-    block of its own, opened and closed at once. A chunk for a tool call whose block was
-    already closed (servers that interleave calls) is still sent on that block's index.
+    block of its own, opened and closed at once. A tool call that starts while another's block
+    is open and its arguments are not yet whole JSON is held, and sent at the end as one block
+    with its arguments in one delta: servers that interleave calls (Cerebras, some vLLM
+    parsers) still send fragments of the open one, and a Messages block takes no delta after
+    its ``content_block_stop``.
     """
 
     media_type = b"text/event-stream"
     __slots__ = (
         "_done",
         "_finish",
+        "_held",
         "_id",
+        "_live",
+        "_live_args",
         "_matched",
         "_model",
         "_next",
@@ -257,6 +264,9 @@ class ChatToMessagesStream:
         self._open: int | None = None
         self._open_kind: str | None = None  # "text" or "thinking": the open block takes more
         self._tools: dict[int, int] = {}
+        self._live: Any = None  # the chat index of the tool call on the open block
+        self._live_args: list[str] = []  # its argument fragments
+        self._held: dict[Any, tuple[str, list[str], list[str]]] = {}  # id, [name], fragments
         self._finish: Any = None
         self._matched: Any = None
         self._usage: Any = None
@@ -312,6 +322,11 @@ class ChatToMessagesStream:
         if not self._started:
             self._start(out, {})
         self._close(out)
+        for position, (call_id, name, fragments) in self._held.items():
+            block = {"type": "tool_use", "id": call_id, "name": name[0], "input": {}}
+            self._tools[position] = self._open_block(out, block)
+            self._tool_delta(out, self._tools[position], "".join(fragments))
+            self._close(out)
         reason, sequence = stop_reason(self._finish, self._matched, bool(self._tools))
         out.append(
             sse_frame(
@@ -382,6 +397,7 @@ class ChatToMessagesStream:
             )
             self._open = None
             self._open_kind = None
+            self._live = None
 
     def _block_delta(self, out: list[bytes], kind: str, text: str) -> None:
         """``text`` on the open block of ``kind`` ("text" or "thinking"), opened if need be."""
@@ -426,8 +442,18 @@ class ChatToMessagesStream:
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)
         function = call.get("function") or {}
+        arguments = function.get("arguments")
         index = self._tools.get(position)
         if index is None:
+            held = self._held.get(position)
+            interleaving = self._live not in (None, position) and not whole_json(self._live_args)
+            if held is None and (self._held or interleaving):
+                held = self._held[position] = (call.get("id") or new_id("toolu_"), [""], [])
+            if held is not None:
+                held[1][0] = held[1][0] or function.get("name") or ""
+                if arguments:
+                    held[2].append(arguments)
+                return
             index = self._open_block(
                 out,
                 {
@@ -438,7 +464,12 @@ class ChatToMessagesStream:
                 },
             )
             self._tools[position] = index
-        arguments = function.get("arguments")
+            self._live, self._live_args = position, []
+        if arguments and position == self._live:
+            self._live_args.append(arguments)
+        self._tool_delta(out, index, arguments)
+
+    def _tool_delta(self, out: list[bytes], index: int, arguments: Any) -> None:
         if arguments:
             out.append(
                 sse_frame(

@@ -18,6 +18,7 @@ from gateway.formats._common import (
     plain_content,
     reasoning_text,
     sse_frame,
+    whole_json,
 )
 from gateway.formats._responses_reasoning import seal, wants_sealed
 from gateway.formats.openai_chat import error_type
@@ -213,10 +214,12 @@ class ChatToResponsesStream:
     complete). Reasoning goes in a ``reasoning`` item (its text as ``reasoning_text``
     content), text in a message item (reasoning coming after text opens another item of each,
     in turn); each tool call (by chat ``index``) gets its own ``function_call`` item, in order
-    of first appearance. When the request includes ``reasoning.encrypted_content``, Claude's
-    signed blocks (``thinking_blocks`` deltas) are sealed into the ``encrypted_content`` of
-    the reasoning item open when they came (opened for them if none is) at its
-    ``output_item.done``.
+    of first appearance, but one that starts while another's item is open and its arguments
+    are not yet whole JSON is held, and sent at the end (servers that interleave calls still
+    send the open one's fragments, which must come before its ``done`` events). When the
+    request includes ``reasoning.encrypted_content``, Claude's signed blocks
+    (``thinking_blocks`` deltas) are sealed into the ``encrypted_content`` of the reasoning
+    item open when they came (opened for them if none is) at its ``output_item.done``.
     """
 
     media_type = b"text/event-stream"
@@ -232,6 +235,7 @@ class ChatToResponsesStream:
         self._part: JSON | None = None  # its open content part (not for function calls)
         self._chunks: list[str] = []  # text of the open part, or arguments of the open call
         self._calls: dict[int, tuple[int, JSON, list[str]]] = {}
+        self._held: dict[int, tuple[JSON, list[str]]] = {}  # calls waiting for the open one
         self._finish: Any = None
         self._usage: Any = None
         self._sealing = wants_sealed(request)
@@ -286,6 +290,10 @@ class ChatToResponsesStream:
             self._start(out)
         response = self._response
         _finalise(response, self._finish, self._usage)
+        for position, (item, fragments) in self._held.items():
+            self._calls[position] = (self._add_item(out, item), item, fragments)
+            self._chunks = fragments
+            self._arguments_delta(out, self._calls[position], "".join(fragments))
         self._close_item(out, "completed" if response["status"] == "completed" else "incomplete")
         for _, item, chunks in self._calls.values():  # fragments that came after a call closed
             item["arguments"] = "".join(chunks)
@@ -446,25 +454,38 @@ class ChatToResponsesStream:
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)
         function = call.get("function") or {}
+        arguments = function.get("arguments")
         known = self._calls.get(position)
         if known is None:
-            item = {
-                "id": new_id("fc_"),
-                "type": "function_call",
-                "call_id": call.get("id") or new_id("call_"),
-                "name": function.get("name") or "",
-                "arguments": "",
-                "status": "in_progress",
-            }
+            held = self._held.get(position)
+            if held is None:
+                item = {
+                    "id": new_id("fc_"),
+                    "type": "function_call",
+                    "call_id": call.get("id") or new_id("call_"),
+                    "name": function.get("name") or "",
+                    "arguments": "",
+                    "status": "in_progress",
+                }
+                open_call = self._open is not None and self._open["type"] == "function_call"
+                if self._held or (open_call and not whole_json(self._chunks)):
+                    held = self._held[position] = (item, [])
+            if held is not None:
+                held[0]["name"] = held[0]["name"] or function.get("name") or ""
+                if arguments:
+                    held[1].append(arguments)
+                return
             index = self._add_item(out, item)
             self._chunks = []
             known = self._calls[position] = (index, item, self._chunks)
-        arguments = function.get("arguments")
         if arguments:
-            index, item, chunks = known
-            chunks.append(arguments)
+            known[2].append(arguments)
+            self._arguments_delta(out, known, arguments)
+
+    def _arguments_delta(self, out: list[bytes], call: tuple[int, JSON, Any], delta: str) -> None:
+        if delta:
             self._emit(
                 out,
                 "response.function_call_arguments.delta",
-                {"item_id": item["id"], "output_index": index, "delta": arguments},
+                {"item_id": call[1]["id"], "output_index": call[0], "delta": delta},
             )

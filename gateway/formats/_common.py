@@ -90,6 +90,16 @@ def parse_json(text: str | bytes) -> Any:
     return _decoder.decode(text)
 
 
+def whole_json(fragments: list[str]) -> bool:
+    """Whether a streamed tool call's argument ``fragments`` already make a JSON value (its
+    last one came, as when a server streams its calls one after the other)."""
+    try:
+        _decoder.decode("".join(fragments))
+    except msgspec.DecodeError:
+        return False
+    return True
+
+
 def frame_prefix(event: str) -> bytes:
     """The constant head of an SSE frame for ``event``; pass it to :func:`sse_frame`."""
     return b"event: " + event.encode() + b"\ndata: "
