@@ -1,12 +1,15 @@
 """``anthropic`` upstreams: the native Anthropic Messages API (``POST …/v1/messages``).
 
 The canonical chat request is translated by ``anthropic_wire`` and sent with ``x-api-key``
-and ``anthropic-version``; answers and SSE streams come back as canonical chat. A route's
+and ``anthropic-version`` (and a Messages client's own ``anthropic-beta`` flags, which the
+ingress carries on the request as ``_anthropic_beta``); answers and SSE streams come back as
+canonical chat. A route's
 ``base_url`` may end in ``/v1`` or not: both reach ``…/v1/messages``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 ANTHROPIC_VERSION = "2023-06-01"
+_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.anthropic_messages.ANTHROPIC_BETA
+_BETA_FLAGS = re.compile(r"[A-Za-z0-9._-]+(?: *, *[A-Za-z0-9._-]+)*")  # names, never more
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -72,6 +77,9 @@ class AnthropicAdapter:
         else:
             payload.pop("stream", None)
         headers = {"content-type": "application/json", "anthropic-version": ANTHROPIC_VERSION}
+        beta = body.get(_ANTHROPIC_BETA)
+        if type(beta) is str and _BETA_FLAGS.fullmatch(beta):
+            headers["anthropic-beta"] = beta  # the Messages client's feature flags
         if target.api_key:
             headers["x-api-key"] = target.api_key
         if target.trace_headers:

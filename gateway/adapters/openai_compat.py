@@ -6,7 +6,8 @@ replaced by the route's ``provider_model_id``, and without Claude's thinking: th
 assistant messages' signed ``thinking_blocks`` (what it carries for an ``anthropic`` route)
 are Anthropic's, and the OpenAI API refuses an argument it does not know; so are the
 ``cache_control`` marks the Messages surface keeps for Claude (``_CLAUDE_CACHE``: on the
-request, its tools and content parts). A chat client's own ``thinking`` (GLM's, DeepSeek's,
+request, its tools and content parts) and its client's ``anthropic-beta`` flags
+(``_ANTHROPIC_BETA``). A chat client's own ``thinking`` (GLM's, DeepSeek's,
 Volcengine Ark's extension) and marks pass through, as any field this gateway does not read.
 """
 
@@ -72,6 +73,7 @@ class OpenAICompatAdapter:
             payload.pop("thinking", None)
         if payload.pop(_CLAUDE_CACHE, None):  # a chat client's own marks go on
             _drop_cache_marks(payload)
+        payload.pop(_ANTHROPIC_BETA, None)
         if target.upstream_model:
             payload["model"] = target.upstream_model
         messages: Any = payload.get("messages")
@@ -287,6 +289,7 @@ def _in_band_error(target: UpstreamTarget, err: Any, data: bytes) -> UpstreamErr
 
 _CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.anthropic_messages.CLAUDE_THINKING
 _CLAUDE_CACHE = "_claude_cache"  # gateway.formats.anthropic_messages.CLAUDE_CACHE
+_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.anthropic_messages.ANTHROPIC_BETA
 
 
 def _unmarked(item: Any) -> Any:

@@ -96,6 +96,10 @@ CLAUDE_THINKING = "_claude_thinking"
 client's own provider extension (GLM's, DeepSeek's ``thinking``), which passes through as any
 unknown field: ``openai_compat`` drops the config it marks (and the mark) before sending,
 where OpenAI would refuse an argument it does not know. The same literal is read there."""
+ANTHROPIC_BETA = "_anthropic_beta"
+"""Set on a canonical request by the ingress to the Messages client's ``anthropic-beta``
+header (Claude's feature flags: ``context-1m-...``, ``interleaved-thinking-...``), which an
+``anthropic`` route sends on; an ``openai_compat`` route drops it. Read there as a literal."""
 CLAUDE_CACHE = "_claude_cache"
 """Set on a canonical request carrying this surface's ``cache_control`` marks: an
 ``openai_compat`` route drops them (and the mark), as OpenAI refuses fields it does not know.

@@ -197,6 +197,8 @@ class Inference(Component):
     async def _inference(self, req: HttpRequest, surface: Surface, record: RequestRecord) -> None:
         raw, size = await self._read_json(req)
         body = surface.to_canonical(raw)
+        if surface is MESSAGES and (beta := req.header("anthropic-beta")):
+            body[anthropic_messages.ANTHROPIC_BETA] = beta  # for an anthropic route
         client_metadata(req)  # refused early, whatever the model
         requested = str(body["model"])
         stream = bool(body.get("stream"))
