@@ -4,6 +4,8 @@ answers. Each raises InvalidRequestError naming the field that is wrong."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -15,6 +17,20 @@ if TYPE_CHECKING:
 
 JSON = dict[str, Any]
 _decode = msgspec.json.Decoder().decode
+# Anthropic's tool_use ids and Bedrock's toolUseIds (which also caps them at 64 characters).
+_WIRE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_NOT_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def wire_call_id(call_id: str) -> str:
+    """``call_id`` as Anthropic and Bedrock take it: unchanged when it is already one of
+    theirs, else its allowed characters and a digest of it (the same for the call and its
+    result, and apart for two ids that differ). Another provider's id may not be one (Kimi's
+    ``functions.get_weather:0``), and a conversation that moves to a Claude route carries it."""
+    if _WIRE_ID.fullmatch(call_id):
+        return call_id
+    digest = hashlib.sha256(call_id.encode()).hexdigest()[:12]
+    return f"{_NOT_ID.sub('_', call_id)[:40]}_{digest}".lstrip("_") or digest
 
 
 def text_of(content: Any, path: str) -> str:
@@ -40,7 +56,8 @@ def text_of(content: Any, path: str) -> str:
 
 
 def tool_calls(msg: JSON, path: str) -> list[tuple[str, str, JSON]]:
-    """An assistant message's tool calls as (call id, function name, arguments object)."""
+    """An assistant message's tool calls as (call id as :func:`wire_call_id` gives it,
+    function name, arguments object)."""
     calls = []
     for j, call in enumerate(msg.get("tool_calls") or ()):
         cpath = f"{path}.tool_calls[{j}]"
@@ -48,18 +65,18 @@ def tool_calls(msg: JSON, path: str) -> list[tuple[str, str, JSON]]:
         if not isinstance(function, dict) or not isinstance(call.get("id"), str):
             raise InvalidRequestError(f"{cpath}: needs an id and a function", param=cpath)
         arguments = _arguments(function.get("arguments"), f"{cpath}.function")
-        calls.append((call["id"], function.get("name") or "", arguments))
+        calls.append((wire_call_id(call["id"]), function.get("name") or "", arguments))
     return calls
 
 
 def answered_call(msg: JSON, path: str) -> str:
-    """The id of the tool call a tool message answers."""
+    """The id of the tool call a tool message answers, as :func:`wire_call_id` gives it."""
     call_id = msg.get("tool_call_id")
     if not isinstance(call_id, str):
         raise InvalidRequestError(
             f"{path}.tool_call_id: must be a string", param=f"{path}.tool_call_id"
         )
-    return call_id
+    return wire_call_id(call_id)
 
 
 def _arguments(arguments: Any, path: str) -> JSON:

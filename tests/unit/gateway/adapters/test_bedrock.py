@@ -276,13 +276,13 @@ async def test_image_and_structured_output_requests_pass_the_service_models_vali
 async def test_a_body_the_service_model_refuses_is_the_callers_validation_error(
     fake_bedrock: FakeBedrock, adapter: Adapter
 ) -> None:
-    call = {"id": "", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    call = {"id": "c1", "type": "function", "function": {"name": "", "arguments": "{}"}}
     body = {
         "model": "m",
         "messages": [
             {"role": "user", "content": "hi"},
-            {"role": "assistant", "content": None, "tool_calls": [call]},  # toolUseId min 1
-            {"role": "tool", "tool_call_id": "", "content": "x"},
+            {"role": "assistant", "content": None, "tool_calls": [call]},  # toolUse name min 1
+            {"role": "tool", "tool_call_id": "c1", "content": "x"},
         ],
     }
 
@@ -290,7 +290,8 @@ async def test_a_body_the_service_model_refuses_is_the_callers_validation_error(
         await adapter.complete(_target(fake_bedrock), body)
 
     assert (err.value.status, err.value.kind) == (400, "invalid_request")
-    assert "toolUseId" in err.value.message and not err.value.counts_against_endpoint
+    assert "toolUse.name" in err.value.message, err.value.message
+    assert not err.value.counts_against_endpoint
 
 
 @pytest.mark.parametrize("body", [{"output": ["x"]}, {"output": {"message": "x"}}, []])
