@@ -6,16 +6,16 @@ merge), system and developer messages anywhere become ``systemInstruction``, too
 ``functionDeclarations`` (their JSON Schema as ``parametersJsonSchema``), assistant tool calls
 ``functionCall`` parts (with the ``thoughtSignature`` their id carries, see
 ``_gemini_to_canonical.call_id``) and tool results ``functionResponse`` parts (named after the
-call they answer), images ``inlineData``; ``max_tokens``, ``temperature``, ``top_p``, ``stop``,
-``n``, ``seed``, the penalties and ``response_format`` (``responseMimeType`` and
-``responseJsonSchema``) go in ``generationConfig``. Dropped, because Gemini has no
-equivalent and leaving them out changes no answer's validity: ``user``, ``metadata``,
-``store``, ``service_tier``, ``parallel_tool_calls``, ``stream_options``, ``reasoning_effort``,
-``prompt_cache_*``, message ``name``s, Claude's ``thinking`` config and an assistant
-message's ``thinking_blocks`` (Anthropic's, signed for Claude alone). Refused
+call they answer), images and files (a PDF) ``inlineData``; ``max_tokens``, ``temperature``,
+``top_p``, ``stop``, ``n``, ``seed``, the penalties and ``response_format``
+(``responseMimeType`` and ``responseJsonSchema``) go in ``generationConfig``. Dropped,
+because Gemini has no equivalent and leaving them out changes no answer's validity: ``user``,
+``metadata``, ``store``, ``service_tier``, ``parallel_tool_calls``, ``stream_options``,
+``reasoning_effort``, ``prompt_cache_*``, message ``name``s, Claude's ``thinking`` config and
+an assistant message's ``thinking_blocks`` (Anthropic's, signed for Claude alone). Refused
 (InvalidRequestError naming the field), because the answer would differ from what was asked:
 ``logprobs``, ``top_logprobs``, ``logit_bias``, audio, ``web_search_options``, legacy
-``functions``/``function_call``, custom tools, images that are not ``data:`` URLs, and
+``functions``/``function_call``, custom tools, images and files that are not ``data:`` URLs, and
 tool-call arguments that are not a JSON object.
 """
 
@@ -122,7 +122,11 @@ def _user_parts(content: Any, path: str) -> list[JSON]:
         if kind == "text":
             parts.append({"text": str(part.get("text") or "")})
         elif kind == "image_url":
-            parts.append(_inline_image(part.get("image_url"), f"{path}[{i}].image_url"))
+            parts.append(_inline(part.get("image_url"), f"{path}[{i}].image_url"))
+        elif kind == "file":  # a document (a PDF), which Gemini reads inline as an image
+            file = part.get("file")
+            data = file.get("file_data") if isinstance(file, dict) else None
+            parts.append(_inline(data, f"{path}[{i}].file.file_data"))
         else:
             raise InvalidRequestError(
                 f"{path}[{i}]: part type {kind!r} is not supported by gemini upstreams", param=path
@@ -130,11 +134,12 @@ def _user_parts(content: Any, path: str) -> list[JSON]:
     return parts
 
 
-def _inline_image(image: Any, path: str) -> JSON:
+def _inline(image: Any, path: str) -> JSON:
     url = image.get("url") if isinstance(image, dict) else image
     if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
         raise InvalidRequestError(
-            f"{path}: gemini upstreams take images inline (a base64 data: URL)", param=path
+            f"{path}: gemini upstreams take images and files inline (a base64 data: URL)",
+            param=path,
         )
     head, _, data = url.partition(";base64,")
     return {"inlineData": {"mimeType": head[len("data:") :], "data": data}}
