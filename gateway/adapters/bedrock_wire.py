@@ -21,7 +21,8 @@ and, for models other than Claude, the ``thinking`` config and an assistant mess
 ``thinking_blocks`` (Claude's, signed for Claude alone). Refused (InvalidRequestError):
 ``n`` > 1, ``logprobs``, ``logit_bias``, audio, legacy ``functions``, non-function tools,
 ``response_format`` ``json_object``, images that are not base64 data URLs of
-png/jpeg/gif/webp, tool arguments that are not a JSON object.
+png/jpeg/gif/webp, files (``document`` blocks, named after the file) that are not base64 data
+URLs of a document type Converse reads, tool arguments that are not a JSON object.
 
 Claude on Bedrock (a model id ``anthropic.*`` or ``<region>.anthropic.*``, or a route's
 ``bedrock.model_family: anthropic`` for an opaque id, as ``claude=`` says) thinks as on the
@@ -37,6 +38,7 @@ its ``contentBlockStop``).
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -73,6 +75,18 @@ _REFUSED = {
     "functions": "functions: the legacy functions API is not supported; use tools",
     "function_call": "function_call: the legacy functions API is not supported; use tool_choice",
 }
+_DOCUMENT_FORMATS = {
+    "application/pdf": "pdf",
+    "text/csv": "csv",
+    "application/msword": "doc",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.document": "docx",
+    "application/vnd.ms-excel": "xls",
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": "xlsx",
+    "text/html": "html",
+    "text/plain": "txt",
+    "text/markdown": "md",
+}
+_NOT_IN_NAME = re.compile(r"[^A-Za-z0-9\-()\[\] ]")
 _IMAGE_FORMATS = {
     "image/png": "png",
     "image/jpeg": "jpeg",
@@ -212,6 +226,8 @@ def _user_blocks(content: Any, path: str) -> list[JSON]:
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
             blocks.append(_image_block(url, f"{ppath}.image_url.url"))
+        elif kind == "file":
+            blocks.append(_document_block(part.get("file"), f"{ppath}.file", j))
         else:
             raise InvalidRequestError(
                 f"{ppath}.type: '{kind}' parts are not supported by bedrock upstreams",
@@ -234,6 +250,25 @@ def _image_block(url: Any, path: str) -> JSON:
         )
     # The JSON wire carries a blob as base64, which the data URL already is.
     return {"image": {"format": image_format, "source": {"bytes": data}}}
+
+
+def _document_block(file: Any, path: str, index: int) -> JSON:
+    data_url = file.get("file_data") if isinstance(file, dict) else None
+    if not isinstance(data_url, str) or not data_url.startswith("data:"):
+        data_url = "data:,"
+    header, _, data = data_url[5:].partition(",")
+    media_type, _, encoding = header.partition(";")
+    doc_format = _DOCUMENT_FORMATS.get(media_type)
+    if encoding != "base64" or doc_format is None:
+        raise InvalidRequestError(
+            f"{path}.file_data: bedrock upstreams take files inline as base64 data URLs of "
+            "pdf, csv, doc(x), xls(x), html, txt or md",
+            param=f"{path}.file_data",
+        )
+    # Converse's name: letters, digits, spaces, hyphens, parentheses, brackets, one space apart.
+    stem = str(file.get("filename") or "").rsplit(".", 1)[0]
+    name = " ".join(_NOT_IN_NAME.sub(" ", stem).split())[:100] or f"document-{index}"
+    return {"document": {"format": doc_format, "name": name, "source": {"bytes": data}}}
 
 
 def _is_reasoning(block: JSON) -> bool:
