@@ -136,8 +136,23 @@ def retry_after_header(err: GatewayError) -> bytes | None:
     return None
 
 
+# The official SDKs retry a 429 (and a 5xx) unless ``x-should-retry: false`` says not to, and
+# wait out a ``Retry-After`` of at most this long; a longer one they replace by their own
+# backoff of a second or two.
+SDK_RETRY_AFTER_CAP_S = 60
+_NO_RETRY = (b"x-should-retry", b"false")
+
+
 def error_headers(err: GatewayError) -> list[tuple[bytes, bytes]]:
     """The headers of an answer to ``err`` (beside the ``x-request-id`` every answer has):
-    ``Retry-After`` when :func:`retry_after_header` gives one."""
+    ``Retry-After`` when :func:`retry_after_header` gives one, and ``x-should-retry: false``
+    when retrying soon is in vain: a spent budget whose next period is further away than an
+    SDK waits, or an upstream's spent quota (its SDK retried at once, twice, each refused)."""
     retry = retry_after_header(err)
-    return [] if retry is None else [(b"retry-after", retry)]
+    headers = [] if retry is None else [(b"retry-after", retry)]
+    if isinstance(err, BudgetExceededError):
+        if err.retry_after is None or err.retry_after > SDK_RETRY_AFTER_CAP_S:
+            headers.append(_NO_RETRY)
+    elif isinstance(err, UpstreamError) and err.status == 429 and err.kind == QUOTA_EXHAUSTED:
+        headers.append(_NO_RETRY)
+    return headers

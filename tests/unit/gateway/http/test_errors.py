@@ -7,10 +7,19 @@ import pytest
 from gateway.http.errors import (
     DEFAULT_RETRY_AFTER,
     PACED_RETRY_AFTER,
+    error_headers,
     http_status,
     retry_after_header,
 )
-from schemas import QUOTA_EXHAUSTED, ErrorCode, ErrorReply, GatewayError, UpstreamError
+from schemas import (
+    QUOTA_EXHAUSTED,
+    BudgetExceededError,
+    ErrorCode,
+    ErrorReply,
+    GatewayError,
+    RateLimitedError,
+    UpstreamError,
+)
 from schemas.errors import error_from_reply
 
 _ERRORS = [error_from_reply(ErrorReply(code=code.value, message="x")) for code in ErrorCode]
@@ -43,3 +52,25 @@ def test_an_upstreams_429_without_a_usable_wait_still_says_when_to_retry() -> No
 
     assert retry_after_header(paced) == PACED_RETRY_AFTER
     assert retry_after_header(spent) is None  # a spent quota does not come back in a second
+
+
+NO_RETRY = (b"x-should-retry", b"false")
+
+
+@pytest.mark.parametrize(
+    ("err", "in_vain"),
+    [
+        (BudgetExceededError("spent", retry_after=3600), True),
+        (BudgetExceededError("spent"), True),
+        (BudgetExceededError("held by running requests", retry_after=30), False),
+        (UpstreamError("quota", status=429, kind=QUOTA_EXHAUSTED), True),
+        (UpstreamError("slow down", status=429, retry_after=2), False),
+        (RateLimitedError("rpm", retry_after=20), False),
+        (UpstreamError("down", status=503), False),
+    ],
+    ids=["budget-hours", "budget-unknown", "budget-soon", "quota", "paced", "rpm", "503"],
+)
+def test_only_a_refusal_no_sdk_retry_can_change_says_do_not_retry(
+    err: GatewayError, in_vain: bool
+) -> None:
+    assert (NO_RETRY in error_headers(err)) is in_vain
