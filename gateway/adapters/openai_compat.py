@@ -136,6 +136,7 @@ class _ChatStream:
         "_context",
         "_done",
         "_failure",
+        "_numbers",
         "_parser",
         "_pieces",
         "_spent_for",
@@ -152,6 +153,7 @@ class _ChatStream:
         self._spent_for: float | None = None
         self._done = False  # ``[DONE]`` came: nothing follows the batch it came with
         self._failure: UpstreamError | None = None  # raised after the chunks before it
+        self._numbers: _CallNumbers | None = None  # made at the first tool call
 
     def __aiter__(self) -> _ChatStream:
         return self
@@ -218,6 +220,10 @@ class _ChatStream:
             except UpstreamError as exc:
                 self._failure = exc  # the chunks before it still reach the client
                 break
+            if _TOOL_CALLS in event_data:  # a byte search: most chunks are text
+                if self._numbers is None:
+                    self._numbers = _CallNumbers()
+                self._numbers.number(chunk)
             if relayed(chunk):
                 batch.append(chunk)
         if not batch:
@@ -234,6 +240,48 @@ class _ChatStream:
         context, self._context = self._context, None
         if context is not None:
             await context.__aexit__(None, None, None)
+
+
+_TOOL_CALLS = b'"tool_calls"'
+
+
+class _CallNumbers:
+    """Gives each streamed tool call an ``index`` of its own, as the OpenAI API does. Some
+    servers send every call at index 0 (Ollama) or with none (Gemini's OpenAI endpoint), each
+    new call with an id of its own: read as one call, their names, ids and arguments ran
+    together, and a translated surface showed the first call with the others' arguments."""
+
+    __slots__ = ("_by_id", "_latest", "_next")
+
+    def __init__(self) -> None:
+        self._by_id: dict[tuple[Any, str], int] = {}  # (choice, call id) -> index given
+        self._latest: dict[tuple[Any, Any], int] = {}  # (choice, index sent) -> latest given
+        self._next: dict[Any, int] = {}  # choice -> the next free index
+
+    def number(self, chunk: JSON) -> None:
+        """Set each tool call's ``index`` in ``chunk`` (in place) to the one it is given."""
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") if type(choice) is dict else None
+            calls = delta.get("tool_calls") if type(delta) is dict else None
+            for call in calls if type(calls) is list else ():
+                if type(call) is dict:
+                    call["index"] = self._index(choice.get("index", 0), call)
+
+    def _index(self, at: Any, call: JSON) -> int:
+        sent, call_id = call.get("index"), call.get("id")
+        if type(call_id) is str and call_id:
+            known = self._by_id.get((at, call_id))
+            if known is None:  # a new call: its own index, unless another call holds it
+                free = self._next.get(at, 0)
+                known = sent if type(sent) is int and sent >= free else free
+                self._next[at] = known + 1
+                self._by_id[(at, call_id)] = known
+            self._latest[(at, sent)] = known
+            return known
+        latest = self._latest.get((at, sent))  # a fragment of the latest call sent so
+        if latest is not None:
+            return latest
+        return sent if type(sent) is int else max(self._next.get(at, 1) - 1, 0)
 
 
 def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
