@@ -9,6 +9,9 @@ are Anthropic's, and the OpenAI API refuses an argument it does not know; so are
 request, its tools and content parts) and its client's ``anthropic-beta`` flags
 (``_ANTHROPIC_BETA``). A chat client's own ``thinking`` (GLM's, DeepSeek's,
 Volcengine Ark's extension) and marks pass through, as any field this gateway does not read.
+A request whose ``max_tokens`` the upstream refuses for ``max_completion_tokens`` (OpenAI's
+o-series and gpt-5, to a limit the Messages or Responses surface named) is sent again, once,
+with the limit so named, and so named from then on for that endpoint.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ class OpenAICompatAdapter:
 
     def __init__(self, http: UpstreamHTTP) -> None:
         self._http = http
+        # Endpoints that refused ``max_tokens`` asking for ``max_completion_tokens`` (OpenAI's
+        # o-series and gpt-5): a translated request (Messages, Responses) names its limit so.
+        self._completion_tokens: set[str] = set()
 
     def _url(self, target: UpstreamTarget, path: str) -> str:
         """Where ``path`` (``/chat/completions``, ``/embeddings``) lives for ``target``."""
@@ -74,6 +80,9 @@ class OpenAICompatAdapter:
         if payload.pop(_CLAUDE_CACHE, None):  # a chat client's own marks go on
             _drop_cache_marks(payload)
         payload.pop(_ANTHROPIC_BETA, None)
+        if self._completion_tokens and target.endpoint in self._completion_tokens:
+            if "max_tokens" in payload and "max_completion_tokens" not in payload:
+                payload["max_completion_tokens"] = payload.pop("max_tokens")
         if target.upstream_model:
             payload["model"] = target.upstream_model
         messages: Any = payload.get("messages")
@@ -108,7 +117,26 @@ class OpenAICompatAdapter:
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """POST /chat/completions. Raises UpstreamError."""
+        try:
+            return await self._post_json(target, "/chat/completions", body, "choices")
+        except UpstreamError as err:
+            if not self._learned_completion_tokens(target, body, err):
+                raise
         return await self._post_json(target, "/chat/completions", body, "choices")
+
+    def _learned_completion_tokens(
+        self, target: UpstreamTarget, body: JSON, err: UpstreamError
+    ) -> bool:
+        """Whether ``err`` is the upstream refusing ``body``'s ``max_tokens`` for the
+        ``max_completion_tokens`` it names (OpenAI: "Unsupported parameter: 'max_tokens' is
+        not supported with this model. Use 'max_completion_tokens' instead."), learnt for
+        ``target``'s endpoint: the request is then sent again, once, so named."""
+        if err.status != 400 or b"max_completion_tokens" not in err.body:
+            return False
+        if "max_tokens" not in body or "max_completion_tokens" in body:
+            return False
+        self._completion_tokens.add(target.endpoint)
+        return True
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
         """POST /embeddings. Raises UpstreamError."""
@@ -186,7 +214,7 @@ class _ChatStream:
             await self.aclose()
             raise
 
-    async def _open(self) -> None:
+    async def _open(self, again: bool = False) -> None:
         adapter, target, body = self._adapter, self._target, self._body
         assert body is not None
         self._body = None
@@ -202,7 +230,12 @@ class _ChatStream:
         resp = await context.__aenter__()
         self._context = context
         if resp.status >= 300:
-            raise adapter._error(target, resp.status, resp.headers, await resp.read())
+            err = adapter._error(target, resp.status, resp.headers, await resp.read())
+            if again or not adapter._learned_completion_tokens(target, body, err):
+                raise err
+            await self.aclose()
+            self._body, self._done = body, False
+            return await self._open(again=True)
         self._spent_for = rate_limit_spent_seconds(resp.headers)
         self._pieces = resp.chunks()
 
