@@ -10,6 +10,10 @@ the text comes as ``reasoning_content`` deltas and each block whole, in a ``thin
 delta, when it ends (a ``thinking`` block at its ``content_block_stop``, a redacted one at
 its start).
 
+Streamed, the first chunk also carries what Claude's ``message_start`` counted (the input
+and cache tokens, in the chat shape) under ``START_USAGE``, for the Messages renderer's own
+``message_start``; the chat renderer drops it (chat clients get usage in one chunk, at the end).
+
 Public names are re-exported by ``gateway.adapters.anthropic_wire``.
 """
 
@@ -50,6 +54,7 @@ _ERROR_STATUS = {
     "overloaded_error": 529,
 }
 _encoder = msgspec.json.Encoder()
+START_USAGE = "_start_usage"  # gateway.formats.openai_chat.START_USAGE
 
 
 def new_id(prefix: str) -> str:
@@ -238,16 +243,18 @@ class MessagesToChatStream:
         self._usage.update({k: v for k, v in usage.items() if v is not None})
 
     def _chunk(self, delta: JSON, finish: str | None = None) -> JSON:
-        if not self._role_sent:
-            self._role_sent = True
-            delta["role"] = "assistant"
-        return {
+        chunk = {
             "id": self._id,
             "object": "chat.completion.chunk",
             "created": self._created,
             "model": self._model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
         }
+        if not self._role_sent:
+            self._role_sent = True
+            delta["role"] = "assistant"
+            chunk[START_USAGE] = self.usage
+        return chunk
 
     def _block_start(self, data: JSON) -> list[JSON]:
         block = object_field(data, "content_block", "a content_block_start")
@@ -347,16 +354,8 @@ class MessagesToChatStream:
             final["choices"][0]["stop_reason"] = self._stop_sequence  # vLLM's field
         chunks = [final]
         if self._include_usage:
-            chunks.append(
-                {
-                    "id": self._id,
-                    "object": "chat.completion.chunk",
-                    "created": self._created,
-                    "model": self._model,
-                    "choices": [],
-                    "usage": self.usage,
-                }
-            )
+            head = {"id": self._id, "object": "chat.completion.chunk", "created": self._created}
+            chunks.append({**head, "model": self._model, "choices": [], "usage": self.usage})
         return chunks
 
 

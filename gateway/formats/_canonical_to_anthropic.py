@@ -25,6 +25,7 @@ from gateway.formats._common import (
     sse_frame,
     whole_json,
 )
+from gateway.formats.openai_chat import START_USAGE
 from schemas import UpstreamBadResponseError
 
 _ERROR_TYPES: dict[int, str] = {
@@ -355,7 +356,7 @@ class ChatToMessagesStream:
 
     def _start(self, out: list[bytes], chunk: JSON) -> None:
         self._started = True
-        start_usage = usage(chunk.get("usage"))
+        start_usage = usage(chunk.get(START_USAGE) or chunk.get("usage"))
         start_usage["output_tokens"] = 0
         out.append(
             sse_frame(

@@ -141,6 +141,11 @@ _NAMED_FIELDS = {"name": STRING}
 _FORMAT_FIELDS = {"type": STRING, "json_schema": OBJECT}
 _SCHEMA_FIELDS = {"name": STRING, "description": STRING, "schema": OBJECT, "strict": BOOLEAN}
 _DONE_FRAME = b"data: [DONE]\n\n"
+START_USAGE = "_start_usage"
+"""Set by the ``anthropic`` adapter on a stream's first canonical chunk: the usage Claude's
+``message_start`` reported (input and cache tokens), which the Messages surface's own
+``message_start`` shows; :class:`ChatStream` drops it, as a chat client reads its usage from
+the one usage chunk at the end. The same literal is written there."""
 
 
 def require_object_with_model(body: Any) -> JSON:
@@ -261,11 +266,15 @@ class ChatStream:
     def __init__(self, model: str, *, usage: bool = True) -> None:
         self._model = model
         self._usage = usage
+        self._first = True
 
     def feed(self, chunk: JSON) -> list[bytes]:
         """One ``data:`` frame for ``chunk`` (none for a usage chunk the client did not ask
-        for: see :func:`asking_usage`)."""
+        for: see :func:`asking_usage`); the first one without its :data:`START_USAGE`."""
         chunk["model"] = self._model
+        if self._first:  # only a stream's first chunk carries it
+            self._first = False
+            chunk.pop(START_USAGE, None)
         if not self._usage and "usage" in chunk:
             if not chunk.get("choices"):
                 return []
