@@ -33,7 +33,9 @@ refuses while a config has it think is refused here, and an assistant message's 
 ``signature``, or ``redactedContent``), first in that turn or where ``after`` puts them.
 Answers and streams: every ``reasoningContent`` text is ``reasoning_content``; a signed or
 redacted one is also a ``thinking_blocks`` entry, as from the anthropic adapter (streamed: at
-its ``contentBlockStop``).
+its ``contentBlockStop``). Claude's prompt-caching marks (``cache_control`` on a content part,
+a tool, the request) become ``cachePoint`` blocks (:mod:`gateway.adapters.bedrock_cache`);
+other models' are dropped.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from gateway.adapters._anthropic_to_canonical import (
     text_field,
 )
 from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS, thinking_for_effort
+from gateway.adapters.bedrock_cache import last_points, mark_request, points, system_blocks
 from gateway.adapters.chat_message import (
     answered_call,
     interleave,
@@ -125,16 +128,17 @@ def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
     system, converted = _convert_messages(messages, claude)
+    mark_request(chat, converted, claude)
     req: JSON = {"messages": converted}
     if system:
-        req["system"] = [{"text": text} for text in system]
+        req["system"] = system
     inference = _inference_config(chat)
     if claude:
         _claude_thinking(chat, req, inference)
     if inference:
         req["inferenceConfig"] = inference
     if chat.get("tools"):
-        tool_config = _tool_config(chat)
+        tool_config = _tool_config(chat, claude)
         if tool_config is not None:
             req["toolConfig"] = tool_config
     output = _output_config(chat.get("response_format"))
@@ -180,22 +184,23 @@ def _claude_thinking(chat: JSON, req: JSON, inference: JSON) -> None:
     req["additionalModelRequestFields"] = {"thinking": thinking}
 
 
-def _convert_messages(messages: list[Any], claude: bool) -> tuple[list[str], list[JSON]]:
-    system: list[str] = []
+def _convert_messages(messages: list[Any], claude: bool) -> tuple[list[JSON], list[JSON]]:
+    """The system blocks and the messages; a Claude model's cache marks as ``cachePoint``s."""
+    system: list[JSON] = []
     out: list[JSON] = []
     for i, msg in enumerate(messages):
         path = f"messages[{i}]"
         role = msg.get("role") if isinstance(msg, dict) else None
         if role in ("system", "developer"):
-            text = text_of(msg.get("content"), path)
-            if text:
-                system.append(text)
+            content = msg.get("content")
+            system += system_blocks(content, text_of(content, path), claude)
         elif role == "user":
-            _append(out, "user", _user_blocks(msg.get("content"), path))
+            _append(out, "user", _user_blocks(msg.get("content"), path, claude))
         elif role == "assistant":
             _append(out, "assistant", _assistant_blocks(msg, path, claude))
         elif role == "tool":
-            _append(out, "user", [_tool_result(msg, path)])
+            marks = last_points(msg.get("content"), claude)
+            _append(out, "user", [_tool_result(msg, path), *marks])
         else:
             raise InvalidRequestError(f"{path}.role: unknown role {role!r}", param=f"{path}.role")
     return system, out
@@ -211,7 +216,7 @@ def _append(out: list[JSON], role: str, blocks: list[JSON]) -> None:
         out.append({"role": role, "content": blocks})
 
 
-def _user_blocks(content: Any, path: str) -> list[JSON]:
+def _user_blocks(content: Any, path: str, caching: bool) -> list[JSON]:
     if not isinstance(content, list):
         text = text_of(content, path)
         return [{"text": text}] if text else []
@@ -220,8 +225,9 @@ def _user_blocks(content: Any, path: str) -> list[JSON]:
         ppath = f"{path}.content[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
         if kind == "text":
-            if part.get("text"):
-                blocks.append({"text": part["text"]})
+            if not part.get("text"):
+                continue
+            blocks.append({"text": part["text"]})
         elif kind == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, dict) else image
@@ -233,6 +239,7 @@ def _user_blocks(content: Any, path: str) -> list[JSON]:
                 f"{ppath}.type: '{kind}' parts are not supported by bedrock upstreams",
                 param=f"{ppath}.type",
             )
+        blocks += points(part, caching)
     return blocks
 
 
@@ -281,7 +288,11 @@ def _assistant_blocks(msg: JSON, path: str, claude: bool) -> list[JSON]:
     for call_id, name, arguments in tool_calls(msg, path):
         blocks.append({"toolUse": {"toolUseId": call_id, "name": name, "input": arguments}})
     if claude and (signed := msg.get("thinking_blocks")):
-        return interleave(signed_thinking(signed, _reasoning_text, _redacted_content), blocks)
+        blocks = interleave(signed_thinking(signed, _reasoning_text, _redacted_content), blocks)
+    if text and (marks := last_points(msg.get("content"), claude)):
+        # After the text, placed once ``interleave`` has counted the turn's items.
+        at = next(i for i, block in enumerate(blocks) if "text" in block) + 1
+        blocks[at:at] = marks
     return blocks
 
 
@@ -299,7 +310,7 @@ def _tool_result(msg: JSON, path: str) -> JSON:
     return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": "success"}}
 
 
-def _tool_config(chat: JSON) -> JSON | None:
+def _tool_config(chat: JSON, claude: bool) -> JSON | None:
     tools: list[JSON] = []
     for i, tool in enumerate(chat["tools"]):
         function = tool.get("function") if isinstance(tool, dict) else None
@@ -321,7 +332,7 @@ def _tool_config(chat: JSON) -> JSON | None:
         }
         if function.get("description"):
             spec["description"] = function["description"]
-        tools.append({"toolSpec": spec})
+        tools += [{"toolSpec": spec}, *points(tool, claude)]
     choice = chat.get("tool_choice")
     if choice == "none":
         return None  # Converse has no "none": not offering the tools is the same constraint

@@ -125,6 +125,23 @@ def test_claude_request_puts_interleaved_thinking_back_where_claude_gave_it() ->
     ]
 
 
+def test_claude_request_puts_a_cache_point_after_its_marked_text_with_thinking() -> None:
+    late = {**SIGNED, "after": 1}  # after the text, before the tool call
+    marked = [{"type": "text", "text": "Checking.", "cache_control": {"type": "ephemeral"}}]
+    assistant = {"role": "assistant", "content": marked, "tool_calls": [CALL]}
+
+    req = _valid(
+        to_converse_request(_history({**assistant, "thinking_blocks": [late]}), claude=True)
+    )
+
+    assert [next(iter(b)) for b in req["messages"][1]["content"]] == [
+        "text",
+        "cachePoint",
+        "reasoningContent",
+        "toolUse",
+    ]
+
+
 def test_claude_request_merging_two_assistant_messages_keeps_the_thinking_first() -> None:
     first = {"role": "assistant", "content": "Checking."}
     second = {
