@@ -144,10 +144,12 @@ class OpenAICompatAdapter:
 
     def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """POST /chat/completions with stream; yields the chunk dicts of each read until
-        ``[DONE]`` (nothing is sent before the first ``__anext__``).
+        ``[DONE]``, or until the answer's body ends cleanly without it (nothing is sent before
+        the first ``__anext__``): whether such a stream is whole (every choice said why it
+        stopped) is the relay's to judge, as it sees every chunk (``StreamAttempt``).
 
-        Raises UpstreamError on a non-2xx answer, a broken connection, an in-band error, or
-        a stream that ends without ``[DONE]`` (a silent truncation is never a success).
+        Raises UpstreamError on a non-2xx answer, a broken connection (a body cut short of
+        its chunked terminator or length), or an in-band error.
         """
         return _ChatStream(self, target, body)
 
@@ -198,14 +200,7 @@ class _ChatStream:
                     raise self._failure
                 if self._done:
                     raise StopAsyncIteration
-                try:
-                    raw = await anext(self._pieces)
-                except StopAsyncIteration:
-                    raise UpstreamError(
-                        "upstream stream ended before [DONE]",
-                        endpoint=self._target.endpoint,
-                        kind="truncated",
-                    ) from None
+                raw = await anext(self._pieces)  # its end: the body ended cleanly
                 batch = self._batch(raw)
                 if batch is not None:
                     return batch

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from gateway.adapters.base import Batch, carries_token
+from gateway.adapters.base import Batch, carries_token, choices_asked
 from gateway.formats.openai_chat import delta_chars
 from gateway.http.deadline import deadline
 from gateway.ingress import hedging
@@ -110,7 +110,9 @@ class _Stream:
                     subjects.endpoint_probe_result(c.endpoint),
                     ProbeFirstByte(endpoint=c.endpoint, request_id=info.request_id),
                 )
-            return StreamAttempt(d, info, a, started, first, chunks, target.idle_timeout)
+            return StreamAttempt(
+                d, info, a, started, first, chunks, target.idle_timeout, choices_asked(payload)
+            )
         await _aclose(chunks)
         await d.observe(info, a, outcome, started, err=err)
         await d.leases.release(c, tokens_used_by_failure(err))
@@ -194,6 +196,7 @@ class StreamAttempt:
         first: Batch,
         rest: AsyncIterator[Batch],
         idle_timeout: float,
+        choices: int = 1,
     ) -> None:
         self._attempt = a
         self.candidate = a.candidate
@@ -207,7 +210,8 @@ class StreamAttempt:
         self._ttft: float | None = None  # when the first token (or the end) arrived
         self._usage = NO_USAGE
         self._chars = 0  # content sent, for the estimate when no usage is reported
-        self._finished = False
+        self._finished = False  # a choice has said why it stopped
+        self._unfinished = set(range(choices))  # the choices asked that have not
         self._idle = idle_timeout
         self._pending: Batch | None = first  # what ``__anext__`` gives next, unread
         self._more = not first.last  # whether ``rest`` may hold more
@@ -217,7 +221,8 @@ class StreamAttempt:
     def batches(self) -> AsyncIterator[Batch]:
         """Every batch of chunks (what one upstream read carried), the first included, up to
         the ``last`` one (iterate once). Raises UpstreamError if the stream breaks, stalls
-        for the idle timeout, or ends without a finish reason."""
+        for the idle timeout, or ends without a finish reason (or, short of its ``last``
+        batch, without one for every choice asked)."""
         return self
 
     def __aiter__(self) -> StreamAttempt:
@@ -238,7 +243,14 @@ class StreamAttempt:
                 with deadline(self._idle):
                     batch = await anext(self._rest)
             except StopAsyncIteration:
-                pass
+                # Ended cleanly (a cut connection raises) but short of the stream's own end
+                # (``[DONE]``, a ``last`` batch): whole only if every choice said why it stopped.
+                if self._finished and self._unfinished:
+                    raise UpstreamError(
+                        "upstream stream ended without [DONE] before every choice finished",
+                        endpoint=self.candidate.endpoint,
+                        kind="truncated",
+                    ) from None
             except TimeoutError:
                 raise UpstreamTimeoutError(
                     f"upstream stream stalled: no chunk for {self._idle:g} s",
@@ -272,7 +284,10 @@ class StreamAttempt:
                 delta = choice.get("delta")
                 if delta:
                     self._chars += delta_chars(delta)
-                if not self._finished and choice.get("finish_reason"):
+                if self._unfinished and choice.get("finish_reason"):
+                    self._unfinished.discard(choice.get("index", 0))
+                    if self._finished:
+                        continue
                     self._finished = True
                     if self._info.record.trace is not None:
                         self._info.record.trace.finished(self.attempt, choice["finish_reason"])
