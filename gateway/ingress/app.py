@@ -99,11 +99,11 @@ class RouteTable:
                     return route.handler
         return handler
 
-    def knows(self, path: str) -> bool:
-        """Whether some method has a route on ``path`` (405 rather than 404)."""
-        return any(p == path for _, p in self._exact) or any(
-            path.startswith(r.path) for r in self._prefixes
-        )
+    def allowed(self, path: str) -> list[str]:
+        """The methods some route serves on ``path``, sorted: a 405's ``Allow`` (none: 404)."""
+        methods = {m for m, p in self._exact if p == path}
+        methods.update(r.method for r in self._prefixes if path.startswith(r.path))
+        return sorted(methods)
 
 
 class GatewayApp:
@@ -298,8 +298,11 @@ class GatewayApp:
                 path = req.split_path()
             handler = self._routes.find(method, path)
             if handler is None:
-                if self._routes.knows(path):
-                    await _send_error(req, surface, 405, "method not allowed", "invalid_request")
+                if allowed := self._routes.allowed(path):
+                    allow = [(b"allow", ", ".join(allowed).encode())]  # RFC 9110 wants it
+                    await _send_error(
+                        req, surface, 405, "method not allowed", "invalid_request", allow
+                    )
                 else:
                     await _send_error(req, surface, 404, f"no such path {path}", "not_found")
                 return
@@ -348,9 +351,14 @@ async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayEr
 
 
 async def _send_error(
-    req: HttpRequest, surface: Surface, status: int, message: str, code: str
+    req: HttpRequest,
+    surface: Surface,
+    status: int,
+    message: str,
+    code: str,
+    headers: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
-    await req.respond(status, surface.error_body(status, message, code, None))
+    await req.respond(status, surface.error_body(status, message, code, None), headers)
 
 
 def create_app(bus: Bus, config: GatewayConfig) -> GatewayApp:

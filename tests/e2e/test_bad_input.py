@@ -162,11 +162,11 @@ async def test_default_body_limit_is_32_mib(
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "status"),
+    ("method", "path", "status", "allow"),
     [
-        ("GET", "/v1/nothing-here", 404),
-        ("GET", CHAT, 405),
-        ("POST", "/v1/models", 405),
+        ("GET", "/v1/nothing-here", 404, None),
+        ("GET", CHAT, 405, "POST"),
+        ("POST", "/v1/models", 405, "GET"),
     ],
 )
 async def test_unknown_path_or_method_is_an_openai_shaped_error(
@@ -174,10 +174,12 @@ async def test_unknown_path_or_method_is_an_openai_shaped_error(
     method: str,
     path: str,
     status: int,
+    allow: str | None,
 ) -> None:
     resp = await gw.http().request(method, path)
 
     assert_openai_error(resp, status)
+    assert resp.headers.get("allow") == allow  # RFC 9110: a 405 names the methods allowed
 
 
 GARBAGE: dict[str, Reply] = {

@@ -36,8 +36,9 @@ def test_every_listing_order_finds_the_same_handlers() -> None:
 
 
 def test_a_known_path_without_the_method_is_told_apart_from_an_unknown_one() -> None:
-    table = RouteTable(ROUTES)
-    assert table.find("GET", "/admin/keys") is None
-    assert table.knows("/admin/keys")  # 405
+    table = RouteTable((*ROUTES, Route("GET", "/admin/keys", keys)))
+    assert table.find("PUT", "/admin/keys") is None
+    assert table.allowed("/admin/keys") == ["GET", "POST"]  # 405, its Allow
+    assert table.allowed("/v1/models/m") == ["GET"]
     assert table.find("GET", "/nowhere") is None
-    assert not table.knows("/nowhere")  # 404
+    assert table.allowed("/nowhere") == []  # 404
