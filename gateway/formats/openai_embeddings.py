@@ -18,13 +18,17 @@ from gateway.formats.openai_chat import (
     require_object_with_model,
 )
 from schemas import InvalidRequestError
+from schemas.keys import shown
 
 # The documented fields (openai's EmbeddingCreateParams) besides model and input.
 _FIELDS = {"dimensions": INTEGER, "encoding_format": STRING, "user": STRING}
+_ENCODINGS = ("float", "base64")
 
 
 def validate_embeddings_request(raw: Any) -> JSON:
-    """``body`` if it is an embeddings request. Raises InvalidRequestError naming the field."""
+    """``body`` if it is an embeddings request. Raises InvalidRequestError naming the field
+    (a mistyped one, a malformed ``input``, an ``encoding_format`` that is not ``float`` or
+    ``base64``)."""
     body = require_object_with_model(raw)
     inp = body.get("input")
     if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
@@ -32,6 +36,14 @@ def validate_embeddings_request(raw: Any) -> JSON:
     if isinstance(inp, list):
         _check_inputs(inp)
     check_types(body, _FIELDS)
+    encoding = body.get("encoding_format")
+    if encoding is not None and encoding not in _ENCODINGS:
+        # Relayed, an upstream would answer it in its own way, or as floats (the adapters
+        # that encode give base64 only when asked): the client's SDK could not decode it.
+        raise InvalidRequestError(
+            f"encoding_format: must be 'float' or 'base64', not {shown(encoding)}",
+            param="encoding_format",
+        )
     return body
 
 

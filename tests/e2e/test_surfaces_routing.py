@@ -175,6 +175,28 @@ async def test_embeddings_fail_over_and_pass_the_sdk_default_base64_encoding_thr
     assert "no embeddings API" in exc.value.message
 
 
+async def test_embeddings_with_an_unknown_encoding_format_are_a_400_naming_it(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    # Relayed, the upstream answered floats (or its own error): the SDK, told "float" was
+    # not asked for, could not decode what came back.
+    up = await fake_upstreams("a")
+    gw = await gateway_factory(config(model("e", route(up))))
+
+    with pytest.raises(openai.BadRequestError) as exc:
+        await gw.openai().embeddings.create(
+            model="e",
+            input="x",
+            encoding_format="int8",
+        )
+
+    assert error_body(exc.value)["param"] == "encoding_format"
+    assert error_body(exc.value)["type"] == "invalid_request_error"
+    assert "'float' or 'base64'" in exc.value.message
+    assert up.requests == []
+
+
 async def test_echo_demo_upstream_answers_every_surface_plain_and_streamed(
     gateway_factory: GatewayFactory,
 ) -> None:
