@@ -83,7 +83,9 @@ class ModelLoad:
 
     def observed(self, obs: Observation, now: float) -> RouteCapacity | None:
         """Fold one attempt's observation; the event to publish when a limit changed."""
-        at_send, _ = self.load.observed(obs.request_id, obs.endpoint, obs.outcome, now)
+        at_send, _ = self.load.observed(
+            obs.request_id, obs.endpoint, obs.outcome, now, committed=obs.committed
+        )
         limit = self.load.limits.get(obs.endpoint)
         changed = False
         if limit is not None and is_backpressure(obs):

@@ -115,6 +115,8 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     no usage, so the gateway's estimate (prompt size, characters sent) was priced instead:
     ``prompt_estimate`` and the rest of ``billed_tokens`` (:func:`priced_tokens`).
     ``trace_id``: the request's OpenTelemetry trace (32 hex digits; "" when telemetry is off).
+    ``committed``: the attempt's answer had begun reaching the client (a relayed stream): the
+    request goes to no other route, whatever the outcome.
     """
 
     endpoint: str
@@ -145,6 +147,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     cost_estimated: bool = False
     billed_tokens: int = 0
     trace_id: str = ""
+    committed: bool = False
 
 
 QUOTA_EXHAUSTED = "quota_exhausted"

@@ -6,10 +6,11 @@ each route is serving without another bus message: a plan's primary counts from 
 the plan is issued; an observation of that attempt ends it, or (a failure) moves it to the
 next candidate of the plan, which the failover loop tries next; an observation naming a later
 candidate moves it there (a candidate skipped between); an answer from one it moved on from
-(retried on its next key, a hedge's primary outliving its backup) ends it. A primary the
-ingress never sends
-(``FirstToken.unsent``) ends at once. Whatever is still counted after ``ttl`` seconds (its
-ingress died, an observation was lost) expires, so a count that drifts heals by itself.
+(retried on its next key, a hedge's primary outliving its backup) ends it, as a failure of
+an attempt already relayed to the client does (a stream broken after its first chunk goes
+to no other route). A primary the ingress never sends (``FirstToken.unsent``) ends at once.
+Whatever is still counted after ``ttl`` seconds (its ingress died, an observation was lost)
+expires, so a count that drifts heals by itself.
 
 **Learned limit** (AIMD with a gradient cut, as TCP and Netflix's adaptive concurrency
 limits): a route's limit is unknown until it shows congestion; until then it takes at most
@@ -332,11 +333,12 @@ class RouteLoad:
             f.rest = tuple(e for e in f.rest if e != endpoint)
 
     def observed(
-        self, request_id: str, endpoint: str, outcome: str, now: float
+        self, request_id: str, endpoint: str, outcome: str, now: float, *, committed: bool = False
     ) -> tuple[int, bool]:
         """An attempt of ``request_id`` on ``endpoint`` ended with ``outcome``: returns how
         many others were in flight on that route when it was sent (-1: unknown, not counted
-        here) and whether the request goes on to another candidate of this plan."""
+        here) and whether the request goes on to another candidate of this plan (never after
+        a ``committed`` attempt: a stream that broke once relayed is not sent again)."""
         f = self._flights.get(request_id)
         if f is None:
             return -1, False
@@ -350,7 +352,7 @@ class RouteLoad:
                 return -1, False  # a hedge's other side, or another plan's route
             self._move(f, endpoint, now)
         at_send = f.at_send
-        if outcome == "failure" and f.rest:
+        if outcome == "failure" and f.rest and not committed:
             self._move(f, f.rest[0], now)
             return at_send, True
         self._end(request_id, f)

@@ -126,6 +126,7 @@ def observation(
     ttft: float | None = None,
     usage: Usage = NO_USAGE,
     sent_chars: int = 0,
+    committed: bool = False,
 ) -> Observation:
     """The Observation of one attempt at ``model`` that ended at ``now`` (``ts``: wall clock),
     priced by ``pricing``; an answer without reported usage is billed on the estimate."""
@@ -174,6 +175,7 @@ def observation(
         prompt_estimate=info.prompt_estimate,
         role=info.role,
         trace_id=info.record.trace.trace_id if info.record.trace is not None else "",
+        committed=committed,
     )
 
 
@@ -414,10 +416,8 @@ class Settler:
         elif not c.refusal:
             # Also ends the in-flight count the ModelActor may hold for it (after a failure
             # it counts the next candidate as sent).
-            await self.publish(
-                subjects.model_first_token(model),
-                FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True),
-            )
+            unsent = FirstToken(endpoint=c.endpoint, request_id=info.request_id, unsent=True)
+            await self.publish(subjects.model_first_token(model), unsent)
 
     async def answered(
         self, info: RequestInfo, a: Attempt, started: float, body: JSON, ended: float | None = None
@@ -447,9 +447,10 @@ class Settler:
         usage: Usage = NO_USAGE,
         sent_chars: int = 0,
         ended: float | None = None,
+        committed: bool = False,
     ) -> None:
-        """Publish the Observation of attempt ``a``, which ended at ``ended`` (default now,
-        on ``started``'s clock; never raises: accounting must not fail a request)."""
+        """Publish the Observation of attempt ``a``, which ended at ``ended`` (default now, on
+        ``started``'s clock; never raises: accounting must not fail a request)."""
         c = a.candidate
         now, wall = self._clock(), self._wall()
         if ended is not None:  # settled after the fact: stamped when it ended
@@ -468,6 +469,7 @@ class Settler:
             ttft=ttft,
             usage=usage,
             sent_chars=sent_chars,
+            committed=committed,
         )
         record = info.record
         record.attempted(obs, started)

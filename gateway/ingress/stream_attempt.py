@@ -306,4 +306,5 @@ class StreamAttempt:
             ttft=self._ttft,
             usage=self._usage,
             sent_chars=self._chars,
+            committed=True,  # relayed: a failure now goes to no other route
         )

@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.conftest import HI, config, eid, model, route, settled_in_flight
 from tests.e2e.keys_support import SLOW_CIRCUIT, keys_config
-from tests.fixtures.upstream import Reply
+from tests.fixtures.upstream import Reply, Stream
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -66,3 +66,21 @@ async def test_a_candidate_the_spent_budget_never_sends_is_not_left_counted(
     assert not c.requests  # the budget ran out: c is given back, never sent
 
     assert await settled_in_flight(gw) == {eid("m", a): 0, eid("m", b): 0, eid("m", c): 0}
+
+
+async def test_a_stream_that_breaks_after_its_first_chunk_leaves_no_fallback_counted(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    # The answer had begun: the client gets the dialect's error and no other route is tried,
+    # so nothing may stay counted on the fallback (under load such counts piled up past every
+    # route's limit and the gateway refused requests with healthy routes idle).
+    up, spare = await fake_upstreams("up"), await fake_upstreams("spare")
+    up.enqueue(Stream(chunks=5, cut_after=2))
+    gw = await gateway_factory(config(model("m", route(up), route(spare, fallback_only=True))))
+    chunks = await gw.openai().chat.completions.create(model="m", messages=HI, stream=True)
+    with pytest.raises(openai.APIError):
+        async for _ in chunks:
+            pass
+    assert not spare.requests
+
+    assert await settled_in_flight(gw) == {eid("m", up): 0, eid("m", spare): 0}

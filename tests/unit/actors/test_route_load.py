@@ -53,6 +53,15 @@ def test_the_last_candidates_failure_ends_the_count() -> None:
     assert rl.in_flight("a") == 0
 
 
+def test_a_failure_of_an_attempt_already_relayed_ends_the_count_where_it_is() -> None:
+    # A stream that broke after its first chunk reached the client is sent nowhere else.
+    rl = load()
+    rl.issued("r", ("a", "b", "c"), 0.0)
+
+    assert rl.observed("r", "a", "failure", 1.0, committed=True) == (0, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
 def test_an_unsent_candidate_ends_its_count_and_a_hedges_other_side_is_ignored() -> None:
     rl = load()
     rl.issued("r1", ("a", "b"), 0.0)
