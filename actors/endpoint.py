@@ -51,6 +51,16 @@ class _BenchProbeDue:
 
 
 @dataclass(frozen=True, slots=True)
+class _CircuitProbeDue:
+    """Local timer message: a half-open circuit whose probe no request took is due its
+    background probe."""
+
+
+_BACKGROUND = "background-probe"  # the probe lease's owner when the prober holds it
+_BACKGROUND_PROBE_SECONDS = 15.0  # the prober's own timeout (gateway/process/prober.py)
+
+
+@dataclass(frozen=True, slots=True)
 class _BenchOver:
     """Local timer message: a bench may have run out."""
 
@@ -195,6 +205,8 @@ class EndpointActor(Actor):
                     ProbeDue(endpoint=self.endpoint, model=self.model, candidate=self._candidate),
                 )
                 self._schedule_bench_probe(now)
+        elif isinstance(msg, _CircuitProbeDue):
+            await self._circuit_probe()
         elif isinstance(msg, _BenchOver):
             now = self._clock()
             until = self.health.benched_until
@@ -204,11 +216,40 @@ class EndpointActor(Actor):
             elif until is not None:
                 self.ctx.call_later(until - now, _BenchOver())
 
+    async def _circuit_probe(self) -> None:
+        """A half-open circuit whose probe no request took within a cooldown (every caller
+        pinned to another route, or a route the draw seldom lands on) is probed in the
+        background, as a bench is: else it stays half-open, out of rotation, for as long as
+        that lasts. A benched route has its own probes."""
+        now = self._clock()
+        h = self.health
+        await self._after(h.tick(now))
+        if self._candidate is None or h.benched(now):
+            return
+        # Its answer is due within the prober's timeout; a lost one frees the lease a
+        # cooldown later (the circuit opens again, and the next half-open tries again).
+        timeout = _BACKGROUND_PROBE_SECONDS + self._settings.cooldown_seconds
+        if not h.try_acquire_probe(now, timeout, _BACKGROUND):
+            return  # a request holds the probe, or the circuit is no longer half-open
+        self.ctx.call_later(timeout, _Tick())
+        await self._publish_state()
+        await self.ctx.publish(
+            subjects.PROBE_DUE,
+            ProbeDue(endpoint=self.endpoint, model=self.model, candidate=self._candidate),
+        )
+
     async def _probe_result(self, result: ProbeResult) -> None:
         """Any probe that got an answer from this route (its own, a muted credential's, an
-        admin's lift) ends the bench; only the route's own failed probe re-benches it."""
+        admin's lift) ends the bench; only the route's own failed probe re-benches it. The
+        route's own probe of a half-open circuit closes it, or re-opens it."""
         now = self._clock()
-        if not self.health.benched(now):
+        h = self.health
+        if not h.benched(now):
+            if h.state == HALF_OPEN and h.probe_owner == _BACKGROUND and h.probe_in_flight:
+                if result.ok:
+                    await self._after(h.record_success(now, probe=True))
+                elif not result.credential_only:
+                    await self._after(h.record_failure(now, probe=True))
             return
         if result.ok:
             if self.health.probe_succeeded(now):
@@ -382,6 +423,9 @@ class EndpointActor(Actor):
             return
         if transition.new == OPEN:
             self.ctx.call_later(self._settings.cooldown_seconds, _Tick())
+        elif transition.new == HALF_OPEN:
+            # Live traffic gets the first chance at the probe (passive health costs nothing).
+            self.ctx.call_later(self._settings.cooldown_seconds, _CircuitProbeDue())
         log = logger.warning if transition.new == OPEN else logger.info
         log(
             "circuit %s -> %s: endpoint=%s (%s)",

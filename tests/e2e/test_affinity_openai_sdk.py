@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.e2e.conftest import (
+    HALF_OPEN_SOON,
     STAYS_OPEN,
     SkewedClock,
     circuit_events,
@@ -202,6 +203,34 @@ async def test_affinity_pin_to_an_open_circuit_gives_way_to_a_fresh_pick_and_rep
     assert (first, other, other_failed_over) == (eid("m", a), eid("m", a), eid("m", b))
     assert (fresh, repinned) == (eid("m", b), eid("m", b))
     assert len(a.requests) == 3
+
+
+async def test_a_half_open_route_that_every_caller_is_pinned_away_from_is_probed_and_closes(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    # The one busy caller is pinned to b, and a pin wins over the draw: none of its requests
+    # takes a's half-open probe. The circuit must still close (the background probe), not
+    # keep the route the operator weighted first out of rotation while that caller calls.
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    gw = await gateway_factory(_config(a, b, circuit=HALF_OPEN_SOON, bench={"failures": 50}))
+    client = gw.openai()
+    await _swap(gw, a, b)
+    busy = await _via(client, "10.0.0.1")  # pinned to b
+    await _weight(gw, a, None)
+    await _weight(gw, b, None)
+    a.enqueue(Reply(500), Reply(500))
+    async with circuit_events(gw) as events:
+        # Another caller's two failures open a's circuit (each fails over to b).
+        other = [await _via(client, "10.0.0.2") for _ in range(2)]
+        await events.circuit("open", eid("m", a))
+        await events.circuit("half_open", eid("m", a))
+        during = await _via(client, "10.0.0.1")
+        closed = await events.circuit("closed", eid("m", a))
+
+    assert (busy, other, during) == (eid("m", b), [eid("m", b)] * 2, eid("m", b))
+    assert closed.reason == "probe succeeded"
+    assert [r.json.get("max_tokens") for r in a.requests] == [None, None, 1]  # the prober's
 
 
 # -- who a caller is ---------------------------------------------------------------------------

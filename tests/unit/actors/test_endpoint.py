@@ -15,9 +15,12 @@ from schemas import (
     CircuitTransition,
     EndpointState,
     Observation,
+    ProbeDue,
     ProbeFirstByte,
     ProbeGrant,
     ProbeRequest,
+    ProbeResult,
+    RouteCandidate,
     StateRequest,
     subjects,
 )
@@ -336,6 +339,37 @@ async def test_endpoint_cooldown_elapsing_half_opens_without_any_request(
         "half_open",
         "cooldown elapsed",
     )
+
+
+async def test_endpoint_half_open_probe_no_request_takes_is_sent_in_the_background(
+    bus: InProcessBus,
+    circuit: Subscription,
+) -> None:
+    # Every caller pinned to another route: no request asks for the probe lease. The
+    # prober's answer decides the circuit as the probe's would (failed: open again; ok: closed).
+    quick = CircuitConfig(failure_threshold=1, cooldown_seconds=0.05)
+    candidate = RouteCandidate(endpoint=EP, kind="openai_compat", base_url="http://x/v1")
+    actor = EndpointActor(EP, "m", quick, candidate=candidate)
+    async with bus.subscribe(subjects.PROBE_DUE) as due, running(bus, actor):
+        await observe(bus, obs("failure"))
+        seen = [await next_event(circuit, CircuitTransition) for _ in range(2)]
+        first = await next_event(due, ProbeDue)
+        refused = await _lease(bus, "a-request")
+        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=False))
+        seen += [await next_event(circuit, CircuitTransition) for _ in range(2)]
+        await next_event(due, ProbeDue)
+        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=True))
+        seen.append(await next_event(circuit, CircuitTransition))
+
+    assert first.candidate == candidate
+    assert not refused.granted  # the background probe holds it
+    assert [(t.new, t.reason) for t in seen] == [
+        ("open", "1 consecutive failures"),
+        ("half_open", "cooldown elapsed"),
+        ("open", "probe failed"),
+        ("half_open", "cooldown elapsed"),
+        ("closed", "probe succeeded"),
+    ]
 
 
 async def test_endpoint_auth_rejection_is_announced_from_the_first_one(
