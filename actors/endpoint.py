@@ -220,11 +220,14 @@ class EndpointActor(Actor):
         """A half-open circuit whose probe no request took within a cooldown (every caller
         pinned to another route, or a route the draw seldom lands on) is probed in the
         background, as a bench is: else it stays half-open, out of rotation, for as long as
-        that lasts. A benched route has its own probes."""
+        that lasts."""
         now = self._clock()
         h = self.health
         await self._after(h.tick(now))
-        if self._candidate is None or h.benched(now):
+        if self._candidate is None:
+            return
+        if h.benched(now):  # its own probes first; the circuit's turn comes after the bench
+            self.ctx.call_later(self._settings.cooldown_seconds, _CircuitProbeDue())
             return
         # Its answer is due within the prober's timeout; a lost one frees the lease a
         # cooldown later (the circuit opens again, and the next half-open tries again).

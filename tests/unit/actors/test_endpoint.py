@@ -12,6 +12,7 @@ import pytest
 from actors import ChildSpec, EndpointActor, Supervisor
 from schemas import (
     AuthRejected,
+    BenchChanged,
     CircuitTransition,
     EndpointState,
     Observation,
@@ -24,7 +25,7 @@ from schemas import (
     StateRequest,
     subjects,
 )
-from schemas.config import CircuitConfig
+from schemas.config import BenchConfig, CircuitConfig
 from tests.unit.actors import FakeClock, next_event
 
 if TYPE_CHECKING:
@@ -370,6 +371,32 @@ async def test_endpoint_half_open_probe_no_request_takes_is_sent_in_the_backgrou
         ("half_open", "cooldown elapsed"),
         ("closed", "probe succeeded"),
     ]
+
+
+async def test_endpoint_half_open_circuit_of_a_route_benched_meanwhile_is_probed_after_it(
+    bus: InProcessBus,
+    states: Subscription,
+    circuit: Subscription,
+) -> None:
+    # The circuit's probe comes due while a bench holds the route (whose own probes go
+    # unanswered here); once the bench is over, the circuit, still half-open with no request
+    # to take its probe, gets one.
+    quick = CircuitConfig(failure_threshold=1, cooldown_seconds=0.05)
+    bench = BenchConfig(failures=1, duration_seconds=0.3)
+    candidate = RouteCandidate(endpoint=EP, kind="openai_compat", base_url="http://x/v1")
+    actor = EndpointActor(EP, "m", quick, bench=bench, candidate=candidate)
+    async with bus.subscribe(subjects.event("bench")) as benches, running(bus, actor):
+        await observe(bus, obs("failure", status=503))
+        seen = [await next_event(circuit, CircuitTransition) for _ in range(2)]
+        over = [await next_event(benches, BenchChanged) for _ in range(2)]
+        while not (st := await next_event(states, EndpointState)).probe_in_flight:
+            pass
+        await bus.publish(subjects.endpoint_probe_result(EP), ProbeResult(endpoint=EP, ok=True))
+        seen.append(await next_event(circuit, CircuitTransition))
+
+    assert [(b.benched, b.reason) for b in over][1] == (False, "bench ran out")
+    assert st.circuit_state == "half_open" and st.benched_until is None
+    assert [t.new for t in seen] == ["open", "half_open", "closed"]
 
 
 async def test_endpoint_auth_rejection_is_announced_from_the_first_one(
