@@ -52,6 +52,7 @@ from gateway.ingress.failover import (
     key_pool_refusal,
     merged_refusal,
     outcome_of,
+    soonest_back,
     timed_out,
     tokens_used_by_failure,
     unexpected,
@@ -148,7 +149,7 @@ class Failures:
         for err in self.errors:
             if err.status in REQUEST_DESCRIBING:
                 return err
-        return self.errors[0]
+        return soonest_back(self.errors) if self.rate_limited() else self.errors[0]
 
 
 class Budget:

@@ -11,6 +11,7 @@ attempt: a whole answer (``dispatch.ONCE``) or a stream up to its first chunk
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from schemas import (
@@ -146,6 +147,20 @@ def merged_refusal(errors: list[UpstreamError]) -> UpstreamError:
     return KeyPoolRoleRestrictedError(
         "no upstream key of this model is available to your role", kind="key_pool_role_restricted"
     )
+
+
+def soonest_back(errors: list[UpstreamError]) -> UpstreamError:
+    """The primary's answer when every attempt met a rate limit, telling the client when the
+    first of those routes is back (the earliest Retry-After among them), not the primary's
+    own: the next request would be told that too. One that said nothing cools for the
+    gateway's own backoff: the primary's answer is then left as it is."""
+    waits = [e.retry_after for e in errors if e.retry_after is not None]
+    first = errors[0]
+    if len(waits) < len(errors) or first.retry_after == min(waits):
+        return first
+    shown = copy.copy(first)
+    shown.retry_after = min(waits)
+    return shown
 
 
 def unexpected(endpoint: str, exc: Exception) -> tuple[str, UpstreamError]:

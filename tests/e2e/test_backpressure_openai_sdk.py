@@ -132,6 +132,9 @@ async def test_every_route_cooling_answers_503_with_retry_after_to_the_earliest_
         after = time.time()
 
     assert first is not None and first.status_code == 429  # the primary's own answer
+    # ... saying when the first route it met is back (b's 20 s, not the primary's own 30 s:
+    # the very next request is told 20 s too).
+    assert first.response.headers["retry-after"] == "20"
     assert a_cool.credential_id == credential_id("sk-a")
     assert a_cool.seconds == pytest.approx(30)
     assert b_cool.credential_id == ""

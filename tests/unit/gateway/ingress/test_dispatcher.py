@@ -824,10 +824,24 @@ async def test_dispatcher_moves_on_at_once_from_a_rate_limited_route(
     )
 
 
-async def test_dispatcher_every_route_rate_limited_answers_the_primarys_retry_after(
+async def test_dispatcher_every_route_rate_limited_answers_the_primarys_429_with_the_first_reset(
     h: Harness,
 ) -> None:
+    # The primary's answer, saying when the first route is back (b in 5 s, not a in 30 s):
+    # what the next request, refused with every route cooling, is told too.
     h.adapter.scripts = {"a": [Fail(429, retry_after=30.0)], "b": [Fail(429, retry_after=5.0)]}
+
+    with pytest.raises(UpstreamError) as err:
+        await h.call(plan(cand("a"), cand("b")))
+
+    assert (err.value.status, err.value.endpoint, err.value.retry_after) == (429, "a", 5.0)
+
+
+async def test_dispatcher_rate_limited_routes_one_of_which_gave_no_reset_keep_the_primarys(
+    h: Harness,
+) -> None:
+    # b said nothing: it cools for the gateway's own short backoff, so "30 s" is all we know.
+    h.adapter.scripts = {"a": [Fail(429, retry_after=30.0)], "b": [Fail(429)]}
 
     with pytest.raises(UpstreamError) as err:
         await h.call(plan(cand("a"), cand("b")))
