@@ -151,6 +151,8 @@ class EndpointActor(Actor):
         self._saved = h.durable()
         if h.state == OPEN and h.open_until is not None:
             self.ctx.call_later(max(0.0, h.open_until - now), _Tick())
+        elif h.state == HALF_OPEN:  # its probe, if no request takes it
+            self.ctx.call_later(self._settings.cooldown_seconds, _CircuitProbeDue())
         if h.benched_until is not None:
             self._start_bench_probes(now, h.benched_until)
             self.ctx.call_later(h.benched_until - now, _BenchOver())

@@ -21,6 +21,7 @@ from actors.state.keypool import KeyPool
 from actors.stores.snapshots import SnapshotStore
 from schemas import (
     BenchChanged,
+    CircuitTransition,
     EndpointState,
     ErrorCode,
     ErrorReply,
@@ -664,6 +665,37 @@ async def test_endpoint_failed_credential_probe_never_rebenches_the_route(
 
 
 # -- snapshots: circuits and benches outlive a restart ---------------------------------------
+
+
+async def test_endpoint_restarted_half_open_is_probed_in_the_background_if_no_request_does(
+    bus: InProcessBus,
+    tmp_path: Path,
+) -> None:
+    # Saved while half-open (its probe never taken): after the restart no transition comes
+    # to schedule the circuit's background probe, so the restore must.
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    circuit = CircuitConfig(failure_threshold=1, cooldown_seconds=0.05)
+    actor = EndpointActor(EP, "m", circuit, candidate=CANDIDATE, snapshots=store)
+    try:
+        await store.save(actor.name, b'{"state": "half_open"}', 0.0)
+        async with (
+            subscribed(bus, subjects.PROBE_DUE) as due,
+            subscribed(bus, subjects.event("circuit")) as circuits,
+        ):
+            root = Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
+            await root.start(bus)
+            try:
+                probe = await next_event(due, ProbeDue)
+                ok = ProbeResult(endpoint=EP, ok=True)
+                await bus.publish(subjects.endpoint_probe_result(EP), ok)
+                closed = await next_event(circuits, CircuitTransition)
+            finally:
+                await root.stop()
+    finally:
+        await store.aclose()
+
+    assert probe.candidate == CANDIDATE
+    assert (closed.old, closed.new, closed.reason) == ("half_open", "closed", "probe succeeded")
 
 
 async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_remains(
