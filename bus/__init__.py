@@ -51,7 +51,11 @@ async def open_bus(
             inbox_prefix=inbox_prefix,
             families=families,
         )
-    raise ValueError(f"unsupported bus url {url!r}: expected one of {', '.join(_SCHEMES)}")
+    # Only the scheme is quoted: the rest of a URL may hold its password.
+    scheme = url.partition("://")[0] if "://" in url else url[:16]
+    raise ValueError(
+        f"unsupported bus url scheme {scheme!r}: expected one of {', '.join(_SCHEMES)}"
+    )
 
 
 def __getattr__(name: str) -> object:

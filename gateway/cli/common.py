@@ -233,6 +233,10 @@ def bus_url(args: argparse.Namespace) -> str:
             "need a shared bus to reach the gateway: --bus nats://HOST:PORT"
             f"{hint} (an inproc:// bus lives inside one process)"
         )
+    if not url.startswith("nats://"):
+        raise UsageError(
+            f"not a bus to join: {redacted(url)!r} (the gateway's bus is nats://HOST:PORT)"
+        )
     return str(url)
 
 

@@ -49,6 +49,7 @@ from gateway.cli.common import (
     UsageError,
     admin_key,
     admin_over_http,
+    bus_url,
     not_reached,
 )
 from gateway.cli.keys_owner import NoGatewayError, announce, reach_owner
@@ -185,7 +186,7 @@ async def _named(
             raise not_reached(url, area, verb, str(exc), timed_out=timed_out) from None
     if args.bus:
         try:
-            return (await reach_owner("", args.bus, verb, values, area=area))[0]
+            return (await reach_owner("", bus_url(args), verb, values, area=area))[0]
         except NoGatewayError as exc:
             raise NotDeliveredError(str(exc)) from None
     return None

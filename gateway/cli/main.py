@@ -14,12 +14,13 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from gateway.process.config import ConfigError
+from gateway.process.config import ConfigError, redacted
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 logger = logging.getLogger("llmgw")
+_MAX_PORT = 65535
 
 # Modules with register(subparsers); each adds one or more subcommands.
 _COMMAND_MODULES: tuple[str, ...] = (
@@ -125,6 +126,13 @@ def _serve(args: argparse.Namespace) -> int:
         config_path=args.config,
         node_id=args.node_id,
     )
+    if not 0 <= opts.port <= _MAX_PORT:
+        sys.stderr.write(f"llmgw: --port {opts.port}: a port is 0-{_MAX_PORT} (0: any free one)\n")
+        return 2
+    if not opts.bus_url.startswith(("inproc://", "nats://")):
+        shown = redacted(opts.bus_url)
+        sys.stderr.write(f"llmgw: --bus {shown!r}: a bus is inproc:// or nats://HOST:PORT\n")
+        return 2
     if opts.role != "all" and opts.bus_url.startswith("inproc://"):
         sys.stderr.write("llmgw: --role ingress/actors needs a shared bus (--bus nats://...)\n")
         return 2

@@ -153,3 +153,29 @@ def test_admin_given_json_nested_past_the_stack_says_so_in_one_line(tmp_path: Pa
     done = llmgw(tmp_path, "admin", "rules", "put", "--file", str(tmp_path / "rules.json"))
 
     assert one_line_error(done).endswith("is JSON nested too deeply")
+
+
+@pytest.mark.parametrize("port", ["65536", "-1"])
+def test_serve_given_a_port_out_of_range_says_so_in_one_line(tmp_path: Path, port: str) -> None:
+    """The config's ``server.port`` is refused past 65535; the flag was a traceback."""
+    done = llmgw(tmp_path, "serve", f"--port={port}")
+
+    assert one_line_error(done) == f"llmgw: --port {port}: a port is 0-65535 (0: any free one)"
+    assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("serve", "--port", "0"), ("events",), ("admin", "show"), ("logs",), ("keys", "list")],
+)
+def test_a_bus_of_another_scheme_is_refused_in_one_line_without_its_password(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """``--bus redis://...`` was a traceback (``serve``, ``events``) or a line quoting the
+    URL whole, its password included."""
+    done = llmgw(tmp_path, *command, "--bus", "redis://ops:hunter2-pw@cache:6379")
+
+    line = one_line_error(done)
+    assert "hunter2-pw" not in done.stderr, done.stderr
+    assert "redis://ops:***@cache:6379" in line and "nats://" in line, line
+    assert list(tmp_path.iterdir()) == []
