@@ -49,6 +49,7 @@ from schemas import (
     RouteNotFoundError,
     subjects,
 )
+from schemas.limits import key_owner_problem
 
 if TYPE_CHECKING:
     from actors.stores.snapshots import SnapshotStore
@@ -158,6 +159,9 @@ class ApiKeyAdminActor(Actor):
     async def _create(self, cmd: AdminCommand) -> dict[str, Any]:
         _refuse_unknown(cmd)
         org, user = text_arg(cmd, "org"), text_arg(cmd, "user")
+        problem = key_owner_problem(org, user)
+        if problem is not None:
+            raise InvalidRequestError(problem[1], param=problem[0])
         name = text_arg(cmd, "name", required=False)
         role = role_arg(cmd, "role")
         now = time.time()

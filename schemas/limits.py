@@ -35,7 +35,8 @@ PERIODS = ("day", "week", "month")
 # Far past any real limit, and inside what a float holds exactly and an SQLite INTEGER holds.
 MAX_COUNT = 10**12
 MAX_BUDGET_USD = 1e12
-_SUBJECT = re.compile(r"^(key|user|org|role):[^\s]{1,256}$")
+_SUBJECT_ID_MAX = 256
+_SUBJECT = re.compile(rf"^(key|user|org|role):[^\s]{{1,{_SUBJECT_ID_MAX}}}$")
 
 
 def subject_of(kind: str, ident: str) -> str:
@@ -49,6 +50,21 @@ def subject_of(kind: str, ident: str) -> str:
     if kind == "user" and "/" not in ident:
         raise ValueError("a user limit names its organisation too: user:<org>/<user>")
     return text
+
+
+def key_owner_problem(org: str, user: str) -> tuple[str, str] | None:
+    """Why a gateway key cannot belong to ``user`` of ``org``: (the argument, the message);
+    None when it can. Both must fit the limit subjects that name them (``org:<org>``,
+    ``user:<org>/<user>``): no spaces, no ``/`` in the organisation (``user:a/b/c`` would be
+    two users' one counter), at most 256 characters together."""
+    for name, value in (("org", org), ("user", user)):
+        if any(c.isspace() for c in value):
+            return name, f"'{name}' must have no spaces: limits name it ({name}:...)"
+    if "/" in org:
+        return "org", "'org' must have no '/': a user's limits name it user:<org>/<user>"
+    if len(org) + 1 + len(user) > _SUBJECT_ID_MAX:
+        return "user", f"'org' and 'user' must be at most {_SUBJECT_ID_MAX - 1} characters together"
+    return None
 
 
 def subject_arg(args: dict[str, Any]) -> str:

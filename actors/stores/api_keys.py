@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
 from schemas.keys import ApiKeyInfo, hash_key, parse_duration, parse_instant, role_rank
+from schemas.limits import key_owner_problem
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -134,6 +135,9 @@ class ApiKeys(ABC):
         role_rank(role)
         if not org.strip() or not user.strip():
             raise ValueError("org and user must be non-empty")
+        problem = key_owner_problem(org, user)
+        if problem is not None:
+            raise ValueError(problem[1])
         key = new_key()
         record = ApiKeyRecord(
             id="gk-" + secrets.token_hex(6),

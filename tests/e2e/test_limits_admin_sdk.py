@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from tests.e2e.conftest import HI, model, route
-from tests.e2e.keys_support import ADMIN, admin_http, keys_config
+from tests.e2e.keys_support import ADMIN, admin_http, cli, keys_config
 from tests.e2e.limits_support import call, new_key, set_limit
 from tests.fixtures.gateway import REPO
 
@@ -69,6 +69,34 @@ async def test_a_limit_on_a_key_that_does_not_exist_is_refused(
     assert "gk-000000000000" in missing.json()["error"]["message"]
     assert known.status_code == 200, known.text
     assert (await http.get("/admin/limits")).json()["limits"] == {f"key:{key_id}": {"rpm": 5}}
+
+
+@pytest.mark.parametrize(
+    ("org", "user", "param"),
+    [("Acme Corp", "ann", "org"), ("acme", "ann lee", "user"), ("acme/eu", "ann", "org")],
+)
+async def test_a_key_whose_org_or_user_no_limit_could_name_is_refused(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    org: str,
+    user: str,
+    param: str,
+) -> None:
+    """A key of organisation "Acme Corp" was made, and then no limit could be set on that
+    organisation (a subject has no spaces); one of organisation "acme/eu", user "ann" shared
+    the user limit and counters ``user:acme/eu/ann`` with user "eu/ann" of "acme"."""
+    gw = await _gateway(gateway_factory, fake_upstream, tmp_path)
+    http = admin_http(gw)
+
+    made = await http.post("/admin/keys", json={"org": org, "user": user, "role": "pro"})
+    argv = ("create", "--org", org, "--user", user, "--role", "pro")
+    by_cli = await cli(tmp_path, *argv, check=False)
+
+    assert made.status_code == 400, made.text
+    assert made.json()["error"]["param"] == param, made.text
+    assert by_cli is None
+    assert (await http.get("/admin/keys")).json()["data"] == []
 
 
 async def test_the_limit_of_a_key_that_does_not_exist_is_a_404(
