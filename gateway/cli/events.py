@@ -66,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
         problem = unknown_kinds(kinds)
         if problem:
             raise UsageError(f"--filter: {problem}")
+        if args.count is not None and args.count < 1:  # no event would ever end it
+            raise UsageError(f"--count: at least 1 event, not {args.count}")
         since = parse_since(args.since) if args.since else None
         where = target(args)
         if where.bus:

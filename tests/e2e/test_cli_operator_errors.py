@@ -54,6 +54,21 @@ def test_events_with_a_kind_no_event_has_is_refused_in_one_line(tmp_path: Path) 
     assert "'bogus'" in line and "circuit" in line and "decision" in line, line
 
 
+async def test_events_with_a_count_below_one_is_refused_in_one_line(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    """``--count 0`` or ``-1`` followed a running gateway forever: no number of events
+    reaches it."""
+    proc = GatewayProcess(["serve", "--port", "0"], cwd=tmp_path)
+    processes.append(proc)
+    await asyncio.to_thread(proc.start)
+
+    for count in ("0", "-1"):
+        done = await asyncio.to_thread(llmgw, tmp_path, "events", f"--count={count}")
+
+        assert one_line_error(done) == f"llmgw events: --count: at least 1 event, not {count}"
+
+
 async def test_the_event_stream_refuses_a_kind_no_event_has(
     gateway_factory: GatewayFactory,
 ) -> None:
