@@ -226,6 +226,10 @@ class RouteConfig(Strict):
             raise ValueError("must be an http:// or https:// URL")
         if not parts.hostname:
             raise ValueError("names no host (expected http[s]://HOST[:PORT][/PATH])")
+        if "@" in parts.netloc:
+            # No adapter sends a URL's user:password (it was dropped: the upstream answered
+            # 401), and the base URL is shown to admins (/routing, /health/deep).
+            raise ValueError("must not carry credentials (user:password@): use api_key")
         try:
             port = parts.port
         except ValueError:

@@ -255,6 +255,9 @@ def test_endpoint_id_follows_the_spec_rule(base_url: str, kind: str, expected: s
         ("http://host/v1?", "must not have a query"),
         ("http://host/v1#frag", "must not have a query (?...) or a fragment (#...)"),
         ("ftp://host/v1", "must be an http:// or https:// URL"),
+        # Once dropped before sending (the upstream said 401) and shown on /routing.
+        ("http://ops:sk-pw-0123@host:8000/v1", "must not carry credentials"),
+        ("https://sk-token-0123@host/v1", "must not carry credentials"),
     ],
 )
 def test_config_with_an_unusable_base_url_is_refused_naming_its_path(
