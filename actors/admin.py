@@ -142,7 +142,8 @@ class AdminArea:
     """Routes one admin area's verbs to handlers; owns nothing but that table.
 
     A handler returns the reply's ``result`` (JSON-able, never a secret) and raises a
-    GatewayError (``InvalidRequestError`` for bad arguments) to refuse.
+    GatewayError (``InvalidRequestError`` for bad arguments) to refuse. A verb listed in
+    ``args`` is refused any argument not in its set, before its check or handler runs.
     """
 
     def __init__(
@@ -151,14 +152,18 @@ class AdminArea:
         verbs: Mapping[str, AdminHandler],
         *,
         checks: Mapping[str, AdminCheck] | None = None,
+        args: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.area = area
         self._verbs = dict(verbs)
         self._checks = dict(checks or {})
+        self._args = dict(args or {})
         self._asking = 0  # checks whose question is out
         self._once = RunOnce()
         if unknown := set(self._checks) - set(self._verbs):
             raise ValueError(f"admin area {area!r}: checks for no verb: {sorted(unknown)}")
+        if unknown := set(self._args) - set(self._verbs):
+            raise ValueError(f"admin area {area!r}: args for no verb: {sorted(unknown)}")
         self.serve = Serve(subjects.admin_area(area))
 
     @property
@@ -224,6 +229,16 @@ class AdminArea:
             raise InvalidRequestError(
                 f"unknown admin command {self.area!r} {verb!r}; "
                 f"known: {', '.join(self.verbs) or 'none'}"
+            )
+        taken = self._args.get(verb)
+        if taken is not None and (unknown := sorted(set(cmd.args) - taken)):
+            # Refused, not dropped: a misspelt argument (``budgt``, ``min-role``) would read
+            # as applied when it is not.
+            name = unknown[0][:TEXT_ARG_MAX_CHARS]
+            raise InvalidRequestError(
+                f"{self.area} {verb} takes no argument {name!r} "
+                f"(it takes {', '.join(sorted(taken))})",
+                param=name,
             )
         return cmd, verb, handler
 

@@ -120,6 +120,12 @@ class KeyRegistryActor(Actor):
                 "reserve": self._reserve,
                 "reload": self._reload,
             },
+            args={
+                "add": frozenset({"key", "endpoint", "base_url", "min_role"}),
+                "set_min_role": frozenset({"id", "min_role"}),
+                "delete": frozenset({"id"}),
+                "reserve": frozenset({"key", "credential_id", "min_role"}),
+            },
         )
         self.serves = (
             Serve(subjects.KEYS_REGISTRY_GET),

@@ -66,6 +66,8 @@ from schemas import (
     subjects,
 )
 from schemas.limits import (
+    SPEC_ARGS,
+    SUBJECT_ARGS,
     AdmitBatch,
     AdmitBatchReply,
     AdmitReply,
@@ -137,6 +139,7 @@ class LimitsActor(Actor):
             "limits",
             {"get": self._get, "set": self._set, "clear": self._clear, "usage": self._usage},
             checks={"get": self._check_get, "set": self._check_set},
+            args={"get": SUBJECT_ARGS, "set": SUBJECT_ARGS | SPEC_ARGS, "clear": SUBJECT_ARGS},
         )
         self.serves = (
             Serve(subjects.LIMITS_ADMIT, queue=_QUEUE),

@@ -71,6 +71,12 @@ def subject_arg(args: dict[str, Any]) -> str:
     """The subject an admin command's ``args`` name (``subject``, or ``kind`` and ``id``).
     Raises InvalidRequestError."""
     raw = args.get("subject")
+    if raw is not None and ("kind" in args or "id" in args):
+        # PUT /admin/limits/org/acme with {"subject": "org:other"} set org:other's limit.
+        raise InvalidRequestError(
+            "name the subject once: 'subject', or 'kind' and 'id' (as the path does)",
+            param="subject",
+        )
     if raw is None:
         kind, ident = args.get("kind"), args.get("id")
         if not isinstance(kind, str) or not isinstance(ident, str):
@@ -142,6 +148,10 @@ def parse_budget(text: str) -> tuple[float, str]:
 
 
 _SPEC_FIELDS = ("rpm", "tpm", "concurrency", "budget_usd", "budget_period", "soft_fraction")
+SUBJECT_ARGS = frozenset({"subject", "kind", "id"})
+"""The arguments that name a limit's subject (``subject``, or ``kind`` and ``id``)."""
+SPEC_ARGS = frozenset({*_SPEC_FIELDS, "budget"})
+"""The arguments of a limit (``limits set``), ``budget`` as ``10/month`` included."""
 
 
 def spec_arg(args: dict[str, Any]) -> LimitSpec:

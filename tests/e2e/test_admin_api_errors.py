@@ -326,6 +326,41 @@ async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
     assert listed == []
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "body", "param"),
+    [
+        ("PUT", "/admin/limits/org/acme", {"rpm": 5, "budgt": "10/month"}, "budgt"),
+        ("POST", "/admin/limits/set", {"subject": "org:acme", "rpm": 5, "soft": 0.5}, "soft"),
+        ("PUT", "/admin/limits/org/acme", {"subject": "org:other", "rpm": 7}, "subject"),
+        ("POST", "/admin/provider-keys", {"key": "sk-pk-0123", "min-role": "pro"}, "min-role"),
+    ],
+    ids=["a-misspelt-budget", "a-misspelt-soft-fraction", "another-subject", "a-misspelt-role"],
+)
+async def test_a_limit_or_provider_key_given_an_argument_it_does_not_take_is_400_and_unchanged(
+    routed_gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    param: str,
+) -> None:
+    """Each was a 200: the org's limit set without its budget (``budgt`` dropped), the limit
+    of ``org:other`` set through the path of ``org:acme``, a key meant for ``pro`` callers
+    added for everyone (``min-role`` dropped)."""
+    http = routed_gw.http()
+    if path == "/admin/provider-keys":
+        body = {**body, "endpoint": eid("m", fake_upstream)}
+
+    resp = await http.request(method, path, json=body, headers=AUTH)
+    limits = (await http.get("/admin/limits", headers=AUTH)).json()["limits"]
+    keys = (await http.get("/admin/provider-keys", headers=AUTH)).json()["database"]
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param, err
+    assert "sk-pk-0123" not in err["message"]
+    assert (limits, keys) == ({}, [])
+
+
 async def test_a_chain_name_no_chain_can_have_is_quoted_clipped_and_a_rule_name_checked(
     routed_gw: RunningGateway,
 ) -> None:
