@@ -64,8 +64,15 @@ class RoutingAdminActor(Actor):
                 "reset_weight": self._reset_weight,
                 "weights": self._weights,
             },
+            args={
+                "set_weight": frozenset({"model", "endpoint", "weight"}),
+                "reset_weight": frozenset({"model", "endpoint"}),
+                "weights": frozenset({"model"}),
+            },
         )
-        self.bench = AdminArea("bench", {"lift": self._lift})
+        self.bench = AdminArea(
+            "bench", {"lift": self._lift}, args={"lift": frozenset({"endpoint"})}
+        )
         self.serves = (self.routing.serve, self.bench.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:

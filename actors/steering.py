@@ -35,6 +35,8 @@ from actors.chain import Catalogue, ChainActor, check_models
 from actors.state.evidence_gate import EvidenceGate
 from actors.state.scoring import BookSnapshot, EvidenceBook
 from actors.state.steering_settings import (
+    CHAINS_ARGS,
+    STEERING_ARGS,
     chain_edit_arg,
     chain_view,
     configured_state,
@@ -163,6 +165,7 @@ class SteeringActor(Actor):
                 "set_backfill": self._editing("set_backfill"),
                 "activate": self._activate,
             },
+            args=CHAINS_ARGS,
         )
         self.steering_admin = AdminArea(
             "steering",
@@ -172,6 +175,7 @@ class SteeringActor(Actor):
                 "set_guardrails": self._set_guardrails,
                 "set_exploration": self._set_exploration,
             },
+            args=STEERING_ARGS,
         )
         self.serves = (
             self.chains_admin.serve,

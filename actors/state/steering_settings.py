@@ -73,6 +73,28 @@ def initial_chains(
     return list(out.values())
 
 
+CHAINS_ARGS: Mapping[str, frozenset[str]] = {
+    "list": frozenset({"org"}),
+    "get": frozenset({"name"}),
+    "create": frozenset({"name", "org", "backfill", "models"}),
+    "delete": frozenset({"name"}),
+    "set_models": frozenset({"name", "models"}),
+    "move": frozenset({"name", "model", "position"}),
+    "set_enabled": frozenset({"name", "model", "enabled"}),
+    "preset": frozenset({"name", "preset"}),
+    "set_backfill": frozenset({"name", "backfill"}),
+    "activate": frozenset({"name"}),
+}
+"""The arguments each ``chains`` verb takes (any other is refused: ``orgg`` would make an
+organisation's chain everyone's)."""
+STEERING_ARGS: Mapping[str, frozenset[str]] = {
+    "get": frozenset(),
+    "set_profile": frozenset({"profile", "weights"}),
+    "set_exploration": frozenset({"exploration"}),
+}
+"""The arguments of the ``steering`` verbs (``set_guardrails`` names its own unknown keys)."""
+
+
 def new_chain_arg(cmd: AdminCommand, existing: Container[str]) -> ChainState:
     """The chain ``chains create {name, org?, backfill?, models?}`` asks for (its models not
     checked against the catalogue yet); a name in ``existing`` is refused."""

@@ -361,6 +361,37 @@ async def test_a_limit_or_provider_key_given_an_argument_it_does_not_take_is_400
     assert (limits, keys) == ({}, [])
 
 
+@pytest.mark.parametrize(
+    ("verb", "body", "param"),
+    [
+        ("chains/create", {"name": "team", "models": ["m"], "orgg": "acme"}, "orgg"),
+        ("steering/set_profile", {"profile": "custom", "weight": [0.2, 0.8, 0]}, "weight"),
+        ("routing/set_weight", {"model": "m", "endpoint": "e", "weight": 0, "wieght": 5}, "wieght"),
+    ],
+    ids=["a-chain-for-everyone", "custom-with-no-weights", "a-misspelt-weight"],
+)
+async def test_a_steering_or_routing_verb_given_an_argument_it_does_not_take_is_400(
+    routed_gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    verb: str,
+    body: dict[str, Any],
+    param: str,
+) -> None:
+    """A chain meant for one organisation was made for every caller (``orgg`` dropped)."""
+    http = routed_gw.http()
+    if "endpoint" in body:
+        body = {**body, "endpoint": eid("m", fake_upstream)}
+
+    resp = await http.post(f"/admin/{verb}", json=body, headers=AUTH)
+    chains = (await http.post("/admin/chains/list", json={}, headers=AUTH)).json()["chains"]
+    weights = (await http.post("/admin/routing/weights", json={}, headers=AUTH)).json()
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param, err
+    assert chains == []
+    assert [r["overridden"] for m in weights["models"] for r in m["routes"]] == [False]
+
+
 async def test_a_chain_name_no_chain_can_have_is_quoted_clipped_and_a_rule_name_checked(
     routed_gw: RunningGateway,
 ) -> None:
