@@ -85,13 +85,44 @@ def _read(path: str | Path) -> str:
 def _parse_mapping(text: str, source: str) -> dict[str, Any]:
     """The YAML document as a mapping. Raises ConfigError that never quotes the text."""
     try:
-        raw = yaml.safe_load(text) or {}
+        raw = yaml.load(text, Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as exc:
         # ``from None``: the parser's own text (in a chained traceback) quotes the line.
         raise ConfigError(f"{source}: {yaml_problem(exc, text)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping")
     return raw
+
+
+# A config field's name (snake_case letters) is named; any other key is not quoted, as no
+# text of the file is: it may be a secret written where a key goes.
+_NAMEABLE_KEY = re.compile(r"[a-z][a-z_]{0,39}")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.safe_load``, but a key given twice in one mapping is an error: PyYAML keeps the
+    last, so a second ``server:`` section silently dropped the first's settings. A key
+    repeated through a merge (``<<: *base``) is an override, as YAML means it."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        # A scalar tagged !!map comes here too: the base class refuses it with its message.
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the constructor refuses it with its own message
+            if key in seen:
+                named = str(key) if _NAMEABLE_KEY.fullmatch(str(key)) else "a key"
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"{named} is given twice in one mapping (first on line {seen[key] + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def _validate(expanded: Any, source: str) -> GatewayConfig:

@@ -319,6 +319,41 @@ def test_config_with_yaml_syntax_error_gives_line_and_column_never_the_text(
     assert "\n" not in msg and "^" not in msg, msg
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            "server: {port: 9001}\nmodels: []\nserver: {host: 0.0.0.0}\n",
+            "gw.yaml: line 3, column 1: not valid YAML: "
+            "server is given twice in one mapping (first on line 1)",
+        ),
+        (
+            _ROUTE + "        weight: 1\n        weight: 2\n",
+            "gw.yaml: line 7, column 9: not valid YAML: "
+            "weight is given twice in one mapping (first on line 6)",
+        ),
+        (
+            f"routing: {{{SECRET}: 1, {SECRET}: 2}}\n",
+            "gw.yaml: line 1, column 40: not valid YAML: "
+            "a key is given twice in one mapping (first on line 1)",
+        ),
+    ],
+    ids=["a-section", "a-route-field", "a-key-never-quoted"],
+)
+def test_config_with_a_key_given_twice_is_refused_naming_where(text: str, says: str) -> None:
+    """PyYAML keeps a repeated key's last value: a second ``server:`` section silently
+    dropped the first's port, and the gateway listened on 8080."""
+    assert _error(text) == says
+
+
+def test_config_key_repeated_through_a_merge_is_an_override() -> None:
+    cfg = parse_config(
+        "models:\n  - id: m\n    route:\n      - &r {kind: echo, weight: 1}\n"
+        "  - id: n\n    route:\n      - {<<: *r, weight: 2}\n"
+    )
+    assert [m.route[0].weight for m in cfg.models] == [1, 2]
+
+
 def test_config_yaml_error_names_the_problem_and_where_its_context_began() -> None:
     msg = _error(_ROUTE + f'        api_key: "{SECRET}\n')
     assert msg == (
