@@ -131,11 +131,40 @@ def _validate(expanded: Any, source: str) -> GatewayConfig:
     try:
         return GatewayConfig.model_validate(expanded)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        err, same = _telling(errors)
         where = format_path(err["loc"]) or "(top level)"
-        more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+        others = len(errors) - 1 - same
+        more = f" (and {others} more problems)" if others > 0 else ""
         msg = _validation_message(err).removeprefix("Value error, ")
         raise ConfigError(f"{source}: {where}: {msg}{more}") from None
+
+
+_SCALAR_MEMBERS = frozenset({"str", "int", "float", "bool"})
+
+
+def _member(part: int | str) -> bool:
+    """Whether a location part names a union's member (``str``, ``ApiKeyConfig``), which no
+    config field does (fields are snake_case)."""
+    return isinstance(part, str) and (part in _SCALAR_MEMBERS or part[:1].isupper())
+
+
+def _telling(errors: list[ErrorDetails]) -> tuple[ErrorDetails, int]:
+    """The error to show and how many of the others are the same problem. For a value that
+    may be a string or a mapping (``api_keys: ["k", {key, min_role}]``), pydantic reports
+    first that the mapping is no string; the mapping's own problem (``min_role``) tells, its
+    path without the member's name."""
+    first = errors[0]
+    loc = first["loc"]
+    if not loc or not _member(loc[-1]) or not first["type"].endswith("_type"):
+        return first, 0
+    at = len(loc) - 1
+    for err in errors[1:]:
+        other = err["loc"]
+        if len(other) > at + 1 and other[:at] == loc[:at] and _member(other[at]):
+            if other[at] != loc[-1]:
+                return {**err, "loc": (*other[:at], *other[at + 1 :])}, 1
+    return first, 0
 
 
 # The spec's knobs keep the spec's environment variable names; the environment wins.

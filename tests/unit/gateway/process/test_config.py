@@ -354,6 +354,31 @@ def test_config_key_repeated_through_a_merge_is_an_override() -> None:
     assert [m.route[0].weight for m in cfg.models] == [1, 2]
 
 
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            _ROUTE + f"        api_keys: [{{key: {SECRET}, min_role: boss}}]\n",
+            "gw.yaml: models[0].route[0].api_keys[0].min_role: "
+            "Input should be 'free', 'pro', 'internal' or 'admin'",
+        ),
+        (
+            "models: [{id: m, route: [{kind: echo}]}]\n"
+            "chains: [{name: c, models: [m, {model: m, enabled: maybe}]}]\n",
+            "gw.yaml: chains[0].models[1].enabled: "
+            "Input should be a valid boolean, unable to interpret input",
+        ),
+    ],
+    ids=["a-key-s-role", "a-chain-entry"],
+)
+def test_config_entry_given_as_a_mapping_is_refused_naming_its_own_problem(
+    text: str, says: str
+) -> None:
+    """Each said ``...api_keys[0].str: Input should be a valid string (and 1 more
+    problems)``: that the mapping is no string, not what is wrong in it."""
+    assert _error(text) == says
+
+
 def test_config_yaml_error_names_the_problem_and_where_its_context_began() -> None:
     msg = _error(_ROUTE + f'        api_key: "{SECRET}\n')
     assert msg == (
