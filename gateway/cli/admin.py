@@ -52,6 +52,7 @@ _ANSWER_TIMEOUT_S = 30.0  # an owner may wait for others (a reload, pools applyi
 # A bus that accepts no connection for this long is reported (one line) rather than waited
 # on in silence; an explicit --timeout keeps trying that long (a NATS being restarted).
 _CONNECT_TIMEOUT_S = 5.0
+_MAX_TIMEOUT_S = 86_400.0  # a day; past what a socket's timeout holds, nothing is waited on
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -140,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
                 raise RefusedError(exc.message) from None
             sys.stdout.write(json.dumps(report, indent=2, sort_keys=True) + "\n")
             return 0
+        if args.timeout is not None and not 0 < args.timeout < _MAX_TIMEOUT_S:
+            # 0 sent the command and gave up on its answer at once, said "not delivered".
+            raise UsageError(
+                f"--timeout: seconds above 0 and under {_MAX_TIMEOUT_S:g}, not {args.timeout:g}"
+            )
         where = target(args)
         timeout = _ANSWER_TIMEOUT_S if args.timeout is None else args.timeout
         if where.bus:

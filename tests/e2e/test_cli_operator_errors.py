@@ -69,6 +69,29 @@ async def test_events_with_a_count_below_one_is_refused_in_one_line(
         assert one_line_error(done) == f"llmgw events: --count: at least 1 event, not {count}"
 
 
+async def test_admin_with_a_timeout_not_above_zero_is_refused_and_sends_nothing(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    """``--timeout 0`` sent the command, gave up on its answer at once and said "not
+    delivered: ReadError ...", while the owner applied it; ``-1`` said "Timeout value out
+    of range"."""
+    proc = GatewayProcess(["serve", "--port", "0"], cwd=tmp_path)
+    processes.append(proc)
+    await asyncio.to_thread(proc.start)
+
+    for timeout in ("0", "-1", "nan"):
+        done = await asyncio.to_thread(
+            llmgw, tmp_path, "admin", "steering", "set_profile", "--arg", "profile=smartest",
+            f"--timeout={timeout}",
+        )  # fmt: skip
+
+        assert one_line_error(done) == (
+            f"llmgw admin: --timeout: seconds above 0 and under 86400, not {timeout}"
+        )
+    got = await asyncio.to_thread(llmgw, tmp_path, "admin", "steering", "get")
+    assert json.loads(got.stdout)["profile"] == "balanced"
+
+
 async def test_the_event_stream_refuses_a_kind_no_event_has(
     gateway_factory: GatewayFactory,
 ) -> None:
