@@ -188,7 +188,8 @@ def _timed_out(exc: Exception) -> bool:
         return exc.code.value == "bus_timeout"
     if isinstance(exc, NotDeliveredError):
         return exc.code == "bus_timeout"
-    return isinstance(exc, httpx.ReadTimeout)
+    # Sent, then no answer: the gateway may have run it before the connection closed.
+    return isinstance(exc, httpx.ReadTimeout | httpx.ReadError | httpx.RemoteProtocolError)
 
 
 def _place(where: Target) -> str:
@@ -201,6 +202,8 @@ def _message(exc: Exception) -> str:
         return exc.message
     if isinstance(exc, httpx.ReadTimeout):
         return "no answer within the --timeout"
+    if isinstance(exc, httpx.ReadError | httpx.RemoteProtocolError):
+        return "the connection closed before the answer"
     return str(exc) if isinstance(exc, NotDeliveredError) else f"{type(exc).__name__}: {exc}"
 
 

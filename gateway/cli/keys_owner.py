@@ -91,6 +91,9 @@ async def _over_socket(path: str, area: str, verb: str, values: dict[str, Any]) 
         raise not_reached(path, area, verb, str(exc), timed_out=timed_out) from None
     except httpx.TimeoutException:
         raise not_reached(path, area, verb, "no answer", timed_out=True) from None
+    except (httpx.ReadError, httpx.RemoteProtocolError):  # sent: it may have run
+        closed = "the connection closed before the answer"
+        raise not_reached(path, area, verb, closed, timed_out=True) from None
 
 
 async def announce(bus_url: str, msg: Message) -> None:

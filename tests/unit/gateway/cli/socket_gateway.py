@@ -24,7 +24,8 @@ SILENT = "the control plane did not answer within 30s"
 class FakeGateway(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """``answer`` (status, code, message) for every command; ``made``, when set, the answer
     to ``api_keys create``; ``paths`` those asked; nothing is answered while ``hold`` is
-    clear."""
+    clear; with ``drop`` the connection is closed once the command is read (a gateway that
+    died running it)."""
 
     # Each command's thread is joined at close, so none writes into the next test's output.
     daemon_threads = False
@@ -33,6 +34,7 @@ class FakeGateway(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     made: dict[str, Any] | None
     paths: list[str]
     hold: threading.Event
+    drop: bool
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A command held past the client's timeout is answered into a connection it closed.
@@ -47,6 +49,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("content-length", "0")))
         self.server.paths.append(self.path)
         self.server.hold.wait()
+        if self.server.drop:
+            self.close_connection = True
+            return
         status, code, message = self.server.answer
         body = json.dumps({"error": {"message": message, "code": code}}).encode()
         if self.server.made is not None and self.path == "/admin/api_keys/create":
@@ -68,6 +73,7 @@ def serving(database: Path) -> Iterator[FakeGateway]:
     server.answer, server.made, server.paths = (503, "no_responders", LOST), None, []
     server.hold = threading.Event()
     server.hold.set()
+    server.drop = False
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -89,6 +89,25 @@ def test_a_change_with_no_answer_within_the_timeout_has_an_unknown_outcome(
     ), line
 
 
+def test_a_change_whose_connection_closed_before_its_answer_has_an_unknown_outcome(
+    gateway: FakeGateway, config: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gateway read the command and closed the connection (it died running it): this
+    said "not delivered: RemoteProtocolError: Server disconnected without sending a
+    response", which tells the operator nothing was changed."""
+    gateway.drop = True
+
+    code, line = _admin(capsys, *PUT, "--config", config)
+
+    assert code == 2
+    assert "not delivered" not in line, line
+    assert "(the connection closed before the answer)" in line, line
+    assert line.endswith(
+        "the outcome of put is unknown; check with `llmgw admin rules get` before retrying"
+    ), line
+    assert gateway.paths == ["/admin/rules/put"]
+
+
 def test_a_change_that_reached_no_owner_is_still_not_delivered(
     gateway: FakeGateway, config: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -67,6 +67,23 @@ def test_keys_create_whose_owner_timed_out_says_the_outcome_is_unknown(
     assert not (tmp_path / "gw.sqlite3").exists()  # a second key would duplicate the first
 
 
+def test_keys_revoke_whose_connection_closed_before_its_answer_says_the_outcome_is_unknown(
+    tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The gateway read the revocation and closed the connection: this said "not delivered:
+    Server disconnected without sending a response" though the key may be revoked."""
+    gateway.drop = True
+
+    code = _keys(tmp_path, "revoke", "gk-1a2b")
+
+    line = _error_line(capsys)
+    assert code == 2
+    assert "not delivered" not in line, line
+    assert "(the connection closed before the answer)" in line, line
+    assert "the outcome of revoke is unknown; check with `llmgw keys list`" in line, line
+    assert gateway.paths == ["/admin/api_keys/revoke"]
+
+
 def test_keys_revoke_and_list_beside_a_gateway_whose_bus_is_lost_fail_and_name_no_key(
     tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
