@@ -304,6 +304,8 @@ async def _created_by_named(
 
 def _expiry(args: argparse.Namespace, now: float) -> float | None:
     """When the new key expires (None: never). Raises ValueError naming the option."""
+    if args.expires_in and args.expires_at:  # the owner refuses both too
+        raise ValueError("give one of --expires-in and --expires-at")
     try:
         if args.expires_in:
             return now + parse_duration(args.expires_in)

@@ -84,6 +84,19 @@ def test_keys_revoke_whose_connection_closed_before_its_answer_says_the_outcome_
     assert gateway.paths == ["/admin/api_keys/revoke"]
 
 
+def test_keys_create_with_both_expiries_is_refused_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--expires-in silently won over --expires-at (the admin API refuses both)."""
+    (tmp_path / "gw.sqlite3").touch()  # a database named, no gateway on it
+
+    code = _keys(tmp_path, "create", *WHO, "--expires-in", "1d", "--expires-at", "2030-01-01")
+
+    assert code == 2
+    assert _error_line(capsys) == "llmgw keys: give one of --expires-in and --expires-at"
+    assert (tmp_path / "gw.sqlite3").stat().st_size == 0
+
+
 def test_keys_revoke_and_list_beside_a_gateway_whose_bus_is_lost_fail_and_name_no_key(
     tmp_path: Path, gateway: FakeGateway, capsys: pytest.CaptureFixture[str]
 ) -> None:
