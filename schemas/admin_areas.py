@@ -14,6 +14,7 @@ from types import MappingProxyType
 READ_ONLY_ADMIN_VERBS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
         "api_keys": frozenset({"list"}),
+        "bench": frozenset(),
         "chains": frozenset({"get", "list"}),
         "cluster": frozenset({"members"}),
         "config": frozenset({"show"}),
@@ -29,6 +30,12 @@ READ_ONLY_ADMIN_VERBS: Mapping[str, frozenset[str]] = MappingProxyType(
     }
 )
 """Admin area -> the verbs of it that change nothing."""
+
+
+def is_admin_change(area: str, verb: str) -> bool:
+    """True when ``verb`` of a known admin ``area`` (one in :data:`READ_ONLY_ADMIN_VERBS`)
+    changes state; False for a read-only verb and for an area no table row names."""
+    return area in READ_ONLY_ADMIN_VERBS and verb not in READ_ONLY_ADMIN_VERBS[area]
 
 
 def is_read_only_admin_verb(area: str, verb: str) -> bool:

@@ -2,8 +2,9 @@
 
 Both the HTTP admin API and ``llmgw admin`` are thin clients of the command the area's owner
 answers on ``llmgw.admin.<area>.<verb>`` (see ``actors.admin``). ``POST`` takes the verb's
-arguments as a JSON object; ``GET`` takes them from the query string (as strings). Admin
-callers only (:func:`gateway.auth.admin_access.is_admin`).
+arguments as a JSON object; ``GET`` takes them from the query string (as strings), for a
+verb that changes nothing only (``schemas.READ_ONLY_ADMIN_VERBS``). Admin callers only
+(:func:`gateway.auth.admin_access.is_admin`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
+from schemas.admin_areas import is_admin_change
 from schemas.keys import fits_int64
 
 if TYPE_CHECKING:
@@ -254,6 +256,15 @@ def refuse_too_large(args: dict[str, Any]) -> dict[str, Any]:
     if path is not None:
         raise InvalidRequestError(f"'{path}' is out of range", param=path)
     return args
+
+
+def refuse_get_of_change(req: HttpRequest, area: str, verb: str) -> None:
+    """Raise InvalidRequestError when ``req`` is a GET of a verb that changes state: a GET is
+    safe to repeat (a proxy or a client retrying it, a link followed), a change is not."""
+    if req.method == "GET" and is_admin_change(area, verb):
+        raise InvalidRequestError(
+            f"GET only reads, and {area} {verb} is no read-only command: send it with POST"
+        )
 
 
 async def args_of(req: HttpRequest) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, args_of
+from gateway.admin.http import admin_request, args_of, refuse_get_of_change
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError
 
@@ -36,6 +36,7 @@ async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
     rest = parts != [] and parts != [""]
     kind, ident = (parts[0], "/".join(parts[1:])) if rest else ("", "")
     if rest and not ident:  # /admin/limits/<verb>: the generic admin command
+        refuse_get_of_change(req, "limits", kind)
         verb, args = kind, await args_of(req)
     else:
         verb = _VERBS.get(req.method, "")

@@ -17,7 +17,13 @@ import anyio
 import msgspec
 
 from gateway.admin.event_stream import kinds_of, since_of, stream_events
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
+from gateway.admin.http import (
+    ADMIN_TIMEOUT_S,
+    admin_request,
+    args_of,
+    command_of,
+    refuse_get_of_change,
+)
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.ingress.accounting import Accounting, LogOutbox
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
@@ -167,6 +173,7 @@ class IngressOps:
         """``GET``/``POST /admin/<area>/<verb>``: one admin command (admin)."""
         self._require_admin(req)
         area, verb = command_of(req)
+        refuse_get_of_change(req, area, verb)
         if area in _LOG_AREAS and self.log_outbox is not None:
             # Read your writes: the rows of requests this ingress answered reach the store
             # before the query does (bounded: a store that is away answers what it has).

@@ -392,6 +392,30 @@ async def test_a_steering_or_routing_verb_given_an_argument_it_does_not_take_is_
     assert [r["overridden"] for m in weights["models"] for r in m["routes"]] == [False]
 
 
+async def test_a_get_of_an_admin_command_that_changes_state_is_refused_and_changes_nothing(
+    routed_gw: RunningGateway,
+) -> None:
+    """``GET /admin/api_keys/create?org=x&user=y&role=admin`` made an admin key, and ``GET
+    /admin/limits/clear?subject=...`` cleared a limit: a GET a proxy or client may repeat."""
+    http = routed_gw.http()
+    put = await http.put("/admin/limits/org/acme", json={"rpm": 5}, headers=AUTH)
+    assert put.status_code == 200, put.text
+
+    made = await http.get(
+        "/admin/api_keys/create", params={"org": "x", "user": "y", "role": "admin"}, headers=AUTH
+    )
+    cleared = await http.get("/admin/limits/clear", params={"subject": "org:acme"}, headers=AUTH)
+    listed = await http.get("/admin/chains/list", headers=AUTH)  # a read: still a GET
+
+    for resp in (made, cleared):
+        err = assert_openai_error(resp, 400, "invalid_request")
+        assert "send it with POST" in err["message"], err
+    assert listed.status_code == 200, listed.text
+    assert (await http.get("/admin/keys", headers=AUTH)).json()["data"] == []
+    limits = (await http.get("/admin/limits", headers=AUTH)).json()["limits"]
+    assert limits == {"org:acme": {"rpm": 5}}
+
+
 async def test_a_chain_name_no_chain_can_have_is_quoted_clipped_and_a_rule_name_checked(
     routed_gw: RunningGateway,
 ) -> None:
