@@ -222,6 +222,16 @@ class KeyRegistryActor(Actor):
         if base_url and all(p.base_url.rstrip("/") != base_url for p in self._pools):
             raise InvalidRequestError(f"no route has base_url {base_url!r}", param="base_url")
         role = role_arg(cmd, "min_role", "free")
+        cid = credential_id(secret)
+        decls, _ = await self._read()
+        for held in decls:
+            if (held.credential_id, held.endpoint, held.base_url) == (cid, endpoint, base_url):
+                # A second row served nothing more, and deleting one left the key in the pool.
+                raise InvalidRequestError(
+                    f"that key is already added for this route as {held.key_id} "
+                    "(set_min_role changes its tier)",
+                    param="key",
+                )
         decl = await stored(
             self._store.add(
                 secret, endpoint=endpoint, base_url=base_url, min_role=role, now=time.time()

@@ -416,6 +416,25 @@ async def test_a_get_of_an_admin_command_that_changes_state_is_refused_and_chang
     assert limits == {"org:acme": {"rpm": 5}}
 
 
+async def test_a_provider_key_added_twice_to_one_route_is_refused_the_second_time(
+    routed_gw: RunningGateway, fake_upstream: FakeUpstream
+) -> None:
+    """A second add (a retry) made a second row of the same credential: deleting one, as the
+    operator meant to remove the key, left it served from the other."""
+    http = routed_gw.http()
+    body = {"key": "sk-twice-0123", "endpoint": eid("m", fake_upstream)}
+
+    first = await http.post("/admin/provider-keys", json=body, headers=AUTH)
+    second = await http.post("/admin/provider-keys", json=body, headers=AUTH)
+    rows = (await http.get("/admin/provider-keys", headers=AUTH)).json()["database"]
+
+    assert first.status_code == 201, first.text
+    err = assert_openai_error(second, 400, "invalid_request")
+    assert err["param"] == "key" and first.json()["id"] in err["message"], err
+    assert "sk-twice-0123" not in err["message"]
+    assert [r["id"] for r in rows] == [first.json()["id"]]
+
+
 async def test_a_chain_name_no_chain_can_have_is_quoted_clipped_and_a_rule_name_checked(
     routed_gw: RunningGateway,
 ) -> None:
