@@ -28,7 +28,7 @@ import msgspec
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.errors import InvalidRequestError
-from schemas.keys import shown
+from schemas.keys import ROLES, shown
 
 SUBJECT_KINDS = ("key", "user", "org", "role")
 PERIODS = ("day", "week", "month")
@@ -47,8 +47,12 @@ def subject_of(kind: str, ident: str) -> str:
             f"a limit subject is one of {', '.join(SUBJECT_KINDS)} and an id "
             "without spaces (e.g. key:k-1a2b, user:acme/alice, org:acme, role:pro)"
         )
-    if kind == "user" and "/" not in ident:
+    org, _, user = ident.partition("/")
+    if kind == "user" and not (org and user):
         raise ValueError("a user limit names its organisation too: user:<org>/<user>")
+    if kind == "role" and ident not in ROLES:
+        # role:Pro was kept, and limited no key: a key's role is one of these, as written.
+        raise ValueError(f"a role limit names one of {', '.join(ROLES)}: role:<role>")
     return text
 
 

@@ -333,10 +333,22 @@ async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
         ("POST", "/admin/limits/set", {"subject": "org:acme", "rpm": 5, "soft": 0.5}, "soft"),
         ("PUT", "/admin/limits/org/acme", {"subject": "org:other", "rpm": 7}, "subject"),
         ("POST", "/admin/provider-keys", {"key": "sk-pk-0123", "min-role": "pro"}, "min-role"),
+        # Each was kept and limited no key: no key has role "Pro", or a user with no name.
+        ("PUT", "/admin/limits/role/Pro", {"rpm": 1}, "subject"),
+        ("POST", "/admin/limits/set", {"subject": "user:acme/", "rpm": 1}, "subject"),
+        ("POST", "/admin/limits/set", {"subject": "user:/bob", "rpm": 1}, "subject"),
     ],
-    ids=["a-misspelt-budget", "a-misspelt-soft-fraction", "another-subject", "a-misspelt-role"],
+    ids=[
+        "a-misspelt-budget",
+        "a-misspelt-soft-fraction",
+        "another-subject",
+        "a-misspelt-role",
+        "a-role-no-key-has",
+        "a-user-without-a-name",
+        "a-user-without-an-org",
+    ],
 )
-async def test_a_limit_or_provider_key_given_an_argument_it_does_not_take_is_400_and_unchanged(
+async def test_a_limit_or_provider_key_that_would_not_apply_as_meant_is_400_and_unchanged(
     routed_gw: RunningGateway,
     fake_upstream: FakeUpstream,
     method: str,
