@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         return _over_http(where, kinds, since, args.count)
     except UsageError as exc:
         return fail("events", str(exc))
+    except httpx.ConnectError as exc:  # never connected: a connection error, as admin's
+        return fail("events", f"cannot reach the gateway: {exc}")
     except (GatewayError, httpx.HTTPError) as exc:
         message = exc.message if isinstance(exc, GatewayError) else repr(exc)
         return fail("events", f"lost the gateway: {message}", 1)

@@ -92,6 +92,23 @@ async def test_admin_with_a_timeout_not_above_zero_is_refused_and_sends_nothing(
     assert json.loads(got.stdout)["profile"] == "balanced"
 
 
+def test_events_beside_a_socket_no_gateway_listens_on_is_a_connection_error(
+    tmp_path: Path,
+) -> None:
+    """A gateway killed leaves its socket file; ``llmgw events`` said "lost the gateway:
+    ConnectError(...)" and exited 1, as if it had followed one."""
+    stale = socket.socket(socket.AF_UNIX)
+    stale.bind(str(tmp_path / "llmgw.sqlite3.sock"))  # bound, never listening
+    stale.close()
+    (tmp_path / "llmgw.sqlite3").touch()
+
+    done = llmgw(tmp_path, "events")
+
+    line = one_line_error(done)
+    assert line.startswith("llmgw events: cannot reach the gateway: "), line
+    assert "lost" not in line, line
+
+
 async def test_the_event_stream_refuses_a_kind_no_event_has(
     gateway_factory: GatewayFactory,
 ) -> None:
