@@ -99,6 +99,20 @@ class _Batch:
     waiters: list[Envelope]
 
 
+_LOG_ARGS = {
+    "query": frozenset(
+        {"since", "until", "model", "kind", "request_id", "status", "outcome", "caller_id", "limit"}
+    ),
+    "aggregate": frozenset({"range", "by"}),
+    "stats": frozenset(),
+    "flush": frozenset(),
+    "prune": frozenset(),
+}
+"""The arguments each ``log`` verb takes: a misspelt filter (``modle``) is refused, not
+dropped into a query that answers every row."""
+_SPEND_ARGS = frozenset({"since", "until", "group_by", "per_day"})
+
+
 class StoreActor(Actor):
     """Owns the request log's tables. ``run`` raises BusClosedError if its subscriptions end
     while it serves, LogStorageError if the database cannot be opened; a failed write is
@@ -125,8 +139,11 @@ class StoreActor(Actor):
                 "prune": self._prune_cmd,
                 "aggregate": self._aggregate,
             },
+            args=_LOG_ARGS,
         )
-        self.spend = AdminArea("spend", {"report": self._spend_report})
+        self.spend = AdminArea(
+            "spend", {"report": self._spend_report}, args={"report": _SPEND_ARGS}
+        )
         self.serves = (self.admin.serve, self.spend.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:

@@ -379,10 +379,19 @@ async def test_a_limit_or_provider_key_that_would_not_apply_as_meant_is_400_and_
         ("chains/create", {"name": "team", "models": ["m"], "orgg": "acme"}, "orgg"),
         ("steering/set_profile", {"profile": "custom", "weight": [0.2, 0.8, 0]}, "weight"),
         ("routing/set_weight", {"model": "m", "endpoint": "e", "weight": 0, "wieght": 5}, "wieght"),
+        # Reads too: every row answered for a filter dropped, a report grouped by model.
+        ("log/query", {"modle": "m", "limit": 5}, "modle"),
+        ("spend/report", {"groupby": "org"}, "groupby"),
     ],
-    ids=["a-chain-for-everyone", "custom-with-no-weights", "a-misspelt-weight"],
+    ids=[
+        "a-chain-for-everyone",
+        "custom-with-no-weights",
+        "a-misspelt-weight",
+        "a-misspelt-filter",
+        "a-misspelt-grouping",
+    ],
 )
-async def test_a_steering_or_routing_verb_given_an_argument_it_does_not_take_is_400(
+async def test_an_admin_verb_given_an_argument_it_does_not_take_is_400(
     routed_gw: RunningGateway,
     fake_upstream: FakeUpstream,
     verb: str,
