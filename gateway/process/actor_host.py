@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 import socket
+import sqlite3
 from typing import TYPE_CHECKING
 
 from actors import (
@@ -34,7 +35,7 @@ from actors import (
 from actors.cluster import ClusterConfigActor, ClusterHost
 from actors.strategies import validate_strategy
 from bus import BusClosedError, NoRespondersError, RequestTimeoutError
-from gateway.process.config import DEMO_CONFIG, load_config
+from gateway.process.config import DEMO_CONFIG, ConfigError, load_config
 from gateway.process.control import config_version, load_versioned
 from gateway.process.shared_database import require_shared_database
 from schemas import AdminCommand, AdminReply, subjects
@@ -155,7 +156,13 @@ class ActorHost:
         stream is kept in the bus servers' memory with ``events_in_memory``. Raises what
         opening the snapshots, starting the tree or ``add_child`` raises (after stopping
         whatever had started)."""
-        snapshots = await SnapshotStore.open(config.database.path)
+        try:
+            snapshots = await SnapshotStore.open(config.database.path)
+        except (sqlite3.Error, OSError) as exc:  # a directory, no permission, a full disk
+            raise ConfigError(
+                f"{config_path or '<the demo config>'}: database.path: cannot open "
+                f"{config.database.path}: {exc}"
+            ) from None
         build = functools.partial(build_tree, snapshots=snapshots, request_log=True)
         host = cls(build(config), snapshots)
         try:

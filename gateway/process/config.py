@@ -77,9 +77,11 @@ def parse_config(
 
 def _read(path: str | Path) -> str:
     try:
-        return Path(path).read_text()
+        return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # the reason only: never the bytes it quotes
+        raise ConfigError(f"{path}: cannot read: not UTF-8 text (byte {exc.start})") from None
 
 
 def _parse_mapping(text: str, source: str) -> dict[str, Any]:

@@ -47,6 +47,34 @@ def test_serve_at_a_nats_nobody_serves_says_so_in_one_line(tmp_path: Path, role:
     assert list(tmp_path.iterdir()) == []  # nothing started, nothing written
 
 
+def test_serve_with_a_database_path_it_cannot_open_says_so_in_one_line(tmp_path: Path) -> None:
+    """A ``database.path`` naming a directory was a sqlite3.OperationalError traceback."""
+    folder = tmp_path / "db"
+    folder.mkdir()
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_text(f"database: {{path: {folder}}}\nserver: {{port: 0}}\n")
+
+    done = llmgw(tmp_path, "serve", "--config", str(cfg))
+
+    assert one_line_error(done) == (
+        f"llmgw: invalid configuration: {cfg}: database.path: cannot open {folder}: "
+        "unable to open database file"
+    )
+
+
+def test_serve_with_a_config_that_is_not_utf8_says_so_in_one_line(tmp_path: Path) -> None:
+    """A config saved as UTF-16 (a Windows editor's "Unicode") was a UnicodeDecodeError
+    traceback."""
+    cfg = tmp_path / "gw.yaml"
+    cfg.write_bytes("server: {port: 0}\n".encode("utf-16"))
+
+    done = llmgw(tmp_path, "serve", "--config", str(cfg))
+
+    assert one_line_error(done) == (
+        f"llmgw: invalid configuration: {cfg}: cannot read: not UTF-8 text (byte 0)"
+    )
+
+
 def test_events_with_a_kind_no_event_has_is_refused_in_one_line(tmp_path: Path) -> None:
     done = llmgw(tmp_path, "events", "--filter", "circuit,bogus")
 
