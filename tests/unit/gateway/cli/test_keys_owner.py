@@ -12,14 +12,14 @@ import asyncio
 import json
 from typing import TYPE_CHECKING
 
+import pytest
+
 from gateway.cli import keys_offline
 from gateway.cli import main as cli
 from tests.unit.gateway.cli.socket_gateway import LOST, SILENT
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    import pytest
 
     from tests.unit.gateway.cli.socket_gateway import FakeGateway
 
@@ -95,6 +95,21 @@ def test_keys_create_with_both_expiries_is_refused_and_writes_nothing(
     assert code == 2
     assert _error_line(capsys) == "llmgw keys: give one of --expires-in and --expires-at"
     assert (tmp_path / "gw.sqlite3").stat().st_size == 0
+
+
+@pytest.mark.parametrize("verb", [("list",), ("revoke", "gk-1a2b"), ("create", *WHO)])
+def test_keys_on_a_file_that_is_no_database_says_so_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], verb: tuple[str, ...]
+) -> None:
+    """Each was a sqlite3.DatabaseError traceback."""
+    (tmp_path / "gw.sqlite3").write_text("not a database\n")
+
+    code = _keys(tmp_path, *verb)
+
+    assert code == 2
+    assert _error_line(capsys) == (
+        "llmgw keys: cannot use the database file: file is not a database"
+    )
 
 
 def test_keys_revoke_and_list_beside_a_gateway_whose_bus_is_lost_fail_and_name_no_key(
