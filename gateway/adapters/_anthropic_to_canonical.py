@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.adapters.provider_usage import cached_usage, provider_counts
 from schemas import UpstreamBadResponseError, UpstreamError
 from schemas.errors import UnusableAnswerError
 
@@ -55,6 +56,7 @@ _ERROR_STATUS = {
 }
 _encoder = msgspec.json.Encoder()
 START_USAGE = "_start_usage"  # gateway.formats.openai_chat.START_USAGE
+STOP_REASON = "_claude_stop_reason"  # gateway.formats.claude_markers.CLAUDE_STOP_REASON
 
 
 def new_id(prefix: str) -> str:
@@ -76,29 +78,6 @@ def finish_reason(stop_reason: Any) -> str:
     return FINISH_REASONS.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
 
 
-def provider_counts(usage: Any, *keys: str) -> list[int] | None:
-    """A provider's token counts under ``keys``, in order (absent or null: 0); None when one
-    is not a whole number from 0, or ``usage`` is neither an object nor absent: the answer's
-    usage is then unknown (summing a string failed the request). How large is the adapter
-    seam's to judge (``base.MAX_TOKENS``)."""
-    if usage is None:
-        usage = {}
-    elif type(usage) is not dict:
-        return None
-    counts = []
-    for key in keys:
-        value = usage.get(key)
-        if value is None:
-            counts.append(0)
-        elif type(value) is int and value >= 0:
-            counts.append(value)
-        elif type(value) is float and value.is_integer() and value >= 0:
-            counts.append(int(value))
-        else:
-            return None
-    return counts
-
-
 def chat_usage(usage: Any) -> JSON | None:
     """Chat usage from Anthropic usage (None when a count is not a number)."""
     return cached_usage(
@@ -110,21 +89,6 @@ def chat_usage(usage: Any) -> JSON | None:
             "output_tokens",
         )
     )
-
-
-def cached_usage(counts: list[int] | None) -> JSON | None:
-    """Chat usage from a provider's (fresh input, cache reads, cache writes, output) counts:
-    the chat prompt total includes cache reads and writes. None for None."""
-    if counts is None:
-        return None
-    fresh, read, written, completion = counts
-    prompt = fresh + read + written
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
-    }
 
 
 class UpstreamStreamError(UpstreamError):
@@ -147,12 +111,14 @@ class MessagesToChatStream:
     The role rides on the first chunk that carries content, so a stream that fails before
     producing anything yields no chunk at all (and may still fall back). The finish chunk and
     the usage chunk come only at ``message_stop``: a stream cut before it never looks done,
-    and one that never gave a ``stop_reason`` ends with none.
+    and one that never gave a ``stop_reason`` ends with none. ``claude_stop``: the finish
+    chunk's choice also has Claude's own under :data:`STOP_REASON` (for a Messages client).
     Raises UpstreamStreamError on an ``error`` event, UpstreamBadResponseError on an event
     that breaks the API's shapes (see :meth:`feed`).
     """
 
     __slots__ = (
+        "_claude_stop",
         "_complete",
         "_created",
         "_id",
@@ -167,8 +133,11 @@ class MessagesToChatStream:
         "_usage",
     )
 
-    def __init__(self, model: str, *, include_usage: bool = True) -> None:
+    def __init__(
+        self, model: str, *, include_usage: bool = True, claude_stop: bool = False
+    ) -> None:
         self._model = model
+        self._claude_stop = claude_stop
         self._include_usage = include_usage
         self._id = new_id("chatcmpl-")
         self._created = int(time.time())
@@ -352,6 +321,8 @@ class MessagesToChatStream:
         final = self._chunk({}, finish_reason(stop) if stop is not None else None)
         if self._stop_reason == "stop_sequence" and isinstance(self._stop_sequence, str):
             final["choices"][0]["stop_reason"] = self._stop_sequence  # vLLM's field
+        if self._claude_stop and stop is not None:
+            final["choices"][0][STOP_REASON] = stop
         chunks = [final]
         if self._include_usage:
             head = {"id": self._id, "object": "chat.completion.chunk", "created": self._created}
@@ -359,8 +330,9 @@ class MessagesToChatStream:
         return chunks
 
 
-def from_messages_response(msg: JSON, *, model: str) -> JSON:
-    """Translate an Anthropic ``message`` into a canonical chat completion.
+def from_messages_response(msg: JSON, *, model: str, claude_stop: bool = False) -> JSON:
+    """Translate an Anthropic ``message`` into a canonical chat completion (``claude_stop``:
+    its choice also has Claude's own ``stop_reason`` under :data:`STOP_REASON`).
 
     Raises UpstreamBadResponseError when ``msg`` breaks the Messages API's shapes: no
     ``content`` list, a content block that is not an object, a text, thinking or
@@ -420,6 +392,8 @@ def from_messages_response(msg: JSON, *, model: str) -> JSON:
     }
     if stop == "stop_sequence" and sequence is not None:
         choice["stop_reason"] = sequence  # vLLM's field for the matched stop
+    if claude_stop and stop is not None:
+        choice[STOP_REASON] = stop
     answer_id = msg.get("id")
     return {
         "id": answer_id if type(answer_id) is str and answer_id else new_id("chatcmpl-"),

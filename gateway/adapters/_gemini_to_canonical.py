@@ -19,9 +19,9 @@ from gateway.adapters._anthropic_to_canonical import (
     list_field,
     new_id,
     object_field,
-    provider_counts,
     text_field,
 )
+from gateway.adapters.provider_usage import provider_counts
 
 if TYPE_CHECKING:
     from schemas import UpstreamBadResponseError

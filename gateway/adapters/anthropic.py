@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 ANTHROPIC_VERSION = "2023-06-01"
-_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.anthropic_messages.ANTHROPIC_BETA
+_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.claude_markers.ANTHROPIC_BETA
+_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
 _BETA_FLAGS = re.compile(r"[A-Za-z0-9._-]+(?: *, *[A-Za-z0-9._-]+)*")  # names, never more
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -105,7 +106,9 @@ class AnthropicAdapter:
             raise bad_response(target.endpoint, "the JSON has no 'content' list")
         try:
             return from_messages_response(
-                data, model=target.upstream_model or str(data.get("model"))
+                data,
+                model=target.upstream_model or str(data.get("model")),
+                claude_stop=_CLAUDE_NATIVE in body,
             )
         except UpstreamError as exc:  # the translation knows the shapes, not the endpoint
             exc.endpoint = target.endpoint
@@ -123,7 +126,9 @@ class AnthropicAdapter:
         options = body.get("stream_options")
         include_usage = isinstance(options, dict) and options.get("include_usage") is True
         translator = MessagesToChatStream(
-            target.upstream_model or str(body.get("model", "")), include_usage=include_usage
+            target.upstream_model or str(body.get("model", "")),
+            include_usage=include_usage,
+            claude_stop=_CLAUDE_NATIVE in body,
         )
         async with self._http.stream(
             target.endpoint,

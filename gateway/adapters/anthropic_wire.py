@@ -34,7 +34,10 @@ mode), images that are not jpeg/png/gif/webp, files that are not base64 PDFs, to
 arguments that are not a JSON object, and, while a ``thinking`` config turns thinking on,
 what Claude refuses then: ``temperature`` other than 1, ``top_p`` below 0.95, a
 ``tool_choice`` forcing a call (refused here in the caller's terms, not changed unasked nor
-sent to fail upstream).
+sent to fail upstream). What a Messages client asks only of Claude (``_claude_native``)
+goes as it asked: ``top_k``, and ``is_error`` on its failed tool results (without the
+``Error: `` prefix other routes get); its presence also keeps Claude's ``stop_reason`` on
+the answer's choice (``_claude_stop_reason``) for the Messages renderer.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ _REFUSED = {
 }
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
+_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
+_TOOL_ERROR_PREFIX = "Error: "  # gateway.formats.claude_markers.TOOL_ERROR_PREFIX
 
 
 def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
@@ -126,7 +131,9 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     messages = chat.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
-    system, converted = _convert_messages(messages)
+    native = chat.get(_CLAUDE_NATIVE)
+    native = native if type(native) is dict else {}
+    system, converted = _convert_messages(messages, frozenset(native.get("tool_errors") or ()))
     req: JSON = {"model": upstream_model, "max_tokens": max_tokens, "messages": converted}
     if system is not None:
         req["system"] = system
@@ -150,6 +157,8 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
         req["temperature"] = temperature
     if chat.get("top_p") is not None:
         req["top_p"] = chat["top_p"]
+    if native.get("top_k") is not None:
+        req["top_k"] = native["top_k"]
     if chat.get("tools"):
         _convert_tools(chat, req)
     _convert_response_format(chat.get("response_format"), req)
@@ -222,7 +231,9 @@ def _system_blocks(content: Any, path: str) -> list[JSON]:
     return [{"type": "text", "text": text}] if text else []
 
 
-def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, list[JSON]]:
+def _convert_messages(
+    messages: list[Any], tool_errors: frozenset[str]
+) -> tuple[str | list[JSON] | None, list[JSON]]:
     system: list[JSON] = []
     out: list[JSON] = []
     for i, msg in enumerate(messages):
@@ -241,7 +252,7 @@ def _convert_messages(messages: list[Any]) -> tuple[str | list[JSON] | None, lis
             if blocks:
                 _append(out, "assistant", blocks)
         elif role == "tool":
-            _append(out, "user", [_tool_result(msg, path)])
+            _append(out, "user", [_tool_result(msg, path, tool_errors)])
         else:
             raise InvalidRequestError(
                 f"{path}.role: '{role}' is not supported by anthropic upstreams",
@@ -350,10 +361,15 @@ def _redacted(data: str) -> JSON:
     return {"type": "redacted_thinking", "data": data}
 
 
-def _tool_result(msg: JSON, path: str) -> JSON:
+def _tool_result(msg: JSON, path: str, tool_errors: frozenset[str]) -> JSON:
+    """A tool message's ``tool_result``; an error (its id in ``tool_errors``, a Messages
+    client's ``is_error``) said as Claude reads it, not by the prefix other routes get."""
     block: JSON = {"type": "tool_result", "tool_use_id": answered_call(msg, path)}
     _last_mark(block, msg.get("content"))
     text = text_of(msg.get("content"), path)
+    if block["tool_use_id"] in tool_errors:
+        block["is_error"] = True
+        text = text.removeprefix(_TOOL_ERROR_PREFIX)
     if text:
         block["content"] = text
     return block

@@ -35,7 +35,8 @@ Answers and streams: every ``reasoningContent`` text is ``reasoning_content``; a
 redacted one is also a ``thinking_blocks`` entry, as from the anthropic adapter (streamed: at
 its ``contentBlockStop``). Claude's prompt-caching marks (``cache_control`` on a content part,
 a tool, the request) become ``cachePoint`` blocks (:mod:`gateway.adapters.bedrock_cache`);
-other models' are dropped.
+other models' are dropped. A Messages client's ``top_k`` (``_claude_native``) goes in
+``additionalModelRequestFields`` and its ``is_error`` tool results as ``status: error``.
 """
 
 from __future__ import annotations
@@ -48,11 +49,9 @@ import msgspec
 
 from gateway.adapters._anthropic_to_canonical import (
     bad_answer,
-    cached_usage,
     new_id,
     object_field,
     place_thinking,
-    provider_counts,
     text_field,
 )
 from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS, thinking_for_effort
@@ -66,6 +65,7 @@ from gateway.adapters.chat_message import (
     text_of,
     tool_calls,
 )
+from gateway.adapters.provider_usage import cached_usage, provider_counts
 from schemas import InvalidRequestError
 
 JSON = dict[str, Any]
@@ -111,6 +111,7 @@ _BROKEN = frozenset({"malformed_model_output", "malformed_tool_use"})
 """Stop reasons that say the model's answer broke: nothing to hand on (as ``stop`` a client
 took a cut answer, or one without its tool call, for a whole one)."""
 _encode = msgspec.json.Encoder().encode
+_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
 
 
 def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
@@ -127,7 +128,10 @@ def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
     messages = chat.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
-    system, converted = _convert_messages(messages, claude)
+    native = chat.get(_CLAUDE_NATIVE) if claude else None
+    native = native if type(native) is dict else {}
+    errors = frozenset(native.get("tool_errors") or ())
+    system, converted = _convert_messages(messages, claude, errors)
     mark_request(chat, converted, claude)
     req: JSON = {"messages": converted}
     if system:
@@ -135,6 +139,8 @@ def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
     inference = _inference_config(chat)
     if claude:
         _claude_thinking(chat, req, inference)
+        if native.get("top_k") is not None:
+            req.setdefault("additionalModelRequestFields", {})["top_k"] = native["top_k"]
     if inference:
         req["inferenceConfig"] = inference
     if chat.get("tools"):
@@ -184,8 +190,11 @@ def _claude_thinking(chat: JSON, req: JSON, inference: JSON) -> None:
     req["additionalModelRequestFields"] = {"thinking": thinking}
 
 
-def _convert_messages(messages: list[Any], claude: bool) -> tuple[list[JSON], list[JSON]]:
-    """The system blocks and the messages; a Claude model's cache marks as ``cachePoint``s."""
+def _convert_messages(
+    messages: list[Any], claude: bool, errors: frozenset[str]
+) -> tuple[list[JSON], list[JSON]]:
+    """The system blocks and the messages; a Claude model's cache marks as ``cachePoint``s,
+    and the tool results whose ids are in ``errors`` as ``status: error``."""
     system: list[JSON] = []
     out: list[JSON] = []
     for i, msg in enumerate(messages):
@@ -200,7 +209,7 @@ def _convert_messages(messages: list[Any], claude: bool) -> tuple[list[JSON], li
             _append(out, "assistant", _assistant_blocks(msg, path, claude))
         elif role == "tool":
             marks = last_points(msg.get("content"), claude)
-            _append(out, "user", [_tool_result(msg, path), *marks])
+            _append(out, "user", [_tool_result(msg, path, errors), *marks])
         else:
             raise InvalidRequestError(f"{path}.role: unknown role {role!r}", param=f"{path}.role")
     return system, out
@@ -304,9 +313,12 @@ def _redacted_content(data: str) -> JSON:
     return {"reasoningContent": {"redactedContent": data}}  # base64, as a blob goes in JSON
 
 
-def _tool_result(msg: JSON, path: str) -> JSON:
+def _tool_result(msg: JSON, path: str, errors: frozenset[str]) -> JSON:
     call_id = answered_call(msg, path)
     text = text_of(msg.get("content"), path)
+    if call_id in errors:  # said as Claude reads it, not by the prefix other routes get
+        result = {"toolUseId": call_id, "content": [{"text": text.removeprefix("Error: ")}]}
+        return {"toolResult": {**result, "status": "error"}}
     return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": "success"}}
 
 

@@ -6,9 +6,11 @@ replaced by the route's ``provider_model_id``, and without Claude's thinking: th
 assistant messages' signed ``thinking_blocks`` (what it carries for an ``anthropic`` route)
 are Anthropic's, and the OpenAI API refuses an argument it does not know; so are the
 ``cache_control`` marks the Messages surface keeps for Claude (``_CLAUDE_CACHE``: on the
-request, its tools and content parts) and its client's ``anthropic-beta`` flags
-(``_ANTHROPIC_BETA``). A chat client's own ``thinking`` (GLM's, DeepSeek's,
-Volcengine Ark's extension) and marks pass through, as any field this gateway does not read.
+request, its tools and content parts), its client's ``anthropic-beta`` flags
+(``_ANTHROPIC_BETA``) and what else it asks only of Claude (``_CLAUDE_NATIVE``: ``top_k``,
+``is_error``, which the tool message's ``Error: `` prefix still says). A chat client's own
+``thinking`` (GLM's, DeepSeek's, Volcengine Ark's extension) and marks pass through, as any
+field this gateway does not read.
 A request whose ``max_tokens`` the upstream refuses for ``max_completion_tokens`` (OpenAI's
 o-series and gpt-5, to a limit the Messages or Responses surface named) is sent again, once,
 with the limit so named, and so named from then on for that endpoint.
@@ -80,6 +82,7 @@ class OpenAICompatAdapter:
         if payload.pop(_CLAUDE_CACHE, None):  # a chat client's own marks go on
             _drop_cache_marks(payload)
         payload.pop(_ANTHROPIC_BETA, None)
+        payload.pop(_CLAUDE_NATIVE, None)
         if self._completion_tokens and target.endpoint in self._completion_tokens:
             if "max_tokens" in payload and "max_completion_tokens" not in payload:
                 payload["max_completion_tokens"] = payload.pop("max_tokens")
@@ -363,9 +366,10 @@ def _in_band_error(target: UpstreamTarget, err: Any, data: bytes) -> UpstreamErr
     return failure
 
 
-_CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.anthropic_messages.CLAUDE_THINKING
-_CLAUDE_CACHE = "_claude_cache"  # gateway.formats.anthropic_messages.CLAUDE_CACHE
-_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.anthropic_messages.ANTHROPIC_BETA
+_CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.claude_markers.CLAUDE_THINKING
+_CLAUDE_CACHE = "_claude_cache"  # gateway.formats.claude_markers.CLAUDE_CACHE
+_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.claude_markers.ANTHROPIC_BETA
+_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
 
 
 def _unmarked(item: Any) -> Any:

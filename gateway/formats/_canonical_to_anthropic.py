@@ -25,6 +25,7 @@ from gateway.formats._common import (
     sse_frame,
     whole_json,
 )
+from gateway.formats.claude_markers import CLAUDE_STOP_REASON
 from gateway.formats.openai_chat import START_USAGE
 from schemas import UpstreamBadResponseError
 
@@ -208,6 +209,8 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     reason, sequence = stop_reason(finish, choice.get("stop_reason"), bool(calls))
     if reason == "end_turn" and refusal:
         reason = "refusal"
+    if type(claude := choice.get(CLAUDE_STOP_REASON)) is str:
+        reason = claude  # Claude's own (pause_turn, ...): its route kept it for this client
     return {
         "id": _message_id(chat.get("id")),
         "type": "message",
@@ -240,6 +243,7 @@ class ChatToMessagesStream:
 
     media_type = b"text/event-stream"
     __slots__ = (
+        "_claude_stop",
         "_done",
         "_finish",
         "_held",
@@ -270,6 +274,7 @@ class ChatToMessagesStream:
         self._held: dict[Any, tuple[str, list[str], list[str]]] = {}  # id, [name], fragments
         self._finish: Any = None
         self._matched: Any = None
+        self._claude_stop: Any = None  # Claude's own stop_reason, when its route kept it
         self._usage: Any = None
 
     @property
@@ -310,6 +315,7 @@ class ChatToMessagesStream:
             if choice.get("finish_reason"):
                 self._finish = choice["finish_reason"]
                 self._matched = choice.get("stop_reason")
+                self._claude_stop = choice.get(CLAUDE_STOP_REASON)
         return out
 
     def finish(self) -> list[bytes]:
@@ -329,6 +335,8 @@ class ChatToMessagesStream:
             self._tool_delta(out, self._tools[position], "".join(fragments))
             self._close(out)
         reason, sequence = stop_reason(self._finish, self._matched, bool(self._tools))
+        if type(self._claude_stop) is str:
+            reason = self._claude_stop
         out.append(
             sse_frame(
                 _P_MESSAGE_DELTA,

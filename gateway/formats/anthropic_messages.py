@@ -14,8 +14,11 @@ Prompt-caching ``cache_control`` marks (on the request, system and text blocks, 
 results and tools) are kept where LiteLLM keeps them on chat: on the content part, the tool,
 the request; an ``anthropic`` route sends them on (Claude caches only what is marked), and the
 request is marked (:data:`CLAUDE_CACHE`) so an ``openai_compat`` route drops them.
+``top_k`` and a ``tool_result``'s ``is_error`` (also an ``Error: `` prefix on the chat tool
+message) ride in :data:`CLAUDE_NATIVE`, which also keeps Claude's own ``stop_reason`` for
+the answer: only a Claude route reads it.
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
-``top_k``, ``service_tier``, ``speed``, ``inference_geo``,
+``service_tier``, ``speed``, ``inference_geo``,
 ``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
 (InvalidRequestError), because ignoring them would answer a different question: server tools
 (``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``,
@@ -42,6 +45,14 @@ from gateway.formats._common import (
     want_positive_int,
     want_str,
 )
+from gateway.formats.claude_markers import (
+    ANTHROPIC_BETA,
+    CLAUDE_CACHE,
+    CLAUDE_NATIVE,
+    CLAUDE_THINKING,
+    TOOL_ERROR_PREFIX,
+    claude_native,
+)
 from gateway.formats.openai_chat import (
     ARRAY,
     BOOLEAN,
@@ -58,13 +69,19 @@ from schemas import InvalidRequestError
 if TYPE_CHECKING:
     from gateway.formats.client_paths import Origins
 
-__all__ = ["ChatToMessagesStream", "error_body", "from_chat_response", "to_chat_request"]
+__all__ = [
+    "ANTHROPIC_BETA",
+    "CLAUDE_CACHE",
+    "CLAUDE_THINKING",
+    "ChatToMessagesStream",
+    "error_body",
+    "from_chat_response",
+    "to_chat_request",
+]
 
 # Blocks of one system prompt or one tool result become one chat string; a blank line keeps
 # their boundary visible to the model.
 _JOIN = "\n\n"
-# Chat tool messages have no error flag; the model must still learn that the tool failed.
-_TOOL_ERROR_PREFIX = "Error: "
 _REFUSED_TOP_LEVEL = ("container",)
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 _TOOL_CHOICE_TYPES = frozenset({*_TOOL_CHOICE, "tool"})
@@ -91,19 +108,6 @@ _FIELDS = {
     "top_k": INTEGER,
     "top_p": NUMBER,
 }
-CLAUDE_THINKING = "_claude_thinking"
-"""Set on a canonical request whose ``thinking`` is Claude's (this surface's), not a chat
-client's own provider extension (GLM's, DeepSeek's ``thinking``), which passes through as any
-unknown field: ``openai_compat`` drops the config it marks (and the mark) before sending,
-where OpenAI would refuse an argument it does not know. The same literal is read there."""
-ANTHROPIC_BETA = "_anthropic_beta"
-"""Set on a canonical request by the ingress to the Messages client's ``anthropic-beta``
-header (Claude's feature flags: ``context-1m-...``, ``interleaved-thinking-...``), which an
-``anthropic`` route sends on; an ``openai_compat`` route drops it. Read there as a literal."""
-CLAUDE_CACHE = "_claude_cache"
-"""Set on a canonical request carrying this surface's ``cache_control`` marks: an
-``openai_compat`` route drops them (and the mark), as OpenAI refuses fields it does not know.
-The same literal is read there."""
 # Inside them: what an anthropic upstream reads (passed through to it) or this module does.
 _THINKING_FIELDS = {"type": STRING, "budget_tokens": INTEGER, "display": STRING}
 _CHOICE_FIELDS = {"type": STRING, "name": STRING, "disable_parallel_tool_use": BOOLEAN}
@@ -166,6 +170,7 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
         _convert_message(msg, f"messages[{i}]", messages, origins)
 
     chat: JSON = {"model": model, "messages": messages, "max_tokens": max_tokens}
+    chat[CLAUDE_NATIVE] = claude_native(body)  # for a Claude route: others drop it
     stops = body.get("stop_sequences")
     if stops is not None:
         if not all(isinstance(s, str) for s in want_list(stops, "stop_sequences")):
@@ -411,7 +416,7 @@ def _tool_message(
                 raise _unsupported(kind, ipath)
         text = _JOIN.join(texts)
     if block.get("is_error") is True:
-        text = _TOOL_ERROR_PREFIX + text
+        text = TOOL_ERROR_PREFIX + text
     if _marked_part(result):
         return {"role": "tool", "tool_call_id": call_id, "content": [{**result, "text": text}]}
     return {"role": "tool", "tool_call_id": call_id, "content": text}

@@ -242,6 +242,7 @@ def test_to_chat_request_with_plain_strings_keeps_them_as_strings() -> None:
         "model": "claude-x",
         "max_tokens": 100,
         "messages": [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "hi"}],
+        "_claude_native": {},  # what only a Claude route reads: here nothing but stop_reason
     }
 
 
