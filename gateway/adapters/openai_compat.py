@@ -151,8 +151,12 @@ class OpenAICompatAdapter:
         the first ``__anext__``): whether such a stream is whole (every choice said why it
         stopped) is the relay's to judge, as it sees every chunk (``StreamAttempt``).
 
+        A server that ignores ``stream`` and answers the whole completion as JSON has it
+        relayed as the chunks equivalent to it.
+
         Raises UpstreamError on a non-2xx answer, a broken connection (a body cut short of
-        its chunked terminator or length), or an in-band error.
+        its chunked terminator or length), an in-band error, or a JSON answer that is not a
+        completion.
         """
         return _ChatStream(self, target, body)
 
@@ -235,7 +239,12 @@ class _ChatStream:
             self._body, self._done = body, False
             return await self._open(again=True)
         self._spent_for = rate_limit_spent_seconds(resp.headers)
-        self._pieces = resp.chunks()
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            # A server that ignores ``stream`` answered the whole completion: relayed as its
+            # chunks, in the SSE they would have come in, the stream's own path reads them.
+            self._pieces = _once(_as_sse(target, await resp.read()))
+        else:
+            self._pieces = resp.chunks()
 
     def _batch(self, raw: bytes) -> Batch | None:
         """The chunks of one read (None if it completed none); notes ``[DONE]`` and an
@@ -274,6 +283,42 @@ class _ChatStream:
 
 
 _TOOL_CALLS = b'"tool_calls"'
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
+
+
+def _as_sse(target: UpstreamTarget, body: bytes) -> bytes:
+    """A whole chat completion as the SSE stream equivalent to it, ``[DONE]`` included: per
+    choice a chunk with its role, content and tool calls (numbered), then one with its finish
+    reason; then the usage chunk when it has usage. Raises UpstreamBadResponseError when
+    ``body`` is not a completion (not JSON, no ``choices`` list)."""
+    answer = json_answer(target.endpoint, body)
+    choices = answer.get("choices") if isinstance(answer, dict) else None
+    if type(choices) is not list:
+        raise bad_response(target.endpoint, "the JSON answer to a stream has no 'choices'")
+    head = {k: answer[k] for k in ("id", "created", "model") if k in answer}
+    head["object"] = "chat.completion.chunk"
+    chunks: list[JSON] = []
+    for choice in choices:
+        if type(choice) is not dict:
+            raise bad_response(target.endpoint, "a choice is not an object")
+        at = choice.get("index", 0)
+        delta = dict(choice.get("message") or {})
+        calls = delta.get("tool_calls")
+        if type(calls) is list:
+            delta["tool_calls"] = [
+                {**c, "index": i} for i, c in enumerate(calls) if type(c) is dict
+            ]
+        ended = {"index": at, "delta": {}, "finish_reason": choice.get("finish_reason")}
+        chunks += [
+            {**head, "choices": [{"index": at, "delta": delta}]},
+            {**head, "choices": [ended]},
+        ]
+    if answer.get("usage") is not None:
+        chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    return b"".join(b"data: " + _encode(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
 
 
 class _CallNumbers:
