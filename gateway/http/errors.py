@@ -76,8 +76,24 @@ def error_code(err: GatewayError) -> str:
 
 
 # An upstream's own OpenAI error ``code`` is an identifier (``context_length_exceeded``,
-# ``invalid_value``), never prose, nor a redacted body's ``[redacted]``.
+# ``invalid_value``), never prose, nor a redacted body's ``[redacted]``; its ``param`` a
+# request field's path (``messages[1].content``, ``tools[0].function.name``).
 _UPSTREAM_CODE = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+_UPSTREAM_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_.\[\]-]{0,99}")
+
+
+def _relayed_field(err: GatewayError, key: str) -> str | None:
+    """``key`` of the upstream's own OpenAI ``error`` object, when ``err`` is an upstream's
+    refusal of the request relayed as it is (a 400, 404, 413, 422) and it is a string."""
+    if not (isinstance(err, UpstreamError) and err.status in REQUEST_DESCRIBING and err.body):
+        return None
+    try:
+        body = msgspec.json.decode(err.body)
+    except msgspec.DecodeError:
+        return None
+    inner = body.get("error") if isinstance(body, dict) else None
+    value = inner.get(key) if isinstance(inner, dict) else None
+    return value if isinstance(value, str) else None
 
 
 def client_code(err: GatewayError) -> str:
@@ -85,15 +101,9 @@ def client_code(err: GatewayError) -> str:
     refusal of the request relayed as it is (a 400, 404, 413, 422), the upstream's own OpenAI
     ``error.code`` when it gave one: what clients act on (Codex compacts its history on
     ``context_length_exceeded``), as they would calling the provider."""
-    if isinstance(err, UpstreamError) and err.status in REQUEST_DESCRIBING and err.body:
-        try:
-            body = msgspec.json.decode(err.body)
-        except msgspec.DecodeError:
-            body = None
-        inner = body.get("error") if isinstance(body, dict) else None
-        code = inner.get("code") if isinstance(inner, dict) else None
-        if isinstance(code, str) and _UPSTREAM_CODE.fullmatch(code):
-            return code
+    code = _relayed_field(err, "code")
+    if code is not None and _UPSTREAM_CODE.fullmatch(code):
+        return code
     return error_code(err)
 
 
@@ -102,6 +112,16 @@ def error_param(err: GatewayError) -> str | None:
     # InvalidRequestError, and upstream refusals that name a field (UnsupportedParameterError).
     param = getattr(err, "param", None)
     return param if isinstance(param, str) else None
+
+
+def client_param(err: GatewayError) -> str | None:
+    """The ``param`` a chat client's error answer shows: :func:`error_param`, else the
+    upstream's own OpenAI ``error.param`` of a refusal relayed as it is, when it is a field's
+    path: it names the chat request the client sent (other surfaces' were translated)."""
+    param = error_param(err)
+    if param is None and (relayed := _relayed_field(err, "param")) is not None:
+        return relayed if _UPSTREAM_PARAM.fullmatch(relayed) else None
+    return param
 
 
 def client_message(err: GatewayError) -> str:

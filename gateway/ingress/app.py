@@ -31,6 +31,7 @@ from gateway.dashboard.server import PREFIX as DASHBOARD_PREFIX
 from gateway.http.errors import (
     client_code,
     client_message,
+    client_param,
     error_headers,
     error_param,
     http_status,
@@ -343,9 +344,10 @@ def _surface_for(req: HttpRequest, path: str) -> Surface:
 
 async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayError) -> None:
     status = http_status(err)
+    param = client_param(err) if surface is CHAT else error_param(err)
     await req.respond(
         status,
-        surface.error_body(status, client_message(err), client_code(err), error_param(err)),
+        surface.error_body(status, client_message(err), client_code(err), param),
         error_headers(err),
     )
 

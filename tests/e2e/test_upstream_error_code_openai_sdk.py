@@ -60,3 +60,23 @@ async def test_upstream_code_that_is_not_an_identifier_is_not_shown(
             await gw.openai().chat.completions.create(model="m", messages=HI)
         assert_openai_error(refused.value.response, 400, "upstream_error")
         assert "sk-upstream-secret" not in refused.value.response.text
+
+
+async def test_upstream_param_that_names_a_field_reaches_a_chat_client(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    bad = {"message": "Invalid value: 'x'.", "type": "invalid_request_error", "code": None}
+    fake_upstream.enqueue(
+        Reply(400, body={"error": {**bad, "param": "messages[0].content[0].type"}}),
+        Reply(400, body={"error": {**bad, "param": "see the docs: Bearer sk-upstream-secret"}}),
+    )
+    gw = await gateway_factory(config(model("m", route(fake_upstream))))
+
+    params = []
+    for _ in range(2):
+        with pytest.raises(openai.BadRequestError) as refused:
+            await gw.openai().chat.completions.create(model="m", messages=HI)
+        params.append(refused.value.param)
+        assert "sk-upstream-secret" not in refused.value.response.text
+
+    assert params == ["messages[0].content[0].type", None]
