@@ -139,6 +139,7 @@ _CHOICE_FIELDS = {"type": STRING, "function": OBJECT, "allowed_tools": OBJECT}
 _ALLOWED_FIELDS = {"mode": STRING, "tools": ARRAY}
 _NAMED_FIELDS = {"name": STRING}
 _FORMAT_FIELDS = {"type": STRING, "json_schema": OBJECT}
+_STREAM_OPTIONS_FIELDS = {"include_usage": BOOLEAN, "include_obfuscation": BOOLEAN}
 _SCHEMA_FIELDS = {"name": STRING, "description": STRING, "schema": OBJECT, "strict": BOOLEAN}
 _DONE_FRAME = b"data: [DONE]\n\n"
 START_USAGE = "_start_usage"
@@ -194,6 +195,8 @@ def validate_chat_request(raw: Any) -> JSON:
                 check_types(function, _FUNCTION_FIELDS, f"tools[{i}].function")
     if isinstance(choice := body.get("tool_choice"), dict):
         _check_tool_choice(choice)
+    if isinstance(options := body.get("stream_options"), dict):
+        check_types(options, _STREAM_OPTIONS_FIELDS, "stream_options")
     if isinstance(fmt := body.get("response_format"), dict):
         check_types(fmt, _FORMAT_FIELDS, "response_format")
         if schema := fmt.get("json_schema"):

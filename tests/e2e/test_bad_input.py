@@ -75,6 +75,10 @@ BAD_FIELDS: dict[str, tuple[Any, str]] = {
         "messages[0].role",
     ),
     "stream_not_a_boolean": ({"model": "m", "messages": HI, "stream": "yes"}, "stream"),
+    "include_usage_not_a_boolean": (
+        {"model": "m", "messages": HI, "stream": True, "stream_options": {"include_usage": 1}},
+        "stream_options.include_usage",
+    ),
 }
 
 
@@ -91,6 +95,21 @@ async def test_chat_with_missing_or_mistyped_field_is_400_naming_it(
     if field:
         assert err["param"] == field
         assert field.split("[")[0] in err["message"]
+    assert fake_upstream.requests == []
+
+
+async def test_chat_via_sdk_with_include_usage_not_a_boolean_is_400_naming_it(
+    gw: RunningGateway, fake_upstream: FakeUpstream
+) -> None:
+    with pytest.raises(openai.BadRequestError) as refused:
+        await gw.openai().chat.completions.create(
+            model="m",
+            messages=HI,
+            stream=True,
+            stream_options={"include_usage": "yes"},
+        )
+
+    assert refused.value.param == "stream_options.include_usage"
     assert fake_upstream.requests == []
 
 
