@@ -26,6 +26,7 @@ class ErrorCode(enum.StrEnum):
     NO_RESPONDERS = "no_responders"
     BUS_TIMEOUT = "bus_timeout"
     REQUEST_TOO_LARGE = "request_too_large"
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
     REQUEST_TIMEOUT = "request_timeout"
     CANCELLED = "cancelled"
     UNAUTHORIZED = "unauthorized"
@@ -86,6 +87,12 @@ class RequestTooLargeError(GatewayError):
     """The request body is over the configured limit."""
 
     code = ErrorCode.REQUEST_TOO_LARGE
+
+
+class UnsupportedEncodingError(GatewayError):
+    """The request body's ``Content-Encoding`` is one the gateway does not decode."""
+
+    code = ErrorCode.UNSUPPORTED_ENCODING
 
 
 class BodyTimeoutError(GatewayError):

@@ -15,6 +15,7 @@ from schemas import (
     ErrorCode,
     GatewayError,
     OutcomeUnknownError,
+    UnsupportedEncodingError,
     UpstreamError,
 )
 
@@ -31,6 +32,7 @@ _STATUS: dict[ErrorCode, int] = {
     ErrorCode.KEY_POOL_EXHAUSTED: 503,
     ErrorCode.ROUTE_NOT_FOUND: 404,
     ErrorCode.REQUEST_TOO_LARGE: 413,
+    ErrorCode.UNSUPPORTED_ENCODING: 415,
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.CANCELLED: 499,  # nginx's convention; the client is gone and reads nothing
     ErrorCode.UPSTREAM_RATE_LIMITED: 429,
@@ -165,12 +167,15 @@ _NO_RETRY = (b"x-should-retry", b"false")
 
 def error_headers(err: GatewayError) -> list[tuple[bytes, bytes]]:
     """The headers of an answer to ``err`` (beside the ``x-request-id`` every answer has):
-    ``Retry-After`` when :func:`retry_after_header` gives one, and ``x-should-retry: false``
+    ``Retry-After`` when :func:`retry_after_header` gives one, ``x-should-retry: false``
     when retrying soon is in vain: a spent budget whose next period is further away than an
-    SDK waits, or an upstream's spent quota (its SDK retried at once, twice, each refused)."""
+    SDK waits, or an upstream's spent quota (its SDK retried at once, twice, each refused);
+    ``Accept-Encoding`` with the body encodings taken, for one it does not (RFC 7694)."""
     retry = retry_after_header(err)
     headers = [] if retry is None else [(b"retry-after", retry)]
-    if isinstance(err, BudgetExceededError):
+    if isinstance(err, UnsupportedEncodingError):
+        headers.append((b"accept-encoding", b"gzip, deflate"))
+    elif isinstance(err, BudgetExceededError):
         if err.retry_after is None or err.retry_after > SDK_RETRY_AFTER_CAP_S:
             headers.append(_NO_RETRY)
     elif isinstance(err, UpstreamError) and err.status == 429 and err.kind == QUOTA_EXHAUSTED:

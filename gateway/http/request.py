@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapp
 from typing import Any, cast
 from urllib.parse import unquote_to_bytes
 
+from gateway.http.body_encoding import decoded
 from gateway.http.deadline import Resumed, deadline
 from schemas import (
     BodyTimeoutError,
@@ -164,10 +165,11 @@ class HttpRequest:
         return str(client[0]) if client else ""
 
     async def body(self, limit: int) -> bytes:
-        """The whole body. Raises RequestTooLargeError past ``limit`` bytes (at once when the
-        declared Content-Length is over it), BodyTimeoutError when it has not all arrived
-        within ``body_timeout`` seconds and ClientClosedError when the client went away
-        before it ended; the answer to any of them closes the connection."""
+        """The whole body, decoded when the client sent it gzipped or deflated (raising as
+        ``body_encoding.decoded`` does). Raises RequestTooLargeError past ``limit`` bytes (at
+        once when the declared Content-Length is over it), BodyTimeoutError when it has not
+        all arrived within ``body_timeout`` seconds and ClientClosedError when the client
+        went away before it ended; the answer to any of those closes the connection."""
         declared = self.header("content-length")
         expected = int(declared) if declared is not None and declared.isdigit() else None
         if expected is not None and expected > limit:
@@ -213,7 +215,10 @@ class HttpRequest:
             if not more or size == expected:
                 break
         self._body_read = True
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        if (encoding := self.headers.get("content-encoding")) is not None:
+            return decoded(body, encoding, limit)
+        return body
 
     def _body_unread(self) -> bool:
         """Whether the client sends a body this exchange has not read."""

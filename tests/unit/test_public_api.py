@@ -146,6 +146,7 @@ PINNED: dict[str, list[str]] = {
         "SteeringState",
         "SupervisorGaveUp",
         "UnauthorizedError",
+        "UnsupportedEncodingError",
         "UpstreamBadResponseError",
         "UpstreamError",
         "UpstreamTimeoutError",
