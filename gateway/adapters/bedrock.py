@@ -25,6 +25,7 @@ from urllib.parse import quote
 import msgspec
 from yarl import URL
 
+from gateway.adapters._anthropic_to_canonical import STOP_REASON
 from gateway.adapters.base import (
     JSON,
     Batch,
@@ -44,7 +45,7 @@ from gateway.adapters.bedrock_embed import (
     tokens_of,
     vectors_of,
 )
-from gateway.adapters.bedrock_stream import ConverseToChatStream
+from gateway.adapters.bedrock_stream import CLAUDE_STOPS, ConverseToChatStream
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
@@ -56,6 +57,7 @@ if TYPE_CHECKING:
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 _encode = msgspec.json.Encoder().encode
+_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
 _decode = msgspec.json.Decoder().decode
 _T = TypeVar("_T")
 _EMBED_PARALLEL = 8  # InvokeModel calls one embeddings request has in flight at most
@@ -143,7 +145,10 @@ class BedrockAdapter:
             if not isinstance(message, dict):
                 raise bad_response(target.endpoint, "the JSON has no 'output.message'")
             model = target.upstream_model or str(body.get("model", ""))
-            return from_converse_response(data, model=model)
+            chat = from_converse_response(data, model=model)
+            if _CLAUDE_NATIVE in body and data.get("stopReason") in CLAUDE_STOPS:
+                chat["choices"][0][STOP_REASON] = data["stopReason"]  # for a Messages client
+            return chat
         except UpstreamError as err:
             raise _redacted(err, target) from None
 
@@ -162,6 +167,7 @@ class BedrockAdapter:
             translator = ConverseToChatStream(
                 target.upstream_model or str(body.get("model", "")),
                 include_usage=isinstance(options, dict) and options.get("include_usage") is True,
+                claude_stop=_CLAUDE_NATIVE in body,
             )
             async with self._http.stream(
                 target.endpoint,

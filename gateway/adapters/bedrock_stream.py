@@ -7,7 +7,9 @@ answer ended and ``metadata`` (which follows it) carries usage: the finish chunk
 ``metadata``, or at :meth:`ConverseToChatStream.finish` when the body ends after
 ``messageStop`` without it. A stream that ends before ``messageStop`` never looks done.
 Reasoning text comes as ``reasoning_content`` deltas; Claude's signed or redacted block also
-comes whole, in a ``thinking_blocks`` delta, at its ``contentBlockStop``.
+comes whole, in a ``thinking_blocks`` delta, at its ``contentBlockStop``. With
+``claude_stop``, a stop reason of Claude's that chat has no finish reason for
+(:data:`CLAUDE_STOPS`) is also on the finish chunk's choice, as the anthropic adapter puts it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 from typing import Any
 
 from gateway.adapters._anthropic_to_canonical import (
+    STOP_REASON,
     bad_answer,
     new_id,
     object_field,
@@ -30,12 +33,19 @@ from gateway.adapters.bedrock_wire import (
     tool_use,
 )
 
+CLAUDE_STOPS = frozenset({"model_context_window_exceeded"})
+"""Converse stop reasons of Claude's own that chat has no finish reason for (``length``
+stands in): kept for a Messages client (``_claude_native``) as the anthropic adapter keeps
+them."""
+
 
 class ConverseToChatStream:
     """Translates one ConverseStream answer; ``is_complete`` once nothing more may follow."""
 
-    def __init__(self, model: str, *, include_usage: bool) -> None:
+    def __init__(self, model: str, *, include_usage: bool, claude_stop: bool = False) -> None:
         self._id = new_id("chatcmpl-")
+        self._claude_stop = claude_stop
+        self._stop: str | None = None  # messageStop's own, when one of CLAUDE_STOPS
         self._created = int(time.time())
         self._model = model
         self._include_usage = include_usage
@@ -72,6 +82,7 @@ class ConverseToChatStream:
         if event == "messageStop":
             stop = text_field(payload, "stopReason", "a messageStop") or "end_turn"
             self._finish = finish_reason(stop)
+            self._stop = stop if self._claude_stop and stop in CLAUDE_STOPS else None
             return []
         if event == "metadata":
             return self._end(payload.get("usage"))
@@ -136,6 +147,8 @@ class ConverseToChatStream:
     def _end(self, usage: Any) -> list[JSON]:
         self.is_complete = True
         out = [self._chunk({}, self._finish)]
+        if self._stop is not None:
+            out[0]["choices"][0][STOP_REASON] = self._stop
         if self._include_usage:
             out.append(self._base([], usage=chat_usage(usage)))
         return out

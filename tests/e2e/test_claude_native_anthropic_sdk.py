@@ -6,7 +6,8 @@ it sent them, and sees Claude's own ``stop_reason`` (``pause_turn``, ``refusal``
 ``model_context_window_exceeded``), plain and streamed; an ``openai_compat`` route gets
 today's translation (an ``Error: `` prefix, no ``top_k``), and a chat client on the
 ``anthropic`` route keeps its finish reasons and never sees the private markers. Against the
-scriptable fake upstream, on the in-process bus.
+scriptable fake upstream (and the fake Bedrock, whose Converse has
+``model_context_window_exceeded`` of these), on the in-process bus.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.e2e.conftest import HI, ONE_BUS, anthropic_route, config, model, route
+from tests.e2e.test_bedrock_surfaces_sdk import bedrock_route
 from tests.fixtures.upstream import Reply
+from tests.fixtures.upstream_bedrock import FakeBedrock
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory
@@ -163,3 +166,25 @@ async def test_chat_client_on_an_anthropic_route_keeps_its_finish_reason(
     assert plain.json()["choices"][0]["finish_reason"] == "stop"
     assert b"_claude" not in plain.content and b"_claude" not in raw
     assert b'"finish_reason":"content_filter"' in raw
+
+
+async def test_messages_client_sees_claudes_window_stop_from_bedrock(
+    gateway_factory: GatewayFactory,
+) -> None:
+    bedrock = FakeBedrock("bedrock1", chunks=2)
+    await bedrock.start()
+    try:
+        bedrock.stop_reason = "model_context_window_exceeded"
+        gw = await gateway_factory(config(model("m", bedrock_route(bedrock))))
+        client = gw.anthropic()
+
+        answer = await client.messages.create(model="m", max_tokens=10, messages=HI)
+        async with client.messages.stream(model="m", max_tokens=10, messages=HI) as stream:
+            final = await stream.get_final_message()
+        chat = await gw.http().post("/v1/chat/completions", json={"model": "m", "messages": HI})
+    finally:
+        await bedrock.close()
+
+    assert (answer.stop_reason, final.stop_reason) == ("model_context_window_exceeded",) * 2
+    assert chat.json()["choices"][0]["finish_reason"] == "length"
+    assert b"_claude" not in chat.content
