@@ -146,7 +146,7 @@ def test_to_chat_request_with_recorded_claude_code_body_gives_valid_chat_request
     assert len(messages) == 8
 
 
-def test_to_chat_request_maps_parameters_drops_top_k_and_carries_thinking() -> None:
+def test_to_chat_request_maps_parameters_marks_claudes_own_and_carries_thinking() -> None:
     chat = to_chat_request(load_wire("anthropic_request_claude_code.json"))
 
     assert chat["model"] == "claude-sonnet-4-5"
@@ -157,7 +157,11 @@ def test_to_chat_request_maps_parameters_drops_top_k_and_carries_thinking() -> N
     assert chat["tool_choice"] == "auto"
     assert chat["stream"] is True
     assert chat["stream_options"] == {"include_usage": True}
-    assert "top_k" not in chat
+    assert "top_k" not in chat  # chat has none: only a Claude route reads the marker
+    assert chat["_claude_native"] == {
+        "top_k": 40,
+        "tool_errors": ["toolu_01CmxHcbDQ7wBtWvUmHfQHSe"],
+    }
     # Dropped before: Claude never thought, and Anthropic refused the history's tool_use
     # turn for the thinking block it lacked.
     assert chat["thinking"] == {"type": "enabled", "budget_tokens": 1024}
