@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -108,9 +107,6 @@ def _run(fn: Any) -> Any:
             return int(asyncio.run(fn(args)))
         except (ConfigError, ValueError, UsageError) as exc:
             sys.stderr.write(f"llmgw keys: {exc}\n")
-            return 2
-        except sqlite3.Error as exc:  # the file, with no gateway on it: not a database, say
-            sys.stderr.write(f"llmgw keys: cannot use the database file: {exc}\n")
             return 2
         except _FAILURES as exc:
             return _failed(exc)
