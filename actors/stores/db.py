@@ -47,6 +47,10 @@ async def open_db(path: str | Path, migrations: Iterable[Migration] = ()) -> aio
     """
     if str(path) != ":memory:":
         await asyncio.to_thread(_prepare_private, Path(path))
+        # Refused here, on this thread: an aiosqlite connection that fails to open leaves
+        # its worker thread to answer the loop later, and on a loop closed by then (a CLI
+        # exiting on the error) that thread printed a traceback after the one-line error.
+        await asyncio.to_thread(_can_open, str(path))
     db = await aiosqlite.connect(str(path))
     try:
         # The busy timeout first: switching a new file to WAL takes a lock another process
@@ -75,6 +79,11 @@ async def _switch_to_wal(db: aiosqlite.Connection) -> None:
             if "locked" not in str(exc) or attempt == _WAL_ATTEMPTS - 1:
                 raise
             await asyncio.sleep(_WAL_RETRY_SECONDS)
+
+
+def _can_open(path: str) -> None:
+    """Open and close the database at ``path``. Raises sqlite3.Error when SQLite cannot."""
+    sqlite3.connect(path).close()
 
 
 def _prepare_private(path: Path) -> None:
