@@ -115,6 +115,7 @@ class ApiKeyAdminActor(Actor):
                 "create": self._create,
                 "revoke": self._revoke,
             },
+            args={"list": frozenset(), "revoke": frozenset({"id"})},
         )
         self.serves = (
             Serve(subjects.AUTH_KEYS_LOOKUP),

@@ -79,7 +79,11 @@ class ConfigActor(Actor):
         self._state = state
         self._load = load
         self._build = build
-        self.admin = AdminArea("config", {"reload": self._reload, "show": self._show})
+        self.admin = AdminArea(
+            "config",
+            {"reload": self._reload, "show": self._show},
+            args={"reload": frozenset(), "show": frozenset()},
+        )
         self.serves = (self.admin.serve,)
 
     async def on_start(self, ctx: ActorContext) -> None:

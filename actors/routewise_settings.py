@@ -73,6 +73,13 @@ class RouteWiseSettingsActor(Actor):
                 "settings": self._fallback,
                 "set_settings": self._set_fallback,
             },
+            args={
+                "model_settings": frozenset({"model_id"}),
+                "set_model_setting": frozenset({"model_id", "key", "value"}),
+                "unset_model_setting": frozenset({"model_id", "key"}),
+                "settings": frozenset(),
+                "set_settings": frozenset({"settings"}),
+            },
         )
         self.serves = (self.admin.serve, Serve(subjects.ROUTEWISE_SETTINGS_GET))
 

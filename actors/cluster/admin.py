@@ -46,7 +46,7 @@ class ClusterAdminActor(Actor):
         self._units = tuple(units)
         self._membership = membership
         self._owners = owners
-        self.admin = AdminArea("cluster", {"members": self._members})
+        self.admin = AdminArea("cluster", {"members": self._members}, args={"members": frozenset()})
         self.serves = (Serve(self.admin.serve.subject, queue=_QUEUE),)
 
     async def on_start(self, ctx: ActorContext) -> None:

@@ -56,7 +56,11 @@ class ClusterConfigActor(Actor):
         self._version = version
         self._load = load
         self._reconfigure = reconfigure
-        self.admin = AdminArea("config", {"reload": self._reload, "show": self._show})
+        self.admin = AdminArea(
+            "config",
+            {"reload": self._reload, "show": self._show},
+            args={"reload": frozenset(), "show": frozenset()},
+        )
         self.serves = (
             Serve(self.admin.serve.subject, queue=_QUEUE),
             Serve(subjects.event("config")),

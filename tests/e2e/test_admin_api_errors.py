@@ -413,6 +413,27 @@ async def test_an_admin_verb_given_an_argument_it_does_not_take_is_400(
     assert [r["overridden"] for m in weights["models"] for r in m["routes"]] == [False]
 
 
+@pytest.mark.parametrize(
+    ("verb", "body", "param"),
+    [
+        ("config/reload", {"path": "/etc/other.yaml"}, "path"),
+        ("api_keys/revoke", {"id": "k1", "ids": ["k2"]}, "ids"),
+        ("routewise/set_settings", {"setings": {"alpha": 0.5}}, "setings"),
+        ("routewise/model_settings", {"model_id": "m", "model": "x"}, "model"),
+    ],
+    ids=["reload-from-another-file", "revoke-many", "a-misspelt-settings", "two-models"],
+)
+async def test_the_other_areas_refuse_an_argument_their_verb_does_not_take(
+    routed_gw: RunningGateway, verb: str, body: dict[str, Any], param: str
+) -> None:
+    """A reload "from another file" reloaded the gateway's own, a revoke of several keys
+    revoked one: each argument dropped read as applied."""
+    resp = await routed_gw.http().post(f"/admin/{verb}", json=body, headers=AUTH)
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param, err
+
+
 async def test_a_get_of_an_admin_command_that_changes_state_is_refused_and_changes_nothing(
     routed_gw: RunningGateway,
 ) -> None:
