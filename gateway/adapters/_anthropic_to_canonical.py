@@ -27,6 +27,8 @@ import msgspec
 
 from gateway.adapters.provider_usage import cached_usage, provider_counts
 from schemas import UpstreamBadResponseError, UpstreamError
+from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
+from schemas.canonical_markers import START_USAGE
 from schemas.errors import UnusableAnswerError
 
 JSON = dict[str, Any]
@@ -55,8 +57,6 @@ _ERROR_STATUS = {
     "overloaded_error": 529,
 }
 _encoder = msgspec.json.Encoder()
-START_USAGE = "_start_usage"  # gateway.formats.openai_chat.START_USAGE
-STOP_REASON = "_claude_stop_reason"  # gateway.formats.claude_markers.CLAUDE_STOP_REASON
 
 
 def new_id(prefix: str) -> str:

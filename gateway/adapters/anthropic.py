@@ -32,6 +32,8 @@ from gateway.adapters.base import (
 from gateway.adapters.sse import SSEParser
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
+from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
+from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -39,8 +41,7 @@ if TYPE_CHECKING:
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 ANTHROPIC_VERSION = "2023-06-01"
-_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.claude_markers.ANTHROPIC_BETA
-_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
+
 _BETA_FLAGS = re.compile(r"[A-Za-z0-9._-]+(?: *, *[A-Za-z0-9._-]+)*")  # names, never more
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode

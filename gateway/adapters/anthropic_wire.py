@@ -63,6 +63,8 @@ from gateway.adapters.chat_message import (
     unsigned_tool_turn,
 )
 from schemas import InvalidRequestError
+from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
+from schemas.canonical_markers import TOOL_ERROR_PREFIX as _TOOL_ERROR_PREFIX
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -100,8 +102,6 @@ _REFUSED = {
 }
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 _THINKING_TYPES = frozenset({"thinking", "redacted_thinking"})
-_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
-_TOOL_ERROR_PREFIX = "Error: "  # gateway.formats.claude_markers.TOOL_ERROR_PREFIX
 
 
 def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:

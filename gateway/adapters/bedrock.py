@@ -25,7 +25,6 @@ from urllib.parse import quote
 import msgspec
 from yarl import URL
 
-from gateway.adapters._anthropic_to_canonical import STOP_REASON
 from gateway.adapters.base import (
     JSON,
     Batch,
@@ -50,6 +49,8 @@ from gateway.adapters.bedrock_wire import from_converse_response, to_converse_re
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 from schemas.bedrock_settings import is_claude
+from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
+from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
     from gateway.adapters.upstream_http import UpstreamHTTP
 
 _encode = msgspec.json.Encoder().encode
-_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
+
 _decode = msgspec.json.Decoder().decode
 _T = TypeVar("_T")
 _EMBED_PARALLEL = 8  # InvokeModel calls one embeddings request has in flight at most

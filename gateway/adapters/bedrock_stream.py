@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 from gateway.adapters._anthropic_to_canonical import (
-    STOP_REASON,
     bad_answer,
     new_id,
     object_field,
@@ -32,6 +31,7 @@ from gateway.adapters.bedrock_wire import (
     reasoning_block,
     tool_use,
 )
+from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
 
 CLAUDE_STOPS = frozenset({"model_context_window_exceeded"})
 """Converse stop reasons of Claude's own that chat has no finish reason for (``length``

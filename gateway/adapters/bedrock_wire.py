@@ -67,6 +67,7 @@ from gateway.adapters.chat_message import (
 )
 from gateway.adapters.provider_usage import cached_usage, provider_counts
 from schemas import InvalidRequestError
+from schemas.canonical_markers import CLAUDE_NATIVE, TOOL_ERROR_PREFIX
 
 JSON = dict[str, Any]
 
@@ -111,7 +112,6 @@ _BROKEN = frozenset({"malformed_model_output", "malformed_tool_use"})
 """Stop reasons that say the model's answer broke: nothing to hand on (as ``stop`` a client
 took a cut answer, or one without its tool call, for a whole one)."""
 _encode = msgspec.json.Encoder().encode
-_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
 
 
 def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
@@ -128,7 +128,7 @@ def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
     messages = chat.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")
-    native = chat.get(_CLAUDE_NATIVE) if claude else None
+    native = chat.get(CLAUDE_NATIVE) if claude else None
     native = native if type(native) is dict else {}
     errors = frozenset(native.get("tool_errors") or ())
     system, converted = _convert_messages(messages, claude, errors)
@@ -317,7 +317,8 @@ def _tool_result(msg: JSON, path: str, errors: frozenset[str]) -> JSON:
     call_id = answered_call(msg, path)
     text = text_of(msg.get("content"), path)
     if call_id in errors:  # said as Claude reads it, not by the prefix other routes get
-        result = {"toolUseId": call_id, "content": [{"text": text.removeprefix("Error: ")}]}
+        said = text.removeprefix(TOOL_ERROR_PREFIX)
+        result = {"toolUseId": call_id, "content": [{"text": said}]}
         return {"toolResult": {**result, "status": "error"}}
     return {"toolResult": {"toolUseId": call_id, "content": [{"text": text}], "status": "success"}}
 

@@ -33,6 +33,10 @@ from gateway.adapters.base import (
 )
 from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
+from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
+from schemas.canonical_markers import CLAUDE_CACHE as _CLAUDE_CACHE
+from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
+from schemas.canonical_markers import CLAUDE_THINKING as _CLAUDE_THINKING
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -409,12 +413,6 @@ def _in_band_error(target: UpstreamTarget, err: Any, data: bytes) -> UpstreamErr
     if failure.kind.startswith("http_"):  # a quota's kind says more than where it came
         failure.kind = "stream_error"
     return failure
-
-
-_CLAUDE_THINKING = "_claude_thinking"  # gateway.formats.claude_markers.CLAUDE_THINKING
-_CLAUDE_CACHE = "_claude_cache"  # gateway.formats.claude_markers.CLAUDE_CACHE
-_ANTHROPIC_BETA = "_anthropic_beta"  # gateway.formats.claude_markers.ANTHROPIC_BETA
-_CLAUDE_NATIVE = "_claude_native"  # gateway.formats.claude_markers.CLAUDE_NATIVE
 
 
 def _unmarked(item: Any) -> Any:

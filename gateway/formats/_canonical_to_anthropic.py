@@ -26,8 +26,8 @@ from gateway.formats._common import (
     whole_json,
 )
 from gateway.formats.claude_markers import CLAUDE_STOP_REASON
-from gateway.formats.openai_chat import START_USAGE
 from schemas import UpstreamBadResponseError
+from schemas.canonical_markers import START_USAGE
 
 _ERROR_TYPES: dict[int, str] = {
     400: "invalid_request_error",

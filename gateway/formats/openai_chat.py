@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from schemas import InvalidRequestError
+from schemas.canonical_markers import START_USAGE
 from schemas.keys import fits_int64, shown
 
 if TYPE_CHECKING:
@@ -142,11 +143,6 @@ _FORMAT_FIELDS = {"type": STRING, "json_schema": OBJECT}
 _STREAM_OPTIONS_FIELDS = {"include_usage": BOOLEAN, "include_obfuscation": BOOLEAN}
 _SCHEMA_FIELDS = {"name": STRING, "description": STRING, "schema": OBJECT, "strict": BOOLEAN}
 _DONE_FRAME = b"data: [DONE]\n\n"
-START_USAGE = "_start_usage"
-"""Set by the ``anthropic`` adapter on a stream's first canonical chunk: the usage Claude's
-``message_start`` reported (input and cache tokens), which the Messages surface's own
-``message_start`` shows; :class:`ChatStream` drops it, as a chat client reads its usage from
-the one usage chunk at the end. The same literal is written there."""
 
 
 def require_object_with_model(body: Any) -> JSON:
