@@ -227,53 +227,42 @@ _DETAILS = {
     "prompt_tokens_details": ("cached_tokens", "cache_write_tokens"),
     "completion_tokens_details": ("reasoning_tokens",),
 }
+_DETAILS_ITEMS = tuple(_DETAILS.items())
 _DELTA_TEXT = frozenset({"role", "content", "refusal", "reasoning_content", "reasoning"})
 
 
-def _count_ok(value: Any) -> bool:
-    if type(value) is int:  # the usual case first (a bool's type is bool, not int)
-        return 0 <= value <= MAX_TOKENS
-    if isinstance(value, float):
-        return value.is_integer() and 0 <= value <= MAX_TOKENS
-    return value is None
-
-
-def _counts_ok(counts: JSON, keys: tuple[str, ...]) -> bool:
+def _sane_counts(counts: JSON, keys: tuple[str, ...]) -> bool:
+    """Whether each of ``keys`` in ``counts`` is absent, null or a count in ``[0,
+    MAX_TOKENS]`` (a bool's type is bool, not int: no count); whole floats (``12.0``) become
+    ints on the way, so sums and the log see integers."""
     for key in keys:
-        if key in counts and not _count_ok(counts[key]):
-            return False
-    return True
-
-
-def _usage_ok(usage: Any) -> bool:
-    if type(usage) is not dict or not _counts_ok(usage, _COUNTS):
-        return False
-    for name, keys in _DETAILS.items():
-        details = usage.get(name)
-        if details is not None and (type(details) is not dict or not _counts_ok(details, keys)):
-            return False
-    return True
-
-
-def _whole_counts(counts: JSON, keys: tuple[str, ...]) -> None:
-    """Whole floats (``12.0``) as ints, so sums and the log see integers."""
-    for key in keys:
-        if type(value := counts.get(key)) is float:
+        value = counts.get(key)
+        if type(value) is int:
+            if not 0 <= value <= MAX_TOKENS:
+                return False
+        elif value is None:
+            continue
+        elif isinstance(value, float) and value.is_integer() and 0 <= value <= MAX_TOKENS:
             counts[key] = int(value)
+        else:
+            return False
+    return True
 
 
 def sanitise_usage(body: JSON) -> None:
-    """Replace ``body["usage"]`` by None when its counts are not sane (in place)."""
+    """Replace ``body["usage"]`` by None when its counts are not sane (in place), in one
+    pass over them."""
     usage = body.get("usage")
     if usage is None:
         return
-    if not _usage_ok(usage):
+    if type(usage) is not dict or not _sane_counts(usage, _COUNTS):
         body["usage"] = None
         return
-    _whole_counts(usage, _COUNTS)
-    for name, keys in _DETAILS.items():
-        if (details := usage.get(name)) is not None:
-            _whole_counts(details, keys)
+    for name, keys in _DETAILS_ITEMS:
+        details = usage.get(name)
+        if details is not None and (type(details) is not dict or not _sane_counts(details, keys)):
+            body["usage"] = None
+            return
 
 
 def choices_asked(body: JSON) -> int:
