@@ -264,7 +264,7 @@ class _ChatStream:
             except UpstreamError as exc:
                 self._failure = exc  # the chunks before it still reach the client
                 break
-            if _TOOL_CALLS in event_data:  # a byte search: most chunks are text
+            if event_data.find(_TOOL_CALLS) >= 0:  # a byte search: most chunks are text
                 if self._numbers is None:
                     self._numbers = _CallNumbers()
                 self._numbers.number(chunk)
