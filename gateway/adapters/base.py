@@ -101,10 +101,12 @@ def carries_token(chunk: JSON) -> bool:
     carries none."""
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") if isinstance(choice, dict) else None
-        if not isinstance(delta, dict):
+        if not delta or not isinstance(delta, dict):
             continue
-        if any(isinstance(text := delta.get(k), str) and text for k in _TOKEN_TEXT):
-            return True
+        for key in _TOKEN_TEXT:  # a loop, not any() of a generator: every chunk comes here
+            text = delta.get(key)
+            if text and isinstance(text, str):
+                return True
         if type(parts := delta.get("content")) is list and parts:
             return True
         if delta.get("tool_calls") or delta.get("function_call") or delta.get("audio"):

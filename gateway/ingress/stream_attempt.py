@@ -136,13 +136,15 @@ STREAM = _Stream()
 
 def _answers(batch: Batch) -> bool:
     """Whether ``batch`` says something of the answer: a token, a finish reason, or the end."""
-    return batch.last or any(
-        carries_token(chunk)
-        or any(
-            isinstance(ch, dict) and ch.get("finish_reason") for ch in chunk.get("choices") or ()
-        )
-        for chunk in batch
-    )
+    if batch.last:
+        return True
+    for chunk in batch:
+        if carries_token(chunk):
+            return True
+        for choice in chunk.get("choices") or ():
+            if isinstance(choice, dict) and choice.get("finish_reason"):
+                return True
+    return False
 
 
 async def _first_token(
