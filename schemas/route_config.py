@@ -138,7 +138,8 @@ class RouteConfig(Strict):
     fallback_only: bool = False
     base_url: str = ""
     provider_model_id: str = ""
-    api_key: str | None = Field(default=None, repr=False)  # secrets stay out of reprs
+    # Secrets stay out of reprs; an empty key is refused, never read as "no credential".
+    api_key: str | None = Field(default=None, min_length=1, repr=False)
     api_keys: tuple[str | ApiKeyConfig, ...] = Field(default=(), repr=False)
     input_modalities: tuple[str, ...] = ("text",)
     context_window: int | None = Field(default=None, gt=0)
@@ -213,6 +214,13 @@ class RouteConfig(Strict):
                 "concurrency: and concurrency_pool: belong to a provider_type: concurrency route"
             )
         return self
+
+    @field_validator("api_keys")
+    @classmethod
+    def _no_empty_key(cls, value: tuple[str | ApiKeyConfig, ...]) -> tuple[str | ApiKeyConfig, ...]:
+        if any(entry == "" for entry in value):
+            raise ValueError("a key must not be empty")
+        return value
 
     @field_validator("base_url")
     @classmethod

@@ -287,11 +287,15 @@ def _expand(node: Any, path: tuple[int | str, ...], source: str) -> Any:
 
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
-            if name not in os.environ:
+            # Set but empty is refused as unset is: ``api_key: ${K}`` with K="" made the
+            # route keyless (sent upstream without a credential) instead of failing.
+            value = os.environ.get(name)
+            if not value:
+                why = "is not set" if value is None else "is set but empty"
                 raise ConfigError(
-                    f"{source}: {format_path(path)}: environment variable {name} is not set"
+                    f"{source}: {format_path(path)}: environment variable {name} {why}"
                 )
-            return os.environ[name]
+            return value
 
         return _VAR.sub(sub, node)
     if isinstance(node, dict):

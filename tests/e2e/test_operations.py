@@ -267,6 +267,30 @@ async def test_reload_of_a_broken_file_is_refused_whole_with_startups_message(
     assert still.status_code == 200 and unknown.status_code == 404
 
 
+async def test_reload_with_a_route_key_variable_now_empty_is_refused_naming_it(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLMGW_E2E_ROUTE_KEY", "sk-upstream-secret")
+    path = tmp_path / "gw.yaml"
+    keyed = {**route(fake_upstream), "api_key": "${LLMGW_E2E_ROUTE_KEY}"}
+    gw = await gateway_factory(_file_config(tmp_path, model("a", keyed)), config_path=path)
+    monkeypatch.setenv("LLMGW_E2E_ROUTE_KEY", "")
+    refused = await admin(gw, "config", "reload")
+    still = await gw.http().post(CHAT, json=chat("a"))
+
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        f"{path}: models[0].route[0].api_key: environment variable LLMGW_E2E_ROUTE_KEY "
+        "is set but empty"
+    )
+    assert still.status_code == 200, still.text
+    sent = fake_upstream.requests[-1].headers.get("authorization")
+    assert sent == "Bearer sk-upstream-secret"  # the running config keeps its key
+
+
 async def test_reload_applies_a_rotated_admin_key_and_a_new_auth_mode(
     gateway_factory: GatewayFactory,
     tmp_path: Path,

@@ -51,6 +51,36 @@ def test_config_with_missing_env_var_names_the_variable(monkeypatch: pytest.Monk
     assert "models[0].route[0].api_key: environment variable LLMGW_TEST_UNSET is not set" in msg
 
 
+def test_config_with_an_empty_env_var_names_the_variable_instead_of_a_keyless_route(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LLMGW_TEST_EMPTY", "")
+    msg = _error(
+        "models: [{id: a, route: [{kind: openai_compat, base_url: 'http://x/v1', "
+        "api_key: '${LLMGW_TEST_EMPTY}'}]}]"
+    )
+    assert msg == (
+        "gw.yaml: models[0].route[0].api_key: environment variable LLMGW_TEST_EMPTY "
+        "is set but empty"
+    )
+
+
+@pytest.mark.parametrize(
+    ("keys", "says"),
+    [
+        ("api_key: ''", "models[0].route[0].api_key: String should have at least 1 character"),
+        ("api_keys: ['k', '']", "models[0].route[0].api_keys: a key must not be empty"),
+        ("api_keys: [{key: ''}]", "models[0].route[0].api_keys[0].key: String should have"),
+    ],
+)
+def test_config_with_an_empty_route_key_is_refused_not_read_as_keyless(
+    keys: str, says: str
+) -> None:
+    assert says in _error(
+        f"models: [{{id: a, route: [{{kind: openai_compat, base_url: 'http://x/v1', {keys}}}]}}]"
+    )
+
+
 def test_config_env_var_is_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLMGW_TEST_KEY", "sk-abc")
     cfg = parse_config(
