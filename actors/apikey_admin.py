@@ -49,6 +49,7 @@ from schemas import (
     RouteNotFoundError,
     subjects,
 )
+from schemas.keys import expiry_problem
 from schemas.limits import key_owner_problem
 
 if TYPE_CHECKING:
@@ -67,10 +68,15 @@ def _expiry(cmd: AdminCommand, now: float) -> float | None:
     for name in given:
         try:
             if name == "expires_in":
-                return now + parse_duration(cmd.args[name])
-            return parse_instant(cmd.args[name])
+                expires = now + parse_duration(cmd.args[name])
+            else:
+                expires = parse_instant(cmd.args[name])
         except (ValueError, TypeError) as exc:
             raise InvalidRequestError(f"bad '{name}': {exc}", param=name) from None
+        problem = expiry_problem(expires, now)
+        if problem is not None:
+            raise InvalidRequestError(f"bad '{name}': {problem}", param=name)
+        return expires
     return None
 
 

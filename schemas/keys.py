@@ -80,6 +80,14 @@ def parse_instant(value: str | float) -> float:
     return _bounded_instant(moment.timestamp())
 
 
+def expiry_problem(expires: float | None, now: float) -> str | None:
+    """Why a new key cannot expire at ``expires`` (Unix seconds; None: never), or None. A key
+    made already expired is refused, not created unusable: its caller would get 401s."""
+    if expires is None or expires > now:
+        return None
+    return "the key would be expired already: its expiry must be in the future"
+
+
 def fits_int64(value: int) -> bool:
     """Whether ``value`` fits a signed 64-bit integer: an SQLite INTEGER, a PostgreSQL
     BIGINT, a msgpack or Go peer's int (larger ones overflow there)."""

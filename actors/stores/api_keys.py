@@ -16,7 +16,14 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from actors.stores.db import Migration
-from schemas.keys import ApiKeyInfo, hash_key, parse_duration, parse_instant, role_rank
+from schemas.keys import (
+    ApiKeyInfo,
+    expiry_problem,
+    hash_key,
+    parse_duration,
+    parse_instant,
+    role_rank,
+)
 from schemas.limits import key_owner_problem
 
 if TYPE_CHECKING:
@@ -138,6 +145,9 @@ class ApiKeys(ABC):
         problem = key_owner_problem(org, user)
         if problem is not None:
             raise ValueError(problem[1])
+        expired = expiry_problem(expires, now)
+        if expired is not None:
+            raise ValueError(expired)
         key = new_key()
         record = ApiKeyRecord(
             id="gk-" + secrets.token_hex(6),

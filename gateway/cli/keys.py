@@ -55,7 +55,7 @@ from gateway.cli.common import (
 from gateway.cli.keys_owner import NoGatewayError, announce, reach_owner
 from gateway.process.config import ConfigError, load_sections, redacted
 from schemas import ApiKeyCreated, ApiKeyRevoked, GatewayError
-from schemas.keys import ROLES, parse_duration, parse_instant
+from schemas.keys import ROLES, expiry_problem, parse_duration, parse_instant
 from schemas.limits import spec_arg
 
 if TYPE_CHECKING:
@@ -306,13 +306,18 @@ def _expiry(args: argparse.Namespace, now: float) -> float | None:
     """When the new key expires (None: never). Raises ValueError naming the option."""
     if args.expires_in and args.expires_at:  # the owner refuses both too
         raise ValueError("give one of --expires-in and --expires-at")
+    option = "--expires-in" if args.expires_in else "--expires-at"
     try:
         if args.expires_in:
-            return now + parse_duration(args.expires_in)
-        return parse_instant(args.expires_at) if args.expires_at else None
+            expires: float | None = now + parse_duration(args.expires_in)
+        else:
+            expires = parse_instant(args.expires_at) if args.expires_at else None
     except ValueError as exc:
-        option = "--expires-in" if args.expires_in else "--expires-at"
         raise ValueError(f"{option}: {exc}") from None
+    problem = expiry_problem(expires, now)  # the owner refuses it too; this names the option
+    if problem is not None:
+        raise ValueError(f"{option}: {problem}")
+    return expires
 
 
 async def _list(args: argparse.Namespace) -> int:

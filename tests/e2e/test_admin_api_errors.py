@@ -293,6 +293,8 @@ KEY = {"role": "free", "org": "o", "user": "u"}
         ({"budget": "10/month"}, "budget", "PUT /admin/limits/key/"),
         ({"colour": "red"}, "colour", "not an argument of create"),
         ({"expires_in": "1h", "expires_at": 4102444800}, "expires_at", "one of"),
+        ({"expires_at": "2020-01-01T00:00:00Z"}, "expires_at", "would be expired already"),
+        ({"expires_at": 1}, "expires_at", "would be expired already"),
         ({"name": "ci\nAUDIT ok: key revoked"}, "name", "control characters"),
         ({"name": "x" * 10_000}, "name", "at most 256 characters"),
         ({"org": "acme\x1b[2J"}, "org", "control characters"),
@@ -303,6 +305,9 @@ KEY = {"role": "free", "org": "o", "user": "u"}
         "a-budget",
         "unknown",
         "both-expiries",
+        # A key made unusable: every request with it got 401 expired.
+        "already-expired",
+        "expired-at-second-1",
         # Each was a 201: the name came back whole in every list, log line and event after.
         "a-forged-log-line",
         "ten-thousand-chars",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -23,6 +24,7 @@ from tests.e2e.keys_support import (
     admin_http,
     cli,
     create_keys,
+    db_path,
     keys_config,
     pool_state,
 )
@@ -78,10 +80,13 @@ async def test_a_cli_key_closes_v1_and_unknown_expired_revoked_keys_get_401(
             "old",
             "--role",
             "free",
-            "--expires-at",
-            "2001-01-01T00:00:00Z",
+            "--expires-in",
+            "1h",
         ),
     )
+    # The hour has passed: a key cannot be created already expired.
+    with sqlite3.connect(db_path(tmp_path)) as db:
+        db.execute("UPDATE api_keys SET expires = 978307200 WHERE id = ?", (expired["id"],))
     key = made["key"]
     assert key.startswith("llmgw-") and made["status"] == "active"
 

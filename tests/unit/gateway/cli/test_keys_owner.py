@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from actors.stores.api_keys import API_KEYS, ApiKeyStore
+from actors.stores.provider_keys import LazyDb
 from gateway.cli import keys_offline
 from gateway.cli import main as cli
 from tests.unit.gateway.cli.socket_gateway import LOST, SILENT
@@ -95,6 +97,34 @@ def test_keys_create_with_both_expiries_is_refused_and_writes_nothing(
     assert code == 2
     assert _error_line(capsys) == "llmgw keys: give one of --expires-in and --expires-at"
     assert (tmp_path / "gw.sqlite3").stat().st_size == 0
+
+
+@pytest.mark.parametrize("at", ["2020-01-01T00:00:00Z", "1999-12-31"])
+def test_keys_create_already_expired_is_refused_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], at: str
+) -> None:
+    """The key was created (exit 0, printed) and every request with it got 401 expired."""
+    (tmp_path / "gw.sqlite3").touch()  # a database named, no gateway on it
+
+    code = _keys(tmp_path, "create", *WHO, "--expires-at", at)
+
+    assert code == 2
+    assert _error_line(capsys) == (
+        "llmgw keys: --expires-at: the key would be expired already: "
+        "its expiry must be in the future"
+    )
+    assert (tmp_path / "gw.sqlite3").stat().st_size == 0
+
+
+async def test_the_key_store_refuses_a_key_created_already_expired(tmp_path: Path) -> None:
+    """The owner's rule, whichever path reaches it (the CLI offline, the keys actor)."""
+    store = ApiKeyStore(LazyDb(str(tmp_path / "gw.sqlite3"), [API_KEYS]))
+    try:
+        with pytest.raises(ValueError, match="expired already"):
+            await store.create(org="o", user="u", role="free", now=1000.0, expires=1000.0)
+        assert await store.records() == []
+    finally:
+        await store.aclose()
 
 
 @pytest.mark.parametrize("verb", [("list",), ("revoke", "gk-1a2b"), ("create", *WHO)])
