@@ -86,6 +86,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the matching rows."""
     try:
+        if args.limit < 1:  # refused here, before any path: each said it its own way
+            raise UsageError(f"--limit: at least 1 row, not {args.limit}")
         query = {
             "since": parse_since(args.since),
             "model": args.model,

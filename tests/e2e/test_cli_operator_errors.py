@@ -97,6 +97,24 @@ async def test_events_with_a_count_below_one_is_refused_in_one_line(
         assert one_line_error(done) == f"llmgw events: --count: at least 1 event, not {count}"
 
 
+async def test_logs_with_a_limit_below_one_is_refused_alike_online_and_offline(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    """Asking the gateway said "HTTP 400: 'limit' must be a positive integer" and reading
+    the file "'limit' must ...", both with exit 1 (a failure, not an argument error)."""
+    proc = GatewayProcess(["serve", "--port", "0"], cwd=tmp_path)
+    processes.append(proc)
+    await asyncio.to_thread(proc.start)
+    db = str(tmp_path / "llmgw.sqlite3")
+
+    for limit in ("0", "-1"):
+        online = await asyncio.to_thread(llmgw, tmp_path, "logs", f"--limit={limit}")
+        offline = await asyncio.to_thread(llmgw, tmp_path, "logs", "--db", db, f"--limit={limit}")
+
+        says = f"llmgw logs: --limit: at least 1 row, not {limit}"
+        assert one_line_error(online) == says and one_line_error(offline) == says
+
+
 async def test_admin_with_a_timeout_not_above_zero_is_refused_and_sends_nothing(
     processes: list[GatewayProcess], tmp_path: Path
 ) -> None:
