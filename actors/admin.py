@@ -131,6 +131,19 @@ async def stored(op: Awaitable[_T], what: str) -> _T:
         raise GatewayError(f"the {what} database failed: {exc}") from None
 
 
+def refuse_undeclared(area: str, verb: str, args: Mapping[str, Any], taken: frozenset[str]) -> None:
+    """Raise InvalidRequestError naming the first argument of ``args`` not in ``taken``:
+    refused, not dropped, as a misspelt argument (``budgt``, ``min-role``) would read as
+    applied when it is not. What an area's ``args`` enforce, and a reader that answers for
+    the owner (``llmgw admin spend report`` offline) enforces alike."""
+    if unknown := sorted(set(args) - taken):
+        name = unknown[0][:TEXT_ARG_MAX_CHARS]
+        raise InvalidRequestError(
+            f"{area} {verb} takes no argument {name!r} (it takes {', '.join(sorted(taken))})",
+            param=name,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class AdminChecked:
     """Local message: a command whose check passed, to run in the mailbox."""
@@ -231,15 +244,8 @@ class AdminArea:
                 f"known: {', '.join(self.verbs) or 'none'}"
             )
         taken = self._args.get(verb)
-        if taken is not None and (unknown := sorted(set(cmd.args) - taken)):
-            # Refused, not dropped: a misspelt argument (``budgt``, ``min-role``) would read
-            # as applied when it is not.
-            name = unknown[0][:TEXT_ARG_MAX_CHARS]
-            raise InvalidRequestError(
-                f"{self.area} {verb} takes no argument {name!r} "
-                f"(it takes {', '.join(sorted(taken))})",
-                param=name,
-            )
+        if taken is not None:
+            refuse_undeclared(self.area, verb, cmd.args, taken)
         return cmd, verb, handler
 
     def _key(self, verb: str, cmd: AdminCommand) -> CommandKey | None:

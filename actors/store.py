@@ -55,7 +55,7 @@ from actors.stores.request_log import (
     request_row,
     unwritable,
 )
-from actors.stores.spend_report import SpendQuery
+from actors.stores.spend_report import SPEND_ARGS, SpendQuery
 from bus import BusClosedError
 from schemas import (
     AdminCommand,
@@ -110,7 +110,6 @@ _LOG_ARGS = {
 }
 """The arguments each ``log`` verb takes: a misspelt filter (``modle``) is refused, not
 dropped into a query that answers every row."""
-_SPEND_ARGS = frozenset({"since", "until", "group_by", "per_day"})
 
 
 class StoreActor(Actor):
@@ -141,9 +140,7 @@ class StoreActor(Actor):
             },
             args=_LOG_ARGS,
         )
-        self.spend = AdminArea(
-            "spend", {"report": self._spend_report}, args={"report": _SPEND_ARGS}
-        )
+        self.spend = AdminArea("spend", {"report": self._spend_report}, args={"report": SPEND_ARGS})
         self.serves = (self.admin.serve, self.spend.serve)
 
     async def on_start(self, ctx: ActorContext) -> None:

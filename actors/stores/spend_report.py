@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 HOUR_S = 3600
 DAY_S = 86_400
 GROUPS = {"key": "key_id", "user": "user_id", "org": "org", "model": "model"}
+SPEND_ARGS = frozenset({"since", "until", "group_by", "per_day"})
+"""The arguments a ``spend report`` takes (:meth:`SpendQuery.from_args` reads them)."""
 _DEFAULT_SPAN_S = 30 * 86_400
 _SUMS = ("requests", "prompt_tokens", "completion_tokens", "cost_usd", "estimated_requests")
 

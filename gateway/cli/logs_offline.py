@@ -16,8 +16,9 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING, Any
 
+from actors.admin import refuse_undeclared
 from actors.stores.request_log import TABLE_INFO, LogQuery, Row, as_dicts
-from actors.stores.spend_report import SpendQuery
+from actors.stores.spend_report import SPEND_ARGS, SpendQuery
 from gateway.cli.common import LogFileError
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def spend_report(database: DatabaseConfig, arguments: dict[str, Any]) -> dict[st
     """The ``spend report`` the owner would answer for ``arguments``, read from PostgreSQL
     (``database.url``) or else the SQLite file. Raises ValueError for a bad argument,
     LogFileError."""
+    # The owner's AdminArea refuses what a report does not take; so does its stand-in.
+    refuse_undeclared("spend", "report", arguments, SPEND_ARGS)
     query = SpendQuery.from_args(arguments, time.time())
     if database.url:
         return query.result(asyncio.run(_select_postgres(database.url, query.queries())))

@@ -247,6 +247,27 @@ async def test_events_since_and_spend_and_logs_take_durations_and_times_on_the_l
         assert [json.loads(r)["requested_model"] for r in done.stdout.splitlines()] == ["demo"]
 
 
+async def test_spend_report_refuses_an_argument_it_does_not_take_online_and_offline(
+    processes: list[GatewayProcess], tmp_path: Path
+) -> None:
+    """With no gateway running, the report read from the file ignored a misspelt ``group``
+    and answered by model, as if grouped as asked; the owner refuses it."""
+    proc = GatewayProcess(["serve", "--port", "0"], cwd=tmp_path)
+    processes.append(proc)
+    await asyncio.to_thread(proc.start)
+    report = ("admin", "spend", "report", "--arg", "group=key")
+
+    online = await asyncio.to_thread(llmgw, tmp_path, *report)
+    await asyncio.to_thread(proc.stop)
+    offline = await asyncio.to_thread(llmgw, tmp_path, *report)
+
+    says = "spend report takes no argument 'group' (it takes group_by, per_day, since, until)"
+    for done in (online, offline):
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        (line,) = done.stderr.splitlines()
+        assert line.startswith("llmgw admin: spend report refused: ") and line.endswith(says)
+
+
 def test_admin_given_json_nested_past_the_stack_says_so_in_one_line(tmp_path: Path) -> None:
     deep = '{"rules": ' + "[" * 100_000 + "]" * 100_000 + "}"
     (tmp_path / "rules.json").write_text(deep)
