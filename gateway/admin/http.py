@@ -258,6 +258,19 @@ def refuse_too_large(args: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
+_FIELD_NAME_MAX = 256
+
+
+def refuse_unknown_fields(body: dict[str, Any], taken: frozenset[str], route: str) -> None:
+    """Raise InvalidRequestError naming the first field of ``body`` not in ``taken``, as the
+    bus admin areas refuse an argument their verb does not take: a dedicated route dropped
+    it, so a misspelt field (``header`` for ``headers``) read as applied when it was not."""
+    if unknown := sorted(set(body) - taken):
+        name = str(unknown[0])[:_FIELD_NAME_MAX]
+        takes = f"it takes {', '.join(sorted(taken))}" if taken else "it takes none"
+        raise InvalidRequestError(f"{route} takes no field {name!r} ({takes})", param=name)
+
+
 def refuse_get_of_change(req: HttpRequest, area: str, verb: str) -> None:
     """Raise InvalidRequestError when ``req`` is a GET of a verb that changes state: a GET is
     safe to repeat (a proxy or a client retrying it, a link followed), a change is not."""

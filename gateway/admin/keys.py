@@ -26,13 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, refuse_unknown_fields
 from gateway.auth.admin_access import requested_by
 from gateway.auth.gate import Authenticator, caller_of
 from gateway.http.request import HttpRequest
-from schemas import (
-    RouteNotFoundError,
-)
+from schemas import InvalidRequestError, RouteNotFoundError
 from schemas.config import credential_id
 from schemas.keys import hash_key
 
@@ -43,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[HttpRequest], Awaitable[None]]
 _encode = msgspec.json.Encoder().encode
+_MIN_ROLE_FIELDS = frozenset({"min_role"})
+_RESERVE_FIELDS = frozenset({"key", "credential_id", "min_role"})
 
 
 def _segments(req: HttpRequest, prefix: str) -> list[str]:
@@ -90,7 +90,10 @@ class AdminKeys:
         parts = _segments(req, "/admin/provider-keys/")
         if len(parts) != 2 or parts[1] != "min-role":
             raise RouteNotFoundError(f"no such path {req.split_path()}")
-        args = {**await args_of(req), "id": parts[0]}
+        body = await args_of(req)
+        # The path names the key: a body's "id" was overwritten by it.
+        refuse_unknown_fields(body, _MIN_ROLE_FIELDS, "POST /admin/provider-keys/{id}/min-role")
+        args = {**body, "id": parts[0]}
         changed = await self._command(req, "provider_keys", "set_min_role", args)
         await req.respond(200, _encode(changed))
 
@@ -104,6 +107,9 @@ class AdminKeys:
 
     async def reserve_env_key(self, req: HttpRequest) -> None:
         args = await args_of(req)
+        refuse_unknown_fields(args, _RESERVE_FIELDS, "POST /admin/provider-keys/min-role-env")
+        if "key" in args and "credential_id" in args:  # the key's id replaced the one given
+            raise InvalidRequestError("give one of 'key' and 'credential_id'", param="key")
         if isinstance(args.get("key"), str) and args["key"].strip():
             # A reservation needs only the hash: the secret stays on this ingress.
             args["credential_id"] = credential_id(args.pop("key").strip())

@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, args_of, refuse_get_of_change
+from gateway.admin.http import (
+    admin_request,
+    args_of,
+    refuse_get_of_change,
+    refuse_unknown_fields,
+)
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError
+from schemas.limits import SPEC_ARGS
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -47,6 +53,8 @@ async def limits_http(req: HttpRequest, bus: Bus, timeout: float) -> None:
             )
         args = await args_of(req) if req.method == "PUT" else {}
         if rest:
+            # The path names the subject: a body's kind, id or subject was overwritten by it.
+            refuse_unknown_fields(args, SPEC_ARGS, f"PUT {PREFIX}{{kind}}/{{id}}")
             args.update(kind=kind, id=ident)
         elif req.method != "GET":
             raise InvalidRequestError("name the subject: /admin/limits/{kind}/{id}")

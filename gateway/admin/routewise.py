@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from gateway.admin.http import admin_request, args_of
+from gateway.admin.http import admin_request, args_of, refuse_unknown_fields
 from gateway.auth.admin_access import is_admin, requested_by
 from gateway.http.component import Component
 from schemas import InvalidRequestError, UnauthorizedError
@@ -32,6 +32,7 @@ MODEL_SETTINGS = "/admin/routewise/model-settings"
 SETTINGS = "/admin/routewise/settings"
 KEY_PREFIX = MODEL_SETTINGS + "/"
 _encode = msgspec.json.Encoder().encode
+_VALUE_FIELDS = frozenset({"value"})
 
 
 def _model_id(req: HttpRequest) -> str:
@@ -83,6 +84,7 @@ class RouteWiseAdmin(Component):
             await self._ask(req, "unset_model_setting", args)
             return
         body = await args_of(req)
+        refuse_unknown_fields(body, _VALUE_FIELDS, f"PATCH {KEY_PREFIX}{{key}}")
         if "value" not in body:
             raise InvalidRequestError('the body must be {"value": ...}', param="value")
         await self._ask(req, "set_model_setting", {**args, "value": body["value"]})

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import admin_request, refuse_too_large
+from gateway.admin.http import admin_request, refuse_too_large, refuse_unknown_fields
 from gateway.auth.admin_access import requested_by
 from schemas import InvalidRequestError, RouteNotFoundError
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 PREFIX = "/admin/routing/weights/"
 _encode = msgspec.json.Encoder().encode
+_WEIGHT_FIELDS = frozenset({"weight"})
 
 
 def _target(req: HttpRequest, config: GatewayConfig) -> tuple[str, str]:
@@ -49,6 +50,8 @@ async def set_weight(req: HttpRequest, bus: Bus, config: GatewayConfig, timeout:
             raise InvalidRequestError(
                 "the request body is not valid JSON or is nested too deeply"
             ) from None
+        if isinstance(body, dict):
+            refuse_unknown_fields(body, _WEIGHT_FIELDS, f"PUT {PREFIX}{{model}}/{{endpoint}}")
         args["weight"] = body.get("weight") if isinstance(body, dict) else None
         refuse_too_large(args)
         verb = "set_weight"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from gateway.admin.http import refuse_unknown_fields
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
 from gateway.formats.openai_embeddings import validate_embeddings_request
@@ -55,6 +56,7 @@ _SURFACES: dict[str, Surface | None] = {
     "/v1/embeddings": None,
 }
 _MAX_BYTES = 4 * 1024 * 1024
+_SPEC_FIELDS = frozenset({"path", "body", "headers"})
 
 
 class Walker(Protocol):
@@ -150,6 +152,7 @@ def _spec(raw: bytes) -> dict[str, Any]:
         raise InvalidRequestError("the request body is JSON nested too deeply") from None
     if not isinstance(spec, dict):
         raise InvalidRequestError("the body must be {path?, body, headers?}")
+    refuse_unknown_fields(spec, _SPEC_FIELDS, f"POST {PATH}")
     return spec
 
 

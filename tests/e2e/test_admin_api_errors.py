@@ -378,6 +378,74 @@ async def test_a_limit_or_provider_key_that_would_not_apply_as_meant_is_400_and_
     assert (limits, keys) == ({}, [])
 
 
+_EXPLAINED = {"body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "param"),
+    [
+        ("PUT", "/admin/routing/weights/m/{endpoint}", {"weight": 2, "reason": "x"}, "reason"),
+        ("PUT", "/admin/limits/org/acme", {"rpm": 5, "kind": "user"}, "kind"),
+        ("POST", "/admin/provider-keys/k-0123/min-role", {"min_role": "pro", "id": "k-9"}, "id"),
+        (
+            "POST",
+            "/admin/provider-keys/min-role-env",
+            {"credential_id": "k-0123", "min_role": "pro", "tier": "pro"},
+            "tier",
+        ),
+        ("POST", "/admin/routing/explain", {**_EXPLAINED, "header": {"x-user": "u"}}, "header"),
+        ("PATCH", "/admin/routewise/model-settings/alpha?model_id=m", {"value": 1, "v": 2}, "v"),
+    ],
+    ids=[
+        "weight-with-a-reason",
+        "limit-with-a-kind-the-path-overrode",
+        "min-role-with-an-id-the-path-overrode",
+        "reservation-with-a-tier",
+        "explain-with-a-misspelt-headers",
+        "routewise-setting-with-an-extra",
+    ],
+)
+async def test_a_dedicated_admin_route_given_a_body_field_it_does_not_take_is_400_naming_it(
+    routed_gw: RunningGateway,
+    fake_upstream: FakeUpstream,
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    param: str,
+) -> None:
+    """Each was answered as if the field were not there (200): the weight set, the limit of
+    ``org:acme`` set though the body said ``user``, the caller explained without the headers
+    meant for it. The bus admin areas refuse an argument their verb does not take; so do the
+    dedicated routes."""
+    http = routed_gw.http()
+    path = path.format(endpoint=eid("m", fake_upstream))
+
+    resp = await http.request(method, path, json=body, headers=AUTH)
+    weights = (await http.post("/admin/routing/weights", json={}, headers=AUTH)).json()
+    limits = (await http.get("/admin/limits", headers=AUTH)).json()["limits"]
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == param and f"takes no field '{param}'" in err["message"], err
+    assert [r["overridden"] for m in weights["models"] for r in m["routes"]] == [False]
+    assert limits == {}
+
+
+async def test_a_reservation_given_both_a_key_and_a_credential_id_is_400_and_keeps_none(
+    routed_gw: RunningGateway,
+) -> None:
+    """The key's id silently replaced the ``credential_id`` given beside it."""
+    http = routed_gw.http()
+    body = {"key": "sk-env-0123", "credential_id": "k-0123", "min_role": "pro"}
+
+    resp = await http.post("/admin/provider-keys/min-role-env", json=body, headers=AUTH)
+    listed = (await http.get("/admin/provider-keys", headers=AUTH)).json()
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == "key" and "one of 'key' and 'credential_id'" in err["message"]
+    assert "sk-env-0123" not in resp.text
+    assert listed.get("reservations", []) == []
+
+
 @pytest.mark.parametrize(
     ("verb", "body", "param"),
     [
