@@ -6,7 +6,8 @@ is saved in its snapshot and published on ``llmgw.chain.<name>.state``.
 
 Backfill: the snapshot remembers which catalogue models the chain has seen. A chain that
 backfills appends each model the catalogue gained since (a reload) at the next priority,
-inheriting that model's own enabled state.
+inheriting that model's own enabled state; a chain only the file shaped drops again the ones
+the catalogue lost.
 
 The file and the snapshot: a chain an admin command created or edited is the admin's, and its
 snapshot wins over the config file after a restart or a reload. A chain only the file ever
@@ -81,6 +82,8 @@ class ChainActor(Actor):
                 self.state = snap.state
             else:
                 self.state = _file_changed(snap, self._initial)
+            if not self._edited:
+                self.state = _drop_gone(self.state, self._catalogue, self._initial)
             if self.state.backfill:
                 self.state = _backfill(self.state, self._catalogue, set(snap.seen))
         await self._save(seen)
@@ -144,6 +147,20 @@ def _file_changed(snap: _Snapshot, file: ChainState) -> ChainState:
         given = {e.model for e in (*snap.file.models, *file.models)}
         models = (*models, *(e for e in snap.state.models if e.model not in given))
     return msgspec.structs.replace(file, models=models, seq=snap.state.seq + 1)
+
+
+def _drop_gone(state: ChainState, catalogue: Catalogue, file: ChainState) -> ChainState:
+    """A chain only the file shaped, without the models backfill added that the catalogue
+    lost since (a reload removed them): it follows the file, as backfill follows it in. A
+    chain an admin shaped keeps them: a reload that would leave it so is refused
+    (``actors.config_owner``)."""
+    known = {m for m, _ in catalogue} | {e.model for e in file.models}
+    kept = tuple(e for e in state.models if e.model in known)
+    if len(kept) == len(state.models):
+        return state
+    gone = ", ".join(e.model for e in state.models if e.model not in known)
+    logger.info("chain %s no longer names %s (gone from the catalogue)", state.name, gone)
+    return msgspec.structs.replace(state, models=kept, seq=state.seq + 1)
 
 
 def _backfill(state: ChainState, catalogue: Catalogue, seen: set[str]) -> ChainState:

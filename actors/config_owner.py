@@ -4,8 +4,10 @@
 startup does and raises InvalidRequestError with startup's message), then reconciles the
 running tree with the new config's (``actors.reconfigure``): additions and replacements
 first, then ``ConfigChanged`` on ``llmgw.events.config`` (every ingress re-reads its own
-file and swaps its config), then removals. An invalid file, or a child that fails to start,
-leaves the running config as it was. ``show`` returns the running version and model ids.
+file and swaps its config), then removals. An invalid file, a child that fails to start, or
+a chain that would name a model the new config lacks (a chain an admin made outlives the
+reload; startup refuses a config whose chains name an unknown model) leaves the running
+config as it was. ``show`` returns the running version and model ids.
 
 SIGHUP in an actors process sends the same command (``by="sighup"``).
 """
@@ -21,7 +23,16 @@ from typing import TYPE_CHECKING, Any
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext
 from actors.reconfigure import Change, apply, diff, undo
-from schemas import AdminCommand, ConfigChanged, GatewayError, subjects
+from bus import NoRespondersError, RequestTimeoutError
+from schemas import (
+    AdminCommand,
+    ConfigChanged,
+    GatewayError,
+    InvalidRequestError,
+    SteeringGet,
+    SteeringSnapshot,
+    subjects,
+)
 
 if TYPE_CHECKING:
     from actors.supervisor import Supervisor
@@ -31,6 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Loader = Callable[[], "tuple[GatewayConfig, str]"]
+_CHECK_TIMEOUT_S = 10.0
 
 
 @dataclass(slots=True)
@@ -103,6 +115,39 @@ class ConfigActor(Actor):
             "models": [m.id for m in st.config.models],
         }
 
+    async def _check_chains(self, config: GatewayConfig) -> None:
+        """Refuse (InvalidRequestError) a reload after which a chain would name a model the
+        config lacks, as startup refuses a config whose chains do: a chain an admin made or
+        edited, or one backfill grew, outlives the reload (its owner's snapshot) and kept the
+        model. Asked of the steering actor the reload just started, so what is checked is
+        what would run. Raises ReloadFailedError when it cannot be asked."""
+        try:
+            reply = await self.ctx.bus.request(
+                subjects.STEERING_GET,
+                SteeringGet(),
+                reply_type=SteeringSnapshot,
+                timeout=_CHECK_TIMEOUT_S,
+            )
+        except NoRespondersError:
+            return  # no steering in this tree: no chain to check
+        except RequestTimeoutError:
+            raise ReloadFailedError(
+                "reload not applied: the chains' owner did not answer in time"
+            ) from None
+        if not isinstance(reply, SteeringSnapshot):
+            raise ReloadFailedError(f"reload not applied: the chains' owner: {reply.message}")
+        ids = {m.id for m in config.models}
+        where = f"{self._state.source}: " if self._state.source else ""
+        for chain in sorted(reply.chains, key=lambda c: c.name):
+            for entry in chain.models:
+                if entry.model not in ids:
+                    raise InvalidRequestError(
+                        f"{where}chain {chain.name!r} names {entry.model!r}, which is no model "
+                        "id of this config; the running config stays (a chain made or edited "
+                        "by an admin command outlives a reload: take the model out of it "
+                        "first, llmgw admin chains set_models)"
+                    )
+
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         st = self._state
         config, version = self._load()  # raises InvalidRequestError: nothing changed
@@ -116,6 +161,11 @@ class ConfigActor(Actor):
         except Exception as exc:  # a child failed to start: put the tree back as it was
             await undo(self._root, done)
             raise ReloadFailedError(f"reload not applied: {type(exc).__name__}: {exc}") from exc
+        try:
+            await self._check_chains(config)
+        except GatewayError:  # before any ingress was told: only the tree goes back
+            await undo(self._root, done)
+            raise
         models = model_changes(st.config, config)
         await self.ctx.publish(
             subjects.event("config"),

@@ -291,6 +291,40 @@ async def test_reload_with_a_route_key_variable_now_empty_is_refused_naming_it(
     assert sent == "Bearer sk-upstream-secret"  # the running config keeps its key
 
 
+async def test_reload_removing_a_model_an_admin_chain_names_is_refused_whole(
+    gateway_factory: GatewayFactory,
+    tmp_path: Path,
+) -> None:
+    """The reload was applied and the chain kept naming the removed model; startup refuses
+    a config whose chain names a model it lacks."""
+    path = tmp_path / "gw.yaml"
+    echo = {"kind": "echo"}
+    gw = await gateway_factory(
+        _file_config(tmp_path, model("a", echo), model("b", echo)), config_path=path
+    )
+    made = await admin(gw, "chains", "create", name="team", models=["a", "b"])
+    before = (await admin(gw, "config", "show")).json()
+    path.write_text(yaml.safe_dump(_file_config(tmp_path, model("a", echo))))
+
+    refused = await admin(gw, "config", "reload")
+    after = (await admin(gw, "config", "show")).json()
+    chain = (await admin(gw, "chains", "get", name="team")).json()
+    still = await gw.http().post(CHAT, json=chat("b"))
+    await admin(gw, "chains", "set_models", name="team", models=["a"])
+    applied = await admin(gw, "config", "reload")
+
+    assert made.status_code == 200, made.text
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"].startswith(
+        f"{path}: chain 'team' names 'b', which is no model id of this config; "
+        "the running config stays"
+    )
+    assert after == before and after["models"] == ["a", "b"]
+    assert [e["model"] for e in chain["models"]] == ["a", "b"]
+    assert still.status_code == 200, still.text
+    assert applied.status_code == 200 and applied.json()["removed"] == ["b"], applied.text
+
+
 async def test_reload_applies_a_rotated_admin_key_and_a_new_auth_mode(
     gateway_factory: GatewayFactory,
     tmp_path: Path,

@@ -1,6 +1,6 @@
 """A ChainActor's snapshot against the config file: a chain an admin command edited keeps its
-snapshot, one only the file shaped follows the file (keeping what backfill added), and a
-snapshot from before this was recorded counts as the admin's."""
+snapshot, one only the file shaped follows the file (keeping what backfill added while the
+catalogue has it), and a snapshot from before this was recorded counts as the admin's."""
 
 from __future__ import annotations
 
@@ -89,6 +89,28 @@ async def test_a_backfilling_chain_the_file_changes_keeps_what_backfill_added(
 
     assert grown == ("a", "b", "c")  # b and c came by backfill
     assert changed == ("c", "a", "b")  # the file's order, then b, which only backfill named
+
+
+async def test_a_backfilling_chain_the_file_shaped_drops_what_backfill_added_once_gone(
+    bus: InProcessBus, store: SnapshotStore
+) -> None:
+    """A reload that removed b kept it in the chain (and now refuses such a reload): backfill
+    brought it in with the catalogue, and it goes out with it."""
+    await _run(bus, store, _chain("a", backfill=True), catalogue=(("a", True),))
+    grown = await _run(bus, store, _chain("a", backfill=True), catalogue=CATALOGUE)
+    shrunk = await _run(bus, store, _chain("a", backfill=True), catalogue=(("a", True),))
+    edited = await _run(
+        bus,
+        store,
+        _chain("a", backfill=True),
+        catalogue=CATALOGUE,
+        edit=ChainEdit(verb="move", model="c", position=1),
+    )
+    kept = await _run(bus, store, _chain("a", backfill=True), catalogue=(("a", True),))
+
+    assert grown == ("a", "b", "c") and shrunk == ("a",)
+    assert edited == ("c", "a", "b")
+    assert kept == ("c", "a", "b")  # the admin's chain: a reload leaving it so is refused
 
 
 async def test_a_snapshot_from_before_counts_as_the_admins(
