@@ -74,6 +74,22 @@ def model_changes(old: GatewayConfig, new: GatewayConfig) -> dict[str, list[str]
     }
 
 
+def warn_unpriced(config: GatewayConfig) -> None:
+    """Log the routes of ``config`` with no ``pricing:``, once per config put to work (at
+    startup, and by a reload once applied: never for one refused, nor again for one a host
+    already runs): the budgets are set at run time (keys, admin), so any of them may be
+    spent through these routes without limit."""
+    unpriced = config.unpriced_endpoints()
+    if unpriced:
+        logger.warning(
+            "%d route(s) have no pricing: and are billed $0, so no budget counts their requests"
+            " (llmgw_unpriced_attempts_total counts their use; declare pricing: {prompt: 0,"
+            " completion: 0} for a route that is free): %s",
+            len(unpriced),
+            ", ".join(unpriced),
+        )
+
+
 class ConfigActor(Actor):
     """Answers ``llmgw.admin.config.{reload,show}``. Raises (as ErrorReply)
     InvalidRequestError for an invalid file, ReloadFailedError when applying failed."""
@@ -184,6 +200,7 @@ class ConfigActor(Actor):
         finally:
             st.config, st.version, st.tree = config, version, tree
         logger.info("config reloaded (version %s): %s", version, models)
+        warn_unpriced(config)
         return {
             "version": version,
             **models,

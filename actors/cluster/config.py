@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext, Serve
-from actors.config_owner import ReloadFailedError, model_changes
+from actors.config_owner import ReloadFailedError, model_changes, warn_unpriced
 from schemas import AdminCommand, ConfigChanged, GatewayError, subjects
 
 if TYPE_CHECKING:
@@ -128,4 +128,5 @@ class ClusterConfigActor(Actor):
         except Exception as exc:  # a child failed to start: the old units still run
             raise ReloadFailedError(f"reload not applied: {type(exc).__name__}: {exc}") from exc
         self._config, self._version = config, version
+        warn_unpriced(config)
         return children

@@ -33,6 +33,7 @@ from actors import (
     move_provider_keys,
 )
 from actors.cluster import ClusterConfigActor, ClusterHost
+from actors.config_owner import warn_unpriced
 from actors.strategies import validate_strategy
 from bus import BusClosedError, NoRespondersError, RequestTimeoutError
 from gateway.process.config import DEMO_CONFIG, ConfigError, load_config
@@ -60,25 +61,11 @@ def load_checked_config(path: str | None) -> GatewayConfig:
 
 
 def _load_checked_versioned(path: str | None) -> tuple[GatewayConfig, str]:
-    """What a config reload loads: :func:`load_checked_config` with the file's version.
-    Raises InvalidRequestError carrying startup's message."""
-    config, version = load_versioned(path, routers=validate_strategy)
-    warn_unpriced(config)
-    return config, version
-
-
-def warn_unpriced(config: GatewayConfig) -> None:
-    """Log once per load the routes with no ``pricing:``: the budgets are set at run time
-    (keys, admin), so any of them may be spent through these routes without limit."""
-    unpriced = config.unpriced_endpoints()
-    if unpriced:
-        logger.warning(
-            "%d route(s) have no pricing: and are billed $0, so no budget counts their requests"
-            " (llmgw_unpriced_attempts_total counts their use; declare pricing: {prompt: 0,"
-            " completion: 0} for a route that is free): %s",
-            len(unpriced),
-            ", ".join(unpriced),
-        )
+    """What a config reload loads: the config validated as :func:`load_checked_config`
+    does, with the file's version; its unpriced routes are warned of by the reload that
+    applies it (``actors.config_owner.warn_unpriced``). Raises InvalidRequestError carrying
+    startup's message."""
+    return load_versioned(path, routers=validate_strategy)
 
 
 def default_node_id() -> str:

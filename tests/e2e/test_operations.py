@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -323,6 +324,40 @@ async def test_reload_removing_a_model_an_admin_chain_names_is_refused_whole(
     assert [e["model"] for e in chain["models"]] == ["a", "b"]
     assert still.status_code == 200, still.text
     assert applied.status_code == 200 and applied.json()["removed"] == ["b"], applied.text
+
+
+UNPRICED = "have no pricing: and are billed $0"
+
+
+async def test_reload_warns_of_unpriced_routes_once_applied_and_never_when_refused(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Startup names the routes with no pricing:; a reload named those of any file it read,
+    even one it then refused (the running config had none)."""
+    path = tmp_path / "gw.yaml"
+    echo = {"kind": "echo"}
+    gw = await gateway_factory(
+        _file_config(tmp_path, model("a", echo), model("c", echo)), config_path=path
+    )
+    await admin(gw, "chains", "create", name="team", models=["a", "c"])
+    path.write_text(
+        yaml.safe_dump(_file_config(tmp_path, model("a", echo), model("b", route(fake_upstream))))
+    )
+    caplog.set_level(logging.WARNING)
+    caplog.clear()
+
+    refused = await admin(gw, "config", "reload")  # the chain still names c
+    warned_when_refused = [r for r in caplog.records if UNPRICED in r.getMessage()]
+    await admin(gw, "chains", "set_models", name="team", models=["a"])
+    applied = await admin(gw, "config", "reload")
+    warned = [r.getMessage() for r in caplog.records if UNPRICED in r.getMessage()]
+
+    assert refused.status_code == 400 and applied.status_code == 200, applied.text
+    assert warned_when_refused == []
+    assert len(warned) == 1 and warned[0].endswith(f": {eid('b', fake_upstream)}"), warned
 
 
 async def test_reload_applies_a_rotated_admin_key_and_a_new_auth_mode(
