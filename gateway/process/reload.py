@@ -33,18 +33,26 @@ class Reconfigurable(Protocol):
 
 
 class ConfigFollower:
-    """Owns an ingress's view of which config version it serves.
+    """Owns an ingress's (or, ``who``, another follower's) view of which config version it
+    serves.
 
     ``load`` re-reads and validates the ingress's own file, returning the config and its
     version; it raises GatewayError (InvalidRequestError with startup's message) to refuse.
+    ``who`` names the follower in its log lines: a process running the ingress and the
+    sidecars follows each reload twice.
     """
 
     def __init__(
-        self, app: Reconfigurable, load: Callable[[], tuple[GatewayConfig, str]], version: str
+        self,
+        app: Reconfigurable,
+        load: Callable[[], tuple[GatewayConfig, str]],
+        version: str,
+        who: str = "ingress",
     ) -> None:
         self._app = app
         self._load = load
         self.version = version
+        self._who = who
 
     def sync(self, announced: str | None = None) -> bool:
         """Re-read the file and swap when it changed; True when it swapped.
@@ -54,16 +62,23 @@ class ConfigFollower:
         try:
             config, version = self._load()
         except GatewayError as err:
-            logger.error("config reload refused, the running config stays: %s", err.message)
+            logger.error(
+                "config reload refused, the running config stays (%s): %s", self._who, err.message
+            )
             return False
         if announced and version != announced:
             logger.warning(
-                "this ingress's config file has version %s, the actors run %s", version, announced
+                "the config file of this %s has version %s, the actors run %s",
+                self._who,
+                version,
+                announced,
             )
         if version and version == self.version:
             return False
         self._app.reconfigure(config)
-        logger.info("ingress now serves config version %s (%d models)", version, len(config.models))
+        logger.info(
+            "%s: now serving config version %s (%d models)", self._who, version, len(config.models)
+        )
         self.version = version
         return True
 

@@ -106,7 +106,7 @@ class Sidecars:
     def follow(self, load: Callable[[], tuple[GatewayConfig, str]], version: str) -> None:
         """Apply every reload from now on: ``load`` re-reads and validates the config file
         (as :class:`~gateway.process.reload.ConfigFollower` does for an ingress)."""
-        follower = ConfigFollower(self, load, version)
+        follower = ConfigFollower(self, load, version, who="sidecars")
         self._tasks.append(asyncio.create_task(self._follow(follower), name="sidecars:reload"))
 
     async def _follow(self, follower: ConfigFollower) -> None:

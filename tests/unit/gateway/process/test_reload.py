@@ -79,3 +79,25 @@ def test_follower_swaps_once_per_new_version_and_keeps_the_config_on_a_refusal(
     assert swapped == [True, False, False]
     assert len(app.configs) == 1 and follower.version == "v2"
     assert "models[0].id: Field required" in caplog.text
+
+
+def test_each_follower_names_itself_in_what_it_logs(caplog: pytest.LogCaptureFixture) -> None:
+    """A process running the ingress and the sidecars follows each reload twice: their lines
+    said "ingress" both, as if the ingress had swapped (or refused) twice."""
+    caplog.set_level("INFO", logger="gateway.process.reload")
+    loaded: list[Any] = [(cfg(("x", "k")), "v2"), InvalidRequestError("gw.yaml: bad")]
+
+    def load() -> tuple[GatewayConfig, str]:
+        item = loaded.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item  # type: ignore[no-any-return]
+
+    follower = ConfigFollower(App(), load, "v1", who="sidecars")
+    follower.sync("v2")
+    follower.sync("v3")
+
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0] == "sidecars: now serving config version v2 (1 models)"
+    assert "(sidecars): gw.yaml: bad" in lines[1]
+    assert not any("ingress" in line for line in lines)
