@@ -70,6 +70,8 @@ def response_shell(model: str, request: JSON | None, created_at: int) -> JSON:
         "previous_response_id": None,
         "truncation": "disabled",
         "user": _str_or_none(req.get("user")),
+        "prompt_cache_key": _str_or_none(req.get("prompt_cache_key")),
+        "safety_identifier": _str_or_none(req.get("safety_identifier")),
         "usage": None,
     }
 

@@ -14,8 +14,10 @@ and leaving them out changes no answer's validity: other ``reasoning`` input ite
 provider's encrypted reasoning cannot be replayed to another model, and unsigned text is
 what Claude refuses), ``include`` (but for ``reasoning.encrypted_content``, read by the
 answer), ``truncation`` (an over-long input fails instead of being cut),
-``max_tool_calls``, ``service_tier``, ``prompt_cache_*``, ``safety_identifier``,
-``text.verbosity``, ``metadata`` (echoed back, not sent upstream). Refused: hosted tools
+``max_tool_calls``, ``metadata`` (echoed back, not sent upstream). Sent on under chat's
+same names, as a chat client's are: ``prompt_cache_key`` (the upstream's prompt cache and the
+gateway's own affinity key on it), ``prompt_cache_retention``, ``safety_identifier``,
+``service_tier`` and ``text.verbosity`` (chat's ``verbosity``). Refused: hosted tools
 (``web_search``, ``file_search``, ``code_interpreter``, ``mcp``, ``computer_use``...), their
 items and tool choices, ``top_logprobs``, and file ids (nothing is stored to refer to).
 """
@@ -112,7 +114,10 @@ _RENAMED: Origins = {
     "tool_choice.function": "tool_choice",
     "tool_choice.allowed_tools": "tool_choice",
     "stream_options": "stream",
+    "verbosity": "text.verbosity",
 }
+# Fields chat takes under the same name and meaning, sent on as they are.
+_SAME_IN_CHAT = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier", "service_tier")
 
 
 def to_chat_request(body: JSON, origins: Origins | None = None) -> JSON:
@@ -181,9 +186,10 @@ def to_chat_request(body: JSON, origins: Origins | None = None) -> JSON:
     reasoning = body.get("reasoning")
     if reasoning is not None and want_dict(reasoning, "reasoning").get("effort") is not None:
         chat["reasoning_effort"] = want_str(reasoning, "effort", "reasoning")
-    user = body.get("user")
-    if isinstance(user, str) and user:
-        chat["user"] = user
+    for key in ("user", *_SAME_IN_CHAT):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            chat[key] = value
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise InvalidRequestError("stream: must be a boolean", param="stream")
@@ -452,7 +458,10 @@ def _convert_tool_choice(choice: Any) -> Any:
 def _convert_text(text: Any, chat: JSON) -> None:
     if text is None:
         return
-    fmt = want_dict(text, "text").get("format")
+    verbosity = want_dict(text, "text").get("verbosity")
+    if verbosity is not None:
+        chat["verbosity"] = want_str(text, "verbosity", "text")
+    fmt = text.get("format")
     if fmt is None:
         return
     kind = want_dict(fmt, "text.format").get("type")

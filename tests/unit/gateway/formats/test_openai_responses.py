@@ -136,7 +136,9 @@ def test_to_chat_request_maps_parameters() -> None:
             },
         }
     ]
-    for dropped in ("store", "include", "prompt_cache_key", "reasoning", "input"):
+    # Codex keys its prompt cache by conversation: sent on, as chat takes it.
+    assert chat["prompt_cache_key"] == "0199a213-81c0-7800-8aa1-bbab2a035a53"
+    for dropped in ("store", "include", "reasoning", "input"):
         assert dropped not in chat
 
 
