@@ -118,6 +118,7 @@ class MessagesToChatStream:
     """
 
     __slots__ = (
+        "_bare",
         "_claude_stop",
         "_complete",
         "_created",
@@ -144,6 +145,7 @@ class MessagesToChatStream:
         self._role_sent = False
         self._complete = False
         self._tools: dict[int, int] = {}  # Anthropic block index -> chat tool_calls index
+        self._bare: set[int] = set()  # tool_use blocks that have carried no input yet
         # Anthropic block index -> an open thinking block's text pieces and its signature
         self._thinking: dict[int, tuple[list[str], list[str]]] = {}
         self._texted = False  # a text block began: a thinking block after it is interleaved
@@ -246,6 +248,8 @@ class MessagesToChatStream:
         call_id, name, tool_input = _tool_use(block)
         position = self._tools[index] = len(self._tools)
         arguments = _encoder.encode(tool_input).decode() if tool_input else ""
+        if not arguments:
+            self._bare.add(index)
         return [
             self._chunk(
                 {
@@ -278,9 +282,12 @@ class MessagesToChatStream:
             fragment = delta.get("partial_json")
             if type(fragment) is not str:
                 raise bad_answer("an input_json_delta's 'partial_json' is not a string")
-            position = self._tools.get(_block_index(data))
+            index = _block_index(data)
+            position = self._tools.get(index)
             if position is None or not fragment:
                 return []
+            if self._bare:
+                self._bare.discard(index)
             return [
                 self._chunk(
                     {"tool_calls": [{"index": position, "function": {"arguments": fragment}}]}
@@ -303,8 +310,17 @@ class MessagesToChatStream:
         return []
 
     def _block_stop(self, data: JSON) -> list[JSON]:
-        """A thinking block's end: the whole block, signed, as a ``thinking_blocks`` delta."""
-        open_block = self._thinking.pop(_block_index(data), None)
+        """A thinking block's end: the whole block, signed, as a ``thinking_blocks`` delta; a
+        tool_use block's that carried no input: its arguments, ``{}``."""
+        index = _block_index(data)
+        if index in self._bare:
+            # Claude streams a call without arguments as no input at all (its whole answer
+            # says {}): "" is not JSON, and clients that parse it (Codex, the OpenAI Agents
+            # SDK's integrations) fail the call.
+            self._bare.discard(index)
+            call = {"index": self._tools[index], "function": {"arguments": "{}"}}
+            return [self._chunk({"tool_calls": [call]})]
+        open_block = self._thinking.pop(index, None)
         if open_block is None:
             return []
         pieces, (signature,) = open_block

@@ -51,6 +51,7 @@ class ConverseToChatStream:
         self._include_usage = include_usage
         self._role_sent = False
         self._tools: dict[int, int] = {}  # contentBlockIndex -> tool_calls index
+        self._bare: set[int] = set()  # tool uses that have carried no input yet
         self._finish: str | None = None  # from messageStop
         self._texted = False  # text came: a reasoning block after it is interleaved
         # contentBlockIndex -> a reasoning block's text pieces, signature, redacted pieces
@@ -71,7 +72,9 @@ class ConverseToChatStream:
             if use is None:
                 return []
             call_id, name, _ = tool_use(use, "a contentBlockStart")
-            index = self._tools.setdefault(_index(payload), len(self._tools))
+            block = _index(payload)
+            index = self._tools.setdefault(block, len(self._tools))
+            self._bare.add(block)
             call = {
                 "index": index,
                 "id": call_id,
@@ -86,6 +89,12 @@ class ConverseToChatStream:
             return []
         if event == "metadata":
             return self._end(payload.get("usage"))
+        if event == "contentBlockStop" and self._bare and _index(payload) in self._bare:
+            # A call without arguments streams no input (the whole answer says {}): "" is
+            # not JSON, and clients that parse it fail the call.
+            self._bare.discard(block := _index(payload))
+            call = {"index": self._tools[block], "function": {"arguments": "{}"}}
+            return [self._chunk({"tool_calls": [call]})]
         if event == "contentBlockStop" and self._reasoning:
             return self._reasoning_stop(payload)
         return []  # messageStart, other blocks' stops, and events this gateway does not use
@@ -115,7 +124,10 @@ class ConverseToChatStream:
             fragment = object_field(delta, "toolUse", "a contentBlockDelta").get("input")
             if type(fragment) is not str:
                 raise bad_answer("a contentBlockDelta's tool use 'input' is not a string")
-            index = self._tools.setdefault(_index(payload), len(self._tools))
+            at = _index(payload)
+            index = self._tools.setdefault(at, len(self._tools))
+            if fragment and self._bare:
+                self._bare.discard(at)
             call = {"index": index, "function": {"arguments": fragment}}
             return [self._chunk({"tool_calls": [call]})]
         reasoning = object_field(delta, "reasoningContent", "a contentBlockDelta")

@@ -193,6 +193,29 @@ def test_stream_tool_use_becomes_tool_call_deltas_then_finish_and_usage() -> Non
     assert t.is_complete
 
 
+@pytest.mark.parametrize("deltas", [[], [""]], ids=["no delta", "empty delta"])
+def test_a_streamed_tool_use_without_input_gets_arguments_of_an_empty_object(
+    deltas: list[str],
+) -> None:
+    # As Claude's whole answer gives it: "" is not JSON, and a client parsing it failed.
+    t = ConverseToChatStream("m", include_usage=False)
+    start = {"start": {"toolUse": {"toolUseId": "t1", "name": "now"}}, "contentBlockIndex": 1}
+    events: list[tuple[str, dict[str, Any]]] = [
+        ("contentBlockStart", start),
+        *[
+            ("contentBlockDelta", {"delta": {"toolUse": {"input": d}}, "contentBlockIndex": 1})
+            for d in deltas
+        ],
+        ("contentBlockStop", {"contentBlockIndex": 1}),
+        ("messageStop", {"stopReason": "tool_use"}),
+    ]
+    chunks = [c for name, payload in events for c in t.feed(name, payload)]
+
+    calls = [c["choices"][0]["delta"].get("tool_calls", [{}])[0] for c in chunks]
+    assert "".join(c.get("function", {}).get("arguments", "") for c in calls) == "{}"
+    assert {c.get("index") for c in calls if c} == {0}
+
+
 def test_stream_ending_after_message_stop_without_metadata_still_finishes() -> None:
     t = ConverseToChatStream("m", include_usage=False)
     t.feed("contentBlockDelta", {"delta": {"text": "hi"}, "contentBlockIndex": 0})
