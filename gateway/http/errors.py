@@ -98,14 +98,38 @@ def _relayed_field(err: GatewayError, key: str) -> str | None:
     return value if isinstance(value, str) else None
 
 
+_CONTEXT_MARKERS = (
+    b"context_length_exceeded",
+    b"maximum context length",
+    b"context window",
+    b"prompt is too long",  # Anthropic
+    b"too many tokens",
+    b"input is too long",  # Bedrock
+    b"exceeds the maximum number of tokens",  # Gemini
+)
+CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+
+
+def is_context_refusal(err: UpstreamError) -> bool:
+    """Whether the upstream refused the prompt as longer than its context window."""
+    if err.status not in (400, 413, 422):
+        return False
+    text = err.body.lower() + err.message.lower().encode()
+    return any(marker in text for marker in _CONTEXT_MARKERS)
+
+
 def client_code(err: GatewayError) -> str:
     """The ``code`` a client's error answer shows: :func:`error_code`, but for an upstream's
     refusal of the request relayed as it is (a 400, 404, 413, 422), the upstream's own OpenAI
     ``error.code`` when it gave one: what clients act on (Codex compacts its history on
-    ``context_length_exceeded``), as they would calling the provider."""
+    ``context_length_exceeded``), as they would calling the provider; and OpenAI's
+    ``context_length_exceeded`` for another provider's refusal of a prompt longer than its
+    context window (Claude's ``prompt is too long``), which gives no such code."""
     code = _relayed_field(err, "code")
     if code is not None and _UPSTREAM_CODE.fullmatch(code):
         return code
+    if isinstance(err, UpstreamError) and is_context_refusal(err):
+        return CONTEXT_LENGTH_EXCEEDED
     return error_code(err)
 
 

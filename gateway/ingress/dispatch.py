@@ -44,10 +44,9 @@ import anyio
 import msgspec
 
 from gateway.http.deadline import Resumed
-from gateway.http.errors import REQUEST_DESCRIBING
+from gateway.http.errors import REQUEST_DESCRIBING, is_context_refusal
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
-    is_context_refusal,
     is_key_refusal,
     key_pool_refusal,
     merged_refusal,

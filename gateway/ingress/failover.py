@@ -78,23 +78,6 @@ def outcome_of(err: UpstreamError) -> str:
     return "failure" if err.counts_against_endpoint else "client_error"
 
 
-_CONTEXT_MARKERS = (
-    b"context_length_exceeded",
-    b"maximum context length",
-    b"context window",
-    b"prompt is too long",
-    b"too many tokens",
-)
-
-
-def is_context_refusal(err: UpstreamError) -> bool:
-    """Whether the upstream refused the prompt as longer than its context window."""
-    if err.status not in (400, 413, 422):
-        return False
-    text = err.body.lower() + err.message.lower().encode()
-    return any(marker in text for marker in _CONTEXT_MARKERS)
-
-
 _KEY_REFUSALS = frozenset({401, 402, 403})
 
 

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 import openai
 import pytest
 
-from tests.e2e.conftest import HI, ONE_BUS, assert_openai_error, config, model, route
+from tests.e2e.conftest import (
+    HI,
+    ONE_BUS,
+    anthropic_route,
+    assert_openai_error,
+    config,
+    model,
+    route,
+)
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
@@ -47,11 +55,38 @@ async def test_context_length_refusal_keeps_its_code_on_chat_and_responses(
         assert err["message"] == TOO_LONG
 
 
+CLAUDE_TOO_LONG = "prompt is too long: 210000 tokens > 200000 maximum"
+
+
+async def test_claudes_context_length_refusal_reaches_openai_clients_as_openais_code(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Claude's refusal has no code: it showed as upstream_error, so a Codex or LangChain
+    # client behind an anthropic route never learnt that its history must shrink.
+    error = {"type": "invalid_request_error", "message": CLAUDE_TOO_LONG}
+    too_long = Reply(400, body={"type": "error", "error": error})
+    fake_upstream.enqueue(too_long, too_long, too_long)
+    client = (await gateway_factory(config(model("m", anthropic_route(fake_upstream))))).openai()
+
+    with pytest.raises(openai.BadRequestError) as chat:
+        await client.chat.completions.create(model="m", messages=HI)
+    with pytest.raises(openai.BadRequestError) as responses:
+        await client.responses.create(model="m", input="hi")
+    with pytest.raises(openai.BadRequestError) as streamed:
+        async with client.responses.stream(model="m", input="hi") as events:
+            await events.until_done()
+
+    for refused in (chat.value, responses.value, streamed.value):
+        err = assert_openai_error(refused.response, 400, "context_length_exceeded")
+        assert err["message"] == CLAUDE_TOO_LONG
+
+
 async def test_upstream_code_that_is_not_an_identifier_is_not_shown(
     gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
 ) -> None:
     fake_upstream.enqueue(
-        _refusal("bad request: see the docs"), _refusal("Bearer sk-upstream-secret")
+        _refusal("bad request: see the docs", "Invalid request."),
+        _refusal("Bearer sk-upstream-secret", "Invalid request."),
     )
     gw = await gateway_factory(config(model("m", route(fake_upstream))))
 

@@ -7,6 +7,7 @@ import pytest
 from gateway.http.errors import (
     DEFAULT_RETRY_AFTER,
     PACED_RETRY_AFTER,
+    client_code,
     error_headers,
     http_status,
     retry_after_header,
@@ -74,3 +75,26 @@ def test_only_a_refusal_no_sdk_retry_can_change_says_do_not_retry(
     err: GatewayError, in_vain: bool
 ) -> None:
     assert (NO_RETRY in error_headers(err)) is in_vain
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"type":"error","error":{"type":"invalid_request_error",'
+        b'"message":"prompt is too long: 210000 tokens > 200000 maximum"}}',
+        b'{"message":"Input is too long for requested model."}',
+        b'{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum '
+        b'number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}',
+    ],
+    ids=["anthropic", "bedrock", "gemini"],
+)
+def test_a_providers_context_length_refusal_without_openais_code_shows_it(body: bytes) -> None:
+    err = UpstreamError("refused", status=400, body=body)
+
+    assert client_code(err) == "context_length_exceeded"
+
+
+def test_an_upstream_400_that_is_not_about_the_context_keeps_upstream_error() -> None:
+    err = UpstreamError("refused", status=400, body=b'{"message":"tools: bad schema"}')
+
+    assert client_code(err) == "upstream_error"
