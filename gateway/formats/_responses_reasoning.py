@@ -12,6 +12,11 @@ base64url of their compact JSON, each block with ``type``, ``thinking`` and ``si
 not signed: the text is the item's own ``reasoning_text``, redacted data is Anthropic's own
 ciphertext, and Claude checks each signature. :func:`unseal` reads one back; another
 provider's ``encrypted_content`` (OpenAI's) is not ours and carries nothing.
+
+Another upstream's reasoning text (``reasoning_content``: DeepSeek's, vLLM's), which the
+item shows as ``reasoning_text`` content, goes back as it came, as its turn's
+``reasoning_content`` (:func:`reasoning_texts`, :func:`give_reasoning`): DeepSeek's thinking
+mode refuses a tool turn without it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.formats._common import JSON, json_text, parse_json
+from gateway.formats._common import JSON, json_text, parse_json, want_dict, want_list, want_str
 from schemas import InvalidRequestError
 
 ENCRYPTED_INCLUDE = "reasoning.encrypted_content"
@@ -88,3 +93,31 @@ def _well_formed(block: Any) -> bool:
         return False
     after = block.get("after", 1)
     return all(type(block.get(k)) is str for k in keys) and type(after) is int and after > 0
+
+
+def give_reasoning(
+    thought: list[JSON] | None, said: list[str], out: list[JSON]
+) -> tuple[None, list[str]]:
+    """Give Claude's blocks (``thinking_blocks``) and the reasoning text ``said``
+    (``reasoning_content``) to the last message of ``out``, if it is an assistant's (else they
+    are dropped: no turn of the model's holds them); nothing is left waiting."""
+    if out and out[-1]["role"] == "assistant":
+        if thought:
+            out[-1].setdefault("thinking_blocks", []).extend(thought)
+        if said:
+            out[-1]["reasoning_content"] = "".join([out[-1].get("reasoning_content") or "", *said])
+    return None, []
+
+
+def reasoning_texts(item: JSON, path: str) -> list[str]:
+    """A ``reasoning`` input item's ``reasoning_text`` parts' text. Raises
+    InvalidRequestError naming a malformed one."""
+    content = item.get("content")
+    if content is None:
+        return []
+    texts = []
+    for j, part in enumerate(want_list(content, f"{path}.content")):
+        where = f"{path}.content[{j}]"
+        if want_dict(part, where).get("type") == "reasoning_text":
+            texts.append(want_str(part, "text", where))
+    return texts

@@ -9,11 +9,15 @@ accepted but nothing is stored (a later ``previous_response_id`` naming the answ
 refused). A ``reasoning`` input item whose ``encrypted_content`` is this gateway's (Claude's
 signed thinking, ``_responses_reasoning``) gives its blocks, in order, to the assistant
 message of its turn: the one the next ``message`` or ``function_call`` item builds or joins,
-else (its turn ends first) the one just before it. Dropped, because chat has no equivalent
-and leaving them out changes no answer's validity: other ``reasoning`` input items (another
-provider's encrypted reasoning cannot be replayed to another model, and unsigned text is
-what Claude refuses), ``include`` (but for ``reasoning.encrypted_content``, read by the
-answer), ``truncation`` (an over-long input fails instead of being cut),
+else (its turn ends first) the one just before it; its ``reasoning_text`` content (what this
+gateway answers for an upstream's ``reasoning_content``: DeepSeek's, vLLM's) goes there too,
+as that message's ``reasoning_content``, as a chat client sends it (DeepSeek's thinking mode
+refuses a tool turn without it; the translating adapters ignore it). Dropped, because chat
+has no equivalent and leaving them out changes no answer's validity: the rest of
+``reasoning`` input items (another provider's encrypted reasoning cannot be replayed to
+another model, and unsigned text is what Claude refuses), ``include`` (but for
+``reasoning.encrypted_content``, read by the answer), ``truncation`` (an over-long input
+fails instead of being cut),
 ``max_tool_calls``, ``metadata`` (echoed back, not sent upstream). Sent on under chat's
 same names, as a chat client's are: ``prompt_cache_key`` (the upstream's prompt cache and the
 gateway's own affinity key on it), ``prompt_cache_retention``, ``safety_identifier``,
@@ -41,7 +45,7 @@ from gateway.formats._common import (
     want_positive_int,
     want_str,
 )
-from gateway.formats._responses_reasoning import unseal
+from gateway.formats._responses_reasoning import give_reasoning, reasoning_texts, unseal
 from gateway.formats.openai_chat import (
     ARRAY,
     BOOLEAN,
@@ -216,6 +220,7 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
     pending: list[JSON] = []
     pending_at: list[str] | None = None if origins is None else []  # where each came from
     thought: list[JSON] | None = None  # Claude's blocks waiting for their assistant message
+    said: list[str] = []  # reasoning text waiting for it, as its reasoning_content
     for i, item in enumerate(items):
         path = f"input[{i}]"
         want_dict(item, path)
@@ -223,9 +228,9 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
         if pending and kind != "function_call_output":
             _flush(pending, out, origins, pending_at)
             pending, pending_at = [], None if origins is None else []
-        if thought is not None and kind != "reasoning" and kind != "function_call":
+        if (thought is not None or said) and kind != "reasoning" and kind != "function_call":
             if kind != "message" or item.get("role") != "assistant":  # the turn ended
-                thought = _give(thought, out)
+                thought, said = give_reasoning(thought, said, out)
         size = len(out)
         if kind == "message":
             message = _message(item, path)
@@ -233,15 +238,16 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
                 append_system(out, message["content"])
             else:
                 out.append(message)
-                if thought is not None:
-                    thought = _give(thought, out)
+                if thought is not None or said:
+                    thought, said = give_reasoning(thought, said, out)
         elif kind == "function_call":
             _function_call(item, path, out, origins)
-            if thought is not None:
-                thought = _give(thought, out)
+            if thought is not None or said:
+                thought, said = give_reasoning(thought, said, out)
         elif kind == "reasoning":
             if signed := unseal(item.get("encrypted_content"), f"{path}.encrypted_content"):
                 thought = [*(thought or ()), *signed]
+            said.extend(reasoning_texts(item, path))
         elif kind == "function_call_output":
             out.append(_function_output(item, path, pending, pending_at))
             if origins is not None:
@@ -263,16 +269,8 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
                 _part_origins(f"messages[{size}]", item["content"], f"{path}.content", origins)
     if pending:
         _flush(pending, out, origins, pending_at)
-    if thought is not None:
-        _give(thought, out)
-
-
-def _give(thought: list[JSON], out: list[JSON]) -> list[JSON] | None:
-    """Give Claude's blocks to the last message, if it is an assistant's (else they are
-    dropped: no turn of Claude's holds them); nothing is left waiting (None)."""
-    if out and out[-1]["role"] == "assistant":
-        out[-1].setdefault("thinking_blocks", []).extend(thought)
-    return None
+    if thought is not None or said:
+        give_reasoning(thought, said, out)
 
 
 def _flush(

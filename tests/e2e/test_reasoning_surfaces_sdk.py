@@ -4,7 +4,8 @@ The Anthropic Messages client gets a ``thinking`` block (its signature empty: no
 signature exists for another provider's reasoning) before the text, the Responses client a
 ``reasoning`` item (the text as ``reasoning_text`` content) before the message; streamed,
 each SDK's own stream helper accumulates the same answer as the plain one. Either client
-sending that block or item back in a later turn is answered, the reasoning not passed on.
+sending that block or item back in a later turn is answered: the Messages client's block not
+passed on, the Responses client's item as that turn's ``reasoning_content``, as chat sends it.
 Each surface's official SDK over loopback HTTP, against a scripted fake upstream.
 """
 
@@ -134,7 +135,8 @@ async def test_a_responses_client_sending_its_reasoning_item_back_is_answered(
     assert again.output_text  # answered (the fake's default answer)
     sent = fake_upstream.requests[-1].json["messages"]
     assert [m["role"] for m in sent] == ["user", "assistant", "user"]
-    assert sent[1] == {"role": "assistant", "content": "".join(TEXT)}  # the reasoning dropped
+    thought = "".join(THOUGHT)
+    assert sent[1] == {"role": "assistant", "content": "".join(TEXT), "reasoning_content": thought}
 
 
 def _without_ids(items: list[Any]) -> list[Any]:
