@@ -22,6 +22,7 @@ from gateway.formats.openai_responses import (
     from_chat_response,
     to_chat_request,
 )
+from gateway.steering.labels import conversation_key
 from schemas import InvalidRequestError, UpstreamBadResponseError
 from tests.fixtures.wire_files import chat_chunks, drain, load_wire
 
@@ -588,3 +589,12 @@ def test_error_body_has_the_openai_shape() -> None:
     assert error_body(429, "slow down", code="rate_limit_exceeded")["error"]["type"] == (
         "rate_limit_error"
     )
+
+
+def test_a_responses_prompt_cache_key_keys_the_conversations_affinity() -> None:
+    # Dropped before: a Codex conversation was keyed by its opening messages instead.
+    first = to_chat_request(_minimal(prompt_cache_key="conv-1"))
+    later = to_chat_request(_minimal(prompt_cache_key="conv-1", input="another opening"))
+
+    unkeyed = conversation_key(to_chat_request(_minimal()))
+    assert conversation_key(first) == conversation_key(later) != unkeyed
