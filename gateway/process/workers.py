@@ -271,8 +271,14 @@ async def _until_done(
 
 def _reserve(host: str, port: int) -> socket.socket:
     """The port, held (bound with SO_REUSEPORT, not listening) for the workers to share.
-    Raises ListenError."""
+    Raises ListenError, also when another process serves the port: SO_REUSEPORT would let a
+    second ``--workers`` run of this user join it, and the kernel then spread connections
+    over two gateways (two configs, two sets of limits and circuits) with nothing said."""
     try:
+        if port != 0:
+            # Bound as one process serving alone binds (SO_REUSEADDR only): refused while
+            # anything listens on the port, another run's workers included.
+            bind_socket(host, port, listen=False).close()
         return bind_socket(host, port, reuse_port=True, listen=False)
     except OSError as exc:
         raise ListenError(

@@ -424,6 +424,36 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
 
 
 @pytest.mark.asyncio(loop_scope="module")
+async def test_a_second_workers_run_on_a_served_port_is_refused_in_one_line(
+    shared: Shared, tmp_path: Path
+) -> None:
+    # SO_REUSEPORT would let a second run of this user join the port; the kernel would then
+    # spread connections over two gateways (two configs, two states), with nothing said.
+    port = int(shared.sup.url.rsplit(":", 1)[1])
+    path = tmp_path / "other.yaml"
+    other = config(model("a", route(shared.plain)), database={"path": str(tmp_path / "o.db")})
+    path.write_text(yaml.safe_dump(other))
+    argv = ["serve", "--workers", "2", "--port", str(port), "--config", str(path)]
+
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway.cli.main", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+        check=False,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""  # no ready line
+    assert "Traceback" not in done.stderr
+    last = done.stderr.splitlines()[-1]
+    assert last == f"llmgw: cannot listen on 127.0.0.1:{port}: Address already in use"
+    assert await _health_pid(shared.sup.url) in shared.sup.worker_pids()
+
+
+@pytest.mark.asyncio(loop_scope="module")
 async def test_a_key_rate_limit_holds_exactly_across_two_workers(shared: Shared) -> None:
     # The key's counter lives in the supervisor's actors: whichever worker admits, the
     # minute's allowance is spent once.
