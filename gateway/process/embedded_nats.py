@@ -132,6 +132,10 @@ class EmbeddedNats:
         """The server's process id."""
         return self._proc.pid
 
+    async def wait(self) -> int:
+        """Return the server's exit code once it has exited."""
+        return await self._proc.wait()
+
     async def aclose(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after a grace period) and remove its files."""
         if self._proc.returncode is None:

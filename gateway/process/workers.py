@@ -238,7 +238,7 @@ async def run_workers(
             logger.error("stopping: %s", exc)
             return 1
         on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
-        return await _until_done(shutdown, actors, asyncio.create_task(pool.watch()))
+        return await _until_done(shutdown, actors, asyncio.create_task(pool.watch()), nats)
     finally:
         if pool is not None:
             await pool.aclose()
@@ -254,17 +254,31 @@ async def run_workers(
 
 
 async def _until_done(
-    shutdown: asyncio.Event, actors: asyncio.Task[int], watch: asyncio.Task[None]
+    shutdown: asyncio.Event,
+    actors: asyncio.Task[int],
+    watch: asyncio.Task[None],
+    nats: EmbeddedNats | None,
 ) -> int:
     stop = asyncio.create_task(shutdown.wait())
-    done, _ = await asyncio.wait({stop, actors, watch}, return_when=asyncio.FIRST_COMPLETED)
+    # The private server is this run's alone: gone, nothing brings it back, and the workers
+    # would answer 503s forever while every process retried it each second. Stop, exit 1.
+    bus = asyncio.create_task(nats.wait() if nats is not None else asyncio.Event().wait())
+    done, _ = await asyncio.wait({stop, actors, watch, bus}, return_when=asyncio.FIRST_COMPLETED)
     code = 0
     if watch in done:
         logger.error("stopping: %s", watch.exception())
         code = 1
+    elif bus in done and nats is not None:
+        logger.error(
+            "stopping: the embedded nats-server (pid %d) exited with code %s; the workers "
+            "and the actors cannot reach each other without it",
+            nats.pid,
+            bus.result(),
+        )
+        code = 1
     elif actors in done:
         code = actors.result() or 1  # the tree ended before it was asked to
-    for task in (stop, watch):
+    for task in (stop, watch, bus):
         task.cancel()
     return code
 

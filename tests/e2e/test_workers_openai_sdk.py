@@ -24,6 +24,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
@@ -319,6 +320,31 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
     assert not any(_alive(pid) for pid in (survivor, replacement, nats))
     assert not socket_path(tmp_path / "gw.sqlite3").exists()
     assert not any("nats://llmgw:" in line and "***" not in line for line in sup.lines)
+
+
+async def test_the_embedded_nats_server_killed_stops_the_gateway_with_exit_1_and_one_reason(
+    tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
+) -> None:
+    # Nothing brings a run's private server back: the workers would answer 503s forever while
+    # every process retried it each second. The supervisor says why and stops everything.
+    cfg = config(model("m", route(fake_upstream)))
+    sup = await _start(supervisors, tmp_path, cfg)
+    nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
+    workers = sup.worker_pids()
+
+    os.kill(nats, signal.SIGKILL)
+    assert sup.proc is not None
+    code = await asyncio.to_thread(sup.proc.wait, WAIT * 3)
+    await sup.rest()
+
+    assert code == 1
+    reason = re.compile(rf"ERROR llmgw: stopping: the embedded nats-server \(pid {nats}\) exited")
+    assert sup.seen(reason)
+    assert not any(_alive(pid) for pid in workers)
+    assert not socket_path(tmp_path / "gw.sqlite3").exists()
+    run = re.compile(rf"llmgw-\w+-{sup.proc.pid}-")  # its nats and metrics temp dirs
+    assert not [name for name in os.listdir(tempfile.gettempdir()) if run.match(name)]
+    assert not any(line.startswith("Traceback") for line in sup.lines)
 
 
 async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests_and_exit_clean(
