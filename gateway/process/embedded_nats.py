@@ -52,9 +52,13 @@ def find_nats_server() -> str:
     )
 
 
-def _die_with_parent() -> None:
-    # Runs in the child before exec: on Linux, have the kernel send it SIGTERM when the
-    # supervisor dies (even by SIGKILL), so a private server is never left running alone.
+def _own_group_dying_with_parent() -> None:
+    # Runs in the child before exec. Its own process group: a terminal's Ctrl-C (SIGINT to
+    # the whole foreground group) must not end it while the workers drain over it; the
+    # supervisor stops it last. (uvloop takes no process_group argument.)
+    os.setpgid(0, 0)
+    # On Linux, have the kernel send it SIGTERM when the supervisor dies (even by SIGKILL),
+    # so a private server is never left running alone.
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -89,7 +93,7 @@ class EmbeddedNats:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_own_group_dying_with_parent,
             )
         except OSError as exc:
             shutil.rmtree(scratch, ignore_errors=True)

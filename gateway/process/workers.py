@@ -268,7 +268,7 @@ async def _until_done(
     if watch in done:
         logger.error("stopping: %s", watch.exception())
         code = 1
-    elif bus in done and nats is not None:
+    elif bus in done and nats is not None and not shutdown.is_set():
         logger.error(
             "stopping: the embedded nats-server (pid %d) exited with code %s; the workers "
             "and the actors cannot reach each other without it",

@@ -85,8 +85,9 @@ ORPHAN_EXIT_S = 3.0
 class Supervisor:
     """``llmgw serve --workers N`` as a child process, its stderr followed line by line."""
 
-    def __init__(self, cfg: Path, workers: int = 2) -> None:
+    def __init__(self, cfg: Path, workers: int = 2, *, session: bool = False) -> None:
         self.cfg = cfg
+        self._session = session  # its own session and process group, as under a terminal
         self._args = ["serve", "--workers", str(workers), "--port", "0", "--config", str(cfg)]
         self.proc: subprocess.Popen[str] | None = None
         self.url = ""
@@ -104,6 +105,7 @@ class Supervisor:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=self._session,
         )
         self._follower = threading.Thread(target=self._follow, args=(loop,), daemon=True)
         self._follower.start()
@@ -233,11 +235,13 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shar
                 await sup.close()
 
 
-async def _start(supervisors: list[Supervisor], tmp_path: Path, cfg: dict[str, Any]) -> Supervisor:
+async def _start(
+    supervisors: list[Supervisor], tmp_path: Path, cfg: dict[str, Any], *, session: bool = False
+) -> Supervisor:
     path = tmp_path / "gw.yaml"
     cfg = {"database": {"path": str(tmp_path / "gw.sqlite3")}, **cfg}
     path.write_text(yaml.safe_dump(cfg))
-    sup = Supervisor(path)
+    sup = Supervisor(path, session=session)
     supervisors.append(sup)
     await sup.start()
     while len(sup.worker_pids()) < 2:  # both were logged before the ready line
@@ -345,6 +349,51 @@ async def test_the_embedded_nats_server_killed_stops_the_gateway_with_exit_1_and
     run = re.compile(rf"llmgw-\w+-{sup.proc.pid}-")  # its nats and metrics temp dirs
     assert not [name for name in os.listdir(tempfile.gettempdir()) if run.match(name)]
     assert not any(line.startswith("Traceback") for line in sup.lines)
+
+
+async def test_ctrl_c_drains_the_workers_on_a_live_bus_and_their_request_log_is_kept(
+    tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
+) -> None:
+    # A terminal's Ctrl-C sends SIGINT to its whole foreground process group: the supervisor,
+    # the workers and (unless it has a group of its own) the nats-server, which then died at
+    # once, and the draining workers lost the bus and their requests' log rows with it.
+    sup = await _start(
+        supervisors, tmp_path, config(model("m", route(fake_upstream))), session=True
+    )
+    assert sup.proc is not None
+    fake_upstream.set_default(Held())
+    clients = [httpx.AsyncClient(base_url=sup.url, timeout=WAIT) for _ in range(IN_FLIGHT)]
+    try:
+        load = [asyncio.create_task(c.post(CHAT, json=chat("m"))) for c in clients]
+        await fake_upstream.wait_for_requests(IN_FLIGHT, timeout=WAIT)
+        os.killpg(sup.proc.pid, signal.SIGINT)
+        await _refused(sup.url)  # both workers draining: none takes a connection
+        fake_upstream.release_held()
+        answers = await asyncio.gather(*load)
+    finally:
+        for c in clients:
+            await c.aclose()
+    code = await asyncio.to_thread(sup.proc.wait, WAIT * 3)
+    await sup.rest()
+
+    assert [a.status_code for a in answers] == [200] * IN_FLIGHT
+    assert code == 0
+    assert not [line for line in sup.lines if "not acknowledged" in line], "\n".join(sup.lines)
+    assert not [line for line in sup.lines if "NATS: disconnected" in line]
+
+
+async def _refused(url: str) -> None:
+    """Return once a connection to ``url`` is refused (no worker listening)."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    async with asyncio.timeout(WAIT):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection(host, int(port))
+            except ConnectionRefusedError:
+                return
+            writer.close()
+            await writer.wait_closed()
+            await asyncio.sleep(0.01)  # polled: a worker's stop has no observable event
 
 
 async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests_and_exit_clean(
