@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING
 
@@ -58,6 +59,10 @@ def main() -> int:
         load_serving_config,
     )
 
+    # A SIGHUP sent to every llmgw process (pkill -HUP, a terminal's hangup) must not end a
+    # worker and the streams it holds, as its default action would: the supervisor's own
+    # reload reaches every worker, which serves what the actors run, never its own reading.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     spec = msgspec.json.decode(sys.stdin.buffer.readline(), type=WorkerSpec)
     logging.basicConfig(
         level=spec.log_level.upper(),

@@ -382,6 +382,37 @@ async def test_ctrl_c_drains_the_workers_on_a_live_bus_and_their_request_log_is_
     assert not [line for line in sup.lines if "NATS: disconnected" in line]
 
 
+async def test_sighup_to_every_process_reloads_and_leaves_the_workers_serving(
+    tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
+) -> None:
+    # `pkill -HUP -f llmgw`, or a SIGHUP to the terminal's process group, reaches the workers
+    # too: one must not end them (and the requests they hold) but do what SIGHUP does.
+    sup = await _start(
+        supervisors, tmp_path, config(model("m", route(fake_upstream))), session=True
+    )
+    assert sup.proc is not None
+    workers = sup.worker_pids()
+    fake_upstream.set_default(Held())
+    clients = [httpx.AsyncClient(base_url=sup.url, timeout=WAIT) for _ in range(IN_FLIGHT)]
+    try:
+        load = [asyncio.create_task(c.post(CHAT, json=chat("m"))) for c in clients]
+        await fake_upstream.wait_for_requests(IN_FLIGHT, timeout=WAIT)
+        os.killpg(sup.proc.pid, signal.SIGHUP)
+        await sup.line(re.compile(r"SIGHUP: config reloaded"))
+        fake_upstream.release_held()
+        answers = await asyncio.gather(*load, return_exceptions=True)
+    finally:
+        for c in clients:
+            await c.aclose()
+    code = await sup.stop()
+    await sup.rest()
+
+    assert [getattr(a, "status_code", a) for a in answers] == [200] * IN_FLIGHT
+    assert not [line for line in sup.lines if "exited with code" in line]
+    assert sup.worker_pids() == workers
+    assert code == 0
+
+
 async def _refused(url: str) -> None:
     """Return once a connection to ``url`` is refused (no worker listening)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
