@@ -9,7 +9,8 @@ offline paths import ``actors``.
 
 Also here: ``actor_host``, ``quota_poller``, ``routewise_prober``, ``engines`` (the HTTP
 server under the app: Hypercorn or granian), and ``llmgw serve --workers N``: ``workers``
-(the supervisor), ``worker`` (one ingress worker) and ``embedded_nats`` (their private bus).
+(the supervisor), ``worker`` (one ingress worker), ``running_config`` (the config text a
+restarted worker is given) and ``embedded_nats`` (their private bus).
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 import signal
 from importlib import resources
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING
 from gateway.admin.http import admin_request
 from gateway.process.config import DEMO_CONFIG, ConfigError, RouterCheck, load_config
 from gateway.process.reload import ConfigFollower
+from gateway.process.running_config import text_version
 from schemas import GatewayError, InvalidRequestError
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def config_version(path: str | None) -> str:
             text = Path(path).read_text()
     except OSError:
         return ""
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return text_version(text)
 
 
 def load_versioned(
@@ -67,11 +67,14 @@ def load_versioned(
     return config, config_version(path)
 
 
-def start_ingress_ops(bus: Bus, app: GatewayApp, config_path: str | None) -> asyncio.Task[None]:
-    """Run the app's background operations in a task (cancel it to stop)."""
-    follower = ConfigFollower(
-        app, functools.partial(load_versioned, config_path), config_version(config_path)
-    )
+def start_ingress_ops(
+    bus: Bus, app: GatewayApp, config_path: str | None, version: str | None = None
+) -> asyncio.Task[None]:
+    """Run the app's background operations in a task (cancel it to stop). ``version``: that
+    of the config text the app serves (None: the file's now)."""
+    if version is None:
+        version = config_version(config_path)
+    follower = ConfigFollower(app, functools.partial(load_versioned, config_path), version)
     task = asyncio.create_task(app.ops.run(follower), name="llmgw:ingress-ops")
     task.add_done_callback(_report)
     return task

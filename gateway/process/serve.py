@@ -60,6 +60,9 @@ class ServeOptions:
     # The bus is this run's own nats-server (--workers), its files gone with it: the events
     # stream is kept in its memory (a file store cost it tens of µs more per event).
     private_bus: bool = False
+    # The version of the config text the app starts with, when not the file's now (a worker
+    # given its supervisor's running text).
+    config_version: str | None = None
 
 
 NODE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -197,7 +200,7 @@ async def run(
         assert sock is not None
         port = sock.getsockname()[1]
         app = create_app(bus, config)
-        ops = start_ingress_ops(bus, app, opts.config_path)
+        ops = start_ingress_ops(bus, app, opts.config_path, opts.config_version)
         if host is not None:
             local = LocalAdmin.open(bus, config.database.path, app.ops.sync_config)
         if hup and host is None:

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from gateway.process.config import ConfigError
+from gateway.process.config import ConfigError, parse_config
+from gateway.process.running_config import text_version
 
 logger = logging.getLogger("llmgw")
 
@@ -47,6 +48,9 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     loop: str = "uvloop"
     log_level: str = "INFO"
     private_bus: bool = False  # the supervisor's own nats-server: it dies with the supervisor
+    # The config text the gateway runs (the file's at start or at the last reload applied),
+    # served rather than the file as it is now; None: the file (the bundled demo config).
+    config_text: str | None = None
 
 
 def main() -> int:
@@ -70,7 +74,10 @@ def main() -> int:
         stream=sys.stderr,
     )
     try:
-        config = load_serving_config(spec.config_path, "ingress")
+        if spec.config_text is None:
+            config = load_serving_config(spec.config_path, "ingress")
+        else:
+            config = parse_config(spec.config_text, source=str(spec.config_path))
     except ConfigError as exc:
         sys.stderr.write(f"llmgw worker: invalid configuration: {exc}\n")
         return 2
@@ -82,6 +89,7 @@ def main() -> int:
         config_path=spec.config_path,
         reuse_port=True,
         private_bus=spec.private_bus,
+        config_version=None if spec.config_text is None else text_version(spec.config_text),
     )
     try:
         return run_loop(_serve(config, opts), spec.loop)

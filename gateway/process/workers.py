@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from bus import open_bus
 from gateway.ingress import metrics_sum
 from gateway.process.embedded_nats import EmbeddedNats
+from gateway.process.running_config import RunningConfig
 from gateway.process.scratch import METRICS_PREFIX, make_scratch, sweep_dead_runs
 from gateway.process.serve import ListenError, bind_socket, install_shutdown, run
 from gateway.process.worker import WorkerSpec
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     import socket
     from collections.abc import Callable
 
+    from bus import Bus
     from gateway.process.serve import ServeOptions
     from schemas.config import GatewayConfig
 
@@ -87,8 +90,10 @@ class WorkerPool:
         count: int,
         env: dict[str, str],
         budget: Callable[[], RestartBudget] = RestartBudget,
+        running: RunningConfig | None = None,
     ) -> None:
-        self._spec = msgspec.json.encode(spec) + b"\n"
+        self._spec = spec
+        self._running = running
         self._env = env
         self._procs: list[asyncio.subprocess.Process | None] = [None] * count
         self._budgets = [budget() for _ in range(count)]
@@ -114,7 +119,10 @@ class WorkerPool:
         self._procs[slot] = proc
         assert proc.stdin is not None and proc.stdout is not None
         # The pipe stays open: its end tells the worker its supervisor is gone.
-        proc.stdin.write(self._spec)
+        spec = self._spec
+        if self._running is not None:
+            spec = msgspec.structs.replace(spec, config_text=self._running.text)
+        proc.stdin.write(msgspec.json.encode(spec) + b"\n")
         await proc.stdin.drain()
         try:
             line = await asyncio.wait_for(proc.stdout.readline(), _READY_TIMEOUT_S)
@@ -191,6 +199,8 @@ async def run_workers(
     actors_stop = asyncio.Event()
     pool: WorkerPool | None = None
     metrics: str | None = None
+    follower: Bus | None = None
+    following: asyncio.Task[None] | None = None
     try:
         sweep_dead_runs()
         if opts.bus_url.startswith("nats://"):
@@ -198,6 +208,7 @@ async def run_workers(
         else:
             nats = await EmbeddedNats.start()
             bus_url = nats.url
+        running = RunningConfig(opts.config_path)  # read as the actors are about to
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
         def actors_ready(line: str) -> None:
@@ -220,6 +231,8 @@ async def run_workers(
         await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
         if actors.done():
             return actors.result()
+        follower = await open_bus(bus_url, inbox_prefix=config.bus.inbox_prefix)
+        following = asyncio.create_task(running.follow(follower))
         spec = WorkerSpec(
             bus_url=bus_url,
             host=opts.host,
@@ -231,7 +244,7 @@ async def run_workers(
         )
         # Each worker's metrics go to files here; the one scraped sums them (metrics_sum).
         metrics = str(make_scratch(METRICS_PREFIX))
-        pool = WorkerPool(spec, workers, {**os.environ, metrics_sum.ENV: metrics})
+        pool = WorkerPool(spec, workers, {**os.environ, metrics_sum.ENV: metrics}, running=running)
         try:
             await pool.start()
         except WorkerStartError as exc:
@@ -242,6 +255,11 @@ async def run_workers(
     finally:
         if pool is not None:
             await pool.aclose()
+        if following is not None:
+            following.cancel()
+            await asyncio.gather(following, return_exceptions=True)
+        if follower is not None:
+            await follower.aclose()
         actors_stop.set()
         if actors is not None:
             with contextlib.suppress(Exception):

@@ -413,6 +413,62 @@ async def test_sighup_to_every_process_reloads_and_leaves_the_workers_serving(
     assert code == 0
 
 
+async def test_a_restarted_worker_serves_the_config_the_actors_run_not_the_file_as_edited(
+    tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
+) -> None:
+    # An operator's edit in progress (here one that does not validate), not reloaded: the
+    # worker replacing a crashed one read the file and could not start; after five tries the
+    # whole gateway stopped. It is given the text the actors run, and a reload's after one.
+    sup = await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+    running = yaml.safe_load(sup.cfg.read_text())
+    broken = {**running, "models": [{"id": "m", "route": [{"kind": "nope"}]}]}
+    sup.cfg.write_text(yaml.safe_dump(broken))
+
+    live = await _replace_a_worker(sup, sup.worker_pids())
+    served_m, before = await _served(sup, live, "m"), live
+    grown = {**running, "models": [*running["models"], {"id": "b", "route": [{"kind": "echo"}]}]}
+    sup.cfg.write_text(yaml.safe_dump(grown))
+    reload = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "gateway.cli.main", "admin", "reload", "--config", str(sup.cfg)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT * 3,
+        check=False,
+    )
+    served_b_before = await _served(sup, before, "b")
+    live = await _replace_a_worker(sup, live)
+    served_b = await _served(sup, live, "b")
+
+    assert served_m == before
+    assert reload.returncode == 0, reload.stderr
+    assert served_b_before == before and served_b == live
+    assert not [line for line in sup.lines if "invalid configuration" in line]
+
+
+async def _replace_a_worker(sup: Supervisor, live: set[int]) -> set[int]:
+    """SIGKILL one of the ``live`` workers; the live ones once its replacement serves."""
+    victim = min(live)
+    os.kill(victim, signal.SIGKILL)
+    await _dead(victim)
+    replacement = int((await sup.line(_SERVING)).group(2))
+    return (live - {victim}) | {replacement}
+
+
+async def _served(sup: Supervisor, pids: set[int], model_id: str) -> set[int]:
+    """Which of ``pids`` answer ``model_id`` with a 200, asked on fresh connections (so either
+    worker) until all have or the time is up (a reload reaches each worker on its own)."""
+    served: set[int] = set()
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while served != pids and asyncio.get_running_loop().time() < deadline:
+        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
+            resp = await fresh.post(CHAT, json=chat(model_id))
+        if resp.status_code == 200:
+            served.add(_pid(resp.headers))
+    return served
+
+
 async def _refused(url: str) -> None:
     """Return once a connection to ``url`` is refused (no worker listening)."""
     host, port = url.removeprefix("http://").rsplit(":", 1)
