@@ -20,6 +20,7 @@ logged as lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -32,6 +33,8 @@ from gateway.process.config import ConfigError, parse_config
 from gateway.process.running_config import text_version
 
 logger = logging.getLogger("llmgw")
+
+_BUS_RETRY_S = 1.0  # between a restarted worker's tries to reach the bus
 
 if TYPE_CHECKING:
     from gateway.process.serve import ServeOptions
@@ -51,6 +54,9 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     # The config text the gateway runs (the file's at start or at the last reload applied),
     # served rather than the file as it is now; None: the file (the bundled demo config).
     config_text: str | None = None
+    # A restart: a bus it cannot reach is waited for, as the running processes wait for it to
+    # come back, not an exit the supervisor's restart budget would count as a crash.
+    wait_for_bus: bool = False
 
 
 def main() -> int:
@@ -92,14 +98,14 @@ def main() -> int:
         config_version=None if spec.config_text is None else text_version(spec.config_text),
     )
     try:
-        return run_loop(_serve(config, opts), spec.loop)
+        return run_loop(_serve(config, opts, spec.wait_for_bus), spec.loop)
     except (ListenError, BusUnreachableError) as exc:
         sys.stderr.write(f"llmgw worker: {exc}\n")
         return 2
 
 
-async def _serve(config: GatewayConfig, opts: ServeOptions) -> int:
-    from gateway.process.serve import install_shutdown, run
+async def _serve(config: GatewayConfig, opts: ServeOptions, wait_for_bus: bool) -> int:
+    from gateway.process.serve import BusUnreachableError, install_shutdown, run
 
     shutdown = asyncio.Event()
     install_shutdown(shutdown)
@@ -128,16 +134,29 @@ async def _serve(config: GatewayConfig, opts: ServeOptions) -> int:
         shutdown.set()
 
     loop.add_reader(stdin, on_stdin)
+    told = False
     try:
-        return await run(
-            config,
-            opts,
-            shutdown=shutdown,
-            on_ready=_ready,
-            own_process=True,
-            sighup=False,  # the supervisor reloads through the actors; every worker follows
-            bus_lost=orphaned if opts.private_bus else None,
-        )
+        while True:
+            try:
+                return await run(
+                    config,
+                    opts,
+                    shutdown=shutdown,
+                    on_ready=_ready,
+                    own_process=True,
+                    sighup=False,  # the supervisor reloads through the actors
+                    bus_lost=orphaned if opts.private_bus else None,
+                )
+            except BusUnreachableError as exc:
+                if not wait_for_bus:
+                    raise
+                if not told:
+                    logger.warning("waiting for the bus to come back: %s", exc)
+                    told = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(shutdown.wait(), _BUS_RETRY_S)
+            if shutdown.is_set():
+                return 0
     finally:
         loop.remove_reader(stdin)
 

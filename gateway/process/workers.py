@@ -108,7 +108,7 @@ class WorkerPool:
         """Start every worker; return once all answer. Raises WorkerStartError."""
         await asyncio.gather(*(self._start(slot) for slot in range(len(self._procs))))
 
-    async def _start(self, slot: int) -> None:
+    async def _start(self, slot: int, restart: bool = False) -> None:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             *("-m", "gateway.process.worker"),
@@ -119,13 +119,15 @@ class WorkerPool:
         self._procs[slot] = proc
         assert proc.stdin is not None and proc.stdout is not None
         # The pipe stays open: its end tells the worker its supervisor is gone.
-        spec = self._spec
+        spec = msgspec.structs.replace(self._spec, wait_for_bus=restart)
         if self._running is not None:
             spec = msgspec.structs.replace(spec, config_text=self._running.text)
         proc.stdin.write(msgspec.json.encode(spec) + b"\n")
         await proc.stdin.drain()
         try:
-            line = await asyncio.wait_for(proc.stdout.readline(), _READY_TIMEOUT_S)
+            # A restart may wait for the bus (the whole gateway does): it answers, or exits.
+            timeout = None if restart else _READY_TIMEOUT_S
+            line = await asyncio.wait_for(proc.stdout.readline(), timeout)
         except TimeoutError:
             line = b""
         if not line.startswith(b"ready "):
@@ -155,7 +157,7 @@ class WorkerPool:
             )
             await asyncio.sleep(delay)
             try:
-                await self._start(slot)
+                await self._start(slot, restart=True)
             except WorkerStartError as exc:
                 logger.error("%s", exc)  # counted against the budget on its exit
 

@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,6 +61,7 @@ from tests.e2e.conftest import (
 from tests.e2e.keys_support import db_path
 from tests.e2e.limits_support import cli_key
 from tests.fixtures.gateway import REPO
+from tests.fixtures.nats import start_nats_server
 from tests.fixtures.upstream import FakeUpstream, Held, Reply
 
 if TYPE_CHECKING:
@@ -446,6 +448,32 @@ async def test_a_restarted_worker_serves_the_config_the_actors_run_not_the_file_
     assert reload.returncode == 0, reload.stderr
     assert served_b_before == before and served_b == live
     assert not [line for line in sup.lines if "invalid configuration" in line]
+
+
+async def test_a_worker_restarted_while_the_bus_is_down_waits_for_it_and_the_gateway_stays(
+    tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
+) -> None:
+    # With --bus nats://, a NATS server down (restarting, say) when a worker crashed made
+    # each replacement exit on the unreachable bus; five in a row and the whole gateway
+    # stopped, while the running processes were waiting for the server, as documented.
+    with ExitStack() as stack:
+        url = stack.enter_context(start_nats_server())
+        cfg = config(model("m", route(fake_upstream)), bus={"url": url})
+        sup = await _start(supervisors, tmp_path, cfg)
+        live = sup.worker_pids()
+        stack.close()  # the server goes down
+        victim = min(live)
+        os.kill(victim, signal.SIGKILL)
+        await _dead(victim)
+        await sup.line(re.compile(r"waiting for the bus to come back"))
+        stack.enter_context(start_nats_server(port=int(url.rsplit(":", 1)[1])))
+        live = (live - {victim}) | {int((await sup.line(_SERVING)).group(2))}
+        served = await _served(sup, live, "m")
+        code = await sup.stop()
+
+    assert served == live
+    assert code == 0
+    assert not [line for line in sup.lines if "exited with code 2" in line]
 
 
 async def _replace_a_worker(sup: Supervisor, live: set[int]) -> set[int]:
