@@ -190,8 +190,8 @@ class GeminiAdapter:
                 else values
             )
             items.append({"object": "embedding", "index": index, "embedding": vector})
-        usage = {"prompt_tokens": 0, "total_tokens": 0}  # batchEmbedContents reports none
-        return {"object": "list", "data": items, "model": model, "usage": usage}
+        # batchEmbedContents reports no usage: unknown (billed on the estimate), never 0 tokens
+        return {"object": "list", "data": items, "model": model, "usage": None}
 
 
 def _translate(translator: GeminiToChatStream, endpoint: str, data: bytes) -> list[JSON]:

@@ -168,11 +168,12 @@ class Inference(Component):
         requested = body["model"]
         client_metadata(req)
         caller = caller_of(req)
-        info = self._info(req, "embeddings", False, record=record, caller=caller)
+        # The prompt estimate also prices an answer that reports no usage.
+        info = self._info(req, "embeddings", False, estimate_prompt_tokens(size), record, caller)
         ticket: Ticket | None = None
         try:
             walk = await self._walk(req, body, requested, info)
-            ticket = self._begin(req, caller, info, requested, None, estimate_prompt_tokens(size))
+            ticket = self._begin(req, caller, info, requested, None, info.prompt_estimate)
             call = await self._routed(req, CHAT, body, body, requested, info, walk, ticket)
             await self._until_disconnect(call, self._serve_embeddings)
         finally:

@@ -211,6 +211,36 @@ async def test_a_streamed_tool_call_without_usage_is_estimated_on_its_arguments(
     assert row["cost_usd"] > 100 * 10.0 / 1e6
 
 
+async def test_embeddings_an_upstream_reports_no_usage_for_are_billed_on_the_estimate(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # Gemini's batchEmbedContents reports no usage: the adapter said 0 tokens, reported, so
+    # they cost $0 and no budget counted them; and an embeddings request's prompt estimate
+    # was 0, so an embedding marked estimated cost $0 too.
+    gemini = {
+        "kind": "gemini",
+        "base_url": fake_upstream.gemini_base_url,
+        "provider_model_id": "text-embedding-004",
+        "api_key": "gemini-route-secret",
+        "pricing": PRICING,
+    }
+    gw = await gateway_factory(keys_config(tmp_path, model("e", gemini)))
+    key, key_id = await new_key(gw)
+    await set_limit(gw, "key", key_id, budget="10/month")
+    text = "the quick brown fox jumps over the lazy dog " * 20
+    answer = await gw.openai(key).embeddings.create(model="e", input=[text, text])
+    assert len(answer.data) == 2
+    (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
+    assert row["cost_estimated"] is True
+    # Two inputs of 900 characters: the body's bytes / 4 is over 400 prompt tokens.
+    assert row["prompt_tokens"] > 400 and row["completion_tokens"] == 0
+    assert row["cost_usd"] == pytest.approx(row["prompt_tokens"] * 2.0 / 1e6)
+    got = (await admin_http(gw).get(f"/admin/limits/key/{key_id}")).json()
+    assert got["usage"]["spent_usd"] == pytest.approx(row["cost_usd"])
+
+
 async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
