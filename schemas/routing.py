@@ -156,9 +156,11 @@ QUOTA_EXHAUSTED = "quota_exhausted"
 
 def priced_tokens(obs: Observation) -> tuple[int, int]:
     """The (prompt, completion) tokens ``obs``'s cost was computed from: the reported usage,
-    or, when ``cost_estimated``, the gateway's estimate (what the request log shows)."""
+    or, when ``cost_estimated``, the gateway's estimate (what the request log shows) with the
+    prompt a stream's start reported, if it did."""
     if obs.cost_estimated:
-        return obs.prompt_estimate, max(0, obs.billed_tokens - obs.prompt_estimate)
+        prompt = obs.prompt_tokens or obs.prompt_estimate
+        return prompt, max(0, obs.billed_tokens - prompt)
     return obs.prompt_tokens, obs.completion_tokens
 
 

@@ -254,7 +254,8 @@ class Accounting:
         if last is None:
             priced = (0, 0)
         elif last.cost_estimated:
-            priced = (last.prompt_estimate, max(0, last.billed_tokens - last.prompt_estimate))
+            guessed = last.prompt_tokens or last.prompt_estimate  # a stream's start may report it
+            priced = (guessed, max(0, last.billed_tokens - guessed))
         else:
             priced = (last.prompt_tokens, last.completion_tokens)
         done = RequestCompleted(

@@ -67,7 +67,7 @@ _ACQUIRE_TIMEOUT = 2.0
 
 
 class Usage(NamedTuple):
-    """Tokens an upstream reported (``reported`` False: it reported none)."""
+    """Tokens an upstream reported (``reported`` False: no final usage; a stream's start's)."""
 
     prompt: int = 0
     completion: int = 0
@@ -131,10 +131,10 @@ def observation(
     """The Observation of one attempt at ``model`` that ended at ``now`` (``ts``: wall clock),
     priced by ``pricing``; an answer without reported usage is billed on the estimate."""
     prompt, completion = usage.prompt, usage.completion
-    estimated = not usage.reported and (outcome == "success" or sent_chars > 0)
+    estimated = not usage.reported and (outcome == "success" or sent_chars > 0 or prompt > 0)
     if estimated:
-        prompt = info.prompt_estimate
-        completion = -(-sent_chars // CHARS_PER_TOKEN)
+        prompt = prompt or info.prompt_estimate
+        completion = max(completion, -(-sent_chars // CHARS_PER_TOKEN))
     cost = (
         0.0  # an unpriced route costs nothing, as ``cost_usd`` says: no need to ask it
         if pricing is None

@@ -15,6 +15,7 @@ from gateway.ingress import hedging
 from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure, unexpected
 from gateway.ingress.settling import NO_USAGE, shielded, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
+from schemas.canonical_markers import START_USAGE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -282,6 +283,10 @@ class StreamAttempt:
         for chunk in batch:
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
+            elif self._usage is NO_USAGE and (start := chunk.get(START_USAGE)):
+                # The prompt a stream's start reported (Claude's message_start): what a stream
+                # cut or left before its usage chunk is billed on, not the prompt's estimate.
+                self._usage = usage_of({"usage": start})._replace(reported=False)
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta")
                 if delta:

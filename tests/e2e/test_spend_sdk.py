@@ -10,14 +10,17 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+import anthropic
 import pytest
 import yaml
 
-from tests.e2e.conftest import HI, PROCESS_WAIT, model, route
+from schemas import Observation, subjects
+from schemas.limits import LimitSettle
+from tests.e2e.conftest import HI, PROCESS_WAIT, anthropic_route, eid, model, route, watch
 from tests.e2e.keys_support import admin_http, keys_config
 from tests.e2e.limits_support import call, new_key, set_limit
 from tests.fixtures.gateway import REPO, GatewayFactory, RunningGateway
-from tests.fixtures.upstream import FakeUpstream, Reply
+from tests.fixtures.upstream import FakeUpstream, Reply, Stream
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -27,6 +30,7 @@ pytestmark = pytest.mark.e2e
 PRICING = {"prompt": 2.0, "completion": 10.0, "input_cache_reads": 0.5}
 # The fake upstream reports 10 prompt tokens (4 of them cached) and 5 completion tokens.
 COST = (6 * 2.0 + 4 * 0.5 + 5 * 10.0) / 1e6
+_SSE = {"content-type": "text/event-stream"}
 
 
 async def admin_cli(conf: Path, *args: str) -> tuple[int, str, str]:
@@ -239,6 +243,72 @@ async def test_embeddings_an_upstream_reports_no_usage_for_are_billed_on_the_est
     assert row["cost_usd"] == pytest.approx(row["prompt_tokens"] * 2.0 / 1e6)
     got = (await admin_http(gw).get(f"/admin/limits/key/{key_id}")).json()
     assert got["usage"]["spent_usd"] == pytest.approx(row["cost_usd"])
+
+
+def _claude_cut_after_text(text: str) -> str:
+    """A Claude stream whose ``message_start`` reported its input (100 fresh, 1000 read from
+    the cache, 2000 written to it) and that ends after ``text``, before ``message_stop``."""
+    usage = {
+        "input_tokens": 100,
+        "cache_read_input_tokens": 1000,
+        "cache_creation_input_tokens": 2000,
+        "output_tokens": 1,
+    }
+    message: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant"}
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**message, "content": [], "usage": usage}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+    ]
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+
+
+async def test_a_claude_stream_cut_or_left_is_billed_on_the_prompt_its_start_reported(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
+) -> None:
+    # It was billed on the body's bytes / 4 at the prompt price: 3,100 input tokens, 2,000
+    # of them cache writes, cost about $0.00004 instead of $0.0087, and counted 20 on tpm.
+    pricing = {**PRICING, "input_cache_writes": 4.0}
+    up: FakeUpstream = await fake_upstreams(
+        "up1", prompt_tokens=3000, cached_tokens=2000, text="Hello there"
+    )
+    gw = await gateway_factory(
+        keys_config(tmp_path, model("m", anthropic_route(up, pricing=pricing)))
+    )
+    key, key_id = await new_key(gw)
+    await set_limit(gw, "key", key_id, tpm=1_000_000)
+    up.enqueue(Reply(body=_claude_cut_after_text("Hello there"), headers=_SSE))
+    up.enqueue(Stream(stall_after=1))
+    async with (
+        watch(gw, subjects.observation(eid("m", up))) as seen,
+        watch(gw, subjects.LIMITS_SETTLE) as settles,
+    ):
+        with pytest.raises(anthropic.APIError):  # the upstream cut it
+            async with gw.anthropic(key).messages.stream(
+                model="m", max_tokens=100, messages=HI
+            ) as cut:
+                async for _ in cut:
+                    pass
+        cut_obs, cut_settle = await seen.next(Observation), await settles.next(LimitSettle)
+        left = await gw.openai(key).chat.completions.create(model="m", messages=HI, stream=True)
+        async for chunk in left:  # the client reads the first words, then goes away
+            if chunk.choices and chunk.choices[0].delta.content:
+                break
+        await left.close()
+        left_obs, left_settle = await seen.next(Observation), await settles.next(LimitSettle)
+    # Cut: the prompt as reported, its cached and written parts at their prices, and the 11
+    # characters it answered (3 tokens) on the estimate.
+    cost = (100 * 2.0 + 1000 * 0.5 + 2000 * 4.0 + 3 * 10.0) / 1e6
+    assert (cut_obs.outcome, cut_obs.cost_estimated) == ("failure", True)
+    assert cut_obs.cost_usd == pytest.approx(cost)
+    assert cut_settle.tokens == 3103 and cut_settle.cost_usd == pytest.approx(cost)
+    # Left after "Hell" (4 characters, one chunk of three): 1000 fresh, 2000 read, 1 token.
+    cost = (1000 * 2.0 + 2000 * 0.5 + 1 * 10.0) / 1e6
+    assert (left_obs.outcome, left_obs.cost_estimated) == ("cancelled", True)
+    assert left_obs.cost_usd == pytest.approx(cost)
+    assert left_settle.tokens == 3001 and left_settle.cost_usd == pytest.approx(cost)
 
 
 async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
