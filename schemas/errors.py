@@ -196,6 +196,9 @@ class UpstreamError(GatewayError):
     """
 
     code = ErrorCode.UPSTREAM_ERROR
+    usage: dict[str, object] | None = None
+    """What the upstream reported it used on an answer it billed that the gateway could not
+    hand on (chat shape, an :class:`UnusableAnswerError`'s); None: nothing known."""
 
     def __init__(
         self,

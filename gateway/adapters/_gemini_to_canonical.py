@@ -22,6 +22,7 @@ from gateway.adapters._anthropic_to_canonical import (
     text_field,
 )
 from gateway.adapters.provider_usage import provider_counts
+from schemas.errors import UnusableAnswerError
 
 if TYPE_CHECKING:
     from schemas import UpstreamBadResponseError
@@ -250,21 +251,27 @@ def from_gemini_response(data: JSON, *, model: str) -> JSON:
     number, leaves the usage unknown (None)."""
     choices: list[JSON] = []
     blocked = block_reason(data)
-    for i, cand in enumerate(list_field(data, "candidates", "the answer")):
-        index, content, reason = _candidate(cand, i)
-        text, thoughts, calls = _split(content, 0)
-        message: JSON = {"role": "assistant", "content": text if text or not calls else None}
-        if thoughts:
-            message["reasoning_content"] = thoughts
-        if calls:
-            message["tool_calls"] = calls
-        # A blocked prompt ends a candidate that gave no reason of its own: filtered.
-        finish = "content_filter" if blocked and not reason else finish_reason(reason, bool(calls))
-        # Every finish that is a plain stop (STOP, none, OTHER, LANGUAGE, one Gemini adds):
-        # with no text and no call it handed nothing on.
-        if finish == "stop" and not text:
-            raise _empty(bool(thoughts))
-        choices.append({"index": index, "message": message, "finish_reason": finish})
+    try:
+        for i, cand in enumerate(list_field(data, "candidates", "the answer")):
+            index, content, reason = _candidate(cand, i)
+            text, thoughts, calls = _split(content, 0)
+            message: JSON = {"role": "assistant", "content": text if text or not calls else None}
+            if thoughts:
+                message["reasoning_content"] = thoughts
+            if calls:
+                message["tool_calls"] = calls
+            # A blocked prompt ends a candidate that gave no reason of its own: filtered.
+            finish = (
+                "content_filter" if blocked and not reason else finish_reason(reason, bool(calls))
+            )
+            # Every finish that is a plain stop (STOP, none, OTHER, LANGUAGE, one Gemini adds):
+            # with no text and no call it handed nothing on.
+            if finish == "stop" and not text:
+                raise _empty(bool(thoughts))
+            choices.append({"index": index, "message": message, "finish_reason": finish})
+    except UnusableAnswerError as exc:
+        exc.usage = chat_usage(data.get("usageMetadata"))  # Gemini billed what it generated
+        raise
     if not choices and blocked:
         message = {"role": "assistant", "content": None, "refusal": _refusal(blocked)}
         choices.append({"index": 0, "message": message, "finish_reason": "content_filter"})
@@ -352,7 +359,9 @@ class GeminiToChatStream:
             if reason:
                 ended = finish_reason(reason, bool(self._calls.get(index)))
                 if ended == "stop" and not self._shown.get(index):
-                    raise _empty(index in self._shown)
+                    empty = _empty(index in self._shown)
+                    empty.usage = chat_usage(data.get("usageMetadata"))  # billed all the same
+                    raise empty
                 self._open[index] = ended
         blocked = block_reason(data)
         if blocked:

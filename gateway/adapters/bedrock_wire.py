@@ -395,12 +395,13 @@ def chat_usage(usage: Any) -> JSON | None:
     )
 
 
-def finish_reason(stop_reason: Any) -> str:
-    """The chat finish reason for a Converse ``stopReason`` (unknown ones: ``stop``). Raises
-    UnusableAnswerError for one saying the answer broke (:data:`_BROKEN`): the attempt fails
-    and, with nothing sent yet, another route serves; never the endpoint's failure."""
+def finish_reason(stop_reason: Any, usage: Any = None) -> str:
+    """The chat finish reason for a Converse ``stopReason`` (unknown: ``stop``). Raises
+    UnusableAnswerError, carrying the ``usage`` billed, for a broken answer (:data:`_BROKEN`)."""
     if stop_reason in _BROKEN:
-        raise bad_answer(f"the model's answer ended with stopReason {stop_reason}", unusable=True)
+        broken = bad_answer(f"the answer ended with stopReason {stop_reason}", unusable=True)
+        broken.usage = None if usage is None else chat_usage(usage)
+        raise broken
     return _FINISH.get(stop_reason, "stop") if isinstance(stop_reason, str) else "stop"
 
 
@@ -453,14 +454,13 @@ def from_converse_response(data: JSON, *, model: str) -> JSON:
         out["tool_calls"] = calls
     if signed:
         out["thinking_blocks"] = signed
+    finish = finish_reason(stop, data.get("usage"))
     return {
         "id": new_id("chatcmpl-"),
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {"index": 0, "message": out, "finish_reason": finish_reason(stop), "logprobs": None}
-        ],
+        "choices": [{"index": 0, "message": out, "finish_reason": finish, "logprobs": None}],
         "usage": chat_usage(data.get("usage")),
     }
 

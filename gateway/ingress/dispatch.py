@@ -47,6 +47,7 @@ from gateway.http.deadline import Resumed
 from gateway.http.errors import REQUEST_DESCRIBING, is_context_refusal
 from gateway.ingress import hedging
 from gateway.ingress.failover import (
+    billed_by_failure,
     is_key_refusal,
     key_pool_refusal,
     merged_refusal,
@@ -58,7 +59,7 @@ from gateway.ingress.failover import (
 )
 from gateway.ingress.hedging import Declined
 from gateway.ingress.request_info import Attempt, Served
-from gateway.ingress.settling import LeaseKeeper, Settler, shielded
+from gateway.ingress.settling import LeaseKeeper, Settler, shielded, tokens
 from gateway.ingress.stream_attempt import STREAM
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
 from schemas.config import FailoverConfig
@@ -454,8 +455,10 @@ class _Once:
                         adapter = trace.noting(adapter, attempt)
                     body = await payload(adapter, target, a.model)
             except UpstreamError as err:
-                await d.leases.release(c, tokens_used_by_failure(err))
-                await d.observe(info, a, outcome_of(err), started, err=err)
+                billed = billed_by_failure(err)
+                used = tokens(billed) if billed.reported else tokens_used_by_failure(err)
+                await d.leases.release(c, used)
+                await d.observe(info, a, outcome_of(err), started, err=err, usage=billed)
                 return err
             except TimeoutError:
                 timeout = timed_out(c, limit, by_budget, stream=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from gateway.ingress.settling import NO_USAGE, Usage, usage_of
 from schemas import (
     QUOTA_EXHAUSTED,
     ContentFilteredError,
@@ -61,6 +62,12 @@ class AttemptKind(Protocol[R, P]):
 # Failures where the upstream generated nothing: it answered with an error status, the
 # connection was never made, or the gateway never sent the request.
 _REFUSED_BEFORE_SENDING = frozenset({"connect", "no_adapter", "unsupported_parameter"})
+
+
+def billed_by_failure(err: UpstreamError) -> Usage:
+    """The usage a failed attempt's answer reported (one the gateway could not hand on, the
+    upstream billed all the same); none reported for every other failure."""
+    return NO_USAGE if err.usage is None else usage_of({"usage": err.usage})
 
 
 def tokens_used_by_failure(err: UpstreamError) -> int | None:

@@ -12,7 +12,13 @@ from gateway.adapters.base import Batch, carries_token, choices_asked
 from gateway.formats.openai_chat import delta_chars
 from gateway.http.deadline import deadline
 from gateway.ingress import hedging
-from gateway.ingress.failover import outcome_of, timed_out, tokens_used_by_failure, unexpected
+from gateway.ingress.failover import (
+    billed_by_failure,
+    outcome_of,
+    timed_out,
+    tokens_used_by_failure,
+    unexpected,
+)
 from gateway.ingress.settling import NO_USAGE, shielded, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 from schemas.canonical_markers import START_USAGE
@@ -115,8 +121,11 @@ class _Stream:
                 d, info, a, started, first, chunks, target.idle_timeout, choices_asked(payload)
             )
         await _aclose(chunks)
-        await d.observe(info, a, outcome, started, err=err)
-        await d.leases.release(c, tokens_used_by_failure(err))
+        billed = billed_by_failure(err)  # an answer it could not hand on is billed all the same
+        await d.observe(info, a, outcome, started, err=err, usage=billed)
+        await d.leases.release(
+            c, tokens(billed) if billed.reported else tokens_used_by_failure(err)
+        )
         return err
 
     async def discard(self, result: StreamAttempt) -> None:

@@ -311,6 +311,59 @@ async def test_a_claude_stream_cut_or_left_is_billed_on_the_prompt_its_start_rep
     assert left_settle.tokens == 3001 and left_settle.cost_usd == pytest.approx(cost)
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_an_answer_refused_as_unusable_is_billed_on_the_usage_it_reported(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    # Gemini answered 200 with only its thoughts (7 prompt and 5 thinking tokens, billed):
+    # the gateway failed over, as it must, and billed that attempt $0.
+    gemini: FakeUpstream = await fake_upstreams("gem")
+    thought = {"text": "the user wants the weather", "thought": True}
+    empty = {
+        "candidates": [{"content": {"role": "model", "parts": [thought]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 7, "thoughtsTokenCount": 5},
+    }
+    sse = Reply(body=f"data: {json.dumps(empty)}\n\n", headers=_SSE)
+    gemini.set_default(sse if stream else Reply(body=empty))
+    good: FakeUpstream = await fake_upstreams(
+        "good", prompt_tokens=10, completion_tokens=5, cached_tokens=4
+    )
+    gemini_route = {
+        "kind": "gemini",
+        "base_url": gemini.gemini_base_url,
+        "provider_model_id": "g",
+        "api_key": "k",
+        "pricing": PRICING,
+    }
+    tiny = 1e-6  # the fallback's weight: the draw picks Gemini first
+    conf = keys_config(tmp_path, model("m", gemini_route, route(good, tiny, pricing=PRICING)))
+    gw = await gateway_factory(conf)
+    key, key_id = await new_key(gw)
+    await set_limit(gw, "key", key_id, tpm=1_000_000)
+    async with (
+        watch(gw, subjects.observation(eid("m", gemini))) as seen,
+        watch(gw, subjects.LIMITS_SETTLE) as settles,
+    ):
+        if stream:
+            chunks = await gw.openai(key).chat.completions.create(
+                model="m", messages=HI, stream=True
+            )
+            assert [c async for c in chunks]
+        else:
+            assert (await call(gw, "chat", key)).status == 200
+        refused, settled = await seen.next(Observation), await settles.next(LimitSettle)
+    thought_cost = (7 * 2.0 + 5 * 10.0) / 1e6
+    assert (refused.outcome, refused.error_kind) == ("client_error", "bad_response")
+    assert (refused.prompt_tokens, refused.completion_tokens) == (7, 5)
+    assert refused.cost_usd == pytest.approx(thought_cost) and not refused.cost_estimated
+    assert settled.tokens == 12 + 15
+    assert settled.cost_usd == pytest.approx(thought_cost + COST)
+    assert len(gemini.requests) == 1 and len(good.requests) == 1
+
+
 async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,

@@ -248,6 +248,21 @@ def test_a_stop_saying_the_answer_broke_is_an_unusable_answer_never_the_routes(
     assert not t.is_complete and t.finish() == []
 
 
+def test_a_broken_answer_carries_the_usage_bedrock_billed_for_it() -> None:
+    # Its usage was dropped with it: the attempt the gateway failed over from cost $0.
+    usage = {"inputTokens": 30, "outputTokens": 12, "cacheReadInputTokens": 5}
+    data = _converse([{"text": "Let me"}], "malformed_tool_use", usage=usage)
+
+    with pytest.raises(UpstreamBadResponseError) as caught:
+        from_converse_response(data, model="m")
+    with pytest.raises(UpstreamBadResponseError) as unknown:
+        from_converse_response(_converse([{"text": "Let me"}], "malformed_tool_use"), model="m")
+
+    got = caught.value.usage
+    assert got is not None and (got["prompt_tokens"], got["completion_tokens"]) == (35, 12)
+    assert unknown.value.usage is None  # none reported: the attempt's usage stays unknown
+
+
 # -- answers and events that break the service model's shapes -------------------------------
 # Each raised AttributeError or TypeError in the translation (a 500 with a logged traceback,
 # or a torn stream), or was silently dropped or relayed as nonsense (a block that was not an
