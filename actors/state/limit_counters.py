@@ -95,12 +95,15 @@ class Window:
         return bucket
 
     def correct(self, bucket: _Bucket, counted: float, amount: float, now: float) -> None:
-        """Replace ``counted`` (what one request added to ``bucket``) by ``amount``; nothing
-        once the bucket left the window."""
+        """Replace ``counted`` (what one request added to ``bucket``) by ``amount``. Once the
+        bucket left the window (a request longer than it), what ``amount`` exceeds
+        ``counted`` by is counted now: a long stream does not escape the limit."""
         self._expire(now)
         if bucket.ts > now - WINDOW_S:
             self._sum += amount - counted
             bucket.amount += amount - counted
+        elif amount > counted:
+            self.add(now, amount - counted)
 
     def wait_for(self, now: float, need: float, limit: float) -> float:
         """Seconds from ``now`` until ``need`` more fits under ``limit`` (0: it fits now;

@@ -67,6 +67,23 @@ def test_tpm_reservation_must_fit_and_settle_reconciles_it() -> None:
     assert isinstance(admit(holds, "r3", "i", 600, 0.0, T0 + 3, 30), Lease)
 
 
+def test_a_request_longer_than_the_window_counts_what_it_used_beyond_its_reservation() -> None:
+    # Its reservation had left the window when it settled, and the correction was dropped:
+    # a stream of two minutes that used 50,000 tokens counted 1,000 on a tpm of 10,000.
+    spec, c = LimitSpec(tpm=10_000), Counters()
+    holds = [("key:k", spec, c)]
+    lease = admit(holds, "r1", "i", 1000, 0.0, T0, 300)
+    assert isinstance(lease, Lease)
+    settle(lease, 50_000, 0.0, T0 + 120)
+    assert c.tokens.total(T0 + 120) == 49_000  # the 1,000 reserved were counted their minute
+    refused = admit(holds, "r2", "i", 1000, 0.0, T0 + 121, 300)
+    assert isinstance(refused, Refusal) and refused.code == "rate_limited"
+    short = admit(holds, "r3", "i", 1000, 0.0, T0 + 180, 300)  # a minute after the settle
+    assert isinstance(short, Lease)
+    settle(short, 10, 0.0, T0 + 250)  # used less than it reserved: nothing more to count
+    assert c.tokens.total(T0 + 250) == 0
+
+
 def test_concurrency_counts_leases_until_settled() -> None:
     spec, c = LimitSpec(concurrency=1), Counters()
     holds = [("key:k", spec, c)]
