@@ -99,7 +99,7 @@ async def explain(
         as_caller, "embeddings" if surface is None else surface.name, bool(body.get("stream"))
     )
     # The live path estimates from the body's length; the body re-encoded is that length.
-    info.prompt_estimate = estimate_prompt_tokens(len(msgspec.json.encode(raw)))
+    info.prompt_estimate = estimate_prompt_tokens(len(msgspec.json.encode(raw)), raw)
     refused: list[dict[str, str]] = []
 
     async def ask(model: ModelConfig) -> RoutePlan:

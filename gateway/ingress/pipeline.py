@@ -27,7 +27,7 @@ import msgspec
 
 from gateway.auth.gate import caller_of
 from gateway.formats import anthropic_messages
-from gateway.formats.openai_chat import estimate_prompt_tokens
+from gateway.formats.openai_chat import estimate_prompt_tokens, prompt_estimate
 from gateway.formats.openai_embeddings import validate_embeddings_request
 from gateway.http.component import Component
 from gateway.http.errors import error_code
@@ -163,13 +163,14 @@ class Inference(Component):
 
     async def embeddings(self, req: HttpRequest, record: RequestRecord) -> None:
         """``POST /v1/embeddings``."""
-        raw, size = await self._read_json(req)
+        raw, data = await self._read_json(req)
         body = validate_embeddings_request(raw)
         requested = body["model"]
         client_metadata(req)
         caller = caller_of(req)
         # The prompt estimate also prices an answer that reports no usage.
-        info = self._info(req, "embeddings", False, estimate_prompt_tokens(size), record, caller)
+        estimate = estimate_prompt_tokens(len(data))
+        info = self._info(req, "embeddings", False, estimate, record, caller)
         ticket: Ticket | None = None
         try:
             walk = await self._walk(req, body, requested, info)
@@ -184,10 +185,10 @@ class Inference(Component):
         """``POST /v1/messages/count_tokens``: the gateway's own prompt estimate (the one
         its context-window check uses), not the model's tokenizer. Raises
         InvalidRequestError, RouteNotFoundError."""
-        raw, size = await self._read_json(req)
+        raw, data = await self._read_json(req)
         body = anthropic_messages.to_chat_request(raw, counting=True)
         self.targeting.resolve(str(body["model"]), req)
-        await req.respond(200, _encode({"input_tokens": estimate_prompt_tokens(size)}))
+        await req.respond(200, _encode({"input_tokens": prompt_estimate(data, raw)}))
 
     def request_info(self, req: HttpRequest, surface: str, stream: bool) -> RequestInfo:
         """A new request's identity (explain uses the live path's)."""
@@ -196,7 +197,7 @@ class Inference(Component):
     # -- the steps ----------------------------------------------------------------------
 
     async def _inference(self, req: HttpRequest, surface: Surface, record: RequestRecord) -> None:
-        raw, size = await self._read_json(req)
+        raw, data = await self._read_json(req)
         body = surface.to_canonical(raw)
         if surface is MESSAGES and (beta := req.header("anthropic-beta")):
             body[anthropic_messages.ANTHROPIC_BETA] = beta  # for an anthropic route
@@ -204,7 +205,7 @@ class Inference(Component):
         requested = str(body["model"])
         stream = bool(body.get("stream"))
         caller = caller_of(req)
-        info = self._info(req, surface.name, stream, estimate_prompt_tokens(size), record, caller)
+        info = self._info(req, surface.name, stream, prompt_estimate(data, raw), record, caller)
         ticket: Ticket | None = None
         try:
             walk = await self._walk(req, body, requested, info)
@@ -219,11 +220,11 @@ class Inference(Component):
             if ticket is not None:
                 await ticket.finish()
 
-    async def _read_json(self, req: HttpRequest) -> tuple[Any, int]:
-        """The body decoded, and its size. Raises InvalidRequestError, RequestTooLargeError."""
+    async def _read_json(self, req: HttpRequest) -> tuple[Any, bytes]:
+        """The body decoded, and as sent. Raises InvalidRequestError, RequestTooLargeError."""
         raw = await req.body(self._config.server.max_body_bytes)
         try:
-            return _decode(raw), len(raw)
+            return _decode(raw), raw
         except msgspec.DecodeError:
             raise InvalidRequestError("the request body is not valid JSON") from None
         except RecursionError:  # nested past the stack: costs nothing until it happens

@@ -6,7 +6,9 @@ endpoint."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import os
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -138,6 +140,36 @@ async def admin_usage(gw: Any, subject: str) -> dict[str, Any]:
     resp = await admin_http(gw).get(f"/admin/limits/{kind}/{ident}")
     assert resp.status_code == 200, resp.text
     return dict(resp.json()["usage"])
+
+
+async def test_an_image_is_reserved_as_an_image_not_as_its_base64_bytes(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # A 450 KB image was reserved at its base64's bytes / 4, 150,000 tokens: refused by a
+    # tpm of 100,000 whatever max_tokens said, and by a $0.10 budget as "up to $0.301".
+    up = route(fake_upstream, pricing=PRICING, input_modalities=["text", "image"])
+    gw = await gateway_factory(keys_config(tmp_path, model("m", up)))
+    key, key_id = await new_key(gw)
+    await set_limit(gw, "key", key_id, tpm=100_000, budget="0.10/day")
+    png = base64.b64encode(os.urandom(450_000)).decode()
+    url = {"url": f"data:image/png;base64,{png}"}
+    answer = await gw.openai(key).chat.completions.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": [{"type": "image_url", "image_url": url}]}],
+    )
+    assert answer.choices[0].message.content
+    source = {"type": "base64", "media_type": "image/png", "data": png}
+    said = await gw.anthropic(key).messages.create(
+        model="m",
+        max_tokens=100,
+        messages=[{"role": "user", "content": [{"type": "image", "source": source}]}],
+    )
+    assert said.content
+    usage = await admin_usage(gw, f"key:{key_id}")
+    assert usage["tokens_last_minute"] == 2 * 15  # settled at what the upstream reported
 
 
 async def test_concurrency_refuses_while_one_runs_and_a_cancellation_releases_it(
