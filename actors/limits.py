@@ -54,6 +54,7 @@ from actors.state.limit_counters import (
     admit,
     count_unleased,
     settle,
+    settle_lapsed,
 )
 from actors.state.limit_leases import LeaseBook, dump_lease, restore_lease
 from actors.state.limit_usage import admit_reply, counters_now, subject_usage, usage_report
@@ -96,6 +97,7 @@ logger = logging.getLogger(__name__)
 _QUEUE = "limits"
 _SETTLED_KEEP_S = 600.0  # an ingress sends an unacknowledged settle again within seconds
 _SETTLED_MAX = 500_000
+_LAPSED_MAX = 10_000  # an ingress keeps at most as many settles it owes (OWED_MAX)
 _BUDGET_EVENT = subjects.event("budget")
 _LIMITS_EVENT = subjects.event("limits")
 
@@ -170,6 +172,9 @@ class LimitsActor(Actor):
         # Request ids settled lately (insertion order is time order), so that a settle its
         # ingress sent again counts once; kept _SETTLED_KEEP_S, at most _SETTLED_MAX of them.
         self._settled: OrderedDict[str, float] = OrderedDict(loaded.settled)
+        # Leases expired lately (as _settled): a settle that comes after all replaces the
+        # reservation they were counted at, instead of being counted on top of it.
+        self._lapsed: OrderedDict[str, tuple[Lease, float]] = OrderedDict()
         self._unsaved_settled: list[tuple[str, float]] = []
         self._acks: list[Envelope] = []  # settles counted, to acknowledge once saved
         # Verdicts to answer once a save holds what they took (when leases are saved).
@@ -296,10 +301,14 @@ class LimitsActor(Actor):
         self._settled[done.request_id] = now
         self._unsaved_settled.append((done.request_id, now))
         lease = self._leases.pop(done.request_id)
+        lapsed = self._lapsed.pop(done.request_id, None) if lease is None else None
         if lease is not None:
             self._leases_dirty = True
             settle(lease, tokens, cost, now)
             touched: Holds = [(h.subject, h.spec, h.counters) for h in lease.holds]
+        elif lapsed is not None:
+            settle_lapsed(lapsed[0], tokens, cost, lapsed[1], now)
+            touched = [(h.subject, h.spec, h.counters) for h in lapsed[0].holds]
         else:
             touched = [
                 (s, spec, self._counter(s)) for s, spec in self._holds(done.subjects, done.role)
@@ -310,8 +319,11 @@ class LimitsActor(Actor):
             await self._budget_events(subject, spec, c, now)
 
     def _forget_settled(self, now: float) -> None:
-        settled = self._settled
         cutoff = now - _SETTLED_KEEP_S
+        lapsed = self._lapsed
+        while lapsed and (len(lapsed) > _LAPSED_MAX or next(iter(lapsed.values()))[1] <= cutoff):
+            lapsed.popitem(last=False)
+        settled = self._settled
         while settled:
             rid, when = settled.popitem(last=False)
             if when > cutoff and len(settled) < _SETTLED_MAX:
@@ -327,6 +339,7 @@ class LimitsActor(Actor):
             self._dirty.update(h.subject for h in lease.holds)
             logger.info("limits: lease of %s (ingress %s) expired", lease.request_id, lease.ingress)
             settle(lease, lease.tokens, lease.cost_usd, now)
+            self._lapsed[lease.request_id] = (lease, now)
             self._expired.append(
                 LeaseExpired(
                     request_id=lease.request_id,

@@ -373,6 +373,22 @@ def settle(lease: Lease, tokens: int, cost: float, now: float) -> None:
         c.spent_usd += cost
 
 
+def settle_lapsed(lease: Lease, tokens: int, cost: float, expired: float, now: float) -> None:
+    """Replace the reservation an expired lease was settled at (at ``expired``) by what it
+    used: its settle came after all (its ingress was cut off or the owner slow to come back,
+    not dead). A budget period begun since keeps what the old one was counted at."""
+    for hold in lease.holds:
+        c = hold.counters
+        c.tokens.correct(hold.tokens, lease.tokens, tokens, now)
+        spec = hold.spec
+        if spec.budget_usd is not None:
+            c.roll(spec, now)
+            if period_key(spec.budget_period, expired) != c.period:
+                c.spent_usd += cost
+                continue
+        c.spent_usd = max(0.0, c.spent_usd + cost - lease.cost_usd)
+
+
 def count_unleased(holds: Holds, tokens: int, cost: float, now: float, *, request: bool) -> None:
     """Count usage that had no lease (admitted while the owner was unreachable, or whose
     lease a restart of the owner forgot)."""

@@ -20,6 +20,7 @@ from actors.state.limit_counters import (
     period_end,
     period_key,
     settle,
+    settle_lapsed,
 )
 from schemas.limits import LimitSpec
 
@@ -82,6 +83,19 @@ def test_a_request_longer_than_the_window_counts_what_it_used_beyond_its_reserva
     assert isinstance(short, Lease)
     settle(short, 10, 0.0, T0 + 250)  # used less than it reserved: nothing more to count
     assert c.tokens.total(T0 + 250) == 0
+
+
+def test_a_late_settle_of_an_expired_lease_replaces_its_reservation_in_its_period() -> None:
+    spec = LimitSpec(tpm=10_000, budget_usd=5.0, budget_period="day")
+    for late, spent in ((T0 + 40, 0.2), (T0 + 12 * 3600, 0.2)):  # that day, the next day
+        c = Counters()
+        lease = admit([("key:k", spec, c)], "r1", "i", 1000, 1.0, T0, 30)
+        assert isinstance(lease, Lease)
+        settle(lease, lease.tokens, lease.cost_usd, T0 + 31)  # expired: at its reservation
+        assert c.spent_usd == pytest.approx(1.0)
+        settle_lapsed(lease, 100, 0.2, T0 + 31, late)
+        assert c.spent_usd == pytest.approx(spent)  # never 1.2
+    assert c.tokens.total(T0 + 12 * 3600) == 0
 
 
 def test_concurrency_counts_leases_until_settled() -> None:

@@ -131,6 +131,31 @@ async def test_settle_reconciles_tokens_and_budget_events_fire_once_per_period(
         actor.request_stop()
 
 
+async def test_a_settle_after_its_lease_expired_replaces_the_reservation_counted(
+    bus: InProcessBus,
+    tmp_path: Path,
+    clock: FakeClock,
+) -> None:
+    # The expiry counted the reservation ($1, 1,000 tokens), then the settle its ingress
+    # sent once it reached the owner again was counted on top: $1.20 spent for $0.20 used.
+    actor = LimitsActor(str(tmp_path / "db"), SETTINGS, clock=clock)
+    async with anyio.create_task_group() as tg:
+        await tg.start(actor.run, bus)
+        await _admin(bus, "set", kind="key", id="k-1", budget="10/day", tpm=100_000)
+        assert (await _admit(bus, "r1", tokens=1000, cost=1.0)).admitted
+        clock.now += 35  # not renewed for longer than the TTL (a partition, a slow takeover)
+        assert (await _admit(bus, "r2")).admitted  # expiries run with admissions
+        usage = (await _admin(bus, "get", subject="key:k-1"))["usage"]
+        assert usage["spent_usd"] == pytest.approx(1.0)  # counted at its reservation
+        late = LimitSettle(request_id="r1", subjects=KEY, role="pro", tokens=100, cost_usd=0.2)
+        await bus.publish(subjects.LIMITS_SETTLE, late)
+        await bus.publish(subjects.LIMITS_SETTLE, late)  # and sent again: counted once
+        usage = (await _admin(bus, "get", subject="key:k-1"))["usage"]
+        assert usage["spent_usd"] == pytest.approx(0.2)
+        assert usage["tokens_last_minute"] == 100
+        actor.request_stop()
+
+
 async def test_amounts_no_counter_can_hold_are_refused_or_ignored_and_the_actor_lives(
     bus: InProcessBus,
     tmp_path: Path,
