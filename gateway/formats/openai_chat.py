@@ -267,7 +267,7 @@ def estimate_prompt_tokens(raw_body_len: int, body: Any = None) -> int:
 def prompt_estimate(raw: bytes, body: Any) -> int:
     """:func:`estimate_prompt_tokens` of a request sent as ``raw`` and decoded as ``body``,
     which is walked only when ``raw`` is large and says ``base64``."""
-    images = len(raw) >= _IMAGE_BODY and b"base64" in raw
+    images = len(raw) >= _IMAGE_BODY and raw.find(b"base64") >= 0  # not `in`: see sse.py
     return estimate_prompt_tokens(len(raw), body if images else None)
 
 
