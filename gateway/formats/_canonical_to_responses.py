@@ -13,7 +13,6 @@ from gateway.formats._common import (
     JSON,
     first_choice,
     frame_prefix,
-    json_text,
     new_id,
     plain_content,
     reasoning_text,
@@ -21,8 +20,8 @@ from gateway.formats._common import (
     whole_json,
 )
 from gateway.formats._responses_reasoning import seal, wants_sealed
+from gateway.formats._responses_tools import CALL_TEXT, call_item, streamed_item
 from gateway.formats.openai_chat import error_type
-from schemas import UpstreamBadResponseError
 
 # ResponseError.code is a closed set; anything else is reported as a server error.
 _FAILURE_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
@@ -34,6 +33,15 @@ _DELTA_EVENT = {
     "output_text": "response.output_text.delta",
     "refusal": "response.refusal.delta",
     "reasoning_text": "response.reasoning_text.delta",
+}
+# Per tool call item type: its text's delta and done events.
+_CALL_DELTA = {
+    "function_call": "response.function_call_arguments.delta",
+    "custom_tool_call": "response.custom_tool_call_input.delta",
+}
+_CALL_DONE = {
+    "function_call": "response.function_call_arguments.done",
+    "custom_tool_call": "response.custom_tool_call_input.done",
 }
 
 
@@ -186,23 +194,7 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
                 "content": content,
             }
         )
-    for call in calls:
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            raise UpstreamBadResponseError(
-                "upstream tool call has no function", kind="bad_response"
-            )
-        arguments = function.get("arguments") or ""
-        output.append(
-            {
-                "id": new_id("fc_"),
-                "type": "function_call",
-                "call_id": call.get("id") or new_id("call_"),
-                "name": function.get("name") or "",
-                "arguments": arguments if isinstance(arguments, str) else json_text(arguments),
-                "status": item_status,
-            }
-        )
+    output.extend(call_item(call, item_status) for call in calls)
     response["output"] = output
     return response
 
@@ -215,7 +207,8 @@ class ChatToResponsesStream:
     ``error`` (an ``error`` event then ``response.failed``: a cut stream never looks
     complete). Reasoning goes in a ``reasoning`` item (its text as ``reasoning_text``
     content), text in a message item (reasoning coming after text opens another item of each,
-    in turn); each tool call (by chat ``index``) gets its own ``function_call`` item, in order
+    in turn); each tool call (by chat ``index``) gets its own ``function_call`` item (a
+    custom tool's, a ``custom_tool_call`` streaming its ``input``), in order
     of first appearance, but one that starts while another's item is open and its arguments
     are not yet whole JSON is held, and sent at the end (servers that interleave calls still
     send the open one's fragments, which must come before its ``done`` events). When the
@@ -298,7 +291,7 @@ class ChatToResponsesStream:
             self._arguments_delta(out, self._calls[position], "".join(fragments))
         self._close_item(out, "completed" if response["status"] == "completed" else "incomplete")
         for _, item, chunks in self._calls.values():  # fragments that came after a call closed
-            item["arguments"] = "".join(chunks)
+            item[CALL_TEXT[item["type"]]] = "".join(chunks)
         response["output"] = self._items
         self._emit(out, f"response.{response['status']}", {"response": response})
         self._done = True
@@ -336,8 +329,8 @@ class ChatToResponsesStream:
             self._seal(self._open)
             if self._part is not None:
                 self._open["content"].append(self._done_part())
-            elif self._open["type"] == "function_call":
-                self._open["arguments"] = "".join(self._chunks)
+            elif self._open["type"] in CALL_TEXT:
+                self._open[CALL_TEXT[self._open["type"]]] = "".join(self._chunks)
 
     def _emit(self, out: list[bytes], kind: str, payload: JSON) -> None:
         payload["type"] = kind
@@ -366,14 +359,15 @@ class ChatToResponsesStream:
         if item is None:
             return
         index = len(self._items) - 1
-        if item["type"] != "function_call":
+        key = CALL_TEXT.get(item["type"])
+        if key is None:
             self._close_part(out)
-        else:
-            arguments = item["arguments"] = "".join(self._chunks)
+        else:  # function_call_arguments.done {arguments}, custom_tool_call_input.done {input}
+            text = item[key] = "".join(self._chunks)
             self._emit(
                 out,
-                "response.function_call_arguments.done",
-                {"item_id": item["id"], "output_index": index, "arguments": arguments},
+                _CALL_DONE[item["type"]],
+                {"item_id": item["id"], "output_index": index, key: text},
             )
         item["status"] = status
         self._seal(item)
@@ -455,20 +449,17 @@ class ChatToResponsesStream:
 
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)
-        function = call.get("function") or {}
-        arguments = function.get("arguments")
+        function = call.get("function")
+        if function is None and (custom := call.get("custom")) is not None:
+            function, arguments = custom, custom.get("input")  # a custom (freeform) tool's
+        else:
+            function = function or {}
+            arguments = function.get("arguments")
         known = self._calls.get(position)
         if known is None:
             held = self._held.get(position)
             if held is None:
-                item = {
-                    "id": new_id("fc_"),
-                    "type": "function_call",
-                    "call_id": call.get("id") or new_id("call_"),
-                    "name": function.get("name") or "",
-                    "arguments": "",
-                    "status": "in_progress",
-                }
+                item = streamed_item(call, function)
                 open_call = self._open is not None and self._open["type"] == "function_call"
                 if self._held or (open_call and not whole_json(self._chunks)):
                     held = self._held[position] = (item, [])
@@ -488,6 +479,6 @@ class ChatToResponsesStream:
         if delta:
             self._emit(
                 out,
-                "response.function_call_arguments.delta",
+                _CALL_DELTA[call[1]["type"]],
                 {"item_id": call[1]["id"], "output_index": call[0], "delta": delta},
             )

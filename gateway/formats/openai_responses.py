@@ -21,7 +21,8 @@ fails instead of being cut),
 ``max_tool_calls``, ``metadata`` (echoed back, not sent upstream). Sent on under chat's
 same names, as a chat client's are: ``prompt_cache_key`` (the upstream's prompt cache and the
 gateway's own affinity key on it), ``prompt_cache_retention``, ``safety_identifier``,
-``service_tier`` and ``text.verbosity`` (chat's ``verbosity``). Refused: hosted tools
+``service_tier`` and ``text.verbosity`` (chat's ``verbosity``). Custom (freeform) tools,
+their calls and outputs become chat's custom tools (``_responses_tools``). Refused: hosted tools
 (``web_search``, ``file_search``, ``code_interpreter``, ``mcp``, ``computer_use``...), their
 items and tool choices, ``top_logprobs``, and file ids (nothing is stored to refer to).
 """
@@ -38,7 +39,6 @@ from gateway.formats._canonical_to_responses import (
 from gateway.formats._common import (
     JSON,
     append_system,
-    json_text,
     want_dict,
     want_list,
     want_number,
@@ -46,6 +46,7 @@ from gateway.formats._common import (
     want_str,
 )
 from gateway.formats._responses_reasoning import give_reasoning, reasoning_texts, unseal
+from gateway.formats._responses_tools import convert_tool_choice, convert_tools, tool_call
 from gateway.formats.openai_chat import (
     ARRAY,
     BOOLEAN,
@@ -102,9 +103,7 @@ _FIELDS = {
     "user": STRING,
 }
 
-# A function tool's and ``text.format``'s documented fields: those forwarded upstream must
-# have their type here, not fail there.
-_TOOL_FIELDS = {"description": STRING, "parameters": OBJECT, "strict": BOOLEAN}
+# ``text.format``'s documented fields: those forwarded upstream must have their type here.
 _FORMAT_FIELDS = {"description": STRING, "name": STRING, "schema": OBJECT, "strict": BOOLEAN}
 
 
@@ -116,11 +115,15 @@ _RENAMED: Origins = {
     "response_format.json_schema": "text.format",
     "reasoning_effort": "reasoning.effort",
     "tool_choice.function": "tool_choice",
+    "tool_choice.custom": "tool_choice",
     "tool_choice.allowed_tools": "tool_choice",
     "stream_options": "stream",
     "verbosity": "text.verbosity",
 }
 # Fields chat takes under the same name and meaning, sent on as they are.
+# Input items that are a tool call of the assistant's turn, and a tool's output.
+_CALLS = frozenset({"function_call", "custom_tool_call"})
+_OUTPUTS = frozenset({"function_call_output", "custom_tool_call_output"})
 _SAME_IN_CHAT = ("prompt_cache_key", "prompt_cache_retention", "safety_identifier", "service_tier")
 
 
@@ -177,13 +180,9 @@ def to_chat_request(body: JSON, origins: Origins | None = None) -> JSON:
         if value is not None:
             chat[key] = value
     if body.get("tools"):
-        chat["tools"] = _convert_tools(want_list(body["tools"], "tools"))
-        if origins is not None:
-            origins.update(
-                {f"tools[{i}].function": f"tools[{i}]" for i in range(len(chat["tools"]))}
-            )
+        chat["tools"] = convert_tools(want_list(body["tools"], "tools"), origins)
         if body.get("tool_choice") is not None:
-            chat["tool_choice"] = _convert_tool_choice(body["tool_choice"])
+            chat["tool_choice"] = convert_tool_choice(body["tool_choice"])
         if isinstance(body.get("parallel_tool_calls"), bool):
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
     _convert_text(body.get("text"), chat)
@@ -225,10 +224,10 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
         path = f"input[{i}]"
         want_dict(item, path)
         kind = item.get("type", "message")
-        if pending and kind != "function_call_output":
+        if pending and kind not in _OUTPUTS:
             _flush(pending, out, origins, pending_at)
             pending, pending_at = [], None if origins is None else []
-        if (thought is not None or said) and kind != "reasoning" and kind != "function_call":
+        if (thought is not None or said) and kind != "reasoning" and kind not in _CALLS:
             if kind != "message" or item.get("role") != "assistant":  # the turn ended
                 thought, said = give_reasoning(thought, said, out)
         size = len(out)
@@ -240,15 +239,15 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
                 out.append(message)
                 if thought is not None or said:
                     thought, said = give_reasoning(thought, said, out)
-        elif kind == "function_call":
-            _function_call(item, path, out, origins)
+        elif kind in _CALLS:
+            tool_call(item, path, out, origins)
             if thought is not None or said:
                 thought, said = give_reasoning(thought, said, out)
         elif kind == "reasoning":
             if signed := unseal(item.get("encrypted_content"), f"{path}.encrypted_content"):
                 thought = [*(thought or ()), *signed]
             said.extend(reasoning_texts(item, path))
-        elif kind == "function_call_output":
+        elif kind in _OUTPUTS:
             out.append(_function_output(item, path, pending, pending_at))
             if origins is not None:
                 origins[f"messages[{size}].tool_call_id"] = f"{path}.call_id"
@@ -358,30 +357,6 @@ def _user_part(part: Any, path: str) -> JSON:
     )
 
 
-def _function_call(item: JSON, path: str, out: list[JSON], origins: Origins | None) -> None:
-    arguments = item.get("arguments", "")
-    if isinstance(arguments, dict):
-        arguments = json_text(arguments)
-    elif not isinstance(arguments, str):
-        raise InvalidRequestError(f"{path}.arguments: must be a string", param=f"{path}.arguments")
-    call = {
-        "id": want_str(item, "call_id", path),
-        "type": "function",
-        "function": {"name": want_str(item, "name", path), "arguments": arguments},
-    }
-    last = out[-1] if out else None
-    # Responses lists the assistant's text and each of its calls as separate items; chat
-    # wants them in one assistant message.
-    if last is not None and last["role"] == "assistant":
-        last.setdefault("tool_calls", []).append(call)
-    else:
-        out.append({"role": "assistant", "content": None, "tool_calls": [call]})
-    if origins is not None:
-        at = f"messages[{len(out) - 1}].tool_calls[{len(out[-1]['tool_calls']) - 1}]"
-        origins[at] = origins[f"{at}.function"] = path
-        origins[f"{at}.id"] = f"{path}.call_id"
-
-
 def _function_output(
     item: JSON, path: str, pending: list[JSON], pending_at: list[str] | None
 ) -> JSON:
@@ -401,56 +376,6 @@ def _function_output(
                     pending_at.append(f"{path}.output[{j}]")
         text = _JOIN.join(texts)
     return {"role": "tool", "tool_call_id": call_id, "content": text}
-
-
-def _convert_tools(tools: list[Any]) -> list[JSON]:
-    checked = [want_dict(t, f"tools[{i}]") for i, t in enumerate(tools)]
-    hosted = [(i, t.get("type")) for i, t in enumerate(checked) if t.get("type") != "function"]
-    if hosted:
-        names = ", ".join(sorted({str(kind) for _, kind in hosted}))
-        raise InvalidRequestError(
-            f"tools: {names} tools are not supported by this gateway; only function tools are",
-            param=f"tools[{hosted[0][0]}].type",
-        )
-    out = []
-    for i, tool in enumerate(checked):
-        path = f"tools[{i}]"
-        check_types(tool, _TOOL_FIELDS, path)
-        function: JSON = {"name": want_str(tool, "name", path)}
-        if tool.get("parameters") is not None:
-            function["parameters"] = want_dict(tool["parameters"], f"{path}.parameters")
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        if isinstance(tool.get("strict"), bool):
-            function["strict"] = tool["strict"]
-        out.append({"type": "function", "function": function})
-    return out
-
-
-def _convert_tool_choice(choice: Any) -> Any:
-    if choice in ("auto", "none", "required"):
-        return choice
-    kind = want_dict(choice, "tool_choice").get("type")
-    if kind == "function":
-        return {"type": "function", "function": {"name": want_str(choice, "name", "tool_choice")}}
-    if kind == "allowed_tools":
-        named = []
-        for j, tool in enumerate(want_list(choice.get("tools"), "tool_choice.tools")):
-            path = f"tool_choice.tools[{j}]"
-            if want_dict(tool, path).get("type") != "function":
-                raise InvalidRequestError(
-                    f"{path}.type: only function tools can be allowed", param=f"{path}.type"
-                )
-            named.append({"type": "function", "function": {"name": want_str(tool, "name", path)}})
-        mode = choice.get("mode")
-        if mode not in ("auto", "required"):
-            raise InvalidRequestError(
-                "tool_choice.mode: must be auto or required", param="tool_choice.mode"
-            )
-        return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": named}}
-    raise InvalidRequestError(
-        f"tool_choice.type: '{kind}' is not supported by this gateway", param="tool_choice.type"
-    )
 
 
 def _convert_text(text: Any, chat: JSON) -> None:
