@@ -18,11 +18,12 @@ the limits and the request log may rely on them instead of each guarding against
   content filter sends choices without one: nothing of the answer). Their text fields are
   strings or null, their ``tool_calls`` lists of objects whose ``index`` is an integer,
   ``id``/``type`` strings, ``function`` an object whose ``name`` and ``arguments`` are
-  strings. A ``content`` may also be a list of part objects (the OpenAI API's ``text`` and
-  ``refusal`` parts, Mistral's ``thinking``, whose ``thinking`` is a string or a list of
-  ``text`` parts): each known part's text a string or null; a part of another type is
-  relayed, unread. A ``thinking_blocks`` (Claude's signed thinking, as LiteLLM carries it) is
-  a list of objects whose ``type``, ``thinking``, ``signature``, ``data`` are strings or null.
+  strings (a ``custom`` tool's object: ``name`` and ``input``). A ``content`` may also be a
+  list of part objects (the OpenAI API's ``text`` and ``refusal`` parts, Mistral's
+  ``thinking``, whose ``thinking`` is a string or a list of ``text`` parts): each known
+  part's text a string or null; a part of another type is relayed, unread. A
+  ``thinking_blocks`` (Claude's signed thinking, as LiteLLM carries it) is a list of objects
+  whose ``type``, ``thinking``, ``signature``, ``data`` are strings or null.
   Anything else is the upstream's bad response: a 502 (the next route is tried), or the
   dialect's stream error once a stream began.
 - embeddings ``data``: one per input, put in input order by ``index`` (``embeddings_answer``).
@@ -233,6 +234,8 @@ _DETAILS = {
 }
 _DETAILS_ITEMS = tuple(_DETAILS.items())
 _DELTA_TEXT = frozenset({"role", "content", "refusal", "reasoning_content", "reasoning"})
+# A tool call's function, or custom (freeform) tool, and its fields that must be strings.
+_CALLED = (("function", ("name", "arguments")), ("custom", ("name", "input")))
 
 
 def _sane_counts(counts: JSON, keys: tuple[str, ...]) -> bool:
@@ -300,14 +303,14 @@ def _tool_call_problem(call: Any) -> str | None:
     for key in ("id", "type"):
         if (value := call.get(key)) is not None and type(value) is not str:
             return f"a tool call's {key!r} is not a string"
-    function = call.get("function")
-    if function is None:
-        return None
-    if type(function) is not dict:
-        return "a tool call's 'function' is not an object"
-    for key in ("name", "arguments"):
-        if (value := function.get(key)) is not None and type(value) is not str:
-            return f"a tool call's function {key!r} is not a string"
+    for field, keys in _CALLED:
+        if (called := call.get(field)) is None:
+            continue
+        if type(called) is not dict:
+            return f"a tool call's {field!r} is not an object"
+        for key in keys:
+            if (value := called.get(key)) is not None and type(value) is not str:
+                return f"a tool call's {field} {key!r} is not a string"
     return None
 
 

@@ -334,3 +334,29 @@ def test_thinking_blocks_must_be_objects_whose_texts_are_strings(blocks: Any, ba
         answer_problem({"choices": [_choice(0, message={"thinking_blocks": blocks})]}),
     ):
         assert (problem is not None) == bad, problem
+
+
+def test_a_custom_tool_call_is_checked_as_a_function_call_is() -> None:
+    # Chat's custom (freeform) tool call, gpt-5's: {"id", "type": "custom", "custom": {...}}.
+    good = {"id": "call_1", "type": "custom", "custom": {"name": "apply_patch", "input": "x"}}
+    fragment = {"index": 0, "custom": {"input": "*** Begin"}}
+    bad = [
+        {"id": "call_1", "type": "custom", "custom": "apply_patch"},
+        {"id": "call_1", "type": "custom", "custom": {"name": "apply_patch", "input": {"a": 1}}},
+        {"index": 0, "custom": {"name": 5}},
+    ]
+
+    def answer(call: Any) -> JSON:
+        return {"choices": [_choice(0, message={"role": "assistant", "tool_calls": [call]})]}
+
+    def chunk(call: Any) -> JSON:
+        return {"choices": [_choice(0, delta={"tool_calls": [call]})]}
+
+    assert answer_problem(answer(good)) is None
+    assert chunk_problem(chunk({**good, "index": 0})) is None
+    assert chunk_problem(chunk(fragment)) is None
+    assert [answer_problem(answer(call)) for call in bad[:2]] == [
+        "a tool call's 'custom' is not an object",
+        "a tool call's custom 'input' is not a string",
+    ]
+    assert chunk_problem(chunk(bad[2])) == "a tool call's custom 'name' is not a string"
