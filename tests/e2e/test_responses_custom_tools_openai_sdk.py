@@ -71,6 +71,23 @@ def _streamed() -> Reply:
     return Reply(body="".join(frames), headers={"content-type": "text/event-stream"})
 
 
+def _route(kind: str, up: FakeUpstream) -> dict[str, Any]:
+    """A route of ``kind`` to the fake upstream ``up``."""
+    if kind == "openai_compat":
+        return route(up)
+    if kind == "anthropic":
+        return anthropic_route(up)
+    base = up.azure_base_url if kind == "azure_openai" else up.gemini_base_url
+    azure = {"azure": {"deployment": "d", "api_version": "2024-10-21"}}
+    return {
+        "kind": kind,
+        "base_url": base,
+        "provider_model_id": "up-model",
+        "api_key": "k",
+        **(azure if kind == "azure_openai" else {}),
+    }
+
+
 def _sent_tools(upstream: FakeUpstream) -> Any:
     return upstream.requests[-1].json["tools"]
 
@@ -85,11 +102,12 @@ CHAT_TOOL = {
 }
 
 
-async def test_responses_custom_tool_call_comes_back_from_an_openai_compat_route(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+@pytest.mark.parametrize("kind", ["openai_compat", "azure_openai"])
+async def test_responses_custom_tool_call_comes_back_from_a_chat_completions_route(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, kind: str
 ) -> None:
     fake_upstream.enqueue(_answer())
-    client = (await gateway_factory(config(model("m", route(fake_upstream))))).openai()
+    client = (await gateway_factory(config(model("m", _route(kind, fake_upstream))))).openai()
 
     answer = await client.responses.create(
         model="m",
@@ -171,19 +189,21 @@ async def test_responses_custom_tool_call_and_output_sent_back_reach_the_route_a
     assert answer.status == "completed"
 
 
-async def test_responses_custom_tool_to_a_claude_route_is_a_400_naming_the_tool(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+@pytest.mark.parametrize("kind", ["anthropic", "gemini"])
+async def test_responses_custom_tool_to_a_route_without_them_is_a_400_naming_the_tool(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, kind: str
 ) -> None:
-    client = (await gateway_factory(config(model("m", anthropic_route(fake_upstream))))).openai()
+    client = (await gateway_factory(config(model("m", _route(kind, fake_upstream))))).openai()
 
     with pytest.raises(openai.BadRequestError) as info:
         await client.responses.create(model="m", input="add hello.txt", tools=[APPLY_PATCH])
 
     error = info.value.body
     assert isinstance(error, dict)
-    assert error["param"] == "tools[0].type", error
-    # The route refuses it (the surface no longer does): Claude has no freeform tools.
-    assert "only function tools are supported by anthropic upstreams" in error["message"]
+    # The route refuses it (the surface no longer does): neither has freeform tools.
+    assert error["param"] == ("tools[0].type" if kind == "anthropic" else "tools"), error
+    assert f"tools[0]{'.type' if kind == 'anthropic' else ''}: " in error["message"]
+    assert f"only function tools are supported by {kind} upstreams" in error["message"]
     assert not fake_upstream.requests
 
 
