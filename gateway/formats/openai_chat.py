@@ -382,7 +382,7 @@ def error_type(status: int) -> str:
 
 
 def content_chars(body: JSON) -> int:
-    """Characters of a chat answer's content and tool arguments (what the estimate prices
+    """Characters of a chat answer's content and tool arguments or inputs (what the estimate prices
     when the upstream reports no usage)."""
     total = 0
     for choice in body.get("choices") or ():
@@ -393,9 +393,7 @@ def content_chars(body: JSON) -> int:
         elif isinstance(content, list):
             total += parts_chars(content)
         for call in message.get("tool_calls") or ():
-            args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
-            if isinstance(args, str):
-                total += len(args)
+            total += _call_chars(call)
     return total
 
 
@@ -407,10 +405,21 @@ def delta_chars(delta: JSON) -> int:
     if content:  # a string, or (some providers) a list of parts
         total += len(content) if type(content) is str else parts_chars(content)
     for call in delta.get("tool_calls") or ():
-        args = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
-        if isinstance(args, str):
-            total += len(args)
+        total += _call_chars(call)
     return total
+
+
+def _call_chars(call: Any) -> int:
+    """Characters of a tool call's arguments, or of a custom (freeform) tool call's input."""
+    if not isinstance(call, dict):
+        return 0
+    function = call.get("function")
+    if function is not None:
+        text = function.get("arguments") if isinstance(function, dict) else None
+    else:
+        custom = call.get("custom")
+        text = custom.get("input") if isinstance(custom, dict) else None
+    return len(text) if isinstance(text, str) else 0
 
 
 def parts_chars(parts: list[Any]) -> int:

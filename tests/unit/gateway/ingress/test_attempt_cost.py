@@ -8,7 +8,7 @@ import pytest
 
 from gateway.adapters._anthropic_to_canonical import chat_usage
 from gateway.auth.gate import ANONYMOUS, BOOTSTRAP_ADMIN, Caller
-from gateway.formats.openai_chat import content_chars, parts_chars
+from gateway.formats.openai_chat import content_chars, delta_chars, parts_chars
 from gateway.ingress.admission import caller_subjects, reservation
 from gateway.ingress.admission_ticket import rate_headers
 from gateway.ingress.settling import usage_of
@@ -55,6 +55,16 @@ def test_no_usage_is_not_reported_and_the_answer_is_measured_for_the_estimate() 
     }
     assert not usage_of(body).reported
     assert content_chars(body) == 4 + 7
+
+
+def test_a_custom_tool_calls_input_is_measured_as_a_functions_arguments_are() -> None:
+    # A custom (freeform) tool call (gpt-5's apply_patch) counted nothing when unreported.
+    custom = {"id": "c", "type": "custom", "custom": {"name": "apply_patch", "input": "+hi\n"}}
+    body = {"choices": [{"message": {"content": None, "tool_calls": [custom]}}]}
+    fragment = {"tool_calls": [{"index": 0, "custom": {"input": "*** End"}}]}
+
+    assert content_chars(body) == 4
+    assert delta_chars(fragment) == 7
 
 
 def test_content_given_as_parts_is_measured_by_its_text() -> None:
