@@ -223,3 +223,17 @@ async def test_chat_custom_tools_and_their_call_pass_through_an_openai_compat_ro
     call = calls[0]
     assert call.type == "custom"
     assert (call.id, call.custom.name, call.custom.input) == ("call_p1", "apply_patch", PATCH)
+
+
+async def test_responses_custom_tool_refused_by_a_claude_route_is_served_by_the_chat_route(
+    gateway_factory: GatewayFactory, fake_upstreams: Any
+) -> None:
+    claude, compat = await fake_upstreams("claude"), await fake_upstreams("compat")
+    compat.enqueue(_answer())
+    routes = (anthropic_route(claude, weight=1.0), route(compat, weight=1e-6))
+    client = (await gateway_factory(config(model("m", *routes)))).openai()
+
+    answer = await client.responses.create(model="m", input="add hello.txt", tools=[APPLY_PATCH])
+
+    assert answer.output[0].type == "custom_tool_call"
+    assert not claude.requests and _sent_tools(compat) == [CHAT_TOOL]
