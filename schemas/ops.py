@@ -30,8 +30,10 @@ class RequestCompleted(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``ttft_ms`` is client-perceived (from the request's arrival), streams only.
     ``cost_usd`` is the sum of its attempts' costs (``cost_estimated``: one of them priced
     the gateway's estimate); ``key_id`` and ``user`` name the caller's gateway key and user.
-    ``prompt_tokens`` and ``completion_tokens`` are the last attempt's priced tokens
-    (``schemas.priced_tokens``: the estimate when it reported no usage).
+    ``prompt_tokens``, ``completion_tokens`` and ``cached_tokens`` sum every attempt's priced
+    tokens (``schemas.priced_tokens``: the estimate when it reported no usage), as ``cost_usd``
+    sums their costs: a failed-over or hedged attempt's tokens were billed too. Each attempt's
+    own are on its ``Observation``.
     """
 
     request_id: str = ""

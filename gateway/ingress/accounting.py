@@ -250,14 +250,15 @@ class Accounting:
         if last is not None and last.ttft_ms is not None:
             began = last.ts - last.latency_ms / 1000  # the attempt's start, wall clock
             ttft = (began - rec.wall) * 1000 + last.ttft_ms
-        # schemas.priced_tokens, inlined: a call would put its file on every request's path.
-        if last is None:
-            priced = (0, 0)
-        elif last.cost_estimated:
-            guessed = last.prompt_tokens or last.prompt_estimate  # a stream's start may report it
-            priced = (guessed, max(0, last.billed_tokens - guessed))
-        else:
-            priced = (last.prompt_tokens, last.completion_tokens)
+        # Every attempt's priced tokens, as cost_usd sums every attempt's (a failed-over or
+        # hedged one was billed too); schemas.priced_tokens inlined, off the call path.
+        prompt = completion = cached = 0
+        for a in attempts:
+            est = a.cost_estimated  # a stream's start may have reported the prompt
+            p = (a.prompt_tokens or a.prompt_estimate) if est else a.prompt_tokens
+            prompt += p
+            completion += max(0, a.billed_tokens - p) if est else a.completion_tokens
+            cached += a.cached_tokens
         done = RequestCompleted(
             request_id=req.request_id,
             ts=time.time(),
@@ -276,9 +277,9 @@ class Accounting:
             attempts=len(attempts),
             ttft_ms=ttft,
             latency_ms=(time.perf_counter() - rec.started) * 1000,
-            prompt_tokens=priced[0],
-            completion_tokens=priced[1],
-            cached_tokens=last.cached_tokens if last is not None else 0,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            cached_tokens=cached,
             stream=last.stream if last is not None else False,
             cost_usd=sum(a.cost_usd for a in attempts),
             cost_estimated=any(a.cost_estimated for a in attempts),

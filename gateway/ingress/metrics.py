@@ -64,15 +64,23 @@ _NONE = "-"
 class _PerRoute:
     """The labelled children one (model, endpoint, surface) updates on every request."""
 
-    __slots__ = ("cached", "completion", "duration", "prompt", "requests", "ttft")
+    __slots__ = ("duration", "requests", "ttft")
 
     def __init__(self, m: GatewayMetrics, labels: tuple[str, str, str]) -> None:
         self.requests = m.requests.labels(*labels)
         self.duration = m.duration.labels(*labels)
         self.ttft = m.ttft.labels(*labels)
-        self.prompt = m.tokens.labels(labels[0], labels[1], "prompt")
-        self.completion = m.tokens.labels(labels[0], labels[1], "completion")
-        self.cached = m.tokens.labels(labels[0], labels[1], "cached")
+
+
+class _Tokens:
+    """The ``llmgw_tokens_total`` children of one (model, endpoint) an attempt went to."""
+
+    __slots__ = ("cached", "completion", "prompt")
+
+    def __init__(self, m: GatewayMetrics, model: str, endpoint: str) -> None:
+        self.prompt = m.tokens.labels(model, endpoint, "prompt")
+        self.completion = m.tokens.labels(model, endpoint, "completion")
+        self.cached = m.tokens.labels(model, endpoint, "cached")
 
 
 class _LogStats:
@@ -279,6 +287,7 @@ class GatewayMetrics:
         r.register(self._log)
         self._route_rtt = self.bus_rtt.labels("route")
         self._per_route: dict[tuple[str, str, str], _PerRoute] = {}
+        self._tokens: dict[tuple[str, str], _Tokens] = {}
         self._errors: dict[tuple[str, str, str, str], Any] = {}
         self._attempts: dict[tuple[str, str, str], Any] = {}
         self._fallbacks: dict[tuple[str, str], Any] = {}
@@ -301,14 +310,6 @@ class GatewayMetrics:
         per.duration.observe(done.latency_ms / 1000)
         if done.ttft_ms is not None:
             per.ttft.observe(done.ttft_ms / 1000)
-        # Reported tokens only: an estimated request's are the gateway's guess (its cost,
-        # estimated too, is in llmgw_spend_usd_total).
-        if done.prompt_tokens and not done.cost_estimated:
-            per.prompt.inc(done.prompt_tokens)
-        if done.completion_tokens and not done.cost_estimated:
-            per.completion.inc(done.completion_tokens)
-        if done.cached_tokens:
-            per.cached.inc(done.cached_tokens)
         if done.error_kind:
             ekey = (model, endpoint, done.surface, done.error_kind)
             child = self._errors.get(ekey)
@@ -328,6 +329,19 @@ class GatewayMetrics:
                 child = self._attempts[akey] = self.attempts.labels(*akey)
             child.inc()
             self._genai(obs)
+            # Per attempt, on the endpoint that used them (a failed-over attempt's tokens are
+            # its endpoint's, not the one that served); reported tokens only: an estimate is
+            # the gateway's guess (its cost, estimated too, is in llmgw_spend_usd_total).
+            tkey = (obs.model or _NONE, obs.endpoint or _NONE)
+            tok = self._tokens.get(tkey)
+            if tok is None:
+                tok = self._tokens[tkey] = _Tokens(self, *tkey)
+            if obs.prompt_tokens:
+                tok.prompt.inc(obs.prompt_tokens)
+            if obs.completion_tokens:
+                tok.completion.inc(obs.completion_tokens)
+            if obs.cached_tokens:
+                tok.cached.inc(obs.cached_tokens)
             if obs.billed_tokens and (unpriced := self._unpriced_routes.get(obs.endpoint)):
                 unpriced.inc()
         if decision_s is not None:

@@ -364,6 +364,66 @@ async def test_an_answer_refused_as_unusable_is_billed_on_the_usage_it_reported(
     assert len(gemini.requests) == 1 and len(good.requests) == 1
 
 
+async def test_a_failed_over_requests_row_counts_every_attempts_tokens_as_its_cost_does(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
+) -> None:
+    # Gemini's answer of only thoughts (7 prompt, 5 thinking tokens) was billed, then the
+    # request failed over: the row's tokens showed the last attempt's 10 and 5 beside the cost
+    # of both, and the spend report and llmgw_tokens_total left the first attempt's out.
+    gemini: FakeUpstream = await fake_upstreams("gem")
+    thought = {"text": "the user wants the weather", "thought": True}
+    gemini.set_default(
+        Reply(
+            body={
+                "candidates": [
+                    {"content": {"role": "model", "parts": [thought]}, "finishReason": "STOP"}
+                ],
+                "usageMetadata": {"promptTokenCount": 7, "thoughtsTokenCount": 5},
+            }
+        )
+    )
+    good: FakeUpstream = await fake_upstreams(
+        "good", prompt_tokens=10, completion_tokens=5, cached_tokens=4
+    )
+    gemini_route = {
+        "kind": "gemini",
+        "base_url": gemini.gemini_base_url,
+        "provider_model_id": "g",
+        "api_key": "k",
+        "pricing": PRICING,
+    }
+    tiny = 1e-6  # the fallback's weight: the draw picks Gemini first
+    conf = keys_config(tmp_path, model("m", gemini_route, route(good, tiny, pricing=PRICING)))
+    gw = await gateway_factory(conf)
+    key, _ = await new_key(gw)
+    assert (await call(gw, "chat", key)).status == 200
+
+    cost = (7 * 2.0 + 5 * 10.0) / 1e6 + COST
+    (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
+    assert (row["attempt"], row["endpoint"]) == (2, eid("m", good))
+    assert row["cost_usd"] == pytest.approx(cost)
+    assert (row["prompt_tokens"], row["completion_tokens"], row["cached_tokens"]) == (17, 10, 4)
+    attempts = (await _admin(gw, "log", "query", kind="attempt"))["rows"]
+    own = {r["endpoint"]: (r["prompt_tokens"], r["completion_tokens"]) for r in attempts}
+    assert own == {eid("m", gemini): (7, 5), eid("m", good): (10, 5)}
+    (group,) = (await _admin(gw, "spend", "report", group_by="model"))["groups"]
+    assert (group["prompt_tokens"], group["completion_tokens"]) == (17, 10)
+    assert group["cost_usd"] == pytest.approx(cost)
+    # /metrics counts each attempt's tokens on the endpoint that used them.
+    text = (await admin_http(gw).get("/metrics")).text
+    counted = {  # label sets (in whatever order the exposition writes them) -> value
+        frozenset(ln[ln.index("{") + 1 : ln.index("}")].split(",")): float(ln.rsplit(" ", 1)[1])
+        for ln in text.splitlines()
+        if ln.startswith("llmgw_tokens_total{")
+    }
+    for endpoint, (prompt, completion) in own.items():
+        for kind, n in (("prompt", prompt), ("completion", completion)):
+            labels = frozenset(('model="m"', f'endpoint="{endpoint}"', f'kind="{kind}"'))
+            assert counted.get(labels) == n, counted
+
+
 async def test_the_cli_sets_limits_and_reports_spend_through_the_local_socket(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
