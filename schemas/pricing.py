@@ -17,6 +17,9 @@ class Pricing(BaseModel):
 
     ``input_cache_reads`` / ``input_cache_writes`` default to the prompt price: a route that
     declares no cache prices bills cached tokens as ordinary prompt tokens.
+    ``input_cache_writes_1h`` prices the cache writes with a 1-hour TTL (Claude's: 2x the
+    input price, where 5-minute writes are 1.25x); it defaults to the ``input_cache_writes``
+    price, so a route that declares none bills them as it did before it existed.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -25,6 +28,7 @@ class Pricing(BaseModel):
     completion: float = Field(default=0.0, ge=0)
     input_cache_reads: float | None = Field(default=None, ge=0)
     input_cache_writes: float | None = Field(default=None, ge=0)
+    input_cache_writes_1h: float | None = Field(default=None, ge=0)
 
     @property
     def cache_read_price(self) -> float:
@@ -36,6 +40,13 @@ class Pricing(BaseModel):
         """USD per million cache-write tokens (the prompt price when not declared)."""
         return self.prompt if self.input_cache_writes is None else self.input_cache_writes
 
+    @property
+    def cache_write_1h_price(self) -> float:
+        """USD per million 1-hour cache-write tokens (the cache-write price when not
+        declared)."""
+        w1h = self.input_cache_writes_1h
+        return self.cache_write_price if w1h is None else w1h
+
 
 def cost_usd(
     pricing: Pricing | None,
@@ -44,11 +55,12 @@ def cost_usd(
     completion_tokens: int,
     cache_read_tokens: int = 0,
     cache_write_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
 ) -> float:
     """What one attempt cost. ``prompt_tokens`` is the whole input as OpenAI reports it
     (cached tokens included): the cached and cache-written parts are billed at their own
-    prices and only the rest at the prompt price. No pricing: 0.0 (the route is free or
-    unpriced)."""
+    prices (``cache_write_1h_tokens`` of the writes, those with a 1-hour TTL, at theirs) and
+    only the rest at the prompt price. No pricing: 0.0 (the route is free or unpriced)."""
     if pricing is None:
         return 0.0
     if not cache_read_tokens and not cache_write_tokens:
@@ -56,10 +68,12 @@ def cost_usd(
     cached = max(0, min(cache_read_tokens, prompt_tokens))
     written = max(0, min(cache_write_tokens, prompt_tokens - cached))
     uncached = max(0, prompt_tokens - cached - written)
+    written_1h = max(0, min(cache_write_1h_tokens, written))
     total = (
         uncached * pricing.prompt
         + cached * pricing.cache_read_price
-        + written * pricing.cache_write_price
+        + (written - written_1h) * pricing.cache_write_price
+        + written_1h * pricing.cache_write_1h_price
         + max(0, completion_tokens) * pricing.completion
     )
     return total / PER_MILLION

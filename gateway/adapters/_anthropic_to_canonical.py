@@ -25,7 +25,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters.provider_usage import cached_usage, provider_counts
+from gateway.adapters.provider_usage import cached_usage, one_hour_writes, provider_counts
 from schemas import UpstreamBadResponseError, UpstreamError
 from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
 from schemas.canonical_markers import START_USAGE
@@ -87,7 +87,8 @@ def chat_usage(usage: Any) -> JSON | None:
             "cache_read_input_tokens",
             "cache_creation_input_tokens",
             "output_tokens",
-        )
+        ),
+        one_hour_writes(usage),
     )
 
 

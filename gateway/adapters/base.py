@@ -6,7 +6,8 @@ Checking: every answer and stream chunk leaves the seam with its usage sanitised
 the limits and the request log may rely on them instead of each guarding against them.
 
 - ``usage``: its token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
-  ``prompt_tokens_details.cached_tokens`` / ``cache_write_tokens``,
+  ``prompt_tokens_details.cached_tokens`` / ``cache_write_tokens`` / ``cache_write_1h_tokens``
+  (the writes with a 1-hour TTL, part of ``cache_write_tokens``),
   ``completion_tokens_details.reasoning_tokens``) are integers in ``[0, MAX_TOKENS]`` or
   absent/null. A ``usage`` that breaks this (a string, a negative, a boolean, a float that
   is not whole, ``10**30``) is unknown: replaced by ``None``, as an answer that reported
@@ -229,7 +230,7 @@ database column or a spend total)."""
 
 _COUNTS = ("prompt_tokens", "completion_tokens", "total_tokens")
 _DETAILS = {
-    "prompt_tokens_details": ("cached_tokens", "cache_write_tokens"),
+    "prompt_tokens_details": ("cached_tokens", "cache_write_tokens", "cache_write_1h_tokens"),
     "completion_tokens_details": ("reasoning_tokens",),
 }
 _DETAILS_ITEMS = tuple(_DETAILS.items())

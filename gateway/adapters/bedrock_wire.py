@@ -65,7 +65,7 @@ from gateway.adapters.chat_message import (
     text_of,
     tool_calls,
 )
-from gateway.adapters.provider_usage import cached_usage, provider_counts
+from gateway.adapters.provider_usage import cached_usage, one_hour_writes, provider_counts
 from schemas import InvalidRequestError
 from schemas.canonical_markers import CLAUDE_NATIVE, TOOL_ERROR_PREFIX
 
@@ -387,12 +387,9 @@ def _output_config(fmt: Any) -> JSON | None:
 
 def chat_usage(usage: Any) -> JSON | None:
     """Chat usage from Converse ``TokenUsage`` (Converse counts cache reads and writes apart
-    from ``inputTokens``); None when a count is not a number."""
-    return cached_usage(
-        provider_counts(
-            usage, "inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens", "outputTokens"
-        )
-    )
+    from ``inputTokens``; ``cacheDetails``, the writes by TTL); None when a count is not one."""
+    counts = ("inputTokens", "cacheReadInputTokens", "cacheWriteInputTokens", "outputTokens")
+    return cached_usage(provider_counts(usage, *counts), one_hour_writes(usage))
 
 
 def finish_reason(stop_reason: Any, usage: Any = None) -> str:

@@ -31,16 +31,45 @@ def provider_counts(usage: Any, *keys: str) -> list[int] | None:
     return counts
 
 
-def cached_usage(counts: list[int] | None) -> JSON | None:
+def one_hour_writes(usage: Any) -> int:
+    """The cache writes with a 1-hour TTL in a provider's usage: Anthropic's
+    ``cache_creation.ephemeral_1h_input_tokens``, Converse's ``cacheDetails`` entries with
+    ``ttl: 1h`` (sorted 1h first; their ``inputTokens``). 0 when it says none, or not in a
+    count: those writes are then priced as 5-minute ones."""
+    if type(usage) is not dict:
+        return 0
+    creation = usage.get("cache_creation")
+    if type(creation) is dict:
+        return _count(creation.get("ephemeral_1h_input_tokens"))
+    details = usage.get("cacheDetails")
+    if type(details) is not list:
+        return 0
+    return sum(
+        _count(d.get("inputTokens")) for d in details if type(d) is dict and d.get("ttl") == "1h"
+    )
+
+
+def _count(value: Any) -> int:
+    """``value`` as a token count (0 when it is not a whole number from 0)."""
+    if type(value) is int and value >= 0:
+        return value
+    return int(value) if type(value) is float and value.is_integer() and value >= 0 else 0
+
+
+def cached_usage(counts: list[int] | None, written_1h: int = 0) -> JSON | None:
     """Chat usage from a provider's (fresh input, cache reads, cache writes, output) counts:
-    the chat prompt total includes cache reads and writes. None for None."""
+    the chat prompt total includes cache reads and writes; ``written_1h`` of the writes had a
+    1-hour TTL (``cache_write_1h_tokens``, when some did). None for None."""
     if counts is None:
         return None
     fresh, read, written, completion = counts
     prompt = fresh + read + written
+    details = {"cached_tokens": read, "cache_write_tokens": written}
+    if written_1h:
+        details["cache_write_1h_tokens"] = min(written_1h, written)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": read, "cache_write_tokens": written},
+        "prompt_tokens_details": details,
     }

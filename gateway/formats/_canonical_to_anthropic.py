@@ -95,7 +95,8 @@ def stop_reason(finish: Any, matched: Any, has_tool_calls: bool) -> tuple[str, s
 
 
 def usage(chat_usage: Any) -> JSON:
-    """Anthropic usage from chat usage: Anthropic's ``input_tokens`` excludes cached tokens."""
+    """Anthropic usage from chat usage: Anthropic's ``input_tokens`` excludes cached tokens;
+    ``cache_creation`` splits the writes by TTL when some had a 1-hour one (Claude's)."""
     if not isinstance(chat_usage, dict):
         chat_usage = {}
     details = chat_usage.get("prompt_tokens_details")
@@ -104,12 +105,19 @@ def usage(chat_usage: Any) -> JSON:
     cached = details.get("cached_tokens") or 0
     written = details.get("cache_write_tokens") or 0
     prompt = chat_usage.get("prompt_tokens") or 0
-    return {
+    out = {
         "input_tokens": max(prompt - cached - written, 0),
         "output_tokens": chat_usage.get("completion_tokens") or 0,
         "cache_read_input_tokens": cached,
         "cache_creation_input_tokens": written,
     }
+    written_1h = details.get("cache_write_1h_tokens")
+    if written_1h is not None:
+        out["cache_creation"] = {
+            "ephemeral_5m_input_tokens": max(written - written_1h, 0),
+            "ephemeral_1h_input_tokens": written_1h,
+        }
+    return out
 
 
 def _message_id(chat_id: Any) -> str:

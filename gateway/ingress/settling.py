@@ -74,6 +74,7 @@ class Usage(NamedTuple):
     cached: int = 0
     cache_written: int = 0
     reported: bool = False
+    cache_written_1h: int = 0  # of cache_written, the writes with a 1-hour TTL (Claude's)
 
 
 NO_USAGE = Usage()
@@ -89,17 +90,16 @@ def usage_of(body: JSON) -> Usage:
     if not isinstance(usage, dict):
         return NO_USAGE
     details = usage.get("prompt_tokens_details")
-    cached = written = 0
-    if isinstance(details, dict):
-        cached = details.get("cached_tokens") or 0
-        written = details.get("cache_write_tokens") or 0
+    if not isinstance(details, dict):
+        details = {}
     try:
         return Usage(
             int(usage.get("prompt_tokens") or 0),
             int(usage.get("completion_tokens") or 0),
-            int(cached),
-            int(written),
+            int(details.get("cached_tokens") or 0),
+            int(details.get("cache_write_tokens") or 0),
             True,
+            int(details.get("cache_write_1h_tokens") or 0),
         )
     except (TypeError, ValueError, OverflowError):
         return NO_USAGE
@@ -107,8 +107,7 @@ def usage_of(body: JSON) -> Usage:
 
 def tokens(usage: Usage) -> int | None:
     """Prompt plus completion tokens an upstream reported; None when it reported none."""
-    total = usage.prompt + usage.completion
-    return total or None
+    return usage.prompt + usage.completion or None
 
 
 def observation(
@@ -144,6 +143,7 @@ def observation(
             completion_tokens=completion,
             cache_read_tokens=usage.cached,
             cache_write_tokens=usage.cache_written,
+            cache_write_1h_tokens=usage.cache_written_1h,
         )
     )
     return Observation(

@@ -311,6 +311,68 @@ async def test_a_claude_stream_cut_or_left_is_billed_on_the_prompt_its_start_rep
     assert left_settle.tokens == 3001 and left_settle.cost_usd == pytest.approx(cost)
 
 
+_HOUR_WRITES = {
+    "input_tokens": 100,
+    "cache_read_input_tokens": 1000,
+    "cache_creation_input_tokens": 3000,
+    "cache_creation": {"ephemeral_5m_input_tokens": 1000, "ephemeral_1h_input_tokens": 2000},
+    "output_tokens": 2,
+}
+
+
+def _claude_answer(stream: bool) -> Reply:
+    """Claude's answer "Hi." whose prompt wrote 1,000 tokens to the cache for 5 minutes and
+    2,000 for an hour (:data:`_HOUR_WRITES`)."""
+    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "c"}
+    if not stream:
+        text = [{"type": "text", "text": "Hi."}]
+        body = {**message, "content": text, "stop_reason": "end_turn", "usage": _HOUR_WRITES}
+        return Reply(body=body)
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {**message, "content": [], "usage": _HOUR_WRITES}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi."}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": _HOUR_WRITES},
+        {"type": "message_stop"},
+    ]
+    sse = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    return Reply(body=sse, headers=_SSE)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_claudes_one_hour_cache_writes_are_billed_at_their_own_price(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    # They were billed at the 5-minute write price: Claude bills 1-hour writes at 2x the
+    # input price, 5-minute ones at 1.25x.
+    pricing = {**PRICING, "input_cache_writes": 2.5, "input_cache_writes_1h": 4.0}
+    up: FakeUpstream = await fake_upstreams("claude")
+    gw = await gateway_factory(
+        keys_config(tmp_path, model("m", anthropic_route(up, pricing=pricing)))
+    )
+    key, _ = await new_key(gw)
+    up.enqueue(_claude_answer(stream))
+    client = gw.anthropic(key)
+    if stream:
+        async with client.messages.stream(model="m", max_tokens=10, messages=HI) as events:
+            usage = (await events.get_final_message()).usage
+    else:
+        usage = (await client.messages.create(model="m", max_tokens=10, messages=HI)).usage
+    cost = (100 * 2.0 + 1000 * 0.5 + 1000 * 2.5 + 2000 * 4.0 + 2 * 10.0) / 1e6
+    for row in (await _admin(gw, "log", "query"))["rows"]:  # the request and its attempt
+        assert row["cost_usd"] == pytest.approx(cost) and not row["cost_estimated"]
+        assert (row["prompt_tokens"], row["completion_tokens"]) == (4100, 2)
+    # The Messages client gets Claude's split of the writes too.
+    assert usage.cache_creation_input_tokens == 3000
+    assert usage.cache_creation is not None
+    assert usage.cache_creation.ephemeral_1h_input_tokens == 2000
+    assert usage.cache_creation.ephemeral_5m_input_tokens == 1000
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 async def test_an_answer_refused_as_unusable_is_billed_on_the_usage_it_reported(
     gateway_factory: GatewayFactory,

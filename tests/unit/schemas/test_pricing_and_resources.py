@@ -30,6 +30,25 @@ def test_undeclared_cache_prices_fall_back_to_the_prompt_price() -> None:
     ) == pytest.approx(0.003)
 
 
+def test_one_hour_cache_writes_have_their_own_price_else_the_write_price() -> None:
+    def cost(pricing: Pricing) -> float:
+        return cost_usd(
+            pricing,
+            prompt_tokens=3_000_000,
+            completion_tokens=0,
+            cache_write_tokens=3_000_000,
+            cache_write_1h_tokens=2_000_000,
+        )
+
+    # Claude's: 5-minute writes at 1.25x the input price, 1-hour ones at 2x.
+    assert cost(
+        Pricing(prompt=2.0, input_cache_writes=2.5, input_cache_writes_1h=4.0)
+    ) == pytest.approx(2.5 + 2 * 4.0)
+    # Undeclared: the 5-minute write price, as before the 1-hour one existed.
+    assert cost(Pricing(prompt=2.0, input_cache_writes=2.5)) == pytest.approx(3 * 2.5)
+    assert cost(Pricing(prompt=2.0)) == pytest.approx(3 * 2.0)
+
+
 def test_unpriced_route_costs_nothing_and_reports_never_go_negative() -> None:
     assert cost_usd(None, prompt_tokens=10, completion_tokens=10) == 0.0
     assert cost_usd(

@@ -42,6 +42,34 @@ def test_cache_reads_and_writes_count_in_the_prompt(provider: str) -> None:
     assert chat_usage(None) is not None  # no usage said: zeros, as before
 
 
+# Each provider's usage saying 2,000 of its 3,000 cache writes had a 1-hour TTL.
+HOUR_WRITES: dict[str, dict[str, Any]] = {
+    "anthropic": {
+        "cache_creation": {"ephemeral_5m_input_tokens": 1000, "ephemeral_1h_input_tokens": 2000}
+    },
+    "bedrock": {  # botocore's TokenUsage.cacheDetails, sorted 1h first
+        "cacheDetails": [{"ttl": "1h", "inputTokens": 2000}, {"ttl": "5m", "inputTokens": 1000}]
+    },
+}
+
+
+@pytest.mark.parametrize("provider", list(PROVIDERS))
+def test_one_hour_cache_writes_are_carried_in_their_own_detail(provider: str) -> None:
+    chat_usage, (fresh, read, written, output) = PROVIDERS[provider]
+    counts = {fresh: 10, read: 0, written: 3000, output: 7}
+
+    usage = chat_usage({**counts, **HOUR_WRITES[provider]})
+
+    assert usage is not None
+    assert usage["prompt_tokens_details"] == {
+        "cached_tokens": 0,
+        "cache_write_tokens": 3000,
+        "cache_write_1h_tokens": 2000,
+    }
+    plain = chat_usage(counts)  # no split said: every write priced as a 5-minute one
+    assert plain is not None and "cache_write_1h_tokens" not in plain["prompt_tokens_details"]
+
+
 @pytest.mark.parametrize("provider", list(PROVIDERS))
 @pytest.mark.parametrize("bad", ["a", -5, 1.5, True, [1], {"n": 1}])
 def test_a_count_that_is_not_a_whole_number_makes_the_usage_unknown(

@@ -31,7 +31,7 @@ def test_anthropic_cache_reads_and_writes_are_priced_at_their_own_rates() -> Non
         )
     }
     usage = usage_of(body)
-    assert usage == (3100, 50, 1000, 2000, True)
+    assert usage == (3100, 50, 1000, 2000, True, 0)
     cost = cost_usd(
         PRICING,
         prompt_tokens=usage.prompt,
