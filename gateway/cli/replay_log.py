@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 PAGE = 10_000
 """The most rows the log's owner answers one query with."""
 _TIMEOUT_S = 30.0
+_ATTEMPT = ("attempt", "endpoint", "ts")  # with its request id, names an attempt row
 
 
 def logged_trace(where: Target, since: float) -> tuple[list[TraceRequest], list[TraceKey]]:
@@ -56,22 +57,28 @@ async def _over_http(where: Target, since: float) -> tuple[list[TraceRequest], l
 
 async def _collect(ask: Ask, since: float) -> tuple[list[TraceRequest], list[TraceKey]]:
     rows = await logged_rows(ask, since)
+    attempts = await logged_rows(ask, since, kind="attempt")  # each request's own size
     named = {str(row.get("key_id") or "") for row in rows} - {""}
     keys = await _keys(ask, named) if named else []
-    return trace_from_log(rows), keys
+    return trace_from_log([*rows, *attempts]), keys
 
 
-async def logged_rows(ask: Ask, since: float, page_rows: int = PAGE) -> list[dict[str, Any]]:
-    """The request rows since ``since``, ``page_rows`` at a time (the newest first)."""
-    rows: dict[str, dict[str, Any]] = {}
+async def logged_rows(
+    ask: Ask, since: float, page_rows: int = PAGE, kind: str = "request"
+) -> list[dict[str, Any]]:
+    """The rows of ``kind`` (request or attempt) since ``since``, ``page_rows`` at a time
+    (the newest first)."""
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
     until: float | None = None
     while True:
-        query: dict[str, Any] = {"since": since, "kind": "request", "limit": page_rows}
+        query: dict[str, Any] = {"since": since, "kind": kind, "limit": page_rows}
         if until is not None:
             query["until"] = until
         page: list[dict[str, Any]] = (await ask("log", "query", query)).get("rows", [])
         for row in page:
-            rows.setdefault(str(row.get("request_id")), row)
+            rid = str(row.get("request_id"))
+            key = (rid,) if kind == "request" else (rid, *(str(row.get(c)) for c in _ATTEMPT))
+            rows.setdefault(key, row)
         if len(page) < page_rows:
             break
         # Just past the oldest row's time: rows sharing it come again (once each, by id).

@@ -4,8 +4,10 @@ A trace line is a :class:`TraceRequest`, or a :class:`TraceKey` (``"kind": "key"
 gateway API key the requests naming it present, with its role and limits. A trace comes
 from ``llmgw replay synth`` or from the gateway's own request log (``llmgw logs --json``):
 :func:`read_trace` takes either, a request-log row being recognised by its
-``requested_model`` field (its ``attempt`` rows are skipped: each request is replayed once,
-and routed afresh); :func:`read_keys` reads the key lines.
+``requested_model`` field (each request is replayed once, and routed afresh); its size is
+that of the attempt that served it, from the ``attempt`` rows when they are there (a request
+row's tokens are all its attempts', a hedged or failed-over request's more than it asked),
+else the request row's; :func:`read_keys` reads the key lines.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
     """The trace at ``path`` (a replay trace or request-log JSON lines), ordered by arrival.
     Raises OSError, or ValueError naming the first line that is neither."""
     out: list[TraceRequest] = []
+    attempts: list[dict[str, Any]] = []
     with open(path, "rb") as fh:
         lines = [(i, line) for i, line in enumerate(fh, 1) if line.strip()]
     rows: list[tuple[int, dict[str, Any]]] = []
@@ -88,12 +91,14 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
             raise ValueError(f"{path}:{i}: not a JSON object: {exc}") from None
         if row.get("kind") not in ("attempt", "key"):
             rows.append((i, row))
+        elif row.get("kind") == "attempt":
+            attempts.append(row)
     logged = [(i, row) for i, row in rows if "requested_model" in row]
-    start = _start(row for _, row in logged)
+    start, served = _start(row for _, row in logged), _served(attempts)
     for i, row in rows:
         try:
             if "requested_model" in row:
-                out.append(_from_log(i, row, start))
+                out.append(_from_log(i, row, start, served))
             else:
                 out.append(msgspec.convert(row, TraceRequest))
         except (msgspec.ValidationError, TypeError, ValueError) as exc:
@@ -103,14 +108,16 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
 
 
 def trace_from_log(rows: Iterable[dict[str, Any]]) -> list[TraceRequest]:
-    """Request-log rows (the log owner's ``log query`` answer) as a trace: their request
-    rows, ordered by arrival. Raises ValueError naming the first that is not one."""
+    """Request-log rows (the log owner's ``log query`` answers) as a trace: their request
+    rows, ordered by arrival, each the size of its attempt row that served it (when given).
+    Raises ValueError naming the first that is not one."""
+    rows = list(rows)
     logged = [row for row in rows if row.get("kind") != "attempt"]
-    start = _start(logged)
+    start, served = _start(logged), _served(r for r in rows if r.get("kind") == "attempt")
     out: list[TraceRequest] = []
     for n, row in enumerate(logged, 1):
         try:
-            out.append(_from_log(n, row, start))
+            out.append(_from_log(n, row, start, served))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"request-log row {n}: not a request: {exc!r}") from None
     out.sort(key=lambda r: (r.t, r.id))
@@ -151,14 +158,26 @@ def _arrival(row: dict[str, Any]) -> float:
     return float(row.get("ts") or 0.0) - float(row.get("latency_ms") or 0.0) / 1000.0
 
 
-def _from_log(line: int, row: dict[str, Any], start: float) -> TraceRequest:
-    """A request-log row as the request it was."""
+def _served(attempts: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each request's attempt row that served it (its success, else its last), by id."""
+    out: dict[str, dict[str, Any]] = {}
+    ordered = sorted(attempts, key=lambda r: (r.get("outcome") == "success", r.get("attempt") or 0))
+    for row in ordered:
+        out[str(row.get("request_id"))] = row  # a success sorts last, so it stays
+    return out
+
+
+def _from_log(
+    line: int, row: dict[str, Any], start: float, served: dict[str, dict[str, Any]]
+) -> TraceRequest:
+    """A request-log row as the request it was (the size of ``served``'s attempt for it)."""
+    sized = served.get(str(row.get("request_id")), row)
     return TraceRequest(
         id=str(row.get("request_id") or f"log-{line}"),
         t=round(_arrival(row) - start, 6),
         model=str(row["requested_model"]),
-        prompt_tokens=int(row.get("prompt_tokens") or 0) or 1,
-        output_tokens=int(row.get("completion_tokens") or 0) or _DEFAULT_OUTPUT_TOKENS,
+        prompt_tokens=int(sized.get("prompt_tokens") or 0) or 1,
+        output_tokens=int(sized.get("completion_tokens") or 0) or _DEFAULT_OUTPUT_TOKENS,
         stream=bool(row.get("stream", False)),
         caller=str(row.get("caller_id") or row.get("caller") or "c0"),
         key=str(row.get("key_id") or ""),
