@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.e2e.conftest import ONE_BUS, config, model
+from schemas import Observation, subjects
+from tests.e2e.conftest import ONE_BUS, config, model, watch
 from tests.e2e.test_prompt_cache_anthropic_sdk import EPHEMERAL, MARKED, SCHEMA
 from tests.fixtures.upstream import Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
@@ -116,3 +117,40 @@ async def test_chat_cache_marks_reach_claude_on_bedrock_and_no_other_model(
     assert claude["messages"] == [{"role": "user", "content": [{"text": "hi"}, POINT]}]
     assert "cachePoint" not in bedrock.requests[-1].body.decode()
     assert other["system"] == [{"text": "A long, stable preamble."}]
+
+
+async def test_claudes_one_hour_cache_writes_on_bedrock_are_billed_at_their_own_price(
+    gateway_factory: GatewayFactory, bedrock: FakeBedrock
+) -> None:
+    # Converse says how many of its cache writes had a 1-hour TTL (cacheDetails): they were
+    # billed at the 5-minute write price with the rest.
+    usage = {
+        "inputTokens": 3,
+        "outputTokens": 2,
+        "totalTokens": 3905,
+        "cacheReadInputTokens": 900,
+        "cacheWriteInputTokens": 3000,
+        "cacheDetails": [{"ttl": "1h", "inputTokens": 2000}, {"ttl": "5m", "inputTokens": 1000}],
+    }
+    bedrock.enqueue(Reply(body={**ANSWER, "usage": usage}))
+    pricing = {
+        "prompt": 2.0,
+        "completion": 10.0,
+        "input_cache_reads": 0.5,
+        "input_cache_writes": 2.5,
+        "input_cache_writes_1h": 4.0,
+    }
+    gw = await gateway_factory(config(model("m", {**_route(bedrock), "pricing": pricing})))
+
+    async with watch(gw, subjects.OBSERVATION_ANY) as seen:
+        answer = await gw.anthropic().messages.create(
+            model="m", **MARKED, extra_body={"cache_control": EPHEMERAL}
+        )
+        obs = await seen.next(Observation)
+
+    # 3 fresh, 900 read, 1,000 written for 5 minutes, 2,000 for an hour, 2 out.
+    cost = (3 * 2.0 + 900 * 0.5 + 1000 * 2.5 + 2000 * 4.0 + 2 * 10.0) / 1e6
+    assert obs.cost_usd == pytest.approx(cost) and not obs.cost_estimated
+    assert answer.usage.cache_creation_input_tokens == 3000
+    assert answer.usage.cache_creation is not None
+    assert answer.usage.cache_creation.ephemeral_1h_input_tokens == 2000
