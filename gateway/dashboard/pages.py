@@ -63,7 +63,12 @@ def render_page(page: str, csrf: str, who: str) -> bytes:
     )
 
 
-def render_signin(csrf: str, error: str = "") -> bytes:
-    """The sign-in page carrying the form token ``csrf`` (with ``error`` shown, when given)."""
+def render_signin(csrf: str, error: str = "", after: str = "overview") -> bytes:
+    """The sign-in page carrying the form token ``csrf`` (with ``error`` shown, when given)
+    that goes on to the page ``after``."""
     shown = f'<p class="error" role="alert">{html.escape(error)}</p>' if error else ""
-    return _template("signin.html").substitute(error=shown, csrf=html.escape(csrf)).encode()
+    return (
+        _template("signin.html")
+        .substitute(error=shown, csrf=html.escape(csrf), after=html.escape(after))
+        .encode()
+    )

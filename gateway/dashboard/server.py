@@ -154,7 +154,11 @@ class Dashboard:
         req.extra_headers = list(_SECURITY)
         path = req.path
         if path == SIGNIN:
-            await (self._signin(req) if req.method == "POST" else self._signin_page(req))
+            if req.method == "POST":
+                await self._signin(req)
+            else:
+                query = dict(parse_qsl(req.scope.get("query_string", b"").decode("latin-1")))
+                await self._signin_page(req, after=_page_after(query.get("next")))
             return
         signed_in = await self._session(req)
         if path in (PREFIX, PREFIX + "/"):
@@ -163,7 +167,8 @@ class Dashboard:
         page = path[len(PREFIX) + 1 :]
         if signed_in is None:
             if req.method == "GET" and page in PAGES:
-                await _redirect(req, SIGNIN)
+                # Back to this page after signing in (an expired session mid-work).
+                await _redirect(req, f"{SIGNIN}?next={page}")
                 return
             raise UnauthorizedError("the dashboard needs a session: sign in at " + SIGNIN)
         session, caller = signed_in
@@ -202,7 +207,9 @@ class Dashboard:
         caller = await self._auth.admin_of_hash(session.key_hash)
         return (session, caller) if caller is not None else None
 
-    async def _signin_page(self, req: HttpRequest, status: int = 200, error: str = "") -> None:
+    async def _signin_page(
+        self, req: HttpRequest, status: int = 200, error: str = "", after: str = "overview"
+    ) -> None:
         """The sign-in form with a fresh pre-session cookie and its token (double submit)."""
         nonce = secrets.token_urlsafe(16)
         cookie = (
@@ -211,30 +218,35 @@ class Dashboard:
         )
         if req.scope.get("scheme") == "https":
             cookie += "; Secure"
-        body = render_signin(self._signer.signin_csrf(nonce), error)
+        body = render_signin(self._signer.signin_csrf(nonce), error, after)
         await _html(req, status, body, [(b"set-cookie", cookie.encode())])
 
     async def _signin(self, req: HttpRequest) -> None:
         form = dict(parse_qsl((await req.body(_MAX_FORM)).decode("utf-8", "replace")))
+        after = _page_after(form.get("next"))
         if not self._signer.signin_ok(_cookie(req, SIGNIN_COOKIE), form.get("csrf")):
             await self._signin_page(
-                req, 403, "the sign-in form was not sent from this page or has expired: try again"
+                req,
+                403,
+                "the sign-in form was not sent from this page or has expired: try again",
+                after,
             )
             return
         key = form.get("key", "").strip()
         try:
             caller = await self._auth.identify_key(key, strict=True) if key else None
         except UnauthorizedError as err:
-            await self._signin_page(req, 401, err.message)
+            await self._signin_page(req, 401, err.message, after)
             return
         if caller is None:
-            await self._signin_page(req, 401, "unknown key")
+            await self._signin_page(req, 401, "unknown key", after)
             return
         if not caller.is_admin:
             await self._signin_page(
                 req,
                 403,
                 f"a key of role {caller.role!r} cannot sign in: the dashboard needs an admin key",
+                after,
             )
             return
         lifetime = self._config.dashboard.session_seconds
@@ -250,7 +262,7 @@ class Dashboard:
         )
         if req.scope.get("scheme") == "https":
             cookie += "; Secure"
-        await _redirect(req, f"{PREFIX}/overview", [(b"set-cookie", cookie.encode())])
+        await _redirect(req, f"{PREFIX}/{after}", [(b"set-cookie", cookie.encode())])
 
     async def _signout(self, req: HttpRequest, session: Session) -> None:
         form = dict(parse_qsl((await req.body(_MAX_FORM)).decode("utf-8", "replace")))
@@ -302,6 +314,12 @@ async def _bytes(req: HttpRequest, body: bytes, content_type: bytes) -> None:
         200, [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     )
     await req.chunk(body, more=False)
+
+
+def _page_after(name: str | None) -> str:
+    """The page a sign-in goes on to: ``name`` when it names a page (never a URL: no open
+    redirect), else the overview."""
+    return name if name in PAGES else "overview"
 
 
 def _not_found(path: str) -> GatewayError:

@@ -112,7 +112,7 @@ async def test_sign_in_makes_a_strict_httponly_session_and_sign_out_ends_it(
 ) -> None:
     page = await context.new_page()
     await page.goto(f"{dep.url}/dashboard/chains")
-    await expect(page).to_have_url(f"{dep.url}/dashboard/signin")
+    await expect(page).to_have_url(f"{dep.url}/dashboard/signin?next=chains")
     await screenshot(page, "signin")
     await page.fill("#key", "not-a-key")
     await page.click("button[type=submit]")
@@ -161,7 +161,7 @@ async def test_nothing_of_the_dashboard_answers_without_a_session(dep: Deploymen
         assert resp.status_code == 401, (path, resp.text)
         assert resp.json()["error"]["message"]
     page = await dep.http.get("/dashboard/log")
-    assert page.status_code == 303 and page.headers["location"] == "/dashboard/signin"
+    assert page.status_code == 303 and page.headers["location"] == "/dashboard/signin?next=log"
     forged = {"cookie": "llmgw_dashboard=eyJrIjoiYWRtaW4iLCJlIjo5OTk5OTk5OTk5LCJuIjoieCJ9.AAAA"}
     assert (
         await dep.http.get("/dashboard/api/admin/chains/list", headers=forged)

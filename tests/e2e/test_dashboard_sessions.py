@@ -198,5 +198,6 @@ async def test_revoking_the_admin_key_of_a_session_ends_it_and_commands_are_audi
         assert await _status(ingress, session) == 401
         async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as http:
             page = await http.get("/dashboard/overview", headers=session.headers())
-        assert page.status_code == 303 and page.headers["location"] == "/dashboard/signin"
+        assert page.status_code == 303
+        assert page.headers["location"] == "/dashboard/signin?next=overview"
         assert await _status(ingress, bootstrap) == 200  # the configured admin_key's holds

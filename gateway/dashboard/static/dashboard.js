@@ -19,6 +19,12 @@ class ApiError extends Error {
   }
 }
 
+// The session is over (expired, signed out in another tab, its admin key revoked): go sign
+// in again and come back to this page, rather than leave it stale with an error.
+function signInAgain() {
+  location.assign("/dashboard/signin?next=" + encodeURIComponent(document.body.dataset.page));
+}
+
 async function api(method, path, body) {
   const init = {method, credentials: "same-origin", headers: {"x-csrf-token": CSRF}};
   if (body !== undefined) {
@@ -27,6 +33,7 @@ async function api(method, path, body) {
   }
   const resp = await fetch("/dashboard/api" + path, init);
   const data = await resp.json().catch(() => ({}));
+  if (resp.status === 401) signInAgain();
   if (!resp.ok) throw new ApiError(resp.status, data.error);
   return data;
 }
@@ -94,9 +101,17 @@ function stream(kinds, onEvent, since, onOpen) {
     if (onOpen) onOpen();
   });
   source.addEventListener("error", () => {
-    if (since !== undefined && !opened && source.readyState === EventSource.CLOSED) {
+    if (source.readyState !== EventSource.CLOSED) return;  // the browser reconnects itself
+    if (since !== undefined && !opened) {
       stream(kinds, onEvent, undefined, onOpen);
+      return;
     }
+    // Refused (a 401 once the session is over): no more live updates. Ask why; a 401
+    // sends the operator to sign in, anything else is said.
+    delete document.body.dataset.live;
+    api("GET", "/health/deep").then(
+      () => flash("live updates stopped: reload the page", true),
+      (err) => { if (err.status !== 401) flash(`live updates stopped: ${err.message}`, true); });
   });
   window.addEventListener("pagehide", () => source.close());
   return source;

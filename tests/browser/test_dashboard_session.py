@@ -1,0 +1,62 @@
+"""A session that ends while a page is open (signed out in another tab, expired, its admin
+key revoked): the page sends the operator to sign in again, and back to the page they were
+on, instead of staying stale with a "needs a session" error under every button. In-process
+bus."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from playwright.async_api import BrowserContext, expect
+
+from tests.browser.conftest import ready, sign_in
+from tests.e2e.conftest import config, model, route
+from tests.fixtures.gateway import start_gateway
+from tests.fixtures.upstream import FakeUpstream
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ADMIN = "adm-dashboard-session"
+
+pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
+
+
+async def test_a_page_whose_session_ended_goes_to_sign_in_and_back_to_that_page(
+    context: BrowserContext, tmp_path: Path
+) -> None:
+    up = await FakeUpstream("u").start()
+    gw = await start_gateway(
+        config(model("m", route(up), route(up)), admin_key=ADMIN), "inproc://", data_dir=tmp_path
+    )
+    try:
+        page = await context.new_page()
+        await sign_in(page, gw.url, ADMIN)
+        await page.goto(f"{gw.url}/dashboard/weights")
+        await ready(page)
+        await page.wait_for_selector("body[data-live='1']", state="attached")
+
+        other = await context.new_page()  # another tab of the same browser signs out
+        await other.goto(f"{gw.url}/dashboard/overview")
+        await other.click("#signout")
+        await expect(other).to_have_url(f"{gw.url}/dashboard/signin")
+        await other.close()
+
+        await page.locator("#weights tbody tr button.set").first.click()
+        await expect(page).to_have_url(f"{gw.url}/dashboard/signin?next=weights")
+        await page.fill("#key", ADMIN)
+        await page.click("button[type=submit]")
+        await expect(page).to_have_url(f"{gw.url}/dashboard/weights")
+        await ready(page)
+        await expect(page.locator("#flash")).to_be_empty()
+
+        # "next" names a page, never a URL: anything else goes to the overview.
+        await page.click("#signout")
+        await page.goto(f"{gw.url}/dashboard/signin?next=//evil.example/")
+        await page.fill("#key", ADMIN)
+        await page.click("button[type=submit]")
+        await expect(page).to_have_url(f"{gw.url}/dashboard/overview")
+    finally:
+        await gw.stop()
+        await up.close()
