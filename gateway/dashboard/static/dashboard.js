@@ -74,6 +74,19 @@ async function attempt(fn, done) {
   }
 }
 
+// The number a numeric field holds, or an error naming the field. Number("") is 0, so an
+// emptied field (or one whose text is no number: its value is then "") would otherwise send
+// 0: a route's weight, a guardrail or the exploration zeroed by a slip of the keyboard.
+function numberIn(input, name) {
+  const value = input.value.trim() === "" ? NaN : Number(input.value);
+  if (!Number.isFinite(value)) {
+    input.setAttribute("aria-invalid", "true");
+    throw new ApiError(0, {message: "enter a number (the field is empty or holds no number)", param: name});
+  }
+  input.removeAttribute("aria-invalid");
+  return value;
+}
+
 const time = (ts) => ts ? new Date(ts * 1000).toLocaleTimeString() : "";
 const stamp = (ts) => ts ? new Date(ts * 1000).toLocaleString() : "";
 const ms = (v) => v === null || v === undefined ? "–" : `${Math.round(v)} ms`;
@@ -448,20 +461,26 @@ function chains() {
     e.preventDefault();
     const p = profile.elements.profile.value;
     const args = {profile: p};
-    if (p === "custom") args.weights = AXES.map((a) => Number(profile.elements[a].value));
-    attempt(async () => { await admin("steering", "set_profile", args); await load(); }, `profile ${p}`);
+    attempt(async () => {
+      if (p === "custom") args.weights = AXES.map((a) => numberIn(profile.elements[a], a));
+      await admin("steering", "set_profile", args); await load();
+    }, `profile ${p}`);
   });
   guard.addEventListener("submit", (e) => {
     e.preventDefault();
     const args = {};
-    for (const input of guard.querySelectorAll("input")) args[input.name] = Number(input.value);
-    attempt(async () => { await admin("steering", "set_guardrails", args); await load(); }, "guardrails saved");
+    attempt(async () => {
+      for (const input of guard.querySelectorAll("input")) args[input.name] = numberIn(input, input.name);
+      await admin("steering", "set_guardrails", args); await load();
+    }, "guardrails saved");
   });
   explore.addEventListener("submit", (e) => {
     e.preventDefault();
-    const value = Number(explore.elements.exploration.value);
-    attempt(async () => { await admin("steering", "set_exploration", {exploration: value}); await load(); },
-      `exploration ${value}`);
+    const field = explore.elements.exploration;
+    attempt(async () => {
+      await admin("steering", "set_exploration", {exploration: numberIn(field, "exploration")});
+      await load();
+    }, `exploration ${field.value}`);
   });
   document.getElementById("create-chain").addEventListener("submit", (e) => {
     e.preventDefault();
@@ -590,7 +609,8 @@ function weights() {
         el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || ""}),
         el("td", {}, input,
           el("button", {type: "button", class: "set", onclick: () => attempt(async () => {
-            await admin("routing", "set_weight", {model: m.model, endpoint: r.endpoint, weight: Number(input.value)});
+            const weight = numberIn(input, `weight of ${r.endpoint}`);
+            await admin("routing", "set_weight", {model: m.model, endpoint: r.endpoint, weight});
             await load();
           }, `weight of ${r.endpoint} set`)}, "Override"),
           el("button", {type: "button", class: "restore", disabled: !r.overridden,
