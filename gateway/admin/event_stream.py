@@ -3,7 +3,10 @@
 One frame per event: ``event: <kind>`` and ``data:`` the event as JSON with its ``kind`` and
 ``type``, the same lines ``llmgw events`` prints. ``?kind=circuit,config`` filters. A comment
 line is sent once subscribed and every 15 s, so proxies keep the connection open. The stream
-ends when the client goes away or the bus closes.
+ends when the client goes away or the bus closes, or, for a caller that put a check under
+:data:`STILL_ALLOWED_SCOPE_KEY` in the request's scope (the dashboard: is the session still
+on?), at the first frame due once that check says no: a session signed out or a key revoked
+gets no event after it.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ import anyio
 import msgspec
 
 from bus import BusClosedError
+from gateway.auth.admin_access import STILL_ALLOWED_SCOPE_KEY
 from schemas import InvalidRequestError, subjects
 from schemas.keys import parse_since
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
     from contextlib import AbstractAsyncContextManager
 
     from bus import Bus, Subscription
@@ -119,6 +123,7 @@ async def stream_events(
 
 
 async def _relay(req: HttpRequest, sub: Subscription, kinds: frozenset[str]) -> None:
+    allowed: Callable[[], Awaitable[bool]] | None = req.scope.get(STILL_ALLOWED_SCOPE_KEY)
     async with anyio.create_task_group() as tg:
         await req.start(200, _HEADERS)
         await req.chunk(b": subscribed\n\n")
@@ -131,11 +136,15 @@ async def _relay(req: HttpRequest, sub: Subscription, kinds: frozenset[str]) -> 
                 except StopAsyncIteration:
                     break
             if idle.cancelled_caught:
+                if allowed is not None and not await allowed():
+                    break
                 await req.chunk(b": keepalive\n\n")
                 continue
             kind = event_kind(env.subject)
             if kinds and kind not in kinds:
                 continue
+            if allowed is not None and not await allowed():
+                break
             await req.chunk(
                 b"event: "
                 + kind.encode()

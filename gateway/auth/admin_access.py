@@ -18,6 +18,9 @@ CALLER_SCOPE_KEY = "llmgw.caller"
 # Who an admin command is audited as (``AdminCommand.by``), when not the plain HTTP API: the
 # dashboard sets ``dashboard:<admin key id>`` for the request it forwards.
 BY_SCOPE_KEY = "llmgw.by"
+# A check ``() -> Awaitable[bool]`` a long answer (the event stream) makes before each frame:
+# the dashboard's "is the session still on?", so a signed-out session gets no more events.
+STILL_ALLOWED_SCOPE_KEY = "llmgw.still_allowed"
 
 
 def requested_by(req: HttpRequest, default: str = "http") -> str:

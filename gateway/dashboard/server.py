@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from gateway.auth.admin_access import BY_SCOPE_KEY, CALLER_SCOPE_KEY
+from gateway.auth.admin_access import BY_SCOPE_KEY, CALLER_SCOPE_KEY, STILL_ALLOWED_SCOPE_KEY
 from gateway.auth.gate import BOOTSTRAP_ADMIN, Authenticator, Caller, follow, unfollow
 from gateway.dashboard.pages import PAGES, render_page, render_signin
 from gateway.dashboard.reports import ReportsFolder
@@ -199,13 +199,26 @@ class Dashboard:
         session = self._signer.verify(token, self._clock()) if token else None
         if session is None:
             return None
+        caller = await self._admin_of(session)
+        return (session, caller) if caller is not None else None
+
+    async def _still_on(self, session: Session) -> bool:
+        """Whether ``session`` holds still: not expired, not signed out, its key valid."""
+        return (
+            session.expires > self._clock()
+            and session.nonce not in self._signer.ended
+            and await self._admin_of(session) is not None
+        )
+
+    async def _admin_of(self, session: Session) -> Caller | None:
+        """The admin of a verified session; None once its admin key is revoked, expired or
+        no longer configured."""
         if session.key_hash.startswith(BOOTSTRAP):
             configured = self._bootstrap is not None and hmac.compare_digest(
                 session.key_hash, self._bootstrap
             )
-            return (session, BOOTSTRAP_ADMIN) if configured else None
-        caller = await self._auth.admin_of_hash(session.key_hash)
-        return (session, caller) if caller is not None else None
+            return BOOTSTRAP_ADMIN if configured else None
+        return await self._auth.admin_of_hash(session.key_hash)
 
     async def _signin_page(
         self, req: HttpRequest, status: int = 200, error: str = "", after: str = "overview"
@@ -289,6 +302,8 @@ class Dashboard:
             raise _not_found(req.path)
         if not (req.method == "GET" and inner == "/events"):
             self._check_csrf(req, session)
+        else:  # a stream outlives this check: it ends once the session does
+            req.scope[STILL_ALLOWED_SCOPE_KEY] = lambda: self._still_on(session)
         raw = req.scope.get("raw_path")
         if raw is not None:  # the admin path is split on its raw form (%2F is no separator)
             forwarded = bytes(raw)[len(API) :]

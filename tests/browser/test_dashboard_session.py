@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 from playwright.async_api import BrowserContext, expect
 
@@ -57,6 +58,41 @@ async def test_a_page_whose_session_ended_goes_to_sign_in_and_back_to_that_page(
         await page.fill("#key", ADMIN)
         await page.click("button[type=submit]")
         await expect(page).to_have_url(f"{gw.url}/dashboard/overview")
+    finally:
+        await gw.stop()
+        await up.close()
+
+
+async def test_an_open_event_stream_ends_with_its_session(
+    context: BrowserContext, tmp_path: Path
+) -> None:
+    up = await FakeUpstream("u").start()
+    gw = await start_gateway(
+        config(model("m", route(up)), admin_key=ADMIN), "inproc://", data_dir=tmp_path
+    )
+    try:
+        page = await context.new_page()
+        await sign_in(page, gw.url, ADMIN)
+        await page.goto(f"{gw.url}/dashboard/events")
+        await ready(page)
+        await page.wait_for_selector("body[data-live='1']", state="attached")
+
+        other = await context.new_page()
+        await other.goto(f"{gw.url}/dashboard/overview")
+        await other.click("#signout")
+        await expect(other).to_have_url(f"{gw.url}/dashboard/signin")
+        await other.close()
+
+        # An event after the sign-out: the stream, opened while the session was on, ends
+        # instead of carrying it, and the page goes to sign in.
+        async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:
+            made = await http.post(
+                "/admin/chains/create",
+                json={"name": "after", "models": ["m"]},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            assert made.status_code == 200, made.text
+        await expect(page).to_have_url(f"{gw.url}/dashboard/signin?next=events")
     finally:
         await gw.stop()
         await up.close()
