@@ -229,8 +229,7 @@ class Dashboard:
             f"{SIGNIN_COOKIE}={nonce}; Path={SIGNIN}; HttpOnly; SameSite=Strict; "
             f"Max-Age={_SIGNIN_SECONDS}"
         )
-        if req.scope.get("scheme") == "https":
-            cookie += "; Secure"
+        cookie += _secure(req)
         body = render_signin(self._signer.signin_csrf(nonce), error, after)
         await _html(req, status, body, [(b"set-cookie", cookie.encode())])
 
@@ -273,8 +272,7 @@ class Dashboard:
         cookie = (
             f"{COOKIE}={token}; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age={int(lifetime)}"
         )
-        if req.scope.get("scheme") == "https":
-            cookie += "; Secure"
+        cookie += _secure(req)
         await _redirect(req, f"{PREFIX}/{after}", [(b"set-cookie", cookie.encode())])
 
     async def _signout(self, req: HttpRequest, session: Session) -> None:
@@ -287,7 +285,7 @@ class Dashboard:
             DashboardSessionEnded(session=session.nonce, expires=session.expires),
         )
         logger.info("dashboard: %s signed out", session.key_id)
-        expired = f"{COOKIE}=; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age=0"
+        expired = f"{COOKIE}=; Path={PREFIX}; HttpOnly; SameSite=Strict; Max-Age=0{_secure(req)}"
         await _redirect(req, SIGNIN, [(b"set-cookie", expired.encode())])
 
     def _check_csrf(self, req: HttpRequest, session: Session, presented: str | None = None) -> None:
@@ -329,6 +327,19 @@ async def _bytes(req: HttpRequest, body: bytes, content_type: bytes) -> None:
         200, [(b"content-type", content_type), (b"content-length", str(len(body)).encode())]
     )
     await req.chunk(body, more=False)
+
+
+def _secure(req: HttpRequest) -> str:
+    """``; Secure`` when the browser reached the dashboard over https: directly, or through a
+    TLS-terminating proxy that says so (``X-Forwarded-Proto`` / ``Forwarded: proto=``). The
+    gateway serves plain HTTP itself, so without the proxy's word no cookie was ever Secure.
+    Trusting the header is safe here: it can only restrict the sender's own cookie."""
+    if req.scope.get("scheme") == "https":
+        return "; Secure"
+    proto = (req.header("x-forwarded-proto") or "").split(",", 1)[0].strip().lower()
+    forwarded = (req.header("forwarded") or "").split(",", 1)[0].lower().replace(" ", "")
+    https = proto == "https" or any(p == "proto=https" for p in forwarded.split(";"))
+    return "; Secure" if https else ""
 
 
 def _page_after(name: str | None) -> str:

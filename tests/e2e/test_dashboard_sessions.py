@@ -201,3 +201,30 @@ async def test_revoking_the_admin_key_of_a_session_ends_it_and_commands_are_audi
         assert page.status_code == 303
         assert page.headers["location"] == "/dashboard/signin?next=overview"
         assert await _status(ingress, bootstrap) == 200  # the configured admin_key's holds
+
+
+@pytest.mark.parametrize(
+    "proxy", [{"x-forwarded-proto": "https"}, {"forwarded": "for=10.0.0.1;proto=https"}]
+)
+async def test_behind_a_tls_proxy_every_dashboard_cookie_is_secure(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, proxy: dict[str, str]
+) -> None:
+    gw = await gateway_factory(_cfg(fake_upstream))
+    async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT, headers=proxy) as http:
+        form = await http.get("/dashboard/signin")
+        assert "; Secure" in form.headers["set-cookie"]
+        # httpx, as a browser would, sends no Secure cookie to this http:// URL: sent by hand.
+        nonce = form.headers["set-cookie"].split(";", 1)[0]
+        resp = await http.post(
+            "/dashboard/signin",
+            data={"key": ADMIN, "csrf": _form_token(form)},
+            headers={"cookie": nonce},
+        )
+        assert resp.status_code == 303, resp.text
+        assert "; Secure" in resp.headers["set-cookie"]
+        jar = {"cookie": resp.headers["set-cookie"].split(";", 1)[0]}
+        page = await http.get("/dashboard/overview", headers=jar)
+        out = await http.post("/dashboard/signout", data={"csrf": _form_token(page)}, headers=jar)
+        assert out.status_code == 303 and "; Secure" in out.headers["set-cookie"]
+    async with httpx.AsyncClient(base_url=gw.url, timeout=WAIT) as plain:
+        assert "Secure" not in (await plain.get("/dashboard/signin")).headers["set-cookie"]
