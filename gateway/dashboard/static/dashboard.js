@@ -88,6 +88,12 @@ function numberIn(input, name) {
   return value;
 }
 
+// ``rows``, or, when there are none, one row saying so (``text``): an empty table reads as
+// "still loading" or "broken" to an operator on a first day with no traffic.
+function rowsOr(rows, columns, text) {
+  return rows.length ? rows : [el("tr", {class: "empty"}, el("td", {colspan: String(columns), text}))];
+}
+
 const time = (ts) => ts ? new Date(ts * 1000).toLocaleTimeString() : "";
 const stamp = (ts) => ts ? new Date(ts * 1000).toLocaleString() : "";
 const ms = (v) => v === null || v === undefined ? "–" : `${Math.round(v)} ms`;
@@ -714,10 +720,11 @@ function log() {
     const got = await admin("log", "query", {kind: "attempt", request_id: requestId, limit: 50});
     row.after(el("tr", {class: "attempts"}, el("td", {colspan: "9"},
       el("table", {}, el("thead", {}, el("tr", {}, ...["#", "Endpoint", "Credential", "Status", "Outcome", "Error", "TTFT", "Latency"].map((h) => el("th", {text: h})))),
-        el("tbody", {}, ...got.rows.map((a) => el("tr", {},
+        el("tbody", {}, ...rowsOr(got.rows.map((a) => el("tr", {},
           el("td", {text: a.attempt}), el("td", {text: a.endpoint}), el("td", {text: a.credential_id}),
           el("td", {text: a.status ?? ""}), el("td", {text: a.outcome}), el("td", {text: a.error_kind}),
-          el("td", {text: ms(a.ttft_ms)}), el("td", {text: ms(a.latency_ms)}))))))));
+          el("td", {text: ms(a.ttft_ms)}), el("td", {text: ms(a.latency_ms)}))), 8,
+          "No upstream attempt: the gateway answered this request itself (refused or no route)."))))));
   };
   const load = async () => {
     const f = form.elements;
@@ -728,7 +735,8 @@ function log() {
     if (f.since.value) args.since = epoch(f.since.value);
     if (f.until.value) args.until = epoch(f.until.value);
     const got = await admin("log", "query", args);
-    tbody.replaceChildren(...got.rows.reverse().map((r) => {
+    const filtered = ["model", "status", "caller_id", "since", "until"].some((k) => f[k].value);
+    tbody.replaceChildren(...rowsOr(got.rows.reverse().map((r) => {
       const tr = el("tr", {class: "request", dataset: {request: r.request_id, status: String(r.status)}, tabindex: "0",
         title: "show attempts"},
         el("td", {text: stamp(r.ts)}), el("td", {text: r.request_id}), el("td", {text: r.caller_id}),
@@ -738,7 +746,7 @@ function log() {
       tr.addEventListener("click", toggle);
       tr.addEventListener("keydown", (e) => { if (e.key === "Enter") toggle(); });
       return tr;
-    }));
+    }), 9, filtered ? "No request matches these filters." : "No request logged yet."));
     document.body.dataset.rows = String(got.rows.length);
   };
   form.addEventListener("submit", (e) => {
@@ -884,12 +892,13 @@ function spend() {
   };
   const limits = coalesced(async () => {
     const got = await admin("limits", "usage");
-    lBody.replaceChildren(...got.subjects.map((s) => el("tr", {dataset: {subject: s.subject}},
+    lBody.replaceChildren(...rowsOr(got.subjects.map((s) => el("tr", {dataset: {subject: s.subject}},
       el("td", {text: s.subject}), el("td", {class: "closeness", text: pct(s.closeness)}),
       axisCell(s.axes, "rpm"), axisCell(s.axes, "tpm"), axisCell(s.axes, "concurrency"), axisCell(s.axes, "budget"),
       el("td", {}, el("button", {type: "button", class: "clear", "aria-label": `clear the limit of ${s.subject}`,
         onclick: () => attempt(async () => { await admin("limits", "clear", {subject: s.subject}); await limits(); },
-          `limit of ${s.subject} cleared`)}, "Clear")))));
+          `limit of ${s.subject} cleared`)}, "Clear")))),
+      7, "No key, user, org or role has a limit of its own: set one below."));
   });
   const chart = new TimeChart(document.getElementById("chart-spend"), "USD", new Intervals());
   const report = coalesced(async () => {
