@@ -78,6 +78,7 @@ _ASSETS = {
     "uPlot.min.css": b"text/css; charset=utf-8",
     "charts.js": b"text/javascript; charset=utf-8",
 }
+SESSION_OVER = (b"x-llmgw-dashboard-session", b"none")  # on the 401 of a request without one
 _MAX_FORM = 4096
 _SIGNIN_SECONDS = 3600  # how long a sign-in form stays good
 _HTML = (b"content-type", b"text/html; charset=utf-8")
@@ -170,6 +171,9 @@ class Dashboard:
                 # Back to this page after signing in (an expired session mid-work).
                 await _redirect(req, f"{SIGNIN}?next={page}")
                 return
+            # Said apart from any other 401 (an explain as a caller whose key is bad): the
+            # page goes to sign in on this one only.
+            req.extra_headers.append(SESSION_OVER)
             raise UnauthorizedError("the dashboard needs a session: sign in at " + SIGNIN)
         session, caller = signed_in
         if path == SIGNOUT and req.method == "POST":

@@ -96,3 +96,33 @@ async def test_an_open_event_stream_ends_with_its_session(
     finally:
         await gw.stop()
         await up.close()
+
+
+async def test_a_401_about_another_key_leaves_the_operator_on_the_page(
+    context: BrowserContext, tmp_path: Path
+) -> None:
+    up = await FakeUpstream("u").start()
+    gw = await start_gateway(
+        config(model("m", route(up)), admin_key=ADMIN), "inproc://", data_dir=tmp_path
+    )
+    try:
+        page = await context.new_page()
+        await sign_in(page, gw.url, ADMIN)
+        async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:  # auth on
+            made = await http.post(
+                "/admin/api_keys/create",
+                json={"org": "o", "user": "u", "role": "pro"},
+                headers={"authorization": f"Bearer {ADMIN}"},
+            )
+            assert made.status_code == 200, made.text
+        await page.goto(f"{gw.url}/dashboard/models")
+        await ready(page)
+        # Explain as a caller whose key is unknown: the admin call answers 401 about that key,
+        # not about the session.
+        await page.fill("#explain [name=caller]", "not-a-key")
+        await page.click("#explain button[type=submit]")
+        await expect(page.locator("#walk .error")).to_have_text("invalid API key")
+        await expect(page).to_have_url(f"{gw.url}/dashboard/models")
+    finally:
+        await gw.stop()
+        await up.close()

@@ -34,7 +34,9 @@ async function api(method, path, body) {
   }
   const resp = await fetch("/dashboard/api" + path, init);
   const data = await resp.json().catch(() => ({}));
-  if (resp.status === 401) signInAgain();
+  // Only the dashboard's own "no session" 401, not one an admin call answers (an explain as
+  // a caller whose key is bad).
+  if (resp.status === 401 && resp.headers.get("x-llmgw-dashboard-session") === "none") signInAgain();
   if (!resp.ok) throw new ApiError(resp.status, data.error);
   return data;
 }
