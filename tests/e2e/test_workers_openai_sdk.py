@@ -268,8 +268,14 @@ async def _dead(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         fd = os.pidfd_open(pid)
         try:
-            ended = asyncio.get_running_loop().create_future()
-            asyncio.get_running_loop().add_reader(fd, ended.set_result, None)
+            ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+            def readable() -> None:
+                # A pidfd stays readable: the reader may run again before it is removed.
+                if not ended.done():
+                    ended.set_result(None)
+
+            asyncio.get_running_loop().add_reader(fd, readable)
             try:
                 await asyncio.wait_for(ended, WAIT)
             finally:
