@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import anthropic
-import httpx2
 import pydantic
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
@@ -24,31 +23,19 @@ from gateway.formats.anthropic_messages import (
     to_chat_request,
 )
 from schemas import InvalidRequestError, UpstreamBadResponseError
-from tests.fixtures.wire_files import chat_chunks, drain, load_wire
+from tests.fixtures.wire_files import answering_sse, chat_chunks, drain, load_wire, sse_frames
 
 JSON = dict[str, Any]
 _STREAM_EVENT = pydantic.TypeAdapter(RawMessageStreamEvent)
 _CHAT_REQUEST = pydantic.TypeAdapter(CompletionCreateParamsStreaming)
 
 
-def _frames(raw: bytes) -> list[tuple[str, JSON]]:
-    out = []
-    for frame in raw.decode().split("\n\n"):
-        if frame:
-            event, data = frame.split("\n")
-            out.append((event.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
-
-
 def _sdk_client(body: bytes) -> anthropic.Anthropic:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
     return anthropic.Anthropic(
         api_key="test",
         base_url="http://gateway.test",
         max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        http_client=answering_sse(body),
     )
 
 
@@ -502,7 +489,7 @@ def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None
     stream = ChatToMessagesStream("claude-x")
     raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     for event, data in frames:
         assert data["type"] == event
         if event != "ping":  # the SDK skips pings before parsing
@@ -536,7 +523,7 @@ def test_stream_sends_argument_fragments_in_order_on_one_block_per_call() -> Non
 
     deltas = [
         (d["index"], d["delta"]["partial_json"])
-        for e, d in _frames(raw)
+        for e, d in sse_frames(raw)
         if e == "content_block_delta" and d["delta"]["type"] == "input_json_delta"
     ]
     assert deltas == [(1, '{"lo'), (1, 'cation": "Paris"}'), (2, '{"location":'), (2, ' "Bogotá"}')]
@@ -561,11 +548,11 @@ def test_stream_with_text_after_a_tool_call_opens_a_new_text_block() -> None:
 
     starts = [
         (d["index"], d["content_block"]["type"])
-        for e, d in _frames(raw)
+        for e, d in sse_frames(raw)
         if e == "content_block_start"
     ]
     assert starts == [(0, "tool_use"), (1, "text")]
-    stops = [d["index"] for e, d in _frames(raw) if e == "content_block_stop"]
+    stops = [d["index"] for e, d in sse_frames(raw) if e == "content_block_stop"]
     assert stops == [0, 1]
 
 
@@ -585,7 +572,7 @@ def test_stream_maps_finish_reason(
     raw = _run(stream, [_chunk({"content": "hi"}), _chunk(finish=finish, **extra)])
     raw += b"".join(stream.finish())
 
-    delta = next(d for e, d in _frames(raw) if e == "message_delta")
+    delta = next(d for e, d in sse_frames(raw) if e == "message_delta")
     assert (delta["delta"]["stop_reason"], delta["delta"]["stop_sequence"]) == (reason, sequence)
 
 
@@ -594,7 +581,7 @@ def test_stream_cut_mid_answer_ends_with_error_event_and_no_message_stop() -> No
     raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")[:5])
     raw += b"".join(stream.error("upstream connection reset", "overloaded_error"))
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     assert frames[-1] == (
         "error",
         {
@@ -616,7 +603,7 @@ def test_stream_cut_mid_answer_ends_with_error_event_and_no_message_stop() -> No
 
 
 def test_stream_error_with_unknown_type_is_sent_as_api_error() -> None:
-    frames = _frames(b"".join(ChatToMessagesStream("m").error("boom", "upstream_error")))
+    frames = sse_frames(b"".join(ChatToMessagesStream("m").error("boom", "upstream_error")))
 
     assert frames == [
         ("error", {"type": "error", "error": {"type": "api_error", "message": "boom"}})
@@ -701,7 +688,7 @@ def test_stream_sends_claudes_signature_and_redacted_blocks_as_the_sdk_accumulat
     stream = ChatToMessagesStream("claude-x")
     raw = _run(stream, _signed_stream()) + b"".join(stream.finish())
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     for event, data in frames:
         if event != "ping":
             _STREAM_EVENT.validate_python(data)
@@ -725,7 +712,7 @@ def test_stream_with_a_thinking_block_only_given_whole_sends_its_text_then_signa
     stream = ChatToMessagesStream("claude-x")
     raw = _run(stream, [_chunk({"thinking_blocks": [SIGNED]}), _chunk({}, "stop")])
 
-    deltas = [d["delta"] for e, d in _frames(raw) if e == "content_block_delta"]
+    deltas = [d["delta"] for e, d in sse_frames(raw) if e == "content_block_delta"]
     assert deltas == [
         {"type": "thinking_delta", "thinking": SIGNED["thinking"]},
         {"type": "signature_delta", "signature": SIGNED["signature"]},

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx2
 import openai
 import pydantic
 import pytest
@@ -24,31 +23,19 @@ from gateway.formats.openai_responses import (
 )
 from gateway.steering.labels import conversation_key
 from schemas import InvalidRequestError, UpstreamBadResponseError
-from tests.fixtures.wire_files import chat_chunks, drain, load_wire
+from tests.fixtures.wire_files import answering_sse, chat_chunks, drain, load_wire, sse_frames
 
 JSON = dict[str, Any]
 _STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
 _CHAT_REQUEST = pydantic.TypeAdapter(CompletionCreateParamsStreaming)
 
 
-def _frames(raw: bytes) -> list[tuple[str, JSON]]:
-    out = []
-    for frame in raw.decode().split("\n\n"):
-        if frame:
-            event, data = frame.split("\n")
-            out.append((event.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
-
-
 def _sdk_client(body: bytes) -> openai.OpenAI:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
     return openai.OpenAI(
         api_key="test",
         base_url="http://gateway.test",
         max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        http_client=answering_sse(body),
     )
 
 
@@ -457,7 +444,7 @@ def test_stream_of_recorded_chunks_is_valid_and_accumulates_in_the_sdk() -> None
     stream = ChatToResponsesStream("gpt-x", request=_minimal())
     raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")) + b"".join(stream.finish())
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     for event, data in frames:
         assert _STREAM_EVENT.validate_python(data).type == event
     assert [d["sequence_number"] for _, d in frames] == list(range(len(frames)))
@@ -493,13 +480,13 @@ def test_stream_sends_argument_fragments_in_order_per_item() -> None:
 
     deltas = [
         (d["output_index"], d["delta"])
-        for e, d in _frames(raw)
+        for e, d in sse_frames(raw)
         if e == "response.function_call_arguments.delta"
     ]
     assert deltas == [(1, '{"lo'), (1, 'cation": "Paris"}'), (2, '{"location":'), (2, ' "Bogotá"}')]
     done = [
         (d["output_index"], d["arguments"])
-        for e, d in _frames(raw)
+        for e, d in sse_frames(raw)
         if e == "response.function_call_arguments.done"
     ]
     assert done == [(1, '{"location": "Paris"}')]  # the second closes at finish
@@ -510,7 +497,7 @@ def test_stream_cut_by_length_ends_incomplete() -> None:
     raw = _run(stream, [_chunk({"content": "Once upon"}), _chunk(finish="length")])
     raw += b"".join(stream.finish())
 
-    event, data = _frames(raw)[-1]
+    event, data = sse_frames(raw)[-1]
     assert event == "response.incomplete"
     resp = Response.model_validate(data["response"])
     assert resp.status == "incomplete" and resp.incomplete_details is not None
@@ -525,7 +512,7 @@ def test_stream_with_refusal_streams_a_refusal_part() -> None:
         [_chunk({"refusal": "I can't"}), _chunk({"refusal": " help."}), _chunk(finish="stop")],
     ) + b"".join(stream.finish())
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     for _, data in frames:
         _STREAM_EVENT.validate_python(data)
     done = next(d for e, d in frames if e == "response.refusal.done")
@@ -540,7 +527,7 @@ def test_stream_cut_mid_answer_fails_and_never_completes() -> None:
     raw = _run(stream, chat_chunks("chat_stream_tool_calls.sse")[:5])
     raw += b"".join(stream.error("upstream connection reset"))
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     for _, data in frames:
         _STREAM_EVENT.validate_python(data)
     names = [e for e, _ in frames]
@@ -565,7 +552,7 @@ def test_stream_cut_mid_answer_fails_and_never_completes() -> None:
 def test_stream_finished_without_chunks_is_a_complete_empty_response() -> None:
     raw = b"".join(ChatToResponsesStream("m").finish())
 
-    frames = _frames(raw)
+    frames = sse_frames(raw)
     assert [e for e, _ in frames] == [
         "response.created",
         "response.in_progress",

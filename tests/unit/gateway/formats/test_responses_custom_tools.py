@@ -8,10 +8,8 @@ own types and its stream accumulator.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import httpx2
 import openai
 import pydantic
 import pytest
@@ -24,6 +22,7 @@ from gateway.formats.openai_responses import (
     to_chat_request,
 )
 from schemas import InvalidRequestError, UpstreamBadResponseError
+from tests.fixtures.wire_files import answering_sse, sse_frames
 
 JSON = dict[str, Any]
 _STREAM_EVENT = pydantic.TypeAdapter(ResponseStreamEvent)
@@ -59,24 +58,12 @@ def _custom_delta(index: int, **fields: Any) -> JSON:
     return {"tool_calls": [call]}
 
 
-def _frames(raw: bytes) -> list[tuple[str, JSON]]:
-    out = []
-    for frame in raw.decode().split("\n\n"):
-        if frame:
-            event, data = frame.split("\n")
-            out.append((event.removeprefix("event: "), json.loads(data.removeprefix("data: "))))
-    return out
-
-
 def _sdk_client(body: bytes) -> openai.OpenAI:
-    def handler(request: httpx2.Request) -> httpx2.Response:
-        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=body)
-
     return openai.OpenAI(
         api_key="test",
         base_url="http://gateway.test",
         max_retries=0,
-        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+        http_client=answering_sse(body),
     )
 
 
@@ -222,7 +209,7 @@ def _custom_stream() -> bytes:
 
 
 def test_streamed_chat_custom_tool_call_becomes_custom_tool_call_events() -> None:
-    frames = _frames(_custom_stream())
+    frames = sse_frames(_custom_stream())
 
     for _, data in frames:
         _STREAM_EVENT.validate_python(data)
@@ -259,7 +246,7 @@ def test_stream_cut_during_a_custom_tool_call_keeps_its_input_so_far() -> None:
     stream.feed(_chunk(_custom_delta(0, id="call_7", type="custom", name="apply_patch")))
     stream.feed(_chunk(_custom_delta(0, input="*** Begin")))
 
-    failed = _frames(b"".join(stream.error("cut")))[-1][1]["response"]
+    failed = sse_frames(b"".join(stream.error("cut")))[-1][1]["response"]
 
     assert failed["output"][0]["type"] == "custom_tool_call"
     assert failed["output"][0]["input"] == "*** Begin"
