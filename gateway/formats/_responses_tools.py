@@ -63,6 +63,13 @@ def convert_tools(tools: list[Any], origins: Origins | None) -> list[JSON]:
     return out
 
 
+def forces_a_tool(choice: Any) -> bool:
+    """Whether a Responses ``tool_choice`` asks for a tool call (``required``, or one that
+    names tools: a function, a custom or hosted tool, ``allowed_tools``), which a request
+    without ``tools`` cannot get; ``auto`` and ``none`` ask for none."""
+    return choice == "required" or isinstance(choice, dict)
+
+
 def convert_tool_choice(choice: Any) -> Any:
     """Responses ``tool_choice`` as chat's. Raises InvalidRequestError for a hosted tool's."""
     if choice in ("auto", "none", "required"):

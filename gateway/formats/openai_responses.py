@@ -46,7 +46,12 @@ from gateway.formats._common import (
     want_str,
 )
 from gateway.formats._responses_reasoning import give_reasoning, reasoning_texts, unseal
-from gateway.formats._responses_tools import convert_tool_choice, convert_tools, tool_call
+from gateway.formats._responses_tools import (
+    convert_tool_choice,
+    convert_tools,
+    forces_a_tool,
+    tool_call,
+)
 from gateway.formats.openai_chat import (
     ARRAY,
     BOOLEAN,
@@ -185,6 +190,12 @@ def to_chat_request(body: JSON, origins: Origins | None = None) -> JSON:
             chat["tool_choice"] = convert_tool_choice(body["tool_choice"])
         if isinstance(body.get("parallel_tool_calls"), bool):
             chat["parallel_tool_calls"] = body["parallel_tool_calls"]
+    elif forces_a_tool(body.get("tool_choice")):
+        # What OpenAI answers too: no route could honour it (dropped, the model just chatted).
+        raise InvalidRequestError(
+            "tool_choice: it asks for a tool call, but the request gives no 'tools'",
+            param="tool_choice",
+        )
     _convert_text(body.get("text"), chat)
     reasoning = body.get("reasoning")
     if reasoning is not None and want_dict(reasoning, "reasoning").get("effort") is not None:

@@ -225,6 +225,31 @@ def test_to_chat_request_maps_tool_choice(choice: Any, expected: Any) -> None:
 
 
 @pytest.mark.parametrize(
+    "choice",
+    ["required", {"type": "function", "name": "shell"}, {"type": "custom", "name": "patch"}],
+    ids=["required", "a-function", "a-custom-tool"],
+)
+@pytest.mark.parametrize("tools", [None, []], ids=["no-tools", "empty-tools"])
+def test_a_tool_choice_asking_for_a_call_without_tools_is_refused(
+    choice: Any, tools: list[Any] | None
+) -> None:
+    """It was dropped with the absent tools: the model just chatted, where OpenAI answers a
+    400 ("Tool choice 'required' must be specified with 'tools' parameter")."""
+    body = _minimal(tool_choice=choice) if tools is None else _minimal(tools=tools)
+    body["tool_choice"] = choice
+
+    with pytest.raises(InvalidRequestError) as exc:
+        to_chat_request(body)
+
+    assert exc.value.param == "tool_choice"
+
+
+@pytest.mark.parametrize("choice", ["auto", "none"])
+def test_a_tool_choice_asking_for_no_call_without_tools_is_dropped(choice: str) -> None:
+    assert "tool_choice" not in to_chat_request(_minimal(tool_choice=choice))
+
+
+@pytest.mark.parametrize(
     ("fmt", "expected"),
     [
         ({"type": "text"}, None),
