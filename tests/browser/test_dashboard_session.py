@@ -5,6 +5,7 @@ bus."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING
 
 import httpx
@@ -17,21 +18,35 @@ from tests.fixtures.gateway import start_gateway
 from tests.fixtures.upstream import FakeUpstream
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from pathlib import Path
+
+    from tests.fixtures.gateway import RunningGateway
 
 ADMIN = "adm-dashboard-session"
 
 pytestmark = [pytest.mark.e2e, pytest.mark.asyncio(loop_scope="module")]
 
 
+@contextlib.asynccontextmanager
+async def _gateway(tmp_path: Path, routes: int = 1) -> AsyncIterator[RunningGateway]:
+    """A gateway with the bootstrap admin key and one model of ``routes`` routes to one fake
+    upstream, on the in-process bus; both stopped on leaving."""
+    up = await FakeUpstream("u").start()
+    gw = await start_gateway(
+        config(model("m", *[route(up)] * routes), admin_key=ADMIN), "inproc://", data_dir=tmp_path
+    )
+    try:
+        yield gw
+    finally:
+        await gw.stop()
+        await up.close()
+
+
 async def test_a_page_whose_session_ended_goes_to_sign_in_and_back_to_that_page(
     context: BrowserContext, tmp_path: Path
 ) -> None:
-    up = await FakeUpstream("u").start()
-    gw = await start_gateway(
-        config(model("m", route(up), route(up)), admin_key=ADMIN), "inproc://", data_dir=tmp_path
-    )
-    try:
+    async with _gateway(tmp_path, routes=2) as gw:
         page = await context.new_page()
         await sign_in(page, gw.url, ADMIN)
         await page.goto(f"{gw.url}/dashboard/weights")
@@ -58,19 +73,12 @@ async def test_a_page_whose_session_ended_goes_to_sign_in_and_back_to_that_page(
         await page.fill("#key", ADMIN)
         await page.click("button[type=submit]")
         await expect(page).to_have_url(f"{gw.url}/dashboard/overview")
-    finally:
-        await gw.stop()
-        await up.close()
 
 
 async def test_an_open_event_stream_ends_with_its_session(
     context: BrowserContext, tmp_path: Path
 ) -> None:
-    up = await FakeUpstream("u").start()
-    gw = await start_gateway(
-        config(model("m", route(up)), admin_key=ADMIN), "inproc://", data_dir=tmp_path
-    )
-    try:
+    async with _gateway(tmp_path) as gw:
         page = await context.new_page()
         await sign_in(page, gw.url, ADMIN)
         await page.goto(f"{gw.url}/dashboard/events")
@@ -93,19 +101,12 @@ async def test_an_open_event_stream_ends_with_its_session(
             )
             assert made.status_code == 200, made.text
         await expect(page).to_have_url(f"{gw.url}/dashboard/signin?next=events")
-    finally:
-        await gw.stop()
-        await up.close()
 
 
 async def test_a_401_about_another_key_leaves_the_operator_on_the_page(
     context: BrowserContext, tmp_path: Path
 ) -> None:
-    up = await FakeUpstream("u").start()
-    gw = await start_gateway(
-        config(model("m", route(up)), admin_key=ADMIN), "inproc://", data_dir=tmp_path
-    )
-    try:
+    async with _gateway(tmp_path) as gw:
         page = await context.new_page()
         await sign_in(page, gw.url, ADMIN)
         async with httpx.AsyncClient(base_url=gw.url, timeout=30) as http:  # auth on
@@ -123,6 +124,3 @@ async def test_a_401_about_another_key_leaves_the_operator_on_the_page(
         await page.click("#explain button[type=submit]")
         await expect(page.locator("#walk .error")).to_have_text("invalid API key")
         await expect(page).to_have_url(f"{gw.url}/dashboard/models")
-    finally:
-        await gw.stop()
-        await up.close()

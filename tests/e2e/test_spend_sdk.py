@@ -373,15 +373,12 @@ async def test_claudes_one_hour_cache_writes_are_billed_at_their_own_price(
     assert usage.cache_creation.ephemeral_5m_input_tokens == 1000
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
-async def test_an_answer_refused_as_unusable_is_billed_on_the_usage_it_reported(
-    gateway_factory: GatewayFactory,
-    fake_upstreams: Any,
-    tmp_path: Path,
-    stream: bool,
-) -> None:
-    # Gemini answered 200 with only its thoughts (7 prompt and 5 thinking tokens, billed):
-    # the gateway failed over, as it must, and billed that attempt $0.
+async def _thoughts_then_good(
+    fake_upstreams: Any, tmp_path: Path, stream: bool
+) -> tuple[FakeUpstream, FakeUpstream, Any]:
+    """A model whose Gemini route (drawn first) answers only its thoughts (7 prompt and 5
+    thinking tokens, billed: an answer the gateway refuses) and whose fallback serves (10
+    prompt, 5 completion, 4 cached): both upstreams and the keys config."""
     gemini: FakeUpstream = await fake_upstreams("gem")
     thought = {"text": "the user wants the weather", "thought": True}
     empty = {
@@ -402,6 +399,19 @@ async def test_an_answer_refused_as_unusable_is_billed_on_the_usage_it_reported(
     }
     tiny = 1e-6  # the fallback's weight: the draw picks Gemini first
     conf = keys_config(tmp_path, model("m", gemini_route, route(good, tiny, pricing=PRICING)))
+    return gemini, good, conf
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_an_answer_refused_as_unusable_is_billed_on_the_usage_it_reported(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: Any,
+    tmp_path: Path,
+    stream: bool,
+) -> None:
+    # Gemini answered 200 with only its thoughts (7 prompt and 5 thinking tokens, billed):
+    # the gateway failed over, as it must, and billed that attempt $0.
+    gemini, good, conf = await _thoughts_then_good(fake_upstreams, tmp_path, stream)
     gw = await gateway_factory(conf)
     key, key_id = await new_key(gw)
     await set_limit(gw, "key", key_id, tpm=1_000_000)
@@ -434,30 +444,7 @@ async def test_a_failed_over_requests_row_counts_every_attempts_tokens_as_its_co
     # Gemini's answer of only thoughts (7 prompt, 5 thinking tokens) was billed, then the
     # request failed over: the row's tokens showed the last attempt's 10 and 5 beside the cost
     # of both, and the spend report and llmgw_tokens_total left the first attempt's out.
-    gemini: FakeUpstream = await fake_upstreams("gem")
-    thought = {"text": "the user wants the weather", "thought": True}
-    gemini.set_default(
-        Reply(
-            body={
-                "candidates": [
-                    {"content": {"role": "model", "parts": [thought]}, "finishReason": "STOP"}
-                ],
-                "usageMetadata": {"promptTokenCount": 7, "thoughtsTokenCount": 5},
-            }
-        )
-    )
-    good: FakeUpstream = await fake_upstreams(
-        "good", prompt_tokens=10, completion_tokens=5, cached_tokens=4
-    )
-    gemini_route = {
-        "kind": "gemini",
-        "base_url": gemini.gemini_base_url,
-        "provider_model_id": "g",
-        "api_key": "k",
-        "pricing": PRICING,
-    }
-    tiny = 1e-6  # the fallback's weight: the draw picks Gemini first
-    conf = keys_config(tmp_path, model("m", gemini_route, route(good, tiny, pricing=PRICING)))
+    gemini, good, conf = await _thoughts_then_good(fake_upstreams, tmp_path, stream=False)
     gw = await gateway_factory(conf)
     key, _ = await new_key(gw)
     assert (await call(gw, "chat", key)).status == 200
