@@ -9,6 +9,10 @@
 - ``Evidence`` — what the scoring owner learned from observations, with the guardrail
   multipliers as of now (``llmgw.steering.evidence``, at a bounded rate).
 - ``SteeringGet`` -> ``SteeringSnapshot`` — all of the above at once, for a view that starts.
+- ``ChainsCheck`` -> ``ChainsChecked`` — a config reload asks, before it changes anything,
+  which chains would name a model the new config lacks (``llmgw.steering.check``).
+- ``ChainModelsDropped`` — a chain an admin shaped named models its config lacks when it
+  started: they were taken out of it (``llmgw.events.chains``).
 """
 
 from __future__ import annotations
@@ -116,3 +120,40 @@ class SteeringSnapshot(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     state: SteeringState
     chains: tuple[ChainState, ...] = ()
     evidence: Evidence = Evidence()
+
+
+class ChainsCheck(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Ask the SteeringActor which chains would name a model of none of ``models`` were it
+    started on a config with these model ids and these ``chains:`` names (a reload's check,
+    asked before the reload changes anything)."""
+
+    models: tuple[str, ...]
+    chains: tuple[str, ...] = ()
+
+
+class ChainModels(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``models`` chain ``chain`` names that a config lacks, and its entries without
+    them (``kept``: what ``chains set_models`` would leave it)."""
+
+    chain: str
+    models: tuple[str, ...]
+    kept: tuple[ChainEntry, ...] = ()
+
+
+class ChainsChecked(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The answer to ``ChainsCheck``: each chain that would name models the config lacks
+    (only a chain an admin command made or edited can: it outlives a reload), by name; none
+    when the reload may go on."""
+
+    gone: tuple[ChainModels, ...] = ()
+
+
+class ChainModelsDropped(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """Chain ``chain``, shaped by an admin command, named ``models``, which its config lacked
+    when it started (the file lost them while no gateway ran, or a host runs another file):
+    they were taken out of it; ``before`` is the chain's models as they were."""
+
+    chain: str
+    models: tuple[str, ...]
+    before: tuple[str, ...] = ()
+    ts: float = 0.0

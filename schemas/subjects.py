@@ -29,6 +29,7 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
                                                     ConfigChanged, ``admin``: AdminExecuted,
                                                     ``budget``: BudgetThreshold, ``limits``:
                                                     LeaseExpired, ``capacity``: RouteCapacity,
+                                                    ``chains``: ChainModelsDropped,
                                                     ``keypool``: KeyMuted/KeyUnmuted/KeyCooling)
 - ``llmgw.request.<model>.done``    event          ingress -> listeners: RequestCompleted (one
                                                     per client request)
@@ -71,6 +72,10 @@ Catalogue (prefix ``llmgw``; ``<id>`` always goes through :func:`token`):
 - ``llmgw.chain.<name>.state``       event          ChainActor -> ingress views: ChainState
 - ``llmgw.steering.get``            request/reply  ingress -> SteeringActor: SteeringGet
                                                     -> SteeringSnapshot
+- ``llmgw.steering.check``          request/reply  config owners -> SteeringActor: ChainsCheck
+                                                    -> ChainsChecked (a reload, before it changes
+                                                    anything: would a chain name a model the
+                                                    new config lacks?)
 - ``llmgw.steering.state``          event          SteeringActor -> ingress views: SteeringState
 - ``llmgw.steering.evidence``       event          SteeringActor -> ingress views: Evidence
                                                     (scoring evidence, at a bounded rate)
@@ -225,6 +230,7 @@ EVENT_KINDS = (
     "bench",
     "budget",
     "capacity",
+    "chains",
     "circuit",
     "config",
     "decision",
@@ -309,6 +315,7 @@ HEALTH_DEEP = f"{PREFIX}.health.deep"
 CHAIN_STATE_ANY = f"{PREFIX}.chain.*.state"
 CHAIN_RESOLVE_ANY = f"{PREFIX}.chain.*.resolve"
 STEERING_GET = f"{PREFIX}.steering.get"
+STEERING_CHECK = f"{PREFIX}.steering.check"
 STEERING_STATE = f"{PREFIX}.steering.state"
 STEERING_EVIDENCE = f"{PREFIX}.steering.evidence"
 PROBE_DUE = f"{PREFIX}.probe.due"
