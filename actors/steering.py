@@ -64,8 +64,8 @@ from schemas import (
     raise_for_reply,
     subjects,
 )
-from schemas.catalog import PRESETS, PROFILE_WEIGHTS, ascii_lower
-from schemas.scoring import capability_scores, orderings, preset_order
+from schemas.catalog import PRESETS, ascii_lower
+from schemas.scoring import capability_scores, evidence_signature, preset_order
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable
@@ -83,12 +83,6 @@ logger = logging.getLogger(__name__)
 _FLUSH_SECONDS = 0.2
 _FLIPS_PER_FLUSH = 4  # flips published at once per interval; more wait for its end
 _DECAY_SECONDS = 1.0
-# The orderings every view may follow besides the profile's (a chain's is one of these).
-_AXIS_WEIGHTS = (
-    PROFILE_WEIGHTS["smartest"],
-    PROFILE_WEIGHTS["fastest"],
-    PROFILE_WEIGHTS["reliable"],
-)
 # Evidence reaches the views every 0.2 s but the disk at most every 5 s: under traffic a
 # save per flush was five SQLite commits a second. A kill -9 loses at most the last 5 s of
 # evidence and allowance counts; a clean stop loses nothing (on_stop saves).
@@ -355,14 +349,8 @@ class SteeringActor(Actor):
         return self._signature(self._evidence())
 
     def _signature(self, evidence: Evidence) -> Hashable:
-        """What the views' orderings follow in ``evidence``: every scored ordering over the
-        catalogue (the axes', the profile's, the cheapest) and the mode."""
-        if len(self._catalogue_models) < 2:
-            return (), evidence.degraded
-        by_model = {e.model: e for e in evidence.models}
-        weights = (*_AXIS_WEIGHTS, self._state.weights)
-        ranked = orderings(self._catalogue_models, by_model, weights, self._capability)
-        return ranked, evidence.degraded
+        models, weights = self._catalogue_models, self._state.weights
+        return evidence_signature(models, evidence, weights, self._capability)
 
     def _evidence(self) -> Evidence:
         self._seq += 1

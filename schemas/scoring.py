@@ -13,12 +13,14 @@ never best):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from schemas.catalog import PROFILE_WEIGHTS
 
 if TYPE_CHECKING:
     from schemas.config import ModelConfig
-    from schemas.steering import ModelEvidence
+    from schemas.steering import Evidence, ModelEvidence
 
 NEUTRAL = 0.5
 
@@ -144,3 +146,26 @@ def preset_order(
     if preset == "biggest_budget":
         return [m.id for m in sorted(models, key=lambda m: -(monthly_allowance(m) or -1.0))]
     raise ValueError(f"unknown preset {preset!r}")
+
+
+_AXIS_WEIGHTS = (
+    PROFILE_WEIGHTS["smartest"],
+    PROFILE_WEIGHTS["fastest"],
+    PROFILE_WEIGHTS["reliable"],
+)
+"""The orderings every view may follow besides the profile's (a chain's is one of these)."""
+
+
+def evidence_signature(
+    models: Sequence[ModelConfig],
+    evidence: Evidence,
+    profile: tuple[float, float, float],
+    capability: Mapping[str, float] | None = None,
+) -> Hashable:
+    """What the views' orderings follow in ``evidence``: every scored ordering over the
+    catalogue ``models`` (the axes', the ``profile``'s, the cheapest) and the mode."""
+    if len(models) < 2:
+        return (), evidence.degraded
+    by_model = {e.model: e for e in evidence.models}
+    ranked = orderings(models, by_model, (*_AXIS_WEIGHTS, profile), capability)
+    return ranked, evidence.degraded
