@@ -14,6 +14,10 @@ snapshot wins over the config file after a restart or a reload. A chain only the
 shaped follows the file: the snapshot remembers the file's version it started from, and when
 the file says otherwise now, the file's chain is taken (with the models backfill had added,
 when it still backfills). A snapshot written before it recorded this counts as the admin's.
+
+A reload after which an admin's chain would name a model the new config lacks is refused
+before it changes anything: its owner asks :func:`naming_gone` (through the SteeringActor;
+``actors.config_owner.check_chains``).
 """
 
 from __future__ import annotations
@@ -24,9 +28,19 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.base import Actor, ActorContext, Serve
-from schemas import ChainEdit, ChainEntry, ChainGet, ChainState, InvalidRequestError, subjects
+from schemas import (
+    ChainEdit,
+    ChainEntry,
+    ChainGet,
+    ChainModels,
+    ChainState,
+    InvalidRequestError,
+    subjects,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable, Mapping
+
     from actors.stores.snapshots import SnapshotStore
     from bus import Envelope
 
@@ -46,6 +60,47 @@ class _Snapshot(msgspec.Struct):
 def snapshot_name(chain: str) -> str:
     """The snapshot row of chain ``chain``."""
     return f"chain:{chain}"
+
+
+def _admins(snap: _Snapshot) -> bool:
+    """Whether ``snap`` is a chain an admin shaped, whose snapshot wins over the file."""
+    return snap.edited or snap.file is None
+
+
+def gone_from(state: ChainState, models: Collection[str]) -> ChainModels | None:
+    """The models ``state`` names that are none of ``models`` (a config's model ids), in
+    chain order, with the entries left without them; None when it names none. What a chain
+    must never run with."""
+    gone = tuple(e.model for e in state.models if e.model not in models)
+    if not gone:
+        return None
+    kept = tuple(e for e in state.models if e.model in models)
+    return ChainModels(chain=state.name, models=gone, kept=kept)
+
+
+async def naming_gone(
+    names: Iterable[str],
+    running: Mapping[str, ChainActor],
+    snapshots: SnapshotStore | None,
+    models: Collection[str],
+) -> tuple[ChainModels, ...]:
+    """Which of the chains ``names`` (those that would run on a new config), started on a
+    config whose model ids are ``models``, would name a model none of those: each as its
+    ChainActor in ``running`` holds it now or, not running now (a configured chain the file
+    lists again), as its snapshot keeps it. Only a chain an admin shaped can: it outlives a
+    restart or a reload as it is (one only the file shaped follows the file)."""
+    known = frozenset(models)
+    gone: list[ChainModels] = []
+    for name in names:
+        chain = running.get(name)
+        if chain is not None:
+            named = chain.would_name_gone(known)
+        else:
+            snap = await snapshots.load_as(snapshot_name(name), _Snapshot) if snapshots else None
+            named = gone_from(snap.state, known) if snap is not None and _admins(snap) else None
+        if named is not None:
+            gone.append(named)
+    return tuple(gone)
 
 
 class ChainActor(Actor):
@@ -77,7 +132,7 @@ class ChainActor(Actor):
         seen: tuple[str, ...] = tuple(m for m, _ in self._catalogue)
         snap = None if self._fresh else await self._load()
         if snap is not None:
-            self._edited = snap.edited or snap.file is None
+            self._edited = _admins(snap)
             if self._edited or _same_chain(snap.file, self._initial):
                 self.state = snap.state
             else:
@@ -88,6 +143,12 @@ class ChainActor(Actor):
                 self.state = _backfill(self.state, self._catalogue, set(snap.seen))
         await self._save(seen)
         await self._publish()
+
+    def would_name_gone(self, models: Collection[str]) -> ChainModels | None:
+        """What this chain would still name, restarted on a config whose model ids are
+        ``models``, that is none of them (None: nothing): an admin's chain outlives a reload
+        as it is; one only the file shaped follows the file and names none."""
+        return gone_from(self.state, models) if self._edited else None
 
     async def _load(self) -> _Snapshot | None:
         if self._snapshots is None:

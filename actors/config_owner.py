@@ -4,16 +4,17 @@
 startup does and raises InvalidRequestError with startup's message), then reconciles the
 running tree with the new config's (``actors.reconfigure``): additions and replacements
 first, then ``ConfigChanged`` on ``llmgw.events.config`` (every ingress re-reads its own
-file and swaps its config), then removals. An invalid file, a child that fails to start, or
-a chain that would name a model the new config lacks (a chain an admin made outlives the
-reload; startup refuses a config whose chains name an unknown model) leaves the running
-config as it was. ``show`` returns the running version and model ids.
+file and swaps its config), then removals. An invalid file, a chain that would name a model
+the new config lacks (:func:`check_chains`, asked before anything changes), or a child that
+fails to start leaves the running config as it was. ``show`` returns the running version and
+model ids.
 
 SIGHUP in an actors process sends the same command (``by="sighup"``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -26,17 +27,20 @@ from actors.reconfigure import Change, apply, diff, undo
 from bus import NoRespondersError, RequestTimeoutError
 from schemas import (
     AdminCommand,
+    ChainEntry,
+    ChainModels,
+    ChainsCheck,
+    ChainsChecked,
     ConfigChanged,
     GatewayError,
     InvalidRequestError,
-    SteeringGet,
-    SteeringSnapshot,
     subjects,
 )
+from schemas import NoRespondersError as OwnerMissingError
 
 if TYPE_CHECKING:
     from actors.supervisor import Supervisor
-    from bus import Envelope
+    from bus import Bus, Envelope
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
@@ -72,6 +76,65 @@ def model_changes(old: GatewayConfig, new: GatewayConfig) -> dict[str, list[str]
         "changed": [m for m in after if m in before and after[m] != before[m]],
         "removed": [m for m in before if m not in after],
     }
+
+
+async def check_chains(bus: Bus, config: GatewayConfig, source: str = "") -> None:
+    """Refuse a reload to ``config`` (read from ``source``) after which a chain would name a
+    model it lacks, as startup refuses a file whose ``chains:`` do: a chain an admin command
+    made or edited outlives a reload as it is. Asked of the chains' owner (the SteeringActor,
+    on whichever host runs it) before the reload changes anything, by every config owner (one
+    host's ConfigActor, a cluster's ClusterConfigActor). Raises InvalidRequestError naming
+    the chain, the model and the command that fixes it; NoRespondersError (retryable) when
+    no owner answers (it is restarting, or no cluster host runs it this moment); and
+    ReloadFailedError when it answers nothing in time or fails."""
+    try:
+        reply = await bus.request(
+            subjects.STEERING_CHECK,
+            ChainsCheck(
+                models=tuple(m.id for m in config.models),
+                chains=tuple(c.name for c in config.chains),
+            ),
+            reply_type=ChainsChecked,
+            timeout=_CHECK_TIMEOUT_S,
+        )
+    except NoRespondersError:
+        raise OwnerMissingError(
+            "reload not applied: the chains' owner (steering) is not running this moment, so "
+            "whether a chain names a model this config lacks cannot be checked; nothing "
+            "changed: retry"
+        ) from None
+    except RequestTimeoutError:
+        raise ReloadFailedError(
+            "reload not applied: the chains' owner did not answer in time; nothing changed"
+        ) from None
+    if not isinstance(reply, ChainsChecked):
+        raise ReloadFailedError(f"reload not applied: the chains' owner: {reply.message}")
+    if reply.gone:
+        raise InvalidRequestError(_naming_gone(reply.gone, source))
+
+
+def _naming_gone(gone: tuple[ChainModels, ...], source: str) -> str:
+    """The refusal of a reload after which chains would name models the config lacks: each
+    chain and model, then the command that takes them out."""
+    where = f"{source}: " if source else ""
+    named = "; ".join(
+        f"chain {g.chain!r} names {' and '.join(repr(m) for m in g.models)}, which "
+        f"{'is no model id' if len(g.models) == 1 else 'are no model ids'} of this config"
+        for g in gone
+    )
+    commands = " and ".join(
+        f"llmgw admin chains set_models --arg name={g.chain} --arg "
+        f"'models={json.dumps([_entry(e) for e in g.kept])}'"
+        for g in gone
+    )
+    return (
+        f"{where}{named}; the running config stays (a chain made or edited by an admin command "
+        f"outlives a reload: take the model out of it first, {commands})"
+    )
+
+
+def _entry(entry: ChainEntry) -> str | dict[str, Any]:
+    return entry.model if entry.enabled else {"model": entry.model, "enabled": False}
 
 
 def warn_unpriced(config: GatewayConfig) -> None:
@@ -131,42 +194,10 @@ class ConfigActor(Actor):
             "models": [m.id for m in st.config.models],
         }
 
-    async def _check_chains(self, config: GatewayConfig) -> None:
-        """Refuse (InvalidRequestError) a reload after which a chain would name a model the
-        config lacks, as startup refuses a config whose chains do: a chain an admin made or
-        edited, or one backfill grew, outlives the reload (its owner's snapshot) and kept the
-        model. Asked of the steering actor the reload just started, so what is checked is
-        what would run. Raises ReloadFailedError when it cannot be asked."""
-        try:
-            reply = await self.ctx.bus.request(
-                subjects.STEERING_GET,
-                SteeringGet(),
-                reply_type=SteeringSnapshot,
-                timeout=_CHECK_TIMEOUT_S,
-            )
-        except NoRespondersError:
-            return  # no steering in this tree: no chain to check
-        except RequestTimeoutError:
-            raise ReloadFailedError(
-                "reload not applied: the chains' owner did not answer in time"
-            ) from None
-        if not isinstance(reply, SteeringSnapshot):
-            raise ReloadFailedError(f"reload not applied: the chains' owner: {reply.message}")
-        ids = {m.id for m in config.models}
-        where = f"{self._state.source}: " if self._state.source else ""
-        for chain in sorted(reply.chains, key=lambda c: c.name):
-            for entry in chain.models:
-                if entry.model not in ids:
-                    raise InvalidRequestError(
-                        f"{where}chain {chain.name!r} names {entry.model!r}, which is no model "
-                        "id of this config; the running config stays (a chain made or edited "
-                        "by an admin command outlives a reload: take the model out of it "
-                        "first, llmgw admin chains set_models)"
-                    )
-
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         st = self._state
         config, version = self._load()  # raises InvalidRequestError: nothing changed
+        await check_chains(self.ctx.bus, config, st.source)  # raises: nothing changed
         tree = self._build(config)
         changes = diff(st.tree, tree)
         early = [c for c in changes if c.kind != "remove"]
@@ -177,11 +208,6 @@ class ConfigActor(Actor):
         except Exception as exc:  # a child failed to start: put the tree back as it was
             await undo(self._root, done)
             raise ReloadFailedError(f"reload not applied: {type(exc).__name__}: {exc}") from exc
-        try:
-            await self._check_chains(config)
-        except GatewayError:  # before any ingress was told: only the tree goes back
-            await undo(self._root, done)
-            raise
         models = model_changes(st.config, config)
         await self.ctx.publish(
             subjects.event("config"),

@@ -6,6 +6,8 @@ scoring evidence — and runs one ChainActor per chain.
   set_exploration). Edits of one chain are forwarded to its ChainActor, which owns it.
 - ``llmgw.steering.get``: a SteeringSnapshot for an ingress view that starts; every change
   of settings or of the set of chains is published on ``llmgw.steering.state``.
+- ``llmgw.steering.check``: a reload's question, before it changes anything: which chains
+  would name a model the new config lacks (``actors.chain.naming_gone``).
 - Scoring: it learns from every Observation, EndpointState and mode change (an
   :class:`EvidenceBook`) and publishes ``Evidence`` on ``llmgw.steering.evidence`` as an
   :class:`EvidenceGate` times it: at once when an interval (``_FLUSH_SECONDS``) passed
@@ -31,13 +33,14 @@ import msgspec
 
 from actors.admin import AdminArea, text_arg
 from actors.base import Actor, ActorContext, Serve
-from actors.chain import Catalogue, ChainActor, check_models
+from actors.chain import Catalogue, ChainActor, check_models, naming_gone
 from actors.state.evidence_gate import EvidenceGate
 from actors.state.scoring import BookSnapshot, EvidenceBook
 from actors.state.steering_settings import (
     CHAINS_ARGS,
     STEERING_ARGS,
     chain_edit_arg,
+    chain_names,
     chain_view,
     configured_state,
     fraction,
@@ -50,6 +53,8 @@ from actors.state.steering_settings import (
 from schemas import (
     AdminCommand,
     ChainEdit,
+    ChainsCheck,
+    ChainsChecked,
     ChainState,
     EndpointState,
     Evidence,
@@ -175,6 +180,7 @@ class SteeringActor(Actor):
             self.chains_admin.serve,
             self.steering_admin.serve,
             Serve(subjects.STEERING_GET),
+            Serve(subjects.STEERING_CHECK),
             Serve(subjects.OBSERVATION_ANY),
             Serve(subjects.ENDPOINT_STATE_ANY),
             Serve(subjects.event("mode")),
@@ -279,6 +285,10 @@ class SteeringActor(Actor):
                         evidence=self._evidence(),
                     )
                 )
+            case ChainsCheck() as check:
+                names = chain_names(check.chains, self._created, self._deleted)
+                gone = await naming_gone(names, self._chains, self._snapshots, check.models)
+                await env.respond(ChainsChecked(gone=gone))
             case _:
                 for area in (self.chains_admin, self.steering_admin):
                     if area.owns(env):

@@ -3,13 +3,16 @@ area ``config``).
 
 Every host runs one, outside placement. The admin area is served in one queue group: the
 host that takes ``config.reload`` (``llmgw reload``, ``POST /admin/config/reload``, SIGHUP on
-any actors host) re-reads its own file, validated as at startup, reconciles the units it
-runs with it (``ClusterHost.reconfigure``) and publishes ``ConfigChanged``. Every other host
-follows that event, as ingresses and the sidecars do: it re-reads its own file and, when its
-version is not the one it runs, reconciles its units the same way. Units a host starts later
-(a takeover, a handback) are built from the config it runs by then. The hosts' files must
-agree, as the ingresses' must; a host whose file differs from the announced version logs it
-and runs its own. ``show`` returns this host's running version and model ids.
+any actors host) re-reads its own file, validated as at startup, asks the chains' owner
+(wherever it runs) whether a chain would name a model the file lacks and refuses the reload
+if so (``actors.config_owner.check_chains``, as one host's ConfigActor does), reconciles the
+units it runs with it (``ClusterHost.reconfigure``) and publishes ``ConfigChanged``. Every
+other host follows that event, as ingresses and the sidecars do: it re-reads its own file
+and, when its version is not the one it runs, reconciles its units the same way. Units a
+host starts later (a takeover, a handback) are built from the config it runs by then. The
+hosts' files must agree, as the ingresses' must; a host whose file differs from the
+announced version logs it and runs its own. ``show`` returns this host's running version
+and model ids.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext, Serve
-from actors.config_owner import ReloadFailedError, model_changes, warn_unpriced
+from actors.config_owner import ReloadFailedError, check_chains, model_changes, warn_unpriced
 from schemas import AdminCommand, ConfigChanged, GatewayError, subjects
 
 if TYPE_CHECKING:
@@ -49,13 +52,16 @@ class ClusterConfigActor(Actor):
         *,
         load: Callable[[], tuple[GatewayConfig, str]],
         reconfigure: Callable[[GatewayConfig], Awaitable[list[str]]],
+        source: str = "",
     ) -> None:
+        """``source`` names this host's file in answers and events."""
         self.name = "cluster_config"
         self._node_id = node_id
         self._config = config
         self._version = version
         self._load = load
         self._reconfigure = reconfigure
+        self._source = source
         self.admin = AdminArea(
             "config",
             {"reload": self._reload, "show": self._show},
@@ -80,12 +86,14 @@ class ClusterConfigActor(Actor):
     async def _show(self, cmd: AdminCommand) -> dict[str, Any]:
         return {
             "version": self._version,
+            "source": self._source,
             "models": [m.id for m in self._config.models],
             "node_id": self._node_id,
         }
 
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         config, version = self._load()  # raises InvalidRequestError: nothing changed
+        await check_chains(self.ctx.bus, config, self._source)  # raises: nothing changed
         old = self._config
         children = await self._apply(config, version)
         models = model_changes(old, config)
@@ -93,6 +101,7 @@ class ClusterConfigActor(Actor):
             subjects.event("config"),
             ConfigChanged(
                 version=version,
+                source=self._source,
                 added=tuple(models["added"]),
                 changed=tuple(models["changed"]),
                 removed=tuple(models["removed"]),

@@ -28,7 +28,7 @@ from schemas.catalog import (
 from schemas.keys import MAX_DURATION_S
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Iterable, Mapping
+    from collections.abc import Collection, Container, Iterable, Mapping
 
     from schemas.catalog import ChainConfig, SteeringConfig
 
@@ -58,9 +58,7 @@ def initial_chains(
     configured; a configured chain an admin deleted (and did not create again) is left out."""
     by_name = {c.name: c for c in configured}
     out: dict[str, ChainState] = {}
-    for name in (*by_name, *created):
-        if name in out or (name in by_name and name in deleted and name not in created):
-            continue
+    for name in chain_names(by_name, created, deleted):
         spec = by_name.get(name)
         out[name] = created.get(name) or ChainState(
             name=name,
@@ -71,6 +69,19 @@ def initial_chains(
             else (),
         )
     return list(out.values())
+
+
+def chain_names(
+    configured: Iterable[str], created: Collection[str], deleted: Collection[str]
+) -> list[str]:
+    """The names of the chains that run, configured ones first, then the ones admins created;
+    a configured chain an admin deleted (and did not create again) is left out."""
+    out: list[str] = []
+    for name in (*configured, *created):
+        if name in out or (name in deleted and name not in created):
+            continue
+        out.append(name)
+    return out
 
 
 CHAINS_ARGS: Mapping[str, frozenset[str]] = {

@@ -119,6 +119,7 @@ class ActorHost:
                 config_version(config_path),
                 load=functools.partial(_load_checked_versioned, config_path),
                 reconfigure=lambda new: cluster.reconfigure(_shared_tree(new)),
+                source=_source(config_path),
             )
             await cluster.root.add_child(ChildSpec("cluster_config", lambda: reloads))
             await _ensure_events_stream(bus, config)
@@ -212,12 +213,16 @@ async def _start_control(
     Raises what ``add_child`` raises; a stream the bus refuses is logged, not raised.
     """
     await _ensure_events_stream(bus, config, memory=events_in_memory)
-    source = config_path or f"<bundled {DEMO_CONFIG}>"
-    state = ConfigState(config, config_version(config_path), build(config), source)
+    state = ConfigState(config, config_version(config_path), build(config), _source(config_path))
     load = functools.partial(_load_checked_versioned, config_path)
     await root.add_child(
         ChildSpec("config", functools.partial(ConfigActor, root, state, load=load, build=build))
     )
+
+
+def _source(config_path: str | None) -> str:
+    """How reload answers and events name the file a config came from."""
+    return config_path or f"<bundled {DEMO_CONFIG}>"
 
 
 async def _ensure_events_stream(bus: Bus, config: GatewayConfig, *, memory: bool = False) -> None:

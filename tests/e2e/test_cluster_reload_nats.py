@@ -115,3 +115,67 @@ async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
     assert (reloaded.json()["added"], reloaded.json()["removed"]) == (["m2"], [])
     assert reloaded.json()["node_id"] in nodes
     assert len(added.requests) >= 1
+
+
+@pytest.mark.timeout(120)
+async def test_a_cluster_reload_removing_a_model_an_admin_chain_names_is_refused_whole(
+    own_nats: str,
+    postgres_url: str,
+    tmp_path: Path,
+    processes: list[GatewayProcess],
+) -> None:
+    """The single host refuses it (``actors.config_owner``); a cluster applied it and the
+    chain named a dead model. Whichever host takes the command, the chains' owner may run on
+    the other: each of several reloads is refused, and nothing changed."""
+    nodes = _pair_splitting("models", "steering")
+    echo = {"kind": "echo"}
+
+    def write(node: str, *models: dict[str, Any]) -> None:
+        body = config(*models, admin_key=ADMIN, cluster=CLUSTER)
+        body["database"] = {"path": str(tmp_path / node), "url": postgres_url}
+        write_config(paths[node], body)
+
+    paths = {node: tmp_path / f"{node}.yaml" for node in (*nodes, "ingress")}
+    for node in paths:
+        write(node, model("a", echo), model("b", echo))
+    units = {s.name for s in build_tree(load_config(str(paths[nodes[0]])), request_log=True).specs}
+    for node in nodes:
+        await spawn_serve(
+            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
+            "--node-id", node,
+        )  # fmt: skip
+    ingress = await spawn_serve(
+        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
+        "--port", "0",
+    )  # fmt: skip
+    watcher = await open_bus(own_nats, name="test-watcher")
+    headers = {"authorization": f"Bearer {ADMIN}"}
+    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
+    try:
+        await until_owned(await watcher.key_value(OWNERS_BUCKET), units, set(nodes))
+        made = await http.post("/admin/chains/create", json={"name": "team", "models": ["a", "b"]})
+        for node in paths:
+            write(node, model("a", echo))
+        refused = [(await http.post("/admin/config/reload", json={})) for _ in range(4)]
+        shown = (await http.post("/admin/config/show", json={})).json()
+        chain = (await http.post("/admin/chains/get", json={"name": "team"})).json()
+        ask = {"model": "b", "messages": HI, "max_tokens": 5}
+        still = await http.post(CHAT, json=ask)
+        await http.post("/admin/chains/set_models", json={"name": "team", "models": ["a"]})
+        applied = await http.post("/admin/config/reload", json={})
+    finally:
+        await http.aclose()
+        await watcher.aclose()
+
+    assert made.status_code == 200, made.text
+    for answer in refused:
+        assert answer.status_code == 400, answer.text
+        assert (
+            "chain 'team' names 'b', which is no model id of this config"
+            in (answer.json()["error"]["message"])
+        ), answer.text
+    assert shown["models"] == ["a", "b"], shown
+    assert [e["model"] for e in chain["models"]] == ["a", "b"]
+    assert still.status_code == 200, still.text
+    assert applied.status_code == 200, applied.text
+    assert applied.json()["removed"] == ["b"]

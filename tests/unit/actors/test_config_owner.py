@@ -161,3 +161,35 @@ async def test_reload_after_a_restart_of_the_config_actor_diffs_against_the_runn
     await root.replace_child(root.specs[-1])  # a fresh ConfigActor incarnation
     reply = await command(bus, "reload")
     assert isinstance(reply, AdminReply) and reply.result["children"] == []
+
+
+async def test_reload_leaving_an_admin_chain_naming_a_removed_model_is_refused_before_any_change(
+    bus: InProcessBus, running: tuple[Supervisor, Loader]
+) -> None:
+    """It was checked once the new tree had started: the steering restarted on the new
+    config (its chains saving what they had seen of it) before going back."""
+    root, load = running
+    created = await bus.request(
+        subjects.admin("chains", "create"),
+        AdminCommand(args={"name": "team", "models": ["b", "a"]}),
+        reply_type=AdminReply,
+        timeout=WAIT,
+    )
+    models = root.child("models")
+    assert isinstance(models, Supervisor)
+    steering, model_b = root.child("steering"), models.child("model:b")
+    load.next = cfg(("a", 2))
+
+    reply = await command(bus, "reload")
+
+    assert isinstance(created, AdminReply), created
+    assert isinstance(reply, ErrorReply) and reply.code == "invalid_request"
+    assert reply.message == (
+        "<test>: chain 'team' names 'b', which is no model id of this config; the running "
+        "config stays (a chain made or edited by an admin command outlives a reload: take the "
+        "model out of it first, llmgw admin chains set_models --arg name=team --arg "
+        "'models=[\"a\"]')"
+    )
+    assert root.child("steering") is steering
+    assert models.child("model:b") is model_b
+    assert isinstance(await route(bus, "b"), RoutePlan)
