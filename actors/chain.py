@@ -15,9 +15,11 @@ shaped follows the file: the snapshot remembers the file's version it started fr
 the file says otherwise now, the file's chain is taken (with the models backfill had added,
 when it still backfills). A snapshot written before it recorded this counts as the admin's.
 
-A reload after which an admin's chain would name a model the new config lacks is refused
-before it changes anything: its owner asks :func:`naming_gone` (through the SteeringActor;
-``actors.config_owner.check_chains``).
+A chain the admin's snapshot restores naming a model its config has no id of (the file lost it
+while no gateway ran, or a cluster host runs another file) starts without it: a warning and a
+``ChainModelsDropped`` on ``llmgw.events.chains`` say so, with the chain as it was. A reload
+never gets there: it asks :meth:`ChainActor.would_name_gone` first (through the
+SteeringActor) and is refused (``actors.config_owner.check_chains``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from schemas import (
     ChainEntry,
     ChainGet,
     ChainModels,
+    ChainModelsDropped,
     ChainState,
+    GatewayError,
     InvalidRequestError,
     subjects,
 )
@@ -113,11 +117,14 @@ class ChainActor(Actor):
         *,
         snapshots: SnapshotStore | None = None,
         fresh: bool = False,
+        known: Collection[str] | None = None,
     ) -> None:
+        """``known``: every model id of the config (default: the catalogue's)."""
         self.name = f"chain:{initial.name}"
         self.state = initial
         self._initial = initial
         self._catalogue = catalogue
+        self._known = frozenset(known if known is not None else (m for m, _ in catalogue))
         self._snapshots = snapshots
         self._fresh = fresh
         self._edited = fresh  # a chain an admin command creates is the admin's from the start
@@ -141,6 +148,8 @@ class ChainActor(Actor):
                 self.state = _drop_gone(self.state, self._catalogue, self._initial)
             if self.state.backfill:
                 self.state = _backfill(self.state, self._catalogue, set(snap.seen))
+            if self._edited:
+                await self._drop_unknown()
         await self._save(seen)
         await self._publish()
 
@@ -149,6 +158,32 @@ class ChainActor(Actor):
         ``models``, that is none of them (None: nothing): an admin's chain outlives a reload
         as it is; one only the file shaped follows the file and names none."""
         return gone_from(self.state, models) if self._edited else None
+
+    async def _drop_unknown(self) -> None:
+        """Take out of an admin's chain the models the config has no id of, loudly: it would
+        name a model nothing serves (startup refuses a file whose chains do; this chain is
+        not in the file, and only a running gateway can edit it)."""
+        gone = gone_from(self.state, self._known)
+        if gone is None:
+            return
+        before = tuple(e.model for e in self.state.models)
+        self.state = msgspec.structs.replace(self.state, models=gone.kept, seq=self.state.seq + 1)
+        logger.warning(
+            "chain %r, made or edited by an admin command, names %s, which %s of this "
+            "config: taken out of the chain (it was %s; to put it back, add it to models: "
+            "again, reload, then llmgw admin chains set_models)",
+            self.state.name,
+            " and ".join(repr(m) for m in gone.models),
+            "is no model id" if len(gone.models) == 1 else "are no model ids",
+            ", ".join(before),
+        )
+        event = ChainModelsDropped(
+            chain=self.state.name, models=gone.models, before=before, ts=self.ctx.clock()
+        )
+        try:
+            await self.ctx.publish(subjects.event("chains"), event)
+        except GatewayError as exc:  # the chain is right; the alert is best effort
+            logger.warning("chains event not published: %s", exc)
 
     async def _load(self) -> _Snapshot | None:
         if self._snapshots is None:
@@ -214,7 +249,7 @@ def _drop_gone(state: ChainState, catalogue: Catalogue, file: ChainState) -> Cha
     """A chain only the file shaped, without the models backfill added that the catalogue
     lost since (a reload removed them): it follows the file, as backfill follows it in. A
     chain an admin shaped keeps them: a reload that would leave it so is refused
-    (``actors.config_owner``)."""
+    (``actors.config_owner``), a start drops them loudly (``ChainActor._drop_unknown``)."""
     known = {m for m, _ in catalogue} | {e.model for e in file.models}
     kept = tuple(e for e in state.models if e.model in known)
     if len(kept) == len(state.models):

@@ -138,6 +138,7 @@ class SteeringActor(Actor):
         self._steering = steering
         self._snapshots = snapshots
         self._clock = clock
+        self._model_ids = frozenset(m.id for m in models)
         self._catalogue_models = tuple(m for m in models if m.published)
         self._capability = capability_scores(
             [m for m in self._catalogue_models if m.catalog.enabled]
@@ -223,7 +224,9 @@ class SteeringActor(Actor):
             await anyio.sleep_forever()
 
     async def _start_chain(self, initial: ChainState, *, fresh: bool) -> ChainActor:
-        chain = ChainActor(initial, self._catalogue, snapshots=self._snapshots, fresh=fresh)
+        chain = ChainActor(
+            initial, self._catalogue, snapshots=self._snapshots, fresh=fresh, known=self._model_ids
+        )
         await self._tg.start(
             lambda task_status: chain.run(self.ctx.bus, clock=self._clock, task_status=task_status)
         )

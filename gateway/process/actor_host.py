@@ -110,6 +110,8 @@ class ActorHost:
         cluster = ClusterHost(bus, node_id, config.cluster, _shared_tree(config), on_units=on_units)
         host = cls(cluster.root, None, cluster)
         try:
+            # Kept from before a unit starts here: what its actors say as they start.
+            await _ensure_events_stream(bus, config)
             # Refused before joining: a host whose request log is in its own SQLite file
             # would split the log and spend with the hosts already running.
             await cluster.start(functools.partial(require_shared_database, config, node_id=node_id))
@@ -122,7 +124,6 @@ class ActorHost:
                 source=_source(config_path),
             )
             await cluster.root.add_child(ChildSpec("cluster_config", lambda: reloads))
-            await _ensure_events_stream(bus, config)
         except BaseException:
             await host.aclose()
             raise
@@ -154,8 +155,11 @@ class ActorHost:
         build = functools.partial(build_tree, snapshots=snapshots, request_log=True)
         host = cls(build(config), snapshots)
         try:
+            # Kept from before the tree starts: what its actors say as they start (a stored
+            # rule set disabled, a chain that lost a model) is replayed like any event.
+            await _ensure_events_stream(bus, config, memory=events_in_memory)
             await host.root.start(bus)
-            await _start_control(host.root, bus, config, config_path, build, events_in_memory)
+            await _start_control(host.root, config, config_path, build)
         except BaseException:
             await host.aclose()
             raise
@@ -200,19 +204,12 @@ def _shared_tree(config: GatewayConfig) -> Callable[[SnapshotStore | None], Supe
 
 async def _start_control(
     root: Supervisor,
-    bus: Bus,
     config: GatewayConfig,
     config_path: str | None,
     build: Callable[[GatewayConfig], Supervisor],
-    events_in_memory: bool,
 ) -> None:
-    """Ensure the events stream (on any bus; in its servers' memory with
-    ``events_in_memory``) and attach the ConfigActor to the running ``root``; ``build``
-    makes a tree description the way ``root`` was built.
-
-    Raises what ``add_child`` raises; a stream the bus refuses is logged, not raised.
-    """
-    await _ensure_events_stream(bus, config, memory=events_in_memory)
+    """Attach the ConfigActor to the running ``root``; ``build`` makes a tree description the
+    way ``root`` was built. Raises what ``add_child`` raises."""
     state = ConfigState(config, config_version(config_path), build(config), _source(config_path))
     load = functools.partial(_load_checked_versioned, config_path)
     await root.add_child(

@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
 import pytest
 
@@ -20,6 +21,7 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, owner_of
 from bus import open_bus
 from gateway.process.config import load_config
+from schemas import ChainModelsDropped, subjects
 from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
 
@@ -179,3 +181,64 @@ async def test_a_cluster_reload_removing_a_model_an_admin_chain_names_is_refused
     assert still.status_code == 200, still.text
     assert applied.status_code == 200, applied.text
     assert applied.json()["removed"] == ["b"]
+
+
+@pytest.mark.timeout(120)
+async def test_a_cluster_host_started_on_a_file_lacking_a_model_an_admin_chain_names_drops_it(
+    own_nats: str,
+    postgres_url: str,
+    tmp_path: Path,
+    processes: list[GatewayProcess],
+) -> None:
+    """The chain, kept in JetStream, came back naming the model nothing served, silently; one
+    host drops it as it starts the chains' unit, as a single host does at startup."""
+    echo = {"kind": "echo"}
+    paths = {node: tmp_path / f"{node}.yaml" for node in ("r1", "ingress")}
+
+    def write(*models: dict[str, Any]) -> None:
+        for node, path in paths.items():
+            body = config(*models, admin_key=ADMIN, cluster=CLUSTER)
+            body["database"] = {"path": str(tmp_path / node), "url": postgres_url}
+            write_config(path, body)
+
+    def actors() -> Awaitable[GatewayProcess]:
+        return spawn_serve(
+            processes, "--config", str(paths["r1"]), "--bus", own_nats, "--role", "actors",
+            "--node-id", "r1",
+        )  # fmt: skip
+
+    write(model("a", echo), model("b", echo))
+    host = await actors()
+    ingress = await spawn_serve(
+        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
+        "--port", "0",
+    )  # fmt: skip
+    watcher = await open_bus(own_nats, name="test-watcher")
+    headers = {"authorization": f"Bearer {ADMIN}"}
+    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
+    try:
+        made = await http.post("/admin/chains/create", json={"name": "team", "models": ["a", "b"]})
+        await asyncio.to_thread(host.stop)
+        write(model("a", echo))
+        since = time.time()
+        await actors()
+
+        async def answers() -> bool:
+            got = await http.post("/admin/chains/get", json={"name": "team"})
+            return got.status_code == 200
+
+        await _until(answers, "the chains' owner answering again")
+        shown = (await http.post("/admin/chains/get", json={"name": "team"})).json()
+        async with watcher.replay(
+            subjects.event("chains"), stream=subjects.EVENTS_STREAM, since=since
+        ) as kept:
+            with anyio.fail_after(WAIT):
+                dropped = (await anext(aiter(kept))).message
+    finally:
+        await http.aclose()
+        await watcher.aclose()
+
+    assert made.status_code == 200, made.text
+    assert [e["model"] for e in shown["models"]] == ["a"]
+    assert isinstance(dropped, ChainModelsDropped)
+    assert (dropped.chain, dropped.models, dropped.before) == ("team", ("b",), ("a", "b"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -14,14 +15,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.adapters.sse import SSEParser
 from gateway.process.config import ConfigError, load_config
-from schemas import RouteDecided, subjects
+from schemas import ChainModelsDropped, RouteDecided, subjects
 from tests.e2e.conftest import (
     CHAT,
     WAIT,
+    Watch,
     chat,
     circuit_events,
     config,
     eid,
+    gateway_bus,
     model,
     route,
     watch,
@@ -327,6 +330,41 @@ async def test_reload_removing_a_model_an_admin_chain_names_is_refused_whole(
 
 
 UNPRICED = "have no pricing: and are billed $0"
+
+
+async def test_a_start_on_a_file_lacking_a_model_an_admin_chain_names_drops_it_and_says_so(
+    gateway_factory: GatewayFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gateway started with the chain naming the model nothing served, and said nothing
+    (a reload to that file is refused; startup refuses a file whose chains: name it)."""
+    path = tmp_path / "gw.yaml"
+    echo = {"kind": "echo"}
+    first = await gateway_factory(
+        _file_config(tmp_path, model("a", echo), model("b", echo)), config_path=path
+    )
+    made = await admin(first, "chains", "create", name="team", models=["a", "b"])
+    await first.stop()
+    since = time.time()
+    gw = await gateway_factory(_file_config(tmp_path, model("a", echo)), config_path=path)
+    chain = (await admin(gw, "chains", "get", name="team")).json()
+    async with gateway_bus(gw).replay(
+        subjects.event("chains"), stream=subjects.EVENTS_STREAM, since=since
+    ) as kept:
+        dropped = await Watch(kept).next(ChainModelsDropped)
+    steered = await gw.http().post(CHAT, json=chat("auto:team"))
+
+    assert made.status_code == 200, made.text
+    assert [e["model"] for e in chain["models"]] == ["a"]
+    assert (dropped.chain, dropped.models, dropped.before) == ("team", ("b",), ("a", "b"))
+    assert steered.status_code == 200, steered.text
+    warned = [r.getMessage() for r in caplog.records if r.name == "actors.chain"]
+    assert warned == [
+        "chain 'team', made or edited by an admin command, names 'b', which is no model id of "
+        "this config: taken out of the chain (it was a, b; to put it back, add it to models: "
+        "again, reload, then llmgw admin chains set_models)"
+    ]
 
 
 async def test_reload_warns_of_unpriced_routes_once_applied_and_never_when_refused(

@@ -1,6 +1,7 @@
 """A ChainActor's snapshot against the config file: a chain an admin command edited keeps its
-snapshot, one only the file shaped follows the file (keeping what backfill added while the
-catalogue has it), and a snapshot from before this was recorded counts as the admin's."""
+snapshot (but a model its config lacks, dropped loudly), one only the file shaped follows the
+file (keeping what backfill added while the catalogue has it), and a snapshot from before this
+was recorded counts as the admin's."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from actors import ChildSpec, Supervisor
 from actors.chain import Catalogue, ChainActor, snapshot_name
 from actors.stores.db import open_db
 from actors.stores.snapshots import SNAPSHOTS, SnapshotStore
-from schemas import ChainEdit, ChainEntry, ChainState, subjects
-from tests.unit.actors import WAIT
+from schemas import ChainEdit, ChainEntry, ChainModelsDropped, ChainState, subjects
+from tests.unit.actors import WAIT, next_event
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -44,10 +45,15 @@ async def _run(
     file: ChainState,
     catalogue: Catalogue = CATALOGUE,
     edit: ChainEdit | None = None,
+    known: tuple[str, ...] | None = None,
 ) -> tuple[str, ...]:
-    """Start the chain from ``file`` (and its snapshot), apply ``edit``, stop; its models."""
+    """Start the chain from ``file`` (and its snapshot) on a config of ``catalogue`` (and the
+    unpublished ``known``), apply ``edit``, stop; its models."""
     root = Supervisor(
-        "test", children=[ChildSpec("k", lambda: ChainActor(file, catalogue, snapshots=store))]
+        "test",
+        children=[
+            ChildSpec("k", lambda: ChainActor(file, catalogue, snapshots=store, known=known))
+        ],
     )
     await root.start(bus)
     if edit is not None:
@@ -106,11 +112,39 @@ async def test_a_backfilling_chain_the_file_shaped_drops_what_backfill_added_onc
         catalogue=CATALOGUE,
         edit=ChainEdit(verb="move", model="c", position=1),
     )
-    kept = await _run(bus, store, _chain("a", backfill=True), catalogue=(("a", True),))
+    restarted = await _run(bus, store, _chain("a", backfill=True), catalogue=(("a", True),))
 
     assert grown == ("a", "b", "c") and shrunk == ("a",)
     assert edited == ("c", "a", "b")
-    assert kept == ("c", "a", "b")  # the admin's chain: a reload leaving it so is refused
+    # The admin's chain: a reload leaving it so is refused; a start drops them, loudly.
+    assert restarted == ("a",)
+
+
+async def test_an_admins_chain_started_on_a_config_lacking_its_models_drops_them_loudly(
+    bus: InProcessBus, store: SnapshotStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It started naming them, silently: auto:<chain> and chains get named a model nothing
+    served. A model the config keeps unpublished is still one of its models."""
+    await _run(
+        bus, store, _chain("a"), edit=ChainEdit(verb="set_models", models=_entries("a", "b", "c"))
+    )
+    async with bus.subscribe(subjects.event("chains")) as events:
+        started = await _run(bus, store, _chain("a"), catalogue=(("a", True),), known=("a", "c"))
+        dropped = await next_event(events, ChainModelsDropped)
+    again = await _run(bus, store, _chain("a"), catalogue=(("a", True),), known=("a", "c"))
+
+    assert started == again == ("a", "c")
+    assert (dropped.chain, dropped.models, dropped.before) == ("k", ("b",), ("a", "b", "c"))
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == [
+        "chain 'k', made or edited by an admin command, names 'b', which is no model id of this "
+        "config: taken out of the chain (it was a, b, c; to put it back, add it to models: "
+        "again, reload, then llmgw admin chains set_models)"
+    ]
+
+
+def _entries(*models: str) -> tuple[ChainEntry, ...]:
+    return tuple(ChainEntry(model=m) for m in models)
 
 
 async def test_a_snapshot_from_before_counts_as_the_admins(
