@@ -27,7 +27,7 @@ the limits and the request log may rely on them instead of each guarding against
   whose ``type``, ``thinking``, ``signature``, ``data`` are strings or null.
   Anything else is the upstream's bad response: a 502 (the next route is tried), or the
   dialect's stream error once a stream began.
-- embeddings ``data``: one per input, put in input order by ``index`` (``embeddings_answer``).
+- embeddings ``data``: one per input, in input order, in the encoding asked (``embeddings_answer``).
 
 Redaction: some upstreams echo the credential they were sent (``Incorrect API key: sk-…``,
 ``stream aborted for key Bearer sk-…``) in an error body, an in-band stream error or a 401.
@@ -47,8 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from gateway.adapters import redaction, upstream_status
-from gateway.adapters.embeddings_answer import inputs_of, order_problem
+from gateway.adapters import embeddings_answer, redaction, upstream_status
 from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
@@ -487,14 +486,14 @@ class RedactingAdapter:
         )
 
     async def embed(self, target: UpstreamTarget, body: JSON) -> JSON:
-        """The wrapped adapter's answer, its usage sanitised, its ``data`` in input order
-        (``embeddings_answer``)."""
+        """The wrapped adapter's answer, its usage sanitised, its ``data`` in input order and
+        in the encoding asked (``embeddings_answer``)."""
         try:
             answer = await self._inner.embed(target, body)
         except UpstreamError as err:
             sealed(err, target.api_key)
             raise
         sanitise_usage(answer)
-        if (problem := order_problem(answer, inputs_of(body))) is not None:
+        if (problem := embeddings_answer.answer_problem(answer, body)) is not None:
             raise bad_response(target.endpoint, problem)
         return answer

@@ -6,13 +6,28 @@ LlamaIndex, Chroma's and most embedders zip it with their inputs), so an upstrea
 out of order silently gave each text another text's vector. LiteLLM sorts by ``index``; so
 does the seam here, for every adapter. An answer whose ``data`` is not one embedding per input
 (too few, too many, an ``index`` repeated or out of range) is the upstream's bad response.
+
+Each embedding is also put in the encoding the request asked (``encoding_format``: ``base64``,
+the little-endian float32 bytes OpenAI sends, or ``float``, its default): a compatible server
+that ignores the field answers floats to a client that asked base64 (whose decoding of them
+failed), and one that always answers base64 a client that asked floats.
 """
 
 from __future__ import annotations
 
+import array
+import base64
+import binascii
+import sys
 from typing import Any
 
-__all__ = ["inputs_of", "order_problem"]
+__all__ = ["answer_problem", "encoding_problem", "inputs_of", "order_problem"]
+
+
+def answer_problem(answer: dict[str, Any], body: Any) -> str | None:
+    """Put an embeddings ``answer`` to request ``body`` in its shape (in place: see
+    :func:`order_problem`, :func:`encoding_problem`); how it breaks it instead, or None."""
+    return order_problem(answer, inputs_of(body)) or encoding_problem(answer, body)
 
 
 def inputs_of(body: Any) -> int:
@@ -42,3 +57,51 @@ def order_problem(answer: dict[str, Any], inputs: int) -> str | None:
         ordered[index] = item
     answer["data"] = ordered
     return None
+
+
+def encoding_problem(answer: dict[str, Any], body: Any) -> str | None:
+    """Put each embedding of ``answer["data"]`` (in input order already: see
+    :func:`order_problem`) in the encoding ``body`` asked, in place; how one breaks the shape
+    instead (neither an array of numbers nor base64 of float32 bytes), or None."""
+    as_base64 = isinstance(body, dict) and body.get("encoding_format") == "base64"
+    for item in answer["data"]:
+        vector = item.get("embedding")
+        converted: str | list[float] | None
+        if type(vector) is list:
+            if not as_base64:
+                continue
+            converted = _packed(vector)
+        elif type(vector) is str:
+            if as_base64:
+                continue
+            converted = _unpacked(vector)
+        else:
+            return "an embedding is neither an array of numbers nor base64"
+        if converted is None:
+            return "an embedding is not " + ("an array of numbers" if as_base64 else "base64")
+        item["embedding"] = converted
+    return None
+
+
+def _packed(vector: list[Any]) -> str | None:
+    """``vector`` as OpenAI's base64 (little-endian float32); None when it is not numbers."""
+    if any(type(v) not in (float, int) for v in vector):
+        return None
+    floats = array.array("f", vector)
+    if sys.byteorder == "big":
+        floats.byteswap()
+    return base64.b64encode(floats.tobytes()).decode()
+
+
+def _unpacked(text: str) -> list[float] | None:
+    """OpenAI's base64 ``text`` as the floats it packs; None when it packs none."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if not raw or len(raw) % 4:
+        return None
+    floats = array.array("f", raw)
+    if sys.byteorder == "big":
+        floats.byteswap()
+    return floats.tolist()

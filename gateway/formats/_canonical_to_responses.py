@@ -1,7 +1,8 @@
 """Canonical chat answers -> OpenAI Responses answers: the response, the SSE stream, errors.
 
 Public names are re-exported by ``gateway.formats.openai_responses``. ``request`` arguments
-take the client's original Responses body, whose settings a ``response`` echoes back.
+take the client's original Responses body, whose settings a ``response`` echoes back
+(``_responses_echo``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gateway.formats._common import (
     sse_frame,
     whole_json,
 )
+from gateway.formats._responses_echo import response_shell, served_tier
 from gateway.formats._responses_reasoning import seal, wants_sealed
 from gateway.formats._responses_tools import CALL_TEXT, call_item, streamed_item
 from gateway.formats.openai_chat import error_type
@@ -50,42 +52,6 @@ def error_body(
 ) -> JSON:
     """OpenAI's error shape ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": error_type(status), "param": param, "code": code}}
-
-
-def response_shell(model: str, request: JSON | None, created_at: int) -> JSON:
-    """An ``in_progress`` response with no output that echoes the request's settings."""
-    req = request or {}
-    parallel = req.get("parallel_tool_calls")
-    text = req.get("text")
-    return {
-        "id": new_id("resp_"),
-        "object": "response",
-        "created_at": created_at,
-        "status": "in_progress",
-        "model": model,
-        "output": [],
-        "error": None,
-        "incomplete_details": None,
-        "instructions": _str_or_none(req.get("instructions")),
-        "metadata": req.get("metadata") if isinstance(req.get("metadata"), dict) else None,
-        "parallel_tool_calls": parallel if isinstance(parallel, bool) else True,
-        "temperature": req.get("temperature"),
-        "top_p": req.get("top_p"),
-        "max_output_tokens": req.get("max_output_tokens"),
-        "tool_choice": req.get("tool_choice") or "auto",
-        "tools": list(req.get("tools") or ()),
-        "text": text if isinstance(text, dict) else {"format": {"type": "text"}},
-        "previous_response_id": None,
-        "truncation": "disabled",
-        "user": _str_or_none(req.get("user")),
-        "prompt_cache_key": _str_or_none(req.get("prompt_cache_key")),
-        "safety_identifier": _str_or_none(req.get("safety_identifier")),
-        "usage": None,
-    }
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def usage(chat_usage: Any) -> JSON | None:
@@ -162,6 +128,8 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
     response = response_shell(
         model, request, created if isinstance(created, int) else int(time.time())
     )
+    if tier := served_tier(chat):
+        response["service_tier"] = tier
     finish = choice.get("finish_reason")
     _finalise(response, finish, chat.get("usage"))
     item_status = "completed" if response["status"] == "completed" else "incomplete"
@@ -250,6 +218,8 @@ class ChatToResponsesStream:
             self._start(out)
         if chunk.get("usage"):
             self._usage = chunk["usage"]
+        if tier := served_tier(chunk):
+            self._response["service_tier"] = tier
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue

@@ -91,3 +91,30 @@ def _check_inputs(inputs: list[Any]) -> None:
             raise InvalidRequestError(
                 f"input[{i}]: must be {kind}, as the first item is", param=f"input[{i}]"
             )
+
+
+def embeddings_estimate(body: JSON) -> int:
+    """The prompt tokens of an embeddings request (validated), as the gateway estimates when
+    an upstream reports none: a token array's tokens counted, a string's at 4 bytes of UTF-8
+    a token (the chat estimate's rule, on the text rather than on its JSON), at least one."""
+    inp = body.get("input")
+    items = inp if isinstance(inp, list) and not isinstance(inp[0], int) else [inp]
+    tokens = 0
+    for item in items:
+        if isinstance(item, str):
+            tokens += max(1, -(-len(item.encode()) // 4))
+        elif isinstance(item, list):
+            tokens += len(item)
+    return tokens
+
+
+def shown_usage(answer: JSON, estimate: int) -> JSON:
+    """``answer`` as the client sees it: its ``usage`` as OpenAI's is (``prompt_tokens`` and
+    ``total_tokens``, required), the ``estimate`` (what it is billed on) when the upstream
+    reported none. ``answer`` itself is left as it is: billing reads it."""
+    usage = answer.get("usage")
+    if isinstance(usage, dict) and type(usage.get("prompt_tokens")) is int:
+        if type(usage.get("total_tokens")) is int:
+            return answer
+        return {**answer, "usage": {**usage, "total_tokens": usage["prompt_tokens"]}}
+    return {**answer, "usage": {"prompt_tokens": estimate, "total_tokens": estimate}}

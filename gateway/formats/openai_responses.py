@@ -17,11 +17,12 @@ has no equivalent and leaving them out changes no answer's validity: the rest of
 ``reasoning`` input items (another provider's encrypted reasoning cannot be replayed to
 another model, and unsigned text is what Claude refuses), ``include`` (but for
 ``reasoning.encrypted_content``, read by the answer), ``truncation`` (an over-long input
-fails instead of being cut),
-``max_tool_calls``, ``metadata`` (echoed back, not sent upstream). Sent on under chat's
-same names, as a chat client's are: ``prompt_cache_key`` (the upstream's prompt cache and the
-gateway's own affinity key on it), ``prompt_cache_retention``, ``safety_identifier``,
-``service_tier`` and ``text.verbosity`` (chat's ``verbosity``). Custom (freeform) tools,
+fails instead of being cut; a value other than ``auto`` or ``disabled`` is refused, as
+OpenAI refuses it), ``max_tool_calls``, ``metadata`` (these echoed back, not sent
+upstream). Sent on under chat's same names, as a chat client's are: ``prompt_cache_key``
+(the upstream's prompt cache and the gateway's own affinity key on it),
+``prompt_cache_retention``, ``safety_identifier``, ``service_tier`` and ``text.verbosity``
+(chat's ``verbosity``). Custom (freeform) tools,
 their calls and outputs become chat's custom tools (``_responses_tools``). Refused: hosted tools
 (``web_search``, ``file_search``, ``code_interpreter``, ``mcp``, ``computer_use``...), their
 items and tool choices, ``top_logprobs``, and file ids (nothing is stored to refer to).
@@ -63,6 +64,7 @@ from gateway.formats.openai_chat import (
     check_types,
 )
 from schemas import InvalidRequestError
+from schemas.keys import shown
 
 if TYPE_CHECKING:
     from gateway.formats.client_paths import Origins
@@ -150,6 +152,11 @@ def to_chat_request(body: JSON, origins: Origins | None = None) -> JSON:
     if body.get("background") is True:
         raise InvalidRequestError(
             "background: background responses are not supported by this gateway", param="background"
+        )
+    if body.get("truncation") not in (None, "auto", "disabled"):
+        raise InvalidRequestError(
+            f"truncation: must be 'auto' or 'disabled', not {shown(body['truncation'])}",
+            param="truncation",
         )
     if body.get("top_logprobs"):
         raise InvalidRequestError(

@@ -141,13 +141,20 @@ def error_param(err: GatewayError) -> str | None:
 
 
 def client_param(err: GatewayError) -> str | None:
-    """The ``param`` a chat client's error answer shows: :func:`error_param`, else the
-    upstream's own OpenAI ``error.param`` of a refusal relayed as it is, when it is a field's
-    path: it names the chat request the client sent (other surfaces' were translated)."""
+    """The ``param`` a chat client's error answer shows: :func:`error_param`, else
+    :func:`relayed_param`: it names the chat request the client sent (other surfaces' were
+    translated)."""
     param = error_param(err)
-    if param is None and (relayed := _relayed_field(err, "param")) is not None:
-        return relayed if _UPSTREAM_PARAM.fullmatch(relayed) else None
-    return param
+    return relayed_param(err) if param is None else param
+
+
+def relayed_param(err: GatewayError) -> str | None:
+    """The upstream's own OpenAI ``error.param`` of a refusal relayed as it is, when it is a
+    field's path and ``err`` names none of its own (it names the canonical chat request)."""
+    if error_param(err) is not None:
+        return None
+    relayed = _relayed_field(err, "param")
+    return relayed if relayed is not None and _UPSTREAM_PARAM.fullmatch(relayed) else None
 
 
 def client_message(err: GatewayError) -> str:

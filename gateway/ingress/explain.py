@@ -28,7 +28,7 @@ import msgspec
 from gateway.admin.http import refuse_unknown_fields
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_with_model
-from gateway.formats.openai_embeddings import validate_embeddings_request
+from gateway.formats.openai_embeddings import embeddings_estimate, validate_embeddings_request
 from gateway.http.request import HttpRequest
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from schemas import (
@@ -98,8 +98,13 @@ async def explain(
     info = info_of(
         as_caller, "embeddings" if surface is None else surface.name, bool(body.get("stream"))
     )
-    # The live path estimates from the body's length; the body re-encoded is that length.
-    info.prompt_estimate = estimate_prompt_tokens(len(msgspec.json.encode(raw)), raw)
+    # The live path estimates from the body's length (the body re-encoded is that length),
+    # an embeddings request's from its inputs.
+    info.prompt_estimate = (
+        embeddings_estimate(body)
+        if surface is None
+        else estimate_prompt_tokens(len(msgspec.json.encode(raw)), raw)
+    )
     refused: list[dict[str, str]] = []
 
     async def ask(model: ModelConfig) -> RoutePlan:

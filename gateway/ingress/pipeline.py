@@ -26,9 +26,8 @@ import anyio
 import msgspec
 
 from gateway.auth.gate import caller_of
-from gateway.formats import anthropic_messages
-from gateway.formats.openai_chat import estimate_prompt_tokens, prompt_estimate
-from gateway.formats.openai_embeddings import validate_embeddings_request
+from gateway.formats import anthropic_messages, openai_embeddings
+from gateway.formats.openai_chat import prompt_estimate
 from gateway.http.component import Component
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
@@ -38,7 +37,7 @@ from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.steering.labels import affinity_key, client_metadata
-from schemas import ErrorCode, GatewayError, InvalidRequestError, UpstreamError
+from schemas import GatewayError, InvalidRequestError, UpstreamError
 
 if TYPE_CHECKING:
     import random
@@ -163,13 +162,14 @@ class Inference(Component):
 
     async def embeddings(self, req: HttpRequest, record: RequestRecord) -> None:
         """``POST /v1/embeddings``."""
-        raw, data = await self._read_json(req)
-        body = validate_embeddings_request(raw)
+        raw, _ = await self._read_json(req)
+        body = openai_embeddings.validate_embeddings_request(raw)
         requested = body["model"]
         client_metadata(req)
         caller = caller_of(req)
-        # The prompt estimate also prices an answer that reports no usage.
-        estimate = estimate_prompt_tokens(len(data))
+        # The prompt estimate also prices (and is shown as the usage of) an answer that
+        # reports no usage.
+        estimate = openai_embeddings.embeddings_estimate(body)
         info = self._info(req, "embeddings", False, estimate, record, caller)
         ticket: Ticket | None = None
         try:
@@ -213,8 +213,7 @@ class Inference(Component):
             call = await self._routed(req, surface, raw, body, requested, info, walk, ticket)
             await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
         except GatewayError as err:
-            if err.code is ErrorCode.INVALID_REQUEST:  # refused after translation
-                surface.client_terms(raw, err)  # named in the client's terms
+            surface.client_terms(raw, err)  # a refusal after translation, in the client's terms
             raise
         finally:
             if ticket is not None:
@@ -377,8 +376,9 @@ class Inference(Component):
 
         async def write(served: Served) -> None:
             served.body["model"] = self.targeting.served(call.walk, served.model, call.requested)
+            answer = openai_embeddings.shown_usage(served.body, call.info.prompt_estimate)
             await call.req.respond(
-                200, _encode(served.body), self._headers(call, served.candidate.endpoint)
+                200, _encode(answer), self._headers(call, served.candidate.endpoint)
             )
 
         await self._dispatcher.call(call.info, call.plan, embed, call.walk, write)

@@ -13,6 +13,8 @@ import msgspec
 
 from gateway.formats import anthropic_messages, openai_chat, openai_responses
 from gateway.formats.client_paths import in_client_terms
+from gateway.http.errors import relayed_param
+from schemas import ErrorCode
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,8 +40,8 @@ class Surface:
 
     ``render(answer, model, request)`` and ``stream(model, request)`` get the model id the
     client asked for and the client's original body (a Responses answer echoes its settings).
-    ``client_terms(request, err)`` rewrites ``err``, a refusal after translation, to name the
-    field of the client's original body instead of the canonical one.
+    ``client_terms(request, err)`` rewrites ``err``, any error after translation, when it is a
+    refusal naming a field of the canonical body, to name the client's original body's.
     """
 
     name: str
@@ -84,13 +86,24 @@ def _responses_error(status: int, message: str, code: str, param: str | None) ->
     return _encode(openai_responses.error_body(status, message, param, code=code))
 
 
+def _responses_terms(request: JSON, err: GatewayError) -> None:
+    if err.code is not ErrorCode.INVALID_REQUEST:
+        # An upstream's refusal naming a field of the chat request it was sent
+        # (``max_tokens``): the Responses client's (``max_output_tokens``) is its ``param``. A
+        # chat client gets the upstream's as it is (``client_param``).
+        if (param := relayed_param(err)) is None:
+            return
+        err.param = param  # type: ignore[attr-defined]
+    in_client_terms(err, openai_responses.origins_of(request))
+
+
 RESPONSES = Surface(
     name="responses",
     to_canonical=openai_responses.to_chat_request,
     render=_responses_render,
     stream=_responses_stream,
     error_body=_responses_error,
-    client_terms=lambda request, err: in_client_terms(err, openai_responses.origins_of(request)),
+    client_terms=_responses_terms,
 )
 
 
@@ -107,11 +120,16 @@ def _messages_error(status: int, message: str, code: str, param: str | None) -> 
     return _encode(anthropic_messages.error_body(status, message))
 
 
+def _messages_terms(request: JSON, err: GatewayError) -> None:
+    if err.code is ErrorCode.INVALID_REQUEST:
+        in_client_terms(err, anthropic_messages.origins_of(request))
+
+
 MESSAGES = Surface(
     name="messages",
     to_canonical=anthropic_messages.to_chat_request,
     render=_messages_render,
     stream=_messages_stream,
     error_body=_messages_error,
-    client_terms=lambda request, err: in_client_terms(err, anthropic_messages.origins_of(request)),
+    client_terms=_messages_terms,
 )

@@ -64,9 +64,11 @@ async def test_every_limit_refuses_the_request_that_crosses_it(
     assert out.headers["x-ratelimit-remaining-requests"] == "0"
 
     tpm, tpm_id = await _key(gw, "tpm")
-    await set_limit(gw, "key", tpm_id, tpm=100)  # the first reports 95+ of them
+    # The first reports 95 of them (and 5 more for a completion): the next, whose estimate is
+    # at least one token ("hi"), crosses it.
+    await set_limit(gw, "key", tpm_id, tpm=95)
     first = await call(gw, surface, tpm, **kw)
-    assert first.status == 200 and first.headers["x-ratelimit-limit-tokens"] == "100"
+    assert first.status == 200 and first.headers["x-ratelimit-limit-tokens"] == "95"
     out = await call(gw, surface, tpm, **kw)
     _refused(surface, out, "rate_limited")
     assert int(out.headers["x-ratelimit-remaining-tokens"]) <= 10

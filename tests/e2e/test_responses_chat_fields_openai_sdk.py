@@ -4,7 +4,8 @@ its prompt cache by conversation with it), ``prompt_cache_retention``, ``safety_
 ``service_tier`` and ``text.verbosity`` (chat's ``verbosity``), plain and streamed. They were
 dropped: the upstream's prompt cache missed, abuse was charged to the organisation, a ``flex``
 request was billed at the default tier. Claude gets ``safety_identifier`` as
-``metadata.user_id``, as a chat client's. The answer echoes the key and the identifier.
+``metadata.user_id``, as a chat client's. The answer echoes the key and the identifier, and
+each setting the request left out as OpenAI's API echoes it (``temperature`` 1.0, ...).
 """
 
 from __future__ import annotations
@@ -59,3 +60,26 @@ async def test_a_responses_safety_identifier_reaches_claude_as_its_user_id(
     sent = fake_upstream.requests[-1].json
     assert sent["metadata"] == {"user_id": "user-7f3a"}
     assert "prompt_cache_key" not in sent and "service_tier" not in sent
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+async def test_a_responses_answer_echoes_settings_left_out_as_openai_does(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, stream: bool
+) -> None:
+    # They were null or missing: a client reading ``response.temperature`` (or ``top_p``,
+    # ``reasoning``, ``service_tier``) saw what OpenAI never answers.
+    client = (await gateway_factory(config(model("m", route(fake_upstream))))).openai()
+
+    if stream:
+        async with client.responses.stream(model="m", input="hi") as events:
+            answer = await events.get_final_response()
+    else:
+        answer = await client.responses.create(model="m", input="hi")
+
+    assert (answer.temperature, answer.top_p, answer.top_logprobs) == (1.0, 1.0, 0)
+    assert (answer.tool_choice, answer.tools, answer.parallel_tool_calls) == ("auto", [], True)
+    assert (answer.background, answer.truncation) == (False, "disabled")
+    assert (answer.metadata, answer.service_tier, answer.max_output_tokens) == ({}, "default", None)
+    assert answer.reasoning is not None and answer.reasoning.effort is None
+    assert answer.text is not None and answer.text.format is not None
+    assert (answer.text.format.type, answer.text.verbosity) == ("text", "medium")

@@ -222,7 +222,8 @@ async def test_embeddings_an_upstream_reports_no_usage_for_are_billed_on_the_est
 ) -> None:
     # Gemini's batchEmbedContents reports no usage: the adapter said 0 tokens, reported, so
     # they cost $0 and no budget counted them; and an embeddings request's prompt estimate
-    # was 0, so an embedding marked estimated cost $0 too.
+    # was 0, so an embedding marked estimated cost $0 too. The client, shown ``usage: null``
+    # (OpenAI's is required), is shown that estimate.
     gemini = {
         "kind": "gemini",
         "base_url": fake_upstream.gemini_base_url,
@@ -238,8 +239,9 @@ async def test_embeddings_an_upstream_reports_no_usage_for_are_billed_on_the_est
     assert len(answer.data) == 2
     (row,) = (await _admin(gw, "log", "query", kind="request"))["rows"]
     assert row["cost_estimated"] is True
-    # Two inputs of 900 characters: the body's bytes / 4 is over 400 prompt tokens.
-    assert row["prompt_tokens"] > 400 and row["completion_tokens"] == 0
+    # Two inputs of 880 characters, at 4 a token: 440 prompt tokens, what the client is shown.
+    assert (row["prompt_tokens"], row["completion_tokens"]) == (440, 0)
+    assert (answer.usage.prompt_tokens, answer.usage.total_tokens) == (440, 440)
     assert row["cost_usd"] == pytest.approx(row["prompt_tokens"] * 2.0 / 1e6)
     got = (await admin_http(gw).get(f"/admin/limits/key/{key_id}")).json()
     assert got["usage"]["spent_usd"] == pytest.approx(row["cost_usd"])

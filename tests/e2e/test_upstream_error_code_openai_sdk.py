@@ -115,3 +115,33 @@ async def test_upstream_param_that_names_a_field_reaches_a_chat_client(
         assert "sk-upstream-secret" not in refused.value.response.text
 
     assert params == ["messages[0].content[0].type", None]
+
+
+async def test_upstream_param_reaches_a_responses_client_as_the_field_it_sent(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # The upstream names the chat request it was sent: a Responses client sent
+    # ``max_output_tokens`` and ``input``, and its ``param`` was null.
+    def refusal(param: str) -> Reply:
+        error = {"message": "Invalid value.", "type": "invalid_request_error", "code": "x"}
+        return Reply(400, body={"error": {**error, "param": param}})
+
+    fake_upstream.enqueue(refusal("max_tokens"), refusal("messages[1].content"))
+    fake_upstream.enqueue(refusal("bogus_field"))
+    client = (await gateway_factory(config(model("m", route(fake_upstream))))).openai()
+    turn = [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
+
+    params = []
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model="m", input="hi", max_output_tokens=9)
+    params.append(refused.value.param)
+    with pytest.raises(openai.BadRequestError) as refused:
+        async with client.responses.stream(model="m", instructions="Be terse.", input=turn) as s:
+            await s.until_done()
+    params.append(refused.value.param)
+    with pytest.raises(openai.BadRequestError) as refused:
+        await client.responses.create(model="m", input="hi")
+    params.append(refused.value.param)
+
+    # instructions became messages[0]: messages[1] is input[0].
+    assert params == ["max_output_tokens", "input[0].content", "bogus_field"]

@@ -341,6 +341,7 @@ def test_to_chat_request_with_hosted_tools_names_them() -> None:
         (_minimal(max_output_tokens=0), "max_output_tokens"),
         (_minimal(stream=1), "stream"),
         (_minimal(temperature="hot"), "temperature"),
+        (_minimal(truncation="middle"), "truncation"),
         (_minimal(store="yes"), "store"),
         (_minimal(metadata=["x"]), "metadata"),
         (_minimal(user=7), "user"),
@@ -436,6 +437,112 @@ def test_from_chat_response_maps_finish_reason_to_status(
     assert resp.output[0].type == "message" and resp.output[0].status == (
         "completed" if status == "completed" else "incomplete"
     )
+
+
+# What OpenAI's API echoes for each setting a request leaves out (its answer to a bare
+# ``{"model", "input"}``): a client reading ``response.temperature`` reads 1.0, not None.
+OPENAI_DEFAULTS: JSON = {
+    "background": False,
+    "instructions": None,
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "previous_response_id": None,
+    "prompt_cache_key": None,
+    "prompt_cache_retention": None,
+    "reasoning": {"effort": None, "summary": None},
+    "safety_identifier": None,
+    "service_tier": "default",
+    "store": True,
+    "temperature": 1.0,
+    "text": {"format": {"type": "text"}, "verbosity": "medium"},
+    "tool_choice": "auto",
+    "tools": [],
+    "top_logprobs": 0,
+    "top_p": 1.0,
+    "truncation": "disabled",
+    "user": None,
+}
+# Each setting given, as OpenAI echoes it back.
+GIVEN: JSON = {
+    "instructions": "Be terse.",
+    "max_output_tokens": 300,
+    "max_tool_calls": 4,
+    "metadata": {"ticket": "T-1"},
+    "parallel_tool_calls": False,
+    "prompt_cache_key": "conv-1",
+    "prompt_cache_retention": "24h",
+    "reasoning": {"effort": "low", "summary": "auto"},
+    "safety_identifier": "user-7f3a",
+    "service_tier": "flex",
+    "store": False,
+    "temperature": 0.2,
+    "text": {
+        "format": {"type": "json_schema", "name": "r", "schema": {"type": "object"}},
+        "verbosity": "low",
+    },
+    "tool_choice": {"type": "function", "name": "f"},
+    "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": True}],
+    "top_p": 0.9,
+    "truncation": "auto",
+    "user": "u-1",
+}
+
+
+def _echoed(response: JSON) -> JSON:
+    return {key: response[key] for key in OPENAI_DEFAULTS}
+
+
+def test_a_response_echoes_what_openai_echoes_for_settings_left_out() -> None:
+    plain = from_chat_response(
+        _completion({"content": "hi"}, "stop"), model="m", request=_minimal()
+    )
+    stream = ChatToResponsesStream("m", request=_minimal())
+    events = [json.loads(f.split(b"data: ", 1)[1]) for f in stream.finish()]
+
+    assert _echoed(plain) == OPENAI_DEFAULTS
+    assert _echoed(events[0]["response"]) == _echoed(events[-1]["response"]) == OPENAI_DEFAULTS
+    resp = Response.model_validate(plain)
+    assert (resp.temperature, resp.top_p, resp.metadata) == (1.0, 1.0, {})
+
+
+def test_a_response_echoes_each_setting_the_request_gave() -> None:
+    out = from_chat_response(
+        _completion({"content": "{}"}, "stop"), model="m", request=_minimal(**GIVEN)
+    )
+
+    assert {key: out[key] for key in GIVEN} == GIVEN
+    Response.model_validate(out)
+
+
+def test_a_text_setting_giving_only_its_verbosity_keeps_the_text_format() -> None:
+    out = from_chat_response(
+        _completion({"content": "hi"}, "stop"),
+        model="m",
+        request=_minimal(text={"verbosity": "high"}, reasoning={"effort": "high"}),
+    )
+
+    assert out["text"] == {"format": {"type": "text"}, "verbosity": "high"}
+    assert out["reasoning"] == {"effort": "high", "summary": None}
+
+
+@pytest.mark.parametrize(
+    ("asked", "shown"), [(None, "default"), ("auto", "default"), ("flex", "flex")]
+)
+def test_the_service_tier_shown_is_the_one_that_served(asked: str | None, shown: str) -> None:
+    # As OpenAI: the tier asked (``auto`` names none: ``default``), the upstream's when its
+    # answer says which served.
+    request = _minimal(service_tier=asked)
+    served = {**_completion({"content": "hi"}, "stop"), "service_tier": "priority"}
+    stream = ChatToResponsesStream("m", request=request)
+    frames = stream.feed({**_chunk({"content": "hi"}), "service_tier": "priority"})
+    events = [json.loads(f.split(b"data: ", 1)[1]) for f in [*frames, *stream.finish()]]
+    unsaid = from_chat_response(_completion({}, "stop"), model="m", request=request)
+
+    assert unsaid["service_tier"] == events[0]["response"]["service_tier"] == shown
+    assert from_chat_response(served, model="m", request=request)["service_tier"] == "priority"
+    assert events[-1]["response"]["service_tier"] == "priority"
 
 
 def test_from_chat_response_with_refusal_gives_a_refusal_part() -> None:
