@@ -70,6 +70,10 @@ AdminCheck = Callable[[AdminCommand], AdminQuestion | None]
 to refuse) and returns the question to await off the mailbox (raising GatewayError to
 refuse), or None when there is nothing to ask."""
 _T = TypeVar("_T")
+_SENDER_LOGS = frozenset({"sighup"})
+"""Senders (``AdminCommand.by``) that log a command's outcome themselves, where the operator
+looks: nobody else is told of a SIGHUP's reload. Their commands are audited by the event
+alone, so a reload refused on SIGHUP is logged once, not once here and once there."""
 _FAILED = GatewayError("the admin command failed in its owner (logged there)").to_reply()
 """What the copies of a command that failed with a bug are told (not kept: sent again, a copy
 runs)."""
@@ -337,15 +341,16 @@ class AdminArea:
     async def _audit(
         self, ctx: ActorContext, verb: str, cmd: AdminCommand, *, ok: bool, message: str = ""
     ) -> None:
-        logger.info(
-            "admin %s %s by %s (%s): %s%s",
-            self.area,
-            verb,
-            cmd.by or "?",
-            cmd.request_id or "no request id",
-            "ok" if ok else "refused",
-            f" ({message})" if message else "",
-        )
+        if cmd.by not in _SENDER_LOGS:
+            logger.info(
+                "admin %s %s by %s (%s): %s%s",
+                self.area,
+                verb,
+                cmd.by or "?",
+                cmd.request_id or "no request id",
+                "ok" if ok else "refused",
+                f" ({message})" if message else "",
+            )
         event = AdminExecuted(
             area=self.area,
             verb=verb,

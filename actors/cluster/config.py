@@ -2,8 +2,8 @@
 area ``config``).
 
 Every host runs one, outside placement. The admin area is served in one queue group: the
-host that takes ``config.reload`` (``llmgw reload``, ``POST /admin/config/reload``, SIGHUP on
-any actors host) re-reads its own file, validated as at startup, asks the chains' owner
+host that takes ``config.reload`` (``llmgw admin reload``, ``POST /admin/config/reload``,
+SIGHUP on any host) re-reads its own file, validated as at startup, asks the chains' owner
 (wherever it runs) whether a chain would name a model the file lacks and refuses the reload
 if so (``actors.config_owner.check_chains``, as one host's ConfigActor does), reconciles the
 units it runs with it (``ClusterHost.reconfigure``) and publishes ``ConfigChanged``. Every

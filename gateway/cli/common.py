@@ -216,10 +216,13 @@ def admin_over_http(
             error = resp.json()["error"]
             message, code = str(error["message"]), str(error.get("code", ""))
         except (ValueError, KeyError, TypeError):
-            message, code = resp.text[:500], ""
+            # No owner's answer: the status is all there is to say (a proxy's page, say).
+            message, code = f"HTTP {resp.status_code}: {resp.text[:500]}", ""
         if code in ("no_responders", "bus_timeout"):
             raise NotDeliveredError(message, code=code)
-        raise RefusedError(f"HTTP {resp.status_code}: {message}")
+        # The owner's own words, as over the bus: "refused: HTTP 400: ..." through the local
+        # socket, which the operator never asked over HTTP, said the same thing otherwise.
+        raise RefusedError(message)
     result: dict[str, Any] = resp.json()
     return result
 

@@ -4,8 +4,9 @@ the events stream and the ConfigActor, is ``gateway.process.actor_host``; nothin
 
 - :func:`start_ingress_ops` (processes serving HTTP): the app's background operations —
   following ``ConfigChanged`` and counting operator events.
-- :func:`sighup_handler`: SIGHUP reloads the config, through the ConfigActor where this
-  process runs the actors, else by re-reading the ingress's own file.
+- :func:`sighup_handler`: SIGHUP reloads the config through its owner (the ConfigActor, or a
+  cluster's ClusterConfigActor), whichever process takes it: an ingress too, which then
+  serves what the actors applied, never its own reading of its file.
 
 Both sides load the config file with :func:`load_versioned`: the same validation, and the same
 message for a broken file, as at startup (the ConfigActor's side also validates routers with
@@ -94,8 +95,13 @@ def install_sighup(callback: Callable[[], None]) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, callback)
 
 
-def sighup_handler(bus: Bus, app: GatewayApp | None, *, actors: bool) -> Callable[[], None]:
-    """The SIGHUP callback: reload through the ConfigActor (``actors``), else locally."""
+def sighup_handler(bus: Bus) -> Callable[[], None]:
+    """The SIGHUP callback: ``config reload`` sent to the config's owner over ``bus``, its
+    outcome logged here (the operator signalled this process). An ingress sends it too: it
+    re-read its own file, so a reload the actors refused left it serving the refused file (a
+    model they still ran answered 404 there), and one they never ran (SIGHUP to the ingress
+    alone) changed it alone; it follows the ConfigChanged of what they applied, as every
+    ingress and worker does."""
     pending: set[asyncio.Task[None]] = set()
 
     async def reload() -> None:
@@ -104,16 +110,15 @@ def sighup_handler(bus: Bus, app: GatewayApp | None, *, actors: bool) -> Callabl
                 bus, "config", "reload", by="sighup", timeout=_RELOAD_TIMEOUT_S
             )
         except GatewayError as err:
+            # The one line of it (the owner's audit leaves a SIGHUP's outcome to this one).
             logger.error("SIGHUP: config reload refused: %s", err.message)
             return
-        logger.info("SIGHUP: config reloaded: version %s", result.get("version"))
+        host = f" (by host {result['node_id']})" if result.get("node_id") else ""
+        logger.info("SIGHUP: config reloaded: version %s%s", result.get("version"), host)
 
     def on_signal() -> None:
-        if actors:
-            task = asyncio.get_running_loop().create_task(reload())
-            pending.add(task)
-            task.add_done_callback(pending.discard)
-        elif app is not None:
-            app.ops.sync_config()
+        task = asyncio.get_running_loop().create_task(reload())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
 
     return on_signal

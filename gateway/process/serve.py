@@ -183,7 +183,7 @@ async def run(
                 )
             sidecars.actors_started()
             if hup:
-                install_sighup(sighup_handler(bus, None, actors=True))
+                install_sighup(sighup_handler(bus))
             sidecars.follow(
                 functools.partial(load_versioned, opts.config_path),
                 config_version(opts.config_path),
@@ -204,7 +204,7 @@ async def run(
         if host is not None:
             local = LocalAdmin.open(bus, config.database.path, app.ops.sync_config)
         if hup and host is None:
-            install_sighup(sighup_handler(bus, app, actors=False))
+            install_sighup(sighup_handler(bus))
         if config.admin_key is None:
             logger.info("no admin key configured: X-Route-Pin is disabled")
         server = asyncio.create_task(

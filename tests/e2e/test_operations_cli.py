@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -46,6 +47,11 @@ def _llmgw(*args: str, timeout: float = PROCESS_WAIT) -> subprocess.CompletedPro
         timeout=timeout,
         check=False,
     )
+
+
+def _now_iso() -> str:
+    """Now as ``--since`` reads a time (ISO 8601, UTC): plain seconds are a duration ago."""
+    return datetime.now(UTC).replace(tzinfo=None).isoformat()
 
 
 def _request_rows(db: Path) -> list[dict[str, Any]]:
@@ -255,3 +261,119 @@ async def test_sighup_reloads_the_config_file(
             await asyncio.sleep(0.01)
         served = await client.post(CHAT, json=chat("b"))
     assert served.status_code == 200, served.text
+
+
+@pytest.mark.nats
+async def test_a_refused_reload_reads_alike_on_every_route_and_is_logged_once_each(
+    processes: list[GatewayProcess],
+    nats_url: str,
+    tmp_path: Path,
+) -> None:
+    """Through the local socket and --url the CLI said "refused: HTTP 400: ..." where over the
+    bus it said "refused: ..."; a SIGHUP's refusal was logged twice, by the owner's audit
+    and by the signal's handler."""
+    cfg = tmp_path / "gw.yaml"
+    good = config(
+        model("a", {"kind": "echo"}),
+        admin_key="adm",
+        database={"path": str(tmp_path / "gw.sqlite3")},
+    )
+    cfg.write_text(yaml.safe_dump(good))
+    proc = await _serve(processes, cfg, "--bus", nats_url)
+    cfg.write_text(yaml.safe_dump({**good, "models": [{"id": "a", "route": [{"kind": "nope"}]}]}))
+    with pytest.raises(ConfigError) as startup:
+        load_config(cfg)
+    message = str(startup.value)
+    since = _now_iso()  # the NATS server's events stream outlives each test
+
+    routes = (
+        ("--config", str(cfg)),
+        ("--url", proc.url, "--admin-key", "adm"),
+        ("--bus", nats_url),
+    )
+    refused = [await asyncio.to_thread(_llmgw, "admin", "reload", *r) for r in routes]
+    assert proc.proc is not None
+    proc.proc.send_signal(signal.SIGHUP)
+    audited = await asyncio.to_thread(
+        _llmgw, "events", "--since", since, "--filter", "admin", "--count", "4", "--bus", nats_url
+    )
+    async with httpx.AsyncClient(base_url=proc.url, timeout=WAIT) as client:
+        served = await client.post(CHAT, json=chat("a"))
+    stderr = await asyncio.to_thread(proc.stop)
+
+    for done in refused:
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip() == f"llmgw admin: config reload refused: {message}"
+    events = [json.loads(line) for line in audited.stdout.splitlines()]
+    assert [(e["by"], e["ok"]) for e in events] == [
+        ("local-cli", False),
+        ("http", False),
+        ("cli", False),
+        ("sighup", False),
+    ], audited.stderr
+    assert served.status_code == 200, served.text
+    logged = [line for line in stderr.splitlines() if message in line]
+    assert len(logged) == 4, logged  # one per refusal: three audits, one SIGHUP line
+    assert "SIGHUP: config reload refused: " in logged[-1]
+
+
+@pytest.mark.nats
+async def test_sighup_to_an_ingress_reloads_through_the_actors_and_never_alone(
+    processes: list[GatewayProcess],
+    nats_url: str,
+    tmp_path: Path,
+) -> None:
+    """An ingress re-read its own file on SIGHUP: one the actors refuse (a chain names the
+    model it removes) left it answering 404 for a model they still ran, and one they never
+    ran (only the ingress signalled) sent it a model they had no actor for."""
+    echo = {"kind": "echo"}
+
+    def write(*models: dict[str, Any]) -> None:
+        for name in ("actors", "ingress"):
+            body = config(*models, database={"path": str(tmp_path / f"{name}.sqlite3")})
+            (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(body))
+
+    write(model("a", echo), model("b", echo))
+    since = _now_iso()  # the NATS server's events stream outlives each test
+    await _serve(processes, tmp_path / "actors.yaml", "--bus", nats_url, "--role", "actors")
+    ingress = await _serve(
+        processes, tmp_path / "ingress.yaml", "--bus", nats_url, "--role", "ingress"
+    )
+    assert ingress.proc is not None
+    made = await asyncio.to_thread(
+        _llmgw, "admin", "chains", "create", "--arg", "name=team", "--arg", 'models=["a","b"]',
+        "--bus", nats_url,
+    )  # fmt: skip
+
+    async def signalled(count: int) -> list[dict[str, Any]]:
+        """SIGHUP the ingress; the config reloads audited by then (``count`` in all)."""
+        assert ingress.proc is not None
+        ingress.proc.send_signal(signal.SIGHUP)
+        done = await asyncio.to_thread(
+            _llmgw, "events", "--since", since, "--filter", "admin", "--count", str(count + 1),
+            "--bus", nats_url,
+        )  # fmt: skip
+        return [e for e in map(json.loads, done.stdout.splitlines()) if e["area"] == "config"]
+
+    write(model("a", echo))
+    refused = await signalled(1)
+    async with httpx.AsyncClient(base_url=ingress.url, timeout=WAIT) as client:
+        still = await client.post(CHAT, json=chat("b"))
+        write(model("a", echo), model("b", echo), model("c", echo))
+        applied = await signalled(2)
+        for _ in range(int(WAIT / 0.01)):  # the ingress follows the actors' event: poll it
+            if "c" in [m["id"] for m in (await client.get("/v1/models")).json()["data"]]:
+                break
+            await asyncio.sleep(0.01)
+        added = await client.post(CHAT, json=chat("c"))
+    stderr = await asyncio.to_thread(ingress.stop)
+
+    assert made.returncode == 0, made.stderr
+    assert [(e["by"], e["ok"]) for e in refused] == [("sighup", False)]
+    assert still.status_code == 200, still.text
+    assert [(e["by"], e["ok"]) for e in applied] == [("sighup", False), ("sighup", True)]
+    assert added.status_code == 200, added.text
+    assert next(line for line in stderr.splitlines() if "SIGHUP" in line).endswith(
+        "(a chain made or edited by an admin command outlives a reload: take the model out "
+        "of it first, llmgw admin chains set_models --arg name=team --arg 'models=[\"a\"]')"
+    )
