@@ -74,6 +74,7 @@ class _Snapshot(msgspec.Struct):
     benched_until: float | None = None
     floor_until: float | None = None
     bench_reason: str = ""
+    target: str = ""  # where the route sent its attempts: kind, base URL, upstream model
 
 
 class EndpointActor(Actor):
@@ -107,6 +108,11 @@ class EndpointActor(Actor):
         self._settings = settings
         self._bench = bench or BenchConfig()
         self._candidate = candidate
+        self._target = (
+            f"{candidate.kind} {candidate.base_url} {candidate.upstream_model}".strip()
+            if candidate is not None
+            else ""
+        )
         # The half-open probe's deadline: the route's own timeout, by which the ingress gives
         # its verdict, plus one cooldown of grace so that verdict arrives first (without a
         # route timeout: one cooldown).
@@ -136,6 +142,18 @@ class EndpointActor(Actor):
             return
         snap = await self._snapshots.load_as(self.name, _Snapshot)
         if snap is None:
+            return
+        if snap.target and snap.target != self._target:
+            # A reload pointed the route elsewhere under the same id (an anthropic route's
+            # base_url, an upstream model): what was learned of the old upstream would keep
+            # the new one benched (up to 10 min) or open for nothing it did.
+            logger.info(
+                "endpoint %s now reaches %s (was %s): its circuit and bench start afresh",
+                self.endpoint,
+                self._target,
+                snap.target,
+            )
+            await self._save()
             return
         now = self._clock()
         h = self.health
@@ -176,6 +194,7 @@ class EndpointActor(Actor):
             benched_until=benched_until,
             floor_until=floor_until,
             bench_reason=self._bench_reason,
+            target=self._target,
         )
         await self._snapshots.save(self.name, msgspec.json.encode(snap), self._clock())
         self._saved = durable

@@ -12,6 +12,7 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from actors import ChildSpec, EndpointActor, ModelActor, Supervisor
@@ -745,6 +746,53 @@ async def test_endpoint_restart_keeps_the_open_circuit_and_the_bench_for_what_re
     assert restored.bench_reason == benched.reason == "1 failures within 900 s"  # and why
     assert isinstance(early, ProbeGrant) and not early.granted and early.retry_after == 20.0
     assert isinstance(late, ProbeGrant) and late.granted
+
+
+async def test_endpoint_a_reload_points_elsewhere_starts_with_a_closed_circuit_and_no_bench(
+    bus: InProcessBus,
+    clock: FakeClock,
+    tmp_path: Path,
+) -> None:
+    """Same endpoint id, another upstream (an anthropic route's base_url, an upstream model):
+    the old upstream's open circuit and bench were restored onto it, so the reload that
+    repointed a sick route left it unused for up to the bench's 10 minutes."""
+    store = await SnapshotStore.open(tmp_path / "snap.sqlite3")
+    settings = BenchConfig(failures=1, window_seconds=900, duration_seconds=600)
+    circuit = CircuitConfig(failure_threshold=1, cooldown_seconds=30)
+    elsewhere = msgspec.structs.replace(CANDIDATE, base_url="http://127.0.0.1:8001/mirror/v1")
+
+    def make(candidate: RouteCandidate) -> Supervisor:
+        actor = EndpointActor(
+            EP, "m", circuit, bench=settings, candidate=candidate, snapshots=store, clock=clock
+        )
+        return Supervisor("test", children=[ChildSpec("endpoint", lambda: actor)])
+
+    async def state_after_restart(candidate: RouteCandidate) -> Any:
+        root = make(candidate)
+        await root.start(bus)
+        try:
+            return await bus.request(
+                subjects.endpoint_get(EP), StateRequest(), reply_type=EndpointState, timeout=WAIT
+            )
+        finally:
+            await root.stop()
+
+    try:
+        root = make(CANDIDATE)
+        await root.start(bus)
+        async with subscribed(bus, subjects.event("bench")) as events:
+            await observe(bus, obs("failure", status=503))
+            await next_event(events, BenchChanged)
+        await root.stop()
+        kept = await state_after_restart(CANDIDATE)
+        repointed = await state_after_restart(elsewhere)
+        back = await state_after_restart(CANDIDATE)  # the old upstream's state is gone
+    finally:
+        await store.aclose()
+
+    assert (kept.circuit_state, kept.benched_until) == ("open", 1600.0)
+    assert (repointed.circuit_state, repointed.benched_until) == ("closed", None)
+    assert (back.circuit_state, back.benched_until) == ("closed", None)
 
 
 def test_key_pool_mutes_restore_for_what_remains_and_only_for_declared_keys() -> None:
