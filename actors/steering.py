@@ -47,6 +47,7 @@ from actors.state.steering_settings import (
     initial_chains,
     new_chain_arg,
     settings_view,
+    starting_state,
     with_guardrails,
     with_profile,
 )
@@ -113,6 +114,7 @@ class _Save:
 
 class _Snapshot(msgspec.Struct):
     state: SteeringState | None = None
+    file: SteeringState | None = None  # the file's settings beside it (None: from before)
     created: dict[str, ChainState] = {}  # chains made by admin commands, as created
     deleted: tuple[str, ...] = ()  # chains of the config an admin deleted
     evidence: BookSnapshot = msgspec.field(default_factory=BookSnapshot)
@@ -204,7 +206,7 @@ class SteeringActor(Actor):
         self._book.restore(snap.evidence)
         self._created = dict(snap.created)
         self._deleted = set(snap.deleted)
-        self._state = snap.state or configured_state(self._steering)
+        self._state = starting_state(snap.state, snap.file, configured_state(self._steering))
         ready = anyio.Event()
         ctx.start_soon(lambda: self._host_chains(ready))
         await ready.wait()
@@ -247,6 +249,7 @@ class SteeringActor(Actor):
             return
         snap = _Snapshot(
             state=self._state,
+            file=configured_state(self._steering),
             created=self._created,
             deleted=tuple(sorted(self._deleted)),
             evidence=self._book.snapshot(),

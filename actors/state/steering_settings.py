@@ -51,6 +51,23 @@ def configured_state(steering: SteeringConfig) -> SteeringState:
     )
 
 
+def starting_state(
+    saved: SteeringState | None, saved_file: SteeringState | None, file: SteeringState
+) -> SteeringState:
+    """The settings to start with: the snapshot's (``saved``) when an admin command changed
+    them, that is when they differ from the file's they were saved beside (``saved_file``)
+    or the snapshot predates recording it; else what the file gives now (``file``), so a
+    reload or a restart that changes ``steering:`` is applied to settings no admin touched."""
+    if saved is None or (saved_file is not None and _settings(saved) == _settings(saved_file)):
+        return file
+    return saved
+
+
+def _settings(state: SteeringState) -> tuple[object, ...]:
+    """What an admin command sets of the steering state (not the chains listed, not seq)."""
+    return (state.active_chain, state.profile, state.weights, state.guardrails, state.exploration)
+
+
 def initial_chains(
     configured: Iterable[ChainConfig], created: Mapping[str, ChainState], deleted: set[str]
 ) -> list[ChainState]:

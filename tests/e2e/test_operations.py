@@ -367,6 +367,35 @@ async def test_a_start_on_a_file_lacking_a_model_an_admin_chain_names_drops_it_a
     ]
 
 
+async def test_reload_applies_the_files_steering_settings_until_an_admin_changes_them(
+    gateway_factory: GatewayFactory,
+    tmp_path: Path,
+) -> None:
+    """The steering snapshot saved at every start won over the file for good: a reload (or a
+    restart) changing steering: was answered 200 and changed nothing, though no admin
+    command had touched the settings."""
+    path = tmp_path / "gw.yaml"
+    echo = {"kind": "echo"}
+    body = _file_config(tmp_path, model("a", echo), model("b", echo))
+
+    def steering(**settings: Any) -> None:
+        path.write_text(yaml.safe_dump({**body, "steering": settings}))
+
+    gw = await gateway_factory(body, config_path=path)
+    steering(profile="fastest", exploration=0.2)
+    followed = await admin(gw, "config", "reload")
+    after_file = (await admin(gw, "steering", "get")).json()
+    await admin(gw, "steering", "set_profile", profile="smartest")
+    steering(profile="reliable", exploration=0.3)
+    kept = await admin(gw, "config", "reload")
+    after_admin = (await admin(gw, "steering", "get")).json()
+
+    assert followed.status_code == 200, followed.text
+    assert (after_file["profile"], after_file["exploration"]) == ("fastest", 0.2)
+    assert kept.status_code == 200, kept.text
+    assert (after_admin["profile"], after_admin["exploration"]) == ("smartest", 0.2)
+
+
 async def test_reload_warns_of_unpriced_routes_once_applied_and_never_when_refused(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,

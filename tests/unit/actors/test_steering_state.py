@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import calendar
 
+import msgspec
 import pytest
 
 from actors.chain import _backfill, apply_edit
@@ -15,8 +16,16 @@ from actors.state.scoring import (
     month_of,
     rate_limit_multiplier,
 )
-from actors.state.steering_settings import initial_chains
-from schemas import ChainEdit, ChainEntry, ChainState, Guardrails, InvalidRequestError, Observation
+from actors.state.steering_settings import initial_chains, starting_state
+from schemas import (
+    ChainEdit,
+    ChainEntry,
+    ChainState,
+    Guardrails,
+    InvalidRequestError,
+    Observation,
+    SteeringState,
+)
 from schemas.catalog import ChainConfig
 from schemas.config import ModelConfig
 
@@ -190,3 +199,15 @@ def test_month_of_names_the_utc_month_across_boundaries_in_any_order() -> None:
         (0.0, "1970-01"),
     ]
     assert [month_of(t) for t, _ in asked] == [label for _, label in asked]
+
+
+def test_settings_no_admin_changed_follow_the_file_and_an_admins_or_an_old_snapshots_win() -> None:
+    file = SteeringState(profile="balanced", exploration=0.05)
+    now = SteeringState(profile="fastest", exploration=0.2)
+    admins = SteeringState(profile="smartest", exploration=0.05, chains=("x",), seq=7)
+    as_saved = msgspec.structs.replace(file, chains=("x",), seq=3)
+
+    assert starting_state(None, None, now) == now
+    assert starting_state(as_saved, file, now) == now  # saved as the file gave it
+    assert starting_state(admins, file, now) == admins  # an admin command changed it
+    assert starting_state(as_saved, None, now) == as_saved  # saved before this was recorded
