@@ -83,8 +83,10 @@ async def check_chains(bus: Bus, config: GatewayConfig, source: str = "") -> Non
     model it lacks, as startup refuses a file whose ``chains:`` do: a chain an admin command
     made or edited outlives a reload as it is. Asked of the chains' owner (the SteeringActor,
     on whichever host runs it) before the reload changes anything, by every config owner (one
-    host's ConfigActor, a cluster's ClusterConfigActor). Raises InvalidRequestError naming
-    the chain, the model and the command that fixes it; NoRespondersError (retryable) when
+    host's ConfigActor, a cluster's ClusterConfigActor). The same for the active chain an
+    admin command set, when the config no longer has it (``auto`` would fall back to the
+    built-in chain, where ``chains delete`` refuses to delete it). Raises
+    InvalidRequestError naming the chain, the model and the command that fixes it; NoRespondersError (retryable) when
     no owner answers (it is restarting, or no cluster host runs it this moment); and
     ReloadFailedError when it answers nothing in time or fails."""
     try:
@@ -111,6 +113,13 @@ async def check_chains(bus: Bus, config: GatewayConfig, source: str = "") -> Non
         raise ReloadFailedError(f"reload not applied: the chains' owner: {reply.message}")
     if reply.gone:
         raise InvalidRequestError(_naming_gone(reply.gone, source))
+    if reply.active:
+        where = f"{source}: " if source else ""
+        raise InvalidRequestError(
+            f"{where}the active chain {reply.active!r} is no chain of this config; the running "
+            "config stays (an admin command activated it, and auto routes over it: activate "
+            "another first, llmgw admin chains activate --arg name=CHAIN, or none, with no name)"
+        )
 
 
 def _naming_gone(gone: tuple[ChainModels, ...], source: str) -> str:

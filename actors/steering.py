@@ -45,9 +45,11 @@ from actors.state.steering_settings import (
     configured_state,
     fraction,
     initial_chains,
+    lost_active,
     new_chain_arg,
     settings_view,
     starting_state,
+    with_active_running,
     with_guardrails,
     with_profile,
 )
@@ -213,8 +215,7 @@ class SteeringActor(Actor):
         for initial in initial_chains(self._configured_chains, self._created, self._deleted):
             await self._start_chain(initial, fresh=False)
         self._state = msgspec.structs.replace(self._state, chains=tuple(sorted(self._chains)))
-        if self._state.active_chain not in self._chains:
-            self._state = msgspec.structs.replace(self._state, active_chain=None)
+        self._state = with_active_running(self._state, self._chains)
         await self._changed(durable=False)
         await self._publish_evidence()
 
@@ -294,7 +295,8 @@ class SteeringActor(Actor):
             case ChainsCheck() as check:
                 names = chain_names(check.chains, self._created, self._deleted)
                 gone = await naming_gone(names, self._chains, self._snapshots, check.models)
-                await env.respond(ChainsChecked(gone=gone))
+                lost = lost_active(self._state, configured_state(self._steering), names)
+                await env.respond(ChainsChecked(gone=gone, active=lost))
             case _:
                 for area in (self.chains_admin, self.steering_admin):
                     if area.owns(env):

@@ -142,10 +142,12 @@ class ChainModels(msgspec.Struct, frozen=True, kw_only=True):
 
 class ChainsChecked(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The answer to ``ChainsCheck``: each chain that would name models the config lacks
-    (only a chain an admin command made or edited can: it outlives a reload), by name; none
-    when the reload may go on."""
+    (only a chain an admin command made or edited can: it outlives a reload), by name, and
+    the ``active`` chain an admin command set when it would not run ("": none); neither when
+    the reload may go on."""
 
     gone: tuple[ChainModels, ...] = ()
+    active: str = ""
 
 
 class ChainModelsDropped(msgspec.Struct, frozen=True, kw_only=True, tag=True):

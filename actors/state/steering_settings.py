@@ -4,6 +4,7 @@ configuration file gives before any admin change: the settings and the chains to
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
     from schemas.catalog import ChainConfig, SteeringConfig
 
+logger = logging.getLogger(__name__)
+
 
 def configured_state(steering: SteeringConfig) -> SteeringState:
     """The settings the configuration's ``steering:`` gives (no chains listed yet)."""
@@ -58,9 +61,37 @@ def starting_state(
     them, that is when they differ from the file's they were saved beside (``saved_file``)
     or the snapshot predates recording it; else what the file gives now (``file``), so a
     reload or a restart that changes ``steering:`` is applied to settings no admin touched."""
-    if saved is None or (saved_file is not None and _settings(saved) == _settings(saved_file)):
+    if saved is None or (saved_file is not None and not admins(saved, saved_file)):
         return file
     return saved
+
+
+def admins(state: SteeringState, file: SteeringState) -> bool:
+    """Whether an admin command changed ``state``'s settings from the file's, ``file``."""
+    return _settings(state) != _settings(file)
+
+
+def lost_active(state: SteeringState, file: SteeringState, chains: Collection[str]) -> str:
+    """The active chain an admin command set in ``state`` (the file's settings being
+    ``file``) when it is none of ``chains`` (those that would run), else "": a reload to
+    that config would leave ``auto`` on the built-in chain (the file's own ``active_chain``
+    is checked against its ``chains:`` as it loads)."""
+    active = state.active_chain
+    return active if active and active not in chains and admins(state, file) else ""
+
+
+def with_active_running(state: SteeringState, chains: Collection[str]) -> SteeringState:
+    """``state`` without an active chain that does not run (``chains`` do), said loudly:
+    ``auto`` then routes over the built-in chain (the whole catalogue, smartest first)."""
+    if state.active_chain is None or state.active_chain in chains:
+        return state
+    logger.warning(
+        "the active chain %r is no chain of this config (an admin command activated it): "
+        "auto routes over the built-in chain until one is activated (llmgw admin chains "
+        "activate --arg name=CHAIN)",
+        state.active_chain,
+    )
+    return msgspec.structs.replace(state, active_chain=None)
 
 
 def _settings(state: SteeringState) -> tuple[object, ...]:

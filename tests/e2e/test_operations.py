@@ -396,6 +396,43 @@ async def test_reload_applies_the_files_steering_settings_until_an_admin_changes
     assert (after_admin["profile"], after_admin["exploration"]) == ("smartest", 0.2)
 
 
+async def test_reload_dropping_the_chain_an_admin_activated_is_refused_and_a_start_says_so(
+    gateway_factory: GatewayFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Either left auto on the built-in chain, silently, where chains delete refuses to
+    delete the active chain."""
+    path = tmp_path / "gw.yaml"
+    echo = {"kind": "echo"}
+    body = _file_config(tmp_path, model("a", echo), model("b", echo))
+    team = {**body, "chains": [{"name": "team", "models": ["b"]}]}
+    first = await gateway_factory(team, config_path=path)
+    activated = await admin(first, "chains", "activate", name="team")
+    path.write_text(yaml.safe_dump(body))
+    refused = await admin(first, "config", "reload")
+    steered = (await first.http().post(CHAT, json=chat("auto"))).json()["model"]
+    await first.stop()
+    gw = await gateway_factory(body, config_path=path)
+    settings = (await admin(gw, "steering", "get")).json()
+
+    assert activated.status_code == 200, activated.text
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["message"] == (
+        f"{path}: the active chain 'team' is no chain of this config; the running config stays "
+        "(an admin command activated it, and auto routes over it: activate another first, "
+        "llmgw admin chains activate --arg name=CHAIN, or none, with no name)"
+    )
+    assert steered == "b"  # still over chain team
+    assert settings["active_chain"] is None
+    warned = [r.getMessage() for r in caplog.records if r.name == "actors.state.steering_settings"]
+    assert warned == [
+        "the active chain 'team' is no chain of this config (an admin command activated it): "
+        "auto routes over the built-in chain until one is activated (llmgw admin chains "
+        "activate --arg name=CHAIN)"
+    ]
+
+
 async def test_reload_warns_of_unpriced_routes_once_applied_and_never_when_refused(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,

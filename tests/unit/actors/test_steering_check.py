@@ -110,3 +110,34 @@ async def test_a_configured_chain_the_file_lists_again_is_checked_as_its_snapsho
 
     assert back == (ChainModels(chain="back", models=("b",), kept=(ChainEntry(model="a"),)),)
     assert away == ()
+
+
+async def test_the_active_chain_an_admin_set_counts_when_the_new_config_drops_it(
+    bus: InProcessBus, store: SnapshotStore
+) -> None:
+    """The file's own active chain is checked against its chains: as it loads; the one an
+    admin activated outlives the reload with the settings, and auto would lose it."""
+    steering = SteeringConfig(active_chain="filed")
+    actor = SteeringActor(MODELS, (_chain("filed", "a"), _chain("other", "b")), steering)
+    root = Supervisor("test", children=[ChildSpec("steering", lambda: actor)])
+    await root.start(bus)
+    files = await _answer(bus, ("a", "b"), "other")
+    await _admin(bus, "activate", name="other")
+    dropped = await _answer(bus, ("a", "b"), "filed")
+    kept = await _answer(bus, ("a", "b"), "other")
+    await root.stop()
+
+    assert files.active == ""  # the new file's settings say which chain is active
+    assert dropped.active == "other"
+    assert kept.active == "" and kept.gone == ()
+
+
+async def _answer(bus: InProcessBus, models: tuple[str, ...], *chains: str) -> ChainsChecked:
+    reply = await bus.request(
+        subjects.STEERING_CHECK,
+        ChainsCheck(models=models, chains=chains),
+        reply_type=ChainsChecked,
+        timeout=WAIT,
+    )
+    assert isinstance(reply, ChainsChecked), reply
+    return reply
