@@ -86,9 +86,10 @@ async def check_chains(bus: Bus, config: GatewayConfig, source: str = "") -> Non
     host's ConfigActor, a cluster's ClusterConfigActor). The same for the active chain an
     admin command set, when the config no longer has it (``auto`` would fall back to the
     built-in chain, where ``chains delete`` refuses to delete it). Raises
-    InvalidRequestError naming the chain, the model and the command that fixes it; NoRespondersError (retryable) when
-    no owner answers (it is restarting, or no cluster host runs it this moment); and
-    ReloadFailedError when it answers nothing in time or fails."""
+    InvalidRequestError naming the chain, the model and the command that fixes it;
+    NoRespondersError (retryable) when no owner answers (it is restarting, or no cluster
+    host runs it this moment); and ReloadFailedError when it answers nothing in time or
+    fails."""
     try:
         reply = await bus.request(
             subjects.STEERING_CHECK,
