@@ -1,8 +1,10 @@
 """ClusterAdminActor: the admin area ``cluster``, answered by any actors host of a cluster.
 
 - ``cluster.members`` (read only): every live actors host (``node_id``, ``role``, ``since``
-  and ``last_heartbeat`` in unix seconds, the ``units`` it owns, in tree order) and the
-  units no live host owns now (``unowned``: a takeover or a handback under way).
+  and ``last_heartbeat`` in unix seconds, the ``config_version`` it runs as of that beat,
+  the ``units`` it owns, in tree order) and the units no live host owns now (``unowned``: a
+  takeover or a handback under way). A host that did not follow a reload (its file did not
+  validate, another version, a unit that failed to start) shows its own version.
 
 The answer is read from JetStream (the hosts and owners buckets), not from this host's
 memory, so every host answers the same; each runs one of these actors in one queue group,
@@ -76,6 +78,7 @@ class ClusterAdminActor(Actor):
                     "role": beat.role if beat is not None else None,
                     "since": beat.since if beat is not None else None,
                     "last_heartbeat": beat.at if beat is not None else None,
+                    "config_version": beat.config or None if beat is not None else None,
                     "units": [u for u in self._units if owners.get(u) == node],
                 }
             )

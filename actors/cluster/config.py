@@ -83,6 +83,11 @@ class ClusterConfigActor(Actor):
         elif isinstance(env.message, ConfigChanged):
             await self._follow(env.message)
 
+    @property
+    def version(self) -> str:
+        """The version of the config this host runs."""
+        return self._version
+
     async def _show(self, cmd: AdminCommand) -> dict[str, Any]:
         return {
             "version": self._version,

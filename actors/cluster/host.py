@@ -90,8 +90,10 @@ class ClusterHost:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         on_units: Callable[[list[str]], None] | None = None,
+        config_version: Callable[[], str] | None = None,
     ) -> None:
         self.node_id = node_id
+        self._config_version = config_version  # what each beat says this host runs
         self.root = Supervisor("root", strategy=Strategy.ONE_FOR_ONE, intensity=10, period=5.0)
         self._outside = Supervisor("cluster", strategy=Strategy.ONE_FOR_ONE, intensity=10)
         self._bus = bus
@@ -180,7 +182,7 @@ class ClusterHost:
         hosts = await self._bus.key_value(
             HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
         )
-        self._membership = Membership(hosts, self.node_id)
+        self._membership = Membership(hosts, self.node_id, config=self._config_version)
         self._owners = Owners(await self._bus.key_value(OWNERS_BUCKET, replicas=replicas))
         self._snapshots = await self._bus.key_value(SNAPSHOTS_BUCKET, replicas=replicas)
 

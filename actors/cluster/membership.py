@@ -2,8 +2,9 @@
 
 A host writes its key every heartbeat; a key no write refreshed for the bucket's TTL is gone,
 and with it the host. Live hosts are the keys present now. Each beat's value says what the
-host is (``HostBeat``: its role, since when this process is a member, when it beat), for
-operators (``cluster members``); placement reads only the keys.
+host is (``HostBeat``: its role, since when this process is a member, when it beat, the
+config version it runs), for operators (``cluster members``: a host that did not follow a
+reload shows another version); placement reads only the keys.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class HostBeat(msgspec.Struct, frozen=True, kw_only=True):
     role: str
     since: float
     at: float
+    config: str = ""  # the version of the config it runs ("": not said)
 
 
 _decode_beat = msgspec.json.Decoder(HostBeat).decode
@@ -57,8 +59,11 @@ class Membership:
         *,
         role: str = "actors",
         wall: Callable[[], float] = time.time,
+        config: Callable[[], str] | None = None,
     ) -> None:
+        """``config``: the version of the config this host runs, as of each beat."""
         self.node_id = node_id
+        self._config = config
         self._kv = kv
         self._role = role
         self._wall = wall
@@ -74,7 +79,9 @@ class Membership:
         MembershipLostError when our key is gone (nothing written: the host must stop what
         it ran under it before it joins again).
         """
-        value = msgspec.json.encode(HostBeat(role=self._role, since=self._since, at=self._wall()))
+        config = self._config() if self._config is not None else ""
+        beat = HostBeat(role=self._role, since=self._since, at=self._wall(), config=config)
+        value = msgspec.json.encode(beat)
         try:
             if self._revision is not None:
                 try:

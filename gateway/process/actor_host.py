@@ -107,7 +107,22 @@ class ActorHost:
         moved = None
         if config.database.url:
             moved = await move_provider_keys(config.database.path, config.database.url)
-        cluster = ClusterHost(bus, node_id, config.cluster, _shared_tree(config), on_units=on_units)
+        reloads = ClusterConfigActor(
+            node_id,
+            config,
+            config_version(config_path),
+            load=functools.partial(_load_checked_versioned, config_path),
+            reconfigure=lambda new: cluster.reconfigure(_shared_tree(new)),
+            source=_source(config_path),
+        )
+        cluster = ClusterHost(
+            bus,
+            node_id,
+            config.cluster,
+            _shared_tree(config),
+            on_units=on_units,
+            config_version=lambda: reloads.version,  # each beat says it (cluster members)
+        )
         host = cls(cluster.root, None, cluster)
         try:
             # Kept from before a unit starts here: what its actors say as they start.
@@ -115,14 +130,6 @@ class ActorHost:
             # Refused before joining: a host whose request log is in its own SQLite file
             # would split the log and spend with the hosts already running.
             await cluster.start(functools.partial(require_shared_database, config, node_id=node_id))
-            reloads = ClusterConfigActor(
-                node_id,
-                config,
-                config_version(config_path),
-                load=functools.partial(_load_checked_versioned, config_path),
-                reconfigure=lambda new: cluster.reconfigure(_shared_tree(new)),
-                source=_source(config_path),
-            )
             await cluster.root.add_child(ChildSpec("cluster_config", lambda: reloads))
         except BaseException:
             await host.aclose()

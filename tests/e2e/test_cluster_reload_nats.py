@@ -21,6 +21,7 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, owner_of
 from bus import open_bus
 from gateway.process.config import load_config
+from gateway.process.control import config_version
 from schemas import ChainModelsDropped, subjects
 from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
@@ -110,6 +111,13 @@ async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
 
         await _until(served, "m2 served")
         await _until(listed, "m2's endpoint in /health/deep")
+
+        async def followed() -> bool:
+            members = (await http.get("/admin/cluster/members")).json()["members"]
+            running = {m["node_id"]: m["config_version"] for m in members}
+            return running == {n: config_version(str(paths[n])) for n in nodes}
+
+        await _until(followed, "each host's members entry naming the version it reloaded")
     finally:
         await http.aclose()
         await watcher.aclose()

@@ -143,6 +143,41 @@ async def test_cluster_members_lists_the_live_hosts_their_units_and_the_units_no
     assert taken["members"][0]["since"] == split["members"][1]["since"]  # the same member
 
 
+async def test_cluster_members_say_which_config_each_host_runs_as_of_its_last_beat(
+    shared: InProcessBus, clock: FakeClock
+) -> None:
+    """A host that did not follow a reload (its file refused, a unit that failed to start)
+    said so only in its own log: the reload's answer came from the host that took it."""
+    versions = {"host-a": "v1", "host-b": "v1"}
+    made = [
+        ClusterHost(
+            shared,
+            node,
+            SETTINGS,
+            functools.partial(echo_tree, Journal()),
+            clock=clock,
+            config_version=functools.partial(versions.__getitem__, node),
+        )
+        for node in versions
+    ]
+    try:
+        for host in made:
+            await host.open()
+            await host.reconcile()
+        before = await _members(shared)
+        versions["host-a"] = "v2"  # host-a applied a reload; host-b did not follow it
+        clock.now += SETTINGS.heartbeat_seconds
+        for host in made:
+            await host.reconcile()
+        after = await _members(shared)
+    finally:
+        for host in made:
+            await host.aclose()
+
+    assert [m["config_version"] for m in before["members"]] == ["v1", "v1"]
+    assert [m["config_version"] for m in after["members"]] == ["v2", "v1"]
+
+
 async def test_a_second_process_under_a_node_id_in_use_runs_nothing_until_the_first_lapses(
     shared: InProcessBus, clock: FakeClock
 ) -> None:
