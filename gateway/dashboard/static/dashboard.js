@@ -114,7 +114,7 @@ function stream(kinds, onEvent, since, onOpen) {
   let opened = false;
   const handle = (msg) => onEvent(JSON.parse(msg.data));
   for (const kind of kinds && kinds.length ? kinds : ["decision", "circuit", "bench", "mode",
-    "keypool", "auth_rejected", "admin", "config", "model_breaker", "rules"]) {
+    "keypool", "auth_rejected", "admin", "config", "chains", "model_breaker", "rules"]) {
     source.addEventListener(kind, handle);
   }
   source.addEventListener("open", () => {
@@ -305,6 +305,12 @@ function summary(ev) {
     case "mode": return `mode ${ev.mode}`;
     case "keypool": return `${ev.pool} ${ev.credential_id} ${ev.type === "KeyMuted" ? "muted" : "back"}`;
     case "admin": return `${ev.area} ${ev.verb} by ${ev.by} ${ev.ok ? "ok" : "refused"}`;
+    case "config": {
+      const told = [["+", ev.added], ["~", ev.changed], ["-", ev.removed]]
+        .filter(([, ids]) => ids && ids.length).map(([sign, ids]) => sign + ids.join(", "));
+      return `reload to ${ev.version}${told.length ? ": " + told.join(" ") : ""}${ev.by ? " by " + ev.by : ""}`;
+    }
+    case "chains": return `chain ${ev.chain} lost ${ev.models.join(", ")} (was ${ev.before.join(", ")})`;
     default: return ev.type || "";
   }
 }
