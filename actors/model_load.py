@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.state.route_load import RouteLoad
-from schemas import RouteCapacity, RouteSkip, is_backpressure
+from schemas import RATE_LIMIT_EXCEEDED, RouteCapacity, RouteSkip, is_backpressure
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,8 +89,12 @@ class ModelLoad:
         limit = self.load.limits.get(obs.endpoint)
         changed = False
         if limit is not None and is_backpressure(obs):
-            sent_with = at_send if at_send >= 0 else self.load.in_flight(obs.endpoint)
-            changed = limit.rate_limited(sent_with, now)
+            # A refused pace (its headers said a rate is metered) is no concurrency: cooling
+            # keeps the pace, and a route whose long answers a rate limits, halved, would run
+            # at half its rate. A 429 that does not say which may be a concurrency plan's.
+            if obs.error_kind != RATE_LIMIT_EXCEEDED:
+                sent_with = at_send if at_send >= 0 else self.load.in_flight(obs.endpoint)
+                changed = limit.rate_limited(sent_with, now)
         elif obs.outcome == "success" and at_send >= 0 and not obs.probe:
             ttft = obs.ttft_ms if obs.ttft_ms is not None else obs.latency_ms
             changed = self.load.succeeded(obs.endpoint, ttft, at_send, now, obs.latency_ms)

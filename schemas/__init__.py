@@ -113,6 +113,7 @@ from schemas.ops import (
 )
 from schemas.routing import (
     QUOTA_EXHAUSTED,
+    RATE_LIMIT_EXCEEDED,
     EndpointState,
     FirstToken,
     HealthReport,
@@ -262,6 +263,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
 
 __all__ = [
     "QUOTA_EXHAUSTED",
+    "RATE_LIMIT_EXCEEDED",
     "READ_ONLY_ADMIN_VERBS",
     "AdminCommand",
     "AdminExecuted",

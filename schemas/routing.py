@@ -153,6 +153,11 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 QUOTA_EXHAUSTED = "quota_exhausted"
 """The error kind of a 429 that says a quota or the billing is exhausted (not a pace)."""
 
+RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+"""The error kind of a 429 whose ``x-ratelimit-remaining-*`` headers say the provider meters
+requests or tokens per period: a pace that cooling keeps, not a concurrency it cannot take
+(``http_429`` when the answer does not say which)."""
+
 
 def priced_tokens(obs: Observation) -> tuple[int, int]:
     """The (prompt, completion) tokens ``obs``'s cost was computed from: the reported usage,

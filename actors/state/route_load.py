@@ -18,7 +18,8 @@ one and a half times the concurrency it has answered calmly (16 before any answe
 slow start, gentler because an answer's slot is held for seconds after its first token
 says whether it queued; only calm answers widen it), so spilled traffic cannot bury an
 unmeasured route in a queue before the first slow answers come back. A provider's 429
-halves the limit (an unknown one: from the concurrency it refused at).
+halves the limit (an unknown one: from the concurrency it refused at); ModelLoad feeds it
+only the 429s that do not report a rate limit's state (a refused pace is cooling's).
 
 A time to first token inflating above the route's own unloaded baseline (``inflation``
 times, and at least 100 ms over it; raised by the inflation the model's other routes share,

@@ -24,7 +24,8 @@ import msgspec
 from gateway.adapters.base import MappedBatches, error_from_status, redacted
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.platform_errors import CONTENT_FILTER
-from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
+from gateway.adapters.upstream_status import meters_rate
+from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, ContentFilteredError, UpstreamError
 from schemas.config import AzureSettings
 
 if TYPE_CHECKING:
@@ -168,7 +169,12 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
             # Decided here, whatever a generic reading of the body concluded: Azure's rate
             # limit messages mention quota increases without any quota being spent.
             quota = code in _QUOTA_CODES or any(m in body.lower() for m in _QUOTA_MARKERS)
-            err.kind = QUOTA_EXHAUSTED if quota else f"http_{status}"
+            if quota:
+                err.kind = QUOTA_EXHAUSTED
+            elif status == 429 and meters_rate(headers):
+                err.kind = RATE_LIMIT_EXCEEDED  # its TPM/RPM: a pace
+            else:
+                err.kind = f"http_{status}"
         return err  # a 429's retry-after: error_from_status reads retry-after-ms too
 
 

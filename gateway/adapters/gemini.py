@@ -37,7 +37,13 @@ from gateway.adapters.gemini_wire import (
 from gateway.adapters.platform_errors import google_duration
 from gateway.adapters.sse import SSEParser
 from gateway.adapters.stream_batches import translated_batches
-from schemas import QUOTA_EXHAUSTED, InvalidRequestError, UpstreamBadResponseError, UpstreamError
+from schemas import (
+    QUOTA_EXHAUSTED,
+    RATE_LIMIT_EXCEEDED,
+    InvalidRequestError,
+    UpstreamBadResponseError,
+    UpstreamError,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -221,7 +227,8 @@ def gemini_error(
     endpoint: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> UpstreamError:
     """The UpstreamError for a Google error answer: a rate limit with its ``retryDelay``, a
-    daily quota or billing refusal as :data:`QUOTA_EXHAUSTED`, anything else by status."""
+    daily quota or billing refusal as :data:`QUOTA_EXHAUSTED`, a 429 naming a quota of a
+    shorter period (per minute) as :data:`RATE_LIMIT_EXCEEDED`, anything else by status."""
     err = error_from_status(endpoint, status, headers, body)
     try:
         data = _decode(body)
@@ -235,8 +242,13 @@ def gemini_error(
         # Decided here from the details alone: Google's per-minute 429 says "You exceeded your
         # current quota ... billing details" too, so its words tell a pace from a quota no
         # better than a generic reading would.
-        daily = any(d.get("@type") == _QUOTA_FAILURE and _daily(d) for d in details)
-        err.kind = QUOTA_EXHAUSTED if daily else f"http_{status}"
+        failures = [d for d in details if d.get("@type") == _QUOTA_FAILURE]
+        if any(_daily(d) for d in failures):
+            err.kind = QUOTA_EXHAUSTED
+        elif failures and status == 429:
+            err.kind = RATE_LIMIT_EXCEEDED  # a per-minute quota: a pace
+        else:
+            err.kind = f"http_{status}"
         for detail in details:
             if detail.get("@type") == _RETRY_INFO:
                 delay = google_duration(detail.get("retryDelay"))

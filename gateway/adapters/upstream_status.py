@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from schemas import QUOTA_EXHAUSTED, UpstreamError
+from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -137,6 +137,25 @@ def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:
     return max(spent) if spent else None
 
 
+# The headers by which a provider reports what is left of a rate limit (OpenAI, Azure and
+# most compatible providers; Anthropic).
+_RATE_STATE_HEADERS = (
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-remaining-tokens",
+    "anthropic-ratelimit-requests-remaining",
+    "anthropic-ratelimit-tokens-remaining",
+    "anthropic-ratelimit-input-tokens-remaining",
+    "anthropic-ratelimit-output-tokens-remaining",
+)
+
+
+def meters_rate(headers: Mapping[str, str]) -> bool:
+    """Whether an answer's headers report a rate limit's state (what is left of a limit of
+    requests or tokens per period): a 429 that carries them refused a pace, not a
+    concurrency."""
+    return any(name in headers for name in _RATE_STATE_HEADERS)
+
+
 # A 429 that says the account is out of money or quota, not that it goes too fast: the key is
 # muted like any key-specific failure instead of cooling for seconds.
 _QUOTA_MARKERS = (
@@ -155,7 +174,8 @@ def error_from_status(
     (whole: the adapter seam clips it once it is redacted, ``base.redacted``).
 
     A 429 carries when to come back (:func:`rate_limit_reset_seconds`); one that says a quota
-    or the billing is exhausted has kind :data:`schemas.QUOTA_EXHAUSTED`."""
+    or the billing is exhausted has kind :data:`schemas.QUOTA_EXHAUSTED`, one whose headers
+    say a rate limit is metered :data:`schemas.RATE_LIMIT_EXCEEDED`."""
     message = _upstream_message(body) or f"upstream answered HTTP {status}"
     kind = f"http_{status}"
     if status == 429:
@@ -163,6 +183,8 @@ def error_from_status(
         lowered = body.lower()
         if any(marker in lowered for marker in _QUOTA_MARKERS):
             kind = QUOTA_EXHAUSTED
+        elif meters_rate(headers):
+            kind = RATE_LIMIT_EXCEEDED
     else:
         retry_after = retry_after_seconds(headers)
     return UpstreamError(

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from gateway.ingress.settling import NO_USAGE, Usage, usage_of
 from schemas import (
     QUOTA_EXHAUSTED,
+    RATE_LIMIT_EXCEEDED,
     ContentFilteredError,
     GatewayError,
     KeyPoolExhaustedError,
@@ -59,9 +60,11 @@ class AttemptKind(Protocol[R, P]):
         ...
 
 
-# Failures where the upstream generated nothing: it answered with an error status, the
-# connection was never made, or the gateway never sent the request.
-_REFUSED_BEFORE_SENDING = frozenset({"connect", "no_adapter", "unsupported_parameter"})
+# Failures where the upstream generated nothing: it answered with an error status (its
+# rate limit's 429 included), the connection was never made, or the gateway never sent it.
+_REFUSED_BEFORE_SENDING = frozenset(
+    {"connect", "no_adapter", "unsupported_parameter", RATE_LIMIT_EXCEEDED}
+)
 
 
 def billed_by_failure(err: UpstreamError) -> Usage:

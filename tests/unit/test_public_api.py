@@ -123,6 +123,7 @@ PINNED: dict[str, list[str]] = {
         "QUOTA_EXHAUSTED",
         "QuotaReading",
         "QuotaSourceStatus",
+        "RATE_LIMIT_EXCEEDED",
         "READ_ONLY_ADMIN_VERBS",
         "RateLimitedError",
         "RequestCompleted",

@@ -22,7 +22,7 @@ from gateway.adapters.base import (
     rate_limit_spent_seconds,
     sanitise_usage,
 )
-from schemas import QUOTA_EXHAUSTED, Observation, is_backpressure
+from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, Observation, is_backpressure
 
 if TYPE_CHECKING:
     from gateway.adapters.base import JSON
@@ -129,7 +129,39 @@ def test_a_429s_wait_is_retry_after_else_the_reset_of_the_limit_that_ran_out(
     err = error_from_status("m:a", 429, headers, b"{}")
 
     assert err.retry_after == (pytest.approx(seconds) if seconds is not None else None)
-    assert err.kind == "http_429"
+    # What is left of a rate limit, reported, says the 429 refused a pace.
+    metered = any(h.startswith("x-ratelimit-remaining-") for h in headers)
+    assert err.kind == (RATE_LIMIT_EXCEEDED if metered else "http_429")
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "kind"),
+    [
+        # OpenAI's, Azure's and most compatible providers' rate limits report their state ...
+        ({"x-ratelimit-remaining-requests": "0", "retry-after": "1"}, b"{}", RATE_LIMIT_EXCEEDED),
+        ({"x-ratelimit-remaining-tokens": "12"}, b"{}", RATE_LIMIT_EXCEEDED),
+        # ... as Anthropic's do in its own names ...
+        ({"anthropic-ratelimit-requests-remaining": "0"}, b"{}", RATE_LIMIT_EXCEEDED),
+        ({"anthropic-ratelimit-output-tokens-remaining": "0"}, b"{}", RATE_LIMIT_EXCEEDED),
+        # ... a 429 that says nothing of a rate may be a concurrency plan's ...
+        (
+            {"retry-after": "1"},
+            b'{"error": {"message": "Too many concurrent requests"}}',
+            "http_429",
+        ),
+        ({"x-ratelimit-limit-requests": "10"}, b"{}", "http_429"),
+        # ... and a spent quota is no pace, whatever the headers say.
+        (
+            {"x-ratelimit-remaining-requests": "5"},
+            b'{"error": {"code": "insufficient_quota"}}',
+            QUOTA_EXHAUSTED,
+        ),
+    ],
+)
+def test_a_429_whose_headers_report_a_rate_limit_is_a_refused_pace(
+    headers: dict[str, str], body: bytes, kind: str
+) -> None:
+    assert error_from_status("m:a", 429, headers, body).kind == kind
 
 
 @pytest.mark.parametrize("form", ["IMF-fixdate", "rfc850", "asctime"])

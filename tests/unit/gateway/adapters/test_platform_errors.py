@@ -16,7 +16,7 @@ import pytest
 from gateway.adapters.azure_openai import AzureOpenAIAdapter, EntraTokens
 from gateway.adapters.base import UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
-from schemas import QUOTA_EXHAUSTED, ContentFilteredError, UpstreamError
+from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, ContentFilteredError, UpstreamError
 from schemas.config import AzureSettings
 from tests.fixtures.upstream import (
     FakeUpstream,
@@ -101,6 +101,23 @@ async def test_azure_throttle_is_a_rate_limit_with_its_retry_after(
     )
 
     assert (err.status, err.retry_after, err.kind) == (429, after, "http_429")
+
+
+async def test_azure_throttle_reporting_its_tpm_is_a_refused_pace(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP
+) -> None:
+    # Azure's throttle says its requests or tokens per minute are spent (and mentions a quota
+    # increase, which is no spent quota): a pace, which does not halve the learned limit.
+    message = "Requests to the ChatCompletions_Create Operation have exceeded token rate limit"
+    body = {"error": {"code": "429", "message": f"{message}. Request a quota increase."}}
+    headers = {"retry-after": "2", "x-ratelimit-remaining-tokens": "0"}
+    fake_upstream.enqueue(Reply(429, headers=headers, body=body))
+
+    err = await _fail(
+        make_adapters(http)["azure_openai"], _target("azure_openai", fake_upstream), False
+    )
+
+    assert (err.status, err.retry_after, err.kind) == (429, 2.0, RATE_LIMIT_EXCEEDED)
 
 
 async def test_azure_quota_exhaustion_is_quota_exhausted(
@@ -212,6 +229,18 @@ async def test_gemini_resource_exhausted_is_a_rate_limit_with_its_retry_delay(
     fake_upstream.enqueue(Reply(429, body=google_error_body(429, message, details)))
 
     err = await _fail(make_adapters(http)["gemini"], _target("gemini", fake_upstream), stream)
+
+    # A per-minute quota is a pace (its limit is not halved), not a spent key.
+    assert (err.status, err.retry_after, err.kind) == (429, 7.0, RATE_LIMIT_EXCEEDED)
+
+
+async def test_gemini_resource_exhausted_naming_no_quota_may_be_its_capacity(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP
+) -> None:
+    message = "Resource has been exhausted (e.g. check quota)."
+    fake_upstream.enqueue(Reply(429, body=google_error_body(429, message, [_RETRY])))
+
+    err = await _fail(make_adapters(http)["gemini"], _target("gemini", fake_upstream), False)
 
     assert (err.status, err.retry_after, err.kind) == (429, 7.0, "http_429")
 

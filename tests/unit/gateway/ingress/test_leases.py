@@ -122,7 +122,9 @@ async def test_a_fallback_is_leased_before_dispatch_and_skipped_when_refused(
 def test_a_failure_releases_zero_tokens_only_when_the_upstream_generated_nothing() -> None:
     refused = error_from_status("m:a", 429, {}, b'{"error": {"message": "slow down"}}')
     reset = transport_error("m:a", ConnectionResetError())  # the request may have gone out
+    paced = error_from_status("m:a", 429, {"x-ratelimit-remaining-requests": "0"}, b"{}")
     assert tokens_used_by_failure(refused) == 0
+    assert (paced.kind, tokens_used_by_failure(paced)) == ("rate_limit_exceeded", 0)
     assert tokens_used_by_failure(UpstreamError("x", kind="connect")) == 0
     # Unknown: the upstream may have generated, so a token quota keeps its estimate.
     assert tokens_used_by_failure(UpstreamTimeoutError("late", kind="ttft")) is None

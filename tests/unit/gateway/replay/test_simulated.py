@@ -15,7 +15,7 @@ from gateway.adapters.base import UpstreamTarget
 from gateway.replay.providers import ProvidersFile
 from gateway.replay.simulated import SimulatedAdapter
 from gateway.replay.vloop import run_virtual
-from schemas import QUOTA_EXHAUSTED, UpstreamError
+from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, UpstreamError
 from schemas.config import credential_id
 
 TARGET = UpstreamTarget(
@@ -75,7 +75,7 @@ def test_beyond_its_rate_limit_a_route_answers_429_with_retry_after() -> None:
         return refused.value
 
     err = run_virtual(burst())
-    assert (err.status, err.kind, err.retry_after) == (429, "http_429", 1.0)
+    assert (err.status, err.kind, err.retry_after) == (429, RATE_LIMIT_EXCEEDED, 1.0)
 
 
 def test_in_an_outage_window_a_route_refuses_connections() -> None:

@@ -89,6 +89,24 @@ def test_ratelimited_routes_are_back_at_their_reset_and_no_request_gets_a_needle
         assert _longest_out_of_rotation(run) <= 1.0, run.name
 
 
+def test_ratelimited_alpha_0_fills_the_cheap_routes_rates_and_alpha_1_buys_speed() -> None:
+    report, _ = _replay("ratelimited", ("routewise-a0", "routewise-a1"), 30.0)
+    cheap, fast = report["configs"]["routewise-a0"], report["configs"]["routewise-a1"]
+    served = {e: sum(n) for e, n in cheap["share_by_route"]["routes"].items()}
+
+    for summary in (cheap, fast):
+        assert summary["served"] == summary["requests"]
+    # Before: each 429 (which reports the provider's requests a second) halved the route's
+    # learned concurrency, and a route whose answers stream for seconds ran at half its rate:
+    # alpha 0 cost 0.70 $ here, 2.2 times filling the cheapest routes' rates, and alpha 1
+    # bought no speed for its money (0.76 $, 0.202 s against 0.207 s).
+    assert cheap["cost_usd"] <= 1.75 * report["oracle"]["cost_unqueued_usd"]
+    assert cheap["cost_usd"] < 0.75 * fast["cost_usd"]
+    assert fast["ttft_mean"] < 0.8 * cheap["ttft_mean"]
+    # The three cheapest routes (24 of the 30 requests a second) carry over half of it.
+    assert sum(served[f"m:p{i}"] for i in range(1, 4)) > 0.5 * cheap["served"]
+
+
 def test_saturating_routes_are_not_queued_past_their_learned_limit() -> None:
     report, _ = _replay("saturating", ("primary", "routewise-a1"), 20.0)
     primary, fastest = report["configs"]["primary"], report["configs"]["routewise-a1"]

@@ -1,0 +1,68 @@
+"""ModelLoad (actors/model_load.py): which provider refusals cut a route's learned
+concurrency limit. A 429 that reports a rate limit's state refused a pace, which cooling
+keeps; one that says nothing of a rate may be a concurrency plan's, and halves the limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors.model_load import ModelLoad
+from schemas import RATE_LIMIT_EXCEEDED, Observation
+from schemas.config import ModelConfig, RoutingConfig
+
+NOW = 1_000.0
+A, B = "m:local-8001", "m:local-8002"
+
+
+def _load() -> ModelLoad:
+    model = ModelConfig.model_validate(
+        {
+            "id": "m",
+            "route": [
+                {
+                    "kind": "openai_compat",
+                    "base_url": f"http://127.0.0.1:{8001 + i}/v1",
+                    "provider_model_id": f"up-{i}",
+                }
+                for i in range(2)
+            ],
+        }
+    )
+    return ModelLoad(model, RoutingConfig(), lambda: NOW)
+
+
+def _refused(load: ModelLoad, in_flight: int, kind: str) -> Observation:
+    """``in_flight`` requests sent to A, the last of them refused with a 429 of ``kind``."""
+    for i in range(in_flight):
+        load.load.issued(f"r{i}", (A, B), NOW)
+    return Observation(
+        endpoint=A,
+        model="m",
+        outcome="failure",
+        status=429,
+        error_kind=kind,
+        retry_after=1.0,
+        request_id=f"r{in_flight - 1}",
+    )
+
+
+def test_a_429_that_says_nothing_of_a_rate_halves_the_concurrency_it_refused_at() -> None:
+    load = _load()
+
+    event = load.observed(_refused(load, 10, "http_429"), NOW)
+
+    assert event is not None and event.reason == "rate_limited"
+    assert load.load.limits[A].limit == pytest.approx(5.0)
+
+
+def test_a_refused_rate_leaves_the_learned_concurrency_as_it_was() -> None:
+    # Before: halved like a concurrency plan's refusal. A route whose answers stream for
+    # seconds holds many requests at once under a few a second; each halving left it at half
+    # its rate (replay `ratelimited`: alpha 0 cost 2.59 $ for the cheapest fill's 1.21).
+    load = _load()
+
+    event = load.observed(_refused(load, 10, RATE_LIMIT_EXCEEDED), NOW)
+
+    assert event is None
+    assert load.load.limits[A].limit is None
+    assert load.of(A) == (9, 16.0)  # the refused one moved on to B; slow start as before
