@@ -21,9 +21,9 @@ Dropped, because chat has no equivalent and leaving them out changes no answer's
 ``service_tier``, ``speed``, ``inference_geo``,
 ``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
 (InvalidRequestError), because ignoring them would answer a different question: server tools
-(``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``,
-``document``/``search_result`` blocks, file-id image sources, and any block type this module
-does not know.
+(``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``, ``search_result``
+blocks, file-id image and document sources, URL documents, and any block type this module
+does not know. Images and documents become chat parts (``_messages_media``).
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from gateway.formats._common import (
     want_positive_int,
     want_str,
 )
+from gateway.formats._messages_media import document_part, image_part
 from gateway.formats.claude_markers import (
     ANTHROPIC_BETA,
     CLAUDE_CACHE,
@@ -85,6 +86,7 @@ _JOIN = "\n\n"
 _REFUSED_TOP_LEVEL = ("container",)
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 _TOOL_CHOICE_TYPES = frozenset({*_TOOL_CHOICE, "tool"})
+_MEDIA = {"image": image_part, "document": document_part}  # blocks that become chat parts
 # The documented request fields (anthropic's MessageCreateParams, with the sampling ones
 # older API versions take) and their JSON types, also those this module drops.
 _FIELDS = {
@@ -363,8 +365,8 @@ def _user_messages(content: list[Any], path: str, out: list[JSON], origins: Orig
             parts.append(
                 _cached({"type": "text", "text": want_str(block, "text", bpath)}, block, bpath)
             )
-        elif kind == "image":
-            parts.append(_cached(_image_part(block, bpath), block, bpath))
+        elif kind in _MEDIA:
+            parts.append(_cached(_MEDIA[kind](block, bpath), block, bpath))
         elif kind == "tool_result":
             if origins is not None:
                 origins[f"messages[{len(out)}]"] = bpath
@@ -382,6 +384,7 @@ def _user_messages(content: list[Any], path: str, out: list[JSON], origins: Orig
         for p, block_path in enumerate(part_paths):
             origins[f"{at}.content[{p}]"] = block_path
             origins[f"{at}.content[{p}].image_url.url"] = f"{block_path}.source"
+            origins[f"{at}.content[{p}].file.file_data"] = f"{block_path}.source"
     if len(parts) == 1 and parts[0]["type"] == "text" and not _marked_part(parts[0]):
         out.append({"role": "user", "content": parts[0]["text"]})
     elif parts:
@@ -408,8 +411,8 @@ def _tool_message(
             if kind == "text":
                 texts.append(want_str(item, "text", ipath))
                 _cached(result, item, ipath)
-            elif kind == "image":
-                user_parts.append(_cached(_image_part(item, ipath), item, ipath))
+            elif kind in _MEDIA:  # chat tool messages carry text only
+                user_parts.append(_cached(_MEDIA[kind](item, ipath), item, ipath))
                 if part_paths is not None:
                     part_paths.append(ipath)
             else:
@@ -420,23 +423,6 @@ def _tool_message(
     if _marked_part(result):
         return {"role": "tool", "tool_call_id": call_id, "content": [{**result, "text": text}]}
     return {"role": "tool", "tool_call_id": call_id, "content": text}
-
-
-def _image_part(block: JSON, path: str) -> JSON:
-    source = want_dict(block.get("source"), f"{path}.source")
-    kind = source.get("type")
-    spath = f"{path}.source"
-    if kind == "base64":
-        media_type = want_str(source, "media_type", spath)
-        url = f"data:{media_type};base64,{want_str(source, 'data', spath)}"
-    elif kind == "url":
-        url = want_str(source, "url", spath)
-    else:
-        raise InvalidRequestError(
-            f"{spath}.type: '{kind}' image sources are not supported (use 'base64' or 'url')",
-            param=f"{spath}.type",
-        )
-    return {"type": "image_url", "image_url": {"url": url}}
 
 
 def _convert_tools(tools: list[Any]) -> list[JSON]:

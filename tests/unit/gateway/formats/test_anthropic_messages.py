@@ -279,8 +279,12 @@ def test_to_chat_request_maps_structured_output_to_strict_json_schema() -> None:
         (_minimal(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
         (_minimal(messages=[{"role": "user", "content": []}]), "messages[0].content"),
         (
-            _minimal(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]),
+            _minimal(messages=[{"role": "user", "content": [{"type": "search_result"}]}]),
             "messages[0].content[0].type",
+        ),
+        (
+            _minimal(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]),
+            "messages[0].content[0].source.type",
         ),
         (
             _minimal(
