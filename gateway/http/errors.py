@@ -58,13 +58,20 @@ PACED_RETRY_AFTER = b"1"
 
 # Upstream statuses that describe the client's request; relayed as they are.
 REQUEST_DESCRIBING = frozenset({400, 404, 413, 422})
+# Anthropic's status for an overloaded API (``overloaded_error``), which its SDKs raise as
+# OverloadedError and Claude Code retries as an overload; the OpenAI surfaces have no such
+# status and keep the 502, as does an upstream's 503 everywhere (it need not be overload).
+OVERLOADED = 529
 
 
-def http_status(err: GatewayError) -> int:
-    """The HTTP status a client sees for ``err``."""
+def http_status(err: GatewayError, *, relays_overload: bool = False) -> int:
+    """The HTTP status a client sees for ``err``; ``relays_overload``: the caller's API has
+    :data:`OVERLOADED` (Anthropic's), which an upstream's overload then is."""
     if isinstance(err, UpstreamError) and err.status is not None:
         if err.status in REQUEST_DESCRIBING or err.status == 429:
             return err.status
+        if relays_overload and err.status == OVERLOADED:
+            return OVERLOADED
     if isinstance(err, BudgetExceededError):
         return err.status  # 429, or 402 where the operator chose it
     return _STATUS.get(err.code, 500)

@@ -57,6 +57,7 @@ import anyio
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.http.errors import error_code, http_status
 from gateway.http.request import bounded
+from gateway.ingress.surfaces import MESSAGES
 from schemas import (
     GatewayError,
     LogAppend,
@@ -210,7 +211,8 @@ class Accounting:
                 await handler(req, rec)
             except GatewayError as err:
                 # Once the answer started, the client saw 200 whatever failed afterwards.
-                status = 200 if req.started else http_status(err)
+                overload = surface == MESSAGES.name  # as the client was answered
+                status = 200 if req.started else http_status(err, relays_overload=overload)
                 await self._finish(req, rec, surface, status, error_code(err))
                 raise
             except anyio.get_cancelled_exc_class():

@@ -343,7 +343,7 @@ def _surface_for(req: HttpRequest, path: str) -> Surface:
 
 
 async def _send_gateway_error(req: HttpRequest, surface: Surface, err: GatewayError) -> None:
-    status = http_status(err)
+    status = http_status(err, relays_overload=surface.relays_overload)
     param = client_param(err) if surface is CHAT else error_param(err)
     await req.respond(
         status,

@@ -50,6 +50,7 @@ class Surface:
     stream: Callable[[str, JSON], StreamRenderer]
     error_body: Callable[[int, str, str, str | None], bytes]
     client_terms: Callable[[JSON, GatewayError], None]
+    relays_overload: bool = False  # an upstream's overload is Anthropic's 529 (http_status)
 
 
 def _chat_error(status: int, message: str, code: str, param: str | None) -> bytes:
@@ -132,4 +133,5 @@ MESSAGES = Surface(
     stream=_messages_stream,
     error_body=_messages_error,
     client_terms=_messages_terms,
+    relays_overload=True,
 )

@@ -13,7 +13,16 @@ import openai
 import pytest
 
 from tests.e2e._surface_clients import error_body
-from tests.e2e.conftest import CHAT, HI, assert_openai_error, config, model, route
+from tests.e2e.conftest import (
+    CHAT,
+    HI,
+    ONE_BUS,
+    anthropic_route,
+    assert_openai_error,
+    config,
+    model,
+    route,
+)
 from tests.fixtures.upstream import FakeUpstream, Reply
 
 if TYPE_CHECKING:
@@ -174,3 +183,25 @@ async def test_upstream_failures_on_messages_are_anthropic_shaped_with_retry_aft
     assert_anthropic_error(limited, 429, "rate_limit_error")
     assert limited.headers["retry-after"] == "7"
     assert "HTTP 503" in assert_anthropic_error(broken, 502, "api_error")
+
+
+@ONE_BUS
+async def test_upstream_overload_reaches_a_messages_client_as_anthropic_529(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Claude's 529 overloaded_error, after every route was tried, was a 502 api_error: the
+    # anthropic SDK raised InternalServerError, not OverloadedError, and Claude Code could
+    # not tell an overload (which it retries, and falls back from) from a broken gateway.
+    gw = await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
+    overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+    fake_upstream.enqueue(Reply(529, body=overloaded), Reply(529, body=overloaded))
+
+    with pytest.raises(anthropic.OverloadedError) as messages:
+        await gw.anthropic().messages.create(model="m", max_tokens=5, messages=HI)
+    with pytest.raises(openai.InternalServerError) as chat:
+        await gw.openai().chat.completions.create(model="m", messages=HI)
+
+    assert messages.value.status_code == 529
+    assert error_body(messages.value)["error"]["type"] == "overloaded_error"
+    assert "Overloaded" in error_body(messages.value)["error"]["message"]
+    assert chat.value.status_code == 502  # the OpenAI surfaces have no 529
