@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from gateway.formats._anthropic_errors import KNOWN_ERROR_TYPES, error_type
 from gateway.formats._common import (
     JSON,
     first_choice,
@@ -28,22 +29,6 @@ from gateway.formats._common import (
 from gateway.formats.claude_markers import CLAUDE_STOP_REASON
 from schemas import UpstreamBadResponseError
 from schemas.canonical_markers import START_USAGE
-
-_ERROR_TYPES: dict[int, str] = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    402: "billing_error",
-    403: "permission_error",
-    404: "not_found_error",
-    408: "timeout_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
-    504: "timeout_error",
-    529: "overloaded_error",
-}
-_KNOWN_ERROR_TYPES = frozenset(_ERROR_TYPES.values()) | {"api_error"}
 
 _P_MESSAGE_START = frame_prefix("message_start")
 _P_BLOCK_START = frame_prefix("content_block_start")
@@ -61,19 +46,6 @@ _MESSAGE_STOP = sse_frame(frame_prefix("message_stop"), {"type": "message_stop"}
 _NO_SIGNATURE = ""
 _EMPTY_TEXT = {"type": "text", "text": ""}
 _EMPTY_THINKING = {"type": "thinking", "thinking": "", "signature": _NO_SIGNATURE}
-
-
-def error_body(status: int, message: str) -> JSON:
-    """Anthropic's error shape, its ``error.type`` chosen by HTTP ``status``."""
-    return {"type": "error", "error": {"type": error_type(status), "message": message}}
-
-
-def error_type(status: int) -> str:
-    """Anthropic's ``error.type`` for an HTTP status."""
-    known = _ERROR_TYPES.get(status)
-    if known is not None:
-        return known
-    return "api_error" if status >= 500 else "invalid_request_error"
 
 
 def stop_reason(finish: Any, matched: Any, has_tool_calls: bool) -> tuple[str, str | None]:
@@ -359,15 +331,21 @@ class ChatToMessagesStream:
         self._done = True  # only now: had making the frames failed, ``error`` still ends it
         return out
 
-    def error(self, message: str, type: str = "api_error") -> list[bytes]:
+    def error(
+        self, message: str, type: str = "api_error", *, status: int | None = None
+    ) -> list[bytes]:
         """Anthropic's in-stream ``error`` event for a stream cut mid-answer.
 
         ``type`` must be an Anthropic error type; anything else is sent as ``api_error``.
+        ``status``, the HTTP status the failure stands for (Claude's own in-stream
+        ``overloaded_error`` is a 529), chooses the type instead, as :func:`error_type` does.
         """
         if self._done:
             return []
         self._done = True
-        kind = type if type in _KNOWN_ERROR_TYPES else "api_error"
+        if status is not None:
+            type = error_type(status)
+        kind = type if type in KNOWN_ERROR_TYPES else "api_error"
         return [sse_frame(_P_ERROR, {"type": "error", "error": {"type": kind, "message": message}})]
 
     def _start(self, out: list[bytes], chunk: JSON) -> None:

@@ -267,8 +267,11 @@ class ChatToResponsesStream:
         self._done = True
         return out
 
-    def error(self, message: str, code: str = "server_error") -> list[bytes]:
-        """An ``error`` event and ``response.failed`` for a stream cut mid-answer."""
+    def error(
+        self, message: str, code: str = "server_error", *, status: int | None = None
+    ) -> list[bytes]:
+        """An ``error`` event and ``response.failed`` for a stream cut mid-answer (``code``
+        names the failure; ``status`` is not read)."""
         if self._done:
             return []
         self._done = True

@@ -1,7 +1,8 @@
 """Anthropic Messages client surface (``POST /v1/messages``) <-> the canonical chat shape.
 
 Requests: :func:`to_chat_request`. Answers, streams and errors: :func:`from_chat_response`,
-:class:`ChatToMessagesStream`, :func:`error_body` (in ``_canonical_to_anthropic``, re-exported).
+:class:`ChatToMessagesStream` (in ``_canonical_to_anthropic``), :func:`error_body` (in
+``_anthropic_errors``), re-exported.
 
 Claude's thinking is carried as LiteLLM carries it on chat: the ``thinking`` config as the
 canonical ``thinking``, and an assistant turn's thinking and redacted_thinking blocks (signed,
@@ -30,11 +31,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gateway.formats._canonical_to_anthropic import (
-    ChatToMessagesStream,
-    error_body,
-    from_chat_response,
-)
+from gateway.formats._anthropic_errors import error_body
+from gateway.formats._canonical_to_anthropic import ChatToMessagesStream, from_chat_response
 from gateway.formats._common import (
     JSON,
     append_system,

@@ -330,8 +330,11 @@ class ChatStream:
         """The clean end of the stream."""
         return [_DONE_FRAME]
 
-    def error(self, message: str, kind: str = "upstream_error") -> list[bytes]:
-        """An in-band error frame for a stream cut mid-answer; no ``[DONE]`` follows."""
+    def error(
+        self, message: str, kind: str = "upstream_error", *, status: int | None = None
+    ) -> list[bytes]:
+        """An in-band error frame for a stream cut mid-answer; no ``[DONE]`` follows. (Its
+        ``type`` is always ``server_error``, whatever ``status`` the failure stands for.)"""
         body = {"error": {"message": message, "type": "server_error", "param": None, "code": kind}}
         return [b"data: " + _encode(body) + b"\n\n"]
 

@@ -419,7 +419,7 @@ class Inference(Component):
             logger.warning(
                 "stream from %s broke after commit: %s", stream.candidate.endpoint, err.message
             )
-            tail = renderer.error(f"upstream stream broke: {err.message}")
+            tail = renderer.error(f"upstream stream broke: {err.message}", status=err.status)
         except anyio.get_cancelled_exc_class():
             await stream.close("cancelled")
             raise

@@ -687,7 +687,9 @@ class _Unrenderable:
     def finish(self) -> list[bytes]:
         return []
 
-    def error(self, message: str, kind: str = "upstream_error") -> list[bytes]:
+    def error(
+        self, message: str, kind: str = "upstream_error", *, status: int | None = None
+    ) -> list[bytes]:
         return [f"error: {message}".encode()]
 
 
