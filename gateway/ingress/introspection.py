@@ -19,6 +19,7 @@ from gateway.http.component import Component
 from gateway.http.errors import DEFAULT_RETRY_AFTER
 from gateway.http.request import bounded
 from gateway.ingress.capacity_health import capacity_lines
+from gateway.ingress.model_pages import anthropic_page
 from gateway.steering.resolver import is_steering
 from schemas import (
     GatewayError,
@@ -83,7 +84,9 @@ class Introspection(Component):
 
     async def list_models(self, req: HttpRequest) -> None:
         """``GET /v1/models``: the models (and steering ids) the caller may call, in the
-        OpenAI list shape, or Anthropic's for a caller that sends ``anthropic-version``."""
+        OpenAI list shape, or one page of Anthropic's for a caller that sends
+        ``anthropic-version``. Raises InvalidRequestError for a page query it cannot
+        answer (``model_pages``)."""
         ids = [(m.id, m.owned_by) for m in self._config.models if m.published and may_call(req, m)]
         ids += [(name, "llmgw") for name in self._steering.book.advertised(caller_of(req).org)]
         anthropic = req.header("anthropic-version") is not None
@@ -91,13 +94,8 @@ class Introspection(Component):
             _model_entry(model_id, owner, self._loaded_at, anthropic=anthropic)
             for model_id, owner in ids
         ]
-        if anthropic:
-            page: dict[str, Any] = {
-                "data": data,
-                "has_more": False,
-                "first_id": ids[0][0] if ids else None,
-                "last_id": ids[-1][0] if ids else None,
-            }
+        if anthropic:  # its SDK pages through the list with cursors
+            page = anthropic_page(data, bytes(req.scope.get("query_string", b"")))
         else:
             page = {"object": "list", "data": data}
         await req.respond(200, _encode(page))
