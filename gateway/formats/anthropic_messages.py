@@ -22,7 +22,8 @@ Dropped, because chat has no equivalent and leaving them out changes no answer's
 ``service_tier``, ``speed``, ``inference_geo``,
 ``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
 (InvalidRequestError), because ignoring them would answer a different question: server tools
-(``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``, ``search_result``
+(``web_search_*``, ``bash_*``, ``code_execution_*``...), ``container``, ``mcp_servers``
+(the MCP connector: Claude calls those tools itself), ``search_result``
 blocks, file-id image and document sources, URL documents, and any block type this module
 does not know. Images and documents become chat parts (``_messages_media``).
 """
@@ -81,7 +82,7 @@ __all__ = [
 # Blocks of one system prompt or one tool result become one chat string; a blank line keeps
 # their boundary visible to the model.
 _JOIN = "\n\n"
-_REFUSED_TOP_LEVEL = ("container",)
+_REFUSED_TOP_LEVEL = ("container", "mcp_servers")  # empty: none asked for
 _TOOL_CHOICE = {"auto": "auto", "any": "required", "none": "none"}
 _TOOL_CHOICE_TYPES = frozenset({*_TOOL_CHOICE, "tool"})
 _MEDIA = {"image": image_part, "document": document_part}  # blocks that become chat parts
@@ -150,7 +151,7 @@ def to_chat_request(body: JSON, *, counting: bool = False, origins: Origins | No
         raise InvalidRequestError("max_tokens: required by the Messages API", param="max_tokens")
     max_tokens = want_positive_int(body, "max_tokens")
     for key in _REFUSED_TOP_LEVEL:
-        if body.get(key) is not None:
+        if body.get(key):
             raise InvalidRequestError(f"{key}: not supported by this gateway", param=key)
 
     messages: list[JSON] = []

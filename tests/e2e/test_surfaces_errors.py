@@ -116,6 +116,20 @@ BAD: dict[str, tuple[str, Any, int, str, str]] = {
         "invalid_request_error",
         "image",
     ),
+    # Claude's MCP connector calls the servers' tools itself: without it the model answers
+    # with no tools at all, a different question (it was dropped without a word).
+    "messages_mcp_servers": (
+        MESSAGES,
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "messages": HI,
+            "mcp_servers": [{"type": "url", "url": "https://mcp.example.com", "name": "x"}],
+        },
+        400,
+        "invalid_request_error",
+        "mcp_servers",
+    ),
     "messages_unknown_model": (
         MESSAGES,
         {"model": "nope", "max_tokens": 5, "messages": HI},
