@@ -227,7 +227,6 @@ class ChatToMessagesStream:
         "_done",
         "_finish",
         "_held",
-        "_id",
         "_live",
         "_live_args",
         "_matched",
@@ -242,7 +241,6 @@ class ChatToMessagesStream:
 
     def __init__(self, model: str) -> None:
         self._model = model
-        self._id = new_id("msg_")
         self._started = False
         self._done = False
         self._next = 0
@@ -358,7 +356,7 @@ class ChatToMessagesStream:
                 {
                     "type": "message_start",
                     "message": {
-                        "id": self._id,
+                        "id": _message_id(chunk.get("id")),  # Claude's, as plain
                         "type": "message",
                         "role": "assistant",
                         "model": self._model,

@@ -60,3 +60,21 @@ async def test_chat_stream_from_an_anthropic_route_reports_its_prompt_once(
     assert (usage.prompt_tokens, usage.completion_tokens) == (1000, 5)
     assert usage.prompt_tokens_details is not None
     assert usage.prompt_tokens_details.cached_tokens == 900
+
+
+async def test_messages_stream_keeps_claudes_message_id_as_the_plain_answer_does(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    # The streamed message had an id of the gateway's own making, so a client could not
+    # match it to Claude's (its logs, its support requests) as it can a plain answer's.
+    claude = await fake_upstreams("claude")
+    gw = await gateway_factory(config(model("m", anthropic_route(claude))))
+    client = gw.anthropic()
+
+    plain = await client.messages.create(model="m", max_tokens=50, messages=HI)
+    async with client.messages.stream(model="m", max_tokens=50, messages=HI) as stream:
+        streamed = await stream.get_final_message()
+
+    first, second = claude.requests
+    assert plain.id == f"msg_claude-{first.seq}"
+    assert streamed.id == f"msg_claude-{second.seq}"
