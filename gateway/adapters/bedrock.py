@@ -44,7 +44,12 @@ from gateway.adapters.bedrock_embed import (
     tokens_of,
     vectors_of,
 )
-from gateway.adapters.bedrock_stream import CLAUDE_STOPS, ConverseToChatStream
+from gateway.adapters.bedrock_stream import (
+    CLAUDE_STOPS,
+    MATCHED_STOP,
+    ConverseToChatStream,
+    matched_stop,
+)
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
@@ -113,7 +118,13 @@ class BedrockAdapter:
     ) -> tuple[URL, bytes, dict[str, str]]:
         try:
             model = target.upstream_model or str(body.get("model", ""))
-            payload = _encode(to_converse_request(body, claude=_claude(target, model)))
+            claude = _claude(target, model)
+            converse = to_converse_request(body, claude=claude)
+            if claude and "stopSequences" in converse.get("inferenceConfig", ()):
+                # Claude's answer says which one matched only when asked (Anthropic's
+                # stop_sequence); other models' field paths are their own.
+                converse["additionalModelResponseFieldPaths"] = [MATCHED_STOP]
+            payload = _encode(converse)
         except InvalidRequestError as exc:
             raise UnsupportedParameterError(
                 exc.message, endpoint=target.endpoint, param=exc.param
@@ -149,6 +160,8 @@ class BedrockAdapter:
             chat = from_converse_response(data, model=model)
             if _CLAUDE_NATIVE in body and data.get("stopReason") in CLAUDE_STOPS:
                 chat["choices"][0][STOP_REASON] = data["stopReason"]  # for a Messages client
+            if (matched := matched_stop(data)) is not None:
+                chat["choices"][0]["stop_reason"] = matched  # vLLM's field, as Claude's
             return chat
         except UpstreamError as err:
             raise _redacted(err, target) from None

@@ -33,10 +33,23 @@ from gateway.adapters.bedrock_wire import (
 )
 from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
 
+MATCHED_STOP = "/stop_sequence"
+"""The response field path that asks Claude on Converse which stop sequence ended its answer
+(``additionalModelResponseFields.stop_sequence``): ``stopReason`` says only that one did."""
 CLAUDE_STOPS = frozenset({"model_context_window_exceeded"})
 """Converse stop reasons of Claude's own that chat has no finish reason for (``length``
 stands in): kept for a Messages client (``_claude_native``) as the anthropic adapter keeps
 them."""
+
+
+def matched_stop(payload: JSON) -> str | None:
+    """The stop sequence that a Converse answer or ``messageStop`` says ended the answer
+    (Claude's, asked for with :data:`MATCHED_STOP`), or None."""
+    if payload.get("stopReason") != "stop_sequence":
+        return None
+    fields = payload.get("additionalModelResponseFields")
+    matched = fields.get("stop_sequence") if type(fields) is dict else None
+    return matched if type(matched) is str else None
 
 
 class ConverseToChatStream:
@@ -53,6 +66,7 @@ class ConverseToChatStream:
         self._tools: dict[int, int] = {}  # contentBlockIndex -> tool_calls index
         self._bare: set[int] = set()  # tool uses that have carried no input yet
         self._finish: str | None = None  # from messageStop
+        self._matched: str | None = None  # the stop sequence messageStop says ended it
         self._texted = False  # text came: a reasoning block after it is interleaved
         # contentBlockIndex -> a reasoning block's text pieces, signature, redacted pieces
         self._reasoning: dict[int, tuple[list[str], list[str], list[str]]] = {}
@@ -86,6 +100,7 @@ class ConverseToChatStream:
             stop = text_field(payload, "stopReason", "a messageStop") or "end_turn"
             self._finish = finish_reason(stop)
             self._stop = stop if self._claude_stop and stop in CLAUDE_STOPS else None
+            self._matched = matched_stop(payload)
             return []
         if event == "metadata":
             return self._end(payload.get("usage"))
@@ -161,6 +176,8 @@ class ConverseToChatStream:
         out = [self._chunk({}, self._finish)]
         if self._stop is not None:
             out[0]["choices"][0][STOP_REASON] = self._stop
+        if self._matched is not None:
+            out[0]["choices"][0]["stop_reason"] = self._matched  # vLLM's field, as Claude's
         if self._include_usage:
             out.append(self._base([], usage=chat_usage(usage)))
         return out
