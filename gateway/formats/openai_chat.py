@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from gateway.formats.media_tokens import MEDIA_BODY, media_sizes
 from schemas import InvalidRequestError
 from schemas.canonical_markers import START_USAGE
 from schemas.keys import fits_int64, shown
@@ -245,52 +246,23 @@ def input_modalities(body: JSON) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-IMAGE_TOKENS = 1_600
-"""The most an image is estimated at: about what Claude (an image resized to 1.15 megapixels),
-GPT-4o (high detail) and Gemini bill one. Its base64 at 4 bytes a token said 150,000 tokens
-for a 600 KB image."""
-_IMAGE_BODY = 8_192  # a smaller body holds no image worth walking it for
-
-
 def estimate_prompt_tokens(raw_body_len: int, body: Any = None) -> int:
     """A cheap prompt-size estimate from the body length (about 4 bytes per token), each
-    base64 image in ``body`` (the decoded request, walked only when it is large) counted as
-    at most :data:`IMAGE_TOKENS`."""
+    base64 image or PDF in ``body`` (the decoded request, walked only when it is large)
+    counted as ``media_tokens`` says."""
     tokens = raw_body_len // 4
-    if body is None or raw_body_len < _IMAGE_BODY:
+    if body is None or raw_body_len < MEDIA_BODY:
         return tokens
-    for size in _image_sizes(body):
-        tokens -= max(0, size // 4 - IMAGE_TOKENS)
+    for size, estimate in media_sizes(body):
+        tokens -= max(0, size // 4 - estimate)
     return tokens
 
 
 def prompt_estimate(raw: bytes, body: Any) -> int:
     """:func:`estimate_prompt_tokens` of a request sent as ``raw`` and decoded as ``body``,
     which is walked only when ``raw`` is large and says ``base64``."""
-    images = len(raw) >= _IMAGE_BODY and raw.find(b"base64") >= 0  # not `in`: see sse.py
+    images = len(raw) >= MEDIA_BODY and raw.find(b"base64") >= 0  # not `in`: see sse.py
     return estimate_prompt_tokens(len(raw), body if images else None)
-
-
-def _image_sizes(body: Any) -> list[int]:
-    """The lengths of the base64 images in ``body``: data URLs (``data:image/...``, OpenAI's
-    ``image_url`` and ``input_image``) and Anthropic's ``base64`` image sources."""
-    sizes: list[int] = []
-    stack = [body]
-    while stack:
-        node = stack.pop()
-        if type(node) is dict:
-            data = node.get("data")
-            if node.get("type") == "base64" and type(data) is str:
-                media = node.get("media_type")
-                if type(media) is str and media.startswith("image/"):
-                    sizes.append(len(data))
-                    continue
-            stack.extend(node.values())
-        elif type(node) is list:
-            stack.extend(node)
-        elif type(node) is str and node.startswith("data:image/"):
-            sizes.append(len(node))
-    return sizes
 
 
 def render_response(chat: JSON, model: str, request: JSON | None = None) -> bytes:

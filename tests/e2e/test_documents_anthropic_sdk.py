@@ -12,6 +12,7 @@ and the fake Bedrock, on the in-process bus.
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 import anthropic
@@ -122,3 +123,34 @@ async def test_document_source_the_gateway_cannot_carry_is_a_400_naming_it(
 
     assert "messages[0].content[0].source.type" in refused.value.message
     assert fake_upstream.requests == []
+
+
+def _pdf(pages: int, padding: int) -> str:
+    """A base64 PDF of ``pages`` page objects and ``padding`` bytes of image data."""
+    kids = " ".join(f"{3 + i} 0 R" for i in range(pages))
+    objects = [
+        b"1 0 obj << /Type /Catalog /Pages 2 0 R >> endobj",
+        f"2 0 obj << /Type /Pages /Kids [{kids}] /Count {pages} >> endobj".encode(),
+        *(f"{3 + i} 0 obj << /Type /Page /Parent 2 0 R >> endobj".encode() for i in range(pages)),
+        b"9 0 obj << /Length %d >> stream\n" % padding + bytes(range(256)) * (padding // 256),
+    ]
+    return base64.b64encode(b"%PDF-1.4\n" + b"\n".join(objects)).decode()
+
+
+async def test_a_large_pdf_is_counted_by_its_pages_not_its_bytes(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # Its base64 at 4 bytes a token said 333,000 tokens for this 3-page 1 MB PDF: the
+    # context-window check refused it on a 200,000-token Claude route, and count_tokens
+    # said as much; Claude bills 1,500 to 3,000 tokens a page.
+    window = {**FILES, "context_window": 200_000}
+    gw = await gateway_factory(config(model("m", anthropic_route(fake_upstream, **window))))
+    document = {"type": "document", "source": {**DOCUMENT["source"], "data": _pdf(3, 1 << 20)}}
+    client = gw.anthropic()
+
+    counted = await client.messages.count_tokens(model="m", messages=_ask(document))
+    answer = await client.messages.create(model="m", max_tokens=9, messages=_ask(document))
+
+    assert 3 * 3_000 <= counted.input_tokens < 10_000
+    assert answer.content[0].type == "text"
+    assert len(fake_upstream.requests) == 1

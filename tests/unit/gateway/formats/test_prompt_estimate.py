@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from gateway.formats.openai_chat import IMAGE_TOKENS, estimate_prompt_tokens, prompt_estimate
+from gateway.formats.media_tokens import IMAGE_TOKENS
+from gateway.formats.openai_chat import estimate_prompt_tokens, prompt_estimate
 
 PNG = "iVBORw0KGgo" * 40_000  # 440,000 characters of base64
 
