@@ -72,6 +72,7 @@ __all__ = [
     "MessagesToChatStream",
     "UpstreamStreamError",
     "chat_usage",
+    "claude_thinking",
     "from_messages_response",
     "thinking_for_effort",
     "to_messages_request",
@@ -118,11 +119,7 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     max_tokens = chat.get("max_completion_tokens")
     if max_tokens is None:
         max_tokens = chat.get("max_tokens")
-    thinking = chat.get("thinking")
-    if isinstance(thinking, dict):
-        refuse_sampling_with_thinking(chat, thinking, "thinking")
-    else:
-        thinking = thinking_for_effort(chat, max_tokens)
+    thinking = claude_thinking(chat, max_tokens)
     if max_tokens is None:
         budget = (thinking or {}).get("budget_tokens")
         max_tokens = DEFAULT_MAX_TOKENS + (budget if type(budget) is int and budget > 0 else 0)
@@ -170,6 +167,23 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
     if chat.get("stream"):
         req["stream"] = True
     return req
+
+
+def claude_thinking(chat: JSON, max_tokens: Any) -> JSON | None:
+    """The thinking config Claude is sent for ``chat`` (None: none): its own ``thinking``, or
+    its effort's (:func:`thinking_for_effort`). Raises InvalidRequestError for sampling
+    Claude refuses while thinking. A config that turns thinking on is not sent while the
+    last assistant turn calls a tool without Claude's signed thinking: Claude refuses that
+    tool loop (its turn must begin with its thinking), and such a turn came from another
+    route of the model (Gemini's, an OpenAI model's) or a client that kept no thinking, so
+    the refusal would end the conversation on this route; LiteLLM drops it so too."""
+    thinking = chat.get("thinking")
+    if not isinstance(thinking, dict):
+        return thinking_for_effort(chat, max_tokens)
+    if thinking.get("type") != "disabled" and unsigned_tool_turn(chat):
+        return None
+    refuse_sampling_with_thinking(chat, thinking, "thinking")
+    return thinking
 
 
 def thinking_for_effort(chat: JSON, max_tokens: Any) -> JSON | None:

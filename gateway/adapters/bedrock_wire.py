@@ -54,13 +54,12 @@ from gateway.adapters._anthropic_to_canonical import (
     place_thinking,
     text_field,
 )
-from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS, thinking_for_effort
+from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS, claude_thinking
 from gateway.adapters.bedrock_cache import last_points, mark_request, points, system_blocks
 from gateway.adapters.chat_message import (
     answered_call,
     interleave,
     join_turn,
-    refuse_sampling_with_thinking,
     signed_thinking,
     text_of,
     tool_calls,
@@ -177,11 +176,7 @@ def _inference_config(chat: JSON) -> JSON:
 def _claude_thinking(chat: JSON, req: JSON, inference: JSON) -> None:
     """Claude's thinking config in ``additionalModelRequestFields``. Raises
     InvalidRequestError as the anthropic adapter does (sampling refused while thinking)."""
-    thinking = chat.get("thinking")
-    if isinstance(thinking, dict):
-        refuse_sampling_with_thinking(chat, thinking, "thinking")
-    else:
-        thinking = thinking_for_effort(chat, inference.get("maxTokens"))
+    thinking = claude_thinking(chat, inference.get("maxTokens"))
     if thinking is None:
         return
     budget = thinking.get("budget_tokens")

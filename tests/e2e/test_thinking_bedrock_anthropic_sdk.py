@@ -172,3 +172,47 @@ async def test_a_reasoning_effort_in_a_tool_loop_without_claudes_blocks_is_answe
         ]
     # Outside a tool loop the effort still makes Claude think.
     assert sent == [None, {"thinking": {"type": "enabled", "budget_tokens": 4096}}]
+
+
+@pytest.mark.parametrize("kind", ["bedrock", "anthropic"])
+async def test_a_messages_tool_loop_whose_turn_another_route_answered_is_answered(
+    gateway_factory: GatewayFactory,
+    bedrock: FakeBedrock,
+    fake_upstream: FakeUpstream,
+    kind: str,
+) -> None:
+    # Claude Code thinking (its own config) in a tool loop whose last turn another route of
+    # the model answered (Gemini's, an OpenAI model's: no signed thinking, its reasoning an
+    # unsigned block that is never sent to Claude): Claude refuses a tool-use turn that does
+    # not begin with its thinking while it thinks, so the conversation died on a Claude route
+    # with a 400 at every retry. The turn goes without thinking, as LiteLLM sends it.
+    claude = (
+        await _claude(gateway_factory, bedrock)
+        if kind == "bedrock"
+        else await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
+    )
+    unsigned = {"type": "thinking", "thinking": "Gemini thought.", "signature": ""}
+    result = {"type": "tool_result", "tool_use_id": "tu_1", "content": "18C"}
+    loop: list[Any] = [
+        *HI,
+        {"role": "assistant", "content": [unsigned, TOOL_USE]},
+        {"role": "user", "content": [result]},
+    ]
+    client = claude.anthropic()
+
+    answer = await client.messages.create(
+        model="m", max_tokens=2048, messages=loop, tools=TOOLS, thinking=CONFIG
+    )
+    plain = await client.messages.create(model="m", max_tokens=2048, messages=HI, thinking=CONFIG)
+
+    assert answer.stop_reason in ("end_turn", "tool_use")
+    assert plain.content
+    if kind == "bedrock":
+        sent = [r.json.get("additionalModelRequestFields") for r in bedrock.requests[-2:]]
+    else:
+        sent = [
+            r.json.get("thinking") and {"thinking": r.json["thinking"]}
+            for r in fake_upstream.requests
+        ]
+    # A new turn (no tool loop to continue) still thinks as asked.
+    assert sent == [None, {"thinking": CONFIG}]
