@@ -104,12 +104,12 @@ def to_embed_requests(body: JSON, model: str) -> list[JSON]:
     return out
 
 
-def _text_of(content: Any, path: str) -> str:
+def _text_of(content: Any, path: str, join: str = "") -> str:
     if content is None or isinstance(content, str):
         return content or ""
     if isinstance(content, list):
         texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        return "".join(t for t in texts if isinstance(t, str))
+        return join.join(t for t in texts if isinstance(t, str))
     raise InvalidRequestError(f"{path}: must be a string or an array of parts", param=path)
 
 
@@ -155,7 +155,9 @@ def _contents(messages: list[Any]) -> tuple[list[str], list[JSON]]:
             raise InvalidRequestError(f"{path}: must be an object", param="messages")
         role = msg.get("role")
         if role in ("system", "developer"):
-            system.append(_text_of(msg.get("content"), f"{path}.content"))
+            # A blank line between a system message's parts, as every other route has them
+            # (a Messages client's system blocks are parts when marked for caching).
+            system.append(_text_of(msg.get("content"), f"{path}.content", "\n\n"))
             continue
         if role == "user":
             _append(contents, "user", _user_parts(msg.get("content"), f"{path}.content"))
