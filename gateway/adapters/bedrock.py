@@ -105,6 +105,32 @@ def _claude(target: UpstreamTarget, model: str) -> bool:
     return (settings is not None and settings.model_family == "anthropic") or is_claude(model)
 
 
+# Converse refuses toolUse and toolResult blocks in a request without a toolConfig, which one
+# asked with no tools (a summary of a tool loop) or with tool_choice none (Converse has no
+# "none": the tools are left out) has not: this tool, which no answer is meant to call, stands
+# in, as LiteLLM's dummy tool does.
+_NO_TOOL: JSON = {
+    "tools": [
+        {
+            "toolSpec": {
+                "name": "no_tool_available",
+                "description": "No tool is available in this turn. Never call this.",
+                "inputSchema": {"json": {"type": "object", "properties": {}}},
+            }
+        }
+    ]
+}
+
+
+def _holds_tool_blocks(messages: list[JSON]) -> bool:
+    """Whether Converse ``messages`` hold a toolUse or toolResult block."""
+    return any(
+        "toolUse" in block or "toolResult" in block
+        for message in messages
+        for block in message["content"]
+    )
+
+
 class BedrockAdapter:
     """Calls Converse/ConverseStream, and InvokeModel for embeddings, on the pooled client."""
 
@@ -124,6 +150,8 @@ class BedrockAdapter:
                 # Claude's answer says which one matched only when asked (Anthropic's
                 # stop_sequence); other models' field paths are their own.
                 converse["additionalModelResponseFieldPaths"] = [MATCHED_STOP]
+            if "toolConfig" not in converse and _holds_tool_blocks(converse["messages"]):
+                converse["toolConfig"] = _NO_TOOL
             payload = _encode(converse)
         except InvalidRequestError as exc:
             raise UnsupportedParameterError(
