@@ -423,8 +423,15 @@ async def follow(
 
     task = asyncio.create_task(run(), name=name)
     waiter = asyncio.create_task(ready.wait())
-    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    waiter.cancel()
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # Left running, it would fail alone once the bus closes, its error never retrieved.
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    finally:
+        waiter.cancel()
     if task.done():
         task.result()  # raises why the subscription failed
         raise RuntimeError(f"subscription to {subject} ended at once")

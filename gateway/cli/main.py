@@ -104,6 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
     from gateway.process.serve import (
         NODE_ID,
         NODE_ID_RULE,
+        BusLostError,
         BusUnreachableError,
         ListenError,
         ServeOptions,
@@ -157,7 +158,13 @@ def _serve(args: argparse.Namespace) -> int:
             )
             return run_loop(main, args.loop)
         return run_loop(run(config, opts, own_process=True), args.loop)
-    except (ListenError, BusUnreachableError, EngineUnavailableError, EmbeddedNatsError) as exc:
+    except (
+        ListenError,
+        BusUnreachableError,
+        BusLostError,
+        EngineUnavailableError,
+        EmbeddedNatsError,
+    ) as exc:
         sys.stderr.write(f"llmgw: {exc}\n")
         return 2
     except ConfigError as exc:  # refused once the bus showed more (a second actors host)

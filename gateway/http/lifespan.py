@@ -39,7 +39,14 @@ class Lifespan:
         call = cast("Coroutine[Any, Any, None]", running)
         self._task = asyncio.get_running_loop().create_task(call, name="llmgw:lifespan")
         await self._inbox.put({"type": "lifespan.startup"})
-        reply = await self._reply()
+        try:
+            reply = await self._reply()
+        except asyncio.CancelledError:
+            # A start given up (the process stops): so is the app's, and what it started,
+            # before anything it uses (the bus) is closed under it.
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            raise
         if reply.get("type") == "lifespan.startup.failed":
             raise LifespanError(str(reply.get("message", "the app failed to start")))
 

@@ -72,13 +72,27 @@ def start_ingress_ops(
     bus: Bus, app: GatewayApp, config_path: str | None, version: str | None = None
 ) -> asyncio.Task[None]:
     """Run the app's background operations in a task (cancel it to stop). ``version``: that
-    of the config text the app serves (None: the file's now)."""
+    of the config text the app serves (None: the file's now). Until :func:`report_ops`, its
+    failure is its starter's to report (a start-up that cannot subscribe fails whole)."""
     if version is None:
         version = config_version(config_path)
     follower = ConfigFollower(app, functools.partial(load_versioned, config_path), version)
-    task = asyncio.create_task(app.ops.run(follower), name="llmgw:ingress-ops")
+    return asyncio.create_task(app.ops.run(follower), name="llmgw:ingress-ops")
+
+
+def report_ops(task: asyncio.Task[None]) -> None:
+    """Log the ingress operations' failure, should ``task`` (:func:`start_ingress_ops`) end
+    with one from now on."""
     task.add_done_callback(_report)
-    return task
+
+
+async def stop_ops(task: asyncio.Task[None]) -> None:
+    """Stop the ingress operations (:func:`start_ingress_ops`) and wait until they have
+    ended; a failure then (the bus closing under them) is not one to report."""
+    task.remove_done_callback(_report)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
 
 
 def _report(task: asyncio.Task[None]) -> None:

@@ -27,11 +27,14 @@ from gateway.process.control import (
     config_version,
     install_sighup,
     load_versioned,
+    report_ops,
     sighup_handler,
     start_ingress_ops,
+    stop_ops,
 )
 from gateway.process.engines import serve_http
 from gateway.process.sidecars import Sidecars
+from gateway.process.startup import lost_bus, until_started
 from schemas import subjects
 
 if TYPE_CHECKING:
@@ -42,8 +45,6 @@ if TYPE_CHECKING:
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger("llmgw")
-
-_READY_ATTEMPTS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +140,9 @@ async def run(
     it announces itself. ``sighup`` (default: as for SIGINT/SIGTERM) reloads on SIGHUP.
     ``bus_lost``, once set, says the bus's server is gone for good: the bus is closed at
     once, so the requests still in flight and the stop wait on no reconnect.
-    Returns the exit code. Raises ListenError (the port) and
-    BusUnreachableError (the bus) before anything has started.
+    Returns the exit code (0 also when stopped before it answered). Raises ListenError (the
+    port) and BusUnreachableError (the bus) before anything has started, BusLostError when
+    the bus drops before it answers.
     """
     declare_asyncio()  # before any task starts: they inherit this context
     signals = shutdown is None
@@ -167,6 +169,7 @@ async def run(
             sock.close()
         raise
     closer = None if bus_lost is None else asyncio.create_task(_close_when(bus_lost, bus))
+    ready = False
     try:
         if opts.role in ("all", "actors"):
             from gateway.process.actor_host import ActorHost
@@ -195,6 +198,7 @@ async def run(
             local = LocalAdmin.open(bus, config.database.path, None)
             if own_process:
                 settle_gc()
+            ready = True
             on_ready(f"llmgw actors running on {redacted(opts.bus_url)}")
             return await _wait(shutdown, host)
         assert sock is not None
@@ -210,20 +214,30 @@ async def run(
         server = asyncio.create_task(
             serve_http(config.server.engine, app, sock, config.server, shutdown)
         )
-        await _until_answering(opts.host, port, server)
+        if not await until_started(opts.host, port, server, ops, shutdown):
+            return 0  # stopped (SIGINT/SIGTERM) before it answered
+        ready = True
+        report_ops(ops)
         if own_process:
             settle_gc()
         on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
         code = await _wait(shutdown, host, server)
         await server
         return code
+    except Exception as exc:
+        # The bus dropped while this process started (a subscription's confirmation timed
+        # out, the ingress operations could not subscribe): one line, not a traceback.
+        why = None if ready else lost_bus(exc, bus)
+        if why is None:
+            raise
+        raise BusLostError(f"lost the bus while starting: {redacted(why)}") from None
     finally:
         if sock is not None:
             sock.close()  # a no-op once Hypercorn owns it (detached)
         if local is not None:
             await local.aclose()
         if ops is not None:
-            ops.cancel()
+            await stop_ops(ops)
         if sidecars is not None:
             await sidecars.aclose()
         if host is not None:
@@ -246,6 +260,11 @@ class ListenError(Exception):
 
 class BusUnreachableError(Exception):
     """The bus cannot be joined at startup (no NATS server accepts); the message says where."""
+
+
+class BusLostError(Exception):
+    """The bus was joined but dropped before the process finished starting; the message says
+    what failed on it."""
 
 
 def _listen(host: str, port: int, reuse_port: bool = False) -> socket.socket:
@@ -308,25 +327,3 @@ async def _wait(
         if task is not server:
             task.cancel()
     return code
-
-
-async def _until_answering(host: str, port: int, server: asyncio.Task[None]) -> None:
-    """Return once ``GET /health`` answers, so the ready line is true."""
-    target = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    for _ in range(_READY_ATTEMPTS):
-        if server.done():
-            server.result()
-            raise RuntimeError("the HTTP server stopped during startup")
-        try:
-            reader, writer = await asyncio.open_connection(target, port)
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.write(b"GET /health HTTP/1.1\r\nhost: llmgw\r\nconnection: close\r\n\r\n")
-        await writer.drain()
-        status = await reader.readline()
-        writer.close()
-        if status.startswith(b"HTTP/1.1 200"):
-            return
-        await asyncio.sleep(0.01)
-    raise RuntimeError("the gateway did not answer /health during startup")

@@ -35,6 +35,9 @@ from gateway.process.running_config import text_version
 logger = logging.getLogger("llmgw")
 
 _BUS_RETRY_S = 1.0  # between a restarted worker's tries to reach the bus
+# The exit code of a worker whose bus dropped while it started: not a crash of its own; the
+# supervisor starts another, which waits for the bus to come back.
+EXIT_BUS_LOST = 3
 
 if TYPE_CHECKING:
     from gateway.process.serve import ServeOptions
@@ -57,12 +60,14 @@ class WorkerSpec(msgspec.Struct, frozen=True, kw_only=True):
     # A restart: a bus it cannot reach is waited for, as the running processes wait for it to
     # come back, not an exit the supervisor's restart budget would count as a crash.
     wait_for_bus: bool = False
+    slot: int = 0  # which worker (1..N) this process is, named in each line it logs
 
 
 def main() -> int:
     """Read the spec from stdin and serve until told to stop; returns the exit code."""
     from gateway.process.engines import run_loop
     from gateway.process.serve import (
+        BusLostError,
         BusUnreachableError,
         ListenError,
         ServeOptions,
@@ -74,9 +79,11 @@ def main() -> int:
     # reload reaches every worker, which serves what the actors run, never its own reading.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     spec = msgspec.json.decode(sys.stdin.buffer.readline(), type=WorkerSpec)
+    # Every process of the run logs to the supervisor's stderr: each line says which worker.
     logging.basicConfig(
         level=spec.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        format=f"%(asctime)s %(levelname)s worker {spec.slot} (pid {os.getpid()}) "
+        "%(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
@@ -85,7 +92,7 @@ def main() -> int:
         else:
             config = parse_config(spec.config_text, source=str(spec.config_path))
     except ConfigError as exc:
-        sys.stderr.write(f"llmgw worker: invalid configuration: {exc}\n")
+        logger.error("stopping: invalid configuration: %s", exc)
         return 2
     opts = ServeOptions(
         host=spec.host,
@@ -99,9 +106,14 @@ def main() -> int:
     )
     try:
         return run_loop(_serve(config, opts, spec.wait_for_bus), spec.loop)
-    except (ListenError, BusUnreachableError) as exc:
-        sys.stderr.write(f"llmgw worker: {exc}\n")
+    except ListenError as exc:
+        logger.error("stopping: %s", exc)
         return 2
+    except (BusLostError, BusUnreachableError) as exc:
+        # Its supervisor has joined this bus: one this worker cannot join, or that dropped
+        # while it started, is lost for now. The supervisor starts another, which waits.
+        logger.error("stopping: %s", exc)
+        return EXIT_BUS_LOST
 
 
 async def _serve(config: GatewayConfig, opts: ServeOptions, wait_for_bus: bool) -> int:

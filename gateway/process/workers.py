@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from collections import deque
@@ -27,17 +28,25 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from bus import open_bus
+from bus import BusClosedError, open_bus
 from gateway.ingress import metrics_sum
+from gateway.process.config import redacted
 from gateway.process.embedded_nats import EmbeddedNats
+from gateway.process.port_claim import PortClaim, PortClaimedError, claim_port
 from gateway.process.running_config import RunningConfig
 from gateway.process.scratch import METRICS_PREFIX, make_scratch, sweep_dead_runs
-from gateway.process.serve import ListenError, bind_socket, install_shutdown, run
-from gateway.process.worker import WorkerSpec
+from gateway.process.serve import (
+    BusUnreachableError,
+    ListenError,
+    bind_socket,
+    install_shutdown,
+    run,
+)
+from gateway.process.worker import EXIT_BUS_LOST, WorkerSpec
 
 if TYPE_CHECKING:
     import socket
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from bus import Bus
     from gateway.process.serve import ServeOptions
@@ -47,6 +56,8 @@ logger = logging.getLogger("llmgw")
 
 _READY_TIMEOUT_S = 60.0  # a worker answers /health within this or startup fails
 _STOP_TIMEOUT_S = 15.0  # a worker drains within this after SIGTERM, else SIGKILL
+_EXIT_WAIT_S = 5.0  # a worker that closed its stdout at startup has exited within this
+FIRST = asyncio.FIRST_COMPLETED
 
 
 class WorkersGaveUpError(Exception):
@@ -54,7 +65,17 @@ class WorkersGaveUpError(Exception):
 
 
 class WorkerStartError(Exception):
-    """A worker exited (or stayed silent) before it answered at startup."""
+    """A worker exited (or stayed silent) before it answered at startup; ``code``: its exit
+    code (None: it did not exit)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+    @property
+    def bus_lost(self) -> bool:
+        """It could not join the bus, or the bus dropped while it started."""
+        return self.code == EXIT_BUS_LOST
 
 
 @dataclasses.dataclass
@@ -106,7 +127,23 @@ class WorkerPool:
 
     async def start(self) -> None:
         """Start every worker; return once all answer. Raises WorkerStartError."""
-        await asyncio.gather(*(self._start(slot) for slot in range(len(self._procs))))
+        await asyncio.gather(*(self._first_start(slot) for slot in range(len(self._procs))))
+
+    async def _first_start(self, slot: int) -> None:
+        restart = False
+        while True:
+            try:
+                await self._start(slot, restart=restart)
+                return
+            except WorkerStartError as exc:
+                # The bus dropped under it (the actors wait for it to come back): another
+                # waits for it too, rather than the whole gateway stopping.
+                delay = self._budgets[slot].next_delay() if exc.bus_lost else None
+                if delay is None:
+                    raise
+                logger.warning("%s; starting another in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
+            restart = True
 
     async def _start(self, slot: int, restart: bool = False) -> None:
         proc = await asyncio.create_subprocess_exec(
@@ -119,7 +156,7 @@ class WorkerPool:
         self._procs[slot] = proc
         assert proc.stdin is not None and proc.stdout is not None
         # The pipe stays open: its end tells the worker its supervisor is gone.
-        spec = msgspec.structs.replace(self._spec, wait_for_bus=restart)
+        spec = msgspec.structs.replace(self._spec, wait_for_bus=restart, slot=slot + 1)
         if self._running is not None:
             spec = msgspec.structs.replace(spec, config_text=self._running.text)
         proc.stdin.write(msgspec.json.encode(spec) + b"\n")
@@ -129,9 +166,14 @@ class WorkerPool:
             timeout = None if restart else _READY_TIMEOUT_S
             line = await asyncio.wait_for(proc.stdout.readline(), timeout)
         except TimeoutError:
-            line = b""
-        if not line.startswith(b"ready "):
-            raise WorkerStartError(f"worker {slot + 1} (pid {proc.pid}) did not start")
+            line = None
+        if line is None or not line.startswith(b"ready "):
+            code = None
+            if line is not None:  # its stdout ended: it is exiting
+                with contextlib.suppress(TimeoutError):
+                    code = await asyncio.wait_for(proc.wait(), _EXIT_WAIT_S)
+            why = "did not answer in time" if line is None else _ended(code)
+            raise WorkerStartError(f"worker {slot + 1} (pid {proc.pid}) {why} while starting", code)
         logger.info("worker %d serving (pid %d)", slot + 1, proc.pid)
 
     async def watch(self) -> None:
@@ -147,12 +189,15 @@ class WorkerPool:
                 return
             delay = self._budgets[slot].next_delay()
             if delay is None:
-                raise WorkersGaveUpError(f"worker {slot + 1} keeps dying (last exit code {code})")
+                raise WorkersGaveUpError(
+                    f"worker {slot + 1} keeps dying: {self._budgets[slot].intensity + 1} "
+                    f"times within {self._budgets[slot].period:g}s (last: it {_ended(code)})"
+                )
             logger.warning(
-                "worker %d (pid %d) exited with code %d; restarting in %.1fs",
+                "worker %d (pid %d) %s; restarting in %.1fs",
                 slot + 1,
                 proc.pid,
-                code,
+                _ended(code),
                 delay,
             )
             await asyncio.sleep(delay)
@@ -194,9 +239,10 @@ async def run_workers(
     (the port), EmbeddedNatsError and BusUnreachableError before anything serves."""
     shutdown = asyncio.Event()
     install_shutdown(shutdown)
-    reserved = _reserve(opts.host, opts.port)
+    reserved, claim = _reserve(opts.host, opts.port)
     port = int(reserved.getsockname()[1])
     nats: EmbeddedNats | None = None
+    ending: _Ending | None = None
     actors: asyncio.Task[int] | None = None
     actors_stop = asyncio.Event()
     pool: WorkerPool | None = None
@@ -210,6 +256,7 @@ async def run_workers(
         else:
             nats = await EmbeddedNats.start()
             bus_url = nats.url
+        ending = _Ending(shutdown, nats)
         running = RunningConfig(opts.config_path)  # read as the actors are about to
         started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -229,11 +276,16 @@ async def run_workers(
                 sighup=True,
             )
         )
-        first: set[asyncio.Future[Any]] = {actors, started}
-        await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+        # Until every worker answers, SIGINT/SIGTERM or the private server's exit ends the
+        # start (a start waiting for a bus that is down would otherwise never end).
+        if not await ending.unless(asyncio.wait({actors, started}, return_when=FIRST)):
+            return ending.code()
         if actors.done():
             return actors.result()
-        follower = await open_bus(bus_url, inbox_prefix=config.bus.inbox_prefix)
+        try:
+            follower = await open_bus(bus_url, inbox_prefix=config.bus.inbox_prefix)
+        except BusClosedError as exc:
+            raise BusUnreachableError(redacted(exc.message)) from None
         following = asyncio.create_task(running.follow(follower))
         spec = WorkerSpec(
             bus_url=bus_url,
@@ -248,13 +300,16 @@ async def run_workers(
         metrics = str(make_scratch(METRICS_PREFIX))
         pool = WorkerPool(spec, workers, {**os.environ, metrics_sum.ENV: metrics}, running=running)
         try:
-            await pool.start()
+            if not await ending.unless(pool.start()):
+                return ending.code()
         except WorkerStartError as exc:
             logger.error("stopping: %s", exc)
             return 1
         on_ready(f"llmgw listening on http://{_url_host(opts.host)}:{port}")
-        return await _until_done(shutdown, actors, asyncio.create_task(pool.watch()), nats)
+        return await _until_done(ending, actors, asyncio.create_task(pool.watch()))
     finally:
+        if ending is not None:
+            ending.cancel()
         if pool is not None:
             await pool.aclose()
         if following is not None:
@@ -271,53 +326,108 @@ async def run_workers(
         if metrics is not None:
             shutil.rmtree(metrics, ignore_errors=True)
         reserved.close()
+        claim.release()
 
 
-async def _until_done(
-    shutdown: asyncio.Event,
-    actors: asyncio.Task[int],
-    watch: asyncio.Task[None],
-    nats: EmbeddedNats | None,
-) -> int:
-    stop = asyncio.create_task(shutdown.wait())
-    # The private server is this run's alone: gone, nothing brings it back, and the workers
-    # would answer 503s forever while every process retried it each second. Stop, exit 1.
-    bus = asyncio.create_task(nats.wait() if nats is not None else asyncio.Event().wait())
-    done, _ = await asyncio.wait({stop, actors, watch, bus}, return_when=asyncio.FIRST_COMPLETED)
+class _Ending:
+    """What ends a run from outside: SIGINT/SIGTERM (``shutdown``), or the private
+    nats-server exiting. The server is this run's alone: gone, nothing brings it back, and
+    the workers would answer 503s forever while every process retried it each second."""
+
+    def __init__(self, shutdown: asyncio.Event, nats: EmbeddedNats | None) -> None:
+        self._shutdown = shutdown
+        self._nats = nats
+        self.stop = asyncio.create_task(shutdown.wait())
+        self.bus = asyncio.create_task(nats.wait() if nats is not None else _forever())
+
+    async def unless(self, work: Awaitable[Any]) -> bool:
+        """Await ``work`` unless the run ends first (``work`` is then cancelled): whether
+        it finished. Raises what ``work`` raises."""
+        task = asyncio.ensure_future(work)
+        await asyncio.wait({task, self.stop, self.bus}, return_when=FIRST)
+        if task.done():
+            task.result()
+            return True
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        return False
+
+    def code(self) -> int:
+        """The run's exit code once it ended: 0 when asked to stop, 1 (and the reason
+        logged) when its nats-server exited."""
+        if self._shutdown.is_set() or not self.bus.done() or self._nats is None:
+            return 0
+        logger.error(
+            "stopping: the embedded nats-server (pid %d) exited with code %s; the workers "
+            "and the actors cannot reach each other without it",
+            self._nats.pid,
+            self.bus.result(),
+        )
+        return 1
+
+    def cancel(self) -> None:
+        """Stop watching."""
+        self.stop.cancel()
+        self.bus.cancel()
+
+
+async def _forever() -> int:
+    await asyncio.Event().wait()
+    return 0
+
+
+async def _until_done(ending: _Ending, actors: asyncio.Task[int], watch: asyncio.Task[None]) -> int:
+    done, _ = await asyncio.wait({ending.stop, ending.bus, actors, watch}, return_when=FIRST)
     code = 0
     if watch in done:
         logger.error("stopping: %s", watch.exception())
         code = 1
-    elif bus in done and nats is not None and not shutdown.is_set():
-        logger.error(
-            "stopping: the embedded nats-server (pid %d) exited with code %s; the workers "
-            "and the actors cannot reach each other without it",
-            nats.pid,
-            bus.result(),
-        )
-        code = 1
+    elif ending.stop in done or ending.bus in done:
+        code = ending.code()
     elif actors in done:
         code = actors.result() or 1  # the tree ended before it was asked to
-    for task in (stop, watch, bus):
-        task.cancel()
+    watch.cancel()
     return code
 
 
-def _reserve(host: str, port: int) -> socket.socket:
-    """The port, held (bound with SO_REUSEPORT, not listening) for the workers to share.
-    Raises ListenError, also when another process serves the port: SO_REUSEPORT would let a
-    second ``--workers`` run of this user join it, and the kernel then spread connections
-    over two gateways (two configs, two sets of limits and circuits) with nothing said."""
+def _reserve(host: str, port: int) -> tuple[socket.socket, PortClaim]:
+    """The port, held (bound with SO_REUSEPORT, not listening) for the workers to share, and
+    this run's claim on it (:mod:`gateway.process.port_claim`). Raises ListenError, also when
+    another process serves the port or another ``--workers`` run has claimed it: SO_REUSEPORT
+    would let a second run of this user join it, and the kernel then spread connections over
+    two gateways (two configs, two sets of limits and circuits) with nothing said."""
     try:
         if port != 0:
             # Bound as one process serving alone binds (SO_REUSEADDR only): refused while
             # anything listens on the port, another run's workers included.
             bind_socket(host, port, listen=False).close()
-        return bind_socket(host, port, reuse_port=True, listen=False)
+        reserved = bind_socket(host, port, reuse_port=True, listen=False)
     except OSError as exc:
         raise ListenError(
             f"cannot listen on {_url_host(host)}:{port}: {exc.strerror or exc}"
         ) from None
+    address, bound = reserved.getsockname()[:2]
+    try:
+        # Settles what the check above cannot: a run started at the same moment, whose
+        # workers do not listen yet.
+        return reserved, claim_port(address, bound)
+    except (PortClaimedError, OSError) as exc:
+        reserved.close()
+        why = exc if isinstance(exc, PortClaimedError) else (exc.strerror or exc)
+        raise ListenError(f"cannot listen on {_url_host(host)}:{bound}: {why}") from None
+
+
+def _ended(code: int | None) -> str:
+    """How a worker's process ended, by its exit code (None: not known)."""
+    if code is None:
+        return "exited"
+    if code == EXIT_BUS_LOST:
+        return "lost the bus"
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
 
 
 def _url_host(host: str) -> str:

@@ -17,7 +17,6 @@ on its own model, fake upstreams and gateway key, so none sees another's traffic
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import re
 import shutil
@@ -25,12 +24,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from collections import Counter
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 import nats
@@ -60,126 +58,47 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.keys_support import db_path
 from tests.e2e.limits_support import cli_key
+from tests.e2e.workers_support import (
+    SERVING,
+    TRIES,
+    Supervisor,
+    alive,
+    dead,
+    health_pid,
+    pid_of,
+    refused,
+    replace_a_worker,
+    served,
+    served_by,
+    start_run,
+    supervised,
+)
 from tests.fixtures.gateway import REPO
 from tests.fixtures.nats import start_nats_server
 from tests.fixtures.upstream import FakeUpstream, Held, Reply
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Mapping
+    from collections.abc import AsyncIterator
 
 pytestmark = [pytest.mark.e2e, pytest.mark.nats]
-
-ADMIN = "sk-admin-workers-test"
-LIMIT = 3
-RPM = 5  # the key's requests a minute in the rate-limit test, out of LOAD sent at once
-LOAD = 32
-# Fresh connections until both workers have answered: the chance that this many all land on
-# one of two SO_REUSEPORT sockets is 2**-63.
-TRIES = 64
-_SERVING = re.compile(r"worker (\d+) serving \(pid (\d+)\)")
-_ORPHANED = re.compile(r"the supervisor is gone: finishing the requests in flight")
-IN_FLIGHT = 8  # requests held at the upstream when the supervisor is killed
-# A worker whose supervisor died exits this soon after its last answer: less than the request
-# log's wait for a store at stop (CLOSE_WAIT_S, 5 s), which it must not spend on a dead one.
-ORPHAN_EXIT_S = 3.0
-
-
-class Supervisor:
-    """``llmgw serve --workers N`` as a child process, its stderr followed line by line."""
-
-    def __init__(self, cfg: Path, workers: int = 2, *, session: bool = False) -> None:
-        self.cfg = cfg
-        self._session = session  # its own session and process group, as under a terminal
-        self._args = ["serve", "--workers", str(workers), "--port", "0", "--config", str(cfg)]
-        self.proc: subprocess.Popen[str] | None = None
-        self.url = ""
-        self.lines: list[str] = []
-        self._new: asyncio.Queue[str | None] = asyncio.Queue()
-        self._follower: threading.Thread | None = None
-
-    async def start(self) -> Supervisor:
-        """Spawn and return once the ready line is out. Raises RuntimeError if it exits."""
-        loop = asyncio.get_running_loop()
-        self.proc = await asyncio.to_thread(
-            subprocess.Popen,
-            [sys.executable, "-m", "gateway.cli.main", *self._args],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=self._session,
-        )
-        self._follower = threading.Thread(target=self._follow, args=(loop,), daemon=True)
-        self._follower.start()
-        assert self.proc.stdout is not None
-        line = await asyncio.to_thread(self.proc.stdout.readline)
-        if not line.startswith("llmgw listening on http://"):
-            raise RuntimeError(f"no ready line ({line!r}); stderr:\n" + "\n".join(self.lines))
-        self.url = line.strip().rsplit(" ", 1)[-1]
-        return self
-
-    def _follow(self, loop: asyncio.AbstractEventLoop) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
-        for raw in self.proc.stderr:
-            loop.call_soon_threadsafe(self._new.put_nowait, raw.rstrip())
-        loop.call_soon_threadsafe(self._new.put_nowait, None)
-
-    async def line(self, pattern: re.Pattern[str]) -> re.Match[str]:
-        """The next stderr line matching ``pattern`` (earlier lines are kept in ``lines``)."""
-        async with asyncio.timeout(WAIT * 3):
-            while True:
-                line = await self._new.get()
-                if line is None:
-                    raise AssertionError("the supervisor ended; stderr:\n" + "\n".join(self.lines))
-                self.lines.append(line)
-                match = pattern.search(line)
-                if match:
-                    return match
-
-    async def rest(self) -> None:
-        """Read stderr to its end (every process writing it gone) into ``lines``."""
-        async with asyncio.timeout(WAIT * 3):
-            while (line := await self._new.get()) is not None:
-                self.lines.append(line)
-
-    def seen(self, pattern: re.Pattern[str]) -> re.Match[str]:
-        """The first stderr line read so far that matches ``pattern``."""
-        return next(m for line in self.lines if (m := pattern.search(line)))
-
-    def worker_pids(self) -> set[int]:
-        """Every worker pid the supervisor has reported serving so far."""
-        return {int(m.group(2)) for line in self.lines if (m := _SERVING.search(line))}
-
-    async def stop(self) -> int:
-        """SIGTERM and wait; returns the exit code."""
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return await asyncio.to_thread(self.proc.wait, WAIT * 3)
-
-    async def close(self) -> None:
-        """Stop it if it still runs (SIGKILL if SIGTERM does not do), and release the pipes
-        and the thread reading them."""
-        assert self.proc is not None
-        try:
-            await self.stop()
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            await asyncio.to_thread(self.proc.wait)
-        if self._follower is not None:
-            await asyncio.to_thread(self._follower.join, WAIT)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
 
 
 @pytest.fixture
 async def supervisors() -> AsyncIterator[list[Supervisor]]:
     """Supervisors a test started; closed at teardown (stopped if the test left one running)."""
-    started: list[Supervisor] = []
-    yield started
-    for sup in started:
-        await sup.close()
+    async with supervised() as started:
+        yield started
+
+
+ADMIN = "sk-admin-workers-test"
+LIMIT = 3
+RPM = 5  # the key's requests a minute in the rate-limit test, out of LOAD sent at once
+LOAD = 32
+_ORPHANED = re.compile(r"the supervisor is gone: finishing the requests in flight")
+IN_FLIGHT = 8  # requests held at the upstream when the supervisor is killed
+# A worker whose supervisor died exits this soon after its last answer: less than the request
+# log's wait for a store at stop (CLOSE_WAIT_S, 5 s), which it must not spend on a dead one.
+ORPHAN_EXIT_S = 3.0
 
 
 @dataclass
@@ -229,67 +148,12 @@ async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shar
         )
         started: list[Supervisor] = []
         try:
-            sup = await _start(started, tmp_path, cfg)
+            sup = await start_run(started, tmp_path, cfg)
             auth = {"authorization": f"Bearer {key}"}
             yield Shared(sup, slots, spare, failing, plain, counted, auth, limited)
         finally:
             for sup in started:
                 await sup.close()
-
-
-async def _start(
-    supervisors: list[Supervisor], tmp_path: Path, cfg: dict[str, Any], *, session: bool = False
-) -> Supervisor:
-    path = tmp_path / "gw.yaml"
-    cfg = {"database": {"path": str(tmp_path / "gw.sqlite3")}, **cfg}
-    path.write_text(yaml.safe_dump(cfg))
-    sup = Supervisor(path, session=session)
-    supervisors.append(sup)
-    await sup.start()
-    while len(sup.worker_pids()) < 2:  # both were logged before the ready line
-        await sup.line(_SERVING)
-    return sup
-
-
-def _pid(headers: Mapping[str, str]) -> int:
-    """The process that answered: the gateway's request ids start with its pid in hex."""
-    return int(headers["x-request-id"].split("-", 1)[0], 16)
-
-
-async def _health_pid(url: str) -> int:
-    async with httpx.AsyncClient(base_url=url, timeout=WAIT) as fresh:
-        resp = await fresh.get("/health")
-    assert resp.status_code == 200
-    return int(resp.json()["pid"])
-
-
-async def _dead(pid: int) -> None:
-    """Return once process ``pid`` has ended (its pidfd becomes readable)."""
-    with contextlib.suppress(ProcessLookupError):
-        fd = os.pidfd_open(pid)
-        try:
-            ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-            def readable() -> None:
-                # A pidfd stays readable: the reader may run again before it is removed.
-                if not ended.done():
-                    ended.set_result(None)
-
-            asyncio.get_running_loop().add_reader(fd, readable)
-            try:
-                await asyncio.wait_for(ended, WAIT)
-            finally:
-                asyncio.get_running_loop().remove_reader(fd)
-        finally:
-            os.close(fd)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
@@ -299,14 +163,14 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
     engine: str,
 ) -> None:
     cfg = config(model("m", route(fake_upstream)), server={"engine": engine})
-    sup = await _start(supervisors, tmp_path, cfg)
+    sup = await start_run(supervisors, tmp_path, cfg)
     nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
     workers = sup.worker_pids()
-    seen = {await _health_pid(sup.url) for _ in range(TRIES)}
+    seen = {await health_pid(sup.url) for _ in range(TRIES)}
 
     victim, survivor = sorted(workers)
     os.kill(victim, signal.SIGKILL)
-    await _dead(victim)
+    await dead(victim)
     # Until the replacement serves, every fresh connection is answered by the survivor.
     client = openai.AsyncOpenAI(
         base_url=f"{sup.url}/v1",
@@ -319,17 +183,17 @@ async def test_two_workers_both_answer_survive_a_kill_and_stop_clean(
             await client.chat.completions.with_raw_response.create(model="m", messages=HI)
             for _ in range(4)
         ]
-        restarted = await sup.line(_SERVING)
+        restarted = await sup.line(SERVING)
         replacement = int(restarted.group(2))
-        after = {await _health_pid(sup.url) for _ in range(TRIES)}
+        after = {await health_pid(sup.url) for _ in range(TRIES)}
     code = await sup.stop()
 
     assert len(workers) == 2 and seen == workers
     assert all(r.status_code == 200 for r in meanwhile)
-    assert {_pid(r.headers) for r in meanwhile} <= {survivor, replacement}
+    assert {pid_of(r.headers) for r in meanwhile} <= {survivor, replacement}
     assert replacement not in workers and after == {survivor, replacement}
     assert code == 0
-    assert not any(_alive(pid) for pid in (survivor, replacement, nats))
+    assert not any(alive(pid) for pid in (survivor, replacement, nats))
     assert not socket_path(tmp_path / "gw.sqlite3").exists()
     assert not any("nats://llmgw:" in line and "***" not in line for line in sup.lines)
 
@@ -340,10 +204,10 @@ async def test_the_embedded_nats_server_killed_stops_the_gateway_with_exit_1_and
     # Nothing brings a run's private server back: the workers would answer 503s forever while
     # every process retried it each second. The supervisor says why and stops everything.
     cfg = config(model("m", route(fake_upstream)))
-    sup = await _start(supervisors, tmp_path, cfg)
+    sup = await start_run(supervisors, tmp_path, cfg)
     nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
     workers = sup.worker_pids()
-    assert await _served(sup, workers, "m") == workers  # both done starting
+    assert await served(sup, workers, "m") == workers  # both done starting
 
     os.kill(nats, signal.SIGKILL)
     assert sup.proc is not None
@@ -353,7 +217,7 @@ async def test_the_embedded_nats_server_killed_stops_the_gateway_with_exit_1_and
     assert code == 1
     reason = re.compile(rf"ERROR llmgw: stopping: the embedded nats-server \(pid {nats}\) exited")
     assert sup.seen(reason)
-    assert not [pid for pid in workers if _alive(pid)]
+    assert not [pid for pid in workers if alive(pid)]
     assert not socket_path(tmp_path / "gw.sqlite3").exists()
     run = re.compile(rf"llmgw-\w+-{sup.proc.pid}-")  # its nats and metrics temp dirs
     assert not [name for name in os.listdir(tempfile.gettempdir()) if run.match(name)]
@@ -366,7 +230,7 @@ async def test_ctrl_c_drains_the_workers_on_a_live_bus_and_their_request_log_is_
     # A terminal's Ctrl-C sends SIGINT to its whole foreground process group: the supervisor,
     # the workers and (unless it has a group of its own) the nats-server, which then died at
     # once, and the draining workers lost the bus and their requests' log rows with it.
-    sup = await _start(
+    sup = await start_run(
         supervisors, tmp_path, config(model("m", route(fake_upstream))), session=True
     )
     assert sup.proc is not None
@@ -376,7 +240,7 @@ async def test_ctrl_c_drains_the_workers_on_a_live_bus_and_their_request_log_is_
         load = [asyncio.create_task(c.post(CHAT, json=chat("m"))) for c in clients]
         await fake_upstream.wait_for_requests(IN_FLIGHT, timeout=WAIT)
         os.killpg(sup.proc.pid, signal.SIGINT)
-        await _refused(sup.url)  # both workers draining: none takes a connection
+        await refused(sup.url)  # both workers draining: none takes a connection
         fake_upstream.release_held()
         answers = await asyncio.gather(*load)
     finally:
@@ -396,7 +260,7 @@ async def test_sighup_to_every_process_reloads_and_leaves_the_workers_serving(
 ) -> None:
     # `pkill -HUP -f llmgw`, or a SIGHUP to the terminal's process group, reaches the workers
     # too: one must not end them (and the requests they hold) but do what SIGHUP does.
-    sup = await _start(
+    sup = await start_run(
         supervisors, tmp_path, config(model("m", route(fake_upstream))), session=True
     )
     assert sup.proc is not None
@@ -428,13 +292,13 @@ async def test_a_restarted_worker_serves_the_config_the_actors_run_not_the_file_
     # An operator's edit in progress (here one that does not validate), not reloaded: the
     # worker replacing a crashed one read the file and could not start; after five tries the
     # whole gateway stopped. It is given the text the actors run, and a reload's after one.
-    sup = await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+    sup = await start_run(supervisors, tmp_path, config(model("m", route(fake_upstream))))
     running = yaml.safe_load(sup.cfg.read_text())
     broken = {**running, "models": [{"id": "m", "route": [{"kind": "nope"}]}]}
     sup.cfg.write_text(yaml.safe_dump(broken))
 
-    live = await _replace_a_worker(sup, sup.worker_pids())
-    served_m, before = await _served(sup, live, "m"), live
+    live = await replace_a_worker(sup, sup.worker_pids())
+    served_m, before = await served(sup, live, "m"), live
     grown = {**running, "models": [*running["models"], {"id": "b", "route": [{"kind": "echo"}]}]}
     sup.cfg.write_text(yaml.safe_dump(grown))
     reload = await asyncio.to_thread(
@@ -446,9 +310,9 @@ async def test_a_restarted_worker_serves_the_config_the_actors_run_not_the_file_
         timeout=WAIT * 3,
         check=False,
     )
-    served_b_before = await _served(sup, before, "b")
-    live = await _replace_a_worker(sup, live)
-    served_b = await _served(sup, live, "b")
+    served_b_before = await served(sup, before, "b")
+    live = await replace_a_worker(sup, live)
+    served_b = await served(sup, live, "b")
 
     assert served_m == before
     assert reload.returncode == 0, reload.stderr
@@ -465,16 +329,16 @@ async def test_a_worker_restarted_while_the_bus_is_down_waits_for_it_and_the_gat
     with ExitStack() as stack:
         url = stack.enter_context(start_nats_server())
         cfg = config(model("m", route(fake_upstream)), bus={"url": url})
-        sup = await _start(supervisors, tmp_path, cfg)
+        sup = await start_run(supervisors, tmp_path, cfg)
         live = sup.worker_pids()
         stack.close()  # the server goes down
         victim = min(live)
         os.kill(victim, signal.SIGKILL)
-        await _dead(victim)
+        await dead(victim)
         await sup.line(re.compile(r"waiting for the bus to come back"))
         stack.enter_context(start_nats_server(port=int(url.rsplit(":", 1)[1])))
-        await sup.line(_SERVING)  # the victim's replacement, once the bus is back
-        served = await _served_by(sup, 2, "m")
+        await sup.line(SERVING)  # the victim's replacement, once the bus is back
+        served = await served_by(sup, 2, "m")
         code = await sup.stop()
         await sup.rest()
 
@@ -487,58 +351,6 @@ async def test_a_worker_restarted_while_the_bus_is_down_waits_for_it_and_the_gat
     assert not [line for line in sup.lines if "exited with code 2" in line], said
 
 
-async def _replace_a_worker(sup: Supervisor, live: set[int]) -> set[int]:
-    """SIGKILL one of the ``live`` workers; the live ones once its replacement serves."""
-    victim = min(live)
-    os.kill(victim, signal.SIGKILL)
-    await _dead(victim)
-    replacement = int((await sup.line(_SERVING)).group(2))
-    return (live - {victim}) | {replacement}
-
-
-async def _served(sup: Supervisor, pids: set[int], model_id: str) -> set[int]:
-    """Which of ``pids`` answer ``model_id`` with a 200, asked on fresh connections (so either
-    worker) until all have or the time is up (a reload reaches each worker on its own)."""
-    served: set[int] = set()
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while served != pids and asyncio.get_running_loop().time() < deadline:
-        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
-            resp = await fresh.post(CHAT, json=chat(model_id))
-        if resp.status_code == 200:
-            served.add(_pid(resp.headers))
-    return served
-
-
-async def _served_by(sup: Supervisor, count: int, model_id: str) -> set[int]:
-    """The processes that answer ``model_id`` with a 200, asked on fresh connections until
-    ``count`` have or the time is up."""
-    served: set[int] = set()
-    deadline = asyncio.get_running_loop().time() + WAIT
-    while len(served) < count and asyncio.get_running_loop().time() < deadline:
-        async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT) as fresh:
-            resp = await fresh.post(CHAT, json=chat(model_id))
-        if resp.status_code == 200:
-            served.add(_pid(resp.headers))
-    return served
-
-
-async def _refused(url: str) -> None:
-    """Return once a connection to ``url`` is refused (no worker listening)."""
-    host, port = url.removeprefix("http://").rsplit(":", 1)
-    async with asyncio.timeout(WAIT):
-        while True:
-            try:
-                _, writer = await asyncio.open_connection(host, int(port))
-            except ConnectionRefusedError:
-                return
-            except ConnectionResetError:
-                pass  # queued on a socket that closed: ask again
-            else:
-                writer.close()
-                await writer.wait_closed()
-            await asyncio.sleep(0.01)  # polled: a worker's stop has no observable event
-
-
 async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests_and_exit_clean(
     tmp_path: Path, fake_upstream: FakeUpstream, supervisors: list[Supervisor]
 ) -> None:
@@ -546,7 +358,7 @@ async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests
     # each worker sees its stdin end, finishes what it holds, says which request-log rows it
     # lost (no store is left to take them) and exits: no reconnecting to the dead server, no
     # waiting for the store, no traceback.
-    sup = await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+    sup = await start_run(supervisors, tmp_path, config(model("m", route(fake_upstream))))
     assert sup.proc is not None
     nats = int(sup.seen(re.compile(r"embedded nats-server \(pid (\d+)\)")).group(1))
     scratch = _scratch_dirs(nats, *sup.worker_pids())
@@ -562,10 +374,10 @@ async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests
         answers = await asyncio.gather(*load)
         async with asyncio.timeout(ORPHAN_EXIT_S):
             for pid in sup.worker_pids():
-                await _dead(pid)
+                await dead(pid)
         await sup.rest()  # every worker's stderr, to its end
         left = [each for each in scratch if each.exists()]  # the supervisor could not
-        await _start(supervisors, tmp_path, config(model("m", route(fake_upstream))))
+        await start_run(supervisors, tmp_path, config(model("m", route(fake_upstream))))
         swept = [each for each in scratch if not each.exists()]
     finally:
         for c in clients:
@@ -578,7 +390,7 @@ async def test_a_supervisor_killed_leaves_workers_that_answer_in_flight_requests
     ]
 
     assert [a.status_code for a in answers] == [200] * IN_FLIGHT
-    assert not any(_alive(pid) for pid in (*sup.worker_pids(), nats))
+    assert not any(alive(pid) for pid in (*sup.worker_pids(), nats))
     # Its scratch (this run's bus password among them) is removed by the next run.
     assert left == scratch and swept == scratch
     assert not any("Traceback" in line for line in sup.lines), "\n".join(sup.lines)
@@ -634,7 +446,7 @@ async def test_a_concurrency_limit_holds_exactly_across_two_workers_and_metrics_
     }
 
     assert [a.status_code for a in answers] == [200] * total
-    assert len({_pid(a.headers) for a in answers}) == 2  # both workers took part
+    assert len({pid_of(a.headers) for a in answers}) == 2  # both workers took part
     assert held_at_once == LIMIT and slots.max_in_flight == LIMIT
     assert len(slots.requests) == LIMIT
     # /metrics, whichever worker answers it, counts every worker's requests.
@@ -668,7 +480,7 @@ async def test_a_second_workers_run_on_a_served_port_is_refused_in_one_line(
     assert "Traceback" not in done.stderr
     last = done.stderr.splitlines()[-1]
     assert last == f"llmgw: cannot listen on 127.0.0.1:{port}: Address already in use"
-    assert await _health_pid(shared.sup.url) in shared.sup.worker_pids()
+    assert await health_pid(shared.sup.url) in shared.sup.worker_pids()
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -689,7 +501,7 @@ async def test_a_key_rate_limit_holds_exactly_across_two_workers(shared: Shared)
     refused = [r for r in answers if r.status_code == 429]
     assert_openai_error(refused[0], 429, "rate_limited")
     # Both workers answered (the chance that 32 fresh connections all land on one is 2**-31).
-    assert {_pid(r.headers) for r in answers} == sup.worker_pids()
+    assert {pid_of(r.headers) for r in answers} == sup.worker_pids()
 
 
 @pytest.mark.asyncio(loop_scope="module")
@@ -711,12 +523,12 @@ async def test_a_circuit_opened_through_one_worker_is_refused_by_the_other(
             async for line in lines:
                 if line.startswith("data:") and '"open"' in line:
                     break
-        opened_by = {_pid(r.headers) for r in failed}
+        opened_by = {pid_of(r.headers) for r in failed}
         refused: httpx.Response | None = None
         for _ in range(TRIES):
             async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=shared.auth) as f:
                 resp = await f.post(CHAT, json=chat("circ"))
-            if _pid(resp.headers) not in opened_by:
+            if pid_of(resp.headers) not in opened_by:
                 refused = resp
                 break
 
@@ -753,7 +565,7 @@ async def test_llmgw_admin_reload_through_the_local_socket_reaches_every_worker(
         async with httpx.AsyncClient(base_url=sup.url, timeout=WAIT, headers=shared.auth) as fresh:
             resp = await fresh.post(CHAT, json=chat("b"))
         if resp.status_code == 200:
-            served.add(_pid(resp.headers))
+            served.add(pid_of(resp.headers))
         if served == sup.worker_pids():
             break
         await asyncio.sleep(0.01)
