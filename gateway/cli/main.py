@@ -62,7 +62,8 @@ def _parser() -> argparse.ArgumentParser:
         type=_workers,
         default=1,
         help="ingress processes sharing the port, beside one process running the actors on a "
-        "private NATS server; auto: one per core (default 1: everything in one process)",
+        "private NATS server; auto: one per core this process may use, its CPU quota counted "
+        "(default 1: everything in one process)",
     )
     serve.set_defaults(func=_serve)
     for name in _COMMAND_MODULES:
@@ -173,19 +174,18 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _workers(value: str) -> int:
-    """``--workers``: a count of at least 1, or ``auto`` (the cores this process may use)."""
+    """``--workers``: a count of at least 1, or ``auto`` (the cores this process may use:
+    its affinity, capped by its cgroup's CPU quota)."""
     if value == "auto":
-        return (
-            len(os.sched_getaffinity(0))
-            if hasattr(os, "sched_getaffinity")
-            else (os.cpu_count() or 1)
-        )
+        from gateway.process.cores import usable_cores
+
+        return usable_cores()
     try:
         count = int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of workers: {value!r}") from None
+        count = 0
     if count < 1:
-        raise argparse.ArgumentTypeError("--workers must be at least 1")
+        raise argparse.ArgumentTypeError(f"{value!r}: a count of at least 1, or auto")
     return count
 
 

@@ -11,7 +11,7 @@ Also here: ``actor_host``, ``quota_poller``, ``routewise_prober``, ``engines`` (
 server under the app: Hypercorn or granian), and ``llmgw serve --workers N``: ``workers``
 (the supervisor), ``worker`` (one ingress worker), ``running_config`` (the config text a
 restarted worker is given), ``embedded_nats`` (their private bus) and ``port_claim`` (one
-run per port); ``startup`` (how a process knows its HTTP side answers, or why it did not).
+run per port), ``cores`` (``--workers auto``); ``startup`` (how a process knows its HTTP side answers, or why it did not).
 """
 
 from __future__ import annotations

@@ -385,6 +385,11 @@ async def _until_done(ending: _Ending, actors: asyncio.Task[int], watch: asyncio
         code = 1
     elif ending.stop in done or ending.bus in done:
         code = ending.code()
+        if code == 0:
+            logger.info(
+                "stopping: the workers finish the requests they hold, then the actors and "
+                "the bus stop"
+            )
     elif actors in done:
         code = actors.result() or 1  # the tree ended before it was asked to
     watch.cancel()

@@ -136,6 +136,14 @@ async def _drain_http1(state: ServerState) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(GRACE_SECONDS):
                 await state.emptied.wait()
+    if state.connections:
+        # Said, or a stop that cut streams looks like one that drained them.
+        logger.warning(
+            "stopping: %d connection(s) still answering after the %g s grace closed (their "
+            "answers are cut short)",
+            len(state.connections),
+            GRACE_SECONDS,
+        )
     for conn in list(state.connections):
         conn.close()
 

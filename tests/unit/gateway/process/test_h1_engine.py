@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import pytest
 
+from gateway.process.h1 import server as h1_server
 from gateway.process.h1.h2_handoff import PREFACE
 from gateway.process.h1.server import serve
 
@@ -461,6 +462,39 @@ async def test_a_stop_finishes_the_answer_under_way_and_closes_idle_connections(
     assert answer.endswith(b"GET /slow ")
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", server.port)
+
+
+async def test_a_stop_cuts_an_answer_still_going_after_the_grace_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Cut silently, a stop that ended streams looked like one that drained them.
+    monkeypatch.setattr(h1_server, "GRACE_SECONDS", 0.05)
+    started = asyncio.Event()
+
+    @lifespan_aware
+    async def endless(scope: Any, receive: Receive, send: Send) -> None:
+        await read_body(receive)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        started.set()
+        while True:
+            await send({"type": "http.response.body", "body": b"more", "more_body": True})
+            await asyncio.sleep(0.01)
+
+    async with served(endless) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(get("/stream"))
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+            server.shutdown.set()
+            await server.task
+            answer = await reader.read()
+        writer.close()
+
+    assert answer.startswith(b"HTTP/1.1 200 OK") and not answer.endswith(b"0\r\n\r\n")
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        "stopping: 1 connection(s) still answering after the 0.05 s grace closed (their "
+        "answers are cut short)"
+    ]
 
 
 # -- HTTP/2 (prior knowledge), handed to Hypercorn's protocol -------------------------------

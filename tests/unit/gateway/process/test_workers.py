@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from gateway.cli.main import _workers
+from gateway.cli.main import _workers, main
+from gateway.process.cores import usable_cores
 from gateway.process.workers import RestartBudget
 
 
@@ -46,11 +47,26 @@ def test_restarts_older_than_the_period_are_forgiven_and_the_delay_starts_over()
     assert budget.next_delay() == 0.1
 
 
-@pytest.mark.parametrize("bad", ["0", "-2", "many"])
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5", ""])
 def test_workers_option_refuses_what_is_not_a_positive_count(bad: str) -> None:
-    with pytest.raises(argparse.ArgumentTypeError):
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
         _workers(bad)
+
+    assert str(refused.value) == f"{bad!r}: a count of at least 1, or auto"
 
 
 def test_workers_auto_is_the_cores_this_process_may_use() -> None:
-    assert _workers("auto") == len(os.sched_getaffinity(0)) and _workers("3") == 3
+    assert _workers("auto") == usable_cores() <= len(os.sched_getaffinity(0))
+    assert _workers("3") == 3
+
+
+def test_a_bad_workers_count_is_a_usage_error_naming_the_option(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as ended:
+        main(["serve", "--workers", "0"])
+
+    assert ended.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "llmgw serve: error: argument --workers: '0': a count of at least 1, or auto"
+    )
