@@ -8,10 +8,11 @@ I/O that actors never do themselves). Only this package (``actor_host``) and the
 offline paths import ``actors``.
 
 Also here: ``actor_host``, ``quota_poller``, ``routewise_prober``, ``engines`` (the HTTP
-server under the app: Hypercorn or granian), and ``llmgw serve --workers N``: ``workers``
-(the supervisor), ``worker`` (one ingress worker), ``running_config`` (the config text a
-restarted worker is given), ``embedded_nats`` (their private bus) and ``port_claim`` (one
-run per port), ``cores`` (``--workers auto``); ``startup`` (how a process knows its HTTP side answers, or why it did not).
+server under the app: Hypercorn or granian), ``startup`` (how a process knows its HTTP side
+answers, or why it did not), and ``llmgw serve --workers N``: ``workers`` (the supervisor),
+``worker_pool`` (its workers), ``worker`` (one ingress worker), ``running_config`` (the
+config text a restarted worker is given), ``embedded_nats`` (their private bus),
+``port_claim`` (one run per port) and ``cores`` (``--workers auto``).
 """
 
 from __future__ import annotations

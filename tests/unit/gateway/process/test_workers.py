@@ -1,16 +1,18 @@
-"""``gateway.process.workers``: when a dead worker is restarted (RestartBudget, on an injected
+"""``gateway.process.worker_pool``: when a dead worker is restarted (RestartBudget, on an injected
 clock), and how ``--workers`` is parsed."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 
 import pytest
 
 from gateway.cli.main import _workers, main
 from gateway.process.cores import usable_cores
-from gateway.process.workers import RestartBudget
+from gateway.process.worker import EXIT_BUS_LOST
+from gateway.process.worker_pool import RestartBudget, _ended
 
 
 class _Clock:
@@ -70,3 +72,17 @@ def test_a_bad_workers_count_is_a_usage_error_naming_the_option(
     assert capsys.readouterr().err.splitlines()[-1] == (
         "llmgw serve: error: argument --workers: '0': a count of at least 1, or auto"
     )
+
+
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (0, "exited with code 0"),
+        (1, "exited with code 1"),
+        (EXIT_BUS_LOST, "lost the bus"),
+        (-signal.SIGKILL, "was killed by SIGKILL"),
+        (None, "exited"),
+    ],
+)
+def test_a_dead_worker_is_said_dead_by_its_exit_code(code: int | None, said: str) -> None:
+    assert _ended(code) == said
