@@ -7,13 +7,17 @@ without SO_REUSEPORT) cannot tell a second run from the first while neither's wo
 two runs started at once both passed it.
 
 So a run claims the port for its whole life with an abstract Unix socket (Linux) named after
-the port, the address and its pid: the kernel gives a name to one socket at a time and frees
-it when the process holding it ends, even by SIGKILL; and it lives in the network namespace,
-as the port does (two containers each have their own). Claims are made one at a time under a
-second name, the port's mutex, held for the few microseconds of one claim: the run that takes
-it reads the claims already made (``/proc/net/unix``) and refuses if one covers its address
-(the same one, or either is a wildcard), else makes its own. Two runs on different specific
-addresses of one port do not conflict, as their sockets would not.
+the port and the address: the kernel gives a name to one socket at a time and frees it when
+the process holding it ends, even by SIGKILL; and it lives in the network namespace, as the
+port does (two containers each have their own). A second claim of the same address is
+refused by the kernel itself; the claim listens, so the refused run learns the holder's pid
+from a connection's peer credentials. A wildcard address covers others (``0.0.0.0`` every
+IPv4 one, ``::`` every one), so claims are made one at a time under another name, the port's
+mutex, held for the microseconds of one claim: the run holding it reads the claims already
+made (``/proc/net/unix``; where that is hidden, only the same address conflicts) and refuses
+when one covers its address or its address covers one.
+Two runs on different specific addresses of one port both claim, as their sockets would not
+share connections.
 
 Elsewhere there is no abstract namespace: no claim, and two runs started at the same instant
 may still share a port.
@@ -24,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
-import os
 import socket
+import struct
 import sys
 import time
 from pathlib import Path
@@ -34,10 +38,14 @@ _PREFIX = "llmgw-port"
 _MUTEX_WAIT_S = 5.0  # another run holds the mutex for microseconds; this bounds a stopped one
 _MUTEX_RETRY_S = 0.005
 _TABLE = Path("/proc/net/unix")
+_BACKLOG = 16
+_ASK_TIMEOUT_S = 0.5
+_CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class PortClaimedError(Exception):
-    """Another ``llmgw serve --workers`` run holds the port (``pid``: its supervisor)."""
+    """Another ``llmgw serve --workers`` run holds the port (``pid``: its supervisor, None
+    when it could not be asked)."""
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
@@ -73,13 +81,23 @@ def claim_port(address: str, port: int, *, table: Path = _TABLE) -> PortClaim:
     ours = _normal(address)
     mutex = _take_mutex(port)
     try:
-        for other, pid in _claims(port, table):
-            if _overlap(ours, other):
-                raise PortClaimedError(pid)
-        sock = _bind(f"{_PREFIX}/{port}/{ours}/{os.getpid()}")
+        for other in _claims(port, table):
+            if other != ours and _overlap(ours, other):
+                raise PortClaimedError(_holder(_name(port, other)))
+        try:
+            sock = _bind(_name(port, ours))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise PortClaimedError(_holder(_name(port, ours))) from None
+        sock.listen(_BACKLOG)  # never accepted: a refused run only reads who holds it
     finally:
         mutex.close()
     return PortClaim(sock)
+
+
+def _name(port: int, address: str) -> str:
+    return f"{_PREFIX}/{port}/{address}"
 
 
 def _take_mutex(port: int) -> socket.socket:
@@ -103,17 +121,28 @@ def _bind(name: str) -> socket.socket:
     return sock
 
 
-def _claims(port: int, table: Path) -> list[tuple[str, int | None]]:
-    """The (address, supervisor pid) of every claim on ``port`` in this network namespace."""
-    head = f"@{_PREFIX}/{port}/"
-    found: list[tuple[str, int | None]] = []
+def _holder(name: str) -> int | None:
+    """The pid of the process holding the claim ``name`` (its peer credentials), or None."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(_ASK_TIMEOUT_S)  # a full backlog: connect would wait
+        try:
+            probe.connect(b"\0" + name.encode())
+            creds = probe.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size)
+        except OSError:
+            return None
+    pid, _uid, _gid = _CREDS.unpack(creds)
+    return int(pid)
+
+
+def _claims(port: int, table: Path) -> list[str]:
+    """The addresses of every claim on ``port`` in this network namespace."""
+    head = f"@{_name(port, '')}"
+    found: list[str] = []
     with contextlib.suppress(OSError), table.open() as rows:
         for row in rows:
             fields = row.split()
-            if len(fields) < 8 or not fields[7].startswith(head):
-                continue
-            address, _, pid = fields[7][len(head) :].rpartition("/")
-            found.append((address, int(pid) if pid.isdigit() else None))
+            if len(fields) >= 8 and fields[7].startswith(head):
+                found.append(fields[7][len(head) :])
     return found
 
 

@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 
     from tests.fixtures.upstream import FakeUpstream
 
-pytestmark = [pytest.mark.e2e, pytest.mark.nats]
+# Each starts a supervisor or two and may wait out a subscription's 5 s confirmation timeout
+# and a NATS server's restart: more than the suite's 60 s on a loaded machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.nats, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from gateway.process.port_claim import PortClaimedError, claim_port, supported
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 pytestmark = pytest.mark.skipif(not supported(), reason="abstract Unix sockets are Linux's")
 
@@ -113,3 +114,19 @@ def test_a_claim_whose_process_was_killed_is_free_at_once(port: int) -> None:
             child.stdout.close()
 
     assert refused.value.pid == child.pid
+
+
+def test_a_second_claim_of_one_address_is_refused_by_the_kernel_alone(
+    port: int, tmp_path: Path
+) -> None:
+    # Without the claims table (a /proc that hides it), the same address still conflicts:
+    # its name is the kernel's to give once.
+    hidden = tmp_path / "no-such-table"
+    first = claim_port("127.0.0.1", port, table=hidden)
+    try:
+        with pytest.raises(PortClaimedError) as refused:
+            claim_port("127.0.0.1", port, table=hidden)
+    finally:
+        first.release()
+
+    assert refused.value.pid == os.getpid()
