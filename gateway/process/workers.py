@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("llmgw")
 
 FIRST = asyncio.FIRST_COMPLETED
+_FOLLOW_RETRY_S = 1.0
 
 
 async def run_workers(
@@ -115,7 +116,7 @@ async def run_workers(
             follower = await open_bus(bus_url, inbox_prefix=config.bus.inbox_prefix)
         except BusClosedError as exc:
             raise BusUnreachableError(redacted(exc.message)) from None
-        following = asyncio.create_task(running.follow(follower))
+        following = asyncio.create_task(_follow_reloads(running, follower))
         spec = WorkerSpec(
             bus_url=bus_url,
             host=opts.host,
@@ -156,6 +157,18 @@ async def run_workers(
             shutil.rmtree(metrics, ignore_errors=True)
         reserved.close()
         claim.release()
+
+
+async def _follow_reloads(running: RunningConfig, bus: Bus) -> None:
+    """Keep ``running`` following the actors' reloads until cancelled: a subscription the
+    bus refused (it dropped as it was made) is made again, or every worker restarted later
+    would be given the text of the run's start."""
+    while True:
+        try:
+            await running.follow(bus)
+        except BusClosedError as exc:
+            logger.warning("config reloads not followed for restarted workers yet: %s", exc)
+        await asyncio.sleep(_FOLLOW_RETRY_S)
 
 
 class _Ending:

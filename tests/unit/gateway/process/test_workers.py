@@ -4,15 +4,26 @@ clock), and how ``--workers`` is parsed."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
 import signal
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from bus import BusClosedError, InProcessBus
 from gateway.cli.main import _workers, main
+from gateway.process import workers
 from gateway.process.cores import usable_cores
+from gateway.process.running_config import RunningConfig, text_version
 from gateway.process.worker import EXIT_BUS_LOST
 from gateway.process.worker_pool import RestartBudget, _ended
+from schemas import ConfigChanged, subjects
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+    from pathlib import Path
 
 
 class _Clock:
@@ -86,3 +97,49 @@ def test_a_bad_workers_count_is_a_usage_error_naming_the_option(
 )
 def test_a_dead_worker_is_said_dead_by_its_exit_code(code: int | None, said: str) -> None:
     assert _ended(code) == said
+
+
+class _RefusesFirstSubscription:
+    """An in-process bus whose first subscription fails as one made while NATS dropped."""
+
+    def __init__(self) -> None:
+        self.bus = InProcessBus()
+        self.subscribed = asyncio.Event()
+        self._refused = False
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, subject: str) -> AsyncIterator[Any]:
+        if not self._refused:
+            self._refused = True
+            raise BusClosedError(f"cannot subscribe to {subject}: TimeoutError()")
+        async with self.bus.subscribe(subject) as sub:
+            self.subscribed.set()
+            yield sub
+
+
+async def test_reloads_are_followed_after_a_subscription_the_bus_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its task ended with the refusal: a worker restarted after a reload got the run's
+    # starting config.
+    monkeypatch.setattr(workers, "_FOLLOW_RETRY_S", 0.01)
+    path = tmp_path / "gw.yaml"
+    path.write_text("models: []\n")
+    running = RunningConfig(str(path))
+    flaky = _RefusesFirstSubscription()
+    following = asyncio.create_task(workers._follow_reloads(running, flaky))  # type: ignore[arg-type]
+    try:
+        async with asyncio.timeout(5):
+            await flaky.subscribed.wait()
+            reloaded = "models: [{id: b, route: [{kind: echo}]}]\n"
+            path.write_text(reloaded)
+            await flaky.bus.publish(
+                subjects.event("config"), ConfigChanged(version=text_version(reloaded))
+            )
+            while running.text != reloaded:  # noqa: ASYNC110 (the follower has no event to await)
+                await asyncio.sleep(0.01)
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+
+    assert running.text == reloaded
