@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,9 +28,10 @@ from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
     from pathlib import Path
 
+    from bus import Bus
     from tests.fixtures.gateway import GatewayProcess
     from tests.fixtures.upstream import UpstreamFactory
 
@@ -56,6 +58,32 @@ async def _until(check: Callable[[], Awaitable[bool]], what: str) -> None:
         await asyncio.sleep(0.05)  # a host follows the reload on its own: poll its effect
 
 
+@asynccontextmanager
+async def _cluster(
+    processes: list[GatewayProcess], own_nats: str, paths: dict[str, Path], nodes: Iterable[str]
+) -> AsyncIterator[tuple[Bus, httpx.AsyncClient]]:
+    """An actors host per node of ``nodes`` and an ingress (``paths[node]``,
+    ``paths["ingress"]``) on ``own_nats``: a watcher on the bus and an admin HTTP client of
+    the ingress, closed on the way out."""
+    for node in nodes:
+        await spawn_serve(
+            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
+            "--node-id", node,
+        )  # fmt: skip
+    ingress = await spawn_serve(
+        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
+        "--port", "0",
+    )  # fmt: skip
+    watcher = await open_bus(own_nats, name="test-watcher")
+    headers = {"authorization": f"Bearer {ADMIN}"}
+    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
+    try:
+        yield watcher, http
+    finally:
+        await http.aclose()
+        await watcher.aclose()
+
+
 @pytest.mark.timeout(120)
 async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
     own_nats: str,
@@ -77,19 +105,7 @@ async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
         body_of["database"]["path"] = str(tmp_path / node)
         write_config(path, body_of)
     units = {s.name for s in build_tree(load_config(str(paths[nodes[0]])), request_log=True).specs}
-    for node in nodes:
-        await spawn_serve(
-            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
-            "--node-id", node,
-        )  # fmt: skip
-    ingress = await spawn_serve(
-        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
-        "--port", "0",
-    )  # fmt: skip
-    watcher = await open_bus(own_nats, name="test-watcher")
-    headers = {"authorization": f"Bearer {ADMIN}"}
-    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
-    try:
+    async with _cluster(processes, own_nats, paths, nodes) as (watcher, http):
         kv = await watcher.key_value(OWNERS_BUCKET)
         owners = await until_owned(kv, units, set(nodes))
         assert owners["models"] != owners["health"]
@@ -118,9 +134,6 @@ async def test_a_reload_asked_of_one_host_reaches_the_units_of_every_host(
             return running == {n: config_version(str(paths[n])) for n in nodes}
 
         await _until(followed, "each host's members entry naming the version it reloaded")
-    finally:
-        await http.aclose()
-        await watcher.aclose()
 
     assert (reloaded.json()["added"], reloaded.json()["removed"]) == (["m2"], [])
     assert reloaded.json()["node_id"] in nodes
@@ -149,19 +162,7 @@ async def test_a_cluster_reload_removing_a_model_an_admin_chain_names_is_refused
     for node in paths:
         write(node, model("a", echo), model("b", echo))
     units = {s.name for s in build_tree(load_config(str(paths[nodes[0]])), request_log=True).specs}
-    for node in nodes:
-        await spawn_serve(
-            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
-            "--node-id", node,
-        )  # fmt: skip
-    ingress = await spawn_serve(
-        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
-        "--port", "0",
-    )  # fmt: skip
-    watcher = await open_bus(own_nats, name="test-watcher")
-    headers = {"authorization": f"Bearer {ADMIN}"}
-    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
-    try:
+    async with _cluster(processes, own_nats, paths, nodes) as (watcher, http):
         await until_owned(await watcher.key_value(OWNERS_BUCKET), units, set(nodes))
         made = await http.post("/admin/chains/create", json={"name": "team", "models": ["a", "b"]})
         for node in paths:
@@ -173,9 +174,6 @@ async def test_a_cluster_reload_removing_a_model_an_admin_chain_names_is_refused
         still = await http.post(CHAT, json=ask)
         await http.post("/admin/chains/set_models", json={"name": "team", "models": ["a"]})
         applied = await http.post("/admin/config/reload", json={})
-    finally:
-        await http.aclose()
-        await watcher.aclose()
 
     assert made.status_code == 200, made.text
     for answer in refused:
@@ -217,14 +215,7 @@ async def test_a_cluster_host_started_on_a_file_lacking_a_model_an_admin_chain_n
 
     write(model("a", echo), model("b", echo))
     host = await actors()
-    ingress = await spawn_serve(
-        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
-        "--port", "0",
-    )  # fmt: skip
-    watcher = await open_bus(own_nats, name="test-watcher")
-    headers = {"authorization": f"Bearer {ADMIN}"}
-    http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
-    try:
+    async with _cluster(processes, own_nats, paths, ()) as (watcher, http):
         made = await http.post("/admin/chains/create", json={"name": "team", "models": ["a", "b"]})
         await asyncio.to_thread(host.stop)
         write(model("a", echo))
@@ -242,9 +233,6 @@ async def test_a_cluster_host_started_on_a_file_lacking_a_model_an_admin_chain_n
         ) as kept:
             with anyio.fail_after(WAIT):
                 dropped = (await anext(aiter(kept))).message
-    finally:
-        await http.aclose()
-        await watcher.aclose()
 
     assert made.status_code == 200, made.text
     assert [e["model"] for e in shown["models"]] == ["a"]
