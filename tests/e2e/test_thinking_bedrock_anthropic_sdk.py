@@ -129,6 +129,24 @@ async def test_a_messages_client_sending_claudes_thinking_back_reaches_bedrock_f
     }
 
 
+async def _claude_of(
+    kind: str, gateway_factory: GatewayFactory, bedrock: FakeBedrock, fake_upstream: FakeUpstream
+) -> RunningGateway:
+    """A gateway whose model ``m`` is Claude on a ``bedrock`` route or an ``anthropic`` one."""
+    if kind == "bedrock":
+        return await _claude(gateway_factory, bedrock)
+    return await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
+
+
+def _thinking_sent(kind: str, bedrock: FakeBedrock, fake_upstream: FakeUpstream) -> list[Any]:
+    """What the last two requests asked Claude to think (None: nothing), by route kind."""
+    if kind == "bedrock":
+        return [r.json.get("additionalModelRequestFields") for r in bedrock.requests[-2:]]
+    return [
+        r.json.get("thinking") and {"thinking": r.json["thinking"]} for r in fake_upstream.requests
+    ]
+
+
 @pytest.mark.parametrize("kind", ["bedrock", "anthropic"])
 async def test_a_reasoning_effort_in_a_tool_loop_without_claudes_blocks_is_answered(
     gateway_factory: GatewayFactory,
@@ -141,11 +159,7 @@ async def test_a_reasoning_effort_in_a_tool_loop_without_claudes_blocks_is_answe
     # does not begin with its thinking when thinking is on ("a final `assistant` message must
     # start with a thinking block"), so the hint turned every tool loop's second turn into a
     # 400. It is sent without thinking, as an effort Claude cannot think with is.
-    claude = (
-        await _claude(gateway_factory, bedrock)
-        if kind == "bedrock"
-        else await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
-    )
+    claude = await _claude_of(kind, gateway_factory, bedrock, fake_upstream)
     call = {"id": "tu_1", "type": "function", "function": {"name": "get_weather"}}
     call["function"]["arguments"] = '{"city": "Paris"}'  # type: ignore[index]
     loop: list[Any] = [
@@ -163,13 +177,7 @@ async def test_a_reasoning_effort_in_a_tool_loop_without_claudes_blocks_is_answe
 
     assert answer.choices[0].finish_reason in ("stop", "tool_calls")
     assert plain.choices[0].message is not None
-    if kind == "bedrock":
-        sent = [r.json.get("additionalModelRequestFields") for r in bedrock.requests[-2:]]
-    else:
-        sent = [
-            r.json.get("thinking") and {"thinking": r.json["thinking"]}
-            for r in fake_upstream.requests
-        ]
+    sent = _thinking_sent(kind, bedrock, fake_upstream)
     # Outside a tool loop the effort still makes Claude think.
     assert sent == [None, {"thinking": {"type": "enabled", "budget_tokens": 4096}}]
 
@@ -186,11 +194,7 @@ async def test_a_messages_tool_loop_whose_turn_another_route_answered_is_answere
     # unsigned block that is never sent to Claude): Claude refuses a tool-use turn that does
     # not begin with its thinking while it thinks, so the conversation died on a Claude route
     # with a 400 at every retry. The turn goes without thinking, as LiteLLM sends it.
-    claude = (
-        await _claude(gateway_factory, bedrock)
-        if kind == "bedrock"
-        else await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
-    )
+    claude = await _claude_of(kind, gateway_factory, bedrock, fake_upstream)
     unsigned = {"type": "thinking", "thinking": "Gemini thought.", "signature": ""}
     result = {"type": "tool_result", "tool_use_id": "tu_1", "content": "18C"}
     loop: list[Any] = [
@@ -207,12 +211,6 @@ async def test_a_messages_tool_loop_whose_turn_another_route_answered_is_answere
 
     assert answer.stop_reason in ("end_turn", "tool_use")
     assert plain.content
-    if kind == "bedrock":
-        sent = [r.json.get("additionalModelRequestFields") for r in bedrock.requests[-2:]]
-    else:
-        sent = [
-            r.json.get("thinking") and {"thinking": r.json["thinking"]}
-            for r in fake_upstream.requests
-        ]
+    sent = _thinking_sent(kind, bedrock, fake_upstream)
     # A new turn (no tool loop to continue) still thinks as asked.
     assert sent == [None, {"thinking": CONFIG}]
