@@ -30,21 +30,24 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 ADMIN = "sk-admin-degraded"
-# The entry period outlasts a bench (1 s, below): a dip whose probes succeed ends by the
-# bench's own end however late a loaded machine runs them, so it can never enter. At 0.3 s
-# a CI run's dip outlasted it (its probe answered late) and entered before the outage began.
-ENTRY, EXIT = 1.5, 0.5
+ENTRY, EXIT = 0.3, 0.5
+# The flapping test's entry period outlasts a bench (1 s, below): a dip whose probes succeed
+# ends by the bench's own end however late a loaded machine runs them, so it can never enter.
+# At 0.3 s a CI run's dip outlasted it (its probe answered late) and entered before the
+# outage began. (Not for every test: one whose circuits half-open in 1 s needs the short one.)
+DIP_PROOF_ENTRY = 1.5
 PASS = 0.05  # the health pass interval: the mode sees the ratio only at passes
+DEGRADED = {
+    "threshold": 0.5,
+    "entry_seconds": ENTRY,
+    "exit_seconds": EXIT,
+    "pass_interval_seconds": PASS,
+}
 CALM = {"failure_threshold": 100, "cooldown_seconds": 30}
 ROUTING = {
     "affinity": {"enabled": False},  # one test client is one caller: no pin to follow
     "bench": {"failures": 1, "duration_seconds": 1.0, "probe_after_fraction": 0.1},
-    "degraded": {
-        "threshold": 0.5,
-        "entry_seconds": ENTRY,
-        "exit_seconds": EXIT,
-        "pass_interval_seconds": PASS,
-    },
+    "degraded": DEGRADED,
 }
 
 
@@ -83,7 +86,7 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
         config(
             model("m", *(route(up) for up in flaky), route(first, 1e-6), route(preferred)),
             circuit=CALM,
-            routing=ROUTING,
+            routing={**ROUTING, "degraded": {**DEGRADED, "entry_seconds": DIP_PROOF_ENTRY}},
             admin_key=ADMIN,
         )
     )
@@ -149,7 +152,7 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
     assert entered.mode == "degraded"
     # Against when the failures began, not the bench events' stamps: on a busy machine an
     # endpoint's event is stamped after its state has already reached the mode's owner.
-    assert entered.since >= outage_began + ENTRY
+    assert entered.since >= outage_began + DIP_PROOF_ENTRY
     assert len(outage) == len(flaky)
     assert entered.ratio == pytest.approx(0.4)
     assert (health["mode"], health["mode_since"]) == ("degraded", entered.since)
