@@ -17,8 +17,9 @@ does not acknowledge in time (it is restarting, or was killed) is owed, kept (up
 :data:`OWED_RETRY_S` until acknowledged, so it is counted when the owner is back; the owner
 ignores a request id it already settled, so a settle sent twice counts once. No answer to an
 admission within ``limits.decision_timeout_seconds``: 503 with ``Retry-After`` (fail closed,
-the default) or, with ``limits.fail_open``, the request runs and its settle is owed the same
-way. A limit is never counted in this process alone.
+the default; the request settles the lease a late verdict may have taken) or, with
+``limits.fail_open``, the request runs and its settle is owed the same way. A limit is never
+counted in this process alone.
 """
 
 from __future__ import annotations

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING
 import anyio
 
 from gateway.http.errors import DEFAULT_RETRY_AFTER_S
-from schemas import BudgetExceededError, GatewayError, LimitsUnavailableError, RateLimitedError
+from schemas import (
+    BudgetExceededError,
+    BusTimeoutError,
+    GatewayError,
+    LimitsUnavailableError,
+    RateLimitedError,
+)
 from schemas.limits import LimitSettle
 
 if TYPE_CHECKING:
@@ -55,6 +61,7 @@ class Ticket:
         "_cost",
         "_decided",
         "_held",
+        "_maybe_held",
         "_open",
         "_req",
         "_request",
@@ -70,6 +77,8 @@ class Ticket:
         self._decided = False
         self._held = False  # the owner holds a lease for this request
         self._open = False  # admitted without the owner's answer (fail open)
+        # Refused for want of a verdict in time: the owner may still have taken a lease.
+        self._maybe_held = False
         self._tokens = 0
         self._cost = 0.0
 
@@ -90,6 +99,9 @@ class Ticket:
                 )
                 self._open = True
                 return
+            # A verdict late, not lost: the owner (slow to save, or just taking over) may
+            # have taken the lease, which nobody would give back before its TTL ran out.
+            self._maybe_held = isinstance(exc, BusTimeoutError)
             raise LimitsUnavailableError(
                 "the gateway could not check this key's limits in time; retry shortly",
                 retry_after=DEFAULT_RETRY_AFTER_S,
@@ -124,10 +136,10 @@ class Ticket:
                     logger.exception("limits: verdict of %s unreadable", self._request.request_id)
         # From here on nothing awaits: a cancellation cannot cut the settle short.
         self._admission.running.pop(self._request.request_id, None)
-        if not (self._held or self._open):
+        if not (self._held or self._open or self._maybe_held):
             return
         r = self._request
-        done = LimitSettle(
+        done = LimitSettle(  # of a lease maybe held: nothing used (the owner's no-op if none)
             request_id=r.request_id,
             subjects=r.subjects,
             role=r.role,

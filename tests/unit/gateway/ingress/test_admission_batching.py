@@ -10,12 +10,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import pytest
 
 from actors.limits import LimitsActor
-from bus import InProcessBus
+from bus import Bus, InProcessBus, NatsBus
 from gateway.auth.gate import Caller
 from gateway.ingress.admission import Admission
-from schemas import AdminCommand, AdminReply, RateLimitedError, subjects
+from schemas import AdminCommand, AdminReply, LimitsUnavailableError, RateLimitedError, subjects
 from schemas.config import GatewayConfig
 from schemas.limits import AdmitBatch, AdmitRequest, LimitsConfig, LimitSettle, LimitSettleBatch
 from tests.fixtures.logs import log_lines
@@ -37,9 +38,9 @@ class _Req:
 
 
 @contextlib.asynccontextmanager
-async def _owner(tmp_path: Path) -> AsyncIterator[tuple[InProcessBus, Admission]]:
-    """A LimitsActor and this ingress's Admission on one in-process bus."""
-    bus = InProcessBus()
+async def _owner(tmp_path: Path, bus: Bus | None = None) -> AsyncIterator[tuple[Bus, Admission]]:
+    """A LimitsActor and this ingress's Admission on one bus (in-process unless given)."""
+    bus = bus or InProcessBus()
     actor = LimitsActor(str(tmp_path / "limits.db"), LimitsConfig(snapshot_seconds=3600))
     async with anyio.create_task_group() as tg:
         await tg.start(actor.run, bus)
@@ -51,7 +52,7 @@ async def _owner(tmp_path: Path) -> AsyncIterator[tuple[InProcessBus, Admission]
     await bus.aclose()
 
 
-async def _limit(bus: InProcessBus, admission: Admission, **spec: Any) -> None:
+async def _limit(bus: Bus, admission: Admission, **spec: Any) -> None:
     reply = await bus.request(
         subjects.admin("limits", "set"),
         AdminCommand(args={"kind": "key", "id": "k-1", **spec}, by="t"),
@@ -62,7 +63,7 @@ async def _limit(bus: InProcessBus, admission: Admission, **spec: Any) -> None:
     await admission.refresh()
 
 
-async def _usage(bus: InProcessBus) -> dict[str, Any]:
+async def _usage(bus: Bus) -> dict[str, Any]:
     reply = await bus.request(
         subjects.admin("limits", "get"),
         AdminCommand(args={"subject": "key:k-1"}, by="t"),
@@ -148,6 +149,26 @@ async def test_a_request_gone_before_its_verdict_gives_its_slot_back(tmp_path: P
         assert (await _usage(bus))["in_flight"] == 0
         (again,) = _begin(admission, 1)
         assert await _outcome(again) == "admitted"  # the slot was not held until its TTL
+
+
+@pytest.mark.nats
+async def test_a_verdict_too_late_to_admit_its_request_gives_the_lease_back(
+    tmp_path: Path, nats_url: str
+) -> None:
+    async with _owner(tmp_path, await NatsBus.connect(nats_url)) as (bus, admission):
+        await _limit(bus, admission, concurrency=1)
+        # The owner decides, but too late for its answer to count (slow to save, taking over).
+        patient = admission.settings
+        admission.settings = patient.model_copy(update={"decision_timeout_seconds": 1e-6})
+        (late,) = _begin(admission, 1)
+        with pytest.raises(LimitsUnavailableError):
+            await late.decide()
+        await late.finish()
+        admission.settings = patient
+        (again,) = _begin(admission, 1)
+        # Without a settle, the slot stayed with the refused request until its lease's TTL.
+        assert await _outcome(again) == "admitted"
+        assert (await _usage(bus))["in_flight"] == 1
 
 
 async def test_settles_no_owner_acknowledged_are_kept_and_counted_once_it_is_back(
