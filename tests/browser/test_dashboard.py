@@ -384,6 +384,25 @@ async def test_a_weight_is_overridden_and_restored(page: Page, dep: Deployment) 
     await expect(backup.locator("button.restore")).to_be_disabled()
 
 
+async def test_a_weight_being_typed_survives_the_table_redrawn_meanwhile(
+    page: Page, dep: Deployment
+) -> None:
+    endpoint, other = eid("a", dep.ups["a"]), eid("b", dep.ups["b"])
+    await _open(page, dep, "weights")
+    row = page.locator(f'#weights tr[data-endpoint="{endpoint}"]')
+    await row.locator("input").fill("3")
+    # Another operator's change (or a bench, a circuit) redraws the table as this one types.
+    await dep.admin("routing", "set_weight", model="b", endpoint=other, weight=2)
+    redrawn = page.locator(f'#weights tr[data-endpoint="{other}"] .weight')
+    await expect(redrawn).to_have_text("2 (configured 1)")
+    await expect(row.locator("input")).to_have_value("3")  # was put back to 1
+    await row.locator("button.set").click()
+    await expect(row.locator(".weight")).to_have_text("3 (configured 1)")
+    for model_id, restored in (("a", endpoint), ("b", other)):
+        await dep.admin("routing", "reset_weight", model=model_id, endpoint=restored)
+    await expect(row.locator(".weight")).to_have_text("1")
+
+
 # -- keys -----------------------------------------------------------------------------------
 
 

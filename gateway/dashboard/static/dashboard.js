@@ -610,14 +610,33 @@ function weightText(r) {
   return r.overridden ? `${r.weight} (configured ${r.configured_weight})` : `${r.weight}`;
 }
 
+// What the operator typed in a table's inputs and has not sent, by row key, and the row whose
+// input has the focus: the live redraw (an event, another operator's change) builds new rows,
+// and must not put the old value back under their cursor (a click then sent the old one).
+function typedIn(tbody, key) {
+  const typed = new Map();
+  for (const input of tbody.querySelectorAll("tr input")) {
+    if (input.value !== input.defaultValue) typed.set(input.closest("tr").dataset[key], input.value);
+  }
+  const focused = tbody.contains(document.activeElement) ? document.activeElement.closest("tr") : null;
+  return {typed, focused: focused ? focused.dataset[key] : null};
+}
+
+function keepTyped(input, rowKey, kept) {
+  if (kept.typed.has(rowKey)) input.value = kept.typed.get(rowKey);
+  if (kept.focused === rowKey) queueMicrotask(() => input.focus());
+  return input;
+}
+
 function weights() {
   const wBody = document.querySelector("#weights tbody");
   const bBody = document.querySelector("#benches tbody");
   const load = coalesced(async () => {
     const [w, health] = await Promise.all([admin("routing", "weights"), api("GET", "/health/deep")]);
+    const kept = typedIn(wBody, "endpoint");
     wBody.replaceChildren(...w.models.flatMap((m) => m.routes.map((r) => {
       const st = health.endpoints[r.endpoint] || {};
-      const input = el("input", {type: "number", step: "any", min: "0", value: String(r.weight), "aria-label": `weight of ${r.endpoint}`});
+      const input = keepTyped(el("input", {type: "number", step: "any", min: "0", value: String(r.weight), "aria-label": `weight of ${r.endpoint}`}), r.endpoint, kept);
       return el("tr", {dataset: {endpoint: r.endpoint}},
         el("td", {text: m.model}), el("td", {text: r.endpoint}), el("td", {text: st.base_url || ""}),
         el("td", {class: "weight", text: weightText(r)}),
