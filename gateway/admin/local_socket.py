@@ -33,19 +33,19 @@ from gateway.http.request import HttpRequest, request_ids
 from schemas import GatewayError, RouteNotFoundError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
+    from typing import Any
 
     from bus import Bus
     from gateway.http.request import Receive, Scope, Send
+
+    ServeSocket = Callable[[Any, socket.socket, asyncio.Event], Coroutine[Any, Any, None]]
+    """Serves an ASGI app on a listening socket it owns until the event is set."""
 
 logger = logging.getLogger(__name__)
 
 _encode = msgspec.json.Encoder().encode
 _BY = "local-cli"  # who sent a command, in AdminExecuted events
-# Hypercorn's own "Running on" line would name the private directory the socket was bound in
-# (see bind_owner_only); the real path is logged instead, and the server's warnings kept.
-_SERVER_LOG = logging.getLogger(f"{__name__}.server")
-_SERVER_LOG.setLevel(logging.WARNING)
 
 
 def socket_path(database_path: str | Path) -> Path:
@@ -157,12 +157,17 @@ class LocalAdmin:
 
     @classmethod
     def open(
-        cls, bus: Bus, database_path: str, sync: Callable[[str | None], None] | None
+        cls,
+        bus: Bus,
+        database_path: str,
+        sync: Callable[[str | None], None] | None,
+        serve: ServeSocket,
     ) -> LocalAdmin | None:
         """Listen beside ``database_path``; None (logged) when the socket cannot be made.
 
         ``sync``, when this process serves HTTP too, brings its ingress to a reloaded config
-        version before the reload is answered, as its own admin API does.
+        version before the reload is answered, as its own admin API does. ``serve`` runs the
+        HTTP server on the socket (the process's own, so none is imported here).
         """
         if database_path == ":memory:":  # no file to sit beside, nor to share with others
             logger.info("no local admin socket for an in-memory database")
@@ -174,21 +179,9 @@ class LocalAdmin:
         except OSError as exc:
             logger.warning("no local admin socket (use --bus or --url to administer): %s", exc)
             return None
-        # Here, not at the top: the CLI imports this module for socket_path and answers, and
-        # hypercorn costs each command about 0.1 s of start-up it never uses.
-        from hypercorn.asyncio import serve
-        from hypercorn.config import Config as HypercornConfig
-
-        hconf = HypercornConfig()
-        hconf.bind = [f"fd://{sock.detach()}"]  # Hypercorn closes it at shutdown
-        hconf.accesslog = None
-        hconf.errorlog = _SERVER_LOG
-        hconf.graceful_timeout = 2
         stop = asyncio.Event()
-        local_app = LocalAdminApp(bus, sync)
         server = asyncio.create_task(
-            serve(local_app, hconf, shutdown_trigger=stop.wait),  # type: ignore[arg-type]
-            name="llmgw:local-admin",
+            serve(LocalAdminApp(bus, sync), sock, stop), name="llmgw:local-admin"
         )
         logger.info("local admin socket: %s", path)
         return cls(path, inode, server, stop)

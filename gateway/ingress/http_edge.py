@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 from wsgiref.handlers import format_date_time
 
@@ -46,7 +44,12 @@ from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
 from gateway.http.deadline import deadline
-from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+from gateway.ingress.edge_refusals import (
+    HEAD_END,
+    HEADER_TIMEOUT,
+    head_refusal,
+    refusal_answer,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -81,73 +84,6 @@ def refusal(request: h11.Request) -> tuple[int, str] | None:
     return None
 
 
-HEADER_TIMEOUT = 10.0  # seconds, the default of ``server.header_timeout_seconds``
-_HEAD_END = re.compile(rb"\n\r?\n")  # where h11 ends a head (it takes a bare LF too)
-_FOLD = re.compile(rb"\r\n[ \t]")
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length:", re.IGNORECASE)
-# RFC 9112 6.3: any other framing leaves the body's length unknown, so the request is malformed.
-CHUNKED_LAST = "Transfer-Encoding must end with chunked, applied once"
-_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding:([^\r]*)", re.IGNORECASE)
-
-
-def head_refusal(head: bytes) -> str | None:
-    """Why a request ``head`` (its bytes up to and including the blank line) is refused, or
-    None: what h11 reads one way and another parser on the path may read another."""
-    # Counts and searches over the whole head, not a Python step per line: every request
-    # passes here. The first offending line names the refusal.
-    if head.count(b"\n") != head.count(b"\r\n"):
-        return "a header line ended by a bare LF is refused: end lines with CRLF"
-    fold = _FOLD.search(head)
-    fold_at = fold.start() if fold is not None else len(head)
-    for n, name in enumerate(_CONTENT_LENGTH.finditer(head)):
-        if name.start() > fold_at:
-            break
-        if n or b"," in head[name.end() : head.find(b"\r\n", name.end())]:
-            return "Content-Length must be given once, as a single number"
-    if fold is not None:
-        return "a header folded over several lines (obs-fold) is refused"
-    if b"ransfer-" in head or b"RANSFER-" in head:  # rare: most bodies say their length
-        return _coding_refusal(head)
-    return None
-
-
-def _coding_refusal(head: bytes) -> str | None:
-    # h11 answers 501 to any coding but a lone chunked; chunked applied twice, or not last,
-    # is a framing error instead (RFC 9112 6.3: 400), as the builtin engine's parser says.
-    codings = b",".join(m.group(1) for m in _TRANSFER_ENCODING.finditer(head)).lower()
-    named = [c.strip() for c in codings.split(b",")] if codings else []
-    if named and (named.count(b"chunked") > 1 or named[-1] != b"chunked"):
-        return CHUNKED_LAST
-    return None
-
-
-def refusal_answer(
-    status: int, message: str, code: str, target: bytes
-) -> tuple[list[tuple[bytes, bytes]], bytes]:
-    """The headers and body of the server's own answer refusing a request for ``target``
-    (every engine's): in the caller's API shape, with an ``x-request-id``, saying the
-    connection closes."""
-    request_id = f"edge-{uuid.uuid4().hex[:16]}"
-    logger.debug("refused a request (%d %s) as %s", status, message, request_id)
-    body = surface_of(target).error_body(status, message, code, None)
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"connection", b"close"),
-        (b"x-request-id", request_id.encode()),
-    ]
-    return headers, body
-
-
-def surface_of(target: bytes) -> Surface:
-    """The API shape an answer to a request for ``target`` takes."""
-    if target.startswith(b"/v1/messages"):
-        return MESSAGES
-    if target.startswith(b"/v1/responses"):
-        return RESPONSES
-    return CHAT
-
-
 class _Refused(H11WSConnection):
     """Stands in for the h11 connection once a request is refused: it parses nothing more,
     so no request behind the refused one is ever served (as Hypercorn's own stand-in does
@@ -176,7 +112,7 @@ class _FramedConnection(h11.Connection):
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
         if self.their_state is h11.IDLE and self.refusal is None:
             pending = self.trailing_data[0]
-            end = _HEAD_END.search(pending)
+            end = HEAD_END.search(pending)
             if end is not None:
                 self.refusal = head_refusal(pending[: end.end()])
                 if self.refusal is not None:
@@ -335,7 +271,7 @@ class EdgeH11Protocol(H11Protocol):
         conn = self.connection
         if self.stream is not None or not isinstance(conn, h11.Connection):
             return
-        if conn.their_state is not h11.IDLE or _HEAD_END.search(conn.trailing_data[0]):
+        if conn.their_state is not h11.IDLE or HEAD_END.search(conn.trailing_data[0]):
             # The whole head did arrive: a busy loop ran this timer before the request was
             # dispatched. Closing now would drop a request the client sent in time.
             return

@@ -24,10 +24,8 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from hypercorn.asyncio import serve as hypercorn_serve
-
 from gateway.http import busy_poll
-from gateway.ingress import http_edge
+from gateway.ingress.edge_refusals import refusal_answer
 from gateway.process.h1.server import serve as serve_builtin
 
 if TYPE_CHECKING:
@@ -110,9 +108,26 @@ async def _serve(
     await _serve_hypercorn(app, sock, server, shutdown)
 
 
+async def serve_local(app: ASGIApp, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Serve ``app`` on a Unix socket (the local admin socket) with the builtin server until
+    ``stop`` is set: a head not all sent within 10 s is answered 408, and answers under way
+    are given 2 s at the stop."""
+    await serve_builtin(app, sock, header_timeout=10.0, shutdown=stop, grace=2.0)
+
+
+async def hypercorn_serve(app: ASGIApp, config: Any, shutdown_trigger: Any) -> None:
+    """Hypercorn's ``serve``, imported only when the ``hypercorn`` engine runs (the others
+    start a tenth of a second sooner without it)."""
+    from hypercorn.asyncio import serve
+
+    await serve(app, config, shutdown_trigger=shutdown_trigger)  # type: ignore[arg-type]
+
+
 async def _serve_hypercorn(
     app: ASGIApp, sock: socket.socket, server: ServerConfig, shutdown: asyncio.Event
 ) -> None:
+    from gateway.ingress import http_edge  # installs itself under Hypercorn: only for it
+
     hconf = http_edge.EdgeConfig()
     hconf.header_timeout = server.header_timeout_seconds
     # Hypercorn owns the listening socket from here and closes it at shutdown; closing it
@@ -124,7 +139,7 @@ async def _serve_hypercorn(
     hconf.graceful_timeout = 10
     http_edge.install()
     try:
-        await hypercorn_serve(app, hconf, shutdown_trigger=shutdown.wait)  # type: ignore[arg-type]
+        await hypercorn_serve(app, hconf, shutdown_trigger=shutdown.wait)
     finally:
         hconf.stamped.stop()
 
@@ -217,7 +232,7 @@ def edge_guard(app: ASGIApp) -> ASGIApp:
 
 async def _refuse(scope: Scope, send: Any, message: str) -> None:
     target = scope.get("raw_path") or str(scope.get("path", "")).encode()
-    headers, body = http_edge.refusal_answer(400, message, "invalid_request", bytes(target))
+    headers, body = refusal_answer(400, message, "invalid_request", bytes(target))
     await send({"type": "http.response.start", "status": 400, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -32,7 +32,7 @@ from gateway.process.control import (
     start_ingress_ops,
     stop_ops,
 )
-from gateway.process.engines import serve_http
+from gateway.process.engines import serve_http, serve_local
 from gateway.process.sidecars import Sidecars
 from gateway.process.startup import lost_bus, until_started
 from schemas import subjects
@@ -195,7 +195,7 @@ async def run(
                 "actors started on %s (%d models)", redacted(opts.bus_url), len(config.models)
             )
         if opts.role == "actors":
-            local = LocalAdmin.open(bus, config.database.path, None)
+            local = LocalAdmin.open(bus, config.database.path, None, serve_local)
             if own_process:
                 settle_gc()
             ready = True
@@ -206,7 +206,7 @@ async def run(
         app = create_app(bus, config)
         ops = start_ingress_ops(bus, app, opts.config_path, opts.config_version)
         if host is not None:
-            local = LocalAdmin.open(bus, config.database.path, app.ops.sync_config)
+            local = LocalAdmin.open(bus, config.database.path, app.ops.sync_config, serve_local)
         if hup and host is None:
             install_sighup(sighup_handler(bus))
         if config.admin_key is None:

@@ -3,7 +3,7 @@ each request served by the ASGI app on a task of its own, one at a time in order
 
 :class:`Connection` owns the connection's parser, the exchange being served and those
 pipelined behind it, the head timer and the reading and writing flow control. Before the app
-runs it refuses, in the caller's API shape (``gateway.ingress.http_edge.surface_of``) with an
+runs it refuses, in the caller's API shape (``gateway.ingress.edge_refusals.surface_of``) with an
 ``x-request-id``, then closing the connection: what llhttp will not parse (both
 ``Content-Length`` and ``Transfer-Encoding``, a repeated or listed ``Content-Length``,
 obs-fold, a bare LF, a malformed or lower-case method, garbage), an HTTP version other than
@@ -24,9 +24,8 @@ from urllib.parse import unquote
 
 import httptools
 
-from gateway.ingress.http_edge import CHUNKED_LAST, head_refusal, refusal_answer
+from gateway.ingress.edge_refusals import CHUNKED_LAST, head_refusal, refusal_answer
 from gateway.process.h1.cycle import Exchange
-from gateway.process.h1.h2_handoff import PREFACE
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
@@ -35,6 +34,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+"""What a client speaking HTTP/2 with prior knowledge sends first (RFC 9113 §3.4)."""
 MAX_HEAD_BYTES = 16 * 1024  # as Hypercorn's h11 (its max_incomplete_event_size)
 _ASGI = {"version": "3.0", "spec_version": "2.3"}
 _MALFORMED = (400, "malformed HTTP request", "invalid_request")
@@ -103,7 +104,7 @@ class Connection(asyncio.Protocol):
                 return
             self._opening = None
             self._cancel_head_timer()
-            if data.startswith(PREFACE) and self.state.h2 is not None:
+            if data.startswith(PREFACE):
                 self._hand_over(data)
                 return
         continued = self._reading  # a head begun in earlier data goes on in this
@@ -315,10 +316,10 @@ class Connection(asyncio.Protocol):
 
     def _hand_over(self, data: bytes) -> None:
         # HTTP/2: the handoff serves the transport from here; this protocol is done with it.
-        assert self._transport is not None and self.state.h2 is not None
+        assert self._transport is not None
         self._closing = True
         self.state.forget(self)
-        self.state.h2.take(self._transport, data)
+        self.state.handoff().take(self._transport, data)
 
     # -- writing and flow control ---------------------------------------------------------
 

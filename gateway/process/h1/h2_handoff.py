@@ -1,5 +1,6 @@
 """HTTP/2 on the builtin engine: a connection that opens with HTTP/2's preface (h2c, prior
-knowledge) is handed to Hypercorn's HTTP/2 protocol on this event loop.
+knowledge, ``gateway.process.h1.connection.PREFACE``) is handed to Hypercorn's HTTP/2 protocol
+on this event loop, imported with this module when the first such connection comes.
 
 The builtin server speaks HTTP/1.1 itself, where its speed matters. HTTP/2 needs stream
 multiplexing, flow control, HPACK and its own defences (stream limits, resets, settings), all
@@ -30,10 +31,7 @@ if TYPE_CHECKING:
 
     ASGIApp = Callable[..., Awaitable[None]]
 
-__all__ = ["PREFACE", "H2Handoff"]
-
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-"""What a client speaking HTTP/2 with prior knowledge sends first (RFC 9113 §3.4)."""
+__all__ = ["H2Handoff"]
 
 _READ_LIMIT = 64 * 1024
 

@@ -5,8 +5,8 @@ the ASGI lifespan around them, and the clock they share.
 before the first connection is accepted, shutdown after the last answer), a tick each second
 that stamps the ``date`` header every answer carries and closes connections idle past the
 keep-alive timeout, and the graceful stop (no new connections, idle ones closed at once,
-answers under way given :data:`GRACE_SECONDS`, then every connection closed). Connections
-that open with HTTP/2's preface are served by its :class:`H2Handoff`.
+answers under way given :data:`GRACE_SECONDS` or the grace asked, then every connection
+closed). Connections that open with HTTP/2's preface are served by its :class:`H2Handoff`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from wsgiref.handlers import format_date_time
 
 from gateway.http.lifespan import Lifespan
 from gateway.process.h1.connection import Connection
-from gateway.process.h1.h2_handoff import H2Handoff
 
 if TYPE_CHECKING:
     import socket
     from collections.abc import Awaitable, Callable, MutableMapping
+
+    from gateway.process.h1.h2_handoff import H2Handoff
 
     Message = MutableMapping[str, Any]
     ASGIApp = Callable[..., Awaitable[None]]
@@ -44,6 +45,7 @@ class ServerState:
         "connections",
         "date_header",
         "emptied",
+        "grace",
         "h2",
         "header_timeout",
         "keep_alive_timeout",
@@ -58,17 +60,33 @@ class ServerState:
         *,
         header_timeout: float,
         keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
+        grace: float = GRACE_SECONDS,
     ) -> None:
         self.app = app
+        self.grace = grace  # what answers under way are given at a stop
         self.loop = loop
         self.header_timeout = header_timeout
         self.keep_alive_timeout = keep_alive_timeout
         self.connections: set[Connection] = set()
         self.stopping = False
         self.emptied = asyncio.Event()  # set once stopping and no connection is left
-        self.h2: H2Handoff | None = None  # serves the connections that speak HTTP/2
+        # Serves the connections that speak HTTP/2: made (Hypercorn imported) for the first.
+        self.h2: H2Handoff | None = None
         self.date_header = b""
         self.tick()
+
+    def handoff(self) -> H2Handoff:
+        """What serves a connection that speaks HTTP/2 (made at the first one)."""
+        if self.h2 is None:
+            from gateway.process.h1.h2_handoff import H2Handoff  # Hypercorn: only for h2
+
+            self.h2 = H2Handoff(
+                self.app,
+                self.loop,
+                keep_alive_timeout=self.keep_alive_timeout,
+                graceful_timeout=self.grace,
+            )
+        return self.h2
 
     def forget(self, conn: Connection) -> None:
         """``conn`` has ended."""
@@ -92,16 +110,18 @@ async def serve(
     header_timeout: float,
     shutdown: asyncio.Event,
     keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
+    grace: float = GRACE_SECONDS,
 ) -> None:
-    """Serve ``app`` on the listening ``sock`` (this call owns and closes it) until
-    ``shutdown`` is set. Raises gateway.http.lifespan.LifespanError if the app fails its
-    startup."""
+    """Serve ``app`` on the listening ``sock`` (TCP or a Unix socket; this call owns and
+    closes it) until ``shutdown`` is set, giving answers under way ``grace`` seconds then.
+    Raises gateway.http.lifespan.LifespanError if the app fails its startup."""
     loop = asyncio.get_running_loop()
     state = ServerState(
-        app, loop, header_timeout=header_timeout, keep_alive_timeout=keep_alive_timeout
-    )
-    state.h2 = H2Handoff(
-        app, loop, keep_alive_timeout=keep_alive_timeout, graceful_timeout=GRACE_SECONDS
+        app,
+        loop,
+        header_timeout=header_timeout,
+        keep_alive_timeout=keep_alive_timeout,
+        grace=grace,
     )
     lifespan = Lifespan(app)
     await lifespan.startup()
@@ -120,13 +140,13 @@ async def serve(
 
 
 async def _drain(state: ServerState) -> None:
-    """Close idle connections now and the rest once their answers are out, or after
-    GRACE_SECONDS; the HTTP/2 connections alike, at the same time."""
+    """Close idle connections now and the rest once their answers are out, or after the
+    grace; the HTTP/2 connections alike, at the same time."""
     state.stopping = True
     if state.h2 is None:
         await _drain_http1(state)
     else:
-        await asyncio.gather(_drain_http1(state), state.h2.stop(GRACE_SECONDS))
+        await asyncio.gather(_drain_http1(state), state.h2.stop(state.grace))
 
 
 async def _drain_http1(state: ServerState) -> None:
@@ -134,7 +154,7 @@ async def _drain_http1(state: ServerState) -> None:
         conn.close_if_idle()  # one under way closes when its answer is out
     if state.connections:
         with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(GRACE_SECONDS):
+            async with asyncio.timeout(state.grace):
                 await state.emptied.wait()
     if state.connections:
         # Said, or a stop that cut streams looks like one that drained them.
@@ -142,7 +162,7 @@ async def _drain_http1(state: ServerState) -> None:
             "stopping: %d connection(s) still answering after the %g s grace closed (their "
             "answers are cut short)",
             len(state.connections),
-            GRACE_SECONDS,
+            state.grace,
         )
     for conn in list(state.connections):
         conn.close()

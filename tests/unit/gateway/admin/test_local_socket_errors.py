@@ -15,6 +15,7 @@ from gateway.admin import http as admin_http
 from gateway.admin import local_socket
 from gateway.admin.local_socket import LocalAdmin
 from gateway.http.errors import DEFAULT_RETRY_AFTER_S
+from gateway.process.engines import serve_local
 from tests.unit.actors.cluster_support import Link
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 
 async def _post(to: Bus, tmp_path: Path, path: str) -> httpx.Response:
-    local = LocalAdmin.open(to, str(tmp_path / "gw.sqlite3"), None)
+    local = LocalAdmin.open(to, str(tmp_path / "gw.sqlite3"), None, serve_local)
     assert local is not None
     try:
         transport = httpx.AsyncHTTPTransport(uds=str(local.path))

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from gateway.process.h1 import server as h1_server
-from gateway.process.h1.h2_handoff import PREFACE
+from gateway.process.h1.connection import PREFACE
 from gateway.process.h1.server import serve
 
 if TYPE_CHECKING:
