@@ -60,10 +60,11 @@ class ServerState:
         *,
         header_timeout: float,
         keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
-        grace: float = GRACE_SECONDS,
+        grace: float | None = None,
     ) -> None:
         self.app = app
-        self.grace = grace  # what answers under way are given at a stop
+        # What answers under way are given at a stop (GRACE_SECONDS, read when it is made).
+        self.grace = GRACE_SECONDS if grace is None else grace
         self.loop = loop
         self.header_timeout = header_timeout
         self.keep_alive_timeout = keep_alive_timeout
@@ -110,10 +111,11 @@ async def serve(
     header_timeout: float,
     shutdown: asyncio.Event,
     keep_alive_timeout: float = KEEP_ALIVE_SECONDS,
-    grace: float = GRACE_SECONDS,
+    grace: float | None = None,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` (TCP or a Unix socket; this call owns and
-    closes it) until ``shutdown`` is set, giving answers under way ``grace`` seconds then.
+    closes it) until ``shutdown`` is set, giving answers under way ``grace`` seconds then
+    (default :data:`GRACE_SECONDS`).
     Raises gateway.http.lifespan.LifespanError if the app fails its startup."""
     loop = asyncio.get_running_loop()
     state = ServerState(
