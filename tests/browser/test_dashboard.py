@@ -99,6 +99,12 @@ async def page(context: BrowserContext, dep: Deployment) -> Page:
     return p
 
 
+# What a page does with the admin API is the same whichever bus the actors answer on (the
+# admin commands are proven on both by the e2e tests): those tests run on the in-process bus
+# only; the ones whose page follows the live event stream run on both.
+ONE_BUS = pytest.mark.parametrize("dep", ["inproc"], indirect=True)
+
+
 async def _open(page: Page, dep: Deployment, name: str) -> None:
     await page.goto(f"{dep.url}/dashboard/{name}")
     await ready(page)
@@ -107,6 +113,7 @@ async def _open(page: Page, dep: Deployment, name: str) -> None:
 # -- sessions -------------------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_sign_in_makes_a_strict_httponly_session_and_sign_out_ends_it(
     context: BrowserContext, dep: Deployment
 ) -> None:
@@ -135,6 +142,7 @@ async def test_sign_in_makes_a_strict_httponly_session_and_sign_out_ends_it(
     assert replay.status_code == 401, replay.text
 
 
+@ONE_BUS
 async def test_a_key_of_another_role_gets_403_at_sign_in(
     context: BrowserContext, dep: Deployment
 ) -> None:
@@ -150,6 +158,7 @@ async def test_a_key_of_another_role_gets_403_at_sign_in(
     assert made["key"] not in await page.content()
 
 
+@ONE_BUS
 async def test_nothing_of_the_dashboard_answers_without_a_session(dep: Deployment) -> None:
     for path in (
         "/dashboard/api/admin/chains/list",
@@ -172,6 +181,7 @@ async def test_nothing_of_the_dashboard_answers_without_a_session(dep: Deploymen
     ).status_code == 401
 
 
+@ONE_BUS
 async def test_every_state_changing_call_needs_the_csrf_token(page: Page, dep: Deployment) -> None:
     call = """async ([token]) => {
         const headers = {"content-type": "application/json"};
@@ -223,6 +233,7 @@ async def test_overview_shows_a_circuit_opening_live(page: Page, dep: Deployment
 # -- chains and steering --------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_dragging_a_model_to_the_top_changes_what_auto_chain_serves(
     page: Page, dep: Deployment
 ) -> None:
@@ -279,6 +290,7 @@ async def test_a_change_made_before_the_event_stream_connected_shows_once_it_doe
     await expect(page.locator('article[data-chain="dawn"]')).to_be_visible()
 
 
+@ONE_BUS
 async def test_steering_settings_are_saved_through_the_admin_commands(
     page: Page, dep: Deployment
 ) -> None:
@@ -295,6 +307,7 @@ async def test_steering_settings_are_saved_through_the_admin_commands(
     await expect(page.locator("#flash")).to_have_text("exploration 0")
 
 
+@ONE_BUS
 async def test_a_refresh_keeps_what_the_operator_is_typing_in_a_form(
     page: Page, dep: Deployment
 ) -> None:
@@ -312,6 +325,7 @@ async def test_a_refresh_keeps_what_the_operator_is_typing_in_a_form(
 # -- rules ----------------------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_a_rule_is_saved_an_invalid_one_refused_at_its_path_and_try_explains(
     page: Page, dep: Deployment
 ) -> None:
@@ -364,6 +378,7 @@ async def test_a_rule_is_saved_an_invalid_one_refused_at_its_path_and_try_explai
 # -- weights and benches --------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_a_weight_is_overridden_and_restored(page: Page, dep: Deployment) -> None:
     endpoint = eid("a", dep.ups["a"])
     await _open(page, dep, "weights")
@@ -384,6 +399,7 @@ async def test_a_weight_is_overridden_and_restored(page: Page, dep: Deployment) 
     await expect(backup.locator("button.restore")).to_be_disabled()
 
 
+@ONE_BUS
 async def test_a_weight_being_typed_survives_the_table_redrawn_meanwhile(
     page: Page, dep: Deployment
 ) -> None:
@@ -406,6 +422,7 @@ async def test_a_weight_being_typed_survives_the_table_redrawn_meanwhile(
 # -- keys -----------------------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_a_key_is_created_shown_once_and_revoked(page: Page, dep: Deployment) -> None:
     await _open(page, dep, "keys")
     form = page.locator("#create-key")
@@ -470,6 +487,7 @@ async def test_live_events_show_decisions_with_reasons_and_pause_holds_them(
 # -- request log ----------------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_the_request_log_is_filtered_and_shows_attempts(page: Page, dep: Deployment) -> None:
     for name in ("a", "b", "a"):
         assert (await dep.chat(name)).status_code == 200
@@ -499,6 +517,7 @@ async def test_the_request_log_is_filtered_and_shows_attempts(page: Page, dep: D
 # -- every page -----------------------------------------------------------------------------
 
 
+@ONE_BUS
 async def test_no_page_logs_a_console_error_or_fails_a_request_and_tab_reaches_every_control(
     page: Page, dep: Deployment
 ) -> None:
