@@ -24,7 +24,7 @@ from gateway.admin.local_socket import socket_path
 from gateway.process.config import ConfigError, database_from_env, load_sections, redacted
 from schemas import is_read_only_admin_verb
 from schemas.config import GatewayConfig
-from schemas.keys import parse_instant
+from schemas.keys import parse_since as since_instant
 
 if TYPE_CHECKING:
     import argparse
@@ -47,18 +47,13 @@ def parse_duration(text: str) -> float:
 
 
 def parse_since(text: str) -> float:
-    """Unix seconds from a ``--since``: a duration ago (``30s``, ``10m``, ``2h``, ``1d``,
-    plain seconds) or an ISO 8601 time (UTC without an offset). Raises UsageError."""
+    """Unix seconds from a ``--since``, read as every ``since`` is (the admin API's too): a
+    duration ago with its unit (``30s``, ``10m``, ``2h``, ``1d``), unix seconds, or an ISO 8601
+    time (UTC without an offset). Raises UsageError."""
     try:
-        return time.time() - parse_duration(text)
-    except UsageError:
-        pass
-    try:
-        return parse_instant(text)
-    except ValueError:
-        raise UsageError(
-            f"--since: not a duration or a time: {text!r} (e.g. 10m, 2h, 2026-12-01T09:00)"
-        ) from None
+        return since_instant(text, time.time())
+    except ValueError as exc:
+        raise UsageError(f"--since: {exc} (e.g. 10m, 2h, 2026-12-01T09:00)") from None
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:

@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "repeatable or comma-separated",
     )
     p.add_argument(
-        "--since", help="first replay the events kept since then (10m ago, or an ISO 8601 time)"
+        "--since", help="replay the events kept since then first (10m ago, unix seconds, ISO 8601)"
     )
     p.add_argument("--count", type=int, help="exit after this many events")
     add_target_args(p)

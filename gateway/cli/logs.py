@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``llmgw logs``."""
     p = sub.add_parser("logs", help="query the request log")
     p.add_argument(
-        "--since", default="1h", help="how far back (30s, 10m, 2h, 1d, or an ISO 8601 time; 1h)"
+        "--since", default="1h", help="how far back (10m, 2h, 1d; unix seconds; ISO 8601; 1h)"
     )
     p.add_argument("--model", help="requested or resolved model id")
     p.add_argument("--kind", choices=("request", "attempt"), help="only requests or attempts")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 
 from gateway.cli import main as cli
 from gateway.cli.admin import command_args
-from gateway.cli.common import UsageError, bus_url, parse_duration
+from gateway.cli.common import UsageError, bus_url, parse_duration, parse_since
 from gateway.process.config import redacted
 
 if TYPE_CHECKING:
@@ -29,6 +30,15 @@ def test_parse_duration_of_garbage_raises_usage_error() -> None:
 
 def admin_args(*argv: str) -> argparse.Namespace:
     return cli._parser().parse_args(["admin", *argv])
+
+
+def test_a_since_reads_as_the_admin_apis_a_unit_a_duration_a_bare_number_unix_seconds() -> None:
+    now = time.time()
+    assert parse_since("1796614629") == 1796614629.0  # was read as 57 years ago
+    assert parse_since("2026-12-01T09:00") == 1796115600.0
+    assert now - 600 - 5 <= parse_since("10m") <= time.time() - 600
+    with pytest.raises(UsageError, match="--since: not a time"):
+        parse_since("soon")
 
 
 def test_admin_reload_shortcut_is_config_reload() -> None:
