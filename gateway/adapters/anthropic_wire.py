@@ -35,9 +35,9 @@ arguments that are not a JSON object, and, while a ``thinking`` config turns thi
 what Claude refuses then: ``temperature`` other than 1, ``top_p`` below 0.95, a
 ``tool_choice`` forcing a call (refused here in the caller's terms, not changed unasked nor
 sent to fail upstream). What a Messages client asks only of Claude (``_claude_native``)
-goes as it asked: ``top_k``, and ``is_error`` on its failed tool results (without the
-``Error: `` prefix other routes get); its presence also keeps Claude's ``stop_reason`` on
-the answer's choice (``_claude_stop_reason``) for the Messages renderer.
+goes as it asked: ``top_k``, ``context_management`` (beta), and ``is_error`` on its failed
+tool results (without the ``Error: `` prefix other routes get); its presence also keeps
+Claude's ``stop_reason`` on the answer's choice (``_claude_stop_reason``) for the Messages renderer.
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ def to_messages_request(chat: JSON, *, upstream_model: str) -> JSON:
         req["top_p"] = chat["top_p"]
     if native.get("top_k") is not None:
         req["top_k"] = native["top_k"]
+    if native.get("context_management") is not None:
+        req["context_management"] = native["context_management"]
     if chat.get("tools"):
         _convert_tools(chat, req)
     _convert_response_format(chat.get("response_format"), req)

@@ -15,9 +15,11 @@ Prompt-caching ``cache_control`` marks (on the request, system and text blocks, 
 results and tools) are kept where LiteLLM keeps them on chat: on the content part, the tool,
 the request; an ``anthropic`` route sends them on (Claude caches only what is marked), and the
 request is marked (:data:`CLAUDE_CACHE`) so an ``openai_compat`` route drops them.
-``top_k`` and a ``tool_result``'s ``is_error`` (also an ``Error: `` prefix on the chat tool
-message) ride in :data:`CLAUDE_NATIVE`, which also keeps Claude's own ``stop_reason`` for
-the answer: only a Claude route reads it.
+``top_k``, ``context_management`` (beta) and a ``tool_result``'s ``is_error`` (also an
+``Error: `` prefix on the chat tool message) ride in :data:`CLAUDE_NATIVE`, which also keeps
+Claude's own ``stop_reason`` for the answer: only a Claude route reads it; every other route
+refuses ``context_management`` (a 400 naming it: leaving it out would send the whole
+context Claude was asked to edit).
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
 ``service_tier``, ``speed``, ``inference_geo``,
 ``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
@@ -91,6 +93,7 @@ _MEDIA = {"image": image_part, "document": document_part}  # blocks that become 
 _FIELDS = {
     "cache_control": OBJECT,
     "container": STRING_OR_OBJECT,
+    "context_management": OBJECT,
     "diagnostics": OBJECT,
     "inference_geo": STRING,
     "max_tokens": INTEGER,

@@ -33,8 +33,9 @@ def claude_native(body: dict[str, Any]) -> dict[str, Any]:
     """The :data:`CLAUDE_NATIVE` object of a Messages request ``body`` (translated before,
     without error: its types are checked)."""
     native: dict[str, Any] = {}
-    if (top_k := body.get("top_k")) is not None:
-        native["top_k"] = top_k
+    for key in ("top_k", "context_management"):
+        if (value := body.get(key)) is not None:
+            native[key] = value
     errors = [
         block["tool_use_id"]
         for message in body["messages"]
