@@ -60,8 +60,11 @@ PACED_RETRY_AFTER = b"1"
 REQUEST_DESCRIBING = frozenset({400, 404, 413, 422})
 # Anthropic's status for an overloaded API (``overloaded_error``), which its SDKs raise as
 # OverloadedError and Claude Code retries as an overload; the OpenAI surfaces have no such
-# status and keep the 502, as does an upstream's 503 everywhere (it need not be overload).
+# status and keep the 502, as does an upstream's 503 everywhere (it need not be overload)
+# unless its body says it is: Anthropic's error shape with ``overloaded_error`` (Claude
+# behind a proxy or another cloud answers its overload so).
 OVERLOADED = 529
+_OVERLOAD_MARK = b"overloaded_error"
 
 
 def http_status(err: GatewayError, *, relays_overload: bool = False) -> int:
@@ -70,11 +73,23 @@ def http_status(err: GatewayError, *, relays_overload: bool = False) -> int:
     if isinstance(err, UpstreamError) and err.status is not None:
         if err.status in REQUEST_DESCRIBING or err.status == 429:
             return err.status
-        if relays_overload and err.status == OVERLOADED:
+        if relays_overload and (err.status == OVERLOADED or _says_overloaded(err)):
             return OVERLOADED
     if isinstance(err, BudgetExceededError):
         return err.status  # 429, or 402 where the operator chose it
     return _STATUS.get(err.code, 500)
+
+
+def _says_overloaded(err: UpstreamError) -> bool:
+    """Whether a 503's body is Anthropic's error shape of type ``overloaded_error``."""
+    if err.status != 503 or _OVERLOAD_MARK not in err.body:
+        return False
+    try:
+        body = msgspec.json.decode(err.body)
+    except msgspec.DecodeError:
+        return False
+    inner = body.get("error") if isinstance(body, dict) else None
+    return isinstance(inner, dict) and inner.get("type") == "overloaded_error"
 
 
 def error_code(err: GatewayError) -> str:

@@ -200,15 +200,17 @@ async def test_upstream_failures_on_messages_are_anthropic_shaped_with_retry_aft
 
 
 @ONE_BUS
+@pytest.mark.parametrize("status", [529, 503])
 async def test_upstream_overload_reaches_a_messages_client_as_anthropic_529(
-    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, status: int
 ) -> None:
     # Claude's 529 overloaded_error, after every route was tried, was a 502 api_error: the
     # anthropic SDK raised InternalServerError, not OverloadedError, and Claude Code could
     # not tell an overload (which it retries, and falls back from) from a broken gateway.
+    # So was a 503 whose body says overloaded_error (Claude behind a proxy or another cloud).
     gw = await gateway_factory(config(model("m", anthropic_route(fake_upstream))))
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    fake_upstream.enqueue(Reply(529, body=overloaded), Reply(529, body=overloaded))
+    fake_upstream.enqueue(Reply(status, body=overloaded), Reply(status, body=overloaded))
 
     with pytest.raises(anthropic.OverloadedError) as messages:
         await gw.anthropic().messages.create(model="m", max_tokens=5, messages=HI)
