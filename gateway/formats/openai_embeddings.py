@@ -23,16 +23,23 @@ from schemas.keys import shown
 # The documented fields (openai's EmbeddingCreateParams) besides model and input.
 _FIELDS = {"dimensions": INTEGER, "encoding_format": STRING, "user": STRING}
 _ENCODINGS = ("float", "base64")
+MAX_INPUTS = 2048
+"""The most inputs one request may hold (OpenAI's limit: it refuses a longer array)."""
 
 
 def validate_embeddings_request(raw: Any) -> JSON:
     """``body`` if it is an embeddings request. Raises InvalidRequestError naming the field
-    (a mistyped one, a malformed ``input``, an ``encoding_format`` that is not ``float`` or
-    ``base64``)."""
+    (a mistyped one, a malformed ``input``: empty, an empty string or token array, over
+    :data:`MAX_INPUTS` inputs; an ``encoding_format`` that is not ``float`` or ``base64``).
+    OpenAI refuses each of these with a 400: refused here, no upstream is asked."""
     body = require_object_with_model(raw)
     inp = body.get("input")
     if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
-        raise InvalidRequestError("'input' must be a string or a non-empty array", param="input")
+        raise InvalidRequestError(
+            "input: must be a non-empty string or a non-empty array", param="input"
+        )
+    if inp == "":
+        raise InvalidRequestError("input: must not be an empty string", param="input")
     if isinstance(inp, list):
         _check_inputs(inp)
     check_types(body, _FIELDS)
@@ -48,7 +55,7 @@ def validate_embeddings_request(raw: Any) -> JSON:
 
 
 def _is_text(value: Any) -> bool:
-    return isinstance(value, str)
+    return isinstance(value, str) and value != ""
 
 
 def _is_token(value: Any) -> bool:
@@ -59,6 +66,7 @@ def _is_tokens(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(map(_is_token, value))
 
 
+_Text = Annotated[str, msgspec.Meta(min_length=1)]
 _Token = Annotated[int, msgspec.Meta(ge=0)]
 _Tokens = Annotated[list[_Token], msgspec.Meta(min_length=1)]
 # An array ``input`` holds one of these kinds throughout (with a string, the API's 4 forms):
@@ -66,7 +74,7 @@ _Tokens = Annotated[list[_Token], msgspec.Meta(min_length=1)]
 # per token cost about 11 ms for 16 inputs of 8,000 tokens), and only an array that fails it
 # walked again to name the item.
 _INPUT_KINDS = (
-    (_is_text, list[str], "a string"),
+    (_is_text, list[_Text], "a non-empty string"),
     (_is_token, list[_Token], "a token id (an integer from 0)"),
     (_is_tokens, list[_Tokens], "a non-empty array of token ids"),
 )
@@ -74,12 +82,17 @@ _INPUT_KINDS = (
 
 def _check_inputs(inputs: list[Any]) -> None:
     """Raise InvalidRequestError naming the first item of ``inputs`` not of ``input[0]``'s
-    kind (or ``input[0]`` when it is of none)."""
+    kind (or ``input[0]`` when it is of none), or ``input`` when it holds too many inputs."""
     found = next(((f, t, k) for f, t, k in _INPUT_KINDS if f(inputs[0])), None)
     if found is None:
         kinds = ", ".join(k for _, _, k in _INPUT_KINDS)
         raise InvalidRequestError(f"input[0]: must be one of {kinds}", param="input[0]")
     fits, array, kind = found
+    if fits is not _is_token and len(inputs) > MAX_INPUTS:
+        # A flat token array is one input (its length is tokens, the model's limit).
+        raise InvalidRequestError(
+            f"input: must hold at most {MAX_INPUTS} inputs, not {len(inputs)}", param="input"
+        )
     try:
         msgspec.convert(inputs, array)
     except msgspec.ValidationError:

@@ -350,6 +350,28 @@ async def test_an_embeddings_input_array_of_mixed_kinds_is_400_naming_the_item(
     assert fake_upstream.requests == []
 
 
+async def test_an_embeddings_input_openai_refuses_is_400_from_the_sdk_and_never_upstream(
+    gw: RunningGateway, fake_upstream: FakeUpstream
+) -> None:
+    # An empty text reached the upstream, which billed it or answered in its own way;
+    # OpenAI refuses it (and the rest here) with a 400 naming the input.
+    refused: dict[str, Any] = {}
+    inputs: list[Any] = ["", [""], [[]], [[1, 2.5]], ["a"] * 2049]
+    for inp in inputs:
+        with pytest.raises(openai.BadRequestError) as exc:
+            await gw.openai().embeddings.create(model="m", input=inp)
+        refused[str(inp)[:12]] = (exc.value.status_code, error_body(exc.value).get("param"))
+
+    assert refused == {
+        "": (400, "input"),
+        "['']": (400, "input[0]"),
+        "[[]]": (400, "input[0]"),
+        "[[1, 2.5]]": (400, "input[0]"),
+        "['a', 'a', '": (400, "input"),
+    }
+    assert fake_upstream.requests == []
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
