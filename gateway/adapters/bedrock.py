@@ -11,6 +11,10 @@ Errors keep the caller's and the provider's view apart: ``ThrottlingException`` 
 key is muted); ``ValidationException`` is the caller's (400); model and service failures are
 retryable 5xx.
 
+For Claude, a Messages client's ``anthropic-beta`` flags that Bedrock documents
+(:data:`BEDROCK_BETAS`) go in ``additionalModelRequestFields.anthropic_beta``; the rest are
+dropped, as Bedrock refuses a request naming a flag it does not know.
+
 Embeddings go through ``InvokeModel`` (``POST {base_url}/model/{modelId}/invoke``, signed the
 same way) with the model family's own body (``bedrock_embed``): Titan embeds one input per
 call, so a batch is that many calls, at most ``embed_parallel`` (8) at a time.
@@ -19,6 +23,7 @@ call, so a batch is that many calls, at most ``embed_parallel`` (8) at a time.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
@@ -54,14 +59,17 @@ from gateway.adapters.bedrock_wire import from_converse_response, to_converse_re
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 from schemas.bedrock_settings import is_claude
+from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
 from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
 from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
+from schemas.keys import shown
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 
     from gateway.adapters.upstream_http import UpstreamHTTP
 
+logger = logging.getLogger(__name__)
 _encode = msgspec.json.Encoder().encode
 
 _decode = msgspec.json.Decoder().decode
@@ -97,6 +105,38 @@ def converse_url(base_url: str, model_id: str, *, stream: bool) -> str:
 def model_url(base_url: str, model_id: str, op: str) -> str:
     """``{base_url}/model/{modelId}/{op}``, the model id percent-encoded as botocore does."""
     return f"{base_url.rstrip('/')}/model/{quote(model_id, safe='')}/{op}"
+
+
+# The anthropic_beta values AWS's Bedrock documentation lists for Anthropic Claude ("Anthropic
+# Claude Messages API" > "Request and Response", the anthropic_beta parameter). Bedrock refuses
+# the whole request for a flag it does not know (Claude Code sends claude-code-20250219 among
+# others), so only these are passed on.
+BEDROCK_BETAS = frozenset(
+    {
+        "computer-use-2024-10-22",
+        "computer-use-2025-01-24",
+        "token-efficient-tools-2025-02-19",
+        "output-128k-2025-02-19",
+        "interleaved-thinking-2025-05-14",
+        "dev-full-thinking-2025-05-14",
+        "context-1m-2025-08-07",
+        "context-management-2025-06-27",
+        "tool-search-tool-2025-10-19",
+        "tool-examples-2025-10-29",
+        "effort-2025-11-24",
+    }
+)
+
+
+def bedrock_betas(header: Any) -> list[str]:
+    """The flags of a Messages client's ``anthropic-beta`` ``header`` that Bedrock documents,
+    in the client's order; the others are dropped (logged at debug)."""
+    flags = [f.strip() for f in header.split(",")] if isinstance(header, str) else []
+    kept = [f for f in dict.fromkeys(flags) if f in BEDROCK_BETAS]
+    if dropped := [f for f in flags if f and f not in BEDROCK_BETAS]:
+        shown_dropped = shown(dropped, 200)
+        logger.debug("anthropic-beta flags Bedrock does not document, dropped: %s", shown_dropped)
+    return kept
 
 
 def _claude(target: UpstreamTarget, model: str) -> bool:
@@ -146,6 +186,9 @@ class BedrockAdapter:
             model = target.upstream_model or str(body.get("model", ""))
             claude = _claude(target, model)
             converse = to_converse_request(body, claude=claude)
+            if claude and (betas := bedrock_betas(body.get(_ANTHROPIC_BETA))):
+                extra = converse.setdefault("additionalModelRequestFields", {})
+                extra["anthropic_beta"] = betas
             if claude and "stopSequences" in converse.get("inferenceConfig", ()):
                 # Claude's answer says which one matched only when asked (Anthropic's
                 # stop_sequence); other models' field paths are their own.
