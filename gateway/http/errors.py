@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 import msgspec
 
@@ -84,12 +85,18 @@ def _says_overloaded(err: UpstreamError) -> bool:
     """Whether a 503's body is Anthropic's error shape of type ``overloaded_error``."""
     if err.status != 503 or _OVERLOAD_MARK not in err.body:
         return False
+    inner = _error_object(err.body)
+    return inner is not None and inner.get("type") == "overloaded_error"
+
+
+def _error_object(body: bytes) -> dict[str, Any] | None:
+    """The ``error`` object of an upstream's JSON error body, or None."""
     try:
-        body = msgspec.json.decode(err.body)
+        decoded = msgspec.json.decode(body)
     except msgspec.DecodeError:
-        return False
-    inner = body.get("error") if isinstance(body, dict) else None
-    return isinstance(inner, dict) and inner.get("type") == "overloaded_error"
+        return None
+    inner = decoded.get("error") if isinstance(decoded, dict) else None
+    return inner if isinstance(inner, dict) else None
 
 
 def error_code(err: GatewayError) -> str:
@@ -111,12 +118,8 @@ def _relayed_field(err: GatewayError, key: str) -> str | None:
     refusal of the request relayed as it is (a 400, 404, 413, 422) and it is a string."""
     if not (isinstance(err, UpstreamError) and err.status in REQUEST_DESCRIBING and err.body):
         return None
-    try:
-        body = msgspec.json.decode(err.body)
-    except msgspec.DecodeError:
-        return None
-    inner = body.get("error") if isinstance(body, dict) else None
-    value = inner.get(key) if isinstance(inner, dict) else None
+    inner = _error_object(err.body)
+    value = inner.get(key) if inner is not None else None
     return value if isinstance(value, str) else None
 
 
