@@ -79,6 +79,16 @@ async def _held(sup: Supervisor, count: int = 2) -> set[int]:
     return {int((await sup.line(_HELD)).group(1)) for _ in range(count)}
 
 
+async def _held_start(
+    tmp_path: Path, up: FakeUpstream, supervisors: list[Supervisor]
+) -> tuple[Supervisor, set[int]]:
+    """A run of one model on ``up`` whose two workers hold their start; it and their pids."""
+    sup = Supervisor(_write(tmp_path, config(model("m", route(up)))), env=_held_env())
+    supervisors.append(sup)
+    sup.spawn()
+    return sup, await _held(sup)
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -164,10 +174,7 @@ async def test_the_embedded_nats_server_killed_while_workers_start_stops_the_run
 ) -> None:
     # The supervisor waited for the workers' ready lines (60 s) before it looked at its
     # nats-server, and each held worker waited for /health with no bound, SIGTERM included.
-    sup = Supervisor(_write(tmp_path, config(model("m", route(fake_upstream)))), env=_held_env())
-    supervisors.append(sup)
-    sup.spawn()
-    workers = await _held(sup)
+    sup, workers = await _held_start(tmp_path, fake_upstream, supervisors)
     nats = int(sup.seen(_EMBEDDED).group(1))
     os.kill(nats, signal.SIGKILL)
     async with asyncio.timeout(WAIT):
@@ -190,10 +197,7 @@ async def test_sigterm_while_the_workers_start_stops_the_run_at_once_and_clean(
 ) -> None:
     # SIGINT/SIGTERM were only looked at once every worker answered: a start that waited (a
     # bus down, a slow machine) could not be stopped.
-    sup = Supervisor(_write(tmp_path, config(model("m", route(fake_upstream)))), env=_held_env())
-    supervisors.append(sup)
-    sup.spawn()
-    workers = await _held(sup)
+    sup, workers = await _held_start(tmp_path, fake_upstream, supervisors)
     nats = int(sup.seen(_EMBEDDED).group(1))
     async with asyncio.timeout(WAIT):
         code = await sup.stop()
@@ -212,10 +216,7 @@ async def test_a_supervisor_killed_while_its_workers_start_leaves_none_behind(
 ) -> None:
     # A worker orphaned before it answered noticed its stdin's end, but its wait for /health
     # did not look: it stayed, holding the port, until killed by hand.
-    sup = Supervisor(_write(tmp_path, config(model("m", route(fake_upstream)))), env=_held_env())
-    supervisors.append(sup)
-    sup.spawn()
-    workers = await _held(sup)
+    sup, workers = await _held_start(tmp_path, fake_upstream, supervisors)
     assert sup.proc is not None
     sup.proc.kill()
     async with asyncio.timeout(WAIT):
