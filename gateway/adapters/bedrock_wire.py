@@ -60,7 +60,6 @@ from gateway.adapters.chat_message import (
     answered_call,
     interleave,
     join_turn,
-    refuse_claude_only,
     signed_thinking,
     text_of,
     tool_calls,
@@ -123,7 +122,6 @@ def to_converse_request(chat: JSON, *, claude: bool = False) -> JSON:
     for key, message in _REFUSED.items():
         if chat.get(key):
             raise InvalidRequestError(message, param=key)
-    refuse_claude_only(chat, "bedrock")
     if chat.get("n") not in (None, 1):
         raise InvalidRequestError("n: bedrock upstreams return exactly one choice", param="n")
     messages = chat.get("messages")

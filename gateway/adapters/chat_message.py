@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from schemas import InvalidRequestError
-from schemas.canonical_markers import CLAUDE_NATIVE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,26 +20,6 @@ _decode = msgspec.json.Decoder().decode
 # Anthropic's tool_use ids and Bedrock's toolUseIds (which also caps them at 64 characters).
 _WIRE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NOT_ID = re.compile(r"[^A-Za-z0-9_-]")
-
-
-# Messages request fields only Claude's own API honours (kept in the request's CLAUDE_NATIVE):
-# an anthropic route sends them on, every other refuses them, since ignoring them would answer
-# a different request (the context Claude was asked to edit, in full).
-_CLAUDE_ONLY = ("context_management",)
-
-
-def refuse_claude_only(chat: JSON, kind: str) -> None:
-    """Raises InvalidRequestError naming a Messages field of ``chat`` that only an
-    ``anthropic`` route honours, for a route of upstream kind ``kind``."""
-    native = chat.get(CLAUDE_NATIVE)
-    if type(native) is not dict:
-        return
-    for key in _CLAUDE_ONLY:
-        if native.get(key) is not None:
-            raise InvalidRequestError(
-                f"{key}: only an anthropic upstream honours it; this model's route is {kind}",
-                param=key,
-            )
 
 
 def wire_call_id(call_id: str) -> str:

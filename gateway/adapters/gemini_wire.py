@@ -32,7 +32,6 @@ from gateway.adapters._gemini_to_canonical import (
     from_gemini_response,
     split_call_id,
 )
-from gateway.adapters.chat_message import refuse_claude_only
 from schemas import InvalidRequestError
 
 __all__ = [
@@ -71,7 +70,6 @@ def to_gemini_request(chat: JSON) -> JSON:
     for key, message in _REFUSED.items():
         if chat.get(key):
             raise InvalidRequestError(message, param=key)
-    refuse_claude_only(chat, "gemini")
     messages = chat.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequestError("messages: a non-empty array is required", param="messages")

@@ -31,7 +31,6 @@ from gateway.adapters.base import (
     json_answer,
     rate_limit_spent_seconds,
 )
-from gateway.adapters.chat_message import refuse_claude_only
 from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
 from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
@@ -87,8 +86,7 @@ class OpenAICompatAdapter:
         if payload.pop(_CLAUDE_CACHE, None):  # a chat client's own marks go on
             _drop_cache_marks(payload)
         payload.pop(_ANTHROPIC_BETA, None)
-        if payload.pop(_CLAUDE_NATIVE, None):
-            refuse_claude_only(body, "openai_compat")
+        payload.pop(_CLAUDE_NATIVE, None)
         if self._completion_tokens and target.endpoint in self._completion_tokens:
             if "max_tokens" in payload and "max_completion_tokens" not in payload:
                 payload["max_completion_tokens"] = payload.pop("max_tokens")

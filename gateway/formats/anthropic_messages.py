@@ -17,9 +17,10 @@ the request; an ``anthropic`` route sends them on (Claude caches only what is ma
 request is marked (:data:`CLAUDE_CACHE`) so an ``openai_compat`` route drops them.
 ``top_k``, ``context_management`` (beta) and a ``tool_result``'s ``is_error`` (also an
 ``Error: `` prefix on the chat tool message) ride in :data:`CLAUDE_NATIVE`, which also keeps
-Claude's own ``stop_reason`` for the answer: only a Claude route reads it; every other route
-refuses ``context_management`` (a 400 naming it: leaving it out would send the whole
-context Claude was asked to edit).
+Claude's own ``stop_reason`` for the answer: only a Claude route reads it, and every other
+route drops them (``context_management`` too: Claude Code sends it with every request, and a
+refusal would make whether a request is answered depend on the route a draw or a failover
+picks; without it the route answers over the whole context).
 Dropped, because chat has no equivalent and leaving them out changes no answer's validity:
 ``service_tier``, ``speed``, ``inference_geo``,
 ``diagnostics``, ``output_config.effort``, citations on text blocks. Refused
