@@ -108,7 +108,8 @@ def model_url(base_url: str, model_id: str, op: str) -> str:
 
 
 # The anthropic_beta values AWS's Bedrock documentation lists for Anthropic Claude ("Anthropic
-# Claude Messages API" > "Request and Response", the anthropic_beta parameter). Bedrock refuses
+# Claude Messages API" > "Request and Response", the anthropic_beta parameter), as recalled when
+# written: check them against that page when it changes. Bedrock refuses
 # the whole request for a flag it does not know (Claude Code sends claude-code-20250219 among
 # others), so only these are passed on.
 BEDROCK_BETAS = frozenset(
@@ -134,8 +135,8 @@ def bedrock_betas(header: Any) -> list[str]:
     flags = [f.strip() for f in header.split(",")] if isinstance(header, str) else []
     kept = [f for f in dict.fromkeys(flags) if f in BEDROCK_BETAS]
     if dropped := [f for f in flags if f and f not in BEDROCK_BETAS]:
-        shown_dropped = shown(dropped, 200)
-        logger.debug("anthropic-beta flags Bedrock does not document, dropped: %s", shown_dropped)
+        said = shown(dropped, 200)
+        logger.debug("anthropic-beta flags Bedrock does not document, dropped: %s", said)
     return kept
 
 

@@ -34,12 +34,10 @@ def validate_embeddings_request(raw: Any) -> JSON:
     OpenAI refuses each of these with a 400: refused here, no upstream is asked."""
     body = require_object_with_model(raw)
     inp = body.get("input")
-    if not (isinstance(inp, str) or (isinstance(inp, list) and inp)):
+    if not (isinstance(inp, str | list) and inp):
         raise InvalidRequestError(
             "input: must be a non-empty string or a non-empty array", param="input"
         )
-    if inp == "":
-        raise InvalidRequestError("input: must not be an empty string", param="input")
     if isinstance(inp, list):
         _check_inputs(inp)
     check_types(body, _FIELDS)

@@ -25,7 +25,7 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from gateway.http import busy_poll
-from gateway.ingress.edge_refusals import refusal_answer
+from gateway.ingress.edge_refusals import HEADER_TIMEOUT, refusal_answer
 from gateway.process.h1.server import serve as serve_builtin
 
 if TYPE_CHECKING:
@@ -110,14 +110,14 @@ async def _serve(
 
 async def serve_local(app: ASGIApp, sock: socket.socket, stop: asyncio.Event) -> None:
     """Serve ``app`` on a Unix socket (the local admin socket) with the builtin server until
-    ``stop`` is set: a head not all sent within 10 s is answered 408, and answers under way
-    are given 2 s at the stop."""
-    await serve_builtin(app, sock, header_timeout=10.0, shutdown=stop, grace=2.0)
+    ``stop`` is set: a head not all sent within :data:`HEADER_TIMEOUT` is answered 408, and
+    answers under way are given 2 s at the stop."""
+    await serve_builtin(app, sock, header_timeout=HEADER_TIMEOUT, shutdown=stop, grace=2.0)
 
 
 async def hypercorn_serve(app: ASGIApp, config: Any, shutdown_trigger: Any) -> None:
     """Hypercorn's ``serve``, imported only when the ``hypercorn`` engine runs (the others
-    start a tenth of a second sooner without it)."""
+    start with 70 ms less CPU without it)."""
     from hypercorn.asyncio import serve
 
     await serve(app, config, shutdown_trigger=shutdown_trigger)  # type: ignore[arg-type]
