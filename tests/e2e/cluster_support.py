@@ -46,6 +46,23 @@ async def spawn_serve(started: list[GatewayProcess], *args: str) -> GatewayProce
         raise AssertionError(f"serve {' '.join(args)} not ready in {PROCESS_WAIT} s") from None
 
 
+async def spawn_actors(
+    started: list[GatewayProcess], config: Path, bus: str, node: str
+) -> GatewayProcess:
+    """A started ``serve --role actors`` process, actors host ``node`` of the cluster on
+    ``bus``."""
+    return await spawn_serve(
+        started, "--config", str(config), "--bus", bus, "--role", "actors", "--node-id", node
+    )
+
+
+async def spawn_ingress(started: list[GatewayProcess], config: Path, bus: str) -> GatewayProcess:
+    """A started ``serve --role ingress`` process on ``bus``, on a free port."""
+    return await spawn_serve(
+        started, "--config", str(config), "--bus", bus, "--role", "ingress", "--port", "0"
+    )
+
+
 async def owners_of(kv: KeyValue) -> dict[str, str]:
     out: dict[str, str] = {}
     for unit in await kv.keys():

@@ -19,7 +19,7 @@ from actors import build_tree
 from actors.cluster import OWNERS_BUCKET, Owners
 from bus import open_bus
 from gateway.process.config import load_config
-from tests.e2e.cluster_support import spawn_serve
+from tests.e2e.cluster_support import spawn_actors, spawn_ingress
 from tests.e2e.conftest import PROCESS_WAIT, WAIT, config, model, route
 from tests.fixtures.gateway import REPO, GatewayProcess
 
@@ -70,14 +70,8 @@ async def test_cluster_members_lists_each_actors_host_and_its_units_over_http_an
     units = {s.name for s in build_tree(load_config(str(paths["n1"])), request_log=True).specs}
     started = time.time()
     for node in NODES:
-        await spawn_serve(
-            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
-            "--node-id", node,
-        )  # fmt: skip
-    ingress = await spawn_serve(
-        processes, "--config", str(paths["n1"]), "--bus", own_nats, "--role", "ingress",
-        "--port", "0",
-    )  # fmt: skip
+        await spawn_actors(processes, paths[node], own_nats, node)
+    ingress = await spawn_ingress(processes, paths["n1"], own_nats)
     headers = {"authorization": f"Bearer {ADMIN}"}
     async with httpx.AsyncClient(base_url=ingress.url, headers=headers, timeout=WAIT) as http:
         answer = await _settled(http, units)

@@ -24,7 +24,7 @@ from bus import open_bus
 from gateway.process.config import load_config
 from gateway.process.control import config_version
 from schemas import ChainModelsDropped, subjects
-from tests.e2e.cluster_support import spawn_serve, until_owned, write_config
+from tests.e2e.cluster_support import spawn_actors, spawn_ingress, until_owned, write_config
 from tests.e2e.conftest import CHAT, HI, WAIT, config, eid, model, route
 
 if TYPE_CHECKING:
@@ -66,14 +66,8 @@ async def _cluster(
     ``paths["ingress"]``) on ``own_nats``: a watcher on the bus and an admin HTTP client of
     the ingress, closed on the way out."""
     for node in nodes:
-        await spawn_serve(
-            processes, "--config", str(paths[node]), "--bus", own_nats, "--role", "actors",
-            "--node-id", node,
-        )  # fmt: skip
-    ingress = await spawn_serve(
-        processes, "--config", str(paths["ingress"]), "--bus", own_nats, "--role", "ingress",
-        "--port", "0",
-    )  # fmt: skip
+        await spawn_actors(processes, paths[node], own_nats, node)
+    ingress = await spawn_ingress(processes, paths["ingress"], own_nats)
     watcher = await open_bus(own_nats, name="test-watcher")
     headers = {"authorization": f"Bearer {ADMIN}"}
     http = httpx.AsyncClient(base_url=ingress.url, timeout=WAIT, headers=headers)
@@ -208,10 +202,7 @@ async def test_a_cluster_host_started_on_a_file_lacking_a_model_an_admin_chain_n
             write_config(path, body)
 
     def actors() -> Awaitable[GatewayProcess]:
-        return spawn_serve(
-            processes, "--config", str(paths["r1"]), "--bus", own_nats, "--role", "actors",
-            "--node-id", "r1",
-        )  # fmt: skip
+        return spawn_actors(processes, paths["r1"], own_nats, "r1")
 
     write(model("a", echo), model("b", echo))
     host = await actors()
