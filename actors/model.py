@@ -265,6 +265,8 @@ class ModelActor(Actor):
                     self._load.unsent(ft.request_id, ft.endpoint)
                 if ft.spent_for is not None:
                     self._load.spent(ft.endpoint, ft.spent_for)
+                if ft.rate is not None:
+                    self._load.reported(ft.endpoint, ft.request_id, ft.rate)
             case EndpointState() as st:
                 self._table.update_state(st)
             case SetWeight() as cmd:

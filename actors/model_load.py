@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from actors.state.route_table import RouteEntry
     from schemas import Observation, RoutePlan, RouteStatus
     from schemas.config import ModelConfig, RoutingConfig
+    from schemas.routing import RateReport
 
 _GROWTH_EVENT_SECONDS = 1.0
 _NEVER = -math.inf
@@ -47,6 +48,7 @@ class ModelLoad:
             ttl=ttl + routing.failover.budget_seconds,
             min_limit=learned.min_limit,
             inflation=learned.ttft_inflation,
+            pacing=learned.pace_rate_limits,
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
         self._clock = clock
@@ -71,6 +73,11 @@ class ModelLoad:
         """An answer's ``x-ratelimit-remaining-*`` said ``endpoint``'s limit is spent for
         ``seconds``: it is at its limit until then (spilled past, left out of RouteWise)."""
         self.load.spent(endpoint, self._clock() + seconds)
+
+    def reported(self, endpoint: str, request_id: str, report: RateReport) -> None:
+        """An answer of ``endpoint`` to ``request_id`` reported its request rate limit's
+        state: what the model sends it is paced by it (at its limit while it has none left)."""
+        self.load.reported(request_id, endpoint, report, self._clock())
 
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""

@@ -186,17 +186,30 @@ def is_backpressure_row(row: Mapping[str, Any]) -> bool:
     )
 
 
+class RateReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What an answer's headers said of its provider's request rate limit (OpenAI's
+    ``x-ratelimit-{limit,remaining,reset}-requests``): ``limit`` requests a period, of which
+    ``remaining`` were left once this request was taken, and ``reset_seconds`` until all of
+    them are back (OpenAI and Anthropic both mean the whole allowance, not one request)."""
+
+    limit: int
+    remaining: int
+    reset_seconds: float
+
+
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends.
     ``unsent``: the candidate ``endpoint`` of that request will not be attempted at all (its
     in-flight count ends too). ``spent_for``: the answer's ``x-ratelimit-remaining-*`` said a
     provider limit of ``endpoint`` is spent for this many seconds (the route is treated as at
-    its limit until then)."""
+    its limit until then). ``rate``: the request rate limit's state the answer reported, by
+    which the model paces what it sends to ``endpoint`` (``actors/state/rate_pace.py``)."""
 
     endpoint: str
     request_id: str
     unsent: bool = False
     spent_for: float | None = None
+    rate: RateReport | None = None
 
 
 class ObservationBatch(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -48,6 +48,11 @@ answer nor a long prompt sets the yardstick; an idle answer over the inflation t
 moves it by a hundredth only, so a provider that became slower for good is followed slowly.
 ``recent`` is a short EWMA that follows a change within a few answers (what operators see,
 and what the other routes' shared inflation is read from).
+
+**Pace.** A route whose answers report its provider's request rate limit (``reported``) is
+also at its limit while the requests that limit has left, as estimated from them and from
+what was sent since (``RatePace``), are spent; as is one whose answer said a limit is spent
+(``spent``), until when it said.
 """
 
 from __future__ import annotations
@@ -56,6 +61,12 @@ import math
 import statistics
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from actors.state.rate_pace import RatePace
+
+if TYPE_CHECKING:
+    from schemas.routing import RateReport
 
 _CUT_INTERVAL = 1.0  # seconds: one cut per burst of congestion signals
 _RATE_LIMIT_CUT = 0.5
@@ -256,6 +267,7 @@ class _Flight:
     at_send: int  # others in flight on ``endpoint`` when it was counted
     rest: tuple[str, ...]  # the plan's later candidates, in order
     passed: tuple[str, ...] = ()  # the candidates it moved on from
+    seq: int = 0  # requests sent to ``endpoint`` up to it, it included
 
 
 class RouteLoad:
@@ -268,11 +280,19 @@ class RouteLoad:
         ttl: float,
         min_limit: float = 2.0,
         inflation: float = 2.0,
+        pacing: bool = True,
     ) -> None:
         self.limits = {e: LearnedLimit(cap, min_limit, inflation) for e, cap in caps.items()}
+        self._pacing = pacing  # ``reported`` rate limits pace their routes
         self.counts = dict.fromkeys(caps, 0)  # endpoint -> in flight (read only outside)
         self._flights: OrderedDict[str, _Flight] = OrderedDict()
         self._ttl = ttl
+        self._sent = dict.fromkeys(caps, 0)  # endpoint -> requests sent to it, ever
+        # A route's ``spent_until`` is the later of what an answer said (``spent``) and
+        # where its pace puts it (``reported``, each request sent): the pace's may go back.
+        self._paces: dict[str, RatePace] = {}
+        self._said: dict[str, float] = {}
+        self._paced: dict[str, float] = {}
 
     def in_flight(self, endpoint: str) -> int:
         """Requests counted on ``endpoint`` now."""
@@ -288,7 +308,37 @@ class RouteLoad:
         """``endpoint``'s provider said a limit of it is spent until ``until``."""
         lim = self.limits.get(endpoint)
         if lim is not None:
-            lim.spent_until = max(lim.spent_until, until)
+            said = self._said[endpoint] = max(self._said.get(endpoint, -math.inf), until)
+            lim.spent_until = max(said, self._paced.get(endpoint, -math.inf))
+
+    def reported(self, request_id: str, endpoint: str, report: RateReport, now: float) -> None:
+        """An answer of ``endpoint`` to ``request_id`` reported its request rate limit's
+        state: the route is paced by it from now on (see ``actors/state/rate_pace.py``)."""
+        if not self._pacing or endpoint not in self.limits:
+            return
+        pace = self._paces.get(endpoint)
+        if pace is None:
+            pace = self._paces[endpoint] = RatePace()
+        f = self._flights.get(request_id)
+        if f is not None and f.endpoint == endpoint:
+            # A request moved here by a failure was sent when that failure was seen, or before.
+            sent_at = f.issued if not f.passed else now
+            since = self._sent[endpoint] - f.seq
+        else:  # not counted here: the others in flight may all have been sent after it
+            sent_at, since = now, max(0, self.counts[endpoint] - 1)
+        self._pace(endpoint, pace.reported(report, sent_at, since, now))
+
+    def _sent_to(self, endpoint: str, now: float) -> int:
+        """Count a request sent to ``endpoint`` (in ``counts``); returns its number there."""
+        n = self._sent[endpoint] = self._sent[endpoint] + 1
+        pace = self._paces.get(endpoint)
+        if pace is not None:
+            self._pace(endpoint, pace.sent(now))
+        return n
+
+    def _pace(self, endpoint: str, until: float) -> None:
+        self._paced[endpoint] = until
+        self.limits[endpoint].spent_until = max(self._said.get(endpoint, -math.inf), until)
 
     def succeeded(
         self,
@@ -318,7 +368,8 @@ class RouteLoad:
         first, rest = endpoints[0], endpoints[1:]
         if first not in self.counts:
             return
-        self._flights[request_id] = _Flight(first, now, self.counts[first], rest)
+        seq = self._sent_to(first, now)
+        self._flights[request_id] = _Flight(first, now, self.counts[first], rest, seq=seq)
         self.counts[first] += 1
 
     def unsent(self, request_id: str, endpoint: str) -> None:
@@ -367,6 +418,7 @@ class RouteLoad:
         f.endpoint = endpoint
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
+            f.seq = self._sent_to(endpoint, now)
             self.counts[endpoint] += 1
 
     def _end(self, request_id: str, f: _Flight) -> None:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import msgspec
 
 from gateway.adapters import embeddings_answer, redaction, upstream_status
+from gateway.adapters.batch import Batch as Batch  # re-exported
 from schemas import ErrorCode, UpstreamBadResponseError, UpstreamError
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ retry_after_seconds = upstream_status.retry_after_seconds
 duration_seconds = upstream_status.duration_seconds
 rate_limit_reset_seconds = upstream_status.rate_limit_reset_seconds
 rate_limit_spent_seconds = upstream_status.rate_limit_spent_seconds
+rate_report = upstream_status.rate_report
 REDACTED = redaction.REDACTED
 redact = redaction.redact
 redact_bytes = redaction.redact_bytes
@@ -70,25 +72,6 @@ sealed = redaction.sealed
 
 JSON = dict[str, Any]
 _decode_json = msgspec.json.Decoder().decode
-
-
-class Batch(list[JSON]):
-    """Canonical chunks one upstream read carried, in order (never empty).
-
-    ``last`` is True when the stream's terminator came with them: nothing follows, so the
-    relay ends the client's answer in the same write. ``spent_for`` (the first batch only):
-    the provider's ``x-ratelimit-remaining-*`` said a limit is spent, for this many seconds
-    (:func:`rate_limit_spent_seconds`).
-    """
-
-    __slots__ = ("last", "spent_for")
-
-    def __init__(
-        self, chunks: list[JSON], *, last: bool = False, spent_for: float | None = None
-    ) -> None:
-        super().__init__(chunks)
-        self.last = last
-        self.spent_for = spent_for
 
 
 _TOKEN_TEXT = ("content", "refusal", "reasoning_content", "reasoning")
@@ -445,7 +428,7 @@ class MappedBatches:
                     if i == 0:
                         raise failure
                     self._failure = failure
-                    return Batch(batch[:i], spent_for=batch.spent_for)
+                    return Batch(batch[:i], spent_for=batch.spent_for, rate=batch.rate)
         return batch
 
     async def aclose(self) -> None:

@@ -30,6 +30,7 @@ from gateway.adapters.base import (
     error_from_status,
     json_answer,
     rate_limit_spent_seconds,
+    rate_report,
 )
 from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from gateway.adapters.upstream_http import StreamAnswer, UpstreamHTTP
+    from schemas.routing import RateReport
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
@@ -180,6 +182,7 @@ class _ChatStream:
         "_numbers",
         "_parser",
         "_pieces",
+        "_rate",
         "_spent_for",
         "_target",
     )
@@ -192,6 +195,7 @@ class _ChatStream:
         self._pieces: AsyncIterator[bytes] | None = None
         self._parser = SSEParser(target.endpoint)
         self._spent_for: float | None = None
+        self._rate: RateReport | None = None
         self._done = False  # ``[DONE]`` came: nothing follows the batch it came with
         self._failure: UpstreamError | None = None  # raised after the chunks before it
         self._numbers: _CallNumbers | None = None  # made at the first tool call
@@ -242,7 +246,10 @@ class _ChatStream:
             await self.aclose()
             self._body, self._done = body, False
             return await self._open(again=True)
-        self._spent_for = rate_limit_spent_seconds(resp.headers)
+        self._rate = rate_report(resp.headers)
+        self._spent_for = rate_limit_spent_seconds(
+            resp.headers, requests_paced=self._rate is not None
+        )
         if resp.headers.get("content-type", "").startswith("application/json"):
             # A server that ignores ``stream`` answered the whole completion: relayed as its
             # chunks, in the SSE they would have come in, the stream's own path reads them.
@@ -272,8 +279,10 @@ class _ChatStream:
                 batch.append(chunk)
         if not batch:
             return None
-        spent_for, self._spent_for = self._spent_for, None  # said once, with the first batch
-        return Batch(batch, last=self._done, spent_for=spent_for)
+        # Said once, with the first batch.
+        spent_for, self._spent_for = self._spent_for, None
+        rate, self._rate = self._rate, None
+        return Batch(batch, last=self._done, spent_for=spent_for, rate=rate)
 
     async def aclose(self) -> None:
         """Release the upstream's answer (idempotent): a fully read connection goes back to

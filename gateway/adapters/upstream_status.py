@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, UpstreamError
+from schemas.routing import RateReport
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -122,12 +123,17 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
     return _wait_hint(min(resets.values())) if resets else None
 
 
-def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:
+def rate_limit_spent_seconds(
+    headers: Mapping[str, str], *, requests_paced: bool = False
+) -> float | None:
     """How long a successful answer's provider will refuse the next request: a limit whose
     ``x-ratelimit-remaining-*`` is 0, until its ``x-ratelimit-reset-*`` (a second when that
-    says nothing); None when no limit is spent (or the provider sends no such headers)."""
+    says nothing); None when no limit is spent (or the provider sends no such headers).
+    ``requests_paced``: the answer's :func:`rate_report` paces the request limit, so only
+    the token limit is read here (the reset is the whole allowance's: waiting for it would
+    leave the route idle long after its first request came back)."""
     spent: list[float] = []
-    for limit in ("requests", "tokens"):
+    for limit in ("tokens",) if requests_paced else ("requests", "tokens"):
         remaining = headers.get(f"x-ratelimit-remaining-{limit}")
         if remaining is None or remaining.strip() != "0":
             continue
@@ -135,6 +141,25 @@ def rate_limit_spent_seconds(headers: Mapping[str, str]) -> float | None:
         seconds = duration_seconds(raw) if raw is not None else None
         spent.append(1.0 if seconds is None else min(seconds, LONGEST_WAIT))
     return max(spent) if spent else None
+
+
+def rate_report(headers: Mapping[str, str]) -> RateReport | None:
+    """The request rate limit's state an answer's OpenAI-style headers report
+    (``x-ratelimit-limit-requests``, ``-remaining-requests`` and ``-reset-requests``, the
+    reset a duration); None unless all three are there and well formed."""
+    raw_limit = headers.get("x-ratelimit-limit-requests")
+    raw_left = headers.get("x-ratelimit-remaining-requests")
+    raw_reset = headers.get("x-ratelimit-reset-requests")
+    if raw_limit is None or raw_left is None or raw_reset is None:
+        return None
+    try:
+        limit, left = int(raw_limit.strip()), int(raw_left.strip())
+    except ValueError:
+        return None
+    reset = duration_seconds(raw_reset)
+    if reset is None or limit <= 0 or not 0 <= left <= limit:
+        return None
+    return RateReport(limit=limit, remaining=left, reset_seconds=min(reset, LONGEST_WAIT))
 
 
 # The headers by which a provider reports what is left of a rate limit (OpenAI, Azure and

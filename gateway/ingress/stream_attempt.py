@@ -101,8 +101,13 @@ class _Stream:
             # Only a plan's primary holds its model's prefill lease. A stream whose first
             # read is its whole answer ends here: its observation, right after the relay,
             # releases that lease too, so it needs no message of its own (unless it carries
-            # a spent provider limit, which only this message says).
-            whole = isinstance(first, Batch) and first.last and first.spent_for is None
+            # a provider limit's state, which only this message says).
+            whole = (
+                isinstance(first, Batch)
+                and first.last
+                and first.spent_for is None
+                and first.rate is None
+            )
             if first_of_plan and not whole:
                 await d.publish(
                     subjects.model_first_token(model),
@@ -110,6 +115,7 @@ class _Stream:
                         endpoint=c.endpoint,
                         request_id=info.request_id,
                         spent_for=first.spent_for if isinstance(first, Batch) else None,
+                        rate=first.rate if isinstance(first, Batch) else None,
                     ),
                 )
             if c.probe:  # the probe's verdict is its first byte, not the stream's end
@@ -185,7 +191,7 @@ async def _first_token(
         held += batch
     if len(held) == len(first):
         return first
-    return Batch(held, last=batch.last, spent_for=first.spent_for)
+    return Batch(held, last=batch.last, spent_for=first.spent_for, rate=first.rate)
 
 
 async def _aclose(gen: AsyncIterator[Any]) -> None:

@@ -32,6 +32,7 @@ from schemas import (
     subjects,
 )
 from schemas.config import ModelConfig, RoutingConfig
+from schemas.routing import RateReport
 from tests.unit.actors import WAIT, FakeClock
 
 if TYPE_CHECKING:
@@ -528,3 +529,24 @@ async def test_model_fixed_spills_past_a_route_whose_provider_said_its_limit_is_
     assert endpoints(spent) == [B, A]
     assert spent.skipped[0].endpoint == A and spent.skipped[0].reason == "capacity"
     assert endpoints(reset)[0] == A and reset.skipped == ()
+
+
+async def test_model_fixed_spills_past_a_route_once_the_requests_its_provider_has_left_are_sent(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    first = await plan(bus, request_id="r0")
+    # r0's answer: a limit of 2, 1 left once r0 was taken, all back in a second.
+    rate = RateReport(limit=2, remaining=1, reset_seconds=1.0)
+    await bus.publish(
+        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", rate=rate)
+    )
+    second = await plan(bus, request_id="r1")  # A takes the one left
+    spilled = await plan(bus, dry=True)
+    clock.now += 1.0  # one is back
+    back = await plan(bus, dry=True)
+
+    assert endpoints(first)[0] == A and endpoints(second)[0] == A
+    assert endpoints(spilled) == [B, A]
+    assert spilled.skipped[0].endpoint == A and spilled.skipped[0].reason == "capacity"
+    assert endpoints(back)[0] == A and back.skipped == ()

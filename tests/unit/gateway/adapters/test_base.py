@@ -20,9 +20,11 @@ from gateway.adapters.base import (
     duration_seconds,
     error_from_status,
     rate_limit_spent_seconds,
+    rate_report,
     sanitise_usage,
 )
 from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, Observation, is_backpressure
+from schemas.routing import RateReport
 
 if TYPE_CHECKING:
     from gateway.adapters.base import JSON
@@ -194,6 +196,42 @@ def test_a_successful_answers_spent_limit_lasts_until_its_reset(
     headers: dict[str, str], seconds: float | None
 ) -> None:
     assert rate_limit_spent_seconds(headers) == seconds
+
+
+def _state(limit: str, left: str, reset: str) -> dict[str, str]:
+    return {
+        "x-ratelimit-limit-requests": limit,
+        "x-ratelimit-remaining-requests": left,
+        "x-ratelimit-reset-requests": reset,
+    }
+
+
+@pytest.mark.parametrize(
+    ("headers", "report"),
+    [
+        (_state("500", "499", "120ms"), RateReport(limit=500, remaining=499, reset_seconds=0.12)),
+        (_state("60", "0", "6m0s"), RateReport(limit=60, remaining=0, reset_seconds=360.0)),
+        (_state("60", "0", "1e300"), RateReport(limit=60, remaining=0, reset_seconds=86400.0)),
+        ({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "1s"}, None),
+        (_state("60", "61", "1s"), None),  # more left than the limit: not a limit's state
+        (_state("0", "0", "1s"), None),
+        (_state("60", "x", "1s"), None),
+        (_state("60", "3", "soon"), None),
+        ({}, None),
+    ],
+)
+def test_an_answer_reports_its_request_limits_state_only_when_it_says_all_of_it(
+    headers: dict[str, str], report: RateReport | None
+) -> None:
+    assert rate_report(headers) == report
+
+
+def test_a_paced_request_limit_leaves_only_the_token_limit_to_spend_a_route() -> None:
+    spent = {**_state("60", "0", "30s"), "x-ratelimit-remaining-tokens": "5"}
+    assert rate_limit_spent_seconds(spent) == 30.0
+    assert rate_limit_spent_seconds(spent, requests_paced=True) is None
+    spent |= {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"}
+    assert rate_limit_spent_seconds(spent, requests_paced=True) == 2.0
 
 
 def test_reset_headers_do_not_make_a_retry_after_for_other_statuses() -> None:

@@ -1,0 +1,35 @@
+"""A stream's unit of relay: the canonical chunks one upstream read carried
+(``adapters.base`` re-exports it for the adapters and the ingress)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from schemas.routing import RateReport
+
+
+class Batch(list[dict[str, Any]]):
+    """Canonical chunks one upstream read carried, in order (never empty).
+
+    ``last`` is True when the stream's terminator came with them: nothing follows, so the
+    relay ends the client's answer in the same write. ``spent_for`` (the first batch only):
+    the provider's ``x-ratelimit-remaining-*`` said a limit is spent, for this many seconds
+    (:func:`rate_limit_spent_seconds`). ``rate`` (the first batch only): the request rate
+    limit's state the answer's headers reported (:func:`rate_report`).
+    """
+
+    __slots__ = ("last", "rate", "spent_for")
+
+    def __init__(
+        self,
+        chunks: list[dict[str, Any]],
+        *,
+        last: bool = False,
+        spent_for: float | None = None,
+        rate: RateReport | None = None,
+    ) -> None:
+        super().__init__(chunks)
+        self.last = last
+        self.spent_for = spent_for
+        self.rate = rate

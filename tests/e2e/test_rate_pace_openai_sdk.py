@@ -1,0 +1,60 @@
+"""Pacing through the real server with the openai SDK, on both buses: a route whose streamed
+answers report its provider's request rate limit (``x-ratelimit-{limit,remaining,reset}-
+requests``, as OpenAI sends them) is sent no request once the requests that limit has left
+are spent: the next goes to the fallback instead of drawing the provider's 429.
+
+The fake provider enforces a real limit of two requests a second on loopback, and its
+answers report it; the three requests are sent one after another, so nothing waits on time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.e2e.conftest import HI, config, model, route
+from tests.fixtures.upstream import Reply
+
+if TYPE_CHECKING:
+    from tests.fixtures.gateway import GatewayFactory
+    from tests.fixtures.upstream import UpstreamFactory
+
+pytestmark = pytest.mark.e2e
+
+
+def _reported(remaining: int) -> Reply:
+    """The normal answer, reporting a limit of 2 a second with ``remaining`` left."""
+    headers = {
+        "x-ratelimit-limit-requests": "2",
+        "x-ratelimit-remaining-requests": str(remaining),
+        "x-ratelimit-reset-requests": f"{2 - remaining}s",
+    }
+    return Reply(headers=headers)
+
+
+@pytest.mark.parametrize("pacing", [True, False])
+async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_provider_refuses(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, pacing: bool
+) -> None:
+    paced = await fake_upstreams("paced", rate_limit=2)
+    paced.enqueue(_reported(1), _reported(0))
+    spare = await fake_upstreams("spare")
+    cfg = config(model("m", route(paced), route(spare, fallback_only=True)))
+    cfg["routing"] = {"learned_capacity": {"pace_rate_limits": pacing}}
+    gw = await gateway_factory(cfg)
+    client = gw.openai()
+
+    served = []
+    for _ in range(3):
+        raw = await client.chat.completions.with_raw_response.create(
+            model="m", messages=HI, stream=True
+        )
+        async for _chunk in raw.parse():
+            pass
+        served.append(raw.headers["x-routed-via"])
+
+    assert served[:2] == [served[0]] * 2 and served[2] != served[0]
+    # Paced, the third request never reached the provider; unpaced, it drew the 429 first.
+    assert len(paced.refused) == (0 if pacing else 1)
+    assert len(paced.requests) - len(paced.refused) == 2 and len(spare.requests) == 1

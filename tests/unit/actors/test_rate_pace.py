@@ -1,0 +1,70 @@
+"""RatePace: a route's request rate limit, estimated from what its answers report and what was
+sent since, spends the route while nothing of it is left."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from actors.state.rate_pace import RatePace
+from actors.state.route_load import RouteLoad
+from schemas.routing import RateReport
+
+NEVER = -math.inf
+
+
+def report(limit: int, remaining: int, reset: float) -> RateReport:
+    return RateReport(limit=limit, remaining=remaining, reset_seconds=reset)
+
+
+def test_a_route_is_spent_once_the_requests_its_limit_has_left_are_sent() -> None:
+    pace = RatePace()
+    # 10 a second: 2 left once the reporting request was taken, all back in 0.8 s (8 used:
+    # one comes back every 0.1 s). Its answer came 0.05 s after it was sent, nothing since.
+    assert pace.reported(report(10, 2, 0.8), sent_at=0.0, sent_since=0, now=0.05) == NEVER
+    assert pace.sent(0.05) == NEVER  # 2.5 left: 1.5
+    until = pace.sent(0.05)  # 0.5 left: half a request comes back by 0.1
+    assert until == pytest.approx(0.10)
+    assert pace.sent(0.10) == pytest.approx(0.20)  # the one back at 0.1 is sent: 0 left
+
+
+def test_what_was_sent_after_the_reporting_request_is_counted_against_its_report() -> None:
+    pace = RatePace()
+    # The answer says 3 were left, but 3 were sent after its request and before it came.
+    until = pace.reported(report(4, 3, 1.0), sent_at=0.0, sent_since=3, now=0.0)
+    assert until == pytest.approx(1.0)  # one request comes back a second
+
+
+def test_the_estimate_refills_but_never_past_the_limit() -> None:
+    pace = RatePace()
+    pace.reported(report(5, 0, 1.0), sent_at=0.0, sent_since=0, now=0.0)  # 0.2 s a request
+    for _ in range(4):  # an hour later the whole limit is back, and no more than it
+        assert pace.sent(3600.0) == NEVER
+    assert pace.sent(3600.0) == pytest.approx(3600.2)  # the fifth spends it
+
+
+def test_a_full_allowance_says_nothing_of_the_refill_and_paces_nothing() -> None:
+    pace = RatePace()
+    assert pace.reported(report(3, 3, 0.0), sent_at=0.0, sent_since=5, now=0.0) == NEVER
+    assert pace.sent(0.0) == NEVER
+
+
+def test_route_load_paces_a_route_by_the_requests_sent_after_the_one_that_reported() -> None:
+    load = RouteLoad({"a": None, "b": None}, ttl=600.0)
+    load.issued("r0", ("a", "b"), 0.0)
+    load.issued("r1", ("a", "b"), 0.01)
+    # r0's answer: a limit of 4 a second, 2 left once r0 was taken (r1 came after it).
+    load.reported("r0", "a", report(4, 2, 0.5), 0.02)  # 0.25 s a request: 1.08 left
+    assert not load.saturated("a", 0.02)
+    load.issued("r2", ("a", "b"), 0.02)  # 0.08 left
+    assert load.saturated("a", 0.02) and not load.saturated("b", 0.02)
+    assert not load.saturated("a", 0.26)  # the next one is back by 0.25
+
+
+def test_a_spent_limit_an_answer_said_outlasts_a_pace_that_frees_sooner() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0)
+    load.spent("a", 5.0)  # the token limit is spent for 5 s
+    load.issued("r0", ("a",), 0.0)
+    load.reported("r0", "a", report(100, 99, 1.0), 0.0)  # the request limit is not
+    assert load.saturated("a", 4.9) and not load.saturated("a", 5.0)
