@@ -45,14 +45,17 @@ class Ttft(_Strict):
 
 
 class RateLimit(_Strict):
-    """At most ``requests`` (and ``tokens``: prompt plus output) per ``per_seconds`` sliding
-    window; beyond, a 429 with ``Retry-After`` (``retry_after``, else the time until the window
-    frees) and the ``x-ratelimit-*`` headers."""
+    """At most ``requests`` (and ``tokens``: prompt plus output) per ``per_seconds``: in any
+    sliding window of that length (``kind: window``), or taken from a bucket of that many that
+    refills evenly over it (``kind: bucket``, as OpenAI and Anthropic meter); beyond, a 429
+    with ``Retry-After`` (``retry_after``, else the time until the window frees or one request
+    refills) and the ``x-ratelimit-*`` headers."""
 
     requests: int | None = Field(default=None, ge=1)
     tokens: int | None = Field(default=None, ge=1)
     per_seconds: float = Field(default=60.0, gt=0)
     retry_after: float | None = Field(default=None, ge=0)
+    kind: Literal["window", "bucket"] = "window"
 
 
 class ErrorRates(_Strict):

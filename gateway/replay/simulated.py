@@ -41,11 +41,12 @@ from gateway.replay.answers import (
     usage,
 )
 from schemas import UpstreamError
+from schemas.routing import RateReport
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from gateway.replay.providers import ErrorRates, Provider, ProvidersFile
+    from gateway.replay.providers import ErrorRates, Provider, ProvidersFile, RateLimit
 
 _encode = msgspec.json.Encoder().encode
 _STALL_SECONDS = 86_400.0
@@ -61,6 +62,24 @@ class Billed:
 
 
 @dataclass(slots=True)
+class _Bucket:
+    """A ``kind: bucket`` rate limit's requests and tokens left at ``at``."""
+
+    requests: float
+    tokens: float
+    at: float
+
+    def refill(self, limit: RateLimit, now: float) -> None:
+        """What refilled since ``at``, up to the limits."""
+        share = (now - self.at) / limit.per_seconds
+        if limit.requests is not None:
+            self.requests = min(float(limit.requests), self.requests + share * limit.requests)
+        if limit.tokens is not None:
+            self.tokens = min(float(limit.tokens), self.tokens + share * limit.tokens)
+        self.at = now
+
+
+@dataclass(slots=True)
 class _Route:
     """One simulated provider's state."""
 
@@ -69,6 +88,7 @@ class _Route:
     in_flight: int = 0
     queue: deque[asyncio.Future[None]] = field(default_factory=deque)
     window: deque[tuple[float, int]] = field(default_factory=deque)  # (started, tokens)
+    bucket: _Bucket | None = None  # a ``kind: bucket`` rate limit's, from its first request
     # Per credential: (period index, requests, tokens) of its quota plan; attempts in flight
     # against its concurrency plan.
     quota_used: dict[str, tuple[int, int, int]] = field(default_factory=dict)
@@ -116,7 +136,7 @@ class SimulatedAdapter:
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """The whole answer once generated."""
-        route, prompt, output, kind = self._admit(target, body)
+        route, prompt, output, kind, _ = self._admit(target, body)
         async with self._slot(route, target.api_key or ""):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
@@ -147,7 +167,7 @@ class SimulatedAdapter:
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """The first token after the TTFT, the rest at the route's output rate (a tool call's
         arguments as a text's content)."""
-        route, prompt, output, kind = self._admit(target, body)
+        route, prompt, output, kind, rate = self._admit(target, body)
         base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0}
         base["model"] = target.upstream_model
         tool = called_tool(body)
@@ -163,7 +183,7 @@ class SimulatedAdapter:
                 first = {"index": 0, "delta": {"role": "assistant", "tool_calls": [call]}}
             yield Batch(
                 [{**base, "choices": [{**first, "finish_reason": None}]}],
-                spent_for=self._spent_for(route),
+                rate=rate,
             )
             left, tps = output - 1, route.provider.output_tps
             # One read per _READ_SECONDS of generation: idle timeouts see a live stream.
@@ -194,10 +214,13 @@ class SimulatedAdapter:
 
     # -- behaviour -----------------------------------------------------------------------
 
-    def _admit(self, target: UpstreamTarget, body: JSON) -> tuple[_Route, int, int, str | None]:
-        """The route, prompt and output tokens of an attempt the provider accepts and the
-        failure it will show once served (``stall``, ``empty``); raises the UpstreamError of
-        an outage, a rate limit or a failure drawn to come at once."""
+    def _admit(
+        self, target: UpstreamTarget, body: JSON
+    ) -> tuple[_Route, int, int, str | None, RateReport | None]:
+        """The route, prompt and output tokens of an attempt the provider accepts, the
+        failure it will show once served (``stall``, ``empty``) and its request limit's state
+        (:meth:`_rate_limit`); raises the UpstreamError of an outage, a rate limit or a
+        failure drawn to come at once."""
         route = self._route(target)
         prompt, output = prompt_tokens_of(body), output_tokens_of(body)
         now = self._now()
@@ -207,7 +230,7 @@ class SimulatedAdapter:
         if outage is not None and outage.errors is not None:
             rates = outage.errors
         elif outage is not None and outage.kind == "stall":
-            return route, prompt, output, "stall"
+            return route, prompt, output, "stall", None
         elif outage is not None:
             raise failure(target.endpoint, outage.kind)
         credential = target.api_key or ""
@@ -218,7 +241,7 @@ class SimulatedAdapter:
             p.concurrency.limit
         ):
             raise too_many(target.endpoint, p.concurrency.retry_after)
-        self._rate_limit(route, target.endpoint, now, prompt + output)
+        rate = self._rate_limit(route, target.endpoint, now, prompt + output)
         kind = _draw(route.rng, rates)
         if kind in ("http_500", "http_503", "http_401", "http_403", "reset"):
             raise failure(target.endpoint, kind)
@@ -227,7 +250,7 @@ class SimulatedAdapter:
             route.quota_used[credential] = (period, requests + 1, tokens + prompt + output)
         if p.concurrency is not None:  # released when its slot is (see _slot)
             route.plan_in_flight[credential] = route.plan_in_flight.get(credential, 0) + 1
-        return route, prompt, output, kind
+        return route, prompt, output, kind, rate
 
     def _quota_left(
         self, route: _Route, endpoint: str, credential: str, now: float, tokens: int
@@ -247,24 +270,18 @@ class SimulatedAdapter:
             raise quota_spent(endpoint)
         return period
 
-    def _spent_for(self, route: _Route) -> float | None:
-        """What the answer's ``x-ratelimit-remaining-requests`` of 0 would say: seconds until
-        the window frees (None while requests remain, or with no request limit)."""
-        limit = route.provider.rate_limit
-        if limit is None or limit.requests is None:
-            return None
-        now, window = self._now(), route.window
-        while window and window[0][0] <= now - limit.per_seconds:
-            window.popleft()
-        if len(window) < limit.requests:
-            return None
-        return max(0.0, window[0][0] + limit.per_seconds - now)
-
-    def _rate_limit(self, route: _Route, endpoint: str, now: float, tokens: int) -> None:
-        """Count the attempt in the window, or raise the 429 a provider answers beyond it."""
+    def _rate_limit(
+        self, route: _Route, endpoint: str, now: float, tokens: int
+    ) -> RateReport | None:
+        """Count the attempt in the window, or raise the 429 a provider answers beyond it;
+        the state of a request limit as its answer's headers say it (as OpenAI's do, on
+        every answer: what was left once this one was taken, and when all of it is back,
+        the window's length after the request just taken)."""
         limit = route.provider.rate_limit
         if limit is None:
-            return
+            return None
+        if limit.kind == "bucket":
+            return self._bucket(route, limit, endpoint, now, tokens)
         window = route.window
         while window and window[0][0] <= now - limit.per_seconds:
             window.popleft()
@@ -273,7 +290,10 @@ class SimulatedAdapter:
         over_tokens = limit.tokens is not None and used_tokens + tokens > limit.tokens
         if not (over_requests or over_tokens):
             window.append((now, tokens))
-            return
+            if limit.requests is None:
+                return None
+            left = limit.requests - len(window)
+            return RateReport(limit=limit.requests, remaining=left, reset_seconds=limit.per_seconds)
         frees = window[0][0] + limit.per_seconds - now if window else limit.per_seconds
         retry = limit.retry_after if limit.retry_after is not None else max(1.0, math.ceil(frees))
         headers = {
@@ -282,6 +302,41 @@ class SimulatedAdapter:
             "x-ratelimit-remaining-requests": str(max(0, (limit.requests or 0) - len(window))),
             "x-ratelimit-reset-requests": f"{frees:.3f}s",
         }
+        body = _encode({"error": {"message": "Rate limit reached", "type": "requests"}})
+        raise error_from_status(endpoint, 429, headers, body)
+
+    def _bucket(
+        self, route: _Route, limit: RateLimit, endpoint: str, now: float, tokens: int
+    ) -> RateReport | None:
+        """:meth:`_rate_limit` for a ``kind: bucket`` limit: one request (and its tokens) taken
+        from what has refilled, or a 429 until enough has; the headers say what is left once
+        it is taken and when all of it is back."""
+        bucket = route.bucket
+        if bucket is None:
+            full = float(limit.tokens or 0)
+            bucket = route.bucket = _Bucket(float(limit.requests or 0), full, now)
+        bucket.refill(limit, now)
+        lacking = 0.0  # the share of a period until what is lacking has refilled
+        if limit.requests is not None and bucket.requests < 1.0:
+            lacking = (1.0 - bucket.requests) / limit.requests
+        if limit.tokens is not None and bucket.tokens < tokens:
+            lacking = max(lacking, (min(tokens, limit.tokens) - bucket.tokens) / limit.tokens)
+        if lacking <= 0.0:
+            bucket.requests -= 1.0
+            bucket.tokens -= tokens
+            if limit.requests is None:
+                return None
+            left = int(bucket.requests)
+            back = (limit.requests - bucket.requests) / limit.requests * limit.per_seconds
+            return RateReport(limit=limit.requests, remaining=left, reset_seconds=back)
+        frees = lacking * limit.per_seconds
+        retry = limit.retry_after if limit.retry_after is not None else max(1.0, math.ceil(frees))
+        headers = {"retry-after": f"{retry:g}"}
+        if limit.requests is not None:
+            back = (limit.requests - bucket.requests) / limit.requests * limit.per_seconds
+            headers["x-ratelimit-limit-requests"] = str(limit.requests)
+            headers["x-ratelimit-remaining-requests"] = str(max(0, int(bucket.requests)))
+            headers["x-ratelimit-reset-requests"] = f"{back:.3f}s"
         body = _encode({"error": {"message": "Rate limit reached", "type": "requests"}})
         raise error_from_status(endpoint, 429, headers, body)
 

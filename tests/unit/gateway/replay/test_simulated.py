@@ -6,17 +6,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import AsyncGenerator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
 
-from gateway.adapters.base import UpstreamTarget
+from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.replay.providers import ProvidersFile
 from gateway.replay.simulated import SimulatedAdapter
 from gateway.replay.vloop import run_virtual
 from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, UpstreamError
 from schemas.config import credential_id
+from schemas.routing import RateReport
 
 TARGET = UpstreamTarget(
     endpoint="m:p", kind="openai_compat", base_url="http://p/v1", upstream_model="x",
@@ -76,6 +77,26 @@ def test_beyond_its_rate_limit_a_route_answers_429_with_retry_after() -> None:
 
     err = run_virtual(burst())
     assert (err.status, err.kind, err.retry_after) == (429, RATE_LIMIT_EXCEEDED, 1.0)
+
+
+def test_a_bucket_rate_limit_refills_evenly_and_each_stream_reports_what_is_left() -> None:
+    async def scenario() -> tuple[list[Any], RateReport | None]:
+        sim = _sim(rate_limit={"requests": 4, "per_seconds": 2.0, "kind": "bucket"})
+        streams = [cast("AsyncGenerator[Batch]", sim.stream(TARGET, BODY)) for _ in range(6)]
+        # Five at once from a full bucket of four: the fifth is refused.
+        burst = await asyncio.gather(*(anext(s) for s in streams[:5]), return_exceptions=True)
+        # A second later (the TTFT) two have refilled (one every half second): one is taken.
+        later = await anext(streams[5])
+        for stream in streams:
+            await stream.aclose()
+        return [b.rate if isinstance(b, Batch) else b for b in burst], later.rate
+
+    burst, later = run_virtual(scenario())
+    assert burst[:4] == [
+        RateReport(limit=4, remaining=left, reset_seconds=(4 - left) / 2) for left in (3, 2, 1, 0)
+    ]
+    assert isinstance(burst[4], UpstreamError) and burst[4].status == 429
+    assert later == RateReport(limit=4, remaining=1, reset_seconds=1.5)
 
 
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
