@@ -266,7 +266,12 @@ class ModelActor(Actor):
                 if ft.spent_for is not None:
                     self._load.spent(ft.endpoint, ft.spent_for)
                 if ft.rate is not None:
-                    self._load.reported(ft.endpoint, ft.request_id, ft.rate)
+                    # A provider meters each of a pool's keys apart: one key's report is not
+                    # its route's, whose 429s cool that key alone.
+                    if self._keys.one_credential(ft.endpoint):
+                        self._load.reported(ft.endpoint, ft.request_id, ft.rate)
+                    else:
+                        self._load.unpaced(ft.endpoint)
             case EndpointState() as st:
                 self._table.update_state(st)
             case SetWeight() as cmd:

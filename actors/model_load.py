@@ -79,6 +79,10 @@ class ModelLoad:
         state: what the model sends it is paced by it (at its limit while it has none left)."""
         self.load.reported(request_id, endpoint, report, self._clock())
 
+    def unpaced(self, endpoint: str) -> None:
+        """``endpoint`` is paced no more (it now spends several keys, each metered apart)."""
+        self.load.unpaced(endpoint)
+
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)

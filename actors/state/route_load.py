@@ -328,6 +328,11 @@ class RouteLoad:
             sent_at, since = now, max(0, self.counts[endpoint] - 1)
         self._pace(endpoint, pace.reported(report, sent_at, since, now))
 
+    def unpaced(self, endpoint: str) -> None:
+        """Stop pacing ``endpoint`` (what its answers said stays)."""
+        if self._paces.pop(endpoint, None) is not None:
+            self._pace(endpoint, -math.inf)
+
     def _sent_to(self, endpoint: str, now: float) -> int:
         """Count a request sent to ``endpoint`` (in ``counts``); returns its number there."""
         n = self._sent[endpoint] = self._sent[endpoint] + 1

@@ -32,6 +32,7 @@ from schemas import (
     subjects,
 )
 from schemas.config import ModelConfig, RoutingConfig
+from schemas.keys import KeyPoolState, PoolKey
 from schemas.routing import RateReport
 from tests.unit.actors import WAIT, FakeClock
 
@@ -550,3 +551,20 @@ async def test_model_fixed_spills_past_a_route_once_the_requests_its_provider_ha
     assert endpoints(spilled) == [B, A]
     assert spilled.skipped[0].endpoint == A and spilled.skipped[0].reason == "capacity"
     assert endpoints(back)[0] == A and back.skipped == ()
+
+
+async def test_model_paces_no_route_that_spends_several_keys(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    rate = RateReport(limit=2, remaining=0, reset_seconds=1.0)  # spent, if it were A's
+    keys = (PoolKey(credential_id="k-1"), PoolKey(credential_id="k-2"))
+    await bus.publish(subjects.keypool_state(A), KeyPoolState(pool=A, keys=keys, seq=1))
+    await plan(bus, request_id="r0")
+    await bus.publish(
+        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", rate=rate)
+    )
+    after = await plan(bus, dry=True)
+
+    # One key's report says nothing of the other's limit: its 429 would cool that key alone.
+    assert endpoints(after)[0] == A and after.skipped == ()
