@@ -79,6 +79,7 @@ if TYPE_CHECKING:
 
     from actors.stores.snapshots import SnapshotStore
     from schemas.config import ModelConfig, RoutingConfig
+    from schemas.routing import RateReport
 
 logger = logging.getLogger(__name__)
 
@@ -266,12 +267,7 @@ class ModelActor(Actor):
                 if ft.spent_for is not None:
                     self._load.spent(ft.endpoint, ft.spent_for)
                 if ft.rate is not None:
-                    # A provider meters each of a pool's keys apart: one key's report is not
-                    # its route's, whose 429s cool that key alone.
-                    if self._keys.one_credential(ft.endpoint):
-                        self._load.reported(ft.endpoint, ft.request_id, ft.rate)
-                    else:
-                        self._load.unpaced(ft.endpoint)
+                    self._rate_reported(ft.endpoint, ft.request_id, ft.rate)
             case EndpointState() as st:
                 self._table.update_state(st)
             case SetWeight() as cmd:
@@ -313,6 +309,14 @@ class ModelActor(Actor):
                 },
             )
 
+    def _rate_reported(self, endpoint: str, request_id: str, rate: RateReport) -> None:
+        # A provider meters each of a pool's keys apart: one key's report is not its route's,
+        # whose 429s cool that key alone.
+        if self._keys.one_credential(endpoint):
+            self._load.reported(endpoint, request_id, rate)
+        else:
+            self._load.unpaced(endpoint)
+
     def _prefer_by_quota(self) -> None:
         """``credential_choice: least_remaining_quota``: the pools spend first the key with
         the least free allowance left (independent of steering's model ranking)."""
@@ -321,6 +325,8 @@ class ModelActor(Actor):
 
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
+        if obs.rate is not None:  # before the observation ends the request's count
+            self._rate_reported(obs.endpoint, obs.request_id, obs.rate)
         if is_backpressure(obs):
             self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
             entry = self._table.get(obs.endpoint)

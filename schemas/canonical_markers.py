@@ -34,5 +34,9 @@ START_USAGE = "_start_usage"
 ``message_start`` reported (input and cache tokens), which the Messages surface's own
 ``message_start`` shows; the chat renderer drops it, as a chat client reads its usage from
 the one usage chunk at the end. The same literal is written there."""
+RATE_REPORT = "_rate_report"
+"""Set by an adapter on a whole canonical answer whose headers reported its provider's request
+limit (a ``schemas.routing.RateReport``): the failover loop takes it off before anything else
+reads the answer and puts it on the attempt's Observation (``rate``)."""
 TOOL_ERROR_PREFIX = "Error: "
 """Chat tool messages have no error flag; the model must still learn that the tool failed."""

@@ -116,7 +116,8 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ``prompt_estimate`` and the rest of ``billed_tokens`` (:func:`priced_tokens`).
     ``trace_id``: the request's OpenTelemetry trace (32 hex digits; "" when telemetry is off).
     ``committed``: the attempt's answer had begun reaching the client (a relayed stream): the
-    request goes to no other route, whatever the outcome.
+    request goes to no other route, whatever the outcome. ``rate``: the request rate limit's
+    state a whole answer's headers reported (a stream's comes sooner, on its ``FirstToken``).
     """
 
     endpoint: str
@@ -148,6 +149,7 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     billed_tokens: int = 0
     trace_id: str = ""
     committed: bool = False
+    rate: RateReport | None = None
 
 
 QUOTA_EXHAUSTED = "quota_exhausted"

@@ -38,6 +38,7 @@ from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
 from schemas.canonical_markers import CLAUDE_CACHE as _CLAUDE_CACHE
 from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
 from schemas.canonical_markers import CLAUDE_THINKING as _CLAUDE_THINKING
+from schemas.canonical_markers import RATE_REPORT as _RATE_REPORT
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -122,6 +123,10 @@ class OpenAICompatAdapter:
         decoded = json_answer(target.endpoint, answer.body)
         if not isinstance(decoded, dict) or key not in decoded:
             raise bad_response(target.endpoint, f"the JSON has no {key!r}")
+        # Asked first: most servers but OpenAI's and Azure's report no limit (no call then).
+        if key == "choices" and _LIMIT in answer.headers:  # a chat answer, not embeddings
+            if (rate := rate_report(answer.headers)) is not None:
+                decoded[_RATE_REPORT] = rate
         return decoded
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
@@ -246,7 +251,7 @@ class _ChatStream:
             await self.aclose()
             self._body, self._done = body, False
             return await self._open(again=True)
-        self._rate = rate_report(resp.headers)
+        self._rate = rate_report(resp.headers) if _LIMIT in resp.headers else None
         self._spent_for = rate_limit_spent_seconds(
             resp.headers, requests_paced=self._rate is not None
         )
@@ -296,6 +301,7 @@ class _ChatStream:
 
 
 _TOOL_CALLS = b'"tool_calls"'
+_LIMIT = "x-ratelimit-limit-requests"  # an answer reporting its request limit says this
 
 
 async def _once(data: bytes) -> AsyncIterator[bytes]:

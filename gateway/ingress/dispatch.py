@@ -62,6 +62,7 @@ from gateway.ingress.request_info import Attempt, Served
 from gateway.ingress.settling import LeaseKeeper, Settler, shielded, tokens
 from gateway.ingress.stream_attempt import STREAM
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
+from schemas.canonical_markers import RATE_REPORT
 from schemas.config import FailoverConfig
 
 if TYPE_CHECKING:
@@ -454,6 +455,7 @@ class _Once:
                     if trace is not None:
                         adapter = trace.noting(adapter, attempt)
                     body = await payload(adapter, target, a.model)
+                    rate = body.pop(RATE_REPORT, None)
             except UpstreamError as err:
                 billed = billed_by_failure(err)
                 used = tokens(billed) if billed.reported else tokens_used_by_failure(err)
@@ -476,14 +478,14 @@ class _Once:
                 await d.observe(info, a, how, started, err=why)
                 raise
             if hold:  # a side of a hedge race, which may drop it: settled now
-                await d.settle.answered(info, a, started, body)
+                await d.settle.answered(info, a, started, body, rate=rate)
                 settled = True
                 return Served(body, c, attempt, a.model)
             # Noted now (not with the settling), so the overhead header the write carries
             # counts it; a list append rather than a call into the record's module.
             info.record.in_flight.append((started, ended := d.now()))
             settled = True  # by ``Served.settle``, which ``Dispatcher.call`` runs
-            settle = functools.partial(d.settle.answered, info, a, started, body, ended)
+            settle = functools.partial(d.settle.answered, info, a, started, body, ended, rate=rate)
             return Served(body, c, attempt, a.model, settle)
         finally:
             if not settled:  # else released with the tokens the answer reported

@@ -38,6 +38,7 @@ from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.steering.labels import affinity_key, client_metadata
 from schemas import GatewayError, InvalidRequestError, UpstreamError
+from schemas.canonical_markers import RATE_REPORT
 
 if TYPE_CHECKING:
     import random
@@ -354,10 +355,13 @@ class Inference(Component):
 
         async def complete(adapter: Adapter, target: UpstreamTarget, model: str) -> JSON:
             answer = await adapter.complete(target, body)
-            # Rendered within the attempt: an answer the client's shape cannot express is
-            # this route's bad response, and the next route may still serve.
+            # Rendered within the attempt (what the client's shape cannot express is this
+            # route's bad response); the limit it reported is the attempt's, not the client's.
             shown = call.requested if steered is None else model
+            rate = answer.pop(RATE_REPORT, None)
             rendered[id(answer)] = surface.render(answer, shown, raw)
+            if rate is not None:
+                answer[RATE_REPORT] = rate
             return answer
 
         async def write(served: Served) -> None:

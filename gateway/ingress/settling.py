@@ -1,16 +1,12 @@
 """Settling an attempt: what it used (the tokens an upstream reported, or the estimate when it
-reported none, their price, the ``Observation`` that carries them) and the capacity lease it
-gives back.
+reported none, their price, the ``Observation`` that carries them) and its capacity lease.
 
-:class:`LeaseKeeper` holds the leases of the requests in flight. A plan's primary arrives
-already leased (its ModelActor asked the pool's owner); a fallback on a capacity route is
-leased here right before it is dispatched (refused: it is skipped). While a request runs, one
-task per ingress renews every held lease with one batched ``CapacityRenew`` per pool every
-``ttl / 3``; the attempt's end (success, failure, cancellation, a stream's relay ending
-however it ends) releases its lease. A lease this ingress stops renewing (it died) expires at
-its owner after the TTL. Releasing twice is harmless: only a held lease is released, once. A
-lease held past ``max_age`` (a path that forgot to release it; its owner has expired it by
-then) is dropped with a warning, so it is not renewed forever.
+:class:`LeaseKeeper` holds the leases of the requests in flight: a plan's primary arrives
+leased (its ModelActor asked the pool's owner), a fallback on a capacity route is leased here
+before it is dispatched (refused: skipped). One task per ingress renews every held lease with
+one ``CapacityRenew`` per pool every ``ttl / 3``; the attempt's end, however it ends, releases
+it (twice is harmless). A lease this ingress stops renewing (it died) expires at its owner
+after the TTL; one held past ``max_age`` (a path that forgot it) is dropped with a warning.
 
 :class:`Settler` publishes each attempt's ``Observation`` (shielded: a client gone must not
 cancel it, :func:`shielded`) and gives back what a candidate never attempted holds.
@@ -57,6 +53,7 @@ if TYPE_CHECKING:
     from gateway.ingress.request_info import Attempt, RequestInfo
     from schemas.config import GatewayConfig
     from schemas.pricing import Pricing
+    from schemas.routing import RateReport
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +123,7 @@ def observation(
     usage: Usage = NO_USAGE,
     sent_chars: int = 0,
     committed: bool = False,
+    rate: RateReport | None = None,
 ) -> Observation:
     """The Observation of one attempt at ``model`` that ended at ``now`` (``ts``: wall clock),
     priced by ``pricing``; an answer without reported usage is billed on the estimate."""
@@ -176,6 +174,7 @@ def observation(
         role=info.role,
         trace_id=info.record.trace.trace_id if info.record.trace is not None else "",
         committed=committed,
+        rate=rate,
     )
 
 
@@ -216,9 +215,8 @@ class LeaseKeeper(Component):
         self.retune(config.routing.leases.ttl_seconds, self.max_age_of(config))
 
     def retune(self, ttl: float, max_age: float | None = None) -> None:
-        """Renew every ``ttl / 3`` from the next renewal on (a reload changed the TTL; the
-        leases held keep the expiry of their last renewal, a third of the old TTL away), and
-        drop leases held longer than ``max_age``."""
+        """Renew every ``ttl / 3`` from the next renewal on (held leases keep the expiry of their
+        last renewal), and drop leases held longer than ``max_age``."""
         self._interval = ttl / 3
         self._max_age = max_age
 
@@ -245,9 +243,8 @@ class LeaseKeeper(Component):
     async def acquire(
         self, c: RouteCandidate, request_id: str, tokens: int = 0
     ) -> RouteCandidate | None:
-        """Lease ``c``'s unit or slot before dispatching to it (``tokens``: the prompt
-        estimate a token quota reserves): the leased candidate, or None when the pool refuses
-        (or does not answer)."""
+        """Lease ``c``'s unit or slot before dispatching to it (``tokens``: the prompt estimate a
+        token quota reserves): the leased candidate, or None when the pool refuses or is mute."""
         ask = CapacityAcquire(
             pool=c.pool,
             endpoint=c.endpoint,
@@ -294,8 +291,7 @@ class LeaseKeeper(Component):
         await self._publish_release(ask.pool, ask.lease_id, 0.0)
 
     async def release(self, c: RouteCandidate, tokens: int | None = None) -> None:
-        """Give ``c``'s lease back, with the tokens the upstream reported (None: unknown).
-        Does nothing for a candidate without a held lease."""
+        """Give ``c``'s held lease back, with the tokens the upstream reported (None: unknown)."""
         held = self._held.pop(c.lease_id, None) if c.lease_id else None
         if held is None:
             return
@@ -353,12 +349,9 @@ class LeaseKeeper(Component):
 
 class Settler:
     """Settles the attempts of one dispatcher's requests: publishes each attempt's priced
-    ``Observation`` (noted on its request's record first) and gives back what a candidate that
-    is never attempted holds. Never raises: accounting must not fail a request.
-
-    ``clock`` (seconds, monotonic: the dispatcher's) times attempts; ``wall`` stamps
-    observations; ``targets`` knows each endpoint's price.
-    """
+    ``Observation`` (noted on its request's record first) and gives back what a candidate never
+    attempted holds. Never raises. ``clock`` (monotonic seconds: the dispatcher's) times
+    attempts; ``wall`` stamps observations; ``targets`` knows each endpoint's price."""
 
     def __init__(
         self,
@@ -387,15 +380,13 @@ class Settler:
         return subject
 
     async def give_back_from(self, info: RequestInfo, plan: RoutePlan, start: int) -> None:
-        """Release the leases of ``plan``'s candidates from ``start`` on, which will not be
-        attempted."""
+        """Release the leases of ``plan``'s candidates from ``start`` on (never attempted)."""
         for i in range(start, len(plan.candidates)):
             await self.give_back(info, plan.model, plan.candidates[i])
 
     async def release_plan(self, info: RequestInfo, plan: RoutePlan) -> None:
-        """Give back the leases of a plan none of whose candidates will be attempted (the
-        request was refused by its caller's limits after routing), its primary's capacity
-        lease included (held first: the keeper releases only leases it holds)."""
+        """Give back the leases of a plan none of whose candidates will be attempted (its
+        caller's limits refused it), its primary's too (held first: only held ones go back)."""
         self.leases.hold_plan(plan)
         await self.give_back_from(info, plan, 0)
 
@@ -420,17 +411,23 @@ class Settler:
             await self.publish(subjects.model_first_token(model), unsent)
 
     async def answered(
-        self, info: RequestInfo, a: Attempt, started: float, body: JSON, ended: float | None = None
+        self,
+        info: RequestInfo,
+        a: Attempt,
+        started: float,
+        body: JSON,
+        ended: float | None = None,
+        rate: RateReport | None = None,
     ) -> None:
         """Settle attempt ``a``, which answered ``body`` whole (at ``ended``, default now, on
         ``started``'s clock): its success observed with the usage the upstream reported (or
-        the estimate), then its lease given back with the reported tokens."""
+        the estimate) and the request limit it reported, then its lease given back."""
         usage = NO_USAGE
         try:
             usage = usage_of(body)
             sent = 0 if usage.reported else content_chars(body)
             await self.observe(
-                info, a, "success", started, usage=usage, sent_chars=sent, ended=ended
+                info, a, "success", started, usage=usage, sent_chars=sent, ended=ended, rate=rate
             )
         finally:  # the lease goes back whatever the bookkeeping met
             await self.leases.release(a.candidate, tokens(usage))
@@ -448,6 +445,7 @@ class Settler:
         sent_chars: int = 0,
         ended: float | None = None,
         committed: bool = False,
+        rate: RateReport | None = None,
     ) -> None:
         """Publish the Observation of attempt ``a``, which ended at ``ended`` (default now, on
         ``started``'s clock; never raises: accounting must not fail a request)."""
@@ -470,6 +468,7 @@ class Settler:
             usage=usage,
             sent_chars=sent_chars,
             committed=committed,
+            rate=rate,
         )
         record = info.record
         record.attempted(obs, started)

@@ -41,6 +41,7 @@ from gateway.replay.answers import (
     usage,
 )
 from schemas import UpstreamError
+from schemas.canonical_markers import RATE_REPORT
 from schemas.routing import RateReport
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class SimulatedAdapter:
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """The whole answer once generated."""
-        route, prompt, output, kind, _ = self._admit(target, body)
+        route, prompt, output, kind, rate = self._admit(target, body)
         async with self._slot(route, target.api_key or ""):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
@@ -149,7 +150,7 @@ class SimulatedAdapter:
             function = {"name": tool, "arguments": tool_arguments(output)}
             call = {"id": "call_sim", "type": "function", "function": function}
             message = {"role": "assistant", "content": None, "tool_calls": [call]}
-        return {
+        answer = {
             "id": "chatcmpl-sim",
             "object": "chat.completion",
             "created": 0,
@@ -163,6 +164,9 @@ class SimulatedAdapter:
             ],
             "usage": usage(prompt, output),
         }
+        if rate is not None:  # what its headers said, as the openai_compat adapter puts it
+            answer[RATE_REPORT] = rate
+        return answer
 
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """The first token after the TTFT, the rest at the route's output rate (a tool call's

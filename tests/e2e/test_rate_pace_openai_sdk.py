@@ -1,5 +1,5 @@
-"""Pacing through the real server with the openai SDK, on both buses: a route whose streamed
-answers report its provider's request rate limit (``x-ratelimit-{limit,remaining,reset}-
+"""Pacing through the real server with the openai SDK, on both buses: a route whose answers
+(streamed or whole) report its provider's request rate limit (``x-ratelimit-{limit,remaining,reset}-
 requests``, as OpenAI sends them) is sent no request once the requests that limit has left
 are spent: the next goes to the fallback instead of drawing the provider's 429.
 
@@ -33,9 +33,9 @@ def _reported(remaining: int) -> Reply:
     return Reply(headers=headers)
 
 
-@pytest.mark.parametrize("pacing", [True, False])
+@pytest.mark.parametrize(("pacing", "stream"), [(True, True), (True, False), (False, True)])
 async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_provider_refuses(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, pacing: bool
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, pacing: bool, stream: bool
 ) -> None:
     paced = await fake_upstreams("paced", rate_limit=2)
     paced.enqueue(_reported(1), _reported(0))
@@ -47,11 +47,15 @@ async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_p
 
     served = []
     for _ in range(3):
-        raw = await client.chat.completions.with_raw_response.create(
-            model="m", messages=HI, stream=True
-        )
-        async for _chunk in raw.parse():
-            pass
+        if stream:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="m", messages=HI, stream=True
+            )
+            async for _chunk in raw.parse():
+                pass
+        else:
+            raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
+            assert "_rate_report" not in raw.text  # the marker never reaches the client
         served.append(raw.headers["x-routed-via"])
 
     assert served[:2] == [served[0]] * 2 and served[2] != served[0]

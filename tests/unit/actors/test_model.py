@@ -553,6 +553,22 @@ async def test_model_fixed_spills_past_a_route_once_the_requests_its_provider_ha
     assert endpoints(back)[0] == A and back.skipped == ()
 
 
+async def test_model_paces_a_route_by_what_a_whole_answer_reported(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    await plan(bus, request_id="r0")
+    rate = RateReport(limit=2, remaining=0, reset_seconds=1.0)  # none left once r0 was taken
+    answered = Observation(endpoint=A, model="m", outcome="success", request_id="r0", rate=rate)
+    await bus.publish(subjects.observation(A), answered)
+    spilled = await plan(bus, dry=True)
+    clock.now += 0.5  # one is back
+    back = await plan(bus, dry=True)
+
+    assert endpoints(spilled) == [B, A] and spilled.skipped[0].reason == "capacity"
+    assert endpoints(back)[0] == A
+
+
 async def test_model_paces_no_route_that_spends_several_keys(
     bus: InProcessBus, clock: FakeClock, start_model: Start
 ) -> None:

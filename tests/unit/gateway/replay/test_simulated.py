@@ -16,6 +16,7 @@ from gateway.replay.providers import ProvidersFile
 from gateway.replay.simulated import SimulatedAdapter
 from gateway.replay.vloop import run_virtual
 from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, UpstreamError
+from schemas.canonical_markers import RATE_REPORT
 from schemas.config import credential_id
 from schemas.routing import RateReport
 
@@ -97,6 +98,15 @@ def test_a_bucket_rate_limit_refills_evenly_and_each_stream_reports_what_is_left
     ]
     assert isinstance(burst[4], UpstreamError) and burst[4].status == 429
     assert later == RateReport(limit=4, remaining=1, reset_seconds=1.5)
+
+
+def test_a_whole_answer_reports_its_request_limit_as_the_adapter_would() -> None:
+    async def one() -> dict[str, Any]:
+        sim = _sim(rate_limit={"requests": 4, "per_seconds": 2.0, "kind": "bucket"})
+        return await sim.complete(TARGET, BODY)
+
+    answer = run_virtual(one())
+    assert answer[RATE_REPORT] == RateReport(limit=4, remaining=3, reset_seconds=0.5)
 
 
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
