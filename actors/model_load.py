@@ -158,7 +158,14 @@ class ModelLoad:
         return drawn, backups, spilled
 
     def skipped(self, r: RouteEntry) -> RouteSkip:
-        """What the plan says of ``r``, spilled for capacity."""
+        """What the plan says of ``r``, spilled for capacity: its provider's reported rate
+        limit spent (until when), else its learned concurrency limit reached."""
+        until = self.load.limits[r.endpoint].spent_until
+        if until != _NEVER and until > self._clock():
+            in_flight = self.load.in_flight(r.endpoint)
+            return RouteSkip(
+                endpoint=r.endpoint, reason="rate_limit", until=until, in_flight=in_flight
+            )
         return RouteSkip(
             endpoint=r.endpoint,
             reason="capacity",

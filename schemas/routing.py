@@ -61,8 +61,10 @@ class RouteCandidate(msgspec.Struct, frozen=True, kw_only=True):
 
 class RouteSkip(msgspec.Struct, frozen=True, kw_only=True):
     """A route a decision passed over for load, not health: ``reason`` ``cooling`` (its
-    provider's 429; back at ``until``) or ``capacity`` (``in_flight`` at its learned
-    ``limit``: spilled to the next route, kept last among the fallbacks)."""
+    provider's 429; back at ``until``), ``rate_limit`` (its provider's limit, as its answers
+    reported it, has no request left until ``until``) or ``capacity`` (``in_flight`` at its
+    learned ``limit``); the last two spilled to the next route, kept last among the
+    fallbacks."""
 
     endpoint: str
     reason: str

@@ -528,7 +528,7 @@ async def test_model_fixed_spills_past_a_route_whose_provider_said_its_limit_is_
     reset = await plan(bus, dry=True)
 
     assert endpoints(spent) == [B, A]
-    assert spent.skipped[0].endpoint == A and spent.skipped[0].reason == "capacity"
+    assert spent.skipped[0] == RouteSkip(endpoint=A, reason="rate_limit", until=clock.now)
     assert endpoints(reset)[0] == A and reset.skipped == ()
 
 
@@ -549,7 +549,8 @@ async def test_model_fixed_spills_past_a_route_once_the_requests_its_provider_ha
 
     assert endpoints(first)[0] == A and endpoints(second)[0] == A
     assert endpoints(spilled) == [B, A]
-    assert spilled.skipped[0].endpoint == A and spilled.skipped[0].reason == "capacity"
+    skip = RouteSkip(endpoint=A, reason="rate_limit", until=clock.now, in_flight=2)
+    assert spilled.skipped[0] == skip  # in flight: r0, r1; back when one refilled
     assert endpoints(back)[0] == A and back.skipped == ()
 
 
@@ -565,7 +566,7 @@ async def test_model_paces_a_route_by_what_a_whole_answer_reported(
     clock.now += 0.5  # one is back
     back = await plan(bus, dry=True)
 
-    assert endpoints(spilled) == [B, A] and spilled.skipped[0].reason == "capacity"
+    assert endpoints(spilled) == [B, A] and spilled.skipped[0].reason == "rate_limit"
     assert endpoints(back)[0] == A
 
 
