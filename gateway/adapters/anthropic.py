@@ -28,12 +28,14 @@ from gateway.adapters.base import (
     error_from_status,
     json_answer,
     json_event,
+    rate_report,
 )
 from gateway.adapters.sse import SSEParser
 from gateway.adapters.stream_batches import translated_batches
 from schemas import InvalidRequestError, UpstreamError
 from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
 from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
+from schemas.canonical_markers import RATE_REPORT as _RATE_REPORT
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -44,6 +46,7 @@ ANTHROPIC_VERSION = "2023-06-01"
 
 _BETA_FLAGS = re.compile(r"[A-Za-z0-9._-]+(?: *, *[A-Za-z0-9._-]+)*")  # names, never more
 _encode = msgspec.json.Encoder().encode
+_LIMIT = "anthropic-ratelimit-requests-limit"  # an answer reporting its request limit says this
 _decode = msgspec.json.Decoder().decode
 
 
@@ -106,7 +109,7 @@ class AnthropicAdapter:
         if not isinstance(data, dict) or not isinstance(data.get("content"), list):
             raise bad_response(target.endpoint, "the JSON has no 'content' list")
         try:
-            return from_messages_response(
+            canonical = from_messages_response(
                 data,
                 model=target.upstream_model or str(data.get("model")),
                 claude_stop=_CLAUDE_NATIVE in body,
@@ -114,6 +117,9 @@ class AnthropicAdapter:
         except UpstreamError as exc:  # the translation knows the shapes, not the endpoint
             exc.endpoint = target.endpoint
             raise
+        if _LIMIT in answer.headers and (rate := rate_report(answer.headers)) is not None:
+            canonical[_RATE_REPORT] = rate
+        return canonical
 
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """POST /v1/messages with stream; yields the canonical chunks of each read until
@@ -149,7 +155,10 @@ class AnthropicAdapter:
                 lambda event: _translate(translator, target.endpoint, *event),
                 translator,
             )
+            rate = rate_report(resp.headers) if _LIMIT in resp.headers else None
             async for batch in batches:
+                if rate is not None:  # said once, with the first batch
+                    batch.rate, rate = rate, None
                 yield batch
             if translator.is_complete:
                 return

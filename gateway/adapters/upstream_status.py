@@ -144,22 +144,44 @@ def rate_limit_spent_seconds(
 
 
 def rate_report(headers: Mapping[str, str]) -> RateReport | None:
-    """The request rate limit's state an answer's OpenAI-style headers report
+    """The request rate limit's state an answer's headers report: OpenAI's
     (``x-ratelimit-limit-requests``, ``-remaining-requests`` and ``-reset-requests``, the
-    reset a duration); None unless all three are there and well formed."""
+    reset a duration) or Anthropic's (``anthropic-ratelimit-requests-limit``, ``-remaining``
+    and ``-reset``, the reset an RFC 3339 time); None unless all three of one are there and
+    well formed."""
     raw_limit = headers.get("x-ratelimit-limit-requests")
-    raw_left = headers.get("x-ratelimit-remaining-requests")
-    raw_reset = headers.get("x-ratelimit-reset-requests")
-    if raw_limit is None or raw_left is None or raw_reset is None:
+    if raw_limit is not None:
+        raw_left = headers.get("x-ratelimit-remaining-requests")
+        raw_reset = headers.get("x-ratelimit-reset-requests")
+        reset = duration_seconds(raw_reset) if raw_reset is not None else None
+    else:
+        raw_limit = headers.get("anthropic-ratelimit-requests-limit")
+        if raw_limit is None:
+            return None
+        raw_left = headers.get("anthropic-ratelimit-requests-remaining")
+        reset = _seconds_until(headers.get("anthropic-ratelimit-requests-reset"))
+    if raw_left is None or reset is None:
         return None
     try:
         limit, left = int(raw_limit.strip()), int(raw_left.strip())
     except ValueError:
         return None
-    reset = duration_seconds(raw_reset)
-    if reset is None or limit <= 0 or not 0 <= left <= limit:
+    if limit <= 0 or not 0 <= left <= limit:
         return None
     return RateReport(limit=limit, remaining=left, reset_seconds=min(reset, LONGEST_WAIT))
+
+
+def _seconds_until(stamp: str | None) -> float | None:
+    """Seconds from now until an RFC 3339 time (0 once past); None when it is not one."""
+    if stamp is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(stamp.strip())
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 # The headers by which a provider reports what is left of a rate limit (OpenAI, Azure and

@@ -9,11 +9,12 @@ answers report it; the three requests are sent one after another, so nothing wai
 
 from __future__ import annotations
 
+import datetime
 from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.e2e.conftest import HI, config, model, route
+from tests.e2e.conftest import HI, anthropic_route, config, model, route
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
@@ -23,24 +24,47 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.e2e
 
 
-def _reported(remaining: int) -> Reply:
-    """The normal answer, reporting a limit of 2 a second with ``remaining`` left."""
-    headers = {
-        "x-ratelimit-limit-requests": "2",
-        "x-ratelimit-remaining-requests": str(remaining),
-        "x-ratelimit-reset-requests": f"{2 - remaining}s",
-    }
+def _reported(remaining: int, kind: str) -> Reply:
+    """The normal answer, reporting a limit of 2 a second with ``remaining`` left, as
+    ``kind``'s provider does (OpenAI: when all is back, a duration; Anthropic: a time)."""
+    if kind == "anthropic":
+        back = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2 - remaining)
+        headers = {
+            "anthropic-ratelimit-requests-limit": "2",
+            "anthropic-ratelimit-requests-remaining": str(remaining),
+            "anthropic-ratelimit-requests-reset": back.isoformat(),
+        }
+    else:
+        headers = {
+            "x-ratelimit-limit-requests": "2",
+            "x-ratelimit-remaining-requests": str(remaining),
+            "x-ratelimit-reset-requests": f"{2 - remaining}s",
+        }
     return Reply(headers=headers)
 
 
-@pytest.mark.parametrize(("pacing", "stream"), [(True, True), (True, False), (False, True)])
+@pytest.mark.parametrize(
+    ("pacing", "stream", "kind"),
+    [
+        (True, True, "openai_compat"),
+        (True, False, "openai_compat"),
+        (False, True, "openai_compat"),
+        (True, True, "anthropic"),
+        (True, False, "anthropic"),
+    ],
+)
 async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_provider_refuses(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, pacing: bool, stream: bool
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    pacing: bool,
+    stream: bool,
+    kind: str,
 ) -> None:
     paced = await fake_upstreams("paced", rate_limit=2)
-    paced.enqueue(_reported(1), _reported(0))
+    paced.enqueue(_reported(1, kind), _reported(0, kind))
     spare = await fake_upstreams("spare")
-    cfg = config(model("m", route(paced), route(spare, fallback_only=True)))
+    first = anthropic_route(paced) if kind == "anthropic" else route(paced)
+    cfg = config(model("m", first, route(spare, fallback_only=True)))
     cfg["routing"] = {"learned_capacity": {"pace_rate_limits": pacing}}
     gw = await gateway_factory(cfg)
     client = gw.openai()

@@ -5,6 +5,7 @@ and whether it is back-pressure or an exhausted quota; which choices the seam le
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import email.utils
 import time
 from typing import TYPE_CHECKING, Any
@@ -224,6 +225,25 @@ def test_an_answer_reports_its_request_limits_state_only_when_it_says_all_of_it(
     headers: dict[str, str], report: RateReport | None
 ) -> None:
     assert rate_report(headers) == report
+
+
+def test_anthropics_request_limit_resets_at_a_time_not_after_a_duration() -> None:
+    def state(reset: str) -> dict[str, str]:
+        return {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-requests-remaining": "49",
+            "anthropic-ratelimit-requests-reset": reset,
+        }
+
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30)
+    report = rate_report(state(soon.isoformat().replace("+00:00", "Z")))
+    assert report is not None and (report.limit, report.remaining) == (50, 49)
+    assert 28.0 < report.reset_seconds <= 30.0
+    assert rate_report(state("2020-01-01T00:00:00Z")) == RateReport(
+        limit=50, remaining=49, reset_seconds=0.0
+    )  # past: all of it is back
+    assert rate_report(state("2030-01-01T00:00:00")) is None  # no zone: not RFC 3339
+    assert rate_report(state("in a minute")) is None
 
 
 def test_a_paced_request_limit_leaves_only_the_token_limit_to_spend_a_route() -> None:
