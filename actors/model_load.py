@@ -174,10 +174,12 @@ class ModelLoad:
         )
 
     def status(self, r: RouteStatus, cooling_until: float | None) -> RouteStatus:
-        """``r`` with its count, learned limit and what moved it, and its cooling."""
+        """``r`` with its count, learned limit and what moved it, its cooling, and until when
+        its provider's reported rate limit is spent."""
         lim = self.load.limits.get(r.endpoint)
         if lim is None:
             return r
+        spent = lim.spent_until if lim.spent_until > self._clock() else None
         return msgspec.structs.replace(
             r,
             in_flight=self.load.in_flight(r.endpoint),
@@ -186,4 +188,5 @@ class ModelLoad:
             ttft_baseline_ms=lim.baseline_ms,
             ttft_recent_ms=lim.recent_ms,
             cooling_until=cooling_until,
+            rate_limit_until=spent,
         )

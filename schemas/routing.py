@@ -300,6 +300,7 @@ class RouteStatus(msgspec.Struct, frozen=True, kw_only=True):
     ttft_baseline_ms: float | None = None
     ttft_recent_ms: float | None = None
     cooling_until: float | None = None  # every key the route has is cooling until then
+    rate_limit_until: float | None = None  # its provider's reported limit spent until then
     fallback_only: bool = False  # a backup, never drawn: its weight is 0 whatever configured
     overridden: bool = False  # an admin override sets its weight (routing/set_weight)
 

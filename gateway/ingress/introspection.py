@@ -245,7 +245,8 @@ class Introspection(Component):
     async def _load_health(self, req: HttpRequest) -> dict[str, Any]:
         """Per model, per route: requests in flight, the learned concurrency limit (and what
         last moved it), the TTFT baseline and recent average it is judged by, and until when
-        its keys are cooling after a 429 (one status request per model)."""
+        its keys are cooling after a 429 and its reported rate limit is spent (one status
+        request per model)."""
         out: dict[str, Any] = {}
         for m in self._config.models:
             if not self._visible(req, m.id):
@@ -259,6 +260,7 @@ class Introspection(Component):
                     "ttft_baseline_ms": r.ttft_baseline_ms,
                     "ttft_recent_ms": r.ttft_recent_ms,
                     "cooling_until": r.cooling_until,
+                    "rate_limit_until": r.rate_limit_until,
                 }
                 for r in status.routes
             }

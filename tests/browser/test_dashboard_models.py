@@ -81,6 +81,22 @@ async def test_scores_move_with_evidence_and_explain_is_drawn_as_its_walk(
                 c["endpoint"] for c in answer["plan"]["candidates"]
             ]
             await screenshot(page, "models")
+
+            # b's provider says its request limit is spent for 10 minutes: the row says so.
+            spent = {
+                "x-ratelimit-limit-requests": "2",
+                "x-ratelimit-remaining-requests": "0",
+                "x-ratelimit-reset-requests": "10m0s",
+            }
+            ub.enqueue(Reply(headers=spent))
+            answered = await http.post("/v1/chat/completions", json={"model": "b", "messages": HI})
+            assert answered.status_code == 200
+            b_row = page.locator(
+                f'article[data-model="b"] table.routes tr[data-endpoint="{eid("b", ub)}"]'
+            )
+            await expect(b_row.locator(".capacity")).to_contain_text(
+                "rate limit spent until", timeout=15_000
+            )
     finally:
         await gw.stop()
         await ua.close()

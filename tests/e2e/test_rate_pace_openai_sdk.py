@@ -1,15 +1,19 @@
 """Pacing through the real server with the openai SDK, on both buses: a route whose answers
-(streamed or whole) report its provider's request rate limit (``x-ratelimit-{limit,remaining,reset}-
-requests``, as OpenAI sends them) is sent no request once the requests that limit has left
-are spent: the next goes to the fallback instead of drawing the provider's 429.
+(streamed or whole) report its provider's request rate limit (OpenAI's
+``x-ratelimit-{limit,remaining,reset}-requests``, Anthropic's ``anthropic-ratelimit-
+requests-*``) is sent no request once the requests that limit has left are spent: the next
+goes to the fallback instead of drawing the provider's 429, and ``/health/deep`` says until
+when.
 
-The fake provider enforces a real limit of two requests a second on loopback, and its
-answers report it; the three requests are sent one after another, so nothing waits on time.
+The fake provider enforces a real limit of two requests a second on loopback, and its answers
+report a limit of two, one back every 10 s (so that nothing here races a refill); the three
+requests are sent one after another, so nothing waits on time.
 """
 
 from __future__ import annotations
 
 import datetime
+import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -25,10 +29,12 @@ pytestmark = pytest.mark.e2e
 
 
 def _reported(remaining: int, kind: str) -> Reply:
-    """The normal answer, reporting a limit of 2 a second with ``remaining`` left, as
-    ``kind``'s provider does (OpenAI: when all is back, a duration; Anthropic: a time)."""
+    """The normal answer, reporting a limit of 2 with ``remaining`` left, one coming back
+    every 10 s, as ``kind``'s provider does (OpenAI: when all is back, a duration;
+    Anthropic: a time)."""
+    all_back = (2 - remaining) * 10
     if kind == "anthropic":
-        back = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2 - remaining)
+        back = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=all_back)
         headers = {
             "anthropic-ratelimit-requests-limit": "2",
             "anthropic-ratelimit-requests-remaining": str(remaining),
@@ -38,7 +44,7 @@ def _reported(remaining: int, kind: str) -> Reply:
         headers = {
             "x-ratelimit-limit-requests": "2",
             "x-ratelimit-remaining-requests": str(remaining),
-            "x-ratelimit-reset-requests": f"{2 - remaining}s",
+            "x-ratelimit-reset-requests": f"{all_back}s",
         }
     return Reply(headers=headers)
 
@@ -81,8 +87,15 @@ async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_p
             raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
             assert "_rate_report" not in raw.text  # the marker never reaches the client
         served.append(raw.headers["x-routed-via"])
+    deep = (await gw.http().get("/health/deep")).json()
+    paced_load = deep["load"]["m"][served[0]]
 
     assert served[:2] == [served[0]] * 2 and served[2] != served[0]
     # Paced, the third request never reached the provider; unpaced, it drew the 429 first.
     assert len(paced.refused) == (0 if pacing else 1)
     assert len(paced.requests) - len(paced.refused) == 2 and len(spare.requests) == 1
+    # Operators see until when: the next request comes back within 10 s.
+    if pacing:
+        assert time.time() < paced_load["rate_limit_until"] <= time.time() + 10.0
+    else:
+        assert paced_load["rate_limit_until"] is None

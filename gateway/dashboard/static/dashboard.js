@@ -818,13 +818,14 @@ function models() {
   const routeRows = (model, health) => Object.entries((health.load || {})[model] || {}).map(([endpoint, load]) => {
     const st = health.endpoints[endpoint] || {};
     const cooling = load.cooling_until && load.cooling_until > Date.now() / 1000;
+    const spent = load.rate_limit_until && load.rate_limit_until > Date.now() / 1000;
     return el("tr", {dataset: {endpoint}},
       el("td", {text: endpoint}),
       el("td", {class: "availability", text: st.availability === undefined ? "–" : `${(st.availability * 100).toFixed(1)}%`}),
       el("td", {class: `circuit ${st.circuit_state}`, text: st.circuit_state || "–"}),
       el("td", {text: st.benched_until ? `until ${time(st.benched_until)}${st.bench_reason ? ` (${st.bench_reason})` : ""}` : "–"}),
       el("td", {text: cooling ? `until ${time(load.cooling_until)}` : "–"}),
-      el("td", {class: "capacity", text: `${load.in_flight} in flight / ${load.learned_limit === null ? "no limit learned" : `limit ${num(load.learned_limit, 1)} (${load.limit_reason})`}`}),
+      el("td", {class: "capacity", text: `${load.in_flight} in flight / ${load.learned_limit === null ? "no limit learned" : `limit ${num(load.learned_limit, 1)} (${load.limit_reason})`}${spent ? ` · rate limit spent until ${time(load.rate_limit_until)}` : ""}`}),
       el("td", {text: `${ms(load.ttft_baseline_ms)} / ${ms(load.ttft_recent_ms)}`}));
   });
   const routewise = (rw) => !rw ? null : el("table", {class: "routewise"},
