@@ -329,4 +329,6 @@ class StreamAttempt:
             usage=self._usage,
             sent_chars=self._chars,
             committed=True,  # relayed: a failure now goes to no other route
+            # A plan's primary said it with its FirstToken already; a fallback says it here.
+            rate=None if self._attempt.first_of_plan else self.first.rate,
         )

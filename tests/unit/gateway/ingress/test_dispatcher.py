@@ -44,6 +44,7 @@ from schemas import (
     subjects,
 )
 from schemas.config import FailoverConfig, ModelConfig
+from schemas.routing import RateReport
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -111,10 +112,12 @@ class StreamThen:
 
 @dataclass(frozen=True)
 class Whole:
-    """Stream the whole answer in one read (one batch, the last), ``spent_for`` with it."""
+    """Stream the whole answer in one read (one batch, the last), ``spent_for`` and ``rate``
+    with it."""
 
     text: str = "ok"
     spent_for: float | None = None
+    rate: RateReport | None = None
 
 
 @dataclass(frozen=True)
@@ -217,9 +220,9 @@ class ScriptedAdapter:
                     raise KeyError("bug")
                 case Refuse():
                     raise InvalidRequestError("tools[0]: not for this upstream", param="tools[0]")
-                case Whole(text=text, spent_for=spent_for):
+                case Whole(text=text, spent_for=spent_for, rate=rate):
                     chunks = [_chunk(text), _chunk("", finish="stop", usage=(1, 1))]
-                    yield Batch(chunks, last=True, spent_for=spent_for)
+                    yield Batch(chunks, last=True, spent_for=spent_for, rate=rate)
                 case StreamThen(chunks=n, then=then):
                     for i in range(n):
                         yield Batch([_chunk(f"part{i} ")])
@@ -676,6 +679,24 @@ async def test_dispatcher_stream_read_whole_at_once_leaves_the_prefill_lease_to_
     said = [m for _, m in heard.messages if isinstance(m, FirstToken)]
     assert said == [FirstToken(endpoint="a", request_id="req-1", spent_for=3.0)]
     assert [o.outcome for o in heard.observations()] == ["success", "success"]
+
+
+async def test_dispatcher_a_streams_reported_limit_goes_with_its_first_token_or_its_observation(
+    h: Harness,
+) -> None:
+    # A primary's report reaches its model as soon as the stream begins (FirstToken); a
+    # fallback's holds no prefill lease and sends no FirstToken: its observation says it.
+    rate = RateReport(limit=10, remaining=4, reset_seconds=6.0)
+    h.adapter.scripts = {"a": [Whole(rate=rate), Fail(500)], "b": [Whole(rate=rate)]}
+
+    await h.stream(plan(cand("a")))
+    await h.stream(plan(cand("a"), cand("b")))
+
+    heard = await h.heard.drain()
+    said = [m for _, m in heard.messages if isinstance(m, FirstToken)]
+    assert said == [FirstToken(endpoint="a", request_id="req-1", rate=rate)]
+    observed = [(o.endpoint, o.outcome, o.rate) for o in heard.observations()]
+    assert observed == [("a", "success", None), ("a", "failure", None), ("b", "success", rate)]
 
 
 class _Unrenderable:
