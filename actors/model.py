@@ -312,10 +312,12 @@ class ModelActor(Actor):
     def _rate_reported(self, endpoint: str, request_id: str, rate: RateReport) -> None:
         # A provider meters each of a pool's keys apart: one key's report is not its route's,
         # whose 429s cool that key alone.
-        if self._keys.one_credential(endpoint):
+        if self._load.pacing and self._keys.one_credential(endpoint):
             self._load.reported(endpoint, request_id, rate)
-        else:
-            self._load.unpaced(endpoint)
+            return
+        self._load.unpaced(endpoint)
+        if rate.remaining == 0:  # unpaced, a spent limit still spends it until all is back
+            self._load.spent(endpoint, rate.reset_seconds)
 
     def _prefer_by_quota(self) -> None:
         """``credential_choice: least_remaining_quota``: the pools spend first the key with

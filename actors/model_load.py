@@ -79,9 +79,14 @@ class ModelLoad:
         state: what the model sends it is paced by it (at its limit while it has none left)."""
         self.load.reported(request_id, endpoint, report, self._clock())
 
+    @property
+    def pacing(self) -> bool:
+        """Whether reported rate limits pace routes (``learned_capacity.pace_rate_limits``)."""
+        return self.load.paces.enabled
+
     def unpaced(self, endpoint: str) -> None:
         """``endpoint`` is paced no more (it now spends several keys, each metered apart)."""
-        self.load.unpaced(endpoint)
+        self.load.paces.unpaced(endpoint)
 
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""
@@ -90,7 +95,7 @@ class ModelLoad:
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""
-        self.load.unsent(request_id, endpoint)
+        self.load.unsent(request_id, endpoint, self._clock())
 
     def observed(self, obs: Observation, now: float) -> RouteCapacity | None:
         """Fold one attempt's observation; the event to publish when a limit changed."""

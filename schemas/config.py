@@ -185,9 +185,9 @@ class LearnedCapacityConfig(Strict):
     """Each route's learned concurrency limit (actors/state/route_load.py): AIMD cut by 429s
     and by a time to first token over ``ttft_inflation`` times its unloaded baseline, never
     under ``min_limit``; ``enabled: false`` counts and learns but never spills.
-    ``pace_rate_limits``: a route whose streamed answers report its provider's request rate
-    limit (``x-ratelimit-{limit,remaining,reset}-requests``) is at its limit while the
-    requests that limit has left are spent (actors/state/rate_pace.py)."""
+    ``pace_rate_limits``: a route whose answers report its provider's request rate limit
+    (OpenAI's ``x-ratelimit-*-requests``, Anthropic's ``anthropic-ratelimit-requests-*``) is
+    at its limit while the requests that limit has left are spent (actors/state/rate_pace.py)."""
 
     enabled: bool = True
     min_limit: float = Field(default=2.0, ge=1)

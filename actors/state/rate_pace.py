@@ -1,14 +1,15 @@
 """RatePace: one route's request rate limit as its provider reports it, paced so that the
-model sends it no request the provider would refuse (pure state; times in seconds on the
-owner's clock).
+model sends it no request the provider would refuse; RoutePaces: one model's paces and what
+its routes' answers said is spent (pure state; times in seconds on the owner's clock).
 
-A provider that meters requests (OpenAI, Azure, most compatible servers) says on each answer
-how many requests its limit allows (``limit``), how many were left once it took that one
-(``remaining``) and when the whole allowance is back (``reset_seconds``): a bucket that
-refills one request every ``reset / (limit - remaining)`` seconds. The answer comes back a
-time to first token after its request was sent, and the requests sent meanwhile have spent
-from what it reports; so the estimate is what it reported, less those, plus what refilled
-since it was sent, and every request sent to the route takes one from it. A route whose
+A provider that meters requests (OpenAI, Azure, Anthropic, most compatible servers) says on
+each answer how many requests its limit allows (``limit``), how many were left once it took
+that one (``remaining``) and when the whole allowance is back (``reset_seconds``): a bucket
+that refills one request every ``reset / (limit - remaining)`` seconds. The answer comes back
+a time to first token after its request was sent (a fallback's: after it was moved there),
+and the requests sent meanwhile have spent from what it reports; so the estimate is what it
+reported, less those, plus what refilled since it was sent, and every request sent to the
+route takes one from it (a plan the ingress then never sends gives it back). A route whose
 estimate is under one request is spent until one refills: the strategies spill past it
 (``LearnedLimit.spent_until``), where without a pace they would have sent it the request its
 provider refuses with a 429 and a ``Retry-After`` that keeps it cooling for longer than the
@@ -19,12 +20,15 @@ for what it asks.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from actors.state.route_load import LearnedLimit
     from schemas.routing import RateReport
 
 _NEVER = -math.inf
+_UNSENT_KEPT = 1024  # the numbers of plans never sent, per route, kept to correct counts
 
 
 class RatePace:
@@ -43,12 +47,14 @@ class RatePace:
         ``report``; returns until when the route is spent (-inf: it is not)."""
         self._limit = float(report.limit)
         used = report.limit - report.remaining
-        if used > 0:  # a full allowance says nothing of how fast it refills
+        # A full allowance says nothing of how fast it refills, nor does a reset already
+        # past (a clock apart from the provider's): the last refill known stays.
+        if used > 0 and report.reset_seconds > 0:
             self._refill = report.reset_seconds / used
         refill = self._refill
         if refill is None:
             return _NEVER
-        back = (now - sent_at) / refill if refill > 0 else self._limit
+        back = max(0.0, now - sent_at) / refill
         self._left = min(self._limit, report.remaining + back) - sent_since
         self._at = now
         return self._spent_until(now)
@@ -61,13 +67,98 @@ class RatePace:
         self._at = now
         return self._spent_until(now)
 
+    def unsent(self, now: float) -> float:
+        """A request counted as sent never was: it is given back; returns until when the
+        route is spent (-inf: it is not)."""
+        if self._refill is None:
+            return _NEVER
+        self._left = min(self._limit, self._level(now) + 1.0)
+        self._at = now
+        return self._spent_until(now)
+
     def _level(self, now: float) -> float:
         refill = self._refill
-        if refill is None or refill <= 0:
+        if refill is None:
             return self._limit
-        return min(self._limit, self._left + (now - self._at) / refill)
+        # A clock stepped back refills nothing (never a negative refill).
+        return min(self._limit, self._left + max(0.0, now - self._at) / refill)
 
     def _spent_until(self, now: float) -> float:
         if self._left >= 1.0 or self._refill is None:
             return _NEVER
         return now + (1.0 - self._left) * self._refill
+
+
+class RoutePaces:
+    """Owns one model's paces by route, the requests sent to each route (numbered, so that a
+    report can tell which were sent after it), and until when each route's answers said a
+    limit is spent; keeps each route's ``LearnedLimit.spent_until`` the later of the two."""
+
+    def __init__(self, limits: dict[str, LearnedLimit], *, enabled: bool = True) -> None:
+        self.enabled = enabled  # False: answers' reports pace nothing (what they say is spent)
+        self._limits = limits
+        self._sent = dict.fromkeys(limits, 0)  # endpoint -> requests counted as sent, ever
+        self._unsent: dict[str, deque[int]] = {}  # endpoint -> numbers of plans never sent
+        self._paces: dict[str, RatePace] = {}
+        self._said: dict[str, float] = {}  # endpoint -> an answer said spent until then
+        self._paced: dict[str, float] = {}  # endpoint -> its pace says spent until then
+
+    def spent(self, endpoint: str, until: float) -> None:
+        """``endpoint``'s provider said a limit of it is spent until ``until``."""
+        if endpoint in self._limits:
+            self._said[endpoint] = max(self._said.get(endpoint, _NEVER), until)
+            self._apply(endpoint)
+
+    def sent(self, endpoint: str, now: float) -> int:
+        """Count a request sent to ``endpoint``; returns its number there."""
+        n = self._sent[endpoint] = self._sent[endpoint] + 1
+        pace = self._paces.get(endpoint)
+        if pace is not None:
+            self._paced[endpoint] = pace.sent(now)
+            self._apply(endpoint)
+        return n
+
+    def unsent(self, endpoint: str, number: int, now: float) -> None:
+        """The request counted as ``endpoint``'s ``number`` was never sent (a plan the
+        ingress dropped: the caller's limits refused it, a candidate skipped)."""
+        self._unsent.setdefault(endpoint, deque(maxlen=_UNSENT_KEPT)).append(number)
+        pace = self._paces.get(endpoint)
+        if pace is not None:
+            self._paced[endpoint] = pace.unsent(now)
+            self._apply(endpoint)
+
+    def reported(
+        self,
+        endpoint: str,
+        report: RateReport,
+        now: float,
+        sent: tuple[float, int] | None,
+        in_flight: int,
+    ) -> None:
+        """An answer of ``endpoint`` reported its request limit's state: ``sent``, when and
+        as which number there the reporting request was sent (None: not counted there,
+        so every one of the ``in_flight`` may have been sent after it)."""
+        if not self.enabled or endpoint not in self._limits:
+            return
+        pace = self._paces.get(endpoint)
+        if pace is None:
+            pace = self._paces[endpoint] = RatePace()
+        if sent is None:
+            sent_at, since = now, in_flight
+        else:
+            sent_at, number = sent
+            dropped = sum(1 for n in self._unsent.get(endpoint, ()) if n > number)
+            since = max(0, self._sent[endpoint] - number - dropped)
+        self._paced[endpoint] = pace.reported(report, sent_at, since, now)
+        self._apply(endpoint)
+
+    def unpaced(self, endpoint: str) -> None:
+        """Stop pacing ``endpoint`` (what its answers said stays)."""
+        if self._paces.pop(endpoint, None) is not None:
+            self._paced.pop(endpoint, None)
+            self._apply(endpoint)
+
+    def _apply(self, endpoint: str) -> None:
+        self._limits[endpoint].spent_until = max(
+            self._said.get(endpoint, _NEVER), self._paced.get(endpoint, _NEVER)
+        )

@@ -63,7 +63,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from actors.state.rate_pace import RatePace
+from actors.state.rate_pace import RoutePaces
 
 if TYPE_CHECKING:
     from schemas.routing import RateReport
@@ -267,7 +267,8 @@ class _Flight:
     at_send: int  # others in flight on ``endpoint`` when it was counted
     rest: tuple[str, ...]  # the plan's later candidates, in order
     passed: tuple[str, ...] = ()  # the candidates it moved on from
-    seq: int = 0  # requests sent to ``endpoint`` up to it, it included
+    seq: int = 0  # its number among the requests sent to ``endpoint`` (RoutePaces)
+    sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
 
 
 class RouteLoad:
@@ -283,16 +284,10 @@ class RouteLoad:
         pacing: bool = True,
     ) -> None:
         self.limits = {e: LearnedLimit(cap, min_limit, inflation) for e, cap in caps.items()}
-        self._pacing = pacing  # ``reported`` rate limits pace their routes
         self.counts = dict.fromkeys(caps, 0)  # endpoint -> in flight (read only outside)
         self._flights: OrderedDict[str, _Flight] = OrderedDict()
         self._ttl = ttl
-        self._sent = dict.fromkeys(caps, 0)  # endpoint -> requests sent to it, ever
-        # A route's ``spent_until`` is the later of what an answer said (``spent``) and
-        # where its pace puts it (``reported``, each request sent): the pace's may go back.
-        self._paces: dict[str, RatePace] = {}
-        self._said: dict[str, float] = {}
-        self._paced: dict[str, float] = {}
+        self.paces = RoutePaces(self.limits, enabled=pacing)
 
     def in_flight(self, endpoint: str) -> int:
         """Requests counted on ``endpoint`` now."""
@@ -306,44 +301,16 @@ class RouteLoad:
 
     def spent(self, endpoint: str, until: float) -> None:
         """``endpoint``'s provider said a limit of it is spent until ``until``."""
-        lim = self.limits.get(endpoint)
-        if lim is not None:
-            said = self._said[endpoint] = max(self._said.get(endpoint, -math.inf), until)
-            lim.spent_until = max(said, self._paced.get(endpoint, -math.inf))
+        self.paces.spent(endpoint, until)
 
     def reported(self, request_id: str, endpoint: str, report: RateReport, now: float) -> None:
         """An answer of ``endpoint`` to ``request_id`` reported its request rate limit's
-        state: the route is paced by it from now on (see ``actors/state/rate_pace.py``)."""
-        if not self._pacing or endpoint not in self.limits:
+        state: the route is paced by it from now on (``actors/state/rate_pace.py``)."""
+        if endpoint not in self.counts:
             return
-        pace = self._paces.get(endpoint)
-        if pace is None:
-            pace = self._paces[endpoint] = RatePace()
         f = self._flights.get(request_id)
-        if f is not None and f.endpoint == endpoint:
-            # A request moved here by a failure was sent when that failure was seen, or before.
-            sent_at = f.issued if not f.passed else now
-            since = self._sent[endpoint] - f.seq
-        else:  # not counted here: the others in flight may all have been sent after it
-            sent_at, since = now, max(0, self.counts[endpoint] - 1)
-        self._pace(endpoint, pace.reported(report, sent_at, since, now))
-
-    def unpaced(self, endpoint: str) -> None:
-        """Stop pacing ``endpoint`` (what its answers said stays)."""
-        if self._paces.pop(endpoint, None) is not None:
-            self._pace(endpoint, -math.inf)
-
-    def _sent_to(self, endpoint: str, now: float) -> int:
-        """Count a request sent to ``endpoint`` (in ``counts``); returns its number there."""
-        n = self._sent[endpoint] = self._sent[endpoint] + 1
-        pace = self._paces.get(endpoint)
-        if pace is not None:
-            self._pace(endpoint, pace.sent(now))
-        return n
-
-    def _pace(self, endpoint: str, until: float) -> None:
-        self._paced[endpoint] = until
-        self.limits[endpoint].spent_until = max(self._said.get(endpoint, -math.inf), until)
+        sent = (f.sent_at, f.seq) if f is not None and f.endpoint == endpoint else None
+        self.paces.reported(endpoint, report, now, sent, self.counts[endpoint])
 
     def succeeded(
         self,
@@ -373,18 +340,21 @@ class RouteLoad:
         first, rest = endpoints[0], endpoints[1:]
         if first not in self.counts:
             return
-        seq = self._sent_to(first, now)
-        self._flights[request_id] = _Flight(first, now, self.counts[first], rest, seq=seq)
+        seq = self.paces.sent(first, now)
+        self._flights[request_id] = _Flight(
+            first, now, self.counts[first], rest, seq=seq, sent_at=now
+        )
         self.counts[first] += 1
 
-    def unsent(self, request_id: str, endpoint: str) -> None:
+    def unsent(self, request_id: str, endpoint: str, now: float = -math.inf) -> None:
         """The ingress will not send the candidate ``endpoint`` of ``request_id``: the count
-        ends if it is there, and a failure no longer moves it there if it is still ahead (a
-        hedge's backup its pool refused while the primary runs)."""
+        ends if it is there (its pace gets it back), and a failure no longer moves it there if
+        it is still ahead (a hedge's backup its pool refused while the primary runs)."""
         f = self._flights.get(request_id)
         if f is None:
             return
         if f.endpoint == endpoint:
+            self.paces.unsent(endpoint, f.seq, now)
             self._end(request_id, f)
         elif endpoint in f.rest:
             f.rest = tuple(e for e in f.rest if e != endpoint)
@@ -423,7 +393,7 @@ class RouteLoad:
         f.endpoint = endpoint
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
-            f.seq = self._sent_to(endpoint, now)
+            f.seq, f.sent_at = self.paces.sent(endpoint, now), now
             self.counts[endpoint] += 1
 
     def _end(self, request_id: str, f: _Flight) -> None:

@@ -159,7 +159,7 @@ def rate_report(headers: Mapping[str, str]) -> RateReport | None:
         if raw_limit is None:
             return None
         raw_left = headers.get("anthropic-ratelimit-requests-remaining")
-        reset = _seconds_until(headers.get("anthropic-ratelimit-requests-reset"))
+        reset = _seconds_until(headers.get("anthropic-ratelimit-requests-reset"), headers)
     if raw_left is None or reset is None:
         return None
     try:
@@ -171,8 +171,10 @@ def rate_report(headers: Mapping[str, str]) -> RateReport | None:
     return RateReport(limit=limit, remaining=left, reset_seconds=min(reset, LONGEST_WAIT))
 
 
-def _seconds_until(stamp: str | None) -> float | None:
-    """Seconds from now until an RFC 3339 time (0 once past); None when it is not one."""
+def _seconds_until(stamp: str | None, headers: Mapping[str, str]) -> float | None:
+    """Seconds until an RFC 3339 time (0 once past) from when the answer's ``Date`` says it
+    was sent (the provider's clock, not this host's; this host's without one); None when
+    ``stamp`` is not such a time."""
     if stamp is None:
         return None
     try:
@@ -181,7 +183,13 @@ def _seconds_until(stamp: str | None) -> float | None:
         return None
     if when.tzinfo is None:
         return None
-    return max(0.0, when.timestamp() - time.time())
+    sent = time.time()
+    if (date := headers.get("date")) is not None:
+        try:
+            sent = email.utils.parsedate_to_datetime(date).timestamp()
+        except (TypeError, ValueError):
+            pass
+    return max(0.0, when.timestamp() - sent)
 
 
 # The headers by which a provider reports what is left of a rate limit (OpenAI, Azure and

@@ -64,6 +64,7 @@ from gateway.ingress.stream_attempt import STREAM
 from schemas import QUOTA_EXHAUSTED, ContentFilteredError, KeyPoolExhaustedError, UpstreamError
 from schemas.canonical_markers import RATE_REPORT
 from schemas.config import FailoverConfig
+from schemas.routing import RateReport
 
 if TYPE_CHECKING:
     from collections.abc import (
@@ -264,8 +265,7 @@ class Dispatcher:
                 while c is not None:  # the route, then its spare keys while they are refused
                     if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
                         # A fallback on a capacity route (or a retry on another key): leased
-                        # right before it is sent (a hedge backup only if the hedge fires: the
-                        # caller's ``leased_late``).
+                        # right before it is sent (a hedge backup: if it fires, ``leased_late``).
                         leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
                         if leased is None:  # never sent: the ModelActor must not count it
                             await self.settle.give_back(info, current.model, c)
@@ -456,6 +456,8 @@ class _Once:
                         adapter = trace.noting(adapter, attempt)
                     body = await payload(adapter, target, a.model)
                     rate = body.pop(RATE_REPORT, None)
+                    if type(rate) is not RateReport:  # an upstream's own key of that name
+                        rate = None
             except UpstreamError as err:
                 billed = billed_by_failure(err)
                 used = tokens(billed) if billed.reported else tokens_used_by_failure(err)
@@ -468,9 +470,9 @@ class _Once:
                 await d.observe(info, a, outcome, started, err=timeout)
                 return timeout
             except (anyio.get_cancelled_exc_class(), RecursionError):
-                # RecursionError: a body nested just short of the decode limit cannot be
-                # encoded again for the upstream; the app refuses it (400), but the attempt
-                # must still end here, or its prefill and probe leases are never given back.
+                # RecursionError: a body nested just short of the decode limit cannot be encoded
+                # again for the upstream (the app answers 400), but the attempt must still end
+                # here, or its prefill and probe leases are never given back.
                 await d.observe(info, a, "cancelled", started, err=declined.error(c.endpoint))
                 raise
             except Exception as exc:  # not the route's fault, but the attempt ends
@@ -481,8 +483,7 @@ class _Once:
                 await d.settle.answered(info, a, started, body, rate=rate)
                 settled = True
                 return Served(body, c, attempt, a.model)
-            # Noted now (not with the settling), so the overhead header the write carries
-            # counts it; a list append rather than a call into the record's module.
+            # Noted now (not with the settling), so the overhead header the write carries counts it.
             info.record.in_flight.append((started, ended := d.now()))
             settled = True  # by ``Served.settle``, which ``Dispatcher.call`` runs
             settle = functools.partial(d.settle.answered, info, a, started, body, ended, rate=rate)

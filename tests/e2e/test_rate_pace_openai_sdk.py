@@ -5,9 +5,10 @@ requests-*``) is sent no request once the requests that limit has left are spent
 goes to the fallback instead of drawing the provider's 429, and ``/health/deep`` says until
 when.
 
-The fake provider enforces a real limit of two requests a second on loopback, and its answers
-report a limit of two, one back every 10 s (so that nothing here races a refill); the three
-requests are sent one after another, so nothing waits on time.
+The fake provider enforces a real limit of two requests on loopback (its clock stands still:
+its second never ends), and its answers report a limit of two, one back every 10 s (so that
+nothing here races a refill); the three requests are sent one after another, so nothing waits
+on time.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.e2e.conftest import HI, anthropic_route, config, model, route
+from schemas import Observation, subjects
+from tests.e2e.conftest import HI, anthropic_route, config, eid, model, route, watch
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
@@ -66,8 +68,10 @@ async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_p
     stream: bool,
     kind: str,
 ) -> None:
-    paced = await fake_upstreams("paced", rate_limit=2)
-    paced.enqueue(_reported(1, kind), _reported(0, kind))
+    paced = await fake_upstreams("paced", rate_limit=2, clock=lambda: 0.0)  # one long second
+    # Only the first answer reports (one left after it); the second says nothing: paced, the
+    # second request took the one left; unpaced, nothing says so.
+    paced.enqueue(_reported(1, kind), Reply())
     spare = await fake_upstreams("spare")
     first = anthropic_route(paced) if kind == "anthropic" else route(paced)
     cfg = config(model("m", first, route(spare, fallback_only=True)))
@@ -96,6 +100,34 @@ async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_p
     assert len(paced.requests) - len(paced.refused) == 2 and len(spare.requests) == 1
     # Operators see until when: the next request comes back within 10 s.
     if pacing:
-        assert time.time() < paced_load["rate_limit_until"] <= time.time() + 10.0
+        # (+1: an Anthropic reset is read against the answer's Date, to the second.)
+        assert time.time() < paced_load["rate_limit_until"] <= time.time() + 11.0
     else:
         assert paced_load["rate_limit_until"] is None
+
+
+async def test_an_upstreams_own_key_named_as_the_private_marker_is_neither_relayed_nor_trusted(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    up = await fake_upstreams("odd")
+    answer = {
+        "id": "chatcmpl-odd",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "odd-model",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "_rate_report": 5,  # not a report: what an upstream sends is never the gateway's marker
+    }
+    up.enqueue(Reply(body=answer))
+    gw = await gateway_factory(config(model("m", route(up))))
+
+    async with watch(gw, subjects.observation(eid("m", up))) as observations:
+        raw = await gw.openai().chat.completions.with_raw_response.create(model="m", messages=HI)
+        # Observed (over NATS a report of the wrong type would not even encode: lost).
+        seen = await observations.next(Observation)
+
+    assert "_rate_report" not in raw.text and raw.parse().choices[0].message.content == "hi"
+    assert seen.outcome == "success" and seen.rate is None

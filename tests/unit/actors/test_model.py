@@ -574,14 +574,24 @@ async def test_model_paces_no_route_that_spends_several_keys(
     bus: InProcessBus, clock: FakeClock, start_model: Start
 ) -> None:
     await start_model((8001, 1), (8002, 1e-9))
-    rate = RateReport(limit=2, remaining=0, reset_seconds=1.0)  # spent, if it were A's
     keys = (PoolKey(credential_id="k-1"), PoolKey(credential_id="k-2"))
     await bus.publish(subjects.keypool_state(A), KeyPoolState(pool=A, keys=keys, seq=1))
     await plan(bus, request_id="r0")
+    one_left = RateReport(limit=2, remaining=1, reset_seconds=20.0)  # one key's word
     await bus.publish(
-        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", rate=rate)
+        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", rate=one_left)
     )
+    await plan(bus, request_id="r1")  # paced, A would be spent now: that key's one is taken
     after = await plan(bus, dry=True)
+    none_left = RateReport(limit=2, remaining=0, reset_seconds=20.0)
+    await bus.publish(
+        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r1", rate=none_left)
+    )
+    said_spent = await plan(bus, dry=True)
 
     # One key's report says nothing of the other's limit: its 429 would cool that key alone.
     assert endpoints(after)[0] == A and after.skipped == ()
+    # A limit an answer says is spent spends the route until it is all back, as unpaced.
+    assert said_spent.skipped == (
+        RouteSkip(endpoint=A, reason="rate_limit", until=clock.now + 20.0, in_flight=2),
+    )

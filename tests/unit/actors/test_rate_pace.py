@@ -68,3 +68,49 @@ def test_a_spent_limit_an_answer_said_outlasts_a_pace_that_frees_sooner() -> Non
     load.issued("r0", ("a",), 0.0)
     load.reported("r0", "a", report(100, 99, 1.0), 0.0)  # the request limit is not
     assert load.saturated("a", 4.9) and not load.saturated("a", 5.0)
+
+
+def test_a_plan_never_sent_gives_its_request_back_and_is_not_counted_after_a_report() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0)
+    load.issued("r0", ("a",), 0.0)
+    load.reported("r0", "a", report(4, 1, 1.0), 0.0)  # 1 left, one back every 1/3 s
+    load.issued("r1", ("a",), 0.0)
+    assert load.saturated("a", 0.0)
+    load.unsent("r1", "a", 0.0)  # its caller's limits refused it after routing
+    assert not load.saturated("a", 0.0)
+    load.issued("r2", ("a",), 0.0)
+    # r0's answer again (a later report of it): only r2 was sent after r0, not r1.
+    load.reported("r0", "a", report(4, 2, 1.0), 0.0)
+    assert not load.saturated("a", 0.0)
+
+
+def test_a_fallbacks_report_counts_the_refill_since_it_was_moved_there() -> None:
+    load = RouteLoad({"a": None, "b": None}, ttl=600.0)
+    load.issued("r0", ("a", "b"), 0.0)
+    load.observed("r0", "a", "failure", 10.0)  # moved to b at 10 s
+    # b's answer comes at the end of a 10 s stream: none left when b took it, one back a
+    # second since, so ten are back by now.
+    load.reported("r0", "b", report(10, 0, 10.0), 20.0)
+    assert not load.saturated("b", 20.0)
+
+
+def test_a_report_of_a_request_not_counted_on_its_route_counts_all_in_flight_after_it() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0)
+    load.issued("r0", ("a",), 0.0)
+    load.issued("r1", ("a",), 0.0)
+    load.reported("gone", "a", report(4, 2, 1.0), 0.0)  # its flight expired: both after it
+    assert load.saturated("a", 0.0)
+
+
+def test_a_clock_stepped_back_refills_nothing_and_takes_nothing() -> None:
+    pace = RatePace()
+    pace.reported(report(10, 5, 5.0), sent_at=100.0, sent_since=0, now=100.0)  # 1 s each
+    assert pace.sent(40.0) == NEVER  # 60 s back: 4 left, not -56
+
+
+def test_a_reset_already_past_keeps_the_refill_known() -> None:
+    pace = RatePace()
+    pace.reported(report(4, 2, 1.0), sent_at=0.0, sent_since=0, now=0.0)  # 0.5 s each
+    # A provider clock behind this one: its reset reads as past, which says no refill.
+    until = pace.reported(report(4, 0, 0.0), sent_at=1.0, sent_since=0, now=1.0)
+    assert until == pytest.approx(1.5)

@@ -244,6 +244,12 @@ def test_anthropics_request_limit_resets_at_a_time_not_after_a_duration() -> Non
     )  # past: all of it is back
     assert rate_report(state("2030-01-01T00:00:00")) is None  # no zone: not RFC 3339
     assert rate_report(state("in a minute")) is None
+    # Read against the answer's Date (the provider's clock), not this host's: 100 s behind.
+    sent = datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=100)
+    behind = state((sent + datetime.timedelta(seconds=30)).isoformat())
+    behind["date"] = email.utils.format_datetime(sent, usegmt=True)
+    report = rate_report(behind)
+    assert report is not None and 29.0 < report.reset_seconds <= 31.0
 
 
 def test_a_paced_request_limit_leaves_only_the_token_limit_to_spend_a_route() -> None:

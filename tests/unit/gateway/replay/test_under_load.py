@@ -116,17 +116,16 @@ def test_paced_ratelimited_routes_are_filled_to_their_rates_without_drawing_thei
         now, before = paced["configs"][name], unpaced["configs"][name]
         assert now["served"] == now["requests"]
         # Before: each 429 cost an attempt and cooled its route for its Retry-After (1 s, four
-        # of a bucket's refills): 6 to 9 in every 100 requests drew one.
+        # of a bucket's refills): about 6 in every 100 requests drew one.
         assert before["rate_limited_attempts"] > 0.04 * before["requests"], name
         assert now["rate_limited_attempts"] <= 0.01 * now["requests"], name
     # And the cheap routes were spilled past for that second: the cheap configs paid more.
-    # Before: primary 1.13 times the cheapest fill, alpha 0 1.16 times; now 1.05 and 1.11
-    # (this short trace's start is unmeasured routes; 2 minutes of it: 1.00 and 1.02).
-    cost = {
-        n: (paced["configs"][n]["cost_usd"], unpaced["configs"][n]["cost_usd"]) for n in configs
-    }
-    assert cost["primary"][0] <= 1.06 * fill < 0.97 * cost["primary"][1]
-    assert cost["routewise-a0"][0] < 0.97 * cost["routewise-a0"][1]
+    # Before: primary 1.22 times the cheapest fill, alpha 0 1.29 times; now 1.10 and 1.10
+    # (this short trace's start is unmeasured routes).
+    cost = {n: [run["configs"][n]["cost_usd"] for run in (paced, unpaced)] for n in configs}
+    assert cost["primary"][0] < 0.95 * cost["primary"][1]
+    assert cost["routewise-a0"][0] < 0.95 * cost["routewise-a0"][1]
+    assert cost["routewise-a0"][0] <= 1.12 * fill
 
 
 def test_ratelimited_alpha_0_fills_the_cheap_routes_rates_and_alpha_1_buys_speed() -> None:
