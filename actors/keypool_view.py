@@ -175,12 +175,6 @@ class KeyViews:
         if pool is not None:
             pool.cooling.succeeded(cid)
 
-    def one_credential(self, endpoint: str) -> bool:
-        """Whether ``endpoint`` spends a single credential (or none): a rate limit one of its
-        answers reports is then the whole route's."""
-        pool = self._pools.get(endpoint)
-        return pool is None or len(pool.declared) <= 1
-
     def cooling_until(self, endpoint: str, role: str | None, now: float) -> float | None:
         """When ``endpoint`` may serve ``role`` again if cooling is all that holds it out."""
         pool = self._pools.get(endpoint)

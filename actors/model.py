@@ -140,7 +140,7 @@ class ModelActor(Actor):
         """Build routes, strategy and tables; restore the snapshot; seed the circuit view."""
         self.ctx = ctx
         self._table = RouteTable(self._model, self._routing, fixed=self._router == "fixed")
-        self._load = ModelLoad(self._model, self._routing, self._clock)
+        self._load = ModelLoad(self._model, self._routing, self._clock, keys_of=self._key_ids)
         # The one view of the capacity pools: the decision's lease (plan) and the strategy's
         # effective cost (RouteWise) both read it.
         self.capacity = CapacityViews(self._model, self.name)
@@ -267,7 +267,7 @@ class ModelActor(Actor):
                 if ft.spent_for is not None:
                     self._load.spent(ft.endpoint, ft.spent_for)
                 if ft.rate is not None:
-                    self._rate_reported(ft.endpoint, ft.request_id, ft.rate)
+                    self._rate_reported(ft.endpoint, ft.credential_id, ft.request_id, ft.rate)
             case EndpointState() as st:
                 self._table.update_state(st)
             case SetWeight() as cmd:
@@ -309,15 +309,16 @@ class ModelActor(Actor):
                 },
             )
 
-    def _rate_reported(self, endpoint: str, request_id: str, rate: RateReport) -> None:
-        # A provider meters each of a pool's keys apart: one key's report is not its route's,
-        # whose 429s cool that key alone.
-        if self._load.pacing and self._keys.one_credential(endpoint):
-            self._load.reported(endpoint, request_id, rate)
-            return
-        self._load.unpaced(endpoint)
-        if rate.remaining == 0:  # unpaced, a spent limit still spends it until all is back
+    def _rate_reported(self, endpoint: str, key: str, request_id: str, rate: RateReport) -> None:
+        if self._load.pacing:
+            self._load.reported(endpoint, key, request_id, rate)
+        elif rate.remaining == 0:  # unpaced, a spent limit still spends it until all is back
             self._load.spent(endpoint, rate.reset_seconds)
+
+    def _key_ids(self, endpoint: str) -> tuple[str, ...]:
+        """The credential ids ``endpoint``'s pool declares (none: a route without keys)."""
+        pool = self._keys.pool(endpoint)
+        return () if pool is None else tuple(cid for cid, _ in pool.declared)
 
     def _prefer_by_quota(self) -> None:
         """``credential_choice: least_remaining_quota``: the pools spend first the key with
@@ -328,7 +329,7 @@ class ModelActor(Actor):
     def _observed(self, obs: Observation) -> None:
         now = self._clock()
         if obs.rate is not None:  # before the observation ends the request's count
-            self._rate_reported(obs.endpoint, obs.request_id, obs.rate)
+            self._rate_reported(obs.endpoint, obs.credential_id, obs.request_id, obs.rate)
         if is_backpressure(obs):
             self._keys.rate_limited(obs.endpoint, obs.credential_id, now, obs.retry_after)
             entry = self._table.get(obs.endpoint)

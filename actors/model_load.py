@@ -33,7 +33,11 @@ class ModelLoad:
     """Owns one model's RouteLoad and the bookkeeping of its capacity events."""
 
     def __init__(
-        self, model: ModelConfig, routing: RoutingConfig, clock: Callable[[], float]
+        self,
+        model: ModelConfig,
+        routing: RoutingConfig,
+        clock: Callable[[], float],
+        keys_of: Callable[[str], tuple[str, ...]] = lambda _: (),
     ) -> None:
         learned = routing.learned_capacity
         # A count is forgotten after the longest a request of this model may run (its
@@ -49,6 +53,7 @@ class ModelLoad:
             min_limit=learned.min_limit,
             inflation=learned.ttft_inflation,
             pacing=learned.pace_rate_limits,
+            keys_of=keys_of,
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
         self._clock = clock
@@ -74,24 +79,22 @@ class ModelLoad:
         ``seconds``: it is at its limit until then (spilled past, left out of RouteWise)."""
         self.load.spent(endpoint, self._clock() + seconds)
 
-    def reported(self, endpoint: str, request_id: str, report: RateReport) -> None:
-        """An answer of ``endpoint`` to ``request_id`` reported its request rate limit's
-        state: what the model sends it is paced by it (at its limit while it has none left)."""
-        self.load.reported(request_id, endpoint, report, self._clock())
+    def reported(self, endpoint: str, key: str, request_id: str, report: RateReport) -> None:
+        """An answer of ``endpoint`` with ``key`` to ``request_id`` reported its request rate
+        limit's state: what the model sends that key is paced by it (the route is at its
+        limit while none of its keys has a request left)."""
+        self.load.reported(request_id, endpoint, key, report, self._clock())
 
     @property
     def pacing(self) -> bool:
         """Whether reported rate limits pace routes (``learned_capacity.pace_rate_limits``)."""
         return self.load.paces.enabled
 
-    def unpaced(self, endpoint: str) -> None:
-        """``endpoint`` is paced no more (it now spends several keys, each metered apart)."""
-        self.load.paces.unpaced(endpoint)
-
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        self.load.issued(request_id, sendable, now)
+        keys = {c.endpoint: c.credential_id for c in plan.candidates if c.credential_id}
+        self.load.issued(request_id, sendable, now, keys)
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""

@@ -214,6 +214,7 @@ class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     unsent: bool = False
     spent_for: float | None = None
     rate: RateReport | None = None
+    credential_id: str = ""  # the key the answer that reported ``rate`` was sent with
 
 
 class ObservationBatch(msgspec.Struct, frozen=True, kw_only=True, tag=True):

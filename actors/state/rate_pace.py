@@ -1,6 +1,7 @@
-"""RatePace: one route's request rate limit as its provider reports it, paced so that the
-model sends it no request the provider would refuse; RoutePaces: one model's paces and what
-its routes' answers said is spent (pure state; times in seconds on the owner's clock).
+"""RatePace: one route's request rate limit (one key's) as its provider reports it, paced so
+that the model sends it no request the provider would refuse; RoutePaces: one model's paces
+by route and key, and what its routes' answers said is spent (pure state; times in seconds
+on the owner's clock).
 
 A provider that meters requests (OpenAI, Azure, Anthropic, most compatible servers) says on
 each answer how many requests its limit allows (``limit``), how many were left once it took
@@ -24,6 +25,8 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from actors.state.route_load import LearnedLimit
     from schemas.routing import RateReport
 
@@ -90,18 +93,28 @@ class RatePace:
 
 
 class RoutePaces:
-    """Owns one model's paces by route, the requests sent to each route (numbered, so that a
-    report can tell which were sent after it), and until when each route's answers said a
-    limit is spent; keeps each route's ``LearnedLimit.spent_until`` the later of the two."""
+    """Owns one model's paces, by route and key (a provider meters each key apart), the
+    requests sent on each (numbered, so that a report can tell which were sent after it),
+    and until when each route's answers said a limit is spent; keeps each route's
+    ``LearnedLimit.spent_until`` the later of what its answers said and when the first of its
+    keys (``keys_of``: its declared credential ids; none: the route's own limit, key "")
+    has a request back: a route is spent only when all its keys are."""
 
-    def __init__(self, limits: dict[str, LearnedLimit], *, enabled: bool = True) -> None:
+    def __init__(
+        self,
+        limits: dict[str, LearnedLimit],
+        *,
+        enabled: bool = True,
+        keys_of: Callable[[str], tuple[str, ...]] = lambda _: (),
+    ) -> None:
         self.enabled = enabled  # False: answers' reports pace nothing (what they say is spent)
         self._limits = limits
-        self._sent = dict.fromkeys(limits, 0)  # endpoint -> requests counted as sent, ever
-        self._unsent: dict[str, deque[int]] = {}  # endpoint -> numbers of plans never sent
-        self._paces: dict[str, RatePace] = {}
+        self._keys_of = keys_of
+        self._sent: dict[tuple[str, str], int] = {}  # (endpoint, key) -> counted as sent
+        self._unsent: dict[tuple[str, str], deque[int]] = {}  # numbers of plans never sent
+        self._paces: dict[tuple[str, str], RatePace] = {}
+        self._paced: dict[tuple[str, str], float] = {}  # its pace says spent until then
         self._said: dict[str, float] = {}  # endpoint -> an answer said spent until then
-        self._paced: dict[str, float] = {}  # endpoint -> its pace says spent until then
 
     def spent(self, endpoint: str, until: float) -> None:
         """``endpoint``'s provider said a limit of it is spent until ``until``."""
@@ -109,56 +122,55 @@ class RoutePaces:
             self._said[endpoint] = max(self._said.get(endpoint, _NEVER), until)
             self._apply(endpoint)
 
-    def sent(self, endpoint: str, now: float) -> int:
-        """Count a request sent to ``endpoint``; returns its number there."""
-        n = self._sent[endpoint] = self._sent[endpoint] + 1
-        pace = self._paces.get(endpoint)
+    def sent(self, endpoint: str, key: str, now: float) -> int:
+        """Count a request sent to ``endpoint`` with ``key``; returns its number there."""
+        lane = (endpoint, key)
+        n = self._sent[lane] = self._sent.get(lane, 0) + 1
+        pace = self._paces.get(lane)
         if pace is not None:
-            self._paced[endpoint] = pace.sent(now)
+            self._paced[lane] = pace.sent(now)
             self._apply(endpoint)
         return n
 
-    def unsent(self, endpoint: str, number: int, now: float) -> None:
-        """The request counted as ``endpoint``'s ``number`` was never sent (a plan the
-        ingress dropped: the caller's limits refused it, a candidate skipped)."""
-        self._unsent.setdefault(endpoint, deque(maxlen=_UNSENT_KEPT)).append(number)
-        pace = self._paces.get(endpoint)
+    def unsent(self, endpoint: str, key: str, number: int, now: float) -> None:
+        """The request counted as ``number`` on ``endpoint`` with ``key`` was never sent (a
+        plan the ingress dropped: the caller's limits refused it, a candidate skipped)."""
+        lane = (endpoint, key)
+        self._unsent.setdefault(lane, deque(maxlen=_UNSENT_KEPT)).append(number)
+        pace = self._paces.get(lane)
         if pace is not None:
-            self._paced[endpoint] = pace.unsent(now)
+            self._paced[lane] = pace.unsent(now)
             self._apply(endpoint)
 
     def reported(
         self,
         endpoint: str,
+        key: str,
         report: RateReport,
         now: float,
         sent: tuple[float, int] | None,
         in_flight: int,
     ) -> None:
-        """An answer of ``endpoint`` reported its request limit's state: ``sent``, when and
-        as which number there the reporting request was sent (None: not counted there,
-        so every one of the ``in_flight`` may have been sent after it)."""
+        """An answer of ``endpoint`` with ``key`` reported its request limit's state:
+        ``sent``, when and as which number there the reporting request was sent (None: not
+        counted there, so every one of the ``in_flight`` may have been sent after it)."""
         if not self.enabled or endpoint not in self._limits:
             return
-        pace = self._paces.get(endpoint)
+        lane = (endpoint, key)
+        pace = self._paces.get(lane)
         if pace is None:
-            pace = self._paces[endpoint] = RatePace()
+            pace = self._paces[lane] = RatePace()
         if sent is None:
             sent_at, since = now, in_flight
         else:
             sent_at, number = sent
-            dropped = sum(1 for n in self._unsent.get(endpoint, ()) if n > number)
-            since = max(0, self._sent[endpoint] - number - dropped)
-        self._paced[endpoint] = pace.reported(report, sent_at, since, now)
+            dropped = sum(1 for n in self._unsent.get(lane, ()) if n > number)
+            since = max(0, self._sent.get(lane, 0) - number - dropped)
+        self._paced[lane] = pace.reported(report, sent_at, since, now)
         self._apply(endpoint)
 
-    def unpaced(self, endpoint: str) -> None:
-        """Stop pacing ``endpoint`` (what its answers said stays)."""
-        if self._paces.pop(endpoint, None) is not None:
-            self._paced.pop(endpoint, None)
-            self._apply(endpoint)
-
     def _apply(self, endpoint: str) -> None:
-        self._limits[endpoint].spent_until = max(
-            self._said.get(endpoint, _NEVER), self._paced.get(endpoint, _NEVER)
-        )
+        paced = self._paced
+        # A key that never reported (or was added since) may be sent: the route is not spent.
+        back = min(paced.get((endpoint, key), _NEVER) for key in self._keys_of(endpoint) or ("",))
+        self._limits[endpoint].spent_until = max(self._said.get(endpoint, _NEVER), back)

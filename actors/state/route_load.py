@@ -60,12 +60,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from actors.state.rate_pace import RoutePaces
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
     from schemas.routing import RateReport
 
 _CUT_INTERVAL = 1.0  # seconds: one cut per burst of congestion signals
@@ -267,8 +269,10 @@ class _Flight:
     at_send: int  # others in flight on ``endpoint`` when it was counted
     rest: tuple[str, ...]  # the plan's later candidates, in order
     passed: tuple[str, ...] = ()  # the candidates it moved on from
-    seq: int = 0  # its number among the requests sent to ``endpoint`` (RoutePaces)
+    seq: int = 0  # its number among the requests sent to ``endpoint`` with ``key``
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
+    keys: Mapping[str, str] = field(default_factory=dict)  # the plan's key, by candidate
+    key: str = ""  # the key it was sent to ``endpoint`` with ("": none)
 
 
 class RouteLoad:
@@ -282,12 +286,13 @@ class RouteLoad:
         min_limit: float = 2.0,
         inflation: float = 2.0,
         pacing: bool = True,
+        keys_of: Callable[[str], tuple[str, ...]] = lambda _: (),
     ) -> None:
         self.limits = {e: LearnedLimit(cap, min_limit, inflation) for e, cap in caps.items()}
         self.counts = dict.fromkeys(caps, 0)  # endpoint -> in flight (read only outside)
         self._flights: OrderedDict[str, _Flight] = OrderedDict()
         self._ttl = ttl
-        self.paces = RoutePaces(self.limits, enabled=pacing)
+        self.paces = RoutePaces(self.limits, enabled=pacing, keys_of=keys_of)
 
     def in_flight(self, endpoint: str) -> int:
         """Requests counted on ``endpoint`` now."""
@@ -303,14 +308,17 @@ class RouteLoad:
         """``endpoint``'s provider said a limit of it is spent until ``until``."""
         self.paces.spent(endpoint, until)
 
-    def reported(self, request_id: str, endpoint: str, report: RateReport, now: float) -> None:
-        """An answer of ``endpoint`` to ``request_id`` reported its request rate limit's
-        state: the route is paced by it from now on (``actors/state/rate_pace.py``)."""
+    def reported(
+        self, request_id: str, endpoint: str, key: str, report: RateReport, now: float
+    ) -> None:
+        """An answer of ``endpoint`` with ``key`` to ``request_id`` reported its request rate
+        limit's state: that key is paced by it from now on (``actors/state/rate_pace.py``)."""
         if endpoint not in self.counts:
             return
         f = self._flights.get(request_id)
-        sent = (f.sent_at, f.seq) if f is not None and f.endpoint == endpoint else None
-        self.paces.reported(endpoint, report, now, sent, self.counts[endpoint])
+        counted = f is not None and f.endpoint == endpoint and f.key == key
+        sent = (f.sent_at, f.seq) if f is not None and counted else None
+        self.paces.reported(endpoint, key, report, now, sent, self.counts[endpoint])
 
     def succeeded(
         self,
@@ -332,17 +340,26 @@ class RouteLoad:
         ]
         return lim.succeeded(ttft_ms, at_send, now, min(ratios) if ratios else None, held_ms)
 
-    def issued(self, request_id: str, endpoints: tuple[str, ...], now: float) -> None:
-        """A plan was issued for ``request_id``: its first candidate is in flight."""
+    def issued(
+        self,
+        request_id: str,
+        endpoints: tuple[str, ...],
+        now: float,
+        keys: Mapping[str, str] | None = None,
+    ) -> None:
+        """A plan was issued for ``request_id``: its first candidate is in flight (``keys``:
+        the key the plan gives each candidate)."""
         self.expire(now)
         if not request_id or not endpoints or request_id in self._flights:
             return
         first, rest = endpoints[0], endpoints[1:]
         if first not in self.counts:
             return
-        seq = self.paces.sent(first, now)
+        keys = keys or {}
+        key = keys.get(first, "")
+        seq = self.paces.sent(first, key, now)
         self._flights[request_id] = _Flight(
-            first, now, self.counts[first], rest, seq=seq, sent_at=now
+            first, now, self.counts[first], rest, seq=seq, sent_at=now, keys=keys, key=key
         )
         self.counts[first] += 1
 
@@ -354,7 +371,7 @@ class RouteLoad:
         if f is None:
             return
         if f.endpoint == endpoint:
-            self.paces.unsent(endpoint, f.seq, now)
+            self.paces.unsent(endpoint, f.key, f.seq, now)
             self._end(request_id, f)
         elif endpoint in f.rest:
             f.rest = tuple(e for e in f.rest if e != endpoint)
@@ -393,7 +410,8 @@ class RouteLoad:
         f.endpoint = endpoint
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
-            f.seq, f.sent_at = self.paces.sent(endpoint, now), now
+            f.key = f.keys.get(endpoint, "")
+            f.seq, f.sent_at = self.paces.sent(endpoint, f.key, now), now
             self.counts[endpoint] += 1
 
     def _end(self, request_id: str, f: _Flight) -> None:

@@ -116,6 +116,7 @@ class _Stream:
                         request_id=info.request_id,
                         spent_for=first.spent_for if isinstance(first, Batch) else None,
                         rate=first.rate if isinstance(first, Batch) else None,
+                        credential_id=c.credential_id,
                     ),
                 )
             if c.probe:  # the probe's verdict is its first byte, not the stream's end

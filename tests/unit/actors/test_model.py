@@ -570,28 +570,58 @@ async def test_model_paces_a_route_by_what_a_whole_answer_reported(
     assert endpoints(back)[0] == A
 
 
-async def test_model_paces_no_route_that_spends_several_keys(
+async def test_model_paces_each_key_of_a_route_apart(
     bus: InProcessBus, clock: FakeClock, start_model: Start
 ) -> None:
     await start_model((8001, 1), (8002, 1e-9))
     keys = (PoolKey(credential_id="k-1"), PoolKey(credential_id="k-2"))
     await bus.publish(subjects.keypool_state(A), KeyPoolState(pool=A, keys=keys, seq=1))
-    await plan(bus, request_id="r0")
-    one_left = RateReport(limit=2, remaining=1, reset_seconds=20.0)  # one key's word
-    await bus.publish(
-        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", rate=one_left)
-    )
-    await plan(bus, request_id="r1")  # paced, A would be spent now: that key's one is taken
-    after = await plan(bus, dry=True)
-    none_left = RateReport(limit=2, remaining=0, reset_seconds=20.0)
-    await bus.publish(
-        subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r1", rate=none_left)
-    )
-    said_spent = await plan(bus, dry=True)
+    first = await plan(bus, request_id="r0")
+    key = first.candidates[0].credential_id
+    spent = RateReport(limit=2, remaining=0, reset_seconds=20.0)  # none left on that key
+    said = FirstToken(endpoint=A, request_id="r0", rate=spent, credential_id=key)
+    await bus.publish(subjects.model_first_token("m"), said)
+    one_spent = await plan(bus, dry=True)
+    other = "k-2" if key == "k-1" else "k-1"
+    said = FirstToken(endpoint=A, request_id="rx", rate=spent, credential_id=other)
+    await bus.publish(subjects.model_first_token("m"), said)
+    both_spent = await plan(bus, dry=True)
 
-    # One key's report says nothing of the other's limit: its 429 would cool that key alone.
-    assert endpoints(after)[0] == A and after.skipped == ()
-    # A limit an answer says is spent spends the route until it is all back, as unpaced.
+    # A provider meters each key apart: one key spent leaves the route to the other.
+    assert key in ("k-1", "k-2")
+    assert endpoints(one_spent)[0] == A and one_spent.skipped == ()
+    assert endpoints(both_spent) == [B, A] and both_spent.skipped[0].reason == "rate_limit"
+
+
+async def test_model_unpaced_is_still_spent_by_a_report_of_none_left(
+    bus: InProcessBus, clock: FakeClock
+) -> None:
+    routing = RoutingConfig.model_validate(
+        {"affinity": {"enabled": False}, "learned_capacity": {"pace_rate_limits": False}}
+    )
+    cfg = model_config((8001, 1), (8002, 1e-9))
+    root = Supervisor(
+        "test", children=[ChildSpec("model", lambda: ModelActor(cfg, routing, clock=clock))]
+    )
+    await root.start(bus)
+    try:
+        await plan(bus, request_id="r0")
+        one_left = RateReport(limit=2, remaining=1, reset_seconds=20.0)
+        await bus.publish(
+            subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r0", rate=one_left)
+        )
+        await plan(bus, request_id="r1")  # paced, this would spend A
+        unpaced = await plan(bus, dry=True)
+        none_left = RateReport(limit=2, remaining=0, reset_seconds=20.0)
+        await bus.publish(
+            subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r1", rate=none_left)
+        )
+        said_spent = await plan(bus, dry=True)
+    finally:
+        await root.stop()
+
+    assert endpoints(unpaced)[0] == A and unpaced.skipped == ()
+    # As before pacing: until all of it is back.
     assert said_spent.skipped == (
         RouteSkip(endpoint=A, reason="rate_limit", until=clock.now + 20.0, in_flight=2),
     )

@@ -55,7 +55,7 @@ def test_route_load_paces_a_route_by_the_requests_sent_after_the_one_that_report
     load.issued("r0", ("a", "b"), 0.0)
     load.issued("r1", ("a", "b"), 0.01)
     # r0's answer: a limit of 4 a second, 2 left once r0 was taken (r1 came after it).
-    load.reported("r0", "a", report(4, 2, 0.5), 0.02)  # 0.25 s a request: 1.08 left
+    load.reported("r0", "a", "", report(4, 2, 0.5), 0.02)  # 0.25 s a request: 1.08 left
     assert not load.saturated("a", 0.02)
     load.issued("r2", ("a", "b"), 0.02)  # 0.08 left
     assert load.saturated("a", 0.02) and not load.saturated("b", 0.02)
@@ -66,21 +66,21 @@ def test_a_spent_limit_an_answer_said_outlasts_a_pace_that_frees_sooner() -> Non
     load = RouteLoad({"a": None}, ttl=600.0)
     load.spent("a", 5.0)  # the token limit is spent for 5 s
     load.issued("r0", ("a",), 0.0)
-    load.reported("r0", "a", report(100, 99, 1.0), 0.0)  # the request limit is not
+    load.reported("r0", "a", "", report(100, 99, 1.0), 0.0)  # the request limit is not
     assert load.saturated("a", 4.9) and not load.saturated("a", 5.0)
 
 
 def test_a_plan_never_sent_gives_its_request_back_and_is_not_counted_after_a_report() -> None:
     load = RouteLoad({"a": None}, ttl=600.0)
     load.issued("r0", ("a",), 0.0)
-    load.reported("r0", "a", report(4, 1, 1.0), 0.0)  # 1 left, one back every 1/3 s
+    load.reported("r0", "a", "", report(4, 1, 1.0), 0.0)  # 1 left, one back every 1/3 s
     load.issued("r1", ("a",), 0.0)
     assert load.saturated("a", 0.0)
     load.unsent("r1", "a", 0.0)  # its caller's limits refused it after routing
     assert not load.saturated("a", 0.0)
     load.issued("r2", ("a",), 0.0)
     # r0's answer again (a later report of it): only r2 was sent after r0, not r1.
-    load.reported("r0", "a", report(4, 2, 1.0), 0.0)
+    load.reported("r0", "a", "", report(4, 2, 1.0), 0.0)
     assert not load.saturated("a", 0.0)
 
 
@@ -90,7 +90,7 @@ def test_a_fallbacks_report_counts_the_refill_since_it_was_moved_there() -> None
     load.observed("r0", "a", "failure", 10.0)  # moved to b at 10 s
     # b's answer comes at the end of a 10 s stream: none left when b took it, one back a
     # second since, so ten are back by now.
-    load.reported("r0", "b", report(10, 0, 10.0), 20.0)
+    load.reported("r0", "b", "", report(10, 0, 10.0), 20.0)
     assert not load.saturated("b", 20.0)
 
 
@@ -98,7 +98,7 @@ def test_a_report_of_a_request_not_counted_on_its_route_counts_all_in_flight_aft
     load = RouteLoad({"a": None}, ttl=600.0)
     load.issued("r0", ("a",), 0.0)
     load.issued("r1", ("a",), 0.0)
-    load.reported("gone", "a", report(4, 2, 1.0), 0.0)  # its flight expired: both after it
+    load.reported("gone", "a", "", report(4, 2, 1.0), 0.0)  # its flight expired: both after it
     assert load.saturated("a", 0.0)
 
 
@@ -114,3 +114,19 @@ def test_a_reset_already_past_keeps_the_refill_known() -> None:
     # A provider clock behind this one: its reset reads as past, which says no refill.
     until = pace.reported(report(4, 0, 0.0), sent_at=1.0, sent_since=0, now=1.0)
     assert until == pytest.approx(1.5)
+
+
+def test_a_route_of_several_keys_is_spent_only_once_every_key_is() -> None:
+    keys: dict[str, tuple[str, ...]] = {"a": ("k1", "k2")}
+    load = RouteLoad({"a": None}, ttl=600.0, keys_of=lambda e: keys.get(e, ()))
+    load.issued("r0", ("a",), 0.0, {"a": "k1"})
+    load.issued("r1", ("a",), 0.0, {"a": "k2"})
+    load.reported("r0", "a", "k1", report(2, 0, 20.0), 0.0)  # k1 has none left
+    assert not load.saturated("a", 0.0)  # k2 is metered apart
+    load.reported("r1", "a", "k2", report(2, 1, 20.0), 0.0)  # k2 has one left
+    load.issued("r2", ("a",), 0.0, {"a": "k2"})  # which this takes
+    assert load.saturated("a", 0.0)
+    assert not load.saturated("a", 10.0)  # a request of each is back at 10 s
+    keys["a"] = ("k1", "k2", "k3")  # an operator adds a key: it has not said it is spent
+    load.issued("r3", ("a",), 1.0, {"a": "k1"})
+    assert not load.saturated("a", 1.0)
