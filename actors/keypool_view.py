@@ -13,6 +13,7 @@ answer with the right error when nothing else was sendable.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -33,7 +34,7 @@ from schemas import (
 from schemas.config import KeyPoolConfig, ModelConfig, credential_id
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +119,12 @@ class KeyViews:
     def serves(model: ModelConfig) -> tuple[Serve, ...]:
         """The pool state subjects a model's view listens to."""
         return tuple(Serve(subjects.keypool_state(e)) for e in model.endpoint_ids())
+
+    def follow_paces(self, spent: Callable[[str, str], bool]) -> None:
+        """Draw, in every pool of this model, the keys ``spent(endpoint, key)`` says have no
+        request left after the others (the ModelActor's paces)."""
+        for eid, pool in self._pools.items():
+            pool.spent = functools.partial(spent, eid)
 
     def prefer(self, preference: dict[str, float]) -> None:
         """Spend keys in ``preference`` order (lower first) in every pool of this model."""

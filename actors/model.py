@@ -167,6 +167,7 @@ class ModelActor(Actor):
         self._streak = 0
         self._cooled = CooledRoutes()  # routes a 429 took out of rotation, until their reset
         self._keys = KeyViews(self._model, self._routing.key_pool)
+        self._keys.follow_paces(self._load.key_spent)
         await self._keys.seed(ctx.bus)
         self._quota = KeyQuota(
             {cid: a for r in self._model.route for cid, a in r.allowances.items()}

@@ -85,6 +85,10 @@ class ModelLoad:
         limit while none of its keys has a request left)."""
         self.load.reported(request_id, endpoint, key, report, self._clock())
 
+    def key_spent(self, endpoint: str, key: str) -> bool:
+        """Whether ``endpoint``'s ``key`` has no request left now, by its pace."""
+        return self.load.paces.key_spent(endpoint, key, self._clock())
+
     @property
     def pacing(self) -> bool:
         """Whether reported rate limits pace routes (``learned_capacity.pace_rate_limits``)."""

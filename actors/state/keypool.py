@@ -36,7 +36,7 @@ from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.keys import role_rank
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from schemas.config import KeyPoolConfig
 
@@ -84,6 +84,9 @@ class KeyPool:
         # credential_choice least_remaining_quota: a sort key per key (lower is spent first;
         # keys without one after those ranked finite); None keeps the declared preference.
         self.preference: dict[str, float] | None = None
+        # A model's view only: whether a key's provider has no request left for it now (its
+        # pace, actors/state/rate_pace.py): such a key is drawn after those with some.
+        self.spent: Callable[[str], bool] | None = None
         self.declare(keys)
 
     # -- declaration --------------------------------------------------------------------
@@ -176,7 +179,10 @@ class KeyPool:
         request goes when the upstream refuses ``cid`` itself."""
         if len(self._keys) < 2:
             return ()
-        return tuple(k for k in self.usable(role, now) if k != cid)[:limit]
+        usable: Sequence[str] = self.usable(role, now)
+        if self.spent is not None:
+            usable = _spent_last(usable, self.spent)
+        return tuple(k for k in usable if k != cid)[:limit]
 
     def cooling_until(self, role: str | None, now: float) -> float | None:
         """When this route may serve ``role`` again if cooling is all that holds it out: the
@@ -206,9 +212,12 @@ class KeyPool:
             return ""
         # Quiet and no preference: the usable keys are the visible ones, as they are.
         quiet = self.preference is None and self._quiet(now)
-        usable = self.visible(role) if quiet else self.usable(role, now)
+        usable: Sequence[str] = self.visible(role) if quiet else self.usable(role, now)
         if not usable:
             raise self.refusal(role, now)
+        spent = self.spent
+        if spent is not None and len(usable) > 1:
+            usable = _spent_last(usable, spent)
         b = self._bindings.get(caller)
         if (
             self.preference is None
@@ -216,6 +225,7 @@ class KeyPool:
             and b.role == role
             and b.expires > now
             and b.credential_id in usable
+            and (spent is None or not spent(b.credential_id) or spent(usable[0]))
         ):
             return b.credential_id  # by quota, the allowance decides, not the binding
         return usable[0]
@@ -447,3 +457,11 @@ def declaration_of(
         extra = roles.get(cid)
         out.append((cid, extra if extra and role_rank(extra) > role_rank(role) else role))
     return out
+
+
+def _spent_last(keys: Sequence[str], spent: Callable[[str], bool]) -> Sequence[str]:
+    """``keys`` with those whose provider has no request left for now after the others."""
+    free = [k for k in keys if not spent(k)]
+    if not free or len(free) == len(keys):
+        return keys
+    return [*free, *(k for k in keys if spent(k))]

@@ -169,6 +169,10 @@ class RoutePaces:
         self._paced[lane] = pace.reported(report, sent_at, since, now)
         self._apply(endpoint)
 
+    def key_spent(self, endpoint: str, key: str, now: float) -> bool:
+        """Whether ``key`` of ``endpoint`` has no request left at ``now``, by its pace."""
+        return self._paced.get((endpoint, key), _NEVER) > now
+
     def _apply(self, endpoint: str) -> None:
         paced = self._paced
         # A key that never reported (or was added since) may be sent: the route is not spent.

@@ -582,6 +582,7 @@ async def test_model_paces_each_key_of_a_route_apart(
     said = FirstToken(endpoint=A, request_id="r0", rate=spent, credential_id=key)
     await bus.publish(subjects.model_first_token("m"), said)
     one_spent = await plan(bus, dry=True)
+    drawn = await plan(bus, request_id="r1")  # the same caller, bound to the spent key
     other = "k-2" if key == "k-1" else "k-1"
     said = FirstToken(endpoint=A, request_id="rx", rate=spent, credential_id=other)
     await bus.publish(subjects.model_first_token("m"), said)
@@ -590,6 +591,9 @@ async def test_model_paces_each_key_of_a_route_apart(
     # A provider meters each key apart: one key spent leaves the route to the other.
     assert key in ("k-1", "k-2")
     assert endpoints(one_spent)[0] == A and one_spent.skipped == ()
+    # ... and the key with requests left is drawn first, the binding notwithstanding.
+    assert drawn.candidates[0].credential_id == other
+    assert drawn.candidates[0].spare_credentials == (key,)
     assert endpoints(both_spent) == [B, A] and both_spent.skipped[0].reason == "rate_limit"
 
 
