@@ -120,9 +120,9 @@ class KeyViews:
         """The pool state subjects a model's view listens to."""
         return tuple(Serve(subjects.keypool_state(e)) for e in model.endpoint_ids())
 
-    def follow_paces(self, spent: Callable[[str, str], bool]) -> None:
-        """Draw, in every pool of this model, the keys ``spent(endpoint, key)`` says have no
-        request left after the others (the ModelActor's paces)."""
+    def follow_paces(self, spent: Callable[[str, str, float], bool]) -> None:
+        """Draw, in every pool of this model, the keys ``spent(endpoint, key, now)`` says have
+        no request left after the others (the ModelActor's paces)."""
         for eid, pool in self._pools.items():
             pool.spent = functools.partial(spent, eid)
 

@@ -167,7 +167,8 @@ class ModelActor(Actor):
         self._streak = 0
         self._cooled = CooledRoutes()  # routes a 429 took out of rotation, until their reset
         self._keys = KeyViews(self._model, self._routing.key_pool)
-        self._keys.follow_paces(self._load.key_spent)
+        if self._load.pacing:
+            self._keys.follow_paces(self._load.key_spent)
         await self._keys.seed(ctx.bus)
         self._quota = KeyQuota(
             {cid: a for r in self._model.route for cid, a in r.allowances.items()}
@@ -284,6 +285,7 @@ class ModelActor(Actor):
                 self._table.set_local_health(lh.endpoint, lh.healthy)
             case KeyPoolState() as ks:
                 self._keys.update(ks)
+                self._load.keys_changed(ks.pool)
             case CapacityState() as cs:
                 self.capacity.update(cs)
             case other if self._host is not None and self._host.feed(other):

@@ -85,9 +85,13 @@ class ModelLoad:
         limit while none of its keys has a request left)."""
         self.load.reported(request_id, endpoint, key, report, self._clock())
 
-    def key_spent(self, endpoint: str, key: str) -> bool:
-        """Whether ``endpoint``'s ``key`` has no request left now, by its pace."""
-        return self.load.paces.key_spent(endpoint, key, self._clock())
+    def key_spent(self, endpoint: str, key: str, now: float) -> bool:
+        """Whether ``endpoint``'s ``key`` has no request left at ``now``, by its pace."""
+        return self.load.paces.key_spent(endpoint, key, now)
+
+    def keys_changed(self, endpoint: str) -> None:
+        """``endpoint``'s pool declares other keys now (see ``RoutePaces.refresh``)."""
+        self.load.paces.refresh(endpoint)
 
     @property
     def pacing(self) -> bool:
@@ -97,7 +101,10 @@ class ModelLoad:
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        keys = {c.endpoint: c.credential_id for c in plan.candidates if c.credential_id}
+        candidates = plan.candidates
+        # Routes without keys (credential "") need no map: most plans, one look.
+        keyed = candidates and (candidates[0].credential_id or len(candidates) > 1)
+        keys = {c.endpoint: c.credential_id for c in candidates} if keyed else None
         self.load.issued(request_id, sendable, now, keys)
 
     def unsent(self, request_id: str, endpoint: str) -> None:

@@ -36,7 +36,7 @@ from schemas import KeyPoolExhaustedError, KeyPoolRoleRestrictedError
 from schemas.keys import role_rank
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
     from schemas.config import KeyPoolConfig
 
@@ -86,7 +86,7 @@ class KeyPool:
         self.preference: dict[str, float] | None = None
         # A model's view only: whether a key's provider has no request left for it now (its
         # pace, actors/state/rate_pace.py): such a key is drawn after those with some.
-        self.spent: Callable[[str], bool] | None = None
+        self.spent: Callable[[str, float], bool] | None = None
         self.declare(keys)
 
     # -- declaration --------------------------------------------------------------------
@@ -181,7 +181,7 @@ class KeyPool:
             return ()
         usable: Sequence[str] = self.usable(role, now)
         if self.spent is not None:
-            usable = _spent_last(usable, self.spent)
+            usable, _ = _spent_last(usable, self.spent, now)
         return tuple(k for k in usable if k != cid)[:limit]
 
     def cooling_until(self, role: str | None, now: float) -> float | None:
@@ -215,9 +215,9 @@ class KeyPool:
         usable: Sequence[str] = self.visible(role) if quiet else self.usable(role, now)
         if not usable:
             raise self.refusal(role, now)
-        spent = self.spent
-        if spent is not None and len(usable) > 1:
-            usable = _spent_last(usable, spent)
+        spent: Collection[str] = ()
+        if self.spent is not None and len(usable) > 1:
+            usable, spent = _spent_last(usable, self.spent, now)
         b = self._bindings.get(caller)
         if (
             self.preference is None
@@ -225,7 +225,8 @@ class KeyPool:
             and b.role == role
             and b.expires > now
             and b.credential_id in usable
-            and (spent is None or not spent(b.credential_id) or spent(usable[0]))
+            # Off a key with none left while another has some.
+            and (b.credential_id not in spent or usable[0] in spent)
         ):
             return b.credential_id  # by quota, the allowance decides, not the binding
         return usable[0]
@@ -459,9 +460,12 @@ def declaration_of(
     return out
 
 
-def _spent_last(keys: Sequence[str], spent: Callable[[str], bool]) -> Sequence[str]:
-    """``keys`` with those whose provider has no request left for now after the others."""
-    free = [k for k in keys if not spent(k)]
-    if not free or len(free) == len(keys):
-        return keys
-    return [*free, *(k for k in keys if spent(k))]
+def _spent_last(
+    keys: Sequence[str], spent: Callable[[str, float], bool], now: float
+) -> tuple[Sequence[str], Collection[str]]:
+    """(``keys`` with those whose provider has no request left at ``now`` after the others,
+    those)."""
+    out = [k for k in keys if spent(k, now)]
+    if not out or len(out) == len(keys):
+        return keys, out
+    return [*(k for k in keys if k not in out), *out], out

@@ -173,6 +173,12 @@ class RoutePaces:
         """Whether ``key`` of ``endpoint`` has no request left at ``now``, by its pace."""
         return self._paced.get((endpoint, key), _NEVER) > now
 
+    def refresh(self, endpoint: str) -> None:
+        """``endpoint``'s pool declares other keys now: whether it is spent is read again (a
+        key added counts as free, a key removed no longer holds it open)."""
+        if endpoint in self._limits:
+            self._apply(endpoint)
+
     def _apply(self, endpoint: str) -> None:
         paced = self._paced
         # A key that never reported (or was added since) may be sent: the route is not spent.

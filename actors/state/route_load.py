@@ -316,9 +316,14 @@ class RouteLoad:
         if endpoint not in self.counts:
             return
         f = self._flights.get(request_id)
-        counted = f is not None and f.endpoint == endpoint and f.key == key
-        sent = (f.sent_at, f.seq) if f is not None and counted else None
-        self.paces.reported(endpoint, key, report, now, sent, self.counts[endpoint])
+        if f is not None and f.endpoint == endpoint and f.key == key:
+            self.paces.reported(endpoint, key, report, now, (f.sent_at, f.seq), 0)
+            return
+        # Not counted there (expired, retried on a spare key, a hedge's backup): every one in
+        # flight on that key may have been sent after it (a rare path: the flights are read).
+        flying = self._flights.values()
+        in_flight = sum(1 for g in flying if g.endpoint == endpoint and g.key == key)
+        self.paces.reported(endpoint, key, report, now, None, in_flight)
 
     def succeeded(
         self,

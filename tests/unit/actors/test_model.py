@@ -587,6 +587,9 @@ async def test_model_paces_each_key_of_a_route_apart(
     said = FirstToken(endpoint=A, request_id="rx", rate=spent, credential_id=other)
     await bus.publish(subjects.model_first_token("m"), said)
     both_spent = await plan(bus, dry=True)
+    added = (*keys, PoolKey(credential_id="k-3"))  # an operator adds a key
+    await bus.publish(subjects.keypool_state(A), KeyPoolState(pool=A, keys=added, seq=2))
+    with_a_new_key = await plan(bus, dry=True)
 
     # A provider meters each key apart: one key spent leaves the route to the other.
     assert key in ("k-1", "k-2")
@@ -595,6 +598,7 @@ async def test_model_paces_each_key_of_a_route_apart(
     assert drawn.candidates[0].credential_id == other
     assert drawn.candidates[0].spare_credentials == (key,)
     assert endpoints(both_spent) == [B, A] and both_spent.skipped[0].reason == "rate_limit"
+    assert endpoints(with_a_new_key)[0] == A and with_a_new_key.skipped == ()
 
 
 async def test_model_unpaced_is_still_spent_by_a_report_of_none_left(

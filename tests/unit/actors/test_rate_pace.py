@@ -128,5 +128,21 @@ def test_a_route_of_several_keys_is_spent_only_once_every_key_is() -> None:
     assert load.saturated("a", 0.0)
     assert not load.saturated("a", 10.0)  # a request of each is back at 10 s
     keys["a"] = ("k1", "k2", "k3")  # an operator adds a key: it has not said it is spent
-    load.issued("r3", ("a",), 1.0, {"a": "k1"})
+    load.paces.refresh("a")  # the ModelActor's answer to the pool's new state
     assert not load.saturated("a", 1.0)
+    keys["a"] = ("k2",)  # k1 and k3 removed: k2 is back at 20 s, k1 no longer holds it open
+    load.paces.refresh("a")
+    assert load.saturated("a", 15.0) and not load.saturated("a", 20.0)
+
+
+def test_a_report_not_counted_on_its_key_counts_only_that_keys_requests_in_flight() -> None:
+    keys = {"a": ("k1", "k2")}
+    load = RouteLoad({"a": None}, ttl=600.0, keys_of=lambda e: keys.get(e, ()))
+    for i in range(5):
+        load.issued(f"r{i}", ("a",), 0.0, {"a": "k1"})
+    load.issued("r9", ("a",), 0.0, {"a": "k2"})
+    # A report on k2 of a request not counted there (retried there on a spare key): the one
+    # request in flight on k2 may have been sent after it, not the five on k1.
+    load.reported("spare", "a", "k2", report(10, 2, 8.0), 0.0)
+    load.reported("r0", "a", "k1", report(10, 0, 10.0), 0.0)  # k1: none left
+    assert not load.saturated("a", 0.0)  # k2 has one left
