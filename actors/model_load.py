@@ -101,11 +101,7 @@ class ModelLoad:
     def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
         """A live plan was answered: its primary is in flight."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        candidates = plan.candidates
-        # Routes without keys (credential "") need no map: most plans, one look.
-        keyed = candidates and (candidates[0].credential_id or len(candidates) > 1)
-        keys = {c.endpoint: c.credential_id for c in candidates} if keyed else None
-        self.load.issued(request_id, sendable, now, keys)
+        self.load.issued(request_id, sendable, now, plan.candidates)
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""

@@ -92,6 +92,18 @@ class RatePace:
         return now + (1.0 - self._left) * self._refill
 
 
+class _Lane:
+    """One (route, key)'s numbered sends, plans never sent and pace."""
+
+    __slots__ = ("pace", "paced", "sent", "unsent")
+
+    def __init__(self) -> None:
+        self.sent = 0  # requests counted as sent, ever
+        self.unsent: deque[int] | None = None  # numbers of plans never sent (the last ones)
+        self.pace: RatePace | None = None
+        self.paced = _NEVER  # its pace says spent until then
+
+
 class RoutePaces:
     """Owns one model's paces, by route and key (a provider meters each key apart), the
     requests sent on each (numbered, so that a report can tell which were sent after it),
@@ -110,10 +122,7 @@ class RoutePaces:
         self.enabled = enabled  # False: answers' reports pace nothing (what they say is spent)
         self._limits = limits
         self._keys_of = keys_of
-        self._sent: dict[tuple[str, str], int] = {}  # (endpoint, key) -> counted as sent
-        self._unsent: dict[tuple[str, str], deque[int]] = {}  # numbers of plans never sent
-        self._paces: dict[tuple[str, str], RatePace] = {}
-        self._paced: dict[tuple[str, str], float] = {}  # its pace says spent until then
+        self._lanes: dict[str, dict[str, _Lane]] = {e: {} for e in limits}  # by route, key
         self._said: dict[str, float] = {}  # endpoint -> an answer said spent until then
 
     def spent(self, endpoint: str, until: float) -> None:
@@ -124,22 +133,22 @@ class RoutePaces:
 
     def sent(self, endpoint: str, key: str, now: float) -> int:
         """Count a request sent to ``endpoint`` with ``key``; returns its number there."""
-        lane = (endpoint, key)
-        n = self._sent[lane] = self._sent.get(lane, 0) + 1
-        pace = self._paces.get(lane)
-        if pace is not None:
-            self._paced[lane] = pace.sent(now)
+        lane = self._lanes[endpoint].get(key) or self._lane(endpoint, key)
+        lane.sent += 1
+        if lane.pace is not None:
+            lane.paced = lane.pace.sent(now)
             self._apply(endpoint)
-        return n
+        return lane.sent
 
     def unsent(self, endpoint: str, key: str, number: int, now: float) -> None:
         """The request counted as ``number`` on ``endpoint`` with ``key`` was never sent (a
         plan the ingress dropped: the caller's limits refused it, a candidate skipped)."""
-        lane = (endpoint, key)
-        self._unsent.setdefault(lane, deque(maxlen=_UNSENT_KEPT)).append(number)
-        pace = self._paces.get(lane)
-        if pace is not None:
-            self._paced[lane] = pace.unsent(now)
+        lane = self._lane(endpoint, key)
+        if lane.unsent is None:
+            lane.unsent = deque(maxlen=_UNSENT_KEPT)
+        lane.unsent.append(number)
+        if lane.pace is not None:
+            lane.paced = lane.pace.unsent(now)
             self._apply(endpoint)
 
     def reported(
@@ -156,22 +165,22 @@ class RoutePaces:
         counted there, so every one of the ``in_flight`` may have been sent after it)."""
         if not self.enabled or endpoint not in self._limits:
             return
-        lane = (endpoint, key)
-        pace = self._paces.get(lane)
-        if pace is None:
-            pace = self._paces[lane] = RatePace()
+        lane = self._lane(endpoint, key)
+        if lane.pace is None:
+            lane.pace = RatePace()
         if sent is None:
             sent_at, since = now, in_flight
         else:
             sent_at, number = sent
-            dropped = sum(1 for n in self._unsent.get(lane, ()) if n > number)
-            since = max(0, self._sent.get(lane, 0) - number - dropped)
-        self._paced[lane] = pace.reported(report, sent_at, since, now)
+            dropped = sum(1 for n in lane.unsent or () if n > number)
+            since = max(0, lane.sent - number - dropped)
+        lane.paced = lane.pace.reported(report, sent_at, since, now)
         self._apply(endpoint)
 
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
         """Whether ``key`` of ``endpoint`` has no request left at ``now``, by its pace."""
-        return self._paced.get((endpoint, key), _NEVER) > now
+        lane = self._lanes.get(endpoint, {}).get(key)
+        return lane is not None and lane.paced > now
 
     def refresh(self, endpoint: str) -> None:
         """``endpoint``'s pool declares other keys now: whether it is spent is read again (a
@@ -179,8 +188,18 @@ class RoutePaces:
         if endpoint in self._limits:
             self._apply(endpoint)
 
+    def _lane(self, endpoint: str, key: str) -> _Lane:
+        lanes = self._lanes[endpoint]
+        lane = lanes.get(key)
+        if lane is None:
+            lane = lanes[key] = _Lane()
+        return lane
+
     def _apply(self, endpoint: str) -> None:
-        paced = self._paced
+        lanes = self._lanes[endpoint]
         # A key that never reported (or was added since) may be sent: the route is not spent.
-        back = min(paced.get((endpoint, key), _NEVER) for key in self._keys_of(endpoint) or ("",))
+        back = min(
+            lane.paced if (lane := lanes.get(key)) is not None else _NEVER
+            for key in self._keys_of(endpoint) or ("",)
+        )
         self._limits[endpoint].spent_until = max(self._said.get(endpoint, _NEVER), back)

@@ -60,13 +60,13 @@ from __future__ import annotations
 import math
 import statistics
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 from actors.state.rate_pace import RoutePaces
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Sequence
 
     from schemas.routing import RateReport
 
@@ -262,6 +262,24 @@ def slots(at_send: int, wait_ms: float, hold_ms: float) -> float:
     return (at_send + 1) * hold_ms / (max(wait_ms, 0.0) + hold_ms)
 
 
+class Keyed(Protocol):
+    """A plan's candidate as the count reads it: its route and the key it was given."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def credential_id(self) -> str: ...
+
+
+def _key_of(candidates: Sequence[Keyed], endpoint: str) -> str:
+    """The key the plan gave its candidate ``endpoint`` ("": none, or a route without keys)."""
+    for c in candidates:
+        if c.endpoint == endpoint:
+            return c.credential_id
+    return ""
+
+
 @dataclass(slots=True)
 class _Flight:
     endpoint: str
@@ -271,7 +289,7 @@ class _Flight:
     passed: tuple[str, ...] = ()  # the candidates it moved on from
     seq: int = 0  # its number among the requests sent to ``endpoint`` with ``key``
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
-    keys: Mapping[str, str] = field(default_factory=dict)  # the plan's key, by candidate
+    keys: Sequence[Keyed] = ()  # the plan's candidates: the key each was given
     key: str = ""  # the key it was sent to ``endpoint`` with ("": none)
 
 
@@ -350,18 +368,17 @@ class RouteLoad:
         request_id: str,
         endpoints: tuple[str, ...],
         now: float,
-        keys: Mapping[str, str] | None = None,
+        keys: Sequence[Keyed] = (),
     ) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight (``keys``:
-        the key the plan gives each candidate)."""
+        the plan's candidates, by which the key it gives each is known)."""
         self.expire(now)
         if not request_id or not endpoints or request_id in self._flights:
             return
         first, rest = endpoints[0], endpoints[1:]
         if first not in self.counts:
             return
-        keys = keys or {}
-        key = keys.get(first, "")
+        key = _key_of(keys, first)
         seq = self.paces.sent(first, key, now)
         self._flights[request_id] = _Flight(
             first, now, self.counts[first], rest, seq=seq, sent_at=now, keys=keys, key=key
@@ -415,7 +432,7 @@ class RouteLoad:
         f.endpoint = endpoint
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
-            f.key = f.keys.get(endpoint, "")
+            f.key = _key_of(f.keys, endpoint)
             f.seq, f.sent_at = self.paces.sent(endpoint, f.key, now), now
             self.counts[endpoint] += 1
 

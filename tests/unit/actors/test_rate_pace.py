@@ -9,9 +9,13 @@ import pytest
 
 from actors.state.rate_pace import RatePace
 from actors.state.route_load import RouteLoad
-from schemas.routing import RateReport
+from schemas.routing import RateReport, RouteCandidate
 
 NEVER = -math.inf
+
+
+def keyed(endpoint: str, key: str) -> RouteCandidate:
+    return RouteCandidate(endpoint=endpoint, kind="openai_compat", credential_id=key)
 
 
 def report(limit: int, remaining: int, reset: float) -> RateReport:
@@ -119,12 +123,12 @@ def test_a_reset_already_past_keeps_the_refill_known() -> None:
 def test_a_route_of_several_keys_is_spent_only_once_every_key_is() -> None:
     keys: dict[str, tuple[str, ...]] = {"a": ("k1", "k2")}
     load = RouteLoad({"a": None}, ttl=600.0, keys_of=lambda e: keys.get(e, ()))
-    load.issued("r0", ("a",), 0.0, {"a": "k1"})
-    load.issued("r1", ("a",), 0.0, {"a": "k2"})
+    load.issued("r0", ("a",), 0.0, (keyed("a", "k1"),))
+    load.issued("r1", ("a",), 0.0, (keyed("a", "k2"),))
     load.reported("r0", "a", "k1", report(2, 0, 20.0), 0.0)  # k1 has none left
     assert not load.saturated("a", 0.0)  # k2 is metered apart
     load.reported("r1", "a", "k2", report(2, 1, 20.0), 0.0)  # k2 has one left
-    load.issued("r2", ("a",), 0.0, {"a": "k2"})  # which this takes
+    load.issued("r2", ("a",), 0.0, (keyed("a", "k2"),))  # which this takes
     assert load.saturated("a", 0.0)
     assert not load.saturated("a", 10.0)  # a request of each is back at 10 s
     keys["a"] = ("k1", "k2", "k3")  # an operator adds a key: it has not said it is spent
@@ -139,8 +143,8 @@ def test_a_report_not_counted_on_its_key_counts_only_that_keys_requests_in_fligh
     keys = {"a": ("k1", "k2")}
     load = RouteLoad({"a": None}, ttl=600.0, keys_of=lambda e: keys.get(e, ()))
     for i in range(5):
-        load.issued(f"r{i}", ("a",), 0.0, {"a": "k1"})
-    load.issued("r9", ("a",), 0.0, {"a": "k2"})
+        load.issued(f"r{i}", ("a",), 0.0, (keyed("a", "k1"),))
+    load.issued("r9", ("a",), 0.0, (keyed("a", "k2"),))
     # A report on k2 of a request not counted there (retried there on a spare key): the one
     # request in flight on k2 may have been sent after it, not the five on k1.
     load.reported("spare", "a", "k2", report(10, 2, 8.0), 0.0)
