@@ -9,6 +9,8 @@ from functools import cache
 from importlib import resources
 from string import Template
 
+from schemas import subjects
+
 PAGES = {
     "overview": "Overview",
     "events": "Live events",
@@ -21,6 +23,9 @@ PAGES = {
     "log": "Request log",
     "reports": "Replay reports",
 }
+
+# Every event kind, offered by the events page's filter (and, on the body, listened for).
+_KIND_OPTIONS = "".join(f"<option>{html.escape(k)}</option>" for k in subjects.EVENT_KINDS)
 
 # The pages that chart load uPlot and the charts' code; the others spare the requests.
 CHARTED = frozenset({"overview", "spend"})
@@ -46,7 +51,7 @@ def _nav(current: str) -> str:
 
 def render_page(page: str, csrf: str, who: str) -> bytes:
     """The whole HTML of ``page`` for a session whose CSRF token is ``csrf``."""
-    body = _template(f"{page}.html").substitute()
+    body = _template(f"{page}.html").substitute(kind_options=_KIND_OPTIONS)
     return (
         _template("layout.html")
         .substitute(
@@ -58,6 +63,7 @@ def render_page(page: str, csrf: str, who: str) -> bytes:
             body=body,
             head=_CHART_HEAD if page in CHARTED else "",
             scripts=_CHART_SCRIPTS if page in CHARTED else "",
+            event_kinds=" ".join(subjects.EVENT_KINDS),
         )
         .encode()
     )

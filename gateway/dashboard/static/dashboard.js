@@ -113,8 +113,9 @@ function stream(kinds, onEvent, since, onOpen) {
   const source = new EventSource("/dashboard/api/events" + query);
   let opened = false;
   const handle = (msg) => onEvent(JSON.parse(msg.data));
-  for (const kind of kinds && kinds.length ? kinds : ["decision", "circuit", "bench", "mode",
-    "keypool", "auth_rejected", "admin", "config", "chains", "model_breaker", "rules"]) {
+  // Every kind there is (the server's list, on the body): a named event no listener asks
+  // for is never delivered.
+  for (const kind of kinds && kinds.length ? kinds : document.body.dataset.eventKinds.split(" ")) {
     source.addEventListener(kind, handle);
   }
   source.addEventListener("open", () => {
@@ -311,6 +312,7 @@ function summary(ev) {
       return `reload to ${ev.version}${told.length ? ": " + told.join(" ") : ""}${ev.by ? " by " + ev.by : ""}`;
     }
     case "chains": return `chain ${ev.chain} lost ${ev.models.join(", ")} (was ${ev.before.join(", ")})`;
+    case "capacity": return `${ev.endpoint} limit ${num(ev.limit, 1)}, ${ev.in_flight} in flight`;
     default: return ev.type || "";
   }
 }
