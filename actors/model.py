@@ -188,8 +188,12 @@ class ModelActor(Actor):
             strategy=self._strategy,
             host=self._host,
             router=self._router,
-            # Spilling is the fixed router's (RouteWise and round_robin keep their own order).
+            # Spilling is the fixed router's (RouteWise and round_robin keep their own order);
+            # RouteWise too leaves out a route a request's tokens would overdraw (a baseline
+            # or round_robin sends it on, as their request limits).
             spills=self._router == "fixed" and self._routing.learned_capacity.enabled,
+            spills_for_tokens=self._router == "routewise"
+            or (self._router == "fixed" and self._routing.learned_capacity.enabled),
             pins_changed=self._pins_changed,
         )
         if self._host is not None:
@@ -315,8 +319,10 @@ class ModelActor(Actor):
     def _rate_reported(self, endpoint: str, key: str, request_id: str, rate: RateReport) -> None:
         if self._load.pacing:
             self._load.reported(endpoint, key, request_id, rate)
-        elif rate.remaining == 0:  # unpaced, a spent limit still spends it until all is back
-            self._load.spent(endpoint, rate.reset_seconds)
+        else:  # unpaced, a spent limit still spends it until all of it is back
+            for limit in (rate, rate.tokens):
+                if limit is not None and limit.remaining == 0:
+                    self._load.spent(endpoint, limit.reset_seconds)
 
     def _key_ids(self, endpoint: str) -> tuple[str, ...]:
         """The credential ids ``endpoint``'s pool declares (none: a route without keys)."""
@@ -420,7 +426,7 @@ class ModelActor(Actor):
         taken (actors/capacity_view.py). Raises GatewayError subclasses."""
         plan = await self.capacity.decide(req, self._decide, self.ctx.bus, self._clock())
         if not req.dry:
-            self._load.issued(req.request_id, plan, self._clock())
+            self._load.issued(req.request_id, plan, self._clock(), req.prompt_tokens)
         return plan
 
     async def _answer(self, req: RouteRequest) -> RoutePlan | ErrorReply:

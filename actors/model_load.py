@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.state.route_load import RouteLoad
-from schemas import RATE_LIMIT_EXCEEDED, RouteCapacity, RouteSkip, is_backpressure
+from schemas import RATE_LIMIT_EXCEEDED, RouteCapacity, RouteSkip, is_backpressure, priced_tokens
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -98,10 +98,12 @@ class ModelLoad:
         """Whether reported rate limits pace routes (``learned_capacity.pace_rate_limits``)."""
         return self.load.paces.enabled
 
-    def issued(self, request_id: str, plan: RoutePlan, now: float) -> None:
-        """A live plan was answered: its primary is in flight."""
+    def issued(self, request_id: str, plan: RoutePlan, now: float, prompt_tokens: int = 0) -> None:
+        """A live plan was answered: its primary is in flight (a request of about
+        ``prompt_tokens``)."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        self.load.issued(request_id, sendable, now, plan.candidates)
+        tokens = self.load.paces.tokens(prompt_tokens)
+        self.load.issued(request_id, sendable, now, plan.candidates, tokens)
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""
@@ -124,6 +126,7 @@ class ModelLoad:
         elif obs.outcome == "success" and at_send >= 0 and not obs.probe:
             ttft = obs.ttft_ms if obs.ttft_ms is not None else obs.latency_ms
             changed = self.load.succeeded(obs.endpoint, ttft, at_send, now, obs.latency_ms)
+            self.load.paces.answered(*priced_tokens(obs))
         return self._event(obs.endpoint, now) if changed else None
 
     def _event(self, endpoint: str, now: float) -> RouteCapacity | None:
@@ -149,22 +152,38 @@ class ModelLoad:
             ts=now,
         )
 
+    @property
+    def tokens_paced(self) -> bool:
+        """Whether a route's answers reported a token limit (plans then spill for tokens)."""
+        return self.load.paces.tokens_paced
+
     def spill(
         self,
         drawn: list[RouteEntry],
         backups: list[RouteEntry],
         available: Callable[[RouteEntry], bool],
+        prompt_tokens: int = 0,
+        *,
+        saturated: bool = True,
     ) -> tuple[list[RouteEntry], list[RouteEntry], list[RouteEntry]]:
         """``fixed`` spills before a route saturates: a route at its learned limit leaves the
         draw for the next in weight order (the backups at their limit go after the others);
         the drawn ones at their limit are kept last among the fallbacks. Weights are an
-        intent that load bends, never a queue. When no ``available`` route is under its
-        limit, nothing spills (the limit is an estimate, not a refusal).
+        intent that load bends, never a queue. It spills past a route whose token limit has
+        less left than a request of ``prompt_tokens`` may take (``RoutePaces.room_needed``)
+        too, and RouteWise's plans (``saturated`` False) past those only. When no
+        ``available`` route is under its limit, nothing spills (the limit is an estimate,
+        not a refusal).
 
         Returns (drawn, backups, spilled)."""
         load = self.load
         now = self._clock()
-        full = {r.endpoint for r in (*drawn, *backups) if load.saturated(r.endpoint, now)}
+        routes = (*drawn, *backups)
+        full = {r.endpoint for r in routes if saturated and load.saturated(r.endpoint, now)}
+        if load.paces.tokens_paced:
+            tokens = load.paces.room_needed(prompt_tokens)
+            room_at = load.paces.room_at
+            full.update(r.endpoint for r in routes if room_at(r.endpoint, tokens, now) > now)
         if not full or not any(available(r) and r.endpoint not in full for r in (*drawn, *backups)):
             return drawn, backups, []
         spilled = [r for r in drawn if r.endpoint in full and available(r)]
@@ -172,10 +191,14 @@ class ModelLoad:
         backups = sorted(backups, key=lambda r: r.endpoint in full)  # stable: declared order
         return drawn, backups, spilled
 
-    def skipped(self, r: RouteEntry) -> RouteSkip:
+    def skipped(self, r: RouteEntry, prompt_tokens: int = 0) -> RouteSkip:
         """What the plan says of ``r``, spilled for capacity: its provider's reported rate
-        limit spent (until when), else its learned concurrency limit reached."""
+        limit spent, or too little of its token limit left for a request of
+        ``prompt_tokens`` (until when), else its learned concurrency limit reached."""
         until = self.load.limits[r.endpoint].spent_until
+        if self.load.paces.tokens_paced:
+            tokens = self.load.paces.room_needed(prompt_tokens)
+            until = max(until, self.load.paces.room_at(r.endpoint, tokens, self._clock()))
         if until != _NEVER and until > self._clock():
             in_flight = self.load.in_flight(r.endpoint)
             return RouteSkip(

@@ -194,11 +194,14 @@ class RateReport(msgspec.Struct, frozen=True, kw_only=True):
     """What an answer's headers said of its provider's request rate limit (OpenAI's
     ``x-ratelimit-{limit,remaining,reset}-requests``): ``limit`` requests a period, of which
     ``remaining`` were left once this request was taken, and ``reset_seconds`` until all of
-    them are back (OpenAI and Anthropic both mean the whole allowance, not one request)."""
+    them are back (OpenAI and Anthropic both mean the whole allowance, not one request).
+    ``tokens``: its token limit's, in tokens, when the answer reported one too (OpenAI's
+    ``x-ratelimit-*-tokens``, Anthropic's ``anthropic-ratelimit-tokens-*``)."""
 
     limit: int
     remaining: int
     reset_seconds: float
+    tokens: RateReport | None = None
 
 
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -120,6 +120,7 @@ class RoutePlanner:
         router: str,
         spills: bool,
         pins_changed: Callable[[], None],
+        spills_for_tokens: bool = False,
     ) -> None:
         self._model = model
         self._routing = routing
@@ -133,6 +134,7 @@ class RoutePlanner:
         self._host = host
         self._router = router
         self._spills = spills
+        self._spills_for_tokens = spills_for_tokens
         self._pins_changed = pins_changed
         self.degraded = False
         self.tripped_until = 0.0
@@ -204,8 +206,14 @@ class RoutePlanner:
         ]
         backups = [r for r in routes if r.config.fallback_only and r.endpoint not in full]
         spilled: list[RouteEntry] = []
-        if self._spills:
-            drawn, backups, spilled = self._load.spill(drawn, backups, lambda r: serving(r, now))
+        if self._spills or (self._spills_for_tokens and self._load.tokens_paced):
+            drawn, backups, spilled = self._load.spill(
+                drawn,
+                backups,
+                lambda r: serving(r, now),
+                req.prompt_tokens,
+                saturated=self._spills,
+            )
         closed = [r for r in drawn if serving(r, now)]
         probing = [r for r in drawn if probe_eligible(r, now)]
         pick: _Pick | None = None
@@ -262,7 +270,7 @@ class RoutePlanner:
             hedge_after_ms=hedge,
             skipped=(
                 *(RouteSkip(endpoint=e, reason="cooling", until=u) for e, u in cooling.items()),
-                *(self._load.skipped(r) for r in spilled),
+                *(self._load.skipped(r, req.prompt_tokens) for r in spilled),
             ),
         )
         if req.dry or not pick.share:

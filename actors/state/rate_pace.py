@@ -1,7 +1,7 @@
-"""RatePace: one route's request rate limit (one key's) as its provider reports it, paced so
-that the model sends it no request the provider would refuse; RoutePaces: one model's paces
-by route and key, and what its routes' answers said is spent (pure state; times in seconds
-on the owner's clock).
+"""RatePace: one route's rate limit (one key's, of requests or of tokens) as its provider
+reports it, paced so that the model sends it no request the provider would refuse;
+RoutePaces: one model's paces by route and key, and what its routes' answers said is spent
+(pure state; times in seconds on the owner's clock).
 
 A provider that meters requests (OpenAI, Azure, Anthropic, most compatible servers) says on
 each answer how many requests its limit allows (``limit``), how many were left once it took
@@ -16,6 +16,12 @@ estimate is under one request is spent until one refills: the strategies spill p
 provider refuses with a 429 and a ``Retry-After`` that keeps it cooling for longer than the
 refill. The estimate is only as good as the provider's word: a 429 still cools the route
 for what it asks.
+
+A token limit (``RateReport.tokens``) is paced the same way in tokens: each request takes
+its prompt's estimate plus the output the model's answers have averaged (what a provider
+counts at the request, give or take: OpenAI adds its ``max_tokens``, Anthropic meters input
+apart), and a request is not sent where less is left than it takes (``room_at``: requests
+vary a hundredfold in size, so no one threshold of a route would do).
 """
 
 from __future__ import annotations
@@ -32,22 +38,28 @@ if TYPE_CHECKING:
 
 _NEVER = -math.inf
 _UNSENT_KEPT = 1024  # the numbers of plans never sent, per route, kept to correct counts
+_TOKENS_WEIGHT = 0.05  # a new answer's weight in the tokens a request is expected to take
+_OUTPUT_ROOM = 2.0  # the room a request is sent with for its answer, in average answers
 
 
 class RatePace:
-    """Owns one route's estimate of the requests its provider's rate limit has left."""
+    """Owns one route's estimate of what its provider's rate limit has left (in requests or
+    in tokens). ``floor``: the least it may estimate (-inf: requests sent past none left
+    are owed, and keep the route spent until they have refilled)."""
 
-    __slots__ = ("_at", "_left", "_limit", "_refill")
+    __slots__ = ("_at", "_floor", "_left", "_limit", "_refill")
 
-    def __init__(self) -> None:
+    def __init__(self, floor: float = -math.inf) -> None:
+        self._floor = floor
         self._limit = 0.0
-        self._refill: float | None = None  # seconds for one request to come back
-        self._left = 0.0  # requests left at ``_at``
+        self._refill: float | None = None  # seconds for one unit to come back
+        self._left = 0.0  # units left at ``_at``
         self._at = _NEVER
 
-    def reported(self, report: RateReport, sent_at: float, sent_since: int, now: float) -> float:
-        """An answer to a request sent at ``sent_at``, ``sent_since`` requests ago, reported
-        ``report``; returns until when the route is spent (-inf: it is not)."""
+    def reported(self, report: RateReport, sent_at: float, sent_since: float, now: float) -> float:
+        """An answer to a request sent at ``sent_at``, ``sent_since`` units ago (what the
+        requests sent after it took), reported ``report``; returns until when the route is
+        spent (-inf: it is not)."""
         self._limit = float(report.limit)
         used = report.limit - report.remaining
         # A full allowance says nothing of how fast it refills, nor does a reset already
@@ -58,26 +70,37 @@ class RatePace:
         if refill is None:
             return _NEVER
         back = max(0.0, now - sent_at) / refill
-        self._left = min(self._limit, report.remaining + back) - sent_since
+        self._left = max(self._floor, min(self._limit, report.remaining + back) - sent_since)
         self._at = now
         return self._spent_until(now)
 
-    def sent(self, now: float) -> float:
-        """One request was sent; returns until when the route is spent (-inf: it is not)."""
+    def sent(self, now: float, units: float = 1.0) -> float:
+        """A request taking ``units`` was sent; returns until when the route is spent (-inf:
+        it is not)."""
         if self._refill is None:
             return _NEVER
-        self._left = self._level(now) - 1.0
+        self._left = max(self._floor, self._level(now) - units)
         self._at = now
         return self._spent_until(now)
 
-    def unsent(self, now: float) -> float:
-        """A request counted as sent never was: it is given back; returns until when the
-        route is spent (-inf: it is not)."""
+    def unsent(self, now: float, units: float = 1.0) -> float:
+        """A request counted as sent never was: its ``units`` are given back; returns until
+        when the route is spent (-inf: it is not)."""
         if self._refill is None:
             return _NEVER
-        self._left = min(self._limit, self._level(now) + 1.0)
+        self._left = min(self._limit, self._level(now) + units)
         self._at = now
         return self._spent_until(now)
+
+    def room_at(self, units: float, now: float) -> float:
+        """When a request taking ``units`` fits (all of the limit, if it is larger); -inf:
+        it does now."""
+        refill = self._refill
+        if refill is None:
+            return _NEVER
+        need = units if units < self._limit else self._limit
+        lacking = need - self._level(now)
+        return _NEVER if lacking <= 0.0 else now + lacking * refill
 
     def _level(self, now: float) -> float:
         refill = self._refill
@@ -93,24 +116,37 @@ class RatePace:
 
 
 class _Lane:
-    """One (route, key)'s numbered sends, plans never sent and pace."""
+    """One (route, key)'s numbered sends, plans never sent and paces."""
 
-    __slots__ = ("pace", "paced", "sent", "unsent")
+    __slots__ = ("pace", "paced", "sent", "token_pace", "tokens", "unsent")
 
     def __init__(self) -> None:
         self.sent = 0  # requests counted as sent, ever
-        self.unsent: deque[int] | None = None  # numbers of plans never sent (the last ones)
+        self.tokens = 0.0  # the tokens they were estimated to take, ever
+        # The numbers and tokens of plans never sent (the last ones).
+        self.unsent: deque[tuple[int, float]] | None = None
         self.pace: RatePace | None = None
-        self.paced = _NEVER  # its pace says spent until then
+        self.token_pace: RatePace | None = None
+        self.paced = _NEVER  # its paces say spent until then
+
+    def since(self, number: int, mark: float) -> tuple[int, float]:
+        """The requests, and their tokens, sent after the one numbered ``number`` (``mark``
+        tokens had been sent with it), less those never sent."""
+        requests, tokens = self.sent - number, self.tokens - mark
+        for n, t in self.unsent or ():
+            if n > number:
+                requests, tokens = requests - 1, tokens - t
+        return max(0, requests), max(0.0, tokens)
 
 
 class RoutePaces:
     """Owns one model's paces, by route and key (a provider meters each key apart), the
     requests sent on each (numbered, so that a report can tell which were sent after it),
-    and until when each route's answers said a limit is spent; keeps each route's
-    ``LearnedLimit.spent_until`` the later of what its answers said and when the first of its
-    keys (``keys_of``: its declared credential ids; none: the route's own limit, key "")
-    has a request back: a route is spent only when all its keys are."""
+    the tokens a request is expected to take, and until when each route's answers said a
+    limit is spent; keeps each route's ``LearnedLimit.spent_until`` the later of what its
+    answers said and when the first of its keys (``keys_of``: its declared credential ids;
+    none: the route's own limit, key "") has a request back: a route is spent only when all
+    its keys are."""
 
     def __init__(
         self,
@@ -124,6 +160,10 @@ class RoutePaces:
         self._keys_of = keys_of
         self._lanes: dict[str, dict[str, _Lane]] = {e: {} for e in limits}  # by route, key
         self._said: dict[str, float] = {}  # endpoint -> an answer said spent until then
+        self._output = 0.0  # the output tokens of an answer, on average (a moving one)
+        self._request = 1.0  # the tokens of a request, prompt and output, on average
+        self._answers = 0
+        self.tokens_paced = False  # whether any answer reported a token limit (read per plan)
 
     def spent(self, endpoint: str, until: float) -> None:
         """``endpoint``'s provider said a limit of it is spent until ``until``."""
@@ -131,24 +171,53 @@ class RoutePaces:
             self._said[endpoint] = max(self._said.get(endpoint, _NEVER), until)
             self._apply(endpoint)
 
-    def sent(self, endpoint: str, key: str, now: float) -> int:
-        """Count a request sent to ``endpoint`` with ``key``; returns its number there."""
+    def answered(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """A route answered a request of ``prompt_tokens`` with ``completion_tokens``: what
+        the next requests are expected to take of a token limit moves toward it."""
+        whole = prompt_tokens + completion_tokens
+        if not self._answers:  # the first answer is all that is known
+            self._output, self._request = float(completion_tokens), float(max(1, whole))
+        else:
+            self._output += (completion_tokens - self._output) * _TOKENS_WEIGHT
+            self._request += (whole - self._request) * _TOKENS_WEIGHT
+        self._answers += 1
+
+    def tokens(self, prompt_tokens: int) -> float:
+        """The tokens a request of ``prompt_tokens`` is expected to take of a token limit."""
+        return prompt_tokens + self._output
+
+    def room_needed(self, prompt_tokens: int) -> float:
+        """The tokens a route's token limit must have left to be sent a request of
+        ``prompt_tokens``: its prompt and room for an answer of ``_OUTPUT_ROOM`` times the
+        average (its length is not known until it ends: a request that takes more than
+        what is left draws a 429)."""
+        return prompt_tokens + _OUTPUT_ROOM * self._output
+
+    def sent(self, endpoint: str, key: str, now: float, tokens: float = 0.0) -> tuple[int, float]:
+        """Count a request sent to ``endpoint`` with ``key``, expected to take ``tokens``;
+        returns its number there and the tokens sent there with it."""
         lane = self._lanes[endpoint].get(key) or self._lane(endpoint, key)
         lane.sent += 1
+        lane.tokens += tokens
         if lane.pace is not None:
             lane.paced = lane.pace.sent(now)
+            if lane.token_pace is not None:
+                lane.paced = max(lane.paced, lane.token_pace.sent(now, tokens))
             self._apply(endpoint)
-        return lane.sent
+        return lane.sent, lane.tokens
 
-    def unsent(self, endpoint: str, key: str, number: int, now: float) -> None:
-        """The request counted as ``number`` on ``endpoint`` with ``key`` was never sent (a
-        plan the ingress dropped: the caller's limits refused it, a candidate skipped)."""
+    def unsent(self, endpoint: str, key: str, number: int, now: float, tokens: float = 0.0) -> None:
+        """The request counted as ``number`` on ``endpoint`` with ``key`` (expected to take
+        ``tokens``) was never sent (a plan the ingress dropped: the caller's limits refused
+        it, a candidate skipped)."""
         lane = self._lane(endpoint, key)
         if lane.unsent is None:
             lane.unsent = deque(maxlen=_UNSENT_KEPT)
-        lane.unsent.append(number)
+        lane.unsent.append((number, tokens))
         if lane.pace is not None:
             lane.paced = lane.pace.unsent(now)
+            if lane.token_pace is not None:
+                lane.paced = max(lane.paced, lane.token_pace.unsent(now, tokens))
             self._apply(endpoint)
 
     def reported(
@@ -157,25 +226,54 @@ class RoutePaces:
         key: str,
         report: RateReport,
         now: float,
-        sent: tuple[float, int] | None,
+        sent: tuple[float, int, float] | None,
         in_flight: int,
     ) -> None:
-        """An answer of ``endpoint`` with ``key`` reported its request limit's state:
-        ``sent``, when and as which number there the reporting request was sent (None: not
-        counted there, so every one of the ``in_flight`` may have been sent after it)."""
+        """An answer of ``endpoint`` with ``key`` reported its rate limits' state: ``sent``,
+        when, as which number there and with how many tokens the reporting request was sent
+        (None: not counted there, so every one of the ``in_flight`` may have been sent after
+        it)."""
         if not self.enabled or endpoint not in self._limits:
             return
         lane = self._lane(endpoint, key)
         if lane.pace is None:
             lane.pace = RatePace()
         if sent is None:
-            sent_at, since = now, in_flight
+            sent_at, since, since_tokens = now, in_flight, in_flight * self._request
         else:
-            sent_at, number = sent
-            dropped = sum(1 for n in lane.unsent or () if n > number)
-            since = max(0, lane.sent - number - dropped)
+            sent_at, number, mark = sent
+            since, since_tokens = lane.since(number, mark)
         lane.paced = lane.pace.reported(report, sent_at, since, now)
+        if report.tokens is not None:
+            if lane.token_pace is None:
+                # A request a provider refuses takes nothing of its tokens: one large request
+                # sent where none were left would otherwise keep the route spent for the
+                # refill of tokens it never took (measured on replay ``tokenlimited``; the
+                # debt of requests sent past a spent request limit keeps a bursty route's
+                # queue short: ``paper``).
+                lane.token_pace = RatePace(floor=0.0)
+                self.tokens_paced = True
+            tokens = lane.token_pace.reported(report.tokens, sent_at, since_tokens, now)
+            lane.paced = max(lane.paced, tokens)
         self._apply(endpoint)
+
+    def room_at(self, endpoint: str, tokens: float, now: float) -> float:
+        """When a request taking ``tokens`` fits the token limit of one of ``endpoint``'s keys
+        (-inf: now, or none of them is paced by one)."""
+        lanes = self._lanes.get(endpoint)
+        if lanes is None:
+            return _NEVER
+        soonest = math.inf
+        for key in self._keys_of(endpoint) or ("",):
+            lane = lanes.get(key)
+            pace = lane.token_pace if lane is not None else None
+            if pace is None:
+                return _NEVER  # a key no token limit was reported for has room
+            at = pace.room_at(tokens, now)
+            if at <= now:
+                return _NEVER
+            soonest = min(soonest, at)
+        return soonest
 
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
         """Whether ``key`` of ``endpoint`` has no request left at ``now``, by its pace."""

@@ -288,6 +288,8 @@ class _Flight:
     rest: tuple[str, ...]  # the plan's later candidates, in order
     passed: tuple[str, ...] = ()  # the candidates it moved on from
     seq: int = 0  # its number among the requests sent to ``endpoint`` with ``key``
+    mark: float = 0.0  # the tokens sent to ``endpoint`` with ``key``, it included
+    tokens: float = 0.0  # the tokens it is expected to take of a token limit
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
     keys: Sequence[Keyed] = ()  # the plan's candidates: the key each was given
     key: str = ""  # the key it was sent to ``endpoint`` with ("": none)
@@ -335,7 +337,7 @@ class RouteLoad:
             return
         f = self._flights.get(request_id)
         if f is not None and f.endpoint == endpoint and f.key == key:
-            self.paces.reported(endpoint, key, report, now, (f.sent_at, f.seq), 0)
+            self.paces.reported(endpoint, key, report, now, (f.sent_at, f.seq, f.mark), 0)
             return
         # Not counted there (expired, retried on a spare key, a hedge's backup): every one in
         # flight on that key may have been sent after it (a rare path: the flights are read).
@@ -369,9 +371,11 @@ class RouteLoad:
         endpoints: tuple[str, ...],
         now: float,
         keys: Sequence[Keyed] = (),
+        tokens: float = 0.0,
     ) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight (``keys``:
-        the plan's candidates, by which the key it gives each is known)."""
+        the plan's candidates, by which the key it gives each is known; ``tokens``: what it
+        is expected to take of a token limit)."""
         self.expire(now)
         if not request_id or not endpoints or request_id in self._flights:
             return
@@ -379,9 +383,18 @@ class RouteLoad:
         if first not in self.counts:
             return
         key = _key_of(keys, first)
-        seq = self.paces.sent(first, key, now)
+        seq, mark = self.paces.sent(first, key, now, tokens)
         self._flights[request_id] = _Flight(
-            first, now, self.counts[first], rest, seq=seq, sent_at=now, keys=keys, key=key
+            first,
+            now,
+            self.counts[first],
+            rest,
+            seq=seq,
+            mark=mark,
+            tokens=tokens,
+            sent_at=now,
+            keys=keys,
+            key=key,
         )
         self.counts[first] += 1
 
@@ -393,7 +406,7 @@ class RouteLoad:
         if f is None:
             return
         if f.endpoint == endpoint:
-            self.paces.unsent(endpoint, f.key, f.seq, now)
+            self.paces.unsent(endpoint, f.key, f.seq, now, f.tokens)
             self._end(request_id, f)
         elif endpoint in f.rest:
             f.rest = tuple(e for e in f.rest if e != endpoint)
@@ -433,7 +446,8 @@ class RouteLoad:
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
             f.key = _key_of(f.keys, endpoint)
-            f.seq, f.sent_at = self.paces.sent(endpoint, f.key, now), now
+            f.seq, f.mark = self.paces.sent(endpoint, f.key, now, f.tokens)
+            f.sent_at = now
             self.counts[endpoint] += 1
 
     def _end(self, request_id: str, f: _Flight) -> None:

@@ -124,16 +124,19 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
 
 
 def rate_limit_spent_seconds(
-    headers: Mapping[str, str], *, requests_paced: bool = False
+    headers: Mapping[str, str], *, paced: RateReport | None = None
 ) -> float | None:
     """How long a successful answer's provider will refuse the next request: a limit whose
     ``x-ratelimit-remaining-*`` is 0, until its ``x-ratelimit-reset-*`` (a second when that
     says nothing); None when no limit is spent (or the provider sends no such headers).
-    ``requests_paced``: the answer's :func:`rate_report` paces the request limit, so only
-    the token limit is read here (the reset is the whole allowance's: waiting for it would
-    leave the route idle long after its first request came back)."""
+    ``paced``: the answer's :func:`rate_report`, by which the model paces the limits it
+    reports, so only a limit it does not is read here (the reset is the whole allowance's:
+    waiting for it would leave the route idle long after its first request came back)."""
+    limits: tuple[str, ...] = ("requests", "tokens")
+    if paced is not None:
+        limits = () if paced.tokens is not None else ("tokens",)
     spent: list[float] = []
-    for limit in ("tokens",) if requests_paced else ("requests", "tokens"):
+    for limit in limits:
         remaining = headers.get(f"x-ratelimit-remaining-{limit}")
         if remaining is None or remaining.strip() != "0":
             continue
@@ -148,19 +151,53 @@ def rate_report(headers: Mapping[str, str]) -> RateReport | None:
     (``x-ratelimit-limit-requests``, ``-remaining-requests`` and ``-reset-requests``, the
     reset a duration) or Anthropic's (``anthropic-ratelimit-requests-limit``, ``-remaining``
     and ``-reset``, the reset an RFC 3339 time); None unless all three of one are there and
-    well formed."""
-    raw_limit = headers.get("x-ratelimit-limit-requests")
-    if raw_limit is not None:
-        raw_left = headers.get("x-ratelimit-remaining-requests")
-        raw_reset = headers.get("x-ratelimit-reset-requests")
-        reset = duration_seconds(raw_reset) if raw_reset is not None else None
+    well formed. Its token limit's the same way (``x-ratelimit-*-tokens``; Anthropic's
+    ``anthropic-ratelimit-tokens-*``, the most restrictive of its input and output limits)
+    in ``tokens`` when the answer reports all three."""
+    if "x-ratelimit-limit-requests" in headers:
+        read = _openai_limit
+    elif "anthropic-ratelimit-requests-limit" in headers:
+        read = _anthropic_limit
     else:
-        raw_limit = headers.get("anthropic-ratelimit-requests-limit")
-        if raw_limit is None:
-            return None
-        raw_left = headers.get("anthropic-ratelimit-requests-remaining")
-        reset = _seconds_until(headers.get("anthropic-ratelimit-requests-reset"), headers)
-    if raw_left is None or reset is None:
+        return None
+    requests = read(headers, "requests")
+    if requests is None:
+        return None
+    tokens = read(headers, "tokens")
+    return RateReport(
+        limit=requests[0],
+        remaining=requests[1],
+        reset_seconds=requests[2],
+        tokens=None
+        if tokens is None
+        else RateReport(limit=tokens[0], remaining=tokens[1], reset_seconds=tokens[2]),
+    )
+
+
+_LimitState = tuple[int, int, float]  # (limit, remaining, seconds until all is back)
+
+
+def _openai_limit(headers: Mapping[str, str], unit: str) -> _LimitState | None:
+    raw_reset = headers.get(f"x-ratelimit-reset-{unit}")
+    reset = duration_seconds(raw_reset) if raw_reset is not None else None
+    return _limit_state(
+        headers.get(f"x-ratelimit-limit-{unit}"),
+        headers.get(f"x-ratelimit-remaining-{unit}"),
+        reset,
+    )
+
+
+def _anthropic_limit(headers: Mapping[str, str], unit: str) -> _LimitState | None:
+    prefix = f"anthropic-ratelimit-{unit}"
+    reset = _seconds_until(headers.get(f"{prefix}-reset"), headers)
+    return _limit_state(headers.get(f"{prefix}-limit"), headers.get(f"{prefix}-remaining"), reset)
+
+
+def _limit_state(
+    raw_limit: str | None, raw_left: str | None, reset: float | None
+) -> _LimitState | None:
+    """A limit's state from its three values; None unless all are there and well formed."""
+    if raw_limit is None or raw_left is None or reset is None:
         return None
     try:
         limit, left = int(raw_limit.strip()), int(raw_left.strip())
@@ -168,7 +205,7 @@ def rate_report(headers: Mapping[str, str]) -> RateReport | None:
         return None
     if limit <= 0 or not 0 <= left <= limit:
         return None
-    return RateReport(limit=limit, remaining=left, reset_seconds=min(reset, LONGEST_WAIT))
+    return limit, left, min(reset, LONGEST_WAIT)
 
 
 def _seconds_until(stamp: str | None, headers: Mapping[str, str]) -> float | None:

@@ -297,7 +297,19 @@ class SimulatedAdapter:
             if limit.requests is None:
                 return None
             left = limit.requests - len(window)
-            return RateReport(limit=limit.requests, remaining=left, reset_seconds=limit.per_seconds)
+            token_report = None
+            if limit.tokens is not None:
+                token_report = RateReport(
+                    limit=limit.tokens,
+                    remaining=limit.tokens - used_tokens - tokens,
+                    reset_seconds=limit.per_seconds,
+                )
+            return RateReport(
+                limit=limit.requests,
+                remaining=left,
+                reset_seconds=limit.per_seconds,
+                tokens=token_report,
+            )
         frees = window[0][0] + limit.per_seconds - now if window else limit.per_seconds
         retry = limit.retry_after if limit.retry_after is not None else max(1.0, math.ceil(frees))
         headers = {
@@ -332,7 +344,15 @@ class SimulatedAdapter:
                 return None
             left = int(bucket.requests)
             back = (limit.requests - bucket.requests) / limit.requests * limit.per_seconds
-            return RateReport(limit=limit.requests, remaining=left, reset_seconds=back)
+            token_report = None
+            if limit.tokens is not None:
+                token_back = (limit.tokens - bucket.tokens) / limit.tokens * limit.per_seconds
+                token_report = RateReport(
+                    limit=limit.tokens, remaining=int(bucket.tokens), reset_seconds=token_back
+                )
+            return RateReport(
+                limit=limit.requests, remaining=left, reset_seconds=back, tokens=token_report
+            )
         frees = lacking * limit.per_seconds
         retry = limit.retry_after if limit.retry_after is not None else max(1.0, math.ceil(frees))
         headers = {"retry-after": f"{retry:g}"}
@@ -341,6 +361,11 @@ class SimulatedAdapter:
             headers["x-ratelimit-limit-requests"] = str(limit.requests)
             headers["x-ratelimit-remaining-requests"] = str(max(0, int(bucket.requests)))
             headers["x-ratelimit-reset-requests"] = f"{back:.3f}s"
+        if limit.tokens is not None:
+            back = (limit.tokens - bucket.tokens) / limit.tokens * limit.per_seconds
+            headers["x-ratelimit-limit-tokens"] = str(limit.tokens)
+            headers["x-ratelimit-remaining-tokens"] = str(max(0, int(bucket.tokens)))
+            headers["x-ratelimit-reset-tokens"] = f"{back:.3f}s"
         body = _encode({"error": {"message": "Rate limit reached", "type": "requests"}})
         raise error_from_status(endpoint, 429, headers, body)
 

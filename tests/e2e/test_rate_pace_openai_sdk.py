@@ -131,3 +131,79 @@ async def test_an_upstreams_own_key_named_as_the_private_marker_is_neither_relay
 
     assert "_rate_report" not in raw.text and raw.parse().choices[0].message.content == "hi"
     assert seen.outcome == "success" and seen.rate is None
+
+
+def _tokens_reported(kind: str) -> Reply:
+    """The normal answer, reporting requests to spare but a token limit of 1,000 with 500
+    left, all of it back in a minute (a token every 0.1 s: nothing here races a refill)."""
+    if kind == "anthropic":
+        back = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=57)
+        headers = {
+            "anthropic-ratelimit-requests-limit": "100",
+            "anthropic-ratelimit-requests-remaining": "99",
+            "anthropic-ratelimit-requests-reset": back.isoformat(),
+            "anthropic-ratelimit-tokens-limit": "1000",
+            "anthropic-ratelimit-tokens-remaining": "500",
+            "anthropic-ratelimit-tokens-reset": back.isoformat(),
+        }
+    else:
+        headers = {
+            "x-ratelimit-limit-requests": "100",
+            "x-ratelimit-remaining-requests": "99",
+            "x-ratelimit-reset-requests": "600ms",
+            "x-ratelimit-limit-tokens": "1000",
+            "x-ratelimit-remaining-tokens": "500",
+            "x-ratelimit-reset-tokens": "57s",
+        }
+    return Reply(headers=headers)
+
+
+LONG = [{"role": "user", "content": "lorem ipsum " * 1000}]  # some 3,000 tokens: over 500
+
+
+@pytest.mark.parametrize(
+    ("pacing", "stream", "kind"),
+    [
+        (True, True, "openai_compat"),
+        (True, False, "openai_compat"),
+        (False, True, "openai_compat"),
+        (True, True, "anthropic"),
+        (True, False, "anthropic"),
+    ],
+)
+async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_sent_elsewhere(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    pacing: bool,
+    stream: bool,
+    kind: str,
+) -> None:
+    paced = await fake_upstreams("tokens")
+    # The first answer reports 500 tokens left: a short request still fits, a long one not.
+    paced.enqueue(_tokens_reported(kind), Reply(), Reply())
+    spare = await fake_upstreams("spare")
+    first = anthropic_route(paced) if kind == "anthropic" else route(paced)
+    cfg = config(model("m", first, route(spare, fallback_only=True)))
+    cfg["routing"] = {"learned_capacity": {"pace_rate_limits": pacing}}
+    gw = await gateway_factory(cfg)
+    client = gw.openai()
+
+    served = []
+    for messages in (HI, HI, LONG):
+        if stream:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="m", messages=messages, stream=True
+            )
+            async for _chunk in raw.parse():
+                pass
+        else:
+            raw = await client.chat.completions.with_raw_response.create(
+                model="m", messages=messages
+            )
+        served.append(raw.headers["x-routed-via"])
+
+    assert served[:2] == [served[0]] * 2
+    if pacing:  # the long one would overdraw what is left: the provider would refuse it
+        assert served[2] != served[0] and len(paced.requests) == 2 and len(spare.requests) == 1
+    else:  # unpaced, only a report of none left would have spent the route
+        assert served[2] == served[0] and not spare.requests

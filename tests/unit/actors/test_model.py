@@ -570,6 +570,45 @@ async def test_model_paces_a_route_by_what_a_whole_answer_reported(
     assert endpoints(back)[0] == A
 
 
+async def test_model_paces_a_route_by_its_token_limit_with_each_requests_prompt(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    await plan(bus, request_id="r0", prompt_tokens=600)
+    # r0's answer: 600 prompt and 400 output tokens; plenty of requests left but 2,500 of
+    # 10,000 tokens (all back in 7.5 s: a thousand a second).
+    tokens = RateReport(limit=10_000, remaining=2_500, reset_seconds=7.5)
+    rate = RateReport(limit=100, remaining=99, reset_seconds=1.0, tokens=tokens)
+    answered = Observation(
+        endpoint=A,
+        model="m",
+        outcome="success",
+        request_id="r0",
+        rate=rate,
+        prompt_tokens=600,
+        completion_tokens=400,
+    )
+    await bus.publish(subjects.observation(A), answered)
+    # A request takes its prompt and the average answer (400), and is sent with room for two.
+    small = await plan(bus, request_id="r1", prompt_tokens=100)  # takes 500: 2,000 left
+    larger = await plan(bus, dry=True, prompt_tokens=1_700)  # 2,500 room: not there
+    fits = await plan(bus, request_id="r2", prompt_tokens=1_100)  # 1,900 room; 500 left
+    smaller = await plan(bus, dry=True, prompt_tokens=0)  # 800 room: not there
+    clock.now += 0.3  # 300 are back: 800
+    back = await plan(bus, dry=True, prompt_tokens=0)
+
+    assert endpoints(small)[0] == A and endpoints(fits)[0] == A
+    assert endpoints(larger) == [B, A] and endpoints(smaller) == [B, A]
+    assert [(s.reason, s.in_flight) for s in (larger.skipped[0], smaller.skipped[0])] == [
+        ("rate_limit", 1),
+        ("rate_limit", 2),
+    ]
+    # Until the room it needs is back: 500 tokens after the larger, 300 after the smaller.
+    assert larger.skipped[0].until == pytest.approx(clock.now - 0.3 + 0.5)
+    assert smaller.skipped[0].until == pytest.approx(clock.now)
+    assert endpoints(back)[0] == A and back.skipped == ()
+
+
 async def test_model_paces_each_key_of_a_route_apart(
     bus: InProcessBus, clock: FakeClock, start_model: Start
 ) -> None:
@@ -601,6 +640,15 @@ async def test_model_paces_each_key_of_a_route_apart(
     assert endpoints(with_a_new_key)[0] == A and with_a_new_key.skipped == ()
 
 
+def with_tokens(requests: RateReport, tokens: RateReport) -> RateReport:
+    return RateReport(
+        limit=requests.limit,
+        remaining=requests.remaining,
+        reset_seconds=requests.reset_seconds,
+        tokens=tokens,
+    )
+
+
 async def test_model_unpaced_is_still_spent_by_a_report_of_none_left(
     bus: InProcessBus, clock: FakeClock
 ) -> None:
@@ -625,11 +673,35 @@ async def test_model_unpaced_is_still_spent_by_a_report_of_none_left(
             subjects.model_first_token("m"), FirstToken(endpoint=A, request_id="r1", rate=none_left)
         )
         said_spent = await plan(bus, dry=True)
+        said_at = clock.now
+        clock.now += 20.0
+        tokens_left = RateReport(limit=9_000, remaining=50, reset_seconds=5.0)
+        await bus.publish(
+            subjects.model_first_token("m"),
+            FirstToken(
+                endpoint=A,
+                request_id="r1",
+                rate=with_tokens(one_left, tokens_left),
+            ),
+        )
+        tokens_unpaced = await plan(bus, dry=True)
+        no_tokens = RateReport(limit=9_000, remaining=0, reset_seconds=5.0)
+        await bus.publish(
+            subjects.model_first_token("m"),
+            FirstToken(
+                endpoint=A,
+                request_id="r1",
+                rate=with_tokens(one_left, no_tokens),
+            ),
+        )
+        tokens_spent = await plan(bus, dry=True)
     finally:
         await root.stop()
 
+    assert endpoints(tokens_unpaced)[0] == A and tokens_unpaced.skipped == ()
+    assert tokens_spent.skipped[0].until == clock.now + 5.0  # its token limit is all back
     assert endpoints(unpaced)[0] == A and unpaced.skipped == ()
     # As before pacing: until all of it is back.
     assert said_spent.skipped == (
-        RouteSkip(endpoint=A, reason="rate_limit", until=clock.now + 20.0, in_flight=2),
+        RouteSkip(endpoint=A, reason="rate_limit", until=said_at + 20.0, in_flight=2),
     )

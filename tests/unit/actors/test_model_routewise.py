@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import msgspec
 import pytest
 
 from actors import CapacityActor, ChildSpec, ModelActor, StoreActor, Supervisor
@@ -26,6 +27,7 @@ from schemas import (
 )
 from schemas.capacity import capacity_pools
 from schemas.config import GatewayConfig, LogConfig, ModelConfig, RoutingConfig
+from schemas.routing import RateReport
 from tests.unit.actors import WAIT, FakeClock
 
 if TYPE_CHECKING:
@@ -212,3 +214,26 @@ async def test_routewise_strict_fallback_mode_plans_one_route(
 ) -> None:
     await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR), fallback_mode="strict")
     assert len((await plan(bus)).candidates) == 1
+
+
+async def test_routewise_leaves_out_a_route_whose_token_limit_a_request_would_overdraw(
+    bus: InProcessBus,
+    start_model: Start,
+) -> None:
+    await start_model(route(8001, pricing=CHEAP), route(8002, pricing=DEAR))
+    assert (await plan(bus, request_id="r0")).candidates[0].endpoint == ep(8001)  # cheaper
+    # Its answer: 1,000 prompt and 50 output tokens; 2,000 of a 100,000 token limit left,
+    # all of it back in a minute.
+    tokens = RateReport(limit=100_000, remaining=2_000, reset_seconds=60.0)
+    said = msgspec.structs.replace(
+        success(8001, 300.0, 0.0),
+        request_id="r0",
+        rate=RateReport(limit=500, remaining=499, reset_seconds=0.1, tokens=tokens),
+    )
+    await bus.publish(subjects.observation(ep(8001)), said)
+    short = await plan(bus, dry=True, prompt_tokens=1_500)  # room for 1,600: fits
+    long = await plan(bus, dry=True, prompt_tokens=5_000)  # 5,100: does not
+
+    assert short.candidates[0].endpoint == ep(8001)
+    assert [c.endpoint for c in long.candidates] == [ep(8002), ep(8001)]
+    assert long.skipped[0].endpoint == ep(8001) and long.skipped[0].reason == "rate_limit"

@@ -150,3 +150,75 @@ def test_a_report_not_counted_on_its_key_counts_only_that_keys_requests_in_fligh
     load.reported("spare", "a", "k2", report(10, 2, 8.0), 0.0)
     load.reported("r0", "a", "k1", report(10, 0, 10.0), 0.0)  # k1: none left
     assert not load.saturated("a", 0.0)  # k2 has one left
+
+
+def tokens(limit: int, remaining: int, reset: float, of: RateReport) -> RateReport:
+    """``of`` (a request limit's report) with a token limit's."""
+    token_limit = RateReport(limit=limit, remaining=remaining, reset_seconds=reset)
+    return RateReport(
+        limit=of.limit, remaining=of.remaining, reset_seconds=of.reset_seconds, tokens=token_limit
+    )
+
+
+def test_a_request_fits_a_token_limit_once_what_it_takes_is_left() -> None:
+    pace = RatePace()
+    # 10,000 a second: 2,500 left once the reporting request was taken (7,500 used: one token
+    # back every 1/7,500 s).
+    assert pace.reported(report(10_000, 2_500, 1.0), sent_at=0.0, sent_since=0, now=0.0) == NEVER
+    assert pace.sent(0.0, 1_000.0) == NEVER  # 1,500 left
+    assert pace.room_at(1_500.0, 0.0) == NEVER
+    assert pace.room_at(2_000.0, 0.0) == pytest.approx(500 / 7_500)  # 500 more by 1/15 s
+    # A request larger than the whole limit waits for all of it, not for ever.
+    assert pace.room_at(50_000.0, 0.0) == pytest.approx(8_500 / 7_500)
+    assert pace.sent(0.0, 1_500.0) == pytest.approx(1 / 7_500)  # none left: spent
+
+
+def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
+    load = RouteLoad({"a": None, "b": None}, ttl=600.0)
+    paces = load.paces
+    paces.answered(600, 400)  # requests take about 1,000 tokens, 400 of them output
+    assert paces.tokens(600) == 1_000.0
+    load.issued("r0", ("a", "b"), 0.0, tokens=paces.tokens(600))
+    load.issued("r1", ("a", "b"), 0.0, tokens=paces.tokens(2_600))  # 3,000 tokens
+    assert not paces.tokens_paced and paces.room_at("a", 1e9, 0.0) == NEVER
+    # r0's answer: 99 requests left, but 4,500 tokens of 10,000 (a token back every 0.1 ms),
+    # and r1, sent after r0, took 3,000 of them: 1,500 left.
+    plenty = report(100, 99, 1.0)
+    load.reported("r0", "a", "", tokens(10_000, 4_500, 0.55, plenty), 0.0)
+    assert paces.tokens_paced
+    assert paces.room_at("a", 1_500.0, 0.0) == NEVER
+    assert paces.room_at("a", 2_000.0, 0.0) == pytest.approx(0.05)  # 500 more in 0.05 s
+    assert paces.room_at("b", 2_000.0, 0.0) == NEVER  # b reported no token limit
+    load.issued("r2", ("a", "b"), 0.0, tokens=1_000.0)  # 500 left
+    assert paces.room_at("a", 1_000.0, 0.0) == pytest.approx(0.05)
+    load.unsent("r2", "a", 0.0)  # a plan never sent gives its tokens back
+    assert paces.room_at("a", 1_500.0, 0.0) == NEVER
+    # r0's answer read again: only r1's 3,000 tokens count after it (not r2's, never sent).
+    load.reported("r0", "a", "", tokens(10_000, 4_100, 0.59, plenty), 0.0)
+    assert paces.room_at("a", 1_100.0, 0.0) == NEVER
+    assert paces.room_at("a", 1_101.0, 0.0) > 0.0
+    assert not load.saturated("a", 0.0)  # tokens left: no request is refused by the route
+    load.issued("r3", ("a", "b"), 0.0, tokens=1_100.0)  # none left
+    assert load.saturated("a", 0.0)
+
+
+def test_unpaced_the_token_limit_is_not_paced() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0, pacing=False)
+    load.paces.answered(600, 400)
+    load.issued("r0", ("a",), 0.0, tokens=1_000.0)
+    load.reported("r0", "a", "", tokens(10_000, 0, 1.0, report(100, 99, 1.0)), 0.0)
+    assert not load.saturated("a", 0.0)
+    assert not load.paces.tokens_paced and load.paces.room_at("a", 1_000.0, 0.0) == NEVER
+
+
+def test_requests_sent_past_a_spent_limit_are_owed_but_tokens_are_not() -> None:
+    requests = RatePace()
+    requests.reported(report(4, 0, 1.0), sent_at=0.0, sent_since=3, now=0.0)  # 0.25 s each
+    tokens = RatePace(floor=0.0)
+    tokens.reported(report(4_000, 0, 1.0), sent_at=0.0, sent_since=3_000, now=0.0)
+    for _ in range(10):  # sent anyway (no route had room): the provider refuses them
+        owed = requests.sent(0.0)
+        not_owed = tokens.sent(0.0, 1_000.0)
+    assert owed == pytest.approx((1 + 13) * 0.25)  # back once the 13 sent past it refilled
+    assert not_owed == pytest.approx(0.25 / 1_000)  # a token back: a refused one took none
+    assert tokens.room_at(1_000.0, 0.0) == pytest.approx(0.25)

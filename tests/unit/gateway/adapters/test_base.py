@@ -254,10 +254,61 @@ def test_anthropics_request_limit_resets_at_a_time_not_after_a_duration() -> Non
 
 def test_a_paced_request_limit_leaves_only_the_token_limit_to_spend_a_route() -> None:
     spent = {**_state("60", "0", "30s"), "x-ratelimit-remaining-tokens": "5"}
+    paced = rate_report(spent)
+    assert paced is not None and paced.tokens is None  # no token limit and reset: not paced
     assert rate_limit_spent_seconds(spent) == 30.0
-    assert rate_limit_spent_seconds(spent, requests_paced=True) is None
+    assert rate_limit_spent_seconds(spent, paced=paced) is None
     spent |= {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s"}
-    assert rate_limit_spent_seconds(spent, requests_paced=True) == 2.0
+    assert rate_limit_spent_seconds(spent, paced=paced) == 2.0
+
+
+def test_a_paced_token_limit_spends_no_route_until_all_of_it_is_back() -> None:
+    spent = {
+        **_state("60", "0", "30s"),
+        "x-ratelimit-limit-tokens": "90000",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-reset-tokens": "2s",
+    }
+    paced = rate_report(spent)
+
+    assert paced is not None and paced.tokens is not None
+    assert rate_limit_spent_seconds(spent) == 30.0
+    assert rate_limit_spent_seconds(spent, paced=paced) is None
+
+
+def test_the_token_limit_rides_on_the_request_limits_report() -> None:
+    openai = {
+        **_state("500", "499", "120ms"),
+        "x-ratelimit-limit-tokens": "30000",
+        "x-ratelimit-remaining-tokens": "29000",
+        "x-ratelimit-reset-tokens": "2s",
+    }
+    assert rate_report(openai) == RateReport(
+        limit=500,
+        remaining=499,
+        reset_seconds=0.12,
+        tokens=RateReport(limit=30000, remaining=29000, reset_seconds=2.0),
+    )
+    # A token limit not whole (no reset, a remaining above it) is left out, not the report.
+    for broken in ({"x-ratelimit-reset-tokens": "soon"}, {"x-ratelimit-remaining-tokens": "40000"}):
+        report = rate_report(openai | broken)
+        assert report is not None and report.limit == 500 and report.tokens is None
+    # Tokens alone are no report: the request limit is what a pace is kept on.
+    tokens_only = {k: v for k, v in openai.items() if "tokens" in k}
+    assert rate_report(tokens_only) is None
+    soon = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=6)
+    anthropic = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "49",
+        "anthropic-ratelimit-requests-reset": soon.isoformat(),
+        "anthropic-ratelimit-tokens-limit": "80000",
+        "anthropic-ratelimit-tokens-remaining": "60000",
+        "anthropic-ratelimit-tokens-reset": soon.isoformat(),
+    }
+    report = rate_report(anthropic)
+    assert report is not None and report.tokens is not None
+    assert (report.tokens.limit, report.tokens.remaining) == (80000, 60000)
+    assert 4.0 < report.tokens.reset_seconds <= 6.0
 
 
 def test_reset_headers_do_not_make_a_retry_after_for_other_statuses() -> None:

@@ -14,7 +14,7 @@ from gateway.replay.providers import load_providers
 from gateway.replay.synth import load_synth, synthesize
 from schemas.pricing import PER_MILLION
 
-NAMES = ("ratelimited", "saturating", "outage", "drift", "flaky", "paper")
+NAMES = ("ratelimited", "tokenlimited", "saturating", "outage", "drift", "flaky", "paper")
 # Each trace is as short as reaches what makes its scenario: the outage (from 30 s), the flaky
 # route's bad spell (from 10 s), paper's opening burst absorbed (before 15 s the routes cannot
 # take every request, and the oracle has no fastest fill); rate limits and capacity bite within

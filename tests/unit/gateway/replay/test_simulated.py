@@ -109,6 +109,28 @@ def test_a_whole_answer_reports_its_request_limit_as_the_adapter_would() -> None
     assert answer[RATE_REPORT] == RateReport(limit=4, remaining=3, reset_seconds=0.5)
 
 
+def test_a_bucket_token_limit_is_reported_with_the_request_limit_and_on_its_429() -> None:
+    # 1,000 tokens a 2 s bucket; a request takes its 100 prompt tokens and 11 output ones.
+    limit = {"requests": 100, "tokens": 1_000, "per_seconds": 2.0, "kind": "bucket"}
+
+    async def scenario() -> list[Any]:
+        sim = _sim(rate_limit=limit)
+        # Ten at once: nine take 999 tokens, the tenth does not fit in the one left.
+        calls = (sim.complete(TARGET, BODY) for _ in range(10))
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    answers = run_virtual(scenario())
+    reports = [a[RATE_REPORT] for a in answers[:9]]
+    assert [r.tokens for r in reports] == [
+        RateReport(limit=1_000, remaining=1_000 - 111 * n, reset_seconds=111 * n / 500)
+        for n in range(1, 10)
+    ]
+    assert [(r.limit, r.remaining) for r in reports] == [(100, 100 - n) for n in range(1, 10)]
+    refused = answers[9]
+    assert isinstance(refused, UpstreamError) and refused.status == 429
+    assert refused.kind == "rate_limit_exceeded"  # it said which: a pace, not a concurrency
+
+
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
     async def scenario() -> UpstreamError:
         sim = _sim(outages=[{"start": 0, "end": 10, "kind": "connect"}])
