@@ -56,6 +56,7 @@ class ModelLoad:
             keys_of=keys_of,
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
+        self._room = 0.0  # the tokens the request being decided needs a key to have left
         self._clock = clock
         # ``of`` is read for every route of every RouteWise decision: its look-ups, bound once
         self._limits = self.load.limits
@@ -75,19 +76,31 @@ class ModelLoad:
         return in_flight, lim.window if lim.limit is None else lim.limit  # lim.bound(), inline
 
     def spent(self, endpoint: str, seconds: float) -> None:
-        """An answer's ``x-ratelimit-remaining-*`` said ``endpoint``'s limit is spent for
-        ``seconds``: it is at its limit until then (spilled past, left out of RouteWise)."""
+        """An answer said ``endpoint``'s limit is spent for ``seconds`` (its
+        ``x-ratelimit-remaining-*``, or with pacing off its rate report): it is at its limit
+        until then (spilled past, left out of RouteWise)."""
         self.load.spent(endpoint, self._clock() + seconds)
 
     def reported(self, endpoint: str, key: str, request_id: str, report: RateReport) -> None:
-        """An answer of ``endpoint`` with ``key`` to ``request_id`` reported its request rate
-        limit's state: what the model sends that key is paced by it (the route is at its
-        limit while none of its keys has a request left)."""
+        """An answer of ``endpoint`` with ``key`` to ``request_id`` reported its rate limits'
+        state: what the model sends that key is paced by it (the route is at its limit while
+        none of its keys has a request left, and passed over by a request whose tokens none
+        of them has room for)."""
         self.load.reported(request_id, endpoint, key, report, self._clock())
 
+    def deciding(self, prompt_tokens: int) -> None:
+        """The keys drawn next are for a request of ``prompt_tokens``: a key whose token limit
+        has no room for it counts as spent (:meth:`key_spent`)."""
+        paces = self.load.paces
+        self._room = paces.room_needed(prompt_tokens) if paces.tokens_paced else 0.0
+
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
-        """Whether ``endpoint``'s ``key`` has no request left at ``now``, by its pace."""
-        return self.load.paces.key_spent(endpoint, key, now)
+        """Whether ``endpoint``'s ``key`` has nothing left at ``now`` by its paces, or too
+        little of its token limit for the request being decided (:meth:`deciding`)."""
+        paces = self.load.paces
+        if paces.key_spent(endpoint, key, now):
+            return True
+        return self._room > 0.0 and paces.key_room_at(endpoint, key, self._room, now) > now
 
     def keys_changed(self, endpoint: str) -> None:
         """``endpoint``'s pool declares other keys now (see ``RoutePaces.refresh``)."""
@@ -126,7 +139,7 @@ class ModelLoad:
         elif obs.outcome == "success" and at_send >= 0 and not obs.probe:
             ttft = obs.ttft_ms if obs.ttft_ms is not None else obs.latency_ms
             changed = self.load.succeeded(obs.endpoint, ttft, at_send, now, obs.latency_ms)
-            self.load.paces.answered(*priced_tokens(obs))
+            self.load.paces.answered(priced_tokens(obs)[1])
         return self._event(obs.endpoint, now) if changed else None
 
     def _event(self, endpoint: str, now: float) -> RouteCapacity | None:
@@ -217,7 +230,11 @@ class ModelLoad:
         lim = self.load.limits.get(r.endpoint)
         if lim is None:
             return r
-        spent = lim.spent_until if lim.spent_until > self._clock() else None
+        now = self._clock()
+        # A token limit without room for the smallest request spends it as much.
+        room = self.load.paces.room_at(r.endpoint, self.load.paces.room_needed(0), now)
+        until = max(lim.spent_until, room)
+        spent = until if until > now else None
         return msgspec.structs.replace(
             r,
             in_flight=self.load.in_flight(r.endpoint),

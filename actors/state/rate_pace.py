@@ -47,7 +47,7 @@ class RatePace:
     in tokens). ``floor``: the least it may estimate (-inf: requests sent past none left
     are owed, and keep the route spent until they have refilled)."""
 
-    __slots__ = ("_at", "_floor", "_left", "_limit", "_refill")
+    __slots__ = ("_at", "_floor", "_left", "_limit", "_refill", "taken")
 
     def __init__(self, floor: float = -math.inf) -> None:
         self._floor = floor
@@ -55,6 +55,7 @@ class RatePace:
         self._refill: float | None = None  # seconds for one unit to come back
         self._left = 0.0  # units left at ``_at``
         self._at = _NEVER
+        self.taken = 0.0  # what the last request sent took of it (less than asked at the floor)
 
     def reported(self, report: RateReport, sent_at: float, sent_since: float, now: float) -> float:
         """An answer to a request sent at ``sent_at``, ``sent_since`` units ago (what the
@@ -78,14 +79,17 @@ class RatePace:
         """A request taking ``units`` was sent; returns until when the route is spent (-inf:
         it is not)."""
         if self._refill is None:
+            self.taken = 0.0
             return _NEVER
-        self._left = max(self._floor, self._level(now) - units)
+        level = self._level(now)
+        self._left = max(self._floor, level - units)
+        self.taken = level - self._left
         self._at = now
         return self._spent_until(now)
 
     def unsent(self, now: float, units: float = 1.0) -> float:
-        """A request counted as sent never was: its ``units`` are given back; returns until
-        when the route is spent (-inf: it is not)."""
+        """A request counted as sent never was: the ``units`` it took are given back;
+        returns until when the route is spent (-inf: it is not)."""
         if self._refill is None:
             return _NEVER
         self._left = min(self._limit, self._level(now) + units)
@@ -161,8 +165,8 @@ class RoutePaces:
         self._lanes: dict[str, dict[str, _Lane]] = {e: {} for e in limits}  # by route, key
         self._said: dict[str, float] = {}  # endpoint -> an answer said spent until then
         self._output = 0.0  # the output tokens of an answer, on average (a moving one)
-        self._request = 1.0  # the tokens of a request, prompt and output, on average
-        self._answers = 0
+        self._answered = False
+        self._token_routes: set[str] = set()  # the routes a token limit was reported for
         self.tokens_paced = False  # whether any answer reported a token limit (read per plan)
 
     def spent(self, endpoint: str, until: float) -> None:
@@ -171,16 +175,13 @@ class RoutePaces:
             self._said[endpoint] = max(self._said.get(endpoint, _NEVER), until)
             self._apply(endpoint)
 
-    def answered(self, prompt_tokens: int, completion_tokens: int) -> None:
-        """A route answered a request of ``prompt_tokens`` with ``completion_tokens``: what
-        the next requests are expected to take of a token limit moves toward it."""
-        whole = prompt_tokens + completion_tokens
-        if not self._answers:  # the first answer is all that is known
-            self._output, self._request = float(completion_tokens), float(max(1, whole))
+    def answered(self, completion_tokens: int) -> None:
+        """A route answered a request with ``completion_tokens``: what the next requests are
+        expected to take of a token limit moves toward it."""
+        if not self._answered:  # the first answer is all that is known
+            self._output, self._answered = float(completion_tokens), True
         else:
             self._output += (completion_tokens - self._output) * _TOKENS_WEIGHT
-            self._request += (whole - self._request) * _TOKENS_WEIGHT
-        self._answers += 1
 
     def tokens(self, prompt_tokens: int) -> float:
         """The tokens a request of ``prompt_tokens`` is expected to take of a token limit."""
@@ -193,31 +194,44 @@ class RoutePaces:
         what is left draws a 429)."""
         return prompt_tokens + _OUTPUT_ROOM * self._output
 
-    def sent(self, endpoint: str, key: str, now: float, tokens: float = 0.0) -> tuple[int, float]:
+    def sent(
+        self, endpoint: str, key: str, now: float, tokens: float = 0.0
+    ) -> tuple[int, float, float]:
         """Count a request sent to ``endpoint`` with ``key``, expected to take ``tokens``;
-        returns its number there and the tokens sent there with it."""
+        returns its number there, the tokens sent there with it, and what it took of the
+        key's token pace (what a give-back returns)."""
         lane = self._lanes[endpoint].get(key) or self._lane(endpoint, key)
         lane.sent += 1
         lane.tokens += tokens
+        taken = 0.0
         if lane.pace is not None:
             lane.paced = lane.pace.sent(now)
             if lane.token_pace is not None:
                 lane.paced = max(lane.paced, lane.token_pace.sent(now, tokens))
+                taken = lane.token_pace.taken
             self._apply(endpoint)
-        return lane.sent, lane.tokens
+        return lane.sent, lane.tokens, taken
 
-    def unsent(self, endpoint: str, key: str, number: int, now: float, tokens: float = 0.0) -> None:
-        """The request counted as ``number`` on ``endpoint`` with ``key`` (expected to take
-        ``tokens``) was never sent (a plan the ingress dropped: the caller's limits refused
-        it, a candidate skipped)."""
+    def unsent(
+        self,
+        endpoint: str,
+        key: str,
+        number: int,
+        now: float,
+        tokens: tuple[float, float] = (0.0, 0.0),
+    ) -> None:
+        """The request counted as ``number`` on ``endpoint`` with ``key`` was never sent (a
+        plan the ingress dropped: the caller's limits refused it, a candidate skipped);
+        ``tokens``: what it was expected to take, and what it took of the key's token pace."""
         lane = self._lane(endpoint, key)
         if lane.unsent is None:
             lane.unsent = deque(maxlen=_UNSENT_KEPT)
-        lane.unsent.append((number, tokens))
+        expected, taken = tokens
+        lane.unsent.append((number, expected))
         if lane.pace is not None:
             lane.paced = lane.pace.unsent(now)
             if lane.token_pace is not None:
-                lane.paced = max(lane.paced, lane.token_pace.unsent(now, tokens))
+                lane.paced = max(lane.paced, lane.token_pace.unsent(now, taken))
             self._apply(endpoint)
 
     def reported(
@@ -227,19 +241,19 @@ class RoutePaces:
         report: RateReport,
         now: float,
         sent: tuple[float, int, float] | None,
-        in_flight: int,
+        in_flight: tuple[int, float],
     ) -> None:
         """An answer of ``endpoint`` with ``key`` reported its rate limits' state: ``sent``,
         when, as which number there and with how many tokens the reporting request was sent
-        (None: not counted there, so every one of the ``in_flight`` may have been sent after
-        it)."""
+        (None: not counted there, so every one of the ``in_flight`` requests, and the tokens
+        they were expected to take, may have been sent after it)."""
         if not self.enabled or endpoint not in self._limits:
             return
         lane = self._lane(endpoint, key)
         if lane.pace is None:
             lane.pace = RatePace()
         if sent is None:
-            sent_at, since, since_tokens = now, in_flight, in_flight * self._request
+            sent_at, (since, since_tokens) = now, in_flight
         else:
             sent_at, number, mark = sent
             since, since_tokens = lane.since(number, mark)
@@ -252,6 +266,7 @@ class RoutePaces:
                 # debt of requests sent past a spent request limit keeps a bursty route's
                 # queue short: ``paper``).
                 lane.token_pace = RatePace(floor=0.0)
+                self._token_routes.add(endpoint)
                 self.tokens_paced = True
             tokens = lane.token_pace.reported(report.tokens, sent_at, since_tokens, now)
             lane.paced = max(lane.paced, tokens)
@@ -259,24 +274,27 @@ class RoutePaces:
 
     def room_at(self, endpoint: str, tokens: float, now: float) -> float:
         """When a request taking ``tokens`` fits the token limit of one of ``endpoint``'s keys
-        (-inf: now, or none of them is paced by one)."""
-        lanes = self._lanes.get(endpoint)
-        if lanes is None:
+        (-inf: now, or one of them is paced by none)."""
+        if endpoint not in self._token_routes:
             return _NEVER
         soonest = math.inf
         for key in self._keys_of(endpoint) or ("",):
-            lane = lanes.get(key)
-            pace = lane.token_pace if lane is not None else None
-            if pace is None:
-                return _NEVER  # a key no token limit was reported for has room
-            at = pace.room_at(tokens, now)
+            at = self.key_room_at(endpoint, key, tokens, now)
             if at <= now:
                 return _NEVER
             soonest = min(soonest, at)
         return soonest
 
+    def key_room_at(self, endpoint: str, key: str, tokens: float, now: float) -> float:
+        """When a request taking ``tokens`` fits the token limit of ``endpoint``'s ``key``
+        (-inf: now, or no token limit was reported for it)."""
+        lane = self._lanes.get(endpoint, {}).get(key)
+        pace = lane.token_pace if lane is not None else None
+        return _NEVER if pace is None else pace.room_at(tokens, now)
+
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
-        """Whether ``key`` of ``endpoint`` has no request left at ``now``, by its pace."""
+        """Whether ``key`` of ``endpoint`` has nothing left at ``now`` (no request, or not a
+        token), by its paces."""
         lane = self._lanes.get(endpoint, {}).get(key)
         return lane is not None and lane.paced > now
 

@@ -290,6 +290,7 @@ class _Flight:
     seq: int = 0  # its number among the requests sent to ``endpoint`` with ``key``
     mark: float = 0.0  # the tokens sent to ``endpoint`` with ``key``, it included
     tokens: float = 0.0  # the tokens it is expected to take of a token limit
+    taken: float = 0.0  # what it took of its key's token pace (given back if never sent)
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
     keys: Sequence[Keyed] = ()  # the plan's candidates: the key each was given
     key: str = ""  # the key it was sent to ``endpoint`` with ("": none)
@@ -331,18 +332,18 @@ class RouteLoad:
     def reported(
         self, request_id: str, endpoint: str, key: str, report: RateReport, now: float
     ) -> None:
-        """An answer of ``endpoint`` with ``key`` to ``request_id`` reported its request rate
-        limit's state: that key is paced by it from now on (``actors/state/rate_pace.py``)."""
+        """An answer of ``endpoint`` with ``key`` to ``request_id`` reported its rate limits'
+        state: that key is paced by it from now on (``actors/state/rate_pace.py``)."""
         if endpoint not in self.counts:
             return
         f = self._flights.get(request_id)
         if f is not None and f.endpoint == endpoint and f.key == key:
-            self.paces.reported(endpoint, key, report, now, (f.sent_at, f.seq, f.mark), 0)
+            self.paces.reported(endpoint, key, report, now, (f.sent_at, f.seq, f.mark), (0, 0.0))
             return
         # Not counted there (expired, retried on a spare key, a hedge's backup): every one in
         # flight on that key may have been sent after it (a rare path: the flights are read).
-        flying = self._flights.values()
-        in_flight = sum(1 for g in flying if g.endpoint == endpoint and g.key == key)
+        flying = [g for g in self._flights.values() if g.endpoint == endpoint and g.key == key]
+        in_flight = (len(flying), math.fsum(g.tokens for g in flying))
         self.paces.reported(endpoint, key, report, now, None, in_flight)
 
     def succeeded(
@@ -383,7 +384,7 @@ class RouteLoad:
         if first not in self.counts:
             return
         key = _key_of(keys, first)
-        seq, mark = self.paces.sent(first, key, now, tokens)
+        seq, mark, taken = self.paces.sent(first, key, now, tokens)
         self._flights[request_id] = _Flight(
             first,
             now,
@@ -392,6 +393,7 @@ class RouteLoad:
             seq=seq,
             mark=mark,
             tokens=tokens,
+            taken=taken,
             sent_at=now,
             keys=keys,
             key=key,
@@ -406,7 +408,7 @@ class RouteLoad:
         if f is None:
             return
         if f.endpoint == endpoint:
-            self.paces.unsent(endpoint, f.key, f.seq, now, f.tokens)
+            self.paces.unsent(endpoint, f.key, f.seq, now, (f.tokens, f.taken))
             self._end(request_id, f)
         elif endpoint in f.rest:
             f.rest = tuple(e for e in f.rest if e != endpoint)
@@ -446,7 +448,7 @@ class RouteLoad:
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
             f.key = _key_of(f.keys, endpoint)
-            f.seq, f.mark = self.paces.sent(endpoint, f.key, now, f.tokens)
+            f.seq, f.mark, f.taken = self.paces.sent(endpoint, f.key, now, f.tokens)
             f.sent_at = now
             self.counts[endpoint] += 1
 

@@ -16,7 +16,7 @@ class Batch(list[dict[str, Any]]):
     relay ends the client's answer in the same write. ``spent_for`` (the first batch only):
     the provider's ``x-ratelimit-remaining-*`` said a limit is spent, for this many seconds
     (:func:`rate_limit_spent_seconds`). ``rate`` (the first batch only): the request rate
-    limit's state the answer's headers reported (:func:`rate_report`).
+    limit's state the answer's headers reported, and its token limit's (:func:`rate_report`).
     """
 
     __slots__ = ("last", "rate", "spent_for")

@@ -301,7 +301,7 @@ class SimulatedAdapter:
             if limit.tokens is not None:
                 token_report = RateReport(
                     limit=limit.tokens,
-                    remaining=limit.tokens - used_tokens - tokens,
+                    remaining=max(0, limit.tokens - used_tokens - tokens),
                     reset_seconds=limit.per_seconds,
                 )
             return RateReport(
@@ -318,6 +318,10 @@ class SimulatedAdapter:
             "x-ratelimit-remaining-requests": str(max(0, (limit.requests or 0) - len(window))),
             "x-ratelimit-reset-requests": f"{frees:.3f}s",
         }
+        if limit.tokens is not None:
+            headers["x-ratelimit-limit-tokens"] = str(limit.tokens)
+            headers["x-ratelimit-remaining-tokens"] = str(max(0, limit.tokens - used_tokens))
+            headers["x-ratelimit-reset-tokens"] = f"{frees:.3f}s"
         body = _encode({"error": {"message": "Rate limit reached", "type": "requests"}})
         raise error_from_status(endpoint, 429, headers, body)
 
@@ -347,8 +351,11 @@ class SimulatedAdapter:
             token_report = None
             if limit.tokens is not None:
                 token_back = (limit.tokens - bucket.tokens) / limit.tokens * limit.per_seconds
+                # A request larger than the whole bucket was let in from a full one: none left.
                 token_report = RateReport(
-                    limit=limit.tokens, remaining=int(bucket.tokens), reset_seconds=token_back
+                    limit=limit.tokens,
+                    remaining=max(0, int(bucket.tokens)),
+                    reset_seconds=min(token_back, limit.per_seconds),
                 )
             return RateReport(
                 limit=limit.requests, remaining=left, reset_seconds=back, tokens=token_report

@@ -594,6 +594,8 @@ async def test_model_paces_a_route_by_its_token_limit_with_each_requests_prompt(
     larger = await plan(bus, dry=True, prompt_tokens=1_700)  # 2,500 room: not there
     fits = await plan(bus, request_id="r2", prompt_tokens=1_100)  # 1,900 room; 500 left
     smaller = await plan(bus, dry=True, prompt_tokens=0)  # 800 room: not there
+    # Operators see it spent until the smallest request fits.
+    shown = {r.endpoint: r.rate_limit_until for r in (await status(bus)).routes}
     clock.now += 0.3  # 300 are back: 800
     back = await plan(bus, dry=True, prompt_tokens=0)
 
@@ -606,6 +608,7 @@ async def test_model_paces_a_route_by_its_token_limit_with_each_requests_prompt(
     # Until the room it needs is back: 500 tokens after the larger, 300 after the smaller.
     assert larger.skipped[0].until == pytest.approx(clock.now - 0.3 + 0.5)
     assert smaller.skipped[0].until == pytest.approx(clock.now)
+    assert shown[A] == pytest.approx(clock.now) and shown[B] is None
     assert endpoints(back)[0] == A and back.skipped == ()
 
 
@@ -638,6 +641,30 @@ async def test_model_paces_each_key_of_a_route_apart(
     assert drawn.candidates[0].spare_credentials == (key,)
     assert endpoints(both_spent) == [B, A] and both_spent.skipped[0].reason == "rate_limit"
     assert endpoints(with_a_new_key)[0] == A and with_a_new_key.skipped == ()
+
+
+async def test_model_draws_the_key_whose_token_limit_has_room_for_the_request(
+    bus: InProcessBus, clock: FakeClock, start_model: Start
+) -> None:
+    await start_model((8001, 1), (8002, 1e-9))
+    keys = (PoolKey(credential_id="k-1"), PoolKey(credential_id="k-2"))
+    await bus.publish(subjects.keypool_state(A), KeyPoolState(pool=A, keys=keys, seq=1))
+    first = await plan(bus, request_id="r0", prompt_tokens=100)
+    key = first.candidates[0].credential_id
+    other = "k-2" if key == "k-1" else "k-1"
+    plenty = RateReport(limit=100, remaining=99, reset_seconds=1.0)
+    # r0's key has 500 tokens of 100,000 left, the other key 50,000 (a minute to refill).
+    for rid, k, left in (("r0", key, 500), ("rx", other, 50_000)):
+        tokens = RateReport(limit=100_000, remaining=left, reset_seconds=60.0)
+        said = FirstToken(
+            endpoint=A, request_id=rid, rate=with_tokens(plenty, tokens), credential_id=k
+        )
+        await bus.publish(subjects.model_first_token("m"), said)
+    large = [await plan(bus, request_id=f"r{i}", prompt_tokens=2_000) for i in (1, 2)]
+
+    # The route has room for them (on the other key), and they are sent with that key.
+    assert [p.candidates[0].endpoint for p in large] == [A, A]
+    assert [p.candidates[0].credential_id for p in large] == [other, other]
 
 
 def with_tokens(requests: RateReport, tokens: RateReport) -> RateReport:

@@ -176,7 +176,7 @@ def test_a_request_fits_a_token_limit_once_what_it_takes_is_left() -> None:
 def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
     load = RouteLoad({"a": None, "b": None}, ttl=600.0)
     paces = load.paces
-    paces.answered(600, 400)  # requests take about 1,000 tokens, 400 of them output
+    paces.answered(400)  # answers take 400 tokens on average
     assert paces.tokens(600) == 1_000.0
     load.issued("r0", ("a", "b"), 0.0, tokens=paces.tokens(600))
     load.issued("r1", ("a", "b"), 0.0, tokens=paces.tokens(2_600))  # 3,000 tokens
@@ -204,7 +204,7 @@ def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
 
 def test_unpaced_the_token_limit_is_not_paced() -> None:
     load = RouteLoad({"a": None}, ttl=600.0, pacing=False)
-    load.paces.answered(600, 400)
+    load.paces.answered(400)
     load.issued("r0", ("a",), 0.0, tokens=1_000.0)
     load.reported("r0", "a", "", tokens(10_000, 0, 1.0, report(100, 99, 1.0)), 0.0)
     assert not load.saturated("a", 0.0)
@@ -222,3 +222,23 @@ def test_requests_sent_past_a_spent_limit_are_owed_but_tokens_are_not() -> None:
     assert owed == pytest.approx((1 + 13) * 0.25)  # back once the 13 sent past it refilled
     assert not_owed == pytest.approx(0.25 / 1_000)  # a token back: a refused one took none
     assert tokens.room_at(1_000.0, 0.0) == pytest.approx(0.25)
+
+
+def test_a_plan_never_sent_gives_back_only_the_tokens_it_took() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0)
+    load.issued("r0", ("a",), 0.0, tokens=100.0)
+    load.reported("r0", "a", "", tokens(10_000, 100, 99.0, report(100, 99, 1.0)), 0.0)
+    load.issued("r1", ("a",), 0.0, tokens=5_000.0)  # takes the 100 left (a 429 at most)
+    load.unsent("r1", "a", 0.0)  # and gives back those 100, not 5,000
+    assert load.paces.room_at("a", 100.0, 0.0) == NEVER
+    assert load.paces.room_at("a", 101.0, 0.0) > 0.0
+
+
+def test_a_report_not_counted_on_its_route_counts_the_tokens_in_flight_after_it() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0)
+    load.issued("r0", ("a",), 0.0, tokens=3_000.0)
+    load.issued("r1", ("a",), 0.0, tokens=1_000.0)
+    # Its flight expired: both may have been sent after it, 4,000 tokens of the 5,000 left.
+    load.reported("gone", "a", "", tokens(10_000, 5_000, 5.0, report(100, 90, 1.0)), 0.0)
+    assert load.paces.room_at("a", 1_000.0, 0.0) == NEVER
+    assert load.paces.room_at("a", 1_001.0, 0.0) > 0.0

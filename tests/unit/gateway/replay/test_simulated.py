@@ -109,7 +109,7 @@ def test_a_whole_answer_reports_its_request_limit_as_the_adapter_would() -> None
     assert answer[RATE_REPORT] == RateReport(limit=4, remaining=3, reset_seconds=0.5)
 
 
-def test_a_bucket_token_limit_is_reported_with_the_request_limit_and_on_its_429() -> None:
+def test_a_bucket_token_limit_is_reported_with_the_request_limit() -> None:
     # 1,000 tokens a 2 s bucket; a request takes its 100 prompt tokens and 11 output ones.
     limit = {"requests": 100, "tokens": 1_000, "per_seconds": 2.0, "kind": "bucket"}
 
