@@ -128,6 +128,26 @@ def test_paced_ratelimited_routes_are_filled_to_their_rates_without_drawing_thei
     assert cost["routewise-a0"][0] <= 1.12 * fill
 
 
+def test_a_request_is_not_sent_where_a_routes_token_limit_lacks_room_for_it() -> None:
+    configs = ("primary", "routewise-a1")
+    paced, _ = _replay("tokenlimited", configs, 40.0)
+    unpaced, _ = _replay("tokenlimited", configs, 40.0, paced=False)
+    now = {n: paced["configs"][n] for n in configs}
+    before = {n: unpaced["configs"][n] for n in configs}
+
+    assert all(now[n]["served"] == now[n]["requests"] for n in configs)
+    # Before, the provider refused each request larger than what its token limit had left:
+    # 88 429s on this trace (its first 10 s drain the full buckets), 45 now: those left are
+    # answers longer than the room kept for them.
+    drawn = {
+        n: (now[n]["rate_limited_attempts"], before[n]["rate_limited_attempts"]) for n in configs
+    }
+    assert sum(a for a, _ in drawn.values()) <= 0.6 * sum(b for _, b in drawn.values()), drawn
+    # primary keeps its cheap routes (no 429 cools them): cheaper; alpha 1 keeps its fast ones.
+    assert now["primary"]["cost_usd"] < before["primary"]["cost_usd"]
+    assert now["routewise-a1"]["ttft_mean"] < 0.95 * before["routewise-a1"]["ttft_mean"]
+
+
 def test_ratelimited_alpha_0_fills_the_cheap_routes_rates_and_alpha_1_buys_speed() -> None:
     report, _ = _replay("ratelimited", ("routewise-a0", "routewise-a1"), 30.0)
     cheap, fast = report["configs"]["routewise-a0"], report["configs"]["routewise-a1"]
