@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -24,6 +24,8 @@ from tests.e2e.conftest import HI, anthropic_route, config, eid, model, route, w
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
+    import openai
+
     from tests.fixtures.gateway import GatewayFactory
     from tests.fixtures.upstream import UpstreamFactory
 
@@ -51,7 +53,8 @@ def _reported(remaining: int, kind: str) -> Reply:
     return Reply(headers=headers)
 
 
-@pytest.mark.parametrize(
+# Paced and unpaced, streamed and whole, on an OpenAI-compatible and an Anthropic route.
+CASES = pytest.mark.parametrize(
     ("pacing", "stream", "kind"),
     [
         (True, True, "openai_compat"),
@@ -61,6 +64,9 @@ def _reported(remaining: int, kind: str) -> Reply:
         (True, False, "anthropic"),
     ],
 )
+
+
+@CASES
 async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_provider_refuses(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,
@@ -79,18 +85,7 @@ async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_p
     gw = await gateway_factory(cfg)
     client = gw.openai()
 
-    served = []
-    for _ in range(3):
-        if stream:
-            raw = await client.chat.completions.with_raw_response.create(
-                model="m", messages=HI, stream=True
-            )
-            async for _chunk in raw.parse():
-                pass
-        else:
-            raw = await client.chat.completions.with_raw_response.create(model="m", messages=HI)
-            assert "_rate_report" not in raw.text  # the marker never reaches the client
-        served.append(raw.headers["x-routed-via"])
+    served = [await _routed_via(client, HI, stream) for _ in range(3)]
     deep = (await gw.http().get("/health/deep")).json()
     paced_load = deep["load"]["m"][served[0]]
 
@@ -161,16 +156,7 @@ def _tokens_reported(kind: str) -> Reply:
 LONG = [{"role": "user", "content": "lorem ipsum " * 1000}]  # some 3,000 tokens: over 500
 
 
-@pytest.mark.parametrize(
-    ("pacing", "stream", "kind"),
-    [
-        (True, True, "openai_compat"),
-        (True, False, "openai_compat"),
-        (False, True, "openai_compat"),
-        (True, True, "anthropic"),
-        (True, False, "anthropic"),
-    ],
-)
+@CASES
 async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_sent_elsewhere(
     gateway_factory: GatewayFactory,
     fake_upstreams: UpstreamFactory,
@@ -188,22 +174,24 @@ async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_s
     gw = await gateway_factory(cfg)
     client = gw.openai()
 
-    served = []
-    for messages in (HI, HI, LONG):
-        if stream:
-            raw = await client.chat.completions.with_raw_response.create(
-                model="m", messages=messages, stream=True
-            )
-            async for _chunk in raw.parse():
-                pass
-        else:
-            raw = await client.chat.completions.with_raw_response.create(
-                model="m", messages=messages
-            )
-        served.append(raw.headers["x-routed-via"])
+    served = [await _routed_via(client, messages, stream) for messages in (HI, HI, LONG)]
 
     assert served[:2] == [served[0]] * 2
     if pacing:  # the long one would overdraw what is left: the provider would refuse it
         assert served[2] != served[0] and len(paced.requests) == 2 and len(spare.requests) == 1
     else:  # unpaced, only a report of none left would have spent the route
         assert served[2] == served[0] and not spare.requests
+
+
+async def _routed_via(client: openai.AsyncOpenAI, messages: Any, stream: bool) -> str:
+    """The route that served one chat completion of ``messages`` (read to its end)."""
+    if stream:
+        chunks = await client.chat.completions.with_raw_response.create(
+            model="m", messages=messages, stream=True
+        )
+        async for _chunk in chunks.parse():
+            pass
+        return chunks.headers["x-routed-via"]
+    whole = await client.chat.completions.with_raw_response.create(model="m", messages=messages)
+    assert "_rate_report" not in whole.text  # the marker never reaches the client
+    return whole.headers["x-routed-via"]

@@ -702,26 +702,13 @@ async def test_model_unpaced_is_still_spent_by_a_report_of_none_left(
         said_spent = await plan(bus, dry=True)
         said_at = clock.now
         clock.now += 20.0
-        tokens_left = RateReport(limit=9_000, remaining=50, reset_seconds=5.0)
-        await bus.publish(
-            subjects.model_first_token("m"),
-            FirstToken(
-                endpoint=A,
-                request_id="r1",
-                rate=with_tokens(one_left, tokens_left),
-            ),
-        )
-        tokens_unpaced = await plan(bus, dry=True)
-        no_tokens = RateReport(limit=9_000, remaining=0, reset_seconds=5.0)
-        await bus.publish(
-            subjects.model_first_token("m"),
-            FirstToken(
-                endpoint=A,
-                request_id="r1",
-                rate=with_tokens(one_left, no_tokens),
-            ),
-        )
-        tokens_spent = await plan(bus, dry=True)
+        tokens_plans = []
+        for left in (50, 0):  # tokens left: unpaced, only none left spends the route
+            tokens = RateReport(limit=9_000, remaining=left, reset_seconds=5.0)
+            said = FirstToken(endpoint=A, request_id="r1", rate=with_tokens(one_left, tokens))
+            await bus.publish(subjects.model_first_token("m"), said)
+            tokens_plans.append(await plan(bus, dry=True))
+        tokens_unpaced, tokens_spent = tokens_plans
     finally:
         await root.stop()
 
