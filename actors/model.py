@@ -176,6 +176,7 @@ class ModelActor(Actor):
         await self._restore()
         self._prefer_by_quota()
         self._host = self._strategy.host(self._model, self._clock)
+        spills = self._router == "fixed" and self._routing.learned_capacity.enabled
         self._planner = RoutePlanner(
             self._model,
             self._routing,
@@ -191,9 +192,8 @@ class ModelActor(Actor):
             # Spilling is the fixed router's (RouteWise and round_robin keep their own order);
             # RouteWise too leaves out a route a request's tokens would overdraw (a baseline
             # or round_robin sends it on, as their request limits).
-            spills=self._router == "fixed" and self._routing.learned_capacity.enabled,
-            spills_for_tokens=self._router == "routewise"
-            or (self._router == "fixed" and self._routing.learned_capacity.enabled),
+            spills=spills,
+            spills_for_tokens=spills or self._router == "routewise",
             pins_changed=self._pins_changed,
         )
         if self._host is not None:

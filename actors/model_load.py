@@ -89,8 +89,9 @@ class ModelLoad:
         self.load.reported(request_id, endpoint, key, report, self._clock())
 
     def deciding(self, prompt_tokens: int) -> None:
-        """The keys drawn next are for a request of ``prompt_tokens``: a key whose token limit
-        has no room for it counts as spent (:meth:`key_spent`)."""
+        """The plan decided next is for a request of ``prompt_tokens``: a route (:meth:`spill`,
+        :meth:`skipped`) or a key (:meth:`key_spent`) whose token limit has no room for it is
+        passed over."""
         paces = self.load.paces
         self._room = paces.room_needed(prompt_tokens) if paces.tokens_paced else 0.0
 
@@ -165,6 +166,12 @@ class ModelLoad:
             ts=now,
         )
 
+    def _room_at(self, endpoint: str, now: float) -> float:
+        """When ``endpoint`` has room for the request being decided (-inf: now)."""
+        if self._room <= 0.0:
+            return _NEVER
+        return self.load.paces.room_at(endpoint, self._room, now)
+
     @property
     def tokens_paced(self) -> bool:
         """Whether a route's answers reported a token limit (plans then spill for tokens)."""
@@ -175,7 +182,6 @@ class ModelLoad:
         drawn: list[RouteEntry],
         backups: list[RouteEntry],
         available: Callable[[RouteEntry], bool],
-        prompt_tokens: int = 0,
         *,
         saturated: bool = True,
     ) -> tuple[list[RouteEntry], list[RouteEntry], list[RouteEntry]]:
@@ -183,8 +189,8 @@ class ModelLoad:
         draw for the next in weight order (the backups at their limit go after the others);
         the drawn ones at their limit are kept last among the fallbacks. Weights are an
         intent that load bends, never a queue. It spills past a route whose token limit has
-        less left than a request of ``prompt_tokens`` may take (``RoutePaces.room_needed``)
-        too, and RouteWise's plans (``saturated`` False) past those only. When no
+        less left than the request being decided may take (:meth:`deciding`) too, and
+        RouteWise's plans (``saturated`` False) past those only. When no
         ``available`` route is under its limit, nothing spills (the limit is an estimate,
         not a refusal).
 
@@ -193,10 +199,9 @@ class ModelLoad:
         now = self._clock()
         routes = (*drawn, *backups)
         full = {r.endpoint for r in routes if saturated and load.saturated(r.endpoint, now)}
-        if load.paces.tokens_paced:
-            tokens = load.paces.room_needed(prompt_tokens)
-            room_at = load.paces.room_at
-            full.update(r.endpoint for r in routes if room_at(r.endpoint, tokens, now) > now)
+        if self._room > 0.0:
+            room, room_at = self._room, load.paces.room_at
+            full.update(r.endpoint for r in routes if room_at(r.endpoint, room, now) > now)
         if not full or not any(available(r) and r.endpoint not in full for r in (*drawn, *backups)):
             return drawn, backups, []
         spilled = [r for r in drawn if r.endpoint in full and available(r)]
@@ -204,15 +209,13 @@ class ModelLoad:
         backups = sorted(backups, key=lambda r: r.endpoint in full)  # stable: declared order
         return drawn, backups, spilled
 
-    def skipped(self, r: RouteEntry, prompt_tokens: int = 0) -> RouteSkip:
+    def skipped(self, r: RouteEntry) -> RouteSkip:
         """What the plan says of ``r``, spilled for capacity: its provider's reported rate
-        limit spent, or too little of its token limit left for a request of
-        ``prompt_tokens`` (until when), else its learned concurrency limit reached."""
-        until = self.load.limits[r.endpoint].spent_until
-        if self.load.paces.tokens_paced:
-            tokens = self.load.paces.room_needed(prompt_tokens)
-            until = max(until, self.load.paces.room_at(r.endpoint, tokens, self._clock()))
-        if until != _NEVER and until > self._clock():
+        limit spent, or too little of its token limit left for the request being decided
+        (until when), else its learned concurrency limit reached."""
+        now = self._clock()
+        until = max(self.load.limits[r.endpoint].spent_until, self._room_at(r.endpoint, now))
+        if until != _NEVER and until > now:
             in_flight = self.load.in_flight(r.endpoint)
             return RouteSkip(
                 endpoint=r.endpoint, reason="rate_limit", until=until, in_flight=in_flight
@@ -232,8 +235,8 @@ class ModelLoad:
             return r
         now = self._clock()
         # A token limit without room for the smallest request spends it as much.
-        room = self.load.paces.room_at(r.endpoint, self.load.paces.room_needed(0), now)
-        until = max(lim.spent_until, room)
+        paces = self.load.paces
+        until = max(lim.spent_until, paces.room_at(r.endpoint, paces.room_needed(0), now))
         spent = until if until > now else None
         return msgspec.structs.replace(
             r,

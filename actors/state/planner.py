@@ -209,11 +209,7 @@ class RoutePlanner:
         spilled: list[RouteEntry] = []
         if self._spills or (self._spills_for_tokens and self._load.tokens_paced):
             drawn, backups, spilled = self._load.spill(
-                drawn,
-                backups,
-                lambda r: serving(r, now),
-                req.prompt_tokens,
-                saturated=self._spills,
+                drawn, backups, lambda r: serving(r, now), saturated=self._spills
             )
         closed = [r for r in drawn if serving(r, now)]
         probing = [r for r in drawn if probe_eligible(r, now)]
@@ -271,7 +267,7 @@ class RoutePlanner:
             hedge_after_ms=hedge,
             skipped=(
                 *(RouteSkip(endpoint=e, reason="cooling", until=u) for e, u in cooling.items()),
-                *(self._load.skipped(r, req.prompt_tokens) for r in spilled),
+                *(self._load.skipped(r) for r in spilled),
             ),
         )
         if req.dry or not pick.share:
