@@ -59,10 +59,27 @@ def called_tool(body: JSON) -> str | None:
     return None
 
 
+def asked_tokens_of(body: JSON) -> int | None:
+    """The longest answer the request allows: its ``max_tokens`` (what a provider reserves of
+    a token limit while it answers); None when it sets none."""
+    n = body.get("max_tokens") or body.get("max_completion_tokens")
+    return None if n is None else max(1, int(n))
+
+
 def output_tokens_of(body: JSON) -> int:
-    """The answer's length: the request's ``max_tokens`` (the trace sets it to the length)."""
-    n = body.get("max_tokens") or body.get("max_completion_tokens") or 1
-    return max(1, int(n))
+    """The answer's length: the number the prompt opens with (a trace request whose client
+    sets a cap of its own, or none), else the request's ``max_tokens`` (the trace sets it to
+    the length); never more than ``max_tokens``."""
+    asked = asked_tokens_of(body)
+    messages = body.get("messages") or ()
+    content = messages[0].get("content") if messages and isinstance(messages[0], dict) else None
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        content = content[0].get("text")
+    if isinstance(content, str) and content[:1].isdigit():
+        head = content.split(" ", 1)[0]
+        if head.isdigit():
+            return max(1, int(head) if asked is None else min(asked, int(head)))
+    return 1 if asked is None else asked
 
 
 def text_delta(text: str) -> dict[str, Any]:

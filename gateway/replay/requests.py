@@ -19,9 +19,11 @@ _encode = msgspec.json.Encoder().encode
 
 def request_body(r: TraceRequest) -> bytes:
     """The chat request ``r`` stands for: a prompt of its length (then its images), its
-    answer's length as ``max_tokens``, its tool definitions (and ``tool_choice: required``
-    when its answer is a tool call)."""
-    text = "x" * (r.prompt_tokens * CHARS_PER_TOKEN)
+    answer's length as ``max_tokens`` (or its client's cap, none for 0, the prompt then
+    opening with the length, which the simulated model reads: :func:`output_tokens_of`), its
+    tool definitions (and ``tool_choice: required`` when its answer is a tool call)."""
+    length = "" if r.max_tokens is None else f"{r.output_tokens} "
+    text = length + "x" * max(0, r.prompt_tokens * CHARS_PER_TOKEN - len(length))
     content: str | list[dict[str, Any]] = text
     if r.images:
         content = [{"type": "text", "text": text}] + [
@@ -31,9 +33,10 @@ def request_body(r: TraceRequest) -> bytes:
     body: dict[str, Any] = {
         "model": r.model,
         "messages": [{"role": "user", "content": content}],
-        "max_tokens": r.output_tokens,
         "stream": r.stream,
     }
+    if r.max_tokens != 0:
+        body["max_tokens"] = r.output_tokens if r.max_tokens is None else r.max_tokens
     if r.tools:
         body["tools"] = [_tool(i) for i in range(r.tools)]
         if r.tool_call:

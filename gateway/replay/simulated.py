@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import math
 from collections import deque
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ import msgspec
 from gateway.adapters.base import JSON, Batch, UpstreamTarget, bad_response, error_from_status
 from gateway.replay.answers import (
     arguments_delta,
+    asked_tokens_of,
     called_tool,
     failure,
     output_tokens_of,
@@ -137,8 +139,8 @@ class SimulatedAdapter:
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:
         """The whole answer once generated."""
-        route, prompt, output, kind, rate = self._admit(target, body)
-        async with self._slot(route, target.api_key or ""):
+        route, prompt, output, kind, rate, settle = self._admit(target, body)
+        async with self._slot(route, target.api_key or "", settle):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
                 raise bad_response(target.endpoint, "an empty body")
@@ -171,12 +173,12 @@ class SimulatedAdapter:
     async def stream(self, target: UpstreamTarget, body: JSON) -> AsyncIterator[Batch]:
         """The first token after the TTFT, the rest at the route's output rate (a tool call's
         arguments as a text's content)."""
-        route, prompt, output, kind, rate = self._admit(target, body)
+        route, prompt, output, kind, rate, settle = self._admit(target, body)
         base = {"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0}
         base["model"] = target.upstream_model
         tool = called_tool(body)
         delta = text_delta if tool is None else arguments_delta
-        async with self._slot(route, target.api_key or ""):
+        async with self._slot(route, target.api_key or "", settle):
             await asyncio.sleep(self._ttft(route, prompt, kind))
             if kind == "empty":
                 return
@@ -220,13 +222,16 @@ class SimulatedAdapter:
 
     def _admit(
         self, target: UpstreamTarget, body: JSON
-    ) -> tuple[_Route, int, int, str | None, RateReport | None]:
+    ) -> tuple[_Route, int, int, str | None, RateReport | None, Callable[[], None]]:
         """The route, prompt and output tokens of an attempt the provider accepts, the
-        failure it will show once served (``stall``, ``empty``) and its request limit's state
-        (:meth:`_rate_limit`); raises the UpstreamError of an outage, a rate limit or a
-        failure drawn to come at once."""
+        failure it will show once served (``stall``, ``empty``), its request limit's state
+        (:meth:`_rate_limit`) and what to call once it ends (a token limit reserves the
+        request's ``max_tokens`` while it runs and gets back what its answer did not use, as
+        OpenAI and Anthropic meter); raises the UpstreamError of an outage, a rate limit or
+        a failure drawn to come at once."""
         route = self._route(target)
         prompt, output = prompt_tokens_of(body), output_tokens_of(body)
+        reserved = max(output, asked_tokens_of(body) or 0)
         now = self._now()
         p = route.provider
         outage = p.outage_at(now - self.origin)
@@ -234,7 +239,7 @@ class SimulatedAdapter:
         if outage is not None and outage.errors is not None:
             rates = outage.errors
         elif outage is not None and outage.kind == "stall":
-            return route, prompt, output, "stall", None
+            return route, prompt, output, "stall", None, _nothing
         elif outage is not None:
             raise failure(target.endpoint, outage.kind)
         credential = target.api_key or ""
@@ -245,16 +250,34 @@ class SimulatedAdapter:
             p.concurrency.limit
         ):
             raise too_many(target.endpoint, p.concurrency.retry_after)
-        rate = self._rate_limit(route, target.endpoint, now, prompt + output)
+        rate = self._rate_limit(route, target.endpoint, now, prompt + reserved)
+        settle = functools.partial(self._give_back, route, now, reserved - output)
         kind = _draw(route.rng, rates)
         if kind in ("http_500", "http_503", "http_401", "http_403", "reset"):
+            settle()
             raise failure(target.endpoint, kind)
         if p.quota is not None:
             _, requests, tokens = route.quota_used.get(credential, (period, 0, 0))
             route.quota_used[credential] = (period, requests + 1, tokens + prompt + output)
         if p.concurrency is not None:  # released when its slot is (see _slot)
             route.plan_in_flight[credential] = route.plan_in_flight.get(credential, 0) + 1
-        return route, prompt, output, kind, rate
+        return route, prompt, output, kind, rate, settle
+
+    def _give_back(self, route: _Route, taken_at: float, tokens: int) -> None:
+        """``tokens`` that an attempt admitted at ``taken_at`` took of its route's token limit
+        come back (its answer ended shorter than its ``max_tokens``)."""
+        limit = route.provider.rate_limit
+        if tokens <= 0 or limit is None or limit.tokens is None:
+            return
+        if route.bucket is not None:
+            route.bucket.refill(limit, self._now())
+            route.bucket.tokens = min(float(limit.tokens), route.bucket.tokens + tokens)
+            return
+        window = route.window
+        for i, (started, taken) in enumerate(window):
+            if started == taken_at and taken >= tokens:
+                window[i] = (started, taken - tokens)
+                return
 
     def _quota_left(
         self, route: _Route, endpoint: str, credential: str, now: float, tokens: int
@@ -387,14 +410,17 @@ class SimulatedAdapter:
         return sample * p.ttft_factor(self._now() - self.origin)
 
     @asynccontextmanager
-    async def _slot(self, route: _Route, credential: str) -> AsyncIterator[None]:
+    async def _slot(
+        self, route: _Route, credential: str, settle: Callable[[], None]
+    ) -> AsyncIterator[None]:
         """Hold one of the route's capacity slots, waiting in FIFO order for one; on the way
-        out, give back the attempt's place in ``credential``'s concurrency plan (taken by
-        :meth:`_admit`)."""
+        out, give back the attempt's place in ``credential``'s concurrency plan and ``settle``
+        what it reserved of the token limit (both taken by :meth:`_admit`)."""
         try:
             async with self._capacity(route):
                 yield
         finally:
+            settle()
             if route.provider.concurrency is not None:
                 route.plan_in_flight[credential] -= 1
 
@@ -426,6 +452,10 @@ class SimulatedAdapter:
         billed = self._ledger.setdefault(endpoint, Billed())
         billed.prompt_tokens += prompt
         billed.completion_tokens += output
+
+
+def _nothing() -> None:
+    """Nothing to give back."""
 
 
 def _hand_on(route: _Route) -> None:

@@ -5,10 +5,12 @@ A synth spec (a scenario's ``synth.yaml``) gives the mean rate and its shape ove
 every ``burst.every_seconds``; ``diurnal``: a sine of ``diurnal.amplitude`` over
 ``diurnal.period_seconds``), lognormal prompt and output lengths, the share of streams, the
 number of callers and labels drawn by weight; the share of requests carrying tool
-definitions (and of those, answered by a tool call) and images; and the gateway API keys
-the callers present, each caller holding one key drawn by weight. The same spec and seed
-give the same trace (the tool, image and key draws come from their own random sources, so
-a spec without them gives the trace it always gave).
+definitions (and of those, answered by a tool call) and images; the ``max_tokens`` caps
+clients set, by share of requests (an answer longer than its cap is cut to it; when any is
+given, the other requests set none, else each asks for its answer's length); and the
+gateway API keys the callers present, each caller holding one key drawn by weight. The
+same spec and seed give the same trace (the tool, image, cap and key draws come from their
+own random sources, so a spec without them gives the trace it always gave).
 """
 
 from __future__ import annotations
@@ -138,7 +140,16 @@ class SynthSpec(_Strict):
     labels: dict[str, dict[str, float]] = Field(default_factory=dict)
     tools: Tools = Tools()
     images: Images = Images()
+    max_tokens: dict[int, float] = Field(default_factory=dict)
     keys: tuple[Key, ...] = ()
+
+    @model_validator(mode="after")
+    def _caps_shared_once(self) -> SynthSpec:
+        if any(cap < 1 or share < 0 for cap, share in self.max_tokens.items()):
+            raise ValueError("max_tokens: each cap is at least 1 and its share at least 0")
+        if sum(self.max_tokens.values()) > 1.0 + 1e-9:
+            raise ValueError("max_tokens: the shares add up to more than 1")
+        return self
 
     @model_validator(mode="after")
     def _keys_named_once(self) -> SynthSpec:
@@ -210,12 +221,13 @@ def _request(spec: SynthSpec, rng: Random, n: int, t: float) -> TraceRequest:
 
 
 class _Mix:
-    """What a request carries besides its size: tools, images and its caller's key, drawn
-    from random sources of their own."""
+    """What a request carries besides its size: tools, images, its ``max_tokens`` cap and its
+    caller's key, drawn from random sources of their own."""
 
     def __init__(self, spec: SynthSpec, seed: int) -> None:
         self._spec = spec
         self._rng = Random(f"synth:{seed}:mix")
+        self._caps = Random(f"synth:{seed}:caps")
         weights = {k.name: k.weight for k in spec.keys}
         keys = Random(f"synth:{seed}:keys")
         self._key_of = [_pick(keys, weights) for _ in range(spec.callers)] if weights else []
@@ -230,6 +242,15 @@ class _Mix:
             changes["images"] = spec.images.count
         if self._key_of:
             changes["key"] = self._key_of[int(r.caller[1:])]
+        if spec.max_tokens:
+            changes["max_tokens"] = 0  # unless a cap is drawn: the client sets none
+            x = self._caps.random()
+            for cap, share in sorted(spec.max_tokens.items()):
+                x -= share
+                if x < 0:
+                    changes["max_tokens"] = cap
+                    changes["output_tokens"] = min(r.output_tokens, cap)
+                    break
         return msgspec.structs.replace(r, **changes) if changes else r
 
 

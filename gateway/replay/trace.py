@@ -30,7 +30,9 @@ class TraceRequest(msgspec.Struct, frozen=True, kw_only=True):
     asks. ``labels`` go out as the ``x-llmgw-metadata`` header (for routing rules);
     ``tools`` function definitions go with it, and ``tool_call`` makes its answer a call of
     one (``tool_choice: required``); ``images`` image parts follow its text (modality
-    routing); ``key`` names the gateway API key it presents ("": anonymous)."""
+    routing); ``key`` names the gateway API key it presents ("": anonymous). ``max_tokens``
+    is the cap its client sets (0: none; None: the answer's length, so the cap says it; a
+    larger cap is what providers reserve of a token limit while the answer runs)."""
 
     id: str
     t: float
@@ -44,6 +46,7 @@ class TraceRequest(msgspec.Struct, frozen=True, kw_only=True):
     tool_call: bool = False
     images: int = 0
     key: str = ""
+    max_tokens: int | None = None
 
 
 class TraceKey(msgspec.Struct, frozen=True, kw_only=True, tag="key", tag_field="kind"):

@@ -131,6 +131,30 @@ def test_a_bucket_token_limit_is_reported_with_the_request_limit() -> None:
     assert refused.kind == "rate_limit_exceeded"  # it said which: a pace, not a concurrency
 
 
+def test_a_token_limit_reserves_max_tokens_while_the_answer_runs_and_gets_back_the_rest() -> None:
+    # A bucket of 1,000 tokens refilling 50 a second; the prompt opens with the answer's
+    # length (11 tokens) and the client caps it at 400: 100 + 400 are reserved, 389 come
+    # back at its end.
+    limit = {"requests": 100, "tokens": 1_000, "per_seconds": 20.0, "kind": "bucket"}
+    capped = {**BODY, "messages": [{"role": "user", "content": "11 " + "x" * 397}]}
+    capped["max_tokens"] = 400
+
+    async def scenario() -> tuple[list[Any], RateReport]:
+        sim = _sim(rate_limit=limit)
+        # Three at once: two reserve 1,000; the third does not fit while they run.
+        calls = (sim.complete(TARGET, capped) for _ in range(3))
+        first = await asyncio.gather(*calls, return_exceptions=True)
+        # They ended 2 s later: what they did not use is back, with 100 refilled.
+        after = await sim.complete(TARGET, BODY)
+        return first, after[RATE_REPORT]
+
+    first, after = run_virtual(scenario())
+    assert [a[RATE_REPORT].tokens.remaining for a in first[:2]] == [500, 0]
+    assert [a["usage"]["completion_tokens"] for a in first[:2]] == [11, 11]
+    assert isinstance(first[2], UpstreamError) and first[2].status == 429
+    assert after.tokens is not None and after.tokens.remaining == 100 + 2 * 389 - 111
+
+
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
     async def scenario() -> UpstreamError:
         sim = _sim(outages=[{"start": 0, "end": 10, "kind": "connect"}])

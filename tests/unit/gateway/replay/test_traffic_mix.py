@@ -7,9 +7,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import msgspec
 import pytest
 
-from gateway.replay.answers import CHARS_PER_TOKEN, IMAGE_TOKENS
+from gateway.replay.answers import (
+    CHARS_PER_TOKEN,
+    IMAGE_TOKENS,
+    asked_tokens_of,
+    output_tokens_of,
+    prompt_tokens_of,
+)
+from gateway.replay.requests import request_body
 from gateway.replay.runner import replay_config
 from gateway.replay.synth import SynthSpec, synthesize
 from gateway.replay.trace import TraceKey, TraceRequest, read_keys, read_trace, write_trace
@@ -52,6 +60,38 @@ def test_synth_draws_tools_images_and_one_key_per_caller_in_the_specs_shares() -
         TraceKey(name="batch", limits=LimitSpec(rpm=60, budget_usd=5.0, budget_period="day")),
         TraceKey(name="app", role="pro"),
     ]
+
+
+def test_synth_draws_max_tokens_caps_in_their_shares_and_the_answer_keeps_its_length() -> None:
+    base = {"model": "m", "rate": 20, "duration_seconds": 100}
+    plain = synthesize(SynthSpec.model_validate(base), seed=3)
+    capped = synthesize(SynthSpec.model_validate({**base, "max_tokens": {300: 0.5}}), seed=3)
+    n = len(capped)
+    assert [r.max_tokens for r in plain] == [None] * n  # no caps: the trace it always was
+    assert abs(sum(r.max_tokens == 300 for r in capped) / n - 0.5) < 0.05
+    assert {r.max_tokens for r in capped} == {0, 300}  # the rest set none
+    for was, now in zip(plain, capped, strict=True):  # an answer longer than its cap is cut
+        assert (now.t, now.prompt_tokens) == (was.t, was.prompt_tokens)
+        cut = min(was.output_tokens, 300) if now.max_tokens else was.output_tokens
+        assert now.output_tokens == cut
+    # On the wire: the cap (or none) as the client's max_tokens; the simulated model reads
+    # the answer's length from the prompt, which keeps its size.
+    for r in (TraceRequest(id="a", t=0, model="m", prompt_tokens=50, output_tokens=70),
+              *(TraceRequest(id="b", t=0, model="m", prompt_tokens=50, output_tokens=70,
+                             max_tokens=cap) for cap in (0, 900))):  # fmt: skip
+        body = msgspec.json.decode(request_body(r))
+        assert body.get("max_tokens") == {None: 70, 0: None, 900: 900}[r.max_tokens]
+        assert (prompt_tokens_of(body), output_tokens_of(body)) == (50, 70)
+        assert asked_tokens_of(body) == body.get("max_tokens")
+
+
+def test_a_cap_without_a_share_or_shares_past_one_are_refused() -> None:
+    with pytest.raises(ValueError, match="max_tokens"):
+        SynthSpec.model_validate({"model": "m", "rate": 1, "duration_seconds": 1,
+                                  "max_tokens": {100: 0.7, 200: 0.4}})  # fmt: skip
+    with pytest.raises(ValueError, match="max_tokens"):
+        SynthSpec.model_validate({"model": "m", "rate": 1, "duration_seconds": 1,
+                                  "max_tokens": {0: 0.5}})  # fmt: skip
 
 
 def test_a_trace_file_carries_its_keys_before_its_requests(tmp_path: Path) -> None:
