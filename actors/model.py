@@ -426,7 +426,7 @@ class ModelActor(Actor):
         taken (actors/capacity_view.py). Raises GatewayError subclasses."""
         plan = await self.capacity.decide(req, self._decide, self.ctx.bus, self._clock())
         if not req.dry:
-            self._load.issued(req.request_id, plan, self._clock(), req.prompt_tokens)
+            self._load.issued(req.request_id, plan, self._clock(), req)
         return plan
 
     async def _answer(self, req: RouteRequest) -> RoutePlan | ErrorReply:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from actors.state.route_table import RouteEntry
-    from schemas import Observation, RoutePlan, RouteStatus
+    from schemas import Observation, RoutePlan, RouteRequest, RouteStatus
     from schemas.config import ModelConfig, RoutingConfig
     from schemas.routing import RateReport
 
@@ -88,12 +88,12 @@ class ModelLoad:
         of them has room for)."""
         self.load.reported(request_id, endpoint, key, report, self._clock())
 
-    def deciding(self, prompt_tokens: int) -> None:
-        """The plan decided next is for a request of ``prompt_tokens``: a route (:meth:`spill`,
-        :meth:`skipped`) or a key (:meth:`key_spent`) whose token limit has no room for it is
-        passed over."""
+    def deciding(self, prompt_tokens: int, output_cap: int | None = None) -> None:
+        """The plan decided next is for a request of ``prompt_tokens`` allowing ``output_cap``
+        output tokens (None: no cap): a route (:meth:`spill`, :meth:`skipped`) or a key
+        (:meth:`key_spent`) whose token limit has no room for it is passed over."""
         paces = self.load.paces
-        self._room = paces.room_needed(prompt_tokens) if paces.tokens_paced else 0.0
+        self._room = paces.room_needed(prompt_tokens, output_cap) if paces.tokens_paced else 0.0
 
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
         """Whether ``endpoint``'s ``key`` has nothing left at ``now`` by its paces, or too
@@ -112,11 +112,10 @@ class ModelLoad:
         """Whether reported rate limits pace routes (``learned_capacity.pace_rate_limits``)."""
         return self.load.paces.enabled
 
-    def issued(self, request_id: str, plan: RoutePlan, now: float, prompt_tokens: int = 0) -> None:
-        """A live plan was answered: its primary is in flight (a request of about
-        ``prompt_tokens``)."""
+    def issued(self, request_id: str, plan: RoutePlan, now: float, req: RouteRequest) -> None:
+        """A live plan was answered: its primary is in flight (``req``, of its size)."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        tokens = self.load.paces.tokens(prompt_tokens)
+        tokens = self.load.paces.tokens(req.prompt_tokens, req.output_cap)
         self.load.issued(request_id, sendable, now, plan.candidates, tokens)
 
     def unsent(self, request_id: str, endpoint: str) -> None:

@@ -19,6 +19,9 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     caller: str = ""
     modalities: tuple[str, ...] = ()
     prompt_tokens: int = 0
+    # The most output tokens it allows (``max_tokens`` times ``n``; None: no cap): what a
+    # provider reserves of a token limit while it answers.
+    output_cap: int | None = None
     pin: str | None = None
     surface: str = "chat"
     request_id: str = ""

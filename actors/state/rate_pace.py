@@ -18,10 +18,12 @@ refill. The estimate is only as good as the provider's word: a 429 still cools t
 for what it asks.
 
 A token limit (``RateReport.tokens``) is paced the same way in tokens: each request takes
-its prompt's estimate plus the output the model's answers have averaged (what a provider
-counts at the request, give or take: OpenAI adds its ``max_tokens``, Anthropic meters input
-apart), and a request is not sent where less is left than it takes (``room_at``: requests
-vary a hundredfold in size, so no one threshold of a route would do).
+its prompt's estimate plus its ``max_tokens`` (``output_cap``: what OpenAI and Anthropic
+reserve while it runs, giving back what the answer did not use when it ends, which the next
+report says), or without a cap the output the model's answers have averaged; and a request
+is not sent where less is left than it takes (``room_at``: requests vary a hundredfold in
+size, so no one threshold of a route would do). Anthropic's token headers are the tighter of
+its input and output limits: counting both there is on the safe side.
 """
 
 from __future__ import annotations
@@ -183,15 +185,19 @@ class RoutePaces:
         else:
             self._output += (completion_tokens - self._output) * _TOKENS_WEIGHT
 
-    def tokens(self, prompt_tokens: int) -> float:
-        """The tokens a request of ``prompt_tokens`` is expected to take of a token limit."""
-        return prompt_tokens + self._output
+    def tokens(self, prompt_tokens: int, output_cap: int | None = None) -> float:
+        """The tokens a request of ``prompt_tokens`` allowing ``output_cap`` output tokens
+        (None: no cap) is expected to take of a token limit when sent."""
+        return prompt_tokens + (self._output if output_cap is None else output_cap)
 
-    def room_needed(self, prompt_tokens: int) -> float:
+    def room_needed(self, prompt_tokens: int, output_cap: int | None = None) -> float:
         """The tokens a route's token limit must have left to be sent a request of
-        ``prompt_tokens``: its prompt and room for an answer of ``_OUTPUT_ROOM`` times the
-        average (its length is not known until it ends: a request that takes more than
-        what is left draws a 429)."""
+        ``prompt_tokens`` allowing ``output_cap`` output tokens: its prompt and its cap, which
+        the provider reserves; without one, room for an answer of ``_OUTPUT_ROOM`` times the
+        average (its length is not known until it ends: a request that takes more than what
+        is left draws a 429)."""
+        if output_cap is not None:
+            return prompt_tokens + output_cap
         return prompt_tokens + _OUTPUT_ROOM * self._output
 
     def sent(

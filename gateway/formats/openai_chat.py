@@ -246,6 +246,23 @@ def input_modalities(body: JSON) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
+def route_needs(body: JSON) -> tuple[tuple[str, ...], int | None]:
+    """What a route must take of a canonical request: its :func:`input_modalities` and its
+    :func:`output_cap` (one call on the request path)."""
+    return input_modalities(body), output_cap(body)
+
+
+def output_cap(body: JSON) -> int | None:
+    """The most output tokens a canonical request allows over all its choices: its
+    ``max_completion_tokens`` or ``max_tokens`` times its ``n`` (what OpenAI and Anthropic
+    reserve of a token limit while it runs); None when it sets no cap."""
+    asked = body.get("max_completion_tokens") or body.get("max_tokens")
+    if type(asked) is not int or asked <= 0:
+        return None
+    n = body.get("n")
+    return asked * n if type(n) is int and n > 1 else asked
+
+
 def estimate_prompt_tokens(raw_body_len: int, body: Any = None) -> int:
     """A cheap prompt-size estimate from the body length (about 4 bytes per token), each
     base64 image or PDF in ``body`` (the decoded request, walked only when it is large)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from gateway.auth.gate import follow, unfollow
+from gateway.formats.openai_chat import output_cap
 from gateway.ingress.admission_ticket import Ticket
 from schemas import (
     GatewayError,
@@ -95,14 +96,14 @@ def reservation(
     default_max_tokens: int,
     steered: tuple[Pricing | None, ...] = (),
 ) -> tuple[int, float]:
-    """(tokens, USD) to reserve: the prompt estimate plus ``max_tokens`` (or the default;
-    none without a ``body``: embeddings complete nothing), priced at the model's dearest
-    route; for a model not known yet (a steered request's is chosen later, among any of the
-    catalogue's) at the dearest of ``steered`` (:func:`dearest_prices`)."""
+    """(tokens, USD) to reserve: the prompt estimate plus ``max_tokens`` times ``n`` (or the
+    default; none without a ``body``: embeddings complete nothing), priced at the dearest
+    of the model's routes; for a model not known yet (a steered request's is chosen later,
+    among any of the catalogue's) at the dearest of ``steered`` (:func:`dearest_prices`)."""
     completion = 0
     if body is not None:
-        asked = body.get("max_completion_tokens") or body.get("max_tokens")
-        completion = asked if isinstance(asked, int) and asked > 0 else default_max_tokens
+        asked = output_cap(body)
+        completion = asked if asked is not None else default_max_tokens
     prices = steered if model is None else tuple(r.pricing for r in model.route)
     cost = max(
         (cost_usd(p, prompt_tokens=prompt_tokens, completion_tokens=completion) for p in prices),

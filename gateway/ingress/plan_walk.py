@@ -41,7 +41,7 @@ from bus import BusClosedError
 from gateway.adapters.base import UpstreamTarget
 from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
-from gateway.formats.openai_chat import input_modalities
+from gateway.formats.openai_chat import route_needs
 from gateway.http.request import bounded
 from gateway.ingress.owner_wait import OwnerWait
 from gateway.ingress.route_batch import route_asker
@@ -212,11 +212,13 @@ class Targeting:
                 lease_holder=self._holder,
             )
         else:
+            modalities, cap = route_needs(body)
             route_req = RouteRequest(
                 model=model.id,
                 caller=info.caller,
-                modalities=input_modalities(body),
+                modalities=modalities,
                 prompt_tokens=info.prompt_estimate,
+                output_cap=cap,
                 pin=self._pin(req),
                 surface=surface,
                 request_id=info.request_id,

@@ -108,7 +108,7 @@ def _run(router: str, routes: int, requests: int, in_flight: int) -> tuple[float
             raise RuntimeError("a closed route asked for a probe lease")
         except StopIteration as done:
             decision: Decision = done.value
-        load.issued(req.request_id, decision.plan, clock[0])
+        load.issued(req.request_id, decision.plan, clock[0], req)
         t1 = clock_()
         flying.append((req.request_id, decision.plan.candidates[0].endpoint))
         if len(flying) > in_flight:

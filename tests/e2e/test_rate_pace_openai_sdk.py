@@ -17,6 +17,7 @@ import datetime
 import time
 from typing import TYPE_CHECKING, Any
 
+import openai
 import pytest
 
 from schemas import Observation, subjects
@@ -24,8 +25,6 @@ from tests.e2e.conftest import HI, anthropic_route, config, eid, model, route, w
 from tests.fixtures.upstream import Reply
 
 if TYPE_CHECKING:
-    import openai
-
     from tests.fixtures.gateway import GatewayFactory
     from tests.fixtures.upstream import UpstreamFactory
 
@@ -165,8 +164,9 @@ async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_s
     kind: str,
 ) -> None:
     paced = await fake_upstreams("tokens")
-    # The first answer reports 500 tokens left: a short request still fits, a long one not.
-    paced.enqueue(_tokens_reported(kind), Reply(), Reply())
+    # The first answer reports 500 tokens left: a short request still fits; a long one does
+    # not, nor a short one whose max_tokens the provider would reserve of them.
+    paced.enqueue(_tokens_reported(kind), Reply(), Reply(), Reply())
     spare = await fake_upstreams("spare")
     first = anthropic_route(paced) if kind == "anthropic" else route(paced)
     cfg = config(model("m", first, route(spare, fallback_only=True)))
@@ -174,24 +174,30 @@ async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_s
     gw = await gateway_factory(cfg)
     client = gw.openai()
 
-    served = [await _routed_via(client, messages, stream) for messages in (HI, HI, LONG)]
+    sent = ((HI, None), (HI, 600), (HI, 400), (LONG, None))
+    served = [await _routed_via(client, messages, stream, cap) for messages, cap in sent]
 
-    assert served[:2] == [served[0]] * 2
-    if pacing:  # the long one would overdraw what is left: the provider would refuse it
-        assert served[2] != served[0] and len(paced.requests) == 2 and len(spare.requests) == 1
+    if pacing:  # the provider would refuse the second and the last
+        assert served == [served[0], served[1], served[0], served[1]] != [served[0]] * 4
+        assert len(paced.requests) == 2 and len(spare.requests) == 2
     else:  # unpaced, only a report of none left would have spent the route
-        assert served[2] == served[0] and not spare.requests
+        assert served == [served[0]] * 4 and not spare.requests
 
 
-async def _routed_via(client: openai.AsyncOpenAI, messages: Any, stream: bool) -> str:
+async def _routed_via(
+    client: openai.AsyncOpenAI, messages: Any, stream: bool, max_tokens: int | None = None
+) -> str:
     """The route that served one chat completion of ``messages`` (read to its end)."""
+    capped = openai.omit if max_tokens is None else max_tokens
     if stream:
         chunks = await client.chat.completions.with_raw_response.create(
-            model="m", messages=messages, stream=True
+            model="m", messages=messages, stream=True, max_tokens=capped
         )
         async for _chunk in chunks.parse():
             pass
         return chunks.headers["x-routed-via"]
-    whole = await client.chat.completions.with_raw_response.create(model="m", messages=messages)
+    whole = await client.chat.completions.with_raw_response.create(
+        model="m", messages=messages, max_tokens=capped
+    )
     assert "_rate_report" not in whole.text  # the marker never reaches the client
     return whole.headers["x-routed-via"]

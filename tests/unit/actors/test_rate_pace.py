@@ -202,6 +202,16 @@ def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
     assert load.saturated("a", 0.0)
 
 
+def test_a_request_with_max_tokens_takes_and_needs_its_cap_not_the_average_answer() -> None:
+    paces = RouteLoad({"a": None}, ttl=600.0).paces
+    paces.answered(400)  # answers take 400 tokens on average
+    # Without a cap: the average to take, twice it of room; with one: the cap, which the
+    # provider reserves while the answer runs, however short the answers have been.
+    assert (paces.tokens(600), paces.room_needed(600)) == (1_000.0, 1_400.0)
+    assert (paces.tokens(600, 4_000), paces.room_needed(600, 4_000)) == (4_600.0, 4_600.0)
+    assert (paces.tokens(600, 100), paces.room_needed(600, 100)) == (700.0, 700.0)
+
+
 def test_unpaced_the_token_limit_is_not_paced() -> None:
     load = RouteLoad({"a": None}, ttl=600.0, pacing=False)
     load.paces.answered(400)

@@ -90,6 +90,7 @@ def test_the_reservation_is_prompt_plus_max_tokens_at_the_dearest_route() -> Non
     assert tokens == 150
     assert usd == pytest.approx((50 * 5.0 + 100 * 10.0) / 1e6)
     assert reservation(model, {}, 50, 1024)[0] == 50 + 1024
+    assert reservation(model, {"max_completion_tokens": 100, "n": 3}, 50, 1024)[0] == 350
     assert reservation(None, None, 50, 1024) == (50, 0.0)  # embeddings, unknown model
 
 

@@ -136,13 +136,14 @@ def test_a_request_is_not_sent_where_a_routes_token_limit_lacks_room_for_it() ->
     before = {n: unpaced["configs"][n] for n in configs}
 
     assert all(now[n]["served"] == now[n]["requests"] for n in configs)
-    # Before, the provider refused each request larger than what its token limit had left:
-    # 88 429s on this trace (its first 10 s drain the full buckets), 45 now: those left are
-    # answers longer than the room kept for them.
+    # Unpaced, the provider refused each request larger than what its token limit had left:
+    # 117 429s on this trace (its first 10 s drain the full buckets). Four in five requests
+    # set a max_tokens, which the provider reserves while the answer runs: paced by their
+    # prompt and the average answer they drew 133; paced by their prompt and their cap, 6.
     drawn = {
         n: (now[n]["rate_limited_attempts"], before[n]["rate_limited_attempts"]) for n in configs
     }
-    assert sum(a for a, _ in drawn.values()) <= 0.6 * sum(b for _, b in drawn.values()), drawn
+    assert sum(a for a, _ in drawn.values()) <= 0.1 * sum(b for _, b in drawn.values()), drawn
     # primary keeps its cheap routes (no 429 cools them): cheaper; alpha 1 keeps its fast ones.
     assert now["primary"]["cost_usd"] < before["primary"]["cost_usd"]
     assert now["routewise-a1"]["ttft_mean"] < 0.95 * before["routewise-a1"]["ttft_mean"]
