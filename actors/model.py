@@ -320,7 +320,7 @@ class ModelActor(Actor):
         if self._load.pacing:
             self._load.reported(endpoint, key, request_id, rate)
         else:  # unpaced, a spent limit still spends it until all of it is back
-            for limit in (rate, rate.tokens):
+            for limit in (rate, rate.tokens, rate.output_tokens):
                 if limit is not None and limit.remaining == 0:
                     self._load.spent(endpoint, limit.reset_seconds)
 

@@ -20,6 +20,7 @@ from schemas import RATE_LIMIT_EXCEEDED, RouteCapacity, RouteSkip, is_backpressu
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from actors.state.rate_pace import Asked
     from actors.state.route_table import RouteEntry
     from schemas import Observation, RoutePlan, RouteRequest, RouteStatus
     from schemas.config import ModelConfig, RoutingConfig
@@ -54,9 +55,16 @@ class ModelLoad:
             inflation=learned.ttft_inflation,
             pacing=learned.pace_rate_limits,
             keys_of=keys_of,
+            default_caps={
+                eid: cap
+                for eid, r in zip(model.endpoint_ids(), model.route, strict=True)
+                if (cap := r.default_max_tokens) is not None
+            },
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
-        self._room = 0.0  # the tokens the request being decided needs a key to have left
+        # The request being decided, its prompt tokens and output cap, when its size is to be
+        # checked against routes' token limits (None: no token limit was reported).
+        self._asked: Asked | None = None
         self._clock = clock
         # ``of`` is read for every route of every RouteWise decision: its look-ups, bound once
         self._limits = self.load.limits
@@ -92,8 +100,7 @@ class ModelLoad:
         """The plan decided next is for a request of ``prompt_tokens`` allowing ``output_cap``
         output tokens (None: no cap): a route (:meth:`spill`, :meth:`skipped`) or a key
         (:meth:`key_spent`) whose token limit has no room for it is passed over."""
-        paces = self.load.paces
-        self._room = paces.room_needed(prompt_tokens, output_cap) if paces.tokens_paced else 0.0
+        self._asked = (prompt_tokens, output_cap) if self.load.paces.tokens_paced else None
 
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
         """Whether ``endpoint``'s ``key`` has nothing left at ``now`` by its paces, or too
@@ -101,7 +108,10 @@ class ModelLoad:
         paces = self.load.paces
         if paces.key_spent(endpoint, key, now):
             return True
-        return self._room > 0.0 and paces.key_room_at(endpoint, key, self._room, now) > now
+        asked = self._asked
+        if asked is None:
+            return False
+        return paces.key_room_at(endpoint, key, paces.room_needed(endpoint, *asked), now) > now
 
     def keys_changed(self, endpoint: str) -> None:
         """``endpoint``'s pool declares other keys now (see ``RoutePaces.refresh``)."""
@@ -115,8 +125,8 @@ class ModelLoad:
     def issued(self, request_id: str, plan: RoutePlan, now: float, req: RouteRequest) -> None:
         """A live plan was answered: its primary is in flight (``req``, of its size)."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        tokens = self.load.paces.tokens(req.prompt_tokens, req.output_cap)
-        self.load.issued(request_id, sendable, now, plan.candidates, tokens)
+        asked = (req.prompt_tokens, req.output_cap)
+        self.load.issued(request_id, sendable, now, plan.candidates, asked)
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""
@@ -167,9 +177,10 @@ class ModelLoad:
 
     def _room_at(self, endpoint: str, now: float) -> float:
         """When ``endpoint`` has room for the request being decided (-inf: now)."""
-        if self._room <= 0.0:
+        if self._asked is None:
             return _NEVER
-        return self.load.paces.room_at(endpoint, self._room, now)
+        paces = self.load.paces
+        return paces.room_at(endpoint, paces.room_needed(endpoint, *self._asked), now)
 
     @property
     def tokens_paced(self) -> bool:
@@ -198,9 +209,8 @@ class ModelLoad:
         now = self._clock()
         routes = (*drawn, *backups)
         full = {r.endpoint for r in routes if saturated and load.saturated(r.endpoint, now)}
-        if self._room > 0.0:
-            room, room_at = self._room, load.paces.room_at
-            full.update(r.endpoint for r in routes if room_at(r.endpoint, room, now) > now)
+        if self._asked is not None:
+            full.update(r.endpoint for r in routes if self._room_at(r.endpoint, now) > now)
         if not full or not any(available(r) and r.endpoint not in full for r in (*drawn, *backups)):
             return drawn, backups, []
         spilled = [r for r in drawn if r.endpoint in full and available(r)]
@@ -235,7 +245,8 @@ class ModelLoad:
         now = self._clock()
         # A token limit without room for the smallest request spends it as much.
         paces = self.load.paces
-        until = max(lim.spent_until, paces.room_at(r.endpoint, paces.room_needed(0), now))
+        smallest = paces.room_needed(r.endpoint, 0)
+        until = max(lim.spent_until, paces.room_at(r.endpoint, smallest, now))
         spent = until if until > now else None
         return msgspec.structs.replace(
             r,

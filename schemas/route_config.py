@@ -25,6 +25,9 @@ from schemas.process_config import Strict
 
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "azure_openai", "gemini", "bedrock")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
+# Anthropic requires max_tokens; chat does not. 4096 fits every current Claude model's
+# output limit while leaving room for long answers.
+ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
 
 
 def credential_id(secret: str) -> str:
@@ -157,6 +160,13 @@ class RouteConfig(Strict):
     concurrency_pool: str | None = Field(default=None, min_length=1)
     azure: AzureSettings | None = None  # kind azure_openai: deployment, api version, token
     bedrock: BedrockSettings | None = None  # kind bedrock: region, credentials, model family
+
+    @property
+    def default_max_tokens(self) -> int | None:
+        """The ``max_tokens`` this route is sent for a request that sets none (Claude's
+        Messages API requires one), which its provider reserves of its token limit while the
+        answer runs; None: the request goes without."""
+        return ANTHROPIC_DEFAULT_MAX_TOKENS if self.kind == "anthropic" else None
 
     @model_validator(mode="after")
     def _azure_settings_on_azure_routes(self) -> RouteConfig:

@@ -199,12 +199,16 @@ class RateReport(msgspec.Struct, frozen=True, kw_only=True):
     ``remaining`` were left once this request was taken, and ``reset_seconds`` until all of
     them are back (OpenAI and Anthropic both mean the whole allowance, not one request).
     ``tokens``: its token limit's, in tokens, when the answer reported one too (OpenAI's
-    ``x-ratelimit-*-tokens``, Anthropic's ``anthropic-ratelimit-tokens-*``)."""
+    ``x-ratelimit-*-tokens``, Anthropic's ``anthropic-ratelimit-tokens-*``, input and output
+    together); ``output_tokens``: its output token limit's, when the provider meters output
+    apart (Anthropic's ``anthropic-ratelimit-output-tokens-*``: ``tokens`` is then its input
+    token limit's, ``-input-tokens-*``)."""
 
     limit: int
     remaining: int
     reset_seconds: float
     tokens: RateReport | None = None
+    output_tokens: RateReport | None = None
 
 
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):

@@ -22,8 +22,10 @@ its prompt's estimate plus its ``max_tokens`` (``output_cap``: what OpenAI and A
 reserve while it runs, giving back what the answer did not use when it ends, which the next
 report says), or without a cap the output the model's answers have averaged; and a request
 is not sent where less is left than it takes (``room_at``: requests vary a hundredfold in
-size, so no one threshold of a route would do). Anthropic's token headers are the tighter of
-its input and output limits: counting both there is on the safe side.
+size, so no one threshold of a route would do). A provider that meters output apart
+(Anthropic: ``RateReport.output_tokens``) has two token paces, its input limit taking the
+prompt and its output limit the output; a request is sent where both have room. A
+request's size is the pair (prompt, output) (:data:`Size`).
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from actors.state.route_load import LearnedLimit
     from schemas.routing import RateReport
 
 _NEVER = -math.inf
+Size = tuple[float, float]  # (prompt, output) tokens of a request
+Asked = tuple[int, int | None]  # a request's prompt tokens and output cap (None: none)
 _UNSENT_KEPT = 1024  # the numbers of plans never sent, per route, kept to correct counts
 _TOKENS_WEIGHT = 0.05  # a new answer's weight in the tokens a request is expected to take
 _OUTPUT_ROOM = 2.0  # the room a request is sent with for its answer, in average answers
@@ -124,25 +128,43 @@ class RatePace:
 class _Lane:
     """One (route, key)'s numbered sends, plans never sent and paces."""
 
-    __slots__ = ("pace", "paced", "sent", "token_pace", "tokens", "unsent")
+    __slots__ = ("output_pace", "pace", "paced", "sent", "size", "token_pace", "unsent")
 
     def __init__(self) -> None:
         self.sent = 0  # requests counted as sent, ever
-        self.tokens = 0.0  # the tokens they were estimated to take, ever
-        # The numbers and tokens of plans never sent (the last ones).
-        self.unsent: deque[tuple[int, float]] | None = None
+        self.size: Size = (0.0, 0.0)  # the tokens they were estimated to take, ever
+        # The numbers and sizes of plans never sent (the last ones).
+        self.unsent: deque[tuple[int, Size]] | None = None
         self.pace: RatePace | None = None
-        self.token_pace: RatePace | None = None
+        self.token_pace: RatePace | None = None  # input and output, or input only
+        self.output_pace: RatePace | None = None  # output, when metered apart
         self.paced = _NEVER  # its paces say spent until then
 
-    def since(self, number: int, mark: float) -> tuple[int, float]:
-        """The requests, and their tokens, sent after the one numbered ``number`` (``mark``
-        tokens had been sent with it), less those never sent."""
-        requests, tokens = self.sent - number, self.tokens - mark
-        for n, t in self.unsent or ():
+    def since(self, number: int, mark: Size) -> tuple[int, Size]:
+        """The requests, and their size, sent after the one numbered ``number`` (``mark``
+        had been sent with it), less those never sent."""
+        requests, prompt, output = self.sent - number, *_minus(self.size, mark)
+        for n, (p, o) in self.unsent or ():
             if n > number:
-                requests, tokens = requests - 1, tokens - t
-        return max(0, requests), max(0.0, tokens)
+                requests, prompt, output = requests - 1, prompt - p, output - o
+        return max(0, requests), (max(0.0, prompt), max(0.0, output))
+
+    def units(self, size: Size) -> Size:
+        """What a request of ``size`` takes of (the token pace, the output pace)."""
+        prompt, output = size
+        return (prompt, output) if self.output_pace is not None else (prompt + output, 0.0)
+
+    def room_at(self, size: Size, now: float) -> float:
+        """When a request of ``size`` fits its token paces (-inf: now, or none)."""
+        on_tokens, on_output = self.units(size)
+        at = _NEVER if self.token_pace is None else self.token_pace.room_at(on_tokens, now)
+        if self.output_pace is not None:
+            at = max(at, self.output_pace.room_at(on_output, now))
+        return at
+
+
+def _minus(a: Size, b: Size) -> Size:
+    return a[0] - b[0], a[1] - b[1]
 
 
 class RoutePaces:
@@ -160,9 +182,12 @@ class RoutePaces:
         *,
         enabled: bool = True,
         keys_of: Callable[[str], tuple[str, ...]] = lambda _: (),
+        default_caps: Mapping[str, int] | None = None,
     ) -> None:
         self.enabled = enabled  # False: answers' reports pace nothing (what they say is spent)
         self._limits = limits
+        # The max_tokens a route is sent for a request that sets none (Claude's), by endpoint.
+        self._default_caps = default_caps or {}
         self._keys_of = keys_of
         self._lanes: dict[str, dict[str, _Lane]] = {e: {} for e in limits}  # by route, key
         self._said: dict[str, float] = {}  # endpoint -> an answer said spent until then
@@ -185,38 +210,48 @@ class RoutePaces:
         else:
             self._output += (completion_tokens - self._output) * _TOKENS_WEIGHT
 
-    def tokens(self, prompt_tokens: int, output_cap: int | None = None) -> float:
-        """The tokens a request of ``prompt_tokens`` allowing ``output_cap`` output tokens
-        (None: no cap) is expected to take of a token limit when sent."""
-        return prompt_tokens + (self._output if output_cap is None else output_cap)
+    def tokens(self, endpoint: str, prompt_tokens: int, output_cap: int | None = None) -> Size:
+        """The size a request of ``prompt_tokens`` allowing ``output_cap`` output tokens
+        (None: no cap, so the route's default cap, else the average answer) is expected to
+        take of ``endpoint``'s token limits when sent."""
+        if output_cap is None:
+            output_cap = self._default_caps.get(endpoint)
+        return float(prompt_tokens), self._output if output_cap is None else float(output_cap)
 
-    def room_needed(self, prompt_tokens: int, output_cap: int | None = None) -> float:
-        """The tokens a route's token limit must have left to be sent a request of
-        ``prompt_tokens`` allowing ``output_cap`` output tokens: its prompt and its cap, which
-        the provider reserves; without one, room for an answer of ``_OUTPUT_ROOM`` times the
-        average (its length is not known until it ends: a request that takes more than what
-        is left draws a 429)."""
+    def room_needed(self, endpoint: str, prompt_tokens: int, output_cap: int | None = None) -> Size:
+        """The size ``endpoint``'s token limits must have room for to be sent a request of
+        ``prompt_tokens`` allowing ``output_cap`` output tokens: its prompt and its cap (or
+        the route's default cap), which the provider reserves; without one, room for an answer
+        of ``_OUTPUT_ROOM`` times the average (its length is not known until it ends: a
+        request that takes more than what is left draws a 429)."""
+        if output_cap is None:
+            output_cap = self._default_caps.get(endpoint)
         if output_cap is not None:
-            return prompt_tokens + output_cap
-        return prompt_tokens + _OUTPUT_ROOM * self._output
+            return float(prompt_tokens), float(output_cap)
+        return float(prompt_tokens), _OUTPUT_ROOM * self._output
 
     def sent(
-        self, endpoint: str, key: str, now: float, tokens: float = 0.0
-    ) -> tuple[int, float, float]:
-        """Count a request sent to ``endpoint`` with ``key``, expected to take ``tokens``;
-        returns its number there, the tokens sent there with it, and what it took of the
-        key's token pace (what a give-back returns)."""
+        self, endpoint: str, key: str, now: float, size: Size = (0.0, 0.0)
+    ) -> tuple[int, Size, Size]:
+        """Count a request sent to ``endpoint`` with ``key``, expected to take ``size``;
+        returns its number there, the size sent there with it, and what it took of the key's
+        token paces (what a give-back returns)."""
         lane = self._lanes[endpoint].get(key) or self._lane(endpoint, key)
         lane.sent += 1
-        lane.tokens += tokens
-        taken = 0.0
+        lane.size = (lane.size[0] + size[0], lane.size[1] + size[1])
+        taken = (0.0, 0.0)
         if lane.pace is not None:
             lane.paced = lane.pace.sent(now)
             if lane.token_pace is not None:
-                lane.paced = max(lane.paced, lane.token_pace.sent(now, tokens))
-                taken = lane.token_pace.taken
+                on_tokens, on_output = lane.units(size)
+                lane.paced = max(lane.paced, lane.token_pace.sent(now, on_tokens))
+                if lane.output_pace is not None:
+                    lane.paced = max(lane.paced, lane.output_pace.sent(now, on_output))
+                    taken = (lane.token_pace.taken, lane.output_pace.taken)
+                else:
+                    taken = (lane.token_pace.taken, 0.0)
             self._apply(endpoint)
-        return lane.sent, lane.tokens, taken
+        return lane.sent, lane.size, taken
 
     def unsent(
         self,
@@ -224,20 +259,22 @@ class RoutePaces:
         key: str,
         number: int,
         now: float,
-        tokens: tuple[float, float] = (0.0, 0.0),
+        size: tuple[Size, Size] = ((0.0, 0.0), (0.0, 0.0)),
     ) -> None:
         """The request counted as ``number`` on ``endpoint`` with ``key`` was never sent (a
         plan the ingress dropped: the caller's limits refused it, a candidate skipped);
-        ``tokens``: what it was expected to take, and what it took of the key's token pace."""
+        ``size``: what it was expected to take, and what it took of the key's token paces."""
         lane = self._lane(endpoint, key)
         if lane.unsent is None:
             lane.unsent = deque(maxlen=_UNSENT_KEPT)
-        expected, taken = tokens
+        expected, (on_tokens, on_output) = size
         lane.unsent.append((number, expected))
         if lane.pace is not None:
             lane.paced = lane.pace.unsent(now)
             if lane.token_pace is not None:
-                lane.paced = max(lane.paced, lane.token_pace.unsent(now, taken))
+                lane.paced = max(lane.paced, lane.token_pace.unsent(now, on_tokens))
+            if lane.output_pace is not None:
+                lane.paced = max(lane.paced, lane.output_pace.unsent(now, on_output))
             self._apply(endpoint)
 
     def reported(
@@ -246,23 +283,23 @@ class RoutePaces:
         key: str,
         report: RateReport,
         now: float,
-        sent: tuple[float, int, float] | None,
-        in_flight: tuple[int, float],
+        sent: tuple[float, int, Size] | None,
+        in_flight: tuple[int, Size],
     ) -> None:
         """An answer of ``endpoint`` with ``key`` reported its rate limits' state: ``sent``,
-        when, as which number there and with how many tokens the reporting request was sent
-        (None: not counted there, so every one of the ``in_flight`` requests, and the tokens
-        they were expected to take, may have been sent after it)."""
+        when, as which number there and with what size sent there with it the reporting
+        request was sent (None: not counted there, so every one of the ``in_flight``
+        requests, and the size they were expected to take, may have been sent after it)."""
         if not self.enabled or endpoint not in self._limits:
             return
         lane = self._lane(endpoint, key)
         if lane.pace is None:
             lane.pace = RatePace()
         if sent is None:
-            sent_at, (since, since_tokens) = now, in_flight
+            sent_at, (since, since_size) = now, in_flight
         else:
             sent_at, number, mark = sent
-            since, since_tokens = lane.since(number, mark)
+            since, since_size = lane.since(number, mark)
         lane.paced = lane.pace.reported(report, sent_at, since, now)
         if report.tokens is not None:
             if lane.token_pace is None:
@@ -274,29 +311,36 @@ class RoutePaces:
                 lane.token_pace = RatePace(floor=0.0)
                 self._token_routes.add(endpoint)
                 self.tokens_paced = True
-            tokens = lane.token_pace.reported(report.tokens, sent_at, since_tokens, now)
+            if report.output_tokens is None:
+                lane.output_pace = None
+            elif lane.output_pace is None:
+                lane.output_pace = RatePace(floor=0.0)
+            on_tokens, on_output = lane.units(since_size)
+            tokens = lane.token_pace.reported(report.tokens, sent_at, on_tokens, now)
             lane.paced = max(lane.paced, tokens)
+            if lane.output_pace is not None and report.output_tokens is not None:
+                output = lane.output_pace.reported(report.output_tokens, sent_at, on_output, now)
+                lane.paced = max(lane.paced, output)
         self._apply(endpoint)
 
-    def room_at(self, endpoint: str, tokens: float, now: float) -> float:
-        """When a request taking ``tokens`` fits the token limit of one of ``endpoint``'s keys
+    def room_at(self, endpoint: str, size: Size, now: float) -> float:
+        """When a request of ``size`` fits the token limits of one of ``endpoint``'s keys
         (-inf: now, or one of them is paced by none)."""
         if endpoint not in self._token_routes:
             return _NEVER
         soonest = math.inf
         for key in self._keys_of(endpoint) or ("",):
-            at = self.key_room_at(endpoint, key, tokens, now)
+            at = self.key_room_at(endpoint, key, size, now)
             if at <= now:
                 return _NEVER
             soonest = min(soonest, at)
         return soonest
 
-    def key_room_at(self, endpoint: str, key: str, tokens: float, now: float) -> float:
-        """When a request taking ``tokens`` fits the token limit of ``endpoint``'s ``key``
-        (-inf: now, or no token limit was reported for it)."""
+    def key_room_at(self, endpoint: str, key: str, size: Size, now: float) -> float:
+        """When a request of ``size`` fits the token limits of ``endpoint``'s ``key`` (-inf:
+        now, or no token limit was reported for it)."""
         lane = self._lanes.get(endpoint, {}).get(key)
-        pace = lane.token_pace if lane is not None else None
-        return _NEVER if pace is None else pace.room_at(tokens, now)
+        return _NEVER if lane is None else lane.room_at(size, now)
 
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
         """Whether ``key`` of ``endpoint`` has nothing left at ``now`` (no request, or not a

@@ -63,10 +63,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from actors.state.rate_pace import RoutePaces
+from actors.state.rate_pace import Asked, RoutePaces, Size
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from schemas.routing import RateReport
 
@@ -288,9 +288,10 @@ class _Flight:
     rest: tuple[str, ...]  # the plan's later candidates, in order
     passed: tuple[str, ...] = ()  # the candidates it moved on from
     seq: int = 0  # its number among the requests sent to ``endpoint`` with ``key``
-    mark: float = 0.0  # the tokens sent to ``endpoint`` with ``key``, it included
-    tokens: float = 0.0  # the tokens it is expected to take of a token limit
-    taken: float = 0.0  # what it took of its key's token pace (given back if never sent)
+    mark: Size = (0.0, 0.0)  # the size sent to ``endpoint`` with ``key``, it included
+    asked: Asked = (0, None)  # its prompt tokens and its output cap (None: none)
+    size: Size = (0.0, 0.0)  # the (prompt, output) tokens it is expected to take there
+    taken: Size = (0.0, 0.0)  # what it took of its key's token paces (given back if unsent)
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
     keys: Sequence[Keyed] = ()  # the plan's candidates: the key each was given
     key: str = ""  # the key it was sent to ``endpoint`` with ("": none)
@@ -308,12 +309,15 @@ class RouteLoad:
         inflation: float = 2.0,
         pacing: bool = True,
         keys_of: Callable[[str], tuple[str, ...]] = lambda _: (),
+        default_caps: Mapping[str, int] | None = None,
     ) -> None:
         self.limits = {e: LearnedLimit(cap, min_limit, inflation) for e, cap in caps.items()}
         self.counts = dict.fromkeys(caps, 0)  # endpoint -> in flight (read only outside)
         self._flights: OrderedDict[str, _Flight] = OrderedDict()
         self._ttl = ttl
-        self.paces = RoutePaces(self.limits, enabled=pacing, keys_of=keys_of)
+        self.paces = RoutePaces(
+            self.limits, enabled=pacing, keys_of=keys_of, default_caps=default_caps
+        )
 
     def in_flight(self, endpoint: str) -> int:
         """Requests counted on ``endpoint`` now."""
@@ -338,12 +342,14 @@ class RouteLoad:
             return
         f = self._flights.get(request_id)
         if f is not None and f.endpoint == endpoint and f.key == key:
-            self.paces.reported(endpoint, key, report, now, (f.sent_at, f.seq, f.mark), (0, 0.0))
+            sent = (f.sent_at, f.seq, f.mark)
+            self.paces.reported(endpoint, key, report, now, sent, (0, (0.0, 0.0)))
             return
         # Not counted there (expired, retried on a spare key, a hedge's backup): every one in
         # flight on that key may have been sent after it (a rare path: the flights are read).
         flying = [g for g in self._flights.values() if g.endpoint == endpoint and g.key == key]
-        in_flight = (len(flying), math.fsum(g.tokens for g in flying))
+        sizes = (math.fsum(g.size[0] for g in flying), math.fsum(g.size[1] for g in flying))
+        in_flight = (len(flying), sizes)
         self.paces.reported(endpoint, key, report, now, None, in_flight)
 
     def succeeded(
@@ -372,11 +378,11 @@ class RouteLoad:
         endpoints: tuple[str, ...],
         now: float,
         keys: Sequence[Keyed] = (),
-        tokens: float = 0.0,
+        asked: Asked = (0, None),
     ) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight (``keys``:
-        the plan's candidates, by which the key it gives each is known; ``tokens``: what it
-        is expected to take of a token limit)."""
+        the plan's candidates, by which the key it gives each is known; ``asked``: the
+        request's prompt tokens and output cap, by which it takes of the token limits)."""
         self.expire(now)
         if not request_id or not endpoints or request_id in self._flights:
             return
@@ -384,7 +390,8 @@ class RouteLoad:
         if first not in self.counts:
             return
         key = _key_of(keys, first)
-        seq, mark, taken = self.paces.sent(first, key, now, tokens)
+        size = self.paces.tokens(first, *asked)
+        seq, mark, taken = self.paces.sent(first, key, now, size)
         self._flights[request_id] = _Flight(
             first,
             now,
@@ -392,7 +399,8 @@ class RouteLoad:
             rest,
             seq=seq,
             mark=mark,
-            tokens=tokens,
+            asked=asked,
+            size=size,
             taken=taken,
             sent_at=now,
             keys=keys,
@@ -408,7 +416,7 @@ class RouteLoad:
         if f is None:
             return
         if f.endpoint == endpoint:
-            self.paces.unsent(endpoint, f.key, f.seq, now, (f.tokens, f.taken))
+            self.paces.unsent(endpoint, f.key, f.seq, now, (f.size, f.taken))
             self._end(request_id, f)
         elif endpoint in f.rest:
             f.rest = tuple(e for e in f.rest if e != endpoint)
@@ -448,7 +456,8 @@ class RouteLoad:
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
             f.key = _key_of(f.keys, endpoint)
-            f.seq, f.mark, f.taken = self.paces.sent(endpoint, f.key, now, f.tokens)
+            f.size = self.paces.tokens(endpoint, *f.asked)
+            f.seq, f.mark, f.taken = self.paces.sent(endpoint, f.key, now, f.size)
             f.sent_at = now
             self.counts[endpoint] += 1
 

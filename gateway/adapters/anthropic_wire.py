@@ -65,6 +65,7 @@ from gateway.adapters.chat_message import (
 from schemas import InvalidRequestError
 from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
 from schemas.canonical_markers import TOOL_ERROR_PREFIX as _TOOL_ERROR_PREFIX
+from schemas.route_config import ANTHROPIC_DEFAULT_MAX_TOKENS
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -78,9 +79,7 @@ __all__ = [
     "to_messages_request",
 ]
 
-# Anthropic requires max_tokens; chat does not. 4096 fits every current Claude model's
-# output limit while leaving room for long answers.
-DEFAULT_MAX_TOKENS = 4096
+DEFAULT_MAX_TOKENS = ANTHROPIC_DEFAULT_MAX_TOKENS
 THINKING_BUDGETS = {
     "minimal": 1024,
     "low": 1024,

@@ -152,8 +152,11 @@ def rate_report(headers: Mapping[str, str]) -> RateReport | None:
     reset a duration) or Anthropic's (``anthropic-ratelimit-requests-limit``, ``-remaining``
     and ``-reset``, the reset an RFC 3339 time); None unless all three of one are there and
     well formed. Its token limit's the same way (``x-ratelimit-*-tokens``; Anthropic's
-    ``anthropic-ratelimit-tokens-*``, the most restrictive of its input and output limits)
-    in ``tokens`` when the answer reports all three."""
+    ``anthropic-ratelimit-tokens-*``, its input and output limits together) in ``tokens``
+    when the answer reports all three; Anthropic's input and output limits apart
+    (``anthropic-ratelimit-input-tokens-*`` in ``tokens``, ``-output-tokens-*`` in
+    ``output_tokens``) when it reports all six, since a request may fit the two together
+    and not the output alone."""
     if "x-ratelimit-limit-requests" in headers:
         read = _openai_limit
     elif "anthropic-ratelimit-requests-limit" in headers:
@@ -163,15 +166,24 @@ def rate_report(headers: Mapping[str, str]) -> RateReport | None:
     requests = read(headers, "requests")
     if requests is None:
         return None
-    tokens = read(headers, "tokens")
+    tokens, output = read(headers, "tokens"), None
+    if read is _anthropic_limit:
+        output = read(headers, "output-tokens")
+        apart = read(headers, "input-tokens") if output is not None else None
+        tokens, output = (tokens, None) if apart is None else (apart, output)
     return RateReport(
         limit=requests[0],
         remaining=requests[1],
         reset_seconds=requests[2],
-        tokens=None
-        if tokens is None
-        else RateReport(limit=tokens[0], remaining=tokens[1], reset_seconds=tokens[2]),
+        tokens=_report(tokens),
+        output_tokens=_report(output),
     )
+
+
+def _report(state: _LimitState | None) -> RateReport | None:
+    if state is None:
+        return None
+    return RateReport(limit=state[0], remaining=state[1], reset_seconds=state[2])
 
 
 _LimitState = tuple[int, int, float]  # (limit, remaining, seconds until all is back)

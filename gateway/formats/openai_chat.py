@@ -229,6 +229,9 @@ def _check_tool_choice(choice: JSON) -> None:
                 )
 
 
+_LARGEST_CAP = 1 << 31
+
+
 def input_modalities(body: JSON) -> tuple[str, ...]:
     """Non-text modalities the request carries (``image``, ``audio``, ``file``), sorted."""
     found: set[str] = set()
@@ -260,7 +263,9 @@ def output_cap(body: JSON) -> int | None:
     if type(asked) is not int or asked <= 0:
         return None
     n = body.get("n")
-    return asked * n if type(n) is int and n > 1 else asked
+    # No model answers more; a larger number (up to 2**63 passes validation) would only blur
+    # the sums a token pace keeps.
+    return min(asked * n if type(n) is int and n > 1 else asked, _LARGEST_CAP)
 
 
 def estimate_prompt_tokens(raw_body_len: int, body: Any = None) -> int:

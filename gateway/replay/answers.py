@@ -62,7 +62,7 @@ def called_tool(body: JSON) -> str | None:
 def asked_tokens_of(body: JSON) -> int | None:
     """The longest answer the request allows: its ``max_tokens`` (what a provider reserves of
     a token limit while it answers); None when it sets none."""
-    n = body.get("max_tokens") or body.get("max_completion_tokens")
+    n = body.get("max_completion_tokens") or body.get("max_tokens")
     return None if n is None else max(1, int(n))
 
 

@@ -273,11 +273,16 @@ class SimulatedAdapter:
             route.bucket.refill(limit, self._now())
             route.bucket.tokens = min(float(limit.tokens), route.bucket.tokens + tokens)
             return
+        # From the attempts admitted at that instant (they leave the window together, so
+        # which of them gives it back does not matter).
         window = route.window
         for i, (started, taken) in enumerate(window):
-            if started == taken_at and taken >= tokens:
-                window[i] = (started, taken - tokens)
-                return
+            if started == taken_at and taken > 0:
+                back = min(taken, tokens)
+                window[i] = (started, taken - back)
+                tokens -= back
+                if tokens <= 0:
+                    return
 
     def _quota_left(
         self, route: _Route, endpoint: str, credential: str, now: float, tokens: int

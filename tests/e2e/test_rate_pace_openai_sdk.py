@@ -174,14 +174,59 @@ async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_s
     gw = await gateway_factory(cfg)
     client = gw.openai()
 
-    sent = ((HI, None), (HI, 600), (HI, 400), (LONG, None))
+    # The cap of 400 fits, and takes 400 of what is left: one of 100 no longer fits.
+    sent = ((HI, None), (HI, 600), (HI, 400), (HI, 100), (LONG, None))
     served = [await _routed_via(client, messages, stream, cap) for messages, cap in sent]
 
-    if pacing:  # the provider would refuse the second and the last
-        assert served == [served[0], served[1], served[0], served[1]] != [served[0]] * 4
-        assert len(paced.requests) == 2 and len(spare.requests) == 2
+    if pacing:  # the provider would refuse the second and the last two
+        paced_via, spare_via = served[0], served[1]
+        assert served == [paced_via, spare_via, paced_via, spare_via, spare_via]
+        assert paced_via != spare_via
+        assert len(paced.requests) == 2 and len(spare.requests) == 3
     else:  # unpaced, only a report of none left would have spent the route
-        assert served == [served[0]] * 4 and not spare.requests
+        assert served == [served[0]] * 5 and not spare.requests
+
+
+def _output_apart() -> Reply:
+    """An Anthropic answer reporting its input and output token limits apart: 9,000 input
+    tokens of 10,000 left and 5,000 output of 10,000 (together 14,000 of 20,000), all back
+    in a minute."""
+    back = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=57)).isoformat()
+    headers: dict[str, str] = {}
+    limits = (
+        ("requests", 100, 99),
+        ("tokens", 20_000, 14_000),
+        ("input-tokens", 10_000, 9_000),
+        ("output-tokens", 10_000, 5_000),
+    )
+    for unit, limit, left in limits:
+        headers[f"anthropic-ratelimit-{unit}-limit"] = str(limit)
+        headers[f"anthropic-ratelimit-{unit}-remaining"] = str(left)
+        headers[f"anthropic-ratelimit-{unit}-reset"] = back
+    return Reply(headers=headers)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_request_whose_output_cap_an_anthropic_routes_output_limit_lacks_goes_elsewhere(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, stream: bool
+) -> None:
+    paced = await fake_upstreams("claude")
+    paced.enqueue(_output_apart(), Reply(), Reply())
+    spare = await fake_upstreams("spare")
+    cfg = config(model("m", anthropic_route(paced), route(spare, fallback_only=True)))
+    gw = await gateway_factory(cfg)
+    client = gw.openai()
+
+    # Without a cap, the route is sent Claude's default max_tokens (4,096), which Claude
+    # reserves: a long prompt fits both limits, leaving some 6,000 input and 900 output. A
+    # cap of 1,000 then fits what is left together (6,900), not the output; one of 200 does,
+    # and no cap (4,096) no longer does.
+    sent = ((HI, None), (LONG, None), (HI, 1_000), (HI, 200), (HI, None))
+    served = [await _routed_via(client, messages, stream, cap) for messages, cap in sent]
+
+    claude, elsewhere = served[0], served[2]
+    assert served == [claude, claude, elsewhere, claude, elsewhere] and claude != elsewhere
+    assert len(paced.requests) == 3 and len(spare.requests) == 2
 
 
 async def _routed_via(

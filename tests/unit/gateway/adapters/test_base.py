@@ -306,9 +306,28 @@ def test_the_token_limit_rides_on_the_request_limits_report() -> None:
         "anthropic-ratelimit-tokens-reset": soon.isoformat(),
     }
     report = rate_report(anthropic)
-    assert report is not None and report.tokens is not None
+    assert report is not None and report.tokens is not None and report.output_tokens is None
     assert (report.tokens.limit, report.tokens.remaining) == (80000, 60000)
     assert 4.0 < report.tokens.reset_seconds <= 6.0
+    # Its input and output limits apart, when all six are there (the combined limit is their
+    # sum: a request may fit it and not the output alone).
+    apart = {
+        "anthropic-ratelimit-input-tokens-limit": "64000",
+        "anthropic-ratelimit-input-tokens-remaining": "58000",
+        "anthropic-ratelimit-input-tokens-reset": soon.isoformat(),
+        "anthropic-ratelimit-output-tokens-limit": "16000",
+        "anthropic-ratelimit-output-tokens-remaining": "2000",
+        "anthropic-ratelimit-output-tokens-reset": soon.isoformat(),
+    }
+    report = rate_report(anthropic | apart)
+    assert report is not None and report.tokens is not None and report.output_tokens is not None
+    assert (report.tokens.limit, report.tokens.remaining) == (64000, 58000)
+    assert (report.output_tokens.limit, report.output_tokens.remaining) == (16000, 2000)
+    # One of the two not whole: the combined limit, as without them.
+    half = {k: v for k, v in apart.items() if k != "anthropic-ratelimit-input-tokens-reset"}
+    report = rate_report(anthropic | half)
+    assert report is not None and report.tokens is not None and report.output_tokens is None
+    assert report.tokens.limit == 80000
 
 
 def test_reset_headers_do_not_make_a_retry_after_for_other_statuses() -> None:

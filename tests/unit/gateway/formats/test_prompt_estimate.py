@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from gateway.formats.media_tokens import IMAGE_TOKENS
-from gateway.formats.openai_chat import estimate_prompt_tokens, prompt_estimate
+from gateway.formats.openai_chat import estimate_prompt_tokens, output_cap, prompt_estimate
 
 PNG = "iVBORw0KGgo" * 40_000  # 440,000 characters of base64
 
@@ -40,3 +40,12 @@ def test_a_pdf_and_a_small_image_keep_their_bytes_over_four() -> None:
     for part in (pdf, small):
         body = {"model": "m", "messages": [{"role": "user", "content": [part] * 3}]}
         assert _estimate(body) == estimate_prompt_tokens(len(msgspec.json.encode(body)))
+
+
+def test_the_output_cap_is_max_tokens_times_n_and_none_without_one() -> None:
+    assert output_cap({"max_completion_tokens": 300, "max_tokens": 9, "n": 3}) == 900
+    assert output_cap({"max_tokens": 300}) == 300
+    for none in ({}, {"max_tokens": 0}, {"max_tokens": True}, {"max_tokens": 1.5}):
+        assert output_cap(none) is None
+    # Bounded: a 2**62 passes validation, and would blur the sums a token pace keeps.
+    assert output_cap({"max_tokens": 1 << 62, "n": 2}) == 1 << 31

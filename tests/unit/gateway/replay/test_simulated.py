@@ -155,6 +155,24 @@ def test_a_token_limit_reserves_max_tokens_while_the_answer_runs_and_gets_back_t
     assert after.tokens is not None and after.tokens.remaining == 100 + 2 * 389 - 111
 
 
+def test_a_window_token_limit_gets_back_what_answers_admitted_together_did_not_use() -> None:
+    limit = {"requests": 100, "tokens": 1_000, "per_seconds": 60.0}  # a sliding window
+    capped = {**BODY, "messages": [{"role": "user", "content": "11 " + "x" * 397}]}
+    capped["max_tokens"] = 400
+
+    async def scenario() -> tuple[list[Any], RateReport]:
+        sim = _sim(rate_limit=limit)
+        first = await asyncio.gather(
+            *(sim.complete(TARGET, capped) for _ in range(3)), return_exceptions=True
+        )
+        return first, (await sim.complete(TARGET, BODY))[RATE_REPORT]
+
+    first, after = run_virtual(scenario())
+    assert isinstance(first[2], UpstreamError) and first[2].status == 429  # 1,000 reserved
+    # Both ended having used 111 each: 222 stay in the window, and this one's 111.
+    assert after.tokens is not None and after.tokens.remaining == 1_000 - 222 - 111
+
+
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
     async def scenario() -> UpstreamError:
         sim = _sim(outages=[{"start": 0, "end": 10, "kind": "connect"}])

@@ -85,7 +85,7 @@ def test_synth_draws_max_tokens_caps_in_their_shares_and_the_answer_keeps_its_le
         assert asked_tokens_of(body) == body.get("max_tokens")
 
 
-def test_a_cap_without_a_share_or_shares_past_one_are_refused() -> None:
+def test_a_cap_under_one_or_shares_past_one_are_refused() -> None:
     with pytest.raises(ValueError, match="max_tokens"):
         SynthSpec.model_validate({"model": "m", "rate": 1, "duration_seconds": 1,
                                   "max_tokens": {100: 0.7, 200: 0.4}})  # fmt: skip
