@@ -245,8 +245,7 @@ class ModelLoad:
         now = self._clock()
         # A token limit without room for the smallest request spends it as much.
         paces = self.load.paces
-        smallest = paces.room_needed(r.endpoint, 0)
-        until = max(lim.spent_until, paces.room_at(r.endpoint, smallest, now))
+        until = max(lim.spent_until, paces.room_at(r.endpoint, paces.smallest(), now))
         spent = until if until > now else None
         return msgspec.structs.replace(
             r,

@@ -230,6 +230,11 @@ class RoutePaces:
             return float(prompt_tokens), float(output_cap)
         return float(prompt_tokens), _OUTPUT_ROOM * self._output
 
+    def smallest(self) -> Size:
+        """The room the smallest request needs: no prompt, an answer of twice the average
+        (what a status calls spent: not even that fits)."""
+        return 0.0, _OUTPUT_ROOM * self._output
+
     def sent(
         self, endpoint: str, key: str, now: float, size: Size = (0.0, 0.0)
     ) -> tuple[int, Size, Size]:

@@ -174,8 +174,9 @@ async def test_a_request_larger_than_a_routes_reported_token_limit_has_left_is_s
     gw = await gateway_factory(cfg)
     client = gw.openai()
 
-    # The cap of 400 fits, and takes 400 of what is left: one of 100 no longer fits.
-    sent = ((HI, None), (HI, 600), (HI, 400), (HI, 100), (LONG, None))
+    # The cap of 400 fits, and takes 400 of what is left: one of 300 no longer fits (some
+    # 100 are left, a token back every 0.11 s).
+    sent = ((HI, None), (HI, 600), (HI, 400), (HI, 300), (LONG, None))
     served = [await _routed_via(client, messages, stream, cap) for messages, cap in sent]
 
     if pacing:  # the provider would refuse the second and the last two
@@ -219,9 +220,9 @@ async def test_a_request_whose_output_cap_an_anthropic_routes_output_limit_lacks
 
     # Without a cap, the route is sent Claude's default max_tokens (4,096), which Claude
     # reserves: a long prompt fits both limits, leaving some 6,000 input and 900 output. A
-    # cap of 1,000 then fits what is left together (6,900), not the output; one of 200 does,
-    # and no cap (4,096) no longer does.
-    sent = ((HI, None), (LONG, None), (HI, 1_000), (HI, 200), (HI, None))
+    # cap of 2,500 then fits what is left together (6,900), not the output (one comes back
+    # every 11 ms: 18 s away); one of 200 does, and no cap (4,096) no longer does.
+    sent = ((HI, None), (LONG, None), (HI, 2_500), (HI, 200), (HI, None))
     served = [await _routed_via(client, messages, stream, cap) for messages, cap in sent]
 
     claude, elsewhere = served[0], served[2]

@@ -156,21 +156,31 @@ def test_a_token_limit_reserves_max_tokens_while_the_answer_runs_and_gets_back_t
 
 
 def test_a_window_token_limit_gets_back_what_answers_admitted_together_did_not_use() -> None:
-    limit = {"requests": 100, "tokens": 1_000, "per_seconds": 60.0}  # a sliding window
-    capped = {**BODY, "messages": [{"role": "user", "content": "11 " + "x" * 397}]}
-    capped["max_tokens"] = 400
+    limit = {"requests": 100, "tokens": 2_000, "per_seconds": 60.0}  # a sliding window
+
+    def asked(length: str, cap: int) -> dict[str, Any]:  # a 100-token prompt
+        return {**BODY, "messages": [{"role": "user", "content": length.ljust(400, "x")}],
+                "max_tokens": cap}  # fmt: skip
+
+    large, small = asked("11 ", 1_000), asked("5 ", 400)
 
     async def scenario() -> tuple[list[Any], RateReport]:
         sim = _sim(rate_limit=limit)
+        # Admitted at the same instant, the larger first; the smaller one ends first (5
+        # tokens against 11): its give-back must not be taken from the larger's reservation.
         first = await asyncio.gather(
-            *(sim.complete(TARGET, capped) for _ in range(3)), return_exceptions=True
+            sim.complete(TARGET, large),
+            sim.complete(TARGET, small),
+            sim.complete(TARGET, small),
+            return_exceptions=True,
         )
-        return first, (await sim.complete(TARGET, BODY))[RATE_REPORT]
+        return list(first), (await sim.complete(TARGET, BODY))[RATE_REPORT]
 
     first, after = run_virtual(scenario())
-    assert isinstance(first[2], UpstreamError) and first[2].status == 429  # 1,000 reserved
-    # Both ended having used 111 each: 222 stay in the window, and this one's 111.
-    assert after.tokens is not None and after.tokens.remaining == 1_000 - 222 - 111
+    # 1,100 and 500 reserved, 400 left: the third does not fit.
+    assert isinstance(first[2], UpstreamError) and first[2].status == 429
+    # Both ended having used 111 and 105: those stay in the window, and this one's 111.
+    assert after.tokens is not None and after.tokens.remaining == 2_000 - 216 - 111
 
 
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
