@@ -56,6 +56,16 @@ class RateLimit(_Strict):
     per_seconds: float = Field(default=60.0, gt=0)
     retry_after: float | None = Field(default=None, ge=0)
     kind: Literal["window", "bucket"] = "window"
+    # Output metered apart, as Anthropic does (a bucket only): ``tokens`` is then the input
+    # limit; answers report the two apart (``report_apart``) or only their sum.
+    output_tokens: int | None = Field(default=None, ge=1)
+    report_apart: bool = True
+
+    @model_validator(mode="after")
+    def _output_apart_in_a_bucket(self) -> RateLimit:
+        if self.output_tokens is not None and (self.kind != "bucket" or self.tokens is None):
+            raise ValueError("rate_limit.output_tokens needs kind: bucket and tokens (input)")
+        return self
 
 
 class ErrorRates(_Strict):

@@ -2,8 +2,8 @@
 (virtual) time.
 
 Per route it keeps what a real provider keeps: requests in flight against its capacity (the
-rest wait in a FIFO queue, so their TTFT grows with it), a sliding rate-limit window
-(beyond it a 429 with ``Retry-After`` and ``x-ratelimit-*`` headers, through the same
+rest wait in a FIFO queue, so their TTFT grows with it), its rate limit (``rate_meter``:
+beyond it a 429 with ``Retry-After`` and ``x-ratelimit-*`` headers, through the same
 ``error_from_status`` as a real HTTP answer), per credential a quota plan's use in its
 period (spent: 429 ``insufficient_quota``) and the attempts in flight against a concurrency
 plan (one more: 429 at once), the keys it refuses (403), outage windows, drift and random
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.adapters.base import JSON, Batch, UpstreamTarget, bad_response, error_from_status
+from gateway.adapters.base import JSON, Batch, UpstreamTarget, bad_response
 from gateway.replay.answers import (
     arguments_delta,
     asked_tokens_of,
@@ -42,14 +42,16 @@ from gateway.replay.answers import (
     tool_arguments,
     usage,
 )
+from gateway.replay.rate_meter import RateMeter
 from schemas import UpstreamError
 from schemas.canonical_markers import RATE_REPORT
-from schemas.routing import RateReport
+from schemas.route_config import ANTHROPIC_DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
 
-    from gateway.replay.providers import ErrorRates, Provider, ProvidersFile, RateLimit
+    from gateway.replay.providers import ErrorRates, Provider, ProvidersFile
+    from schemas.routing import RateReport
 
 _encode = msgspec.json.Encoder().encode
 _STALL_SECONDS = 86_400.0
@@ -65,24 +67,6 @@ class Billed:
 
 
 @dataclass(slots=True)
-class _Bucket:
-    """A ``kind: bucket`` rate limit's requests and tokens left at ``at``."""
-
-    requests: float
-    tokens: float
-    at: float
-
-    def refill(self, limit: RateLimit, now: float) -> None:
-        """What refilled since ``at``, up to the limits."""
-        share = (now - self.at) / limit.per_seconds
-        if limit.requests is not None:
-            self.requests = min(float(limit.requests), self.requests + share * limit.requests)
-        if limit.tokens is not None:
-            self.tokens = min(float(limit.tokens), self.tokens + share * limit.tokens)
-        self.at = now
-
-
-@dataclass(slots=True)
 class _Route:
     """One simulated provider's state."""
 
@@ -90,8 +74,7 @@ class _Route:
     rng: Random
     in_flight: int = 0
     queue: deque[asyncio.Future[None]] = field(default_factory=deque)
-    window: deque[tuple[float, int]] = field(default_factory=deque)  # (started, tokens)
-    bucket: _Bucket | None = None  # a ``kind: bucket`` rate limit's, from its first request
+    meter: RateMeter | None = None  # its rate limit's state, when it has one
     # Per credential: (period index, requests, tokens) of its quota plan; attempts in flight
     # against its concurrency plan.
     quota_used: dict[str, tuple[int, int, int]] = field(default_factory=dict)
@@ -132,6 +115,8 @@ class SimulatedAdapter:
                     kind="connect",
                 )
             route = _Route(provider, Random(f"{self._seed}:{target.endpoint}"))
+            if provider.rate_limit is not None:
+                route.meter = RateMeter(provider.rate_limit, target.endpoint)
             self._routes[target.endpoint] = route
         return route
 
@@ -231,7 +216,10 @@ class SimulatedAdapter:
         a failure drawn to come at once."""
         route = self._route(target)
         prompt, output = prompt_tokens_of(body), output_tokens_of(body)
-        reserved = max(output, asked_tokens_of(body) or 0)
+        asked = asked_tokens_of(body)
+        if asked is None and target.kind == "anthropic":
+            asked = ANTHROPIC_DEFAULT_MAX_TOKENS  # what the adapter sends Claude
+        reserved = max(output, asked or 0)
         now = self._now()
         p = route.provider
         outage = p.outage_at(now - self.origin)
@@ -250,8 +238,10 @@ class SimulatedAdapter:
             p.concurrency.limit
         ):
             raise too_many(target.endpoint, p.concurrency.retry_after)
-        rate = self._rate_limit(route, target.endpoint, now, prompt + reserved)
-        settle = functools.partial(self._give_back, route, now, reserved - output)
+        rate, settle = None, _nothing
+        if route.meter is not None:
+            rate = route.meter.take(now, prompt, reserved)
+            settle = functools.partial(self._give_back, route.meter, now, reserved - output)
         kind = _draw(route.rng, rates)
         if kind in ("http_500", "http_503", "http_401", "http_403", "reset"):
             settle()
@@ -263,26 +253,9 @@ class SimulatedAdapter:
             route.plan_in_flight[credential] = route.plan_in_flight.get(credential, 0) + 1
         return route, prompt, output, kind, rate, settle
 
-    def _give_back(self, route: _Route, taken_at: float, tokens: int) -> None:
-        """``tokens`` that an attempt admitted at ``taken_at`` took of its route's token limit
-        come back (its answer ended shorter than its ``max_tokens``)."""
-        limit = route.provider.rate_limit
-        if tokens <= 0 or limit is None or limit.tokens is None:
-            return
-        if route.bucket is not None:
-            route.bucket.refill(limit, self._now())
-            route.bucket.tokens = min(float(limit.tokens), route.bucket.tokens + tokens)
-            return
-        # From the attempts admitted at that instant (they leave the window together, so
-        # which of them gives it back does not matter).
-        window = route.window
-        for i, (started, taken) in enumerate(window):
-            if started == taken_at and taken > 0:
-                back = min(taken, tokens)
-                window[i] = (started, taken - back)
-                tokens -= back
-                if tokens <= 0:
-                    return
+    def _give_back(self, meter: RateMeter, taken_at: float, tokens: int) -> None:
+        """``tokens`` of output an attempt admitted at ``taken_at`` reserved come back."""
+        meter.give_back(taken_at, tokens, self._now())
 
     def _quota_left(
         self, route: _Route, endpoint: str, credential: str, now: float, tokens: int
@@ -301,108 +274,6 @@ class SimulatedAdapter:
         ):
             raise quota_spent(endpoint)
         return period
-
-    def _rate_limit(
-        self, route: _Route, endpoint: str, now: float, tokens: int
-    ) -> RateReport | None:
-        """Count the attempt in the window, or raise the 429 a provider answers beyond it;
-        the state of a request limit as its answer's headers say it (as OpenAI's do, on
-        every answer: what was left once this one was taken, and when all of it is back,
-        the window's length after the request just taken)."""
-        limit = route.provider.rate_limit
-        if limit is None:
-            return None
-        if limit.kind == "bucket":
-            return self._bucket(route, limit, endpoint, now, tokens)
-        window = route.window
-        while window and window[0][0] <= now - limit.per_seconds:
-            window.popleft()
-        used_tokens = sum(n for _, n in window)
-        over_requests = limit.requests is not None and len(window) >= limit.requests
-        over_tokens = limit.tokens is not None and used_tokens + tokens > limit.tokens
-        if not (over_requests or over_tokens):
-            window.append((now, tokens))
-            if limit.requests is None:
-                return None
-            left = limit.requests - len(window)
-            token_report = None
-            if limit.tokens is not None:
-                token_report = RateReport(
-                    limit=limit.tokens,
-                    remaining=max(0, limit.tokens - used_tokens - tokens),
-                    reset_seconds=limit.per_seconds,
-                )
-            return RateReport(
-                limit=limit.requests,
-                remaining=left,
-                reset_seconds=limit.per_seconds,
-                tokens=token_report,
-            )
-        frees = window[0][0] + limit.per_seconds - now if window else limit.per_seconds
-        retry = limit.retry_after if limit.retry_after is not None else max(1.0, math.ceil(frees))
-        headers = {
-            "retry-after": f"{retry:g}",
-            "x-ratelimit-limit-requests": str(limit.requests or ""),
-            "x-ratelimit-remaining-requests": str(max(0, (limit.requests or 0) - len(window))),
-            "x-ratelimit-reset-requests": f"{frees:.3f}s",
-        }
-        if limit.tokens is not None:
-            headers["x-ratelimit-limit-tokens"] = str(limit.tokens)
-            headers["x-ratelimit-remaining-tokens"] = str(max(0, limit.tokens - used_tokens))
-            headers["x-ratelimit-reset-tokens"] = f"{frees:.3f}s"
-        body = _encode({"error": {"message": "Rate limit reached", "type": "requests"}})
-        raise error_from_status(endpoint, 429, headers, body)
-
-    def _bucket(
-        self, route: _Route, limit: RateLimit, endpoint: str, now: float, tokens: int
-    ) -> RateReport | None:
-        """:meth:`_rate_limit` for a ``kind: bucket`` limit: one request (and its tokens) taken
-        from what has refilled, or a 429 until enough has; the headers say what is left once
-        it is taken and when all of it is back."""
-        bucket = route.bucket
-        if bucket is None:
-            full = float(limit.tokens or 0)
-            bucket = route.bucket = _Bucket(float(limit.requests or 0), full, now)
-        bucket.refill(limit, now)
-        lacking = 0.0  # the share of a period until what is lacking has refilled
-        if limit.requests is not None and bucket.requests < 1.0:
-            lacking = (1.0 - bucket.requests) / limit.requests
-        if limit.tokens is not None and bucket.tokens < tokens:
-            lacking = max(lacking, (min(tokens, limit.tokens) - bucket.tokens) / limit.tokens)
-        if lacking <= 0.0:
-            bucket.requests -= 1.0
-            bucket.tokens -= tokens
-            if limit.requests is None:
-                return None
-            left = int(bucket.requests)
-            back = (limit.requests - bucket.requests) / limit.requests * limit.per_seconds
-            token_report = None
-            if limit.tokens is not None:
-                token_back = (limit.tokens - bucket.tokens) / limit.tokens * limit.per_seconds
-                # A request larger than the whole bucket was let in from a full one: none left.
-                token_report = RateReport(
-                    limit=limit.tokens,
-                    remaining=max(0, int(bucket.tokens)),
-                    reset_seconds=min(token_back, limit.per_seconds),
-                )
-            return RateReport(
-                limit=limit.requests, remaining=left, reset_seconds=back, tokens=token_report
-            )
-        frees = lacking * limit.per_seconds
-        retry = limit.retry_after if limit.retry_after is not None else max(1.0, math.ceil(frees))
-        headers = {"retry-after": f"{retry:g}"}
-        if limit.requests is not None:
-            back = (limit.requests - bucket.requests) / limit.requests * limit.per_seconds
-            headers["x-ratelimit-limit-requests"] = str(limit.requests)
-            headers["x-ratelimit-remaining-requests"] = str(max(0, int(bucket.requests)))
-            headers["x-ratelimit-reset-requests"] = f"{back:.3f}s"
-        if limit.tokens is not None:
-            back = (limit.tokens - bucket.tokens) / limit.tokens * limit.per_seconds
-            headers["x-ratelimit-limit-tokens"] = str(limit.tokens)
-            headers["x-ratelimit-remaining-tokens"] = str(max(0, int(bucket.tokens)))
-            headers["x-ratelimit-reset-tokens"] = f"{back:.3f}s"
-        body = _encode({"error": {"message": "Rate limit reached", "type": "requests"}})
-        raise error_from_status(endpoint, 429, headers, body)
 
     def _ttft(self, route: _Route, prompt: int, kind: str | None) -> float:
         """This attempt's unloaded TTFT: lognormal, drifted, longer for a longer prompt (a

@@ -14,15 +14,24 @@ from gateway.replay.providers import load_providers
 from gateway.replay.synth import load_synth, synthesize
 from schemas.pricing import PER_MILLION
 
-NAMES = ("ratelimited", "tokenlimited", "saturating", "outage", "drift", "flaky", "paper")
+NAMES = (
+    "ratelimited",
+    "tokenlimited",
+    "outputlimited",
+    "saturating",
+    "outage",
+    "drift",
+    "flaky",
+    "paper",
+)
 # Each trace is as short as reaches what makes its scenario: the outage (from 30 s), the flaky
 # route's bad spell (from 10 s), paper's opening burst absorbed (before 15 s the routes cannot
 # take every request, and the oracle has no fastest fill); rate limits and capacity bite within
-# the first seconds (token limits only past their 10 s buckets: ``tokenlimited`` is checked
-# for consistency here, under load in test_under_load). The drift (from 120 s) is out of
-# reach, as it always was here. Every
-# simulated request costs the whole gateway's work, seven times (one per config).
-SHORT = {"outage": 40.0, "flaky": 12.0, "paper": 15.0, "tokenlimited": 4.0}
+# the first seconds (token limits only past their 10 s buckets: ``tokenlimited`` and
+# ``outputlimited`` are checked for consistency here, under load in test_under_load). The
+# drift (from 120 s) is out of reach, as it always was here. Every simulated request costs
+# the whole gateway's work, seven times (one per config).
+SHORT = {"outage": 40.0, "flaky": 12.0, "paper": 15.0, "tokenlimited": 4.0, "outputlimited": 4.0}
 DEFAULT_SECONDS = 8.0
 BASELINES = {"greedy-cost": "greedy_cost", "greedy-latency": "greedy_latency"}
 _TOLERANCE = 0.02  # sampling noise of the measured means against the oracle's expectations

@@ -183,6 +183,35 @@ def test_a_window_token_limit_gets_back_what_answers_admitted_together_did_not_u
     assert after.tokens is not None and after.tokens.remaining == 2_000 - 216 - 111
 
 
+def test_an_output_limit_apart_reserves_the_cap_or_claudes_default_and_reports_apart() -> None:
+    # Input 1,000 and output 5,000 tokens a 20 s bucket; an anthropic route is sent 4,096
+    # without a cap, which its output limit reserves as it would a cap.
+    claude = dataclasses.replace(TARGET, kind="anthropic")
+    uncapped = {k: v for k, v in BODY.items() if k != "max_tokens"}
+    uncapped["messages"] = [{"role": "user", "content": "11 " + "x" * 397}]
+    capped = {**uncapped, "max_tokens": 400}
+
+    async def scenario(apart: bool) -> list[Any]:
+        rate = {"requests": 100, "tokens": 1_000, "output_tokens": 5_000, "per_seconds": 20.0}
+        sim = _sim(rate_limit={**rate, "kind": "bucket", "report_apart": apart})
+        calls = (sim.complete(claude, body) for body in (capped, capped, uncapped, capped))
+        return list(await asyncio.gather(*calls, return_exceptions=True))
+
+    answers = run_virtual(scenario(apart=True))
+    reports = [a[RATE_REPORT] for a in answers[:3]]
+    assert [(r.tokens.remaining, r.output_tokens.remaining) for r in reports] == [
+        (900, 4_600),
+        (800, 4_200),
+        (700, 104),
+    ]
+    assert reports[0].output_tokens == RateReport(limit=5_000, remaining=4_600, reset_seconds=1.6)
+    # The fourth's 400 do not fit the output left, though the input has 700.
+    assert isinstance(answers[3], UpstreamError) and answers[3].status == 429
+    together = run_virtual(scenario(apart=False))[0][RATE_REPORT]
+    assert together.output_tokens is None  # only their sum, as Anthropic's combined headers
+    assert together.tokens == RateReport(limit=6_000, remaining=5_500, reset_seconds=2.0)
+
+
 def test_in_an_outage_window_a_route_refuses_connections() -> None:
     async def scenario() -> UpstreamError:
         sim = _sim(outages=[{"start": 0, "end": 10, "kind": "connect"}])
@@ -289,6 +318,7 @@ def test_a_403_rate_draws_permission_refusals() -> None:
         ({"concurrency": {}}, "providers.0.concurrency.limit"),
         ({"refused_keys": [""]}, "providers.0.refused_keys.0"),
         ({"errors": {"http_403": 2}}, "providers.0.errors.http_403"),
+        ({"rate_limit": {"tokens": 9, "output_tokens": 9}}, "providers.0.rate_limit"),
     ],
 )
 def test_a_bad_plan_is_refused_naming_its_field(provider: dict[str, Any], named: str) -> None:
