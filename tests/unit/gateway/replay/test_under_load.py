@@ -132,21 +132,11 @@ def test_a_request_is_not_sent_where_a_routes_token_limit_lacks_room_for_it() ->
     configs = ("primary", "routewise-a1")
     paced, _ = _replay("tokenlimited", configs, 40.0)
     unpaced, _ = _replay("tokenlimited", configs, 40.0, paced=False)
-    now = {n: paced["configs"][n] for n in configs}
-    before = {n: unpaced["configs"][n] for n in configs}
-
-    assert all(now[n]["served"] == now[n]["requests"] for n in configs)
     # Unpaced, the provider refused each request larger than what its token limit had left:
     # 117 429s on this trace (its first 10 s drain the full buckets). Four in five requests
     # set a max_tokens, which the provider reserves while the answer runs: paced by their
     # prompt and the average answer they drew 133; paced by their prompt and their cap, 6.
-    drawn = {
-        n: (now[n]["rate_limited_attempts"], before[n]["rate_limited_attempts"]) for n in configs
-    }
-    assert sum(a for a, _ in drawn.values()) <= 0.1 * sum(b for _, b in drawn.values()), drawn
-    # primary keeps its cheap routes (no 429 cools them): cheaper; alpha 1 keeps its fast ones.
-    assert now["primary"]["cost_usd"] < before["primary"]["cost_usd"]
-    assert now["routewise-a1"]["ttft_mean"] < 0.95 * before["routewise-a1"]["ttft_mean"]
+    _assert_paced_better(paced, unpaced)
 
 
 def test_an_output_limit_reported_apart_is_paced_apart() -> None:
@@ -156,21 +146,28 @@ def test_an_output_limit_reported_apart_is_paced_apart() -> None:
     for p in raw["providers"]:
         p["rate_limit"]["report_apart"] = False
     together, _ = _replay("outputlimited", configs, 40.0, ProvidersFile.model_validate(raw))
-    now = {n: apart["configs"][n] for n in configs}
-    before = {n: together["configs"][n] for n in configs}
-
-    assert all(now[n]["served"] == now[n]["requests"] for n in configs)
     # Claude reserves a request's max_tokens (without one, the 4,096 an anthropic route is
     # sent) of its output limit, the smaller: reported only together with the input limit,
     # a request fitted their sum and drew the 429 of the output (85 on this trace); paced
     # apart, none. Fewer cheap routes cooled: primary pays 10 % less, and alpha 1 answers
     # a quarter faster.
+    _assert_paced_better(apart, together)
+
+
+def _assert_paced_better(now: dict[str, Any], before: dict[str, Any]) -> None:
+    """``now`` (primary and routewise-a1's report) served every request and drew at most a
+    tenth of ``before``'s 429s; primary kept its cheap routes (no 429 cools them) and paid
+    less, and alpha 1 kept its fast ones and answered at least 5 % sooner."""
+    configs = ("primary", "routewise-a1")
+    paced = {n: now["configs"][n] for n in configs}
+    was = {n: before["configs"][n] for n in configs}
+    assert all(paced[n]["served"] == paced[n]["requests"] for n in configs)
     drawn = {
-        n: (now[n]["rate_limited_attempts"], before[n]["rate_limited_attempts"]) for n in configs
+        n: (paced[n]["rate_limited_attempts"], was[n]["rate_limited_attempts"]) for n in configs
     }
     assert sum(a for a, _ in drawn.values()) <= 0.1 * sum(b for _, b in drawn.values()), drawn
-    assert now["primary"]["cost_usd"] < before["primary"]["cost_usd"]
-    assert now["routewise-a1"]["ttft_mean"] < 0.95 * before["routewise-a1"]["ttft_mean"]
+    assert paced["primary"]["cost_usd"] < was["primary"]["cost_usd"]
+    assert paced["routewise-a1"]["ttft_mean"] < 0.95 * was["routewise-a1"]["ttft_mean"]
 
 
 def test_ratelimited_alpha_0_fills_the_cheap_routes_rates_and_alpha_1_buys_speed() -> None:
