@@ -346,6 +346,7 @@ class InProcessBus:
         max_msgs_per_subject: int | None = None,
         replicas: int = 1,
         memory: bool = False,
+        grow_only: bool = False,
     ) -> None:
         """Keep what is published on ``subjects`` (patterns) in memory as stream ``name``,
         for ``max_age`` seconds and at most ``max_msgs`` messages (``max_msgs_per_subject``
@@ -388,10 +389,11 @@ class InProcessBus:
         )
 
     async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> KeyValue:
         """The in-memory bucket ``bucket`` (created on first use; ``ttl`` applies from then
-        on, ``replicas`` has no meaning in one process). Raises BusClosedError."""
+        on, ``replicas`` and ``grow_only`` have no meaning in one process). Raises
+        BusClosedError."""
         if self._closed:
             raise BusClosedError("bus is closed")
         found = self._buckets.get(bucket)

@@ -250,11 +250,12 @@ class NatsBus:
         max_msgs_per_subject: int | None = None,
         replicas: int = 1,
         memory: bool = False,
+        grow_only: bool = False,
     ) -> None:
         """Create (or update to this config) the JetStream stream ``name`` keeping what is
         published on ``subjects`` for ``max_age`` seconds, at most ``max_msgs`` messages
-        (``max_msgs_per_subject`` of one subject), in ``replicas`` copies, in the servers'
-        memory with ``memory`` (else in their files).
+        (``max_msgs_per_subject`` of one subject), in ``replicas`` copies (``grow_only``: or
+        the more it has), in the servers' memory with ``memory`` (else in their files).
 
         Raises BusClosedError when JetStream is unavailable or refuses the stream.
         """
@@ -274,6 +275,9 @@ class NatsBus:
             try:
                 await js.add_stream(config)
             except nats.js.errors.BadRequestError:  # it exists with another config
+                if grow_only:
+                    had = (await js.stream_info(name)).config.num_replicas or 1
+                    config.num_replicas = max(had, replicas)
                 await js.update_stream(config)
         except nats.errors.Error as exc:
             raise BusClosedError(f"JetStream stream {name}: {exc!r}") from exc
@@ -292,10 +296,12 @@ class NatsBus:
             raise BusClosedError(f"JetStream stream {name}: {exc!r}") from exc
 
     async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> NatsKeyValue:
         """The JetStream key-value bucket ``bucket`` (file storage, one revision kept per
-        key), created or updated to ``ttl`` and ``replicas``.
+        key), created or updated to ``ttl`` and ``replicas`` (``grow_only``: or the more it
+        has: a count a host takes from the servers it sees while a cluster forms must not
+        lower what an earlier host set).
 
         Raises BusClosedError when JetStream is unavailable or refuses the bucket (more
         replicas than servers, say), ValueError for a name JetStream does not accept.
@@ -313,7 +319,8 @@ class NatsBus:
                 info = await admin.stream_info(f"KV_{bucket}")
                 info.config.max_age = ttl
                 info.config.duplicate_window = min(ttl, 120.0) if ttl else 120.0
-                info.config.num_replicas = replicas
+                had = info.config.num_replicas or 1
+                info.config.num_replicas = max(had, replicas) if grow_only else replicas
                 await admin.update_stream(info.config)
             js = self._nc.jetstream(timeout=_KV_TIMEOUT_S)
             kv = await js.key_value(bucket)

@@ -109,13 +109,14 @@ class Bus(Protocol):
         max_msgs_per_subject: int | None = None,
         replicas: int = 1,
         memory: bool = False,
+        grow_only: bool = False,
     ) -> None:
         """Keep what is published on ``subjects`` as the stream ``name``, for ``max_age``
         seconds and at most ``max_msgs`` messages (``max_msgs_per_subject`` of one subject:
         its oldest go first), in ``replicas`` copies on a JetStream cluster (create it, or
-        update it to this config); ``memory``: in the servers' memory rather than their files
-        (a stream that need not outlive the servers). Raises BusClosedError when the bus
-        cannot keep it."""
+        update it to this config; ``grow_only``: an existing stream keeps more copies than
+        that); ``memory``: in the servers' memory rather than their files (a stream that
+        need not outlive the servers). Raises BusClosedError when the bus cannot keep it."""
         ...
 
     async def delete_stream(self, name: str) -> None:
@@ -131,11 +132,13 @@ class Bus(Protocol):
         ...
 
     async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> KeyValue:
         """The key-value bucket ``bucket`` (see ``bus.kv``), created if missing or updated to
         ``ttl`` (seconds a key lives after its last write; None: forever) and ``replicas``
-        (copies in a JetStream cluster). Raises BusClosedError when the bus cannot keep it."""
+        (copies in a JetStream cluster; ``grow_only``: an existing bucket keeps more, for a
+        count taken from the servers one client sees, fewer while a cluster forms). Raises
+        BusClosedError when the bus cannot keep it."""
         ...
 
     async def aclose(self) -> None:

@@ -96,10 +96,10 @@ class GatedBus:
         await self._bus.delete_stream(name)
 
     async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> KeyValue:
         """See ``Bus.key_value``."""
-        return await self._bus.key_value(bucket, ttl=ttl, replicas=replicas)
+        return await self._bus.key_value(bucket, ttl=ttl, replicas=replicas, grow_only=grow_only)
 
     async def aclose(self) -> None:
         """Nothing: the host closes ``bus``."""

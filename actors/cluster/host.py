@@ -178,13 +178,15 @@ class ClusterHost:
         await self._outside.add_child(ChildSpec("cluster_admin", admin))
 
     async def _open_buckets(self) -> None:
-        replicas = self._settings.replicas_on(self._bus.servers)
-        hosts = await self._bus.key_value(
-            HOSTS_BUCKET, ttl=self._settings.ttl_seconds, replicas=replicas
-        )
+        # Counted from the servers this client sees (fewer while a cluster forms), a default
+        # count never lowers what a bucket has; one the operator set is taken as set.
+        n, grow = self._settings.replicas_on(self._bus.servers), self._settings.replicas is None
+        ttl = self._settings.ttl_seconds
+        hosts = await self._bus.key_value(HOSTS_BUCKET, ttl=ttl, replicas=n, grow_only=grow)
         self._membership = Membership(hosts, self.node_id, config=self._config_version)
-        self._owners = Owners(await self._bus.key_value(OWNERS_BUCKET, replicas=replicas))
-        self._snapshots = await self._bus.key_value(SNAPSHOTS_BUCKET, replicas=replicas)
+        owners = await self._bus.key_value(OWNERS_BUCKET, replicas=n, grow_only=grow)
+        self._owners = Owners(owners)
+        self._snapshots = await self._bus.key_value(SNAPSHOTS_BUCKET, replicas=n, grow_only=grow)
 
     async def wait(self) -> None:
         """Return (or raise) when the root ends."""

@@ -241,6 +241,7 @@ async def _ensure_events_stream(bus: Bus, config: GatewayConfig, *, memory: bool
                 max_msgs=config.events.stream_max_msgs,
                 max_msgs_per_subject=config.events.stream_max_msgs_per_kind,
                 replicas=config.cluster.replicas_on(bus.servers) if config.cluster.enabled else 1,
+                grow_only=config.cluster.replicas is None,  # a count of the servers seen
                 memory=memory,
             )
         except BusClosedError as exc:  # live events still flow; only catching up is lost

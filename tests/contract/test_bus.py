@@ -829,6 +829,32 @@ async def test_a_bus_knows_how_many_servers_its_cluster_has(
         await cluster.aclose()
 
 
+async def test_a_replica_count_taken_as_a_floor_never_lowers_a_bucket_or_a_stream(
+    nats_cluster: NatsCluster, bucket: str
+) -> None:
+    cluster = await open_bus(",".join(nats_cluster.urls))
+    raw = await nats.connect(nats_cluster.urls[0])
+    stream = f"{bucket}S"
+    try:
+        await cluster.key_value(bucket, replicas=3)
+        await cluster.ensure_stream(stream, [f"{stream}.>"], max_age=60, max_msgs=9, replicas=3)
+        # A host that saw one server of three while the cluster formed: R3 stays.
+        await cluster.key_value(bucket, replicas=1, grow_only=True)
+        await cluster.ensure_stream(
+            stream, [f"{stream}.>"], max_age=60, max_msgs=9, replicas=1, grow_only=True
+        )
+        js = raw.jetstream()
+        kept = [(await js.stream_info(n)).config.num_replicas for n in (f"KV_{bucket}", stream)]
+        # A count the operator set is taken as set, lower or not.
+        await cluster.key_value(bucket, replicas=1)
+        lowered = (await js.stream_info(f"KV_{bucket}")).config.num_replicas
+    finally:
+        await raw.close()
+        await cluster.aclose()
+
+    assert (kept, lowered) == ([3, 3], 1)
+
+
 async def test_nats_streams_and_buckets_take_their_replicas_from_the_cluster(
     nats_url: str, nats_cluster: NatsCluster, bucket: str
 ) -> None:

@@ -86,7 +86,7 @@ class CuttableBus(InProcessBus):
         self.gates: dict[str, asyncio.Event] = {}  # bucket -> open while set
 
     async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> KeyValue:
         gate = self.gates.setdefault(bucket, asyncio.Event())
         gate.set()
@@ -181,7 +181,7 @@ class Link:
         await self.inner.delete_stream(name)
 
     async def key_value(
-        self, bucket: str, *, ttl: float | None = None, replicas: int = 1
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> KeyValue:
         return CuttableKv(await self.inner.key_value(bucket, ttl=ttl), self.cut, self._gate)
 
