@@ -392,8 +392,7 @@ class InProcessBus:
         self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
     ) -> KeyValue:
         """The in-memory bucket ``bucket`` (created on first use; ``ttl`` applies from then
-        on, ``replicas`` and ``grow_only`` have no meaning in one process). Raises
-        BusClosedError."""
+        on; copies have no meaning in one process). Raises BusClosedError."""
         if self._closed:
             raise BusClosedError("bus is closed")
         found = self._buckets.get(bucket)
