@@ -96,11 +96,11 @@ class ModelLoad:
         of them has room for)."""
         self.load.reported(request_id, endpoint, key, report, self._clock())
 
-    def deciding(self, prompt_tokens: int, output_cap: int | None = None) -> None:
-        """The plan decided next is for a request of ``prompt_tokens`` allowing ``output_cap``
-        output tokens (None: no cap): a route (:meth:`spill`, :meth:`skipped`) or a key
+    def deciding(self, asked: Asked) -> None:
+        """The plan decided next is for a request asking ``asked`` (its prompt tokens, output
+        cap and thinking budget): a route (:meth:`spill`, :meth:`skipped`) or a key
         (:meth:`key_spent`) whose token limit has no room for it is passed over."""
-        self._asked = (prompt_tokens, output_cap) if self.load.paces.tokens_paced else None
+        self._asked = asked if self.load.paces.tokens_paced else None
 
     def key_spent(self, endpoint: str, key: str, now: float) -> bool:
         """Whether ``endpoint``'s ``key`` has nothing left at ``now`` by its paces, or too
@@ -125,7 +125,7 @@ class ModelLoad:
     def issued(self, request_id: str, plan: RoutePlan, now: float, req: RouteRequest) -> None:
         """A live plan was answered: its primary is in flight (``req``, of its size)."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
-        asked = (req.prompt_tokens, req.output_cap)
+        asked = (req.prompt_tokens, req.output_cap, req.thinking_budget)
         self.load.issued(request_id, sendable, now, plan.candidates, asked)
 
     def unsent(self, request_id: str, endpoint: str) -> None:

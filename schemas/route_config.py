@@ -28,6 +28,17 @@ _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
 # Anthropic requires max_tokens; chat does not. 4096 fits every current Claude model's
 # output limit while leaving room for long answers.
 ANTHROPIC_DEFAULT_MAX_TOKENS = 4096
+# The budget_tokens a chat reasoning_effort thinks with on an anthropic route (1024,
+# Anthropic's least, for minimal too); a request without max_tokens is sent the default
+# plus its budget.
+ANTHROPIC_THINKING_BUDGETS = {
+    "minimal": 1024,
+    "low": 1024,
+    "medium": 2048,
+    "high": 4096,
+    "xhigh": 8192,
+    "max": 16384,
+}
 
 
 def credential_id(secret: str) -> str:

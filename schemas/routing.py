@@ -22,6 +22,9 @@ class RouteRequest(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     # The most output tokens it allows (``max_tokens`` times ``n``; None: no cap): what a
     # provider reserves of a token limit while it answers.
     output_cap: int | None = None
+    # Without a cap, the thinking budget it asks (a Claude route is sent its default
+    # max_tokens plus this).
+    thinking_budget: int = 0
     pin: str | None = None
     surface: str = "chat"
     request_id: str = ""

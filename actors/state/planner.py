@@ -144,7 +144,7 @@ class RoutePlanner:
     ) -> Generator[ProbeLease, bool, Decision]:
         """The plan for ``req`` without the capacity routes in ``full``; yields each probe
         lease it needs (send back whether it was granted)."""
-        self._load.deciding(req.prompt_tokens, req.output_cap)
+        self._load.deciding((req.prompt_tokens, req.output_cap, req.thinking_budget))
         if now < self.tripped_until:
             raise AllCircuitsOpenError(
                 f"model {self._model.id!r} is paused by its breaker after consecutive failures",

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 _NEVER = -math.inf
 Size = tuple[float, float]  # (prompt, output) tokens of a request
-Asked = tuple[int, int | None]  # a request's prompt tokens and output cap (None: none)
+# A request's prompt tokens, output cap (None: none) and, without one, thinking budget.
+Asked = tuple[int, int | None, int]
 _UNSENT_KEPT = 1024  # the numbers of plans never sent, per route, kept to correct counts
 _TOKENS_WEIGHT = 0.05  # a new answer's weight in the tokens a request is expected to take
 _OUTPUT_ROOM = 2.0  # the room a request is sent with for its answer, in average answers
@@ -210,25 +211,32 @@ class RoutePaces:
         else:
             self._output += (completion_tokens - self._output) * _TOKENS_WEIGHT
 
-    def tokens(self, endpoint: str, prompt_tokens: int, output_cap: int | None = None) -> Size:
+    def tokens(
+        self, endpoint: str, prompt_tokens: int, output_cap: int | None = None, thinking: int = 0
+    ) -> Size:
         """The size a request of ``prompt_tokens`` allowing ``output_cap`` output tokens
-        (None: no cap, so the route's default cap, else the average answer) is expected to
-        take of ``endpoint``'s token limits when sent."""
-        if output_cap is None:
-            output_cap = self._default_caps.get(endpoint)
+        (None: no cap, so the route's default cap plus the ``thinking`` budget asked, else the
+        average answer) is expected to take of ``endpoint``'s token limits when sent."""
+        output_cap = self._cap(endpoint, output_cap, thinking)
         return float(prompt_tokens), self._output if output_cap is None else float(output_cap)
 
-    def room_needed(self, endpoint: str, prompt_tokens: int, output_cap: int | None = None) -> Size:
+    def room_needed(
+        self, endpoint: str, prompt_tokens: int, output_cap: int | None = None, thinking: int = 0
+    ) -> Size:
         """The size ``endpoint``'s token limits must have room for to be sent a request of
         ``prompt_tokens`` allowing ``output_cap`` output tokens: its prompt and its cap (or
-        the route's default cap), which the provider reserves; without one, room for an answer
-        of ``_OUTPUT_ROOM`` times the average (its length is not known until it ends: a
-        request that takes more than what is left draws a 429)."""
-        if output_cap is None:
-            output_cap = self._default_caps.get(endpoint)
+        the route's default cap and ``thinking``), which the provider reserves; without one,
+        room for an answer of ``_OUTPUT_ROOM`` times the average (its length is not known
+        until it ends: a request that takes more than what is left draws a 429)."""
+        output_cap = self._cap(endpoint, output_cap, thinking)
         if output_cap is not None:
             return float(prompt_tokens), float(output_cap)
         return float(prompt_tokens), _OUTPUT_ROOM * self._output
+
+    def _cap(self, endpoint: str, output_cap: int | None, thinking: int) -> int | None:
+        if output_cap is None and (default := self._default_caps.get(endpoint)) is not None:
+            return default + thinking
+        return output_cap
 
     def smallest(self) -> Size:
         """The room the smallest request needs: no prompt, an answer of twice the average

@@ -289,7 +289,7 @@ class _Flight:
     passed: tuple[str, ...] = ()  # the candidates it moved on from
     seq: int = 0  # its number among the requests sent to ``endpoint`` with ``key``
     mark: Size = (0.0, 0.0)  # the size sent to ``endpoint`` with ``key``, it included
-    asked: Asked = (0, None)  # its prompt tokens and its output cap (None: none)
+    asked: Asked = (0, None, 0)  # its prompt tokens, output cap and thinking budget
     size: Size = (0.0, 0.0)  # the (prompt, output) tokens it is expected to take there
     taken: Size = (0.0, 0.0)  # what it took of its key's token paces (given back if unsent)
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
@@ -378,7 +378,7 @@ class RouteLoad:
         endpoints: tuple[str, ...],
         now: float,
         keys: Sequence[Keyed] = (),
-        asked: Asked = (0, None),
+        asked: Asked = (0, None, 0),
     ) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight (``keys``:
         the plan's candidates, by which the key it gives each is known; ``asked``: the

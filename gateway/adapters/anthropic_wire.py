@@ -65,7 +65,7 @@ from gateway.adapters.chat_message import (
 from schemas import InvalidRequestError
 from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
 from schemas.canonical_markers import TOOL_ERROR_PREFIX as _TOOL_ERROR_PREFIX
-from schemas.route_config import ANTHROPIC_DEFAULT_MAX_TOKENS
+from schemas.route_config import ANTHROPIC_DEFAULT_MAX_TOKENS, ANTHROPIC_THINKING_BUDGETS
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -80,14 +80,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TOKENS = ANTHROPIC_DEFAULT_MAX_TOKENS
-THINKING_BUDGETS = {
-    "minimal": 1024,
-    "low": 1024,
-    "medium": 2048,
-    "high": 4096,
-    "xhigh": 8192,
-    "max": 16384,
-}
+THINKING_BUDGETS = ANTHROPIC_THINKING_BUDGETS
 """The ``budget_tokens`` a chat ``reasoning_effort`` thinks with on an anthropic route (1024,
 Anthropic's least, for ``minimal`` too)."""
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})

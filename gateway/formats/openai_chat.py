@@ -16,6 +16,7 @@ from gateway.formats.media_tokens import MEDIA_BODY, media_sizes
 from schemas import InvalidRequestError
 from schemas.canonical_markers import START_USAGE
 from schemas.keys import fits_int64, shown
+from schemas.route_config import ANTHROPIC_THINKING_BUDGETS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -249,10 +250,26 @@ def input_modalities(body: JSON) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def route_needs(body: JSON) -> tuple[tuple[str, ...], int | None]:
-    """What a route must take of a canonical request: its :func:`input_modalities` and its
-    :func:`output_cap` (one call on the request path)."""
-    return input_modalities(body), output_cap(body)
+def route_needs(body: JSON) -> tuple[tuple[str, ...], int | None, int]:
+    """What a route must take of a canonical request: its :func:`input_modalities`, its
+    :func:`output_cap` and, without one, its :func:`thinking_budget` (one call on the request
+    path)."""
+    cap = output_cap(body)
+    return input_modalities(body), cap, thinking_budget(body) if cap is None else 0
+
+
+def thinking_budget(body: JSON) -> int:
+    """The thinking budget a canonical request asks of a Claude route (its ``thinking``'s
+    ``budget_tokens``, else its ``reasoning_effort``'s), which such a route is sent on top of
+    its default ``max_tokens`` when the request sets none; 0: none."""
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict):
+        budget = thinking.get("budget_tokens")
+        if thinking.get("type") == "disabled" or type(budget) is not int or budget <= 0:
+            return 0
+        return min(budget, _LARGEST_CAP)
+    effort = body.get("reasoning_effort")
+    return ANTHROPIC_THINKING_BUDGETS.get(effort, 0) if isinstance(effort, str) else 0
 
 
 def output_cap(body: JSON) -> int | None:

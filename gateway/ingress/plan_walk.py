@@ -212,13 +212,14 @@ class Targeting:
                 lease_holder=self._holder,
             )
         else:
-            modalities, cap = route_needs(body)
+            modalities, cap, thinking = route_needs(body)
             route_req = RouteRequest(
                 model=model.id,
                 caller=info.caller,
                 modalities=modalities,
                 prompt_tokens=info.prompt_estimate,
                 output_cap=cap,
+                thinking_budget=thinking,
                 pin=self._pin(req),
                 surface=surface,
                 request_id=info.request_id,

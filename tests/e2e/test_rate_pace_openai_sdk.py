@@ -219,31 +219,44 @@ async def test_a_request_whose_output_cap_an_anthropic_routes_output_limit_lacks
     client = gw.openai()
 
     # Without a cap, the route is sent Claude's default max_tokens (4,096), which Claude
-    # reserves: a long prompt fits both limits, leaving some 6,000 input and 900 output. A
-    # cap of 2,500 then fits what is left together (6,900), not the output (one comes back
-    # every 11 ms: 18 s away); one of 200 does, and no cap (4,096) no longer does.
-    sent = ((HI, None), (LONG, None), (HI, 2_500), (HI, 200), (HI, None))
-    served = [await _routed_via(client, messages, stream, cap) for messages, cap in sent]
+    # reserves, and a high reasoning effort's budget on top (8,192: more than the 5,000
+    # left). A long prompt fits both limits, leaving some 6,000 input and 900 output. A cap
+    # of 2,500 then fits what is left together (6,900), not the output (one comes back every
+    # 11 ms: 18 s away); one of 200 does, and no cap (4,096) no longer does.
+    sent = ((HI, None), (HI, "high"), (LONG, None), (HI, 2_500), (HI, 200), (HI, None))
+    served = [
+        await _routed_via(client, messages, stream, *_cap_or_effort(asked))
+        for messages, asked in sent
+    ]
 
-    claude, elsewhere = served[0], served[2]
-    assert served == [claude, claude, elsewhere, claude, elsewhere] and claude != elsewhere
-    assert len(paced.requests) == 3 and len(spare.requests) == 2
+    claude, elsewhere = served[0], served[1]
+    assert served == [claude, elsewhere, claude, elsewhere, claude, elsewhere]
+    assert claude != elsewhere and len(paced.requests) == 3 and len(spare.requests) == 3
+
+
+def _cap_or_effort(asked: int | str | None) -> tuple[int | None, str | None]:
+    return (asked, None) if not isinstance(asked, str) else (None, asked)
 
 
 async def _routed_via(
-    client: openai.AsyncOpenAI, messages: Any, stream: bool, max_tokens: int | None = None
+    client: openai.AsyncOpenAI,
+    messages: Any,
+    stream: bool,
+    max_tokens: int | None = None,
+    effort: str | None = None,
 ) -> str:
     """The route that served one chat completion of ``messages`` (read to its end)."""
     capped = openai.omit if max_tokens is None else max_tokens
+    thinking: Any = openai.omit if effort is None else effort
     if stream:
         chunks = await client.chat.completions.with_raw_response.create(
-            model="m", messages=messages, stream=True, max_tokens=capped
+            model="m", messages=messages, stream=True, max_tokens=capped, reasoning_effort=thinking
         )
         async for _chunk in chunks.parse():
             pass
         return chunks.headers["x-routed-via"]
     whole = await client.chat.completions.with_raw_response.create(
-        model="m", messages=messages, max_tokens=capped
+        model="m", messages=messages, max_tokens=capped, reasoning_effort=thinking
     )
     assert "_rate_report" not in whole.text  # the marker never reaches the client
     return whole.headers["x-routed-via"]

@@ -179,8 +179,8 @@ def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
     paces = load.paces
     paces.answered(400)  # answers take 400 tokens on average
     assert paces.tokens("a", 600) == (600.0, 400.0)
-    load.issued("r0", ("a", "b"), 0.0, asked=(600, None))
-    load.issued("r1", ("a", "b"), 0.0, asked=(2_600, None))  # 3,000 tokens
+    load.issued("r0", ("a", "b"), 0.0, asked=(600, None, 0))
+    load.issued("r1", ("a", "b"), 0.0, asked=(2_600, None, 0))  # 3,000 tokens
     assert not paces.tokens_paced and paces.room_at("a", (1e9, 0.0), 0.0) == NEVER
     # r0's answer: 99 requests left, but 4,500 tokens of 10,000 (a token back every 0.1 ms),
     # and r1, sent after r0, took 3,000 of them: 1,500 left.
@@ -190,7 +190,7 @@ def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
     assert paces.room_at("a", (1_500.0, 0.0), 0.0) == NEVER
     assert paces.room_at("a", (2_000.0, 0.0), 0.0) == pytest.approx(0.05)  # 500 more in 0.05 s
     assert paces.room_at("b", (2_000.0, 0.0), 0.0) == NEVER  # b reported no token limit
-    load.issued("r2", ("a", "b"), 0.0, asked=(1_000, 0))  # 500 left
+    load.issued("r2", ("a", "b"), 0.0, asked=(1_000, 0, 0))  # 500 left
     assert paces.room_at("a", (1_000.0, 0.0), 0.0) == pytest.approx(0.05)
     load.unsent("r2", "a", 0.0)  # a plan never sent gives its tokens back
     assert paces.room_at("a", (1_500.0, 0.0), 0.0) == NEVER
@@ -199,7 +199,7 @@ def test_a_route_is_paced_by_its_token_limit_while_requests_are_left() -> None:
     assert paces.room_at("a", (1_100.0, 0.0), 0.0) == NEVER
     assert paces.room_at("a", (1_101.0, 0.0), 0.0) > 0.0
     assert not load.saturated("a", 0.0)  # tokens left: no request is refused by the route
-    load.issued("r3", ("a", "b"), 0.0, asked=(1_100, 0))  # none left
+    load.issued("r3", ("a", "b"), 0.0, asked=(1_100, 0, 0))  # none left
     assert load.saturated("a", 0.0)
 
 
@@ -216,8 +216,8 @@ def test_a_request_with_max_tokens_takes_and_needs_its_cap_not_the_average_answe
 def test_an_output_limit_metered_apart_is_paced_by_the_output_its_requests_take() -> None:
     load = RouteLoad({"a": None}, ttl=600.0)
     paces = load.paces
-    load.issued("r0", ("a",), 0.0, asked=(100, 50))
-    load.issued("r1", ("a",), 0.0, asked=(3_000, 400))
+    load.issued("r0", ("a",), 0.0, asked=(100, 50, 0))
+    load.issued("r1", ("a",), 0.0, asked=(3_000, 400, 0))
     # r0's answer: input 9,000 of 10,000 left, output 1,000 of 2,000 (Anthropic's apart).
     output = RateReport(limit=2_000, remaining=1_000, reset_seconds=60.0)
     split = msgspec.structs.replace(tokens(10_000, 9_000, 60.0, report(100, 99, 1.0)),
@@ -229,7 +229,7 @@ def test_an_output_limit_metered_apart_is_paced_by_the_output_its_requests_take(
     assert paces.room_at("a", (6_001.0, 10.0), 0.0) > 0.0  # the input lacks one
     # Together they had 6,600 left: a request of 100 and 1,000 fitted that, not the output.
     assert paces.room_at("a", (100.0, 1_000.0), 0.0) > 0.0
-    load.issued("r2", ("a",), 0.0, asked=(5_000, 500))
+    load.issued("r2", ("a",), 0.0, asked=(5_000, 500, 0))
     assert paces.room_at("a", (1_000.0, 100.0), 0.0) == NEVER
     assert paces.room_at("a", (1_000.0, 101.0), 0.0) > 0.0
     load.unsent("r2", "a", 0.0)  # never sent: both given back
@@ -243,12 +243,16 @@ def test_a_request_without_a_cap_takes_the_cap_its_route_is_sent_else_the_averag
     assert paces.tokens("claude", 600) == paces.room_needed("claude", 600) == (600.0, 4_096.0)
     assert (paces.tokens("gpt", 600), paces.room_needed("gpt", 600)) == ((600, 300), (600, 600))
     assert paces.tokens("claude", 600, 100) == (600.0, 100.0)  # the request's own cap first
+    # A thinking budget asked without a cap is sent on top of Claude's default.
+    assert paces.tokens("claude", 600, None, 2_048) == (600.0, 6_144.0)
+    assert paces.room_needed("claude", 600, None, 2_048) == (600.0, 6_144.0)
+    assert paces.tokens("gpt", 600, None, 2_048) == (600.0, 300.0)
 
 
 def test_unpaced_the_token_limit_is_not_paced() -> None:
     load = RouteLoad({"a": None}, ttl=600.0, pacing=False)
     load.paces.answered(400)
-    load.issued("r0", ("a",), 0.0, asked=(1_000, 0))
+    load.issued("r0", ("a",), 0.0, asked=(1_000, 0, 0))
     load.reported("r0", "a", "", tokens(10_000, 0, 1.0, report(100, 99, 1.0)), 0.0)
     assert not load.saturated("a", 0.0)
     assert not load.paces.tokens_paced and load.paces.room_at("a", (1_000.0, 0.0), 0.0) == NEVER
@@ -269,9 +273,9 @@ def test_requests_sent_past_a_spent_limit_are_owed_but_tokens_are_not() -> None:
 
 def test_a_plan_never_sent_gives_back_only_the_tokens_it_took() -> None:
     load = RouteLoad({"a": None}, ttl=600.0)
-    load.issued("r0", ("a",), 0.0, asked=(100, 0))
+    load.issued("r0", ("a",), 0.0, asked=(100, 0, 0))
     load.reported("r0", "a", "", tokens(10_000, 100, 99.0, report(100, 99, 1.0)), 0.0)
-    load.issued("r1", ("a",), 0.0, asked=(5_000, 0))  # takes the 100 left (a 429 at most)
+    load.issued("r1", ("a",), 0.0, asked=(5_000, 0, 0))  # takes the 100 left (a 429 at most)
     load.unsent("r1", "a", 0.0)  # and gives back those 100, not 5,000
     assert load.paces.room_at("a", (100.0, 0.0), 0.0) == NEVER
     assert load.paces.room_at("a", (101.0, 0.0), 0.0) > 0.0
@@ -279,8 +283,8 @@ def test_a_plan_never_sent_gives_back_only_the_tokens_it_took() -> None:
 
 def test_a_report_not_counted_on_its_route_counts_the_tokens_in_flight_after_it() -> None:
     load = RouteLoad({"a": None}, ttl=600.0)
-    load.issued("r0", ("a",), 0.0, asked=(3_000, 0))
-    load.issued("r1", ("a",), 0.0, asked=(1_000, 0))
+    load.issued("r0", ("a",), 0.0, asked=(3_000, 0, 0))
+    load.issued("r1", ("a",), 0.0, asked=(1_000, 0, 0))
     # Its flight expired: both may have been sent after it, 4,000 tokens of the 5,000 left.
     load.reported("gone", "a", "", tokens(10_000, 5_000, 5.0, report(100, 90, 1.0)), 0.0)
     assert load.paces.room_at("a", (1_000.0, 0.0), 0.0) == NEVER

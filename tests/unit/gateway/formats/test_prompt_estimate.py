@@ -6,7 +6,12 @@ from __future__ import annotations
 import msgspec
 
 from gateway.formats.media_tokens import IMAGE_TOKENS
-from gateway.formats.openai_chat import estimate_prompt_tokens, output_cap, prompt_estimate
+from gateway.formats.openai_chat import (
+    estimate_prompt_tokens,
+    output_cap,
+    prompt_estimate,
+    route_needs,
+)
 
 PNG = "iVBORw0KGgo" * 40_000  # 440,000 characters of base64
 
@@ -49,3 +54,16 @@ def test_the_output_cap_is_max_tokens_times_n_and_none_without_one() -> None:
         assert output_cap(none) is None
     # Bounded: a 2**62 passes validation, and would blur the sums a token pace keeps.
     assert output_cap({"max_tokens": 1 << 62, "n": 2}) == 1 << 31
+
+
+def test_a_route_needs_the_thinking_budget_of_a_request_without_a_cap() -> None:
+    text = {"messages": [{"role": "user", "content": "hi"}]}
+    assert route_needs({**text, "reasoning_effort": "high"}) == ((), None, 4_096)
+    assert (
+        route_needs({**text, "thinking": {"type": "enabled", "budget_tokens": 3_000}})[2] == 3_000
+    )
+    assert (
+        route_needs({**text, "thinking": {"type": "disabled"}, "reasoning_effort": "high"})[2] == 0
+    )
+    # With a cap, Claude is sent the cap (the budget is within it).
+    assert route_needs({**text, "reasoning_effort": "high", "max_tokens": 9_000})[1:] == (9_000, 0)
