@@ -44,6 +44,8 @@ _NEVER = -math.inf
 Size = tuple[float, float]  # (prompt, output) tokens of a request
 # A request's prompt tokens, output cap (None: none) and, without one, thinking budget.
 Asked = tuple[int, int | None, int]
+# What a send took of (the token pace, the output pace), and whether the two were apart then.
+Taken = tuple[float, float, bool]
 _UNSENT_KEPT = 1024  # the numbers of plans never sent, per route, kept to correct counts
 _TOKENS_WEIGHT = 0.05  # a new answer's weight in the tokens a request is expected to take
 _OUTPUT_ROOM = 2.0  # the room a request is sent with for its answer, in average answers
@@ -168,6 +170,20 @@ def _minus(a: Size, b: Size) -> Size:
     return a[0] - b[0], a[1] - b[1]
 
 
+def _given_back(taken: Taken, size: Size, apart: bool) -> Size:
+    """What goes back to (the token pace, the output pace) of a lane now metering input and
+    output ``apart`` or not, of what a send of ``size`` ``taken`` when they were or were not:
+    its prompt's part to the input, the rest to the output (a report between can turn the
+    output limit apart, or back)."""
+    on_tokens, on_output, was_apart = taken
+    if was_apart == apart:
+        return on_tokens, on_output
+    if not apart:
+        return on_tokens + on_output, 0.0
+    to_input = min(on_tokens, size[0])
+    return to_input, on_tokens - to_input
+
+
 class RoutePaces:
     """Owns one model's paces, by route and key (a provider meters each key apart), the
     requests sent on each (numbered, so that a report can tell which were sent after it),
@@ -245,14 +261,14 @@ class RoutePaces:
 
     def sent(
         self, endpoint: str, key: str, now: float, size: Size = (0.0, 0.0)
-    ) -> tuple[int, Size, Size]:
+    ) -> tuple[int, Size, Taken]:
         """Count a request sent to ``endpoint`` with ``key``, expected to take ``size``;
         returns its number there, the size sent there with it, and what it took of the key's
         token paces (what a give-back returns)."""
         lane = self._lanes[endpoint].get(key) or self._lane(endpoint, key)
         lane.sent += 1
         lane.size = (lane.size[0] + size[0], lane.size[1] + size[1])
-        taken = (0.0, 0.0)
+        taken: Taken = (0.0, 0.0, False)
         if lane.pace is not None:
             lane.paced = lane.pace.sent(now)
             if lane.token_pace is not None:
@@ -260,9 +276,9 @@ class RoutePaces:
                 lane.paced = max(lane.paced, lane.token_pace.sent(now, on_tokens))
                 if lane.output_pace is not None:
                     lane.paced = max(lane.paced, lane.output_pace.sent(now, on_output))
-                    taken = (lane.token_pace.taken, lane.output_pace.taken)
+                    taken = (lane.token_pace.taken, lane.output_pace.taken, True)
                 else:
-                    taken = (lane.token_pace.taken, 0.0)
+                    taken = (lane.token_pace.taken, 0.0, False)
             self._apply(endpoint)
         return lane.sent, lane.size, taken
 
@@ -272,7 +288,7 @@ class RoutePaces:
         key: str,
         number: int,
         now: float,
-        size: tuple[Size, Size] = ((0.0, 0.0), (0.0, 0.0)),
+        size: tuple[Size, Taken] = ((0.0, 0.0), (0.0, 0.0, False)),
     ) -> None:
         """The request counted as ``number`` on ``endpoint`` with ``key`` was never sent (a
         plan the ingress dropped: the caller's limits refused it, a candidate skipped);
@@ -280,8 +296,9 @@ class RoutePaces:
         lane = self._lane(endpoint, key)
         if lane.unsent is None:
             lane.unsent = deque(maxlen=_UNSENT_KEPT)
-        expected, (on_tokens, on_output) = size
+        expected, taken = size
         lane.unsent.append((number, expected))
+        on_tokens, on_output = _given_back(taken, expected, lane.output_pace is not None)
         if lane.pace is not None:
             lane.paced = lane.pace.unsent(now)
             if lane.token_pace is not None:

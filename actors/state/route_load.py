@@ -63,7 +63,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from actors.state.rate_pace import Asked, RoutePaces, Size
+from actors.state.rate_pace import Asked, RoutePaces, Size, Taken
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -291,7 +291,7 @@ class _Flight:
     mark: Size = (0.0, 0.0)  # the size sent to ``endpoint`` with ``key``, it included
     asked: Asked = (0, None, 0)  # its prompt tokens, output cap and thinking budget
     size: Size = (0.0, 0.0)  # the (prompt, output) tokens it is expected to take there
-    taken: Size = (0.0, 0.0)  # what it took of its key's token paces (given back if unsent)
+    taken: Taken = (0.0, 0.0, False)  # what it took of its key's token paces (see rate_pace)
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
     keys: Sequence[Keyed] = ()  # the plan's candidates: the key each was given
     key: str = ""  # the key it was sent to ``endpoint`` with ("": none)

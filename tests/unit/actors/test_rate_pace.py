@@ -236,6 +236,23 @@ def test_an_output_limit_metered_apart_is_paced_by_the_output_its_requests_take(
     assert paces.room_at("a", (6_000.0, 600.0), 0.0) == NEVER
 
 
+def test_a_plan_never_sent_gives_back_to_the_paces_the_lane_has_now() -> None:
+    load = RouteLoad({"a": None}, ttl=600.0)
+    paces = load.paces
+    combined = tokens(10_000, 5_000, 60.0, report(100, 99, 1.0))
+    load.reported("first", "a", "", combined, 0.0)
+    load.issued("r0", ("a",), 0.0, asked=(1_000, 2_000, 0))  # took 3,000 of the one pace
+    # Then an answer reports input and output apart (not one counted here: r0 may follow).
+    output = RateReport(limit=4_000, remaining=3_000, reset_seconds=60.0)
+    apart = msgspec.structs.replace(tokens(10_000, 8_000, 60.0, report(100, 98, 1.0)),
+                                    output_tokens=output)  # fmt: skip
+    load.reported("other", "a", "", apart, 0.0)  # r0's 1,000 and 2,000 taken: 7,000 and 1,000
+    load.unsent("r0", "a", 0.0)  # its prompt back to the input, the rest to the output
+    assert paces.room_at("a", (8_000.0, 3_000.0), 0.0) == NEVER
+    assert paces.room_at("a", (8_001.0, 10.0), 0.0) > 0.0
+    assert paces.room_at("a", (10.0, 3_001.0), 0.0) > 0.0
+
+
 def test_a_request_without_a_cap_takes_the_cap_its_route_is_sent_else_the_average() -> None:
     load = RouteLoad({"claude": None, "gpt": None}, ttl=600.0, default_caps={"claude": 4_096})
     paces = load.paces
