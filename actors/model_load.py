@@ -62,8 +62,8 @@ class ModelLoad:
             },
         )
         self._published: dict[str, tuple[float, int]] = {}  # endpoint -> (ts, whole limit)
-        # The request being decided, its prompt tokens and output cap, when its size is to be
-        # checked against routes' token limits (None: no token limit was reported).
+        # What the request being decided asks (prompt tokens, output cap, thinking budget),
+        # when its size is to be checked against token limits (None: none was reported).
         self._asked: Asked | None = None
         self._clock = clock
         # ``of`` is read for every route of every RouteWise decision: its look-ups, bound once
