@@ -426,3 +426,40 @@ async def test_a_reload_whose_unit_fails_to_start_leaves_the_old_units_running(
     running = [a.root.child(u) for u in UNITS]
     assert all(isinstance(r, EchoActor) and r.journal is not refused for r in running)
     assert [e for e in refused.entries if e.startswith("start:")] == [f"start:{u}#1" for u in UNITS]
+
+
+class _CountingBus(InProcessBus):
+    """An in-process bus that says it sees ``servers`` and records how each bucket is asked
+    for (its replicas, and whether as a floor)."""
+
+    def __init__(self, servers: int) -> None:
+        super().__init__()
+        self._servers = servers
+        self.asked: dict[str, tuple[int, bool]] = {}
+
+    @property
+    def servers(self) -> int:
+        return self._servers
+
+    async def key_value(
+        self, bucket: str, *, ttl: float | None = None, replicas: int = 1, grow_only: bool = False
+    ) -> Any:
+        self.asked[bucket] = (replicas, grow_only)
+        return await super().key_value(bucket, ttl=ttl)
+
+
+@pytest.mark.parametrize(("configured", "asked"), [(None, (2, True)), (1, (1, False))])
+async def test_a_default_replica_count_only_raises_the_buckets_a_set_one_is_applied(
+    clock: FakeClock, configured: int | None, asked: tuple[int, bool]
+) -> None:
+    # The client sees two servers: the default is two copies, never lowering what a bucket
+    # has (a host starting while the cluster forms sees fewer than there are).
+    bus = _CountingBus(servers=2)
+    settings = SETTINGS.model_copy(update={"replicas": configured})
+    tree = functools.partial(echo_tree, Journal())
+    host = ClusterHost(bus, "host-a", settings, tree, clock=clock)
+    await host.open()
+    try:
+        assert bus.asked == dict.fromkeys((HOSTS_BUCKET, OWNERS_BUCKET, SNAPSHOTS_BUCKET), asked)
+    finally:
+        await host.aclose()
