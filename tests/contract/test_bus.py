@@ -821,12 +821,31 @@ async def test_a_bus_knows_how_many_servers_its_cluster_has(
     nats_url: str, nats_cluster: NatsCluster
 ) -> None:
     # Given one URL of three, the cluster announces the others.
+    await _until_announced(nats_cluster.urls[0], 3)
     single, cluster = await open_bus(nats_url), await open_bus(nats_cluster.urls[0])
     try:
         assert (single.servers, cluster.servers, InProcessBus().servers) == (1, 3, 1)
     finally:
         await single.aclose()
         await cluster.aclose()
+
+
+async def _until_announced(url: str, servers: int) -> None:
+    """Return once the server at ``url`` announces ``servers`` in its cluster: a node an
+    earlier test stopped (SIGSTOP) is announced only once its routes have re-formed."""
+    announced = asyncio.Event()
+    raw: Any = None
+
+    async def discovered() -> None:
+        if raw is not None and len(raw.servers) >= servers:
+            announced.set()
+
+    raw = await nats.connect(url, discovered_server_cb=discovered)
+    try:
+        if len(raw.servers) < servers:
+            await asyncio.wait_for(announced.wait(), 10)
+    finally:
+        await raw.close()
 
 
 async def test_a_replica_count_taken_as_a_floor_never_lowers_a_bucket_or_a_stream(
