@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 LONGEST_WAIT = 86_400.0
 """Seconds: no provider's window is longer than a day; a longer wait counts as a day (a
 Retry-After of 1e300 kept the key cooling for good)."""
+# No provider's limit is near this; a larger number (Python reads thousands of digits) would
+# overflow the float a pace keeps it in.
+_LARGEST_LIMIT = 10**12
 
 
 MESSAGE_MAX = 2000
@@ -215,7 +218,7 @@ def _limit_state(
         limit, left = int(raw_limit.strip()), int(raw_left.strip())
     except ValueError:
         return None
-    if limit <= 0 or not 0 <= left <= limit:
+    if not 0 < limit <= _LARGEST_LIMIT or not 0 <= left <= limit:
         return None
     return limit, left, min(reset, LONGEST_WAIT)
 

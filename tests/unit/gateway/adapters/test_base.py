@@ -216,6 +216,8 @@ def _state(limit: str, left: str, reset: str) -> dict[str, str]:
         ({"x-ratelimit-remaining-requests": "3", "x-ratelimit-reset-requests": "1s"}, None),
         (_state("60", "61", "1s"), None),  # more left than the limit: not a limit's state
         (_state("0", "0", "1s"), None),
+        (_state("1" + "0" * 400, "5", "1s"), None),  # no limit's size: a float cannot hold it
+        (_state(str(10**12), "5", "1s"), RateReport(limit=10**12, remaining=5, reset_seconds=1.0)),
         (_state("60", "x", "1s"), None),
         (_state("60", "3", "soon"), None),
         ({}, None),
