@@ -126,7 +126,9 @@ class ModelLoad:
         """A live plan was answered: its primary is in flight (``req``, of its size)."""
         sendable = tuple(c.endpoint for c in plan.candidates if not c.refusal)
         asked = (req.prompt_tokens, req.output_cap, req.thinking_budget)
-        self.load.issued(request_id, sendable, now, plan.candidates, asked)
+        # The ingress hedges a primary with the plan's second candidate.
+        hedge = sendable[1] if plan.hedge_after_ms is not None and len(sendable) > 1 else ""
+        self.load.issued(request_id, sendable, now, plan.candidates, asked, hedge)
 
     def unsent(self, request_id: str, endpoint: str) -> None:
         """The ingress will not send ``request_id`` to ``endpoint`` (``FirstToken.unsent``)."""
@@ -134,6 +136,9 @@ class ModelLoad:
 
     def observed(self, obs: Observation, now: float) -> RouteCapacity | None:
         """Fold one attempt's observation; the event to publish when a limit changed."""
+        if obs.attempt == 0:  # a probe candidate given back unattempted: as never sent
+            self.load.unsent(obs.request_id, obs.endpoint, now)
+            return None
         at_send, _ = self.load.observed(
             obs.request_id, obs.endpoint, obs.outcome, now, committed=obs.committed
         )

@@ -217,10 +217,11 @@ class RateReport(msgspec.Struct, frozen=True, kw_only=True):
 class FirstToken(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """The ingress relayed a stream's first chunk: the prefill lease of ``request_id`` ends.
     ``unsent``: the candidate ``endpoint`` of that request will not be attempted at all (its
-    in-flight count ends too). ``spent_for``: the answer's ``x-ratelimit-remaining-*`` said a
-    provider limit of ``endpoint`` is spent for this many seconds (the route is treated as at
-    its limit until then). ``rate``: the request rate limit's state the answer reported, by
-    which the model paces what it sends to ``endpoint`` (``actors/state/rate_pace.py``)."""
+    in-flight count moves on to the next candidate, or ends). ``spent_for``: the answer's
+    ``x-ratelimit-remaining-*`` said a provider limit of ``endpoint`` is spent for this many
+    seconds (the route is treated as at its limit until then). ``rate``: the request rate
+    limit's state the answer reported, by which the model paces what it sends to
+    ``endpoint`` (``actors/state/rate_pace.py``)."""
 
     endpoint: str
     request_id: str

@@ -8,7 +8,11 @@ next candidate of the plan, which the failover loop tries next; an observation n
 candidate moves it there (a candidate skipped between); an answer from one it moved on from
 (retried on its next key, a hedge's primary outliving its backup) ends it, as a failure of
 an attempt already relayed to the client does (a stream broken after its first chunk goes
-to no other route). A primary the ingress never sends (``FirstToken.unsent``) ends at once.
+to no other route). A candidate the ingress never sends (``FirstToken.unsent``: its pool had
+no lease for it, a context-length refusal ruled it out, the caller's limits refused the
+plan) moves it to the next, as a failure does, since the ingress goes on to that one (or
+gives it back too); the last ends it. A hedged plan's backup runs beside its primary: its
+answer ends the request there, its failure or cancellation only takes it out of the plan.
 Whatever is still counted after ``ttl`` seconds (its ingress died, an observation was lost)
 expires, so a count that drifts heals by itself.
 
@@ -295,6 +299,7 @@ class _Flight:
     sent_at: float = 0.0  # when it was sent to ``endpoint`` (issued, or moved there)
     keys: Sequence[Keyed] = ()  # the plan's candidates: the key each was given
     key: str = ""  # the key it was sent to ``endpoint`` with ("": none)
+    hedge: str = ""  # the backup a hedged plan may send beside its primary, until it ends
 
 
 class RouteLoad:
@@ -379,10 +384,12 @@ class RouteLoad:
         now: float,
         keys: Sequence[Keyed] = (),
         asked: Asked = (0, None, 0),
+        hedge: str = "",
     ) -> None:
         """A plan was issued for ``request_id``: its first candidate is in flight (``keys``:
         the plan's candidates, by which the key it gives each is known; ``asked``: the
-        request's prompt tokens and output cap, by which it takes of the token limits)."""
+        request's prompt tokens and output cap, by which it takes of the token limits;
+        ``hedge``: the candidate the ingress may send beside the first, "" for none)."""
         self.expire(now)
         if not request_id or not endpoints or request_id in self._flights:
             return
@@ -405,21 +412,28 @@ class RouteLoad:
             sent_at=now,
             keys=keys,
             key=key,
+            hedge=hedge if hedge in rest else "",
         )
         self.counts[first] += 1
 
     def unsent(self, request_id: str, endpoint: str, now: float = -math.inf) -> None:
-        """The ingress will not send the candidate ``endpoint`` of ``request_id``: the count
-        ends if it is there (its pace gets it back), and a failure no longer moves it there if
-        it is still ahead (a hedge's backup its pool refused while the primary runs)."""
+        """The ingress will not send the candidate ``endpoint`` of ``request_id``: if it is
+        counted there, its pace gets it back and it moves to the plan's next candidate, which
+        the ingress tries next (or also gives back), or ends with the last; if it is still
+        ahead (a hedge's backup its pool refused while the primary runs), a failure no longer
+        moves it there."""
         f = self._flights.get(request_id)
         if f is None:
             return
         if f.endpoint == endpoint:
             self.paces.unsent(endpoint, f.key, f.seq, now, (f.size, f.taken))
-            self._end(request_id, f)
+            if f.rest:
+                self._move(f, f.rest[0], now)
+            else:
+                self._end(request_id, f)
         elif endpoint in f.rest:
             f.rest = tuple(e for e in f.rest if e != endpoint)
+            f.hedge = "" if f.hedge == endpoint else f.hedge
 
     def observed(
         self, request_id: str, endpoint: str, outcome: str, now: float, *, committed: bool = False
@@ -430,6 +444,14 @@ class RouteLoad:
         a ``committed`` attempt: a stream that broke once relayed is not sent again)."""
         f = self._flights.get(request_id)
         if f is None:
+            return -1, False
+        if endpoint != f.endpoint and endpoint == f.hedge:
+            # The backup sent beside the primary: its answer ends the request (the primary is
+            # cancelled); else the primary runs on, and a failure of it goes past the backup.
+            if outcome == "success":
+                self._end(request_id, f)
+            else:
+                f.rest, f.hedge = tuple(e for e in f.rest if e != endpoint), ""
             return -1, False
         if endpoint != f.endpoint:
             if endpoint in f.passed and outcome != "failure":
@@ -452,7 +474,7 @@ class RouteLoad:
             self.counts[f.endpoint] -= 1
         f.rest = f.rest[f.rest.index(endpoint) + 1 :]
         f.passed = (*f.passed, f.endpoint)
-        f.endpoint = endpoint
+        f.endpoint, f.hedge = endpoint, ""
         f.at_send = self.counts.get(endpoint, 0)
         if endpoint in self.counts:
             f.key = _key_of(f.keys, endpoint)

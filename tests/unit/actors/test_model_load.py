@@ -4,10 +4,11 @@ keeps; one that says nothing of a rate may be a concurrency plan's, and halves t
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from actors.model_load import ModelLoad
-from schemas import RATE_LIMIT_EXCEEDED, Observation
+from schemas import RATE_LIMIT_EXCEEDED, Observation, RouteCandidate, RoutePlan, RouteRequest
 from schemas.config import ModelConfig, RoutingConfig
 
 NOW = 1_000.0
@@ -66,3 +67,43 @@ def test_a_refused_rate_leaves_the_learned_concurrency_as_it_was() -> None:
     assert event is None
     assert load.load.limits[A].limit is None
     assert load.of(A) == (9, 16.0)  # the refused one moved on to B; slow start as before
+
+
+def _plan(hedge_after_ms: float | None) -> tuple[RoutePlan, RouteRequest]:
+    candidates = tuple(RouteCandidate(endpoint=e, kind="openai_compat") for e in (A, B))
+    plan = RoutePlan(model="m", candidates=candidates, hedge_after_ms=hedge_after_ms)
+    return plan, RouteRequest(model="m", request_id="r", prompt_tokens=100)
+
+
+def test_a_hedged_plans_backup_failing_beside_its_primary_leaves_the_primary_counted() -> None:
+    load = _load()
+    plan, req = _plan(hedge_after_ms=500.0)
+    load.issued("r", plan, NOW, req)
+
+    load.observed(Observation(endpoint=B, model="m", outcome="failure", request_id="r"), NOW)
+
+    assert (load.load.in_flight(A), load.load.in_flight(B)) == (1, 0)
+
+
+def test_an_unhedged_plans_later_candidate_answering_moves_the_count_there() -> None:
+    # An observation naming a later candidate: the ingress skipped those between.
+    load = _load()
+    plan, req = _plan(hedge_after_ms=None)
+    load.issued("r", plan, NOW, req)
+
+    load.observed(Observation(endpoint=B, model="m", outcome="failure", request_id="r"), NOW)
+
+    assert (load.load.in_flight(A), load.load.in_flight(B)) == (0, 0)
+
+
+def test_a_probe_candidate_given_back_unattempted_moves_the_count_on_as_never_sent() -> None:
+    # The ingress gives back a half-open probe it never sends with a cancelled observation of
+    # attempt 0; it goes on to the next candidate (before: the count ended at the probe).
+    load = _load()
+    plan, req = _plan(hedge_after_ms=None)
+    load.issued("r", plan, NOW, req)
+
+    given_back = Observation(endpoint=A, model="m", outcome="cancelled", attempt=0, probe=True)
+    load.observed(msgspec.structs.replace(given_back, request_id="r"), NOW)
+
+    assert (load.load.in_flight(A), load.load.in_flight(B)) == (0, 1)

@@ -62,27 +62,72 @@ def test_a_failure_of_an_attempt_already_relayed_ends_the_count_where_it_is() ->
     assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
 
 
-def test_an_unsent_candidate_ends_its_count_and_a_hedges_other_side_is_ignored() -> None:
+def test_an_unsent_candidate_moves_the_count_to_the_next_and_the_last_ends_it() -> None:
+    # The ingress goes on to the next candidate of a plan whose candidate it never sent (its
+    # pool had no lease, the caller's limits refused the plan: then each is given back).
     rl = load()
     rl.issued("r1", ("a", "b"), 0.0)
     rl.issued("r2", ("a", "b"), 0.0)
-    rl.unsent("r1", "b")  # not the candidate it counts: nothing
     rl.unsent("r1", "a")
 
+    assert (rl.in_flight("a"), rl.in_flight("b")) == (1, 1)
+    rl.unsent("r1", "b")
+    assert (rl.in_flight("a"), rl.in_flight("b")) == (1, 0)
     assert rl.observed("r2", "c", "success", 1.0) == (-1, False)  # not of this plan
-    assert rl.in_flight("a") == 1
+
+
+def test_a_fallback_sent_after_one_given_back_is_counted_and_its_answer_judged() -> None:
+    # Before, giving back b ended the request's count: c ran uncounted and its answer was
+    # not one the learned limit could judge (-1: sent with how many others unknown).
+    rl = load()
+    rl.issued("r", ("a", "b", "c"), 0.0)
+    rl.issued("other", ("c",), 0.0)
+    rl.observed("r", "a", "failure", 1.0)
+    rl.unsent("r", "b")  # b's pool had no lease for it
+
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 2]
+    assert rl.observed("r", "c", "success", 2.0) == (1, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 1]
 
 
 def test_an_answer_from_a_route_the_count_moved_past_ends_it() -> None:
     rl = load()
     rl.issued("key", ("a", "b"), 0.0)
     rl.observed("key", "a", "failure", 1.0)  # a refused key: retried on a's next key
-    rl.issued("hedge", ("a", "b", "c"), 0.0)
-    rl.observed("hedge", "b", "failure", 1.0)  # the hedge's backup failed while a runs
 
     assert rl.observed("key", "a", "success", 2.0) == (-1, False)
-    assert rl.observed("hedge", "a", "success", 2.0) == (-1, False)
     assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
+def test_a_hedges_backup_failing_beside_its_primary_leaves_the_primary_counted() -> None:
+    # Before, the backup's failure moved the count from a (still running) past b to c, a
+    # request c never got, and a's answer was not judged.
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
+    rl.observed("h", "b", "failure", 1.0)
+
+    assert [rl.in_flight(e) for e in "abc"] == [1, 0, 0]
+    assert rl.observed("h", "a", "failure", 2.0) == (0, True)  # on to c, past the backup
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 1]
+
+
+def test_a_hedges_backup_cancelled_by_the_primarys_answer_leaves_the_primary_judged() -> None:
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
+    rl.observed("h", "b", "cancelled", 1.0)
+
+    assert rl.in_flight("a") == 1
+    assert rl.observed("h", "a", "success", 2.0) == (0, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
+def test_a_hedges_backup_answering_first_ends_the_request() -> None:
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
+
+    assert rl.observed("h", "b", "success", 1.0) == (-1, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+    assert rl.observed("h", "a", "cancelled", 1.0) == (-1, False)  # the primary, cancelled
 
 
 def test_counts_whose_observation_never_comes_expire_after_the_ttl() -> None:
