@@ -131,7 +131,17 @@ class RatePace:
 class _Lane:
     """One (route, key)'s numbered sends, plans never sent and paces."""
 
-    __slots__ = ("output_pace", "pace", "paced", "sent", "size", "token_pace", "unsent")
+    __slots__ = (
+        "output_pace",
+        "pace",
+        "paced",
+        "reset_by",
+        "sent",
+        "size",
+        "token_pace",
+        "tokens_reset_by",
+        "unsent",
+    )
 
     def __init__(self) -> None:
         self.sent = 0  # requests counted as sent, ever
@@ -142,6 +152,10 @@ class _Lane:
         self.token_pace: RatePace | None = None  # input and output, or input only
         self.output_pace: RatePace | None = None  # output, when metered apart
         self.paced = _NEVER  # its paces say spent until then
+        # The number of the request whose report set the request pace last, and the token
+        # paces: those sent before it and never sent at all are not in them (0: every one in
+        # flight was taken off).
+        self.reset_by = self.tokens_reset_by = 0
 
     def since(self, number: int, mark: Size) -> tuple[int, Size]:
         """The requests, and their size, sent after the one numbered ``number`` (``mark``
@@ -299,8 +313,12 @@ class RoutePaces:
         expected, taken = size
         lane.unsent.append((number, expected))
         on_tokens, on_output = _given_back(taken, expected, lane.output_pace is not None)
+        # A report of a request sent after it set the paces from what the provider had left,
+        # which never counted it: given back too, it would count twice.
+        if number <= lane.tokens_reset_by:
+            on_tokens = on_output = 0.0
         if lane.pace is not None:
-            lane.paced = lane.pace.unsent(now)
+            lane.paced = lane.pace.unsent(now, 1.0 if number > lane.reset_by else 0.0)
             if lane.token_pace is not None:
                 lane.paced = max(lane.paced, lane.token_pace.unsent(now, on_tokens))
             if lane.output_pace is not None:
@@ -326,10 +344,11 @@ class RoutePaces:
         if lane.pace is None:
             lane.pace = RatePace()
         if sent is None:
-            sent_at, (since, since_size) = now, in_flight
+            sent_at, (since, since_size), number = now, in_flight, 0
         else:
             sent_at, number, mark = sent
             since, since_size = lane.since(number, mark)
+        lane.reset_by = number
         lane.paced = lane.pace.reported(report, sent_at, since, now)
         if report.tokens is not None:
             if lane.token_pace is None:
@@ -346,6 +365,7 @@ class RoutePaces:
             elif lane.output_pace is None:
                 lane.output_pace = RatePace(floor=0.0)
             on_tokens, on_output = lane.units(since_size)
+            lane.tokens_reset_by = number
             tokens = lane.token_pace.reported(report.tokens, sent_at, on_tokens, now)
             lane.paced = max(lane.paced, tokens)
             if lane.output_pace is not None and report.output_tokens is not None:

@@ -89,6 +89,18 @@ def test_a_plan_never_sent_gives_its_request_back_and_is_not_counted_after_a_rep
     assert not load.saturated("a", 0.0)
 
 
+def test_a_plan_never_sent_gives_nothing_back_after_a_later_requests_report() -> None:
+    # r1's report reads what the provider had left, which never counted r0 (never sent):
+    # before, giving r0 back then counted its request twice (2 left where 1 is).
+    load = RouteLoad({"a": None}, ttl=600.0)
+    load.issued("r0", ("a",), 0.0)
+    load.issued("r1", ("a",), 0.0)
+    load.reported("r1", "a", "", report(4, 1, 1.0), 0.0)  # 1 left once r1 was taken
+    load.unsent("r0", "a", 0.0)  # r0's lease was refused after routing
+    load.issued("r2", ("a",), 0.0)
+    assert load.saturated("a", 0.0)
+
+
 def test_a_fallbacks_report_counts_the_refill_since_it_was_moved_there() -> None:
     load = RouteLoad({"a": None, "b": None}, ttl=600.0)
     load.issued("r0", ("a", "b"), 0.0)
