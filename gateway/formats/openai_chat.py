@@ -172,7 +172,7 @@ def validate_chat_request(raw: Any) -> JSON:
         if not isinstance(m, dict):
             raise InvalidRequestError(f"messages[{i}] must be an object", param=f"messages[{i}]")
         role = m.get("role")
-        if role not in _ROLES:
+        if type(role) is not str or role not in _ROLES:  # an object is no role (nor hashable)
             raise InvalidRequestError(
                 f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}",
                 param=f"messages[{i}].role",

@@ -242,6 +242,8 @@ def _convert_items(items: list[Any], out: list[JSON], origins: Origins | None) -
         path = f"input[{i}]"
         want_dict(item, path)
         kind = item.get("type", "message")
+        if type(kind) is not str:  # an object is no item type (nor hashable)
+            raise InvalidRequestError(f"{path}.type: must be a string", param=f"{path}.type")
         if pending and kind not in _OUTPUTS:
             _flush(pending, out, origins, pending_at)
             pending, pending_at = [], None if origins is None else []

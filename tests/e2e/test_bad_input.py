@@ -74,6 +74,15 @@ BAD_FIELDS: dict[str, tuple[Any, str]] = {
         {"model": "m", "messages": [{"role": "robot", "content": "x"}]},
         "messages[0].role",
     ),
+    # An object or a list where the role goes was a 500 (unhashable, found by a fuzzer).
+    "message_role_an_object": (
+        {"model": "m", "messages": [{"role": {}, "content": "x"}]},
+        "messages[0].role",
+    ),
+    "message_role_a_list": (
+        {"model": "m", "messages": [{"role": ["user"], "content": "x"}]},
+        "messages[0].role",
+    ),
     "stream_not_a_boolean": ({"model": "m", "messages": HI, "stream": "yes"}, "stream"),
     "include_usage_not_a_boolean": (
         {"model": "m", "messages": HI, "stream": True, "stream_options": {"include_usage": 1}},

@@ -306,6 +306,8 @@ def test_to_chat_request_with_hosted_tools_names_them() -> None:
         (_minimal(instructions=["x"]), "instructions"),
         (_minimal(input=[{"type": "item_reference", "id": "msg_1"}]), "input[0].type"),
         (_minimal(input=[{"type": "web_search_call", "id": "ws_1"}]), "input[0].type"),
+        (_minimal(input=[{"type": {}, "role": "user", "content": "x"}]), "input[0].type"),
+        (_minimal(input=[{"type": ["message"], "content": "x"}]), "input[0].type"),
         (_minimal(input=[{"role": "tool", "content": "x"}]), "input[0].role"),
         (
             _minimal(
