@@ -5,7 +5,10 @@ so the SDKs' structured-output helpers work against the quick start. This covers
 helpers generate (pydantic and zod schemas): objects (every property, so ``required`` and
 ``additionalProperties: false`` both hold), strings (common ``format``s, length bounds),
 numbers and integers (bounds), booleans, null, arrays (item counts, ``prefixItems``), ``enum``,
-``const``, ``anyOf``/``oneOf``/``allOf`` and local ``$ref``s. ``pattern`` is not honoured.
+``const``, ``anyOf``/``oneOf``/``allOf`` and local ``$ref``s. ``pattern`` is not honoured, nor
+are counts and lengths past what one value may hold (``_MAX_UNITS``: items and characters in
+all; a client's ``minItems: 30000000`` held the process for seconds), nor bounds a float
+cannot reach (``multipleOf: 1e-320``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 JSON = dict[str, Any]
 
 _MAX_DEPTH = 16  # recursive schemas (a tree of nodes) stop growing here
+_MAX_UNITS = 100_000  # the items and string characters one value holds at most
 _FORMATS = {
     "date-time": "1970-01-01T00:00:00Z",
     "date": "1970-01-01",
@@ -43,6 +47,7 @@ class _Builder:
         self._root = root if isinstance(root, dict) else {}
         self._text = text
         self._expanding: list[str] = []  # the $refs being built, outermost first
+        self._left = _MAX_UNITS  # the items and characters it may still add
 
     def value(self, schema: Any, depth: int) -> Any:
         if not isinstance(schema, dict):
@@ -140,6 +145,8 @@ class _Builder:
         high = schema.get("maxItems")
         if isinstance(high, int):
             count = min(count, high)
+        count = max(0, min(count, self._left))
+        self._left -= count
         return [
             self.value(prefix[i] if i < len(prefix) else items, depth + 1) for i in range(count)
         ]
@@ -150,8 +157,10 @@ class _Builder:
         low = _int(schema.get("minLength"), 0)
         high = _int(schema.get("maxLength"), max(len(out), low))
         if len(out) < low:
-            out += "." * (low - len(out))
-        return out[:high]
+            out += "." * max(0, min(low, self._left) - len(out))
+        out = out[:high]
+        self._left -= len(out)
+        return out
 
 
 def _type_of(schema: JSON) -> str | None:
@@ -189,10 +198,15 @@ def _number(schema: JSON, *, integer: bool) -> int | float:
         value = math.ceil(xhigh) - 1 if integer else (lower + xhigh) / 2
     step = schema.get("multipleOf")
     if isinstance(step, int | float) and step > 0 and value % step:
-        value = math.ceil(value / step) * step
+        steps = value / step
+        value = math.ceil(steps) * step if math.isfinite(steps) else value
+    if not math.isfinite(value):  # bounds near the float's own: none reachable
+        value = 0
     return int(value) if integer else value
 
 
 def _bound(schema: JSON, key: str) -> float | None:
     value = schema.get(key)
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value if math.isfinite(value) else None
