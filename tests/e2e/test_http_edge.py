@@ -340,6 +340,22 @@ async def test_lower_case_method_is_refused(gw: RunningGateway, request_line: by
     assert "upper-case" in assert_refused(answers, 400)["message"]
 
 
+# granian: a raw byte in the target gets hyper's bodiless 400, not in the caller's API shape.
+@EDGE_DEFENCES
+@pytest.mark.parametrize(
+    "request_line",
+    [b"post /v1/messages HTTP/1.1", b"POST /v1/messages?a=\xff HTTP/1.1"],
+    ids=["lower-case-method", "raw-byte-in-target"],
+)
+async def test_a_request_line_refused_on_messages_is_answered_in_anthropic_shape(
+    gw: RunningGateway, request_line: bytes
+) -> None:
+    # Before: OpenAI's shape, the target not yet read when the parser stopped (a fuzzer).
+    answers = await converse(gw, request_line + b"\r\nhost: llmgw\r\n\r\n")
+
+    assert assert_anthropic_refusal(answers, 400)
+
+
 async def test_lower_case_method_is_refused_not_upgraded_to_h2c(gw: RunningGateway) -> None:
     upgrade = (
         b"get /health HTTP/1.1\r\nhost: llmgw\r\nconnection: Upgrade, HTTP2-Settings\r\n"

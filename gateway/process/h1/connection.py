@@ -121,6 +121,9 @@ class Connection(asyncio.Protocol):
             if self._parsing is not None:  # the head was whole: its body broke the framing
                 self._refuse(400, _BAD_CHUNKS, "invalid_request")
             else:
+                # llhttp stopped before the target's end (a lower-case method, a raw byte in
+                # it): the refusal's API shape is read off the request line as sent.
+                self._url = self._url or _target_of(self._head_data if continued else data)
                 self._refuse(*self._why_refused(data, exc))
             return
         if self._reading:
@@ -425,6 +428,12 @@ class Connection(asyncio.Protocol):
         lines = [f"HTTP/1.1 {status} {_PHRASES.get(status, '')}\r\n".encode("ascii")]
         lines += [b"%b: %b\r\n" % header for header in headers]
         self.write(b"".join(lines) + self.state.date_header + b"\r\n" + body)
+
+
+def _target_of(head: bytes) -> bytes:
+    """The request target of a request line as sent (b"" when it has none)."""
+    parts = head.split(b"\n", 1)[0].split(b" ", 2)
+    return parts[1] if len(parts) > 1 else b""
 
 
 def _address(name: Any) -> tuple[str, int] | None:
