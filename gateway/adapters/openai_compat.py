@@ -124,9 +124,9 @@ class OpenAICompatAdapter:
         if not isinstance(decoded, dict) or key not in decoded:
             raise bad_response(target.endpoint, f"the JSON has no {key!r}")
         # Asked first: most servers but OpenAI's and Azure's report no limit (no call then).
-        if key == "choices" and _LIMIT in answer.headers:  # a chat answer, not embeddings
-            if (rate := rate_report(answer.headers)) is not None:
-                decoded[_RATE_REPORT] = rate
+        # Embeddings answers report theirs too (an embedding model's own limit).
+        if _LIMIT in answer.headers and (rate := rate_report(answer.headers)) is not None:
+            decoded[_RATE_REPORT] = rate
         return decoded
 
     async def complete(self, target: UpstreamTarget, body: JSON) -> JSON:

@@ -205,6 +205,9 @@ class Targeting:
             route_req = RouteRequest(
                 model=model.id,
                 caller=info.caller,
+                # Its input is all it takes of a token limit: an embedding has no output.
+                prompt_tokens=info.prompt_estimate,
+                output_cap=0,
                 surface=surface,
                 request_id=info.request_id,
                 role=info.role,

@@ -100,6 +100,61 @@ async def test_a_route_whose_reported_limit_is_spent_is_passed_over_before_its_p
         assert paced_load["rate_limit_until"] is None
 
 
+@pytest.mark.parametrize("pacing", [True, False])
+async def test_an_embeddings_route_whose_reported_limit_is_spent_is_passed_over(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, pacing: bool
+) -> None:
+    # Before, an embeddings answer's report was not read: the third request drew the 429.
+    paced = await fake_upstreams("paced", rate_limit=2, clock=lambda: 0.0)  # one long second
+    paced.enqueue(_reported(1, "openai_compat"), Reply())
+    spare = await fake_upstreams("spare")
+    cfg = config(model("e", route(paced), route(spare, fallback_only=True)))
+    cfg["routing"] = {"learned_capacity": {"pace_rate_limits": pacing}}
+    gw = await gateway_factory(cfg)
+    client = gw.openai()
+
+    served = []
+    for _ in range(3):
+        raw = await client.embeddings.with_raw_response.create(model="e", input="hello")
+        served.append(raw.headers["x-routed-via"])
+        assert raw.parse().data[0].embedding  # the answer, not the marker, reaches the client
+    deep = (await gw.http().get("/health/deep")).json()
+
+    assert served[:2] == [served[0]] * 2 and served[2] != served[0]
+    assert len(paced.refused) == (0 if pacing else 1)
+    assert len(spare.requests) == 1
+    limited_until = deep["load"]["e"][served[0]]["rate_limit_until"]
+    assert (limited_until is not None) == pacing
+
+
+async def test_an_embeddings_request_larger_than_the_tokens_a_route_has_left_goes_elsewhere(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+) -> None:
+    # Before, an embeddings request took nothing of a token limit: it was sent where its
+    # input did not fit, and drew the provider's 429.
+    paced = await fake_upstreams("paced")
+    tokens_left = {
+        "x-ratelimit-limit-requests": "100",
+        "x-ratelimit-remaining-requests": "99",
+        "x-ratelimit-reset-requests": "1s",
+        "x-ratelimit-limit-tokens": "10000",
+        "x-ratelimit-remaining-tokens": "600",  # 15.7 tokens back a second
+        "x-ratelimit-reset-tokens": "600s",
+    }
+    paced.set_default(Reply(headers=tokens_left))
+    spare = await fake_upstreams("spare")
+    gw = await gateway_factory(config(model("e", route(paced), route(spare, fallback_only=True))))
+    client = gw.openai()
+
+    served = []
+    for text in ("hi", "x" * 4_000, "hi"):  # about 1, 1,000 and 1 tokens
+        raw = await client.embeddings.with_raw_response.create(model="e", input=text)
+        served.append(raw.headers["x-routed-via"])
+
+    assert served == [served[0], served[1], served[0]] and served[1] != served[0]
+    assert len(spare.requests) == 1
+
+
 async def test_an_upstreams_own_key_named_as_the_private_marker_is_neither_relayed_nor_trusted(
     gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
 ) -> None:
