@@ -89,8 +89,9 @@ class _Builder:
             return None
         return self._text
 
-    def _resolve(self, schema: JSON) -> JSON:
-        """``schema`` with local ``$ref``s followed and ``allOf`` parts merged."""
+    def _resolve(self, schema: JSON, depth: int = 0) -> JSON:
+        """``schema`` with local ``$ref``s followed and ``allOf`` parts merged (``depth``: the
+        ``allOf`` parts it is within; one that refers back to itself stops growing there)."""
         for _ in range(_MAX_DEPTH):
             ref = schema.get("$ref")
             if not isinstance(ref, str):
@@ -100,9 +101,9 @@ class _Builder:
         parts = schema.get("allOf")
         if isinstance(parts, list):
             merged = {k: v for k, v in schema.items() if k != "allOf"}
-            for part in parts:
+            for part in parts if depth < _MAX_DEPTH else ():
                 if isinstance(part, dict):
-                    merged = {**self._resolve(part), **merged}
+                    merged = {**self._resolve(part, depth + 1), **merged}
             schema = merged
         return schema
 

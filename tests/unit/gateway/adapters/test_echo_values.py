@@ -94,3 +94,11 @@ def test_counts_and_lengths_past_what_one_value_holds_are_not_honoured() -> None
 )
 def test_bounds_past_what_a_float_holds_make_a_number_not_an_error(schema: Any) -> None:
     assert isinstance(example(schema, "hi"), int | float)
+
+
+def test_an_all_of_that_refers_back_to_itself_stops_growing() -> None:
+    # Was a RecursionError, which the gateway answered as a body nested too deeply.
+    looped = {"type": "object", "properties": {"a": {"type": "integer"}}, "allOf": [{"$ref": "#"}]}
+
+    assert example(looped, "hi") == {"a": 0}
+    assert example({"allOf": [{"$ref": "#"}]}, "hi") == "hi"
