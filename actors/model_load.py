@@ -1,6 +1,6 @@
 """ModelLoad: a ModelActor's count of each route's requests in flight and its learned
-concurrency limit (actors/state/route_load.py), what it tells operators of them, and how the
-``fixed`` router spills past a route at its limit.
+concurrency limit (actors/state/route_load.py, learned_limit.py), what it tells operators of
+them, and how the ``fixed`` router spills past a route at its limit.
 
 The ModelActor issues every plan and sees every observation, so all of this is kept without
 a bus message on the happy path; a limit change is published as ``RouteCapacity`` on

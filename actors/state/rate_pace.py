@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from actors.state.route_load import LearnedLimit
+    from actors.state.learned_limit import LearnedLimit
     from schemas.routing import RateReport
 
 _NEVER = -math.inf

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.state.route_load import LearnedLimit, RouteLoad
+from actors.state.learned_limit import LearnedLimit
+from actors.state.route_load import RouteLoad
 
 
 def load(**caps: int | None) -> RouteLoad:
