@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from actors.state.route_load import RouteLoad
-from schemas import RATE_LIMIT_EXCEEDED, RouteCapacity, RouteSkip, is_backpressure, priced_tokens
+from schemas import (
+    HEDGE_DECLINED,
+    RATE_LIMIT_EXCEEDED,
+    RouteCapacity,
+    RouteSkip,
+    is_backpressure,
+    priced_tokens,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -140,7 +147,12 @@ class ModelLoad:
             self.load.unsent(obs.request_id, obs.endpoint, now)
             return None
         at_send, _ = self.load.observed(
-            obs.request_id, obs.endpoint, obs.outcome, now, committed=obs.committed
+            obs.request_id,
+            obs.endpoint,
+            obs.outcome,
+            now,
+            committed=obs.committed,
+            lost_race=obs.error_kind == HEDGE_DECLINED,
         )
         limit = self.load.limits.get(obs.endpoint)
         changed = False

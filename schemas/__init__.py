@@ -112,6 +112,7 @@ from schemas.ops import (
     RouteDecided,
 )
 from schemas.routing import (
+    HEDGE_DECLINED,
     QUOTA_EXHAUSTED,
     RATE_LIMIT_EXCEEDED,
     EndpointState,
@@ -262,6 +263,7 @@ Message = Union[  # noqa: UP007 - a runtime union that msgspec decodes by tag
 ]
 
 __all__ = [
+    "HEDGE_DECLINED",
     "QUOTA_EXHAUSTED",
     "RATE_LIMIT_EXCEEDED",
     "READ_ONLY_ADMIN_VERBS",

@@ -163,6 +163,9 @@ class Observation(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 QUOTA_EXHAUSTED = "quota_exhausted"
 """The error kind of a 429 that says a quota or the billing is exhausted (not a pace)."""
 
+HEDGE_DECLINED = "hedge_declined"
+"""The error kind of a hedge race's loser, cancelled because the other side answered first."""
+
 RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
 """The error kind of a 429 whose ``x-ratelimit-remaining-*`` headers say the provider meters
 requests or tokens per period: a pace that cooling keeps, not a concurrency it cannot take

@@ -173,7 +173,8 @@ class RoutePlanner:
                     candidates=(self._keys.pinned(pinned.candidate, req.role, now),),
                 )
             )
-        if req.prompt_tokens:
+        # An embeddings request's prompt is the sum of its inputs, each limited on its own.
+        if req.prompt_tokens and req.surface != "embeddings":
             fitting = [r for r in routes if r.fits(req.prompt_tokens)]
             if not fitting:
                 widest = max(r.config.context_window or 0 for r in routes)

@@ -6,9 +6,9 @@ helpers generate (pydantic and zod schemas): objects (every property, so ``requi
 ``additionalProperties: false`` both hold), strings (common ``format``s, length bounds),
 numbers and integers (bounds), booleans, null, arrays (item counts, ``prefixItems``), ``enum``,
 ``const``, ``anyOf``/``oneOf``/``allOf`` and local ``$ref``s. ``pattern`` is not honoured, nor
-are counts and lengths past what one value may hold (``_MAX_UNITS``: items and characters in
-all; a client's ``minItems: 30000000`` held the process for seconds), nor bounds a float
-cannot reach (``multipleOf: 1e-320``).
+are counts and lengths past what one value may hold (``_MAX_UNITS``: items, members and
+characters in all; a client's ``minItems: 30000000`` held the process for seconds), nor
+bounds a float cannot reach (``multipleOf: 1e-320``, a 400-digit ``minimum``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 JSON = dict[str, Any]
 
 _MAX_DEPTH = 16  # recursive schemas (a tree of nodes) stop growing here
-_MAX_UNITS = 100_000  # the items and string characters one value holds at most
+_MAX_UNITS = 100_000  # the items, members and string characters one value holds at most
+_LARGEST_BOUND = 1e300  # a number bound past this is not honoured
 _FORMATS = {
     "date-time": "1970-01-01T00:00:00Z",
     "date": "1970-01-01",
@@ -128,8 +129,9 @@ class _Builder:
         if depth >= _MAX_DEPTH:
             return {}
         props = schema.get("properties")
-        if not isinstance(props, dict):
+        if not isinstance(props, dict) or self._left <= 0:
             return {}
+        self._left -= len(props)
         return {name: self.value(sub, depth + 1) for name, sub in props.items()}
 
     def _array(self, schema: JSON, depth: int) -> list[Any]:
@@ -210,4 +212,5 @@ def _bound(schema: JSON, key: str) -> float | None:
     value = schema.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return value if math.isfinite(value) else None
+    # Past 1e300 (an integer of 400 digits, infinity) no float arithmetic reaches it.
+    return value if -_LARGEST_BOUND < value < _LARGEST_BOUND else None

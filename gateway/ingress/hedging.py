@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import anyio
 
 from gateway.ingress.failover import NO_BACKUP, no_backup
-from schemas import UpstreamError
+from schemas import HEDGE_DECLINED, UpstreamError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Sequence
@@ -35,7 +35,7 @@ P = TypeVar("P")
 
 T = TypeVar("T")
 
-DECLINED = "hedge_declined"
+DECLINED = HEDGE_DECLINED
 
 
 @dataclass

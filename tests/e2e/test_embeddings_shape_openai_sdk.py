@@ -87,3 +87,17 @@ async def test_an_embedding_that_is_not_base64_is_a_bad_response_the_next_route_
 
     assert [len(d.embedding) for d in got.data] == [8, 8]  # the good fake's
     assert (len(broken.requests), len(good.requests)) == (1, 1)
+
+
+async def test_a_batch_whose_inputs_each_fit_the_context_window_is_served(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    # The window limits each input, not their sum: ten inputs of 20 tokens go to a route of
+    # 100 (the request's estimate, 200, paces its token limit; it was refused with a 400).
+    fake_upstream.enqueue(_answer([list(VECTORS[0])] * 10))
+    cfg = config(model("m", route(fake_upstream, context_window=100)))
+    client = (await gateway_factory(cfg)).openai()
+
+    answer = await client.embeddings.create(model="m", input=["x" * 80] * 10)
+
+    assert len(answer.data) == 10 and answer.usage.prompt_tokens == 200

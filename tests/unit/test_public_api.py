@@ -71,6 +71,7 @@ PINNED: dict[str, list[str]] = {
         "ForbiddenError",
         "GatewayError",
         "Guardrails",
+        "HEDGE_DECLINED",
         "HealthReport",
         "HealthRequest",
         "HostAlive",

@@ -8,7 +8,14 @@ import msgspec
 import pytest
 
 from actors.model_load import ModelLoad
-from schemas import RATE_LIMIT_EXCEEDED, Observation, RouteCandidate, RoutePlan, RouteRequest
+from schemas import (
+    HEDGE_DECLINED,
+    RATE_LIMIT_EXCEEDED,
+    Observation,
+    RouteCandidate,
+    RoutePlan,
+    RouteRequest,
+)
 from schemas.config import ModelConfig, RoutingConfig
 
 NOW = 1_000.0
@@ -105,5 +112,18 @@ def test_a_probe_candidate_given_back_unattempted_moves_the_count_on_as_never_se
 
     given_back = Observation(endpoint=A, model="m", outcome="cancelled", attempt=0, probe=True)
     load.observed(msgspec.structs.replace(given_back, request_id="r"), NOW)
+
+    assert (load.load.in_flight(A), load.load.in_flight(B)) == (0, 1)
+
+
+def test_a_hedge_lost_by_the_primary_moves_the_count_to_the_backup() -> None:
+    load = _load()
+    plan, req = _plan(hedge_after_ms=500.0)
+    load.issued("r", plan, NOW, req)
+
+    declined = Observation(
+        endpoint=A, model="m", outcome="cancelled", error_kind=HEDGE_DECLINED, request_id="r"
+    )
+    load.observed(declined, NOW)
 
     assert (load.load.in_flight(A), load.load.in_flight(B)) == (0, 1)

@@ -122,6 +122,38 @@ def test_a_hedges_backup_cancelled_by_the_primarys_answer_leaves_the_primary_jud
     assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
 
 
+def test_a_hedges_backup_failing_then_answering_on_its_spare_key_ends_the_request() -> None:
+    # The ingress retries a backup refused for its key on the next key while the primary's
+    # failure moves the count on: the backup's answer then ends it (before, c kept a count).
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
+    rl.observed("h", "b", "failure", 1.0)
+    rl.observed("h", "a", "failure", 1.0)
+
+    assert rl.observed("h", "b", "success", 2.0) == (-1, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
+def test_a_streamed_hedge_won_by_its_backup_counts_the_backup_until_it_ends() -> None:
+    # A stream's race is decided at its first token: the primary is observed declined then,
+    # the backup only once its stream ends (before, the count ended with the primary's).
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
+
+    assert rl.observed("h", "a", "cancelled", 1.0, lost_race=True) == (-1, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 1, 0]
+    assert rl.observed("h", "b", "success", 5.0) == (0, False)
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
+def test_a_hedges_primary_cancelled_by_its_client_ends_the_request() -> None:
+    rl = load()
+    rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
+    rl.observed("h", "a", "cancelled", 1.0)
+
+    assert [rl.in_flight(e) for e in "abc"] == [0, 0, 0]
+
+
 def test_a_hedges_backup_answering_first_ends_the_request() -> None:
     rl = load()
     rl.issued("h", ("a", "b", "c"), 0.0, hedge="b")
