@@ -3,7 +3,10 @@ the one place what an upstream says is redacted and checked.
 
 Checking: every answer and stream chunk leaves the seam with its usage sanitised and its
 ``choices`` in shape, or as an UpstreamBadResponseError, so the renderers, the accounting,
-the limits and the request log may rely on them instead of each guarding against them.
+the limits and the request log may rely on them instead of each guarding against them. A
+stream chunk of text that an ``openai_compat`` adapter decoded as a ``TextChunk``
+(``schemas.text_chunk``) was checked by its type as it was decoded (no usage, choice 0 only,
+its text fields strings or null), which the checks below would pass.
 
 - ``usage``: its token counts (``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
   ``prompt_tokens_details.cached_tokens`` / ``cache_write_tokens`` / ``cache_write_1h_tokens``
@@ -56,6 +59,7 @@ if TYPE_CHECKING:
 
     from schemas.bedrock_settings import BedrockSettings
     from schemas.config import AzureSettings
+    from schemas.text_chunk import Chunk
 
 # Re-exported: the adapters and the breaker import them from here.
 error_from_status = upstream_status.error_from_status
@@ -80,11 +84,13 @@ when it refuses, and the reasoning text upstreams stream before it (vLLM and Dee
 ``reasoning_content``, OpenRouter's ``reasoning``)."""
 
 
-def carries_token(chunk: JSON) -> bool:
+def carries_token(chunk: Chunk) -> bool:
     """Whether a canonical chunk carries part of the answer: non-empty text in a
     ``_TOKEN_TEXT`` field, a ``content`` of parts, a tool-call (or legacy function-call)
     delta, or audio. A chunk with only a role, an empty string, a finish reason or usage
     carries none."""
+    if not isinstance(chunk, dict):
+        return chunk.carries_token()
     for choice in chunk.get("choices") or ():
         delta = choice.get("delta") if isinstance(choice, dict) else None
         if not delta or not isinstance(delta, dict):
@@ -423,6 +429,8 @@ class MappedBatches:
             raise mapped from None
         if self._checked_for is not None:
             for i, chunk in enumerate(batch):
+                if not isinstance(chunk, dict):  # a TextChunk: checked by its type
+                    continue
                 if (problem := chunk_problem(chunk, self._choices)) is not None:
                     failure = bad_response(self._checked_for, problem)
                     if i == 0:

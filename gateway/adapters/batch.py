@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from schemas.text_chunk import Chunk
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from schemas.routing import RateReport
 
 
-class Batch(list[dict[str, Any]]):
-    """Canonical chunks one upstream read carried, in order (never empty).
+class Batch(list[Chunk]):
+    """Canonical chunks one upstream read carried, in order (never empty): dicts, or
+    ``TextChunk``s (``schemas.text_chunk``) where an upstream's chunk was one.
 
     ``last`` is True when the stream's terminator came with them: nothing follows, so the
     relay ends the client's answer in the same write. ``spent_for`` (the first batch only):
@@ -23,7 +28,7 @@ class Batch(list[dict[str, Any]]):
 
     def __init__(
         self,
-        chunks: list[dict[str, Any]],
+        chunks: Iterable[Chunk],
         *,
         last: bool = False,
         spent_for: float | None = None,

@@ -39,6 +39,7 @@ from schemas.canonical_markers import CLAUDE_CACHE as _CLAUDE_CACHE
 from schemas.canonical_markers import CLAUDE_NATIVE as _CLAUDE_NATIVE
 from schemas.canonical_markers import CLAUDE_THINKING as _CLAUDE_THINKING
 from schemas.canonical_markers import RATE_REPORT as _RATE_REPORT
+from schemas.text_chunk import Chunk, text_chunk
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping
@@ -77,6 +78,10 @@ class OpenAICompatAdapter:
     ) -> UpstreamError:
         """The UpstreamError for a non-2xx answer."""
         return error_from_status(target.endpoint, status, headers, body)
+
+    _typed_chunks = True
+    """Whether a stream's text chunks may be decoded as ``TextChunk``s, which
+    :meth:`_relayed` never sees (an adapter that drops some chunks says False)."""
 
     def _relayed(self, chunk: JSON) -> bool:
         """Whether a stream chunk is part of the canonical stream (all of them, here)."""
@@ -190,6 +195,7 @@ class _ChatStream:
         "_rate",
         "_spent_for",
         "_target",
+        "_typed",
     )
 
     def __init__(self, adapter: OpenAICompatAdapter, target: UpstreamTarget, body: JSON) -> None:
@@ -204,6 +210,7 @@ class _ChatStream:
         self._done = False  # ``[DONE]`` came: nothing follows the batch it came with
         self._failure: UpstreamError | None = None  # raised after the chunks before it
         self._numbers: _CallNumbers | None = None  # made at the first tool call
+        self._typed = adapter._typed_chunks  # text chunks decoded as TextChunks: see _batch
 
     def __aiter__(self) -> _ChatStream:
         return self
@@ -263,22 +270,31 @@ class _ChatStream:
     def _batch(self, raw: bytes) -> Batch | None:
         """The chunks of one read (None if it completed none); notes ``[DONE]`` and an
         in-band failure."""
-        batch: list[JSON] = []
-        relayed = self._adapter._relayed
+        batch: list[Chunk] = []
+        adapter = self._adapter
         for _event, event_data in self._parser.feed(raw):
             if event_data == _DONE:
                 self._done = True
                 break
+            calls = event_data.find(_TOOL_CALLS) >= 0  # a byte search: most chunks are text
+            if self._typed and not calls and event_data.find(_USAGE_OBJECT) < 0:
+                text = text_chunk(event_data)
+                if text is not None:
+                    batch.append(text)  # the common chunk, checked by its type
+                    continue
+                # Not text as this type knows it (a field it does not name, a second choice,
+                # parts): so are this upstream's next, most likely; each fails no decode more.
+                self._typed = False
             try:
                 chunk = _chunk(self._target, event_data)
             except UpstreamError as exc:
                 self._failure = exc  # the chunks before it still reach the client
                 break
-            if event_data.find(_TOOL_CALLS) >= 0:  # a byte search: most chunks are text
+            if calls:
                 if self._numbers is None:
                     self._numbers = _CallNumbers()
                 self._numbers.number(chunk)
-            if relayed(chunk):
+            if adapter._relayed(chunk):
                 batch.append(chunk)
         if not batch:
             return None
@@ -299,6 +315,7 @@ class _ChatStream:
 
 
 _TOOL_CALLS = b'"tool_calls"'
+_USAGE_OBJECT = b'"usage":{'  # the usage chunk: a dict (its usage is sanitised)
 _LIMIT = "x-ratelimit-limit-requests"  # an answer reporting its request limit says this
 
 

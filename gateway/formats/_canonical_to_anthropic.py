@@ -29,6 +29,7 @@ from gateway.formats._common import (
 from gateway.formats.claude_markers import CLAUDE_STOP_REASON
 from schemas import UpstreamBadResponseError
 from schemas.canonical_markers import START_USAGE
+from schemas.text_chunk import Chunk, chunk_json
 
 _P_MESSAGE_START = frame_prefix("message_start")
 _P_BLOCK_START = frame_prefix("content_block_start")
@@ -260,8 +261,9 @@ class ChatToMessagesStream:
         """True once ``finish`` or ``error`` has ended the stream."""
         return self._done
 
-    def feed(self, chunk: JSON) -> list[bytes]:
+    def feed(self, typed: Chunk) -> list[bytes]:
         """Frames for one chat chunk (possibly none); nothing once the stream has ended."""
+        chunk = chunk_json(typed)
         if self._done:
             return []
         out: list[bytes] = []

@@ -24,6 +24,7 @@ from gateway.formats._responses_echo import response_shell, served_tier
 from gateway.formats._responses_reasoning import seal, wants_sealed
 from gateway.formats._responses_tools import CALL_TEXT, call_item, streamed_item
 from gateway.formats.openai_chat import error_type
+from schemas.text_chunk import Chunk, chunk_json
 
 # ResponseError.code is a closed set; anything else is reported as a server error.
 _FAILURE_CODES = frozenset({"server_error", "rate_limit_exceeded", "invalid_prompt"})
@@ -209,8 +210,9 @@ class ChatToResponsesStream:
         """True once ``finish`` or ``error`` has ended the stream."""
         return self._done
 
-    def feed(self, chunk: JSON) -> list[bytes]:
+    def feed(self, typed: Chunk) -> list[bytes]:
         """Events for one chat chunk (possibly none); nothing once the stream has ended."""
+        chunk = chunk_json(typed)
         if self._done:
             return []
         out: list[bytes] = []

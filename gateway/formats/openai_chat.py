@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import UNSET
 
 from gateway.formats.media_tokens import MEDIA_BODY, media_sizes
 from schemas import InvalidRequestError
@@ -20,6 +21,8 @@ from schemas.route_config import ANTHROPIC_THINKING_BUDGETS
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from schemas.text_chunk import Chunk
 
 JSON = dict[str, Any]
 _encode = msgspec.json.Encoder().encode
@@ -321,9 +324,17 @@ class ChatStream:
         self._usage = usage
         self._first = True
 
-    def feed(self, chunk: JSON) -> list[bytes]:
+    def feed(self, chunk: Chunk) -> list[bytes]:
         """One ``data:`` frame for ``chunk`` (none for a usage chunk the client did not ask
         for: see :func:`asking_usage`); the first one without its :data:`START_USAGE`."""
+        if not isinstance(chunk, dict):  # text: no usage of its own, no START_USAGE
+            self._first = False
+            chunk.model = self._model
+            if not self._usage and chunk.usage is None:
+                if not chunk.choices:
+                    return []
+                chunk.usage = UNSET
+            return [b"data: " + _encode(chunk) + b"\n\n"]
         chunk["model"] = self._model
         if self._first:  # only a stream's first chunk carries it
             self._first = False

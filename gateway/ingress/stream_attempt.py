@@ -22,6 +22,7 @@ from gateway.ingress.failover import (
 from gateway.ingress.settling import NO_USAGE, shielded, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 from schemas.canonical_markers import START_USAGE
+from schemas.text_chunk import chunk_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -97,7 +98,7 @@ class _Stream:
         else:
             info.record.upstream(started, d.now())
             if trace is not None and first:
-                trace.answered(attempt, first[0])
+                trace.answered(attempt, chunk_json(first[0]))
             # Only a plan's primary holds its model's prefill lease. A stream whose first
             # read is its whole answer ends here: its observation, right after the relay,
             # releases that lease too, so it needs no message of its own (unless it carries
@@ -158,6 +159,10 @@ def _answers(batch: Batch) -> bool:
     for chunk in batch:
         if carries_token(chunk):
             return True
+        if not isinstance(chunk, dict):
+            if chunk.finish_reason() is not None:
+                return True
+            continue
         for choice in chunk.get("choices") or ():
             if isinstance(choice, dict) and choice.get("finish_reason"):
                 return True
@@ -297,6 +302,11 @@ class StreamAttempt:
         if self._ttft is None and _answers(batch):
             self._ttft = self._dispatcher.now()
         for chunk in batch:
+            if not isinstance(chunk, dict):  # text: no usage, its one choice at index 0
+                self._chars += chunk.content_chars()
+                if self._unfinished and (reason := chunk.finish_reason()) is not None:
+                    self._finish(0, reason)
+                continue
             if chunk.get("usage"):
                 self._usage = usage_of(chunk)
             elif self._usage is NO_USAGE and (start := chunk.get(START_USAGE)):
@@ -308,12 +318,16 @@ class StreamAttempt:
                 if delta:
                     self._chars += delta_chars(delta)
                 if self._unfinished and choice.get("finish_reason"):
-                    self._unfinished.discard(choice.get("index", 0))
-                    if self._finished:
-                        continue
-                    self._finished = True
-                    if self._info.record.trace is not None:
-                        self._info.record.trace.finished(self.attempt, choice["finish_reason"])
+                    self._finish(choice.get("index", 0), choice["finish_reason"])
+
+    def _finish(self, index: Any, reason: str) -> None:
+        """Choice ``index`` said why it stopped (the first to say it goes on the trace)."""
+        self._unfinished.discard(index)
+        if self._finished:
+            return
+        self._finished = True
+        if self._info.record.trace is not None:
+            self._info.record.trace.finished(self.attempt, reason)
 
     async def close(self, outcome: str, err: UpstreamError | None = None) -> None:
         """Release the upstream stream and the capacity lease, and publish this attempt's

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from schemas import GatewayError
+    from schemas.text_chunk import Chunk
 
 JSON = dict[str, Any]
 _encode = msgspec.json.Encoder().encode
@@ -28,7 +29,7 @@ _encode = msgspec.json.Encoder().encode
 class StreamRenderer(Protocol):
     """Turns canonical chunks into this surface's SSE frames."""
 
-    def feed(self, chunk: JSON) -> list[bytes]: ...
+    def feed(self, chunk: Chunk) -> list[bytes]: ...
     def finish(self) -> list[bytes]: ...
     def error(self, message: str, /, *, status: int | None = None) -> list[bytes]:
         """The dialect's end for a stream cut mid-answer; ``status``: the HTTP status the

@@ -18,6 +18,7 @@ from opentelemetry.trace import SpanKind
 
 from gateway.telemetry import content
 from gateway.telemetry.trace_replay import Replay, replay, server_shape
+from schemas.text_chunk import chunk_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from gateway.telemetry.recorded_span import RecordedSpan
     from gateway.telemetry.trace_replay import ServerKey
     from schemas import Observation, RouteCandidate, RoutePlan, RouteRequest
+    from schemas.text_chunk import Chunk
 
 _now = time.time_ns
 _SERVER = SpanKind.SERVER
@@ -177,7 +179,7 @@ class RequestTrace:
         if self.sampled:
             self.notes += (Replay.output, _now(), number, content.answer_choices(body))
 
-    def streamed(self, number: int, batch: Iterable[dict[str, Any]]) -> None:
+    def streamed(self, number: int, batch: Iterable[Chunk]) -> None:
         """Add a streamed batch's text to attempt ``number``'s answer (put on the span as
         the attempt ends)."""
         if not self.sampled:
@@ -185,7 +187,7 @@ class RequestTrace:
         if self._outputs is None:
             self._outputs = {}
         choices = self._outputs.setdefault(number, {})
-        for chunk in batch:
+        for chunk in map(chunk_json, batch):
             for choice in chunk.get("choices") or ():
                 if not isinstance(choice, dict):
                     continue

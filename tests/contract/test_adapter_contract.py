@@ -31,6 +31,7 @@ from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.adapters.registry import make_adapters, make_http_client
 from schemas import UpstreamBadResponseError, UpstreamError, UpstreamTimeoutError
 from schemas.bedrock_settings import BedrockSettings
+from schemas.text_chunk import chunk_json
 from tests.fixtures.upstream import FakeUpstream, Hang, Reply, Reset, Stream, ToolCall
 from tests.fixtures.upstream_bedrock import (
     BEDROCK_KEY,
@@ -163,7 +164,7 @@ def _text_of(batches: list[Batch]) -> str:
     return "".join(
         str(choice.get("delta", {}).get("content") or "")
         for batch in batches
-        for chunk in batch
+        for chunk in map(chunk_json, batch)
         for choice in chunk.get("choices") or ()
     )
 
@@ -172,14 +173,15 @@ def _finish_reasons(batches: list[Batch]) -> list[str]:
     return [
         str(choice["finish_reason"])
         for batch in batches
-        for chunk in batch
+        for chunk in map(chunk_json, batch)
         for choice in chunk.get("choices") or ()
         if choice.get("finish_reason")
     ]
 
 
 def _usage_of(batches: list[Batch]) -> list[JSON]:
-    return [chunk["usage"] for batch in batches for chunk in batch if chunk.get("usage")]
+    chunks = [chunk_json(chunk) for batch in batches for chunk in batch]
+    return [chunk["usage"] for chunk in chunks if chunk.get("usage")]
 
 
 # -- answers: every kind ----------------------------------------------------------------------
@@ -206,7 +208,7 @@ async def test_adapter_stream_says_what_complete_says_in_batches_ending_with_the
     batches = await _batches(any_adapter, {**HI, "stream": True})
 
     assert batches and all(len(b) > 0 for b in batches)
-    assert all(chunk["object"] == "chat.completion.chunk" for b in batches for chunk in b)
+    assert all(chunk_json(c)["object"] == "chat.completion.chunk" for b in batches for c in b)
     assert [b.last for b in batches] == [False] * (len(batches) - 1) + [True]
     assert _text_of(batches) == whole["choices"][0]["message"]["content"]
     assert _finish_reasons(batches) == ["stop"]

@@ -21,6 +21,7 @@ from gateway.adapters.anthropic_wire import UpstreamStreamError
 from gateway.adapters.base import JSON, UnsupportedParameterError, UpstreamTarget
 from gateway.adapters.upstream_http import Answer
 from schemas import UpstreamBadResponseError, UpstreamError
+from schemas.text_chunk import chunk_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Mapping
@@ -124,7 +125,7 @@ def sse(body: bytes) -> httpx.Response:
 
 
 async def collect(a: AnthropicAdapter, body: JSON) -> list[JSON]:
-    return [chunk async for batch in a.stream(target(), body) for chunk in batch]
+    return [chunk_json(c) async for batch in a.stream(target(), body) for c in batch]
 
 
 @pytest.mark.parametrize("base", ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"])

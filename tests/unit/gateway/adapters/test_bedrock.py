@@ -17,6 +17,7 @@ from gateway.adapters.bedrock import BedrockAdapter
 from gateway.adapters.registry import make_adapters, make_http_client
 from schemas import UpstreamBadResponseError, UpstreamError
 from schemas.bedrock_settings import BedrockSettings
+from schemas.text_chunk import Chunk, chunk_json
 from tests.fixtures.upstream import Held, Reply
 from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock, event
 from tests.fixtures.upstream_bedrock import exception as exception_frame
@@ -37,6 +38,11 @@ async def adapter() -> AsyncIterator[Adapter]:
         yield make_adapters(http)["bedrock"]
     finally:
         await http.aclose()
+
+
+def text_of(chunk: Chunk) -> str:
+    """The content of a canonical chunk's one choice (empty when it has none)."""
+    return str(chunk_json(chunk)["choices"][0]["delta"].get("content") or "")
 
 
 def _target(up: FakeBedrock, api_key: str | None = BEDROCK_KEY) -> UpstreamTarget:
@@ -103,7 +109,7 @@ async def test_throttling_exception_mid_stream_is_a_rate_limit_after_the_text_be
 
     with pytest.raises(UpstreamError) as err:
         async for batch in adapter.stream(_target(fake_bedrock), {**HI, "stream": True}):
-            got += [c["choices"][0]["delta"].get("content") or "" for c in batch]
+            got += [text_of(c) for c in batch]
 
     assert "".join(got) == "Hel"
     assert (err.value.status, err.value.kind, err.value.message) == (
@@ -428,7 +434,7 @@ async def test_a_stream_event_that_breaks_its_shapes_ends_the_stream_after_the_t
 
     with pytest.raises(UpstreamBadResponseError) as err:
         async for batch in adapter.stream(_target(fake_bedrock), {**HI, "stream": True}):
-            got += [c["choices"][0]["delta"].get("content") or "" for c in batch]
+            got += [text_of(c) for c in batch]
 
     assert "".join(got) == "Hel" and err.value.endpoint == "m:bedrock"
 

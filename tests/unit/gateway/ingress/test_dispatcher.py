@@ -45,6 +45,7 @@ from schemas import (
 )
 from schemas.config import FailoverConfig, ModelConfig
 from schemas.routing import RateReport
+from schemas.text_chunk import chunk_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -354,7 +355,7 @@ class Harness:
         chunks: list[JSON] = []
         try:
             async for batch in attempt.batches():
-                chunks.extend(batch)
+                chunks.extend(map(chunk_json, batch))
         except UpstreamError as err:
             await attempt.close("failure", err)
             raise
