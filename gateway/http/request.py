@@ -152,6 +152,17 @@ class HttpRequest:
         """A request header by lower-case name (the last one wins)."""
         return self.headers.get(name)
 
+    def header_text(self, name: str) -> str | None:
+        """:meth:`header` read as the UTF-8 text a client sends a name in (``headers`` holds
+        the bytes as latin-1, HTTP's own reading); as latin-1 when it is not UTF-8."""
+        value = self.headers.get(name)
+        if value is None or value.isascii():
+            return value
+        try:
+            return value.encode("latin-1").decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+
     def bearer_token(self) -> str | None:
         """The credential presented: ``Authorization: Bearer <token>``, else ``x-api-key``,
         else None."""

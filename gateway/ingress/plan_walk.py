@@ -233,8 +233,9 @@ class Targeting:
         return self._plan(model, route_req, info.record)
 
     def _pin(self, req: HttpRequest) -> str | None:
-        """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid)."""
-        pin = req.headers.get("x-route-pin")
+        """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid). An
+        endpoint id is UTF-8 (``X-Routed-Via`` names it so): so is the pin."""
+        pin = req.header_text("x-route-pin")
         return pin if pin and is_admin(req, self._config) else None
 
     async def _plan(

@@ -38,6 +38,8 @@ from tests.fixtures.upstream import FakeUpstream, Hang, Reply, UpstreamFactory
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import httpx
+
     from tests.fixtures.gateway import GatewayFactory, RunningGateway
 
 pytestmark = pytest.mark.e2e
@@ -202,6 +204,32 @@ async def test_admin_pin_selects_its_route_through_an_open_circuit_and_never_fal
     assert streamed.headers["x-routed-via"] == eid("m", b) and text == "Hello from b."
     assert unpinned == eid("m", a)  # b's circuit is open to everyone else
     assert (len(a.requests), len(b.requests)) == (1, 3)  # the pinned failure never fell back
+
+
+def _raw_header(resp: httpx.Response, name: bytes) -> bytes:
+    """A response header's bytes as sent (httpx's ``headers`` reads them as latin-1)."""
+    return next(value for key, value in resp.headers.raw if key.lower() == name)
+
+
+async def test_admin_pin_names_a_route_of_a_model_whose_id_is_not_ascii(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+) -> None:
+    a, b = await fake_upstreams("a"), await fake_upstreams("b")
+    gw = await gateway_factory(
+        config(model("modèle", route(a, 1), route(b, 1e-9)), admin_key=ADMIN)
+    )
+    admin = {b"authorization": f"Bearer {ADMIN}".encode()}
+
+    first = await gw.http().post(CHAT, json=chat("modèle"), headers=admin)
+    # An admin pins the route it was shown, sending back the UTF-8 bytes it came in.
+    pin = eid("modèle", b).encode()
+    pinned = await gw.http().post(CHAT, json=chat("modèle"), headers={**admin, b"x-route-pin": pin})
+
+    assert _raw_header(first, b"x-routed-via") == eid("modèle", a).encode()
+    assert pinned.status_code == 200, pinned.text
+    assert _raw_header(pinned, b"x-routed-via") == pin
+    assert len(b.requests) == 1
 
 
 async def test_pin_from_a_non_admin_caller_is_ignored(
