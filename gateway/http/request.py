@@ -67,6 +67,18 @@ def request_ids() -> Iterator[str]:
 _KEEP, _CLOSE, _LINGER = 0, 1, 2
 
 
+def header_text(value: str) -> str:
+    """A header's ``value`` (as :attr:`HttpRequest.headers` holds it: its bytes read as
+    latin-1, HTTP's own reading) read as the UTF-8 text a client sends a name in; as it is
+    when it is not UTF-8."""
+    if value.isascii():
+        return value
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeDecodeError:
+        return value
+
+
 class HttpRequest:
     """One HTTP exchange: the scope, its headers decoded (``headers``: lower-case name ->
     value, the last one wins), whether the answer started, and the id the gateway gave the
@@ -151,17 +163,6 @@ class HttpRequest:
     def header(self, name: str) -> str | None:
         """A request header by lower-case name (the last one wins)."""
         return self.headers.get(name)
-
-    def header_text(self, name: str) -> str | None:
-        """:meth:`header` read as the UTF-8 text a client sends a name in (``headers`` holds
-        the bytes as latin-1, HTTP's own reading); as latin-1 when it is not UTF-8."""
-        value = self.headers.get(name)
-        if value is None or value.isascii():
-            return value
-        try:
-            return value.encode("latin-1").decode("utf-8")
-        except UnicodeDecodeError:
-            return value
 
     def bearer_token(self) -> str | None:
         """The credential presented: ``Authorization: Bearer <token>``, else ``x-api-key``,

@@ -42,7 +42,7 @@ from gateway.adapters.base import UpstreamTarget
 from gateway.auth.admin_access import is_admin
 from gateway.auth.gate import caller_of, may_call
 from gateway.formats.openai_chat import route_needs
-from gateway.http.request import bounded
+from gateway.http.request import bounded, header_text
 from gateway.ingress.owner_wait import OwnerWait
 from gateway.ingress.route_batch import route_asker
 from gateway.steering.labels import conversation_key
@@ -235,8 +235,8 @@ class Targeting:
     def _pin(self, req: HttpRequest) -> str | None:
         """``X-Route-Pin`` counts only from an admin caller (an admin debugging aid). An
         endpoint id is UTF-8 (``X-Routed-Via`` names it so): so is the pin."""
-        pin = req.header_text("x-route-pin")
-        return pin if pin and is_admin(req, self._config) else None
+        pin = req.headers.get("x-route-pin")
+        return header_text(pin) if pin and is_admin(req, self._config) else None
 
     async def _plan(
         self, model: ModelConfig, route_req: RouteRequest, record: RequestRecord
