@@ -151,8 +151,6 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
             return {"authorization": f"Bearer {token}"}
         return {"api-key": target.api_key} if target.api_key else {}
 
-    _typed_chunks = False  # a chunk of no choices is dropped, which only a dict says
-
     def _relayed(self, chunk: JSON) -> bool:
         # Azure opens a stream with the prompt's filter results in a chunk that is not a
         # chat.completion.chunk (no object, no choices): nothing of the answer.

@@ -64,6 +64,9 @@ class OpenAICompatAdapter:
         # Endpoints that refused ``max_tokens`` asking for ``max_completion_tokens`` (OpenAI's
         # o-series and gpt-5): a translated request (Messages, Responses) names its limit so.
         self._completion_tokens: set[str] = set()
+        # Whether a stream's text chunks may be decoded as TextChunks, which ``_relayed``
+        # never sees: not where a subclass filters chunks (Azure drops its filter results').
+        self._typed_chunks = type(self)._relayed is OpenAICompatAdapter._relayed
 
     def _url(self, target: UpstreamTarget, path: str) -> str:
         """Where ``path`` (``/chat/completions``, ``/embeddings``) lives for ``target``."""
@@ -78,10 +81,6 @@ class OpenAICompatAdapter:
     ) -> UpstreamError:
         """The UpstreamError for a non-2xx answer."""
         return error_from_status(target.endpoint, status, headers, body)
-
-    _typed_chunks = True
-    """Whether a stream's text chunks may be decoded as ``TextChunk``s, which
-    :meth:`_relayed` never sees (an adapter that drops some chunks says False)."""
 
     def _relayed(self, chunk: JSON) -> bool:
         """Whether a stream chunk is part of the canonical stream (all of them, here)."""

@@ -263,9 +263,9 @@ class ChatToMessagesStream:
 
     def feed(self, typed: Chunk) -> list[bytes]:
         """Frames for one chat chunk (possibly none); nothing once the stream has ended."""
-        chunk = chunk_json(typed)
         if self._done:
             return []
+        chunk = chunk_json(typed)
         out: list[bytes] = []
         if not self._started:
             self._start(out, chunk)

@@ -212,9 +212,9 @@ class ChatToResponsesStream:
 
     def feed(self, typed: Chunk) -> list[bytes]:
         """Events for one chat chunk (possibly none); nothing once the stream has ended."""
-        chunk = chunk_json(typed)
         if self._done:
             return []
+        chunk = chunk_json(typed)
         out: list[bytes] = []
         if not self._started:
             self._start(out)

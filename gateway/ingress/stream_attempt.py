@@ -160,7 +160,7 @@ def _answers(batch: Batch) -> bool:
         if carries_token(chunk):
             return True
         if not isinstance(chunk, dict):
-            if chunk.finish_reason() is not None:
+            if chunk.finished() is not None:
                 return True
             continue
         for choice in chunk.get("choices") or ():
@@ -302,9 +302,9 @@ class StreamAttempt:
         if self._ttft is None and _answers(batch):
             self._ttft = self._dispatcher.now()
         for chunk in batch:
-            if not isinstance(chunk, dict):  # text: no usage, its one choice at index 0
+            if not isinstance(chunk, dict):  # text: no usage; no choice, or one at index 0
                 self._chars += chunk.content_chars()
-                if self._unfinished and (reason := chunk.finish_reason()) is not None:
+                if self._unfinished and (reason := chunk.finished()) is not None:
                     self._finish(0, reason)
                 continue
             if chunk.get("usage"):
