@@ -39,7 +39,7 @@ import hypercorn.asyncio.run
 import hypercorn.protocol
 from hypercorn.asyncio.tcp_server import TCPServer
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.protocol.h11 import H11Protocol, H11WSConnection
 
@@ -342,14 +342,28 @@ class EdgeTCPServer(TCPServer):
 
 
 class EdgeH2Protocol(H2Protocol):
-    """Hypercorn's HTTP/2 protocol, taking request data for a stream it has already closed.
+    """Hypercorn's HTTP/2 protocol, taking request data for a stream it has already closed,
+    and idle from its start.
 
     The client may still be sending a stream's body (or the empty frame that ends it) when
     the stream's answer is complete: the gateway answers once the declared ``Content-Length``
     is in, and refuses an oversized body before reading it. Hypercorn ignores such a stream's
     end but looks the stream up for its data, fails, and closes the connection with all its
     other streams. Here that data is acknowledged (its flow-control credit given back) and
-    dropped."""
+    dropped.
+
+    A connection with prior knowledge (h2c) opens as HTTP/1.1, whose parser reads the
+    preface as a request and stops the keep-alive wait; Hypercorn's HTTP/2 side restarts it
+    only when a stream closes. So a connection that never opened a stream (or sent junk
+    after the preface) was held open for good. Here it is idle as soon as it is HTTP/2 with
+    no stream, and closes at its keep-alive time like any idle connection."""
+
+    async def initiate(
+        self, headers: list[tuple[bytes, bytes]] | None = None, settings: bytes | None = None
+    ) -> None:
+        await super().initiate(headers, settings)
+        if not self.streams:  # an upgraded request (h2c ``Upgrade``) is a stream under way
+            await self.send(Updated(idle=True))
 
     async def _handle_events(self, events: list[h2.events.Event]) -> None:
         # One at a time: a stream is created by an event of the same batch as its data.
@@ -376,8 +390,9 @@ def install() -> None:
     for hook in (*hooks, "_send_h11_event"):
         if not hasattr(H11Protocol, hook):
             raise RuntimeError(f"unsupported Hypercorn version: H11Protocol has no {hook}")
-    if not hasattr(H2Protocol, "_handle_events"):
-        raise RuntimeError("unsupported Hypercorn version: H2Protocol has no _handle_events")
+    for hook in ("_handle_events", "initiate"):
+        if not hasattr(H2Protocol, hook):
+            raise RuntimeError(f"unsupported Hypercorn version: H2Protocol has no {hook}")
     for hook in ("_idle_timeout", "_initiate_server_close"):
         if not hasattr(TCPServer, hook):
             raise RuntimeError(f"unsupported Hypercorn version: TCPServer has no {hook}")

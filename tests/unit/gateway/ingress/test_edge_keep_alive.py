@@ -100,3 +100,18 @@ async def test_each_answer_adds_one_task_for_the_idle_wait() -> None:
         writer.close()
     # Per answer: the app's task and the idle wait's, nothing else.
     assert len(made) == 10, made
+
+
+async def test_an_http2_connection_without_a_stream_closes_once_its_keep_alive_time_passes() -> (
+    None
+):
+    # Prior knowledge (h2c): Hypercorn reads the preface as an HTTP/1.1 request first, which
+    # stops the keep-alive wait; without a stream closing, nothing restarted it.
+    async with _served(0.2, asyncio.Event()) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        async with asyncio.timeout(5):
+            raw = await reader.read()  # closed by the server
+        writer.close()
+
+    assert raw[3] == 0x4  # HTTP/2: the server's SETTINGS frame first

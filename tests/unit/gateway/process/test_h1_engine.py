@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     Send = Callable[[Message], Awaitable[None]]
 
 WAIT = 5.0
+SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # an empty SETTINGS frame
+# A frame of a type no one knows (ignored), then a frame head announcing 16 MiB never sent.
+JUNK_FRAMES = b"\x00\x00\x05\x99\x00\x00\x00\x00\x01hello" + b"\xff" * 50
 
 
 class Served:
@@ -579,3 +582,17 @@ async def test_a_stop_finishes_the_http2_stream_under_way_then_closes() -> None:
             await server.task
 
     assert answer.status_code == 200 and answer.text == "GET /slow "
+
+
+@pytest.mark.parametrize("after", [b"", SETTINGS, JUNK_FRAMES], ids=["nothing", "settings", "junk"])
+async def test_an_http2_connection_that_opens_no_stream_closes_after_the_keep_alive_time(
+    after: bytes,
+) -> None:
+    async with served(echo, keep_alive_timeout=0.2) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(PREFACE + after)
+        async with asyncio.timeout(WAIT):  # held open for good, before
+            raw = await reader.read()
+        writer.close()
+
+    assert raw[3] == 0x4  # it was HTTP/2: the server's SETTINGS frame came first
