@@ -44,9 +44,10 @@ DEGRADED = {
     "pass_interval_seconds": PASS,
 }
 CALM = {"failure_threshold": 100, "cooldown_seconds": 30}
+BENCH = {"failures": 1, "duration_seconds": 1.0, "probe_after_fraction": 0.1}
 ROUTING = {
     "affinity": {"enabled": False},  # one test client is one caller: no pin to follow
-    "bench": {"failures": 1, "duration_seconds": 1.0, "probe_after_fraction": 0.1},
+    "bench": BENCH,
     "degraded": DEGRADED,
 }
 
@@ -81,12 +82,20 @@ async def test_degraded_mode_enters_and_exits_after_their_periods_without_flappi
 ) -> None:
     flaky = [await fake_upstreams(n) for n in ("p", "q", "r")]
     first, preferred = await fake_upstreams("s"), await fake_upstreams("t")
-    # Declared order p q r s t; the draw almost never picks s.
+    # Declared order p q r s t; the draw almost never picks s. Benches of 3 s, probed after
+    # 0.3: a probe a loaded machine runs late renews its bench before it lapses (with 1 s,
+    # one more than 0.9 s late let its route count healthy for a moment, the ratio rose
+    # over the threshold and the entry period began again: CI waited 10 s for no entry).
+    bench = {**BENCH, "duration_seconds": 3.0}
     gw = await gateway_factory(
         config(
             model("m", *(route(up) for up in flaky), route(first, 1e-6), route(preferred)),
             circuit=CALM,
-            routing={**ROUTING, "degraded": {**DEGRADED, "entry_seconds": DIP_PROOF_ENTRY}},
+            routing={
+                **ROUTING,
+                "bench": bench,
+                "degraded": {**DEGRADED, "entry_seconds": DIP_PROOF_ENTRY},
+            },
             admin_key=ADMIN,
         )
     )
