@@ -281,8 +281,9 @@ class _ChatStream:
                 if text is not None:
                     batch.append(text)  # the common chunk, checked by its type
                     continue
-                # Not text as this type knows it (a field it does not name, a second choice,
-                # parts): so are this upstream's next, most likely; each fails no decode more.
+                # Not a text chunk as the type knows it (a field it does not name, a second
+                # choice, parts). This upstream's next chunks most likely are not either: they
+                # go straight to the dict path, not through a decode that would fail again.
                 self._typed = False
             try:
                 chunk = _chunk(self._target, event_data)
