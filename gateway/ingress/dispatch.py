@@ -49,9 +49,10 @@ from gateway.ingress import hedging
 from gateway.ingress.failover import (
     billed_by_failure,
     is_key_refusal,
-    key_pool_refusal,
+    leased_fallback,
     merged_refusal,
     outcome_of,
+    refused,
     soonest_back,
     timed_out,
     tokens_used_by_failure,
@@ -266,9 +267,8 @@ class Dispatcher:
                     if c.pool and not c.lease_id and not c.refusal and not hedge_backup:
                         # A fallback on a capacity route (or a retry on another key): leased
                         # right before it is sent (a hedge backup: if it fires, ``leased_late``).
-                        leased = await self.leases.acquire(c, info.request_id, info.prompt_estimate)
-                        if leased is None:  # never sent: the ModelActor must not count it
-                            await self.settle.give_back(info, current.model, c)
+                        leased = await leased_fallback(self, info, current, i + retry, c)
+                        if leased is None:
                             break
                         c = leased
                     attempt += 1
@@ -356,7 +356,7 @@ class Dispatcher:
         async with aclosing(self._attempts(info, plan, failures, budget, walk)) as attempts:
             async for planned in attempts:
                 if planned.candidate.refusal:
-                    await self._refused(info, planned, failures)
+                    await refused(self, info, planned, failures)
                     continue
                 a = await self.leased_late(info, planned)
                 if a is None:
@@ -400,14 +400,6 @@ class Dispatcher:
             await self.settle.give_back(info, a.model, c)
             return None
         return a._replace(candidate=leased)
-
-    async def _refused(self, info: RequestInfo, a: Attempt, failures: Failures) -> None:
-        """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is
-        the endpoint's failure; a reservation-only refusal is not observed at all."""
-        err = key_pool_refusal(a.candidate)
-        if err.counts_against_endpoint:
-            await self.observe(info, a, "failure", self._clock(), err=err)
-        failures.add(err, a.candidate)
 
     def adapter(self, c: RouteCandidate) -> Adapter:
         """The adapter of ``c``'s kind. Raises UpstreamError when none serves it."""

@@ -3,7 +3,8 @@ loop and an attempt.
 
 The rules (what a failed attempt's outcome is, which refusals rule out wider routes or retry
 on a spare key, which error a key pool's refusal or a timeout becomes, the tokens a failure
-used) run only once an attempt failed; the loop's state (``Failures``, ``Budget``) is
+used) run only once an attempt failed, as do two of the loop's steps (a fallback leased right
+before it is sent, a key pool's refusal); the loop's state (``Failures``, ``Budget``) is
 ``dispatch.py``'s. ``AttemptKind`` is what the loop (``dispatch.Dispatcher``) runs per
 attempt: a whole answer (``dispatch.ONCE``) or a stream up to its first chunk
 (``stream_attempt.STREAM``).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from gateway.ingress.settling import NO_USAGE, Usage, usage_of
+from gateway.ingress.settling import NO_USAGE, Usage, shielded, usage_of
 from schemas import (
     QUOTA_EXHAUSTED,
     RATE_LIMIT_EXCEEDED,
@@ -27,10 +28,10 @@ from schemas import (
 )
 
 if TYPE_CHECKING:
-    from gateway.ingress.dispatch import Budget, Dispatcher
+    from gateway.ingress.dispatch import Budget, Dispatcher, Failures
     from gateway.ingress.hedging import Declined
     from gateway.ingress.request_info import Attempt, RequestInfo
-    from schemas import RouteCandidate
+    from schemas import RouteCandidate, RoutePlan
 
 R = TypeVar("R")
 P = TypeVar("P", contravariant=True)
@@ -180,3 +181,31 @@ def timed_out(
         endpoint=c.endpoint,
         kind="budget" if by_budget else "ttft",
     )
+
+
+async def leased_fallback(
+    d: Dispatcher, info: RequestInfo, plan: RoutePlan, rest: int, c: RouteCandidate
+) -> RouteCandidate | None:
+    """``c`` (a fallback, or a retry on a spare key) leased right before it is sent; None
+    when its pool refuses (it is given back: never sent, the ModelActor must not count it).
+    Stopped while leasing, it gives back the plan's candidates from ``rest`` on (``c``'s, or
+    the next after a retry's), as the budget's end does: from the failure before it, the
+    ModelActor counts the next candidate as sent. A client's disconnect lands after the
+    shielded acquire, in the attempt; a plain ``task.cancel()`` lands here."""
+    try:
+        leased = await d.leases.acquire(c, info.request_id, info.prompt_estimate)
+    except BaseException:
+        await shielded(d.settle.give_back_from(info, plan, rest))
+        raise
+    if leased is None:
+        await d.settle.give_back(info, plan.model, c)
+    return leased
+
+
+async def refused(d: Dispatcher, info: RequestInfo, a: Attempt, failures: Failures) -> None:
+    """A route whose key pool refused the caller: nothing is sent. A plain exhaustion is the
+    endpoint's failure; a reservation-only refusal is not observed at all."""
+    err = key_pool_refusal(a.candidate)
+    if err.counts_against_endpoint:
+        await d.observe(info, a, "failure", d.now(), err=err)
+    failures.add(err, a.candidate)

@@ -3,10 +3,12 @@ in-process bus and the dispatcher tests' scripted adapter: the backup is leased 
 hedge fires (a primary that answers in time never holds its slot), a backup that loses the
 race gives its slot back, and a backup its pool refuses leaves the primary alone (its error,
 not the refusal, is the answer). A backup stopped while its pool's grant is on its way
-back gives the slot back all the same."""
+back gives the slot back all the same. And a fallback on a capacity route stopped while its
+pool answers tells the ModelActor it was never sent."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +17,15 @@ import pytest
 
 from actors import CapacityActor, ChildSpec, Supervisor
 from gateway.ingress.settling import LeaseKeeper
-from schemas import CapacityGet, CapacityState, Observation, RoutePlan, UpstreamError, subjects
+from schemas import (
+    CapacityGet,
+    CapacityState,
+    FirstToken,
+    Observation,
+    RoutePlan,
+    UpstreamError,
+    subjects,
+)
 from schemas.capacity import PoolSpec
 from schemas.config import LeaseConfig
 from tests.unit.gateway.ingress.test_dispatcher import (
@@ -28,6 +38,7 @@ from tests.unit.gateway.ingress.test_dispatcher import (
     Script,
     ScriptedAdapter,
     cand,
+    plan,
     serve,
 )
 
@@ -215,3 +226,44 @@ async def test_a_hedge_backup_stopped_while_its_grant_is_on_its_way_gives_the_sl
     assert served == [PRIMARY]
     assert adapter.calls == [PRIMARY]  # the backup was never sent
     assert await used(bus) == 0  # before: the slot stayed taken until the lease's TTL
+
+
+async def test_a_fallback_stopped_while_its_pool_answers_is_said_unsent(
+    bus: InProcessBus,
+    clock: FakeClock,
+    heard: Heard,
+    pool: None,
+    stream: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The primary failed, so the ModelActor counts the fallback as sent; the request's task is
+    # cancelled outright (``task.cancel()``: no anyio scope) while the pool's grant is on its
+    # way back. The fallback and the candidate after it must be said unsent, and the slot freed.
+    adapter = ScriptedAdapter(clock, scripts={PRIMARY: [Fail(500)], SLOT: [Answer()]})
+    leasing, answer_back = anyio.Event(), anyio.Event()
+    ask = bus.request
+
+    async def request(subject: str, msg: Message, *, reply_type: Any, timeout: float) -> Any:
+        reply = await ask(subject, msg, reply_type=reply_type, timeout=timeout)
+        if subject == subjects.capacity_acquire(SLOT):
+            leasing.set()
+            await answer_back.wait()
+        return reply
+
+    monkeypatch.setattr(bus, "request", request)
+    h = Harness(bus, adapter, clock, heard)
+    served = asyncio.ensure_future(
+        serve(h, plan(cand(PRIMARY), cand(SLOT, pool=SLOT), cand("m:c")), stream)
+    )
+    with anyio.fail_after(5):
+        await leasing.wait()
+        served.cancel()
+        answer_back.set()
+        with pytest.raises(asyncio.CancelledError):
+            await served
+        await anyio.wait_all_tasks_blocked()  # what the late answer sets off has run
+    await heard.drain()
+    assert adapter.calls == [PRIMARY]
+    unsent = [m.endpoint for _, m in heard.messages if isinstance(m, FirstToken) and m.unsent]
+    assert unsent == [SLOT, "m:c"]  # before: none (counted in flight until the flight's TTL)
+    assert await used(bus) == 0
