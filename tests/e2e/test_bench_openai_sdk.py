@@ -96,7 +96,10 @@ async def test_bench_third_failure_across_credentials_benches_the_route_on_every
         config(
             model("m", route(a, api_keys=keys), route(b, TINY)),
             circuit=CALM,
-            routing={**bench(failures=3, duration_seconds=30), "key_pool": {"mute_seconds": 0.6}},
+            # Muted long enough that the three requests always see the keys before them
+            # muted (a key back in rotation is drawn first: under load a 0.6 s mute lapsed
+            # before the third request and its key was drawn again).
+            routing={**bench(failures=3, duration_seconds=30), "key_pool": {"mute_seconds": 2}},
         )
     )
     send = chat(gw)
