@@ -127,6 +127,7 @@ class MessagesToChatStream:
         "_include_usage",
         "_model",
         "_role_sent",
+        "_signed_blocks",
         "_stop_reason",
         "_stop_sequence",
         "_texted",
@@ -150,6 +151,7 @@ class MessagesToChatStream:
         # Anthropic block index -> an open thinking block's text pieces and its signature
         self._thinking: dict[int, tuple[list[str], list[str]]] = {}
         self._texted = False  # a text block began: a thinking block after it is interleaved
+        self._signed_blocks = 0  # thinking_blocks deltas sent
         self._usage: JSON | None = {}  # the provider's counts so far; None: unknown
         self._stop_reason: Any = None
         self._stop_sequence: Any = None
@@ -241,8 +243,7 @@ class MessagesToChatStream:
             self._thinking[_block_index(data)] = ([text] if text else [], [signature or ""])
             return [self._chunk({"reasoning_content": text})] if text else []
         if kind == "redacted_thinking":
-            redacted = place_thinking(_redacted(block), self._texted + len(self._tools))
-            return [self._chunk({"thinking_blocks": [redacted]})]
+            return self._signed(place_thinking(_redacted(block), self._texted + len(self._tools)))
         if kind != "tool_use":
             return []  # server-tool blocks have no chat form
         index = _block_index(data)
@@ -326,8 +327,11 @@ class MessagesToChatStream:
             return []
         pieces, (signature,) = open_block
         block = {"type": "thinking", "thinking": "".join(pieces), "signature": signature}
-        place_thinking(block, self._texted + len(self._tools))
-        return [self._chunk({"thinking_blocks": [block]})]
+        return self._signed(place_thinking(block, self._texted + len(self._tools)))
+
+    def _signed(self, block: JSON) -> list[JSON]:
+        self._signed_blocks += 1
+        return [self._chunk(signed_delta(block, self._signed_blocks - 1))]
 
     def _stop(self) -> list[JSON]:
         if self._complete:
@@ -459,6 +463,15 @@ def _block_index(data: JSON) -> int:
     if type(index) is not int:
         raise bad_answer("a content block's 'index' is not an integer")
     return index
+
+
+def signed_delta(block: JSON, index: int) -> JSON:
+    """Claude's whole ``block``, the answer's ``index``-th, as a ``thinking_blocks`` delta.
+    The index numbers the entries from 0, as a list in a chat delta is numbered (a
+    ``tool_calls`` entry's): the OpenAI SDKs' stream accumulators merge a list's entries by
+    it and refuse a second list without one."""
+    block["index"] = index
+    return {"thinking_blocks": [block]}
 
 
 def place_thinking(block: JSON, after: int) -> JSON:

@@ -291,7 +291,9 @@ class GeminiToChatStream:
 
     Gemini's stream has no terminator event: it is complete once every candidate it named
     gave a ``finishReason`` (or the prompt was blocked). Only then come the finish chunk and,
-    when asked, the usage chunk, so a stream cut before never looks done. A candidate that
+    when asked, the usage chunk (the last ``usageMetadata`` any event carried: Gemini sends
+    running totals, not always with the finishing event), so a stream cut before never looks
+    done. A candidate that
     stops having carried no text and no function call is an empty answer (:func:`_empty`)."""
 
     __slots__ = (
@@ -303,6 +305,7 @@ class GeminiToChatStream:
         "_model",
         "_open",
         "_shown",
+        "_usage",
     )
 
     def __init__(self, model: str, *, include_usage: bool = True) -> None:
@@ -314,6 +317,7 @@ class GeminiToChatStream:
         self._calls: dict[int, int] = {}  # candidate index -> tool calls sent
         self._open: dict[int, str | None] = {}  # candidate index -> its finish, once given
         self._shown: dict[int, bool] = {}  # candidate index -> carried text (else thoughts)
+        self._usage: Any = None  # the last usageMetadata an event carried
 
     @property
     def is_complete(self) -> bool:
@@ -337,6 +341,8 @@ class GeminiToChatStream:
         UpstreamBadResponseError when it breaks the API's shapes (as for
         :func:`from_gemini_response`)."""
         out: list[JSON] = []
+        if (meta := data.get("usageMetadata")) is not None:
+            self._usage = meta  # running totals: a later event without any keeps them
         for i, cand in enumerate(list_field(data, "candidates", "a chunk")):
             index, content, reason = _candidate(cand, i)
             sent = self._calls.get(index, 0)
@@ -360,7 +366,7 @@ class GeminiToChatStream:
                 ended = finish_reason(reason, bool(self._calls.get(index)))
                 if ended == "stop" and not self._shown.get(index):
                     empty = _empty(index in self._shown)
-                    empty.usage = chat_usage(data.get("usageMetadata"))  # billed all the same
+                    empty.usage = chat_usage(self._usage)  # billed all the same
                     raise empty
                 self._open[index] = ended
         blocked = block_reason(data)
@@ -378,5 +384,5 @@ class GeminiToChatStream:
             for index, finish in self._open.items():
                 out.append(self._chunk([{"index": index, "delta": {}, "finish_reason": finish}]))
             if self._include_usage:
-                out.append(self._chunk([], chat_usage(data.get("usageMetadata"))))
+                out.append(self._chunk([], chat_usage(self._usage)))
         return out

@@ -22,6 +22,7 @@ from gateway.adapters._anthropic_to_canonical import (
     new_id,
     object_field,
     place_thinking,
+    signed_delta,
     text_field,
 )
 from gateway.adapters.bedrock_wire import (
@@ -70,6 +71,7 @@ class ConverseToChatStream:
         self._texted = False  # text came: a reasoning block after it is interleaved
         # contentBlockIndex -> a reasoning block's text pieces, signature, redacted pieces
         self._reasoning: dict[int, tuple[list[str], list[str], list[str]]] = {}
+        self._signed_blocks = 0  # thinking_blocks deltas sent
         self.is_complete = False
 
     def feed(self, event: str, payload: JSON) -> list[JSON]:
@@ -169,7 +171,8 @@ class ConverseToChatStream:
         if block is None:
             return []
         place_thinking(block, self._texted + len(self._tools))
-        return [self._chunk({"thinking_blocks": [block]})]
+        self._signed_blocks += 1
+        return [self._chunk(signed_delta(block, self._signed_blocks - 1))]
 
     def _end(self, usage: Any) -> list[JSON]:
         self.is_complete = True

@@ -381,17 +381,25 @@ class _CallNumbers:
         sent, call_id = call.get("index"), call.get("id")
         if type(call_id) is str and call_id:
             known = self._by_id.get((at, call_id))
-            if known is None:  # a new call: its own index, unless another call holds it
-                free = self._next.get(at, 0)
-                known = sent if type(sent) is int and sent >= free else free
-                self._next[at] = known + 1
-                self._by_id[(at, call_id)] = known
+            if known is None:  # a new call
+                known = self._by_id[(at, call_id)] = self._new(at)
             self._latest[(at, sent)] = known
             return known
         latest = self._latest.get((at, sent))  # a fragment of the latest call sent so
         if latest is not None:
             return latest
-        return sent if type(sent) is int else max(self._next.get(at, 1) - 1, 0)
+        if type(sent) is int:  # a new call without an id
+            latest = self._latest[(at, sent)] = self._new(at)
+            return latest
+        return max(self._next.get(at, 1) - 1, 0)
+
+    def _new(self, at: Any) -> int:
+        """The next index of choice ``at``: from 0 and without gaps, as OpenAI numbers calls
+        (a server numbering them by content block sent 1 first; the SDKs' accumulators
+        index a list by it)."""
+        index = self._next.get(at, 0)
+        self._next[at] = index + 1
+        return index
 
 
 def _chunk(target: UpstreamTarget, data: bytes) -> JSON:

@@ -235,6 +235,7 @@ class ChatToMessagesStream:
         "_next",
         "_open",
         "_open_kind",
+        "_refused",
         "_started",
         "_tools",
         "_usage",
@@ -254,6 +255,7 @@ class ChatToMessagesStream:
         self._finish: Any = None
         self._matched: Any = None
         self._claude_stop: Any = None  # Claude's own stop_reason, when its route kept it
+        self._refused = False  # a refusal came (an ``end_turn`` then reads ``refusal``)
         self._usage: Any = None
 
     @property
@@ -278,6 +280,9 @@ class ChatToMessagesStream:
             text = delta.get("content")
             if text and type(text) is not str:  # parts (Mistral's)
                 text = (delta := plain_content(delta))["content"]
+            calls = delta.get("tool_calls") or ()
+            if calls and self._live is not None:
+                calls = self._continued(out, calls)
             # reasoning_text's rule inline: the hot path, one chunk per token
             if thought := delta.get("reasoning_content") or delta.get("reasoning"):
                 self._block_delta(out, "thinking", thought)
@@ -289,7 +294,8 @@ class ChatToMessagesStream:
             refusal = delta.get("refusal")
             if refusal:
                 self._block_delta(out, "text", refusal)
-            for call in delta.get("tool_calls") or ():
+                self._refused = True
+            for call in calls:
                 if isinstance(call, dict):
                     self._tool(out, call)
             if choice.get("finish_reason"):
@@ -315,6 +321,8 @@ class ChatToMessagesStream:
             self._tool_delta(out, self._tools[position], "".join(fragments))
             self._close(out)
         reason, sequence = stop_reason(self._finish, self._matched, bool(self._tools))
+        if reason == "end_turn" and self._refused:  # as a whole answer says it
+            reason = "refusal"
         if type(self._claude_stop) is str:
             reason = self._claude_stop
         out.append(
@@ -433,6 +441,18 @@ class ChatToMessagesStream:
                 )
             )
             self._close(out)
+
+    def _continued(self, out: list[bytes], calls: list[Any]) -> list[Any]:
+        """Send the fragments of ``calls`` that continue the call on the open block; the
+        others, to send after the delta's text. Text in the same delta opens a block, which
+        closes the call's: servers that merge deltas send a call's last fragment with text."""
+        rest = []
+        for call in calls:
+            if isinstance(call, dict) and call.get("index", 0) == self._live:
+                self._tool(out, call)
+            else:
+                rest.append(call)
+        return rest
 
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)

@@ -229,6 +229,9 @@ class ChatToResponsesStream:
             text = delta.get("content")
             if text and type(text) is not str:  # parts (Mistral's)
                 text = (delta := plain_content(delta))["content"]
+            calls = delta.get("tool_calls") or ()
+            if calls and self._open is not None and self._open["type"] in CALL_TEXT:
+                calls = self._continued(out, calls)
             # reasoning_text's rule inline: the hot path, one chunk per token
             if thought := delta.get("reasoning_content") or delta.get("reasoning"):
                 self._text(out, "reasoning_text", thought)
@@ -238,7 +241,7 @@ class ChatToResponsesStream:
                 self._text(out, "output_text", text)
             if delta.get("refusal"):
                 self._text(out, "refusal", delta["refusal"])
-            for call in delta.get("tool_calls") or ():
+            for call in calls:
                 if isinstance(call, dict):
                     self._tool(out, call)
             if choice.get("finish_reason"):
@@ -421,6 +424,19 @@ class ChatToResponsesStream:
         if kind == "output_text":
             where["logprobs"] = []
         self._emit(out, _DELTA_EVENT[kind], {**where, "delta": text})
+
+    def _continued(self, out: list[bytes], calls: list[Any]) -> list[Any]:
+        """Send the fragments of ``calls`` that continue the open call item; the others, to
+        send after the delta's text. Text in the same delta opens an item, which closes the
+        call's: servers that merge deltas send a call's last fragment with text."""
+        rest = []
+        for call in calls:
+            known = self._calls.get(call.get("index", 0)) if isinstance(call, dict) else None
+            if known is not None and known[1] is self._open:
+                self._tool(out, call)
+            else:
+                rest.append(call)
+        return rest
 
     def _tool(self, out: list[bytes], call: JSON) -> None:
         position = call.get("index", 0)

@@ -182,7 +182,8 @@ async def test_a_chat_client_gets_claudes_thinking_blocks_and_sends_them_back(
     assert (extra["reasoning_content"], extra["thinking_blocks"]) == (THOUGHT, [SIGNED, REDACTED])
     deltas = [c.choices[0].delta.model_extra or {} for c in chunks if c.choices]
     assert "".join(d.get("reasoning_content") or "" for d in deltas) == THOUGHT
-    assert [b for d in deltas for b in d.get("thinking_blocks") or ()] == [SIGNED, REDACTED]
+    streamed = [b for d in deltas for b in d.get("thinking_blocks") or ()]
+    assert streamed == [{**SIGNED, "index": 0}, {**REDACTED, "index": 1}]  # as list entries
 
     assert message.tool_calls is not None
     turn: Any = [

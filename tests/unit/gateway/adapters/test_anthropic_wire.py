@@ -623,21 +623,24 @@ def test_stream_accumulates_in_the_openai_sdk() -> None:
 
 def _accumulated(chunks: list[JSON]) -> JSON:
     """What a chat client accumulates of canonical chunks: texts joined, thinking blocks
-    (each whole in one delta) appended, tool call fragments joined by index."""
-    message: JSON = {"content": "", "reasoning_content": "", "thinking_blocks": []}
+    (each whole in one delta) placed by their index, tool call fragments joined by index."""
+    message: JSON = {"content": "", "reasoning_content": ""}
     calls: dict[int, JSON] = {}
+    blocks: dict[int, JSON] = {}
     for chunk in chunks:
         for choice in chunk["choices"]:
             delta = choice["delta"]
             for key in ("content", "reasoning_content"):
                 message[key] += delta.get(key) or ""
-            message["thinking_blocks"] += delta.get("thinking_blocks") or []
+            for block in delta.get("thinking_blocks") or ():
+                blocks[block["index"]] = {k: v for k, v in block.items() if k != "index"}
             for call in delta.get("tool_calls") or ():
                 known = calls.setdefault(call["index"], {"arguments": ""})
                 known.update({k: v for k, v in call.items() if k in ("id", "type")})
                 known["name"] = call.get("function", {}).get("name") or known.get("name")
                 known["arguments"] += call["function"].get("arguments") or ""
     message["tool_calls"] = list(calls.values())
+    message["thinking_blocks"] = [blocks[i] for i in range(len(blocks))]  # numbered from 0
     return message
 
 
@@ -665,7 +668,8 @@ def test_stream_with_thinking_accumulates_to_the_plain_answer() -> None:
         " I should call get_weather",
         " with the city.",
     ]
-    assert thinking[3] == {"thinking_blocks": [_thinking_blocks()[0]]}  # at the block's stop
+    # At the block's stop, numbered as a list's entries in a chat delta are.
+    assert thinking[3] == {"thinking_blocks": [{**_thinking_blocks()[0], "index": 0}]}
 
 
 def test_stream_cut_before_message_stop_never_finishes() -> None:
@@ -1017,7 +1021,8 @@ def test_interleaved_thinking_keeps_claudes_order_plain_streamed_and_sent_back()
 
     assert plain["content"] == INTERLEAVED
     assert streamed == [block["type"] for block in INTERLEAVED]
-    assert streamed_blocks == canonical["choices"][0]["message"]["thinking_blocks"]
+    blocks = canonical["choices"][0]["message"]["thinking_blocks"]
+    assert streamed_blocks == [{**b, "index": i} for i, b in enumerate(blocks)]
     assert sent["messages"][1]["content"] == INTERLEAVED
     resent = to_messages_request(
         _chat(
