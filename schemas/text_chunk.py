@@ -22,7 +22,7 @@ absent (``UNSET``), so a chunk renders with the fields it came with.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, final
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -33,7 +33,7 @@ JSON = dict[str, Any]
 _Text = str | UnsetType | None
 
 
-class TextDelta(msgspec.Struct, forbid_unknown_fields=True):
+class TextDelta(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A choice's ``delta`` of text: the fields ``adapters.base._DELTA_TEXT`` checks, each a
     string or null (a ``content`` of parts, a tool call, audio: not a TextDelta)."""
 
@@ -49,7 +49,7 @@ class TextDelta(msgspec.Struct, forbid_unknown_fields=True):
         return {k: v for k, v in asdict(self).items() if v is not UNSET}
 
 
-class TextChoice(msgspec.Struct, forbid_unknown_fields=True):
+class TextChoice(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """The one choice (index 0, or none given) of a :class:`TextChunk`."""
 
     index: Literal[0] | UnsetType = UNSET
@@ -67,7 +67,8 @@ class TextChoice(msgspec.Struct, forbid_unknown_fields=True):
         return out
 
 
-class TextChunk(msgspec.Struct, forbid_unknown_fields=True):
+@final  # no subclass: the relay tells it from a dict chunk by ``type(chunk) is TextChunk``
+class TextChunk(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """A ``chat.completion.chunk`` of text, typed: no choice or one, and a ``usage`` null or
     absent (a usage object is the dict path's). Mutable: the renderer sets its ``model``
     (and drops its null ``usage``) as it does a dict's."""
@@ -111,6 +112,15 @@ class TextChunk(msgspec.Struct, forbid_unknown_fields=True):
         """Why its choice stopped, when it says (a non-empty ``finish_reason``), else None."""
         reason = self.choices[0].finish_reason if self.choices else None
         return reason or None
+
+    def noted(self) -> tuple[int, str | None]:
+        """``content_chars()`` and ``finished()`` in one call: what a stream's relay notes of
+        every chunk."""
+        if not self.choices:
+            return 0, None
+        choice = self.choices[0]
+        delta = choice.delta
+        return len(delta.content) if delta and delta.content else 0, choice.finish_reason or None
 
 
 Chunk: TypeAlias = JSON | TextChunk

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from gateway.adapters.base import bad_response
@@ -137,6 +138,18 @@ def _plain_frames(buf: bytes) -> tuple[list[tuple[str | None, bytes]], bytes] | 
     """Every frame ``buf`` completes, when each is a single ``data:`` line, and the rest after
     them; None when one is not. (``find`` and ``count``, never ``in``: ``bytes in bytes``
     first tries the needle as an integer, raising and clearing a TypeError each time.)"""
+    end = buf.rfind(b"\n\n")
+    if end < 0:
+        return [], buf
+    if buf.startswith(b"data: "):
+        # The usual read: frames of one ``data: `` line each. One frame (its first LF ends
+        # it), or many: their data split on a frame's end and the next one's prefix in one
+        # pass, each frame one line if no data holds a LF.
+        if buf.find(b"\n") == end:
+            return [(None, buf[6:end])], buf[end + 2 :]
+        data = buf[6:end].split(b"\n\ndata: ")
+        if b"".join(data).find(b"\n") < 0:
+            return list(zip(repeat(None), data)), buf[end + 2 :]
     frames = buf.split(b"\n\n")
     rest = frames.pop()
     done = len(buf) - len(rest)

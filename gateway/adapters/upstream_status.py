@@ -135,18 +135,25 @@ def rate_limit_spent_seconds(
     ``paced``: the answer's :func:`rate_report`, by which the model paces the limits it
     reports, so only a limit it does not is read here (the reset is the whole allowance's:
     waiting for it would leave the route idle long after its first request came back)."""
-    limits: tuple[str, ...] = ("requests", "tokens")
+    limits = _SPENDABLE
     if paced is not None:
-        limits = () if paced.tokens is not None else ("tokens",)
+        limits = () if paced.tokens is not None else _SPENDABLE[1:]
     spent: list[float] = []
-    for limit in limits:
-        remaining = headers.get(f"x-ratelimit-remaining-{limit}")
+    for remaining_header, reset_header in limits:
+        remaining = headers.get(remaining_header)
         if remaining is None or remaining.strip() != "0":
             continue
-        raw = headers.get(f"x-ratelimit-reset-{limit}")
+        raw = headers.get(reset_header)
         seconds = duration_seconds(raw) if raw is not None else None
         spent.append(1.0 if seconds is None else min(seconds, LONGEST_WAIT))
     return max(spent) if spent else None
+
+
+_SPENDABLE = tuple(
+    (f"x-ratelimit-remaining-{limit}", f"x-ratelimit-reset-{limit}")
+    for limit in ("requests", "tokens")
+)
+"""The headers of each limit :func:`rate_limit_spent_seconds` reads (every stream asks)."""
 
 
 def rate_report(headers: Mapping[str, str]) -> RateReport | None:

@@ -18,6 +18,7 @@ from schemas import InvalidRequestError
 from schemas.canonical_markers import START_USAGE
 from schemas.keys import fits_int64, shown
 from schemas.route_config import ANTHROPIC_THINKING_BUDGETS
+from schemas.text_chunk import TextChunk
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -327,7 +328,7 @@ class ChatStream:
     def feed(self, chunk: Chunk) -> list[bytes]:
         """One ``data:`` frame for ``chunk`` (none for a usage chunk the client did not ask
         for: see :func:`asking_usage`); the first one without its :data:`START_USAGE`."""
-        if not isinstance(chunk, dict):  # text: no usage of its own, no START_USAGE
+        if type(chunk) is TextChunk:  # text: no usage of its own, no START_USAGE
             self._first = False
             chunk.model = self._model
             if not self._usage and chunk.usage is None:

@@ -22,7 +22,7 @@ from gateway.ingress.failover import (
 from gateway.ingress.settling import NO_USAGE, shielded, tokens, usage_of
 from schemas import FirstToken, ProbeFirstByte, UpstreamError, UpstreamTimeoutError, subjects
 from schemas.canonical_markers import START_USAGE
-from schemas.text_chunk import chunk_json
+from schemas.text_chunk import TextChunk, chunk_json
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -302,9 +302,10 @@ class StreamAttempt:
         if self._ttft is None and _answers(batch):
             self._ttft = self._dispatcher.now()
         for chunk in batch:
-            if not isinstance(chunk, dict):  # text: no usage; no choice, or one at index 0
-                self._chars += chunk.content_chars()
-                if self._unfinished and (reason := chunk.finished()) is not None:
+            if type(chunk) is TextChunk:  # text: no usage; no choice, or one at index 0
+                chars, reason = chunk.noted()
+                self._chars += chars
+                if reason is not None and self._unfinished:
                     self._finish(0, reason)
                 continue
             if chunk.get("usage"):
