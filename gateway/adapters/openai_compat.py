@@ -361,12 +361,13 @@ class _CallNumbers:
     new call with an id of its own: read as one call, their names, ids and arguments ran
     together, and a translated surface showed the first call with the others' arguments."""
 
-    __slots__ = ("_by_id", "_latest", "_next")
+    __slots__ = ("_by_id", "_latest", "_named", "_next")
 
     def __init__(self) -> None:
         self._by_id: dict[tuple[Any, str], int] = {}  # (choice, call id) -> index given
         self._latest: dict[tuple[Any, Any], int] = {}  # (choice, index sent) -> latest given
         self._next: dict[Any, int] = {}  # choice -> the next free index
+        self._named: set[tuple[Any, int]] = set()  # (choice, index given) an id has claimed
 
     def number(self, chunk: JSON) -> None:
         """Set each tool call's ``index`` in ``chunk`` (in place) to the one it is given."""
@@ -381,8 +382,14 @@ class _CallNumbers:
         sent, call_id = call.get("index"), call.get("id")
         if type(call_id) is str and call_id:
             known = self._by_id.get((at, call_id))
-            if known is None:  # a new call
-                known = self._by_id[(at, call_id)] = self._new(at)
+            if known is None:
+                begun = self._latest.get((at, sent))
+                if begun is not None and (at, begun) not in self._named:
+                    known = begun  # its id came after its first fragments
+                else:
+                    known = self._new(at)  # a new call
+                self._by_id[(at, call_id)] = known
+                self._named.add((at, known))
             self._latest[(at, sent)] = known
             return known
         latest = self._latest.get((at, sent))  # a fragment of the latest call sent so

@@ -8,7 +8,8 @@ accumulate into the answer the upstream gave (defects a fuzz of upstream streams
 - Claude's several thinking blocks streamed to a chat client (from an ``anthropic`` or a
   ``bedrock`` route) are list entries with an ``index`` (the openai SDK's accumulator
   refused the second one);
-- tool calls an upstream numbers from 1 reach a chat client numbered from 0;
+- tool calls an upstream numbers from 1 reach a chat client numbered from 0, and a call whose
+  id comes after its first fragment stays one call;
 - a Gemini stream whose finishing event carries no ``usageMetadata`` reports the running
   totals an earlier event gave, not zeros.
 """
@@ -255,6 +256,36 @@ async def test_tool_calls_an_upstream_numbers_from_1_reach_a_chat_client_numbere
     assert [(c.id, c.function.arguments) for c in calls] == [
         ("call_1", '{"a":1}'),
         ("call_2", '{"b":2}'),
+    ]
+
+
+async def test_a_tool_call_whose_id_comes_after_its_first_fragment_stays_one_call(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream
+) -> None:
+    def fragment(index: int, **call: Any) -> str:
+        return _chat_event({"tool_calls": [{"index": index, **call}]})
+
+    fake_upstream.enqueue(
+        _chat_stream(
+            _chat_event({"role": "assistant", "content": None}),
+            fragment(0, type="function", function={"name": "f"}),
+            fragment(0, id="call_1", function={"arguments": '{"a":'}),
+            fragment(0, function={"arguments": "1}"}),
+            fragment(1, type="function", function={"name": "f"}),
+            fragment(1, id="call_2", function={"arguments": "{}"}),
+            _chat_event({}, "tool_calls"),
+        )
+    )
+    gw = await gateway_factory(config(model("m", route(fake_upstream))))
+
+    async with gw.openai().chat.completions.stream(model="m", messages=HI, tools=TOOLS) as stream:
+        final = await stream.get_final_completion()
+
+    calls = final.choices[0].message.tool_calls or []
+    # Numbered by its id alone, each call's id-less first fragment was a call of its own.
+    assert [(c.id, c.function.name, c.function.arguments) for c in calls] == [
+        ("call_1", "f", '{"a":1}'),
+        ("call_2", "f", "{}"),
     ]
 
 
