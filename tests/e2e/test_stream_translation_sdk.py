@@ -54,6 +54,16 @@ def _claude_stream(*frames: dict[str, Any]) -> Reply:
     return Reply(body=body, headers=SSE)
 
 
+def _claude_block(index: int, block: dict[str, Any], *deltas: dict[str, Any]) -> list[Any]:
+    """The events of Claude's content block ``index``: its start, ``deltas``, its stop."""
+    at = {"index": index}
+    return [
+        {"type": "content_block_start", **at, "content_block": block},
+        *({"type": "content_block_delta", **at, "delta": d} for d in deltas),
+        {"type": "content_block_stop", **at},
+    ]
+
+
 def _merged_last_fragment() -> Reply:
     """A call opened with ``{"a":``; its last fragment ``1}`` comes in one delta with text."""
     opened = {"index": 0, "id": "call_1", "type": "function"}
@@ -140,40 +150,15 @@ async def test_claudes_thinking_blocks_streamed_to_a_chat_client_accumulate_in_t
     fake_upstream.enqueue(
         _claude_stream(
             {"type": "message_start", "message": {**start, "usage": usage}},
-            {
-                "type": "content_block_start",
-                "index": 0,
-                "content_block": {"type": "redacted_thinking", "data": "EmwK"},
-            },
-            {"type": "content_block_stop", "index": 0},
-            {"type": "content_block_start", "index": 1, "content_block": thinking},
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "thinking_delta", "thinking": "hmm"},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 1,
-                "delta": {"type": "signature_delta", "signature": "sig"},
-            },
-            {"type": "content_block_stop", "index": 1},
-            {
-                "type": "content_block_start",
-                "index": 2,
-                "content_block": {"type": "text", "text": ""},
-            },
-            {
-                "type": "content_block_delta",
-                "index": 2,
-                "delta": {"type": "text_delta", "text": "Hi"},
-            },
-            {"type": "content_block_stop", "index": 2},
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": "end_turn"},
-                "usage": {"output_tokens": 3},
-            },
+            *_claude_block(0, {"type": "redacted_thinking", "data": "EmwK"}),
+            *_claude_block(
+                1,
+                thinking,
+                {"type": "thinking_delta", "thinking": "hmm"},
+                {"type": "signature_delta", "signature": "sig"},
+            ),
+            *_claude_block(2, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Hi"}),
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": usage},
             {"type": "message_stop"},
         )
     )

@@ -131,6 +131,25 @@ async def used(bus: InProcessBus) -> float:
     return st.used
 
 
+def held_grant(
+    bus: InProcessBus, monkeypatch: pytest.MonkeyPatch, leasing: anyio.Event
+) -> anyio.Event:
+    """The slot pool's grants held on their way back (a NATS round trip) until the event
+    returned is set; ``leasing`` is set once one is."""
+    answer_back = anyio.Event()
+    ask = bus.request
+
+    async def request(subject: str, msg: Message, *, reply_type: Any, timeout: float) -> Any:
+        reply = await ask(subject, msg, reply_type=reply_type, timeout=timeout)
+        if subject == subjects.capacity_acquire(SLOT):
+            leasing.set()
+            await answer_back.wait()
+        return reply
+
+    monkeypatch.setattr(bus, "request", request)
+    return answer_back
+
+
 def hedged(after_ms: float) -> RoutePlan:
     return RoutePlan(
         model="m", candidates=(cand(PRIMARY), cand(SLOT, pool=SLOT)), hedge_after_ms=after_ms
@@ -199,17 +218,7 @@ async def test_a_hedge_backup_stopped_while_its_grant_is_on_its_way_gives_the_sl
     # The pool grants the backup's lease; its answer is on its way back (a NATS round trip)
     # when the primary wins and the race cancels the backup with a plain ``task.cancel()``.
     adapter = AnswersWhileLeasing(clock, scripts={PRIMARY: [Answer()], SLOT: [Answer()]})
-    answer_back = anyio.Event()
-    ask = bus.request
-
-    async def request(subject: str, msg: Message, *, reply_type: Any, timeout: float) -> Any:
-        reply = await ask(subject, msg, reply_type=reply_type, timeout=timeout)
-        if subject == subjects.capacity_acquire(SLOT):
-            adapter.leasing.set()
-            await answer_back.wait()
-        return reply
-
-    monkeypatch.setattr(bus, "request", request)
+    answer_back = held_grant(bus, monkeypatch, adapter.leasing)
     h = Harness(bus, adapter, clock, heard)
     served: list[str] = []
 
@@ -240,17 +249,8 @@ async def test_a_fallback_stopped_while_its_pool_answers_is_said_unsent(
     # cancelled outright (``task.cancel()``: no anyio scope) while the pool's grant is on its
     # way back. The fallback and the candidate after it must be said unsent, and the slot freed.
     adapter = ScriptedAdapter(clock, scripts={PRIMARY: [Fail(500)], SLOT: [Answer()]})
-    leasing, answer_back = anyio.Event(), anyio.Event()
-    ask = bus.request
-
-    async def request(subject: str, msg: Message, *, reply_type: Any, timeout: float) -> Any:
-        reply = await ask(subject, msg, reply_type=reply_type, timeout=timeout)
-        if subject == subjects.capacity_acquire(SLOT):
-            leasing.set()
-            await answer_back.wait()
-        return reply
-
-    monkeypatch.setattr(bus, "request", request)
+    leasing = anyio.Event()
+    answer_back = held_grant(bus, monkeypatch, leasing)
     h = Harness(bus, adapter, clock, heard)
     served = asyncio.ensure_future(
         serve(h, plan(cand(PRIMARY), cand(SLOT, pool=SLOT), cand("m:c")), stream)
