@@ -23,8 +23,9 @@ import pytest
 
 from tests.e2e.bad_answers_support import SSE
 from tests.e2e.conftest import HI, ONE_BUS, anthropic_route, config, model, route
+from tests.e2e.test_bedrock_surfaces_sdk import bedrock_route
 from tests.fixtures.upstream import FakeUpstream, Reply, Thinking
-from tests.fixtures.upstream_bedrock import BEDROCK_KEY, BEDROCK_REGION, FakeBedrock
+from tests.fixtures.upstream_bedrock import FakeBedrock
 
 if TYPE_CHECKING:
     from tests.fixtures.gateway import GatewayFactory
@@ -193,24 +194,14 @@ async def test_claudes_thinking_blocks_from_bedrock_streamed_to_a_chat_client_ac
     signed = {"type": "thinking", "thinking": "Paris, then.", "signature": "EqQBCgIYAhIM"}
     redacted = {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="}
     up = FakeBedrock("bedrock1", chunks=3)
-    await up.start()
-    try:
+    async with up:
         up.enqueue(Thinking((signed, redacted)))
-        route = {
-            "kind": "bedrock",
-            "base_url": up.base_url,
-            "bedrock": {"region": BEDROCK_REGION},
-            "provider_model_id": "us.anthropic.claude-sonnet-4-5-20250929-v1:0",
-            "api_key": BEDROCK_KEY,
-        }
-        gw = await gateway_factory(config(model("m", route)))
+        gw = await gateway_factory(config(model("m", bedrock_route(up))))  # Claude's model id
         thinking: Any = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
         async with gw.openai().chat.completions.stream(
             model="m", messages=HI, extra_body=thinking
         ) as stream:
             final = await stream.get_final_completion()  # before: RuntimeError, no `index`
-    finally:
-        await up.close()
 
     blocks = (final.choices[0].message.model_extra or {})["thinking_blocks"]
     assert blocks == [{**signed, "index": 0}, {**redacted, "index": 1}]
