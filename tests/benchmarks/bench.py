@@ -23,7 +23,8 @@ measured window.
 Loopback only; every child process is stopped on exit, Ctrl-C and errors included.
 
 On a shared machine, ``--quiet-wait`` holds each row until the cores are idle and
-``--repeat N`` keeps the fastest of N tries; the ``others' CPU %`` column shows how much
+``--repeat N`` keeps the fastest of N tries (every row's first try, then every row's second,
+so a drift in the machine's speed hits every row alike); the ``others' CPU %`` column shows how much
 other work shared the cores, and ``server CPU µs/req`` (what the gateway spent per request)
 is the figure that moves least with that noise.
 
@@ -1033,32 +1034,39 @@ def run(args: argparse.Namespace) -> list[StepResult]:
                         getattr(args, "bench_key", "sk-bench"),
                     )
                     until_served(check, patience)
-            for mode in args.modes:
-                for concurrency in args.concurrency:
-                    for target in args.targets:
-                        tries: list[StepResult] = []
-                        for _ in range(args.repeat):
-                            _wait_quiet(watch_cpus, args.quiet_wait, args.quiet_threshold)
-                            r = _run_step(
-                                kids,
-                                args,
-                                target,
-                                urls[target],
-                                mode,
-                                concurrency,
-                                watch_pids,
-                                watch_cpus,
-                            )
-                            r.topology = topology if target == "gateway" else ""
-                            tries.append(r)
-                            _log(
-                                f"{target:7} {mode:6} c={concurrency:<3} {r.rps:9.0f} req/s "
-                                f"p50 {r.p50_ms:7.2f} ms p99 {r.p99_ms:7.2f} ms "
-                                f"errors {r.errors} others' CPU "
-                                f"{r.cpu_pct.get('others', 0.0):.0f}%"
-                                + (f" {r.error_samples}" if r.error_samples else "")
-                            )
-                        results.append(_best(tries))
+            rows = [
+                (mode, concurrency, target)
+                for mode in args.modes
+                for concurrency in args.concurrency
+                for target in args.targets
+            ]
+            # Try k of every row before try k + 1 of any: the machine's speed drifts over
+            # minutes here, and rows tried back to back each caught a different part of it
+            # (a stream row after its plain row read anything from 0.58 to 1.0 of its rate).
+            tries: dict[tuple[str, int, str], list[StepResult]] = {row: [] for row in rows}
+            for _ in range(args.repeat):
+                for mode, concurrency, target in rows:
+                    _wait_quiet(watch_cpus, args.quiet_wait, args.quiet_threshold)
+                    r = _run_step(
+                        kids,
+                        args,
+                        target,
+                        urls[target],
+                        mode,
+                        concurrency,
+                        watch_pids,
+                        watch_cpus,
+                    )
+                    r.topology = topology if target == "gateway" else ""
+                    tries[mode, concurrency, target].append(r)
+                    _log(
+                        f"{target:7} {mode:6} c={concurrency:<3} {r.rps:9.0f} req/s "
+                        f"p50 {r.p50_ms:7.2f} ms p99 {r.p99_ms:7.2f} ms "
+                        f"errors {r.errors} others' CPU "
+                        f"{r.cpu_pct.get('others', 0.0):.0f}%"
+                        + (f" {r.error_samples}" if r.error_samples else "")
+                    )
+            results.extend(_best(tries[row]) for row in rows)
         finally:
             kids.close()
     return results
