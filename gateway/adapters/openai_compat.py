@@ -275,16 +275,16 @@ class _ChatStream:
             if event_data == _DONE:
                 self._done = True
                 break
-            calls = event_data.find(_TOOL_CALLS) >= 0  # a byte search: most chunks are text
-            if self._typed and not calls and event_data.find(_USAGE_OBJECT) < 0:
+            if self._typed:
                 text = text_chunk(event_data)
                 if text is not None:
                     batch.append(text)  # the common chunk, checked by its type
                     continue
-                # Not a text chunk as the type knows it (a field it does not name, a second
-                # choice, parts). This upstream's next chunks most likely are not either: they
-                # go straight to the dict path, not through a decode that would fail again.
-                self._typed = False
+            # Searched only once the decode failed: a tool call's chunk and the usage chunk are
+            # the dict path's, and text chunks follow them. Any other the type refused says
+            # the next ones most likely are refused too: they go straight to the dict path.
+            calls = event_data.find(_TOOL_CALLS) >= 0
+            self._typed = self._typed and (calls or event_data.find(_USAGE_OBJECT) >= 0)
             try:
                 chunk = _chunk(self._target, event_data)
             except UpstreamError as exc:
