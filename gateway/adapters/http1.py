@@ -86,8 +86,8 @@ class Http1Connection(asyncio.Protocol):
 
     __slots__ = (
         "_bound", "_buffered", "_conns", "_cut", "_inflate", "_inflated", "_interim", "_left",
-        "_loop", "_paused", "_received", "buf", "closed", "complete", "encoding", "error",
-        "headers", "keep_alive", "last", "limit", "no_body", "origin", "pieces", "state",
+        "_paused", "_received", "buf", "closed", "complete", "encoding", "error", "headers",
+        "keep_alive", "last", "limit", "loop", "no_body", "origin", "pieces", "state",
         "status", "timeout", "timer", "timer_at", "transport", "waiter", "whole",
     )  # fmt: skip
 
@@ -97,7 +97,7 @@ class Http1Connection(asyncio.Protocol):
         origin: tuple[str, str, int],
         conns: set[Http1Connection],
     ) -> None:
-        self._loop = loop
+        self.loop = loop  # its own: a connection lives and dies on the loop it was opened on
         self._conns = conns  # the client's open connections: in it while open
         self.origin = origin
         self.transport: asyncio.Transport | None = None
@@ -147,11 +147,11 @@ class Http1Connection(asyncio.Protocol):
         self.timer = None
         if self.state == IDLE or self.closed:
             return  # the answer is in: the timer lapses until the next request arms it
-        now = self._loop.time()
+        now = self.loop.time()
         due = now + self.timeout if self._paused else self.last + self.timeout
         if now < due:  # data came within the gap: wait for the rest of the next one
             self.timer_at = due
-            self.timer = self._loop.call_at(due, self.on_timer)
+            self.timer = self.loop.call_at(due, self.on_timer)
         else:
             self._fail(TimeoutError(f"nothing arrived for {self.timeout} s"))
 
@@ -176,7 +176,7 @@ class Http1Connection(asyncio.Protocol):
         if state == IDLE:  # bytes nobody asked for: the connection is out of step
             self.close()
             return
-        self.last = self._loop.time()
+        self.last = self.loop.time()
         if self.buf:
             data, self.buf = self.buf + data, b""
         try:
