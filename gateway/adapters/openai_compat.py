@@ -275,15 +275,14 @@ class _ChatStream:
             if event_data == _DONE:
                 self._done = True
                 break
-            if self._typed:
-                text = text_chunk(event_data)
-                if text is not None:
-                    batch.append(text)  # the common chunk, checked by its type
-                    continue
-            # Searched only once the decode failed: a tool call's chunk and the usage chunk are
-            # the dict path's, and text chunks follow them. Any other the type refused says
-            # the next ones most likely are refused too: they go straight to the dict path.
-            calls = event_data.find(_TOOL_CALLS) >= 0
+            # Text is decoded first and searched only when that fails (once a tool call came,
+            # searched first: most chunks then are calls). A call's chunk and the usage chunk
+            # are the dict path's; any other the type refused sends the stream's rest there.
+            calls = self._numbers is not None and event_data.find(_TOOL_CALLS) >= 0
+            if self._typed and not calls and (text := text_chunk(event_data)) is not None:
+                batch.append(text)  # the common chunk, checked by its type
+                continue
+            calls = calls or event_data.find(_TOOL_CALLS) >= 0
             self._typed = self._typed and (calls or event_data.find(_USAGE_OBJECT) >= 0)
             try:
                 chunk = _chunk(self._target, event_data)
