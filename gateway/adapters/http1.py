@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import re
 import zlib
+from itertools import repeat
 from typing import cast
 
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -67,6 +68,35 @@ class AnswerTooLargeError(MalformedAnswerError):
 
 class _Cut(Exception):  # noqa: N818 - not an error: an error answer's body ends at its bound
     """An error answer's body reached :data:`ERROR_BODY_MAX`: what fits is kept."""
+
+
+_LAST_CHUNK = b"\r\n0\r\n\r\n"  # a chunk's end, then the last chunk and no trailer
+
+
+def _whole_chunks(data: bytes) -> tuple[bytes, bool] | None:
+    """The data of ``data`` (read at a chunk's start) and whether it ended the body, when it
+    is the usual read: whole chunks none of which holds a CRLF, each size bare hex, maybe
+    the last chunk with no trailer after them; else None. Taken in a few calls, not a few
+    per chunk: split on CRLF, sizes and data alternate, and each size matches its data's
+    length exactly, so the loop in ``_chunked`` would have read the same chunks."""
+    last = data.endswith(_LAST_CHUNK)
+    body = data[:-5] if last else data  # the CRLF that ends the last data chunk kept
+    if not body.endswith(b"\r\n"):
+        return None
+    parts = body.split(b"\r\n")
+    parts.pop()  # after the last CRLF
+    sizes, pieces = parts[::2], parts[1::2]
+    if len(sizes) != len(pieces) or not b"".join(sizes).isalnum():
+        return None
+    try:
+        if max(map(len, sizes)) > 16:
+            return None
+        lengths = list(map(int, sizes, repeat(16)))
+    except ValueError:  # not hex
+        return None
+    if 0 in lengths or lengths != list(map(len, pieces)):
+        return None
+    return b"".join(pieces), last
 
 
 def _size(line: bytes) -> int:
@@ -287,6 +317,12 @@ class Http1Connection(asyncio.Protocol):
     def _chunked(self, data: bytes) -> None:
         """Take the chunks' data out of ``data`` as one piece; keep a framing line not yet
         whole for the next arrival."""
+        if self.state == _SIZE and (whole := _whole_chunks(data)) is not None:
+            taken, ended = whole
+            self._piece(taken)
+            if ended:
+                self._finish(b"")
+            return
         out: list[bytes] = []
         pos, end, state = 0, len(data), self.state
         while pos < end:
