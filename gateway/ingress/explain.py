@@ -31,6 +31,7 @@ from gateway.formats.openai_chat import estimate_prompt_tokens, require_object_w
 from gateway.formats.openai_embeddings import embeddings_estimate, validate_embeddings_request
 from gateway.http.request import HttpRequest
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
+from gateway.steering.labels import client_metadata
 from schemas import (
     GatewayError,
     HealthReport,
@@ -86,7 +87,7 @@ async def explain(
     an unknown chain, 404 for an unknown model, ...)."""
     spec = _spec(await req.body(_MAX_BYTES))
     path = spec.get("path", "/v1/chat/completions")
-    if path not in _SURFACES:
+    if not isinstance(path, str) or path not in _SURFACES:
         raise InvalidRequestError(f"'path' must be one of {', '.join(_SURFACES)}", param="path")
     surface = _SURFACES[path]
     raw = spec.get("body")
@@ -95,6 +96,7 @@ async def explain(
     body = surface.to_canonical(raw) if surface is not None else validate_embeddings_request(raw)
     requested: str = require_object_with_model(body)["model"]
     as_caller = await _as_caller(req, spec.get("headers"), path, auth)
+    client_metadata(as_caller)  # as the live path: refused whatever the model
     info = info_of(
         as_caller, "embeddings" if surface is None else surface.name, bool(body.get("stream"))
     )

@@ -158,11 +158,31 @@ async def test_explain_refuses_what_the_live_path_refuses_and_needs_an_admin(
         json={"body": {"model": "a", "messages": HI}},
         headers={"authorization": f"Bearer {other_key}"},
     )
+    odd_paths: list[object] = [{"a": 1}, [], 7]
+    paths = [
+        await http.post(
+            "/admin/routing/explain", headers=AUTH, json={"path": path, "body": {"model": "a"}}
+        )
+        for path in odd_paths
+    ]
+    labels = {"x-llmgw-metadata": "{bad"}  # the live path refuses it whatever the model
+    bad_labels = await http.post(
+        "/admin/routing/explain",
+        headers=AUTH,
+        json={"body": {"model": "a", "messages": HI}, "headers": labels},
+    )
+    caller = {**labels, "authorization": f"Bearer {other_key}"}
+    live = await http.post(CHAT, json={"model": "a", "messages": HI}, headers=caller)
 
     assert "'team'" in assert_openai_error(foreign, 400, "invalid_request")["message"]
     assert assert_openai_error(bad, 400, "invalid_request")["param"] == "body"
     assert assert_openai_error(bad_tool, 400, "invalid_request")["param"] == "tools[0]"
     assert not_admin.status_code in (401, 403)
+    for refused in paths:
+        assert assert_openai_error(refused, 400, "invalid_request")["param"] == "path"
+    assert assert_openai_error(live, 400, "invalid_request")["param"] == "x-llmgw-metadata"
+    refusal = assert_openai_error(bad_labels, 400, "invalid_request")
+    assert refusal["param"] == "x-llmgw-metadata"
     assert len(a.requests) == 0
 
 
