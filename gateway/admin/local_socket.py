@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from gateway.admin.event_stream import kinds_of, since_of, stream_events
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, args_of, command_of
+from gateway.admin.http import (
+    ADMIN_TIMEOUT_S,
+    admin_request,
+    args_of,
+    command_of,
+    refuse_get_of_change,
+)
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
 from gateway.http.errors import error_code, error_headers, http_status
 from gateway.http.request import HttpRequest, request_ids
@@ -130,6 +136,7 @@ class LocalAdminApp:
                 f"no such path {req.path}; this socket serves /admin/<area>/<verb> and /events"
             )
         area, verb = command_of(req)
+        refuse_get_of_change(req, area, verb)  # as the HTTP API: a GET may be sent again
         result = await admin_request(
             self._bus,
             area,

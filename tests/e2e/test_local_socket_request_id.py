@@ -65,3 +65,26 @@ async def test_every_socket_answer_carries_its_own_request_id_shaped_as_the_ingr
     )
     assert len(set(ids.values())) == len(ids), ids
     assert over_http.headers["x-request-id"] not in ids.values()
+
+
+async def test_a_change_sent_with_get_over_the_socket_is_refused_and_changes_nothing(
+    gateway_factory: GatewayFactory, tmp_path: Path
+) -> None:
+    """``GET /admin/chains/delete?name=...`` deleted the chain over the socket, which the
+    HTTP API refuses: a GET is what a client or a tool may send again."""
+    await gateway_factory(_ECHO)
+    transport = httpx.AsyncHTTPTransport(uds=str(tmp_path / "llmgw.sqlite3.sock"))
+    async with httpx.AsyncClient(
+        base_url="http://llmgw", transport=transport, timeout=WAIT
+    ) as local:
+        made = await local.post("/admin/chains/create", json={"name": "c", "models": ["m"]})
+        deleted = await local.get("/admin/chains/delete", params={"name": "c"})
+        pruned = await local.get("/admin/log/prune")
+        listed = await local.get("/admin/chains/list")  # a read: still a GET
+
+    assert made.status_code == 200, made.text
+    for resp in (deleted, pruned):
+        assert resp.status_code == 400, resp.text
+        assert "send it with POST" in resp.json()["error"]["message"]
+    assert listed.status_code == 200, listed.text
+    assert [chain["name"] for chain in listed.json()["chains"]] == ["c"]
