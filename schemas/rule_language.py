@@ -88,9 +88,10 @@ class RuleSetError(InvalidRequestError):
 def parse_rule_set(raw: Any) -> tuple[Rule, ...]:
     """The rules of a wire set ``{"rules": [...]}``, shape-checked (conditions are checked by
     :func:`compile_rules`). Raises RuleSetError naming the first problem."""
-    if not isinstance(raw, dict) or set(raw) - {"rules"}:
-        raise RuleSetError("rules", 'a rule set is an object {"rules": [...]}')
-    items = raw.get("rules", [])
+    if not isinstance(raw, dict) or set(raw) != {"rules"}:
+        # No "rules" is no set (``{}`` sent in error wiped the set): clearing it says [].
+        raise RuleSetError("rules", 'a rule set is an object {"rules": [...]} (none: [])')
+    items = raw["rules"]
     if not isinstance(items, list):
         raise RuleSetError("rules", "must be a list of rules")
     if len(items) > MAX_RULES:

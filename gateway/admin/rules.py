@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, too_deep
-from gateway.auth.admin_access import is_admin, requested_by
+from gateway.admin.http import ADMIN_TIMEOUT_S, admin_request, refuse_too_large, too_deep
+from gateway.auth.admin_access import requested_by, require_admin
 from gateway.http.component import Component
-from schemas import InvalidRequestError, UnauthorizedError
+from schemas import InvalidRequestError
 from schemas.rules import MAX_DEPTH
 
 if TYPE_CHECKING:
@@ -43,8 +43,7 @@ class RulesAdmin(Component):
         self._config = config
 
     def _admin_only(self, req: HttpRequest) -> None:
-        if not is_admin(req, self._config):
-            raise UnauthorizedError("admin endpoints need the admin key")
+        require_admin(req, self._config, "admin endpoints need the admin key")
 
     async def get(self, req: HttpRequest) -> None:
         """``GET``: the rule set."""
@@ -81,7 +80,7 @@ class RulesAdmin(Component):
             self._bus,
             "rules",
             "put",
-            body,
+            refuse_too_large(body),  # as /admin/rules/put refuses it: no bus codec takes it
             by=requested_by(req),
             timeout=ADMIN_TIMEOUT_S,
             request_id=req.request_id,

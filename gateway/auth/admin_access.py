@@ -10,6 +10,8 @@ from __future__ import annotations
 import hmac
 from typing import TYPE_CHECKING
 
+from schemas import ForbiddenError, UnauthorizedError
+
 if TYPE_CHECKING:
     from gateway.http.request import HttpRequest
     from schemas.config import GatewayConfig
@@ -39,3 +41,14 @@ def is_admin(req: HttpRequest, config: GatewayConfig) -> bool:
     if not admin or not token:
         return False
     return hmac.compare_digest(token.encode(), admin.encode())
+
+
+def require_admin(req: HttpRequest, config: GatewayConfig, message: str) -> None:
+    """Return when :func:`is_admin`; else raise ForbiddenError with ``message`` for a caller
+    the gate identified (a valid key of another role: its key is no answer), and
+    UnauthorizedError for one it did not (no key, or one it does not know)."""
+    if is_admin(req, config):
+        return
+    if req.scope.get(CALLER_SCOPE_KEY) is not None:
+        raise ForbiddenError(message)
+    raise UnauthorizedError(message)

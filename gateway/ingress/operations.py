@@ -24,11 +24,11 @@ from gateway.admin.http import (
     command_of,
     refuse_get_of_change,
 )
-from gateway.auth.admin_access import is_admin, requested_by
+from gateway.auth.admin_access import requested_by, require_admin
 from gateway.ingress.accounting import Accounting, LogOutbox
 from gateway.ingress.metrics import CONTENT_TYPE, GatewayMetrics
 from gateway.telemetry import start_telemetry
-from schemas import UnauthorizedError, subjects
+from schemas import subjects
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from schemas.config import GatewayConfig
 
 logger = logging.getLogger(__name__)
+
+
+_ADMIN_ONLY = "this endpoint needs the admin key (Authorization: Bearer)"
 
 
 class ConfigFollower(Protocol):
@@ -161,8 +164,9 @@ class IngressOps:
         await req.chunk(body, more=False)
 
     def _require_admin(self, req: HttpRequest) -> None:
-        if not is_admin(req, self._config):
-            raise UnauthorizedError("this endpoint needs the admin key (Authorization: Bearer)")
+        require_admin(
+            req, self._config, "this endpoint needs the admin key (Authorization: Bearer)"
+        )
 
     async def serve_events(self, req: HttpRequest) -> None:
         """``GET /events``: the event stream (admin)."""

@@ -158,6 +158,7 @@ INVALID: dict[str, tuple[Any, str]] = {
     "not_a_route": ({"rules": [_rule({}, route_to="gpt-4o")]}, "rules[0].route"),
     "duplicate_name": ({"rules": [TOOLS, {**LONG, "name": "tools"}]}, "rules[1].name"),
     "not_a_set": ({"rules": "all"}, "rules"),
+    "no_rules_at_all": ({}, "rules"),  # {} sent in error emptied the set; clearing it says []
     "regex_program_too_large": (
         {"rules": [_rule({"metadata.t": {"$regex": f"x{{{MAX_REGEX_PROGRAM}}}"}})]},
         "rules[0].when.metadata.t.$regex",
@@ -239,12 +240,36 @@ async def test_validate_checks_a_set_without_storing_it(gw: RunningGateway) -> N
     assert (await _get(gw))["rules"] == []
 
 
+async def test_an_integer_past_int64_is_a_400_naming_it_and_changes_nothing(
+    gw: RunningGateway,
+) -> None:
+    """The set was stored (and kept across a restart) while ``/admin/rules/validate``
+    refused the same set: no bus codec takes an integer past int64."""
+    assert (await _put(gw, {"rules": [TOOLS]})).status_code == 200
+    huge = _rule({"params.prompt_tokens": {"$gt": 10**30}})
+
+    resp = await _put(gw, {"rules": [huge]})
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == "rules[0].when.params.prompt_tokens.$gt", err
+    assert (await _get(gw))["rules"] == [TOOLS]
+
+
 async def test_the_rules_admin_needs_the_admin_key(gw: RunningGateway) -> None:
+    admin = gw.http(headers=ADMIN_AUTH)
+    made = await admin.post("/admin/keys", json={"org": "o", "user": "u", "role": "internal"})
+    assert made.status_code == 201, made.text
+    keyed = {"authorization": f"Bearer {made.json()['key']}"}
     anonymous = await gw.http().get(PATH)
     wrong = await gw.http().put(PATH, json={"rules": []}, headers={"authorization": "Bearer nope"})
+    not_admin = await gw.http().put(PATH, json={"rules": []}, headers=keyed)
+    events = await gw.http().get("/events", headers=keyed)
 
     assert_openai_error(anonymous, 401, "unauthorized")
     assert_openai_error(wrong, 401, "unauthorized")
+    # A key the gateway knows, of another role: forbidden, as on /admin/*, not unknown.
+    assert_openai_error(not_admin, 403, "forbidden")
+    assert_openai_error(events, 403, "forbidden")
 
 
 async def test_a_change_reaches_a_second_ingress_at_once_and_survives_a_restart(
