@@ -79,6 +79,20 @@ _FAILED = GatewayError("the admin command failed in its owner (logged there)").t
 runs)."""
 
 
+REFUSAL_MAX_CHARS = 512
+"""Longest refusal (its message, its ``param``) an admin command answers, logs and audits: a
+check may quote what it refuses, which may be a 100,000-character argument name."""
+
+
+def _bounded(err: GatewayError) -> None:
+    """Cut ``err``'s message and ``param`` to :data:`REFUSAL_MAX_CHARS` (in place)."""
+    if len(err.message) > REFUSAL_MAX_CHARS:
+        err.message = err.message[:REFUSAL_MAX_CHARS] + "..."
+    param = getattr(err, "param", None)
+    if isinstance(param, str) and len(param) > REFUSAL_MAX_CHARS:
+        err.param = param[:REFUSAL_MAX_CHARS] + "..."  # type: ignore[attr-defined]
+
+
 TEXT_ARG_MAX_CHARS = 256
 """Longest name or id an admin argument may be: every one is echoed in lists, logs, events
 and errors, so none may be a 10,000-character line."""
@@ -277,6 +291,7 @@ class AdminArea:
         audited and kept for its copies; after a bug its copies are told, and a copy sent
         later runs again."""
         if isinstance(exc, GatewayError):
+            _bounded(exc)
             await self._refused(ctx, verb, cmd, exc)
             await self._end(key, exc.to_reply(), keep=True)
         else:

@@ -151,6 +151,7 @@ class RouteWiseSettingsActor(Actor):
         model, key = self._model(cmd), self._key(cmd)
         if "value" not in cmd.args:
             raise InvalidRequestError("'value' is required", param="value")
+        rw.typed(key, cmd.args["value"])
         overrides = {**self.settings.models.get(model.id, {}), key: cmd.args["value"]}
         new = msgspec.structs.replace(
             self.settings, models={**self.settings.models, model.id: overrides}
@@ -185,6 +186,7 @@ class RouteWiseSettingsActor(Actor):
             if value is None:
                 fallback.pop(key, None)
             else:
+                rw.typed(key, value)
                 fallback[key] = value
         new = msgspec.structs.replace(self.settings, fallback=fallback)
         rw.validated(fallback)

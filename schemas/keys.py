@@ -74,7 +74,10 @@ def parse_instant(value: str | float) -> float:
         return _bounded_instant(_as_float(value))
     if not isinstance(value, str):
         raise ValueError(f"not a time: {shown(value)}")
-    moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:  # its message is Python's (a timedelta's repr for a bad offset)
+        raise ValueError("not an ISO 8601 time (such as 2030-01-31T12:00:00Z)") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return _bounded_instant(moment.timestamp())

@@ -295,6 +295,8 @@ KEY = {"role": "free", "org": "o", "user": "u"}
         ({"expires_in": "1h", "expires_at": 4102444800}, "expires_at", "one of"),
         ({"expires_at": "2020-01-01T00:00:00Z"}, "expires_at", "would be expired already"),
         ({"expires_at": 1}, "expires_at", "would be expired already"),
+        # The message was Python's: "offset must be a timedelta strictly between ...".
+        ({"expires_at": "2030-01-01T00:00:00+99:00"}, "expires_at", "not an ISO 8601 time"),
         ({"name": "ci\nAUDIT ok: key revoked"}, "name", "control characters"),
         ({"name": "x" * 10_000}, "name", "at most 256 characters"),
         ({"org": "acme\x1b[2J"}, "org", "control characters"),
@@ -308,6 +310,7 @@ KEY = {"role": "free", "org": "o", "user": "u"}
         # A key made unusable: every request with it got 401 expired.
         "already-expired",
         "expired-at-second-1",
+        "an-offset-past-a-day",
         # Each was a 201: the name came back whole in every list, log line and event after.
         "a-forged-log-line",
         "ten-thousand-chars",
@@ -329,6 +332,26 @@ async def test_a_key_created_with_what_create_does_not_take_is_400_and_no_key(
     assert err["param"] == param and says in err["message"], err
     assert str(extra[param]) not in err["message"]  # no value is quoted back
     assert listed == []
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/admin/api_keys/create", {**KEY, "c" * 100_000: 1}),
+        ("/admin/steering/set_guardrails", {"g" * 100_000: 1}),
+        ("/admin/routewise/set_settings", {"settings": {"s" * 100_000: 1}}),
+    ],
+    ids=["unknown-argument", "unknown-guardrail", "unknown-routewise-setting"],
+)
+async def test_a_refusal_quoting_a_huge_name_is_cut_in_the_answer(
+    routed_gw: RunningGateway, path: str, body: dict[str, Any]
+) -> None:
+    """Each refusal quoted the whole 100,000-character name back, and the same message went
+    whole into the audit log line and the ``admin`` event."""
+    resp = await routed_gw.http().post(path, json=body, headers=AUTH)
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert len(err["message"]) <= 520 and len(err["param"] or "") <= 520, err
 
 
 @pytest.mark.parametrize(

@@ -227,10 +227,28 @@ async def test_routewise_deployment_fallback_applies_below_router_params(
         shown = (await http.get("/admin/routewise/settings")).json()
         await http.patch("/admin/routewise/settings", json={"budget_alpha": 1.0})
         at_one = await _served_by(gw, cheap, fast, 4)
+        # Of the wrong JSON type: taken and stored as sent (a number that was ``true``).
+        mistyped = {"budget_alpha": True, "db_bootstrap_max_rows": True, "random_seed": 1.5}
+        wrong = {
+            key: await http.patch("/admin/routewise/settings", json={key: value})
+            for key, value in {**mistyped, "routewise_probe_enabled": 0}.items()
+        }
+        as_text = await http.patch(
+            "/admin/routewise/model-settings/budget_alpha",
+            params={"model_id": "m"},
+            json={"value": "0.5"},
+        )
+        after = (await http.get("/admin/routewise/settings")).json()
+        per_model = await http.get("/admin/routewise/model-settings", params={"model_id": "m"})
 
     assert low.status_code == 200, low.text
     assert at_zero == {"cheap": 4, "fast": 0} and at_one == {"cheap": 0, "fast": 4}
     assert shown["fallback"] == {"budget_alpha": 0.0}
+    for key, resp in [*wrong.items(), ("budget_alpha", as_text)]:
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["param"] == key, resp.text
+    assert after["fallback"] == {"budget_alpha": 1.0}
+    assert per_model.json()["settings"]["budget_alpha"]["source"] == "deployment_fallback"
 
 
 async def test_routewise_prober_seeds_the_evidence_that_moves_traffic_to_the_fast_route(

@@ -7,9 +7,11 @@ of the config and a ``RouteWiseSettings``; the RouteWiseSettingsActor owns the s
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+import msgspec
+from pydantic import TypeAdapter, ValidationError
 
 from actors.strategies.routewise.params import RouteWiseParams
 from schemas import InvalidRequestError, RouteWiseSettings
@@ -41,6 +43,24 @@ def validated(values: dict[str, Any]) -> RouteWiseParams:
         key = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise InvalidRequestError(f"{key + ': ' if key else ''}{msg}", param=key or None) from None
+
+
+@functools.cache
+def _field_type(key: str) -> TypeAdapter[Any]:
+    annotation = RouteWiseParams.model_fields[key].annotation
+    return TypeAdapter(Any if annotation is None else annotation)
+
+
+def typed(key: str, value: Any) -> None:
+    """Raise InvalidRequestError naming ``key`` when ``value``, as an admin sent it (JSON), is
+    not of that setting's type: ``true`` or ``"0.5"`` for a number (:func:`validated` takes
+    them as a config file's values, and they were stored as sent). Its bounds are
+    :func:`validated`'s to check."""
+    try:
+        _field_type(key).validate_json(msgspec.json.encode(value), strict=True)
+    except ValidationError as exc:
+        msg = str(exc.errors()[0]["msg"])
+        raise InvalidRequestError(f"{key}: {msg}", param=key) from None
 
 
 def view(model: ModelConfig, settings: RouteWiseSettings) -> dict[str, Any]:
