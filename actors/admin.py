@@ -52,7 +52,7 @@ from schemas import (
     subjects,
 )
 from schemas.keys import ROLES
-from schemas.names import has_unprintable
+from schemas.names import SECRET_MAX_CHARS, has_unprintable
 
 if TYPE_CHECKING:
     from actors.base import ActorContext
@@ -96,8 +96,8 @@ def _bounded(err: GatewayError) -> None:
 TEXT_ARG_MAX_CHARS = 256
 """Longest name or id an admin argument may be: every one is echoed in lists, logs, events
 and errors, so none may be a 10,000-character line."""
-SECRET_ARG_MAX_CHARS = 8192
-"""Longest upstream secret or URL an argument may be (a cloud token runs to a few KiB)."""
+SECRET_ARG_MAX_CHARS = SECRET_MAX_CHARS
+"""Longest upstream secret or URL an argument may be (``schemas.names.SECRET_MAX_CHARS``)."""
 
 
 def text_arg(

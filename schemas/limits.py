@@ -164,6 +164,12 @@ def spec_arg(args: dict[str, Any]) -> LimitSpec:
     values = {k: args[k] for k in _SPEC_FIELDS if args.get(k) is not None}
     budget = args.get("budget")
     if budget is not None:
+        if both := [k for k in ("budget_usd", "budget_period") if args.get(k) is not None]:
+            # One of them was dropped without a word: the budget set was not the one meant.
+            raise InvalidRequestError(
+                "give 'budget' (e.g. 10/month) or 'budget_usd' and 'budget_period', not both",
+                param=both[0],
+            )
         try:
             values["budget_usd"], values["budget_period"] = parse_budget(str(budget))
         except ValueError as exc:

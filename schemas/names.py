@@ -15,6 +15,10 @@ SHOWN_CHARS = 64
 """Characters of a refused name an error message quotes before eliding the rest."""
 
 
+SECRET_MAX_CHARS = 8192
+"""Longest upstream secret or URL an admin may give (a cloud token runs to a few KiB)."""
+
+
 def has_unprintable(text: str) -> bool:
     """Whether ``text`` holds a control character, a line separator or a bidi override."""
     return _UNPRINTABLE.search(text) is not None

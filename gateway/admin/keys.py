@@ -33,6 +33,7 @@ from gateway.http.request import HttpRequest
 from schemas import InvalidRequestError, RouteNotFoundError
 from schemas.config import credential_id
 from schemas.keys import hash_key
+from schemas.names import SECRET_MAX_CHARS, has_unprintable
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -110,9 +111,10 @@ class AdminKeys:
         refuse_unknown_fields(args, _RESERVE_FIELDS, "POST /admin/provider-keys/min-role-env")
         if "key" in args and "credential_id" in args:  # the key's id replaced the one given
             raise InvalidRequestError("give one of 'key' and 'credential_id'", param="key")
-        if isinstance(args.get("key"), str) and args["key"].strip():
-            # A reservation needs only the hash: the secret stays on this ingress.
-            args["credential_id"] = credential_id(args.pop("key").strip())
+        if "key" in args:
+            # A reservation needs only the hash: the secret stays on this ingress, checked
+            # here as the owner checks a key added (it never sees this one).
+            args["credential_id"] = credential_id(_secret(args.pop("key")))
         await req.respond(200, _encode(await self._command(req, "provider_keys", "reserve", args)))
 
     # -- helpers ------------------------------------------------------------------------
@@ -125,3 +127,20 @@ class AdminKeys:
         return await admin_request(
             self._bus, area, verb, args, by=by, timeout=ADMIN_TIMEOUT_S, request_id=req.request_id
         )
+
+
+def _secret(value: Any) -> str:
+    """A provider key given to reserve, stripped. Raises InvalidRequestError naming ``key``
+    (never quoting it) for one ``provider-keys add`` would refuse."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequestError("'key' must be a non-empty string", param="key")
+    key = value.strip()
+    if len(key) > SECRET_MAX_CHARS:
+        raise InvalidRequestError(
+            f"'key' must be at most {SECRET_MAX_CHARS} characters (got {len(key)})", param="key"
+        )
+    if has_unprintable(key):
+        raise InvalidRequestError(
+            "'key' must not contain control characters or line separators", param="key"
+        )
+    return key

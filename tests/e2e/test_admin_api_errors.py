@@ -365,6 +365,8 @@ async def test_a_refusal_quoting_a_huge_name_is_cut_in_the_answer(
         ("PUT", "/admin/limits/role/Pro", {"rpm": 1}, "subject"),
         ("POST", "/admin/limits/set", {"subject": "user:acme/", "rpm": 1}, "subject"),
         ("POST", "/admin/limits/set", {"subject": "user:/bob", "rpm": 1}, "subject"),
+        # 200 with the budget of 'budget': the other one dropped without a word.
+        ("PUT", "/admin/limits/org/acme", {"budget": "10/month", "budget_usd": 3}, "budget_usd"),
     ],
     ids=[
         "a-misspelt-budget",
@@ -374,6 +376,7 @@ async def test_a_refusal_quoting_a_huge_name_is_cut_in_the_answer(
         "a-role-no-key-has",
         "a-user-without-a-name",
         "a-user-without-an-org",
+        "two-budgets",
     ],
 )
 async def test_a_limit_or_provider_key_that_would_not_apply_as_meant_is_400_and_unchanged(
@@ -466,6 +469,27 @@ async def test_a_reservation_given_both_a_key_and_a_credential_id_is_400_and_kee
     err = assert_openai_error(resp, 400, "invalid_request")
     assert err["param"] == "key" and "one of 'key' and 'credential_id'" in err["message"]
     assert "sk-env-0123" not in resp.text
+    assert listed.get("reservations", []) == []
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["sk-env\x00-0123", "sk-env-01\r\nx-forged: 1", "sk-" + "e" * 20_000, "", 7],
+    ids=["a-nul", "a-line-break", "twenty-thousand-chars", "empty", "not-a-string"],
+)
+async def test_a_reservation_of_a_key_that_adding_it_refuses_is_400_and_keeps_none(
+    routed_gw: RunningGateway, key: Any
+) -> None:
+    """Each was reserved (200): the key is hashed on the ingress, where the owner's checks of
+    a key added never saw it."""
+    http = routed_gw.http()
+    body = {"key": key, "min_role": "pro"}
+
+    resp = await http.post("/admin/provider-keys/min-role-env", json=body, headers=AUTH)
+    listed = (await http.get("/admin/provider-keys", headers=AUTH)).json()
+
+    err = assert_openai_error(resp, 400, "invalid_request")
+    assert err["param"] == "key", err
     assert listed.get("reservations", []) == []
 
 
