@@ -46,10 +46,8 @@ def anthropic_page(entries: list[dict[str, Any]], query: bytes) -> dict[str, Any
 def _limit(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
-    try:
-        limit = int(raw)
-    except ValueError:
-        limit = 0
+    # ASCII digits only: int() also takes "1_0", " 5" and other scripts' digits.
+    limit = int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 6 else 0
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequestError(f"limit: must be an integer from 1 to {MAX_LIMIT}", param="limit")
     return limit

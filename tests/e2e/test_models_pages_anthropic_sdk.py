@@ -49,7 +49,14 @@ async def test_a_page_holds_limit_models_and_the_sdk_follows_the_cursors(
 
 @pytest.mark.parametrize(
     ("query", "param"),
-    [({"limit": 0}, "limit"), ({"limit": 1001}, "limit"), ({"after_id": "nope"}, "after_id")],
+    [
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"after_id": "nope"}, "after_id"),
+        # int() took them: an underscore, another script's digit.
+        ({"limit": "1_0"}, "limit"),
+        ({"limit": "\uff15"}, "limit"),
+    ],
 )
 async def test_a_page_it_cannot_answer_is_a_400_naming_the_field(
     gw: RunningGateway, query: dict[str, int | str], param: str
