@@ -34,7 +34,8 @@ from gateway.admin.http import (
     refuse_get_of_change,
 )
 from gateway.admin.http import PREFIX as ADMIN_PREFIX
-from gateway.http.errors import error_code, error_headers, http_status
+from gateway.formats.openai_chat import error_body
+from gateway.http.errors import error_code, error_headers, error_param, http_status
 from gateway.http.request import HttpRequest, request_ids
 from schemas import GatewayError, RouteNotFoundError
 
@@ -116,16 +117,18 @@ class LocalAdminApp:
             try:
                 await self._handle(req)
             except GatewayError as err:
-                # Its headers the HTTP admin API's (a 503's Retry-After).
-                body = {"error": {"message": err.message, "code": error_code(err)}}
-                await req.respond(http_status(err), _encode(body), error_headers(err))
+                # Its shape and headers the HTTP admin API's (a 503's Retry-After).
+                status = http_status(err)
+                body = error_body(status, err.message, code=error_code(err), param=error_param(err))
+                await req.respond(status, body, error_headers(err))
             except Exception:
                 logger.exception(
                     "unhandled error serving %s %s (%s)", req.method, req.path, req.request_id
                 )
                 if not req.started:
-                    body = {"error": {"message": "internal gateway error", "code": "internal"}}
-                    await req.respond(500, _encode(body))
+                    await req.respond(
+                        500, error_body(500, "internal gateway error", code="internal")
+                    )
 
     async def _handle(self, req: HttpRequest) -> None:
         if (req.method, req.path) == ("GET", "/events"):

@@ -65,6 +65,10 @@ async def test_every_socket_answer_carries_its_own_request_id_shaped_as_the_ingr
     )
     assert len(set(ids.values())) == len(ids), ids
     assert over_http.headers["x-request-id"] not in ids.values()
+    # Errors in the HTTP admin API's shape (they had no type and no param).
+    refused = answers["arguments not an object"].json()["error"]
+    assert refused["type"] == "invalid_request_error" and "param" in refused, refused
+    assert answers["no such path"].json()["error"]["type"] == "not_found_error"
 
 
 async def test_a_change_sent_with_get_over_the_socket_is_refused_and_changes_nothing(
