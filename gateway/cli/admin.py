@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -107,17 +108,38 @@ def command_args(args: argparse.Namespace) -> tuple[str, str, dict[str, Any]]:
         if not sep or not key:
             raise UsageError(f"--arg needs KEY=VALUE, got {item!r}")
         try:
-            values[key] = json.loads(raw)
+            values[key] = _loads(raw)
         except json.JSONDecodeError:
             values[key] = raw
+        except ValueError as exc:  # a number JSON cannot carry
+            raise UsageError(f"--arg {key}: {exc}") from None
     return area, verb, values
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large a number")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is no JSON number")
+
+
+def _loads(text: str) -> Any:
+    """JSON as the gateway's decoder reads it: no NaN or Infinity, no float past the largest
+    (Python's own json takes them, and the request then fails with a message naming none)."""
+    return json.loads(text, parse_float=_finite, parse_constant=_no_constant)
 
 
 def _json_object(text: str, what: str) -> dict[str, Any]:
     try:
-        values = json.loads(text)
+        values = _loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{what} is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
     except RecursionError:
         raise UsageError(f"{what} is JSON nested too deeply") from None
     if not isinstance(values, dict):

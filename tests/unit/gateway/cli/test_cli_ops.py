@@ -54,6 +54,24 @@ def test_admin_args_merge_json_and_typed_key_values() -> None:
     assert got == ("log", "query", {"model": "m", "limit": 5, "kind": "request"})
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (("--arg", "rpm=1e400"), "--arg rpm: 1e400 is too large a number"),
+        (("--arg", "rpm=NaN"), "--arg rpm: NaN is no JSON number"),
+        (("--json", '{"rpm": -Infinity}'), "--json: -Infinity is no JSON number"),
+    ],
+)
+def test_a_number_json_cannot_carry_is_a_usage_error_naming_the_argument(
+    argv: tuple[str, ...], says: str
+) -> None:
+    """``--arg rpm=1e400`` failed sending with "Out of range float values are not JSON
+    compliant", naming no argument."""
+    with pytest.raises(UsageError) as refused:
+        command_args(admin_args("limits", "set", *argv))
+    assert str(refused.value) == says
+
+
 def test_admin_without_verb_for_an_area_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="a verb is needed"):
         command_args(admin_args("log"))
