@@ -17,6 +17,7 @@ import msgspec
 from gateway.formats._anthropic_errors import KNOWN_ERROR_TYPES, error_type
 from gateway.formats._common import (
     JSON,
+    FramesOfChunks,
     first_choice,
     frame_prefix,
     new_id,
@@ -204,7 +205,7 @@ def from_chat_response(chat: JSON, *, model: str) -> JSON:
     }
 
 
-class ChatToMessagesStream:
+class ChatToMessagesStream(FramesOfChunks):
     """Turns canonical ``chat.completion.chunk`` dicts into Anthropic Messages SSE frames.
 
     ``feed`` each chunk, then exactly one of ``finish`` (the upstream ended cleanly, ``[DONE]``

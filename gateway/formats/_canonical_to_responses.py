@@ -12,6 +12,7 @@ from typing import Any
 
 from gateway.formats._common import (
     JSON,
+    FramesOfChunks,
     first_choice,
     frame_prefix,
     new_id,
@@ -168,7 +169,7 @@ def from_chat_response(chat: JSON, *, model: str, request: JSON | None = None) -
     return response
 
 
-class ChatToResponsesStream:
+class ChatToResponsesStream(FramesOfChunks):
     """Turns canonical ``chat.completion.chunk`` dicts into Responses SSE events.
 
     ``feed`` each chunk, then exactly one of ``finish`` (clean end: ``response.completed``, or

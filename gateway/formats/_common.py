@@ -5,17 +5,37 @@ canonical shape, ``gateway.formats.openai_chat``."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from schemas import InvalidRequestError, UpstreamBadResponseError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from schemas.text_chunk import Chunk
 
 JSON = dict[str, Any]
 
 _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder()
 _END = b"\n\n"
+
+
+class FramesOfChunks:
+    """A stream renderer's :meth:`feed_all` made of its own ``feed``: the frames of a batch
+    of chunks, in one piece (``openai_chat.ChatStream`` encodes a batch into one buffer)."""
+
+    __slots__ = ()
+
+    def feed(self, chunk: Chunk) -> list[bytes]:
+        """The frames of ``chunk`` (the renderer's own)."""
+        raise NotImplementedError
+
+    def feed_all(self, chunks: Iterable[Chunk]) -> bytes:
+        """What :meth:`feed` gives each of ``chunks``, in one piece."""
+        return b"".join([frame for chunk in chunks for frame in self.feed(chunk)])
 
 
 def first_choice(chat: JSON) -> tuple[JSON, JSON]:

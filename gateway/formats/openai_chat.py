@@ -21,12 +21,14 @@ from schemas.route_config import ANTHROPIC_THINKING_BUDGETS
 from schemas.text_chunk import TextChunk
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from schemas.text_chunk import Chunk
 
 JSON = dict[str, Any]
-_encode = msgspec.json.Encoder().encode
+_encoder = msgspec.json.Encoder()
+_encode = _encoder.encode
+_encode_into = _encoder.encode_into
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,26 +330,41 @@ class ChatStream:
     def feed(self, chunk: Chunk) -> list[bytes]:
         """One ``data:`` frame for ``chunk`` (none for a usage chunk the client did not ask
         for: see :func:`asking_usage`); the first one without its :data:`START_USAGE`."""
+        out = bytearray()
+        self._into(out, chunk)
+        return [bytes(out)] if out else []
+
+    def feed_all(self, chunks: Iterable[Chunk]) -> bytes:
+        """What :meth:`feed` gives each of ``chunks``, in one piece: every frame encoded into
+        one buffer (a stream's relay writes a batch's frames at once)."""
+        out = bytearray()
+        for chunk in chunks:
+            self._into(out, chunk)
+        return bytes(out)
+
+    def _into(self, out: bytearray, chunk: Chunk) -> None:
         if type(chunk) is TextChunk:  # text: no usage of its own, no START_USAGE
             self._first = False
             chunk.model = self._model
             if not self._usage and chunk.usage is None:
                 if not chunk.choices:
-                    return []
+                    return
                 chunk.usage = UNSET
-            return [b"data: " + _encode(chunk) + b"\n\n"]
-        chunk["model"] = self._model
-        if self._first:  # only a stream's first chunk carries it
-            self._first = False
-            chunk.pop(START_USAGE, None)
-        if not self._usage and "usage" in chunk:
-            if not chunk.get("choices"):
-                return []
-            if chunk["usage"] is None:  # every chunk's, once asked: read by nothing after
-                del chunk["usage"]
-            else:  # a provider's usage on a content chunk: the attempt may still read it
-                chunk = {k: v for k, v in chunk.items() if k != "usage"}
-        return [b"data: " + _encode(chunk) + b"\n\n"]
+        else:
+            chunk["model"] = self._model
+            if self._first:  # only a stream's first chunk carries it
+                self._first = False
+                chunk.pop(START_USAGE, None)
+            if not self._usage and "usage" in chunk:
+                if not chunk.get("choices"):
+                    return
+                if chunk["usage"] is None:  # every chunk's, once asked: read by nothing after
+                    del chunk["usage"]
+                else:  # a provider's usage on a content chunk: the attempt may still read it
+                    chunk = {k: v for k, v in chunk.items() if k != "usage"}
+        out += b"data: "
+        _encode_into(chunk, out, -1)
+        out += b"\n\n"
 
     def finish(self) -> list[bytes]:
         """The clean end of the stream."""

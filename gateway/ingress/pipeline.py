@@ -412,8 +412,8 @@ class Inference(Component):
             async for batch in stream.batches():
                 # One write per upstream read (a client send costs far more than the frames),
                 # and the last read's frames go out with the end of the answer.
-                for chunk in batch:
-                    unsent += renderer.feed(chunk)
+                if frames := renderer.feed_all(batch):
+                    unsent.append(frames)
                 if unsent and not batch.last:
                     await req.chunk(b"".join(unsent))
                     unsent.clear()

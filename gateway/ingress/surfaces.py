@@ -17,7 +17,7 @@ from gateway.http.errors import relayed_param
 from schemas import ErrorCode
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from schemas import GatewayError
     from schemas.text_chunk import Chunk
@@ -30,6 +30,10 @@ class StreamRenderer(Protocol):
     """Turns canonical chunks into this surface's SSE frames."""
 
     def feed(self, chunk: Chunk) -> list[bytes]: ...
+    def feed_all(self, chunks: Iterable[Chunk]) -> bytes:
+        """What ``feed`` gives each of ``chunks``, in one piece (a batch's frames)."""
+        ...
+
     def finish(self) -> list[bytes]: ...
     def error(self, message: str, /, *, status: int | None = None) -> list[bytes]:
         """The dialect's end for a stream cut mid-answer; ``status``: the HTTP status the

@@ -183,3 +183,52 @@ def test_wherever_the_typed_path_takes_a_chunk_every_reader_sees_what_the_dict_p
             assert _frames(by_type, text_chunk(raw)) == once, context
     # The mutations leave a good share of the chunks text, and refuse the rest.
     assert CASES // 5 < typed_cases < CASES
+
+
+def _stream(rng: random.Random) -> list[bytes]:
+    """A stream's chunk events: mutated chunks, some text (typed), some not."""
+    return [
+        json.dumps(_mutated(rng), separators=(",", ":")).encode()
+        for _ in range(rng.randrange(1, 12))
+    ]
+
+
+def _chunks(events: list[bytes]) -> list[Any]:
+    """Each event decoded as the adapter does: a TextChunk where it is one, else a dict."""
+    return [text_chunk(raw) or msgspec.json.decode(raw) for raw in events]
+
+
+def _rendered(render: Any, batches: list[list[Any]]) -> tuple[bytes, str | None]:
+    """What ``render`` gives ``batches``, and the error that ended it, if one did."""
+    out = b""
+    try:
+        for batch in batches:
+            out += render(batch)
+    except Exception as exc:
+        return out, type(exc).__name__
+    return out, None
+
+
+@pytest.mark.usefixtures("fixed_ids")
+def test_a_batch_fed_at_once_renders_what_its_chunks_fed_one_by_one_render() -> None:
+    """The relay renders a batch with one ``feed_all`` (ChatStream encodes it into one
+    buffer): the same bytes as each chunk's ``feed`` in turn, on every surface."""
+    rng = random.Random(SEED + 1)
+    for case in range(CASES // 8):
+        events = _stream(rng)
+        cuts = sorted(rng.sample(range(1, len(events) + 1), rng.randrange(1, len(events) + 1)))
+        for one_by_one, at_once in zip(_renderers(), _renderers(), strict=True):
+            singles = [[chunk] for chunk in _chunks(events)]
+            each = one_by_one.feed  # bound now: the lambda must not see a later renderer
+            chunks, start, batches = _chunks(events), 0, []
+            for cut in cuts:
+                batches.append(chunks[start:cut])
+                start = cut
+            batches.append(chunks[start:])  # the rest (none when the last cut is the end)
+            expected, failed = _rendered(lambda one, feed=each: b"".join(feed(one[0])), singles)
+            got, got_failed = _rendered(at_once.feed_all, batches)
+            assert got_failed == failed, f"case {case}: {events!r}"
+            if failed is None:
+                assert got == expected, f"case {case}: {events!r}"
+            else:  # the batch that failed gave nothing: what came before it is the same
+                assert expected.startswith(got), f"case {case}: {events!r}"

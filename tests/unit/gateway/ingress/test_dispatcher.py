@@ -706,6 +706,9 @@ class _Unrenderable:
     def feed(self, chunk: JSON) -> list[bytes]:
         raise KeyError("choices")
 
+    def feed_all(self, chunks: list[JSON]) -> bytes:
+        raise KeyError("choices")
+
     def finish(self) -> list[bytes]:
         return []
 
