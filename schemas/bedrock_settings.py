@@ -25,7 +25,7 @@ class BedrockSettings(BaseModel):
     for an ``anthropic.*`` id. Unset, the family is read from the model id.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
     profile: str | None = Field(default=None, min_length=1)

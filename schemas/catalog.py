@@ -76,7 +76,7 @@ def weights_problem(weights: tuple[float, float, float]) -> str | None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class PriceConfig(_Strict):

@@ -322,7 +322,7 @@ class LimitsConfig(BaseModel):
     ``snapshot_seconds``: how often the owner saves its counters when they changed.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     fail_open: bool = False
     decision_timeout_seconds: float = Field(default=1.0, gt=0)

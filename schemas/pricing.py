@@ -22,7 +22,7 @@ class Pricing(BaseModel):
     price, so a route that declares none bills them as it did before it existed.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     prompt: float = Field(default=0.0, ge=0)
     completion: float = Field(default=0.0, ge=0)

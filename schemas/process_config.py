@@ -21,7 +21,7 @@ MAX_BUSY_POLL_US = 10_000
 class Strict(BaseModel):
     """A settings block: unknown keys refused, frozen once read."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ServerConfig(Strict):
@@ -118,7 +118,7 @@ class DatabaseConfig(Strict):
     Never printed with its password (``repr`` leaves it out; logs show it redacted).
     """
 
-    path: str = "llmgw.sqlite3"
+    path: str = Field(default="llmgw.sqlite3", min_length=1)
     url: str | None = Field(default=None, repr=False)
 
     @field_validator("url")

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 class StrategyParams(BaseModel):
     """Base of every strategy's ``router_params`` model: unknown keys are refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,7 @@ def parse_config(
 ) -> GatewayConfig:
     """Validate config ``text`` (``routers``: as :func:`load_config`). Raises ConfigError
     naming ``source`` and the key's path."""
-    config = _validate(_expand(_parse_mapping(text, source), (), source), source)
+    config = _validate(_expanded(_parse_mapping(text, source), source), source)
     if routers is not None:
         _check_routers(config, source, routers)
     return _apply_env_overrides(config, source)
@@ -88,6 +88,8 @@ def _parse_mapping(text: str, source: str) -> dict[str, Any]:
     """The YAML document as a mapping. Raises ConfigError that never quotes the text."""
     try:
         raw = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+    except RecursionError:  # thousands of levels of brackets
+        raise ConfigError(f"{source}: nested too deeply") from None
     except yaml.YAMLError as exc:
         # ``from None``: the parser's own text (in a chained traceback) quotes the line.
         raise ConfigError(f"{source}: {yaml_problem(exc, text)}") from None
@@ -282,7 +284,25 @@ def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
     return out
 
 
-def _expand(node: Any, path: tuple[int | str, ...], source: str) -> Any:
+def _expanded(raw: dict[str, Any], source: str) -> dict[str, Any]:
+    """``raw`` with its environment variables expanded and its aliases copied out. Raises
+    ConfigError for a missing variable, an alias that holds itself, too many values."""
+    try:
+        expanded: dict[str, Any] = _expand(raw, (), source, [_MAX_VALUES])
+    except RecursionError:  # ``a: &a [*a]``, or a structure nested too deeply to copy
+        raise ConfigError(f"{source}: nested too deeply, or an alias holds itself") from None
+    return expanded
+
+
+_MAX_VALUES = 1_000_000
+"""Values a config may expand to: far past any real one (a few thousand), short of what a
+few lines of aliases repeating aliases make (ten of ten of ten...: a billion)."""
+
+
+def _expand(node: Any, path: tuple[int | str, ...], source: str, left: list[int]) -> Any:
+    left[0] -= 1
+    if left[0] < 0:
+        raise ConfigError(f"{source}: expands to more than {_MAX_VALUES:,} values (aliases)")
     if isinstance(node, str):
 
         def sub(m: re.Match[str]) -> str:
@@ -299,9 +319,9 @@ def _expand(node: Any, path: tuple[int | str, ...], source: str) -> Any:
 
         return _VAR.sub(sub, node)
     if isinstance(node, dict):
-        return {k: _expand(v, (*path, str(k)), source) for k, v in node.items()}
+        return {k: _expand(v, (*path, str(k)), source, left) for k, v in node.items()}
     if isinstance(node, list):
-        return [_expand(v, (*path, i), source) for i, v in enumerate(node)]
+        return [_expand(v, (*path, i), source, left) for i, v in enumerate(node)]
     return node
 
 
@@ -338,7 +358,7 @@ def load_sections(path: str | Path | None, *sections: str) -> GatewayConfig:
     source = str(path)
     raw = _parse_mapping(_read(path), source)
     picked = {name: raw[name] for name in sections if name in raw}
-    config = _validate(_expand(picked, (), source), source)
+    config = _validate(_expanded(picked, source), source)
     return database_from_env(config, source) if "database" in sections else config
 
 

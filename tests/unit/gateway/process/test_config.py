@@ -508,3 +508,42 @@ def test_config_load_warns_once_naming_the_unpriced_routes(
     warnings = [r for r in caplog.records if "no pricing" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].levelname == "WARNING"
     assert warnings[0].getMessage().endswith(f": {unpriced}")  # the priced ones are not named
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("models: [{id: a, route: [{kind: echo, weight: .inf}]}]", "models[0].route[0].weight"),
+        (
+            "models: [{id: a, route: [{kind: echo, pricing: {prompt: .inf, completion: 1}}]}]",
+            "models[0].route[0].pricing.prompt",
+        ),
+        ("database: {path: ''}", "database.path"),
+    ],
+    ids=["an-infinite-weight", "an-infinite-price", "an-empty-database-path"],
+)
+def test_a_value_no_setting_can_hold_is_refused_naming_it(text: str, path: str) -> None:
+    """Each was taken: an infinite weight crashed the routing admin's answer, an infinite
+    price the request log's batches (no JSON number holds it), an empty database path the
+    start (after the actors started) with a traceback."""
+    assert _error(text).startswith(f"gw.yaml: {path}: ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["chains: &c [*c]", "models: " + "[" * 5000 + "]" * 5000],
+    ids=["an-alias-holding-itself", "five-thousand-levels"],
+)
+def test_a_config_nested_past_reading_is_refused_in_one_line(text: str) -> None:
+    """Both ended in a RecursionError traceback (and, on a reload, a crash of its owner)."""
+    msg = _error(text)
+    assert msg.startswith("gw.yaml: nested too deeply") and "\n" not in msg
+
+
+def test_aliases_repeating_aliases_are_refused_before_they_expand() -> None:
+    """Six levels of ten aliases made a million values from 500 bytes (1.6 s, 81 MB); each
+    level more, ten times that."""
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    for n in range(1, 8):
+        lines.append(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]")
+    assert _error("\n".join(lines)) == "gw.yaml: expands to more than 1,000,000 values (aliases)"
