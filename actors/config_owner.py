@@ -207,6 +207,7 @@ class ConfigActor(Actor):
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         st = self._state
         config, version = self._load()  # raises InvalidRequestError: nothing changed
+        config, at_start = kept_at_start(st.config, config)
         await check_chains(self.ctx.bus, config, st.source)  # raises: nothing changed
         tree = self._build(config)
         changes = diff(st.tree, tree)
@@ -236,9 +237,40 @@ class ConfigActor(Actor):
         finally:
             st.config, st.version, st.tree = config, version, tree
         logger.info("config reloaded (version %s): %s", version, models)
+        if at_start:
+            logger.warning(
+                "config reload: %s changed but %s read at start only: restart to apply",
+                ", ".join(at_start),
+                "is" if len(at_start) == 1 else "are",
+            )
         warn_unpriced(config)
         return {
             "version": version,
             **models,
             "children": sorted(f"{c.kind} {c.label}" for c in done),
+            "restart_needed": at_start,
         }
+
+
+AT_START = ("database", "bus", "cluster", "telemetry")
+"""The config sections read at start only: a reload keeps them as the process started."""
+_RELOADED_SERVER_FIELDS = frozenset({"max_body_bytes", "max_upstream_answer_bytes"})
+
+
+def kept_at_start(running: GatewayConfig, new: GatewayConfig) -> tuple[GatewayConfig, list[str]]:
+    """``new`` with the sections read at start only (:data:`AT_START`) as ``running`` has
+    them, and the names of those (and of ``server``'s fields but the two a reload applies)
+    that ``new`` changes. A reload rebuilt the store, the keys and the limits from a changed
+    ``database``: API keys made in the one the process opened answered 401."""
+    changed = [name for name in AT_START if getattr(new, name) != getattr(running, name)]
+    server_fields = set(type(new.server).model_fields) - _RELOADED_SERVER_FIELDS
+    changed += sorted(
+        f"server.{name}"
+        for name in server_fields
+        if getattr(new.server, name) != getattr(running.server, name)
+    )
+    kept = {name: getattr(running, name) for name in AT_START if name in changed}
+    if any(name.startswith("server.") for name in changed):
+        bounds = {name: getattr(new.server, name) for name in _RELOADED_SERVER_FIELDS}
+        kept["server"] = running.server.model_copy(update=bounds)
+    return (new.model_copy(update=kept) if kept else new), changed

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from actors.admin import AdminArea
 from actors.base import Actor, ActorContext, Serve
-from actors.config_owner import ReloadFailedError, check_chains, model_changes, warn_unpriced
+from actors.config_owner import (
+    ReloadFailedError,
+    check_chains,
+    kept_at_start,
+    model_changes,
+    warn_unpriced,
+)
 from schemas import AdminCommand, ConfigChanged, GatewayError, subjects
 
 if TYPE_CHECKING:
@@ -98,6 +104,7 @@ class ClusterConfigActor(Actor):
 
     async def _reload(self, cmd: AdminCommand) -> dict[str, Any]:
         config, version = self._load()  # raises InvalidRequestError: nothing changed
+        config, at_start = kept_at_start(self._config, config)
         await check_chains(self.ctx.bus, config, self._source)  # raises: nothing changed
         old = self._config
         children = await self._apply(config, version)
@@ -115,7 +122,13 @@ class ClusterConfigActor(Actor):
             ),
         )
         logger.info("config reloaded on %s (version %s): %s", self._node_id, version, models)
-        return {"version": version, **models, "children": children, "node_id": self._node_id}
+        return {
+            "version": version,
+            **models,
+            "children": children,
+            "node_id": self._node_id,
+            "restart_needed": at_start,
+        }
 
     async def _follow(self, announced: ConfigChanged) -> None:
         """Run what this host's file says now, when that is not what it runs."""
@@ -130,7 +143,7 @@ class ClusterConfigActor(Actor):
                     version,
                     announced.version,
                 )
-            await self._apply(config, version)
+            await self._apply(kept_at_start(self._config, config)[0], version)
         except GatewayError as err:
             logger.error("config reload not followed on %s: %s", self._node_id, err.message)
             return
