@@ -274,13 +274,16 @@ def _validation_message(err: ErrorDetails) -> str:
 
 
 def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
-    """Render a pydantic location as ``models[2].route[0].weight``."""
+    """Render a pydantic location as ``models[2].route[0].weight``. A key no config field
+    could be named (an unknown one: a secret pasted where a key goes, a line break that
+    would forge a log line) reads ``<a key>``, as no text of the file is quoted."""
     out = ""
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += f".{part}" if out else str(part)
+            name = part if _NAMEABLE_KEY.fullmatch(part) else "<a key>"
+            out += f".{name}" if out else name
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -547,3 +548,13 @@ def test_aliases_repeating_aliases_are_refused_before_they_expand() -> None:
     for n in range(1, 8):
         lines.append(f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]")
     assert _error("\n".join(lines)) == "gw.yaml: expands to more than 1,000,000 values (aliases)"
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-proj-SUPERSECRETKEY123", "evil\nINFO fake log line"], ids=["a-secret", "a-line"]
+)
+def test_an_unknown_key_no_field_could_be_named_is_not_quoted(key: str) -> None:
+    """The refusal quoted it: a secret pasted where a key goes reached stderr, the reload's
+    answer and the log, and a line break forged a second log line."""
+    msg = _error(f"models: [{{id: a, route: [{{kind: echo, {json.dumps(key)}: 1}}]}}]")
+    assert msg == "gw.yaml: models[0].route[0].<a key>: Extra inputs are not permitted"
