@@ -23,8 +23,10 @@ from schemas.process_config import (
     DashboardConfig,
     DatabaseConfig,
     EventsConfig,
+    FilledPrintable,
     LogConfig,
     MetricsConfig,
+    Printable,
     ServerConfig,
     Strict,
     TelemetryConfig,
@@ -80,8 +82,8 @@ __all__ = [
 class ModelConfig(Strict):
     """A public model id and the routes that serve it (spec: the model-registry entry)."""
 
-    id: str = Field(min_length=1)
-    aliases: tuple[str, ...] = ()
+    id: FilledPrintable
+    aliases: tuple[Printable, ...] = ()
     router: str | None = None
     router_params: dict[str, Any] = Field(default_factory=dict)
     route: tuple[RouteConfig, ...] = ()
@@ -271,7 +273,7 @@ class GatewayConfig(Strict):
     metrics: MetricsConfig = MetricsConfig()
     auth: Literal["auto", "required"] = "auto"
     auth_cache_seconds: float = Field(default=5.0, ge=0)
-    admin_key: str | None = Field(default=None, repr=False)
+    admin_key: Printable | None = Field(default=None, repr=False)
     models: tuple[ModelConfig, ...] = ()
     chains: tuple[ChainConfig, ...] = ()
     steering: SteeringConfig = SteeringConfig()

@@ -5,9 +5,11 @@ pydantic models that forbid unknown keys; ``schemas.config`` gathers them into t
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.names import has_unprintable
 
 MAX_UPSTREAM_ANSWER_BYTES = 256 * 1024 * 1024
 """The default of ``server.max_upstream_answer_bytes``. The largest legitimate whole answer
@@ -16,6 +18,21 @@ about 130 MB written compactly, about 195 MB as OpenAI writes it (a float per in
 line); chat answers are at most a few MiB."""
 MAX_BUSY_POLL_US = 10_000
 """The most ``server.busy_poll_us`` may be: a longer window is spinning, not polling."""
+
+
+def _printable(value: str) -> str:
+    if has_unprintable(value):
+        # Never quoting it: it may be a secret.
+        raise ValueError("must not contain control characters or line separators")
+    return value
+
+
+Printable = Annotated[str, AfterValidator(_printable)]
+"""Text that goes into headers, log lines or ids: no control character, line separator or
+bidi override (a key with a line break made every request a 500; an id with one split the
+log's lines)."""
+FilledPrintable = Annotated[str, Field(min_length=1), AfterValidator(_printable)]
+""":data:`Printable`, and not empty."""
 
 
 class Strict(BaseModel):

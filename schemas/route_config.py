@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 from schemas.bedrock_settings import BedrockSettings
 from schemas.catalog import AllowanceConfig
 from schemas.pricing import Pricing
-from schemas.process_config import Strict
+from schemas.process_config import FilledPrintable, Printable, Strict
 
 UPSTREAM_KINDS = ("openai_compat", "anthropic", "echo", "azure_openai", "gemini", "bedrock")
 _LOCAL_HOSTS = frozenset({"localhost", "host.docker.internal"})
@@ -53,7 +53,7 @@ Role = Literal["free", "pro", "internal", "admin"]
 class ApiKeyConfig(Strict):
     """An upstream key with a reservation: only callers of ``min_role`` and above spend it."""
 
-    key: str = Field(min_length=1)
+    key: FilledPrintable
     min_role: Role = "free"
     free_allowance: AllowanceConfig | None = None  # for credential_choice least_remaining_quota
 
@@ -153,8 +153,8 @@ class RouteConfig(Strict):
     base_url: str = ""
     provider_model_id: str = ""
     # Secrets stay out of reprs; an empty key is refused, never read as "no credential".
-    api_key: str | None = Field(default=None, min_length=1, repr=False)
-    api_keys: tuple[str | ApiKeyConfig, ...] = Field(default=(), repr=False)
+    api_key: FilledPrintable | None = Field(default=None, repr=False)
+    api_keys: tuple[Printable | ApiKeyConfig, ...] = Field(default=(), repr=False)
     input_modalities: tuple[str, ...] = ("text",)
     context_window: int | None = Field(default=None, gt=0)
     timeout_seconds: float = Field(default=600.0, gt=0)

@@ -150,7 +150,9 @@ _SCALAR_MEMBERS = frozenset({"str", "int", "float", "bool"})
 def _member(part: int | str) -> bool:
     """Whether a location part names a union's member (``str``, ``ApiKeyConfig``), which no
     config field does (fields are snake_case)."""
-    return isinstance(part, str) and (part in _SCALAR_MEMBERS or part[:1].isupper())
+    return isinstance(part, str) and (
+        part in _SCALAR_MEMBERS or part[:1].isupper() or part.startswith(("function-", "literal["))
+    )
 
 
 def _telling(errors: list[ErrorDetails]) -> tuple[ErrorDetails, int]:
@@ -279,6 +281,8 @@ def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
     would forge a log line) reads ``<a key>``, as no text of the file is quoted."""
     out = ""
     for part in loc:
+        if _member(part):  # a union's member (``str``, ``ApiKeyConfig``): no key of the file
+            continue
         if isinstance(part, int):
             out += f"[{part}]"
         else:

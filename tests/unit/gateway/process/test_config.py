@@ -558,3 +558,36 @@ def test_an_unknown_key_no_field_could_be_named_is_not_quoted(key: str) -> None:
     answer and the log, and a line break forged a second log line."""
     msg = _error(f"models: [{{id: a, route: [{{kind: echo, {json.dumps(key)}: 1}}]}}]")
     assert msg == "gw.yaml: models[0].route[0].<a key>: Extra inputs are not permitted"
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ('models: [{id: "m\\nx", route: [{kind: echo}]}]', "models[0].id"),
+        ('models: [{id: a, aliases: ["b\\u202e"], route: [{kind: echo}]}]', "models[0].aliases[0]"),
+        ('admin_key: "adm\\nxyz"', "admin_key"),
+        (
+            'models: [{id: a, route: [{kind: openai_compat, base_url: "http://x", '
+            'api_key: "sk-1\\nfoo"}]}]',
+            "models[0].route[0].api_key",
+        ),
+        (
+            'models: [{id: a, route: [{kind: openai_compat, base_url: "http://x", '
+            'api_keys: ["sk-1", "sk-2\\r"]}]}]',
+            "models[0].route[0].api_keys[1]",
+        ),
+        (
+            'models: [{id: a, route: [{kind: openai_compat, base_url: "http://x", '
+            'api_keys: [{key: "sk-1\\u0000"}]}]}]',
+            "models[0].route[0].api_keys[0].key",
+        ),
+    ],
+    ids=["a-model-id", "an-alias", "the-admin-key", "a-key", "a-pool-key", "a-reserved-key"],
+)
+def test_a_control_character_in_a_key_or_an_id_is_refused_without_quoting_it(
+    text: str, path: str
+) -> None:
+    """A key with a line break made every request a 500 (no header holds it), an admin key
+    with one could never match, an id with one split the reload's log lines."""
+    msg = _error(text)  # a pool's key may also be a mapping: that problem is counted too
+    assert msg.startswith(f"gw.yaml: {path}: must not contain control characters or line ")
