@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -591,3 +592,16 @@ def test_a_control_character_in_a_key_or_an_id_is_refused_without_quoting_it(
     with one could never match, an id with one split the reload's log lines."""
     msg = _error(text)  # a pool's key may also be a mapping: that problem is counted too
     assert msg.startswith(f"gw.yaml: {path}: must not contain control characters or line ")
+
+
+def test_the_readmes_configuration_reference_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It did not: one route gave ``pricing`` twice, a chain named a model the file does not
+    declare, and ``free_allowance`` showed a value the loader refuses (both counts null)."""
+    readme = (Path(__file__).parents[4] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Configuration reference") :]
+    start = section.index("```yaml\n") + len("```yaml\n")
+    text = section[start : section.index("```", start)]
+    for name in set(re.findall(r"\$\{([A-Z0-9_]+)\}", text)):
+        monkeypatch.setenv(name, "sk-readme-0123")
+    config = parse_config(text, source="README.md", routers=validate_strategy)
+    assert [model.id for model in config.models] == ["my-model"]
