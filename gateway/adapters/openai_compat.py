@@ -275,15 +275,16 @@ class _ChatStream:
             if event_data == _DONE:
                 self._done = True
                 break
-            # Text is decoded first and searched only when that fails (once a tool call came,
-            # searched first: most chunks then are calls). A call's chunk and the usage chunk
-            # are the dict path's; any other the type refused sends the stream's rest there.
+            # Text is decoded first, searched once that fails, or first where a failure (its
+            # exception) is likely: a stream that sent a tool call, a chunk ending in an object
+            # (the usage chunk). Those are the dict path's; any other refused sends the rest.
             calls = self._numbers is not None and event_data.find(_TOOL_CALLS) >= 0
-            if self._typed and not calls and (text := text_chunk(event_data)) is not None:
+            usage = event_data[-2:-1] == b"}" and event_data.find(_USAGE_OBJECT) >= 0
+            if self._typed and not (calls or usage) and (text := text_chunk(event_data)):
                 batch.append(text)  # the common chunk, checked by its type
                 continue
             calls = calls or event_data.find(_TOOL_CALLS) >= 0
-            self._typed = self._typed and (calls or event_data.find(_USAGE_OBJECT) >= 0)
+            self._typed = self._typed and (calls or usage or event_data.find(_USAGE_OBJECT) >= 0)
             try:
                 chunk = _chunk(self._target, event_data)
             except UpstreamError as exc:
