@@ -25,7 +25,7 @@ _END = b"\n\n"
 
 class FramesOfChunks:
     """A stream renderer's :meth:`feed_all` made of its own ``feed``: the frames of a batch
-    of chunks, in one piece (``openai_chat.ChatStream`` encodes a batch into one buffer)."""
+    of chunks appended to one buffer (``openai_chat.ChatStream`` encodes them into it)."""
 
     __slots__ = ()
 
@@ -33,9 +33,12 @@ class FramesOfChunks:
         """The frames of ``chunk`` (the renderer's own)."""
         raise NotImplementedError
 
-    def feed_all(self, chunks: Iterable[Chunk]) -> bytes:
-        """What :meth:`feed` gives each of ``chunks``, in one piece."""
-        return b"".join([frame for chunk in chunks for frame in self.feed(chunk)])
+    def feed_all(self, chunks: Iterable[Chunk], out: bytearray) -> None:
+        """Append what :meth:`feed` gives each of ``chunks`` to ``out`` (a chunk that raises
+        leaves the frames of those before it)."""
+        for chunk in chunks:
+            for frame in self.feed(chunk):
+                out += frame
 
 
 def first_choice(chat: JSON) -> tuple[JSON, JSON]:

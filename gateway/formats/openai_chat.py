@@ -334,13 +334,17 @@ class ChatStream:
         self._into(out, chunk)
         return [bytes(out)] if out else []
 
-    def feed_all(self, chunks: Iterable[Chunk]) -> bytes:
-        """What :meth:`feed` gives each of ``chunks``, in one piece: every frame encoded into
-        one buffer (a stream's relay writes a batch's frames at once)."""
-        out = bytearray()
+    def feed_all(self, chunks: Iterable[Chunk], out: bytearray) -> None:
+        """Append what :meth:`feed` gives each of ``chunks`` to ``out``, every frame encoded
+        into it (a stream's relay writes a batch's frames at once). A chunk that raises
+        leaves the frames of those before it."""
         for chunk in chunks:
-            self._into(out, chunk)
-        return bytes(out)
+            start = len(out)
+            try:
+                self._into(out, chunk)
+            except BaseException:
+                del out[start:]  # no half frame
+                raise
 
     def _into(self, out: bytearray, chunk: Chunk) -> None:
         if type(chunk) is TextChunk:  # text: no usage of its own, no START_USAGE

@@ -405,17 +405,16 @@ class Inference(Component):
     ) -> None:
         req = call.req
         outcome, failure = "success", None
-        unsent: list[bytes] = []  # rendered frames not yet written
+        unsent = bytearray()  # rendered frames not yet written
         internal = False  # the relay itself failed (logged already)
         try:
             await req.start(200, [*_SSE_HEADERS, *self._headers(call, stream.candidate.endpoint)])
             async for batch in stream.batches():
                 # One write per upstream read (a client send costs far more than the frames),
                 # and the last read's frames go out with the end of the answer.
-                if frames := renderer.feed_all(batch):
-                    unsent.append(frames)
+                renderer.feed_all(batch, unsent)
                 if unsent and not batch.last:
-                    await req.chunk(b"".join(unsent))
+                    await req.chunk(bytes(unsent))
                     unsent.clear()
             tail = renderer.finish()
         except UpstreamError as err:
@@ -441,7 +440,7 @@ class Inference(Component):
                 await stream.close(outcome, failure)
                 raise
         try:
-            await req.chunk(b"".join([*unsent, *tail]), more=False)
+            await req.chunk(b"".join([unsent, *tail]), more=False)
         except Exception:
             if not internal:
                 raise

@@ -30,8 +30,9 @@ class StreamRenderer(Protocol):
     """Turns canonical chunks into this surface's SSE frames."""
 
     def feed(self, chunk: Chunk) -> list[bytes]: ...
-    def feed_all(self, chunks: Iterable[Chunk]) -> bytes:
-        """What ``feed`` gives each of ``chunks``, in one piece (a batch's frames)."""
+    def feed_all(self, chunks: Iterable[Chunk], out: bytearray) -> None:
+        """Append what ``feed`` gives each of ``chunks`` to ``out`` (a batch's frames); a
+        chunk that raises leaves the frames of those before it."""
         ...
 
     def finish(self) -> list[bytes]: ...

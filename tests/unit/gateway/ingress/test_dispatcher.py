@@ -706,7 +706,7 @@ class _Unrenderable:
     def feed(self, chunk: JSON) -> list[bytes]:
         raise KeyError("choices")
 
-    def feed_all(self, chunks: list[JSON]) -> bytes:
+    def feed_all(self, chunks: list[JSON], out: bytearray) -> None:
         raise KeyError("choices")
 
     def finish(self) -> list[bytes]:
