@@ -83,7 +83,7 @@ class ModelConfig(Strict):
     """A public model id and the routes that serve it (spec: the model-registry entry)."""
 
     id: FilledPrintable
-    aliases: tuple[Printable, ...] = ()
+    aliases: tuple[FilledPrintable, ...] = ()
     router: str | None = None
     router_params: dict[str, Any] = Field(default_factory=dict)
     route: tuple[RouteConfig, ...] = ()
@@ -138,7 +138,7 @@ class HealthCheckConfig(Strict):
 
     enabled: bool = False
     interval_seconds: float = Field(default=10.0, gt=0)
-    path: str = "/health"
+    path: str = Field(default="/health", pattern=r"^/")
     timeout_seconds: float = Field(default=2.0, gt=0)
 
 

@@ -155,7 +155,7 @@ class RouteConfig(Strict):
     # Secrets stay out of reprs; an empty key is refused, never read as "no credential".
     api_key: FilledPrintable | None = Field(default=None, repr=False)
     api_keys: tuple[Printable | ApiKeyConfig, ...] = Field(default=(), repr=False)
-    input_modalities: tuple[str, ...] = ("text",)
+    input_modalities: tuple[Literal["text", "image", "audio", "file"], ...] = ("text",)
     context_window: int | None = Field(default=None, gt=0)
     timeout_seconds: float = Field(default=600.0, gt=0)
     connect_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -605,3 +605,21 @@ def test_the_readmes_configuration_reference_loads(monkeypatch: pytest.MonkeyPat
         monkeypatch.setenv(name, "sk-readme-0123")
     config = parse_config(text, source="README.md", routers=validate_strategy)
     assert [model.id for model in config.models] == ["my-model"]
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        (
+            "models: [{id: a, route: [{kind: echo, input_modalities: [text, images]}]}]",
+            "models[0].route[0].input_modalities[1]",
+        ),
+        ("models: [{id: a, aliases: [''], route: [{kind: echo}]}]", "models[0].aliases[0]"),
+        ("routing: {health_check: {path: health}}", "routing.health_check.path"),
+    ],
+    ids=["an-unknown-modality", "an-empty-alias", "a-probe-path-without-its-slash"],
+)
+def test_a_setting_that_would_do_nothing_is_refused_naming_it(text: str, path: str) -> None:
+    """Each was taken without a word: a route given ``images`` never took an image request,
+    no request can name an empty alias, a probe of ``health`` asked no path of the server."""
+    assert _error(text).startswith(f"gw.yaml: {path}: ")
