@@ -52,7 +52,7 @@ from schemas import (
     subjects,
 )
 from schemas.keys import ROLES
-from schemas.names import SECRET_MAX_CHARS, has_unprintable
+from schemas.names import SECRET_MAX_CHARS, checked_text
 
 if TYPE_CHECKING:
     from actors.base import ActorContext
@@ -109,18 +109,7 @@ def text_arg(
     value = cmd.args.get(name)
     if value is None and not required:
         return ""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequestError(f"'{name}' must be a non-empty string", param=name)
-    value = value.strip()
-    if len(value) > max_chars:
-        raise InvalidRequestError(
-            f"'{name}' must be at most {max_chars} characters (got {len(value)})", param=name
-        )
-    if has_unprintable(value):
-        raise InvalidRequestError(
-            f"'{name}' must not contain control characters or line separators", param=name
-        )
-    return value
+    return checked_text(value, name, max_chars)
 
 
 def number_arg(cmd: AdminCommand, name: str, *, low: float, high: float) -> float:

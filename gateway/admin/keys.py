@@ -33,7 +33,7 @@ from gateway.http.request import HttpRequest
 from schemas import InvalidRequestError, RouteNotFoundError
 from schemas.config import credential_id
 from schemas.keys import hash_key
-from schemas.names import SECRET_MAX_CHARS, has_unprintable
+from schemas.names import SECRET_MAX_CHARS, checked_text
 
 if TYPE_CHECKING:
     from bus import Bus
@@ -114,7 +114,9 @@ class AdminKeys:
         if "key" in args:
             # A reservation needs only the hash: the secret stays on this ingress, checked
             # here as the owner checks a key added (it never sees this one).
-            args["credential_id"] = credential_id(_secret(args.pop("key")))
+            args["credential_id"] = credential_id(
+                checked_text(args.pop("key"), "key", SECRET_MAX_CHARS)
+            )
         await req.respond(200, _encode(await self._command(req, "provider_keys", "reserve", args)))
 
     # -- helpers ------------------------------------------------------------------------
@@ -127,20 +129,3 @@ class AdminKeys:
         return await admin_request(
             self._bus, area, verb, args, by=by, timeout=ADMIN_TIMEOUT_S, request_id=req.request_id
         )
-
-
-def _secret(value: Any) -> str:
-    """A provider key given to reserve, stripped. Raises InvalidRequestError naming ``key``
-    (never quoting it) for one ``provider-keys add`` would refuse."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequestError("'key' must be a non-empty string", param="key")
-    key = value.strip()
-    if len(key) > SECRET_MAX_CHARS:
-        raise InvalidRequestError(
-            f"'key' must be at most {SECRET_MAX_CHARS} characters (got {len(key)})", param="key"
-        )
-    if has_unprintable(key):
-        raise InvalidRequestError(
-            "'key' must not contain control characters or line separators", param="key"
-        )
-    return key
