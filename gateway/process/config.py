@@ -87,12 +87,16 @@ def _read(path: str | Path) -> str:
 def _parse_mapping(text: str, source: str) -> dict[str, Any]:
     """The YAML document as a mapping. Raises ConfigError that never quotes the text."""
     try:
-        raw = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+        raw = yaml.load(text, Loader=_UniqueKeyLoader)
     except RecursionError:  # thousands of levels of brackets
         raise ConfigError(f"{source}: nested too deeply") from None
     except yaml.YAMLError as exc:
         # ``from None``: the parser's own text (in a chained traceback) quotes the line.
         raise ConfigError(f"{source}: {yaml_problem(exc, text)}") from None
+    if raw is None:
+        # Most often a file caught half written (an editor's save, a deploy's copy): read as
+        # all defaults, a reload would have removed every model and key. ``{}`` says it.
+        raise ConfigError(f"{source}: the file holds no settings (write {{}} for the defaults)")
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: the top level must be a mapping")
     return raw

@@ -55,3 +55,22 @@ async def test_a_reload_keeps_the_database_it_started_with_and_says_a_restart_is
     assert not (tmp_path / "second.sqlite3").exists()
     assert reloaded.json()["restart_needed"] == ["database", "server.port"]
     assert again.json()["restart_needed"] == ["database", "server.port"]  # until a restart
+
+
+@pytest.mark.parametrize("text", ["", "# being rewritten\n"])
+async def test_a_reload_of_a_file_with_no_settings_is_refused_and_the_models_keep_serving(
+    gateway_factory: GatewayFactory, tmp_path: Path, text: str
+) -> None:
+    # An editor's save or a deploy's copy caught half written: read as all defaults, the
+    # reload removed every model and the admin key with them.
+    path = tmp_path / "gw.yaml"
+    gw = await gateway_factory(config(_ECHO, admin_key=ADMIN), config_path=path)
+    http = gw.http()
+
+    path.write_text(text)
+    refused = await http.post("/admin/config/reload", json={}, headers=AUTH)
+    served = await http.post(CHAT, json=chat("m"), headers=AUTH)
+
+    assert refused.status_code == 400, refused.text
+    assert "holds no settings" in refused.json()["error"]["message"]
+    assert served.status_code == 200, served.text
