@@ -331,6 +331,13 @@ def main(argv: list[str] | None = None) -> int:
         help="cProfile each mode's measured "
         "requests into FILE.MODE (the Python functions callgrind cannot name)",
     )
+    parser.add_argument(
+        "--chunks",
+        type=int,
+        default=3,
+        help="content deltas in each streamed answer (3; two counts apart tell what a stream "
+        "costs per chunk from what it costs once)",
+    )
     parser.add_argument("--out-dir", default=os.path.join(tempfile.gettempdir(), "request_cost"))
     args = parser.parse_args(argv)
     if args.requests is None:
@@ -340,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
         return _under_callgrind(argv, args)
     port = _free_port()
     upstream = subprocess.Popen(
-        [sys.executable, "-m", "tests.fixtures.upstream", "--port", str(port), "--mode", "fast"],
+        [
+            *(sys.executable, "-m", "tests.fixtures.upstream", "--port", str(port)),
+            *("--mode", "fast", "--chunks", str(args.chunks)),
+        ],
         stdout=subprocess.DEVNULL,
     )
     sink = _otlp_sink(args.requests) if args.telemetry else None
