@@ -79,6 +79,17 @@ def header_text(value: str) -> str:
         return value
 
 
+def _one_credential(headers: Iterable[tuple[bytes, bytes]]) -> None:
+    """Raise InvalidRequestError when ``headers`` hold ``authorization`` or ``x-api-key``
+    more than once."""
+    names = [name.lower() for name, _ in headers]
+    for name in (b"authorization", b"x-api-key"):
+        if names.count(name) > 1:
+            raise InvalidRequestError(
+                f"the request has more than one {name.decode()} header: send one key"
+            )
+
+
 class HttpRequest:
     """One HTTP exchange: the scope, its headers decoded (``headers``: lower-case name ->
     value, the last one wins), whether the answer started, and the id the gateway gave the
@@ -88,6 +99,7 @@ class HttpRequest:
     __slots__ = (
         "_after",
         "_body_read",
+        "_repeated",
         "body_timeout",
         "extra_headers",
         "headers",
@@ -116,9 +128,11 @@ class HttpRequest:
         self.extra_headers: list[tuple[bytes, bytes]] = []
         """Headers every answer to this exchange carries (a limited key's rate headers)."""
         # Decoded at once: every request the gateway serves reads one (its key, at least).
+        raw = scope.get("headers", ())
         self.headers: dict[str, str] = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw
         }
+        self._repeated = len(self.headers) < len(raw)  # some header came more than once
         self._after = _KEEP
         self._body_read = False
 
@@ -166,7 +180,10 @@ class HttpRequest:
 
     def bearer_token(self) -> str | None:
         """The credential presented: ``Authorization: Bearer <token>``, else ``x-api-key``,
-        else None."""
+        else None. Raises InvalidRequestError when either header came more than once: which
+        one a proxy in front checked is unknown, so neither is taken."""
+        if self._repeated:
+            _one_credential(self.scope["headers"])
         auth = self.header("authorization")
         if auth and auth[:7].lower() == "bearer ":
             return auth[7:].strip() or None

@@ -175,6 +175,48 @@ async def test_messages_surface_takes_x_api_key_and_refuses_in_the_anthropic_sha
     assert body["type"] == "error" and body["error"]["type"] == "authentication_error"
 
 
+async def test_a_request_with_two_keys_is_refused_in_its_shape_whichever_comes_first(
+    gateway_factory: GatewayFactory,
+    fake_upstream: FakeUpstream,
+    tmp_path: Path,
+) -> None:
+    # A proxy in front that checked one of two credential headers, the gateway taking the
+    # other: neither is taken. (The last one used to win, a valid key behind a wrong one.)
+    (key,) = await create_keys(tmp_path, "free")
+    gw = await gateway_factory(one_model(tmp_path, fake_upstream))
+    http = gw.http()
+    chat = {"model": "m", "messages": HI}
+    message = {"model": "m", "max_tokens": 16, "messages": HI}
+    sent_before = len(fake_upstream.requests)
+
+    answers = [
+        await http.post("/v1/chat/completions", json=chat, headers=pair)
+        for pair in (
+            [("authorization", f"Bearer {key}"), ("authorization", "Bearer llmgw-wrong")],
+            [("authorization", "Bearer llmgw-wrong"), ("Authorization", f"Bearer {key}")],
+        )
+    ]
+    anthropic_answer = await http.post(
+        "/v1/messages",
+        json=message,
+        headers=[("x-api-key", "llmgw-wrong"), ("x-api-key", key)],
+    )
+    admin_answer = await http.get(
+        "/admin/keys",
+        headers=[("authorization", f"Bearer {ADMIN}"), ("authorization", f"Bearer {key}")],
+    )
+
+    for answer in (*answers, admin_answer):
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["type"] == "invalid_request_error"
+        assert "more than one authorization header" in answer.json()["error"]["message"]
+    assert anthropic_answer.status_code == 400, anthropic_answer.text
+    assert anthropic_answer.json()["type"] == "error"
+    assert "more than one x-api-key header" in anthropic_answer.json()["error"]["message"]
+    assert len(fake_upstream.requests) == sent_before
+    assert (await ask(gw.openai(key))).choices[0].message.content  # one key still serves
+
+
 async def test_required_role_hides_a_model_from_lower_roles(
     gateway_factory: GatewayFactory,
     fake_upstream: FakeUpstream,
