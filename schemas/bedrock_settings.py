@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from schemas.process_config import Strict
 
 # ARN resources whose id shows the model (``foundation-model/meta.llama3-...``, a system
 # inference profile ``inference-profile/us.anthropic.claude-...``); the others (application
@@ -12,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 _NAMING_ARN_RESOURCES = ("foundation-model/", "inference-profile/")
 
 
-class BedrockSettings(BaseModel):
+class BedrockSettings(Strict):
     """Where a ``bedrock`` route signs for, which credential chain it uses, and what model
     family an opaque model id is.
 
@@ -24,8 +26,6 @@ class BedrockSettings(BaseModel):
     ARN, whose id does not show it; ``anthropic`` makes the route send Claude's thinking as
     for an ``anthropic.*`` id. Unset, the family is read from the model id.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$")
     profile: str | None = Field(default=None, min_length=1)

@@ -13,9 +13,10 @@ import math
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from schemas.names import shown
+from schemas.process_config import Strict
 
 AUTO = "auto"
 AXES = ("smartest", "fastest", "cheapest", "reliable")
@@ -75,18 +76,14 @@ def weights_problem(weights: tuple[float, float, float]) -> str | None:
     return None
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class PriceConfig(_Strict):
+class PriceConfig(Strict):
     """What a model costs, per million tokens."""
 
     input_per_mtok: float = Field(default=0.0, ge=0)
     output_per_mtok: float = Field(default=0.0, ge=0)
 
 
-class AllowanceConfig(_Strict):
+class AllowanceConfig(Strict):
     """A monthly free allowance (calendar month, UTC): tokens, requests, or both."""
 
     monthly_tokens: int | None = Field(default=None, gt=0)
@@ -99,7 +96,7 @@ class AllowanceConfig(_Strict):
         return self
 
 
-class CatalogConfig(_Strict):
+class CatalogConfig(Strict):
     """A model's catalogue entry. Defaults are neutral: tier 1, rank 1, no price (it ranks
     after priced models on ``auto:cheapest``), no free allowance."""
 
@@ -110,14 +107,14 @@ class CatalogConfig(_Strict):
     enabled: bool = True
 
 
-class ChainModelConfig(_Strict):
+class ChainModelConfig(Strict):
     """One position of a chain."""
 
     model: str = Field(min_length=1)
     enabled: bool = True
 
 
-class ChainConfig(_Strict):
+class ChainConfig(Strict):
     """A named chain declared in the config (admin commands may change it afterwards)."""
 
     name: str
@@ -139,7 +136,7 @@ class ChainConfig(_Strict):
         return tuple(ChainModelConfig(model=m) if isinstance(m, str) else m for m in self.models)
 
 
-class GuardrailsConfig(_Strict):
+class GuardrailsConfig(Strict):
     """The two multipliers every scored ordering applies (spec "Guardrails and settings")."""
 
     allowance_threshold: float = Field(default=0.8, ge=0, le=1)
@@ -148,7 +145,7 @@ class GuardrailsConfig(_Strict):
     rate_limit_decay_seconds: float = Field(default=300.0, gt=0)
 
 
-class SteeringConfig(_Strict):
+class SteeringConfig(Strict):
     """How ``auto`` is steered: the active chain, the scoring profile, guardrails and the
     exploration probability."""
 

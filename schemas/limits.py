@@ -25,10 +25,11 @@ import re
 from typing import Any, Literal
 
 import msgspec
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from schemas.errors import InvalidRequestError
 from schemas.keys import ROLES, shown
+from schemas.process_config import Strict
 
 SUBJECT_KINDS = ("key", "user", "org", "role")
 PERIODS = ("day", "week", "month")
@@ -311,7 +312,7 @@ class LeaseExpired(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     ts: float = 0.0
 
 
-class LimitsConfig(BaseModel):
+class LimitsConfig(Strict):
     """``limits:`` in the config: how the ingress asks the limits' owner.
 
     ``fail_open``: when the owner does not answer within ``decision_timeout_seconds``, admit
@@ -321,8 +322,6 @@ class LimitsConfig(BaseModel):
     ``lease_ttl_seconds``: a lease not renewed for this long is released (its ingress died).
     ``snapshot_seconds``: how often the owner saves its counters when they changed.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     fail_open: bool = False
     decision_timeout_seconds: float = Field(default=1.0, gt=0)

@@ -7,12 +7,14 @@ the two never disagree on what a token costs.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from schemas.process_config import Strict
 
 PER_MILLION = 1_000_000.0
 
 
-class Pricing(BaseModel):
+class Pricing(Strict):
     """USD per million tokens: prompt (uncached input), completion, cache reads and writes.
 
     ``input_cache_reads`` / ``input_cache_writes`` default to the prompt price: a route that
@@ -21,8 +23,6 @@ class Pricing(BaseModel):
     input price, where 5-minute writes are 1.25x); it defaults to the ``input_cache_writes``
     price, so a route that declares none bills them as it did before it existed.
     """
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     prompt: float = Field(default=0.0, ge=0)
     completion: float = Field(default=0.0, ge=0)

@@ -5,9 +5,18 @@ pydantic models that forbid unknown keys; ``schemas.config`` gathers them into t
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import functools
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from schemas.names import has_unprintable
 
@@ -35,10 +44,51 @@ FilledPrintable = Annotated[str, Field(min_length=1), AfterValidator(_printable)
 """:data:`Printable`, and not empty."""
 
 
+def _takes_a_number(annotation: Any) -> bool:
+    """Whether a field of type ``annotation`` takes an int or a float and never a bool."""
+    if get_origin(annotation) is Annotated:
+        return _takes_a_number(get_args(annotation)[0])
+    members = (
+        get_args(annotation)
+        if get_origin(annotation) in (Union, types.UnionType)
+        else (annotation,)
+    )
+    if bool in members:
+        return False
+    return any(m in (int, float) or _takes_a_number_member(m) for m in members)
+
+
+def _takes_a_number_member(member: Any) -> bool:
+    return get_origin(member) is Annotated and _takes_a_number(member)
+
+
+@functools.cache
+def _number_keys(model: type[BaseModel]) -> tuple[str, ...]:
+    """The keys of ``model``'s fields that take a number (a field's alias when it has one)."""
+    return tuple(
+        field.alias or name
+        for name, field in model.model_fields.items()
+        if _takes_a_number(field.annotation)
+    )
+
+
 class Strict(BaseModel):
-    """A settings block: unknown keys refused, frozen once read."""
+    """A settings block: unknown keys refused, frozen once read, and a number never given as
+    true or false (pydantic reads those as 1 and 0: ``port: true`` listened on port 1, a
+    YAML ``max_attempts: yes`` was one attempt)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_not_booleans(cls, data: Any) -> Any:
+        # On the block, not its fields: a field validator of every field would be one of a
+        # union's discriminator too, which pydantic refuses.
+        if isinstance(data, dict):
+            for key in _number_keys(cls):
+                if type(data.get(key)) is bool:
+                    raise ValueError(f"{key} takes a number, not true or false")
+        return data
 
 
 class ServerConfig(Strict):

@@ -623,3 +623,35 @@ def test_a_setting_that_would_do_nothing_is_refused_naming_it(text: str, path: s
     """Each was taken without a word: a route given ``images`` never took an image request,
     no request can name an empty alias, a probe of ``health`` asked no path of the server."""
     assert _error(text).startswith(f"gw.yaml: {path}: ")
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("server: {port: true}", "server: port"),
+        ("routing: {failover: {max_attempts: yes}}", "routing.failover: max_attempts"),
+        ("limits: {decision_timeout_seconds: false}", "limits: decision_timeout_seconds"),
+        ("models: [{id: a, route: [{kind: echo, weight: true}]}]", "models[0].route[0]: weight"),
+        (
+            "models: [{id: a, route: [{kind: echo, pricing: {prompt: true}}]}]",
+            "models[0].route[0].pricing: prompt",
+        ),
+        (
+            "models: [{id: a, catalog: {price: {input_per_mtok: no}}, route: [{kind: echo}]}]",
+            "models[0].catalog.price: input_per_mtok",
+        ),
+    ],
+)
+def test_config_refuses_true_or_false_where_a_number_goes(text: str, where: str) -> None:
+    # pydantic reads them as 1 and 0: ``port: true`` listened on port 1, and a YAML ``yes``
+    # (a boolean in YAML 1.1) was one attempt.
+    assert _error(text) == f"gw.yaml: {where} takes a number, not true or false"
+
+
+def test_config_still_takes_numbers_and_booleans_where_they_go() -> None:
+    config = parse_config(
+        "server: {port: 8081}\nrouting: {affinity: {enabled: yes}, failover: {max_attempts: 2}}"
+    )
+    assert config.server.port == 8081
+    assert config.routing.affinity.enabled is True
+    assert config.routing.failover.max_attempts == 2
