@@ -21,10 +21,11 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 
 from schemas.config import DatabaseConfig, GatewayConfig, RoutingConfig
 
@@ -279,13 +280,37 @@ def _validation_message(err: ErrorDetails) -> str:
     return msg
 
 
+def _tagged_fields(model: type[BaseModel], seen: set[type[BaseModel]]) -> set[str]:
+    """The fields of ``model`` and of the blocks under it that hold a tagged union (whose
+    member pydantic names by its tag in a location: ``quota_source.local.window``)."""
+    seen.add(model)
+    tagged: set[str] = set()
+    for name, field in model.model_fields.items():
+        pending: list[Any] = [field, field.annotation]
+        while pending:  # the type's members and their ``Annotated`` metadata, all the way down
+            kind = pending.pop()
+            if isinstance(kind, FieldInfo):
+                if kind.discriminator is not None:
+                    tagged.add(name)
+                continue
+            pending += get_args(kind)
+            if isinstance(kind, type) and issubclass(kind, BaseModel) and kind not in seen:
+                tagged |= _tagged_fields(kind, seen)
+    return tagged
+
+
+_TAGGED_FIELDS = frozenset(_tagged_fields(GatewayConfig, set()))
+
+
 def format_path(loc: tuple[int | str, ...] | list[int | str]) -> str:
     """Render a pydantic location as ``models[2].route[0].weight``. A key no config field
     could be named (an unknown one: a secret pasted where a key goes, a line break that
     would forge a log line) reads ``<a key>``, as no text of the file is quoted."""
     out = ""
+    previous: int | str | None = None
     for part in loc:
-        if _member(part):  # a union's member (``str``, ``ApiKeyConfig``): no key of the file
+        tag, previous = previous in _TAGGED_FIELDS, part
+        if tag or _member(part):  # a union's member (``str``, ``ApiKeyConfig``, a tag): no key
             continue
         if isinstance(part, int):
             out += f"[{part}]"

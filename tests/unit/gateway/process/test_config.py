@@ -655,3 +655,10 @@ def test_config_still_takes_numbers_and_booleans_where_they_go() -> None:
     assert config.server.port == 8081
     assert config.routing.affinity.enabled is True
     assert config.routing.failover.max_attempts == 2
+
+
+def test_config_paths_into_a_tagged_union_name_no_tag() -> None:
+    # pydantic puts the member's tag after the field (``quota_source.local.limit``): no key
+    # of the file, as a union member's type name is none.
+    msg = _error("models: [{id: a, route: [{kind: echo, quota_source: {kind: local, limit: 5}}]}]")
+    assert msg.startswith("gw.yaml: models[0].route[0].quota_source.limit: Extra inputs")
