@@ -35,7 +35,8 @@ dropped, counted (:attr:`LogOutbox.dropped`) and logged. A clean stop sends what
 before the bus closes (for at most :data:`CLOSE_WAIT_S`); an ingress killed with rows still
 unacknowledged loses those (at most its last ``flush_ms`` or so of traffic). Once the bus is
 closed (a ``--workers`` worker whose supervisor died took its private nats-server and the store
-with it) nothing is sent or kept for later: the stop logs the rows lost.
+with it) nothing is sent or kept for later: the stop logs the rows lost. A row no bus can carry
+is dropped once a send fails, not sent again for ever (``log_rows``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import anyio
 from gateway.auth.admin_access import CALLER_SCOPE_KEY
 from gateway.http.errors import error_code, http_status
 from gateway.http.request import bounded
+from gateway.ingress import log_rows
 from gateway.ingress.surfaces import MESSAGES
 from schemas import (
     GatewayError,
@@ -420,18 +422,7 @@ class LogOutbox:
             await task
         if not self.waiting:
             return
-        # Rows never sent are lost for sure. A batch sent and not acknowledged is lost too
-        # unless the store committed it and its answer was what got lost (then it is in the
-        # log): no one can say which once the store is out of reach.
-        unsent, sent = self._queued_rows, self.waiting - self._queued_rows
-        parts = [f"{unsent} never sent: lost"] if unsent else []
-        if sent:
-            parts.append(f"{sent} sent: lost unless the store committed them before it went")
-        logger.error(
-            "request log: %d rows not acknowledged by the store at stop (%s)",
-            self.waiting,
-            "; ".join(parts),
-        )
+        logger.error("%s", log_rows.lost_at_stop(self.waiting, unsent=self._queued_rows))
 
     async def _run(self) -> None:
         while True:
@@ -448,6 +439,8 @@ class LogOutbox:
                 self._batch = self._next_batch()
             if await self._send(self._batch):
                 self._batch = None
+            elif (kept := self._carried(self._batch)) is not self._batch:
+                self._batch = kept  # what a bus can carry of it goes at once
             elif self._closing or self._bus.closed:
                 return  # stopping, or the bus is gone: no store takes the rows now
             else:
@@ -471,6 +464,13 @@ class LogOutbox:
         return LogAppend(
             sender=self.sender, seq=self._seq, requests=tuple(requests), attempts=tuple(attempts)
         )
+
+    def _carried(self, batch: LogAppend) -> LogAppend | None:
+        kept, left_out = log_rows.carried(batch)
+        if left_out:
+            self.dropped += left_out
+            logger.error("request log: %d rows dropped: no bus message can carry them", left_out)
+        return kept
 
     async def _send(self, batch: LogAppend) -> bool:
         """True once the store acknowledged ``batch`` (committed now or before)."""

@@ -150,3 +150,41 @@ async def test_a_stop_with_a_batch_sent_and_unanswered_says_the_store_may_hold_i
         "request log: 4 rows not acknowledged by the store at stop (2 never sent: lost; "
         "2 sent: lost unless the store committed them before it went)"
     ]
+
+
+async def test_a_row_no_bus_can_carry_is_dropped_and_the_rows_around_it_are_committed(
+    tmp_path: Path,
+) -> None:
+    # An attempt whose status was an upstream's ``"code": true``: sent again for ever, it held
+    # back every row after it until the ingress stopped.
+    bus = InProcessBus()
+    outbox = LogOutbox(bus, LogConfig(flush_ms=10))
+    path = tmp_path / "log.db"
+    done, _ = _request(1)
+    unreadable = Observation(
+        endpoint="m:a", model="m", outcome="failure", request_id="r1", status=True
+    )
+    store = StoreActor(str(path), LogConfig(flush_ms=10))
+    try:
+        with log_lines("gateway.ingress.accounting", logging.ERROR) as lines:
+            async with anyio.create_task_group() as tg:
+                await tg.start(store.run, bus)
+                outbox.add(*_request(0))
+                outbox.add(done, (unreadable,))
+                outbox.add(*_request(2))
+                outbox.start()
+                await _drained(outbox)
+                outbox.add(*_request(3))  # and the next request goes straight through
+                await _drained(outbox)
+                store.request_stop()
+    finally:
+        await outbox.aclose()
+        await bus.aclose()
+    assert outbox.dropped == 1
+    assert any("1 rows dropped: no bus message can carry them" in line for line in lines.messages)
+    assert _kinds(path) == [
+        (f"r{i}", kind)
+        for i in range(4)
+        for kind in ("attempt", "request")
+        if (i, kind) != (1, "attempt")
+    ]
