@@ -212,7 +212,9 @@ class UpstreamError(GatewayError):
     ) -> None:
         super().__init__(message, retry_after=retry_after)
         self.endpoint = endpoint
-        self.status = status
+        # Only an int: an upstream's ``"code": true`` taken for one made an observation that
+        # no bus could carry, which held back every request-log row after it.
+        self.status = status if type(status) is int else None
         self.body = body
         self.kind = kind
 

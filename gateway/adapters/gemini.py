@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import array
 import base64
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import msgspec
@@ -214,7 +214,9 @@ def _event_of(endpoint: str, data: bytes) -> JSON:
     err = decoded.get("error")
     if err is not None:
         code = err.get("code") if isinstance(err, dict) else None
-        failure = gemini_error(endpoint, code if isinstance(code, int) else 500, {}, data)
+        # A bool is an int to isinstance: ``"code": true`` made an error of status True,
+        # which no observation of it could carry.
+        failure = gemini_error(endpoint, code if type(code) is int else 500, {}, data)
         failure.message = f"upstream stream error: {failure.message}"
         failure.args = (failure.message,)
         if failure.kind.startswith("http_"):  # a quota's kind says more than where it came
@@ -237,7 +239,7 @@ def gemini_error(
     info = data.get("error") if isinstance(data, dict) else None
     if not isinstance(info, dict):
         return err
-    details = [d for d in info.get("details") or () if isinstance(d, dict)]
+    details = _objects(info.get("details"))
     if status == 429 or info.get("status") == "RESOURCE_EXHAUSTED":
         # Decided here from the details alone: Google's per-minute 429 says "You exceeded your
         # current quota ... billing details" too, so its words tell a pace from a quota no
@@ -261,8 +263,13 @@ def gemini_error(
 
 def _daily(quota_failure: JSON) -> bool:
     """Whether a QuotaFailure names a per-day quota: it will not come back in seconds."""
-    for violation in quota_failure.get("violations") or ():
-        quota_id = violation.get("quotaId", "") if isinstance(violation, dict) else ""
-        if "PerDay" in str(quota_id):
+    for violation in _objects(quota_failure.get("violations")):
+        if "PerDay" in str(violation.get("quotaId", "")):
             return True
     return False
+
+
+def _objects(items: Any) -> list[JSON]:
+    """The objects of ``items`` when it is a list (an error's ``details``, a QuotaFailure's
+    ``violations``); none for anything else (a number there was a 500)."""
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []

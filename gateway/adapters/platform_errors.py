@@ -5,15 +5,19 @@ exhaustion is :data:`schemas.QUOTA_EXHAUSTED` (the key is muted, not cooled).
 
 from __future__ import annotations
 
+from gateway.adapters.upstream_status import wait_hint
+
 CONTENT_FILTER = "content_filter"
 """Error kind of a prompt a platform's content filter refused."""
 
 
 def google_duration(value: object) -> float | None:
-    """Seconds from a protobuf JSON ``Duration`` (``"7s"``, ``"0.5s"``); None otherwise."""
+    """Seconds to wait from a protobuf JSON ``Duration`` (``"7s"``, ``"0.5s"``), at most
+    ``LONGEST_WAIT``; None for no wait or anything else (``"1e300s"`` cooled a route for
+    good, ``"infs"`` was a 500)."""
     if not isinstance(value, str) or not value.endswith("s"):
         return None
     try:
-        return max(0.0, float(value[:-1]))
+        return wait_hint(float(value[:-1]))
     except ValueError:
         return None

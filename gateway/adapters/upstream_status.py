@@ -43,7 +43,7 @@ def clipped(message: str) -> str:
     return message[: MESSAGE_MAX - 1] + "\u2026"
 
 
-def _wait_hint(seconds: float | None) -> float | None:
+def wait_hint(seconds: float | None) -> float | None:
     """A provider's wait as a hint: a positive, finite number of seconds; None for anything
     else. ``0`` or less says nothing usable: a request that took it at its word would send
     the refused request again at once, as often as its attempts allow (the refusal is still
@@ -60,7 +60,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     if value is None:
         return None
     try:
-        return _wait_hint(float(value))
+        return wait_hint(float(value))
     except ValueError:
         pass
     try:
@@ -69,7 +69,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         return None
     if when.tzinfo is None:  # an HTTP date is GMT; an obsolete form may not say so
         when = when.replace(tzinfo=datetime.UTC)
-    return _wait_hint(when.timestamp() - time.time())
+    return wait_hint(when.timestamp() - time.time())
 
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
@@ -100,14 +100,14 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
     """How long a 429 asks the caller to wait: ``Retry-After``, else ``retry-after-ms``, else
     the ``x-ratelimit-reset-*`` header of the limit that ran out (``x-ratelimit-remaining-*``
     at 0; when none says so, the shortest reset given). None when the answer says nothing,
-    or no wait (0 or less) or a malformed one (:func:`_wait_hint`)."""
+    or no wait (0 or less) or a malformed one (:func:`wait_hint`)."""
     after = retry_after_seconds(headers)
     if after is not None:
         return after
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:
-            after = _wait_hint(float(ms) / 1000.0)
+            after = wait_hint(float(ms) / 1000.0)
         except ValueError:
             pass
         if after is not None:
@@ -122,8 +122,8 @@ def rate_limit_reset_seconds(headers: Mapping[str, str]) -> float | None:
         s for limit, s in resets.items() if headers.get(f"x-ratelimit-remaining-{limit}") == "0"
     ]
     if spent:
-        return _wait_hint(max(spent))
-    return _wait_hint(min(resets.values())) if resets else None
+        return wait_hint(max(spent))
+    return wait_hint(min(resets.values())) if resets else None
 
 
 def rate_limit_spent_seconds(

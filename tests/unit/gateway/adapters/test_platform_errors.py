@@ -323,3 +323,61 @@ async def test_gemini_in_band_stream_error_keeps_its_status_and_quota_kind(
 
     assert (err.status, err.kind) == (429, QUOTA_EXHAUSTED)
     assert err.message == "upstream stream error: quota"
+
+
+@pytest.mark.parametrize(
+    ("delay", "wait"),
+    [("1e300s", 86_400.0), ("90000s", 86_400.0), ("infs", 5.0), ("nans", 5.0), ("0s", 5.0)],
+)
+async def test_gemini_retry_delay_is_a_wait_of_at_most_a_day(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP, delay: str, wait: float
+) -> None:
+    # ``1e300s`` kept the route cooling for good (a 301-digit Retry-After), ``infs`` was a
+    # 500; none of them a wait to take: the answer's own Retry-After (5 s) stands.
+    retry = {**_RETRY, "retryDelay": delay}
+    body = google_error_body(429, "slow down", [_quota("PerMinute"), retry])
+    fake_upstream.enqueue(Reply(429, body=body, headers={"retry-after": "5"}))
+
+    err = await _fail(make_adapters(http)["gemini"], _target("gemini", fake_upstream), False)
+
+    assert (err.status, err.retry_after) == (429, wait)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        {"code": 429, "message": "m", "details": 5},
+        {"code": 429, "message": "m", "details": True},
+        {"code": 429, "message": "m", "details": [{**_quota("x"), "violations": 7}]},
+    ],
+)
+async def test_gemini_error_details_of_another_shape_say_nothing_more(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP, stream: bool, error: JSON
+) -> None:
+    # A number where a list goes was a TypeError: a 500.
+    body = {"error": error}
+    if stream:
+        sse = f"data: {json.dumps(body)}\n\n"
+        reply = Reply(200, body=sse, headers={"content-type": "text/event-stream"})
+    else:
+        reply = Reply(429, body=body)
+    fake_upstream.enqueue(reply)
+
+    err = await _fail(make_adapters(http)["gemini"], _target("gemini", fake_upstream), stream)
+
+    assert err.status == 429
+
+
+@pytest.mark.parametrize("code", [True, False, "429", None])
+async def test_gemini_in_band_stream_error_with_a_code_not_a_number_is_the_routes_failure(
+    fake_upstream: FakeUpstream, http: UpstreamHTTP, code: Any
+) -> None:
+    # ``"code": true`` made an error of status True: its observation no bus could carry held
+    # back every request-log row after it.
+    sse = f"data: {json.dumps({'error': {'code': code, 'message': 'weird'}})}\n\n"
+    fake_upstream.enqueue(Reply(200, body=sse, headers={"content-type": "text/event-stream"}))
+
+    err = await _fail(make_adapters(http)["gemini"], _target("gemini", fake_upstream), True)
+
+    assert type(err.status) is int and err.status >= 500 and err.counts_against_endpoint
