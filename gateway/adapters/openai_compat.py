@@ -32,6 +32,7 @@ from gateway.adapters.base import (
     rate_limit_spent_seconds,
     rate_report,
 )
+from gateway.adapters.openai_compat_stream import CallNumbers, as_sse, once
 from gateway.adapters.sse import SSEParser
 from schemas import UpstreamError
 from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
@@ -208,7 +209,7 @@ class _ChatStream:
         self._rate: RateReport | None = None
         self._done = False  # ``[DONE]`` came: nothing follows the batch it came with
         self._failure: UpstreamError | None = None  # raised after the chunks before it
-        self._numbers: _CallNumbers | None = None  # made at the first tool call
+        self._numbers: CallNumbers | None = None  # made at the first tool call
         self._typed = adapter._typed_chunks  # text chunks decoded as TextChunks: see _batch
 
     def __aiter__(self) -> _ChatStream:
@@ -262,7 +263,7 @@ class _ChatStream:
         if resp.headers.get("content-type", "").startswith("application/json"):
             # A server that ignores ``stream`` answered the whole completion: relayed as its
             # chunks, in the SSE they would have come in, the stream's own path reads them.
-            self._pieces = _once(_as_sse(target, await resp.read()))
+            self._pieces = once(as_sse(target, await resp.read()))
         else:
             self._pieces = resp.chunks()
 
@@ -292,7 +293,7 @@ class _ChatStream:
                 break
             if calls:
                 if self._numbers is None:
-                    self._numbers = _CallNumbers()
+                    self._numbers = CallNumbers()
                 self._numbers.number(chunk)
             if adapter._relayed(chunk):
                 batch.append(chunk)
@@ -317,96 +318,6 @@ class _ChatStream:
 _TOOL_CALLS = b'"tool_calls"'
 _USAGE_OBJECT = b'"usage":{'  # the usage chunk: a dict (its usage is sanitised)
 _LIMIT = "x-ratelimit-limit-requests"  # an answer reporting its request limit says this
-
-
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
-
-
-def _as_sse(target: UpstreamTarget, body: bytes) -> bytes:
-    """A whole chat completion as the SSE stream equivalent to it, ``[DONE]`` included: per
-    choice a chunk with its role, content and tool calls (numbered), then one with its finish
-    reason; then the usage chunk when it has usage. Raises UpstreamBadResponseError when
-    ``body`` is not a completion (not JSON, no ``choices`` list)."""
-    answer = json_answer(target.endpoint, body)
-    choices = answer.get("choices") if isinstance(answer, dict) else None
-    if type(choices) is not list:
-        raise bad_response(target.endpoint, "the JSON answer to a stream has no 'choices'")
-    head = {k: answer[k] for k in ("id", "created", "model") if k in answer}
-    head["object"] = "chat.completion.chunk"
-    chunks: list[JSON] = []
-    for choice in choices:
-        if type(choice) is not dict:
-            raise bad_response(target.endpoint, "a choice is not an object")
-        at = choice.get("index", 0)
-        delta = dict(choice.get("message") or {})
-        calls = delta.get("tool_calls")
-        if type(calls) is list:
-            delta["tool_calls"] = [
-                {**c, "index": i} for i, c in enumerate(calls) if type(c) is dict
-            ]
-        ended = {"index": at, "delta": {}, "finish_reason": choice.get("finish_reason")}
-        chunks += [
-            {**head, "choices": [{"index": at, "delta": delta}]},
-            {**head, "choices": [ended]},
-        ]
-    if answer.get("usage") is not None:
-        chunks.append({**head, "choices": [], "usage": answer["usage"]})
-    return b"".join(b"data: " + _encode(chunk) + b"\n\n" for chunk in chunks) + b"data: [DONE]\n\n"
-
-
-class _CallNumbers:
-    """Gives each streamed tool call an ``index`` of its own, as the OpenAI API does. Some
-    servers send every call at index 0 (Ollama) or with none (Gemini's OpenAI endpoint), each
-    new call with an id of its own: read as one call, their names, ids and arguments ran
-    together, and a translated surface showed the first call with the others' arguments."""
-
-    __slots__ = ("_by_id", "_latest", "_named", "_next")
-
-    def __init__(self) -> None:
-        self._by_id: dict[tuple[Any, str], int] = {}  # (choice, call id) -> index given
-        self._latest: dict[tuple[Any, Any], int] = {}  # (choice, index sent) -> latest given
-        self._next: dict[Any, int] = {}  # choice -> the next free index
-        self._named: set[tuple[Any, int]] = set()  # (choice, index given) an id has claimed
-
-    def number(self, chunk: JSON) -> None:
-        """Set each tool call's ``index`` in ``chunk`` (in place) to the one it is given."""
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") if type(choice) is dict else None
-            calls = delta.get("tool_calls") if type(delta) is dict else None
-            for call in calls if type(calls) is list else ():
-                if type(call) is dict:
-                    call["index"] = self._index(choice.get("index", 0), call)
-
-    def _index(self, at: Any, call: JSON) -> int:
-        sent, call_id = call.get("index"), call.get("id")
-        if type(call_id) is str and call_id:
-            known = self._by_id.get((at, call_id))
-            if known is None:
-                begun = self._latest.get((at, sent))
-                if begun is not None and (at, begun) not in self._named:
-                    known = begun  # its id came after its first fragments
-                else:
-                    known = self._new(at)  # a new call
-                self._by_id[(at, call_id)] = known
-                self._named.add((at, known))
-            self._latest[(at, sent)] = known
-            return known
-        latest = self._latest.get((at, sent))  # a fragment of the latest call sent so
-        if latest is not None:
-            return latest
-        if type(sent) is int:  # a new call without an id
-            latest = self._latest[(at, sent)] = self._new(at)
-            return latest
-        return max(self._next.get(at, 1) - 1, 0)
-
-    def _new(self, at: Any) -> int:
-        """The next index of choice ``at``: from 0 and without gaps, as OpenAI numbers calls
-        (a server numbering them by content block sent 1 first; the SDKs' accumulators
-        index a list by it)."""
-        index = self._next.get(at, 0)
-        self._next[at] = index + 1
-        return index
 
 
 def _chunk(target: UpstreamTarget, data: bytes) -> JSON:

@@ -105,10 +105,15 @@ async def test_a_stream_with_insane_usage_ends_cleanly(
 # A stream for one choice has only choice 0: the Responses and Messages renderers dropped
 # any other, so its content was lost from a "completed" answer (chat clients got it).
 BAD_INDEX = {i: _chunk({"content": "Hel"}, "stop", index) for i, index in NOT_ASKED.items()}
+# An index no dict can be keyed by: numbering the calls was a TypeError (a 500, no failover).
+UNHASHABLE = {
+    "call index list": _chunk({"tool_calls": [{"index": [0], "function": {"arguments": "{}"}}]}),
+    "choice index object": _chunk({"tool_calls": [{"index": 0, "id": "c"}]}, index={}),
+}
 FIRST = pytest.mark.parametrize(
     "bad",
-    [*BAD_CHOICES, BAD_TOOL_CALL, *BAD_INDEX.values()],
-    ids=["delta", "choices", "tool", *(f"index {i}" for i in BAD_INDEX)],
+    [*BAD_CHOICES, BAD_TOOL_CALL, *BAD_INDEX.values(), *UNHASHABLE.values()],
+    ids=["delta", "choices", "tool", *(f"index {i}" for i in BAD_INDEX), *UNHASHABLE],
 )
 
 
@@ -138,7 +143,9 @@ async def test_a_malformed_first_chunk_fails_over_to_the_next_route(
 
 
 @pytest.mark.parametrize(
-    "bad", [BAD_CHOICES[1], BAD_TOOL_CALL, BAD_INDEX["str"]], ids=["choices", "tool", "index"]
+    "bad",
+    [BAD_CHOICES[1], BAD_TOOL_CALL, BAD_INDEX["str"], UNHASHABLE["call index list"]],
+    ids=["choices", "tool", "index", "call index list"],
 )
 @pytest.mark.parametrize("surface", list(PATHS))
 async def test_a_malformed_chunk_mid_stream_ends_in_the_dialect_stream_error(
@@ -186,6 +193,23 @@ async def test_a_chunk_choice_without_a_delta_carries_nothing_and_the_stream_end
     status, body = await post(gw, surface, stream=True)
 
     assert status == 200 and "Hel" in body and ended_cleanly(surface, body), body
+
+
+@pytest.mark.parametrize("message", ["hello", 5, ["ab"]], ids=["str", "int", "list"])
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_whole_answer_to_a_stream_whose_message_is_no_object_is_a_502(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, message: Any
+) -> None:
+    # A server that ignores ``stream`` answers whole; its message was copied with dict(): a
+    # string or a number was a 500, ``["ab"]`` the delta {"a": "b"} and an empty answer.
+    choice = {"index": 0, "message": message, "finish_reason": "stop"}
+    body = json.dumps({**BASE, "object": "chat.completion", "choices": [choice]})
+    fake_upstream.set_default(Reply(body=body, headers={"content-type": "application/json"}))
+    gw = await start_gateway(gateway_factory, route(fake_upstream))
+
+    status, text = await post(gw, surface, stream=True)
+
+    assert status == 502 and "'message' is not an object" in text, text
 
 
 NO_CHOICE = {
