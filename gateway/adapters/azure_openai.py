@@ -181,7 +181,7 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
 def _error_code(body: bytes) -> str | None:
     try:
         data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
         return None
     err = data.get("error") if isinstance(data, dict) else None
     code = err.get("code") if isinstance(err, dict) else None

@@ -180,11 +180,14 @@ class UnsupportedParameterError(UpstreamError):
 
 
 def json_answer(endpoint: str, body: bytes) -> Any:
-    """``body`` decoded as JSON. Raises UpstreamBadResponseError when it is not JSON."""
+    """``body`` decoded as JSON. Raises UpstreamBadResponseError when it is not JSON (or
+    nested past what a decode takes)."""
     try:
         return _decode_json(body)
     except msgspec.DecodeError:
         raise bad_response(endpoint, "the body is not JSON") from None
+    except RecursionError:  # the upstream's, not the request's (dispatch reads one so)
+        raise bad_response(endpoint, "the body is JSON nested too deeply") from None
 
 
 def json_event(endpoint: str, data: bytes) -> JSON:
@@ -194,6 +197,8 @@ def json_event(endpoint: str, data: bytes) -> JSON:
         decoded = _decode_json(data)
     except msgspec.DecodeError:
         raise bad_response(endpoint, "a stream event is not JSON") from None
+    except RecursionError:
+        raise bad_response(endpoint, "a stream event is JSON nested too deeply") from None
     if not isinstance(decoded, dict):
         raise bad_response(endpoint, "a stream event is not an object")
     return decoded

@@ -389,7 +389,7 @@ def error_from_answer(
     (``x-amzn-ErrorType``, else the body's ``__type``/``code``) and keeping its message."""
     try:
         data = _decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
         data = None
     data = data if isinstance(data, dict) else {}
     name = headers.get("x-amzn-errortype") or str(data.get("__type") or data.get("code") or "")
@@ -415,7 +415,7 @@ def error_from_event(endpoint: str, name: str, message: str) -> UpstreamError:
 def _message_of(body: bytes) -> str:
     try:
         data = _decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
         return ""
     if not isinstance(data, dict):
         return ""

@@ -234,7 +234,7 @@ def gemini_error(
     err = error_from_status(endpoint, status, headers, body)
     try:
         data = _decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
         return err
     info = data.get("error") if isinstance(data, dict) else None
     if not isinstance(info, dict):

@@ -326,6 +326,8 @@ def _chunk(target: UpstreamTarget, data: bytes) -> JSON:
         chunk = _decode(data)
     except msgspec.DecodeError:
         raise bad_response(target.endpoint, "a stream event is not JSON") from None
+    except RecursionError:
+        raise bad_response(target.endpoint, "a stream event is JSON nested too deeply") from None
     if not isinstance(chunk, dict):
         raise bad_response(target.endpoint, "a stream event is not an object")
     if "error" in chunk:

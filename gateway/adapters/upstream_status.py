@@ -314,7 +314,7 @@ def error_from_status(
 def _upstream_message(body: bytes) -> str | None:
     try:
         data = msgspec.json.decode(body)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
         return None
     if isinstance(data, dict):
         err = data.get("error")

@@ -425,3 +425,50 @@ async def test_a_stream_framed_with_cr_alone_is_read_as_one_framed_with_lf(
     fake_upstream.set_default(Reply(body=frames, headers=SSE))
     status, body = await post(gw, surface, stream=True)
     assert status == 200 and "Hel" in body and ended_cleanly(surface, body), body
+
+
+DEEP = '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+@pytest.mark.parametrize("kind", ["openai_compat", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True], ids=["once", "stream"])
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_an_answer_nested_past_the_decode_is_the_upstreams_and_fails_over(
+    gateway_factory: GatewayFactory,
+    fake_upstreams: UpstreamFactory,
+    surface: str,
+    stream: bool,
+    kind: str,
+) -> None:
+    # The decode's RecursionError read as the request's (dispatch takes one for a body it
+    # could not encode again): a 400 "the request body is JSON nested too deeply" to the
+    # caller, and the next route never tried.
+    evil, good = await fake_upstreams("evil"), await fake_upstreams("good")
+    anthropic = kind == "anthropic"
+    if stream:
+        start = 'event: message_start\ndata: {"type": "message_start", "message": '
+        body = (start + DEEP + "}" if anthropic else "data: " + DEEP) + "\n\n"
+        evil.set_default(Reply(body=body, headers=SSE))
+    else:
+        evil.set_default(Reply(body=DEEP, headers={"content-type": "application/json"}))
+    first = anthropic_route(evil) if anthropic else route(evil)
+    gw = await start_gateway(gateway_factory, first, route(good, TINY))
+
+    status, text = await post(gw, surface, stream=stream)
+
+    assert status == 200, text
+    assert len(evil.requests) == 1 and len(good.requests) == 1
+
+
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_an_error_answer_nested_past_the_decode_fails_over(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, surface: str
+) -> None:
+    evil, good = await fake_upstreams("evil"), await fake_upstreams("good")
+    evil.set_default(Reply(503, body=DEEP, headers={"content-type": "application/json"}))
+    gw = await start_gateway(gateway_factory, route(evil), route(good, TINY))
+
+    status, text = await post(gw, surface, stream=False)
+
+    assert status == 200, text
+    assert len(evil.requests) == 1 and len(good.requests) == 1
