@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.adapters.base import MAX_TOKENS
+
 JSON = dict[str, Any]
 
 
 def provider_counts(usage: Any, *keys: str) -> list[int] | None:
     """A provider's token counts under ``keys``, in order (absent or null: 0); None when one
-    is not a whole number from 0, or ``usage`` is neither an object nor absent: the answer's
-    usage is then unknown (summing a string failed the request). How large is the adapter
-    seam's to judge (``base.MAX_TOKENS``)."""
+    is not a whole number from 0 to ``base.MAX_TOKENS``, or ``usage`` is neither an object
+    nor absent: the answer's usage is then unknown (summing a string failed the request; a
+    stream's start, read before any seam checks a usage, billed a cut stream 10**30 tokens
+    and lost its log rows)."""
     if usage is None:
         usage = {}
     elif type(usage) is not dict:
@@ -22,9 +25,9 @@ def provider_counts(usage: Any, *keys: str) -> list[int] | None:
         value = usage.get(key)
         if value is None:
             counts.append(0)
-        elif type(value) is int and value >= 0:
+        elif type(value) is int and 0 <= value <= MAX_TOKENS:
             counts.append(value)
-        elif type(value) is float and value.is_integer() and value >= 0:
+        elif type(value) is float and value.is_integer() and 0 <= value <= MAX_TOKENS:
             counts.append(int(value))
         else:
             return None

@@ -54,7 +54,7 @@ def ended_in_error(surface: str, body: str) -> bool:
         return '"error"' in body and "[DONE]" not in body
     if surface == "responses":
         return "response.failed" in body and "response.completed" not in body
-    return "event: error" in body and "message_stop" not in body
+    return "event: error" in body and "event: message_stop" not in body
 
 
 def is_bad_response(surface: str, status: int, body: str) -> bool:

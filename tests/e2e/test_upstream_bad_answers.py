@@ -284,6 +284,28 @@ AN_BAD: dict[str, dict[str, Any]] = {
 AN_FIRST = pytest.mark.parametrize("bad", AN_BAD.values(), ids=AN_BAD.keys())
 
 
+@pytest.mark.parametrize("count", [10**30, 10**12 + 1], ids=["past int64", "past MAX_TOKENS"])
+@pytest.mark.parametrize("surface", list(PATHS))
+async def test_a_stream_start_with_an_absurd_count_leaves_usage_unknown(
+    gateway_factory: GatewayFactory, fake_upstream: FakeUpstream, surface: str, count: int
+) -> None:
+    # A stream's start was read before any seam judged its counts: a cut stream was billed on
+    # them (10**30 tokens: its log rows refused, lost; 10**12 + 1 written into the spend), and
+    # a Messages client's message_start showed them.
+    start = {"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": count}}}
+    fake_upstream.set_default(_anthropic_sse(start, *AN_OPENING[1:]))
+    gw = await start_gateway(gateway_factory, anthropic_route(fake_upstream))
+
+    status, body = await post(gw, surface, stream=True)
+
+    assert status == 200 and ended_in_error(surface, body), body
+    assert str(count) not in body
+    admin = gw.http(headers={"authorization": f"Bearer {ADMIN}"})
+    rows = (await admin.post("/admin/log/query", json={"kind": "request"})).json()["rows"]
+    assert len(rows) == 1 and 0 < rows[0]["prompt_tokens"] < 1000, rows
+    assert rows[0]["cost_estimated"] is True
+
+
 @AN_FIRST
 @pytest.mark.parametrize("surface", list(PATHS))
 async def test_a_malformed_anthropic_event_before_the_first_chunk_is_a_502(
