@@ -87,7 +87,10 @@ def _packed(vector: list[Any]) -> str | None:
     """``vector`` as OpenAI's base64 (little-endian float32); None when it is not numbers."""
     if any(type(v) not in (float, int) for v in vector):
         return None
-    floats = array.array("f", vector)
+    try:
+        floats = array.array("f", vector)
+    except OverflowError:  # an int past any float (400 digits): a 500 once
+        return None
     if sys.byteorder == "big":
         floats.byteswap()
     return base64.b64encode(floats.tobytes()).decode()
