@@ -260,7 +260,7 @@ class _ChatStream:
             return await self._open(again=True)
         self._rate = rate_report(resp.headers) if _LIMIT in resp.headers else None
         self._spent_for = rate_limit_spent_seconds(resp.headers, paced=self._rate)
-        if resp.headers.get("content-type", "").startswith("application/json"):
+        if resp.headers.get("content-type", "").lower().startswith("application/json"):
             # A server that ignores ``stream`` answered the whole completion: relayed as its
             # chunks, in the SSE they would have come in, the stream's own path reads them.
             self._pieces = once(as_sse(target, await resp.read()))

@@ -45,11 +45,15 @@ ANSWER = {
 }
 
 
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "Application/JSON; charset=utf-8"], ids=["lower", "mixed"]
+)
 async def test_chat_stream_answered_as_json_reaches_the_client_as_its_chunks(
-    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, content_type: str
 ) -> None:
+    # A media type is case-insensitive: ``Application/JSON`` was read as SSE, a 502 "empty".
     oa = await fake_upstreams("oa")
-    oa.enqueue(Reply(body=ANSWER))
+    oa.enqueue(Reply(body=ANSWER, headers={"content-type": content_type}))
     gw = await gateway_factory(config(model("m", route(oa))))
 
     stream = await gw.openai().chat.completions.create(
