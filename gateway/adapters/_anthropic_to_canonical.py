@@ -19,17 +19,21 @@ Public names are re-exported by ``gateway.adapters.anthropic_wire``.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import msgspec
 
+from gateway.adapters.answer_fields import (
+    bad_answer,
+    new_id,
+    object_field,
+    text_field,
+)
 from gateway.adapters.provider_usage import cached_usage, one_hour_writes, provider_counts
-from schemas import UpstreamBadResponseError, UpstreamError
+from schemas import UpstreamError
 from schemas.canonical_markers import CLAUDE_STOP_REASON as STOP_REASON
 from schemas.canonical_markers import START_USAGE
-from schemas.errors import UnusableAnswerError
 
 JSON = dict[str, Any]
 
@@ -57,20 +61,6 @@ _ERROR_STATUS = {
     "overloaded_error": 529,
 }
 _encoder = msgspec.json.Encoder()
-
-
-def new_id(prefix: str) -> str:
-    """A fresh random id such as ``chatcmpl-3f2a...``."""
-    return prefix + os.urandom(12).hex()
-
-
-def bad_answer(what: str, *, unusable: bool = False) -> UpstreamBadResponseError:
-    """The upstream's answer breaks its provider API's shapes (Anthropic's, Gemini's,
-    Bedrock's: the translators share it; its ``endpoint`` is set by the adapter that
-    called). ``unusable``: the model's answer had nothing to hand on (empty, or broken by a
-    malformed tool call), never the route's failure (:class:`UnusableAnswerError`)."""
-    error = UnusableAnswerError if unusable else UpstreamBadResponseError
-    return error(f"upstream returned an invalid response: {what}", kind="bad_response")
 
 
 def finish_reason(stop_reason: Any) -> str:
@@ -128,6 +118,7 @@ class MessagesToChatStream:
         "_model",
         "_role_sent",
         "_signed_blocks",
+        "_started",
         "_stop_reason",
         "_stop_sequence",
         "_texted",
@@ -147,6 +138,7 @@ class MessagesToChatStream:
         self._role_sent = False
         self._complete = False
         self._tools: dict[int, int] = {}  # Anthropic block index -> chat tool_calls index
+        self._started: set[int] = set()  # every block index a content_block_start opened
         self._bare: set[int] = set()  # tool_use blocks that have carried no input yet
         # Anthropic block index -> an open thinking block's text pieces and its signature
         self._thinking: dict[int, tuple[list[str], list[str]]] = {}
@@ -233,6 +225,7 @@ class MessagesToChatStream:
     def _block_start(self, data: JSON) -> list[JSON]:
         block = object_field(data, "content_block", "a content_block_start")
         kind = block.get("type")
+        self._started.add(_block_index(data))
         if kind == "text":
             self._texted = True
             text = text_field(block, "text", "a text block")
@@ -286,6 +279,10 @@ class MessagesToChatStream:
                 raise bad_answer("an input_json_delta's 'partial_json' is not a string")
             index = _block_index(data)
             position = self._tools.get(index)
+            if position is None and fragment and index not in self._started:
+                # A call's arguments with no call: dropped, the answer ended "tool_calls"
+                # without one.
+                raise bad_answer("an input_json_delta for a block that never started")
             if position is None or not fragment:
                 return []
             if self._bare:
@@ -424,36 +421,6 @@ def from_messages_response(msg: JSON, *, model: str, claude_stop: bool = False) 
         "choices": [choice],
         "usage": chat_usage(msg.get("usage")),
     }
-
-
-def object_field(data: JSON, key: str, where: str) -> JSON:
-    """``data[key]``, an object (absent or null: an empty one). Raises
-    UpstreamBadResponseError when it is anything else."""
-    value = data.get(key)
-    if type(value) is dict:
-        return value
-    if value is None:
-        return {}
-    raise bad_answer(f"{where}'s {key!r} is not an object")
-
-
-def text_field(data: JSON, key: str, where: str) -> str | None:
-    """``data[key]``, a string or None. Raises UpstreamBadResponseError when it is neither."""
-    value = data.get(key)
-    if value is None or type(value) is str:
-        return value
-    raise bad_answer(f"{where}'s {key!r} is not a string")
-
-
-def list_field(data: JSON, key: str, where: str) -> list[Any]:
-    """``data[key]``, a list (absent or null: an empty one). Raises UpstreamBadResponseError
-    when it is anything else."""
-    value = data.get(key)
-    if type(value) is list:
-        return value
-    if value is None:
-        return []
-    raise bad_answer(f"{where}'s {key!r} is not a list")
 
 
 def _block_index(data: JSON) -> int:

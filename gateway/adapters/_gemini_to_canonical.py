@@ -14,13 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from gateway.adapters._anthropic_to_canonical import (
-    bad_answer,
-    list_field,
-    new_id,
-    object_field,
-    text_field,
-)
+from gateway.adapters.answer_fields import bad_answer, list_field, new_id, object_field, text_field
 from gateway.adapters.provider_usage import provider_counts
 from schemas.errors import UnusableAnswerError
 

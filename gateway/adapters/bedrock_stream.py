@@ -17,14 +17,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from gateway.adapters._anthropic_to_canonical import (
-    bad_answer,
-    new_id,
-    object_field,
-    place_thinking,
-    signed_delta,
-    text_field,
-)
+from gateway.adapters._anthropic_to_canonical import place_thinking, signed_delta
+from gateway.adapters.answer_fields import bad_answer, new_id, object_field, text_field
 from gateway.adapters.bedrock_wire import (
     JSON,
     chat_usage,

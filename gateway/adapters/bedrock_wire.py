@@ -47,13 +47,8 @@ from typing import Any
 
 import msgspec
 
-from gateway.adapters._anthropic_to_canonical import (
-    bad_answer,
-    new_id,
-    object_field,
-    place_thinking,
-    text_field,
-)
+from gateway.adapters._anthropic_to_canonical import place_thinking
+from gateway.adapters.answer_fields import bad_answer, new_id, object_field, text_field
 from gateway.adapters.anthropic_wire import DEFAULT_MAX_TOKENS, claude_thinking
 from gateway.adapters.bedrock_cache import last_points, mark_request, points, system_blocks
 from gateway.adapters.chat_message import (

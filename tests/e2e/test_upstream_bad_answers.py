@@ -280,6 +280,13 @@ AN_BAD: dict[str, dict[str, Any]] = {
     "index": {"type": "content_block_start", "index": [1], "content_block": _TOOL},
     "error": {"type": "error", "error": "str"},
     "stop_reason": {"type": "message_delta", "delta": {"stop_reason": 5}},
+    # A call's arguments for a block never started: dropped, the answer ended "tool_calls"
+    # with no call in it.
+    "unstarted call": {
+        "type": "content_block_delta",
+        "index": 5,
+        "delta": {"type": "input_json_delta", "partial_json": '{"a": 1}'},
+    },
 }
 AN_FIRST = pytest.mark.parametrize("bad", AN_BAD.values(), ids=AN_BAD.keys())
 

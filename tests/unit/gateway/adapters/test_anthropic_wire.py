@@ -1138,3 +1138,27 @@ def test_a_chat_clients_thinking_blocks_with_after_are_checked_and_put_back_in_p
     assert kinds == ["thinking", "text", "thinking", "tool_use"]
     with pytest.raises(InvalidRequestError, match="after"):
         validate_chat_request(broken)
+
+
+def _json_delta(index: int) -> tuple[str, JSON]:
+    delta = {"type": "input_json_delta", "partial_json": '{"q": "x"}'}
+    return "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+def test_stream_arguments_of_a_server_tool_block_have_no_chat_form_and_are_skipped() -> None:
+    server_tool = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"}
+    start = {"type": "content_block_start", "index": 0, "content_block": server_tool}
+    stream = MessagesToChatStream("gw-model")
+    stream.feed("message_start", {"type": "message_start", "message": {"id": "msg_1"}})
+
+    chunks = _feed_all(stream, [("content_block_start", start), _json_delta(0)])
+
+    assert [c for c in chunks if c["choices"][0]["delta"].get("tool_calls")] == []
+
+
+def test_stream_arguments_for_a_block_never_started_are_a_bad_response() -> None:
+    stream = MessagesToChatStream("gw-model")
+    stream.feed("message_start", {"type": "message_start", "message": {"id": "msg_1"}})
+
+    with pytest.raises(UpstreamBadResponseError, match="never started"):
+        _feed_all(stream, [_json_delta(3)])
