@@ -293,6 +293,7 @@ class KeyPoolActor(Actor):
             now=now,
             retry_after=obs.retry_after,
             quota=obs.error_kind == QUOTA_EXHAUSTED,
+            kind=obs.error_kind,
         )
         if until is None:
             return

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 _KEY_SPECIFIC = frozenset({401, 402, 403, 408, 425, 429})
 
 
+ANSWERED_KINDS = frozenset({"bad_response", "truncated", "empty_stream", "idle"})
+"""Error kinds of a failure after the upstream answered (its answer malformed, cut or
+stalled): it took the key, so the failure says nothing of it."""
+
+
 def is_key_specific(status: int | None) -> bool:
     """Whether a failure with ``status`` says something about the key (None: no answer)."""
     return status is None or status in _KEY_SPECIFIC or status >= 500
@@ -291,12 +296,15 @@ class KeyPool:
         now: float,
         retry_after: float | None = None,
         quota: bool = False,
+        kind: str | None = None,
     ) -> float | None:
-        """Fold one attempt's result (``quota``: it said the key's quota or billing is spent);
-        returns the new mute end when this mutes ``cid``."""
+        """Fold one attempt's result (``quota``: it said the key's quota or billing is spent;
+        ``kind``: its error kind); returns the new mute end when this mutes ``cid``."""
         if outcome == "success":
             self.cooling.succeeded(cid)
-        if cid not in self._ids or outcome == "cancelled":
+        if cid not in self._ids or outcome == "cancelled" or kind in ANSWERED_KINDS:
+            # A malformed answer muted a route's only key as if refused: three of them, and
+            # every caller got 503 key_pool_exhausted while the upstream took the key.
             return None
         if outcome == "client_error" and status is None:
             # The request's, whatever the key: an adapter refused it unsent, or the model's

@@ -85,6 +85,20 @@ def test_a_client_error_with_no_status_never_mutes_a_sole_key() -> None:
     assert any(until is not None for until in forbidden)
 
 
+@pytest.mark.parametrize("kind", ["bad_response", "truncated", "empty_stream", "idle"])
+def test_a_failure_after_the_upstream_answered_never_mutes_a_key(kind: str) -> None:
+    # A malformed, cut or stalled answer came with the key accepted: read as "no answer",
+    # three of them muted a route's only key and every caller got key_pool_exhausted. A
+    # failure with no answer at all (a reset) still counts.
+    p = pool(("a", "free"))
+    seen = [
+        p.record("a", status=None, outcome="failure", role="free", now=float(t), kind=kind)
+        for t in range(10)
+    ]
+    assert seen == [None] * 10 and p.acquire("c", "free", 10) == "a"
+    assert [fail(p, "a", 11 + t, status=None) for t in range(3)][-1] is not None
+
+
 def test_a_client_error_with_no_status_leaves_a_failing_keys_streak_alone() -> None:
     # It says nothing of the key either way (an adapter's refusal sent nothing): a sole key
     # failing now and then must not have its streak wiped by other callers' refusals.
