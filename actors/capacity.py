@@ -157,7 +157,7 @@ class CapacityActor(Actor):
             case CapacityRenew() as renew:
                 self.ledger.renew(renew.holder, renew.lease_ids, now)
             case CapacityRelease() as rel:
-                if self.ledger.release(rel.lease_id, rel.used_units):
+                if self.ledger.release(rel.lease_id, rel.used_units, unsent=rel.unsent):
                     await self._changed()
             case CapacityGet():
                 rolled = self.ledger.roll(now)

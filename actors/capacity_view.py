@@ -206,7 +206,7 @@ class CapacityViews:
         try:
             await bus.publish(
                 subjects.capacity_release(pool),
-                CapacityRelease(pool=pool, lease_id=lease_id, used_units=0.0),
+                CapacityRelease(pool=pool, lease_id=lease_id, used_units=0.0, unsent=True),
             )
         except GatewayError as exc:
             logger.warning("capacity release on %s not published: %s", pool, exc)

@@ -281,6 +281,10 @@ class GatewayConfig(Strict):
     limits: LimitsConfig = LimitsConfig()
     telemetry: TelemetryConfig = TelemetryConfig()
 
+    def lease_max_age(self) -> float:
+        """The longest a capacity lease of any pool may live (its renewals stop then)."""
+        return self.routing.leases.max_age(r.timeout_seconds for m in self.models for r in m.route)
+
     @model_validator(mode="after")
     def _unique_ids(self) -> GatewayConfig:
         seen: set[str] = set()

@@ -207,13 +207,18 @@ class CapacityLedger:
                 n += 1
         return n
 
-    def release(self, lease_id: str, used_units: float | None) -> bool:
-        """Give a lease back; a token quota's charge becomes ``used_units`` when reported.
-        False for an unknown (or already released) lease."""
+    def release(self, lease_id: str, used_units: float | None, *, unsent: bool = False) -> bool:
+        """Give a lease back; a token quota's charge becomes ``used_units`` when reported, and
+        a quota's charge of a request never sent (``unsent``) comes back whole. False for an
+        unknown (or already released) lease."""
         lease = self._leases.pop(lease_id, None)
         if lease is None:
             return False
-        if self.kind == "quota" and self.unit == "tokens" and used_units is not None:
+        if self.kind != "quota":
+            return True
+        if unsent:
+            self._reconcile(lease_id, lease, 0.0)
+        elif self.unit == "tokens" and used_units is not None:
             self._reconcile(lease_id, lease, max(0.0, used_units))
         return True
 

@@ -130,7 +130,7 @@ class GatewayApp:
             bus,
             config.routing.leases.ttl_seconds,
             f"ingress-{os.getpid():x}-{secrets.token_hex(3)}",
-            max_age=LeaseKeeper.max_age_of(config),
+            max_age=config.lease_max_age(),
             clock=clock.steady,
         )
         # Callers and credentials: the auth gate and the grants of database keys' secrets,

@@ -203,16 +203,9 @@ class LeaseKeeper(Component):
         self._task: asyncio.Task[None] | None = None
         self._late: set[asyncio.Future[None]] = set()  # releases of grants nobody awaits
 
-    @staticmethod
-    def max_age_of(config: GatewayConfig) -> float:
-        """The longest a lease of any pool of ``config`` may live (renewal stops then)."""
-        return config.routing.leases.max_age(
-            route.timeout_seconds for m in config.models for route in m.route
-        )
-
     def reconfigure(self, config: GatewayConfig) -> None:
         """Follow ``config``'s lease TTL and maximum age (see :meth:`retune`)."""
-        self.retune(config.routing.leases.ttl_seconds, self.max_age_of(config))
+        self.retune(config.routing.leases.ttl_seconds, config.lease_max_age())
 
     def retune(self, ttl: float, max_age: float | None = None) -> None:
         """Renew every ``ttl / 3`` from the next renewal on (held leases keep the expiry of their
@@ -275,7 +268,7 @@ class LeaseKeeper(Component):
             logger.warning(
                 "capacity pool %s did not answer a lease for %s in time", c.pool, c.endpoint
             )
-            await self._publish_release(c.pool, ask.lease_id, 0.0)
+            await self._publish_release(c.pool, ask.lease_id, 0.0, unsent=True)
             return None
         except NoRespondersError:
             logger.warning("capacity pool %s has no owner to lease %s from", c.pool, c.endpoint)
@@ -288,17 +281,23 @@ class LeaseKeeper(Component):
 
     async def _release_late(self, asking: asyncio.Future[Any], ask: CapacityAcquire) -> None:
         await asyncio.wait([asking])  # a release of a lease never granted is ignored
-        await self._publish_release(ask.pool, ask.lease_id, 0.0)
+        await self._publish_release(ask.pool, ask.lease_id, 0.0, unsent=True)
 
-    async def release(self, c: RouteCandidate, tokens: int | None = None) -> None:
-        """Give ``c``'s held lease back, with the tokens the upstream reported (None: unknown)."""
+    async def release(
+        self, c: RouteCandidate, tokens: int | None = None, *, unsent: bool = False
+    ) -> None:
+        """Give ``c``'s held lease back, with the tokens the upstream reported (None: unknown);
+        ``unsent``: the request never reached it (a quota charges it nothing)."""
         held = self._held.pop(c.lease_id, None) if c.lease_id else None
         if held is None:
             return
-        await self._publish_release(held[0], c.lease_id, None if tokens is None else float(tokens))
+        used = None if tokens is None else float(tokens)
+        await self._publish_release(held[0], c.lease_id, used, unsent=unsent)
 
-    async def _publish_release(self, pool: str, lease_id: str, used: float | None) -> None:
-        msg = CapacityRelease(pool=pool, lease_id=lease_id, used_units=used)
+    async def _publish_release(
+        self, pool: str, lease_id: str, used: float | None, *, unsent: bool = False
+    ) -> None:
+        msg = CapacityRelease(pool=pool, lease_id=lease_id, used_units=used, unsent=unsent)
         try:
             with anyio.CancelScope(shield=True):  # a cancelled request still gives it back
                 await self._bus.publish(subjects.capacity_release(pool), msg)
@@ -395,7 +394,7 @@ class Settler:
         cancelled probe observation, which releases the prefill lease too) or the model's
         prefill lease and the ModelActor's in-flight count (``FirstToken.unsent``); and its
         capacity lease. Not an attempt: the request's accounting does not count it."""
-        await self.leases.release(c)
+        await self.leases.release(c, unsent=True)  # a quota's charge of it comes back
         if self._batcher is not None:
             # The failure observed last moves the ModelActor's count to ``c``: it goes first.
             self._batcher.flush()

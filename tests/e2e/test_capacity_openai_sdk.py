@@ -33,6 +33,8 @@ from tests.e2e.conftest import (
     route,
     watch,
 )
+from tests.e2e.keys_support import keys_config
+from tests.e2e.limits_support import new_key, set_limit
 from tests.fixtures.upstream import Held, Reply, Stream, UpstreamFactory
 
 if TYPE_CHECKING:
@@ -394,3 +396,38 @@ async def test_an_attempt_the_upstream_refused_gives_its_token_estimate_back(
     assert len(spare.requests_to("/v1/chat/completions")) == 1
     assert reserved.used >= 50  # the prompt estimate was reserved for the attempt
     assert isinstance(after, CapacityState) and after.used == 0  # refused: nothing was used
+
+
+@pytest.mark.parametrize("unit", ["requests", "tokens"])
+async def test_requests_a_callers_limits_refused_leave_a_quota_routes_allowance_alone(
+    gateway_factory: GatewayFactory, fake_upstreams: UpstreamFactory, tmp_path: Path, unit: str
+) -> None:
+    # The plan leases its primary's quota before the caller's limits are asked: a refused
+    # request gave the lease back but kept its charge (a request, or its prompt's estimate),
+    # so a rate-limited client retrying drained a shared daily quota it never used.
+    plan = await fake_upstreams("plan")
+    limit = 100 if unit == "requests" else 100_000
+    quota = route(
+        plan,
+        provider_type="quota",
+        quota={"limit": limit},
+        quota_source={"kind": "local", "unit": unit, "window": "daily"},
+    )
+    gw = await gateway_factory(keys_config(tmp_path, model("m", quota)))
+    key, key_id = await new_key(gw)
+    await set_limit(gw, "key", key_id, rpm=1)
+    client = gw.http(headers={"authorization": f"Bearer {key}"})
+    pool = eid("m", plan)
+
+    answers = [
+        await client.post("/v1/chat/completions", json={"model": "m", "messages": HI})
+        for _ in range(5)
+    ]
+    state = await gateway_bus(gw).request(
+        subjects.capacity_get(pool), CapacityGet(pool=pool), reply_type=CapacityState, timeout=WAIT
+    )
+
+    assert [a.status_code for a in answers] == [200, 429, 429, 429, 429]
+    assert len(plan.requests) == 1
+    used = answers[0].json()["usage"]["total_tokens"] if unit == "tokens" else 1
+    assert isinstance(state, CapacityState) and state.used == used, state

@@ -629,4 +629,6 @@ async def test_a_primary_lease_whose_answer_never_came_is_given_back_by_its_prop
 
     assert [c.endpoint for c in plan.candidates] == [spare]  # the pool counted as refusing
     assert isinstance(asked, CapacityAcquire) and asked.lease_id
-    assert released == CapacityRelease(pool="team", lease_id=asked.lease_id, used_units=0.0)
+    assert released == CapacityRelease(
+        pool="team", lease_id=asked.lease_id, used_units=0.0, unsent=True
+    )
