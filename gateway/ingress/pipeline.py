@@ -32,12 +32,13 @@ from gateway.http.component import Component
 from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
-from gateway.ingress.failover import outcome_of, unexpected
+from gateway.ingress.failover import unexpected
 from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
+from gateway.ingress.relay import relay
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
 from gateway.steering.labels import affinity_key, client_metadata
-from schemas import GatewayError, InvalidRequestError, UpstreamError
+from schemas import ClientClosedError, GatewayError, InvalidRequestError
 from schemas.canonical_markers import RATE_REPORT
 
 if TYPE_CHECKING:
@@ -55,8 +56,6 @@ if TYPE_CHECKING:
     from gateway.ingress.plan_walk import PlanWalk
     from gateway.ingress.request_info import Served
     from gateway.ingress.settling import LeaseKeeper
-    from gateway.ingress.stream_attempt import StreamAttempt
-    from gateway.ingress.surfaces import StreamRenderer
     from gateway.steering.rules import RulesView
     from gateway.steering.view import SteeringView
     from schemas import RoutePlan
@@ -176,8 +175,8 @@ class Inference(Component):
         try:
             walk = await self._walk(req, body, requested, info)
             ticket = self._begin(req, caller, info, requested, None, info.prompt_estimate)
-            call = await self._routed(req, CHAT, body, body, requested, info, walk, ticket)
-            await self._until_disconnect(call, self._serve_embeddings)
+            routed = self._routed(req, CHAT, body, body, requested, info, walk, ticket)
+            await self._until_disconnect(req, routed, self._serve_embeddings)
         finally:
             if ticket is not None:
                 await ticket.finish()
@@ -211,8 +210,9 @@ class Inference(Component):
         try:
             walk = await self._walk(req, body, requested, info)
             ticket = self._begin(req, caller, info, requested, body, info.prompt_estimate)
-            call = await self._routed(req, surface, raw, body, requested, info, walk, ticket)
-            await self._until_disconnect(call, self._serve_stream if stream else self._serve_once)
+            routed = self._routed(req, surface, raw, body, requested, info, walk, ticket)
+            serve = self._serve_stream if stream else self._serve_once
+            await self._until_disconnect(req, routed, serve)
         except GatewayError as err:
             surface.client_terms(raw, err)  # a refusal after translation, in the client's terms
             raise
@@ -328,19 +328,27 @@ class Inference(Component):
         return InferenceCall(req, surface, raw, body, requested, info, walk, plan)
 
     async def _until_disconnect(
-        self, call: InferenceCall, serve: Callable[[InferenceCall], Awaitable[None]]
+        self,
+        req: HttpRequest,
+        routed: Awaitable[InferenceCall],
+        serve: Callable[[InferenceCall], Awaitable[None]],
     ) -> None:
-        """Run ``serve`` but cancel it when the client goes away (not counted as a failure)."""
+        """Route, then ``serve``, but cancel both when the client goes away (not counted as
+        a failure). Raises ClientClosedError when it went before its answer began (a wait
+        for a cooling route included: the request was sent once it ended, and its row said
+        200 with the 429 before it)."""
         with _scope_class()() as scope:
-            watch = _DisconnectWatch(call.req, scope)
+            watch = _DisconnectWatch(req, scope)
             try:
-                await serve(call)
+                await serve(await routed)
             except RecursionError:
                 # A body nested just short of what decoding refuses still cannot be encoded
                 # again deeper in the stack (for the upstream): the same refusal.
                 raise _too_deep() from None
             finally:
                 watch.cancel()
+        if scope.cancelled_caught and not req.started:
+            raise ClientClosedError("the client went away before its answer began")
 
     def _headers(self, call: InferenceCall, endpoint: str) -> list[tuple[bytes, bytes]]:
         return [
@@ -396,57 +404,10 @@ class Inference(Component):
             await stream.close(*unexpected(stream.candidate.endpoint, exc))
             raise
         try:
-            await self._relay(call, renderer, stream)
+            head = [*_SSE_HEADERS, *self._headers(call, stream.candidate.endpoint)]
+            await relay(call.req, head, renderer, stream)
         finally:  # however the relay ends, its capacity lease goes back (a no-op once closed)
             await self._leases.release(stream.candidate)
-
-    async def _relay(
-        self, call: InferenceCall, renderer: StreamRenderer, stream: StreamAttempt
-    ) -> None:
-        req = call.req
-        outcome, failure = "success", None
-        unsent = bytearray()  # rendered frames not yet written
-        internal = False  # the relay itself failed (logged already)
-        try:
-            await req.start(200, [*_SSE_HEADERS, *self._headers(call, stream.candidate.endpoint)])
-            async for batch in stream.batches():
-                # One write per upstream read (a client send costs far more than the frames),
-                # and the last read's frames go out with the end of the answer.
-                renderer.feed_all(batch, unsent)
-                if unsent and not batch.last:
-                    await req.chunk(bytes(unsent))
-                    unsent.clear()
-            tail = renderer.finish()
-        except UpstreamError as err:
-            outcome, failure = outcome_of(err), err  # an unusable answer: the request's
-            logger.warning(
-                "stream from %s broke after commit: %s", stream.candidate.endpoint, err.message
-            )
-            tail = renderer.error(f"upstream stream broke: {err.message}", status=err.status)
-        except anyio.get_cancelled_exc_class():
-            await stream.close("cancelled")
-            raise
-        except Exception as exc:  # a gateway bug (what a shape cannot express is an UpstreamError)
-            # The answer has begun: a torn connection would read as the network's fault, so
-            # it ends in the dialect's error like a broken upstream (logged once, here); the
-            # route is not charged with the gateway's own fault.
-            endpoint = stream.candidate.endpoint
-            logger.exception("internal error relaying the stream from %s", endpoint)
-            internal = True
-            outcome, failure = unexpected(endpoint, exc)
-            try:
-                tail = renderer.error("internal gateway error")
-            except BaseException:
-                await stream.close(outcome, failure)
-                raise
-        try:
-            await req.chunk(b"".join([unsent, *tail]), more=False)
-        except Exception:
-            if not internal:
-                raise
-            # The end cannot be written either (what failed was a write): nothing more to do.
-        finally:
-            await stream.close(outcome, failure)
 
 
 WATCH_AFTER = 0.01

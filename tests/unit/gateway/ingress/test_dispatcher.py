@@ -26,6 +26,7 @@ from gateway.adapters.base import Batch, UpstreamTarget
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.pipeline import Inference
 from gateway.ingress.plan_walk import PlanWalk, Targets
+from gateway.ingress.relay import relay
 from gateway.ingress.request_info import RequestInfo, Served
 from gateway.ingress.surfaces import CHAT
 from schemas import (
@@ -742,12 +743,11 @@ async def test_a_relay_that_fails_otherwise_ends_the_answer_in_its_error_and_obs
     h.adapter.scripts = {"a": [Whole()]}
     info = h.info(stream=True)
     attempt = await h.dispatcher().open_stream(info, plan(cand("a")), HI)
-    call = SimpleNamespace(req=_Client(), info=info)
-    inference = SimpleNamespace(_headers=lambda call, endpoint: [])
+    client = _Client()
 
-    await Inference._relay(inference, call, _Unrenderable(), attempt)  # type: ignore[arg-type]
+    await relay(client, [], _Unrenderable(), attempt)  # type: ignore[arg-type]
 
-    assert call.req.sent == [b"error: internal gateway error"]
+    assert client.sent == [b"error: internal gateway error"]
     assert h.adapter.closed == ["a"]
     (obs,) = (await h.heard.drain()).observations()
     assert (obs.outcome, obs.error_kind) == ("cancelled", "internal")  # not the route's fault
@@ -778,11 +778,8 @@ async def test_a_stream_whose_renderer_cannot_be_built_is_closed_and_observed_on
         surface=dataclasses.replace(CHAT, stream=unbuildable),
     )
 
-    async def relay(*args: Any) -> None:
-        raise AssertionError("no renderer, no relay")
-
     targeting = SimpleNamespace(served=lambda walk, model, requested: requested)
-    inference = SimpleNamespace(_dispatcher=d, _leases=d.leases, targeting=targeting, _relay=relay)
+    inference = SimpleNamespace(_dispatcher=d, _leases=d.leases, targeting=targeting)
 
     with pytest.raises(KeyError):
         await Inference._serve_stream(inference, call)  # type: ignore[arg-type]
