@@ -284,9 +284,11 @@ class Connection(asyncio.Protocol):
         self._serving = exchange
         call = self.state.app(exchange.scope, exchange.receive, exchange.send)
         task = self.loop.create_task(cast("Coroutine[Any, Any, None]", call))
+        self.state.serving.add(task)
         task.add_done_callback(lambda done: self._app_returned(exchange, done))
 
     def _app_returned(self, exchange: Exchange, task: asyncio.Task[None]) -> None:
+        self.state.serving.discard(task)
         failure = None if task.cancelled() else task.exception()
         if failure is not None:
             logger.error("the app raised serving a request", exc_info=failure)

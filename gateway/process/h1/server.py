@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 KEEP_ALIVE_SECONDS = 75.0  # as Hypercorn's is set for the gateway
 GRACE_SECONDS = 10.0  # as Hypercorn's graceful_timeout for the gateway
+_CALLS_END_SECONDS = 5.0  # the most a stop waits for the app's cancelled calls to end
 _BACKLOG = 1024
 
 
@@ -50,6 +51,7 @@ class ServerState:
         "header_timeout",
         "keep_alive_timeout",
         "loop",
+        "serving",
         "stopping",
     )
 
@@ -69,6 +71,7 @@ class ServerState:
         self.header_timeout = header_timeout
         self.keep_alive_timeout = keep_alive_timeout
         self.connections: set[Connection] = set()
+        self.serving: set[asyncio.Task[None]] = set()  # the app's calls under way
         self.stopping = False
         self.emptied = asyncio.Event()  # set once stopping and no connection is left
         # Serves the connections that speak HTTP/2: made (Hypercorn imported) for the first.
@@ -168,6 +171,14 @@ async def _drain_http1(state: ServerState) -> None:
         )
     for conn in list(state.connections):
         conn.close()
+    # Their calls still run (a cut answer, a request whose client hung up): ended now and
+    # awaited, so each is accounted (a 499 row) before the lifespan stops the request log's
+    # outbox; they were lost (their rows added to a closed outbox).
+    calls = list(state.serving)
+    for call in calls:
+        call.cancel()
+    if calls:
+        await asyncio.wait(calls, timeout=_CALLS_END_SECONDS)
 
 
 class _Ticker:

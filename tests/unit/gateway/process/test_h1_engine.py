@@ -560,6 +560,41 @@ async def test_http2_like_bytes_that_are_not_the_preface_are_refused_as_http1() 
     assert raw.startswith(b"HTTP/1.1 400 ")  # llhttp: not a request line it can frame
 
 
+async def test_a_stop_ends_the_calls_it_cut_before_the_apps_shutdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A call still running past the grace (an answer cut, a client gone) went on after the
+    # server's stop: the app's shutdown ran first, and what the call then recorded (its
+    # request-log row) reached an outbox already stopped.
+    monkeypatch.setattr(h1_server, "GRACE_SECONDS", 0.05)
+    started = asyncio.Event()
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            seen.append("shutdown")
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        try:
+            started.set()
+            await asyncio.Event().wait()  # an upstream that never answers
+        finally:
+            seen.append("call ended")
+
+    async with served(app) as server:
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(get("/hangs"))
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+            server.shutdown.set()
+            await server.task
+        writer.close()
+
+    assert seen == ["call ended", "shutdown"]
+
+
 async def test_a_stop_finishes_the_http2_stream_under_way_then_closes() -> None:
     started = asyncio.Event()
     release = asyncio.Event()
