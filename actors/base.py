@@ -161,6 +161,9 @@ class Actor:
     ctx: ActorContext
     # Set by ``request_stop(retire=True)``: see there; ``on_stop`` reads it.
     retired: bool = False
+    # Set by a supervisor replacing this exclusive child in its process: ``on_stop`` may
+    # hand what only its memory holds to its successor, which starts right after it.
+    handing_over: bool = False
 
     _stop_requested: bool = False
     _mailbox: Mailbox[Envelope | _Local | _Wake] | None = None

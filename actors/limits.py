@@ -26,10 +26,11 @@ hold; a settle is acknowledged only once saved, so its ingress keeps it until th
 crash loses no settled usage (it loses at most ``snapshot_seconds`` of admissions'
 counting). Leases are not snapshotted: a restarted owner counts a request whose lease it
 forgot when it settles (its reservation, already in the window snapshot, may then count
-twice: the error is on the safe side). In a cluster (``state``: the unit's snapshots in
-JetStream, ``stores.limits_snapshot``) the leases are saved too, and admissions and settles
-are answered once one save holds them, so a host taking this one over goes on exactly.
-Publishes ``BudgetThreshold`` on
+twice: the error is on the safe side); one a reload replaces hands them to its successor
+(``handing_over``). In a cluster (``state``: the unit's snapshots in JetStream,
+``stores.limits_snapshot``) the leases are saved, and admissions and settles are answered
+once one save holds them, so a host taking this one over goes on exactly. Publishes
+``BudgetThreshold`` on
 ``llmgw.events.budget`` when a soft threshold or a whole budget is crossed (once per period)
 and ``LeaseExpired`` on ``llmgw.events.limits`` when a lease's ingress stopped renewing it.
 """
@@ -56,7 +57,7 @@ from actors.state.limit_counters import (
     settle,
     settle_lapsed,
 )
-from actors.state.limit_leases import LeaseBook, dump_lease, restore_lease
+from actors.state.limit_leases import LeaseBook, LeaseSnapshot, dump_lease, restore_lease
 from actors.state.limit_usage import admit_reply, counters_now, subject_usage, usage_report
 from actors.stores.db import open_db
 from actors.stores.limits import LIMITS, CountersSave, LimitsStorage, SqliteLimits
@@ -95,6 +96,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _QUEUE = "limits"
+_HANDED_OVER: dict[str, list[LeaseSnapshot]] = {}  # by database: a successor's leases
 _SETTLED_KEEP_S = 600.0  # an ingress sends an unacknowledged settle again within seconds
 _SETTLED_MAX = 500_000
 _LAPSED_MAX = 10_000  # an ingress keeps at most as many settles it owes (OWED_MAX)
@@ -164,7 +166,7 @@ class LimitsActor(Actor):
         self._specs = loaded.specs
         self._counters = {s: Counters.restore(snap, now) for s, snap in loaded.counters.items()}
         self._leases = LeaseBook()
-        for snap in loaded.leases:
+        for snap in loaded.leases or _HANDED_OVER.pop(self._path, []):
             self._leases.add(restore_lease(snap, self._counter))
         self._dirty: set[str] = set()
         self._leases_dirty = False  # admitted, settled, renewed or expired since the save
@@ -185,7 +187,9 @@ class LimitsActor(Actor):
         ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
 
     async def on_stop(self) -> None:
-        """Save the counters and close the database."""
+        """Save the counters (hand the leases to a successor) and close the database."""
+        if self.handing_over and self._shared is None:  # (a cluster's are saved)
+            _HANDED_OVER[self._path] = [dump_lease(lease) for lease in self._leases.leases()]
         try:
             await self._save()
         finally:

@@ -246,6 +246,8 @@ class Supervisor:
             old = self._children.get(spec.name)
             exclusive = spec.exclusive or old_spec.exclusive
             if exclusive and old is not None:
+                if old.instance is not None and not isinstance(old.instance, Supervisor):
+                    old.instance.handing_over = True
                 await self._stop_child(old)
             error = await self._start_child(spec)
             if error is not None:
