@@ -127,7 +127,7 @@ def observation(
 ) -> Observation:
     """The Observation of one attempt at ``model`` that ended at ``now`` (``ts``: wall clock),
     priced by ``pricing``; an answer without reported usage is billed on the estimate."""
-    prompt, completion = usage.prompt, usage.completion
+    prompt, completion, cancelled = usage.prompt, usage.completion, outcome == "cancelled"
     estimated = not usage.reported and (outcome == "success" or sent_chars > 0 or prompt > 0)
     if estimated:
         prompt = prompt or info.prompt_estimate
@@ -149,7 +149,9 @@ def observation(
         model=model,
         outcome=outcome,
         attempt=attempt,
-        status=err.status if err is not None else 200,
+        # A cancelled attempt had no answer but a stream's that was relayed (an attempt row
+        # said 200 for one cancelled before any header).
+        status=err.status if err is not None else None if cancelled and not committed else 200,
         error_kind=err.kind if err is not None else "",
         auth_rejection=bool(err is not None and err.is_auth_rejection),
         probe=c.probe,

@@ -1065,6 +1065,7 @@ async def test_dispatcher_client_going_away_is_observed_as_cancelled_not_failed(
     assert h.adapter.calls == ["a"]
     (obs,) = (await h.heard.drain()).observations()
     assert (obs.endpoint, obs.outcome, obs.error_kind) == ("a", "cancelled", "")
+    assert obs.status is None  # no answer came (its row said 200)
     if stream:
         assert h.adapter.closed == ["a"]
 
