@@ -425,12 +425,9 @@ class Http1Connection(asyncio.Protocol):
         return out
 
     def _finish(self, rest: bytes) -> None:
-        if (inflate := self._inflate) is not None:
-            tail = inflate.flush()  # all input was taken: at most what zlib held back
+        if self._inflate is not None:
+            tail = self._inflate.flush()  # all input was taken: at most what zlib held back
             self._inflate = None
-            if not inflate.eof and not self._cut:  # its end (a gzip trailer) never came
-                self._fail(MalformedAnswerError("the compressed body ended before its end"))
-                return
             if tail:
                 room = self._bound - self._inflated if self._bound else len(tail)
                 if len(tail) > room and not self._cut:
