@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 
 KEEP_ALIVE_SECONDS = 75.0  # as Hypercorn's is set for the gateway
 GRACE_SECONDS = 10.0  # as Hypercorn's graceful_timeout for the gateway
-_CALLS_END_SECONDS = 5.0  # the most a stop waits for the app's cancelled calls to end
+_CALLS_END_SECONDS = 2.0  # the most a stop waits for the app's calls to end, then cancelled
 _BACKLOG = 1024
 
 
@@ -171,14 +171,16 @@ async def _drain_http1(state: ServerState) -> None:
         )
     for conn in list(state.connections):
         conn.close()
-    # Their calls still run (a cut answer, a request whose client hung up): ended now and
-    # awaited, so each is accounted (a 499 row) before the lifespan stops the request log's
-    # outbox; they were lost (their rows added to a closed outbox).
-    calls = list(state.serving)
-    for call in calls:
-        call.cancel()
-    if calls:
-        await asyncio.wait(calls, timeout=_CALLS_END_SECONDS)
+    # The app's calls still under way (settling an answer written, or hearing that their
+    # connection closed) are awaited before the lifespan stops the request log's outbox:
+    # they went on past the stop, and their rows reached a closed outbox. One that does not
+    # end in time (it listens to no disconnect) is cancelled.
+    if state.serving:
+        _, late = await asyncio.wait(list(state.serving), timeout=_CALLS_END_SECONDS)
+        for call in late:
+            call.cancel()
+        if late:
+            await asyncio.wait(late, timeout=_CALLS_END_SECONDS)
 
 
 class _Ticker:

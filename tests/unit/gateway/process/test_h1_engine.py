@@ -560,13 +560,17 @@ async def test_http2_like_bytes_that_are_not_the_preface_are_refused_as_http1() 
     assert raw.startswith(b"HTTP/1.1 400 ")  # llhttp: not a request line it can frame
 
 
-async def test_a_stop_ends_the_calls_it_cut_before_the_apps_shutdown(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("listens", [True, False], ids=["hears-the-close", "deaf"])
+async def test_a_stop_awaits_the_calls_it_cut_before_the_apps_shutdown(
+    monkeypatch: pytest.MonkeyPatch, listens: bool
 ) -> None:
     # A call still running past the grace (an answer cut, a client gone) went on after the
     # server's stop: the app's shutdown ran first, and what the call then recorded (its
-    # request-log row) reached an outbox already stopped.
+    # request-log row) reached an outbox already stopped. One that hears its connection
+    # close ends by itself (a call settling a written answer is never cut short); one that
+    # does not is cancelled after a bound.
     monkeypatch.setattr(h1_server, "GRACE_SECONDS", 0.05)
+    monkeypatch.setattr(h1_server, "_CALLS_END_SECONDS", 0.2)
     started = asyncio.Event()
     seen: list[str] = []
 
@@ -578,8 +582,13 @@ async def test_a_stop_ends_the_calls_it_cut_before_the_apps_shutdown(
             await send({"type": "lifespan.shutdown.complete"})
             return
         try:
+            await read_body(receive)
             started.set()
-            await asyncio.Event().wait()  # an upstream that never answers
+            if listens:
+                assert (await receive())["type"] == "http.disconnect"
+                seen.append("heard the close")
+            else:
+                await asyncio.Event().wait()  # an upstream that never answers
         finally:
             seen.append("call ended")
 
@@ -592,7 +601,7 @@ async def test_a_stop_ends_the_calls_it_cut_before_the_apps_shutdown(
             await server.task
         writer.close()
 
-    assert seen == ["call ended", "shutdown"]
+    assert seen == [*(["heard the close"] if listens else []), "call ended", "shutdown"]
 
 
 async def test_a_stop_finishes_the_http2_stream_under_way_then_closes() -> None:
