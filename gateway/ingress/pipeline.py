@@ -22,7 +22,6 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import msgspec
 
 from gateway.auth.gate import caller_of
@@ -33,7 +32,7 @@ from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.failover import unexpected
-from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
+from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets, scope_class
 from gateway.ingress.relay import relay
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
@@ -44,6 +43,8 @@ from schemas.canonical_markers import RATE_REPORT
 if TYPE_CHECKING:
     import random
     from collections.abc import Awaitable, Callable, Mapping
+
+    import anyio
 
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
@@ -320,7 +321,7 @@ class Inference(Component):
                 await self._dispatcher.release_plan(info, plan)
                 raise
             except BaseException:  # cancelled while the verdict is awaited: leases back too
-                with _scope_class()(shield=True):
+                with scope_class()(shield=True):
                     await self._dispatcher.release_plan(info, plan)
                 raise
             if trace is not None:
@@ -337,7 +338,7 @@ class Inference(Component):
         a failure). Raises ClientClosedError when it went before its answer began (a wait
         for a cooling route included: the request was sent once it ended, and its row said
         200 with the 429 before it)."""
-        with _scope_class()() as scope:
+        with scope_class()() as scope:
             watch = _DisconnectWatch(req, scope, ROUTING_WATCH_AFTER)
             try:
                 call = await routed
@@ -418,13 +419,6 @@ ROUTING_WATCH_AFTER = 0.1
 """Seconds a request is routed before its disconnect watch starts: what routing waits for
 (a cooling route, the limits' verdict) is long, and listening costs a request at concurrency
 64 about 15 µs (one in most at 10 ms, as its serving's)."""
-
-
-@functools.cache
-def _scope_class() -> type[anyio.CancelScope]:
-    """The running backend's cancel scope class: ``anyio.CancelScope()`` looks the backend up
-    on every call (about 3 µs a request); the gateway runs on asyncio only."""
-    return type(anyio.CancelScope())
 
 
 class _DisconnectWatch:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import anyio
 import pytest
 
 from bus import InProcessBus, NoRespondersError, RequestTimeoutError
@@ -164,3 +165,32 @@ async def test_only_cooling_is_waited_for_and_only_with_a_budget(bus: InProcessB
     await answering
     assert type(sick.value) is AllCircuitsOpenError
     assert asker.asked == ["a", "a"]
+
+
+async def test_a_first_plan_asked_while_the_request_is_cancelled_is_still_handed_over() -> None:
+    # A plan arrives holding a lease: its request cancelled while it was asked (a client
+    # gone, its disconnect watch now covering routing) lost it, the lease held to its TTL.
+    # The cancellation lands after the plan is in the caller's hands, which gives it back.
+    asked, answer = asyncio.Event(), asyncio.Event()
+    leased = RoutePlan(model="m", candidates=(RouteCandidate(endpoint="m:a", kind="echo"),))
+
+    async def slow(model: ModelConfig) -> RoutePlan:
+        asked.set()
+        await answer.wait()
+        return leased
+
+    got: list[RoutePlan] = []
+    watch = anyio.CancelScope()  # what the disconnect watch cancels
+
+    async def route() -> None:
+        with watch:
+            got.append(await PlanWalk(_models("m"), slow).first())
+            await asyncio.sleep(0)  # the next checkpoint: the cancellation lands here
+
+    task = asyncio.create_task(route())
+    await asked.wait()
+    watch.cancel()
+    answer.set()
+    await task
+
+    assert got == [leased] and watch.cancelled_caught
