@@ -96,8 +96,9 @@ class CapacityRelease(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     """Give a lease back; ``used_units`` (when not None) is the usage the upstream reported
     in tokens: a token quota replaces its reserved estimate with it, a request quota and a
     concurrency pool ignore it. ``unsent``: the request never reached the upstream (its
-    caller's limits refused it, it was cancelled first, the plan never came to it), so a
-    quota charges it nothing, in requests or in tokens. Releasing twice (or an unknown id) is
+    caller's limits refused it, it was cancelled first, the plan or the request's budget
+    never came to it, its route had no adapter), so a quota charges it nothing, in requests
+    or in tokens. Releasing twice (or an unknown id) is
     harmless."""
 
     pool: str

@@ -102,8 +102,9 @@ class BodyTimeoutError(GatewayError):
 
 
 class ClientClosedError(GatewayError):
-    """The client went away before its request ended (its body cut short): no one reads an
-    answer, and the request log counts it with the other requests the client left."""
+    """The client went away before its answer began (its body cut short, or while its
+    request was routed or served): no one reads an answer, and the request log counts it
+    with the other requests the client left (499)."""
 
     code = ErrorCode.CANCELLED
 

@@ -273,7 +273,7 @@ class Dispatcher:
                         c = leased
                     attempt += 1
                     if not budget.may_start(attempt):
-                        await self.leases.release(c)
+                        await self.leases.release(c, unsent=True)
                         await self.settle.give_back_from(info, current, i + retry)
                         return
                     more = i + 1 < len(candidates) or (walk is not None and walk.has_more)

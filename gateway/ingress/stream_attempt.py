@@ -64,7 +64,7 @@ class _Stream:
             chunks = adapter.stream(target, payload)
         except UpstreamError as missing:  # no adapter: nothing sent, the next may serve
             await d.observe(info, a, "failure", started, err=missing)
-            await d.leases.release(c, tokens_used_by_failure(missing))
+            await d.leases.release(c, unsent=True)
             return missing
         limit, by_budget = budget.first_byte_limit(attempt, target.ttft_timeout, more)
         outcome = "failure"
