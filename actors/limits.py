@@ -30,9 +30,8 @@ twice: the error is on the safe side); one a reload replaces hands them to its s
 (``handing_over``). In a cluster (``state``: the unit's snapshots in JetStream,
 ``stores.limits_snapshot``) the leases are saved, and admissions and settles are answered
 once one save holds them, so a host taking this one over goes on exactly. Publishes
-``BudgetThreshold`` on
-``llmgw.events.budget`` when a soft threshold or a whole budget is crossed (once per period)
-and ``LeaseExpired`` on ``llmgw.events.limits`` when a lease's ingress stopped renewing it.
+``BudgetThreshold`` on ``llmgw.events.budget`` when a soft threshold or a whole budget is crossed
+(once per period), ``LeaseExpired`` on ``llmgw.events.limits`` when its ingress stops renewing one.
 """
 
 from __future__ import annotations
@@ -166,7 +165,7 @@ class LimitsActor(Actor):
         self._specs = loaded.specs
         self._counters = {s: Counters.restore(snap, now) for s, snap in loaded.counters.items()}
         self._leases = LeaseBook()
-        for snap in loaded.leases or _HANDED_OVER.pop(self._path, []):
+        for snap in loaded.leases or _HANDED_OVER.get(self._path, []):
             self._leases.add(restore_lease(snap, self._counter))
         self._dirty: set[str] = set()
         self._leases_dirty = False  # admitted, settled, renewed or expired since the save
@@ -183,6 +182,7 @@ class LimitsActor(Actor):
         self._held: list[tuple[Envelope, AdmitReply | AdmitBatchReply]] = []
         self._flushing = False  # a _Flush is queued
         await self._publish_state()
+        _HANDED_OVER.pop(self._path, None)  # once started: a failed start leaves them for the next
         ctx.call_later(self._settings.lease_ttl_seconds / 2, _Sweep())
         ctx.call_later(self._settings.snapshot_seconds, _Snapshot())
 
