@@ -22,6 +22,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import msgspec
 
 from gateway.auth.gate import caller_of
@@ -32,7 +33,7 @@ from gateway.http.errors import error_code
 from gateway.ingress.accounting import RequestRecord
 from gateway.ingress.dispatch import Dispatcher
 from gateway.ingress.failover import unexpected
-from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets, scope_class
+from gateway.ingress.plan_walk import FallbackTargets, Targeting, Targets
 from gateway.ingress.relay import relay
 from gateway.ingress.request_info import RequestInfo
 from gateway.ingress.surfaces import CHAT, MESSAGES, RESPONSES, Surface
@@ -43,8 +44,6 @@ from schemas.canonical_markers import RATE_REPORT
 if TYPE_CHECKING:
     import random
     from collections.abc import Awaitable, Callable, Mapping
-
-    import anyio
 
     from bus import Bus
     from gateway.adapters.base import JSON, Adapter, UpstreamTarget
@@ -177,7 +176,7 @@ class Inference(Component):
             walk = await self._walk(req, body, requested, info)
             ticket = self._begin(req, caller, info, requested, None, info.prompt_estimate)
             routed = self._routed(req, CHAT, body, body, requested, info, walk, ticket)
-            await self._until_disconnect(req, routed, self._serve_embeddings)
+            await self._until_disconnect(req, walk, routed, self._serve_embeddings)
         finally:
             if ticket is not None:
                 await ticket.finish()
@@ -213,7 +212,7 @@ class Inference(Component):
             ticket = self._begin(req, caller, info, requested, body, info.prompt_estimate)
             routed = self._routed(req, surface, raw, body, requested, info, walk, ticket)
             serve = self._serve_stream if stream else self._serve_once
-            await self._until_disconnect(req, routed, serve)
+            await self._until_disconnect(req, walk, routed, serve)
         except GatewayError as err:
             surface.client_terms(raw, err)  # a refusal after translation, in the client's terms
             raise
@@ -321,7 +320,7 @@ class Inference(Component):
                 await self._dispatcher.release_plan(info, plan)
                 raise
             except BaseException:  # cancelled while the verdict is awaited: leases back too
-                with scope_class()(shield=True):
+                with _scope_class()(shield=True):
                     await self._dispatcher.release_plan(info, plan)
                 raise
             if trace is not None:
@@ -331,15 +330,17 @@ class Inference(Component):
     async def _until_disconnect(
         self,
         req: HttpRequest,
+        walk: PlanWalk,
         routed: Awaitable[InferenceCall],
         serve: Callable[[InferenceCall], Awaitable[None]],
     ) -> None:
         """Route, then ``serve``, but cancel both when the client goes away (not counted as
-        a failure). Raises ClientClosedError when it went before its answer began (a wait
-        for a cooling route included: the request was sent once it ended, and its row said
-        200 with the 429 before it)."""
-        with scope_class()() as scope:
-            watch = _DisconnectWatch(req, scope, ROUTING_WATCH_AFTER)
+        a failure; heard during ``walk``'s waits for a cooling route too). Raises
+        ClientClosedError when it went before its answer began (during such a wait the
+        request was sent once it ended, and its row said 200 with the 429 before it)."""
+        with _scope_class()() as scope:
+            watch = _DisconnectWatch(req, scope)
+            walk.on_wait = watch.listen
             try:
                 call = await routed
                 watch.serving()
@@ -415,41 +416,47 @@ class Inference(Component):
 
 WATCH_AFTER = 0.01
 """Seconds a request is served before its disconnect watch starts."""
-ROUTING_WATCH_AFTER = 0.1
-"""Seconds a request is routed before its disconnect watch starts: what routing waits for
-(a cooling route, the limits' verdict) is long, and listening costs a request at concurrency
-64 about 15 µs (one in most at 10 ms, as its serving's)."""
+
+
+@functools.cache
+def _scope_class() -> type[anyio.CancelScope]:
+    """The running backend's cancel scope class: ``anyio.CancelScope()`` looks the backend up
+    on every call (about 3 µs a request); the gateway runs on asyncio only."""
+    return type(anyio.CancelScope())
 
 
 class _DisconnectWatch:
     """Cancels ``scope`` once the client's ASGI receive says ``http.disconnect``: a task on
     the receive itself (no coroutine of its own), armed again on any other message. It
-    starts once the request has run for ``after`` (:data:`WATCH_AFTER`; while it is routed
-    :data:`ROUTING_WATCH_AFTER`, then :data:`WATCH_AFTER` from :meth:`serving`), so an
-    answer ready sooner never pays for it: under granian each receive is a round trip
-    between the server's threads and this loop, and the watch takes two (its first answer is
-    the empty ``http.request`` that ends the body). A client gone in that time is heard as
-    the watch starts. Owns that task and the timer that starts it; ``cancel`` ends both."""
+    starts once the request has been served for :data:`WATCH_AFTER` (:meth:`serving`), or at
+    once when its routing waits for a cooling route (:meth:`listen`), so an answer ready
+    sooner never pays for it (listening costs a request at concurrency 64 about 15 µs):
+    under granian each receive is a round trip between the server's threads and this loop,
+    and the watch takes two (its first answer is the empty ``http.request`` that ends the
+    body). A client gone in that time is heard as the watch starts. Owns that task and the
+    timer that starts it; ``cancel`` ends both."""
 
-    __slots__ = ("_loop", "_receive", "_scope", "_start", "_task")
+    __slots__ = ("_receive", "_scope", "_start", "_task")
 
-    def __init__(
-        self, req: HttpRequest, scope: anyio.CancelScope, after: float = WATCH_AFTER
-    ) -> None:
+    def __init__(self, req: HttpRequest, scope: anyio.CancelScope) -> None:
         self._receive = req.receive
         self._scope = scope
         self._task: asyncio.Future[Any] | None = None
-        self._loop = asyncio.get_running_loop()
-        self._start = self._loop.call_later(after, self._begin)
+        self._start: asyncio.TimerHandle | None = None
+
+    def listen(self) -> None:
+        """Listen now, unless already (a long wait begins)."""
+        if self._task is None:
+            self._begin()
 
     def serving(self) -> None:
         """The request is routed: listen :data:`WATCH_AFTER` from now, unless already."""
         if self._task is None:
-            self._start.cancel()
-            self._start = self._loop.call_later(WATCH_AFTER, self._begin)
+            self._start = asyncio.get_running_loop().call_later(WATCH_AFTER, self._begin)
 
     def _begin(self) -> None:
-        self._task = self._arm()
+        if self._task is None:
+            self._task = self._arm()
 
     def _arm(self) -> asyncio.Future[Any]:
         task = asyncio.ensure_future(self._receive())
@@ -465,6 +472,7 @@ class _DisconnectWatch:
             self._task = self._arm()
 
     def cancel(self) -> None:
-        self._start.cancel()
+        if self._start is not None:
+            self._start.cancel()
         if self._task is not None:
             self._task.cancel()

@@ -32,7 +32,6 @@ reload, ``FallbackTargets`` still resolves what requests planned before it name.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -257,17 +256,10 @@ class Targeting:
         return record.routed(plan)
 
 
-@functools.cache
-def scope_class() -> type[anyio.CancelScope]:
-    """The running backend's cancel scope class: ``anyio.CancelScope()`` looks the backend up
-    on every call (about 3 µs a request); the gateway runs on asyncio only."""
-    return type(anyio.CancelScope())
-
-
 class PlanWalk:
     """Owns the position of one request in its ordered models."""
 
-    __slots__ = ("_ask", "_models", "_next", "budget", "budget_for", "steered")
+    __slots__ = ("_ask", "_models", "_next", "budget", "budget_for", "on_wait", "steered")
 
     def __init__(
         self,
@@ -284,6 +276,9 @@ class PlanWalk:
         # The live path's: makes the request's budget when the walk first needs one (the
         # happy path never does: the failover loop makes it), so it may wait for cooling.
         self.budget_for: Callable[[], Budget] | None = None
+        # Called as a wait for a cooling route begins (the live path's: its client's
+        # disconnect is heard during the wait, which nothing else would end early).
+        self.on_wait: Callable[[], None] | None = None
 
     @property
     def has_more(self) -> bool:
@@ -294,15 +289,15 @@ class PlanWalk:
         """The first plan any model makes (once a cooling route is back, when that is what
         holds the request out and the budget lets it wait). Raises the first model's
         GatewayError when none can plan."""
-        while True:
-            # Shielded as after_cooling's: a plan arrives with a lease, and a client gone
-            # while it was asked (its disconnect watch covers routing) lost it to the TTL.
-            with scope_class()(shield=True):
-                plan, errors = await self._first_of_all()
-            if plan is not None:
-                return plan
+        plan, errors = await self._first_of_all()
+        while plan is None:
             if not await self._waited(errors):
                 raise errors[0]
+            # Shielded as after_cooling's: a plan arrives with a lease, and the client may go
+            # now (the wait set its disconnect watch listening: ``on_wait``).
+            with anyio.CancelScope(shield=True):
+                plan, errors = await self._first_of_all()
+        return plan
 
     async def after_cooling(self) -> RoutePlan | None:
         """Walk again from the first model, every attempt so far having met a 429: the
@@ -346,6 +341,8 @@ class PlanWalk:
         wait = self.budget.cooling_wait(min(known)) if known and self.budget else None
         if wait is None:
             return False
+        if self.on_wait is not None:
+            self.on_wait()
         await anyio.sleep(wait)
         self._next = 0
         return True

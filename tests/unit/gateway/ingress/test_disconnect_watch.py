@@ -30,8 +30,9 @@ async def test_a_request_done_before_its_watch_starts_never_calls_receive() -> N
     client = _Client()
     scope = anyio.CancelScope()
     watch = _DisconnectWatch(client, scope)  # type: ignore[arg-type]
+    watch.serving()
     watch.cancel()  # the request ended at once
-    assert watch._start.cancelled()  # the timer that would start it will not fire
+    assert watch._start is not None and watch._start.cancelled()  # it will not fire
     assert client.calls == 0
     assert not scope.cancel_called
 
@@ -42,6 +43,7 @@ async def test_a_longer_request_is_cancelled_when_the_client_goes_away() -> None
     started = loop.time()
     with anyio.CancelScope() as scope:
         watch = _DisconnectWatch(client, scope)  # type: ignore[arg-type]
+        watch.serving()
         await client.called.wait()
         assert loop.time() - started >= WATCH_AFTER
         # Granian's first answer after the body is an empty request message: heard, and

@@ -167,14 +167,18 @@ async def test_only_cooling_is_waited_for_and_only_with_a_budget(bus: InProcessB
     assert asker.asked == ["a", "a"]
 
 
-async def test_a_first_plan_asked_while_the_request_is_cancelled_is_still_handed_over() -> None:
-    # A plan arrives holding a lease: its request cancelled while it was asked (a client
-    # gone, its disconnect watch now covering routing) lost it, the lease held to its TTL.
-    # The cancellation lands after the plan is in the caller's hands, which gives it back.
+async def test_a_plan_asked_again_after_a_cooling_wait_is_handed_over_though_cancelled() -> None:
+    # The wait sets the request's disconnect watch listening (on_wait); a plan arrives
+    # holding a lease, so one asked again after the wait, its request cancelled meanwhile (a
+    # client gone), is still handed over, and the cancellation lands after it (whose
+    # attempt gives the lease back), not lost to the lease's TTL.
     asked, answer = asyncio.Event(), asyncio.Event()
     leased = RoutePlan(model="m", candidates=(RouteCandidate(endpoint="m:a", kind="echo"),))
+    waits: list[str] = []
 
-    async def slow(model: ModelConfig) -> RoutePlan:
+    async def cooling_then_slow(model: ModelConfig) -> RoutePlan:
+        if not waits:
+            raise AllRoutesCoolingError("every route cools", retry_after=0.01)
         asked.set()
         await answer.wait()
         return leased
@@ -183,8 +187,10 @@ async def test_a_first_plan_asked_while_the_request_is_cancelled_is_still_handed
     watch = anyio.CancelScope()  # what the disconnect watch cancels
 
     async def route() -> None:
+        walk = PlanWalk(_models("m"), cooling_then_slow, budget=_budget(5))
+        walk.on_wait = lambda: waits.append("listening")
         with watch:
-            got.append(await PlanWalk(_models("m"), slow).first())
+            got.append(await walk.first())
             await asyncio.sleep(0)  # the next checkpoint: the cancellation lands here
 
     task = asyncio.create_task(route())
@@ -193,4 +199,5 @@ async def test_a_first_plan_asked_while_the_request_is_cancelled_is_still_handed
     answer.set()
     await task
 
+    assert waits == ["listening"]
     assert got == [leased] and watch.cancelled_caught
