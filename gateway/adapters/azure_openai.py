@@ -19,12 +19,10 @@ import time
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-import msgspec
-
 from gateway.adapters.base import MappedBatches, error_from_status, redacted
 from gateway.adapters.openai_compat import OpenAICompatAdapter
 from gateway.adapters.platform_errors import CONTENT_FILTER
-from gateway.adapters.upstream_status import meters_rate
+from gateway.adapters.upstream_status import error_object, meters_rate
 from schemas import QUOTA_EXHAUSTED, RATE_LIMIT_EXCEEDED, ContentFilteredError, UpstreamError
 from schemas.config import AzureSettings
 
@@ -179,10 +177,6 @@ class AzureOpenAIAdapter(OpenAICompatAdapter):
 
 
 def _error_code(body: bytes) -> str | None:
-    try:
-        data = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
-        return None
-    err = data.get("error") if isinstance(data, dict) else None
+    err = error_object(body).get("error")
     code = err.get("code") if isinstance(err, dict) else None
     return code if isinstance(code, str) else None

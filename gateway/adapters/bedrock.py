@@ -57,6 +57,7 @@ from gateway.adapters.bedrock_stream import (
 )
 from gateway.adapters.bedrock_wire import from_converse_response, to_converse_request
 from gateway.adapters.stream_batches import translated_batches
+from gateway.adapters.upstream_status import error_object
 from schemas import InvalidRequestError, UpstreamError
 from schemas.bedrock_settings import is_claude
 from schemas.canonical_markers import ANTHROPIC_BETA as _ANTHROPIC_BETA
@@ -387,11 +388,7 @@ def error_from_answer(
 ) -> UpstreamError:
     """An UpstreamError for a non-2xx Converse answer, classified by its exception name
     (``x-amzn-ErrorType``, else the body's ``__type``/``code``) and keeping its message."""
-    try:
-        data = _decode(body)
-    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
-        data = None
-    data = data if isinstance(data, dict) else {}
+    data = error_object(body)
     name = headers.get("x-amzn-errortype") or str(data.get("__type") or data.get("code") or "")
     name = name.split(":", 1)[0].rsplit("#", 1)[-1]
     message = _message_of(body) or f"upstream answered HTTP {status}"
@@ -413,12 +410,7 @@ def error_from_event(endpoint: str, name: str, message: str) -> UpstreamError:
 
 
 def _message_of(body: bytes) -> str:
-    try:
-        data = _decode(body)
-    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
-        return ""
-    if not isinstance(data, dict):
-        return ""
+    data = error_object(body)
     for key in ("message", "Message"):
         if isinstance(data.get(key), str):
             return str(data[key])

@@ -37,6 +37,7 @@ from gateway.adapters.gemini_wire import (
 from gateway.adapters.platform_errors import google_duration
 from gateway.adapters.sse import SSEParser
 from gateway.adapters.stream_batches import translated_batches
+from gateway.adapters.upstream_status import error_object
 from schemas import (
     QUOTA_EXHAUSTED,
     RATE_LIMIT_EXCEEDED,
@@ -232,11 +233,7 @@ def gemini_error(
     daily quota or billing refusal as :data:`QUOTA_EXHAUSTED`, a 429 naming a quota of a
     shorter period (per minute) as :data:`RATE_LIMIT_EXCEEDED`, anything else by status."""
     err = error_from_status(endpoint, status, headers, body)
-    try:
-        data = _decode(body)
-    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
-        return err
-    info = data.get("error") if isinstance(data, dict) else None
+    info = error_object(body).get("error")
     if not isinstance(info, dict):
         return err
     details = _objects(info.get("details"))

@@ -11,7 +11,7 @@ import email.utils
 import math
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -311,17 +311,23 @@ def error_from_status(
     )
 
 
-def _upstream_message(body: bytes) -> str | None:
+def error_object(body: bytes) -> dict[str, Any]:
+    """An error answer's body as a JSON object; empty when it is none (not JSON, nested past
+    what a decode takes: the upstream's, never a RecursionError read as the request's)."""
     try:
         data = msgspec.json.decode(body)
-    except (msgspec.DecodeError, RecursionError):  # nested too deeply: no JSON either
-        return None
-    if isinstance(data, dict):
-        err = data.get("error")
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
-        if isinstance(data.get("message"), str):
-            return str(data["message"])
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _upstream_message(body: bytes) -> str | None:
+    data = error_object(body)
+    err = data.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return str(err["message"])
+    if isinstance(err, str):
+        return err
+    if isinstance(data.get("message"), str):
+        return str(data["message"])
     return None

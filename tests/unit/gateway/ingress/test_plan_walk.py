@@ -191,7 +191,7 @@ async def test_a_plan_asked_again_after_a_cooling_wait_is_handed_over_though_can
         walk.on_wait = lambda: waits.append("listening")
         with watch:
             got.append(await walk.first())
-            await asyncio.sleep(0)  # the next checkpoint: the cancellation lands here
+            await anyio.lowlevel.checkpoint()  # where the cancellation lands
 
     task = asyncio.create_task(route())
     await asked.wait()
